@@ -1,0 +1,39 @@
+// SDK version, ABI version and build fingerprint.
+//
+// kSdkAbiVersion changes whenever an SDK interface or struct changes layout or meaning; the
+// fingerprint captures what else must match for C++ objects to cross a shared-library boundary.
+#pragma once
+
+#include <cstdint>
+
+#define MIXTRAIN_STRINGIFY_IMPL(x) #x
+#define MIXTRAIN_STRINGIFY(x) MIXTRAIN_STRINGIFY_IMPL(x)
+
+#if defined(__clang__)
+#define MIXTRAIN_COMPILER_ID \
+  "clang-" MIXTRAIN_STRINGIFY(__clang_major__) "." MIXTRAIN_STRINGIFY(__clang_minor__)
+#elif defined(__GNUC__)
+#define MIXTRAIN_COMPILER_ID "gcc-" MIXTRAIN_STRINGIFY(__GNUC__)
+#else
+#define MIXTRAIN_COMPILER_ID "unknown-compiler"
+#endif
+
+#if defined(_GLIBCXX_USE_CXX11_ABI)
+#define MIXTRAIN_STDLIB_ID "libstdc++-cxx11abi" MIXTRAIN_STRINGIFY(_GLIBCXX_USE_CXX11_ABI)
+#elif defined(_LIBCPP_VERSION)
+#define MIXTRAIN_STDLIB_ID "libc++"
+#else
+#define MIXTRAIN_STDLIB_ID "unknown-stdlib"
+#endif
+
+// Debug and release builds are compatible (no layout differs with NDEBUG in the SDK), so the
+// build type is not part of the fingerprint.
+#define MIXTRAIN_BUILD_FINGERPRINT MIXTRAIN_COMPILER_ID "/" MIXTRAIN_STDLIB_ID "/c++20"
+
+namespace mixtrain::sdk {
+
+inline constexpr std::uint32_t kSdkAbiVersion = 1;
+inline constexpr const char* kSdkVersion = "0.1.0";
+inline constexpr const char* kBuildFingerprint = MIXTRAIN_BUILD_FINGERPRINT;
+
+}  // namespace mixtrain::sdk
