@@ -1,0 +1,101 @@
+#include "backend_optimizer.h"
+
+#include <limits>
+#include <stdexcept>
+
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::optimizers {
+
+BackendOptimizer::BackendOptimizer(std::string component, double lr,
+                                   std::vector<std::string> slot_names,
+                                   const sdk::PluginContext& context)
+    : logger_(context.logger),
+      component_(std::move(component)),
+      lr_(lr),
+      slot_names_(std::move(slot_names)) {
+  if (slot_names_.size() > kMaxSlots)
+    throw std::logic_error("optimizer '" + component_ + "' declares more state slots than "
+                           "ParamTensors can carry");
+}
+
+BackendOptimizer::~BackendOptimizer() { release(); }
+
+void BackendOptimizer::release() noexcept {
+  if (backend_ != nullptr)
+    for (auto& slots : slots_)
+      for (auto& view : slots) backend_->deallocate(view.data);
+  slots_.clear();
+  param_names_.clear();
+  backend_ = nullptr;
+}
+
+void BackendOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Parameter> params) {
+  release();
+  backend_ = &backend;
+  std::size_t bytes = 0;
+  for (const auto& p : params) {
+    const auto& master = p.tensors.master;
+    if (master.dtype != sdk::DType::fp32 || p.tensors.grad.dtype != sdk::DType::fp32 ||
+        master.numel() != p.tensors.grad.numel())
+      throw std::logic_error("optimizer '" + component_ + "': parameter '" + p.name +
+                             "' needs fp32 master and grad tensors of equal size");
+    param_names_.push_back(p.name);
+    // Registered before allocating so release() frees what exists if a later call throws.
+    auto& slots = slots_.emplace_back();
+    for (std::size_t s = 0; s < slot_names_.size(); ++s) {
+      slots[s] = sdk::TensorView{nullptr, sdk::DType::fp32, master.shape};
+      slots[s].data = backend.allocate(slots[s].bytes());
+      backend.fill(slots[s], 0.0f);
+      bytes += slots[s].bytes();
+    }
+  }
+  logger_.debug("bound " + std::to_string(params.size()) + " parameters, " +
+                std::to_string(bytes) + " bytes of fp32 optimizer state");
+}
+
+BackendOptimizer::Groups BackendOptimizer::grouped(std::span<const sdk::Parameter> params) const {
+  if (backend_ == nullptr || params.size() != param_names_.size())
+    throw std::logic_error("optimizer '" + component_ + "': step() with " +
+                           std::to_string(params.size()) + " parameters, bind() saw " +
+                           std::to_string(param_names_.size()));
+  Groups groups;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    sdk::ParamTensors t = params[i].tensors;
+    t.state1 = slots_[i][0];
+    t.state2 = slots_[i][1];
+    (params[i].weight_decay ? groups.decayed : groups.undecayed).push_back(t);
+  }
+  return groups;
+}
+
+std::vector<sdk::NamedTensorView> BackendOptimizer::state_tensors() const {
+  std::vector<sdk::NamedTensorView> out;
+  for (std::size_t i = 0; i < param_names_.size(); ++i)
+    for (std::size_t s = 0; s < slot_names_.size(); ++s)
+      out.push_back({param_names_[i] + "." + slot_names_[s], slots_[i][s]});
+  return out;
+}
+
+sdk::ComponentState BackendOptimizer::save_state() const {
+  sdk::ComponentState state;
+  state.version = kStateVersion;
+  state.values["step"] = applied_steps_;
+  return state;
+}
+
+void BackendOptimizer::load_state(const sdk::ComponentState& state) {
+  if (state.version < 1 || state.version > kStateVersion)
+    throw sdk::CheckpointError("optimizer '" + component_ + "' state has version " +
+                                   std::to_string(state.version) + ", this build reads 1.." +
+                                   std::to_string(kStateVersion),
+                               "resume with the mixtrain version that wrote the checkpoint");
+  const auto step = state.get<std::int64_t>("step");
+  if (step < 0)
+    throw sdk::CheckpointError("optimizer '" + component_ + "' state entry 'step' = " +
+                                   std::to_string(step) + " is negative",
+                               "the checkpoint is damaged; resume from another checkpoint");
+  applied_steps_ = step;
+}
+
+}  // namespace mixtrain::optimizers

@@ -1,0 +1,68 @@
+// BackendOptimizer: the shared half of optimizers whose update is one of the backend's fused
+// kernels (SGD, AdamW).
+//
+// Contract
+// - bind() allocates one FP32 slot per parameter per declared slot name with backend.allocate,
+//   zeroes it with backend.fill, and remembers the backend: the destructor (or a later bind())
+//   frees the slots through it, which the host guarantees outlives the optimizer.
+// - grouped() splits the parameters into those with weight decay and those without, each as
+//   ParamTensors carrying the slots, so a subclass calls its kernel once per non-empty group.
+// - The applied-step count (step() calls that reached the kernels) is the optimizer's scalar
+//   state: it drives AdamW's bias correction and SGD's first-step momentum initialisation, and
+//   round-trips through save_state()/load_state() (version 1).
+// - state_tensors() names slots "<param>.<slot>" in parameter order, then slot order.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mixtrain/sdk/optimizer.h"
+#include "mixtrain/sdk/plugin.h"
+
+namespace mixtrain::optimizers {
+
+class BackendOptimizer : public sdk::Optimizer {
+ public:
+  static constexpr std::int64_t kStateVersion = 1;
+  static constexpr std::size_t kMaxSlots = 2;  // ParamTensors has state1 and state2
+
+  ~BackendOptimizer() override;
+
+  double base_lr() const override { return lr_; }
+  void bind(sdk::DeviceBackend& backend, std::span<const sdk::Parameter> params) override;
+  std::vector<sdk::NamedTensorView> state_tensors() const override;
+  sdk::ComponentState save_state() const override;
+  void load_state(const sdk::ComponentState& state) override;
+
+  std::int64_t applied_steps() const { return applied_steps_; }
+
+ protected:
+  BackendOptimizer(std::string component, double lr, std::vector<std::string> slot_names,
+                   const sdk::PluginContext& context);
+
+  struct Groups {
+    std::vector<sdk::ParamTensors> decayed;
+    std::vector<sdk::ParamTensors> undecayed;
+  };
+  // Checks that `params` are the ones bound, then splits them by Parameter::weight_decay.
+  Groups grouped(std::span<const sdk::Parameter> params) const;
+  void count_applied_step() { ++applied_steps_; }
+
+  sdk::Logger logger_;
+
+ private:
+  void release() noexcept;
+
+  std::string component_;
+  double lr_;
+  std::vector<std::string> slot_names_;
+  sdk::DeviceBackend* backend_ = nullptr;
+  std::vector<std::string> param_names_;
+  std::vector<std::array<sdk::TensorView, kMaxSlots>> slots_;  // per parameter
+  std::int64_t applied_steps_ = 0;
+};
+
+}  // namespace mixtrain::optimizers

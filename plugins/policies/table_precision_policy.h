@@ -1,0 +1,44 @@
+// TablePrecisionPolicy: a precision policy defined entirely by a PolicyRecipe.
+//
+// Contract: plan() is deterministic and depends only on the layer's type and has_gemm:
+// - layer types on the FP32 deny-list ("layernorm", "softmax_cross_entropy": statistics,
+//   softmax and loss) get every dtype fp32 and fp32_pinned = true;
+// - GEMM layers get the recipe's weight and gemm_input dtypes; other layers keep fp32 there;
+// - every non-pinned layer stores activations and activation gradients in the recipe's dtypes.
+// needs_loss_scaling() is the recipe's flag. No options, no state across steps.
+// RecipePolicy<R> binds a recipe at compile time so sdk::make_component can build it.
+#pragma once
+
+#include "mixtrain/sdk/options.h"
+#include "mixtrain/sdk/plugin.h"
+#include "mixtrain/sdk/precision_policy.h"
+#include "policy_recipes.h"
+
+namespace mixtrain::policies {
+
+class TablePrecisionPolicy : public sdk::PrecisionPolicy {
+ public:
+  TablePrecisionPolicy(const PolicyRecipe& recipe, const sdk::PluginContext& context);
+
+  sdk::LayerPrecision plan(const sdk::LayerDescription& layer) const override;
+  bool needs_loss_scaling() const override { return recipe_.needs_loss_scaling; }
+  const PolicyRecipe& recipe() const { return recipe_; }
+
+  static bool is_fp32_pinned(const sdk::LayerDescription& layer);
+
+ private:
+  const PolicyRecipe& recipe_;
+  sdk::Logger logger_;
+};
+
+template <const PolicyRecipe& Recipe>
+class RecipePolicy final : public TablePrecisionPolicy {
+ public:
+  static sdk::OptionSchema option_schema() { return {}; }
+  RecipePolicy(const sdk::Options& /*options*/, const sdk::PluginContext& context)
+      : TablePrecisionPolicy(Recipe, context) {}
+};
+
+using Fp32Policy = RecipePolicy<kFp32Recipe>;
+
+}  // namespace mixtrain::policies

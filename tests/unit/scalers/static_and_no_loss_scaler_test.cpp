@@ -1,0 +1,122 @@
+// StaticLossScaler and NoLossScaler: constant scales, skipped non-finite steps, state.
+#include <gtest/gtest.h>
+
+#include "mixtrain/sdk/error.h"
+#include "no_loss_scaler.h"
+#include "scaler_test_support.h"
+#include "static_loss_scaler.h"
+
+namespace mixtrain::scalers {
+namespace {
+
+using Values = std::vector<std::pair<std::string, sdk::OptionValue>>;
+
+class StaticLossScalerTest : public ::testing::Test {
+ protected:
+  StaticLossScaler make(Values values) {
+    return StaticLossScaler(
+        test::resolve("scaler", StaticLossScaler::option_schema(), std::move(values)),
+        test::context(&sink, "scalers", "scaler", "static"));
+  }
+  test::CapturingSink sink;
+};
+
+TEST_F(StaticLossScalerTest, DefaultScale) {
+  auto scaler = make({});
+  EXPECT_EQ(scaler.scale(), 65536.0f);
+}
+
+TEST_F(StaticLossScalerTest, SkipsNonFiniteStepsAndNeverChangesScale) {
+  auto scaler = make({{"scale", std::int64_t{1024}}});  // integers are accepted for numbers
+  const std::vector<bool> pattern{false, true, false, true, true, false};
+  std::vector<bool> applied;
+  for (bool inf : pattern) {
+    const auto d = scaler.update(inf);
+    EXPECT_EQ(d.scale_before, 1024.0f);
+    EXPECT_EQ(d.scale_after, 1024.0f);
+    applied.push_back(d.apply_step);
+  }
+  EXPECT_EQ(applied, (std::vector<bool>{true, false, true, false, false, true}));
+  EXPECT_EQ(scaler.scale(), 1024.0f);
+  EXPECT_EQ(scaler.steps(), 6);
+  EXPECT_EQ(scaler.skipped_steps(), 3);
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn,
+                            "step 2: non-finite gradients at static scale 1024"));
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "step 5:"));
+}
+
+TEST_F(StaticLossScalerTest, SaveLoadRoundTrip) {
+  auto original = make({{"scale", 128.0}});
+  original.update(true);
+  original.update(false);
+  const auto state = original.save_state();
+  EXPECT_EQ(state.get<double>("scale"), 128.0);
+
+  auto resumed = make({{"scale", 128.0}});
+  resumed.load_state(state);
+  EXPECT_EQ(resumed.steps(), 2);
+  EXPECT_EQ(resumed.skipped_steps(), 1);
+  EXPECT_EQ(resumed.save_state().values, state.values);
+}
+
+TEST_F(StaticLossScalerTest, ConfiguredScaleWinsOverSavedOne) {
+  auto original = make({{"scale", 128.0}});
+  auto resumed = make({{"scale", 512.0}});
+  resumed.load_state(original.save_state());
+  EXPECT_EQ(resumed.scale(), 512.0f);
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "written with static scale 128"));
+}
+
+TEST_F(StaticLossScalerTest, MalformedStateIsRejected) {
+  auto scaler = make({});
+  auto state = scaler.save_state();
+  state.values["steps"] = std::int64_t{-3};
+  EXPECT_THROW(scaler.load_state(state), sdk::CheckpointError);
+  state = scaler.save_state();
+  state.values["scale"] = std::string("big");
+  EXPECT_THROW(scaler.load_state(state), sdk::CheckpointError);
+  state = scaler.save_state();
+  state.version = 0;
+  EXPECT_THROW(scaler.load_state(state), sdk::CheckpointError);
+}
+
+class NoLossScalerTest : public ::testing::Test {
+ protected:
+  NoLossScaler make() {
+    return NoLossScaler(test::resolve("scaler", NoLossScaler::option_schema(), {}),
+                        test::context(&sink, "scalers", "scaler", "none"));
+  }
+  test::CapturingSink sink;
+};
+
+TEST_F(NoLossScalerTest, ScaleOneAndNeverAppliesNonFiniteSteps) {
+  auto scaler = make();
+  EXPECT_EQ(scaler.scale(), 1.0f);
+  auto d = scaler.update(false);
+  EXPECT_TRUE(d.apply_step);
+  EXPECT_EQ(d.scale_before, 1.0f);
+  EXPECT_EQ(d.scale_after, 1.0f);
+  d = scaler.update(true);
+  EXPECT_FALSE(d.apply_step);
+  EXPECT_EQ(d.scale_after, 1.0f);
+  EXPECT_EQ(scaler.scale(), 1.0f);
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "step 2: non-finite gradients"));
+}
+
+TEST_F(NoLossScalerTest, SaveLoadRoundTrip) {
+  auto original = make();
+  original.update(true);
+  original.update(false);
+  original.update(true);
+  auto resumed = make();
+  resumed.load_state(original.save_state());
+  EXPECT_EQ(resumed.steps(), 3);
+  EXPECT_EQ(resumed.skipped_steps(), 2);
+
+  auto bad = original.save_state();
+  bad.values.erase("steps");
+  EXPECT_THROW(resumed.load_state(bad), sdk::CheckpointError);
+}
+
+}  // namespace
+}  // namespace mixtrain::scalers
