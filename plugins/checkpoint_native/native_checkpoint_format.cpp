@@ -1,0 +1,857 @@
+#include "native_checkpoint_format.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <deque>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string_view>
+#include <system_error>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "native_file_layout.h"
+
+namespace mixtrain::checkpoint_native {
+namespace {
+
+namespace fs = std::filesystem;
+using sdk::CheckpointError;
+
+constexpr const char* kDamagedHint =
+    "the file is damaged (truncated or corrupted, e.g. by a full disk or an interrupted copy); "
+    "restore it from a backup or resume from an earlier checkpoint";
+
+std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
+
+std::string os_error_text(int err) { return std::generic_category().message(err); }
+
+std::string hint_for_os_error(int err) {
+  switch (err) {
+    case ENOENT:
+      return "the folder does not exist (or was removed); create it or choose another path";
+    case EACCES:
+    case EPERM:
+      return "check the permissions of the folder and the file";
+    case EROFS:
+      return "the file system is read-only; choose a writable location";
+    case ENOSPC:
+    case EDQUOT:
+      return "the disk or quota is full; free space or choose another location";
+    case EISDIR:
+      return "the path names a directory; give a file path such as <dir>/step-100.mxt";
+    case ENOTDIR:
+      return "a component of the path is a file, not a folder; check the path";
+    case EFBIG:
+      return "the file exceeds the size limit of this process or file system (see ulimit -f)";
+    default:
+      return "check the path, the free disk space and the permissions";
+  }
+}
+
+std::uint32_t crc32_of(const std::byte* data, std::size_t size) {
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  crc = crc32_z(crc, reinterpret_cast<const Bytef*>(data), size);
+  return static_cast<std::uint32_t>(crc);
+}
+
+// Caps one syscall well below Linux's 0x7ffff000 per-call limit; partial transfers are looped.
+constexpr std::size_t kMaxIoChunk = std::size_t{1} << 30;
+
+// 0 on success, else errno.
+int write_all(int fd, const std::byte* data, std::size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, std::min(size, kMaxIoChunk));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
+// 0 on success, else errno; a file that ends early reports EIO-free "-1".
+int pread_all(int fd, std::byte* data, std::size_t size, std::uint64_t offset) {
+  while (size > 0) {
+    const ssize_t n = ::pread(fd, data, std::min(size, kMaxIoChunk), static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return -1;
+    data += n;
+    size -= static_cast<std::size_t>(n);
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return 0;
+}
+
+class UniqueFd {
+ public:
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  int get() const { return fd_; }
+  // close() can report a deferred write error (NFS, quota), so the writer must see its result.
+  int close_checked() {
+    const int fd = std::exchange(fd_, -1);
+    return ::close(fd) == 0 ? 0 : errno;
+  }
+
+ private:
+  int fd_;
+};
+
+// Removes the temp file unless the rename succeeded, so no failure path leaves one behind.
+class TempFileGuard {
+ public:
+  explicit TempFileGuard(fs::path p) : path_(std::move(p)) {}
+  ~TempFileGuard() {
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+  TempFileGuard(const TempFileGuard&) = delete;
+  TempFileGuard& operator=(const TempFileGuard&) = delete;
+  void release() { path_.clear(); }
+
+ private:
+  fs::path path_;
+};
+
+// ------------------------------------------------------------------------------------------------
+// Writing
+
+struct PlannedTensor {
+  const sdk::HostTensor* tensor;
+  std::uint64_t offset;  // from the data section start
+  std::uint32_t crc32;
+};
+
+[[noreturn]] void fail_invalid_state(const fs::path& path, const std::string& what) {
+  throw CheckpointError("cannot write checkpoint " + quoted(path) + ": " + what,
+                        "the training state handed to the checkpoint format is inconsistent; "
+                        "this is a bug in the component that produced it");
+}
+
+// Bytes a tensor of this shape and dtype must hold, or nullopt when negative / overflowing.
+std::optional<std::uint64_t> expected_byte_count(const std::vector<std::int64_t>& shape,
+                                                 sdk::DType dtype) {
+  std::uint64_t count = sdk::dtype_size(dtype);
+  for (const auto d : shape) {
+    if (d < 0) return std::nullopt;
+    if (__builtin_mul_overflow(count, static_cast<std::uint64_t>(d), &count)) return std::nullopt;
+  }
+  if (count > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    return std::nullopt;
+  return count;
+}
+
+std::vector<PlannedTensor> plan_tensors(const fs::path& path, const sdk::TrainingState& state,
+                                        std::uint64_t& data_length) {
+  std::vector<PlannedTensor> plan;
+  plan.reserve(state.tensors.size());
+  std::unordered_set<std::string_view> names;
+  std::uint64_t cursor = 0;
+  for (const auto& t : state.tensors) {
+    if (t.name.empty()) fail_invalid_state(path, "a tensor has an empty name");
+    if (!names.insert(t.name).second)
+      fail_invalid_state(path, "two tensors are named '" + t.name + "'");
+    if (t.shape.size() > static_cast<std::size_t>(sdk::Shape::kMaxRank))
+      fail_invalid_state(path, "tensor '" + t.name + "' has rank " +
+                                   std::to_string(t.shape.size()) + "; the maximum is " +
+                                   std::to_string(sdk::Shape::kMaxRank));
+    const auto expected = expected_byte_count(t.shape, t.dtype);
+    if (!expected)
+      fail_invalid_state(path, "tensor '" + t.name + "' has a negative or overflowing shape");
+    if (*expected != t.bytes.size())
+      fail_invalid_state(path, "tensor '" + t.name + "' holds " + std::to_string(t.bytes.size()) +
+                                   " bytes but its shape and dtype (" +
+                                   std::string(sdk::dtype_name(t.dtype)) + ") need " +
+                                   std::to_string(*expected));
+    const std::uint64_t offset = align_up(cursor);
+    plan.push_back({&t, offset, crc32_of(t.bytes.data(), t.bytes.size())});
+    cursor = offset + t.bytes.size();
+  }
+  data_length = cursor;
+  return plan;
+}
+
+std::string encode_header(const fs::path& path, const sdk::TrainingState& state,
+                          const std::vector<PlannedTensor>& plan, std::uint64_t data_length) {
+  // ordered_json keeps the documented field order, which makes `head -c` dumps readable.
+  nlohmann::ordered_json header;
+  header["metadata"] = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : state.metadata) header["metadata"][key] = value;
+  auto table = nlohmann::ordered_json::array();
+  for (const auto& p : plan) {
+    table.push_back({{"name", p.tensor->name},
+                     {"dtype", std::string(sdk::dtype_name(p.tensor->dtype))},
+                     {"shape", p.tensor->shape},
+                     {"offset", p.offset},
+                     {"length", p.tensor->bytes.size()},
+                     {"crc32", p.crc32}});
+  }
+  header["tensors"] = std::move(table);
+  header["data_length"] = data_length;
+  try {
+    return header.dump();
+  } catch (const nlohmann::json::exception& e) {
+    // dump() refuses invalid UTF-8, which is the only way a string map can fail to encode.
+    throw CheckpointError("cannot write checkpoint " + quoted(path) +
+                              ": a metadata key/value or tensor name is not valid UTF-8 (" +
+                              e.what() + ")",
+                          "metadata values must be UTF-8 text; encode binary data (e.g. base64) "
+                          "before storing it");
+  }
+}
+
+// Coalesces small pieces (preamble, header, padding, small tensors) into large writes and passes
+// big tensors straight to write(2), so a 400 MB state costs a few dozen syscalls and no copy.
+class BufferedWriter {
+ public:
+  BufferedWriter(int fd, const fs::path& target) : fd_(fd), target_(target) {
+    buffer_.reserve(kCapacity);
+  }
+  void append(const std::byte* data, std::size_t size) {
+    if (size >= kCapacity / 2) {
+      flush();
+      check(write_all(fd_, data, size));
+    } else {
+      if (buffer_.size() + size > kCapacity) flush();
+      buffer_.insert(buffer_.end(), data, data + size);
+    }
+    written_ += size;
+  }
+  void append_zeros(std::size_t size) {
+    static constexpr std::array<std::byte, kDataAlignment> zeros{};
+    while (size > 0) {
+      const auto n = std::min(size, zeros.size());
+      append(zeros.data(), n);
+      size -= n;
+    }
+  }
+  void flush() {
+    if (buffer_.empty()) return;
+    check(write_all(fd_, buffer_.data(), buffer_.size()));
+    buffer_.clear();
+  }
+  std::uint64_t written() const { return written_; }
+
+ private:
+  static constexpr std::size_t kCapacity = std::size_t{8} << 20;
+  void check(int err) const {
+    if (err != 0)
+      throw CheckpointError("cannot write checkpoint " + quoted(target_) + ": " +
+                                os_error_text(err),
+                            hint_for_os_error(err));
+  }
+  int fd_;
+  const fs::path& target_;
+  std::vector<std::byte> buffer_;
+  std::uint64_t written_ = 0;
+};
+
+fs::path temp_path_for(const fs::path& target) {
+  // pid + counter: unique across processes and across threads of this one.
+  static std::atomic<unsigned> counter{0};
+  const unsigned n = counter.fetch_add(1);
+  return target.parent_path() / ("." + target.filename().string() + ".tmp." +
+                                 std::to_string(::getpid()) + "." + std::to_string(n));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Reading
+
+struct TensorRecord {
+  std::size_t index = 0;
+  std::string name;
+  sdk::DType dtype = sdk::DType::fp32;
+  std::vector<std::int64_t> shape;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  std::uint32_t crc32 = 0;
+  unsigned fields_seen = 0;  // bit per TensorField
+};
+
+enum TensorField : unsigned {
+  kName = 1u << 0,
+  kDType = 1u << 1,
+  kShape = 1u << 2,
+  kOffset = 1u << 3,
+  kLength = 1u << 4,
+  kCrc = 1u << 5,
+  kAllFields = (1u << 6) - 1,
+};
+
+struct ParsedHeader {
+  std::map<std::string, std::string> metadata;
+  // deque: entries never move, and growth never needs one allocation proportional to the count.
+  std::deque<TensorRecord> tensors;
+  std::uint64_t data_length = 0;
+};
+
+// Thrown inside the SAX handler; read() adds the file name and a hint.
+struct HeaderDefect {
+  std::string what;
+};
+
+std::string describe(const TensorRecord& t) {
+  std::string s = "tensor #" + std::to_string(t.index);
+  if (!t.name.empty()) s += " ('" + t.name + "')";
+  return s;
+}
+
+std::optional<sdk::DType> dtype_from_name(std::string_view name) {
+  // Only the canonical spellings the writer produces; aliases would make two files for one state.
+  for (const auto d : sdk::kAllDTypes)
+    if (sdk::dtype_name(d) == name) return d;
+  return std::nullopt;
+}
+
+// Streams the header into ParsedHeader with the schema checked as it goes. A DOM would cost many
+// times the header's size on hostile input (e.g. megabytes of "[0,0,0,...]"); this handler keeps
+// only what the format defines and skips unknown fields without storing them.
+class HeaderParser {
+ public:
+  using json = nlohmann::json;
+  explicit HeaderParser(ParsedHeader& out) : out_(out) {}
+
+  bool null() { return skip_depth_ > 0 || accept_unknown(slot(), "null"); }
+  bool boolean(bool) { return skip_depth_ > 0 || accept_unknown(slot(), "a boolean"); }
+  bool binary(json::binary_t&) { return skip_depth_ > 0 || accept_unknown(slot(), "binary data"); }
+  bool number_float(json::number_float_t, const json::string_t& text) {
+    if (skip_depth_ > 0) return true;
+    const Slot s = slot();
+    if (is_integer_slot(s)) defect(where(s) + " must be a non-negative integer, not " + text);
+    return accept_unknown(s, "a number");
+  }
+  bool number_integer(json::number_integer_t v) {
+    // nlohmann reports non-negative integers through number_unsigned, so v < 0 here.
+    if (skip_depth_ > 0) return true;
+    const Slot s = slot();
+    if (s == Slot::Dim) defect("dimension " + std::to_string(v) + " of " + where(s) +
+                               " is negative");
+    if (is_integer_slot(s)) defect(where(s) + " must not be negative (got " +
+                                   std::to_string(v) + ")");
+    return accept_unknown(s, "a number");
+  }
+  bool number_unsigned(json::number_unsigned_t v) {
+    if (skip_depth_ > 0) return true;
+    const Slot s = slot();
+    switch (s) {
+      case Slot::DataLength: out_.data_length = v; return true;
+      case Slot::Offset: current().offset = v; return true;
+      case Slot::Length: current().length = v; return true;
+      case Slot::Crc:
+        if (v > 0xFFFFFFFFu) defect(where(s) + " does not fit in 32 bits");
+        current().crc32 = static_cast<std::uint32_t>(v);
+        return true;
+      case Slot::Dim:
+        if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+          defect("a dimension of " + where(s) + " overflows a 64-bit signed integer");
+        if (current().shape.size() >= static_cast<std::size_t>(sdk::Shape::kMaxRank))
+          defect(where(s) + " has more than " + std::to_string(sdk::Shape::kMaxRank) +
+                 " dimensions");
+        current().shape.push_back(static_cast<std::int64_t>(v));
+        return true;
+      default: return accept_unknown(s, "a number");
+    }
+  }
+  bool string(json::string_t& v) {
+    if (skip_depth_ > 0) return true;
+    const Slot s = slot();
+    switch (s) {
+      case Slot::MetadataValue:
+        if (!out_.metadata.emplace(key_, std::move(v)).second)
+          defect("metadata key '" + key_ + "' appears twice");
+        return true;
+      case Slot::Name:
+        if (v.empty()) defect(where(s) + " is empty");
+        current().name = std::move(v);
+        return true;
+      case Slot::DType: {
+        const auto d = dtype_from_name(v);
+        if (!d) defect(where(s) + " is '" + v + "', not a known dtype (" + known_dtypes() + ")");
+        current().dtype = *d;
+        return true;
+      }
+      default: return accept_unknown(s, "a string");
+    }
+  }
+  bool start_object(std::size_t) {
+    if (skip_depth_ > 0) {
+      ++skip_depth_;
+      return true;
+    }
+    const Slot s = slot();
+    switch (s) {
+      case Slot::Root: stack_.push_back(Ctx::Root); return true;
+      case Slot::Metadata: stack_.push_back(Ctx::Metadata); return true;
+      case Slot::TensorEntry: {
+        const std::size_t index = out_.tensors.size();
+        out_.tensors.emplace_back().index = index;
+        stack_.push_back(Ctx::Tensor);
+        return true;
+      }
+      case Slot::Ignore: skip_depth_ = 1; return true;
+      default: defect(where(s) + " must be " + expected(s) + ", not an object");
+    }
+  }
+  bool start_array(std::size_t) {
+    if (skip_depth_ > 0) {
+      ++skip_depth_;
+      return true;
+    }
+    const Slot s = slot();
+    switch (s) {
+      case Slot::Tensors: stack_.push_back(Ctx::Tensors); return true;
+      case Slot::Shape: stack_.push_back(Ctx::Shape); return true;
+      case Slot::Ignore: skip_depth_ = 1; return true;
+      default: defect(where(s) + " must be " + expected(s) + ", not an array");
+    }
+  }
+  bool key(json::string_t& k) {
+    if (skip_depth_ > 0) return true;
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() {
+    if (skip_depth_ > 0) {
+      --skip_depth_;
+      return true;
+    }
+    if (stack_.back() == Ctx::Tensor) {
+      const auto& t = current();
+      static constexpr std::pair<unsigned, const char*> kRequired[] = {
+          {kName, "name"}, {kDType, "dtype"},   {kShape, "shape"},
+          {kOffset, "offset"}, {kLength, "length"}, {kCrc, "crc32"}};
+      for (const auto& [bit, field] : kRequired)
+        if ((t.fields_seen & bit) == 0)
+          defect(describe(t) + " in the tensor table lacks the field '" + field + "'");
+    } else if (stack_.back() == Ctx::Root) {
+      for (const char* field : {"metadata", "tensors", "data_length"})
+        if (!root_fields_seen_.contains(field))
+          defect("the header lacks the field '" + std::string(field) + "'");
+    }
+    stack_.pop_back();
+    return true;
+  }
+  bool end_array() {
+    if (skip_depth_ > 0) {
+      --skip_depth_;
+      return true;
+    }
+    stack_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
+    defect("the header is not valid JSON (byte " + std::to_string(position) + "): " + e.what());
+  }
+
+ private:
+  enum class Ctx { Document, Root, Metadata, Tensors, Tensor, Shape };
+  enum class Slot {
+    Root, Metadata, MetadataValue, Tensors, DataLength, TensorEntry,
+    Name, DType, Shape, Offset, Length, Crc, Dim, Ignore
+  };
+
+  [[noreturn]] static void defect(std::string what) { throw HeaderDefect{std::move(what)}; }
+
+  TensorRecord& current() { return out_.tensors.back(); }
+
+  // Which part of the format the value starting now fills; also rejects duplicate fields.
+  Slot slot() {
+    switch (stack_.back()) {
+      case Ctx::Document: return Slot::Root;
+      case Ctx::Root: {
+        Slot s = Slot::Ignore;
+        if (key_ == "metadata") s = Slot::Metadata;
+        else if (key_ == "tensors") s = Slot::Tensors;
+        else if (key_ == "data_length") s = Slot::DataLength;
+        if (s != Slot::Ignore && !root_fields_seen_.insert(key_).second)
+          defect("the header field '" + key_ + "' appears twice");
+        return s;
+      }
+      case Ctx::Metadata: return Slot::MetadataValue;
+      case Ctx::Tensors: return Slot::TensorEntry;
+      case Ctx::Shape: return Slot::Dim;
+      case Ctx::Tensor: {
+        static constexpr std::pair<const char*, std::pair<Slot, unsigned>> kFields[] = {
+            {"name", {Slot::Name, kName}},       {"dtype", {Slot::DType, kDType}},
+            {"shape", {Slot::Shape, kShape}},    {"offset", {Slot::Offset, kOffset}},
+            {"length", {Slot::Length, kLength}}, {"crc32", {Slot::Crc, kCrc}}};
+        for (const auto& [field, slot_and_bit] : kFields) {
+          if (key_ != field) continue;
+          auto& t = current();
+          if ((t.fields_seen & slot_and_bit.second) != 0)
+            defect("the field '" + key_ + "' of " + describe(t) + " appears twice");
+          t.fields_seen |= slot_and_bit.second;
+          return slot_and_bit.first;
+        }
+        return Slot::Ignore;
+      }
+    }
+    return Slot::Ignore;
+  }
+
+  static bool is_integer_slot(Slot s) {
+    return s == Slot::DataLength || s == Slot::Offset || s == Slot::Length || s == Slot::Crc ||
+           s == Slot::Dim;
+  }
+
+  // A value of an unexpected kind: fine for an unknown field (skipped), a defect elsewhere.
+  bool accept_unknown(Slot s, const char* kind) {
+    if (s == Slot::Ignore) return true;
+    defect(where(s) + " must be " + expected(s) + ", not " + kind);
+  }
+
+  std::string where(Slot s) {
+    switch (s) {
+      case Slot::Root: return "the header";
+      case Slot::Metadata: return "the header field 'metadata'";
+      case Slot::MetadataValue: return "the metadata value of '" + key_ + "'";
+      case Slot::Tensors: return "the header field 'tensors'";
+      case Slot::DataLength: return "the header field 'data_length'";
+      case Slot::TensorEntry: return "entry #" + std::to_string(out_.tensors.size()) +
+                                     " of the tensor table";
+      case Slot::Dim: return "the shape of " + describe(current());
+      case Slot::Ignore: return "an unknown field";
+      default: return "the field '" + key_ + "' of " + describe(current());
+    }
+  }
+
+  static std::string expected(Slot s) {
+    switch (s) {
+      case Slot::Root: return "a JSON object";
+      case Slot::Metadata: return "an object of strings";
+      case Slot::MetadataValue: return "a string";
+      case Slot::Tensors: return "an array";
+      case Slot::TensorEntry: return "an object";
+      case Slot::Name:
+      case Slot::DType: return "a string";
+      case Slot::Shape: return "an array of non-negative integers";
+      default: return "a non-negative integer";
+    }
+  }
+
+  static std::string known_dtypes() {
+    std::string s;
+    for (const auto d : sdk::kAllDTypes) s += (s.empty() ? "" : ", ") + std::string(sdk::dtype_name(d));
+    return s;
+  }
+
+  ParsedHeader& out_;
+  std::vector<Ctx> stack_{Ctx::Document};
+  std::string key_;
+  std::size_t skip_depth_ = 0;
+  std::unordered_set<std::string> root_fields_seen_;
+};
+
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const fs::path& path) : path_(path) {}
+
+  sdk::TrainingState read() {
+    open_file();
+    const Preamble preamble = read_preamble();
+    ParsedHeader header = read_header(preamble);
+    const std::uint64_t data_start = data_section_offset(preamble.header_length);
+    check_data_extent(header, data_start);
+    validate_tensor_table(header);
+    return read_tensors(std::move(header), data_start);
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what, const std::string& hint = kDamagedHint) const {
+    throw CheckpointError("checkpoint " + quoted(path_) + ": " + what, hint);
+  }
+
+  void open_file() {
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == ENOENT || err == ENOTDIR)
+        fail("the file does not exist",
+             "check the path (and [checkpoint] dir / --resume); list the run folder to see which "
+             "checkpoints were written");
+      fail("cannot open the file: " + os_error_text(err), hint_for_os_error(err));
+    }
+    fd_.emplace(fd);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      fail("cannot stat the file: " + os_error_text(err), hint_for_os_error(err));
+    }
+    if (S_ISDIR(st.st_mode))
+      fail("this is a directory, not a checkpoint file",
+           "give the path of a .mxt file inside the directory");
+    if (!S_ISREG(st.st_mode))
+      fail("this is not a regular file", "give the path of a .mxt checkpoint file");
+    file_size_ = static_cast<std::uint64_t>(st.st_size);
+#ifdef POSIX_FADV_SEQUENTIAL
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+  }
+
+  void read_exact(std::byte* out, std::size_t size, std::uint64_t offset, const std::string& part) {
+    const int err = pread_all(fd_->get(), out, size, offset);
+    if (err == -1) fail("the file ended while reading " + part + " (was it truncated while open?)");
+    if (err != 0) fail("cannot read " + part + ": " + os_error_text(err), hint_for_os_error(err));
+  }
+
+  Preamble read_preamble() {
+    if (file_size_ < kPreambleSize)
+      fail("the file is " + std::to_string(file_size_) + " bytes, shorter than the " +
+               std::to_string(kPreambleSize) + "-byte preamble of a native checkpoint",
+           "the file is truncated or is not a mixtrain native checkpoint; restore it from a "
+           "backup or resume from an earlier checkpoint");
+    std::array<std::byte, kPreambleSize> bytes{};
+    read_exact(bytes.data(), bytes.size(), 0, "the preamble");
+    const Preamble p = decode_preamble(bytes.data());
+    if (p.magic != kMagic) {
+      // A safetensors file starts with a u64 length and then '{'.
+      const bool looks_like_safetensors = bytes[8] == std::byte{'{'};
+      fail("not a mixtrain native checkpoint (the file does not start with \"MIXTRAIN\")",
+           looks_like_safetensors
+               ? "this looks like a safetensors file; load it with the 'safetensors' format "
+                 "([checkpoint] init_from) instead"
+               : "give a .mxt file written by mixtrain's native checkpoint format");
+    }
+    if (p.format_version == 0 || p.format_version > kFormatVersion)
+      fail("format version " + std::to_string(p.format_version) +
+               (p.format_version == 0 ? " is invalid" : " is newer than the supported version") +
+               " (this build reads version " + std::to_string(kFormatVersion) + ")",
+           p.format_version == 0 ? std::string(kDamagedHint)
+                                 : "upgrade mixtrain (and its checkpoint_native plugin) to a "
+                                   "release that reads format version " +
+                                       std::to_string(p.format_version));
+    if ((p.flags & ~kKnownFlags) != 0)
+      fail("unknown format flags 0x" + to_hex(p.flags & ~kKnownFlags) + " are set",
+           "the file was written by a newer mixtrain or is damaged; upgrade mixtrain or restore "
+           "the file");
+    if (p.header_length == 0 || p.header_length > file_size_ - kPreambleSize)
+      fail("the header length " + std::to_string(p.header_length) + " does not fit in the " +
+           std::to_string(file_size_) + "-byte file");
+    return p;
+  }
+
+  ParsedHeader read_header(const Preamble& p) {
+    // Bounded by the file size (checked in read_preamble).
+    std::string text(static_cast<std::size_t>(p.header_length), '\0');
+    read_exact(reinterpret_cast<std::byte*>(text.data()), text.size(), kPreambleSize, "the header");
+    const std::uint32_t crc = crc32_of(reinterpret_cast<const std::byte*>(text.data()), text.size());
+    if (crc != p.header_crc32)
+      fail("header checksum mismatch (stored 0x" + to_hex(p.header_crc32) + ", computed 0x" +
+           to_hex(crc) + ")");
+    ParsedHeader header;
+    HeaderParser parser(header);
+    try {
+      nlohmann::json::sax_parse(text.begin(), text.end(), &parser);
+    } catch (const HeaderDefect& d) {
+      fail("malformed header: " + d.what);
+    }
+    return header;
+  }
+
+  void check_data_extent(const ParsedHeader& header, std::uint64_t data_start) const {
+    // data_start <= file_size_ + 63 here, so this arithmetic cannot overflow.
+    if (file_size_ < data_start || header.data_length > file_size_ - data_start)
+      fail("the file is truncated: the header describes " +
+           std::to_string(data_start) + " + " + std::to_string(header.data_length) +
+           " bytes but the file has " + std::to_string(file_size_));
+    const std::uint64_t available = file_size_ - data_start;
+    if (header.data_length < available)
+      fail("the file has " + std::to_string(available - header.data_length) +
+           " unexpected bytes after the tensor data");
+  }
+
+  void validate_tensor_table(const ParsedHeader& header) const {
+    std::unordered_set<std::string_view> names;
+    std::vector<const TensorRecord*> by_offset;
+    by_offset.reserve(header.tensors.size());
+    for (const auto& t : header.tensors) {
+      if (!names.insert(t.name).second)
+        fail("the tensor name '" + t.name + "' appears twice in the tensor table");
+      const auto expected = expected_byte_count(t.shape, t.dtype);
+      if (!expected)
+        fail("the shape of " + describe(t) + " overflows (" + shape_text(t.shape) + ")");
+      if (*expected != t.length)
+        fail(describe(t) + " has shape " + shape_text(t.shape) + " and dtype " +
+             std::string(sdk::dtype_name(t.dtype)) + ", which need " + std::to_string(*expected) +
+             " bytes, but its byte length is " + std::to_string(t.length));
+      if (t.offset % kDataAlignment != 0)
+        fail("the offset " + std::to_string(t.offset) + " of " + describe(t) +
+             " is not a multiple of " + std::to_string(kDataAlignment));
+      if (t.offset > header.data_length || t.length > header.data_length - t.offset)
+        fail(describe(t) + " spans bytes [" + std::to_string(t.offset) + ", offset + " +
+             std::to_string(t.length) + ") outside the " + std::to_string(header.data_length) +
+             "-byte data section");
+      by_offset.push_back(&t);
+    }
+    std::sort(by_offset.begin(), by_offset.end(),
+              [](const TensorRecord* a, const TensorRecord* b) { return a->offset < b->offset; });
+    const TensorRecord* previous = nullptr;
+    for (const auto* t : by_offset) {
+      if (t->length == 0) continue;  // empty ranges cannot overlap anything
+      if (previous != nullptr && previous->offset + previous->length > t->offset)
+        fail("the data of " + describe(*previous) + " and " + describe(*t) + " overlap");
+      previous = t;
+    }
+  }
+
+  sdk::TrainingState read_tensors(ParsedHeader header, std::uint64_t data_start) {
+    sdk::TrainingState state;
+    state.metadata = std::move(header.metadata);
+    state.tensors.reserve(header.tensors.size());
+    for (auto& record : header.tensors) {
+      sdk::HostTensor t;
+      t.name = std::move(record.name);
+      t.dtype = record.dtype;
+      t.shape = std::move(record.shape);
+      // Validated: length <= data_length <= file size.
+      t.bytes.resize(static_cast<std::size_t>(record.length));
+      read_exact(t.bytes.data(), t.bytes.size(), data_start + record.offset,
+                 "the data of tensor '" + t.name + "'");
+      const std::uint32_t crc = crc32_of(t.bytes.data(), t.bytes.size());
+      if (crc != record.crc32)
+        fail("checksum mismatch in the data of tensor '" + t.name + "' (stored 0x" +
+             to_hex(record.crc32) + ", computed 0x" + to_hex(crc) + ")");
+      state.tensors.push_back(std::move(t));
+    }
+    return state;
+  }
+
+  static std::string to_hex(std::uint32_t v) {
+    static constexpr char kDigits[] = "0123456789abcdef";
+    std::string s(8, '0');
+    for (int i = 7; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = kDigits[v & 0xF];
+    return s;
+  }
+
+  static std::string shape_text(const std::vector<std::int64_t>& shape) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+  }
+
+  const fs::path& path_;
+  std::optional<UniqueFd> fd_;
+  std::uint64_t file_size_ = 0;
+};
+
+}  // namespace
+
+sdk::OptionSchema NativeCheckpointFormat::option_schema() {
+  return {sdk::OptionSpec::boolean(
+      "fsync", true,
+      "fsync the file and its folder on write so a crash or power loss cannot lose a checkpoint "
+      "that write() reported as done; turn off only for tests or scratch runs")};
+}
+
+NativeCheckpointFormat::NativeCheckpointFormat(const sdk::Options& options,
+                                               const sdk::PluginContext& context)
+    : fsync_(options.get_bool("fsync")), logger_(context.logger) {}
+
+void NativeCheckpointFormat::write(const fs::path& path, const sdk::TrainingState& state) const {
+  const auto started = std::chrono::steady_clock::now();
+  if (path.filename().empty())
+    throw CheckpointError("cannot write checkpoint " + quoted(path) + ": the path has no file name",
+                          "give a file path such as <dir>/step-100.mxt");
+
+  // Everything that can be wrong with the state fails here, before the disk is touched.
+  std::uint64_t data_length = 0;
+  const auto plan = plan_tensors(path, state, data_length);
+  const std::string header = encode_header(path, state, plan, data_length);
+  Preamble preamble;
+  preamble.header_length = header.size();
+  preamble.header_crc32 = crc32_of(reinterpret_cast<const std::byte*>(header.data()), header.size());
+
+  auto fail_os = [&](const std::string& action, int err) {
+    throw CheckpointError("cannot write checkpoint " + quoted(path) + ": " + action + ": " +
+                              os_error_text(err),
+                          hint_for_os_error(err));
+  };
+
+  struct stat target_stat {};
+  const bool target_exists = ::stat(path.c_str(), &target_stat) == 0;
+  if (target_exists && S_ISDIR(target_stat.st_mode)) fail_os("the target is a directory", EISDIR);
+
+  fs::path temp;
+  int fd = -1;
+  for (unsigned attempt = 0; fd < 0; ++attempt) {
+    temp = temp_path_for(path);
+    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    const int err = errno;
+    // EEXIST: a stale temp file from an earlier process with the same pid (containers reuse pids).
+    if (fd < 0 && (err != EEXIST || attempt > 100))
+      fail_os("cannot create the temporary file " + quoted(temp), err);
+  }
+  UniqueFd file(fd);
+  TempFileGuard guard(temp);
+  // Replacing a checkpoint should not silently change who may read it.
+  if (target_exists) ::fchmod(fd, target_stat.st_mode & 07777);
+
+  BufferedWriter out(fd, path);
+  const auto preamble_bytes = encode_preamble(preamble);
+  out.append(preamble_bytes.data(), preamble_bytes.size());
+  out.append(reinterpret_cast<const std::byte*>(header.data()), header.size());
+  const std::uint64_t data_start = data_section_offset(header.size());
+  out.append_zeros(static_cast<std::size_t>(data_start - out.written()));
+  for (const auto& p : plan) {
+    out.append_zeros(static_cast<std::size_t>(data_start + p.offset - out.written()));
+    out.append(p.tensor->bytes.data(), p.tensor->bytes.size());
+  }
+  out.flush();
+
+  if (fsync_ && ::fsync(fd) != 0) {
+    const int err = errno;
+    fail_os("fsync of " + quoted(temp) + " failed", err);
+  }
+  if (const int err = file.close_checked(); err != 0) fail_os("closing " + quoted(temp), err);
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    fail_os("cannot rename " + quoted(temp) + " over the target", err);
+  }
+  guard.release();
+
+  if (fsync_) {
+    // The rename already happened, so the new checkpoint is in place: a failure to persist the
+    // directory entry is worth a warning, not an error that would claim the write failed.
+    const fs::path folder = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+    const int dir_fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0 || ::fsync(dir_fd) != 0) {
+      const int err = errno;
+      logger_.warn("checkpoint " + quoted(path) + " written, but fsync of its folder failed (" +
+                   os_error_text(err) + "); it may be lost on power failure");
+    }
+    if (dir_fd >= 0) ::close(dir_fd);
+  }
+
+  if (logger_.enabled(sdk::LogLevel::debug)) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    logger_.debug("wrote " + quoted(path) + ": " + std::to_string(plan.size()) + " tensors, " +
+                  std::to_string(out.written()) + " bytes in " + std::to_string(seconds) + " s");
+  }
+}
+
+sdk::TrainingState NativeCheckpointFormat::read(const fs::path& path) const {
+  return CheckpointReader(path).read();
+}
+
+}  // namespace mixtrain::checkpoint_native
