@@ -56,7 +56,7 @@ TEST(ScalerOptions, OutOfRange) {
   auto e = expect_config_error([] { construct<DynamicLossScaler>({{"growth_factor", 1.0}}); });
   EXPECT_TRUE(has(e.what(), "test.toml:4:1: 'scaler.growth_factor': value 1.0 is out of range"))
       << e.what();
-  EXPECT_TRUE(has(e.hint(), "allowed: > 1")) << e.hint();
+  EXPECT_TRUE(has(e.hint(), "allowed: > 1.0")) << e.hint();
 
   e = expect_config_error(
       [] { construct<DynamicLossScaler>({{"growth_interval", std::int64_t{0}}}); });
@@ -67,7 +67,7 @@ TEST(ScalerOptions, OutOfRange) {
   EXPECT_EQ(e.key(), "scaler.hysteresis");
 
   e = expect_config_error([] { construct<DynamicLossScaler>({{"backoff_factor", 0.0}}); });
-  EXPECT_TRUE(has(e.hint(), "allowed: (0, 1]")) << e.hint();
+  EXPECT_TRUE(has(e.hint(), "allowed: (0.0, 1.0]")) << e.hint();
 
   e = expect_config_error([] { construct<StaticLossScaler>({{"scale", 0.0}}); });
   EXPECT_TRUE(has(e.what(), "'scaler.scale': value 0.0 is out of range")) << e.what();
