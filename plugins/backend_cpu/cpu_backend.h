@@ -1,0 +1,92 @@
+// CpuBackend: the CPU DeviceBackend and the numerical reference for every other backend.
+//
+// Contract (in addition to sdk/device_backend.h)
+// - Memory is host memory, 64-byte aligned, tracked per backend object (thread-safe stats).
+// - GEMM runs through cached oneDNN matmul primitives: fp32 natively; tf32 emulated by rounding
+//   A and B to 10 mantissa bits (RNE) into scratch, then an fp32 GEMM. Other input dtypes raise
+//   BackendError listing what this backend supports.
+// - Element-wise kernels accept fp32 / bf16 / fp16 storage where the SDK says "storage dtype"
+//   and compute in fp32; reductions are fp32 or double.
+// - Threading: one OpenMP pool shared with oneDNN; `threads` (0 = all cores) is applied with
+//   omp_set_num_threads on the calling thread before every op. Ops run synchronously, so
+//   synchronize() is a no-op.
+// - Errors: sdk::BackendError naming the op, the offending tensor, its dtype/shape, and a fix.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+
+#include "mixtrain/sdk/device_backend.h"
+
+namespace mixtrain::backend_cpu {
+
+class GemmEngine;  // cpu_gemm.h
+class EltwiseEngine;  // cpu_eltwise.h
+
+class CpuBackend final : public sdk::DeviceBackend {
+ public:
+  explicit CpuBackend(int threads = 0);
+  ~CpuBackend() override;
+
+  int threads() const noexcept { return threads_; }
+
+  sdk::BackendCapabilities capabilities() const override;
+
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* ptr) noexcept override;
+  sdk::MemoryStats memory_stats() const override;
+  void reset_peak_memory() override;
+  void copy_from_host(sdk::TensorView dst, const void* src) override;
+  void copy_to_host(void* dst, sdk::TensorView src) override;
+  void copy(sdk::TensorView dst, sdk::TensorView src) override;
+  void synchronize() override {}
+
+  void gemm(const sdk::GemmArgs& args) override;
+  void cast(sdk::TensorView src, sdk::TensorView dst, const sdk::CastArgs& args = {}) override;
+
+  void add_bias(sdk::TensorView y, sdk::TensorView bias) override;
+  void bias_grad(sdk::TensorView dy, sdk::TensorView dbias, bool accumulate) override;
+  void activation_forward(sdk::Activation act, sdk::TensorView x, sdk::TensorView y) override;
+  void activation_backward(sdk::Activation act, sdk::TensorView x, sdk::TensorView dy,
+                           sdk::TensorView dx) override;
+  void layernorm_forward(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta,
+                         float eps, sdk::TensorView y, sdk::TensorView mean,
+                         sdk::TensorView rstd) override;
+  void layernorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView gamma,
+                          sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
+                          sdk::TensorView dgamma, sdk::TensorView dbeta,
+                          bool accumulate) override;
+  void softmax_cross_entropy(sdk::TensorView logits, sdk::TensorView labels, float grad_scale,
+                             sdk::TensorView loss, sdk::TensorView correct,
+                             sdk::TensorView dlogits) override;
+
+  void fill(sdk::TensorView x, float value) override;
+  void scale(sdk::TensorView x, float alpha) override;
+  void axpy(float alpha, sdk::TensorView x, sdk::TensorView y) override;
+
+  bool unscale_and_check_finite(std::span<const sdk::TensorView> grads, float inv_scale) override;
+  double sum_of_squares(std::span<const sdk::TensorView> tensors) override;
+  int first_nonfinite(std::span<const sdk::TensorView> tensors) override;
+
+  void sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params) override;
+  void adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params) override;
+
+ private:
+  // Makes this thread's OpenMP team size (shared by oneDNN) equal to `threads_`.
+  void use_threads() const;
+
+  int threads_;
+  std::unique_ptr<GemmEngine> gemm_;
+  std::unique_ptr<EltwiseEngine> eltwise_;
+
+  mutable std::mutex memory_mutex_;
+  std::unordered_map<void*, std::size_t> live_;
+  std::size_t current_bytes_ = 0;
+  std::size_t peak_bytes_ = 0;
+};
+
+}  // namespace mixtrain::backend_cpu

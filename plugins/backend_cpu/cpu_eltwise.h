@@ -1,0 +1,41 @@
+// EltwiseEngine: activation forward/backward through cached oneDNN eltwise primitives.
+//
+// Contract
+// - try_forward/try_backward run the op and return true when oneDNN has a primitive for the
+//   tensors' dtypes (all operands the same dtype: fp32 or bf16 on this build); they return false,
+//   touching nothing, otherwise so the caller runs the portable fp32 kernel instead.
+// - Tensors are treated as flat 1-D arrays of numel elements; in-place (y == x, dx == dy) is
+//   supported as oneDNN allows it.
+// - Not thread-safe: one engine per backend.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <tuple>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "mixtrain/sdk/device_backend.h"
+
+namespace mixtrain::backend_cpu {
+
+class EltwiseEngine {
+ public:
+  EltwiseEngine();
+  bool try_forward(sdk::Activation act, const sdk::TensorView& x, const sdk::TensorView& y);
+  bool try_backward(sdk::Activation act, const sdk::TensorView& x, const sdk::TensorView& dy,
+                    const sdk::TensorView& dx);
+
+ private:
+  // (activation, dtype, numel, backward?) -> primitive; nullopt remembers "not available".
+  using Key = std::tuple<int, int, std::int64_t, bool>;
+  std::optional<dnnl::primitive>& lookup(sdk::Activation act, sdk::DType dtype,
+                                         std::int64_t numel, bool backward);
+
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::map<Key, std::optional<dnnl::primitive>> cache_;
+};
+
+}  // namespace mixtrain::backend_cpu

@@ -1,0 +1,463 @@
+// CpuBackend layer kernels and element-wise ops. All math is fp32 (statistics and long sums in
+// double); storage may be fp32, bf16 or fp16 where the SDK says "storage dtype". fp32 storage is
+// read and written in place, so those loops vectorise; 16-bit storage goes through stack
+// chunks converted with the RNE routines of cpu_numerics.h.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cpu_access.h"
+#include "cpu_backend.h"
+#include "cpu_eltwise.h"
+#include "cpu_numerics.h"
+
+namespace mixtrain::backend_cpu {
+
+using sdk::Activation;
+using sdk::DType;
+using sdk::TensorView;
+
+namespace {
+
+// A small fp32 vector ([n] parameters such as bias or gamma): the tensor itself when fp32,
+// else a converted copy. An empty view yields `fallback` everywhere.
+class Fp32Vector {
+ public:
+  Fp32Vector(const TensorView& v, std::int64_t n, float fallback) {
+    if (!v.empty() && is_fp32_storage(v.dtype)) {
+      ptr_ = v.as<const float>();
+      return;
+    }
+    copy_.assign(static_cast<std::size_t>(n), fallback);
+    if (!v.empty())
+      for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
+        const std::int64_t len = std::min(kChunk, n - c0);
+        const float* src = read_chunk(v, c0, len, copy_.data() + c0);
+        (void)src;  // 16-bit storage: converted straight into copy_
+      }
+    ptr_ = copy_.data();
+  }
+  const float* data() const { return ptr_; }
+
+ private:
+  const float* ptr_ = nullptr;
+  std::vector<float> copy_;
+};
+
+// fp32 view of a whole row [n]: the row itself for fp32 storage, else converted into `buf`.
+const float* read_row(const TensorView& v, std::int64_t row, std::int64_t n,
+                      std::vector<float>& buf) {
+  if (is_fp32_storage(v.dtype)) return v.as<const float>() + row * n;
+  buf.resize(static_cast<std::size_t>(n));
+  for (std::int64_t c0 = 0; c0 < n; c0 += kChunk)
+    read_chunk(v, row * n + c0, std::min(kChunk, n - c0), buf.data() + c0);
+  return buf.data();
+}
+
+float* row_target(const TensorView& v, std::int64_t row, std::int64_t n, std::vector<float>& buf) {
+  if (is_fp32_storage(v.dtype)) return v.as<float>() + row * n;
+  buf.resize(static_cast<std::size_t>(n));
+  return buf.data();
+}
+
+void commit_row(const TensorView& v, std::int64_t row, std::int64_t n, const float* values) {
+  if (is_fp32_storage(v.dtype)) return;  // written in place
+  commit_chunk(v, row * n, n, values);
+}
+
+constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluC = 0.044715f;
+
+inline float gelu(float x) {
+  const float u = kGeluK * (x + kGeluC * x * x * x);
+  return 0.5f * x * (1.0f + std::tanh(u));
+}
+
+inline float gelu_grad(float x) {
+  const float u = kGeluK * (x + kGeluC * x * x * x);
+  const float t = std::tanh(u);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * x * x);
+}
+
+}  // namespace
+
+void CpuBackend::add_bias(TensorView y, TensorView bias) {
+  use_threads();
+  require_storage("add_bias", "y", y);
+  require_storage("add_bias", "bias", bias);
+  const std::int64_t n = y.shape.cols();
+  const std::int64_t rows = y.shape.rows();
+  require_numel("add_bias", "bias", bias, n);
+  const Fp32Vector b(bias, n, 0.0f);
+  const float* bp = b.data();
+#pragma omp parallel
+  {
+    std::vector<float> buf;
+#pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* in = read_row(y, r, n, buf);
+      float* out = const_cast<float*>(in);  // fp32: the row itself; else the converted copy
+#pragma omp simd
+      for (std::int64_t j = 0; j < n; ++j) out[j] = in[j] + bp[j];
+      commit_row(y, r, n, out);
+    }
+  }
+}
+
+void CpuBackend::bias_grad(TensorView dy, TensorView dbias, bool accumulate) {
+  use_threads();
+  require_storage("bias_grad", "dy", dy);
+  require_fp32("bias_grad", "dbias", dbias);
+  const std::int64_t n = dy.shape.cols();
+  const std::int64_t rows = dy.shape.rows();
+  require_numel("bias_grad", "dbias", dbias, n);
+  constexpr std::int64_t kBlock = 256;
+  float* out = dbias.as<float>();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t c0 = 0; c0 < n; c0 += kBlock) {
+    const std::int64_t len = std::min(kBlock, n - c0);
+    double acc[kBlock] = {};
+    float buf[kBlock];
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* row = read_chunk(dy, r * n + c0, len, buf);
+#pragma omp simd
+      for (std::int64_t j = 0; j < len; ++j) acc[j] += row[j];
+    }
+    for (std::int64_t j = 0; j < len; ++j)
+      out[c0 + j] = static_cast<float>((accumulate ? out[c0 + j] : 0.0) + acc[j]);
+  }
+}
+
+void CpuBackend::activation_forward(Activation act, TensorView x, TensorView y) {
+  use_threads();
+  require_storage("activation_forward", "x", x);
+  require_storage("activation_forward", "y", y);
+  require_numel("activation_forward", "y", y, x.numel());
+  if (eltwise_->try_forward(act, x, y)) return;
+  const std::int64_t total = x.numel();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
+    const std::int64_t len = std::min(kChunk, total - c0);
+    float in_buf[kChunk];
+    float out_buf[kChunk];
+    const float* in = read_chunk(x, c0, len, in_buf);
+    float* out = write_target(y, c0, out_buf);
+    if (act == Activation::relu) {
+#pragma omp simd
+      for (std::int64_t i = 0; i < len; ++i) out[i] = in[i] < 0.0f ? 0.0f : in[i];  // NaN stays
+    } else {
+      for (std::int64_t i = 0; i < len; ++i) out[i] = gelu(in[i]);
+    }
+    commit_chunk(y, c0, len, out);
+  }
+}
+
+void CpuBackend::activation_backward(Activation act, TensorView x, TensorView dy, TensorView dx) {
+  use_threads();
+  require_storage("activation_backward", "x", x);
+  require_storage("activation_backward", "dy", dy);
+  require_storage("activation_backward", "dx", dx);
+  require_numel("activation_backward", "dy", dy, x.numel());
+  require_numel("activation_backward", "dx", dx, x.numel());
+  if (eltwise_->try_backward(act, x, dy, dx)) return;
+  const std::int64_t total = x.numel();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
+    const std::int64_t len = std::min(kChunk, total - c0);
+    float x_buf[kChunk];
+    float dy_buf[kChunk];
+    float out_buf[kChunk];
+    const float* xs = read_chunk(x, c0, len, x_buf);
+    const float* g = read_chunk(dy, c0, len, dy_buf);
+    float* out = write_target(dx, c0, out_buf);
+    if (act == Activation::relu) {
+#pragma omp simd
+      for (std::int64_t i = 0; i < len; ++i) out[i] = xs[i] > 0.0f ? g[i] : 0.0f;
+    } else {
+      for (std::int64_t i = 0; i < len; ++i) out[i] = g[i] * gelu_grad(xs[i]);
+    }
+    commit_chunk(dx, c0, len, out);
+  }
+}
+
+void CpuBackend::layernorm_forward(TensorView x, TensorView gamma, TensorView beta, float eps,
+                                   TensorView y, TensorView mean, TensorView rstd) {
+  use_threads();
+  constexpr const char* op = "layernorm_forward";
+  require_storage(op, "x", x);
+  require_storage(op, "y", y);
+  const std::int64_t n = x.shape.cols();
+  const std::int64_t rows = x.shape.rows();
+  require_numel(op, "y", y, x.numel());
+  if (!gamma.empty()) {
+    require_storage(op, "gamma", gamma);
+    require_numel(op, "gamma", gamma, n);
+  }
+  if (!beta.empty()) {
+    require_storage(op, "beta", beta);
+    require_numel(op, "beta", beta, n);
+  }
+  require_fp32(op, "mean", mean);
+  require_numel(op, "mean", mean, rows);
+  require_fp32(op, "rstd", rstd);
+  require_numel(op, "rstd", rstd, rows);
+  if (n == 0) fail(op, "x " + describe(x) + " has zero columns", "normalise a non-empty axis");
+  const Fp32Vector g(gamma, n, 1.0f);
+  const Fp32Vector b(beta, n, 0.0f);
+  const float* gp = g.data();
+  const float* bp = b.data();
+  float* mean_out = mean.as<float>();
+  float* rstd_out = rstd.as<float>();
+#pragma omp parallel
+  {
+    std::vector<float> in_buf, out_buf;
+#pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* in = read_row(x, r, n, in_buf);
+      double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+      for (std::int64_t j = 0; j < n; ++j) sum += in[j];
+      const float mu = static_cast<float>(sum / static_cast<double>(n));
+      double sq = 0.0;  // two-pass variance: no cancellation for large means
+#pragma omp simd reduction(+ : sq)
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float d = in[j] - mu;
+        sq += static_cast<double>(d) * d;
+      }
+      const float rs =
+          static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + static_cast<double>(eps)));
+      mean_out[r] = mu;
+      rstd_out[r] = rs;
+      float* out = row_target(y, r, n, out_buf);  // may alias `in` when y == x: element-wise
+#pragma omp simd
+      for (std::int64_t j = 0; j < n; ++j) out[j] = (in[j] - mu) * rs * gp[j] + bp[j];
+      commit_row(y, r, n, out);
+    }
+  }
+}
+
+void CpuBackend::layernorm_backward(TensorView dy, TensorView x, TensorView gamma, TensorView mean,
+                                    TensorView rstd, TensorView dx, TensorView dgamma,
+                                    TensorView dbeta, bool accumulate) {
+  use_threads();
+  constexpr const char* op = "layernorm_backward";
+  require_storage(op, "dy", dy);
+  require_storage(op, "x", x);
+  require_storage(op, "dx", dx);
+  const std::int64_t n = x.shape.cols();
+  const std::int64_t rows = x.shape.rows();
+  require_numel(op, "dy", dy, x.numel());
+  require_numel(op, "dx", dx, x.numel());
+  if (!gamma.empty()) {
+    require_storage(op, "gamma", gamma);
+    require_numel(op, "gamma", gamma, n);
+  }
+  require_fp32(op, "mean", mean);
+  require_numel(op, "mean", mean, rows);
+  require_fp32(op, "rstd", rstd);
+  require_numel(op, "rstd", rstd, rows);
+  const bool want_dgamma = !dgamma.empty();
+  const bool want_dbeta = !dbeta.empty();
+  if (want_dgamma) {
+    require_fp32(op, "dgamma", dgamma);
+    require_numel(op, "dgamma", dgamma, n);
+  }
+  if (want_dbeta) {
+    require_fp32(op, "dbeta", dbeta);
+    require_numel(op, "dbeta", dbeta, n);
+  }
+  const Fp32Vector g(gamma, n, 1.0f);
+  const float* gp = g.data();
+  const float* mean_in = mean.as<const float>();
+  const float* rstd_in = rstd.as<const float>();
+  std::vector<double> dgamma_sum(static_cast<std::size_t>(n), 0.0);
+  std::vector<double> dbeta_sum(static_cast<std::size_t>(n), 0.0);
+#pragma omp parallel
+  {
+    std::vector<float> x_buf, dy_buf, out_buf;
+    std::vector<double> dgamma_part(want_dgamma ? static_cast<std::size_t>(n) : 0, 0.0);
+    std::vector<double> dbeta_part(want_dbeta ? static_cast<std::size_t>(n) : 0, 0.0);
+#pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* xs = read_row(x, r, n, x_buf);
+      const float* gy = read_row(dy, r, n, dy_buf);
+      const float mu = mean_in[r];
+      const float rs = rstd_in[r];
+      double sum_g = 0.0, sum_gx = 0.0;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float xhat = (xs[j] - mu) * rs;
+        const float gj = gy[j] * gp[j];
+        sum_g += gj;
+        sum_gx += static_cast<double>(gj) * xhat;
+      }
+      if (want_dgamma) {
+        double* part = dgamma_part.data();
+#pragma omp simd
+        for (std::int64_t j = 0; j < n; ++j) part[j] += static_cast<double>(gy[j]) * ((xs[j] - mu) * rs);
+      }
+      if (want_dbeta) {
+        double* part = dbeta_part.data();
+#pragma omp simd
+        for (std::int64_t j = 0; j < n; ++j) part[j] += gy[j];
+      }
+      const float mean_g = static_cast<float>(sum_g / static_cast<double>(n));
+      const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(n));
+      float* out = row_target(dx, r, n, out_buf);  // dx may alias dy: element-wise after sums
+#pragma omp simd
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float xhat = (xs[j] - mu) * rs;
+        out[j] = rs * (gy[j] * gp[j] - mean_g - xhat * mean_gx);
+      }
+      commit_row(dx, r, n, out);
+    }
+#pragma omp critical
+    {
+      for (std::size_t j = 0; j < dgamma_part.size(); ++j) dgamma_sum[j] += dgamma_part[j];
+      for (std::size_t j = 0; j < dbeta_part.size(); ++j) dbeta_sum[j] += dbeta_part[j];
+    }
+  }
+  if (want_dgamma) {
+    float* out = dgamma.as<float>();
+    for (std::int64_t j = 0; j < n; ++j)
+      out[j] = static_cast<float>((accumulate ? out[j] : 0.0) + dgamma_sum[static_cast<std::size_t>(j)]);
+  }
+  if (want_dbeta) {
+    float* out = dbeta.as<float>();
+    for (std::int64_t j = 0; j < n; ++j)
+      out[j] = static_cast<float>((accumulate ? out[j] : 0.0) + dbeta_sum[static_cast<std::size_t>(j)]);
+  }
+}
+
+void CpuBackend::softmax_cross_entropy(TensorView logits, TensorView labels, float grad_scale,
+                                       TensorView loss, TensorView correct, TensorView dlogits) {
+  use_threads();
+  constexpr const char* op = "softmax_cross_entropy";
+  require_storage(op, "logits", logits);
+  const std::int64_t classes = logits.shape.cols();
+  const std::int64_t rows = logits.shape.rows();
+  require_present(op, "labels", labels);
+  if (labels.dtype != DType::int32)
+    fail(op, "labels is " + describe(labels) + " but must be int32", "store class indices as int32");
+  require_numel(op, "labels", labels, rows);
+  require_fp32(op, "loss", loss);
+  require_numel(op, "loss", loss, 1);
+  const bool want_correct = !correct.empty();
+  if (want_correct) {
+    if (correct.dtype != DType::int32)
+      fail(op, "correct is " + describe(correct) + " but must be int32", "pass an int32 [1] tensor");
+    require_numel(op, "correct", correct, 1);
+  }
+  const bool want_grad = !dlogits.empty();
+  if (want_grad) {
+    require_storage(op, "dlogits", dlogits);
+    require_numel(op, "dlogits", dlogits, logits.numel());
+  }
+  if (rows == 0 || classes == 0)
+    fail(op, "logits " + describe(logits) + " is empty", "pass at least one row and one class");
+  const auto* label = labels.as<const std::int32_t>();
+  for (std::int64_t r = 0; r < rows; ++r)  // validate before writing anything
+    if (label[r] < 0 || label[r] >= classes)
+      fail(op,
+           "label " + std::to_string(label[r]) + " at row " + std::to_string(r) +
+               " is outside [0, " + std::to_string(classes) + ")",
+           "check the dataset's labels against the model's number of classes");
+
+  const float grad_factor = grad_scale / static_cast<float>(rows);
+  double loss_sum = 0.0;
+  std::int64_t correct_count = 0;
+#pragma omp parallel reduction(+ : loss_sum, correct_count)
+  {
+    std::vector<float> in_buf, out_buf;
+#pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* z = read_row(logits, r, classes, in_buf);
+      float max_z = z[0];
+      std::int64_t arg = 0;
+      for (std::int64_t j = 1; j < classes; ++j)
+        if (z[j] > max_z) {
+          max_z = z[j];
+          arg = j;
+        }
+      double sum_exp = 0.0;
+      for (std::int64_t j = 0; j < classes; ++j) sum_exp += std::exp(z[j] - max_z);
+      const double lse = static_cast<double>(max_z) + std::log(sum_exp);
+      const std::int32_t y = label[r];
+      loss_sum += lse - static_cast<double>(z[y]);
+      correct_count += arg == y ? 1 : 0;
+      if (want_grad) {
+        float* out = row_target(dlogits, r, classes, out_buf);
+        for (std::int64_t j = 0; j < classes; ++j) {
+          const float p = static_cast<float>(std::exp(static_cast<double>(z[j]) - lse));
+          out[j] = (p - (j == y ? 1.0f : 0.0f)) * grad_factor;
+        }
+        commit_row(dlogits, r, classes, out);
+      }
+    }
+  }
+  *loss.as<float>() = static_cast<float>(loss_sum / static_cast<double>(rows));
+  if (want_correct) *correct.as<std::int32_t>() = static_cast<std::int32_t>(correct_count);
+}
+
+// --- element-wise ------------------------------------------------------------------------------
+
+void CpuBackend::fill(TensorView x, float value) {
+  use_threads();
+  require_present("fill", "x", x);
+  const std::int64_t total = x.numel();
+  if (x.dtype == DType::int32) {
+    auto* p = x.as<std::int32_t>();
+    const auto v = static_cast<std::int32_t>(value);
+#pragma omp parallel for simd schedule(static)
+    for (std::int64_t i = 0; i < total; ++i) p[i] = v;
+    return;
+  }
+  require_storage("fill", "x", x);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
+    const std::int64_t len = std::min(kChunk, total - c0);
+    float buf[kChunk];
+    float* out = write_target(x, c0, buf);
+    for (std::int64_t i = 0; i < len; ++i) out[i] = value;
+    commit_chunk(x, c0, len, out);
+  }
+}
+
+void CpuBackend::scale(TensorView x, float alpha) {
+  use_threads();
+  require_storage("scale", "x", x);
+  const std::int64_t total = x.numel();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
+    const std::int64_t len = std::min(kChunk, total - c0);
+    float buf[kChunk];
+    const float* in = read_chunk(x, c0, len, buf);
+    float* out = const_cast<float*>(in);
+#pragma omp simd
+    for (std::int64_t i = 0; i < len; ++i) out[i] = in[i] * alpha;
+    commit_chunk(x, c0, len, out);
+  }
+}
+
+void CpuBackend::axpy(float alpha, TensorView x, TensorView y) {
+  use_threads();
+  require_storage("axpy", "x", x);
+  require_fp32("axpy", "y", y);
+  require_numel("axpy", "y", y, x.numel());
+  const std::int64_t total = x.numel();
+  float* out = y.as<float>();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
+    const std::int64_t len = std::min(kChunk, total - c0);
+    float buf[kChunk];
+    const float* in = read_chunk(x, c0, len, buf);
+    float* o = out + c0;
+#pragma omp simd
+    for (std::int64_t i = 0; i < len; ++i) o[i] += alpha * in[i];
+  }
+}
+
+}  // namespace mixtrain::backend_cpu

@@ -1,0 +1,114 @@
+// Scalar floating-point format conversions of the CPU backend (the numerical reference).
+//
+// Contract
+// - Every narrowing conversion rounds to nearest, ties to even (RNE), handles subnormals of the
+//   target format exactly and never depends on the FPU's rounding mode or FTZ/DAZ flags (pure
+//   integer arithmetic on the bit patterns).
+// - Overflow: without `saturate` a finite value beyond the format's range becomes ±inf; with
+//   `saturate` it (and ±inf) becomes ±largest finite (the PTX `.satfinite` rule). NaN stays NaN
+//   (a quiet NaN with the input's sign).
+// - tf32: fp32 storage with the mantissa rounded to 10 bits; inf/NaN pass through unchanged.
+// - Header-only and inline so the element-wise loops that call these can be vectorised.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+
+namespace mixtrain::backend_cpu {
+
+// Storage types of the 16-bit formats; distinct types so templates can dispatch on them.
+struct Bf16 {
+  std::uint16_t bits;
+};
+struct Fp16 {
+  std::uint16_t bits;
+};
+
+inline constexpr std::uint16_t kBf16MaxFinite = 0x7F7F;
+inline constexpr std::uint16_t kFp16MaxFinite = 0x7BFF;
+
+inline float bf16_to_float(std::uint16_t b) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+}
+
+inline std::uint16_t float_to_bf16(float f, bool saturate = false) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign16 = (u >> 16) & 0x8000u;
+  const std::uint32_t abs = u & 0x7FFFFFFFu;
+  if (abs > 0x7F800000u) return static_cast<std::uint16_t>(sign16 | 0x7FC0u);  // NaN
+  if (abs == 0x7F800000u)
+    return static_cast<std::uint16_t>(sign16 | (saturate ? kBf16MaxFinite : 0x7F80u));
+  const std::uint32_t rounded = (abs + 0x7FFFu + ((abs >> 16) & 1u)) >> 16;
+  if (saturate && rounded >= 0x7F80u) return static_cast<std::uint16_t>(sign16 | kBf16MaxFinite);
+  return static_cast<std::uint16_t>(sign16 | rounded);
+}
+
+inline float fp16_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1Fu;
+  std::uint32_t mant = h & 0x3FFu;
+  if (exp == 0x1Fu) return std::bit_cast<float>(sign | 0x7F800000u | (mant << 13));
+  if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
+  if (mant == 0) return std::bit_cast<float>(sign);
+  // Subnormal: value = mant * 2^-24, exact in fp32.
+  const float magnitude = static_cast<float>(mant) * 5.9604644775390625e-8f;
+  return sign != 0 ? -magnitude : magnitude;
+}
+
+inline std::uint16_t float_to_fp16(float f, bool saturate = false) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign16 = (u >> 16) & 0x8000u;
+  const std::uint32_t abs = u & 0x7FFFFFFFu;
+  const std::uint16_t overflow = saturate ? kFp16MaxFinite : 0x7C00u;
+  if (abs > 0x7F800000u) return static_cast<std::uint16_t>(sign16 | 0x7E00u);  // NaN
+  if (abs >= 0x477FF000u)  // >= 65520 (and inf): rounds beyond 65504
+    return static_cast<std::uint16_t>(sign16 | overflow);
+  const std::uint32_t exp = abs >> 23;
+  if (exp >= 113u) {  // normal in fp16: rebias and round the 13 dropped bits
+    const std::uint32_t rebased = abs - (112u << 23);
+    const std::uint32_t rounded = (rebased + 0xFFFu + ((rebased >> 13) & 1u)) >> 13;
+    return static_cast<std::uint16_t>(sign16 | rounded);
+  }
+  if (exp < 102u) return static_cast<std::uint16_t>(sign16);  // < 2^-25: rounds to zero
+  // Subnormal in fp16: units of 2^-24; value = mant * 2^(exp-150).
+  const std::uint32_t mant = (abs & 0x7FFFFFu) | 0x800000u;
+  const std::uint32_t shift = 126u - exp;  // 14..24
+  std::uint32_t q = mant >> shift;
+  const std::uint32_t rem = mant & ((1u << shift) - 1u);
+  const std::uint32_t half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (q & 1u) != 0)) ++q;  // q may carry into the min normal
+  return static_cast<std::uint16_t>(sign16 | q);
+}
+
+inline float round_to_tf32(float f) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  if ((u & 0x7F800000u) == 0x7F800000u) return f;  // inf / NaN unchanged
+  const std::uint32_t rounded = (u + 0xFFFu + ((u >> 13) & 1u)) & ~0x1FFFu;
+  return std::bit_cast<float>(rounded);
+}
+
+// Uniform load/store so kernels can be written once over the storage type.
+inline float to_float(float v) { return v; }
+inline float to_float(Bf16 v) { return bf16_to_float(v.bits); }
+inline float to_float(Fp16 v) { return fp16_to_float(v.bits); }
+
+template <class T>
+inline T from_float(float v, bool saturate = false);
+template <>
+inline float from_float<float>(float v, bool) {
+  return v;
+}
+template <>
+inline Bf16 from_float<Bf16>(float v, bool saturate) {
+  return Bf16{float_to_bf16(v, saturate)};
+}
+template <>
+inline Fp16 from_float<Fp16>(float v, bool saturate) {
+  return Fp16{float_to_fp16(v, saturate)};
+}
+
+inline bool is_finite_bits(float v) {
+  return (std::bit_cast<std::uint32_t>(v) & 0x7F800000u) != 0x7F800000u;
+}
+
+}  // namespace mixtrain::backend_cpu

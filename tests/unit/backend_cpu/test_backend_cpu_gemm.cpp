@@ -1,0 +1,177 @@
+// gemm() against a double-precision reference: odd shapes, all transpose combinations, alpha,
+// beta, bias, 16-bit C, tf32 emulation, and the errors for unsupported dtypes / shapes.
+#include <tuple>
+
+#include "backend_test_util.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::backend_cpu::testing {
+namespace {
+
+// op(A)[m,k] from A stored [m,k] (or [k,m] when transposed), likewise B.
+std::vector<double> reference_gemm(const std::vector<float>& a, bool ta, const std::vector<float>& b,
+                                   bool tb, std::vector<float> c, const std::vector<float>& bias,
+                                   std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+                                   double beta) {
+  std::vector<double> out(static_cast<std::size_t>(m * n));
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (std::int64_t p = 0; p < k; ++p) {
+        const double av = ta ? a[static_cast<std::size_t>(p * m + i)] : a[static_cast<std::size_t>(i * k + p)];
+        const double bv = tb ? b[static_cast<std::size_t>(j * k + p)] : b[static_cast<std::size_t>(p * n + j)];
+        acc += av * bv;
+      }
+      const auto idx = static_cast<std::size_t>(i * n + j);
+      out[idx] = alpha * acc + beta * c[idx] + (bias.empty() ? 0.0 : bias[static_cast<std::size_t>(j)]);
+    }
+  return out;
+}
+
+using GemmCase = std::tuple<bool, bool, bool, float, float>;  // ta, tb, bias, alpha, beta
+
+class CpuGemm : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(CpuGemm, MatchesDoubleReferenceOnOddShapes) {
+  const auto [ta, tb, with_bias, alpha, beta] = GetParam();
+  CpuBackend be(2);
+  for (const auto& [m, n, k] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{7, 13, 5},
+                                {13, 7, 11},
+                                {1, 1, 1},
+                                {67, 45, 129}}) {
+    const auto a = random_values(static_cast<std::size_t>(m * k), 1);
+    const auto b = random_values(static_cast<std::size_t>(k * n), 2);
+    const auto c0 = random_values(static_cast<std::size_t>(m * n), 3);
+    const auto bias = with_bias ? random_values(static_cast<std::size_t>(n), 4) : std::vector<float>{};
+    DeviceTensor ta_t(be, DType::fp32, ta ? Shape{k, m} : Shape{m, k}, a);
+    DeviceTensor tb_t(be, DType::fp32, tb ? Shape{n, k} : Shape{k, n}, b);
+    DeviceTensor c(be, DType::fp32, {m, n}, c0);
+    DeviceTensor bias_t(be, DType::fp32, {n}, with_bias ? bias : std::vector<float>(static_cast<std::size_t>(n)));
+    sdk::GemmArgs args;
+    args.a = {ta_t, ta};
+    args.b = {tb_t, tb};
+    args.c = c;
+    args.alpha = alpha;
+    args.beta = beta;
+    if (with_bias) args.bias = bias_t;
+    be.gemm(args);
+    const auto expected = reference_gemm(a, ta, b, tb, c0, bias, m, n, k, alpha, beta);
+    expect_close(c.get(), expected, 1e-5, 1e-5 * static_cast<double>(k), "C");
+    // The cached primitive is reused on the second call with the same key.
+    c.set(c0);
+    be.gemm(args);
+    expect_close(c.get(), expected, 1e-5, 1e-5 * static_cast<double>(k), "C (cached)");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTransposes, CpuGemm,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Values(1.0f, -0.5f),
+                                            ::testing::Values(0.0f, 1.0f, 0.75f)));
+
+TEST(CpuGemmOutput, Bf16AndFp16OutputsAreRoundedResults) {
+  CpuBackend be(2);
+  const std::int64_t m = 9, n = 11, k = 6;
+  const auto a = random_values(static_cast<std::size_t>(m * k), 5);
+  const auto b = random_values(static_cast<std::size_t>(n * k), 6);
+  const auto bias = random_values(static_cast<std::size_t>(n), 7);
+  for (DType out : {DType::bf16, DType::fp16}) {
+    const auto c0 = representable(random_values(static_cast<std::size_t>(m * n), 8), out);
+    DeviceTensor at(be, DType::fp32, {m, k}, a);
+    DeviceTensor bt(be, DType::fp32, {n, k}, b);
+    DeviceTensor c(be, out, {m, n}, c0);
+    DeviceTensor bias_t(be, DType::fp32, {n}, bias);
+    sdk::GemmArgs args;
+    args.a = {at, false};
+    args.b = {bt, true};
+    args.c = c;
+    args.beta = 0.5f;
+    args.bias = bias_t;
+    be.gemm(args);
+    const auto expected = reference_gemm(a, false, b, true, c0, bias, m, n, k, 1.0, 0.5);
+    const double ulp = out == DType::bf16 ? 0x1p-8 : 0x1p-11;
+    expect_close(c.get(), expected, ulp, 1e-5, "16-bit C");
+  }
+}
+
+TEST(CpuGemmTf32, RoundsInputsToTenMantissaBits) {
+  CpuBackend be(2);
+  const std::int64_t m = 5, n = 3, k = 4;
+  // Inputs with bits below tf32 precision: 1 + 2^-12 rounds to 1 in tf32.
+  std::vector<float> a(static_cast<std::size_t>(m * k), 1.0f + 0x1p-12f);
+  std::vector<float> b = random_values(static_cast<std::size_t>(k * n), 9);
+  for (std::size_t i = 0; i < a.size(); i += 3) a[i] = 1.0f + 3 * 0x1p-11f;  // tie -> 1 + 2^-9
+  DeviceTensor at(be, DType::fp32, {m, k}, a);
+  DeviceTensor bt(be, DType::fp32, {k, n}, b);
+  DeviceTensor c(be, DType::fp32, {m, n});
+  sdk::GemmArgs args;
+  args.a = {at, false};
+  args.b = {bt, false};
+  args.c = c;
+  args.compute = DType::tf32;
+  be.gemm(args);
+  std::vector<float> ar(a), br(b);
+  for (auto& x : ar) x = round_to_tf32(x);
+  for (auto& x : br) x = round_to_tf32(x);
+  const auto zeros = std::vector<float>(static_cast<std::size_t>(m * n));
+  const auto expected = reference_gemm(ar, false, br, false, zeros, {}, m, n, k, 1.0, 0.0);
+  const auto unrounded = reference_gemm(a, false, b, false, zeros, {}, m, n, k, 1.0, 0.0);
+  const auto got = c.get();
+  expect_close(got, expected, 1e-6, 1e-6, "tf32 C");
+  double max_diff = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) max_diff = std::max(max_diff, std::fabs(got[i] - unrounded[i]));
+  EXPECT_GT(max_diff, 1e-4) << "tf32 must differ from the fp32 result on these inputs";
+  // The input tensors are not modified (rounding happens in scratch).
+  EXPECT_EQ(at.get(), a);
+  // An fp32 view flagged as tf32 asks for the same rounding.
+  DeviceTensor c2(be, DType::fp32, {m, n});
+  sdk::GemmArgs flagged = args;
+  flagged.compute = DType::fp32;
+  flagged.a.view.dtype = DType::tf32;
+  flagged.c = c2;
+  be.gemm(flagged);
+  EXPECT_EQ(c2.get(), got);
+}
+
+TEST(CpuGemmErrors, UnsupportedDtypesAndShapesRaiseBackendError) {
+  CpuBackend be(1);
+  DeviceTensor a16(be, DType::bf16, {4, 4});
+  DeviceTensor a(be, DType::fp32, {4, 4});
+  DeviceTensor b(be, DType::fp32, {5, 4});
+  DeviceTensor c(be, DType::fp32, {4, 4});
+  sdk::GemmArgs args;
+  args.a = {a16, false};
+  args.b = {a, false};
+  args.c = c;
+  try {
+    be.gemm(args);
+    FAIL() << "bf16 inputs must be rejected for now";
+  } catch (const sdk::BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("fp32"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tf32"), std::string::npos) << e.what();
+  }
+  args.a = {a, false};
+  args.b = {b, false};  // k mismatch: 4 vs 5
+  EXPECT_THROW(be.gemm(args), sdk::BackendError);
+  args.b = {b, true};  // op(B) = [4, 5] but C is [4, 4]
+  EXPECT_THROW(be.gemm(args), sdk::BackendError);
+}
+
+TEST(CpuGemmEdge, EmptyInnerDimensionGivesBetaCPlusBias) {
+  CpuBackend be(1);
+  DeviceTensor a(be, DType::fp32, {3, 0});
+  DeviceTensor b(be, DType::fp32, {0, 2});
+  DeviceTensor c(be, DType::fp32, {3, 2}, {1, 2, 3, 4, 5, 6});
+  DeviceTensor bias(be, DType::fp32, {2}, {10, 20});
+  sdk::GemmArgs args;
+  args.a = {a, false};
+  args.b = {b, false};
+  args.c = c;
+  args.beta = 2.0f;
+  args.bias = bias;
+  be.gemm(args);
+  EXPECT_EQ(c.get(), (std::vector<float>{12, 24, 16, 28, 20, 32}));
+}
+
+}  // namespace
+}  // namespace mixtrain::backend_cpu::testing

@@ -1,0 +1,328 @@
+// Layer kernels against double references; backward passes against central finite differences
+// of the double forward; memory statistics and capabilities.
+#include <functional>
+#include <limits>
+
+#include "backend_test_util.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::backend_cpu::testing {
+namespace {
+
+double gelu_ref(double x) {
+  const double k = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+}
+double relu_ref(double x) { return x > 0.0 ? x : 0.0; }
+
+// d/dx of f at x by central differences (f is smooth where it is evaluated).
+double central_diff(const std::function<double(double)>& f, double x, double h = 1e-5) {
+  return (f(x + h) - f(x - h)) / (2.0 * h);
+}
+
+TEST(CpuKernels, AddBiasAndBiasGrad) {
+  CpuBackend be(2);
+  const std::int64_t rows = 7, n = 13;
+  const auto y0 = random_values(static_cast<std::size_t>(rows * n), 1);
+  const auto bias = random_values(static_cast<std::size_t>(n), 2);
+  for (DType dt : {DType::fp32, DType::bf16, DType::fp16}) {
+    const auto yv = representable(y0, dt);
+    DeviceTensor y(be, dt, {rows, n}, yv);
+    DeviceTensor b(be, DType::fp32, {n}, bias);
+    be.add_bias(y, b);
+    std::vector<double> expected(yv.size());
+    for (std::size_t i = 0; i < yv.size(); ++i)
+      expected[i] = static_cast<double>(yv[i]) + bias[i % static_cast<std::size_t>(n)];
+    expect_close(y.get(), expected, dt == DType::fp32 ? 1e-7 : 0x1p-7, 1e-6, "add_bias");
+
+    DeviceTensor db(be, DType::fp32, {n}, bias);
+    be.bias_grad(y, db, /*accumulate=*/true);
+    const auto ydev = y.get();
+    std::vector<double> sums(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < ydev.size(); ++i) sums[i % static_cast<std::size_t>(n)] += ydev[i];
+    std::vector<double> accumulated(sums);
+    for (std::size_t j = 0; j < sums.size(); ++j) accumulated[j] += bias[j];
+    expect_close(db.get(), accumulated, 1e-6, 1e-6, "bias_grad accumulate");
+    be.bias_grad(y, db, /*accumulate=*/false);
+    expect_close(db.get(), sums, 1e-6, 1e-6, "bias_grad overwrite");
+  }
+}
+
+TEST(CpuKernels, ActivationsForwardAndBackwardAgainstFiniteDifferences) {
+  CpuBackend be(2);
+  const std::int64_t rows = 7, n = 13;
+  auto xv = random_values(static_cast<std::size_t>(rows * n), 3, -4.0f, 4.0f);
+  for (auto& x : xv)
+    if (std::fabs(x) < 1e-3f) x = 0.5f;  // keep relu's kink away from the difference stencil
+  const auto dyv = random_values(xv.size(), 4);
+  for (auto act : {sdk::Activation::relu, sdk::Activation::gelu}) {
+    const std::function<double(double)> f = act == sdk::Activation::relu ? relu_ref : gelu_ref;
+    for (DType dt : {DType::fp32, DType::bf16, DType::fp16}) {
+      const auto x_in = representable(xv, dt);
+      const auto dy_in = representable(dyv, dt);
+      const double rel = dt == DType::fp32 ? 1e-5 : (dt == DType::bf16 ? 0x1p-7 : 0x1p-10);
+      DeviceTensor x(be, dt, {rows, n}, x_in);
+      DeviceTensor y(be, dt, {rows, n});
+      be.activation_forward(act, x, y);
+      std::vector<double> expected(x_in.size()), grad(x_in.size());
+      for (std::size_t i = 0; i < x_in.size(); ++i) {
+        expected[i] = f(x_in[i]);
+        grad[i] = dy_in[i] * central_diff(f, x_in[i]);
+      }
+      expect_close(y.get(), expected, rel, 1e-5, "activation_forward");
+      DeviceTensor dy(be, dt, {rows, n}, dy_in);
+      DeviceTensor dx(be, dt, {rows, n});
+      be.activation_backward(act, x, dy, dx);
+      expect_close(dx.get(), grad, rel, 1e-4, "activation_backward");
+      // In place: dx aliases dy, y aliases x.
+      be.activation_backward(act, x, dy, dy);
+      expect_close(dy.get(), grad, rel, 1e-4, "activation_backward in place");
+      be.activation_forward(act, x, x);
+      expect_close(x.get(), expected, rel, 1e-5, "activation_forward in place");
+    }
+  }
+  // Mixed storage (bf16 in, fp32 out) takes the portable path.
+  DeviceTensor x(be, DType::bf16, {3}, {-1.0f, 0.5f, 2.0f});
+  DeviceTensor y(be, DType::fp32, {3});
+  be.activation_forward(sdk::Activation::gelu, x, y);
+  expect_close(y.get(), {gelu_ref(-1.0), gelu_ref(0.5), gelu_ref(2.0)}, 1e-6, 1e-6, "mixed");
+}
+
+// Double layernorm forward of one row, for references and finite differences.
+std::vector<double> layernorm_ref(const std::vector<double>& x, const std::vector<double>& g,
+                                  const std::vector<double>& b, double eps, double* mean_out = nullptr,
+                                  double* rstd_out = nullptr) {
+  const auto n = static_cast<double>(x.size());
+  double mean = 0.0;
+  for (double v : x) mean += v;
+  mean /= n;
+  double var = 0.0;
+  for (double v : x) var += (v - mean) * (v - mean);
+  var /= n;
+  const double rstd = 1.0 / std::sqrt(var + eps);
+  if (mean_out) *mean_out = mean;
+  if (rstd_out) *rstd_out = rstd;
+  std::vector<double> y(x.size());
+  for (std::size_t j = 0; j < x.size(); ++j) y[j] = (x[j] - mean) * rstd * g[j] + b[j];
+  return y;
+}
+
+TEST(CpuKernels, LayerNormForwardAndBackwardAgainstFiniteDifferences) {
+  CpuBackend be(2);
+  const std::int64_t rows = 7, n = 13;
+  const double eps = 1e-5;
+  const auto xv = random_values(static_cast<std::size_t>(rows * n), 5, -2.0f, 3.0f);
+  const auto gv = random_values(static_cast<std::size_t>(n), 6, 0.5f, 1.5f);
+  const auto bv = random_values(static_cast<std::size_t>(n), 7);
+  const auto dyv = random_values(xv.size(), 8);
+  DeviceTensor x(be, DType::fp32, {rows, n}, xv);
+  DeviceTensor gamma(be, DType::fp32, {n}, gv);
+  DeviceTensor beta(be, DType::fp32, {n}, bv);
+  DeviceTensor y(be, DType::fp32, {rows, n});
+  DeviceTensor mean(be, DType::fp32, {rows});
+  DeviceTensor rstd(be, DType::fp32, {rows});
+  be.layernorm_forward(x, gamma, beta, static_cast<float>(eps), y, mean, rstd);
+
+  const std::vector<double> g(gv.begin(), gv.end()), b(bv.begin(), bv.end());
+  std::vector<double> y_ref, mean_ref, rstd_ref, dx_ref, dgamma_ref(static_cast<std::size_t>(n)),
+      dbeta_ref(static_cast<std::size_t>(n));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto off = static_cast<std::size_t>(r * n);
+    std::vector<double> row(xv.begin() + static_cast<std::ptrdiff_t>(off),
+                            xv.begin() + static_cast<std::ptrdiff_t>(off + static_cast<std::size_t>(n)));
+    double mu = 0.0, rs = 0.0;
+    const auto yr = layernorm_ref(row, g, b, eps, &mu, &rs);
+    y_ref.insert(y_ref.end(), yr.begin(), yr.end());
+    mean_ref.push_back(mu);
+    rstd_ref.push_back(rs);
+    // L = sum_j dy_j * y_j; dL/dx by central differences of the double forward.
+    auto loss = [&](const std::vector<double>& xs, const std::vector<double>& gs,
+                    const std::vector<double>& bs) {
+      const auto ys = layernorm_ref(xs, gs, bs, eps);
+      double l = 0.0;
+      for (std::size_t j = 0; j < ys.size(); ++j) l += dyv[off + j] * ys[j];
+      return l;
+    };
+    const double h = 1e-6;
+    for (std::size_t j = 0; j < row.size(); ++j) {
+      auto xp = row, xm = row;
+      xp[j] += h;
+      xm[j] -= h;
+      dx_ref.push_back((loss(xp, g, b) - loss(xm, g, b)) / (2 * h));
+      auto gp = g, gm = g;
+      gp[j] += h;
+      gm[j] -= h;
+      dgamma_ref[j] += (loss(row, gp, b) - loss(row, gm, b)) / (2 * h);
+      auto bp = b, bm = b;
+      bp[j] += h;
+      bm[j] -= h;
+      dbeta_ref[j] += (loss(row, g, bp) - loss(row, g, bm)) / (2 * h);
+    }
+  }
+  expect_close(y.get(), y_ref, 1e-5, 1e-5, "layernorm y");
+  expect_close(mean.get(), mean_ref, 1e-6, 1e-6, "layernorm mean");
+  expect_close(rstd.get(), rstd_ref, 1e-5, 1e-6, "layernorm rstd");
+
+  DeviceTensor dy(be, DType::fp32, {rows, n}, dyv);
+  DeviceTensor dx(be, DType::fp32, {rows, n});
+  DeviceTensor dgamma(be, DType::fp32, {n});
+  DeviceTensor dbeta(be, DType::fp32, {n});
+  be.layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, false);
+  expect_close(dx.get(), dx_ref, 1e-4, 1e-4, "layernorm dx");
+  expect_close(dgamma.get(), dgamma_ref, 1e-4, 1e-4, "layernorm dgamma");
+  expect_close(dbeta.get(), dbeta_ref, 1e-4, 1e-4, "layernorm dbeta");
+  // Accumulation adds to what is there.
+  be.layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, true);
+  std::vector<double> twice(dgamma_ref);
+  for (auto& v : twice) v *= 2.0;
+  expect_close(dgamma.get(), twice, 1e-4, 1e-4, "layernorm dgamma accumulated");
+
+  // bf16 activations with fp32 statistics.
+  DeviceTensor x16(be, DType::bf16, {rows, n}, xv);
+  DeviceTensor y16(be, DType::bf16, {rows, n});
+  be.layernorm_forward(x16, gamma, beta, static_cast<float>(eps), y16, mean, rstd);
+  std::vector<double> y16_ref;
+  const auto x16v = x16.get();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto off = static_cast<std::ptrdiff_t>(r * n);
+    std::vector<double> row(x16v.begin() + off, x16v.begin() + off + n);
+    const auto yr = layernorm_ref(row, g, b, eps);
+    y16_ref.insert(y16_ref.end(), yr.begin(), yr.end());
+  }
+  expect_close(y16.get(), y16_ref, 0x1p-8, 1e-3, "layernorm bf16 y");
+}
+
+TEST(CpuKernels, SoftmaxCrossEntropyLossGradAndCorrect) {
+  CpuBackend be(2);
+  const std::int64_t rows = 7, classes = 13;
+  auto zv = random_values(static_cast<std::size_t>(rows * classes), 9, -5.0f, 5.0f);
+  zv[3] = 1000.0f;  // row 0: huge logit, needs the max-subtracted log-sum-exp
+  std::vector<float> labels = {3, 0, 12, 5, 5, 1, 7};
+  DeviceTensor z(be, DType::fp32, {rows, classes}, zv);
+  DeviceTensor lab(be, DType::int32, {rows}, labels);
+  DeviceTensor loss(be, DType::fp32, {1});
+  DeviceTensor correct(be, DType::int32, {1});
+  DeviceTensor dz(be, DType::fp32, {rows, classes});
+  const float grad_scale = 8.0f;
+  be.softmax_cross_entropy(z, lab, grad_scale, loss, correct, dz);
+
+  double loss_ref = 0.0;
+  int correct_ref = 0;
+  std::vector<double> dz_ref;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto* row = zv.data() + r * classes;
+    double mx = row[0];
+    std::int64_t arg = 0;
+    for (std::int64_t j = 1; j < classes; ++j)
+      if (row[j] > mx) mx = row[j], arg = j;
+    double s = 0.0;
+    for (std::int64_t j = 0; j < classes; ++j) s += std::exp(row[j] - mx);
+    const double lse = mx + std::log(s);
+    const auto y = static_cast<std::int64_t>(labels[static_cast<std::size_t>(r)]);
+    loss_ref += lse - row[y];
+    correct_ref += arg == y;
+    for (std::int64_t j = 0; j < classes; ++j)
+      dz_ref.push_back((std::exp(row[j] - lse) - (j == y ? 1.0 : 0.0)) * grad_scale / rows);
+  }
+  loss_ref /= rows;
+  EXPECT_TRUE(std::isfinite(loss.get()[0]));
+  EXPECT_NEAR(loss.get()[0], loss_ref, 1e-5 * std::fabs(loss_ref));
+  EXPECT_EQ(correct.view().as<std::int32_t>()[0], correct_ref);
+  EXPECT_GE(correct_ref, 1);  // row 0 is right by construction
+  expect_close(dz.get(), dz_ref, 1e-5, 1e-6, "dlogits");
+
+  // Optional outputs may be omitted.
+  be.softmax_cross_entropy(z, lab, 1.0f, loss, {}, {});
+  EXPECT_NEAR(loss.get()[0], loss_ref, 1e-5 * std::fabs(loss_ref));
+
+  DeviceTensor bad(be, DType::int32, {rows}, {3, 0, 13, 5, 5, 1, 7});
+  try {
+    be.softmax_cross_entropy(z, bad, 1.0f, loss, correct, dz);
+    FAIL() << "label 13 of 13 classes must be rejected";
+  } catch (const sdk::BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("row 2"), std::string::npos) << e.what();
+  }
+  DeviceTensor negative(be, DType::int32, {rows}, {-1, 0, 1, 5, 5, 1, 7});
+  EXPECT_THROW(be.softmax_cross_entropy(z, negative, 1.0f, loss, correct, dz), sdk::BackendError);
+}
+
+TEST(CpuKernels, FillScaleAxpy) {
+  CpuBackend be(2);
+  DeviceTensor x(be, DType::fp32, {5, 3});
+  be.fill(x, 1.5f);
+  EXPECT_EQ(x.get(), std::vector<float>(15, 1.5f));
+  be.scale(x, -2.0f);
+  EXPECT_EQ(x.get(), std::vector<float>(15, -3.0f));
+  DeviceTensor h(be, DType::fp16, {5, 3});
+  be.fill(h, 0.1f);
+  EXPECT_EQ(h.get()[14], fp16_to_float(float_to_fp16(0.1f)));
+  const auto yv = random_values(15, 10);
+  DeviceTensor y(be, DType::fp32, {5, 3}, yv);
+  be.axpy(0.25f, h, y);
+  std::vector<double> expected(15);
+  for (std::size_t i = 0; i < 15; ++i) expected[i] = yv[i] + 0.25 * fp16_to_float(float_to_fp16(0.1f));
+  expect_close(y.get(), expected, 1e-7, 1e-7, "axpy");
+  DeviceTensor wrong(be, DType::fp32, {4});
+  EXPECT_THROW(be.axpy(1.0f, wrong, y), sdk::BackendError);
+}
+
+TEST(CpuMemory, StatsTrackCurrentPeakAndLiveCount) {
+  CpuBackend be(1);
+  EXPECT_EQ(be.memory_stats().current_bytes, 0u);
+  void* a = be.allocate(100);
+  void* b = be.allocate(1000);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b) % 64, 0u);
+  auto s = be.memory_stats();
+  EXPECT_EQ(s.current_bytes, 1100u);
+  EXPECT_EQ(s.peak_bytes, 1100u);
+  EXPECT_EQ(s.allocations, 2u);
+  be.deallocate(b);
+  s = be.memory_stats();
+  EXPECT_EQ(s.current_bytes, 100u);
+  EXPECT_EQ(s.peak_bytes, 1100u);
+  EXPECT_EQ(s.allocations, 1u);
+  be.reset_peak_memory();
+  EXPECT_EQ(be.memory_stats().peak_bytes, 100u);
+  be.deallocate(nullptr);
+  be.deallocate(a);
+  EXPECT_EQ(be.memory_stats().current_bytes, 0u);
+  EXPECT_EQ(be.memory_stats().allocations, 0u);
+  EXPECT_THROW(be.allocate(std::numeric_limits<std::size_t>::max() / 2), sdk::BackendError);
+}
+
+TEST(CpuMemory, CopiesRoundTrip) {
+  CpuBackend be(1);
+  const auto v = random_values(33, 12);
+  DeviceTensor a(be, DType::fp32, {3, 11});
+  DeviceTensor b(be, DType::fp32, {33});
+  be.copy_from_host(a, v.data());
+  be.copy(b, a);
+  std::vector<float> back(33);
+  be.copy_to_host(back.data(), b);
+  EXPECT_EQ(back, v);
+  DeviceTensor h(be, DType::fp16, {33});
+  EXPECT_THROW(be.copy(h, a), sdk::BackendError);
+}
+
+TEST(CpuCapabilities, ReportsKindThreadsAndHonestGemmSupport) {
+  CpuBackend be(2);
+  const auto caps = be.capabilities();
+  EXPECT_EQ(caps.kind, "cpu");
+  EXPECT_EQ(caps.threads, 2);
+  EXPECT_NE(caps.device_name.find("2 threads"), std::string::npos) << caps.device_name;
+  EXPECT_GT(caps.memory_bytes, 0u);
+  EXPECT_TRUE(caps.native(DType::fp32));
+  EXPECT_NE(caps.find(DType::fp32)->how.find("oneDNN"), std::string::npos);
+  EXPECT_TRUE(caps.supports(DType::tf32));
+  EXPECT_FALSE(caps.native(DType::tf32));
+  EXPECT_FALSE(caps.supports(DType::bf16));
+  EXPECT_FALSE(caps.supports(DType::fp8_e4m3));
+  EXPECT_FALSE(caps.features.empty());
+  EXPECT_NE(std::find(caps.features.begin(), caps.features.end(), "sse2"), caps.features.end());
+  EXPECT_EQ(CpuBackend(0).threads() >= 1, true);
+  EXPECT_THROW(CpuBackend(-1), sdk::BackendError);
+}
+
+}  // namespace
+}  // namespace mixtrain::backend_cpu::testing

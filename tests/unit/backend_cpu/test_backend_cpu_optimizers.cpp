@@ -1,0 +1,180 @@
+// Fused unscale + finite check, sum of squares, first non-finite, and the fused SGD / AdamW
+// updates against values computed by hand (PyTorch semantics as stated in device_backend.h).
+#include <limits>
+
+#include "backend_test_util.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::backend_cpu::testing {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+TEST(CpuMixedPrecision, UnscaleAndCheckFiniteScalesEverythingAndFindsLastTensorInf) {
+  CpuBackend be(2);
+  const auto a0 = random_values(1000, 1);
+  const auto b0 = random_values(70000, 2);  // spans several work pieces
+  DeviceTensor a(be, DType::fp32, {10, 100}, a0);
+  DeviceTensor b(be, DType::fp32, {70000}, b0);
+  std::vector<float> c0(7, 3.0f);
+  DeviceTensor c(be, DType::fp32, {7}, c0);
+  std::vector<TensorView> grads = {a, b, c};
+  EXPECT_FALSE(be.unscale_and_check_finite(grads, 0.25f));
+  EXPECT_EQ(a.get()[999], a0[999] * 0.25f);
+  EXPECT_EQ(b.get()[69999], b0[69999] * 0.25f);
+  EXPECT_EQ(c.get()[6], 0.75f);
+
+  c0[6] = kInf;
+  c.set(c0);
+  EXPECT_TRUE(be.unscale_and_check_finite(grads, 0.5f));
+  c0[6] = kNaN;
+  c.set(c0);
+  EXPECT_TRUE(be.unscale_and_check_finite(grads, 1.0f));
+  // Finite before, inf after scaling counts too.
+  c0[6] = 3e38f;
+  c.set(c0);
+  EXPECT_TRUE(be.unscale_and_check_finite(grads, 4.0f));
+}
+
+TEST(CpuMixedPrecision, SumOfSquaresInDoubleAndFirstNonfinite) {
+  CpuBackend be(2);
+  const auto a0 = random_values(100000, 3);
+  DeviceTensor a(be, DType::fp32, {100000}, a0);
+  DeviceTensor b(be, DType::fp32, {3}, {1.0f, 2.0f, 3.0f});
+  std::vector<TensorView> ts = {a, b};
+  double expected = 14.0;
+  for (float v : a0) expected += static_cast<double>(v) * v;
+  EXPECT_NEAR(be.sum_of_squares(ts), expected, 1e-9 * expected);
+  EXPECT_EQ(be.first_nonfinite(ts), -1);
+  b.set({1.0f, kNaN, 3.0f});
+  EXPECT_TRUE(std::isnan(be.sum_of_squares(ts)));
+  EXPECT_EQ(be.first_nonfinite(ts), 1);
+  b.set({1.0f, kInf, 3.0f});
+  EXPECT_TRUE(std::isinf(be.sum_of_squares(ts)));
+  EXPECT_EQ(be.first_nonfinite(ts), 1);
+}
+
+struct Param {
+  Param(CpuBackend& be, float p, float g, DType working_dtype = DType::bf16)
+      : master(be, DType::fp32, {1, 3}, {p, p, p}),
+        grad(be, DType::fp32, {1, 3}, {g, g, g}),
+        working(be, working_dtype, {1, 3}),
+        state1(be, DType::fp32, {1, 3}),
+        state2(be, DType::fp32, {1, 3}) {}
+  sdk::ParamTensors tensors() const { return {master, grad, working, state1, state2}; }
+  DeviceTensor master, grad, working, state1, state2;
+};
+
+TEST(CpuOptimizers, SgdMomentumDampeningWeightDecayFirstAndSecondStep) {
+  CpuBackend be(2);
+  Param prm(be, 1.0f, 0.5f);
+  sdk::SgdHyper h;
+  h.lr = 0.1f;
+  h.momentum = 0.9f;
+  h.dampening = 0.1f;
+  h.weight_decay = 0.01f;
+  h.first_step = true;
+  std::vector<sdk::ParamTensors> ps = {prm.tensors()};
+  be.sgd_update(h, ps);
+  // Step 1: g = 0.5 + 0.01*1 = 0.51; buf = g (no dampening on the first step); p = 1 - 0.051.
+  EXPECT_FLOAT_EQ(prm.state1.get()[0], 0.51f);
+  EXPECT_FLOAT_EQ(prm.master.get()[0], 0.949f);
+  EXPECT_EQ(prm.working.get()[2], bf16_to_float(float_to_bf16(prm.master.get()[2])));
+  h.first_step = false;
+  be.sgd_update(h, ps);
+  // Step 2: g = 0.5 + 0.01*0.949 = 0.50949; buf = 0.9*0.51 + 0.9*0.50949 = 0.917541;
+  // p = 0.949 - 0.1*0.917541 = 0.8572459.
+  EXPECT_NEAR(prm.state1.get()[1], 0.917541, 1e-6);
+  EXPECT_NEAR(prm.master.get()[1], 0.8572459, 1e-6);
+}
+
+TEST(CpuOptimizers, SgdNesterovPlainAndGradScale) {
+  CpuBackend be(1);
+  Param prm(be, 1.0f, 0.5f, DType::fp16);
+  sdk::SgdHyper h;
+  h.lr = 0.1f;
+  h.momentum = 0.9f;
+  h.weight_decay = 0.01f;
+  h.nesterov = true;
+  std::vector<sdk::ParamTensors> ps = {prm.tensors()};
+  be.sgd_update(h, ps);
+  // g = 0.51; buf = 0.51; nesterov g = 0.51 + 0.9*0.51 = 0.969; p = 1 - 0.0969 = 0.9031.
+  EXPECT_NEAR(prm.master.get()[0], 0.9031, 1e-6);
+  EXPECT_EQ(prm.working.get()[0], fp16_to_float(float_to_fp16(prm.master.get()[0])));
+  h.first_step = false;
+  be.sgd_update(h, ps);
+  // g = 0.5 + 0.009031 = 0.509031; buf = 0.9*0.51 + 0.509031 = 0.968031;
+  // g = 0.509031 + 0.9*0.968031 = 1.3802589; p = 0.9031 - 0.13802589 = 0.76507411.
+  EXPECT_NEAR(prm.master.get()[0], 0.76507411, 2e-6);
+
+  // No momentum: no state needed; grad_scale multiplies the gradient before weight decay.
+  Param plain(be, 2.0f, 1.0f);
+  sdk::ParamTensors t = plain.tensors();
+  t.state1 = {};
+  t.working = {};
+  sdk::SgdHyper hp;
+  hp.lr = 0.5f;
+  hp.grad_scale = 0.25f;
+  hp.weight_decay = 0.1f;
+  std::vector<sdk::ParamTensors> pps = {t};
+  be.sgd_update(hp, pps);
+  // g = 1*0.25 + 0.1*2 = 0.45; p = 2 - 0.225 = 1.775.
+  EXPECT_FLOAT_EQ(plain.master.get()[0], 1.775f);
+
+  // Momentum without a state buffer is a caller error.
+  hp.momentum = 0.9f;
+  EXPECT_THROW(be.sgd_update(hp, pps), sdk::BackendError);
+}
+
+TEST(CpuOptimizers, AdamWBiasCorrectionAtStepsOneAndTwoAndDecoupledDecay) {
+  CpuBackend be(2);
+  Param prm(be, 1.0f, 0.5f);
+  sdk::AdamWHyper h;
+  h.lr = 0.1f;
+  h.beta1 = 0.9f;
+  h.beta2 = 0.999f;
+  h.eps = 1e-8f;
+  h.weight_decay = 0.01f;
+  h.step = 1;
+  std::vector<sdk::ParamTensors> ps = {prm.tensors()};
+  be.adamw_update(h, ps);
+  // Step 1: p = 1*(1 - 0.001) = 0.999; m = 0.05; v = 0.00025; m^ = 0.5; v^ = 0.25;
+  // p = 0.999 - 0.1 * 0.5 / (0.5 + 1e-8) = 0.899 (+2e-9).
+  EXPECT_NEAR(prm.state1.get()[0], 0.05, 0.05 * 1e-5);  // fp32 (1 - beta) rounding
+  EXPECT_NEAR(prm.state2.get()[0], 0.00025, 0.00025 * 2e-5);
+  EXPECT_NEAR(prm.master.get()[0], 0.899, 1e-6);
+  EXPECT_EQ(prm.working.get()[0], bf16_to_float(float_to_bf16(prm.master.get()[0])));
+  h.step = 2;
+  be.adamw_update(h, ps);
+  // Step 2: p = 0.899*0.999 = 0.898101; m = 0.095; v = 0.00049975;
+  // m^ = 0.095/0.19 = 0.5; v^ = 0.00049975/0.001999 = 0.25; p = 0.898101 - 0.1 = 0.798101.
+  EXPECT_NEAR(prm.state1.get()[1], 0.095, 0.095 * 1e-5);
+  EXPECT_NEAR(prm.state2.get()[1], 0.00049975, 0.00049975 * 2e-5);
+  EXPECT_NEAR(prm.master.get()[1], 0.798101, 2e-6);
+
+  // Zero gradient: only the decoupled decay moves p.
+  Param still(be, 2.0f, 0.0f);
+  std::vector<sdk::ParamTensors> sp = {still.tensors()};
+  h.step = 1;
+  be.adamw_update(h, sp);
+  EXPECT_NEAR(still.master.get()[0], 2.0 * (1.0 - 0.1 * 0.01), 1e-7);
+
+  // grad_scale applies before the moments: g = 2 * 0.25 = 0.5 gives the step-1 result.
+  Param scaled(be, 1.0f, 2.0f);
+  std::vector<sdk::ParamTensors> scp = {scaled.tensors()};
+  h.grad_scale = 0.25f;
+  be.adamw_update(h, scp);
+  EXPECT_NEAR(scaled.master.get()[0], 0.899, 1e-6);
+
+  h.step = 0;
+  EXPECT_THROW(be.adamw_update(h, scp), sdk::BackendError);
+  sdk::ParamTensors missing = scaled.tensors();
+  missing.state2 = {};
+  std::vector<sdk::ParamTensors> mp = {missing};
+  h.step = 3;
+  EXPECT_THROW(be.adamw_update(h, mp), sdk::BackendError);
+}
+
+}  // namespace
+}  // namespace mixtrain::backend_cpu::testing
