@@ -360,26 +360,26 @@ NpyArray read_npy(const fs::path& file, bool for_labels) {
     fail(file, "array is stored in Fortran (column-major) order, expected C order",
          "save a C-ordered copy: np.save(path, np.ascontiguousarray(arr))");
 
+  // Sizes that overflow 64 bits are reported as truncation, like any size beyond the file.
   const auto count = checked_product(header.shape);
-  const std::uint64_t item_size = dtype.item_size;
-  const auto bytes_needed =
-      count ? checked_product(std::span<const std::uint64_t>(&item_size, 1), *count)
-            : std::nullopt;
-  if (!bytes_needed || *bytes_needed > in.remaining())
+  const bool representable =
+      count.has_value() && *count <= std::numeric_limits<std::uint64_t>::max() / dtype.item_size;
+  const std::uint64_t data_bytes = representable ? *count * dtype.item_size : 0;
+  if (!representable || data_bytes > in.remaining())
     fail(file,
          "truncated: shape " + shape_string(header.shape) + " of '" + header.descr + "' needs " +
-             (bytes_needed ? std::to_string(*bytes_needed) : std::string("more than 2^64")) +
+             (representable ? std::to_string(data_bytes) : std::string("more than 2^64")) +
              " bytes of data, the file has " + std::to_string(in.remaining()) +
              " after the header",
          "the file is incomplete or its header is wrong; write it again with numpy.save()");
-  if (*bytes_needed < in.remaining())
+  if (data_bytes < in.remaining())
     fail(file,
-         "has " + std::to_string(in.remaining() - *bytes_needed) +
+         "has " + std::to_string(in.remaining() - data_bytes) +
              " unexpected bytes after the data of shape " + shape_string(header.shape) + " of '" +
              header.descr + "'",
          "the header does not describe the data; write the file again with numpy.save()");
   NpyArray array{dtype, std::move(header.shape), {}};
-  array.bytes = in.read_bytes(*bytes_needed, "the array data");
+  array.bytes = in.read_bytes(data_bytes, "the array data");
   return array;
 }
 
@@ -552,23 +552,24 @@ IdxArray read_idx(const fs::path& file, bool for_labels) {
     array.shape.push_back(load_be(dim, 4));
   }
   require_rows(file, array.shape[0]);
-  const auto total = checked_product(array.shape);
-  if (!total || *total > in.remaining())
+  const auto product = checked_product(array.shape);
+  const std::uint64_t total = product.value_or(0);
+  if (!product.has_value() || total > in.remaining())
     fail(file,
          "truncated: shape " + shape_string(array.shape) + " needs " +
-             (total ? std::to_string(*total) : std::string("more than 2^64")) +
+             (product.has_value() ? std::to_string(total) : std::string("more than 2^64")) +
              " bytes of data, the file has " + std::to_string(in.remaining()) +
              " after the header",
          "the file is incomplete; download or decompress it again");
-  if (*total < in.remaining())
+  if (total < in.remaining())
     fail(file,
-         "has " + std::to_string(in.remaining() - *total) +
+         "has " + std::to_string(in.remaining() - total) +
              " unexpected bytes after the data of shape " + shape_string(array.shape),
          "the header does not describe the data; download the file again");
-  if (*total == 0)
+  if (total == 0)
     fail(file, "shape " + shape_string(array.shape) + " holds no values",
          "each sample needs at least one pixel");
-  array.bytes = in.read_bytes(*total, "the pixel data");
+  array.bytes = in.read_bytes(total, "the pixel data");
   return array;
 }
 

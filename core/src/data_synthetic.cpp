@@ -25,7 +25,8 @@ constexpr std::uint64_t kCalibrationStream = 4;
 constexpr std::int64_t kTeacherCalibrationRows = 2048;
 
 [[noreturn]] void bad_spec(const std::string& field, const std::string& what,
-                           const std::string& hint) {
+                           std::string hint = {}) {
+  if (hint.empty()) hint = "fix this field of the synthetic [data] settings";
   throw sdk::DataError("synthetic data: '" + field + "' " + what, hint);
 }
 
@@ -33,9 +34,9 @@ void validate(const SyntheticSpec& spec) {
   if (spec.kind != "clusters" && spec.kind != "teacher")
     bad_spec("kind", "is \"" + spec.kind + "\", expected \"clusters\" or \"teacher\"",
              "set data.kind = \"clusters\" (Gaussian blobs) or \"teacher\" (random-MLP labels)");
-  if (spec.rows <= 0) bad_spec("rows", "must be >= 1, found " + std::to_string(spec.rows), "");
+  if (spec.rows <= 0) bad_spec("rows", "must be >= 1, found " + std::to_string(spec.rows));
   if (spec.features <= 0)
-    bad_spec("features", "must be >= 1, found " + std::to_string(spec.features), "");
+    bad_spec("features", "must be >= 1, found " + std::to_string(spec.features));
   if (spec.classes < 2)
     bad_spec("classes", "must be >= 2, found " + std::to_string(spec.classes),
              "a classifier needs at least two classes");
@@ -45,13 +46,13 @@ void validate(const SyntheticSpec& spec) {
                          std::to_string(spec.features) + " is too large to hold in memory",
              "ask for fewer rows or features");
   if (!(spec.noise >= 0.0) || !std::isfinite(spec.noise))
-    bad_spec("noise", "must be a finite number >= 0, found " + std::to_string(spec.noise), "");
+    bad_spec("noise", "must be a finite number >= 0, found " + std::to_string(spec.noise));
   if (!(spec.separation >= 0.0) || !std::isfinite(spec.separation))
     bad_spec("separation", "must be a finite number >= 0, found " +
-                               std::to_string(spec.separation), "");
+                               std::to_string(spec.separation));
   if (spec.teacher_hidden <= 0 || spec.teacher_hidden > (std::int64_t{1} << 20))
     bad_spec("teacher_hidden", "must be in [1, 2^20], found " +
-                                   std::to_string(spec.teacher_hidden), "");
+                                   std::to_string(spec.teacher_hidden));
   if (!(spec.label_noise >= 0.0 && spec.label_noise <= 1.0))
     bad_spec("label_noise", "must be in [0, 1], found " + std::to_string(spec.label_noise),
              "it is the probability that a label is replaced by a random class");
