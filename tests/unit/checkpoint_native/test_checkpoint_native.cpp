@@ -194,7 +194,8 @@ nlohmann::json valid_header() {
           {"data_length", 16}};
 }
 
-class CheckpointNativeTest : public ::testing::Test {
+// Suite names are snake_case so that `ctest -R checkpoint_native` selects exactly these tests.
+class checkpoint_native : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string pattern = (fs::temp_directory_path() / "mixtrain-ckpt-test-XXXXXX").string();
@@ -233,14 +234,14 @@ class CheckpointNativeTest : public ::testing::Test {
 // ------------------------------------------------------------------------------------------------
 // Round trips and layout
 
-TEST_F(CheckpointNativeTest, RoundTripsEveryDTypeRankAndUnicodeMetadata) {
+TEST_F(checkpoint_native, RoundTripsEveryDTypeRankAndUnicodeMetadata) {
   const auto state = sample_state();
   const auto path = dir_ / "state.mxt";
   format_.write(path, state);
   expect_same_state(state, format_.read(path));
 }
 
-TEST_F(CheckpointNativeTest, RoundTripsAnEmptyState) {
+TEST_F(checkpoint_native, RoundTripsAnEmptyState) {
   const auto path = dir_ / "empty.mxt";
   format_.write(path, sdk::TrainingState{});
   const auto back = format_.read(path);
@@ -248,7 +249,7 @@ TEST_F(CheckpointNativeTest, RoundTripsAnEmptyState) {
   EXPECT_TRUE(back.metadata.empty());
 }
 
-TEST_F(CheckpointNativeTest, PreservesSpecialFloatBitPatternsExactly) {
+TEST_F(checkpoint_native, PreservesSpecialFloatBitPatternsExactly) {
   // NaN payloads, signed zeros, subnormals and infinities must come back bit for bit.
   const std::uint32_t patterns[] = {0x7fc00001u, 0xffbfffffu, 0x80000000u, 0x00000001u,
                                     0x7f800000u, 0xff800000u, 0x00000000u, 0x3f800000u};
@@ -264,7 +265,7 @@ TEST_F(CheckpointNativeTest, PreservesSpecialFloatBitPatternsExactly) {
   EXPECT_TRUE(format_.read(path).tensors.at(0).bytes == t.bytes);
 }
 
-TEST_F(CheckpointNativeTest, RewritingAReadStateGivesAnIdenticalFile) {
+TEST_F(checkpoint_native, RewritingAReadStateGivesAnIdenticalFile) {
   const auto a = dir_ / "a.mxt";
   const auto b = dir_ / "b.mxt";
   format_.write(a, sample_state());
@@ -272,7 +273,7 @@ TEST_F(CheckpointNativeTest, RewritingAReadStateGivesAnIdenticalFile) {
   EXPECT_TRUE(read_file(a) == read_file(b));
 }
 
-TEST_F(CheckpointNativeTest, FileFollowsTheDocumentedLayout) {
+TEST_F(checkpoint_native, FileFollowsTheDocumentedLayout) {
   const auto state = sample_state();
   const auto path = dir_ / "layout.mxt";
   format_.write(path, state);
@@ -314,16 +315,16 @@ TEST_F(CheckpointNativeTest, FileFollowsTheDocumentedLayout) {
   }
 }
 
-TEST_F(CheckpointNativeTest, ReportsTheExtension) { EXPECT_EQ(format_.file_extension(), ".mxt"); }
+TEST_F(checkpoint_native, ReportsTheExtension) { EXPECT_EQ(format_.file_extension(), ".mxt"); }
 
-TEST_F(CheckpointNativeTest, WritesWithFsyncOn) {
+TEST_F(checkpoint_native, WritesWithFsyncOn) {
   const auto fsyncing = make_format(true);
   const auto path = dir_ / "synced.mxt";
   fsyncing.write(path, sample_state());
   expect_same_state(sample_state(), fsyncing.read(path));
 }
 
-TEST_F(CheckpointNativeTest, WritesToARelativePathInTheCurrentFolder) {
+TEST_F(checkpoint_native, WritesToARelativePathInTheCurrentFolder) {
   const auto previous = fs::current_path();
   fs::current_path(dir_);
   format_.write("relative.mxt", sample_state());
@@ -334,7 +335,7 @@ TEST_F(CheckpointNativeTest, WritesToARelativePathInTheCurrentFolder) {
 // ------------------------------------------------------------------------------------------------
 // Damaged files
 
-TEST_F(CheckpointNativeTest, MissingFileIsNamedAsMissing) {
+TEST_F(checkpoint_native, MissingFileIsNamedAsMissing) {
   const auto path = dir_ / "nope.mxt";
   const auto message = checkpoint_error_of([&] { format_.read(path); });
   EXPECT_HAS(message, path.string());
@@ -342,12 +343,12 @@ TEST_F(CheckpointNativeTest, MissingFileIsNamedAsMissing) {
   EXPECT_HAS(message, "HINT");
 }
 
-TEST_F(CheckpointNativeTest, ADirectoryIsNotACheckpoint) {
+TEST_F(checkpoint_native, ADirectoryIsNotACheckpoint) {
   const auto message = checkpoint_error_of([&] { format_.read(dir_); });
   EXPECT_HAS(message, "directory");
 }
 
-TEST_F(CheckpointNativeTest, TruncationAtEveryOffsetIsACheckpointError) {
+TEST_F(checkpoint_native, TruncationAtEveryOffsetIsACheckpointError) {
   sdk::TrainingState s;
   s.metadata["step"] = "7";
   s.tensors.push_back(make_tensor("a", sdk::DType::fp32, {10}, 1));
@@ -368,7 +369,7 @@ TEST_F(CheckpointNativeTest, TruncationAtEveryOffsetIsACheckpointError) {
   }
 }
 
-TEST_F(CheckpointNativeTest, TruncationInsideALargeTensorSaysTruncated) {
+TEST_F(checkpoint_native, TruncationInsideALargeTensorSaysTruncated) {
   sdk::TrainingState s;
   s.tensors.push_back(make_tensor("big", sdk::DType::fp32, {1 << 16}, 9));
   const auto path = dir_ / "big.mxt";
@@ -377,7 +378,7 @@ TEST_F(CheckpointNativeTest, TruncationInsideALargeTensorSaysTruncated) {
   EXPECT_HAS(checkpoint_error_of([&] { format_.read(path); }), "truncated");
 }
 
-TEST_F(CheckpointNativeTest, FlippedDataByteNamesTheTensor) {
+TEST_F(checkpoint_native, FlippedDataByteNamesTheTensor) {
   const auto state = sample_state();
   const auto path = dir_ / "state.mxt";
   format_.write(path, state);
@@ -403,7 +404,7 @@ TEST_F(CheckpointNativeTest, FlippedDataByteNamesTheTensor) {
   EXPECT_GT(checked, 20);
 }
 
-TEST_F(CheckpointNativeTest, FlippedHeaderByteIsAHeaderChecksumError) {
+TEST_F(checkpoint_native, FlippedHeaderByteIsAHeaderChecksumError) {
   const auto path = dir_ / "state.mxt";
   format_.write(path, sample_state());
   auto bytes = read_file(path);
@@ -421,7 +422,7 @@ TEST_F(CheckpointNativeTest, FlippedHeaderByteIsAHeaderChecksumError) {
   EXPECT_HAS(checkpoint_error_of([&] { format_.read(path); }), "header checksum mismatch");
 }
 
-TEST_F(CheckpointNativeTest, BadMagicIsNotANativeCheckpoint) {
+TEST_F(checkpoint_native, BadMagicIsNotANativeCheckpoint) {
   const auto path = dir_ / "state.mxt";
   format_.write(path, sample_state());
   auto bytes = read_file(path);
@@ -438,7 +439,7 @@ TEST_F(CheckpointNativeTest, BadMagicIsNotANativeCheckpoint) {
   EXPECT_HAS(checkpoint_error_of([&] { format_.read(path); }), "safetensors");
 }
 
-TEST_F(CheckpointNativeTest, FutureVersionNamesBothVersions) {
+TEST_F(checkpoint_native, FutureVersionNamesBothVersions) {
   CraftedFile file{valid_header().dump(), std::vector<std::byte>(16)};
   file.version = 7;
   const auto message = read_error_of(file);
@@ -449,13 +450,13 @@ TEST_F(CheckpointNativeTest, FutureVersionNamesBothVersions) {
   EXPECT_HAS(read_error_of(file), "invalid");
 }
 
-TEST_F(CheckpointNativeTest, UnknownFlagsAreRejected) {
+TEST_F(checkpoint_native, UnknownFlagsAreRejected) {
   CraftedFile file{valid_header().dump(), std::vector<std::byte>(16)};
   file.flags = 0x4;
   EXPECT_HAS(read_error_of(file), "flags");
 }
 
-TEST_F(CheckpointNativeTest, TheValidCraftedFileReads) {
+TEST_F(checkpoint_native, TheValidCraftedFileReads) {
   // Guards the crafted-file tests below: each differs from this one in one defect only.
   const auto path = dir_ / "crafted.mxt";
   write_file(path, CraftedFile{valid_header().dump(), std::vector<std::byte>(16)}.bytes());
@@ -464,7 +465,7 @@ TEST_F(CheckpointNativeTest, TheValidCraftedFileReads) {
   EXPECT_EQ(state.metadata.at("step"), "1");
 }
 
-TEST_F(CheckpointNativeTest, HeaderLengthBeyondTheFileIsRejected) {
+TEST_F(checkpoint_native, HeaderLengthBeyondTheFileIsRejected) {
   CraftedFile file{valid_header().dump(), {}};
   auto bytes = file.bytes();
   ckpt::Preamble p = ckpt::decode_preamble(bytes.data());
@@ -480,7 +481,7 @@ TEST_F(CheckpointNativeTest, HeaderLengthBeyondTheFileIsRejected) {
   }
 }
 
-TEST_F(CheckpointNativeTest, HugeTensorClaimsFailWithoutHugeAllocations) {
+TEST_F(checkpoint_native, HugeTensorClaimsFailWithoutHugeAllocations) {
   {
     // A consistent claim of a 4 TiB tensor in a tiny file.
     auto h = valid_header();
@@ -518,7 +519,7 @@ TEST_F(CheckpointNativeTest, HugeTensorClaimsFailWithoutHugeAllocations) {
   }
 }
 
-TEST_F(CheckpointNativeTest, TensorTableDefectsAreNamed) {
+TEST_F(checkpoint_native, TensorTableDefectsAreNamed) {
   struct Case {
     const char* what;
     std::function<void(nlohmann::json&)> damage;
@@ -563,7 +564,7 @@ TEST_F(CheckpointNativeTest, TensorTableDefectsAreNamed) {
   }
 }
 
-TEST_F(CheckpointNativeTest, OverlappingTensorsAreRejected) {
+TEST_F(checkpoint_native, OverlappingTensorsAreRejected) {
   auto h = valid_header();
   auto second = h["tensors"][0];
   second["name"] = "v";
@@ -574,7 +575,7 @@ TEST_F(CheckpointNativeTest, OverlappingTensorsAreRejected) {
   EXPECT_HAS(read_error_of(CraftedFile{h.dump(), std::vector<std::byte>(32)}), "overlap");
 }
 
-TEST_F(CheckpointNativeTest, MalformedJsonIsReported) {
+TEST_F(checkpoint_native, MalformedJsonIsReported) {
   const std::vector<std::string> texts = {
       "{\"metadata\": {", "not json at all",
       R"({"metadata":{},"tensors":[],"data_length":0} trailing)",
@@ -585,7 +586,7 @@ TEST_F(CheckpointNativeTest, MalformedJsonIsReported) {
   }
 }
 
-TEST_F(CheckpointNativeTest, DuplicateJsonKeysAreRejected) {
+TEST_F(checkpoint_native, DuplicateJsonKeysAreRejected) {
   const std::string dup_metadata =
       R"({"metadata":{"a":"1","a":"2"},"tensors":[],"data_length":0})";
   EXPECT_HAS(read_error_of(CraftedFile{dup_metadata, {}}), "appears twice");
@@ -593,7 +594,7 @@ TEST_F(CheckpointNativeTest, DuplicateJsonKeysAreRejected) {
   EXPECT_HAS(read_error_of(CraftedFile{dup_root, {}}), "appears twice");
 }
 
-TEST_F(CheckpointNativeTest, UnknownFieldsAreSkippedEvenWhenDeeplyNested) {
+TEST_F(checkpoint_native, UnknownFieldsAreSkippedEvenWhenDeeplyNested) {
   // Forward compatibility within format version 1: additive fields are ignored, and a hostile
   // nesting depth must not exhaust the stack.
   auto h = valid_header();
@@ -608,7 +609,7 @@ TEST_F(CheckpointNativeTest, UnknownFieldsAreSkippedEvenWhenDeeplyNested) {
   EXPECT_EQ(state.tensors[0].name, "w");
 }
 
-TEST_F(CheckpointNativeTest, RandomCorruptionNeverCrashes) {
+TEST_F(checkpoint_native, RandomCorruptionNeverCrashes) {
   sdk::TrainingState s;
   s.metadata["k"] = "v";
   s.tensors.push_back(make_tensor("a", sdk::DType::fp16, {4, 4}, 5));
@@ -633,7 +634,7 @@ TEST_F(CheckpointNativeTest, RandomCorruptionNeverCrashes) {
 // ------------------------------------------------------------------------------------------------
 // Atomic writes
 
-TEST_F(CheckpointNativeTest, OverwritingAnExistingCheckpointSucceeds) {
+TEST_F(checkpoint_native, OverwritingAnExistingCheckpointSucceeds) {
   const auto path = dir_ / "ckpt.mxt";
   format_.write(path, sample_state());
   sdk::TrainingState second;
@@ -644,7 +645,7 @@ TEST_F(CheckpointNativeTest, OverwritingAnExistingCheckpointSucceeds) {
   EXPECT_TRUE(temp_files_in(dir_).empty());
 }
 
-TEST_F(CheckpointNativeTest, OverwritingKeepsTheFilePermissions) {
+TEST_F(checkpoint_native, OverwritingKeepsTheFilePermissions) {
   const auto path = dir_ / "ckpt.mxt";
   format_.write(path, sample_state());
   fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
@@ -653,7 +654,7 @@ TEST_F(CheckpointNativeTest, OverwritingKeepsTheFilePermissions) {
             fs::perms::owner_read | fs::perms::owner_write);
 }
 
-TEST_F(CheckpointNativeTest, TargetThatIsADirectoryFailsCleanly) {
+TEST_F(checkpoint_native, TargetThatIsADirectoryFailsCleanly) {
   const auto target = dir_ / "ckpt.mxt";
   fs::create_directory(target);
   fs::path inside = target / "keep";
@@ -667,7 +668,7 @@ TEST_F(CheckpointNativeTest, TargetThatIsADirectoryFailsCleanly) {
   EXPECT_TRUE(temp_files_in(dir_).empty());
 }
 
-TEST_F(CheckpointNativeTest, RemovedFolderFailsWithTheOsError) {
+TEST_F(checkpoint_native, RemovedFolderFailsWithTheOsError) {
   const auto folder = dir_ / "run";
   fs::create_directory(folder);
   fs::remove(folder);
@@ -679,7 +680,7 @@ TEST_F(CheckpointNativeTest, RemovedFolderFailsWithTheOsError) {
   EXPECT_TRUE(temp_files_in(dir_).empty());
 }
 
-TEST_F(CheckpointNativeTest, ReadOnlyFolderLeavesTheCheckpointUntouched) {
+TEST_F(checkpoint_native, ReadOnlyFolderLeavesTheCheckpointUntouched) {
   const auto path = dir_ / "ckpt.mxt";
   format_.write(path, sample_state());
   const auto before = read_file(path);
@@ -697,7 +698,7 @@ TEST_F(CheckpointNativeTest, ReadOnlyFolderLeavesTheCheckpointUntouched) {
   EXPECT_TRUE(temp_files_in(dir_).empty());
 }
 
-TEST_F(CheckpointNativeTest, FailureMidWriteLeavesTheOldCheckpointByteIdentical) {
+TEST_F(checkpoint_native, FailureMidWriteLeavesTheOldCheckpointByteIdentical) {
   // RLIMIT_FSIZE makes write(2) fail with EFBIG part-way through the temp file: a real I/O failure
   // after the temp file exists, which also works when the tests run as root.
   const auto path = dir_ / "ckpt.mxt";
@@ -723,7 +724,7 @@ TEST_F(CheckpointNativeTest, FailureMidWriteLeavesTheOldCheckpointByteIdentical)
   expect_same_state(sample_state(), format_.read(path));
 }
 
-TEST_F(CheckpointNativeTest, InvalidStatesAreRejectedBeforeTouchingTheDisk) {
+TEST_F(checkpoint_native, InvalidStatesAreRejectedBeforeTouchingTheDisk) {
   const auto path = dir_ / "ckpt.mxt";
   format_.write(path, sample_state());
   const auto before = read_file(path);
@@ -751,7 +752,7 @@ TEST_F(CheckpointNativeTest, InvalidStatesAreRejectedBeforeTouchingTheDisk) {
   }
 }
 
-TEST_F(CheckpointNativeTest, StaleTempFilesDoNotBlockWrites) {
+TEST_F(checkpoint_native, StaleTempFilesDoNotBlockWrites) {
   // A crashed earlier process may have left a temp file; the writer picks another name.
   const auto path = dir_ / "ckpt.mxt";
   for (int n = 0; n < 4; ++n)
@@ -764,13 +765,13 @@ TEST_F(CheckpointNativeTest, StaleTempFilesDoNotBlockWrites) {
 // ------------------------------------------------------------------------------------------------
 // Options and the plugin module
 
-TEST(CheckpointNativeOptions, FsyncDefaultsToTrue) {
+TEST(checkpoint_native_options, FsyncDefaultsToTrue) {
   const auto options = resolve_options({});
   EXPECT_TRUE(options.get_bool("fsync"));
   EXPECT_FALSE(options.was_set("fsync"));
 }
 
-TEST(CheckpointNativeOptions, UnknownKeyIsRejectedWithASuggestion) {
+TEST(checkpoint_native_options, UnknownKeyIsRejectedWithASuggestion) {
   try {
     resolve_options({{"fsynk", true, {"run.toml", 12, 1}}});
     FAIL() << "expected a ConfigError";
@@ -780,12 +781,12 @@ TEST(CheckpointNativeOptions, UnknownKeyIsRejectedWithASuggestion) {
   }
 }
 
-TEST(CheckpointNativeOptions, WrongTypeIsRejected) {
+TEST(checkpoint_native_options, WrongTypeIsRejected) {
   EXPECT_THROW(resolve_options({{"fsync", std::string("yes"), {"run.toml", 3, 1}}}),
                sdk::ConfigError);
 }
 
-TEST(CheckpointNativePlugin, ModuleProvidesTheNativeFormat) {
+TEST(checkpoint_native_plugin, ModuleProvidesTheNativeFormat) {
   const boost::dll::fs::path module = MIXTRAIN_CHECKPOINT_NATIVE_MODULE;
   auto descriptor_fn = boost::dll::import_alias<const sdk::PluginDescriptor*()>(
       module, "mixtrain_plugin_descriptor", boost::dll::load_mode::rtld_now);
@@ -822,7 +823,7 @@ TEST(CheckpointNativePlugin, ModuleProvidesTheNativeFormat) {
 // ------------------------------------------------------------------------------------------------
 // Throughput (opt-in: MIXTRAIN_CKPT_BENCH_MB=400 ctest -R Throughput -V)
 
-TEST_F(CheckpointNativeTest, Throughput) {
+TEST_F(checkpoint_native, Throughput) {
   const char* env = std::getenv("MIXTRAIN_CKPT_BENCH_MB");
   if (env == nullptr) GTEST_SKIP() << "set MIXTRAIN_CKPT_BENCH_MB to measure";
   const std::size_t total = std::stoull(env) << 20;
