@@ -16,8 +16,7 @@ sdk::OptionSchema AdamWOptimizer::option_schema() {
           .at_most(1),
       OptionSpec::number("eps", 1e-8, "added to the denominator for numerical stability")
           .at_least(0),
-      OptionSpec::number("weight_decay", 0.01, "decoupled weight decay, scaled by lr")
-          .at_least(0),
+      OptionSpec::number("weight_decay", 0.01, "decoupled weight decay, scaled by lr").at_least(0),
   };
 }
 
@@ -30,7 +29,7 @@ AdamWOptimizer::AdamWOptimizer(const sdk::Options& options, const sdk::PluginCon
   // A beta of 1 makes the bias correction 1 - beta^t zero: the update would divide by zero.
   for (const char* key : {"beta1", "beta2"})
     if (options.get_double(key) >= 1.0)
-      options.fail(key, "must be < 1, got " + std::to_string(options.get_double(key)),
+      options.fail(key, "must be < 1, got " + sdk::option_value_to_string(options.get_double(key)),
                    "PyTorch's defaults are beta1 = 0.9, beta2 = 0.999");
   char line[160];
   std::snprintf(line, sizeof line, "adamw lr %g, betas (%g, %g), eps %g, weight_decay %g",

@@ -1,6 +1,5 @@
 #include "backend_optimizer.h"
 
-#include <limits>
 #include <stdexcept>
 
 #include "mixtrain/sdk/error.h"
@@ -15,11 +14,14 @@ BackendOptimizer::BackendOptimizer(std::string component, double lr,
       lr_(lr),
       slot_names_(std::move(slot_names)) {
   if (slot_names_.size() > kMaxSlots)
-    throw std::logic_error("optimizer '" + component_ + "' declares more state slots than "
+    throw std::logic_error("optimizer '" + component_ +
+                           "' declares more state slots than "
                            "ParamTensors can carry");
 }
 
-BackendOptimizer::~BackendOptimizer() { release(); }
+BackendOptimizer::~BackendOptimizer() {
+  release();
+}
 
 void BackendOptimizer::release() noexcept {
   if (backend_ != nullptr)
@@ -50,8 +52,8 @@ void BackendOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Pa
       bytes += slots[s].bytes();
     }
   }
-  logger_.debug("bound " + std::to_string(params.size()) + " parameters, " +
-                std::to_string(bytes) + " bytes of fp32 optimizer state");
+  logger_.debug("bound " + std::to_string(params.size()) + " parameters, " + std::to_string(bytes) +
+                " bytes of fp32 optimizer state");
 }
 
 BackendOptimizer::Groups BackendOptimizer::grouped(std::span<const sdk::Parameter> params) const {

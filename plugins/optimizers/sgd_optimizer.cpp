@@ -33,17 +33,19 @@ SgdOptimizer::SgdOptimizer(const sdk::Options& options, const sdk::PluginContext
       dampening_(static_cast<float>(options.get_double("dampening"))),
       weight_decay_(static_cast<float>(options.get_double("weight_decay"))),
       nesterov_(options.get_bool("nesterov")) {
-  if (momentum_ >= 1.0f)
-    options.fail("momentum", "must be < 1, got " + std::to_string(momentum_),
+  if (options.get_double("momentum") >= 1.0)
+    options.fail("momentum",
+                 "must be < 1, got " + sdk::option_value_to_string(options.get_double("momentum")),
                  "a momentum of 1 never forgets a gradient; 0.9 is the usual choice");
   if (nesterov_ && (momentum_ <= 0.0f || dampening_ != 0.0f))
     options.fail("nesterov", "Nesterov momentum requires momentum > 0 and dampening = 0",
                  "set momentum (e.g. 0.9) and dampening = 0, or nesterov = false");
   char line[160];
-  std::snprintf(line, sizeof line, "sgd lr %g, momentum %g, dampening %g, nesterov %s, "
-                "weight_decay %g", base_lr(), static_cast<double>(momentum_),
-                static_cast<double>(dampening_), nesterov_ ? "true" : "false",
-                static_cast<double>(weight_decay_));
+  std::snprintf(line, sizeof line,
+                "sgd lr %g, momentum %g, dampening %g, nesterov %s, "
+                "weight_decay %g",
+                base_lr(), static_cast<double>(momentum_), static_cast<double>(dampening_),
+                nesterov_ ? "true" : "false", static_cast<double>(weight_decay_));
   logger_.debug(line);
 }
 

@@ -16,12 +16,10 @@ sdk::OptionSchema DynamicLossScaler::option_schema() {
       OptionSpec::number("growth_factor", 2.0,
                          "scale multiplier after growth_interval finite steps in a row")
           .greater_than(1),
-      OptionSpec::number("backoff_factor", 0.5,
-                         "scale multiplier on overflow; must be < 1")
+      OptionSpec::number("backoff_factor", 0.5, "scale multiplier on overflow; must be < 1")
           .greater_than(0)
           .at_most(1),
-      OptionSpec::integer("growth_interval", 2000,
-                          "finite steps in a row before the scale grows")
+      OptionSpec::integer("growth_interval", 2000, "finite steps in a row before the scale grows")
           .at_least(1),
       OptionSpec::integer("hysteresis", 1,
                           "overflows tolerated before backing off (1 = back off on every one)")
@@ -36,8 +34,7 @@ sdk::OptionSchema DynamicLossScaler::option_schema() {
   };
 }
 
-DynamicLossScaler::DynamicLossScaler(const sdk::Options& options,
-                                     const sdk::PluginContext& context)
+DynamicLossScaler::DynamicLossScaler(const sdk::Options& options, const sdk::PluginContext& context)
     : logger_(context.logger),
       growth_factor_(options.get_double("growth_factor")),
       backoff_factor_(options.get_double("backoff_factor")),
@@ -55,17 +52,17 @@ DynamicLossScaler::DynamicLossScaler(const sdk::Options& options,
                  "use a power of two such as 65536");
   if (min_scale_ > init_scale) {
     const char* key = options.was_set("min_scale") ? "min_scale" : "init_scale";
-    options.fail(key,
-                 "min_scale " + format_scale(min_scale_) + " exceeds init_scale " +
-                     format_scale(init_scale),
-                 "min_scale <= init_scale <= max_scale must hold");
+    options.fail(
+        key,
+        "min_scale " + format_scale(min_scale_) + " exceeds init_scale " + format_scale(init_scale),
+        "min_scale <= init_scale <= max_scale must hold");
   }
   if (init_scale > max_scale_) {
     const char* key = options.was_set("max_scale") ? "max_scale" : "init_scale";
-    options.fail(key,
-                 "init_scale " + format_scale(init_scale) + " exceeds max_scale " +
-                     format_scale(max_scale_),
-                 "min_scale <= init_scale <= max_scale must hold");
+    options.fail(
+        key,
+        "init_scale " + format_scale(init_scale) + " exceeds max_scale " + format_scale(max_scale_),
+        "min_scale <= init_scale <= max_scale must hold");
   }
   scale_ = static_cast<float>(init_scale);
   hysteresis_left_ = hysteresis_;

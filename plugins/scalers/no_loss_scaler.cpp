@@ -6,7 +6,9 @@
 
 namespace mixtrain::scalers {
 
-sdk::OptionSchema NoLossScaler::option_schema() { return {}; }
+sdk::OptionSchema NoLossScaler::option_schema() {
+  return {};
+}
 
 NoLossScaler::NoLossScaler(const sdk::Options& /*options*/, const sdk::PluginContext& context)
     : logger_(context.logger) {

@@ -27,8 +27,8 @@ std::int64_t read_state_int(const sdk::ComponentState& state, const std::string&
                             const std::string& key, std::int64_t min, std::int64_t max) {
   const auto value = state.get<std::int64_t>(key);
   if (value < min || value > max)
-    throw sdk::CheckpointError("scaler '" + component + "' state entry '" + key + "' = " +
-                                   std::to_string(value) + " is outside [" +
+    throw sdk::CheckpointError("scaler '" + component + "' state entry '" + key +
+                                   "' = " + std::to_string(value) + " is outside [" +
                                    std::to_string(min) + ", " + std::to_string(max) + "]",
                                kDamagedHint);
   return value;
@@ -38,8 +38,8 @@ float read_state_scale(const sdk::ComponentState& state, const std::string& comp
                        const std::string& key) {
   const auto value = state.get<double>(key);
   if (!std::isfinite(value) || value <= 0.0 || value > FLT_MAX)
-    throw sdk::CheckpointError("scaler '" + component + "' state entry '" + key + "' = " +
-                                   format_scale(value) + " is not a positive finite float",
+    throw sdk::CheckpointError("scaler '" + component + "' state entry '" + key +
+                                   "' = " + format_scale(value) + " is not a positive finite float",
                                kDamagedHint);
   return static_cast<float>(value);
 }

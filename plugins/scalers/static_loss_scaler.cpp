@@ -13,8 +13,7 @@ sdk::OptionSchema StaticLossScaler::option_schema() {
               .greater_than(0)};
 }
 
-StaticLossScaler::StaticLossScaler(const sdk::Options& options,
-                                   const sdk::PluginContext& context)
+StaticLossScaler::StaticLossScaler(const sdk::Options& options, const sdk::PluginContext& context)
     : logger_(context.logger) {
   const double scale = options.get_double("scale");
   if (scale > FLT_MAX)

@@ -93,7 +93,8 @@ TEST_F(AdamWOptimizerTest, TwoStepsWithBiasCorrection) {
   EXPECT_FLOATS_NEAR(params.master(0), decayed.run(kW0, {kGw1, kGw2}));
   EXPECT_FLOATS_NEAR(params.master(1), undecayed.run(kB0, {kGb1, kGb2}));
   // Element 0 by hand: m = 0.145, v = 0.00124975, bias corrections 0.19 and 0.001999.
-  const double p2 = 0.989 * 0.999 - 0.01 * (0.145 / 0.19) / (std::sqrt(0.00124975 / 0.001999) + 1e-8);
+  const double p2 =
+      0.989 * 0.999 - 0.01 * (0.145 / 0.19) / (std::sqrt(0.00124975 / 0.001999) + 1e-8);
   EXPECT_NEAR(params.master(0)[0], p2, 1e-6);
   EXPECT_EQ(opt->applied_steps(), 2);
 }

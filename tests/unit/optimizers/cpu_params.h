@@ -61,14 +61,14 @@ class CpuParams {
 };
 
 // |a - b| <= 1e-6 * max(1, |b|) elementwise: the backend may fuse multiply-adds.
-#define EXPECT_FLOATS_NEAR(actual, expected)                                              \
-  do {                                                                                    \
-    const auto& a_ = (actual);                                                            \
-    const auto& e_ = (expected);                                                          \
-    ASSERT_EQ(a_.size(), e_.size());                                                      \
-    for (std::size_t i_ = 0; i_ < a_.size(); ++i_)                                        \
-      EXPECT_NEAR(a_[i_], e_[i_], 1e-6 * std::max(1.0, std::abs(double(e_[i_]))))         \
-          << "element " << i_;                                                            \
+#define EXPECT_FLOATS_NEAR(actual, expected)                                      \
+  do {                                                                            \
+    const auto& a_ = (actual);                                                    \
+    const auto& e_ = (expected);                                                  \
+    ASSERT_EQ(a_.size(), e_.size());                                              \
+    for (std::size_t i_ = 0; i_ < a_.size(); ++i_)                                \
+      EXPECT_NEAR(a_[i_], e_[i_], 1e-6 * std::max(1.0, std::abs(double(e_[i_])))) \
+          << "element " << i_;                                                    \
   } while (0)
 
 }  // namespace mixtrain::test

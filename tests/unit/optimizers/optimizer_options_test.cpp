@@ -51,8 +51,9 @@ TEST(OptimizerOptions, Defaults) {
 
 TEST(OptimizerOptions, NesterovNeedsMomentumAndNoDampening) {
   auto e = expect_config_error([] { construct<SgdOptimizer>({{"nesterov", true}}); });
-  EXPECT_TRUE(has(e.what(), "test.toml:4:1: 'optimizer.nesterov': Nesterov momentum requires "
-                            "momentum > 0 and dampening = 0"))
+  EXPECT_TRUE(has(e.what(),
+                  "test.toml:4:1: 'optimizer.nesterov': Nesterov momentum requires "
+                  "momentum > 0 and dampening = 0"))
       << e.what();
   EXPECT_FALSE(e.hint().empty());
   e = expect_config_error([] {
@@ -85,9 +86,7 @@ TEST(OptimizerOptions, WrongTypeAndUnknownKey) {
       << e.what();
   e = expect_config_error([] { construct<AdamWOptimizer>({{"beta1", std::string("0.9")}}); });
   EXPECT_TRUE(has(e.what(), "expected a number, got a string \"0.9\"")) << e.what();
-  e = expect_config_error([] {
-    construct<AdamWOptimizer>({{"lr", 0.1}, {"weight_dacay", 0.1}});
-  });
+  e = expect_config_error([] { construct<AdamWOptimizer>({{"lr", 0.1}, {"weight_dacay", 0.1}}); });
   EXPECT_TRUE(has(e.what(), "test.toml:5:1: 'optimizer.weight_dacay': unknown key")) << e.what();
   EXPECT_TRUE(has(e.hint(), "did you mean 'weight_decay'?")) << e.hint();
 }

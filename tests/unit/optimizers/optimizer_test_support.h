@@ -62,8 +62,8 @@ inline std::string readme_row(const sdk::OptionSpec& spec) {
   type = type.substr(type.find(' ') + 1);  // "a number" -> "number"
   const auto range = spec.range_text();
   return "| `" + spec.name + "` | " + type + " | `" +
-         sdk::option_value_to_string(spec.default_value) + "` | " +
-         (range.empty() ? "-" : range) + " | " + spec.doc + " |";
+         sdk::option_value_to_string(spec.default_value) + "` | " + (range.empty() ? "-" : range) +
+         " | " + spec.doc + " |";
 }
 
 // The option rows ("| `...") of the README section "### `component`", in order.
@@ -74,8 +74,10 @@ inline std::vector<std::string> readme_rows(const std::string& readme_path,
   std::string line;
   bool inside = false;
   while (std::getline(in, line)) {
-    if (line.rfind("### ", 0) == 0) inside = line == "### `" + component + "`";
-    else if (inside && line.rfind("| `", 0) == 0) rows.push_back(line);
+    if (line.rfind("### ", 0) == 0)
+      inside = line == "### `" + component + "`";
+    else if (inside && line.rfind("| `", 0) == 0)
+      rows.push_back(line);
   }
   return rows;
 }

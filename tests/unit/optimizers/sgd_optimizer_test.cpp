@@ -127,7 +127,10 @@ TEST_F(SgdOptimizerTest, SlotsAreAllocatedZeroedAndFreed) {
     EXPECT_EQ(backend.memory_stats().allocations, before + 2);
   }
   EXPECT_EQ(backend.memory_stats().allocations, before);
-  { auto plain = make({}); EXPECT_EQ(backend.memory_stats().allocations, before); }
+  {
+    auto plain = make({});
+    EXPECT_EQ(backend.memory_stats().allocations, before);
+  }
 }
 
 TEST_F(SgdOptimizerTest, ResumeKeepsMomentumRecurrence) {

@@ -66,8 +66,8 @@ TEST_F(DynamicLossScalerTest, DefaultsArePyTorchGradScaler) {
 TEST_F(DynamicLossScalerTest, GrowthIntervalThreeTrajectory) {
   auto scaler = make({{"growth_interval", std::int64_t{3}}});
   const auto t = run(*scaler, {F, F, F, T, F, F, F, F, T, T});
-  EXPECT_EQ(t.scales, (std::vector<float>{65536, 65536, 131072, 65536, 65536, 65536, 131072,
-                                          131072, 65536, 32768}));
+  EXPECT_EQ(t.scales, (std::vector<float>{65536, 65536, 131072, 65536, 65536, 65536, 131072, 131072,
+                                          65536, 32768}));
   EXPECT_EQ(t.applied, (std::vector<bool>{T, T, T, F, T, T, T, T, F, F}));
   EXPECT_EQ(scaler->skipped_steps(), 3);
   EXPECT_EQ(scaler->steps(), 10);
@@ -154,15 +154,15 @@ TEST_F(DynamicLossScalerTest, LogsBackoffAndGrowthWithBeforeAndAfter) {
   scaler->update(false);
   scaler->update(true);
   EXPECT_TRUE(sink.contains(sdk::LogLevel::debug, "scale 65536 -> 131072"));
-  EXPECT_TRUE(sink.contains(sdk::LogLevel::info, "step 2: non-finite gradients, step skipped; "
-                                                 "scale 131072 -> 65536"));
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::info,
+                            "step 2: non-finite gradients, step skipped; "
+                            "scale 131072 -> 65536"));
 }
 
 TEST_F(DynamicLossScalerTest, SaveLoadMidTrajectoryContinuesIdentically) {
-  const Values config{{"growth_interval", std::int64_t{3}},
-                      {"hysteresis", std::int64_t{3}},
-                      {"min_scale", 256.0}};
-  const std::vector<bool> prefix{F, F, T, F, T, F};   // tracker 1, counter 1 at the save point
+  const Values config{
+      {"growth_interval", std::int64_t{3}}, {"hysteresis", std::int64_t{3}}, {"min_scale", 256.0}};
+  const std::vector<bool> prefix{F, F, T, F, T, F};  // tracker 1, counter 1 at the save point
   const std::vector<bool> suffix{T, F, F, F, T, T, F, F, T, T, T, T, T, T, T, T, F};
 
   auto original = make(config);

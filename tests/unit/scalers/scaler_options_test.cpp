@@ -41,14 +41,16 @@ TEST(ScalerOptions, WrongType) {
   const auto e = expect_config_error([] {
     construct<DynamicLossScaler>({{"init_scale", 1024.0}, {"growth_interval", 2.5}});
   });
-  EXPECT_TRUE(has(e.what(), "test.toml:5:1: 'scaler.growth_interval': expected an integer, got "
-                            "a number 2.5"))
+  EXPECT_TRUE(has(e.what(),
+                  "test.toml:5:1: 'scaler.growth_interval': expected an integer, got "
+                  "a number 2.5"))
       << e.what();
   EXPECT_EQ(e.key(), "scaler.growth_interval");
   EXPECT_EQ(e.where().line, 5u);
 
-  const auto s = expect_config_error(
-      [] { construct<StaticLossScaler>({{"scale", std::string("big")}}); });
+  const auto s = expect_config_error([] {
+    construct<StaticLossScaler>({{"scale", std::string("big")}});
+  });
   EXPECT_TRUE(has(s.what(), "test.toml:4:1: 'scaler.scale': expected a number")) << s.what();
 }
 
@@ -58,12 +60,12 @@ TEST(ScalerOptions, OutOfRange) {
       << e.what();
   EXPECT_TRUE(has(e.hint(), "allowed: > 1.0")) << e.hint();
 
-  e = expect_config_error(
-      [] { construct<DynamicLossScaler>({{"growth_interval", std::int64_t{0}}}); });
+  e = expect_config_error([] {
+    construct<DynamicLossScaler>({{"growth_interval", std::int64_t{0}}});
+  });
   EXPECT_TRUE(has(e.hint(), "allowed: >= 1")) << e.hint();
 
-  e = expect_config_error(
-      [] { construct<DynamicLossScaler>({{"hysteresis", std::int64_t{0}}}); });
+  e = expect_config_error([] { construct<DynamicLossScaler>({{"hysteresis", std::int64_t{0}}}); });
   EXPECT_EQ(e.key(), "scaler.hysteresis");
 
   e = expect_config_error([] { construct<DynamicLossScaler>({{"backoff_factor", 0.0}}); });
@@ -91,8 +93,9 @@ TEST(ScalerOptions, UnknownKeyWithSuggestion) {
   EXPECT_TRUE(has(e.hint(), "did you mean 'growth_interval'?")) << e.hint();
   EXPECT_TRUE(has(e.full_message(), "HINT: did you mean 'growth_interval'?"));
 
-  const auto h = expect_config_error(
-      [] { construct<DynamicLossScaler>({{"hysterisis", std::int64_t{2}}}); });
+  const auto h = expect_config_error([] {
+    construct<DynamicLossScaler>({{"hysterisis", std::int64_t{2}}});
+  });
   EXPECT_TRUE(has(h.hint(), "did you mean 'hysteresis'?")) << h.hint();
 
   const auto n = expect_config_error([] { construct<NoLossScaler>({{"scale", 2.0}}); });
@@ -109,13 +112,16 @@ TEST(ScalerOptions, MinScaleAboveInitScaleRejected) {
   const auto e = expect_config_error([] {
     construct<DynamicLossScaler>({{"init_scale", 1024.0}, {"min_scale", 2048.0}});
   });
-  EXPECT_TRUE(has(e.what(), "test.toml:5:1: 'scaler.min_scale': min_scale 2048 exceeds "
-                            "init_scale 1024"))
+  EXPECT_TRUE(has(e.what(),
+                  "test.toml:5:1: 'scaler.min_scale': min_scale 2048 exceeds "
+                  "init_scale 1024"))
       << e.what();
   EXPECT_TRUE(has(e.hint(), "min_scale <= init_scale <= max_scale")) << e.hint();
 
   // Blame init_scale when only it was written.
-  const auto d = expect_config_error([] { construct<DynamicLossScaler>({{"init_scale", 1e10}, {"max_scale", 1e9}}); });
+  const auto d = expect_config_error([] {
+    construct<DynamicLossScaler>({{"init_scale", 1e10}, {"max_scale", 1e9}});
+  });
   EXPECT_EQ(d.key(), "scaler.max_scale");
   const auto i = expect_config_error([] {
     construct<DynamicLossScaler>({{"min_scale", 1e5}});  // default init_scale 65536

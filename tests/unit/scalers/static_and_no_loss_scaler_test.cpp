@@ -40,8 +40,8 @@ TEST_F(StaticLossScalerTest, SkipsNonFiniteStepsAndNeverChangesScale) {
   EXPECT_EQ(scaler.scale(), 1024.0f);
   EXPECT_EQ(scaler.steps(), 6);
   EXPECT_EQ(scaler.skipped_steps(), 3);
-  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn,
-                            "step 2: non-finite gradients at static scale 1024"));
+  EXPECT_TRUE(
+      sink.contains(sdk::LogLevel::warn, "step 2: non-finite gradients at static scale 1024"));
   EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "step 5:"));
 }
 
