@@ -173,8 +173,11 @@ TEST_F(Npy, BadMagicAndVersion) {
   write_valid();
   write_x(Bytes(100, 'a'));
   expect_x_error({"bad magic"});
-  Bytes zip = {'P', 'K', 3, 4};
-  zip.resize(100, 0);
+  Bytes zip(100, 0);  // a .npz is a zip archive: "PK\x03\x04"
+  zip[0] = 'P';
+  zip[1] = 'K';
+  zip[2] = 3;
+  zip[3] = 4;
   write_x(zip);
   expect_data_error([&] { load_npy(x_, y_); }, x_.string(), {"bad magic"});
   Bytes v4 = npy_bytes(npy_dict("<f4", {kRows, kCols}), le_array(features_f32(kRows * kCols)));
