@@ -2,9 +2,9 @@
 //
 // Contract:
 // - A Dataset lives in host memory and owns its data. x is row-major float32 [rows, features],
-//   y is int32 [rows] with every label in [0, classes). Every function below that returns a
-//   Dataset returns one that passes check_dataset(): rows > 0, features > 0, sizes consistent,
-//   labels in range, every feature finite.
+//   y is int32 [rows] with every label in [0, classes). Every Dataset returned below passes
+//   check_dataset() (rows > 0, features > 0, sizes consistent, labels in range, every feature
+//   finite) — except the deliberately empty eval set of split_holdout(all, 0, seed).
 // - Malformed input (missing / unreadable / truncated file, bad magic or header, unsupported
 //   dtype or rank, mismatched row counts, bad labels, non-finite features, bad spec values)
 //   throws sdk::DataError whose message names the file (or the spec field), says what was
