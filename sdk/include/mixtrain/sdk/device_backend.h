@@ -169,7 +169,8 @@ class MIXTRAIN_SDK_API DeviceBackend : public Component {
 
   // --- mixed-precision machinery ---------------------------------------------------------------
   // One pass over every fp32 gradient: g *= inv_scale, and report whether any element of any
-  // tensor was inf or NaN (before or after scaling). The single host sync of a step.
+  // tensor was inf or NaN (before or after scaling): returns found_inf, true when one was.
+  // The single host sync of a step.
   virtual bool unscale_and_check_finite(std::span<const TensorView> grads, float inv_scale) = 0;
   // Σ x² over all tensors, accumulated in double (fp32 inputs). Non-finite in → non-finite out.
   virtual double sum_of_squares(std::span<const TensorView> tensors) = 0;

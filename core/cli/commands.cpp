@@ -1,0 +1,165 @@
+#include "commands.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "embedded_quickstart.h"
+#include "mixtrain/core/config.h"
+#include "mixtrain/core/experiment.h"
+#include "mixtrain/core/log_sink.h"
+#include "mixtrain/core/plugin_registry.h"
+#include "mixtrain/core/trainer.h"
+
+namespace mixtrain::cli {
+
+namespace fs = std::filesystem;
+using core::Config;
+using core::PluginRegistry;
+
+namespace {
+
+Config load_config(const ConfigArgs& a) {
+  if (a.config.empty())
+    return Config::from_string(kEmbeddedQuickstartToml, "<embedded configs/quickstart.toml>",
+                               a.sets);
+  return Config::from_file(a.config, a.sets);
+}
+
+std::unique_ptr<PluginRegistry> make_registry(const Config* config) {
+  auto reg = std::make_unique<PluginRegistry>(&core::host_log_sink());
+  auto paths = PluginRegistry::default_search_path();
+  if (config != nullptr)
+    for (const auto& p : core::config_plugin_paths(*config)) paths.push_back(p);
+  reg->scan(paths);
+  return reg;
+}
+
+std::string dt(sdk::DType t) { return std::string(sdk::dtype_name(t)); }
+
+}  // namespace
+
+int run_train(const ConfigArgs& cfg, const std::string& run_dir,
+              const std::optional<std::string>& resume) {
+  auto config = load_config(cfg);
+  auto registry = make_registry(&config);
+  auto experiment = core::parse_experiment(config, *registry);
+  auto components = core::create_components(experiment, *registry);
+  core::TrainOptions opt;
+  opt.run_dir = run_dir;
+  if (resume) opt.resume = fs::path(*resume);
+  opt.progress_line = isatty(STDERR_FILENO) != 0;
+  core::Trainer trainer(experiment, std::move(components), opt);
+  auto s = trainer.run();
+  std::printf(
+      "done: %lld steps (%lld skipped), final loss %.5f, eval accuracy %.4f, %.0f samples/s, "
+      "peak memory %.1f MiB, %.1f s\nrun folder: %s\n",
+      static_cast<long long>(s.steps), static_cast<long long>(s.skipped_steps), s.final_loss,
+      s.eval.accuracy, s.samples_per_s, static_cast<double>(s.peak_memory_bytes) / (1 << 20),
+      s.wall_seconds, s.run_dir.string().c_str());
+  return 0;
+}
+
+int run_check(const ConfigArgs& cfg) {
+  auto config = load_config(cfg);
+  auto registry = make_registry(&config);
+  auto experiment = core::parse_experiment(config, *registry);
+  auto components = core::create_components(experiment, *registry);
+  auto policy = components.policy;
+  const bool needs_scaling = policy->needs_loss_scaling();
+  core::TrainOptions opt;
+  opt.write_outputs = false;
+  core::Trainer trainer(experiment, std::move(components), opt);
+
+  std::cout << core::resolved_toml(experiment) << "\n";
+  std::cout << "# data: " << trainer.train_data().rows << " training rows, "
+            << trainer.eval_data().rows << " held-out rows, " << trainer.train_data().features
+            << " features, " << trainer.train_data().classes << " classes\n";
+  std::cout << "# precision plan (policy " << experiment.policy_name << "):\n";
+  std::printf("#   %-14s %-10s %-8s %-10s %-10s %-15s\n", "layer", "type", "weight", "gemm_in",
+              "activation", "activation_grad");
+  std::vector<std::string> warnings;
+  for (const auto& l : trainer.model().layers()) {
+    const auto& p = l->precision();
+    std::printf("#   %-14s %-10s %-8s %-10s %-10s %-15s\n", l->name().c_str(), l->type().c_str(),
+                dt(p.weight).c_str(), dt(p.gemm_input).c_str(), dt(p.activation).c_str(),
+                dt(p.activation_grad).c_str());
+    if (l->has_gemm() && p.gemm_input != sdk::DType::fp32) {
+      const std::int64_t multiple = sdk::is_fp8(p.gemm_input) ? 16 : 8;
+      for (auto d : {l->in_features(), l->out_features()})
+        if (d % multiple != 0) {
+          warnings.push_back("layer '" + l->name() + "': GEMM dimension " + std::to_string(d) +
+                             " is not a multiple of " + std::to_string(multiple) +
+                             "; Tensor Cores run such shapes padded or not at all");
+          break;
+        }
+    }
+  }
+  if (needs_scaling && experiment.scaler_type == "none")
+    warnings.push_back("policy '" + experiment.policy_name +
+                       "' stores gradients in a narrow format but scaler.type = \"none\": small "
+                       "gradients will flush to zero; set scaler.type = \"dynamic\"");
+  for (const auto& w : warnings) core::core_logger("check").warn(w);
+  std::cout << "# config OK" << (warnings.empty() ? "" : " (with warnings)") << "\n";
+  return 0;
+}
+
+int run_plugins() {
+  auto registry = make_registry(nullptr);
+  std::printf("%-18s %-14s %-8s %-34s %s\n", "KIND", "NAME", "VERSION", "LIBRARY", "DESCRIPTION");
+  for (const auto& c : registry->components()) {
+    std::printf("%-18s %-14s %-8s %-34s %s\n", std::string(sdk::component_kind_name(c.info.kind)).c_str(),
+                c.info.name.c_str(), c.plugin_version.c_str(),
+                c.library.filename().string().c_str(), c.info.description.c_str());
+    if (c.info.kind == sdk::ComponentKind::backend) {
+      try {
+        auto opts = sdk::Options::resolve("backend", c.info.options, {}, {});
+        auto backend = registry->create<sdk::DeviceBackend>(c, opts);
+        auto caps = backend->capabilities();
+        std::printf("%-18s   device: %s, %d threads\n", "", caps.device_name.c_str(), caps.threads);
+        for (const auto& d : caps.gemm_inputs)
+          std::printf("%-18s   gemm %-9s %-9s %s\n", "", dt(d.dtype).c_str(),
+                      d.native ? "native" : "emulated", d.how.c_str());
+        if (!caps.features.empty()) {
+          std::string f;
+          for (const auto& x : caps.features) f += (f.empty() ? "" : " ") + x;
+          std::printf("%-18s   cpu features: %s\n", "", f.c_str());
+        }
+      } catch (const std::exception& e) {
+        std::printf("%-18s   unavailable: %s\n", "", e.what());
+      }
+    }
+  }
+  bool any_failed = false;
+  for (const auto& l : registry->libraries()) {
+    if (l.loaded) continue;
+    if (!any_failed) std::printf("\nlibraries that failed to load:\n");
+    any_failed = true;
+    std::printf("  %s\n    %s\n", l.path.string().c_str(), l.error.c_str());
+  }
+  std::printf("\nsearch path:");
+  for (const auto& p : PluginRegistry::default_search_path()) std::printf(" %s", p.string().c_str());
+  std::printf("\n");
+  return 0;
+}
+
+int run_eval(const ConfigArgs& cfg, const std::string& checkpoint) {
+  auto config = load_config(cfg);
+  auto registry = make_registry(&config);
+  auto experiment = core::parse_experiment(config, *registry);
+  auto components = core::create_components(experiment, *registry);
+  auto ext = components.checkpoint_format->file_extension();
+  core::TrainOptions opt;
+  opt.write_outputs = false;
+  core::Trainer trainer(experiment, std::move(components), opt);
+  trainer.load_checkpoint(core::resolve_checkpoint_path(checkpoint, ext), /*weights_only=*/true);
+  auto r = trainer.evaluate();
+  nlohmann::json j = {{"eval_loss", r.loss}, {"eval_accuracy", r.accuracy}, {"rows", r.rows}};
+  std::cout << j.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace mixtrain::cli

@@ -1,0 +1,63 @@
+// mixtrain — config-driven mixed-precision training. See README.md for the commands.
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+#include "mixtrain/core/log_sink.h"
+#include "mixtrain/sdk/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"mixtrain: mixed-precision training from plugins, driven by TOML configs"};
+  app.set_version_flag("--version", std::string("mixtrain ") + MIXTRAIN_VERSION);
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
+
+  mixtrain::cli::ConfigArgs cfg;
+  std::string run_dir, checkpoint;
+  std::optional<std::string> resume;
+
+  auto* train = app.add_subcommand("train", "train a model described by a TOML config");
+  train->add_option("config", cfg.config, "config file (default: the embedded quickstart)");
+  train->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
+  train->add_option("--run-dir", run_dir, "folder for config.toml, metrics.jsonl, checkpoints/");
+  train->add_option("--resume", resume, "checkpoint file, or a run's checkpoints/ folder");
+
+  auto* check = app.add_subcommand("check", "validate a config and print it resolved");
+  check->add_option("config", cfg.config, "config file")->required();
+  check->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
+
+  app.add_subcommand("plugins", "list plugin libraries, their components and load errors");
+
+  auto* eval = app.add_subcommand("eval", "evaluate a checkpoint on the config's held-out data");
+  eval->add_option("config", cfg.config, "config file")->required();
+  eval->add_option("--checkpoint", checkpoint, "checkpoint file or checkpoints/ folder")
+      ->required();
+  eval->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+
+  try {
+    mixtrain::core::set_log_level(log_level);
+    if (train->parsed()) return mixtrain::cli::run_train(cfg, run_dir, resume);
+    if (check->parsed()) return mixtrain::cli::run_check(cfg);
+    if (eval->parsed()) return mixtrain::cli::run_eval(cfg, checkpoint);
+    return mixtrain::cli::run_plugins();
+  } catch (const mixtrain::sdk::UserError& e) {
+    std::fflush(stdout);
+    std::cerr << "\nerror: " << e.full_message() << std::endl;
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::cerr << "\nerror: " << e.what() << std::endl;
+    return 1;
+  }
+}

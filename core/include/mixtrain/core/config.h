@@ -1,0 +1,66 @@
+// Config: a parsed TOML run description plus `--set key=value` overrides.
+//
+// Contract
+// - from_file()/from_string() parse TOML with TOML++; a syntax error becomes sdk::ConfigError at
+//   file:line:col. Overrides use dotted keys ("precision.policy=bf16-mixed",
+//   "model.layers.2.out=64"); the value is parsed as a TOML value and, failing that, taken as a
+//   string. Values keep their source location (the override itself for --set values).
+// - Accessors return raw values with locations; typing and validation happen against declared
+//   schemas (sdk::Options::resolve), so every error names file:line:col and the key.
+// - TOML++ stays out of this header: the parsed document is owned by an opaque implementation.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mixtrain/sdk/options.h"
+
+namespace mixtrain::core {
+
+struct TableEntry {  // one table of an array of tables ([[model.layers]] or inline tables)
+  sdk::SourceLocation where;
+  std::vector<sdk::RawOption> options;
+};
+
+class Config {
+ public:
+  static Config from_file(const std::filesystem::path& path,
+                          const std::vector<std::string>& overrides = {});
+  static Config from_string(std::string_view text, const std::string& source_name,
+                            const std::vector<std::string>& overrides = {});
+  ~Config();
+  Config(Config&&) noexcept;
+  Config& operator=(Config&&) noexcept;
+
+  const std::string& source_name() const;
+  std::filesystem::path base_dir() const;  // relative paths in the config resolve against it
+
+  std::vector<std::string> top_level_keys() const;
+  bool has_table(std::string_view dotted) const;
+  sdk::SourceLocation location(std::string_view dotted) const;  // of a table or a key
+  // Scalar entries of a table; arrays of tables and sub-tables are skipped, other arrays raise.
+  std::vector<sdk::RawOption> table_options(std::string_view dotted,
+                                            const std::vector<std::string>& skip = {}) const;
+  std::vector<TableEntry> table_array(std::string_view dotted) const;
+  std::vector<std::string> string_array(std::string_view dotted) const;  // [] when absent
+
+  struct Impl;  // opaque: keeps TOML++ out of this header
+
+ private:
+  explicit Config(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Renders sections of resolved options as TOML text (for DIR/config.toml and `mixtrain check`).
+struct ResolvedSection {
+  std::string name;  // "scaler", or "model.layers" with `array` set
+  bool array = false;
+  std::vector<std::pair<std::string, sdk::OptionValue>> values;
+  std::vector<std::string> comments;  // written above the section as "# ..."
+};
+std::string render_toml(const std::vector<ResolvedSection>& sections);
+
+}  // namespace mixtrain::core

@@ -1,0 +1,110 @@
+// Experiment: a config resolved and validated against the core's and the plugins' schemas.
+//
+// Contract
+// - parse_experiment() reads every table of the config, rejects unknown tables and keys (with
+//   "did you mean"), validates types and ranges (errors name file:line:col and the key), resolves
+//   the plugins named by the config in the registry (errors list what exists) and validates
+//   their options against their declared schemas. It creates no plugin object.
+// - create_components() instantiates backend, policy, scaler, optimizer and checkpoint format;
+//   plugin-specific checks that a schema cannot express fail here, still as sdk::UserError.
+// - resolved_toml() renders every effective value (defaults included) as a TOML document that
+//   reproduces the run when fed back to `mixtrain train`.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/config.h"
+#include "mixtrain/core/dataset.h"
+#include "mixtrain/core/model.h"
+#include "mixtrain/core/plugin_registry.h"
+#include "mixtrain/sdk/checkpoint_format.h"
+#include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/loss_scaler.h"
+#include "mixtrain/sdk/optimizer.h"
+#include "mixtrain/sdk/precision_policy.h"
+
+namespace mixtrain::core {
+
+struct RunSettings {
+  std::string name;
+  std::uint64_t seed = 0;
+  std::int64_t steps = 0;
+  std::int64_t log_every = 10;
+  std::int64_t eval_every = 0;  // 0: evaluate at the end only
+  std::string on_nonfinite;     // "skip" | "stop"
+  std::string dir;              // default run directory when --run-dir is not given
+};
+
+struct DataSettings {
+  std::string source;  // synthetic | npy | idx
+  std::int64_t batch_size = 0;
+  std::int64_t eval_batch_size = 0;
+  bool shuffle = true;
+  double eval_fraction = 0.1;
+  std::int32_t classes = 0;  // 0: infer from the labels
+  SyntheticSpec synthetic;
+  std::filesystem::path features_path, labels_path, images_path;
+};
+
+struct ScheduleSettings {
+  std::string schedule;  // constant | warmup_cosine
+  std::int64_t warmup_steps = 0;
+  double min_lr = 0.0;
+  double clip_grad_norm = 0.0;  // 0: no clipping
+};
+
+struct CheckpointSettings {
+  std::string format;
+  std::int64_t every = 0;  // 0: only the final checkpoint
+  std::int64_t keep = 3;
+  std::string init_from;
+};
+
+struct PrecisionOverride {
+  std::string pattern;  // layer name or glob
+  std::optional<sdk::DType> weight, gemm_input, activation, activation_grad;
+  sdk::SourceLocation where;
+};
+
+struct Experiment {
+  std::string source_name;
+  RunSettings run;
+  DataSettings data;
+  ScheduleSettings schedule;
+  CheckpointSettings checkpoint;
+  ModelSpec model;
+  std::vector<PrecisionOverride> overrides;
+  std::vector<std::filesystem::path> plugin_paths;
+
+  std::string backend_type, policy_name, scaler_type, optimizer_type;
+  sdk::Options backend_options, policy_options, scaler_options, optimizer_options,
+      checkpoint_options;
+  std::vector<ResolvedSection> core_sections;  // run, data, model, ... in resolved form
+};
+
+struct Components {
+  std::shared_ptr<sdk::DeviceBackend> backend;
+  std::shared_ptr<sdk::PrecisionPolicy> policy;
+  std::shared_ptr<sdk::LossScaler> scaler;
+  std::shared_ptr<sdk::Optimizer> optimizer;
+  std::shared_ptr<sdk::CheckpointFormat> checkpoint_format;
+};
+
+// Folders from [plugins] paths, resolved against the config's folder. Read before the registry
+// is scanned, because the plugins' schemas are needed to validate the rest.
+std::vector<std::filesystem::path> config_plugin_paths(const Config& config);
+
+Experiment parse_experiment(const Config& config, const PluginRegistry& registry);
+Components create_components(const Experiment& e, const PluginRegistry& registry);
+std::string resolved_toml(const Experiment& e);
+
+// Applies the policy's plan and the user's overrides to every layer. An override that matches
+// no layer is an error naming the pattern and the layers that exist.
+void plan_precision(Model& model, const sdk::PrecisionPolicy& policy,
+                    const std::vector<PrecisionOverride>& overrides);
+
+}  // namespace mixtrain::core

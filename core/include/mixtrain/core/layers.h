@@ -1,0 +1,112 @@
+// Layers: explicit forward/backward over buffers allocated once, up front.
+//
+// Contract
+// - A layer maps x [rows, in_features] to y [rows, out_features]; rows <= the max_rows given to
+//   allocate(). The layer owns its output activation (stored in precision().activation), its
+//   parameters (FP32 master + FP32 gradient + optional low-precision working copy) and any saved
+//   statistics. Inputs are views owned by the previous layer, valid until the next forward.
+// - backward(x, dy, dx, rows) writes FP32 parameter gradients (overwriting: one micro-batch per
+//   step) and, when dx is not empty, the gradient w.r.t. the input in dx's dtype.
+// - Math runs on the backend; a layer performs only the casts its precision plan asks for.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/tensor.h"
+#include "mixtrain/sdk/precision_policy.h"
+
+namespace mixtrain::core {
+
+struct ModelParameter {
+  std::string name;  // "<layer>.weight"
+  Tensor master;     // fp32
+  Tensor grad;       // fp32
+  Tensor working;    // low-precision copy; empty when the weight dtype is fp32 / tf32
+  bool weight_decay = true;
+  sdk::TensorView compute_view() const { return working.empty() ? master.view() : working.view(); }
+};
+
+class Layer {
+ public:
+  Layer(std::string name, std::string type, std::int64_t in, std::int64_t out);
+  virtual ~Layer();
+
+  const std::string& name() const { return name_; }
+  const std::string& type() const { return type_; }
+  std::int64_t in_features() const { return in_; }
+  std::int64_t out_features() const { return out_; }
+  virtual bool has_gemm() const { return false; }
+  sdk::LayerDescription description() const;
+
+  void set_precision(const sdk::LayerPrecision& p) { precision_ = p; }
+  const sdk::LayerPrecision& precision() const { return precision_; }
+
+  virtual void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows);
+  virtual void forward(sdk::TensorView x, std::int64_t rows) = 0;
+  virtual void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
+                        std::int64_t rows) = 0;
+  // Host-side initialisation of parameters from a seed (PyTorch's defaults for the layer type).
+  virtual void init_parameters(std::uint64_t /*seed*/) {}
+
+  sdk::TensorView output(std::int64_t rows) const { return output_.rows(rows); }
+  std::vector<ModelParameter>& parameters() { return params_; }
+  const std::vector<ModelParameter>& parameters() const { return params_; }
+
+ protected:
+  ModelParameter make_parameter(const std::string& suffix, sdk::Shape shape, bool decay);
+  // `x` as `dtype`: x itself when it already is, else a cast into `scratch` (grown on demand).
+  sdk::TensorView as_dtype(sdk::TensorView x, sdk::DType dtype, Tensor& scratch);
+
+  std::shared_ptr<sdk::DeviceBackend> backend_;
+  std::string name_, type_;
+  std::int64_t in_, out_;
+  sdk::LayerPrecision precision_;
+  Tensor output_;
+  std::vector<ModelParameter> params_;
+};
+
+// y = x · Wᵀ + b with W [out, in] (PyTorch layout), FP32 accumulation.
+class LinearLayer final : public Layer {
+ public:
+  LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias);
+  bool has_gemm() const override { return true; }
+  void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
+  void forward(sdk::TensorView x, std::int64_t rows) override;
+  void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
+                std::int64_t rows) override;
+  void init_parameters(std::uint64_t seed) override;
+
+ private:
+  bool bias_;
+  Tensor x_scratch_, dy_scratch_;
+};
+
+class ActivationLayer final : public Layer {
+ public:
+  ActivationLayer(std::string name, sdk::Activation act, std::int64_t features);
+  void forward(sdk::TensorView x, std::int64_t rows) override;
+  void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
+                std::int64_t rows) override;
+
+ private:
+  sdk::Activation act_;
+};
+
+// Per-row normalisation with FP32 statistics; gamma/beta are FP32 and never weight-decayed.
+class LayerNormLayer final : public Layer {
+ public:
+  LayerNormLayer(std::string name, std::int64_t features, float eps);
+  void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
+  void forward(sdk::TensorView x, std::int64_t rows) override;
+  void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
+                std::int64_t rows) override;
+  void init_parameters(std::uint64_t seed) override;
+
+ private:
+  float eps_;
+  Tensor mean_, rstd_;
+};
+
+}  // namespace mixtrain::core

@@ -1,0 +1,81 @@
+// Model: a sequence of layers ending in softmax-cross-entropy, with every buffer allocated once.
+//
+// Contract
+// - Lifecycle: construct from a ModelSpec (layer objects only) → set each layer's precision →
+//   allocate(max_rows) → init_parameters(seed) or load masters → refresh_working_copies().
+// - Each step: write the batch into input(rows) / labels(rows) (device views), forward(rows),
+//   loss(rows, grad_scale, with_grad), backward(rows). The last layer's output are the logits
+//   [rows, classes]; `grad_scale` (the loss scale) multiplies the gradient seed.
+// - ModelSpec errors (unknown layer type, bad sizes, duplicate names, last layer not producing
+//   `classes` outputs) raise sdk::ConfigError at the layer's file:line:col.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/layers.h"
+#include "mixtrain/core/tensor.h"
+
+namespace mixtrain::core {
+
+struct LayerSpec {
+  std::string type;  // linear | relu | gelu | layernorm
+  std::string name;  // defaults to "<type><index>"
+  std::int64_t out = 0;  // linear only
+  bool bias = true;      // linear only
+  double eps = 1e-5;     // layernorm only
+  sdk::SourceLocation where;
+};
+
+struct ModelSpec {
+  std::vector<LayerSpec> layers;
+  std::string loss = "softmax_cross_entropy";
+  sdk::SourceLocation where;
+};
+
+struct LossValues {
+  float loss = 0.0f;         // mean over rows, FP32
+  std::int32_t correct = 0;  // rows whose argmax equals the label
+};
+
+class Model {
+ public:
+  Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
+        std::int64_t input_features, std::int32_t classes);
+
+  std::vector<std::unique_ptr<Layer>>& layers() { return layers_; }
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  std::int64_t input_features() const { return input_features_; }
+  std::int32_t classes() const { return classes_; }
+
+  void allocate(std::int64_t max_rows);
+  void init_parameters(std::uint64_t seed);
+  void refresh_working_copies();  // working = cast(master) for every parameter that has one
+
+  sdk::TensorView input(std::int64_t rows) const { return input_.rows(rows); }
+  sdk::TensorView labels(std::int64_t rows) const;
+  sdk::TensorView logits(std::int64_t rows) const { return layers_.back()->output(rows); }
+
+  void forward(std::int64_t rows);
+  // Writes the loss (and, with_grad, the scaled gradient of the logits); reads them back.
+  LossValues loss(std::int64_t rows, float grad_scale, bool with_grad);
+  void backward(std::int64_t rows);
+
+  std::vector<ModelParameter*> parameters();
+  std::int64_t parameter_count() const;
+  // Views of every activation the last forward wrote, in layer order, named "<layer>.output".
+  std::vector<std::pair<std::string, sdk::TensorView>> activations(std::int64_t rows) const;
+  std::int64_t max_rows() const { return max_rows_; }
+
+ private:
+  std::shared_ptr<sdk::DeviceBackend> backend_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::int64_t input_features_;
+  std::int32_t classes_;
+  std::int64_t max_rows_ = 0;
+  Tensor input_, labels_, loss_, correct_;
+  Tensor grad_a_, grad_b_;  // ping-pong buffers for activation gradients, any dtype
+};
+
+}  // namespace mixtrain::core

@@ -1,0 +1,79 @@
+// PluginRegistry: finds, loads and indexes plugin libraries; creates their components.
+//
+// Contract
+// - scan() loads every `libmixtrain_*.so` in the given folders (in order; a later library that
+//   provides an already-known (kind, name) is reported as a duplicate and ignored). A library that
+//   fails to load — not a plugin, unresolved symbol, ABI or fingerprint mismatch, a throwing
+//   components() — is recorded with its reason and never prevents the others from loading.
+// - require() returns the component or throws sdk::PluginError listing what exists, a "did you
+//   mean", and every library that failed to load.
+// - create<T>() calls the factory; any exception is rethrown as sdk::PluginError carrying the
+//   component and library names. The returned shared_ptr's deleter keeps the library loaded, and
+//   libraries are never unloaded while the process runs.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/sdk/plugin.h"
+
+namespace mixtrain::core {
+
+struct LoadedComponent {
+  sdk::ComponentInfo info;
+  std::string plugin_name;
+  std::string plugin_version;
+  std::filesystem::path library;
+  std::shared_ptr<void> library_handle;  // keeps the shared library loaded
+};
+
+struct LibraryRecord {
+  std::filesystem::path path;
+  bool loaded = false;
+  std::string plugin_name;
+  std::string plugin_version;
+  std::string error;  // why it failed to load, when !loaded
+  std::vector<std::string> warnings;
+};
+
+class PluginRegistry {
+ public:
+  explicit PluginRegistry(sdk::LogSink* sink = nullptr);
+
+  // The default search path: the folder next to the executable (../lib/mixtrain/plugins), then
+  // every entry of MIXTRAIN_PLUGIN_PATH (':'-separated folders or library files).
+  static std::vector<std::filesystem::path> default_search_path();
+
+  void scan(const std::vector<std::filesystem::path>& folders_or_files);
+  void load_library(const std::filesystem::path& path);
+
+  const std::vector<LibraryRecord>& libraries() const { return libraries_; }
+  const std::vector<LoadedComponent>& components() const { return components_; }
+  std::vector<std::string> names(sdk::ComponentKind kind) const;
+  const LoadedComponent* find(sdk::ComponentKind kind, const std::string& name) const;
+  const LoadedComponent& require(sdk::ComponentKind kind, const std::string& name,
+                                 const std::string& where = {}) const;
+
+  template <class T>
+  std::shared_ptr<T> create(const LoadedComponent& c, const sdk::Options& options) const {
+    auto raw = create_component(c, options);
+    auto* typed = dynamic_cast<T*>(raw.get());
+    if (typed == nullptr) throw_wrong_type(c);
+    raw.release();
+    auto handle = c.library_handle;
+    return std::shared_ptr<T>(typed, [handle](T* p) { delete p; });
+  }
+
+ private:
+  std::unique_ptr<sdk::Component> create_component(const LoadedComponent& c,
+                                                   const sdk::Options& options) const;
+  [[noreturn]] void throw_wrong_type(const LoadedComponent& c) const;
+
+  sdk::LogSink* sink_;
+  std::vector<LibraryRecord> libraries_;
+  std::vector<LoadedComponent> components_;
+};
+
+}  // namespace mixtrain::core

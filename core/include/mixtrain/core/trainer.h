@@ -1,0 +1,76 @@
+// Trainer: the mixed-precision training loop of DESIGN §4, its outputs and its checkpoints.
+//
+// Contract
+// - Construction loads the data, builds the model under the policy's plan (checked against the
+//   backend's capabilities), binds the optimizer and, with `resume`, restores the complete
+//   training state so the run continues bit for bit. Bad input raises sdk::UserError subclasses.
+// - run() trains to run.steps, writing into the run folder: config.toml (resolved), metrics.jsonl
+//   (one JSON object per logged step and per evaluation, flushed as written), checkpoints/ and
+//   summary.json. It never overwrites another run's files: an existing run folder is refused
+//   unless it is the folder being resumed.
+// - Step semantics: loss in FP32, backward seeded with the loss scale, fused unscale + non-finite
+//   check on FP32 gradients, optional clipping after unscaling, then the scaler decides; a
+//   skipped step leaves master weights, optimizer state and the lr schedule untouched.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "mixtrain/core/experiment.h"
+
+namespace mixtrain::core {
+
+struct TrainOptions {
+  std::filesystem::path run_dir;         // empty: run.dir or runs/<name> (made unique)
+  std::optional<std::filesystem::path> resume;  // a checkpoint file or a checkpoints folder
+  bool progress_line = false;            // live progress line (a terminal is attached)
+  bool write_outputs = true;             // false: evaluate-only use, nothing written
+};
+
+struct EvalResult {
+  double loss = 0.0;
+  double accuracy = 0.0;
+  std::int64_t rows = 0;
+};
+
+struct TrainSummary {
+  std::int64_t steps = 0;
+  std::int64_t applied_steps = 0;
+  std::int64_t skipped_steps = 0;
+  double final_loss = 0.0;
+  EvalResult eval;
+  double final_loss_scale = 1.0;
+  std::size_t peak_memory_bytes = 0;
+  std::size_t peak_rss_bytes = 0;
+  double samples_per_s = 0.0;
+  double wall_seconds = 0.0;
+  std::filesystem::path run_dir;
+};
+
+class Trainer {
+ public:
+  Trainer(const Experiment& experiment, Components components, const TrainOptions& options);
+  ~Trainer();
+
+  TrainSummary run();
+  EvalResult evaluate();
+  // Loads parameters (and, unless weights_only, the whole training state) from a checkpoint.
+  void load_checkpoint(const std::filesystem::path& path, bool weights_only);
+  std::filesystem::path save_checkpoint();
+  const std::filesystem::path& run_dir() const;
+  const Model& model() const;
+  const Dataset& train_data() const;
+  const Dataset& eval_data() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// The newest "step-*.mxt"-style checkpoint in a folder, or the path itself when it is a file.
+std::filesystem::path resolve_checkpoint_path(const std::filesystem::path& path,
+                                              const std::string& extension);
+
+}  // namespace mixtrain::core

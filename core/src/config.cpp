@@ -1,0 +1,261 @@
+#include "mixtrain/core/config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+namespace mixtrain::core {
+
+namespace fs = std::filesystem;
+
+struct Config::Impl {
+  std::string source;
+  fs::path base;
+  toml::table root;
+  std::map<std::string, sdk::SourceLocation> override_locations;
+};
+
+namespace {
+
+sdk::SourceLocation loc_of(const toml::node& n, const std::string& source) {
+  const auto& s = n.source();
+  return {source, static_cast<std::uint32_t>(s.begin.line),
+          static_cast<std::uint32_t>(s.begin.column)};
+}
+
+std::vector<std::string> split_dotted(std::string_view dotted) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= dotted.size()) {
+    auto end = dotted.find('.', start);
+    if (end == std::string_view::npos) end = dotted.size();
+    out.emplace_back(dotted.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+bool is_index(const std::string& s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+const toml::node* lookup(const toml::table& root, std::string_view dotted) {
+  const toml::node* cur = &root;
+  for (const auto& part : split_dotted(dotted)) {
+    if (const auto* t = cur->as_table()) {
+      cur = t->get(part);
+    } else if (const auto* a = cur->as_array(); a != nullptr && is_index(part)) {
+      cur = a->get(std::stoul(part));
+    } else {
+      return nullptr;
+    }
+    if (cur == nullptr) return nullptr;
+  }
+  return cur;
+}
+
+std::optional<sdk::OptionValue> scalar_value(const toml::node& n) {
+  if (auto v = n.value_exact<bool>()) return sdk::OptionValue{*v};
+  if (auto v = n.value_exact<std::int64_t>()) return sdk::OptionValue{*v};
+  if (auto v = n.value_exact<double>()) return sdk::OptionValue{*v};
+  if (auto v = n.value_exact<std::string>()) return sdk::OptionValue{*v};
+  return std::nullopt;
+}
+
+void apply_override(Config::Impl& impl, const std::string& spec) {
+  const sdk::SourceLocation where{"--set " + spec, 0, 0};
+  auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw sdk::ConfigError(where, "", "an override must look like key=value",
+                           "for example --set precision.policy=bf16-mixed");
+  std::string key = spec.substr(0, eq);
+  std::string text = spec.substr(eq + 1);
+  auto parts = split_dotted(key);
+  for (const auto& p : parts)
+    if (p.empty())
+      throw sdk::ConfigError(where, key, "empty key segment", "use dotted keys like run.steps=10");
+
+  // The value: a TOML value if it parses as one, otherwise a plain string (so names need no
+  // quoting on the command line).
+  toml::table parsed;
+  bool parsed_ok = false;
+  try {
+    parsed = toml::parse("v = " + text);
+    parsed_ok = parsed.contains("v");
+  } catch (const toml::parse_error&) {
+    parsed_ok = false;
+  }
+
+  toml::node* cur = &impl.root;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    const auto& part = parts[i];
+    if (auto* t = cur->as_table()) {
+      auto* next = t->get(part);
+      if (next == nullptr) {
+        t->insert(part, toml::table{});
+        next = t->get(part);
+      }
+      cur = next;
+    } else if (auto* a = cur->as_array(); a != nullptr && is_index(part)) {
+      auto idx = std::stoul(part);
+      if (idx >= a->size())
+        throw sdk::ConfigError(where, key,
+                               "index " + part + " is out of range (the array has " +
+                                   std::to_string(a->size()) + " entries)");
+      cur = a->get(idx);
+    } else {
+      throw sdk::ConfigError(where, key,
+                             "'" + part + "' is not a table in this config, so '" +
+                                 parts[i + 1] + "' cannot be set inside it");
+    }
+  }
+  auto* table = cur->as_table();
+  if (table == nullptr)
+    throw sdk::ConfigError(where, key, "the parent of '" + parts.back() + "' is not a table");
+  if (parsed_ok)
+    table->insert_or_assign(parts.back(), *parsed.get("v"));
+  else
+    table->insert_or_assign(parts.back(), text);
+  impl.override_locations[key] = where;
+}
+
+}  // namespace
+
+Config::Config(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Config::~Config() = default;
+Config::Config(Config&&) noexcept = default;
+Config& Config::operator=(Config&&) noexcept = default;
+
+Config Config::from_file(const fs::path& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw sdk::ConfigError({path.string(), 0, 0}, "", "cannot open the config file",
+                           "check the path; configs/quickstart.toml is a working example");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto cfg = from_string(ss.str(), path.string(), overrides);
+  cfg.impl_->base = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  return cfg;
+}
+
+Config Config::from_string(std::string_view text, const std::string& source_name,
+                           const std::vector<std::string>& overrides) {
+  auto impl = std::make_unique<Impl>();
+  impl->source = source_name;
+  impl->base = fs::current_path();
+  try {
+    impl->root = toml::parse(text, source_name);
+  } catch (const toml::parse_error& e) {
+    sdk::SourceLocation where{source_name, static_cast<std::uint32_t>(e.source().begin.line),
+                              static_cast<std::uint32_t>(e.source().begin.column)};
+    throw sdk::ConfigError(where, "", "TOML syntax error: " + std::string(e.description()),
+                           "fix the TOML syntax at that position");
+  }
+  for (const auto& o : overrides) apply_override(*impl, o);
+  return Config(std::move(impl));
+}
+
+const std::string& Config::source_name() const { return impl_->source; }
+fs::path Config::base_dir() const { return impl_->base; }
+
+std::vector<std::string> Config::top_level_keys() const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : impl_->root) out.emplace_back(k.str());
+  return out;
+}
+
+bool Config::has_table(std::string_view dotted) const {
+  const auto* n = lookup(impl_->root, dotted);
+  return n != nullptr && n->is_table();
+}
+
+sdk::SourceLocation Config::location(std::string_view dotted) const {
+  auto it = impl_->override_locations.find(std::string(dotted));
+  if (it != impl_->override_locations.end()) return it->second;
+  if (const auto* n = lookup(impl_->root, dotted)) {
+    auto l = loc_of(*n, impl_->source);
+    if (l.line != 0) return l;
+  }
+  return {impl_->source, 0, 0};
+}
+
+std::vector<sdk::RawOption> Config::table_options(std::string_view dotted,
+                                                  const std::vector<std::string>& skip) const {
+  std::vector<sdk::RawOption> out;
+  const auto* n = lookup(impl_->root, dotted);
+  if (n == nullptr) return out;
+  const auto* t = n->as_table();
+  if (t == nullptr)
+    throw sdk::ConfigError(location(dotted), std::string(dotted), "expected a table",
+                           "write it as [" + std::string(dotted) + "] with key = value lines");
+  for (const auto& [k, v] : *t) {
+    std::string key(k.str());
+    if (std::find(skip.begin(), skip.end(), key) != skip.end()) continue;
+    std::string full = std::string(dotted) + "." + key;
+    if (v.is_table() || v.is_array_of_tables()) continue;
+    auto val = scalar_value(v);
+    if (!val)
+      throw sdk::ConfigError(location(full), full,
+                             "expected a boolean, integer, number or string",
+                             "arrays and dates are not valid here");
+    out.push_back({key, *val, location(full)});
+  }
+  return out;
+}
+
+std::vector<TableEntry> Config::table_array(std::string_view dotted) const {
+  std::vector<TableEntry> out;
+  const auto* n = lookup(impl_->root, dotted);
+  if (n == nullptr) return out;
+  const auto* a = n->as_array();
+  if (a == nullptr)
+    throw sdk::ConfigError(location(dotted), std::string(dotted), "expected an array of tables",
+                           "write [[" + std::string(dotted) + "]] blocks or a list of inline "
+                           "tables: " + std::string(dotted) + " = [ { ... }, { ... } ]");
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    std::string item = std::string(dotted) + "." + std::to_string(i);
+    const auto* t = a->get(i)->as_table();
+    if (t == nullptr)
+      throw sdk::ConfigError(location(item), std::string(dotted) + "[" + std::to_string(i) + "]",
+                             "expected a table", "each entry is a table like { type = \"relu\" }");
+    out.push_back({location(item), table_options(item)});
+  }
+  return out;
+}
+
+std::vector<std::string> Config::string_array(std::string_view dotted) const {
+  std::vector<std::string> out;
+  const auto* n = lookup(impl_->root, dotted);
+  if (n == nullptr) return out;
+  if (auto s = n->value_exact<std::string>()) return {*s};
+  const auto* a = n->as_array();
+  if (a == nullptr)
+    throw sdk::ConfigError(location(dotted), std::string(dotted), "expected an array of strings");
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    auto s = a->get(i)->value_exact<std::string>();
+    if (!s)
+      throw sdk::ConfigError(location(dotted), std::string(dotted),
+                             "entry " + std::to_string(i) + " is not a string");
+    out.push_back(*s);
+  }
+  return out;
+}
+
+std::string render_toml(const std::vector<ResolvedSection>& sections) {
+  std::string out;
+  for (const auto& s : sections) {
+    if (!out.empty()) out += "\n";
+    for (const auto& c : s.comments) out += "# " + c + "\n";
+    out += s.array ? "[[" + s.name + "]]\n" : "[" + s.name + "]\n";
+    for (const auto& [k, v] : s.values) {
+      if (std::holds_alternative<std::monostate>(v)) continue;
+      out += k + " = " + sdk::option_value_to_string(v) + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,170 @@
+#include "mixtrain/core/layers.h"
+
+#include <cmath>
+#include <vector>
+
+#include "mixtrain/core/random.h"
+
+namespace mixtrain::core {
+
+using sdk::DType;
+using sdk::TensorView;
+
+namespace {
+// tf32 is fp32 storage rounded inside the GEMM; every other dtype is its own storage.
+DType storage_of(DType t) { return t == DType::tf32 ? DType::fp32 : t; }
+bool needs_working_copy(DType weight) { return weight != DType::fp32 && weight != DType::tf32; }
+// The first n elements of a rank-1 tensor.
+TensorView prefix(const Tensor& t, std::int64_t n) { return {t.view().data, t.dtype(), sdk::Shape{n}}; }
+
+void fill_uniform(sdk::DeviceBackend& backend, const Tensor& t, double bound, std::uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<float> host(static_cast<std::size_t>(t.shape().numel()));
+  for (auto& v : host) v = static_cast<float>(rng.uniform(-bound, bound));
+  backend.copy_from_host(t.view(), host.data());
+}
+}  // namespace
+
+Layer::Layer(std::string name, std::string type, std::int64_t in, std::int64_t out)
+    : name_(std::move(name)), type_(std::move(type)), in_(in), out_(out) {}
+Layer::~Layer() = default;
+
+sdk::LayerDescription Layer::description() const {
+  return {name_, type_, in_, out_, has_gemm()};
+}
+
+void Layer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) {
+  backend_ = backend;
+  output_ = Tensor(backend, storage_of(precision_.activation), sdk::Shape{max_rows, out_});
+}
+
+ModelParameter Layer::make_parameter(const std::string& suffix, sdk::Shape shape, bool decay) {
+  ModelParameter p;
+  p.name = name_ + "." + suffix;
+  p.master = Tensor(backend_, DType::fp32, shape);
+  p.grad = Tensor(backend_, DType::fp32, shape);
+  backend_->fill(p.grad.view(), 0.0f);
+  p.weight_decay = decay;
+  return p;
+}
+
+TensorView Layer::as_dtype(TensorView x, DType dtype, Tensor& scratch) {
+  if (x.dtype == dtype) return x;
+  if (scratch.empty() || scratch.dtype() != dtype ||
+      scratch.shape().numel() < x.numel())
+    scratch = Tensor(backend_, dtype, x.shape);
+  TensorView dst{scratch.view().data, dtype, x.shape};
+  backend_->cast(x, dst);
+  return dst;
+}
+
+// --- Linear -------------------------------------------------------------------------------------
+
+LinearLayer::LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias)
+    : Layer(std::move(name), "linear", in, out), bias_(bias) {}
+
+void LinearLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                           std::int64_t max_rows) {
+  Layer::allocate(backend, max_rows);
+  params_.clear();
+  params_.push_back(make_parameter("weight", sdk::Shape{out_, in_}, true));
+  if (needs_working_copy(precision_.weight))
+    params_.back().working = Tensor(backend, precision_.weight, sdk::Shape{out_, in_});
+  if (bias_) params_.push_back(make_parameter("bias", sdk::Shape{out_}, false));
+}
+
+void LinearLayer::init_parameters(std::uint64_t seed) {
+  // PyTorch nn.Linear: kaiming_uniform(a=√5) → U(-1/√in, 1/√in) for weight and bias.
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
+  fill_uniform(*backend_, params_[0].master, bound, derive_seed(seed, (name_ + ".weight").c_str()));
+  if (bias_) fill_uniform(*backend_, params_[1].master, bound, derive_seed(seed, (name_ + ".bias").c_str()));
+}
+
+void LinearLayer::forward(TensorView x, std::int64_t rows) {
+  const DType in_storage = storage_of(precision_.gemm_input);
+  sdk::GemmArgs g;
+  g.a.view = as_dtype(x, in_storage, x_scratch_);
+  g.b.view = params_[0].compute_view();
+  g.b.transpose = true;
+  g.c = output_.rows(rows);
+  if (bias_) g.bias = params_[1].master.view();
+  g.compute = precision_.gemm_input;
+  backend_->gemm(g);
+}
+
+void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
+  (void)rows;
+  const DType in_storage = storage_of(precision_.gemm_input);
+  TensorView dy_g = as_dtype(dy, in_storage, dy_scratch_);
+  // dW[out, in] = dyᵀ[out, rows] · x[rows, in]
+  sdk::GemmArgs gw;
+  gw.a.view = dy_g;
+  gw.a.transpose = true;
+  gw.b.view = as_dtype(x, in_storage, x_scratch_);
+  gw.c = params_[0].grad.view();
+  gw.compute = precision_.gemm_input;
+  backend_->gemm(gw);
+  if (bias_) backend_->bias_grad(dy, params_[1].grad.view(), false);
+  if (!dx.empty()) {
+    // dx[rows, in] = dy[rows, out] · W[out, in]
+    sdk::GemmArgs gx;
+    gx.a.view = dy_g;
+    gx.b.view = params_[0].compute_view();
+    gx.c = dx;
+    gx.compute = precision_.gemm_input;
+    backend_->gemm(gx);
+  }
+}
+
+// --- Activations --------------------------------------------------------------------------------
+
+ActivationLayer::ActivationLayer(std::string name, sdk::Activation act, std::int64_t features)
+    : Layer(std::move(name), act == sdk::Activation::relu ? "relu" : "gelu", features, features),
+      act_(act) {}
+
+void ActivationLayer::forward(TensorView x, std::int64_t rows) {
+  backend_->activation_forward(act_, x, output_.rows(rows));
+}
+
+void ActivationLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t) {
+  if (!dx.empty()) backend_->activation_backward(act_, x, dy, dx);
+}
+
+// --- LayerNorm ----------------------------------------------------------------------------------
+
+LayerNormLayer::LayerNormLayer(std::string name, std::int64_t features, float eps)
+    : Layer(std::move(name), "layernorm", features, features), eps_(eps) {}
+
+void LayerNormLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                              std::int64_t max_rows) {
+  Layer::allocate(backend, max_rows);
+  params_.clear();
+  params_.push_back(make_parameter("weight", sdk::Shape{in_}, false));
+  params_.push_back(make_parameter("bias", sdk::Shape{in_}, false));
+  mean_ = Tensor(backend, DType::fp32, sdk::Shape{max_rows});
+  rstd_ = Tensor(backend, DType::fp32, sdk::Shape{max_rows});
+}
+
+void LayerNormLayer::init_parameters(std::uint64_t) {
+  backend_->fill(params_[0].master.view(), 1.0f);
+  backend_->fill(params_[1].master.view(), 0.0f);
+}
+
+void LayerNormLayer::forward(TensorView x, std::int64_t rows) {
+  backend_->layernorm_forward(x, params_[0].master.view(), params_[1].master.view(), eps_,
+                              output_.rows(rows), prefix(mean_, rows), prefix(rstd_, rows));
+}
+
+void LayerNormLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
+  Tensor unused;
+  TensorView dx_target = dx;
+  if (dx.empty()) {  // first layer: the input gradient is not needed but the kernel writes one
+    unused = Tensor(backend_, DType::fp32, sdk::Shape{rows, in_});
+    dx_target = unused.view();
+  }
+  backend_->layernorm_backward(dy, x, params_[0].master.view(), prefix(mean_, rows),
+                               prefix(rstd_, rows), dx_target, params_[0].grad.view(),
+                               params_[1].grad.view(), false);
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,150 @@
+#include "mixtrain/core/model.h"
+
+#include <algorithm>
+#include <set>
+
+#include "mixtrain/core/random.h"
+
+namespace mixtrain::core {
+
+using sdk::DType;
+using sdk::TensorView;
+
+namespace {
+DType storage_of(DType t) { return t == DType::tf32 ? DType::fp32 : t; }
+}  // namespace
+
+Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
+             std::int64_t input_features, std::int32_t classes)
+    : backend_(std::move(backend)), input_features_(input_features), classes_(classes) {
+  if (spec.layers.empty())
+    throw sdk::ConfigError(spec.where, "model.layers", "the model has no layers",
+                           "add layers = [ { type = \"linear\", out = 10 } ]");
+  if (spec.loss != "softmax_cross_entropy")
+    throw sdk::ConfigError(spec.where, "model.loss", "unknown loss '" + spec.loss + "'",
+                           "the supported loss is \"softmax_cross_entropy\"");
+  std::int64_t width = input_features;
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < spec.layers.size(); ++i) {
+    const auto& l = spec.layers[i];
+    std::string name = l.name.empty() ? l.type + std::to_string(i) : l.name;
+    if (!names.insert(name).second)
+      throw sdk::ConfigError(l.where, "model.layers[" + std::to_string(i) + "].name",
+                             "duplicate layer name '" + name + "'",
+                             "layer names must be unique; overrides and logs refer to them");
+    if (l.type == "linear") {
+      if (l.out <= 0)
+        throw sdk::ConfigError(l.where, "model.layers[" + std::to_string(i) + "].out",
+                               "a linear layer needs out > 0");
+      layers_.push_back(std::make_unique<LinearLayer>(name, width, l.out, l.bias));
+      width = l.out;
+    } else if (l.type == "relu") {
+      layers_.push_back(std::make_unique<ActivationLayer>(name, sdk::Activation::relu, width));
+    } else if (l.type == "gelu") {
+      layers_.push_back(std::make_unique<ActivationLayer>(name, sdk::Activation::gelu, width));
+    } else if (l.type == "layernorm") {
+      layers_.push_back(std::make_unique<LayerNormLayer>(name, width, static_cast<float>(l.eps)));
+    } else {
+      throw sdk::ConfigError(l.where, "model.layers[" + std::to_string(i) + "].type",
+                             "unknown layer type '" + l.type + "'",
+                             "use one of: linear, relu, gelu, layernorm");
+    }
+  }
+  if (width != classes)
+    throw sdk::ConfigError(spec.layers.back().where, "model.layers",
+                           "the last layer produces " + std::to_string(width) +
+                               " outputs but the data has " + std::to_string(classes) + " classes",
+                           "set out = " + std::to_string(classes) + " on the last linear layer");
+}
+
+void Model::allocate(std::int64_t max_rows) {
+  max_rows_ = max_rows;
+  input_ = Tensor(backend_, DType::fp32, sdk::Shape{max_rows, input_features_});
+  labels_ = Tensor(backend_, DType::int32, sdk::Shape{max_rows});
+  loss_ = Tensor(backend_, DType::fp32, sdk::Shape{1});
+  correct_ = Tensor(backend_, DType::int32, sdk::Shape{1});
+  std::int64_t widest = input_features_;
+  for (auto& l : layers_) {
+    l->allocate(backend_, max_rows);
+    widest = std::max({widest, l->in_features(), l->out_features()});
+  }
+  // Sized for fp32, the widest dtype any activation gradient may use.
+  grad_a_ = Tensor(backend_, DType::fp32, sdk::Shape{max_rows, widest});
+  grad_b_ = Tensor(backend_, DType::fp32, sdk::Shape{max_rows, widest});
+}
+
+void Model::init_parameters(std::uint64_t seed) {
+  for (auto& l : layers_) l->init_parameters(seed);
+  refresh_working_copies();
+}
+
+void Model::refresh_working_copies() {
+  for (auto& l : layers_)
+    for (auto& p : l->parameters())
+      if (!p.working.empty()) backend_->cast(p.master.view(), p.working.view());
+}
+
+TensorView Model::labels(std::int64_t rows) const {
+  return {labels_.view().data, DType::int32, sdk::Shape{rows}};
+}
+
+void Model::forward(std::int64_t rows) {
+  TensorView x = input_.rows(rows);
+  for (auto& l : layers_) {
+    l->forward(x, rows);
+    x = l->output(rows);
+  }
+}
+
+LossValues Model::loss(std::int64_t rows, float grad_scale, bool with_grad) {
+  TensorView dlogits;
+  if (with_grad)
+    dlogits = grad_a_.reinterpret(storage_of(layers_.back()->precision().activation), rows,
+                                  classes_);
+  backend_->softmax_cross_entropy(logits(rows), labels(rows), grad_scale, loss_.view(),
+                                  correct_.view(), dlogits);
+  LossValues v;
+  backend_->copy_to_host(&v.loss, loss_.view());
+  backend_->copy_to_host(&v.correct, correct_.view());
+  return v;
+}
+
+void Model::backward(std::int64_t rows) {
+  // The gradient of the logits sits in grad_a_ (written by loss()).
+  const Tensor* dy_buf = &grad_a_;
+  const Tensor* dx_buf = &grad_b_;
+  TensorView dy = grad_a_.reinterpret(storage_of(layers_.back()->precision().activation), rows,
+                                      classes_);
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    auto& l = *layers_[i];
+    TensorView x = i == 0 ? input_.rows(rows) : layers_[i - 1]->output(rows);
+    TensorView dx;
+    if (i > 0)
+      dx = dx_buf->reinterpret(storage_of(l.precision().activation_grad), rows, l.in_features());
+    l.backward(x, dy, dx, rows);
+    dy = dx;
+    std::swap(dy_buf, dx_buf);
+  }
+}
+
+std::vector<ModelParameter*> Model::parameters() {
+  std::vector<ModelParameter*> out;
+  for (auto& l : layers_)
+    for (auto& p : l->parameters()) out.push_back(&p);
+  return out;
+}
+
+std::int64_t Model::parameter_count() const {
+  std::int64_t n = 0;
+  for (const auto& l : layers_)
+    for (const auto& p : l->parameters()) n += p.master.shape().numel();
+  return n;
+}
+
+std::vector<std::pair<std::string, TensorView>> Model::activations(std::int64_t rows) const {
+  std::vector<std::pair<std::string, TensorView>> out;
+  for (const auto& l : layers_) out.emplace_back(l->name() + ".output", l->output(rows));
+  return out;
+}
+
+}  // namespace mixtrain::core

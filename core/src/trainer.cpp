@@ -1,0 +1,611 @@
+#include "mixtrain/core/trainer.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "mixtrain/core/batch_sampler.h"
+#include "mixtrain/core/log_sink.h"
+#include "mixtrain/core/lr_schedule.h"
+
+namespace mixtrain::core {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kStateVersion = "1";
+
+std::size_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<std::size_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+json state_to_json(const std::string& component, const sdk::ComponentState& st) {
+  json values = json::object();
+  for (const auto& [k, v] : st.values) {
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, bool>) values[k] = {{"bool", x}};
+          else if constexpr (std::is_same_v<T, std::int64_t>) values[k] = {{"int", x}};
+          else if constexpr (std::is_same_v<T, double>) values[k] = {{"double", x}};
+          else if constexpr (std::is_same_v<T, std::string>) values[k] = {{"string", x}};
+          else values[k] = {{"floats", x}};
+        },
+        v);
+  }
+  return {{"component", component}, {"version", st.version}, {"values", values}};
+}
+
+sdk::ComponentState state_from_json(const json& j, const std::string& what,
+                                    const std::string& expected_component,
+                                    const fs::path& file) {
+  try {
+    if (j.at("component").get<std::string>() != expected_component)
+      throw sdk::CheckpointError(
+          file.string() + ": the " + what + " state was written by '" +
+              j.at("component").get<std::string>() + "' but this run uses '" +
+              expected_component + "'",
+          "resume with the same " + what + " as the original run (see its config.toml)");
+    sdk::ComponentState st;
+    st.version = j.at("version").get<std::int64_t>();
+    for (const auto& [k, v] : j.at("values").items()) {
+      if (v.contains("bool")) st.values[k] = v["bool"].get<bool>();
+      else if (v.contains("int")) st.values[k] = v["int"].get<std::int64_t>();
+      else if (v.contains("double")) st.values[k] = v["double"].get<double>();
+      else if (v.contains("string")) st.values[k] = v["string"].get<std::string>();
+      else if (v.contains("floats")) st.values[k] = v["floats"].get<std::vector<float>>();
+      else throw sdk::CheckpointError(file.string() + ": malformed " + what + " state entry '" + k + "'");
+    }
+    return st;
+  } catch (const json::exception& e) {
+    throw sdk::CheckpointError(file.string() + ": malformed " + what + " state: " + e.what(),
+                               "the checkpoint is damaged; use an earlier one");
+  }
+}
+
+sdk::HostTensor to_host(sdk::DeviceBackend& b, const std::string& name, sdk::TensorView v) {
+  sdk::HostTensor h;
+  h.name = name;
+  h.dtype = v.dtype;
+  h.shape = v.shape.to_vector();
+  h.bytes.resize(v.bytes());
+  b.copy_to_host(h.bytes.data(), v);
+  return h;
+}
+
+void from_host(sdk::DeviceBackend& b, const sdk::HostTensor& h, sdk::TensorView v,
+               const fs::path& file) {
+  if (h.dtype != v.dtype || h.shape != v.shape.to_vector() || h.bytes.size() != v.bytes())
+    throw sdk::CheckpointError(
+        file.string() + ": tensor '" + h.name + "' is " + std::string(sdk::dtype_name(h.dtype)) +
+            " " + sdk::Shape::from_vector(h.shape).to_string() + " but the model expects " +
+            std::string(sdk::dtype_name(v.dtype)) + " " + v.shape.to_string(),
+        "the checkpoint belongs to a different model; use the config it was trained with");
+  b.copy_from_host(v, h.bytes.data());
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  auto s = static_cast<long>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  return buf;
+}
+
+// A folder for a new run: the requested one must not hold a run already; the default one gets a
+// numeric suffix instead of clobbering an earlier run.
+fs::path claim_run_dir(const fs::path& requested, bool explicit_dir) {
+  auto holds_run = [](const fs::path& d) {
+    return fs::exists(d / "metrics.jsonl") || fs::exists(d / "summary.json");
+  };
+  if (!holds_run(requested)) return requested;
+  if (explicit_dir)
+    throw sdk::UserError("run folder " + requested.string() + " already holds a run",
+                         "choose a new --run-dir, or continue that run with --resume " +
+                             (requested / "checkpoints").string());
+  for (int i = 2;; ++i) {
+    fs::path candidate = requested.string() + "-" + std::to_string(i);
+    if (!holds_run(candidate)) return candidate;
+  }
+}
+
+}  // namespace
+
+fs::path resolve_checkpoint_path(const fs::path& path, const std::string& extension) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    fs::path best;
+    for (const auto& f : fs::directory_iterator(path, ec))
+      if (f.is_regular_file() && f.path().extension() == extension &&
+          f.path().filename().string().rfind("step-", 0) == 0 &&
+          (best.empty() || f.path().filename() > best.filename()))
+        best = f.path();
+    if (best.empty())
+      throw sdk::CheckpointError("no checkpoint (step-*" + extension + ") in " + path.string(),
+                                 "pass a checkpoint file, or the checkpoints/ folder of a run");
+    return best;
+  }
+  if (!fs::exists(path, ec))
+    throw sdk::CheckpointError("checkpoint " + path.string() + " does not exist",
+                               "check the path; runs keep theirs in <run-dir>/checkpoints/");
+  return path;
+}
+
+struct Trainer::State {
+  Experiment e;
+  Components c;
+  TrainOptions opt;
+  sdk::Logger log = core_logger("trainer");
+  Dataset train, eval;
+  std::unique_ptr<Model> model;
+  std::vector<sdk::Parameter> params;
+  std::vector<sdk::TensorView> grads;
+  std::unique_ptr<BatchSampler> sampler;
+  LrSchedule schedule;
+  std::int64_t step = 0, applied = 0, skipped = 0;
+  fs::path run_dir;
+  std::ofstream metrics;
+  std::vector<float> x_host;
+  std::vector<std::int32_t> y_host;
+  float last_loss = 0.0f;
+  fs::path resumed_from;
+};
+
+Trainer::Trainer(const Experiment& experiment, Components components, const TrainOptions& options)
+    : s_(std::make_unique<State>()) {
+  auto& s = *s_;
+  s.e = experiment;
+  s.c = std::move(components);
+  s.opt = options;
+  const auto& e = s.e;
+  auto& backend = *s.c.backend;
+
+  // Data.
+  Dataset all;
+  if (e.data.source == "synthetic") {
+    all = make_synthetic(e.data.synthetic);
+  } else if (e.data.source == "npy") {
+    all = load_npy(e.data.features_path, e.data.labels_path, e.data.classes);
+  } else {
+    all = load_idx(e.data.images_path, e.data.labels_path, e.data.classes);
+  }
+  if (e.data.classes > 0) all.classes = std::max(all.classes, e.data.classes);
+  auto split = split_holdout(std::move(all), e.data.eval_fraction, e.run.seed);
+  s.train = std::move(split.first);
+  s.eval = std::move(split.second);
+  if (s.train.rows < e.data.batch_size)
+    throw sdk::DataError("the training split has " + std::to_string(s.train.rows) +
+                             " rows, fewer than data.batch_size = " +
+                             std::to_string(e.data.batch_size),
+                         "lower data.batch_size or data.eval_fraction, or use more data");
+
+  // Model under the policy's plan.
+  s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes);
+  plan_precision(*s.model, *s.c.policy, e.overrides);
+  auto caps = backend.capabilities();
+  for (const auto& l : s.model->layers()) {
+    if (!l->has_gemm()) continue;
+    auto dt = l->precision().gemm_input;
+    if (!caps.supports(dt)) {
+      std::string have;
+      for (const auto& d : caps.gemm_inputs)
+        have += (have.empty() ? "" : ", ") + std::string(sdk::dtype_name(d.dtype));
+      throw sdk::BackendError("layer '" + l->name() + "' needs " +
+                                  std::string(sdk::dtype_name(dt)) + " GEMM inputs, which the " +
+                                  caps.kind + " backend cannot run (it runs: " + have + ")",
+                              "choose another precision.policy, or override this layer with "
+                              "[[precision.override]] layers = \"" + l->name() +
+                                  "\", compute = \"fp32\"");
+    }
+  }
+  const std::int64_t max_rows = std::max(e.data.batch_size, e.data.eval_batch_size);
+  s.model->allocate(max_rows);
+  s.model->init_parameters(e.run.seed);
+  for (auto* p : s.model->parameters()) {
+    sdk::Parameter sp;
+    sp.name = p->name;
+    sp.tensors.master = p->master.view();
+    sp.tensors.grad = p->grad.view();
+    if (!p->working.empty()) sp.tensors.working = p->working.view();
+    sp.weight_decay = p->weight_decay;
+    s.params.push_back(sp);
+    s.grads.push_back(p->grad.view());
+  }
+  s.c.optimizer->bind(backend, s.params);
+  s.sampler = std::make_unique<BatchSampler>(s.train.rows, e.data.batch_size, e.data.shuffle,
+                                             e.run.seed);
+  s.schedule.kind = e.schedule.schedule;
+  s.schedule.base_lr = s.c.optimizer->base_lr();
+  s.schedule.min_lr = e.schedule.min_lr;
+  s.schedule.warmup_steps = e.schedule.warmup_steps;
+  s.schedule.total_steps = e.run.steps;
+  s.x_host.resize(static_cast<std::size_t>(max_rows * s.train.features));
+  s.y_host.resize(static_cast<std::size_t>(max_rows));
+
+  if (!e.checkpoint.init_from.empty() && !options.resume)
+    load_checkpoint(e.checkpoint.init_from, /*weights_only=*/true);
+  if (options.resume) {
+    s.resumed_from = resolve_checkpoint_path(*options.resume, s.c.checkpoint_format->file_extension());
+    load_checkpoint(s.resumed_from, /*weights_only=*/false);
+  }
+
+  // Run folder.
+  if (options.write_outputs) {
+    fs::path requested = options.run_dir;
+    bool explicit_dir = !requested.empty();
+    if (requested.empty() && options.resume) {
+      // Continue in the folder of the run being resumed (…/<run>/checkpoints/step-N.mxt).
+      requested = s.resumed_from.parent_path().parent_path();
+      explicit_dir = true;
+    }
+    if (requested.empty()) requested = e.run.dir.empty() ? fs::path("runs") / e.run.name : fs::path(e.run.dir);
+    const bool continuing = options.resume.has_value() &&
+                            fs::exists(requested / "metrics.jsonl") &&
+                            fs::equivalent(requested, s.resumed_from.parent_path().parent_path());
+    s.run_dir = continuing ? requested : claim_run_dir(requested, explicit_dir);
+    std::error_code ec;
+    fs::create_directories(s.run_dir / "checkpoints", ec);
+    if (ec)
+      throw sdk::UserError("cannot create run folder " + s.run_dir.string() + ": " + ec.message(),
+                           "choose a writable --run-dir");
+    {
+      std::ofstream cfg(s.run_dir / "config.toml", std::ios::trunc);
+      cfg << resolved_toml(e);
+    }
+    if (continuing) {
+      // Records after the checkpoint's step belong to the abandoned continuation: move them to a
+      // side file rather than delete them.
+      std::ifstream in(s.run_dir / "metrics.jsonl");
+      std::vector<std::string> keep, discarded;
+      std::string line;
+      while (std::getline(in, line)) {
+        if (line.empty()) continue;
+        auto j = json::parse(line, nullptr, false);
+        bool after = !j.is_discarded() && j.contains("step") && j["step"].get<std::int64_t>() > s.step;
+        (after ? discarded : keep).push_back(line);
+      }
+      in.close();
+      if (!discarded.empty()) {
+        std::ofstream side(s.run_dir / ("metrics.discarded-after-step-" + std::to_string(s.step) + ".jsonl"),
+                           std::ios::app);
+        for (const auto& d : discarded) side << d << '\n';
+      }
+      std::ofstream rewrite(s.run_dir / "metrics.jsonl", std::ios::trunc);
+      for (const auto& k : keep) rewrite << k << '\n';
+    }
+    s.metrics.open(s.run_dir / "metrics.jsonl", std::ios::app);
+    if (!s.metrics)
+      throw sdk::UserError("cannot write " + (s.run_dir / "metrics.jsonl").string(),
+                           "choose a writable --run-dir");
+  }
+}
+
+Trainer::~Trainer() = default;
+
+const fs::path& Trainer::run_dir() const { return s_->run_dir; }
+const Model& Trainer::model() const { return *s_->model; }
+const Dataset& Trainer::train_data() const { return s_->train; }
+const Dataset& Trainer::eval_data() const { return s_->eval; }
+
+EvalResult Trainer::evaluate() {
+  auto& s = *s_;
+  EvalResult r;
+  const Dataset& d = s.eval.rows > 0 ? s.eval : s.train;
+  const std::int64_t bs = s.e.data.eval_batch_size;
+  double loss_sum = 0.0;
+  std::int64_t correct = 0;
+  std::vector<std::int64_t> idx;
+  for (std::int64_t start = 0; start < d.rows; start += bs) {
+    const std::int64_t rows = std::min(bs, d.rows - start);
+    idx.resize(static_cast<std::size_t>(rows));
+    for (std::int64_t i = 0; i < rows; ++i) idx[static_cast<std::size_t>(i)] = start + i;
+    gather_batch(d, idx, s.x_host.data(), s.y_host.data());
+    s.c.backend->copy_from_host(s.model->input(rows), s.x_host.data());
+    s.c.backend->copy_from_host(s.model->labels(rows), s.y_host.data());
+    s.model->forward(rows);
+    auto lv = s.model->loss(rows, 1.0f, false);
+    loss_sum += static_cast<double>(lv.loss) * static_cast<double>(rows);
+    correct += lv.correct;
+  }
+  r.rows = d.rows;
+  r.loss = d.rows > 0 ? loss_sum / static_cast<double>(d.rows) : 0.0;
+  r.accuracy = d.rows > 0 ? static_cast<double>(correct) / static_cast<double>(d.rows) : 0.0;
+  return r;
+}
+
+fs::path Trainer::save_checkpoint() {
+  auto& s = *s_;
+  auto& b = *s.c.backend;
+  sdk::TrainingState st;
+  for (auto* p : s.model->parameters()) st.tensors.push_back(to_host(b, "param/" + p->name, p->master.view()));
+  for (const auto& t : s.c.optimizer->state_tensors())
+    st.tensors.push_back(to_host(b, "optimizer/" + t.name, t.view));
+  auto cursor = s.sampler->cursor();
+  st.metadata["mixtrain.state_version"] = kStateVersion;
+  st.metadata["mixtrain.version"] = sdk::kSdkVersion;
+  st.metadata["progress"] = json{{"step", s.step}, {"applied_steps", s.applied}, {"skipped_steps", s.skipped},
+                                 {"last_loss", s.last_loss}}.dump();
+  st.metadata["sampler"] = json{{"epoch", cursor.epoch}, {"position", cursor.position},
+                                {"seed", s.e.run.seed}, {"rows", s.train.rows}}.dump();
+  st.metadata["scaler"] = state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump();
+  st.metadata["policy"] = state_to_json(s.e.policy_name, s.c.policy->save_state()).dump();
+  st.metadata["optimizer"] = state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump();
+  st.metadata["config"] = resolved_toml(s.e);
+
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.step));
+  fs::path dir = s.run_dir / "checkpoints";
+  fs::path path = dir / (name + s.c.checkpoint_format->file_extension());
+  s.c.checkpoint_format->write(path, st);
+
+  // Keep the newest `keep` checkpoints of this run.
+  std::vector<fs::path> all;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(dir, ec))
+    if (f.is_regular_file() && f.path().extension() == s.c.checkpoint_format->file_extension() &&
+        f.path().filename().string().rfind("step-", 0) == 0)
+      all.push_back(f.path());
+  std::sort(all.begin(), all.end());
+  while (static_cast<std::int64_t>(all.size()) > s.e.checkpoint.keep) {
+    fs::remove(all.front(), ec);
+    all.erase(all.begin());
+  }
+  s.log.info("checkpoint written: " + path.string());
+  return path;
+}
+
+void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
+  auto& s = *s_;
+  auto& b = *s.c.backend;
+  auto st = s.c.checkpoint_format->read(path);
+  for (auto* p : s.model->parameters()) {
+    const auto* t = st.find("param/" + p->name);
+    if (t == nullptr)
+      throw sdk::CheckpointError(path.string() + ": no tensor for parameter '" + p->name + "'",
+                                 "the checkpoint belongs to a different model");
+    from_host(b, *t, p->master.view(), path);
+  }
+  s.model->refresh_working_copies();
+  if (weights_only) {
+    s.log.info("initial weights loaded from " + path.string());
+    return;
+  }
+  auto meta = [&](const std::string& key) -> json {
+    auto it = st.metadata.find(key);
+    if (it == st.metadata.end())
+      throw sdk::CheckpointError(path.string() + ": no '" + key + "' entry",
+                                 "this file holds weights only; use it as checkpoint.init_from");
+    auto j = json::parse(it->second, nullptr, false);
+    if (j.is_discarded())
+      throw sdk::CheckpointError(path.string() + ": the '" + key + "' entry is not valid JSON");
+    return j;
+  };
+  try {
+    auto progress = meta("progress");
+    auto sampler = meta("sampler");
+    if (sampler.at("rows").get<std::int64_t>() != s.train.rows ||
+        sampler.at("seed").get<std::uint64_t>() != s.e.run.seed)
+      throw sdk::CheckpointError(
+          path.string() + ": the checkpoint was trained on other data (rows or seed differ)",
+          "resume with the same [data] and run.seed as the original run");
+    for (const auto& t : s.c.optimizer->state_tensors()) {
+      const auto* h = st.find("optimizer/" + t.name);
+      if (h == nullptr)
+        throw sdk::CheckpointError(path.string() + ": no optimizer state '" + t.name + "'",
+                                   "resume with the same optimizer as the original run");
+      from_host(b, *h, t.view, path);
+    }
+    s.c.optimizer->load_state(state_from_json(meta("optimizer"), "optimizer", s.e.optimizer_type, path));
+    s.c.scaler->load_state(state_from_json(meta("scaler"), "scaler", s.e.scaler_type, path));
+    s.c.policy->load_state(state_from_json(meta("policy"), "policy", s.e.policy_name, path));
+    s.step = progress.at("step").get<std::int64_t>();
+    s.applied = progress.at("applied_steps").get<std::int64_t>();
+    s.skipped = progress.at("skipped_steps").get<std::int64_t>();
+    s.last_loss = progress.at("last_loss").get<float>();
+    s.sampler->set_cursor({sampler.at("epoch").get<std::int64_t>(),
+                           sampler.at("position").get<std::int64_t>()});
+  } catch (const json::exception& e) {
+    throw sdk::CheckpointError(path.string() + ": malformed training state: " + e.what(),
+                               "the checkpoint is damaged; use an earlier one");
+  }
+  s.log.info("resumed from " + path.string() + " at step " + std::to_string(s.step));
+}
+
+TrainSummary Trainer::run() {
+  auto& s = *s_;
+  auto& e = s.e;
+  auto& b = *s.c.backend;
+  const std::int64_t bs = e.data.batch_size;
+  const bool tty = s.opt.progress_line;
+  TrainSummary sum;
+  sum.run_dir = s.run_dir;
+
+  s.log.info("run '" + e.run.name + "': " + std::to_string(s.model->parameter_count()) +
+             " parameters, policy " + e.policy_name + ", scaler " + e.scaler_type + ", optimizer " +
+             e.optimizer_type + ", backend " + b.capabilities().device_name + ", folder " +
+             s.run_dir.string());
+  auto write_record = [&](const json& j) {
+    if (s.metrics.is_open()) {
+      s.metrics << j.dump() << '\n';
+      s.metrics.flush();
+    }
+  };
+
+  const auto t_start = Clock::now();
+  auto t_window = t_start;
+  std::int64_t window_rows = 0;
+  auto t_progress = t_start - std::chrono::seconds(1);
+  const std::int64_t first_step = s.step;
+  EvalResult last_eval;
+  bool evaluated_at_end = false;
+
+  while (s.step < e.run.steps) {
+    ++s.step;
+    auto idx = s.sampler->next();
+    gather_batch(s.train, idx, s.x_host.data(), s.y_host.data());
+    b.copy_from_host(s.model->input(bs), s.x_host.data());
+    b.copy_from_host(s.model->labels(bs), s.y_host.data());
+
+    const float scale = s.c.scaler->scale();
+    s.model->forward(bs);
+    auto lv = s.model->loss(bs, scale, true);
+    s.last_loss = lv.loss;
+    s.model->backward(bs);
+    const bool found_inf = b.unscale_and_check_finite(s.grads, 1.0f / scale);
+    auto decision = s.c.scaler->update(found_inf);
+    const bool log_step = s.step % e.run.log_every == 0 || s.step == e.run.steps;
+
+    double grad_norm = std::nan("");
+    double lr = s.schedule.lr_at(s.applied);
+    if (decision.apply_step) {
+      float coef = 1.0f;
+      if (e.schedule.clip_grad_norm > 0.0 || log_step) {
+        grad_norm = std::sqrt(b.sum_of_squares(s.grads));
+        if (e.schedule.clip_grad_norm > 0.0 && grad_norm > e.schedule.clip_grad_norm)
+          coef = static_cast<float>(e.schedule.clip_grad_norm / (grad_norm + 1e-6));
+      }
+      s.c.optimizer->step(b, s.params, {static_cast<float>(lr), coef});
+      ++s.applied;
+      s.c.policy->on_step_end(true);
+    } else {
+      ++s.skipped;
+      s.c.policy->on_step_end(false);
+      // Name the first non-finite tensor: forward activations first, then gradients.
+      std::string where = "unknown";
+      auto acts = s.model->activations(bs);
+      std::vector<sdk::TensorView> views;
+      for (const auto& a : acts) views.push_back(a.second);
+      int i = b.first_nonfinite(views);
+      if (i >= 0) {
+        where = "forward activation " + acts[static_cast<std::size_t>(i)].first;
+      } else {
+        int g = b.first_nonfinite(s.grads);
+        if (g >= 0) where = "gradient of " + s.params[static_cast<std::size_t>(g)].name;
+      }
+      char msg[256];
+      std::snprintf(msg, sizeof msg, "step %lld skipped: non-finite values (first: %s); loss scale %g -> %g",
+                    static_cast<long long>(s.step), where.c_str(), static_cast<double>(decision.scale_before),
+                    static_cast<double>(decision.scale_after));
+      s.log.warn(msg);
+      if (!std::isfinite(lv.loss) && e.run.on_nonfinite == "stop")
+        throw std::runtime_error("training stopped at step " + std::to_string(s.step) +
+                                 ": the loss is not finite (first non-finite tensor: " + where +
+                                 "); master weights are unchanged by this step. HINT: lower the "
+                                 "learning rate, add a loss scaler, or set run.on_nonfinite = \"skip\"");
+    }
+    window_rows += bs;
+
+    if (log_step || !decision.apply_step) {
+      auto now = Clock::now();
+      double dt = std::chrono::duration<double>(now - t_window).count();
+      double sps = dt > 0 ? static_cast<double>(window_rows) / dt : 0.0;
+      t_window = now;
+      window_rows = 0;
+      json rec = {{"step", s.step},
+                  {"loss", lv.loss},
+                  {"loss_scale", decision.scale_before},
+                  {"next_loss_scale", decision.scale_after},
+                  {"skipped", !decision.apply_step},
+                  {"lr", lr},
+                  {"grad_norm", std::isfinite(grad_norm) ? json(grad_norm) : json(nullptr)},
+                  {"samples_per_s", sps},
+                  {"epoch", s.sampler->cursor().epoch}};
+      write_record(rec);
+      if (!tty) {
+        char line[256];
+        std::snprintf(line, sizeof line, "step %lld/%lld loss %.5f scale %g lr %.3g %.0f samples/s",
+                      static_cast<long long>(s.step), static_cast<long long>(e.run.steps),
+                      static_cast<double>(lv.loss), static_cast<double>(decision.scale_before), lr, sps);
+        s.log.info(line);
+      }
+    }
+    if (tty) {
+      auto now = Clock::now();
+      if (now - t_progress > std::chrono::milliseconds(200) || s.step == e.run.steps) {
+        t_progress = now;
+        double elapsed = std::chrono::duration<double>(now - t_start).count();
+        double per_step = elapsed / static_cast<double>(s.step - first_step);
+        double eta = per_step * static_cast<double>(e.run.steps - s.step);
+        std::fprintf(stderr, "\r\033[Kstep %lld/%lld  loss %.4f  scale %g  %.0f samples/s  ETA %s",
+                     static_cast<long long>(s.step), static_cast<long long>(e.run.steps),
+                     static_cast<double>(lv.loss), static_cast<double>(s.c.scaler->scale()),
+                     static_cast<double>(bs) / per_step, format_duration(eta).c_str());
+        if (s.step == e.run.steps) std::fprintf(stderr, "\n");
+        std::fflush(stderr);
+      }
+    }
+    if (e.run.eval_every > 0 && s.step % e.run.eval_every == 0) {
+      last_eval = evaluate();
+      evaluated_at_end = s.step == e.run.steps;
+      write_record({{"step", s.step}, {"eval_loss", last_eval.loss}, {"eval_accuracy", last_eval.accuracy}});
+      char line[160];
+      std::snprintf(line, sizeof line, "eval at step %lld: loss %.5f accuracy %.4f",
+                    static_cast<long long>(s.step), last_eval.loss, last_eval.accuracy);
+      s.log.info(line);
+    }
+    if (e.checkpoint.every > 0 && s.step % e.checkpoint.every == 0 && s.step != e.run.steps)
+      save_checkpoint();
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - t_start).count();
+  if (!evaluated_at_end) {
+    last_eval = evaluate();
+    write_record({{"step", s.step}, {"eval_loss", last_eval.loss}, {"eval_accuracy", last_eval.accuracy}});
+    char line[160];
+    std::snprintf(line, sizeof line, "eval at step %lld: loss %.5f accuracy %.4f",
+                  static_cast<long long>(s.step), last_eval.loss, last_eval.accuracy);
+    s.log.info(line);
+  }
+  if (s.opt.write_outputs) save_checkpoint();
+
+  sum.steps = s.step;
+  sum.applied_steps = s.applied;
+  sum.skipped_steps = s.skipped;
+  sum.final_loss = s.last_loss;
+  sum.eval = last_eval;
+  sum.final_loss_scale = s.c.scaler->scale();
+  sum.peak_memory_bytes = b.memory_stats().peak_bytes;
+  sum.peak_rss_bytes = peak_rss_bytes();
+  const std::int64_t trained = s.step - first_step;
+  sum.samples_per_s = wall > 0 ? static_cast<double>(trained * bs) / wall : 0.0;
+  sum.wall_seconds = wall;
+  if (s.opt.write_outputs) {
+    json j = {{"steps", sum.steps},
+              {"applied_steps", sum.applied_steps},
+              {"skipped_steps", sum.skipped_steps},
+              {"final_loss", sum.final_loss},
+              {"eval_loss", sum.eval.loss},
+              {"eval_accuracy", sum.eval.accuracy},
+              {"final_loss_scale", sum.final_loss_scale},
+              {"peak_memory_bytes", sum.peak_memory_bytes},
+              {"peak_rss_bytes", sum.peak_rss_bytes},
+              {"samples_per_s", sum.samples_per_s},
+              {"wall_seconds", sum.wall_seconds},
+              {"parameters", s.model->parameter_count()},
+              {"policy", e.policy_name},
+              {"scaler", e.scaler_type},
+              {"optimizer", e.optimizer_type},
+              {"backend", e.backend_type}};
+    if (!s.resumed_from.empty()) j["resumed_from"] = s.resumed_from.string();
+    std::ofstream out(s.run_dir / "summary.json", std::ios::trunc);
+    out << j.dump(2) << '\n';
+  }
+  return sum;
+}
+
+}  // namespace mixtrain::core
