@@ -31,16 +31,16 @@ inline float bf16_to_float(std::uint16_t b) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
 }
 
+// Branch-free (selects only) so loops that store bf16 vectorise.
 inline std::uint16_t float_to_bf16(float f, bool saturate = false) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t sign16 = (u >> 16) & 0x8000u;
   const std::uint32_t abs = u & 0x7FFFFFFFu;
-  if (abs > 0x7F800000u) return static_cast<std::uint16_t>(sign16 | 0x7FC0u);  // NaN
-  if (abs == 0x7F800000u)
-    return static_cast<std::uint16_t>(sign16 | (saturate ? kBf16MaxFinite : 0x7F80u));
-  const std::uint32_t rounded = (abs + 0x7FFFu + ((abs >> 16) & 1u)) >> 16;
-  if (saturate && rounded >= 0x7F80u) return static_cast<std::uint16_t>(sign16 | kBf16MaxFinite);
-  return static_cast<std::uint16_t>(sign16 | rounded);
+  // RNE on the 16 dropped bits; inf stays inf (0x7F80) and overflow carries into inf.
+  std::uint32_t r = (abs + 0x7FFFu + ((abs >> 16) & 1u)) >> 16;
+  r = (saturate && r >= 0x7F80u) ? kBf16MaxFinite : r;
+  r = abs > 0x7F800000u ? 0x7FC0u : r;  // NaN: quiet NaN
+  return static_cast<std::uint16_t>(sign16 | r);
 }
 
 inline float fp16_to_float(std::uint16_t h) {

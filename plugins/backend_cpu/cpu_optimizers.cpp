@@ -66,38 +66,40 @@ void validate_param(std::string_view op, std::size_t i, const sdk::ParamTensors&
   }
 }
 
-template <class W>
+// W: working-copy storage type (ignored when !kWorking). Template flags keep the loop body free
+// of control flow so it vectorises.
+template <class W, bool kWorking, bool kMomentum>
 void sgd_piece(const sdk::SgdHyper& h, const sdk::ParamTensors& t, std::int64_t b,
                std::int64_t len) {
   float* p = t.master.as<float>() + b;
   const float* grad = t.grad.as<const float>() + b;
-  float* buf = h.momentum != 0.0f ? t.state1.as<float>() + b : nullptr;
-  W* work = t.working.empty() ? nullptr : t.working.as<W>() + b;
+  float* buf = kMomentum ? t.state1.as<float>() + b : nullptr;
+  W* work = kWorking ? t.working.as<W>() + b : nullptr;
   const float lr = h.lr, wd = h.weight_decay, mom = h.momentum, damp = 1.0f - h.dampening;
   const float gs = h.grad_scale;
   const bool nesterov = h.nesterov, first = h.first_step;
 #pragma omp simd
   for (std::int64_t i = 0; i < len; ++i) {
     float g = grad[i] * gs + wd * p[i];
-    if (buf != nullptr) {
+    if constexpr (kMomentum) {
       const float m = first ? g : mom * buf[i] + damp * g;
       buf[i] = m;
       g = nesterov ? g + mom * m : m;
     }
     const float updated = p[i] - lr * g;
     p[i] = updated;
-    if (work != nullptr) work[i] = from_float<W>(updated);
+    if constexpr (kWorking) work[i] = from_float<W>(updated);
   }
 }
 
-template <class W>
+template <class W, bool kWorking>
 void adamw_piece(const sdk::AdamWHyper& h, float decay, float step_size, float bc2_sqrt,
                  const sdk::ParamTensors& t, std::int64_t b, std::int64_t len) {
   float* p = t.master.as<float>() + b;
   const float* grad = t.grad.as<const float>() + b;
   float* m = t.state1.as<float>() + b;
   float* v = t.state2.as<float>() + b;
-  W* work = t.working.empty() ? nullptr : t.working.as<W>() + b;
+  W* work = kWorking ? t.working.as<W>() + b : nullptr;
   const float b1 = h.beta1, b2 = h.beta2, eps = h.eps, gs = h.grad_scale;
   const float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
 #pragma omp simd
@@ -110,7 +112,18 @@ void adamw_piece(const sdk::AdamWHyper& h, float decay, float step_size, float b
     const float denom = std::sqrt(vi) / bc2_sqrt + eps;
     const float updated = p[i] * decay - step_size * mi / denom;
     p[i] = updated;
-    if (work != nullptr) work[i] = from_float<W>(updated);
+    if constexpr (kWorking) work[i] = from_float<W>(updated);
+  }
+}
+
+template <bool kMomentum>
+void sgd_dispatch(const sdk::SgdHyper& h, const sdk::ParamTensors& t, std::int64_t b,
+                  std::int64_t len) {
+  switch (t.working.empty() ? DType::int32 : t.working.dtype) {
+    case DType::bf16: sgd_piece<Bf16, true, kMomentum>(h, t, b, len); break;
+    case DType::fp16: sgd_piece<Fp16, true, kMomentum>(h, t, b, len); break;
+    case DType::int32: sgd_piece<float, false, kMomentum>(h, t, b, len); break;
+    default: sgd_piece<float, true, kMomentum>(h, t, b, len); break;
   }
 }
 
@@ -200,11 +213,10 @@ void CpuBackend::sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTe
   for (std::int64_t k = 0; k < count; ++k) {
     const Piece& pc = pieces[static_cast<std::size_t>(k)];
     const auto& t = params[pc.tensor];
-    switch (t.working.empty() ? DType::fp32 : t.working.dtype) {
-      case DType::bf16: sgd_piece<Bf16>(h, t, pc.begin, pc.len); break;
-      case DType::fp16: sgd_piece<Fp16>(h, t, pc.begin, pc.len); break;
-      default: sgd_piece<float>(h, t, pc.begin, pc.len); break;
-    }
+    if (h.momentum != 0.0f)
+      sgd_dispatch<true>(h, t, pc.begin, pc.len);
+    else
+      sgd_dispatch<false>(h, t, pc.begin, pc.len);
   }
 }
 
@@ -229,10 +241,12 @@ void CpuBackend::adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::Par
   for (std::int64_t k = 0; k < count; ++k) {
     const Piece& pc = pieces[static_cast<std::size_t>(k)];
     const auto& p = params[pc.tensor];
-    switch (p.working.empty() ? DType::fp32 : p.working.dtype) {
-      case DType::bf16: adamw_piece<Bf16>(h, decay, step_size, bc2_sqrt, p, pc.begin, pc.len); break;
-      case DType::fp16: adamw_piece<Fp16>(h, decay, step_size, bc2_sqrt, p, pc.begin, pc.len); break;
-      default: adamw_piece<float>(h, decay, step_size, bc2_sqrt, p, pc.begin, pc.len); break;
+    // int32 stands for "no working copy" (never a valid working dtype; validated above).
+    switch (p.working.empty() ? DType::int32 : p.working.dtype) {
+      case DType::bf16: adamw_piece<Bf16, true>(h, decay, step_size, bc2_sqrt, p, pc.begin, pc.len); break;
+      case DType::fp16: adamw_piece<Fp16, true>(h, decay, step_size, bc2_sqrt, p, pc.begin, pc.len); break;
+      case DType::int32: adamw_piece<float, false>(h, decay, step_size, bc2_sqrt, p, pc.begin, pc.len); break;
+      default: adamw_piece<float, true>(h, decay, step_size, bc2_sqrt, p, pc.begin, pc.len); break;
     }
   }
 }
