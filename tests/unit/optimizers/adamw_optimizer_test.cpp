@@ -73,7 +73,10 @@ class AdamWOptimizerTest : public ::testing::Test {
   test::CapturingSink sink;
 };
 
-TEST_F(AdamWOptimizerTest, FirstStepIsSignedLrStepAfterDecoupledDecay) {
+// Suite names start with the plugin name so `ctest -R optimizers` selects them.
+using optimizers_adamw = AdamWOptimizerTest;
+
+TEST_F(optimizers_adamw, FirstStepIsSignedLrStepAfterDecoupledDecay) {
   auto opt = make({{"weight_decay", 0.1}});
   EXPECT_EQ(opt->base_lr(), 1e-3);
   step(*opt, params);
@@ -83,7 +86,7 @@ TEST_F(AdamWOptimizerTest, FirstStepIsSignedLrStepAfterDecoupledDecay) {
   EXPECT_FLOATS_NEAR(params.master(1), (Floats{0.49f, -0.49f}));
 }
 
-TEST_F(AdamWOptimizerTest, TwoStepsWithBiasCorrection) {
+TEST_F(optimizers_adamw, TwoStepsWithBiasCorrection) {
   auto opt = make({{"weight_decay", 0.1}});
   step(*opt, params);
   second_grads();
@@ -99,7 +102,7 @@ TEST_F(AdamWOptimizerTest, TwoStepsWithBiasCorrection) {
   EXPECT_EQ(opt->applied_steps(), 2);
 }
 
-TEST_F(AdamWOptimizerTest, MomentSlotsNamedAndFilled) {
+TEST_F(optimizers_adamw, MomentSlotsNamedAndFilled) {
   const auto before = backend.memory_stats().allocations;
   auto opt = make({});
   EXPECT_EQ(backend.memory_stats().allocations, before + 4);
@@ -121,7 +124,7 @@ TEST_F(AdamWOptimizerTest, MomentSlotsNamedAndFilled) {
   EXPECT_EQ(backend.memory_stats().allocations, before);
 }
 
-TEST_F(AdamWOptimizerTest, SaveLoadCarriesStepCountForBiasCorrection) {
+TEST_F(optimizers_adamw, SaveLoadCarriesStepCountForBiasCorrection) {
   auto original = make({});
   step(*original, params);
   const auto saved = original->save_state();
@@ -152,7 +155,7 @@ TEST_F(AdamWOptimizerTest, SaveLoadCarriesStepCountForBiasCorrection) {
   EXPECT_NE(stepless_params.master(0), params.master(0));
 }
 
-TEST_F(AdamWOptimizerTest, MalformedStateIsRejected) {
+TEST_F(optimizers_adamw, MalformedStateIsRejected) {
   auto opt = make({});
   auto state = opt->save_state();
   state.values["step"] = std::int64_t{-1};

@@ -34,7 +34,7 @@ bool has(const std::string& text, const std::string& fragment) {
   return text.find(fragment) != std::string::npos;
 }
 
-TEST(OptimizerOptions, Defaults) {
+TEST(optimizers_options, Defaults) {
   const auto sgd = test::resolve("optimizer", SgdOptimizer::option_schema(), {});
   EXPECT_EQ(sgd.get_double("lr"), 0.01);
   EXPECT_EQ(sgd.get_double("momentum"), 0.0);
@@ -49,7 +49,7 @@ TEST(OptimizerOptions, Defaults) {
   EXPECT_EQ(adamw.get_double("weight_decay"), 0.01);
 }
 
-TEST(OptimizerOptions, NesterovNeedsMomentumAndNoDampening) {
+TEST(optimizers_options, NesterovNeedsMomentumAndNoDampening) {
   auto e = expect_config_error([] { construct<SgdOptimizer>({{"nesterov", true}}); });
   EXPECT_TRUE(has(e.what(),
                   "test.toml:4:1: 'optimizer.nesterov': Nesterov momentum requires "
@@ -63,7 +63,7 @@ TEST(OptimizerOptions, NesterovNeedsMomentumAndNoDampening) {
   EXPECT_NO_THROW(construct<SgdOptimizer>({{"momentum", 0.9}, {"nesterov", true}}));
 }
 
-TEST(OptimizerOptions, RangesFollowPyTorch) {
+TEST(optimizers_options, RangesFollowPyTorch) {
   auto e = expect_config_error([] { construct<SgdOptimizer>({{"lr", 0.0}}); });
   EXPECT_TRUE(has(e.what(), "'optimizer.lr': value 0.0 is out of range")) << e.what();
   EXPECT_TRUE(has(e.hint(), "allowed: > 0.0")) << e.hint();
@@ -80,7 +80,7 @@ TEST(OptimizerOptions, RangesFollowPyTorch) {
   EXPECT_NO_THROW(construct<AdamWOptimizer>({{"lr", 0.0}, {"weight_decay", 0.0}}));
 }
 
-TEST(OptimizerOptions, WrongTypeAndUnknownKey) {
+TEST(optimizers_options, WrongTypeAndUnknownKey) {
   auto e = expect_config_error([] { construct<SgdOptimizer>({{"nesterov", std::int64_t{1}}}); });
   EXPECT_TRUE(has(e.what(), "'optimizer.nesterov': expected a boolean, got an integer 1"))
       << e.what();
@@ -91,7 +91,7 @@ TEST(OptimizerOptions, WrongTypeAndUnknownKey) {
   EXPECT_TRUE(has(e.hint(), "did you mean 'weight_decay'?")) << e.hint();
 }
 
-TEST(OptimizerOptions, ScheduleKeysBelongToTheHost) {
+TEST(optimizers_options, ScheduleKeysBelongToTheHost) {
   const std::vector<std::string> host_keys{"type", "schedule", "warmup_steps", "min_lr",
                                            "clip_grad_norm"};
   for (const auto& schema : {SgdOptimizer::option_schema(), AdamWOptimizer::option_schema()}) {
@@ -117,7 +117,7 @@ void expect_documented(const std::string& component, const sdk::OptionSchema& sc
       << "update the `" << component << "` table in " << readme;
 }
 
-TEST(OptimizersReadme, OptionTablesMatchSchemas) {
+TEST(optimizers_readme, OptionTablesMatchSchemas) {
   expect_documented("sgd", SgdOptimizer::option_schema());
   expect_documented("adamw", AdamWOptimizer::option_schema());
 }

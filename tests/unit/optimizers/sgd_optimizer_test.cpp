@@ -56,7 +56,10 @@ class SgdOptimizerTest : public ::testing::Test {
   test::CapturingSink sink;
 };
 
-TEST_F(SgdOptimizerTest, PlainStepUsesScheduleLrNotBaseLr) {
+// Suite names start with the plugin name so `ctest -R optimizers` selects them.
+using optimizers_sgd = SgdOptimizerTest;
+
+TEST_F(optimizers_sgd, PlainStepUsesScheduleLrNotBaseLr) {
   auto opt = make({{"lr", 0.01}});
   EXPECT_EQ(opt->base_lr(), 0.01);
   step(*opt, 0.1f);  // p -= 0.1 * g
@@ -66,13 +69,13 @@ TEST_F(SgdOptimizerTest, PlainStepUsesScheduleLrNotBaseLr) {
   EXPECT_EQ(opt->applied_steps(), 1);
 }
 
-TEST_F(SgdOptimizerTest, GradScaleMultipliesGradients) {
+TEST_F(optimizers_sgd, GradScaleMultipliesGradients) {
   auto opt = make({});
   step(*opt, 0.1f, 0.5f);
   EXPECT_FLOATS_NEAR(params.master(0), (Floats{0.975f, 2.05f, -3.0125f, 3.9f}));
 }
 
-TEST_F(SgdOptimizerTest, WeightDecaySkipsParametersWithoutDecay) {
+TEST_F(optimizers_sgd, WeightDecaySkipsParametersWithoutDecay) {
   auto opt = make({{"weight_decay", 0.1}});
   step(*opt);
   // w: g + 0.1 p = [0.6, -0.8, -0.05, 2.4]; b: no decay.
@@ -80,7 +83,7 @@ TEST_F(SgdOptimizerTest, WeightDecaySkipsParametersWithoutDecay) {
   EXPECT_FLOATS_NEAR(params.master(1), (Floats{0.4f, -0.3f}));
 }
 
-TEST_F(SgdOptimizerTest, MomentumTwoSteps) {
+TEST_F(optimizers_sgd, MomentumTwoSteps) {
   auto opt = make({{"momentum", 0.9}});
   step(*opt);  // buf = g1
   EXPECT_FLOATS_NEAR(slot(*opt, "w.momentum_buffer"), kGw1);
@@ -93,7 +96,7 @@ TEST_F(SgdOptimizerTest, MomentumTwoSteps) {
   EXPECT_FLOATS_NEAR(params.master(1), (Floats{0.31f, -0.22f}));
 }
 
-TEST_F(SgdOptimizerTest, DampeningAppliesFromTheSecondStep) {
+TEST_F(optimizers_sgd, DampeningAppliesFromTheSecondStep) {
   auto opt = make({{"momentum", 0.9}, {"dampening", 0.5}});
   step(*opt);  // first step: buf = g1, undampened
   second_grads();
@@ -102,7 +105,7 @@ TEST_F(SgdOptimizerTest, DampeningAppliesFromTheSecondStep) {
   EXPECT_FLOATS_NEAR(params.master(0), (Floats{0.855f, 2.14f, -3.0975f, 3.57f}));
 }
 
-TEST_F(SgdOptimizerTest, NesterovTwoSteps) {
+TEST_F(optimizers_sgd, NesterovTwoSteps) {
   auto opt = make({{"momentum", 0.9}, {"nesterov", true}});
   step(*opt);  // buf = g1; p -= 0.1 (g1 + 0.9 g1)
   EXPECT_FLOATS_NEAR(params.master(0), (Floats{0.905f, 2.19f, -3.0475f, 3.62f}));
@@ -111,7 +114,7 @@ TEST_F(SgdOptimizerTest, NesterovTwoSteps) {
   EXPECT_FLOATS_NEAR(params.master(0), (Floats{0.6745f, 2.081f, -3.25775f, 3.268f}));
 }
 
-TEST_F(SgdOptimizerTest, SlotsAreAllocatedZeroedAndFreed) {
+TEST_F(optimizers_sgd, SlotsAreAllocatedZeroedAndFreed) {
   const auto before = backend.memory_stats().allocations;
   {
     auto opt = make({{"momentum", 0.5}});
@@ -133,7 +136,7 @@ TEST_F(SgdOptimizerTest, SlotsAreAllocatedZeroedAndFreed) {
   }
 }
 
-TEST_F(SgdOptimizerTest, ResumeKeepsMomentumRecurrence) {
+TEST_F(optimizers_sgd, ResumeKeepsMomentumRecurrence) {
   auto original = make({{"momentum", 0.9}});
   step(*original);
   const auto saved = original->save_state();
@@ -162,7 +165,7 @@ TEST_F(SgdOptimizerTest, ResumeKeepsMomentumRecurrence) {
   EXPECT_EQ(resumed->applied_steps(), 2);
 }
 
-TEST_F(SgdOptimizerTest, StepWithOtherParametersThanBoundIsAnError) {
+TEST_F(optimizers_sgd, StepWithOtherParametersThanBoundIsAnError) {
   auto opt = make({});
   EXPECT_THROW(opt->step(backend, std::span(params.params()).first(1), {0.1f, 1.0f}),
                std::logic_error);

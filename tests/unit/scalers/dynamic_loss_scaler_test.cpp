@@ -50,7 +50,10 @@ class DynamicLossScalerTest : public ::testing::Test {
 constexpr bool T = true;
 constexpr bool F = false;
 
-TEST_F(DynamicLossScalerTest, DefaultsArePyTorchGradScaler) {
+// Suite names start with the plugin name so `ctest -R scalers` selects them.
+using scalers_dynamic = DynamicLossScalerTest;
+
+TEST_F(scalers_dynamic, DefaultsArePyTorchGradScaler) {
   auto scaler = make({});
   EXPECT_EQ(scaler->scale(), 65536.0f);
   for (int i = 0; i < 1999; ++i) ASSERT_TRUE(scaler->update(false).apply_step);
@@ -63,7 +66,7 @@ TEST_F(DynamicLossScalerTest, DefaultsArePyTorchGradScaler) {
   EXPECT_EQ(d.scale_after, 65536.0f);
 }
 
-TEST_F(DynamicLossScalerTest, GrowthIntervalThreeTrajectory) {
+TEST_F(scalers_dynamic, GrowthIntervalThreeTrajectory) {
   auto scaler = make({{"growth_interval", std::int64_t{3}}});
   const auto t = run(*scaler, {F, F, F, T, F, F, F, F, T, T});
   EXPECT_EQ(t.scales, (std::vector<float>{65536, 65536, 131072, 65536, 65536, 65536, 131072, 131072,
@@ -73,14 +76,14 @@ TEST_F(DynamicLossScalerTest, GrowthIntervalThreeTrajectory) {
   EXPECT_EQ(scaler->steps(), 10);
 }
 
-TEST_F(DynamicLossScalerTest, OverflowResetsGrowthTracker) {
+TEST_F(scalers_dynamic, OverflowResetsGrowthTracker) {
   auto scaler = make({{"growth_interval", std::int64_t{3}}});
   const auto t = run(*scaler, {F, F, T, F, F, F});
   // The overflow at step 3 restarts the count: growth comes 3 finite steps later, at step 6.
   EXPECT_EQ(t.scales, (std::vector<float>{65536, 65536, 32768, 32768, 32768, 65536}));
 }
 
-TEST_F(DynamicLossScalerTest, NonPowerOfTwoFactors) {
+TEST_F(scalers_dynamic, NonPowerOfTwoFactors) {
   auto scaler = make({{"init_scale", 1000.0},
                       {"growth_factor", 1.5},
                       {"backoff_factor", 0.25},
@@ -89,7 +92,7 @@ TEST_F(DynamicLossScalerTest, NonPowerOfTwoFactors) {
   EXPECT_EQ(t.scales, (std::vector<float>{1500.0f, 375.0f, 562.5f}));
 }
 
-TEST_F(DynamicLossScalerTest, HysteresisTwoIsRestoredOnlyByGrowth) {
+TEST_F(scalers_dynamic, HysteresisTwoIsRestoredOnlyByGrowth) {
   auto scaler = make({{"growth_interval", std::int64_t{3}}, {"hysteresis", std::int64_t{2}}});
   const auto t = run(*scaler, {T, F, T, T, F, F, F, T, T});
   // Step 1 tolerated; step 2 does not restore the counter, so step 3 and 4 back off. Steps 5-7
@@ -100,7 +103,7 @@ TEST_F(DynamicLossScalerTest, HysteresisTwoIsRestoredOnlyByGrowth) {
   EXPECT_EQ(scaler->hysteresis_left(), 1);
 }
 
-TEST_F(DynamicLossScalerTest, HysteresisTwoConsecutive) {
+TEST_F(scalers_dynamic, HysteresisTwoConsecutive) {
   auto scaler = make({{"growth_interval", std::int64_t{3}},
                       {"hysteresis", std::int64_t{2}},
                       {"consecutive_hysteresis", true}});
@@ -111,7 +114,7 @@ TEST_F(DynamicLossScalerTest, HysteresisTwoConsecutive) {
   EXPECT_EQ(t.applied, (std::vector<bool>{F, T, F, F, T, F}));
 }
 
-TEST_F(DynamicLossScalerTest, HysteresisThree) {
+TEST_F(scalers_dynamic, HysteresisThree) {
   auto scaler = make({{"growth_interval", std::int64_t{4}}, {"hysteresis", std::int64_t{3}}});
   const auto t = run(*scaler, {T, T, T, T, F, F, F, F, T, T, F, T});
   EXPECT_EQ(t.scales, (std::vector<float>{65536, 65536, 32768, 16384,  // 2 tolerated, then back off
@@ -121,7 +124,7 @@ TEST_F(DynamicLossScalerTest, HysteresisThree) {
   EXPECT_TRUE(sink.contains(sdk::LogLevel::info, "hysteresis keeps scale 65536"));
 }
 
-TEST_F(DynamicLossScalerTest, MinScaleFloor) {
+TEST_F(scalers_dynamic, MinScaleFloor) {
   auto scaler = make({{"init_scale", 3.0}, {"min_scale", 1.0}});
   const auto t = run(*scaler, {T, T, T});
   EXPECT_EQ(t.scales, (std::vector<float>{1.5f, 1.0f, 1.0f}));
@@ -129,19 +132,19 @@ TEST_F(DynamicLossScalerTest, MinScaleFloor) {
   EXPECT_TRUE(sink.contains(sdk::LogLevel::info, "scale 1 -> 1 (at min_scale)"));
 }
 
-TEST_F(DynamicLossScalerTest, NoFloorByDefault) {
+TEST_F(scalers_dynamic, NoFloorByDefault) {
   auto scaler = make({{"init_scale", 1.0}});
   run(*scaler, std::vector<bool>(10, T));
   EXPECT_EQ(scaler->scale(), 1.0f / 1024.0f);
 }
 
-TEST_F(DynamicLossScalerTest, MaxScaleCap) {
+TEST_F(scalers_dynamic, MaxScaleCap) {
   auto scaler = make({{"growth_interval", std::int64_t{1}}, {"max_scale", 200000.0}});
   const auto t = run(*scaler, {F, F, F});
   EXPECT_EQ(t.scales, (std::vector<float>{131072, 200000, 200000}));
 }
 
-TEST_F(DynamicLossScalerTest, NeverGrowsIntoInfinity) {
+TEST_F(scalers_dynamic, NeverGrowsIntoInfinity) {
   const double big = std::ldexp(1.0, 127);
   auto scaler = make({{"init_scale", big}, {"growth_interval", std::int64_t{1}}});
   run(*scaler, {F, F});
@@ -149,7 +152,7 @@ TEST_F(DynamicLossScalerTest, NeverGrowsIntoInfinity) {
   EXPECT_TRUE(std::isfinite(scaler->scale()));
 }
 
-TEST_F(DynamicLossScalerTest, LogsBackoffAndGrowthWithBeforeAndAfter) {
+TEST_F(scalers_dynamic, LogsBackoffAndGrowthWithBeforeAndAfter) {
   auto scaler = make({{"growth_interval", std::int64_t{1}}});
   scaler->update(false);
   scaler->update(true);
@@ -159,7 +162,7 @@ TEST_F(DynamicLossScalerTest, LogsBackoffAndGrowthWithBeforeAndAfter) {
                             "scale 131072 -> 65536"));
 }
 
-TEST_F(DynamicLossScalerTest, SaveLoadMidTrajectoryContinuesIdentically) {
+TEST_F(scalers_dynamic, SaveLoadMidTrajectoryContinuesIdentically) {
   const Values config{
       {"growth_interval", std::int64_t{3}}, {"hysteresis", std::int64_t{3}}, {"min_scale", 256.0}};
   const std::vector<bool> prefix{F, F, T, F, T, F};  // tracker 1, counter 1 at the save point
@@ -182,7 +185,7 @@ TEST_F(DynamicLossScalerTest, SaveLoadMidTrajectoryContinuesIdentically) {
   EXPECT_EQ(resumed->save_state().values, original->save_state().values);
 }
 
-TEST_F(DynamicLossScalerTest, LoadClampsToChangedConfig) {
+TEST_F(scalers_dynamic, LoadClampsToChangedConfig) {
   auto original = make({{"growth_interval", std::int64_t{10}}, {"hysteresis", std::int64_t{4}}});
   run(*original, std::vector<bool>(5, F));
   auto state = original->save_state();  // tracker 5, counter 4
@@ -198,7 +201,7 @@ TEST_F(DynamicLossScalerTest, LoadClampsToChangedConfig) {
   EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "clamped to 1024"));
 }
 
-TEST_F(DynamicLossScalerTest, MalformedStateIsRejected) {
+TEST_F(scalers_dynamic, MalformedStateIsRejected) {
   auto scaler = make({});
   const auto good = scaler->save_state();
   auto expect_rejected = [&](const sdk::ComponentState& bad, const std::string& fragment) {

@@ -37,7 +37,7 @@ bool has(const std::string& text, const std::string& fragment) {
   return text.find(fragment) != std::string::npos;
 }
 
-TEST(ScalerOptions, WrongType) {
+TEST(scalers_options, WrongType) {
   const auto e = expect_config_error([] {
     construct<DynamicLossScaler>({{"init_scale", 1024.0}, {"growth_interval", 2.5}});
   });
@@ -54,7 +54,7 @@ TEST(ScalerOptions, WrongType) {
   EXPECT_TRUE(has(s.what(), "test.toml:4:1: 'scaler.scale': expected a number")) << s.what();
 }
 
-TEST(ScalerOptions, OutOfRange) {
+TEST(scalers_options, OutOfRange) {
   auto e = expect_config_error([] { construct<DynamicLossScaler>({{"growth_factor", 1.0}}); });
   EXPECT_TRUE(has(e.what(), "test.toml:4:1: 'scaler.growth_factor': value 1.0 is out of range"))
       << e.what();
@@ -78,14 +78,14 @@ TEST(ScalerOptions, OutOfRange) {
   EXPECT_TRUE(has(e.what(), "does not fit in a float")) << e.what();
 }
 
-TEST(ScalerOptions, BackoffFactorOneRejected) {
+TEST(scalers_options, BackoffFactorOneRejected) {
   const auto e = expect_config_error([] {
     construct<DynamicLossScaler>({{"init_scale", 8.0}, {"backoff_factor", 1.0}});
   });
   EXPECT_TRUE(has(e.what(), "test.toml:5:1: 'scaler.backoff_factor': must be < 1")) << e.what();
 }
 
-TEST(ScalerOptions, UnknownKeyWithSuggestion) {
+TEST(scalers_options, UnknownKeyWithSuggestion) {
   const auto e = expect_config_error([] {
     construct<DynamicLossScaler>({{"init_scale", 8.0}, {"growth_intervall", std::int64_t{10}}});
   });
@@ -103,12 +103,12 @@ TEST(ScalerOptions, UnknownKeyWithSuggestion) {
   EXPECT_TRUE(has(n.hint(), "this component takes no options")) << n.hint();
 }
 
-TEST(ScalerOptions, TypeKeyBelongsToTheHost) {
+TEST(scalers_options, TypeKeyBelongsToTheHost) {
   EXPECT_NO_THROW(construct<DynamicLossScaler>({{"type", std::string("dynamic")}}));
   EXPECT_NO_THROW(construct<NoLossScaler>({{"type", std::string("none")}}));
 }
 
-TEST(ScalerOptions, MinScaleAboveInitScaleRejected) {
+TEST(scalers_options, MinScaleAboveInitScaleRejected) {
   const auto e = expect_config_error([] {
     construct<DynamicLossScaler>({{"init_scale", 1024.0}, {"min_scale", 2048.0}});
   });
@@ -134,7 +134,7 @@ TEST(ScalerOptions, MinScaleAboveInitScaleRejected) {
   EXPECT_EQ(j.where().line, 5u);
 }
 
-TEST(ScalerOptions, EqualBoundsAccepted) {
+TEST(scalers_options, EqualBoundsAccepted) {
   EXPECT_NO_THROW(construct<DynamicLossScaler>(
       {{"init_scale", 512.0}, {"min_scale", 512.0}, {"max_scale", 512.0}}));
 }

@@ -19,7 +19,7 @@ void expect_documented(const std::string& component, const sdk::OptionSchema& sc
   EXPECT_NE(test::read_text(kReadme).find("### `" + component + "`"), std::string::npos);
 }
 
-TEST(ScalersReadme, OptionTablesMatchSchemas) {
+TEST(scalers_readme, OptionTablesMatchSchemas) {
   expect_documented("none", NoLossScaler::option_schema());
   expect_documented("static", StaticLossScaler::option_schema());
   expect_documented("dynamic", DynamicLossScaler::option_schema());

@@ -21,12 +21,15 @@ class StaticLossScalerTest : public ::testing::Test {
   test::CapturingSink sink;
 };
 
-TEST_F(StaticLossScalerTest, DefaultScale) {
+// Suite names start with the plugin name so `ctest -R scalers` selects them.
+using scalers_static = StaticLossScalerTest;
+
+TEST_F(scalers_static, DefaultScale) {
   auto scaler = make({});
   EXPECT_EQ(scaler.scale(), 65536.0f);
 }
 
-TEST_F(StaticLossScalerTest, SkipsNonFiniteStepsAndNeverChangesScale) {
+TEST_F(scalers_static, SkipsNonFiniteStepsAndNeverChangesScale) {
   auto scaler = make({{"scale", std::int64_t{1024}}});  // integers are accepted for numbers
   const std::vector<bool> pattern{false, true, false, true, true, false};
   std::vector<bool> applied;
@@ -45,7 +48,7 @@ TEST_F(StaticLossScalerTest, SkipsNonFiniteStepsAndNeverChangesScale) {
   EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "step 5:"));
 }
 
-TEST_F(StaticLossScalerTest, SaveLoadRoundTrip) {
+TEST_F(scalers_static, SaveLoadRoundTrip) {
   auto original = make({{"scale", 128.0}});
   original.update(true);
   original.update(false);
@@ -59,7 +62,7 @@ TEST_F(StaticLossScalerTest, SaveLoadRoundTrip) {
   EXPECT_EQ(resumed.save_state().values, state.values);
 }
 
-TEST_F(StaticLossScalerTest, ConfiguredScaleWinsOverSavedOne) {
+TEST_F(scalers_static, ConfiguredScaleWinsOverSavedOne) {
   auto original = make({{"scale", 128.0}});
   auto resumed = make({{"scale", 512.0}});
   resumed.load_state(original.save_state());
@@ -67,7 +70,7 @@ TEST_F(StaticLossScalerTest, ConfiguredScaleWinsOverSavedOne) {
   EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "written with static scale 128"));
 }
 
-TEST_F(StaticLossScalerTest, MalformedStateIsRejected) {
+TEST_F(scalers_static, MalformedStateIsRejected) {
   auto scaler = make({});
   auto state = scaler.save_state();
   state.values["steps"] = std::int64_t{-3};
@@ -89,7 +92,10 @@ class NoLossScalerTest : public ::testing::Test {
   test::CapturingSink sink;
 };
 
-TEST_F(NoLossScalerTest, ScaleOneAndNeverAppliesNonFiniteSteps) {
+// Suite names start with the plugin name so `ctest -R scalers` selects them.
+using scalers_none = NoLossScalerTest;
+
+TEST_F(scalers_none, ScaleOneAndNeverAppliesNonFiniteSteps) {
   auto scaler = make();
   EXPECT_EQ(scaler.scale(), 1.0f);
   auto d = scaler.update(false);
@@ -103,7 +109,7 @@ TEST_F(NoLossScalerTest, ScaleOneAndNeverAppliesNonFiniteSteps) {
   EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "step 2: non-finite gradients"));
 }
 
-TEST_F(NoLossScalerTest, SaveLoadRoundTrip) {
+TEST_F(scalers_none, SaveLoadRoundTrip) {
   auto original = make();
   original.update(true);
   original.update(false);
