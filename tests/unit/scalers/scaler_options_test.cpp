@@ -118,11 +118,12 @@ TEST(scalers_options, MinScaleAboveInitScaleRejected) {
       << e.what();
   EXPECT_TRUE(has(e.hint(), "min_scale <= init_scale <= max_scale")) << e.hint();
 
-  // Blame init_scale when only it was written.
+  // The bound the user wrote is blamed, at its own line.
   const auto d = expect_config_error([] {
     construct<DynamicLossScaler>({{"init_scale", 1e10}, {"max_scale", 1e9}});
   });
   EXPECT_EQ(d.key(), "scaler.max_scale");
+  EXPECT_TRUE(has(d.what(), "init_scale 1e+10 exceeds max_scale 1e+09")) << d.what();
   const auto i = expect_config_error([] {
     construct<DynamicLossScaler>({{"min_scale", 1e5}});  // default init_scale 65536
   });
