@@ -1,0 +1,276 @@
+// Integration tests: drive the real `mixtrain` executable and read what it writes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <map>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           (std::string("mixtrain-it-") + info->name() + "-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  Result run(const std::string& args) {
+    Result r;
+    auto out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    std::string cmd = std::string(MIXTRAIN_EXE) + " " + args + " >" + out.string() + " 2>" +
+                      err.string() + " </dev/null";
+    int status = std::system(cmd.c_str());
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+
+  fs::path write_file(const std::string& name, const std::string& text) {
+    auto p = dir_ / name;
+    std::ofstream(p) << text;
+    return p;
+  }
+
+  static std::vector<json> records(const fs::path& metrics) {
+    std::vector<json> out;
+    std::ifstream in(metrics);
+    std::string line;
+    while (std::getline(in, line))
+      if (!line.empty()) out.push_back(json::parse(line));
+    return out;
+  }
+
+  static std::string quickstart() { return std::string(MIXTRAIN_CONFIGS_DIR) + "/quickstart.toml"; }
+
+  fs::path dir_;
+};
+
+TEST_F(Cli, QuickstartTrainsAndWritesEveryOutput) {
+  auto run_dir = dir_ / "run";
+  auto r = run("train " + quickstart() + " --run-dir " + run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto summary = json::parse(slurp(run_dir / "summary.json"));
+  EXPECT_GT(summary["eval_accuracy"].get<double>(), 0.90);
+  EXPECT_EQ(summary["steps"].get<int>(), 300);
+  EXPECT_EQ(summary["skipped_steps"].get<int>(), 0);
+  for (const char* key : {"final_loss", "peak_memory_bytes", "samples_per_s", "wall_seconds"})
+    EXPECT_TRUE(summary.contains(key)) << key;
+  EXPECT_GT(summary["peak_memory_bytes"].get<double>(), 0);
+
+  auto recs = records(run_dir / "metrics.jsonl");
+  std::vector<double> losses;
+  int evals = 0;
+  for (const auto& j : recs) {
+    if (j.contains("loss")) {
+      losses.push_back(j["loss"].get<double>());
+      for (const char* key : {"step", "loss_scale", "skipped", "lr", "grad_norm", "samples_per_s"})
+        EXPECT_TRUE(j.contains(key)) << key << " missing in " << j.dump();
+    }
+    if (j.contains("eval_accuracy")) ++evals;
+  }
+  ASSERT_GE(losses.size(), 10u);
+  EXPECT_LT(losses.back(), 0.5 * losses.front());
+  EXPECT_EQ(evals, 3);  // eval_every = 100 over 300 steps
+  EXPECT_TRUE(fs::exists(run_dir / "config.toml"));
+  EXPECT_TRUE(fs::exists(run_dir / "checkpoints" / "step-00000300.mxt"));
+  EXPECT_TRUE(fs::exists(run_dir / "checkpoints" / "step-00000200.mxt"));
+  EXPECT_FALSE(fs::exists(run_dir / "checkpoints" / "step-00000100.mxt"));  // keep = 2
+
+  // The resolved config is itself a valid config that reproduces every effective value.
+  auto resolved = slurp(run_dir / "config.toml");
+  EXPECT_NE(resolved.find("eps = 1e-08"), std::string::npos) << "plugin defaults missing\n" << resolved;
+  EXPECT_NE(resolved.find("beta2 = 0.999"), std::string::npos) << resolved;
+  auto c = run("check " + (run_dir / "config.toml").string());
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+
+  // eval on the final checkpoint reproduces the run's own evaluation.
+  auto ev = run("eval " + quickstart() + " --checkpoint " + (run_dir / "checkpoints").string());
+  ASSERT_EQ(ev.exit_code, 0) << ev.err;
+  auto evj = json::parse(ev.out);
+  EXPECT_DOUBLE_EQ(evj["eval_accuracy"].get<double>(), summary["eval_accuracy"].get<double>());
+}
+
+TEST_F(Cli, SetSwapsTheOptimizerWithoutARebuild) {
+  auto run_dir = dir_ / "run";
+  auto r = run("train " + quickstart() + " --run-dir " + run_dir.string() +
+               " --set optimizer.type=sgd --set optimizer.lr=0.05 --set optimizer.momentum=0.9"
+               " --set run.steps=150");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto resolved = slurp(run_dir / "config.toml");
+  EXPECT_NE(resolved.find("type = \"sgd\""), std::string::npos) << resolved;
+  EXPECT_NE(resolved.find("momentum = 0.9"), std::string::npos) << resolved;
+  EXPECT_NE(resolved.find("nesterov = false"), std::string::npos) << resolved;
+  auto summary = json::parse(slurp(run_dir / "summary.json"));
+  EXPECT_EQ(summary["optimizer"], "sgd");
+  EXPECT_GT(summary["eval_accuracy"].get<double>(), 0.85);
+}
+
+TEST_F(Cli, WrongTypeInConfigExits2WithFileLineColumn) {
+  auto cfg = write_file("bad.toml", "[run]\nname = \"x\"\nsteps = \"ten\"\n");
+  auto r = run("train " + cfg.string() + " --run-dir " + (dir_ / "run").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(cfg.string() + ":3:9"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("run.steps"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "metrics.jsonl"));
+}
+
+TEST_F(Cli, TomlSyntaxErrorExits2WithLocation) {
+  auto cfg = write_file("syntax.toml", "[run]\nsteps = = 3\n");
+  auto r = run("check " + cfg.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(cfg.string() + ":2:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("TOML syntax error"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, UnknownKeySuggestsTheNearestOne) {
+  auto r = run("check " + quickstart() + " --set optimizer.weight_decy=0.1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("optimizer.weight_decy"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("did you mean 'weight_decay'"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, UnknownPluginListsWhatExists) {
+  auto r = run("check " + quickstart() + " --set scaler.type=dynamc");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no scaler named 'dynamc'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("did you mean 'dynamic'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("static"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, PluginSemanticCheckFailsWithItsLocation) {
+  auto r = run("check " + quickstart() +
+               " --set scaler.type=dynamic --set scaler.min_scale=4096 --set scaler.init_scale=16");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("min_scale"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, MissingDataFileExits2NamingIt) {
+  auto cfg = write_file("npy.toml",
+                        "[model]\nlayers = [ { type = \"linear\", out = 2 } ]\n"
+                        "[data]\nsource = \"npy\"\nfeatures = \"nowhere/x.npy\"\n"
+                        "labels = \"nowhere/y.npy\"\n");
+  auto r = run("train " + cfg.string() + " --run-dir " + (dir_ / "run").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("x.npy"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, ExistingRunFolderIsNeverOverwritten) {
+  auto run_dir = dir_ / "run";
+  fs::create_directories(run_dir);
+  std::ofstream(run_dir / "metrics.jsonl") << "{\"step\": 1, \"loss\": 42}\n";
+  auto r = run("train " + quickstart() + " --set run.steps=5 --run-dir " + run_dir.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("already holds a run"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(run_dir / "metrics.jsonl"), "{\"step\": 1, \"loss\": 42}\n");
+}
+
+TEST_F(Cli, CorruptCheckpointExits2AndNamesIt) {
+  auto run_dir = dir_ / "run";
+  auto r = run("train " + quickstart() + " --set run.steps=20 --run-dir " + run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto ckpt = run_dir / "checkpoints" / "step-00000020.mxt";
+  ASSERT_TRUE(fs::exists(ckpt));
+  auto bytes = slurp(ckpt);
+  bytes[bytes.size() - 10] = static_cast<char>(bytes[bytes.size() - 10] ^ 0x5a);
+  auto bad = dir_ / "bad.mxt";
+  std::ofstream(bad, std::ios::binary) << bytes;
+  auto r2 = run("train " + quickstart() + " --set run.steps=40 --resume " + bad.string() +
+                " --run-dir " + (dir_ / "run2").string());
+  EXPECT_EQ(r2.exit_code, 2);
+  EXPECT_NE(r2.err.find("bad.mxt"), std::string::npos) << r2.err;
+  // Truncated too.
+  std::ofstream(bad, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() / 2);
+  auto r3 = run("eval " + quickstart() + " --checkpoint " + bad.string());
+  EXPECT_EQ(r3.exit_code, 2);
+  EXPECT_NE(r3.err.find("bad.mxt"), std::string::npos) << r3.err;
+}
+
+// A run resumed from its step-N checkpoint reproduces the uninterrupted 2N-step run bit for bit,
+// including the loss-scale trajectory of a dynamic scaler and the lr schedule.
+TEST_F(Cli, ResumeReproducesTheUninterruptedRunBitForBit) {
+  const std::string common = " --set run.steps=60 --set run.log_every=1 --set run.eval_every=0"
+                             " --set checkpoint.every=30 --set checkpoint.keep=5"
+                             " --set scaler.type=dynamic --set scaler.init_scale=1024"
+                             " --set scaler.growth_interval=7";
+  auto full = dir_ / "full";
+  auto r = run("train " + quickstart() + common + " --run-dir " + full.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto resumed = dir_ / "resumed";
+  auto r2 = run("train " + quickstart() + common + " --resume " +
+                (full / "checkpoints" / "step-00000030.mxt").string() + " --run-dir " +
+                resumed.string());
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+
+  auto a = records(full / "metrics.jsonl");
+  auto b = records(resumed / "metrics.jsonl");
+  std::map<int, json> by_step;
+  for (const auto& j : a)
+    if (j.contains("loss")) by_step[j["step"].get<int>()] = j;
+  int compared = 0;
+  for (const auto& j : b) {
+    if (!j.contains("loss")) continue;
+    int step = j["step"].get<int>();
+    ASSERT_GT(step, 30);
+    ASSERT_TRUE(by_step.count(step));
+    EXPECT_EQ(j["loss"].get<double>(), by_step[step]["loss"].get<double>()) << "step " << step;
+    EXPECT_EQ(j["loss_scale"].get<double>(), by_step[step]["loss_scale"].get<double>()) << step;
+    EXPECT_EQ(j["lr"].get<double>(), by_step[step]["lr"].get<double>()) << step;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 30);
+  // The scale really moved, so the scaler state was exercised.
+  EXPECT_NE(by_step[60]["loss_scale"].get<double>(), 1024.0);
+  auto sa = json::parse(slurp(full / "summary.json"));
+  auto sb = json::parse(slurp(resumed / "summary.json"));
+  EXPECT_EQ(sa["eval_loss"].get<double>(), sb["eval_loss"].get<double>());
+}
+
+TEST_F(Cli, CheckPrintsThePlanAndPluginsListsComponents) {
+  auto c = run("check " + quickstart());
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("precision plan"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("head"), std::string::npos);
+  EXPECT_NE(c.out.find("config OK"), std::string::npos);
+  auto p = run("plugins");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  for (const char* name : {"cpu", "fp32", "none", "static", "dynamic", "sgd", "adamw", "native"})
+    EXPECT_NE(p.out.find(name), std::string::npos) << name << "\n" << p.out;
+}
+
+TEST_F(Cli, VersionAndBadArgumentsExitCodes) {
+  auto v = run("--version");
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_NE(v.out.find("mixtrain"), std::string::npos);
+  auto bad = run("train --no-such-flag");
+  EXPECT_EQ(bad.exit_code, 2);
+}
+
+}  // namespace
