@@ -1,7 +1,9 @@
 // bench_gemm: GFLOP/s of the wide-MLP (1024 -> 4096 -> 4096 -> 1024, batch 512) GEMMs through
 // CpuBackend::gemm (oneDNN matmul) and OpenBLAS cblas_sgemm, at the same thread count.
 //
-// Usage: bench_gemm [--threads N] [--lib onednn|openblas|both] [--seconds S]
+// Usage: bench_gemm [--threads N] [--lib onednn|openblas|both] [--seconds S] [--steps N]
+// With --steps N > 0 it also times N full FP32 training steps of that MLP (forward, softmax-CE,
+// backward, fused unscale check, AdamW) through CpuBackend alone, as the trainer would run them.
 // Each measurement: 3 warm-up calls, then as many calls as fit in S seconds (at least 5); the
 // median call time gives GFLOP/s = 2*m*n*k / t. Run each library in its own process for the
 // cleanest numbers: OpenMP (oneDNN) worker threads keep spinning after a parallel region and
@@ -10,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,19 +65,110 @@ double median_seconds(const std::function<void()>& call, double budget) {
   return times[times.size() / 2];
 }
 
+// One FP32 training step of Linear(1024,4096)-ReLU-Linear(4096,4096)-ReLU-Linear(4096,1024)-ReLU-
+// Linear(1024,10) at batch 512 with AdamW, using only backend ops. Returns steps/s.
+double mlp_steps_per_second(CpuBackend& be, int steps) {
+  const std::int64_t batch = 512;
+  const std::vector<std::int64_t> widths = {1024, 4096, 4096, 1024, 10};
+  const std::size_t layers = widths.size() - 1;
+  std::vector<void*> owned;
+  auto tensor = [&](std::vector<std::int64_t> shape, DType dt = DType::fp32) {
+    TensorView v;
+    v.dtype = dt;
+    v.shape = mixtrain::sdk::Shape::from_vector(shape);
+    v.data = be.allocate(v.bytes());
+    owned.push_back(v.data);
+    be.fill(v, 0.0f);
+    return v;
+  };
+  std::vector<TensorView> w, b, dw, db, m_w, v_w, m_b, v_b, z, h, dz;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (std::size_t l = 0; l < layers; ++l) {
+    const std::int64_t in = widths[l], out = widths[l + 1];
+    w.push_back(tensor({out, in}));
+    const float std_dev = 1.0f / std::sqrt(static_cast<float>(in));
+    for (std::int64_t i = 0; i < out * in; ++i) w.back().as<float>()[i] = normal(rng) * std_dev;
+    b.push_back(tensor({out}));
+    dw.push_back(tensor({out, in}));
+    db.push_back(tensor({out}));
+    m_w.push_back(tensor({out, in}));
+    v_w.push_back(tensor({out, in}));
+    m_b.push_back(tensor({out}));
+    v_b.push_back(tensor({out}));
+    z.push_back(tensor({batch, out}));
+    h.push_back(tensor({batch, out}));
+    dz.push_back(tensor({batch, out}));
+  }
+  TensorView x = tensor({batch, widths[0]});
+  for (std::int64_t i = 0; i < x.numel(); ++i) x.as<float>()[i] = normal(rng);
+  TensorView labels = tensor({batch}, DType::int32);
+  for (std::int64_t i = 0; i < batch; ++i) labels.as<std::int32_t>()[i] = static_cast<std::int32_t>(i % 10);
+  TensorView loss = tensor({1}), correct = tensor({1}, DType::int32);
+  std::vector<TensorView> grads;
+  std::vector<mixtrain::sdk::ParamTensors> params;
+  for (std::size_t l = 0; l < layers; ++l) {
+    grads.push_back(dw[l]);
+    grads.push_back(db[l]);
+    params.push_back({w[l], dw[l], {}, m_w[l], v_w[l]});
+    params.push_back({b[l], db[l], {}, m_b[l], v_b[l]});
+  }
+  mixtrain::sdk::AdamWHyper hyper;
+  auto step = [&](std::int64_t t) {
+    for (std::size_t l = 0; l < layers; ++l) {
+      mixtrain::sdk::GemmArgs g;
+      g.a = {l == 0 ? x : h[l - 1], false};
+      g.b = {w[l], true};
+      g.c = z[l];
+      g.bias = b[l];
+      be.gemm(g);
+      if (l + 1 < layers) be.activation_forward(mixtrain::sdk::Activation::relu, z[l], h[l]);
+    }
+    be.softmax_cross_entropy(z[layers - 1], labels, 1.0f, loss, correct, dz[layers - 1]);
+    for (std::size_t l = layers; l-- > 0;) {
+      mixtrain::sdk::GemmArgs g;  // dW = dZ^T * H_prev
+      g.a = {dz[l], true};
+      g.b = {l == 0 ? x : h[l - 1], false};
+      g.c = dw[l];
+      be.gemm(g);
+      be.bias_grad(dz[l], db[l], false);
+      if (l > 0) {
+        mixtrain::sdk::GemmArgs gx;  // dH_prev = dZ * W, then through the ReLU in place
+        gx.a = {dz[l], false};
+        gx.b = {w[l], false};
+        gx.c = dz[l - 1];
+        be.gemm(gx);
+        be.activation_backward(mixtrain::sdk::Activation::relu, z[l - 1], dz[l - 1], dz[l - 1]);
+      }
+    }
+    if (be.unscale_and_check_finite(grads, 1.0f)) std::printf("non-finite gradient!\n");
+    hyper.step = t;
+    be.adamw_update(hyper, params);
+  };
+  step(1);  // warm-up: creates every primitive
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) step(i + 2);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("final loss %.4f\n", static_cast<double>(loss.as<float>()[0]));
+  for (void* p : owned) be.deallocate(p);
+  return steps / elapsed;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 2;
   std::string lib = "both";
   double seconds = 1.0;
+  int steps = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--threads") threads = std::atoi(argv[i + 1]);
     else if (flag == "--lib") lib = argv[i + 1];
     else if (flag == "--seconds") seconds = std::atof(argv[i + 1]);
+    else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "unknown flag %s\nusage: bench_gemm [--threads N] [--lib onednn|openblas|both] [--seconds S]\n", argv[i]);
+      std::fprintf(stderr, "unknown flag %s\nusage: bench_gemm [--threads N] [--lib onednn|openblas|both] [--seconds S] [--steps N]\n", argv[i]);
       return 2;
     }
   }
@@ -132,5 +226,10 @@ int main(int argc, char** argv) {
               run_onednn ? total_flop / onednn_time * 1e-9 : 0.0,
               run_openblas ? total_flop / openblas_time * 1e-9 : 0.0);
   if (run_onednn) std::printf("fp32 implementation: %s\n", backend.capabilities().gemm_inputs[0].how.c_str());
+  if (steps > 0) {
+    const double sps = mlp_steps_per_second(backend, steps);
+    std::printf("wide MLP fp32 AdamW training step (batch 512): %.2f steps/s (%.1f ms/step)\n", sps,
+                1e3 / sps);
+  }
   return 0;
 }

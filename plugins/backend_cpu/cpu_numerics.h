@@ -1,9 +1,10 @@
 // Scalar floating-point format conversions of the CPU backend (the numerical reference).
 //
 // Contract
-// - Every narrowing conversion rounds to nearest, ties to even (RNE), handles subnormals of the
-//   target format exactly and never depends on the FPU's rounding mode or FTZ/DAZ flags (pure
-//   integer arithmetic on the bit patterns).
+// - Every narrowing conversion rounds to nearest, ties to even (RNE) and handles subnormals of
+//   the target format exactly. It is integer arithmetic on the bit patterns, except fp16
+//   subnormals, which use one fp32 addition and so assume the default rounding mode (nothing in
+//   mixtrain changes it); FTZ/DAZ do not affect the result.
 // - Overflow: without `saturate` a finite value beyond the format's range becomes ±inf; with
 //   `saturate` it (and ±inf) becomes ±largest finite (the PTX `.satfinite` rule). NaN stays NaN
 //   (a quiet NaN with the input's sign).
@@ -55,29 +56,24 @@ inline float fp16_to_float(std::uint16_t h) {
   return sign != 0 ? -magnitude : magnitude;
 }
 
+// Branch-free (selects only) so loops that store fp16 vectorise.
 inline std::uint16_t float_to_fp16(float f, bool saturate = false) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t sign16 = (u >> 16) & 0x8000u;
   const std::uint32_t abs = u & 0x7FFFFFFFu;
-  const std::uint16_t overflow = saturate ? kFp16MaxFinite : 0x7C00u;
-  if (abs > 0x7F800000u) return static_cast<std::uint16_t>(sign16 | 0x7E00u);  // NaN
-  if (abs >= 0x477FF000u)  // >= 65520 (and inf): rounds beyond 65504
-    return static_cast<std::uint16_t>(sign16 | overflow);
-  const std::uint32_t exp = abs >> 23;
-  if (exp >= 113u) {  // normal in fp16: rebias and round the 13 dropped bits
-    const std::uint32_t rebased = abs - (112u << 23);
-    const std::uint32_t rounded = (rebased + 0xFFFu + ((rebased >> 13) & 1u)) >> 13;
-    return static_cast<std::uint16_t>(sign16 | rounded);
-  }
-  if (exp < 102u) return static_cast<std::uint16_t>(sign16);  // < 2^-25: rounds to zero
-  // Subnormal in fp16: units of 2^-24; value = mant * 2^(exp-150).
-  const std::uint32_t mant = (abs & 0x7FFFFFu) | 0x800000u;
-  const std::uint32_t shift = 126u - exp;  // 14..24
-  std::uint32_t q = mant >> shift;
-  const std::uint32_t rem = mant & ((1u << shift) - 1u);
-  const std::uint32_t half = 1u << (shift - 1u);
-  if (rem > half || (rem == half && (q & 1u) != 0)) ++q;  // q may carry into the min normal
-  return static_cast<std::uint16_t>(sign16 | q);
+  // Normal in fp16 (|f| >= 2^-14): rebias the exponent and round the 13 dropped bits; a mantissa
+  // carry correctly bumps the exponent.
+  const std::uint32_t rebased = abs - (112u << 23);
+  const std::uint32_t normal = (rebased + 0xFFFu + ((rebased >> 13) & 1u)) >> 13;
+  // Subnormal in fp16: the ulp of 0.5f is 2^-24, the fp16 subnormal unit, so the fp32 addition
+  // |f| + 0.5 rounds |f| to that unit with IEEE round-to-nearest-even (the default mode; FTZ/DAZ
+  // cannot interfere because |f| + 0.5 is normal, and fp32 subnormal inputs rightly give 0).
+  const std::uint32_t subnormal =
+      std::bit_cast<std::uint32_t>(std::bit_cast<float>(abs) + 0.5f) - 0x3F000000u;
+  std::uint32_t r = abs < (113u << 23) ? subnormal : normal;
+  r = abs >= 0x477FF000u ? (saturate ? kFp16MaxFinite : 0x7C00u) : r;  // >= 65520 and inf
+  r = abs > 0x7F800000u ? 0x7E00u : r;                                  // NaN: quiet NaN
+  return static_cast<std::uint16_t>(sign16 | r);
 }
 
 inline float round_to_tf32(float f) {
