@@ -4,8 +4,9 @@
 // Usage: bench_gemm [--threads N] [--lib onednn|openblas|both] [--seconds S] [--steps N]
 // With --steps N > 0 it also times N full FP32 training steps of that MLP (forward, softmax-CE,
 // backward, fused unscale check, AdamW) through CpuBackend alone, as the trainer would run them.
-// Each measurement: 3 warm-up calls, then as many calls as fit in S seconds (at least 5); the
-// median call time gives GFLOP/s = 2*m*n*k / t. Run each library in its own process for the
+// Each measurement: 3 warm-up calls, then as many calls as fit in S seconds (at least 5);
+// GFLOP/s = 2*m*n*k / t, for the median call and for the fastest call (on a shared machine the
+// fastest call is the best estimate of what a library does with the cores to itself). Run each library in its own process for the
 // cleanest numbers: OpenMP (oneDNN) worker threads keep spinning after a parallel region and
 // steal cycles from OpenBLAS's pthread pool when both run in one process.
 #include <cblas.h>
@@ -43,14 +44,18 @@ std::vector<Case> wide_mlp_cases() {
   std::vector<Case> cases;
   const int batch = 512;
   for (auto [in, out] : {std::pair{1024, 4096}, std::pair{4096, 4096}, std::pair{4096, 1024}}) {
-    cases.push_back({"fwd  Y=X*W^T", batch, out, in, false, true});
-    cases.push_back({"dX   =dY*W  ", batch, in, out, false, false});
-    cases.push_back({"dW   =dY^T*X", out, in, batch, true, false});
+    cases.push_back({"fwd Y=X*W^T", batch, out, in, false, true});
+    cases.push_back({"dX=dY*W", batch, in, out, false, false});
+    cases.push_back({"dW=dY^T*X", out, in, batch, true, false});
   }
   return cases;
 }
 
-double median_seconds(const std::function<void()>& call, double budget) {
+struct Timing {
+  double median, best;
+};
+
+Timing time_calls(const std::function<void()>& call, double budget) {
   for (int i = 0; i < 3; ++i) call();
   std::vector<double> times;
   const auto start = std::chrono::steady_clock::now();
@@ -60,9 +65,8 @@ double median_seconds(const std::function<void()>& call, double budget) {
     call();
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2),
-                   times.end());
-  return times[times.size() / 2];
+  std::sort(times.begin(), times.end());
+  return {times[times.size() / 2], times.front()};
 }
 
 // One FP32 training step of Linear(1024,4096)-ReLU-Linear(4096,4096)-ReLU-Linear(4096,1024)-ReLU-
@@ -177,11 +181,21 @@ int main(int argc, char** argv) {
   CpuBackend backend(threads);
   openblas_set_num_threads(threads);
 
-  std::printf("threads=%d\n%-14s %5s %5s %5s %14s %16s\n", threads, "gemm", "m", "n", "k",
-              run_onednn ? "oneDNN GFLOP/s" : "", run_openblas ? "OpenBLAS GFLOP/s" : "");
-  double total_flop = 0.0, onednn_time = 0.0, openblas_time = 0.0;
+  std::printf("threads=%d; GFLOP/s as median / best call\n", threads);
+  std::printf("| %-14s | %5s | %5s | %5s | %-17s | %-17s |\n", "GEMM", "m", "n", "k",
+              "oneDNN (backend)", "OpenBLAS sgemm");
+  std::printf("|%s|%s|%s|%s|%s|%s|\n", "----------------", "-------", "-------", "-------",
+              "-------------------", "-------------------");
+  double total_flop = 0.0;
+  Timing onednn_total{0, 0}, openblas_total{0, 0};
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  auto cell = [](bool ran, double flop, Timing t) {
+    char text[64];
+    if (!ran) return std::string("-");
+    std::snprintf(text, sizeof text, "%6.1f / %6.1f", flop / t.median * 1e-9, flop / t.best * 1e-9);
+    return std::string(text);
+  };
   for (const Case& c : wide_mlp_cases()) {
     const std::size_t a_elems = static_cast<std::size_t>(c.m) * c.k;
     const std::size_t b_elems = static_cast<std::size_t>(c.k) * c.n;
@@ -195,36 +209,39 @@ int main(int argc, char** argv) {
     const double flop = 2.0 * c.m * c.n * c.k;
     total_flop += flop;
 
-    double t_dnnl = 0.0, t_blas = 0.0;
+    Timing t_dnnl{0, 0}, t_blas{0, 0};
     if (run_onednn) {
+      using mixtrain::sdk::Shape;
       mixtrain::sdk::GemmArgs args;
-      args.a = {TensorView{a, DType::fp32, c.trans_a ? mixtrain::sdk::Shape{c.k, c.m} : mixtrain::sdk::Shape{c.m, c.k}}, c.trans_a};
-      args.b = {TensorView{b, DType::fp32, c.trans_b ? mixtrain::sdk::Shape{c.n, c.k} : mixtrain::sdk::Shape{c.k, c.n}}, c.trans_b};
+      args.a = {TensorView{a, DType::fp32, c.trans_a ? Shape{c.k, c.m} : Shape{c.m, c.k}}, c.trans_a};
+      args.b = {TensorView{b, DType::fp32, c.trans_b ? Shape{c.n, c.k} : Shape{c.k, c.n}}, c.trans_b};
       args.c = TensorView{out, DType::fp32, {c.m, c.n}};
-      t_dnnl = median_seconds([&] { backend.gemm(args); }, seconds);
-      onednn_time += t_dnnl;
+      t_dnnl = time_calls([&] { backend.gemm(args); }, seconds);
+      onednn_total.median += t_dnnl.median;
+      onednn_total.best += t_dnnl.best;
     }
     if (run_openblas) {
       const int lda = c.trans_a ? c.m : c.k;
       const int ldb = c.trans_b ? c.k : c.n;
-      t_blas = median_seconds(
+      t_blas = time_calls(
           [&] {
             cblas_sgemm(CblasRowMajor, c.trans_a ? CblasTrans : CblasNoTrans,
                         c.trans_b ? CblasTrans : CblasNoTrans, c.m, c.n, c.k, 1.0f, a, lda, b, ldb,
                         0.0f, out, c.n);
           },
           seconds);
-      openblas_time += t_blas;
+      openblas_total.median += t_blas.median;
+      openblas_total.best += t_blas.best;
     }
-    std::printf("%-14s %5d %5d %5d %14.1f %16.1f\n", c.name, c.m, c.n, c.k,
-                run_onednn ? flop / t_dnnl * 1e-9 : 0.0, run_openblas ? flop / t_blas * 1e-9 : 0.0);
+    std::printf("| %-14s | %5d | %5d | %5d | %-17s | %-17s |\n", c.name, c.m, c.n, c.k,
+                cell(run_onednn, flop, t_dnnl).c_str(), cell(run_openblas, flop, t_blas).c_str());
     backend.deallocate(a);
     backend.deallocate(b);
     backend.deallocate(out);
   }
-  std::printf("%-14s %17s %14.1f %16.1f\n", "all 9 (time-weighted)", "",
-              run_onednn ? total_flop / onednn_time * 1e-9 : 0.0,
-              run_openblas ? total_flop / openblas_time * 1e-9 : 0.0);
+  std::printf("| %-14s | %5s | %5s | %5s | %-17s | %-17s |\n", "all 9 (total)", "", "", "",
+              cell(run_onednn, total_flop, onednn_total).c_str(),
+              cell(run_openblas, total_flop, openblas_total).c_str());
   if (run_onednn) std::printf("fp32 implementation: %s\n", backend.capabilities().gemm_inputs[0].how.c_str());
   if (steps > 0) {
     const double sps = mlp_steps_per_second(backend, steps);

@@ -30,9 +30,9 @@ std::vector<double> reference_gemm(const std::vector<float>& a, bool ta, const s
 
 using GemmCase = std::tuple<bool, bool, bool, float, float>;  // ta, tb, bias, alpha, beta
 
-class CpuGemm : public ::testing::TestWithParam<GemmCase> {};
+class backend_cpu_gemm : public ::testing::TestWithParam<GemmCase> {};
 
-TEST_P(CpuGemm, MatchesDoubleReferenceOnOddShapes) {
+TEST_P(backend_cpu_gemm, MatchesDoubleReferenceOnOddShapes) {
   const auto [ta, tb, with_bias, alpha, beta] = GetParam();
   CpuBackend be(2);
   for (const auto& [m, n, k] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{7, 13, 5},
@@ -64,12 +64,12 @@ TEST_P(CpuGemm, MatchesDoubleReferenceOnOddShapes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTransposes, CpuGemm,
+INSTANTIATE_TEST_SUITE_P(AllTransposes, backend_cpu_gemm,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool(),
                                             ::testing::Values(1.0f, -0.5f),
                                             ::testing::Values(0.0f, 1.0f, 0.75f)));
 
-TEST(CpuGemmOutput, Bf16AndFp16OutputsAreRoundedResults) {
+TEST(backend_cpu_gemm_output, Bf16AndFp16OutputsAreRoundedResults) {
   CpuBackend be(2);
   const std::int64_t m = 9, n = 11, k = 6;
   const auto a = random_values(static_cast<std::size_t>(m * k), 5);
@@ -94,7 +94,7 @@ TEST(CpuGemmOutput, Bf16AndFp16OutputsAreRoundedResults) {
   }
 }
 
-TEST(CpuGemmTf32, RoundsInputsToTenMantissaBits) {
+TEST(backend_cpu_gemm_tf32, RoundsInputsToTenMantissaBits) {
   CpuBackend be(2);
   const std::int64_t m = 5, n = 3, k = 4;
   // Inputs with bits below tf32 precision: 1 + 2^-12 rounds to 1 in tf32.
@@ -133,7 +133,7 @@ TEST(CpuGemmTf32, RoundsInputsToTenMantissaBits) {
   EXPECT_EQ(c2.get(), got);
 }
 
-TEST(CpuGemmErrors, UnsupportedDtypesAndShapesRaiseBackendError) {
+TEST(backend_cpu_gemm_errors, UnsupportedDtypesAndShapesRaiseBackendError) {
   CpuBackend be(1);
   DeviceTensor a16(be, DType::bf16, {4, 4});
   DeviceTensor a(be, DType::fp32, {4, 4});
@@ -157,7 +157,7 @@ TEST(CpuGemmErrors, UnsupportedDtypesAndShapesRaiseBackendError) {
   EXPECT_THROW(be.gemm(args), sdk::BackendError);
 }
 
-TEST(CpuGemmEdge, EmptyInnerDimensionGivesBetaCPlusBias) {
+TEST(backend_cpu_gemm_edge, EmptyInnerDimensionGivesBetaCPlusBias) {
   CpuBackend be(1);
   DeviceTensor a(be, DType::fp32, {3, 0});
   DeviceTensor b(be, DType::fp32, {0, 2});

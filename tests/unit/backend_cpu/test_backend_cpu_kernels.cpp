@@ -20,7 +20,7 @@ double central_diff(const std::function<double(double)>& f, double x, double h =
   return (f(x + h) - f(x - h)) / (2.0 * h);
 }
 
-TEST(CpuKernels, AddBiasAndBiasGrad) {
+TEST(backend_cpu_kernels, AddBiasAndBiasGrad) {
   CpuBackend be(2);
   const std::int64_t rows = 7, n = 13;
   const auto y0 = random_values(static_cast<std::size_t>(rows * n), 1);
@@ -48,7 +48,7 @@ TEST(CpuKernels, AddBiasAndBiasGrad) {
   }
 }
 
-TEST(CpuKernels, ActivationsForwardAndBackwardAgainstFiniteDifferences) {
+TEST(backend_cpu_kernels, ActivationsForwardAndBackwardAgainstFiniteDifferences) {
   CpuBackend be(2);
   const std::int64_t rows = 7, n = 13;
   auto xv = random_values(static_cast<std::size_t>(rows * n), 3, -4.0f, 4.0f);
@@ -107,7 +107,7 @@ std::vector<double> layernorm_ref(const std::vector<double>& x, const std::vecto
   return y;
 }
 
-TEST(CpuKernels, LayerNormForwardAndBackwardAgainstFiniteDifferences) {
+TEST(backend_cpu_kernels, LayerNormForwardAndBackwardAgainstFiniteDifferences) {
   CpuBackend be(2);
   const std::int64_t rows = 7, n = 13;
   const double eps = 1e-5;
@@ -192,7 +192,7 @@ TEST(CpuKernels, LayerNormForwardAndBackwardAgainstFiniteDifferences) {
   expect_close(y16.get(), y16_ref, 0x1p-8, 1e-3, "layernorm bf16 y");
 }
 
-TEST(CpuKernels, SoftmaxCrossEntropyLossGradAndCorrect) {
+TEST(backend_cpu_kernels, SoftmaxCrossEntropyLossGradAndCorrect) {
   CpuBackend be(2);
   const std::int64_t rows = 7, classes = 13;
   auto zv = random_values(static_cast<std::size_t>(rows * classes), 9, -5.0f, 5.0f);
@@ -246,7 +246,7 @@ TEST(CpuKernels, SoftmaxCrossEntropyLossGradAndCorrect) {
   EXPECT_THROW(be.softmax_cross_entropy(z, negative, 1.0f, loss, correct, dz), sdk::BackendError);
 }
 
-TEST(CpuKernels, FillScaleAxpy) {
+TEST(backend_cpu_kernels, FillScaleAxpy) {
   CpuBackend be(2);
   DeviceTensor x(be, DType::fp32, {5, 3});
   be.fill(x, 1.5f);
@@ -266,7 +266,7 @@ TEST(CpuKernels, FillScaleAxpy) {
   EXPECT_THROW(be.axpy(1.0f, wrong, y), sdk::BackendError);
 }
 
-TEST(CpuMemory, StatsTrackCurrentPeakAndLiveCount) {
+TEST(backend_cpu_memory, StatsTrackCurrentPeakAndLiveCount) {
   CpuBackend be(1);
   EXPECT_EQ(be.memory_stats().current_bytes, 0u);
   void* a = be.allocate(100);
@@ -291,7 +291,7 @@ TEST(CpuMemory, StatsTrackCurrentPeakAndLiveCount) {
   EXPECT_THROW(be.allocate(std::numeric_limits<std::size_t>::max() / 2), sdk::BackendError);
 }
 
-TEST(CpuMemory, CopiesRoundTrip) {
+TEST(backend_cpu_memory, CopiesRoundTrip) {
   CpuBackend be(1);
   const auto v = random_values(33, 12);
   DeviceTensor a(be, DType::fp32, {3, 11});
@@ -305,7 +305,7 @@ TEST(CpuMemory, CopiesRoundTrip) {
   EXPECT_THROW(be.copy(h, a), sdk::BackendError);
 }
 
-TEST(CpuCapabilities, ReportsKindThreadsAndHonestGemmSupport) {
+TEST(backend_cpu_capabilities, ReportsKindThreadsAndHonestGemmSupport) {
   CpuBackend be(2);
   const auto caps = be.capabilities();
   EXPECT_EQ(caps.kind, "cpu");

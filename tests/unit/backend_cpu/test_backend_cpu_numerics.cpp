@@ -12,7 +12,7 @@ namespace {
 
 float f(std::uint32_t bits) { return std::bit_cast<float>(bits); }
 
-TEST(CpuNumerics, Fp16RoundToNearestEvenAndRanges) {
+TEST(backend_cpu_numerics, Fp16RoundToNearestEvenAndRanges) {
   EXPECT_EQ(float_to_fp16(1.0f), 0x3C00);
   EXPECT_EQ(float_to_fp16(1.0f + 0x1p-11f), 0x3C00);          // tie -> even (down)
   EXPECT_EQ(float_to_fp16(1.0f + 3 * 0x1p-11f), 0x3C02);      // tie -> even (up)
@@ -64,7 +64,7 @@ std::uint16_t reference_fp16(float x) {
   return sign | ((lo & 1) == 0 ? lo : hi);
 }
 
-TEST(CpuNumerics, Fp16MatchesBruteForceNearestOnRandomFloats) {
+TEST(backend_cpu_numerics, Fp16MatchesBruteForceNearestOnRandomFloats) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<std::uint32_t> mantissa(0, 0x7FFFFFu);
   std::uniform_int_distribution<std::uint32_t> exponent(127 - 30, 127 + 16);  // 2^-30 .. 2^17
@@ -75,7 +75,7 @@ TEST(CpuNumerics, Fp16MatchesBruteForceNearestOnRandomFloats) {
   }
 }
 
-TEST(CpuNumerics, EveryFp16AndBf16PatternRoundTrips) {
+TEST(backend_cpu_numerics, EveryFp16AndBf16PatternRoundTrips) {
   for (std::uint32_t b = 0; b <= 0xFFFF; ++b) {
     const auto h = static_cast<std::uint16_t>(b);
     const float x = fp16_to_float(h);
@@ -93,7 +93,7 @@ TEST(CpuNumerics, EveryFp16AndBf16PatternRoundTrips) {
   }
 }
 
-TEST(CpuNumerics, Bf16RoundToNearestEvenAndOverflow) {
+TEST(backend_cpu_numerics, Bf16RoundToNearestEvenAndOverflow) {
   EXPECT_EQ(float_to_bf16(1.0f + 0x1p-8f), 0x3F80);      // tie -> even (down)
   EXPECT_EQ(float_to_bf16(1.0f + 3 * 0x1p-8f), 0x3F82);  // tie -> even (up)
   EXPECT_EQ(float_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3F81);
@@ -107,7 +107,7 @@ TEST(CpuNumerics, Bf16RoundToNearestEvenAndOverflow) {
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(f(0x7F800001)))));  // signalling payload low
 }
 
-TEST(CpuNumerics, Tf32KeepsTenMantissaBitsWithTiesToEven) {
+TEST(backend_cpu_numerics, Tf32KeepsTenMantissaBitsWithTiesToEven) {
   EXPECT_EQ(round_to_tf32(1.0f + 0x1p-11f), 1.0f);
   EXPECT_EQ(round_to_tf32(1.0f + 3 * 0x1p-11f), 1.0f + 0x1p-9f);
   EXPECT_EQ(round_to_tf32(1.0f + 0x1p-11f + 0x1p-23f), 1.0f + 0x1p-10f);
@@ -122,7 +122,7 @@ TEST(CpuNumerics, Tf32KeepsTenMantissaBitsWithTiesToEven) {
   }
 }
 
-TEST(CpuCast, Fp32ToHalfAndBackThroughTheBackend) {
+TEST(backend_cpu_cast, Fp32ToHalfAndBackThroughTheBackend) {
   CpuBackend be(2);
   const std::vector<float> values = {1.0f + 0x1p-11f, 65520.0f, -1e6f, 0x1p-25f, 0x1.8p-24f,
                                      std::numeric_limits<float>::infinity(), -2.5f};
@@ -146,7 +146,7 @@ TEST(CpuCast, Fp32ToHalfAndBackThroughTheBackend) {
   EXPECT_EQ(back.get()[5], 65504.0f);
 }
 
-TEST(CpuCast, ScaleAndFusedAmaxOverTheUnscaledSource) {
+TEST(backend_cpu_cast, ScaleAndFusedAmaxOverTheUnscaledSource) {
   CpuBackend be(2);
   const auto values = random_values(5000, 11, -3.0f, 3.0f);
   DeviceTensor src(be, DType::fp32, {50, 100}, values);
@@ -170,7 +170,7 @@ TEST(CpuCast, ScaleAndFusedAmaxOverTheUnscaledSource) {
   EXPECT_TRUE(std::isnan(amax.get()[0]));
 }
 
-TEST(CpuCast, ToTf32AndBetweenHalfFormats) {
+TEST(backend_cpu_cast, ToTf32AndBetweenHalfFormats) {
   CpuBackend be(1);
   DeviceTensor src(be, DType::fp32, {3}, {1.0f + 3 * 0x1p-11f, 0.1f, -7.0f});
   DeviceTensor t(be, DType::tf32, {3});
@@ -184,7 +184,7 @@ TEST(CpuCast, ToTf32AndBetweenHalfFormats) {
   EXPECT_EQ(b.view().as<std::uint16_t>()[1], float_to_bf16(fp16_to_float(float_to_fp16(0.1f))));
 }
 
-TEST(CpuCast, Fp8AndMismatchedSizesRaiseBackendError) {
+TEST(backend_cpu_cast, Fp8AndMismatchedSizesRaiseBackendError) {
   CpuBackend be(1);
   DeviceTensor src(be, DType::fp32, {4});
   DeviceTensor e4m3(be, DType::fp8_e4m3, {4});

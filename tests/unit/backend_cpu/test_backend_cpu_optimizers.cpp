@@ -11,7 +11,7 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-TEST(CpuMixedPrecision, UnscaleAndCheckFiniteScalesEverythingAndFindsLastTensorInf) {
+TEST(backend_cpu_mixed_precision, UnscaleAndCheckFiniteScalesEverythingAndFindsLastTensorInf) {
   CpuBackend be(2);
   const auto a0 = random_values(1000, 1);
   const auto b0 = random_values(70000, 2);  // spans several work pieces
@@ -37,7 +37,7 @@ TEST(CpuMixedPrecision, UnscaleAndCheckFiniteScalesEverythingAndFindsLastTensorI
   EXPECT_TRUE(be.unscale_and_check_finite(grads, 4.0f));
 }
 
-TEST(CpuMixedPrecision, SumOfSquaresInDoubleAndFirstNonfinite) {
+TEST(backend_cpu_mixed_precision, SumOfSquaresInDoubleAndFirstNonfinite) {
   CpuBackend be(2);
   const auto a0 = random_values(100000, 3);
   DeviceTensor a(be, DType::fp32, {100000}, a0);
@@ -66,7 +66,7 @@ struct Param {
   DeviceTensor master, grad, working, state1, state2;
 };
 
-TEST(CpuOptimizers, SgdMomentumDampeningWeightDecayFirstAndSecondStep) {
+TEST(backend_cpu_optimizers, SgdMomentumDampeningWeightDecayFirstAndSecondStep) {
   CpuBackend be(2);
   Param prm(be, 1.0f, 0.5f);
   sdk::SgdHyper h;
@@ -89,7 +89,7 @@ TEST(CpuOptimizers, SgdMomentumDampeningWeightDecayFirstAndSecondStep) {
   EXPECT_NEAR(prm.master.get()[1], 0.8572459, 1e-6);
 }
 
-TEST(CpuOptimizers, SgdNesterovPlainAndGradScale) {
+TEST(backend_cpu_optimizers, SgdNesterovPlainAndGradScale) {
   CpuBackend be(1);
   Param prm(be, 1.0f, 0.5f, DType::fp16);
   sdk::SgdHyper h;
@@ -127,7 +127,7 @@ TEST(CpuOptimizers, SgdNesterovPlainAndGradScale) {
   EXPECT_THROW(be.sgd_update(hp, pps), sdk::BackendError);
 }
 
-TEST(CpuOptimizers, AdamWBiasCorrectionAtStepsOneAndTwoAndDecoupledDecay) {
+TEST(backend_cpu_optimizers, AdamWBiasCorrectionAtStepsOneAndTwoAndDecoupledDecay) {
   CpuBackend be(2);
   Param prm(be, 1.0f, 0.5f);
   sdk::AdamWHyper h;
