@@ -81,14 +81,14 @@ std::optional<sdk::PluginError> plugin_error(F&& f) {
   return std::nullopt;
 }
 
-class RegistryAllCases : public ::testing::Test {
+class registry_AllCases : public ::testing::Test {
  protected:
   void SetUp() override { registry.scan(all_cases()); }
   CapturingSink sink;
   PluginRegistry registry{&sink};
 };
 
-TEST(TestPlugins, EveryCaseWasBuiltIntoItsOwnFolder) {
+TEST(registry_TestPlugins, EveryCaseWasBuiltIntoItsOwnFolder) {
   for (const auto& c : all_cases()) {
     ASSERT_TRUE(fs::is_directory(c)) << c;
     int libs = 0;
@@ -98,7 +98,7 @@ TEST(TestPlugins, EveryCaseWasBuiltIntoItsOwnFolder) {
   }
 }
 
-TEST_F(RegistryAllCases, GoodPluginLoadsAndListsItsComponents) {
+TEST_F(registry_AllCases, GoodPluginLoadsAndListsItsComponents) {
   const auto* good = record_in(registry, "good");
   ASSERT_NE(good, nullptr);
   EXPECT_TRUE(good->loaded) << good->error;
@@ -126,7 +126,7 @@ TEST_F(RegistryAllCases, GoodPluginLoadsAndListsItsComponents) {
   EXPECT_EQ(registry.find(ComponentKind::optimizer, "test_constant"), nullptr);
 }
 
-TEST_F(RegistryAllCases, EveryLibraryIsRecordedOnce) {
+TEST_F(registry_AllCases, EveryLibraryIsRecordedOnce) {
   EXPECT_EQ(registry.libraries().size(), all_cases().size());
   for (const auto& c : kBadCases) {
     const auto* rec = record_in(registry, c);
@@ -141,7 +141,7 @@ TEST_F(RegistryAllCases, EveryLibraryIsRecordedOnce) {
   EXPECT_EQ(registry.names(ComponentKind::scaler), scalers);
 }
 
-TEST_F(RegistryAllCases, AbiMismatchNamesBothVersionsAndRegistersNothing) {
+TEST_F(registry_AllCases, AbiMismatchNamesBothVersionsAndRegistersNothing) {
   const auto* rec = record_in(registry, "abi_mismatch");
   ASSERT_NE(rec, nullptr);
   EXPECT_FALSE(rec->loaded);
@@ -155,7 +155,7 @@ TEST_F(RegistryAllCases, AbiMismatchNamesBothVersionsAndRegistersNothing) {
   EXPECT_TRUE(rec->plugin_name.empty());
 }
 
-TEST_F(RegistryAllCases, FingerprintMismatchNamesBothFingerprints) {
+TEST_F(registry_AllCases, FingerprintMismatchNamesBothFingerprints) {
   const auto* rec = record_in(registry, "fingerprint_mismatch");
   ASSERT_NE(rec, nullptr);
   EXPECT_FALSE(rec->loaded);
@@ -165,7 +165,7 @@ TEST_F(RegistryAllCases, FingerprintMismatchNamesBothFingerprints) {
   EXPECT_EQ(registry.find(ComponentKind::policy, "fingerprint_mismatch_policy"), nullptr);
 }
 
-TEST_F(RegistryAllCases, UnresolvedSymbolIsNamedFromTheLoader) {
+TEST_F(registry_AllCases, UnresolvedSymbolIsNamedFromTheLoader) {
   const auto* rec = record_in(registry, "unresolved_symbol");
   ASSERT_NE(rec, nullptr);
   EXPECT_FALSE(rec->loaded);
@@ -173,7 +173,7 @@ TEST_F(RegistryAllCases, UnresolvedSymbolIsNamedFromTheLoader) {
   EXPECT_TRUE(contains(rec->error, "undefined symbol")) << rec->error;
 }
 
-TEST_F(RegistryAllCases, ThrowingComponentsIsRecordedWithItsMessage) {
+TEST_F(registry_AllCases, ThrowingComponentsIsRecordedWithItsMessage) {
   const auto* rec = record_in(registry, "throwing_components");
   ASSERT_NE(rec, nullptr);
   EXPECT_FALSE(rec->loaded);
@@ -181,7 +181,7 @@ TEST_F(RegistryAllCases, ThrowingComponentsIsRecordedWithItsMessage) {
   EXPECT_TRUE(contains(rec->error, "component table exploded")) << rec->error;
 }
 
-TEST_F(RegistryAllCases, NotAPluginSaysSo) {
+TEST_F(registry_AllCases, NotAPluginSaysSo) {
   const auto* rec = record_in(registry, "not_a_plugin");
   ASSERT_NE(rec, nullptr);
   EXPECT_FALSE(rec->loaded);
@@ -189,7 +189,7 @@ TEST_F(RegistryAllCases, NotAPluginSaysSo) {
   EXPECT_TRUE(contains(rec->error, "mixtrain_plugin_descriptor")) << rec->error;
 }
 
-TEST_F(RegistryAllCases, DuplicateIsIgnoredWithAWarningNamingTheFirstProvider) {
+TEST_F(registry_AllCases, DuplicateIsIgnoredWithAWarningNamingTheFirstProvider) {
   const auto* rec = record_in(registry, "duplicate");
   ASSERT_NE(rec, nullptr);
   EXPECT_TRUE(rec->loaded) << rec->error;
@@ -225,7 +225,7 @@ TEST_F(RegistryAllCases, DuplicateIsIgnoredWithAWarningNamingTheFirstProvider) {
   EXPECT_EQ(logged, 1);
 }
 
-TEST(RegistryOrder, LaterFolderDoesNotOverrideEarlierOne) {
+TEST(registry_Order, LaterFolderDoesNotOverrideEarlierOne) {
   // The reverse order: the duplicate library now provides test_constant first.
   PluginRegistry r;
   r.scan({case_dir("duplicate"), case_dir("good")});
@@ -238,7 +238,7 @@ TEST(RegistryOrder, LaterFolderDoesNotOverrideEarlierOne) {
   EXPECT_TRUE(contains(good->warnings[0], "libmixtrain_test_duplicate.so")) << good->warnings[0];
 }
 
-TEST(RegistryIsolation, EachBadLibraryAloneStillLetsTheGoodOneLoad) {
+TEST(registry_Isolation, EachBadLibraryAloneStillLetsTheGoodOneLoad) {
   for (const auto& bad : kBadCases) {
     // The bad library first, so a failure that poisoned later loads would show.
     PluginRegistry r;
@@ -250,7 +250,7 @@ TEST(RegistryIsolation, EachBadLibraryAloneStillLetsTheGoodOneLoad) {
   }
 }
 
-TEST_F(RegistryAllCases, RequireUnknownNameListsAvailableAndSuggestsAndNamesFailures) {
+TEST_F(registry_AllCases, RequireUnknownNameListsAvailableAndSuggestsAndNamesFailures) {
   auto err = plugin_error([&] { registry.require(ComponentKind::scaler, "test_constnt"); });
   ASSERT_TRUE(err.has_value());
   const std::string what = err->what();
@@ -272,7 +272,7 @@ TEST_F(RegistryAllCases, RequireUnknownNameListsAvailableAndSuggestsAndNamesFail
   EXPECT_TRUE(contains(err->full_message(), "HINT: did you mean")) << err->full_message();
 }
 
-TEST_F(RegistryAllCases, RequireFarMissHasNoSuggestionAndNamesTheConfigLocation) {
+TEST_F(registry_AllCases, RequireFarMissHasNoSuggestionAndNamesTheConfigLocation) {
   auto err = plugin_error(
       [&] { registry.require(ComponentKind::policy, "zzzzzzzz", "run.toml:4:10: precision.policy"); });
   ASSERT_TRUE(err.has_value());
@@ -282,7 +282,7 @@ TEST_F(RegistryAllCases, RequireFarMissHasNoSuggestionAndNamesTheConfigLocation)
   EXPECT_FALSE(contains(err->hint(), "did you mean")) << err->hint();
 }
 
-TEST(RegistryEmpty, RequireWithNothingLoadedSaysNone) {
+TEST(registry_Empty, RequireWithNothingLoadedSaysNone) {
   PluginRegistry r;
   r.scan({case_dir("does_not_exist")});
   EXPECT_TRUE(r.libraries().empty());
@@ -292,12 +292,12 @@ TEST(RegistryEmpty, RequireWithNothingLoadedSaysNone) {
   EXPECT_FALSE(contains(err->hint(), "failed to load")) << err->hint();
 }
 
-TEST_F(RegistryAllCases, RequireFindsAKnownName) {
+TEST_F(registry_AllCases, RequireFindsAKnownName) {
   const auto& c = registry.require(ComponentKind::scaler, "test_constant");
   EXPECT_EQ(&c, registry.find(ComponentKind::scaler, "test_constant"));
 }
 
-TEST_F(RegistryAllCases, CreateValidatedComponentAndPassContext) {
+TEST_F(registry_AllCases, CreateValidatedComponentAndPassContext) {
   const auto& c = registry.require(ComponentKind::scaler, "test_constant");
   auto opts = resolve_for(c, {{"scale", 8.0, {"test.toml", 3, 9}},
                               {"mode", std::string("halve"), {"test.toml", 4, 8}}});
@@ -323,7 +323,7 @@ TEST_F(RegistryAllCases, CreateValidatedComponentAndPassContext) {
   EXPECT_FALSE(policy->needs_loss_scaling());
 }
 
-TEST_F(RegistryAllCases, FactoryRuntimeErrorBecomesPluginErrorNamingComponentAndLibrary) {
+TEST_F(registry_AllCases, FactoryRuntimeErrorBecomesPluginErrorNamingComponentAndLibrary) {
   const auto& c = registry.require(ComponentKind::scaler, "test_throws_runtime");
   auto err = plugin_error([&] { registry.create<sdk::LossScaler>(c, resolve_for(c)); });
   ASSERT_TRUE(err.has_value());
@@ -334,7 +334,7 @@ TEST_F(RegistryAllCases, FactoryRuntimeErrorBecomesPluginErrorNamingComponentAnd
   EXPECT_TRUE(contains(what, "runtime boom in the factory")) << what;
 }
 
-TEST_F(RegistryAllCases, FactoryUserErrorBecomesPluginErrorKeepingTheHint) {
+TEST_F(registry_AllCases, FactoryUserErrorBecomesPluginErrorKeepingTheHint) {
   const auto& c = registry.require(ComponentKind::scaler, "test_throws_user");
   auto err = plugin_error([&] { registry.create<sdk::LossScaler>(c, resolve_for(c)); });
   ASSERT_TRUE(err.has_value());
@@ -345,7 +345,7 @@ TEST_F(RegistryAllCases, FactoryUserErrorBecomesPluginErrorKeepingTheHint) {
   EXPECT_EQ(err->hint(), "set something else");
 }
 
-TEST_F(RegistryAllCases, FactoryConfigErrorPassesThroughWithItsLocation) {
+TEST_F(registry_AllCases, FactoryConfigErrorPassesThroughWithItsLocation) {
   const auto& c = registry.require(ComponentKind::scaler, "test_throws_config");
   auto opts = resolve_for(c, {{"level", std::int64_t{7}, {"run.toml", 5, 9}}});
   try {
@@ -358,7 +358,7 @@ TEST_F(RegistryAllCases, FactoryConfigErrorPassesThroughWithItsLocation) {
   }
 }
 
-TEST_F(RegistryAllCases, NonStandardExceptionNullResultAndWrongInterfaceArePluginErrors) {
+TEST_F(registry_AllCases, NonStandardExceptionNullResultAndWrongInterfaceArePluginErrors) {
   auto check = [&](const std::string& name, const std::string& expected) {
     const auto& c = registry.require(ComponentKind::scaler, name);
     auto err = plugin_error([&] { registry.create<sdk::LossScaler>(c, resolve_for(c)); });
@@ -371,7 +371,7 @@ TEST_F(RegistryAllCases, NonStandardExceptionNullResultAndWrongInterfaceArePlugi
   check("test_wrong_interface", "another interface");
 }
 
-TEST(RegistryLifetime, CreatedObjectOutlivesTheRegistryAndHoldsItsLibrary) {
+TEST(registry_Lifetime, CreatedObjectOutlivesTheRegistryAndHoldsItsLibrary) {
   std::shared_ptr<sdk::LossScaler> scaler;
   std::weak_ptr<void> library;
   long held_by_registry = 0;
@@ -403,7 +403,7 @@ TEST(RegistryLifetime, CreatedObjectOutlivesTheRegistryAndHoldsItsLibrary) {
   EXPECT_EQ(library.use_count(), before_release - 1);
 }
 
-TEST(RegistryScan, AcceptsSingleFilesAndIgnoresMissingEntries) {
+TEST(registry_Scan, AcceptsSingleFilesAndIgnoresMissingEntries) {
   CapturingSink sink;
   PluginRegistry r(&sink);
   const auto lib = case_dir("good") / "libmixtrain_test_good.so";
@@ -420,7 +420,7 @@ TEST(RegistryScan, AcceptsSingleFilesAndIgnoresMissingEntries) {
   EXPECT_EQ(r.libraries().size(), 1u);
 }
 
-TEST(RegistryScan, OnlyLibmixtrainSharedObjectsAreConsidered) {
+TEST(registry_Scan, OnlyLibmixtrainSharedObjectsAreConsidered) {
   // A folder with a copy of the good plugin under a name the registry must skip.
   const auto dir = fs::temp_directory_path() / ("mixtrain_registry_test_" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -433,7 +433,7 @@ TEST(RegistryScan, OnlyLibmixtrainSharedObjectsAreConsidered) {
   fs::remove_all(dir);
 }
 
-class PluginPathEnv : public ::testing::Test {
+class registry_PluginPathEnv : public ::testing::Test {
  protected:
   void SetUp() override {
     if (const char* v = std::getenv("MIXTRAIN_PLUGIN_PATH")) saved_ = v;
@@ -447,7 +447,7 @@ class PluginPathEnv : public ::testing::Test {
   std::optional<std::string> saved_;
 };
 
-TEST_F(PluginPathEnv, DefaultSearchPathIsBuiltinFolderThenEnvironmentEntries) {
+TEST_F(registry_PluginPathEnv, DefaultSearchPathIsBuiltinFolderThenEnvironmentEntries) {
   const std::string good = case_dir("good").string();
   const std::string lib = (case_dir("duplicate") / "libmixtrain_test_duplicate.so").string();
   ASSERT_EQ(::setenv("MIXTRAIN_PLUGIN_PATH", (good + "::" + lib + ":").c_str(), 1), 0);
@@ -468,7 +468,7 @@ TEST_F(PluginPathEnv, DefaultSearchPathIsBuiltinFolderThenEnvironmentEntries) {
   EXPECT_NE(r.find(ComponentKind::scaler, "test_dup_only"), nullptr);
 }
 
-TEST_F(PluginPathEnv, WithoutTheVariableOnlyTheBuiltinFolder) {
+TEST_F(registry_PluginPathEnv, WithoutTheVariableOnlyTheBuiltinFolder) {
   ::unsetenv("MIXTRAIN_PLUGIN_PATH");
   auto path = PluginRegistry::default_search_path();
   ASSERT_EQ(path.size(), 1u);

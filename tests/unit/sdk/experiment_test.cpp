@@ -1,0 +1,333 @@
+// parse_experiment and resolved_toml over full configs, against the real plugins of this build.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/config.h"
+#include "mixtrain/core/experiment.h"
+#include "mixtrain/core/plugin_registry.h"
+
+namespace sdk = mixtrain::sdk;
+using mixtrain::core::Config;
+using mixtrain::core::Experiment;
+using mixtrain::core::PluginRegistry;
+
+namespace {
+
+const PluginRegistry& registry() {
+  static const auto* r = [] {
+    auto* reg = new PluginRegistry();
+    reg->scan({MIXTRAIN_REAL_PLUGIN_DIR});
+    return reg;
+  }();
+  return *r;
+}
+
+// Line numbers matter: tests below point at them.
+const char* const kFull =
+    "[run]\n"                                       // 1
+    "name = \"exp\"\n"                              // 2
+    "seed = 3\n"                                    // 3
+    "steps = 50\n"                                  // 4
+    "log_every = 5\n"                               // 5
+    "on_nonfinite = \"stop\"\n"                     // 6
+    "\n"                                            // 7
+    "[backend]\n"                                   // 8
+    "type = \"cpu\"\n"                              // 9
+    "threads = 2\n"                                 // 10
+    "\n"                                            // 11
+    "[precision]\n"                                 // 12
+    "policy = \"fp32\"\n"                           // 13
+    "\n"                                            // 14
+    "[[precision.override]]\n"                      // 15
+    "layers = \"fc*\"\n"                            // 16
+    "compute = \"fp32\"\n"                          // 17
+    "\n"                                            // 18
+    "[scaler]\n"                                    // 19
+    "type = \"dynamic\"\n"                          // 20
+    "init_scale = 1024\n"                           // 21
+    "growth_interval = 100\n"                       // 22
+    "\n"                                            // 23
+    "[optimizer]\n"                                 // 24
+    "type = \"adamw\"\n"                            // 25
+    "lr = 0.1\n"                                    // 26
+    "eps = 1e-8\n"                                  // 27
+    "weight_decay = 0.0\n"                          // 28
+    "schedule = \"warmup_cosine\"\n"                // 29
+    "warmup_steps = 5\n"                            // 30
+    "\n"                                            // 31
+    "[model]\n"                                     // 32
+    "layers = [\n"                                  // 33
+    "  { type = \"linear\", name = \"fc1\", out = 16 },\n"  // 34
+    "  { type = \"gelu\" },\n"                      // 35
+    "  { type = \"layernorm\", eps = 1e-6 },\n"     // 36
+    "  { type = \"linear\", name = \"fc2\", out = 4, bias = false },\n"  // 37
+    "]\n"                                           // 38
+    "\n"                                            // 39
+    "[data]\n"                                      // 40
+    "source = \"synthetic\"\n"                      // 41
+    "kind = \"teacher\"\n"                          // 42
+    "rows = 256\n"                                  // 43
+    "features = 8\n"                                // 44
+    "num_classes = 4\n"                             // 45
+    "noise = 0.25\n"                                // 46
+    "batch_size = 32\n"                             // 47
+    "\n"                                            // 48
+    "[checkpoint]\n"                                // 49
+    "format = \"native\"\n"                         // 50
+    "every = 10\n"                                  // 51
+    "fsync = false\n";                              // 52
+
+Experiment parse(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  return mixtrain::core::parse_experiment(Config::from_string(text, "exp.toml", overrides),
+                                          registry());
+}
+
+template <class E>
+std::optional<E> error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse(text, overrides);
+  } catch (const E& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+TEST(sdk_Experiment, RealPluginsAreLoaded) {
+  for (const auto& l : registry().libraries()) EXPECT_TRUE(l.loaded) << l.path << ": " << l.error;
+  EXPECT_NE(registry().find(sdk::ComponentKind::scaler, "dynamic"), nullptr);
+  EXPECT_NE(registry().find(sdk::ComponentKind::optimizer, "adamw"), nullptr);
+  EXPECT_NE(registry().find(sdk::ComponentKind::backend, "cpu"), nullptr);
+  EXPECT_NE(registry().find(sdk::ComponentKind::policy, "fp32"), nullptr);
+  EXPECT_NE(registry().find(sdk::ComponentKind::checkpoint_format, "native"), nullptr);
+}
+
+TEST(sdk_Experiment, FullConfigResolves) {
+  auto e = parse(kFull);
+  EXPECT_EQ(e.run.name, "exp");
+  EXPECT_EQ(e.run.seed, 3u);
+  EXPECT_EQ(e.run.steps, 50);
+  EXPECT_EQ(e.run.on_nonfinite, "stop");
+  EXPECT_EQ(e.backend_type, "cpu");
+  EXPECT_EQ(e.backend_options.get_int("threads"), 2);
+  EXPECT_EQ(e.policy_name, "fp32");
+  ASSERT_EQ(e.overrides.size(), 1u);
+  EXPECT_EQ(e.overrides[0].pattern, "fc*");
+  EXPECT_EQ(e.scaler_type, "dynamic");
+  EXPECT_EQ(e.scaler_options.get_double("init_scale"), 1024.0);
+  EXPECT_EQ(e.scaler_options.get_int("growth_interval"), 100);
+  EXPECT_EQ(e.optimizer_type, "adamw");
+  EXPECT_EQ(e.optimizer_options.get_double("lr"), 0.1);
+  EXPECT_EQ(e.optimizer_options.get_double("eps"), 1e-8);
+  EXPECT_EQ(e.schedule.schedule, "warmup_cosine");
+  EXPECT_EQ(e.schedule.warmup_steps, 5);
+  ASSERT_EQ(e.model.layers.size(), 4u);
+  EXPECT_EQ(e.model.layers[0].name, "fc1");
+  EXPECT_EQ(e.model.layers[1].name, "gelu1");
+  EXPECT_EQ(e.model.layers[2].eps, 1e-6);
+  EXPECT_FALSE(e.model.layers[3].bias);
+  EXPECT_EQ(e.data.synthetic.kind, "teacher");
+  EXPECT_EQ(e.data.synthetic.noise, 0.25);
+  EXPECT_EQ(e.data.eval_batch_size, 32);  // defaults to batch_size
+  EXPECT_EQ(e.checkpoint.format, "native");
+  EXPECT_EQ(e.checkpoint.every, 10);
+  EXPECT_FALSE(e.checkpoint_options.get_bool("fsync"));
+}
+
+TEST(sdk_Experiment, UnknownTopLevelTableWithDidYouMean) {
+  std::string text = std::string(kFull) + "\n[optimiser]\nlr = 0.1\n";  // line 54
+  auto e = error_of<sdk::ConfigError>(text);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(contains(e->what(), "exp.toml:54:1: 'optimiser': unknown table")) << e->what();
+  EXPECT_TRUE(contains(e->hint(), "did you mean [optimizer]?")) << e->hint();
+  EXPECT_TRUE(contains(e->hint(), "known tables: run, backend")) << e->hint();
+}
+
+TEST(sdk_Experiment, UnknownKeyInOptimizerWithDidYouMean) {
+  auto e = error_of<sdk::ConfigError>(kFull, {"optimizer.weight_decy=0.1"});
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->key(), "optimizer.weight_decy");
+  EXPECT_TRUE(contains(e->what(), "unknown key")) << e->what();
+  EXPECT_TRUE(contains(e->hint(), "did you mean 'weight_decay'?")) << e->hint();
+  // The known keys cover both the plugin's and the host's part of [optimizer].
+  EXPECT_TRUE(contains(e->hint(), "beta1")) << e->hint();
+  EXPECT_TRUE(contains(e->hint(), "warmup_steps")) << e->hint();
+
+  // A near miss of a host key in the same table.
+  std::string text = kFull;
+  text.replace(text.find("warmup_steps = 5"), 16, "warmup_step = 5");
+  e = error_of<sdk::ConfigError>(text);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(contains(e->what(), "exp.toml:30:15: 'optimizer.warmup_step': unknown key"))
+      << e->what();
+  EXPECT_TRUE(contains(e->hint(), "did you mean 'warmup_steps'?")) << e->hint();
+}
+
+TEST(sdk_Experiment, UnknownScalerTypeListsTheAvailableOnes) {
+  std::string text = kFull;
+  text.replace(text.find("type = \"dynamic\""), 16, "type = \"dynamc\"");
+  auto e = error_of<sdk::PluginError>(text);
+  ASSERT_TRUE(e.has_value());
+  const std::string what = e->what();
+  EXPECT_TRUE(contains(what, "exp.toml:20:8: scaler.type")) << what;
+  EXPECT_TRUE(contains(what, "no scaler named 'dynamc'")) << what;
+  EXPECT_TRUE(contains(what, "available: ")) << what;
+  for (const char* name : {"none", "static", "dynamic"}) EXPECT_TRUE(contains(what, name)) << what;
+  EXPECT_TRUE(contains(e->hint(), "did you mean 'dynamic'?")) << e->hint();
+}
+
+TEST(sdk_Experiment, PluginOptionOfTheWrongTypeNamesFileLineColumn) {
+  std::string text = kFull;
+  text.replace(text.find("lr = 0.1"), 8, "lr = \"fast\"");
+  auto e = error_of<sdk::ConfigError>(text);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->where().to_string(), "exp.toml:26:6");
+  EXPECT_EQ(e->key(), "optimizer.lr");
+  EXPECT_TRUE(contains(e->what(), "exp.toml:26:6: 'optimizer.lr': expected a number, got a string"))
+      << e->what();
+
+  // And a --set value of the wrong type names the override.
+  e = error_of<sdk::ConfigError>(kFull, {"scaler.growth_interval=1.5"});
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(contains(e->what(), "--set scaler.growth_interval=1.5")) << e->what();
+  EXPECT_TRUE(contains(e->what(), "expected an integer, got a number 1.5")) << e->what();
+}
+
+TEST(sdk_Experiment, OverridesChangeTheExperiment) {
+  auto e = parse(kFull, {"optimizer.lr=0.05", "optimizer.beta1=0.8", "model.layers.3.out=7",
+                         "scaler.growth_interval=7"});
+  EXPECT_EQ(e.optimizer_options.get_double("lr"), 0.05);
+  EXPECT_EQ(e.optimizer_options.get_double("beta1"), 0.8);
+  EXPECT_EQ(e.model.layers[3].out, 7);
+  EXPECT_EQ(e.scaler_options.get_int("growth_interval"), 7);
+  // Keys of the previous type stay in the table and are now unknown to the new one.
+  auto err = error_of<sdk::ConfigError>(kFull, {"scaler.type=static"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_TRUE(err->key() == "scaler.init_scale" || err->key() == "scaler.growth_interval")
+      << err->key();
+  EXPECT_TRUE(contains(err->hint(), "known keys: scale")) << err->hint();
+}
+
+void expect_same_options(const sdk::Options& a, const sdk::Options& b, const std::string& what) {
+  ASSERT_EQ(a.effective().size(), b.effective().size()) << what;
+  for (std::size_t i = 0; i < a.effective().size(); ++i) {
+    EXPECT_EQ(a.effective()[i].first, b.effective()[i].first) << what;
+    EXPECT_EQ(a.effective()[i].second, b.effective()[i].second)
+        << what << "." << a.effective()[i].first << ": "
+        << sdk::option_value_to_string(a.effective()[i].second) << " vs "
+        << sdk::option_value_to_string(b.effective()[i].second);
+  }
+}
+
+void expect_same_experiment(const Experiment& a, const Experiment& b) {
+  EXPECT_EQ(a.run.name, b.run.name);
+  EXPECT_EQ(a.run.seed, b.run.seed);
+  EXPECT_EQ(a.run.steps, b.run.steps);
+  EXPECT_EQ(a.run.log_every, b.run.log_every);
+  EXPECT_EQ(a.run.eval_every, b.run.eval_every);
+  EXPECT_EQ(a.run.on_nonfinite, b.run.on_nonfinite);
+  EXPECT_EQ(a.run.dir, b.run.dir);
+  EXPECT_EQ(a.data.source, b.data.source);
+  EXPECT_EQ(a.data.batch_size, b.data.batch_size);
+  EXPECT_EQ(a.data.eval_batch_size, b.data.eval_batch_size);
+  EXPECT_EQ(a.data.shuffle, b.data.shuffle);
+  EXPECT_EQ(a.data.eval_fraction, b.data.eval_fraction);
+  EXPECT_EQ(a.data.classes, b.data.classes);
+  EXPECT_EQ(a.data.synthetic.kind, b.data.synthetic.kind);
+  EXPECT_EQ(a.data.synthetic.rows, b.data.synthetic.rows);
+  EXPECT_EQ(a.data.synthetic.features, b.data.synthetic.features);
+  EXPECT_EQ(a.data.synthetic.classes, b.data.synthetic.classes);
+  EXPECT_EQ(a.data.synthetic.noise, b.data.synthetic.noise);
+  EXPECT_EQ(a.schedule.schedule, b.schedule.schedule);
+  EXPECT_EQ(a.schedule.warmup_steps, b.schedule.warmup_steps);
+  EXPECT_EQ(a.schedule.min_lr, b.schedule.min_lr);
+  EXPECT_EQ(a.schedule.clip_grad_norm, b.schedule.clip_grad_norm);
+  EXPECT_EQ(a.checkpoint.format, b.checkpoint.format);
+  EXPECT_EQ(a.checkpoint.every, b.checkpoint.every);
+  EXPECT_EQ(a.checkpoint.keep, b.checkpoint.keep);
+  EXPECT_EQ(a.checkpoint.init_from, b.checkpoint.init_from);
+  EXPECT_EQ(a.model.loss, b.model.loss);
+  ASSERT_EQ(a.model.layers.size(), b.model.layers.size());
+  for (std::size_t i = 0; i < a.model.layers.size(); ++i) {
+    EXPECT_EQ(a.model.layers[i].type, b.model.layers[i].type) << i;
+    EXPECT_EQ(a.model.layers[i].name, b.model.layers[i].name) << i;
+    EXPECT_EQ(a.model.layers[i].out, b.model.layers[i].out) << i;
+    EXPECT_EQ(a.model.layers[i].bias, b.model.layers[i].bias) << i;
+    EXPECT_EQ(a.model.layers[i].eps, b.model.layers[i].eps) << i;
+  }
+  ASSERT_EQ(a.overrides.size(), b.overrides.size());
+  for (std::size_t i = 0; i < a.overrides.size(); ++i) {
+    EXPECT_EQ(a.overrides[i].pattern, b.overrides[i].pattern);
+    EXPECT_EQ(a.overrides[i].weight, b.overrides[i].weight);
+    EXPECT_EQ(a.overrides[i].gemm_input, b.overrides[i].gemm_input);
+    EXPECT_EQ(a.overrides[i].activation, b.overrides[i].activation);
+    EXPECT_EQ(a.overrides[i].activation_grad, b.overrides[i].activation_grad);
+  }
+  EXPECT_EQ(a.backend_type, b.backend_type);
+  EXPECT_EQ(a.policy_name, b.policy_name);
+  EXPECT_EQ(a.scaler_type, b.scaler_type);
+  EXPECT_EQ(a.optimizer_type, b.optimizer_type);
+  expect_same_options(a.backend_options, b.backend_options, "backend");
+  expect_same_options(a.policy_options, b.policy_options, "precision");
+  expect_same_options(a.scaler_options, b.scaler_options, "scaler");
+  expect_same_options(a.optimizer_options, b.optimizer_options, "optimizer");
+  expect_same_options(a.checkpoint_options, b.checkpoint_options, "checkpoint");
+}
+
+TEST(sdk_Experiment, ResolvedTomlParsesBackToTheSameExperiment) {
+  std::string static_scaler = kFull;
+  const std::string dynamic_lines = "type = \"dynamic\"\ninit_scale = 1024\ngrowth_interval = 100\n";
+  static_scaler.replace(static_scaler.find(dynamic_lines), dynamic_lines.size(),
+                        "type = \"static\"\nscale = 65536.0\n");
+  static_scaler.erase(static_scaler.find("eps = 1e-8\n"), 11);  // sgd has no eps
+  std::string no_scaler = kFull;
+  no_scaler.replace(no_scaler.find(dynamic_lines), dynamic_lines.size(), "type = \"none\"\n");
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {kFull, {}},
+      {kFull, {"scaler.hysteresis=2", "scaler.min_scale=1.0", "scaler.backoff_factor=0.25"}},
+      {static_scaler,
+       {"optimizer.type=sgd", "optimizer.lr=0.3", "optimizer.nesterov=true",
+        "optimizer.momentum=0.9", "run.dir=runs/a \"quoted\" dir"}},
+      {no_scaler, {"data.eval_fraction=0.3", "optimizer.clip_grad_norm=1e-3", "backend.threads=0"}},
+  };
+  for (const auto& [source, overrides] : cases) {
+    SCOPED_TRACE(::testing::PrintToString(overrides));
+    auto first = parse(source, overrides);
+    const auto text = mixtrain::core::resolved_toml(first);
+    Experiment second;
+    try {
+      second = mixtrain::core::parse_experiment(Config::from_string(text, "resolved.toml"),
+                                                registry());
+    } catch (const sdk::UserError& e) {
+      FAIL() << e.full_message() << "\n--- resolved config ---\n" << text;
+    }
+    expect_same_experiment(first, second);
+    // Every default is written out: the resolved form is a fixed point.
+    auto again = mixtrain::core::resolved_toml(second);
+    EXPECT_EQ(again.substr(again.find('\n')), text.substr(text.find('\n'))) << text;
+  }
+}
+
+TEST(sdk_Experiment, ResolvedTomlWritesDefaultsInTomlSpelling) {
+  auto e = parse(kFull);
+  const auto text = mixtrain::core::resolved_toml(e);
+  // Defaults the config never mentioned.
+  EXPECT_TRUE(contains(text, "beta2 = 0.999\n")) << text;
+  EXPECT_TRUE(contains(text, "eps = 1e-08\n")) << text;
+  EXPECT_TRUE(contains(text, "max_scale = inf\n")) << text;
+  EXPECT_TRUE(contains(text, "init_scale = 1024.0\n")) << text;  // an integer in the source
+  EXPECT_TRUE(contains(text, "[[model.layers]]\ntype = \"gelu\"\nname = \"gelu1\"\n")) << text;
+  // The dynamic scaler's max_scale survives the round trip as infinity.
+  auto back = mixtrain::core::parse_experiment(Config::from_string(text, "r.toml"), registry());
+  EXPECT_TRUE(std::isinf(back.scaler_options.get_double("max_scale")));
+}
+
+}  // namespace
