@@ -107,9 +107,16 @@ void apply_override(Config::Impl& impl, const std::string& spec) {
                                    std::to_string(a->size()) + " entries)");
       cur = a->get(idx);
     } else {
+      // The culprit is the node reached so far (parts[0, i)), not `part`, which may not exist.
+      std::string parent;
+      for (std::size_t j = 0; j < i; ++j) parent += (j ? "." : "") + parts[j];
+      if (cur->is_array())
+        throw sdk::ConfigError(where, key,
+                               "'" + parent + "' is an array, so '" + part +
+                                   "' must be an index (0, 1, ...)");
       throw sdk::ConfigError(where, key,
-                             "'" + part + "' is not a table in this config, so '" +
-                                 parts[i + 1] + "' cannot be set inside it");
+                             "'" + parent + "' is not a table in this config, so '" + part +
+                                 "' cannot be set inside it");
     }
   }
   auto* table = cur->as_table();
