@@ -293,6 +293,8 @@ TEST(sdk_Experiment, ResolvedTomlParsesBackToTheSameExperiment) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
       {kFull, {}},
       {kFull, {"scaler.hysteresis=2", "scaler.min_scale=1.0", "scaler.backoff_factor=0.25"}},
+      // Control characters must come back escaped, or the resolved file is not TOML.
+      {kFull, {"run.name=\"tab\\there\\nnew line \\u0001 \\\"q\\\" \\\\ end\""}},
       {static_scaler,
        {"optimizer.type=sgd", "optimizer.lr=0.3", "optimizer.nesterov=true",
         "optimizer.momentum=0.9", "run.dir=runs/a \"quoted\" dir"}},
@@ -328,6 +330,35 @@ TEST(sdk_Experiment, ResolvedTomlWritesDefaultsInTomlSpelling) {
   // The dynamic scaler's max_scale survives the round trip as infinity.
   auto back = mixtrain::core::parse_experiment(Config::from_string(text, "r.toml"), registry());
   EXPECT_TRUE(std::isinf(back.scaler_options.get_double("max_scale")));
+}
+
+}  // namespace
+
+namespace {
+
+// DISABLED: exposes a bug in core/src/experiment.cpp (not this suite's to fix).
+// config_plugin_paths() calls config.table_options("plugins") without skipping "paths", and
+// table_options raises on any non-table array, so the documented `[plugins] paths = [...]`
+// always fails with "'plugins.paths': expected a boolean, integer, number or string" — and so
+// does any resolved_toml() output of a run that had plugin paths. The fix is
+// table_options("plugins", {"paths"}) in config_plugin_paths(). Enable this test with it.
+TEST(sdk_Experiment, DISABLED_PluginPathsAreReadAndSurviveTheResolvedToml) {
+  const std::string text =
+      std::string(kFull) + "\n[plugins]\npaths = [\"/opt/mixtrain/plugins\", \"rel\"]\n";
+  auto e = parse(text);
+  ASSERT_EQ(e.plugin_paths.size(), 2u);
+  EXPECT_EQ(e.plugin_paths[0], "/opt/mixtrain/plugins");
+  // Relative entries resolve against the config's folder (the working directory for a string).
+  EXPECT_EQ(e.plugin_paths[1].filename(), "rel");
+  EXPECT_TRUE(e.plugin_paths[1].is_absolute());
+  auto back = mixtrain::core::parse_experiment(
+      Config::from_string(mixtrain::core::resolved_toml(e), "r.toml"), registry());
+  EXPECT_EQ(back.plugin_paths, e.plugin_paths);
+
+  // Anything else in [plugins] is still an unknown key.
+  auto err = error_of<sdk::ConfigError>(text + "path = \"x\"\n");
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "plugins.path");
 }
 
 }  // namespace

@@ -153,8 +153,18 @@ TEST(sdk_Options, OutOfRangeForMinMaxAndExclusiveBounds) {
   EXPECT_TRUE(contains(e->what(), "'optimizer.warmup': value -3 is out of range")) << e->what();
   EXPECT_TRUE(contains(e->hint(), "allowed: >= 0")) << e->hint();
 
-  // NaN never satisfies a bound.
+  // NaN never satisfies a bound, and is refused even where there is none.
   EXPECT_TRUE(config_error({{"beta", std::nan(""), at(9, 8)}}).has_value());
+  e = config_error({{"x", std::nan(""), at(9, 5)}}, {OptionSpec::number("x", 1.0, "free")});
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(contains(e->what(), "'optimizer.x': value nan is out of range")) << e->what();
+  EXPECT_EQ(e->hint().find("allowed:  "), std::string::npos) << e->hint();
+  EXPECT_TRUE(contains(e->hint(), "nan")) << e->hint();
+  // Infinity is a number; only a bound refuses it.
+  EXPECT_NO_THROW(config_error({{"x", std::numeric_limits<double>::infinity(), at(9, 5)}},
+                               {OptionSpec::number("x", 1.0, "free")}));
+  EXPECT_TRUE(config_error({{"beta", std::numeric_limits<double>::infinity(), at(9, 8)}})
+                  .has_value());
 }
 
 TEST(sdk_Options, RangeText) {
@@ -301,6 +311,15 @@ TEST(sdk_OptionValue, ToStringUsesTomlSpelling) {
   EXPECT_EQ(sdk::option_value_to_string(-2.0), "-2.0");
   EXPECT_EQ(sdk::option_value_to_string(std::numeric_limits<double>::infinity()), "inf");
   EXPECT_EQ(sdk::option_value_to_string(-std::numeric_limits<double>::infinity()), "-inf");
+}
+
+TEST(sdk_OptionValue, StringsEscapeWhatTomlForbidsInBasicStrings) {
+  // TOML basic strings may not contain raw control characters (tab excepted) or DEL.
+  EXPECT_EQ(sdk::option_value_to_string(std::string("a\nb")), "\"a\\nb\"");
+  EXPECT_EQ(sdk::option_value_to_string(std::string("a\r\tb")), "\"a\\r\\tb\"");
+  EXPECT_EQ(sdk::option_value_to_string(std::string("\x01\x7f")), "\"\\u0001\\u007F\"");
+  // Non-ASCII UTF-8 passes through unchanged.
+  EXPECT_EQ(sdk::option_value_to_string(std::string("caf\xc3\xa9")), "\"caf\xc3\xa9\"");
 }
 
 TEST(sdk_OptionValue, DoublesRoundTripExactlyAndStayFloats) {
