@@ -55,8 +55,24 @@ std::string option_value_to_string(const OptionValue& v) {
     case 4: {
       std::string out = "\"";
       for (char c : std::get<std::string>(v)) {
-        if (c == '"' || c == '\\') out += '\\';
-        out += c;
+        const auto u = static_cast<unsigned char>(c);
+        if (c == '"' || c == '\\') {
+          out += '\\';
+          out += c;
+        } else if (c == '\n') {
+          out += "\\n";
+        } else if (c == '\r') {
+          out += "\\r";
+        } else if (c == '\t') {
+          out += "\\t";
+        } else if (u < 0x20 || u == 0x7f) {
+          // TOML basic strings forbid raw control characters; a resolved config must parse.
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04X", static_cast<unsigned>(u));
+          out += buf;
+        } else {
+          out += c;
+        }
       }
       return out + "\"";
     }
@@ -193,10 +209,12 @@ Options Options::resolve(std::string table, const OptionSchema& schema,
         bool bad = std::isnan(x) || (spec.min && (spec.min_exclusive ? x <= *spec.min
                                                                        : x < *spec.min)) ||
                    (spec.max && x > *spec.max);
-        if (bad)
+        if (bad) {
+          const auto rt = spec.range_text();  // empty when only NaN made it bad
           throw ConfigError(where, key, "value " + option_value_to_string(v) + " is out of range",
-                            "allowed: " + spec.range_text() +
+                            "allowed: " + (rt.empty() ? std::string("any number except nan") : rt) +
                                 (spec.doc.empty() ? "" : " (" + spec.doc + ")"));
+        }
       }
       if (spec.type == OptionType::string && !spec.choices.empty()) {
         const auto& s = std::get<std::string>(v);
