@@ -361,4 +361,23 @@ TEST(sdk_Experiment, DISABLED_PluginPathsAreReadAndSurviveTheResolvedToml) {
   EXPECT_EQ(err->key(), "plugins.path");
 }
 
+// DISABLED: exposes a silent default (DESIGN §7). Config::table_options() skips sub-tables and
+// arrays of tables by contract (config.h), and parse_experiment() never looks at them, so a
+// value written as a table — `beta1 = { value = 0.5 }`, `[optimizer.extra]`, a dotted key
+// `beta.one = 0.8` — is dropped and the default used without a word. parse_experiment should
+// reject any sub-table it does not read (everything but model.layers and precision.override).
+TEST(sdk_Experiment, DISABLED_SubTablesInsidePluginTablesAreNotSilentlyIgnored) {
+  for (const std::string& extra :
+       {std::string("beta1 = { value = 0.5 }\n"), std::string("beta.one = 0.8\n")}) {
+    std::string text = kFull;
+    text.insert(text.find("schedule = "), extra);
+    auto e = error_of<sdk::ConfigError>(text);
+    EXPECT_TRUE(e.has_value()) << extra;
+  }
+  auto e = error_of<sdk::ConfigError>(std::string(kFull) + "\n[optimizer.extra]\nlr = 0.5\n");
+  EXPECT_TRUE(e.has_value());
+  e = error_of<sdk::ConfigError>(std::string(kFull) + "\n[[scaler.groups]]\nscale = 2.0\n");
+  EXPECT_TRUE(e.has_value());
+}
+
 }  // namespace
