@@ -28,7 +28,7 @@ fs::path case_dir(const std::string& name) { return fs::path(MIXTRAIN_TEST_PLUGI
 
 const std::vector<std::string> kBadCases = {"abi_mismatch",      "fingerprint_mismatch",
                                             "unresolved_symbol", "throwing_components",
-                                            "not_a_plugin"};
+                                            "not_a_plugin",      "null_components"};
 
 // Good first, so it is the first provider of "test_constant" when "duplicate" comes later.
 std::vector<fs::path> all_cases() {
@@ -179,6 +179,13 @@ TEST_F(registry_AllCases, ThrowingComponentsIsRecordedWithItsMessage) {
   EXPECT_FALSE(rec->loaded);
   EXPECT_TRUE(contains(rec->error, "components()")) << rec->error;
   EXPECT_TRUE(contains(rec->error, "component table exploded")) << rec->error;
+}
+
+TEST_F(registry_AllCases, NullComponentsFunctionIsReportedNotCalled) {
+  const auto* rec = record_in(registry, "null_components");
+  ASSERT_NE(rec, nullptr);
+  EXPECT_FALSE(rec->loaded);
+  EXPECT_TRUE(contains(rec->error, "components")) << rec->error;
 }
 
 TEST_F(registry_AllCases, NotAPluginSaysSo) {
