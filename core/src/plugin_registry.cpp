@@ -137,6 +137,11 @@ void PluginRegistry::load_library(const fs::path& path) {
   rec.plugin_name = d->name != nullptr ? d->name : "";
   rec.plugin_version = d->version != nullptr ? d->version : "";
   std::vector<sdk::ComponentInfo> infos;
+  if (d->components == nullptr) {
+    rec.error = "its descriptor has no components() function (build it with MIXTRAIN_PLUGIN(...))";
+    libraries_.push_back(std::move(rec));
+    return;
+  }
   try {
     infos = d->components();
   } catch (const std::exception& e) {
