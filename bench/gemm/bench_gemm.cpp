@@ -242,6 +242,9 @@ int main(int argc, char** argv) {
   std::printf("| %-14s | %5s | %5s | %5s | %-17s | %-17s |\n", "all 9 (total)", "", "", "",
               cell(run_onednn, total_flop, onednn_total).c_str(),
               cell(run_openblas, total_flop, openblas_total).c_str());
+  if (run_openblas)
+    std::printf("OpenBLAS: %s (core %s, parallel mode %d)\n", openblas_get_config(),
+                openblas_get_corename(), openblas_get_parallel());
   if (run_onednn) std::printf("fp32 implementation: %s\n", backend.capabilities().gemm_inputs[0].how.c_str());
   if (steps > 0) {
     const double sps = mlp_steps_per_second(backend, steps);
