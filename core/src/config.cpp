@@ -213,6 +213,15 @@ std::vector<sdk::RawOption> Config::table_options(std::string_view dotted,
   return out;
 }
 
+std::vector<std::string> Config::nested_keys(std::string_view dotted) const {
+  std::vector<std::string> out;
+  const auto* n = lookup(impl_->root, dotted);
+  if (n == nullptr || !n->is_table()) return out;
+  for (const auto& [k, v] : *n->as_table())
+    if (v.is_table() || v.is_array_of_tables()) out.emplace_back(k.str());
+  return out;
+}
+
 std::vector<TableEntry> Config::table_array(std::string_view dotted) const {
   std::vector<TableEntry> out;
   const auto* n = lookup(impl_->root, dotted);

@@ -170,12 +170,26 @@ ResolvedSection section_of(const std::string& name, const std::vector<std::pair<
   return s;
 }
 
+// Sub-tables the host does not read would otherwise be dropped without a word.
+void reject_nested(const Config& config, const std::string& table,
+                   const std::vector<std::string>& allowed = {}) {
+  for (const auto& key : config.nested_keys(table)) {
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    throw sdk::ConfigError(config.location(table + "." + key), table + "." + key,
+                           "unexpected sub-table",
+                           "[" + table + "] takes plain key = value entries" +
+                               (allowed.empty() ? std::string()
+                                                : " and " + allowed.front()) +
+                               "; write the value directly (no dotted keys or { } tables)");
+  }
+}
+
 }  // namespace
 
 std::vector<fs::path> config_plugin_paths(const Config& config) {
   std::vector<fs::path> out;
   if (config.has_table("plugins")) {
-    auto raw = config.table_options("plugins");
+    auto raw = config.table_options("plugins", {"paths"});
     for (const auto& r : raw)
       throw sdk::ConfigError(r.where, "plugins." + r.key, "unknown key",
                              "[plugins] takes only paths = [\"folder\", ...]");
@@ -201,6 +215,14 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
     }
   }
   e.plugin_paths = config_plugin_paths(config);
+  for (const auto& t : {"run", "backend", "scaler", "optimizer", "data", "checkpoint", "plugins"})
+    reject_nested(config, t);
+  reject_nested(config, "precision", {"override"});
+  reject_nested(config, "model", {"layers"});
+  for (std::size_t i = 0; i < config.table_array("model.layers").size(); ++i)
+    reject_nested(config, "model.layers." + std::to_string(i));
+  for (std::size_t i = 0; i < config.table_array("precision.override").size(); ++i)
+    reject_nested(config, "precision.override." + std::to_string(i));
 
   // [run]
   auto run = sdk::Options::resolve("run", run_schema(), config.table_options("run"),

@@ -342,7 +342,7 @@ namespace {
 // always fails with "'plugins.paths': expected a boolean, integer, number or string" — and so
 // does any resolved_toml() output of a run that had plugin paths. The fix is
 // table_options("plugins", {"paths"}) in config_plugin_paths(). Enable this test with it.
-TEST(sdk_Experiment, DISABLED_PluginPathsAreReadAndSurviveTheResolvedToml) {
+TEST(sdk_Experiment, PluginPathsAreReadAndSurviveTheResolvedToml) {
   const std::string text =
       std::string(kFull) + "\n[plugins]\npaths = [\"/opt/mixtrain/plugins\", \"rel\"]\n";
   auto e = parse(text);
@@ -366,7 +366,7 @@ TEST(sdk_Experiment, DISABLED_PluginPathsAreReadAndSurviveTheResolvedToml) {
 // value written as a table — `beta1 = { value = 0.5 }`, `[optimizer.extra]`, a dotted key
 // `beta.one = 0.8` — is dropped and the default used without a word. parse_experiment should
 // reject any sub-table it does not read (everything but model.layers and precision.override).
-TEST(sdk_Experiment, DISABLED_SubTablesInsidePluginTablesAreNotSilentlyIgnored) {
+TEST(sdk_Experiment, SubTablesInsidePluginTablesAreNotSilentlyIgnored) {
   for (const std::string& extra :
        {std::string("beta1 = { value = 0.5 }\n"), std::string("beta.one = 0.8\n")}) {
     std::string text = kFull;

@@ -45,6 +45,8 @@ class Config {
   std::vector<sdk::RawOption> table_options(std::string_view dotted,
                                             const std::vector<std::string>& skip = {}) const;
   std::vector<TableEntry> table_array(std::string_view dotted) const;
+  // Keys of a table whose values are tables or arrays of tables (including dotted keys).
+  std::vector<std::string> nested_keys(std::string_view dotted) const;
   std::vector<std::string> string_array(std::string_view dotted) const;  // [] when absent
 
   struct Impl;  // opaque: keeps TOML++ out of this header
