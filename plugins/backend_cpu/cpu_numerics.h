@@ -6,9 +6,10 @@
 //   subnormals, which use one fp32 addition and so assume the default rounding mode (nothing in
 //   mixtrain changes it); FTZ/DAZ do not affect the result.
 // - Overflow: without `saturate` a finite value beyond the format's range becomes ±inf; with
-//   `saturate` it (and ±inf) becomes ±largest finite (the PTX `.satfinite` rule). NaN stays NaN
-//   (a quiet NaN with the input's sign).
-// - tf32: fp32 storage with the mantissa rounded to 10 bits; inf/NaN pass through unchanged.
+//   `saturate` it (and ±inf) becomes ±largest finite (the PTX `.satfinite` rule). NaN stays NaN:
+//   a quiet NaN with the input's sign and the top payload bits that fit; decodes give quiet
+//   NaNs too (the rules sdk/float_formats.h states).
+// - tf32: fp32 storage with the mantissa rounded to 10 bits; inf passes through unchanged.
 // - Header-only and inline so the element-wise loops that call these can be vectorised.
 #pragma once
 
@@ -29,7 +30,9 @@ inline constexpr std::uint16_t kBf16MaxFinite = 0x7F7F;
 inline constexpr std::uint16_t kFp16MaxFinite = 0x7BFF;
 
 inline float bf16_to_float(std::uint16_t b) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+  const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
+  const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+  return std::bit_cast<float>(nan ? (u | 0x00400000u) : u);  // NaN decodes quiet
 }
 
 // Branch-free (selects only) so loops that store bf16 vectorise.
@@ -40,7 +43,7 @@ inline std::uint16_t float_to_bf16(float f, bool saturate = false) {
   // RNE on the 16 dropped bits; inf stays inf (0x7F80) and overflow carries into inf.
   std::uint32_t r = (abs + 0x7FFFu + ((abs >> 16) & 1u)) >> 16;
   r = (saturate && r >= 0x7F80u) ? kBf16MaxFinite : r;
-  r = abs > 0x7F800000u ? 0x7FC0u : r;  // NaN: quiet NaN
+  r = abs > 0x7F800000u ? ((abs >> 16) | 0x0040u) : r;  // NaN: quiet, top payload bits kept
   return static_cast<std::uint16_t>(sign16 | r);
 }
 
@@ -48,7 +51,8 @@ inline float fp16_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exp = (h >> 10) & 0x1Fu;
   std::uint32_t mant = h & 0x3FFu;
-  if (exp == 0x1Fu) return std::bit_cast<float>(sign | 0x7F800000u | (mant << 13));
+  if (exp == 0x1Fu)  // inf, or NaN decoded quiet with its payload
+    return std::bit_cast<float>(sign | 0x7F800000u | (mant != 0 ? 0x00400000u : 0u) | (mant << 13));
   if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
   if (mant == 0) return std::bit_cast<float>(sign);
   // Subnormal: value = mant * 2^-24, exact in fp32.
@@ -72,13 +76,15 @@ inline std::uint16_t float_to_fp16(float f, bool saturate = false) {
       std::bit_cast<std::uint32_t>(std::bit_cast<float>(abs) + 0.5f) - 0x3F000000u;
   std::uint32_t r = abs < (113u << 23) ? subnormal : normal;
   r = abs >= 0x477FF000u ? (saturate ? kFp16MaxFinite : 0x7C00u) : r;  // >= 65520 and inf
-  r = abs > 0x7F800000u ? 0x7E00u : r;                                  // NaN: quiet NaN
+  r = abs > 0x7F800000u ? (0x7E00u | ((abs >> 13) & 0x3FFu)) : r;  // NaN: quiet, payload top bits
   return static_cast<std::uint16_t>(sign16 | r);
 }
 
 inline float round_to_tf32(float f) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  if ((u & 0x7F800000u) == 0x7F800000u) return f;  // inf / NaN unchanged
+  if ((u & 0x7FFFFFFFu) == 0x7F800000u) return f;  // inf unchanged
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u)                // NaN: quiet, top payload bits kept
+    return std::bit_cast<float>((u | 0x00400000u) & ~0x1FFFu);
   const std::uint32_t rounded = (u + 0xFFFu + ((u >> 13) & 1u)) & ~0x1FFFu;
   return std::bit_cast<float>(rounded);
 }

@@ -107,6 +107,16 @@ TEST(backend_cpu_numerics, Bf16RoundToNearestEvenAndOverflow) {
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(f(0x7F800001)))));  // signalling payload low
 }
 
+TEST(backend_cpu_numerics, NaNsStayQuietNaNsWithSignAndTopPayload) {
+  const float signalling = f(0xFF812345u);  // negative sNaN with payload
+  EXPECT_EQ(float_to_bf16(signalling), 0xFFC1);
+  EXPECT_EQ(float_to_fp16(signalling), 0xFE00 | ((0xFF812345u >> 13) & 0x3FF));
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(round_to_tf32(signalling)), (0xFF812345u | 0x400000u) & ~0x1FFFu);
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(fp16_to_float(0x7D01)), 0x7FC00000u | (0x101u << 13));
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(bf16_to_float(0xFF81)), 0xFFC10000u);
+  EXPECT_EQ(float_to_bf16(signalling, true), 0xFFC1);  // saturation never turns NaN into a number
+}
+
 TEST(backend_cpu_numerics, Tf32KeepsTenMantissaBitsWithTiesToEven) {
   EXPECT_EQ(round_to_tf32(1.0f + 0x1p-11f), 1.0f);
   EXPECT_EQ(round_to_tf32(1.0f + 3 * 0x1p-11f), 1.0f + 0x1p-9f);
