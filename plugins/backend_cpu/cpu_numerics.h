@@ -47,17 +47,18 @@ inline std::uint16_t float_to_bf16(float f, bool saturate = false) {
   return static_cast<std::uint16_t>(sign16 | r);
 }
 
+// Branch-free (selects only) so loops that load fp16 vectorise.
 inline float fp16_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exp = (h >> 10) & 0x1Fu;
-  std::uint32_t mant = h & 0x3FFu;
-  if (exp == 0x1Fu)  // inf, or NaN decoded quiet with its payload
-    return std::bit_cast<float>(sign | 0x7F800000u | (mant != 0 ? 0x00400000u : 0u) | (mant << 13));
-  if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
-  if (mant == 0) return std::bit_cast<float>(sign);
-  // Subnormal: value = mant * 2^-24, exact in fp32.
-  const float magnitude = static_cast<float>(mant) * 5.9604644775390625e-8f;
-  return sign != 0 ? -magnitude : magnitude;
+  const std::uint32_t mant = h & 0x3FFu;
+  const std::uint32_t normal = sign | ((exp + 112u) << 23) | (mant << 13);
+  // inf, or NaN decoded quiet with its payload
+  const std::uint32_t inf_nan = sign | 0x7F800000u | (mant != 0 ? 0x00400000u : 0u) | (mant << 13);
+  // zero / subnormal: mant * 2^-24, exact in fp32
+  const std::uint32_t subnormal =
+      sign | std::bit_cast<std::uint32_t>(static_cast<float>(mant) * 5.9604644775390625e-8f);
+  return std::bit_cast<float>(exp == 0x1Fu ? inf_nan : (exp != 0 ? normal : subnormal));
 }
 
 // Branch-free (selects only) so loops that store fp16 vectorise.
