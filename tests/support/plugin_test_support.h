@@ -1,4 +1,4 @@
-// Test helpers for the scaler suite: a log sink that records lines, Options built from raw
+// Test helpers shared by the plugin suites: a log sink that records lines, Options built from raw
 // key/value pairs as the host would build them from test.toml, and the README table rows a
 // schema must appear as.
 #pragma once

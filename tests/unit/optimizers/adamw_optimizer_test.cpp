@@ -9,7 +9,7 @@
 #include "adamw_optimizer.h"
 #include "cpu_params.h"
 #include "mixtrain/sdk/error.h"
-#include "optimizer_test_support.h"
+#include "plugin_test_support.h"
 
 namespace mixtrain::optimizers {
 namespace {

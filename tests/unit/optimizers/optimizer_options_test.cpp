@@ -5,7 +5,7 @@
 
 #include "adamw_optimizer.h"
 #include "mixtrain/sdk/error.h"
-#include "optimizer_test_support.h"
+#include "plugin_test_support.h"
 #include "sgd_optimizer.h"
 
 namespace mixtrain::optimizers {

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "cpu_params.h"
-#include "optimizer_test_support.h"
+#include "plugin_test_support.h"
 #include "sgd_optimizer.h"
 
 namespace mixtrain::optimizers {

@@ -9,7 +9,7 @@
 
 #include "dynamic_loss_scaler.h"
 #include "mixtrain/sdk/error.h"
-#include "scaler_test_support.h"
+#include "plugin_test_support.h"
 
 namespace mixtrain::scalers {
 namespace {

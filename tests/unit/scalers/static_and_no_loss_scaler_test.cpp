@@ -3,7 +3,7 @@
 
 #include "mixtrain/sdk/error.h"
 #include "no_loss_scaler.h"
-#include "scaler_test_support.h"
+#include "plugin_test_support.h"
 #include "static_loss_scaler.h"
 
 namespace mixtrain::scalers {
