@@ -2,6 +2,9 @@
 // CpuBackend::gemm (oneDNN matmul) and OpenBLAS cblas_sgemm, at the same thread count.
 //
 // Usage: bench_gemm [--threads N] [--lib onednn|openblas|both] [--seconds S] [--steps N]
+//                   [--with-relu 0|1]
+// --with-relu 1 follows every GEMM with the backend's OpenMP ReLU over C, as a training step
+// does; it shows what a second thread pool (OpenBLAS's pthreads) costs next to OpenMP work.
 // With --steps N > 0 it also times N full FP32 training steps of that MLP (forward, softmax-CE,
 // backward, fused unscale check, AdamW) through CpuBackend alone, as the trainer would run them.
 // Each measurement: 3 warm-up calls, then as many calls as fit in S seconds (at least 5);
@@ -165,14 +168,16 @@ int main(int argc, char** argv) {
   std::string lib = "both";
   double seconds = 1.0;
   int steps = 0;
+  bool with_relu = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--threads") threads = std::atoi(argv[i + 1]);
     else if (flag == "--lib") lib = argv[i + 1];
     else if (flag == "--seconds") seconds = std::atof(argv[i + 1]);
     else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (flag == "--with-relu") with_relu = std::atoi(argv[i + 1]) != 0;
     else {
-      std::fprintf(stderr, "unknown flag %s\nusage: bench_gemm [--threads N] [--lib onednn|openblas|both] [--seconds S] [--steps N]\n", argv[i]);
+      std::fprintf(stderr, "unknown flag %s\nusage: bench_gemm [--threads N] [--lib onednn|openblas|both] [--seconds S] [--steps N] [--with-relu 0|1]\n", argv[i]);
       return 2;
     }
   }
@@ -181,7 +186,8 @@ int main(int argc, char** argv) {
   CpuBackend backend(threads);
   openblas_set_num_threads(threads);
 
-  std::printf("threads=%d; GFLOP/s as median / best call\n", threads);
+  std::printf("threads=%d%s; GFLOP/s as median / best call\n", threads,
+              with_relu ? "; every GEMM followed by the backend's OpenMP ReLU over C" : "");
   std::printf("| %-14s | %5s | %5s | %5s | %-17s | %-17s |\n", "GEMM", "m", "n", "k",
               "oneDNN (backend)", "OpenBLAS sgemm");
   std::printf("|%s|%s|%s|%s|%s|%s|\n", "----------------", "-------", "-------", "-------",
@@ -210,13 +216,19 @@ int main(int argc, char** argv) {
     total_flop += flop;
 
     Timing t_dnnl{0, 0}, t_blas{0, 0};
+    const TensorView c_view{out, DType::fp32, {c.m, c.n}};
     if (run_onednn) {
       using mixtrain::sdk::Shape;
       mixtrain::sdk::GemmArgs args;
       args.a = {TensorView{a, DType::fp32, c.trans_a ? Shape{c.k, c.m} : Shape{c.m, c.k}}, c.trans_a};
       args.b = {TensorView{b, DType::fp32, c.trans_b ? Shape{c.n, c.k} : Shape{c.k, c.n}}, c.trans_b};
       args.c = TensorView{out, DType::fp32, {c.m, c.n}};
-      t_dnnl = time_calls([&] { backend.gemm(args); }, seconds);
+      t_dnnl = time_calls(
+          [&] {
+            backend.gemm(args);
+            if (with_relu) backend.activation_forward(mixtrain::sdk::Activation::relu, args.c, args.c);
+          },
+          seconds);
       onednn_total.median += t_dnnl.median;
       onednn_total.best += t_dnnl.best;
     }
@@ -228,6 +240,7 @@ int main(int argc, char** argv) {
             cblas_sgemm(CblasRowMajor, c.trans_a ? CblasTrans : CblasNoTrans,
                         c.trans_b ? CblasTrans : CblasNoTrans, c.m, c.n, c.k, 1.0f, a, lda, b, ldb,
                         0.0f, out, c.n);
+            if (with_relu) backend.activation_forward(mixtrain::sdk::Activation::relu, c_view, c_view);
           },
           seconds);
       openblas_total.median += t_blas.median;
