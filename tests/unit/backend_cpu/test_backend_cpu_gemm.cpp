@@ -157,6 +157,23 @@ TEST(backend_cpu_gemm_errors, UnsupportedDtypesAndShapesRaiseBackendError) {
   EXPECT_THROW(be.gemm(args), sdk::BackendError);
 }
 
+TEST(backend_cpu_gemm_edge, LeadingDimensionsOfRank3ViewsAreFolded) {
+  CpuBackend be(2);
+  const auto a = random_values(2 * 3 * 5, 21);
+  const auto b = random_values(4 * 5, 22);
+  DeviceTensor at(be, DType::fp32, {2, 3, 5}, a);  // folded to [6, 5]
+  DeviceTensor bt(be, DType::fp32, {4, 5}, b);
+  DeviceTensor c(be, DType::fp32, {2, 3, 4});
+  sdk::GemmArgs args;
+  args.a = {at, false};
+  args.b = {bt, true};
+  args.c = c;
+  be.gemm(args);
+  const auto expected =
+      reference_gemm(a, false, b, true, std::vector<float>(24), {}, 6, 4, 5, 1.0, 0.0);
+  expect_close(c.get(), expected, 1e-6, 1e-6, "rank-3 C");
+}
+
 TEST(backend_cpu_gemm_edge, EmptyInnerDimensionGivesBetaCPlusBias) {
   CpuBackend be(1);
   DeviceTensor a(be, DType::fp32, {3, 0});

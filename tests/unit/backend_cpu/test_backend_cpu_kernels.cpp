@@ -246,6 +246,45 @@ TEST(backend_cpu_kernels, SoftmaxCrossEntropyLossGradAndCorrect) {
   EXPECT_THROW(be.softmax_cross_entropy(z, negative, 1.0f, loss, correct, dz), sdk::BackendError);
 }
 
+TEST(backend_cpu_kernels, SixteenBitStorageMatchesFp32OnRepresentableInputs) {
+  // Kernels compute in fp32 whatever the storage: on inputs exactly representable in bf16, the
+  // bf16 results are the fp32 results rounded once.
+  CpuBackend be(2);
+  const std::int64_t rows = 5, n = 9;
+  const auto xv = representable(random_values(static_cast<std::size_t>(rows * n), 31, -3.0f, 3.0f), DType::bf16);
+  const auto dyv = representable(random_values(xv.size(), 32), DType::bf16);
+  std::vector<float> labels = {1, 8, 0, 4, 4};
+  DeviceTensor lab(be, DType::int32, {rows}, labels);
+  DeviceTensor loss32(be, DType::fp32, {1}), loss16(be, DType::fp32, {1});
+  DeviceTensor z32(be, DType::fp32, {rows, n}, xv), z16(be, DType::bf16, {rows, n}, xv);
+  DeviceTensor d32(be, DType::fp32, {rows, n}), d16(be, DType::bf16, {rows, n});
+  be.softmax_cross_entropy(z32, lab, 1.0f, loss32, {}, d32);
+  be.softmax_cross_entropy(z16, lab, 1.0f, loss16, {}, d16);
+  EXPECT_EQ(loss16.get()[0], loss32.get()[0]);
+  const auto d32v = d32.get();
+  const auto d16v = d16.get();
+  for (std::size_t i = 0; i < d32v.size(); ++i)
+    ASSERT_EQ(d16v[i], bf16_to_float(float_to_bf16(d32v[i]))) << i;
+
+  DeviceTensor mean(be, DType::fp32, {rows}), rstd(be, DType::fp32, {rows});
+  DeviceTensor y32(be, DType::fp32, {rows, n});
+  be.layernorm_forward(z32, {}, {}, 1e-5f, y32, mean, rstd);
+  DeviceTensor dy32(be, DType::fp32, {rows, n}, dyv), dy16(be, DType::bf16, {rows, n}, dyv);
+  DeviceTensor dx32(be, DType::fp32, {rows, n}), dx16(be, DType::fp16, {rows, n});
+  DeviceTensor dg32(be, DType::fp32, {n}), dg16(be, DType::fp32, {n});
+  be.layernorm_backward(dy32, z32, {}, mean, rstd, dx32, dg32, {}, false);
+  be.layernorm_backward(dy16, z16, {}, mean, rstd, dx16, dg16, {}, false);
+  const auto dx32v = dx32.get();
+  const auto dx16v = dx16.get();
+  for (std::size_t i = 0; i < dx32v.size(); ++i)
+    ASSERT_EQ(dx16v[i], fp16_to_float(float_to_fp16(dx32v[i]))) << i;
+  EXPECT_EQ(dg16.get(), dg32.get());
+
+  std::vector<TensorView> t16 = {z16};
+  std::vector<TensorView> t32 = {z32};
+  EXPECT_EQ(be.sum_of_squares(t16), be.sum_of_squares(t32));
+}
+
 TEST(backend_cpu_kernels, FillScaleAxpy) {
   CpuBackend be(2);
   DeviceTensor x(be, DType::fp32, {5, 3});
