@@ -36,16 +36,6 @@ void require_fp32(std::string_view op, std::string_view name, const sdk::TensorV
 void require_numel(std::string_view op, std::string_view name, const sdk::TensorView& v,
                    std::int64_t numel);
 
-// Calls f(T{}) with T = float, Bf16 or Fp16 matching the storage dtype.
-template <class F>
-decltype(auto) dispatch_storage(sdk::DType t, F&& f) {
-  switch (t) {
-    case sdk::DType::bf16: return f(Bf16{});
-    case sdk::DType::fp16: return f(Fp16{});
-    default: return f(float{});
-  }
-}
-
 inline const float* read_chunk(const sdk::TensorView& v, std::int64_t begin, std::int64_t n,
                                float* buf) {
   switch (v.dtype) {

@@ -117,6 +117,8 @@ void CpuBackend::copy(TensorView dst, TensorView src) {
 
 // --- GEMM and cast -----------------------------------------------------------------------------
 
+std::size_t CpuBackend::cached_gemm_primitives() const noexcept { return gemm_->cached_primitives(); }
+
 void CpuBackend::gemm(const sdk::GemmArgs& args) {
   use_threads();
   gemm_->run(args);

@@ -33,6 +33,8 @@ class CpuBackend final : public sdk::DeviceBackend {
   ~CpuBackend() override;
 
   int threads() const noexcept { return threads_; }
+  // oneDNN matmul primitives created so far (one per distinct GEMM key); for tests and tuning.
+  std::size_t cached_gemm_primitives() const noexcept;
 
   sdk::BackendCapabilities capabilities() const override;
 

@@ -157,6 +157,35 @@ TEST(backend_cpu_gemm_errors, UnsupportedDtypesAndShapesRaiseBackendError) {
   EXPECT_THROW(be.gemm(args), sdk::BackendError);
 }
 
+TEST(backend_cpu_gemm_cache, OnePrimitivePerKeyReusedAcrossCalls) {
+  CpuBackend be(2);
+  DeviceTensor a(be, DType::fp32, {8, 16}, random_values(128, 41));
+  DeviceTensor b(be, DType::fp32, {16, 4}, random_values(64, 42));
+  DeviceTensor c(be, DType::fp32, {8, 4});
+  DeviceTensor a2(be, DType::fp32, {8, 16}, random_values(128, 43));
+  sdk::GemmArgs args;
+  args.a = {a, false};
+  args.b = {b, false};
+  args.c = c;
+  be.gemm(args);
+  args.a = {a2, false};  // other data, same key
+  be.gemm(args);
+  EXPECT_EQ(be.cached_gemm_primitives(), 1u);
+  args.alpha = 3.0f;  // alpha != 1 is part of the key; its value is a run-time scale
+  be.gemm(args);
+  args.alpha = 5.0f;
+  be.gemm(args);
+  EXPECT_EQ(be.cached_gemm_primitives(), 2u);
+  args.beta = 0.5f;  // beta is baked into the sum post-op
+  be.gemm(args);
+  EXPECT_EQ(be.cached_gemm_primitives(), 3u);
+  const auto expected = reference_gemm(random_values(128, 43), false, random_values(64, 42), false,
+                                       std::vector<float>(32), {}, 8, 4, 16, 5.0, 0.0);
+  std::vector<double> with_beta(expected);
+  for (std::size_t i = 0; i < with_beta.size(); ++i) with_beta[i] = expected[i] + 0.5 * expected[i];
+  expect_close(c.get(), with_beta, 1e-5, 1e-5, "alpha=5, beta=0.5 after alpha=5");
+}
+
 TEST(backend_cpu_gemm_edge, LeadingDimensionsOfRank3ViewsAreFolded) {
   CpuBackend be(2);
   const auto a = random_values(2 * 3 * 5, 21);
