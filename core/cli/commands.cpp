@@ -12,6 +12,7 @@
 #include "mixtrain/core/experiment.h"
 #include "mixtrain/core/log_sink.h"
 #include "mixtrain/core/plugin_registry.h"
+#include "mixtrain/core/run_comparison.h"
 #include "mixtrain/core/trainer.h"
 
 namespace mixtrain::cli {
@@ -69,10 +70,10 @@ int run_check(const ConfigArgs& cfg) {
   auto experiment = core::parse_experiment(config, *registry);
   auto components = core::create_components(experiment, *registry);
   auto policy = components.policy;
-  const bool needs_scaling = policy->needs_loss_scaling();
   core::TrainOptions opt;
   opt.write_outputs = false;
   core::Trainer trainer(experiment, std::move(components), opt);
+  const bool needs_scaling = policy->needs_loss_scaling();  // after adapt_to() (policy "auto")
 
   std::cout << core::resolved_toml(experiment) << "\n";
   std::cout << "# data: " << trainer.train_data().rows << " training rows, "
@@ -159,6 +160,17 @@ int run_eval(const ConfigArgs& cfg, const std::string& checkpoint) {
   auto r = trainer.evaluate();
   nlohmann::json j = {{"eval_loss", r.loss}, {"eval_accuracy", r.accuracy}, {"rows", r.rows}};
   std::cout << j.dump() << std::endl;
+  return 0;
+}
+
+int run_compare(const std::vector<std::string>& run_dirs, const std::string& out_dir) {
+  std::vector<fs::path> dirs(run_dirs.begin(), run_dirs.end());
+  auto comparison = core::compare_runs(dirs);
+  const fs::path out = out_dir.empty() ? dirs.front() : fs::path(out_dir);
+  auto written = core::write_comparison(comparison, out);
+  std::cout << core::comparison_text(comparison) << "wrote:";
+  for (const auto& p : written) std::cout << " " << p.string();
+  std::cout << std::endl;
   return 0;
 }
 

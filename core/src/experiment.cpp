@@ -432,8 +432,10 @@ std::string resolved_toml(const Experiment& e) {
   return out;
 }
 
-void plan_precision(Model& model, const sdk::PrecisionPolicy& policy,
+void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
+                    const sdk::BackendCapabilities& capabilities,
                     const std::vector<PrecisionOverride>& overrides) {
+  policy.adapt_to(capabilities);
   for (auto& layer : model.layers()) layer->set_precision(policy.plan(layer->description()));
   for (const auto& o : overrides) {
     bool matched = false;

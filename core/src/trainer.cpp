@@ -197,8 +197,8 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
 
   // Model under the policy's plan.
   s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes);
-  plan_precision(*s.model, *s.c.policy, e.overrides);
   auto caps = backend.capabilities();
+  plan_precision(*s.model, *s.c.policy, caps, e.overrides);
   for (const auto& l : s.model->layers()) {
     if (!l->has_gemm()) continue;
     auto dt = l->precision().gemm_input;

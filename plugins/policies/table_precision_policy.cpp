@@ -14,11 +14,11 @@ constexpr std::array<std::string_view, 2> kFp32PinnedTypes{"layernorm", "softmax
 
 TablePrecisionPolicy::TablePrecisionPolicy(const PolicyRecipe& recipe,
                                            const sdk::PluginContext& context)
-    : recipe_(recipe), logger_(context.logger) {
-  logger_.debug("precision policy " + std::string(recipe_.name) + ": weights " +
-                std::string(sdk::dtype_name(recipe_.weight)) + ", gemm inputs " +
-                std::string(sdk::dtype_name(recipe_.gemm_input)) + ", activations " +
-                std::string(sdk::dtype_name(recipe_.activation)));
+    : recipe_(&recipe), logger_(context.logger) {
+  logger_.debug("precision policy " + std::string(recipe_->name) + ": weights " +
+                std::string(sdk::dtype_name(recipe_->weight)) + ", gemm inputs " +
+                std::string(sdk::dtype_name(recipe_->gemm_input)) + ", activations " +
+                std::string(sdk::dtype_name(recipe_->activation)));
 }
 
 bool TablePrecisionPolicy::is_fp32_pinned(const sdk::LayerDescription& layer) {
@@ -33,12 +33,24 @@ sdk::LayerPrecision TablePrecisionPolicy::plan(const sdk::LayerDescription& laye
     return p;
   }
   if (layer.has_gemm) {
-    p.weight = recipe_.weight;
-    p.gemm_input = recipe_.gemm_input;
+    p.weight = recipe_->weight;
+    p.gemm_input = recipe_->gemm_input;
   }
-  p.activation = recipe_.activation;
-  p.activation_grad = recipe_.activation_grad;
+  p.activation = recipe_->activation;
+  p.activation_grad = recipe_->activation_grad;
   return p;
+}
+
+AutoPrecisionPolicy::AutoPrecisionPolicy(const sdk::Options& /*options*/,
+                                         const sdk::PluginContext& context)
+    : TablePrecisionPolicy(kFp16MixedRecipe, context) {}
+
+void AutoPrecisionPolicy::adapt_to(const sdk::BackendCapabilities& capabilities) {
+  const bool bf16_native = capabilities.native(sdk::DType::bf16);
+  select(bf16_native ? kBf16MixedRecipe : kFp16MixedRecipe);
+  logger().info(std::string("auto policy chose ") + std::string(recipe().name) + ": the " +
+                capabilities.kind + " backend runs bf16 GEMMs " +
+                (bf16_native ? "natively" : "only emulated"));
 }
 
 }  // namespace mixtrain::policies

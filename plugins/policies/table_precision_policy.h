@@ -21,14 +21,27 @@ class TablePrecisionPolicy : public sdk::PrecisionPolicy {
   TablePrecisionPolicy(const PolicyRecipe& recipe, const sdk::PluginContext& context);
 
   sdk::LayerPrecision plan(const sdk::LayerDescription& layer) const override;
-  bool needs_loss_scaling() const override { return recipe_.needs_loss_scaling; }
-  const PolicyRecipe& recipe() const { return recipe_; }
+  bool needs_loss_scaling() const override { return recipe_->needs_loss_scaling; }
+  const PolicyRecipe& recipe() const { return *recipe_; }
 
   static bool is_fp32_pinned(const sdk::LayerDescription& layer);
 
+ protected:
+  void select(const PolicyRecipe& recipe) { recipe_ = &recipe; }
+  const sdk::Logger& logger() const { return logger_; }
+
  private:
-  const PolicyRecipe& recipe_;
+  const PolicyRecipe* recipe_;
   sdk::Logger logger_;
+};
+
+// `auto`: bf16-mixed where the backend runs bf16 GEMMs natively, fp16-mixed otherwise (fp16 is
+// then at least as cheap, and the host's check warns when no loss scaler is configured).
+class AutoPrecisionPolicy final : public TablePrecisionPolicy {
+ public:
+  static sdk::OptionSchema option_schema() { return {}; }
+  AutoPrecisionPolicy(const sdk::Options& options, const sdk::PluginContext& context);
+  void adapt_to(const sdk::BackendCapabilities& capabilities) override;
 };
 
 template <const PolicyRecipe& Recipe>
@@ -40,5 +53,8 @@ class RecipePolicy final : public TablePrecisionPolicy {
 };
 
 using Fp32Policy = RecipePolicy<kFp32Recipe>;
+using Tf32Policy = RecipePolicy<kTf32Recipe>;
+using Fp16MixedPolicy = RecipePolicy<kFp16MixedRecipe>;
+using Bf16MixedPolicy = RecipePolicy<kBf16MixedRecipe>;
 
 }  // namespace mixtrain::policies

@@ -104,7 +104,8 @@ std::string resolved_toml(const Experiment& e);
 
 // Applies the policy's plan and the user's overrides to every layer. An override that matches
 // no layer is an error naming the pattern and the layers that exist.
-void plan_precision(Model& model, const sdk::PrecisionPolicy& policy,
+void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
+                    const sdk::BackendCapabilities& capabilities,
                     const std::vector<PrecisionOverride>& overrides);
 
 }  // namespace mixtrain::core

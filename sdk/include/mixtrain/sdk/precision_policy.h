@@ -1,6 +1,8 @@
 // PrecisionPolicy: which dtype each tensor of each layer uses.
 //
 // Contract
+// - adapt_to() is called once, before any plan(), with the capabilities of the backend the run
+//   uses, so a policy such as `auto` can choose formats the hardware runs natively.
 // - plan() is called once per layer when the model is built and must be deterministic. The host
 //   applies the user's [[precision.override]] entries on top of the returned plan, then checks
 //   every GEMM dtype against the backend's capabilities.
@@ -21,6 +23,7 @@
 
 #include "mixtrain/sdk/component.h"
 #include "mixtrain/sdk/component_state.h"
+#include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/dtype.h"
 
 namespace mixtrain::sdk {
@@ -53,6 +56,7 @@ struct OperandScaling {
 class MIXTRAIN_SDK_API PrecisionPolicy : public Component {
  public:
   ~PrecisionPolicy() override;
+  virtual void adapt_to(const BackendCapabilities& /*capabilities*/) {}
   virtual LayerPrecision plan(const LayerDescription& layer) const = 0;
   // True for formats whose narrow exponent range needs a loss scaler (fp16); `mixtrain check`
   // warns when such a policy runs with scaler.type = "none".
