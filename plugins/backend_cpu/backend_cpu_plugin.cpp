@@ -11,18 +11,28 @@ using namespace mixtrain;
 std::unique_ptr<sdk::Component> create_cpu_backend(const sdk::Options& options,
                                                    const sdk::PluginContext& context) {
   const auto threads = static_cast<int>(options.get_int("threads"));
-  auto backend = std::make_unique<backend_cpu::CpuBackend>(threads);
-  context.logger.debug("cpu backend with " + std::to_string(backend->threads()) + " threads");
+  const std::string bf16 = options.get_string("bf16_gemm");
+  const auto path = bf16 == "onednn"     ? backend_cpu::Bf16GemmPath::onednn
+                    : bf16 == "emulated" ? backend_cpu::Bf16GemmPath::emulated
+                                         : backend_cpu::Bf16GemmPath::automatic;
+  auto backend = std::make_unique<backend_cpu::CpuBackend>(threads, path);
+  context.logger.debug("cpu backend with " + std::to_string(backend->threads()) +
+                       " threads, bf16_gemm = " + bf16);
   return backend;
 }
 
 std::vector<sdk::ComponentInfo> backend_cpu_components() {
   return {{sdk::ComponentKind::backend, "cpu",
-           "CPU reference backend: oneDNN fp32 GEMM, OpenMP kernels, tf32 emulated",
+           "CPU reference backend: oneDNN fp32/bf16 GEMM, exact tf32/fp16/fp8 emulation, "
+           "OpenMP kernels",
            {sdk::OptionSpec::integer("threads", 0,
                                      "OpenMP threads for GEMMs and kernels (0 = all cores)")
                 .at_least(0)
-                .at_most(4096)},
+                .at_most(4096),
+            sdk::OptionSpec::string("bf16_gemm", "auto",
+                                    "bf16 GEMM path: auto (by CPU features), onednn (oneDNN bf16 "
+                                    "matmul), emulated (exact decode + fp32 GEMM)")
+                .one_of({"auto", "onednn", "emulated"})},
            &create_cpu_backend}};
 }
 

@@ -7,15 +7,20 @@
 //   fp32 values of elements [begin, begin+n): a pointer into the tensor itself for fp32 storage
 //   (no copy), else `buf` filled by conversion. write_target()/commit_chunk() do the same for
 //   outputs, rounding RNE. Chunks are at most kChunk elements, so buffers live on the stack.
+// - Every conversion is sdk/float_formats.h's bulk convert(): the one definition of each format
+//   in the project, vectorised with the widest ISA the CPU has (checked at run time).
+// - fp8 storage (fp8_e4m3 / fp8_e5m2) is accepted only by gemm() and cast().
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <span>
 #include <string>
 #include <string_view>
 
-#include "cpu_numerics.h"
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/float_formats.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -36,21 +41,53 @@ void require_fp32(std::string_view op, std::string_view name, const sdk::TensorV
 void require_numel(std::string_view op, std::string_view name, const sdk::TensorView& v,
                    std::int64_t numel);
 
+// Elements of work below which a kernel runs on the calling thread: waking the OpenMP team
+// costs a few microseconds, more than a 128x128 element-wise pass takes on one core.
+inline constexpr std::int64_t kParallelMin = 32768;
+inline bool parallel_worth(std::int64_t work) { return work >= kParallelMin; }
+
+inline sdk::Overflow overflow_rule(bool saturate) {
+  return saturate ? sdk::Overflow::saturate : sdk::Overflow::to_inf_or_nan;
+}
+
 inline const float* read_chunk(const sdk::TensorView& v, std::int64_t begin, std::int64_t n,
                                float* buf) {
   switch (v.dtype) {
-    case sdk::DType::bf16: {
-      const auto* src = static_cast<const std::uint16_t*>(v.data) + begin;
-      for (std::int64_t i = 0; i < n; ++i) buf[i] = bf16_to_float(src[i]);
+    case sdk::DType::bf16:
+    case sdk::DType::fp16:
+      sdk::convert(std::span(static_cast<const std::uint16_t*>(v.data) + begin,
+                             static_cast<std::size_t>(n)),
+                   v.dtype, std::span(buf, static_cast<std::size_t>(n)));
       return buf;
-    }
-    case sdk::DType::fp16: {
-      const auto* src = static_cast<const std::uint16_t*>(v.data) + begin;
-      for (std::int64_t i = 0; i < n; ++i) buf[i] = fp16_to_float(src[i]);
-      return buf;
-    }
     default:
       return static_cast<const float*>(v.data) + begin;
+  }
+}
+
+// Any float storage (fp32, tf32, bf16, fp16, fp8) -> exact fp32 values times scale_inv in `dst`.
+inline void decode_into(const sdk::TensorView& v, std::int64_t begin, std::int64_t n, float* dst,
+                        float scale_inv = 1.0f) {
+  const auto count = static_cast<std::size_t>(n);
+  switch (v.dtype) {
+    case sdk::DType::bf16:
+    case sdk::DType::fp16:
+      sdk::convert(std::span(static_cast<const std::uint16_t*>(v.data) + begin, count), v.dtype,
+                   std::span(dst, count), scale_inv);
+      return;
+    case sdk::DType::fp8_e4m3:
+    case sdk::DType::fp8_e5m2:
+      sdk::convert(std::span(static_cast<const std::uint8_t*>(v.data) + begin, count), v.dtype,
+                   std::span(dst, count), scale_inv);
+      return;
+    default: {
+      const float* src = static_cast<const float*>(v.data) + begin;
+      if (scale_inv == 1.0f) {
+        if (src != dst) std::memmove(dst, src, count * sizeof(float));
+      } else {
+        for (std::size_t i = 0; i < count; ++i) dst[i] = src[i] * scale_inv;
+      }
+      return;
+    }
   }
 }
 
@@ -61,14 +98,14 @@ inline float* write_target(const sdk::TensorView& v, std::int64_t begin, float* 
 inline void commit_chunk(const sdk::TensorView& v, std::int64_t begin, std::int64_t n,
                          const float* values, bool saturate = false) {
   switch (v.dtype) {
-    case sdk::DType::bf16: {
-      auto* dst = static_cast<std::uint16_t*>(v.data) + begin;
-      for (std::int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(values[i], saturate);
-      return;
-    }
+    case sdk::DType::bf16:
     case sdk::DType::fp16: {
-      auto* dst = static_cast<std::uint16_t*>(v.data) + begin;
-      for (std::int64_t i = 0; i < n; ++i) dst[i] = float_to_fp16(values[i], saturate);
+      sdk::EncodeOptions options;
+      options.overflow = overflow_rule(saturate);
+      sdk::convert(std::span(values, static_cast<std::size_t>(n)),
+                   std::span(static_cast<std::uint16_t*>(v.data) + begin,
+                             static_cast<std::size_t>(n)),
+                   v.dtype, options);
       return;
     }
     default: {

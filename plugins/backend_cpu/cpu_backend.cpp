@@ -15,16 +15,15 @@
 #include "cpu_eltwise.h"
 #include "cpu_features.h"
 #include "cpu_gemm.h"
-#include "cpu_numerics.h"
 
 namespace mixtrain::backend_cpu {
 
 using sdk::DType;
 using sdk::TensorView;
 
-CpuBackend::CpuBackend(int threads)
+CpuBackend::CpuBackend(int threads, Bf16GemmPath bf16_gemm)
     : threads_(threads > 0 ? threads : std::max(1, omp_get_num_procs())),
-      gemm_(std::make_unique<GemmEngine>()),
+      gemm_(std::make_unique<GemmEngine>(bf16_gemm)),
       eltwise_(std::make_unique<EltwiseEngine>()) {
   if (threads < 0)
     fail("create", "threads = " + std::to_string(threads) + " is negative",
@@ -51,10 +50,28 @@ sdk::BackendCapabilities CpuBackend::capabilities() const {
   caps.features = cpu.features;
   use_threads();
   const std::string impl = gemm_->fp32_implementation();
+  const std::string fp32_gemm = "oneDNN fp32 matmul (" + impl + ")";
   caps.gemm_inputs.push_back({DType::fp32, true, "oneDNN matmul (" + impl + ")"});
   caps.gemm_inputs.push_back(
       {DType::tf32, false,
-       "emulated: A and B rounded to tf32 (RNE, 10 mantissa bits) + oneDNN fp32 matmul"});
+       "emulated: A and B rounded to tf32 (RNE, 10 mantissa bits) + " + fp32_gemm});
+  const std::string bf16_impl = gemm_->bf16_implementation();
+  if (gemm_->bf16_native())
+    caps.gemm_inputs.push_back(
+        {DType::bf16, true, "oneDNN bf16 matmul (" + bf16_impl + "), fp32 accumulation"});
+  else
+    caps.gemm_inputs.push_back(
+        {DType::bf16, false,
+         "emulated: exact bf16 -> fp32 decode + " + fp32_gemm +
+             (bf16_impl.empty() ? std::string(" (oneDNN has no bf16 matmul here)")
+                                : " (oneDNN bf16 " + bf16_impl + " not used on this CPU)")});
+  caps.gemm_inputs.push_back(
+      {DType::fp16, false, "emulated: exact fp16 -> fp32 decode + " + fp32_gemm});
+  for (DType t : {DType::fp8_e4m3, DType::fp8_e5m2})
+    caps.gemm_inputs.push_back(
+        {t, false,
+         "emulated: exact " + std::string(sdk::dtype_name(t)) + " decode x scale_inv + " +
+             fp32_gemm});
   return caps;
 }
 
@@ -122,22 +139,61 @@ std::size_t CpuBackend::cached_gemm_primitives() const noexcept { return gemm_->
 void CpuBackend::gemm(const sdk::GemmArgs& args) {
   use_threads();
   gemm_->run(args);
+  account_scratch();
+}
+
+void CpuBackend::account_scratch() {
+  const std::size_t now = gemm_->scratch_bytes();
+  if (now == scratch_bytes_) return;  // the steady state: scratch is grow-only
+  std::lock_guard lock(memory_mutex_);
+  current_bytes_ = current_bytes_ - scratch_bytes_ + now;
+  scratch_bytes_ = now;
+  peak_bytes_ = std::max(peak_bytes_, current_bytes_);
 }
 
 namespace {
 
-bool is_cast_target(DType t) { return is_storage_float(t); }
+bool is_cast_target(DType t) { return is_storage_float(t) || sdk::is_fp8(t); }
 
-// Rounds `v` (already scaled) to the destination format and returns it as fp32 value for the
-// fp32/tf32 destinations; 16-bit destinations are stored by commit_chunk.
-inline float finish_fp32(float v, bool tf32, bool saturate) {
-  float r = tf32 ? round_to_tf32(v) : v;
-  if (saturate && std::isinf(r) && !std::isnan(v)) {
-    constexpr float kMax = std::numeric_limits<float>::max();
-    const float max_finite = tf32 ? std::bit_cast<float>(0x7F7FE000u) : kMax;
-    r = std::signbit(r) ? -max_finite : max_finite;
+// Encodes `len` fp32 values (`in`, unscaled) into dst[begin, begin+len) as dst.dtype, x*scale
+// rounded once; *amax (when given) receives max|in| with the SDK's NaN rule. `in` may alias the
+// destination when both are fp32 storage.
+void encode_chunk(const float* in, const TensorView& dst, std::int64_t begin, std::int64_t len,
+                  float scale, bool saturate, float* amax) {
+  const auto count = static_cast<std::size_t>(len);
+  sdk::EncodeOptions options;
+  options.scale = scale;
+  options.overflow = overflow_rule(saturate);
+  options.amax = amax;
+  switch (dst.dtype) {
+    case DType::bf16:
+    case DType::fp16:
+      sdk::convert(std::span(in, count), std::span(dst.as<std::uint16_t>() + begin, count),
+                   dst.dtype, options);
+      return;
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2:
+      sdk::convert(std::span(in, count), std::span(dst.as<std::uint8_t>() + begin, count),
+                   dst.dtype, options);
+      return;
+    default: {
+      if (amax != nullptr) *amax = sdk::abs_max(std::span(in, count));
+      float* out = dst.as<float>() + begin;
+      if (scale != 1.0f) {
+        for (std::size_t i = 0; i < count; ++i) out[i] = in[i] * scale;
+      } else if (out != in) {
+        std::memmove(out, in, count * sizeof(float));
+      }
+      if (dst.dtype == DType::tf32) {
+        sdk::round_to_tf32(std::span(out, count), options.overflow);
+      } else if (saturate) {
+        constexpr float kMax = std::numeric_limits<float>::max();
+        for (std::size_t i = 0; i < count; ++i)  // NaN compares false: it stays NaN
+          out[i] = out[i] > kMax ? kMax : (out[i] < -kMax ? -kMax : out[i]);
+      }
+      return;
+    }
   }
-  return r;
 }
 
 }  // namespace
@@ -146,14 +202,9 @@ void CpuBackend::cast(TensorView src, TensorView dst, const sdk::CastArgs& args)
   use_threads();
   require_present("cast", "src", src);
   require_present("cast", "dst", dst);
-  if (is_fp8(src.dtype) || is_fp8(dst.dtype))
-    fail("cast",
-         "fp8 cast " + std::string(sdk::dtype_name(src.dtype)) + " -> " +
-             std::string(sdk::dtype_name(dst.dtype)) + " is not implemented yet",
-         "this backend casts between fp32, tf32, bf16 and fp16; fp8 arrives in a later version");
   if (!is_cast_target(src.dtype) || !is_cast_target(dst.dtype))
     fail("cast", "cannot cast " + describe(src) + " to " + describe(dst),
-         "cast supports fp32, tf32, bf16 and fp16");
+         "cast supports fp32, tf32, bf16, fp16, fp8_e4m3 and fp8_e5m2");
   require_numel("cast", "dst", dst, src.numel());
   const bool has_amax = !args.amax.empty();
   if (has_amax) {
@@ -163,34 +214,22 @@ void CpuBackend::cast(TensorView src, TensorView dst, const sdk::CastArgs& args)
   const std::int64_t total = src.numel();
   const float scale = args.scale;
   const bool saturate = args.saturate;
-  const bool to_tf32 = dst.dtype == DType::tf32;
+  const bool src_fp32 = is_fp32_storage(src.dtype);
   float amax = 0.0f;
   int amax_nan = 0;
-#pragma omp parallel for schedule(static) reduction(max : amax) reduction(| : amax_nan)
+#pragma omp parallel for schedule(static) if (parallel_worth(total)) reduction(max : amax) \
+    reduction(| : amax_nan)
   for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
     const std::int64_t len = std::min(kChunk, total - c0);
     float in_buf[kChunk];
-    float out_buf[kChunk];
-    const float* in = read_chunk(src, c0, len, in_buf);
-    if (has_amax) {
-      float local = 0.0f;
-      int nan = 0;
-#pragma omp simd reduction(max : local) reduction(| : nan)
-      for (std::int64_t i = 0; i < len; ++i) {
-        const float a = std::fabs(in[i]);
-        local = a > local ? a : local;
-        nan |= static_cast<int>(a != a);
-      }
+    const float* in = src_fp32 ? src.as<const float>() + c0 : in_buf;
+    if (!src_fp32) decode_into(src, c0, len, in_buf);  // exact: every narrow value is an fp32
+    float local = 0.0f;
+    encode_chunk(in, dst, c0, len, scale, saturate, has_amax ? &local : nullptr);
+    if (local != local)
+      amax_nan = 1;
+    else
       amax = std::max(amax, local);
-      amax_nan |= nan;
-    }
-    if (is_fp32_storage(dst.dtype)) {
-      float* out = write_target(dst, c0, out_buf);  // in-place src == dst is fine element-wise
-      for (std::int64_t i = 0; i < len; ++i) out[i] = finish_fp32(in[i] * scale, to_tf32, saturate);
-    } else {
-      for (std::int64_t i = 0; i < len; ++i) out_buf[i] = in[i] * scale;
-      commit_chunk(dst, c0, len, out_buf, saturate);
-    }
   }
   if (has_amax) {
     float& slot = *args.amax.as<float>();

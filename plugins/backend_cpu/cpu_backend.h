@@ -2,9 +2,15 @@
 //
 // Contract (in addition to sdk/device_backend.h)
 // - Memory is host memory, 64-byte aligned, tracked per backend object (thread-safe stats).
-// - GEMM runs through cached oneDNN matmul primitives: fp32 natively; tf32 emulated by rounding
-//   A and B to 10 mantissa bits (RNE) into scratch, then an fp32 GEMM. Other input dtypes raise
-//   BackendError listing what this backend supports.
+// - GEMM runs through cached oneDNN matmul primitives with FP32 accumulation: fp32 natively;
+//   bf16 natively through oneDNN's bf16 matmul where the CPU has AMX-BF16 / AVX512-BF16 (decided
+//   at run time, see cpu_gemm.h) else emulated; tf32, fp16 and fp8 (x scale_inv) emulated by
+//   exact decoding (tf32: RNE rounding) into scratch + the fp32 matmul. A bf16/fp16 C is the fp32
+//   result rounded once (RNE). capabilities() says which is which and names oneDNN's kernels.
+// - Every format conversion is sdk/float_formats.h (one definition of each format).
+// - memory_stats() includes the GEMM's grow-only scratch (decoded operands, fp32 C) in
+//   current/peak bytes, not in the allocation count; oneDNN's own scratchpad is not counted.
+// - Kernels on small tensors (< kParallelMin elements, cpu_access.h) run on the calling thread.
 // - Element-wise kernels accept fp32 / bf16 / fp16 storage where the SDK says "storage dtype"
 //   and compute in fp32; reductions are fp32 or double.
 // - Threading: one OpenMP pool shared with oneDNN; `threads` (0 = all cores) is applied with
@@ -27,9 +33,12 @@ namespace mixtrain::backend_cpu {
 class GemmEngine;  // cpu_gemm.h
 class EltwiseEngine;  // cpu_eltwise.h
 
+// How bf16 x bf16 GEMMs run: `automatic` decides from the CPU's features at run time.
+enum class Bf16GemmPath { automatic, onednn, emulated };
+
 class CpuBackend final : public sdk::DeviceBackend {
  public:
-  explicit CpuBackend(int threads = 0);
+  explicit CpuBackend(int threads = 0, Bf16GemmPath bf16_gemm = Bf16GemmPath::automatic);
   ~CpuBackend() override;
 
   int threads() const noexcept { return threads_; }
@@ -80,6 +89,8 @@ class CpuBackend final : public sdk::DeviceBackend {
  private:
   // Makes this thread's OpenMP team size (shared by oneDNN) equal to `threads_`.
   void use_threads() const;
+  // Folds growth of the GEMM scratch into the memory statistics.
+  void account_scratch();
 
   int threads_;
   std::unique_ptr<GemmEngine> gemm_;
@@ -89,6 +100,7 @@ class CpuBackend final : public sdk::DeviceBackend {
   std::unordered_map<void*, std::size_t> live_;
   std::size_t current_bytes_ = 0;
   std::size_t peak_bytes_ = 0;
+  std::size_t scratch_bytes_ = 0;
 };
 
 }  // namespace mixtrain::backend_cpu

@@ -9,7 +9,8 @@
 #include <optional>
 
 #include "cpu_access.h"
-#include "cpu_numerics.h"
+#include "cpu_features.h"
+#include "mixtrain/sdk/float_formats.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -34,7 +35,16 @@ void* ScratchBuffer::get(std::size_t bytes) {
 namespace {
 
 constexpr const char* kSupportedInputs =
-    "fp32 (native, oneDNN matmul) and tf32 (emulated: RNE to 10 mantissa bits + fp32 GEMM)";
+    "A/B in fp32, tf32, bf16, fp16, fp8_e4m3 or fp8_e5m2 (any mix), C in fp32, bf16 or fp16";
+
+// Decode chunk: large enough that a chunk amortises the bulk converter's dispatch.
+constexpr std::int64_t kDecodeChunk = 1 << 14;
+
+// Whether `automatic` picks oneDNN's bf16 matmul on a CPU with AVX512-BF16 but no AMX. Set from
+// bench_gemm on such a CPU (bench/RESULTS.md, "bf16 and fp16 GEMMs").
+constexpr bool kBf16OnednnWithoutAmx = true;
+
+bool is_gemm_input(DType t) { return is_storage_float(t) || sdk::is_fp8(t); }
 
 // Rows of a [.., cols] view with leading dims folded; unlike Shape::rows() it stays right when
 // cols is 0 (an empty inner dimension).
@@ -53,9 +63,15 @@ std::optional<memory::data_type> output_dnnl_type(DType t) {
   }
 }
 
-void round_to_tf32_into(const float* src, float* dst, std::int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = round_to_tf32(src[i]);
+// dst = decode(v) * scale_inv (exact decode), then rounded to tf32 when asked; parallel chunks.
+void decode_operand(const sdk::TensorView& v, float scale_inv, bool tf32, float* dst,
+                    std::int64_t n) {
+#pragma omp parallel for schedule(static) if (parallel_worth(n))
+  for (std::int64_t c0 = 0; c0 < n; c0 += kDecodeChunk) {
+    const std::int64_t len = std::min(kDecodeChunk, n - c0);
+    decode_into(v, c0, len, dst + c0, scale_inv);
+    if (tf32) sdk::round_to_tf32(std::span(dst + c0, static_cast<std::size_t>(len)));
+  }
 }
 
 }  // namespace
@@ -67,39 +83,47 @@ std::size_t GemmEngine::KeyHash::operator()(const Key& key) const noexcept {
   mix(std::hash<std::int64_t>{}(key.k));
   mix((key.trans_a ? 1u : 0u) | (key.trans_b ? 2u : 0u) | (key.has_bias ? 4u : 0u) |
       (key.has_alpha ? 8u : 0u));
-  mix(static_cast<std::size_t>(key.a_dt) * 131 + static_cast<std::size_t>(key.b_dt) * 17 +
-      static_cast<std::size_t>(key.c_dt));
+  mix(static_cast<std::size_t>(key.a_dt) * 131 + static_cast<std::size_t>(key.b_dt) * 17);
   mix(key.beta_bits);
   return h;
 }
 
-GemmEngine::GemmEngine() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+GemmEngine::GemmEngine(Bf16GemmPath bf16_path)
+    : bf16_request_(bf16_path), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
 GemmEngine::~GemmEngine() = default;
+
+const float* GemmEngine::operand_fp32(const sdk::GemmOperand& op, std::int64_t numel, bool tf32,
+                                      ScratchBuffer& scratch) {
+  const bool fp32 = is_fp32_storage(op.view.dtype);
+  if (fp32 && !tf32) return op.view.as<const float>();
+  // scale_inv belongs to fp8 operands only (sdk::GemmOperand); other dtypes ignore it.
+  const float scale_inv = sdk::is_fp8(op.view.dtype) ? op.scale_inv : 1.0f;
+  float* out = scratch.as<float>(static_cast<std::size_t>(numel));
+  // bf16 and fp16 values already fit in tf32's 10 mantissa bits; only fp32 storage is rounded.
+  decode_operand(op.view, scale_inv, tf32 && fp32, out, numel);
+  return out;
+}
 
 GemmEngine::Operands GemmEngine::prepare_operands(const sdk::GemmArgs& args,
                                                   std::int64_t a_numel, std::int64_t b_numel) {
   const DType a = args.a.view.dtype;
   const DType b = args.b.view.dtype;
-  const bool fp32_inputs = is_fp32_storage(a) && is_fp32_storage(b);
-  if (!fp32_inputs) {
+  if (!is_gemm_input(a) || !is_gemm_input(b))
     fail("gemm",
          "input dtypes A=" + std::string(sdk::dtype_name(a)) +
-             ", B=" + std::string(sdk::dtype_name(b)) + " are not supported; this backend runs " +
+             ", B=" + std::string(sdk::dtype_name(b)) + " are not supported; this backend takes " +
              kSupportedInputs,
-         "cast A and B to fp32 (backend.cast) or pick a precision policy whose GEMM inputs are "
-         "fp32/tf32; bf16, fp16 and fp8 GEMM inputs arrive in a later backend_cpu version");
-  }
+         "cast A and B to a floating-point storage dtype (backend.cast)");
   const bool tf32 = args.compute == DType::tf32 || a == DType::tf32 || b == DType::tf32;
-  if (!tf32)
-    return {args.a.view.data, args.b.view.data, memory::data_type::f32, memory::data_type::f32};
-  float* a_rounded = scratch_a_.as<float>(static_cast<std::size_t>(a_numel));
-  float* b_rounded = scratch_b_.as<float>(static_cast<std::size_t>(b_numel));
-  round_to_tf32_into(static_cast<const float*>(args.a.view.data), a_rounded, a_numel);
-  round_to_tf32_into(static_cast<const float*>(args.b.view.data), b_rounded, b_numel);
-  return {a_rounded, b_rounded, memory::data_type::f32, memory::data_type::f32};
+  if (a == DType::bf16 && b == DType::bf16 && !tf32 && bf16_native())
+    return {args.a.view.data, args.b.view.data, memory::data_type::bf16, memory::data_type::bf16};
+  const float* a32 = operand_fp32(args.a, a_numel, tf32, scratch_a_);
+  const float* b32 = operand_fp32(args.b, b_numel, tf32, scratch_b_);
+  return {a32, b32, memory::data_type::f32, memory::data_type::f32};
 }
 
-GemmEngine::Entry GemmEngine::create_entry(const Key& key, memory::data_type c_dt) const {
+GemmEngine::Entry GemmEngine::create_entry(const Key& key) const {
+  const memory::data_type c_dt = memory::data_type::f32;
   const memory::dim m = key.m, n = key.n, k = key.k;
   Entry e;
   // op(A) is [m,k]: stored [m,k] row-major, or stored [k,m] and read through swapped strides.
@@ -133,16 +157,12 @@ GemmEngine::Entry& GemmEngine::entry_for(const Key& key) {
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   Entry e;
   try {
-    e = create_entry(key, key.c_dt);
+    e = create_entry(key);
   } catch (const dnnl::error& err) {
-    if (key.c_dt == memory::data_type::f32)
-      fail("gemm",
-           "oneDNN cannot create a matmul for m=" + std::to_string(key.m) + " n=" +
-               std::to_string(key.n) + " k=" + std::to_string(key.k) + ": " + err.what(),
-           "report this shape; fp32 matmul should always be available");
-    // This oneDNN build cannot write C in a 16-bit type from these inputs: go through fp32.
-    e = create_entry(key, memory::data_type::f32);
-    e.c_via_fp32 = true;
+    fail("gemm",
+         "oneDNN cannot create a matmul for m=" + std::to_string(key.m) + " n=" +
+             std::to_string(key.n) + " k=" + std::to_string(key.k) + ": " + err.what(),
+         "report this shape; fp32 matmul should always be available");
   }
   return cache_.emplace(key, std::move(e)).first->second;
 }
@@ -169,8 +189,7 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
          "C is " + describe(args.c) + " but op(A)*op(B) is [" + std::to_string(m) + ", " +
              std::to_string(n) + "]",
          "allocate C with shape [m, n]");
-  const auto c_dt = output_dnnl_type(args.c.dtype);
-  if (!c_dt)
+  if (!output_dnnl_type(args.c.dtype))
     fail("gemm", "C dtype " + std::string(sdk::dtype_name(args.c.dtype)) + " is not supported",
          "use an fp32, bf16 or fp16 output");
   const bool has_bias = !args.bias.empty();
@@ -207,22 +226,17 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
                 args.alpha != 1.0f,
                 ops.a_dt,
                 ops.b_dt,
-                *c_dt,
                 std::bit_cast<std::uint32_t>(args.beta)};
   Entry& e = entry_for(key);
 
+  // 16-bit C: the primitive writes fp32 scratch, encoded once below with the SDK's RNE (oneDNN's
+  // own down-conversion flushes fp32 subnormals, which would make a second definition of bf16).
+  const bool c_via_fp32 = !is_fp32_storage(args.c.dtype);
+  const std::int64_t total = m * n;
   void* c_ptr = args.c.data;
-  if (e.c_via_fp32) {
-    float* c32 = scratch_c_.as<float>(static_cast<std::size_t>(m * n));
-    if (args.beta != 0.0f) {
-      const std::int64_t total = m * n;
-#pragma omp parallel for schedule(static)
-      for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
-        const std::int64_t len = std::min(kChunk, total - c0);
-        const float* src = read_chunk(args.c, c0, len, c32 + c0);
-        (void)src;  // read_chunk wrote into c32 + c0 (non-fp32 C)
-      }
-    }
+  if (c_via_fp32) {
+    float* c32 = scratch_c_.as<float>(static_cast<std::size_t>(total));
+    if (args.beta != 0.0f) decode_operand(args.c, 1.0f, false, c32, total);
     c_ptr = c32;
   }
 
@@ -239,19 +253,49 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
   e.primitive.execute(stream_, exec_args);
   stream_.wait();
 
-  if (e.c_via_fp32) {
+  if (c_via_fp32) {
     const float* c32 = static_cast<const float*>(c_ptr);
-    const std::int64_t total = m * n;
-#pragma omp parallel for schedule(static)
-    for (std::int64_t c0 = 0; c0 < total; c0 += kChunk)
-      commit_chunk(args.c, c0, std::min(kChunk, total - c0), c32 + c0);
+#pragma omp parallel for schedule(static) if (parallel_worth(total))
+    for (std::int64_t c0 = 0; c0 < total; c0 += kDecodeChunk)
+      commit_chunk(args.c, c0, std::min(kDecodeChunk, total - c0), c32 + c0);
   }
 }
 
 std::string GemmEngine::fp32_implementation() {
   const Key key{512, 512, 512, false, false, false, false, memory::data_type::f32,
-                memory::data_type::f32, memory::data_type::f32, 0u};
+                memory::data_type::f32, 0u};
   return entry_for(key).implementation;
+}
+
+std::string GemmEngine::bf16_implementation() {
+  if (bf16_state_ < 0) bf16_native();
+  return bf16_impl_;
+}
+
+bool GemmEngine::bf16_native() {
+  if (bf16_state_ >= 0) return bf16_state_ == 1;
+  // What oneDNN would run for a bf16 matmul here; a creation failure means it has none.
+  const Key key{512, 512, 512, false, false, false, false, memory::data_type::bf16,
+                memory::data_type::bf16, 0u};
+  try {
+    bf16_impl_ = create_entry(key).implementation;
+  } catch (const dnnl::error&) {
+    bf16_impl_.clear();
+  }
+  const bool usable = !bf16_impl_.empty() && bf16_impl_.find("ref") == std::string::npos;
+  bool native = false;
+  switch (bf16_request_) {
+    case Bf16GemmPath::emulated: native = false; break;
+    case Bf16GemmPath::onednn: native = !bf16_impl_.empty(); break;
+    case Bf16GemmPath::automatic: {
+      // Measured on AVX512-BF16 without AMX (bench/RESULTS.md): see kBf16OnednnWithoutAmx.
+      const CpuInfo cpu = detect_cpu();
+      native = usable && (cpu.has("amx_bf16") || (kBf16OnednnWithoutAmx && cpu.has("avx512_bf16")));
+      break;
+    }
+  }
+  bf16_state_ = native ? 1 : 0;
+  return native;
 }
 
 }  // namespace mixtrain::backend_cpu

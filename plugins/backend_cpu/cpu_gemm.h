@@ -2,13 +2,24 @@
 //
 // Contract
 // - Inputs are validated by the engine (dtypes, shapes) and errors are sdk::BackendError.
-// - One primitive per (m, n, k, transposes, A/B/C dtypes, has-bias, alpha != 1, beta) is created
+// - One primitive per (m, n, k, transposes, A/B dtypes, has-bias, alpha != 1, beta) is created
 //   on first use and reused; alpha is a run-time output scale, beta a sum post-op, bias the
 //   matmul bias argument (oneDNN scales that by alpha, so with alpha != 1 the bias is a binary-add
-//   post-op after the sum instead). Transposes are memory-descriptor strides: A and B are never copied
-//   for fp32. tf32 inputs are rounded (RNE, 10 mantissa bits) into scratch owned by the engine.
-// - Input dtypes are resolved by prepare_operands(): adding bf16/fp16/fp8 means one more case
-//   there (convert or pass through natively) and nothing else changes.
+//   post-op after the sum instead). Transposes are memory-descriptor strides: A and B are never
+//   transposed by copying.
+// - Input dtypes (prepare_operands): fp32 passes through; tf32 is rounded (RNE, 10 mantissa bits)
+//   into scratch; bf16 x bf16 goes to oneDNN's bf16 matmul (f32 accumulation) when the bf16 path
+//   is `onednn`, else it is decoded; fp16, fp8 (times scale_inv) and any mix are decoded exactly
+//   to fp32 into scratch, then the fp32 matmul runs. Decoding is exact (every narrow value is an
+//   fp32), so the emulated product is the one the hardware format would feed its FP32
+//   accumulator. All conversions are sdk/float_formats.h.
+// - The primitive always writes fp32: a bf16/fp16 C goes through fp32 scratch and is encoded once
+//   with the SDK's RNE (beta reads the decoded old C), so C = the fp32 result rounded once.
+// - Scratch buffers are grow-only and reused across calls; scratch_bytes() reports them.
+// - bf16 path, `automatic`: oneDNN when the CPU has AMX-BF16 or AVX512-BF16 (checked at run time
+//   with cpuid) and oneDNN's chosen bf16 implementation is not a reference kernel; emulation
+//   otherwise. The AVX512-BF16 instruction (vdpbf16ps) flushes subnormal inputs and results to
+//   zero; the emulated path is the exact reference.
 // - Not thread-safe: one engine per backend, used by one host thread at a time.
 #pragma once
 
@@ -20,6 +31,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "cpu_backend.h"
 #include "mixtrain/sdk/device_backend.h"
 
 namespace mixtrain::backend_cpu {
@@ -28,6 +40,7 @@ namespace mixtrain::backend_cpu {
 class ScratchBuffer {
  public:
   void* get(std::size_t bytes);
+  std::size_t capacity() const { return capacity_; }
   template <class T>
   T* as(std::size_t count) {
     return static_cast<T*>(get(count * sizeof(T)));
@@ -43,20 +56,27 @@ class ScratchBuffer {
 
 class GemmEngine {
  public:
-  GemmEngine();
+  explicit GemmEngine(Bf16GemmPath bf16_path = Bf16GemmPath::automatic);
   ~GemmEngine();
 
   void run(const sdk::GemmArgs& args);
 
-  // Implementation oneDNN picks for an fp32 GEMM on this CPU (for capabilities()).
+  // Implementation oneDNN picks for an fp32 / bf16 GEMM on this CPU (for capabilities()); the
+  // bf16 one is empty when oneDNN has no bf16 matmul here.
   std::string fp32_implementation();
+  std::string bf16_implementation();
+  // True when bf16 x bf16 GEMMs run in oneDNN's bf16 matmul, false when emulated.
+  bool bf16_native();
   std::size_t cached_primitives() const { return cache_.size(); }
+  std::size_t scratch_bytes() const {
+    return scratch_a_.capacity() + scratch_b_.capacity() + scratch_c_.capacity();
+  }
 
  private:
   struct Key {
     std::int64_t m, n, k;
     bool trans_a, trans_b, has_bias, has_alpha;
-    dnnl::memory::data_type a_dt, b_dt, c_dt;
+    dnnl::memory::data_type a_dt, b_dt;
     std::uint32_t beta_bits;
     bool operator==(const Key&) const = default;
   };
@@ -66,7 +86,6 @@ class GemmEngine {
   struct Entry {
     dnnl::matmul primitive;
     dnnl::memory::desc a_md, b_md, c_md, bias_md;
-    bool c_via_fp32 = false;  // oneDNN cannot write this C dtype directly: fp32 scratch + cast
     int bias_arg = DNNL_ARG_BIAS;  // or a binary post-op's SRC_1 when alpha must not scale it
     std::string implementation;  // oneDNN's impl_info_str(), e.g. "brg:avx512_core"
   };
@@ -79,9 +98,14 @@ class GemmEngine {
 
   Operands prepare_operands(const sdk::GemmArgs& args, std::int64_t a_numel,
                             std::int64_t b_numel);
+  const float* operand_fp32(const sdk::GemmOperand& op, std::int64_t numel, bool tf32,
+                            ScratchBuffer& scratch);
   Entry& entry_for(const Key& key);
-  Entry create_entry(const Key& key, dnnl::memory::data_type c_dt) const;
+  Entry create_entry(const Key& key) const;
 
+  Bf16GemmPath bf16_request_;
+  int bf16_state_ = -1;  // -1 undecided, 0 emulated, 1 oneDNN
+  std::string bf16_impl_;
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::unordered_map<Key, Entry, KeyHash> cache_;

@@ -1,7 +1,8 @@
 // CpuBackend layer kernels and element-wise ops. All math is fp32 (statistics and long sums in
 // double); storage may be fp32, bf16 or fp16 where the SDK says "storage dtype". fp32 storage is
 // read and written in place, so those loops vectorise; 16-bit storage goes through stack
-// chunks converted with the RNE routines of cpu_numerics.h.
+// chunks converted with sdk/float_formats.h's bulk (vectorised, RNE) conversions. Parallel
+// regions open only for tensors of at least kParallelMin elements (cpu_access.h).
 #include <omp.h>
 
 #include <algorithm>
@@ -12,7 +13,6 @@
 #include "cpu_access.h"
 #include "cpu_backend.h"
 #include "cpu_eltwise.h"
-#include "cpu_numerics.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -93,7 +93,7 @@ void CpuBackend::add_bias(TensorView y, TensorView bias) {
   require_numel("add_bias", "bias", bias, n);
   const Fp32Vector b(bias, n, 0.0f);
   const float* bp = b.data();
-#pragma omp parallel
+#pragma omp parallel if (parallel_worth(rows * n))
   {
     std::vector<float> buf;
 #pragma omp for schedule(static)
@@ -116,7 +116,7 @@ void CpuBackend::bias_grad(TensorView dy, TensorView dbias, bool accumulate) {
   require_numel("bias_grad", "dbias", dbias, n);
   constexpr std::int64_t kBlock = 256;
   float* out = dbias.as<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * n))
   for (std::int64_t c0 = 0; c0 < n; c0 += kBlock) {
     const std::int64_t len = std::min(kBlock, n - c0);
     double acc[kBlock] = {};
@@ -136,9 +136,12 @@ void CpuBackend::activation_forward(Activation act, TensorView x, TensorView y) 
   require_storage("activation_forward", "x", x);
   require_storage("activation_forward", "y", y);
   require_numel("activation_forward", "y", y, x.numel());
-  if (eltwise_->try_forward(act, x, y)) return;
   const std::int64_t total = x.numel();
-#pragma omp parallel for schedule(static)
+  // Small ReLUs stay on this thread (bit-identical to oneDNN's); GELU always takes the same
+  // path so its numbers never depend on the tensor size.
+  const bool small_relu = act == Activation::relu && !parallel_worth(total);
+  if (!small_relu && eltwise_->try_forward(act, x, y)) return;
+#pragma omp parallel for schedule(static) if (parallel_worth(total))
   for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
     const std::int64_t len = std::min(kChunk, total - c0);
     float in_buf[kChunk];
@@ -162,9 +165,10 @@ void CpuBackend::activation_backward(Activation act, TensorView x, TensorView dy
   require_storage("activation_backward", "dx", dx);
   require_numel("activation_backward", "dy", dy, x.numel());
   require_numel("activation_backward", "dx", dx, x.numel());
-  if (eltwise_->try_backward(act, x, dy, dx)) return;
   const std::int64_t total = x.numel();
-#pragma omp parallel for schedule(static)
+  const bool small_relu = act == Activation::relu && !parallel_worth(total);
+  if (!small_relu && eltwise_->try_backward(act, x, dy, dx)) return;
+#pragma omp parallel for schedule(static) if (parallel_worth(total))
   for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
     const std::int64_t len = std::min(kChunk, total - c0);
     float x_buf[kChunk];
@@ -211,7 +215,7 @@ void CpuBackend::layernorm_forward(TensorView x, TensorView gamma, TensorView be
   const float* bp = b.data();
   float* mean_out = mean.as<float>();
   float* rstd_out = rstd.as<float>();
-#pragma omp parallel
+#pragma omp parallel if (parallel_worth(rows * n))
   {
     std::vector<float> in_buf, out_buf;
 #pragma omp for schedule(static)
@@ -275,7 +279,7 @@ void CpuBackend::layernorm_backward(TensorView dy, TensorView x, TensorView gamm
   const float* rstd_in = rstd.as<const float>();
   std::vector<double> dgamma_sum(static_cast<std::size_t>(n), 0.0);
   std::vector<double> dbeta_sum(static_cast<std::size_t>(n), 0.0);
-#pragma omp parallel
+#pragma omp parallel if (parallel_worth(rows * n))
   {
     std::vector<float> x_buf, dy_buf, out_buf;
     std::vector<double> dgamma_part(want_dgamma ? static_cast<std::size_t>(n) : 0, 0.0);
@@ -369,7 +373,7 @@ void CpuBackend::softmax_cross_entropy(TensorView logits, TensorView labels, flo
   const float grad_factor = grad_scale / static_cast<float>(rows);
   double loss_sum = 0.0;
   std::int64_t correct_count = 0;
-#pragma omp parallel reduction(+ : loss_sum, correct_count)
+#pragma omp parallel if (parallel_worth(rows * classes)) reduction(+ : loss_sum, correct_count)
   {
     std::vector<float> in_buf, out_buf;
 #pragma omp for schedule(static)
@@ -411,12 +415,12 @@ void CpuBackend::fill(TensorView x, float value) {
   if (x.dtype == DType::int32) {
     auto* p = x.as<std::int32_t>();
     const auto v = static_cast<std::int32_t>(value);
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel_worth(total))
     for (std::int64_t i = 0; i < total; ++i) p[i] = v;
     return;
   }
   require_storage("fill", "x", x);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(total))
   for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
     const std::int64_t len = std::min(kChunk, total - c0);
     float buf[kChunk];
@@ -430,7 +434,7 @@ void CpuBackend::scale(TensorView x, float alpha) {
   use_threads();
   require_storage("scale", "x", x);
   const std::int64_t total = x.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(total))
   for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
     const std::int64_t len = std::min(kChunk, total - c0);
     float buf[kChunk];
@@ -449,7 +453,7 @@ void CpuBackend::axpy(float alpha, TensorView x, TensorView y) {
   require_numel("axpy", "y", y, x.numel());
   const std::int64_t total = x.numel();
   float* out = y.as<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(total))
   for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
     const std::int64_t len = std::min(kChunk, total - c0);
     float buf[kChunk];

@@ -1,7 +1,9 @@
 // CpuBackend mixed-precision machinery (fused unscale + finite check, sum of squares, first
 // non-finite) and the fused SGD / AdamW updates. Each works on a flat list of pieces (tensor,
 // range) so many small parameters and a few huge ones share one parallel region, and each
-// element is read and written exactly once per call.
+// element is read and written exactly once per call. The low-precision working copy of a piece
+// is refreshed right after its update, while the piece is still in cache, by the SDK's bulk
+// (vectorised, RNE) encoder: the one definition of bf16/fp16 in the project.
 #include <omp.h>
 
 #include <bit>
@@ -10,7 +12,6 @@
 
 #include "cpu_access.h"
 #include "cpu_backend.h"
-#include "cpu_numerics.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -26,6 +27,18 @@ struct Piece {
   std::int64_t begin;
   std::int64_t len;
 };
+
+std::int64_t total_len(const std::vector<Piece>& pieces) {
+  std::int64_t n = 0;
+  for (const Piece& p : pieces) n += p.len;
+  return n;
+}
+
+// working[b, b+len) = master[b, b+len) in the working dtype (fp32 storage: a copy).
+void refresh_working(const sdk::ParamTensors& t, std::int64_t b, std::int64_t len) {
+  if (t.working.empty()) return;
+  commit_chunk(t.working, b, len, t.master.as<const float>() + b);
+}
 
 template <class NumelOf>
 std::vector<Piece> split(std::size_t count, NumelOf numel_of) {
@@ -66,15 +79,13 @@ void validate_param(std::string_view op, std::size_t i, const sdk::ParamTensors&
   }
 }
 
-// W: working-copy storage type (ignored when !kWorking). Template flags keep the loop body free
-// of control flow so it vectorises.
-template <class W, bool kWorking, bool kMomentum>
+// The template flag keeps the loop body free of control flow so it vectorises.
+template <bool kMomentum>
 void sgd_piece(const sdk::SgdHyper& h, const sdk::ParamTensors& t, std::int64_t b,
                std::int64_t len) {
   float* p = t.master.as<float>() + b;
   const float* grad = t.grad.as<const float>() + b;
   float* buf = kMomentum ? t.state1.as<float>() + b : nullptr;
-  W* work = kWorking ? t.working.as<W>() + b : nullptr;
   const float lr = h.lr, wd = h.weight_decay, mom = h.momentum, damp = 1.0f - h.dampening;
   const float gs = h.grad_scale;
   const bool nesterov = h.nesterov, first = h.first_step;
@@ -86,20 +97,17 @@ void sgd_piece(const sdk::SgdHyper& h, const sdk::ParamTensors& t, std::int64_t 
       buf[i] = m;
       g = nesterov ? g + mom * m : m;
     }
-    const float updated = p[i] - lr * g;
-    p[i] = updated;
-    if constexpr (kWorking) work[i] = from_float<W>(updated);
+    p[i] = p[i] - lr * g;
   }
+  refresh_working(t, b, len);
 }
 
-template <class W, bool kWorking>
 void adamw_piece(const sdk::AdamWHyper& h, float decay, float step_size, float bc2_sqrt,
                  const sdk::ParamTensors& t, std::int64_t b, std::int64_t len) {
   float* p = t.master.as<float>() + b;
   const float* grad = t.grad.as<const float>() + b;
   float* m = t.state1.as<float>() + b;
   float* v = t.state2.as<float>() + b;
-  W* work = kWorking ? t.working.as<W>() + b : nullptr;
   const float b1 = h.beta1, b2 = h.beta2, eps = h.eps, gs = h.grad_scale;
   const float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
 #pragma omp simd
@@ -110,21 +118,9 @@ void adamw_piece(const sdk::AdamWHyper& h, float decay, float step_size, float b
     m[i] = mi;
     v[i] = vi;
     const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    const float updated = p[i] * decay - step_size * mi / denom;
-    p[i] = updated;
-    if constexpr (kWorking) work[i] = from_float<W>(updated);
+    p[i] = p[i] * decay - step_size * mi / denom;
   }
-}
-
-template <bool kMomentum>
-void sgd_dispatch(const sdk::SgdHyper& h, const sdk::ParamTensors& t, std::int64_t b,
-                  std::int64_t len) {
-  switch (t.working.empty() ? DType::int32 : t.working.dtype) {
-    case DType::bf16: sgd_piece<Bf16, true, kMomentum>(h, t, b, len); break;
-    case DType::fp16: sgd_piece<Fp16, true, kMomentum>(h, t, b, len); break;
-    case DType::int32: sgd_piece<float, false, kMomentum>(h, t, b, len); break;
-    default: sgd_piece<float, true, kMomentum>(h, t, b, len); break;
-  }
+  refresh_working(t, b, len);
 }
 
 }  // namespace
@@ -136,7 +132,8 @@ bool CpuBackend::unscale_and_check_finite(std::span<const TensorView> grads, flo
   const auto pieces = split(grads.size(), [&](std::size_t t) { return grads[t].numel(); });
   const std::int64_t count = static_cast<std::int64_t>(pieces.size());
   int found = 0;
-#pragma omp parallel for schedule(static) reduction(| : found)
+#pragma omp parallel for schedule(static) if (parallel_worth(total_len(pieces))) \
+    reduction(| : found)
   for (std::int64_t k = 0; k < count; ++k) {
     const Piece& pc = pieces[static_cast<std::size_t>(k)];
     float* g = grads[pc.tensor].as<float>() + pc.begin;
@@ -160,7 +157,8 @@ double CpuBackend::sum_of_squares(std::span<const TensorView> tensors) {
   const auto pieces = split(tensors.size(), [&](std::size_t t) { return tensors[t].numel(); });
   const std::int64_t count = static_cast<std::int64_t>(pieces.size());
   double total = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : total)
+#pragma omp parallel for schedule(static) if (parallel_worth(total_len(pieces))) \
+    reduction(+ : total)
   for (std::int64_t k = 0; k < count; ++k) {
     const Piece& pc = pieces[static_cast<std::size_t>(k)];
     double local = 0.0;
@@ -183,7 +181,7 @@ int CpuBackend::first_nonfinite(std::span<const TensorView> tensors) {
     require_storage("first_nonfinite", "tensors[" + std::to_string(t) + "]", v);
     const std::int64_t total = v.numel();
     int found = 0;
-#pragma omp parallel for schedule(static) reduction(| : found)
+#pragma omp parallel for schedule(static) if (parallel_worth(total)) reduction(| : found)
     for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
       const std::int64_t len = std::min(kChunk, total - c0);
       float buf[kChunk];
@@ -209,14 +207,14 @@ void CpuBackend::sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTe
     validate_param("sgd_update", i, params[i], h.momentum != 0.0f, false);
   const auto pieces = split(params.size(), [&](std::size_t t) { return params[t].master.numel(); });
   const std::int64_t count = static_cast<std::int64_t>(pieces.size());
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(total_len(pieces)))
   for (std::int64_t k = 0; k < count; ++k) {
     const Piece& pc = pieces[static_cast<std::size_t>(k)];
     const auto& t = params[pc.tensor];
     if (h.momentum != 0.0f)
-      sgd_dispatch<true>(h, t, pc.begin, pc.len);
+      sgd_piece<true>(h, t, pc.begin, pc.len);
     else
-      sgd_dispatch<false>(h, t, pc.begin, pc.len);
+      sgd_piece<false>(h, t, pc.begin, pc.len);
   }
 }
 
@@ -237,17 +235,10 @@ void CpuBackend::adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::Par
   const float decay = 1.0f - h.lr * h.weight_decay;
   const auto pieces = split(params.size(), [&](std::size_t i) { return params[i].master.numel(); });
   const std::int64_t count = static_cast<std::int64_t>(pieces.size());
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(total_len(pieces)))
   for (std::int64_t k = 0; k < count; ++k) {
     const Piece& pc = pieces[static_cast<std::size_t>(k)];
-    const auto& p = params[pc.tensor];
-    // int32 stands for "no working copy" (never a valid working dtype; validated above).
-    switch (p.working.empty() ? DType::int32 : p.working.dtype) {
-      case DType::bf16: adamw_piece<Bf16, true>(h, decay, step_size, bc2_sqrt, p, pc.begin, pc.len); break;
-      case DType::fp16: adamw_piece<Fp16, true>(h, decay, step_size, bc2_sqrt, p, pc.begin, pc.len); break;
-      case DType::int32: adamw_piece<float, false>(h, decay, step_size, bc2_sqrt, p, pc.begin, pc.len); break;
-      default: adamw_piece<float, true>(h, decay, step_size, bc2_sqrt, p, pc.begin, pc.len); break;
-    }
+    adamw_piece(h, decay, step_size, bc2_sqrt, params[pc.tensor], pc.begin, pc.len);
   }
 }
 

@@ -1,5 +1,6 @@
 // Helpers for the CpuBackend tests: device tensors filled from host vectors (converted to the
-// requested storage dtype with the backend's own RNE routines), read back as doubles.
+// requested storage dtype with sdk/float_formats.h's scalar RNE encoders, the project's one
+// definition of each format), read back as floats.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,13 +12,36 @@
 #include <vector>
 
 #include "cpu_backend.h"
-#include "cpu_numerics.h"
+#include "mixtrain/sdk/float_formats.h"
 
 namespace mixtrain::backend_cpu::testing {
 
 using sdk::DType;
 using sdk::Shape;
 using sdk::TensorView;
+
+// The SDK's scalar conversions under the names these tests grew up with.
+inline std::uint16_t float_to_bf16(float x, bool saturate = false) {
+  return sdk::encode_bf16(x, saturate ? sdk::Overflow::saturate : sdk::Overflow::to_inf_or_nan);
+}
+inline std::uint16_t float_to_fp16(float x, bool saturate = false) {
+  return sdk::encode_fp16(x, saturate ? sdk::Overflow::saturate : sdk::Overflow::to_inf_or_nan);
+}
+inline float bf16_to_float(std::uint16_t b) { return sdk::decode_bf16(b); }
+inline float fp16_to_float(std::uint16_t h) { return sdk::decode_fp16(h); }
+inline float round_to_tf32(float x) { return sdk::round_to_tf32(x); }
+
+// Value a narrow dtype stores for x (fp8: to_inf_or_nan, as the backend's cast without saturate).
+inline float stored_value(float x, DType dtype) {
+  switch (dtype) {
+    case DType::bf16: return bf16_to_float(float_to_bf16(x));
+    case DType::fp16: return fp16_to_float(float_to_fp16(x));
+    case DType::fp8_e4m3: return sdk::decode_fp8_e4m3(sdk::encode_fp8_e4m3(x, sdk::Overflow::to_inf_or_nan));
+    case DType::fp8_e5m2: return sdk::decode_fp8_e5m2(sdk::encode_fp8_e5m2(x, sdk::Overflow::to_inf_or_nan));
+    case DType::tf32: return round_to_tf32(x);
+    default: return x;
+  }
+}
 
 class DeviceTensor {
  public:
@@ -44,6 +68,12 @@ class DeviceTensor {
       switch (view_.dtype) {
         case DType::bf16: view_.as<std::uint16_t>()[i] = float_to_bf16(values[i]); break;
         case DType::fp16: view_.as<std::uint16_t>()[i] = float_to_fp16(values[i]); break;
+        case DType::fp8_e4m3:
+          view_.as<std::uint8_t>()[i] = sdk::encode_fp8_e4m3(values[i], sdk::Overflow::to_inf_or_nan);
+          break;
+        case DType::fp8_e5m2:
+          view_.as<std::uint8_t>()[i] = sdk::encode_fp8_e5m2(values[i], sdk::Overflow::to_inf_or_nan);
+          break;
         case DType::int32: view_.as<std::int32_t>()[i] = static_cast<std::int32_t>(values[i]); break;
         default: view_.as<float>()[i] = values[i]; break;
       }
@@ -55,6 +85,8 @@ class DeviceTensor {
       switch (view_.dtype) {
         case DType::bf16: out[i] = bf16_to_float(view_.as<std::uint16_t>()[i]); break;
         case DType::fp16: out[i] = fp16_to_float(view_.as<std::uint16_t>()[i]); break;
+        case DType::fp8_e4m3: out[i] = sdk::decode_fp8_e4m3(view_.as<std::uint8_t>()[i]); break;
+        case DType::fp8_e5m2: out[i] = sdk::decode_fp8_e5m2(view_.as<std::uint8_t>()[i]); break;
         case DType::int32: out[i] = static_cast<float>(view_.as<std::int32_t>()[i]); break;
         default: out[i] = view_.as<float>()[i]; break;
       }
@@ -78,10 +110,7 @@ inline std::vector<float> random_values(std::size_t n, std::uint32_t seed, float
 
 // Values representable in `dtype`, so a reference computed from them is exact about the inputs.
 inline std::vector<float> representable(std::vector<float> v, DType dtype) {
-  for (auto& x : v) {
-    if (dtype == DType::bf16) x = bf16_to_float(float_to_bf16(x));
-    if (dtype == DType::fp16) x = fp16_to_float(float_to_fp16(x));
-  }
+  for (auto& x : v) x = stored_value(x, dtype);
   return v;
 }
 

@@ -135,21 +135,25 @@ TEST(backend_cpu_gemm_tf32, RoundsInputsToTenMantissaBits) {
 
 TEST(backend_cpu_gemm_errors, UnsupportedDtypesAndShapesRaiseBackendError) {
   CpuBackend be(1);
-  DeviceTensor a16(be, DType::bf16, {4, 4});
+  DeviceTensor labels(be, DType::int32, {4, 4});
   DeviceTensor a(be, DType::fp32, {4, 4});
   DeviceTensor b(be, DType::fp32, {5, 4});
   DeviceTensor c(be, DType::fp32, {4, 4});
   sdk::GemmArgs args;
-  args.a = {a16, false};
+  args.a = {labels, false};
   args.b = {a, false};
   args.c = c;
   try {
     be.gemm(args);
-    FAIL() << "bf16 inputs must be rejected for now";
+    FAIL() << "int32 inputs must be rejected";
   } catch (const sdk::BackendError& e) {
-    EXPECT_NE(std::string(e.what()).find("fp32"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("tf32"), std::string::npos) << e.what();
+    for (const char* listed : {"fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"})
+      EXPECT_NE(std::string(e.what()).find(listed), std::string::npos) << e.what();
   }
+  args.a = {a, false};
+  args.c = labels;  // int32 C
+  EXPECT_THROW(be.gemm(args), sdk::BackendError);
+  args.c = c;
   args.a = {a, false};
   args.b = {b, false};  // k mismatch: 4 vs 5
   EXPECT_THROW(be.gemm(args), sdk::BackendError);

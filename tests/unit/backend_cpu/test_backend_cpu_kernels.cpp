@@ -355,8 +355,23 @@ TEST(backend_cpu_capabilities, ReportsKindThreadsAndHonestGemmSupport) {
   EXPECT_NE(caps.find(DType::fp32)->how.find("oneDNN"), std::string::npos);
   EXPECT_TRUE(caps.supports(DType::tf32));
   EXPECT_FALSE(caps.native(DType::tf32));
-  EXPECT_FALSE(caps.supports(DType::bf16));
-  EXPECT_FALSE(caps.supports(DType::fp8_e4m3));
+  // Every floating dtype is accepted; only fp32 and (where oneDNN runs it) bf16 are native.
+  for (DType t : {DType::fp32, DType::tf32, DType::bf16, DType::fp16, DType::fp8_e4m3,
+                  DType::fp8_e5m2}) {
+    ASSERT_TRUE(caps.supports(t)) << sdk::dtype_name(t);
+    const std::string& how = caps.find(t)->how;
+    EXPECT_FALSE(how.empty());
+    if (!caps.native(t)) {
+      EXPECT_NE(how.find("emulated"), std::string::npos) << sdk::dtype_name(t) << ": " << how;
+    }
+  }
+  EXPECT_FALSE(caps.supports(DType::int32));
+  for (DType t : {DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2}) EXPECT_FALSE(caps.native(t));
+  // bf16 native exactly when oneDNN's bf16 matmul is chosen, and then the kernel is named.
+  if (caps.native(DType::bf16)) {
+    EXPECT_NE(caps.find(DType::bf16)->how.find("oneDNN bf16 matmul ("), std::string::npos);
+  }
+  EXPECT_FALSE(CpuBackend(1, Bf16GemmPath::emulated).capabilities().native(DType::bf16));
   EXPECT_FALSE(caps.features.empty());
   EXPECT_NE(std::find(caps.features.begin(), caps.features.end(), "sse2"), caps.features.end());
   EXPECT_EQ(CpuBackend(0).threads() >= 1, true);

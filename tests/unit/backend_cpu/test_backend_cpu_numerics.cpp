@@ -194,12 +194,13 @@ TEST(backend_cpu_cast, ToTf32AndBetweenHalfFormats) {
   EXPECT_EQ(b.view().as<std::uint16_t>()[1], float_to_bf16(fp16_to_float(float_to_fp16(0.1f))));
 }
 
-TEST(backend_cpu_cast, Fp8AndMismatchedSizesRaiseBackendError) {
+TEST(backend_cpu_cast, MismatchedSizesAndNonFloatDtypesRaiseBackendError) {
   CpuBackend be(1);
   DeviceTensor src(be, DType::fp32, {4});
-  DeviceTensor e4m3(be, DType::fp8_e4m3, {4});
+  DeviceTensor labels(be, DType::int32, {4});
   DeviceTensor wrong(be, DType::fp16, {5});
-  EXPECT_THROW(be.cast(src, e4m3), sdk::BackendError);
+  EXPECT_THROW(be.cast(src, labels), sdk::BackendError);
+  EXPECT_THROW(be.cast(labels, src), sdk::BackendError);
   EXPECT_THROW(be.cast(src, wrong), sdk::BackendError);
 }
 
