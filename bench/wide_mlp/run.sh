@@ -8,6 +8,8 @@
 #   "false": the faster setting measured here; "both" runs both and keeps the faster),
 #   TORCH_OPENBLAS_CORETYPE (default SkylakeX: Debian's OpenBLAS, which PyTorch's GEMMs run on,
 #   does not recognise this CPU and runs its SSE3 Prescott kernel unless told; see RESULTS.md),
+#   TORCH_OMP_WAIT_POLICY (default PASSIVE: PyTorch's OpenMP workers then sleep instead of
+#   spinning against OpenBLAS's own pthread pool; faster for PyTorch in every paired run here),
 #   PYTHON (default /usr/bin/python3: Debian's python3-torch).
 # Builds nothing. Run it from the repository root. Takes about a minute on an idle 2-core machine.
 set -euo pipefail
@@ -18,6 +20,7 @@ STEPS=${STEPS:-40}
 TORCH_FOREACH=${TORCH_FOREACH:-false}
 PYTHON=${PYTHON:-/usr/bin/python3}
 TORCH_OPENBLAS_CORETYPE=${TORCH_OPENBLAS_CORETYPE:-SkylakeX}
+TORCH_OMP_WAIT_POLICY=${TORCH_OMP_WAIT_POLICY:-PASSIVE}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 BOUND=$(dirname "$BIN")/bench_wide_mlp_gemm_bound
@@ -66,7 +69,7 @@ echo "# mixtrain done; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- PyTorch ----------------------------------------------------------------------------------
 torch_run() {
-  OPENBLAS_CORETYPE=$TORCH_OPENBLAS_CORETYPE "$PYTHON" "$HERE/torch_wide_mlp.py" --threads "$THREADS" --foreach "$1" \
+  OPENBLAS_CORETYPE=$TORCH_OPENBLAS_CORETYPE OMP_WAIT_POLICY=$TORCH_OMP_WAIT_POLICY "$PYTHON" "$HERE/torch_wide_mlp.py" --threads "$THREADS" --foreach "$1" \
     --warmup 3 --windows 5 --steps-per-window 5
 }
 if [[ $TORCH_FOREACH == both ]]; then
@@ -100,7 +103,7 @@ MiB = 1024.0 * 1024.0
 
 print(f"mixtrain windows (steps/s, 5 steps each, first dropped): {[round(w, 3) for w in windows]}")
 for t in torches:
-    print(f"pytorch foreach={t['foreach']} OPENBLAS_CORETYPE={t['openblas_coretype']}: {t['steps_per_s']:.3f} steps/s, windows {t['window_steps_per_s']}, "
+    print(f"pytorch foreach={t['foreach']} OPENBLAS_CORETYPE={t['openblas_coretype']} OMP_WAIT_POLICY={t['omp_wait_policy']}: {t['steps_per_s']:.3f} steps/s, windows {t['window_steps_per_s']}, "
           f"peak RSS {t['peak_rss_bytes'] / MiB:.0f} MiB")
 print(f"gemm bound windows: {bound['window_steps_per_s']}, {bound['gflop_per_s']:.1f} GFLOP/s, "
       f"{bound['gflop_per_step']:.2f} GFLOP/step")

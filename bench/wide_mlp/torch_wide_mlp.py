@@ -31,6 +31,8 @@ def main():
     ap.add_argument("--steps-per-window", type=int, default=5)
     ap.add_argument("--foreach", choices=["default", "true", "false"], default="default",
                     help="torch.optim.AdamW(foreach=...); default leaves PyTorch's choice")
+    ap.add_argument("--zero-grad", choices=["none", "zero"], default="none",
+                    help="zero_grad(set_to_none=True) (PyTorch 2.x default) or zero in place")
     ap.add_argument("--rows", type=int, default=16384, help="synthetic dataset rows")
     args = ap.parse_args()
 
@@ -64,7 +66,7 @@ def main():
         cursor += args.batch
         xb = x_all.index_select(0, idx)
         yb = y_all.index_select(0, idx)
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=args.zero_grad == "none")
         loss = F.cross_entropy(model(xb), yb)
         loss.backward()
         opt.step()
@@ -87,6 +89,7 @@ def main():
         "threads": torch.get_num_threads(),
         "batch": args.batch,
         "foreach": args.foreach,
+        "zero_grad": args.zero_grad,
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
         "warmup_steps": args.warmup,
