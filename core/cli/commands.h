@@ -18,5 +18,8 @@ int run_train(const ConfigArgs& cfg, const std::string& run_dir,
 int run_check(const ConfigArgs& cfg);
 int run_plugins();
 int run_eval(const ConfigArgs& cfg, const std::string& checkpoint);
+// Parity table of runs against the first; writes compare.{json,md,svg} into out_dir (empty: the
+// first run's folder).
+int run_compare(const std::vector<std::string>& run_dirs, const std::string& out_dir);
 
 }  // namespace mixtrain::cli

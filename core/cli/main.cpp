@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   mixtrain::cli::ConfigArgs cfg;
   std::string run_dir, checkpoint;
   std::optional<std::string> resume;
+  std::vector<std::string> compare_dirs;
+  std::string compare_out;
 
   auto* train = app.add_subcommand("train", "train a model described by a TOML config");
   train->add_option("config", cfg.config, "config file (default: the embedded quickstart)");
@@ -38,6 +40,13 @@ int main(int argc, char** argv) {
       ->required();
   eval->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
 
+  auto* compare = app.add_subcommand(
+      "compare", "parity table and chart of runs against the first (the baseline)");
+  compare->add_option("run_dirs", compare_dirs, "run folders; the first is the baseline")
+      ->required();
+  compare->add_option("--out", compare_out,
+                      "folder for compare.svg, compare.json, compare.md (default: the first run's)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -50,6 +59,7 @@ int main(int argc, char** argv) {
     if (train->parsed()) return mixtrain::cli::run_train(cfg, run_dir, resume);
     if (check->parsed()) return mixtrain::cli::run_check(cfg);
     if (eval->parsed()) return mixtrain::cli::run_eval(cfg, checkpoint);
+    if (compare->parsed()) return mixtrain::cli::run_compare(compare_dirs, compare_out);
     return mixtrain::cli::run_plugins();
   } catch (const mixtrain::sdk::UserError& e) {
     std::fflush(stdout);

@@ -1,0 +1,161 @@
+// compare.svg: a well-formed standalone SVG with one curve per run per panel and escaped text.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "compare_test_support.h"
+#include "mixtrain/core/run_comparison.h"
+#include "mixtrain/core/svg_chart.h"
+
+namespace mixtrain::testing_compare {
+namespace {
+
+std::size_t count(const std::string& s, const std::string& what) {
+  std::size_t n = 0;
+  for (auto p = s.find(what); p != std::string::npos; p = s.find(what, p + what.size())) ++n;
+  return n;
+}
+
+// A small well-formedness check: every tag closes in order, no raw '<' or stray '&' in text,
+// quoted attribute values. Returns "" when fine, else what went wrong.
+std::string check_xml(const std::string& s) {
+  std::vector<std::string> open;
+  std::size_t i = 0, roots = 0;
+  while (i < s.size()) {
+    if (s[i] == '&') {
+      auto semi = s.find(';', i);
+      const auto ent = s.substr(i, semi == std::string::npos ? 8 : semi - i + 1);
+      if (ent != "&amp;" && ent != "&lt;" && ent != "&gt;" && ent != "&quot;" && ent != "&apos;")
+        return "bad entity at " + std::to_string(i) + ": " + ent;
+      i = semi + 1;
+      continue;
+    }
+    if (s[i] != '<') {
+      ++i;
+      continue;
+    }
+    if (s.compare(i, 5, "<?xml") == 0) {
+      i = s.find("?>", i) + 2;
+      continue;
+    }
+    // Scan to the tag's end, skipping quoted attribute values (which may hold '>').
+    std::size_t j = i + 1;
+    char quote = 0;
+    for (; j < s.size(); ++j) {
+      if (quote) {
+        if (s[j] == quote) quote = 0;
+        else if (s[j] == '<') return "raw '<' in an attribute at " + std::to_string(j);
+      } else if (s[j] == '"' || s[j] == '\'') {
+        quote = s[j];
+      } else if (s[j] == '<') {
+        return "raw '<' inside a tag at " + std::to_string(j);
+      } else if (s[j] == '>') {
+        break;
+      }
+    }
+    if (j >= s.size()) return "unterminated tag at " + std::to_string(i);
+    std::string tag = s.substr(i + 1, j - i - 1);
+    if (tag.empty()) return "empty tag";
+    if (tag[0] == '/') {
+      const auto name = tag.substr(1);
+      if (open.empty() || open.back() != name) return "</" + name + "> closes " + (open.empty() ? "nothing" : open.back());
+      open.pop_back();
+    } else if (tag.back() != '/') {
+      const auto name = tag.substr(0, tag.find_first_of(" \n\t"));
+      if (open.empty()) ++roots;
+      open.push_back(name);
+    } else if (open.empty()) {
+      return "self-closed tag outside the root";
+    }
+    i = j + 1;
+  }
+  if (!open.empty()) return "<" + open.back() + "> never closed";
+  if (roots != 1) return "expected one root element, got " + std::to_string(roots);
+  return "";
+}
+
+class Chart : public RunFolders {};
+
+TEST_F(Chart, CompareSvgIsOneWellFormedStandaloneDocument) {
+  auto c = core::compare_runs({baseline(), fp16_run(), interrupted_run()});
+  const auto svg = core::comparison_svg(c);
+  EXPECT_EQ(check_xml(svg), "");
+  EXPECT_EQ(count(svg, "<svg"), 1u);
+  EXPECT_NE(svg.find(R"(xmlns="http://www.w3.org/2000/svg")"), std::string::npos);
+  EXPECT_NE(svg.find("viewBox=\"0 0 900 "), std::string::npos);
+  EXPECT_EQ(count(svg, R"(class="loss-curve")"), 3u);
+  EXPECT_EQ(count(svg, R"(class="scale-curve")"), 3u);
+  // fp16 and the interrupted run each skipped one step; the baseline none.
+  EXPECT_EQ(count(svg, R"(class="skip-marks")"), 2u);
+  for (const char* label : {"base (fp32/none) [baseline]", "fp16 (fp16-mixed/dynamic)", "cut (bf16-mixed/static)"})
+    EXPECT_NE(svg.find(label), std::string::npos) << label;
+}
+
+TEST_F(Chart, RunNamesAreEscapedForXml) {
+  baseline();
+  fp16_run("a<b>&\"c'");
+  const auto svg = core::comparison_svg(core::compare_runs({root_ / "base", root_ / "a<b>&\"c'"}));
+  EXPECT_EQ(check_xml(svg), "");
+  EXPECT_NE(svg.find("a&lt;b&gt;&amp;&quot;c&apos;"), std::string::npos);
+  EXPECT_EQ(svg.find("a<b>"), std::string::npos);
+}
+
+TEST_F(Chart, TheCheckerItselfCatchesBrokenDocuments) {
+  EXPECT_NE(check_xml("<svg><g></svg>"), "");
+  EXPECT_NE(check_xml("<svg>a & b</svg>"), "");
+  EXPECT_NE(check_xml("<svg/><svg/>"), "");
+  EXPECT_EQ(check_xml("<svg><g a=\"x>y\"/></svg>"), "");
+}
+
+core::ChartPanel panel_of(std::vector<core::ChartPoint> pts, core::AxisScale scale) {
+  core::ChartPanel p;
+  p.title = "t";
+  p.y_label = "y";
+  p.y_scale = scale;
+  p.series.push_back({"#000", std::move(pts), false, {}, 1.0});
+  return p;
+}
+
+std::string first_d(const std::string& svg) {
+  auto p = svg.find("class=\"series\"");
+  auto d = svg.find(" d=\"", p) + 4;
+  return svg.substr(d, svg.find('"', d) - d);
+}
+
+TEST(SvgChart, ANonFinitePointStartsANewSubpathInTheSameElement) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto svg = core::render_svg_chart("t", "step", {panel_of({{0, 1}, {1, 2}, {2, nan}, {3, 2}, {4, 1}}, core::AxisScale::linear)}, {});
+  EXPECT_EQ(count(svg, "class=\"series\""), 1u);
+  const auto d = first_d(svg);
+  EXPECT_EQ(count(d, "M"), 2u) << d;
+  EXPECT_EQ(count(d, "L"), 2u) << d;
+}
+
+TEST(SvgChart, AutomaticLossAxisGoesLogarithmicBeyondTwoDecades) {
+  auto wide = core::render_svg_chart("t", "step", {panel_of({{0, 5.0}, {1, 0.5}, {2, 0.004}}, core::AxisScale::automatic)}, {});
+  EXPECT_NE(wide.find(">y (log scale)<"), std::string::npos);
+  // Decade ticks inside the data's range (0.004 .. 5, padded a little): 0.01, 0.1, 1.
+  for (const char* tick : {">0.01<", ">0.1<", ">1<"}) EXPECT_NE(wide.find(tick), std::string::npos) << tick;
+  EXPECT_EQ(wide.find(">100<"), std::string::npos);
+  auto narrow = core::render_svg_chart("t", "step", {panel_of({{0, 5.0}, {1, 0.5}, {2, 0.06}}, core::AxisScale::automatic)}, {});
+  EXPECT_EQ(narrow.find("(log scale)"), std::string::npos);
+}
+
+TEST(SvgChart, Log2AxisLabelsPowersOfTwo) {
+  auto plain = core::render_svg_chart("t", "step", {panel_of({{0, 1024}, {1, 64}}, core::AxisScale::log2)}, {});
+  for (const char* tick : {">64<", ">1024<"}) EXPECT_NE(plain.find(tick), std::string::npos) << tick;
+  // Large scales are written 2^k: a base "2" and a raised exponent.
+  auto big = core::render_svg_chart("t", "step", {panel_of({{0, 65536}, {1, 16777216}}, core::AxisScale::log2)}, {});
+  EXPECT_NE(big.find(R"(2<tspan dy="-5" font-size="9">24</tspan>)"), std::string::npos);
+  EXPECT_EQ(check_xml(big), "");
+}
+
+TEST(SvgChart, XmlEscapeCoversTheFiveSpecialCharacters) {
+  EXPECT_EQ(core::xml_escape("<a href=\"x\">Tom & Jerry's</a>"),
+            "&lt;a href=&quot;x&quot;&gt;Tom &amp; Jerry&apos;s&lt;/a&gt;");
+}
+
+}  // namespace
+}  // namespace mixtrain::testing_compare
