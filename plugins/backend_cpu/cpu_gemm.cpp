@@ -1,5 +1,7 @@
 #include "cpu_gemm.h"
 
+#include <omp.h>
+
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -43,6 +45,29 @@ constexpr std::int64_t kDecodeChunk = 1 << 14;
 // Whether `automatic` picks oneDNN's bf16 matmul on a CPU with AVX512-BF16 but no AMX. Set from
 // bench_gemm on such a CPU (bench/RESULTS.md, "bf16 and fp16 GEMMs").
 constexpr bool kBf16OnednnWithoutAmx = true;
+
+// GEMMs of at most this many multiply-adds (128^3) run on one thread: splitting 4 MFLOP over
+// threads saves ~50 us at best, and on a loaded machine a descheduled worker stalls the whole
+// team at the barrier. The shape alone decides, so a cached primitive always runs with the
+// thread count it was created under.
+constexpr std::int64_t kSingleThreadGemm = std::int64_t{1} << 21;
+
+// Sets this thread's OpenMP team size to 1 for the scope (oneDNN reads it at creation and run).
+class SingleThreadScope {
+ public:
+  explicit SingleThreadScope(bool active)
+      : saved_(active ? omp_get_max_threads() : 0) {
+    if (saved_ > 1) omp_set_num_threads(1);
+  }
+  ~SingleThreadScope() {
+    if (saved_ > 1) omp_set_num_threads(saved_);
+  }
+  SingleThreadScope(const SingleThreadScope&) = delete;
+  SingleThreadScope& operator=(const SingleThreadScope&) = delete;
+
+ private:
+  int saved_;
+};
 
 bool is_gemm_input(DType t) { return is_storage_float(t) || sdk::is_fp8(t); }
 
@@ -217,6 +242,7 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
     return;
   }
 
+  const SingleThreadScope small_gemm(m * n * k <= kSingleThreadGemm);
   const Key key{m,
                 n,
                 k,
