@@ -2,7 +2,11 @@
 // CpuBackend::gemm (oneDNN matmul) and OpenBLAS cblas_sgemm, at the same thread count.
 //
 // Usage: bench_gemm [--threads N] [--lib onednn|openblas|both] [--seconds S] [--steps N]
-//                   [--with-relu 0|1]
+//                   [--with-relu 0|1] [--mixed 1]
+// --mixed 1 prints, instead, the per-dtype table of CpuBackend::gemm: fp32, bf16 through oneDNN's
+// bf16 matmul, bf16 emulated (exact decode + fp32 GEMM), fp16 emulated and fp8 E4M3 emulated,
+// with operands and C stored as a Linear layer of a mixed policy stores them (forward Y and dX in
+// the 16-bit dtype, dW in fp32; fp8 C is bf16).
 // --with-relu 1 follows every GEMM with the backend's OpenMP ReLU over C, as a training step
 // does; it shows what a second thread pool (OpenBLAS's pthreads) costs next to OpenMP work.
 // With --steps N > 0 it also times N full FP32 training steps of that MLP (forward, softmax-CE,
@@ -21,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -29,6 +34,7 @@
 
 namespace {
 
+using mixtrain::backend_cpu::Bf16GemmPath;
 using mixtrain::backend_cpu::CpuBackend;
 using mixtrain::sdk::DType;
 using mixtrain::sdk::TensorView;
@@ -161,6 +167,82 @@ double mlp_steps_per_second(CpuBackend& be, int steps) {
   return steps / elapsed;
 }
 
+struct MixedColumn {
+  const char* name;
+  DType input;
+  Bf16GemmPath path;
+};
+
+// One table row per wide-MLP GEMM, one column per input dtype / bf16 implementation.
+void run_mixed(int threads, double seconds) {
+  const std::vector<MixedColumn> columns = {{"fp32", DType::fp32, Bf16GemmPath::automatic},
+                                            {"bf16 oneDNN", DType::bf16, Bf16GemmPath::onednn},
+                                            {"bf16 emulated", DType::bf16, Bf16GemmPath::emulated},
+                                            {"fp16 emulated", DType::fp16, Bf16GemmPath::automatic},
+                                            {"e4m3 emulated", DType::fp8_e4m3, Bf16GemmPath::automatic}};
+  std::vector<std::unique_ptr<CpuBackend>> backends;
+  for (const auto& col : columns) backends.push_back(std::make_unique<CpuBackend>(threads, col.path));
+  std::printf("threads=%d; GFLOP/s as median / best call; A, B in the column's dtype\n", threads);
+  std::printf("| %-14s | %5s | %5s | %5s |", "GEMM", "m", "n", "k");
+  for (const auto& col : columns) std::printf(" %-15s |", col.name);
+  std::printf("\n|----------------|-------|-------|-------|");
+  for (std::size_t i = 0; i < columns.size(); ++i) std::printf("-----------------|");
+  std::printf("\n");
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<Timing> totals(columns.size(), Timing{0, 0});
+  double total_flop = 0.0;
+  for (const Case& c : wide_mlp_cases()) {
+    const double flop = 2.0 * c.m * c.n * c.k;
+    total_flop += flop;
+    std::printf("| %-14s | %5d | %5d | %5d |", c.name, c.m, c.n, c.k);
+    for (std::size_t ci = 0; ci < columns.size(); ++ci) {
+      CpuBackend& be = *backends[ci];
+      using mixtrain::sdk::Shape;
+      const DType in = columns[ci].input;
+      const bool weight_grad = c.trans_a;  // dW is fp32 in every policy
+      const DType out = in == DType::fp32 || weight_grad ? DType::fp32
+                        : mixtrain::sdk::is_fp8(in)      ? DType::bf16
+                                                         : in;
+      auto make = [&](DType dt, Shape shape, bool random) {
+        TensorView v{nullptr, dt, shape};
+        v.data = be.allocate(v.bytes());
+        TensorView f32{be.allocate(static_cast<std::size_t>(v.numel()) * 4), DType::fp32, shape};
+        for (std::int64_t i = 0; i < v.numel(); ++i) f32.as<float>()[i] = random ? dist(rng) : 0.0f;
+        be.cast(f32, v);
+        be.deallocate(f32.data);
+        return v;
+      };
+      mixtrain::sdk::GemmArgs args;
+      args.a = {make(in, c.trans_a ? Shape{c.k, c.m} : Shape{c.m, c.k}, true), c.trans_a};
+      args.b = {make(in, c.trans_b ? Shape{c.n, c.k} : Shape{c.k, c.n}, true), c.trans_b};
+      args.c = make(out, Shape{c.m, c.n}, false);
+      args.compute = in;
+      const Timing t = time_calls([&] { be.gemm(args); }, seconds);
+      totals[ci].median += t.median;
+      totals[ci].best += t.best;
+      std::printf(" %6.1f / %6.1f |", flop / t.median * 1e-9, flop / t.best * 1e-9);
+      std::fflush(stdout);
+      be.deallocate(args.a.view.data);
+      be.deallocate(args.b.view.data);
+      be.deallocate(args.c.data);
+    }
+    std::printf("\n");
+  }
+  std::printf("| %-14s | %5s | %5s | %5s |", "all 9 (total)", "", "", "");
+  for (const auto& t : totals)
+    std::printf(" %6.1f / %6.1f |", total_flop / t.median * 1e-9, total_flop / t.best * 1e-9);
+  std::printf("\n");
+  for (std::size_t ci = 0; ci < columns.size(); ++ci) {
+    const auto caps = backends[ci]->capabilities();
+    const auto* s = caps.find(columns[ci].input);
+    std::printf("%s: %s, %s\n", columns[ci].name, s->native ? "native" : "emulated", s->how.c_str());
+  }
+  const auto auto_caps = CpuBackend(threads).capabilities();
+  std::printf("bf16 path chosen automatically on this CPU: %s\n",
+              auto_caps.native(DType::bf16) ? "oneDNN bf16 matmul" : "emulated");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,6 +251,7 @@ int main(int argc, char** argv) {
   double seconds = 1.0;
   int steps = 0;
   bool with_relu = false;
+  bool mixed = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--threads") threads = std::atoi(argv[i + 1]);
@@ -176,10 +259,15 @@ int main(int argc, char** argv) {
     else if (flag == "--seconds") seconds = std::atof(argv[i + 1]);
     else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
     else if (flag == "--with-relu") with_relu = std::atoi(argv[i + 1]) != 0;
+    else if (flag == "--mixed") mixed = std::atoi(argv[i + 1]) != 0;
     else {
-      std::fprintf(stderr, "unknown flag %s\nusage: bench_gemm [--threads N] [--lib onednn|openblas|both] [--seconds S] [--steps N] [--with-relu 0|1]\n", argv[i]);
+      std::fprintf(stderr, "unknown flag %s\nusage: bench_gemm [--threads N] [--lib onednn|openblas|both] [--seconds S] [--steps N] [--with-relu 0|1] [--mixed 1]\n", argv[i]);
       return 2;
     }
+  }
+  if (mixed) {
+    run_mixed(threads, seconds);
+    return 0;
   }
   const bool run_onednn = lib == "both" || lib == "onednn";
   const bool run_openblas = lib == "both" || lib == "openblas";

@@ -57,14 +57,13 @@ sdk::BackendCapabilities CpuBackend::capabilities() const {
        "emulated: A and B rounded to tf32 (RNE, 10 mantissa bits) + " + fp32_gemm});
   const std::string bf16_impl = gemm_->bf16_implementation();
   if (gemm_->bf16_native())
-    caps.gemm_inputs.push_back(
-        {DType::bf16, true, "oneDNN bf16 matmul (" + bf16_impl + "), fp32 accumulation"});
+    caps.gemm_inputs.push_back({DType::bf16, true,
+                                "oneDNN bf16 matmul (" + bf16_impl + "), fp32 accumulation (" +
+                                    gemm_->bf16_note() + ")"});
   else
     caps.gemm_inputs.push_back(
         {DType::bf16, false,
-         "emulated: exact bf16 -> fp32 decode + " + fp32_gemm +
-             (bf16_impl.empty() ? std::string(" (oneDNN has no bf16 matmul here)")
-                                : " (oneDNN bf16 " + bf16_impl + " not used on this CPU)")});
+         "emulated: exact bf16 -> fp32 decode + " + fp32_gemm + " (" + gemm_->bf16_note() + ")"});
   caps.gemm_inputs.push_back(
       {DType::fp16, false, "emulated: exact fp16 -> fp32 decode + " + fp32_gemm});
   for (DType t : {DType::fp8_e4m3, DType::fp8_e5m2})

@@ -42,9 +42,10 @@ constexpr const char* kSupportedInputs =
 // Decode chunk: large enough that a chunk amortises the bulk converter's dispatch.
 constexpr std::int64_t kDecodeChunk = 1 << 14;
 
-// Whether `automatic` picks oneDNN's bf16 matmul on a CPU with AVX512-BF16 but no AMX. Set from
-// bench_gemm on such a CPU (bench/RESULTS.md, "bf16 and fp16 GEMMs").
-constexpr bool kBf16OnednnWithoutAmx = true;
+// Whether `automatic` picks oneDNN's bf16 matmul on a CPU with AVX512-BF16 but no AMX. No:
+// bench_gemm --mixed on such a CPU (bench/RESULTS.md, "bf16 and fp16 GEMMs") measured oneDNN 2.6's
+// brg:avx512_core_bf16 at ~0.6x the fp32 matmul and ~0.8x exact emulation on the wide-MLP shapes.
+constexpr bool kBf16OnednnWithoutAmx = false;
 
 // GEMMs of at most this many multiply-adds (128^3) run on one thread: splitting 4 MFLOP over
 // threads saves ~50 us at best, and on a loaded machine a descheduled worker stalls the whole
@@ -298,6 +299,11 @@ std::string GemmEngine::bf16_implementation() {
   return bf16_impl_;
 }
 
+std::string GemmEngine::bf16_note() {
+  if (bf16_state_ < 0) bf16_native();
+  return bf16_note_;
+}
+
 bool GemmEngine::bf16_native() {
   if (bf16_state_ >= 0) return bf16_state_ == 1;
   // What oneDNN would run for a bf16 matmul here; a creation failure means it has none.
@@ -311,12 +317,26 @@ bool GemmEngine::bf16_native() {
   const bool usable = !bf16_impl_.empty() && bf16_impl_.find("ref") == std::string::npos;
   bool native = false;
   switch (bf16_request_) {
-    case Bf16GemmPath::emulated: native = false; break;
-    case Bf16GemmPath::onednn: native = !bf16_impl_.empty(); break;
+    case Bf16GemmPath::emulated:
+      bf16_note_ = "bf16_gemm = emulated";
+      break;
+    case Bf16GemmPath::onednn:
+      native = !bf16_impl_.empty();
+      bf16_note_ = native ? "bf16_gemm = onednn" : "oneDNN has no bf16 matmul on this CPU";
+      break;
     case Bf16GemmPath::automatic: {
-      // Measured on AVX512-BF16 without AMX (bench/RESULTS.md): see kBf16OnednnWithoutAmx.
       const CpuInfo cpu = detect_cpu();
-      native = usable && (cpu.has("amx_bf16") || (kBf16OnednnWithoutAmx && cpu.has("avx512_bf16")));
+      const bool amx = cpu.has("amx_bf16");
+      native = usable && (amx || (kBf16OnednnWithoutAmx && cpu.has("avx512_bf16")));
+      if (bf16_impl_.empty())
+        bf16_note_ = "oneDNN has no bf16 matmul on this CPU";
+      else if (!usable)
+        bf16_note_ = "oneDNN's bf16 matmul here is a reference kernel (" + bf16_impl_ + ")";
+      else if (!native)
+        bf16_note_ = "no AMX: oneDNN's " + bf16_impl_ +
+                     " measured slower than emulation; bf16_gemm = \"onednn\" forces it";
+      else
+        bf16_note_ = amx ? "AMX-BF16" : "AVX512-BF16";
       break;
     }
   }

@@ -16,9 +16,9 @@
 // - The primitive always writes fp32: a bf16/fp16 C goes through fp32 scratch and is encoded once
 //   with the SDK's RNE (beta reads the decoded old C), so C = the fp32 result rounded once.
 // - Scratch buffers are grow-only and reused across calls; scratch_bytes() reports them.
-// - bf16 path, `automatic`: oneDNN when the CPU has AMX-BF16 or AVX512-BF16 (checked at run time
-//   with cpuid) and oneDNN's chosen bf16 implementation is not a reference kernel; emulation
-//   otherwise. The AVX512-BF16 instruction (vdpbf16ps) flushes subnormal inputs and results to
+// - bf16 path, `automatic`: oneDNN when the CPU has AMX-BF16 (checked at run time: cpuid, XCR0,
+//   kernel flags) and oneDNN's chosen bf16 implementation is not a reference kernel; emulation
+//   otherwise, including AVX512-BF16 without AMX, where emulation measured faster (RESULTS.md). The AVX512-BF16 instruction (vdpbf16ps) flushes subnormal inputs and results to
 //   zero; the emulated path is the exact reference.
 // - Not thread-safe: one engine per backend, used by one host thread at a time.
 #pragma once
@@ -67,6 +67,8 @@ class GemmEngine {
   std::string bf16_implementation();
   // True when bf16 x bf16 GEMMs run in oneDNN's bf16 matmul, false when emulated.
   bool bf16_native();
+  // Why the bf16 path is what it is, for capabilities().
+  std::string bf16_note();
   std::size_t cached_primitives() const { return cache_.size(); }
   std::size_t scratch_bytes() const {
     return scratch_a_.capacity() + scratch_b_.capacity() + scratch_c_.capacity();
@@ -106,6 +108,7 @@ class GemmEngine {
   Bf16GemmPath bf16_request_;
   int bf16_state_ = -1;  // -1 undecided, 0 emulated, 1 oneDNN
   std::string bf16_impl_;
+  std::string bf16_note_;
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::unordered_map<Key, Entry, KeyHash> cache_;
