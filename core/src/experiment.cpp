@@ -30,6 +30,10 @@ sdk::OptionSchema run_schema() {
                          "non-finite loss with no scaler to absorb it: skip the step or stop")
           .one_of({"skip", "stop"}),
       OptionSpec::string("dir", "", "run folder when --run-dir is not given; default runs/<name>"),
+      OptionSpec::integer("underflow_every", 100,
+                          "steps between per-layer gradient-underflow reports (16/8-bit "
+                          "gradient policies); 0 = never")
+          .at_least(0),
   };
 }
 
@@ -234,6 +238,7 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   e.run.eval_every = run.get_int("eval_every");
   e.run.on_nonfinite = run.get_string("on_nonfinite");
   e.run.dir = run.get_string("dir");
+  e.run.underflow_every = run.get_int("underflow_every");
   e.core_sections.push_back(section_of("run", {}, run));
 
   // [data]

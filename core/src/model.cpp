@@ -1,9 +1,11 @@
 #include "mixtrain/core/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "mixtrain/core/random.h"
+#include "mixtrain/sdk/float_formats.h"
 
 namespace mixtrain::core {
 
@@ -12,6 +14,18 @@ using sdk::TensorView;
 
 namespace {
 DType storage_of(DType t) { return t == DType::tf32 ? DType::fp32 : t; }
+
+bool flushes_to_zero(float v, DType dt) {
+  switch (dt) {
+    case DType::fp16: return sdk::decode_fp16(sdk::encode_fp16(v)) == 0.0f;
+    case DType::bf16: return sdk::decode_bf16(sdk::encode_bf16(v)) == 0.0f;
+    case DType::fp8_e4m3:
+      return sdk::decode_fp8_e4m3(sdk::encode_fp8_e4m3(v, sdk::Overflow::saturate)) == 0.0f;
+    case DType::fp8_e5m2:
+      return sdk::decode_fp8_e5m2(sdk::encode_fp8_e5m2(v, sdk::Overflow::saturate)) == 0.0f;
+    default: return false;
+  }
+}
 }  // namespace
 
 Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
@@ -125,6 +139,73 @@ void Model::backward(std::int64_t rows) {
     dy = dx;
     std::swap(dy_buf, dx_buf);
   }
+}
+
+std::string Model::locate_first_nonfinite(std::int64_t rows, float grad_scale) {
+  auto bad = [&](TensorView v) {
+    std::vector<TensorView> one{v};
+    return backend_->first_nonfinite(one) >= 0;
+  };
+  TensorView x = input_.rows(rows);
+  if (bad(x)) return "input batch";
+  for (auto& l : layers_) {
+    l->forward(x, rows);
+    x = l->output(rows);
+    if (bad(x)) return "forward " + l->name() + ".output";
+  }
+  auto lv = loss(rows, grad_scale, true);
+  if (!std::isfinite(lv.loss)) return "loss";
+  const Tensor* dy_buf = &grad_a_;
+  const Tensor* dx_buf = &grad_b_;
+  TensorView dy = grad_a_.reinterpret(storage_of(layers_.back()->precision().activation), rows,
+                                      classes_);
+  if (bad(dy)) return "backward loss gradient (logits)";
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    auto& l = *layers_[i];
+    TensorView xin = i == 0 ? input_.rows(rows) : layers_[i - 1]->output(rows);
+    TensorView dx;
+    if (i > 0)
+      dx = dx_buf->reinterpret(storage_of(l.precision().activation_grad), rows, l.in_features());
+    l.backward(xin, dy, dx, rows);
+    for (auto& p : l.parameters())
+      if (bad(p.grad.view())) return "backward " + p.name + ".grad";
+    if (!dx.empty() && bad(dx)) return "backward " + l.name() + " input gradient";
+    dy = dx;
+    std::swap(dy_buf, dx_buf);
+  }
+  return {};
+}
+
+std::vector<Model::UnderflowCount> Model::measure_gradient_underflow(std::int64_t rows,
+                                                                    float grad_scale) {
+  std::vector<UnderflowCount> out;
+  std::vector<float> host;
+  auto count = [&](const std::string& name, TensorView v, DType stored_as) {
+    UnderflowCount c{name, stored_as, 0, 0};
+    host.resize(static_cast<std::size_t>(v.numel()));
+    backend_->copy_to_host(host.data(), v);
+    for (float g : host) {
+      if (g == 0.0f) continue;
+      ++c.nonzero;
+      if (flushes_to_zero(g, stored_as)) ++c.flushed;
+    }
+    out.push_back(c);
+  };
+  TensorView dy = grad_a_.reinterpret(DType::fp32, rows, classes_);
+  backend_->softmax_cross_entropy(logits(rows), labels(rows), grad_scale, loss_.view(),
+                                  correct_.view(), dy);
+  count("logits gradient", dy, storage_of(layers_.back()->precision().activation));
+  const Tensor* dx_buf = &grad_b_;
+  const Tensor* dy_buf = &grad_a_;
+  for (std::size_t i = layers_.size(); i-- > 1;) {
+    auto& l = *layers_[i];
+    TensorView dx = dx_buf->reinterpret(DType::fp32, rows, l.in_features());
+    l.backward(layers_[i - 1]->output(rows), dy, dx, rows);
+    count(l.name() + " input gradient", dx, storage_of(l.precision().activation_grad));
+    dy = dx;
+    std::swap(dy_buf, dx_buf);
+  }
+  return out;
 }
 
 std::vector<ModelParameter*> Model::parameters() {

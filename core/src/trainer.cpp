@@ -165,6 +165,7 @@ struct Trainer::State {
   std::vector<std::int32_t> y_host;
   float last_loss = 0.0f;
   fs::path resumed_from;
+  bool underflow_watch = false;  // some layer stores activation gradients in < 32 bits
 };
 
 Trainer::Trainer(const Experiment& experiment, Components components, const TrainOptions& options)
@@ -214,6 +215,8 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
                                   "\", compute = \"fp32\"");
     }
   }
+  for (const auto& l : s.model->layers())
+    if (sdk::dtype_size(l->precision().activation_grad) < 4) s.underflow_watch = true;
   const std::int64_t max_rows = std::max(e.data.batch_size, e.data.eval_batch_size);
   s.model->allocate(max_rows);
   s.model->init_parameters(e.run.seed);
@@ -447,6 +450,25 @@ TrainSummary Trainer::run() {
     }
   };
 
+  // Per layer boundary, the share of non-zero activation gradients that flush to zero in the
+  // dtype the policy stores them in, at the loss scale of this step: the underflow that loss
+  // scaling exists to prevent, made visible.
+  auto underflow_record = [&](float scale) {
+    json shares = json::object();
+    std::string line;
+    for (const auto& c : s.model->measure_gradient_underflow(bs, scale)) {
+      if (c.dtype == sdk::DType::fp32) continue;
+      const double share = c.nonzero ? static_cast<double>(c.flushed) / static_cast<double>(c.nonzero) : 0.0;
+      shares[c.tensor] = {{"dtype", sdk::dtype_name(c.dtype)}, {"flushed_share", share},
+                          {"nonzero", c.nonzero}};
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " %s %.1f%%", c.tensor.c_str(), 100.0 * share);
+      line += buf;
+    }
+    if (!line.empty()) s.log.info("gradient underflow at loss scale " + std::to_string(scale) + ":" + line);
+    return json{{"step", s.step}, {"underflow_scale", scale}, {"underflow", shares}};
+  };
+
   const auto t_start = Clock::now();
   auto t_window = t_start;
   std::int64_t window_rows = 0;
@@ -464,6 +486,8 @@ TrainSummary Trainer::run() {
 
     const float scale = s.c.scaler->scale();
     s.model->forward(bs);
+    if (e.run.underflow_every > 0 && s.step % e.run.underflow_every == 0 && s.underflow_watch)
+      write_record(underflow_record(scale));
     auto lv = s.model->loss(bs, scale, true);
     s.last_loss = lv.loss;
     s.model->backward(bs);
@@ -472,6 +496,7 @@ TrainSummary Trainer::run() {
     const bool log_step = s.step % e.run.log_every == 0 || s.step == e.run.steps;
 
     double grad_norm = std::nan("");
+    std::string nonfinite_where;
     double lr = s.schedule.lr_at(s.applied);
     if (decision.apply_step) {
       float coef = 1.0f;
@@ -486,18 +511,9 @@ TrainSummary Trainer::run() {
     } else {
       ++s.skipped;
       s.c.policy->on_step_end(false);
-      // Name the first non-finite tensor: forward activations first, then gradients.
-      std::string where = "unknown";
-      auto acts = s.model->activations(bs);
-      std::vector<sdk::TensorView> views;
-      for (const auto& a : acts) views.push_back(a.second);
-      int i = b.first_nonfinite(views);
-      if (i >= 0) {
-        where = "forward activation " + acts[static_cast<std::size_t>(i)].first;
-      } else {
-        int g = b.first_nonfinite(s.grads);
-        if (g >= 0) where = "gradient of " + s.params[static_cast<std::size_t>(g)].name;
-      }
+      // Name the first non-finite tensor by replaying the step with a check after every write.
+      nonfinite_where = s.model->locate_first_nonfinite(bs, decision.scale_before);
+      const std::string where = nonfinite_where.empty() ? "none on replay" : nonfinite_where;
       char msg[256];
       std::snprintf(msg, sizeof msg, "step %lld skipped: non-finite values (first: %s); loss scale %g -> %g",
                     static_cast<long long>(s.step), where.c_str(), static_cast<double>(decision.scale_before),
@@ -526,6 +542,7 @@ TrainSummary Trainer::run() {
                   {"grad_norm", std::isfinite(grad_norm) ? json(grad_norm) : json(nullptr)},
                   {"samples_per_s", sps},
                   {"epoch", s.sampler->cursor().epoch}};
+      if (!decision.apply_step) rec["nonfinite"] = nonfinite_where;
       write_record(rec);
       if (!tty) {
         char line[256];

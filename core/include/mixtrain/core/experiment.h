@@ -36,6 +36,7 @@ struct RunSettings {
   std::int64_t log_every = 10;
   std::int64_t eval_every = 0;  // 0: evaluate at the end only
   std::string on_nonfinite;     // "skip" | "stop"
+  std::int64_t underflow_every = 100;  // steps between gradient-underflow reports; 0 = never
   std::string dir;              // default run directory when --run-dir is not given
 };
 

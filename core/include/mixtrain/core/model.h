@@ -62,6 +62,23 @@ class Model {
   LossValues loss(std::int64_t rows, float grad_scale, bool with_grad);
   void backward(std::int64_t rows);
 
+  // Re-runs forward, loss and backward on the current batch, checking every tensor as it is
+  // written, and names the first one holding an inf or NaN ("forward fc2.output",
+  // "loss", "backward fc1.weight.grad", "backward relu1 input gradient"); empty when all are
+  // finite. Overwrites gradients: call it only for a step that will not be applied.
+  std::string locate_first_nonfinite(std::int64_t rows, float grad_scale);
+
+  // Gradient underflow, measured: replays the loss and backward of the last forward with every
+  // activation gradient kept in FP32, and counts for each layer boundary the non-zero values that
+  // would round to zero when stored (still multiplied by `grad_scale`) in the dtype the plan
+  // stores them in. Overwrites parameter gradients; call it before the step's real backward.
+  struct UnderflowCount {
+    std::string tensor;  // "fc2 input gradient", "logits gradient"
+    sdk::DType dtype;
+    std::int64_t nonzero = 0, flushed = 0;
+  };
+  std::vector<UnderflowCount> measure_gradient_underflow(std::int64_t rows, float grad_scale);
+
   std::vector<ModelParameter*> parameters();
   std::int64_t parameter_count() const;
   // Views of every activation the last forward wrote, in layer order, named "<layer>.output".
