@@ -588,6 +588,8 @@ TrainSummary Trainer::run() {
                   static_cast<long long>(s.step), last_eval.loss, last_eval.accuracy);
     s.log.info(line);
   }
+  // The training loop's peak, before the final checkpoint's host copies of the state.
+  const std::size_t training_peak_rss = peak_rss_bytes();
   if (s.opt.write_outputs) save_checkpoint();
 
   sum.steps = s.step;
@@ -597,7 +599,7 @@ TrainSummary Trainer::run() {
   sum.eval = last_eval;
   sum.final_loss_scale = s.c.scaler->scale();
   sum.peak_memory_bytes = b.memory_stats().peak_bytes;
-  sum.peak_rss_bytes = peak_rss_bytes();
+  sum.peak_rss_bytes = training_peak_rss;
   const std::int64_t trained = s.step - first_step;
   sum.samples_per_s = wall > 0 ? static_cast<double>(trained * bs) / wall : 0.0;
   sum.wall_seconds = wall;
@@ -611,6 +613,7 @@ TrainSummary Trainer::run() {
               {"final_loss_scale", sum.final_loss_scale},
               {"peak_memory_bytes", sum.peak_memory_bytes},
               {"peak_rss_bytes", sum.peak_rss_bytes},
+              {"peak_rss_bytes_with_checkpoint", peak_rss_bytes()},
               {"samples_per_s", sum.samples_per_s},
               {"wall_seconds", sum.wall_seconds},
               {"parameters", s.model->parameter_count()},

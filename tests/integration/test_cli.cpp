@@ -1,77 +1,12 @@
 // Integration tests: drive the real `mixtrain` executable and read what it writes.
-#include <gtest/gtest.h>
-#include <sys/wait.h>
-
-#include <filesystem>
 #include <map>
-#include <fstream>
-#include <sstream>
-#include <string>
-#include <vector>
 
-#include <nlohmann/json.hpp>
-
-namespace fs = std::filesystem;
-using json = nlohmann::json;
+#include "cli_test_support.h"
 
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-class Cli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           (std::string("mixtrain-it-") + info->name() + "-" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
-
-  Result run(const std::string& args) {
-    Result r;
-    auto out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    std::string cmd = std::string(MIXTRAIN_EXE) + " " + args + " >" + out.string() + " 2>" +
-                      err.string() + " </dev/null";
-    int status = std::system(cmd.c_str());
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-
-  fs::path write_file(const std::string& name, const std::string& text) {
-    auto p = dir_ / name;
-    std::ofstream(p) << text;
-    return p;
-  }
-
-  static std::vector<json> records(const fs::path& metrics) {
-    std::vector<json> out;
-    std::ifstream in(metrics);
-    std::string line;
-    while (std::getline(in, line))
-      if (!line.empty()) out.push_back(json::parse(line));
-    return out;
-  }
-
-  static std::string quickstart() { return std::string(MIXTRAIN_CONFIGS_DIR) + "/quickstart.toml"; }
-
-  fs::path dir_;
-};
+using namespace mixtrain::test;
+using Cli = CliTest;
 
 TEST_F(Cli, QuickstartTrainsAndWritesEveryOutput) {
   auto run_dir = dir_ / "run";

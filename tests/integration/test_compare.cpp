@@ -1,61 +1,12 @@
 // Integration: `mixtrain compare` on two real quickstart runs trained by the executable.
-#include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <map>
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <string>
-
-#include <nlohmann/json.hpp>
-
-namespace fs = std::filesystem;
-using json = nlohmann::json;
+#include "cli_test_support.h"
 
 namespace {
 
-struct CompareResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-class CompareCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           (std::string("mixtrain-it-compare-") + info->name() + "-" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
-
-  CompareResult run(const std::string& args) {
-    CompareResult r;
-    auto out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    std::string cmd = std::string(MIXTRAIN_EXE) + " " + args + " >" + out.string() + " 2>" +
-                      err.string() + " </dev/null";
-    int status = std::system(cmd.c_str());
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = read_all(out);
-    r.err = read_all(err);
-    return r;
-  }
-
-  static std::string quickstart() { return std::string(MIXTRAIN_CONFIGS_DIR) + "/quickstart.toml"; }
-
-  fs::path dir_;
-};
+using namespace mixtrain::test;
+using CompareCli = CliTest;
 
 TEST_F(CompareCli, ComparesAnAdamwAndAnSgdRun) {
   const auto a = dir_ / "adamw", b = dir_ / "sgd";
@@ -73,9 +24,9 @@ TEST_F(CompareCli, ComparesAnAdamwAndAnSgdRun) {
   ASSERT_TRUE(fs::exists(a / "compare.svg"));
   ASSERT_TRUE(fs::exists(a / "compare.md"));
   ASSERT_TRUE(fs::exists(a / "compare.json"));
-  EXPECT_NE(read_all(a / "compare.svg").find("<svg"), std::string::npos);
+  EXPECT_NE(slurp(a / "compare.svg").find("<svg"), std::string::npos);
 
-  auto j = json::parse(read_all(a / "compare.json"));
+  auto j = json::parse(slurp(a / "compare.json"));
   ASSERT_EQ(j["runs"].size(), 2u);
   EXPECT_EQ(j["baseline"], "adamw");
   EXPECT_EQ(j["runs"][0]["max_rel_loss_gap"].get<double>(), 0.0);
@@ -89,7 +40,7 @@ TEST_F(CompareCli, ComparesAnAdamwAndAnSgdRun) {
   auto out = dir_ / "report";
   auto r2 = run("compare " + b.string() + " " + a.string() + " --out " + out.string());
   ASSERT_EQ(r2.exit_code, 0) << r2.err;
-  EXPECT_EQ(json::parse(read_all(out / "compare.json"))["baseline"], "sgd");
+  EXPECT_EQ(json::parse(slurp(out / "compare.json"))["baseline"], "sgd");
   EXPECT_FALSE(fs::exists(b / "compare.json"));
 }
 
