@@ -420,3 +420,44 @@ TEST(backend_cpu_mixed_optimizers, Fp16WorkingCopyIsTheMasterRoundedOnce) {
 
 }  // namespace
 }  // namespace mixtrain::backend_cpu::testing
+
+namespace mixtrain::backend_cpu::testing {
+namespace {
+
+TEST(backend_cpu_gemm_threads, ShapesAroundTheSingleThreadBoundaryMatchTheReference) {
+  // 2048x32x32 and 32x32x2048 are exactly 2^21 multiply-adds (one thread); 2048x32x33 is above.
+  CpuBackend be(2);
+  for (const auto& [m, n, k] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{2048, 32, 32},
+                                {32, 32, 2048},
+                                {2048, 32, 33},
+                                {2048, 10, 32}})
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true})
+        for (const float beta : {0.0f, 1.0f}) {
+          const auto a = random_values(static_cast<std::size_t>(m * k), 141);
+          const auto b = random_values(static_cast<std::size_t>(k * n), 142);
+          const auto c0 = random_values(static_cast<std::size_t>(m * n), 143);
+          const auto bias = random_values(static_cast<std::size_t>(n), 144);
+          DeviceTensor at(be, DType::fp32, ta ? Shape{k, m} : Shape{m, k}, a);
+          DeviceTensor bt(be, DType::fp32, tb ? Shape{n, k} : Shape{k, n}, b);
+          DeviceTensor c(be, DType::fp32, {m, n}, c0);
+          DeviceTensor bias_t(be, DType::fp32, {n}, bias);
+          sdk::GemmArgs args;
+          args.a = {at, ta};
+          args.b = {bt, tb};
+          args.c = c;
+          args.beta = beta;
+          args.bias = bias_t;
+          for (int call = 0; call < 2; ++call) {
+            c.set(c0);
+            be.gemm(args);
+            auto expected = reference(a, ta, b, tb, m, n, k, 1.0, 1.0);
+            for (std::size_t i = 0; i < expected.size(); ++i)
+              expected[i] += beta * c0[i] + bias[i % static_cast<std::size_t>(n)];
+            expect_close(c.get(), expected, 1e-5, 1e-5 * static_cast<double>(k), "C");
+          }
+        }
+}
+
+}  // namespace
+}  // namespace mixtrain::backend_cpu::testing
