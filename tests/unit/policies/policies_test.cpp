@@ -1,0 +1,87 @@
+// The precision policies' plans: recipe per GEMM / element-wise layer, the FP32 deny-list, and
+// `auto` choosing from the backend's capabilities.
+#include <gtest/gtest.h>
+
+#include "plugin_test_support.h"
+#include "table_precision_policy.h"
+
+namespace mixtrain::policies {
+namespace {
+
+using sdk::DType;
+
+sdk::PluginContext context(test::CapturingSink& sink) {
+  return {sdk::Logger(&sink, "policy.test"), "policies", "test"};
+}
+
+sdk::LayerDescription linear() { return {"fc1", "linear", 8, 16, true}; }
+sdk::LayerDescription relu() { return {"relu1", "relu", 16, 16, false}; }
+sdk::LayerDescription layernorm() { return {"ln", "layernorm", 16, 16, false}; }
+
+TEST(policies_plans, MixedPoliciesPutGemmsAndActivationsIn16Bits) {
+  test::CapturingSink sink;
+  Bf16MixedPolicy bf16({}, context(sink));
+  auto p = bf16.plan(linear());
+  EXPECT_EQ(p.weight, DType::bf16);
+  EXPECT_EQ(p.gemm_input, DType::bf16);
+  EXPECT_EQ(p.activation, DType::bf16);
+  EXPECT_EQ(p.activation_grad, DType::bf16);
+  EXPECT_FALSE(p.fp32_pinned);
+  EXPECT_FALSE(bf16.needs_loss_scaling());
+
+  Fp16MixedPolicy fp16({}, context(sink));
+  auto r = fp16.plan(relu());
+  EXPECT_EQ(r.weight, DType::fp32) << "no GEMM, no working weights";
+  EXPECT_EQ(r.activation, DType::fp16);
+  EXPECT_EQ(r.activation_grad, DType::fp16);
+  EXPECT_TRUE(fp16.needs_loss_scaling());
+}
+
+TEST(policies_plans, NormsStayFp32UnderEveryPolicy) {
+  test::CapturingSink sink;
+  Bf16MixedPolicy bf16({}, context(sink));
+  Fp16MixedPolicy fp16({}, context(sink));
+  Tf32Policy tf32({}, context(sink));
+  for (const TablePrecisionPolicy* p : {static_cast<TablePrecisionPolicy*>(&bf16),
+                                        static_cast<TablePrecisionPolicy*>(&fp16),
+                                        static_cast<TablePrecisionPolicy*>(&tf32)}) {
+    auto plan = p->plan(layernorm());
+    EXPECT_TRUE(plan.fp32_pinned) << p->recipe().name;
+    EXPECT_EQ(plan.activation, DType::fp32) << p->recipe().name;
+    EXPECT_EQ(plan.activation_grad, DType::fp32) << p->recipe().name;
+  }
+}
+
+TEST(policies_plans, Tf32RoundsOnlyGemmInputs) {
+  test::CapturingSink sink;
+  Tf32Policy tf32({}, context(sink));
+  auto p = tf32.plan(linear());
+  EXPECT_EQ(p.gemm_input, DType::tf32);
+  EXPECT_EQ(p.weight, DType::fp32);
+  EXPECT_EQ(p.activation, DType::fp32);
+  EXPECT_FALSE(tf32.needs_loss_scaling());
+}
+
+TEST(policies_auto, ChoosesBf16OnlyWhereTheBackendRunsItNatively) {
+  test::CapturingSink sink;
+  sdk::BackendCapabilities native;
+  native.kind = "cpu";
+  native.gemm_inputs = {{DType::fp32, true, ""}, {DType::bf16, true, "amx"}};
+  AutoPrecisionPolicy a({}, context(sink));
+  a.adapt_to(native);
+  EXPECT_EQ(a.plan(linear()).gemm_input, DType::bf16);
+  EXPECT_FALSE(a.needs_loss_scaling());
+
+  sdk::BackendCapabilities emulated = native;
+  emulated.gemm_inputs[1].native = false;
+  AutoPrecisionPolicy b({}, context(sink));
+  b.adapt_to(emulated);
+  EXPECT_EQ(b.plan(linear()).gemm_input, DType::fp16);
+  EXPECT_TRUE(b.needs_loss_scaling()) << "fp16 needs a scaler; check warns without one";
+  bool logged = false;
+  for (const auto& line : sink.lines) logged |= line.message.find("auto policy chose fp16-mixed") != std::string::npos;
+  EXPECT_TRUE(logged);
+}
+
+}  // namespace
+}  // namespace mixtrain::policies
