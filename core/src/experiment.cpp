@@ -441,7 +441,10 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
                     const sdk::BackendCapabilities& capabilities,
                     const std::vector<PrecisionOverride>& overrides) {
   policy.adapt_to(capabilities);
-  for (auto& layer : model.layers()) layer->set_precision(policy.plan(layer->description()));
+  for (auto& layer : model.layers()) {
+    layer->set_precision(policy.plan(layer->description()));
+    if (policy.uses_scaled_operands()) layer->set_operand_scaling(&policy);
+  }
   for (const auto& o : overrides) {
     bool matched = false;
     for (auto& layer : model.layers()) {

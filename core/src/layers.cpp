@@ -54,7 +54,9 @@ TensorView Layer::as_dtype(TensorView x, DType dtype, Tensor& scratch) {
       scratch.shape().numel() < x.numel())
     scratch = Tensor(backend_, dtype, x.shape);
   TensorView dst{scratch.view().data, dtype, x.shape};
-  backend_->cast(x, dst);
+  sdk::CastArgs args;
+  args.saturate = sdk::is_fp8(dtype);  // unscaled FP8 (an override): clamp rather than NaN
+  backend_->cast(x, dst, args);
   return dst;
 }
 
@@ -80,11 +82,57 @@ void LinearLayer::init_parameters(std::uint64_t seed) {
   if (bias_) fill_uniform(*backend_, params_[1].master, bound, derive_seed(seed, (name_ + ".bias").c_str()));
 }
 
+sdk::GemmOperand LinearLayer::scale_operand(TensorView src, sdk::OperandRole role,
+                                            ScaledOperand& dst) {
+  const auto s = scaling_->operand_scaling(name_, role);
+  if (dst.data.empty() || dst.data.dtype() != s.dtype || dst.data.shape().numel() < src.numel())
+    dst.data = Tensor(backend_, s.dtype, src.shape);
+  if (amax_.empty()) amax_ = Tensor(backend_, DType::fp32, sdk::Shape{1});
+  backend_->fill(amax_.view(), 0.0f);
+  TensorView out{dst.data.view().data, s.dtype, src.shape};
+  sdk::CastArgs args;
+  args.scale = s.scale;
+  args.saturate = true;
+  args.amax = amax_.view();
+  backend_->cast(src, out, args);
+  float amax = 0.0f;
+  backend_->copy_to_host(&amax, amax_.view());
+  scaling_->record_amax(name_, role, amax);
+  dst.scale_inv = s.scale_inv;
+  if (collect_stats_) {
+    // Diagnostics only: what saturated and what flushed to zero in this cast.
+    std::vector<float> in(static_cast<std::size_t>(src.numel())), back(in.size());
+    TensorView as_fp32{nullptr, DType::fp32, src.shape};
+    Tensor tmp(backend_, DType::fp32, src.shape);
+    as_fp32.data = tmp.view().data;
+    backend_->cast(src, as_fp32);
+    backend_->copy_to_host(in.data(), as_fp32);
+    backend_->cast(out, as_fp32);
+    backend_->copy_to_host(back.data(), as_fp32);
+    const float max_finite = s.dtype == DType::fp8_e5m2 ? 57344.0f : 448.0f;
+    ScaledOperandStats st{name_ + "." + std::string(sdk::operand_role_name(role)), s.dtype, amax,
+                          s.scale, src.numel(), 0, 0, 0};
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      if (in[i] == 0.0f) continue;
+      ++st.nonzero;
+      if (std::abs(in[i] * s.scale) > max_finite) ++st.saturated;
+      if (back[i] == 0.0f) ++st.underflowed;
+    }
+    stats_.push_back(st);
+  }
+  return {out, false, s.scale_inv};
+}
+
 void LinearLayer::forward(TensorView x, std::int64_t rows) {
   const DType in_storage = storage_of(precision_.gemm_input);
   sdk::GemmArgs g;
-  g.a.view = as_dtype(x, in_storage, x_scratch_);
-  g.b.view = params_[0].compute_view();
+  if (scaling_ != nullptr) {
+    g.a = scale_operand(x, sdk::OperandRole::input, x8_);
+    g.b = scale_operand(params_[0].compute_view(), sdk::OperandRole::weight, w8_);
+  } else {
+    g.a.view = as_dtype(x, in_storage, x_scratch_);
+    g.b.view = params_[0].compute_view();
+  }
   g.b.transpose = true;
   g.c = output_.rows(rows);
   if (bias_) g.bias = params_[1].master.view();
@@ -95,12 +143,23 @@ void LinearLayer::forward(TensorView x, std::int64_t rows) {
 void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
   (void)rows;
   const DType in_storage = storage_of(precision_.gemm_input);
-  TensorView dy_g = as_dtype(dy, in_storage, dy_scratch_);
+  sdk::GemmOperand dy_g, x_g, w_g;
+  if (scaling_ != nullptr) {
+    // The input and weight operands were cast (and scaled) by the forward of this step.
+    dy_g = scale_operand(dy, sdk::OperandRole::grad_output, dy8_);
+    x_g = {TensorView{x8_.data.view().data, x8_.data.dtype(), x.shape}, false, x8_.scale_inv};
+    w_g = {TensorView{w8_.data.view().data, w8_.data.dtype(), sdk::Shape{out_, in_}}, false,
+           w8_.scale_inv};
+  } else {
+    dy_g.view = as_dtype(dy, in_storage, dy_scratch_);
+    x_g.view = as_dtype(x, in_storage, x_scratch_);
+    w_g.view = params_[0].compute_view();
+  }
   // dW[out, in] = dyᵀ[out, rows] · x[rows, in]
   sdk::GemmArgs gw;
-  gw.a.view = dy_g;
+  gw.a = dy_g;
   gw.a.transpose = true;
-  gw.b.view = as_dtype(x, in_storage, x_scratch_);
+  gw.b = x_g;
   gw.c = params_[0].grad.view();
   gw.compute = precision_.gemm_input;
   backend_->gemm(gw);
@@ -108,8 +167,9 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
   if (!dx.empty()) {
     // dx[rows, in] = dy[rows, out] · W[out, in]
     sdk::GemmArgs gx;
-    gx.a.view = dy_g;
-    gx.b.view = params_[0].compute_view();
+    gx.a = dy_g;
+    gx.a.transpose = false;
+    gx.b = w_g;
     gx.c = dx;
     gx.compute = precision_.gemm_input;
     backend_->gemm(gx);

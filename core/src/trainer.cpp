@@ -469,6 +469,22 @@ TrainSummary Trainer::run() {
     return json{{"step", s.step}, {"underflow_scale", scale}, {"underflow", shares}};
   };
 
+  // Per FP8 operand slot of this step: amax, scale, and the shares that saturated or flushed to
+  // zero in the cast.
+  auto fp8_record = [&]() {
+    json slots = json::object();
+    for (const auto& l : s.model->layers())
+      for (const auto& st : l->operand_stats()) {
+        const double nz = st.nonzero ? static_cast<double>(st.nonzero) : 1.0;
+        slots[st.slot] = {{"dtype", sdk::dtype_name(st.dtype)},
+                          {"amax", st.amax},
+                          {"scale", st.scale},
+                          {"saturated_share", static_cast<double>(st.saturated) / nz},
+                          {"underflow_share", static_cast<double>(st.underflowed) / nz}};
+      }
+    return json{{"step", s.step}, {"fp8", slots}};
+  };
+
   const auto t_start = Clock::now();
   auto t_window = t_start;
   std::int64_t window_rows = 0;
@@ -485,9 +501,13 @@ TrainSummary Trainer::run() {
     b.copy_from_host(s.model->labels(bs), s.y_host.data());
 
     const float scale = s.c.scaler->scale();
+    if (s.c.policy->uses_scaled_operands() && e.run.underflow_every > 0)
+      for (auto& l : s.model->layers()) l->collect_operand_stats(s.step % e.run.underflow_every == 0);
     s.model->forward(bs);
     if (e.run.underflow_every > 0 && s.step % e.run.underflow_every == 0 && s.underflow_watch)
       write_record(underflow_record(scale));
+    const bool fp8_stats_step = s.c.policy->uses_scaled_operands() && e.run.underflow_every > 0 &&
+                                s.step % e.run.underflow_every == 0;
     auto lv = s.model->loss(bs, scale, true);
     s.last_loss = lv.loss;
     s.model->backward(bs);
@@ -510,9 +530,10 @@ TrainSummary Trainer::run() {
       s.c.policy->on_step_end(true);
     } else {
       ++s.skipped;
-      s.c.policy->on_step_end(false);
-      // Name the first non-finite tensor by replaying the step with a check after every write.
+      // Name the first non-finite tensor by replaying the step with a check after every write;
+      // the policy hears of the skip afterwards, so it discards the replay's amaxes too.
       nonfinite_where = s.model->locate_first_nonfinite(bs, decision.scale_before);
+      s.c.policy->on_step_end(false);
       const std::string where = nonfinite_where.empty() ? "none on replay" : nonfinite_where;
       char msg[256];
       std::snprintf(msg, sizeof msg, "step %lld skipped: non-finite values (first: %s); loss scale %g -> %g",
@@ -526,6 +547,7 @@ TrainSummary Trainer::run() {
                                  "learning rate, add a loss scaler, or set run.on_nonfinite = \"skip\"");
     }
     window_rows += bs;
+    if (fp8_stats_step) write_record(fp8_record());
 
     if (log_step || !decision.apply_step) {
       auto now = Clock::now();

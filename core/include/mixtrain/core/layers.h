@@ -41,6 +41,23 @@ class Layer {
   sdk::LayerDescription description() const;
 
   void set_precision(const sdk::LayerPrecision& p) { precision_ = p; }
+  // For policies whose GEMM operands carry per-tensor scales (FP8): the layer asks the policy for
+  // each operand's dtype and scale, casts with saturation and a fused amax, and reports the amax
+  // back. Non-owning; the policy outlives the model. Layers without GEMMs ignore it.
+  virtual void set_operand_scaling(sdk::PrecisionPolicy* /*policy*/) {}
+
+  // Per scaled operand of the last step (when collection is on): what the FP8 cast did to it.
+  struct ScaledOperandStats {
+    std::string slot;  // "<layer>.<role>"
+    sdk::DType dtype;
+    float amax = 0.0f, scale = 1.0f;
+    std::int64_t count = 0, saturated = 0, underflowed = 0, nonzero = 0;
+  };
+  void collect_operand_stats(bool on) {
+    collect_stats_ = on;
+    stats_.clear();
+  }
+  const std::vector<ScaledOperandStats>& operand_stats() const { return stats_; }
   const sdk::LayerPrecision& precision() const { return precision_; }
 
   virtual void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows);
@@ -65,6 +82,8 @@ class Layer {
   sdk::LayerPrecision precision_;
   Tensor output_;
   std::vector<ModelParameter> params_;
+  bool collect_stats_ = false;
+  std::vector<ScaledOperandStats> stats_;
 };
 
 // y = x · Wᵀ + b with W [out, in] (PyTorch layout), FP32 accumulation.
@@ -77,10 +96,22 @@ class LinearLayer final : public Layer {
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
+  void set_operand_scaling(sdk::PrecisionPolicy* policy) override { scaling_ = policy; }
 
  private:
+  struct ScaledOperand {
+    Tensor data;  // fp8 copy of the operand
+    float scale_inv = 1.0f;
+  };
+  // Casts `src` to the dtype and scale the policy gives for `role`, with saturation and a fused
+  // amax that is reported back to the policy.
+  sdk::GemmOperand scale_operand(sdk::TensorView src, sdk::OperandRole role, ScaledOperand& dst);
+
   bool bias_;
   Tensor x_scratch_, dy_scratch_;
+  sdk::PrecisionPolicy* scaling_ = nullptr;
+  ScaledOperand x8_, w8_, dy8_;
+  Tensor amax_;
 };
 
 class ActivationLayer final : public Layer {
