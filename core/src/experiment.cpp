@@ -441,10 +441,7 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
                     const sdk::BackendCapabilities& capabilities,
                     const std::vector<PrecisionOverride>& overrides) {
   policy.adapt_to(capabilities);
-  for (auto& layer : model.layers()) {
-    layer->set_precision(policy.plan(layer->description()));
-    if (policy.uses_scaled_operands()) layer->set_operand_scaling(&policy);
-  }
+  for (auto& layer : model.layers()) layer->set_precision(policy.plan(layer->description()));
   for (const auto& o : overrides) {
     bool matched = false;
     for (auto& layer : model.layers()) {
@@ -465,6 +462,12 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
                              "layers in this model: " + names);
     }
   }
+  // Scaled (FP8) operands only where the final plan still computes in FP8: an override that
+  // keeps a layer in bf16 takes it out of the policy's scaling.
+  if (policy.uses_scaled_operands())
+    for (auto& layer : model.layers())
+      if (layer->has_gemm() && sdk::is_fp8(layer->precision().gemm_input))
+        layer->set_operand_scaling(&policy);
 }
 
 }  // namespace mixtrain::core
