@@ -84,10 +84,25 @@ void LinearLayer::init_parameters(std::uint64_t seed) {
 
 sdk::GemmOperand LinearLayer::scale_operand(TensorView src, sdk::OperandRole role,
                                             ScaledOperand& dst) {
+  if (amax_.empty()) amax_ = Tensor(backend_, DType::fp32, sdk::Shape{1});
+  if (scaling_->wants_current_amax()) {
+    // Current scaling: measure this operand's amax first (a cast at scale 1 with a fused amax
+    // into the scratch that the real cast overwrites next).
+    auto probe = scaling_->operand_scaling(name_, role);
+    if (dst.data.empty() || dst.data.dtype() != probe.dtype || dst.data.shape().numel() < src.numel())
+      dst.data = Tensor(backend_, probe.dtype, src.shape);
+    backend_->fill(amax_.view(), 0.0f);
+    sdk::CastArgs measure;
+    measure.saturate = true;
+    measure.amax = amax_.view();
+    backend_->cast(src, TensorView{dst.data.view().data, probe.dtype, src.shape}, measure);
+    float current = 0.0f;
+    backend_->copy_to_host(&current, amax_.view());
+    scaling_->record_amax(name_, role, current);
+  }
   const auto s = scaling_->operand_scaling(name_, role);
   if (dst.data.empty() || dst.data.dtype() != s.dtype || dst.data.shape().numel() < src.numel())
     dst.data = Tensor(backend_, s.dtype, src.shape);
-  if (amax_.empty()) amax_ = Tensor(backend_, DType::fp32, sdk::Shape{1});
   backend_->fill(amax_.view(), 0.0f);
   TensorView out{dst.data.view().data, s.dtype, src.shape};
   sdk::CastArgs args;

@@ -193,7 +193,7 @@ const LoadedComponent& PluginRegistry::require(sdk::ComponentKind kind, const st
   auto kind_name = std::string(sdk::component_kind_name(kind));
   auto available = names(kind);
   std::string msg = (where.empty() ? "" : where + ": ") + "no " + kind_name + " named '" + name +
-                    "'; available: " + (available.empty() ? "none" : join(available));
+                    "'; " + (available.empty() ? std::string("no ") + kind_name + " is available" : "available: " + join(available));
   std::string hint;
   auto near = sdk::closest_match(name, available);
   if (!near.empty()) hint = "did you mean '" + near + "'? ";

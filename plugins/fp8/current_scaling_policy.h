@@ -44,6 +44,8 @@ class CurrentScalingPolicy final : public Fp8PrecisionPolicy {
 
   CurrentScalingPolicy(const sdk::Options& options, const sdk::PluginContext& context);
 
+  // The host measures each operand's amax and records it before asking for its scale.
+  bool wants_current_amax() const override { return true; }
   sdk::OperandScaling operand_scaling(const std::string& layer, sdk::OperandRole role) override;
   void record_amax(const std::string& layer, sdk::OperandRole role, float amax) override;
   void on_step_end(bool applied) override;

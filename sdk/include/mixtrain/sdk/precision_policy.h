@@ -11,7 +11,9 @@
 // - Policies that scale GEMM operands (FP8) return uses_scaled_operands() = true and keep one
 //   scaling slot per (layer, role). The host calls operand_scaling() before casting an operand,
 //   record_amax() with the amax the backend measured during that cast, and on_step_end() after
-//   each step (applied or skipped). State round-trips through save_state()/load_state().
+//   each step (applied or skipped). A policy whose scale must come from the tensor being cast
+//   (current scaling) returns wants_current_amax() = true: the host then measures the operand's
+//   amax and calls record_amax() before operand_scaling() as well. State round-trips through save_state()/load_state().
 // - Not thread-safe; one trainer drives one policy.
 #pragma once
 
@@ -63,6 +65,7 @@ class MIXTRAIN_SDK_API PrecisionPolicy : public Component {
   virtual bool needs_loss_scaling() const = 0;
 
   virtual bool uses_scaled_operands() const { return false; }
+  virtual bool wants_current_amax() const { return false; }
   virtual OperandScaling operand_scaling(const std::string& /*layer*/, OperandRole /*role*/) {
     return {};
   }
