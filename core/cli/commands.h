@@ -22,4 +22,16 @@ int run_eval(const ConfigArgs& cfg, const std::string& checkpoint);
 // first run's folder).
 int run_compare(const std::vector<std::string>& run_dirs, const std::string& out_dir);
 
+struct ExportArgs {
+  std::string checkpoint;  // the file to convert
+  std::string format;      // the checkpoint_format to write, e.g. "safetensors"
+  std::string from;        // the format to read; empty: chosen by the checkpoint's extension
+  std::string dtype;       // the writer's `dtype` option when given
+  std::string out;         // empty: the checkpoint's path with the writer's extension
+  bool force = false;      // overwrite an existing output file
+};
+// Converts a checkpoint to another format (weights for other tools: safetensors). Never
+// overwrites an existing file without `force`.
+int run_export(const ExportArgs& args);
+
 }  // namespace mixtrain::cli

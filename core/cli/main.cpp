@@ -47,6 +47,19 @@ int main(int argc, char** argv) {
   compare->add_option("--out", compare_out,
                       "folder for compare.svg, compare.json, compare.md (default: the first run's)");
 
+  mixtrain::cli::ExportArgs export_args;
+  auto* exp = app.add_subcommand(
+      "export", "convert a checkpoint for other tools (e.g. safetensors weights for PyTorch)");
+  exp->add_option("checkpoint", export_args.checkpoint, "checkpoint file to read")->required();
+  exp->add_option("--format", export_args.format, "checkpoint format to write, e.g. safetensors")
+      ->required();
+  exp->add_option("--from", export_args.from,
+                  "checkpoint format to read (default: chosen by the file's extension)");
+  exp->add_option("--dtype", export_args.dtype, "dtype of the written weights: fp32, bf16, fp16");
+  exp->add_option("--out", export_args.out,
+                  "output file (default: CHECKPOINT with the new format's extension)");
+  exp->add_flag("--force", export_args.force, "overwrite an existing output file");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -60,6 +73,7 @@ int main(int argc, char** argv) {
     if (check->parsed()) return mixtrain::cli::run_check(cfg);
     if (eval->parsed()) return mixtrain::cli::run_eval(cfg, checkpoint);
     if (compare->parsed()) return mixtrain::cli::run_compare(compare_dirs, compare_out);
+    if (exp->parsed()) return mixtrain::cli::run_export(export_args);
     return mixtrain::cli::run_plugins();
   } catch (const mixtrain::sdk::UserError& e) {
     std::fflush(stdout);

@@ -419,6 +419,20 @@ Components create_components(const Experiment& e, const PluginRegistry& registry
   c.checkpoint_format = registry.create<sdk::CheckpointFormat>(
       registry.require(ComponentKind::checkpoint_format, e.checkpoint.format),
       e.checkpoint_options);
+  for (const auto& comp : registry.components()) {
+    if (comp.info.kind != ComponentKind::checkpoint_format) continue;
+    if (comp.info.name == e.checkpoint.format) {
+      c.weight_formats.push_back(c.checkpoint_format);
+      continue;
+    }
+    // A format that cannot be built with its defaults just cannot be read from; the configured
+    // format still works.
+    try {
+      auto defaults = sdk::Options::resolve("checkpoint", comp.info.options, {}, {});
+      c.weight_formats.push_back(registry.create<sdk::CheckpointFormat>(comp, defaults));
+    } catch (const std::exception&) {
+    }
+  }
   return c;
 }
 

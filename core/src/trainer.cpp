@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -373,19 +374,61 @@ fs::path Trainer::save_checkpoint() {
   return path;
 }
 
+namespace {
+
+// The format that reads `path` for a weights-only load: the one whose extension the file has
+// (e.g. .safetensors exported for or by other tools), else the configured one. Full resumes always
+// use the configured format, which holds the whole training state.
+const sdk::CheckpointFormat& weights_format_for(const Components& c, const fs::path& path) {
+  const auto ext = path.extension().string();
+  if (c.checkpoint_format->file_extension() == ext) return *c.checkpoint_format;
+  for (const auto& f : c.weight_formats)
+    if (f->file_extension() == ext) return *f;
+  return *c.checkpoint_format;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+}  // namespace
+
 void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
   auto& s = *s_;
   auto& b = *s.c.backend;
-  auto st = s.c.checkpoint_format->read(path);
+  auto st = weights_only ? weights_format_for(s.c, path).read(path) : s.c.checkpoint_format->read(path);
+  // Weights are "param/<layer>.<weight|bias>" in mixtrain's checkpoints and plain
+  // "<layer>.<weight|bias>" in files exported for (or written by) other tools.
+  std::set<const sdk::HostTensor*> used;
   for (auto* p : s.model->parameters()) {
     const auto* t = st.find("param/" + p->name);
-    if (t == nullptr)
-      throw sdk::CheckpointError(path.string() + ": no tensor for parameter '" + p->name + "'",
-                                 "the checkpoint belongs to a different model");
+    if (t == nullptr) t = st.find(p->name);
+    if (t == nullptr) {
+      std::string have;
+      for (std::size_t i = 0; i < st.tensors.size() && i < 8; ++i)
+        have += (i ? ", " : "") + st.tensors[i].name;
+      if (st.tensors.size() > 8) have += ", ...";
+      throw sdk::CheckpointError(
+          path.string() + ": no tensor for parameter '" + p->name + "' (looked for 'param/" +
+              p->name + "' and '" + p->name + "')",
+          "the file belongs to a different model; it holds: " + (have.empty() ? "no tensors" : have));
+    }
+    const auto expected = p->master.view().shape.to_vector();
+    if (t->shape != expected)
+      throw sdk::CheckpointError(path.string() + ": tensor '" + t->name + "' has shape " +
+                                     shape_text(t->shape) + " but parameter '" + p->name +
+                                     "' expects " + shape_text(expected),
+                                 "the file belongs to a different model; check [model] layers");
     from_host(b, *t, p->master.view(), path);
+    used.insert(t);
   }
   s.model->refresh_working_copies();
   if (weights_only) {
+    for (const auto& t : st.tensors)
+      if (!used.count(&t) && (t.name.find('/') == std::string::npos || t.name.rfind("param/", 0) == 0))
+        s.log.warn(path.string() + ": tensor '" + t.name + "' matches no parameter; ignored");
     s.log.info("initial weights loaded from " + path.string());
     return;
   }

@@ -93,6 +93,10 @@ struct Components {
   std::shared_ptr<sdk::LossScaler> scaler;
   std::shared_ptr<sdk::Optimizer> optimizer;
   std::shared_ptr<sdk::CheckpointFormat> checkpoint_format;
+  // Every registered checkpoint format (the configured one with its options, the others with
+  // defaults): weights-only loads (init_from, eval) pick theirs by file extension, so a
+  // .safetensors file initialises a run that saves .mxt checkpoints.
+  std::vector<std::shared_ptr<sdk::CheckpointFormat>> weight_formats;
 };
 
 // Folders from [plugins] paths, resolved against the config's folder. Read before the registry
