@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""PyTorch side of the safetensors interop tests (tests/integration/test_safetensors.cpp).
+
+Reads and writes the public safetensors layout with its own minimal code (json + numpy; the
+`safetensors` package is deliberately not used), builds the torch equivalent of a mixtrain
+[model] from a resolved config.toml, and prints one JSON object on stdout.
+
+Commands
+  data     --out DIR --rows N --features D --classes K --seed S   writes x.npy (float32), y.npy (int32)
+  init     --config C --features D --out W --seed S              torch-initialised weights -> W
+  loss     --config C --weights W --x X --y Y [--eval-fraction F --seed S]
+           mean cross-entropy over all rows, or over mixtrain's held-out rows
+  train    --config C --weights W --x X --y Y --steps N --lr LR [--eval-fraction F --seed S]
+           full-batch SGD on mixtrain's training rows, per-step losses
+"""
+import argparse
+import json
+import struct
+import sys
+import tomllib
+
+import numpy as np
+import torch
+
+DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    buf = blob[8 + n:]
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        raw = buf[begin:end]
+        if info["dtype"] == "BF16":
+            # bf16 is the top half of an fp32: widen exactly.
+            arr = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            arr = np.frombuffer(raw, dtype=np.dtype(DTYPES[info["dtype"]]).newbyteorder("<"))
+        tensors[name] = torch.from_numpy(arr.astype(np.float32).reshape(info["shape"]).copy())
+    return tensors, header.get("__metadata__", {})
+
+
+def write_safetensors(path, tensors, metadata):
+    header = {"__metadata__": metadata} if metadata else {}
+    offset = 0
+    chunks = []
+    for name, t in tensors.items():
+        data = t.detach().contiguous().numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        chunks.append(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+
+
+def build_model(config_path, features):
+    with open(config_path, "rb") as f:
+        cfg = tomllib.load(f)
+    modules, names = [], []
+    width = features
+    for layer in cfg["model"]["layers"]:
+        kind = layer["type"]
+        if kind == "linear":
+            m = torch.nn.Linear(width, layer["out"], bias=layer.get("bias", True))
+            width = layer["out"]
+            names.append(layer["name"])
+        elif kind == "relu":
+            m = torch.nn.ReLU()
+            names.append(None)
+        elif kind == "gelu":
+            m = torch.nn.GELU(approximate="tanh")
+            names.append(None)
+        else:
+            sys.exit(f"safetensors_interop.py: layer type {kind!r} is not supported here")
+        modules.append(m)
+    return torch.nn.Sequential(*modules), names
+
+
+def named_weights(model, names):
+    out = {}
+    for m, name in zip(model, names):
+        if name is None:
+            continue
+        out[f"{name}.weight"] = m.weight
+        if m.bias is not None:
+            out[f"{name}.bias"] = m.bias
+    return out
+
+
+def load_weights(model, names, path):
+    tensors, _ = read_safetensors(path)
+    with torch.no_grad():
+        for key, p in named_weights(model, names).items():
+            t = tensors[key]
+            assert tuple(t.shape) == tuple(p.shape), (key, t.shape, p.shape)
+            p.copy_(t)
+
+
+# mixtrain's held-out split (core/src/dataset.cpp): xoshiro256** seeded by splitmix64,
+# Fisher-Yates, the first round(N * eval_fraction) rows of the permutation are held out.
+M64 = (1 << 64) - 1
+
+
+def splitmix64(state):
+    state = (state + 0x9E3779B97F4A7C15) & M64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return state, z ^ (z >> 31)
+
+
+def rotl(x, k):
+    return ((x << k) | (x >> (64 - k))) & M64
+
+
+class DataRng:
+    def __init__(self, seed, stream=0):
+        _, mix = splitmix64(stream ^ 0xD1B54A32D192ED03)
+        sm = seed ^ mix
+        self.s = []
+        for _ in range(4):
+            sm, w = splitmix64(sm)
+            self.s.append(w)
+
+    def next_u64(self):
+        s = self.s
+        result = (rotl((s[1] * 5) & M64, 7) * 9) & M64
+        t = (s[1] << 17) & M64
+        s[2] ^= s[0]
+        s[3] ^= s[1]
+        s[1] ^= s[2]
+        s[0] ^= s[3]
+        s[2] ^= t
+        s[3] = rotl(s[3], 45)
+        return result
+
+    def below(self, n):
+        threshold = ((1 << 64) - n) % n
+        while True:
+            r = self.next_u64()
+            if r >= threshold:
+                return r % n
+
+
+def eval_rows(n, fraction, seed):
+    k = max(1, int(np.floor(n * fraction + 0.5))) if fraction > 0 else 0
+    order = list(range(n))
+    rng = DataRng(seed)
+    for i in range(n, 1, -1):
+        j = rng.below(i)
+        order[i - 1], order[j] = order[j], order[i - 1]
+    return order[:k]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("command", choices=["data", "init", "loss", "train"])
+    ap.add_argument("--out")
+    ap.add_argument("--rows", type=int)
+    ap.add_argument("--features", type=int)
+    ap.add_argument("--classes", type=int)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--config")
+    ap.add_argument("--weights")
+    ap.add_argument("--x")
+    ap.add_argument("--y")
+    ap.add_argument("--eval-fraction", type=float, default=0.0)
+    ap.add_argument("--steps", type=int)
+    ap.add_argument("--lr", type=float)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(a.seed)
+
+    if a.command == "data":
+        rng = np.random.default_rng(a.seed)
+        centers = rng.normal(0, 2, size=(a.classes, a.features))
+        y = rng.integers(0, a.classes, size=a.rows)
+        x = centers[y] + rng.normal(0, 1, size=(a.rows, a.features))
+        np.save(f"{a.out}/x.npy", x.astype(np.float32))
+        np.save(f"{a.out}/y.npy", y.astype(np.int32))
+        print(json.dumps({"rows": a.rows}))
+        return
+
+    if a.command == "init":
+        model, names = build_model(a.config, a.features)
+        write_safetensors(a.out, named_weights(model, names), {"format": "pt"})
+        print(json.dumps({"tensors": len(named_weights(model, names))}))
+        return
+
+    x = torch.from_numpy(np.load(a.x).astype(np.float32))
+    y = torch.from_numpy(np.load(a.y).astype(np.int64))
+    model, names = build_model(a.config, x.shape[1])
+    load_weights(model, names, a.weights)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    if a.command == "loss":
+        if a.eval_fraction > 0:
+            rows = torch.tensor(eval_rows(x.shape[0], a.eval_fraction, a.seed))
+            x, y = x[rows], y[rows]
+        with torch.no_grad():
+            logits = model(x)
+            loss = loss_fn(logits, y)
+            acc = (logits.argmax(1) == y).double().mean()
+        print(json.dumps({"loss": loss.item(), "accuracy": acc.item(), "rows": int(x.shape[0])}))
+        return
+
+    # train: plain full-batch SGD (mixtrain's sgd with momentum 0) over mixtrain's training rows.
+    if a.eval_fraction > 0:
+        held = set(eval_rows(x.shape[0], a.eval_fraction, a.seed))
+        rows = torch.tensor([i for i in range(x.shape[0]) if i not in held])
+        x, y = x[rows], y[rows]
+    losses = []
+    for _ in range(a.steps):
+        model.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        losses.append(loss.item())
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= a.lr * p.grad
+    print(json.dumps({"losses": losses}))
+
+
+if __name__ == "__main__":
+    main()
