@@ -1,0 +1,32 @@
+# Installs the CMake package of mixtrain: targets export (mixtrain::sdk, mixtrain::core), config,
+# version file and MixtrainPlugin.cmake, into <libdir>/cmake/mixtrain. Included once at the end of
+# the top-level CMakeLists, after every target with EXPORT mixtrain-targets exists.
+include(CMakePackageConfigHelpers)
+
+set(MIXTRAIN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/mixtrain)
+set(MIXTRAIN_BOOST_MIN_VERSION 1.74)
+if(NOT DEFINED MIXTRAIN_INSTALL_PLUGIN_DIR)
+  set(MIXTRAIN_INSTALL_PLUGIN_DIR ${CMAKE_INSTALL_LIBDIR}/mixtrain/plugins)
+endif()
+
+install(EXPORT mixtrain-targets
+  FILE mixtrainTargets.cmake
+  NAMESPACE mixtrain::
+  DESTINATION ${MIXTRAIN_INSTALL_CMAKEDIR})
+
+configure_package_config_file(
+  ${CMAKE_CURRENT_LIST_DIR}/mixtrainConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/mixtrainConfig.cmake
+  INSTALL_DESTINATION ${MIXTRAIN_INSTALL_CMAKEDIR}
+  PATH_VARS MIXTRAIN_INSTALL_PLUGIN_DIR CMAKE_INSTALL_BINDIR)
+# Pre-1.0: a minor release may change the SDK ABI, so only the same major.minor is compatible.
+write_basic_package_version_file(
+  ${CMAKE_CURRENT_BINARY_DIR}/mixtrainConfigVersion.cmake
+  VERSION ${PROJECT_VERSION}
+  COMPATIBILITY SameMinorVersion)
+
+install(FILES
+  ${CMAKE_CURRENT_BINARY_DIR}/mixtrainConfig.cmake
+  ${CMAKE_CURRENT_BINARY_DIR}/mixtrainConfigVersion.cmake
+  ${CMAKE_CURRENT_LIST_DIR}/MixtrainPlugin.cmake
+  DESTINATION ${MIXTRAIN_INSTALL_CMAKEDIR})
