@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The installed SDK works for an out-of-tree author:
+#   1. `cmake --install` of the current build into a fresh prefix has the promised layout and no
+#      test plugins;
+#   2. samples/custom_scaler, custom_policy and embed configure and build against that prefix
+#      alone (same compiler, ccache when the main build uses it);
+#   3. the installed bin/mixtrain trains the quickstart with the sample scaler (found through
+#      [plugins] paths, relative to the config) and the sample policy (through
+#      MIXTRAIN_PLUGIN_PATH), writing summary.json;
+#   4. the embed sample trains and saves;
+#   5. `cmake --install` of a sample puts its plugin where the installed executable finds it.
+# The temporary folder is removed on success and kept (path printed) on failure.
+set -euo pipefail
+
+: "${MIXTRAIN_BUILD_DIR:?}" "${MIXTRAIN_SOURCE_DIR:?}"
+gen=${MIXTRAIN_TEST_GENERATOR:-Ninja}
+build_type=${MIXTRAIN_TEST_BUILD_TYPE:-Release}
+[[ -n $build_type ]] || build_type=Release
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/mixtrain-install-test.XXXXXX")
+ok=0
+finish() {
+  if [[ $ok == 1 ]]; then rm -rf "$tmp"; else echo "FAILED; files kept in $tmp" >&2; fi
+}
+trap finish EXIT
+prefix=$tmp/prefix
+unset MIXTRAIN_PLUGIN_PATH
+
+step() { echo "== $* ($SECONDS s)"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+expect_file() { [[ -f $1 ]] || fail "missing $1"; }
+
+step "install $MIXTRAIN_BUILD_DIR into $prefix"
+cmake --install "$MIXTRAIN_BUILD_DIR" --prefix "$prefix" >"$tmp/install.log"
+expect_file "$prefix/bin/mixtrain"
+expect_file "$prefix/include/mixtrain/sdk/plugin.h"
+expect_file "$prefix/include/mixtrain/core/trainer.h"
+expect_file "$prefix/lib/libmixtrain_sdk.so"
+expect_file "$prefix/lib/libmixtrain_core.so"
+expect_file "$prefix/lib/mixtrain/plugins/libmixtrain_scalers.so"
+expect_file "$prefix/lib/mixtrain/plugins/libmixtrain_backend_cpu.so"
+expect_file "$prefix/lib/cmake/mixtrain/mixtrainConfig.cmake"
+expect_file "$prefix/lib/cmake/mixtrain/mixtrainConfigVersion.cmake"
+expect_file "$prefix/lib/cmake/mixtrain/mixtrainTargets.cmake"
+expect_file "$prefix/lib/cmake/mixtrain/MixtrainPlugin.cmake"
+if compgen -G "$prefix/lib/mixtrain/plugins/libmixtrain_test_*" >/dev/null; then
+  fail "test plugins were installed: $(ls "$prefix"/lib/mixtrain/plugins/libmixtrain_test_*)"
+fi
+
+cmake_args=(-G "$gen" -DCMAKE_BUILD_TYPE="$build_type" -DCMAKE_PREFIX_PATH="$prefix"
+            -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+[[ -n ${MIXTRAIN_TEST_CXX:-} ]] && cmake_args+=(-DCMAKE_CXX_COMPILER="$MIXTRAIN_TEST_CXX")
+[[ -n ${MIXTRAIN_TEST_LAUNCHER:-} ]] && cmake_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER="$MIXTRAIN_TEST_LAUNCHER")
+for sample in custom_scaler custom_policy embed; do
+  step "build samples/$sample out of tree"
+  # A copy, so nothing can reach back into the source tree through relative paths.
+  cp -r "$MIXTRAIN_SOURCE_DIR/samples/$sample" "$tmp/src-$sample"
+  cmake -S "$tmp/src-$sample" -B "$tmp/build-$sample" "${cmake_args[@]}" >"$tmp/configure-$sample.log" 2>&1 ||
+    { cat "$tmp/configure-$sample.log"; fail "configure of $sample"; }
+  cmake --build "$tmp/build-$sample" -j2 >"$tmp/build-$sample.log" 2>&1 ||
+    { cat "$tmp/build-$sample.log"; fail "build of $sample"; }
+done
+expect_file "$tmp/build-custom_scaler/libmixtrain_adaptive_scaler.so"
+expect_file "$tmp/build-custom_policy/libmixtrain_bf16_except.so"
+
+step "train with the installed mixtrain and both sample plugins"
+mkdir -p "$tmp/run"
+cp "$MIXTRAIN_SOURCE_DIR/configs/quickstart.toml" "$tmp/run/quickstart.toml"
+printf '\n[plugins]\npaths = ["../build-custom_scaler"]\n' >>"$tmp/run/quickstart.toml"
+MIXTRAIN_PLUGIN_PATH="$tmp/build-custom_policy" "$prefix/bin/mixtrain" train "$tmp/run/quickstart.toml" \
+  --set scaler.type=adaptive --set scaler.min_interval=10 \
+  --set precision.policy=bf16-except --set run.steps=60 --set run.eval_every=0 \
+  --set backend.threads=2 --run-dir "$tmp/run/out" >"$tmp/train.log" 2>&1 ||
+  { cat "$tmp/train.log"; fail "mixtrain train with the sample plugins"; }
+expect_file "$tmp/run/out/summary.json"
+grep -q 'adaptive' "$tmp/run/out/config.toml" || fail "resolved config does not name the adaptive scaler"
+grep -q 'bf16-except' "$tmp/run/out/config.toml" || fail "resolved config does not name bf16-except"
+grep -q "layer 'head'.*fp32 (fp32_layers)" "$tmp/train.log" || { cat "$tmp/train.log"; fail "bf16-except did not keep head in fp32"; }
+
+step "run the embed sample"
+"$tmp/build-embed/embed_train" "$tmp/run/embed" >"$tmp/embed.log" 2>&1 ||
+  { cat "$tmp/embed.log"; fail "embed_train"; }
+expect_file "$tmp/run/embed/summary.json"
+grep -q '^trained 200 steps' "$tmp/embed.log" || { cat "$tmp/embed.log"; fail "embed_train summary"; }
+
+step "install the sample scaler next to the built-in plugins"
+cmake --install "$tmp/build-custom_scaler" --prefix "$prefix" >/dev/null
+expect_file "$prefix/lib/mixtrain/plugins/libmixtrain_adaptive_scaler.so"
+"$prefix/bin/mixtrain" plugins >"$tmp/plugins.log" 2>&1 || { cat "$tmp/plugins.log"; fail "mixtrain plugins"; }
+grep -q 'adaptive' "$tmp/plugins.log" || { cat "$tmp/plugins.log"; fail "installed adaptive scaler not listed"; }
+
+step "done"
+ok=1
