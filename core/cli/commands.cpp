@@ -169,7 +169,9 @@ int run_compare(const std::vector<std::string>& run_dirs, const std::string& out
   auto comparison = core::compare_runs(dirs);
   const fs::path out = out_dir.empty() ? dirs.front() : fs::path(out_dir);
   auto written = core::write_comparison(comparison, out);
-  std::cout << core::comparison_text(comparison) << "wrote:";
+  std::cout << core::comparison_text(comparison);
+  if (auto diag = core::diagnostics_text(comparison); !diag.empty()) std::cout << "\ndiagnostics:\n" << diag;
+  std::cout << "wrote:";
   for (const auto& p : written) std::cout << " " << p.string();
   std::cout << std::endl;
   return 0;

@@ -101,6 +101,21 @@ void read_metrics(RunData& run, const fs::path& file) {
       r.accuracy = number_or_nan(j, "eval_accuracy", where, kNaN);
       run.evals.push_back(r);
     }
+    if (auto it = j.find("fp8"); it != j.end() && it->is_object())
+      for (const auto& [slot, v] : it->items()) {
+        if (!v.is_object()) continue;
+        auto& d = run.fp8_slots[slot];
+        d.dtype = v.value("dtype", d.dtype);
+        d.max_saturated_share = std::max(d.max_saturated_share, v.value("saturated_share", 0.0));
+        d.max_underflow_share = std::max(d.max_underflow_share, v.value("underflow_share", 0.0));
+        d.last_scale = v.value("scale", d.last_scale);
+      }
+    if (auto it = j.find("underflow"); it != j.end() && it->is_object())
+      for (const auto& [tensor, v] : it->items())
+        if (v.is_object()) {
+          auto& worst = run.max_gradient_underflow[tensor];
+          worst = std::max(worst, v.value("flushed_share", 0.0));
+        }
     // Other records are from a newer writer; skipping them keeps old readers useful.
   }
 }
@@ -386,6 +401,31 @@ std::string comparison_text(const RunComparison& c) {
   return out;
 }
 
+std::string diagnostics_text(const RunComparison& c) {
+  std::string out;
+  char buf[256];
+  for (const auto& run : c.runs) {
+    if (run.fp8_slots.empty() && run.max_gradient_underflow.empty()) continue;
+    out += run.label() + ":\n";
+    for (const auto& [slot, d] : run.fp8_slots) {
+      std::snprintf(buf, sizeof buf, "  fp8 %-24s %-9s scale %-12.6g saturated <= %.4f%%  underflow <= %.4f%%\n",
+                    slot.c_str(), d.dtype.c_str(), d.last_scale, 100.0 * d.max_saturated_share,
+                    100.0 * d.max_underflow_share);
+      out += buf;
+    }
+    // The worst few tensors are what a reader acts on.
+    std::vector<std::pair<double, std::string>> worst;
+    for (const auto& [t, v] : run.max_gradient_underflow) worst.emplace_back(v, t);
+    std::sort(worst.rbegin(), worst.rend());
+    for (std::size_t i = 0; i < worst.size() && i < 5; ++i) {
+      std::snprintf(buf, sizeof buf, "  gradient underflow %-28s up to %.1f%% of non-zero values flushed\n",
+                    worst[i].second.c_str(), 100.0 * worst[i].first);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 std::string comparison_markdown(const RunComparison& c) {
   auto cells = table_cells(c);
   std::string out = "# Parity against the baseline\n\nThe first row is the baseline; every other row is compared with it.\n\n";
@@ -414,6 +454,18 @@ std::string comparison_markdown(const RunComparison& c) {
          "logged, and the step where it occurs. Chart: `compare.svg`.\n";
   return out;
 }
+
+namespace {
+json fp8_json(const RunData& d) {
+  json out = json::object();
+  for (const auto& [slot, v] : d.fp8_slots)
+    out[slot] = {{"dtype", v.dtype},
+                 {"max_saturated_share", v.max_saturated_share},
+                 {"max_underflow_share", v.max_underflow_share},
+                 {"last_scale", v.last_scale}};
+  return out;
+}
+}  // namespace
 
 std::string comparison_json(const RunComparison& c) {
   json runs = json::array();
@@ -445,7 +497,9 @@ std::string comparison_json(const RunComparison& c) {
                     {"samples_per_s", opt_json(r.samples_per_s)},
                     {"samples_per_s_ratio", opt_json(r.samples_per_s_ratio)},
                     {"peak_memory_mib", opt_json(r.peak_memory_mib)},
-                    {"peak_memory_ratio", opt_json(r.peak_memory_ratio)}});
+                    {"peak_memory_ratio", opt_json(r.peak_memory_ratio)},
+                    {"fp8_slots", fp8_json(d)},
+                    {"max_gradient_underflow", d.max_gradient_underflow}});
   }
   // Non-finite numbers have no JSON spelling; nlohmann writes them as null.
   return json{{"baseline", c.rows.front().name}, {"runs", runs}}.dump(2) + "\n";

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <map>
 #include <vector>
 
 namespace mixtrain::core {
@@ -49,6 +50,14 @@ struct RunData {
   std::int64_t skipped_steps = 0;
   std::optional<double> final_loss, eval_loss, eval_accuracy, samples_per_s;
   std::optional<double> peak_memory_bytes;
+  // Diagnostics records: per FP8 operand slot the worst saturated / underflowed share and the
+  // last scale; per tensor the worst share of activation gradients flushed to zero.
+  struct Fp8Slot {
+    std::string dtype;
+    double max_saturated_share = 0.0, max_underflow_share = 0.0, last_scale = 1.0;
+  };
+  std::map<std::string, Fp8Slot> fp8_slots;
+  std::map<std::string, double> max_gradient_underflow;
 
   std::string label() const { return name + " (" + policy + "/" + scaler + ")"; }
 };
@@ -78,6 +87,8 @@ RunComparison compare_runs(const std::vector<std::filesystem::path>& dirs);
 RunComparison compare_runs(std::vector<RunData> runs);
 
 std::string comparison_text(const RunComparison& c);      // aligned table for a terminal
+// The diagnostics of each run (FP8 operand slots, gradient underflow); empty when none logged.
+std::string diagnostics_text(const RunComparison& c);
 std::string comparison_markdown(const RunComparison& c);  // a GitHub markdown table
 std::string comparison_json(const RunComparison& c);      // {"baseline": name, "runs": [...]}
 // Two panels over step: loss per run (skipped steps crossed) and loss scale per run (log2 axis).
