@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "mixtrain/sdk/atomic_file_writer.h"
+
 #include <nlohmann/json.hpp>
 
 #include "native_file_layout.h"
@@ -39,37 +41,15 @@ std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
 
 std::string os_error_text(int err) { return std::generic_category().message(err); }
 
-std::string hint_for_os_error(int err) {
-  switch (err) {
-    case ENOENT:
-      return "the folder does not exist (or was removed); create it or choose another path";
-    case EACCES:
-    case EPERM:
-      return "check the permissions of the folder and the file";
-    case EROFS:
-      return "the file system is read-only; choose a writable location";
-    case ENOSPC:
-    case EDQUOT:
-      return "the disk or quota is full; free space or choose another location";
-    case EISDIR:
-      return "the path names a directory; give a file path such as <dir>/step-100.mxt";
-    case ENOTDIR:
-      return "a component of the path is a file, not a folder; check the path";
-    case EFBIG:
-      return "the file exceeds the size limit of this process or file system (see ulimit -f)";
-    default:
-      return "check the path, the free disk space and the permissions";
-  }
-}
 
+// CRC-32 of each buffer, spread over threads in fixed-size chunks joined with crc32_combine: one
+// core hashes ~1 GB/s, which would otherwise dominate writing a multi-GB state to a fast disk.
 std::uint32_t crc32_of(const std::byte* data, std::size_t size) {
   uLong crc = crc32_z(0L, Z_NULL, 0);
   crc = crc32_z(crc, reinterpret_cast<const Bytef*>(data), size);
   return static_cast<std::uint32_t>(crc);
 }
 
-// CRC-32 of each buffer, spread over threads in fixed-size chunks joined with crc32_combine: one
-// core hashes ~1 GB/s, which would otherwise dominate writing a multi-GB state to a fast disk.
 std::vector<std::uint32_t> crc32_of_each(const std::vector<std::span<const std::byte>>& buffers) {
   constexpr std::size_t kChunk = std::size_t{16} << 20;
   struct Chunk {
@@ -115,20 +95,6 @@ std::vector<std::uint32_t> crc32_of_each(const std::vector<std::span<const std::
 constexpr std::size_t kMaxIoChunk = std::size_t{1} << 30;
 
 // 0 on success, else errno.
-int write_all(int fd, const std::byte* data, std::size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, std::min(size, kMaxIoChunk));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    data += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return 0;
-}
-
-// 0 on success, else errno; a file that ends early reports EIO-free "-1".
 int pread_all(int fd, std::byte* data, std::size_t size, std::uint64_t offset) {
   while (size > 0) {
     const ssize_t n = ::pread(fd, data, std::min(size, kMaxIoChunk), static_cast<off_t>(offset));
@@ -163,20 +129,6 @@ class UniqueFd {
   int fd_;
 };
 
-// Removes the temp file unless the rename succeeded, so no failure path leaves one behind.
-class TempFileGuard {
- public:
-  explicit TempFileGuard(fs::path p) : path_(std::move(p)) {}
-  ~TempFileGuard() {
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-  TempFileGuard(const TempFileGuard&) = delete;
-  TempFileGuard& operator=(const TempFileGuard&) = delete;
-  void release() { path_.clear(); }
-
- private:
-  fs::path path_;
-};
 
 // ------------------------------------------------------------------------------------------------
 // Writing
@@ -268,60 +220,6 @@ std::string encode_header(const fs::path& path, const sdk::TrainingState& state,
                           "metadata values must be UTF-8 text; encode binary data (e.g. base64) "
                           "before storing it");
   }
-}
-
-// Coalesces small pieces (preamble, header, padding, small tensors) into large writes and passes
-// big tensors straight to write(2), so a 400 MB state costs a few dozen syscalls and no copy.
-class BufferedWriter {
- public:
-  BufferedWriter(int fd, const fs::path& target) : fd_(fd), target_(target) {
-    buffer_.reserve(kCapacity);
-  }
-  void append(const std::byte* data, std::size_t size) {
-    if (size >= kCapacity / 2) {
-      flush();
-      check(write_all(fd_, data, size));
-    } else {
-      if (buffer_.size() + size > kCapacity) flush();
-      buffer_.insert(buffer_.end(), data, data + size);
-    }
-    written_ += size;
-  }
-  void append_zeros(std::size_t size) {
-    static constexpr std::array<std::byte, kDataAlignment> zeros{};
-    while (size > 0) {
-      const auto n = std::min(size, zeros.size());
-      append(zeros.data(), n);
-      size -= n;
-    }
-  }
-  void flush() {
-    if (buffer_.empty()) return;
-    check(write_all(fd_, buffer_.data(), buffer_.size()));
-    buffer_.clear();
-  }
-  std::uint64_t written() const { return written_; }
-
- private:
-  static constexpr std::size_t kCapacity = std::size_t{8} << 20;
-  void check(int err) const {
-    if (err != 0)
-      throw CheckpointError("cannot write checkpoint " + quoted(target_) + ": " +
-                                os_error_text(err),
-                            hint_for_os_error(err));
-  }
-  int fd_;
-  const fs::path& target_;
-  std::vector<std::byte> buffer_;
-  std::uint64_t written_ = 0;
-};
-
-fs::path temp_path_for(const fs::path& target) {
-  // pid + counter: unique across processes and across threads of this one.
-  static std::atomic<unsigned> counter{0};
-  const unsigned n = counter.fetch_add(1);
-  return target.parent_path() / ("." + target.filename().string() + ".tmp." +
-                                 std::to_string(::getpid()) + "." + std::to_string(n));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -639,13 +537,13 @@ class CheckpointReader {
         fail("the file does not exist",
              "check the path (and [checkpoint] dir / --resume); list the run folder to see which "
              "checkpoints were written");
-      fail("cannot open the file: " + os_error_text(err), hint_for_os_error(err));
+      fail("cannot open the file: " + os_error_text(err), sdk::hint_for_os_error(err));
     }
     fd_.emplace(fd);
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
       const int err = errno;
-      fail("cannot stat the file: " + os_error_text(err), hint_for_os_error(err));
+      fail("cannot stat the file: " + os_error_text(err), sdk::hint_for_os_error(err));
     }
     if (S_ISDIR(st.st_mode))
       fail("this is a directory, not a checkpoint file",
@@ -661,7 +559,7 @@ class CheckpointReader {
   void read_exact(std::byte* out, std::size_t size, std::uint64_t offset, const std::string& part) {
     const int err = pread_all(fd_->get(), out, size, offset);
     if (err == -1) fail("the file ended while reading " + part + " (was it truncated while open?)");
-    if (err != 0) fail("cannot read " + part + ": " + os_error_text(err), hint_for_os_error(err));
+    if (err != 0) fail("cannot read " + part + ": " + os_error_text(err), sdk::hint_for_os_error(err));
   }
 
   Preamble read_preamble() {
@@ -837,66 +735,17 @@ void NativeCheckpointFormat::write(const fs::path& path, const sdk::TrainingStat
   preamble.header_length = header.size();
   preamble.header_crc32 = crc32_of(reinterpret_cast<const std::byte*>(header.data()), header.size());
 
-  auto fail_os = [&](const std::string& action, int err) {
-    throw CheckpointError("cannot write checkpoint " + quoted(path) + ": " + action + ": " +
-                              os_error_text(err),
-                          hint_for_os_error(err));
-  };
-
-  struct stat target_stat {};
-  const bool target_exists = ::stat(path.c_str(), &target_stat) == 0;
-  if (target_exists && S_ISDIR(target_stat.st_mode)) fail_os("the target is a directory", EISDIR);
-
-  fs::path temp;
-  int fd = -1;
-  for (unsigned attempt = 0; fd < 0; ++attempt) {
-    temp = temp_path_for(path);
-    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    const int err = errno;
-    // EEXIST: a stale temp file from an earlier process with the same pid (containers reuse pids).
-    if (fd < 0 && (err != EEXIST || attempt > 100))
-      fail_os("cannot create the temporary file " + quoted(temp), err);
-  }
-  UniqueFd file(fd);
-  TempFileGuard guard(temp);
-  // Replacing a checkpoint should not silently change who may read it.
-  if (target_exists) ::fchmod(fd, target_stat.st_mode & 07777);
-
-  BufferedWriter out(fd, path);
+  sdk::AtomicFileWriter out(path, fsync_, "checkpoint");
   const auto preamble_bytes = encode_preamble(preamble);
-  out.append(preamble_bytes.data(), preamble_bytes.size());
-  out.append(reinterpret_cast<const std::byte*>(header.data()), header.size());
+  out.write(preamble_bytes.data(), preamble_bytes.size());
+  out.write(header.data(), header.size());
   const std::uint64_t data_start = data_section_offset(header.size());
-  out.append_zeros(static_cast<std::size_t>(data_start - out.written()));
+  out.write_zeros(static_cast<std::size_t>(data_start - out.written()));
   for (const auto& p : plan) {
-    out.append_zeros(static_cast<std::size_t>(data_start + p.offset - out.written()));
-    out.append(p.tensor->bytes.data(), p.tensor->bytes.size());
+    out.write_zeros(static_cast<std::size_t>(data_start + p.offset - out.written()));
+    out.write(p.tensor->bytes.data(), p.tensor->bytes.size());
   }
-  out.flush();
-
-  if (fsync_ && ::fsync(fd) != 0) {
-    const int err = errno;
-    fail_os("fsync of " + quoted(temp) + " failed", err);
-  }
-  if (const int err = file.close_checked(); err != 0) fail_os("closing " + quoted(temp), err);
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    fail_os("cannot rename " + quoted(temp) + " over the target", err);
-  }
-  guard.release();
-
-  if (fsync_) {
-    // The rename already happened, so the new checkpoint is in place: a failure to persist the
-    // directory entry is worth a warning, not an error that would claim the write failed.
-    const fs::path folder = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-    const int dir_fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd < 0 || ::fsync(dir_fd) != 0) {
-      const int err = errno;
-      logger_.warn("checkpoint " + quoted(path) + " written, but fsync of its folder failed (" +
-                   os_error_text(err) + "); it may be lost on power failure");
-    }
-    if (dir_fd >= 0) ::close(dir_fd);
-  }
+  if (auto warning = out.commit(); !warning.empty()) logger_.warn(warning);
 
   if (logger_.enabled(sdk::LogLevel::debug)) {
     const double seconds =

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mixtrain/sdk/atomic_file_writer.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/float_formats.h"
 
@@ -31,16 +32,6 @@ std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
 
 std::string os_error_text(int err) { return std::strerror(err); }
 
-std::string hint_for_os_error(int err) {
-  switch (err) {
-    case ENOSPC: return "the disk is full; free space or write elsewhere";
-    case EACCES:
-    case EPERM: return "check the permissions of the file and its folder";
-    case ENOENT: return "check the path; its folder must exist";
-    case EROFS: return "the file system is read-only; write elsewhere";
-    default: return "check the path and the file system";
-  }
-}
 
 // ------------------------------------------------------------------------------------------------
 // dtypes of the public format
@@ -72,9 +63,7 @@ const char* st_name(sdk::DType t) {
   }
 }
 
-// ------------------------------------------------------------------------------------------------
-// Small POSIX helpers
-
+// Closes the file descriptor of a reader on every path out.
 class UniqueFd {
  public:
   explicit UniqueFd(int fd) : fd_(fd) {}
@@ -84,54 +73,10 @@ class UniqueFd {
   UniqueFd(const UniqueFd&) = delete;
   UniqueFd& operator=(const UniqueFd&) = delete;
   int get() const { return fd_; }
-  // close() can report a deferred write error (NFS, quota), so the writer must see its result.
-  int close_checked() {
-    const int fd = std::exchange(fd_, -1);
-    return ::close(fd) == 0 ? 0 : errno;
-  }
 
  private:
   int fd_;
 };
-
-// Removes the temp file unless the rename succeeded, so no failure path leaves one behind.
-class TempFileGuard {
- public:
-  explicit TempFileGuard(fs::path p) : path_(std::move(p)) {}
-  ~TempFileGuard() {
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-  TempFileGuard(const TempFileGuard&) = delete;
-  TempFileGuard& operator=(const TempFileGuard&) = delete;
-  void release() { path_.clear(); }
-
- private:
-  fs::path path_;
-};
-
-fs::path temp_path_for(const fs::path& target) {
-  // pid + counter: unique across processes and across threads of this one.
-  static std::atomic<unsigned> counter{0};
-  const unsigned n = counter.fetch_add(1);
-  return target.parent_path() / ("." + target.filename().string() + ".tmp." +
-                                 std::to_string(::getpid()) + "." + std::to_string(n));
-}
-
-void write_all(int fd, const void* data, std::size_t n, const fs::path& temp, const fs::path& path) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      throw CheckpointError("cannot write checkpoint " + quoted(path) + ": writing " + quoted(temp) +
-                                " failed: " + os_error_text(err),
-                            hint_for_os_error(err));
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
 
 // ------------------------------------------------------------------------------------------------
 // Writing
@@ -211,7 +156,7 @@ class Reader {
     if (fd < 0) {
       const int err = errno;
       fail(std::string("cannot open it: ") + os_error_text(err),
-           err == ENOENT ? "check the path" : hint_for_os_error(err));
+           err == ENOENT ? "check the path" : sdk::hint_for_os_error(err));
     }
     fd_.emplace(fd);
     struct stat st {};
@@ -503,58 +448,20 @@ void SafetensorsFormat::write(const fs::path& path, const sdk::TrainingState& st
   // Like the reference writer: pad with spaces so the buffer starts 8-byte aligned.
   header.append((8 - header.size() % 8) % 8, ' ');
 
-  auto fail_os = [&](const std::string& action, int err) {
-    throw CheckpointError("cannot write safetensors file " + quoted(path) + ": " + action + ": " +
-                              os_error_text(err),
-                          hint_for_os_error(err));
-  };
-  struct stat target_stat {};
-  const bool target_exists = ::stat(path.c_str(), &target_stat) == 0;
-  if (target_exists && S_ISDIR(target_stat.st_mode)) fail_os("the target is a directory", EISDIR);
-
-  fs::path temp;
-  int fd = -1;
-  for (unsigned attempt = 0; fd < 0; ++attempt) {
-    temp = temp_path_for(path);
-    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    const int err = errno;
-    // EEXIST: a stale temp file from an earlier process with the same pid (containers reuse pids).
-    if (fd < 0 && (err != EEXIST || attempt > 100))
-      fail_os("cannot create the temporary file " + quoted(temp), err);
-  }
-  UniqueFd file(fd);
-  TempFileGuard guard(temp);
-  if (target_exists) ::fchmod(fd, target_stat.st_mode & 07777);
-
+  sdk::AtomicFileWriter out(path, fsync_, "safetensors file");
   unsigned char len_bytes[8];
   std::uint64_t n = header.size();
   for (auto& b : len_bytes) {
     b = static_cast<unsigned char>(n & 0xFF);
     n >>= 8;
   }
-  write_all(fd, len_bytes, 8, temp, path);
-  write_all(fd, header.data(), header.size(), temp, path);
+  out.write(len_bytes, 8);
+  out.write(header.data(), header.size());
   for (const auto& p : plan) {
     const auto bytes = converted_bytes(*p.tensor, p.dtype);
-    write_all(fd, bytes.data(), bytes.size(), temp, path);
+    out.write(bytes.data(), bytes.size());
   }
-
-  if (fsync_ && ::fsync(fd) != 0) fail_os("fsync of " + quoted(temp) + " failed", errno);
-  if (const int err = file.close_checked(); err != 0) fail_os("closing " + quoted(temp), err);
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    fail_os("cannot rename " + quoted(temp) + " over the target", err);
-  }
-  guard.release();
-  if (fsync_) {
-    // The file is in place: failing to persist the folder entry is a warning, not a failed write.
-    const fs::path folder = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-    const int dir_fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd < 0 || ::fsync(dir_fd) != 0)
-      logger_.warn("safetensors file " + quoted(path) + " written, but fsync of its folder failed (" +
-                   os_error_text(errno) + ")");
-    if (dir_fd >= 0) ::close(dir_fd);
-  }
+  if (auto warning = out.commit(); !warning.empty()) logger_.warn(warning);
   logger_.debug("wrote " + quoted(path) + ": " + std::to_string(plan.size()) + " tensors");
 }
 

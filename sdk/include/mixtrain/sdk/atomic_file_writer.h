@@ -1,0 +1,58 @@
+// AtomicFileWriter: write a file so that readers see the old one or the complete new one, never
+// a torn mix — the write path every checkpoint format needs.
+//
+// Contract
+// - The constructor creates a unique temporary file next to `target` (same folder, so the final
+//   rename is atomic), keeping an existing target's permission bits. A target that is a
+//   directory, or a folder that cannot be written, raises CheckpointError.
+// - write() appends bytes (large writes go straight to write(2); small ones are coalesced).
+// - commit() flushes, fsyncs (when `durable`), closes, renames over the target and fsyncs the
+//   folder. It returns a warning text when only that last folder fsync failed (the new file is in
+//   place; the caller logs it), else an empty string.
+// - Destroying an uncommitted writer removes the temporary file: no failure leaves one behind and
+//   the previous target is untouched.
+// - Errors are sdk::CheckpointError naming the target, the operation and the OS error, with a hint.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "mixtrain/sdk/export.h"
+
+namespace mixtrain::sdk {
+
+class MIXTRAIN_SDK_API AtomicFileWriter {
+ public:
+  // `what` names the file in messages ("checkpoint", "safetensors file").
+  AtomicFileWriter(std::filesystem::path target, bool durable, std::string what = "file");
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(const void* data, std::size_t size);
+  void write_zeros(std::size_t size);
+  std::uint64_t written() const { return written_; }
+  std::string commit();
+
+  const std::filesystem::path& temp_path() const { return temp_; }
+
+ private:
+  void flush();
+  [[noreturn]] void fail(const std::string& action, int err) const;
+
+  std::filesystem::path target_, temp_;
+  bool durable_;
+  std::string what_;
+  int fd_ = -1;
+  bool committed_ = false;
+  std::vector<std::byte> buffer_;
+  std::uint64_t written_ = 0;
+};
+
+// A short, actionable hint for an errno from file I/O ("the disk is full; ...").
+MIXTRAIN_SDK_API std::string hint_for_os_error(int err);
+
+}  // namespace mixtrain::sdk
