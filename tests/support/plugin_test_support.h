@@ -3,7 +3,10 @@
 // schema must appear as.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -87,6 +90,29 @@ inline std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Runs `make`, expects a ConfigError and returns it for inspection.
+inline sdk::ConfigError expect_config_error(const std::function<void()>& make) {
+  try {
+    make();
+  } catch (const sdk::ConfigError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no ConfigError thrown";
+  return sdk::ConfigError({}, "", "");
+}
+
+inline bool has(const std::string& text, const std::string& fragment) {
+  return text.find(fragment) != std::string::npos;
+}
+
+// Builds a component of type C from raw option values, as the host would from `table`.
+template <class C>
+void construct(const std::string& table, std::vector<std::pair<std::string, sdk::OptionValue>> values) {
+  CapturingSink sink;
+  C component(resolve(table, C::option_schema(), std::move(values)),
+              context(&sink, "plugin", table, "test"));
 }
 
 }  // namespace mixtrain::test

@@ -15,24 +15,11 @@ using Values = std::vector<std::pair<std::string, sdk::OptionValue>>;
 
 template <class Optimizer>
 void construct(Values values) {
-  test::CapturingSink sink;
-  Optimizer opt(test::resolve("optimizer", Optimizer::option_schema(), std::move(values)),
-                test::context(&sink, "optimizers", "optimizer", "test"));
+  test::construct<Optimizer>("optimizer", std::move(values));
 }
 
-sdk::ConfigError expect_config_error(const std::function<void()>& make) {
-  try {
-    make();
-  } catch (const sdk::ConfigError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no ConfigError thrown";
-  return sdk::ConfigError({}, "", "");
-}
-
-bool has(const std::string& text, const std::string& fragment) {
-  return text.find(fragment) != std::string::npos;
-}
+using test::expect_config_error;
+using test::has;
 
 TEST(optimizers_options, Defaults) {
   const auto sgd = test::resolve("optimizer", SgdOptimizer::option_schema(), {});

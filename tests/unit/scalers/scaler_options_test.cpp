@@ -17,25 +17,11 @@ using Values = std::vector<std::pair<std::string, sdk::OptionValue>>;
 
 template <class Scaler>
 void construct(Values values) {
-  test::CapturingSink sink;
-  Scaler scaler(test::resolve("scaler", Scaler::option_schema(), std::move(values)),
-                test::context(&sink, "scalers", "scaler", "test"));
+  test::construct<Scaler>("scaler", std::move(values));
 }
 
-// Runs `make`, expects a ConfigError and returns it for inspection.
-sdk::ConfigError expect_config_error(const std::function<void()>& make) {
-  try {
-    make();
-  } catch (const sdk::ConfigError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no ConfigError thrown";
-  return sdk::ConfigError({}, "", "");
-}
-
-bool has(const std::string& text, const std::string& fragment) {
-  return text.find(fragment) != std::string::npos;
-}
+using test::expect_config_error;
+using test::has;
 
 TEST(scalers_options, WrongType) {
   const auto e = expect_config_error([] {
