@@ -1,0 +1,374 @@
+// The conformance tests: every DeviceBackend op, on the backend under test and on the reference,
+// same inputs, tolerances from the formats.
+#include "mixtrain/conformance/backend_conformance.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "mixtrain/core/config.h"
+#include "mixtrain/core/experiment.h"
+#include "mixtrain/core/log_sink.h"
+#include "mixtrain/core/plugin_registry.h"
+#include "mixtrain/core/trainer.h"
+
+namespace mixtrain::conformance {
+
+namespace {
+BackendFactory& reference_factory() {
+  static BackendFactory f;
+  return f;
+}
+std::vector<BackendUnderTest>& backends() {
+  static std::vector<BackendUnderTest> b;
+  return b;
+}
+}  // namespace
+
+void set_reference(BackendFactory make) { reference_factory() = std::move(make); }
+void add_backend(std::string name, BackendFactory make, std::vector<std::string> config_overrides) {
+  backends().push_back({std::move(name), std::move(make), std::move(config_overrides)});
+}
+const std::vector<BackendUnderTest>& registered_backends() { return backends(); }
+
+namespace {
+
+using sdk::DType;
+using sdk::Shape;
+using sdk::TensorView;
+
+// A tensor on one backend, freed through it.
+class DeviceTensor {
+ public:
+  DeviceTensor(sdk::DeviceBackend& b, DType dtype, Shape shape) : b_(&b) {
+    view_ = {b.allocate(std::max<std::size_t>(64, static_cast<std::size_t>(shape.numel()) *
+                                                      sdk::dtype_size(dtype))),
+             dtype, shape};
+  }
+  ~DeviceTensor() { b_->deallocate(view_.data); }
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+  const TensorView& view() const { return view_; }
+
+ private:
+  sdk::DeviceBackend* b_;
+  TensorView view_;
+};
+
+std::vector<float> random_values(std::size_t n, unsigned seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Normwise relative difference: the right measure when only accumulation order differs.
+double relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+class Conformance : public ::testing::TestWithParam<BackendUnderTest> {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(reference_factory()) << "set_reference() was not called before RUN_ALL_TESTS";
+    try {
+      tested_ = GetParam().make();
+    } catch (const std::exception& e) {
+      GTEST_SKIP() << "backend '" << GetParam().name << "' is unavailable here: " << e.what();
+    }
+    ref_ = reference_factory()();
+  }
+
+  // A pair of tensors holding the same fp32 values, then cast (by each backend) to `dtype`.
+  struct Pair {
+    std::unique_ptr<DeviceTensor> ref, tested;
+  };
+  Pair upload(const std::vector<float>& values, Shape shape, DType dtype = DType::fp32,
+              float scale = 1.0f) {
+    Pair p;
+    p.ref = make_on(*ref_, values, shape, dtype, scale);
+    p.tested = make_on(*tested_, values, shape, dtype, scale);
+    return p;
+  }
+  static std::unique_ptr<DeviceTensor> make_on(sdk::DeviceBackend& b, const std::vector<float>& values,
+                                               Shape shape, DType dtype, float scale) {
+    auto f32 = std::make_unique<DeviceTensor>(b, DType::fp32, shape);
+    b.copy_from_host(f32->view(), values.data());
+    if (dtype == DType::fp32) return f32;
+    auto out = std::make_unique<DeviceTensor>(b, dtype == DType::tf32 ? DType::fp32 : dtype, shape);
+    sdk::CastArgs args;
+    args.scale = scale;
+    args.saturate = true;
+    b.cast(f32->view(), out->view(), args);
+    return out;
+  }
+  Pair zeros(Shape shape, DType dtype = DType::fp32) {
+    return upload(std::vector<float>(static_cast<std::size_t>(shape.numel()), 0.0f), shape, dtype);
+  }
+  static std::vector<float> download(sdk::DeviceBackend& b, const TensorView& v) {
+    DeviceTensor f32(b, DType::fp32, v.shape);
+    if (v.dtype == DType::fp32) {
+      std::vector<float> h(static_cast<std::size_t>(v.numel()));
+      b.copy_to_host(h.data(), v);
+      return h;
+    }
+    b.cast(v, f32.view());
+    std::vector<float> h(static_cast<std::size_t>(v.numel()));
+    b.copy_to_host(h.data(), f32.view());
+    return h;
+  }
+  std::vector<float> ref_values(const Pair& p) { return download(*ref_, p.ref->view()); }
+  std::vector<float> tested_values(const Pair& p) { return download(*tested_, p.tested->view()); }
+  void expect_close(const Pair& p, double tolerance, const std::string& what) {
+    EXPECT_LE(relative_difference(tested_values(p), ref_values(p)), tolerance) << what;
+  }
+
+  std::shared_ptr<sdk::DeviceBackend> ref_, tested_;
+};
+
+TEST_P(Conformance, CapabilitiesDeclareFp32) {
+  auto caps = tested_->capabilities();
+  EXPECT_FALSE(caps.kind.empty());
+  EXPECT_FALSE(caps.device_name.empty());
+  EXPECT_TRUE(caps.supports(DType::fp32));
+}
+
+TEST_P(Conformance, CastsAgreeBitForBit) {
+  auto values = random_values(4099, 1, -600.f, 600.f);
+  values[0] = 0.0f;
+  values[1] = -0.0f;
+  values[2] = 1e-9f;    // below every 16/8-bit subnormal
+  values[3] = 70000.f;  // overflows fp16
+  for (DType to : {DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2}) {
+    if (!tested_->capabilities().supports(to)) continue;
+    for (float scale : {1.0f, 0.25f}) {
+      auto p = upload(values, Shape{4099}, to, scale);
+      EXPECT_EQ(tested_values(p), ref_values(p)) << sdk::dtype_name(to) << " scale " << scale;
+    }
+  }
+}
+
+TEST_P(Conformance, GemmEveryDeclaredDtypeAndTranspose) {
+  const std::int64_t m = 37, n = 29, k = 53;
+  for (const auto& support : tested_->capabilities().gemm_inputs) {
+    const DType dt = support.dtype;
+    if (!ref_->capabilities().supports(dt) || dt == DType::int32) continue;
+    // tf32 rounding may differ in tie handling between implementations; 16/8-bit inputs are
+    // quantized identically by both backends' casts, so only accumulation order differs.
+    const double tol = dt == DType::tf32 ? 2e-3 : 2e-5;
+    const DType b_dt = dt == DType::fp8_e4m3 ? DType::fp8_e4m3 : dt;
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        Shape sa = ta ? Shape{k, m} : Shape{m, k};
+        Shape sb = tb ? Shape{n, k} : Shape{k, n};
+        auto a = upload(random_values(static_cast<std::size_t>(m * k), 2), sa, dt);
+        auto b = upload(random_values(static_cast<std::size_t>(k * n), 3), sb, b_dt);
+        auto c = upload(random_values(static_cast<std::size_t>(m * n), 4), Shape{m, n});
+        auto bias = upload(random_values(static_cast<std::size_t>(n), 5), Shape{n});
+        for (auto [which, backend] : {std::pair{0, ref_.get()}, std::pair{1, tested_.get()}}) {
+          sdk::GemmArgs g;
+          g.a = {which == 0 ? a.ref->view() : a.tested->view(), ta, 1.0f};
+          g.b = {which == 0 ? b.ref->view() : b.tested->view(), tb, 1.0f};
+          g.c = which == 0 ? c.ref->view() : c.tested->view();
+          g.bias = which == 0 ? bias.ref->view() : bias.tested->view();
+          g.alpha = 1.5f;
+          g.beta = 0.5f;
+          g.compute = dt;
+          backend->gemm(g);
+        }
+        expect_close(c, tol, std::string(sdk::dtype_name(dt)) + (ta ? " At" : " A") + (tb ? " Bt" : " B"));
+      }
+  }
+}
+
+TEST_P(Conformance, LayerKernels) {
+  const std::int64_t rows = 33, cols = 67;
+  auto x = upload(random_values(rows * cols, 6, -3.f, 3.f), Shape{rows, cols});
+  auto dy = upload(random_values(rows * cols, 7), Shape{rows, cols});
+  auto bias = upload(random_values(cols, 8), Shape{cols});
+  for (auto act : {sdk::Activation::relu, sdk::Activation::gelu}) {
+    auto y = zeros(Shape{rows, cols});
+    auto dx = zeros(Shape{rows, cols});
+    ref_->activation_forward(act, x.ref->view(), y.ref->view());
+    tested_->activation_forward(act, x.tested->view(), y.tested->view());
+    expect_close(y, 1e-6, "activation forward");
+    ref_->activation_backward(act, x.ref->view(), dy.ref->view(), dx.ref->view());
+    tested_->activation_backward(act, x.tested->view(), dy.tested->view(), dx.tested->view());
+    expect_close(dx, 1e-6, "activation backward");
+  }
+  auto y = upload(random_values(rows * cols, 9), Shape{rows, cols});
+  ref_->add_bias(y.ref->view(), bias.ref->view());
+  tested_->add_bias(y.tested->view(), bias.tested->view());
+  expect_close(y, 1e-7, "add_bias");
+  auto db = zeros(Shape{cols});
+  ref_->bias_grad(dy.ref->view(), db.ref->view(), false);
+  tested_->bias_grad(dy.tested->view(), db.tested->view(), false);
+  expect_close(db, 1e-6, "bias_grad");
+
+  auto gamma = upload(random_values(cols, 10, 0.5f, 1.5f), Shape{cols});
+  auto beta = upload(random_values(cols, 11), Shape{cols});
+  auto out = zeros(Shape{rows, cols});
+  auto mean = zeros(Shape{rows}), rstd = zeros(Shape{rows});
+  ref_->layernorm_forward(x.ref->view(), gamma.ref->view(), beta.ref->view(), 1e-5f, out.ref->view(),
+                          mean.ref->view(), rstd.ref->view());
+  tested_->layernorm_forward(x.tested->view(), gamma.tested->view(), beta.tested->view(), 1e-5f,
+                             out.tested->view(), mean.tested->view(), rstd.tested->view());
+  expect_close(out, 1e-6, "layernorm forward");
+  expect_close(rstd, 1e-6, "layernorm rstd");
+  auto dx = zeros(Shape{rows, cols});
+  auto dg = zeros(Shape{cols}), dbeta = zeros(Shape{cols});
+  ref_->layernorm_backward(dy.ref->view(), x.ref->view(), gamma.ref->view(), mean.ref->view(),
+                           rstd.ref->view(), dx.ref->view(), dg.ref->view(), dbeta.ref->view(), false);
+  tested_->layernorm_backward(dy.tested->view(), x.tested->view(), gamma.tested->view(),
+                              mean.tested->view(), rstd.tested->view(), dx.tested->view(),
+                              dg.tested->view(), dbeta.tested->view(), false);
+  expect_close(dx, 1e-5, "layernorm dx");
+  expect_close(dg, 1e-5, "layernorm dgamma");
+  expect_close(dbeta, 1e-6, "layernorm dbeta");
+}
+
+TEST_P(Conformance, SoftmaxCrossEntropy) {
+  const std::int64_t rows = 41, classes = 13;
+  auto logits = upload(random_values(rows * classes, 12, -5.f, 5.f), Shape{rows, classes});
+  std::vector<std::int32_t> labels(rows);
+  for (std::int64_t i = 0; i < rows; ++i) labels[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7) % classes);
+  DeviceTensor lr(*ref_, DType::int32, Shape{rows}), lt(*tested_, DType::int32, Shape{rows});
+  ref_->copy_from_host(lr.view(), labels.data());
+  tested_->copy_from_host(lt.view(), labels.data());
+  auto loss = zeros(Shape{1});
+  DeviceTensor cr(*ref_, DType::int32, Shape{1}), ct(*tested_, DType::int32, Shape{1});
+  auto dl = zeros(Shape{rows, classes});
+  ref_->softmax_cross_entropy(logits.ref->view(), lr.view(), 1024.f, loss.ref->view(), cr.view(), dl.ref->view());
+  tested_->softmax_cross_entropy(logits.tested->view(), lt.view(), 1024.f, loss.tested->view(), ct.view(),
+                                 dl.tested->view());
+  expect_close(loss, 1e-6, "loss");
+  expect_close(dl, 1e-6, "dlogits");
+  std::int32_t c_ref = -1, c_tested = -2;
+  ref_->copy_to_host(&c_ref, cr.view());
+  tested_->copy_to_host(&c_tested, ct.view());
+  EXPECT_EQ(c_ref, c_tested);
+}
+
+TEST_P(Conformance, ReductionsAndNonFiniteChecks) {
+  auto a = upload(random_values(1000, 13), Shape{1000});
+  auto b = upload(random_values(333, 14), Shape{333});
+  std::vector<TensorView> vr{a.ref->view(), b.ref->view()}, vt{a.tested->view(), b.tested->view()};
+  EXPECT_NEAR(tested_->sum_of_squares(vt), ref_->sum_of_squares(vr), 1e-9 * ref_->sum_of_squares(vr));
+  EXPECT_FALSE(tested_->unscale_and_check_finite(vt, 0.5f));
+  EXPECT_FALSE(ref_->unscale_and_check_finite(vr, 0.5f));
+  expect_close(a, 0, "unscaled values");
+  EXPECT_EQ(tested_->first_nonfinite(vt), -1);
+  auto bad = random_values(333, 15);
+  bad[200] = std::numeric_limits<float>::infinity();
+  auto c = upload(bad, Shape{333});
+  std::vector<TensorView> vt2{a.tested->view(), c.tested->view()};
+  EXPECT_TRUE(tested_->unscale_and_check_finite(vt2, 1.0f));
+  EXPECT_EQ(tested_->first_nonfinite(vt2), 1);
+}
+
+TEST_P(Conformance, FusedOptimizerUpdates) {
+  const std::int64_t n = 2053;
+  auto master = upload(random_values(n, 16), Shape{n});
+  auto grad = upload(random_values(n, 17), Shape{n});
+  auto m = zeros(Shape{n}), v = zeros(Shape{n});
+  auto working = zeros(Shape{n}, DType::bf16);
+  sdk::AdamWHyper h;
+  h.lr = 1e-2f;
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    h.step = step;
+    sdk::ParamTensors pr{master.ref->view(), grad.ref->view(), working.ref->view(), m.ref->view(), v.ref->view()};
+    sdk::ParamTensors pt{master.tested->view(), grad.tested->view(), working.tested->view(),
+                         m.tested->view(), v.tested->view()};
+    ref_->adamw_update(h, std::span<const sdk::ParamTensors>(&pr, 1));
+    tested_->adamw_update(h, std::span<const sdk::ParamTensors>(&pt, 1));
+  }
+  expect_close(master, 1e-6, "adamw master");
+  expect_close(v, 1e-6, "adamw exp_avg_sq");
+  expect_close(working, 1e-2, "bf16 working copy");  // one bf16 ulp where masters differ in the last bit
+  sdk::SgdHyper s;
+  s.momentum = 0.9f;
+  s.nesterov = true;
+  s.weight_decay = 1e-3f;
+  for (int step = 0; step < 3; ++step) {
+    s.first_step = step == 0;
+    sdk::ParamTensors pr{master.ref->view(), grad.ref->view(), {}, m.ref->view(), {}};
+    sdk::ParamTensors pt{master.tested->view(), grad.tested->view(), {}, m.tested->view(), {}};
+    ref_->sgd_update(s, std::span<const sdk::ParamTensors>(&pr, 1));
+    tested_->sgd_update(s, std::span<const sdk::ParamTensors>(&pt, 1));
+  }
+  expect_close(master, 1e-6, "sgd master");
+}
+
+TEST_P(Conformance, MemoryStatsTrackAllocations) {
+  auto before = tested_->memory_stats();
+  {
+    DeviceTensor t(*tested_, DType::fp32, Shape{1 << 20});
+    auto during = tested_->memory_stats();
+    EXPECT_GE(during.current_bytes, before.current_bytes + (4u << 20));
+    EXPECT_GE(during.peak_bytes, during.current_bytes);
+  }
+  EXPECT_LE(tested_->memory_stats().current_bytes, before.current_bytes + 4096);
+}
+
+// The quickstart model trained for 100 steps on both backends: every step's loss agrees.
+TEST_P(Conformance, TrainingParityOnQuickstart) {
+  auto train = [&](const std::vector<std::string>& backend_sets) {
+    std::ifstream in(std::string(MIXTRAIN_CONFIGS_DIR) + "/quickstart.toml");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto config = core::Config::from_string(
+        ss.str(), "quickstart.toml",
+        [&] {
+          std::vector<std::string> sets = {"run.steps=100", "run.log_every=1", "run.eval_every=0",
+                                           "checkpoint.every=0"};
+          sets.insert(sets.end(), backend_sets.begin(), backend_sets.end());
+          return sets;
+        }());
+    core::PluginRegistry registry(&core::host_log_sink());
+    registry.scan(core::PluginRegistry::default_search_path());
+    auto e = core::parse_experiment(config, registry);
+    auto c = core::create_components(e, registry);
+    auto dir = std::filesystem::temp_directory_path() /
+               ("mixtrain-conformance-" + std::to_string(::getpid()) + "-" +
+                std::to_string(backend_sets.size()));
+    std::filesystem::remove_all(dir);
+    core::TrainOptions opt;
+    opt.run_dir = dir;
+    core::Trainer(e, std::move(c), opt).run();
+    std::vector<double> losses;
+    std::ifstream metrics(dir / "metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
+    }
+    std::filesystem::remove_all(dir);
+    return losses;
+  };
+  if (GetParam().config_overrides.empty())
+    GTEST_SKIP() << "no config selects backend '" << GetParam().name << "'";
+  auto want = train({"backend.type=cpu"});
+  auto got = train(GetParam().config_overrides);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-3 * std::abs(want[i]) + 1e-5) << "step " << i + 1;
+}
+
+INSTANTIATE_TEST_SUITE_P(conformance, Conformance, ::testing::ValuesIn(registered_backends()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace mixtrain::conformance

@@ -1,0 +1,30 @@
+// mixtrain's own conformance run: every backend plugin in the build's plugin folder, checked
+// against the CPU backend. A backend whose factory fails here (no device) is skipped, visibly.
+#include <gtest/gtest.h>
+
+#include "mixtrain/conformance/backend_conformance.h"
+#include "mixtrain/core/log_sink.h"
+#include "mixtrain/core/plugin_registry.h"
+
+int main(int argc, char** argv) {
+  using namespace mixtrain;
+  static core::PluginRegistry registry(&core::host_log_sink());
+  registry.scan({MIXTRAIN_PLUGIN_DIR});
+  auto factory = [](const core::LoadedComponent& c, std::vector<sdk::RawOption> raw = {}) {
+    return [&c, raw]() {
+      auto options = sdk::Options::resolve("backend", c.info.options, raw, {});
+      return registry.create<sdk::DeviceBackend>(c, options);
+    };
+  };
+  const auto& cpu = registry.require(sdk::ComponentKind::backend, "cpu");
+  conformance::set_reference(factory(cpu));
+  for (const auto& c : registry.components())
+    if (c.info.kind == sdk::ComponentKind::backend && c.info.name != "cpu")
+      conformance::add_backend(c.info.name, factory(c), {"backend.type=" + c.info.name});
+  // The CPU backend on one thread: another accumulation order, so the suite's tolerances are
+  // exercised even on a machine with no other backend.
+  conformance::add_backend("cpu_one_thread", factory(cpu, {{"threads", std::int64_t{1}, {}}}),
+                           {"backend.type=cpu", "backend.threads=1"});
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

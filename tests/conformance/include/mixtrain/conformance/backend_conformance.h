@@ -1,0 +1,40 @@
+// The backend conformance kit: one GoogleTest suite that any DeviceBackend must pass against the
+// CPU reference backend.
+//
+// Contract
+// - Before RUN_ALL_TESTS (i.e. in main, before InitGoogleTest), a program calls set_reference()
+//   with a factory of the reference backend and add_backend() once per backend under test. Each
+//   registered backend becomes one instantiation of every test ("conformance/<name>").
+// - A factory that throws (no device, driver missing) makes that backend's tests skip, visibly,
+//   with the factory's message — never fail.
+// - Every op of sdk::DeviceBackend is run on the same inputs on both backends and compared with
+//   tolerances that follow from the formats: inputs are quantized by the backends' own casts
+//   (which must agree bit for bit), so GEMMs differ only by FP32 accumulation order.
+// - run_training_parity() (test "Training") trains the quickstart config for 100 steps on both
+//   backends through the core API and compares the loss of every step.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/sdk/device_backend.h"
+
+namespace mixtrain::conformance {
+
+using BackendFactory = std::function<std::shared_ptr<sdk::DeviceBackend>()>;
+
+struct BackendUnderTest {
+  std::string name;  // test-name suffix
+  BackendFactory make;
+  // `--set` overrides that select this backend for the training-parity test; empty: skip it.
+  std::vector<std::string> config_overrides;
+};
+
+void set_reference(BackendFactory make);
+void add_backend(std::string name, BackendFactory make,
+                 std::vector<std::string> config_overrides = {});
+const std::vector<BackendUnderTest>& registered_backends();
+
+}  // namespace mixtrain::conformance
