@@ -1,8 +1,14 @@
 #!/usr/bin/python3
-"""Wide MLP (1024 -> 4096 -> 4096 -> 1024 -> 10), batch 512, FP32, AdamW, in PyTorch eager on CPU.
+"""Wide MLP (1024 -> 4096 -> 4096 -> 1024 -> 10), batch 512, AdamW, in PyTorch eager on CPU.
 
-The PyTorch twin of configs/mlp-fp32.toml for bench/wide_mlp/run.sh. Run it with Debian's
-interpreter (/usr/bin/python3: python3-torch 1.13), not the python3 first on PATH.
+The PyTorch twin of configs/mlp-fp32.toml (and, with --autocast bf16, of configs/mlp-bf16.toml)
+for bench/wide_mlp/run.sh and run_policies.sh. Run it with Debian's interpreter
+(/usr/bin/python3: python3-torch 1.13), not the python3 first on PATH.
+
+--autocast bf16 is PyTorch's recommended CPU mixed precision: torch.autocast("cpu",
+dtype=torch.bfloat16) around forward + loss only; parameters, gradients and AdamW state stay
+FP32 (no loss scaler: bf16 has fp32's exponent range). Linear layers then run as bf16 matmuls
+(oneDNN/mkldnn in PyTorch 1.13), cross_entropy autocasts to fp32.
 
 Prints one JSON object: steps/s (median over timed windows, after warm-up), the per-window
 figures, peak RSS (ru_maxrss) and the configuration used.
@@ -34,6 +40,8 @@ def main():
     ap.add_argument("--zero-grad", choices=["none", "zero"], default="none",
                     help="zero_grad(set_to_none=True) (PyTorch 2.x default) or zero in place")
     ap.add_argument("--rows", type=int, default=16384, help="synthetic dataset rows")
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                    help="bf16: torch.autocast('cpu', dtype=torch.bfloat16) around forward+loss")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -67,7 +75,11 @@ def main():
         xb = x_all.index_select(0, idx)
         yb = y_all.index_select(0, idx)
         opt.zero_grad(set_to_none=args.zero_grad == "none")
-        loss = F.cross_entropy(model(xb), yb)
+        if args.autocast == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(model(xb), yb)
+        else:
+            loss = F.cross_entropy(model(xb), yb)
         loss.backward()
         opt.step()
         return loss
@@ -90,6 +102,7 @@ def main():
         "batch": args.batch,
         "foreach": args.foreach,
         "zero_grad": args.zero_grad,
+        "autocast": args.autocast,
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
         "warmup_steps": args.warmup,
