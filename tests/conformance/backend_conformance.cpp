@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "embedded_quickstart.h"
 #include "mixtrain/core/config.h"
 #include "mixtrain/core/experiment.h"
 #include "mixtrain/core/log_sink.h"
@@ -327,11 +328,8 @@ TEST_P(Conformance, MemoryStatsTrackAllocations) {
 // The quickstart model trained for 100 steps on both backends: every step's loss agrees.
 TEST_P(Conformance, TrainingParityOnQuickstart) {
   auto train = [&](const std::vector<std::string>& backend_sets) {
-    std::ifstream in(std::string(MIXTRAIN_CONFIGS_DIR) + "/quickstart.toml");
-    std::stringstream ss;
-    ss << in.rdbuf();
     auto config = core::Config::from_string(
-        ss.str(), "quickstart.toml",
+        kEmbeddedQuickstartToml, "quickstart.toml",
         [&] {
           std::vector<std::string> sets = {"run.steps=100", "run.log_every=1", "run.eval_every=0",
                                            "checkpoint.every=0"};
