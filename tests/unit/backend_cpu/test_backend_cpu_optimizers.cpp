@@ -31,6 +31,17 @@ TEST(backend_cpu_mixed_precision, UnscaleAndCheckFiniteScalesEverythingAndFindsL
   c0[6] = kNaN;
   c.set(c0);
   EXPECT_TRUE(be.unscale_and_check_finite(grads, 1.0f));
+  // Scale 1 (no loss scaler) is a read-only check: values untouched, a late inf still found.
+  c0[6] = 3.0f;
+  c.set(c0);
+  const float before = b.get()[123];
+  EXPECT_FALSE(be.unscale_and_check_finite(grads, 1.0f));
+  EXPECT_EQ(b.get()[123], before);
+  auto b1 = b.get();
+  b1[69998] = -kInf;
+  b.set(b1);
+  EXPECT_TRUE(be.unscale_and_check_finite(grads, 1.0f));
+  b.set(b0);
   // Finite before, inf after scaling counts too.
   c0[6] = 3e38f;
   c.set(c0);
