@@ -1,0 +1,107 @@
+#include "cuda_allocator.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <string>
+
+#include "cuda_access.h"
+
+namespace mixtrain::backend_cuda {
+
+namespace {
+
+constexpr std::size_t kMinBlock = 512;
+constexpr std::size_t kSmallLimit = std::size_t{1} << 20;
+constexpr std::size_t kLargeGranule = std::size_t{2} << 20;
+
+std::string mib(std::size_t bytes) {
+  const double m = static_cast<double>(bytes) / (1024.0 * 1024.0);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", m);
+  return std::to_string(bytes) + " bytes (" + buf + ")";
+}
+
+}  // namespace
+
+CachingAllocator::~CachingAllocator() {
+  release_cached();
+  for (auto& [ptr, block] : live_) cudaFree(ptr);
+}
+
+std::size_t CachingAllocator::size_class(std::size_t bytes) {
+  if (bytes <= kMinBlock) return kMinBlock;
+  if (bytes <= kSmallLimit) return std::bit_ceil(bytes);
+  return (bytes + kLargeGranule - 1) / kLargeGranule * kLargeGranule;
+}
+
+void* CachingAllocator::allocate(std::size_t bytes, const char* op) {
+  const std::size_t cls = size_class(bytes);
+  void* ptr = nullptr;
+  if (auto it = free_.find(cls); it != free_.end() && !it->second.empty()) {
+    ptr = it->second.back();
+    it->second.pop_back();
+  } else {
+    cudaError_t status = cudaMalloc(&ptr, cls);
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      cudaDeviceSynchronize();  // cached blocks may still be in use by enqueued work
+      release_cached();
+      status = cudaMalloc(&ptr, cls);
+    }
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      std::size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      if (status == cudaErrorMemoryAllocation)
+        fail(op,
+             "out of device memory: asked for " + mib(bytes) + " with " + mib(current_) +
+                 " allocated by this backend; the device reports " + mib(free_bytes) +
+                 " free of " + mib(total_bytes),
+             "reduce the batch size or the model, or free device memory (other processes: "
+             "nvidia-smi)");
+      check_cuda(status, op, "cudaMalloc of " + std::to_string(cls) + " bytes");
+    }
+    reserved_ += cls;
+  }
+  live_.emplace(ptr, Block{bytes, cls});
+  current_ += bytes;
+  peak_ = std::max(peak_, current_);
+  return ptr;
+}
+
+bool CachingAllocator::deallocate(void* ptr) noexcept {
+  const auto it = live_.find(ptr);
+  if (it == live_.end()) return false;
+  current_ -= it->second.requested;
+  try {
+    free_[it->second.size_class].push_back(ptr);
+  } catch (...) {
+    cudaFree(ptr);  // could not remember it: give it back to the driver
+    reserved_ -= it->second.size_class;
+  }
+  live_.erase(it);
+  return true;
+}
+
+std::size_t CachingAllocator::release_cached() noexcept {
+  std::size_t released = 0;
+  for (auto& [cls, blocks] : free_) {
+    for (void* p : blocks) {
+      cudaFree(p);
+      released += cls;
+    }
+    blocks.clear();
+  }
+  reserved_ -= released;
+  return released;
+}
+
+void CachingAllocator::account_external(std::ptrdiff_t delta) {
+  current_ = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(current_) + delta);
+  peak_ = std::max(peak_, current_);
+}
+
+}  // namespace mixtrain::backend_cuda

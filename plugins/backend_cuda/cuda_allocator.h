@@ -1,0 +1,56 @@
+// CachingAllocator: device memory for one CUDA backend, cached in size classes.
+//
+// Contract
+// - allocate() rounds the request up to a size class (powers of two from 512 B up to 1 MiB, then
+//   multiples of 2 MiB), reuses a cached block of that class when one is free, else cudaMalloc's
+//   one; when cudaMalloc runs out of memory it synchronises the device, releases every cached
+//   block and tries once more, then throws sdk::BackendError naming the bytes asked, the bytes
+//   cached and what cudaMemGetInfo reports free/total.
+// - Blocks come back to the cache on deallocate(); because every op of the backend runs on one
+//   stream, a block reused by a later op is only touched after the earlier ops that used it.
+// - Statistics count the bytes callers asked for (live and peak), like the CPU backend; reserved()
+//   is what the cache holds from the driver. Not thread-safe: the backend serialises calls.
+#pragma once
+
+#include <cstddef>
+#include <unordered_map>
+#include <vector>
+
+namespace mixtrain::backend_cuda {
+
+class CachingAllocator {
+ public:
+  CachingAllocator() = default;
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  void* allocate(std::size_t bytes, const char* op = "allocate");
+  // Returns false when ptr is not a live block of this allocator (nothing is freed then).
+  bool deallocate(void* ptr) noexcept;
+  // Frees every cached (not live) block; returns the bytes released.
+  std::size_t release_cached() noexcept;
+
+  std::size_t current() const { return current_; }
+  std::size_t peak() const { return peak_; }
+  std::size_t live_count() const { return live_.size(); }
+  std::size_t reserved() const { return reserved_; }
+  void reset_peak() { peak_ = current_; }
+  // Adds (or removes) bytes the backend holds outside the cache (workspaces) to the statistics.
+  void account_external(std::ptrdiff_t delta);
+
+  static std::size_t size_class(std::size_t bytes);
+
+ private:
+  struct Block {
+    std::size_t requested;
+    std::size_t size_class;
+  };
+  std::unordered_map<void*, Block> live_;
+  std::unordered_map<std::size_t, std::vector<void*>> free_;
+  std::size_t current_ = 0;
+  std::size_t peak_ = 0;
+  std::size_t reserved_ = 0;
+};
+
+}  // namespace mixtrain::backend_cuda

@@ -1,0 +1,127 @@
+// CudaBackend: the CUDA DeviceBackend. GEMMs run on Tensor Cores through cuBLASLt (cuda_gemm.h);
+// every other op is a CUDA kernel of this plugin (cuda_kernels.cu, cuda_optimizers.cu).
+//
+// Contract (in addition to sdk/device_backend.h)
+// - Construction selects `device` and throws sdk::BackendError carrying CUDA's own error text when
+//   there is no usable device (no driver, no GPU, index out of range). Nothing else is touched then.
+// - Memory: a caching allocator (cuda_allocator.h) over cudaMalloc; memory_stats() counts the
+//   bytes callers asked for plus the backend's own device buffers (cuBLASLt workspace, grow-only
+//   scratch), like the CPU backend counts its GEMM scratch.
+// - One non-blocking stream per backend: every op is enqueued on it in call order. copy_from_host
+//   returns once the host buffer has been read (pageable memory is staged by the driver);
+//   copy_to_host, unscale_and_check_finite, sum_of_squares and first_nonfinite synchronise, as does
+//   synchronize().
+// - Numerics follow the CPU reference (sdk/float_formats.h rounding rules; FP32 math, FP32 or double
+//   reductions in a fixed order). GEMMs accumulate in FP32 on Tensor Cores, so they match the CPU
+//   to the input format's rounding, not bit for bit.
+// - softmax_cross_entropy validates labels on the device (no sync); a label outside [0, classes)
+//   leaves loss/correct/dlogits untouched and raises BackendError at the next synchronising call.
+// - Errors: sdk::BackendError naming "backend_cuda.<op>", the tensor, its dtype/shape, and a fix.
+// - Threading: one host thread at a time; each call makes the backend's device current.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cuda_allocator.h"
+#include "cuda_kernels.h"
+#include "cuda_scratch.h"
+#include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/options.h"
+
+namespace mixtrain::backend_cuda {
+
+class GemmEngine;  // cuda_gemm.h
+
+class CudaBackend final : public sdk::DeviceBackend {
+ public:
+  explicit CudaBackend(int device = 0);
+  ~CudaBackend() override;
+
+  // Number of visible CUDA devices, or throws BackendError with CUDA's error text.
+  static int device_count();
+  // The options of component "cuda": `device`.
+  static sdk::OptionSchema option_schema();
+
+  int device() const noexcept { return device_; }
+  int sm_version() const noexcept { return sm_; }  // 90 for sm_90
+  std::size_t cached_gemm_plans() const noexcept;
+
+  sdk::BackendCapabilities capabilities() const override;
+
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* ptr) noexcept override;
+  sdk::MemoryStats memory_stats() const override;
+  void reset_peak_memory() override;
+  void copy_from_host(sdk::TensorView dst, const void* src) override;
+  void copy_to_host(void* dst, sdk::TensorView src) override;
+  void copy(sdk::TensorView dst, sdk::TensorView src) override;
+  void synchronize() override;
+
+  void gemm(const sdk::GemmArgs& args) override;
+  void cast(sdk::TensorView src, sdk::TensorView dst, const sdk::CastArgs& args = {}) override;
+
+  void add_bias(sdk::TensorView y, sdk::TensorView bias) override;
+  void bias_grad(sdk::TensorView dy, sdk::TensorView dbias, bool accumulate) override;
+  void activation_forward(sdk::Activation act, sdk::TensorView x, sdk::TensorView y) override;
+  void activation_backward(sdk::Activation act, sdk::TensorView x, sdk::TensorView dy,
+                           sdk::TensorView dx) override;
+  void layernorm_forward(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta,
+                         float eps, sdk::TensorView y, sdk::TensorView mean,
+                         sdk::TensorView rstd) override;
+  void layernorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView gamma,
+                          sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
+                          sdk::TensorView dgamma, sdk::TensorView dbeta,
+                          bool accumulate) override;
+  void softmax_cross_entropy(sdk::TensorView logits, sdk::TensorView labels, float grad_scale,
+                             sdk::TensorView loss, sdk::TensorView correct,
+                             sdk::TensorView dlogits) override;
+
+  void fill(sdk::TensorView x, float value) override;
+  void scale(sdk::TensorView x, float alpha) override;
+  void axpy(float alpha, sdk::TensorView x, sdk::TensorView y) override;
+
+  bool unscale_and_check_finite(std::span<const sdk::TensorView> grads, float inv_scale) override;
+  double sum_of_squares(std::span<const sdk::TensorView> tensors) override;
+  int first_nonfinite(std::span<const sdk::TensorView> tensors) override;
+
+  void sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params) override;
+  void adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params) override;
+
+ private:
+  // Makes the backend's device current on this thread.
+  void activate() const;
+  // Waits for the stream, then raises any error a kernel left (bad labels) or a launch failure.
+  void sync(const char* op);
+  void check_deferred_errors();
+  // Folds growth of the backend's own buffers into the memory statistics.
+  void account_buffers();
+  // Uploads the tensor and chunk tables of a multi-tensor op; returns the number of chunks.
+  template <class Ref>
+  int upload_tables(const std::vector<Ref>& refs, const std::vector<std::int64_t>& numels,
+                    const Ref** dev_refs, const kernels::Chunk** dev_chunks, const char* op);
+  template <class T>
+  T* host_result(std::size_t count);
+
+  int device_ = 0;
+  int sm_ = 0;
+  int multiprocessors_ = 0;
+  std::string name_;
+  std::size_t total_memory_ = 0;
+  cudaStream_t stream_ = nullptr;
+  CachingAllocator allocator_;
+  std::unique_ptr<GemmEngine> gemm_;
+  DeviceScratch tables_, partial_, partial2_, flags_;
+  kernels::ErrorRecord* error_ = nullptr;  // device
+  void* pinned_ = nullptr;                 // host, 4 KiB for results read back
+  bool labels_pending_ = false;
+  std::size_t buffer_bytes_ = 0;  // own buffers already folded into the statistics
+  std::vector<unsigned char> host_tables_;
+};
+
+}  // namespace mixtrain::backend_cuda

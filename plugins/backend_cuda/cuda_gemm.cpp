@@ -1,0 +1,370 @@
+#include "cuda_gemm.h"
+
+#include <algorithm>
+#include <bit>
+#include <functional>
+#include <vector>
+
+#include "cuda_access.h"
+#include "cuda_kernels.h"
+
+namespace mixtrain::backend_cuda {
+
+using sdk::DType;
+
+namespace {
+
+constexpr const char* kSupportedInputs =
+    "A/B in fp32, tf32, bf16, fp16, fp8_e4m3 or fp8_e5m2 (any mix), C in fp32, bf16 or fp16";
+
+void check_cublas(cublasStatus_t status, std::string_view what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  fail("gemm",
+       std::string(what) + " failed: " + cublasLtGetStatusName(status) + ": " +
+           cublasLtGetStatusString(status),
+       "report the shapes and dtypes of this GEMM; choose backend.type = \"cpu\" meanwhile");
+}
+
+bool is_gemm_input(DType t) { return is_storage_float(t) || sdk::is_fp8(t); }
+
+DType storage_of(DType t) { return t == DType::tf32 ? DType::fp32 : t; }
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::fp16: return CUDA_R_16F;
+    case DType::fp8_e4m3: return CUDA_R_8F_E4M3;
+    case DType::fp8_e5m2: return CUDA_R_8F_E5M2;
+    default: return CUDA_R_32F;
+  }
+}
+
+// Rows of a [.., cols] view with leading dims folded (right when cols is 0).
+std::int64_t folded_rows(const sdk::Shape& s) {
+  std::int64_t r = 1;
+  for (int i = 0; i + 1 < s.rank; ++i) r *= s[i];
+  return r;
+}
+
+int alignment_of(const void* p) {
+  const auto v = reinterpret_cast<std::uintptr_t>(p);
+  if (v == 0) return 256;
+  return static_cast<int>(std::min<std::uintptr_t>(256, v & (~v + 1)));
+}
+
+// Output types cuBLASLt offers for an input type with FP32 compute (cuBLASLt's type table).
+bool direct_output(DType in, DType c) {
+  switch (in) {
+    case DType::fp32: return c == DType::fp32;
+    case DType::bf16: return c == DType::fp32 || c == DType::bf16;
+    case DType::fp16: return c == DType::fp32 || c == DType::fp16;
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2: return c == DType::fp32 || c == DType::bf16 || c == DType::fp16;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+std::size_t GemmEngine::KeyHash::operator()(const Key& key) const noexcept {
+  std::size_t h = std::hash<std::int64_t>{}(key.m);
+  auto mix = [&h](std::size_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  mix(std::hash<std::int64_t>{}(key.n));
+  mix(std::hash<std::int64_t>{}(key.k));
+  mix((key.trans_a ? 1u : 0u) | (key.trans_b ? 2u : 0u) | (key.bias_epilogue ? 4u : 0u) |
+      (key.beta_nonzero ? 8u : 0u) | (key.fp8_scales ? 16u : 0u));
+  mix(static_cast<std::size_t>(key.a_type) * 131 + static_cast<std::size_t>(key.b_type) * 17 +
+      static_cast<std::size_t>(key.d_type) * 7 + static_cast<std::size_t>(key.compute) * 1009);
+  mix(static_cast<std::size_t>(key.alignment));
+  return h;
+}
+
+GemmEngine::GemmEngine(int sm_version, cudaStream_t stream) : sm_(sm_version), stream_(stream) {
+  check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
+  cudaError_t status = cudaMalloc(&workspace_, kWorkspaceBytes);
+  if (status == cudaSuccess) status = cudaMalloc(reinterpret_cast<void**>(&scales_), 2 * sizeof(float));
+  if (status != cudaSuccess) {
+    if (workspace_ != nullptr) cudaFree(workspace_);
+    cublasLtDestroy(handle_);
+    check_cuda(status, "create", "cudaMalloc of the 32 MiB cuBLASLt workspace");
+  }
+}
+
+GemmEngine::~GemmEngine() {
+  for (auto& [key, plan] : plans_) {
+    if (plan.desc != nullptr) cublasLtMatmulDescDestroy(plan.desc);
+    if (plan.a != nullptr) cublasLtMatrixLayoutDestroy(plan.a);
+    if (plan.b != nullptr) cublasLtMatrixLayoutDestroy(plan.b);
+    if (plan.d != nullptr) cublasLtMatrixLayoutDestroy(plan.d);
+  }
+  if (scales_ != nullptr) cudaFree(scales_);
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+std::size_t GemmEngine::device_bytes() const {
+  return kWorkspaceBytes + scratch_a_.capacity() + scratch_b_.capacity() + scratch_d_.capacity();
+}
+
+GemmEngine::Plan& GemmEngine::plan_for(const Key& key) {
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+  return plans_.emplace(key, create_plan(key)).first->second;
+}
+
+GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
+  Plan plan;
+  const auto compute = static_cast<cublasComputeType_t>(key.compute);
+  if (cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) {
+    plan.desc = nullptr;
+    return plan;
+  }
+  const cublasOperation_t ta = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+  cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+  if (key.bias_epilogue) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = CUDA_R_32F;
+    const void* placeholder = workspace_;  // the real bias pointer is set per call
+    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                   sizeof bias_type);
+    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &placeholder,
+                                   sizeof placeholder);
+  }
+  if (key.fp8_scales) {
+    const float* scale_a = scales_;      // cuBLASLt's A is our B
+    const float* scale_b = scales_ + 1;  // cuBLASLt's B is our A
+    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a,
+                                   sizeof scale_a);
+    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b,
+                                   sizeof scale_b);
+  }
+  // cuBLASLt computes D[m_lt, n_lt] = op(A_lt)[m_lt, k] op(B_lt)[k, n_lt], column-major, with
+  // m_lt = key.m (our n) and n_lt = key.n (our m). Stored (not transposed) shapes:
+  const std::int64_t a_rows = key.trans_a ? key.k : key.m, a_cols = key.trans_a ? key.m : key.k;
+  const std::int64_t b_rows = key.trans_b ? key.n : key.k, b_cols = key.trans_b ? key.k : key.n;
+  bool ok = cublasLtMatrixLayoutCreate(&plan.a, static_cast<cudaDataType_t>(key.a_type),
+                                       static_cast<std::uint64_t>(a_rows),
+                                       static_cast<std::uint64_t>(a_cols), a_rows) ==
+            CUBLAS_STATUS_SUCCESS;
+  ok = ok && cublasLtMatrixLayoutCreate(&plan.b, static_cast<cudaDataType_t>(key.b_type),
+                                        static_cast<std::uint64_t>(b_rows),
+                                        static_cast<std::uint64_t>(b_cols), b_rows) ==
+                 CUBLAS_STATUS_SUCCESS;
+  ok = ok && cublasLtMatrixLayoutCreate(&plan.d, static_cast<cudaDataType_t>(key.d_type),
+                                        static_cast<std::uint64_t>(key.m),
+                                        static_cast<std::uint64_t>(key.n), key.m) ==
+                 CUBLAS_STATUS_SUCCESS;
+  if (!ok) return plan;
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return plan;
+  const std::uint64_t ws = kWorkspaceBytes;
+  const auto align = static_cast<std::uint32_t>(key.alignment);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+  cublasLtMatmulHeuristicResult_t result{};
+  int count = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, 1, &result, &count);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (status == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+    plan.algo = result.algo;
+    plan.ok = true;
+  }
+  return plan;
+}
+
+GemmEngine::Operand GemmEngine::decoded(const sdk::GemmOperand& op, const Operand& in, DType to,
+                                        bool apply_scale, DeviceScratch& scratch) {
+  (void)op;
+  const std::int64_t numel = in.rows * in.cols;
+  void* out = scratch.get(static_cast<std::size_t>(numel) * sdk::dtype_size(to), stream_, "gemm");
+  const float scale = apply_scale && sdk::is_fp8(in.dtype) ? in.scale_inv : 1.0f;
+  check_cuda(kernels::cast(in.data, elem_of(in.dtype), out, elem_of(to), false, numel, scale, false,
+                           nullptr, stream_),
+             "gemm", "operand decode kernel");
+  Operand r = in;
+  r.data = out;
+  r.dtype = to;
+  r.scale_inv = 1.0f;
+  return r;
+}
+
+GemmEngine::Operand GemmEngine::transposed(const Operand& in, DeviceScratch& scratch) {
+  const std::size_t bytes = static_cast<std::size_t>(in.rows * in.cols) * sdk::dtype_size(in.dtype);
+  void* out = scratch.get(bytes, stream_, "gemm");
+  check_cuda(kernels::transpose(in.data, out, in.rows, in.cols,
+                                static_cast<int>(sdk::dtype_size(in.dtype)), stream_),
+             "gemm", "FP8 operand transpose kernel");
+  Operand r = in;
+  r.data = out;
+  r.rows = in.cols;
+  r.cols = in.rows;
+  r.transpose = !in.transpose;
+  return r;
+}
+
+bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Operand& b, float alpha,
+                         bool tf32, bool fp8_scales, Output output, std::int64_t m, std::int64_t n,
+                         std::int64_t k) {
+  const bool has_bias = !args.bias.empty();
+  const DType c_dtype = storage_of(args.c.dtype);
+  const DType d_dtype = output == Output::direct ? c_dtype : DType::fp32;
+  const bool epilogue = has_bias && output != Output::fp32_kernel_bias;
+  const bool compute_tf32 = tf32 && a.dtype == DType::fp32 && b.dtype == DType::fp32;
+  int align = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(args.c.data)});
+  if (has_bias) align = std::min(align, alignment_of(args.bias.data));
+  const Key key{n,
+                m,
+                k,
+                b.transpose,
+                a.transpose,
+                static_cast<int>(cuda_type(b.dtype)),
+                static_cast<int>(cuda_type(a.dtype)),
+                static_cast<int>(cuda_type(d_dtype)),
+                static_cast<int>(compute_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F),
+                epilogue,
+                args.beta != 0.0f,
+                fp8_scales,
+                align};
+  Plan& plan = plan_for(key);
+  if (!plan.ok) return false;
+
+  void* d = args.c.data;
+  if (d_dtype != c_dtype) {
+    d = scratch_d_.get(static_cast<std::size_t>(m * n) * sizeof(float), stream_, "gemm");
+    if (args.beta != 0.0f)
+      check_cuda(kernels::cast(args.c.data, elem_of(c_dtype), d, kernels::Elem::f32, false, m * n,
+                               1.0f, false, nullptr, stream_),
+                 "gemm", "C decode kernel");
+  }
+  if (epilogue) {
+    const void* bias = args.bias.data;
+    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  }
+  if (fp8_scales) {
+    const float host_scales[2] = {b.scale_inv, a.scale_inv};  // cuBLASLt's A is our B
+    check_cuda(cudaMemcpyAsync(scales_, host_scales, sizeof host_scales, cudaMemcpyHostToDevice,
+                               stream_),
+               "gemm", "upload of the FP8 scales");
+  }
+  const float beta = args.beta;
+  const cublasStatus_t status =
+      cublasLtMatmul(handle_, plan.desc, &alpha, b.data, plan.a, a.data, plan.b, &beta, d, plan.d,
+                     d, plan.d, &plan.algo, workspace_, kWorkspaceBytes, stream_);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
+    plan.ok = false;  // remembered: the next call goes straight to the next strategy
+    return false;
+  }
+  check_cublas(status, "cublasLtMatmul");
+  if (has_bias && !epilogue)
+    check_cuda(kernels::add_bias(d, kernels::Elem::f32, args.bias.data, kernels::Elem::f32, m, n,
+                                 stream_),
+               "gemm", "bias kernel");
+  if (d != args.c.data)
+    check_cuda(kernels::cast(d, kernels::Elem::f32, args.c.data, elem_of(c_dtype), false, m * n,
+                             1.0f, false, nullptr, stream_),
+               "gemm", "C encode kernel");
+  return true;
+}
+
+void GemmEngine::run(const sdk::GemmArgs& args) {
+  const auto& av = args.a.view;
+  const auto& bv = args.b.view;
+  require_present("gemm", "A", av);
+  require_present("gemm", "B", bv);
+  require_present("gemm", "C", args.c);
+  if (!is_gemm_input(av.dtype) || !is_gemm_input(bv.dtype))
+    fail("gemm",
+         "input dtypes A=" + std::string(sdk::dtype_name(av.dtype)) +
+             ", B=" + std::string(sdk::dtype_name(bv.dtype)) +
+             " are not supported; this backend takes " + kSupportedInputs,
+         "cast A and B to a floating-point storage dtype (backend.cast)");
+  const std::int64_t m = args.a.transpose ? av.shape.cols() : folded_rows(av.shape);
+  const std::int64_t k = args.a.transpose ? folded_rows(av.shape) : av.shape.cols();
+  const std::int64_t kb = args.b.transpose ? bv.shape.cols() : folded_rows(bv.shape);
+  const std::int64_t n = args.b.transpose ? folded_rows(bv.shape) : bv.shape.cols();
+  if (k != kb)
+    fail("gemm",
+         "inner dimensions differ: op(A) is [" + std::to_string(m) + ", " + std::to_string(k) +
+             "] (A " + describe(av) + (args.a.transpose ? ", transposed" : "") + ") but op(B) is [" +
+             std::to_string(kb) + ", " + std::to_string(n) + "] (B " + describe(bv) +
+             (args.b.transpose ? ", transposed" : "") + ")",
+         "check the transpose flags and the operand order");
+  if (args.c.shape.cols() != n || args.c.numel() != m * n)
+    fail("gemm",
+         "C is " + describe(args.c) + " but op(A)*op(B) is [" + std::to_string(m) + ", " +
+             std::to_string(n) + "]",
+         "allocate C with shape [m, n]");
+  if (!is_storage_float(args.c.dtype))
+    fail("gemm", "C dtype " + std::string(sdk::dtype_name(args.c.dtype)) + " is not supported",
+         "use an fp32, bf16 or fp16 output");
+  const bool has_bias = !args.bias.empty();
+  if (has_bias) {
+    require_fp32("gemm", "bias", args.bias);
+    require_numel("gemm", "bias", args.bias, n);
+  }
+  if (m == 0 || n == 0) return;
+  const kernels::Elem c_elem = elem_of(args.c.dtype);
+  if (k == 0) {  // empty inner product: C = beta*C + bias
+    if (args.beta == 0.0f)
+      check_cuda(kernels::fill(args.c.data, c_elem, m * n, 0.0f, stream_), "gemm", "fill kernel");
+    else if (args.beta != 1.0f)
+      check_cuda(kernels::scale(args.c.data, c_elem, m * n, args.beta, stream_), "gemm",
+                 "scale kernel");
+    if (has_bias)
+      check_cuda(kernels::add_bias(args.c.data, c_elem, args.bias.data, kernels::Elem::f32, m, n,
+                                   stream_),
+                 "gemm", "bias kernel");
+    return;
+  }
+
+  const bool tf32 = args.compute == DType::tf32 || av.dtype == DType::tf32 || bv.dtype == DType::tf32;
+  const Operand a{av.data, storage_of(av.dtype), args.a.transpose, folded_rows(av.shape),
+                  av.shape.cols(), args.a.scale_inv};
+  const Operand b{bv.data, storage_of(bv.dtype), args.b.transpose, folded_rows(bv.shape),
+                  bv.shape.cols(), args.b.scale_inv};
+  const DType c_dtype = storage_of(args.c.dtype);
+
+  // Output strategies in order of preference for given input types.
+  auto attempt = [&](const Operand& x, const Operand& y, float alpha, bool fp8_scales) {
+    std::vector<Output> outputs;
+    if (direct_output(x.dtype, c_dtype)) outputs.push_back(Output::direct);
+    if (c_dtype != DType::fp32) outputs.push_back(Output::fp32_epilogue);
+    if (has_bias) outputs.push_back(Output::fp32_kernel_bias);
+    for (Output o : outputs)
+      if (try_run(args, x, y, alpha, tf32, fp8_scales, o, m, n, k)) return true;
+    return false;
+  };
+
+  if (a.dtype == b.dtype && !sdk::is_fp8(a.dtype)) {
+    if (attempt(a, b, args.alpha, false)) return;
+  } else if (sdk::is_fp8(a.dtype) && sdk::is_fp8(b.dtype)) {
+    const bool both_e5m2 = a.dtype == DType::fp8_e5m2 && b.dtype == DType::fp8_e5m2;
+    if (fp8_native() && !both_e5m2 && k % 16 == 0) {
+      // cuBLASLt's "TN": its A (our B) transposed, its B (our A) not.
+      const Operand x = a.transpose ? transposed(a, scratch_a_) : a;
+      const Operand y = b.transpose ? b : transposed(b, scratch_b_);
+      if (attempt(x, y, args.alpha, true)) return;
+    }
+    // Exact: every e4m3 / e5m2 value is a bf16 value; the scales move into alpha.
+    const Operand x = decoded(args.a, a, DType::bf16, false, scratch_a_);
+    const Operand y = decoded(args.b, b, DType::bf16, false, scratch_b_);
+    if (attempt(x, y, args.alpha * a.scale_inv * b.scale_inv, false)) return;
+  }
+  // Any other mix, or a declined combination: both operands decoded to fp32 (x scale_inv).
+  const Operand x = a.dtype == DType::fp32 ? a : decoded(args.a, a, DType::fp32, true, scratch_a_);
+  const Operand y = b.dtype == DType::fp32 ? b : decoded(args.b, b, DType::fp32, true, scratch_b_);
+  if (attempt(x, y, args.alpha, false)) return;
+  fail("gemm",
+       "cuBLASLt has no kernel for A " + describe(av) + ", B " + describe(bv) + ", C " +
+           describe(args.c) + " (m=" + std::to_string(m) + " n=" + std::to_string(n) +
+           " k=" + std::to_string(k) + ")",
+       "report this shape; choose backend.type = \"cpu\" meanwhile");
+}
+
+}  // namespace mixtrain::backend_cuda

@@ -1,0 +1,102 @@
+// GemmEngine: C = alpha*op(A)*op(B) + beta*C (+ bias) through cuBLASLt on Tensor Cores.
+//
+// Contract
+// - Row-major operands map onto cuBLASLt's column-major API by computing C^T = op(B)^T op(A)^T:
+//   cuBLASLt's "A" is our B and its "B" is our A, with m and n swapped; transposes are layout
+//   flags, never copies (except FP8, below).
+// - Inputs: fp32 (CUBLAS_COMPUTE_32F), tf32 (fp32 storage, CUBLAS_COMPUTE_32F_FAST_TF32; asked by
+//   `compute = tf32` or a tf32 view), bf16 and fp16 (FP32 accumulation); C/D in the caller's dtype
+//   where cuBLASLt has the combination, else D is fp32 scratch encoded once (RNE) into C.
+// - FP8 (sm_89+): e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3 natively with A/B scale pointers (device
+//   floats holding each operand's scale_inv) and FP32 accumulation. cuBLASLt on Ada/Hopper wants
+//   FP8 in the "TN" layout (its A transposed, its B not), i.e. our B transposed and our A not; other
+//   layouts are transposed into scratch first. e5m2 x e5m2, FP8 before sm_89, or an FP8 GEMM
+//   cuBLASLt declines, decode both operands exactly to bf16 (every fp8 value is a bf16 value) and
+//   fold the scales into alpha. Other mixes (fp32 with bf16, bf16 with fp16, fp8 with fp32, ...)
+//   decode both operands to fp32 (x scale_inv) and run the fp32 (or tf32) GEMM.
+// - Bias (fp32 [n]) rides the CUBLASLT_EPILOGUE_BIAS epilogue after alpha/beta, so alpha never
+//   scales it; where cuBLASLt has no fp32-bias kernel for the types, D is fp32 and the bias is added
+//   by a kernel before the single rounding to C's dtype.
+// - One plan per (m, n, k, transposes, A/B/D types, compute, epilogue, beta != 0, pointer
+//   alignment, fp8 scales): descriptors plus the heuristic's best algorithm, cached; a combination
+//   cuBLASLt declines is remembered and the next strategy is used.
+// - Workspace: 32 MiB, allocated once. Not thread-safe: one engine per backend.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+#include "cuda_scratch.h"
+#include "mixtrain/sdk/device_backend.h"
+
+namespace mixtrain::backend_cuda {
+
+class GemmEngine {
+ public:
+  GemmEngine(int sm_version, cudaStream_t stream);
+  ~GemmEngine();
+  GemmEngine(const GemmEngine&) = delete;
+  GemmEngine& operator=(const GemmEngine&) = delete;
+
+  void run(const sdk::GemmArgs& args);
+
+  bool fp8_native() const { return sm_ >= 89; }
+  std::size_t cached_plans() const { return plans_.size(); }
+  // Workspace plus scratch, for the memory statistics.
+  std::size_t device_bytes() const;
+  static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+
+ private:
+  struct Key {
+    std::int64_t m, n, k;
+    bool trans_a, trans_b;  // cuBLASLt's (i.e. our B's, our A's)
+    int a_type, b_type, d_type;
+    int compute;
+    bool bias_epilogue, beta_nonzero, fp8_scales;
+    int alignment;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& key) const noexcept;
+  };
+  struct Plan {
+    bool ok = false;
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  // An operand as it enters cuBLASLt.
+  struct Operand {
+    const void* data;
+    sdk::DType dtype;  // fp32, bf16, fp16, fp8_e4m3, fp8_e5m2 (tf32 views are fp32)
+    bool transpose;
+    std::int64_t rows, cols;  // stored shape (row-major)
+    float scale_inv;          // fp8 only
+  };
+  enum class Output { direct, fp32_epilogue, fp32_kernel_bias };
+
+  Plan& plan_for(const Key& key);
+  Plan create_plan(const Key& key);
+  // Tries one strategy; false when cuBLASLt declines it (nothing was written then).
+  bool try_run(const sdk::GemmArgs& args, const Operand& a, const Operand& b, float alpha,
+               bool tf32, bool fp8_scales, Output output, std::int64_t m, std::int64_t n,
+               std::int64_t k);
+  Operand decoded(const sdk::GemmOperand& op, const Operand& in, sdk::DType to, bool apply_scale,
+                  DeviceScratch& scratch);
+  Operand transposed(const Operand& in, DeviceScratch& scratch);
+
+  int sm_;
+  cudaStream_t stream_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  float* scales_ = nullptr;  // device [2]: A and B scale_inv of the current FP8 GEMM
+  std::unordered_map<Key, Plan, KeyHash> plans_;
+  DeviceScratch scratch_a_, scratch_b_, scratch_d_;
+};
+
+}  // namespace mixtrain::backend_cuda

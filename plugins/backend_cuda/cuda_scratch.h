@@ -1,0 +1,63 @@
+// DeviceScratch: a grow-only device buffer for an op's temporaries (converted GEMM operands,
+// partial sums, multi-tensor tables).
+//
+// Contract: get(bytes) returns at least `bytes` of device memory valid until the next get() that
+// grows it. Growing synchronises `stream` before freeing the old buffer (earlier ops may still read
+// it); steady state does no allocation. capacity() feeds the backend's memory statistics.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+
+#include "cuda_access.h"
+
+namespace mixtrain::backend_cuda {
+
+class DeviceScratch {
+ public:
+  DeviceScratch() = default;
+  ~DeviceScratch() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+
+  void* get(std::size_t bytes, cudaStream_t stream, const char* op) {
+    if (bytes <= capacity_ && data_ != nullptr) return data_;
+    const std::size_t rounded = std::max<std::size_t>(256, (bytes + 255) / 256 * 256);
+    if (data_ != nullptr) {
+      check_cuda(cudaStreamSynchronize(stream), op, "cudaStreamSynchronize");
+      cudaFree(data_);
+      data_ = nullptr;
+      capacity_ = 0;
+    }
+    cudaError_t status = cudaMalloc(&data_, rounded);
+    if (status != cudaSuccess) {
+      data_ = nullptr;
+      std::size_t free_bytes = 0, total_bytes = 0;
+      (void)cudaGetLastError();
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      fail(op,
+           "cannot allocate " + std::to_string(rounded) + " bytes of scratch (" +
+               cuda_error_text(status) + "); the device reports " + std::to_string(free_bytes) +
+               " bytes free of " + std::to_string(total_bytes),
+           "reduce the batch size or the model, or free device memory");
+    }
+    capacity_ = rounded;
+    return data_;
+  }
+  template <class T>
+  T* as(std::size_t count, cudaStream_t stream, const char* op) {
+    return static_cast<T*>(get(count * sizeof(T), stream, op));
+  }
+  std::size_t capacity() const { return capacity_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+}  // namespace mixtrain::backend_cuda
