@@ -1,0 +1,341 @@
+// CudaBackend layer kernels, element-wise ops, mixed-precision machinery and fused optimizers
+// against the CPU reference on random inputs. Both compute in FP32 from the same stored inputs;
+// the remaining differences are summation order and libm (tanhf/expf) ulps, so fp32 outputs
+// agree to ~1e-5 relative and 16-bit outputs to one unit of their format.
+#include <limits>
+
+#include "cuda_test_util.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::backend_cuda::testing {
+namespace {
+
+const DType kStorage[] = {DType::fp32, DType::bf16, DType::fp16};
+
+double tol_rel(DType t) { return t == DType::fp32 ? 2e-5 : ulp_rel(t); }
+
+TEST_F(backend_cuda_vs_cpu, AddBiasAndBiasGrad) {
+  for (auto [rows, n] : {std::pair<std::int64_t, std::int64_t>{7, 13}, {3000, 100}, {1, 1}}) {
+    const auto y0 = random_values(static_cast<std::size_t>(rows * n), 1);
+    const auto bias = random_values(static_cast<std::size_t>(n), 2);
+    for (DType dt : kStorage) {
+      const std::string what = "rows " + std::to_string(rows) + " " + std::string(sdk::dtype_name(dt));
+      Tensor gy(gpu(), dt, {rows, n}, y0), gb(gpu(), DType::fp32, {n}, bias);
+      Tensor cy(cpu(), dt, {rows, n}, y0), cb(cpu(), DType::fp32, {n}, bias);
+      gpu().add_bias(gy, gb);
+      cpu().add_bias(cy, cb);
+      expect_same_values(gy.get(), cy.get(), "add_bias " + what);  // one fp32 add, one rounding
+
+      for (bool accumulate : {true, false}) {
+        Tensor gd(gpu(), DType::fp32, {n}, bias), cd(cpu(), DType::fp32, {n}, bias);
+        gpu().bias_grad(gy, gd, accumulate);
+        cpu().bias_grad(cy, cd, accumulate);
+        expect_close(gd.get(), cd.get(), 1e-5, 1e-5 * std::sqrt(static_cast<double>(rows)),
+                     "bias_grad " + what);
+        // Fixed partition and order: bit-reproducible.
+        const auto first = gd.get();
+        gd.set(bias);
+        gpu().bias_grad(gy, gd, accumulate);
+        EXPECT_EQ(gd.get(), first) << "bias_grad not reproducible, " << what;
+      }
+    }
+  }
+}
+
+TEST_F(backend_cuda_vs_cpu, ActivationsForwardAndBackwardIncludingInPlace) {
+  const std::int64_t rows = 33, n = 129;  // odd sizes: the float4 path and its scalar tail
+  auto xv = random_values(static_cast<std::size_t>(rows * n), 3, -5.0f, 5.0f);
+  const auto dyv = random_values(xv.size(), 4);
+  for (auto act : {sdk::Activation::relu, sdk::Activation::gelu})
+    for (DType dt : kStorage) {
+      const std::string what = std::string(act == sdk::Activation::relu ? "relu " : "gelu ") +
+                               std::string(sdk::dtype_name(dt));
+      const double rel = act == sdk::Activation::relu ? 0.0 : tol_rel(dt);
+      Tensor gx(gpu(), dt, {rows, n}, xv), gy(gpu(), dt, {rows, n});
+      Tensor cx(cpu(), dt, {rows, n}, xv), cy(cpu(), dt, {rows, n});
+      gpu().activation_forward(act, gx, gy);
+      cpu().activation_forward(act, cx, cy);
+      expect_close(gy.get(), cy.get(), rel, 1e-6, "forward " + what);
+
+      Tensor gdy(gpu(), dt, {rows, n}, dyv), gdx(gpu(), dt, {rows, n});
+      Tensor cdy(cpu(), dt, {rows, n}, dyv), cdx(cpu(), dt, {rows, n});
+      gpu().activation_backward(act, gx, gdy, gdx);
+      cpu().activation_backward(act, cx, cdy, cdx);
+      expect_close(gdx.get(), cdx.get(), rel, 1e-6, "backward " + what);
+      gpu().activation_backward(act, gx, gdy, gdy);  // dx aliases dy
+      expect_close(gdy.get(), cdx.get(), rel, 1e-6, "backward in place " + what);
+      gpu().activation_forward(act, gx, gx);  // y aliases x
+      expect_close(gx.get(), cy.get(), rel, 1e-6, "forward in place " + what);
+    }
+  // Mixed dtypes: bf16 in, fp32 out.
+  Tensor gx(gpu(), DType::bf16, {rows, n}, xv), gy(gpu(), DType::fp32, {rows, n});
+  Tensor cx(cpu(), DType::bf16, {rows, n}, xv), cy(cpu(), DType::fp32, {rows, n});
+  gpu().activation_forward(sdk::Activation::gelu, gx, gy);
+  cpu().activation_forward(sdk::Activation::gelu, cx, cy);
+  expect_close(gy.get(), cy.get(), 2e-5, 1e-6, "gelu bf16 -> fp32");
+}
+
+TEST_F(backend_cuda_vs_cpu, LayerNormForwardAndBackward) {
+  for (auto [rows, n] : {std::pair<std::int64_t, std::int64_t>{16, 64}, {37, 1000}, {700, 33}}) {
+    const auto xv = random_values(static_cast<std::size_t>(rows * n), 5, -3.0f, 5.0f);
+    const auto gv = random_values(static_cast<std::size_t>(n), 6, 0.5f, 1.5f);
+    const auto bv = random_values(static_cast<std::size_t>(n), 7);
+    const auto dyv = random_values(xv.size(), 8);
+    for (DType dt : kStorage)
+      for (bool affine : {true, false}) {
+        const std::string what = "[" + std::to_string(rows) + ", " + std::to_string(n) + "] " +
+                                 std::string(sdk::dtype_name(dt)) + (affine ? " affine" : "");
+        auto run = [&](sdk::DeviceBackend& be) {
+          Tensor x(be, dt, {rows, n}, xv), g(be, DType::fp32, {n}, gv), b(be, dt, {n}, bv);
+          Tensor y(be, dt, {rows, n}), mean(be, DType::fp32, {rows}), rstd(be, DType::fp32, {rows});
+          const TensorView gamma = affine ? g.view() : TensorView{};
+          const TensorView beta = affine ? b.view() : TensorView{};
+          be.layernorm_forward(x, gamma, beta, 1e-5f, y, mean, rstd);
+          Tensor dy(be, dt, {rows, n}, dyv), dx(be, dt, {rows, n});
+          Tensor dg(be, DType::fp32, {n}, gv), db(be, DType::fp32, {n}, bv);
+          be.layernorm_backward(dy, x, gamma, mean, rstd, dx, dg, db, /*accumulate=*/true);
+          auto first = std::vector<std::vector<float>>{y.get(), mean.get(), rstd.get(), dx.get(),
+                                                       dg.get(), db.get()};
+          // dx aliasing dy, dgamma/dbeta overwritten.
+          be.layernorm_backward(dy, x, gamma, mean, rstd, dy, dg, db, /*accumulate=*/false);
+          first.push_back(dy.get());
+          first.push_back(dg.get());
+          first.push_back(db.get());
+          return first;
+        };
+        const auto g = run(gpu());
+        const auto c = run(cpu());
+        const double sum_tol = 1e-5 * std::sqrt(static_cast<double>(rows));
+        expect_close(g[0], c[0], tol_rel(dt), 1e-5, "y " + what);
+        expect_close(g[1], c[1], 1e-5, 1e-6, "mean " + what);
+        expect_close(g[2], c[2], 1e-5, 1e-6, "rstd " + what);
+        expect_close(g[3], c[3], tol_rel(dt), 1e-5, "dx " + what);
+        expect_close(g[4], c[4], 1e-5, sum_tol, "dgamma accumulate " + what);
+        expect_close(g[5], c[5], 1e-5, sum_tol, "dbeta accumulate " + what);
+        expect_close(g[6], c[6], tol_rel(dt), 1e-5, "dx in place " + what);
+        expect_close(g[7], c[7], 1e-5, sum_tol, "dgamma " + what);
+        expect_close(g[8], c[8], 1e-5, sum_tol, "dbeta " + what);
+      }
+  }
+}
+
+TEST_F(backend_cuda_vs_cpu, SoftmaxCrossEntropy) {
+  for (auto [rows, classes] : {std::pair<std::int64_t, std::int64_t>{64, 10}, {5, 1000}, {1, 1}}) {
+    const auto zv = random_values(static_cast<std::size_t>(rows * classes), 9, -6.0f, 6.0f);
+    std::vector<float> labels(static_cast<std::size_t>(rows));
+    for (std::size_t r = 0; r < labels.size(); ++r)
+      labels[r] = static_cast<float>((r * 7) % static_cast<std::size_t>(classes));
+    for (DType lt : kStorage)
+      for (DType dt : kStorage) {
+        const std::string what = "[" + std::to_string(rows) + ", " + std::to_string(classes) +
+                                 "] " + std::string(sdk::dtype_name(lt)) + " -> " +
+                                 std::string(sdk::dtype_name(dt));
+        auto run = [&](sdk::DeviceBackend& be) {
+          Tensor z(be, lt, {rows, classes}, zv), y(be, DType::int32, {rows}, labels);
+          Tensor loss(be, DType::fp32, {1}), correct(be, DType::int32, {1}),
+              dz(be, dt, {rows, classes});
+          be.softmax_cross_entropy(z, y, 1024.0f, loss, correct, dz);
+          return std::vector<std::vector<float>>{loss.get(), correct.get(), dz.get()};
+        };
+        const auto g = run(gpu());
+        const auto c = run(cpu());
+        expect_close(g[0], c[0], 1e-5, 1e-6, "loss " + what);
+        EXPECT_EQ(g[1], c[1]) << "correct " << what;
+        expect_close(g[2], c[2], tol_rel(dt) * 4, 1e-5, "dlogits " + what);
+      }
+  }
+  // Optional outputs may be empty.
+  Tensor z(gpu(), DType::fp32, {4, 3}, random_values(12, 10)), y(gpu(), DType::int32, {4}, {0, 1, 2, 0});
+  Tensor loss(gpu(), DType::fp32, {1});
+  gpu().softmax_cross_entropy(z, y, 1.0f, loss, {}, {});
+  EXPECT_GT(loss.get()[0], 0.0f);
+}
+
+TEST_F(backend_cuda_vs_cpu, SoftmaxCrossEntropyBadLabelRaisesAtTheNextSync) {
+  Tensor z(gpu(), DType::fp32, {4, 3}, random_values(12, 11)), y(gpu(), DType::int32, {4}, {0, 3, 1, -1});
+  Tensor loss(gpu(), DType::fp32, {1}, {42.0f});
+  try {
+    gpu().softmax_cross_entropy(z, y, 1.0f, loss, {}, {});
+    gpu().synchronize();
+    FAIL() << "no error for label 3 of 3 classes";
+  } catch (const sdk::BackendError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("label 3 at row 1"), std::string::npos) << what;
+    EXPECT_NE(what.find("[0, 3)"), std::string::npos) << what;
+  }
+  EXPECT_EQ(loss.get()[0], 42.0f);  // untouched
+  // The record was reset: good labels work again.
+  y.set({0, 1, 2, 0});
+  gpu().softmax_cross_entropy(z, y, 1.0f, loss, {}, {});
+  EXPECT_NO_THROW(gpu().synchronize());
+  EXPECT_NE(loss.get()[0], 42.0f);
+}
+
+TEST_F(backend_cuda_vs_cpu, FillScaleAxpy) {
+  const auto v = random_values(1001, 12);
+  for (DType dt : kStorage) {
+    Tensor gx(gpu(), dt, {1001}, v), cx(cpu(), dt, {1001}, v);
+    gpu().scale(gx, 0.3f);
+    cpu().scale(cx, 0.3f);
+    expect_same_values(gx.get(), cx.get(), "scale");
+    Tensor gy(gpu(), DType::fp32, {1001}, v), cy(cpu(), DType::fp32, {1001}, v);
+    gpu().axpy(-1.7f, gx, gy);
+    cpu().axpy(-1.7f, cx, cy);
+    expect_close(gy.get(), cy.get(), 1e-6, 1e-7, "axpy");  // FMA contraction may differ
+    gpu().fill(gx, 2.5f);
+    EXPECT_EQ(gx.get(), std::vector<float>(1001, 2.5f));
+  }
+  Tensor labels(gpu(), DType::int32, {5});
+  gpu().fill(labels, 3.0f);
+  EXPECT_EQ(labels.get(), std::vector<float>(5, 3.0f));
+  Tensor f8(gpu(), DType::fp8_e4m3, {5});
+  EXPECT_THROW(gpu().fill(f8, 1.0f), sdk::BackendError);
+}
+
+TEST_F(backend_cuda_vs_cpu, UnscaleSumOfSquaresFirstNonfinite) {
+  // Many small tensors and one spanning several chunks.
+  std::vector<std::vector<float>> values;
+  for (int t = 0; t < 7; ++t) values.push_back(random_values(static_cast<std::size_t>(1 + t * 31), 20 + t));
+  values.push_back(random_values(100'000, 30, -100.0f, 100.0f));
+  auto make = [&](sdk::DeviceBackend& be) {
+    std::vector<std::unique_ptr<Tensor>> ts;
+    for (const auto& v : values)
+      ts.push_back(std::make_unique<Tensor>(be, DType::fp32, Shape{static_cast<std::int64_t>(v.size())}, v));
+    return ts;
+  };
+  auto g = make(gpu());
+  auto c = make(cpu());
+  std::vector<TensorView> gv, cv;
+  for (auto& t : g) gv.push_back(*t);
+  for (auto& t : c) cv.push_back(*t);
+  EXPECT_FALSE(gpu().unscale_and_check_finite(gv, 0.125f));
+  EXPECT_FALSE(cpu().unscale_and_check_finite(cv, 0.125f));
+  for (std::size_t t = 0; t < g.size(); ++t) expect_same_values(g[t]->get(), c[t]->get(), "unscaled");
+  const double gs = gpu().sum_of_squares(gv), cs = cpu().sum_of_squares(cv);
+  EXPECT_NEAR(gs, cs, 1e-12 * cs);
+  EXPECT_EQ(gpu().sum_of_squares(gv), gs) << "sum_of_squares not reproducible";
+  EXPECT_EQ(gpu().first_nonfinite(gv), -1);
+  EXPECT_EQ(gpu().sum_of_squares({}), 0.0);
+  EXPECT_FALSE(gpu().unscale_and_check_finite({}, 1.0f));
+
+  // An inf deep inside the big tensor and a NaN in tensor 3.
+  auto big = values.back();
+  big[77'777] = std::numeric_limits<float>::infinity();
+  g.back()->set(big);
+  EXPECT_TRUE(gpu().unscale_and_check_finite(gv, 1.0f));
+  EXPECT_EQ(gpu().first_nonfinite(gv), 7);
+  EXPECT_TRUE(std::isinf(gpu().sum_of_squares(gv)));
+  auto small = values[3];
+  small[0] = std::numeric_limits<float>::quiet_NaN();
+  g[3]->set(small);
+  EXPECT_EQ(gpu().first_nonfinite(gv), 3);
+  // A finite gradient that overflows when scaled up is found too.
+  Tensor huge(gpu(), DType::fp32, {2}, {3e38f, 1.0f});
+  const TensorView hv[] = {huge};
+  EXPECT_TRUE(gpu().unscale_and_check_finite(hv, 4.0f));
+  // bf16 / fp16 tensors for the norm.
+  Tensor h16(gpu(), DType::bf16, {3}, {1.0f, 2.0f, 3.0f});
+  const TensorView hv16[] = {h16};
+  EXPECT_EQ(gpu().sum_of_squares(hv16), 14.0);
+  Tensor g16(gpu(), DType::bf16, {3});
+  const TensorView bad[] = {g16};
+  EXPECT_THROW(gpu().unscale_and_check_finite(bad, 1.0f), sdk::BackendError);
+}
+
+struct ParamSet {
+  std::unique_ptr<Tensor> master, grad, working, s1, s2;
+};
+
+ParamSet make_param(sdk::DeviceBackend& be, std::int64_t n, DType working, std::uint32_t seed) {
+  ParamSet p;
+  p.master = std::make_unique<Tensor>(be, DType::fp32, Shape{n}, random_values(static_cast<std::size_t>(n), seed));
+  p.grad = std::make_unique<Tensor>(be, DType::fp32, Shape{n}, random_values(static_cast<std::size_t>(n), seed + 1));
+  p.working = std::make_unique<Tensor>(be, working, Shape{n});
+  p.s1 = std::make_unique<Tensor>(be, DType::fp32, Shape{n}, random_values(static_cast<std::size_t>(n), seed + 2));
+  p.s2 = std::make_unique<Tensor>(be, DType::fp32, Shape{n}, random_values(static_cast<std::size_t>(n), seed + 3, 0.0f, 1.0f));
+  return p;
+}
+
+sdk::ParamTensors tensors_of(const ParamSet& p, bool working) {
+  return {*p.master, *p.grad, working ? p.working->view() : TensorView{}, *p.s1, *p.s2};
+}
+
+void expect_params_close(const ParamSet& g, const ParamSet& c, DType working, const std::string& what) {
+  expect_close(g.master->get(), c.master->get(), 1e-6, 1e-7, what + " master");
+  expect_close(g.s1->get(), c.s1->get(), 1e-6, 1e-7, what + " state1");
+  expect_close(g.s2->get(), c.s2->get(), 1e-6, 1e-7, what + " state2");
+  expect_close(g.working->get(), c.working->get(), ulp_rel(working), 1e-7, what + " working");
+}
+
+TEST_F(backend_cuda_vs_cpu, SgdUpdateMatchesTheCpu) {
+  const std::int64_t sizes[] = {1, 100, 40'000};
+  for (DType working : kStorage)
+    for (int variant = 0; variant < 4; ++variant) {
+      sdk::SgdHyper h;
+      h.lr = 0.05f;
+      h.momentum = variant == 0 ? 0.0f : 0.9f;
+      h.dampening = variant == 2 ? 0.1f : 0.0f;
+      h.nesterov = variant == 3;
+      h.weight_decay = 0.01f;
+      h.grad_scale = 0.5f;
+      const std::string what = "sgd variant " + std::to_string(variant) + " " +
+                               std::string(sdk::dtype_name(working));
+      std::vector<ParamSet> g, c;
+      for (std::size_t i = 0; i < std::size(sizes); ++i) {
+        g.push_back(make_param(gpu(), sizes[i], working, 50 + static_cast<std::uint32_t>(i) * 10));
+        c.push_back(make_param(cpu(), sizes[i], working, 50 + static_cast<std::uint32_t>(i) * 10));
+      }
+      for (int step = 0; step < 3; ++step) {
+        h.first_step = step == 0;
+        std::vector<sdk::ParamTensors> gp, cp;
+        for (std::size_t i = 0; i < g.size(); ++i) {
+          gp.push_back(tensors_of(g[i], i != 1));
+          cp.push_back(tensors_of(c[i], i != 1));
+        }
+        gpu().sgd_update(h, gp);
+        cpu().sgd_update(h, cp);
+      }
+      for (std::size_t i = 0; i < g.size(); ++i) expect_params_close(g[i], c[i], working, what);
+    }
+  sdk::SgdHyper bad;
+  bad.nesterov = true;
+  EXPECT_THROW(gpu().sgd_update(bad, {}), sdk::BackendError);
+}
+
+TEST_F(backend_cuda_vs_cpu, AdamWUpdateMatchesTheCpu) {
+  const std::int64_t sizes[] = {3, 20'000, 70'001};
+  for (DType working : kStorage) {
+    std::vector<ParamSet> g, c;
+    for (std::size_t i = 0; i < std::size(sizes); ++i) {
+      g.push_back(make_param(gpu(), sizes[i], working, 80 + static_cast<std::uint32_t>(i) * 10));
+      c.push_back(make_param(cpu(), sizes[i], working, 80 + static_cast<std::uint32_t>(i) * 10));
+    }
+    sdk::AdamWHyper h;
+    h.lr = 1e-3f;
+    h.weight_decay = 0.1f;
+    h.grad_scale = 0.75f;
+    for (std::int64_t step = 1; step <= 4; ++step) {
+      h.step = step;
+      std::vector<sdk::ParamTensors> gp, cp;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        gp.push_back(tensors_of(g[i], true));
+        cp.push_back(tensors_of(c[i], true));
+      }
+      gpu().adamw_update(h, gp);
+      cpu().adamw_update(h, cp);
+    }
+    for (std::size_t i = 0; i < g.size(); ++i)
+      expect_params_close(g[i], c[i], working, "adamw " + std::string(sdk::dtype_name(working)));
+  }
+  sdk::AdamWHyper bad;
+  bad.step = 0;
+  EXPECT_THROW(gpu().adamw_update(bad, {}), sdk::BackendError);
+  // Missing state is an error, as on the CPU.
+  auto p = make_param(gpu(), 4, DType::bf16, 1);
+  sdk::ParamTensors t = tensors_of(p, true);
+  t.state2 = {};
+  EXPECT_THROW(gpu().adamw_update(sdk::AdamWHyper{}, std::span(&t, 1)), sdk::BackendError);
+}
+
+}  // namespace
+}  // namespace mixtrain::backend_cuda::testing
