@@ -256,8 +256,13 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
   const cublasStatus_t status =
       cublasLtMatmul(handle_, plan.desc, &alpha, b.data, plan.a, a.data, plan.b, &beta, d, plan.d,
                      d, plan.d, &plan.algo, workspace_, kWorkspaceBytes, stream_);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
-    plan.ok = false;  // remembered: the next call goes straight to the next strategy
+  // cuBLASLt declines a type/epilogue combination its heuristic offered with NOT_SUPPORTED (or
+  // INVALID_VALUE for an attribute such as an fp32 bias the kernel family does not take). Nothing
+  // was written; the plan is remembered as declined and the next strategy runs. The last strategy
+  // (plain fp32) always exists, so a real error still surfaces there.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED ||
+      (status == CUBLAS_STATUS_INVALID_VALUE && (epilogue || fp8_scales || d_dtype != DType::fp32))) {
+    plan.ok = false;
     return false;
   }
   check_cublas(status, "cublasLtMatmul");
