@@ -221,7 +221,40 @@ std::pair<Dataset, Dataset> split_holdout(Dataset all, double eval_fraction, std
   };
   const auto split_at = static_cast<std::size_t>(eval_rows);
   Dataset eval = take(std::span<const std::int64_t>(order).first(split_at));
-  Dataset train = take(std::span<const std::int64_t>(order).subspan(split_at));
+
+  // The training rows are permuted in place (following the permutation's cycles with one row of
+  // scratch) and the tail dropped, so a large dataset is never held twice in memory.
+  const auto width = static_cast<std::size_t>(all.features);
+  const auto n = static_cast<std::size_t>(all.rows);
+  std::vector<std::int64_t> source(n);  // row j of the result comes from row source[j]
+  std::copy(order.begin() + static_cast<std::ptrdiff_t>(split_at), order.end(), source.begin());
+  std::copy(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(split_at),
+            source.begin() + static_cast<std::ptrdiff_t>(n - split_at));
+  std::vector<bool> done(n, false);
+  std::vector<float> row(width);
+  for (std::size_t start = 0; start < n; ++start) {
+    if (done[start]) continue;
+    std::copy_n(all.x.begin() + static_cast<std::ptrdiff_t>(start * width), width, row.begin());
+    const std::int32_t label = all.y[start];
+    std::size_t j = start;
+    while (true) {
+      done[j] = true;
+      const auto from = static_cast<std::size_t>(source[j]);
+      if (from == start) break;
+      std::copy_n(all.x.begin() + static_cast<std::ptrdiff_t>(from * width), width,
+                  all.x.begin() + static_cast<std::ptrdiff_t>(j * width));
+      all.y[j] = all.y[from];
+      j = from;
+    }
+    std::copy_n(row.begin(), width, all.x.begin() + static_cast<std::ptrdiff_t>(j * width));
+    all.y[j] = label;
+  }
+  Dataset train = std::move(all);
+  train.rows = static_cast<std::int64_t>(n - split_at);
+  train.x.resize(static_cast<std::size_t>(train.rows) * width);
+  train.x.shrink_to_fit();
+  train.y.resize(static_cast<std::size_t>(train.rows));
+  train.y.shrink_to_fit();
   return {std::move(train), std::move(eval)};
 }
 

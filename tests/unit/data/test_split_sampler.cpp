@@ -53,6 +53,27 @@ TEST(SplitHoldout, SizesAndDisjointness) {
   }
 }
 
+// The split is the seeded permutation cut in two: eval takes its head, train its tail, in order
+// (the training rows are permuted in place, so this pins that the cycles are followed right).
+TEST(SplitHoldout, TrainingRowsFollowTheSeededPermutationWholeRowsIncluded) {
+  const std::int64_t rows = 997;  // prime: long permutation cycles
+  auto [train, eval] = split_holdout(numbered(rows), 0.1, 7);
+  std::vector<std::int64_t> order(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int64_t>(i);
+  DataRng rng(7);
+  seeded_shuffle(order, rng);
+  const std::vector<std::int64_t> want_eval(order.begin(), order.begin() + eval.rows);
+  const std::vector<std::int64_t> want_train(order.begin() + eval.rows, order.end());
+  EXPECT_EQ(ids(eval), want_eval);
+  EXPECT_EQ(ids(train), want_train);
+  for (std::int64_t i = 0; i < train.rows; ++i) {
+    const auto id = want_train[static_cast<std::size_t>(i)];
+    EXPECT_EQ(train.y[static_cast<std::size_t>(i)], id % 4);
+    EXPECT_EQ(train.x[static_cast<std::size_t>(i * 3 + 1)], static_cast<float>(id * 10 + 1));
+  }
+  EXPECT_EQ(train.x.size(), static_cast<std::size_t>(train.rows * 3));
+}
+
 TEST(SplitHoldout, SeededShuffleBeforeTheSplit) {
   const auto a = split_holdout(numbered(500), 0.2, 1);
   const auto b = split_holdout(numbered(500), 0.2, 1);
