@@ -1,21 +1,63 @@
-// Plugin entry point: exports one component, backend "cuda". The library loads on any machine
-// (it needs libcudart and libcublasLt, not a GPU); without a usable device the factory throws
+// Plugin entry point: exports one component, backend "cuda". The module itself links no CUDA
+// library, so it loads on any machine and costs nothing in processes that never use it; its
+// factory opens the runtime library (backend_cuda/libmixtrain_backend_cuda_runtime.so, which
+// links libcudart and libcublasLt) on first use. Without a usable device the factory throws
 // BackendError with CUDA's own error text, which `mixtrain plugins` shows as "unavailable".
-#include <memory>
+#include <dlfcn.h>
 
-#include "cuda_backend.h"
+#include <filesystem>
+#include <memory>
+#include <mutex>
+
+#include "cuda_backend_options.h"
+#include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/plugin.h"
 
 namespace {
 
 using namespace mixtrain;
 
+// Opens the runtime library next to this module once; never closed (objects it creates may live
+// until the process exits).
+backend_cuda::CreateCudaBackendFn runtime_entry() {
+  static std::once_flag once;
+  static backend_cuda::CreateCudaBackendFn entry = nullptr;
+  static std::string error;
+  std::call_once(once, [] {
+    Dl_info self{};
+    if (dladdr(reinterpret_cast<void*>(&runtime_entry), &self) == 0 || self.dli_fname == nullptr) {
+      error = "cannot locate the backend_cuda plugin module on disk";
+      return;
+    }
+    const auto path =
+        std::filesystem::path(self.dli_fname).parent_path() / backend_cuda::kCudaRuntimeLibrary;
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* why = dlerror();
+      error = "cannot load " + path.string() + ": " + (why ? why : "unknown dlopen error");
+      return;
+    }
+    entry = reinterpret_cast<backend_cuda::CreateCudaBackendFn>(
+        dlsym(handle, backend_cuda::kCreateCudaBackendSymbol));
+    if (entry == nullptr) error = path.string() + " has no " + backend_cuda::kCreateCudaBackendSymbol;
+  });
+  if (entry == nullptr)
+    throw sdk::BackendError("backend_cuda: " + error,
+                            "reinstall mixtrain with its CUDA runtime library, and check that the "
+                            "CUDA toolkit's libraries (libcudart, libcublasLt) are on the loader path");
+  return entry;
+}
+
 std::unique_ptr<sdk::Component> create_cuda_backend(const sdk::Options& options,
                                                     const sdk::PluginContext& context) {
-  const auto device = static_cast<int>(options.get_int("device"));
-  auto backend = std::make_unique<backend_cuda::CudaBackend>(device);
-  const auto caps = backend->capabilities();
-  context.logger.debug("cuda backend on " + caps.device_name);
+  char error[1024] = {};
+  char hint[1024] = {};
+  void* raw = runtime_entry()(static_cast<int>(options.get_int("device")), error, hint, 1024);
+  if (raw == nullptr) throw sdk::BackendError(error, hint);
+  std::unique_ptr<sdk::Component> backend(static_cast<sdk::DeviceBackend*>(raw));
+  context.logger.debug("cuda backend on " +
+                       static_cast<sdk::DeviceBackend*>(raw)->capabilities().device_name);
   return backend;
 }
 
@@ -23,8 +65,7 @@ std::vector<sdk::ComponentInfo> backend_cuda_components() {
   return {{sdk::ComponentKind::backend, "cuda",
            "CUDA backend: cuBLASLt Tensor Core GEMMs (fp32/tf32/bf16/fp16, fp8 on sm_89+), CUDA "
            "kernels for casts, layers, loss and fused optimizers",
-           backend_cuda::CudaBackend::option_schema(),
-           &create_cuda_backend}};
+           backend_cuda::cuda_backend_option_schema(), &create_cuda_backend}};
 }
 
 }  // namespace

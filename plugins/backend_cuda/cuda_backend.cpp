@@ -1,6 +1,7 @@
 // CudaBackend: construction, capabilities, memory, copies, validation and dispatch of every op to
 // its kernel (cuda_kernels.cu, cuda_optimizers.cu) or to cuBLASLt (cuda_gemm.cpp).
 #include "cuda_backend.h"
+#include "cuda_backend_options.h"
 
 #include <cublasLt.h>
 
@@ -45,12 +46,7 @@ int CudaBackend::device_count() {
   return count;
 }
 
-sdk::OptionSchema CudaBackend::option_schema() {
-  return {sdk::OptionSpec::integer("device", 0,
-                                   "CUDA device index (as CUDA_VISIBLE_DEVICES numbers them)")
-              .at_least(0)
-              .at_most(1023)};
-}
+sdk::OptionSchema CudaBackend::option_schema() { return cuda_backend_option_schema(); }
 
 CudaBackend::CudaBackend(int device) : device_(device) {
   if (device < 0)
