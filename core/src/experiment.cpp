@@ -102,6 +102,13 @@ sdk::OptionSchema layer_schema(const std::string& type) {
   return s;
 }
 
+// "" means "not overridden"; the resolved config writes it back, so it must parse again.
+sdk::OptionSchema with_empty_choice(sdk::OptionSchema s) {
+  for (auto& spec : s)
+    if (!spec.choices.empty()) spec.choices.insert(spec.choices.begin(), "");
+  return s;
+}
+
 sdk::OptionSchema override_schema() {
   std::vector<std::string> dtypes = {"fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"};
   return {
@@ -113,13 +120,6 @@ sdk::OptionSchema override_schema() {
       OptionSpec::string("activation", "", "activation storage dtype").one_of(dtypes),
       OptionSpec::string("activation_grad", "", "activation-gradient dtype").one_of(dtypes),
   };
-}
-
-// Choices of "" are allowed for "unset" overrides.
-sdk::OptionSchema with_empty_choice(sdk::OptionSchema s) {
-  for (auto& spec : s)
-    if (!spec.choices.empty()) spec.choices.insert(spec.choices.begin(), "");
-  return s;
 }
 
 std::string string_key(const std::vector<sdk::RawOption>& raw, const std::string& key,
@@ -349,10 +349,10 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
     plugin_out = plugin;
     return host;
   };
-  auto backend_host = plugin_table("backend", "type", "cpu", ComponentKind::backend, {},
+  plugin_table("backend", "type", "cpu", ComponentKind::backend, {},
                                    e.backend_type, e.backend_options);
   e.core_sections.push_back(section_of("backend", {{"type", e.backend_type}}, e.backend_options));
-  auto precision_host = plugin_table("precision", "policy", "fp32", ComponentKind::policy, {},
+  plugin_table("precision", "policy", "fp32", ComponentKind::policy, {},
                                      e.policy_name, e.policy_options, {"override"});
   e.core_sections.push_back(
       section_of("precision", {{"policy", e.policy_name}}, e.policy_options));
@@ -378,7 +378,7 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
     s.array = true;
     e.core_sections.push_back(s);
   }
-  auto scaler_host = plugin_table("scaler", "type", "none", ComponentKind::scaler, {},
+  plugin_table("scaler", "type", "none", ComponentKind::scaler, {},
                                   e.scaler_type, e.scaler_options);
   e.core_sections.push_back(section_of("scaler", {{"type", e.scaler_type}}, e.scaler_options));
   auto sched = plugin_table("optimizer", "type", "adamw", ComponentKind::optimizer,
@@ -400,9 +400,6 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   }
   e.core_sections.push_back(
       section_of("checkpoint", {{"format", e.checkpoint.format}}, ck, &e.checkpoint_options));
-  (void)backend_host;
-  (void)precision_host;
-  (void)scaler_host;
   return e;
 }
 

@@ -222,10 +222,5 @@ std::int64_t Model::parameter_count() const {
   return n;
 }
 
-std::vector<std::pair<std::string, TensorView>> Model::activations(std::int64_t rows) const {
-  std::vector<std::pair<std::string, TensorView>> out;
-  for (const auto& l : layers_) out.emplace_back(l->name() + ".output", l->output(rows));
-  return out;
-}
 
 }  // namespace mixtrain::core

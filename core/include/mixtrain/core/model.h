@@ -81,8 +81,6 @@ class Model {
 
   std::vector<ModelParameter*> parameters();
   std::int64_t parameter_count() const;
-  // Views of every activation the last forward wrote, in layer order, named "<layer>.output".
-  std::vector<std::pair<std::string, sdk::TensorView>> activations(std::int64_t rows) const;
   std::int64_t max_rows() const { return max_rows_; }
 
  private:
