@@ -2,42 +2,35 @@
 
 namespace mixtrain::backend_cpu {
 
-void fail(std::string_view op, const std::string& what, std::string hint) {
-  throw sdk::BackendError("backend_cpu." + std::string(op) + ": " + what, std::move(hint));
+const sdk::BackendArgumentChecks& checks() {
+  static const sdk::BackendArgumentChecks instance("backend_cpu");
+  return instance;
 }
 
-std::string describe(const sdk::TensorView& v) {
-  return std::string(sdk::dtype_name(v.dtype)) + " " + v.shape.to_string();
+void fail(std::string_view op, const std::string& what, std::string hint) {
+  checks().fail(op, what, std::move(hint));
 }
 
 void require_present(std::string_view op, std::string_view name, const sdk::TensorView& v) {
-  if (v.empty() && v.numel() != 0)
-    fail(op, std::string(name) + " is empty (null data) but has shape " + v.shape.to_string(),
-         "pass a tensor allocated by this backend");
+  checks().require_present(op, name, v);
 }
 
 void require_storage(std::string_view op, std::string_view name, const sdk::TensorView& v) {
-  require_present(op, name, v);
-  if (!is_storage_float(v.dtype))
-    fail(op, std::string(name) + " is " + describe(v) + "; this op takes fp32, bf16 or fp16 storage",
-         "cast the tensor to fp32, bf16 or fp16 first");
+  checks().require_storage(op, name, v);
 }
 
 void require_fp32(std::string_view op, std::string_view name, const sdk::TensorView& v) {
-  require_present(op, name, v);
-  if (!is_fp32_storage(v.dtype))
-    fail(op, std::string(name) + " is " + describe(v) + " but must be fp32",
-         "keep this tensor in fp32 (statistics, gradients accumulators and optimizer state are "
-         "fp32)");
+  checks().require_fp32(op, name, v);
 }
 
 void require_numel(std::string_view op, std::string_view name, const sdk::TensorView& v,
                    std::int64_t numel) {
-  if (v.numel() != numel)
-    fail(op,
-         std::string(name) + " is " + describe(v) + " (" + std::to_string(v.numel()) +
-             " elements) but " + std::to_string(numel) + " are needed",
-         "check the shapes passed to " + std::string(op));
+  checks().require_numel(op, name, v, numel);
 }
+
+
+
+
+
 
 }  // namespace mixtrain::backend_cpu

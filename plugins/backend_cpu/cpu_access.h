@@ -12,6 +12,8 @@
 // - fp8 storage (fp8_e4m3 / fp8_e5m2) is accepted only by gemm() and cast().
 #pragma once
 
+#include "mixtrain/sdk/backend_argument_checks.h"
+
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -26,8 +28,10 @@ namespace mixtrain::backend_cpu {
 
 inline constexpr std::int64_t kChunk = 2048;
 
+// The SDK's shared checks, with this backend's name in every message.
+const sdk::BackendArgumentChecks& checks();
 [[noreturn]] void fail(std::string_view op, const std::string& what, std::string hint = {});
-std::string describe(const sdk::TensorView& v);  // "bf16 [512, 1024]"
+using sdk::describe;  // "bf16 [512, 1024]"
 
 inline bool is_fp32_storage(sdk::DType t) { return t == sdk::DType::fp32 || t == sdk::DType::tf32; }
 inline bool is_storage_float(sdk::DType t) {

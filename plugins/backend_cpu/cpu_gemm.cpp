@@ -72,14 +72,6 @@ class SingleThreadScope {
 
 bool is_gemm_input(DType t) { return is_storage_float(t) || sdk::is_fp8(t); }
 
-// Rows of a [.., cols] view with leading dims folded; unlike Shape::rows() it stays right when
-// cols is 0 (an empty inner dimension).
-std::int64_t folded_rows(const sdk::Shape& s) {
-  std::int64_t r = 1;
-  for (int i = 0; i + 1 < s.rank; ++i) r *= s[i];
-  return r;
-}
-
 std::optional<memory::data_type> output_dnnl_type(DType t) {
   switch (t) {
     case DType::fp32: return memory::data_type::f32;
@@ -196,33 +188,11 @@ GemmEngine::Entry& GemmEngine::entry_for(const Key& key) {
 void GemmEngine::run(const sdk::GemmArgs& args) {
   const auto& av = args.a.view;
   const auto& bv = args.b.view;
-  require_present("gemm", "A", av);
-  require_present("gemm", "B", bv);
-  require_present("gemm", "C", args.c);
-  const std::int64_t m = args.a.transpose ? av.shape.cols() : folded_rows(av.shape);
-  const std::int64_t k = args.a.transpose ? folded_rows(av.shape) : av.shape.cols();
-  const std::int64_t kb = args.b.transpose ? bv.shape.cols() : folded_rows(bv.shape);
-  const std::int64_t n = args.b.transpose ? folded_rows(bv.shape) : bv.shape.cols();
-  if (k != kb)
-    fail("gemm",
-         "inner dimensions differ: op(A) is [" + std::to_string(m) + ", " + std::to_string(k) +
-             "] (A " + describe(av) + (args.a.transpose ? ", transposed" : "") + ") but op(B) is [" +
-             std::to_string(kb) + ", " + std::to_string(n) + "] (B " + describe(bv) +
-             (args.b.transpose ? ", transposed" : "") + ")",
-         "check the transpose flags and the operand order");
-  if (args.c.shape.cols() != n || args.c.numel() != m * n)
-    fail("gemm",
-         "C is " + describe(args.c) + " but op(A)*op(B) is [" + std::to_string(m) + ", " +
-             std::to_string(n) + "]",
-         "allocate C with shape [m, n]");
+  const auto [m, n, k] = checks().gemm_shape(args);
   if (!output_dnnl_type(args.c.dtype))
     fail("gemm", "C dtype " + std::string(sdk::dtype_name(args.c.dtype)) + " is not supported",
          "use an fp32, bf16 or fp16 output");
-  const bool has_bias = !args.bias.empty();
-  if (has_bias) {
-    require_fp32("gemm", "bias", args.bias);
-    require_numel("gemm", "bias", args.bias, n);
-  }
+  const bool has_bias = !args.bias.empty();  // checked (fp32 [n]) by gemm_shape
   if (m == 0 || n == 0) return;
 
   const Operands ops = prepare_operands(args, av.numel(), bv.numel());

@@ -11,6 +11,8 @@
 //   only by gemm() and cast().
 #pragma once
 
+#include "mixtrain/sdk/backend_argument_checks.h"
+
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -23,8 +25,10 @@
 
 namespace mixtrain::backend_cuda {
 
+// The SDK's shared checks, with this backend's name in every message.
+const sdk::BackendArgumentChecks& checks();
 [[noreturn]] void fail(std::string_view op, const std::string& what, std::string hint = {});
-std::string describe(const sdk::TensorView& v);  // "bf16 [512, 1024]"
+using sdk::describe;  // "bf16 [512, 1024]"
 
 // "cudaErrorNoDevice: no CUDA-capable device is detected"
 std::string cuda_error_text(cudaError_t status);

@@ -39,13 +39,6 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
-// Rows of a [.., cols] view with leading dims folded (right when cols is 0).
-std::int64_t folded_rows(const sdk::Shape& s) {
-  std::int64_t r = 1;
-  for (int i = 0; i + 1 < s.rank; ++i) r *= s[i];
-  return r;
-}
-
 int alignment_of(const void* p) {
   const auto v = reinterpret_cast<std::uintptr_t>(p);
   if (v == 0) return 256;
@@ -280,39 +273,17 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
 void GemmEngine::run(const sdk::GemmArgs& args) {
   const auto& av = args.a.view;
   const auto& bv = args.b.view;
-  require_present("gemm", "A", av);
-  require_present("gemm", "B", bv);
-  require_present("gemm", "C", args.c);
   if (!is_gemm_input(av.dtype) || !is_gemm_input(bv.dtype))
     fail("gemm",
          "input dtypes A=" + std::string(sdk::dtype_name(av.dtype)) +
              ", B=" + std::string(sdk::dtype_name(bv.dtype)) +
              " are not supported; this backend takes " + kSupportedInputs,
          "cast A and B to a floating-point storage dtype (backend.cast)");
-  const std::int64_t m = args.a.transpose ? av.shape.cols() : folded_rows(av.shape);
-  const std::int64_t k = args.a.transpose ? folded_rows(av.shape) : av.shape.cols();
-  const std::int64_t kb = args.b.transpose ? bv.shape.cols() : folded_rows(bv.shape);
-  const std::int64_t n = args.b.transpose ? folded_rows(bv.shape) : bv.shape.cols();
-  if (k != kb)
-    fail("gemm",
-         "inner dimensions differ: op(A) is [" + std::to_string(m) + ", " + std::to_string(k) +
-             "] (A " + describe(av) + (args.a.transpose ? ", transposed" : "") + ") but op(B) is [" +
-             std::to_string(kb) + ", " + std::to_string(n) + "] (B " + describe(bv) +
-             (args.b.transpose ? ", transposed" : "") + ")",
-         "check the transpose flags and the operand order");
-  if (args.c.shape.cols() != n || args.c.numel() != m * n)
-    fail("gemm",
-         "C is " + describe(args.c) + " but op(A)*op(B) is [" + std::to_string(m) + ", " +
-             std::to_string(n) + "]",
-         "allocate C with shape [m, n]");
+  const auto [m, n, k] = checks().gemm_shape(args);
   if (!is_storage_float(args.c.dtype))
     fail("gemm", "C dtype " + std::string(sdk::dtype_name(args.c.dtype)) + " is not supported",
          "use an fp32, bf16 or fp16 output");
-  const bool has_bias = !args.bias.empty();
-  if (has_bias) {
-    require_fp32("gemm", "bias", args.bias);
-    require_numel("gemm", "bias", args.bias, n);
-  }
+  const bool has_bias = !args.bias.empty();  // checked (fp32 [n]) by gemm_shape
   if (m == 0 || n == 0) return;
   const kernels::Elem c_elem = elem_of(args.c.dtype);
   if (k == 0) {  // empty inner product: C = beta*C + bias
@@ -329,9 +300,9 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
   }
 
   const bool tf32 = args.compute == DType::tf32 || av.dtype == DType::tf32 || bv.dtype == DType::tf32;
-  const Operand a{av.data, storage_of(av.dtype), args.a.transpose, folded_rows(av.shape),
+  const Operand a{av.data, storage_of(av.dtype), args.a.transpose, av.shape.rows(),
                   av.shape.cols(), args.a.scale_inv};
-  const Operand b{bv.data, storage_of(bv.dtype), args.b.transpose, folded_rows(bv.shape),
+  const Operand b{bv.data, storage_of(bv.dtype), args.b.transpose, bv.shape.rows(),
                   bv.shape.cols(), args.b.scale_inv};
   const DType c_dtype = storage_of(args.c.dtype);
 

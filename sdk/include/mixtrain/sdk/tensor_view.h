@@ -34,9 +34,13 @@ struct Shape {
     for (int i = 0; i < rank; ++i) n *= dims[static_cast<std::size_t>(i)];
     return n;
   }
-  // Leading dimensions folded: a [B, T, C] view is rows()=B*T, cols()=C.
+  // Leading dimensions folded: a [B, T, C] view is rows()=B*T, cols()=C (also when C is 0).
   std::int64_t cols() const { return rank == 0 ? 1 : dims[static_cast<std::size_t>(rank - 1)]; }
-  std::int64_t rows() const { return cols() == 0 ? 0 : numel() / cols(); }
+  std::int64_t rows() const {
+    std::int64_t r = 1;
+    for (int i = 0; i + 1 < rank; ++i) r *= dims[static_cast<std::size_t>(i)];
+    return r;
+  }
   std::vector<std::int64_t> to_vector() const { return {dims.begin(), dims.begin() + rank}; }
   bool operator==(const Shape& o) const {
     if (rank != o.rank) return false;

@@ -1,0 +1,45 @@
+// Checks of DeviceBackend arguments against the contract in device_backend.h, shared by every
+// backend so that the same mistake gets the same message everywhere.
+//
+// Contract: every check throws sdk::BackendError whose message starts with "<backend>.<op>: "
+// (e.g. "backend_cpu.gemm: ") and names the argument, its dtype and shape, with a hint. Checks
+// are about shapes and presence; which dtypes an op supports stays each backend's own decision.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/export.h"
+
+namespace mixtrain::sdk {
+
+// "bf16 [512, 1024]"
+MIXTRAIN_SDK_API std::string describe(const TensorView& v);
+
+class MIXTRAIN_SDK_API BackendArgumentChecks {
+ public:
+  explicit BackendArgumentChecks(std::string backend) : backend_(std::move(backend)) {}
+
+  [[noreturn]] void fail(std::string_view op, const std::string& what, std::string hint = {}) const;
+  // Data present unless the tensor has no elements.
+  void require_present(std::string_view op, std::string_view name, const TensorView& v) const;
+  // fp32 (or tf32), bf16 or fp16 storage.
+  void require_storage(std::string_view op, std::string_view name, const TensorView& v) const;
+  void require_fp32(std::string_view op, std::string_view name, const TensorView& v) const;
+  void require_numel(std::string_view op, std::string_view name, const TensorView& v,
+                     std::int64_t numel) const;
+
+  // The GEMM's m, n, k from op(A)[m,k]·op(B)[k,n], after checking A, B, C are present, the inner
+  // dimensions agree, C is [m, n] and a bias (when given) is fp32 [n].
+  struct GemmShape {
+    std::int64_t m = 0, n = 0, k = 0;
+  };
+  GemmShape gemm_shape(const GemmArgs& args) const;
+
+ private:
+  std::string backend_;
+};
+
+}  // namespace mixtrain::sdk
