@@ -190,25 +190,7 @@ void CpuBackend::activation_backward(Activation act, TensorView x, TensorView dy
 void CpuBackend::layernorm_forward(TensorView x, TensorView gamma, TensorView beta, float eps,
                                    TensorView y, TensorView mean, TensorView rstd) {
   use_threads();
-  constexpr const char* op = "layernorm_forward";
-  require_storage(op, "x", x);
-  require_storage(op, "y", y);
-  const std::int64_t n = x.shape.cols();
-  const std::int64_t rows = x.shape.rows();
-  require_numel(op, "y", y, x.numel());
-  if (!gamma.empty()) {
-    require_storage(op, "gamma", gamma);
-    require_numel(op, "gamma", gamma, n);
-  }
-  if (!beta.empty()) {
-    require_storage(op, "beta", beta);
-    require_numel(op, "beta", beta, n);
-  }
-  require_fp32(op, "mean", mean);
-  require_numel(op, "mean", mean, rows);
-  require_fp32(op, "rstd", rstd);
-  require_numel(op, "rstd", rstd, rows);
-  if (n == 0) fail(op, "x " + describe(x) + " has zero columns", "normalise a non-empty axis");
+  const auto [rows, n] = checks().layernorm_forward_shape(x, gamma, beta, y, mean, rstd);
   const Fp32Vector g(gamma, n, 1.0f);
   const Fp32Vector b(beta, n, 0.0f);
   const float* gp = g.data();

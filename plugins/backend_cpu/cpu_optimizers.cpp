@@ -56,27 +56,7 @@ inline int nonfinite_flag(float v) {
 
 void validate_param(std::string_view op, std::size_t i, const sdk::ParamTensors& p,
                     bool need_state1, bool need_state2) {
-  const std::string prefix = "params[" + std::to_string(i) + "].";
-  require_fp32(op, prefix + "master", p.master);
-  const std::int64_t n = p.master.numel();
-  require_fp32(op, prefix + "grad", p.grad);
-  require_numel(op, prefix + "grad", p.grad, n);
-  if (!p.working.empty()) {
-    require_storage(op, prefix + "working", p.working);
-    require_numel(op, prefix + "working", p.working, n);
-  }
-  if (need_state1) {
-    if (p.state1.empty())
-      fail(op, prefix + "state1 is missing", "allocate an fp32 state tensor shaped like master");
-    require_fp32(op, prefix + "state1", p.state1);
-    require_numel(op, prefix + "state1", p.state1, n);
-  }
-  if (need_state2) {
-    if (p.state2.empty())
-      fail(op, prefix + "state2 is missing", "allocate an fp32 state tensor shaped like master");
-    require_fp32(op, prefix + "state2", p.state2);
-    require_numel(op, prefix + "state2", p.state2, n);
-  }
+  checks().optimizer_param(op, i, p, need_state1, need_state2);
 }
 
 // The template flag keeps the loop body free of control flow so it vectorises.

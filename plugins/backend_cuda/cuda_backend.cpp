@@ -334,24 +334,7 @@ void CudaBackend::layernorm_forward(TensorView x, TensorView gamma, TensorView b
                                     TensorView y, TensorView mean, TensorView rstd) {
   activate();
   constexpr const char* op = "layernorm_forward";
-  require_storage(op, "x", x);
-  require_storage(op, "y", y);
-  const std::int64_t n = x.shape.cols();
-  const std::int64_t rows = x.shape.rows();
-  require_numel(op, "y", y, x.numel());
-  if (!gamma.empty()) {
-    require_storage(op, "gamma", gamma);
-    require_numel(op, "gamma", gamma, n);
-  }
-  if (!beta.empty()) {
-    require_storage(op, "beta", beta);
-    require_numel(op, "beta", beta, n);
-  }
-  require_fp32(op, "mean", mean);
-  require_numel(op, "mean", mean, rows);
-  require_fp32(op, "rstd", rstd);
-  require_numel(op, "rstd", rstd, rows);
-  if (n == 0) fail(op, "x " + describe(x) + " has zero columns", "normalise a non-empty axis");
+  const auto [rows, n] = checks().layernorm_forward_shape(x, gamma, beta, y, mean, rstd);
   check_cuda(kernels::layernorm_forward(x.data, elem_of(x.dtype), ptr_or_null(gamma),
                                         elem_of(gamma.dtype), ptr_or_null(beta), elem_of(beta.dtype),
                                         eps, y.data, elem_of(y.dtype), mean.as<float>(),
@@ -587,27 +570,7 @@ namespace {
 
 void validate_param(std::string_view op, std::size_t i, const sdk::ParamTensors& p,
                     bool need_state1, bool need_state2) {
-  const std::string prefix = "params[" + std::to_string(i) + "].";
-  require_fp32(op, prefix + "master", p.master);
-  const std::int64_t n = p.master.numel();
-  require_fp32(op, prefix + "grad", p.grad);
-  require_numel(op, prefix + "grad", p.grad, n);
-  if (!p.working.empty()) {
-    require_storage(op, prefix + "working", p.working);
-    require_numel(op, prefix + "working", p.working, n);
-  }
-  if (need_state1) {
-    if (p.state1.empty())
-      fail(op, prefix + "state1 is missing", "allocate an fp32 state tensor shaped like master");
-    require_fp32(op, prefix + "state1", p.state1);
-    require_numel(op, prefix + "state1", p.state1, n);
-  }
-  if (need_state2) {
-    if (p.state2.empty())
-      fail(op, prefix + "state2 is missing", "allocate an fp32 state tensor shaped like master");
-    require_fp32(op, prefix + "state2", p.state2);
-    require_numel(op, prefix + "state2", p.state2, n);
-  }
+  checks().optimizer_param(op, i, p, need_state1, need_state2);
 }
 
 kernels::ParamRef param_ref(const sdk::ParamTensors& p) {

@@ -1,5 +1,7 @@
 #include "mixtrain/sdk/backend_argument_checks.h"
 
+#include <tuple>
+
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::sdk {
@@ -75,6 +77,52 @@ BackendArgumentChecks::GemmShape BackendArgumentChecks::gemm_shape(const GemmArg
     require_numel("gemm", "bias", args.bias, s.n);
   }
   return s;
+}
+
+BackendArgumentChecks::RowsCols BackendArgumentChecks::layernorm_forward_shape(
+    const TensorView& x, const TensorView& gamma, const TensorView& beta, const TensorView& y,
+    const TensorView& mean, const TensorView& rstd) const {
+  constexpr const char* op = "layernorm_forward";
+  require_storage(op, "x", x);
+  require_storage(op, "y", y);
+  const RowsCols s{x.shape.rows(), x.shape.cols()};
+  require_numel(op, "y", y, x.numel());
+  if (!gamma.empty()) {
+    require_storage(op, "gamma", gamma);
+    require_numel(op, "gamma", gamma, s.cols);
+  }
+  if (!beta.empty()) {
+    require_storage(op, "beta", beta);
+    require_numel(op, "beta", beta, s.cols);
+  }
+  require_fp32(op, "mean", mean);
+  require_numel(op, "mean", mean, s.rows);
+  require_fp32(op, "rstd", rstd);
+  require_numel(op, "rstd", rstd, s.rows);
+  if (s.cols == 0) fail(op, "x " + describe(x) + " has zero columns", "normalise a non-empty axis");
+  return s;
+}
+
+void BackendArgumentChecks::optimizer_param(std::string_view op, std::size_t index,
+                                            const ParamTensors& p, bool needs_state1,
+                                            bool needs_state2) const {
+  const std::string prefix = "params[" + std::to_string(index) + "].";
+  require_fp32(op, prefix + "master", p.master);
+  const std::int64_t n = p.master.numel();
+  require_fp32(op, prefix + "grad", p.grad);
+  require_numel(op, prefix + "grad", p.grad, n);
+  if (!p.working.empty()) {
+    require_storage(op, prefix + "working", p.working);
+    require_numel(op, prefix + "working", p.working, n);
+  }
+  for (auto [needed, view, name] : {std::tuple{needs_state1, &p.state1, "state1"},
+                                    std::tuple{needs_state2, &p.state2, "state2"}}) {
+    if (!needed) continue;
+    if (view->empty())
+      fail(op, prefix + name + " is missing", "allocate an fp32 state tensor shaped like master");
+    require_fp32(op, prefix + name, *view);
+    require_numel(op, prefix + name, *view, n);
+  }
 }
 
 }  // namespace mixtrain::sdk

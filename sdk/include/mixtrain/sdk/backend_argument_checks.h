@@ -38,6 +38,20 @@ class MIXTRAIN_SDK_API BackendArgumentChecks {
   };
   GemmShape gemm_shape(const GemmArgs& args) const;
 
+  // layernorm_forward's arguments: x, y storage of equal size; gamma, beta (optional) [n];
+  // mean, rstd fp32 [rows]; n > 0. Returns {rows, n}.
+  struct RowsCols {
+    std::int64_t rows = 0, cols = 0;
+  };
+  RowsCols layernorm_forward_shape(const TensorView& x, const TensorView& gamma,
+                                   const TensorView& beta, const TensorView& y,
+                                   const TensorView& mean, const TensorView& rstd) const;
+
+  // One entry of a fused optimizer update: master and grad fp32 of equal size, working (optional)
+  // in a storage dtype, and the fp32 state slots the optimizer needs.
+  void optimizer_param(std::string_view op, std::size_t index, const ParamTensors& p,
+                       bool needs_state1, bool needs_state2) const;
+
  private:
   std::string backend_;
 };
