@@ -229,32 +229,10 @@ void CpuBackend::layernorm_backward(TensorView dy, TensorView x, TensorView gamm
                                     TensorView rstd, TensorView dx, TensorView dgamma,
                                     TensorView dbeta, bool accumulate) {
   use_threads();
-  constexpr const char* op = "layernorm_backward";
-  require_storage(op, "dy", dy);
-  require_storage(op, "x", x);
-  require_storage(op, "dx", dx);
-  const std::int64_t n = x.shape.cols();
-  const std::int64_t rows = x.shape.rows();
-  require_numel(op, "dy", dy, x.numel());
-  require_numel(op, "dx", dx, x.numel());
-  if (!gamma.empty()) {
-    require_storage(op, "gamma", gamma);
-    require_numel(op, "gamma", gamma, n);
-  }
-  require_fp32(op, "mean", mean);
-  require_numel(op, "mean", mean, rows);
-  require_fp32(op, "rstd", rstd);
-  require_numel(op, "rstd", rstd, rows);
+  const auto [rows, n] =
+      checks().layernorm_backward_shape(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
   const bool want_dgamma = !dgamma.empty();
   const bool want_dbeta = !dbeta.empty();
-  if (want_dgamma) {
-    require_fp32(op, "dgamma", dgamma);
-    require_numel(op, "dgamma", dgamma, n);
-  }
-  if (want_dbeta) {
-    require_fp32(op, "dbeta", dbeta);
-    require_numel(op, "dbeta", dbeta, n);
-  }
   const Fp32Vector g(gamma, n, 1.0f);
   const float* gp = g.data();
   const float* mean_in = mean.as<const float>();

@@ -347,29 +347,8 @@ void CudaBackend::layernorm_backward(TensorView dy, TensorView x, TensorView gam
                                      TensorView dbeta, bool accumulate) {
   activate();
   constexpr const char* op = "layernorm_backward";
-  require_storage(op, "dy", dy);
-  require_storage(op, "x", x);
-  require_storage(op, "dx", dx);
-  const std::int64_t n = x.shape.cols();
-  const std::int64_t rows = x.shape.rows();
-  require_numel(op, "dy", dy, x.numel());
-  require_numel(op, "dx", dx, x.numel());
-  if (!gamma.empty()) {
-    require_storage(op, "gamma", gamma);
-    require_numel(op, "gamma", gamma, n);
-  }
-  require_fp32(op, "mean", mean);
-  require_numel(op, "mean", mean, rows);
-  require_fp32(op, "rstd", rstd);
-  require_numel(op, "rstd", rstd, rows);
-  if (!dgamma.empty()) {
-    require_fp32(op, "dgamma", dgamma);
-    require_numel(op, "dgamma", dgamma, n);
-  }
-  if (!dbeta.empty()) {
-    require_fp32(op, "dbeta", dbeta);
-    require_numel(op, "dbeta", dbeta, n);
-  }
+  const auto [rows, n] =
+      checks().layernorm_backward_shape(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
   float* partial = nullptr;
   if (!dgamma.empty() || !dbeta.empty()) {
     partial = partial_.as<float>(std::max<std::size_t>(1, 2 * kernels::column_sum_scratch(rows, n)),

@@ -1,6 +1,7 @@
 #include "mixtrain/sdk/backend_argument_checks.h"
 
 #include <tuple>
+#include <utility>
 
 #include "mixtrain/sdk/error.h"
 
@@ -100,6 +101,33 @@ BackendArgumentChecks::RowsCols BackendArgumentChecks::layernorm_forward_shape(
   require_fp32(op, "rstd", rstd);
   require_numel(op, "rstd", rstd, s.rows);
   if (s.cols == 0) fail(op, "x " + describe(x) + " has zero columns", "normalise a non-empty axis");
+  return s;
+}
+
+BackendArgumentChecks::RowsCols BackendArgumentChecks::layernorm_backward_shape(
+    const TensorView& dy, const TensorView& x, const TensorView& gamma, const TensorView& mean,
+    const TensorView& rstd, const TensorView& dx, const TensorView& dgamma,
+    const TensorView& dbeta) const {
+  constexpr const char* op = "layernorm_backward";
+  require_storage(op, "dy", dy);
+  require_storage(op, "x", x);
+  require_storage(op, "dx", dx);
+  const RowsCols s{x.shape.rows(), x.shape.cols()};
+  require_numel(op, "dy", dy, x.numel());
+  require_numel(op, "dx", dx, x.numel());
+  if (!gamma.empty()) {
+    require_storage(op, "gamma", gamma);
+    require_numel(op, "gamma", gamma, s.cols);
+  }
+  require_fp32(op, "mean", mean);
+  require_numel(op, "mean", mean, s.rows);
+  require_fp32(op, "rstd", rstd);
+  require_numel(op, "rstd", rstd, s.rows);
+  for (auto [view, name] : {std::pair{&dgamma, "dgamma"}, std::pair{&dbeta, "dbeta"}}) {
+    if (view->empty()) continue;
+    require_fp32(op, name, *view);
+    require_numel(op, name, *view, s.cols);
+  }
   return s;
 }
 

@@ -47,6 +47,13 @@ class MIXTRAIN_SDK_API BackendArgumentChecks {
                                    const TensorView& beta, const TensorView& y,
                                    const TensorView& mean, const TensorView& rstd) const;
 
+  // layernorm_backward's arguments: dy, x, dx storage of equal size; gamma (optional) [n]; mean,
+  // rstd fp32 [rows]; dgamma, dbeta (optional) fp32 [n]. Returns {rows, n}.
+  RowsCols layernorm_backward_shape(const TensorView& dy, const TensorView& x,
+                                    const TensorView& gamma, const TensorView& mean,
+                                    const TensorView& rstd, const TensorView& dx,
+                                    const TensorView& dgamma, const TensorView& dbeta) const;
+
   // One entry of a fused optimizer update: master and grad fp32 of equal size, working (optional)
   // in a storage dtype, and the fp32 state slots the optimizer needs.
   void optimizer_param(std::string_view op, std::size_t index, const ParamTensors& p,
