@@ -300,28 +300,10 @@ void CpuBackend::softmax_cross_entropy(TensorView logits, TensorView labels, flo
                                        TensorView loss, TensorView correct, TensorView dlogits) {
   use_threads();
   constexpr const char* op = "softmax_cross_entropy";
-  require_storage(op, "logits", logits);
-  const std::int64_t classes = logits.shape.cols();
-  const std::int64_t rows = logits.shape.rows();
-  require_present(op, "labels", labels);
-  if (labels.dtype != DType::int32)
-    fail(op, "labels is " + describe(labels) + " but must be int32", "store class indices as int32");
-  require_numel(op, "labels", labels, rows);
-  require_fp32(op, "loss", loss);
-  require_numel(op, "loss", loss, 1);
+  const auto [rows, classes] =
+      checks().softmax_cross_entropy_shape(logits, labels, loss, correct, dlogits);
   const bool want_correct = !correct.empty();
-  if (want_correct) {
-    if (correct.dtype != DType::int32)
-      fail(op, "correct is " + describe(correct) + " but must be int32", "pass an int32 [1] tensor");
-    require_numel(op, "correct", correct, 1);
-  }
   const bool want_grad = !dlogits.empty();
-  if (want_grad) {
-    require_storage(op, "dlogits", dlogits);
-    require_numel(op, "dlogits", dlogits, logits.numel());
-  }
-  if (rows == 0 || classes == 0)
-    fail(op, "logits " + describe(logits) + " is empty", "pass at least one row and one class");
   const auto* label = labels.as<const std::int32_t>();
   for (std::int64_t r = 0; r < rows; ++r)  // validate before writing anything
     if (label[r] < 0 || label[r] >= classes)

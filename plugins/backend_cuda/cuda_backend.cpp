@@ -367,26 +367,8 @@ void CudaBackend::softmax_cross_entropy(TensorView logits, TensorView labels, fl
                                         TensorView loss, TensorView correct, TensorView dlogits) {
   activate();
   constexpr const char* op = "softmax_cross_entropy";
-  require_storage(op, "logits", logits);
-  const std::int64_t classes = logits.shape.cols();
-  const std::int64_t rows = logits.shape.rows();
-  require_present(op, "labels", labels);
-  if (labels.dtype != DType::int32)
-    fail(op, "labels is " + describe(labels) + " but must be int32", "store class indices as int32");
-  require_numel(op, "labels", labels, rows);
-  require_fp32(op, "loss", loss);
-  require_numel(op, "loss", loss, 1);
-  if (!correct.empty()) {
-    if (correct.dtype != DType::int32)
-      fail(op, "correct is " + describe(correct) + " but must be int32", "pass an int32 [1] tensor");
-    require_numel(op, "correct", correct, 1);
-  }
-  if (!dlogits.empty()) {
-    require_storage(op, "dlogits", dlogits);
-    require_numel(op, "dlogits", dlogits, logits.numel());
-  }
-  if (rows == 0 || classes == 0)
-    fail(op, "logits " + describe(logits) + " is empty", "pass at least one row and one class");
+  const auto [rows, classes] =
+      checks().softmax_cross_entropy_shape(logits, labels, loss, correct, dlogits);
   if (rows > INT32_MAX || classes > INT32_MAX)
     fail(op, "logits " + describe(logits) + " is too large for the kernel's 32-bit row index",
          "split the batch");

@@ -131,6 +131,32 @@ BackendArgumentChecks::RowsCols BackendArgumentChecks::layernorm_backward_shape(
   return s;
 }
 
+BackendArgumentChecks::RowsCols BackendArgumentChecks::softmax_cross_entropy_shape(
+    const TensorView& logits, const TensorView& labels, const TensorView& loss,
+    const TensorView& correct, const TensorView& dlogits) const {
+  constexpr const char* op = "softmax_cross_entropy";
+  require_storage(op, "logits", logits);
+  const RowsCols s{logits.shape.rows(), logits.shape.cols()};
+  require_present(op, "labels", labels);
+  if (labels.dtype != DType::int32)
+    fail(op, "labels is " + describe(labels) + " but must be int32", "store class indices as int32");
+  require_numel(op, "labels", labels, s.rows);
+  require_fp32(op, "loss", loss);
+  require_numel(op, "loss", loss, 1);
+  if (!correct.empty()) {
+    if (correct.dtype != DType::int32)
+      fail(op, "correct is " + describe(correct) + " but must be int32", "pass an int32 [1] tensor");
+    require_numel(op, "correct", correct, 1);
+  }
+  if (!dlogits.empty()) {
+    require_storage(op, "dlogits", dlogits);
+    require_numel(op, "dlogits", dlogits, logits.numel());
+  }
+  if (s.rows == 0 || s.cols == 0)
+    fail(op, "logits " + describe(logits) + " is empty", "pass at least one row and one class");
+  return s;
+}
+
 void BackendArgumentChecks::optimizer_param(std::string_view op, std::size_t index,
                                             const ParamTensors& p, bool needs_state1,
                                             bool needs_state2) const {

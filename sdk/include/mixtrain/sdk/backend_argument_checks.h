@@ -54,6 +54,13 @@ class MIXTRAIN_SDK_API BackendArgumentChecks {
                                     const TensorView& rstd, const TensorView& dx,
                                     const TensorView& dgamma, const TensorView& dbeta) const;
 
+  // softmax_cross_entropy's arguments: logits storage [rows, classes] (both > 0), labels int32
+  // [rows], loss fp32 [1], correct (optional) int32 [1], dlogits (optional) storage like logits.
+  // Returns {rows, classes}.
+  RowsCols softmax_cross_entropy_shape(const TensorView& logits, const TensorView& labels,
+                                       const TensorView& loss, const TensorView& correct,
+                                       const TensorView& dlogits) const;
+
   // One entry of a fused optimizer update: master and grad fp32 of equal size, working (optional)
   // in a storage dtype, and the fp32 state slots the optimizer needs.
   void optimizer_param(std::string_view op, std::size_t index, const ParamTensors& p,
