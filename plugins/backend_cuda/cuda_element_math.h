@@ -1,0 +1,383 @@
+// Per-element math of the CUDA backend's kernels, callable from host and device: storage decodes
+// and encodes with sdk/float_formats.h's rules, tf32 rounding, the fp32 clamp, relu / gelu and
+// their gradients, the amax and argmax combines, and the fused optimizer steps.
+//
+// Contract
+// - One source for host and device, built only from integer operations and fp32 / fp64 operations
+//   that IEEE-754 rounds exactly on both (+, -, *, /, sqrt, int <-> float): no libm call, no CUDA
+//   conversion intrinsic. A host build of these functions therefore computes the device's bits,
+//   and tests/unit/backend_cuda/test_cuda_element_math.cpp checks them against the SDK on the CPU,
+//   without a GPU. Two conditions: no FMA contraction (the .cu files build with --fmad=false,
+//   host users with -ffp-contract=off) and no fast math (nvcc's defaults: IEEE division and square
+//   root, denormals kept).
+// - Exception: a NaN produced by fp32 arithmetic carries the hardware's payload (x86 propagates
+//   the input's, NVIDIA GPUs give 0x7FFFFFFF). Pure data movement (decode, encode, relu, clamp)
+//   keeps payloads exactly as the SDK does.
+// - Why not __float2bfloat16_rn, __float2half_rn, __nv_cvt_float_to_fp8, __half2float & co.: their
+//   NaN results are canonical (sign and payload dropped; e4m3 -NaN becomes +NaN) and the decodes
+//   do not quiet signalling NaNs, where sdk/float_formats.h keeps the sign and the top payload bits;
+//   and the host emulation of an intrinsic is not the instruction the device runs, so a host test
+//   of one would prove nothing about the other. For finite values and infinities they agree.
+// - Plain C++17 (nvcc's dialect for the .cu files) and no CUDA header: any host file can include it.
+#pragma once
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define MIXTRAIN_HD __host__ __device__ __forceinline__
+#else
+#define MIXTRAIN_HD inline
+#endif
+
+namespace mixtrain::backend_cuda::element {
+
+using u32 = std::uint32_t;
+
+// --- bit access ------------------------------------------------------------------------------------
+
+MIXTRAIN_HD u32 bits_of(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  u32 u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+#endif
+}
+
+MIXTRAIN_HD float float_of(u32 u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+#endif
+}
+
+MIXTRAIN_HD u32 abs_bits(float x) { return bits_of(x) & 0x7FFFFFFFu; }
+
+// inf or NaN.
+MIXTRAIN_HD bool nonfinite(float x) { return (bits_of(x) & 0x7F800000u) == 0x7F800000u; }
+
+MIXTRAIN_HD float sqrt_rn(float x) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(x);  // IEEE whatever -prec-sqrt says
+#else
+  return std::sqrt(x);
+#endif
+}
+
+// --- formats (sdk/float_formats.cpp's descriptors) -----------------------------------------------
+// kMax is the largest finite magnitude code, kOverflow the code an overflow gives without
+// saturation (inf, or E4M3's only NaN), kE + kM the sign position.
+namespace format {
+struct Fp16 {
+  static constexpr int kE = 5, kM = 10, kBias = 15;
+  static constexpr u32 kMax = 0x7BFF, kOverflow = 0x7C00;
+  static constexpr bool kHasInf = true;
+};
+struct Bf16 {
+  static constexpr int kE = 8, kM = 7, kBias = 127;
+  static constexpr u32 kMax = 0x7F7F, kOverflow = 0x7F80;
+  static constexpr bool kHasInf = true;
+};
+struct Tf32 {  // codes are the top 19 bits of an fp32
+  static constexpr int kE = 8, kM = 10, kBias = 127;
+  static constexpr u32 kMax = 0x3FBFF, kOverflow = 0x3FC00;
+  static constexpr bool kHasInf = true;
+};
+struct E4M3 {
+  static constexpr int kE = 4, kM = 3, kBias = 7;
+  static constexpr u32 kMax = 0x7E, kOverflow = 0x7F;
+  static constexpr bool kHasInf = false;
+};
+struct E5M2 {
+  static constexpr int kE = 5, kM = 2, kBias = 15;
+  static constexpr u32 kMax = 0x7B, kOverflow = 0x7C;
+  static constexpr bool kHasInf = true;
+};
+}  // namespace format
+
+// v >> s rounded to nearest, ties to even. Callers keep v < 2^31 when s > 31.
+MIXTRAIN_HD u32 rne_shift(u32 v, unsigned s) {
+  if (s == 0) return v;
+  if (s > 31) return 0;  // v < 2^31 <= half an output unit
+  const u32 q = v >> s, rem = v & ((u32{1} << s) - 1), half = u32{1} << (s - 1);
+  return q + ((rem > half || (rem == half && (q & 1u) != 0)) ? 1u : 0u);
+}
+
+// Rounds a finite fp32 magnitude `a` (bits) to format F with an unbounded exponent above: the
+// result is (biased exponent << kM | mantissa), which exceeds F::kMax exactly when it overflows.
+template <class F>
+MIXTRAIN_HD u32 round_magnitude(u32 a) {
+  const u32 e32 = a >> 23, mant = a & 0x7FFFFFu;
+  const u32 sig = e32 != 0 ? (mant | 0x800000u) : mant;  // value = sig * 2^(e - 23)
+  const int e = e32 != 0 ? static_cast<int>(e32) - 127 : -126;
+  constexpr int emin = 1 - F::kBias;
+  if (e >= emin) {
+    // Normal in F. At most (253 << 23) + 2^24 < 2^31: 32 bits suffice for every format.
+    const u32 wide = (static_cast<u32>(e + F::kBias - 1) << 23) + sig;
+    return rne_shift(wide, 23 - F::kM);
+  }
+  // Subnormal in F: units of 2^(emin - kM); reaching 1 << kM is the smallest normal. sig < 2^24.
+  return rne_shift(sig, static_cast<unsigned>(23 - F::kM + (emin - e)));
+}
+
+// Quiet NaN code keeping the top payload bits (E4M3: always 0x7F).
+template <class F>
+MIXTRAIN_HD u32 nan_code(u32 a) {
+  return F::kOverflow | (u32{1} << (F::kM - 1)) | ((a & 0x7FFFFFu) >> (23 - F::kM));
+}
+
+// fp32 -> F code, RNE; saturate: overflow and +-inf give +-max finite, else +-inf (E4M3: NaN).
+template <class F>
+MIXTRAIN_HD u32 encode(float x, bool saturate) {
+  const u32 bits = bits_of(x);
+  const u32 sign = (bits >> 31) << (F::kE + F::kM);
+  const u32 a = bits & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return sign | nan_code<F>(a);
+  const u32 overflowed = saturate ? F::kMax : F::kOverflow;
+  if (a == 0x7F800000u) return sign | overflowed;
+  const u32 c = round_magnitude<F>(a);
+  return sign | (c > F::kMax ? overflowed : c);
+}
+
+// 2^k for small |k|, as a compile-time constant.
+constexpr float pow2(int k) {
+  float r = 1.0f;
+  for (; k > 0; --k) r *= 2.0f;
+  for (; k < 0; ++k) r *= 0.5f;
+  return r;
+}
+
+// F code -> fp32, exact; NaNs become quiet fp32 NaNs of the same sign, payload shifted up.
+template <class F>
+MIXTRAIN_HD float decode(u32 v) {
+  constexpr u32 kExpAll = (u32{1} << F::kE) - 1, kMantAll = (u32{1} << F::kM) - 1;
+  const u32 sign = ((v >> (F::kE + F::kM)) & 1u) << 31;
+  const u32 exp = (v >> F::kM) & kExpAll, mant = v & kMantAll;
+  bool special;
+  if constexpr (F::kHasInf)
+    special = exp == kExpAll;
+  else
+    special = exp == kExpAll && mant == kMantAll;
+  if (special) {
+    if constexpr (F::kHasInf)
+      if (mant == 0) return float_of(sign | 0x7F800000u);
+    return float_of(sign | 0x7FC00000u | (mant << (23 - F::kM)));
+  }
+  if (exp != 0)
+    return float_of(sign | ((exp + 127 - F::kBias) << 23) | (mant << (23 - F::kM)));
+  // Zero or subnormal: mant * 2^(1 - bias - kM), an exact product (a normal fp32, or zero).
+  constexpr float kUnit = pow2(1 - F::kBias - F::kM);
+  return float_of(sign | bits_of(static_cast<float>(mant) * kUnit));
+}
+
+MIXTRAIN_HD float decode_bf16(std::uint16_t v) {
+  u32 f = static_cast<u32>(v) << 16;
+  if ((f & 0x7FFFFFFFu) > 0x7F800000u) f |= 0x00400000u;  // quiet a signalling NaN
+  return float_of(f);
+}
+MIXTRAIN_HD float decode_fp16(std::uint16_t v) { return decode<format::Fp16>(v); }
+MIXTRAIN_HD float decode_e4m3(std::uint8_t v) { return decode<format::E4M3>(v); }
+MIXTRAIN_HD float decode_e5m2(std::uint8_t v) { return decode<format::E5M2>(v); }
+
+MIXTRAIN_HD std::uint16_t encode_bf16(float x, bool saturate) {
+  return static_cast<std::uint16_t>(encode<format::Bf16>(x, saturate));
+}
+MIXTRAIN_HD std::uint16_t encode_fp16(float x, bool saturate) {
+  return static_cast<std::uint16_t>(encode<format::Fp16>(x, saturate));
+}
+MIXTRAIN_HD std::uint8_t encode_e4m3(float x, bool saturate) {
+  return static_cast<std::uint8_t>(encode<format::E4M3>(x, saturate));
+}
+MIXTRAIN_HD std::uint8_t encode_e5m2(float x, bool saturate) {
+  return static_cast<std::uint8_t>(encode<format::E5M2>(x, saturate));
+}
+
+// fp32 rounded to 10 mantissa bits, RNE (sdk::round_to_tf32; not cvt.rna.tf32.f32, which rounds
+// ties away from zero).
+MIXTRAIN_HD float round_tf32(float x, bool saturate) {
+  return float_of(encode<format::Tf32>(x, saturate) << 13);
+}
+
+// Clamp to +-m; NaN compares false and passes through unchanged.
+MIXTRAIN_HD float clamp_finite(float v, float m) { return v > m ? m : (v < -m ? -m : v); }
+
+// fp32 -> int32 toward zero, saturating, NaN -> 0 (what cvt.rzi.s32.f32 does; a plain cast is
+// undefined out of range).
+MIXTRAIN_HD std::int32_t to_int32(float v) {
+  if (!(v == v)) return 0;
+  if (v >= 2147483648.0f) return INT32_MAX;
+  if (v <= -2147483648.0f) return INT32_MIN;
+  return static_cast<std::int32_t>(v);
+}
+
+// --- storage types: what a kernel reads and writes ------------------------------------------------
+// S::T is the element as stored; S::load decodes it exactly; S::store(v, saturate) encodes RNE
+// (saturate: clamp to the largest finite value instead of overflowing to inf / NaN).
+namespace storage {
+struct F32 {
+  using T = float;
+  static MIXTRAIN_HD float load(T v) { return v; }
+  static MIXTRAIN_HD T store(float v, bool saturate) {
+    return saturate ? clamp_finite(v, FLT_MAX) : v;
+  }
+};
+struct Tf32 {  // fp32 storage whose stores round to tf32
+  using T = float;
+  static MIXTRAIN_HD float load(T v) { return v; }
+  static MIXTRAIN_HD T store(float v, bool saturate) { return round_tf32(v, saturate); }
+};
+struct Bf16 {
+  using T = std::uint16_t;
+  static MIXTRAIN_HD float load(T v) { return decode_bf16(v); }
+  static MIXTRAIN_HD T store(float v, bool saturate) { return encode_bf16(v, saturate); }
+};
+struct F16 {
+  using T = std::uint16_t;
+  static MIXTRAIN_HD float load(T v) { return decode_fp16(v); }
+  static MIXTRAIN_HD T store(float v, bool saturate) { return encode_fp16(v, saturate); }
+};
+struct E4M3 {
+  using T = std::uint8_t;
+  static MIXTRAIN_HD float load(T v) { return decode_e4m3(v); }
+  static MIXTRAIN_HD T store(float v, bool saturate) { return encode_e4m3(v, saturate); }
+};
+struct E5M2 {
+  using T = std::uint8_t;
+  static MIXTRAIN_HD float load(T v) { return decode_e5m2(v); }
+  static MIXTRAIN_HD T store(float v, bool saturate) { return encode_e5m2(v, saturate); }
+};
+struct I32 {  // fill() only
+  using T = std::int32_t;
+  static MIXTRAIN_HD float load(T v) { return static_cast<float>(v); }
+  static MIXTRAIN_HD T store(float v, bool /*saturate*/) { return to_int32(v); }
+};
+}  // namespace storage
+
+// --- activations -------------------------------------------------------------------------------------
+
+// The CPU reference's comparisons: relu keeps NaN and -0; its gradient is 0 where x is NaN or <= 0.
+MIXTRAIN_HD float relu(float x) { return x < 0.0f ? 0.0f : x; }
+MIXTRAIN_HD float relu_grad(float x, float dy) { return x > 0.0f ? dy : 0.0f; }
+
+// e^y for 0 <= y <= 20 (Cephes expf: y = k ln2 + r with a two-part ln2, degree-6 polynomial).
+MIXTRAIN_HD float exp_nonneg(float y) {
+  const int k = static_cast<int>(y * 1.44269504088896341f + 0.5f);  // round(y / ln2), y >= 0
+  const float kf = static_cast<float>(k);
+  float r = y - kf * 0.693359375f;  // exact: kf * 0.693359375f has at most 16 significant bits
+  r = r - kf * -2.12194440e-4f;
+  const float p =
+      (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+         4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f) * (r * r) + r + 1.0f;
+  return p * float_of(static_cast<u32>(k + 127) << 23);
+}
+
+// tanh in fp32 (Cephes tanhf): odd polynomial below 0.625, 1 - 2/(e^2|x| + 1) above, +-1 from 10
+// (tanh(10) rounds to 1). NaN passes through; the sign of zero is kept. Within 2 ulps of the
+// correctly rounded tanh (the test measures it).
+MIXTRAIN_HD float tanh_f32(float x) {
+  const u32 sign = bits_of(x) & 0x80000000u;
+  const float z = float_of(bits_of(x) & 0x7FFFFFFFu);
+  float r;
+  if (z >= 10.0f) {
+    r = 1.0f;
+  } else if (z >= 0.625f) {
+    r = 1.0f - 2.0f / (exp_nonneg(z + z) + 1.0f);
+  } else {  // also NaN
+    const float q = z * z;
+    r = ((((-5.70498872745e-3f * q + 2.06390887954e-2f) * q - 5.37397155531e-2f) * q +
+          1.33314422036e-1f) * q - 3.33332819422e-1f) * q * z + z;
+  }
+  return float_of(bits_of(r) | sign);
+}
+
+// GELU, tanh approximation: the CPU reference's formula (cpu_kernels.cpp), operation for operation,
+// with tanh_f32 in place of std::tanh.
+inline constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
+inline constexpr float kGeluC = 0.044715f;
+
+MIXTRAIN_HD float gelu(float x) {
+  const float u = kGeluK * (x + kGeluC * x * x * x);
+  return 0.5f * x * (1.0f + tanh_f32(u));
+}
+
+MIXTRAIN_HD float gelu_grad(float x) {
+  const float u = kGeluK * (x + kGeluC * x * x * x);
+  const float t = tanh_f32(u);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * x * x);
+}
+
+// kAct: 0 relu, 1 gelu (kernels::activation_forward's numbering).
+template <int kAct>
+MIXTRAIN_HD float activation(float x) {
+  if constexpr (kAct == 0)
+    return relu(x);
+  else
+    return gelu(x);
+}
+template <int kAct>
+MIXTRAIN_HD float activation_grad(float x, float dy) {
+  if constexpr (kAct == 0)
+    return relu_grad(x, dy);
+  else
+    return dy * gelu_grad(x);
+}
+
+// --- reductions' element rules -----------------------------------------------------------------------
+
+// amax slot (fp32 bits) after folding in m, the max |x| bits of some elements (every NaN pattern
+// sorts above inf): the CPU backend's rule, NaN (0x7FC00000) if either is NaN, else
+// std::max(slot, m). Monotone, commutative and idempotent, so blocks may fold in any order.
+MIXTRAIN_HD u32 amax_combine(u32 slot, u32 m) {
+  if ((slot & 0x7FFFFFFFu) > 0x7F800000u || m > 0x7F800000u) return 0x7FC00000u;
+  return float_of(slot) < float_of(m) ? m : slot;
+}
+
+// Softmax argmax, as the CPU's sequential scan (start at z[0], move on a strictly greater z):
+// whether candidate (z1, j1) beats (z2, j2), j < 0 meaning none. A NaN z[0] wins (the scan never
+// leaves it); other NaNs never win; ties go to the lower index. Candidates of other NaNs must not
+// be offered (skip them when scanning a slice).
+MIXTRAIN_HD bool argmax_beats(float z1, long long j1, float z2, long long j2) {
+  if (j1 < 0) return false;
+  if (j2 < 0) return true;
+  if (j2 == 0 && !(z2 == z2)) return false;
+  if (j1 == 0 && !(z1 == z1)) return true;
+  return z1 > z2 || (z1 == z2 && j1 < j2);
+}
+
+// --- fused optimizer steps (cpu_optimizers.cpp, operation for operation) ----------------------------
+
+// torch.optim.SGD on one element; h: kernels::SgdArgs (lr, momentum, dampening, weight_decay,
+// grad_scale, nesterov, first_step). Returns the new parameter; buf is the momentum buffer.
+template <bool kMomentum, class Args>
+MIXTRAIN_HD float sgd_step(const Args& h, float p, float grad, float& buf) {
+  float g = grad * h.grad_scale + h.weight_decay * p;
+  if constexpr (kMomentum) {
+    const float m = h.first_step ? g : h.momentum * buf + (1.0f - h.dampening) * g;
+    buf = m;
+    g = h.nesterov ? g + h.momentum * m : m;
+  }
+  return p - h.lr * g;
+}
+
+// torch.optim.AdamW on one element; h: kernels::AdamWArgs (beta1, beta2, eps, grad_scale, decay =
+// 1 - lr*wd, step_size = lr / (1 - beta1^t), bc2_sqrt = sqrt(1 - beta2^t)). Returns the new
+// parameter; m, v are exp_avg and exp_avg_sq.
+template <class Args>
+MIXTRAIN_HD float adamw_step(const Args& h, float p, float grad, float& m, float& v) {
+  const float g = grad * h.grad_scale;
+  const float mi = h.beta1 * m + (1.0f - h.beta1) * g;
+  const float vi = h.beta2 * v + (1.0f - h.beta2) * g * g;
+  m = mi;
+  v = vi;
+  const float denom = sqrt_rn(vi) / h.bc2_sqrt + h.eps;
+  return p * h.decay - h.step_size * mi / denom;
+}
+
+}  // namespace mixtrain::backend_cuda::element

@@ -1,0 +1,474 @@
+// The CUDA kernels' per-element math (plugins/backend_cuda/cuda_element_math.h) run on the CPU and
+// checked against the references, so it is verified in CI without a GPU: the header is the same
+// source the device compiles, using only operations IEEE-754 rounds the same on both (see its
+// contract), so these bits are the device's bits.
+// - Decodes: every bf16 and fp16 pattern (65536 each) and every fp8 pattern (256 each), bit for
+//   bit against sdk/float_formats.h, NaNs included.
+// - Encodes (bf16, fp16, e4m3, e5m2, saturating and not) and round_tf32: every value of every
+//   format with the midpoints to its neighbours and the fp32 values either side of each midpoint
+//   (every tie, every rounding boundary, max and overflow thresholds, subnormal boundaries), tie
+//   and near-tie mantissas in every fp32 exponent, a stride over all 2^32 patterns, +-0, +-inf,
+//   quiet / signalling / negative NaNs: bit for bit against the SDK.
+// - tanh, gelu, gelu_grad against the CPU backend's formula with std::tanh, within stated ulps.
+// - relu, the fp32 clamp, int32 stores, the amax fold and the softmax argmax against the CPU
+//   backend's rules; the SGD and AdamW element steps against cpu_optimizers.cpp, bit for bit.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "cuda_element_math.h"
+#include "mixtrain/sdk/float_formats.h"
+
+namespace {
+
+namespace el = mixtrain::backend_cuda::element;
+namespace st = mixtrain::backend_cuda::element::storage;
+namespace sdk = mixtrain::sdk;
+
+using u32 = std::uint32_t;
+
+u32 bits(float x) { return std::bit_cast<u32>(x); }
+float from_bits(u32 u) { return std::bit_cast<float>(u); }
+
+sdk::Overflow overflow(bool saturate) {
+  return saturate ? sdk::Overflow::saturate : sdk::Overflow::to_inf_or_nan;
+}
+
+std::string hex(u32 v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08X", v);
+  return buf;
+}
+
+// Distance in representable floats (both finite or both the same infinity).
+std::int64_t ulp_distance(float a, float b) {
+  auto ordered = [](float x) {
+    const auto i = std::bit_cast<std::int32_t>(x);
+    return i < 0 ? static_cast<std::int64_t>(INT32_MIN) - i : static_cast<std::int64_t>(i);
+  };
+  return std::llabs(ordered(a) - ordered(b));
+}
+
+// Spacing of the floats at magnitude s (the subnormal spacing below FLT_MIN).
+double ulp_at(double s) {
+  s = std::fabs(s);
+  if (s < FLT_MIN) return std::ldexp(1.0, -149);
+  int e = 0;
+  std::frexp(s, &e);
+  return std::ldexp(1.0, e - 24);
+}
+
+// --- the encode sample ---------------------------------------------------------------------------
+
+template <class Decode>
+void add_format_neighbourhoods(std::vector<float>& out, unsigned codes, Decode decode) {
+  // Every finite non-negative value v of the format, the exact midpoint m to the next one up, and
+  // the fp32 neighbours of m and v (all exact in fp32: the formats have at most 10 mantissa bits).
+  std::vector<double> values;
+  for (unsigned c = 0; c < codes; ++c) {
+    const float v = decode(c);
+    if (std::isfinite(v) && !std::signbit(v)) values.push_back(v);
+  }
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  // Past max: the next value with an unbounded exponent (2^128 for bf16: kept in double), so the
+  // overflow threshold is the last midpoint.
+  values.push_back(2.0 * values.back() - values[values.size() - 2]);
+  for (std::size_t i = 0; i + 1 < values.size(); ++i) {
+    const auto v = static_cast<float>(values[i]);
+    const auto m = static_cast<float>((values[i] + values[i + 1]) / 2.0);
+    for (float x : {v, std::nextafter(v, INFINITY), m, std::nextafter(m, 0.0f),
+                    std::nextafter(m, INFINITY)}) {
+      out.push_back(x);
+      out.push_back(-x);
+    }
+  }
+}
+
+std::vector<float> encode_sample() {
+  std::vector<float> out;
+  add_format_neighbourhoods(out, 0x10000, [](unsigned c) { return sdk::decode_bf16(static_cast<std::uint16_t>(c)); });
+  add_format_neighbourhoods(out, 0x10000, [](unsigned c) { return sdk::decode_fp16(static_cast<std::uint16_t>(c)); });
+  add_format_neighbourhoods(out, 0x100, [](unsigned c) { return sdk::decode_fp8_e4m3(static_cast<std::uint8_t>(c)); });
+  add_format_neighbourhoods(out, 0x100, [](unsigned c) { return sdk::decode_fp8_e5m2(static_cast<std::uint8_t>(c)); });
+  // Every fp32 exponent (subnormals included): ties and near ties for each target's mantissa
+  // width (tf32 10 bits, bf16 7, fp8 3 and 2), with even and odd kept parts, plus random mantissas.
+  std::mt19937 rng(20240611);
+  for (u32 e = 0; e < 255; ++e)
+    for (u32 sign : {0u, 0x80000000u}) {
+      for (int kept : {2, 3, 7, 10}) {
+        const unsigned s = 23 - static_cast<unsigned>(kept);
+        const u32 half = u32{1} << (s - 1);
+        for (u32 q : {u32{0}, u32{1}, u32{2}, u32{3}, (u32{1} << kept) - 2, (u32{1} << kept) - 1})
+          for (u32 low : {u32{0}, half - 1, half, half + 1, (half << 1) - 1})
+            out.push_back(from_bits(sign | (e << 23) | ((q << s) | low)));
+      }
+      for (int k = 0; k < 32; ++k) out.push_back(from_bits(sign | (e << 23) | (rng() & 0x7FFFFFu)));
+    }
+  // A stride over every pattern (odd, so every low-bit pattern shows up).
+  for (std::uint64_t u = 0; u <= 0xFFFFFFFFull; u += 65521) out.push_back(from_bits(static_cast<u32>(u)));
+  // Specials: zeros, infinities, quiet / signalling / negative NaNs with assorted payloads.
+  for (u32 b : {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00000u,
+                0x7F800001u, 0xFF800001u, 0x7FA00000u, 0x7FFFFFFFu, 0xFFFFFFFFu, 0x7FC12345u,
+                0x7F802000u, 0x7F801FFFu, 0x00000001u, 0x807FFFFFu, 0x00800000u, 0x7F7FFFFFu})
+    out.push_back(from_bits(b));
+  return out;
+}
+
+const std::vector<float>& sample() {
+  static const std::vector<float> s = encode_sample();
+  return s;
+}
+
+// --- decodes ---------------------------------------------------------------------------------------
+
+TEST(cuda_element_math, DecodesEveryBf16AndFp16PatternBitForBit) {
+  int bad_bf16 = 0, bad_fp16 = 0;
+  for (u32 c = 0; c < 0x10000; ++c) {
+    const auto v = static_cast<std::uint16_t>(c);
+    const u32 got_b = bits(st::Bf16::load(v)), want_b = bits(sdk::decode_bf16(v));
+    const u32 got_h = bits(st::F16::load(v)), want_h = bits(sdk::decode_fp16(v));
+    if (got_b != want_b && ++bad_bf16 <= 5)
+      ADD_FAILURE() << "bf16 " << hex(c) << ": " << hex(got_b) << " want " << hex(want_b);
+    if (got_h != want_h && ++bad_fp16 <= 5)
+      ADD_FAILURE() << "fp16 " << hex(c) << ": " << hex(got_h) << " want " << hex(want_h);
+  }
+  EXPECT_EQ(bad_bf16, 0);
+  EXPECT_EQ(bad_fp16, 0);
+}
+
+TEST(cuda_element_math, DecodesEveryFp8PatternBitForBit) {
+  for (u32 c = 0; c < 0x100; ++c) {
+    const auto v = static_cast<std::uint8_t>(c);
+    EXPECT_EQ(bits(st::E4M3::load(v)), bits(sdk::decode_fp8_e4m3(v))) << "e4m3 " << hex(c);
+    EXPECT_EQ(bits(st::E5M2::load(v)), bits(sdk::decode_fp8_e5m2(v))) << "e5m2 " << hex(c);
+  }
+}
+
+// --- encodes ---------------------------------------------------------------------------------------
+
+template <class S, class Ref>
+void expect_encodes_match(const char* name, Ref ref) {
+  const auto& xs = sample();
+  for (bool saturate : {false, true}) {
+    int bad = 0;
+    for (float x : xs) {
+      u32 got;
+      if constexpr (std::is_same_v<typename S::T, float>)
+        got = bits(S::store(x, saturate));
+      else
+        got = S::store(x, saturate);
+      const u32 want = ref(x, overflow(saturate));
+      if (got != want && ++bad <= 5)
+        ADD_FAILURE() << name << (saturate ? " saturating" : "") << " of " << hex(bits(x)) << " ("
+                      << x << "): " << hex(got) << " want " << hex(want);
+    }
+    EXPECT_EQ(bad, 0) << name << (saturate ? " saturating" : "") << ", " << xs.size() << " values";
+  }
+}
+
+TEST(cuda_element_math, EncodesMatchTheSdkBitForBit) {
+  ASSERT_GT(sample().size(), 700'000u);
+  expect_encodes_match<st::Bf16>("bf16", [](float x, sdk::Overflow o) { return u32{sdk::encode_bf16(x, o)}; });
+  expect_encodes_match<st::F16>("fp16", [](float x, sdk::Overflow o) { return u32{sdk::encode_fp16(x, o)}; });
+  expect_encodes_match<st::E4M3>("e4m3", [](float x, sdk::Overflow o) { return u32{sdk::encode_fp8_e4m3(x, o)}; });
+  expect_encodes_match<st::E5M2>("e5m2", [](float x, sdk::Overflow o) { return u32{sdk::encode_fp8_e5m2(x, o)}; });
+  expect_encodes_match<st::Tf32>("tf32", [](float x, sdk::Overflow o) { return bits(sdk::round_to_tf32(x, o)); });
+}
+
+TEST(cuda_element_math, OverflowThresholdsAndNaNs) {
+  // The first overflowing magnitudes of sdk/float_formats.h, spelled out.
+  EXPECT_EQ(el::encode_fp16(65519.996f, false), 0x7BFF);
+  EXPECT_EQ(el::encode_fp16(65520.0f, false), 0x7C00);
+  EXPECT_EQ(el::encode_fp16(65520.0f, true), 0x7BFF);
+  EXPECT_EQ(el::encode_bf16(from_bits(0x7F7F7FFF), false), 0x7F7F);
+  EXPECT_EQ(el::encode_bf16(from_bits(0x7F7F8000), false), 0x7F80);
+  EXPECT_EQ(el::encode_e5m2(61439.996f, false), 0x7B);
+  EXPECT_EQ(el::encode_e5m2(61440.0f, false), 0x7C);
+  EXPECT_EQ(el::encode_e4m3(464.0f, false), 0x7E);           // a tie, to even 448
+  EXPECT_EQ(el::encode_e4m3(464.00003f, false), 0x7F);       // NaN: e4m3 has no inf
+  EXPECT_EQ(el::encode_e4m3(-464.00003f, true), 0xFE);       // -448
+  EXPECT_EQ(el::encode_e4m3(-INFINITY, false), 0xFF);
+  EXPECT_EQ(el::round_tf32(from_bits(0x7F7FF000), true), from_bits(0x7F7FE000));
+  // NaNs keep their sign (and top payload bits): what CUDA's conversion intrinsics do not do.
+  EXPECT_EQ(el::encode_bf16(from_bits(0xFFC12345), true), 0xFFC1);
+  EXPECT_EQ(el::encode_fp16(from_bits(0xFFC12345), true), 0xFE09);
+  EXPECT_EQ(el::encode_e4m3(from_bits(0xFFC00000), true), 0xFF);
+  EXPECT_EQ(el::encode_e5m2(from_bits(0x7FA00000), false), 0x7F);  // payload 01 kept, quieted
+  EXPECT_EQ(el::encode_e5m2(from_bits(0xFF800001), false), 0xFE);  // signalling -NaN, quieted
+}
+
+TEST(cuda_element_math, Fp32ClampAndInt32Stores) {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  for (float x : sample()) {
+    // cpu_backend.cpp's saturating fp32 store; NaN compares false and stays (bits included).
+    const float want = x > kMax ? kMax : (x < -kMax ? -kMax : x);
+    EXPECT_EQ(bits(st::F32::store(x, true)), bits(want)) << hex(bits(x));
+    EXPECT_EQ(bits(st::F32::store(x, false)), bits(x)) << hex(bits(x));
+    EXPECT_EQ(bits(st::F32::load(x)), bits(x));
+    if (std::isfinite(x) && std::fabs(x) < 2147483520.0f) {  // where static_cast is defined
+      EXPECT_EQ(st::I32::store(x, false), static_cast<std::int32_t>(x)) << x;
+    }
+  }
+  EXPECT_EQ(st::I32::store(std::nanf(""), false), 0);
+  EXPECT_EQ(st::I32::store(3e9f, false), INT32_MAX);
+  EXPECT_EQ(st::I32::store(-3e9f, false), INT32_MIN);
+  EXPECT_EQ(st::I32::store(-INFINITY, false), INT32_MIN);
+  EXPECT_EQ(st::I32::load(-7), -7.0f);
+}
+
+// --- activations -------------------------------------------------------------------------------------
+
+// cpu_kernels.cpp's portable formulas (its anonymous namespace; copied operation for operation).
+constexpr float kGeluK = 0.7978845608028654f;
+constexpr float kGeluC = 0.044715f;
+float cpu_gelu(float x) {
+  const float u = kGeluK * (x + kGeluC * x * x * x);
+  return 0.5f * x * (1.0f + std::tanh(u));
+}
+float cpu_gelu_grad(float x) {
+  const float u = kGeluK * (x + kGeluC * x * x * x);
+  const float t = std::tanh(u);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * x * x);
+}
+
+std::vector<float> activation_sample() {
+  std::vector<float> xs;
+  for (u32 u = 0; u < 0x41400000u; u += 997) {  // every 997th float in [0, 12), both signs
+    xs.push_back(from_bits(u));
+    xs.push_back(-from_bits(u));
+  }
+  for (std::uint64_t u = 0; u <= 0xFFFFFFFFull; u += 65521) xs.push_back(from_bits(static_cast<u32>(u)));
+  for (float x : {0.625f, -0.625f, 10.0f, -10.0f, 1e30f, -1e30f, INFINITY, -INFINITY}) xs.push_back(x);
+  return xs;
+}
+
+TEST(cuda_element_math, TanhWithinOneUlpOfCorrectlyRounded) {
+  // Measured over every float in [0, 10]: at most 1 ulp from tanh computed in double and rounded
+  // (2 from glibc's tanhf, which is itself up to 1 ulp off). Asserted: 2.
+  std::int64_t worst = 0;
+  for (float x : activation_sample()) {
+    const float got = el::tanh_f32(x), want = static_cast<float>(std::tanh(static_cast<double>(x)));
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(got));
+      continue;
+    }
+    const std::int64_t d = ulp_distance(got, want);
+    worst = std::max(worst, d);
+    EXPECT_LE(d, 2) << "tanh(" << x << ") = " << got << " want " << want;
+  }
+  EXPECT_EQ(bits(el::tanh_f32(-0.0f)), 0x80000000u);
+  EXPECT_EQ(el::tanh_f32(INFINITY), 1.0f);
+  EXPECT_EQ(el::tanh_f32(-INFINITY), -1.0f);
+  std::printf("tanh_f32: worst %lld ulp(s) from the correctly rounded tanh\n", static_cast<long long>(worst));
+}
+
+// The bound is in ulps at the magnitude of the formula's terms, not of the result: where 1 + tanh
+// (gelu, x << 0) or 1 - tanh^2 (gelu_grad) cancel, one ulp of tanh moves the result by |x|/2 ulps
+// of 1 (gelu) or by x * t * K * (1 + 3C x^2) ulps of 1 (gelu_grad); both formulas cancel the same
+// way on the CPU. Measured worst: 2 ulps for each; asserted: 4.
+TEST(cuda_element_math, GeluAndGradMatchTheCpuFormula) {
+  constexpr double kBound = 4.0;
+  double worst_f = 0.0, worst_b = 0.0;
+  for (float x : activation_sample()) {
+    const float f = el::gelu(x), f_ref = cpu_gelu(x);
+    const float b = el::gelu_grad(x), b_ref = cpu_gelu_grad(x);
+    if (std::isnan(f_ref)) {
+      EXPECT_TRUE(std::isnan(f)) << x;
+    } else if (std::isinf(f_ref)) {
+      EXPECT_EQ(f, f_ref) << x;
+    } else {
+      const double scale = std::max(std::fabs(static_cast<double>(f_ref)), 0.5 * std::fabs(x));
+      const double e = std::fabs(static_cast<double>(f) - f_ref) / ulp_at(scale);
+      worst_f = std::max(worst_f, e);
+      EXPECT_LE(e, kBound) << "gelu(" << x << ") = " << f << " want " << f_ref;
+    }
+    if (std::isnan(b_ref)) {
+      EXPECT_TRUE(std::isnan(b)) << x;
+    } else if (std::isinf(b_ref)) {
+      EXPECT_EQ(b, b_ref) << x;
+    } else {
+      const double ax = std::fabs(static_cast<double>(x));
+      const double terms = 0.5 * (1.0 + ax * kGeluK * (1.0 + 3.0 * kGeluC * ax * ax));
+      const double scale = std::max(std::fabs(static_cast<double>(b_ref)), std::min(terms, 1e30));
+      const double e = std::fabs(static_cast<double>(b) - b_ref) / ulp_at(scale);
+      worst_b = std::max(worst_b, e);
+      EXPECT_LE(e, kBound) << "gelu_grad(" << x << ") = " << b << " want " << b_ref;
+    }
+  }
+  std::printf("gelu: worst %.2f ulps, gelu_grad: worst %.2f ulps (at the terms' scale)\n", worst_f,
+              worst_b);
+}
+
+TEST(cuda_element_math, ReluKeepsTheCpuComparisons) {
+  const float qnan = from_bits(0x7FC12345), neg_nan = from_bits(0xFFC00001);
+  EXPECT_EQ(bits(el::relu(qnan)), bits(qnan));  // NaN passes through, payload and all
+  EXPECT_EQ(bits(el::relu(neg_nan)), bits(neg_nan));
+  EXPECT_EQ(bits(el::relu(-0.0f)), 0x80000000u);  // -0 < 0 is false: -0 stays
+  EXPECT_EQ(bits(el::relu(-1e-40f)), 0u);
+  EXPECT_EQ(el::relu(-INFINITY), 0.0f);
+  EXPECT_EQ(el::relu(INFINITY), INFINITY);
+  EXPECT_EQ(el::relu(2.5f), 2.5f);
+  EXPECT_EQ(el::relu_grad(qnan, 3.0f), 0.0f);
+  EXPECT_EQ(el::relu_grad(0.0f, 3.0f), 0.0f);
+  EXPECT_EQ(el::relu_grad(-0.0f, 3.0f), 0.0f);
+  EXPECT_EQ(el::relu_grad(1e-45f, 3.0f), 3.0f);
+  EXPECT_TRUE(std::isnan(el::relu_grad(1.0f, qnan)));
+  for (float x : activation_sample()) {
+    EXPECT_EQ(bits(el::activation<0>(x)), bits(x < 0.0f ? 0.0f : x));
+    EXPECT_EQ(bits(el::activation_grad<0>(x, 0.75f)), bits(x > 0.0f ? 0.75f : 0.0f));
+    EXPECT_EQ(bits(el::activation<1>(x)), bits(el::gelu(x)));
+  }
+}
+
+// --- reductions' element rules ---------------------------------------------------------------------
+
+// cpu_backend.cpp's cast amax: chunk maxima of |x| (NaN if any), folded into the slot.
+float cpu_amax(float slot, const std::vector<float>& xs) {
+  float amax = 0.0f;
+  bool nan = false;
+  for (float x : xs) {
+    const float a = from_bits(bits(x) & 0x7FFFFFFFu);
+    if (a != a)
+      nan = true;
+    else
+      amax = std::max(amax, a);
+  }
+  return nan || std::isnan(slot) ? std::numeric_limits<float>::quiet_NaN() : std::max(slot, amax);
+}
+
+TEST(cuda_element_math, AmaxFoldMatchesTheCpuRuleInAnyBlockOrder) {
+  std::mt19937 rng(7);
+  const std::vector<float> specials = {0.0f, -0.0f, 1.0f, -3.5f, INFINITY, -INFINITY,
+                                       from_bits(0x7FC00000), from_bits(0xFFA00000), 1e-45f};
+  for (int trial = 0; trial < 20000; ++trial) {
+    const std::size_t n = rng() % 9;
+    std::vector<float> xs(n);
+    for (float& x : xs)
+      x = rng() % 4 == 0 ? specials[rng() % specials.size()]
+                         : std::ldexp(static_cast<float>(rng() % 2000) - 1000.0f, static_cast<int>(rng() % 40) - 20);
+    const float slot = rng() % 3 == 0 ? specials[rng() % specials.size()] : static_cast<float>(rng() % 100);
+    // Blocks of 1..3 elements, folded in a shuffled order, as blocks of a grid land.
+    std::vector<u32> block_max;
+    for (std::size_t i = 0; i < n;) {
+      const std::size_t len = std::min<std::size_t>(n - i, 1 + rng() % 3);
+      u32 m = 0;
+      for (std::size_t k = i; k < i + len; ++k) m = std::max(m, el::abs_bits(xs[k]));
+      block_max.push_back(m);
+      i += len;
+    }
+    if (block_max.empty()) block_max.push_back(0);  // an empty cast still folds in 0
+    std::shuffle(block_max.begin(), block_max.end(), rng);
+    u32 got = bits(slot);
+    for (u32 m : block_max) got = el::amax_combine(got, m);
+    EXPECT_EQ(hex(got), hex(bits(cpu_amax(slot, xs)))) << "trial " << trial;
+  }
+}
+
+TEST(cuda_element_math, ArgmaxOfAWarpMatchesTheCpuScan) {
+  std::mt19937 rng(11);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int classes = 1 + static_cast<int>(rng() % 100);
+    std::vector<float> z(static_cast<std::size_t>(classes));
+    for (float& v : z) {
+      const unsigned r = rng() % 10;
+      v = r == 0 ? nan : (r == 1 ? INFINITY : static_cast<float>(static_cast<int>(rng() % 7) - 3));
+    }
+    // cpu_kernels.cpp's scan.
+    float max_z = z[0];
+    int cpu_arg = 0;
+    for (int j = 1; j < classes; ++j)
+      if (z[j] > max_z) {
+        max_z = z[j];
+        cpu_arg = j;
+      }
+    // softmax_xent_rows_kernel: 32 lanes scan strided slices, then an xor butterfly.
+    float best[32];
+    long long arg[32];
+    for (int lane = 0; lane < 32; ++lane) {
+      best[lane] = 0.0f;
+      arg[lane] = -1;
+      for (int j = lane; j < classes; j += 32) {
+        const float v = z[static_cast<std::size_t>(j)];
+        if (arg[lane] < 0 ? (j == 0 || v == v) : el::argmax_beats(v, j, best[lane], arg[lane])) {
+          best[lane] = v;
+          arg[lane] = j;
+        }
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      float nb[32];
+      long long na[32];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int other = lane ^ o;
+        const bool take = el::argmax_beats(best[other], arg[other], best[lane], arg[lane]);
+        nb[lane] = take ? best[other] : best[lane];
+        na[lane] = take ? arg[other] : arg[lane];
+      }
+      std::copy(nb, nb + 32, best);
+      std::copy(na, na + 32, arg);
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+      ASSERT_EQ(arg[lane], cpu_arg) << "trial " << trial << " lane " << lane;
+      ASSERT_EQ(bits(best[lane]), bits(max_z)) << "trial " << trial << " lane " << lane;
+    }
+  }
+}
+
+// --- optimizer steps ---------------------------------------------------------------------------------
+
+struct Sgd {  // kernels::SgdArgs' fields
+  float lr, momentum, dampening, weight_decay, grad_scale;
+  bool nesterov, first_step, use_momentum;
+};
+struct AdamW {  // kernels::AdamWArgs' fields
+  float beta1, beta2, eps, grad_scale, decay, step_size, bc2_sqrt;
+};
+
+TEST(cuda_element_math, OptimizerStepsMatchTheCpuBitForBit) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (int trial = 0; trial < 200000; ++trial) {
+    const float p = u(rng), grad = u(rng) * 100.0f, buf0 = u(rng), m0 = u(rng) * 0.1f,
+                v0 = std::fabs(u(rng)) * 0.01f;
+    // cpu_optimizers.cpp sgd_piece.
+    const float dampening = trial % 3 == 0 ? 0.1f : 0.0f;
+    const Sgd h{0.05f, 0.9f, dampening, 1e-4f, 0.5f, dampening == 0.0f && trial % 2 == 0,
+                trial % 5 == 0, true};
+    float g = grad * h.grad_scale + h.weight_decay * p;
+    const float damp = 1.0f - h.dampening;
+    const float m = h.first_step ? g : h.momentum * buf0 + damp * g;
+    g = h.nesterov ? g + h.momentum * m : m;
+    float buf = buf0;
+    EXPECT_EQ(bits(el::sgd_step<true>(h, p, grad, buf)), bits(p - h.lr * g));
+    EXPECT_EQ(bits(buf), bits(m));
+    float unused = 0.0f;
+    EXPECT_EQ(bits(el::sgd_step<false>(h, p, grad, unused)),
+              bits(p - h.lr * (grad * h.grad_scale + h.weight_decay * p)));
+    // cpu_optimizers.cpp adamw_piece, with the host's bias corrections.
+    const int step = 1 + trial % 50;
+    const double bc1 = 1.0 - std::pow(0.9, step), bc2 = 1.0 - std::pow(0.999, step);
+    const AdamW a{0.9f, 0.999f, 1e-8f, 0.25f, 1.0f - 1e-3f * 0.01f,
+                  static_cast<float>(1e-3 / bc1), static_cast<float>(std::sqrt(bc2))};
+    const float ga = grad * a.grad_scale;
+    const float mi = a.beta1 * m0 + (1.0f - a.beta1) * ga;
+    const float vi = a.beta2 * v0 + (1.0f - a.beta2) * ga * ga;
+    const float want = p * a.decay - a.step_size * mi / (std::sqrt(vi) / a.bc2_sqrt + a.eps);
+    float mm = m0, vv = v0;
+    EXPECT_EQ(bits(el::adamw_step(a, p, grad, mm, vv)), bits(want));
+    EXPECT_EQ(bits(mm), bits(mi));
+    EXPECT_EQ(bits(vv), bits(vi));
+  }
+}
+
+}  // namespace
