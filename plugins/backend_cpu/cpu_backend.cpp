@@ -137,7 +137,7 @@ std::size_t CpuBackend::cached_gemm_primitives() const noexcept { return gemm_->
 
 void CpuBackend::gemm(const sdk::GemmArgs& args) {
   use_threads();
-  gemm_->run(args);
+  gemm_->run(args, [this](sdk::Activation act, const TensorView& z) { activation_forward(act, z, z); });
   account_scratch();
 }
 

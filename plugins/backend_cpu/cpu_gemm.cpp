@@ -185,7 +185,7 @@ GemmEngine::Entry& GemmEngine::entry_for(const Key& key) {
   return cache_.emplace(key, std::move(e)).first->second;
 }
 
-void GemmEngine::run(const sdk::GemmArgs& args) {
+void GemmEngine::run(const sdk::GemmArgs& args, const ActivateInPlace& activate) {
   const auto& av = args.a.view;
   const auto& bv = args.b.view;
   const auto [m, n, k] = checks().gemm_shape(args);
@@ -194,40 +194,14 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
          "use an fp32, bf16 or fp16 output");
   const bool has_bias = !args.bias.empty();  // checked (fp32 [n]) by gemm_shape
   if (m == 0 || n == 0) return;
+  if (args.has_activation && !activate)
+    fail("gemm", "an activation epilogue was asked but this engine has no activation function",
+         "report this: CpuBackend::gemm passes its activation_forward");
 
   const Operands ops = prepare_operands(args, av.numel(), bv.numel());
-  if (k == 0) {
-    // Empty inner product: C = beta*C + bias, which oneDNN does not handle for k = 0.
-    float row_buf[kChunk];
-    for (std::int64_t r = 0; r < m; ++r)
-      for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
-        const std::int64_t len = std::min(kChunk, n - c0);
-        const float* old = read_chunk(args.c, r * n + c0, len, row_buf);
-        float* out = write_target(args.c, r * n + c0, row_buf);
-        for (std::int64_t j = 0; j < len; ++j) {
-          const float base = args.beta == 0.0f ? 0.0f : args.beta * old[j];
-          out[j] = base + (has_bias ? args.bias.as<float>()[c0 + j] : 0.0f);
-        }
-        commit_chunk(args.c, r * n + c0, len, out);
-      }
-    return;
-  }
-
-  const SingleThreadScope small_gemm(m * n * k <= kSingleThreadGemm);
-  const Key key{m,
-                n,
-                k,
-                args.a.transpose,
-                args.b.transpose,
-                has_bias,
-                args.alpha != 1.0f,
-                ops.a_dt,
-                ops.b_dt,
-                std::bit_cast<std::uint32_t>(args.beta)};
-  Entry& e = entry_for(key);
-
-  // 16-bit C: the primitive writes fp32 scratch, encoded once below with the SDK's RNE (oneDNN's
-  // own down-conversion flushes fp32 subnormals, which would make a second definition of bf16).
+  // 16-bit C, or an activation epilogue: z goes to fp32 scratch first, and C is encoded once at
+  // the end with the SDK's RNE (oneDNN's own down-conversion flushes fp32 subnormals, which would
+  // make a second definition of bf16).
   const bool c_via_fp32 = !is_fp32_storage(args.c.dtype);
   const std::int64_t total = m * n;
   void* c_ptr = args.c.data;
@@ -237,24 +211,55 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
     c_ptr = c32;
   }
 
-  memory a_mem(e.a_md, engine_, const_cast<void*>(ops.a));
-  memory b_mem(e.b_md, engine_, const_cast<void*>(ops.b));
-  memory c_mem(e.c_md, engine_, c_ptr);
-  std::unordered_map<int, memory> exec_args{
-      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
-  float alpha = args.alpha;
-  if (key.has_alpha)
-    exec_args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES,
-                      memory({{1}, memory::data_type::f32, memory::dims{1}}, engine_, &alpha));
-  if (has_bias) exec_args.emplace(e.bias_arg, memory(e.bias_md, engine_, args.bias.data));
-  e.primitive.execute(stream_, exec_args);
-  stream_.wait();
+  if (k == 0) {
+    // Empty inner product: z = beta*C + bias, which oneDNN does not handle for k = 0.
+    float* z = static_cast<float*>(c_ptr);
+    for (std::int64_t r = 0; r < m; ++r)
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float base = args.beta == 0.0f ? 0.0f : args.beta * z[r * n + j];
+        z[r * n + j] = base + (has_bias ? args.bias.as<float>()[j] : 0.0f);
+      }
+  } else {
+    const SingleThreadScope small_gemm(m * n * k <= kSingleThreadGemm);
+    const Key key{m,
+                  n,
+                  k,
+                  args.a.transpose,
+                  args.b.transpose,
+                  has_bias,
+                  args.alpha != 1.0f,
+                  ops.a_dt,
+                  ops.b_dt,
+                  std::bit_cast<std::uint32_t>(args.beta)};
+    Entry& e = entry_for(key);
+    memory a_mem(e.a_md, engine_, const_cast<void*>(ops.a));
+    memory b_mem(e.b_md, engine_, const_cast<void*>(ops.b));
+    memory c_mem(e.c_md, engine_, c_ptr);
+    std::unordered_map<int, memory> exec_args{
+        {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+    float alpha = args.alpha;
+    if (key.has_alpha)
+      exec_args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES,
+                        memory({{1}, memory::data_type::f32, memory::dims{1}}, engine_, &alpha));
+    if (has_bias) exec_args.emplace(e.bias_arg, memory(e.bias_md, engine_, args.bias.data));
+    e.primitive.execute(stream_, exec_args);
+    stream_.wait();
+  }
 
+  // z is in fp32 at c_ptr (C itself, or scratch).
+  float* z = static_cast<float*>(c_ptr);
+  if (args.has_activation) {
+    if (!args.pre_activation.empty()) {
+#pragma omp parallel for schedule(static) if (parallel_worth(total))
+      for (std::int64_t c0 = 0; c0 < total; c0 += kDecodeChunk)
+        commit_chunk(args.pre_activation, c0, std::min(kDecodeChunk, total - c0), z + c0);
+    }
+    activate(args.activation, sdk::TensorView{z, DType::fp32, sdk::Shape{m, n}});
+  }
   if (c_via_fp32) {
-    const float* c32 = static_cast<const float*>(c_ptr);
 #pragma omp parallel for schedule(static) if (parallel_worth(total))
     for (std::int64_t c0 = 0; c0 < total; c0 += kDecodeChunk)
-      commit_chunk(args.c, c0, std::min(kDecodeChunk, total - c0), c32 + c0);
+      commit_chunk(args.c, c0, std::min(kDecodeChunk, total - c0), z + c0);
   }
 }
 

@@ -15,6 +15,9 @@
 //   accumulator. All conversions are sdk/float_formats.h.
 // - The primitive always writes fp32: a bf16/fp16 C goes through fp32 scratch and is encoded once
 //   with the SDK's RNE (beta reads the decoded old C), so C = the fp32 result rounded once.
+// - Activation epilogue (GemmArgs::has_activation): z goes to fp32 (C itself when C is fp32,
+//   scratch otherwise), pre_activation receives z rounded once, the activation runs in place on
+//   the fp32 z through `activate`, and a 16-bit C is encoded once from act(z).
 // - Scratch buffers are grow-only and reused across calls; scratch_bytes() reports them.
 // - bf16 path, `automatic`: oneDNN when the CPU has AMX-BF16 (checked at run time: cpuid, XCR0,
 //   kernel flags) and oneDNN's chosen bf16 implementation is not a reference kernel; emulation
@@ -25,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -59,7 +63,10 @@ class GemmEngine {
   explicit GemmEngine(Bf16GemmPath bf16_path = Bf16GemmPath::automatic);
   ~GemmEngine();
 
-  void run(const sdk::GemmArgs& args);
+  // In-place activation over an fp32 [m, n] view, the backend's activation_forward: a fused
+  // epilogue then computes exactly what GEMM-to-fp32 followed by that activation computes.
+  using ActivateInPlace = std::function<void(sdk::Activation, const sdk::TensorView&)>;
+  void run(const sdk::GemmArgs& args, const ActivateInPlace& activate = {});
 
   // Implementation oneDNN picks for an fp32 / bf16 GEMM on this CPU (for capabilities()); the
   // bf16 one is empty when oneDNN has no bf16 matmul here.

@@ -57,6 +57,25 @@ bool direct_output(DType in, DType c) {
   }
 }
 
+bool epilogue_has_bias(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS ||
+         e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+
+bool epilogue_has_aux(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+
+// The cuBLASLt epilogue for a bias, an activation and a gelu aux output, each optional.
+cublasLtEpilogue_t epilogue_for(bool bias, bool activation, sdk::Activation act, bool aux) {
+  if (!activation) return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (act == sdk::Activation::relu) return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+  if (aux) return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+}
+
+int activation_code(sdk::Activation act) { return act == sdk::Activation::relu ? 0 : 1; }
+
 }  // namespace
 
 std::size_t GemmEngine::KeyHash::operator()(const Key& key) const noexcept {
@@ -64,8 +83,9 @@ std::size_t GemmEngine::KeyHash::operator()(const Key& key) const noexcept {
   auto mix = [&h](std::size_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
   mix(std::hash<std::int64_t>{}(key.n));
   mix(std::hash<std::int64_t>{}(key.k));
-  mix((key.trans_a ? 1u : 0u) | (key.trans_b ? 2u : 0u) | (key.bias_epilogue ? 4u : 0u) |
-      (key.beta_nonzero ? 8u : 0u) | (key.fp8_scales ? 16u : 0u));
+  mix((key.trans_a ? 1u : 0u) | (key.trans_b ? 2u : 0u) | (key.beta_nonzero ? 8u : 0u) |
+      (key.fp8_scales ? 16u : 0u));
+  mix(static_cast<std::size_t>(key.epilogue));
   mix(static_cast<std::size_t>(key.a_type) * 131 + static_cast<std::size_t>(key.b_type) * 17 +
       static_cast<std::size_t>(key.d_type) * 7 + static_cast<std::size_t>(key.compute) * 1009);
   mix(static_cast<std::size_t>(key.alignment));
@@ -115,15 +135,26 @@ GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
   const cublasOperation_t tb = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
   cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-  if (key.bias_epilogue) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    const cudaDataType_t bias_type = CUDA_R_32F;
-    const void* placeholder = workspace_;  // the real bias pointer is set per call
+  const auto epi = static_cast<cublasLtEpilogue_t>(key.epilogue);
+  if (epi != CUBLASLT_EPILOGUE_DEFAULT) {
+    // Placeholders are 256-byte aligned like the real pointers the key's alignment allows; the
+    // heuristic reads only their alignment, and every call sets the real ones.
+    const void* placeholder = workspace_;
     cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                   sizeof bias_type);
-    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &placeholder,
-                                   sizeof placeholder);
+    if (epilogue_has_bias(epi)) {
+      const cudaDataType_t bias_type = CUDA_R_32F;
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                     sizeof bias_type);
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &placeholder,
+                                     sizeof placeholder);
+    }
+    if (epilogue_has_aux(epi)) {
+      const std::int64_t aux_ld = key.m;  // the aux matrix is laid out like D
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                     &placeholder, sizeof placeholder);
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                     sizeof aux_ld);
+    }
   }
   if (key.fp8_scales) {
     const float* scale_a = scales_;      // cuBLASLt's A is our B
@@ -205,12 +236,24 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                          bool tf32, bool fp8_scales, Output output, std::int64_t m, std::int64_t n,
                          std::int64_t k) {
   const bool has_bias = !args.bias.empty();
+  const bool has_pre = !args.pre_activation.empty();
   const DType c_dtype = storage_of(args.c.dtype);
   const DType d_dtype = output == Output::direct ? c_dtype : DType::fp32;
-  const bool epilogue = has_bias && output != Output::fp32_kernel_bias;
+  const bool bias_in_lt = has_bias && output != Output::fp32_kernel_bias;
+  // The activation (and a gelu pre_activation) ride cuBLASLt only when D is C; otherwise z stays
+  // fp32 and kernels finish. A 16-bit C must not hold z first (it would round twice).
+  bool act_in_lt = false;
+  if (args.has_activation && output == Output::direct) {
+    act_in_lt = !has_pre || (args.activation == sdk::Activation::gelu &&
+                             storage_of(args.pre_activation.dtype) == c_dtype && n % 8 == 0);
+    if (!act_in_lt && c_dtype != DType::fp32) return false;
+  }
+  const bool aux_in_lt = act_in_lt && has_pre;
+  const cublasLtEpilogue_t epilogue = epilogue_for(bias_in_lt, act_in_lt, args.activation, aux_in_lt);
   const bool compute_tf32 = tf32 && a.dtype == DType::fp32 && b.dtype == DType::fp32;
   int align = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(args.c.data)});
   if (has_bias) align = std::min(align, alignment_of(args.bias.data));
+  if (aux_in_lt) align = std::min(align, alignment_of(args.pre_activation.data));
   const Key key{n,
                 m,
                 k,
@@ -220,7 +263,7 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                 static_cast<int>(cuda_type(a.dtype)),
                 static_cast<int>(cuda_type(d_dtype)),
                 static_cast<int>(compute_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F),
-                epilogue,
+                static_cast<int>(epilogue),
                 args.beta != 0.0f,
                 fp8_scales,
                 align};
@@ -235,9 +278,14 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                                1.0f, false, nullptr, stream_),
                  "gemm", "C decode kernel");
   }
-  if (epilogue) {
+  if (bias_in_lt) {
     const void* bias = args.bias.data;
     cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  }
+  if (aux_in_lt) {
+    void* aux = args.pre_activation.data;
+    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                   sizeof aux);
   }
   if (fp8_scales) {
     const float host_scales[2] = {b.scale_inv, a.scale_inv};  // cuBLASLt's A is our B
@@ -254,19 +302,31 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
   // was written; the plan is remembered as declined and the next strategy runs. The last strategy
   // (plain fp32) always exists, so a real error still surfaces there.
   if (status == CUBLAS_STATUS_NOT_SUPPORTED ||
-      (status == CUBLAS_STATUS_INVALID_VALUE && (epilogue || fp8_scales || d_dtype != DType::fp32))) {
+      (status == CUBLAS_STATUS_INVALID_VALUE &&
+       (epilogue != CUBLASLT_EPILOGUE_DEFAULT || fp8_scales || d_dtype != DType::fp32))) {
     plan.ok = false;
     return false;
   }
   check_cublas(status, "cublasLtMatmul");
-  if (has_bias && !epilogue)
+  if (has_bias && !bias_in_lt)
     check_cuda(kernels::add_bias(d, kernels::Elem::f32, args.bias.data, kernels::Elem::f32, m, n,
                                  stream_),
                "gemm", "bias kernel");
-  if (d != args.c.data)
+  // d holds z in fp32 (or act(z) in C's dtype when the activation rode cuBLASLt).
+  if (args.has_activation && !act_in_lt) {
+    if (has_pre)
+      check_cuda(kernels::cast(d, kernels::Elem::f32, args.pre_activation.data,
+                               elem_of(args.pre_activation.dtype), false, m * n, 1.0f, false,
+                               nullptr, stream_),
+                 "gemm", "pre_activation encode kernel");
+    check_cuda(kernels::activation_forward(activation_code(args.activation), d, kernels::Elem::f32,
+                                           args.c.data, elem_of(c_dtype), m * n, stream_),
+               "gemm", "activation epilogue kernel");
+  } else if (d != args.c.data) {
     check_cuda(kernels::cast(d, kernels::Elem::f32, args.c.data, elem_of(c_dtype), false, m * n,
                              1.0f, false, nullptr, stream_),
                "gemm", "C encode kernel");
+  }
   return true;
 }
 
@@ -286,16 +346,37 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
   const bool has_bias = !args.bias.empty();  // checked (fp32 [n]) by gemm_shape
   if (m == 0 || n == 0) return;
   const kernels::Elem c_elem = elem_of(args.c.dtype);
-  if (k == 0) {  // empty inner product: C = beta*C + bias
-    if (args.beta == 0.0f)
-      check_cuda(kernels::fill(args.c.data, c_elem, m * n, 0.0f, stream_), "gemm", "fill kernel");
-    else if (args.beta != 1.0f)
-      check_cuda(kernels::scale(args.c.data, c_elem, m * n, args.beta, stream_), "gemm",
-                 "scale kernel");
+  if (k == 0) {  // empty inner product: z = beta*C + bias
+    // With an activation z is built in fp32 scratch so C is still rounded once.
+    void* z = args.c.data;
+    kernels::Elem z_elem = c_elem;
+    if (args.has_activation) {
+      z = scratch_d_.get(static_cast<std::size_t>(m * n) * sizeof(float), stream_, "gemm");
+      z_elem = kernels::Elem::f32;
+      if (args.beta != 0.0f)
+        check_cuda(kernels::cast(args.c.data, c_elem, z, z_elem, false, m * n, args.beta, false,
+                                 nullptr, stream_),
+                   "gemm", "C decode kernel");
+      else
+        check_cuda(kernels::fill(z, z_elem, m * n, 0.0f, stream_), "gemm", "fill kernel");
+    } else if (args.beta == 0.0f) {
+      check_cuda(kernels::fill(z, z_elem, m * n, 0.0f, stream_), "gemm", "fill kernel");
+    } else if (args.beta != 1.0f) {
+      check_cuda(kernels::scale(z, z_elem, m * n, args.beta, stream_), "gemm", "scale kernel");
+    }
     if (has_bias)
-      check_cuda(kernels::add_bias(args.c.data, c_elem, args.bias.data, kernels::Elem::f32, m, n,
-                                   stream_),
+      check_cuda(kernels::add_bias(z, z_elem, args.bias.data, kernels::Elem::f32, m, n, stream_),
                  "gemm", "bias kernel");
+    if (args.has_activation) {
+      if (!args.pre_activation.empty())
+        check_cuda(kernels::cast(z, z_elem, args.pre_activation.data,
+                                 elem_of(args.pre_activation.dtype), false, m * n, 1.0f, false,
+                                 nullptr, stream_),
+                   "gemm", "pre_activation encode kernel");
+      check_cuda(kernels::activation_forward(activation_code(args.activation), z, z_elem,
+                                             args.c.data, c_elem, m * n, stream_),
+                 "gemm", "activation epilogue kernel");
+    }
     return;
   }
 
@@ -311,12 +392,18 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
     std::vector<Output> outputs;
     if (direct_output(x.dtype, c_dtype)) outputs.push_back(Output::direct);
     if (c_dtype != DType::fp32) outputs.push_back(Output::fp32_epilogue);
-    if (has_bias) outputs.push_back(Output::fp32_kernel_bias);
+    if (has_bias || args.has_activation) outputs.push_back(Output::fp32_kernel_bias);
     for (Output o : outputs)
       if (try_run(args, x, y, alpha, tf32, fp8_scales, o, m, n, k)) return true;
     return false;
   };
 
+  if ((sdk::is_fp8(a.dtype) || sdk::is_fp8(b.dtype)) && !fp8_native())
+    fail("gemm",
+         "FP8 operands (A " + describe(av) + ", B " + describe(bv) + ") need FP8 Tensor Cores, "
+             "which start at sm_89 (Ada, Hopper); this device is sm_" + std::to_string(sm_),
+         "use a bf16-mixed policy on this GPU, or run FP8 on an sm_89+ GPU (or the CPU backend, "
+         "which emulates FP8 exactly)");
   if (a.dtype == b.dtype && !sdk::is_fp8(a.dtype)) {
     if (attempt(a, b, args.alpha, false)) return;
   } else if (sdk::is_fp8(a.dtype) && sdk::is_fp8(b.dtype)) {
@@ -327,7 +414,8 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
       const Operand y = b.transpose ? b : transposed(b, scratch_b_);
       if (attempt(x, y, args.alpha, true)) return;
     }
-    // Exact: every e4m3 / e5m2 value is a bf16 value; the scales move into alpha.
+    // e5m2 x e5m2 (no cuBLASLt kernel), k % 16 != 0, or a declined combination. Exact: every
+    // e4m3 / e5m2 value is a bf16 value; the scales move into alpha.
     const Operand x = decoded(args.a, a, DType::bf16, false, scratch_a_);
     const Operand y = decoded(args.b, b, DType::bf16, false, scratch_b_);
     if (attempt(x, y, args.alpha * a.scale_inv * b.scale_inv, false)) return;

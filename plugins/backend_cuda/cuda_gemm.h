@@ -17,6 +17,11 @@
 // - Bias (fp32 [n]) rides the CUBLASLT_EPILOGUE_BIAS epilogue after alpha/beta, so alpha never
 //   scales it; where cuBLASLt has no fp32-bias kernel for the types, D is fp32 and the bias is added
 //   by a kernel before the single rounding to C's dtype.
+// - Activation epilogue: relu and gelu ride CUBLASLT_EPILOGUE_{RELU,GELU}[_BIAS] when D is C;
+//   a gelu pre_activation rides GELU_AUX[_BIAS] when it has C's dtype and n % 8 == 0 (cuBLASLt's
+//   aux leading dimension rule). Otherwise z is fp32 (C itself when C is fp32, else scratch), then
+//   kernels write pre_activation and act(z) into C, still rounding once; a 16-bit C is never
+//   written as z first, so a fused GEMM never rounds twice.
 // - One plan per (m, n, k, transposes, A/B/D types, compute, epilogue, beta != 0, pointer
 //   alignment, fp8 scales): descriptors plus the heuristic's best algorithm, cached; a combination
 //   cuBLASLt declines is remembered and the next strategy is used.
@@ -57,7 +62,8 @@ class GemmEngine {
     bool trans_a, trans_b;  // cuBLASLt's (i.e. our B's, our A's)
     int a_type, b_type, d_type;
     int compute;
-    bool bias_epilogue, beta_nonzero, fp8_scales;
+    int epilogue;  // cublasLtEpilogue_t
+    bool beta_nonzero, fp8_scales;
     int alignment;
     bool operator==(const Key&) const = default;
   };

@@ -1,5 +1,6 @@
 #include "mixtrain/sdk/backend_argument_checks.h"
 
+#include <cstdint>
 #include <tuple>
 #include <utility>
 
@@ -76,6 +77,23 @@ BackendArgumentChecks::GemmShape BackendArgumentChecks::gemm_shape(const GemmArg
   if (!args.bias.empty()) {
     require_fp32("gemm", "bias", args.bias);
     require_numel("gemm", "bias", args.bias, s.n);
+  }
+  if (!args.pre_activation.empty()) {
+    if (!args.has_activation)
+      fail("gemm", "pre_activation " + describe(args.pre_activation) + " is given without an activation",
+           "set has_activation and activation, or leave pre_activation empty");
+    require_storage("gemm", "pre_activation", args.pre_activation);
+    if (args.pre_activation.shape.cols() != s.n || args.pre_activation.numel() != s.m * s.n)
+      fail("gemm",
+           "pre_activation is " + describe(args.pre_activation) + " but C is [" +
+               std::to_string(s.m) + ", " + std::to_string(s.n) + "]",
+           "allocate pre_activation with C's shape");
+    const auto c0 = reinterpret_cast<std::uintptr_t>(args.c.data);
+    const auto p0 = reinterpret_cast<std::uintptr_t>(args.pre_activation.data);
+    const std::uintptr_t c_bytes = args.c.bytes(), p_bytes = args.pre_activation.bytes();
+    if (c_bytes > 0 && p_bytes > 0 && p0 < c0 + c_bytes && c0 < p0 + p_bytes)
+      fail("gemm", "pre_activation and C overlap",
+           "give pre_activation its own buffer (it keeps z, C receives act(z))");
   }
   return s;
 }

@@ -196,6 +196,48 @@ TEST_P(Conformance, GemmEveryDeclaredDtypeAndTranspose) {
   }
 }
 
+TEST_P(Conformance, GemmActivationEpilogue) {
+  // n = 64 meets cuBLASLt's aux rule (n % 8 == 0) so a GPU backend can fuse gelu with its
+  // pre-activation; n = 29 takes the fp32-then-kernel route. Both must match the reference.
+  const std::int64_t m = 45, k = 40;
+  for (std::int64_t n : {std::int64_t{64}, std::int64_t{29}})
+    for (DType out : {DType::fp32, DType::bf16, DType::fp16}) {
+      if (!tested_->capabilities().supports(out)) continue;
+      const DType in = out == DType::fp32 ? DType::fp32 : out;
+      // One rounding of the output: the reference and the backend may differ by accumulation
+      // order only, which can move a value across a rounding boundary.
+      const double round_tol = out == DType::fp32 ? 2e-5 : (out == DType::bf16 ? 4e-3 : 1e-3);
+      for (sdk::Activation act : {sdk::Activation::relu, sdk::Activation::gelu})
+        for (bool with_pre : {false, true}) {
+          // A GPU epilogue may evaluate gelu's tanh with a hardware approximation (~2^-11
+          // relative), which is below bf16/fp16 rounding but above fp32 accumulation noise.
+          const double tol =
+              act == sdk::Activation::gelu && out == DType::fp32 ? 1e-4 : round_tol;
+          auto a = upload(random_values(static_cast<std::size_t>(m * k), 6), Shape{m, k}, in);
+          auto b = upload(random_values(static_cast<std::size_t>(n * k), 7), Shape{n, k}, in);
+          auto bias = upload(random_values(static_cast<std::size_t>(n), 8), Shape{n});
+          auto c = zeros(Shape{m, n}, out);
+          auto pre = zeros(Shape{m, n}, out);
+          for (auto [which, backend] : {std::pair{0, ref_.get()}, std::pair{1, tested_.get()}}) {
+            sdk::GemmArgs g;
+            g.a = {which == 0 ? a.ref->view() : a.tested->view(), false, 1.0f};
+            g.b = {which == 0 ? b.ref->view() : b.tested->view(), true, 1.0f};
+            g.c = which == 0 ? c.ref->view() : c.tested->view();
+            g.bias = which == 0 ? bias.ref->view() : bias.tested->view();
+            g.has_activation = true;
+            g.activation = act;
+            if (with_pre) g.pre_activation = which == 0 ? pre.ref->view() : pre.tested->view();
+            backend->gemm(g);
+          }
+          const std::string what = std::string(act == sdk::Activation::relu ? "relu" : "gelu") +
+                                   " C " + std::string(sdk::dtype_name(out)) + " n " +
+                                   std::to_string(n) + (with_pre ? " with pre_activation" : "");
+          expect_close(c, tol, what);
+          if (with_pre) expect_close(pre, tol, what + " (pre_activation)");
+        }
+    }
+}
+
 TEST_P(Conformance, LayerKernels) {
   const std::int64_t rows = 33, cols = 67;
   auto x = upload(random_values(rows * cols, 6, -3.f, 3.f), Shape{rows, cols});

@@ -223,5 +223,145 @@ TEST(backend_cpu_gemm_edge, EmptyInnerDimensionGivesBetaCPlusBias) {
   EXPECT_EQ(c.get(), (std::vector<float>{12, 24, 16, 28, 20, 32}));
 }
 
+// The activation epilogue is defined as: z in fp32, pre_activation = round(z), C = round(act(z)).
+// The reference is the unfused sequence on the same backend with an fp32 C, so the check is
+// bit for bit: GEMM to fp32, activation_forward in fp32, one cast per output.
+TEST(backend_cpu_gemm_epilogue, FusedActivationRoundsOnceAndKeepsThePreActivation) {
+  CpuBackend be(2);
+  const std::int64_t m = 13, n = 24, k = 17;
+  const auto a = random_values(static_cast<std::size_t>(m * k), 21);
+  const auto b = random_values(static_cast<std::size_t>(n * k), 22);
+  const auto bias = random_values(static_cast<std::size_t>(n), 23);
+  const auto c0 = representable(random_values(static_cast<std::size_t>(m * n), 24), DType::bf16);
+  for (sdk::Activation act : {sdk::Activation::relu, sdk::Activation::gelu})
+    for (DType out : {DType::fp32, DType::bf16, DType::fp16})
+      for (float beta : {0.0f, 0.5f}) {
+        SCOPED_TRACE(std::string(act == sdk::Activation::relu ? "relu" : "gelu") + " C " +
+                     std::string(sdk::dtype_name(out)) + " beta " + std::to_string(beta));
+        DeviceTensor at(be, DType::fp32, {m, k}, a);
+        DeviceTensor bt(be, DType::fp32, {n, k}, b);
+        DeviceTensor bias_t(be, DType::fp32, {n}, bias);
+        // Unfused reference: z in fp32, then the activation in fp32, then one rounding each.
+        DeviceTensor z(be, DType::fp32, {m, n}, c0);
+        sdk::GemmArgs ref;
+        ref.a = {at, false};
+        ref.b = {bt, true};
+        ref.c = z;
+        ref.alpha = 0.75f;
+        ref.beta = beta;
+        ref.bias = bias_t;
+        be.gemm(ref);
+        DeviceTensor y(be, DType::fp32, {m, n});
+        be.activation_forward(act, z, y);
+        DeviceTensor want_c(be, out, {m, n});
+        DeviceTensor want_pre(be, out, {m, n});
+        be.cast(y, want_c);
+        be.cast(z, want_pre);
+
+        DeviceTensor c(be, out, {m, n}, c0);
+        DeviceTensor pre(be, out, {m, n});
+        sdk::GemmArgs fused = ref;
+        fused.c = c;
+        fused.has_activation = true;
+        fused.activation = act;
+        fused.pre_activation = pre;
+        be.gemm(fused);
+        EXPECT_EQ(c.get(), want_c.get());
+        EXPECT_EQ(pre.get(), want_pre.get());
+
+        // Without pre_activation the output is the same.
+        DeviceTensor c2(be, out, {m, n}, c0);
+        fused.c = c2;
+        fused.pre_activation = {};
+        be.gemm(fused);
+        EXPECT_EQ(c2.get(), want_c.get());
+      }
+}
+
+TEST(backend_cpu_gemm_epilogue, SixteenBitOutputRoundsOnceNotTwice) {
+  // z chosen so that rounding z to bf16 first and then applying gelu differs from rounding
+  // gelu(z) once: the fused path must give the latter.
+  CpuBackend be(1);
+  const std::int64_t m = 64, n = 64, k = 32;
+  const auto a = random_values(static_cast<std::size_t>(m * k), 31);
+  const auto b = random_values(static_cast<std::size_t>(n * k), 32);
+  DeviceTensor at(be, DType::fp32, {m, k}, a);
+  DeviceTensor bt(be, DType::fp32, {k, n}, b);
+  DeviceTensor fused_c(be, DType::bf16, {m, n});
+  DeviceTensor twice_z(be, DType::bf16, {m, n});
+  DeviceTensor twice_c(be, DType::bf16, {m, n});
+  sdk::GemmArgs g;
+  g.a = {at, false};
+  g.b = {bt, false};
+  g.c = twice_z;
+  be.gemm(g);
+  be.activation_forward(sdk::Activation::gelu, twice_z, twice_c);
+  g.c = fused_c;
+  g.has_activation = true;
+  g.activation = sdk::Activation::gelu;
+  be.gemm(g);
+  const auto f = fused_c.get(), t = twice_c.get(), z = twice_z.get();
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    differ += f[i] != t[i];
+    // ...but only by the extra rounding: half a bf16 step of z carried through gelu (|gelu'| <
+    // 1.13) plus a bf16 step of the output.
+    EXPECT_LE(std::abs(f[i] - t[i]), 0x1p-8f * (std::abs(t[i]) + 1.13f * std::abs(z[i]))) << i;
+  }
+  EXPECT_GT(differ, 0u) << "the fused gelu should round once, so some outputs differ from the "
+                           "twice-rounded unfused ones";
+}
+
+TEST(backend_cpu_gemm_epilogue, EmptyInnerDimensionAppliesTheActivationToBetaCPlusBias) {
+  CpuBackend be(1);
+  DeviceTensor a(be, DType::fp32, {2, 0});
+  DeviceTensor b(be, DType::fp32, {0, 2});
+  DeviceTensor c(be, DType::fp32, {2, 2}, {1, -2, 3, -4});
+  DeviceTensor pre(be, DType::bf16, {2, 2});
+  DeviceTensor bias(be, DType::fp32, {2}, {0.5f, 1.0f});
+  sdk::GemmArgs args;
+  args.a = {a, false};
+  args.b = {b, false};
+  args.c = c;
+  args.beta = 1.0f;
+  args.bias = bias;
+  args.has_activation = true;
+  args.activation = sdk::Activation::relu;
+  args.pre_activation = pre;
+  be.gemm(args);
+  EXPECT_EQ(c.get(), (std::vector<float>{1.5f, 0.0f, 3.5f, 0.0f}));
+  EXPECT_EQ(pre.get(), (std::vector<float>{1.5f, -1.0f, 3.5f, -3.0f}));
+}
+
+TEST(backend_cpu_gemm_epilogue, BadPreActivationArgumentsRaiseBackendError) {
+  CpuBackend be(1);
+  DeviceTensor a(be, DType::fp32, {4, 3});
+  DeviceTensor b(be, DType::fp32, {3, 5});
+  DeviceTensor c(be, DType::fp32, {4, 5});
+  DeviceTensor wrong(be, DType::fp32, {4, 4});
+  DeviceTensor labels(be, DType::int32, {4, 5});
+  sdk::GemmArgs args;
+  args.a = {a, false};
+  args.b = {b, false};
+  args.c = c;
+  DeviceTensor pre(be, DType::fp32, {4, 5});
+  args.pre_activation = pre;  // without an activation
+  EXPECT_THROW(be.gemm(args), sdk::BackendError);
+  args.has_activation = true;
+  args.pre_activation = wrong;  // wrong shape
+  EXPECT_THROW(be.gemm(args), sdk::BackendError);
+  args.pre_activation = labels;  // not a float
+  EXPECT_THROW(be.gemm(args), sdk::BackendError);
+  args.pre_activation = c;  // overlaps C
+  try {
+    be.gemm(args);
+    FAIL() << "an overlapping pre_activation must be rejected";
+  } catch (const sdk::BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("overlap"), std::string::npos) << e.what();
+  }
+  args.pre_activation = pre;
+  EXPECT_NO_THROW(be.gemm(args));
+}
+
 }  // namespace
 }  // namespace mixtrain::backend_cpu::testing

@@ -32,7 +32,8 @@ class MIXTRAIN_SDK_API BackendArgumentChecks {
                      std::int64_t numel) const;
 
   // The GEMM's m, n, k from op(A)[m,k]·op(B)[k,n], after checking A, B, C are present, the inner
-  // dimensions agree, C is [m, n] and a bias (when given) is fp32 [n].
+  // dimensions agree, C is [m, n], a bias (when given) is fp32 [n], and a pre_activation (when
+  // given) comes with an activation, is a storage float [m, n] and does not overlap C.
   struct GemmShape {
     std::int64_t m = 0, n = 0, k = 0;
   };

@@ -67,9 +67,15 @@ struct GemmOperand {
   float scale_inv = 1.0f;  // fp8 only: real value = stored value * scale_inv
 };
 
-// C[m,n] = alpha * op(A)[m,k] · op(B)[k,n] + beta * C (+ bias[n] broadcast over rows).
-// A and B: fp32, tf32 (fp32 storage, inputs rounded to tf32), bf16, fp16, fp8_e4m3/e5m2 (either
-// mix). Accumulation in FP32. C: fp32, bf16 or fp16; bias: fp32 [n] or empty.
+// z[m,n] = alpha * op(A)[m,k] · op(B)[k,n] + beta * C (+ bias[n] broadcast over rows);
+// C = act(z) when `activation` is set, else z. A and B: fp32, tf32 (fp32 storage, inputs rounded
+// to tf32), bf16, fp16, fp8_e4m3/e5m2 (either mix). Accumulation in FP32. C: fp32, bf16 or fp16;
+// bias: fp32 [n] or empty.
+// Activation epilogue: act runs on the FP32 z, before the single rounding into C's dtype (so a
+// fused GEMM rounds once where GEMM + activation_forward rounds twice). `pre_activation`
+// (optional, only with an activation): [m, n] in fp32, bf16 or fp16, receives z rounded to its
+// dtype: the input activation_backward needs for gelu (relu's backward can use C itself, since
+// relu(z) > 0 exactly where z > 0). It must not overlap C.
 struct GemmArgs {
   GemmOperand a, b;
   TensorView c;
@@ -77,6 +83,9 @@ struct GemmArgs {
   float beta = 0.0f;
   TensorView bias;
   DType compute = DType::fp32;  // tf32 asks for tf32 rounding of fp32 inputs
+  bool has_activation = false;
+  Activation activation = Activation::relu;  // read only when has_activation
+  TensorView pre_activation;
 };
 
 // dst = saturate?(src * scale) in dst.dtype, round-to-nearest-even; when `amax` (fp32 [1]) is

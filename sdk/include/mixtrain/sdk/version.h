@@ -32,7 +32,8 @@
 
 namespace mixtrain::sdk {
 
-inline constexpr std::uint32_t kSdkAbiVersion = 3;  // 2: PrecisionPolicy::adapt_to, 3: wants_current_amax
+// 2: PrecisionPolicy::adapt_to, 3: wants_current_amax, 4: GemmArgs activation epilogue
+inline constexpr std::uint32_t kSdkAbiVersion = 4;
 inline constexpr const char* kSdkVersion = "0.1.0";
 inline constexpr const char* kBuildFingerprint = MIXTRAIN_BUILD_FINGERPRINT;
 
