@@ -290,9 +290,13 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
     auto model = sdk::Options::resolve(
         "model",
         {OptionSpec::string("loss", "softmax_cross_entropy", "training loss")
-             .one_of({"softmax_cross_entropy"})},
+             .one_of({"softmax_cross_entropy"}),
+         OptionSpec::boolean("fuse_epilogues", true,
+                             "run each relu/gelu that follows a linear layer as that GEMM's "
+                             "epilogue (one rounding, one pass less)")},
         raw, e.model.where, {});
     e.model.loss = model.get_string("loss");
+    e.model.fuse_epilogues = model.get_bool("fuse_epilogues");
     auto layers = config.table_array("model.layers");
     if (layers.empty())
       throw sdk::ConfigError(e.model.where, "model.layers", "the model has no layers",

@@ -82,40 +82,64 @@ void LinearLayer::init_parameters(std::uint64_t seed) {
   if (bias_) fill_uniform(*backend_, params_[1].master, bound, derive_seed(seed, (name_ + ".bias").c_str()));
 }
 
+namespace {
+int role_slot(sdk::OperandRole role) {
+  switch (role) {
+    case sdk::OperandRole::input: return 0;
+    case sdk::OperandRole::weight: return 1;
+    default: return 2;
+  }
+}
+constexpr sdk::OperandRole kRoles[3] = {sdk::OperandRole::input, sdk::OperandRole::weight,
+                                        sdk::OperandRole::grad_output};
+}  // namespace
+
 sdk::GemmOperand LinearLayer::scale_operand(TensorView src, sdk::OperandRole role,
                                             ScaledOperand& dst) {
-  if (amax_.empty()) amax_ = Tensor(backend_, DType::fp32, sdk::Shape{1});
-  if (scaling_->wants_current_amax()) {
-    // Current scaling: measure this operand's amax first (a cast at scale 1 with a fused amax
-    // into the scratch that the real cast overwrites next).
+  if (amax_.empty()) {
+    amax_ = Tensor(backend_, DType::fp32, sdk::Shape{3});
+    backend_->fill(amax_.view(), 0.0f);
+  }
+  const int slot = role_slot(role);
+  const TensorView amax_slot{static_cast<float*>(amax_.view().data) + slot, DType::fp32,
+                             sdk::Shape{1}};
+  const bool current = scaling_->wants_current_amax();
+  float measured = 0.0f;
+  if (current) {
+    // Current scaling: the scale comes from this very tensor, so its amax is measured (a cast at
+    // scale 1 with a fused amax into the scratch the real cast overwrites next) and read before
+    // the scale is asked for: the one host wait this scaling needs per operand.
     auto probe = scaling_->operand_scaling(name_, role);
     if (dst.data.empty() || dst.data.dtype() != probe.dtype || dst.data.shape().numel() < src.numel())
       dst.data = Tensor(backend_, probe.dtype, src.shape);
-    backend_->fill(amax_.view(), 0.0f);
+    backend_->fill(amax_slot, 0.0f);
     sdk::CastArgs measure;
     measure.saturate = true;
-    measure.amax = amax_.view();
+    measure.amax = amax_slot;
     backend_->cast(src, TensorView{dst.data.view().data, probe.dtype, src.shape}, measure);
-    float current = 0.0f;
-    backend_->copy_to_host(&current, amax_.view());
-    scaling_->record_amax(name_, role, current);
+    backend_->copy_to_host(&measured, amax_slot);
+    scaling_->record_amax(name_, role, measured);
   }
   const auto s = scaling_->operand_scaling(name_, role);
   if (dst.data.empty() || dst.data.dtype() != s.dtype || dst.data.shape().numel() < src.numel())
     dst.data = Tensor(backend_, s.dtype, src.shape);
-  backend_->fill(amax_.view(), 0.0f);
   TensorView out{dst.data.view().data, s.dtype, src.shape};
   sdk::CastArgs args;
   args.scale = s.scale;
   args.saturate = true;
-  args.amax = amax_.view();
+  if (!current) {
+    // Delayed scaling: the amax of this cast feeds later steps' scales only, so it stays on the
+    // device until flush_operand_amaxes() (after the step's found_inf read).
+    backend_->fill(amax_slot, 0.0f);
+    args.amax = amax_slot;
+    amax_pending_[slot] = true;
+  }
   backend_->cast(src, out, args);
-  float amax = 0.0f;
-  backend_->copy_to_host(&amax, amax_.view());
-  scaling_->record_amax(name_, role, amax);
   dst.scale_inv = s.scale_inv;
   if (collect_stats_) {
     // Diagnostics only: what saturated and what flushed to zero in this cast.
+    float amax = measured;
+    if (!current) backend_->copy_to_host(&amax, amax_slot);
     std::vector<float> in(static_cast<std::size_t>(src.numel())), back(in.size());
     TensorView as_fp32{nullptr, DType::fp32, src.shape};
     Tensor tmp(backend_, DType::fp32, src.shape);
@@ -138,6 +162,29 @@ sdk::GemmOperand LinearLayer::scale_operand(TensorView src, sdk::OperandRole rol
   return {out, false, s.scale_inv};
 }
 
+void LinearLayer::flush_operand_amaxes() {
+  if (scaling_ == nullptr || amax_.empty()) return;
+  if (!amax_pending_[0] && !amax_pending_[1] && !amax_pending_[2]) return;
+  float host[3] = {0.0f, 0.0f, 0.0f};
+  backend_->copy_to_host(host, amax_.view());
+  for (int i = 0; i < 3; ++i) {
+    if (!amax_pending_[i]) continue;
+    amax_pending_[i] = false;
+    scaling_->record_amax(name_, kRoles[i], host[i]);
+  }
+}
+
+void LinearLayer::fuse_activation(ActivationLayer* next) {
+  if (fused_ != nullptr) fused_->fused_ = false;
+  fused_ = next;
+  if (fused_ != nullptr) fused_->fused_ = fusion_on_;
+}
+
+void LinearLayer::set_fusion(bool on) {
+  fusion_on_ = on;
+  if (fused_ != nullptr) fused_->fused_ = on;
+}
+
 void LinearLayer::forward(TensorView x, std::int64_t rows) {
   const DType in_storage = storage_of(precision_.gemm_input);
   sdk::GemmArgs g;
@@ -150,6 +197,12 @@ void LinearLayer::forward(TensorView x, std::int64_t rows) {
   }
   g.b.transpose = true;
   g.c = output_.rows(rows);
+  if (fused()) {
+    g.c = fused_->output(rows);
+    g.has_activation = true;
+    g.activation = fused_->activation();
+    if (g.activation != sdk::Activation::relu) g.pre_activation = output_.rows(rows);
+  }
   if (bias_) g.bias = params_[1].master.view();
   g.compute = precision_.gemm_input;
   backend_->gemm(g);
@@ -198,11 +251,15 @@ ActivationLayer::ActivationLayer(std::string name, sdk::Activation act, std::int
       act_(act) {}
 
 void ActivationLayer::forward(TensorView x, std::int64_t rows) {
+  if (fused_) return;  // the Linear before it wrote act(z) here as its GEMM epilogue
   backend_->activation_forward(act_, x, output_.rows(rows));
 }
 
-void ActivationLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t) {
-  if (!dx.empty()) backend_->activation_backward(act_, x, dy, dx);
+void ActivationLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
+  if (dx.empty()) return;
+  // Fused relu: z was not stored; relu'(z) = [z > 0] = [relu(z) > 0], so the output serves.
+  const TensorView in = fused_ && act_ == sdk::Activation::relu ? output_.rows(rows) : x;
+  backend_->activation_backward(act_, in, dy, dx);
 }
 
 // --- LayerNorm ----------------------------------------------------------------------------------

@@ -64,6 +64,12 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
                              "use one of: linear, relu, gelu, layernorm");
     }
   }
+  for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
+    auto* linear = dynamic_cast<LinearLayer*>(layers_[i].get());
+    auto* act = dynamic_cast<ActivationLayer*>(layers_[i + 1].get());
+    if (linear != nullptr && act != nullptr) linear->fuse_activation(act);
+  }
+  set_epilogue_fusion(spec.fuse_epilogues);
   if (width != classes)
     throw sdk::ConfigError(spec.layers.back().where, "model.layers",
                            "the last layer produces " + std::to_string(width) +
@@ -110,17 +116,42 @@ void Model::forward(std::int64_t rows) {
   }
 }
 
-LossValues Model::loss(std::int64_t rows, float grad_scale, bool with_grad) {
+void Model::compute_loss(std::int64_t rows, float grad_scale, bool with_grad) {
   TensorView dlogits;
   if (with_grad)
     dlogits = grad_a_.reinterpret(storage_of(layers_.back()->precision().activation), rows,
                                   classes_);
   backend_->softmax_cross_entropy(logits(rows), labels(rows), grad_scale, loss_.view(),
                                   correct_.view(), dlogits);
+}
+
+LossValues Model::read_loss() {
   LossValues v;
   backend_->copy_to_host(&v.loss, loss_.view());
   backend_->copy_to_host(&v.correct, correct_.view());
   return v;
+}
+
+LossValues Model::loss(std::int64_t rows, float grad_scale, bool with_grad) {
+  compute_loss(rows, grad_scale, with_grad);
+  return read_loss();
+}
+
+void Model::set_epilogue_fusion(bool on) {
+  for (auto& l : layers_)
+    if (auto* linear = dynamic_cast<LinearLayer*>(l.get())) linear->set_fusion(on);
+}
+
+std::int64_t Model::fused_pairs() const {
+  std::int64_t n = 0;
+  for (const auto& l : layers_)
+    if (auto* linear = dynamic_cast<const LinearLayer*>(l.get()); linear != nullptr && linear->fused()) ++n;
+  return n;
+}
+
+void Model::flush_operand_amaxes() {
+  for (auto& l : layers_)
+    if (auto* linear = dynamic_cast<LinearLayer*>(l.get())) linear->flush_operand_amaxes();
 }
 
 void Model::backward(std::int64_t rows) {
@@ -142,6 +173,14 @@ void Model::backward(std::int64_t rows) {
 }
 
 std::string Model::locate_first_nonfinite(std::int64_t rows, float grad_scale) {
+  // Unfused, so every layer's output is written and checked where it is written.
+  const std::int64_t fused_before = fused_pairs();
+  set_epilogue_fusion(false);
+  struct Restore {
+    Model* m;
+    bool on;
+    ~Restore() { m->set_epilogue_fusion(on); }
+  } restore{this, fused_before > 0};
   auto bad = [&](TensorView v) {
     std::vector<TensorView> one{v};
     return backend_->first_nonfinite(one) >= 0;

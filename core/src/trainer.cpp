@@ -551,12 +551,25 @@ TrainSummary Trainer::run() {
       write_record(underflow_record(scale));
     const bool fp8_stats_step = s.c.policy->uses_scaled_operands() && e.run.underflow_every > 0 &&
                                 s.step % e.run.underflow_every == 0;
-    auto lv = s.model->loss(bs, scale, true);
-    s.last_loss = lv.loss;
+    // The loss stays on the device: the step's one wait is the found_inf read below.
+    s.model->compute_loss(bs, scale, true);
     s.model->backward(bs);
     const bool found_inf = b.unscale_and_check_finite(s.grads, 1.0f / scale);
+    // The device is idle now, so what the host reads next costs no pipeline stall: the delayed
+    // FP8 amaxes of this step's casts, and the loss where this step reports or keeps it.
+    if (s.c.policy->uses_scaled_operands()) s.model->flush_operand_amaxes();
     auto decision = s.c.scaler->update(found_inf);
     const bool log_step = s.step % e.run.log_every == 0 || s.step == e.run.steps;
+    const bool tty_refresh =
+        tty && (Clock::now() - t_progress > std::chrono::milliseconds(200) || s.step == e.run.steps);
+    const bool eval_step = e.run.eval_every > 0 && s.step % e.run.eval_every == 0;
+    const bool checkpoint_step = e.checkpoint.every > 0 && s.step % e.checkpoint.every == 0;
+    LossValues lv;
+    lv.loss = s.last_loss;
+    if (log_step || !decision.apply_step || tty_refresh || eval_step || checkpoint_step) {
+      lv = s.model->read_loss();  // before an eval overwrites the loss buffer
+      s.last_loss = lv.loss;
+    }
 
     double grad_norm = std::nan("");
     std::string nonfinite_where;
@@ -617,9 +630,9 @@ TrainSummary Trainer::run() {
         s.log.info(line);
       }
     }
-    if (tty) {
+    if (tty_refresh) {
       auto now = Clock::now();
-      if (now - t_progress > std::chrono::milliseconds(200) || s.step == e.run.steps) {
+      {
         t_progress = now;
         double elapsed = std::chrono::duration<double>(now - t_start).count();
         double per_step = elapsed / static_cast<double>(s.step - first_step);

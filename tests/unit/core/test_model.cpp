@@ -82,5 +82,78 @@ TEST(Model, SmallerBatchesUseAPrefixOfTheBuffers) {
   EXPECT_EQ(m.logits(2).shape, (sdk::Shape{2, 3}));
 }
 
+LayerSpec act(const char* type, const char* name) {
+  return {type, name, 0, true, 1e-5, {"model.toml", 1, 1}};
+}
+
+// One forward/loss/backward of linear-relu-linear-gelu-linear on a fixed batch; returns the
+// loss, the logits and every parameter gradient, flattened.
+std::vector<float> train_step_outputs(bool fuse, const sdk::LayerPrecision& precision,
+                                      std::int64_t* fused_pairs = nullptr) {
+  ModelSpec spec;
+  spec.layers = {linear("fc1", 24, 1), act("relu", "relu1"), linear("fc2", 16, 2),
+                 act("gelu", "gelu2"), linear("head", 5, 3)};
+  spec.fuse_epilogues = fuse;
+  auto backend = std::make_shared<backend_cpu::CpuBackend>(1);
+  Model m(backend, spec, 12, 5);
+  for (auto& l : m.layers()) l->set_precision(precision);
+  m.allocate(9);
+  m.init_parameters(11);
+  if (fused_pairs != nullptr) *fused_pairs = m.fused_pairs();
+  std::vector<float> x(9 * 12);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 2.0f;
+  std::vector<std::int32_t> y = {0, 1, 2, 3, 4, 0, 1, 2, 3};
+  backend->copy_from_host(m.input(9), x.data());
+  backend->copy_from_host(m.labels(9), y.data());
+  m.forward(9);
+  m.compute_loss(9, 8.0f, true);
+  m.backward(9);
+  const auto lv = m.read_loss();
+  std::vector<float> out{lv.loss};
+  std::vector<float> logits(9 * 5);
+  sdk::TensorView l32 = m.logits(9);
+  if (l32.dtype == sdk::DType::fp32) {
+    backend->copy_to_host(logits.data(), l32);
+    out.insert(out.end(), logits.begin(), logits.end());
+  }
+  for (auto* p : m.parameters()) {
+    std::vector<float> g(static_cast<std::size_t>(p->grad.shape().numel()));
+    backend->copy_to_host(g.data(), p->grad.view());
+    out.insert(out.end(), g.begin(), g.end());
+  }
+  return out;
+}
+
+TEST(Model, LinearActivationPairsFuseAndMatchTheUnfusedStepBitForBitInFp32) {
+  std::int64_t pairs_on = -1, pairs_off = -1;
+  const auto fused = train_step_outputs(true, {}, &pairs_on);
+  const auto unfused = train_step_outputs(false, {}, &pairs_off);
+  EXPECT_EQ(pairs_on, 2);
+  EXPECT_EQ(pairs_off, 0);
+  ASSERT_EQ(fused.size(), unfused.size());
+  EXPECT_EQ(fused, unfused);
+}
+
+TEST(Model, FusedBf16StepStaysWithinBf16RoundingOfTheUnfusedStep) {
+  sdk::LayerPrecision bf16;
+  bf16.weight = sdk::DType::bf16;
+  bf16.gemm_input = sdk::DType::bf16;
+  bf16.activation = sdk::DType::bf16;
+  bf16.activation_grad = sdk::DType::bf16;
+  const auto fused = train_step_outputs(true, bf16);
+  const auto unfused = train_step_outputs(false, bf16);
+  ASSERT_EQ(fused.size(), unfused.size());
+  double num = 0, den = 0;
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < fused.size(); ++i) {
+    num += (static_cast<double>(fused[i]) - unfused[i]) * (static_cast<double>(fused[i]) - unfused[i]);
+    den += static_cast<double>(unfused[i]) * unfused[i];
+    differ += fused[i] != unfused[i];
+  }
+  // One rounding instead of two changes some values by a bf16 step, nothing more.
+  EXPECT_GT(differ, 0u) << "fused bf16 rounds once, so it should not be bit-identical";
+  EXPECT_LT(std::sqrt(num / den), 1e-2);
+}
+
 }  // namespace
 }  // namespace mixtrain::core

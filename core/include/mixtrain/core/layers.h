@@ -8,6 +8,12 @@
 // - backward(x, dy, dx, rows) writes FP32 parameter gradients (overwriting: one micro-batch per
 //   step) and, when dx is not empty, the gradient w.r.t. the input in dx's dtype.
 // - Math runs on the backend; a layer performs only the casts its precision plan asks for.
+// - Epilogue fusion: a Linear followed by an activation can run the activation as its GEMM's
+//   epilogue (LinearLayer::fuse_activation). The Linear then writes act(z) into the activation
+//   layer's output, rounded once, and z into its own output only where the backward needs it
+//   (gelu); the activation layer's forward does nothing and its relu backward reads its own
+//   output (relu(z) > 0 exactly where z > 0). set_fusion(false) runs the pair unfused again (the
+//   non-finite replay names every tensor that way).
 #pragma once
 
 #include <memory>
@@ -87,6 +93,8 @@ class Layer {
 };
 
 // y = x · Wᵀ + b with W [out, in] (PyTorch layout), FP32 accumulation.
+class ActivationLayer;
+
 class LinearLayer final : public Layer {
  public:
   LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias);
@@ -97,6 +105,13 @@ class LinearLayer final : public Layer {
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
   void set_operand_scaling(sdk::PrecisionPolicy* policy) override { scaling_ = policy; }
+  // Pairs this layer with the activation that follows it (non-owning; both belong to one model).
+  void fuse_activation(ActivationLayer* next);
+  void set_fusion(bool on);
+  bool fused() const { return fused_ != nullptr && fusion_on_; }
+  // Delayed scaling: hands the amaxes measured by this step's operand casts to the policy (one
+  // read of the device buffer). Casts leave them on the device, so a step does not wait on them.
+  void flush_operand_amaxes();
 
  private:
   struct ScaledOperand {
@@ -111,18 +126,24 @@ class LinearLayer final : public Layer {
   Tensor x_scratch_, dy_scratch_;
   sdk::PrecisionPolicy* scaling_ = nullptr;
   ScaledOperand x8_, w8_, dy8_;
-  Tensor amax_;
+  Tensor amax_;              // fp32 [3]: the last cast's amax per role (input, weight, grad_output)
+  bool amax_pending_[3] = {false, false, false};
+  ActivationLayer* fused_ = nullptr;
+  bool fusion_on_ = true;
 };
 
 class ActivationLayer final : public Layer {
  public:
   ActivationLayer(std::string name, sdk::Activation act, std::int64_t features);
+  sdk::Activation activation() const { return act_; }
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
 
  private:
+  friend class LinearLayer;  // sets fused_ when it takes over the forward
   sdk::Activation act_;
+  bool fused_ = false;
 };
 
 // Per-row normalisation with FP32 statistics; gamma/beta are FP32 and never weight-decayed.

@@ -31,6 +31,7 @@ struct LayerSpec {
 struct ModelSpec {
   std::vector<LayerSpec> layers;
   std::string loss = "softmax_cross_entropy";
+  bool fuse_epilogues = true;  // Linear + relu/gelu as one GEMM with an activation epilogue
   sdk::SourceLocation where;
 };
 
@@ -58,9 +59,21 @@ class Model {
   sdk::TensorView logits(std::int64_t rows) const { return layers_.back()->output(rows); }
 
   void forward(std::int64_t rows);
-  // Writes the loss (and, with_grad, the scaled gradient of the logits); reads them back.
+  // Enqueues the loss (and, with_grad, the scaled gradient of the logits) without waiting for it.
+  void compute_loss(std::int64_t rows, float grad_scale, bool with_grad);
+  // Reads back the last computed loss and correct count (waits for the device).
+  LossValues read_loss();
+  // compute_loss, then read_loss.
   LossValues loss(std::int64_t rows, float grad_scale, bool with_grad);
   void backward(std::int64_t rows);
+
+  // Linear + relu/gelu pairs run the activation as the GEMM epilogue (on by default; see
+  // layers.h). Off: every layer runs its own kernel, as the non-finite replay does.
+  void set_epilogue_fusion(bool on);
+  std::int64_t fused_pairs() const;
+  // Hands the amaxes of this step's delayed-scaling FP8 casts to the precision policy; call once
+  // per step before PrecisionPolicy::on_step_end (it reads a device buffer per FP8 layer).
+  void flush_operand_amaxes();
 
   // Re-runs forward, loss and backward on the current batch, checking every tensor as it is
   // written, and names the first one holding an inf or NaN ("forward fc2.output",
