@@ -166,16 +166,14 @@ sdk::BackendCapabilities CudaBackend::capabilities() const {
       {DType::bf16, tensor_cores_bf16, "cuBLASLt bf16 Tensor Cores, fp32 accumulation"});
   caps.gemm_inputs.push_back(
       {DType::fp16, true, "cuBLASLt fp16 Tensor Cores, fp32 accumulation"});
-  for (DType t : {DType::fp8_e4m3, DType::fp8_e5m2}) {
-    if (gemm_->fp8_native())
+  // Before sm_89 FP8 is not declared at all: emulating it on a GPU would only be slower than
+  // bf16, so an FP8 policy stops at adapt_to with the reason (the CPU backend is the emulator).
+  if (gemm_->fp8_native())
+    for (DType t : {DType::fp8_e4m3, DType::fp8_e5m2})
       caps.gemm_inputs.push_back(
           {t, true,
            "cuBLASLt FP8 Tensor Cores (TN layout, scale_inv as A/B scale pointers, fp32 "
            "accumulation); e5m2 x e5m2 is decoded to bf16"});
-    else
-      caps.gemm_inputs.push_back(
-          {t, false, "emulated: exact decode to bf16 + bf16 Tensor Core GEMM (FP8 needs sm_89+)"});
-  }
   caps.features.push_back(sm);
   caps.features.push_back("cc_" + std::to_string(sm_ / 10) + "." + std::to_string(sm_ % 10));
   caps.features.push_back("tensor_cores");

@@ -72,7 +72,10 @@ void Fp8PrecisionPolicy::adapt_to(const sdk::BackendCapabilities& capabilities) 
       if (!capabilities.supports(dtype))
         throw sdk::BackendError(
             "policy '" + component_ + "' needs " + std::string(sdk::dtype_name(dtype)) +
-                " GEMM operands, which the " + capabilities.kind + " backend does not accept",
+                " GEMM operands, which the " + capabilities.kind + " backend on " +
+                (capabilities.device_name.empty() ? std::string("this device")
+                                                  : capabilities.device_name) +
+                " does not accept",
             dtype == sdk::DType::fp8_e5m2
                 ? "set fp8_format = \"e4m3\" in [precision], or use a backend with fp8_e5m2 GEMMs"
                 : "use a backend with fp8 GEMMs, or a bf16-mixed policy");
