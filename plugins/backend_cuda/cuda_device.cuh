@@ -1,22 +1,25 @@
-// Device-side helpers shared by the backend's .cu files: storage loads/stores with the SDK's
-// rounding rules, tf32 rounding, warp reductions and launch geometry.
+// Device-only helpers shared by the backend's .cu files: launch geometry, 16-byte vector packs,
+// dispatch of an Elem tag to a storage type (once per launch), run-time per-element loads/stores
+// for the row kernels, warp and block reductions. The per-element numbers themselves live in
+// cuda_element_math.h, which host code (and the host test) includes too.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
-#include <cfloat>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 
+#include "cuda_element_math.h"
 #include "cuda_kernels.h"
 
 namespace mixtrain::backend_cuda::kernels {
 
+namespace storage = element::storage;
+
 constexpr int kThreads = 256;
 
-// Blocks for a grid-stride loop over n elements (at least one, capped: the loop covers the rest).
+// Blocks for a grid-stride loop over n work items (at least one, capped: the loop covers the rest).
 inline unsigned grid_for(std::int64_t n, int threads = kThreads) {
   std::int64_t b = (n + threads - 1) / threads;
   if (b < 1) b = 1;
@@ -24,71 +27,159 @@ inline unsigned grid_for(std::int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(b);
 }
 
-__device__ __forceinline__ float decode_fp8(std::uint8_t bits, __nv_fp8_interpretation_t kind) {
-  const __half_raw h = __nv_cvt_fp8_to_halfraw(bits, kind);  // exact: fp8 values fit fp16
-  return __half2float(__half(h));
+__host__ __device__ inline bool aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
 }
+
+// --- 16-byte vector packs -------------------------------------------------------------------------
+
+// V elements of T moved as V * sizeof(T) / 16 sixteen-byte words (a whole number of them).
+template <class T, int V>
+struct alignas(16) Pack {
+  static_assert(V * sizeof(T) % 16 == 0, "a pack is a whole number of 16-byte words");
+  T v[V];
+};
+
+// Elements per pack for a kernel touching tensors of these element types: 16 bytes of the
+// narrowest (4 x fp32, 8 x bf16/fp16, 16 x fp8); wider tensors move several words per pack.
+template <class... Ts>
+constexpr int pack_width() {
+  std::size_t narrowest = 16;
+  for (std::size_t s : {sizeof(Ts)...}) narrowest = s < narrowest ? s : narrowest;
+  return static_cast<int>(16 / narrowest);
+}
+
+template <int V, class T>
+__device__ __forceinline__ Pack<T, V> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T, V>*>(p);
+}
+
+template <int V, class T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& v) {
+  *reinterpret_cast<Pack<T, V>*>(p) = v;
+}
+
+__device__ __forceinline__ std::int64_t global_thread() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ std::int64_t grid_threads() {
+  return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+}
+
+// Grid-stride walk over elements [0, n): with `vectorised` (every pointer 16-byte aligned), packs
+// of V elements go to pack(i0) and the n % V tail to one(i); otherwise every element goes to one(i).
+template <int V, class PackFn, class OneFn>
+__device__ __forceinline__ void for_each_element(std::int64_t n, bool vectorised, PackFn&& pack,
+                                                 OneFn&& one) {
+  const std::int64_t first = global_thread(), stride = grid_threads();
+  std::int64_t begin = 0;
+  if (vectorised) {
+    const std::int64_t packs = n / V;
+    for (std::int64_t p = first; p < packs; p += stride) pack(p * V);
+    begin = packs * V;
+  }
+  for (std::int64_t i = begin + first; i < n; i += stride) one(i);
+}
+
+// --- Elem tag -> storage type, once per launch ---------------------------------------------------
+
+// Calls f(S{}) with the storage type of t among fp32 / bf16 / fp16 (the SDK's storage dtypes);
+// false (nothing called) for any other tag.
+template <class F>
+bool with_float_storage(Elem t, F&& f) {
+  switch (t) {
+    case Elem::f32: f(storage::F32{}); return true;
+    case Elem::bf16: f(storage::Bf16{}); return true;
+    case Elem::f16: f(storage::F16{}); return true;
+    default: return false;
+  }
+}
+
+// The same plus fp8 (cast's formats).
+template <class F>
+bool with_cast_storage(Elem t, F&& f) {
+  switch (t) {
+    case Elem::e4m3: f(storage::E4M3{}); return true;
+    case Elem::e5m2: f(storage::E5M2{}); return true;
+    default: return with_float_storage(t, std::forward<F>(f));
+  }
+}
+
+template <class S>
+using elem_t = typename S::T;
+
+// --- run-time tagged access (row kernels) ----------------------------------------------------------
 
 __device__ __forceinline__ float load(const void* p, Elem t, std::int64_t i) {
   switch (t) {
-    case Elem::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case Elem::f16: return __half2float(static_cast<const __half*>(p)[i]);
-    case Elem::e4m3: return decode_fp8(static_cast<const std::uint8_t*>(p)[i], __NV_E4M3);
-    case Elem::e5m2: return decode_fp8(static_cast<const std::uint8_t*>(p)[i], __NV_E5M2);
-    case Elem::i32: return static_cast<float>(static_cast<const std::int32_t*>(p)[i]);
+    case Elem::bf16: return storage::Bf16::load(static_cast<const std::uint16_t*>(p)[i]);
+    case Elem::f16: return storage::F16::load(static_cast<const std::uint16_t*>(p)[i]);
+    case Elem::e4m3: return storage::E4M3::load(static_cast<const std::uint8_t*>(p)[i]);
+    case Elem::e5m2: return storage::E5M2::load(static_cast<const std::uint8_t*>(p)[i]);
+    case Elem::i32: return storage::I32::load(static_cast<const std::int32_t*>(p)[i]);
     default: return static_cast<const float*>(p)[i];
   }
-}
-
-// Clamp to +-m; NaN compares false and stays NaN.
-__device__ __forceinline__ float clamp_finite(float v, float m) {
-  return v > m ? m : (v < -m ? -m : v);
-}
-
-// RNE to 10 mantissa bits on the fp32 bit pattern (sdk::round_to_tf32).
-__device__ __forceinline__ float round_tf32(float x, bool saturate) {
-  const unsigned u = __float_as_uint(x);
-  const unsigned sign = u & 0x80000000u;
-  if ((u & 0x7F800000u) == 0x7F800000u) {
-    if ((u & 0x007FFFFFu) != 0) return __uint_as_float((u | 0x00400000u) & ~0x1FFFu);  // NaN
-    return saturate ? __uint_as_float(sign | 0x7F7FE000u) : x;                          // inf
-  }
-  unsigned r = u + 0x0FFFu + ((u >> 13) & 1u);
-  r &= ~0x1FFFu;
-  if ((r & 0x7F800000u) == 0x7F800000u) r = sign | (saturate ? 0x7F7FE000u : 0x7F800000u);
-  return __uint_as_float(r);
 }
 
 __device__ __forceinline__ void store(void* p, Elem t, std::int64_t i, float v,
                                       bool saturate = false) {
   switch (t) {
-    case Elem::bf16:
-      static_cast<__nv_bfloat16*>(p)[i] =
-          __float2bfloat16_rn(saturate ? clamp_finite(v, __uint_as_float(0x7F7F0000u)) : v);
-      return;
-    case Elem::f16:
-      static_cast<__half*>(p)[i] = __float2half_rn(saturate ? clamp_finite(v, 65504.0f) : v);
-      return;
-    case Elem::e4m3:
-      static_cast<std::uint8_t*>(p)[i] =
-          __nv_cvt_float_to_fp8(v, saturate ? __NV_SATFINITE : __NV_NOSAT, __NV_E4M3);
-      return;
-    case Elem::e5m2:
-      static_cast<std::uint8_t*>(p)[i] =
-          __nv_cvt_float_to_fp8(v, saturate ? __NV_SATFINITE : __NV_NOSAT, __NV_E5M2);
-      return;
-    case Elem::i32: static_cast<std::int32_t*>(p)[i] = static_cast<std::int32_t>(v); return;
-    default: static_cast<float*>(p)[i] = saturate ? clamp_finite(v, FLT_MAX) : v; return;
+    case Elem::bf16: static_cast<std::uint16_t*>(p)[i] = storage::Bf16::store(v, saturate); return;
+    case Elem::f16: static_cast<std::uint16_t*>(p)[i] = storage::F16::store(v, saturate); return;
+    case Elem::e4m3: static_cast<std::uint8_t*>(p)[i] = storage::E4M3::store(v, saturate); return;
+    case Elem::e5m2: static_cast<std::uint8_t*>(p)[i] = storage::E5M2::store(v, saturate); return;
+    case Elem::i32: static_cast<std::int32_t*>(p)[i] = storage::I32::store(v, saturate); return;
+    default: static_cast<float*>(p)[i] = storage::F32::store(v, saturate); return;
   }
 }
 
-__device__ __forceinline__ bool nonfinite(float v) {
-  return (__float_as_uint(v) & 0x7F800000u) == 0x7F800000u;
-}
+using element::nonfinite;
 
+// --- reductions ------------------------------------------------------------------------------------
+
+// Every lane ends with the same sum: each step adds the same pair of values on both partners.
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
   return v;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+
+// Block sum of one double per thread (blockDim.x == kThreads) in a fixed tree order; the result
+// is valid in thread 0.
+__device__ __forceinline__ double block_sum(double v) {
+  __shared__ double s[kThreads];
+  s[threadIdx.x] = v;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w >>= 1) {
+    if (static_cast<int>(threadIdx.x) < w) s[threadIdx.x] += s[threadIdx.x + w];
+    __syncthreads();
+  }
+  return s[0];
+}
+
+// Folds this block's max |x| bits into *amax with element::amax_combine (the CPU's rule). Every
+// thread of the block must call it.
+__device__ __forceinline__ void fold_amax(float* amax, std::uint32_t m) {
+  for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+  __shared__ std::uint32_t warp_max[kThreads / 32];
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) m = max(m, warp_max[w]);
+  auto* slot = reinterpret_cast<unsigned*>(amax);
+  // The combine is monotone, so a stale first read can only cause a retry, never a lost update.
+  unsigned old = *static_cast<volatile unsigned*>(slot);
+  for (;;) {
+    const unsigned want = element::amax_combine(old, m);
+    if (want == old) return;
+    const unsigned seen = atomicCAS(slot, old, want);
+    if (seen == old) return;
+    old = seen;
+  }
 }
 
 }  // namespace mixtrain::backend_cuda::kernels

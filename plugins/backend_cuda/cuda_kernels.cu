@@ -1,10 +1,16 @@
 // CUDA kernels for casts, element-wise ops and the layer kernels (bias, activations, layernorm,
-// softmax cross-entropy). Math in fp32; storage per tensor as the SDK allows (fp32/bf16/fp16, fp8
-// for casts), decoded and encoded with cuda_device.cuh's helpers, which follow
-// sdk/float_formats.h. Row kernels use one warp per row; column reductions use a fixed split of
-// the rows and a fixed summation order, so results are reproducible run to run.
+// softmax cross-entropy). Math in fp32 (row statistics in double, as the CPU reference); storage per
+// tensor as the SDK allows (fp32/bf16/fp16, fp8 for casts), decoded and encoded by
+// cuda_element_math.h, which follows sdk/float_formats.h bit for bit and is tested on the host.
+//
+// Element-wise kernels are templates over the storage types, chosen once at launch; when every
+// pointer is 16-byte aligned they move 16-byte packs (4 x fp32, 8 x bf16/fp16, 16 x fp8) and finish
+// the n % V tail element by element, otherwise they go element by element throughout; both paths
+// compute the same function per element. Row kernels use one warp per row; column reductions use a
+// fixed split of the rows and a fixed summation order, so results are reproducible run to run.
 #include <algorithm>
 #include <climits>
+#include <type_traits>
 
 #include "cuda_device.cuh"
 
@@ -12,140 +18,165 @@ namespace mixtrain::backend_cuda::kernels {
 
 namespace {
 
-constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluC = 0.044715f;
-
-__device__ __forceinline__ float gelu(float x) {
-  const float u = kGeluK * (x + kGeluC * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(u));
-}
-
-__device__ __forceinline__ float gelu_grad(float x) {
-  const float u = kGeluK * (x + kGeluC * x * x * x);
-  const float t = tanhf(u);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * x * x);
-}
-
 // --- casts and element-wise ------------------------------------------------------------------------
 
-__global__ void cast_kernel(const void* src, Elem st, void* dst, Elem dt, bool tf32_out,
-                            std::int64_t n, float scale, bool saturate, float* amax) {
-  int local = 0;  // max |x| as fp32 bits: non-negative floats order as ints, NaN bits on top
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const float x = load(src, st, i);
-    local = max(local, __float_as_int(fabsf(x)));
-    float v = scale != 1.0f ? x * scale : x;
-    if (tf32_out) {
-      static_cast<float*>(dst)[i] = round_tf32(v, saturate);
-    } else {
-      store(dst, dt, i, v, saturate);
-    }
-  }
-  if (amax == nullptr) return;
-  for (int o = 16; o > 0; o >>= 1) local = max(local, __shfl_xor_sync(0xFFFFFFFFu, local, o));
-  __shared__ int block_max[kThreads / 32];
-  if ((threadIdx.x & 31) == 0) block_max[threadIdx.x >> 5] = local;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int m = block_max[0];
-    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) m = max(m, block_max[w]);
-    if (m > 0x7F800000) m = 0x7FFFFFFF;  // any NaN: the largest positive NaN wins every max
-    atomicMax(reinterpret_cast<int*>(amax), m);
-  }
+// dst = Dst::store(Src::load(src) * scale, saturate) (no multiply when scale is 1); amax, when
+// given, folds in max |Src::load(src)|.
+template <class Src, class Dst>
+__global__ void __launch_bounds__(kThreads)
+    cast_kernel(const elem_t<Src>* src, elem_t<Dst>* dst, std::int64_t n, float scale,
+                bool saturate, bool vectorised, float* amax) {
+  constexpr int V = pack_width<elem_t<Src>, elem_t<Dst>>();
+  std::uint32_t m = 0;  // max |x| as fp32 bits: non-negative floats order as integers, NaNs on top
+  auto convert = [&](elem_t<Src> s) {
+    const float x = Src::load(s);
+    m = max(m, element::abs_bits(x));
+    return Dst::store(scale != 1.0f ? x * scale : x, saturate);
+  };
+  for_each_element<V>(
+      n, vectorised,
+      [&](std::int64_t i0) {
+        const Pack<elem_t<Src>, V> in = load_pack<V>(src + i0);
+        Pack<elem_t<Dst>, V> out;
+#pragma unroll
+        for (int k = 0; k < V; ++k) out.v[k] = convert(in.v[k]);
+        store_pack<V>(dst + i0, out);
+      },
+      [&](std::int64_t i) { dst[i] = convert(src[i]); });
+  if (amax != nullptr) fold_amax(amax, m);
 }
 
-__global__ void fill_kernel(void* x, Elem t, std::int64_t n, float value) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride)
-    store(x, t, i, value);
+// x = value (already encoded on the host).
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    fill_kernel(elem_t<S>* x, std::int64_t n, elem_t<S> value, bool vectorised) {
+  constexpr int V = pack_width<elem_t<S>>();
+  Pack<elem_t<S>, V> p;
+#pragma unroll
+  for (int k = 0; k < V; ++k) p.v[k] = value;
+  for_each_element<V>(
+      n, vectorised, [&](std::int64_t i0) { store_pack<V>(x + i0, p); },
+      [&](std::int64_t i) { x[i] = value; });
 }
 
-__global__ void scale_kernel(void* x, Elem t, std::int64_t n, float alpha) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride)
-    store(x, t, i, load(x, t, i) * alpha);
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    scale_kernel(elem_t<S>* x, std::int64_t n, float alpha, bool vectorised) {
+  constexpr int V = pack_width<elem_t<S>>();
+  auto scaled = [&](elem_t<S> v) { return S::store(S::load(v) * alpha, false); };
+  for_each_element<V>(
+      n, vectorised,
+      [&](std::int64_t i0) {
+        Pack<elem_t<S>, V> v = load_pack<V>(x + i0);
+#pragma unroll
+        for (int k = 0; k < V; ++k) v.v[k] = scaled(v.v[k]);
+        store_pack<V>(x + i0, v);
+      },
+      [&](std::int64_t i) { x[i] = scaled(x[i]); });
 }
 
-__global__ void axpy_kernel(float alpha, const void* x, Elem xt, float* y, std::int64_t n) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride)
-    y[i] += alpha * load(x, xt, i);
+// y (fp32) += alpha * x.
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    axpy_kernel(float alpha, const elem_t<S>* x, float* y, std::int64_t n, bool vectorised) {
+  constexpr int V = pack_width<elem_t<S>, float>();
+  for_each_element<V>(
+      n, vectorised,
+      [&](std::int64_t i0) {
+        const Pack<elem_t<S>, V> xv = load_pack<V>(x + i0);
+        Pack<float, V> yv = load_pack<V>(y + i0);
+#pragma unroll
+        for (int k = 0; k < V; ++k) yv.v[k] += alpha * S::load(xv.v[k]);
+        store_pack<V>(y + i0, yv);
+      },
+      [&](std::int64_t i) { y[i] += alpha * S::load(x[i]); });
 }
 
-// fp32 -> fp32 fast paths use float4 when both pointers are 16-byte aligned.
-__global__ void act_fwd_f32x4(int act, const float4* x, float4* y, std::int64_t n4) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4;
-       i += stride) {
-    float4 v = x[i];
-    if (act == 0) {
-      v.x = v.x < 0.0f ? 0.0f : v.x;
-      v.y = v.y < 0.0f ? 0.0f : v.y;
-      v.z = v.z < 0.0f ? 0.0f : v.z;
-      v.w = v.w < 0.0f ? 0.0f : v.w;
-    } else {
-      v.x = gelu(v.x);
-      v.y = gelu(v.y);
-      v.z = gelu(v.z);
-      v.w = gelu(v.w);
-    }
-    y[i] = v;
-  }
+// y = act(x); y may be x.
+template <int kAct, class X, class Y>
+__global__ void __launch_bounds__(kThreads)
+    act_fwd_kernel(const elem_t<X>* x, elem_t<Y>* y, std::int64_t n, bool vectorised) {
+  constexpr int V = pack_width<elem_t<X>, elem_t<Y>>();
+  auto f = [](elem_t<X> v) { return Y::store(element::activation<kAct>(X::load(v)), false); };
+  for_each_element<V>(
+      n, vectorised,
+      [&](std::int64_t i0) {
+        const Pack<elem_t<X>, V> in = load_pack<V>(x + i0);
+        Pack<elem_t<Y>, V> out;
+#pragma unroll
+        for (int k = 0; k < V; ++k) out.v[k] = f(in.v[k]);
+        store_pack<V>(y + i0, out);
+      },
+      [&](std::int64_t i) { y[i] = f(x[i]); });
 }
 
-__global__ void act_fwd_kernel(int act, const void* x, Elem xt, void* y, Elem yt, std::int64_t begin,
-                               std::int64_t n) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = begin + static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < n; i += stride) {
-    const float v = load(x, xt, i);
-    store(y, yt, i, act == 0 ? (v < 0.0f ? 0.0f : v) : gelu(v));  // relu keeps NaN
-  }
+// dx = act'(x) * dy; dx may be dy or x.
+template <int kAct, class X, class DY, class DX>
+__global__ void __launch_bounds__(kThreads)
+    act_bwd_kernel(const elem_t<X>* x, const elem_t<DY>* dy, elem_t<DX>* dx, std::int64_t n,
+                   bool vectorised) {
+  constexpr int V = pack_width<elem_t<X>, elem_t<DY>, elem_t<DX>>();
+  auto f = [](elem_t<X> xv, elem_t<DY> g) {
+    return DX::store(element::activation_grad<kAct>(X::load(xv), DY::load(g)), false);
+  };
+  for_each_element<V>(
+      n, vectorised,
+      [&](std::int64_t i0) {
+        const Pack<elem_t<X>, V> xs = load_pack<V>(x + i0);
+        const Pack<elem_t<DY>, V> gs = load_pack<V>(dy + i0);
+        Pack<elem_t<DX>, V> out;
+#pragma unroll
+        for (int k = 0; k < V; ++k) out.v[k] = f(xs.v[k], gs.v[k]);
+        store_pack<V>(dx + i0, out);
+      },
+      [&](std::int64_t i) { dx[i] = f(x[i], dy[i]); });
 }
 
-__global__ void act_bwd_kernel(int act, const void* x, Elem xt, const void* dy, Elem dyt, void* dx,
-                               Elem dxt, std::int64_t n) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const float v = load(x, xt, i);
-    const float g = load(dy, dyt, i);
-    store(dx, dxt, i, act == 0 ? (v > 0.0f ? g : 0.0f) : g * gelu_grad(v));
-  }
-}
-
+// Tiles of 32 x 32; blockIdx.y strides over row tiles (gridDim.y is capped at 65535).
 template <class T>
 __global__ void transpose_kernel(const T* in, T* out, std::int64_t rows, std::int64_t cols) {
   __shared__ T tile[32][33];
   const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * 32;
-  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * 32;
-  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
-    const std::int64_t r = r0 + k, c = c0 + threadIdx.x;
-    if (r < rows && c < cols) tile[k][threadIdx.x] = in[r * cols + c];
-  }
-  __syncthreads();
-  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
-    const std::int64_t c = c0 + k, r = r0 + threadIdx.x;
-    if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][k];
+  for (std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * 32; r0 < rows;
+       r0 += static_cast<std::int64_t>(gridDim.y) * 32) {
+    for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+      const std::int64_t r = r0 + k, c = c0 + threadIdx.x;
+      if (r < rows && c < cols) tile[k][threadIdx.x] = in[r * cols + c];
+    }
+    __syncthreads();
+    for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+      const std::int64_t c = c0 + k, r = r0 + threadIdx.x;
+      if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][k];
+    }
+    __syncthreads();  // the tile is rewritten by the next row tile
   }
 }
 
 // --- layer kernels ------------------------------------------------------------------------------------
 
-__global__ void add_bias_kernel(void* y, Elem yt, const void* bias, Elem bt, std::int64_t rows,
-                                std::int64_t n) {
-  // blockIdx.y walks rows, x covers columns: one modulo-free index per element.
-  for (std::int64_t r = blockIdx.y; r < rows; r += gridDim.y)
-    for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n;
-         j += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-      const std::int64_t i = r * n + j;
-      store(y, yt, i, load(y, yt, i) + load(bias, bt, j));
+// y[r, :] += bias. blockIdx.y walks rows, x covers columns (packs of V when vectorised: y and
+// bias 16-byte aligned and n a multiple of V, so every row starts aligned).
+template <class Y, class B>
+__global__ void __launch_bounds__(kThreads)
+    add_bias_kernel(elem_t<Y>* y, const elem_t<B>* bias, std::int64_t rows, std::int64_t n,
+                    bool vectorised) {
+  constexpr int V = pack_width<elem_t<Y>, elem_t<B>>();
+  auto add = [](elem_t<Y> v, elem_t<B> b) { return Y::store(Y::load(v) + B::load(b), false); };
+  const std::int64_t first = global_thread(), stride = grid_threads();
+  for (std::int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    elem_t<Y>* row = y + r * n;
+    if (vectorised) {
+      for (std::int64_t p = first; p < n / V; p += stride) {
+        Pack<elem_t<Y>, V> v = load_pack<V>(row + p * V);
+        const Pack<elem_t<B>, V> b = load_pack<V>(bias + p * V);
+#pragma unroll
+        for (int k = 0; k < V; ++k) v.v[k] = add(v.v[k], b.v[k]);
+        store_pack<V>(row + p * V, v);
+      }
+    } else {
+      for (std::int64_t j = first; j < n; j += stride) row[j] = add(row[j], bias[j]);
     }
+  }
 }
 
 constexpr int kColRows = 8;  // threadIdx.y lanes per column block
@@ -211,15 +242,17 @@ __global__ void layernorm_forward_kernel(const void* x, Elem xt, const void* gam
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
   const std::int64_t base = row * n;
-  float sum = 0.0f;
+  // Statistics in double, as the CPU reference.
+  double sum = 0.0;
   for (std::int64_t j = lane; j < n; j += 32) sum += load(x, xt, base + j);
-  const float mu = warp_sum(sum) / static_cast<float>(n);
-  float sq = 0.0f;  // two-pass variance: no cancellation for large means
+  const float mu = static_cast<float>(warp_sum(sum) / static_cast<double>(n));
+  double sq = 0.0;  // two-pass variance: no cancellation for large means
   for (std::int64_t j = lane; j < n; j += 32) {
     const float d = load(x, xt, base + j) - mu;
-    sq += d * d;
+    sq += static_cast<double>(d) * d;
   }
-  const float rs = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(n) + eps);
+  const float rs = static_cast<float>(
+      1.0 / sqrt(warp_sum(sq) / static_cast<double>(n) + static_cast<double>(eps)));
   for (std::int64_t j = lane; j < n; j += 32) {
     const float g = gamma != nullptr ? load(gamma, gt, j) : 1.0f;
     const float b = beta != nullptr ? load(beta, bt, j) : 0.0f;
@@ -240,15 +273,15 @@ __global__ void layernorm_backward_kernel(const void* dy, Elem dyt, const void* 
   if (row >= rows) return;
   const std::int64_t base = row * n;
   const float mu = mean[row], rs = rstd[row];
-  float sum_g = 0.0f, sum_gx = 0.0f;
+  double sum_g = 0.0, sum_gx = 0.0;  // double, as the CPU reference
   for (std::int64_t j = lane; j < n; j += 32) {
     const float xhat = (load(x, xt, base + j) - mu) * rs;
     const float g = load(dy, dyt, base + j) * (gamma != nullptr ? load(gamma, gt, j) : 1.0f);
     sum_g += g;
-    sum_gx += g * xhat;
+    sum_gx += static_cast<double>(g) * xhat;
   }
-  const float mean_g = warp_sum(sum_g) / static_cast<float>(n);
-  const float mean_gx = warp_sum(sum_gx) / static_cast<float>(n);
+  const float mean_g = static_cast<float>(warp_sum(sum_g) / static_cast<double>(n));
+  const float mean_gx = static_cast<float>(warp_sum(sum_gx) / static_cast<double>(n));
   for (std::int64_t j = lane; j < n; j += 32) {  // dx may alias dy: each lane rewrites its own
     const float xhat = (load(x, xt, base + j) - mu) * rs;
     const float g = load(dy, dyt, base + j) * (gamma != nullptr ? load(gamma, gt, j) : 1.0f);
@@ -271,7 +304,8 @@ __global__ void check_labels_kernel(const std::int32_t* labels, std::int64_t row
   }
 }
 
-// One warp per row: max and argmax (first maximum), log-sum-exp, per-row loss, dlogits.
+// One warp per row: max and argmax (the CPU's scan: first maximum; a NaN z[0] stays), log-sum-exp
+// and the row's loss in double (sum of fp32 exponentials, as the CPU reference), dlogits.
 __global__ void softmax_xent_rows_kernel(const void* logits, Elem lt, const std::int32_t* labels,
                                          float grad_factor, void* dlogits, Elem dt,
                                          std::int64_t rows, std::int64_t classes, double* row_loss,
@@ -285,30 +319,31 @@ __global__ void softmax_xent_rows_kernel(const void* logits, Elem lt, const std:
   long long arg = -1;  // -1: no element seen yet (lanes beyond `classes`)
   for (std::int64_t j = lane; j < classes; j += 32) {
     const float z = load(logits, lt, base + j);
-    if (arg < 0 || z > best) {  // strict: the first maximum wins, as in the CPU reference
+    // A lane's first candidate: z[0] always, else any non-NaN (NaNs past z[0] never win).
+    if (arg < 0 ? (j == 0 || z == z) : element::argmax_beats(z, j, best, arg)) {
       best = z;
       arg = j;
     }
   }
-  for (int o = 16; o > 0; o >>= 1) {
+  for (int o = 16; o > 0; o >>= 1) {  // a total order: every lane ends with the same winner
     const float ob = __shfl_xor_sync(0xFFFFFFFFu, best, o);
     const long long oa = __shfl_xor_sync(0xFFFFFFFFu, arg, o);
-    if (oa >= 0 && (arg < 0 || ob > best || (ob == best && oa < arg))) {
+    if (element::argmax_beats(ob, oa, best, arg)) {
       best = ob;
       arg = oa;
     }
   }
-  float sum = 0.0f;
+  double sum = 0.0;
   for (std::int64_t j = lane; j < classes; j += 32) sum += expf(load(logits, lt, base + j) - best);
-  const float lse = best + logf(warp_sum(sum));
+  const double lse = static_cast<double>(best) + log(warp_sum(sum));
   const std::int32_t y = labels[row];
   if (lane == 0) {
-    row_loss[row] = static_cast<double>(lse) - static_cast<double>(load(logits, lt, base + y));
+    row_loss[row] = lse - static_cast<double>(load(logits, lt, base + y));
     row_ok[row] = arg == y ? 1 : 0;
   }
   if (dlogits != nullptr)
     for (std::int64_t j = lane; j < classes; j += 32) {
-      const float p = expf(load(logits, lt, base + j) - lse);
+      const float p = static_cast<float>(exp(static_cast<double>(load(logits, lt, base + j)) - lse));
       store(dlogits, dt, base + j, (p - (j == y ? 1.0f : 0.0f)) * grad_factor);
     }
 }
@@ -352,60 +387,134 @@ unsigned row_blocks(std::int64_t rows) {
 
 cudaError_t cast(const void* src, Elem src_t, void* dst, Elem dst_t, bool tf32_out, std::int64_t n,
                  float scale, bool saturate, float* amax, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  cast_kernel<<<grid_for(n), kThreads, 0, stream>>>(src, src_t, dst, dst_t, tf32_out, n, scale,
-                                                    saturate, amax);
-  return cudaGetLastError();
+  if (n == 0 && amax == nullptr) return cudaSuccess;  // with amax: still fold in max|{}| = 0
+  const bool vectorised = aligned16(src) && aligned16(dst);
+  bool known = false;
+  with_cast_storage(src_t, [&](auto src_tag) {
+    using Src = decltype(src_tag);
+    auto launch = [&](auto dst_tag) {
+      using Dst = decltype(dst_tag);
+      constexpr int V = pack_width<elem_t<Src>, elem_t<Dst>>();
+      cast_kernel<Src, Dst><<<grid_for(vectorised ? (n + V - 1) / V : n), kThreads, 0, stream>>>(
+          static_cast<const elem_t<Src>*>(src), static_cast<elem_t<Dst>*>(dst), n, scale,
+          saturate, vectorised, amax);
+      known = true;
+    };
+    if (tf32_out)
+      launch(storage::Tf32{});
+    else
+      with_cast_storage(dst_t, launch);
+  });
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 cudaError_t fill(void* x, Elem t, std::int64_t n, float value, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  fill_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, t, n, value);
+  auto launch = [&](auto tag) {
+    using S = decltype(tag);
+    constexpr int V = pack_width<elem_t<S>>();
+    const bool vectorised = aligned16(x);
+    fill_kernel<S><<<grid_for(vectorised ? (n + V - 1) / V : n), kThreads, 0, stream>>>(
+        static_cast<elem_t<S>*>(x), n, S::store(value, false), vectorised);  // encoded once, here
+  };
+  if (t == Elem::i32)
+    launch(storage::I32{});
+  else if (!with_cast_storage(t, launch))
+    return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 
 cudaError_t scale(void* x, Elem t, std::int64_t n, float alpha, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, t, n, alpha);
-  return cudaGetLastError();
+  const bool known = with_float_storage(t, [&](auto tag) {
+    using S = decltype(tag);
+    constexpr int V = pack_width<elem_t<S>>();
+    const bool vectorised = aligned16(x);
+    scale_kernel<S><<<grid_for(vectorised ? (n + V - 1) / V : n), kThreads, 0, stream>>>(
+        static_cast<elem_t<S>*>(x), n, alpha, vectorised);
+  });
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 cudaError_t axpy(float alpha, const void* x, Elem xt, float* y, std::int64_t n,
                  cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  axpy_kernel<<<grid_for(n), kThreads, 0, stream>>>(alpha, x, xt, y, n);
-  return cudaGetLastError();
+  const bool known = with_float_storage(xt, [&](auto tag) {
+    using S = decltype(tag);
+    constexpr int V = pack_width<elem_t<S>, float>();
+    const bool vectorised = aligned16(x) && aligned16(y);
+    axpy_kernel<S><<<grid_for(vectorised ? (n + V - 1) / V : n), kThreads, 0, stream>>>(
+        alpha, static_cast<const elem_t<S>*>(x), y, n, vectorised);
+  });
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }
+
+namespace {
+
+// Calls f(std::integral_constant<int, act>{}) for act 0 (relu) or 1 (gelu).
+template <class F>
+bool with_activation(int act, F&& f) {
+  switch (act) {
+    case 0: f(std::integral_constant<int, 0>{}); return true;
+    case 1: f(std::integral_constant<int, 1>{}); return true;
+    default: return false;
+  }
+}
+
+}  // namespace
 
 cudaError_t activation_forward(int act, const void* x, Elem xt, void* y, Elem yt, std::int64_t n,
                                cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  std::int64_t begin = 0;
-  const bool aligned = (reinterpret_cast<std::uintptr_t>(x) % 16 == 0) &&
-                       (reinterpret_cast<std::uintptr_t>(y) % 16 == 0);
-  if (xt == Elem::f32 && yt == Elem::f32 && aligned && n >= 4) {
-    const std::int64_t n4 = n / 4;
-    act_fwd_f32x4<<<grid_for(n4), kThreads, 0, stream>>>(act, static_cast<const float4*>(x),
-                                                         static_cast<float4*>(y), n4);
-    begin = n4 * 4;
-  }
-  if (begin < n)
-    act_fwd_kernel<<<grid_for(n - begin), kThreads, 0, stream>>>(act, x, xt, y, yt, begin, n);
-  return cudaGetLastError();
+  const bool vectorised = aligned16(x) && aligned16(y);
+  bool known = false;  // set where a kernel launches: every tag was one we have
+  with_activation(act, [&](auto act_tag) {
+    with_float_storage(xt, [&](auto x_tag) {
+      with_float_storage(yt, [&](auto y_tag) {
+        using X = decltype(x_tag);
+        using Y = decltype(y_tag);
+        constexpr int V = pack_width<elem_t<X>, elem_t<Y>>();
+        act_fwd_kernel<decltype(act_tag)::value, X, Y>
+            <<<grid_for(vectorised ? (n + V - 1) / V : n), kThreads, 0, stream>>>(
+                static_cast<const elem_t<X>*>(x), static_cast<elem_t<Y>*>(y), n, vectorised);
+        known = true;
+      });
+    });
+  });
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 cudaError_t activation_backward(int act, const void* x, Elem xt, const void* dy, Elem dyt,
                                 void* dx, Elem dxt, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  act_bwd_kernel<<<grid_for(n), kThreads, 0, stream>>>(act, x, xt, dy, dyt, dx, dxt, n);
-  return cudaGetLastError();
+  const bool vectorised = aligned16(x) && aligned16(dy) && aligned16(dx);
+  bool known = false;
+  with_activation(act, [&](auto act_tag) {
+    with_float_storage(xt, [&](auto x_tag) {
+      with_float_storage(dyt, [&](auto dy_tag) {
+        with_float_storage(dxt, [&](auto dx_tag) {
+          using X = decltype(x_tag);
+          using DY = decltype(dy_tag);
+          using DX = decltype(dx_tag);
+          constexpr int V = pack_width<elem_t<X>, elem_t<DY>, elem_t<DX>>();
+          act_bwd_kernel<decltype(act_tag)::value, X, DY, DX>
+              <<<grid_for(vectorised ? (n + V - 1) / V : n), kThreads, 0, stream>>>(
+                  static_cast<const elem_t<X>*>(x), static_cast<const elem_t<DY>*>(dy),
+                  static_cast<elem_t<DX>*>(dx), n, vectorised);
+          known = true;
+        });
+      });
+    });
+  });
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 cudaError_t transpose(const void* in, void* out, std::int64_t rows, std::int64_t cols,
                       int elem_bytes, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   const dim3 block(32, 8);
-  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32));
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32),
+                  static_cast<unsigned>(std::min<std::int64_t>((rows + 31) / 32, 65535)));
   switch (elem_bytes) {
     case 1:
       transpose_kernel<<<grid, block, 0, stream>>>(static_cast<const std::uint8_t*>(in),
@@ -426,10 +535,23 @@ cudaError_t transpose(const void* in, void* out, std::int64_t rows, std::int64_t
 cudaError_t add_bias(void* y, Elem yt, const void* bias, Elem bt, std::int64_t rows, std::int64_t n,
                      cudaStream_t stream) {
   if (rows == 0 || n == 0) return cudaSuccess;
-  const unsigned gx = static_cast<unsigned>(std::min<std::int64_t>((n + kThreads - 1) / kThreads, 64));
-  const unsigned gy = static_cast<unsigned>(std::min<std::int64_t>(rows, 4096));
-  add_bias_kernel<<<dim3(gx, gy), kThreads, 0, stream>>>(y, yt, bias, bt, rows, n);
-  return cudaGetLastError();
+  bool known = false;
+  with_float_storage(yt, [&](auto y_tag) {
+    with_float_storage(bt, [&](auto b_tag) {
+      using Y = decltype(y_tag);
+      using B = decltype(b_tag);
+      constexpr int V = pack_width<elem_t<Y>, elem_t<B>>();
+      const bool vectorised = aligned16(y) && aligned16(bias) && n % V == 0;
+      const std::int64_t cols = vectorised ? n / V : n;
+      const unsigned gx =
+          static_cast<unsigned>(std::min<std::int64_t>((cols + kThreads - 1) / kThreads, 64));
+      const unsigned gy = static_cast<unsigned>(std::min<std::int64_t>(rows, 4096));
+      add_bias_kernel<Y, B><<<dim3(gx, gy), kThreads, 0, stream>>>(
+          static_cast<elem_t<Y>*>(y), static_cast<const elem_t<B>*>(bias), rows, n, vectorised);
+      known = true;
+    });
+  });
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 std::size_t column_sum_scratch(std::int64_t rows, std::int64_t n) {

@@ -3,11 +3,18 @@
 // Contract
 // - Every launcher only enqueues work on `stream` and returns; it neither validates (the backend
 //   did) nor synchronises. Launch errors are returned as cudaError_t for the caller to report.
-// - Pointers are device pointers of tensors stored as `Elem`; math is fp32 (reductions fp32 per
-//   thread, double across blocks where the CPU reference accumulates in double).
-// - Encodes round to nearest even with the formats of sdk/float_formats.h: __float2bfloat16_rn,
-//   __float2half_rn, __nv_cvt_float_to_fp8 (__NV_SATFINITE when saturating, else __NV_NOSAT:
-//   e4m3 overflow -> NaN, e5m2 overflow -> inf); tf32 is RNE on the fp32 bits.
+// - Pointers are device pointers of tensors stored as `Elem`; math is fp32, without FMA
+//   contraction (reductions fp32 per thread, double where the CPU reference accumulates in double:
+//   layernorm statistics, the softmax log-sum-exp and loss, sums across blocks, sum of squares).
+// - Storage types: fp32, bf16, fp16 for the element-wise and layer kernels, plus fp8 (e4m3, e5m2)
+//   for cast and fill, plus int32 for fill. A tag outside that set launches nothing and returns
+//   cudaErrorInvalidValue.
+// - Decodes and encodes are cuda_element_math.h's, bit for bit those of sdk/float_formats.h (RNE;
+//   saturate clamps to the largest finite value, else e4m3 overflow -> NaN, others -> inf; NaNs
+//   keep sign and top payload bits); tf32 is RNE on the fp32 bits. test_cuda_element_math checks
+//   them, and gelu / gelu_grad and the optimizer steps, on the host.
+// - Element-wise kernels are instantiated per storage type and chosen at launch; when all their
+//   pointers are 16-byte aligned they move 16-byte packs, else single elements: same results.
 // - Reductions that feed training (bias_grad, layernorm dgamma/dbeta, sum of squares, the loss)
 //   use a fixed partition and order: results are bit-reproducible run to run.
 // - This header is plain C++ (no CUDA device code) so host .cpp files can include it.
@@ -23,10 +30,12 @@ namespace mixtrain::backend_cuda::kernels {
 enum class Elem : int { f32 = 0, bf16 = 1, f16 = 2, e4m3 = 3, e5m2 = 4, i32 = 5 };
 
 // --- element-wise and casts ----------------------------------------------------------------------
-// dst = encode(decode(src) * scale); tf32_out rounds an f32 destination to tf32 (RNE).
-// amax (nullable): amax[0] = max(amax[0], max|decode(src)|), NaN if any NaN.
+// dst = encode(decode(src) * scale) (no multiply when scale is 1); tf32_out rounds an f32
+// destination to tf32 (RNE). amax (nullable): amax[0] = max(amax[0], max|decode(src)|), or NaN
+// (0x7FC00000) if any element or amax[0] is NaN: the CPU backend's rule, also for n == 0.
 cudaError_t cast(const void* src, Elem src_t, void* dst, Elem dst_t, bool tf32_out,
                  std::int64_t n, float scale, bool saturate, float* amax, cudaStream_t stream);
+// x = value, encoded once (int32: toward zero, saturating, NaN -> 0).
 cudaError_t fill(void* x, Elem t, std::int64_t n, float value, cudaStream_t stream);
 cudaError_t scale(void* x, Elem t, std::int64_t n, float alpha, cudaStream_t stream);
 cudaError_t axpy(float alpha, const void* x, Elem xt, float* y, std::int64_t n,
@@ -100,7 +109,8 @@ struct ParamRef {
   int pad;
 };
 
-// found[0] = 1 when any element of any tensor is inf/NaN after g *= inv_scale (f32 tensors).
+// found[0] = 1 when any element of any tensor is inf/NaN after g *= inv_scale (f32 tensors; at
+// inv_scale == 1 the tensors are only read).
 cudaError_t unscale_and_check(const TensorRef* tensors, const Chunk* chunks, int num_chunks,
                               float inv_scale, int* found, cudaStream_t stream);
 // result[0] = sum of squares in double (partial: num_chunks doubles of scratch).
