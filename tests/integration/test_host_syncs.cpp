@@ -1,0 +1,157 @@
+// The training step's host waits, counted: a backend wrapper forwards every op to the CPU backend
+// and counts the calls that make the host wait for the device (copy_to_host, the fused
+// unscale/check, sum_of_squares, first_nonfinite, synchronize). On a GPU each is a pipeline
+// stall, so a step may wait once (found_inf) and read more only where it reports.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "embedded_quickstart.h"
+#include "mixtrain/core/config.h"
+#include "mixtrain/core/experiment.h"
+#include "mixtrain/core/log_sink.h"
+#include "mixtrain/core/plugin_registry.h"
+#include "mixtrain/core/trainer.h"
+
+namespace mixtrain {
+namespace {
+
+using sdk::TensorView;
+
+// Waits are bucketed by step: bucket i holds what happened after the i-th found_inf read and
+// before the next one (bucket 0: setup and the first step's forward/backward).
+class WaitCountingBackend final : public sdk::DeviceBackend {
+ public:
+  explicit WaitCountingBackend(std::shared_ptr<sdk::DeviceBackend> inner) : in_(std::move(inner)) {
+    waits.push_back(0);
+  }
+  std::vector<int> waits;
+
+  sdk::BackendCapabilities capabilities() const override { return in_->capabilities(); }
+  void* allocate(std::size_t bytes) override { return in_->allocate(bytes); }
+  void deallocate(void* p) noexcept override { in_->deallocate(p); }
+  sdk::MemoryStats memory_stats() const override { return in_->memory_stats(); }
+  void reset_peak_memory() override { in_->reset_peak_memory(); }
+  void copy_from_host(TensorView dst, const void* src) override { in_->copy_from_host(dst, src); }
+  void copy_to_host(void* dst, TensorView src) override {
+    wait();
+    in_->copy_to_host(dst, src);
+  }
+  void copy(TensorView dst, TensorView src) override { in_->copy(dst, src); }
+  void synchronize() override {
+    wait();
+    in_->synchronize();
+  }
+  void gemm(const sdk::GemmArgs& a) override { in_->gemm(a); }
+  void cast(TensorView s, TensorView d, const sdk::CastArgs& a) override { in_->cast(s, d, a); }
+  void add_bias(TensorView y, TensorView b) override { in_->add_bias(y, b); }
+  void bias_grad(TensorView dy, TensorView db, bool acc) override { in_->bias_grad(dy, db, acc); }
+  void activation_forward(sdk::Activation a, TensorView x, TensorView y) override {
+    in_->activation_forward(a, x, y);
+  }
+  void activation_backward(sdk::Activation a, TensorView x, TensorView dy, TensorView dx) override {
+    in_->activation_backward(a, x, dy, dx);
+  }
+  void layernorm_forward(TensorView x, TensorView g, TensorView b, float eps, TensorView y,
+                         TensorView mean, TensorView rstd) override {
+    in_->layernorm_forward(x, g, b, eps, y, mean, rstd);
+  }
+  void layernorm_backward(TensorView dy, TensorView x, TensorView g, TensorView mean,
+                          TensorView rstd, TensorView dx, TensorView dg, TensorView db,
+                          bool acc) override {
+    in_->layernorm_backward(dy, x, g, mean, rstd, dx, dg, db, acc);
+  }
+  void softmax_cross_entropy(TensorView logits, TensorView labels, float s, TensorView loss,
+                             TensorView correct, TensorView dlogits) override {
+    in_->softmax_cross_entropy(logits, labels, s, loss, correct, dlogits);
+  }
+  void fill(TensorView x, float v) override { in_->fill(x, v); }
+  void scale(TensorView x, float a) override { in_->scale(x, a); }
+  void axpy(float a, TensorView x, TensorView y) override { in_->axpy(a, x, y); }
+  bool unscale_and_check_finite(std::span<const TensorView> g, float inv) override {
+    const bool found = in_->unscale_and_check_finite(g, inv);
+    waits.push_back(0);  // the step's one allowed wait opens the next bucket
+    return found;
+  }
+  double sum_of_squares(std::span<const TensorView> t) override {
+    wait();
+    return in_->sum_of_squares(t);
+  }
+  int first_nonfinite(std::span<const TensorView> t) override {
+    wait();
+    return in_->first_nonfinite(t);
+  }
+  void sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> p) override {
+    in_->sgd_update(h, p);
+  }
+  void adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> p) override {
+    in_->adamw_update(h, p);
+  }
+
+ private:
+  void wait() { ++waits.back(); }
+  std::shared_ptr<sdk::DeviceBackend> in_;
+};
+
+// Trains the quickstart for `steps` with log_every = 10 and returns the per-step buckets.
+std::shared_ptr<WaitCountingBackend> train(std::vector<std::string> sets, int steps) {
+  std::vector<std::string> all = {"run.steps=" + std::to_string(steps), "run.log_every=10",
+                                  "run.eval_every=0", "checkpoint.every=0"};
+  all.insert(all.end(), sets.begin(), sets.end());
+  auto config = core::Config::from_string(kEmbeddedQuickstartToml, "quickstart.toml", all);
+  static core::PluginRegistry registry(&core::host_log_sink());
+  static bool scanned = false;
+  if (!scanned) {
+    registry.scan({MIXTRAIN_PLUGIN_DIR});
+    scanned = true;
+  }
+  auto e = core::parse_experiment(config, registry);
+  auto c = core::create_components(e, registry);
+  auto counting = std::make_shared<WaitCountingBackend>(c.backend);
+  c.backend = counting;
+  core::TrainOptions opt;
+  opt.run_dir = std::filesystem::temp_directory_path() /
+                ("mixtrain-host-syncs-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(opt.run_dir);
+  core::Trainer(e, std::move(c), opt).run();
+  std::filesystem::remove_all(opt.run_dir);
+  return counting;
+}
+
+TEST(HostSyncs, AnUnloggedStepWaitsOnlyForFoundInf) {
+  constexpr int kSteps = 30;
+  auto b = train({}, kSteps);
+  ASSERT_GE(b->waits.size(), static_cast<std::size_t>(kSteps + 1));
+  // Bucket s (1-based step s) spans step s's post-found_inf work and step s+1's forward and
+  // backward. Unlogged steps: no wait besides found_inf itself.
+  for (int s = 1; s < kSteps; ++s) {
+    if (s % 10 == 0) {
+      // A logged step reads the loss and correct count and the gradient norm, nothing more.
+      EXPECT_LE(b->waits[static_cast<std::size_t>(s)], 3) << "logged step " << s;
+      EXPECT_GE(b->waits[static_cast<std::size_t>(s)], 1) << "logged step " << s;
+    } else {
+      EXPECT_EQ(b->waits[static_cast<std::size_t>(s)], 0) << "step " << s;
+    }
+  }
+}
+
+TEST(HostSyncs, DelayedFp8ReadsItsAmaxesOncePerLayerPerStep) {
+  constexpr int kSteps = 20;
+  auto b = train({"precision.policy=fp8-delayed"}, kSteps);
+  ASSERT_GE(b->waits.size(), static_cast<std::size_t>(kSteps + 1));
+  // The quickstart has three linear layers; FP8 casts leave their amaxes on the device and the
+  // trainer reads them once per FP8 layer after found_inf (three casts per layer, one read).
+  for (int s = 1; s < kSteps; ++s) {
+    if (s % 10 == 0) continue;
+    EXPECT_LE(b->waits[static_cast<std::size_t>(s)], 3) << "step " << s;
+    EXPECT_GE(b->waits[static_cast<std::size_t>(s)], 1) << "step " << s;
+  }
+}
+
+}  // namespace
+}  // namespace mixtrain
