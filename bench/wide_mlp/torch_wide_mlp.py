@@ -12,7 +12,7 @@ FP32 (no loss scaler: bf16 has fp32's exponent range). Linear layers then run as
 (oneDNN/mkldnn on the CPU in PyTorch 1.13, cuBLAS on CUDA), cross_entropy autocasts to fp32.
 
 --device cuda: the model, AdamW state and every step on the GPU. FP32 means FP32 there:
-TF32 matmuls are switched off (torch.backends.cuda.matmul.allow_tf32 = False, cudnn too).
+TF32 matmuls are switched off (torch.set_float32_matmul_precision("highest")).
 --data host (default) gathers each batch on the host and copies it to the GPU every step, as
 mixtrain's trainer does; --data device keeps the whole data set on the GPU. Timed windows are
 bracketed by torch.cuda.synchronize(); peak memory is torch.cuda.max_memory_allocated() (every
@@ -74,8 +74,9 @@ def main():
     torch.manual_seed(0)
     dev = torch.device(args.device)
     if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = False  # FP32 is FP32 (the mixtrain fp32 policy)
-        torch.backends.cudnn.allow_tf32 = False
+        # FP32 is FP32 (mixtrain's fp32 policy): no TF32 in matmuls ("highest" is PyTorch's default;
+        # set anyway, through the API that exists from 1.12 to the 2.9+ fp32_precision switches).
+        torch.set_float32_matmul_precision("highest")
 
     mods = []
     for i in range(len(layers) - 1):
@@ -165,7 +166,7 @@ def main():
     if cuda:
         out["device_name"] = torch.cuda.get_device_name(dev)
         out["cuda_version"] = torch.version.cuda
-        out["allow_tf32"] = torch.backends.cuda.matmul.allow_tf32
+        out["float32_matmul_precision"] = torch.get_float32_matmul_precision()
         out["peak_device_memory_bytes"] = torch.cuda.max_memory_allocated(dev)
         out["peak_device_memory_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
     json.dump(out, sys.stdout)

@@ -1,0 +1,337 @@
+#!/usr/bin/env bash
+# The whole GPU session in one command, on a machine with an NVIDIA H200 (x86-64, CUDA toolkit
+# and PyTorch installed; no apt, no network): unpack the Debian packages that
+# bench/gpu/fetch_debs.sh fetched into .debs/ into a private prefix, build mixtrain with the CUDA
+# backend for sm_90, then
+#   gemm  GEMM TFLOP/s per dtype at 8192^3: bench_gemm_cuda (CudaBackend::gemm, cuBLASLt) and
+#         PyTorch's matmul on the same GPU for reference            -> $OUT/gemm.txt
+#   test  ctest -R "backend_cuda|conformance" --output-on-failure  -> $OUT/conformance.log
+#   wide  the wide-MLP training benchmark, mixtrain under fp32, tf32, bf16-mixed, fp16-mixed and
+#         fp8-delayed (configs/mlp-*.toml, --set backend.type=cuda) against PyTorch FP32 eager and
+#         AMP bf16 (torch.autocast("cuda", torch.bfloat16)), same model, batch and GPU
+#                                                                  -> $OUT/wide_mlp.md (+ raw runs)
+# and a summary of every stage (ok / FAILED / TIMEOUT / skipped, seconds) -> $OUT/summary.txt.
+# Every stage runs under `timeout`, clamped to what is left of BUDGET_S; a failed stage never
+# stops the next one (stages that need the build are skipped when it failed; PyTorch rows still run).
+#
+# Usage, from the repository root: bash bench/gpu/run_h200.sh      (see bench/gpu/README.md)
+# Environment (defaults in brackets):
+#   OUT [build-gpu-out]  results folder (the device tool sets it)
+#   BUDGET_S [560]       wall-clock budget of the whole script, seconds
+#   STAGES ["env debs configure build gemm test wide"]  any subset (always run in this order)
+#   DEBS [.debs]  DEBROOT [/tmp/debroot]  BUILD_DIR [build-h200]  JOBS [nproc]  CUDA_ARCHS [90]
+#   CMAKE_EXTRA_ARGS  more -D options for the configure stage (word-split)
+#   BUILD_TARGETS  [mixtrain, the plugins, test_backend_cuda, test_conformance, bench_gemm_cuda]
+#   PYTHON [python3: the interpreter with PyTorch]   MIXTRAIN_BIN [$BUILD_DIR/bin/mixtrain]
+#   GEMM_SIZE [8192]  GEMM_SECONDS [1]
+#   WIDE_BATCH [16384]  WIDE_FEATURES [256]  WIDE_HIDDEN [8192]  WIDE_STEPS [30]  WIDE_LOG_EVERY [5]
+#   WIDE_POLICIES ["bf16 fp32 fp8 tf32 fp16"]  WIDE_TORCH ["bf16 fp32"]  (run order: the headline
+#   pair first, so a budget that runs out loses the least)  WIDE_BACKEND [cuda]  TORCH_DEVICE [cuda]
+#   TORCH_FUSED [true: fused AdamW, PyTorch's fastest on CUDA]  PEAK_TFLOPS [989.4]
+#   DRY_RUN=1  a check of the scripting on a machine without a GPU: CPU backend and CPU PyTorch at
+#              a tiny size, /usr/bin/python3, JOBS=2, BUDGET_S=3600 (the GPU-only parts then report
+#              "no CUDA device" / skip, as they should)
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+HERE=$ROOT/bench/gpu
+cd "$ROOT"
+
+if [[ ${DRY_RUN:-0} == 1 ]]; then
+  : "${WIDE_BACKEND:=cpu}" "${TORCH_DEVICE:=cpu}" "${TORCH_FUSED:=default}" "${PYTHON:=/usr/bin/python3}"
+  : "${WIDE_BATCH:=64}" "${WIDE_FEATURES:=32}" "${WIDE_HIDDEN:=64}" "${WIDE_STEPS:=6}" "${WIDE_LOG_EVERY:=2}"
+  : "${JOBS:=2}" "${BUDGET_S:=3600}" "${GEMM_SIZE:=256}" "${DEBROOT:=/tmp/debroot-dry}"
+  : "${BUILD_DIR:=$ROOT/build-h200-dry}" "${OUT:=$ROOT/build-gpu-out-dry}"
+fi
+export OUT=${OUT:-$ROOT/build-gpu-out}
+export BUDGET_S=${BUDGET_S:-560}
+STAGES=${STAGES:-env debs configure build gemm test wide}
+export DEBS=${DEBS:-$ROOT/.debs}
+export DEBROOT=${DEBROOT:-/tmp/debroot}
+export BUILD=${BUILD_DIR:-$ROOT/build-h200}
+export JOBS=${JOBS:-$(nproc)}
+export CUDA_ARCHS=${CUDA_ARCHS:-90}
+export BUILD_TARGETS=${BUILD_TARGETS:-mixtrain mixtrain_backend_cpu mixtrain_backend_cuda mixtrain_policies mixtrain_fp8 mixtrain_scalers mixtrain_optimizers mixtrain_checkpoint_native test_backend_cuda test_conformance bench_gemm_cuda}
+export PYTHON=${PYTHON:-python3}
+export MIXTRAIN_BIN=${MIXTRAIN_BIN:-$BUILD/bin/mixtrain}
+export GEMM_SIZE=${GEMM_SIZE:-8192} GEMM_SECONDS=${GEMM_SECONDS:-1}
+export WIDE_BATCH=${WIDE_BATCH:-16384} WIDE_FEATURES=${WIDE_FEATURES:-256} WIDE_HIDDEN=${WIDE_HIDDEN:-8192}
+export WIDE_STEPS=${WIDE_STEPS:-30} WIDE_LOG_EVERY=${WIDE_LOG_EVERY:-5}
+export WIDE_POLICIES=${WIDE_POLICIES:-bf16 fp32 fp8 tf32 fp16} WIDE_TORCH=${WIDE_TORCH:-bf16 fp32}
+export WIDE_BACKEND=${WIDE_BACKEND:-cuda} TORCH_DEVICE=${TORCH_DEVICE:-cuda} TORCH_FUSED=${TORCH_FUSED:-true}
+export PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
+export ROOT HERE
+export STATE=/tmp/mixtrain-gpu-state
+rm -rf "$STATE"
+mkdir -p "$OUT" "$STATE"
+export LIBDIR=$DEBROOT/usr/lib/x86_64-linux-gnu
+# The unpacked libraries, for mixtrain's processes only (the build's RPATHs point there as well);
+# never for python3/PyTorch, whose own libraries (zlib, ...) must not be shadowed.
+export MIX_LD_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# nvcc where the image keeps it; the prefix's ninja only as a fallback.
+if ! command -v nvcc >/dev/null; then
+  for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do [[ -x $d/nvcc ]] && { PATH=$PATH:$d; break; }; done
+fi
+export PATH=$PATH:$DEBROOT/usr/bin
+
+T0=$(date +%s)
+left() { echo $((BUDGET_S - ($(date +%s) - T0))); }
+names=() statuses=() secs=()
+
+# run_stage NAME WANT_SECONDS RESERVE_SECONDS: runs stage_NAME under timeout
+# min(WANT, time left - RESERVE), output to $STATE/NAME.log and stdout.
+run_stage() {
+  local name=$1 want=$2 reserve=$3 cap rc start status
+  cap=$(($(left) - reserve))
+  ((cap > want)) && cap=$want
+  start=$(date +%s)
+  if [[ " $STAGES " != *" $name "* ]]; then
+    status="skipped (not in STAGES)"
+  elif [[ -f $STATE/skip-$name ]]; then
+    status="skipped ($(cat "$STATE/skip-$name"))"
+  elif ((cap < 10)); then
+    status="skipped (budget spent: $(left) s left)"
+  else
+    echo "=== [$(date -u +%T)] stage $name (cap ${cap} s, $(left) s of the budget left) ==="
+    export STAGE_CAP=$cap
+    timeout -k 10 "$cap" bash -c "stage_$name" 2>&1 | tee "$STATE/$name.log"
+    rc=${PIPESTATUS[0]}
+    case $rc in
+      0) status=ok ;;
+      124 | 137) status="TIMEOUT after ${cap} s" ;;
+      *) status="FAILED (exit $rc)" ;;
+    esac
+    [[ -f $STATE/$name.note ]] && status="$status; $(cat "$STATE/$name.note")"
+  fi
+  names+=("$name") statuses+=("$status") secs+=($(($(date +%s) - start)))
+  echo "=== stage $name: $status ==="
+  [[ $status == ok* ]] && touch "$STATE/ok-$name"
+  return 0
+}
+needs() {  # needs STAGE REASON...: marks the given later stages skipped unless STAGE succeeded
+  local dep=$1; shift
+  [[ -f $STATE/ok-$dep || " $STAGES " != *" $dep "* ]] && return 0
+  for s in "$@"; do echo "needs the $dep stage, which did not succeed" >"$STATE/skip-$s"; done
+}
+
+# --- stages (each runs in its own bash under timeout; exported below) -----------------------------
+stage_env() {
+  {
+    echo "date: $(date -u +%FT%TZ)   host: $(uname -srm)   cpus: $(nproc)"
+    [[ -r /etc/os-release ]] && echo "os: $(. /etc/os-release; echo "$PRETTY_NAME")"
+    if command -v nvidia-smi >/dev/null; then
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.sm,power.limit,temperature.gpu \
+        --format=csv 2>&1
+    else
+      echo "nvidia-smi: not found"
+    fi
+    echo "nvcc: $(nvcc --version 2>&1 | tail -2 | tr '\n' ' ')"
+    echo "c++: $(${CXX:-g++} --version 2>&1 | head -1)"
+    echo "cmake: $(cmake --version 2>&1 | head -1)   ninja: $(ninja --version 2>&1)"
+    echo "python: $(command -v "$PYTHON") $("$PYTHON" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -1)"
+    echo "debs: $(ls "$DEBS"/*.deb 2>/dev/null | wc -l) in $DEBS"
+    echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null) $(git -C "$ROOT" status --porcelain 2>/dev/null | wc -l) changed files"
+  } | tee "$STATE/env.txt"
+}
+
+stage_debs() {
+  set -e
+  shopt -s nullglob
+  local debs=("$DEBS"/*.deb)
+  ((${#debs[@]})) || { echo "no .deb in $DEBS: run bench/gpu/fetch_debs.sh on the dev machine and carry .debs"; exit 1; }
+  rm -rf "$DEBROOT"
+  mkdir -p "$DEBROOT"
+  for f in "${debs[@]}"; do
+    if command -v dpkg >/dev/null; then
+      dpkg -x "$f" "$DEBROOT"
+    else  # no dpkg: a .deb is an ar archive holding data.tar.*
+      "$PYTHON" - "$f" "$DEBROOT" <<'PY'
+import io, sys, tarfile
+path, dest = sys.argv[1], sys.argv[2]
+with open(path, "rb") as f:
+    assert f.read(8) == b"!<arch>\n", path + ": not a .deb"
+    while True:
+        h = f.read(60)
+        if len(h) < 60:
+            break
+        name, size = h[:16].decode().strip().rstrip("/"), int(h[48:58])
+        data = f.read(size)
+        f.read(size % 2)
+        if name.startswith("data.tar"):
+            with tarfile.open(fileobj=io.BytesIO(data)) as t:
+                try:
+                    t.extractall(dest, filter="fully_trusted")
+                except TypeError:
+                    t.extractall(dest)
+PY
+    fi
+  done
+  for f in usr/include/toml++/toml.h usr/include/boost/dll.hpp usr/include/spdlog/spdlog.h \
+           usr/include/gtest/gtest.h usr/include/CLI/CLI.hpp usr/include/nlohmann/json.hpp \
+           usr/lib/x86_64-linux-gnu/libdnnl.so usr/lib/x86_64-linux-gnu/cmake/dnnl; do
+    [[ -e $DEBROOT/$f ]] || { echo "missing after unpacking: $DEBROOT/$f"; exit 1; }
+  done
+  echo "unpacked ${#debs[@]} packages into $DEBROOT ($(du -sh "$DEBROOT" | cut -f1))"
+}
+
+stage_configure() {
+  set -e
+  local real_cxx
+  real_cxx=$(command -v "${CXX:-g++}" || command -v c++)
+  # The C++ compiler is a wrapper that appends -Wno-error when MIXTRAIN_NO_WERROR is set: the
+  # project builds with -Werror under GCC 12, and a newer GCC here may warn where 12 did not.
+  # The build stage first builds as the project does and falls back only if that fails.
+  mkdir -p "$DEBROOT/wrap"
+  cat >"$DEBROOT/wrap/c++" <<EOF
+#!/bin/sh
+if [ -n "\${MIXTRAIN_NO_WERROR:-}" ]; then exec "$real_cxx" "\$@" -Wno-error; fi
+exec "$real_cxx" "\$@"
+EOF
+  chmod +x "$DEBROOT/wrap/c++"
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CXX_COMPILER="$DEBROOT/wrap/c++" -DCMAKE_CUDA_HOST_COMPILER="$real_cxx" \
+    -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS" -DMIXTRAIN_WITH_CUDA=ON \
+    -DCMAKE_PREFIX_PATH="$DEBROOT/usr;$LIBDIR/cmake" \
+    -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DCMAKE_MAKE_PROGRAM="$(command -v ninja)" ${CMAKE_EXTRA_ARGS:-}
+  echo "--- where each package was found:"
+  grep -E '^[A-Za-z0-9_]+_(DIR|INCLUDE_DIR|LIBRARY|LIBRARY_RELEASE):[A-Z]+=' "$BUILD/CMakeCache.txt" |
+    grep -vE '^(CUDA_|CUDAToolkit_|CMAKE_)' || true
+}
+
+stage_build() {
+  local targets=() t
+  for t in $BUILD_TARGETS; do
+    if ninja -C "$BUILD" -t query "$t" >/dev/null 2>&1; then targets+=("$t"); else echo "build: no target $t here, skipped"; fi
+  done
+  if cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}"; then return 0; fi
+  echo "=== build failed under the project's -Werror; continuing with -Wno-error appended, to tell warnings from errors ==="
+  echo "built only with -Wno-error: this compiler warns where the project's -Werror stops (see build.log)" >"$STATE/build.note"
+  MIXTRAIN_NO_WERROR=1 cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}"
+}
+
+stage_gemm() {
+  local rc1=0 rc2=0 cap=$((STAGE_CAP > 20 ? STAGE_CAP - 5 : STAGE_CAP))
+  {
+    echo "## mixtrain CudaBackend::gemm (cuBLASLt): $BUILD/bin/bench_gemm_cuda --size $GEMM_SIZE --seconds $GEMM_SECONDS"
+    echo
+    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 $((cap * 2 / 3)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS"
+    echo "(exit $?)"
+    echo
+    echo "## PyTorch's matmul on the same GPU (reference): bench/gpu/torch_gemm.py --size $GEMM_SIZE"
+    echo
+    timeout -k 5 $((cap / 3)) "$PYTHON" "$HERE/torch_gemm.py" --size "$GEMM_SIZE"
+    echo "(exit $?)"
+  } 2>&1 | tee "$OUT/gemm.txt"
+  rc1=$(grep -m1 -oE '^\(exit [0-9]+\)' "$OUT/gemm.txt" | grep -oE '[0-9]+')
+  rc2=$(grep -oE '^\(exit [0-9]+\)' "$OUT/gemm.txt" | tail -1 | grep -oE '[0-9]+')
+  [[ $rc1 == 0 && $rc2 == 0 ]] ||
+    echo "bench_gemm_cuda exit $rc1, torch_gemm.py exit $rc2 (2: no CUDA device)" >"$STATE/gemm.note"
+  [[ $rc1 == 0 ]]
+}
+
+stage_test() {
+  LD_LIBRARY_PATH=$MIX_LD_PATH ctest --test-dir "$BUILD" -R "backend_cuda|conformance" --output-on-failure \
+    -j 4 --timeout $((STAGE_CAP > 30 ? STAGE_CAP - 10 : STAGE_CAP)) 2>&1 | tee "$OUT/conformance.log"
+  local rc=${PIPESTATUS[0]} skipped
+  skipped=$(grep -cE '\*\*\*Skipped|Not Run.*Skipped' "$OUT/conformance.log")
+  echo "$(grep -m1 -E 'tests passed' "$OUT/conformance.log")${skipped:+; $skipped skipped}" >"$STATE/test.note"
+  return "$rc"
+}
+
+stage_wide() {
+  local W=$STATE/wide H=$WIDE_HIDDEN p m rc cap t0
+  rm -rf "$W"
+  mkdir -p "$W"
+  local layers="$WIDE_FEATURES,$H,$H,$H,10" rows=$((WIDE_BATCH * 2 + 2048))
+  local sets=(--set "backend.type=$WIDE_BACKEND" --set "data.batch_size=$WIDE_BATCH" --set "data.rows=$rows"
+              --set "data.features=$WIDE_FEATURES" --set "model.layers.0.out=$H" --set "model.layers.2.out=$H"
+              --set "model.layers.4.out=$H" --set "run.steps=$WIDE_STEPS" --set "run.log_every=$WIDE_LOG_EVERY"
+              --set run.underflow_every=0 --set run.eval_every=0)
+  echo "mixtrain overrides: ${sets[*]}" | tee "$W/overrides.txt"
+  local end=$(($(date +%s) + STAGE_CAP - 15))  # leave time for the table
+  local order=() torch_left=" $WIDE_TORCH " mix_left=" $WIDE_POLICIES "
+  # Interleave: mixtrain bf16, PyTorch bf16, mixtrain fp32, PyTorch fp32, then the rest.
+  for p in $WIDE_POLICIES; do
+    order+=("mixtrain:$p")
+    case $p in bf16 | fp32) [[ $torch_left == *" $p "* ]] && order+=("torch:$p") && torch_left=${torch_left/ $p / } ;; esac
+  done
+  for m in $torch_left; do order+=("torch:$m"); done
+  local mix=1
+  if [[ " $STAGES " == *" build "* && ! -f $STATE/ok-build ]]; then
+    mix=0; echo "the build failed: mixtrain rows skipped" | tee "$W/note.txt"
+  elif [[ ! -x $MIXTRAIN_BIN ]]; then
+    mix=0; echo "no $MIXTRAIN_BIN: mixtrain rows skipped" | tee "$W/note.txt"
+  fi
+  for job in "${order[@]}"; do
+    cap=$((end - $(date +%s)))
+    ((cap > 120)) && cap=120
+    if ((cap < 10)); then echo "$job: skipped, stage budget spent" | tee -a "$W/note.txt"; continue; fi
+    t0=$(date +%s)
+    case $job in
+      mixtrain:*)
+        p=${job#mixtrain:}
+        ((mix)) || continue
+        [[ -f $ROOT/configs/mlp-$p.toml ]] || { echo "configs/mlp-$p.toml not found" | tee -a "$W/note.txt"; continue; }
+        LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 20 "$MIXTRAIN_BIN" check "$ROOT/configs/mlp-$p.toml" "${sets[@]}" \
+          >"$W/check-$p.txt" 2>&1
+        LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$ROOT/configs/mlp-$p.toml" \
+          "${sets[@]}" --run-dir "$W/mixtrain-$p" >"$W/mixtrain-$p.log" 2>&1
+        rc=$?
+        rm -rf "$W/mixtrain-$p/checkpoints"  # GBs of state nobody reads here
+        ;;
+      torch:*)
+        m=${job#torch:}
+        timeout -k 5 "$cap" "$PYTHON" "$ROOT/bench/wide_mlp/torch_wide_mlp.py" --device "$TORCH_DEVICE" \
+          --threads "$(nproc)" --batch "$WIDE_BATCH" --rows "$rows" --layers "$layers" \
+          --autocast "$([[ $m == bf16 ]] && echo bf16 || echo none)" --fused "$TORCH_FUSED" --warmup 3 \
+          --windows $((WIDE_STEPS / WIDE_LOG_EVERY - 1)) --steps-per-window "$WIDE_LOG_EVERY" \
+          >"$W/torch-$m.json" 2>"$W/torch-$m.log"
+        rc=$?
+        ;;
+    esac
+    echo "$job: exit $rc, $(($(date +%s) - t0)) s"
+  done
+  "$PYTHON" "$HERE/wide_mlp_table.py" "$W" --batch "$WIDE_BATCH" --layers "$layers" --policies "$WIDE_POLICIES" \
+    --torch "$WIDE_TORCH" --peak-tflops "$PEAK_TFLOPS" --backend "$WIDE_BACKEND" >"$W/table.md" 2>"$W/table.err"
+  rc=$?
+  {
+    echo "# Wide MLP training on $( (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo "no GPU") | head -1), $(date -u +%FT%TZ)"
+    echo
+    echo "Command: bash bench/gpu/run_h200.sh (stage wide); mixtrain: \`mixtrain train configs/mlp-<policy>.toml ${sets[*]}\`;"
+    echo "PyTorch: \`bench/wide_mlp/torch_wide_mlp.py --device $TORCH_DEVICE --batch $WIDE_BATCH --layers $layers --fused $TORCH_FUSED --autocast none|bf16\`."
+    echo
+    cat "$W/table.md"
+    [[ -s $W/table.err ]] && { echo; echo '```'; cat "$W/table.err"; echo '```'; }
+    [[ -f $W/note.txt ]] && { echo; echo "Notes:"; sed 's/^/- /' "$W/note.txt"; }
+  } >"$OUT/wide_mlp.md"
+  cat "$OUT/wide_mlp.md"
+  tar -czf "$OUT/wide_mlp_runs.tar.gz" -C "$W" . 2>/dev/null
+  [[ $rc == 0 ]] && ! grep -qE '^\| [^|]+ \| +failed +\|' "$OUT/wide_mlp.md"
+}
+export -f stage_env stage_debs stage_configure stage_build stage_gemm stage_test stage_wide
+
+# --- the run --------------------------------------------------------------------------------------
+echo "run_h200.sh: budget ${BUDGET_S} s, stages: $STAGES; results in $OUT"
+run_stage env 30 0
+run_stage debs 90 0
+needs debs configure build
+run_stage configure 150 0
+needs configure build
+run_stage build 400 150
+needs build gemm test
+run_stage gemm 75 100
+run_stage test 120 90
+run_stage wide 600 5
+# Build and configure logs: the tail, which is where errors are.
+{ for s in configure build; do [[ -f $STATE/$s.log ]] && { echo "=== $s ==="; tail -c 3000000 "$STATE/$s.log"; }; done; } >"$OUT/build.log"
+
+{
+  echo "run_h200.sh summary ($(date -u +%FT%TZ), $(($(date +%s) - T0)) s of ${BUDGET_S} s)"
+  echo
+  printf '| %-9s | %-5s | %s\n' stage secs status
+  for i in "${!names[@]}"; do printf '| %-9s | %5s | %s\n' "${names[$i]}" "${secs[$i]}" "${statuses[$i]}"; done
+  echo
+  cat "$STATE/env.txt" 2>/dev/null
+  echo
+  echo "files in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+} | tee "$OUT/summary.txt"
