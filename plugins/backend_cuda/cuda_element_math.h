@@ -166,8 +166,9 @@ MIXTRAIN_HD float decode(u32 v) {
   else
     special = exp == kExpAll && mant == kMantAll;
   if (special) {
-    if constexpr (F::kHasInf)
+    if constexpr (F::kHasInf) {
       if (mant == 0) return float_of(sign | 0x7F800000u);
+    }
     return float_of(sign | 0x7FC00000u | (mant << (23 - F::kM)));
   }
   if (exp != 0)
