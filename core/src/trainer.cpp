@@ -554,12 +554,22 @@ TrainSummary Trainer::run() {
     // The loss stays on the device: the step's one wait is the found_inf read below.
     s.model->compute_loss(bs, scale, true);
     s.model->backward(bs);
-    const bool found_inf = b.unscale_and_check_finite(s.grads, 1.0f / scale);
+    const bool log_step = s.step % e.run.log_every == 0 || s.step == e.run.steps;
+    // Clipping and the logged gradient norm need Σg²: read with found_inf, in the same wait.
+    const bool wants_norm = e.schedule.clip_grad_norm > 0.0 || log_step;
+    bool found_inf = false;
+    double grad_sum_squares = std::nan("");
+    if (wants_norm) {
+      const auto check = b.unscale_check_and_sum_squares(s.grads, 1.0f / scale);
+      found_inf = check.found_inf;
+      grad_sum_squares = check.sum_of_squares;
+    } else {
+      found_inf = b.unscale_and_check_finite(s.grads, 1.0f / scale);
+    }
     // The device is idle now, so what the host reads next costs no pipeline stall: the delayed
     // FP8 amaxes of this step's casts, and the loss where this step reports or keeps it.
     if (s.c.policy->uses_scaled_operands()) s.model->flush_operand_amaxes();
     auto decision = s.c.scaler->update(found_inf);
-    const bool log_step = s.step % e.run.log_every == 0 || s.step == e.run.steps;
     const bool tty_refresh =
         tty && (Clock::now() - t_progress > std::chrono::milliseconds(200) || s.step == e.run.steps);
     const bool eval_step = e.run.eval_every > 0 && s.step % e.run.eval_every == 0;
@@ -576,8 +586,8 @@ TrainSummary Trainer::run() {
     double lr = s.schedule.lr_at(s.applied);
     if (decision.apply_step) {
       float coef = 1.0f;
-      if (e.schedule.clip_grad_norm > 0.0 || log_step) {
-        grad_norm = std::sqrt(b.sum_of_squares(s.grads));
+      if (wants_norm) {
+        grad_norm = std::sqrt(grad_sum_squares);
         if (e.schedule.clip_grad_norm > 0.0 && grad_norm > e.schedule.clip_grad_norm)
           coef = static_cast<float>(e.schedule.clip_grad_norm / (grad_norm + 1e-6));
       }

@@ -495,6 +495,45 @@ double CudaBackend::sum_of_squares(std::span<const TensorView> tensors) {
   return *host;
 }
 
+sdk::DeviceBackend::GradientCheck CudaBackend::unscale_check_and_sum_squares(
+    std::span<const TensorView> grads, float inv_scale) {
+  activate();
+  constexpr const char* op = "unscale_check_and_sum_squares";
+  std::vector<kernels::TensorRef> refs;
+  std::vector<std::int64_t> numels;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    require_fp32(op, "grads[" + std::to_string(i) + "]", grads[i]);
+    refs.push_back({grads[i].data, grads[i].numel(), Elem::f32, 0});
+    numels.push_back(grads[i].numel());
+  }
+  // One table for both kernels; the sum runs the same kernel and partition as sum_of_squares(),
+  // after the unscale in stream order, so the result equals the two calls made in turn.
+  const kernels::TensorRef* dev_refs = nullptr;
+  const kernels::Chunk* dev_chunks = nullptr;
+  const int count = upload_tables(refs, numels, &dev_refs, &dev_chunks, op);
+  int* found = flags_.as<int>(1, stream_, op);
+  double* partial = partial_.as<double>(std::max(1, count), stream_, op);
+  double* result = partial2_.as<double>(1, stream_, op);
+  account_buffers();
+  check_cuda(cudaMemsetAsync(found, 0, sizeof(int), stream_), op, "cudaMemsetAsync");
+  check_cuda(kernels::unscale_and_check(dev_refs, dev_chunks, count, inv_scale, found, stream_), op,
+             "unscale kernel launch");
+  check_cuda(kernels::sum_of_squares(dev_refs, dev_chunks, count, partial, result, stream_), op,
+             "sum of squares kernel launch");
+  double* host = host_result<double>(2);  // [0]: the sum, [1]: found_inf's int in its first bytes
+  check_cuda(cudaMemcpyAsync(host, result, sizeof(double), cudaMemcpyDeviceToHost, stream_), op,
+             "cudaMemcpyAsync");
+  check_cuda(cudaMemcpyAsync(host + 1, found, sizeof(int), cudaMemcpyDeviceToHost, stream_), op,
+             "cudaMemcpyAsync");
+  sync(op);
+  GradientCheck r;
+  r.sum_of_squares = host[0];
+  int flag = 0;
+  std::memcpy(&flag, host + 1, sizeof flag);
+  r.found_inf = flag != 0;
+  return r;
+}
+
 int CudaBackend::first_nonfinite(std::span<const TensorView> tensors) {
   activate();
   constexpr const char* op = "first_nonfinite";

@@ -88,6 +88,8 @@ class CudaBackend final : public sdk::DeviceBackend {
 
   bool unscale_and_check_finite(std::span<const sdk::TensorView> grads, float inv_scale) override;
   double sum_of_squares(std::span<const sdk::TensorView> tensors) override;
+  GradientCheck unscale_check_and_sum_squares(std::span<const sdk::TensorView> grads,
+                                              float inv_scale) override;
   int first_nonfinite(std::span<const sdk::TensorView> tensors) override;
 
   void sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params) override;

@@ -78,6 +78,11 @@ class WaitCountingBackend final : public sdk::DeviceBackend {
     waits.push_back(0);  // the step's one allowed wait opens the next bucket
     return found;
   }
+  GradientCheck unscale_check_and_sum_squares(std::span<const TensorView> g, float inv) override {
+    const auto r = in_->unscale_check_and_sum_squares(g, inv);
+    waits.push_back(0);  // one wait for both results, like unscale_and_check_finite
+    return r;
+  }
   double sum_of_squares(std::span<const TensorView> t) override {
     wait();
     return in_->sum_of_squares(t);
@@ -131,10 +136,20 @@ TEST(HostSyncs, AnUnloggedStepWaitsOnlyForFoundInf) {
   // backward. Unlogged steps: no wait besides found_inf itself.
   for (int s = 1; s < kSteps; ++s) {
     if (s % 10 == 0) {
-      // A logged step reads the loss and correct count and the gradient norm, nothing more.
-      EXPECT_LE(b->waits[static_cast<std::size_t>(s)], 3) << "logged step " << s;
-      EXPECT_GE(b->waits[static_cast<std::size_t>(s)], 1) << "logged step " << s;
+      // A logged step reads the loss and the correct count; its gradient norm came with found_inf.
+      EXPECT_EQ(b->waits[static_cast<std::size_t>(s)], 2) << "logged step " << s;
     } else {
+      EXPECT_EQ(b->waits[static_cast<std::size_t>(s)], 0) << "step " << s;
+    }
+  }
+}
+
+TEST(HostSyncs, GradientClippingAddsNoWait) {
+  constexpr int kSteps = 20;
+  auto b = train({"optimizer.clip_grad_norm=0.5"}, kSteps);
+  ASSERT_GE(b->waits.size(), static_cast<std::size_t>(kSteps + 1));
+  for (int s = 1; s < kSteps; ++s) {
+    if (s % 10 != 0) {
       EXPECT_EQ(b->waits[static_cast<std::size_t>(s)], 0) << "step " << s;
     }
   }

@@ -9,7 +9,8 @@
 // - Floating-point math runs in FP32 whatever the storage dtype (fp32, bf16, fp16; fp8 where the
 //   op says so); reductions and statistics are FP32 (or wider).
 // - Ops are enqueued in order on one stream; only the methods returning host values
-//   (unscale_and_check_finite, sum_of_squares, first_nonfinite) synchronise.
+//   (unscale_and_check_finite, unscale_check_and_sum_squares, sum_of_squares, first_nonfinite,
+//   copy_to_host) synchronise.
 // - Errors: a dtype or shape the backend cannot run raises BackendError listing what it can.
 // - Threading: one backend object is used by one host thread at a time.
 #pragma once
@@ -183,6 +184,21 @@ class MIXTRAIN_SDK_API DeviceBackend : public Component {
   virtual bool unscale_and_check_finite(std::span<const TensorView> grads, float inv_scale) = 0;
   // Σ x² over all tensors, accumulated in double (fp32 inputs). Non-finite in → non-finite out.
   virtual double sum_of_squares(std::span<const TensorView> tensors) = 0;
+  // unscale_and_check_finite, then sum_of_squares of the unscaled gradients, with one wait for
+  // both: the step that clips or logs the gradient norm still waits once. The result must equal
+  // the two calls made in turn (this default makes them; a device backend overrides it to
+  // enqueue both and read both results at once). sum_of_squares is not finite when found_inf is.
+  struct GradientCheck {
+    bool found_inf = false;
+    double sum_of_squares = 0.0;
+  };
+  virtual GradientCheck unscale_check_and_sum_squares(std::span<const TensorView> grads,
+                                                      float inv_scale) {
+    GradientCheck r;
+    r.found_inf = unscale_and_check_finite(grads, inv_scale);
+    r.sum_of_squares = sum_of_squares(grads);
+    return r;
+  }
   // Index of the first tensor holding an inf/NaN, or -1. For diagnostics, not the hot path.
   virtual int first_nonfinite(std::span<const TensorView> tensors) = 0;
 
