@@ -323,6 +323,33 @@ TEST_P(Conformance, ReductionsAndNonFiniteChecks) {
   EXPECT_EQ(tested_->first_nonfinite(vt2), 1);
 }
 
+TEST_P(Conformance, UnscaleWithNormEqualsTheTwoCallsInTurn) {
+  // The fused form must give what unscale_and_check_finite then sum_of_squares give, on the same
+  // backend bit for bit, and agree with the reference to its sum_of_squares tolerance.
+  const auto va = random_values(5000, 16, -8.f, 8.f), vb = random_values(777, 17, -8.f, 8.f);
+  auto a1 = upload(va, Shape{5000}), b1 = upload(vb, Shape{777});
+  auto a2 = upload(va, Shape{5000}), b2 = upload(vb, Shape{777});
+  std::vector<TensorView> fused{a1.tested->view(), b1.tested->view()};
+  std::vector<TensorView> apart{a2.tested->view(), b2.tested->view()};
+  std::vector<TensorView> ref{a1.ref->view(), b1.ref->view()};
+  const auto r = tested_->unscale_check_and_sum_squares(fused, 0.25f);
+  const bool found = tested_->unscale_and_check_finite(apart, 0.25f);
+  const double sum = tested_->sum_of_squares(apart);
+  EXPECT_EQ(r.found_inf, found);
+  EXPECT_FALSE(r.found_inf);
+  EXPECT_EQ(r.sum_of_squares, sum);
+  EXPECT_EQ(tested_values(a1), tested_values(a2));
+  const auto rr = ref_->unscale_check_and_sum_squares(ref, 0.25f);
+  EXPECT_NEAR(r.sum_of_squares, rr.sum_of_squares, 1e-9 * rr.sum_of_squares);
+  auto bad = vb;
+  bad[5] = std::numeric_limits<float>::quiet_NaN();
+  auto c = upload(bad, Shape{777});
+  std::vector<TensorView> with_nan{a1.tested->view(), c.tested->view()};
+  const auto rn = tested_->unscale_check_and_sum_squares(with_nan, 1.0f);
+  EXPECT_TRUE(rn.found_inf);
+  EXPECT_FALSE(std::isfinite(rn.sum_of_squares));
+}
+
 TEST_P(Conformance, FusedOptimizerUpdates) {
   const std::int64_t n = 2053;
   auto master = upload(random_values(n, 16), Shape{n});

@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ struct BackendUnderTest {
   // `--set` overrides that select this backend for the training-parity test; empty: skip it.
   std::vector<std::string> config_overrides;
 };
+// GoogleTest prints a parameter with this (test listings show the backend's name, not bytes).
+inline void PrintTo(const BackendUnderTest& b, std::ostream* os) { *os << b.name; }
 
 void set_reference(BackendFactory make);
 void add_backend(std::string name, BackendFactory make,
