@@ -641,19 +641,17 @@ TrainSummary Trainer::run() {
       }
     }
     if (tty_refresh) {
-      auto now = Clock::now();
-      {
-        t_progress = now;
-        double elapsed = std::chrono::duration<double>(now - t_start).count();
-        double per_step = elapsed / static_cast<double>(s.step - first_step);
-        double eta = per_step * static_cast<double>(e.run.steps - s.step);
-        std::fprintf(stderr, "\r\033[Kstep %lld/%lld  loss %.4f  scale %g  %.0f samples/s  ETA %s",
-                     static_cast<long long>(s.step), static_cast<long long>(e.run.steps),
-                     static_cast<double>(lv.loss), static_cast<double>(s.c.scaler->scale()),
-                     static_cast<double>(bs) / per_step, format_duration(eta).c_str());
-        if (s.step == e.run.steps) std::fprintf(stderr, "\n");
-        std::fflush(stderr);
-      }
+      const auto now = Clock::now();
+      t_progress = now;
+      double elapsed = std::chrono::duration<double>(now - t_start).count();
+      double per_step = elapsed / static_cast<double>(s.step - first_step);
+      double eta = per_step * static_cast<double>(e.run.steps - s.step);
+      std::fprintf(stderr, "\r\033[Kstep %lld/%lld  loss %.4f  scale %g  %.0f samples/s  ETA %s",
+                   static_cast<long long>(s.step), static_cast<long long>(e.run.steps),
+                   static_cast<double>(lv.loss), static_cast<double>(s.c.scaler->scale()),
+                   static_cast<double>(bs) / per_step, format_duration(eta).c_str());
+      if (s.step == e.run.steps) std::fprintf(stderr, "\n");
+      std::fflush(stderr);
     }
     if (e.run.eval_every > 0 && s.step % e.run.eval_every == 0) {
       last_eval = evaluate();
