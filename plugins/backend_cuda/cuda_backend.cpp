@@ -101,6 +101,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 CudaBackend::~CudaBackend() {
   activate();
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  staging_.release();
   gemm_.reset();
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
   if (error_ != nullptr) cudaFree(error_);
@@ -214,9 +215,7 @@ void CudaBackend::reset_peak_memory() { allocator_.reset_peak(); }
 void CudaBackend::copy_from_host(TensorView dst, const void* src) {
   activate();
   require_present("copy_from_host", "dst", dst);
-  if (dst.bytes() == 0) return;
-  check_cuda(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, stream_),
-             "copy_from_host", "cudaMemcpyAsync");
+  staging_.copy(dst.data, src, dst.bytes(), stream_, "copy_from_host");
 }
 
 void CudaBackend::copy_to_host(void* dst, TensorView src) {

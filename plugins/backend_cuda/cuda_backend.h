@@ -8,7 +8,8 @@
 //   bytes callers asked for plus the backend's own device buffers (cuBLASLt workspace, grow-only
 //   scratch), like the CPU backend counts its GEMM scratch.
 // - One non-blocking stream per backend: every op is enqueued on it in call order. copy_from_host
-//   returns once the host buffer has been read (pageable memory is staged by the driver);
+//   returns once the host buffer has been read, without waiting for the stream (it is staged in
+//   pinned memory, cuda_host_staging.h);
 //   copy_to_host, unscale_and_check_finite, sum_of_squares and first_nonfinite synchronise, as does
 //   synchronize().
 // - Numerics follow the CPU reference (sdk/float_formats.h rounding rules; FP32 math, FP32 or double
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "cuda_allocator.h"
+#include "cuda_host_staging.h"
 #include "cuda_kernels.h"
 #include "cuda_scratch.h"
 #include "mixtrain/sdk/device_backend.h"
@@ -119,6 +121,7 @@ class CudaBackend final : public sdk::DeviceBackend {
   CachingAllocator allocator_;
   std::unique_ptr<GemmEngine> gemm_;
   DeviceScratch tables_, partial_, partial2_, flags_;
+  HostStaging staging_;  // copy_from_host through pinned slots: no wait on the stream
   kernels::ErrorRecord* error_ = nullptr;  // device
   void* pinned_ = nullptr;                 // host, 4 KiB for results read back
   bool labels_pending_ = false;

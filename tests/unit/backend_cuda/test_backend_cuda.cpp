@@ -1,7 +1,10 @@
 // CudaBackend: construction errors (with and without a device), README options table,
 // capabilities, memory statistics and the caching allocator, copies, and every cast pair against
 // the CPU reference (bit-exact: both follow sdk/float_formats.h).
+#include <algorithm>
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include "cuda_test_util.h"
 #include "mixtrain/sdk/error.h"
@@ -120,6 +123,32 @@ TEST_F(backend_cuda_vs_cpu, CopiesRoundTrip) {
   Tensor h(gpu(), DType::bf16, {1000});
   EXPECT_THROW(gpu().copy(h, a), sdk::BackendError);
   gpu().synchronize();
+}
+
+// copy_from_host reads the host buffer before it returns (the caller reuses it at once, as the
+// trainer does with its batch buffer) while the device copies run later, through rotating pinned
+// slots; sizes grow past the slots' first capacity, and one copy takes the pageable path.
+TEST_F(backend_cuda_vs_cpu, CopyFromHostReadsTheSourceBeforeReturning) {
+  std::vector<std::unique_ptr<Tensor>> dst;
+  std::vector<std::vector<float>> want;
+  std::vector<float> buffer;
+  const std::int64_t sizes[] = {1, 1000, 70000, 3, 1 << 20, 17, 5000, 1 << 16};
+  for (int round = 0; round < 3; ++round)
+    for (std::int64_t n : sizes) {
+      buffer = random_values(static_cast<std::size_t>(n), static_cast<std::uint32_t>(n + round));
+      dst.push_back(std::make_unique<Tensor>(gpu(), DType::fp32, Shape{n}));
+      gpu().copy_from_host(dst.back()->view(), buffer.data());
+      want.push_back(buffer);
+      std::fill(buffer.begin(), buffer.end(), -1.0f);  // must not reach the device
+    }
+  const std::int64_t big = (std::int64_t{64} << 20) / 4 + 16;  // above the staging limit
+  std::vector<float> large(static_cast<std::size_t>(big), 0.5f);
+  Tensor large_dst(gpu(), DType::fp32, {big});
+  gpu().copy_from_host(large_dst.view(), large.data());
+  std::fill(large.begin(), large.end(), -1.0f);
+  for (std::size_t i = 0; i < dst.size(); ++i) EXPECT_EQ(dst[i]->get(), want[i]) << "copy " << i;
+  const auto back = large_dst.get();
+  EXPECT_EQ(std::count(back.begin(), back.end(), 0.5f), big);
 }
 
 // Values that exercise rounding, subnormals of every target, overflow and specials.

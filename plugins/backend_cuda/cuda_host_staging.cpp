@@ -1,0 +1,56 @@
+#include "cuda_host_staging.h"
+
+#include <cstring>
+#include <string>
+
+#include "cuda_access.h"
+
+namespace mixtrain::backend_cuda {
+
+void HostStaging::copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream,
+                       const char* op) {
+  if (bytes == 0) return;
+  if (bytes > kMaxStaged) {
+    // Rare (weights at load time, not a step's batch): the driver's pageable path, which has read
+    // `src` when it returns.
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), op,
+               "cudaMemcpyAsync");
+    return;
+  }
+  Slot& slot = slots_[next_];
+  next_ = (next_ + 1) % kSlots;
+  if (slot.done == nullptr)
+    check_cuda(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming), op,
+               "cudaEventCreateWithFlags");
+  if (slot.in_flight) {
+    // Only this slot's earlier DMA, enqueued kSlots copies ago.
+    check_cuda(cudaEventSynchronize(slot.done), op, "cudaEventSynchronize");
+    slot.in_flight = false;
+  }
+  if (slot.capacity < bytes) {
+    if (slot.host != nullptr) cudaFreeHost(slot.host);
+    slot.host = nullptr;
+    slot.capacity = 0;
+    const std::size_t rounded = (bytes + (std::size_t{64} << 10) - 1) / (std::size_t{64} << 10) *
+                                (std::size_t{64} << 10);
+    check_cuda(cudaMallocHost(&slot.host, rounded), op,
+               "cudaMallocHost of " + std::to_string(rounded) + " bytes of staging memory");
+    slot.capacity = rounded;
+  }
+  std::memcpy(slot.host, src, bytes);
+  check_cuda(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, stream), op,
+             "cudaMemcpyAsync");
+  check_cuda(cudaEventRecord(slot.done, stream), op, "cudaEventRecord");
+  slot.in_flight = true;
+}
+
+void HostStaging::release() noexcept {
+  for (Slot& slot : slots_) {
+    if (slot.in_flight) cudaEventSynchronize(slot.done);
+    if (slot.done != nullptr) cudaEventDestroy(slot.done);
+    if (slot.host != nullptr) cudaFreeHost(slot.host);
+    slot = Slot{};
+  }
+}
+
+}  // namespace mixtrain::backend_cuda

@@ -1,0 +1,49 @@
+// HostStaging: pinned buffers through which copy_from_host sends host data to the device.
+//
+// Why: a cudaMemcpyAsync from pageable memory is staged by the driver and, past its small staging
+// buffers, waits for the stream to reach the copy, i.e. for the previous step to finish. The
+// trainer uploads a batch every step, so that would be a second host wait per step. Staged here,
+// the host writes into a pinned slot, the DMA runs in stream order, and the caller's buffer is
+// free on return; reusing a slot waits only for that slot's own earlier DMA (an event), so the
+// host can run a step ahead of the device.
+//
+// Contract
+// - copy(dst, src, bytes, stream, op): dst is device memory; src is read before return.
+//   Copies larger than kMaxStaged bytes go through the driver's pageable path instead.
+// - kSlots slots rotate; each grows (never shrinks) to the largest copy it carried. Pinned host
+//   memory is not device memory: it is not in memory_stats().
+// - release() waits for in-flight copies and frees everything; call it before the stream goes.
+// - Errors: BackendError naming `op` and the CUDA call. One host thread at a time.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+namespace mixtrain::backend_cuda {
+
+class HostStaging {
+ public:
+  static constexpr int kSlots = 4;  // a step's input and labels, twice: one step of run-ahead
+  static constexpr std::size_t kMaxStaged = std::size_t{64} << 20;
+
+  HostStaging() = default;
+  ~HostStaging() { release(); }
+  HostStaging(const HostStaging&) = delete;
+  HostStaging& operator=(const HostStaging&) = delete;
+
+  void copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream, const char* op);
+  void release() noexcept;
+
+ private:
+  struct Slot {
+    void* host = nullptr;
+    std::size_t capacity = 0;
+    cudaEvent_t done = nullptr;
+    bool in_flight = false;
+  };
+  Slot slots_[kSlots];
+  int next_ = 0;
+};
+
+}  // namespace mixtrain::backend_cuda
