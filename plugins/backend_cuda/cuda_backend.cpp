@@ -48,7 +48,8 @@ int CudaBackend::device_count() {
 
 sdk::OptionSchema CudaBackend::option_schema() { return cuda_backend_option_schema(); }
 
-CudaBackend::CudaBackend(int device) : device_(device) {
+CudaBackend::CudaBackend(int device, bool fp8_fast_accumulation)
+    : device_(device), fp8_fast_accumulation_(fp8_fast_accumulation) {
   if (device < 0)
     fail("create", "device = " + std::to_string(device) + " is negative",
          "use a device index >= 0 (0 is the first GPU)");
@@ -84,7 +85,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
            "rebuild with CMAKE_CUDA_ARCHITECTURES including " + std::to_string(sm_) +
                " (this build targets sm_80 and sm_90 with compute_90 PTX by default)");
     }
-    gemm_ = std::make_unique<GemmEngine>(sm_, stream_);
+    gemm_ = std::make_unique<GemmEngine>(sm_, stream_, fp8_fast_accumulation_);
   } catch (...) {
     gemm_.reset();
     if (pinned_ != nullptr) cudaFreeHost(pinned_);

@@ -42,7 +42,9 @@ class GemmEngine;  // cuda_gemm.h
 
 class CudaBackend final : public sdk::DeviceBackend {
  public:
-  explicit CudaBackend(int device = 0);
+  // fp8_fast_accumulation: CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 GEMMs (option of the
+  // same name).
+  explicit CudaBackend(int device = 0, bool fp8_fast_accumulation = false);
   ~CudaBackend() override;
 
   // Number of visible CUDA devices, or throws BackendError with CUDA's error text.
@@ -113,6 +115,7 @@ class CudaBackend final : public sdk::DeviceBackend {
   T* host_result(std::size_t count);
 
   int device_ = 0;
+  bool fp8_fast_accumulation_ = false;
   int sm_ = 0;
   int multiprocessors_ = 0;
   std::string name_;

@@ -92,7 +92,8 @@ std::size_t GemmEngine::KeyHash::operator()(const Key& key) const noexcept {
   return h;
 }
 
-GemmEngine::GemmEngine(int sm_version, cudaStream_t stream) : sm_(sm_version), stream_(stream) {
+GemmEngine::GemmEngine(int sm_version, cudaStream_t stream, bool fp8_fast_accumulation)
+    : sm_(sm_version), stream_(stream), fp8_fast_accumulation_(fp8_fast_accumulation) {
   check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
   cudaError_t status = cudaMalloc(&workspace_, kWorkspaceBytes);
   if (status == cudaSuccess) status = cudaMalloc(reinterpret_cast<void**>(&scales_), 2 * sizeof(float));
@@ -163,6 +164,10 @@ GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
                                    sizeof scale_a);
     cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b,
                                    sizeof scale_b);
+    if (fp8_fast_accumulation_) {
+      const std::int8_t fast = 1;
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
+    }
   }
   // cuBLASLt computes D[m_lt, n_lt] = op(A_lt)[m_lt, k] op(B_lt)[k, n_lt], column-major, with
   // m_lt = key.m (our n) and n_lt = key.n (our m). Stored (not transposed) shapes:

@@ -25,6 +25,9 @@
 // - One plan per (m, n, k, transposes, A/B/D types, compute, epilogue, beta != 0, pointer
 //   alignment, fp8 scales): descriptors plus the heuristic's best algorithm, cached; a combination
 //   cuBLASLt declines is remembered and the next strategy is used.
+// - FP8 accumulation: cuBLASLt's default (periodic promotion to FP32); fp8_fast_accumulation
+//   sets CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 plans, as Transformer Engine does for
+//   forward GEMMs (faster on Hopper, less exact).
 // - Workspace: 32 MiB, allocated once. Not thread-safe: one engine per backend.
 #pragma once
 
@@ -43,7 +46,7 @@ namespace mixtrain::backend_cuda {
 
 class GemmEngine {
  public:
-  GemmEngine(int sm_version, cudaStream_t stream);
+  GemmEngine(int sm_version, cudaStream_t stream, bool fp8_fast_accumulation = false);
   ~GemmEngine();
   GemmEngine(const GemmEngine&) = delete;
   GemmEngine& operator=(const GemmEngine&) = delete;
@@ -98,6 +101,7 @@ class GemmEngine {
 
   int sm_;
   cudaStream_t stream_;
+  bool fp8_fast_accumulation_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   float* scales_ = nullptr;  // device [2]: A and B scale_inv of the current FP8 GEMM

@@ -17,10 +17,10 @@ void copy_text(char* dst, const char* src, unsigned long size) {
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) void* mixtrain_backend_cuda_create(
-    int device, char* error, char* hint, unsigned long size) {
+    int device, int fp8_fast_accumulation, char* error, char* hint, unsigned long size) {
   try {
     return static_cast<mixtrain::sdk::DeviceBackend*>(
-        new mixtrain::backend_cuda::CudaBackend(device));
+        new mixtrain::backend_cuda::CudaBackend(device, fp8_fast_accumulation != 0));
   } catch (const mixtrain::sdk::UserError& e) {
     copy_text(error, e.what(), size);
     copy_text(hint, e.hint().c_str(), size);
