@@ -214,8 +214,13 @@ stage_gemm() {
   {
     echo "## mixtrain CudaBackend::gemm (cuBLASLt): $BUILD/bin/bench_gemm_cuda --size $GEMM_SIZE --seconds $GEMM_SECONDS"
     echo
-    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 $((cap * 2 / 3)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS"
+    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 $((cap / 2)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS"
     echo "(exit $?)"
+    echo
+    echo "## FP8 again with fp8_fast_accumulation = true (CUBLASLT_MATMUL_DESC_FAST_ACCUM)"
+    echo
+    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 $((cap / 6)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS" --only fp8 --fp8-fast-accum 1
+    echo "(fast-accumulation exit $?)"
     echo
     echo "## PyTorch's matmul on the same GPU (reference): bench/gpu/torch_gemm.py --size $GEMM_SIZE"
     echo
