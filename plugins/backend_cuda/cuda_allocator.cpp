@@ -38,6 +38,12 @@ std::size_t CachingAllocator::size_class(std::size_t bytes) {
 }
 
 void* CachingAllocator::allocate(std::size_t bytes, const char* op) {
+  // Far above any device's memory (and below where size classes would wrap): a negative size
+  // converted to size_t, say. Refused with the number rather than rounded into nonsense.
+  constexpr std::size_t kLargest = std::size_t{1} << 48;
+  if (bytes > kLargest)
+    fail(op, "asked for " + std::to_string(bytes) + " bytes, more than any device holds",
+         "check the tensor's shape (a negative or overflowed dimension?)");
   const std::size_t cls = size_class(bytes);
   void* ptr = nullptr;
   if (auto it = free_.find(cls); it != free_.end() && !it->second.empty()) {

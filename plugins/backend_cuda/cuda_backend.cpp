@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "cuda_access.h"
@@ -21,7 +22,6 @@ using kernels::Elem;
 namespace {
 
 constexpr std::size_t kPinnedBytes = 4096;
-constexpr kernels::ErrorRecord kNoError{~0ull, 0, 0};
 
 const char* kNoDeviceHint =
     "run on a machine with an NVIDIA GPU and its driver (nvidia-smi lists it), check "
@@ -72,8 +72,7 @@ CudaBackend::CudaBackend(int device, bool fp8_fast_accumulation)
     check_cuda(cudaMalloc(reinterpret_cast<void**>(&error_), sizeof(kernels::ErrorRecord)),
                "create", "cudaMalloc of the error record");
     check_cuda(cudaMallocHost(&pinned_, kPinnedBytes), "create", "cudaMallocHost");
-    check_cuda(cudaMemcpy(error_, &kNoError, sizeof kNoError, cudaMemcpyHostToDevice), "create",
-               "cudaMemcpy");
+    reset_error_record("create");
     // A first launch tells whether this build has machine code (or PTX) for the device.
     const cudaError_t launch = kernels::fill(&error_->classes, Elem::i32, 1, 0.0f, stream_);
     const cudaError_t done = launch == cudaSuccess ? cudaStreamSynchronize(stream_) : launch;
@@ -132,15 +131,26 @@ void CudaBackend::sync(const char* op) {
   check_deferred_errors();
 }
 
+void CudaBackend::reset_error_record(const char* op) {
+  // On the backend's stream, so the next label check is ordered after the reset (a cudaMemcpy
+  // from pageable memory runs on the legacy stream, which a non-blocking stream does not wait
+  // for). {first = ~0, flag = 0, classes = 0}.
+  static_assert(sizeof(kernels::ErrorRecord) == 16 && offsetof(kernels::ErrorRecord, flag) == 8);
+  check_cuda(cudaMemsetAsync(&error_->first, 0xFF, sizeof error_->first, stream_), op,
+             "cudaMemsetAsync of the label check");
+  check_cuda(cudaMemsetAsync(&error_->flag, 0, 2 * sizeof(int), stream_), op,
+             "cudaMemsetAsync of the label check");
+}
+
 void CudaBackend::check_deferred_errors() {
   if (!labels_pending_) return;
   labels_pending_ = false;
   kernels::ErrorRecord rec{};
+  // The stream is idle (sync() waited for it), so a blocking read sees the kernels' writes.
   check_cuda(cudaMemcpy(&rec, error_, sizeof rec, cudaMemcpyDeviceToHost), "softmax_cross_entropy",
              "reading the label check");
   if (rec.flag == 0) return;
-  check_cuda(cudaMemcpy(error_, &kNoError, sizeof kNoError, cudaMemcpyHostToDevice),
-             "softmax_cross_entropy", "resetting the label check");
+  reset_error_record("softmax_cross_entropy");
   const auto row = static_cast<long long>(rec.first >> 32);
   const auto label = static_cast<std::int32_t>(static_cast<std::uint32_t>(rec.first & 0xFFFFFFFFu));
   fail("softmax_cross_entropy",
@@ -430,10 +440,9 @@ int CudaBackend::upload_tables(const std::vector<Ref>& refs, const std::vector<s
                 chunks.size() * sizeof(kernels::Chunk));
   auto* dev = static_cast<unsigned char*>(tables_.get(std::max<std::size_t>(total, 1), stream_, op));
   account_buffers();
-  // Pageable source: the driver has consumed it when the call returns, so the host vector may be
-  // reused by the next op while this copy is still queued.
-  check_cuda(cudaMemcpyAsync(dev, host_tables_.data(), total, cudaMemcpyHostToDevice, stream_), op,
-             "cudaMemcpyAsync of the tensor tables");
+  // Through the pinned staging slots: no wait on the stream, and the host vector is free for the
+  // next op on return.
+  staging_.copy(dev, host_tables_.data(), total, stream_, op);
   *dev_refs = reinterpret_cast<const Ref*>(dev);
   *dev_chunks = reinterpret_cast<const kernels::Chunk*>(dev + refs_bytes);
   return static_cast<int>(chunks.size());

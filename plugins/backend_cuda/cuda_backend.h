@@ -105,6 +105,8 @@ class CudaBackend final : public sdk::DeviceBackend {
   // Waits for the stream, then raises any error a kernel left (bad labels) or a launch failure.
   void sync(const char* op);
   void check_deferred_errors();
+  // Clears the label-error record on the stream (ordered before later kernels).
+  void reset_error_record(const char* op);
   // Folds growth of the backend's own buffers into the memory statistics.
   void account_buffers();
   // Uploads the tensor and chunk tables of a multi-tensor op; returns the number of chunks.

@@ -88,7 +88,8 @@ std::size_t GemmEngine::KeyHash::operator()(const Key& key) const noexcept {
   mix(static_cast<std::size_t>(key.epilogue));
   mix(static_cast<std::size_t>(key.a_type) * 131 + static_cast<std::size_t>(key.b_type) * 17 +
       static_cast<std::size_t>(key.d_type) * 7 + static_cast<std::size_t>(key.compute) * 1009);
-  mix(static_cast<std::size_t>(key.alignment));
+  mix(static_cast<std::size_t>(key.alignment) * 1031 + static_cast<std::size_t>(key.epilogue_alignment));
+  mix(static_cast<std::size_t>(key.bias_type));
   return h;
 }
 
@@ -117,7 +118,8 @@ GemmEngine::~GemmEngine() {
 }
 
 std::size_t GemmEngine::device_bytes() const {
-  return kWorkspaceBytes + scratch_a_.capacity() + scratch_b_.capacity() + scratch_d_.capacity();
+  return kWorkspaceBytes + scratch_a_.capacity() + scratch_b_.capacity() + scratch_d_.capacity() +
+         scratch_bias_.capacity();
 }
 
 GemmEngine::Plan& GemmEngine::plan_for(const Key& key) {
@@ -138,12 +140,14 @@ GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
   cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
   const auto epi = static_cast<cublasLtEpilogue_t>(key.epilogue);
   if (epi != CUBLASLT_EPILOGUE_DEFAULT) {
-    // Placeholders are 256-byte aligned like the real pointers the key's alignment allows; the
-    // heuristic reads only their alignment, and every call sets the real ones.
-    const void* placeholder = workspace_;
+    // The heuristic reads only the placeholders' alignment (cublasLt.h, BIAS_POINTER and
+    // AUX_POINTER), so they carry exactly the real pointers' alignment; every call sets the real
+    // ones. workspace_ is 256-byte aligned, so workspace_ + a is aligned to a (a < 256).
+    const int a = key.epilogue_alignment;
+    const void* placeholder = static_cast<const char*>(workspace_) + (a < 256 ? a : 0);
     cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
     if (epilogue_has_bias(epi)) {
-      const cudaDataType_t bias_type = CUDA_R_32F;
+      const auto bias_type = static_cast<cudaDataType_t>(key.bias_type);
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                      sizeof bias_type);
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &placeholder,
@@ -243,12 +247,14 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
   const bool has_bias = !args.bias.empty();
   const bool has_pre = !args.pre_activation.empty();
   const DType c_dtype = storage_of(args.c.dtype);
-  const DType d_dtype = output == Output::direct ? c_dtype : DType::fp32;
+  const bool d_is_c = output == Output::direct || output == Output::direct_narrow_bias;
+  const DType d_dtype = d_is_c ? c_dtype : DType::fp32;
   const bool bias_in_lt = has_bias && output != Output::fp32_kernel_bias;
+  const DType bias_dtype = output == Output::direct_narrow_bias ? c_dtype : DType::fp32;
   // The activation (and a gelu pre_activation) ride cuBLASLt only when D is C; otherwise z stays
   // fp32 and kernels finish. A 16-bit C must not hold z first (it would round twice).
   bool act_in_lt = false;
-  if (args.has_activation && output == Output::direct) {
+  if (args.has_activation && d_is_c) {
     act_in_lt = !has_pre || (args.activation == sdk::Activation::gelu &&
                              storage_of(args.pre_activation.dtype) == c_dtype && n % 8 == 0);
     if (!act_in_lt && c_dtype != DType::fp32) return false;
@@ -256,9 +262,13 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
   const bool aux_in_lt = act_in_lt && has_pre;
   const cublasLtEpilogue_t epilogue = epilogue_for(bias_in_lt, act_in_lt, args.activation, aux_in_lt);
   const bool compute_tf32 = tf32 && a.dtype == DType::fp32 && b.dtype == DType::fp32;
-  int align = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(args.c.data)});
-  if (has_bias) align = std::min(align, alignment_of(args.bias.data));
-  if (aux_in_lt) align = std::min(align, alignment_of(args.pre_activation.data));
+  // A narrowed bias lives in scratch_bias_ (256-byte aligned); it is written below, once the plan
+  // is known to be usable.
+  const void* bias_ptr = has_bias ? args.bias.data : nullptr;
+  const int align = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(args.c.data)});
+  int epi_align = 256;
+  if (bias_in_lt && bias_dtype == DType::fp32) epi_align = std::min(epi_align, alignment_of(bias_ptr));
+  if (aux_in_lt) epi_align = std::min(epi_align, alignment_of(args.pre_activation.data));
   const Key key{n,
                 m,
                 k,
@@ -269,11 +279,21 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                 static_cast<int>(cuda_type(d_dtype)),
                 static_cast<int>(compute_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F),
                 static_cast<int>(epilogue),
+                bias_in_lt ? static_cast<int>(cuda_type(bias_dtype)) : 0,
                 args.beta != 0.0f,
                 fp8_scales,
-                align};
+                align,
+                epi_align};
   Plan& plan = plan_for(key);
   if (!plan.ok) return false;
+  if (bias_in_lt && bias_dtype != DType::fp32) {
+    void* narrow = scratch_bias_.get(static_cast<std::size_t>(n) * sdk::dtype_size(bias_dtype),
+                                     stream_, "gemm");
+    check_cuda(kernels::cast(args.bias.data, kernels::Elem::f32, narrow, elem_of(bias_dtype), false,
+                             n, 1.0f, false, nullptr, stream_),
+               "gemm", "bias narrowing kernel");
+    bias_ptr = narrow;
+  }
 
   void* d = args.c.data;
   if (d_dtype != c_dtype) {
@@ -283,14 +303,16 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                                1.0f, false, nullptr, stream_),
                  "gemm", "C decode kernel");
   }
-  if (bias_in_lt) {
-    const void* bias = args.bias.data;
-    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
-  }
+  // A failed set would leave the previous call's pointer on the cached descriptor: checked.
+  if (bias_in_lt)
+    check_cublas(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &bias_ptr, sizeof bias_ptr),
+                 "setting the bias pointer");
   if (aux_in_lt) {
     void* aux = args.pre_activation.data;
-    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                   sizeof aux);
+    check_cublas(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                &aux, sizeof aux),
+                 "setting the pre_activation (aux) pointer");
   }
   if (fp8_scales) {
     const float host_scales[2] = {b.scale_inv, a.scale_inv};  // cuBLASLt's A is our B
@@ -352,10 +374,12 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
   if (m == 0 || n == 0) return;
   const kernels::Elem c_elem = elem_of(args.c.dtype);
   if (k == 0) {  // empty inner product: z = beta*C + bias
-    // With an activation z is built in fp32 scratch so C is still rounded once.
+    // z is built in fp32 scratch unless C is fp32 and there is no activation, so C is rounded
+    // once, as the CPU reference does.
     void* z = args.c.data;
     kernels::Elem z_elem = c_elem;
-    if (args.has_activation) {
+    const bool via_fp32 = args.has_activation || c_elem != kernels::Elem::f32;
+    if (via_fp32) {
       z = scratch_d_.get(static_cast<std::size_t>(m * n) * sizeof(float), stream_, "gemm");
       z_elem = kernels::Elem::f32;
       if (args.beta != 0.0f)
@@ -381,6 +405,10 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
       check_cuda(kernels::activation_forward(activation_code(args.activation), z, z_elem,
                                              args.c.data, c_elem, m * n, stream_),
                  "gemm", "activation epilogue kernel");
+    } else if (via_fp32) {
+      check_cuda(kernels::cast(z, z_elem, args.c.data, c_elem, false, m * n, 1.0f, false, nullptr,
+                               stream_),
+                 "gemm", "C encode kernel");
     }
     return;
   }
@@ -395,7 +423,10 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
   // Output strategies in order of preference for given input types.
   auto attempt = [&](const Operand& x, const Operand& y, float alpha, bool fp8_scales) {
     std::vector<Output> outputs;
-    if (direct_output(x.dtype, c_dtype)) outputs.push_back(Output::direct);
+    if (direct_output(x.dtype, c_dtype)) {
+      outputs.push_back(Output::direct);
+      if (has_bias && c_dtype != DType::fp32) outputs.push_back(Output::direct_narrow_bias);
+    }
     if (c_dtype != DType::fp32) outputs.push_back(Output::fp32_epilogue);
     if (has_bias || args.has_activation) outputs.push_back(Output::fp32_kernel_bias);
     for (Output o : outputs)

@@ -10,21 +10,25 @@
 // - FP8 (sm_89+): e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3 natively with A/B scale pointers (device
 //   floats holding each operand's scale_inv) and FP32 accumulation. cuBLASLt on Ada/Hopper wants
 //   FP8 in the "TN" layout (its A transposed, its B not), i.e. our B transposed and our A not; other
-//   layouts are transposed into scratch first. e5m2 x e5m2, FP8 before sm_89, or an FP8 GEMM
-//   cuBLASLt declines, decode both operands exactly to bf16 (every fp8 value is a bf16 value) and
-//   fold the scales into alpha. Other mixes (fp32 with bf16, bf16 with fp16, fp8 with fp32, ...)
-//   decode both operands to fp32 (x scale_inv) and run the fp32 (or tf32) GEMM.
+//   layouts are transposed into scratch first. e5m2 x e5m2, or an FP8 GEMM cuBLASLt declines,
+//   decode both operands exactly to bf16 (every fp8 value is a bf16 value) and fold the scales into
+//   alpha. Before sm_89 any FP8 operand is refused (BackendError naming sm_89): capabilities() does
+//   not declare FP8 there. Other mixes (fp32 with bf16, bf16 with fp16, fp8 with fp32, ...) decode
+//   both operands to fp32 (x scale_inv) and run the fp32 (or tf32) GEMM.
 // - Bias (fp32 [n]) rides the CUBLASLT_EPILOGUE_BIAS epilogue after alpha/beta, so alpha never
-//   scales it; where cuBLASLt has no fp32-bias kernel for the types, D is fp32 and the bias is added
-//   by a kernel before the single rounding to C's dtype.
+//   scales it. cuBLASLt documents the bias type as D's type (fp32 bias with a 16-bit D is not
+//   guaranteed), so for a 16-bit D the next strategy passes the bias rounded to D's dtype (n
+//   elements, as PyTorch's autocast does); after that D is fp32 with the fp32 bias, and last a
+//   kernel adds it, always before the single rounding to C's dtype.
 // - Activation epilogue: relu and gelu ride CUBLASLT_EPILOGUE_{RELU,GELU}[_BIAS] when D is C;
 //   a gelu pre_activation rides GELU_AUX[_BIAS] when it has C's dtype and n % 8 == 0 (cuBLASLt's
 //   aux leading dimension rule). Otherwise z is fp32 (C itself when C is fp32, else scratch), then
 //   kernels write pre_activation and act(z) into C, still rounding once; a 16-bit C is never
 //   written as z first, so a fused GEMM never rounds twice.
-// - One plan per (m, n, k, transposes, A/B/D types, compute, epilogue, beta != 0, pointer
-//   alignment, fp8 scales): descriptors plus the heuristic's best algorithm, cached; a combination
-//   cuBLASLt declines is remembered and the next strategy is used.
+// - One plan per (m, n, k, transposes, A/B/D types, compute, epilogue, bias type, beta != 0,
+//   A/B/C/D alignment, bias/aux alignment, fp8 scales): descriptors plus the heuristic's best
+//   algorithm, cached; a combination cuBLASLt declines is remembered and the next strategy is
+//   used. Per-call pointers (bias, aux) are set on the cached descriptor before each matmul.
 // - FP8 accumulation: cuBLASLt's default (periodic promotion to FP32); fp8_fast_accumulation
 //   sets CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 plans, as Transformer Engine does for
 //   forward GEMMs (faster on Hopper, less exact).
@@ -65,9 +69,11 @@ class GemmEngine {
     bool trans_a, trans_b;  // cuBLASLt's (i.e. our B's, our A's)
     int a_type, b_type, d_type;
     int compute;
-    int epilogue;  // cublasLtEpilogue_t
+    int epilogue;   // cublasLtEpilogue_t
+    int bias_type;  // cudaDataType_t of the bias when the epilogue has one, else 0
     bool beta_nonzero, fp8_scales;
-    int alignment;
+    int alignment;              // of A, B and C/D: the heuristic's minimum-alignment preferences
+    int epilogue_alignment;     // of the bias and aux pointers: their placeholders' alignment
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
@@ -87,7 +93,10 @@ class GemmEngine {
     std::int64_t rows, cols;  // stored shape (row-major)
     float scale_inv;          // fp8 only
   };
-  enum class Output { direct, fp32_epilogue, fp32_kernel_bias };
+  // direct: D is C; direct_narrow_bias: D is C and the bias is passed in C's 16-bit dtype;
+  // fp32_epilogue: D is fp32 scratch with the fp32 bias in the epilogue; fp32_kernel_bias: D is
+  // fp32 and kernels add the bias.
+  enum class Output { direct, direct_narrow_bias, fp32_epilogue, fp32_kernel_bias };
 
   Plan& plan_for(const Key& key);
   Plan create_plan(const Key& key);
@@ -106,7 +115,7 @@ class GemmEngine {
   void* workspace_ = nullptr;
   float* scales_ = nullptr;  // device [2]: A and B scale_inv of the current FP8 GEMM
   std::unordered_map<Key, Plan, KeyHash> plans_;
-  DeviceScratch scratch_a_, scratch_b_, scratch_d_;
+  DeviceScratch scratch_a_, scratch_b_, scratch_d_, scratch_bias_;
 };
 
 }  // namespace mixtrain::backend_cuda

@@ -40,7 +40,12 @@ void HostStaging::copy(void* dst, const void* src, std::size_t bytes, cudaStream
   std::memcpy(slot.host, src, bytes);
   check_cuda(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, stream), op,
              "cudaMemcpyAsync");
-  check_cuda(cudaEventRecord(slot.done, stream), op, "cudaEventRecord");
+  const cudaError_t recorded = cudaEventRecord(slot.done, stream);
+  if (recorded != cudaSuccess) {
+    // Without the event nothing would tell when the slot is free again: wait for the copy now.
+    cudaStreamSynchronize(stream);
+    check_cuda(recorded, op, "cudaEventRecord");
+  }
   slot.in_flight = true;
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -236,6 +237,40 @@ TEST_P(Conformance, GemmActivationEpilogue) {
           if (with_pre) expect_close(pre, tol, what + " (pre_activation)");
         }
     }
+}
+
+TEST_P(Conformance, GemmActivationEpilogueKeepsNaN) {
+  // A NaN in the GEMM result must survive the fused relu/gelu as the unfused kernels keep it
+  // (a fused max(z, 0) that turned NaN into 0 would hide a non-finite step from found_inf).
+  const std::int64_t m = 8, n = 32, k = 16;
+  auto values = random_values(static_cast<std::size_t>(m * k), 9);
+  values[2 * k + 5] = std::numeric_limits<float>::quiet_NaN();  // row 2 of A
+  for (DType out : {DType::fp32, DType::bf16}) {
+    if (!tested_->capabilities().supports(out)) continue;
+    for (sdk::Activation act : {sdk::Activation::relu, sdk::Activation::gelu}) {
+      auto a = upload(values, Shape{m, k}, out);
+      auto b = upload(random_values(static_cast<std::size_t>(n * k), 10), Shape{n, k}, out);
+      auto bias = upload(random_values(static_cast<std::size_t>(n), 11), Shape{n});
+      auto c = zeros(Shape{m, n}, out);
+      for (auto [which, backend] : {std::pair{0, ref_.get()}, std::pair{1, tested_.get()}}) {
+        sdk::GemmArgs g;
+        g.a = {which == 0 ? a.ref->view() : a.tested->view(), false, 1.0f};
+        g.b = {which == 0 ? b.ref->view() : b.tested->view(), true, 1.0f};
+        g.c = which == 0 ? c.ref->view() : c.tested->view();
+        g.bias = which == 0 ? bias.ref->view() : bias.tested->view();
+        g.has_activation = true;
+        g.activation = act;
+        backend->gemm(g);
+      }
+      const auto want = ref_values(c), got = tested_values(c);
+      for (std::size_t i = 0; i < want.size(); ++i)
+        EXPECT_EQ(std::isnan(got[i]), std::isnan(want[i]))
+            << (act == sdk::Activation::relu ? "relu" : "gelu") << " C " << sdk::dtype_name(out)
+            << " element " << i;
+      for (std::int64_t j = 0; j < n; ++j)
+        EXPECT_TRUE(std::isnan(want[static_cast<std::size_t>(2 * n + j)])) << "reference, column " << j;
+    }
+  }
 }
 
 TEST_P(Conformance, LayerKernels) {
