@@ -85,6 +85,15 @@ CudaBackend::CudaBackend(int device, bool fp8_fast_accumulation)
                " (this build targets sm_80 and sm_90 with compute_90 PTX by default)");
     }
     gemm_ = std::make_unique<GemmEngine>(sm_, stream_, fp8_fast_accumulation_);
+    // Scratch that cannot grow first takes back what the allocator caches; the stream is
+    // synchronised first because cached blocks may still be read by enqueued work.
+    auto give_back_cache = [this] {
+      cudaStreamSynchronize(stream_);
+      allocator_.release_cached();
+    };
+    gemm_->set_out_of_memory_hook(give_back_cache);
+    for (DeviceScratch* s : {&tables_, &partial_, &partial2_, &flags_})
+      s->set_out_of_memory_hook(give_back_cache);
   } catch (...) {
     gemm_.reset();
     if (pinned_ != nullptr) cudaFreeHost(pinned_);

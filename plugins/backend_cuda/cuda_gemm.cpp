@@ -117,6 +117,11 @@ GemmEngine::~GemmEngine() {
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
+void GemmEngine::set_out_of_memory_hook(const std::function<void()>& hook) {
+  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_})
+    s->set_out_of_memory_hook(hook);
+}
+
 std::size_t GemmEngine::device_bytes() const {
   return kWorkspaceBytes + scratch_a_.capacity() + scratch_b_.capacity() + scratch_d_.capacity() +
          scratch_bias_.capacity();

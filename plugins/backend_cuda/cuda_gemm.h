@@ -40,6 +40,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 
@@ -58,6 +59,8 @@ class GemmEngine {
   void run(const sdk::GemmArgs& args);
 
   bool fp8_native() const { return sm_ >= 89; }
+  // Runs when a scratch buffer cannot grow (the backend frees its allocator's cached blocks).
+  void set_out_of_memory_hook(const std::function<void()>& hook);
   std::size_t cached_plans() const { return plans_.size(); }
   // Workspace plus scratch, for the memory statistics.
   std::size_t device_bytes() const;

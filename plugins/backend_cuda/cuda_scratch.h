@@ -3,13 +3,16 @@
 //
 // Contract: get(bytes) returns at least `bytes` of device memory valid until the next get() that
 // grows it. Growing synchronises `stream` before freeing the old buffer (earlier ops may still read
-// it); steady state does no allocation. capacity() feeds the backend's memory statistics.
+// it); steady state does no allocation. capacity() feeds the backend's memory statistics. When
+// cudaMalloc runs out of memory, the out-of-memory hook (if set: the backend's allocator giving
+// its cached blocks back) runs once and the allocation is retried before the error is raised.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "cuda_access.h"
@@ -35,6 +38,12 @@ class DeviceScratch {
       capacity_ = 0;
     }
     cudaError_t status = cudaMalloc(&data_, rounded);
+    if (status == cudaErrorMemoryAllocation && on_out_of_memory_) {
+      (void)cudaGetLastError();
+      data_ = nullptr;
+      on_out_of_memory_();
+      status = cudaMalloc(&data_, rounded);
+    }
     if (status != cudaSuccess) {
       data_ = nullptr;
       std::size_t free_bytes = 0, total_bytes = 0;
@@ -54,8 +63,10 @@ class DeviceScratch {
     return static_cast<T*>(get(count * sizeof(T), stream, op));
   }
   std::size_t capacity() const { return capacity_; }
+  void set_out_of_memory_hook(std::function<void()> hook) { on_out_of_memory_ = std::move(hook); }
 
  private:
+  std::function<void()> on_out_of_memory_;
   void* data_ = nullptr;
   std::size_t capacity_ = 0;
 };
