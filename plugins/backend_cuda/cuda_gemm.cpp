@@ -45,18 +45,6 @@ int alignment_of(const void* p) {
   return static_cast<int>(std::min<std::uintptr_t>(256, v & (~v + 1)));
 }
 
-// Output types cuBLASLt offers for an input type with FP32 compute (cuBLASLt's type table).
-bool direct_output(DType in, DType c) {
-  switch (in) {
-    case DType::fp32: return c == DType::fp32;
-    case DType::bf16: return c == DType::fp32 || c == DType::bf16;
-    case DType::fp16: return c == DType::fp32 || c == DType::fp16;
-    case DType::fp8_e4m3:
-    case DType::fp8_e5m2: return c == DType::fp32 || c == DType::bf16 || c == DType::fp16;
-    default: return false;
-  }
-}
-
 bool epilogue_has_bias(cublasLtEpilogue_t e) {
   return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS ||
          e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
@@ -247,33 +235,20 @@ GemmEngine::Operand GemmEngine::transposed(const Operand& in, DeviceScratch& scr
 }
 
 bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Operand& b, float alpha,
-                         bool tf32, bool fp8_scales, Output output, std::int64_t m, std::int64_t n,
-                         std::int64_t k) {
-  const bool has_bias = !args.bias.empty();
-  const bool has_pre = !args.pre_activation.empty();
+                         bool tf32, bool fp8_scales, const GemmRoute& route, std::int64_t m,
+                         std::int64_t n, std::int64_t k) {
   const DType c_dtype = storage_of(args.c.dtype);
-  const bool d_is_c = output == Output::direct || output == Output::direct_narrow_bias;
-  const DType d_dtype = d_is_c ? c_dtype : DType::fp32;
-  const bool bias_in_lt = has_bias && output != Output::fp32_kernel_bias;
-  const DType bias_dtype = output == Output::direct_narrow_bias ? c_dtype : DType::fp32;
-  // The activation (and a gelu pre_activation) ride cuBLASLt only when D is C; otherwise z stays
-  // fp32 and kernels finish. A 16-bit C must not hold z first (it would round twice).
-  bool act_in_lt = false;
-  if (args.has_activation && d_is_c) {
-    act_in_lt = !has_pre || (args.activation == sdk::Activation::gelu &&
-                             storage_of(args.pre_activation.dtype) == c_dtype && n % 8 == 0);
-    if (!act_in_lt && c_dtype != DType::fp32) return false;
-  }
-  const bool aux_in_lt = act_in_lt && has_pre;
-  const cublasLtEpilogue_t epilogue = epilogue_for(bias_in_lt, act_in_lt, args.activation, aux_in_lt);
+  const cublasLtEpilogue_t epilogue = epilogue_for(route.bias_in_epilogue, route.activation_in_epilogue,
+                                                   args.activation, route.aux_in_epilogue);
   const bool compute_tf32 = tf32 && a.dtype == DType::fp32 && b.dtype == DType::fp32;
   // A narrowed bias lives in scratch_bias_ (256-byte aligned); it is written below, once the plan
   // is known to be usable.
-  const void* bias_ptr = has_bias ? args.bias.data : nullptr;
+  const void* bias_ptr = route.bias_in_epilogue ? args.bias.data : nullptr;
   const int align = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(args.c.data)});
   int epi_align = 256;
-  if (bias_in_lt && bias_dtype == DType::fp32) epi_align = std::min(epi_align, alignment_of(bias_ptr));
-  if (aux_in_lt) epi_align = std::min(epi_align, alignment_of(args.pre_activation.data));
+  if (route.bias_in_epilogue && route.bias_dtype == DType::fp32)
+    epi_align = std::min(epi_align, alignment_of(bias_ptr));
+  if (route.aux_in_epilogue) epi_align = std::min(epi_align, alignment_of(args.pre_activation.data));
   const Key key{n,
                 m,
                 k,
@@ -281,27 +256,27 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                 a.transpose,
                 static_cast<int>(cuda_type(b.dtype)),
                 static_cast<int>(cuda_type(a.dtype)),
-                static_cast<int>(cuda_type(d_dtype)),
+                static_cast<int>(cuda_type(route.d_dtype)),
                 static_cast<int>(compute_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F),
                 static_cast<int>(epilogue),
-                bias_in_lt ? static_cast<int>(cuda_type(bias_dtype)) : 0,
+                route.bias_in_epilogue ? static_cast<int>(cuda_type(route.bias_dtype)) : 0,
                 args.beta != 0.0f,
                 fp8_scales,
                 align,
                 epi_align};
   Plan& plan = plan_for(key);
   if (!plan.ok) return false;
-  if (bias_in_lt && bias_dtype != DType::fp32) {
-    void* narrow = scratch_bias_.get(static_cast<std::size_t>(n) * sdk::dtype_size(bias_dtype),
+  if (route.bias_in_epilogue && route.bias_dtype != DType::fp32) {
+    void* narrow = scratch_bias_.get(static_cast<std::size_t>(n) * sdk::dtype_size(route.bias_dtype),
                                      stream_, "gemm");
-    check_cuda(kernels::cast(args.bias.data, kernels::Elem::f32, narrow, elem_of(bias_dtype), false,
-                             n, 1.0f, false, nullptr, stream_),
+    check_cuda(kernels::cast(args.bias.data, kernels::Elem::f32, narrow, elem_of(route.bias_dtype),
+                             false, n, 1.0f, false, nullptr, stream_),
                "gemm", "bias narrowing kernel");
     bias_ptr = narrow;
   }
 
   void* d = args.c.data;
-  if (d_dtype != c_dtype) {
+  if (route.d_dtype != c_dtype) {
     d = scratch_d_.get(static_cast<std::size_t>(m * n) * sizeof(float), stream_, "gemm");
     if (args.beta != 0.0f)
       check_cuda(kernels::cast(args.c.data, elem_of(c_dtype), d, kernels::Elem::f32, false, m * n,
@@ -309,11 +284,11 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                  "gemm", "C decode kernel");
   }
   // A failed set would leave the previous call's pointer on the cached descriptor: checked.
-  if (bias_in_lt)
+  if (route.bias_in_epilogue)
     check_cublas(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                 &bias_ptr, sizeof bias_ptr),
                  "setting the bias pointer");
-  if (aux_in_lt) {
+  if (route.aux_in_epilogue) {
     void* aux = args.pre_activation.data;
     check_cublas(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                 &aux, sizeof aux),
@@ -331,34 +306,33 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                      d, plan.d, &plan.algo, workspace_, kWorkspaceBytes, stream_);
   // cuBLASLt declines a type/epilogue combination its heuristic offered with NOT_SUPPORTED (or
   // INVALID_VALUE for an attribute such as an fp32 bias the kernel family does not take). Nothing
-  // was written; the plan is remembered as declined and the next strategy runs. The last strategy
-  // (plain fp32) always exists, so a real error still surfaces there.
+  // was written; the plan is remembered as declined and the next route runs. The last route
+  // (no epilogue) always exists, so a real error still surfaces there.
   if (status == CUBLAS_STATUS_NOT_SUPPORTED ||
       (status == CUBLAS_STATUS_INVALID_VALUE &&
-       (epilogue != CUBLASLT_EPILOGUE_DEFAULT || fp8_scales || d_dtype != DType::fp32))) {
+       (epilogue != CUBLASLT_EPILOGUE_DEFAULT || fp8_scales || route.d_dtype != DType::fp32))) {
     plan.ok = false;
     return false;
   }
   check_cublas(status, "cublasLtMatmul");
-  if (has_bias && !bias_in_lt)
+  if (route.bias_by_kernel)
     check_cuda(kernels::add_bias(d, kernels::Elem::f32, args.bias.data, kernels::Elem::f32, m, n,
                                  stream_),
                "gemm", "bias kernel");
   // d holds z in fp32 (or act(z) in C's dtype when the activation rode cuBLASLt).
-  if (args.has_activation && !act_in_lt) {
-    if (has_pre)
-      check_cuda(kernels::cast(d, kernels::Elem::f32, args.pre_activation.data,
-                               elem_of(args.pre_activation.dtype), false, m * n, 1.0f, false,
-                               nullptr, stream_),
-                 "gemm", "pre_activation encode kernel");
+  if (route.pre_activation_by_kernel)
+    check_cuda(kernels::cast(d, kernels::Elem::f32, args.pre_activation.data,
+                             elem_of(args.pre_activation.dtype), false, m * n, 1.0f, false, nullptr,
+                             stream_),
+               "gemm", "pre_activation encode kernel");
+  if (route.activation_by_kernel)
     check_cuda(kernels::activation_forward(activation_code(args.activation), d, kernels::Elem::f32,
                                            args.c.data, elem_of(c_dtype), m * n, stream_),
                "gemm", "activation epilogue kernel");
-  } else if (d != args.c.data) {
+  if (route.encode_by_kernel)
     check_cuda(kernels::cast(d, kernels::Elem::f32, args.c.data, elem_of(c_dtype), false, m * n,
                              1.0f, false, nullptr, stream_),
                "gemm", "C encode kernel");
-  }
   return true;
 }
 
@@ -427,15 +401,17 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
 
   // Output strategies in order of preference for given input types.
   auto attempt = [&](const Operand& x, const Operand& y, float alpha, bool fp8_scales) {
-    std::vector<Output> outputs;
-    if (direct_output(x.dtype, c_dtype)) {
-      outputs.push_back(Output::direct);
-      if (has_bias && c_dtype != DType::fp32) outputs.push_back(Output::direct_narrow_bias);
-    }
-    if (c_dtype != DType::fp32) outputs.push_back(Output::fp32_epilogue);
-    if (has_bias || args.has_activation) outputs.push_back(Output::fp32_kernel_bias);
-    for (Output o : outputs)
-      if (try_run(args, x, y, alpha, tf32, fp8_scales, o, m, n, k)) return true;
+    GemmRouteQuery q;
+    q.input = x.dtype;
+    q.c = c_dtype;
+    q.bias = has_bias;
+    q.activation = args.has_activation;
+    q.act = args.activation;
+    q.pre_activation = !args.pre_activation.empty();
+    q.pre_activation_dtype = storage_of(args.pre_activation.dtype);
+    q.n = n;
+    for (const GemmRoute& route : gemm_routes(q))
+      if (try_run(args, x, y, alpha, tf32, fp8_scales, route, m, n, k)) return true;
     return false;
   };
 

@@ -24,7 +24,8 @@
 //   a gelu pre_activation rides GELU_AUX[_BIAS] when it has C's dtype and n % 8 == 0 (cuBLASLt's
 //   aux leading dimension rule). Otherwise z is fp32 (C itself when C is fp32, else scratch), then
 //   kernels write pre_activation and act(z) into C, still rounding once; a 16-bit C is never
-//   written as z first, so a fused GEMM never rounds twice.
+//   written as z first, so a fused GEMM never rounds twice. The routes, in order, and what each
+//   leaves to kernels are cuda_gemm_routes.h's (host-tested).
 // - One plan per (m, n, k, transposes, A/B/D types, compute, epilogue, bias type, beta != 0,
 //   A/B/C/D alignment, bias/aux alignment, fp8 scales): descriptors plus the heuristic's best
 //   algorithm, cached; a combination cuBLASLt declines is remembered and the next strategy is
@@ -44,6 +45,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "cuda_gemm_routes.h"
 #include "cuda_scratch.h"
 #include "mixtrain/sdk/device_backend.h"
 
@@ -96,16 +98,12 @@ class GemmEngine {
     std::int64_t rows, cols;  // stored shape (row-major)
     float scale_inv;          // fp8 only
   };
-  // direct: D is C; direct_narrow_bias: D is C and the bias is passed in C's 16-bit dtype;
-  // fp32_epilogue: D is fp32 scratch with the fp32 bias in the epilogue; fp32_kernel_bias: D is
-  // fp32 and kernels add the bias.
-  enum class Output { direct, direct_narrow_bias, fp32_epilogue, fp32_kernel_bias };
 
   Plan& plan_for(const Key& key);
   Plan create_plan(const Key& key);
   // Tries one strategy; false when cuBLASLt declines it (nothing was written then).
   bool try_run(const sdk::GemmArgs& args, const Operand& a, const Operand& b, float alpha,
-               bool tf32, bool fp8_scales, Output output, std::int64_t m, std::int64_t n,
+               bool tf32, bool fp8_scales, const GemmRoute& route, std::int64_t m, std::int64_t n,
                std::int64_t k);
   Operand decoded(const sdk::GemmOperand& op, const Operand& in, sdk::DType to, bool apply_scale,
                   DeviceScratch& scratch);

@@ -1,0 +1,55 @@
+// GEMM routes: for one GEMM's dtypes and extras (bias, activation, pre_activation), the ways to
+// run it through cuBLASLt, best first, and which part of the work each leaves to kernels.
+//
+// Contract
+// - gemm_routes() is pure host code (no CUDA call), so its rules are unit-tested without a GPU.
+// - Every route computes the same result: z = alpha*op(A)op(B) + beta*C + bias in FP32, C =
+//   act(z) (or z) rounded once into C's dtype, pre_activation = z rounded once. In particular a
+//   16-bit C never holds z before the activation (that would round twice), the bias is added
+//   exactly once, and a gelu pre_activation rides cuBLASLt's GELU_AUX only when it has C's dtype
+//   and n % 8 == 0 (cuBLASLt's aux leading-dimension rule).
+// - The last route uses no cuBLASLt epilogue (plain GEMM into fp32 or into an fp32 C), so a GEMM
+//   whose inputs cuBLASLt runs at all always has a route that runs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mixtrain/sdk/device_backend.h"
+
+namespace mixtrain::backend_cuda {
+
+struct GemmRoute {
+  // direct: D is C. direct_narrow_bias: D is C and the bias is passed in C's 16-bit dtype (for
+  // when cuBLASLt declines an fp32 bias with a 16-bit D). fp32_epilogue: D is fp32 scratch, the
+  // fp32 bias in the epilogue. fp32_kernel_bias: D is fp32, a kernel adds the bias.
+  enum class Output { direct, direct_narrow_bias, fp32_epilogue, fp32_kernel_bias };
+  Output output = Output::direct;
+  sdk::DType d_dtype = sdk::DType::fp32;     // cuBLASLt's D
+  bool bias_in_epilogue = false;
+  sdk::DType bias_dtype = sdk::DType::fp32;  // of the bias cuBLASLt reads
+  bool bias_by_kernel = false;
+  bool activation_in_epilogue = false;       // RELU / GELU epilogue writes act(z) into C
+  bool aux_in_epilogue = false;              // GELU_AUX writes z into pre_activation
+  bool pre_activation_by_kernel = false;     // a cast kernel writes z (fp32 D) into pre_activation
+  bool activation_by_kernel = false;         // a kernel writes act(z) from fp32 D into C
+  bool encode_by_kernel = false;             // a cast kernel rounds fp32 D into a 16-bit C
+};
+
+struct GemmRouteQuery {
+  sdk::DType input = sdk::DType::fp32;  // A and B as they enter cuBLASLt (same dtype)
+  sdk::DType c = sdk::DType::fp32;      // C's storage dtype (fp32, bf16, fp16)
+  bool bias = false;
+  bool activation = false;
+  sdk::Activation act = sdk::Activation::relu;
+  bool pre_activation = false;
+  sdk::DType pre_activation_dtype = sdk::DType::fp32;
+  std::int64_t n = 0;
+};
+
+// Output types cuBLASLt offers for an input type with FP32 compute (cuBLASLt's type table).
+bool gemm_direct_output(sdk::DType input, sdk::DType c);
+
+std::vector<GemmRoute> gemm_routes(const GemmRouteQuery& q);
+
+}  // namespace mixtrain::backend_cuda

@@ -1,0 +1,135 @@
+// The GEMM engine's routes (cuda_gemm_routes.h) over every combination of input dtype, C dtype,
+// bias, activation and pre_activation: the rules that keep every route's result the same hold
+// without a GPU, since choosing a route calls no CUDA.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cuda_gemm_routes.h"
+
+namespace mixtrain::backend_cuda {
+namespace {
+
+using sdk::DType;
+using Output = GemmRoute::Output;
+
+std::string describe(const GemmRouteQuery& q) {
+  return std::string("input ") + std::string(sdk::dtype_name(q.input)) + ", C " +
+         std::string(sdk::dtype_name(q.c)) + (q.bias ? ", bias" : "") +
+         (q.activation ? (q.act == sdk::Activation::relu ? ", relu" : ", gelu") : "") +
+         (q.pre_activation ? ", pre_activation " + std::string(sdk::dtype_name(q.pre_activation_dtype))
+                           : "") +
+         ", n " + std::to_string(q.n);
+}
+
+// Every query the engine can make: inputs as they reach cuBLASLt, outputs it allows.
+template <class F>
+void for_each_query(F&& check) {
+  for (DType input : {DType::fp32, DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2})
+    for (DType c : {DType::fp32, DType::bf16, DType::fp16})
+      for (bool bias : {false, true})
+        for (int act = 0; act < 3; ++act)  // none, relu, gelu
+          for (int pre = 0; pre < 4; ++pre)  // none, fp32, bf16, fp16
+            for (std::int64_t n : {std::int64_t{64}, std::int64_t{30}}) {
+              if (act == 0 && pre != 0) continue;  // pre_activation needs an activation
+              GemmRouteQuery q;
+              q.input = input;
+              q.c = c;
+              q.bias = bias;
+              q.activation = act != 0;
+              q.act = act == 1 ? sdk::Activation::relu : sdk::Activation::gelu;
+              q.pre_activation = pre != 0;
+              q.pre_activation_dtype = pre == 2 ? DType::bf16 : pre == 3 ? DType::fp16 : DType::fp32;
+              q.n = n;
+              check(q, gemm_routes(q));
+            }
+}
+
+TEST(cuda_gemm_routes, EveryRouteComputesTheSameThing) {
+  int queries = 0, routes_seen = 0;
+  for_each_query([&](const GemmRouteQuery& q, const std::vector<GemmRoute>& routes) {
+    ++queries;
+    SCOPED_TRACE(describe(q));
+    ASSERT_FALSE(routes.empty());
+    for (const GemmRoute& r : routes) {
+      ++routes_seen;
+      const bool d_is_c = r.output == Output::direct || r.output == Output::direct_narrow_bias;
+      EXPECT_EQ(r.d_dtype, d_is_c ? q.c : DType::fp32);
+      EXPECT_TRUE(!d_is_c || gemm_direct_output(q.input, q.c));
+      // The bias is added exactly once.
+      EXPECT_EQ(r.bias_in_epilogue + r.bias_by_kernel, q.bias ? 1 : 0);
+      if (r.bias_in_epilogue && r.bias_dtype != DType::fp32) {
+        EXPECT_EQ(r.output, Output::direct_narrow_bias);
+        EXPECT_EQ(r.bias_dtype, q.c);
+        EXPECT_NE(q.c, DType::fp32);
+      }
+      // The activation is applied exactly once, and the pre_activation written exactly once.
+      EXPECT_EQ(r.activation_in_epilogue + r.activation_by_kernel, q.activation ? 1 : 0);
+      EXPECT_EQ(r.aux_in_epilogue + r.pre_activation_by_kernel, q.pre_activation ? 1 : 0);
+      // GELU_AUX: gelu only, aux in C's dtype (cuBLASLt's default aux type), n % 8 == 0.
+      if (r.aux_in_epilogue) {
+        EXPECT_EQ(q.act, sdk::Activation::gelu);
+        EXPECT_EQ(q.pre_activation_dtype, q.c);
+        EXPECT_EQ(q.n % 8, 0);
+        EXPECT_TRUE(r.activation_in_epilogue);
+      }
+      // One rounding: a kernel that reads z must read it in fp32, so a 16-bit D never feeds the
+      // activation or pre_activation kernels (D = C then holds act(z) or z already rounded).
+      EXPECT_TRUE(!(r.activation_by_kernel || r.pre_activation_by_kernel) || r.d_dtype == DType::fp32);
+      // An epilogue activation writes C itself.
+      EXPECT_TRUE(!r.activation_in_epilogue || d_is_c);
+      // Without an activation an fp32 D is rounded into a 16-bit C by exactly one kernel.
+      EXPECT_EQ(r.encode_by_kernel, !q.activation && r.d_dtype != q.c);
+    }
+    // The last route uses no epilogue, so it runs wherever cuBLASLt runs the inputs at all.
+    const GemmRoute& last = routes.back();
+    EXPECT_FALSE(last.bias_in_epilogue);
+    EXPECT_FALSE(last.activation_in_epilogue);
+    EXPECT_FALSE(last.aux_in_epilogue);
+  });
+  EXPECT_EQ(queries, 5 * 3 * 2 * (1 + 2 * 4) * 2);
+  EXPECT_GT(routes_seen, queries);
+}
+
+TEST(cuda_gemm_routes, FusedRoutesComeFirstWhereCublasLtHasThem) {
+  GemmRouteQuery q;
+  q.input = DType::bf16;
+  q.c = DType::bf16;
+  q.bias = true;
+  q.activation = true;
+  q.act = sdk::Activation::gelu;
+  q.pre_activation = true;
+  q.pre_activation_dtype = DType::bf16;
+  q.n = 4096;
+  auto routes = gemm_routes(q);
+  ASSERT_EQ(routes.size(), 4u);
+  EXPECT_EQ(routes[0].output, Output::direct);  // GELU_AUX_BIAS, fp32 bias
+  EXPECT_TRUE(routes[0].aux_in_epilogue && routes[0].bias_in_epilogue);
+  EXPECT_EQ(routes[1].output, Output::direct_narrow_bias);  // the same with a bf16 bias
+  EXPECT_EQ(routes[2].output, Output::fp32_epilogue);
+  EXPECT_EQ(routes[3].output, Output::fp32_kernel_bias);
+
+  // A relu wants no aux (its backward reads C), so it fuses at any n.
+  q.act = sdk::Activation::relu;
+  q.pre_activation = false;
+  q.n = 30;
+  routes = gemm_routes(q);
+  EXPECT_TRUE(routes[0].activation_in_epilogue);
+
+  // A gelu pre_activation at n % 8 != 0 cannot ride GELU_AUX: a 16-bit C then goes through fp32.
+  q.act = sdk::Activation::gelu;
+  q.pre_activation = true;
+  routes = gemm_routes(q);
+  for (const auto& r : routes) EXPECT_EQ(r.d_dtype, DType::fp32) << static_cast<int>(r.output);
+
+  // fp32 inputs cannot write a bf16 D: straight to fp32 scratch.
+  q.input = DType::fp32;
+  q.activation = false;
+  q.pre_activation = false;
+  routes = gemm_routes(q);
+  EXPECT_EQ(routes.front().output, Output::fp32_epilogue);
+  EXPECT_TRUE(routes.front().encode_by_kernel);
+}
+
+}  // namespace
+}  // namespace mixtrain::backend_cuda
