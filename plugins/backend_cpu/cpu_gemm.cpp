@@ -199,9 +199,9 @@ void GemmEngine::run(const sdk::GemmArgs& args, const ActivateInPlace& activate)
          "report this: CpuBackend::gemm passes its activation_forward");
 
   const Operands ops = prepare_operands(args, av.numel(), bv.numel());
-  // 16-bit C, or an activation epilogue: z goes to fp32 scratch first, and C is encoded once at
-  // the end with the SDK's RNE (oneDNN's own down-conversion flushes fp32 subnormals, which would
-  // make a second definition of bf16).
+  // z is computed in fp32: in C itself when C is fp32, else in scratch, encoded into C once at the
+  // end with the SDK's RNE (oneDNN's own down-conversion flushes fp32 subnormals, which would make
+  // a second definition of bf16). An activation epilogue then runs in place on that fp32 z.
   const bool c_via_fp32 = !is_fp32_storage(args.c.dtype);
   const std::int64_t total = m * n;
   void* c_ptr = args.c.data;

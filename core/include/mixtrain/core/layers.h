@@ -92,9 +92,9 @@ class Layer {
   std::vector<ScaledOperandStats> stats_;
 };
 
-// y = x · Wᵀ + b with W [out, in] (PyTorch layout), FP32 accumulation.
 class ActivationLayer;
 
+// y = x · Wᵀ + b with W [out, in] (PyTorch layout), FP32 accumulation.
 class LinearLayer final : public Layer {
  public:
   LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias);

@@ -69,7 +69,7 @@ struct GemmOperand {
 };
 
 // z[m,n] = alpha * op(A)[m,k] · op(B)[k,n] + beta * C (+ bias[n] broadcast over rows);
-// C = act(z) when `activation` is set, else z. A and B: fp32, tf32 (fp32 storage, inputs rounded
+// C = act(z) when `has_activation`, else z. A and B: fp32, tf32 (fp32 storage, inputs rounded
 // to tf32), bf16, fp16, fp8_e4m3/e5m2 (either mix). Accumulation in FP32. C: fp32, bf16 or fp16;
 // bias: fp32 [n] or empty.
 // Activation epilogue: act runs on the FP32 z, before the single rounding into C's dtype (so a
