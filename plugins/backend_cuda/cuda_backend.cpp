@@ -463,24 +463,47 @@ T* CudaBackend::host_result(std::size_t count) {
   return static_cast<T*>(pinned_);
 }
 
-bool CudaBackend::unscale_and_check_finite(std::span<const TensorView> grads, float inv_scale) {
-  activate();
-  constexpr const char* op = "unscale_and_check_finite";
+CudaBackend::TensorTables CudaBackend::tensor_tables(std::span<const TensorView> tensors,
+                                                     const char* op, const char* name,
+                                                     bool fp32_only) {
   std::vector<kernels::TensorRef> refs;
   std::vector<std::int64_t> numels;
-  for (std::size_t i = 0; i < grads.size(); ++i) {
-    require_fp32(op, "grads[" + std::to_string(i) + "]", grads[i]);
-    refs.push_back({grads[i].data, grads[i].numel(), Elem::f32, 0});
-    numels.push_back(grads[i].numel());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::string what = std::string(name) + "[" + std::to_string(i) + "]";
+    if (fp32_only)
+      require_fp32(op, what, tensors[i]);
+    else
+      require_storage(op, what, tensors[i]);
+    refs.push_back({tensors[i].data, tensors[i].numel(), elem_of(tensors[i].dtype), 0});
+    numels.push_back(tensors[i].numel());
   }
-  const kernels::TensorRef* dev_refs = nullptr;
-  const kernels::Chunk* dev_chunks = nullptr;
-  const int count = upload_tables(refs, numels, &dev_refs, &dev_chunks, op);
+  TensorTables t;
+  t.count = upload_tables(refs, numels, &t.refs, &t.chunks, op);
+  return t;
+}
+
+int* CudaBackend::enqueue_unscale(const TensorTables& t, float inv_scale, const char* op) {
   int* found = flags_.as<int>(1, stream_, op);
   account_buffers();
   check_cuda(cudaMemsetAsync(found, 0, sizeof(int), stream_), op, "cudaMemsetAsync");
-  check_cuda(kernels::unscale_and_check(dev_refs, dev_chunks, count, inv_scale, found, stream_), op,
-             "kernel launch");
+  check_cuda(kernels::unscale_and_check(t.refs, t.chunks, t.count, inv_scale, found, stream_), op,
+             "unscale kernel launch");
+  return found;
+}
+
+double* CudaBackend::enqueue_sum_of_squares(const TensorTables& t, const char* op) {
+  double* partial = partial_.as<double>(std::max(1, t.count), stream_, op);
+  double* result = partial2_.as<double>(1, stream_, op);
+  account_buffers();
+  check_cuda(kernels::sum_of_squares(t.refs, t.chunks, t.count, partial, result, stream_), op,
+             "sum of squares kernel launch");
+  return result;
+}
+
+bool CudaBackend::unscale_and_check_finite(std::span<const TensorView> grads, float inv_scale) {
+  activate();
+  constexpr const char* op = "unscale_and_check_finite";
+  int* found = enqueue_unscale(tensor_tables(grads, op, "grads", true), inv_scale, op);
   int* host = host_result<int>(1);
   check_cuda(cudaMemcpyAsync(host, found, sizeof(int), cudaMemcpyDeviceToHost, stream_), op,
              "cudaMemcpyAsync");
@@ -491,21 +514,7 @@ bool CudaBackend::unscale_and_check_finite(std::span<const TensorView> grads, fl
 double CudaBackend::sum_of_squares(std::span<const TensorView> tensors) {
   activate();
   constexpr const char* op = "sum_of_squares";
-  std::vector<kernels::TensorRef> refs;
-  std::vector<std::int64_t> numels;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    require_storage(op, "tensors[" + std::to_string(i) + "]", tensors[i]);
-    refs.push_back({tensors[i].data, tensors[i].numel(), elem_of(tensors[i].dtype), 0});
-    numels.push_back(tensors[i].numel());
-  }
-  const kernels::TensorRef* dev_refs = nullptr;
-  const kernels::Chunk* dev_chunks = nullptr;
-  const int count = upload_tables(refs, numels, &dev_refs, &dev_chunks, op);
-  double* partial = partial_.as<double>(std::max(1, count), stream_, op);
-  double* result = partial2_.as<double>(1, stream_, op);
-  account_buffers();
-  check_cuda(kernels::sum_of_squares(dev_refs, dev_chunks, count, partial, result, stream_), op,
-             "kernel launch");
+  double* result = enqueue_sum_of_squares(tensor_tables(tensors, op, "tensors", false), op);
   double* host = host_result<double>(1);
   check_cuda(cudaMemcpyAsync(host, result, sizeof(double), cudaMemcpyDeviceToHost, stream_), op,
              "cudaMemcpyAsync");
@@ -517,27 +526,11 @@ sdk::DeviceBackend::GradientCheck CudaBackend::unscale_check_and_sum_squares(
     std::span<const TensorView> grads, float inv_scale) {
   activate();
   constexpr const char* op = "unscale_check_and_sum_squares";
-  std::vector<kernels::TensorRef> refs;
-  std::vector<std::int64_t> numels;
-  for (std::size_t i = 0; i < grads.size(); ++i) {
-    require_fp32(op, "grads[" + std::to_string(i) + "]", grads[i]);
-    refs.push_back({grads[i].data, grads[i].numel(), Elem::f32, 0});
-    numels.push_back(grads[i].numel());
-  }
   // One table for both kernels; the sum runs the same kernel and partition as sum_of_squares(),
   // after the unscale in stream order, so the result equals the two calls made in turn.
-  const kernels::TensorRef* dev_refs = nullptr;
-  const kernels::Chunk* dev_chunks = nullptr;
-  const int count = upload_tables(refs, numels, &dev_refs, &dev_chunks, op);
-  int* found = flags_.as<int>(1, stream_, op);
-  double* partial = partial_.as<double>(std::max(1, count), stream_, op);
-  double* result = partial2_.as<double>(1, stream_, op);
-  account_buffers();
-  check_cuda(cudaMemsetAsync(found, 0, sizeof(int), stream_), op, "cudaMemsetAsync");
-  check_cuda(kernels::unscale_and_check(dev_refs, dev_chunks, count, inv_scale, found, stream_), op,
-             "unscale kernel launch");
-  check_cuda(kernels::sum_of_squares(dev_refs, dev_chunks, count, partial, result, stream_), op,
-             "sum of squares kernel launch");
+  const TensorTables t = tensor_tables(grads, op, "grads", true);
+  int* found = enqueue_unscale(t, inv_scale, op);
+  double* result = enqueue_sum_of_squares(t, op);
   double* host = host_result<double>(2);  // [0]: the sum, [1]: found_inf's int in its first bytes
   check_cuda(cudaMemcpyAsync(host, result, sizeof(double), cudaMemcpyDeviceToHost, stream_), op,
              "cudaMemcpyAsync");
@@ -555,22 +548,13 @@ sdk::DeviceBackend::GradientCheck CudaBackend::unscale_check_and_sum_squares(
 int CudaBackend::first_nonfinite(std::span<const TensorView> tensors) {
   activate();
   constexpr const char* op = "first_nonfinite";
-  std::vector<kernels::TensorRef> refs;
-  std::vector<std::int64_t> numels;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    require_storage(op, "tensors[" + std::to_string(i) + "]", tensors[i]);
-    refs.push_back({tensors[i].data, tensors[i].numel(), elem_of(tensors[i].dtype), 0});
-    numels.push_back(tensors[i].numel());
-  }
   if (tensors.empty()) return -1;
-  const kernels::TensorRef* dev_refs = nullptr;
-  const kernels::Chunk* dev_chunks = nullptr;
-  const int count = upload_tables(refs, numels, &dev_refs, &dev_chunks, op);
+  const TensorTables t = tensor_tables(tensors, op, "tensors", false);
   int* flags = flags_.as<int>(tensors.size(), stream_, op);
   account_buffers();
   check_cuda(cudaMemsetAsync(flags, 0, tensors.size() * sizeof(int), stream_), op,
              "cudaMemsetAsync");
-  check_cuda(kernels::find_nonfinite(dev_refs, dev_chunks, count, flags, stream_), op,
+  check_cuda(kernels::find_nonfinite(t.refs, t.chunks, t.count, flags, stream_), op,
              "kernel launch");
   std::vector<int> host(tensors.size());
   check_cuda(cudaMemcpyAsync(host.data(), flags, host.size() * sizeof(int), cudaMemcpyDeviceToHost,

@@ -115,6 +115,18 @@ class CudaBackend final : public sdk::DeviceBackend {
                     const Ref** dev_refs, const kernels::Chunk** dev_chunks, const char* op);
   template <class T>
   T* host_result(std::size_t count);
+  // Checks `tensors` (fp32 only, or any storage float) and uploads their multi-tensor tables.
+  struct TensorTables {
+    const kernels::TensorRef* refs = nullptr;
+    const kernels::Chunk* chunks = nullptr;
+    int count = 0;
+  };
+  TensorTables tensor_tables(std::span<const sdk::TensorView> tensors, const char* op,
+                             const char* name, bool fp32_only);
+  // Enqueue the unscale/check kernel (returns the device flag) and the sum of squares (returns
+  // the device result) over uploaded tables.
+  int* enqueue_unscale(const TensorTables& t, float inv_scale, const char* op);
+  double* enqueue_sum_of_squares(const TensorTables& t, const char* op);
 
   int device_ = 0;
   bool fp8_fast_accumulation_ = false;

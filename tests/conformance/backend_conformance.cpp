@@ -138,6 +138,21 @@ class Conformance : public ::testing::TestWithParam<BackendUnderTest> {
   void expect_close(const Pair& p, double tolerance, const std::string& what) {
     EXPECT_LE(relative_difference(tested_values(p), ref_values(p)), tolerance) << what;
   }
+  // One GEMM on both backends: `args` carries flags and scalars, the pairs the tensors (bias and
+  // pre_activation may be null).
+  void gemm_both(const sdk::GemmArgs& args, const Pair& a, const Pair& b, const Pair& c,
+                 const Pair* bias = nullptr, const Pair* pre = nullptr) {
+    for (int which : {0, 1}) {
+      auto side = [&](const Pair& p) { return which == 0 ? p.ref->view() : p.tested->view(); };
+      sdk::GemmArgs g = args;
+      g.a.view = side(a);
+      g.b.view = side(b);
+      g.c = side(c);
+      if (bias != nullptr) g.bias = side(*bias);
+      if (pre != nullptr) g.pre_activation = side(*pre);
+      (which == 0 ? *ref_ : *tested_).gemm(g);
+    }
+  }
 
   std::shared_ptr<sdk::DeviceBackend> ref_, tested_;
 };
@@ -181,17 +196,13 @@ TEST_P(Conformance, GemmEveryDeclaredDtypeAndTranspose) {
         auto b = upload(random_values(static_cast<std::size_t>(k * n), 3), sb, b_dt);
         auto c = upload(random_values(static_cast<std::size_t>(m * n), 4), Shape{m, n});
         auto bias = upload(random_values(static_cast<std::size_t>(n), 5), Shape{n});
-        for (auto [which, backend] : {std::pair{0, ref_.get()}, std::pair{1, tested_.get()}}) {
-          sdk::GemmArgs g;
-          g.a = {which == 0 ? a.ref->view() : a.tested->view(), ta, 1.0f};
-          g.b = {which == 0 ? b.ref->view() : b.tested->view(), tb, 1.0f};
-          g.c = which == 0 ? c.ref->view() : c.tested->view();
-          g.bias = which == 0 ? bias.ref->view() : bias.tested->view();
-          g.alpha = 1.5f;
-          g.beta = 0.5f;
-          g.compute = dt;
-          backend->gemm(g);
-        }
+        sdk::GemmArgs g;
+        g.a.transpose = ta;
+        g.b.transpose = tb;
+        g.alpha = 1.5f;
+        g.beta = 0.5f;
+        g.compute = dt;
+        gemm_both(g, a, b, c, &bias);
         expect_close(c, tol, std::string(sdk::dtype_name(dt)) + (ta ? " At" : " A") + (tb ? " Bt" : " B"));
       }
   }
@@ -219,17 +230,11 @@ TEST_P(Conformance, GemmActivationEpilogue) {
           auto bias = upload(random_values(static_cast<std::size_t>(n), 8), Shape{n});
           auto c = zeros(Shape{m, n}, out);
           auto pre = zeros(Shape{m, n}, out);
-          for (auto [which, backend] : {std::pair{0, ref_.get()}, std::pair{1, tested_.get()}}) {
-            sdk::GemmArgs g;
-            g.a = {which == 0 ? a.ref->view() : a.tested->view(), false, 1.0f};
-            g.b = {which == 0 ? b.ref->view() : b.tested->view(), true, 1.0f};
-            g.c = which == 0 ? c.ref->view() : c.tested->view();
-            g.bias = which == 0 ? bias.ref->view() : bias.tested->view();
-            g.has_activation = true;
-            g.activation = act;
-            if (with_pre) g.pre_activation = which == 0 ? pre.ref->view() : pre.tested->view();
-            backend->gemm(g);
-          }
+          sdk::GemmArgs g;
+          g.b.transpose = true;
+          g.has_activation = true;
+          g.activation = act;
+          gemm_both(g, a, b, c, &bias, with_pre ? &pre : nullptr);
           const std::string what = std::string(act == sdk::Activation::relu ? "relu" : "gelu") +
                                    " C " + std::string(sdk::dtype_name(out)) + " n " +
                                    std::to_string(n) + (with_pre ? " with pre_activation" : "");
@@ -252,16 +257,11 @@ TEST_P(Conformance, GemmActivationEpilogueKeepsNaN) {
       auto b = upload(random_values(static_cast<std::size_t>(n * k), 10), Shape{n, k}, out);
       auto bias = upload(random_values(static_cast<std::size_t>(n), 11), Shape{n});
       auto c = zeros(Shape{m, n}, out);
-      for (auto [which, backend] : {std::pair{0, ref_.get()}, std::pair{1, tested_.get()}}) {
-        sdk::GemmArgs g;
-        g.a = {which == 0 ? a.ref->view() : a.tested->view(), false, 1.0f};
-        g.b = {which == 0 ? b.ref->view() : b.tested->view(), true, 1.0f};
-        g.c = which == 0 ? c.ref->view() : c.tested->view();
-        g.bias = which == 0 ? bias.ref->view() : bias.tested->view();
-        g.has_activation = true;
-        g.activation = act;
-        backend->gemm(g);
-      }
+      sdk::GemmArgs g;
+      g.b.transpose = true;
+      g.has_activation = true;
+      g.activation = act;
+      gemm_both(g, a, b, c, &bias);
       const auto want = ref_values(c), got = tested_values(c);
       for (std::size_t i = 0; i < want.size(); ++i)
         EXPECT_EQ(std::isnan(got[i]), std::isnan(want[i]))
