@@ -224,13 +224,17 @@ __global__ void column_partial_kernel(const void* dy, Elem dyt, const void* x, E
   }
 }
 
+// Grid-stride over columns: grid_for() caps the grid, and rows can be wider than it covers.
 __global__ void column_finish_kernel(const float* partial, std::int64_t splits, std::int64_t n,
                                      float* out, bool accumulate) {
-  const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= n || out == nullptr) return;
-  double acc = 0.0;
-  for (std::int64_t s = 0; s < splits; ++s) acc += partial[s * n + j];
-  out[j] = static_cast<float>((accumulate ? static_cast<double>(out[j]) : 0.0) + acc);
+  if (out == nullptr) return;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n;
+       j += stride) {
+    double acc = 0.0;
+    for (std::int64_t s = 0; s < splits; ++s) acc += partial[s * n + j];
+    out[j] = static_cast<float>((accumulate ? static_cast<double>(out[j]) : 0.0) + acc);
+  }
 }
 
 // One warp per row.
@@ -333,14 +337,18 @@ __global__ void softmax_xent_rows_kernel(const void* logits, Elem lt, const std:
       arg = oa;
     }
   }
+  // z[y] is read by every lane before warp_sum's shuffles, so no lane's dlogits write below can
+  // precede it even when dlogits shares the logits' buffer.
+  const std::int32_t y = labels[row];
+  const float zy = load(logits, lt, base + y);
   double sum = 0.0;
   for (std::int64_t j = lane; j < classes; j += 32) sum += expf(load(logits, lt, base + j) - best);
   const double lse = static_cast<double>(best) + log(warp_sum(sum));
-  const std::int32_t y = labels[row];
   if (lane == 0) {
-    row_loss[row] = lse - static_cast<double>(load(logits, lt, base + y));
+    row_loss[row] = lse - static_cast<double>(zy);
     row_ok[row] = arg == y ? 1 : 0;
   }
+  __syncwarp();
   if (dlogits != nullptr)
     for (std::int64_t j = lane; j < classes; j += 32) {
       const float p = static_cast<float>(exp(static_cast<double>(load(logits, lt, base + j)) - lse));
