@@ -35,7 +35,19 @@ sdk::LayerDescription Layer::description() const {
 
 void Layer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) {
   backend_ = backend;
-  output_ = Tensor(backend, storage_of(precision_.activation), sdk::Shape{max_rows, out_});
+  max_rows_ = max_rows;
+  output_ = Tensor();
+  if (!output_deferred()) materialise_output();
+}
+
+void Layer::materialise_output() {
+  if (output_.empty())
+    output_ = Tensor(backend_, storage_of(precision_.activation), sdk::Shape{max_rows_, out_});
+}
+
+TensorView Layer::output(std::int64_t rows) const {
+  if (output_.empty()) return {nullptr, storage_of(precision_.activation), sdk::Shape{rows, out_}};
+  return output_.rows(rows);
 }
 
 ModelParameter Layer::make_parameter(const std::string& suffix, sdk::Shape shape, bool decay) {
@@ -180,6 +192,11 @@ void LinearLayer::fuse_activation(ActivationLayer* next) {
   if (fused_ != nullptr) fused_->fused_ = fusion_on_;
 }
 
+bool LinearLayer::output_deferred() const {
+  // A fused relu's backward reads the activation's output, so z is never needed.
+  return fused() && fused_->activation() == sdk::Activation::relu;
+}
+
 void LinearLayer::set_fusion(bool on) {
   fusion_on_ = on;
   if (fused_ != nullptr) fused_->fused_ = on;
@@ -196,12 +213,17 @@ void LinearLayer::forward(TensorView x, std::int64_t rows) {
     g.b.view = params_[0].compute_view();
   }
   g.b.transpose = true;
-  g.c = output_.rows(rows);
   if (fused()) {
     g.c = fused_->output(rows);
     g.has_activation = true;
     g.activation = fused_->activation();
-    if (g.activation != sdk::Activation::relu) g.pre_activation = output_.rows(rows);
+    if (g.activation != sdk::Activation::relu) {
+      materialise_output();
+      g.pre_activation = output_.rows(rows);
+    }
+  } else {
+    materialise_output();  // a deferred output, the first time this layer runs unfused
+    g.c = output_.rows(rows);
   }
   if (bias_) g.bias = params_[1].master.view();
   g.compute = precision_.gemm_input;

@@ -155,5 +155,40 @@ TEST(Model, FusedBf16StepStaysWithinBf16RoundingOfTheUnfusedStep) {
   EXPECT_LT(std::sqrt(num / den), 1e-2);
 }
 
+TEST(Model, ALinearFusedWithReluKeepsNoPreActivationBufferUntilItRunsUnfused) {
+  ModelSpec spec;
+  spec.layers = {linear("fc1", 24, 1), act("relu", "relu1"), linear("fc2", 16, 2),
+                 act("gelu", "gelu2"), linear("head", 5, 3)};
+  auto bytes_after_allocate = [&](bool fuse, std::shared_ptr<backend_cpu::CpuBackend>& backend,
+                                  std::unique_ptr<Model>& model) {
+    spec.fuse_epilogues = fuse;
+    backend = std::make_shared<backend_cpu::CpuBackend>(1);
+    model = std::make_unique<Model>(backend, spec, 12, 5);
+    for (auto& l : model->layers()) l->set_precision({});
+    model->allocate(9);
+    return backend->memory_stats().current_bytes;
+  };
+  std::shared_ptr<backend_cpu::CpuBackend> fused_backend, plain_backend;
+  std::unique_ptr<Model> fused, plain;
+  const auto fused_bytes = bytes_after_allocate(true, fused_backend, fused);
+  const auto plain_bytes = bytes_after_allocate(false, plain_backend, plain);
+  // fc1's z (9 rows x 24 fp32) is not needed by the fused relu; fc2's is (gelu's backward).
+  EXPECT_EQ(plain_bytes - fused_bytes, 9u * 24u * 4u);
+  EXPECT_EQ(fused->layers()[0]->output(9).data, nullptr);
+
+  // The non-finite replay runs unfused: fc1 then materialises its output and everything is
+  // checked; afterwards the model is fused again and still trains.
+  fused->init_parameters(3);
+  std::vector<float> x(9 * 12, 0.25f);
+  std::vector<std::int32_t> y = {0, 1, 2, 3, 4, 0, 1, 2, 3};
+  fused_backend->copy_from_host(fused->input(9), x.data());
+  fused_backend->copy_from_host(fused->labels(9), y.data());
+  EXPECT_EQ(fused->locate_first_nonfinite(9, 1.0f), "");
+  EXPECT_NE(fused->layers()[0]->output(9).data, nullptr);
+  EXPECT_EQ(fused->fused_pairs(), 2);
+  fused->forward(9);
+  EXPECT_TRUE(std::isfinite(fused->loss(9, 1.0f, true).loss));
+}
+
 }  // namespace
 }  // namespace mixtrain::core

@@ -12,8 +12,10 @@
 //   epilogue (LinearLayer::fuse_activation). The Linear then writes act(z) into the activation
 //   layer's output, rounded once, and z into its own output only where the backward needs it
 //   (gelu); the activation layer's forward does nothing and its relu backward reads its own
-//   output (relu(z) > 0 exactly where z > 0). set_fusion(false) runs the pair unfused again (the
-//   non-finite replay names every tensor that way).
+//   output (relu(z) > 0 exactly where z > 0). A Linear fused with a relu therefore allocates no
+//   output of its own until it first runs unfused; until then output() is a view without data.
+//   set_fusion(false) runs the pair unfused again (the non-finite replay names every tensor that
+//   way).
 #pragma once
 
 #include <memory>
@@ -73,12 +75,16 @@ class Layer {
   // Host-side initialisation of parameters from a seed (PyTorch's defaults for the layer type).
   virtual void init_parameters(std::uint64_t /*seed*/) {}
 
-  sdk::TensorView output(std::int64_t rows) const { return output_.rows(rows); }
+  // The output activation; a view without data (data == nullptr) while it is not materialised.
+  sdk::TensorView output(std::int64_t rows) const;
   std::vector<ModelParameter>& parameters() { return params_; }
   const std::vector<ModelParameter>& parameters() const { return params_; }
 
  protected:
   ModelParameter make_parameter(const std::string& suffix, sdk::Shape shape, bool decay);
+  // Whether allocate() may leave the output unallocated (materialise_output() makes it later).
+  virtual bool output_deferred() const { return false; }
+  void materialise_output();
   // `x` as `dtype`: x itself when it already is, else a cast into `scratch` (grown on demand).
   sdk::TensorView as_dtype(sdk::TensorView x, sdk::DType dtype, Tensor& scratch);
 
@@ -86,6 +92,7 @@ class Layer {
   std::string name_, type_;
   std::int64_t in_, out_;
   sdk::LayerPrecision precision_;
+  std::int64_t max_rows_ = 0;
   Tensor output_;
   std::vector<ModelParameter> params_;
   bool collect_stats_ = false;
@@ -109,6 +116,7 @@ class LinearLayer final : public Layer {
   void fuse_activation(ActivationLayer* next);
   void set_fusion(bool on);
   bool fused() const { return fused_ != nullptr && fusion_on_; }
+  bool output_deferred() const override;
   // Delayed scaling: hands the amaxes measured by this step's operand casts to the policy (one
   // read of the device buffer). Casts leave them on the device, so a step does not wait on them.
   void flush_operand_amaxes();
