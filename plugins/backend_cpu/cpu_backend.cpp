@@ -122,12 +122,7 @@ void CpuBackend::copy_to_host(void* dst, TensorView src) {
 }
 
 void CpuBackend::copy(TensorView dst, TensorView src) {
-  require_present("copy", "dst", dst);
-  require_present("copy", "src", src);
-  if (dst.numel() != src.numel() || dtype_size(dst.dtype) != dtype_size(src.dtype) ||
-      (dst.dtype != src.dtype && !(is_fp32_storage(dst.dtype) && is_fp32_storage(src.dtype))))
-    fail("copy", "dst is " + describe(dst) + " but src is " + describe(src),
-         "copy needs the same dtype and element count; use cast() to change dtype");
+  checks().copy_args(dst, src);
   if (dst.bytes() != 0 && dst.data != src.data) std::memmove(dst.data, src.data, dst.bytes());
 }
 

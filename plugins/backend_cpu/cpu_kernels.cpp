@@ -109,11 +109,7 @@ void CpuBackend::add_bias(TensorView y, TensorView bias) {
 
 void CpuBackend::bias_grad(TensorView dy, TensorView dbias, bool accumulate) {
   use_threads();
-  require_storage("bias_grad", "dy", dy);
-  require_fp32("bias_grad", "dbias", dbias);
-  const std::int64_t n = dy.shape.cols();
-  const std::int64_t rows = dy.shape.rows();
-  require_numel("bias_grad", "dbias", dbias, n);
+  const auto [rows, n] = checks().bias_grad_shape(dy, dbias);
   constexpr std::int64_t kBlock = 256;
   float* out = dbias.as<float>();
 #pragma omp parallel for schedule(static) if (parallel_worth(rows * n))

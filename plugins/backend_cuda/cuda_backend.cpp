@@ -249,12 +249,7 @@ void CudaBackend::copy_to_host(void* dst, TensorView src) {
 
 void CudaBackend::copy(TensorView dst, TensorView src) {
   activate();
-  require_present("copy", "dst", dst);
-  require_present("copy", "src", src);
-  if (dst.numel() != src.numel() || dtype_size(dst.dtype) != dtype_size(src.dtype) ||
-      (dst.dtype != src.dtype && !(is_fp32_storage(dst.dtype) && is_fp32_storage(src.dtype))))
-    fail("copy", "dst is " + describe(dst) + " but src is " + describe(src),
-         "copy needs the same dtype and element count; use cast() to change dtype");
+  checks().copy_args(dst, src);
   if (dst.bytes() != 0 && dst.data != src.data)
     check_cuda(cudaMemcpyAsync(dst.data, src.data, dst.bytes(), cudaMemcpyDeviceToDevice, stream_),
                "copy", "cudaMemcpyAsync");
@@ -309,11 +304,7 @@ void CudaBackend::add_bias(TensorView y, TensorView bias) {
 
 void CudaBackend::bias_grad(TensorView dy, TensorView dbias, bool accumulate) {
   activate();
-  require_storage("bias_grad", "dy", dy);
-  require_fp32("bias_grad", "dbias", dbias);
-  const std::int64_t n = dy.shape.cols();
-  const std::int64_t rows = dy.shape.rows();
-  require_numel("bias_grad", "dbias", dbias, n);
+  const auto [rows, n] = checks().bias_grad_shape(dy, dbias);
   float* partial = partial_.as<float>(std::max<std::size_t>(1, kernels::column_sum_scratch(rows, n)),
                                       stream_, "bias_grad");
   account_buffers();

@@ -197,4 +197,24 @@ void BackendArgumentChecks::optimizer_param(std::string_view op, std::size_t ind
   }
 }
 
+BackendArgumentChecks::RowsCols BackendArgumentChecks::bias_grad_shape(
+    const TensorView& dy, const TensorView& dbias) const {
+  constexpr const char* op = "bias_grad";
+  require_storage(op, "dy", dy);
+  require_fp32(op, "dbias", dbias);
+  const RowsCols s{dy.shape.rows(), dy.shape.cols()};
+  require_numel(op, "dbias", dbias, s.cols);
+  return s;
+}
+
+void BackendArgumentChecks::copy_args(const TensorView& dst, const TensorView& src) const {
+  require_present("copy", "dst", dst);
+  require_present("copy", "src", src);
+  auto fp32_storage = [](DType t) { return t == DType::fp32 || t == DType::tf32; };
+  if (dst.numel() != src.numel() || dtype_size(dst.dtype) != dtype_size(src.dtype) ||
+      (dst.dtype != src.dtype && !(fp32_storage(dst.dtype) && fp32_storage(src.dtype))))
+    fail("copy", "dst is " + describe(dst) + " but src is " + describe(src),
+         "copy needs the same dtype and element count; use cast() to change dtype");
+}
+
 }  // namespace mixtrain::sdk

@@ -62,6 +62,13 @@ class MIXTRAIN_SDK_API BackendArgumentChecks {
                                        const TensorView& loss, const TensorView& correct,
                                        const TensorView& dlogits) const;
 
+  // bias_grad's arguments: dy storage [rows, n], dbias fp32 [n]. Returns {rows, n}.
+  RowsCols bias_grad_shape(const TensorView& dy, const TensorView& dbias) const;
+
+  // copy's arguments: both present, the same element count and dtype (fp32 and tf32 share
+  // storage, so they may be copied into each other).
+  void copy_args(const TensorView& dst, const TensorView& src) const;
+
   // One entry of a fused optimizer update: master and grad fp32 of equal size, working (optional)
   // in a storage dtype, and the fp32 state slots the optimizer needs.
   void optimizer_param(std::string_view op, std::size_t index, const ParamTensors& p,
