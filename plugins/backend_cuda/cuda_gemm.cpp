@@ -204,9 +204,8 @@ GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
   return plan;
 }
 
-GemmEngine::Operand GemmEngine::decoded(const sdk::GemmOperand& op, const Operand& in, DType to,
+GemmEngine::Operand GemmEngine::decoded(const Operand& in, DType to,
                                         bool apply_scale, DeviceScratch& scratch) {
-  (void)op;
   const std::int64_t numel = in.rows * in.cols;
   void* out = scratch.get(static_cast<std::size_t>(numel) * sdk::dtype_size(to), stream_, "gemm");
   const float scale = apply_scale && sdk::is_fp8(in.dtype) ? in.scale_inv : 1.0f;
@@ -433,13 +432,13 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
     }
     // e5m2 x e5m2 (no cuBLASLt kernel), k % 16 != 0, or a declined combination. Exact: every
     // e4m3 / e5m2 value is a bf16 value; the scales move into alpha.
-    const Operand x = decoded(args.a, a, DType::bf16, false, scratch_a_);
-    const Operand y = decoded(args.b, b, DType::bf16, false, scratch_b_);
+    const Operand x = decoded(a, DType::bf16, false, scratch_a_);
+    const Operand y = decoded(b, DType::bf16, false, scratch_b_);
     if (attempt(x, y, args.alpha * a.scale_inv * b.scale_inv, false)) return;
   }
   // Any other mix, or a declined combination: both operands decoded to fp32 (x scale_inv).
-  const Operand x = a.dtype == DType::fp32 ? a : decoded(args.a, a, DType::fp32, true, scratch_a_);
-  const Operand y = b.dtype == DType::fp32 ? b : decoded(args.b, b, DType::fp32, true, scratch_b_);
+  const Operand x = a.dtype == DType::fp32 ? a : decoded(a, DType::fp32, true, scratch_a_);
+  const Operand y = b.dtype == DType::fp32 ? b : decoded(b, DType::fp32, true, scratch_b_);
   if (attempt(x, y, args.alpha, false)) return;
   fail("gemm",
        "cuBLASLt has no kernel for A " + describe(av) + ", B " + describe(bv) + ", C " +

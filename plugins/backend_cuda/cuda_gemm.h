@@ -105,7 +105,7 @@ class GemmEngine {
   bool try_run(const sdk::GemmArgs& args, const Operand& a, const Operand& b, float alpha,
                bool tf32, bool fp8_scales, const GemmRoute& route, std::int64_t m, std::int64_t n,
                std::int64_t k);
-  Operand decoded(const sdk::GemmOperand& op, const Operand& in, sdk::DType to, bool apply_scale,
+  Operand decoded(const Operand& in, sdk::DType to, bool apply_scale,
                   DeviceScratch& scratch);
   Operand transposed(const Operand& in, DeviceScratch& scratch);
 
