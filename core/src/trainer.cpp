@@ -653,7 +653,7 @@ TrainSummary Trainer::run() {
       if (s.step == e.run.steps) std::fprintf(stderr, "\n");
       std::fflush(stderr);
     }
-    if (e.run.eval_every > 0 && s.step % e.run.eval_every == 0) {
+    if (eval_step) {
       last_eval = evaluate();
       evaluated_at_end = s.step == e.run.steps;
       write_record({{"step", s.step}, {"eval_loss", last_eval.loss}, {"eval_accuracy", last_eval.accuracy}});
@@ -662,8 +662,7 @@ TrainSummary Trainer::run() {
                     static_cast<long long>(s.step), last_eval.loss, last_eval.accuracy);
       s.log.info(line);
     }
-    if (e.checkpoint.every > 0 && s.step % e.checkpoint.every == 0 && s.step != e.run.steps)
-      save_checkpoint();
+    if (checkpoint_step && s.step != e.run.steps) save_checkpoint();
   }
   const double wall = std::chrono::duration<double>(Clock::now() - t_start).count();
   if (!evaluated_at_end) {
