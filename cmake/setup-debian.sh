@@ -1,35 +1,60 @@
 #!/usr/bin/env bash
 # Installs what mixtrain builds and tests with, from Debian 12 packages. Safe to re-run: it only
 # calls apt-get when a package is missing. Needs root (or sudo) to install.
+#
+#   bash cmake/setup-debian.sh           build and train (the README's first command)
+#   bash cmake/setup-debian.sh --tests   also the PyTorch peer of the parity tests (the second)
+#
+# MIXTRAIN_SETUP_BENCH=1 is the older spelling of --tests (bench/ uses the same peer).
 set -euo pipefail
+
+with_tests=0
+for arg in "$@"; do
+  case "$arg" in
+    --tests) with_tests=1 ;;
+    *) echo "setup: unknown argument '$arg' (known: --tests)" >&2; exit 2 ;;
+  esac
+done
+[[ "${MIXTRAIN_SETUP_BENCH:-0}" == "1" ]] && with_tests=1
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libboost-dev libboost-filesystem-dev libtomlplusplus-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   libdnnl-dev libopenblas-dev
+  # Debian's dnnl-config.cmake calls find_package(OpenCL) unconditionally, while libdnnl-dev only
+  # recommends the OpenCL headers, which --no-install-recommends skips.
+  ocl-icd-opencl-dev
   python3-numpy
 )
-# Extra packages for the peer benchmarks (bench/): MIXTRAIN_SETUP_BENCH=1.
-if [[ "${MIXTRAIN_SETUP_BENCH:-0}" == "1" ]]; then packages+=(python3-torch); fi
+# The parity tests' peer: Debian's PyTorch 1.13 (CPU) under /usr/bin/python3. Optional: where it
+# cannot be installed, those tests skip with a message.
+optional=()
+if [[ $with_tests == 1 ]]; then optional+=(python3-torch); fi
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "setup: all ${#packages[@]} Debian packages present"
+is_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+missing=() missing_optional=()
+for p in "${packages[@]}"; do is_installed "$p" || missing+=("$p"); done
+for p in "${optional[@]}"; do is_installed "$p" || missing_optional+=("$p"); done
+if [[ ${#missing[@]} -eq 0 && ${#missing_optional[@]} -eq 0 ]]; then
+  echo "setup: all $(( ${#packages[@]} + ${#optional[@]} )) Debian packages present"
   exit 0
 fi
-echo "setup: installing ${missing[*]}"
+echo "setup: installing ${missing[*]} ${missing_optional[*]}"
 if [[ $(id -u) -eq 0 ]]; then
   SUDO=""
 elif command -v sudo >/dev/null; then
   SUDO="sudo"
 else
-  echo "setup: not root and no sudo; install these packages, then re-run: ${missing[*]}" >&2
+  echo "setup: not root and no sudo; install these packages, then re-run: ${missing[*]} ${missing_optional[*]}" >&2
   exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [[ ${#missing[@]} -gt 0 ]]; then
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+if [[ ${#missing_optional[@]} -gt 0 ]]; then
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing_optional[@]}" ||
+    echo "setup: warning: could not install ${missing_optional[*]}; the PyTorch parity tests will skip" >&2
+fi
