@@ -16,12 +16,14 @@ mixtrain::sdk::ComponentInfo recipe_component() {
 
 std::vector<mixtrain::sdk::ComponentInfo> policy_components() {
   using namespace mixtrain::policies;
-  return {recipe_component<kFp32Recipe>(), recipe_component<kTf32Recipe>(),
-          recipe_component<kFp16MixedRecipe>(), recipe_component<kBf16MixedRecipe>(),
-          {mixtrain::sdk::ComponentKind::policy, "auto",
-           "bf16-mixed where the backend runs bf16 natively, else fp16-mixed",
-           AutoPrecisionPolicy::option_schema(),
-           &mixtrain::sdk::make_component<AutoPrecisionPolicy>}};
+  return {
+      recipe_component<kFp32Recipe>(),
+      recipe_component<kTf32Recipe>(),
+      recipe_component<kFp16MixedRecipe>(),
+      recipe_component<kBf16MixedRecipe>(),
+      {mixtrain::sdk::ComponentKind::policy, "auto",
+       "bf16-mixed if the backend runs bf16 natively, else fp16-mixed if fp16, else fp32",
+       AutoPrecisionPolicy::option_schema(), &mixtrain::sdk::make_component<AutoPrecisionPolicy>}};
 }
 
 }  // namespace

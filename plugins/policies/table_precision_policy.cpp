@@ -47,10 +47,24 @@ AutoPrecisionPolicy::AutoPrecisionPolicy(const sdk::Options& /*options*/,
 
 void AutoPrecisionPolicy::adapt_to(const sdk::BackendCapabilities& capabilities) {
   const bool bf16_native = capabilities.native(sdk::DType::bf16);
-  select(bf16_native ? kBf16MixedRecipe : kFp16MixedRecipe);
-  logger().info(std::string("auto policy chose ") + std::string(recipe().name) + ": the " +
-                capabilities.kind + " backend runs bf16 GEMMs " +
-                (bf16_native ? "natively" : "only emulated"));
+  const bool fp16_native = capabilities.native(sdk::DType::fp16);
+  std::string why;
+  if (bf16_native) {
+    select(kBf16MixedRecipe);
+    why = "runs bf16 GEMMs natively";
+  } else if (fp16_native) {
+    select(kFp16MixedRecipe);
+    why = "runs fp16 GEMMs natively but not bf16";
+  } else {
+    // Emulated 16-bit formats cost time and buy nothing but their rounding: a user studying that
+    // numerics names the policy instead.
+    select(kFp32Recipe);
+    why =
+        "runs no 16-bit GEMM natively (bf16 and fp16 would be emulated); name a policy, e.g. "
+        "bf16-mixed, to study its numerics under emulation";
+  }
+  logger().info("auto policy chose " + std::string(recipe().name) + ": the " + capabilities.kind +
+                " backend " + why);
 }
 
 }  // namespace mixtrain::policies

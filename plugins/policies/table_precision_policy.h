@@ -35,8 +35,10 @@ class TablePrecisionPolicy : public sdk::PrecisionPolicy {
   sdk::Logger logger_;
 };
 
-// `auto`: bf16-mixed where the backend runs bf16 GEMMs natively, fp16-mixed otherwise (fp16 is
-// then at least as cheap, and the host's check warns when no loss scaler is configured).
+// `auto`: bf16-mixed where the backend runs bf16 GEMMs natively; else fp16-mixed where it runs
+// fp16 natively (the host's check warns when no loss scaler is configured); else fp32, since an
+// emulated 16-bit format only costs time (emulation is for studying numerics, asked for by name).
+// Logs one info line with the choice and the reason.
 class AutoPrecisionPolicy final : public TablePrecisionPolicy {
  public:
   static sdk::OptionSchema option_schema() { return {}; }

@@ -14,9 +14,15 @@ sdk::PluginContext context(test::CapturingSink& sink) {
   return {sdk::Logger(&sink, "policy.test"), "policies", "test"};
 }
 
-sdk::LayerDescription linear() { return {"fc1", "linear", 8, 16, true}; }
-sdk::LayerDescription relu() { return {"relu1", "relu", 16, 16, false}; }
-sdk::LayerDescription layernorm() { return {"ln", "layernorm", 16, 16, false}; }
+sdk::LayerDescription linear() {
+  return {"fc1", "linear", 8, 16, true};
+}
+sdk::LayerDescription relu() {
+  return {"relu1", "relu", 16, 16, false};
+}
+sdk::LayerDescription layernorm() {
+  return {"ln", "layernorm", 16, 16, false};
+}
 
 TEST(policies_plans, MixedPoliciesPutGemmsAndActivationsIn16Bits) {
   test::CapturingSink sink;
@@ -42,9 +48,9 @@ TEST(policies_plans, NormsStayFp32UnderEveryPolicy) {
   Bf16MixedPolicy bf16({}, context(sink));
   Fp16MixedPolicy fp16({}, context(sink));
   Tf32Policy tf32({}, context(sink));
-  for (const TablePrecisionPolicy* p : {static_cast<TablePrecisionPolicy*>(&bf16),
-                                        static_cast<TablePrecisionPolicy*>(&fp16),
-                                        static_cast<TablePrecisionPolicy*>(&tf32)}) {
+  for (const TablePrecisionPolicy* p :
+       {static_cast<TablePrecisionPolicy*>(&bf16), static_cast<TablePrecisionPolicy*>(&fp16),
+        static_cast<TablePrecisionPolicy*>(&tf32)}) {
     auto plan = p->plan(layernorm());
     EXPECT_TRUE(plan.fp32_pinned) << p->recipe().name;
     EXPECT_EQ(plan.activation, DType::fp32) << p->recipe().name;
@@ -62,25 +68,64 @@ TEST(policies_plans, Tf32RoundsOnlyGemmInputs) {
   EXPECT_FALSE(tf32.needs_loss_scaling());
 }
 
-TEST(policies_auto, ChoosesBf16OnlyWhereTheBackendRunsItNatively) {
-  test::CapturingSink sink;
-  sdk::BackendCapabilities native;
-  native.kind = "cpu";
-  native.gemm_inputs = {{DType::fp32, true, ""}, {DType::bf16, true, "amx"}};
-  AutoPrecisionPolicy a({}, context(sink));
-  a.adapt_to(native);
-  EXPECT_EQ(a.plan(linear()).gemm_input, DType::bf16);
-  EXPECT_FALSE(a.needs_loss_scaling());
+// Fake capabilities, so the outcome never depends on the CPU running the test (AVX2 only,
+// AVX512-BF16 or AMX).
+sdk::BackendCapabilities capabilities(bool bf16_native, bool fp16_native) {
+  sdk::BackendCapabilities caps;
+  caps.kind = "fake";
+  caps.gemm_inputs = {{DType::fp32, true, ""},
+                      {DType::bf16, bf16_native, bf16_native ? "native" : "emulated"},
+                      {DType::fp16, fp16_native, fp16_native ? "native" : "emulated"}};
+  return caps;
+}
 
-  sdk::BackendCapabilities emulated = native;
-  emulated.gemm_inputs[1].native = false;
-  AutoPrecisionPolicy b({}, context(sink));
-  b.adapt_to(emulated);
-  EXPECT_EQ(b.plan(linear()).gemm_input, DType::fp16);
-  EXPECT_TRUE(b.needs_loss_scaling()) << "fp16 needs a scaler; check warns without one";
-  bool logged = false;
-  for (const auto& line : sink.lines) logged |= line.message.find("auto policy chose fp16-mixed") != std::string::npos;
-  EXPECT_TRUE(logged);
+TEST(policies_auto, ChoosesBf16WhereTheBackendRunsItNatively) {
+  for (bool fp16_native : {false, true}) {
+    test::CapturingSink sink;
+    AutoPrecisionPolicy a({}, context(sink));
+    a.adapt_to(capabilities(/*bf16_native=*/true, fp16_native));
+    EXPECT_EQ(a.recipe().name, "bf16-mixed");
+    EXPECT_EQ(a.plan(linear()).gemm_input, DType::bf16);
+    EXPECT_FALSE(a.needs_loss_scaling());
+    EXPECT_TRUE(sink.contains(sdk::LogLevel::info, "auto policy chose bf16-mixed"));
+  }
+}
+
+TEST(policies_auto, ChoosesFp16WhereOnlyFp16IsNative) {
+  test::CapturingSink sink;
+  AutoPrecisionPolicy a({}, context(sink));
+  a.adapt_to(capabilities(/*bf16_native=*/false, /*fp16_native=*/true));
+  EXPECT_EQ(a.recipe().name, "fp16-mixed");
+  EXPECT_EQ(a.plan(linear()).gemm_input, DType::fp16);
+  EXPECT_TRUE(a.needs_loss_scaling()) << "fp16 needs a scaler; check warns without one";
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::info, "auto policy chose fp16-mixed"));
+}
+
+TEST(policies_auto, StaysFp32WhereEvery16BitFormatIsEmulated) {
+  test::CapturingSink sink;
+  AutoPrecisionPolicy a({}, context(sink));
+  a.adapt_to(capabilities(/*bf16_native=*/false, /*fp16_native=*/false));
+  EXPECT_EQ(a.recipe().name, "fp32");
+  const auto p = a.plan(linear());
+  EXPECT_EQ(p.weight, DType::fp32);
+  EXPECT_EQ(p.gemm_input, DType::fp32);
+  EXPECT_EQ(p.activation, DType::fp32);
+  EXPECT_FALSE(a.needs_loss_scaling());
+  EXPECT_TRUE(
+      sink.contains(sdk::LogLevel::info,
+                    "auto policy chose fp32: the fake backend runs no 16-bit GEMM natively"));
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::info, "name a policy"))
+      << "the line says how to get an emulated policy";
+}
+
+TEST(policies_auto, LogsExactlyOneLineAboutItsChoice) {
+  test::CapturingSink sink;
+  AutoPrecisionPolicy a({}, context(sink));
+  a.adapt_to(capabilities(false, false));
+  int count = 0;
+  for (const auto& line : sink.lines)
+    count += line.message.find("auto policy chose") != std::string::npos;
+  EXPECT_EQ(count, 1);
 }
 
 }  // namespace
