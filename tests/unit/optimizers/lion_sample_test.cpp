@@ -186,5 +186,14 @@ TEST_F(optimizers_lion_sample, OptionsAndStateAreChecked) {
   EXPECT_EQ(opt->applied_steps(), 0);
 }
 
+TEST(optimizers_lion_sample_readme, OptionTableMatchesTheSchema) {
+  const std::string readme =
+      std::string(MIXTRAIN_TEST_SOURCE_DIR) + "/samples/custom_optimizer/README.md";
+  std::vector<std::string> expected;
+  for (const auto& spec : LionOptimizer::option_schema())
+    expected.push_back(test::readme_row(spec));
+  EXPECT_EQ(test::readme_rows(readme, "lion"), expected) << "update the `lion` table in " << readme;
+}
+
 }  // namespace
 }  // namespace mixtrain_samples
