@@ -195,5 +195,29 @@ TEST(optimizers_lion_sample_readme, OptionTableMatchesTheSchema) {
   EXPECT_EQ(test::readme_rows(readme, "lion"), expected) << "update the `lion` table in " << readme;
 }
 
+// docs/writing-plugins.md §11 shows the sample's code; every C++ block there must still be in
+// the sample's sources, verbatim, so the guide cannot drift from the code that is tested.
+TEST(optimizers_lion_sample_readme, TheGuideQuotesTheSampleVerbatim) {
+  const std::string root(MIXTRAIN_TEST_SOURCE_DIR);
+  const std::string guide = test::read_text(root + "/docs/writing-plugins.md");
+  const std::string sources =
+      test::read_text(root + "/samples/custom_optimizer/lion_optimizer.cpp") +
+      test::read_text(root + "/samples/custom_optimizer/lion_plugin.cpp");
+  const auto section = guide.find("## 11. A worked optimizer: Lion");
+  ASSERT_NE(section, std::string::npos) << "the worked optimizer section is gone";
+  int blocks = 0;
+  for (auto at = guide.find("```cpp\n", section); at != std::string::npos;
+       at = guide.find("```cpp\n", at)) {
+    at += 7;
+    const auto end = guide.find("```", at);
+    ASSERT_NE(end, std::string::npos);
+    const std::string block = guide.substr(at, end - at);
+    EXPECT_TRUE(test::has(sources, block)) << "not in samples/custom_optimizer:\n" << block;
+    ++blocks;
+    at = end + 3;
+  }
+  EXPECT_GE(blocks, 4);
+}
+
 }  // namespace
 }  // namespace mixtrain_samples
