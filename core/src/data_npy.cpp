@@ -1,133 +1,23 @@
-// Loaders for NumPy .npy and MNIST IDX files.
+// Loader for NumPy .npy files.
 //
 // Every size is checked against the file size before anything is allocated or read, and every
 // failure names the file, what was expected and what was found.
-#include "mixtrain/core/dataset.h"
-
-#include "mixtrain/sdk/error.h"
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <optional>
 #include <string>
-#include <system_error>
+
+#include "data_file_support.h"
+#include "mixtrain/core/dataset.h"
+#include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
 namespace {
 
 namespace fs = std::filesystem;
-
-[[noreturn]] void fail(const fs::path& file, const std::string& what, const std::string& hint) {
-  throw sdk::DataError("data file '" + file.string() + "': " + what, hint);
-}
-
-std::string quoted(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u >= 0x7f) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-// A whole-file-size-aware reader: read(n) fails with "truncated" instead of reading past the end.
-class FileReader {
- public:
-  explicit FileReader(const fs::path& path) : path_(path) {
-    std::error_code ec;
-    const auto status = fs::status(path, ec);
-    if (!fs::exists(status))
-      fail(path, "no such file", "check the path in the [data] section of the config");
-    if (fs::is_directory(status))
-      fail(path, "is a directory, expected a file", "point the [data] path at the file itself");
-    size_ = fs::file_size(path, ec);
-    if (ec) fail(path, "cannot determine the file size (" + ec.message() + ")", "");
-    errno = 0;
-    stream_.open(path, std::ios::binary);
-    if (!stream_) {
-      const int err = errno;
-      fail(path, std::string("cannot open: ") + (err != 0 ? std::strerror(err) : "unknown error"),
-           "check that the file exists and is readable by this user");
-    }
-  }
-
-  std::uint64_t size() const { return size_; }
-  std::uint64_t offset() const { return offset_; }
-  std::uint64_t remaining() const { return size_ - offset_; }
-
-  void read(void* out, std::uint64_t n, std::string_view what) {
-    if (n > remaining())
-      fail(path_,
-           "truncated while reading " + std::string(what) + ": needs " + std::to_string(n) +
-               " bytes at offset " + std::to_string(offset_) + ", the file has only " +
-               std::to_string(remaining()) + " left",
-           "the file is incomplete; download or write it again");
-    stream_.read(static_cast<char*>(out), static_cast<std::streamsize>(n));
-    if (static_cast<std::uint64_t>(stream_.gcount()) != n)
-      fail(path_, "read error at offset " + std::to_string(offset_) + " while reading " +
-                      std::string(what),
-           "the file may have changed while it was read, or the disk has an error");
-    offset_ += n;
-  }
-
-  std::vector<unsigned char> read_bytes(std::uint64_t n, std::string_view what) {
-    if (n > remaining()) read(nullptr, n, what);  // reports the truncation, allocates nothing
-    std::vector<unsigned char> bytes(static_cast<std::size_t>(n));
-    if (n > 0) read(bytes.data(), n, what);
-    return bytes;
-  }
-
- private:
-  fs::path path_;
-  std::ifstream stream_;
-  std::uint64_t size_ = 0, offset_ = 0;
-};
-
-std::uint64_t load_le(const unsigned char* p, std::size_t bytes) {
-  std::uint64_t v = 0;
-  for (std::size_t i = bytes; i > 0; --i) v = (v << 8) | p[i - 1];
-  return v;
-}
-
-std::uint64_t load_be(const unsigned char* p, std::size_t bytes) {
-  std::uint64_t v = 0;
-  for (std::size_t i = 0; i < bytes; ++i) v = (v << 8) | p[i];
-  return v;
-}
-
-// Product of dims with overflow reported as "too large".
-std::optional<std::uint64_t> checked_product(std::span<const std::uint64_t> dims,
-                                             std::uint64_t start = 1) {
-  std::uint64_t p = start;
-  for (auto d : dims) {
-    if (d != 0 && p > std::numeric_limits<std::uint64_t>::max() / d) return std::nullopt;
-    p *= d;
-  }
-  return p;
-}
-
-std::string shape_string(std::span<const std::uint64_t> dims) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < dims.size(); ++i) {
-    s += std::to_string(dims[i]);
-    if (dims.size() == 1 || i + 1 < dims.size()) s += ",";
-    if (i + 1 < dims.size()) s += " ";
-  }
-  return s + ")";
-}
+using namespace data_files;
 
 // ---- .npy header ----------------------------------------------------------------------------
 
@@ -184,8 +74,9 @@ class NpyHeaderParser {
     if (pos_ != text_.size())
       error("unexpected text after the header dict: " + quoted(text_.substr(pos_)));
     if (!seen_descr || !seen_order || !seen_shape)
-      error(std::string("the header dict lacks ") +
-            (!seen_descr ? "'descr'" : !seen_order ? "'fortran_order'" : "'shape'"));
+      error(std::string("the header dict lacks ") + (!seen_descr   ? "'descr'"
+                                                     : !seen_order ? "'fortran_order'"
+                                                                   : "'shape'"));
     return header;
   }
 
@@ -200,8 +91,8 @@ class NpyHeaderParser {
     return pos_ < text_.size() ? quoted(text_.substr(pos_, 1)) : std::string("the end");
   }
   void skip_space() {
-    while (pos_ < text_.size() &&
-           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
+                                   text_[pos_] == '\n' || text_[pos_] == '\r'))
       ++pos_;
   }
   void expect(char c, const std::string& what) {
@@ -271,7 +162,7 @@ class NpyHeaderParser {
 };
 
 struct NpyDtype {
-  char kind;               // 'f' float, 'i' signed, 'u' unsigned, 'b' bool
+  char kind;  // 'f' float, 'i' signed, 'u' unsigned, 'b' bool
   std::size_t item_size;
 };
 
@@ -280,10 +171,10 @@ NpyDtype parse_descr(const fs::path& file, const std::string& descr, bool for_la
                                    ? "an integer dtype ('|u1', '|i1', '<i2', '<u2', '<i4', '<u4', "
                                      "'<i8', '<u8')"
                                    : "float32 ('<f4') or float64 ('<f8')";
-  const std::string hint = for_labels ? "save integer class indices: np.save(path, y.astype(np.int64))"
-                                      : "save float features: np.save(path, x.astype(np.float32))";
-  if (descr.size() < 3)
-    fail(file, "unsupported dtype '" + descr + "', expected " + accepted, hint);
+  const std::string hint = for_labels
+                               ? "save integer class indices: np.save(path, y.astype(np.int64))"
+                               : "save float features: np.save(path, x.astype(np.float32))";
+  if (descr.size() < 3) fail(file, "unsupported dtype '" + descr + "', expected " + accepted, hint);
   const char order = descr[0];
   const char kind = descr[1];
   const std::string size_text = descr.substr(2);
@@ -295,9 +186,8 @@ NpyDtype parse_descr(const fs::path& file, const std::string& descr, bool for_la
          "convert it in NumPy: np.save(path, arr.astype(arr.dtype.newbyteorder('<')))");
   if (order != '<' && order != '|' && order != '=' && order != '>')
     fail(file, "unsupported byte order in dtype '" + descr + "'", hint);
-  const bool ok = for_labels ? ((kind == 'i' || kind == 'u') &&
-                                (item_size == 1 || item_size == 2 || item_size == 4 ||
-                                 item_size == 8))
+  const bool ok = for_labels ? ((kind == 'i' || kind == 'u') && (item_size == 1 || item_size == 2 ||
+                                                                 item_size == 4 || item_size == 8))
                              : (kind == 'f' && (item_size == 4 || item_size == 8));
   if (!ok) {
     std::string found = "'" + descr + "'";
@@ -323,19 +213,24 @@ NpyArray read_npy(const fs::path& file, bool for_labels) {
   in.read(preamble, 8, "the .npy magic");
   static constexpr unsigned char kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
   if (std::memcmp(preamble, kMagic, 6) != 0) {
-    std::string hint = "write the features / labels with numpy.save(); .npz archives and text "
-                       "files are not .npy";
-    if (preamble[0] == 'P' && preamble[1] == 'K') hint = "this looks like a .npz (zip) archive; "
-                                                         "save each array with numpy.save()";
-    fail(file, "bad magic: expected \"\\x93NUMPY\", found " +
-                   quoted(std::string_view(reinterpret_cast<const char*>(preamble), 6)),
+    std::string hint =
+        "write the features / labels with numpy.save(); .npz archives and text "
+        "files are not .npy";
+    if (preamble[0] == 'P' && preamble[1] == 'K')
+      hint =
+          "this looks like a .npz (zip) archive; "
+          "save each array with numpy.save()";
+    fail(file,
+         "bad magic: expected \"\\x93NUMPY\", found " +
+             quoted(std::string_view(reinterpret_cast<const char*>(preamble), 6)),
          hint);
   }
   const int major = preamble[6];
   const int minor = preamble[7];
   if (major < 1 || major > 3 || minor != 0)
-    fail(file, "unsupported .npy format version " + std::to_string(major) + "." +
-                   std::to_string(minor) + ", expected 1.0, 2.0 or 3.0",
+    fail(file,
+         "unsupported .npy format version " + std::to_string(major) + "." + std::to_string(minor) +
+             ", expected 1.0, 2.0 or 3.0",
          "re-save it with a current numpy.save()");
   std::uint64_t header_len = 0;
   if (major == 1) {
@@ -351,8 +246,8 @@ NpyArray read_npy(const fs::path& file, bool for_labels) {
   std::string_view header_text(reinterpret_cast<const char*>(header_bytes.data()),
                                header_bytes.size());
   // The header ends with '\n' and is padded with spaces; trailing NULs appear in some writers.
-  while (!header_text.empty() && (header_text.back() == '\n' || header_text.back() == ' ' ||
-                                  header_text.back() == '\0'))
+  while (!header_text.empty() &&
+         (header_text.back() == '\n' || header_text.back() == ' ' || header_text.back() == '\0'))
     header_text.remove_suffix(1);
   NpyHeader header = NpyHeaderParser(file, header_text).parse();
   NpyDtype dtype = parse_descr(file, header.descr, for_labels);
@@ -369,8 +264,7 @@ NpyArray read_npy(const fs::path& file, bool for_labels) {
     fail(file,
          "truncated: shape " + shape_string(header.shape) + " of '" + header.descr + "' needs " +
              (representable ? std::to_string(data_bytes) : std::string("more than 2^64")) +
-             " bytes of data, the file has " + std::to_string(in.remaining()) +
-             " after the header",
+             " bytes of data, the file has " + std::to_string(in.remaining()) + " after the header",
          "the file is incomplete or its header is wrong; write it again with numpy.save()");
   if (data_bytes < in.remaining())
     fail(file,
@@ -381,49 +275,6 @@ NpyArray read_npy(const fs::path& file, bool for_labels) {
   NpyArray array{dtype, std::move(header.shape), {}};
   array.bytes = in.read_bytes(data_bytes, "the array data");
   return array;
-}
-
-// ---- label handling shared by both formats ------------------------------------------------
-
-void check_row_counts(const fs::path& features, std::uint64_t feature_rows,
-                      const fs::path& labels, std::uint64_t label_rows) {
-  if (feature_rows != label_rows)
-    throw sdk::DataError("data files '" + features.string() + "' and '" + labels.string() +
-                             "': the features have " + std::to_string(feature_rows) +
-                             " rows but the labels have " + std::to_string(label_rows),
-                         "the two files must describe the same samples in the same order");
-}
-
-void set_classes(const fs::path& labels, Dataset& data, std::int32_t classes) {
-  if (classes < 0)
-    fail(labels, "the number of classes must be >= 0, found " + std::to_string(classes),
-         "give 0 to infer it from the labels");
-  const std::int32_t max_label =
-      data.y.empty() ? -1 : *std::max_element(data.y.begin(), data.y.end());
-  if (classes == 0) {
-    data.classes = max_label + 1;
-  } else {
-    data.classes = classes;
-    if (max_label >= classes) {
-      const auto at = std::find(data.y.begin(), data.y.end(), max_label) - data.y.begin();
-      fail(labels,
-           "label " + std::to_string(max_label) + " (row " + std::to_string(at) +
-               ") is not below the declared " + std::to_string(classes) + " classes",
-           "raise the number of classes in the config or fix the labels");
-    }
-  }
-}
-
-void finish(const fs::path& features, const fs::path& labels, Dataset& data) {
-  // Rows and ranges were checked per file; this catches what needs both (and NaN / inf).
-  check_dataset(data, "data files '" + features.string() + "' / '" + labels.string() + "'");
-}
-
-void require_rows(const fs::path& file, std::uint64_t rows) {
-  if (rows == 0)
-    fail(file, "contains zero rows, expected at least one sample", "write a non-empty array");
-  if (rows > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-    fail(file, "has too many rows", "");
 }
 
 }  // namespace
@@ -447,8 +298,7 @@ Dataset load_npy(const fs::path& features, const fs::path& labels, std::int32_t 
 
   NpyArray fy = read_npy(labels, /*for_labels=*/true);
   if (!(fy.shape.size() == 1 || (fy.shape.size() == 2 && fy.shape[1] == 1)))
-    fail(labels,
-         "labels have shape " + shape_string(fy.shape) + ", expected [N] (or [N, 1])",
+    fail(labels, "labels have shape " + shape_string(fy.shape) + ", expected [N] (or [N, 1])",
          "save one integer class index per sample: np.save(path, y.reshape(-1))");
   require_rows(labels, fy.shape[0]);
   check_row_counts(features, fx.shape[0], labels, fy.shape[0]);
@@ -468,12 +318,13 @@ Dataset load_npy(const fs::path& features, const fs::path& labels, std::int32_t 
   }
   for (std::size_t i = 0; i < values; ++i) {
     if (!std::isfinite(data.x[i]))
-      fail(features,
-           std::string("feature [") + std::to_string(i / width) + ", " +
-               std::to_string(i % width) + "] is " +
-               (std::isnan(data.x[i]) ? "NaN" : "infinite (or a float64 beyond the float32 range)") +
-               ", expected a finite number",
-           "clean or impute the data before saving it (e.g. numpy.nan_to_num)");
+      fail(
+          features,
+          std::string("feature [") + std::to_string(i / width) + ", " + std::to_string(i % width) +
+              "] is " +
+              (std::isnan(data.x[i]) ? "NaN" : "infinite (or a float64 beyond the float32 range)") +
+              ", expected a finite number",
+          "clean or impute the data before saving it (e.g. numpy.nan_to_num)");
   }
 
   data.y.resize(static_cast<std::size_t>(data.rows));
@@ -492,102 +343,20 @@ Dataset load_npy(const fs::path& features, const fs::path& labels, std::int32_t 
       value = static_cast<std::int64_t>(raw);
     }
     if (value < 0)
-      fail(labels, "label " + std::to_string(value) + " of row " + std::to_string(i) +
-                       " is negative, expected a class index >= 0",
+      fail(labels,
+           "label " + std::to_string(value) + " of row " + std::to_string(i) +
+               " is negative, expected a class index >= 0",
            "labels must be class indices 0, 1, 2, ...");
     if (too_large || value > std::numeric_limits<std::int32_t>::max() - 1)
-      fail(labels, "label of row " + std::to_string(i) + " is " +
-                       (too_large ? std::to_string(raw) : std::to_string(value)) +
-                       ", too large for a class index",
+      fail(labels,
+           "label of row " + std::to_string(i) + " is " +
+               (too_large ? std::to_string(raw) : std::to_string(value)) +
+               ", too large for a class index",
            "labels must be class indices 0, 1, 2, ...");
     data.y[i] = static_cast<std::int32_t>(value);
   }
   set_classes(labels, data, classes);
   finish(features, labels, data);
-  return data;
-}
-
-// ---- IDX ------------------------------------------------------------------------------------
-
-namespace {
-
-struct IdxArray {
-  std::vector<std::uint64_t> shape;
-  std::vector<unsigned char> bytes;
-};
-
-IdxArray read_idx(const fs::path& file, bool for_labels) {
-  FileReader in(file);
-  unsigned char magic[4];
-  if (in.size() < 4)
-    fail(file, "too small to be an IDX file (" + std::to_string(in.size()) + " bytes)",
-         "download the uncompressed MNIST-style IDX file again");
-  in.read(magic, 4, "the IDX magic");
-  if (magic[0] == 0x1f && magic[1] == 0x8b)
-    fail(file, "is gzip-compressed, expected an uncompressed IDX file",
-         "decompress it first: gunzip '" + file.string() + "'");
-  const std::string expected =
-      for_labels ? "0x00000801 (u8 labels [N])" : "0x00000803 (u8 images [N, H, W])";
-  char found_hex[16];
-  std::snprintf(found_hex, sizeof found_hex, "0x%02x%02x%02x%02x", magic[0], magic[1], magic[2],
-                magic[3]);
-  if (magic[0] != 0 || magic[1] != 0)
-    fail(file, std::string("bad magic: expected ") + expected + ", found " + found_hex,
-         "is this an IDX file? the MNIST files are train-images-idx3-ubyte / "
-         "train-labels-idx1-ubyte");
-  if (magic[2] != 0x08)
-    fail(file, std::string("element type in magic ") + found_hex +
-                   " is not unsigned byte (0x08), expected " + expected,
-         "only u8 IDX files (MNIST, Fashion-MNIST, EMNIST) are supported");
-  const int rank = magic[3];
-  const bool rank_ok = for_labels ? rank == 1 : (rank >= 2 && rank <= 4);
-  if (!rank_ok)
-    fail(file, std::string("magic ") + found_hex + " declares rank " + std::to_string(rank) +
-                   ", expected " + expected,
-         "did you swap the images and labels files?");
-  IdxArray array;
-  for (int d = 0; d < rank; ++d) {
-    unsigned char dim[4];
-    in.read(dim, 4, "the dimension sizes");
-    array.shape.push_back(load_be(dim, 4));
-  }
-  require_rows(file, array.shape[0]);
-  const auto product = checked_product(array.shape);
-  const std::uint64_t total = product.value_or(0);
-  if (!product.has_value() || total > in.remaining())
-    fail(file,
-         "truncated: shape " + shape_string(array.shape) + " needs " +
-             (product.has_value() ? std::to_string(total) : std::string("more than 2^64")) +
-             " bytes of data, the file has " + std::to_string(in.remaining()) +
-             " after the header",
-         "the file is incomplete; download or decompress it again");
-  if (total < in.remaining())
-    fail(file,
-         "has " + std::to_string(in.remaining() - total) +
-             " unexpected bytes after the data of shape " + shape_string(array.shape),
-         "the header does not describe the data; download the file again");
-  if (total == 0)
-    fail(file, "shape " + shape_string(array.shape) + " holds no values",
-         "each sample needs at least one pixel");
-  array.bytes = in.read_bytes(total, "the pixel data");
-  return array;
-}
-
-}  // namespace
-
-Dataset load_idx(const fs::path& images, const fs::path& labels, std::int32_t classes) {
-  IdxArray fx = read_idx(images, /*for_labels=*/false);
-  IdxArray fy = read_idx(labels, /*for_labels=*/true);
-  check_row_counts(images, fx.shape[0], labels, fy.shape[0]);
-  Dataset data;
-  data.rows = static_cast<std::int64_t>(fx.shape[0]);
-  data.features = static_cast<std::int64_t>(fx.bytes.size() / fx.shape[0]);
-  data.x.resize(fx.bytes.size());
-  for (std::size_t i = 0; i < fx.bytes.size(); ++i)
-    data.x[i] = static_cast<float>(fx.bytes[i]) / 255.0f;
-  data.y.assign(fy.bytes.begin(), fy.bytes.end());
-  set_classes(labels, data, classes);
-  finish(images, labels, data);
   return data;
 }
 

@@ -3,6 +3,7 @@
 #include "mixtrain/core/dataset.h"
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <algorithm>
 
@@ -15,13 +16,29 @@ using test::ScratchDir;
 using test::write_file;
 
 void append_be32(Bytes& out, std::uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<unsigned char>(v >> shift));
+  for (int shift = 24; shift >= 0; shift -= 8)
+    out.push_back(static_cast<unsigned char>(v >> shift));
 }
 
 Bytes idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims, const Bytes& data) {
   Bytes out = {0, 0, type, static_cast<unsigned char>(dims.size())};
   for (auto d : dims) append_be32(out, d);
   out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+// A gzip file (header, deflate data, CRC-32 and length trailer) as gzip(1) writes it.
+Bytes gzip(const Bytes& data) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, Z_BEST_COMPRESSION, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY), Z_OK);
+  Bytes out(deflateBound(&z, data.size()));
+  z.next_in = const_cast<unsigned char*>(data.data());
+  z.avail_in = static_cast<uInt>(data.size());
+  z.next_out = out.data();
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
   return out;
 }
 
@@ -85,15 +102,16 @@ TEST_F(Idx, BadMagic) {
   expect_images_error({"bad magic", "0x00000803", "0x12000803"});
   write_file(images_, idx_bytes(0x0D, {kRows, kH, kW}, Bytes(kRows * kH * kW * 4, 0)));
   expect_images_error({"unsigned byte", "0x00000d03"});
-  write_file(images_, Bytes{0x1f, 0x8b, 8, 0, 0, 0});
-  expect_images_error({"gzip"});
+  write_file(images_, Bytes{0x1f, 0x8b, 8, 0, 0, 0});  // a gzip header cut short
+  expect_images_error({"truncated gzip"});
   write_file(images_, Bytes{0, 0});
   expect_images_error({"too small"});
 }
 
 TEST_F(Idx, SwappedFilesAreWrongRank) {
   write_valid();
-  expect_data_error([&] { load_idx(labels_, images_); }, labels_.string(), {"rank 1", "0x00000803"});
+  expect_data_error([&] { load_idx(labels_, images_); }, labels_.string(),
+                    {"rank 1", "0x00000803"});
 }
 
 TEST_F(Idx, TruncatedAndTrailing) {
@@ -117,6 +135,63 @@ TEST_F(Idx, ZeroRowsAndMismatch) {
   write_valid();
   write_file(labels_, idx_bytes(0x08, {kRows - 1}, {1, 2, 3, 4}));
   expect_data_error([&] { load_idx(images_, labels_); }, labels_.string(), {"5 rows", "4"});
+}
+
+TEST_F(Idx, GzipFilesLoadLikeTheirContents) {
+  write_valid();
+  const Dataset plain = load_idx(images_, labels_);
+  const auto images_gz = dir_ / "images-idx3-ubyte.gz", labels_gz = dir_ / "labels-idx1-ubyte.gz";
+  write_file(images_gz, gzip(idx_bytes(0x08, {kRows, kH, kW}, pixels())));
+  write_file(labels_gz, gzip(idx_bytes(0x08, {kRows}, labels())));
+  const Dataset gz = load_idx(images_gz, labels_gz);
+  EXPECT_EQ(gz.rows, plain.rows);
+  EXPECT_EQ(gz.features, plain.features);
+  EXPECT_EQ(gz.classes, plain.classes);
+  EXPECT_EQ(gz.x, plain.x);
+  EXPECT_EQ(gz.y, plain.y);
+  // Recognised by the magic bytes, not the name: a compressed file without .gz, and a plain
+  // file called .gz, both load.
+  write_file(images_, gzip(idx_bytes(0x08, {kRows, kH, kW}, pixels())));
+  write_file(labels_gz, idx_bytes(0x08, {kRows}, labels()));
+  const Dataset swapped = load_idx(images_, labels_gz);
+  EXPECT_EQ(swapped.x, plain.x);
+  EXPECT_EQ(swapped.y, plain.y);
+}
+
+TEST_F(Idx, GzipTruncatedOrCorruptIsADataError) {
+  write_valid();
+  const Bytes full = gzip(idx_bytes(0x08, {kRows, kH, kW}, pixels()));
+  for (std::size_t keep : {std::size_t{12}, full.size() / 2, full.size() - 8, full.size() - 1}) {
+    write_file(images_, Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(keep)));
+    SCOPED_TRACE("kept " + std::to_string(keep) + " of " + std::to_string(full.size()) + " bytes");
+    expect_images_error({"truncated"});
+  }
+  Bytes bad_crc = full;
+  bad_crc[bad_crc.size() - 6] ^= 0x40;  // inside the CRC-32 of the trailer
+  write_file(images_, bad_crc);
+  expect_images_error({"corrupt gzip data"});
+}
+
+TEST_F(Idx, GzipSizesAreBoundedByTheHeader) {
+  write_valid();
+  // A header that declares more than the data holds.
+  write_file(images_, gzip(idx_bytes(0x08, {kRows + 1, kH, kW}, pixels())));
+  expect_images_error({"truncated", "72 bytes", "has 60"});
+  // More data than the header declares: decompression stops after the declared size.
+  Bytes more = pixels();
+  more.resize(more.size() + (std::size_t{4} << 20), 0);  // 4 MiB of zeros: a few KiB compressed
+  const Bytes bomb = gzip(idx_bytes(0x08, {kRows, kH, kW}, more));
+  ASSERT_LT(bomb.size(), std::size_t{64} << 10);
+  write_file(images_, bomb);
+  expect_images_error({"unexpected bytes"});
+  // A header claiming more than deflate can expand the file to is refused before decompressing.
+  write_file(images_, gzip(idx_bytes(0x08, {60000, 10000, 10000}, pixels())));
+  expect_images_error({"more than a gzip file of", "can decompress to"});
+  // A damaged header inside a valid gzip stream gets the plain file's message.
+  Bytes bad = idx_bytes(0x08, {kRows, kH, kW}, pixels());
+  bad[0] = 0x12;
+  write_file(images_, gzip(bad));
+  expect_images_error({"bad magic", "0x12000803"});
 }
 
 TEST_F(Idx, LabelBeyondDeclaredClasses) {

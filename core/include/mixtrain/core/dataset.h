@@ -89,9 +89,10 @@ Dataset make_synthetic(const SyntheticSpec& spec);
 Dataset load_npy(const std::filesystem::path& features, const std::filesystem::path& labels,
                  std::int32_t classes = 0);
 
-// MNIST IDX (uncompressed): images u8 [N, H, W] (magic 0x00000803; [N, D] and [N, H, W, C]
-// are accepted too) become N rows of H·W features scaled to [0, 1]; labels u8 [N]
-// (magic 0x00000801). `classes` as for load_npy.
+// MNIST IDX: images u8 [N, H, W] (magic 0x00000803; [N, D] and [N, H, W, C] are accepted too)
+// become N rows of H·W features scaled to [0, 1]; labels u8 [N] (magic 0x00000801). `classes` as
+// for load_npy. A gzip-compressed file (recognised by its magic bytes 1f 8b, whatever its name)
+// is decompressed while read, never beyond the data size its IDX header declares.
 Dataset load_idx(const std::filesystem::path& images, const std::filesystem::path& labels,
                  std::int32_t classes = 0);
 
