@@ -44,6 +44,7 @@ class AutoPrecisionPolicy final : public TablePrecisionPolicy {
   static sdk::OptionSchema option_schema() { return {}; }
   AutoPrecisionPolicy(const sdk::Options& options, const sdk::PluginContext& context);
   void adapt_to(const sdk::BackendCapabilities& capabilities) override;
+  std::string resolved_name() const override { return std::string(recipe().name); }
 };
 
 template <const PolicyRecipe& Recipe>

@@ -59,6 +59,9 @@ class MIXTRAIN_SDK_API PrecisionPolicy : public Component {
  public:
   ~PrecisionPolicy() override;
   virtual void adapt_to(const BackendCapabilities& /*capabilities*/) {}
+  // The policy whose plan this one applies when it chooses one in adapt_to() (`auto` ->
+  // "bf16-mixed"); empty for a policy that is itself. The host records it in summary.json.
+  virtual std::string resolved_name() const { return {}; }
   virtual LayerPrecision plan(const LayerDescription& layer) const = 0;
   // True for formats whose narrow exponent range needs a loss scaler (fp16); `mixtrain check`
   // warns when such a policy runs with scaler.type = "none".

@@ -32,8 +32,9 @@
 
 namespace mixtrain::sdk {
 
-// 2: PrecisionPolicy::adapt_to, 3: wants_current_amax, 4: GemmArgs activation epilogue
-inline constexpr std::uint32_t kSdkAbiVersion = 4;
+// 2: PrecisionPolicy::adapt_to, 3: wants_current_amax, 4: GemmArgs activation epilogue,
+// 5: PrecisionPolicy::resolved_name
+inline constexpr std::uint32_t kSdkAbiVersion = 5;
 inline constexpr const char* kSdkVersion = "0.1.0";
 inline constexpr const char* kBuildFingerprint = MIXTRAIN_BUILD_FINGERPRINT;
 
