@@ -48,8 +48,10 @@ struct Axis {
   std::vector<Tick> ticks;
 
   double transform(double v) const {
-    if (scale == AxisScale::log10) return v > 0 ? std::log10(v) : std::numeric_limits<double>::quiet_NaN();
-    if (scale == AxisScale::log2) return v > 0 ? std::log2(v) : std::numeric_limits<double>::quiet_NaN();
+    if (scale == AxisScale::log10)
+      return v > 0 ? std::log10(v) : std::numeric_limits<double>::quiet_NaN();
+    if (scale == AxisScale::log2)
+      return v > 0 ? std::log2(v) : std::numeric_limits<double>::quiet_NaN();
     return v;
   }
   // Pixel position between p0 (at lo) and p1 (at hi); NaN when the value cannot be drawn.
@@ -77,7 +79,8 @@ Axis linear_axis(double mn, double mx, int target) {
   const double step = nice_step(mx - mn, target);
   a.lo = std::floor(mn / step + 1e-9) * step;
   a.hi = std::ceil(mx / step - 1e-9) * step;
-  for (double v = a.lo; v <= a.hi + step * 1e-6; v += step) a.ticks.push_back({v, linear_label(v, step), {}});
+  for (double v = a.lo; v <= a.hi + step * 1e-6; v += step)
+    a.ticks.push_back({v, linear_label(v, step), {}});
   return a;
 }
 
@@ -101,7 +104,8 @@ Axis log_axis(AxisScale scale, double mn, double mx) {
     while ((every & (every - 1)) != 0) ++every;
   const double first = std::ceil(a.lo / every) * every, last = std::floor(a.hi);
   // Exponents that read better as plain numbers stay plain (1, 8, 1024, 0.01).
-  const bool plain = scale == AxisScale::log2 ? (first >= -4 && last <= 13) : (first >= -4 && last <= 5);
+  const bool plain =
+      scale == AxisScale::log2 ? (first >= -4 && last <= 13) : (first >= -4 && last <= 5);
   for (double e = first; e <= last + 1e-9; e += every) {
     const double v = std::pow(base, e);
     if (plain)
@@ -131,7 +135,8 @@ Axis y_axis(AxisScale scale, const ChartPanel& panel) {
   if (!std::isfinite(mn)) return linear_axis(0.0, 1.0, 5);  // nothing drawable
   const bool has_positive = std::isfinite(pos_mn);
   if (scale == AxisScale::automatic)
-    scale = has_positive && mn > 0 && pos_mx / pos_mn > 100.0 ? AxisScale::log10 : AxisScale::linear;
+    scale =
+        has_positive && mn > 0 && pos_mx / pos_mn > 100.0 ? AxisScale::log10 : AxisScale::linear;
   if (scale == AxisScale::linear) return linear_axis(mn, mx, 5);
   if (!has_positive) return linear_axis(mn, mx, 5);  // a log axis of nothing positive: fall back
   return log_axis(scale, pos_mn, pos_mx);
@@ -146,11 +151,13 @@ void text(std::string& out, double x, double y, const std::string& body, const c
 
 std::string tick_label(const Tick& t) {
   if (t.exponent.empty()) return xml_escape(t.label);
-  return xml_escape(t.label) + R"(<tspan dy="-5" font-size="9">)" + xml_escape(t.exponent) + "</tspan>";
+  return xml_escape(t.label) + R"(<tspan dy="-5" font-size="9">)" + xml_escape(t.exponent) +
+         "</tspan>";
 }
 
 // One path's "d": a non-drawable point ends the current subpath.
-std::string path_data(const ChartSeries& s, const Axis& x, const Axis& y, double top, double bottom) {
+std::string path_data(const ChartSeries& s, const Axis& x, const Axis& y, double top,
+                      double bottom) {
   std::string d;
   bool open = false;
   for (const auto& p : s.points) {
@@ -170,7 +177,8 @@ std::string path_data(const ChartSeries& s, const Axis& x, const Axis& y, double
   return d;
 }
 
-std::string marks_data(const ChartSeries& s, const Axis& x, const Axis& y, double top, double bottom) {
+std::string marks_data(const ChartSeries& s, const Axis& x, const Axis& y, double top,
+                       double bottom) {
   constexpr double r = 4.0;
   std::string d;
   for (const auto& p : s.marks) {
@@ -185,6 +193,20 @@ std::string marks_data(const ChartSeries& s, const Axis& x, const Axis& y, doubl
   return d;
 }
 
+// Filled circles, each two arcs, at every drawable point.
+std::string dots_data(const ChartSeries& s, const Axis& x, const Axis& y, double top,
+                      double bottom) {
+  const double r = std::max(2.5, s.width * 0.9);
+  std::string d;
+  for (const auto& p : s.points) {
+    const double px = x.map(p.x, kPlotLeft, kPlotRight), py = y.map(p.y, bottom, top);
+    if (!std::isfinite(px) || !std::isfinite(py)) continue;
+    d += fmt("M%.2f %.2fa%.1f %.1f 0 1 0 %.1f 0a%.1f %.1f 0 1 0 %.1f 0", px - r, py, r, r, 2 * r, r,
+             r, -2 * r);
+  }
+  return d;
+}
+
 }  // namespace
 
 std::string xml_escape(std::string_view s) {
@@ -192,11 +214,21 @@ std::string xml_escape(std::string_view s) {
   out.reserve(s.size());
   for (char ch : s) {
     switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         // Control characters other than tab/newline are not allowed in XML 1.0 at all.
         if (static_cast<unsigned char>(ch) < 0x20 && ch != '\t' && ch != '\n')
@@ -241,11 +273,14 @@ std::string render_svg_chart(const std::string& title, const std::string& x_labe
   height += 16.0 + kLegendRow * static_cast<double>(rows.size()) + 8.0;
 
   std::string out;
-  out += R"(<?xml version="1.0" encoding="UTF-8"?>)" "\n";
-  out += fmt(R"(<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="%s" font-size="11">)",
-             kWidth, height, kWidth, height, kFont);
+  out += R"(<?xml version="1.0" encoding="UTF-8"?>)"
+         "\n";
+  out += fmt(
+      R"(<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="%s" font-size="11">)",
+      kWidth, height, kWidth, height, kFont);
   out += "\n<title>" + xml_escape(title) + "</title>\n";
-  out += fmt(R"(<rect x="0" y="0" width="%.0f" height="%.0f" fill="white"/>)", kWidth, height) + "\n";
+  out +=
+      fmt(R"(<rect x="0" y="0" width="%.0f" height="%.0f" fill="white"/>)", kWidth, height) + "\n";
   text(out, kWidth / 2, 26, xml_escape(title), "middle", R"( font-size="15" font-weight="bold")");
 
   double cursor = 48.0;
@@ -254,13 +289,17 @@ std::string render_svg_chart(const std::string& title, const std::string& x_labe
     const Axis y = y_axis(panel.y_scale, panel);
     const double top = cursor + 26.0, bottom = top + panel.height;
     std::string y_label = panel.y_label;
-    if (panel.y_scale == AxisScale::automatic && y.scale == AxisScale::log10) y_label += " (log scale)";
-    text(out, kPlotLeft, top - 9, xml_escape(panel.title), "start", R"( font-size="13" font-weight="bold")");
+    if (panel.y_scale == AxisScale::automatic && y.scale == AxisScale::log10)
+      y_label += " (log scale)";
+    text(out, kPlotLeft, top - 9, xml_escape(panel.title), "start",
+         R"( font-size="13" font-weight="bold")");
 
     out += "<g class=\"grid\" stroke=\"#e3e3e3\" stroke-width=\"1\">\n";
     for (const auto& t : y.ticks) {
       const double py = y.map(t.value, bottom, top);
-      out += fmt(R"(<line x1="%.1f" y1="%.2f" x2="%.1f" y2="%.2f"/>)", kPlotLeft, py, kPlotRight, py) + "\n";
+      out +=
+          fmt(R"(<line x1="%.1f" y1="%.2f" x2="%.1f" y2="%.2f"/>)", kPlotLeft, py, kPlotRight, py) +
+          "\n";
     }
     for (const auto& t : x.ticks) {
       const double px = x.map(t.value, kPlotLeft, kPlotRight);
@@ -271,11 +310,14 @@ std::string render_svg_chart(const std::string& title, const std::string& x_labe
     out += "<g class=\"ticks\" stroke=\"#444\" stroke-width=\"1\">\n";
     for (const auto& t : y.ticks) {
       const double py = y.map(t.value, bottom, top);
-      out += fmt(R"(<line x1="%.1f" y1="%.2f" x2="%.1f" y2="%.2f"/>)", kPlotLeft - 5, py, kPlotLeft, py) + "\n";
+      out += fmt(R"(<line x1="%.1f" y1="%.2f" x2="%.1f" y2="%.2f"/>)", kPlotLeft - 5, py, kPlotLeft,
+                 py) +
+             "\n";
     }
     for (const auto& t : x.ticks) {
       const double px = x.map(t.value, kPlotLeft, kPlotRight);
-      out += fmt(R"(<line x1="%.2f" y1="%.1f" x2="%.2f" y2="%.1f"/>)", px, bottom, px, bottom + 5) + "\n";
+      out += fmt(R"(<line x1="%.2f" y1="%.1f" x2="%.2f" y2="%.1f"/>)", px, bottom, px, bottom + 5) +
+             "\n";
     }
     out += "</g>\n<g class=\"tick-labels\" fill=\"#333\">\n";
     for (const auto& t : y.ticks)
@@ -288,33 +330,50 @@ std::string render_svg_chart(const std::string& title, const std::string& x_labe
          fmt(R"svg( font-size="12" transform="rotate(-90 20 %.1f)")svg", label_y).c_str());
 
     const std::string clip = fmt("plot-area-%zu", pi);
-    out += fmt(R"(<clipPath id="%s"><rect x="%.1f" y="%.1f" width="%.1f" height="%.1f"/></clipPath>)",
-               clip.c_str(), kPlotLeft, top - 1, kPlotRight - kPlotLeft, bottom - top + 2) + "\n";
-    out += fmt(R"svg(<g clip-path="url(#%s)" fill="none" stroke-linejoin="round" stroke-linecap="round">)svg", clip.c_str()) + "\n";
+    out +=
+        fmt(R"(<clipPath id="%s"><rect x="%.1f" y="%.1f" width="%.1f" height="%.1f"/></clipPath>)",
+            clip.c_str(), kPlotLeft, top - 1, kPlotRight - kPlotLeft, bottom - top + 2) +
+        "\n";
+    out +=
+        fmt(R"svg(<g clip-path="url(#%s)" fill="none" stroke-linejoin="round" stroke-linecap="round">)svg",
+            clip.c_str()) +
+        "\n";
     for (const auto& s : panel.series)
       out += fmt(R"(<path class="%s" stroke="%s" stroke-width="%.1f" stroke-opacity="%.2f" d=")",
-                 xml_escape(panel.series_class).c_str(), xml_escape(s.color).c_str(), s.width, s.opacity) +
+                 xml_escape(panel.series_class).c_str(), xml_escape(s.color).c_str(), s.width,
+                 s.opacity) +
              path_data(s, x, y, top, bottom) + "\"/>\n";
     out += "</g>\n";
+    // Outside the clip: a dot on the frame (accuracy 1.0) stays whole.
+    for (const auto& s : panel.series)
+      if (s.dots)
+        out += fmt(R"(<path class="%s-dots" fill="%s" fill-opacity="%.2f" stroke="none" d=")",
+                   xml_escape(panel.series_class).c_str(), xml_escape(s.color).c_str(), s.opacity) +
+               dots_data(s, x, y, top, bottom) + "\"/>\n";
     for (const auto& s : panel.series)
       if (!s.marks.empty())
         out += fmt(R"(<path class="%s" fill="none" stroke="%s" stroke-width="1.6" d=")",
                    xml_escape(panel.mark_class).c_str(), xml_escape(s.color).c_str()) +
                marks_data(s, x, y, top, bottom) + "\"/>\n";
-    out += fmt(R"(<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#444" stroke-width="1"/>)",
-               kPlotLeft, top, kPlotRight - kPlotLeft, bottom - top) + "\n";
+    out +=
+        fmt(R"(<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#444" stroke-width="1"/>)",
+            kPlotLeft, top, kPlotRight - kPlotLeft, bottom - top) +
+        "\n";
     cursor = bottom + 34.0;
   }
-  text(out, (kPlotLeft + kPlotRight) / 2, cursor - 2, xml_escape(x_label), "middle", R"( font-size="12")");
+  text(out, (kPlotLeft + kPlotRight) / 2, cursor - 2, xml_escape(x_label), "middle",
+       R"( font-size="12")");
 
   double ly = cursor + 16.0;
   out += "<g class=\"legend\" font-size=\"12\">\n";
   for (const auto& row : rows) {
     double lx = kPlotLeft;
     for (std::size_t i : row) {
-      out += fmt(R"(<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="%.1f" stroke-opacity="%.2f"/>)",
-                 lx, ly - 4, lx + 24, ly - 4, xml_escape(legend[i].color).c_str(), std::max(legend[i].width, 3.0),
-                 legend[i].opacity) + "\n";
+      out +=
+          fmt(R"(<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="%.1f" stroke-opacity="%.2f"/>)",
+              lx, ly - 4, lx + 24, ly - 4, xml_escape(legend[i].color).c_str(),
+              std::max(legend[i].width, 3.0), legend[i].opacity) +
+          "\n";
       text(out, lx + 30, ly, xml_escape(legend[i].text), "start");
       lx += 30.0 + kLegendCharWidth * static_cast<double>(legend[i].text.size()) + 22.0;
     }

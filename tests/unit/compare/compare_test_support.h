@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace mixtrain::testing_compare {
 
@@ -17,8 +20,9 @@ class RunFolders : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ = fs::temp_directory_path() / (std::string("mixtrain-compare-") + info->test_suite_name() +
-                                         "-" + info->name() + "-" + std::to_string(::getpid()));
+    root_ =
+        fs::temp_directory_path() / (std::string("mixtrain-compare-") + info->test_suite_name() +
+                                     "-" + info->name() + "-" + std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_);
   }
@@ -42,8 +46,9 @@ class RunFolders : public ::testing::Test {
 
   // Baseline: fp32, summary present. Losses 2.0 @10, 1.0 @20, 0.5 @30.
   fs::path baseline(const std::string& name = "base") {
-    write(name + "/metrics.jsonl",
-          R"({"step":10,"loss":2.0,"loss_scale":1.0,"next_loss_scale":1.0,"skipped":false,"lr":0.1,"grad_norm":1.0,"samples_per_s":900,"epoch":0}
+    write(
+        name + "/metrics.jsonl",
+        R"({"step":10,"loss":2.0,"loss_scale":1.0,"next_loss_scale":1.0,"skipped":false,"lr":0.1,"grad_norm":1.0,"samples_per_s":900,"epoch":0}
 {"step":20,"loss":1.0,"loss_scale":1.0,"next_loss_scale":1.0,"skipped":false,"lr":0.1,"grad_norm":1.0,"samples_per_s":1000,"epoch":0}
 {"step":20,"eval_loss":0.9,"eval_accuracy":0.8}
 {"step":30,"loss":0.5,"loss_scale":1.0,"next_loss_scale":1.0,"skipped":false,"lr":0.1,"grad_norm":1.0,"samples_per_s":1100,"epoch":0}
@@ -59,8 +64,9 @@ class RunFolders : public ::testing::Test {
   // fp16 with a dynamic scaler: one skipped step (15, non-finite loss), one step the baseline
   // never logged (40). Gaps: 0.1 @10, 0.3 @20, 0.1 @30.
   fs::path fp16_run(const std::string& name = "fp16") {
-    write(name + "/metrics.jsonl",
-          R"({"step":10,"loss":2.2,"loss_scale":65536.0,"next_loss_scale":65536.0,"skipped":false,"samples_per_s":1400}
+    write(
+        name + "/metrics.jsonl",
+        R"({"step":10,"loss":2.2,"loss_scale":65536.0,"next_loss_scale":65536.0,"skipped":false,"samples_per_s":1400}
 {"step":15,"loss":null,"loss_scale":65536.0,"next_loss_scale":32768.0,"skipped":true,"samples_per_s":1500}
 {"step":20,"loss":0.7,"loss_scale":32768.0,"next_loss_scale":32768.0,"skipped":false,"samples_per_s":1500}
 {"step":30,"loss":0.55,"loss_scale":32768.0,"next_loss_scale":32768.0,"skipped":false,"samples_per_s":1500}
@@ -76,13 +82,27 @@ class RunFolders : public ::testing::Test {
 
   // Interrupted: no summary.json; labels from config.toml. Same losses as the baseline at 10, 20.
   fs::path interrupted_run(const std::string& name = "cut") {
-    write(name + "/config.toml", "[precision]\npolicy = \"bf16-mixed\"\n[scaler]\ntype = \"static\"\n");
-    write(name + "/metrics.jsonl",
-          R"({"step":10,"loss":2.0,"loss_scale":128.0,"next_loss_scale":128.0,"skipped":false,"samples_per_s":200}
+    write(name + "/config.toml",
+          "[precision]\npolicy = \"bf16-mixed\"\n[scaler]\ntype = \"static\"\n");
+    write(
+        name + "/metrics.jsonl",
+        R"({"step":10,"loss":2.0,"loss_scale":128.0,"next_loss_scale":128.0,"skipped":false,"samples_per_s":200}
 {"step":20,"loss":1.0,"loss_scale":128.0,"next_loss_scale":128.0,"skipped":false,"samples_per_s":400}
 {"step":20,"eval_loss":1.1,"eval_accuracy":0.7}
 {"step":25,"loss":1.25,"loss_scale":128.0,"next_loss_scale":128.0,"skipped":true,"samples_per_s":0}
 )");
+    return root_ / name;
+  }
+
+  // A run that logged losses[i] at step first + i * interval, metrics only.
+  fs::path curve_run(const std::string& name, std::int64_t first, std::int64_t interval,
+                     const std::vector<double>& losses) {
+    std::ostringstream m;
+    m << std::setprecision(17);
+    for (std::size_t i = 0; i < losses.size(); ++i)
+      m << "{\"step\":" << first + static_cast<std::int64_t>(i) * interval
+        << ",\"loss\":" << losses[i] << "}\n";
+    write(name + "/metrics.jsonl", m.str());
     return root_ / name;
   }
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <vector>
 
@@ -45,8 +46,10 @@ std::string check_xml(const std::string& s) {
     char quote = 0;
     for (; j < s.size(); ++j) {
       if (quote) {
-        if (s[j] == quote) quote = 0;
-        else if (s[j] == '<') return "raw '<' in an attribute at " + std::to_string(j);
+        if (s[j] == quote)
+          quote = 0;
+        else if (s[j] == '<')
+          return "raw '<' in an attribute at " + std::to_string(j);
       } else if (s[j] == '"' || s[j] == '\'') {
         quote = s[j];
       } else if (s[j] == '<') {
@@ -60,7 +63,8 @@ std::string check_xml(const std::string& s) {
     if (tag.empty()) return "empty tag";
     if (tag[0] == '/') {
       const auto name = tag.substr(1);
-      if (open.empty() || open.back() != name) return "</" + name + "> closes " + (open.empty() ? "nothing" : open.back());
+      if (open.empty() || open.back() != name)
+        return "</" + name + "> closes " + (open.empty() ? "nothing" : open.back());
       open.pop_back();
     } else if (tag.back() != '/') {
       const auto name = tag.substr(0, tag.find_first_of(" \n\t"));
@@ -87,10 +91,61 @@ TEST_F(Chart, CompareSvgIsOneWellFormedStandaloneDocument) {
   EXPECT_NE(svg.find("viewBox=\"0 0 900 "), std::string::npos);
   EXPECT_EQ(count(svg, R"(class="loss-curve")"), 3u);
   EXPECT_EQ(count(svg, R"(class="scale-curve")"), 3u);
+  EXPECT_EQ(count(svg, R"(class="diff-curve")"), 3u);
+  EXPECT_EQ(count(svg, R"(class="eval-curve")"), 3u);
+  // Each run evaluated at least once; a dot per evaluation shows even a single one.
+  EXPECT_EQ(count(svg, R"(class="eval-curve-dots")"), 3u);
+  EXPECT_NE(svg.find("eval accuracy"), std::string::npos);
+  EXPECT_NE(svg.find("difference from the baseline"), std::string::npos);
   // fp16 and the interrupted run each skipped one step; the baseline none.
   EXPECT_EQ(count(svg, R"(class="skip-marks")"), 2u);
-  for (const char* label : {"base (fp32/none) [baseline]", "fp16 (fp16-mixed/dynamic)", "cut (bf16-mixed/static)"})
+  for (const char* label :
+       {"base (fp32/none) [baseline]", "fp16 (fp16-mixed/dynamic)", "cut (bf16-mixed/static)"})
     EXPECT_NE(svg.find(label), std::string::npos) << label;
+}
+
+// The y pixel coordinates of every point of the n-th path of class `cls` (M/L commands only).
+std::vector<double> path_ys(const std::string& svg, const std::string& cls, std::size_t n) {
+  std::size_t p = 0;
+  for (std::size_t i = 0; i <= n; ++i) p = svg.find("class=\"" + cls + "\"", p + 1);
+  const auto d = svg.find(" d=\"", p) + 4;
+  const std::string data = svg.substr(d, svg.find('"', d) - d);
+  std::vector<double> ys;
+  for (std::size_t k = 0; k < data.size(); ++k)
+    if (data[k] == 'M' || data[k] == 'L') {
+      double x = 0, y = 0;
+      std::sscanf(data.c_str() + k + 1, "%lf %lf", &x, &y);
+      ys.push_back(y);
+    }
+  return ys;
+}
+
+TEST_F(Chart, TheDifferencePanelPlotsSmoothedLossMinusTheBaselines) {
+  std::vector<double> flat(12, 1.0), shifted(12, 1.1), drifting;
+  for (int i = 0; i < 12; ++i) drifting.push_back(1.0 + 0.01 * i);
+  const auto svg = core::comparison_svg(
+      core::compare_runs({curve_run("base", 1, 1, flat), curve_run("shifted", 1, 1, shifted),
+                          curve_run("drift", 1, 1, drifting)}));
+  EXPECT_EQ(check_xml(svg), "");
+  EXPECT_NE(svg.find("5-step trailing mean"), std::string::npos);
+  const auto base = path_ys(svg, "diff-curve", 0), up = path_ys(svg, "diff-curve", 1),
+             drift = path_ys(svg, "diff-curve", 2);
+  ASSERT_EQ(base.size(), 8u);  // steps 5..12: the full windows
+  ASSERT_EQ(up.size(), 8u);
+  // The baseline is the zero line; a constant offset is a parallel line above it (smaller y);
+  // a drift climbs away from it.
+  for (double y : base) EXPECT_DOUBLE_EQ(y, base[0]);
+  for (double y : up) EXPECT_NEAR(y, up[0], 0.01);
+  EXPECT_LT(up[0], base[0]);
+  EXPECT_LT(drift.back(), drift.front());
+  // No run evaluated: no empty eval panel.
+  EXPECT_EQ(count(svg, "eval-curve"), 0u);
+}
+
+TEST_F(Chart, OneRunAloneHasNoDifferencePanel) {
+  const auto svg = core::comparison_svg(core::compare_runs({baseline()}));
+  EXPECT_EQ(count(svg, "diff-curve"), 0u);
+  EXPECT_EQ(count(svg, R"(class="eval-curve")"), 1u);
 }
 
 TEST_F(Chart, RunNamesAreEscapedForXml) {
@@ -126,28 +181,49 @@ std::string first_d(const std::string& svg) {
 
 TEST(SvgChart, ANonFinitePointStartsANewSubpathInTheSameElement) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  auto svg = core::render_svg_chart("t", "step", {panel_of({{0, 1}, {1, 2}, {2, nan}, {3, 2}, {4, 1}}, core::AxisScale::linear)}, {});
+  auto svg = core::render_svg_chart(
+      "t", "step", {panel_of({{0, 1}, {1, 2}, {2, nan}, {3, 2}, {4, 1}}, core::AxisScale::linear)},
+      {});
   EXPECT_EQ(count(svg, "class=\"series\""), 1u);
   const auto d = first_d(svg);
   EXPECT_EQ(count(d, "M"), 2u) << d;
   EXPECT_EQ(count(d, "L"), 2u) << d;
 }
 
+TEST(SvgChart, DotsDrawEvenASinglePoint) {
+  auto p = panel_of({{5.0, 0.5}}, core::AxisScale::linear);
+  p.series[0].dots = true;
+  const auto svg = core::render_svg_chart("t", "x", {p}, {});
+  EXPECT_EQ(first_d(svg).find('L'), std::string::npos) << "one point: no line to draw";
+  ASSERT_EQ(count(svg, "class=\"series-dots\""), 1u);
+  const auto at = svg.find("class=\"series-dots\"");
+  const auto d = svg.find(" d=\"", at) + 4;
+  EXPECT_EQ(count(svg.substr(d, svg.find('"', d) - d), "a"), 2u) << "a circle of two arcs";
+  p.series[0].dots = false;
+  EXPECT_EQ(count(core::render_svg_chart("t", "x", {p}, {}), "series-dots"), 0u);
+}
+
 TEST(SvgChart, AutomaticLossAxisGoesLogarithmicBeyondTwoDecades) {
-  auto wide = core::render_svg_chart("t", "step", {panel_of({{0, 5.0}, {1, 0.5}, {2, 0.004}}, core::AxisScale::automatic)}, {});
+  auto wide = core::render_svg_chart(
+      "t", "step", {panel_of({{0, 5.0}, {1, 0.5}, {2, 0.004}}, core::AxisScale::automatic)}, {});
   EXPECT_NE(wide.find(">y (log scale)<"), std::string::npos);
   // Decade ticks inside the data's range (0.004 .. 5, padded a little): 0.01, 0.1, 1.
-  for (const char* tick : {">0.01<", ">0.1<", ">1<"}) EXPECT_NE(wide.find(tick), std::string::npos) << tick;
+  for (const char* tick : {">0.01<", ">0.1<", ">1<"})
+    EXPECT_NE(wide.find(tick), std::string::npos) << tick;
   EXPECT_EQ(wide.find(">100<"), std::string::npos);
-  auto narrow = core::render_svg_chart("t", "step", {panel_of({{0, 5.0}, {1, 0.5}, {2, 0.06}}, core::AxisScale::automatic)}, {});
+  auto narrow = core::render_svg_chart(
+      "t", "step", {panel_of({{0, 5.0}, {1, 0.5}, {2, 0.06}}, core::AxisScale::automatic)}, {});
   EXPECT_EQ(narrow.find("(log scale)"), std::string::npos);
 }
 
 TEST(SvgChart, Log2AxisLabelsPowersOfTwo) {
-  auto plain = core::render_svg_chart("t", "step", {panel_of({{0, 1024}, {1, 64}}, core::AxisScale::log2)}, {});
-  for (const char* tick : {">64<", ">1024<"}) EXPECT_NE(plain.find(tick), std::string::npos) << tick;
+  auto plain = core::render_svg_chart("t", "step",
+                                      {panel_of({{0, 1024}, {1, 64}}, core::AxisScale::log2)}, {});
+  for (const char* tick : {">64<", ">1024<"})
+    EXPECT_NE(plain.find(tick), std::string::npos) << tick;
   // Large scales are written 2^k: a base "2" and a raised exponent.
-  auto big = core::render_svg_chart("t", "step", {panel_of({{0, 65536}, {1, 16777216}}, core::AxisScale::log2)}, {});
+  auto big = core::render_svg_chart(
+      "t", "step", {panel_of({{0, 65536}, {1, 16777216}}, core::AxisScale::log2)}, {});
   EXPECT_NE(big.find(R"(2<tspan dy="-5" font-size="9">24</tspan>)"), std::string::npos);
   EXPECT_EQ(check_xml(big), "");
 }

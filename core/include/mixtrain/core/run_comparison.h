@@ -4,20 +4,30 @@
 // - load_run() reads one run folder written by `mixtrain train`: metrics.jsonl (required) and
 //   summary.json (optional: an interrupted run has none, and its values are then derived from
 //   metrics.jsonl; peak memory is then unknown). Policy and scaler come from summary.json, else
-//   from config.toml. Bad input raises sdk::UserError (folder missing) or sdk::DataError
-//   (metrics.jsonl missing, a malformed record — the message names file:line).
+//   from config.toml; the policy `auto` resolved to, and whether each GEMM input dtype ran
+//   natively, come from summary.json's "precision" record only. The [model] and [data] sections
+//   of config.toml (sub-tables and arrays included) are kept flattened for the setup check.
+//   Bad input raises sdk::UserError (folder missing) or sdk::DataError (metrics.jsonl missing, a
+//   malformed record — the message names file:line).
 // - compare_runs() computes one row per run; values that cannot be known are std::nullopt.
-//   The loss gap of a run is max over the steps both it and the baseline logged with finite
-//   losses of |loss_run - loss_base| / max(|loss_base|, 1e-12); the baseline's own gap is 0.
-// - The text, markdown and JSON renderings hold the same numbers; write_comparison() writes
-//   exactly compare.json, compare.md and compare.svg into a folder and nothing else.
+//   The loss gap is measured on each run's smoothed training loss (smoothed_losses(): a trailing
+//   mean over W = kLossSmoothingIntervals times the baseline's usual logging interval, from the
+//   first full window on). The gap of a run is the max over the steps where both it and the
+//   baseline have a smoothed loss of |smooth_run - smooth_base| / max(|smooth_base|, 1e-12); the
+//   baseline's own gap is 0. Single-batch losses would measure batch noise.
+// - Warnings (comparison_warnings()) name every run whose [model] or [data] differs from the
+//   baseline's, key by key, and runs whose setup cannot be checked; precision, scaler, optimizer
+//   and backend differences are what a comparison is for and are not warned about.
+// - The text, markdown and JSON renderings hold the same numbers and warnings; throughput of a run
+//   whose GEMMs ran an emulated dtype is marked "emulated". write_comparison() writes exactly
+//   compare.json, compare.md and compare.svg into a folder and nothing else.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
-#include <map>
 #include <vector>
 
 namespace mixtrain::core {
@@ -58,8 +68,29 @@ struct RunData {
   };
   std::map<std::string, Fp8Slot> fp8_slots;
   std::map<std::string, double> max_gradient_underflow;
+  // summary.json "precision": the policy that applied ("" when not recorded) and, per GEMM input
+  // dtype of the plan, whether the backend ran it natively and how.
+  std::string resolved_policy;
+  struct GemmInput {
+    bool native = false;
+    std::string how;
+  };
+  std::map<std::string, GemmInput> gemm_inputs;
+  // config.toml's [model] and [data], flattened ("data.rows" -> "8192", "model.layers[0].out"
+  // -> "128"); nullopt when the folder has no readable config.toml.
+  std::optional<std::map<std::string, std::string>> setup;
 
-  std::string label() const { return name + " (" + policy + "/" + scaler + ")"; }
+  // "auto→bf16-mixed" when the policy resolved to another one, else the policy.
+  std::string policy_label() const;
+  std::string label() const { return name + " (" + policy_label() + "/" + scaler + ")"; }
+  // GEMM input dtypes the backend emulated; empty when all ran natively or nothing was recorded.
+  std::vector<std::string> emulated_gemm_inputs() const;
+};
+
+// One [model]/[data] key whose value differs from the baseline's; "(absent)" where a side has
+// no such key.
+struct SetupDifference {
+  std::string key, baseline, run;
 };
 
 struct RunComparisonRow {
@@ -67,31 +98,49 @@ struct RunComparisonRow {
   std::optional<double> final_loss;
   std::optional<double> best_loss;
   std::optional<std::int64_t> best_loss_step;
-  std::optional<double> eval_accuracy, eval_accuracy_delta_points, eval_loss;
+  std::optional<double> eval_accuracy, eval_accuracy_delta_points, eval_loss, eval_loss_rel_delta;
   std::optional<double> max_rel_loss_gap;
   std::optional<std::int64_t> max_rel_loss_gap_step;
   std::int64_t common_steps = 0;  // steps logged with finite losses by both run and baseline
+  // [model]/[data] keys that differ from the baseline's; nullopt when either has no config.toml.
+  std::optional<std::vector<SetupDifference>> setup_differences;
   std::int64_t skipped_steps = 0;
   std::optional<double> loss_scale_min, loss_scale_max;
   std::optional<double> samples_per_s, samples_per_s_ratio;
+  bool samples_per_s_emulated = false;  // some GEMM input dtype of the run was emulated
   std::optional<double> peak_memory_mib, peak_memory_ratio;
 };
+
+// Loss curves are smoothed over this many of the baseline's logging intervals.
+inline constexpr int kLossSmoothingIntervals = 5;
 
 struct RunComparison {
   std::vector<RunData> runs;  // runs[0] is the baseline
   std::vector<RunComparisonRow> rows;
+  std::int64_t logging_interval = 1;  // the baseline's usual steps between logged losses
+  std::int64_t smoothing_window_steps() const { return kLossSmoothingIntervals * logging_interval; }
 };
 
 RunData load_run(const std::filesystem::path& dir);
 RunComparison compare_runs(const std::vector<std::filesystem::path>& dirs);
 RunComparison compare_runs(std::vector<RunData> runs);
 
-std::string comparison_text(const RunComparison& c);      // aligned table for a terminal
+// step -> smoothed training loss of one run, as the loss gap uses it: at each step s it logged a
+// finite loss, the mean of its finite losses in (s - W, s], W = kLossSmoothingIntervals *
+// logging_interval; steps before its first full window (first logged step + W - interval) have
+// none.
+std::map<std::int64_t, double> smoothed_losses(const RunData& run, std::int64_t logging_interval);
+// One line per problem: runs whose [model]/[data] differ from the baseline's or cannot be checked.
+std::vector<std::string> comparison_warnings(const RunComparison& c);
+
+std::string comparison_text(const RunComparison& c);  // aligned table for a terminal
 // The diagnostics of each run (FP8 operand slots, gradient underflow); empty when none logged.
 std::string diagnostics_text(const RunComparison& c);
 std::string comparison_markdown(const RunComparison& c);  // a GitHub markdown table
 std::string comparison_json(const RunComparison& c);      // {"baseline": name, "runs": [...]}
-// Two panels over step: loss per run (skipped steps crossed) and loss scale per run (log2 axis).
+// Panels over step: loss per run (skipped steps crossed); with two or more runs, each run's
+// smoothed loss minus the baseline's; eval accuracy per run, when any run evaluated; loss scale
+// per run (log2 axis).
 std::string comparison_svg(const RunComparison& c);
 
 inline constexpr const char* kCompareOutputNames[] = {"compare.json", "compare.md", "compare.svg"};

@@ -6,7 +6,9 @@
 //   browser or rsvg-convert renders without external resources. All text is XML-escaped.
 // - Each series becomes exactly one <path class="<panel.series_class>"> per panel (a gap in the
 //   data — a non-finite y, or y <= 0 on a log axis — starts a new subpath, never a new element);
-//   its marks, if any, become one <path class="<panel.mark_class>">.
+//   its marks, if any, become one <path class="<panel.mark_class>">; with `dots`, its drawable
+//   points also become one filled <path class="<panel.series_class>-dots"> (so a series of a
+//   single point still shows).
 // - Axis ranges cover every finite point; a log axis is used when asked for, or with
 //   AxisScale::automatic when the positive data spans more than two decades (the y label then
 //   ends in " (log scale)").
@@ -31,6 +33,7 @@ struct ChartSeries {
   std::vector<ChartPoint> marks;   // drawn as crosses; a non-finite y is drawn at the top edge
   double width = 1.6;
   double opacity = 1.0;
+  bool dots = false;  // a dot at every point: for sparse series such as evaluations
 };
 
 struct ChartPanel {
