@@ -76,9 +76,14 @@ void PluginRegistry::scan(const std::vector<fs::path>& folders_or_files) {
         if (seen.insert(fs::weakly_canonical(f)).second) load_library(f);
     } else if (fs::is_regular_file(entry, ec)) {
       if (seen.insert(fs::weakly_canonical(entry)).second) load_library(entry);
-    } else if (sink_ != nullptr) {
-      sink_->write(sdk::LogLevel::debug, "plugins",
-                   "plugin search path entry " + entry.string() + " does not exist");
+    } else {
+      if (std::find(missing_paths_.begin(), missing_paths_.end(), entry) == missing_paths_.end())
+        missing_paths_.push_back(entry);
+      // Debug only: an embedding program may have no plugin folder next to it. Commands that
+      // list plugins or fail to find one report missing_paths() as a warning.
+      if (sink_ != nullptr)
+        sink_->write(sdk::LogLevel::debug, "plugins",
+                     "plugin search path entry " + entry.string() + " does not exist");
     }
   }
 }
@@ -127,8 +132,7 @@ void PluginRegistry::load_library(const fs::path& path) {
   }
   std::string fp = d->build_fingerprint != nullptr ? d->build_fingerprint : "";
   if (fp != sdk::kBuildFingerprint) {
-    rec.error = "build fingerprint mismatch: plugin '" + fp + "', host '" +
-                sdk::kBuildFingerprint +
+    rec.error = "build fingerprint mismatch: plugin '" + fp + "', host '" + sdk::kBuildFingerprint +
                 "'; C++ objects cross this boundary, so rebuild the plugin with the same "
                 "compiler and standard library as mixtrain";
     libraries_.push_back(std::move(rec));
@@ -193,18 +197,31 @@ const LoadedComponent& PluginRegistry::require(sdk::ComponentKind kind, const st
   auto kind_name = std::string(sdk::component_kind_name(kind));
   auto available = names(kind);
   std::string msg = (where.empty() ? "" : where + ": ") + "no " + kind_name + " named '" + name +
-                    "'; " + (available.empty() ? std::string("no ") + kind_name + " is available" : "available: " + join(available));
+                    "'; " +
+                    (available.empty() ? std::string("no ") + kind_name + " is available"
+                                       : "available: " + join(available));
   std::string hint;
   auto near = sdk::closest_match(name, available);
   if (!near.empty()) hint = "did you mean '" + near + "'? ";
+  if (auto problems = load_problems(); !problems.empty()) hint += problems + " ";
+  hint +=
+      "Run `mixtrain plugins` to list what was found; add folders with MIXTRAIN_PLUGIN_PATH "
+      "or [plugins] paths.";
+  throw sdk::PluginError(msg, hint);
+}
+
+std::string PluginRegistry::load_problems() const {
+  std::string out;
   std::vector<std::string> failed;
   for (const auto& l : libraries_)
     if (!l.loaded) failed.push_back(l.path.string() + " (" + l.error + ")");
-  if (!failed.empty())
-    hint += "libraries that failed to load: " + join(failed) + ". ";
-  hint += "Run `mixtrain plugins` to list what was found; add folders with MIXTRAIN_PLUGIN_PATH "
-          "or [plugins] paths.";
-  throw sdk::PluginError(msg, hint);
+  if (!failed.empty()) out += "libraries that failed to load: " + join(failed) + ".";
+  std::vector<std::string> missing;
+  for (const auto& p : missing_paths_) missing.push_back(p.string());
+  if (!missing.empty())
+    out += std::string(out.empty() ? "" : " ") +
+           "warning: plugin search path entries that do not exist: " + join(missing) + ".";
+  return out;
 }
 
 std::unique_ptr<sdk::Component> PluginRegistry::create_component(
@@ -212,11 +229,11 @@ std::unique_ptr<sdk::Component> PluginRegistry::create_component(
   sdk::PluginContext ctx;
   ctx.plugin_name = c.plugin_name;
   ctx.component_name = c.info.name;
-  ctx.logger = sdk::Logger(sink_, std::string(sdk::component_kind_name(c.info.kind)) + "." +
-                                      c.info.name);
-  const std::string who = std::string(sdk::component_kind_name(c.info.kind)) + " '" +
-                          c.info.name + "' (plugin '" + c.plugin_name + "', " +
-                          c.library.filename().string() + ")";
+  ctx.logger =
+      sdk::Logger(sink_, std::string(sdk::component_kind_name(c.info.kind)) + "." + c.info.name);
+  const std::string who = std::string(sdk::component_kind_name(c.info.kind)) + " '" + c.info.name +
+                          "' (plugin '" + c.plugin_name + "', " + c.library.filename().string() +
+                          ")";
   std::unique_ptr<sdk::Component> obj;
   try {
     obj = c.info.create(options, ctx);

@@ -200,6 +200,25 @@ TEST_F(Cli, CheckPrintsThePlanAndPluginsListsComponents) {
     EXPECT_NE(p.out.find(name), std::string::npos) << name << "\n" << p.out;
 }
 
+// --log-level is accepted after the subcommand too, as users type it last.
+TEST_F(Cli, LogLevelAfterTheSubcommand) {
+  const std::string train = "train " + quickstart() + " --set run.steps=3 --run-dir ";
+  auto info = run(train + (dir_ / "a").string());
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.err.find("[info]"), std::string::npos) << info.err;
+  auto quiet = run(train + (dir_ / "b").string() + " --log-level warn");
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err.find("[info]"), std::string::npos) << quiet.err;
+  EXPECT_TRUE(fs::exists(dir_ / "b" / "summary.json"));
+  // Before the subcommand, as before; an unknown level is bad input either way.
+  auto before = run("--log-level warn check " + quickstart());
+  EXPECT_EQ(before.exit_code, 0) << before.err;
+  EXPECT_EQ(before.err.find("[info]"), std::string::npos) << before.err;
+  auto bad = run("check " + quickstart() + " --log-level loud");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("unknown log level 'loud'"), std::string::npos) << bad.err;
+}
+
 TEST_F(Cli, VersionAndBadArgumentsExitCodes) {
   auto v = run("--version");
   EXPECT_EQ(v.exit_code, 0);

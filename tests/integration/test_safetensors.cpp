@@ -98,7 +98,7 @@ TEST_F(SafetensorsCli, ExportWritesSafetensorsAndRefusesToOverwrite) {
 
   r = run("export " + ckpt.string() + " --format safetensors --dtype bf16");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto out = run_dir / "checkpoints" / "step-00000005.safetensors";
+  const auto out = run_dir / "step-00000005.safetensors";  // beside the run, not in checkpoints/
   ASSERT_TRUE(fs::exists(out));
   // The header of a safetensors file: 8-byte little-endian length, then that much JSON.
   auto header_of = [](const std::string& bytes) {
@@ -187,7 +187,7 @@ TEST_F(SafetensorsCli, ExportedWeightsReproduceMixtrainEvalInTorch) {
   const auto ckpt = run_dir / "checkpoints" / "step-00000020.mxt";
   r = run("export " + ckpt.string() + " --format safetensors");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto weights = run_dir / "checkpoints" / "step-00000020.safetensors";
+  const auto weights = run_dir / "step-00000020.safetensors";
 
   r = run("eval " + config.string() + " --checkpoint " + ckpt.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;

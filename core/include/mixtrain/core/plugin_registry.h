@@ -4,9 +4,11 @@
 // - scan() loads every `libmixtrain_*.so` in the given folders (in order; a later library that
 //   provides an already-known (kind, name) is reported as a duplicate and ignored). A library that
 //   fails to load — not a plugin, unresolved symbol, ABI or fingerprint mismatch, a throwing
-//   components() — is recorded with its reason and never prevents the others from loading.
+//   components() — is recorded with its reason and never prevents the others from loading. An
+//   entry that does not exist is recorded in missing_paths() (a typo in MIXTRAIN_PLUGIN_PATH or
+//   [plugins] paths would otherwise only show as a missing component).
 // - require() returns the component or throws sdk::PluginError listing what exists, a "did you
-//   mean", and every library that failed to load.
+//   mean", every library that failed to load and every search path entry that does not exist.
 // - create<T>() calls the factory; any exception is rethrown as sdk::PluginError carrying the
 //   component and library names. The returned shared_ptr's deleter keeps the library loaded, and
 //   libraries are never unloaded while the process runs.
@@ -51,8 +53,13 @@ class PluginRegistry {
 
   const std::vector<LibraryRecord>& libraries() const { return libraries_; }
   const std::vector<LoadedComponent>& components() const { return components_; }
+  // Scanned entries that are neither a folder nor a file, in scan order.
+  const std::vector<std::filesystem::path>& missing_paths() const { return missing_paths_; }
   std::vector<std::string> names(sdk::ComponentKind kind) const;
   const LoadedComponent* find(sdk::ComponentKind kind, const std::string& name) const;
+  // What may explain a missing component: libraries that failed to load and search path entries
+  // that do not exist, as sentences; empty when there is neither.
+  std::string load_problems() const;
   const LoadedComponent& require(sdk::ComponentKind kind, const std::string& name,
                                  const std::string& where = {}) const;
 
@@ -74,6 +81,7 @@ class PluginRegistry {
   sdk::LogSink* sink_;
   std::vector<LibraryRecord> libraries_;
   std::vector<LoadedComponent> components_;
+  std::vector<std::filesystem::path> missing_paths_;
 };
 
 }  // namespace mixtrain::core

@@ -1,0 +1,182 @@
+// `mixtrain plugins`: the components found, the libraries that failed to load, the search path;
+// with --describe, one component's option schema.
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "cli_registry.h"
+#include "commands.h"
+#include "mixtrain/core/log_sink.h"
+#include "mixtrain/sdk/device_backend.h"
+
+namespace mixtrain::cli {
+
+namespace {
+
+using core::LoadedComponent;
+using core::PluginRegistry;
+
+constexpr sdk::ComponentKind kKinds[] = {sdk::ComponentKind::backend, sdk::ComponentKind::policy,
+                                         sdk::ComponentKind::scaler, sdk::ComponentKind::optimizer,
+                                         sdk::ComponentKind::checkpoint_format};
+
+std::string kind_name(sdk::ComponentKind k) {
+  return std::string(sdk::component_kind_name(k));
+}
+std::string dt(sdk::DType t) {
+  return std::string(sdk::dtype_name(t));
+}
+
+// "integer", not option_type_name()'s "an integer" (written for sentences).
+std::string type_column(sdk::OptionType t) {
+  std::string s(sdk::option_type_name(t));
+  for (const char* article : {"a ", "an "})
+    if (s.rfind(article, 0) == 0) return s.substr(std::string(article).size());
+  return s;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+void print_backend_capabilities(const PluginRegistry& registry, const LoadedComponent& c) {
+  try {
+    auto opts = sdk::Options::resolve("backend", c.info.options, {}, {});
+    auto backend = registry.create<sdk::DeviceBackend>(c, opts);
+    auto caps = backend->capabilities();
+    std::printf("%-18s   device: %s, %d threads\n", "", caps.device_name.c_str(), caps.threads);
+    for (const auto& d : caps.gemm_inputs)
+      std::printf("%-18s   gemm %-9s %-9s %s\n", "", dt(d.dtype).c_str(),
+                  d.native ? "native" : "emulated", d.how.c_str());
+    if (!caps.features.empty())
+      std::printf("%-18s   cpu features: %s\n", "", join(caps.features).c_str());
+  } catch (const std::exception& e) {
+    std::printf("%-18s   unavailable: %s\n", "", e.what());
+  }
+}
+
+// NAME or KIND/NAME; every component that matches (a bare NAME may name one of several kinds).
+std::vector<const LoadedComponent*> lookup(const PluginRegistry& registry,
+                                           const std::string& spec) {
+  std::string name = spec;
+  std::optional<sdk::ComponentKind> kind;
+  if (auto slash = spec.find('/'); slash != std::string::npos) {
+    const std::string k = spec.substr(0, slash);
+    name = spec.substr(slash + 1);
+    std::vector<std::string> kinds;
+    for (auto candidate : kKinds) {
+      kinds.push_back(kind_name(candidate));
+      if (kinds.back() == k) kind = candidate;
+    }
+    if (!kind) {
+      auto near = sdk::closest_match(k, kinds);
+      throw sdk::UserError("--describe " + spec + ": no component kind '" + k + "'",
+                           (near.empty() ? "" : "did you mean '" + near + "/" + name + "'? ") +
+                               "kinds: " + join(kinds));
+    }
+  }
+  std::vector<const LoadedComponent*> out;
+  for (const auto& c : registry.components())
+    if (c.info.name == name && (!kind || c.info.kind == *kind)) out.push_back(&c);
+  if (!out.empty()) return out;
+
+  std::vector<std::string> known, candidates;
+  for (const auto& c : registry.components()) {
+    known.push_back(kind_name(c.info.kind) + "/" + c.info.name);
+    if (!kind || c.info.kind == *kind) candidates.push_back(kind ? known.back() : c.info.name);
+  }
+  const auto near = sdk::closest_match(kind ? spec : name, candidates);
+  const auto problems = registry.load_problems();
+  throw sdk::UserError("--describe " + spec + ": no component named '" + name + "'" +
+                           (kind ? " among the " + kind_name(*kind) + " components" : ""),
+                       (near.empty() ? "" : "did you mean '" + near + "'? ") +
+                           "known components: " + (known.empty() ? "none" : join(known)) + "." +
+                           (problems.empty() ? "" : " " + problems));
+}
+
+void describe(const LoadedComponent& c) {
+  std::printf("%s/%s: %s\n", kind_name(c.info.kind).c_str(), c.info.name.c_str(),
+              c.info.description.c_str());
+  std::printf("plugin '%s' %s, %s\n", c.plugin_name.c_str(), c.plugin_version.c_str(),
+              c.library.string().c_str());
+  if (c.info.options.empty()) {
+    std::printf("no options\n");
+    return;
+  }
+  struct Row {
+    std::string name, type, def, range, doc;
+  };
+  std::vector<Row> rows{{"OPTION", "TYPE", "DEFAULT", "RANGE", "DOC"}};
+  for (const auto& o : c.info.options) {
+    const bool required = std::holds_alternative<std::monostate>(o.default_value);
+    rows.push_back({o.name, type_column(o.type),
+                    required ? "(required)" : sdk::option_value_to_string(o.default_value),
+                    o.range_text(), o.doc});
+  }
+  std::size_t w[4] = {};
+  for (const auto& r : rows) {
+    w[0] = std::max(w[0], r.name.size());
+    w[1] = std::max(w[1], r.type.size());
+    w[2] = std::max(w[2], r.def.size());
+    w[3] = std::max(w[3], r.range.size());
+  }
+  for (const auto& r : rows)
+    std::printf("  %-*s  %-*s  %-*s  %-*s  %s\n", static_cast<int>(w[0]), r.name.c_str(),
+                static_cast<int>(w[1]), r.type.c_str(), static_cast<int>(w[2]), r.def.c_str(),
+                static_cast<int>(w[3]), r.range.c_str(), r.doc.c_str());
+}
+
+}  // namespace
+
+int run_plugins(const std::string& describe_spec) {
+  auto registry = make_registry(nullptr);
+  auto log = core::core_logger("plugins");
+  for (const auto& p : registry->missing_paths())
+    log.warn("plugin search path entry " + p.string() +
+             " does not exist; check MIXTRAIN_PLUGIN_PATH and [plugins] paths");
+
+  if (!describe_spec.empty()) {
+    const auto matches = lookup(*registry, describe_spec);
+    if (matches.size() > 1) {
+      std::vector<std::string> names;
+      for (const auto* c : matches) names.push_back(kind_name(c->info.kind) + "/" + c->info.name);
+      std::printf("'%s' names %zu components (%s); describe one with KIND/NAME\n\n",
+                  describe_spec.c_str(), matches.size(), join(names).c_str());
+    }
+    for (std::size_t i = 0; i < matches.size(); ++i) {
+      if (i > 0) std::printf("\n");
+      describe(*matches[i]);
+    }
+    return 0;
+  }
+
+  std::printf("%-18s %-14s %-8s %-34s %s\n", "KIND", "NAME", "VERSION", "LIBRARY", "DESCRIPTION");
+  for (const auto& c : registry->components()) {
+    std::printf("%-18s %-14s %-8s %-34s %s\n", kind_name(c.info.kind).c_str(), c.info.name.c_str(),
+                c.plugin_version.c_str(), c.library.filename().string().c_str(),
+                c.info.description.c_str());
+    if (c.info.kind == sdk::ComponentKind::backend) print_backend_capabilities(*registry, c);
+  }
+  bool any_failed = false;
+  for (const auto& l : registry->libraries()) {
+    if (l.loaded) continue;
+    if (!any_failed) std::printf("\nlibraries that failed to load:\n");
+    any_failed = true;
+    std::printf("  %s\n    %s\n", l.path.string().c_str(), l.error.c_str());
+  }
+  const auto& missing = registry->missing_paths();
+  std::printf("\nsearch path:");
+  for (const auto& p : PluginRegistry::default_search_path()) {
+    const bool absent = std::find(missing.begin(), missing.end(), p) != missing.end();
+    std::printf(" %s%s", p.string().c_str(), absent ? " (does not exist)" : "");
+  }
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace mixtrain::cli

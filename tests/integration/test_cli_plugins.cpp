@@ -1,0 +1,101 @@
+// `mixtrain plugins` through the real executable: search path warnings and --describe.
+#include <cstdlib>
+#include <optional>
+
+#include "cli_test_support.h"
+
+namespace {
+
+using namespace mixtrain::test;
+using CliPlugins = CliTest;
+
+// MIXTRAIN_PLUGIN_PATH for the commands a test runs; the previous value comes back afterwards.
+class PluginPathEnv {
+ public:
+  explicit PluginPathEnv(const std::string& value) {
+    if (const char* old = std::getenv("MIXTRAIN_PLUGIN_PATH")) old_ = old;
+    ::setenv("MIXTRAIN_PLUGIN_PATH", value.c_str(), 1);
+  }
+  ~PluginPathEnv() {
+    if (old_)
+      ::setenv("MIXTRAIN_PLUGIN_PATH", old_->c_str(), 1);
+    else
+      ::unsetenv("MIXTRAIN_PLUGIN_PATH");
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+TEST_F(CliPlugins, MissingSearchPathIsAWarning) {
+  const auto nowhere = dir_ / "no-such-plugins";
+  {
+    PluginPathEnv env(nowhere.string());
+    auto r = run("plugins");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("plugin search path entry " + nowhere.string() + " does not exist"),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.out.find(nowhere.string() + " (does not exist)"), std::string::npos) << r.out;
+    // The missing component's error names the missing folder too.
+    r = run("check " + quickstart() + " --set scaler.type=dynamc");
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find("no scaler named 'dynamc'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("do not exist: " + nowhere.string()), std::string::npos) << r.err;
+  }
+  // A folder named in the config's [plugins] paths, relative to the config.
+  auto cfg = write_file("cfg.toml", slurp(quickstart()) + "\n[plugins]\npaths = [\"gone\"]\n");
+  auto r = run("check " + cfg.string() + " --set scaler.type=dynamc");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find((dir_ / "gone").string()), std::string::npos) << r.err;
+  // Without a missing entry there is no warning.
+  r = run("plugins");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("does not exist"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("does not exist"), std::string::npos) << r.out;
+}
+
+TEST_F(CliPlugins, DescribePrintsTheOptionSchema) {
+  auto r = run("plugins --describe dynamic");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("scaler/dynamic"), std::string::npos) << r.out;
+  for (const char* column : {"OPTION", "TYPE", "DEFAULT", "RANGE", "DOC"})
+    EXPECT_NE(r.out.find(column), std::string::npos) << column << "\n" << r.out;
+  // Each option on one line with its type, default and range.
+  bool found = false;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("  growth_interval ", 0) == 0) {
+      found = true;
+      EXPECT_NE(line.find("integer"), std::string::npos) << line;
+      EXPECT_NE(line.find(">= 1"), std::string::npos) << line;
+    }
+  EXPECT_TRUE(found) << r.out;
+
+  // KIND/NAME gives the same schema; a component without options says so.
+  auto k = run("plugins --describe scaler/dynamic");
+  ASSERT_EQ(k.exit_code, 0) << k.err;
+  EXPECT_EQ(k.out, r.out);
+  auto none = run("plugins --describe scaler/none");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(none.out.find("no options"), std::string::npos) << none.out;
+  // The log level is accepted after the subcommand and its option.
+  EXPECT_EQ(run("plugins --describe dynamic --log-level error").exit_code, 0);
+}
+
+TEST_F(CliPlugins, DescribeUnknownExits2WithSuggestions) {
+  auto r = run("plugins --describe dynamc");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no component named 'dynamc'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("did you mean 'dynamic'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("scaler/static"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+  r = run("plugins --describe scalr/dynamic");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("did you mean 'scaler/dynamic'"), std::string::npos) << r.err;
+  r = run("plugins --describe optimizer/dynamic");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("among the optimizer components"), std::string::npos) << r.err;
+}
+
+}  // namespace
