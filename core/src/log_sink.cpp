@@ -3,6 +3,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "mixtrain/core/live_line.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -11,11 +12,16 @@ namespace {
 
 spdlog::level::level_enum to_spdlog(sdk::LogLevel l) {
   switch (l) {
-    case sdk::LogLevel::trace: return spdlog::level::trace;
-    case sdk::LogLevel::debug: return spdlog::level::debug;
-    case sdk::LogLevel::info: return spdlog::level::info;
-    case sdk::LogLevel::warn: return spdlog::level::warn;
-    case sdk::LogLevel::error: return spdlog::level::err;
+    case sdk::LogLevel::trace:
+      return spdlog::level::trace;
+    case sdk::LogLevel::debug:
+      return spdlog::level::debug;
+    case sdk::LogLevel::info:
+      return spdlog::level::info;
+    case sdk::LogLevel::warn:
+      return spdlog::level::warn;
+    case sdk::LogLevel::error:
+      return spdlog::level::err;
   }
   return spdlog::level::info;
 }
@@ -27,7 +33,10 @@ class SpdlogSink final : public sdk::LogSink {
     logger_->set_level(spdlog::level::info);
   }
   void write(sdk::LogLevel level, std::string_view component, std::string_view message) override {
-    logger_->log(to_spdlog(level), "[{}] {}", component, message);
+    if (!enabled(level)) return;
+    // A log line takes the screen line of the live progress line, which is redrawn below it.
+    LiveLine::instance().around_output(
+        [&] { logger_->log(to_spdlog(level), "[{}] {}", component, message); });
   }
   bool enabled(sdk::LogLevel level) const override { return logger_->should_log(to_spdlog(level)); }
   spdlog::logger& logger() { return *logger_; }
@@ -43,7 +52,9 @@ SpdlogSink& sink() {
 
 }  // namespace
 
-sdk::LogSink& host_log_sink() { return sink(); }
+sdk::LogSink& host_log_sink() {
+  return sink();
+}
 
 void set_log_level(const std::string& level) {
   auto l = spdlog::level::from_str(level);
@@ -53,6 +64,8 @@ void set_log_level(const std::string& level) {
   sink().logger().set_level(l);
 }
 
-sdk::Logger core_logger(const std::string& component) { return sdk::Logger(&sink(), component); }
+sdk::Logger core_logger(const std::string& component) {
+  return sdk::Logger(&sink(), component);
+}
 
 }  // namespace mixtrain::core

@@ -62,10 +62,17 @@ struct Axis {
   }
 };
 
-std::string linear_label(double v, double step) {
+// One style per axis, so labels read as a column: fixed decimals, or scientific with the same
+// mantissa digits when every tick is tiny (a loss difference of 1e-4) or huge.
+std::string linear_label(double v, double step, double max_abs) {
   if (std::fabs(v) < step * 1e-9) v = 0.0;  // no "-0"
+  if (max_abs >= 1e6 || max_abs < 1e-2) {
+    if (v == 0.0) return "0";
+    const int digits = std::max(0, static_cast<int>(std::floor(std::log10(max_abs) + 1e-9) -
+                                                    std::floor(std::log10(step) + 1e-9)));
+    return fmt("%.*e", digits, v);
+  }
   const int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9)));
-  if (std::fabs(v) >= 1e6 || (v != 0.0 && std::fabs(v) < 1e-4)) return fmt("%.3g", v);
   return fmt("%.*f", decimals, v);
 }
 
@@ -79,8 +86,9 @@ Axis linear_axis(double mn, double mx, int target) {
   const double step = nice_step(mx - mn, target);
   a.lo = std::floor(mn / step + 1e-9) * step;
   a.hi = std::ceil(mx / step - 1e-9) * step;
+  const double max_abs = std::max(std::fabs(a.lo), std::fabs(a.hi));
   for (double v = a.lo; v <= a.hi + step * 1e-6; v += step)
-    a.ticks.push_back({v, linear_label(v, step), {}});
+    a.ticks.push_back({v, linear_label(v, step, max_abs), {}});
   return a;
 }
 

@@ -16,6 +16,8 @@
 #include "mixtrain/core/batch_sampler.h"
 #include "mixtrain/core/log_sink.h"
 #include "mixtrain/core/lr_schedule.h"
+#include "mixtrain/core/progress_report.h"
+#include "mixtrain/core/underflow_report.h"
 
 namespace mixtrain::core {
 
@@ -98,17 +100,6 @@ void from_host(sdk::DeviceBackend& b, const sdk::HostTensor& h, sdk::TensorView 
   b.copy_from_host(v, h.bytes.data());
 }
 
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  auto s = static_cast<long>(seconds + 0.5);
-  char buf[32];
-  if (s >= 3600)
-    std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s / 60) % 60);
-  else
-    std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
-  return buf;
-}
-
 // A folder for a new run: the requested one must not hold a run already; the default one gets a
 // numeric suffix instead of clobbering an earlier run.
 fs::path claim_run_dir(const fs::path& requested, bool explicit_dir) {
@@ -126,7 +117,42 @@ fs::path claim_run_dir(const fs::path& requested, bool explicit_dir) {
   }
 }
 
+// summary.json's "precision": the policy that applied (`auto` resolved) and, per GEMM input dtype
+// the plan uses, whether the backend runs it natively; `compare` labels runs and throughput by it.
+void record_precision(TrainSummary& sum, const Model& model, const sdk::PrecisionPolicy& policy,
+                      const sdk::BackendCapabilities& caps) {
+  for (const auto& l : model.layers()) {
+    if (!l->has_gemm()) continue;
+    const auto dt = l->precision().gemm_input;
+    const auto* support = caps.find(dt);
+    sum.gemm_inputs[std::string(sdk::dtype_name(dt))] = {support != nullptr && support->native,
+                                                         support != nullptr ? support->how : ""};
+  }
+  const std::string resolved = policy.resolved_name();
+  sum.resolved_policy = resolved.empty() ? sum.policy : resolved;
+}
+
 }  // namespace
+
+fs::path resolve_checkpoint_path(const fs::path& path, const std::string& extension) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    fs::path best;
+    for (const auto& f : fs::directory_iterator(path, ec))
+      if (f.is_regular_file() && f.path().extension() == extension &&
+          f.path().filename().string().rfind("step-", 0) == 0 &&
+          (best.empty() || f.path().filename() > best.filename()))
+        best = f.path();
+    if (best.empty())
+      throw sdk::CheckpointError("no checkpoint (step-*" + extension + ") in " + path.string(),
+                                 "pass a checkpoint file, or the checkpoints/ folder of a run");
+    return best;
+  }
+  if (!fs::exists(path, ec))
+    throw sdk::CheckpointError("checkpoint " + path.string() + " does not exist",
+                               "check the path; runs keep theirs in <run-dir>/checkpoints/");
+  return path;
+}
 
 struct Trainer::State {
   Experiment e;
@@ -458,7 +484,6 @@ TrainSummary Trainer::run() {
   auto& e = s.e;
   auto& b = *s.c.backend;
   const std::int64_t bs = e.data.batch_size;
-  const bool tty = s.opt.progress_line;
   TrainSummary sum;
   sum.run_dir = s.run_dir;
 
@@ -475,20 +500,19 @@ TrainSummary Trainer::run() {
 
   // Per layer boundary, the share of non-zero activation gradients that flush to zero in the
   // dtype the policy stores them in, at the loss scale of this step: the underflow that loss
-  // scaling exists to prevent, made visible.
+  // scaling exists to prevent, made visible. metrics.jsonl gets every tensor, the log one line.
   auto underflow_record = [&](float scale) {
+    const auto counts = s.model->measure_gradient_underflow(bs, scale);
     json shares = json::object();
-    std::string line;
-    for (const auto& c : s.model->measure_gradient_underflow(bs, scale)) {
+    for (const auto& c : counts) {
       if (c.dtype == sdk::DType::fp32) continue;
-      const double share = c.nonzero ? static_cast<double>(c.flushed) / static_cast<double>(c.nonzero) : 0.0;
-      shares[c.tensor] = {{"dtype", sdk::dtype_name(c.dtype)}, {"flushed_share", share},
-                          {"nonzero", c.nonzero}};
-      char buf[96];
-      std::snprintf(buf, sizeof buf, " %s %.1f%%", c.tensor.c_str(), 100.0 * share);
-      line += buf;
+      // nonzero = 0 (all zero) has no share; 0 keeps the field numeric for readers.
+      const double share =
+          c.nonzero ? static_cast<double>(c.flushed) / static_cast<double>(c.nonzero) : 0.0;
+      shares[c.tensor] = {
+          {"dtype", sdk::dtype_name(c.dtype)}, {"flushed_share", share}, {"nonzero", c.nonzero}};
     }
-    if (!line.empty()) s.log.info("gradient underflow at loss scale " + std::to_string(scale) + ":" + line);
+    if (auto line = underflow_summary_line(counts, scale); !line.empty()) s.log.info(line);
     return json{{"step", s.step}, {"underflow_scale", scale}, {"underflow", shares}};
   };
 
@@ -508,13 +532,25 @@ TrainSummary Trainer::run() {
     return json{{"step", s.step}, {"fp8", slots}};
   };
 
+  auto evaluate_and_log = [&]() {
+    sum.eval = evaluate();
+    sum.evaluated = true;
+    sum.eval_step = s.step;
+    write_record(
+        {{"step", s.step}, {"eval_loss", sum.eval.loss}, {"eval_accuracy", sum.eval.accuracy}});
+    char line[160];
+    std::snprintf(line, sizeof line, "eval at step %lld: loss %.5f accuracy %.4f",
+                  static_cast<long long>(s.step), sum.eval.loss, sum.eval.accuracy);
+    s.log.info(line);
+  };
+
   const auto t_start = Clock::now();
   auto t_window = t_start;
   std::int64_t window_rows = 0;
-  auto t_progress = t_start - std::chrono::seconds(1);
   const std::int64_t first_step = s.step;
-  EvalResult last_eval;
-  bool evaluated_at_end = false;
+  ProgressReport progress(first_step, e.run.steps, bs, s.opt.progress_line, s.log);
+  bool interrupted = false;
+  std::string stopped_by;  // run.on_nonfinite = "stop": why
 
   while (s.step < e.run.steps) {
     ++s.step;
@@ -525,7 +561,8 @@ TrainSummary Trainer::run() {
 
     const float scale = s.c.scaler->scale();
     if (s.c.policy->uses_scaled_operands() && e.run.underflow_every > 0)
-      for (auto& l : s.model->layers()) l->collect_operand_stats(s.step % e.run.underflow_every == 0);
+      for (auto& l : s.model->layers())
+        l->collect_operand_stats(s.step % e.run.underflow_every == 0);
     s.model->forward(bs);
     if (e.run.underflow_every > 0 && s.step % e.run.underflow_every == 0 && s.underflow_watch)
       write_record(underflow_record(scale));
@@ -534,7 +571,10 @@ TrainSummary Trainer::run() {
     // The loss stays on the device: the step's one wait is the found_inf read below.
     s.model->compute_loss(bs, scale, true);
     s.model->backward(bs);
-    const bool log_step = s.step % e.run.log_every == 0 || s.step == e.run.steps;
+    // A stop request (Ctrl-C) lets this step finish and then reports it as the last one.
+    interrupted = s.opt.stop_requested && s.opt.stop_requested() && s.step < e.run.steps;
+    const bool last_step = s.step == e.run.steps || interrupted;
+    const bool log_step = s.step % e.run.log_every == 0 || last_step;
     // Clipping and the logged gradient norm need Σg²: read with found_inf, in the same wait.
     const bool wants_norm = e.schedule.clip_grad_norm > 0.0 || log_step;
     bool found_inf = false;
@@ -550,13 +590,12 @@ TrainSummary Trainer::run() {
     // FP8 amaxes of this step's casts, and the loss where this step reports or keeps it.
     if (s.c.policy->uses_scaled_operands()) s.model->flush_operand_amaxes();
     auto decision = s.c.scaler->update(found_inf);
-    const bool tty_refresh =
-        tty && (Clock::now() - t_progress > std::chrono::milliseconds(200) || s.step == e.run.steps);
-    const bool eval_step = e.run.eval_every > 0 && s.step % e.run.eval_every == 0;
+    const bool live_refresh = progress.live_due(s.step) || (progress.live() && last_step);
+    const bool eval_step = e.run.eval_every > 0 && s.step % e.run.eval_every == 0 && !interrupted;
     const bool checkpoint_step = e.checkpoint.every > 0 && s.step % e.checkpoint.every == 0;
     LossValues lv;
     lv.loss = s.last_loss;
-    if (log_step || !decision.apply_step || tty_refresh || eval_step || checkpoint_step) {
+    if (log_step || !decision.apply_step || live_refresh || eval_step || checkpoint_step) {
       lv = s.model->read_loss();  // before an eval overwrites the loss buffer
       s.last_loss = lv.loss;
     }
@@ -582,15 +621,15 @@ TrainSummary Trainer::run() {
       s.c.policy->on_step_end(false);
       const std::string where = nonfinite_where.empty() ? "none on replay" : nonfinite_where;
       char msg[256];
-      std::snprintf(msg, sizeof msg, "step %lld skipped: non-finite values (first: %s); loss scale %g -> %g",
-                    static_cast<long long>(s.step), where.c_str(), static_cast<double>(decision.scale_before),
-                    static_cast<double>(decision.scale_after));
+      std::snprintf(
+          msg, sizeof msg, "step %lld skipped: non-finite values (first: %s); loss scale %g -> %g",
+          static_cast<long long>(s.step), where.c_str(), static_cast<double>(decision.scale_before),
+          static_cast<double>(decision.scale_after));
       s.log.warn(msg);
       if (!std::isfinite(lv.loss) && e.run.on_nonfinite == "stop")
-        throw std::runtime_error("training stopped at step " + std::to_string(s.step) +
-                                 ": the loss is not finite (first non-finite tensor: " + where +
-                                 "); master weights are unchanged by this step. HINT: lower the "
-                                 "learning rate, add a loss scaler, or set run.on_nonfinite = \"skip\"");
+        stopped_by = "run.on_nonfinite = \"stop\" stopped it at step " + std::to_string(s.step) +
+                     ": the loss is not finite (first non-finite tensor: " + where +
+                     "); master weights are unchanged by this step";
     }
     window_rows += bs;
     if (fp8_stats_step) write_record(fp8_record());
@@ -612,84 +651,50 @@ TrainSummary Trainer::run() {
                   {"epoch", s.sampler->cursor().epoch}};
       if (!decision.apply_step) rec["nonfinite"] = nonfinite_where;
       write_record(rec);
-      if (!tty) {
-        char line[256];
-        std::snprintf(line, sizeof line, "step %lld/%lld loss %.5f scale %g lr %.3g %.0f samples/s",
-                      static_cast<long long>(s.step), static_cast<long long>(e.run.steps),
-                      static_cast<double>(lv.loss), static_cast<double>(decision.scale_before), lr, sps);
-        s.log.info(line);
-      }
+      progress.log_step(s.step, lv.loss, decision.scale_before, lr, sps);
     }
-    if (tty_refresh) {
-      const auto now = Clock::now();
-      t_progress = now;
-      double elapsed = std::chrono::duration<double>(now - t_start).count();
-      double per_step = elapsed / static_cast<double>(s.step - first_step);
-      double eta = per_step * static_cast<double>(e.run.steps - s.step);
-      std::fprintf(stderr, "\r\033[Kstep %lld/%lld  loss %.4f  scale %g  %.0f samples/s  ETA %s",
-                   static_cast<long long>(s.step), static_cast<long long>(e.run.steps),
-                   static_cast<double>(lv.loss), static_cast<double>(s.c.scaler->scale()),
-                   static_cast<double>(bs) / per_step, format_duration(eta).c_str());
-      if (s.step == e.run.steps) std::fprintf(stderr, "\n");
-      std::fflush(stderr);
-    }
-    if (eval_step) {
-      last_eval = evaluate();
-      evaluated_at_end = s.step == e.run.steps;
-      write_record({{"step", s.step}, {"eval_loss", last_eval.loss}, {"eval_accuracy", last_eval.accuracy}});
-      char line[160];
-      std::snprintf(line, sizeof line, "eval at step %lld: loss %.5f accuracy %.4f",
-                    static_cast<long long>(s.step), last_eval.loss, last_eval.accuracy);
-      s.log.info(line);
-    }
+    if (live_refresh) progress.show_live(s.step, lv.loss, s.c.scaler->scale());
+    if (eval_step) evaluate_and_log();
+    const bool stopping = interrupted || !stopped_by.empty();
+    if (stopping) break;
     if (checkpoint_step && s.step != e.run.steps) save_checkpoint();
   }
+  progress.finish();
   const double wall = std::chrono::duration<double>(Clock::now() - t_start).count();
-  if (!evaluated_at_end) {
-    last_eval = evaluate();
-    write_record({{"step", s.step}, {"eval_loss", last_eval.loss}, {"eval_accuracy", last_eval.accuracy}});
-    char line[160];
-    std::snprintf(line, sizeof line, "eval at step %lld: loss %.5f accuracy %.4f",
-                  static_cast<long long>(s.step), last_eval.loss, last_eval.accuracy);
-    s.log.info(line);
-  }
+  // An interrupted run goes straight to its checkpoint; the evaluation would make the user wait.
+  if (!interrupted && !(sum.evaluated && sum.eval_step == s.step)) evaluate_and_log();
   // The training loop's peak, before the final checkpoint's host copies of the state.
   const std::size_t training_peak_rss = peak_rss_bytes();
-  if (s.opt.write_outputs) save_checkpoint();
+  fs::path last_checkpoint;
+  if (s.opt.write_outputs) last_checkpoint = save_checkpoint();
 
   sum.steps = s.step;
   sum.applied_steps = s.applied;
   sum.skipped_steps = s.skipped;
   sum.final_loss = s.last_loss;
-  sum.eval = last_eval;
   sum.final_loss_scale = s.c.scaler->scale();
   sum.peak_memory_bytes = b.memory_stats().peak_bytes;
   sum.peak_rss_bytes = training_peak_rss;
+  sum.peak_rss_bytes_with_checkpoint = peak_rss_bytes();
   const std::int64_t trained = s.step - first_step;
   sum.samples_per_s = wall > 0 ? static_cast<double>(trained * bs) / wall : 0.0;
   sum.wall_seconds = wall;
-  if (s.opt.write_outputs) {
-    json j = {{"steps", sum.steps},
-              {"applied_steps", sum.applied_steps},
-              {"skipped_steps", sum.skipped_steps},
-              {"final_loss", sum.final_loss},
-              {"eval_loss", sum.eval.loss},
-              {"eval_accuracy", sum.eval.accuracy},
-              {"final_loss_scale", sum.final_loss_scale},
-              {"peak_memory_bytes", sum.peak_memory_bytes},
-              {"peak_rss_bytes", sum.peak_rss_bytes},
-              {"peak_rss_bytes_with_checkpoint", peak_rss_bytes()},
-              {"samples_per_s", sum.samples_per_s},
-              {"wall_seconds", sum.wall_seconds},
-              {"parameters", s.model->parameter_count()},
-              {"policy", e.policy_name},
-              {"scaler", e.scaler_type},
-              {"optimizer", e.optimizer_type},
-              {"backend", e.backend_type}};
-    if (!s.resumed_from.empty()) j["resumed_from"] = s.resumed_from.string();
-    std::ofstream out(s.run_dir / "summary.json", std::ios::trunc);
-    out << j.dump(2) << '\n';
-  }
+  sum.parameters = s.model->parameter_count();
+  sum.policy = e.policy_name;
+  sum.scaler = e.scaler_type;
+  sum.optimizer = e.optimizer_type;
+  sum.backend = e.backend_type;
+  record_precision(sum, *s.model, *s.c.policy, b.capabilities());
+  sum.resumed_from = s.resumed_from;
+  sum.interrupted = interrupted;
+  sum.divergence = divergence_reason(sum, stopped_by);
+  sum.diverged = !sum.divergence.empty();
+  if (s.opt.write_outputs) write_run_summary(s.run_dir / "summary.json", sum);
+  if (interrupted)
+    s.log.warn("interrupted after step " + std::to_string(s.step) + " of " +
+               std::to_string(e.run.steps) +
+               (last_checkpoint.empty() ? std::string()
+                                        : "; continue with --resume " + last_checkpoint.string()));
   return sum;
 }
 

@@ -203,6 +203,20 @@ TEST(SvgChart, DotsDrawEvenASinglePoint) {
   EXPECT_EQ(count(core::render_svg_chart("t", "x", {p}, {}), "series-dots"), 0u);
 }
 
+TEST(SvgChart, TinyLinearTicksShareOneScientificStyle) {
+  // A loss difference of a few 1e-4: ticks every 5e-5 from -2e-4 to 1e-4.
+  const auto svg = core::render_svg_chart(
+      "t", "x", {panel_of({{0, -2e-4}, {1, 1e-4}}, core::AxisScale::linear)}, {});
+  for (const char* label :
+       {">-2.0e-04</text>", ">-1.5e-04</text>", ">5.0e-05</text>", ">1.0e-04</text>", ">0</text>"})
+    EXPECT_NE(svg.find(label), std::string::npos) << label;
+  EXPECT_EQ(svg.find(">0.0000"), std::string::npos);
+  // Ordinary ranges keep fixed decimals.
+  const auto plain = core::render_svg_chart(
+      "t", "x", {panel_of({{0, 0.5}, {1, 1.0}}, core::AxisScale::linear)}, {});
+  EXPECT_NE(plain.find(">0.5</text>"), std::string::npos);
+}
+
 TEST(SvgChart, AutomaticLossAxisGoesLogarithmicBeyondTwoDecades) {
   auto wide = core::render_svg_chart(
       "t", "step", {panel_of({{0, 5.0}, {1, 0.5}, {2, 0.004}}, core::AxisScale::automatic)}, {});

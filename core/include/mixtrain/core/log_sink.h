@@ -2,6 +2,7 @@
 //
 // Contract: one process-wide logger writing to stderr ("[time] [level] [component] message");
 // set_log_level() accepts trace|debug|info|warn|error|off and raises sdk::UserError otherwise.
+// A log line never shares a screen line with the live progress line (see live_line.h).
 #pragma once
 
 #include <string>

@@ -8,46 +8,32 @@
 //   (one JSON object per logged step and per evaluation, flushed as written), checkpoints/ and
 //   summary.json. It never overwrites another run's files: an existing run folder is refused
 //   unless it is the folder being resumed.
+// - run() stops early, after the step in progress, when TrainOptions::stop_requested answers
+//   true (Ctrl-C: see interrupt.h) or when run.on_nonfinite = "stop" meets a non-finite loss; it
+//   still writes the final checkpoint and summary.json, and the summary says interrupted or
+//   diverged (run_summary.h). A diverged run is a result, not an exception.
 // - Step semantics: loss in FP32, backward seeded with the loss scale, fused unscale + non-finite
 //   check on FP32 gradients, optional clipping after unscaling, then the scaler decides; a
 //   skipped step leaves master weights, optimizer state and the lr schedule untouched.
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
-#include "mixtrain/core/checkpoint_path.h"  // resolve_checkpoint_path (resume)
 #include "mixtrain/core/experiment.h"
+#include "mixtrain/core/run_summary.h"
 
 namespace mixtrain::core {
 
 struct TrainOptions {
-  std::filesystem::path run_dir;         // empty: run.dir or runs/<name> (made unique)
+  std::filesystem::path run_dir;                // empty: run.dir or runs/<name> (made unique)
   std::optional<std::filesystem::path> resume;  // a checkpoint file or a checkpoints folder
-  bool progress_line = false;            // live progress line (a terminal is attached)
-  bool write_outputs = true;             // false: evaluate-only use, nothing written
-};
-
-struct EvalResult {
-  double loss = 0.0;
-  double accuracy = 0.0;
-  std::int64_t rows = 0;
-};
-
-struct TrainSummary {
-  std::int64_t steps = 0;
-  std::int64_t applied_steps = 0;
-  std::int64_t skipped_steps = 0;
-  double final_loss = 0.0;
-  EvalResult eval;
-  double final_loss_scale = 1.0;
-  std::size_t peak_memory_bytes = 0;
-  std::size_t peak_rss_bytes = 0;
-  double samples_per_s = 0.0;
-  double wall_seconds = 0.0;
-  std::filesystem::path run_dir;
+  bool progress_line = false;                   // live progress line (a terminal is attached)
+  bool write_outputs = true;                    // false: evaluate-only use, nothing written
+  std::function<bool()> stop_requested;         // asked once per step; true: stop after this step
 };
 
 class Trainer {
@@ -69,5 +55,9 @@ class Trainer {
   struct State;
   std::unique_ptr<State> s_;
 };
+
+// The newest "step-*.mxt"-style checkpoint in a folder, or the path itself when it is a file.
+std::filesystem::path resolve_checkpoint_path(const std::filesystem::path& path,
+                                              const std::string& extension);
 
 }  // namespace mixtrain::core

@@ -1,0 +1,64 @@
+// What a training run ends with: its summary (returned by Trainer::run() and written as
+// summary.json) and the verdict on whether it diverged.
+//
+// Contract
+// - A run diverged when none of its steps was applied (every step skipped: non-finite gradients
+//   at any loss scale), when its final loss is not finite, or when run.on_nonfinite = "stop"
+//   stopped it. `divergence` then says which, in one sentence; it is empty otherwise.
+// - An interrupted run (Ctrl-C, SIGTERM) stopped after a completed step; its checkpoint for that
+//   step was written and `evaluated` is false unless an evaluation ran at that step.
+// - summary.json always holds "diverged" and "interrupted" (booleans); "divergence" when it
+//   diverged; "eval_loss" / "eval_accuracy" / "eval_step" only when an evaluation ran.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+
+namespace mixtrain::core {
+
+struct EvalResult {
+  double loss = 0.0;
+  double accuracy = 0.0;
+  std::int64_t rows = 0;
+};
+
+struct TrainSummary {
+  std::int64_t steps = 0;
+  std::int64_t applied_steps = 0;
+  std::int64_t skipped_steps = 0;
+  double final_loss = 0.0;
+  bool evaluated = false;  // `eval` holds an evaluation, made at `eval_step`
+  std::int64_t eval_step = 0;
+  EvalResult eval;
+  double final_loss_scale = 1.0;
+  std::size_t peak_memory_bytes = 0;
+  std::size_t peak_rss_bytes = 0;                  // the training loop's peak
+  std::size_t peak_rss_bytes_with_checkpoint = 0;  // including the final checkpoint's copies
+  double samples_per_s = 0.0;
+  double wall_seconds = 0.0;
+  std::int64_t parameters = 0;
+  std::string policy, scaler, optimizer, backend;
+  // "precision" in summary.json: the policy that applied (`auto` resolved) and, per GEMM input
+  // dtype the plan uses, whether the backend runs it natively and how.
+  std::string resolved_policy;
+  struct GemmInput {
+    bool native = false;
+    std::string how;
+  };
+  std::map<std::string, GemmInput> gemm_inputs;
+  std::filesystem::path resumed_from;  // empty: a fresh run
+  std::filesystem::path run_dir;
+  bool diverged = false;
+  std::string divergence;  // why it diverged, one sentence; empty when it did not
+  bool interrupted = false;
+};
+
+// The reason a run with these totals diverged ("every one of the 300 steps was skipped ..."), or
+// empty. `stopped_by` is the message of an on_nonfinite = "stop" stop, if any.
+std::string divergence_reason(const TrainSummary& summary, const std::string& stopped_by);
+
+void write_run_summary(const std::filesystem::path& file, const TrainSummary& summary);
+
+}  // namespace mixtrain::core

@@ -1,0 +1,415 @@
+// Integration: how a training run ends and what it tells the person watching, through the real
+// executable — divergence (exit 3, "diverged" in summary.json, on_nonfinite = "stop"), Ctrl-C
+// (a clean stop with exit 130, a checkpoint that --resume continues; a second Ctrl-C quits at
+// once), progress output on a terminal (a pseudo-terminal) and piped, and the one-line
+// gradient-underflow log.
+#include <fcntl.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <thread>
+
+#include "cli_test_support.h"
+
+namespace mixtrain::test {
+namespace {
+
+using RunControl = CliTest;
+using namespace std::chrono_literals;
+
+std::vector<std::string> split_words(const std::string& args) {
+  std::vector<std::string> out;
+  std::istringstream in(args);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+std::vector<std::string> lines_with(const std::string& text, const std::string& needle) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(needle) != std::string::npos) out.push_back(line);
+  return out;
+}
+
+// A `mixtrain` process started in the background (stdout and stderr to files), so the test can
+// signal it while it trains.
+class Spawned {
+ public:
+  Spawned(const std::string& args, const fs::path& out, const fs::path& err) {
+    auto words = split_words(args);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int in = ::open("/dev/null", O_RDONLY);
+      if (o < 0 || e < 0 || in < 0) ::_exit(127);
+      ::dup2(in, 0);
+      ::dup2(o, 1);
+      ::dup2(e, 2);
+      std::vector<char*> argv;
+      std::string exe = MIXTRAIN_EXE;
+      argv.push_back(exe.data());
+      for (auto& w : words) argv.push_back(w.data());
+      argv.push_back(nullptr);
+      ::execv(exe.c_str(), argv.data());
+      ::_exit(127);
+    }
+  }
+  ~Spawned() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  void signal(int sig) const { ::kill(pid_, sig); }
+  // The wait status, or nullopt when the process still runs after `limit` (it is then killed).
+  std::optional<int> wait(std::chrono::seconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        return status;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return std::nullopt;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+// Polls until `ready` holds or `limit` passes.
+template <class F>
+bool eventually(F ready, std::chrono::seconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return ready();
+}
+
+// --- Divergence ---------------------------------------------------------------------------------
+
+TEST_F(RunControl, ADivergedRunExitsWith3AndItsSummarySaysDiverged) {
+  const std::string common = " --set run.steps=6 --set run.log_every=1 --set run.eval_every=0";
+  // lr = 1e30: the first applied step throws the weights to ~1e30, the next forward pass overflows
+  // and the loss is NaN from then on.
+  auto bad = dir_ / "bad";
+  auto r =
+      run("train " + quickstart() + common + " --set optimizer.lr=1e30 --run-dir " + bad.string());
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("the run diverged"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("HINT"), std::string::npos) << r.err;
+  auto s = summary(bad);
+  EXPECT_TRUE(s["diverged"].get<bool>()) << s.dump();
+  EXPECT_FALSE(s["interrupted"].get<bool>());
+  EXPECT_NE(s["divergence"].get<std::string>().find("not finite"), std::string::npos) << s.dump();
+  EXPECT_GT(s["skipped_steps"].get<int>(), 0);
+
+  // The same run with a sane learning rate is not diverged and exits 0.
+  auto good = dir_ / "good";
+  auto r2 = run("train " + quickstart() + common + " --run-dir " + good.string());
+  EXPECT_EQ(r2.exit_code, 0) << r2.err;
+  auto g = summary(good);
+  EXPECT_FALSE(g["diverged"].get<bool>()) << g.dump();
+  EXPECT_FALSE(g["interrupted"].get<bool>());
+  EXPECT_FALSE(g.contains("divergence"));
+}
+
+TEST_F(RunControl, EverySkippedStepIsADivergence) {
+  // A loss scale of 2^100 overflows fp16 activation gradients on every step, and the loss itself
+  // stays finite: only the skip count tells.
+  auto d = dir_ / "run";
+  auto r = run("train " + quickstart() +
+               " --set precision.policy=fp16-mixed --set scaler.type=dynamic"
+               " --set scaler.init_scale=1.2676506002282294e30 --set run.steps=3"
+               " --set run.eval_every=0 --run-dir " +
+               d.string());
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  auto s = summary(d);
+  EXPECT_EQ(s["applied_steps"].get<int>(), 0);
+  EXPECT_TRUE(s["diverged"].get<bool>());
+  EXPECT_NE(s["divergence"].get<std::string>().find("skipped"), std::string::npos) << s.dump();
+}
+
+TEST_F(RunControl, OnNonfiniteStopIsADivergenceNotAnInternalError) {
+  auto d = dir_ / "run";
+  auto r = run("train " + quickstart() +
+               " --set optimizer.lr=1e30 --set run.on_nonfinite=stop --set run.steps=50"
+               " --set run.eval_every=0 --set checkpoint.every=0 --run-dir " +
+               d.string());
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("on_nonfinite"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not finite"), std::string::npos) << r.err;
+  auto s = summary(d);
+  EXPECT_TRUE(s["diverged"].get<bool>());
+  const auto steps = s["steps"].get<std::int64_t>();
+  EXPECT_LT(steps, 50) << "it stopped at the first non-finite loss";
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%08lld.mxt", static_cast<long long>(steps));
+  EXPECT_TRUE(fs::exists(d / "checkpoints" / name)) << "the stopped run keeps its state";
+}
+
+// --- Ctrl-C -------------------------------------------------------------------------------------
+
+TEST_F(RunControl, CtrlCStopsCleanlyWritesACheckpointAndResumeContinues) {
+  auto d = dir_ / "run";
+  // Far more steps than the test will wait for.
+  Spawned p("train " + quickstart() +
+                " --set run.steps=10000000 --set run.log_every=1 --set run.eval_every=0"
+                " --set checkpoint.every=0 --run-dir " +
+                d.string(),
+            dir_ / "out.txt", dir_ / "err.txt");
+  ASSERT_GT(p.pid(), 0);
+  ASSERT_TRUE(eventually([&] { return !slurp(d / "metrics.jsonl").empty(); }, 120s))
+      << "no metrics record appeared: " << slurp(dir_ / "err.txt");
+  p.signal(SIGINT);
+  auto status = p.wait(120s);
+  ASSERT_TRUE(status.has_value()) << "still running after SIGINT";
+  ASSERT_TRUE(WIFEXITED(*status)) << "ended by a signal, not by a clean stop";
+  EXPECT_EQ(WEXITSTATUS(*status), 130) << slurp(dir_ / "err.txt");
+
+  auto s = summary(d);
+  EXPECT_TRUE(s["interrupted"].get<bool>()) << s.dump();
+  EXPECT_FALSE(s["diverged"].get<bool>());
+  const auto stopped_at = s["steps"].get<std::int64_t>();
+  EXPECT_GE(stopped_at, 1);
+  EXPECT_LT(stopped_at, 10000000);
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%08lld.mxt", static_cast<long long>(stopped_at));
+  EXPECT_TRUE(fs::exists(d / "checkpoints" / name)) << "no checkpoint for step " << stopped_at;
+  // The step it stopped at was logged.
+  auto recs = records(d / "metrics.jsonl");
+  ASSERT_FALSE(recs.empty());
+  EXPECT_EQ(recs.back()["step"].get<std::int64_t>(), stopped_at);
+  EXPECT_NE(slurp(dir_ / "out.txt").find("interrupted"), std::string::npos);
+
+  // --resume continues from that checkpoint, in the same folder, to a nearer end.
+  auto r = run("train " + quickstart() + " --set run.steps=" + std::to_string(stopped_at + 3) +
+               " --set run.log_every=1 --set run.eval_every=0 --set checkpoint.every=0"
+               " --resume " +
+               (d / "checkpoints").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("at step " + std::to_string(stopped_at)), std::string::npos) << r.err;
+  auto resumed = summary(d);
+  EXPECT_EQ(resumed["steps"].get<std::int64_t>(), stopped_at + 3);
+  EXPECT_FALSE(resumed["interrupted"].get<bool>());
+  EXPECT_NE(resumed["resumed_from"].get<std::string>().find(name), std::string::npos);
+  std::vector<std::int64_t> steps;
+  for (const auto& j : records(d / "metrics.jsonl"))
+    if (j.contains("loss")) steps.push_back(j["step"].get<std::int64_t>());
+  ASSERT_GE(steps.size(), 4u);
+  EXPECT_EQ(steps[steps.size() - 4], stopped_at);
+  EXPECT_EQ(steps.back(), stopped_at + 3);
+}
+
+TEST_F(RunControl, ASecondCtrlCQuitsAtOnce) {
+  // Slow steps (a 4M-parameter MLP, batch 2048, one thread), so the second signal arrives while
+  // the step the first one let finish is still running.
+  auto d = dir_ / "run";
+  Spawned p("train " + quickstart() +
+                " --set run.steps=1000 --set run.log_every=1 --set run.eval_every=0"
+                " --set backend.threads=1 --set data.batch_size=2048"
+                " --set model.layers.0.out=2048 --set model.layers.2.out=2048 --run-dir " +
+                d.string(),
+            dir_ / "out.txt", dir_ / "err.txt");
+  ASSERT_TRUE(eventually([&] { return !slurp(d / "metrics.jsonl").empty(); }, 120s))
+      << slurp(dir_ / "err.txt");
+  p.signal(SIGINT);
+  // The handler announces the clean stop once it has restored the default disposition.
+  ASSERT_TRUE(eventually(
+      [&] { return slurp(dir_ / "err.txt").find("interrupted:") != std::string::npos; }, 60s));
+  p.signal(SIGINT);
+  auto status = p.wait(60s);
+  ASSERT_TRUE(status.has_value());
+  ASSERT_TRUE(WIFSIGNALED(*status))
+      << "exited with " << WEXITSTATUS(*status) << " instead of dying by the second SIGINT";
+  EXPECT_EQ(WTERMSIG(*status), SIGINT);
+  EXPECT_FALSE(fs::exists(d / "summary.json")) << "it quit without the clean stop's outputs";
+}
+
+// --- Progress output ----------------------------------------------------------------------------
+
+TEST_F(RunControl, PipedOutputShowsElapsedTimeAndEta) {
+  auto r = run("train " + quickstart() + " --set run.steps=20 --set run.log_every=5 --run-dir " +
+               (dir_ / "run").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto step_lines = lines_with(r.err, "step 5/20");
+  ASSERT_EQ(step_lines.size(), 1u) << r.err;
+  EXPECT_NE(step_lines[0].find("elapsed"), std::string::npos) << step_lines[0];
+  EXPECT_NE(step_lines[0].find("ETA"), std::string::npos) << step_lines[0];
+  EXPECT_EQ(r.err.find('\r'), std::string::npos) << "no live-line redraws when piped";
+}
+
+TEST_F(RunControl, OnATerminalLogLinesNeverLandOnTheProgressLine) {
+  // The real executable on a pseudo-terminal; evaluations log while the live line is shown.
+  const auto run_dir = dir_ / "run";
+  const std::string args = "train " + quickstart() +
+                           " --set run.steps=300 --set run.eval_every=20 --run-dir " +
+                           run_dir.string();
+  auto words = split_words(args);
+  int master = -1;
+  const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::vector<char*> argv;
+    std::string exe = MIXTRAIN_EXE;
+    argv.push_back(exe.data());
+    for (auto& w : words) argv.push_back(w.data());
+    argv.push_back(nullptr);
+    ::execv(exe.c_str(), argv.data());
+    ::_exit(127);
+  }
+  std::string screen;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(master, buf, sizeof buf);
+    if (n > 0) {
+      screen.append(buf, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;  // EIO: the child closed the terminal
+  }
+  ::close(master);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << screen;
+
+  // What each screen line ends up holding: split at newlines and at "erase line" redraws.
+  std::vector<std::string> pieces;
+  std::string cur;
+  for (std::size_t i = 0; i < screen.size(); ++i) {
+    if (screen[i] == '\n' || screen.compare(i, 4, "\r\033[K") == 0) {
+      pieces.push_back(cur);
+      cur.clear();
+      if (screen[i] != '\n') i += 3;
+      continue;
+    }
+    cur += screen[i];
+  }
+  pieces.push_back(cur);
+  int live = 0, evals = 0;
+  for (const auto& p : pieces) {
+    const bool is_live =
+        p.find("samples/s") != std::string::npos && p.find("ETA") != std::string::npos;
+    const bool is_eval_log = p.find("eval at step") != std::string::npos;
+    live += is_live;
+    evals += is_eval_log;
+    EXPECT_FALSE(is_live && is_eval_log) << "a log line printed onto the progress line: " << p;
+  }
+  EXPECT_GT(live, 0) << "no live progress line on a terminal:\n" << screen;
+  EXPECT_EQ(evals, 15) << screen;
+}
+
+// --- Gradient underflow log ---------------------------------------------------------------------
+
+// Writes a float32 or int32 .npy file.
+void write_npy(const fs::path& p, const std::string& descr, std::int64_t rows, std::int64_t cols,
+               const void* data, std::size_t bytes) {
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" +
+                       std::to_string(rows) + (cols > 0 ? ", " + std::to_string(cols) : ",") +
+                       "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream out(p, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const auto len = static_cast<std::uint16_t>(header.size());
+  const char le[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
+  out.write(le, 2);
+  out << header;
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+}
+
+TEST_F(RunControl, UnderflowLogSaysAllZeroInsteadOfZeroPercent) {
+  // All-zero inputs into a linear layer without bias: its output, and so the gradient of the relu
+  // after it, is exactly zero, which has no underflow share at all.
+  const std::int64_t rows = 256, features = 8;
+  std::vector<float> x(static_cast<std::size_t>(rows * features), 0.0f);
+  std::vector<std::int32_t> y(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i)
+    y[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i % 4);
+  write_npy(dir_ / "x.npy", "<f4", rows, features, x.data(), x.size() * sizeof(float));
+  write_npy(dir_ / "y.npy", "<i4", rows, 0, y.data(), y.size() * sizeof(std::int32_t));
+  auto cfg = write_file("zero.toml", R"(
+[run]
+name = "zero"
+steps = 2
+underflow_every = 1
+[backend]
+type = "cpu"
+[precision]
+policy = "fp16-mixed"
+[scaler]
+type = "none"
+[optimizer]
+type = "sgd"
+lr = 0.01
+[model]
+layers = [
+  { type = "linear", name = "fc1", out = 16, bias = false },
+  { type = "relu", name = "act1" },
+  { type = "linear", name = "fc2", out = 16 },
+  { type = "relu", name = "act2" },
+  { type = "linear", name = "head", out = 4 },
+]
+[data]
+source = "npy"
+features = "x.npy"
+labels = "y.npy"
+batch_size = 64
+)");
+  auto d = dir_ / "run";
+  auto r = run("train " + cfg.string() + " --run-dir " + d.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto lines = lines_with(r.err, "gradient underflow");
+  ASSERT_EQ(lines.size(), 2u) << r.err;
+  for (const auto& l : lines) {
+    EXPECT_NE(l.find("all zero: act1;"), std::string::npos) << l;
+    EXPECT_EQ(l.find("act1 0.0%"), std::string::npos) << l;
+  }
+  // metrics.jsonl keeps the counts that say why: no non-zero value at all.
+  bool seen = false;
+  for (const auto& j : records(d / "metrics.jsonl"))
+    if (j.contains("underflow")) {
+      EXPECT_EQ(j["underflow"]["act1 input gradient"]["nonzero"].get<std::int64_t>(), 0)
+          << j.dump();
+      seen = true;
+    }
+  EXPECT_TRUE(seen);
+}
+
+TEST_F(RunControl, UnderflowLogIsOneLineForADeepModel) {
+  // 41 layers: the per-tensor shares go to metrics.jsonl, the log gets one summary line.
+  auto d = dir_ / "run";
+  auto r = run("train " + config("underflow-demo.toml") +
+               " --set precision.policy=fp16-mixed --set run.steps=1 --set run.underflow_every=1"
+               " --set run.eval_every=0 --run-dir " +
+               d.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto lines = lines_with(r.err, "gradient underflow");
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  const auto message = lines[0].substr(lines[0].find("gradient underflow"));
+  EXPECT_LE(message.size(), 160u) << message;
+  EXPECT_NE(message.find("worst "), std::string::npos) << message;
+  std::size_t tensors = 0;
+  for (const auto& j : records(d / "metrics.jsonl"))
+    if (j.contains("underflow")) tensors = j["underflow"].size();
+  EXPECT_EQ(tensors, 41u);
+}
+
+}  // namespace
+}  // namespace mixtrain::test
