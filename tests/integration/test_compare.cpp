@@ -6,16 +6,23 @@
 namespace {
 
 using namespace mixtrain::test;
-using CompareCli = CliTest;
+class CompareCli : public CliTest {
+ protected:
+  // A short quickstart run logged every 5 steps (so the smoothed loss, over 25 steps, has points
+  // from step 25 on); `sets` are extra --set overrides.
+  fs::path train(const std::string& name, const std::string& sets = "") {
+    const auto d = dir_ / name;
+    auto r = run("train " + quickstart() + " --set run.steps=40 --set run.log_every=5 " + sets +
+                 " --run-dir " + d.string());
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return d;
+  }
+};
 
 TEST_F(CompareCli, ComparesAnAdamwAndAnSgdRun) {
-  const auto a = dir_ / "adamw", b = dir_ / "sgd";
-  auto ra = run("train " + quickstart() + " --set run.steps=40 --run-dir " + a.string());
-  ASSERT_EQ(ra.exit_code, 0) << ra.err;
-  auto rb = run("train " + quickstart() +
-                " --set run.steps=40 --set optimizer.type=sgd --set optimizer.lr=0.05 --run-dir " +
-                b.string());
-  ASSERT_EQ(rb.exit_code, 0) << rb.err;
+  const auto a = train("adamw"),
+             b = train("sgd", "--set optimizer.type=sgd --set optimizer.lr=0.05");
+  ASSERT_FALSE(HasFailure());
 
   auto r = run("compare " + a.string() + " " + b.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -31,9 +38,15 @@ TEST_F(CompareCli, ComparesAnAdamwAndAnSgdRun) {
   EXPECT_EQ(j["baseline"], "adamw");
   EXPECT_EQ(j["runs"][0]["max_rel_loss_gap"].get<double>(), 0.0);
   EXPECT_EQ(j["runs"][1]["optimizer"], "sgd");
-  // Both runs log steps 25 and 40 (log_every = 25 plus the last step), and they differ.
-  EXPECT_GE(j["runs"][1]["common_steps"].get<int>(), 1);
+  // Logged every 5 steps, smoothed over 25: steps 25, 30, 35 and 40 have full windows.
+  EXPECT_EQ(j["loss_gap"]["window_steps"], 25);
+  EXPECT_EQ(j["runs"][1]["common_steps"].get<int>(), 4);
   EXPECT_GT(j["runs"][1]["max_rel_loss_gap"].get<double>(), 0.0);
+  EXPECT_NE(r.out.find("max gap, 25-step mean loss"), std::string::npos) << r.out;
+  EXPECT_NE(slurp(a / "compare.md").find("max gap, 25-step mean loss"), std::string::npos);
+  // Optimizers differ, model and data do not: nothing to warn about.
+  EXPECT_EQ(r.out.find("warning"), std::string::npos) << r.out;
+  EXPECT_EQ(j["warnings"], json::array());
   EXPECT_EQ(j["runs"][1]["samples_per_s_ratio"].is_number(), true);
 
   // --out puts the files elsewhere and leaves the run folders alone.
@@ -42,6 +55,61 @@ TEST_F(CompareCli, ComparesAnAdamwAndAnSgdRun) {
   ASSERT_EQ(r2.exit_code, 0) << r2.err;
   EXPECT_EQ(json::parse(slurp(out / "compare.json"))["baseline"], "sgd");
   EXPECT_FALSE(fs::exists(b / "compare.json"));
+}
+
+TEST_F(CompareCli, WarnsWhenRunsTrainADifferentModelOrDataButNotForAnotherPrecision) {
+  const auto base = train("base"), bf16 = train("bf16", "--set precision.policy=bf16-mixed"),
+             noisy = train("noisy", "--set data.noise=2.0");
+  ASSERT_FALSE(HasFailure());
+  auto r = run("compare " + base.string() + " " + bf16.string() + " " + noisy.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("warning: noisy trains a different model or data than the baseline"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("noise = 2.0 (baseline 1.0)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("warning: bf16"), std::string::npos) << r.out;
+  EXPECT_NE(slurp(base / "compare.md").find("> **Warning:** noisy trains"), std::string::npos);
+  auto j = json::parse(slurp(base / "compare.json"));
+  ASSERT_EQ(j["warnings"].size(), 1u) << j["warnings"];
+  EXPECT_EQ(j["runs"][1]["setup_differences"], json::array());
+  ASSERT_EQ(j["runs"][2]["setup_differences"].size(), 1u) << j["runs"][2]["setup_differences"];
+  EXPECT_NE(j["runs"][2]["setup_differences"][0]["key"].get<std::string>().find("noise"),
+            std::string::npos);
+
+  // The chart gains the eval-accuracy and difference-from-baseline panels, one curve per run.
+  const auto svg = slurp(base / "compare.svg");
+  for (const char* cls :
+       {R"(class="diff-curve")", R"(class="eval-curve")", R"(class="eval-curve-dots")"}) {
+    std::size_t n = 0;
+    for (auto p = svg.find(cls); p != std::string::npos; p = svg.find(cls, p + 1)) ++n;
+    EXPECT_EQ(n, 3u) << cls;
+  }
+}
+
+TEST_F(CompareCli, AutoShowsItsChoiceAndEmulatedThroughputIsMarked) {
+  // bf16_gemm = emulated makes the CPU's bf16 emulated on every machine.
+  const auto base = train("fp32", "--set backend.bf16_gemm=emulated"),
+             emul = train("emul",
+                          "--set backend.bf16_gemm=emulated --set precision.policy=bf16-mixed"),
+             chosen =
+                 train("chosen", "--set backend.bf16_gemm=emulated --set precision.policy=auto");
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(summary(emul)["precision"]["gemm_inputs"]["bf16"]["native"], false);
+  EXPECT_EQ(summary(base)["precision"]["gemm_inputs"]["fp32"]["native"], true);
+  const auto resolved = summary(chosen)["precision"]["policy"].get<std::string>();
+  EXPECT_NE(resolved, "auto");
+  EXPECT_EQ(summary(chosen)["policy"], "auto");
+
+  auto r = run("compare " + base.string() + " " + emul.string() + " " + chosen.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("chosen (auto\u2192" + resolved + "/none)"), std::string::npos) << r.out;
+  auto j = json::parse(slurp(base / "compare.json"));
+  EXPECT_EQ(j["runs"][2]["resolved_policy"], resolved);
+  EXPECT_FALSE(j["runs"][0]["samples_per_s_emulated"].get<bool>());
+  EXPECT_TRUE(j["runs"][1]["samples_per_s_emulated"].get<bool>());
+  EXPECT_NE(r.out.find("x) emulated"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("emul: bf16 GEMMs emulated"), std::string::npos) << r.out;
+  EXPECT_NE(slurp(base / "compare.md").find("emul: bf16 GEMMs emulated"), std::string::npos);
 }
 
 TEST_F(CompareCli, AMissingFolderExitsTwoNamingIt) {
