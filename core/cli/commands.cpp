@@ -4,10 +4,10 @@
 
 #include <cstdio>
 #include <iostream>
-#include <map>
 
 #include <nlohmann/json.hpp>
 
+#include "cli_registry.h"
 #include "embedded_quickstart.h"
 #include "mixtrain/core/config.h"
 #include "mixtrain/core/experiment.h"
@@ -21,7 +21,6 @@ namespace mixtrain::cli {
 
 namespace fs = std::filesystem;
 using core::Config;
-using core::PluginRegistry;
 
 namespace {
 
@@ -30,15 +29,6 @@ Config load_config(const ConfigArgs& a) {
     return Config::from_string(kEmbeddedQuickstartToml, "<embedded configs/quickstart.toml>",
                                a.sets);
   return Config::from_file(a.config, a.sets);
-}
-
-std::unique_ptr<PluginRegistry> make_registry(const Config* config) {
-  auto reg = std::make_unique<PluginRegistry>(&core::host_log_sink());
-  auto paths = PluginRegistry::default_search_path();
-  if (config != nullptr)
-    for (const auto& p : core::config_plugin_paths(*config)) paths.push_back(p);
-  reg->scan(paths);
-  return reg;
 }
 
 std::string dt(sdk::DType t) { return std::string(sdk::dtype_name(t)); }
@@ -126,45 +116,6 @@ int run_check(const ConfigArgs& cfg) {
   return 0;
 }
 
-int run_plugins() {
-  auto registry = make_registry(nullptr);
-  std::printf("%-18s %-14s %-8s %-34s %s\n", "KIND", "NAME", "VERSION", "LIBRARY", "DESCRIPTION");
-  for (const auto& c : registry->components()) {
-    std::printf("%-18s %-14s %-8s %-34s %s\n", std::string(sdk::component_kind_name(c.info.kind)).c_str(),
-                c.info.name.c_str(), c.plugin_version.c_str(),
-                c.library.filename().string().c_str(), c.info.description.c_str());
-    if (c.info.kind == sdk::ComponentKind::backend) {
-      try {
-        auto opts = sdk::Options::resolve("backend", c.info.options, {}, {});
-        auto backend = registry->create<sdk::DeviceBackend>(c, opts);
-        auto caps = backend->capabilities();
-        std::printf("%-18s   device: %s, %d threads\n", "", caps.device_name.c_str(), caps.threads);
-        for (const auto& d : caps.gemm_inputs)
-          std::printf("%-18s   gemm %-9s %-9s %s\n", "", dt(d.dtype).c_str(),
-                      d.native ? "native" : "emulated", d.how.c_str());
-        if (!caps.features.empty()) {
-          std::string f;
-          for (const auto& x : caps.features) f += (f.empty() ? "" : " ") + x;
-          std::printf("%-18s   cpu features: %s\n", "", f.c_str());
-        }
-      } catch (const std::exception& e) {
-        std::printf("%-18s   unavailable: %s\n", "", e.what());
-      }
-    }
-  }
-  bool any_failed = false;
-  for (const auto& l : registry->libraries()) {
-    if (l.loaded) continue;
-    if (!any_failed) std::printf("\nlibraries that failed to load:\n");
-    any_failed = true;
-    std::printf("  %s\n    %s\n", l.path.string().c_str(), l.error.c_str());
-  }
-  std::printf("\nsearch path:");
-  for (const auto& p : PluginRegistry::default_search_path()) std::printf(" %s", p.string().c_str());
-  std::printf("\n");
-  return 0;
-}
-
 int run_eval(const ConfigArgs& cfg, const std::string& checkpoint) {
   auto config = load_config(cfg);
   auto registry = make_registry(&config);
@@ -191,84 +142,6 @@ int run_compare(const std::vector<std::string>& run_dirs, const std::string& out
   std::cout << "wrote:";
   for (const auto& p : written) std::cout << " " << p.string();
   std::cout << std::endl;
-  return 0;
-}
-
-int run_export(const ExportArgs& args) {
-  const fs::path source = args.checkpoint;
-  std::error_code ec;
-  if (!fs::is_regular_file(source, ec))
-    throw sdk::CheckpointError("checkpoint " + source.string() + " does not exist or is not a file",
-                               "pass a checkpoint file such as <run-dir>/checkpoints/step-00000100.mxt");
-  auto registry = make_registry(nullptr);
-  const sdk::SourceLocation cli_where{"command line"};
-  auto create_format = [&](const core::LoadedComponent& c, std::vector<sdk::RawOption> raw) {
-    auto options = sdk::Options::resolve("export", c.info.options, raw, cli_where);
-    return registry->create<sdk::CheckpointFormat>(c, options);
-  };
-
-  std::vector<sdk::RawOption> writer_options;
-  if (!args.dtype.empty()) writer_options.push_back({"dtype", args.dtype, {"--dtype"}});
-  auto writer = create_format(
-      registry->require(sdk::ComponentKind::checkpoint_format, args.format, "--format"),
-      writer_options);
-
-  std::shared_ptr<sdk::CheckpointFormat> reader;
-  if (!args.from.empty()) {
-    reader = create_format(
-        registry->require(sdk::ComponentKind::checkpoint_format, args.from, "--from"), {});
-  } else {
-    std::string known;
-    for (const auto& c : registry->components()) {
-      if (c.info.kind != sdk::ComponentKind::checkpoint_format) continue;
-      auto f = create_format(c, {});
-      known += (known.empty() ? "" : ", ") + c.info.name + " (" + f->file_extension() + ")";
-      if (f->file_extension() == source.extension().string()) {
-        reader = f;
-        break;
-      }
-    }
-    if (!reader)
-      throw sdk::CheckpointError(
-          "no checkpoint format reads '" + source.extension().string() + "' files (" +
-              source.string() + ")",
-          "name the format with --from; known formats: " + (known.empty() ? "none" : known));
-  }
-
-  fs::path out = args.out.empty() ? fs::path(source).replace_extension(writer->file_extension())
-                                  : fs::path(args.out);
-  if (fs::equivalent(out, source, ec))
-    throw sdk::UserError("export would overwrite its input " + source.string(),
-                         "choose another file with --out");
-  if (fs::exists(out, ec) && !args.force)
-    throw sdk::UserError(out.string() + " already exists", "pass --force to overwrite it, or --out");
-
-  auto state = reader->read(source);
-  // A mixtrain checkpoint's metadata is the whole training state; exported files carry the part
-  // other tools can use. Anything else (e.g. another safetensors file) keeps its metadata.
-  if (state.metadata.count("mixtrain.state_version")) {
-    std::map<std::string, std::string> meta;
-    const auto& m = state.metadata;
-    meta["format"] = "pt";  // what Hugging Face loaders expect of PyTorch weights
-    if (auto it = m.find("mixtrain.version"); it != m.end()) meta["mixtrain.version"] = it->second;
-    if (auto it = m.find("progress"); it != m.end()) {
-      auto j = nlohmann::json::parse(it->second, nullptr, false);
-      if (j.is_object() && j.contains("step")) meta["step"] = j["step"].dump();
-    }
-    if (auto it = m.find("policy"); it != m.end()) {
-      auto j = nlohmann::json::parse(it->second, nullptr, false);
-      if (j.is_object() && j.contains("component") && j["component"].is_string())
-        meta["policy"] = j["component"].get<std::string>();
-    }
-    if (auto it = m.find("config"); it != m.end()) meta["mixtrain.config"] = it->second;
-    state.metadata = std::move(meta);
-  }
-  writer->write(out, state);
-  std::size_t weights = 0;
-  for (const auto& t : state.tensors)
-    if (t.name.rfind("param/", 0) == 0 || t.name.find('/') == std::string::npos) ++weights;
-  std::cout << "wrote " << out.string() << " (" << args.format << ", " << weights << " weight tensors"
-            << (args.dtype.empty() ? "" : ", " + args.dtype) << ")" << std::endl;
   return 0;
 }
 

@@ -35,7 +35,11 @@ int main(int argc, char** argv) {
   check->add_option("config", cfg.config, "config file")->required();
   check->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
 
-  app.add_subcommand("plugins", "list plugin libraries, their components and load errors");
+  std::string describe;
+  auto* plugins =
+      app.add_subcommand("plugins", "list plugin libraries, their components and load errors");
+  plugins->add_option("--describe", describe,
+                      "print the option schema of one component: NAME or KIND/NAME");
 
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint on the config's held-out data");
   eval->add_option("config", cfg.config, "config file")->required();
@@ -53,15 +57,23 @@ int main(int argc, char** argv) {
   mixtrain::cli::ExportArgs export_args;
   auto* exp = app.add_subcommand(
       "export", "convert a checkpoint for other tools (e.g. safetensors weights for PyTorch)");
-  exp->add_option("checkpoint", export_args.checkpoint, "checkpoint file to read")->required();
+  exp->add_option("checkpoint", export_args.checkpoint,
+                  "checkpoint file, or a run folder or its checkpoints/ folder (newest checkpoint)")
+      ->required();
   exp->add_option("--format", export_args.format, "checkpoint format to write, e.g. safetensors")
       ->required();
   exp->add_option("--from", export_args.from,
                   "checkpoint format to read (default: chosen by the file's extension)");
   exp->add_option("--dtype", export_args.dtype, "dtype of the written weights: fp32, bf16, fp16");
   exp->add_option("--out", export_args.out,
-                  "output file (default: CHECKPOINT with the new format's extension)");
+                  "output file (default: in the run folder, the checkpoint's name with the new "
+                  "format's extension)");
   exp->add_flag("--force", export_args.force, "overwrite an existing output file");
+
+  // Accepted after the subcommand too (`mixtrain train cfg.toml --log-level debug`), and listed in
+  // each subcommand's --help.
+  for (auto* sub : app.get_subcommands({}))
+    sub->add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
 
   try {
     app.parse(argc, argv);
@@ -77,7 +89,7 @@ int main(int argc, char** argv) {
     if (eval->parsed()) return mixtrain::cli::run_eval(cfg, checkpoint);
     if (compare->parsed()) return mixtrain::cli::run_compare(compare_dirs, compare_out);
     if (exp->parsed()) return mixtrain::cli::run_export(export_args);
-    return mixtrain::cli::run_plugins();
+    return mixtrain::cli::run_plugins(describe);
   } catch (const mixtrain::sdk::UserError& e) {
     std::fflush(stdout);
     std::cerr << "\nerror: " << e.full_message() << std::endl;

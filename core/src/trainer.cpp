@@ -134,26 +134,6 @@ void record_precision(TrainSummary& sum, const Model& model, const sdk::Precisio
 
 }  // namespace
 
-fs::path resolve_checkpoint_path(const fs::path& path, const std::string& extension) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    fs::path best;
-    for (const auto& f : fs::directory_iterator(path, ec))
-      if (f.is_regular_file() && f.path().extension() == extension &&
-          f.path().filename().string().rfind("step-", 0) == 0 &&
-          (best.empty() || f.path().filename() > best.filename()))
-        best = f.path();
-    if (best.empty())
-      throw sdk::CheckpointError("no checkpoint (step-*" + extension + ") in " + path.string(),
-                                 "pass a checkpoint file, or the checkpoints/ folder of a run");
-    return best;
-  }
-  if (!fs::exists(path, ec))
-    throw sdk::CheckpointError("checkpoint " + path.string() + " does not exist",
-                               "check the path; runs keep theirs in <run-dir>/checkpoints/");
-  return path;
-}
-
 struct Trainer::State {
   Experiment e;
   Components c;

@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 
+#include "mixtrain/core/checkpoint_path.h"  // resolve_checkpoint_path (resume)
 #include "mixtrain/core/experiment.h"
 #include "mixtrain/core/run_summary.h"
 
@@ -55,9 +56,5 @@ class Trainer {
   struct State;
   std::unique_ptr<State> s_;
 };
-
-// The newest "step-*.mxt"-style checkpoint in a folder, or the path itself when it is a file.
-std::filesystem::path resolve_checkpoint_path(const std::filesystem::path& path,
-                                              const std::string& extension);
 
 }  // namespace mixtrain::core
