@@ -1,5 +1,6 @@
 # Installs the CMake package of mixtrain: targets export (mixtrain::sdk, mixtrain::core), config,
-# version file and MixtrainPlugin.cmake, into <libdir>/cmake/mixtrain. Included once at the end of
+# version file and MixtrainPlugin.cmake, into <libdir>/cmake/mixtrain; and the documentation
+# (README, docs/, plugin READMEs, samples/) into share/doc/mixtrain. Included once at the end of
 # the top-level CMakeLists, after every target with EXPORT mixtrain-targets exists.
 include(CMakePackageConfigHelpers)
 
@@ -30,3 +31,18 @@ install(FILES
   ${CMAKE_CURRENT_BINARY_DIR}/mixtrainConfigVersion.cmake
   ${CMAKE_CURRENT_LIST_DIR}/MixtrainPlugin.cmake
   DESTINATION ${MIXTRAIN_INSTALL_CMAKEDIR})
+
+# The documentation, laid out as in the source tree so that its relative links still resolve:
+# <docdir>/README.md, docs/, plugins/<name>/README.md and samples/ (sources only, no build output).
+install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)
+file(GLOB MIXTRAIN_PLUGIN_READMES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/plugins/*/README.md)
+foreach(readme IN LISTS MIXTRAIN_PLUGIN_READMES)
+  get_filename_component(plugin_dir ${readme} DIRECTORY)
+  get_filename_component(plugin_name ${plugin_dir} NAME)
+  install(FILES ${readme} DESTINATION ${CMAKE_INSTALL_DOCDIR}/plugins/${plugin_name})
+endforeach()
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/samples/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/samples
+  FILES_MATCHING PATTERN "*.md" PATTERN "*.txt" PATTERN "*.cpp" PATTERN "*.h" PATTERN "*.py"
+                 PATTERN "*.toml"
+  PATTERN "build*" EXCLUDE)

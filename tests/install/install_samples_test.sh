@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The installed SDK works for an out-of-tree author:
-#   1. `cmake --install` of the current build into a fresh prefix has the promised layout and no
-#      test plugins;
+#   1. `cmake --install` of the current build into a fresh prefix has the promised layout (with
+#      the documentation under share/doc/mixtrain) and no test plugins;
 #   2. samples/custom_scaler, custom_policy and embed configure and build against that prefix
 #      alone (same compiler, ccache when the main build uses it);
 #   3. the installed bin/mixtrain trains the quickstart with the sample scaler (found through
@@ -43,6 +43,19 @@ expect_file "$prefix/lib/cmake/mixtrain/mixtrainConfig.cmake"
 expect_file "$prefix/lib/cmake/mixtrain/mixtrainConfigVersion.cmake"
 expect_file "$prefix/lib/cmake/mixtrain/mixtrainTargets.cmake"
 expect_file "$prefix/lib/cmake/mixtrain/MixtrainPlugin.cmake"
+# The documentation, as in the source tree (so relative links resolve): docs/, every plugin's
+# README, the samples' sources.
+docdir=$prefix/share/doc/mixtrain
+expect_file "$docdir/README.md"
+for f in "$MIXTRAIN_SOURCE_DIR"/docs/*.md "$MIXTRAIN_SOURCE_DIR"/plugins/*/README.md; do
+  expect_file "$docdir/${f#"$MIXTRAIN_SOURCE_DIR"/}"
+done
+for f in $(cd "$MIXTRAIN_SOURCE_DIR" && git ls-files samples 2>/dev/null || find samples -type f); do
+  expect_file "$docdir/$f"
+done
+expect_file "$docdir/samples/custom_scaler/adaptive_loss_scaler.cpp"
+[[ -d $docdir/plugins/scalers ]] && [[ ! -e $docdir/plugins/scalers/CMakeLists.txt ]] ||
+  fail "plugin sources were installed as documentation"
 if compgen -G "$prefix/lib/mixtrain/plugins/libmixtrain_test_*" >/dev/null; then
   fail "test plugins were installed: $(ls "$prefix"/lib/mixtrain/plugins/libmixtrain_test_*)"
 fi
