@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Proves the README's two commands on a fresh Debian 12: debootstraps a minimal bookworm root,
+# copies this checkout in (tracked and untracked-but-not-ignored files, so uncommitted work is
+# tested too), and runs each README command in its own pristine copy of that root, in a chroot.
+# Prints one PASS or FAIL line per command; the logs stay beside the roots.
+#
+#   sudo bash tests/fresh_machine/run.sh [--work DIR] [--mirror URL] [--keep]
+#
+# Not part of .ci/run: it downloads about 1 GiB of packages, so its time depends on the mirror.
+# Needs root (debootstrap, chroot, bind mounts) and about 8 GiB of disk under --work.
+set -euo pipefail
+
+work=/var/tmp/mixtrain-fresh-machine
+mirror=http://deb.debian.org/debian
+keep=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --work) work=$2; shift 2 ;;
+    --mirror) mirror=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "fresh_machine: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+[[ $(id -u) -eq 0 ]] || { echo "fresh_machine: needs root (debootstrap and chroot)" >&2; exit 2; }
+src=$(cd "$(dirname "$0")/../.." && pwd)
+
+# The README's two commands: the first line of each of its first two ```sh blocks.
+mapfile -t commands < <(awk '/^```sh$/ {getline; print; n++} n == 2 {exit}' "$src/README.md")
+[[ ${#commands[@]} -eq 2 ]] || { echo "fresh_machine: README.md does not start with two \`\`\`sh commands" >&2; exit 2; }
+
+command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; }
+
+mounted=()
+cleanup() {
+  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[$i]}" 2>/dev/null || true; done
+  if [[ $keep == 0 ]]; then rm -rf "$work/cmd1" "$work/cmd2"; fi
+}
+trap cleanup EXIT
+
+mkdir -p "$work"
+base="$work/base"
+if [[ ! -f "$base/.debootstrap-done" ]]; then
+  rm -rf "$base"
+  echo "fresh_machine: debootstrap bookworm (minbase) into $base"
+  debootstrap --variant=minbase bookworm "$base" "$mirror" > "$work/debootstrap.log" 2>&1 ||
+    { echo "fresh_machine: debootstrap failed, see $work/debootstrap.log" >&2; exit 1; }
+  touch "$base/.debootstrap-done"
+fi
+
+results=()
+status=0
+for i in 0 1; do
+  root="$work/cmd$((i + 1))"
+  log="$work/cmd$((i + 1)).log"
+  rm -rf "$root"
+  cp -a "$base" "$root"
+  mkdir -p "$root/src"
+  (cd "$src" && git ls-files -z --cached --others --exclude-standard |
+     xargs -0 -I{} sh -c 'test -e "{}" && printf "%s\0" "{}"' | tar --null -T - -cf -) |
+    tar -xf - -C "$root/src"
+  cp /etc/resolv.conf "$root/etc/resolv.conf"
+  for m in proc sys dev dev/pts; do
+    mount --bind "/$m" "$root/$m"
+    mounted+=("$root/$m")
+  done
+  echo "fresh_machine: command $((i + 1)): ${commands[$i]}"
+  start=$(date +%s)
+  if chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+       /bin/bash -c "cd /src && ${commands[$i]}" > "$log" 2>&1; then
+    verdict=PASS
+  else
+    verdict=FAIL
+    status=1
+  fi
+  secs=$(( $(date +%s) - start ))
+  for ((j = ${#mounted[@]} - 1; j >= 0; j--)); do umount -l "${mounted[$j]}"; done
+  mounted=()
+  summary=$(grep -E 'tests passed|tests failed|eval.*acc|accuracy' "$log" | tail -n 1 || true)
+  results+=("$verdict command $((i + 1)) (${secs} s): ${commands[$i]}${summary:+  [$summary]}  log: $log")
+done
+printf '%s\n' "${results[@]}"
+exit $status
