@@ -111,9 +111,9 @@ void apply_override(Config::Impl& impl, const std::string& spec) {
       std::string parent;
       for (std::size_t j = 0; j < i; ++j) parent += (j ? "." : "") + parts[j];
       if (cur->is_array())
-        throw sdk::ConfigError(where, key,
-                               "'" + parent + "' is an array, so '" + part +
-                                   "' must be an index (0, 1, ...)");
+        throw sdk::ConfigError(
+            where, key,
+            "'" + parent + "' is an array, so '" + part + "' must be an index (0, 1, ...)");
       throw sdk::ConfigError(where, key,
                              "'" + parent + "' is not a table in this config, so '" + part +
                                  "' cannot be set inside it");
@@ -165,8 +165,12 @@ Config Config::from_string(std::string_view text, const std::string& source_name
   return Config(std::move(impl));
 }
 
-const std::string& Config::source_name() const { return impl_->source; }
-fs::path Config::base_dir() const { return impl_->base; }
+const std::string& Config::source_name() const {
+  return impl_->source;
+}
+fs::path Config::base_dir() const {
+  return impl_->base;
+}
 
 std::vector<std::string> Config::top_level_keys() const {
   std::vector<std::string> out;
@@ -189,6 +193,10 @@ sdk::SourceLocation Config::location(std::string_view dotted) const {
   return {impl_->source, 0, 0};
 }
 
+bool Config::is_override(std::string_view dotted) const {
+  return impl_->override_locations.count(std::string(dotted)) != 0;
+}
+
 std::vector<sdk::RawOption> Config::table_options(std::string_view dotted,
                                                   const std::vector<std::string>& skip) const {
   std::vector<sdk::RawOption> out;
@@ -205,8 +213,7 @@ std::vector<sdk::RawOption> Config::table_options(std::string_view dotted,
     if (v.is_table() || v.is_array_of_tables()) continue;
     auto val = scalar_value(v);
     if (!val)
-      throw sdk::ConfigError(location(full), full,
-                             "expected a boolean, integer, number or string",
+      throw sdk::ConfigError(location(full), full, "expected a boolean, integer, number or string",
                              "arrays and dates are not valid here");
     out.push_back({key, *val, location(full)});
   }
@@ -229,8 +236,10 @@ std::vector<TableEntry> Config::table_array(std::string_view dotted) const {
   const auto* a = n->as_array();
   if (a == nullptr)
     throw sdk::ConfigError(location(dotted), std::string(dotted), "expected an array of tables",
-                           "write [[" + std::string(dotted) + "]] blocks or a list of inline "
-                           "tables: " + std::string(dotted) + " = [ { ... }, { ... } ]");
+                           "write [[" + std::string(dotted) +
+                               "]] blocks or a list of inline "
+                               "tables: " +
+                               std::string(dotted) + " = [ { ... }, { ... } ]");
   for (std::size_t i = 0; i < a->size(); ++i) {
     std::string item = std::string(dotted) + "." + std::to_string(i);
     const auto* t = a->get(i)->as_table();

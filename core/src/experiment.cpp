@@ -3,124 +3,21 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
+
+#include "mixtrain/core/component_section.h"
+#include "mixtrain/core/host_schemas.h"
 
 namespace mixtrain::core {
 
 namespace fs = std::filesystem;
 using sdk::ComponentKind;
-using sdk::OptionSpec;
-using sdk::OptionType;
 
 namespace {
 
-const std::vector<std::string> kTopLevelTables = {"run",     "backend",   "precision",
-                                                  "scaler",  "optimizer", "model",
-                                                  "data",    "checkpoint", "plugins"};
-
-sdk::OptionSchema run_schema() {
-  return {
-      OptionSpec::string("name", "mixtrain", "run name, used in logs and the default run folder"),
-      OptionSpec::integer("seed", 0, "seed for data, initialisation and shuffling").at_least(0),
-      OptionSpec::integer("steps", 1000, "optimizer steps to run (skipped steps count)").at_least(1),
-      OptionSpec::integer("log_every", 10, "steps between metric records").at_least(1),
-      OptionSpec::integer("eval_every", 0, "steps between evaluations; 0 = at the end only")
-          .at_least(0),
-      OptionSpec::string("on_nonfinite", "skip",
-                         "non-finite loss with no scaler to absorb it: skip the step or stop")
-          .one_of({"skip", "stop"}),
-      OptionSpec::string("dir", "", "run folder when --run-dir is not given; default runs/<name>"),
-      OptionSpec::integer("underflow_every", 100,
-                          "steps between per-layer gradient-underflow reports (16/8-bit "
-                          "gradient policies); 0 = never")
-          .at_least(0),
-  };
-}
-
-sdk::OptionSchema data_common_schema() {
-  return {
-      OptionSpec::integer("batch_size", 128, "training rows per step").at_least(1),
-      OptionSpec::integer("eval_batch_size", 0, "rows per evaluation batch; 0 = batch_size")
-          .at_least(0),
-      OptionSpec::boolean("shuffle", true, "reshuffle the training rows every epoch (seeded)"),
-      OptionSpec::number("eval_fraction", 0.1, "share of rows held out for evaluation")
-          .at_least(0.0)
-          .at_most(0.9),
-      OptionSpec::integer("classes", 0, "number of classes; 0 = max label + 1").at_least(0),
-  };
-}
-
-sdk::OptionSchema data_source_schema(const std::string& source) {
-  if (source == "synthetic")
-    return {
-        OptionSpec::string("kind", "clusters", "synthetic task").one_of({"clusters", "teacher"}),
-        OptionSpec::integer("rows", 8192, "rows generated (train + eval)").at_least(2),
-        OptionSpec::integer("features", 32, "input features").at_least(1),
-        OptionSpec::integer("num_classes", 10, "classes generated").at_least(2),
-        OptionSpec::number("noise", 1.0, "noise standard deviation").at_least(0.0),
-    };
-  if (source == "npy")
-    return {
-        OptionSpec::required("features", OptionType::string, ".npy of float32 [N, D] features"),
-        OptionSpec::required("labels", OptionType::string, ".npy of integer [N] labels"),
-    };
-  return {
-      OptionSpec::required("images", OptionType::string, "IDX u8 image file (MNIST format)"),
-      OptionSpec::required("labels", OptionType::string, "IDX u8 label file (MNIST format)"),
-  };
-}
-
-sdk::OptionSchema schedule_schema() {
-  return {
-      OptionSpec::string("schedule", "constant", "learning-rate schedule")
-          .one_of({"constant", "warmup_cosine"}),
-      OptionSpec::integer("warmup_steps", 0, "linear warm-up steps (warmup_cosine)").at_least(0),
-      OptionSpec::number("min_lr", 0.0, "learning rate at the end of the cosine").at_least(0.0),
-      OptionSpec::number("clip_grad_norm", 0.0,
-                         "clip the global L2 norm of unscaled gradients; 0 = off")
-          .at_least(0.0),
-  };
-}
-
-sdk::OptionSchema checkpoint_core_schema() {
-  return {
-      OptionSpec::integer("every", 0, "steps between checkpoints; 0 = only the final one")
-          .at_least(0),
-      OptionSpec::integer("keep", 3, "how many recent checkpoints to keep").at_least(1),
-      OptionSpec::string("init_from", "", "checkpoint whose weights initialise the model"),
-  };
-}
-
-sdk::OptionSchema layer_schema(const std::string& type) {
-  sdk::OptionSchema s = {OptionSpec::string("name", "", "unique layer name")};
-  if (type == "linear") {
-    s.push_back(OptionSpec::required("out", OptionType::integer, "output features").at_least(1));
-    s.push_back(OptionSpec::boolean("bias", true, "add a learned bias"));
-  } else if (type == "layernorm") {
-    s.push_back(OptionSpec::number("eps", 1e-5, "added to the variance").greater_than(0.0));
-  }
-  return s;
-}
-
-// "" means "not overridden"; the resolved config writes it back, so it must parse again.
-sdk::OptionSchema with_empty_choice(sdk::OptionSchema s) {
-  for (auto& spec : s)
-    if (!spec.choices.empty()) spec.choices.insert(spec.choices.begin(), "");
-  return s;
-}
-
-sdk::OptionSchema override_schema() {
-  std::vector<std::string> dtypes = {"fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"};
-  return {
-      OptionSpec::required("layers", OptionType::string, "layer name or glob (\"fc*\")"),
-      OptionSpec::string("compute", "", "sets weight, gemm_input, activation and activation_grad")
-          .one_of(dtypes),
-      OptionSpec::string("weight", "", "working weight dtype").one_of(dtypes),
-      OptionSpec::string("gemm_input", "", "GEMM operand dtype").one_of(dtypes),
-      OptionSpec::string("activation", "", "activation storage dtype").one_of(dtypes),
-      OptionSpec::string("activation_grad", "", "activation-gradient dtype").one_of(dtypes),
-  };
-}
+const std::vector<std::string> kTopLevelTables = {
+    "run", "backend", "precision", "scaler", "optimizer", "model", "data", "checkpoint", "plugins"};
 
 std::string string_key(const std::vector<sdk::RawOption>& raw, const std::string& key,
                        const std::string& def, const std::string& table) {
@@ -139,31 +36,8 @@ sdk::SourceLocation key_location(const std::vector<sdk::RawOption>& raw, const s
   return fallback;
 }
 
-// A table shared by the host and a plugin: keys go to whichever declares them; a key neither
-// declares is an error with a suggestion from both.
-std::pair<sdk::Options, sdk::Options> split_resolve(const std::string& table,
-                                                    const std::vector<sdk::RawOption>& raw,
-                                                    const sdk::SourceLocation& where,
-                                                    const sdk::OptionSchema& host,
-                                                    const sdk::OptionSchema& plugin,
-                                                    const std::string& type_key) {
-  std::vector<std::string> host_names = {type_key}, plugin_names = {type_key}, all;
-  for (const auto& s : host) host_names.push_back(s.name), all.push_back(s.name);
-  for (const auto& s : plugin) plugin_names.push_back(s.name), all.push_back(s.name);
-  sdk::OptionSchema merged = host;
-  merged.insert(merged.end(), plugin.begin(), plugin.end());
-  // Unknown-key detection against the union, with the right suggestions.
-  for (const auto& r : raw) {
-    if (r.key == type_key) continue;
-    if (std::find(all.begin(), all.end(), r.key) == all.end())
-      sdk::Options::resolve(table, merged, {r}, where, {type_key});
-  }
-  auto h = sdk::Options::resolve(table, host, raw, where, plugin_names);
-  auto p = sdk::Options::resolve(table, plugin, raw, where, host_names);
-  return {h, p};
-}
-
-ResolvedSection section_of(const std::string& name, const std::vector<std::pair<std::string, sdk::OptionValue>>& head,
+ResolvedSection section_of(const std::string& name,
+                           const std::vector<std::pair<std::string, sdk::OptionValue>>& head,
                            const sdk::Options& o1, const sdk::Options* o2 = nullptr) {
   ResolvedSection s;
   s.name = name;
@@ -182,10 +56,40 @@ void reject_nested(const Config& config, const std::string& table,
     throw sdk::ConfigError(config.location(table + "." + key), table + "." + key,
                            "unexpected sub-table",
                            "[" + table + "] takes plain key = value entries" +
-                               (allowed.empty() ? std::string()
-                                                : " and " + allowed.front()) +
+                               (allowed.empty() ? std::string() : " and " + allowed.front()) +
                                "; write the value directly (no dotted keys or { } tables)");
   }
+}
+
+// The selected component's options as a resolved-config section of their own:
+// [scaler] type = "dynamic" is followed by [scaler.dynamic] growth_interval = ...
+void push_component(std::vector<ResolvedSection>& sections, const std::string& table,
+                    const std::string& selector, const std::string& name, const sdk::Options& host,
+                    const sdk::Options& component) {
+  sections.push_back(section_of(table, {{selector, name}}, host));
+  if (!component.effective().empty())
+    sections.push_back(section_of(table + "." + name, {}, component));
+}
+
+// Every component of `kind` the registry knows, with its schema.
+std::vector<ComponentSchema> registered(const PluginRegistry& registry, ComponentKind kind) {
+  std::vector<ComponentSchema> out;
+  for (const auto& c : registry.components())
+    if (c.info.kind == kind) out.push_back({c.info.name, c.info.options});
+  return out;
+}
+
+// A file path option: relative to the config file's folder when written there, to the current
+// folder when given with --set (as every command line does). Absolute in the resolved config, so
+// DIR/config.toml reproduces the run from anywhere.
+fs::path resolve_path(const Config& config, const ResolvedComponentSection& r,
+                      const std::string& key) {
+  fs::path p(r.component.get_string(key));
+  if (p.is_absolute()) return p;
+  auto origin = r.origin.find(key);
+  const bool from_command_line = origin != r.origin.end() && config.is_override(origin->second);
+  return fs::absolute(from_command_line ? fs::current_path() / p : config.base_dir() / p)
+      .lexically_normal();
 }
 
 }  // namespace
@@ -213,19 +117,19 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
       auto near = sdk::closest_match(key, kTopLevelTables);
       std::string list;
       for (const auto& t : kTopLevelTables) list += (list.empty() ? "" : ", ") + t;
-      throw sdk::ConfigError(config.location(key), key, "unknown table",
-                             (near.empty() ? "" : "did you mean [" + near + "]? ") +
-                                 "known tables: " + list);
+      throw sdk::ConfigError(
+          config.location(key), key, "unknown table",
+          (near.empty() ? "" : "did you mean [" + near + "]? ") + "known tables: " + list);
     }
   }
   e.plugin_paths = config_plugin_paths(config);
-  for (const auto& t : {"run", "backend", "scaler", "optimizer", "data", "checkpoint", "plugins"})
-    reject_nested(config, t);
-  reject_nested(config, "precision", {"override"});
+  for (const auto& t : {"run", "plugins"}) reject_nested(config, t);
   reject_nested(config, "model", {"layers"});
-  for (std::size_t i = 0; i < config.table_array("model.layers").size(); ++i)
+  const auto layers = config.table_array("model.layers");
+  for (std::size_t i = 0; i < layers.size(); ++i)
     reject_nested(config, "model.layers." + std::to_string(i));
-  for (std::size_t i = 0; i < config.table_array("precision.override").size(); ++i)
+  const auto overrides = config.table_array("precision.override");
+  for (std::size_t i = 0; i < overrides.size(); ++i)
     reject_nested(config, "precision.override." + std::to_string(i));
 
   // [run]
@@ -241,31 +145,29 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   e.run.underflow_every = run.get_int("underflow_every");
   e.core_sections.push_back(section_of("run", {}, run));
 
-  // [data]
+  // [data]: the source is a component of the host's own.
   {
-    auto raw = config.table_options("data");
-    auto where = config.location("data");
-    e.data.source = string_key(raw, "source", "synthetic", "data");
-    const std::vector<std::string> sources = {"synthetic", "npy", "idx"};
+    e.data.source = section_selector(config, "data", "source", "synthetic");
+    const auto& sources = data_sources();
     if (std::find(sources.begin(), sources.end(), e.data.source) == sources.end()) {
       auto near = sdk::closest_match(e.data.source, sources);
-      throw sdk::ConfigError(key_location(raw, "source", where), "data.source",
-                             "unknown data source '" + e.data.source + "'",
-                             (near.empty() ? "" : "did you mean '" + near + "'? ") +
-                                 "one of: synthetic, npy, idx");
+      throw sdk::ConfigError(
+          config.location("data.source"), "data.source",
+          "unknown data source '" + e.data.source + "'",
+          (near.empty() ? "" : "did you mean '" + near + "'? ") + "one of: synthetic, npy, idx");
     }
-    auto [common, src] = split_resolve("data", raw, where, data_common_schema(),
-                                       data_source_schema(e.data.source), "source");
+    ComponentSection section{"data", "source", "data source", e.data.source, data_common_schema(),
+                             {},     {}};
+    for (const auto& s : sources) section.components.push_back({s, data_source_schema(s)});
+    auto r = resolve_component_section(config, section);
+    const auto& common = r.host;
+    const auto& src = r.component;
     e.data.batch_size = common.get_int("batch_size");
     e.data.eval_batch_size = common.get_int("eval_batch_size");
     if (e.data.eval_batch_size == 0) e.data.eval_batch_size = e.data.batch_size;
     e.data.shuffle = common.get_bool("shuffle");
     e.data.eval_fraction = common.get_double("eval_fraction");
     e.data.classes = static_cast<std::int32_t>(common.get_int("classes"));
-    auto resolve_path = [&](const std::string& key) {
-      fs::path p(src.get_string(key));
-      return p.is_absolute() ? p : config.base_dir() / p;
-    };
     if (e.data.source == "synthetic") {
       e.data.synthetic.kind = src.get_string("kind");
       e.data.synthetic.rows = src.get_int("rows");
@@ -274,46 +176,51 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
       e.data.synthetic.noise = src.get_double("noise");
       e.data.synthetic.seed = e.run.seed;
     } else if (e.data.source == "npy") {
-      e.data.features_path = resolve_path("features");
-      e.data.labels_path = resolve_path("labels");
+      e.data.features_path = resolve_path(config, r, "features");
+      e.data.labels_path = resolve_path(config, r, "labels");
     } else {
-      e.data.images_path = resolve_path("images");
-      e.data.labels_path = resolve_path("labels");
+      e.data.images_path = resolve_path(config, r, "images");
+      e.data.labels_path = resolve_path(config, r, "labels");
     }
-    e.core_sections.push_back(section_of("data", {{"source", e.data.source}}, common, &src));
+    e.core_sections.push_back(section_of("data", {{"source", e.data.source}}, common));
+    ResolvedSection s = section_of("data." + e.data.source, {}, src);
+    for (auto& [k, v] : s.values)
+      if (is_path_option(e.data.source, k)) v = resolve_path(config, r, k).string();
+    e.core_sections.push_back(s);
   }
 
   // [model]
   {
     auto raw = config.table_options("model");
     e.model.where = config.location("model");
-    auto model = sdk::Options::resolve(
-        "model",
-        {OptionSpec::string("loss", "softmax_cross_entropy", "training loss")
-             .one_of({"softmax_cross_entropy"}),
-         OptionSpec::boolean("fuse_epilogues", true,
-                             "run each relu/gelu that follows a linear layer as that GEMM's "
-                             "epilogue (one rounding, one pass less)")},
-        raw, e.model.where, {});
+    auto model = sdk::Options::resolve("model", model_schema(), raw, e.model.where, {});
     e.model.loss = model.get_string("loss");
     e.model.fuse_epilogues = model.get_bool("fuse_epilogues");
-    auto layers = config.table_array("model.layers");
     if (layers.empty())
       throw sdk::ConfigError(e.model.where, "model.layers", "the model has no layers",
                              "add layers = [ { type = \"linear\", out = 64 }, { type = \"relu\" }, "
                              "{ type = \"linear\", out = 10 } ]");
+    e.core_sections.push_back(section_of("model", {}, model));
+    const auto& types = layer_types();
+    // Unnamed layers are numbered per type, in order (relu1, relu2, ...), skipping names the
+    // config gives explicitly, so the names in logs and checkpoints read as a sequence.
+    std::set<std::string> explicit_names;
+    for (const auto& entry : layers)
+      for (const auto& r : entry.options)
+        if (r.key == "name")
+          if (const auto* n = std::get_if<std::string>(&r.value)) explicit_names.insert(*n);
+    std::map<std::string, int> unnamed_count;
     for (std::size_t i = 0; i < layers.size(); ++i) {
       const auto& entry = layers[i];
       const std::string table = "model.layers[" + std::to_string(i) + "]";
       std::string type = string_key(entry.options, "type", "", table);
-      const std::vector<std::string> types = {"linear", "relu", "gelu", "layernorm"};
       if (std::find(types.begin(), types.end(), type) == types.end()) {
         auto near = sdk::closest_match(type, types);
-        throw sdk::ConfigError(key_location(entry.options, "type", entry.where), table + ".type",
-                               type.empty() ? "missing layer type"
-                                            : "unknown layer type '" + type + "'",
-                               (near.empty() ? "" : "did you mean '" + near + "'? ") +
-                                   "one of: linear, relu, gelu, layernorm");
+        throw sdk::ConfigError(
+            key_location(entry.options, "type", entry.where), table + ".type",
+            type.empty() ? "missing layer type" : "unknown layer type '" + type + "'",
+            (near.empty() ? "" : "did you mean '" + near + "'? ") +
+                "one of: linear, relu, gelu, layernorm");
       }
       auto o = sdk::Options::resolve(table, layer_schema(type), entry.options, entry.where);
       LayerSpec l;
@@ -325,7 +232,10 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
         l.bias = o.get_bool("bias");
       }
       if (type == "layernorm") l.eps = o.get_double("eps");
-      if (l.name.empty()) l.name = type + std::to_string(i);
+      while (l.name.empty()) {
+        auto candidate = type + std::to_string(++unnamed_count[type]);
+        if (explicit_names.count(candidate) == 0) l.name = std::move(candidate);
+      }
       e.model.layers.push_back(l);
       ResolvedSection s = section_of("model.layers", {{"type", type}}, o);
       for (auto& [k, v] : s.values)
@@ -333,36 +243,39 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
       s.array = true;
       e.core_sections.push_back(s);
     }
-    e.core_sections.insert(e.core_sections.end() - static_cast<std::ptrdiff_t>(layers.size()),
-                           section_of("model", {}, model));
   }
 
-  // [backend], [precision], [scaler], [optimizer], [checkpoint]: plugin-backed tables.
-  auto plugin_table = [&](const std::string& table, const std::string& type_key,
-                          const std::string& def, ComponentKind kind,
-                          const sdk::OptionSchema& host_schema, std::string& name_out,
-                          sdk::Options& plugin_out, std::vector<std::string> skip = {}) {
-    auto raw = config.table_options(table, skip);
-    auto where = config.location(table);
-    name_out = string_key(raw, type_key, def, table);
-    const auto& comp =
-        registry.require(kind, name_out, key_location(raw, type_key, where).to_string() + ": " +
-                                             table + "." + type_key);
-    auto [host, plugin] =
-        split_resolve(table, raw, where, host_schema, comp.info.options, type_key);
-    plugin_out = plugin;
-    return host;
+  // [backend], [precision], [scaler], [optimizer], [checkpoint]: plugin-backed sections.
+  auto plugin_section = [&](const std::string& table, const std::string& selector,
+                            const std::string& fallback, ComponentKind kind,
+                            const std::string& noun, sdk::OptionSchema host, std::string& name_out,
+                            sdk::Options& plugin_out, std::vector<std::string> host_tables = {}) {
+    name_out = section_selector(config, table, selector, fallback);
+    registry.require(
+        kind, name_out,
+        config.location(table + "." + selector).to_string() + ": " + table + "." + selector);
+    ComponentSection section{table,
+                             selector,
+                             noun,
+                             name_out,
+                             std::move(host),
+                             registered(registry, kind),
+                             std::move(host_tables)};
+    auto r = resolve_component_section(config, section);
+    plugin_out = r.component;
+    return r.host;
   };
-  plugin_table("backend", "type", "cpu", ComponentKind::backend, {},
-                                   e.backend_type, e.backend_options);
-  e.core_sections.push_back(section_of("backend", {{"type", e.backend_type}}, e.backend_options));
-  plugin_table("precision", "policy", "fp32", ComponentKind::policy, {},
-                                     e.policy_name, e.policy_options, {"override"});
-  e.core_sections.push_back(
-      section_of("precision", {{"policy", e.policy_name}}, e.policy_options));
-  for (const auto& entry : config.table_array("precision.override")) {
-    auto o = sdk::Options::resolve("precision.override", with_empty_choice(override_schema()),
-                                   entry.options, entry.where, {});
+  auto backend_host = plugin_section("backend", "type", "cpu", ComponentKind::backend, "backend",
+                                     {}, e.backend_type, e.backend_options);
+  push_component(e.core_sections, "backend", "type", e.backend_type, backend_host,
+                 e.backend_options);
+  auto precision_host = plugin_section("precision", "policy", "fp32", ComponentKind::policy,
+                                       "policy", {}, e.policy_name, e.policy_options, {"override"});
+  push_component(e.core_sections, "precision", "policy", e.policy_name, precision_host,
+                 e.policy_options);
+  for (const auto& entry : overrides) {
+    auto o = sdk::Options::resolve("precision.override", precision_override_schema(), entry.options,
+                                   entry.where, {});
     PrecisionOverride po;
     po.pattern = o.get_string("layers");
     po.where = entry.where;
@@ -382,28 +295,37 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
     s.array = true;
     e.core_sections.push_back(s);
   }
-  plugin_table("scaler", "type", "none", ComponentKind::scaler, {},
-                                  e.scaler_type, e.scaler_options);
-  e.core_sections.push_back(section_of("scaler", {{"type", e.scaler_type}}, e.scaler_options));
-  auto sched = plugin_table("optimizer", "type", "adamw", ComponentKind::optimizer,
-                            schedule_schema(), e.optimizer_type, e.optimizer_options);
+  auto scaler_host = plugin_section("scaler", "type", "none", ComponentKind::scaler, "scaler", {},
+                                    e.scaler_type, e.scaler_options);
+  push_component(e.core_sections, "scaler", "type", e.scaler_type, scaler_host, e.scaler_options);
+  auto sched = plugin_section("optimizer", "type", "adamw", ComponentKind::optimizer, "optimizer",
+                              schedule_schema(), e.optimizer_type, e.optimizer_options);
   e.schedule.schedule = sched.get_string("schedule");
   e.schedule.warmup_steps = sched.get_int("warmup_steps");
   e.schedule.min_lr = sched.get_double("min_lr");
   e.schedule.clip_grad_norm = sched.get_double("clip_grad_norm");
-  e.core_sections.push_back(
-      section_of("optimizer", {{"type", e.optimizer_type}}, e.optimizer_options, &sched));
-  auto ck = plugin_table("checkpoint", "format", "native", ComponentKind::checkpoint_format,
-                         checkpoint_core_schema(), e.checkpoint.format, e.checkpoint_options);
+  push_component(e.core_sections, "optimizer", "type", e.optimizer_type, sched,
+                 e.optimizer_options);
+  auto ck = plugin_section("checkpoint", "format", "native", ComponentKind::checkpoint_format,
+                           "checkpoint format", checkpoint_core_schema(), e.checkpoint.format,
+                           e.checkpoint_options);
   e.checkpoint.every = ck.get_int("every");
   e.checkpoint.keep = ck.get_int("keep");
   e.checkpoint.init_from = ck.get_string("init_from");
   if (!e.checkpoint.init_from.empty()) {
     fs::path p(e.checkpoint.init_from);
-    e.checkpoint.init_from = (p.is_absolute() ? p : config.base_dir() / p).string();
+    const auto base =
+        config.is_override("checkpoint.init_from") ? fs::current_path() : config.base_dir();
+    e.checkpoint.init_from =
+        (p.is_absolute() ? p : fs::absolute(base / p).lexically_normal()).string();
   }
-  e.core_sections.push_back(
-      section_of("checkpoint", {{"format", e.checkpoint.format}}, ck, &e.checkpoint_options));
+  ResolvedSection ck_section = section_of("checkpoint", {{"format", e.checkpoint.format}}, ck);
+  for (auto& [k, v] : ck_section.values)
+    if (k == "init_from") v = e.checkpoint.init_from;
+  e.core_sections.push_back(ck_section);
+  if (!e.checkpoint_options.effective().empty())
+    e.core_sections.push_back(
+        section_of("checkpoint." + e.checkpoint.format, {}, e.checkpoint_options));
   return e;
 }
 
@@ -440,8 +362,10 @@ Components create_components(const Experiment& e, const PluginRegistry& registry
 std::string resolved_toml(const Experiment& e) {
   std::vector<ResolvedSection> sections = e.core_sections;
   if (!sections.empty())
-    sections.front().comments = {"mixtrain resolved config: every effective value, defaults "
-                                 "included. Source: " + e.source_name};
+    sections.front().comments = {
+        "mixtrain resolved config: every effective value, defaults "
+        "included. Source: " +
+        e.source_name};
   std::string out = render_toml(sections);
   if (!e.plugin_paths.empty()) {
     out += "\n[plugins]\npaths = [";

@@ -45,10 +45,12 @@ class CliTest : public ::testing::Test {
     if (!HasFailure()) fs::remove_all(dir_);
   }
 
-  CliResult run(const std::string& args) {
+  // Runs `mixtrain ARGS`, in `cwd` when given (else the test's own working folder).
+  CliResult run(const std::string& args, const fs::path& cwd = {}) {
     CliResult r;
     auto out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    std::string cmd = std::string(MIXTRAIN_EXE) + " " + args + " >" + out.string() + " 2>" +
+    std::string cmd = (cwd.empty() ? std::string() : "cd '" + cwd.string() + "' && ") +
+                      std::string(MIXTRAIN_EXE) + " " + args + " >" + out.string() + " 2>" +
                       err.string() + " </dev/null";
     int status = std::system(cmd.c_str());
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,58 +31,58 @@ const PluginRegistry& registry() {
 
 // Line numbers matter: tests below point at them.
 const char* const kFull =
-    "[run]\n"                                       // 1
-    "name = \"exp\"\n"                              // 2
-    "seed = 3\n"                                    // 3
-    "steps = 50\n"                                  // 4
-    "log_every = 5\n"                               // 5
-    "on_nonfinite = \"stop\"\n"                     // 6
-    "\n"                                            // 7
-    "[backend]\n"                                   // 8
-    "type = \"cpu\"\n"                              // 9
-    "threads = 2\n"                                 // 10
-    "\n"                                            // 11
-    "[precision]\n"                                 // 12
-    "policy = \"fp32\"\n"                           // 13
-    "\n"                                            // 14
-    "[[precision.override]]\n"                      // 15
-    "layers = \"fc*\"\n"                            // 16
-    "compute = \"fp32\"\n"                          // 17
-    "\n"                                            // 18
-    "[scaler]\n"                                    // 19
-    "type = \"dynamic\"\n"                          // 20
-    "init_scale = 1024\n"                           // 21
-    "growth_interval = 100\n"                       // 22
-    "\n"                                            // 23
-    "[optimizer]\n"                                 // 24
-    "type = \"adamw\"\n"                            // 25
-    "lr = 0.1\n"                                    // 26
-    "eps = 1e-8\n"                                  // 27
-    "weight_decay = 0.0\n"                          // 28
-    "schedule = \"warmup_cosine\"\n"                // 29
-    "warmup_steps = 5\n"                            // 30
-    "\n"                                            // 31
-    "[model]\n"                                     // 32
-    "layers = [\n"                                  // 33
-    "  { type = \"linear\", name = \"fc1\", out = 16 },\n"  // 34
-    "  { type = \"gelu\" },\n"                      // 35
-    "  { type = \"layernorm\", eps = 1e-6 },\n"     // 36
+    "[run]\n"                                                            // 1
+    "name = \"exp\"\n"                                                   // 2
+    "seed = 3\n"                                                         // 3
+    "steps = 50\n"                                                       // 4
+    "log_every = 5\n"                                                    // 5
+    "on_nonfinite = \"stop\"\n"                                          // 6
+    "\n"                                                                 // 7
+    "[backend]\n"                                                        // 8
+    "type = \"cpu\"\n"                                                   // 9
+    "threads = 2\n"                                                      // 10
+    "\n"                                                                 // 11
+    "[precision]\n"                                                      // 12
+    "policy = \"fp32\"\n"                                                // 13
+    "\n"                                                                 // 14
+    "[[precision.override]]\n"                                           // 15
+    "layers = \"fc*\"\n"                                                 // 16
+    "compute = \"fp32\"\n"                                               // 17
+    "\n"                                                                 // 18
+    "[scaler]\n"                                                         // 19
+    "type = \"dynamic\"\n"                                               // 20
+    "init_scale = 1024\n"                                                // 21
+    "growth_interval = 100\n"                                            // 22
+    "\n"                                                                 // 23
+    "[optimizer]\n"                                                      // 24
+    "type = \"adamw\"\n"                                                 // 25
+    "lr = 0.1\n"                                                         // 26
+    "eps = 1e-8\n"                                                       // 27
+    "weight_decay = 0.0\n"                                               // 28
+    "schedule = \"warmup_cosine\"\n"                                     // 29
+    "warmup_steps = 5\n"                                                 // 30
+    "\n"                                                                 // 31
+    "[model]\n"                                                          // 32
+    "layers = [\n"                                                       // 33
+    "  { type = \"linear\", name = \"fc1\", out = 16 },\n"               // 34
+    "  { type = \"gelu\" },\n"                                           // 35
+    "  { type = \"layernorm\", eps = 1e-6 },\n"                          // 36
     "  { type = \"linear\", name = \"fc2\", out = 4, bias = false },\n"  // 37
-    "]\n"                                           // 38
-    "\n"                                            // 39
-    "[data]\n"                                      // 40
-    "source = \"synthetic\"\n"                      // 41
-    "kind = \"teacher\"\n"                          // 42
-    "rows = 256\n"                                  // 43
-    "features = 8\n"                                // 44
-    "num_classes = 4\n"                             // 45
-    "noise = 0.25\n"                                // 46
-    "batch_size = 32\n"                             // 47
-    "\n"                                            // 48
-    "[checkpoint]\n"                                // 49
-    "format = \"native\"\n"                         // 50
-    "every = 10\n"                                  // 51
-    "fsync = false\n";                              // 52
+    "]\n"                                                                // 38
+    "\n"                                                                 // 39
+    "[data]\n"                                                           // 40
+    "source = \"synthetic\"\n"                                           // 41
+    "kind = \"teacher\"\n"                                               // 42
+    "rows = 256\n"                                                       // 43
+    "features = 8\n"                                                     // 44
+    "num_classes = 4\n"                                                  // 45
+    "noise = 0.25\n"                                                     // 46
+    "batch_size = 32\n"                                                  // 47
+    "\n"                                                                 // 48
+    "[checkpoint]\n"                                                     // 49
+    "format = \"native\"\n"                                              // 50
+    "every = 10\n"                                                       // 51
+    "fsync = false\n";                                                   // 52
 
 Experiment parse(const std::string& text, const std::vector<std::string>& overrides = {}) {
   return mixtrain::core::parse_experiment(Config::from_string(text, "exp.toml", overrides),
@@ -95,6 +97,10 @@ std::optional<E> error_of(const std::string& text, const std::vector<std::string
     return e;
   }
   return std::nullopt;
+}
+
+std::string resolved_toml_of(const Experiment& e) {
+  return mixtrain::core::resolved_toml(e);
 }
 
 bool contains(const std::string& haystack, const std::string& needle) {
@@ -132,6 +138,7 @@ TEST(sdk_Experiment, FullConfigResolves) {
   ASSERT_EQ(e.model.layers.size(), 4u);
   EXPECT_EQ(e.model.layers[0].name, "fc1");
   EXPECT_EQ(e.model.layers[1].name, "gelu1");
+  EXPECT_EQ(e.model.layers[2].name, "layernorm1");  // numbered per type, not by position
   EXPECT_EQ(e.model.layers[2].eps, 1e-6);
   EXPECT_FALSE(e.model.layers[3].bias);
   EXPECT_EQ(e.data.synthetic.kind, "teacher");
@@ -208,12 +215,13 @@ TEST(sdk_Experiment, OverridesChangeTheExperiment) {
   EXPECT_EQ(e.optimizer_options.get_double("beta1"), 0.8);
   EXPECT_EQ(e.model.layers[3].out, 7);
   EXPECT_EQ(e.scaler_options.get_int("growth_interval"), 7);
-  // Keys of the previous type stay in the table and are now unknown to the new one.
+  // Flat keys of the previous type (the old layout) are not the new one's: the error says
+  // which table to move them into so that the swap needs no edit next time.
   auto err = error_of<sdk::ConfigError>(kFull, {"scaler.type=static"});
   ASSERT_TRUE(err.has_value());
   EXPECT_TRUE(err->key() == "scaler.init_scale" || err->key() == "scaler.growth_interval")
       << err->key();
-  EXPECT_TRUE(contains(err->hint(), "known keys: scale")) << err->hint();
+  EXPECT_TRUE(contains(err->hint(), "move it into [scaler.dynamic]")) << err->hint();
 }
 
 void expect_same_options(const sdk::Options& a, const sdk::Options& b, const std::string& what) {
@@ -284,7 +292,8 @@ void expect_same_experiment(const Experiment& a, const Experiment& b) {
 
 TEST(sdk_Experiment, ResolvedTomlParsesBackToTheSameExperiment) {
   std::string static_scaler = kFull;
-  const std::string dynamic_lines = "type = \"dynamic\"\ninit_scale = 1024\ngrowth_interval = 100\n";
+  const std::string dynamic_lines =
+      "type = \"dynamic\"\ninit_scale = 1024\ngrowth_interval = 100\n";
   static_scaler.replace(static_scaler.find(dynamic_lines), dynamic_lines.size(),
                         "type = \"static\"\nscale = 65536.0\n");
   static_scaler.erase(static_scaler.find("eps = 1e-8\n"), 11);  // sgd has no eps
@@ -306,8 +315,8 @@ TEST(sdk_Experiment, ResolvedTomlParsesBackToTheSameExperiment) {
     const auto text = mixtrain::core::resolved_toml(first);
     Experiment second;
     try {
-      second = mixtrain::core::parse_experiment(Config::from_string(text, "resolved.toml"),
-                                                registry());
+      second =
+          mixtrain::core::parse_experiment(Config::from_string(text, "resolved.toml"), registry());
     } catch (const sdk::UserError& e) {
       FAIL() << e.full_message() << "\n--- resolved config ---\n" << text;
     }
@@ -378,6 +387,173 @@ TEST(sdk_Experiment, SubTablesInsidePluginTablesAreNotSilentlyIgnored) {
   EXPECT_TRUE(e.has_value());
   e = error_of<sdk::ConfigError>(std::string(kFull) + "\n[[scaler.groups]]\nscale = 2.0\n");
   EXPECT_TRUE(e.has_value());
+}
+
+}  // namespace
+
+// Component sections (component_section.h): each component's options in a table named after it.
+namespace {
+
+TEST(sdk_Experiment, OnlyTheSelectedComponentsTableIsUsed) {
+  // Tuned settings for two scalers and two optimizers side by side.
+  std::string text = kFull;
+  text += "\n[scaler.static]\nscale = 512.0\n\n[optimizer.sgd]\nmomentum = 0.9\n";
+  auto e = parse(text);
+  EXPECT_EQ(e.scaler_type, "dynamic");
+  EXPECT_EQ(e.scaler_options.get_double("init_scale"), 1024.0);
+  // eps is adamw's: flat keys must suit the selected optimizer.
+  auto err = error_of<sdk::ConfigError>(text, {"optimizer.type=sgd"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "optimizer.eps");
+  EXPECT_TRUE(contains(err->full_message(), "option of adamw, not of the selected optimizer 'sgd'"))
+      << err->full_message();
+  EXPECT_TRUE(contains(err->full_message(), "move it into [optimizer.adamw]"))
+      << err->full_message();
+  EXPECT_TRUE(contains(err->full_message(), "exp.toml:27:")) << err->full_message();
+}
+
+TEST(sdk_Experiment, ComponentTablesSwapWithNoEdit) {
+  std::string text = kFull;
+  // kFull's flat dynamic-scaler keys move into [scaler.dynamic]; eps into [optimizer.adamw].
+  const std::string dynamic_lines = "init_scale = 1024\ngrowth_interval = 100\n";
+  text.erase(text.find(dynamic_lines), dynamic_lines.size());
+  text.erase(text.find("eps = 1e-8\n"), 11);
+  text +=
+      "\n[scaler.dynamic]\ninit_scale = 1024\ngrowth_interval = 100\n"
+      "\n[scaler.static]\nscale = 512.0\n"
+      "\n[optimizer.adamw]\neps = 1e-7\n"
+      "\n[optimizer.sgd]\nmomentum = 0.9\nnesterov = true\n";
+  auto e = parse(text);
+  EXPECT_EQ(e.scaler_options.get_int("growth_interval"), 100);
+  EXPECT_EQ(e.optimizer_options.get_double("eps"), 1e-7);
+  e = parse(text, {"scaler.type=static", "optimizer.type=sgd"});
+  EXPECT_EQ(e.scaler_options.get_double("scale"), 512.0);
+  EXPECT_TRUE(e.optimizer_options.get_bool("nesterov"));
+  // Flat --set applies to the selected component and beats its table in the file; the table's
+  // key can be set too.
+  e = parse(text, {"scaler.type=static", "scaler.scale=8.0"});
+  EXPECT_TRUE(contains(resolved_toml_of(e), "[scaler.static]\nscale = 8.0\n"));
+  e = parse(text, {"scaler.dynamic.growth_interval=7"});
+  EXPECT_EQ(e.scaler_options.get_int("growth_interval"), 7);
+  // The resolved config writes the nested form and reads back the same.
+  const auto resolved = mixtrain::core::resolved_toml(e);
+  EXPECT_TRUE(contains(resolved, "[scaler]\ntype = \"dynamic\"\n\n[scaler.dynamic]\n")) << resolved;
+  EXPECT_TRUE(contains(resolved, "[optimizer.adamw]\n")) << resolved;
+  auto back = mixtrain::core::parse_experiment(Config::from_string(resolved, "r.toml"), registry());
+  EXPECT_EQ(back.scaler_options.get_int("growth_interval"), 7);
+}
+
+TEST(sdk_Experiment, UnselectedComponentTablesAreStillValidated) {
+  auto err = error_of<sdk::ConfigError>(std::string(kFull) + "\n[scaler.static]\nscael = 2.0\n");
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "scaler.static.scael");
+  EXPECT_TRUE(contains(err->full_message(), "did you mean 'scale'")) << err->full_message();
+  err = error_of<sdk::ConfigError>(std::string(kFull) + "\n[scaler.static]\nscale = \"big\"\n");
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "scaler.static.scale");
+  EXPECT_EQ(err->where().line, 55u);
+  err = error_of<sdk::ConfigError>(std::string(kFull) + "\n[scaler.dynamc]\ninit_scale = 2.0\n");
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "scaler.dynamc");
+  EXPECT_TRUE(contains(err->full_message(), "did you mean [scaler.dynamic]"))
+      << err->full_message();
+  err = error_of<sdk::ConfigError>(std::string(kFull) + "\n[data.npz]\nfeatures = \"x\"\n");
+  ASSERT_TRUE(err.has_value());
+  EXPECT_TRUE(contains(err->full_message(), "did you mean [data.npy]")) << err->full_message();
+}
+
+TEST(sdk_Experiment, AKeyGivenFlatAndInItsTableIsAnError) {
+  auto err =
+      error_of<sdk::ConfigError>(std::string(kFull) + "\n[scaler.dynamic]\ngrowth_interval = 5\n");
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "scaler.growth_interval");
+  EXPECT_TRUE(contains(err->full_message(), "given twice")) << err->full_message();
+  EXPECT_TRUE(contains(err->full_message(), "exp.toml:55:")) << err->full_message();
+  // A --set of either spelling beats the file's.
+  auto e = parse(std::string(kFull) + "\n[scaler.dynamic]\ngrowth_interval = 5\n",
+                 {"scaler.growth_interval=9"});
+  EXPECT_EQ(e.scaler_options.get_int("growth_interval"), 9);
+  e = parse(std::string(kFull) + "\n[scaler.dynamic]\ngrowth_interval = 5\n",
+            {"scaler.dynamic.growth_interval=11"});
+  EXPECT_EQ(e.scaler_options.get_int("growth_interval"), 11);
+}
+
+TEST(sdk_Experiment, UnknownKeyInAComponentWithoutOptionsSuggestsTheSectionsKeys) {
+  std::string text = kFull;
+  const std::string dynamic_lines =
+      "type = \"dynamic\"\ninit_scale = 1024\ngrowth_interval = 100\n";
+  text.replace(text.find(dynamic_lines), dynamic_lines.size(), "type = \"none\"\n");
+  auto err = error_of<sdk::ConfigError>(text, {"scaler.typ=static"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "scaler.typ");
+  EXPECT_TRUE(contains(err->full_message(), "did you mean 'type'")) << err->full_message();
+}
+
+TEST(sdk_Experiment, DataSourcesSwapLikeComponents) {
+  std::string text = kFull;
+  for (const std::string line : {"kind = \"teacher\"\n", "rows = 256\n", "features = 8\n",
+                                 "num_classes = 4\n", "noise = 0.25\n"})
+    text.erase(text.find(line), line.size());
+  text += "\n[data.synthetic]\nkind = \"teacher\"\nrows = 256\nfeatures = 8\nnum_classes = 4\n";
+  auto e = parse(text);
+  EXPECT_EQ(e.data.synthetic.rows, 256);
+  // The file's synthetic settings stay; npy's paths come from the command line, relative to the
+  // current folder.
+  e = parse(text, {"data.source=npy", "data.features=sub/x.npy", "data.labels=/abs/y.npy"});
+  EXPECT_EQ(e.data.features_path, std::filesystem::current_path() / "sub/x.npy");
+  EXPECT_EQ(e.data.labels_path, "/abs/y.npy");
+  // Flat synthetic keys with source = npy name the table they belong in.
+  auto err = error_of<sdk::ConfigError>(
+      kFull, {"data.source=npy", "data.features=x.npy", "data.labels=y.npy"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "data.kind");
+  EXPECT_TRUE(contains(err->full_message(), "move it into [data.synthetic]"))
+      << err->full_message();
+}
+
+TEST(sdk_Experiment, PathsInAFileResolveAgainstItsFolderAndFromSetAgainstTheCurrentOne) {
+  const auto dir = std::filesystem::temp_directory_path() / "mixtrain_paths_test";
+  std::filesystem::create_directories(dir / "conf");
+  std::string text = kFull;
+  for (const std::string line : {"source = \"synthetic\"\n", "kind = \"teacher\"\n", "rows = 256\n",
+                                 "features = 8\n", "num_classes = 4\n", "noise = 0.25\n"})
+    text.erase(text.find(line), line.size());
+  text.insert(text.find("[data]\n") + 7, "source = \"npy\"\n");
+  text += "\n[data.npy]\nfeatures = \"d/x.npy\"\nlabels = \"d/y.npy\"\n";
+  { std::ofstream(dir / "conf" / "c.toml") << text; }
+  auto e = mixtrain::core::parse_experiment(Config::from_file(dir / "conf" / "c.toml"), registry());
+  EXPECT_EQ(e.data.features_path, (dir / "conf" / "d" / "x.npy").lexically_normal());
+  e = mixtrain::core::parse_experiment(
+      Config::from_file(dir / "conf" / "c.toml",
+                        {"data.npy.labels=l.npy", "checkpoint.init_from=w.safetensors"}),
+      registry());
+  EXPECT_EQ(e.data.features_path, (dir / "conf" / "d" / "x.npy").lexically_normal());
+  EXPECT_EQ(e.data.labels_path, std::filesystem::current_path() / "l.npy");
+  EXPECT_EQ(e.checkpoint.init_from, (std::filesystem::current_path() / "w.safetensors").string());
+  // The resolved config holds absolute paths, so it reproduces the run from any folder.
+  const auto resolved = mixtrain::core::resolved_toml(e);
+  EXPECT_TRUE(contains(resolved, "features = \"" + (dir / "conf" / "d" / "x.npy").string()))
+      << resolved;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(sdk_Experiment, UnnamedLayersAreNumberedPerTypeAroundExplicitNames) {
+  std::string text = kFull;
+  const std::string layers_old =
+      text.substr(text.find("layers = ["), text.find("]\n\n[data]") - text.find("layers = [") + 2);
+  text.replace(text.find(layers_old), layers_old.size(),
+               "layers = [ { type = \"linear\", out = 8 }, { type = \"relu\" },\n"
+               "  { type = \"linear\", out = 8 }, { type = \"relu\", name = \"relu2\" },\n"
+               "  { type = \"relu\" }, { type = \"linear\", out = 4 } ]\n");
+  auto e = parse(text);
+  std::vector<std::string> names;
+  for (const auto& l : e.model.layers) names.push_back(l.name);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"linear1", "relu1", "linear2", "relu2", "relu3", "linear3"}));
 }
 
 }  // namespace

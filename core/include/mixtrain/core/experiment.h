@@ -1,10 +1,12 @@
 // Experiment: a config resolved and validated against the core's and the plugins' schemas.
 //
 // Contract
-// - parse_experiment() reads every table of the config, rejects unknown tables and keys (with
-//   "did you mean"), validates types and ranges (errors name file:line:col and the key), resolves
-//   the plugins named by the config in the registry (errors list what exists) and validates
-//   their options against their declared schemas. It creates no plugin object.
+// - parse_experiment() reads every table of the config (component sections are laid out as
+//   component_section.h says), rejects unknown tables and keys (with "did you mean"), validates
+//   types and ranges (errors name file:line:col and the key), resolves the plugins named by the
+//   config in the registry (errors list what exists) and validates their options against their
+//   declared schemas. It creates no plugin object. File paths come back absolute: relative to
+//   the config file when written there, to the current folder when given with --set.
 // - create_components() instantiates backend, policy, scaler, optimizer and checkpoint format;
 //   plugin-specific checks that a schema cannot express fail here, still as sdk::UserError.
 // - resolved_toml() renders every effective value (defaults included) as a TOML document that
@@ -34,10 +36,10 @@ struct RunSettings {
   std::uint64_t seed = 0;
   std::int64_t steps = 0;
   std::int64_t log_every = 10;
-  std::int64_t eval_every = 0;  // 0: evaluate at the end only
-  std::string on_nonfinite;     // "skip" | "stop"
+  std::int64_t eval_every = 0;         // 0: evaluate at the end only
+  std::string on_nonfinite;            // "skip" | "stop"
   std::int64_t underflow_every = 100;  // steps between gradient-underflow reports; 0 = never
-  std::string dir;              // default run directory when --run-dir is not given
+  std::string dir;                     // default run directory when --run-dir is not given
 };
 
 struct DataSettings {

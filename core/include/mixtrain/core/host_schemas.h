@@ -1,0 +1,28 @@
+// The option schemas of the keys the host itself reads from a config: [run], [data] (common keys
+// and one schema per data source), the host's keys in [optimizer] and [checkpoint], model layers
+// and [[precision.override]]. Plugins declare their own schemas; these are the core's.
+//
+// Each schema is a declared list (name, type, range, default, doc), so unknown keys get a
+// "did you mean" and resolved configs list every effective value.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mixtrain/sdk/options.h"
+
+namespace mixtrain::core {
+
+sdk::OptionSchema run_schema();
+sdk::OptionSchema data_common_schema();
+const std::vector<std::string>& data_sources();  // synthetic, npy, idx
+sdk::OptionSchema data_source_schema(const std::string& source);
+bool is_path_option(const std::string& source, const std::string& key);  // npy/idx file keys
+sdk::OptionSchema schedule_schema();                                     // host keys in [optimizer]
+sdk::OptionSchema checkpoint_core_schema();     // host keys in [checkpoint]
+sdk::OptionSchema model_schema();               // [model] scalar keys
+const std::vector<std::string>& layer_types();  // linear, relu, gelu, layernorm
+sdk::OptionSchema layer_schema(const std::string& type);
+sdk::OptionSchema precision_override_schema();
+
+}  // namespace mixtrain::core

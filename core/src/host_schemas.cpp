@@ -1,0 +1,135 @@
+#include "mixtrain/core/host_schemas.h"
+
+#include <stdexcept>
+
+namespace mixtrain::core {
+
+using sdk::OptionSpec;
+using sdk::OptionType;
+
+sdk::OptionSchema run_schema() {
+  return {
+      OptionSpec::string("name", "mixtrain", "run name, used in logs and the default run folder"),
+      OptionSpec::integer("seed", 0, "seed for data, initialisation and shuffling").at_least(0),
+      OptionSpec::integer("steps", 1000, "optimizer steps to run (skipped steps count)")
+          .at_least(1),
+      OptionSpec::integer("log_every", 10, "steps between metric records").at_least(1),
+      OptionSpec::integer("eval_every", 0, "steps between evaluations; 0 = at the end only")
+          .at_least(0),
+      OptionSpec::string("on_nonfinite", "skip",
+                         "non-finite loss with no scaler to absorb it: skip the step or stop")
+          .one_of({"skip", "stop"}),
+      OptionSpec::string("dir", "", "run folder when --run-dir is not given; default runs/<name>"),
+      OptionSpec::integer("underflow_every", 100,
+                          "steps between per-layer gradient-underflow reports (16/8-bit "
+                          "gradient policies); 0 = never")
+          .at_least(0),
+  };
+}
+
+sdk::OptionSchema data_common_schema() {
+  return {
+      OptionSpec::integer("batch_size", 128, "training rows per step").at_least(1),
+      OptionSpec::integer("eval_batch_size", 0, "rows per evaluation batch; 0 = batch_size")
+          .at_least(0),
+      OptionSpec::boolean("shuffle", true, "reshuffle the training rows every epoch (seeded)"),
+      OptionSpec::number("eval_fraction", 0.1, "share of rows held out for evaluation")
+          .at_least(0.0)
+          .at_most(0.9),
+      OptionSpec::integer("classes", 0, "number of classes; 0 = max label + 1").at_least(0),
+  };
+}
+
+sdk::OptionSchema data_source_schema(const std::string& source) {
+  if (source == "synthetic")
+    return {
+        OptionSpec::string("kind", "clusters", "synthetic task").one_of({"clusters", "teacher"}),
+        OptionSpec::integer("rows", 8192, "rows generated (train + eval)").at_least(2),
+        OptionSpec::integer("features", 32, "input features").at_least(1),
+        OptionSpec::integer("num_classes", 10, "classes generated").at_least(2),
+        OptionSpec::number("noise", 1.0, "noise standard deviation").at_least(0.0),
+    };
+  if (source == "npy")
+    return {
+        OptionSpec::required("features", OptionType::string, ".npy of float32 [N, D] features"),
+        OptionSpec::required("labels", OptionType::string, ".npy of integer [N] labels"),
+    };
+  if (source != "idx") throw std::invalid_argument("data_source_schema: unknown source " + source);
+  return {
+      OptionSpec::required("images", OptionType::string, "IDX u8 image file (MNIST format)"),
+      OptionSpec::required("labels", OptionType::string, "IDX u8 label file (MNIST format)"),
+  };
+}
+
+sdk::OptionSchema schedule_schema() {
+  return {
+      OptionSpec::string("schedule", "constant", "learning-rate schedule")
+          .one_of({"constant", "warmup_cosine"}),
+      OptionSpec::integer("warmup_steps", 0, "linear warm-up steps (warmup_cosine)").at_least(0),
+      OptionSpec::number("min_lr", 0.0, "learning rate at the end of the cosine").at_least(0.0),
+      OptionSpec::number("clip_grad_norm", 0.0,
+                         "clip the global L2 norm of unscaled gradients; 0 = off")
+          .at_least(0.0),
+  };
+}
+
+sdk::OptionSchema checkpoint_core_schema() {
+  return {
+      OptionSpec::integer("every", 0, "steps between checkpoints; 0 = only the final one")
+          .at_least(0),
+      OptionSpec::integer("keep", 3, "how many recent checkpoints to keep").at_least(1),
+      OptionSpec::string("init_from", "", "checkpoint whose weights initialise the model"),
+  };
+}
+
+sdk::OptionSchema layer_schema(const std::string& type) {
+  sdk::OptionSchema s = {OptionSpec::string("name", "", "unique layer name")};
+  if (type == "linear") {
+    s.push_back(OptionSpec::required("out", OptionType::integer, "output features").at_least(1));
+    s.push_back(OptionSpec::boolean("bias", true, "add a learned bias"));
+  } else if (type == "layernorm") {
+    s.push_back(OptionSpec::number("eps", 1e-5, "added to the variance").greater_than(0.0));
+  }
+  return s;
+}
+
+// "" means "not overridden"; the resolved config writes it back, so it must parse again.
+sdk::OptionSchema precision_override_schema() {
+  const std::vector<std::string> dtypes = {"",     "fp32",     "tf32",    "fp16",
+                                           "bf16", "fp8_e4m3", "fp8_e5m2"};
+  return {
+      OptionSpec::required("layers", OptionType::string, "layer name or glob (\"fc*\")"),
+      OptionSpec::string("compute", "", "sets weight, gemm_input, activation and activation_grad")
+          .one_of(dtypes),
+      OptionSpec::string("weight", "", "working weight dtype").one_of(dtypes),
+      OptionSpec::string("gemm_input", "", "GEMM operand dtype").one_of(dtypes),
+      OptionSpec::string("activation", "", "activation storage dtype").one_of(dtypes),
+      OptionSpec::string("activation_grad", "", "activation-gradient dtype").one_of(dtypes),
+  };
+}
+
+const std::vector<std::string>& data_sources() {
+  static const std::vector<std::string> sources = {"synthetic", "npy", "idx"};
+  return sources;
+}
+
+bool is_path_option(const std::string& source, const std::string& key) {
+  if (source == "npy") return key == "features" || key == "labels";
+  if (source == "idx") return key == "images" || key == "labels";
+  return false;
+}
+
+sdk::OptionSchema model_schema() {
+  return {OptionSpec::string("loss", "softmax_cross_entropy", "training loss")
+              .one_of({"softmax_cross_entropy"}),
+          OptionSpec::boolean("fuse_epilogues", true,
+                              "run each relu/gelu that follows a linear layer as that GEMM's "
+                              "epilogue (one rounding, one pass less)")};
+}
+
+const std::vector<std::string>& layer_types() {
+  static const std::vector<std::string> types = {"linear", "relu", "gelu", "layernorm"};
+  return types;
+}
+
+}  // namespace mixtrain::core

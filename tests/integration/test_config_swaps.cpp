@@ -1,0 +1,119 @@
+// Swapping a component never needs an edit: every shipped config crossed with every precision
+// policy and every loss scaler passes `mixtrain check` with nothing but --set, and a data source
+// swaps the same way. Through the real executable.
+#include <algorithm>
+#include <set>
+
+#include "cli_test_support.h"
+
+namespace mixtrain::test {
+namespace {
+
+std::vector<std::string> shipped_configs() {
+  std::vector<std::string> out;
+  for (const auto& entry : fs::directory_iterator(MIXTRAIN_CONFIGS_DIR))
+    if (entry.path().extension() == ".toml") out.push_back(entry.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Component names of one kind, from `mixtrain plugins` (so a new policy or scaler joins the
+// cross product by itself): rows look like "  policy      fp8-delayed   (libmixtrain_fp8.so) ...".
+std::vector<std::string> components_of(const std::string& listing, const std::string& kind) {
+  std::vector<std::string> out;
+  std::istringstream in(listing);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string first, second;
+    words >> first >> second;
+    if (first == kind && !second.empty()) out.push_back(second);
+  }
+  return out;
+}
+
+class ConfigSwaps : public CliTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(ConfigSwaps, EveryPolicyAndScalerChecksWithNoEdit) {
+  const auto listing = run("plugins");
+  ASSERT_EQ(listing.exit_code, 0) << listing.err;
+  const auto policies = components_of(listing.out, "policy");
+  const auto scalers = components_of(listing.out, "scaler");
+  // The shipped ones at least: the listing's format is what this test reads.
+  for (const std::string p :
+       {"fp32", "tf32", "fp16-mixed", "bf16-mixed", "auto", "fp8-delayed", "fp8-current"})
+    ASSERT_NE(std::find(policies.begin(), policies.end(), p), policies.end())
+        << p << " missing from:\n"
+        << listing.out;
+  for (const std::string s : {"none", "static", "dynamic"})
+    ASSERT_NE(std::find(scalers.begin(), scalers.end(), s), scalers.end())
+        << s << " missing from:\n"
+        << listing.out;
+
+  // Fewer synthetic rows only to keep the 21 checks per config quick (generating the wide MLPs'
+  // teacher data is most of a check's time); the component sections under test are untouched.
+  const auto cfg = config(GetParam()) + " --set data.synthetic.rows=4096";
+  for (const auto& policy : policies)
+    for (const auto& scaler : scalers) {
+      const auto r = run("check " + cfg + " --set precision.policy=" + policy +
+                         " --set scaler.type=" + scaler);
+      EXPECT_EQ(r.exit_code, 0) << GetParam() << " with policy " << policy << " and scaler "
+                                << scaler << ":\n"
+                                << r.err;
+      if (r.exit_code != 0) continue;
+      EXPECT_NE(r.out.find("policy = \"" + policy + "\""), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("[scaler]\ntype = \"" + scaler + "\""), std::string::npos) << r.out;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shipped, ConfigSwaps, ::testing::ValuesIn(shipped_configs()),
+                         [](const auto& info) {
+                           std::string name = info.param.substr(0, info.param.size() - 5);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+class ConfigSwap : public CliTest {};
+
+TEST_F(ConfigSwap, DataSourceSwapsToNpyFromTheCommandLineWithRelativePaths) {
+  // A small npy dataset written by the sample tool, in a folder that is not the config's.
+  const auto data = dir_ / "data";
+  fs::create_directories(data);
+  const auto tool =
+      fs::path(MIXTRAIN_CONFIGS_DIR).parent_path() / "samples/data_tools/make_npy_dataset.py";
+  const int made = std::system(("cd " + data.string() + " && /usr/bin/python3 " + tool.string() +
+                                " --kind spiral --rows 600 --classes 3 --out spiral >/dev/null")
+                                   .c_str());
+  if (made != 0) GTEST_SKIP() << "/usr/bin/python3 with numpy is needed to write the .npy files";
+  // samples/data_tools/README.md's command, run in the folder that holds data/: paths given with
+  // --set are relative to the current folder, as every CLI resolves its arguments.
+  const auto r =
+      run("train " + quickstart() + " --set model.layers.4.out=3 --set data.source=npy" +
+              " --set data.features=data/spiral_x.npy --set data.labels=data/spiral_y.npy" +
+              " --set run.steps=20 --set backend.threads=1 --run-dir " + (dir_ / "run").string(),
+          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto resolved = slurp(dir_ / "run" / "config.toml");
+  EXPECT_NE(resolved.find("[data.npy]\nfeatures = \"" + (data / "spiral_x.npy").string() + "\""),
+            std::string::npos)
+      << resolved;
+  // The file's synthetic settings are kept, unused.
+  EXPECT_EQ(resolved.find("[data.synthetic]"), std::string::npos) << resolved;
+}
+
+TEST_F(ConfigSwap, AFlatKeyOfAnotherComponentSaysWhereItBelongs) {
+  // The old flat form: fp8 options beside the policy. Swapping the policy names the table.
+  auto text = slurp(config("quickstart.toml"));
+  text.insert(text.find("policy = \"fp32\"\n") + 16, "margin = 1\n");
+  const auto old_form = write_file("old.toml", text);
+  auto r = run("check " + old_form.string() + " --set precision.policy=fp8-delayed");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run("check " + old_form.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("'margin' is an option of"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("move it into [precision.fp8-"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("old.toml:"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace mixtrain::test
