@@ -9,6 +9,8 @@
 
 #include "cli_registry.h"
 #include "commands.h"
+#include "mixtrain/core/component_section.h"
+#include "mixtrain/core/host_schemas.h"
 #include "mixtrain/core/log_sink.h"
 #include "mixtrain/sdk/device_backend.h"
 
@@ -99,12 +101,8 @@ std::vector<const LoadedComponent*> lookup(const PluginRegistry& registry,
                            (problems.empty() ? "" : " " + problems));
 }
 
-void describe(const LoadedComponent& c) {
-  std::printf("%s/%s: %s\n", kind_name(c.info.kind).c_str(), c.info.name.c_str(),
-              c.info.description.c_str());
-  std::printf("plugin '%s' %s, %s\n", c.plugin_name.c_str(), c.plugin_version.c_str(),
-              c.library.string().c_str());
-  if (c.info.options.empty()) {
+void print_schema(const sdk::OptionSchema& options) {
+  if (options.empty()) {
     std::printf("no options\n");
     return;
   }
@@ -112,7 +110,7 @@ void describe(const LoadedComponent& c) {
     std::string name, type, def, range, doc;
   };
   std::vector<Row> rows{{"OPTION", "TYPE", "DEFAULT", "RANGE", "DOC"}};
-  for (const auto& o : c.info.options) {
+  for (const auto& o : options) {
     const bool required = std::holds_alternative<std::monostate>(o.default_value);
     rows.push_back({o.name, type_column(o.type),
                     required ? "(required)" : sdk::option_value_to_string(o.default_value),
@@ -131,6 +129,45 @@ void describe(const LoadedComponent& c) {
                 static_cast<int>(w[3]), r.range.c_str(), r.doc.c_str());
 }
 
+void describe(const LoadedComponent& c) {
+  std::printf("%s/%s: %s\n", kind_name(c.info.kind).c_str(), c.info.name.c_str(),
+              c.info.description.c_str());
+  std::printf("plugin '%s' %s, %s\n", c.plugin_name.c_str(), c.plugin_version.c_str(),
+              c.library.string().c_str());
+  std::printf("options go in [%s.%s] (or flat in [%s] while it is selected)\n",
+              core::config_section_of(c.info.kind).c_str(), c.info.name.c_str(),
+              core::config_section_of(c.info.kind).c_str());
+  print_schema(c.info.options);
+}
+
+// The data sources are the host's own components: data/NAME, or a bare NAME no plugin uses.
+bool describe_data_source(const std::string& spec, bool plugin_matches) {
+  std::string name = spec;
+  if (spec.rfind("data/", 0) == 0)
+    name = spec.substr(5);
+  else if (plugin_matches || spec.find('/') != std::string::npos)
+    return false;
+  const auto& sources = core::data_sources();
+  if (std::find(sources.begin(), sources.end(), name) == sources.end()) {
+    if (spec.rfind("data/", 0) != 0) return false;
+    auto near = sdk::closest_match(name, sources);
+    throw sdk::UserError("--describe " + spec + ": no data source named '" + name + "'",
+                         (near.empty() ? "" : "did you mean 'data/" + near + "'? ") +
+                             "data sources: " + join(sources));
+  }
+  std::printf("data/%s: a data source of the host ([data] source = \"%s\")\n", name.c_str(),
+              name.c_str());
+  std::printf(
+      "options go in [data.%s] (or flat in [data] while it is selected); [data]'s own "
+      "keys: ",
+      name.c_str());
+  std::vector<std::string> common;
+  for (const auto& o : core::data_common_schema()) common.push_back(o.name);
+  std::printf("%s\n", join(common).c_str());
+  print_schema(core::data_source_schema(name));
+  return true;
+}
+
 }  // namespace
 
 int run_plugins(const std::string& describe_spec) {
@@ -141,6 +178,10 @@ int run_plugins(const std::string& describe_spec) {
              " does not exist; check MIXTRAIN_PLUGIN_PATH and [plugins] paths");
 
   if (!describe_spec.empty()) {
+    const bool plugin_matches =
+        std::any_of(registry->components().begin(), registry->components().end(),
+                    [&](const LoadedComponent& c) { return c.info.name == describe_spec; });
+    if (describe_data_source(describe_spec, plugin_matches)) return 0;
     const auto matches = lookup(*registry, describe_spec);
     if (matches.size() > 1) {
       std::vector<std::string> names;

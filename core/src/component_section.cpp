@@ -33,6 +33,17 @@ void reject_sub_tables(const Config& config, const std::string& dotted) {
 
 }  // namespace
 
+std::string config_section_of(sdk::ComponentKind kind) {
+  switch (kind) {
+    case sdk::ComponentKind::policy:
+      return "precision";
+    case sdk::ComponentKind::checkpoint_format:
+      return "checkpoint";
+    default:
+      return std::string(sdk::component_kind_name(kind));
+  }
+}
+
 std::string section_selector(const Config& config, const std::string& table,
                              const std::string& selector, const std::string& fallback) {
   for (const auto& r : config.table_options(table))

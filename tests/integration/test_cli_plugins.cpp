@@ -83,6 +83,24 @@ TEST_F(CliPlugins, DescribePrintsTheOptionSchema) {
   EXPECT_EQ(run("plugins --describe dynamic --log-level error").exit_code, 0);
 }
 
+TEST_F(CliPlugins, DescribeSaysWhereTheOptionsGoAndCoversDataSources) {
+  auto r = run("plugins --describe fp8-delayed");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("options go in [precision.fp8-delayed]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  amax_history_len "), std::string::npos) << r.out;
+  // The data sources are the host's, described the same way.
+  r = run("plugins --describe npy");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("data/npy"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("options go in [data.npy]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  features "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(required)"), std::string::npos) << r.out;
+  EXPECT_EQ(run("plugins --describe data/npy").out, r.out);
+  r = run("plugins --describe data/npz");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("did you mean 'data/npy'"), std::string::npos) << r.err;
+}
+
 TEST_F(CliPlugins, DescribeUnknownExits2WithSuggestions) {
   auto r = run("plugins --describe dynamc");
   EXPECT_EQ(r.exit_code, 2);

@@ -24,6 +24,7 @@
 
 #include "mixtrain/core/config.h"
 #include "mixtrain/sdk/options.h"
+#include "mixtrain/sdk/plugin.h"
 
 namespace mixtrain::core {
 
@@ -49,6 +50,10 @@ struct ResolvedComponentSection {
   // ("data.npy.features" or "data.features"), so paths resolve against the right base.
   std::map<std::string, std::string> origin;
 };
+
+// The config section that selects components of `kind`: "precision" for policies, "checkpoint"
+// for checkpoint formats, the kind's own name otherwise.
+std::string config_section_of(sdk::ComponentKind kind);
 
 // The selector's value (or `fallback` when absent), checked to be a string.
 std::string section_selector(const Config& config, const std::string& table,
