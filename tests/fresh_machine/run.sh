@@ -48,6 +48,12 @@ if [[ ! -f "$base/.debootstrap-done" ]]; then
   touch "$base/.debootstrap-done"
 fi
 
+# One snapshot of the checkout for both commands, taken now: edits made while this runs are not
+# picked up half-way.
+snapshot="$work/src.tar"
+(cd "$src" && git ls-files -z --cached --others --exclude-standard |
+   xargs -0 -I{} sh -c 'test -e "{}" && printf "%s\0" "{}"' | tar --null -T - -cf -) > "$snapshot"
+
 results=()
 status=0
 for i in 0 1; do
@@ -56,9 +62,7 @@ for i in 0 1; do
   rm -rf "$root"
   cp -a "$base" "$root"
   mkdir -p "$root/src"
-  (cd "$src" && git ls-files -z --cached --others --exclude-standard |
-     xargs -0 -I{} sh -c 'test -e "{}" && printf "%s\0" "{}"' | tar --null -T - -cf -) |
-    tar -xf - -C "$root/src"
+  tar -xf "$snapshot" -C "$root/src"
   cp /etc/resolv.conf "$root/etc/resolv.conf"
   for m in proc sys dev dev/pts; do
     mount --bind "/$m" "$root/$m"
