@@ -11,9 +11,10 @@ bool declares(const sdk::OptionSchema& schema, const std::string& key) {
                      [&](const sdk::OptionSpec& s) { return s.name == key; });
 }
 
-std::string joined(const std::vector<std::string>& names) {
+std::string joined(const std::vector<std::string>& names, const std::string& last = ", ") {
   std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? last : ", ") + names[i];
   return out;
 }
 
@@ -129,11 +130,11 @@ ResolvedComponentSection resolve_component_section(const Config& config,
     if (!owners.empty())
       throw sdk::ConfigError(
           r.where, key,
-          "'" + r.key + "' is an option of " + joined(owners) + ", not of the selected " +
+          "'" + r.key + "' is an option of " + joined(owners, " and ") + ", not of the selected " +
               section.noun + " '" + section.selected + "'",
           "move it into [" + table + "." + owners.front() + "]: options in a " + section.noun +
               "'s own table apply only when it is selected, so `--set " + table + "." +
-              section.selector + "=...` swaps " + section.noun + "s with no edit");
+              section.selector + "=...` swaps the " + section.noun + " with no edit");
     std::vector<std::string> own = {section.selector};
     for (const auto& s : section.host) own.push_back(s.name);
     for (const auto& s : schema) own.push_back(s.name);
