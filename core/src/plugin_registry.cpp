@@ -8,6 +8,7 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
+#include "mixtrain/core/elf_file_check.h"
 #include "mixtrain/sdk/version.h"
 
 namespace mixtrain::core {
@@ -91,6 +92,16 @@ void PluginRegistry::scan(const std::vector<fs::path>& folders_or_files) {
 void PluginRegistry::load_library(const fs::path& path) {
   LibraryRecord rec;
   rec.path = path;
+  // dlopen maps the file's segments as they are: a truncated file (a half-copied plugin) makes
+  // it touch pages past the end and die of SIGBUS, so the headers are checked first. The file can
+  // still change between this check and dlopen; that race is accepted.
+  try {
+    check_elf_file(path);
+  } catch (const std::exception& e) {
+    rec.error = std::string("cannot load the library: ") + e.what();
+    libraries_.push_back(std::move(rec));
+    return;
+  }
   auto lib = std::make_shared<dll::shared_library>();
   try {
     // rtld_now: an unresolved symbol is reported here, with the loader's message, instead of
