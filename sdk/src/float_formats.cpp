@@ -15,6 +15,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #define MIXTRAIN_FORMATS_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define MIXTRAIN_FORMATS_X86 0
@@ -36,12 +37,12 @@ struct Fp16 {
 struct Bf16 {
   static constexpr int kE = 8, kM = 7, kBias = 127;
   static constexpr u32 kMax = 0x7F7F, kOverflow = 0x7F80;
-  static constexpr bool kHasInf = true;
+  [[maybe_unused]] static constexpr bool kHasInf = true;  // no decoder reads it (clang warns)
 };
 struct Tf32 {  // codes are the top 19 bits of an fp32
   static constexpr int kE = 8, kM = 10, kBias = 127;
   static constexpr u32 kMax = 0x3FBFF, kOverflow = 0x3FC00;
-  static constexpr bool kHasInf = true;
+  [[maybe_unused]] static constexpr bool kHasInf = true;  // no decoder reads it (clang warns)
 };
 struct E4M3 {
   static constexpr int kE = 4, kM = 3, kBias = 7;
@@ -184,8 +185,10 @@ using AmaxKernel = u32 (*)(const float*, std::size_t);
 // GCC 12's AVX-512 headers build results from _mm512_undefined_epi32(), which trips a false
 // -Wmaybe-uninitialized / -Wuninitialized once inlined (GCC bug 105593).
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // clang has no -Wmaybe-uninitialized and no such false positive
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 namespace x86 {
 
@@ -559,9 +562,13 @@ struct Cpu {
 Cpu detect_cpu() noexcept {
   Cpu cpu;
 #if MIXTRAIN_FORMATS_X86
-  // libgcc's checks include the OS's XCR0 state, so "supported" means usable.
+  // libgcc's and compiler-rt's checks include the OS's XCR0 state, so "supported" means usable.
+  // F16C is read from CPUID leaf 1 (ECX bit 29) because clang 14's __builtin_cpu_supports does
+  // not know "f16c"; its OS state (YMM) is the one AVX2 already needs.
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+  if (__builtin_cpu_supports("avx2") && f16c) {
     cpu.best = ConversionIsa::avx2;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
       cpu.best = ConversionIsa::avx512;
