@@ -1,5 +1,7 @@
-// `mixtrain plugins` through the real executable: search path warnings and --describe.
+// `mixtrain plugins` through the real executable: search path warnings, --describe, and a
+// truncated library in the search path.
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 
 #include "cli_test_support.h"
@@ -114,6 +116,50 @@ TEST_F(CliPlugins, DescribeUnknownExits2WithSuggestions) {
   r = run("plugins --describe optimizer/dynamic");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("among the optimizer components"), std::string::npos) << r.err;
+}
+
+// A half-copied plugin is listed with its reason instead of killing the process (SIGBUS inside
+// dlopen, before the headers were checked); the other libraries still load.
+TEST_F(CliPlugins, TruncatedLibraryIsListedAndTheOthersLoad) {
+  const auto real = fs::path(MIXTRAIN_EXE).parent_path().parent_path() / "lib" / "mixtrain" /
+                    "plugins" / "libmixtrain_scalers.so";
+  const auto bytes = slurp(real);
+  ASSERT_GT(bytes.size(), 100000u) << real;
+  for (std::size_t size : {1000, 100000}) {
+    SCOPED_TRACE(size);
+    // Under another name, and under the real one's name in another folder: the registry tells
+    // libraries apart by path, so both are checked and the real one loads from the default folder.
+    const auto other = dir_ / ("other-name-" + std::to_string(size));
+    const auto same = dir_ / ("same-name-" + std::to_string(size));
+    fs::create_directories(other);
+    fs::create_directories(same);
+    const auto cut_other = other / "libmixtrain_truncated.so";
+    const auto cut_same = same / "libmixtrain_scalers.so";
+    for (const auto& p : {cut_other, cut_same})
+      std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(size));
+    PluginPathEnv env(other.string() + ":" + same.string());
+
+    auto r = run("plugins");
+    ASSERT_EQ(r.exit_code, 0) << r.err;  // a signal would read as -1
+    const auto failed = r.out.find("libraries that failed to load:");
+    ASSERT_NE(failed, std::string::npos) << r.out;
+    const std::string reason_start = "\n    cannot load the library: segment ";
+    const std::string reason_end = "but the file has only " + std::to_string(size) + " bytes";
+    for (const auto& p : {cut_other, cut_same}) {
+      const auto at = r.out.find("  " + p.string() + reason_start, failed);
+      ASSERT_NE(at, std::string::npos) << p << "\n" << r.out;
+      EXPECT_NE(r.out.find(reason_end, at), std::string::npos) << r.out;
+    }
+    EXPECT_NE(r.out.find("dynamic        0.1.0    libmixtrain_scalers.so"), std::string::npos)
+        << r.out;
+
+    r = run("check " + quickstart() + " --set scaler.type=dynamic");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("# config OK"), std::string::npos) << r.out;
+    r = run("train " + quickstart() + " --set run.steps=2 --run-dir " +
+            (dir_ / ("run-" + std::to_string(size))).string());
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
 }
 
 }  // namespace
