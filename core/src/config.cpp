@@ -1,6 +1,7 @@
 #include "mixtrain/core/config.h"
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -42,13 +43,24 @@ bool is_index(const std::string& s) {
   return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
 }
 
+// An array index written in a dotted key; nullopt when it does not fit in size_t (such an index
+// is out of range of every array, and std::stoul would throw an untyped out_of_range).
+std::optional<std::size_t> parse_index(const std::string& s) {
+  std::size_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
 const toml::node* lookup(const toml::table& root, std::string_view dotted) {
   const toml::node* cur = &root;
   for (const auto& part : split_dotted(dotted)) {
     if (const auto* t = cur->as_table()) {
       cur = t->get(part);
     } else if (const auto* a = cur->as_array(); a != nullptr && is_index(part)) {
-      cur = a->get(std::stoul(part));
+      const auto idx = parse_index(part);
+      if (!idx) return nullptr;
+      cur = a->get(*idx);
     } else {
       return nullptr;
     }
@@ -100,12 +112,12 @@ void apply_override(Config::Impl& impl, const std::string& spec) {
       }
       cur = next;
     } else if (auto* a = cur->as_array(); a != nullptr && is_index(part)) {
-      auto idx = std::stoul(part);
-      if (idx >= a->size())
+      const auto idx = parse_index(part);
+      if (!idx || *idx >= a->size())
         throw sdk::ConfigError(where, key,
                                "index " + part + " is out of range (the array has " +
                                    std::to_string(a->size()) + " entries)");
-      cur = a->get(idx);
+      cur = a->get(*idx);
     } else {
       // The culprit is the node reached so far (parts[0, i)), not `part`, which may not exist.
       std::string parent;
@@ -137,6 +149,11 @@ Config::Config(Config&&) noexcept = default;
 Config& Config::operator=(Config&&) noexcept = default;
 
 Config Config::from_file(const fs::path& path, const std::vector<std::string>& overrides) {
+  // A folder opens as a stream on Linux and reads as an empty document.
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw sdk::ConfigError({path.string(), 0, 0}, "", "this is a folder, not a config file",
+                           "give the path of a .toml file, e.g. configs/quickstart.toml");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw sdk::ConfigError({path.string(), 0, 0}, "", "cannot open the config file",

@@ -191,7 +191,9 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
 
   // [model]
   {
-    auto raw = config.table_options("model");
+    // layers is read above as an array of tables; an empty one (layers = []) is no table array
+    // to TOML, so it is skipped here and reported below as a model without layers.
+    auto raw = config.table_options("model", {"layers"});
     e.model.where = config.location("model");
     auto model = sdk::Options::resolve("model", model_schema(), raw, e.model.where, {});
     e.model.loss = model.get_string("loss");

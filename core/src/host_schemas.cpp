@@ -7,6 +7,14 @@ namespace mixtrain::core {
 using sdk::OptionSpec;
 using sdk::OptionType;
 
+namespace {
+// GEMM dimensions are 32-bit in BLAS and cuBLAS, and labels are int32: a width, a batch or a
+// class count past this cannot run, and its element counts could overflow before allocation.
+constexpr double kMaxDim = 2147483647.0;
+// The schedule's floor is a learning rate too: the optimizers cap theirs at 10.
+constexpr double kMaxLr = 10.0;
+}  // namespace
+
 sdk::OptionSchema run_schema() {
   return {
       OptionSpec::string("name", "mixtrain", "run name, used in logs and the default run folder"),
@@ -29,14 +37,17 @@ sdk::OptionSchema run_schema() {
 
 sdk::OptionSchema data_common_schema() {
   return {
-      OptionSpec::integer("batch_size", 128, "training rows per step").at_least(1),
+      OptionSpec::integer("batch_size", 128, "training rows per step").at_least(1).at_most(kMaxDim),
       OptionSpec::integer("eval_batch_size", 0, "rows per evaluation batch; 0 = batch_size")
-          .at_least(0),
+          .at_least(0)
+          .at_most(kMaxDim),
       OptionSpec::boolean("shuffle", true, "reshuffle the training rows every epoch (seeded)"),
       OptionSpec::number("eval_fraction", 0.1, "share of rows held out for evaluation")
           .at_least(0.0)
           .at_most(0.9),
-      OptionSpec::integer("classes", 0, "number of classes; 0 = max label + 1").at_least(0),
+      OptionSpec::integer("classes", 0, "number of classes; 0 = max label + 1")
+          .at_least(0)
+          .at_most(kMaxDim),
   };
 }
 
@@ -45,8 +56,8 @@ sdk::OptionSchema data_source_schema(const std::string& source) {
     return {
         OptionSpec::string("kind", "clusters", "synthetic task").one_of({"clusters", "teacher"}),
         OptionSpec::integer("rows", 8192, "rows generated (train + eval)").at_least(2),
-        OptionSpec::integer("features", 32, "input features").at_least(1),
-        OptionSpec::integer("num_classes", 10, "classes generated").at_least(2),
+        OptionSpec::integer("features", 32, "input features").at_least(1).at_most(kMaxDim),
+        OptionSpec::integer("num_classes", 10, "classes generated").at_least(2).at_most(kMaxDim),
         OptionSpec::number("noise", 1.0, "noise standard deviation").at_least(0.0),
     };
   if (source == "npy")
@@ -66,7 +77,9 @@ sdk::OptionSchema schedule_schema() {
       OptionSpec::string("schedule", "constant", "learning-rate schedule")
           .one_of({"constant", "warmup_cosine"}),
       OptionSpec::integer("warmup_steps", 0, "linear warm-up steps (warmup_cosine)").at_least(0),
-      OptionSpec::number("min_lr", 0.0, "learning rate at the end of the cosine").at_least(0.0),
+      OptionSpec::number("min_lr", 0.0, "learning rate at the end of the cosine")
+          .at_least(0.0)
+          .at_most(kMaxLr),
       OptionSpec::number("clip_grad_norm", 0.0,
                          "clip the global L2 norm of unscaled gradients; 0 = off")
           .at_least(0.0),
@@ -85,7 +98,9 @@ sdk::OptionSchema checkpoint_core_schema() {
 sdk::OptionSchema layer_schema(const std::string& type) {
   sdk::OptionSchema s = {OptionSpec::string("name", "", "unique layer name")};
   if (type == "linear") {
-    s.push_back(OptionSpec::required("out", OptionType::integer, "output features").at_least(1));
+    s.push_back(OptionSpec::required("out", OptionType::integer, "output features")
+                    .at_least(1)
+                    .at_most(kMaxDim));
     s.push_back(OptionSpec::boolean("bias", true, "add a learned bias"));
   } else if (type == "layernorm") {
     s.push_back(OptionSpec::number("eps", 1e-5, "added to the variance").greater_than(0.0));

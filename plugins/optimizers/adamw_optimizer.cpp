@@ -7,7 +7,8 @@ namespace mixtrain::optimizers {
 sdk::OptionSchema AdamWOptimizer::option_schema() {
   using sdk::OptionSpec;
   return {
-      OptionSpec::number("lr", 1e-3, "learning rate (the schedule's peak)").at_least(0),
+      // Past 10 no model trains: the first step already writes non-finite or useless weights.
+      OptionSpec::number("lr", 1e-3, "learning rate (the schedule's peak)").at_least(0).at_most(10),
       OptionSpec::number("beta1", 0.9, "decay rate of the first moment; must be < 1")
           .at_least(0)
           .at_most(1),

@@ -14,7 +14,10 @@ std::vector<std::string> sgd_slots(const sdk::Options& options) {
 sdk::OptionSchema SgdOptimizer::option_schema() {
   using sdk::OptionSpec;
   return {
-      OptionSpec::number("lr", 0.01, "learning rate (the schedule's peak)").greater_than(0),
+      // Past 10 no model trains: the first step already writes non-finite or useless weights.
+      OptionSpec::number("lr", 0.01, "learning rate (the schedule's peak)")
+          .greater_than(0)
+          .at_most(10),
       OptionSpec::number("momentum", 0.0, "momentum factor (0 = plain SGD); must be < 1")
           .at_least(0)
           .at_most(1),

@@ -14,7 +14,8 @@ sdk::OptionSchema LionOptimizer::option_schema() {
   return {
       OptionSpec::number("lr", 1e-4,
                          "learning rate (the schedule's peak); Lion's is 3-10x below AdamW's")
-          .at_least(0),
+          .at_least(0)
+          .at_most(10),
       OptionSpec::number("beta1", 0.9, "weight of the momentum in the update's interpolation")
           .at_least(0)
           .at_most(1),

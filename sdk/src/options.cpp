@@ -21,6 +21,11 @@ namespace {
 
 std::string format_double(double v) {
   char buf[64];
+  // Whole numbers read as written ("10.0", not "1e+01") while every digit is exact.
+  if (std::isfinite(v) && v == std::trunc(v) && std::fabs(v) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.1f", v);
+    return buf;
+  }
   std::snprintf(buf, sizeof buf, "%.17g", v);
   // Prefer the shortest representation that round-trips.
   for (int prec = 1; prec <= 17; ++prec) {
@@ -206,14 +211,22 @@ Options Options::resolve(std::string table, const OptionSchema& schema,
         double x = spec.type == OptionType::integer
                        ? static_cast<double>(std::get<std::int64_t>(v))
                        : std::get<double>(v);
-        bool bad = std::isnan(x) || (spec.min && (spec.min_exclusive ? x <= *spec.min
-                                                                       : x < *spec.min)) ||
+        // Infinity passes only a bound that is itself infinite (allow_infinity()).
+        const bool inf_allowed =
+            x > 0 ? spec.max && std::isinf(*spec.max) : spec.min && std::isinf(*spec.min);
+        bool bad = std::isnan(x) || (std::isinf(x) && !inf_allowed) ||
+                   (spec.min && (spec.min_exclusive ? x <= *spec.min : x < *spec.min)) ||
                    (spec.max && x > *spec.max);
         if (bad) {
-          const auto rt = spec.range_text();  // empty when only NaN made it bad
-          throw ConfigError(where, key, "value " + option_value_to_string(v) + " is out of range",
-                            "allowed: " + (rt.empty() ? std::string("any number except nan") : rt) +
-                                (spec.doc.empty() ? "" : " (" + spec.doc + ")"));
+          std::string allowed = spec.range_text();  // empty when only NaN or inf made it bad
+          if (!std::isfinite(x))
+            allowed = std::string(spec.max && std::isinf(*spec.max)
+                                      ? "a number or inf (not nan)"
+                                      : "a finite number (not nan or inf)") +
+                      (allowed.empty() ? "" : ", " + allowed);
+          throw ConfigError(
+              where, key, "value " + option_value_to_string(v) + " is out of range",
+              "allowed: " + allowed + (spec.doc.empty() ? "" : " (" + spec.doc + ")"));
         }
       }
       if (spec.type == OptionType::string && !spec.choices.empty()) {

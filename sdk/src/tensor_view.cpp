@@ -2,7 +2,17 @@
 
 #include <stdexcept>
 
+#include "mixtrain/sdk/error.h"
+
 namespace mixtrain::sdk {
+
+void throw_size_overflow(const std::vector<std::int64_t>& dims) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
+  throw UserError("a tensor of shape " + text + "]" +
+                      " has more elements or bytes than a 64-bit size can count",
+                  "reduce the sizes that make it (layer widths, batch sizes, features or rows)");
+}
 
 Shape Shape::from_vector(const std::vector<std::int64_t>& d) {
   if (d.size() > static_cast<std::size_t>(kMaxRank))

@@ -160,17 +160,36 @@ TEST(sdk_Options, OutOfRangeForMinMaxAndExclusiveBounds) {
   EXPECT_TRUE(contains(e->what(), "'optimizer.x': value nan is out of range")) << e->what();
   EXPECT_EQ(e->hint().find("allowed:  "), std::string::npos) << e->hint();
   EXPECT_TRUE(contains(e->hint(), "nan")) << e->hint();
-  // Infinity is a number; only a bound refuses it.
-  EXPECT_NO_THROW(config_error({{"x", std::numeric_limits<double>::infinity(), at(9, 5)}},
-                               {OptionSpec::number("x", 1.0, "free")}));
-  EXPECT_TRUE(config_error({{"beta", std::numeric_limits<double>::infinity(), at(9, 8)}})
-                  .has_value());
+  // Infinity is refused unless the spec allows it, even where there is no bound; -inf always.
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double x : {inf, -inf}) {
+    e = config_error({{"x", x, at(9, 5)}}, {OptionSpec::number("x", 1.0, "free")});
+    ASSERT_TRUE(e.has_value());
+    EXPECT_TRUE(contains(e->what(), "is out of range")) << e->what();
+    EXPECT_TRUE(contains(e->hint(), "allowed: a finite number (not nan or inf)")) << e->hint();
+  }
+  e = config_error({{"beta", inf, at(9, 8)}});
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(contains(e->hint(), "[0.0, 1.0]")) << e->hint();
+  const sdk::OptionSchema ceiling = {
+      OptionSpec::number("max", inf, "ceiling").greater_than(0).allow_infinity()};
+  EXPECT_EQ(resolve({{"max", inf, at(9, 5)}}, ceiling).get_double("max"), inf);
+  EXPECT_EQ(resolve({}, ceiling).get_double("max"), inf);
+  EXPECT_EQ(resolve({{"max", 1e300, at(9, 5)}}, ceiling).get_double("max"), 1e300);
+  EXPECT_TRUE(config_error({{"max", -inf, at(9, 5)}}, ceiling).has_value());
+  e = config_error({{"max", std::nan(""), at(9, 5)}}, ceiling);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(contains(e->hint(), "allowed: a number or inf (not nan), (0.0, inf]")) << e->hint();
 }
 
 TEST(sdk_Options, RangeText) {
   EXPECT_EQ(OptionSpec::number("x", 1, "").greater_than(0).range_text(), "> 0.0");
   EXPECT_EQ(OptionSpec::number("x", 1, "").at_least(0.5).range_text(), ">= 0.5");
   EXPECT_EQ(OptionSpec::number("x", 1, "").at_most(2).range_text(), "<= 2.0");
+  // Whole numbers are written out, not in exponent form ("10.0", not "1e+01").
+  EXPECT_EQ(OptionSpec::number("x", 1, "").at_least(0).at_most(10).range_text(), "[0.0, 10.0]");
+  EXPECT_EQ(OptionSpec::number("x", 1, "").greater_than(0).allow_infinity().range_text(),
+            "(0.0, inf]");
   EXPECT_EQ(OptionSpec::number("x", 1, "").greater_than(0).at_most(1).range_text(), "(0.0, 1.0]");
   EXPECT_EQ(OptionSpec::integer("n", 1, "").at_least(1).at_most(8).range_text(), "[1, 8]");
   EXPECT_EQ(OptionSpec::string("s", "a", "").one_of({"a", "b"}).range_text(), "one of: a, b");

@@ -4,12 +4,15 @@
 // choices and a one-line doc. The host turns the component's TOML table into `RawOption`s (value +
 // file:line:col) and calls `Options::resolve`, which raises `ConfigError` naming the location and
 // key for a wrong type, a value out of range, a value not among the choices, a missing required
-// key, or an unknown key (with a "did you mean"). A factory then reads values with the typed
-// getters; asking for a key the schema does not declare is a programming error (std::logic_error).
+// key, or an unknown key (with a "did you mean"). A number is never NaN, and is finite unless the
+// spec allows +inf (allow_infinity(), for "no ceiling"): a stray inf or 1e999 would otherwise
+// reach the arithmetic. A factory then reads values with the typed getters; asking for a key the
+// schema does not declare is a programming error (std::logic_error).
 // Options are immutable and cheap to copy.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -47,6 +50,8 @@ struct OptionSpec {
   OptionSpec& greater_than(double v) { min = v; min_exclusive = true; return *this; }
   OptionSpec& at_most(double v) { max = v; return *this; }
   OptionSpec& one_of(std::vector<std::string> c) { choices = std::move(c); return *this; }
+  // +inf becomes a valid value (the upper bound is infinity); -inf stays refused.
+  OptionSpec& allow_infinity() { max = std::numeric_limits<double>::infinity(); return *this; }
   std::string range_text() const;  // "[0, 1]", "> 0", "one of: a, b", "" when unconstrained
 };
 

@@ -4,6 +4,8 @@
 // `dtype`, living on the device of the backend that allocated it (host memory for the CPU
 // backend). It never owns memory; the allocator (a DeviceBackend) and whoever holds the
 // allocation decide lifetime. Rank is 0..4; a rank-2 view [rows, cols] is the common case.
+// Element and byte counts are checked: sizes come from configs and files, so a product that does
+// not fit (in int64 elements, in size_t bytes) throws UserError instead of wrapping.
 #pragma once
 
 #include <array>
@@ -16,6 +18,9 @@
 #include "mixtrain/sdk/dtype.h"
 
 namespace mixtrain::sdk {
+
+// Throws UserError: a tensor of these dimensions has more elements or bytes than fit in 64 bits.
+[[noreturn]] void throw_size_overflow(const std::vector<std::int64_t>& dims);
 
 struct Shape {
   static constexpr int kMaxRank = 4;
@@ -31,14 +36,18 @@ struct Shape {
   std::int64_t operator[](int i) const { return dims[static_cast<std::size_t>(i)]; }
   std::int64_t numel() const {
     std::int64_t n = 1;
-    for (int i = 0; i < rank; ++i) n *= dims[static_cast<std::size_t>(i)];
+    for (int i = 0; i < rank; ++i)
+      if (__builtin_mul_overflow(n, dims[static_cast<std::size_t>(i)], &n))
+        throw_size_overflow(to_vector());
     return n;
   }
   // Leading dimensions folded: a [B, T, C] view is rows()=B*T, cols()=C (also when C is 0).
   std::int64_t cols() const { return rank == 0 ? 1 : dims[static_cast<std::size_t>(rank - 1)]; }
   std::int64_t rows() const {
     std::int64_t r = 1;
-    for (int i = 0; i + 1 < rank; ++i) r *= dims[static_cast<std::size_t>(i)];
+    for (int i = 0; i + 1 < rank; ++i)
+      if (__builtin_mul_overflow(r, dims[static_cast<std::size_t>(i)], &r))
+        throw_size_overflow(to_vector());
     return r;
   }
   std::vector<std::int64_t> to_vector() const { return {dims.begin(), dims.begin() + rank}; }
@@ -57,7 +66,12 @@ struct TensorView {
   Shape shape;
 
   std::int64_t numel() const { return shape.numel(); }
-  std::size_t bytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
+  std::size_t bytes() const {
+    std::size_t b = 0;
+    if (__builtin_mul_overflow(static_cast<std::size_t>(numel()), dtype_size(dtype), &b))
+      throw_size_overflow(shape.to_vector());
+    return b;
+  }
   bool empty() const { return data == nullptr; }
   template <class T>
   T* as() const {
@@ -74,7 +88,8 @@ struct HostTensor {
 
   std::int64_t numel() const {
     std::int64_t n = 1;
-    for (auto d : shape) n *= d;
+    for (auto d : shape)
+      if (__builtin_mul_overflow(n, d, &n)) throw_size_overflow(shape);
     return n;
   }
 };
