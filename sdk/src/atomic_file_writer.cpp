@@ -1,6 +1,7 @@
 #include "mixtrain/sdk/atomic_file_writer.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +28,20 @@ fs::path temp_path_for(const fs::path& target) {
   const unsigned n = counter.fetch_add(1);
   return target.parent_path() / ("." + target.filename().string() + ".tmp." +
                                  std::to_string(::getpid()) + "." + std::to_string(n));
+}
+
+// ".<target>.tmp.<pid>.<n>", as temp_path_for makes them.
+bool is_temp_file_name(const std::string& name) {
+  const auto tmp = name.rfind(".tmp.");
+  if (name.size() < 2 || name[0] != '.' || tmp == std::string::npos || tmp < 2) return false;
+  const std::string suffix = name.substr(tmp + 5);  // "<pid>.<n>"
+  const auto dot = suffix.find('.');
+  auto digits = [](const std::string& t) {
+    return !t.empty() &&
+           std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return dot != std::string::npos && digits(suffix.substr(0, dot)) &&
+         digits(suffix.substr(dot + 1));
 }
 
 int write_all(int fd, const std::byte* data, std::size_t size) {
@@ -81,6 +96,20 @@ AtomicFileWriter::AtomicFileWriter(fs::path target, bool durable, std::string wh
     // EEXIST: a stale temp file from an earlier process with the same pid (containers reuse pids).
     if (fd_ < 0 && (err != EEXIST || attempt > 100))
       fail("cannot create the temporary file " + quoted(temp_), err);
+    if (fd_ < 0) continue;
+    // The lock marks the file as owned by a live writer (see remove_stale_temp_files). A cleaner
+    // may have taken it between open() and here and unlinked the file: then the lock we get is on
+    // an orphaned inode, so start over with a new name. Where the file system has no flock, the
+    // write goes on unlocked: a cleaner there cannot lock either, so it removes nothing.
+    if (::flock(fd_, LOCK_EX) != 0) break;
+    struct stat by_fd {};
+    struct stat by_name {};
+    if (::fstat(fd_, &by_fd) != 0 || ::stat(temp_.c_str(), &by_name) != 0 ||
+        by_fd.st_ino != by_name.st_ino || by_fd.st_dev != by_name.st_dev) {
+      ::close(fd_);
+      fd_ = -1;
+      if (attempt > 100) fail("the temporary file " + quoted(temp_) + " keeps vanishing", ENOENT);
+    }
   }
   // Replacing a file should not silently change who may read it.
   if (target_exists) ::fchmod(fd_, target_stat.st_mode & 07777);
@@ -128,9 +157,19 @@ std::string AtomicFileWriter::commit() {
   // close() can report a deferred write error (NFS, quota), so its result counts.
   const int fd = fd_;
   fd_ = -1;
-  if (::close(fd) != 0) fail("closing " + quoted(temp_), errno);
-  if (::rename(temp_.c_str(), target_.c_str()) != 0)
-    fail("cannot rename " + quoted(temp_) + " over the target", errno);
+  // The flock belongs to the open file description: a duplicate keeps it held across close(),
+  // so a cleaner cannot take the file between close() and rename().
+  const int lock_fd = ::dup(fd);
+  const int close_result = ::close(fd);
+  const int close_err = errno;
+  if (close_result != 0) {
+    if (lock_fd >= 0) ::close(lock_fd);
+    fail("closing " + quoted(temp_), close_err);
+  }
+  const int rename_result = ::rename(temp_.c_str(), target_.c_str());
+  const int rename_err = errno;
+  if (lock_fd >= 0) ::close(lock_fd);
+  if (rename_result != 0) fail("cannot rename " + quoted(temp_) + " over the target", rename_err);
   committed_ = true;
   if (!durable_) return {};
   // The new file is in place: failing to persist the folder entry is a warning, not a failure.
@@ -142,6 +181,30 @@ std::string AtomicFileWriter::commit() {
               std::strerror(errno) + "); it may be lost on power failure";
   if (dir_fd >= 0) ::close(dir_fd);
   return warning;
+}
+
+std::vector<fs::path> remove_stale_temp_files(const fs::path& folder) {
+  std::vector<fs::path> removed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!is_temp_file_name(name)) continue;
+    const fs::path& path = entry.path();
+    // O_NOFOLLOW: a symlink planted under a temp name is not ours to follow or lock.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat by_fd {};
+    struct stat by_name {};
+    // The writer holds its lock until it renames or unlinks the file, and the kernel drops it
+    // when the writer dies: a lock we can take means no live writer. Unlink only while holding
+    // it, and only if the name still names the inode we locked.
+    if (::fstat(fd, &by_fd) == 0 && S_ISREG(by_fd.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+        ::lstat(path.c_str(), &by_name) == 0 && by_fd.st_ino == by_name.st_ino &&
+        by_fd.st_dev == by_name.st_dev && ::unlink(path.c_str()) == 0)
+      removed.push_back(path);
+    ::close(fd);
+  }
+  return removed;
 }
 
 }  // namespace mixtrain::sdk

@@ -3,7 +3,9 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -24,6 +26,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "mixtrain/sdk/atomic_file_writer.h"
 #include "mixtrain/sdk/plugin.h"
 #include "native_checkpoint_format.h"
 #include "native_file_layout.h"
@@ -672,6 +675,47 @@ TEST_F(checkpoint_native, OverwritingAnExistingCheckpointSucceeds) {
   format_.write(path, second);
   expect_same_state(second, format_.read(path));
   EXPECT_TRUE(temp_files_in(dir_).empty());
+}
+
+TEST_F(checkpoint_native, StaleTempFilesAreRemovedLiveWritersAreKept) {
+  // A killed save leaves an unlocked temp file; a writer alive in this process or in another one
+  // holds a lock on its own, and unrelated files never match.
+  const auto stale = dir_ / ".step-00000004.mxt.tmp.4194303.0";
+  write_file(stale, {std::byte{1}});
+  sdk::AtomicFileWriter in_process(dir_ / "step-00000006.mxt", /*durable=*/false, "checkpoint");
+  in_process.write("x", 1);
+  const auto other_process = dir_ / ".step-00000008.mxt.tmp.1.0";
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const int fd = ::open(other_process.c_str(), O_RDWR | O_CREAT, 0644);
+    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) ::_exit(1);
+    (void)!::write(ready[1], "k", 1);
+    for (;;) ::pause();
+  }
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  const std::vector<std::string> unrelated = {".notes.tmp.txt", "step-00000002.mxt",
+                                              ".step-1.mxt.tmp.12x.0", "a.tmp.1.2"};
+  for (const auto& name : unrelated) write_file(dir_ / name, {std::byte{2}});
+
+  const auto removed = sdk::remove_stale_temp_files(dir_);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0], stale);
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(in_process.temp_path()));
+  EXPECT_TRUE(fs::exists(other_process));
+  for (const auto& name : unrelated) EXPECT_TRUE(fs::exists(dir_ / name)) << name;
+  // Its writer is dead now, so the next pass takes it; the live in-process writer still commits.
+  EXPECT_EQ(sdk::remove_stale_temp_files(dir_), std::vector<fs::path>{other_process});
+  EXPECT_TRUE(in_process.commit().empty());
+  EXPECT_TRUE(fs::exists(dir_ / "step-00000006.mxt"));
 }
 
 TEST_F(checkpoint_native, OverwritingKeepsTheFilePermissions) {

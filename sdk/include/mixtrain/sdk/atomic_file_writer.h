@@ -12,6 +12,12 @@
 // - Destroying an uncommitted writer removes the temporary file: no failure leaves one behind and
 //   the previous target is untouched.
 // - Errors are sdk::CheckpointError naming the target, the operation and the OS error, with a hint.
+// - The temporary file is ".<target name>.tmp.<pid>.<n>" and the writer holds an exclusive
+//   flock(2) on it for its whole life. A writer killed outright (kill -9, power loss) leaves the
+//   file behind; remove_stale_temp_files() removes exactly those whose lock nobody holds.
+//   A lock rather than "is the pid in the name alive": pids are reused (a container restarts at
+//   pid 1, so a stale file's pid is often alive) and are meaningless to a writer in another pid
+//   namespace sharing the folder, whereas the kernel drops a dead process's locks itself.
 #pragma once
 
 #include <cstddef>
@@ -51,6 +57,12 @@ class MIXTRAIN_SDK_API AtomicFileWriter {
   std::vector<std::byte> buffer_;
   std::uint64_t written_ = 0;
 };
+
+// Removes the temporary files of AtomicFileWriters in `folder` (not its subfolders) that no live
+// writer holds, and returns their paths. Other files, and temp files of live writers in any
+// process, are left alone; an unreadable folder removes nothing.
+MIXTRAIN_SDK_API std::vector<std::filesystem::path> remove_stale_temp_files(
+    const std::filesystem::path& folder);
 
 // A short, actionable hint for an errno from file I/O ("the disk is full; ...").
 MIXTRAIN_SDK_API std::string hint_for_os_error(int err);
