@@ -3,6 +3,7 @@
 #include "mixtrain/core/dataset.h"
 #include "mixtrain/sdk/error.h"
 
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -41,6 +42,11 @@ void BatchSampler::build_order(std::int64_t epoch) {
 
 std::span<const std::int64_t> BatchSampler::next() {
   if (position_ == batches_per_epoch_) {
+    // Unreachable from a checked checkpoint (epoch <= step <= run.steps), but a cursor set by
+    // any caller must not overflow.
+    if (epoch_ == std::numeric_limits<std::int64_t>::max())
+      throw sdk::DataError("batch sampler: the epoch counter is at its maximum",
+                           "the sampler state is damaged; resume from another checkpoint");
     ++epoch_;
     position_ = 0;
   }

@@ -8,16 +8,20 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_state.h"
 #include "mixtrain/core/batch_sampler.h"
+#include "mixtrain/core/checkpoint_path.h"
 #include "mixtrain/core/log_sink.h"
 #include "mixtrain/core/lr_schedule.h"
 #include "mixtrain/core/progress_report.h"
 #include "mixtrain/core/underflow_report.h"
+#include "mixtrain/sdk/atomic_file_writer.h"
 
 namespace mixtrain::core {
 
@@ -27,56 +31,10 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr const char* kStateVersion = "1";
-
 std::size_t peak_rss_bytes() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return static_cast<std::size_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
-}
-
-json state_to_json(const std::string& component, const sdk::ComponentState& st) {
-  json values = json::object();
-  for (const auto& [k, v] : st.values) {
-    std::visit(
-        [&](const auto& x) {
-          using T = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<T, bool>) values[k] = {{"bool", x}};
-          else if constexpr (std::is_same_v<T, std::int64_t>) values[k] = {{"int", x}};
-          else if constexpr (std::is_same_v<T, double>) values[k] = {{"double", x}};
-          else if constexpr (std::is_same_v<T, std::string>) values[k] = {{"string", x}};
-          else values[k] = {{"floats", x}};
-        },
-        v);
-  }
-  return {{"component", component}, {"version", st.version}, {"values", values}};
-}
-
-sdk::ComponentState state_from_json(const json& j, const std::string& what,
-                                    const std::string& expected_component,
-                                    const fs::path& file) {
-  try {
-    if (j.at("component").get<std::string>() != expected_component)
-      throw sdk::CheckpointError(
-          file.string() + ": the " + what + " state was written by '" +
-              j.at("component").get<std::string>() + "' but this run uses '" +
-              expected_component + "'",
-          "resume with the same " + what + " as the original run (see its config.toml)");
-    sdk::ComponentState st;
-    st.version = j.at("version").get<std::int64_t>();
-    for (const auto& [k, v] : j.at("values").items()) {
-      if (v.contains("bool")) st.values[k] = v["bool"].get<bool>();
-      else if (v.contains("int")) st.values[k] = v["int"].get<std::int64_t>();
-      else if (v.contains("double")) st.values[k] = v["double"].get<double>();
-      else if (v.contains("string")) st.values[k] = v["string"].get<std::string>();
-      else if (v.contains("floats")) st.values[k] = v["floats"].get<std::vector<float>>();
-      else throw sdk::CheckpointError(file.string() + ": malformed " + what + " state entry '" + k + "'");
-    }
-    return st;
-  } catch (const json::exception& e) {
-    throw sdk::CheckpointError(file.string() + ": malformed " + what + " state: " + e.what(),
-                               "the checkpoint is damaged; use an earlier one");
-  }
 }
 
 sdk::HostTensor to_host(sdk::DeviceBackend& b, const std::string& name, sdk::TensorView v) {
@@ -327,35 +285,33 @@ fs::path Trainer::save_checkpoint() {
   for (const auto& t : s.c.optimizer->state_tensors())
     st.tensors.push_back(to_host(b, "optimizer/" + t.name, t.view));
   auto cursor = s.sampler->cursor();
-  st.metadata["mixtrain.state_version"] = kStateVersion;
+  st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
   st.metadata["mixtrain.version"] = sdk::kSdkVersion;
-  st.metadata["progress"] = json{{"step", s.step}, {"applied_steps", s.applied}, {"skipped_steps", s.skipped},
-                                 {"last_loss", s.last_loss}}.dump();
+  st.metadata["progress"] = progress_to_json({s.step, s.applied, s.skipped, s.last_loss}).dump();
   st.metadata["sampler"] = json{{"epoch", cursor.epoch}, {"position", cursor.position},
                                 {"seed", s.e.run.seed}, {"rows", s.train.rows}}.dump();
-  st.metadata["scaler"] = state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump();
-  st.metadata["policy"] = state_to_json(s.e.policy_name, s.c.policy->save_state()).dump();
-  st.metadata["optimizer"] = state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump();
+  st.metadata["scaler"] = component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump();
+  st.metadata["policy"] = component_state_to_json(s.e.policy_name, s.c.policy->save_state()).dump();
+  st.metadata["optimizer"] =
+      component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump();
   st.metadata["config"] = resolved_toml(s.e);
 
   char name[64];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.step));
   fs::path dir = s.run_dir / "checkpoints";
   fs::path path = dir / (name + s.c.checkpoint_format->file_extension());
+  // A save killed midway (kill -9, power loss) leaves its temporary file; each save removes those
+  // that no live writer holds.
+  for (const auto& stale : sdk::remove_stale_temp_files(dir))
+    s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
   s.c.checkpoint_format->write(path, st);
 
-  // Keep the newest `keep` checkpoints of this run.
-  std::vector<fs::path> all;
+  // Keep the newest `keep` checkpoints of this run, by step number (names stop sorting by step
+  // once a step outgrows the zero padding).
+  auto all = step_checkpoints(dir, s.c.checkpoint_format->file_extension());
   std::error_code ec;
-  for (const auto& f : fs::directory_iterator(dir, ec))
-    if (f.is_regular_file() && f.path().extension() == s.c.checkpoint_format->file_extension() &&
-        f.path().filename().string().rfind("step-", 0) == 0)
-      all.push_back(f.path());
-  std::sort(all.begin(), all.end());
-  while (static_cast<std::int64_t>(all.size()) > s.e.checkpoint.keep) {
-    fs::remove(all.front(), ec);
-    all.erase(all.begin());
-  }
+  for (std::size_t i = 0; i + static_cast<std::size_t>(s.e.checkpoint.keep) < all.size(); ++i)
+    fs::remove(all[i], ec);
   s.log.info("checkpoint written: " + path.string());
   return path;
 }
@@ -428,10 +384,13 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
       throw sdk::CheckpointError(path.string() + ": the '" + key + "' entry is not valid JSON");
     return j;
   };
+  check_training_state_version(st.metadata, path);
   try {
-    auto progress = meta("progress");
+    auto progress = read_progress(meta("progress"), s.e.run.steps, path);
     auto sampler = meta("sampler");
-    if (sampler.at("rows").get<std::int64_t>() != s.train.rows ||
+    if (read_checkpoint_int(sampler.at("rows"), "sampler.rows", 0,
+                            std::numeric_limits<std::int64_t>::max(), path) != s.train.rows ||
+        !sampler.at("seed").is_number_unsigned() ||
         sampler.at("seed").get<std::uint64_t>() != s.e.run.seed)
       throw sdk::CheckpointError(
           path.string() + ": the checkpoint was trained on other data (rows or seed differ)",
@@ -443,15 +402,27 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
                                    "resume with the same optimizer as the original run");
       from_host(b, *h, t.view, path);
     }
-    s.c.optimizer->load_state(state_from_json(meta("optimizer"), "optimizer", s.e.optimizer_type, path));
-    s.c.scaler->load_state(state_from_json(meta("scaler"), "scaler", s.e.scaler_type, path));
-    s.c.policy->load_state(state_from_json(meta("policy"), "policy", s.e.policy_name, path));
-    s.step = progress.at("step").get<std::int64_t>();
-    s.applied = progress.at("applied_steps").get<std::int64_t>();
-    s.skipped = progress.at("skipped_steps").get<std::int64_t>();
-    s.last_loss = progress.at("last_loss").get<float>();
-    s.sampler->set_cursor({sampler.at("epoch").get<std::int64_t>(),
-                           sampler.at("position").get<std::int64_t>()});
+    // The components range-check their own entries; their messages gain the file's name.
+    auto load = [&](const char* what, const std::string& type, auto& component) {
+      auto state = component_state_from_json(meta(what), what, type, path);
+      try {
+        component.load_state(state);
+      } catch (const sdk::CheckpointError& e) {
+        const std::string message = e.what();
+        const bool says_role = message.rfind(what, 0) == 0;  // "scaler 'dynamic' state ..."
+        throw sdk::CheckpointError(
+            path.string() + ": " + (says_role ? "" : what + std::string(": ")) + message, e.hint());
+      }
+    };
+    load("optimizer", s.e.optimizer_type, *s.c.optimizer);
+    load("scaler", s.e.scaler_type, *s.c.scaler);
+    load("policy", s.e.policy_name, *s.c.policy);
+    s.sampler->set_cursor(
+        read_sampler_cursor(sampler, progress.step, s.sampler->batches_per_epoch(), path));
+    s.step = progress.step;
+    s.applied = progress.applied;
+    s.skipped = progress.skipped;
+    s.last_loss = progress.last_loss;
   } catch (const json::exception& e) {
     throw sdk::CheckpointError(path.string() + ": malformed training state: " + e.what(),
                                "the checkpoint is damaged; use an earlier one");

@@ -1,19 +1,33 @@
 // Which checkpoint file a path given by the user means (`eval --checkpoint`, `train --resume`,
-// `export`).
+// `export`), and the step-numbered checkpoints of a folder.
 //
 // Contract: a file is itself (it must exist). A folder means its newest checkpoint: the
-// "step-*" file with the format's extension whose name sorts last (step numbers are zero-padded).
-// A run folder — one that holds a checkpoints/ folder — means the newest checkpoint in it.
-// Otherwise sdk::CheckpointError names the path and says what to pass.
+// "step-N" file with the format's extension whose N is largest, compared as numbers (names stop
+// sorting by step once N outgrows the zero padding). A run folder — one that holds a
+// checkpoints/ folder — means the newest checkpoint in it. Otherwise sdk::CheckpointError names
+// the path and says what to pass. Files whose name is not "step-" + decimal digits + extension
+// (a negative step, a temp file, "step-final.mxt") are not checkpoints of a run and are ignored.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace mixtrain::core {
 
 // `extension` as the checkpoint format writes it, with the dot (".mxt").
 std::filesystem::path resolve_checkpoint_path(const std::filesystem::path& path,
                                               const std::string& extension);
+
+// N of a file named "step-N<extension>" (N: decimal digits that fit in int64), else nullopt.
+std::optional<std::int64_t> checkpoint_step(const std::filesystem::path& file,
+                                            const std::string& extension);
+
+// The step-N checkpoints directly in `folder`, oldest (smallest N) first; none when the folder
+// cannot be read.
+std::vector<std::filesystem::path> step_checkpoints(const std::filesystem::path& folder,
+                                                    const std::string& extension);
 
 }  // namespace mixtrain::core
