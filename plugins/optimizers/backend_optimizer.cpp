@@ -93,9 +93,10 @@ void BackendOptimizer::load_state(const sdk::ComponentState& state) {
                                    std::to_string(kStateVersion),
                                "resume with the mixtrain version that wrote the checkpoint");
   const auto step = state.get<std::int64_t>("step");
-  if (step < 0)
-    throw sdk::CheckpointError("optimizer '" + component_ + "' state entry 'step' = " +
-                                   std::to_string(step) + " is negative",
+  if (step < 0 || step > kMaxAppliedSteps)
+    throw sdk::CheckpointError("optimizer '" + component_ +
+                                   "' state entry 'step' = " + std::to_string(step) +
+                                   " is outside [0, " + std::to_string(kMaxAppliedSteps) + "]",
                                "the checkpoint is damaged; resume from another checkpoint");
   applied_steps_ = step;
 }

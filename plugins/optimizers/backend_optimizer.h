@@ -9,7 +9,9 @@
 //   ParamTensors carrying the slots, so a subclass calls its kernel once per non-empty group.
 // - The applied-step count (step() calls that reached the kernels) is the optimizer's scalar
 //   state: it drives AdamW's bias correction and SGD's first-step momentum initialisation, and
-//   round-trips through save_state()/load_state() (version 1).
+//   round-trips through save_state()/load_state() (version 1). It lies in [0, kMaxAppliedSteps]:
+//   load_state() rejects a count outside it and counting stops at its top, so AdamW's 1-based
+//   step (count + 1) never overflows.
 // - state_tensors() names slots "<param>.<slot>" in parameter order, then slot order.
 #pragma once
 
@@ -28,6 +30,7 @@ class BackendOptimizer : public sdk::Optimizer {
  public:
   static constexpr std::int64_t kStateVersion = 1;
   static constexpr std::size_t kMaxSlots = 2;  // ParamTensors has state1 and state2
+  static constexpr std::int64_t kMaxAppliedSteps = INT64_MAX - 1;
 
   ~BackendOptimizer() override;
 
@@ -49,7 +52,9 @@ class BackendOptimizer : public sdk::Optimizer {
   };
   // Checks that `params` are the ones bound, then splits them by Parameter::weight_decay.
   Groups grouped(std::span<const sdk::Parameter> params) const;
-  void count_applied_step() { ++applied_steps_; }
+  void count_applied_step() {
+    if (applied_steps_ < kMaxAppliedSteps) ++applied_steps_;
+  }
 
   sdk::Logger logger_;
 

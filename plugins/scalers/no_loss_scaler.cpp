@@ -16,9 +16,9 @@ NoLossScaler::NoLossScaler(const sdk::Options& /*options*/, const sdk::PluginCon
 }
 
 sdk::ScalerDecision NoLossScaler::update(bool found_inf) {
-  ++steps_;
+  count_up(steps_);
   if (found_inf) {
-    ++skipped_steps_;
+    count_up(skipped_steps_);
     logger_.warn("step " + std::to_string(steps_) +
                  ": non-finite gradients without a loss scaler, optimizer step skipped (" +
                  std::to_string(skipped_steps_) + " skipped so far)");

@@ -24,9 +24,9 @@ StaticLossScaler::StaticLossScaler(const sdk::Options& options, const sdk::Plugi
 }
 
 sdk::ScalerDecision StaticLossScaler::update(bool found_inf) {
-  ++steps_;
+  count_up(steps_);
   if (found_inf) {
-    ++skipped_steps_;
+    count_up(skipped_steps_);
     logger_.warn("step " + std::to_string(steps_) + ": non-finite gradients at static scale " +
                  format_scale(scale_) + ", optimizer step skipped (" +
                  std::to_string(skipped_steps_) +
