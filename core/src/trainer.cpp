@@ -225,7 +225,12 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
       while (std::getline(in, line)) {
         if (line.empty()) continue;
         auto j = json::parse(line, nullptr, false);
-        bool after = !j.is_discarded() && j.contains("step") && j["step"].get<std::int64_t>() > s.step;
+        // A record whose step is not a JSON integer (an edited file) is kept, never a crash.
+        const bool after = j.is_object() && j.contains("step") &&
+                           ((j["step"].is_number_unsigned() &&
+                             j["step"].get<std::uint64_t>() > static_cast<std::uint64_t>(s.step)) ||
+                            (j["step"].is_number_integer() && !j["step"].is_number_unsigned() &&
+                             j["step"].get<std::int64_t>() > s.step));
         (after ? discarded : keep).push_back(line);
       }
       in.close();
