@@ -109,7 +109,9 @@ void CpuBackend::add_bias(TensorView y, TensorView bias) {
 
 void CpuBackend::bias_grad(TensorView dy, TensorView dbias, bool accumulate) {
   use_threads();
-  const auto [rows, n] = checks().bias_grad_shape(dy, dbias);
+  // Plain variables, not structured bindings: clang 14 cannot capture those in OpenMP regions.
+  const auto shape = checks().bias_grad_shape(dy, dbias);
+  const std::int64_t rows = shape.rows, n = shape.cols;
   constexpr std::int64_t kBlock = 256;
   float* out = dbias.as<float>();
 #pragma omp parallel for schedule(static) if (parallel_worth(rows * n))
@@ -186,7 +188,8 @@ void CpuBackend::activation_backward(Activation act, TensorView x, TensorView dy
 void CpuBackend::layernorm_forward(TensorView x, TensorView gamma, TensorView beta, float eps,
                                    TensorView y, TensorView mean, TensorView rstd) {
   use_threads();
-  const auto [rows, n] = checks().layernorm_forward_shape(x, gamma, beta, y, mean, rstd);
+  const auto shape = checks().layernorm_forward_shape(x, gamma, beta, y, mean, rstd);
+  const std::int64_t rows = shape.rows, n = shape.cols;
   const Fp32Vector g(gamma, n, 1.0f);
   const Fp32Vector b(beta, n, 0.0f);
   const float* gp = g.data();
@@ -225,8 +228,8 @@ void CpuBackend::layernorm_backward(TensorView dy, TensorView x, TensorView gamm
                                     TensorView rstd, TensorView dx, TensorView dgamma,
                                     TensorView dbeta, bool accumulate) {
   use_threads();
-  const auto [rows, n] =
-      checks().layernorm_backward_shape(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  const auto shape = checks().layernorm_backward_shape(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  const std::int64_t rows = shape.rows, n = shape.cols;
   const bool want_dgamma = !dgamma.empty();
   const bool want_dbeta = !dbeta.empty();
   const Fp32Vector g(gamma, n, 1.0f);
@@ -296,8 +299,8 @@ void CpuBackend::softmax_cross_entropy(TensorView logits, TensorView labels, flo
                                        TensorView loss, TensorView correct, TensorView dlogits) {
   use_threads();
   constexpr const char* op = "softmax_cross_entropy";
-  const auto [rows, classes] =
-      checks().softmax_cross_entropy_shape(logits, labels, loss, correct, dlogits);
+  const auto shape = checks().softmax_cross_entropy_shape(logits, labels, loss, correct, dlogits);
+  const std::int64_t rows = shape.rows, classes = shape.cols;
   const bool want_correct = !correct.empty();
   const bool want_grad = !dlogits.empty();
   const auto* label = labels.as<const std::int32_t>();
