@@ -29,8 +29,9 @@ sdk::OptionSchema DynamicLossScaler::option_schema() {
                           "growth"),
       OptionSpec::number("min_scale", 0.0, "floor of the scale (0 = none)").at_least(0),
       OptionSpec::number("max_scale", std::numeric_limits<double>::infinity(),
-                         "ceiling of the scale")
-          .greater_than(0),
+                         "ceiling of the scale; inf = none")
+          .greater_than(0)
+          .allow_infinity(),
   };
 }
 
@@ -75,10 +76,10 @@ DynamicLossScaler::DynamicLossScaler(const sdk::Options& options, const sdk::Plu
 sdk::ScalerDecision DynamicLossScaler::update(bool found_inf) {
   sdk::ScalerDecision decision;
   decision.scale_before = scale_;
-  ++steps_;
+  count_up(steps_);
   if (found_inf) {
     decision.apply_step = false;
-    ++skipped_steps_;
+    count_up(skipped_steps_);
     growth_tracker_ = 0;
     if (hysteresis_left_ > 1) {
       --hysteresis_left_;
