@@ -25,11 +25,19 @@ AmaxHistory::AmaxHistory(std::vector<float> ring, std::size_t position)
                                 " is outside a ring of " + std::to_string(ring_.size()));
 }
 
-void AmaxHistory::record(float amax) { ring_[position_] = amax_max(ring_[position_], amax); }
+void AmaxHistory::record(float amax) {
+  ring_[position_] = amax_max(ring_[position_], amax);
+}
 
 float AmaxHistory::max() const {
   float m = 0.0f;
   for (float a : ring_) m = amax_max(m, a);
+  return m;
+}
+
+float AmaxHistory::max_ignoring_nan() const {
+  float m = 0.0f;
+  for (float a : ring_) m = std::fmax(m, a);
   return m;
 }
 
@@ -41,7 +49,8 @@ void AmaxHistory::roll() {
 std::vector<float> AmaxHistory::chronological() const {
   std::vector<float> out;
   out.reserve(ring_.size());
-  for (std::size_t i = 1; i <= ring_.size(); ++i) out.push_back(ring_[(position_ + i) % ring_.size()]);
+  for (std::size_t i = 1; i <= ring_.size(); ++i)
+    out.push_back(ring_[(position_ + i) % ring_.size()]);
   return out;
 }
 

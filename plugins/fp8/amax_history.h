@@ -10,8 +10,10 @@
 //   (torch.roll(history, -1) then history[0] = 0), so the ring always holds the step in
 //   progress plus the length-1 completed steps before it.
 // - discard_current() zeroes the step in progress (a skipped step leaves no trace).
-// - max() is NaN-aware: one NaN entry makes it NaN (torch.max semantics); callers treat a
-//   non-finite amax as "keep the previous scale".
+// - max() is NaN-aware: one NaN entry makes it NaN (torch.max semantics, Transformer Engine's
+//   unfused update). max_ignoring_nan() skips NaN entries (fmaxf semantics, Transformer Engine's
+//   fused kernel); an inf entry makes both inf. Callers treat a zero or non-finite amax as "keep
+//   the previous scale".
 // - chronological() lists the entries oldest first, the step in progress last;
 //   resized() keeps the most recent min(old, new) of them and pads the oldest side with zeros.
 #pragma once
@@ -31,6 +33,7 @@ class AmaxHistory {
   void record(float amax);
   float current() const { return ring_[position_]; }
   float max() const;
+  float max_ignoring_nan() const;
   void roll();
   void discard_current() { ring_[position_] = 0.0f; }
 

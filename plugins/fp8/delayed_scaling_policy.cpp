@@ -8,12 +8,20 @@
 namespace mixtrain::fp8 {
 
 namespace {
-std::string_view algo_name(AmaxComputeAlgo a) { return a == AmaxComputeAlgo::max ? "max" : "most_recent"; }
+std::string_view algo_name(AmaxComputeAlgo a) {
+  return a == AmaxComputeAlgo::max ? "max" : "most_recent";
+}
 
 AmaxComputeAlgo parse_algo(std::string_view name) {
   if (name == "max") return AmaxComputeAlgo::max;
   if (name == "most_recent") return AmaxComputeAlgo::most_recent;
   throw std::invalid_argument("unknown amax_compute_algo '" + std::string(name) + "'");
+}
+
+AmaxUpdate parse_update(std::string_view name) {
+  if (name == "fused") return AmaxUpdate::fused;
+  if (name == "unfused") return AmaxUpdate::unfused;
+  throw std::invalid_argument("unknown amax_update '" + std::string(name) + "'");
 }
 
 std::string slot_key(std::size_t i, const char* field) {
@@ -27,13 +35,21 @@ sdk::OptionSchema DelayedScalingPolicy::option_schema() {
   return {
       common[0],
       common[1],
-      OptionSpec::integer("amax_history_len", 1024, "steps of amax kept per operand (the step in progress included)")
+      OptionSpec::integer("amax_history_len", 1024,
+                          "steps of amax kept per operand (the step in progress included)")
           .at_least(1)
           .at_most(static_cast<double>(kMaxHistoryLen)),
-      OptionSpec::string("amax_compute_algo", "max",
-                         "amax the scale is computed from: max over the history, or most_recent step")
+      OptionSpec::string(
+          "amax_compute_algo", "max",
+          "amax the scale is computed from: max over the history, or most_recent step")
           .one_of({"max", "most_recent"}),
-      OptionSpec::integer("interval", 1, "recompute the scales every this many applied steps").at_least(1),
+      OptionSpec::string(
+          "amax_update", "fused",
+          "Transformer Engine's update: fused (a step with amax 0 leaves the slot alone, "
+          "max skips NaN) or unfused (always rolls, NaN wins)")
+          .one_of({"fused", "unfused"}),
+      OptionSpec::integer("interval", 1, "recompute the scales every this many applied steps")
+          .at_least(1),
       common[2],
   };
 }
@@ -43,14 +59,16 @@ DelayedScalingPolicy::DelayedScalingPolicy(const sdk::Options& options,
     : Fp8PrecisionPolicy("fp8-delayed", options, context),
       history_len_(static_cast<std::size_t>(options.get_int("amax_history_len"))),
       algo_(parse_algo(options.get_string("amax_compute_algo"))),
+      update_(parse_update(options.get_string("amax_update"))),
       interval_(options.get_int("interval")) {}
 
 ScalingSlot& DelayedScalingPolicy::slot_for(const std::string& layer, sdk::OperandRole role) {
   auto name = slot_name(layer, role);
   auto it = slots_.find(name);
   if (it == slots_.end())
-    it = slots_.emplace(std::move(name), ScalingSlot{operand_dtype(format(), role),
-                                                     AmaxHistory(history_len_)})
+    it = slots_
+             .emplace(std::move(name),
+                      ScalingSlot{operand_dtype(format(), role), AmaxHistory(history_len_)})
              .first;
   return it->second;
 }
@@ -78,7 +96,20 @@ void DelayedScalingPolicy::record_amax(const std::string& layer, sdk::OperandRol
 }
 
 float DelayedScalingPolicy::history_amax(const AmaxHistory& history) const {
-  return algo_ == AmaxComputeAlgo::max ? history.max() : history.current();
+  if (algo_ == AmaxComputeAlgo::most_recent) return history.current();
+  return update_ == AmaxUpdate::fused ? history.max_ignoring_nan() : history.max();
+}
+
+void DelayedScalingPolicy::warn_non_finite(const std::string& name, const ScalingSlot& s) const {
+  const float amax = s.history.current();
+  std::string effect;
+  if (algo_ == AmaxComputeAlgo::most_recent)
+    effect = "the scale stays at " + format_float(s.scale) + " for this step";
+  else if (std::isnan(amax) && update_ == AmaxUpdate::fused)
+    effect = "the max over the amax history skips it";
+  else
+    effect = "the scale stays at " + format_float(s.scale) + " while it is in the amax history";
+  logger().warn(name + ": non-finite amax " + format_float(amax) + " observed; " + effect);
 }
 
 void DelayedScalingPolicy::set_scale(const std::string& name, ScalingSlot& s, float amax,
@@ -98,10 +129,10 @@ void DelayedScalingPolicy::on_step_end(bool applied) {
   ++applied_steps_;
   const bool recompute = applied_steps_ % interval_ == 0;
   for (auto& [name, s] : slots_) {
-    if (!std::isfinite(s.history.current()))
-      logger().warn(name + ": non-finite amax " + format_float(s.history.current()) +
-                    " observed; the scale stays at " + format_float(s.scale) +
-                    " while it is in the amax history");
+    // Transformer Engine's fused kernel skips a slot whose amax is 0 (-0 included): an operand
+    // not cast this step, or all zeros, says nothing about its range. NaN is not 0: it rolls.
+    if (update_ == AmaxUpdate::fused && s.history.current() == 0.0f) continue;
+    if (!std::isfinite(s.history.current())) warn_non_finite(name, s);
     if (recompute) {
       const float amax = history_amax(s.history);
       if (auto scale = compute_scale(amax, s.dtype, margin())) set_scale(name, s, amax, *scale);

@@ -11,12 +11,15 @@
 // - on_step_end(true): every `interval` applied steps each slot's scale becomes
 //   compute_scale(amax, dtype, margin) with amax = the max over the history ("max") or this
 //   step's entry ("most_recent") — a zero, inf or NaN amax keeps the previous scale — and
-//   scale_inv = 1 / scale; then every history rolls. on_step_end(false): this step's entries are
-//   zeroed, nothing else changes.
+//   scale_inv = 1 / scale; then the history rolls. amax_update "fused" (the default, Transformer
+//   Engine's fused kernel): a slot whose entry for this step is 0 neither rolls nor recomputes,
+//   and "max" skips NaN entries. "unfused" (its torch fallback): every slot rolls, and one NaN
+//   makes "max" NaN. on_step_end(false): this step's entries are zeroed, nothing else changes.
 // - save_state()/load_state(): version 1, the recipe options, applied_steps and per slot its
-//   name, ring, position and scale; scale_inv is recomputed on load. A ring of another length
-//   keeps its most recent min(saved, configured) entries (zeros pad the oldest side) and logs a
-//   warning. Malformed states throw sdk::CheckpointError and leave the policy unchanged.
+//   name, ring, position and scale; scale_inv is recomputed on load. amax_update is not saved:
+//   both updates read and write the same ring, so the config's applies on resume. A ring of another
+//   length keeps its most recent min(saved, configured) entries (zeros pad the oldest side) and
+//   logs a warning. Malformed states throw sdk::CheckpointError and leave the policy unchanged.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +35,7 @@
 namespace mixtrain::fp8 {
 
 enum class AmaxComputeAlgo { max, most_recent };
+enum class AmaxUpdate { fused, unfused };
 
 struct ScalingSlot {
   ScalingSlot(sdk::DType dtype_, AmaxHistory history_, float scale_ = 1.0f)
@@ -59,6 +63,7 @@ class DelayedScalingPolicy final : public Fp8PrecisionPolicy {
 
   std::size_t amax_history_len() const { return history_len_; }
   AmaxComputeAlgo amax_compute_algo() const { return algo_; }
+  AmaxUpdate amax_update() const { return update_; }
   std::int64_t interval() const { return interval_; }
   std::int64_t applied_steps() const { return applied_steps_; }
   // Inspection for tests and tools; nullptr when the slot does not exist yet.
@@ -68,10 +73,12 @@ class DelayedScalingPolicy final : public Fp8PrecisionPolicy {
  private:
   ScalingSlot& slot_for(const std::string& layer, sdk::OperandRole role);
   float history_amax(const AmaxHistory& history) const;
+  void warn_non_finite(const std::string& name, const ScalingSlot& slot) const;
   void set_scale(const std::string& name, ScalingSlot& slot, float amax, float new_scale) const;
 
   std::size_t history_len_;
   AmaxComputeAlgo algo_;
+  AmaxUpdate update_;
   std::int64_t interval_;
   std::int64_t applied_steps_ = 0;
   std::map<std::string, ScalingSlot, std::less<>> slots_;

@@ -83,6 +83,9 @@ TEST_F(Fp8, BadOptionsExit2WithLocation) {
   EXPECT_EQ(r2.exit_code, 2);
   EXPECT_NE(r2.err.find("precision.margin"), std::string::npos) << r2.err;
   EXPECT_NE(r2.err.find("out of range"), std::string::npos) << r2.err;
+  auto r3 = run("check " + quickstart() + " --set precision.policy=fp8-delayed --set precision.amax_update=unfsued");
+  EXPECT_EQ(r3.exit_code, 2);
+  EXPECT_NE(r3.err.find("did you mean 'unfused'"), std::string::npos) << r3.err;
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// AmaxHistory: the ring of per-step amaxes — roll, NaN-aware max, and the resize rule used when
-// a checkpoint was written with another amax_history_len.
+// AmaxHistory: the ring of per-step amaxes — roll, the two maxes (NaN wins / NaN skipped), and
+// the resize rule used when a checkpoint was written with another amax_history_len.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -52,6 +52,19 @@ TEST(fp8_amax_history, NanPoisonsTheMaxUntilItAgesOut) {
   h.roll();
   h.record(1.0f);
   EXPECT_EQ(h.max(), 1.0f);
+}
+
+TEST(fp8_amax_history, MaxIgnoringNanSkipsNanButNotInf) {
+  AmaxHistory h(3);
+  h.record(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_EQ(h.max_ignoring_nan(), 0.0f) << "fmaxf from 0 over {0, 0, NaN}";
+  h.roll();
+  h.record(2.0f);
+  EXPECT_EQ(h.max_ignoring_nan(), 2.0f);
+  EXPECT_TRUE(std::isnan(h.max()));
+  h.roll();
+  h.record(std::numeric_limits<float>::infinity());
+  EXPECT_EQ(h.max_ignoring_nan(), std::numeric_limits<float>::infinity());
 }
 
 TEST(fp8_amax_history, DiscardZeroesOnlyTheStepInProgress) {

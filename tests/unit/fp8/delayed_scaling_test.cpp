@@ -149,12 +149,29 @@ TEST(fp8_delayed, ZeroInfAndNanAmaxKeepThePreviousScale) {
   EXPECT_EQ(input_scale(*p), 112.0f);
 }
 
-TEST(fp8_delayed, NanInTheHistoryFreezesTheMaxScaleUntilItAgesOut) {
+TEST(fp8_delayed, NanInTheHistoryIsSkippedByTheFusedMax) {
   test::CapturingSink sink;
   auto p = make_delayed(sink, {{"amax_history_len", std::int64_t{2}}});
   step(*p, 2.0f);
   step(*p, kNaN);
   EXPECT_EQ(input_scale(*p), 224.0f);
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn,
+                            "fc1.input: non-finite amax nan observed; the max over the amax "
+                            "history skips it"));
+  step(*p, 4.0f);
+  EXPECT_EQ(input_scale(*p), 112.0f) << "fmaxf(NaN, 4) is 4";
+}
+
+TEST(fp8_delayed, NanInTheHistoryFreezesTheUnfusedMaxScaleUntilItAgesOut) {
+  test::CapturingSink sink;
+  auto p = make_delayed(
+      sink, {{"amax_history_len", std::int64_t{2}}, {"amax_update", std::string("unfused")}});
+  step(*p, 2.0f);
+  step(*p, kNaN);
+  EXPECT_EQ(input_scale(*p), 224.0f);
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn,
+                            "fc1.input: non-finite amax nan observed; the scale stays at 224 "
+                            "while it is in the amax history"));
   step(*p, 4.0f);
   EXPECT_EQ(input_scale(*p), 224.0f) << "max(NaN, 4) is NaN";
   step(*p, 4.0f);
@@ -163,8 +180,8 @@ TEST(fp8_delayed, NanInTheHistoryFreezesTheMaxScaleUntilItAgesOut) {
 
 TEST(fp8_delayed, IntervalRecomputesEveryNthAppliedStepButRollsEveryStep) {
   test::CapturingSink sink;
-  auto p = make_delayed(sink, {{"interval", std::int64_t{3}},
-                               {"amax_compute_algo", std::string("most_recent")}});
+  auto p = make_delayed(
+      sink, {{"interval", std::int64_t{3}}, {"amax_compute_algo", std::string("most_recent")}});
   std::vector<float> scales;
   for (float amax : {1.0f, 1.0f, 1.0f, 2.0f, 2.0f, 2.0f}) {
     step(*p, amax);
@@ -176,7 +193,8 @@ TEST(fp8_delayed, IntervalRecomputesEveryNthAppliedStepButRollsEveryStep) {
 
 TEST(fp8_delayed, SkippedStepsChangeNothing) {
   test::CapturingSink sink;
-  auto p = make_delayed(sink, {{"amax_history_len", std::int64_t{8}}, {"interval", std::int64_t{2}}});
+  auto p =
+      make_delayed(sink, {{"amax_history_len", std::int64_t{8}}, {"interval", std::int64_t{2}}});
   step(*p, 4.0f);
   const auto before = p->save_state();
   step(*p, 100.0f, /*applied=*/false);

@@ -19,7 +19,9 @@ sdk::ConfigError config_error(const std::function<void()>& make) {
   return sdk::ConfigError({}, "", "");
 }
 
-std::string full(const sdk::ConfigError& e) { return e.full_message(); }
+std::string full(const sdk::ConfigError& e) {
+  return e.full_message();
+}
 
 TEST(fp8_options, Defaults) {
   test::CapturingSink sink;
@@ -28,6 +30,7 @@ TEST(fp8_options, Defaults) {
   EXPECT_EQ(d->margin(), 0);
   EXPECT_EQ(d->amax_history_len(), 1024u);
   EXPECT_EQ(d->amax_compute_algo(), AmaxComputeAlgo::max);
+  EXPECT_EQ(d->amax_update(), AmaxUpdate::fused) << "Transformer Engine's default";
   EXPECT_EQ(d->interval(), 1);
   EXPECT_EQ(d->base().name, "bf16-mixed");
   auto c = make_current(sink);
@@ -56,16 +59,22 @@ TEST(fp8_options, OutOfRangeValuesNameTheLocation) {
   EXPECT_TRUE(has(m.what(), "test.toml:4:1")) << m.what();
   EXPECT_TRUE(has(m.what(), "value 33 is out of range")) << m.what();
   EXPECT_TRUE(has(full(m), "[0, 32]")) << full(m);
-  EXPECT_TRUE(has(config_error([&] { make_current(sink, {{"margin", std::int64_t{-1}}}); }).what(),
+  EXPECT_TRUE(has(config_error([&] {
+                    make_current(sink, {{"margin", std::int64_t{-1}}});
+                  }).what(),
                   "value -1 is out of range"));
   const auto h = config_error([&] {
     make_delayed(sink, {{"interval", std::int64_t{2}}, {"amax_history_len", std::int64_t{65537}}});
   });
   EXPECT_TRUE(has(h.what(), "test.toml:5:1")) << h.what();
   EXPECT_TRUE(has(full(h), "[1, 65536]")) << full(h);
-  EXPECT_TRUE(has(config_error([&] { make_delayed(sink, {{"amax_history_len", std::int64_t{0}}}); }).what(),
+  EXPECT_TRUE(has(config_error([&] {
+                    make_delayed(sink, {{"amax_history_len", std::int64_t{0}}});
+                  }).what(),
                   "out of range"));
-  EXPECT_TRUE(has(config_error([&] { make_delayed(sink, {{"interval", std::int64_t{0}}}); }).what(),
+  EXPECT_TRUE(has(config_error([&] {
+                    make_delayed(sink, {{"interval", std::int64_t{0}}});
+                  }).what(),
                   "out of range"));
 }
 
@@ -75,6 +84,12 @@ TEST(fp8_options, OtherChoicesAndUnknownKeys) {
                     make_delayed(sink, {{"amax_compute_algo", std::string("most-recent")}});
                   })),
                   "did you mean 'most_recent'?"));
+  EXPECT_TRUE(has(full(config_error([&] {
+                    make_delayed(sink, {{"amax_update", std::string("unfsued")}});
+                  })),
+                  "did you mean 'unfused'?"));
+  EXPECT_EQ(make_delayed(sink, {{"amax_update", std::string("unfused")}})->amax_update(),
+            AmaxUpdate::unfused);
   EXPECT_TRUE(has(full(config_error([&] {
                     make_delayed(sink, {{"base", std::string("bf16_mixed")}});
                   })),
