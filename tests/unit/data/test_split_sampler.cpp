@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -200,6 +201,15 @@ TEST(BatchSampler, BadArgumentsThrowDataError) {
   BatchSampler s(10, 3, true, 0);
   test::expect_data_error([&] { s.set_cursor({0, 4}); }, "batch sampler");
   test::expect_data_error([&] { s.set_cursor({-1, 0}); }, "batch sampler");
+}
+
+TEST(BatchSampler, AnEpochCounterAtItsMaximumThrowsInsteadOfOverflowing) {
+  BatchSampler s(10, 3, false, 0);
+  s.set_cursor({std::numeric_limits<std::int64_t>::max() - 1, 3});
+  s.next();  // the last epoch that exists
+  EXPECT_EQ(s.cursor().epoch, std::numeric_limits<std::int64_t>::max());
+  s.set_cursor({std::numeric_limits<std::int64_t>::max(), 3});
+  test::expect_data_error([&] { s.next(); }, "epoch counter");
 }
 
 }  // namespace

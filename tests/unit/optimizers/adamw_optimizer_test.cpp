@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 
 #include "adamw_optimizer.h"
@@ -173,6 +174,20 @@ TEST_F(optimizers_adamw, MalformedStateIsRejected) {
     EXPECT_NE(std::string(e.what()).find("version 7"), std::string::npos) << e.what();
   }
   EXPECT_EQ(opt->applied_steps(), 0);
+}
+
+TEST_F(optimizers_adamw, StepCountIsBoundedSoTheOneBasedStepNeverOverflows) {
+  // AdamW passes count + 1 to the kernel: INT64_MAX is refused, INT64_MAX - 1 is the top, and
+  // stepping from it keeps it there.
+  auto opt = make({});
+  auto state = opt->save_state();
+  state.values["step"] = std::numeric_limits<std::int64_t>::max();
+  EXPECT_THROW(opt->load_state(state), sdk::CheckpointError);
+  state.values["step"] = std::numeric_limits<std::int64_t>::max() - 1;
+  opt->load_state(state);
+  step(*opt, params);
+  EXPECT_EQ(opt->applied_steps(), std::numeric_limits<std::int64_t>::max() - 1);
+  for (float x : params.master(0)) EXPECT_TRUE(std::isfinite(x));
 }
 
 }  // namespace

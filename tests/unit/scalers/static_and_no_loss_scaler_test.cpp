@@ -1,6 +1,8 @@
 // StaticLossScaler and NoLossScaler: constant scales, skipped non-finite steps, state.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "mixtrain/sdk/error.h"
 #include "no_loss_scaler.h"
 #include "plugin_test_support.h"
@@ -122,6 +124,30 @@ TEST_F(scalers_none, SaveLoadRoundTrip) {
   auto bad = original.save_state();
   bad.values.erase("steps");
   EXPECT_THROW(resumed.load_state(bad), sdk::CheckpointError);
+}
+
+TEST_F(scalers_none, CountsRestoredAtTheTopStopThere) {
+  // A checkpoint may hold INT64_MAX (the largest valid count): counting on must not overflow.
+  auto scaler = make();
+  auto state = scaler.save_state();
+  state.values["steps"] = std::numeric_limits<std::int64_t>::max();
+  state.values["skipped_steps"] = std::numeric_limits<std::int64_t>::max();
+  scaler.load_state(state);
+  EXPECT_TRUE(scaler.update(true).apply_step == false);
+  EXPECT_TRUE(scaler.update(false).apply_step);
+  EXPECT_EQ(scaler.steps(), std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(scaler.skipped_steps(), std::numeric_limits<std::int64_t>::max());
+}
+
+TEST_F(scalers_static, CountsRestoredAtTheTopStopThere) {
+  auto scaler = make({});
+  auto state = scaler.save_state();
+  state.values["steps"] = std::numeric_limits<std::int64_t>::max();
+  state.values["skipped_steps"] = std::numeric_limits<std::int64_t>::max();
+  scaler.load_state(state);
+  scaler.update(true);
+  EXPECT_EQ(scaler.steps(), std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(scaler.skipped_steps(), std::numeric_limits<std::int64_t>::max());
 }
 
 }  // namespace
