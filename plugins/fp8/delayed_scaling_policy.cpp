@@ -126,7 +126,8 @@ void DelayedScalingPolicy::on_step_end(bool applied) {
     for (auto& [name, s] : slots_) s.history.discard_current();
     return;
   }
-  ++applied_steps_;
+  // A count restored from a checkpoint may be at the top: stop there rather than overflow.
+  if (applied_steps_ < std::numeric_limits<std::int64_t>::max()) ++applied_steps_;
   const bool recompute = applied_steps_ % interval_ == 0;
   for (auto& [name, s] : slots_) {
     // Transformer Engine's fused kernel skips a slot whose amax is 0 (-0 included): an operand

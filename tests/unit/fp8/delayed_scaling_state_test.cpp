@@ -179,6 +179,19 @@ TEST(fp8_delayed_state, MalformedStatesThrowCheckpointErrorAndChangeNothing) {
   EXPECT_EQ(b->slot("fc1.input")->history.chronological().back(), 0.0f);
 }
 
+TEST(fp8_delayed_state, AnAppliedCountRestoredAtTheTopStopsThere) {
+  // INT64_MAX is a valid saved count; the next applied step must not overflow it.
+  test::CapturingSink sink;
+  auto a = make_delayed(sink, kShortHistory);
+  train(*a, 3, 0.0f);
+  auto state = a->save_state();
+  state.values["applied_steps"] = std::numeric_limits<std::int64_t>::max();
+  auto b = make_delayed(sink, kShortHistory);
+  b->load_state(state);
+  train(*b, 3, 3.0f);
+  EXPECT_EQ(b->applied_steps(), std::numeric_limits<std::int64_t>::max());
+}
+
 TEST(fp8_delayed_state, DuplicateSlotsAreRejected) {
   test::CapturingSink sink;
   auto a = make_delayed(sink, kShortHistory);
