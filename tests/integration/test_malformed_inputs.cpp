@@ -305,13 +305,16 @@ class Base {
   const fs::path& dir() const { return dir_; }
   // The step-5 checkpoint of a quickstart run.
   const fs::path& checkpoint();
+  // The step-5 checkpoint of a quickstart run with kDynamicSets (a dynamic scaler and SGD with
+  // momentum, whose states have more to damage).
+  const fs::path& dynamic_checkpoint();
   // That checkpoint exported to safetensors.
   const fs::path& weights();
   // A real plugin library of this build.
   static fs::path plugin();
 
  private:
-  fs::path dir_, checkpoint_, weights_;
+  fs::path dir_, checkpoint_, dynamic_checkpoint_, weights_;
 };
 
 struct Case {
@@ -351,6 +354,22 @@ const fs::path& Base::checkpoint() {
     checkpoint_ = dir_ / "run" / "checkpoints" / "step-00000005.mxt";
   }
   return checkpoint_;
+}
+
+const std::vector<std::string> kDynamicSets = {"scaler.type=dynamic", "optimizer.type=sgd",
+                                               "optimizer.momentum=0.9"};
+
+const fs::path& Base::dynamic_checkpoint() {
+  if (dynamic_checkpoint_.empty()) {
+    auto sets = kDynamicSets;
+    sets.push_back("run.steps=5");
+    const auto d = dir_ / "dynamic";
+    fs::create_directories(d);
+    const auto r = run_mixtrain(train_with(quickstart(), d, sets), d);
+    if (r.exit_code != 0) throw std::runtime_error("the dynamic-scaler base run failed: " + r.err);
+    dynamic_checkpoint_ = d / "run" / "checkpoints" / "step-00000005.mxt";
+  }
+  return dynamic_checkpoint_;
 }
 
 const fs::path& Base::weights() {
@@ -879,6 +898,70 @@ std::vector<Case> native_cases() {
   return cs;
 }
 
+// Edits of the dynamic-scaler + SGD checkpoint, resumed with the same config.
+std::vector<Case> dynamic_state_cases() {
+  std::vector<Case> cs;
+  auto add = [&](std::string name, std::function<void(json&)> edit) {
+    cs.push_back({"native", "Dynamic" + name, [edit](Base& base, const fs::path& dir) {
+                    auto f = read_native(base.dynamic_checkpoint());
+                    edit(f.header);
+                    const auto file = dir / "bad.mxt";
+                    spit(file, encode_native(f.header.dump(), f.data));
+                    auto sets = kDynamicSets;
+                    sets.push_back("run.steps=7");
+                    return Invocation{train_with(Base::quickstart(), dir, sets) +
+                                      std::vector<std::string>{"--resume", file.string()}};
+                  }});
+  };
+  // `edit` changes one entry of a component's JSON state ("scaler" or "optimizer").
+  auto add_value = [&](std::string name, std::string key, std::string entry, json value) {
+    add(std::move(name), [key, entry, value](json& h) {
+      auto state = json::parse(h["metadata"][key].get<std::string>());
+      if (value.is_null())
+        state["values"].erase(entry);
+      else
+        state["values"][entry] = value;
+      h["metadata"][key] = state.dump();
+    });
+  };
+  const auto big = std::numeric_limits<std::int64_t>::max();
+  add_value("ScaleZero", "scaler", "scale", {{"double", 0.0}});
+  add_value("ScaleNegative", "scaler", "scale", {{"double", -1.0}});
+  add_value("ScaleBeyondFloat", "scaler", "scale", {{"double", 1e300}});
+  add_value("ScaleIsAString", "scaler", "scale", {{"string", "65536"}});
+  add_value("ScaleMissing", "scaler", "scale", json());
+  add_value("GrowthTrackerNegative", "scaler", "growth_tracker", {{"int", -1}});
+  // issue 10 item 3 (helper C): accepted (exit 0); the tracker counts up to growth_interval.
+  add_value("GrowthTrackerInt64Max", "scaler", "growth_tracker", {{"int", big}});
+  add_value("HysteresisNegative", "scaler", "hysteresis_left", {{"int", -1}});
+  // issue 10 item 3 (helper C): accepted (exit 0); hysteresis_left is at most the hysteresis.
+  add_value("HysteresisInt64Max", "scaler", "hysteresis_left", {{"int", big}});
+  // issue 10 items 3 and 5 (helper C): a step count far beyond progress.step is accepted
+  // (exit 0) while the scaler saturates its counter instead of rejecting the checkpoint.
+  add_value("StepsInt64Max", "scaler", "steps", {{"int", big}});
+  add_value("SkippedStepsInt64Max", "scaler", "skipped_steps", {{"int", big}});
+  add_value("SgdStepInt64Max", "optimizer", "step", {{"int", big}});
+  add_value("SgdStepNegative", "optimizer", "step", {{"int", -1}});
+  add("MomentumBufferMissing", [](json& h) {
+    auto& t = h["tensors"];
+    for (std::size_t i = 0; i < t.size(); ++i)
+      if (t[i]["name"] == "optimizer/fc1.weight.momentum_buffer") {
+        t.erase(i);
+        return;
+      }
+    throw std::runtime_error("corpus edit: no momentum buffer in the checkpoint");
+  });
+  add("MomentumBufferWrongShape", [](json& h) {
+    for (auto& t : h["tensors"])
+      if (t["name"] == "optimizer/fc1.weight.momentum_buffer") {
+        t["shape"] = {32, 128};
+        return;
+      }
+    throw std::runtime_error("corpus edit: no momentum buffer in the checkpoint");
+  });
+  return cs;
+}
+
 std::vector<Case> safetensors_cases() {
   std::vector<Case> cs;
   // `make` turns the exported file's bytes into the damaged file's bytes.
@@ -1058,7 +1141,7 @@ std::vector<Case> plugin_cases() {
 
 std::vector<Case> all_cases() {
   return config_cases() + set_cases() + npy_cases() + idx_cases() + native_cases() +
-         safetensors_cases() + plugin_cases();
+         dynamic_state_cases() + safetensors_cases() + plugin_cases();
 }
 
 // ---- the fixture ------------------------------------------------------------------------------
