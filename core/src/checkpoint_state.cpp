@@ -183,6 +183,37 @@ TrainingProgress read_progress(const json& j, std::int64_t run_steps, const fs::
   return p;
 }
 
+void check_component_counters(const sdk::ComponentState& state, const std::string& what,
+                              const TrainingProgress& progress, const fs::path& file) {
+  struct Counter {
+    const char* entry;
+    std::int64_t expected;
+    const char* progress_field;
+    const char* why;
+  };
+  std::vector<Counter> counters;
+  if (what == "scaler") {
+    counters = {{"steps", progress.step, "progress.step", "the scaler is updated once per step"},
+                {"skipped_steps", progress.skipped, "progress.skipped_steps",
+                 "the scaler decides every skip"}};
+  } else if (what == "optimizer") {
+    counters = {{"step", progress.applied, "progress.applied_steps",
+                 "the optimizer steps once per applied step"}};
+  } else if (what == "policy") {
+    counters = {{"applied_steps", progress.applied, "progress.applied_steps",
+                 "the policy hears of every applied step"}};
+  }
+  for (const auto& c : counters) {
+    auto it = state.values.find(c.entry);
+    if (it == state.values.end()) continue;
+    const auto* value = std::get_if<std::int64_t>(&it->second);
+    if (value == nullptr || *value == c.expected)
+      continue;  // a mistype is the component's to report
+    fail(file, what + " state entry '" + c.entry + "' = " + std::to_string(*value) + " but " +
+                   c.progress_field + " = " + std::to_string(c.expected) + " (" + c.why + ")");
+  }
+}
+
 BatchSampler::Cursor read_sampler_cursor(const json& j, std::int64_t step,
                                          std::int64_t batches_per_epoch, const fs::path& file) {
   BatchSampler::Cursor c;

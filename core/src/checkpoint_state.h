@@ -61,6 +61,11 @@ BatchSampler::Cursor read_sampler_cursor(const nlohmann::json& j, std::int64_t s
                                          std::int64_t batches_per_epoch,
                                          const std::filesystem::path& file);
 
+// The counter entries whose meaning component_state.h fixes ("steps" of a scaler, "step" of an
+// optimizer, ...) must equal the run's own counts; `what` is "scaler", "optimizer" or "policy".
+void check_component_counters(const sdk::ComponentState& state, const std::string& what,
+                              const TrainingProgress& progress, const std::filesystem::path& file);
+
 // A JSON integer in [min, max] ("field" names it in the message).
 std::int64_t read_checkpoint_int(const nlohmann::json& j, const std::string& field,
                                  std::int64_t min, std::int64_t max,

@@ -410,6 +410,7 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
     // The components range-check their own entries; their messages gain the file's name.
     auto load = [&](const char* what, const std::string& type, auto& component) {
       auto state = component_state_from_json(meta(what), what, type, path);
+      check_component_counters(state, what, progress, path);
       try {
         component.load_state(state);
       } catch (const sdk::CheckpointError& e) {

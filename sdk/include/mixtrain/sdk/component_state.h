@@ -5,6 +5,14 @@
 // scalars, strings or float vectors (amax histories), so the host can store them in any checkpoint
 // format and print them. Large per-parameter state (optimizer moments) lives in device tensors and
 // is exposed separately as named TensorViews.
+//
+// Counter entries with a fixed meaning: a component that saves an int64 entry under one of these
+// names counts exactly this, and on resume the host rejects a checkpoint whose entry disagrees
+// with the host's own progress (a damaged or hand-edited file), before load_state():
+//   LossScaler        "steps"          update() calls            = steps taken
+//                     "skipped_steps"  update() that skipped      = steps skipped
+//   Optimizer         "step"           step() calls              = steps applied
+//   PrecisionPolicy   "applied_steps"  on_step_end(true) calls   = steps applied
 #pragma once
 
 #include <cstdint>
