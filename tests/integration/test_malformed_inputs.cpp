@@ -24,6 +24,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -305,16 +306,17 @@ class Base {
   const fs::path& dir() const { return dir_; }
   // The step-5 checkpoint of a quickstart run.
   const fs::path& checkpoint();
-  // The step-5 checkpoint of a quickstart run with kDynamicSets (a dynamic scaler and SGD with
-  // momentum, whose states have more to damage).
-  const fs::path& dynamic_checkpoint();
+  // The step-5 checkpoint of a quickstart run with these --set lines (a dynamic scaler, SGD,
+  // an FP8 policy: states with more to damage), one per distinct `sets`.
+  const fs::path& checkpoint_with(const std::vector<std::string>& sets);
   // That checkpoint exported to safetensors.
   const fs::path& weights();
   // A real plugin library of this build.
   static fs::path plugin();
 
  private:
-  fs::path dir_, checkpoint_, dynamic_checkpoint_, weights_;
+  fs::path dir_, checkpoint_, weights_;
+  std::map<std::vector<std::string>, fs::path> variants_;
 };
 
 struct Case {
@@ -358,18 +360,20 @@ const fs::path& Base::checkpoint() {
 
 const std::vector<std::string> kDynamicSets = {"scaler.type=dynamic", "optimizer.type=sgd",
                                                "optimizer.momentum=0.9"};
+const std::vector<std::string> kFp8Sets = {"precision.policy=fp8-delayed"};
 
-const fs::path& Base::dynamic_checkpoint() {
-  if (dynamic_checkpoint_.empty()) {
-    auto sets = kDynamicSets;
-    sets.push_back("run.steps=5");
-    const auto d = dir_ / "dynamic";
+const fs::path& Base::checkpoint_with(const std::vector<std::string>& sets) {
+  auto& path = variants_[sets];
+  if (path.empty()) {
+    auto all = sets;
+    all.push_back("run.steps=5");
+    const auto d = dir_ / ("variant" + std::to_string(variants_.size()));
     fs::create_directories(d);
-    const auto r = run_mixtrain(train_with(quickstart(), d, sets), d);
-    if (r.exit_code != 0) throw std::runtime_error("the dynamic-scaler base run failed: " + r.err);
-    dynamic_checkpoint_ = d / "run" / "checkpoints" / "step-00000005.mxt";
+    const auto r = run_mixtrain(train_with(quickstart(), d, all), d);
+    if (r.exit_code != 0) throw std::runtime_error("a base run failed: " + r.err);
+    path = d / "run" / "checkpoints" / "step-00000005.mxt";
   }
-  return dynamic_checkpoint_;
+  return path;
 }
 
 const fs::path& Base::weights() {
@@ -881,8 +885,7 @@ std::vector<Case> native_cases() {
   add_meta("SamplerEpochNegative", "sampler", [](json& s) { s["epoch"] = -1; });
   add_meta("SamplerPositionPastRows", "sampler", [](json& s) { s["position"] = 1000000; });
   add_meta("SamplerRowsMismatch", "sampler", [](json& s) { s["rows"] = 12; });
-  // issue 10 items 3 and 5 (helper C): a scaler step count far beyond progress.step. Fails while
-  // the scaler saturates its counter instead of rejecting the checkpoint (exit 0).
+  // issue 10 items 3 and 5 (helper C): a scaler step count far beyond progress.step.
   add_meta("ScalerStepsInt64Max", "scaler",
            [](json& s) { s["values"]["steps"]["int"] = std::numeric_limits<std::int64_t>::max(); });
   add_meta("ScalerOtherComponent", "scaler", [](json& s) { s["component"] = "dynamic"; });
@@ -899,15 +902,17 @@ std::vector<Case> native_cases() {
 }
 
 // Edits of the dynamic-scaler + SGD checkpoint, resumed with the same config.
-std::vector<Case> dynamic_state_cases() {
+std::vector<Case> component_state_cases() {
   std::vector<Case> cs;
+  std::vector<std::string> variant = kDynamicSets;
+  std::string prefix = "Dynamic";
   auto add = [&](std::string name, std::function<void(json&)> edit) {
-    cs.push_back({"native", "Dynamic" + name, [edit](Base& base, const fs::path& dir) {
-                    auto f = read_native(base.dynamic_checkpoint());
+    cs.push_back({"native", prefix + name, [edit, variant](Base& base, const fs::path& dir) {
+                    auto f = read_native(base.checkpoint_with(variant));
                     edit(f.header);
                     const auto file = dir / "bad.mxt";
                     spit(file, encode_native(f.header.dump(), f.data));
-                    auto sets = kDynamicSets;
+                    auto sets = variant;
                     sets.push_back("run.steps=7");
                     return Invocation{train_with(Base::quickstart(), dir, sets) +
                                       std::vector<std::string>{"--resume", file.string()}};
@@ -931,13 +936,12 @@ std::vector<Case> dynamic_state_cases() {
   add_value("ScaleIsAString", "scaler", "scale", {{"string", "65536"}});
   add_value("ScaleMissing", "scaler", "scale", json());
   add_value("GrowthTrackerNegative", "scaler", "growth_tracker", {{"int", -1}});
-  // issue 10 item 3 (helper C): accepted (exit 0); the tracker counts up to growth_interval.
+  // issue 10 item 3 (helper C): out of range, the tracker only counts up to growth_interval.
   add_value("GrowthTrackerInt64Max", "scaler", "growth_tracker", {{"int", big}});
   add_value("HysteresisNegative", "scaler", "hysteresis_left", {{"int", -1}});
-  // issue 10 item 3 (helper C): accepted (exit 0); hysteresis_left is at most the hysteresis.
+  // issue 10 item 3 (helper C): out of range, hysteresis_left is at most the hysteresis.
   add_value("HysteresisInt64Max", "scaler", "hysteresis_left", {{"int", big}});
-  // issue 10 items 3 and 5 (helper C): a step count far beyond progress.step is accepted
-  // (exit 0) while the scaler saturates its counter instead of rejecting the checkpoint.
+  // issue 10 items 3 and 5 (helper C): a step count far beyond progress.step.
   add_value("StepsInt64Max", "scaler", "steps", {{"int", big}});
   add_value("SkippedStepsInt64Max", "scaler", "skipped_steps", {{"int", big}});
   add_value("SgdStepInt64Max", "optimizer", "step", {{"int", big}});
@@ -958,6 +962,30 @@ std::vector<Case> dynamic_state_cases() {
         return;
       }
     throw std::runtime_error("corpus edit: no momentum buffer in the checkpoint");
+  });
+
+  // fp8-delayed's per-slot scales and amax histories.
+  variant = kFp8Sets;
+  prefix = "Fp8";
+  add_value("ScaleZero", "policy", "slot.0.scale", {{"double", 0.0}});
+  add_value("ScaleNegative", "policy", "slot.0.scale", {{"double", -2.0}});
+  add_value("ScaleBeyondFloat", "policy", "slot.1.scale", {{"double", 1e300}});
+  add_value("ScaleMissing", "policy", "slot.1.scale", json());
+  add_value("HistoryShort", "policy", "slot.0.amax_history", {{"floats", {1.0, 2.0}}});
+  add_value("HistoryNegativeAmax", "policy", "slot.2.amax_history",
+            {{"floats", std::vector<double>(1024, -1.0)}});
+  add_value("HistoryIsAnInt", "policy", "slot.2.amax_history", {{"int", 3}});
+  add_value("PositionNegative", "policy", "slot.0.position", {{"int", -1}});
+  add_value("PositionPastHistory", "policy", "slot.0.position", {{"int", 1024}});
+  add_value("PositionInt64Max", "policy", "slot.0.position", {{"int", big}});
+  add_value("HistoryLengthDiffers", "policy", "amax_history_len", {{"int", 16}});
+  add_value("IntervalZero", "policy", "interval", {{"int", 0}});
+  // issue 10 items 3 and 5: an applied-step count far beyond progress.step.
+  add_value("AppliedStepsInt64Max", "policy", "applied_steps", {{"int", big}});
+  add("PolicyOtherComponent", [](json& h) {
+    auto state = json::parse(h["metadata"]["policy"].get<std::string>());
+    state["component"] = "fp8-current";
+    h["metadata"]["policy"] = state.dump();
   });
   return cs;
 }
@@ -1141,7 +1169,7 @@ std::vector<Case> plugin_cases() {
 
 std::vector<Case> all_cases() {
   return config_cases() + set_cases() + npy_cases() + idx_cases() + native_cases() +
-         dynamic_state_cases() + safetensors_cases() + plugin_cases();
+         component_state_cases() + safetensors_cases() + plugin_cases();
 }
 
 // ---- the fixture ------------------------------------------------------------------------------
