@@ -2,8 +2,8 @@
 // config or from a small real run, each run through the real `mixtrain` executable. A bad input
 // must end in exit 2 with an `error:` line on stderr and never in a signal or a hang. A bad plugin
 // file must never stop the others: the command goes on (exit 0) and `plugins` lists the library
-// as failed. Control tests first show that the undamaged inputs are accepted, so each damaged one
-// fails because of its damage.
+// as failed. A control test shows that the undamaged inputs are accepted, so each damaged one
+// fails because of its damage. MIXTRAIN_CORPUS_KEEP=1 keeps the generated inputs in /tmp.
 //
 // Families: config files, --set lines, .npy files, IDX files (plain and gzip), native checkpoints
 // (edits re-encoded with a valid CRC so they reach the JSON parser), safetensors files, plugin
