@@ -102,13 +102,16 @@ bool eventually(F ready, std::chrono::seconds limit) {
 
 // --- Divergence ---------------------------------------------------------------------------------
 
+// The largest lr the schema allows, at once (no warm-up), in fp16 without a loss scaler: the first
+// applied step moves every weight by ~10, the next forward pass overflows fp16 and the loss is NaN
+// from then on.
+const std::string kDiverge =
+    " --set optimizer.lr=10 --set optimizer.schedule=constant --set precision.policy=fp16-mixed";
+
 TEST_F(RunControl, ADivergedRunExitsWith3AndItsSummarySaysDiverged) {
   const std::string common = " --set run.steps=6 --set run.log_every=1 --set run.eval_every=0";
-  // lr = 1e30: the first applied step throws the weights to ~1e30, the next forward pass overflows
-  // and the loss is NaN from then on.
   auto bad = dir_ / "bad";
-  auto r =
-      run("train " + quickstart() + common + " --set optimizer.lr=1e30 --run-dir " + bad.string());
+  auto r = run("train " + quickstart() + common + kDiverge + " --run-dir " + bad.string());
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_NE(r.err.find("the run diverged"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("HINT"), std::string::npos) << r.err;
@@ -146,8 +149,8 @@ TEST_F(RunControl, EverySkippedStepIsADivergence) {
 
 TEST_F(RunControl, OnNonfiniteStopIsADivergenceNotAnInternalError) {
   auto d = dir_ / "run";
-  auto r = run("train " + quickstart() +
-               " --set optimizer.lr=1e30 --set run.on_nonfinite=stop --set run.steps=50"
+  auto r = run("train " + quickstart() + kDiverge +
+               " --set run.on_nonfinite=stop --set run.steps=50"
                " --set run.eval_every=0 --set checkpoint.every=0 --run-dir " +
                d.string());
   EXPECT_EQ(r.exit_code, 3) << r.err;
