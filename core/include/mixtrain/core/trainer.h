@@ -3,11 +3,14 @@
 // Contract
 // - Construction loads the data, builds the model under the policy's plan (checked against the
 //   backend's capabilities), binds the optimizer and, with `resume`, restores the complete
-//   training state so the run continues bit for bit. Bad input raises sdk::UserError subclasses.
+//   training state so the run continues bit for bit. Bad input raises sdk::UserError subclasses;
+//   a checkpoint's counters are all range-checked first (checkpoint_state.h): one out of range,
+//   or past run.steps, is sdk::CheckpointError naming the field and the file.
 // - run() trains to run.steps, writing into the run folder: config.toml (resolved), metrics.jsonl
 //   (one JSON object per logged step and per evaluation, flushed as written), checkpoints/ and
 //   summary.json. It never overwrites another run's files: an existing run folder is refused
-//   unless it is the folder being resumed.
+//   unless it is the folder being resumed. Each checkpoint save first removes the temp files of
+//   killed saves (sdk::remove_stale_temp_files), then keeps the checkpoint.keep newest by step.
 // - run() stops early, after the step in progress, when TrainOptions::stop_requested answers
 //   true (Ctrl-C: see interrupt.h) or when run.on_nonfinite = "stop" meets a non-finite loss; it
 //   still writes the final checkpoint and summary.json, and the summary says interrupted or
