@@ -1,0 +1,133 @@
+#!/usr/bin/python3
+"""Writes the fuzz harnesses' seed corpora: a few small valid inputs and near-valid variants.
+
+    /usr/bin/python3 tests/fuzz/corpus/make_seeds.py     (re-run after changing a format)
+
+Deterministic: the same files every run, so the committed corpora only change with this script.
+Input shapes are the harnesses' (see each tests/fuzz/fuzz_<name>.cpp).
+"""
+import gzip
+import io
+import json
+import pathlib
+import struct
+import zlib
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+
+
+def put(harness, name, data):
+    d = HERE / harness
+    d.mkdir(exist_ok=True)
+    (d / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+# ---- config: TOML, optionally "#--set" and override lines ------------------------------------
+quick = (REPO / "configs/quickstart.toml").read_text()
+put("fuzz_config", "quickstart.toml", quick)
+put("fuzz_config", "quickstart_set.toml",
+    quick + "#--set\noptimizer.type=sgd\noptimizer.lr=0.05\nmodel.layers.0.out=64\n")
+for cfg in ["mlp-bf16.toml", "mlp-fp8.toml", "mlp-fp16.toml"]:
+    put("fuzz_config", cfg, (REPO / "configs" / cfg).read_text())
+put("fuzz_config", "minimal.toml",
+    '[model]\nlayers = [{ type = "linear", out = 4 }]\n[data]\nsource = "synthetic"\n')
+put("fuzz_config", "npy_data.toml",
+    '[model]\nlayers = [{ type = "linear", out = 3 }]\n'
+    '[data]\nsource = "npy"\n[data.npy]\nfeatures = "x.npy"\nlabels = "y.npy"\n'
+    "#--set\ndata.npy.classes=3\nscaler.type=dynamic\n")
+put("fuzz_config", "bad_override.toml", "[run]\nsteps = 1\n#--set\nmodel.layers.9999.out=5\n")
+
+
+# ---- npy: features file, "--labels--\n", labels file ------------------------------------------
+def npy(arr):
+    b = io.BytesIO()
+    np.save(b, arr)
+    return b.getvalue()
+
+
+x = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+y = np.array([0, 1, 2, 1], dtype=np.int64)
+put("fuzz_npy", "f32_i64.bin", npy(x) + b"--labels--\n" + npy(y))
+put("fuzz_npy", "f64_u8.bin", npy(x.astype(np.float64)) + b"--labels--\n" + npy(y.astype(np.uint8)))
+put("fuzz_npy", "rank3_i32col.bin",
+    npy(x.reshape(4, 3, 1)) + b"--labels--\n" + npy(y.astype(np.int32).reshape(4, 1)))
+put("fuzz_npy", "truncated.bin", npy(x)[:-5] + b"--labels--\n" + npy(y))
+put("fuzz_npy", "rows_mismatch.bin", npy(x) + b"--labels--\n" + npy(y[:3]))
+put("fuzz_npy", "same_file.bin", npy(y.astype(np.int16)))
+
+
+# ---- idx: images file, "--labels--\n", labels file (plain or gzip) ---------------------------
+def idx(arr, code=0x08):
+    head = struct.pack(">HBB", 0, code, arr.ndim) + b"".join(struct.pack(">I", d) for d in arr.shape)
+    return head + arr.astype(">u1").tobytes()
+
+
+imgs = (np.arange(4 * 2 * 3) % 256).astype(np.uint8).reshape(4, 2, 3)
+labs = np.array([0, 1, 1, 0], dtype=np.uint8)
+gz = lambda b: gzip.compress(b, mtime=0)
+put("fuzz_idx", "plain.bin", idx(imgs) + b"--labels--\n" + idx(labs))
+put("fuzz_idx", "gzip.bin", gz(idx(imgs)) + b"--labels--\n" + gz(idx(labs)))
+put("fuzz_idx", "rank2.bin", idx(imgs.reshape(4, 6)) + b"--labels--\n" + gz(idx(labs)))
+put("fuzz_idx", "rank4.bin", idx(imgs.reshape(4, 2, 3, 1)) + b"--labels--\n" + idx(labs))
+put("fuzz_idx", "truncated_gzip.bin", gz(idx(imgs))[:-6] + b"--labels--\n" + idx(labs))
+put("fuzz_idx", "bad_dtype.bin", idx(imgs, 0x0D) + b"--labels--\n" + idx(labs))
+
+
+# ---- native checkpoint: whole files ("MIXTRAIN...") or "<JSON>\0<data>" -----------------------
+def native_parts(tensors, metadata):
+    entries, data = [], b""
+    for name, dtype, shape, payload in tensors:
+        data += b"\0" * (-len(data) % 64)
+        entries.append({"name": name, "dtype": dtype, "shape": shape, "offset": len(data),
+                        "length": len(payload), "crc32": zlib.crc32(payload)})
+        data += payload
+    header = json.dumps({"metadata": metadata, "tensors": entries, "data_length": len(data)},
+                        separators=(",", ":")).encode()
+    return header, data
+
+
+def native_file(header, data):
+    pre = b"MIXTRAIN" + struct.pack("<IIQI", 1, 0, len(header), zlib.crc32(header))
+    body = pre + header
+    return body + b"\0" * (-len(body) % 64) + data
+
+
+w = np.arange(6, dtype=np.float32).tobytes()
+small = [("param/fc1.weight", "fp32", [2, 3], w), ("param/fc1.bias", "fp32", [2], w[:8]),
+         ("optimizer/step", "int32", [], struct.pack("<i", 7))]
+meta = {"mixtrain.state_version": "1", "progress": '{"step":10}'}
+h, d = native_parts(small, meta)
+put("fuzz_checkpoint_native", "whole.mxt", native_file(h, d))
+put("fuzz_checkpoint_native", "parts.bin", h + b"\0" + d)
+h2, d2 = native_parts([("a", "bf16", [2], b"\x80\x3f\x00\x40"), ("b", "fp8_e4m3", [1, 1], b"\x38")], {})
+put("fuzz_checkpoint_native", "lowp_parts.bin", h2 + b"\0" + d2)
+put("fuzz_checkpoint_native", "empty_parts.bin", native_parts([], {})[0] + b"\0")
+put("fuzz_checkpoint_native", "truncated.mxt", native_file(h, d)[:-3])
+
+
+# ---- safetensors: whole files or "<JSON>\0<buffer>" (the harness adds the length) --------------
+def st_parts(tensors, metadata=None):
+    header, buf = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, payload in tensors:
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(buf), len(buf) + len(payload)]}
+        buf += payload
+    text = json.dumps(header, separators=(",", ":")).encode()
+    return text + b" " * (-len(text) % 8), buf
+
+
+sh, sb = st_parts([("fc1.weight", "F32", [2, 3], w), ("fc1.bias", "BF16", [2], b"\x80\x3f\x00\x40")],
+                  {"format": "pt"})
+put("fuzz_safetensors", "whole.safetensors", struct.pack("<Q", len(sh)) + sh + sb)
+put("fuzz_safetensors", "parts.bin", sh + b"\0" + sb)
+sh2, sb2 = st_parts([("x", "F16", [1], b"\x00\x3c"), ("n", "I32", [], b"\x01\0\0\0"),
+                     ("e", "F8_E5M2", [2], b"\x3c\x40"), ("d", "F64", [1], struct.pack("<d", 1.5))])
+put("fuzz_safetensors", "dtypes_parts.bin", sh2 + b"\0" + sb2)
+put("fuzz_safetensors", "empty_parts.bin", b"{}      \0")
+put("fuzz_safetensors", "hole.safetensors",
+    struct.pack("<Q", len(sh)) + sh.replace(b"[0,24]", b"[0,20]") + sb)
