@@ -127,6 +127,9 @@ sdk::ComponentState DynamicLossScaler::save_state() const {
   state.values["scale"] = static_cast<double>(scale_);
   state.values["growth_tracker"] = growth_tracker_;
   state.values["hysteresis_left"] = hysteresis_left_;
+  // The budget hysteresis_left counts down from, so load_state() tells a damaged counter from a
+  // config change (absent in checkpoints written before it was saved).
+  state.values["hysteresis"] = hysteresis_;
   state.values["steps"] = steps_;
   state.values["skipped_steps"] = skipped_steps_;
   return state;
@@ -136,10 +139,14 @@ void DynamicLossScaler::load_state(const sdk::ComponentState& state) {
   constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
   check_state_version(state, "dynamic", kStateVersion);
   float scale = read_state_scale(state, "dynamic", "scale");
-  auto tracker = read_state_int(state, "dynamic", "growth_tracker", 0, kMax);
-  auto hysteresis_left = read_state_int(state, "dynamic", "hysteresis_left", 1, kMax);
   const auto steps = read_state_int(state, "dynamic", "steps", 0, kMax);
   const auto skipped = read_state_int(state, "dynamic", "skipped_steps", 0, steps);
+  // The tracker counts finite steps since the last growth or overflow, and resets on reaching
+  // growth_interval (<= INT64_MAX): at most the steps taken, never INT64_MAX.
+  auto tracker = read_state_int(state, "dynamic", "growth_tracker", 0, std::min(steps, kMax - 1));
+  const auto saved_hysteresis =
+      state.has("hysteresis") ? read_state_int(state, "dynamic", "hysteresis", 1, kMax) : kMax;
+  auto hysteresis_left = read_state_int(state, "dynamic", "hysteresis_left", 1, saved_hysteresis);
 
   // The values are well-formed; they may still predate a config change on resume.
   if (tracker >= growth_interval_) {

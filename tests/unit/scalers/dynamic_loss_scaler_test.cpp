@@ -201,6 +201,17 @@ TEST_F(scalers_dynamic, LoadClampsToChangedConfig) {
   EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "clamped to 1024"));
 }
 
+TEST_F(scalers_dynamic, StateWithoutTheSavedHysteresisStillLoadsAndClamps) {
+  // Checkpoints written before "hysteresis" was saved: the counter is checked against the config.
+  auto original = make({{"hysteresis", std::int64_t{4}}});
+  auto state = original->save_state();
+  EXPECT_EQ(state.get<std::int64_t>("hysteresis"), 4);
+  state.values.erase("hysteresis");
+  auto resumed = make({{"hysteresis", std::int64_t{2}}});
+  resumed->load_state(state);
+  EXPECT_EQ(resumed->hysteresis_left(), 2);
+}
+
 TEST_F(scalers_dynamic, MalformedStateIsRejected) {
   auto scaler = make({});
   const auto good = scaler->save_state();
@@ -234,6 +245,14 @@ TEST_F(scalers_dynamic, MalformedStateIsRejected) {
   expect_rejected(with("growth_tracker", std::int64_t{-1}), "'growth_tracker' = -1");
   expect_rejected(with("hysteresis_left", std::int64_t{0}), "'hysteresis_left' = 0");
   expect_rejected(with("skipped_steps", std::int64_t{1}), "'skipped_steps' = 1");  // > steps
+  // The tracker counts steps taken (none yet) and never reaches INT64_MAX; the hysteresis
+  // counter counts down from the saved budget (1 by default).
+  expect_rejected(with("growth_tracker", std::int64_t{1}), "'growth_tracker' = 1");
+  auto everywhere_max = with("steps", std::numeric_limits<std::int64_t>::max());
+  everywhere_max.values["growth_tracker"] = std::numeric_limits<std::int64_t>::max();
+  expect_rejected(everywhere_max, "'growth_tracker'");
+  expect_rejected(with("hysteresis_left", std::int64_t{2}), "'hysteresis_left' = 2");
+  expect_rejected(with("hysteresis", std::int64_t{0}), "'hysteresis' = 0");
   auto newer = good;
   newer.version = 2;
   expect_rejected(newer, "version 2");
