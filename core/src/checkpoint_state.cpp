@@ -38,8 +38,17 @@ std::int64_t strict_int(const json& j, const std::string& field, const fs::path&
   fail(file, field + " = " + j.dump() + " is not an integer");
 }
 
+// JSON has no NaN or infinity: they are written as the strings "nan", "inf" and "-inf" (an amax
+// history may hold any of them, and the FP8 scale rules treat each differently, so a resume must
+// get back the same one). Checkpoints from before wrote null for all three; null reads as NaN.
 double strict_double(const json& j, const std::string& field, const fs::path& file) {
-  if (j.is_null()) return std::nan("");  // how a non-finite double was written
+  if (j.is_null()) return std::nan("");
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+    if (s == "inf") return std::numeric_limits<double>::infinity();
+    if (s == "-inf") return -std::numeric_limits<double>::infinity();
+  }
   if (!j.is_number()) fail(file, field + " = " + j.dump() + " is not a number");
   return j.get<double>();
 }
@@ -60,7 +69,9 @@ const json& member(const json& j, const char* key, const std::string& where, con
 }
 
 json double_to_json(double d) {
-  return std::isfinite(d) ? json(d) : json(nullptr);
+  if (std::isfinite(d)) return json(d);
+  if (std::isnan(d)) return json("nan");
+  return json(d > 0 ? "inf" : "-inf");
 }
 
 }  // namespace
