@@ -4,15 +4,18 @@
 #
 #   bash cmake/setup-debian.sh           build and train (the README's first command)
 #   bash cmake/setup-debian.sh --tests   also the PyTorch peer of the parity tests (the second)
+#   bash cmake/setup-debian.sh --ci      --tests, plus clang 14 with its sanitizer and libFuzzer
+#                                        runtimes for .ci/run's sanitizer and fuzz legs
 #
 # MIXTRAIN_SETUP_BENCH=1 is the older spelling of --tests (bench/ uses the same peer).
 set -euo pipefail
 
-with_tests=0
+with_tests=0 with_ci=0
 for arg in "$@"; do
   case "$arg" in
     --tests) with_tests=1 ;;
-    *) echo "setup: unknown argument '$arg' (known: --tests)" >&2; exit 2 ;;
+    --ci) with_tests=1 with_ci=1 ;;
+    *) echo "setup: unknown argument '$arg' (known: --tests, --ci)" >&2; exit 2 ;;
   esac
 done
 [[ "${MIXTRAIN_SETUP_BENCH:-0}" == "1" ]] && with_tests=1
@@ -27,6 +30,9 @@ packages=(
   ocl-icd-opencl-dev
   python3-numpy
 )
+# tests/sanitize/run.sh and tests/fuzz/run.sh: clang 14, its ASan/UBSan/libFuzzer runtimes, the
+# OpenMP runtime clang links (the CPU backend uses OpenMP) and llvm-symbolizer for readable stacks.
+if [[ $with_ci == 1 ]]; then packages+=(clang-14 libclang-rt-14-dev libomp-14-dev llvm-14); fi
 # The parity tests' peer: Debian's PyTorch 1.13 (CPU) under /usr/bin/python3. Optional: where it
 # cannot be installed, those tests skip with a message.
 optional=()

@@ -20,8 +20,19 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_CO
   -DMIXTRAIN_WITH_CUDA=OFF -DMIXTRAIN_WITH_MPI=OFF -DMIXTRAIN_BUILD_BENCH=OFF -DMIXTRAIN_BUILD_TESTS=ON
 cmake --build "$build" -j"${JOBS:-2}"
 
-# Excluded, each too slow under ASan for CI and covered unsanitized by the README's test command:
-# - ConfigSwaps: the 168-run cross product of every policy x scaler x optimizer x format; the
-#   sanitized suite still trains, resumes and swaps components in test_integration's other tests.
-exclude='ConfigSwaps'
+# LeakSanitizer stays on in the fuzz leg but is off here: the suites start the multi-threaded
+# `mixtrain` hundreds of times, and at its exit LSan's stop-the-world tracer intermittently
+# crashes itself ("Tracer caught signal 11 ... LeakSanitizer has encountered a fatal error",
+# google/sanitizers#1353) while worker threads wind down: 4 of about 1,000 tests in one run
+# here. That makes CI flaky without finding anything.
+export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
+
+# Left out, each with the reason:
+# - ConfigSwaps: the cross product of every shipped config x policy x scaler (168 checks and
+#   runs) takes about 20 minutes under ASan on 2 cores; the README's test command runs it
+#   unsanitized, and the sanitized suite still trains, resumes and swaps components elsewhere.
+# - install.samples_out_of_tree: it builds the samples out of tree against the installed SDK,
+#   without the sanitizer flags, so its programs cannot load this build's instrumented
+#   libraries; it tests the install layout, which the README's test command covers.
+exclude='ConfigSwaps|^install\.samples_out_of_tree$'
 ctest --test-dir "$build" --output-on-failure -j"${JOBS:-2}" -E "$exclude"
