@@ -24,6 +24,18 @@ std::vector<std::string> names_of(const std::vector<ComponentSchema>& components
   return out;
 }
 
+// `schema` less the required options that `raw` does not give.
+sdk::OptionSchema schema_of_given(const sdk::OptionSchema& schema,
+                                  const std::vector<sdk::RawOption>& raw) {
+  sdk::OptionSchema out;
+  for (const auto& spec : schema) {
+    const bool given = std::any_of(raw.begin(), raw.end(),
+                                   [&](const sdk::RawOption& r) { return r.key == spec.name; });
+    if (given || !std::holds_alternative<std::monostate>(spec.default_value)) out.push_back(spec);
+  }
+  return out;
+}
+
 // A component table holds plain key = value entries only.
 void reject_sub_tables(const Config& config, const std::string& dotted) {
   for (const auto& key : config.nested_keys(dotted))
@@ -88,8 +100,12 @@ ResolvedComponentSection resolve_component_section(const Config& config,
     }
     reject_sub_tables(config, dotted);
     auto raw = config.table_options(dotted);
-    // Validated against its own schema even when another component is selected.
-    sdk::Options::resolve(dotted, it->options, raw, config.location(dotted), {});
+    // Validated against its own schema even when another component is selected: unknown keys,
+    // types and ranges. Required keys are checked once, below, on the selected component's
+    // flat keys and table combined, so a table may hold part of them and an unselected sibling
+    // may be filled in only partly.
+    sdk::Options::resolve(dotted, schema_of_given(it->options, raw), raw, config.location(dotted),
+                          {});
     if (sub == section.selected) {
       for (const auto& r : raw) out.origin[r.key] = dotted + "." + r.key;
       from_table = std::move(raw);

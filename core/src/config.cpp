@@ -200,18 +200,41 @@ bool Config::has_table(std::string_view dotted) const {
   return n != nullptr && n->is_table();
 }
 
+namespace {
+
+// The --set whose key is `dotted` or its nearest enclosing table: `--set data.npy={...}` wrote
+// every key inside data.npy, and the values it copied have no source position of their own.
+const sdk::SourceLocation* enclosing_override(
+    const std::map<std::string, sdk::SourceLocation>& overrides, std::string_view dotted) {
+  std::string key(dotted);
+  for (;;) {
+    if (auto it = overrides.find(key); it != overrides.end()) return &it->second;
+    const auto dot = key.rfind('.');
+    if (dot == std::string::npos) return nullptr;
+    key.resize(dot);
+  }
+}
+
+}  // namespace
+
 sdk::SourceLocation Config::location(std::string_view dotted) const {
-  auto it = impl_->override_locations.find(std::string(dotted));
-  if (it != impl_->override_locations.end()) return it->second;
+  const auto& overrides = impl_->override_locations;
+  if (auto it = overrides.find(std::string(dotted)); it != overrides.end()) return it->second;
   if (const auto* n = lookup(impl_->root, dotted)) {
     auto l = loc_of(*n, impl_->source);
     if (l.line != 0) return l;
   }
+  if (const auto* w = enclosing_override(overrides, dotted)) return *w;
+  // A table that a --set created on its way (`--set scaler.dynamc.x=1` makes scaler.dynamc).
+  const std::string prefix = std::string(dotted) + ".";
+  if (auto it = overrides.lower_bound(prefix);
+      it != overrides.end() && it->first.compare(0, prefix.size(), prefix) == 0)
+    return it->second;
   return {impl_->source, 0, 0};
 }
 
 bool Config::is_override(std::string_view dotted) const {
-  return impl_->override_locations.count(std::string(dotted)) != 0;
+  return enclosing_override(impl_->override_locations, dotted) != nullptr;
 }
 
 std::vector<sdk::RawOption> Config::table_options(std::string_view dotted,

@@ -101,10 +101,10 @@ std::vector<fs::path> config_plugin_paths(const Config& config) {
     for (const auto& r : raw)
       throw sdk::ConfigError(r.where, "plugins." + r.key, "unknown key",
                              "[plugins] takes only paths = [\"folder\", ...]");
-    for (const auto& p : config.string_array("plugins.paths")) {
-      fs::path path(p);
-      out.push_back(path.is_absolute() ? path : config.base_dir() / path);
-    }
+    const fs::path base =
+        config.is_override("plugins.paths") ? fs::current_path() : config.base_dir();
+    for (const auto& p : config.string_array("plugins.paths"))
+      out.push_back(fs::absolute(base / p).lexically_normal());
   }
   return out;
 }
@@ -142,8 +142,15 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   e.run.eval_every = run.get_int("eval_every");
   e.run.on_nonfinite = run.get_string("on_nonfinite");
   e.run.dir = run.get_string("dir");
+  if (!e.run.dir.empty()) {
+    const fs::path base = config.is_override("run.dir") ? fs::current_path() : config.base_dir();
+    e.run.dir = fs::absolute(base / e.run.dir).lexically_normal().string();
+  }
   e.run.underflow_every = run.get_int("underflow_every");
-  e.core_sections.push_back(section_of("run", {}, run));
+  ResolvedSection run_section = section_of("run", {}, run);
+  for (auto& [k, v] : run_section.values)
+    if (k == "dir") v = e.run.dir;
+  e.core_sections.push_back(run_section);
 
   // [data]: the source is a component of the host's own.
   {

@@ -19,15 +19,20 @@ sdk::OptionSchema run_schema() {
   return {
       OptionSpec::string("name", "mixtrain", "run name, used in logs and the default run folder"),
       OptionSpec::integer("seed", 0, "seed for data, initialisation and shuffling").at_least(0),
+      // The optimizers' step counters stop at INT64_MAX - 1 (AdamW's bias correction uses
+      // step + 1); more steps than that would fail the counter check on resume.
       OptionSpec::integer("steps", 1000, "optimizer steps to run (skipped steps count)")
-          .at_least(1),
+          .at_least(1)
+          .at_most(9.2e18),
       OptionSpec::integer("log_every", 10, "steps between metric records").at_least(1),
       OptionSpec::integer("eval_every", 0, "steps between evaluations; 0 = at the end only")
           .at_least(0),
       OptionSpec::string("on_nonfinite", "skip",
                          "non-finite loss with no scaler to absorb it: skip the step or stop")
           .one_of({"skip", "stop"}),
-      OptionSpec::string("dir", "", "run folder when --run-dir is not given; default runs/<name>"),
+      OptionSpec::string("dir", "",
+                         "run folder when --run-dir is not given (relative to this file, or to the "
+                         "current folder from --set); default runs/<name> in the current folder"),
       OptionSpec::integer("underflow_every", 100,
                           "steps between per-layer gradient-underflow reports (16/8-bit "
                           "gradient policies); 0 = never")

@@ -537,6 +537,65 @@ TEST(sdk_Experiment, PathsInAFileResolveAgainstItsFolderAndFromSetAgainstTheCurr
   std::filesystem::remove_all(dir);
 }
 
+TEST(sdk_Experiment, ARequiredOptionMayComeFromTheTableOrFromSetAndSiblingsMayBePartial) {
+  std::string text = kFull;
+  for (const std::string line : {"kind = \"teacher\"\n", "rows = 256\n", "features = 8\n",
+                                 "num_classes = 4\n", "noise = 0.25\n"})
+    text.erase(text.find(line), line.size());
+  // npy's labels in its table, its features from the command line; idx only half filled in.
+  text += "\n[data.npy]\nlabels = \"/abs/y.npy\"\n\n[data.idx]\nimages = \"/abs/i.idx\"\n";
+  auto e = parse(text, {"data.source=npy", "data.features=x.npy"});
+  EXPECT_EQ(e.data.features_path, std::filesystem::current_path() / "x.npy");
+  EXPECT_EQ(e.data.labels_path, "/abs/y.npy");
+  // The selected component still needs every required option from one of the two.
+  auto err = error_of<sdk::ConfigError>(text, {"data.source=npy"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_TRUE(contains(err->full_message(), "features")) << err->full_message();
+  EXPECT_TRUE(contains(err->full_message(), "required key is missing")) << err->full_message();
+  // The unselected, half-filled sibling is still checked for what it does hold.
+  err = error_of<sdk::ConfigError>(text + "imagez = \"z\"\n",
+                                   {"data.source=npy", "data.features=x.npy"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "data.idx.imagez");
+}
+
+TEST(sdk_Experiment, KeysInsideATableGivenWithSetAreTheCommandLines) {
+  std::string text = kFull;
+  for (const std::string line : {"kind = \"teacher\"\n", "rows = 256\n", "features = 8\n",
+                                 "num_classes = 4\n", "noise = 0.25\n"})
+    text.erase(text.find(line), line.size());
+  auto e = parse(text, {"data.source=npy", "data.npy={features=\"a.npy\", labels=\"b.npy\"}"});
+  EXPECT_EQ(e.data.features_path, std::filesystem::current_path() / "a.npy");
+  EXPECT_EQ(e.data.labels_path, std::filesystem::current_path() / "b.npy");
+  // An error inside such a table, or in a table a --set created on its way, names the --set.
+  auto err = error_of<sdk::ConfigError>(kFull, {"scaler.dynamc.x=1"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_TRUE(contains(err->full_message(), "--set")) << err->full_message();
+}
+
+TEST(sdk_Experiment, RunDirAndPluginPathsResolveLikeEveryOtherPath) {
+  const auto dir = std::filesystem::temp_directory_path() / "mixtrain_run_dir_test";
+  std::filesystem::create_directories(dir / "conf");
+  std::string text = kFull;
+  text.insert(text.find("[run]\n") + 6, "dir = \"o\"\n");
+  { std::ofstream(dir / "conf" / "c.toml") << text << "\n[plugins]\npaths = [\"p\"]\n"; }
+  auto from_file = [&](std::vector<std::string> sets) {
+    return mixtrain::core::parse_experiment(Config::from_file(dir / "conf" / "c.toml", sets),
+                                            registry());
+  };
+  auto e = from_file({});
+  EXPECT_EQ(e.run.dir, (dir / "conf" / "o").lexically_normal().string());
+  EXPECT_EQ(e.plugin_paths.at(0), (dir / "conf" / "p").lexically_normal());
+  e = from_file({"run.dir=out"});
+  EXPECT_EQ(e.run.dir, (std::filesystem::current_path() / "out").string());
+  // The resolved config holds the absolute folder, so it means the same from anywhere.
+  EXPECT_TRUE(contains(mixtrain::core::resolved_toml(e),
+                       "dir = \"" + (std::filesystem::current_path() / "out").string()));
+  e = from_file({"plugins.paths=[\"q\"]"});
+  EXPECT_EQ(e.plugin_paths.at(0), std::filesystem::current_path() / "q");
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 
 namespace {

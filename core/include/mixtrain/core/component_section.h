@@ -11,7 +11,10 @@
 // - Flat keys beside the selector (the older form, and what `--set scaler.growth_interval=20`
 //   writes) apply to whichever component is selected and must be valid for it. A flat key that
 //   only an unselected sibling declares is an error that says which table to move it into.
-// - A key given both flat and in the selected component's table is an error.
+// - Flat keys and the selected component's table combine: a required option may come from
+//   either (the file's table and a --set, say). A key given both ways in the file is an error;
+//   a --set beats the file, whichever spelling either used. Unselected tables are checked for
+//   unknown keys, types and ranges, not for missing required keys.
 // - A table named after no installed component is an error (with a "did you mean"), as an
 //   unknown key is: a value written as a table (beta1 = { ... }) is never silently dropped.
 //

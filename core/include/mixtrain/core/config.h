@@ -41,8 +41,9 @@ class Config {
   std::vector<std::string> top_level_keys() const;
   bool has_table(std::string_view dotted) const;
   sdk::SourceLocation location(std::string_view dotted) const;  // of a table or a key
-  // Whether `--set` wrote this key: such paths resolve against the current folder, as every
-  // command line does, while paths written in the file stay relative to the file.
+  // Whether `--set` wrote this key, or a table that holds it (`--set 'data.npy={...}'`): such
+  // paths resolve against the current folder, as every command line does, while paths written
+  // in the file stay relative to the file. location() names that --set for such keys too.
   bool is_override(std::string_view dotted) const;
   // Scalar entries of a table; arrays of tables and sub-tables are skipped, other arrays raise.
   std::vector<sdk::RawOption> table_options(std::string_view dotted,
