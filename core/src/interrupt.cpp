@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 
@@ -10,12 +12,16 @@ namespace mixtrain::core {
 
 namespace {
 
-volatile std::sig_atomic_t g_requested = 0;
+// Lock-free atomic rather than volatile sig_atomic_t: the signal may be delivered to an OpenMP
+// or CUDA thread while the training thread reads the flag.
+std::atomic<int> g_requested{0};
+static_assert(std::atomic<int>::is_always_lock_free);
 struct sigaction g_previous_int {
 }, g_previous_term{};
 
 extern "C" void on_interrupt(int) {
-  g_requested = 1;
+  const int saved_errno = errno;  // the interrupted code may be about to read it
+  g_requested.store(1);
   // The next SIGINT or SIGTERM meets the default disposition and ends the process.
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
@@ -27,12 +33,13 @@ extern "C" void on_interrupt(int) {
       "(press Ctrl-C again to quit at once)\n";
   // Nothing useful to do when stderr is gone.
   [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+  errno = saved_errno;
 }
 
 }  // namespace
 
 InterruptGuard::InterruptGuard() {
-  g_requested = 0;
+  g_requested.store(0);
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);
@@ -47,7 +54,7 @@ InterruptGuard::~InterruptGuard() {
 }
 
 bool interrupt_requested() {
-  return g_requested != 0;
+  return g_requested.load() != 0;
 }
 
 }  // namespace mixtrain::core

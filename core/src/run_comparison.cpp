@@ -47,13 +47,30 @@ double number_or_nan(const json& j, const char* key, const std::string& where, d
   return it->get<double>();
 }
 
+// Steps beyond this are damage, not training: the bound keeps the step arithmetic below
+// (intervals, smoothing windows) far from overflow.
+constexpr std::int64_t kMaxStep = std::int64_t{1} << 50;
+
 std::int64_t required_step(const json& j, const std::string& where) {
   auto it = j.find("step");
   if (it == j.end() || !it->is_number_integer())
     throw sdk::DataError(
         where + ": record without an integer 'step': " + j.dump(),
         "the file is damaged or was not written by mixtrain; fix or remove that record");
+  const bool in_range = it->is_number_unsigned()
+                            ? it->get<std::uint64_t>() <= kMaxStep
+                            : it->get<std::int64_t>() >= 0 && it->get<std::int64_t>() <= kMaxStep;
+  if (!in_range)
+    throw sdk::DataError(
+        where + ": 'step' is " + it->dump() + ", outside [0, 2^50]",
+        "the file is damaged or was not written by mixtrain; fix or remove that record");
   return it->get<std::int64_t>();
+}
+
+// A count from summary.json, or nullopt when absent, not finite or out of [0, kMaxStep].
+std::optional<std::int64_t> step_count(std::optional<double> v) {
+  if (!v || !std::isfinite(*v) || *v < 0 || *v > static_cast<double>(kMaxStep)) return std::nullopt;
+  return static_cast<std::int64_t>(*v);
 }
 
 void read_metrics(RunData& run, const fs::path& file) {
@@ -146,9 +163,8 @@ void read_summary(RunData& run, const fs::path& file) {
     if (auto it = j.find(key); it != j.end() && it->is_string()) into = it->get<std::string>();
   };
   run.has_summary = true;
-  if (auto v = opt("steps"); v && std::isfinite(*v)) run.steps_run = static_cast<std::int64_t>(*v);
-  if (auto v = opt("skipped_steps"); v && std::isfinite(*v))
-    run.skipped_steps = static_cast<std::int64_t>(*v);
+  if (auto v = step_count(opt("steps"))) run.steps_run = *v;
+  if (auto v = step_count(opt("skipped_steps"))) run.skipped_steps = *v;
   run.final_loss = opt("final_loss");
   run.eval_loss = opt("eval_loss");
   run.eval_accuracy = opt("eval_accuracy");
@@ -204,6 +220,9 @@ void read_config(RunData& run, const fs::path& file) {
     std::map<std::string, std::string> setup;
     for (const char* section : kSetupSections)
       if (const auto* node = tbl.get(section)) flatten_toml(*node, section, setup);
+    // The seed draws the synthetic data and the held-out split: runs with different seeds train
+    // and evaluate on different data, which is not a precision effect.
+    if (const auto* seed = tbl.at_path("run.seed").node()) flatten_toml(*seed, "run.seed", setup);
     run.setup = std::move(setup);
   } catch (const toml::parse_error&) {
   }

@@ -1,17 +1,18 @@
 #include "mixtrain/core/run_summary.h"
 
 #include <cmath>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "mixtrain/sdk/atomic_file_writer.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
 
 std::string divergence_reason(const TrainSummary& s, const std::string& stopped_by) {
   if (!stopped_by.empty()) return stopped_by;
-  if (s.steps > 0 && s.applied_steps == 0)
+  // An interrupted run may simply have stopped inside the scaler's first back-off steps.
+  if (s.steps > 0 && s.applied_steps == 0 && !s.interrupted)
     return "every one of the " + std::to_string(s.steps) +
            " steps was skipped (non-finite gradients at every loss scale tried)";
   if (!std::isfinite(s.final_loss)) return "the final loss is not finite";
@@ -48,10 +49,12 @@ void write_run_summary(const std::filesystem::path& file, const TrainSummary& s)
   }
   if (s.diverged) j["divergence"] = s.divergence;
   if (!s.resumed_from.empty()) j["resumed_from"] = s.resumed_from.string();
-  std::ofstream out(file, std::ios::trunc);
-  out << j.dump(2) << '\n';
-  if (!out)
-    throw sdk::UserError("cannot write " + file.string(), "check the run folder's free space");
+  // Atomically: a second Ctrl-C lands most often during these final writes, and compare must
+  // then find the previous summary or none, never half a file.
+  const std::string text = j.dump(2) + '\n';
+  sdk::AtomicFileWriter out(file, /*durable=*/false, "run summary");
+  out.write(text.data(), text.size());
+  out.commit();
 }
 
 }  // namespace mixtrain::core

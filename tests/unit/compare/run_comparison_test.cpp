@@ -165,6 +165,25 @@ TEST_F(Compare, AWronglyTypedFieldIsReportedWithFileAndLine) {
   }
 }
 
+TEST_F(Compare, StepsOutsideZeroToTwoToTheFiftyAreDataErrorsAndHugeCountsAreIgnored) {
+  // Crafted values whose arithmetic (intervals, smoothing windows) would overflow int64.
+  for (const std::string step : {"-1", "9223372036854775807", "18446744073709551615"}) {
+    write("r/metrics.jsonl", "{\"step\":1,\"loss\":1.0}\n{\"step\":" + step + ",\"loss\":1.0}\n");
+    try {
+      core::load_run(root_ / "r");
+      FAIL() << "no error for step " << step;
+    } catch (const sdk::DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("metrics.jsonl:2"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("'step'"), std::string::npos) << e.what();
+    }
+  }
+  write("r/metrics.jsonl", "{\"step\":1,\"loss\":1.0}\n");
+  write("r/summary.json", "{\"steps\": 1e300, \"skipped_steps\": -5}\n");
+  auto run = core::load_run(root_ / "r");
+  EXPECT_EQ(run.steps_run, 0);
+  EXPECT_EQ(run.skipped_steps, 0);
+}
+
 TEST_F(Compare, AnInterruptedRunsTornLastLineIsIgnoredButOnlyThere) {
   write("r/metrics.jsonl", "{\"step\":1,\"loss\":1.0}\n{\"step\":2,\"lo");
   auto run = core::load_run(root_ / "r");
@@ -340,6 +359,18 @@ TEST_F(Compare, RunsThatTrainADifferentModelOrDataAreWarnedKeyByKey) {
   EXPECT_EQ(j["runs"][2]["setup_differences"][0]["key"], "model.layers[0].out");
   EXPECT_EQ(j["runs"][2]["setup_differences"][0]["baseline"], "128");
   EXPECT_EQ(j["runs"][2]["setup_differences"][0]["run"], "64");
+}
+
+TEST_F(Compare, RunsWithAnotherSeedAreWarnedAbout) {
+  // run.seed draws the synthetic data and the held-out split.
+  write("a/config.toml", "[run]\nseed = 1\n" + config_toml("fp32", 128, ""));
+  write("b/config.toml", "[run]\nseed = 2\n" + config_toml("bf16-mixed", 128, ""));
+  for (const char* r : {"a", "b"})
+    write(std::string(r) + "/metrics.jsonl", "{\"step\":10,\"loss\":1.0}\n");
+  auto c = compare_runs({root_ / "a", root_ / "b"});
+  const auto warnings = core::comparison_warnings(c);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("run.seed = 2 (baseline 1)"), std::string::npos) << warnings[0];
 }
 
 TEST_F(Compare, ManyDifferencesAreCountedAndRunsWithoutAConfigAreNamed) {

@@ -6,7 +6,8 @@
 //   metrics.jsonl; peak memory is then unknown). Policy and scaler come from summary.json, else
 //   from config.toml; the policy `auto` resolved to, and whether each GEMM input dtype ran
 //   natively, come from summary.json's "precision" record only. The [model] and [data] sections
-//   of config.toml (sub-tables and arrays included) are kept flattened for the setup check.
+//   of config.toml (sub-tables and arrays included) and run.seed (it draws the synthetic data and
+//   the held-out split) are kept flattened for the setup check.
 //   Bad input raises sdk::UserError (folder missing) or sdk::DataError (metrics.jsonl missing, a
 //   malformed record — the message names file:line).
 // - compare_runs() computes one row per run; values that cannot be known are std::nullopt.
@@ -15,9 +16,9 @@
 //   first full window on). The gap of a run is the max over the steps where both it and the
 //   baseline have a smoothed loss of |smooth_run - smooth_base| / max(|smooth_base|, 1e-12); the
 //   baseline's own gap is 0. Single-batch losses would measure batch noise.
-// - Warnings (comparison_warnings()) name every run whose [model] or [data] differs from the
-//   baseline's, key by key, and runs whose setup cannot be checked; precision, scaler, optimizer
-//   and backend differences are what a comparison is for and are not warned about.
+// - Warnings (comparison_warnings()) name every run whose [model], [data] or run.seed differs
+//   from the baseline's, key by key, and runs whose setup cannot be checked; precision, scaler,
+//   optimizer and backend differences are what a comparison is for and are not warned about.
 // - The text, markdown and JSON renderings hold the same numbers and warnings; throughput of a run
 //   whose GEMMs ran an emulated dtype is marked "emulated". write_comparison() writes exactly
 //   compare.json, compare.md and compare.svg into a folder and nothing else.
@@ -76,7 +77,8 @@ struct RunData {
     std::string how;
   };
   std::map<std::string, GemmInput> gemm_inputs;
-  // config.toml's [model] and [data], flattened ("data.rows" -> "8192", "model.layers[0].out"
+  // config.toml's [model], [data] and run.seed, flattened ("data.rows" -> "8192",
+  // "model.layers[0].out"
   // -> "128"); nullopt when the folder has no readable config.toml.
   std::optional<std::map<std::string, std::string>> setup;
 

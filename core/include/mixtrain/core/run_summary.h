@@ -3,8 +3,9 @@
 //
 // Contract
 // - A run diverged when none of its steps was applied (every step skipped: non-finite gradients
-//   at any loss scale), when its final loss is not finite, or when run.on_nonfinite = "stop"
-//   stopped it. `divergence` then says which, in one sentence; it is empty otherwise.
+//   at any loss scale) and it was not interrupted, when its final loss is not finite, or when
+//   run.on_nonfinite = "stop" stopped it. `divergence` then says which, in one sentence; it is
+//   empty otherwise.
 // - An interrupted run (Ctrl-C, SIGTERM) stopped after a completed step; its checkpoint for that
 //   step was written and `evaluated` is false unless an evaluation ran at that step.
 // - summary.json always holds "diverged" and "interrupted" (booleans); "divergence" when it
