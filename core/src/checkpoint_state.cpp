@@ -232,6 +232,22 @@ BatchSampler::Cursor read_sampler_cursor(const json& j, std::int64_t step,
       read_checkpoint_int(member(j, "epoch", "sampler", file), "sampler.epoch", 0, step, file);
   c.position = read_checkpoint_int(member(j, "position", "sampler", file), "sampler.position", 0,
                                    batches_per_epoch, file);
+  // Every step draws one batch, so the cursor follows from the step: a cursor that does not
+  // would replay or skip data without a word.
+  BatchSampler::Cursor expected;
+  if (step > 0 && batches_per_epoch > 0) {
+    expected.epoch = (step - 1) / batches_per_epoch;
+    expected.position = (step - 1) % batches_per_epoch + 1;
+  }
+  if (c.epoch != expected.epoch || c.position != expected.position)
+    throw sdk::CheckpointError(
+        file.string() + ": sampler.epoch/sampler.position = " + std::to_string(c.epoch) + "/" +
+            std::to_string(c.position) +
+            " do not follow from progress.step = " + std::to_string(step) + " at " +
+            std::to_string(batches_per_epoch) + " batches per epoch (expected " +
+            std::to_string(expected.epoch) + "/" + std::to_string(expected.position) + ")",
+        "resume with the original run's data.batch_size; otherwise the checkpoint is damaged: "
+        "resume from another one");
   return c;
 }
 

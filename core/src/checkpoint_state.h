@@ -54,9 +54,9 @@ nlohmann::json progress_to_json(const TrainingProgress& p);
 TrainingProgress read_progress(const nlohmann::json& j, std::int64_t run_steps,
                                const std::filesystem::path& file);
 
-// The sampler cursor, checked against the run: position within an epoch of
-// `batches_per_epoch`, and epoch <= step (an epoch takes at least one step), which also keeps
-// the epoch counter far from overflow.
+// The sampler cursor, checked against the run: each field in range (position within an epoch of
+// `batches_per_epoch`, epoch <= step), then the cursor itself, which follows from the step since
+// every step draws one batch (a changed data.batch_size shows here).
 BatchSampler::Cursor read_sampler_cursor(const nlohmann::json& j, std::int64_t step,
                                          std::int64_t batches_per_epoch,
                                          const std::filesystem::path& file);

@@ -42,17 +42,28 @@ void validate(const SyntheticSpec& spec) {
              "a classifier needs at least two classes");
   constexpr std::int64_t kMaxValues = std::int64_t{1} << 34;  // 64 GiB of float32
   if (spec.features > kMaxValues / spec.rows)
-    bad_spec("rows", "x features = " + std::to_string(spec.rows) + " x " +
-                         std::to_string(spec.features) + " is too large to hold in memory",
+    bad_spec("rows",
+             "x features = " + std::to_string(spec.rows) + " x " + std::to_string(spec.features) +
+                 " is too large to hold in memory",
              "ask for fewer rows or features");
   if (!(spec.noise >= 0.0) || !std::isfinite(spec.noise))
     bad_spec("noise", "must be a finite number >= 0, found " + std::to_string(spec.noise));
   if (!(spec.separation >= 0.0) || !std::isfinite(spec.separation))
-    bad_spec("separation", "must be a finite number >= 0, found " +
-                               std::to_string(spec.separation));
+    bad_spec("separation",
+             "must be a finite number >= 0, found " + std::to_string(spec.separation));
   if (spec.teacher_hidden <= 0 || spec.teacher_hidden > (std::int64_t{1} << 20))
-    bad_spec("teacher_hidden", "must be in [1, 2^20], found " +
-                                   std::to_string(spec.teacher_hidden));
+    bad_spec("teacher_hidden",
+             "must be in [1, 2^20], found " + std::to_string(spec.teacher_hidden));
+  // The generator's own tables: a centre per class, or the teacher's two weight matrices.
+  if (spec.kind == "clusters" && spec.features > kMaxValues / spec.classes)
+    bad_spec("num_classes",
+             "x features = " + std::to_string(spec.classes) + " x " +
+                 std::to_string(spec.features) + " cluster centres are too large to hold in memory",
+             "ask for fewer classes or features");
+  if (spec.kind == "teacher" && (spec.features > kMaxValues / spec.teacher_hidden ||
+                                 spec.classes > kMaxValues / spec.teacher_hidden))
+    bad_spec("teacher_hidden", "x (features + classes) is too large to hold in memory",
+             "ask for a smaller teacher_hidden, fewer features or fewer classes");
   if (!(spec.label_noise >= 0.0 && spec.label_noise <= 1.0))
     bad_spec("label_noise", "must be in [0, 1], found " + std::to_string(spec.label_noise),
              "it is the probability that a label is replaced by a random class");
@@ -83,8 +94,7 @@ void make_clusters(const SyntheticSpec& spec, Dataset& data) {
     const auto label = static_cast<std::size_t>(points.below(k));
     data.y[i] = static_cast<std::int32_t>(label);
     for (std::size_t j = 0; j < d; ++j)
-      data.x[i * d + j] =
-          static_cast<float>(centres[label * d + j] + spec.noise * points.normal());
+      data.x[i * d + j] = static_cast<float>(centres[label * d + j] + spec.noise * points.normal());
   }
 }
 
@@ -107,8 +117,13 @@ struct Teacher {
 };
 
 void make_teacher(const SyntheticSpec& spec, Dataset& data) {
-  Teacher t{static_cast<std::size_t>(spec.features), static_cast<std::size_t>(spec.teacher_hidden),
-            static_cast<std::size_t>(spec.classes), {}, {}, {}, {}};
+  Teacher t{static_cast<std::size_t>(spec.features),
+            static_cast<std::size_t>(spec.teacher_hidden),
+            static_cast<std::size_t>(spec.classes),
+            {},
+            {},
+            {},
+            {}};
   DataRng structure(spec.seed, kStructureStream);
   auto draw = [&](std::vector<double>& v, std::size_t n, double scale) {
     v.resize(n);
@@ -163,8 +178,8 @@ Dataset make_synthetic(const SyntheticSpec& spec) {
     for (auto& label : data.y) {
       // Draw both numbers for every row so a row's fate does not depend on earlier rows.
       const double u = noise.uniform();
-      const auto replacement = static_cast<std::int32_t>(
-          noise.below(static_cast<std::uint64_t>(spec.classes)));
+      const auto replacement =
+          static_cast<std::int32_t>(noise.below(static_cast<std::uint64_t>(spec.classes)));
       if (u < spec.label_noise) label = replacement;
     }
   }

@@ -6,12 +6,14 @@ namespace mixtrain::core {
 
 Tensor::Tensor(std::shared_ptr<sdk::DeviceBackend> backend, sdk::DType dtype, sdk::Shape shape)
     : backend_(std::move(backend)), dtype_(dtype), shape_(shape) {
-  capacity_ = static_cast<std::size_t>(shape_.numel()) * sdk::dtype_size(dtype_);
+  capacity_ = sdk::TensorView{nullptr, dtype_, shape_}.bytes();  // throws on overflow
   // Zero-sized tensors still get a distinct allocation so views are never null.
   data_ = backend_->allocate(capacity_ == 0 ? 64 : capacity_);
 }
 
-Tensor::~Tensor() { release(); }
+Tensor::~Tensor() {
+  release();
+}
 
 Tensor::Tensor(Tensor&& o) noexcept
     : backend_(std::move(o.backend_)),

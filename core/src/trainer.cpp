@@ -136,10 +136,10 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   s.train = std::move(split.first);
   s.eval = std::move(split.second);
   if (s.train.rows < e.data.batch_size)
-    throw sdk::DataError("the training split has " + std::to_string(s.train.rows) +
-                             " rows, fewer than data.batch_size = " +
-                             std::to_string(e.data.batch_size),
-                         "lower data.batch_size or data.eval_fraction, or use more data");
+    throw sdk::DataError(
+        "the training split has " + std::to_string(s.train.rows) +
+            " rows, fewer than data.batch_size = " + std::to_string(e.data.batch_size),
+        "lower data.batch_size or data.eval_fraction, or use more data");
 
   // Model under the policy's plan.
   s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes);
@@ -156,8 +156,8 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
                                   std::string(sdk::dtype_name(dt)) + " GEMM inputs, which the " +
                                   caps.kind + " backend cannot run (it runs: " + have + ")",
                               "choose another precision.policy, or override this layer with "
-                              "[[precision.override]] layers = \"" + l->name() +
-                                  "\", compute = \"fp32\"");
+                              "[[precision.override]] layers = \"" +
+                                  l->name() + "\", compute = \"fp32\"");
     }
   }
   for (const auto& l : s.model->layers())
@@ -176,8 +176,8 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     s.grads.push_back(p->grad.view());
   }
   s.c.optimizer->bind(backend, s.params);
-  s.sampler = std::make_unique<BatchSampler>(s.train.rows, e.data.batch_size, e.data.shuffle,
-                                             e.run.seed);
+  s.sampler =
+      std::make_unique<BatchSampler>(s.train.rows, e.data.batch_size, e.data.shuffle, e.run.seed);
   s.schedule.kind = e.schedule.schedule;
   s.schedule.base_lr = s.c.optimizer->base_lr();
   s.schedule.min_lr = e.schedule.min_lr;
@@ -189,7 +189,8 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   if (!e.checkpoint.init_from.empty() && !options.resume)
     load_checkpoint(e.checkpoint.init_from, /*weights_only=*/true);
   if (options.resume) {
-    s.resumed_from = resolve_checkpoint_path(*options.resume, s.c.checkpoint_format->file_extension());
+    s.resumed_from =
+        resolve_checkpoint_path(*options.resume, s.c.checkpoint_format->file_extension());
     load_checkpoint(s.resumed_from, /*weights_only=*/false);
   }
 
@@ -202,9 +203,9 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
       requested = s.resumed_from.parent_path().parent_path();
       explicit_dir = true;
     }
-    if (requested.empty()) requested = e.run.dir.empty() ? fs::path("runs") / e.run.name : fs::path(e.run.dir);
-    const bool continuing = options.resume.has_value() &&
-                            fs::exists(requested / "metrics.jsonl") &&
+    if (requested.empty())
+      requested = e.run.dir.empty() ? fs::path("runs") / e.run.name : fs::path(e.run.dir);
+    const bool continuing = options.resume.has_value() && fs::exists(requested / "metrics.jsonl") &&
                             fs::equivalent(requested, s.resumed_from.parent_path().parent_path());
     s.run_dir = continuing ? requested : claim_run_dir(requested, explicit_dir);
     std::error_code ec;
@@ -213,8 +214,10 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
       throw sdk::UserError("cannot create run folder " + s.run_dir.string() + ": " + ec.message(),
                            "choose a writable --run-dir");
     {
-      std::ofstream cfg(s.run_dir / "config.toml", std::ios::trunc);
-      cfg << resolved_toml(e);
+      const std::string cfg = resolved_toml(e);
+      sdk::AtomicFileWriter out(s.run_dir / "config.toml", /*durable=*/false, "resolved config");
+      out.write(cfg.data(), cfg.size());
+      out.commit();
     }
     if (continuing) {
       // Records after the checkpoint's step belong to the abandoned continuation: move them to a
@@ -235,12 +238,28 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
       }
       in.close();
       if (!discarded.empty()) {
-        std::ofstream side(s.run_dir / ("metrics.discarded-after-step-" + std::to_string(s.step) + ".jsonl"),
-                           std::ios::app);
+        std::ofstream side(
+            s.run_dir / ("metrics.discarded-after-step-" + std::to_string(s.step) + ".jsonl"),
+            std::ios::app);
         for (const auto& d : discarded) side << d << '\n';
       }
       std::ofstream rewrite(s.run_dir / "metrics.jsonl", std::ios::trunc);
       for (const auto& k : keep) rewrite << k << '\n';
+      // So are its checkpoints: left in place, keep-pruning would count them as the newest and
+      // delete this continuation's saves, and a later --resume would pick them up.
+      const auto ext = s.c.checkpoint_format->file_extension();
+      const fs::path aside =
+          s.run_dir / ("checkpoints.discarded-after-step-" + std::to_string(s.step));
+      for (const auto& file : step_checkpoints(s.run_dir / "checkpoints", ext)) {
+        if (checkpoint_step(file, ext).value_or(0) <= s.step) continue;
+        std::error_code move_ec;
+        fs::create_directories(aside, move_ec);
+        fs::rename(file, aside / file.filename(), move_ec);
+        if (move_ec)
+          throw sdk::UserError("cannot move " + file.string() + " aside: " + move_ec.message(),
+                               "it belongs to the abandoned continuation after step " +
+                                   std::to_string(s.step) + "; move or delete it, then resume");
+      }
     }
     s.metrics.open(s.run_dir / "metrics.jsonl", std::ios::app);
     if (!s.metrics)
@@ -251,10 +270,18 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
 
 Trainer::~Trainer() = default;
 
-const fs::path& Trainer::run_dir() const { return s_->run_dir; }
-const Model& Trainer::model() const { return *s_->model; }
-const Dataset& Trainer::train_data() const { return s_->train; }
-const Dataset& Trainer::eval_data() const { return s_->eval; }
+const fs::path& Trainer::run_dir() const {
+  return s_->run_dir;
+}
+const Model& Trainer::model() const {
+  return *s_->model;
+}
+const Dataset& Trainer::train_data() const {
+  return s_->train;
+}
+const Dataset& Trainer::eval_data() const {
+  return s_->eval;
+}
 
 EvalResult Trainer::evaluate() {
   auto& s = *s_;
@@ -286,15 +313,19 @@ fs::path Trainer::save_checkpoint() {
   auto& s = *s_;
   auto& b = *s.c.backend;
   sdk::TrainingState st;
-  for (auto* p : s.model->parameters()) st.tensors.push_back(to_host(b, "param/" + p->name, p->master.view()));
+  for (auto* p : s.model->parameters())
+    st.tensors.push_back(to_host(b, "param/" + p->name, p->master.view()));
   for (const auto& t : s.c.optimizer->state_tensors())
     st.tensors.push_back(to_host(b, "optimizer/" + t.name, t.view));
   auto cursor = s.sampler->cursor();
   st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
   st.metadata["mixtrain.version"] = sdk::kSdkVersion;
   st.metadata["progress"] = progress_to_json({s.step, s.applied, s.skipped, s.last_loss}).dump();
-  st.metadata["sampler"] = json{{"epoch", cursor.epoch}, {"position", cursor.position},
-                                {"seed", s.e.run.seed}, {"rows", s.train.rows}}.dump();
+  st.metadata["sampler"] = json{
+      {"epoch", cursor.epoch},
+      {"position", cursor.position},
+      {"seed", s.e.run.seed},
+      {"rows", s.train.rows}}.dump();
   st.metadata["scaler"] = component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump();
   st.metadata["policy"] = component_state_to_json(s.e.policy_name, s.c.policy->save_state()).dump();
   st.metadata["optimizer"] =
@@ -345,7 +376,8 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
   auto& s = *s_;
   auto& b = *s.c.backend;
-  auto st = weights_only ? weights_format_for(s.c, path).read(path) : s.c.checkpoint_format->read(path);
+  auto st =
+      weights_only ? weights_format_for(s.c, path).read(path) : s.c.checkpoint_format->read(path);
   // Weights are "param/<layer>.<weight|bias>" in mixtrain's checkpoints and plain
   // "<layer>.<weight|bias>" in files exported for (or written by) other tools.
   std::set<const sdk::HostTensor*> used;
@@ -357,10 +389,10 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
       for (std::size_t i = 0; i < st.tensors.size() && i < 8; ++i)
         have += (i ? ", " : "") + st.tensors[i].name;
       if (st.tensors.size() > 8) have += ", ...";
-      throw sdk::CheckpointError(
-          path.string() + ": no tensor for parameter '" + p->name + "' (looked for 'param/" +
-              p->name + "' and '" + p->name + "')",
-          "the file belongs to a different model; it holds: " + (have.empty() ? "no tensors" : have));
+      throw sdk::CheckpointError(path.string() + ": no tensor for parameter '" + p->name +
+                                     "' (looked for 'param/" + p->name + "' and '" + p->name + "')",
+                                 "the file belongs to a different model; it holds: " +
+                                     (have.empty() ? "no tensors" : have));
     }
     const auto expected = p->master.view().shape.to_vector();
     if (t->shape != expected)
@@ -374,7 +406,8 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
   s.model->refresh_working_copies();
   if (weights_only) {
     for (const auto& t : st.tensors)
-      if (!used.count(&t) && (t.name.find('/') == std::string::npos || t.name.rfind("param/", 0) == 0))
+      if (!used.count(&t) &&
+          (t.name.find('/') == std::string::npos || t.name.rfind("param/", 0) == 0))
         s.log.warn(path.string() + ": tensor '" + t.name + "' matches no parameter; ignored");
     s.log.info("initial weights loaded from " + path.string());
     return;

@@ -20,7 +20,9 @@ namespace {
 
 constexpr std::size_t kBufferCapacity = std::size_t{8} << 20;
 
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string quoted(const fs::path& p) {
+  return "'" + p.string() + "'";
+}
 
 fs::path temp_path_for(const fs::path& target) {
   // pid + counter: unique across processes and across threads of this one.
@@ -61,31 +63,39 @@ int write_all(int fd, const std::byte* data, std::size_t size) {
 
 std::string hint_for_os_error(int err) {
   switch (err) {
-    case ENOENT: return "the folder does not exist (or was removed); create it or choose another path";
+    case ENOENT:
+      return "the folder does not exist (or was removed); create it or choose another path";
     case EACCES:
-    case EPERM: return "check the permissions of the folder and the file";
-    case EROFS: return "the file system is read-only; choose a writable location";
+    case EPERM:
+      return "check the permissions of the folder and the file";
+    case EROFS:
+      return "the file system is read-only; choose a writable location";
     case ENOSPC:
-    case EDQUOT: return "the disk or quota is full; free space or choose another location";
-    case EISDIR: return "the path names a directory; give a file path";
-    case ENOTDIR: return "a component of the path is a file, not a folder; check the path";
-    case EFBIG: return "the file exceeds the size limit of this process or file system (see ulimit -f)";
-    default: return "check the path, the free disk space and the permissions";
+    case EDQUOT:
+      return "the disk or quota is full; free space or choose another location";
+    case EISDIR:
+      return "the path names a directory; give a file path";
+    case ENOTDIR:
+      return "a component of the path is a file, not a folder; check the path";
+    case EFBIG:
+      return "the file exceeds the size limit of this process or file system (see ulimit -f)";
+    default:
+      return "check the path, the free disk space and the permissions";
   }
 }
 
 void AtomicFileWriter::fail(const std::string& action, int err) const {
-  throw CheckpointError("cannot write " + what_ + " " + quoted(target_) + ": " + action + ": " +
-                            std::strerror(err),
-                        hint_for_os_error(err));
+  throw CheckpointError(
+      "cannot write " + what_ + " " + quoted(target_) + ": " + action + ": " + std::strerror(err),
+      hint_for_os_error(err));
 }
 
 AtomicFileWriter::AtomicFileWriter(fs::path target, bool durable, std::string what)
     : target_(std::move(target)), durable_(durable), what_(std::move(what)) {
   if (target_.filename().empty())
-    throw CheckpointError("cannot write " + what_ + " " + quoted(target_) +
-                              ": the path has no file name",
-                          "give a file path, not a folder");
+    throw CheckpointError(
+        "cannot write " + what_ + " " + quoted(target_) + ": the path has no file name",
+        "give a file path, not a folder");
   struct stat target_stat {};
   const bool target_exists = ::stat(target_.c_str(), &target_stat) == 0;
   if (target_exists && S_ISDIR(target_stat.st_mode)) fail("the target is a directory", EISDIR);
@@ -101,7 +111,9 @@ AtomicFileWriter::AtomicFileWriter(fs::path target, bool durable, std::string wh
     // may have taken it between open() and here and unlinked the file: then the lock we get is on
     // an orphaned inode, so start over with a new name. Where the file system has no flock, the
     // write goes on unlocked: a cleaner there cannot lock either, so it removes nothing.
-    if (::flock(fd_, LOCK_EX) != 0) break;
+    int locked = ::flock(fd_, LOCK_EX);
+    while (locked != 0 && errno == EINTR) locked = ::flock(fd_, LOCK_EX);  // a host's signal
+    if (locked != 0) break;
     struct stat by_fd {};
     struct stat by_name {};
     if (::fstat(fd_, &by_fd) != 0 || ::stat(temp_.c_str(), &by_name) != 0 ||
@@ -117,8 +129,9 @@ AtomicFileWriter::AtomicFileWriter(fs::path target, bool durable, std::string wh
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
-  if (fd_ >= 0) ::close(fd_);
+  // Unlink while still holding the lock, so no cleaner sees an unlocked file of ours.
   if (!committed_) ::unlink(temp_.c_str());
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void AtomicFileWriter::flush() {
@@ -198,7 +211,9 @@ std::vector<fs::path> remove_stale_temp_files(const fs::path& folder) {
     // The writer holds its lock until it renames or unlinks the file, and the kernel drops it
     // when the writer dies: a lock we can take means no live writer. Unlink only while holding
     // it, and only if the name still names the inode we locked.
-    if (::fstat(fd, &by_fd) == 0 && S_ISREG(by_fd.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+    // A shared lock conflicts with the writer's exclusive one just as well, and, unlike an
+    // exclusive lock, NFS grants it on a file opened read-only.
+    if (::fstat(fd, &by_fd) == 0 && S_ISREG(by_fd.st_mode) && ::flock(fd, LOCK_SH | LOCK_NB) == 0 &&
         ::lstat(path.c_str(), &by_name) == 0 && by_fd.st_ino == by_name.st_ino &&
         by_fd.st_dev == by_name.st_dev && ::unlink(path.c_str()) == 0)
       removed.push_back(path);

@@ -9,10 +9,14 @@ namespace mixtrain::sdk {
 
 std::string_view option_type_name(OptionType t) noexcept {
   switch (t) {
-    case OptionType::boolean: return "a boolean";
-    case OptionType::integer: return "an integer";
-    case OptionType::number: return "a number";
-    case OptionType::string: return "a string";
+    case OptionType::boolean:
+      return "a boolean";
+    case OptionType::integer:
+      return "an integer";
+    case OptionType::number:
+      return "a number";
+    case OptionType::string:
+      return "a string";
   }
   return "?";
 }
@@ -42,11 +46,16 @@ std::string format_double(double v) {
 
 std::string value_type_text(const OptionValue& v) {
   switch (v.index()) {
-    case 1: return "a boolean";
-    case 2: return "an integer";
-    case 3: return "a number";
-    case 4: return "a string";
-    default: return "nothing";
+    case 1:
+      return "a boolean";
+    case 2:
+      return "an integer";
+    case 3:
+      return "a number";
+    case 4:
+      return "a string";
+    default:
+      return "nothing";
   }
 }
 
@@ -54,9 +63,12 @@ std::string value_type_text(const OptionValue& v) {
 
 std::string option_value_to_string(const OptionValue& v) {
   switch (v.index()) {
-    case 1: return std::get<bool>(v) ? "true" : "false";
-    case 2: return std::to_string(std::get<std::int64_t>(v));
-    case 3: return format_double(std::get<double>(v));
+    case 1:
+      return std::get<bool>(v) ? "true" : "false";
+    case 2:
+      return std::to_string(std::get<std::int64_t>(v));
+    case 3:
+      return format_double(std::get<double>(v));
     case 4: {
       std::string out = "\"";
       for (char c : std::get<std::string>(v)) {
@@ -81,7 +93,8 @@ std::string option_value_to_string(const OptionValue& v) {
       }
       return out + "\"";
     }
-    default: return "<unset>";
+    default:
+      return "<unset>";
   }
 }
 
@@ -108,8 +121,10 @@ std::string OptionSpec::range_text() const {
     return s;
   }
   auto num = [&](double v) {
-    return type == OptionType::integer ? std::to_string(static_cast<std::int64_t>(v))
-                                       : format_double(v);
+    // The cast is only defined for a finite bound inside int64's range.
+    const bool as_integer =
+        type == OptionType::integer && std::isfinite(v) && std::fabs(v) <= 9.2e18;
+    return as_integer ? std::to_string(static_cast<std::int64_t>(v)) : format_double(v);
   };
   if (min && max) return (min_exclusive ? "(" : "[") + num(*min) + ", " + num(*max) + "]";
   if (min) return (min_exclusive ? "> " : ">= ") + num(*min);
@@ -208,9 +223,8 @@ Options Options::resolve(std::string table, const OptionSchema& schema,
       }
       // Range and choices.
       if (spec.type == OptionType::integer || spec.type == OptionType::number) {
-        double x = spec.type == OptionType::integer
-                       ? static_cast<double>(std::get<std::int64_t>(v))
-                       : std::get<double>(v);
+        double x = spec.type == OptionType::integer ? static_cast<double>(std::get<std::int64_t>(v))
+                                                    : std::get<double>(v);
         // Infinity passes only a bound that is itself infinite (allow_infinity()).
         const bool inf_allowed =
             x > 0 ? spec.max && std::isinf(*spec.max) : spec.min && std::isinf(*spec.min);
@@ -233,9 +247,9 @@ Options Options::resolve(std::string table, const OptionSchema& schema,
         const auto& s = std::get<std::string>(v);
         if (std::find(spec.choices.begin(), spec.choices.end(), s) == spec.choices.end()) {
           auto near = closest_match(s, spec.choices);
-          throw ConfigError(where, key, "'" + s + "' is not a valid choice",
-                            (near.empty() ? "" : "did you mean '" + near + "'? ") +
-                                spec.range_text());
+          throw ConfigError(
+              where, key, "'" + s + "' is not a valid choice",
+              (near.empty() ? "" : "did you mean '" + near + "'? ") + spec.range_text());
         }
       }
     } else if (std::holds_alternative<std::monostate>(v)) {

@@ -134,6 +134,9 @@ TEST_F(CheckpointCounters, EveryOutOfRangeCounterExits2NamingTheField) {
        "sampler.position"},
       {"position-beyond-epoch", entry("sampler", [](json& j) { j["position"] = 1000000; }),
        "sampler.position"},
+      // In range, but not where two steps leave the cursor (epoch 0, batch 2).
+      {"cursor-not-from-step", entry("sampler", [](json& j) { j["position"] = 0; }),
+       "do not follow from progress.step = 2"},
       {"scaler-steps-negative", entry("scaler", values("steps", {{"int", -1}})), "'steps'"},
       {"scaler-steps-wraps", entry("scaler", values("steps", {{"int", wrap}})), "'steps'"},
       {"scaler-skipped-beyond-steps",

@@ -1,5 +1,6 @@
 // Integration tests: drive the real `mixtrain` executable and read what it writes.
 #include <map>
+#include <set>
 
 #include "cli_test_support.h"
 
@@ -41,7 +42,8 @@ TEST_F(Cli, QuickstartTrainsAndWritesEveryOutput) {
 
   // The resolved config is itself a valid config that reproduces every effective value.
   auto resolved = slurp(run_dir / "config.toml");
-  EXPECT_NE(resolved.find("eps = 1e-08"), std::string::npos) << "plugin defaults missing\n" << resolved;
+  EXPECT_NE(resolved.find("eps = 1e-08"), std::string::npos) << "plugin defaults missing\n"
+                                                             << resolved;
   EXPECT_NE(resolved.find("beta2 = 0.999"), std::string::npos) << resolved;
   auto c = run("check " + (run_dir / "config.toml").string());
   EXPECT_EQ(c.exit_code, 0) << c.err;
@@ -151,17 +153,18 @@ TEST_F(Cli, CorruptCheckpointExits2AndNamesIt) {
 // A run resumed from its step-N checkpoint reproduces the uninterrupted 2N-step run bit for bit,
 // including the loss-scale trajectory of a dynamic scaler and the lr schedule.
 TEST_F(Cli, ResumeReproducesTheUninterruptedRunBitForBit) {
-  const std::string common = " --set run.steps=60 --set run.log_every=1 --set run.eval_every=0"
-                             " --set checkpoint.every=30 --set checkpoint.keep=5"
-                             " --set scaler.type=dynamic --set scaler.init_scale=1024"
-                             " --set scaler.growth_interval=7";
+  const std::string common =
+      " --set run.steps=60 --set run.log_every=1 --set run.eval_every=0"
+      " --set checkpoint.every=30 --set checkpoint.keep=5"
+      " --set scaler.type=dynamic --set scaler.init_scale=1024"
+      " --set scaler.growth_interval=7";
   auto full = dir_ / "full";
   auto r = run("train " + quickstart() + common + " --run-dir " + full.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto resumed = dir_ / "resumed";
-  auto r2 = run("train " + quickstart() + common + " --resume " +
-                (full / "checkpoints" / "step-00000030.mxt").string() + " --run-dir " +
-                resumed.string());
+  auto r2 =
+      run("train " + quickstart() + common + " --resume " +
+          (full / "checkpoints" / "step-00000030.mxt").string() + " --run-dir " + resumed.string());
   ASSERT_EQ(r2.exit_code, 0) << r2.err;
 
   auto a = records(full / "metrics.jsonl");
@@ -186,6 +189,33 @@ TEST_F(Cli, ResumeReproducesTheUninterruptedRunBitForBit) {
   auto sa = json::parse(slurp(full / "summary.json"));
   auto sb = json::parse(slurp(resumed / "summary.json"));
   EXPECT_EQ(sa["eval_loss"].get<double>(), sb["eval_loss"].get<double>());
+}
+
+// Resuming an earlier checkpoint in its own run folder abandons what came after it: those
+// checkpoints move aside with the metrics records, so keep-pruning and a later --resume of the
+// folder see only this continuation's.
+TEST_F(Cli, ResumingAnEarlierCheckpointInPlaceMovesTheLaterOnesAside) {
+  const std::string common =
+      " --set run.log_every=10 --set run.eval_every=0"
+      " --set checkpoint.keep=3";
+  auto dir = dir_ / "run";
+  auto r = run("train " + quickstart() + common + " --set run.steps=60 --set checkpoint.every=20" +
+               " --run-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto r2 = run("train " + quickstart() + common + " --set run.steps=30 --set checkpoint.every=30" +
+                " --resume " + (dir / "checkpoints" / "step-00000020.mxt").string() +
+                " --run-dir " + dir.string());
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  auto names = [](const fs::path& folder) {
+    std::set<std::string> out;
+    for (const auto& f : fs::directory_iterator(folder)) out.insert(f.path().filename().string());
+    return out;
+  };
+  EXPECT_EQ(names(dir / "checkpoints"),
+            (std::set<std::string>{"step-00000020.mxt", "step-00000030.mxt"}));
+  EXPECT_EQ(names(dir / "checkpoints.discarded-after-step-20"),
+            (std::set<std::string>{"step-00000040.mxt", "step-00000060.mxt"}));
+  EXPECT_TRUE(fs::exists(dir / "metrics.discarded-after-step-20.jsonl"));
 }
 
 TEST_F(Cli, CheckPrintsThePlanAndPluginsListsComponents) {

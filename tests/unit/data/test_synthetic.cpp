@@ -211,6 +211,14 @@ TEST(Synthetic, BadSpecsThrowDataError) {
   s = {};
   s.rows = std::int64_t{1} << 40;
   expect_bad(s, "rows");
+  // Two rows, but 2e9 features: the generator's own tables would need ~1 TB (a centre per
+  // class, or the teacher's weights), refused before anything is allocated.
+  s = {};
+  s.rows = 2;
+  s.features = 2000000000;
+  expect_bad(s, "num_classes");
+  s.kind = "teacher";
+  expect_bad(s, "teacher_hidden");
 }
 
 TEST(DataRng, SameSeedSameStreamIsReproducible) {

@@ -21,7 +21,9 @@ namespace {
 
 const sdk::SourceLocation kTable{"run.toml", 7, 1};
 
-sdk::SourceLocation at(std::uint32_t line, std::uint32_t col) { return {"run.toml", line, col}; }
+sdk::SourceLocation at(std::uint32_t line, std::uint32_t col) {
+  return {"run.toml", line, col};
+}
 
 sdk::OptionSchema schema() {
   return {
@@ -192,6 +194,9 @@ TEST(sdk_Options, RangeText) {
             "(0.0, inf]");
   EXPECT_EQ(OptionSpec::number("x", 1, "").greater_than(0).at_most(1).range_text(), "(0.0, 1.0]");
   EXPECT_EQ(OptionSpec::integer("n", 1, "").at_least(1).at_most(8).range_text(), "[1, 8]");
+  // An integer bound outside int64 (or infinite) is written as a number, never cast.
+  EXPECT_EQ(OptionSpec::integer("n", 1, "").at_least(1).allow_infinity().range_text(), "[1, inf]");
+  EXPECT_EQ(OptionSpec::integer("n", 1, "").at_most(1e19).range_text().rfind("<= 1", 0), 0u);
   EXPECT_EQ(OptionSpec::string("s", "a", "").one_of({"a", "b"}).range_text(), "one of: a, b");
   EXPECT_EQ(OptionSpec::string("s", "a", "").range_text(), "");
 }
@@ -199,7 +204,8 @@ TEST(sdk_Options, RangeText) {
 TEST(sdk_Options, ChoicesWithDidYouMean) {
   auto e = config_error({{"mode", std::string("carefull"), at(11, 8)}});
   ASSERT_TRUE(e.has_value());
-  EXPECT_TRUE(contains(e->what(), "run.toml:11:8: 'optimizer.mode': 'carefull' is not a valid choice"))
+  EXPECT_TRUE(
+      contains(e->what(), "run.toml:11:8: 'optimizer.mode': 'carefull' is not a valid choice"))
       << e->what();
   EXPECT_TRUE(contains(e->hint(), "did you mean 'careful'?")) << e->hint();
   EXPECT_TRUE(contains(e->hint(), "one of: fast, careful, exact")) << e->hint();
@@ -232,14 +238,14 @@ TEST(sdk_Options, UnknownKeyWithDidYouMeanAndKnownKeys) {
 }
 
 TEST(sdk_Options, HostKeysAreNeitherValidatedNorUnknown) {
-  auto o = sdk::Options::resolve("precision", schema(),
-                                 {{"policy", std::int64_t{3}, at(2, 10)}}, kTable, {"policy"});
+  auto o = sdk::Options::resolve("precision", schema(), {{"policy", std::int64_t{3}, at(2, 10)}},
+                                 kTable, {"policy"});
   EXPECT_EQ(o.effective().size(), schema().size());
   // "type" is the default host key, but not when another list is given.
   auto e = [] {
     try {
-      sdk::Options::resolve("precision", schema(), {{"type", std::string("x"), at(2, 8)}},
-                            kTable, {"policy"});
+      sdk::Options::resolve("precision", schema(), {{"type", std::string("x"), at(2, 8)}}, kTable,
+                            {"policy"});
     } catch (const sdk::ConfigError& e) {
       return std::string(e.what());
     }
@@ -342,9 +348,9 @@ TEST(sdk_OptionValue, StringsEscapeWhatTomlForbidsInBasicStrings) {
 }
 
 TEST(sdk_OptionValue, DoublesRoundTripExactlyAndStayFloats) {
-  const std::vector<double> values = {0.1,    1e-8,    65536.0, 0.999,  1e-5,   3.0e38,
-                                      1e300,  5e-324,  100.0,   1e22,   1.0 / 3, -0.0,
-                                      123456789.0, 0.30000000000000004};
+  const std::vector<double> values = {
+      0.1,    1e-8,  65536.0, 0.999,   1e-5, 3.0e38,      1e300,
+      5e-324, 100.0, 1e22,    1.0 / 3, -0.0, 123456789.0, 0.30000000000000004};
   for (double v : values) {
     const auto s = sdk::option_value_to_string(v);
     // A TOML float needs a fraction or an exponent; otherwise it reads back as an integer.
