@@ -8,7 +8,7 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
-#include "mixtrain/core/elf_file_check.h"
+#include "mixtrain/sdk/elf_file_check.h"
 #include "mixtrain/sdk/version.h"
 
 namespace mixtrain::core {
@@ -96,7 +96,7 @@ void PluginRegistry::load_library(const fs::path& path) {
   // it touch pages past the end and die of SIGBUS, so the headers are checked first. The file can
   // still change between this check and dlopen; that race is accepted.
   try {
-    check_elf_file(path);
+    sdk::check_elf_file(path);
   } catch (const std::exception& e) {
     rec.error = std::string("cannot load the library: ") + e.what();
     libraries_.push_back(std::move(rec));

@@ -11,6 +11,7 @@
 
 #include "cuda_backend_options.h"
 #include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/elf_file_check.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/plugin.h"
 
@@ -32,6 +33,14 @@ backend_cuda::CreateCudaBackendFn runtime_entry() {
     }
     const auto path =
         std::filesystem::path(self.dli_fname).parent_path() / backend_cuda::kCudaRuntimeLibrary;
+    // The largest file of an install, so the likeliest to be half-copied: a truncated library
+    // would kill the process inside dlopen (SIGBUS) instead of failing.
+    try {
+      sdk::check_elf_file(path);
+    } catch (const sdk::PluginError& e) {
+      error = "cannot load " + path.string() + ": " + e.what();
+      return;
+    }
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       const char* why = dlerror();
@@ -40,12 +49,14 @@ backend_cuda::CreateCudaBackendFn runtime_entry() {
     }
     entry = reinterpret_cast<backend_cuda::CreateCudaBackendFn>(
         dlsym(handle, backend_cuda::kCreateCudaBackendSymbol));
-    if (entry == nullptr) error = path.string() + " has no " + backend_cuda::kCreateCudaBackendSymbol;
+    if (entry == nullptr)
+      error = path.string() + " has no " + backend_cuda::kCreateCudaBackendSymbol;
   });
   if (entry == nullptr)
-    throw sdk::BackendError("backend_cuda: " + error,
-                            "reinstall mixtrain with its CUDA runtime library, and check that the "
-                            "CUDA toolkit's libraries (libcudart, libcublasLt) are on the loader path");
+    throw sdk::BackendError(
+        "backend_cuda: " + error,
+        "reinstall mixtrain with its CUDA runtime library, and check that the "
+        "CUDA toolkit's libraries (libcudart, libcublasLt) are on the loader path");
   return entry;
 }
 

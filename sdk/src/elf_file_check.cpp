@@ -1,4 +1,4 @@
-#include "mixtrain/core/elf_file_check.h"
+#include "mixtrain/sdk/elf_file_check.h"
 
 #include <elf.h>
 
@@ -13,7 +13,7 @@
 
 #include "mixtrain/sdk/error.h"
 
-namespace mixtrain::core {
+namespace mixtrain::sdk {
 
 namespace {
 
@@ -161,7 +161,13 @@ void check_elf_file(const std::filesystem::path& path) {
     fail("cannot read the program headers (the file shrank while it was read?)");
   for (std::size_t i = 0; i < ph.size(); ++i) {
     const auto& p = ph[i];
-    if (p.p_type == PT_NULL || p.p_filesz == 0) continue;
+    if (p.p_type == PT_NULL) continue;
+    // The loader maps a loadable segment's first page even when it takes no bytes of the file.
+    if (p.p_filesz == 0 && p.p_type == PT_LOAD && p.p_offset > size)
+      fail("segment " + std::to_string(i) + " (" + segment_name(p.p_type) + ") starts at offset " +
+           std::to_string(p.p_offset) + " but the file has only " + std::to_string(size) +
+           " bytes" + kTruncated);
+    if (p.p_filesz == 0) continue;
     if (!inside(p.p_offset, p.p_filesz, size))
       fail("segment " + std::to_string(i) + " (" + segment_name(p.p_type) + ") needs " +
            std::to_string(p.p_filesz) + " bytes from offset " + std::to_string(p.p_offset) +
@@ -169,4 +175,4 @@ void check_elf_file(const std::filesystem::path& path) {
   }
 }
 
-}  // namespace mixtrain::core
+}  // namespace mixtrain::sdk

@@ -16,12 +16,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "mixtrain/core/elf_file_check.h"
 #include "mixtrain/core/plugin_registry.h"
+#include "mixtrain/sdk/elf_file_check.h"
 #include "mixtrain/sdk/error.h"
 
 namespace fs = std::filesystem;
-using mixtrain::core::check_elf_file;
+using mixtrain::sdk::check_elf_file;
 
 namespace {
 

@@ -4,7 +4,7 @@
 // - scan() loads every `libmixtrain_*.so` in the given folders (in order; a later library that
 //   provides an already-known (kind, name) is reported as a duplicate and ignored). A library that
 //   fails to load — a truncated or corrupt file (its ELF headers are checked before dlopen, see
-//   elf_file_check.h), not a plugin, unresolved symbol, ABI or fingerprint mismatch, a throwing
+//   sdk/elf_file_check.h), not a plugin, unresolved symbol, ABI or fingerprint mismatch, a throwing
 //   components() — is recorded with its reason and never prevents the others from loading. An
 //   entry that does not exist is recorded in missing_paths() (a typo in MIXTRAIN_PLUGIN_PATH or
 //   [plugins] paths would otherwise only show as a missing component).

@@ -13,12 +13,16 @@
 // - It only reads headers; it never maps or runs the file. The file can still change between this
 //   check and dlopen (a copy in progress): that race is accepted, the check catches the common
 //   case of a file that is already short when it is scanned.
+// - In the SDK so that a plugin that loads a library of its own (backend_cuda's runtime library)
+//   checks it the same way the registry checks plugins.
 #pragma once
 
 #include <filesystem>
 
-namespace mixtrain::core {
+#include "mixtrain/sdk/export.h"
 
-void check_elf_file(const std::filesystem::path& path);
+namespace mixtrain::sdk {
 
-}  // namespace mixtrain::core
+MIXTRAIN_SDK_API void check_elf_file(const std::filesystem::path& path);
+
+}  // namespace mixtrain::sdk
