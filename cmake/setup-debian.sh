@@ -35,8 +35,13 @@ packages=(
 if [[ $with_ci == 1 ]]; then packages+=(clang-14 libclang-rt-14-dev libomp-14-dev llvm-14); fi
 # The parity tests' peer: Debian's PyTorch 1.13 (CPU) under /usr/bin/python3. Optional: where it
 # cannot be installed, those tests skip with a message.
+# Under --ci it is required: CI must not go green with the parity tests skipped.
 optional=()
-if [[ $with_tests == 1 ]]; then optional+=(python3-torch); fi
+if [[ $with_ci == 1 ]]; then
+  packages+=(python3-torch)
+elif [[ $with_tests == 1 ]]; then
+  optional+=(python3-torch)
+fi
 
 is_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=() missing_optional=()

@@ -29,19 +29,34 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 mapfile -t commands < <(awk '/^```sh$/ {getline; print; n++} n == 2 {exit}' "$src/README.md")
 [[ ${#commands[@]} -eq 2 ]] || { echo "fresh_machine: README.md does not start with two \`\`\`sh commands" >&2; exit 2; }
 
-command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; }
+if ! command -v debootstrap >/dev/null; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap
+fi
+
+# Removes a root only when nothing is mounted below it: rm -r follows bind mounts, and a root
+# with /dev still bound would take the host's device nodes with it.
+remove_root() {
+  local root=$1
+  [[ -e $root ]] || return 0
+  if findmnt -rn -o TARGET | grep -q -F "$(realpath "$root")/"; then
+    echo "fresh_machine: $root still has mounts below it; unmount them, then remove it" >&2
+    return 1
+  fi
+  rm -rf --one-file-system "$root"
+}
 
 mounted=()
 cleanup() {
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[$i]}" 2>/dev/null || true; done
-  if [[ $keep == 0 ]]; then rm -rf "$work/cmd1" "$work/cmd2"; fi
+  if [[ $keep == 0 ]]; then remove_root "$work/cmd1" && remove_root "$work/cmd2"; fi
 }
 trap cleanup EXIT
 
 mkdir -p "$work"
 base="$work/base"
 if [[ ! -f "$base/.debootstrap-done" ]]; then
-  rm -rf "$base"
+  remove_root "$base"
   echo "fresh_machine: debootstrap bookworm (minbase) into $base"
   debootstrap --variant=minbase bookworm "$base" "$mirror" > "$work/debootstrap.log" 2>&1 ||
     { echo "fresh_machine: debootstrap failed, see $work/debootstrap.log" >&2; exit 1; }
@@ -51,15 +66,17 @@ fi
 # One snapshot of the checkout for both commands, taken now: edits made while this runs are not
 # picked up half-way.
 snapshot="$work/src.tar"
+# Tracked files deleted in the working tree are left out; names pass as arguments, never as code.
 (cd "$src" && git ls-files -z --cached --others --exclude-standard |
-   xargs -0 -I{} sh -c 'test -e "{}" && printf "%s\0" "{}"' | tar --null -T - -cf -) > "$snapshot"
+   xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done; exit 0' sh |
+   tar --null -T - -cf -) > "$snapshot"
 
 results=()
 status=0
 for i in 0 1; do
   root="$work/cmd$((i + 1))"
   log="$work/cmd$((i + 1)).log"
-  rm -rf "$root"
+  remove_root "$root"
   cp -a "$base" "$root"
   mkdir -p "$root/src"
   tar -xf "$snapshot" -C "$root/src"

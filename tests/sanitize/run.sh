@@ -35,4 +35,5 @@ export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
 #   without the sanitizer flags, so its programs cannot load this build's instrumented
 #   libraries; it tests the install layout, which the README's test command covers.
 exclude='ConfigSwaps|^install\.samples_out_of_tree$'
-ctest --test-dir "$build" --output-on-failure -j"${JOBS:-2}" -E "$exclude"
+# --timeout: a hang fails its test after 20 minutes instead of running into CI's 90-minute limit.
+ctest --test-dir "$build" --output-on-failure -j"${JOBS:-2}" -E "$exclude" --timeout 1200

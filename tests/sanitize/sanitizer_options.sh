@@ -17,8 +17,9 @@ if clang-14 -fsanitize=address "$probe_dir/probe.c" -o "$probe_dir/probe" 2>/dev
 fi
 rm -rf "$probe_dir"
 
-export ASAN_OPTIONS="${ASAN_OPTIONS:-$asan_options}"
-export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}"
+# Ours come last, so options already in the environment cannot drop them (the last one wins).
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}$asan_options"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}halt_on_error=1:abort_on_error=1:print_stacktrace=1"
 if command -v llvm-symbolizer-14 >/dev/null; then
   export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-$(command -v llvm-symbolizer-14)}
 fi
