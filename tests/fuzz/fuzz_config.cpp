@@ -1,5 +1,7 @@
 // Fuzzes the config front end as `mixtrain check` runs it: Config::from_string with `--set`
-// overrides, then parse_experiment against the real plugins of this build.
+// overrides, parse_experiment against the real plugins of this build, create_components (the
+// plugins' own checks on their options) and resolved_toml. Oracle beyond "no crash": the
+// resolved config parses back to itself, as the run folder's config.toml must reproduce the run.
 //
 // Input: TOML text, optionally followed by a line "#--set" and up to four override lines
 // ("key=value"). "#--set" is a TOML comment, so a seed stays a valid config either way.
@@ -41,10 +43,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     overrides.emplace_back(line.first);
     rest = line.found ? line.second : std::string_view{};
   }
+  std::string resolved;
   try {
     const auto config = mixtrain::core::Config::from_string(parts.first, "fuzz.toml", overrides);
-    (void)mixtrain::core::parse_experiment(config, reg);
+    const auto e = mixtrain::core::parse_experiment(config, reg);
+    (void)mixtrain::core::create_components(e, reg);
+    resolved = mixtrain::core::resolved_toml(e);
   } catch (const mixtrain::sdk::UserError&) {
+    return 0;
   }
+  // A resolved config that is refused, or resolves to something else, is a finding.
+  const auto again = mixtrain::core::resolved_toml(mixtrain::core::parse_experiment(
+      mixtrain::core::Config::from_string(resolved, "resolved.toml"), reg));
+  if (again != resolved) __builtin_trap();
   return 0;
 }
