@@ -20,6 +20,7 @@
 #include "mixtrain/core/log_sink.h"
 #include "mixtrain/core/lr_schedule.h"
 #include "mixtrain/core/progress_report.h"
+#include "mixtrain/core/run_folder.h"
 #include "mixtrain/core/underflow_report.h"
 #include "mixtrain/sdk/atomic_file_writer.h"
 
@@ -56,23 +57,6 @@ void from_host(sdk::DeviceBackend& b, const sdk::HostTensor& h, sdk::TensorView 
             std::string(sdk::dtype_name(v.dtype)) + " " + v.shape.to_string(),
         "the checkpoint belongs to a different model; use the config it was trained with");
   b.copy_from_host(v, h.bytes.data());
-}
-
-// A folder for a new run: the requested one must not hold a run already; the default one gets a
-// numeric suffix instead of clobbering an earlier run.
-fs::path claim_run_dir(const fs::path& requested, bool explicit_dir) {
-  auto holds_run = [](const fs::path& d) {
-    return fs::exists(d / "metrics.jsonl") || fs::exists(d / "summary.json");
-  };
-  if (!holds_run(requested)) return requested;
-  if (explicit_dir)
-    throw sdk::UserError("run folder " + requested.string() + " already holds a run",
-                         "choose a new --run-dir, or continue that run with --resume " +
-                             (requested / "checkpoints").string());
-  for (int i = 2;; ++i) {
-    fs::path candidate = requested.string() + "-" + std::to_string(i);
-    if (!holds_run(candidate)) return candidate;
-  }
 }
 
 // summary.json's "precision": the policy that applied (`auto` resolved) and, per GEMM input dtype
@@ -196,71 +180,14 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
 
   // Run folder.
   if (options.write_outputs) {
-    fs::path requested = options.run_dir;
-    bool explicit_dir = !requested.empty();
-    if (requested.empty() && options.resume) {
-      // Continue in the folder of the run being resumed (…/<run>/checkpoints/step-N.mxt).
-      requested = s.resumed_from.parent_path().parent_path();
-      explicit_dir = true;
-    }
-    if (requested.empty())
-      requested = e.run.dir.empty() ? fs::path("runs") / e.run.name : fs::path(e.run.dir);
-    const bool continuing = options.resume.has_value() && fs::exists(requested / "metrics.jsonl") &&
-                            fs::equivalent(requested, s.resumed_from.parent_path().parent_path());
-    s.run_dir = continuing ? requested : claim_run_dir(requested, explicit_dir);
-    std::error_code ec;
-    fs::create_directories(s.run_dir / "checkpoints", ec);
-    if (ec)
-      throw sdk::UserError("cannot create run folder " + s.run_dir.string() + ": " + ec.message(),
-                           "choose a writable --run-dir");
-    {
-      const std::string cfg = resolved_toml(e);
-      sdk::AtomicFileWriter out(s.run_dir / "config.toml", /*durable=*/false, "resolved config");
-      out.write(cfg.data(), cfg.size());
-      out.commit();
-    }
-    if (continuing) {
-      // Records after the checkpoint's step belong to the abandoned continuation: move them to a
-      // side file rather than delete them.
-      std::ifstream in(s.run_dir / "metrics.jsonl");
-      std::vector<std::string> keep, discarded;
-      std::string line;
-      while (std::getline(in, line)) {
-        if (line.empty()) continue;
-        auto j = json::parse(line, nullptr, false);
-        // A record whose step is not a JSON integer (an edited file) is kept, never a crash.
-        const bool after = j.is_object() && j.contains("step") &&
-                           ((j["step"].is_number_unsigned() &&
-                             j["step"].get<std::uint64_t>() > static_cast<std::uint64_t>(s.step)) ||
-                            (j["step"].is_number_integer() && !j["step"].is_number_unsigned() &&
-                             j["step"].get<std::int64_t>() > s.step));
-        (after ? discarded : keep).push_back(line);
-      }
-      in.close();
-      if (!discarded.empty()) {
-        std::ofstream side(
-            s.run_dir / ("metrics.discarded-after-step-" + std::to_string(s.step) + ".jsonl"),
-            std::ios::app);
-        for (const auto& d : discarded) side << d << '\n';
-      }
-      std::ofstream rewrite(s.run_dir / "metrics.jsonl", std::ios::trunc);
-      for (const auto& k : keep) rewrite << k << '\n';
-      // So are its checkpoints: left in place, keep-pruning would count them as the newest and
-      // delete this continuation's saves, and a later --resume would pick them up.
-      const auto ext = s.c.checkpoint_format->file_extension();
-      const fs::path aside =
-          s.run_dir / ("checkpoints.discarded-after-step-" + std::to_string(s.step));
-      for (const auto& file : step_checkpoints(s.run_dir / "checkpoints", ext)) {
-        if (checkpoint_step(file, ext).value_or(0) <= s.step) continue;
-        std::error_code move_ec;
-        fs::create_directories(aside, move_ec);
-        fs::rename(file, aside / file.filename(), move_ec);
-        if (move_ec)
-          throw sdk::UserError("cannot move " + file.string() + " aside: " + move_ec.message(),
-                               "it belongs to the abandoned continuation after step " +
-                                   std::to_string(s.step) + "; move or delete it, then resume");
-      }
-    }
+    RunFolderRequest request;
+    request.run_dir = options.run_dir;
+    request.resumed_from = s.resumed_from;
+    request.resumed_step = s.step;
+    request.config_dir = e.run.dir;
+    request.run_name = e.run.name;
+    request.checkpoint_extension = s.c.checkpoint_format->file_extension();
+    s.run_dir = prepare_run_folder(request, resolved_toml(e));
     s.metrics.open(s.run_dir / "metrics.jsonl", std::ios::app);
     if (!s.metrics)
       throw sdk::UserError("cannot write " + (s.run_dir / "metrics.jsonl").string(),

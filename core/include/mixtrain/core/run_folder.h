@@ -1,0 +1,39 @@
+// The run folder: where a training run writes config.toml (the resolved config), metrics.jsonl,
+// checkpoints/step-N.<ext> and summary.json.
+//
+// Contract
+// - prepare_run_folder() picks the folder and readies it, in this order of choice: --run-dir; for
+//   a resume, the folder of the run resumed (…/<run>/checkpoints/step-N.<ext> → …/<run>); run.dir;
+//   runs/<run.name>. A folder that already holds a run (metrics.jsonl or summary.json) is refused
+//   when the user named it, and the default gets a "-2", "-3", … suffix instead: an earlier run
+//   is never overwritten. The one exception is continuing: resuming a checkpoint inside its own
+//   run folder.
+// - Continuing from step N abandons what the folder holds after N, without deleting it: metrics
+//   records with a step above N move to metrics.discarded-after-step-N.jsonl (appended), and
+//   checkpoints above N to checkpoints.discarded-after-step-N/. Left in place, keep-pruning would
+//   count those checkpoints as the newest and a later --resume would pick them up. A record whose
+//   step is not a JSON integer (an edited file) stays.
+// - It creates checkpoints/ and writes config.toml atomically. Errors are sdk::UserError naming
+//   the folder or file, with a hint.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace mixtrain::core {
+
+struct RunFolderRequest {
+  std::filesystem::path run_dir;       // --run-dir; empty when not given
+  std::filesystem::path resumed_from;  // the checkpoint file resumed; empty for a fresh run
+  std::int64_t resumed_step = 0;       // its step
+  std::string config_dir;              // run.dir (absolute when set); empty when not set
+  std::string run_name;                // run.name
+  std::string checkpoint_extension;    // ".mxt"
+};
+
+// The folder, ready: checkpoints/ exists and config.toml holds `resolved_config`.
+std::filesystem::path prepare_run_folder(const RunFolderRequest& request,
+                                         const std::string& resolved_config);
+
+}  // namespace mixtrain::core
