@@ -131,3 +131,40 @@ put("fuzz_safetensors", "dtypes_parts.bin", sh2 + b"\0" + sb2)
 put("fuzz_safetensors", "empty_parts.bin", b"{}      \0")
 put("fuzz_safetensors", "hole.safetensors",
     struct.pack("<Q", len(sh)) + sh.replace(b"[0,24]", b"[0,20]") + sb)
+
+
+# ---- training state: one JSON object, as fuzz_training_state.cpp reads it -------------------
+def training_state(scaler, optimizer, policy, step=3, sampler=None):
+    return json.dumps({
+        "mixtrain.state_version": "1",
+        "progress": {"applied_steps": step, "last_loss": 2.25, "skipped_steps": 0, "step": step},
+        "sampler": sampler or {"epoch": 0, "position": step, "rows": 7373, "seed": 1},
+        "scaler": scaler, "optimizer": optimizer, "policy": policy}, indent=1)
+
+
+def state(component, values, version=1):
+    return {"component": component, "values": values, "version": version}
+
+
+dynamic = state("dynamic", {"growth_tracker": {"int": 3}, "hysteresis": {"int": 1},
+                            "hysteresis_left": {"int": 1}, "scale": {"double": 65536.0},
+                            "skipped_steps": {"int": 0}, "steps": {"int": 3}})
+adamw = state("adamw", {"step": {"int": 3}})
+fp8_delayed = state("fp8-delayed", {
+    "amax_compute_algo": {"string": "max"}, "amax_history_len": {"int": 4},
+    "applied_steps": {"int": 3}, "base": {"string": "bf16-mixed"},
+    "fp8_format": {"string": "hybrid"}, "interval": {"int": 1}, "margin": {"int": 0},
+    "slot.0.amax_history": {"floats": [37.75, 36.75, 43.0, 0.0]},
+    "slot.0.name": {"string": "fc1.grad_output"}, "slot.0.position": {"int": 3},
+    "slot.0.scale": {"double": 1333.5814208984375},
+    "slot.1.amax_history": {"floats": [4.8334, "inf", "nan", 0.0]},
+    "slot.1.name": {"string": "fc1.input"}, "slot.1.position": {"int": 3},
+    "slot.1.scale": {"double": 92.23564910888672}, "slots": {"int": 2}})
+put("fuzz_training_state", "fp8_delayed.json", training_state(dynamic, adamw, fp8_delayed))
+put("fuzz_training_state", "none_sgd_bf16.json",
+    training_state(state("none", {"steps": {"int": 60}}), state("sgd", {"step": {"int": 60}}),
+                   state("bf16-mixed", {}), step=60,
+                   sampler={"epoch": 1, "position": 3, "rows": 7373, "seed": 1}))
+put("fuzz_training_state", "static_current.json",
+    training_state(state("static", {"steps": {"int": 3}, "skipped_steps": {"int": 0}}), adamw,
+                   state("fp8-current", {"slots": {"int": 0}})))
