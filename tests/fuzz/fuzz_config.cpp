@@ -52,9 +52,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const mixtrain::sdk::UserError&) {
     return 0;
   }
-  // A resolved config that is refused, or resolves to something else, is a finding.
+  // A resolved config that is refused, or resolves to something else, is a finding. Same source
+  // name: the resolved config's first line names it.
   const auto again = mixtrain::core::resolved_toml(mixtrain::core::parse_experiment(
-      mixtrain::core::Config::from_string(resolved, "resolved.toml"), reg));
+      mixtrain::core::Config::from_string(resolved, "fuzz.toml"), reg));
   if (again != resolved) __builtin_trap();
   return 0;
 }
