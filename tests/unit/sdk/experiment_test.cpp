@@ -489,11 +489,16 @@ TEST(sdk_Experiment, UnknownKeyInAComponentWithoutOptionsSuggestsTheSectionsKeys
   EXPECT_TRUE(contains(err->full_message(), "did you mean 'type'")) << err->full_message();
 }
 
-TEST(sdk_Experiment, DataSourcesSwapLikeComponents) {
-  std::string text = kFull;
+// kFull less its flat synthetic-data keys, so a test can give them another way.
+std::string without_flat_synthetic_keys(std::string text) {
   for (const std::string line : {"kind = \"teacher\"\n", "rows = 256\n", "features = 8\n",
                                  "num_classes = 4\n", "noise = 0.25\n"})
     text.erase(text.find(line), line.size());
+  return text;
+}
+
+TEST(sdk_Experiment, DataSourcesSwapLikeComponents) {
+  std::string text = without_flat_synthetic_keys(kFull);
   text += "\n[data.synthetic]\nkind = \"teacher\"\nrows = 256\nfeatures = 8\nnum_classes = 4\n";
   auto e = parse(text);
   EXPECT_EQ(e.data.synthetic.rows, 256);
@@ -538,10 +543,7 @@ TEST(sdk_Experiment, PathsInAFileResolveAgainstItsFolderAndFromSetAgainstTheCurr
 }
 
 TEST(sdk_Experiment, ARequiredOptionMayComeFromTheTableOrFromSetAndSiblingsMayBePartial) {
-  std::string text = kFull;
-  for (const std::string line : {"kind = \"teacher\"\n", "rows = 256\n", "features = 8\n",
-                                 "num_classes = 4\n", "noise = 0.25\n"})
-    text.erase(text.find(line), line.size());
+  std::string text = without_flat_synthetic_keys(kFull);
   // npy's labels in its table, its features from the command line; idx only half filled in.
   text += "\n[data.npy]\nlabels = \"/abs/y.npy\"\n\n[data.idx]\nimages = \"/abs/i.idx\"\n";
   auto e = parse(text, {"data.source=npy", "data.features=x.npy"});
@@ -560,10 +562,7 @@ TEST(sdk_Experiment, ARequiredOptionMayComeFromTheTableOrFromSetAndSiblingsMayBe
 }
 
 TEST(sdk_Experiment, KeysInsideATableGivenWithSetAreTheCommandLines) {
-  std::string text = kFull;
-  for (const std::string line : {"kind = \"teacher\"\n", "rows = 256\n", "features = 8\n",
-                                 "num_classes = 4\n", "noise = 0.25\n"})
-    text.erase(text.find(line), line.size());
+  std::string text = without_flat_synthetic_keys(kFull);
   auto e = parse(text, {"data.source=npy", "data.npy={features=\"a.npy\", labels=\"b.npy\"}"});
   EXPECT_EQ(e.data.features_path, std::filesystem::current_path() / "a.npy");
   EXPECT_EQ(e.data.labels_path, std::filesystem::current_path() / "b.npy");
