@@ -79,17 +79,27 @@ std::vector<ComponentSchema> registered(const PluginRegistry& registry, Componen
   return out;
 }
 
-// A file path option: relative to the config file's folder when written there, to the current
-// folder when given with --set (as every command line does). Absolute in the resolved config, so
-// DIR/config.toml reproduces the run from anywhere.
+// A path the config gives at `key`: relative to the config file's folder when written there, to
+// the current folder when given with --set (as every command line does). Absolute in the
+// resolved config, so DIR/config.toml reproduces the run from anywhere.
+fs::path config_path(const Config& config, const std::string& key, const fs::path& p) {
+  if (p.is_absolute()) return p;
+  const fs::path base = config.is_override(key) ? fs::current_path() : config.base_dir();
+  return fs::absolute(base / p).lexically_normal();
+}
+
+// A component's file path option, read from whichever spelling gave it ([data.npy] or flat).
 fs::path resolve_path(const Config& config, const ResolvedComponentSection& r,
                       const std::string& key) {
-  fs::path p(r.component.get_string(key));
-  if (p.is_absolute()) return p;
   auto origin = r.origin.find(key);
-  const bool from_command_line = origin != r.origin.end() && config.is_override(origin->second);
-  return fs::absolute(from_command_line ? fs::current_path() / p : config.base_dir() / p)
-      .lexically_normal();
+  return config_path(config, origin == r.origin.end() ? std::string() : origin->second,
+                     r.component.get_string(key));
+}
+
+// The resolved config shows `key` as the value the run uses (an absolute path, say).
+void show_resolved(ResolvedSection& section, const std::string& key, const std::string& value) {
+  for (auto& [k, v] : section.values)
+    if (k == key) v = value;
 }
 
 }  // namespace
@@ -101,10 +111,8 @@ std::vector<fs::path> config_plugin_paths(const Config& config) {
     for (const auto& r : raw)
       throw sdk::ConfigError(r.where, "plugins." + r.key, "unknown key",
                              "[plugins] takes only paths = [\"folder\", ...]");
-    const fs::path base =
-        config.is_override("plugins.paths") ? fs::current_path() : config.base_dir();
     for (const auto& p : config.string_array("plugins.paths"))
-      out.push_back(fs::absolute(base / p).lexically_normal());
+      out.push_back(config_path(config, "plugins.paths", p));
   }
   return out;
 }
@@ -142,14 +150,10 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   e.run.eval_every = run.get_int("eval_every");
   e.run.on_nonfinite = run.get_string("on_nonfinite");
   e.run.dir = run.get_string("dir");
-  if (!e.run.dir.empty()) {
-    const fs::path base = config.is_override("run.dir") ? fs::current_path() : config.base_dir();
-    e.run.dir = fs::absolute(base / e.run.dir).lexically_normal().string();
-  }
+  if (!e.run.dir.empty()) e.run.dir = config_path(config, "run.dir", e.run.dir).string();
   e.run.underflow_every = run.get_int("underflow_every");
   ResolvedSection run_section = section_of("run", {}, run);
-  for (auto& [k, v] : run_section.values)
-    if (k == "dir") v = e.run.dir;
+  show_resolved(run_section, "dir", e.run.dir);
   e.core_sections.push_back(run_section);
 
   // [data]: the source is a component of the host's own.
@@ -321,16 +325,11 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   e.checkpoint.every = ck.get_int("every");
   e.checkpoint.keep = ck.get_int("keep");
   e.checkpoint.init_from = ck.get_string("init_from");
-  if (!e.checkpoint.init_from.empty()) {
-    fs::path p(e.checkpoint.init_from);
-    const auto base =
-        config.is_override("checkpoint.init_from") ? fs::current_path() : config.base_dir();
+  if (!e.checkpoint.init_from.empty())
     e.checkpoint.init_from =
-        (p.is_absolute() ? p : fs::absolute(base / p).lexically_normal()).string();
-  }
+        config_path(config, "checkpoint.init_from", e.checkpoint.init_from).string();
   ResolvedSection ck_section = section_of("checkpoint", {{"format", e.checkpoint.format}}, ck);
-  for (auto& [k, v] : ck_section.values)
-    if (k == "init_from") v = e.checkpoint.init_from;
+  show_resolved(ck_section, "init_from", e.checkpoint.init_from);
   e.core_sections.push_back(ck_section);
   if (!e.checkpoint_options.effective().empty())
     e.core_sections.push_back(
