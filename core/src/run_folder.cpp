@@ -32,12 +32,6 @@ fs::path claim_run_dir(const fs::path& requested, bool explicit_dir) {
   }
 }
 
-void write_atomically(const fs::path& file, const std::string& text, const std::string& what) {
-  sdk::AtomicFileWriter out(file, /*durable=*/false, what);
-  out.write(text.data(), text.size());
-  out.commit();
-}
-
 bool after_step(const std::string& record, std::int64_t step) {
   const auto j = nlohmann::json::parse(record, nullptr, false);
   if (!j.is_object() || !j.contains("step")) return false;
@@ -61,7 +55,7 @@ void abandon_after_step(const fs::path& dir, std::int64_t step, const std::strin
                            "check the run folder's free space and permissions");
   }
   // Atomically: a failure here must not cost the records before the step.
-  write_atomically(dir / "metrics.jsonl", keep, "metrics");
+  write_run_file(dir / "metrics.jsonl", keep, "metrics");
 
   const fs::path aside = dir / ("checkpoints." + suffix);
   for (const auto& file : step_checkpoints(dir / "checkpoints", extension)) {
@@ -77,6 +71,12 @@ void abandon_after_step(const fs::path& dir, std::int64_t step, const std::strin
 }
 
 }  // namespace
+
+void write_run_file(const fs::path& file, const std::string& text, const std::string& what) {
+  sdk::AtomicFileWriter out(file, /*durable=*/false, what);
+  out.write(text.data(), text.size());
+  out.commit();
+}
 
 fs::path prepare_run_folder(const RunFolderRequest& r, const std::string& resolved_config) {
   const fs::path resumed_run =
@@ -97,7 +97,7 @@ fs::path prepare_run_folder(const RunFolderRequest& r, const std::string& resolv
   if (ec)
     throw sdk::UserError("cannot create run folder " + dir.string() + ": " + ec.message(),
                          "choose a writable --run-dir");
-  write_atomically(dir / "config.toml", resolved_config, "resolved config");
+  write_run_file(dir / "config.toml", resolved_config, "resolved config");
   if (continuing) abandon_after_step(dir, r.resumed_step, r.checkpoint_extension);
   return dir;
 }

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mixtrain/sdk/atomic_file_writer.h"
+#include "mixtrain/core/run_folder.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -52,9 +52,7 @@ void write_run_summary(const std::filesystem::path& file, const TrainSummary& s)
   // Atomically: a second Ctrl-C lands most often during these final writes, and compare must
   // then find the previous summary or none, never half a file.
   const std::string text = j.dump(2) + '\n';
-  sdk::AtomicFileWriter out(file, /*durable=*/false, "run summary");
-  out.write(text.data(), text.size());
-  out.commit();
+  write_run_file(file, text, "run summary");
 }
 
 }  // namespace mixtrain::core

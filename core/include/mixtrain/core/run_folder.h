@@ -32,6 +32,12 @@ struct RunFolderRequest {
   std::string checkpoint_extension;    // ".mxt"
 };
 
+// Writes one of the run folder's text files so that readers see the old file or the whole new
+// one, never a torn one (a second Ctrl-C lands in a run's final writes). `what` names it in
+// messages; errors are sdk::CheckpointError naming the file.
+void write_run_file(const std::filesystem::path& file, const std::string& text,
+                    const std::string& what);
+
 // The folder, ready: checkpoints/ exists and config.toml holds `resolved_config`.
 std::filesystem::path prepare_run_folder(const RunFolderRequest& request,
                                          const std::string& resolved_config);
