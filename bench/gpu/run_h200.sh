@@ -166,6 +166,14 @@ with open(path, "rb") as f:
 PY
     fi
   done
+  # Debian's -dev packages link absolutely into the root (zlib1g-dev: usr/lib/.../libz.so ->
+  # /lib/.../libz.so.1.2.13); on this image such a link dangles or reaches another version, and
+  # CMake then falls back to libz.a, which cannot go into a shared library. Point them inside.
+  local link target
+  while IFS= read -r link; do
+    target=$(readlink "$link")
+    if [[ $target == /* && -e $DEBROOT$target ]]; then ln -sfn "$DEBROOT$target" "$link"; fi
+  done < <(find "$DEBROOT" -type l)
   for f in usr/include/toml++/toml.h usr/include/boost/dll.hpp usr/include/spdlog/spdlog.h \
            usr/include/gtest/gtest.h usr/include/CLI/CLI.hpp usr/include/nlohmann/json.hpp \
            usr/lib/x86_64-linux-gnu/libdnnl.so usr/lib/x86_64-linux-gnu/cmake/dnnl; do
