@@ -124,6 +124,8 @@ void CudaBackend::activate() const {
 
 std::size_t CudaBackend::cached_gemm_plans() const noexcept { return gemm_->cached_plans(); }
 
+std::vector<std::string> CudaBackend::gemm_plan_report() const { return gemm_->plan_report(); }
+
 void CudaBackend::account_buffers() {
   // The fixed cuBLASLt workspace is not counted (like a library's own handle state); grow-only
   // scratch is, as the CPU backend counts its GEMM scratch.

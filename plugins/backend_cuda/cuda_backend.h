@@ -55,6 +55,8 @@ class CudaBackend final : public sdk::DeviceBackend {
   int device() const noexcept { return device_; }
   int sm_version() const noexcept { return sm_; }  // 90 for sm_90
   std::size_t cached_gemm_plans() const noexcept;
+  // GemmEngine::plan_report(): which cuBLASLt plans exist, usable or declined, and their runs.
+  std::vector<std::string> gemm_plan_report() const;
 
   sdk::BackendCapabilities capabilities() const override;
 

@@ -85,7 +85,7 @@ GemmEngine::GemmEngine(int sm_version, cudaStream_t stream, bool fp8_fast_accumu
     : sm_(sm_version), stream_(stream), fp8_fast_accumulation_(fp8_fast_accumulation) {
   check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
   cudaError_t status = cudaMalloc(&workspace_, kWorkspaceBytes);
-  if (status == cudaSuccess) status = cudaMalloc(reinterpret_cast<void**>(&scales_), 2 * sizeof(float));
+  if (status == cudaSuccess) status = cudaMalloc(reinterpret_cast<void**>(&scales_), 2 * kScaleStride * sizeof(float));
   if (status != cudaSuccess) {
     if (workspace_ != nullptr) cudaFree(workspace_);
     cublasLtDestroy(handle_);
@@ -122,6 +122,7 @@ GemmEngine::Plan& GemmEngine::plan_for(const Key& key) {
 
 GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
   Plan plan;
+  plan.status = "cuBLASLt refused a descriptor or layout";
   const auto compute = static_cast<cublasComputeType_t>(key.compute);
   if (cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) {
     plan.desc = nullptr;
@@ -156,7 +157,7 @@ GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
   }
   if (key.fp8_scales) {
     const float* scale_a = scales_;      // cuBLASLt's A is our B
-    const float* scale_b = scales_ + 1;  // cuBLASLt's B is our A
+    const float* scale_b = scales_ + kScaleStride;  // cuBLASLt's B is our A
     cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a,
                                    sizeof scale_a);
     cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b,
@@ -200,8 +201,42 @@ GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
   if (status == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
     plan.algo = result.algo;
     plan.ok = true;
+    plan.status = "usable";
+  } else {
+    plan.status = std::string("no heuristic result (") + cublasLtGetStatusName(status) + ", " +
+                  std::to_string(count) + " algorithms)";
   }
   return plan;
+}
+
+std::vector<std::string> GemmEngine::plan_report() const {
+  auto type = [](int t) -> std::string {
+    switch (static_cast<cudaDataType_t>(t)) {
+      case CUDA_R_32F: return "f32";
+      case CUDA_R_16BF: return "bf16";
+      case CUDA_R_16F: return "f16";
+      case CUDA_R_8F_E4M3: return "e4m3";
+      case CUDA_R_8F_E5M2: return "e5m2";
+      default: return "type" + std::to_string(t);
+    }
+  };
+  std::vector<std::string> lines;
+  for (const auto& [key, plan] : plans_) {
+    std::string line = "m=" + std::to_string(key.m) + " n=" + std::to_string(key.n) +
+                       " k=" + std::to_string(key.k) + " A=" + type(key.a_type) +
+                       (key.trans_a ? "^T" : "") + " B=" + type(key.b_type) +
+                       (key.trans_b ? "^T" : "") + " D=" + type(key.d_type) +
+                       (key.compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? " compute=tf32" : "") +
+                       " epilogue=" + std::to_string(key.epilogue);
+    if (key.bias_type != 0) line += " bias=" + type(key.bias_type);
+    if (key.fp8_scales) line += " fp8-scales";
+    if (key.beta_nonzero) line += " beta";
+    line += " align=" + std::to_string(key.alignment) + ": " + plan.status + ", " +
+            std::to_string(plan.runs) + " runs";
+    lines.push_back(std::move(line));
+  }
+  std::sort(lines.begin(), lines.end());
+  return lines;
 }
 
 GemmEngine::Operand GemmEngine::decoded(const Operand& in, DType to,
@@ -294,7 +329,9 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                  "setting the pre_activation (aux) pointer");
   }
   if (fp8_scales) {
-    const float host_scales[2] = {b.scale_inv, a.scale_inv};  // cuBLASLt's A is our B
+    float host_scales[kScaleStride + 1] = {};
+    host_scales[0] = b.scale_inv;  // cuBLASLt's A is our B
+    host_scales[kScaleStride] = a.scale_inv;
     check_cuda(cudaMemcpyAsync(scales_, host_scales, sizeof host_scales, cudaMemcpyHostToDevice,
                                stream_),
                "gemm", "upload of the FP8 scales");
@@ -311,9 +348,11 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
       (status == CUBLAS_STATUS_INVALID_VALUE &&
        (epilogue != CUBLASLT_EPILOGUE_DEFAULT || fp8_scales || route.d_dtype != DType::fp32))) {
     plan.ok = false;
+    plan.status = std::string("declined by cublasLtMatmul (") + cublasLtGetStatusName(status) + ")";
     return false;
   }
   check_cublas(status, "cublasLtMatmul");
+  ++plan.runs;
   if (route.bias_by_kernel)
     check_cuda(kernels::add_bias(d, kernels::Elem::f32, args.bias.data, kernels::Elem::f32, m, n,
                                  stream_),

@@ -44,6 +44,7 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "cuda_gemm_routes.h"
 #include "cuda_scratch.h"
@@ -64,6 +65,10 @@ class GemmEngine {
   // Runs when a scratch buffer cannot grow (the backend frees its allocator's cached blocks).
   void set_out_of_memory_hook(const std::function<void()>& hook);
   std::size_t cached_plans() const { return plans_.size(); }
+  // One line per cached plan: the cuBLASLt problem (m, n, k as cuBLASLt sees them, transposes,
+  // types, epilogue), what became of it (usable, no heuristic result, declined at the matmul with
+  // cuBLASLt's status) and how many GEMMs it ran. Tells which route a GEMM really took.
+  std::vector<std::string> plan_report() const;
   // Workspace plus scratch, for the memory statistics.
   std::size_t device_bytes() const;
   static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
@@ -89,6 +94,8 @@ class GemmEngine {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    std::string status;       // "usable", or why not
+    std::uint64_t runs = 0;   // matmuls it ran
   };
   // An operand as it enters cuBLASLt.
   struct Operand {
@@ -114,7 +121,11 @@ class GemmEngine {
   bool fp8_fast_accumulation_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
-  float* scales_ = nullptr;  // device [2]: A and B scale_inv of the current FP8 GEMM
+  // Device: cuBLASLt's A scale_inv at [0], its B scale_inv at [kScaleStride]. cuBLASLt 13 on
+  // sm_90 declines every FP8 algorithm (NOT_SUPPORTED at the matmul, after a heuristic that
+  // offered them) when a scale pointer is only 4-byte aligned; each sits on its own 256 bytes.
+  static constexpr std::size_t kScaleStride = 64;
+  float* scales_ = nullptr;
   std::unordered_map<Key, Plan, KeyHash> plans_;
   DeviceScratch scratch_a_, scratch_b_, scratch_d_, scratch_bias_;
 };
