@@ -269,7 +269,8 @@ std::vector<std::string> Config::nested_keys(std::string_view dotted) const {
   return out;
 }
 
-std::vector<TableEntry> Config::table_array(std::string_view dotted) const {
+std::vector<TableEntry> Config::table_array(std::string_view dotted,
+                                           const std::vector<std::string>& skip) const {
   std::vector<TableEntry> out;
   const auto* n = lookup(impl_->root, dotted);
   if (n == nullptr) return out;
@@ -286,7 +287,7 @@ std::vector<TableEntry> Config::table_array(std::string_view dotted) const {
     if (t == nullptr)
       throw sdk::ConfigError(location(item), std::string(dotted) + "[" + std::to_string(i) + "]",
                              "expected a table", "each entry is a table like { type = \"relu\" }");
-    out.push_back({location(item), table_options(item)});
+    out.push_back({location(item), table_options(item, skip)});
   }
   return out;
 }
@@ -309,6 +310,24 @@ std::vector<std::string> Config::string_array(std::string_view dotted) const {
   return out;
 }
 
+std::vector<std::int64_t> Config::integer_array(std::string_view dotted) const {
+  std::vector<std::int64_t> out;
+  const auto* n = lookup(impl_->root, dotted);
+  if (n == nullptr) return out;
+  const auto* a = n->as_array();
+  if (a == nullptr)
+    throw sdk::ConfigError(location(dotted), std::string(dotted), "expected an array of integers",
+                           "write it as [4, 16]");
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    auto v = a->get(i)->value_exact<std::int64_t>();
+    if (!v)
+      throw sdk::ConfigError(location(dotted), std::string(dotted),
+                             "entry " + std::to_string(i) + " is not an integer", "write it as [4, 16]");
+    out.push_back(*v);
+  }
+  return out;
+}
+
 std::string render_toml(const std::vector<ResolvedSection>& sections) {
   std::string out;
   for (const auto& s : sections) {
@@ -319,6 +338,7 @@ std::string render_toml(const std::vector<ResolvedSection>& sections) {
       if (std::holds_alternative<std::monostate>(v)) continue;
       out += k + " = " + sdk::option_value_to_string(v) + "\n";
     }
+    for (const auto& [k, text] : s.raw_values) out += k + " = " + text + "\n";
   }
   return out;
 }

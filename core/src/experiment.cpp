@@ -132,10 +132,20 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   }
   e.plugin_paths = config_plugin_paths(config);
   for (const auto& t : {"run", "plugins"}) reject_nested(config, t);
-  reject_nested(config, "model", {"layers"});
-  const auto layers = config.table_array("model.layers");
+  reject_nested(config, "model", {"layers", "nodes"});
+  // The sequential form (`layers`, each reads the one before) or the graph form (`nodes`, each
+  // names its inputs); a node's inputs and a reshape's shape are arrays, read below.
+  const std::vector<std::string> array_keys = {"inputs", "shape"};
+  const bool graph_form = !config.table_array("model.nodes", array_keys).empty();
+  if (graph_form && !config.table_array("model.layers", array_keys).empty())
+    throw sdk::ConfigError(config.location("model.nodes"), "model.nodes",
+                           "the model has both layers and nodes",
+                           "write the model as one list: layers (each reads the one before) or "
+                           "nodes (each names its inputs)");
+  const std::string layer_list = graph_form ? "model.nodes" : "model.layers";
+  const auto layers = config.table_array(layer_list, array_keys);
   for (std::size_t i = 0; i < layers.size(); ++i)
-    reject_nested(config, "model.layers." + std::to_string(i));
+    reject_nested(config, layer_list + "." + std::to_string(i));
   const auto overrides = config.table_array("precision.override");
   for (std::size_t i = 0; i < overrides.size(); ++i)
     reject_nested(config, "precision.override." + std::to_string(i));
@@ -204,13 +214,14 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   {
     // layers is read above as an array of tables; an empty one (layers = []) is no table array
     // to TOML, so it is skipped here and reported below as a model without layers.
-    auto raw = config.table_options("model", {"layers"});
+    auto raw = config.table_options("model", {"layers", "nodes"});
     e.model.where = config.location("model");
     auto model = sdk::Options::resolve("model", model_schema(), raw, e.model.where, {});
     e.model.loss = model.get_string("loss");
     e.model.fuse_epilogues = model.get_bool("fuse_epilogues");
+    e.model.graph = graph_form;
     if (layers.empty())
-      throw sdk::ConfigError(e.model.where, "model.layers", "the model has no layers",
+      throw sdk::ConfigError(e.model.where, layer_list, "the model has no layers",
                              "add layers = [ { type = \"linear\", out = 64 }, { type = \"relu\" }, "
                              "{ type = \"linear\", out = 10 } ]");
     e.core_sections.push_back(section_of("model", {}, model));
@@ -225,7 +236,8 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
     std::map<std::string, int> unnamed_count;
     for (std::size_t i = 0; i < layers.size(); ++i) {
       const auto& entry = layers[i];
-      const std::string table = "model.layers[" + std::to_string(i) + "]";
+      const std::string table = layer_list + "[" + std::to_string(i) + "]";
+      const std::string dotted = layer_list + "." + std::to_string(i);
       std::string type = string_key(entry.options, "type", "", table);
       if (std::find(types.begin(), types.end(), type) == types.end()) {
         auto near = sdk::closest_match(type, types);
@@ -233,7 +245,7 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
             key_location(entry.options, "type", entry.where), table + ".type",
             type.empty() ? "missing layer type" : "unknown layer type '" + type + "'",
             (near.empty() ? "" : "did you mean '" + near + "'? ") +
-                "one of: linear, relu, gelu, layernorm");
+                "one of: linear, relu, gelu, layernorm, add, reshape, flatten");
       }
       auto o = sdk::Options::resolve(table, layer_schema(type), entry.options, entry.where);
       LayerSpec l;
@@ -245,14 +257,41 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
         l.bias = o.get_bool("bias");
       }
       if (type == "layernorm") l.eps = o.get_double("eps");
+      l.inputs = config.string_array(dotted + ".inputs");
+      if (type == "reshape") l.shape = config.integer_array(dotted + ".shape");
+      if (!graph_form && !l.inputs.empty())
+        throw sdk::ConfigError(config.location(dotted + ".inputs"), table + ".inputs",
+                               "a layer of model.layers reads the layer before it",
+                               "write the model as [[model.nodes]] to name each node's inputs");
+      if (graph_form && l.inputs.empty())
+        throw sdk::ConfigError(entry.where, table + ".inputs", "a node needs its inputs",
+                               "inputs = [\"input\"] reads the batch; inputs = [\"fc1\"] a node");
+      if (graph_form && l.name.empty())
+        throw sdk::ConfigError(entry.where, table + ".name", "a node needs a name",
+                               "other nodes name it in their inputs: name = \"fc1\"");
+      if (type == "reshape" && l.shape.empty())
+        throw sdk::ConfigError(entry.where, table + ".shape", "a reshape needs a shape",
+                               "shape is per sample, without the batch: shape = [4, 16]");
       while (l.name.empty()) {
         auto candidate = type + std::to_string(++unnamed_count[type]);
         if (explicit_names.count(candidate) == 0) l.name = std::move(candidate);
       }
       e.model.layers.push_back(l);
-      ResolvedSection s = section_of("model.layers", {{"type", type}}, o);
+      ResolvedSection s = section_of(layer_list, {{"type", type}}, o);
       for (auto& [k, v] : s.values)
         if (k == "name") v = l.name;
+      auto toml_list = [](const auto& items, auto render) {
+        std::string text = "[";
+        for (std::size_t k = 0; k < items.size(); ++k) text += (k ? ", " : "") + render(items[k]);
+        return text + "]";
+      };
+      if (graph_form)
+        s.raw_values.emplace_back("inputs", toml_list(l.inputs, [](const std::string& v) {
+                                    return sdk::option_value_to_string(v);
+                                  }));
+      if (type == "reshape")
+        s.raw_values.emplace_back(
+            "shape", toml_list(l.shape, [](std::int64_t v) { return std::to_string(v); }));
       s.array = true;
       e.core_sections.push_back(s);
     }

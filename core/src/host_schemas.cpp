@@ -148,7 +148,8 @@ sdk::OptionSchema model_schema() {
 }
 
 const std::vector<std::string>& layer_types() {
-  static const std::vector<std::string> types = {"linear", "relu", "gelu", "layernorm"};
+  static const std::vector<std::string> types = {"linear", "relu",    "gelu",   "layernorm",
+                                                 "add",    "reshape", "flatten"};
   return types;
 }
 

@@ -321,4 +321,51 @@ void LayerNormLayer::backward(TensorView x, TensorView dy, TensorView dx, std::i
                                params_[1].grad.view(), false);
 }
 
+// --- Add ----------------------------------------------------------------------------------------
+
+AddLayer::AddLayer(std::string name, std::size_t inputs, std::int64_t features)
+    : Layer(std::move(name), "add", features, features), inputs_(inputs) {}
+
+void AddLayer::forward(TensorView x, std::int64_t rows) {
+  const TensorView xs[1] = {x};
+  forward_inputs(xs, rows);
+}
+
+void AddLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
+  const TensorView xs[1] = {x}, dxs[1] = {dx};
+  backward_inputs(xs, dy, dxs, rows);
+}
+
+void AddLayer::forward_inputs(std::span<const TensorView> xs, std::int64_t rows) {
+  // x is [rows, features] per input; y = sum in FP32 (axpy), rounded once into y's dtype.
+  const TensorView y = output_.rows(rows);
+  TensorView acc = y;
+  if (y.dtype != DType::fp32) {
+    if (sum_.empty()) sum_ = Tensor(backend_, DType::fp32, sdk::Shape{max_rows_, out_});
+    acc = sum_.rows(rows);
+  }
+  if (xs[0].dtype == DType::fp32)
+    backend_->copy(acc, xs[0]);
+  else
+    backend_->cast(xs[0], acc);
+  for (std::size_t i = 1; i < xs.size(); ++i) backend_->axpy(1.0f, xs[i], acc);
+  if (acc.data != y.data) backend_->cast(acc, y);
+}
+
+void AddLayer::backward_inputs(std::span<const TensorView>, TensorView dy,
+                               std::span<const TensorView> dxs, std::int64_t) {
+  for (const TensorView& dx : dxs) {
+    if (dx.empty()) continue;
+    if (dx.dtype == dy.dtype)
+      backend_->copy(dx, dy);
+    else
+      backend_->cast(dy, dx);
+  }
+}
+
+// --- Views ----------------------------------------------------------------------------------------
+
+ViewLayer::ViewLayer(std::string name, std::string type, std::int64_t in, std::int64_t out)
+    : Layer(std::move(name), std::move(type), in, out) {}
+
 }  // namespace mixtrain::core

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <limits>
 #include <set>
 
+#include "mixtrain/core/graph_topology.h"
 #include "mixtrain/core/random.h"
 #include "mixtrain/sdk/float_formats.h"
 
@@ -28,53 +31,215 @@ bool flushes_to_zero(float v, DType dt) {
 }
 }  // namespace
 
+namespace {
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+std::int64_t product(const std::vector<std::int64_t>& v, std::size_t from, std::size_t to) {
+  std::int64_t p = 1;
+  for (std::size_t i = from; i < to; ++i) p *= v[i];
+  return p;
+}
+
+bool single_input(const std::string& type) { return type != "add"; }
+
+}  // namespace
+
 Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
              std::int64_t input_features, std::int32_t classes)
     : backend_(std::move(backend)), input_features_(input_features), classes_(classes) {
+  const std::string list = spec.graph ? "model.nodes" : "model.layers";
   if (spec.layers.empty())
-    throw sdk::ConfigError(spec.where, "model.layers", "the model has no layers",
+    throw sdk::ConfigError(spec.where, list, "the model has no layers",
                            "add layers = [ { type = \"linear\", out = 10 } ]");
   if (spec.loss != "softmax_cross_entropy")
     throw sdk::ConfigError(spec.where, "model.loss", "unknown loss '" + spec.loss + "'",
                            "the supported loss is \"softmax_cross_entropy\"");
-  std::int64_t width = input_features;
+  // Names (the sequential form numbers unnamed layers) and the topology.
+  std::vector<GraphNodeSpec> graph;
   std::set<std::string> names;
   for (std::size_t i = 0; i < spec.layers.size(); ++i) {
     const auto& l = spec.layers[i];
     std::string name = l.name.empty() ? l.type + std::to_string(i) : l.name;
-    if (!names.insert(name).second)
-      throw sdk::ConfigError(l.where, "model.layers[" + std::to_string(i) + "].name",
+    if (!spec.graph && !names.insert(name).second)
+      throw sdk::ConfigError(l.where, list + "[" + std::to_string(i) + "].name",
                              "duplicate layer name '" + name + "'",
                              "layer names must be unique; overrides and logs refer to them");
-    if (l.type == "linear") {
-      if (l.out <= 0)
-        throw sdk::ConfigError(l.where, "model.layers[" + std::to_string(i) + "].out",
-                               "a linear layer needs out > 0");
-      layers_.push_back(std::make_unique<LinearLayer>(name, width, l.out, l.bias));
-      width = l.out;
-    } else if (l.type == "relu") {
-      layers_.push_back(std::make_unique<ActivationLayer>(name, sdk::Activation::relu, width));
-    } else if (l.type == "gelu") {
-      layers_.push_back(std::make_unique<ActivationLayer>(name, sdk::Activation::gelu, width));
-    } else if (l.type == "layernorm") {
-      layers_.push_back(std::make_unique<LayerNormLayer>(name, width, static_cast<float>(l.eps)));
-    } else {
-      throw sdk::ConfigError(l.where, "model.layers[" + std::to_string(i) + "].type",
-                             "unknown layer type '" + l.type + "'",
-                             "use one of: linear, relu, gelu, layernorm");
-    }
+    std::vector<std::string> inputs = l.inputs;
+    if (!spec.graph) inputs = {i == 0 ? std::string(kGraphInput) : graph.back().name};
+    graph.push_back({name, inputs, l.where});
   }
-  for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
-    auto* linear = dynamic_cast<LinearLayer*>(layers_[i].get());
-    auto* act = dynamic_cast<ActivationLayer*>(layers_[i + 1].get());
-    if (linear != nullptr && act != nullptr) linear->fuse_activation(act);
+  const GraphTopology topo = plan_graph_topology(graph, {kGraphInput});
+
+  // Ops in forward order, with shapes inferred from the inputs'.
+  const std::size_t n = spec.layers.size();
+  std::vector<int> index_of(n, -1);  // spec index -> layers_ index
+  for (std::size_t pos = 0; pos < n; ++pos) index_of[topo.order[pos]] = static_cast<int>(pos);
+  auto tensor_of = [&](const std::string& input) {
+    if (input == kGraphInput) return -1;
+    for (std::size_t i = 0; i < n; ++i)
+      if (graph[i].name == input) return index_of[i];
+    return -1;  // unreachable: the topology rejected dangling inputs
+  };
+  nodes_.resize(n);
+  for (std::size_t pos = 0; pos < n; ++pos) {
+    const std::size_t i = topo.order[pos];
+    const auto& l = spec.layers[i];
+    const std::string& name = graph[i].name;
+    const std::string key = list + "[" + std::to_string(i) + "]";
+    Node& node = nodes_[pos];
+    for (const auto& in : graph[i].inputs) node.inputs.push_back(tensor_of(in));
+    auto shape_of = [&](int t) {
+      return t < 0 ? std::vector<std::int64_t>{input_features} : nodes_[static_cast<std::size_t>(t)].shape;
+    };
+    auto bad = [&](const std::string& what, const std::string& hint) {
+      return sdk::ConfigError(l.where, key, "node '" + name + "' (" + l.type + "): " + what, hint);
+    };
+    if (single_input(l.type) && node.inputs.size() != 1)
+      throw bad("takes one input, got " + std::to_string(node.inputs.size()),
+                "give it inputs = [\"<node>\"]");
+    if (!single_input(l.type) && node.inputs.size() < 2)
+      throw bad("adds two or more inputs, got " + std::to_string(node.inputs.size()),
+                "give it inputs = [\"<a>\", \"<b>\"]");
+    const std::vector<std::int64_t> in_shape = shape_of(node.inputs[0]);
+    const std::int64_t in = in_shape.back();
+    node.shape = in_shape;
+    if (l.type == "linear") {
+      if (l.out <= 0) throw sdk::ConfigError(l.where, key + ".out", "a linear layer needs out > 0");
+      node.shape.back() = l.out;
+      layers_.push_back(std::make_unique<LinearLayer>(name, in, l.out, l.bias));
+    } else if (l.type == "relu") {
+      layers_.push_back(std::make_unique<ActivationLayer>(name, sdk::Activation::relu, in));
+    } else if (l.type == "gelu") {
+      layers_.push_back(std::make_unique<ActivationLayer>(name, sdk::Activation::gelu, in));
+    } else if (l.type == "layernorm") {
+      layers_.push_back(std::make_unique<LayerNormLayer>(name, in, static_cast<float>(l.eps)));
+    } else if (l.type == "add") {
+      for (std::size_t k = 1; k < node.inputs.size(); ++k)
+        if (shape_of(node.inputs[k]) != in_shape)
+          throw bad("shape mismatch: input '" + graph[i].inputs[0] + "' is " + shape_text(in_shape) +
+                        " per sample but '" + graph[i].inputs[k] + "' is " +
+                        shape_text(shape_of(node.inputs[k])),
+                    "every input of add has the same shape; put a linear or reshape before it");
+      layers_.push_back(std::make_unique<AddLayer>(name, node.inputs.size(), in));
+    } else if (l.type == "reshape" || l.type == "flatten") {
+      const std::int64_t numel = product(in_shape, 0, in_shape.size());
+      if (l.type == "flatten") {
+        node.shape = {numel};
+      } else {
+        node.shape = l.shape;
+        int unknown = -1;
+        for (std::size_t k = 0; k < node.shape.size(); ++k) {
+          if (node.shape[k] == -1 && unknown < 0) {
+            unknown = static_cast<int>(k);
+          } else if (node.shape[k] <= 0) {
+            throw sdk::ConfigError(l.where, key + ".shape",
+                                   "node '" + name + "': shape " + shape_text(l.shape) +
+                                       " needs positive sizes and at most one -1",
+                                   "shape is per sample, without the batch: e.g. [4, -1]");
+          }
+        }
+        if (node.shape.empty())
+          throw sdk::ConfigError(l.where, key + ".shape", "node '" + name + "' (reshape) needs a shape",
+                                 "shape is per sample, without the batch: e.g. shape = [4, 16]");
+        if (unknown >= 0) {
+          const std::int64_t known = -product(node.shape, 0, node.shape.size());
+          if (known > 0 && numel % known == 0) node.shape[static_cast<std::size_t>(unknown)] = numel / known;
+        }
+        if (product(node.shape, 0, node.shape.size()) != numel || node.shape[static_cast<std::size_t>(std::max(unknown, 0))] <= 0)
+          throw sdk::ConfigError(l.where, key + ".shape",
+                                 "node '" + name + "': cannot reshape " + shape_text(in_shape) + " (" +
+                                     std::to_string(numel) + " values per sample) into " +
+                                     shape_text(l.shape),
+                                 "the shapes must hold the same number of values");
+      }
+      layers_.push_back(std::make_unique<ViewLayer>(name, l.type, in, node.shape.back()));
+    } else {
+      throw sdk::ConfigError(l.where, key + ".type", "unknown layer type '" + l.type + "'",
+                             "use one of: linear, relu, gelu, layernorm, add, reshape, flatten");
+    }
+    node.rows_per_sample = product(node.shape, 0, node.shape.size() - 1);
+    const bool view = layers_.back()->is_view();
+    node.root = view ? (node.inputs[0] < 0 ? -1 : nodes_[static_cast<std::size_t>(node.inputs[0])].root)
+                     : static_cast<int>(pos);
+    const bool has_params = l.type == "linear" || l.type == "layernorm";
+    node.needs_grad = has_params;
+    for (int t : node.inputs)
+      if (t >= 0 && nodes_[static_cast<std::size_t>(t)].needs_grad) node.needs_grad = true;
+  }
+
+  // One output: the logits. Every other node is read, so the logits come last in forward order.
+  for (std::size_t i = 0; i < n; ++i)
+    if (topo.consumers[i].empty() && index_of[i] != static_cast<int>(n) - 1)
+      throw sdk::ConfigError(graph[i].where, list + "[" + std::to_string(i) + "]",
+                             "node '" + graph[i].name + "' is read by no other node, and only the "
+                             "logits may be: the graph has two outputs",
+                             "feed it into the graph (add, a linear, ...) or remove it");
+  const Node& last = nodes_.back();
+  const std::size_t last_spec = topo.order.back();
+  if (last.shape.size() != 1 || last.shape[0] != classes) {
+    if (!spec.graph || last.shape.size() == 1)
+      throw sdk::ConfigError(
+          spec.layers[last_spec].where, list,
+          "the last layer produces " + std::to_string(last.shape.back()) +
+              " outputs but the data has " + std::to_string(classes) + " classes",
+          "set out = " + std::to_string(classes) + " on the last linear layer");
+    throw sdk::ConfigError(spec.layers[last_spec].where, list,
+                           "the logits node '" + graph[last_spec].name + "' is " +
+                               shape_text(last.shape) + " per sample; the loss needs [" +
+                               std::to_string(classes) + "]",
+                           "flatten it and end in a linear with out = " + std::to_string(classes));
+  }
+
+  // Epilogue fusion, as a rewrite: a linear read only by a relu/gelu runs it as its epilogue.
+  for (std::size_t pos = 0; pos < n; ++pos) {
+    auto* linear = dynamic_cast<LinearLayer*>(layers_[pos].get());
+    const auto& readers = topo.consumers[topo.order[pos]];
+    if (linear == nullptr || readers.size() != 1) continue;
+    auto* act = dynamic_cast<ActivationLayer*>(layers_[static_cast<std::size_t>(index_of[readers[0]])].get());
+    if (act != nullptr) linear->fuse_activation(act);
   }
   set_epilogue_fusion(spec.fuse_epilogues);
-  if (width != classes)
-    throw sdk::ConfigError(spec.layers.back().where, "model.layers",
-                           "the last layer produces " + std::to_string(width) +
-                               " outputs but the data has " + std::to_string(classes) + " classes",
-                           "set out = " + std::to_string(classes) + " on the last linear layer");
+}
+
+std::int64_t Model::rows_of(int tensor, std::int64_t batch) const {
+  return tensor < 0 ? batch : batch * nodes_[static_cast<std::size_t>(tensor)].rows_per_sample;
+}
+
+std::int64_t Model::features_of(int tensor) const {
+  return tensor < 0 ? input_features_ : nodes_[static_cast<std::size_t>(tensor)].shape.back();
+}
+
+TensorView Model::activation(int tensor, std::int64_t batch) const {
+  const int root = tensor < 0 ? -1 : nodes_[static_cast<std::size_t>(tensor)].root;
+  const TensorView base = root < 0 ? input_.rows(batch)
+                                   : layers_[static_cast<std::size_t>(root)]->output(rows_of(root, batch));
+  return {base.data, base.dtype, sdk::Shape{rows_of(tensor, batch), features_of(tensor)}};
+}
+
+TensorView Model::gradient(int tensor, std::int64_t batch) const {
+  const auto root = static_cast<std::size_t>(nodes_[static_cast<std::size_t>(tensor)].root);
+  const sdk::Shape shape{rows_of(tensor, batch), features_of(tensor)};
+  if (!fp32_grads_.empty()) return {fp32_grads_[root].view().data, DType::fp32, shape};
+  const GradSlot& g = grad_slots_[root];
+  return {static_cast<std::byte*>(grad_arena_.view().data) + g.offset, g.dtype, shape};
+}
+
+DType Model::contribution_dtype(std::size_t reader) const {
+  return storage_of(layers_[reader]->precision().activation_grad);
+}
+
+TensorView Model::scratch(std::size_t slot, DType dtype, std::int64_t rows, std::int64_t cols) {
+  if (scratch_.size() <= slot) scratch_.resize(slot + 1);
+  Tensor& t = scratch_[slot];
+  const std::size_t need = static_cast<std::size_t>(rows * cols) * sdk::dtype_size(dtype);
+  if (t.empty() || t.bytes() < need)
+    t = Tensor(backend_, DType::fp32, sdk::Shape{static_cast<std::int64_t>((need + 3) / 4)});
+  return {t.view().data, dtype, sdk::Shape{rows, cols}};
 }
 
 void Model::allocate(std::int64_t max_rows) {
@@ -83,14 +248,47 @@ void Model::allocate(std::int64_t max_rows) {
   labels_ = Tensor(backend_, DType::int32, sdk::Shape{max_rows});
   loss_ = Tensor(backend_, DType::fp32, sdk::Shape{1});
   correct_ = Tensor(backend_, DType::int32, sdk::Shape{1});
-  std::int64_t widest = input_features_;
-  for (auto& l : layers_) {
-    l->allocate(backend_, max_rows);
-    widest = std::max({widest, l->in_features(), l->out_features()});
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    layers_[i]->allocate(backend_, max_rows * nodes_[i].rows_per_sample);
+  plan_gradients();
+}
+
+void Model::plan_gradients() {
+  // Backward schedule: the loss is step 0, the node at forward position p is step n - p.
+  const std::size_t n = layers_.size();
+  grad_slots_.assign(n, GradSlot{});
+  std::vector<int> first(n, std::numeric_limits<int>::max());
+  std::vector<DType> only(n, DType::fp32);
+  auto contribute = [&](int tensor, DType dtype, int step) {
+    const int root = tensor < 0 ? -1 : nodes_[static_cast<std::size_t>(tensor)].root;
+    if (root < 0 || !nodes_[static_cast<std::size_t>(root)].needs_grad) return;
+    auto& g = grad_slots_[static_cast<std::size_t>(root)];
+    ++g.reads;
+    only[static_cast<std::size_t>(root)] = dtype;
+    first[static_cast<std::size_t>(root)] = std::min(first[static_cast<std::size_t>(root)], step);
+  };
+  const int sink = static_cast<int>(n) - 1;
+  contribute(sink, storage_of(layers_[static_cast<std::size_t>(nodes_.back().root < 0 ? sink : nodes_.back().root)]->precision().activation), 0);
+  for (std::size_t p = 0; p < n; ++p) {
+    if (layers_[p]->is_view()) continue;
+    for (int t : nodes_[p].inputs) contribute(t, contribution_dtype(p), static_cast<int>(n - p));
   }
-  // Sized for fp32, the widest dtype any activation gradient may use.
-  grad_a_ = Tensor(backend_, DType::fp32, sdk::Shape{max_rows, widest});
-  grad_b_ = Tensor(backend_, DType::fp32, sdk::Shape{max_rows, widest});
+  std::vector<BufferLife> lives;
+  std::vector<std::size_t> owner;
+  for (std::size_t r = 0; r < n; ++r) {
+    auto& g = grad_slots_[r];
+    if (g.reads == 0) continue;
+    g.dtype = g.reads == 1 ? only[r] : DType::fp32;
+    g.max_elems = max_rows_ * nodes_[r].rows_per_sample * nodes_[r].shape.back();
+    lives.push_back({layers_[r]->name() + ".grad",
+                     static_cast<std::size_t>(g.max_elems) * sdk::dtype_size(g.dtype), first[r],
+                     static_cast<int>(n - r)});
+    owner.push_back(r);
+  }
+  grad_plan_ = plan_liveness(lives);
+  for (std::size_t k = 0; k < owner.size(); ++k) grad_slots_[owner[k]].offset = grad_plan_.offset[k];
+  grad_arena_ = Tensor(backend_, DType::fp32,
+                       sdk::Shape{static_cast<std::int64_t>(std::max<std::size_t>(grad_plan_.arena_bytes, 4) / 4 + 1)});
 }
 
 void Model::init_parameters(std::uint64_t seed) {
@@ -109,18 +307,18 @@ TensorView Model::labels(std::int64_t rows) const {
 }
 
 void Model::forward(std::int64_t rows) {
-  TensorView x = input_.rows(rows);
-  for (auto& l : layers_) {
-    l->forward(x, rows);
-    x = l->output(rows);
+  std::vector<TensorView> xs;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i]->is_view()) continue;
+    xs.clear();
+    for (int t : nodes_[i].inputs) xs.push_back(activation(t, rows));
+    layers_[i]->forward_inputs(xs, rows_of(static_cast<int>(i), rows));
   }
 }
 
 void Model::compute_loss(std::int64_t rows, float grad_scale, bool with_grad) {
   TensorView dlogits;
-  if (with_grad)
-    dlogits = grad_a_.reinterpret(storage_of(layers_.back()->precision().activation), rows,
-                                  classes_);
+  if (with_grad) dlogits = gradient(static_cast<int>(layers_.size()) - 1, rows);
   backend_->softmax_cross_entropy(logits(rows), labels(rows), grad_scale, loss_.view(),
                                   correct_.view(), dlogits);
 }
@@ -154,26 +352,67 @@ void Model::flush_operand_amaxes() {
     if (auto* linear = dynamic_cast<LinearLayer*>(l.get())) linear->flush_operand_amaxes();
 }
 
-void Model::backward(std::int64_t rows) {
-  // The gradient of the logits sits in grad_a_ (written by loss()).
-  const Tensor* dy_buf = &grad_a_;
-  const Tensor* dx_buf = &grad_b_;
-  TensorView dy = grad_a_.reinterpret(storage_of(layers_.back()->precision().activation), rows,
-                                      classes_);
+void Model::run_backward(std::int64_t batch, bool all_fp32, const BackwardVisit& visit) {
+  // The loss wrote the logits' gradient: its root has had its first contribution.
+  std::vector<int> written(layers_.size(), 0);
+  const int sink_root = nodes_.back().root;
+  if (sink_root >= 0) written[static_cast<std::size_t>(sink_root)] = 1;
+  std::vector<TensorView> xs, dxs;
+  struct Pending {
+    std::size_t slot;
+    int root;
+    TensorView target;
+  };
+  std::vector<Pending> pending;
   for (std::size_t i = layers_.size(); i-- > 0;) {
-    auto& l = *layers_[i];
-    TensorView x = i == 0 ? input_.rows(rows) : layers_[i - 1]->output(rows);
-    TensorView dx;
-    if (i > 0)
-      dx = dx_buf->reinterpret(storage_of(l.precision().activation_grad), rows, l.in_features());
-    l.backward(x, dy, dx, rows);
-    dy = dx;
-    std::swap(dy_buf, dx_buf);
+    const Node& node = nodes_[i];
+    Layer& op = *layers_[i];
+    if (op.is_view() || !node.needs_grad) continue;
+    const std::int64_t rows = rows_of(static_cast<int>(i), batch);
+    const TensorView dy = gradient(static_cast<int>(i), batch);
+    xs.clear();
+    dxs.clear();
+    pending.clear();
+    const DType dtype = all_fp32 ? DType::fp32 : contribution_dtype(i);
+    for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+      const int t = node.inputs[k];
+      xs.push_back(activation(t, batch));
+      const int root = t < 0 ? -1 : nodes_[static_cast<std::size_t>(t)].root;
+      if (root < 0 || !nodes_[static_cast<std::size_t>(root)].needs_grad) {
+        dxs.emplace_back();
+        continue;
+      }
+      const auto r = static_cast<std::size_t>(root);
+      const TensorView g = gradient(t, batch);
+      if (grad_slots_[r].reads == 1 || (written[r] == 0 && dtype == DType::fp32 && g.dtype == DType::fp32)) {
+        dxs.push_back(g);  // the only contribution, or the first in FP32: straight into the buffer
+        ++written[r];
+      } else {
+        dxs.push_back(scratch(k, dtype, g.shape.rows(), g.shape.cols()));
+        pending.push_back({k, root, g});
+      }
+    }
+    op.backward_inputs(xs, dy, dxs, rows);
+    for (const Pending& p : pending) {
+      // Several readers: the gradient is FP32; the first contribution overwrites, later ones add.
+      auto& w = written[static_cast<std::size_t>(p.root)];
+      const TensorView c = dxs[p.slot];
+      if (w == 0)
+        backend_->cast(c, p.target);
+      else
+        backend_->axpy(1.0f, c, p.target);  // reads any storage dtype into the FP32 target
+      ++w;
+    }
+    if (grad_ready_)
+      for (auto& p : op.parameters()) grad_ready_(p);
+    if (visit && !visit(i, dxs)) return;
   }
 }
 
+void Model::backward(std::int64_t rows) { run_backward(rows, false, {}); }
+
 std::string Model::locate_first_nonfinite(std::int64_t rows, float grad_scale) {
-  // Unfused, so every layer's output is written and checked where it is written.
+  // Unfused, so every node's output is written and checked where it is written.
   const std::int64_t fused_before = fused_pairs();
   set_epilogue_fusion(false);
   struct Restore {
@@ -185,34 +424,33 @@ std::string Model::locate_first_nonfinite(std::int64_t rows, float grad_scale) {
     std::vector<TensorView> one{v};
     return backend_->first_nonfinite(one) >= 0;
   };
-  TensorView x = input_.rows(rows);
-  if (bad(x)) return "input batch";
-  for (auto& l : layers_) {
-    l->forward(x, rows);
-    x = l->output(rows);
-    if (bad(x)) return "forward " + l->name() + ".output";
+  if (bad(input_.rows(rows))) return "input batch";
+  std::vector<TensorView> xs;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i]->is_view()) continue;
+    xs.clear();
+    for (int t : nodes_[i].inputs) xs.push_back(activation(t, rows));
+    layers_[i]->forward_inputs(xs, rows_of(static_cast<int>(i), rows));
+    if (bad(activation(static_cast<int>(i), rows))) return "forward " + layers_[i]->name() + ".output";
   }
   auto lv = loss(rows, grad_scale, true);
   if (!std::isfinite(lv.loss)) return "loss";
-  const Tensor* dy_buf = &grad_a_;
-  const Tensor* dx_buf = &grad_b_;
-  TensorView dy = grad_a_.reinterpret(storage_of(layers_.back()->precision().activation), rows,
-                                      classes_);
-  if (bad(dy)) return "backward loss gradient (logits)";
-  for (std::size_t i = layers_.size(); i-- > 0;) {
-    auto& l = *layers_[i];
-    TensorView xin = i == 0 ? input_.rows(rows) : layers_[i - 1]->output(rows);
-    TensorView dx;
-    if (i > 0)
-      dx = dx_buf->reinterpret(storage_of(l.precision().activation_grad), rows, l.in_features());
-    l.backward(xin, dy, dx, rows);
-    for (auto& p : l.parameters())
-      if (bad(p.grad.view())) return "backward " + p.name + ".grad";
-    if (!dx.empty() && bad(dx)) return "backward " + l.name() + " input gradient";
-    dy = dx;
-    std::swap(dy_buf, dx_buf);
-  }
-  return {};
+  if (bad(gradient(static_cast<int>(layers_.size()) - 1, rows))) return "backward loss gradient (logits)";
+  std::string found;
+  run_backward(rows, false, [&](std::size_t i, std::span<const TensorView> dxs) {
+    for (auto& p : layers_[i]->parameters())
+      if (bad(p.grad.view())) {
+        found = "backward " + p.name + ".grad";
+        return false;
+      }
+    for (const TensorView& dx : dxs)
+      if (!dx.empty() && bad(dx)) {
+        found = "backward " + layers_[i]->name() + " input gradient";
+        return false;
+      }
+    return true;
+  });
+  return found;
 }
 
 std::vector<Model::UnderflowCount> Model::measure_gradient_underflow(std::int64_t rows,
@@ -230,20 +468,27 @@ std::vector<Model::UnderflowCount> Model::measure_gradient_underflow(std::int64_
     }
     out.push_back(c);
   };
-  TensorView dy = grad_a_.reinterpret(DType::fp32, rows, classes_);
+  // Every gradient in FP32 for this pass, counted against the dtype the plan stores it in.
+  fp32_grads_.clear();
+  fp32_grads_.resize(layers_.size());
+  for (std::size_t r = 0; r < layers_.size(); ++r)
+    if (grad_slots_[r].reads > 0)
+      fp32_grads_[r] = Tensor(backend_, DType::fp32, sdk::Shape{grad_slots_[r].max_elems});
+  struct Release {
+    Model* m;
+    ~Release() { m->fp32_grads_.clear(); }
+  } release{this};
+  const TensorView dy = gradient(static_cast<int>(layers_.size()) - 1, rows);
   backend_->softmax_cross_entropy(logits(rows), labels(rows), grad_scale, loss_.view(),
                                   correct_.view(), dy);
-  count("logits gradient", dy, storage_of(layers_.back()->precision().activation));
-  const Tensor* dx_buf = &grad_b_;
-  const Tensor* dy_buf = &grad_a_;
-  for (std::size_t i = layers_.size(); i-- > 1;) {
-    auto& l = *layers_[i];
-    TensorView dx = dx_buf->reinterpret(DType::fp32, rows, l.in_features());
-    l.backward(layers_[i - 1]->output(rows), dy, dx, rows);
-    count(l.name() + " input gradient", dx, storage_of(l.precision().activation_grad));
-    dy = dx;
-    std::swap(dy_buf, dx_buf);
-  }
+  const int sink_root = nodes_.back().root;
+  count("logits gradient", dy,
+        storage_of(layers_[static_cast<std::size_t>(sink_root < 0 ? 0 : sink_root)]->precision().activation));
+  run_backward(rows, true, [&](std::size_t i, std::span<const TensorView> dxs) {
+    for (const TensorView& dx : dxs)
+      if (!dx.empty()) count(layers_[i]->name() + " input gradient", dx, contribution_dtype(i));
+    return true;
+  });
   return out;
 }
 

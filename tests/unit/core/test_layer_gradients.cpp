@@ -139,10 +139,10 @@ TEST(LayerGradients, LayerNorm) {
 
 TEST(LayerGradients, WholeModelThroughSoftmaxCrossEntropy) {
   ModelSpec spec;
-  spec.layers = {{"linear", "fc1", 6, true, 1e-5, {}},
-                 {"gelu", "act", 0, true, 1e-5, {}},
-                 {"layernorm", "ln", 0, true, 1e-5, {}},
-                 {"linear", "head", 3, true, 1e-5, {}}};
+  spec.layers = {{"linear", "fc1", 6, true, 1e-5, {}, {}, {}},
+                 {"gelu", "act", 0, true, 1e-5, {}, {}, {}},
+                 {"layernorm", "ln", 0, true, 1e-5, {}, {}, {}},
+                 {"linear", "head", 3, true, 1e-5, {}, {}, {}}};
   Model m(cpu(), spec, 4, 3);
   for (auto& l : m.layers()) l->set_precision({});
   const std::int64_t rows = 5;
@@ -180,7 +180,7 @@ TEST(LayerGradients, WholeModelThroughSoftmaxCrossEntropy) {
 
 TEST(LayerGradients, LossScaleMultipliesTheBackwardSeed) {
   ModelSpec spec;
-  spec.layers = {{"linear", "head", 3, true, 1e-5, {}}};
+  spec.layers = {{"linear", "head", 3, true, 1e-5, {}, {}, {}}};
   Model m(cpu(), spec, 4, 3);
   for (auto& l : m.layers()) l->set_precision({});
   m.allocate(2);

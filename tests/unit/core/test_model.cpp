@@ -16,7 +16,7 @@ std::shared_ptr<sdk::DeviceBackend> cpu() {
 }
 
 LayerSpec linear(const char* name, std::int64_t out, std::uint32_t line) {
-  return {"linear", name, out, true, 1e-5, {"model.toml", line, 3}};
+  return {"linear", name, out, true, 1e-5, {"model.toml", line, 3}, {}, {}};
 }
 
 TEST(Model, LastLayerMustMatchTheClasses) {
@@ -83,7 +83,7 @@ TEST(Model, SmallerBatchesUseAPrefixOfTheBuffers) {
 }
 
 LayerSpec act(const char* type, const char* name) {
-  return {type, name, 0, true, 1e-5, {"model.toml", 1, 1}};
+  return {type, name, 0, true, 1e-5, {"model.toml", 1, 1}, {}, {}};
 }
 
 // One forward/loss/backward of linear-relu-linear-gelu-linear on a fixed batch; returns the

@@ -48,10 +48,13 @@ class Config {
   // Scalar entries of a table; arrays of tables and sub-tables are skipped, other arrays raise.
   std::vector<sdk::RawOption> table_options(std::string_view dotted,
                                             const std::vector<std::string>& skip = {}) const;
-  std::vector<TableEntry> table_array(std::string_view dotted) const;
+  // `skip`: keys of each entry that are read otherwise (arrays such as a node's inputs).
+  std::vector<TableEntry> table_array(std::string_view dotted,
+                                      const std::vector<std::string>& skip = {}) const;
   // Keys of a table whose values are tables or arrays of tables (including dotted keys).
   std::vector<std::string> nested_keys(std::string_view dotted) const;
   std::vector<std::string> string_array(std::string_view dotted) const;  // [] when absent
+  std::vector<std::int64_t> integer_array(std::string_view dotted) const;  // [] when absent
 
   struct Impl;  // opaque: keeps TOML++ out of this header
 
@@ -65,6 +68,7 @@ struct ResolvedSection {
   std::string name;  // "scaler", or "model.layers" with `array` set
   bool array = false;
   std::vector<std::pair<std::string, sdk::OptionValue>> values;
+  std::vector<std::pair<std::string, std::string>> raw_values;  // key = TOML text (arrays)
   std::vector<std::string> comments;  // written above the section as "# ..."
 };
 std::string render_toml(const std::vector<ResolvedSection>& sections);

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,19 @@ class Layer {
   virtual void forward(sdk::TensorView x, std::int64_t rows) = 0;
   virtual void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                         std::int64_t rows) = 0;
+  // Ops with several inputs (add) override these; single-input ops take xs[0] / dxs[0]. An empty
+  // dxs[i] means input i needs no gradient.
+  virtual std::size_t input_count() const { return 1; }
+  virtual void forward_inputs(std::span<const sdk::TensorView> xs, std::int64_t rows) {
+    forward(xs[0], rows);
+  }
+  virtual void backward_inputs(std::span<const sdk::TensorView> xs, sdk::TensorView dy,
+                               std::span<const sdk::TensorView> dxs, std::int64_t rows) {
+    backward(xs[0], dy, dxs[0], rows);
+  }
+  // A view op (reshape, flatten) computes nothing: its output is its input's memory seen with
+  // another shape, and its input's gradient is its output's gradient, likewise.
+  virtual bool is_view() const { return false; }
   // Host-side initialisation of parameters from a seed (PyTorch's defaults for the layer type).
   virtual void init_parameters(std::uint64_t /*seed*/) {}
 
@@ -167,6 +181,36 @@ class LayerNormLayer final : public Layer {
  private:
   float eps_;
   Tensor mean_, rstd_;
+};
+
+// y = x1 + x2 + ... (a residual join): the sum in FP32, rounded once into y's dtype; each input's
+// gradient is dy.
+class AddLayer final : public Layer {
+ public:
+  AddLayer(std::string name, std::size_t inputs, std::int64_t features);
+  std::size_t input_count() const override { return inputs_; }
+  void forward(sdk::TensorView x, std::int64_t rows) override;
+  void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
+                std::int64_t rows) override;
+  void forward_inputs(std::span<const sdk::TensorView> xs, std::int64_t rows) override;
+  void backward_inputs(std::span<const sdk::TensorView> xs, sdk::TensorView dy,
+                       std::span<const sdk::TensorView> dxs, std::int64_t rows) override;
+
+ private:
+  std::size_t inputs_;
+  Tensor sum_;  // fp32 [max_rows, features] when y is not fp32
+};
+
+// reshape / flatten: a view. `in` and `out` are the last dimensions before and after.
+class ViewLayer final : public Layer {
+ public:
+  ViewLayer(std::string name, std::string type, std::int64_t in, std::int64_t out);
+  bool is_view() const override { return true; }
+  void forward(sdk::TensorView, std::int64_t) override {}
+  void backward(sdk::TensorView, sdk::TensorView, sdk::TensorView, std::int64_t) override {}
+
+ protected:
+  bool output_deferred() const override { return true; }  // never allocated: the input's memory
 };
 
 }  // namespace mixtrain::core

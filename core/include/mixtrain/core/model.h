@@ -1,35 +1,57 @@
-// Model: a sequence of layers ending in softmax-cross-entropy, with every buffer allocated once.
+// Model: a graph of nodes (ops) ending in softmax-cross-entropy, with every buffer allocated once.
 //
 // Contract
-// - Lifecycle: construct from a ModelSpec (layer objects only) → set each layer's precision →
+// - Lifecycle: construct from a ModelSpec (op objects only) → set each op's precision →
 //   allocate(max_rows) → init_parameters(seed) or load masters → refresh_working_copies().
+// - The graph: each node reads named inputs (other nodes, or "input", the batch [N, F]) and has an
+//   N-d output, batch first; shapes below are per sample, without the batch dimension. Ops that
+//   work on the last dimension (linear, relu, gelu, layernorm, add) see an output [N, d1..dk] as
+//   [N*d1*..*d(k-1), dk] rows. In the sequential form (`layers`) each node reads the one before.
+//   layers() lists the nodes in forward order (inputs first, then declaration order).
+// - Exactly one node is read by no other: the logits, per-sample shape [classes].
+// - Gradients: every tensor that needs one has its own buffer. A tensor read once gets its
+//   reader's activation_grad dtype (the chain's behaviour, bit for bit); a tensor read by several
+//   nodes (a residual, add(h, h)) keeps an FP32 gradient: the first contribution overwrites, later
+//   ones add. Gradient buffers live in one arena placed by a liveness plan (liveness_plan.h): a
+//   buffer is live from its first contribution to its producer's backward.
+// - Epilogue fusion is a graph rewrite: a linear whose output is read only by a relu/gelu runs it
+//   as its GEMM epilogue (layers.h).
 // - Each step: write the batch into input(rows) / labels(rows) (device views), forward(rows),
-//   loss(rows, grad_scale, with_grad), backward(rows). The last layer's output are the logits
-//   [rows, classes]; `grad_scale` (the loss scale) multiplies the gradient seed.
-// - ModelSpec errors (unknown layer type, bad sizes, duplicate names, last layer not producing
-//   `classes` outputs) raise sdk::ConfigError at the layer's file:line:col.
+//   loss(rows, grad_scale, with_grad), backward(rows). `grad_scale` (the loss scale) multiplies the
+//   gradient seed. A hook, when set, runs for each parameter as soon as its gradient is final in
+//   backward (data-parallel bucketing hangs off it).
+// - Spec errors (unknown op, bad sizes or shapes, duplicate names, dangling inputs, cycles, the
+//   last node not producing `classes` outputs) raise sdk::ConfigError at the node's file:line:col.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "mixtrain/core/layers.h"
+#include "mixtrain/core/liveness_plan.h"
 #include "mixtrain/core/tensor.h"
 
 namespace mixtrain::core {
 
 struct LayerSpec {
-  std::string type;  // linear | relu | gelu | layernorm
+  std::string type;  // linear | relu | gelu | layernorm | add | reshape | flatten
   std::string name;  // defaults to "<type><index>"
   std::int64_t out = 0;  // linear only
   bool bias = true;      // linear only
   double eps = 1e-5;     // layernorm only
   sdk::SourceLocation where;
+  std::vector<std::string> inputs;  // graph form: node names or "input"; sequential form: empty
+  std::vector<std::int64_t> shape;  // reshape only: per-sample shape, one entry may be -1
 };
 
+inline constexpr const char* kGraphInput = "input";
+
 struct ModelSpec {
-  std::vector<LayerSpec> layers;
+  std::vector<LayerSpec> layers;  // the nodes, in declaration order
+  bool graph = false;             // true: each node names its inputs (model.nodes)
   std::string loss = "softmax_cross_entropy";
   bool fuse_epilogues = true;  // Linear + relu/gelu as one GEMM with an activation epilogue
   sdk::SourceLocation where;
@@ -56,7 +78,9 @@ class Model {
 
   sdk::TensorView input(std::int64_t rows) const { return input_.rows(rows); }
   sdk::TensorView labels(std::int64_t rows) const;
-  sdk::TensorView logits(std::int64_t rows) const { return layers_.back()->output(rows); }
+  sdk::TensorView logits(std::int64_t rows) const {
+    return activation(static_cast<int>(layers_.size()) - 1, rows);
+  }
 
   void forward(std::int64_t rows);
   // Enqueues the loss (and, with_grad, the scaled gradient of the logits) without waiting for it.
@@ -96,14 +120,57 @@ class Model {
   std::int64_t parameter_count() const;
   std::int64_t max_rows() const { return max_rows_; }
 
+  // Runs for each parameter when backward has written its final gradient for the step.
+  void set_gradient_ready_hook(std::function<void(ModelParameter&)> hook) {
+    grad_ready_ = std::move(hook);
+  }
+  // The inputs of layers()[i] (indices into layers(), -1 for the batch) and its per-sample shape.
+  const std::vector<int>& node_inputs(std::size_t i) const { return nodes_[i].inputs; }
+  const std::vector<std::int64_t>& node_shape(std::size_t i) const { return nodes_[i].shape; }
+  // Bytes of the gradient arena and what it would take without reuse (after allocate()).
+  std::size_t gradient_arena_bytes() const { return grad_plan_.arena_bytes; }
+  std::size_t gradient_sum_bytes() const { return grad_plan_.sum_bytes; }
+
  private:
+  struct Node {
+    std::vector<int> inputs;          // tensor ids: -1 the batch, else a node (layers_ index)
+    std::vector<std::int64_t> shape;  // per-sample output shape
+    std::int64_t rows_per_sample = 1; // product of shape[0..k-2]
+    int root = 0;                     // the node whose memory this output is (itself unless a view)
+    bool needs_grad = false;          // some parameter lies upstream (or here)
+  };
+  // Gradient bookkeeping per root tensor.
+  struct GradSlot {
+    int reads = 0;                // contributions per backward
+    sdk::DType dtype = sdk::DType::fp32;
+    std::size_t offset = 0;       // in grad_arena_
+    std::int64_t max_elems = 0;
+  };
+  std::int64_t rows_of(int tensor, std::int64_t batch) const;
+  std::int64_t features_of(int tensor) const;
+  sdk::TensorView activation(int tensor, std::int64_t batch) const;
+  sdk::TensorView gradient(int tensor, std::int64_t batch) const;  // of the tensor's root
+  sdk::DType contribution_dtype(std::size_t reader) const;
+  void plan_gradients();
+  // One backward pass. all_fp32: every gradient in FP32 (underflow measurement); `visit` sees each
+  // node after its backward with its input gradients (as stored) and returns false to stop.
+  using BackwardVisit = std::function<bool(std::size_t node, std::span<const sdk::TensorView> dxs)>;
+  void run_backward(std::int64_t batch, bool all_fp32, const BackwardVisit& visit);
+  sdk::TensorView scratch(std::size_t slot, sdk::DType dtype, std::int64_t rows, std::int64_t cols);
+
   std::shared_ptr<sdk::DeviceBackend> backend_;
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Node> nodes_;
   std::int64_t input_features_;
   std::int32_t classes_;
   std::int64_t max_rows_ = 0;
   Tensor input_, labels_, loss_, correct_;
-  Tensor grad_a_, grad_b_;  // ping-pong buffers for activation gradients, any dtype
+  std::vector<GradSlot> grad_slots_;  // per node (used at roots that need a gradient)
+  LivenessPlan grad_plan_;
+  Tensor grad_arena_;                 // bytes, every gradient buffer at its planned offset
+  std::vector<Tensor> fp32_grads_;    // all_fp32 passes only
+  std::vector<Tensor> scratch_;       // contributions that need a cast or an add
+  std::function<void(ModelParameter&)> grad_ready_;
 };
 
 }  // namespace mixtrain::core
