@@ -11,7 +11,10 @@ Commands
   loss     --config C --weights W --x X --y Y [--eval-fraction F --seed S]
            mean cross-entropy over all rows, or over mixtrain's held-out rows
   train    --config C --weights W --x X --y Y --steps N --lr LR [--eval-fraction F --seed S]
-           full-batch SGD on mixtrain's training rows, per-step losses
+           [--optimizer sgd|adamw --weight-decay WD]
+           full-batch SGD (or AdamW) on mixtrain's training rows, per-step losses
+The model is the config's model.layers (sequential) or model.nodes (a graph: linear, relu, gelu,
+layernorm, add, reshape, flatten).
 """
 import argparse
 import json
@@ -62,44 +65,82 @@ def write_safetensors(path, tensors, metadata):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
 
 
+class GraphModel(torch.nn.Module):
+    """mixtrain's model graph in PyTorch: nodes in declaration order (they are topologically
+    ordered in the configs this test writes), each reading named inputs ("input" is the batch)."""
+
+    def __init__(self, nodes, features):
+        super().__init__()
+        self.nodes = nodes
+        self.mods = torch.nn.ModuleDict()
+        shapes = {"input": [features]}
+        for n in nodes:
+            kind, name, ins = n["type"], n["name"], n["inputs"]
+            shape = list(shapes[ins[0]])
+            if kind == "linear":
+                self.mods[name] = torch.nn.Linear(shape[-1], n["out"], bias=n.get("bias", True))
+                shape[-1] = n["out"]
+            elif kind == "layernorm":
+                self.mods[name] = torch.nn.LayerNorm(shape[-1], eps=n.get("eps", 1e-5))
+            elif kind == "reshape":
+                numel = int(np.prod(shape))
+                shape = [numel // -int(np.prod(n["shape"])) if d == -1 else d for d in n["shape"]]
+            elif kind == "flatten":
+                shape = [int(np.prod(shape))]
+            elif kind not in ("relu", "gelu", "add"):
+                sys.exit(f"safetensors_interop.py: node type {kind!r} is not supported here")
+            shapes[name] = shape
+        self.shapes = shapes
+
+    def forward(self, x):
+        values = {"input": x}
+        for n in self.nodes:
+            kind, name, ins = n["type"], n["name"], [values[i] for i in n["inputs"]]
+            if kind in ("linear", "layernorm"):
+                y = self.mods[name](ins[0])
+            elif kind == "relu":
+                y = torch.relu(ins[0])
+            elif kind == "gelu":
+                y = torch.nn.functional.gelu(ins[0], approximate="tanh")
+            elif kind == "add":
+                y = ins[0]
+                for other in ins[1:]:
+                    y = y + other
+            else:  # reshape, flatten: per-sample shapes, batch first
+                y = ins[0].reshape([ins[0].shape[0]] + self.shapes[name])
+            values[name] = y
+        return values[self.nodes[-1]["name"]]
+
+
 def build_model(config_path, features):
+    """The model of a mixtrain config (model.layers or model.nodes)."""
     with open(config_path, "rb") as f:
         cfg = tomllib.load(f)
-    modules, names = [], []
-    width = features
-    for layer in cfg["model"]["layers"]:
-        kind = layer["type"]
-        if kind == "linear":
-            m = torch.nn.Linear(width, layer["out"], bias=layer.get("bias", True))
-            width = layer["out"]
-            names.append(layer["name"])
-        elif kind == "relu":
-            m = torch.nn.ReLU()
-            names.append(None)
-        elif kind == "gelu":
-            m = torch.nn.GELU(approximate="tanh")
-            names.append(None)
-        else:
-            sys.exit(f"safetensors_interop.py: layer type {kind!r} is not supported here")
-        modules.append(m)
-    return torch.nn.Sequential(*modules), names
+    nodes = cfg["model"].get("nodes")
+    if nodes is None:  # the sequential form: each layer reads the one before
+        nodes, prev, counts = [], "input", {}
+        for layer in cfg["model"]["layers"]:
+            kind = layer["type"]
+            counts[kind] = counts.get(kind, 0) + 1
+            node = dict(layer, name=layer.get("name", f"{kind}{counts[kind]}"), inputs=[prev])
+            nodes.append(node)
+            prev = node["name"]
+    return GraphModel(nodes, features)
 
 
-def named_weights(model, names):
+def named_weights(model):
     out = {}
-    for m, name in zip(model, names):
-        if name is None:
-            continue
+    for name, m in model.mods.items():
         out[f"{name}.weight"] = m.weight
         if m.bias is not None:
             out[f"{name}.bias"] = m.bias
     return out
 
 
-def load_weights(model, names, path):
+def load_weights(model, path):
     tensors, _ = read_safetensors(path)
     with torch.no_grad():
-        for key, p in named_weights(model, names).items():
+        for key, p in named_weights(model).items():
             t = tensors[key]
             assert tuple(t.shape) == tuple(p.shape), (key, t.shape, p.shape)
             p.copy_(t)
@@ -176,6 +217,8 @@ def main():
     ap.add_argument("--eval-fraction", type=float, default=0.0)
     ap.add_argument("--steps", type=int)
     ap.add_argument("--lr", type=float)
+    ap.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
+    ap.add_argument("--weight-decay", type=float, default=0.0)
     a = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(a.seed)
@@ -191,15 +234,15 @@ def main():
         return
 
     if a.command == "init":
-        model, names = build_model(a.config, a.features)
-        write_safetensors(a.out, named_weights(model, names), {"format": "pt"})
-        print(json.dumps({"tensors": len(named_weights(model, names))}))
+        model = build_model(a.config, a.features)
+        write_safetensors(a.out, named_weights(model), {"format": "pt"})
+        print(json.dumps({"tensors": len(named_weights(model))}))
         return
 
     x = torch.from_numpy(np.load(a.x).astype(np.float32))
     y = torch.from_numpy(np.load(a.y).astype(np.int64))
-    model, names = build_model(a.config, x.shape[1])
-    load_weights(model, names, a.weights)
+    model = build_model(a.config, x.shape[1])
+    load_weights(model, a.weights)
     loss_fn = torch.nn.CrossEntropyLoss()
 
     if a.command == "loss":
@@ -219,14 +262,24 @@ def main():
         rows = torch.tensor([i for i in range(x.shape[0]) if i not in held])
         x, y = x[rows], y[rows]
     losses = []
+    if a.optimizer == "adamw":
+        # mixtrain's AdamW: betas (0.9, 0.999), eps 1e-8, decay on linear weights only (not on
+        # biases or layernorm parameters).
+        weights = named_weights(model)
+        decay = [p for k, p in weights.items() if k.endswith(".weight") and
+                 isinstance(model.mods[k[: -len(".weight")]], torch.nn.Linear)]
+        rest = [p for p in weights.values() if all(p is not q for q in decay)]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                                 {"params": rest, "weight_decay": 0.0}],
+                                lr=a.lr, betas=(0.9, 0.999), eps=1e-8, foreach=False)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.0)
     for _ in range(a.steps):
-        model.zero_grad()
+        opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
         losses.append(loss.item())
-        with torch.no_grad():
-            for p in model.parameters():
-                p -= a.lr * p.grad
+        opt.step()
     print(json.dumps({"losses": losses}))
 
 
