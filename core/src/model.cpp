@@ -224,8 +224,11 @@ TensorView Model::activation(int tensor, std::int64_t batch) const {
 TensorView Model::gradient(int tensor, std::int64_t batch) const {
   const auto root = static_cast<std::size_t>(nodes_[static_cast<std::size_t>(tensor)].root);
   const sdk::Shape shape{rows_of(tensor, batch), features_of(tensor)};
-  if (!fp32_grads_.empty()) return {fp32_grads_[root].view().data, DType::fp32, shape};
   const GradSlot& g = grad_slots_[root];
+  if (fp32_pass_) {
+    const Tensor& arena = fp32_arena_.empty() ? grad_arena_ : fp32_arena_;
+    return {static_cast<std::byte*>(arena.view().data) + g.offset_fp32, DType::fp32, shape};
+  }
   return {static_cast<std::byte*>(grad_arena_.view().data) + g.offset, g.dtype, shape};
 }
 
@@ -273,22 +276,30 @@ void Model::plan_gradients() {
     if (layers_[p]->is_view()) continue;
     for (int t : nodes_[p].inputs) contribute(t, contribution_dtype(p), static_cast<int>(n - p));
   }
-  std::vector<BufferLife> lives;
+  // The same lives twice: in each gradient's dtype, and all in FP32 (the underflow pass).
+  std::vector<BufferLife> lives, lives_fp32;
   std::vector<std::size_t> owner;
   for (std::size_t r = 0; r < n; ++r) {
     auto& g = grad_slots_[r];
     if (g.reads == 0) continue;
     g.dtype = g.reads == 1 ? only[r] : DType::fp32;
     g.max_elems = max_rows_ * nodes_[r].rows_per_sample * nodes_[r].shape.back();
-    lives.push_back({layers_[r]->name() + ".grad",
-                     static_cast<std::size_t>(g.max_elems) * sdk::dtype_size(g.dtype), first[r],
+    const auto elems = static_cast<std::size_t>(g.max_elems);
+    lives.push_back({layers_[r]->name() + ".grad", elems * sdk::dtype_size(g.dtype), first[r],
                      static_cast<int>(n - r)});
+    lives_fp32.push_back({layers_[r]->name() + ".grad", elems * 4, first[r], static_cast<int>(n - r)});
     owner.push_back(r);
   }
   grad_plan_ = plan_liveness(lives);
-  for (std::size_t k = 0; k < owner.size(); ++k) grad_slots_[owner[k]].offset = grad_plan_.offset[k];
+  grad_plan_fp32_ = plan_liveness(lives_fp32);
+  for (std::size_t k = 0; k < owner.size(); ++k) {
+    grad_slots_[owner[k]].offset = grad_plan_.offset[k];
+    grad_slots_[owner[k]].offset_fp32 = grad_plan_fp32_.offset[k];
+  }
+  std::size_t bytes = grad_plan_.arena_bytes;
+  if (reserve_fp32_pass_) bytes = std::max(bytes, grad_plan_fp32_.arena_bytes);
   grad_arena_ = Tensor(backend_, DType::fp32,
-                       sdk::Shape{static_cast<std::int64_t>(std::max<std::size_t>(grad_plan_.arena_bytes, 4) / 4 + 1)});
+                       sdk::Shape{static_cast<std::int64_t>(std::max<std::size_t>(bytes, 4) / 4 + 1)});
 }
 
 void Model::init_parameters(std::uint64_t seed) {
@@ -469,14 +480,16 @@ std::vector<Model::UnderflowCount> Model::measure_gradient_underflow(std::int64_
     out.push_back(c);
   };
   // Every gradient in FP32 for this pass, counted against the dtype the plan stores it in.
-  fp32_grads_.clear();
-  fp32_grads_.resize(layers_.size());
-  for (std::size_t r = 0; r < layers_.size(); ++r)
-    if (grad_slots_[r].reads > 0)
-      fp32_grads_[r] = Tensor(backend_, DType::fp32, sdk::Shape{grad_slots_[r].max_elems});
+  if (!reserve_fp32_pass_)
+    fp32_arena_ = Tensor(backend_, DType::fp32,
+                         sdk::Shape{static_cast<std::int64_t>(grad_plan_fp32_.arena_bytes / 4 + 1)});
+  fp32_pass_ = true;
   struct Release {
     Model* m;
-    ~Release() { m->fp32_grads_.clear(); }
+    ~Release() {
+      m->fp32_pass_ = false;
+      m->fp32_arena_ = Tensor();
+    }
   } release{this};
   const TensorView dy = gradient(static_cast<int>(layers_.size()) - 1, rows);
   backend_->softmax_cross_entropy(logits(rows), labels(rows), grad_scale, loss_.view(),

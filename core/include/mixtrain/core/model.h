@@ -115,6 +115,9 @@ class Model {
     std::int64_t nonzero = 0, flushed = 0;
   };
   std::vector<UnderflowCount> measure_gradient_underflow(std::int64_t rows, float grad_scale);
+  // Call before allocate() when measure_gradient_underflow() will run: the gradient arena is then
+  // sized for the FP32 pass too, which reuses it instead of allocating a second arena per call.
+  void reserve_fp32_gradient_pass() { reserve_fp32_pass_ = true; }
 
   std::vector<ModelParameter*> parameters();
   std::int64_t parameter_count() const;
@@ -144,6 +147,7 @@ class Model {
     int reads = 0;                // contributions per backward
     sdk::DType dtype = sdk::DType::fp32;
     std::size_t offset = 0;       // in grad_arena_
+    std::size_t offset_fp32 = 0;  // in the FP32 pass's arena (the same one when reserved)
     std::int64_t max_elems = 0;
   };
   std::int64_t rows_of(int tensor, std::int64_t batch) const;
@@ -166,9 +170,11 @@ class Model {
   std::int64_t max_rows_ = 0;
   Tensor input_, labels_, loss_, correct_;
   std::vector<GradSlot> grad_slots_;  // per node (used at roots that need a gradient)
-  LivenessPlan grad_plan_;
+  LivenessPlan grad_plan_, grad_plan_fp32_;
   Tensor grad_arena_;                 // bytes, every gradient buffer at its planned offset
-  std::vector<Tensor> fp32_grads_;    // all_fp32 passes only
+  bool reserve_fp32_pass_ = false;
+  bool fp32_pass_ = false;            // measure_gradient_underflow: every gradient in FP32
+  Tensor fp32_arena_;                 // that pass's arena, when grad_arena_ was not sized for it
   std::vector<Tensor> scratch_;       // contributions that need a cast or an add
   std::function<void(ModelParameter&)> grad_ready_;
 };
