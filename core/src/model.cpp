@@ -317,15 +317,18 @@ TensorView Model::labels(std::int64_t rows) const {
   return {labels_.view().data, DType::int32, sdk::Shape{rows}};
 }
 
-void Model::forward(std::int64_t rows) {
+void Model::run_forward(std::int64_t batch, const std::function<bool(std::size_t node)>& visit) {
   std::vector<TensorView> xs;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    if (layers_[i]->is_view()) continue;
+    if (layers_[i]->is_view()) continue;  // a view computes nothing
     xs.clear();
-    for (int t : nodes_[i].inputs) xs.push_back(activation(t, rows));
-    layers_[i]->forward_inputs(xs, rows_of(static_cast<int>(i), rows));
+    for (int t : nodes_[i].inputs) xs.push_back(activation(t, batch));
+    layers_[i]->forward_inputs(xs, rows_of(static_cast<int>(i), batch));
+    if (visit && !visit(i)) return;
   }
 }
+
+void Model::forward(std::int64_t rows) { run_forward(rows, {}); }
 
 void Model::compute_loss(std::int64_t rows, float grad_scale, bool with_grad) {
   TensorView dlogits;
@@ -436,18 +439,16 @@ std::string Model::locate_first_nonfinite(std::int64_t rows, float grad_scale) {
     return backend_->first_nonfinite(one) >= 0;
   };
   if (bad(input_.rows(rows))) return "input batch";
-  std::vector<TensorView> xs;
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    if (layers_[i]->is_view()) continue;
-    xs.clear();
-    for (int t : nodes_[i].inputs) xs.push_back(activation(t, rows));
-    layers_[i]->forward_inputs(xs, rows_of(static_cast<int>(i), rows));
-    if (bad(activation(static_cast<int>(i), rows))) return "forward " + layers_[i]->name() + ".output";
-  }
+  std::string found;
+  run_forward(rows, [&](std::size_t i) {
+    if (!bad(activation(static_cast<int>(i), rows))) return true;
+    found = "forward " + layers_[i]->name() + ".output";
+    return false;
+  });
+  if (!found.empty()) return found;
   auto lv = loss(rows, grad_scale, true);
   if (!std::isfinite(lv.loss)) return "loss";
   if (bad(gradient(static_cast<int>(layers_.size()) - 1, rows))) return "backward loss gradient (logits)";
-  std::string found;
   run_backward(rows, false, [&](std::size_t i, std::span<const TensorView> dxs) {
     for (auto& p : layers_[i]->parameters())
       if (bad(p.grad.view())) {
