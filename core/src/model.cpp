@@ -39,9 +39,12 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return out + "]";
 }
 
+// -1 when the product leaves int64 (a config's reshape can ask for anything): never equal to a
+// real element count, so the shape checks reject it.
 std::int64_t product(const std::vector<std::int64_t>& v, std::size_t from, std::size_t to) {
   std::int64_t p = 1;
-  for (std::size_t i = from; i < to; ++i) p *= v[i];
+  for (std::size_t i = from; i < to; ++i)
+    if (__builtin_mul_overflow(p, v[i], &p)) return -1;
   return p;
 }
 

@@ -207,6 +207,10 @@ TEST(ModelGraph, ErrorsNameTheNodeAndItsLine) {
   EXPECT_NE(e.find("graph.toml:8:3"), std::string::npos) << e;
   EXPECT_NE(e.find("[2, 3]"), std::string::npos) << e;
 
+  ModelSpec huge = logits_shape;  // a product past int64 is refused, not wrapped
+  huge.layers[0].shape = {std::int64_t{1} << 40, std::int64_t{1} << 40, -1};
+  EXPECT_NE(error_of(huge).find("cannot reshape"), std::string::npos) << error_of(huge);
+
   ModelSpec relu_two;
   relu_two.graph = true;
   relu_two.layers = {node("relu", "act", {"input", "input"}, 0, 2), node("linear", "head", {"act"}, 3, 3)};
