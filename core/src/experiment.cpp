@@ -258,7 +258,11 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
       }
       if (type == "layernorm") l.eps = o.get_double("eps");
       l.inputs = config.string_array(dotted + ".inputs");
-      if (type == "reshape") l.shape = config.integer_array(dotted + ".shape");
+      l.shape = config.integer_array(dotted + ".shape");
+      if (type != "reshape" && !l.shape.empty())
+        throw sdk::ConfigError(config.location(dotted + ".shape"), table + ".shape",
+                               "unknown key 'shape' for a " + type + " node",
+                               "shape belongs to reshape nodes");
       if (!graph_form && !l.inputs.empty())
         throw sdk::ConfigError(config.location(dotted + ".inputs"), table + ".inputs",
                                "a layer of model.layers reads the layer before it",

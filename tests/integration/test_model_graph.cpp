@@ -162,6 +162,12 @@ TEST_F(ModelGraph, BadGraphsExit2NamingTheNodeAndTheLine) {
   { name = "flat", type = "flatten", inputs = ["r"] },
   { name = "head", type = "linear", out = 5, inputs = ["flat"] },)",
        {"'r'", "[3, -1]"}},
+      {"shape on a linear",
+       R"({ name = "head", type = "linear", out = 5, shape = [5], inputs = ["input"] },)",
+       {"unknown key 'shape'"}},
+      {"a node without inputs",
+       R"({ name = "head", type = "linear", out = 5 },)",
+       {"needs its inputs"}},
   };
   for (const auto& c : cases) {
     const std::string text = std::string(kCommon) + "\n[model]\nnodes = [\n  " + c.nodes + "\n]\n";
