@@ -11,12 +11,6 @@ namespace mixtrain::core {
 
 namespace {
 
-// What a node input names: a node (index) or a graph input (index), never both.
-struct Source {
-  bool is_node = false;
-  std::size_t index = 0;
-};
-
 [[noreturn]] void fail(const GraphNodeSpec& node, const std::string& what,
                        const std::string& hint) {
   throw sdk::ConfigError(node.where, node.name, what, hint);
@@ -24,7 +18,7 @@ struct Source {
 
 // The nodes on one cycle among `pending` (nodes never made ready), in the order they read each
 // other: follow any unfinished input from a pending node until a node repeats.
-std::vector<std::size_t> find_cycle(const std::vector<std::vector<Source>>& sources,
+std::vector<std::size_t> find_cycle(const std::vector<std::vector<GraphSource>>& sources,
                                     const std::vector<bool>& pending, std::size_t start) {
   std::vector<std::size_t> path;
   std::unordered_map<std::size_t, std::size_t> at;
@@ -48,12 +42,12 @@ std::vector<std::size_t> find_cycle(const std::vector<std::vector<Source>>& sour
 GraphTopology plan_graph_topology(const std::vector<GraphNodeSpec>& nodes,
                                   const std::vector<std::string>& graph_inputs) {
   const std::size_t n = nodes.size();
-  std::unordered_map<std::string, Source> by_name;
+  std::unordered_map<std::string, GraphSource> by_name;
   for (std::size_t g = 0; g < graph_inputs.size(); ++g) by_name[graph_inputs[g]] = {false, g};
   for (std::size_t i = 0; i < n; ++i) {
     const auto& node = nodes[i];
     if (node.name.empty()) fail(node, "a node without a name", "give every node a name = \"...\"");
-    auto [it, fresh] = by_name.try_emplace(node.name, Source{true, i});
+    auto [it, fresh] = by_name.try_emplace(node.name, GraphSource{true, i});
     if (fresh) continue;
     if (!it->second.is_node)
       fail(node, "the node '" + node.name + "' has the name of a graph input",
@@ -64,7 +58,7 @@ GraphTopology plan_graph_topology(const std::vector<GraphNodeSpec>& nodes,
          "give each node its own name");
   }
 
-  std::vector<std::vector<Source>> sources(n);
+  std::vector<std::vector<GraphSource>> sources(n);
   std::vector<std::size_t> unmet(n, 0);
   std::vector<std::string> known;
   for (std::size_t i = 0; i < n; ++i) {
@@ -124,6 +118,7 @@ GraphTopology plan_graph_topology(const std::vector<GraphNodeSpec>& nodes,
   for (std::size_t i : t.order)
     for (const auto& s : sources[i])
       (s.is_node ? t.consumers : t.input_consumers)[s.index].push_back(i);
+  t.sources = std::move(sources);
   t.last_reader.assign(n, 0);
   for (std::size_t i = 0; i < n; ++i)
     t.last_reader[i] = t.consumers[i].empty() ? t.position[i] : t.position[t.consumers[i].back()];

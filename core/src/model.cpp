@@ -79,15 +79,8 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
   const GraphTopology topo = plan_graph_topology(graph, {kGraphInput});
 
   // Ops in forward order, with shapes inferred from the inputs'.
+  // layers_ is in forward order: a node's index there is its topo.position.
   const std::size_t n = spec.layers.size();
-  std::vector<int> index_of(n, -1);  // spec index -> layers_ index
-  for (std::size_t pos = 0; pos < n; ++pos) index_of[topo.order[pos]] = static_cast<int>(pos);
-  auto tensor_of = [&](const std::string& input) {
-    if (input == kGraphInput) return -1;
-    for (std::size_t i = 0; i < n; ++i)
-      if (graph[i].name == input) return index_of[i];
-    return -1;  // unreachable: the topology rejected dangling inputs
-  };
   nodes_.resize(n);
   for (std::size_t pos = 0; pos < n; ++pos) {
     const std::size_t i = topo.order[pos];
@@ -95,7 +88,8 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
     const std::string& name = graph[i].name;
     const std::string key = list + "[" + std::to_string(i) + "]";
     Node& node = nodes_[pos];
-    for (const auto& in : graph[i].inputs) node.inputs.push_back(tensor_of(in));
+    for (const GraphSource& src : topo.sources[i])
+      node.inputs.push_back(src.is_node ? static_cast<int>(topo.position[src.index]) : -1);
     auto shape_of = [&](int t) {
       return t < 0 ? std::vector<std::int64_t>{input_features} : nodes_[static_cast<std::size_t>(t)].shape;
     };
@@ -177,7 +171,7 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
 
   // One output: the logits. Every other node is read, so the logits come last in forward order.
   for (std::size_t i = 0; i < n; ++i)
-    if (topo.consumers[i].empty() && index_of[i] != static_cast<int>(n) - 1)
+    if (topo.consumers[i].empty() && topo.position[i] != n - 1)
       throw sdk::ConfigError(graph[i].where, list + "[" + std::to_string(i) + "]",
                              "node '" + graph[i].name + "' is read by no other node, and only the "
                              "logits may be: the graph has two outputs",
@@ -203,7 +197,7 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
     auto* linear = dynamic_cast<LinearLayer*>(layers_[pos].get());
     const auto& readers = topo.consumers[topo.order[pos]];
     if (linear == nullptr || readers.size() != 1) continue;
-    auto* act = dynamic_cast<ActivationLayer*>(layers_[static_cast<std::size_t>(index_of[readers[0]])].get());
+    auto* act = dynamic_cast<ActivationLayer*>(layers_[topo.position[readers[0]]].get());
     if (act != nullptr) linear->fuse_activation(act);
   }
   set_epilogue_fusion(spec.fuse_epilogues);
@@ -239,6 +233,13 @@ DType Model::contribution_dtype(std::size_t reader) const {
   return storage_of(layers_[reader]->precision().activation_grad);
 }
 
+DType Model::logits_grad_dtype() const {
+  // The logits' own activation dtype, as the chain stored it. Logits that view the batch itself
+  // (no node computes them) need no gradient; fp32 then.
+  const int root = nodes_.back().root;
+  return root < 0 ? DType::fp32 : storage_of(layers_[static_cast<std::size_t>(root)]->precision().activation);
+}
+
 TensorView Model::scratch(std::size_t slot, DType dtype, std::int64_t rows, std::int64_t cols) {
   if (scratch_.size() <= slot) scratch_.resize(slot + 1);
   Tensor& t = scratch_[slot];
@@ -264,17 +265,15 @@ void Model::plan_gradients() {
   const std::size_t n = layers_.size();
   grad_slots_.assign(n, GradSlot{});
   std::vector<int> first(n, std::numeric_limits<int>::max());
-  std::vector<DType> only(n, DType::fp32);
   auto contribute = [&](int tensor, DType dtype, int step) {
     const int root = tensor < 0 ? -1 : nodes_[static_cast<std::size_t>(tensor)].root;
     if (root < 0 || !nodes_[static_cast<std::size_t>(root)].needs_grad) return;
     auto& g = grad_slots_[static_cast<std::size_t>(root)];
     ++g.reads;
-    only[static_cast<std::size_t>(root)] = dtype;
+    g.dtype = dtype;  // the reader's dtype; FP32 below when there are several readers
     first[static_cast<std::size_t>(root)] = std::min(first[static_cast<std::size_t>(root)], step);
   };
-  const int sink = static_cast<int>(n) - 1;
-  contribute(sink, storage_of(layers_[static_cast<std::size_t>(nodes_.back().root < 0 ? sink : nodes_.back().root)]->precision().activation), 0);
+  contribute(static_cast<int>(n) - 1, logits_grad_dtype(), 0);
   for (std::size_t p = 0; p < n; ++p) {
     if (layers_[p]->is_view()) continue;
     for (int t : nodes_[p].inputs) contribute(t, contribution_dtype(p), static_cast<int>(n - p));
@@ -285,9 +284,9 @@ void Model::plan_gradients() {
   for (std::size_t r = 0; r < n; ++r) {
     auto& g = grad_slots_[r];
     if (g.reads == 0) continue;
-    g.dtype = g.reads == 1 ? only[r] : DType::fp32;
-    g.max_elems = max_rows_ * nodes_[r].rows_per_sample * nodes_[r].shape.back();
-    const auto elems = static_cast<std::size_t>(g.max_elems);
+    if (g.reads > 1) g.dtype = DType::fp32;
+    const auto elems =
+        static_cast<std::size_t>(max_rows_ * nodes_[r].rows_per_sample * nodes_[r].shape.back());
     lives.push_back({layers_[r]->name() + ".grad", elems * sdk::dtype_size(g.dtype), first[r],
                      static_cast<int>(n - r)});
     lives_fp32.push_back({layers_[r]->name() + ".grad", elems * 4, first[r], static_cast<int>(n - r)});
@@ -498,9 +497,7 @@ std::vector<Model::UnderflowCount> Model::measure_gradient_underflow(std::int64_
   const TensorView dy = gradient(static_cast<int>(layers_.size()) - 1, rows);
   backend_->softmax_cross_entropy(logits(rows), labels(rows), grad_scale, loss_.view(),
                                   correct_.view(), dy);
-  const int sink_root = nodes_.back().root;
-  count("logits gradient", dy,
-        storage_of(layers_[static_cast<std::size_t>(sink_root < 0 ? 0 : sink_root)]->precision().activation));
+  count("logits gradient", dy, logits_grad_dtype());
   run_backward(rows, true, [&](std::size_t i, std::span<const TensorView> dxs) {
     for (const TensorView& dx : dxs)
       if (!dx.empty()) count(layers_[i]->name() + " input gradient", dx, contribution_dtype(i));

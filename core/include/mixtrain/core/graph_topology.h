@@ -8,6 +8,7 @@
 // - plan_graph_topology() returns the forward order: every node after all of its inputs, and
 //   among nodes that are ready together, the one declared first, so a chain runs as written and
 //   the order never depends on anything but the config. Backward runs it in reverse.
+// - sources[i] is node i's inputs as written, each resolved to a node or a graph input.
 // - consumers[i] lists, in forward order, each node that reads node i's output, once per read;
 //   input_consumers does the same for the graph's inputs. A tensor with two or more readers
 //   accumulates its gradient: the first writer overwrites, later ones add.
@@ -33,7 +34,14 @@ struct GraphNodeSpec {
   sdk::SourceLocation where;        // where the config declares the node
 };
 
+// What one node input names: a node (its declaration index) or a graph input (its index).
+struct GraphSource {
+  bool is_node = false;
+  std::size_t index = 0;
+};
+
 struct GraphTopology {
+  std::vector<std::vector<GraphSource>> sources;          // per node, its inputs resolved, in order
   std::vector<std::size_t> order;                         // node indices in forward order
   std::vector<std::size_t> position;                      // position[i]: node i's place in `order`
   std::vector<std::vector<std::size_t>> consumers;        // per node, readers in forward order

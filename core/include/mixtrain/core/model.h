@@ -148,13 +148,13 @@ class Model {
     sdk::DType dtype = sdk::DType::fp32;
     std::size_t offset = 0;       // in grad_arena_
     std::size_t offset_fp32 = 0;  // in the FP32 pass's arena (the same one when reserved)
-    std::int64_t max_elems = 0;
   };
   std::int64_t rows_of(int tensor, std::int64_t batch) const;
   std::int64_t features_of(int tensor) const;
   sdk::TensorView activation(int tensor, std::int64_t batch) const;
   sdk::TensorView gradient(int tensor, std::int64_t batch) const;  // of the tensor's root
   sdk::DType contribution_dtype(std::size_t reader) const;
+  sdk::DType logits_grad_dtype() const;  // what the loss stores the logits' gradient in
   void plan_gradients();
   // One backward pass. all_fp32: every gradient in FP32 (underflow measurement); `visit` sees each
   // node after its backward with its input gradients (as stored) and returns false to stop.
