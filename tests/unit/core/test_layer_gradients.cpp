@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "cpu_backend.h"
+#include "cpu_test_backend.h"
 #include "mixtrain/core/layers.h"
 #include "mixtrain/core/model.h"
 
@@ -19,17 +19,9 @@ namespace {
 
 using sdk::DType;
 
-std::shared_ptr<sdk::DeviceBackend> cpu() {
-  static auto b = std::make_shared<backend_cpu::CpuBackend>(1);
-  return b;
-}
-
-std::vector<float> read(const sdk::TensorView& v) {
-  std::vector<float> h(static_cast<std::size_t>(v.numel()));
-  cpu()->copy_to_host(h.data(), v);
-  return h;
-}
-void write(const sdk::TensorView& v, const std::vector<float>& h) { cpu()->copy_from_host(v, h.data()); }
+using test_support::cpu;
+using test_support::read;
+using test_support::write;
 
 std::vector<float> random_vector(std::size_t n, unsigned seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937 rng(seed);

@@ -4,16 +4,13 @@
 #include <cmath>
 #include <memory>
 
-#include "cpu_backend.h"
+#include "cpu_test_backend.h"
 #include "mixtrain/core/model.h"
 
 namespace mixtrain::core {
 namespace {
 
-std::shared_ptr<sdk::DeviceBackend> cpu() {
-  static auto b = std::make_shared<backend_cpu::CpuBackend>(1);
-  return b;
-}
+using test_support::cpu;
 
 LayerSpec linear(const char* name, std::int64_t out, std::uint32_t line) {
   return {"linear", name, out, true, 1e-5, {"model.toml", line, 3}, {}, {}};
