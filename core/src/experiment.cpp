@@ -136,14 +136,16 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   // The sequential form (`layers`, each reads the one before) or the graph form (`nodes`, each
   // names its inputs); a node's inputs and a reshape's shape are arrays, read below.
   const std::vector<std::string> array_keys = {"inputs", "shape"};
-  const bool graph_form = !config.table_array("model.nodes", array_keys).empty();
-  if (graph_form && !config.table_array("model.layers", array_keys).empty())
+  auto nodes = config.table_array("model.nodes", array_keys);
+  auto sequential = config.table_array("model.layers", array_keys);
+  const bool graph_form = !nodes.empty();
+  if (graph_form && !sequential.empty())
     throw sdk::ConfigError(config.location("model.nodes"), "model.nodes",
                            "the model has both layers and nodes",
                            "write the model as one list: layers (each reads the one before) or "
                            "nodes (each names its inputs)");
   const std::string layer_list = graph_form ? "model.nodes" : "model.layers";
-  const auto layers = config.table_array(layer_list, array_keys);
+  const auto layers = graph_form ? std::move(nodes) : std::move(sequential);
   for (std::size_t i = 0; i < layers.size(); ++i)
     reject_nested(config, layer_list + "." + std::to_string(i));
   const auto overrides = config.table_array("precision.override");
