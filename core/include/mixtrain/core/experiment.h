@@ -23,6 +23,7 @@
 #include "mixtrain/core/dataset.h"
 #include "mixtrain/core/model.h"
 #include "mixtrain/core/plugin_registry.h"
+#include "mixtrain/core/precision_planning.h"
 #include "mixtrain/sdk/checkpoint_format.h"
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/loss_scaler.h"
@@ -67,12 +68,6 @@ struct CheckpointSettings {
   std::string init_from;
 };
 
-struct PrecisionOverride {
-  std::string pattern;  // layer name or glob
-  std::optional<sdk::DType> weight, gemm_input, activation, activation_grad;
-  sdk::SourceLocation where;
-};
-
 struct Experiment {
   std::string source_name;
   RunSettings run;
@@ -108,11 +103,5 @@ std::vector<std::filesystem::path> config_plugin_paths(const Config& config);
 Experiment parse_experiment(const Config& config, const PluginRegistry& registry);
 Components create_components(const Experiment& e, const PluginRegistry& registry);
 std::string resolved_toml(const Experiment& e);
-
-// Applies the policy's plan and the user's overrides to every layer. An override that matches
-// no layer is an error naming the pattern and the layers that exist.
-void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
-                    const sdk::BackendCapabilities& capabilities,
-                    const std::vector<PrecisionOverride>& overrides);
 
 }  // namespace mixtrain::core

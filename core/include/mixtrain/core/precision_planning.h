@@ -1,0 +1,34 @@
+// Precision planning: which dtype each tensor of each layer uses in this run.
+//
+// Contract
+// - plan_precision() asks the policy (adapted to the backend's capabilities first) for every
+//   layer's plan, then applies the user's [[precision.override]] entries in config order: each
+//   pattern is a layer name or an fnmatch glob, and every field it sets replaces the plan's.
+// - An override that matches no layer throws sdk::ConfigError at the override's config line,
+//   naming the pattern and the layers that exist.
+// - Layers whose final plan computes their GEMMs in FP8 get the policy as their operand scaler;
+//   an override that keeps a layer in 16-bit takes it out of the policy's scaling.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/model.h"
+#include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/precision_policy.h"
+
+namespace mixtrain::core {
+
+struct PrecisionOverride {
+  std::string pattern;  // layer name or glob
+  std::optional<sdk::DType> weight, gemm_input, activation, activation_grad;
+  sdk::SourceLocation where;
+};
+
+void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
+                    const sdk::BackendCapabilities& capabilities,
+                    const std::vector<PrecisionOverride>& overrides);
+
+}  // namespace mixtrain::core
