@@ -6,6 +6,7 @@
 
 #include "mixtrain/core/component_section.h"
 #include "mixtrain/core/host_schemas.h"
+#include "ops/op_registry.h"
 
 namespace mixtrain::core {
 
@@ -98,6 +99,12 @@ fs::path resolve_path(const Config& config, const ResolvedComponentSection& r,
 void show_resolved(ResolvedSection& section, const std::string& key, const std::string& value) {
   for (auto& [k, v] : section.values)
     if (k == key) v = value;
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
 }
 
 }  // namespace
@@ -244,22 +251,17 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
         throw sdk::ConfigError(
             key_location(entry.options, "type", entry.where), table + ".type",
             type.empty() ? "missing layer type" : "unknown layer type '" + type + "'",
-            (near.empty() ? "" : "did you mean '" + near + "'? ") +
-                "one of: linear, relu, gelu, layernorm, add, reshape, flatten");
+            (near.empty() ? "" : "did you mean '" + near + "'? ") + "one of: " + join_names(types));
       }
       auto o = sdk::Options::resolve(table, layer_schema(type), entry.options, entry.where);
       LayerSpec l;
       l.type = type;
       l.where = entry.where;
       l.name = o.get_string("name");
-      if (type == "linear") {
-        l.out = o.get_int("out");
-        l.bias = o.get_bool("bias");
-      }
-      if (type == "layernorm") l.eps = o.get_double("eps");
+      l.options = entry.options;
       l.inputs = config.string_array(dotted + ".inputs");
       l.shape = config.integer_array(dotted + ".shape");
-      if (type != "reshape" && !l.shape.empty())
+      if (!find_op(type)->takes_shape && !l.shape.empty())
         throw sdk::ConfigError(config.location(dotted + ".shape"), table + ".shape",
                                "unknown key 'shape' for a " + type + " node",
                                "shape belongs to reshape nodes");

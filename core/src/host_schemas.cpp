@@ -1,5 +1,7 @@
 #include "mixtrain/core/host_schemas.h"
 
+#include "ops/op_registry.h"
+
 #include <stdexcept>
 
 namespace mixtrain::core {
@@ -102,14 +104,8 @@ sdk::OptionSchema checkpoint_core_schema() {
 
 sdk::OptionSchema layer_schema(const std::string& type) {
   sdk::OptionSchema s = {OptionSpec::string("name", "", "unique layer name")};
-  if (type == "linear") {
-    s.push_back(OptionSpec::required("out", OptionType::integer, "output features")
-                    .at_least(1)
-                    .at_most(kMaxDim));
-    s.push_back(OptionSpec::boolean("bias", true, "add a learned bias"));
-  } else if (type == "layernorm") {
-    s.push_back(OptionSpec::number("eps", 1e-5, "added to the variance").greater_than(0.0));
-  }
+  if (const OpDefinition* op = find_op(type); op != nullptr && op->schema != nullptr)
+    for (auto& spec : op->schema()) s.push_back(std::move(spec));
   return s;
 }
 
@@ -148,9 +144,7 @@ sdk::OptionSchema model_schema() {
 }
 
 const std::vector<std::string>& layer_types() {
-  static const std::vector<std::string> types = {"linear", "relu",    "gelu",   "layernorm",
-                                                 "add",    "reshape", "flatten"};
-  return types;
+  return op_types();
 }
 
 }  // namespace mixtrain::core

@@ -9,48 +9,61 @@
 #include "mixtrain/core/graph_topology.h"
 #include "mixtrain/core/random.h"
 #include "mixtrain/sdk/float_formats.h"
+#include "ops/op_registry.h"
+#include "ops/op_support.h"
 
 namespace mixtrain::core {
 
 using sdk::DType;
 using sdk::TensorView;
 
+using ops::storage_of;
+
 namespace {
-DType storage_of(DType t) { return t == DType::tf32 ? DType::fp32 : t; }
 
 bool flushes_to_zero(float v, DType dt) {
   switch (dt) {
-    case DType::fp16: return sdk::decode_fp16(sdk::encode_fp16(v)) == 0.0f;
-    case DType::bf16: return sdk::decode_bf16(sdk::encode_bf16(v)) == 0.0f;
+    case DType::fp16:
+      return sdk::decode_fp16(sdk::encode_fp16(v)) == 0.0f;
+    case DType::bf16:
+      return sdk::decode_bf16(sdk::encode_bf16(v)) == 0.0f;
     case DType::fp8_e4m3:
       return sdk::decode_fp8_e4m3(sdk::encode_fp8_e4m3(v, sdk::Overflow::saturate)) == 0.0f;
     case DType::fp8_e5m2:
       return sdk::decode_fp8_e5m2(sdk::encode_fp8_e5m2(v, sdk::Overflow::saturate)) == 0.0f;
-    default: return false;
+    default:
+      return false;
   }
 }
 }  // namespace
 
 namespace {
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
+using ops::shape_text;
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
 }
 
-// -1 when the product leaves int64 (a config's reshape can ask for anything): never equal to a
-// real element count, so the shape checks reject it.
-std::int64_t product(const std::vector<std::int64_t>& v, std::size_t from, std::size_t to) {
-  std::int64_t p = 1;
-  for (std::size_t i = from; i < to; ++i)
-    if (__builtin_mul_overflow(p, v[i], &p)) return -1;
-  return p;
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  for (std::size_t at = text.find(from); at != std::string::npos;
+       at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
 }
-
-bool single_input(const std::string& type) { return type != "add"; }
 
 }  // namespace
+
+sdk::Options layer_options(const LayerSpec& layer, const std::string& table) {
+  const OpDefinition* op = find_op(layer.type);
+  if (op == nullptr)
+    throw sdk::ConfigError(layer.where, table + ".type", "unknown layer type '" + layer.type + "'",
+                           "use one of: " + join(op_types()));
+  return sdk::Options::resolve(table, op->schema ? op->schema() : sdk::OptionSchema{},
+                               layer.options, layer.where, {"type", "name"});
+}
 
 Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
              std::int64_t input_features, std::int32_t classes)
@@ -91,80 +104,50 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
     for (const GraphSource& src : topo.sources[i])
       node.inputs.push_back(src.is_node ? static_cast<int>(topo.position[src.index]) : -1);
     auto shape_of = [&](int t) {
-      return t < 0 ? std::vector<std::int64_t>{input_features} : nodes_[static_cast<std::size_t>(t)].shape;
+      return t < 0 ? std::vector<std::int64_t>{input_features}
+                   : nodes_[static_cast<std::size_t>(t)].shape;
     };
     auto bad = [&](const std::string& what, const std::string& hint) {
       return sdk::ConfigError(l.where, key, "node '" + name + "' (" + l.type + "): " + what, hint);
     };
-    if (single_input(l.type) && node.inputs.size() != 1)
-      throw bad("takes one input, got " + std::to_string(node.inputs.size()),
-                "give it inputs = [\"<node>\"]");
-    if (!single_input(l.type) && node.inputs.size() < 2)
-      throw bad("adds two or more inputs, got " + std::to_string(node.inputs.size()),
-                "give it inputs = [\"<a>\", \"<b>\"]");
-    const std::vector<std::int64_t> in_shape = shape_of(node.inputs[0]);
-    const std::int64_t in = in_shape.back();
-    node.shape = in_shape;
-    if (l.type == "linear") {
-      if (l.out <= 0) throw sdk::ConfigError(l.where, key + ".out", "a linear layer needs out > 0");
-      node.shape.back() = l.out;
-      layers_.push_back(std::make_unique<LinearLayer>(name, in, l.out, l.bias));
-    } else if (l.type == "relu") {
-      layers_.push_back(std::make_unique<ActivationLayer>(name, sdk::Activation::relu, in));
-    } else if (l.type == "gelu") {
-      layers_.push_back(std::make_unique<ActivationLayer>(name, sdk::Activation::gelu, in));
-    } else if (l.type == "layernorm") {
-      layers_.push_back(std::make_unique<LayerNormLayer>(name, in, static_cast<float>(l.eps)));
-    } else if (l.type == "add") {
-      for (std::size_t k = 1; k < node.inputs.size(); ++k)
-        if (shape_of(node.inputs[k]) != in_shape)
-          throw bad("shape mismatch: input '" + graph[i].inputs[0] + "' is " + shape_text(in_shape) +
-                        " per sample but '" + graph[i].inputs[k] + "' is " +
-                        shape_text(shape_of(node.inputs[k])),
-                    "every input of add has the same shape; put a linear or reshape before it");
-      layers_.push_back(std::make_unique<AddLayer>(name, node.inputs.size(), in));
-    } else if (l.type == "reshape" || l.type == "flatten") {
-      const std::int64_t numel = product(in_shape, 0, in_shape.size());
-      if (l.type == "flatten") {
-        node.shape = {numel};
-      } else {
-        node.shape = l.shape;
-        int unknown = -1;
-        for (std::size_t k = 0; k < node.shape.size(); ++k) {
-          if (node.shape[k] == -1 && unknown < 0) {
-            unknown = static_cast<int>(k);
-          } else if (node.shape[k] <= 0) {
-            throw sdk::ConfigError(l.where, key + ".shape",
-                                   "node '" + name + "': shape " + shape_text(l.shape) +
-                                       " needs positive sizes and at most one -1",
-                                   "shape is per sample, without the batch: e.g. [4, -1]");
-          }
-        }
-        if (node.shape.empty())
-          throw sdk::ConfigError(l.where, key + ".shape", "node '" + name + "' (reshape) needs a shape",
-                                 "shape is per sample, without the batch: e.g. shape = [4, 16]");
-        if (unknown >= 0) {
-          const std::int64_t known = -product(node.shape, 0, node.shape.size());
-          if (known > 0 && numel % known == 0) node.shape[static_cast<std::size_t>(unknown)] = numel / known;
-        }
-        if (product(node.shape, 0, node.shape.size()) != numel || node.shape[static_cast<std::size_t>(std::max(unknown, 0))] <= 0)
-          throw sdk::ConfigError(l.where, key + ".shape",
-                                 "node '" + name + "': cannot reshape " + shape_text(in_shape) + " (" +
-                                     std::to_string(numel) + " values per sample) into " +
-                                     shape_text(l.shape),
-                                 "the shapes must hold the same number of values");
-      }
-      layers_.push_back(std::make_unique<ViewLayer>(name, l.type, in, node.shape.back()));
-    } else {
+    const OpDefinition* op = find_op(l.type);
+    if (op == nullptr)
       throw sdk::ConfigError(l.where, key + ".type", "unknown layer type '" + l.type + "'",
-                             "use one of: linear, relu, gelu, layernorm, add, reshape, flatten");
+                             "use one of: " + join(op_types()));
+    const std::size_t count = node.inputs.size();
+    if (count < op->min_inputs || (op->max_inputs != 0 && count > op->max_inputs))
+      throw bad(op->max_inputs == 1 ? "takes one input, got " + std::to_string(count)
+                                    : "adds two or more inputs, got " + std::to_string(count),
+                op->max_inputs == 1 ? "give it inputs = [\"<node>\"]"
+                                    : "give it inputs = [\"<a>\", \"<b>\"]");
+    if (!op->takes_shape && !l.shape.empty())
+      throw sdk::ConfigError(l.where, key + ".shape",
+                             "unknown key 'shape' for a " + l.type + " node",
+                             "shape belongs to reshape nodes");
+    const sdk::Options options = layer_options(l, key);
+    std::vector<PerSampleShape> in_shapes;
+    for (int t : node.inputs) in_shapes.push_back(shape_of(t));
+    BuiltOp built;
+    try {
+      built = op->build(OpNode{name, options, l.shape, in_shapes});
+    } catch (const OpSpecError& e) {
+      std::string what = e.what();
+      // "input k" in an op's message names the config's input there.
+      for (std::size_t k = count; k >= 1; --k)
+        what = replace_all(what, "input " + std::to_string(k) + " ",
+                           "input '" + graph[i].inputs[k - 1] + "' ");
+      throw sdk::ConfigError(l.where, e.key.empty() ? key : key + "." + e.key,
+                             "node '" + name + "' (" + l.type + "): " + what, e.hint);
     }
-    node.rows_per_sample = product(node.shape, 0, node.shape.size() - 1);
+    node.shape = std::move(built.shape);
+    layers_.push_back(std::move(built.layer));
+    node.rows_per_sample =
+        ops::checked_product(PerSampleShape(node.shape.begin(), node.shape.end() - 1));
     const bool view = layers_.back()->is_view();
-    node.root = view ? (node.inputs[0] < 0 ? -1 : nodes_[static_cast<std::size_t>(node.inputs[0])].root)
-                     : static_cast<int>(pos);
-    const bool has_params = l.type == "linear" || l.type == "layernorm";
-    node.needs_grad = has_params;
+    node.root =
+        view ? (node.inputs[0] < 0 ? -1 : nodes_[static_cast<std::size_t>(node.inputs[0])].root)
+             : static_cast<int>(pos);
+    node.needs_grad = op->has_parameters;
     for (int t : node.inputs)
       if (t >= 0 && nodes_[static_cast<std::size_t>(t)].needs_grad) node.needs_grad = true;
   }
@@ -173,18 +156,19 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
   for (std::size_t i = 0; i < n; ++i)
     if (topo.consumers[i].empty() && topo.position[i] != n - 1)
       throw sdk::ConfigError(graph[i].where, list + "[" + std::to_string(i) + "]",
-                             "node '" + graph[i].name + "' is read by no other node, and only the "
-                             "logits may be: the graph has two outputs",
+                             "node '" + graph[i].name +
+                                 "' is read by no other node, and only the "
+                                 "logits may be: the graph has two outputs",
                              "feed it into the graph (add, a linear, ...) or remove it");
   const Node& last = nodes_.back();
   const std::size_t last_spec = topo.order.back();
   if (last.shape.size() != 1 || last.shape[0] != classes) {
     if (!spec.graph || last.shape.size() == 1)
-      throw sdk::ConfigError(
-          spec.layers[last_spec].where, list,
-          "the last layer produces " + std::to_string(last.shape.back()) +
-              " outputs but the data has " + std::to_string(classes) + " classes",
-          "set out = " + std::to_string(classes) + " on the last linear layer");
+      throw sdk::ConfigError(spec.layers[last_spec].where, list,
+                             "the last layer produces " + std::to_string(last.shape.back()) +
+                                 " outputs but the data has " + std::to_string(classes) +
+                                 " classes",
+                             "set out = " + std::to_string(classes) + " on the last linear layer");
     throw sdk::ConfigError(spec.layers[last_spec].where, list,
                            "the logits node '" + graph[last_spec].name + "' is " +
                                shape_text(last.shape) + " per sample; the loss needs [" +
@@ -194,11 +178,8 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
 
   // Epilogue fusion, as a rewrite: a linear read only by a relu/gelu runs it as its epilogue.
   for (std::size_t pos = 0; pos < n; ++pos) {
-    auto* linear = dynamic_cast<LinearLayer*>(layers_[pos].get());
     const auto& readers = topo.consumers[topo.order[pos]];
-    if (linear == nullptr || readers.size() != 1) continue;
-    auto* act = dynamic_cast<ActivationLayer*>(layers_[topo.position[readers[0]]].get());
-    if (act != nullptr) linear->fuse_activation(act);
+    if (readers.size() == 1) layers_[pos]->fuse_reader(*layers_[topo.position[readers[0]]]);
   }
   set_epilogue_fusion(spec.fuse_epilogues);
 }
@@ -213,8 +194,9 @@ std::int64_t Model::features_of(int tensor) const {
 
 TensorView Model::activation(int tensor, std::int64_t batch) const {
   const int root = tensor < 0 ? -1 : nodes_[static_cast<std::size_t>(tensor)].root;
-  const TensorView base = root < 0 ? input_.rows(batch)
-                                   : layers_[static_cast<std::size_t>(root)]->output(rows_of(root, batch));
+  const TensorView base =
+      root < 0 ? input_.rows(batch)
+               : layers_[static_cast<std::size_t>(root)]->output(rows_of(root, batch));
   return {base.data, base.dtype, sdk::Shape{rows_of(tensor, batch), features_of(tensor)}};
 }
 
@@ -237,7 +219,8 @@ DType Model::logits_grad_dtype() const {
   // The logits' own activation dtype, as the chain stored it. Logits that view the batch itself
   // (no node computes them) need no gradient; fp32 then.
   const int root = nodes_.back().root;
-  return root < 0 ? DType::fp32 : storage_of(layers_[static_cast<std::size_t>(root)]->precision().activation);
+  return root < 0 ? DType::fp32
+                  : storage_of(layers_[static_cast<std::size_t>(root)]->precision().activation);
 }
 
 TensorView Model::scratch(std::size_t slot, DType dtype, std::int64_t rows, std::int64_t cols) {
@@ -289,7 +272,8 @@ void Model::plan_gradients() {
         static_cast<std::size_t>(max_rows_ * nodes_[r].rows_per_sample * nodes_[r].shape.back());
     lives.push_back({layers_[r]->name() + ".grad", elems * sdk::dtype_size(g.dtype), first[r],
                      static_cast<int>(n - r)});
-    lives_fp32.push_back({layers_[r]->name() + ".grad", elems * 4, first[r], static_cast<int>(n - r)});
+    lives_fp32.push_back(
+        {layers_[r]->name() + ".grad", elems * 4, first[r], static_cast<int>(n - r)});
     owner.push_back(r);
   }
   grad_plan_ = plan_liveness(lives);
@@ -300,8 +284,9 @@ void Model::plan_gradients() {
   }
   std::size_t bytes = grad_plan_.arena_bytes;
   if (reserve_fp32_pass_) bytes = std::max(bytes, grad_plan_fp32_.arena_bytes);
-  grad_arena_ = Tensor(backend_, DType::fp32,
-                       sdk::Shape{static_cast<std::int64_t>(std::max<std::size_t>(bytes, 4) / 4 + 1)});
+  grad_arena_ =
+      Tensor(backend_, DType::fp32,
+             sdk::Shape{static_cast<std::int64_t>(std::max<std::size_t>(bytes, 4) / 4 + 1)});
 }
 
 void Model::init_parameters(std::uint64_t seed) {
@@ -330,7 +315,9 @@ void Model::run_forward(std::int64_t batch, const std::function<bool(std::size_t
   }
 }
 
-void Model::forward(std::int64_t rows) { run_forward(rows, {}); }
+void Model::forward(std::int64_t rows) {
+  run_forward(rows, {});
+}
 
 void Model::compute_loss(std::int64_t rows, float grad_scale, bool with_grad) {
   TensorView dlogits;
@@ -352,20 +339,18 @@ LossValues Model::loss(std::int64_t rows, float grad_scale, bool with_grad) {
 }
 
 void Model::set_epilogue_fusion(bool on) {
-  for (auto& l : layers_)
-    if (auto* linear = dynamic_cast<LinearLayer*>(l.get())) linear->set_fusion(on);
+  for (auto& l : layers_) l->set_fusion(on);
 }
 
 std::int64_t Model::fused_pairs() const {
   std::int64_t n = 0;
   for (const auto& l : layers_)
-    if (auto* linear = dynamic_cast<const LinearLayer*>(l.get()); linear != nullptr && linear->fused()) ++n;
+    if (l->fused()) ++n;
   return n;
 }
 
 void Model::flush_operand_amaxes() {
-  for (auto& l : layers_)
-    if (auto* linear = dynamic_cast<LinearLayer*>(l.get())) linear->flush_operand_amaxes();
+  for (auto& l : layers_) l->flush_operand_amaxes();
 }
 
 void Model::run_backward(std::int64_t batch, bool all_fp32, const BackwardVisit& visit) {
@@ -400,7 +385,8 @@ void Model::run_backward(std::int64_t batch, bool all_fp32, const BackwardVisit&
       }
       const auto r = static_cast<std::size_t>(root);
       const TensorView g = gradient(t, batch);
-      if (grad_slots_[r].reads == 1 || (written[r] == 0 && dtype == DType::fp32 && g.dtype == DType::fp32)) {
+      if (grad_slots_[r].reads == 1 ||
+          (written[r] == 0 && dtype == DType::fp32 && g.dtype == DType::fp32)) {
         dxs.push_back(g);  // the only contribution, or the first in FP32: straight into the buffer
         ++written[r];
       } else {
@@ -425,7 +411,9 @@ void Model::run_backward(std::int64_t batch, bool all_fp32, const BackwardVisit&
   }
 }
 
-void Model::backward(std::int64_t rows) { run_backward(rows, false, {}); }
+void Model::backward(std::int64_t rows) {
+  run_backward(rows, false, {});
+}
 
 std::string Model::locate_first_nonfinite(std::int64_t rows, float grad_scale) {
   // Unfused, so every node's output is written and checked where it is written.
@@ -450,7 +438,8 @@ std::string Model::locate_first_nonfinite(std::int64_t rows, float grad_scale) {
   if (!found.empty()) return found;
   auto lv = loss(rows, grad_scale, true);
   if (!std::isfinite(lv.loss)) return "loss";
-  if (bad(gradient(static_cast<int>(layers_.size()) - 1, rows))) return "backward loss gradient (logits)";
+  if (bad(gradient(static_cast<int>(layers_.size()) - 1, rows)))
+    return "backward loss gradient (logits)";
   run_backward(rows, false, [&](std::size_t i, std::span<const TensorView> dxs) {
     for (auto& p : layers_[i]->parameters())
       if (bad(p.grad.view())) {
@@ -468,7 +457,7 @@ std::string Model::locate_first_nonfinite(std::int64_t rows, float grad_scale) {
 }
 
 std::vector<Model::UnderflowCount> Model::measure_gradient_underflow(std::int64_t rows,
-                                                                    float grad_scale) {
+                                                                     float grad_scale) {
   std::vector<UnderflowCount> out;
   std::vector<float> host;
   auto count = [&](const std::string& name, TensorView v, DType stored_as) {
@@ -484,8 +473,9 @@ std::vector<Model::UnderflowCount> Model::measure_gradient_underflow(std::int64_
   };
   // Every gradient in FP32 for this pass, counted against the dtype the plan stores it in.
   if (!reserve_fp32_pass_)
-    fp32_arena_ = Tensor(backend_, DType::fp32,
-                         sdk::Shape{static_cast<std::int64_t>(grad_plan_fp32_.arena_bytes / 4 + 1)});
+    fp32_arena_ =
+        Tensor(backend_, DType::fp32,
+               sdk::Shape{static_cast<std::int64_t>(grad_plan_fp32_.arena_bytes / 4 + 1)});
   fp32_pass_ = true;
   struct Release {
     Model* m;
@@ -519,6 +509,5 @@ std::int64_t Model::parameter_count() const {
     for (const auto& p : l->parameters()) n += p.master.shape().numel();
   return n;
 }
-
 
 }  // namespace mixtrain::core

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cpu_backend.h"
+#include "mixtrain/core/model.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::core::test_support {
@@ -24,6 +25,26 @@ inline std::vector<float> read(const sdk::TensorView& v) {
 
 inline void write(const sdk::TensorView& v, const std::vector<float>& h) {
   cpu()->copy_from_host(v, h.data());
+}
+
+// A model node written in code: `op("linear", "fc1", {{"out", 6}})`.
+struct OptionValueArg {
+  std::string key;
+  sdk::OptionValue value;
+  OptionValueArg(std::string k, int v) : key(std::move(k)), value(std::int64_t{v}) {}
+  OptionValueArg(std::string k, std::int64_t v) : key(std::move(k)), value(v) {}
+  OptionValueArg(std::string k, double v) : key(std::move(k)), value(v) {}
+  OptionValueArg(std::string k, bool v) : key(std::move(k)), value(v) {}
+};
+inline LayerSpec op(std::string type, std::string name, std::vector<OptionValueArg> options = {},
+                    std::vector<std::string> inputs = {}, sdk::SourceLocation where = {}) {
+  LayerSpec l;
+  l.type = std::move(type);
+  l.name = std::move(name);
+  l.where = where;
+  l.inputs = std::move(inputs);
+  for (auto& o : options) l.options.push_back({o.key, o.value, where});
+  return l;
 }
 
 }  // namespace mixtrain::core::test_support

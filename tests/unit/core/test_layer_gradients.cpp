@@ -11,8 +11,11 @@
 #include <vector>
 
 #include "cpu_test_backend.h"
-#include "mixtrain/core/layers.h"
+#include "mixtrain/core/layer.h"
 #include "mixtrain/core/model.h"
+#include "ops/activation.h"
+#include "ops/layernorm.h"
+#include "ops/linear.h"
 
 namespace mixtrain::core {
 namespace {
@@ -20,6 +23,7 @@ namespace {
 using sdk::DType;
 
 using test_support::cpu;
+using test_support::op;
 using test_support::read;
 using test_support::write;
 
@@ -60,7 +64,8 @@ void expect_gradient_matches(Layer& layer, const Tensor& x, std::int64_t rows,
     max_err = std::max(max_err, std::abs(numeric - analytic[i]));
     max_ref = std::max(max_ref, std::abs(numeric));
   }
-  EXPECT_LE(max_err, 2e-3 * std::max(1.0, max_ref)) << what << ": max |numeric - analytic| = " << max_err;
+  EXPECT_LE(max_err, 2e-3 * std::max(1.0, max_ref))
+      << what << ": max |numeric - analytic| = " << max_err;
 }
 
 void check_layer(Layer& layer, std::int64_t rows, float x_lo = -1.f, float x_hi = 1.f) {
@@ -131,10 +136,8 @@ TEST(LayerGradients, LayerNorm) {
 
 TEST(LayerGradients, WholeModelThroughSoftmaxCrossEntropy) {
   ModelSpec spec;
-  spec.layers = {{"linear", "fc1", 6, true, 1e-5, {}, {}, {}},
-                 {"gelu", "act", 0, true, 1e-5, {}, {}, {}},
-                 {"layernorm", "ln", 0, true, 1e-5, {}, {}, {}},
-                 {"linear", "head", 3, true, 1e-5, {}, {}, {}}};
+  spec.layers = {op("linear", "fc1", {{"out", 6}}), op("gelu", "act"), op("layernorm", "ln"),
+                 op("linear", "head", {{"out", 3}})};
   Model m(cpu(), spec, 4, 3);
   for (auto& l : m.layers()) l->set_precision({});
   const std::int64_t rows = 5;
@@ -172,7 +175,7 @@ TEST(LayerGradients, WholeModelThroughSoftmaxCrossEntropy) {
 
 TEST(LayerGradients, LossScaleMultipliesTheBackwardSeed) {
   ModelSpec spec;
-  spec.layers = {{"linear", "head", 3, true, 1e-5, {}, {}, {}}};
+  spec.layers = {op("linear", "head", {{"out", 3}})};
   Model m(cpu(), spec, 4, 3);
   for (auto& l : m.layers()) l->set_precision({});
   m.allocate(2);
@@ -188,7 +191,8 @@ TEST(LayerGradients, LossScaleMultipliesTheBackwardSeed) {
   m.loss(2, 1024.0f, true);
   m.backward(2);
   auto g2 = read(m.parameters()[0]->grad.view());
-  for (std::size_t i = 0; i < g1.size(); ++i) EXPECT_NEAR(g2[i], 1024.0f * g1[i], 1e-3f * std::abs(g2[i]) + 1e-6f);
+  for (std::size_t i = 0; i < g1.size(); ++i)
+    EXPECT_NEAR(g2[i], 1024.0f * g1[i], 1e-3f * std::abs(g2[i]) + 1e-6f);
 }
 
 }  // namespace

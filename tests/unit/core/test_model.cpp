@@ -13,7 +13,7 @@ namespace {
 using test_support::cpu;
 
 LayerSpec linear(const char* name, std::int64_t out, std::uint32_t line) {
-  return {"linear", name, out, true, 1e-5, {"model.toml", line, 3}, {}, {}};
+  return test_support::op("linear", name, {{"out", out}}, {}, {"model.toml", line, 3});
 }
 
 TEST(Model, LastLayerMustMatchTheClasses) {
@@ -80,7 +80,7 @@ TEST(Model, SmallerBatchesUseAPrefixOfTheBuffers) {
 }
 
 LayerSpec act(const char* type, const char* name) {
-  return {type, name, 0, true, 1e-5, {"model.toml", 1, 1}, {}, {}};
+  return test_support::op(type, name, {}, {}, {"model.toml", 1, 1});
 }
 
 // One forward/loss/backward of linear-relu-linear-gelu-linear on a fixed batch; returns the
@@ -143,7 +143,8 @@ TEST(Model, FusedBf16StepStaysWithinBf16RoundingOfTheUnfusedStep) {
   double num = 0, den = 0;
   std::size_t differ = 0;
   for (std::size_t i = 0; i < fused.size(); ++i) {
-    num += (static_cast<double>(fused[i]) - unfused[i]) * (static_cast<double>(fused[i]) - unfused[i]);
+    num +=
+        (static_cast<double>(fused[i]) - unfused[i]) * (static_cast<double>(fused[i]) - unfused[i]);
     den += static_cast<double>(unfused[i]) * unfused[i];
     differ += fused[i] != unfused[i];
   }

@@ -26,9 +26,9 @@ LayerSpec node(const char* type, const char* name, std::vector<std::string> inpu
   LayerSpec l;
   l.type = type;
   l.name = name;
-  l.out = out;
   l.inputs = std::move(inputs);
   l.where = {"graph.toml", line, 3};
+  if (out > 0) l.options.push_back({"out", out, l.where});
   return l;
 }
 
@@ -39,16 +39,11 @@ LayerSpec node(const char* type, const char* name, std::vector<std::string> inpu
 ModelSpec residual_graph() {
   ModelSpec spec;
   spec.graph = true;
-  spec.layers = {node("linear", "fc1", {"input"}, 6),
-                 node("relu", "relu1", {"fc1"}),
-                 node("linear", "fc2", {"relu1"}, 6),
-                 node("add", "res", {"fc2", "input", "fc1"}),
-                 node("add", "twice", {"res", "res"}),
-                 node("layernorm", "ln", {"twice"}),
-                 node("reshape", "tokens", {"ln"}),
-                 node("linear", "mix", {"tokens"}, 3),
-                 node("flatten", "flat", {"mix"}),
-                 node("linear", "head", {"flat"}, 3)};
+  spec.layers = {node("linear", "fc1", {"input"}, 6),  node("relu", "relu1", {"fc1"}),
+                 node("linear", "fc2", {"relu1"}, 6),  node("add", "res", {"fc2", "input", "fc1"}),
+                 node("add", "twice", {"res", "res"}), node("layernorm", "ln", {"twice"}),
+                 node("reshape", "tokens", {"ln"}),    node("linear", "mix", {"tokens"}, 3),
+                 node("flatten", "flat", {"mix"}),     node("linear", "head", {"flat"}, 3)};
   spec.layers[6].shape = {2, -1};
   return spec;
 }
@@ -193,7 +188,8 @@ TEST(ModelGraph, ErrorsNameTheNodeAndItsLine) {
 
   ModelSpec logits_shape;
   logits_shape.graph = true;
-  logits_shape.layers = {node("reshape", "r", {"input"}, 0, 7), node("linear", "head", {"r"}, 3, 8)};
+  logits_shape.layers = {node("reshape", "r", {"input"}, 0, 7),
+                         node("linear", "head", {"r"}, 3, 8)};
   logits_shape.layers[0].shape = {2, 3};
   const auto e = error_of(logits_shape);
   EXPECT_NE(e.find("graph.toml:8:3"), std::string::npos) << e;
@@ -205,7 +201,8 @@ TEST(ModelGraph, ErrorsNameTheNodeAndItsLine) {
 
   ModelSpec relu_two;
   relu_two.graph = true;
-  relu_two.layers = {node("relu", "act", {"input", "input"}, 0, 2), node("linear", "head", {"act"}, 3, 3)};
+  relu_two.layers = {node("relu", "act", {"input", "input"}, 0, 2),
+                     node("linear", "head", {"act"}, 3, 3)};
   EXPECT_NE(error_of(relu_two).find("takes one input"), std::string::npos) << error_of(relu_two);
 }
 

@@ -139,8 +139,8 @@ TEST(sdk_Experiment, FullConfigResolves) {
   EXPECT_EQ(e.model.layers[0].name, "fc1");
   EXPECT_EQ(e.model.layers[1].name, "gelu1");
   EXPECT_EQ(e.model.layers[2].name, "layernorm1");  // numbered per type, not by position
-  EXPECT_EQ(e.model.layers[2].eps, 1e-6);
-  EXPECT_FALSE(e.model.layers[3].bias);
+  EXPECT_EQ(layer_options(e.model.layers[2]).get_double("eps"), 1e-6);
+  EXPECT_FALSE(layer_options(e.model.layers[3]).get_bool("bias"));
   EXPECT_EQ(e.data.synthetic.kind, "teacher");
   EXPECT_EQ(e.data.synthetic.noise, 0.25);
   EXPECT_EQ(e.data.eval_batch_size, 32);  // defaults to batch_size
@@ -213,7 +213,7 @@ TEST(sdk_Experiment, OverridesChangeTheExperiment) {
                          "scaler.growth_interval=7"});
   EXPECT_EQ(e.optimizer_options.get_double("lr"), 0.05);
   EXPECT_EQ(e.optimizer_options.get_double("beta1"), 0.8);
-  EXPECT_EQ(e.model.layers[3].out, 7);
+  EXPECT_EQ(layer_options(e.model.layers[3]).get_int("out"), 7);
   EXPECT_EQ(e.scaler_options.get_int("growth_interval"), 7);
   // Flat keys of the previous type (the old layout) are not the new one's: the error says
   // which table to move them into so that the swap needs no edit next time.
@@ -267,9 +267,9 @@ void expect_same_experiment(const Experiment& a, const Experiment& b) {
   for (std::size_t i = 0; i < a.model.layers.size(); ++i) {
     EXPECT_EQ(a.model.layers[i].type, b.model.layers[i].type) << i;
     EXPECT_EQ(a.model.layers[i].name, b.model.layers[i].name) << i;
-    EXPECT_EQ(a.model.layers[i].out, b.model.layers[i].out) << i;
-    EXPECT_EQ(a.model.layers[i].bias, b.model.layers[i].bias) << i;
-    EXPECT_EQ(a.model.layers[i].eps, b.model.layers[i].eps) << i;
+    EXPECT_EQ(layer_options(a.model.layers[i]).effective(),
+              layer_options(b.model.layers[i]).effective())
+        << i;
   }
   ASSERT_EQ(a.overrides.size(), b.overrides.size());
   for (std::size_t i = 0; i < a.overrides.size(); ++i) {

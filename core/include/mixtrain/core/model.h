@@ -30,22 +30,27 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/core/layers.h"
+#include "mixtrain/core/layer.h"
 #include "mixtrain/core/liveness_plan.h"
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/sdk/options.h"
 
 namespace mixtrain::core {
 
 struct LayerSpec {
-  std::string type;  // linear | relu | gelu | layernorm | add | reshape | flatten
+  std::string type;  // an op of core/src/ops/op_registry.cpp: linear, relu, add, reshape, ...
   std::string name;  // defaults to "<type><index>"
-  std::int64_t out = 0;  // linear only
-  bool bias = true;      // linear only
-  double eps = 1e-5;     // layernorm only
   sdk::SourceLocation where;
   std::vector<std::string> inputs;  // graph form: node names or "input"; sequential form: empty
   std::vector<std::int64_t> shape;  // reshape only: per-sample shape, one entry may be -1
+  // The op's own options ("out", "bias", "eps"), validated against its schema when the model
+  // is built (and by the config before that, with file:line:col).
+  std::vector<sdk::RawOption> options;
 };
+
+// A node's options resolved against its op's schema (defaults filled in). Throws sdk::ConfigError
+// at the node's line for an unknown type, an unknown key or a value out of range.
+sdk::Options layer_options(const LayerSpec& layer, const std::string& table = "model.layers");
 
 inline constexpr const char* kGraphInput = "input";
 
@@ -136,15 +141,15 @@ class Model {
 
  private:
   struct Node {
-    std::vector<int> inputs;          // tensor ids: -1 the batch, else a node (layers_ index)
-    std::vector<std::int64_t> shape;  // per-sample output shape
-    std::int64_t rows_per_sample = 1; // product of shape[0..k-2]
-    int root = 0;                     // the node whose memory this output is (itself unless a view)
-    bool needs_grad = false;          // some parameter lies upstream (or here)
+    std::vector<int> inputs;           // tensor ids: -1 the batch, else a node (layers_ index)
+    std::vector<std::int64_t> shape;   // per-sample output shape
+    std::int64_t rows_per_sample = 1;  // product of shape[0..k-2]
+    int root = 0;             // the node whose memory this output is (itself unless a view)
+    bool needs_grad = false;  // some parameter lies upstream (or here)
   };
   // Gradient bookkeeping per root tensor.
   struct GradSlot {
-    int reads = 0;                // contributions per backward
+    int reads = 0;  // contributions per backward
     sdk::DType dtype = sdk::DType::fp32;
     std::size_t offset = 0;       // in grad_arena_
     std::size_t offset_fp32 = 0;  // in the FP32 pass's arena (the same one when reserved)
@@ -173,11 +178,11 @@ class Model {
   Tensor input_, labels_, loss_, correct_;
   std::vector<GradSlot> grad_slots_;  // per node (used at roots that need a gradient)
   LivenessPlan grad_plan_, grad_plan_fp32_;
-  Tensor grad_arena_;                 // bytes, every gradient buffer at its planned offset
+  Tensor grad_arena_;  // bytes, every gradient buffer at its planned offset
   bool reserve_fp32_pass_ = false;
-  bool fp32_pass_ = false;            // measure_gradient_underflow: every gradient in FP32
-  Tensor fp32_arena_;                 // that pass's arena, when grad_arena_ was not sized for it
-  std::vector<Tensor> scratch_;       // contributions that need a cast or an add
+  bool fp32_pass_ = false;       // measure_gradient_underflow: every gradient in FP32
+  Tensor fp32_arena_;            // that pass's arena, when grad_arena_ was not sized for it
+  std::vector<Tensor> scratch_;  // contributions that need a cast or an add
   std::function<void(ModelParameter&)> grad_ready_;
 };
 

@@ -1,0 +1,117 @@
+// Layer: one op of the model graph, with explicit forward/backward over buffers allocated once.
+//
+// Contract
+// - A layer maps x [rows, in_features] to y [rows, out_features]; rows <= the max_rows given to
+//   allocate(). The layer owns its output activation (stored in precision().activation), its
+//   parameters (FP32 master + FP32 gradient + optional low-precision working copy) and any saved
+//   statistics. Inputs are views owned by the previous layer, valid until the next forward.
+// - backward(x, dy, dx, rows) writes FP32 parameter gradients (overwriting: one micro-batch per
+//   step) and, when dx is not empty, the gradient w.r.t. the input in dx's dtype.
+// - Math runs on the backend; a layer performs only the casts its precision plan asks for.
+// - Ops live one per file under core/src/ops/ and are registered in one table
+//   (core/src/ops/op_registry.cpp); the model sees only this interface.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/tensor.h"
+#include "mixtrain/sdk/precision_policy.h"
+
+namespace mixtrain::core {
+
+struct ModelParameter {
+  std::string name;  // "<layer>.weight"
+  Tensor master;     // fp32
+  Tensor grad;       // fp32
+  Tensor working;    // low-precision copy; empty when the weight dtype is fp32 / tf32
+  bool weight_decay = true;
+  sdk::TensorView compute_view() const { return working.empty() ? master.view() : working.view(); }
+};
+
+class Layer {
+ public:
+  Layer(std::string name, std::string type, std::int64_t in, std::int64_t out);
+  virtual ~Layer();
+
+  const std::string& name() const { return name_; }
+  const std::string& type() const { return type_; }
+  std::int64_t in_features() const { return in_; }
+  std::int64_t out_features() const { return out_; }
+  virtual bool has_gemm() const { return false; }
+  sdk::LayerDescription description() const;
+
+  void set_precision(const sdk::LayerPrecision& p) { precision_ = p; }
+  // For policies whose GEMM operands carry per-tensor scales (FP8): the layer asks the policy for
+  // each operand's dtype and scale, casts with saturation and a fused amax, and reports the amax
+  // back. Non-owning; the policy outlives the model. Layers without GEMMs ignore it.
+  virtual void set_operand_scaling(sdk::PrecisionPolicy* /*policy*/) {}
+
+  // Per scaled operand of the last step (when collection is on): what the FP8 cast did to it.
+  struct ScaledOperandStats {
+    std::string slot;  // "<layer>.<role>"
+    sdk::DType dtype;
+    float amax = 0.0f, scale = 1.0f;
+    std::int64_t count = 0, saturated = 0, underflowed = 0, nonzero = 0;
+  };
+  void collect_operand_stats(bool on) {
+    collect_stats_ = on;
+    stats_.clear();
+  }
+  const std::vector<ScaledOperandStats>& operand_stats() const { return stats_; }
+  const sdk::LayerPrecision& precision() const { return precision_; }
+
+  virtual void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows);
+  virtual void forward(sdk::TensorView x, std::int64_t rows) = 0;
+  virtual void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
+                        std::int64_t rows) = 0;
+  // Ops with several inputs (add) override these; single-input ops take xs[0] / dxs[0]. An empty
+  // dxs[i] means input i needs no gradient.
+  virtual std::size_t input_count() const { return 1; }
+  virtual void forward_inputs(std::span<const sdk::TensorView> xs, std::int64_t rows) {
+    forward(xs[0], rows);
+  }
+  virtual void backward_inputs(std::span<const sdk::TensorView> xs, sdk::TensorView dy,
+                               std::span<const sdk::TensorView> dxs, std::int64_t rows) {
+    backward(xs[0], dy, dxs[0], rows);
+  }
+  // A view op (reshape, flatten) computes nothing: its output is its input's memory seen with
+  // another shape, and its input's gradient is its output's gradient, likewise.
+  virtual bool is_view() const { return false; }
+  // Epilogue fusion as a graph rewrite: the model offers each op its single reader; an op that
+  // can run that reader inside its own kernel (a linear and a relu/gelu) takes it and answers true.
+  virtual bool fuse_reader(Layer& /*reader*/) { return false; }
+  virtual void set_fusion(bool /*on*/) {}
+  virtual bool fused() const { return false; }
+  // Delayed FP8 scaling: hands the amaxes measured by this step's casts to the policy.
+  virtual void flush_operand_amaxes() {}
+  // Host-side initialisation of parameters from a seed (PyTorch's defaults for the layer type).
+  virtual void init_parameters(std::uint64_t /*seed*/) {}
+
+  // The output activation; a view without data (data == nullptr) while it is not materialised.
+  sdk::TensorView output(std::int64_t rows) const;
+  std::vector<ModelParameter>& parameters() { return params_; }
+  const std::vector<ModelParameter>& parameters() const { return params_; }
+
+ protected:
+  ModelParameter make_parameter(const std::string& suffix, sdk::Shape shape, bool decay);
+  // Whether allocate() may leave the output unallocated (materialise_output() makes it later).
+  virtual bool output_deferred() const { return false; }
+  void materialise_output();
+  // `x` as `dtype`: x itself when it already is, else a cast into `scratch` (grown on demand).
+  sdk::TensorView as_dtype(sdk::TensorView x, sdk::DType dtype, Tensor& scratch);
+
+  std::shared_ptr<sdk::DeviceBackend> backend_;
+  std::string name_, type_;
+  std::int64_t in_, out_;
+  sdk::LayerPrecision precision_;
+  std::int64_t max_rows_ = 0;
+  Tensor output_;
+  std::vector<ModelParameter> params_;
+  bool collect_stats_ = false;
+  std::vector<ScaledOperandStats> stats_;
+};
+
+}  // namespace mixtrain::core

@@ -1,0 +1,78 @@
+#include "ops/add.h"
+
+#include "ops/op_registry.h"
+#include "ops/op_support.h"
+
+namespace mixtrain::core {
+
+using ops::fill_uniform;
+using ops::needs_working_copy;
+using ops::prefix;
+using ops::storage_of;
+using sdk::DType;
+using sdk::TensorView;
+
+AddLayer::AddLayer(std::string name, std::size_t inputs, std::int64_t features)
+    : Layer(std::move(name), "add", features, features), inputs_(inputs) {}
+
+void AddLayer::forward(TensorView x, std::int64_t rows) {
+  const TensorView xs[1] = {x};
+  forward_inputs(xs, rows);
+}
+
+void AddLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
+  const TensorView xs[1] = {x}, dxs[1] = {dx};
+  backward_inputs(xs, dy, dxs, rows);
+}
+
+void AddLayer::forward_inputs(std::span<const TensorView> xs, std::int64_t rows) {
+  // x is [rows, features] per input; y = sum in FP32 (axpy), rounded once into y's dtype.
+  const TensorView y = output_.rows(rows);
+  TensorView acc = y;
+  if (y.dtype != DType::fp32) {
+    if (sum_.empty()) sum_ = Tensor(backend_, DType::fp32, sdk::Shape{max_rows_, out_});
+    acc = sum_.rows(rows);
+  }
+  if (xs[0].dtype == DType::fp32)
+    backend_->copy(acc, xs[0]);
+  else
+    backend_->cast(xs[0], acc);
+  for (std::size_t i = 1; i < xs.size(); ++i) backend_->axpy(1.0f, xs[i], acc);
+  if (acc.data != y.data) backend_->cast(acc, y);
+}
+
+void AddLayer::backward_inputs(std::span<const TensorView>, TensorView dy,
+                               std::span<const TensorView> dxs, std::int64_t) {
+  for (const TensorView& dx : dxs) {
+    if (dx.empty()) continue;
+    if (dx.dtype == dy.dtype)
+      backend_->copy(dx, dy);
+    else
+      backend_->cast(dy, dx);
+  }
+}
+
+// --- Definition
+// -----------------------------------------------------------------------------------
+
+OpDefinition add_op() {
+  OpDefinition op;
+  op.type = "add";
+  op.summary = "x1 + x2 + ...: the residual join (FP32 sum, one rounding)";
+  op.min_inputs = 2;
+  op.max_inputs = 0;
+  op.build = [](const OpNode& node) {
+    const auto& in = node.inputs;
+    for (std::size_t k = 1; k < in.size(); ++k)
+      if (in[k] != in[0])
+        throw OpSpecError(
+            "",
+            "shape mismatch: input 1 is " + ops::shape_text(in[0]) + " per sample but input " +
+                std::to_string(k + 1) + " is " + ops::shape_text(in[k]),
+            "every input of add has the same shape; put a linear or reshape before it");
+    return BuiltOp{std::make_unique<AddLayer>(node.name, in.size(), in[0].back()), in[0]};
+  };
+  return op;
+}
+
+}  // namespace mixtrain::core

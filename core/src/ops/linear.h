@@ -1,0 +1,63 @@
+// The linear op: y = x · Wᵀ + b on the last dimension.
+//
+// Contract
+// - Epilogue fusion: a Linear followed by an activation can run the activation as its GEMM's
+//   epilogue (LinearLayer::fuse_activation). The Linear then writes act(z) into the activation
+//   layer's output, rounded once, and z into its own output only where the backward needs it
+//   (gelu); the activation layer's forward does nothing and its relu backward reads its own
+//   output (relu(z) > 0 exactly where z > 0). A Linear fused with a relu therefore allocates no
+//   output of its own until it first runs unfused; until then output() is a view without data.
+//   set_fusion(false) runs the pair unfused again (the non-finite replay names every tensor that
+//   way).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include "mixtrain/core/layer.h"
+
+namespace mixtrain::core {
+
+class ActivationLayer;
+
+// y = x · Wᵀ + b with W [out, in] (PyTorch layout), FP32 accumulation.
+class LinearLayer final : public Layer {
+ public:
+  LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias);
+  bool has_gemm() const override { return true; }
+  void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
+  void forward(sdk::TensorView x, std::int64_t rows) override;
+  void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
+                std::int64_t rows) override;
+  void init_parameters(std::uint64_t seed) override;
+  void set_operand_scaling(sdk::PrecisionPolicy* policy) override { scaling_ = policy; }
+  // Takes a relu/gelu reader as this GEMM's epilogue (non-owning; both belong to one model).
+  bool fuse_reader(Layer& reader) override;
+  void set_fusion(bool on) override;
+  bool fused() const override { return fused_ != nullptr && fusion_on_; }
+  bool output_deferred() const override;
+  // Delayed scaling: hands the amaxes measured by this step's operand casts to the policy (one
+  // read of the device buffer). Casts leave them on the device, so a step does not wait on them.
+  void flush_operand_amaxes() override;
+
+ private:
+  struct ScaledOperand {
+    Tensor data;  // fp8 copy of the operand
+    float scale_inv = 1.0f;
+  };
+  // Casts `src` to the dtype and scale the policy gives for `role`, with saturation and a fused
+  // amax that is reported back to the policy.
+  sdk::GemmOperand scale_operand(sdk::TensorView src, sdk::OperandRole role, ScaledOperand& dst);
+
+  bool bias_;
+  Tensor x_scratch_, dy_scratch_;
+  sdk::PrecisionPolicy* scaling_ = nullptr;
+  ScaledOperand x8_, w8_, dy8_;
+  Tensor amax_;  // fp32 [3]: the last cast's amax per role (input, weight, grad_output)
+  bool amax_pending_[3] = {false, false, false};
+  ActivationLayer* fused_ = nullptr;
+  bool fusion_on_ = true;
+};
+
+}  // namespace mixtrain::core

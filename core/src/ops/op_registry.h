@@ -1,0 +1,75 @@
+// The op table: every op a model config can name, one entry per op, registered in one place
+// (op_registry.cpp). Adding an op is one file under core/src/ops/ with its layer class and its
+// OpDefinition, one line in the table, and its tests (docs/model-graph.md).
+//
+// Contract
+// - find_op(type) returns the op's definition or nullptr; op_types() lists the types in table
+//   order (the order error messages and docs use).
+// - schema() declares the op's options besides the host's keys (type, name, inputs, shape). The
+//   config resolves a node's options against it; only the op's build() reads them.
+// - build() gets the node's spec and its inputs' per-sample shapes (batch excluded; the count is
+//   already checked against min_inputs / max_inputs) and returns the layer and its per-sample
+//   output shape. Inputs it cannot take raise OpSpecError, which the model reports at the node's
+//   config line with its name and op.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mixtrain/core/layer.h"
+#include "mixtrain/core/model.h"
+#include "mixtrain/sdk/options.h"
+
+namespace mixtrain::core {
+
+using PerSampleShape = std::vector<std::int64_t>;
+
+// `key` is the node key the error is about ("out", "shape"; empty for the node itself).
+struct OpSpecError : std::runtime_error {
+  OpSpecError(std::string key_, const std::string& what, std::string hint_)
+      : std::runtime_error(what), key(std::move(key_)), hint(std::move(hint_)) {}
+  std::string key, hint;
+};
+
+struct BuiltOp {
+  std::unique_ptr<Layer> layer;
+  PerSampleShape shape;
+};
+
+// What build() sees of a node.
+struct OpNode {
+  const std::string& name;
+  const sdk::Options& options;  // resolved against the op's schema
+  const PerSampleShape& shape;  // the node's `shape = [...]` (takes_shape ops), else empty
+  std::span<const PerSampleShape> inputs;  // per-sample shapes, batch excluded
+};
+
+struct OpDefinition {
+  std::string type;
+  std::string summary;                         // one line, for `mixtrain check` and docs
+  std::size_t min_inputs = 1, max_inputs = 1;  // max_inputs 0: any number
+  bool takes_shape = false;                    // reads the node's `shape = [...]`
+  bool has_parameters = false;
+  sdk::OptionSchema (*schema)() = nullptr;  // nullptr: no options
+  BuiltOp (*build)(const OpNode& node) = nullptr;
+};
+
+const OpDefinition* find_op(std::string_view type);
+const std::vector<std::string>& op_types();
+
+// Each op's definition, defined in the op's own file.
+OpDefinition linear_op();
+OpDefinition relu_op();
+OpDefinition gelu_op();
+OpDefinition layernorm_op();
+OpDefinition add_op();
+OpDefinition reshape_op();
+OpDefinition flatten_op();
+
+}  // namespace mixtrain::core
