@@ -55,8 +55,11 @@ class Trainer {
   const Dataset& train_data() const;
   const Dataset& eval_data() const;
 
- private:
+  // Opaque outside the core (core/src/trainer_state.h), named here so the files that implement
+  // the trainer (one per job) can share it.
   struct State;
+
+ private:
   std::unique_ptr<State> s_;
 };
 

@@ -1,0 +1,205 @@
+// The Trainer's checkpoints: the whole training state out (save_checkpoint) and back in
+// (load_checkpoint: a full resume, or weights only for checkpoint.init_from).
+#include <cstdio>
+#include <limits>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint_state.h"
+#include "mixtrain/core/checkpoint_path.h"
+#include "mixtrain/sdk/atomic_file_writer.h"
+#include "mixtrain/sdk/version.h"
+#include "trainer_state.h"
+
+namespace mixtrain::core {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+sdk::HostTensor to_host(sdk::DeviceBackend& b, const std::string& name, sdk::TensorView v) {
+  sdk::HostTensor h;
+  h.name = name;
+  h.dtype = v.dtype;
+  h.shape = v.shape.to_vector();
+  h.bytes.resize(v.bytes());
+  b.copy_to_host(h.bytes.data(), v);
+  return h;
+}
+
+void from_host(sdk::DeviceBackend& b, const sdk::HostTensor& h, sdk::TensorView v,
+               const fs::path& file) {
+  if (h.dtype != v.dtype || h.shape != v.shape.to_vector() || h.bytes.size() != v.bytes())
+    throw sdk::CheckpointError(
+        file.string() + ": tensor '" + h.name + "' is " + std::string(sdk::dtype_name(h.dtype)) +
+            " " + sdk::Shape::from_vector(h.shape).to_string() + " but the model expects " +
+            std::string(sdk::dtype_name(v.dtype)) + " " + v.shape.to_string(),
+        "the checkpoint belongs to a different model; use the config it was trained with");
+  b.copy_from_host(v, h.bytes.data());
+}
+
+}  // namespace
+
+fs::path Trainer::save_checkpoint() {
+  auto& s = *s_;
+  auto& b = *s.c.backend;
+  sdk::TrainingState st;
+  for (auto* p : s.model->parameters())
+    st.tensors.push_back(to_host(b, "param/" + p->name, p->master.view()));
+  for (const auto& t : s.c.optimizer->state_tensors())
+    st.tensors.push_back(to_host(b, "optimizer/" + t.name, t.view));
+  auto cursor = s.sampler->cursor();
+  st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
+  st.metadata["mixtrain.version"] = sdk::kSdkVersion;
+  st.metadata["progress"] = progress_to_json({s.step, s.applied, s.skipped, s.last_loss}).dump();
+  st.metadata["sampler"] = json{
+      {"epoch", cursor.epoch},
+      {"position", cursor.position},
+      {"seed", s.e.run.seed},
+      {"rows", s.train.rows}}.dump();
+  st.metadata["scaler"] = component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump();
+  st.metadata["policy"] = component_state_to_json(s.e.policy_name, s.c.policy->save_state()).dump();
+  st.metadata["optimizer"] =
+      component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump();
+  st.metadata["config"] = resolved_toml(s.e);
+
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.step));
+  fs::path dir = s.run_dir / "checkpoints";
+  fs::path path = dir / (name + s.c.checkpoint_format->file_extension());
+  // A save killed midway (kill -9, power loss) leaves its temporary file; each save removes those
+  // that no live writer holds.
+  for (const auto& stale : sdk::remove_stale_temp_files(dir))
+    s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
+  s.c.checkpoint_format->write(path, st);
+
+  // Keep the newest `keep` checkpoints of this run, by step number (names stop sorting by step
+  // once a step outgrows the zero padding).
+  auto all = step_checkpoints(dir, s.c.checkpoint_format->file_extension());
+  std::error_code ec;
+  for (std::size_t i = 0; i + static_cast<std::size_t>(s.e.checkpoint.keep) < all.size(); ++i)
+    fs::remove(all[i], ec);
+  s.log.info("checkpoint written: " + path.string());
+  return path;
+}
+
+namespace {
+
+// The format that reads `path` for a weights-only load: the one whose extension the file has
+// (e.g. .safetensors exported for or by other tools), else the configured one. Full resumes always
+// use the configured format, which holds the whole training state.
+const sdk::CheckpointFormat& weights_format_for(const Components& c, const fs::path& path) {
+  const auto ext = path.extension().string();
+  if (c.checkpoint_format->file_extension() == ext) return *c.checkpoint_format;
+  for (const auto& f : c.weight_formats)
+    if (f->file_extension() == ext) return *f;
+  return *c.checkpoint_format;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
+  auto& s = *s_;
+  auto& b = *s.c.backend;
+  auto st =
+      weights_only ? weights_format_for(s.c, path).read(path) : s.c.checkpoint_format->read(path);
+  // Weights are "param/<layer>.<weight|bias>" in mixtrain's checkpoints and plain
+  // "<layer>.<weight|bias>" in files exported for (or written by) other tools.
+  std::set<const sdk::HostTensor*> used;
+  for (auto* p : s.model->parameters()) {
+    const auto* t = st.find("param/" + p->name);
+    if (t == nullptr) t = st.find(p->name);
+    if (t == nullptr) {
+      std::string have;
+      for (std::size_t i = 0; i < st.tensors.size() && i < 8; ++i)
+        have += (i ? ", " : "") + st.tensors[i].name;
+      if (st.tensors.size() > 8) have += ", ...";
+      throw sdk::CheckpointError(path.string() + ": no tensor for parameter '" + p->name +
+                                     "' (looked for 'param/" + p->name + "' and '" + p->name + "')",
+                                 "the file belongs to a different model; it holds: " +
+                                     (have.empty() ? "no tensors" : have));
+    }
+    const auto expected = p->master.view().shape.to_vector();
+    if (t->shape != expected)
+      throw sdk::CheckpointError(path.string() + ": tensor '" + t->name + "' has shape " +
+                                     shape_text(t->shape) + " but parameter '" + p->name +
+                                     "' expects " + shape_text(expected),
+                                 "the file belongs to a different model; check [model] layers");
+    from_host(b, *t, p->master.view(), path);
+    used.insert(t);
+  }
+  s.model->refresh_working_copies();
+  if (weights_only) {
+    for (const auto& t : st.tensors)
+      if (!used.count(&t) &&
+          (t.name.find('/') == std::string::npos || t.name.rfind("param/", 0) == 0))
+        s.log.warn(path.string() + ": tensor '" + t.name + "' matches no parameter; ignored");
+    s.log.info("initial weights loaded from " + path.string());
+    return;
+  }
+  auto meta = [&](const std::string& key) -> json {
+    auto it = st.metadata.find(key);
+    if (it == st.metadata.end())
+      throw sdk::CheckpointError(path.string() + ": no '" + key + "' entry",
+                                 "this file holds weights only; use it as checkpoint.init_from");
+    auto j = json::parse(it->second, nullptr, false);
+    if (j.is_discarded())
+      throw sdk::CheckpointError(path.string() + ": the '" + key + "' entry is not valid JSON");
+    return j;
+  };
+  check_training_state_version(st.metadata, path);
+  try {
+    auto progress = read_progress(meta("progress"), s.e.run.steps, path);
+    auto sampler = meta("sampler");
+    if (read_checkpoint_int(sampler.at("rows"), "sampler.rows", 0,
+                            std::numeric_limits<std::int64_t>::max(), path) != s.train.rows ||
+        !sampler.at("seed").is_number_unsigned() ||
+        sampler.at("seed").get<std::uint64_t>() != s.e.run.seed)
+      throw sdk::CheckpointError(
+          path.string() + ": the checkpoint was trained on other data (rows or seed differ)",
+          "resume with the same [data] and run.seed as the original run");
+    for (const auto& t : s.c.optimizer->state_tensors()) {
+      const auto* h = st.find("optimizer/" + t.name);
+      if (h == nullptr)
+        throw sdk::CheckpointError(path.string() + ": no optimizer state '" + t.name + "'",
+                                   "resume with the same optimizer as the original run");
+      from_host(b, *h, t.view, path);
+    }
+    // The components range-check their own entries; their messages gain the file's name.
+    auto load = [&](const char* what, const std::string& type, auto& component) {
+      auto state = component_state_from_json(meta(what), what, type, path);
+      check_component_counters(state, what, progress, path);
+      try {
+        component.load_state(state);
+      } catch (const sdk::CheckpointError& e) {
+        const std::string message = e.what();
+        const bool says_role = message.rfind(what, 0) == 0;  // "scaler 'dynamic' state ..."
+        throw sdk::CheckpointError(
+            path.string() + ": " + (says_role ? "" : what + std::string(": ")) + message, e.hint());
+      }
+    };
+    load("optimizer", s.e.optimizer_type, *s.c.optimizer);
+    load("scaler", s.e.scaler_type, *s.c.scaler);
+    load("policy", s.e.policy_name, *s.c.policy);
+    s.sampler->set_cursor(
+        read_sampler_cursor(sampler, progress.step, s.sampler->batches_per_epoch(), path));
+    s.step = progress.step;
+    s.applied = progress.applied;
+    s.skipped = progress.skipped;
+    s.last_loss = progress.last_loss;
+  } catch (const json::exception& e) {
+    throw sdk::CheckpointError(path.string() + ": malformed training state: " + e.what(),
+                               "the checkpoint is damaged; use an earlier one");
+  }
+  s.log.info("resumed from " + path.string() + " at step " + std::to_string(s.step));
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,41 @@
+// Trainer::State: what one training run holds, shared by the files that implement the Trainer
+// (trainer.cpp: construction and the loop; training_step.cpp: one step; trainer_checkpoint.cpp:
+// save and resume; trainer_evaluation.cpp: evaluation). Internal to the core.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "metrics_log.h"
+#include "mixtrain/core/batch_sampler.h"
+#include "mixtrain/core/log_sink.h"
+#include "mixtrain/core/lr_schedule.h"
+#include "mixtrain/core/trainer.h"
+
+namespace mixtrain::core {
+
+struct Trainer::State {
+  Experiment e;
+  Components c;
+  TrainOptions opt;
+  sdk::Logger log = core_logger("trainer");
+  Dataset train, eval;
+  std::unique_ptr<Model> model;
+  std::vector<sdk::Parameter> params;
+  std::vector<sdk::TensorView> grads;
+  std::unique_ptr<BatchSampler> sampler;
+  LrSchedule schedule;
+  std::int64_t step = 0, applied = 0, skipped = 0;
+  std::filesystem::path run_dir;
+  MetricsLog metrics;
+  std::vector<float> x_host;
+  std::vector<std::int32_t> y_host;
+  float last_loss = 0.0f;
+  std::filesystem::path resumed_from;
+  bool underflow_watch = false;  // some layer stores activation gradients in < 32 bits
+};
+
+}  // namespace mixtrain::core
