@@ -1,0 +1,13 @@
+// The [data] table: the source (synthetic, npy, idx) and its options, the batch sizes and the
+// eval split, read into Experiment::data with the resolved sections. Errors are sdk::ConfigError
+// at the key's file:line:col. Internal to the core.
+#pragma once
+
+#include "mixtrain/core/config.h"
+#include "mixtrain/core/experiment.h"
+
+namespace mixtrain::core {
+
+void read_data_config(const Config& config, Experiment& e);
+
+}  // namespace mixtrain::core
