@@ -1,6 +1,7 @@
 // The model as a graph, through the real executable: the sequential `layers` form and the same
-// model written as explicit `nodes` train to identical metrics; a residual graph trains; and bad
-// graphs exit 2 naming the node and the config's line.
+// model written as explicit `nodes` train to identical metrics; a residual graph trains; a
+// repeated block trains like its nodes written out; override globs reach into blocks; and bad
+// graphs and blocks exit 2 naming the node and the config's line.
 #include "cli_test_support.h"
 
 namespace mixtrain::test {
@@ -48,7 +49,8 @@ class ModelGraph : public CliTest {
   std::vector<json> train(const std::string& name, const std::string& model,
                           const std::string& extra = "") {
     const auto cfg = write_file(name + ".toml", std::string(kCommon) + model);
-    const auto r = run("train " + cfg.string() + " --set run.dir=" + (dir_ / name).string() + extra);
+    const auto r =
+        run("train " + cfg.string() + " --set run.dir=" + (dir_ / name).string() + extra);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return records(dir_ / name / "metrics.jsonl");
   }
@@ -175,8 +177,159 @@ TEST_F(ModelGraph, BadGraphsExit2NamingTheNodeAndTheLine) {
     const auto r = run("check " + cfg.string());
     EXPECT_EQ(r.exit_code, 2) << c.what << ":\n" << r.err;
     EXPECT_NE(r.err.find("bad.toml:"), std::string::npos) << c.what << ":\n" << r.err;
-    for (const auto& e : c.expect) EXPECT_NE(r.err.find(e), std::string::npos) << c.what << ": " << e << "\n" << r.err;
+    for (const auto& e : c.expect)
+      EXPECT_NE(r.err.find(e), std::string::npos) << c.what << ": " << e << "\n" << r.err;
   }
+}
+
+// A residual block defined once: x -> fc1 -> relu -> fc2 -> add(fc2, x).
+const char* kResidualBlock = R"(
+[model.blocks.residual]
+inputs = ["x"]
+output = "sum"
+nodes = [
+  { name = "fc1", type = "linear", out = 16, inputs = ["x"] },
+  { name = "act", type = "relu", inputs = ["fc1"] },
+  { name = "fc2", type = "linear", out = 16, inputs = ["act"] },
+  { name = "sum", type = "add", inputs = ["fc2", "x"] },
+]
+)";
+
+TEST_F(ModelGraph, ARepeatedBlockTrainsLikeTheSameNodesWrittenOut) {
+  // Two repetitions, then a second instance whose fc1 is wider (set), then the head: against the
+  // same graph written node by node, under bf16-mixed with a dynamic scaler.
+  const auto blocks = train("blocks", std::string(kResidualBlock) + R"(
+[model]
+nodes = [
+  { name = "res", block = "residual", repeat = 2, inputs = ["input"] },
+  { name = "wide", block = "residual", inputs = ["res"], set = { fc1 = { out = 24 } } },
+  { name = "head", type = "linear", out = 5, inputs = ["wide"] },
+]
+)");
+  const auto nodes = train("blocks-written-out", R"(
+[model]
+nodes = [
+  { name = "res.0.fc1", type = "linear", out = 16, inputs = ["input"] },
+  { name = "res.0.act", type = "relu", inputs = ["res.0.fc1"] },
+  { name = "res.0.fc2", type = "linear", out = 16, inputs = ["res.0.act"] },
+  { name = "res.0.sum", type = "add", inputs = ["res.0.fc2", "input"] },
+  { name = "res.1.fc1", type = "linear", out = 16, inputs = ["res.0.sum"] },
+  { name = "res.1.act", type = "relu", inputs = ["res.1.fc1"] },
+  { name = "res.1.fc2", type = "linear", out = 16, inputs = ["res.1.act"] },
+  { name = "res.1.sum", type = "add", inputs = ["res.1.fc2", "res.0.sum"] },
+  { name = "wide.fc1", type = "linear", out = 24, inputs = ["res.1.sum"] },
+  { name = "wide.act", type = "relu", inputs = ["wide.fc1"] },
+  { name = "wide.fc2", type = "linear", out = 16, inputs = ["wide.act"] },
+  { name = "wide.sum", type = "add", inputs = ["wide.fc2", "res.1.sum"] },
+  { name = "head", type = "linear", out = 5, inputs = ["wide.sum"] },
+]
+)");
+  ASSERT_EQ(blocks.size(), nodes.size());
+  ASSERT_GE(blocks.size(), 6u);
+  for (std::size_t i = 0; i < blocks.size(); ++i)
+    EXPECT_EQ(without_timing(blocks[i]), without_timing(nodes[i])) << "record " << i;
+  // The resolved config holds the expanded nodes and trains again.
+  const auto again = run("check " + (dir_ / "blocks" / "config.toml").string());
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+}
+
+TEST_F(ModelGraph, PrecisionOverrideGlobsSelectNodesInsideBlocks) {
+  const std::string model = std::string(kResidualBlock) + R"(
+[model]
+nodes = [
+  { name = "res", block = "residual", repeat = 3, inputs = ["input"] },
+  { name = "head", type = "linear", out = 5, inputs = ["res"] },
+]
+)";
+  // Every fc1 of every repetition in fp32, the rest in bf16: the run's resolved config keeps
+  // the glob, and a glob that matches nothing is refused with the block's node names.
+  const auto ok = write_file("glob.toml", std::string(kCommon) + model +
+                                              "\n[[precision.override]]\nlayers = \"res.*.fc1\"\n"
+                                              "compute = \"fp32\"\n");
+  const auto r = run("check " + ok.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const auto none =
+      write_file("noglob.toml", std::string(kCommon) + model +
+                                    "\n[[precision.override]]\nlayers = \"res.*.fc3\"\n"
+                                    "compute = \"fp32\"\n");
+  const auto bad = run("check " + none.string());
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("res.*.fc3"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("res.2.fc1"), std::string::npos) << bad.err;
+}
+
+TEST_F(ModelGraph, BadBlocksExit2NamingTheEntryAndTheLine) {
+  struct Case {
+    const char* what;
+    const char* text;
+    std::vector<std::string> expect;
+  };
+  const Case cases[] = {
+      {"repeated 0 times",
+       R"(nodes = [
+  { name = "res", block = "residual", repeat = 0, inputs = ["input"] },
+  { name = "head", type = "linear", out = 5, inputs = ["res"] },
+])",
+       {"repeated 0 times", "repeat"}},
+      {"unknown block",
+       R"(nodes = [
+  { name = "res", block = "residul", inputs = ["input"] },
+  { name = "head", type = "linear", out = 5, inputs = ["res"] },
+])",
+       {"unknown block 'residul'", "did you mean 'residual'"}},
+      {"set for a node the block lacks",
+       R"(nodes = [
+  { name = "res", block = "residual", inputs = ["input"], set = { fc3 = { out = 8 } } },
+  { name = "head", type = "linear", out = 5, inputs = ["res"] },
+])",
+       {"no node 'fc3'", "fc1, act, fc2, sum"}},
+      {"an instance with a type",
+       R"(nodes = [
+  { name = "res", type = "linear", block = "residual", inputs = ["input"] },
+  { name = "head", type = "linear", out = 5, inputs = ["res"] },
+])",
+       {"no type of its own"}},
+      {"an instance with the wrong input count",
+       R"(nodes = [
+  { name = "res", block = "residual", inputs = ["input", "input"] },
+  { name = "head", type = "linear", out = 5, inputs = ["res"] },
+])",
+       {"takes 1 inputs (x), got 2"}},
+      {"a shape mismatch inside an instance",
+       R"(nodes = [
+  { name = "res", block = "residual", inputs = ["input"], set = { fc2 = { out = 8 } } },
+  { name = "head", type = "linear", out = 5, inputs = ["res"] },
+])",
+       {"'res.sum'", "shape mismatch"}},
+  };
+  for (const auto& c : cases) {
+    const std::string text = std::string(kCommon) + kResidualBlock + "\n[model]\n" + c.text + "\n";
+    const auto cfg = write_file("bad.toml", text);
+    const auto r = run("check " + cfg.string());
+    EXPECT_EQ(r.exit_code, 2) << c.what << ":\n" << r.err;
+    EXPECT_NE(r.err.find("bad.toml:"), std::string::npos) << c.what << ":\n" << r.err;
+    for (const auto& e : c.expect)
+      EXPECT_NE(r.err.find(e), std::string::npos) << c.what << ": " << e << "\n" << r.err;
+  }
+  // A block that contains itself, through another.
+  const auto cyclic = write_file("cyclic.toml", std::string(kCommon) + R"(
+[model.blocks.a]
+inputs = ["x"]
+nodes = [{ name = "inner", block = "b", inputs = ["x"] }]
+
+[model.blocks.b]
+inputs = ["x"]
+nodes = [{ name = "inner", block = "a", inputs = ["x"] }]
+
+[model]
+nodes = [
+  { name = "outer", block = "a", inputs = ["input"] },
+  { name = "head", type = "linear", out = 5, inputs = ["outer"] },
+]
+)");
+  const auto r = run("check " + cyclic.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("uses itself (a, b, a)"), std::string::npos) << r.err;
 }
 
 }  // namespace
