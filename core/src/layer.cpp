@@ -27,13 +27,22 @@ void Layer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::in
 }
 
 void Layer::materialise_output() {
-  if (output_.empty())
+  if (output_.empty() && planned_output_ == nullptr)
     output_ = Tensor(backend_, storage_of(precision_.activation), sdk::Shape{max_rows_, out_});
 }
 
 TensorView Layer::output(std::int64_t rows) const {
-  if (output_.empty()) return {nullptr, storage_of(precision_.activation), sdk::Shape{rows, out_}};
+  const DType dtype = storage_of(precision_.activation);
+  if (planned_output_ != nullptr && output_.empty())
+    return {planned_output_, dtype, sdk::Shape{rows, out_}};
+  if (output_.empty()) return {nullptr, dtype, sdk::Shape{rows, out_}};
   return output_.rows(rows);
+}
+
+std::size_t Layer::planned_output_bytes(std::int64_t max_rows) const {
+  if (is_view() || output_deferred()) return 0;
+  return static_cast<std::size_t>(max_rows * out_) *
+         sdk::dtype_size(storage_of(precision_.activation));
 }
 
 ModelParameter Layer::make_parameter(const std::string& suffix, sdk::Shape shape, bool decay) {

@@ -238,9 +238,48 @@ void Model::allocate(std::int64_t max_rows) {
   labels_ = Tensor(backend_, DType::int32, sdk::Shape{max_rows});
   loss_ = Tensor(backend_, DType::fp32, sdk::Shape{1});
   correct_ = Tensor(backend_, DType::int32, sdk::Shape{1});
-  for (std::size_t i = 0; i < layers_.size(); ++i)
+  // Activations: one arena from their liveness plan, then each layer's own buffers.
+  act_plan_ = plan_activations(max_rows);
+  act_arena_ = Tensor(backend_, DType::fp32,
+                      sdk::Shape{static_cast<std::int64_t>(act_plan_.arena_bytes / 4 + 1)});
+  for (std::size_t i = 0, k = 0; i < layers_.size(); ++i) {
+    const bool planned = layers_[i]->planned_output_bytes(max_rows * nodes_[i].rows_per_sample) > 0;
+    layers_[i]->use_output_storage(planned ? static_cast<std::byte*>(act_arena_.view().data) +
+                                                 act_plan_.offset[k++]
+                                           : nullptr);
     layers_[i]->allocate(backend_, max_rows * nodes_[i].rows_per_sample);
+  }
   plan_gradients();
+}
+
+LivenessPlan Model::plan_activations(std::int64_t max_rows) const {
+  // Schedule: forward of the node at position p is step p, the loss step n, the backward of p
+  // step 2n - p. An output lives from its forward to its last read: a forward read, the backward
+  // of a reader that keeps its inputs, its own backward when that reads it, the loss (logits).
+  const int n = static_cast<int>(layers_.size());
+  std::vector<int> last(layers_.size());
+  for (int p = 0; p < n; ++p)
+    last[static_cast<std::size_t>(p)] =
+        layers_[static_cast<std::size_t>(p)]->backward_reads_output() ? 2 * n - p : p;
+  last[static_cast<std::size_t>(nodes_.back().root)] =
+      std::max(last[static_cast<std::size_t>(nodes_.back().root)], n);
+  for (int q = 0; q < n; ++q) {
+    const auto& reader = *layers_[static_cast<std::size_t>(q)];
+    for (int t : nodes_[static_cast<std::size_t>(q)].inputs) {
+      if (t < 0) continue;
+      auto& l = last[static_cast<std::size_t>(nodes_[static_cast<std::size_t>(t)].root)];
+      l = std::max(l, q);
+      if (!reader.is_view() && reader.backward_reads_inputs()) l = std::max(l, 2 * n - q);
+    }
+  }
+  std::vector<BufferLife> lives;
+  for (int p = 0; p < n; ++p) {
+    const auto i = static_cast<std::size_t>(p);
+    const std::size_t bytes =
+        layers_[i]->planned_output_bytes(max_rows * nodes_[i].rows_per_sample);
+    if (bytes > 0) lives.push_back({layers_[i]->name(), bytes, p, last[i]});
+  }
+  return plan_liveness(lives);
 }
 
 void Model::plan_gradients() {

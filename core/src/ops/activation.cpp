@@ -18,13 +18,13 @@ ActivationLayer::ActivationLayer(std::string name, sdk::Activation act, std::int
 
 void ActivationLayer::forward(TensorView x, std::int64_t rows) {
   if (fused_) return;  // the Linear before it wrote act(z) here as its GEMM epilogue
-  backend_->activation_forward(act_, x, output_.rows(rows));
+  backend_->activation_forward(act_, x, output(rows));
 }
 
 void ActivationLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
   if (dx.empty()) return;
   // Fused relu: z was not stored; relu'(z) = [z > 0] = [relu(z) > 0], so the output serves.
-  const TensorView in = fused_ && act_ == sdk::Activation::relu ? output_.rows(rows) : x;
+  const TensorView in = fused_ && act_ == sdk::Activation::relu ? output(rows) : x;
   backend_->activation_backward(act_, in, dy, dx);
 }
 

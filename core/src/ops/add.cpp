@@ -27,7 +27,7 @@ void AddLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t
 
 void AddLayer::forward_inputs(std::span<const TensorView> xs, std::int64_t rows) {
   // x is [rows, features] per input; y = sum in FP32 (axpy), rounded once into y's dtype.
-  const TensorView y = output_.rows(rows);
+  const TensorView y = output(rows);
   TensorView acc = y;
   if (y.dtype != DType::fp32) {
     if (sum_.empty()) sum_ = Tensor(backend_, DType::fp32, sdk::Shape{max_rows_, out_});

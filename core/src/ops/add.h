@@ -15,6 +15,7 @@ class AddLayer final : public Layer {
  public:
   AddLayer(std::string name, std::size_t inputs, std::int64_t features);
   std::size_t input_count() const override { return inputs_; }
+  bool backward_reads_inputs() const override { return false; }  // each input's gradient is dy
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;

@@ -32,7 +32,7 @@ void LayerNormLayer::init_parameters(std::uint64_t) {
 
 void LayerNormLayer::forward(TensorView x, std::int64_t rows) {
   backend_->layernorm_forward(x, params_[0].master.view(), params_[1].master.view(), eps_,
-                              output_.rows(rows), prefix(mean_, rows), prefix(rstd_, rows));
+                              output(rows), prefix(mean_, rows), prefix(rstd_, rows));
 }
 
 void LayerNormLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {

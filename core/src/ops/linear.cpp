@@ -174,11 +174,11 @@ void LinearLayer::forward(TensorView x, std::int64_t rows) {
     g.activation = fused_->activation();
     if (g.activation != sdk::Activation::relu) {
       materialise_output();
-      g.pre_activation = output_.rows(rows);
+      g.pre_activation = output(rows);
     }
   } else {
     materialise_output();  // a deferred output, the first time this layer runs unfused
-    g.c = output_.rows(rows);
+    g.c = output(rows);
   }
   if (bias_) g.bias = params_[1].master.view();
   g.compute = precision_.gemm_input;

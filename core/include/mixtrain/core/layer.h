@@ -87,6 +87,16 @@ class Layer {
   virtual bool fused() const { return false; }
   // Delayed FP8 scaling: hands the amaxes measured by this step's casts to the policy.
   virtual void flush_operand_amaxes() {}
+  // What backward() reads besides dy, for the activation liveness plan: an input that is read
+  // must stay intact until this op's backward. The defaults are the safe answers for a new op.
+  virtual bool backward_reads_inputs() const { return true; }
+  virtual bool backward_reads_output() const { return false; }
+  // The model's activation plan places this op's output in its arena (non-owning; set before
+  // allocate()). Without it the layer allocates its own output.
+  void use_output_storage(void* data) { planned_output_ = data; }
+  // Bytes of the output at `max_rows` rows, 0 when it is deferred or a view (nothing to plan).
+  std::size_t planned_output_bytes(std::int64_t max_rows) const;
+
   // Host-side initialisation of parameters from a seed (PyTorch's defaults for the layer type).
   virtual void init_parameters(std::uint64_t /*seed*/) {}
 
@@ -109,6 +119,7 @@ class Layer {
   sdk::LayerPrecision precision_;
   std::int64_t max_rows_ = 0;
   Tensor output_;
+  void* planned_output_ = nullptr;  // in the model's activation arena, when planned
   std::vector<ModelParameter> params_;
   bool collect_stats_ = false;
   std::vector<ScaledOperandStats> stats_;

@@ -136,6 +136,11 @@ class Model {
   const std::vector<int>& node_inputs(std::size_t i) const { return nodes_[i].inputs; }
   const std::vector<std::int64_t>& node_shape(std::size_t i) const { return nodes_[i].shape; }
   // Bytes of the gradient arena and what it would take without reuse (after allocate()).
+  // Where the layers' outputs live for `max_rows` batch rows: their liveness over one forward,
+  // loss and backward, under the current precision plan (what allocate() uses; callable before it).
+  LivenessPlan plan_activations(std::int64_t max_rows) const;
+  std::size_t activation_arena_bytes() const { return act_plan_.arena_bytes; }
+  std::size_t activation_sum_bytes() const { return act_plan_.sum_bytes; }
   std::size_t gradient_arena_bytes() const { return grad_plan_.arena_bytes; }
   std::size_t gradient_sum_bytes() const { return grad_plan_.sum_bytes; }
 
@@ -177,7 +182,8 @@ class Model {
   std::int64_t max_rows_ = 0;
   Tensor input_, labels_, loss_, correct_;
   std::vector<GradSlot> grad_slots_;  // per node (used at roots that need a gradient)
-  LivenessPlan grad_plan_, grad_plan_fp32_;
+  LivenessPlan grad_plan_, grad_plan_fp32_, act_plan_;
+  Tensor act_arena_;
   Tensor grad_arena_;  // bytes, every gradient buffer at its planned offset
   bool reserve_fp32_pass_ = false;
   bool fp32_pass_ = false;       // measure_gradient_underflow: every gradient in FP32
