@@ -12,6 +12,7 @@ namespace mixtrain::core {
 class ActivationLayer final : public Layer {
  public:
   ActivationLayer(std::string name, sdk::Activation act, std::int64_t features);
+  std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   sdk::Activation activation() const { return act_; }
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
