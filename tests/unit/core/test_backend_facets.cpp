@@ -60,9 +60,9 @@ LayerSpec node(const char* type, const char* name, std::vector<std::string> inpu
   LayerSpec l;
   l.type = type;
   l.name = name;
-  l.out = out;
   l.inputs = std::move(inputs);
   l.where = {"facets.toml", line, 3};
+  if (out > 0) l.options.push_back({"out", out, l.where});
   return l;
 }
 
