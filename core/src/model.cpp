@@ -101,6 +101,8 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
     const std::string& name = graph[i].name;
     const std::string key = list + "[" + std::to_string(i) + "]";
     Node& node = nodes_[pos];
+    node.where = l.where;
+    node.key = key;
     for (const GraphSource& src : topo.sources[i])
       node.inputs.push_back(src.is_node ? static_cast<int>(topo.position[src.index]) : -1);
     auto shape_of = [&](int t) {
@@ -232,7 +234,46 @@ TensorView Model::scratch(std::size_t slot, DType dtype, std::int64_t rows, std:
   return {t.view().data, dtype, sdk::Shape{rows, cols}};
 }
 
+void Model::check_backend() const {
+  const std::string backend = backend_->capabilities().kind;
+  auto stop = [&](const Node& node, const std::string& who, const BackendNeed& need,
+                  const std::string& why) {
+    throw sdk::ConfigError(node.where, node.key,
+                           who + " needs " + need_op_name(need) + " on " + need_dtypes(need) +
+                               ", which backend '" + backend + "' does not provide: " + why,
+                           "override the node's precision with [[precision.override]] layers = \"" +
+                               layers_[static_cast<std::size_t>(&node - nodes_.data())]->name() +
+                               "\", compute = \"fp32\" (or choose another precision.policy), or "
+                               "use a backend that offers it (`mixtrain plugins` lists them)");
+  };
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& op = *layers_[i];
+    const Node& node = nodes_[i];
+    const int in = node.inputs.empty() ? -1 : node.inputs[0];
+    const DType input =
+        in < 0 ? DType::fp32
+               : storage_of(
+                     layers_[static_cast<std::size_t>(nodes_[static_cast<std::size_t>(in)].root)]
+                         ->precision()
+                         .activation);
+    for (const BackendNeed& need : op.backend_needs(input))
+      if (auto why = unmet(*backend_, need))
+        stop(node, "node '" + op.name() + "' (" + op.type() + ")", need, *why);
+  }
+  // The loss reads the logits; several readers of one tensor accumulate their gradients in FP32.
+  const BackendNeed loss{sdk::LossOp::softmax_cross_entropy, {logits_grad_dtype()}};
+  if (auto why = unmet(*backend_, loss))
+    stop(nodes_.back(), "the loss on node '" + layers_.back()->name() + "'", loss, *why);
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const BackendNeed accumulate{sdk::ElementwiseOp::axpy, {contribution_dtype(i), DType::fp32}};
+    if (auto why = unmet(*backend_, accumulate))
+      stop(nodes_[i], "the gradient accumulation of node '" + layers_[i]->name() + "'", accumulate,
+           *why);
+  }
+}
+
 void Model::allocate(std::int64_t max_rows) {
+  check_backend();
   max_rows_ = max_rows;
   input_ = Tensor(backend_, DType::fp32, sdk::Shape{max_rows, input_features_});
   labels_ = Tensor(backend_, DType::int32, sdk::Shape{max_rows});
@@ -361,8 +402,8 @@ void Model::forward(std::int64_t rows) {
 void Model::compute_loss(std::int64_t rows, float grad_scale, bool with_grad) {
   TensorView dlogits;
   if (with_grad) dlogits = gradient(static_cast<int>(layers_.size()) - 1, rows);
-  backend_->softmax_cross_entropy(logits(rows), labels(rows), grad_scale, loss_.view(),
-                                  correct_.view(), dlogits);
+  loss_of(*backend_).softmax_cross_entropy(logits(rows), labels(rows), grad_scale, loss_.view(),
+                                           correct_.view(), dlogits);
 }
 
 LossValues Model::read_loss() {
@@ -441,7 +482,8 @@ void Model::run_backward(std::int64_t batch, bool all_fp32, const BackwardVisit&
       if (w == 0)
         backend_->cast(c, p.target);
       else
-        backend_->axpy(1.0f, c, p.target);  // reads any storage dtype into the FP32 target
+        elementwise_of(*backend_).axpy(1.0f, c,
+                                       p.target);  // reads any storage dtype into the FP32 target
       ++w;
     }
     if (grad_ready_)
@@ -465,7 +507,7 @@ std::string Model::locate_first_nonfinite(std::int64_t rows, float grad_scale) {
   } restore{this, fused_before > 0};
   auto bad = [&](TensorView v) {
     std::vector<TensorView> one{v};
-    return backend_->first_nonfinite(one) >= 0;
+    return elementwise_of(*backend_).first_nonfinite(one) >= 0;
   };
   if (bad(input_.rows(rows))) return "input batch";
   std::string found;
@@ -524,8 +566,8 @@ std::vector<Model::UnderflowCount> Model::measure_gradient_underflow(std::int64_
     }
   } release{this};
   const TensorView dy = gradient(static_cast<int>(layers_.size()) - 1, rows);
-  backend_->softmax_cross_entropy(logits(rows), labels(rows), grad_scale, loss_.view(),
-                                  correct_.view(), dy);
+  loss_of(*backend_).softmax_cross_entropy(logits(rows), labels(rows), grad_scale, loss_.view(),
+                                           correct_.view(), dy);
   count("logits gradient", dy, logits_grad_dtype());
   run_backward(rows, true, [&](std::size_t i, std::span<const TensorView> dxs) {
     for (const TensorView& dx : dxs)

@@ -37,22 +37,5 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
         layer->set_operand_scaling(&policy);
 }
 
-void check_backend_runs_plan(const Model& model, const sdk::BackendCapabilities& caps) {
-  for (const auto& l : model.layers()) {
-    if (!l->has_gemm()) continue;
-    auto dt = l->precision().gemm_input;
-    if (!caps.supports(dt)) {
-      std::string have;
-      for (const auto& d : caps.gemm_inputs)
-        have += (have.empty() ? "" : ", ") + std::string(sdk::dtype_name(d.dtype));
-      throw sdk::BackendError("layer '" + l->name() + "' needs " +
-                                  std::string(sdk::dtype_name(dt)) + " GEMM inputs, which the " +
-                                  caps.kind + " backend cannot run (it runs: " + have + ")",
-                              "choose another precision.policy, or override this layer with "
-                              "[[precision.override]] layers = \"" +
-                                  l->name() + "\", compute = \"fp32\"");
-    }
-  }
-}
 
 }  // namespace mixtrain::core

@@ -78,7 +78,14 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes);
   auto caps = backend.capabilities();
   plan_precision(*s.model, *s.c.policy, caps, e.overrides);
-  check_backend_runs_plan(*s.model, caps);
+  // Every node's ops are asked in Model::allocate; the step's own gradient checks here.
+  for (sdk::ElementwiseOp op : {sdk::ElementwiseOp::unscale_and_check_finite,
+                                sdk::ElementwiseOp::unscale_check_and_sum_squares})
+    if (auto why = unmet(backend, {op, {sdk::DType::fp32}}))
+      throw sdk::BackendError(
+          "the training step needs elementwise." + std::string(sdk::op_name(op)) +
+              " on fp32 gradients, which backend '" + caps.kind + "' does not provide: " + *why,
+          "use a backend that offers it (`mixtrain plugins` lists them)");
   for (const auto& l : s.model->layers())
     if (sdk::dtype_size(l->precision().activation_grad) < 4) s.underflow_watch = true;
   const std::int64_t max_rows = std::max(e.data.batch_size, e.data.eval_batch_size);

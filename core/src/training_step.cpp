@@ -36,11 +36,11 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   bool found_inf = false;
   double grad_sum_squares = std::nan("");
   if (request.wants_norm) {
-    const auto check = b.unscale_check_and_sum_squares(s.grads, 1.0f / scale);
+    const auto check = elementwise_of(b).unscale_check_and_sum_squares(s.grads, 1.0f / scale);
     found_inf = check.found_inf;
     grad_sum_squares = check.sum_of_squares;
   } else {
-    found_inf = b.unscale_and_check_finite(s.grads, 1.0f / scale);
+    found_inf = elementwise_of(b).unscale_and_check_finite(s.grads, 1.0f / scale);
   }
   // The device is idle now, so what the host reads next costs no pipeline stall: the delayed
   // FP8 amaxes of this step's casts, and the loss where this step reports or keeps it.

@@ -106,11 +106,6 @@ sdk::MemoryStats CpuBackend::memory_stats() const {
   return {current_bytes_, peak_bytes_, live_.size()};
 }
 
-void CpuBackend::reset_peak_memory() {
-  std::lock_guard lock(memory_mutex_);
-  peak_bytes_ = current_bytes_;
-}
-
 void CpuBackend::copy_from_host(TensorView dst, const void* src) {
   require_present("copy_from_host", "dst", dst);
   if (dst.bytes() != 0) std::memcpy(dst.data, src, dst.bytes());

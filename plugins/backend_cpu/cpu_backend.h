@@ -16,6 +16,10 @@
 // - Threading: one OpenMP pool shared with oneDNN; `threads` (0 = all cores) is applied with
 //   omp_set_num_threads on the calling thread before every op. Ops run synchronously, so
 //   synchronize() is a no-op.
+// - Facets: all five (gemm, elementwise, normalization, loss, optimizer); supports() answers from
+//   the dtype lists in each op's comment: storage floats (fp32, tf32, bf16, fp16) for element-wise,
+//   normalisation and loss, fp32 for the foreach ops and the optimizer state, and for GEMM A/B any
+//   dtype capabilities().gemm_inputs lists (C: fp32, bf16, fp16).
 // - Errors: sdk::BackendError naming the op, the offending tensor, its dtype/shape, and a fix.
 #pragma once
 
@@ -30,13 +34,19 @@
 
 namespace mixtrain::backend_cpu {
 
-class GemmEngine;  // cpu_gemm.h
+class GemmEngine;     // cpu_gemm.h
 class EltwiseEngine;  // cpu_eltwise.h
 
 // How bf16 x bf16 GEMMs run: `automatic` decides from the CPU's features at run time.
 enum class Bf16GemmPath { automatic, onednn, emulated };
 
-class CpuBackend final : public sdk::DeviceBackend {
+// The backend is its own facets: every facet accessor returns `this`.
+class CpuBackend final : public sdk::DeviceBackend,
+                         public sdk::GemmFacet,
+                         public sdk::ElementwiseFacet,
+                         public sdk::NormalizationFacet,
+                         public sdk::LossFacet,
+                         public sdk::OptimizerFacet {
  public:
   explicit CpuBackend(int threads = 0, Bf16GemmPath bf16_gemm = Bf16GemmPath::automatic);
   ~CpuBackend() override;
@@ -50,39 +60,69 @@ class CpuBackend final : public sdk::DeviceBackend {
   void* allocate(std::size_t bytes) override;
   void deallocate(void* ptr) noexcept override;
   sdk::MemoryStats memory_stats() const override;
-  void reset_peak_memory() override;
   void copy_from_host(sdk::TensorView dst, const void* src) override;
   void copy_to_host(void* dst, sdk::TensorView src) override;
   void copy(sdk::TensorView dst, sdk::TensorView src) override;
   void synchronize() override {}
-
-  void gemm(const sdk::GemmArgs& args) override;
   void cast(sdk::TensorView src, sdk::TensorView dst, const sdk::CastArgs& args = {}) override;
+  void fill(sdk::TensorView x, float value) override;
 
-  void add_bias(sdk::TensorView y, sdk::TensorView bias) override;
+  sdk::GemmFacet* gemm_facet() override { return this; }
+  sdk::ElementwiseFacet* elementwise_facet() override { return this; }
+  sdk::NormalizationFacet* normalization_facet() override { return this; }
+  sdk::LossFacet* loss_facet() override { return this; }
+  sdk::OptimizerFacet* optimizer_facet() override { return this; }
+
+  // --- GemmFacet -------------------------------------------------------------------------------
+  bool supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const override;
+  void gemm(const sdk::GemmArgs& args) override;
+  // A loop over the batches through the same cached oneDNN primitive as gemm().
+  void gemm_strided_batched(const sdk::GemmBatchedArgs& args) override;
+
+  // --- ElementwiseFacet ------------------------------------------------------------------------
+  bool supports(sdk::ElementwiseOp op, std::span<const sdk::DType> dtypes) const override;
   void bias_grad(sdk::TensorView dy, sdk::TensorView dbias, bool accumulate) override;
   void activation_forward(sdk::Activation act, sdk::TensorView x, sdk::TensorView y) override;
   void activation_backward(sdk::Activation act, sdk::TensorView x, sdk::TensorView dy,
                            sdk::TensorView dx) override;
-  void layernorm_forward(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta,
-                         float eps, sdk::TensorView y, sdk::TensorView mean,
-                         sdk::TensorView rstd) override;
+  void axpy(float alpha, sdk::TensorView x, sdk::TensorView y) override;
+  bool unscale_and_check_finite(std::span<const sdk::TensorView> grads, float inv_scale) override;
+  GradientCheck unscale_check_and_sum_squares(std::span<const sdk::TensorView> grads,
+                                              float inv_scale) override;
+  int first_nonfinite(std::span<const sdk::TensorView> tensors) override;
+  // Σ x² in double over storage-dtype tensors (what unscale_check_and_sum_squares reports).
+  double sum_of_squares(std::span<const sdk::TensorView> tensors);
+
+  void foreach_mul_scalar(std::span<const sdk::TensorView> self, float scalar) override;
+  void foreach_mul(std::span<const sdk::TensorView> self,
+                   std::span<const sdk::TensorView> other) override;
+  void foreach_add_scalar(std::span<const sdk::TensorView> self, float scalar) override;
+  void foreach_add(std::span<const sdk::TensorView> self, std::span<const sdk::TensorView> other,
+                   float alpha = 1.0f) override;
+  void foreach_addcmul(std::span<const sdk::TensorView> self, std::span<const sdk::TensorView> t1,
+                       std::span<const sdk::TensorView> t2, float value = 1.0f) override;
+  void foreach_sqrt(std::span<const sdk::TensorView> self) override;
+  void foreach_sign(std::span<const sdk::TensorView> self) override;
+  void foreach_lerp(std::span<const sdk::TensorView> self, std::span<const sdk::TensorView> end,
+                    float weight) override;
+  void foreach_clamp(std::span<const sdk::TensorView> self, float lo, float hi) override;
+
+  // --- NormalizationFacet ----------------------------------------------------------------------
+  bool supports(sdk::NormalizationOp op, std::span<const sdk::DType> dtypes) const override;
+  void layernorm_forward(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta, float eps,
+                         sdk::TensorView y, sdk::TensorView mean, sdk::TensorView rstd) override;
   void layernorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView gamma,
                           sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
-                          sdk::TensorView dgamma, sdk::TensorView dbeta,
-                          bool accumulate) override;
+                          sdk::TensorView dgamma, sdk::TensorView dbeta, bool accumulate) override;
+
+  // --- LossFacet -------------------------------------------------------------------------------
+  bool supports(sdk::LossOp op, std::span<const sdk::DType> dtypes) const override;
   void softmax_cross_entropy(sdk::TensorView logits, sdk::TensorView labels, float grad_scale,
                              sdk::TensorView loss, sdk::TensorView correct,
                              sdk::TensorView dlogits) override;
 
-  void fill(sdk::TensorView x, float value) override;
-  void scale(sdk::TensorView x, float alpha) override;
-  void axpy(float alpha, sdk::TensorView x, sdk::TensorView y) override;
-
-  bool unscale_and_check_finite(std::span<const sdk::TensorView> grads, float inv_scale) override;
-  double sum_of_squares(std::span<const sdk::TensorView> tensors) override;
-  int first_nonfinite(std::span<const sdk::TensorView> tensors) override;
-
+  // --- OptimizerFacet --------------------------------------------------------------------------
+  bool supports(sdk::OptimizerOp op, std::span<const sdk::DType> dtypes) const override;
   void sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params) override;
   void adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params) override;
 

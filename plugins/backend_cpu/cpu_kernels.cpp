@@ -84,29 +84,6 @@ inline float gelu_grad(float x) {
 
 }  // namespace
 
-void CpuBackend::add_bias(TensorView y, TensorView bias) {
-  use_threads();
-  require_storage("add_bias", "y", y);
-  require_storage("add_bias", "bias", bias);
-  const std::int64_t n = y.shape.cols();
-  const std::int64_t rows = y.shape.rows();
-  require_numel("add_bias", "bias", bias, n);
-  const Fp32Vector b(bias, n, 0.0f);
-  const float* bp = b.data();
-#pragma omp parallel if (parallel_worth(rows * n))
-  {
-    std::vector<float> buf;
-#pragma omp for schedule(static)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* in = read_row(y, r, n, buf);
-      float* out = const_cast<float*>(in);  // fp32: the row itself; else the converted copy
-#pragma omp simd
-      for (std::int64_t j = 0; j < n; ++j) out[j] = in[j] + bp[j];
-      commit_row(y, r, n, out);
-    }
-  }
-}
-
 void CpuBackend::bias_grad(TensorView dy, TensorView dbias, bool accumulate) {
   use_threads();
   // Plain variables, not structured bindings: clang 14 cannot capture those in OpenMP regions.
@@ -367,22 +344,6 @@ void CpuBackend::fill(TensorView x, float value) {
     float buf[kChunk];
     float* out = write_target(x, c0, buf);
     for (std::int64_t i = 0; i < len; ++i) out[i] = value;
-    commit_chunk(x, c0, len, out);
-  }
-}
-
-void CpuBackend::scale(TensorView x, float alpha) {
-  use_threads();
-  require_storage("scale", "x", x);
-  const std::int64_t total = x.numel();
-#pragma omp parallel for schedule(static) if (parallel_worth(total))
-  for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
-    const std::int64_t len = std::min(kChunk, total - c0);
-    float buf[kChunk];
-    const float* in = read_chunk(x, c0, len, buf);
-    float* out = const_cast<float*>(in);
-#pragma omp simd
-    for (std::int64_t i = 0; i < len; ++i) out[i] = in[i] * alpha;
     commit_chunk(x, c0, len, out);
   }
 }

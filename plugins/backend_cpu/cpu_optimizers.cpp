@@ -160,6 +160,15 @@ double CpuBackend::sum_of_squares(std::span<const TensorView> tensors) {
   return total;
 }
 
+sdk::ElementwiseFacet::GradientCheck CpuBackend::unscale_check_and_sum_squares(
+    std::span<const TensorView> grads, float inv_scale) {
+  // Synchronous backend: the two passes in turn wait no more than one fused pass would.
+  GradientCheck r;
+  r.found_inf = unscale_and_check_finite(grads, inv_scale);
+  r.sum_of_squares = sum_of_squares(grads);
+  return r;
+}
+
 int CpuBackend::first_nonfinite(std::span<const TensorView> tensors) {
   use_threads();
   for (std::size_t t = 0; t < tensors.size(); ++t) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <initializer_list>
 
 #include "cuda_access.h"
 #include "cuda_gemm.h"
@@ -232,8 +233,6 @@ sdk::MemoryStats CudaBackend::memory_stats() const {
   return {allocator_.current(), allocator_.peak(), allocator_.live_count()};
 }
 
-void CudaBackend::reset_peak_memory() { allocator_.reset_peak(); }
-
 void CudaBackend::copy_from_host(TensorView dst, const void* src) {
   activate();
   require_present("copy_from_host", "dst", dst);
@@ -270,6 +269,23 @@ void CudaBackend::gemm(const sdk::GemmArgs& args) {
   account_buffers();
 }
 
+void CudaBackend::gemm_strided_batched(const sdk::GemmBatchedArgs& args) {
+  activate();
+  checks().gemm_batched_shape(args);
+  auto moved = [](TensorView v, std::int64_t elements) {
+    v.data = static_cast<char*>(v.data) + elements * static_cast<std::int64_t>(sdk::dtype_size(v.dtype));
+    return v;
+  };
+  sdk::GemmArgs g = args.gemm;
+  for (std::int64_t i = 0; i < args.batch; ++i) {
+    g.a.view = moved(args.gemm.a.view, i * args.stride_a);
+    g.b.view = moved(args.gemm.b.view, i * args.stride_b);
+    g.c = moved(args.gemm.c, i * args.stride_c);
+    gemm_->run(g);
+  }
+  account_buffers();
+}
+
 void CudaBackend::cast(TensorView src, TensorView dst, const sdk::CastArgs& args) {
   activate();
   auto is_cast_target = [](DType t) { return is_storage_float(t) || sdk::is_fp8(t); };
@@ -292,17 +308,6 @@ void CudaBackend::cast(TensorView src, TensorView dst, const sdk::CastArgs& args
 }
 
 // --- layer kernels -------------------------------------------------------------------------------
-
-void CudaBackend::add_bias(TensorView y, TensorView bias) {
-  activate();
-  require_storage("add_bias", "y", y);
-  require_storage("add_bias", "bias", bias);
-  const std::int64_t n = y.shape.cols();
-  require_numel("add_bias", "bias", bias, n);
-  check_cuda(kernels::add_bias(y.data, elem_of(y.dtype), bias.data, elem_of(bias.dtype),
-                               y.shape.rows(), n, stream_),
-             "add_bias", "kernel launch");
-}
 
 void CudaBackend::bias_grad(TensorView dy, TensorView dbias, bool accumulate) {
   activate();
@@ -401,13 +406,6 @@ void CudaBackend::fill(TensorView x, float value) {
   require_present("fill", "x", x);
   if (x.dtype != DType::int32) require_storage("fill", "x", x);
   check_cuda(kernels::fill(x.data, elem_of(x.dtype), x.numel(), value, stream_), "fill",
-             "kernel launch");
-}
-
-void CudaBackend::scale(TensorView x, float alpha) {
-  activate();
-  require_storage("scale", "x", x);
-  check_cuda(kernels::scale(x.data, elem_of(x.dtype), x.numel(), alpha, stream_), "scale",
              "kernel launch");
 }
 
@@ -515,7 +513,7 @@ double CudaBackend::sum_of_squares(std::span<const TensorView> tensors) {
   return *host;
 }
 
-sdk::DeviceBackend::GradientCheck CudaBackend::unscale_check_and_sum_squares(
+sdk::ElementwiseFacet::GradientCheck CudaBackend::unscale_check_and_sum_squares(
     std::span<const TensorView> grads, float inv_scale) {
   activate();
   constexpr const char* op = "unscale_check_and_sum_squares";
@@ -629,6 +627,124 @@ void CudaBackend::adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::Pa
   const kernels::Chunk* dev_chunks = nullptr;
   const int count = upload_tables(refs, numels, &dev_refs, &dev_chunks, op);
   check_cuda(kernels::adamw_update(args, dev_refs, dev_chunks, count, stream_), op, "kernel launch");
+}
+
+// --- facet answers ---------------------------------------------------------------------------------
+
+namespace {
+
+// Each position of `dtypes` checked against its rule; more dtypes than the op has tensors is a
+// question about another op, answered no.
+bool matches(std::span<const DType> dtypes, std::initializer_list<bool (*)(DType)> rules) {
+  if (dtypes.size() > rules.size()) return false;
+  auto rule = rules.begin();
+  for (DType t : dtypes)
+    if (!(*rule++)(t)) return false;
+  return true;
+}
+bool storage(DType t) { return is_storage_float(t); }
+bool fp32(DType t) { return is_fp32_storage(t); }
+
+}  // namespace
+
+bool CudaBackend::supports(sdk::GemmOp, std::span<const DType> dtypes) const {
+  // A/B: what capabilities() declares for this device (FP8 only where it is native); C: storage.
+  const sdk::BackendCapabilities caps = capabilities();
+  for (std::size_t i = 0; i < dtypes.size(); ++i) {
+    if (i >= 3) return false;
+    if (i < 2 ? !caps.supports(dtypes[i]) : !is_storage_float(dtypes[i])) return false;
+  }
+  return true;
+}
+
+bool CudaBackend::supports(sdk::ElementwiseOp op, std::span<const DType> dtypes) const {
+  using E = sdk::ElementwiseOp;
+  switch (op) {
+    case E::bias_grad: return matches(dtypes, {storage, fp32});
+    case E::activation_forward: return matches(dtypes, {storage, storage});
+    case E::activation_backward: return matches(dtypes, {storage, storage, storage});
+    case E::axpy: return matches(dtypes, {storage, fp32});
+    case E::unscale_and_check_finite:
+    case E::unscale_check_and_sum_squares: return matches(dtypes, {fp32});
+    case E::first_nonfinite: return matches(dtypes, {storage});
+    case E::foreach_mul_scalar:
+    case E::foreach_add_scalar:
+    case E::foreach_sqrt:
+    case E::foreach_sign:
+    case E::foreach_clamp: return matches(dtypes, {fp32});
+    case E::foreach_mul:
+    case E::foreach_add:
+    case E::foreach_lerp: return matches(dtypes, {fp32, fp32});
+    case E::foreach_addcmul: return matches(dtypes, {fp32, fp32, fp32});
+  }
+  return false;
+}
+
+bool CudaBackend::supports(sdk::NormalizationOp, std::span<const DType> dtypes) const {
+  return matches(dtypes, {storage});
+}
+
+bool CudaBackend::supports(sdk::LossOp, std::span<const DType> dtypes) const {
+  return matches(dtypes, {storage});
+}
+
+bool CudaBackend::supports(sdk::OptimizerOp, std::span<const DType> dtypes) const {
+  return matches(dtypes, {fp32, storage});
+}
+
+// --- foreach ops --------------------------------------------------------------------------------------
+
+void CudaBackend::foreach_launch(const char* op, kernels::ForeachKind kind,
+                                 std::span<const TensorView> self, std::span<const TensorView> a,
+                                 std::span<const TensorView> b, float s0, float s1, int lists) {
+  activate();
+  if (lists == 0)
+    checks().foreach_lists(op, self);
+  else if (lists == 1)
+    checks().foreach_lists(op, self, {a});
+  else
+    checks().foreach_lists(op, self, {a, b});
+  for (std::size_t i = 0; i < self.size(); ++i)
+    check_cuda(kernels::foreach_op(kind, self[i].as<float>(),
+                                   lists < 1 ? nullptr : a[i].as<const float>(),
+                                   lists < 2 ? nullptr : b[i].as<const float>(), self[i].numel(),
+                                   s0, s1, stream_),
+               op, "kernel launch");
+}
+
+void CudaBackend::foreach_mul_scalar(std::span<const TensorView> self, float scalar) {
+  foreach_launch("foreach_mul_scalar", kernels::ForeachKind::mul, self, {}, {}, scalar, 0.0f, 0);
+}
+void CudaBackend::foreach_mul(std::span<const TensorView> self, std::span<const TensorView> other) {
+  foreach_launch("foreach_mul", kernels::ForeachKind::mul, self, other, {}, 1.0f, 0.0f, 1);
+}
+void CudaBackend::foreach_add_scalar(std::span<const TensorView> self, float scalar) {
+  foreach_launch("foreach_add_scalar", kernels::ForeachKind::add_scalar, self, {}, {}, scalar, 0.0f, 0);
+}
+void CudaBackend::foreach_add(std::span<const TensorView> self, std::span<const TensorView> other,
+                              float alpha) {
+  foreach_launch("foreach_add", kernels::ForeachKind::add, self, other, {}, alpha, 0.0f, 1);
+}
+void CudaBackend::foreach_addcmul(std::span<const TensorView> self,
+                                  std::span<const TensorView> t1, std::span<const TensorView> t2,
+                                  float value) {
+  foreach_launch("foreach_addcmul", kernels::ForeachKind::addcmul, self, t1, t2, value, 0.0f, 2);
+}
+void CudaBackend::foreach_sqrt(std::span<const TensorView> self) {
+  foreach_launch("foreach_sqrt", kernels::ForeachKind::sqrt, self, {}, {}, 0.0f, 0.0f, 0);
+}
+void CudaBackend::foreach_sign(std::span<const TensorView> self) {
+  foreach_launch("foreach_sign", kernels::ForeachKind::sign, self, {}, {}, 0.0f, 0.0f, 0);
+}
+void CudaBackend::foreach_lerp(std::span<const TensorView> self, std::span<const TensorView> end,
+                               float weight) {
+  foreach_launch("foreach_lerp", kernels::ForeachKind::lerp, self, end, {}, weight, 0.0f, 1);
+}
+void CudaBackend::foreach_clamp(std::span<const TensorView> self, float lo, float hi) {
+  if (!(lo <= hi))
+    fail("foreach_clamp", "lo = " + std::to_string(lo) + " is above hi = " + std::to_string(hi),
+         "pass lo <= hi");
+  foreach_launch("foreach_clamp", kernels::ForeachKind::clamp, self, {}, {}, lo, hi, 0);
 }
 
 }  // namespace mixtrain::backend_cuda

@@ -3,7 +3,8 @@
 //
 // Contract (in addition to sdk/device_backend.h)
 // - Construction selects `device` and throws sdk::BackendError carrying CUDA's own error text when
-//   there is no usable device (no driver, no GPU, index out of range). Nothing else is touched then.
+//   there is no usable device (no driver, no GPU, index out of range). Nothing else is touched
+//   then.
 // - Memory: a caching allocator (cuda_allocator.h) over cudaMalloc; memory_stats() counts the
 //   bytes callers asked for plus the backend's own device buffers (cuBLASLt workspace, grow-only
 //   scratch), like the CPU backend counts its GEMM scratch.
@@ -12,7 +13,8 @@
 //   pinned memory, cuda_host_staging.h);
 //   copy_to_host, unscale_and_check_finite, sum_of_squares and first_nonfinite synchronise, as does
 //   synchronize().
-// - Numerics follow the CPU reference (sdk/float_formats.h rounding rules; FP32 math, FP32 or double
+// - Numerics follow the CPU reference (sdk/float_formats.h rounding rules; FP32 math, FP32 or
+// double
 //   reductions in a fixed order). GEMMs accumulate in FP32 on Tensor Cores, so they match the CPU
 //   to the input format's rounding, not bit for bit.
 // - softmax_cross_entropy validates labels on the device (no sync); a label outside [0, classes)
@@ -40,7 +42,13 @@ namespace mixtrain::backend_cuda {
 
 class GemmEngine;  // cuda_gemm.h
 
-class CudaBackend final : public sdk::DeviceBackend {
+// The backend is its own facets: every facet accessor returns `this`.
+class CudaBackend final : public sdk::DeviceBackend,
+                          public sdk::GemmFacet,
+                          public sdk::ElementwiseFacet,
+                          public sdk::NormalizationFacet,
+                          public sdk::LossFacet,
+                          public sdk::OptimizerFacet {
  public:
   // fp8_fast_accumulation: CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 GEMMs (option of the
   // same name).
@@ -63,40 +71,66 @@ class CudaBackend final : public sdk::DeviceBackend {
   void* allocate(std::size_t bytes) override;
   void deallocate(void* ptr) noexcept override;
   sdk::MemoryStats memory_stats() const override;
-  void reset_peak_memory() override;
   void copy_from_host(sdk::TensorView dst, const void* src) override;
   void copy_to_host(void* dst, sdk::TensorView src) override;
   void copy(sdk::TensorView dst, sdk::TensorView src) override;
   void synchronize() override;
 
-  void gemm(const sdk::GemmArgs& args) override;
   void cast(sdk::TensorView src, sdk::TensorView dst, const sdk::CastArgs& args = {}) override;
+  void fill(sdk::TensorView x, float value) override;
 
-  void add_bias(sdk::TensorView y, sdk::TensorView bias) override;
+  sdk::GemmFacet* gemm_facet() override { return this; }
+  sdk::ElementwiseFacet* elementwise_facet() override { return this; }
+  sdk::NormalizationFacet* normalization_facet() override { return this; }
+  sdk::LossFacet* loss_facet() override { return this; }
+  sdk::OptimizerFacet* optimizer_facet() override { return this; }
+
+  bool supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const override;
+  bool supports(sdk::ElementwiseOp op, std::span<const sdk::DType> dtypes) const override;
+  bool supports(sdk::NormalizationOp op, std::span<const sdk::DType> dtypes) const override;
+  bool supports(sdk::LossOp op, std::span<const sdk::DType> dtypes) const override;
+  bool supports(sdk::OptimizerOp op, std::span<const sdk::DType> dtypes) const override;
+
+  void gemm(const sdk::GemmArgs& args) override;
+  // One cuBLASLt GEMM per batch (the same cached plan), enqueued back to back.
+  void gemm_strided_batched(const sdk::GemmBatchedArgs& args) override;
+
   void bias_grad(sdk::TensorView dy, sdk::TensorView dbias, bool accumulate) override;
   void activation_forward(sdk::Activation act, sdk::TensorView x, sdk::TensorView y) override;
   void activation_backward(sdk::Activation act, sdk::TensorView x, sdk::TensorView dy,
                            sdk::TensorView dx) override;
-  void layernorm_forward(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta,
-                         float eps, sdk::TensorView y, sdk::TensorView mean,
-                         sdk::TensorView rstd) override;
+  void layernorm_forward(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta, float eps,
+                         sdk::TensorView y, sdk::TensorView mean, sdk::TensorView rstd) override;
   void layernorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView gamma,
                           sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
-                          sdk::TensorView dgamma, sdk::TensorView dbeta,
-                          bool accumulate) override;
+                          sdk::TensorView dgamma, sdk::TensorView dbeta, bool accumulate) override;
   void softmax_cross_entropy(sdk::TensorView logits, sdk::TensorView labels, float grad_scale,
                              sdk::TensorView loss, sdk::TensorView correct,
                              sdk::TensorView dlogits) override;
 
-  void fill(sdk::TensorView x, float value) override;
-  void scale(sdk::TensorView x, float alpha) override;
   void axpy(float alpha, sdk::TensorView x, sdk::TensorView y) override;
 
   bool unscale_and_check_finite(std::span<const sdk::TensorView> grads, float inv_scale) override;
-  double sum_of_squares(std::span<const sdk::TensorView> tensors) override;
+  // Σ x² in double (synchronises); what unscale_check_and_sum_squares reports.
+  double sum_of_squares(std::span<const sdk::TensorView> tensors);
   GradientCheck unscale_check_and_sum_squares(std::span<const sdk::TensorView> grads,
                                               float inv_scale) override;
   int first_nonfinite(std::span<const sdk::TensorView> tensors) override;
+
+  // One launch per tensor of cuda_foreach.cu's kernel.
+  void foreach_mul_scalar(std::span<const sdk::TensorView> self, float scalar) override;
+  void foreach_mul(std::span<const sdk::TensorView> self,
+                   std::span<const sdk::TensorView> other) override;
+  void foreach_add_scalar(std::span<const sdk::TensorView> self, float scalar) override;
+  void foreach_add(std::span<const sdk::TensorView> self, std::span<const sdk::TensorView> other,
+                   float alpha = 1.0f) override;
+  void foreach_addcmul(std::span<const sdk::TensorView> self, std::span<const sdk::TensorView> t1,
+                       std::span<const sdk::TensorView> t2, float value = 1.0f) override;
+  void foreach_sqrt(std::span<const sdk::TensorView> self) override;
+  void foreach_sign(std::span<const sdk::TensorView> self) override;
+  void foreach_lerp(std::span<const sdk::TensorView> self, std::span<const sdk::TensorView> end,
+                    float weight) override;
+  void foreach_clamp(std::span<const sdk::TensorView> self, float lo, float hi) override;
 
   void sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params) override;
   void adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params) override;
@@ -104,6 +138,10 @@ class CudaBackend final : public sdk::DeviceBackend {
  private:
   // Makes the backend's device current on this thread.
   void activate() const;
+  void foreach_launch(const char* op, kernels::ForeachKind kind,
+                      std::span<const sdk::TensorView> self, std::span<const sdk::TensorView> a,
+                      std::span<const sdk::TensorView> b, float s0, float s1,
+                      int lists);  // lists: how many of a, b the op reads
   // Waits for the stream, then raises any error a kernel left (bad labels) or a launch failure.
   void sync(const char* op);
   void check_deferred_errors();

@@ -50,6 +50,7 @@ cudaError_t transpose(const void* in, void* out, std::int64_t rows, std::int64_t
                       int elem_bytes, cudaStream_t stream);
 
 // --- layer kernels ---------------------------------------------------------------------------------
+// y[rows, n] += bias[n] (the GEMM's bias epilogue where cuBLASLt cannot fuse it).
 cudaError_t add_bias(void* y, Elem yt, const void* bias, Elem bt, std::int64_t rows, std::int64_t n,
                      cudaStream_t stream);
 // Column sums of [rows, n] into out[n] (out = (accumulate ? out : 0) + sums). `partial` is scratch
@@ -132,5 +133,12 @@ struct AdamWArgs {
 };
 cudaError_t adamw_update(const AdamWArgs& h, const ParamRef* params, const Chunk* chunks,
                          int num_chunks, cudaStream_t stream);
+
+// Foreach ops (ElementwiseFacet) over one fp32 tensor x[n], in place; a, b: the other lists'
+// tensors (nullptr where the op has none); s0, s1: the op's scalars (mul_scalar/add_scalar: s0;
+// add: alpha; addcmul: value; lerp: weight; clamp: lo, hi). NaN propagates through every op.
+enum class ForeachKind { mul, add_scalar, add, addcmul, sqrt, sign, lerp, clamp };
+cudaError_t foreach_op(ForeachKind kind, float* x, const float* a, const float* b, std::int64_t n,
+                       float s0, float s1, cudaStream_t stream);
 
 }  // namespace mixtrain::backend_cuda::kernels

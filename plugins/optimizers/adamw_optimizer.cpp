@@ -22,7 +22,8 @@ sdk::OptionSchema AdamWOptimizer::option_schema() {
 }
 
 AdamWOptimizer::AdamWOptimizer(const sdk::Options& options, const sdk::PluginContext& context)
-    : BackendOptimizer("adamw", options.get_double("lr"), {"exp_avg", "exp_avg_sq"}, context),
+    : BackendOptimizer("adamw", options.get_double("lr"), {"exp_avg", "exp_avg_sq"},
+                       sdk::OptimizerOp::adamw_update, context),
       beta1_(static_cast<float>(options.get_double("beta1"))),
       beta2_(static_cast<float>(options.get_double("beta2"))),
       eps_(static_cast<float>(options.get_double("eps"))),
@@ -39,8 +40,8 @@ AdamWOptimizer::AdamWOptimizer(const sdk::Options& options, const sdk::PluginCon
   logger_.debug(line);
 }
 
-void AdamWOptimizer::step(sdk::DeviceBackend& backend, std::span<const sdk::Parameter> params,
-                          const sdk::StepContext& ctx) {
+void AdamWOptimizer::step(sdk::DeviceBackend& /*backend: bind() kept its facet*/,
+                          std::span<const sdk::Parameter> params, const sdk::StepContext& ctx) {
   const auto groups = grouped(params);
   sdk::AdamWHyper hyper;
   hyper.lr = ctx.lr;
@@ -51,11 +52,11 @@ void AdamWOptimizer::step(sdk::DeviceBackend& backend, std::span<const sdk::Para
   hyper.grad_scale = ctx.grad_scale;
   if (!groups.decayed.empty()) {
     hyper.weight_decay = weight_decay_;
-    backend.adamw_update(hyper, groups.decayed);
+    kernels().adamw_update(hyper, groups.decayed);
   }
   if (!groups.undecayed.empty()) {
     hyper.weight_decay = 0.0f;
-    backend.adamw_update(hyper, groups.undecayed);
+    kernels().adamw_update(hyper, groups.undecayed);
   }
   count_applied_step();
 }

@@ -7,12 +7,13 @@
 namespace mixtrain::optimizers {
 
 BackendOptimizer::BackendOptimizer(std::string component, double lr,
-                                   std::vector<std::string> slot_names,
+                                   std::vector<std::string> slot_names, sdk::OptimizerOp kernel,
                                    const sdk::PluginContext& context)
     : logger_(context.logger),
       component_(std::move(component)),
       lr_(lr),
-      slot_names_(std::move(slot_names)) {
+      slot_names_(std::move(slot_names)),
+      kernel_(kernel) {
   if (slot_names_.size() > kMaxSlots)
     throw std::logic_error("optimizer '" + component_ +
                            "' declares more state slots than "
@@ -30,11 +31,34 @@ void BackendOptimizer::release() noexcept {
   slots_.clear();
   param_names_.clear();
   backend_ = nullptr;
+  kernels_ = nullptr;
 }
 
 void BackendOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Parameter> params) {
   release();
+  const std::string kernel(sdk::op_name(kernel_));
+  sdk::OptimizerFacet* facet = backend.optimizer_facet();
+  auto refuse = [&](const std::string& why) {
+    throw sdk::BackendError("optimizer '" + component_ + "' needs optimizer." + kernel +
+                                ", which backend '" + backend.capabilities().kind +
+                                "' does not provide: " + why,
+                            "use a backend that offers it (`mixtrain plugins` lists them), or "
+                            "an optimizer built from the element-wise facet's foreach ops");
+  };
+  if (facet == nullptr) refuse("it has no optimizer facet");
+  if (facet->version() != sdk::OptimizerFacet::kVersion)
+    refuse("its optimizer facet is version " + std::to_string(facet->version()) +
+           ", this plugin speaks version " + std::to_string(sdk::OptimizerFacet::kVersion));
+  for (const auto& p : params) {
+    const sdk::DType dtypes[2] = {p.tensors.master.dtype, p.tensors.working.empty()
+                                                              ? sdk::DType::fp32
+                                                              : p.tensors.working.dtype};
+    if (!facet->supports(kernel_, dtypes))
+      refuse("it does not support " + kernel + " on " + std::string(sdk::dtype_name(dtypes[0])) +
+             ", " + std::string(sdk::dtype_name(dtypes[1])) + " (parameter '" + p.name + "')");
+  }
   backend_ = &backend;
+  kernels_ = facet;
   std::size_t bytes = 0;
   for (const auto& p : params) {
     const auto& master = p.tensors.master;
@@ -54,6 +78,12 @@ void BackendOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Pa
   }
   logger_.debug("bound " + std::to_string(params.size()) + " parameters, " + std::to_string(bytes) +
                 " bytes of fp32 optimizer state");
+}
+
+sdk::OptimizerFacet& BackendOptimizer::kernels() const {
+  if (kernels_ == nullptr)
+    throw std::logic_error("optimizer '" + component_ + "': step() before bind()");
+  return *kernels_;
 }
 
 BackendOptimizer::Groups BackendOptimizer::grouped(std::span<const sdk::Parameter> params) const {

@@ -2,6 +2,9 @@
 // kernels (SGD, AdamW).
 //
 // Contract
+// - bind() first checks that the backend's optimizer facet runs this optimizer's kernel on every
+//   parameter's dtypes (BackendError naming the kernel, the dtypes and the backend otherwise: the
+//   run stops before the first step); kernels() is that facet afterwards.
 // - bind() allocates one FP32 slot per parameter per declared slot name with backend.allocate,
 //   zeroes it with backend.fill, and remembers the backend: the destructor (or a later bind())
 //   frees the slots through it, which the host guarantees outlives the optimizer.
@@ -44,7 +47,9 @@ class BackendOptimizer : public sdk::Optimizer {
 
  protected:
   BackendOptimizer(std::string component, double lr, std::vector<std::string> slot_names,
-                   const sdk::PluginContext& context);
+                   sdk::OptimizerOp kernel, const sdk::PluginContext& context);
+  // The bound backend's optimizer facet (checked by bind()).
+  sdk::OptimizerFacet& kernels() const;
 
   struct Groups {
     std::vector<sdk::ParamTensors> decayed;
@@ -64,7 +69,9 @@ class BackendOptimizer : public sdk::Optimizer {
   std::string component_;
   double lr_;
   std::vector<std::string> slot_names_;
+  sdk::OptimizerOp kernel_;
   sdk::DeviceBackend* backend_ = nullptr;
+  sdk::OptimizerFacet* kernels_ = nullptr;
   std::vector<std::string> param_names_;
   std::vector<std::array<sdk::TensorView, kMaxSlots>> slots_;  // per parameter
   std::int64_t applied_steps_ = 0;

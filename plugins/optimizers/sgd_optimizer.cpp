@@ -31,7 +31,8 @@ sdk::OptionSchema SgdOptimizer::option_schema() {
 }
 
 SgdOptimizer::SgdOptimizer(const sdk::Options& options, const sdk::PluginContext& context)
-    : BackendOptimizer("sgd", options.get_double("lr"), sgd_slots(options), context),
+    : BackendOptimizer("sgd", options.get_double("lr"), sgd_slots(options),
+                       sdk::OptimizerOp::sgd_update, context),
       momentum_(static_cast<float>(options.get_double("momentum"))),
       dampening_(static_cast<float>(options.get_double("dampening"))),
       weight_decay_(static_cast<float>(options.get_double("weight_decay"))),
@@ -52,8 +53,8 @@ SgdOptimizer::SgdOptimizer(const sdk::Options& options, const sdk::PluginContext
   logger_.debug(line);
 }
 
-void SgdOptimizer::step(sdk::DeviceBackend& backend, std::span<const sdk::Parameter> params,
-                        const sdk::StepContext& ctx) {
+void SgdOptimizer::step(sdk::DeviceBackend& /*backend: bind() kept its facet*/,
+                        std::span<const sdk::Parameter> params, const sdk::StepContext& ctx) {
   const auto groups = grouped(params);
   sdk::SgdHyper hyper;
   hyper.lr = ctx.lr;
@@ -64,11 +65,11 @@ void SgdOptimizer::step(sdk::DeviceBackend& backend, std::span<const sdk::Parame
   hyper.grad_scale = ctx.grad_scale;
   if (!groups.decayed.empty()) {
     hyper.weight_decay = weight_decay_;
-    backend.sgd_update(hyper, groups.decayed);
+    kernels().sgd_update(hyper, groups.decayed);
   }
   if (!groups.undecayed.empty()) {
     hyper.weight_decay = 0.0f;
-    backend.sgd_update(hyper, groups.undecayed);
+    kernels().sgd_update(hyper, groups.undecayed);
   }
   count_applied_step();
 }

@@ -53,13 +53,29 @@ void LionOptimizer::release() noexcept {
       backend_->deallocate(s.update.data);
     }
   slots_.clear();
-  host_.clear();
+  momenta_.clear();
+  updates_.clear();
+  grads_.clear();
+  masters_.clear();
+  decayed_masters_.clear();
+  ops_ = nullptr;
   backend_ = nullptr;
 }
 
 void LionOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Parameter> params) {
   release();
+  sdk::ElementwiseFacet* ops = backend.elementwise_facet();
+  const sdk::DType fp32[2] = {sdk::DType::fp32, sdk::DType::fp32};
+  for (auto op : {sdk::ElementwiseOp::foreach_mul_scalar, sdk::ElementwiseOp::foreach_add,
+                  sdk::ElementwiseOp::foreach_sign})
+    if (ops == nullptr ||
+        !ops->supports(op, std::span(fp32, op == sdk::ElementwiseOp::foreach_add ? 2 : 1)))
+      throw sdk::BackendError("optimizer 'lion' needs elementwise." +
+                                  std::string(sdk::op_name(op)) + " on fp32, which backend '" +
+                                  backend.capabilities().kind + "' does not provide",
+                              "use a backend whose element-wise facet has the foreach ops");
   backend_ = &backend;
+  ops_ = ops;
   std::size_t elements = 0;
   for (const auto& p : params) {
     const auto& master = p.tensors.master;
@@ -76,11 +92,14 @@ void LionOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Param
     s.update.data = backend.allocate(s.update.bytes());
     backend.fill(s.momentum, 0.0f);
     elements += static_cast<std::size_t>(master.numel());
+    momenta_.push_back(s.momentum);
+    updates_.push_back(s.update);
+    grads_.push_back(p.tensors.grad);
+    masters_.push_back(master);
+    if (p.weight_decay) decayed_masters_.push_back(master);
   }
-  host_.resize(elements);
   logger_.debug("bound " + std::to_string(params.size()) + " parameters: " +
-                std::to_string(elements * 4) + " bytes of fp32 momentum, as much scratch, and " +
-                std::to_string(elements * 4) + " bytes of host staging for sign()");
+                std::to_string(elements * 4) + " bytes of fp32 momentum and as much scratch");
 }
 
 void LionOptimizer::step(sdk::DeviceBackend& backend, std::span<const sdk::Parameter> params,
@@ -89,41 +108,23 @@ void LionOptimizer::step(sdk::DeviceBackend& backend, std::span<const sdk::Param
     throw std::logic_error("optimizer 'lion': step() with " + std::to_string(params.size()) +
                            " parameters or another backend than bind() saw (" +
                            std::to_string(slots_.size()) + " parameters)");
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (params[i].tensors.master.data != masters_[i].data)
+      throw std::logic_error("optimizer 'lion': step() with other parameters than bind() saw");
   const float gs = ctx.grad_scale;
-
-  // 1. On the device: c = beta1 * m + (1 - beta1) * g, for every parameter.
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const auto& s = slots_[i];
-    backend.copy(s.update, s.momentum);
-    backend.scale(s.update, beta1_);
-    backend.axpy((1.0f - beta1_) * gs, params[i].tensors.grad, s.update);
-  }
-
-  // 2. The host round trip: sign() is no DeviceBackend op. copy_to_host synchronises, so the
-  //    first copy waits for step 1 to finish and the others find the device idle: one wait.
-  std::size_t offset = 0;
-  for (const auto& s : slots_) {
-    backend.copy_to_host(host_.data() + offset, s.update);
-    offset += static_cast<std::size_t>(s.update.numel());
-  }
-  for (float& c : host_) c = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);  // torch.sign
-  offset = 0;
-  for (const auto& s : slots_) {
-    backend.copy_from_host(s.update, host_.data() + offset);
-    offset += static_cast<std::size_t>(s.update.numel());
-  }
-
-  // 3. On the device: decoupled decay, the signed step, the momentum, the working copy.
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const auto& t = params[i].tensors;
-    const auto& s = slots_[i];
-    if (params[i].weight_decay && weight_decay_ > 0.0f)
-      backend.scale(t.master, 1.0f - ctx.lr * weight_decay_);
-    backend.axpy(-ctx.lr, s.update, t.master);
-    backend.scale(s.momentum, beta2_);
-    backend.axpy((1.0f - beta2_) * gs, t.grad, s.momentum);
-    if (!t.working.empty()) backend.cast(t.master, t.working);
-  }
+  // c = beta1 * m + (1 - beta1) * g, then sign(c): every parameter in one call per phase.
+  for (const auto& s : slots_) backend.copy(s.update, s.momentum);
+  ops_->foreach_mul_scalar(updates_, beta1_);
+  ops_->foreach_add(updates_, grads_, (1.0f - beta1_) * gs);
+  ops_->foreach_sign(updates_);
+  // Decoupled decay, the signed step, the momentum, the working copies.
+  if (weight_decay_ > 0.0f)
+    ops_->foreach_mul_scalar(decayed_masters_, 1.0f - ctx.lr * weight_decay_);
+  ops_->foreach_add(masters_, updates_, -ctx.lr);
+  ops_->foreach_mul_scalar(momenta_, beta2_);
+  ops_->foreach_add(momenta_, grads_, (1.0f - beta2_) * gs);
+  for (const auto& p : params)
+    if (!p.tensors.working.empty()) backend.cast(p.tensors.master, p.tensors.working);
   ++applied_steps_;
 }
 

@@ -9,11 +9,10 @@
 // Contract
 // - bind() allocates, per parameter, the FP32 momentum m (zeroed; state tensor
 //   "<param>.momentum") and an FP32 scratch c of the same size (not state: rebuilt every step).
-// - step() runs everything but sign() on the device with fill/scale/axpy/copy/cast. The SDK has
-//   no element-wise sign, so c makes one host round trip per step: every c is computed first, then
-//   all are copied down (one wait for the device), signed on the host and copied back up. That
-//   costs 8 bytes per parameter element per step over the host link. It goes away when the
-//   backend's element-wise facet (DESIGN §9) offers sign.
+// - bind() checks that the backend's element-wise facet has the foreach ops step() uses
+//   (foreach_mul_scalar, foreach_add, foreach_sign on fp32), else BackendError before the first
+//   step. step() then runs all of it on the device, one foreach call per phase over every
+//   parameter, plus a copy per parameter and the working copy's cast.
 // - The host checkpoints the FP32 masters itself ("param/<name>"); this optimizer saves its
 //   momentum through state_tensors() and the applied-step count through save_state() (version 1).
 //   On resume the host restores both after bind() and before the first step.
@@ -64,7 +63,9 @@ class LionOptimizer final : public mixtrain::sdk::Optimizer {
   float weight_decay_;
   mixtrain::sdk::DeviceBackend* backend_ = nullptr;  // the one bind() allocated through
   std::vector<Slots> slots_;                         // per bound parameter, in order
-  std::vector<float> host_;                          // every c, end to end, for sign()
+  mixtrain::sdk::ElementwiseFacet* ops_ = nullptr;   // the backend's, checked by bind()
+  // Per phase, the tensors of every parameter (views; built once by bind()).
+  std::vector<mixtrain::sdk::TensorView> momenta_, updates_, grads_, masters_, decayed_masters_;
   std::int64_t applied_steps_ = 0;
 };
 

@@ -217,4 +217,47 @@ void BackendArgumentChecks::copy_args(const TensorView& dst, const TensorView& s
          "copy needs the same dtype and element count; use cast() to change dtype");
 }
 
+BackendArgumentChecks::GemmShape BackendArgumentChecks::gemm_batched_shape(
+    const GemmBatchedArgs& args) const {
+  constexpr std::string_view op = "gemm_strided_batched";
+  if (args.batch < 0)
+    fail(op, "batch = " + std::to_string(args.batch) + " is negative", "pass batch >= 0");
+  if (!args.gemm.bias.empty() || args.gemm.has_activation || !args.gemm.pre_activation.empty())
+    fail(op, "a bias, activation or pre_activation was given",
+         "run the epilogue separately, or use gemm() per batch");
+  const GemmShape s = gemm_shape(args.gemm);
+  if (args.batch > 1 && (args.stride_c < 0 ? -args.stride_c : args.stride_c) < s.m * s.n)
+    fail(op,
+         "stride_c = " + std::to_string(args.stride_c) + " makes the output batches of [" +
+             std::to_string(s.m) + ", " + std::to_string(s.n) + "] overlap",
+         "give each batch's C its own memory: |stride_c| >= m*n");
+  return s;
+}
+
+void BackendArgumentChecks::foreach_lists(
+    std::string_view op, std::span<const TensorView> self,
+    std::initializer_list<std::span<const TensorView>> others) const {
+  std::size_t list = 1;
+  for (const auto& other : others) {
+    if (other.size() != self.size())
+      fail(op,
+           "list " + std::to_string(list) + " has " + std::to_string(other.size()) +
+               " tensors but self has " + std::to_string(self.size()),
+           "pass lists of equal length, one tensor per parameter");
+    ++list;
+  }
+  for (std::size_t i = 0; i < self.size(); ++i) {
+    const std::string at = "[" + std::to_string(i) + "]";
+    require_fp32(op, "self" + at, self[i]);
+    list = 1;
+    for (const auto& other : others) {
+      const std::string name = "list " + std::to_string(list++) + at;
+      require_fp32(op, name, other[i]);
+      if (other[i].numel() != self[i].numel())
+        fail(op, name + " is " + describe(other[i]) + " but self" + at + " is " + describe(self[i]),
+             "the i-th tensors of every list need the same number of elements");
+    }
+  }
+}
+
 }  // namespace mixtrain::sdk

@@ -9,6 +9,9 @@
 #include <filesystem>
 #include <limits>
 #include <fstream>
+#include <functional>
+#include <span>
+#include <utility>
 #include <random>
 #include <sstream>
 
@@ -83,6 +86,15 @@ double relative_difference(const std::vector<float>& got, const std::vector<floa
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
+// `ref_<name>` and `tested_<name>`: the two backends' facet; the test is skipped when the backend
+// under test has none (a facet is optional), and fails when the reference lacks it.
+#define MIXTRAIN_FACETS(facet)                                                                  \
+  auto* ref_##facet = ref_->facet##_facet();                                                   \
+  auto* tested_##facet = tested_->facet##_facet();                                             \
+  ASSERT_NE(ref_##facet, nullptr) << "the reference backend has no " #facet " facet";          \
+  if (tested_##facet == nullptr)                                                              \
+  GTEST_SKIP() << "backend '" << GetParam().name << "' has no " #facet " facet"
+
 class Conformance : public ::testing::TestWithParam<BackendUnderTest> {
  protected:
   void SetUp() override {
@@ -150,7 +162,7 @@ class Conformance : public ::testing::TestWithParam<BackendUnderTest> {
       g.c = side(c);
       if (bias != nullptr) g.bias = side(*bias);
       if (pre != nullptr) g.pre_activation = side(*pre);
-      (which == 0 ? *ref_ : *tested_).gemm(g);
+      (which == 0 ? *ref_ : *tested_).gemm_facet()->gemm(g);
     }
   }
 
@@ -180,6 +192,7 @@ TEST_P(Conformance, CastsAgreeBitForBit) {
 }
 
 TEST_P(Conformance, GemmEveryDeclaredDtypeAndTranspose) {
+  MIXTRAIN_FACETS(gemm);
   const std::int64_t m = 37, n = 29, k = 53;
   for (const auto& support : tested_->capabilities().gemm_inputs) {
     const DType dt = support.dtype;
@@ -209,6 +222,7 @@ TEST_P(Conformance, GemmEveryDeclaredDtypeAndTranspose) {
 }
 
 TEST_P(Conformance, GemmActivationEpilogue) {
+  MIXTRAIN_FACETS(gemm);
   // n = 64 meets cuBLASLt's aux rule (n % 8 == 0) so a GPU backend can fuse gelu with its
   // pre-activation; n = 29 takes the fp32-then-kernel route. Both must match the reference.
   const std::int64_t m = 45, k = 40;
@@ -245,6 +259,7 @@ TEST_P(Conformance, GemmActivationEpilogue) {
 }
 
 TEST_P(Conformance, GemmActivationEpilogueKeepsNaN) {
+  MIXTRAIN_FACETS(gemm);
   // A NaN in the GEMM result must survive the fused relu/gelu as the unfused kernels keep it
   // (a fused max(z, 0) that turned NaN into 0 would hide a non-finite step from found_inf).
   const std::int64_t m = 8, n = 32, k = 16;
@@ -274,44 +289,41 @@ TEST_P(Conformance, GemmActivationEpilogueKeepsNaN) {
 }
 
 TEST_P(Conformance, LayerKernels) {
+  MIXTRAIN_FACETS(elementwise);
+  MIXTRAIN_FACETS(normalization);
   const std::int64_t rows = 33, cols = 67;
   auto x = upload(random_values(rows * cols, 6, -3.f, 3.f), Shape{rows, cols});
   auto dy = upload(random_values(rows * cols, 7), Shape{rows, cols});
-  auto bias = upload(random_values(cols, 8), Shape{cols});
   for (auto act : {sdk::Activation::relu, sdk::Activation::gelu}) {
     auto y = zeros(Shape{rows, cols});
     auto dx = zeros(Shape{rows, cols});
-    ref_->activation_forward(act, x.ref->view(), y.ref->view());
-    tested_->activation_forward(act, x.tested->view(), y.tested->view());
+    ref_elementwise->activation_forward(act, x.ref->view(), y.ref->view());
+    tested_elementwise->activation_forward(act, x.tested->view(), y.tested->view());
     expect_close(y, 1e-6, "activation forward");
-    ref_->activation_backward(act, x.ref->view(), dy.ref->view(), dx.ref->view());
-    tested_->activation_backward(act, x.tested->view(), dy.tested->view(), dx.tested->view());
+    ref_elementwise->activation_backward(act, x.ref->view(), dy.ref->view(), dx.ref->view());
+    tested_elementwise->activation_backward(act, x.tested->view(), dy.tested->view(), dx.tested->view());
     expect_close(dx, 1e-6, "activation backward");
   }
-  auto y = upload(random_values(rows * cols, 9), Shape{rows, cols});
-  ref_->add_bias(y.ref->view(), bias.ref->view());
-  tested_->add_bias(y.tested->view(), bias.tested->view());
-  expect_close(y, 1e-7, "add_bias");
   auto db = zeros(Shape{cols});
-  ref_->bias_grad(dy.ref->view(), db.ref->view(), false);
-  tested_->bias_grad(dy.tested->view(), db.tested->view(), false);
+  ref_elementwise->bias_grad(dy.ref->view(), db.ref->view(), false);
+  tested_elementwise->bias_grad(dy.tested->view(), db.tested->view(), false);
   expect_close(db, 1e-6, "bias_grad");
 
   auto gamma = upload(random_values(cols, 10, 0.5f, 1.5f), Shape{cols});
   auto beta = upload(random_values(cols, 11), Shape{cols});
   auto out = zeros(Shape{rows, cols});
   auto mean = zeros(Shape{rows}), rstd = zeros(Shape{rows});
-  ref_->layernorm_forward(x.ref->view(), gamma.ref->view(), beta.ref->view(), 1e-5f, out.ref->view(),
+  ref_normalization->layernorm_forward(x.ref->view(), gamma.ref->view(), beta.ref->view(), 1e-5f, out.ref->view(),
                           mean.ref->view(), rstd.ref->view());
-  tested_->layernorm_forward(x.tested->view(), gamma.tested->view(), beta.tested->view(), 1e-5f,
+  tested_normalization->layernorm_forward(x.tested->view(), gamma.tested->view(), beta.tested->view(), 1e-5f,
                              out.tested->view(), mean.tested->view(), rstd.tested->view());
   expect_close(out, 1e-6, "layernorm forward");
   expect_close(rstd, 1e-6, "layernorm rstd");
   auto dx = zeros(Shape{rows, cols});
   auto dg = zeros(Shape{cols}), dbeta = zeros(Shape{cols});
-  ref_->layernorm_backward(dy.ref->view(), x.ref->view(), gamma.ref->view(), mean.ref->view(),
+  ref_normalization->layernorm_backward(dy.ref->view(), x.ref->view(), gamma.ref->view(), mean.ref->view(),
                            rstd.ref->view(), dx.ref->view(), dg.ref->view(), dbeta.ref->view(), false);
-  tested_->layernorm_backward(dy.tested->view(), x.tested->view(), gamma.tested->view(),
+  tested_normalization->layernorm_backward(dy.tested->view(), x.tested->view(), gamma.tested->view(),
                               mean.tested->view(), rstd.tested->view(), dx.tested->view(),
                               dg.tested->view(), dbeta.tested->view(), false);
   expect_close(dx, 1e-5, "layernorm dx");
@@ -320,6 +332,7 @@ TEST_P(Conformance, LayerKernels) {
 }
 
 TEST_P(Conformance, SoftmaxCrossEntropy) {
+  MIXTRAIN_FACETS(loss);
   const std::int64_t rows = 41, classes = 13;
   auto logits = upload(random_values(rows * classes, 12, -5.f, 5.f), Shape{rows, classes});
   std::vector<std::int32_t> labels(rows);
@@ -330,8 +343,8 @@ TEST_P(Conformance, SoftmaxCrossEntropy) {
   auto loss = zeros(Shape{1});
   DeviceTensor cr(*ref_, DType::int32, Shape{1}), ct(*tested_, DType::int32, Shape{1});
   auto dl = zeros(Shape{rows, classes});
-  ref_->softmax_cross_entropy(logits.ref->view(), lr.view(), 1024.f, loss.ref->view(), cr.view(), dl.ref->view());
-  tested_->softmax_cross_entropy(logits.tested->view(), lt.view(), 1024.f, loss.tested->view(), ct.view(),
+  ref_loss->softmax_cross_entropy(logits.ref->view(), lr.view(), 1024.f, loss.ref->view(), cr.view(), dl.ref->view());
+  tested_loss->softmax_cross_entropy(logits.tested->view(), lt.view(), 1024.f, loss.tested->view(), ct.view(),
                                  dl.tested->view());
   expect_close(loss, 1e-6, "loss");
   expect_close(dl, 1e-6, "dlogits");
@@ -342,50 +355,58 @@ TEST_P(Conformance, SoftmaxCrossEntropy) {
 }
 
 TEST_P(Conformance, ReductionsAndNonFiniteChecks) {
+  MIXTRAIN_FACETS(elementwise);
   auto a = upload(random_values(1000, 13), Shape{1000});
   auto b = upload(random_values(333, 14), Shape{333});
   std::vector<TensorView> vr{a.ref->view(), b.ref->view()}, vt{a.tested->view(), b.tested->view()};
-  EXPECT_NEAR(tested_->sum_of_squares(vt), ref_->sum_of_squares(vr), 1e-9 * ref_->sum_of_squares(vr));
-  EXPECT_FALSE(tested_->unscale_and_check_finite(vt, 0.5f));
-  EXPECT_FALSE(ref_->unscale_and_check_finite(vr, 0.5f));
+  const double want = ref_elementwise->unscale_check_and_sum_squares(vr, 1.0f).sum_of_squares;
+  EXPECT_NEAR(tested_elementwise->unscale_check_and_sum_squares(vt, 1.0f).sum_of_squares, want,
+              1e-9 * want);
+  EXPECT_FALSE(tested_elementwise->unscale_and_check_finite(vt, 0.5f));
+  EXPECT_FALSE(ref_elementwise->unscale_and_check_finite(vr, 0.5f));
   expect_close(a, 0, "unscaled values");
-  EXPECT_EQ(tested_->first_nonfinite(vt), -1);
+  EXPECT_EQ(tested_elementwise->first_nonfinite(vt), -1);
   auto bad = random_values(333, 15);
   bad[200] = std::numeric_limits<float>::infinity();
   auto c = upload(bad, Shape{333});
   std::vector<TensorView> vt2{a.tested->view(), c.tested->view()};
-  EXPECT_TRUE(tested_->unscale_and_check_finite(vt2, 1.0f));
-  EXPECT_EQ(tested_->first_nonfinite(vt2), 1);
+  EXPECT_TRUE(tested_elementwise->unscale_and_check_finite(vt2, 1.0f));
+  EXPECT_EQ(tested_elementwise->first_nonfinite(vt2), 1);
 }
 
 TEST_P(Conformance, UnscaleWithNormEqualsTheTwoCallsInTurn) {
-  // The fused form must give what unscale_and_check_finite then sum_of_squares give, on the same
-  // backend bit for bit, and agree with the reference to its sum_of_squares tolerance.
+  MIXTRAIN_FACETS(elementwise);
+  // The fused form must unscale as unscale_and_check_finite does, on the same backend bit for bit,
+  // and its sum of squares must agree with one computed here from the unscaled values and with
+  // the reference's.
   const auto va = random_values(5000, 16, -8.f, 8.f), vb = random_values(777, 17, -8.f, 8.f);
   auto a1 = upload(va, Shape{5000}), b1 = upload(vb, Shape{777});
   auto a2 = upload(va, Shape{5000}), b2 = upload(vb, Shape{777});
   std::vector<TensorView> fused{a1.tested->view(), b1.tested->view()};
   std::vector<TensorView> apart{a2.tested->view(), b2.tested->view()};
   std::vector<TensorView> ref{a1.ref->view(), b1.ref->view()};
-  const auto r = tested_->unscale_check_and_sum_squares(fused, 0.25f);
-  const bool found = tested_->unscale_and_check_finite(apart, 0.25f);
-  const double sum = tested_->sum_of_squares(apart);
+  const auto r = tested_elementwise->unscale_check_and_sum_squares(fused, 0.25f);
+  const bool found = tested_elementwise->unscale_and_check_finite(apart, 0.25f);
   EXPECT_EQ(r.found_inf, found);
   EXPECT_FALSE(r.found_inf);
-  EXPECT_EQ(r.sum_of_squares, sum);
   EXPECT_EQ(tested_values(a1), tested_values(a2));
-  const auto rr = ref_->unscale_check_and_sum_squares(ref, 0.25f);
+  double sum = 0.0;
+  for (const Pair* p : {&a1, &b1})
+    for (float x : tested_values(*p)) sum += static_cast<double>(x) * x;
+  EXPECT_NEAR(r.sum_of_squares, sum, 1e-9 * sum);
+  const auto rr = ref_elementwise->unscale_check_and_sum_squares(ref, 0.25f);
   EXPECT_NEAR(r.sum_of_squares, rr.sum_of_squares, 1e-9 * rr.sum_of_squares);
   auto bad = vb;
   bad[5] = std::numeric_limits<float>::quiet_NaN();
   auto c = upload(bad, Shape{777});
   std::vector<TensorView> with_nan{a1.tested->view(), c.tested->view()};
-  const auto rn = tested_->unscale_check_and_sum_squares(with_nan, 1.0f);
+  const auto rn = tested_elementwise->unscale_check_and_sum_squares(with_nan, 1.0f);
   EXPECT_TRUE(rn.found_inf);
   EXPECT_FALSE(std::isfinite(rn.sum_of_squares));
 }
 
 TEST_P(Conformance, FusedOptimizerUpdates) {
+  MIXTRAIN_FACETS(optimizer);
   const std::int64_t n = 2053;
   auto master = upload(random_values(n, 16), Shape{n});
   auto grad = upload(random_values(n, 17), Shape{n});
@@ -398,8 +419,8 @@ TEST_P(Conformance, FusedOptimizerUpdates) {
     sdk::ParamTensors pr{master.ref->view(), grad.ref->view(), working.ref->view(), m.ref->view(), v.ref->view()};
     sdk::ParamTensors pt{master.tested->view(), grad.tested->view(), working.tested->view(),
                          m.tested->view(), v.tested->view()};
-    ref_->adamw_update(h, std::span<const sdk::ParamTensors>(&pr, 1));
-    tested_->adamw_update(h, std::span<const sdk::ParamTensors>(&pt, 1));
+    ref_optimizer->adamw_update(h, std::span<const sdk::ParamTensors>(&pr, 1));
+    tested_optimizer->adamw_update(h, std::span<const sdk::ParamTensors>(&pt, 1));
   }
   expect_close(master, 1e-6, "adamw master");
   expect_close(v, 1e-6, "adamw exp_avg_sq");
@@ -412,10 +433,145 @@ TEST_P(Conformance, FusedOptimizerUpdates) {
     s.first_step = step == 0;
     sdk::ParamTensors pr{master.ref->view(), grad.ref->view(), {}, m.ref->view(), {}};
     sdk::ParamTensors pt{master.tested->view(), grad.tested->view(), {}, m.tested->view(), {}};
-    ref_->sgd_update(s, std::span<const sdk::ParamTensors>(&pr, 1));
-    tested_->sgd_update(s, std::span<const sdk::ParamTensors>(&pt, 1));
+    ref_optimizer->sgd_update(s, std::span<const sdk::ParamTensors>(&pr, 1));
+    tested_optimizer->sgd_update(s, std::span<const sdk::ParamTensors>(&pt, 1));
   }
   expect_close(master, 1e-6, "sgd master");
+}
+
+TEST_P(Conformance, GemmStridedBatchedEqualsOneGemmPerBatch) {
+  MIXTRAIN_FACETS(gemm);
+  // Batch 3 of [m, k]·[n, k]ᵀ with a shared weight (stride_b = 0), checked against the reference
+  // backend's batched call and against its single GEMMs, batch by batch.
+  const std::int64_t batch = 3, m = 19, n = 24, k = 31;
+  for (DType dt : {DType::fp32, DType::bf16}) {
+    if (!tested_->capabilities().supports(dt)) continue;
+    if (!tested_gemm->supports(sdk::GemmOp::gemm_strided_batched, std::vector<DType>{dt, dt, DType::fp32}))
+      continue;
+    auto a = upload(random_values(static_cast<std::size_t>(batch * m * k), 30), Shape{batch * m, k}, dt);
+    auto b = upload(random_values(static_cast<std::size_t>(n * k), 31), Shape{n, k}, dt);
+    auto c = upload(random_values(static_cast<std::size_t>(batch * m * n), 32), Shape{batch * m, n});
+    auto single = upload(random_values(static_cast<std::size_t>(batch * m * n), 32), Shape{batch * m, n});
+    for (int which : {0, 1}) {
+      auto side = [&](const Pair& p) { return which == 0 ? p.ref->view() : p.tested->view(); };
+      sdk::GemmBatchedArgs g;
+      g.gemm.a.view = {side(a).data, dt, Shape{m, k}};
+      g.gemm.b.view = side(b);
+      g.gemm.b.transpose = true;
+      g.gemm.c = {side(c).data, DType::fp32, Shape{m, n}};
+      g.gemm.alpha = 0.75f;
+      g.gemm.beta = 0.5f;
+      g.batch = batch;
+      g.stride_a = m * k;
+      g.stride_b = 0;
+      g.stride_c = m * n;
+      (which == 0 ? ref_gemm : tested_gemm)->gemm_strided_batched(g);
+    }
+    for (std::int64_t i = 0; i < batch; ++i) {
+      sdk::GemmArgs g;
+      g.a.view = {static_cast<char*>(a.ref->view().data) + i * m * k * static_cast<std::int64_t>(sdk::dtype_size(dt)), dt, Shape{m, k}};
+      g.b.view = b.ref->view();
+      g.b.transpose = true;
+      g.c = {single.ref->view().as<float>() + i * m * n, DType::fp32, Shape{m, n}};
+      g.alpha = 0.75f;
+      g.beta = 0.5f;
+      ref_gemm->gemm(g);
+    }
+    const double tol = dt == DType::fp32 ? 2e-5 : 2e-5;
+    expect_close(c, tol, std::string("batched ") + std::string(sdk::dtype_name(dt)));
+    EXPECT_LE(relative_difference(tested_values(c), ref_values(single)), tol)
+        << "batched vs one gemm per batch, " << sdk::dtype_name(dt);
+  }
+}
+
+TEST_P(Conformance, ForeachOpsMatchAStraightforwardReference) {
+  MIXTRAIN_FACETS(elementwise);
+  // Two tensors per list (sizes straddling a vector width), each op against a host loop.
+  const std::vector<std::int64_t> sizes = {1003, 64};
+  auto make = [&](unsigned seed, float lo, float hi) {
+    std::vector<std::vector<float>> host;
+    std::vector<Pair> dev;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      host.push_back(random_values(static_cast<std::size_t>(sizes[i]), seed + static_cast<unsigned>(i), lo, hi));
+      dev.push_back(upload(host.back(), Shape{sizes[i]}));
+    }
+    return std::make_pair(host, std::move(dev));
+  };
+  auto views = [](const std::vector<Pair>& ps) {
+    std::vector<TensorView> v;
+    for (const auto& p : ps) v.push_back(p.tested->view());
+    return v;
+  };
+  struct Case {
+    const char* name;
+    sdk::ElementwiseOp op;
+    std::function<void(sdk::ElementwiseFacet&, std::span<const TensorView>, std::span<const TensorView>,
+                       std::span<const TensorView>)>
+        run;
+    std::function<float(float, float, float)> ref;
+  };
+  const std::vector<Case> cases = {
+      {"mul_scalar", sdk::ElementwiseOp::foreach_mul_scalar,
+       [](auto& f, auto x, auto, auto) { f.foreach_mul_scalar(x, -1.5f); },
+       [](float x, float, float) { return x * -1.5f; }},
+      {"mul", sdk::ElementwiseOp::foreach_mul, [](auto& f, auto x, auto a, auto) { f.foreach_mul(x, a); },
+       [](float x, float a, float) { return x * a; }},
+      {"add_scalar", sdk::ElementwiseOp::foreach_add_scalar,
+       [](auto& f, auto x, auto, auto) { f.foreach_add_scalar(x, 0.25f); },
+       [](float x, float, float) { return x + 0.25f; }},
+      {"add", sdk::ElementwiseOp::foreach_add,
+       [](auto& f, auto x, auto a, auto) { f.foreach_add(x, a, -0.5f); },
+       [](float x, float a, float) { return x + -0.5f * a; }},
+      {"addcmul", sdk::ElementwiseOp::foreach_addcmul,
+       [](auto& f, auto x, auto a, auto b) { f.foreach_addcmul(x, a, b, 0.1f); },
+       [](float x, float a, float b) { return x + 0.1f * a * b; }},
+      {"sqrt", sdk::ElementwiseOp::foreach_sqrt, [](auto& f, auto x, auto, auto) { f.foreach_sqrt(x); },
+       [](float x, float, float) { return std::sqrt(x); }},
+      {"sign", sdk::ElementwiseOp::foreach_sign, [](auto& f, auto x, auto, auto) { f.foreach_sign(x); },
+       [](float x, float, float) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }},
+      {"lerp", sdk::ElementwiseOp::foreach_lerp,
+       [](auto& f, auto x, auto a, auto) { f.foreach_lerp(x, a, 0.1f); },
+       [](float x, float a, float) { return x + 0.1f * (a - x); }},
+      {"clamp", sdk::ElementwiseOp::foreach_clamp,
+       [](auto& f, auto x, auto, auto) { f.foreach_clamp(x, -0.3f, 0.6f); },
+       [](float x, float, float) { return x < -0.3f ? -0.3f : (x > 0.6f ? 0.6f : x); }},
+  };
+  for (const Case& c : cases) {
+    const std::vector<DType> dtypes(3, DType::fp32);
+    if (!tested_elementwise->supports(c.op, std::span(dtypes).first(1))) {
+      ADD_FAILURE() << "the element-wise facet must support foreach_" << c.name << " on fp32";
+      continue;
+    }
+    // sqrt reads non-negative values; the others see both signs, zeros and a NaN.
+    const bool sqrt = c.op == sdk::ElementwiseOp::foreach_sqrt;
+    auto [xh, xd] = make(40, sqrt ? 0.0f : -1.0f, 1.0f);
+    if (!sqrt) {
+      xh[0][3] = 0.0f;
+      xh[0][4] = std::numeric_limits<float>::quiet_NaN();
+      xd[0] = upload(xh[0], Shape{sizes[0]});
+    }
+    auto [ah, ad] = make(50, -1.0f, 1.0f);
+    auto [bh, bd] = make(60, -1.0f, 1.0f);
+    c.run(*tested_elementwise, views(xd), views(ad), views(bd));
+    for (std::size_t t = 0; t < sizes.size(); ++t) {
+      const auto got = tested_values(xd[t]);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const float want = c.ref(xh[t][i], ah[t][i], bh[t][i]);
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(got[i])) << "foreach_" << c.name << " keeps NaN, tensor " << t;
+          continue;
+        }
+        // One or two roundings; a backend may differ from this order by an ulp or so.
+        EXPECT_NEAR(got[i], want, 2e-7f * std::max(1.0f, std::abs(want)))
+            << "foreach_" << c.name << " tensor " << t << " element " << i;
+      }
+    }
+  }
+  // Lists of unequal length are refused.
+  auto [xh, xd] = make(70, -1.0f, 1.0f);
+  const auto x = views(xd);
+  EXPECT_THROW(tested_elementwise->foreach_add(x, std::span(x).first(1)), sdk::BackendError);
+  EXPECT_THROW(tested_elementwise->foreach_clamp(x, 1.0f, -1.0f), sdk::BackendError);
 }
 
 TEST_P(Conformance, MemoryStatsTrackAllocations) {

@@ -1,6 +1,6 @@
 // The training step's host waits, counted: a backend wrapper forwards every op to the CPU backend
 // and counts the calls that make the host wait for the device (copy_to_host, the fused
-// unscale/check, sum_of_squares, first_nonfinite, synchronize). On a GPU each is a pipeline
+// unscale/check, first_nonfinite, synchronize). On a GPU each is a pipeline
 // stall, so a step may wait once (found_inf) and read more only where it reports.
 #include <gtest/gtest.h>
 
@@ -24,10 +24,13 @@ namespace {
 using sdk::TensorView;
 
 // Waits are bucketed by step: bucket i holds what happened after the i-th found_inf read and
-// before the next one (bucket 0: setup and the first step's forward/backward).
-class WaitCountingBackend final : public sdk::DeviceBackend {
+// before the next one (bucket 0: setup and the first step's forward/backward). The element-wise
+// facet, which holds the waiting gradient checks, is wrapped too; the other facets are the inner
+// backend's (none of their ops waits).
+class WaitCountingBackend final : public sdk::DeviceBackend, public sdk::ElementwiseFacet {
  public:
-  explicit WaitCountingBackend(std::shared_ptr<sdk::DeviceBackend> inner) : in_(std::move(inner)) {
+  explicit WaitCountingBackend(std::shared_ptr<sdk::DeviceBackend> inner)
+      : in_(std::move(inner)), el_(in_->elementwise_facet()) {
     waits.push_back(0);
   }
   std::vector<int> waits;
@@ -36,7 +39,6 @@ class WaitCountingBackend final : public sdk::DeviceBackend {
   void* allocate(std::size_t bytes) override { return in_->allocate(bytes); }
   void deallocate(void* p) noexcept override { in_->deallocate(p); }
   sdk::MemoryStats memory_stats() const override { return in_->memory_stats(); }
-  void reset_peak_memory() override { in_->reset_peak_memory(); }
   void copy_from_host(TensorView dst, const void* src) override { in_->copy_from_host(dst, src); }
   void copy_to_host(void* dst, TensorView src) override {
     wait();
@@ -47,60 +49,57 @@ class WaitCountingBackend final : public sdk::DeviceBackend {
     wait();
     in_->synchronize();
   }
-  void gemm(const sdk::GemmArgs& a) override { in_->gemm(a); }
   void cast(TensorView s, TensorView d, const sdk::CastArgs& a) override { in_->cast(s, d, a); }
-  void add_bias(TensorView y, TensorView b) override { in_->add_bias(y, b); }
-  void bias_grad(TensorView dy, TensorView db, bool acc) override { in_->bias_grad(dy, db, acc); }
+  void fill(TensorView x, float v) override { in_->fill(x, v); }
+
+  sdk::GemmFacet* gemm_facet() override { return in_->gemm_facet(); }
+  sdk::ElementwiseFacet* elementwise_facet() override { return this; }
+  sdk::NormalizationFacet* normalization_facet() override { return in_->normalization_facet(); }
+  sdk::LossFacet* loss_facet() override { return in_->loss_facet(); }
+  sdk::OptimizerFacet* optimizer_facet() override { return in_->optimizer_facet(); }
+
+  bool supports(sdk::ElementwiseOp op, std::span<const sdk::DType> d) const override {
+    return el_->supports(op, d);
+  }
+  void bias_grad(TensorView dy, TensorView db, bool acc) override { el_->bias_grad(dy, db, acc); }
   void activation_forward(sdk::Activation a, TensorView x, TensorView y) override {
-    in_->activation_forward(a, x, y);
+    el_->activation_forward(a, x, y);
   }
   void activation_backward(sdk::Activation a, TensorView x, TensorView dy, TensorView dx) override {
-    in_->activation_backward(a, x, dy, dx);
+    el_->activation_backward(a, x, dy, dx);
   }
-  void layernorm_forward(TensorView x, TensorView g, TensorView b, float eps, TensorView y,
-                         TensorView mean, TensorView rstd) override {
-    in_->layernorm_forward(x, g, b, eps, y, mean, rstd);
-  }
-  void layernorm_backward(TensorView dy, TensorView x, TensorView g, TensorView mean,
-                          TensorView rstd, TensorView dx, TensorView dg, TensorView db,
-                          bool acc) override {
-    in_->layernorm_backward(dy, x, g, mean, rstd, dx, dg, db, acc);
-  }
-  void softmax_cross_entropy(TensorView logits, TensorView labels, float s, TensorView loss,
-                             TensorView correct, TensorView dlogits) override {
-    in_->softmax_cross_entropy(logits, labels, s, loss, correct, dlogits);
-  }
-  void fill(TensorView x, float v) override { in_->fill(x, v); }
-  void scale(TensorView x, float a) override { in_->scale(x, a); }
-  void axpy(float a, TensorView x, TensorView y) override { in_->axpy(a, x, y); }
+  void axpy(float a, TensorView x, TensorView y) override { el_->axpy(a, x, y); }
   bool unscale_and_check_finite(std::span<const TensorView> g, float inv) override {
-    const bool found = in_->unscale_and_check_finite(g, inv);
+    const bool found = el_->unscale_and_check_finite(g, inv);
     waits.push_back(0);  // the step's one allowed wait opens the next bucket
     return found;
   }
   GradientCheck unscale_check_and_sum_squares(std::span<const TensorView> g, float inv) override {
-    const auto r = in_->unscale_check_and_sum_squares(g, inv);
+    const auto r = el_->unscale_check_and_sum_squares(g, inv);
     waits.push_back(0);  // one wait for both results, like unscale_and_check_finite
     return r;
   }
-  double sum_of_squares(std::span<const TensorView> t) override {
-    wait();
-    return in_->sum_of_squares(t);
-  }
   int first_nonfinite(std::span<const TensorView> t) override {
     wait();
-    return in_->first_nonfinite(t);
+    return el_->first_nonfinite(t);
   }
-  void sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> p) override {
-    in_->sgd_update(h, p);
+  using Span = std::span<const TensorView>;
+  void foreach_mul_scalar(Span x, float s) override { el_->foreach_mul_scalar(x, s); }
+  void foreach_mul(Span x, Span o) override { el_->foreach_mul(x, o); }
+  void foreach_add_scalar(Span x, float s) override { el_->foreach_add_scalar(x, s); }
+  void foreach_add(Span x, Span o, float a) override { el_->foreach_add(x, o, a); }
+  void foreach_addcmul(Span x, Span a, Span b, float v) override {
+    el_->foreach_addcmul(x, a, b, v);
   }
-  void adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> p) override {
-    in_->adamw_update(h, p);
-  }
+  void foreach_sqrt(Span x) override { el_->foreach_sqrt(x); }
+  void foreach_sign(Span x) override { el_->foreach_sign(x); }
+  void foreach_lerp(Span x, Span e, float w) override { el_->foreach_lerp(x, e, w); }
+  void foreach_clamp(Span x, float lo, float hi) override { el_->foreach_clamp(x, lo, hi); }
 
  private:
   void wait() { ++waits.back(); }
   std::shared_ptr<sdk::DeviceBackend> in_;
+  sdk::ElementwiseFacet* el_;
 };
 
 // Trains the quickstart for `steps` with log_every = 10 and returns the per-step buckets.

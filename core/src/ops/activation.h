@@ -12,6 +12,7 @@ namespace mixtrain::core {
 class ActivationLayer final : public Layer {
  public:
   ActivationLayer(std::string name, sdk::Activation act, std::int64_t features);
+  std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   sdk::Activation activation() const { return act_; }
   // relu's backward reads its output when fused (see linear.h); counted whether fused or not,
   // since the replay of a skipped step switches fusion off and on.

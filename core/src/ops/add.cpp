@@ -15,6 +15,10 @@ using sdk::TensorView;
 AddLayer::AddLayer(std::string name, std::size_t inputs, std::int64_t features)
     : Layer(std::move(name), "add", features, features), inputs_(inputs) {}
 
+std::vector<BackendNeed> AddLayer::backend_needs(DType input) const {
+  return {{sdk::ElementwiseOp::axpy, {input, DType::fp32}}};
+}
+
 void AddLayer::forward(TensorView x, std::int64_t rows) {
   const TensorView xs[1] = {x};
   forward_inputs(xs, rows);
@@ -37,7 +41,7 @@ void AddLayer::forward_inputs(std::span<const TensorView> xs, std::int64_t rows)
     backend_->copy(acc, xs[0]);
   else
     backend_->cast(xs[0], acc);
-  for (std::size_t i = 1; i < xs.size(); ++i) backend_->axpy(1.0f, xs[i], acc);
+  for (std::size_t i = 1; i < xs.size(); ++i) elementwise_of(*backend_).axpy(1.0f, xs[i], acc);
   if (acc.data != y.data) backend_->cast(acc, y);
 }
 

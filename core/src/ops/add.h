@@ -14,6 +14,7 @@ namespace mixtrain::core {
 class AddLayer final : public Layer {
  public:
   AddLayer(std::string name, std::size_t inputs, std::int64_t features);
+  std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   std::size_t input_count() const override { return inputs_; }
   bool backward_reads_inputs() const override { return false; }  // each input's gradient is dy
   void forward(sdk::TensorView x, std::int64_t rows) override;

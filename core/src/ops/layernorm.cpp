@@ -30,9 +30,15 @@ void LayerNormLayer::init_parameters(std::uint64_t) {
   backend_->fill(params_[1].master.view(), 0.0f);
 }
 
+std::vector<BackendNeed> LayerNormLayer::backend_needs(DType input) const {
+  return {{sdk::NormalizationOp::layernorm_forward, {input}},
+          {sdk::NormalizationOp::layernorm_backward, {input}}};
+}
+
 void LayerNormLayer::forward(TensorView x, std::int64_t rows) {
-  backend_->layernorm_forward(x, params_[0].master.view(), params_[1].master.view(), eps_,
-                              output(rows), prefix(mean_, rows), prefix(rstd_, rows));
+  normalization_of(*backend_).layernorm_forward(x, params_[0].master.view(),
+                                                params_[1].master.view(), eps_, output(rows),
+                                                prefix(mean_, rows), prefix(rstd_, rows));
 }
 
 void LayerNormLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
@@ -42,9 +48,9 @@ void LayerNormLayer::backward(TensorView x, TensorView dy, TensorView dx, std::i
     unused = Tensor(backend_, DType::fp32, sdk::Shape{rows, in_});
     dx_target = unused.view();
   }
-  backend_->layernorm_backward(dy, x, params_[0].master.view(), prefix(mean_, rows),
-                               prefix(rstd_, rows), dx_target, params_[0].grad.view(),
-                               params_[1].grad.view(), false);
+  normalization_of(*backend_).layernorm_backward(
+      dy, x, params_[0].master.view(), prefix(mean_, rows), prefix(rstd_, rows), dx_target,
+      params_[0].grad.view(), params_[1].grad.view(), false);
 }
 
 // --- Definition

@@ -13,6 +13,7 @@ namespace mixtrain::core {
 class LayerNormLayer final : public Layer {
  public:
   LayerNormLayer(std::string name, std::int64_t features, float eps);
+  std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,

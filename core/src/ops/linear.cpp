@@ -157,6 +157,20 @@ void LinearLayer::set_fusion(bool on) {
   if (fused_ != nullptr) fused_->fused_ = on;
 }
 
+std::vector<BackendNeed> LinearLayer::backend_needs(DType) const {
+  // The input is cast to the GEMM's dtype first (casts are the backend's core), so the GEMMs see
+  // the plan's dtypes: y = x·Wᵀ into the activation, dW into fp32, dx into the input's gradient.
+  const DType g = precision_.gemm_input;
+  std::vector<BackendNeed> needs = {
+      {sdk::GemmOp::gemm, {g, g, storage_of(precision_.activation)}},
+      {sdk::GemmOp::gemm, {g, g, DType::fp32}},
+      {sdk::GemmOp::gemm, {g, g, storage_of(precision_.activation_grad)}}};
+  if (bias_)
+    needs.push_back(
+        {sdk::ElementwiseOp::bias_grad, {storage_of(precision_.activation), DType::fp32}});
+  return needs;
+}
+
 void LinearLayer::forward(TensorView x, std::int64_t rows) {
   const DType in_storage = storage_of(precision_.gemm_input);
   sdk::GemmArgs g;
@@ -182,7 +196,7 @@ void LinearLayer::forward(TensorView x, std::int64_t rows) {
   }
   if (bias_) g.bias = params_[1].master.view();
   g.compute = precision_.gemm_input;
-  backend_->gemm(g);
+  gemm_of(*backend_).gemm(g);
 }
 
 void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
@@ -207,8 +221,8 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
   gw.b = x_g;
   gw.c = params_[0].grad.view();
   gw.compute = precision_.gemm_input;
-  backend_->gemm(gw);
-  if (bias_) backend_->bias_grad(dy, params_[1].grad.view(), false);
+  gemm_of(*backend_).gemm(gw);
+  if (bias_) elementwise_of(*backend_).bias_grad(dy, params_[1].grad.view(), false);
   if (!dx.empty()) {
     // dx[rows, in] = dy[rows, out] · W[out, in]
     sdk::GemmArgs gx;
@@ -217,7 +231,7 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
     gx.b = w_g;
     gx.c = dx;
     gx.compute = precision_.gemm_input;
-    backend_->gemm(gx);
+    gemm_of(*backend_).gemm(gx);
   }
 }
 

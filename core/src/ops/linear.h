@@ -25,6 +25,7 @@ class ActivationLayer;
 class LinearLayer final : public Layer {
  public:
   LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias);
+  std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   bool has_gemm() const override { return true; }
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   void forward(sdk::TensorView x, std::int64_t rows) override;

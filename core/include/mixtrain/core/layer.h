@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/core/backend_needs.h"
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/sdk/precision_policy.h"
 
@@ -99,6 +100,9 @@ class Layer {
 
   // Host-side initialisation of parameters from a seed (PyTorch's defaults for the layer type).
   virtual void init_parameters(std::uint64_t /*seed*/) {}
+  // The backend facet ops this layer calls under its precision plan, given its input's storage
+  // dtype: asked before the first step, so a backend that lacks one stops the plan.
+  virtual std::vector<BackendNeed> backend_needs(sdk::DType /*input*/) const { return {}; }
 
   // The output activation; a view without data (data == nullptr) while it is not materialised.
   sdk::TensorView output(std::int64_t rows) const;

@@ -77,7 +77,12 @@ class Model {
   std::int64_t input_features() const { return input_features_; }
   std::int32_t classes() const { return classes_; }
 
+  // Checks the backend first (check_backend), then allocates every buffer once.
   void allocate(std::int64_t max_rows);
+  // Asks the backend, before anything runs, for every facet op each node will call under its
+  // precision plan, and for the loss; throws ConfigError at the first node it cannot run, naming
+  // the node, the op, the dtypes and the backend, with the node's config location.
+  void check_backend() const;
   void init_parameters(std::uint64_t seed);
   void refresh_working_copies();  // working = cast(master) for every parameter that has one
 
@@ -151,6 +156,8 @@ class Model {
     std::int64_t rows_per_sample = 1;  // product of shape[0..k-2]
     int root = 0;             // the node whose memory this output is (itself unless a view)
     bool needs_grad = false;  // some parameter lies upstream (or here)
+    sdk::SourceLocation where;  // the node's table in the config, for plan-time errors
+    std::string key;            // "model.nodes[3]"
   };
   // Gradient bookkeeping per root tensor.
   struct GradSlot {

@@ -31,8 +31,5 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
                     const sdk::BackendCapabilities& capabilities,
                     const std::vector<PrecisionOverride>& overrides);
 
-// Throws sdk::BackendError naming the first layer whose GEMM dtype the backend cannot run, what
-// it runs, and the override that would fix it.
-void check_backend_runs_plan(const Model& model, const sdk::BackendCapabilities& capabilities);
 
 }  // namespace mixtrain::core

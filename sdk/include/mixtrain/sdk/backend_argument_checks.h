@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -38,6 +40,10 @@ class MIXTRAIN_SDK_API BackendArgumentChecks {
     std::int64_t m = 0, n = 0, k = 0;
   };
   GemmShape gemm_shape(const GemmArgs& args) const;
+  // gemm_strided_batched's arguments: batch >= 0; batch 0 as gemm_shape() checks it; no bias,
+  // activation or pre_activation; output batches that do not overlap (|stride_c| >= m*n when
+  // batch > 1). Returns batch 0's shape.
+  GemmShape gemm_batched_shape(const GemmBatchedArgs& args) const;
 
   // layernorm_forward's arguments: x, y storage of equal size; gamma, beta (optional) [n];
   // mean, rstd fp32 [rows]; n > 0. Returns {rows, n}.
@@ -68,6 +74,11 @@ class MIXTRAIN_SDK_API BackendArgumentChecks {
   // copy's arguments: both present, the same element count and dtype (fp32 and tf32 share
   // storage, so they may be copied into each other).
   void copy_args(const TensorView& dst, const TensorView& src) const;
+
+  // A foreach op's lists: each of `others` as long as `self`; every tensor fp32 and present; the
+  // i-th tensors of all lists of equal numel.
+  void foreach_lists(std::string_view op, std::span<const TensorView> self,
+                     std::initializer_list<std::span<const TensorView>> others = {}) const;
 
   // One entry of a fused optimizer update: master and grad fp32 of equal size, working (optional)
   // in a storage dtype, and the fp32 state slots the optimizer needs.

@@ -33,8 +33,8 @@
 namespace mixtrain::sdk {
 
 // 2: PrecisionPolicy::adapt_to, 3: wants_current_amax, 4: GemmArgs activation epilogue,
-// 5: PrecisionPolicy::resolved_name
-inline constexpr std::uint32_t kSdkAbiVersion = 5;
+// 5: PrecisionPolicy::resolved_name, 6: DeviceBackend split into a core and versioned facets
+inline constexpr std::uint32_t kSdkAbiVersion = 6;
 inline constexpr const char* kSdkVersion = "0.1.0";
 inline constexpr const char* kBuildFingerprint = MIXTRAIN_BUILD_FINGERPRINT;
 

@@ -1,0 +1,72 @@
+// OptimizerFacet: fused optimizer updates, one pass over each parameter's tensors.
+//
+// Contract
+// - A backend offers it through DeviceBackend::optimizer_facet() (nullptr: none). An optimizer
+//   plugin that needs it checks in bind(), before the first step; one that does not can compose
+//   its update from ElementwiseFacet's foreach ops instead.
+// - supports(op, dtypes) answers for {master, working} (working: the low-precision copy's dtype,
+//   fp32 when there is none), without running anything.
+// - Updates also refresh `working` copies when present.
+// - version() reports the kVersion this facet was compiled against (do not override it).
+#pragma once
+
+#include "mixtrain/sdk/export.h"
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "mixtrain/sdk/tensor_view.h"
+
+namespace mixtrain::sdk {
+
+struct ParamTensors {
+  TensorView master;   // fp32, updated in place
+  TensorView grad;     // fp32, already unscaled
+  TensorView working;  // low-precision copy refreshed from master after the update; may be empty
+  TensorView state1;   // optimizer slot (momentum / exp_avg), fp32; may be empty
+  TensorView state2;   // second slot (exp_avg_sq), fp32; may be empty
+};
+
+// PyTorch torch.optim.SGD semantics: g = grad*grad_scale + wd*p; buf = first ? g :
+// momentum*buf + (1-dampening)*g; g = nesterov ? g + momentum*buf : buf; p -= lr*g.
+struct SgdHyper {
+  float lr = 0.01f;
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+  bool first_step = true;   // momentum buffer is initialised to g on the first step
+  float grad_scale = 1.0f;  // gradient multiplier (global-norm clipping coefficient)
+};
+
+// PyTorch torch.optim.AdamW semantics: p *= 1 - lr*wd; m = b1*m + (1-b1)g; v = b2*v + (1-b2)g²;
+// p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps).
+struct AdamWHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;
+  std::int64_t step = 1;  // 1-based count of applied steps, for bias correction
+  float grad_scale = 1.0f;
+};
+
+enum class OptimizerOp { sgd_update, adamw_update };
+MIXTRAIN_SDK_API std::string_view op_name(OptimizerOp op) noexcept;
+
+class MIXTRAIN_SDK_API OptimizerFacet {
+ public:
+  static constexpr std::uint32_t kVersion = 1;
+  static constexpr std::string_view kName = "optimizer";
+  virtual std::uint32_t version() const { return kVersion; }
+  virtual bool supports(OptimizerOp op, std::span<const DType> dtypes) const = 0;
+
+  virtual void sgd_update(const SgdHyper& h, std::span<const ParamTensors> params) = 0;
+  virtual void adamw_update(const AdamWHyper& h, std::span<const ParamTensors> params) = 0;
+
+ protected:
+  virtual ~OptimizerFacet();  // not owned through the facet: the backend is
+};
+
+}  // namespace mixtrain::sdk

@@ -1,0 +1,88 @@
+// Out-of-line anchors of the backend facets and the names their ops go by in messages.
+#include "mixtrain/sdk/device_backend.h"
+
+namespace mixtrain::sdk {
+
+GemmFacet::~GemmFacet() = default;
+ElementwiseFacet::~ElementwiseFacet() = default;
+NormalizationFacet::~NormalizationFacet() = default;
+LossFacet::~LossFacet() = default;
+OptimizerFacet::~OptimizerFacet() = default;
+
+std::string_view op_name(GemmOp op) noexcept {
+  switch (op) {
+    case GemmOp::gemm:
+      return "gemm";
+    case GemmOp::gemm_strided_batched:
+      return "gemm_strided_batched";
+  }
+  return "?";
+}
+
+std::string_view op_name(ElementwiseOp op) noexcept {
+  switch (op) {
+    case ElementwiseOp::bias_grad:
+      return "bias_grad";
+    case ElementwiseOp::activation_forward:
+      return "activation_forward";
+    case ElementwiseOp::activation_backward:
+      return "activation_backward";
+    case ElementwiseOp::axpy:
+      return "axpy";
+    case ElementwiseOp::unscale_and_check_finite:
+      return "unscale_and_check_finite";
+    case ElementwiseOp::unscale_check_and_sum_squares:
+      return "unscale_check_and_sum_squares";
+    case ElementwiseOp::first_nonfinite:
+      return "first_nonfinite";
+    case ElementwiseOp::foreach_mul_scalar:
+      return "foreach_mul_scalar";
+    case ElementwiseOp::foreach_mul:
+      return "foreach_mul";
+    case ElementwiseOp::foreach_add_scalar:
+      return "foreach_add_scalar";
+    case ElementwiseOp::foreach_add:
+      return "foreach_add";
+    case ElementwiseOp::foreach_addcmul:
+      return "foreach_addcmul";
+    case ElementwiseOp::foreach_sqrt:
+      return "foreach_sqrt";
+    case ElementwiseOp::foreach_sign:
+      return "foreach_sign";
+    case ElementwiseOp::foreach_lerp:
+      return "foreach_lerp";
+    case ElementwiseOp::foreach_clamp:
+      return "foreach_clamp";
+  }
+  return "?";
+}
+
+std::string_view op_name(NormalizationOp op) noexcept {
+  switch (op) {
+    case NormalizationOp::layernorm_forward:
+      return "layernorm_forward";
+    case NormalizationOp::layernorm_backward:
+      return "layernorm_backward";
+  }
+  return "?";
+}
+
+std::string_view op_name(LossOp op) noexcept {
+  switch (op) {
+    case LossOp::softmax_cross_entropy:
+      return "softmax_cross_entropy";
+  }
+  return "?";
+}
+
+std::string_view op_name(OptimizerOp op) noexcept {
+  switch (op) {
+    case OptimizerOp::sgd_update:
+      return "sgd_update";
+    case OptimizerOp::adamw_update:
+      return "adamw_update";
+  }
+  return "?";
+}
+
+}  // namespace mixtrain::sdk
