@@ -13,6 +13,7 @@
 #include "mixtrain/core/experiment.h"
 #include "mixtrain/core/interrupt.h"
 #include "mixtrain/core/log_sink.h"
+#include "mixtrain/core/model_summary.h"
 #include "mixtrain/core/plugin_registry.h"
 #include "mixtrain/core/run_comparison.h"
 #include "mixtrain/core/trainer.h"
@@ -30,8 +31,6 @@ Config load_config(const ConfigArgs& a) {
                                a.sets);
   return Config::from_file(a.config, a.sets);
 }
-
-std::string dt(sdk::DType t) { return std::string(sdk::dtype_name(t)); }
 
 }  // namespace
 
@@ -87,15 +86,12 @@ int run_check(const ConfigArgs& cfg) {
   std::cout << "# data: " << trainer.train_data().rows << " training rows, "
             << trainer.eval_data().rows << " held-out rows, " << trainer.train_data().features
             << " features, " << trainer.train_data().classes << " classes\n";
-  std::cout << "# precision plan (policy " << experiment.policy_name << "):\n";
-  std::printf("#   %-14s %-10s %-8s %-10s %-10s %-15s\n", "layer", "type", "weight", "gemm_in",
-              "activation", "activation_grad");
+  std::cout << "# precision policy: " << experiment.policy_name << "\n";
+  std::cout << core::render_model_summary(
+      core::summarize_model(trainer.model(), experiment.data.batch_size));
   std::vector<std::string> warnings;
   for (const auto& l : trainer.model().layers()) {
     const auto& p = l->precision();
-    std::printf("#   %-14s %-10s %-8s %-10s %-10s %-15s\n", l->name().c_str(), l->type().c_str(),
-                dt(p.weight).c_str(), dt(p.gemm_input).c_str(), dt(p.activation).c_str(),
-                dt(p.activation_grad).c_str());
     if (l->has_gemm() && p.gemm_input != sdk::DType::fp32) {
       const std::int64_t multiple = sdk::is_fp8(p.gemm_input) ? 16 : 8;
       for (auto d : {l->in_features(), l->out_features()})
@@ -138,7 +134,8 @@ int run_compare(const std::vector<std::string>& run_dirs, const std::string& out
   const fs::path out = out_dir.empty() ? dirs.front() : fs::path(out_dir);
   auto written = core::write_comparison(comparison, out);
   std::cout << core::comparison_text(comparison);
-  if (auto diag = core::diagnostics_text(comparison); !diag.empty()) std::cout << "\ndiagnostics:\n" << diag;
+  if (auto diag = core::diagnostics_text(comparison); !diag.empty())
+    std::cout << "\ndiagnostics:\n" << diag;
   std::cout << "wrote:";
   for (const auto& p : written) std::cout << " " << p.string();
   std::cout << std::endl;

@@ -39,10 +39,11 @@ TensorView Layer::output(std::int64_t rows) const {
   return output_.rows(rows);
 }
 
-std::size_t Layer::planned_output_bytes(std::int64_t max_rows) const {
+std::size_t Layer::planned_output_bytes(std::int64_t max_rows,
+                                        std::optional<DType> as_dtype) const {
   if (is_view() || output_deferred()) return 0;
   return static_cast<std::size_t>(max_rows * out_) *
-         sdk::dtype_size(storage_of(precision_.activation));
+         sdk::dtype_size(storage_of(as_dtype.value_or(precision_.activation)));
 }
 
 ModelParameter Layer::make_parameter(const std::string& suffix, sdk::Shape shape, bool decay) {

@@ -293,7 +293,7 @@ void Model::allocate(std::int64_t max_rows) {
   plan_gradients();
 }
 
-LivenessPlan Model::plan_activations(std::int64_t max_rows) const {
+LivenessPlan Model::plan_activations(std::int64_t max_rows, std::optional<DType> as_dtype) const {
   // Schedule: forward of the node at position p is step p, the loss step n, the backward of p
   // step 2n - p. An output lives from its forward to its last read: a forward read, the backward
   // of a reader that keeps its inputs, its own backward when that reads it, the loss (logits).
@@ -317,7 +317,7 @@ LivenessPlan Model::plan_activations(std::int64_t max_rows) const {
   for (int p = 0; p < n; ++p) {
     const auto i = static_cast<std::size_t>(p);
     const std::size_t bytes =
-        layers_[i]->planned_output_bytes(max_rows * nodes_[i].rows_per_sample);
+        layers_[i]->planned_output_bytes(max_rows * nodes_[i].rows_per_sample, as_dtype);
     if (bytes > 0) lives.push_back({layers_[i]->name(), bytes, p, last[i]});
   }
   return plan_liveness(lives);

@@ -221,8 +221,12 @@ TEST_F(Cli, ResumingAnEarlierCheckpointInPlaceMovesTheLaterOnesAside) {
 TEST_F(Cli, CheckPrintsThePlanAndPluginsListsComponents) {
   auto c = run("check " + quickstart());
   ASSERT_EQ(c.exit_code, 0) << c.err;
-  EXPECT_NE(c.out.find("precision plan"), std::string::npos) << c.out;
-  EXPECT_NE(c.out.find("head"), std::string::npos);
+  // The model summary: a row per node with shapes, parameters, FLOPs and dtypes, then totals.
+  EXPECT_NE(c.out.find("# model:"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("head             linear     [128]"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("fp32/fp32/fp32/fp32"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("# totals:"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("planned activation memory"), std::string::npos) << c.out;
   EXPECT_NE(c.out.find("config OK"), std::string::npos);
   auto p = run("plugins");
   ASSERT_EQ(p.exit_code, 0) << p.err;

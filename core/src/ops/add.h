@@ -17,6 +17,9 @@ class AddLayer final : public Layer {
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   std::size_t input_count() const override { return inputs_; }
   bool backward_reads_inputs() const override { return false; }  // each input's gradient is dy
+  std::int64_t forward_flops_per_row() const override {
+    return static_cast<std::int64_t>(inputs_ - 1) * out_;
+  }
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;

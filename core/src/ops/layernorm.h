@@ -13,6 +13,8 @@ namespace mixtrain::core {
 class LayerNormLayer final : public Layer {
  public:
   LayerNormLayer(std::string name, std::int64_t features, float eps);
+  // mean, variance, normalise, scale, shift: about five per element
+  std::int64_t forward_flops_per_row() const override { return 5 * out_; }
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   void forward(sdk::TensorView x, std::int64_t rows) override;

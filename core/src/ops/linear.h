@@ -27,6 +27,9 @@ class LinearLayer final : public Layer {
   LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias);
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   bool has_gemm() const override { return true; }
+  std::int64_t forward_flops_per_row() const override {
+    return 2 * in_ * out_ + (bias_ ? out_ : 0);
+  }
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,

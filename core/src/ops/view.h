@@ -14,6 +14,7 @@ class ViewLayer final : public Layer {
  public:
   ViewLayer(std::string name, std::string type, std::int64_t in, std::int64_t out);
   bool is_view() const override { return true; }
+  std::int64_t forward_flops_per_row() const override { return 0; }
   bool backward_reads_inputs() const override { return false; }
   void forward(sdk::TensorView, std::int64_t) override {}
   void backward(sdk::TensorView, sdk::TensorView, sdk::TensorView, std::int64_t) override {}

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -95,8 +96,12 @@ class Layer {
   // The model's activation plan places this op's output in its arena (non-owning; set before
   // allocate()). Without it the layer allocates its own output.
   void use_output_storage(void* data) { planned_output_ = data; }
-  // Bytes of the output at `max_rows` rows, 0 when it is deferred or a view (nothing to plan).
-  std::size_t planned_output_bytes(std::int64_t max_rows) const;
+  // Bytes of the output at `max_rows` rows (stored in `as_dtype` when given), 0 when it is
+  // deferred or a view (nothing to plan).
+  std::size_t planned_output_bytes(std::int64_t max_rows,
+                                   std::optional<sdk::DType> as_dtype = std::nullopt) const;
+  // Forward FLOPs per output row (a multiply-add is 2): what `mixtrain check` sums per sample.
+  virtual std::int64_t forward_flops_per_row() const { return out_; }
 
   // Host-side initialisation of parameters from a seed (PyTorch's defaults for the layer type).
   virtual void init_parameters(std::uint64_t /*seed*/) {}

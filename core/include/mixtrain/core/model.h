@@ -26,6 +26,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -140,12 +141,14 @@ class Model {
   // The inputs of layers()[i] (indices into layers(), -1 for the batch) and its per-sample shape.
   const std::vector<int>& node_inputs(std::size_t i) const { return nodes_[i].inputs; }
   const std::vector<std::int64_t>& node_shape(std::size_t i) const { return nodes_[i].shape; }
-  // Bytes of the gradient arena and what it would take without reuse (after allocate()).
   // Where the layers' outputs live for `max_rows` batch rows: their liveness over one forward,
-  // loss and backward, under the current precision plan (what allocate() uses; callable before it).
-  LivenessPlan plan_activations(std::int64_t max_rows) const;
+  // loss and backward, under the current precision plan (what allocate() uses; callable before
+  // it). `as_dtype` sizes every output in that dtype instead (what fp32 would take).
+  LivenessPlan plan_activations(std::int64_t max_rows,
+                                std::optional<sdk::DType> as_dtype = std::nullopt) const;
   std::size_t activation_arena_bytes() const { return act_plan_.arena_bytes; }
   std::size_t activation_sum_bytes() const { return act_plan_.sum_bytes; }
+  // Bytes of the gradient arena and what it would take without reuse (after allocate()).
   std::size_t gradient_arena_bytes() const { return grad_plan_.arena_bytes; }
   std::size_t gradient_sum_bytes() const { return grad_plan_.sum_bytes; }
 
@@ -154,8 +157,8 @@ class Model {
     std::vector<int> inputs;           // tensor ids: -1 the batch, else a node (layers_ index)
     std::vector<std::int64_t> shape;   // per-sample output shape
     std::int64_t rows_per_sample = 1;  // product of shape[0..k-2]
-    int root = 0;             // the node whose memory this output is (itself unless a view)
-    bool needs_grad = false;  // some parameter lies upstream (or here)
+    int root = 0;               // the node whose memory this output is (itself unless a view)
+    bool needs_grad = false;    // some parameter lies upstream (or here)
     sdk::SourceLocation where;  // the node's table in the config, for plan-time errors
     std::string key;            // "model.nodes[3]"
   };
