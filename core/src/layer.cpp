@@ -4,9 +4,6 @@
 
 namespace mixtrain::core {
 
-using ops::fill_uniform;
-using ops::needs_working_copy;
-using ops::prefix;
 using ops::storage_of;
 using sdk::DType;
 using sdk::TensorView;

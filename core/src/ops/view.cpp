@@ -7,12 +7,6 @@
 
 namespace mixtrain::core {
 
-using ops::fill_uniform;
-using ops::needs_working_copy;
-using ops::prefix;
-using ops::storage_of;
-using sdk::DType;
-using sdk::TensorView;
 
 ViewLayer::ViewLayer(std::string name, std::string type, std::int64_t in, std::int64_t out)
     : Layer(std::move(name), std::move(type), in, out) {}
