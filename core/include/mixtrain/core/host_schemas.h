@@ -14,6 +14,8 @@
 namespace mixtrain::core {
 
 sdk::OptionSchema run_schema();
+sdk::OptionSchema ema_schema();   // [ema]
+sdk::OptionSchema eval_schema();  // [eval]
 sdk::OptionSchema data_common_schema();
 const std::vector<std::string>& data_sources();  // synthetic, npy, idx
 sdk::OptionSchema data_source_schema(const std::string& source);
