@@ -18,9 +18,9 @@ using sdk::ComponentKind;
 
 namespace {
 
-const std::vector<std::string> kTopLevelTables = {
-    "run",  "backend",    "precision", "scaler", "optimizer", "model",
-    "data", "checkpoint", "ema",       "eval",   "plugins"};
+const std::vector<std::string> kTopLevelTables = {"run",       "backend", "precision", "scaler",
+                                                  "optimizer", "model",   "data",      "checkpoint",
+                                                  "ema",       "eval",    "plugins"};
 
 // Every component of `kind` the registry knows, with its schema.
 std::vector<ComponentSchema> registered(const PluginRegistry& registry, ComponentKind kind) {

@@ -207,13 +207,12 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
       }
       const std::vector<std::int64_t>& want = sp.shape;
       if (have != want)
-        throw sdk::ConfigError(
-            sp.where, key,
-            user + " (" + layers_[pos]->type() + ") ties its " + sp.suffix + " " +
-                shape_text(want) + " to '" + sp.source + "' of node '" + layers_[owner]->name() +
-                "', which is " + shape_text(have),
-            "tied parameters must have one shape: size node '" + graph[i].name +
-                "' so that its " + sp.suffix + " is " + shape_text(have));
+        throw sdk::ConfigError(sp.where, key,
+                               user + " (" + layers_[pos]->type() + ") ties its " + sp.suffix +
+                                   " " + shape_text(want) + " to '" + sp.source + "' of node '" +
+                                   layers_[owner]->name() + "', which is " + shape_text(have),
+                               "tied parameters must have one shape: size node '" + graph[i].name +
+                                   "' so that its " + sp.suffix + " is " + shape_text(have));
       ties_.push_back({pos, sp.suffix, sp.source});
     }
   }

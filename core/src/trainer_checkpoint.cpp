@@ -160,9 +160,8 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
   if (weights_only) {
     reset_ema(s);  // the EMA of initial weights starts at them
     for (const auto& t : st.tensors)
-      if (!used.count(&t) &&
-          (t.name.find('/') == std::string::npos || t.name.rfind("param/", 0) == 0 ||
-           t.name.rfind("buffer/", 0) == 0))
+      if (!used.count(&t) && (t.name.find('/') == std::string::npos ||
+                              t.name.rfind("param/", 0) == 0 || t.name.rfind("buffer/", 0) == 0))
         s.log.warn(path.string() + ": tensor '" + t.name +
                    "' matches no parameter or buffer; ignored");
     s.log.info("initial weights loaded from " + path.string());
@@ -203,8 +202,9 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
       const auto* h = st.find("ema/" + params[i]->name);
       if (h == nullptr) {
         reset_ema(s);
-        s.log.warn(path.string() + ": the checkpoint holds no EMA of the weights; [ema] starts "
-                                   "one at the resumed weights");
+        s.log.warn(path.string() +
+                   ": the checkpoint holds no EMA of the weights; [ema] starts "
+                   "one at the resumed weights");
         break;
       }
       from_host(b, *h, s.ema[i].view(), path);

@@ -102,9 +102,8 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
     // Name the first non-finite tensor by replaying the step with a check after every write,
     // micro-batch by micro-batch; the policy hears of the skip afterwards, so it discards the
     // replay's amaxes too.
-    const float replay_seed =
-        micro == 1 ? out.decision.scale_before
-                   : out.decision.scale_before / static_cast<float>(micro);
+    const float replay_seed = micro == 1 ? out.decision.scale_before
+                                         : out.decision.scale_before / static_cast<float>(micro);
     for (std::int64_t k = 0; k < micro && out.first_nonfinite.empty(); ++k) {
       if (micro > 1) {
         gather_batch(s.train, s.micro_batches[static_cast<std::size_t>(k)], s.x_host.data(),

@@ -300,10 +300,9 @@ OpDefinition linear_op() {
     const std::int64_t out = node.options.get_int("out");
     PerSampleShape shape = in[0];
     shape.back() = out;
-    return BuiltOp{std::make_unique<LinearLayer>(node.name, in[0].back(), out,
-                                                 node.options.get_bool("bias"),
-                                                 node.options.get_string("tie_weight"),
-                                                 node.options.where("tie_weight")),
+    return BuiltOp{std::make_unique<LinearLayer>(
+                       node.name, in[0].back(), out, node.options.get_bool("bias"),
+                       node.options.get_string("tie_weight"), node.options.where("tie_weight")),
                    shape};
   };
   return op;

@@ -65,8 +65,8 @@ struct ModelBuffer {
 // `source` the owner's parameter name ("embed.weight").
 struct SharedParameter {
   std::string suffix, source;
-  sdk::SourceLocation where;  // the config line that asks for the tie
-  std::string key;            // the node key that names it ("tie_weight")
+  sdk::SourceLocation where;        // the config line that asks for the tie
+  std::string key;                  // the node key that names it ("tie_weight")
   std::vector<std::int64_t> shape;  // the shape this op needs it to have
 };
 
