@@ -341,7 +341,7 @@ class RunningMeanLayer final : public core::Layer {
       }
     }
     if (training()) backend_->copy_from_host(buffers_[0].value.view(), mean.data());
-    backend_->copy_from_host(output_.rows(rows), h.data());
+    backend_->copy_from_host(output(rows), h.data());
   }
   void backward(sdk::TensorView, sdk::TensorView dy, sdk::TensorView dx, std::int64_t) override {
     if (!dx.empty()) backend_->cast(dy, dx);

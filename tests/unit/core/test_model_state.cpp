@@ -248,7 +248,7 @@ class RunningMeanLayer final : public Layer {
         for (std::int64_t c = 0; c < in_; ++c)
           h[static_cast<std::size_t>(r * in_ + c)] -= mean[static_cast<std::size_t>(c)];
     }
-    backend_->copy_from_host(output_.rows(rows), h.data());
+    backend_->copy_from_host(output(rows), h.data());
   }
   void backward(sdk::TensorView, sdk::TensorView dy, sdk::TensorView dx, std::int64_t) override {
     if (!dx.empty()) backend_->cast(dy, dx);
