@@ -135,7 +135,9 @@ int run_export(const ExportArgs& args) {
   writer->write(out, state);
   std::size_t weights = 0;
   for (const auto& t : state.tensors)
-    if (t.name.rfind("param/", 0) == 0 || t.name.find('/') == std::string::npos) ++weights;
+    if (t.name.rfind("param/", 0) == 0 || t.name.rfind("buffer/", 0) == 0 ||
+        t.name.find('/') == std::string::npos)
+      ++weights;
   std::cout << "wrote " << out.string() << " (" << args.format << ", from " << source.string()
             << ", " << weights << " weight tensors" << (args.dtype.empty() ? "" : ", " + args.dtype)
             << ")" << std::endl;

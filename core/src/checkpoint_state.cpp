@@ -246,8 +246,8 @@ BatchSampler::Cursor read_sampler_cursor(const json& j, std::int64_t step,
             " do not follow from progress.step = " + std::to_string(step) + " at " +
             std::to_string(batches_per_epoch) + " batches per epoch (expected " +
             std::to_string(expected.epoch) + "/" + std::to_string(expected.position) + ")",
-        "resume with the original run's data.batch_size; otherwise the checkpoint is damaged: "
-        "resume from another one");
+        "resume with the original run's data.batch_size and run.accumulate; otherwise the "
+        "checkpoint is damaged: resume from another one");
   return c;
 }
 

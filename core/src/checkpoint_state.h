@@ -56,7 +56,8 @@ TrainingProgress read_progress(const nlohmann::json& j, std::int64_t run_steps,
 
 // The sampler cursor, checked against the run: each field in range (position within an epoch of
 // `batches_per_epoch`, epoch <= step), then the cursor itself, which follows from the step since
-// every step draws one batch (a changed data.batch_size shows here).
+// every step draws run.accumulate batches: `step` is the batches drawn, progress.step x
+// run.accumulate (a changed data.batch_size or run.accumulate shows here).
 BatchSampler::Cursor read_sampler_cursor(const nlohmann::json& j, std::int64_t step,
                                          std::int64_t batches_per_epoch,
                                          const std::filesystem::path& file);

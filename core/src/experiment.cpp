@@ -18,8 +18,9 @@ using sdk::ComponentKind;
 
 namespace {
 
-const std::vector<std::string> kTopLevelTables = {
-    "run", "backend", "precision", "scaler", "optimizer", "model", "data", "checkpoint", "plugins"};
+const std::vector<std::string> kTopLevelTables = {"run",       "backend", "precision", "scaler",
+                                                  "optimizer", "model",   "data",      "checkpoint",
+                                                  "ema",       "eval",    "plugins"};
 
 // Every component of `kind` the registry knows, with its schema.
 std::vector<ComponentSchema> registered(const PluginRegistry& registry, ComponentKind kind) {
@@ -58,7 +59,7 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
     }
   }
   e.plugin_paths = config_plugin_paths(config);
-  for (const auto& t : {"run", "plugins"}) reject_nested(config, t);
+  for (const auto& t : {"run", "plugins", "ema", "eval"}) reject_nested(config, t);
   const auto overrides = config.table_array("precision.override");
   for (std::size_t i = 0; i < overrides.size(); ++i)
     reject_nested(config, "precision.override." + std::to_string(i));
@@ -75,6 +76,7 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   e.run.dir = run.get_string("dir");
   if (!e.run.dir.empty()) e.run.dir = config_path(config, "run.dir", e.run.dir).string();
   e.run.underflow_every = run.get_int("underflow_every");
+  e.run.accumulate = run.get_int("accumulate");
   ResolvedSection run_section = section_of("run", {}, run);
   show_resolved(run_section, "dir", e.run.dir);
   e.core_sections.push_back(run_section);
@@ -158,6 +160,21 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   if (!e.checkpoint_options.effective().empty())
     e.core_sections.push_back(
         section_of("checkpoint." + e.checkpoint.format, {}, e.checkpoint_options));
+
+  // [ema], [eval]
+  auto ema = sdk::Options::resolve("ema", ema_schema(), config.table_options("ema"),
+                                   config.location("ema"), {});
+  e.ema.decay = ema.get_double("decay");
+  e.core_sections.push_back(section_of("ema", {}, ema));
+  auto eval = sdk::Options::resolve("eval", eval_schema(), config.table_options("eval"),
+                                    config.location("eval"), {});
+  e.eval.weights = eval.get_string("weights");
+  if (e.eval.weights == "ema" && !e.ema.enabled())
+    throw sdk::ConfigError(eval.where("weights"), "eval.weights",
+                           "eval.weights = \"ema\" but the run keeps no EMA of the weights",
+                           "set [ema] decay = 0.999 (any value in (0, 1]) to keep one, or "
+                           "eval.weights = \"master\"");
+  e.core_sections.push_back(section_of("eval", {}, eval));
   return e;
 }
 

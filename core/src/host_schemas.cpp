@@ -39,6 +39,30 @@ sdk::OptionSchema run_schema() {
                           "steps between per-layer gradient-underflow reports (16/8-bit "
                           "gradient policies); 0 = never")
           .at_least(0),
+      // Bounded so that steps x accumulate batches stay countable by the sampler.
+      OptionSpec::integer("accumulate", 1,
+                          "micro-batches of data.batch_size rows per optimizer step (gradient "
+                          "accumulation); the effective batch is accumulate x batch_size")
+          .at_least(1)
+          .at_most(1048576),
+  };
+}
+
+sdk::OptionSchema ema_schema() {
+  return {
+      OptionSpec::number("decay", 0.0,
+                         "EMA of the FP32 master weights after every applied step: ema = decay * "
+                         "ema + (1 - decay) * master; 0 = no EMA")
+          .at_least(0.0)
+          .at_most(1.0),
+  };
+}
+
+sdk::OptionSchema eval_schema() {
+  return {
+      OptionSpec::string("weights", "master",
+                         "weights evaluation runs with: the master weights, or their EMA ([ema])")
+          .one_of({"master", "ema"}),
   };
 }
 

@@ -53,6 +53,20 @@ ModelParameter Layer::make_parameter(const std::string& suffix, sdk::Shape shape
   return p;
 }
 
+ModelBuffer Layer::make_buffer(const std::string& suffix, sdk::Shape shape, float value) {
+  ModelBuffer b;
+  b.name = name_ + "." + suffix;
+  b.value = Tensor(backend_, DType::fp32, shape);
+  backend_->fill(b.value.view(), value);
+  return b;
+}
+
+std::vector<ModelParameter*> Layer::used_parameters() {
+  std::vector<ModelParameter*> out;
+  for (auto& p : params_) out.push_back(&p);
+  return out;
+}
+
 TensorView Layer::as_dtype(TensorView x, DType dtype, Tensor& scratch) {
   if (x.dtype == dtype) return x;
   if (scratch.empty() || scratch.dtype() != dtype || scratch.shape().numel() < x.numel())

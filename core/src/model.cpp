@@ -178,6 +178,45 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
                            "flatten it and end in a linear with out = " + std::to_string(classes));
   }
 
+  // Weight tying: each shared parameter names one that its owner declares, of the same shape.
+  for (std::size_t pos = 0; pos < n; ++pos) {
+    const std::size_t i = topo.order[pos];
+    for (const SharedParameter& sp : layers_[pos]->shared_parameters()) {
+      const std::string key = list + "[" + std::to_string(i) + "]." + sp.key;
+      const std::string user = "node '" + graph[i].name + "'";
+      const auto dot = sp.source.rfind('.');
+      std::size_t owner = n;
+      if (dot != std::string::npos && dot > 0)
+        for (std::size_t q = 0; q < n; ++q)
+          if (layers_[q]->name() == sp.source.substr(0, dot)) owner = q;
+      const std::vector<std::int64_t> have =
+          owner < n ? layers_[owner]->parameter_shape(sp.source.substr(dot + 1))
+                    : std::vector<std::int64_t>{};
+      if (have.empty()) {
+        std::vector<std::string> known;
+        for (std::size_t q = 0; q < n; ++q)
+          for (const char* suffix : {"weight", "bias"})
+            if (!layers_[q]->parameter_shape(suffix).empty())
+              known.push_back(layers_[q]->name() + "." + suffix);
+        throw sdk::ConfigError(
+            sp.where, key,
+            user + ": " + sp.key + " = \"" + sp.source + "\" names no parameter of the model" +
+                (owner == pos ? " (a node cannot tie to itself)" : ""),
+            "name a parameter another node owns as \"<node>.<param>\": " +
+                (known.empty() ? std::string("the model has none") : join(known)));
+      }
+      const std::vector<std::int64_t>& want = sp.shape;
+      if (have != want)
+        throw sdk::ConfigError(sp.where, key,
+                               user + " (" + layers_[pos]->type() + ") ties its " + sp.suffix +
+                                   " " + shape_text(want) + " to '" + sp.source + "' of node '" +
+                                   layers_[owner]->name() + "', which is " + shape_text(have),
+                               "tied parameters must have one shape: size node '" + graph[i].name +
+                                   "' so that its " + sp.suffix + " is " + shape_text(have));
+      ties_.push_back({pos, sp.suffix, sp.source});
+    }
+  }
+
   // Epilogue fusion, as a rewrite: a linear read only by a relu/gelu runs it as its epilogue.
   for (std::size_t pos = 0; pos < n; ++pos) {
     const auto& readers = topo.consumers[topo.order[pos]];
@@ -290,6 +329,8 @@ void Model::allocate(std::int64_t max_rows) {
                                            : nullptr);
     layers_[i]->allocate(backend_, max_rows * nodes_[i].rows_per_sample);
   }
+  bind_ties();
+  set_mode(mode_);
   plan_gradients();
 }
 
@@ -321,6 +362,36 @@ LivenessPlan Model::plan_activations(std::int64_t max_rows, std::optional<DType>
     if (bytes > 0) lives.push_back({layers_[i]->name(), bytes, p, last[i]});
   }
   return plan_liveness(lives);
+}
+
+void Model::bind_ties() {
+  for (const Tie& t : ties_)
+    for (auto& l : layers_)
+      for (auto& p : l->parameters())
+        if (p.name == t.source) layers_[t.user]->bind_shared_parameter(t.suffix, p);
+  // A parameter's gradient is final after its first user's backward (backward runs in reverse).
+  ready_after_.assign(layers_.size(), {});
+  std::set<const ModelParameter*> seen;
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    for (ModelParameter* p : layers_[i]->used_parameters())
+      if (seen.insert(p).second) ready_after_[i].push_back(p);
+}
+
+void Model::set_mode(Mode mode) {
+  mode_ = mode;
+  for (auto& l : layers_) l->set_training(mode == Mode::train);
+}
+
+void Model::start_gradients() {
+  for (auto& l : layers_)
+    for (auto& p : l->parameters()) p.grad_started = false;
+}
+
+void Model::begin_micro_batch(std::int64_t index, std::int64_t count) {
+  if (index == 0) start_gradients();
+  final_micro_batch_ = index + 1 == count;
+  micro_batch_open_ = true;
+  for (auto& l : layers_) l->begin_micro_batch(index);
 }
 
 void Model::plan_gradients() {
@@ -486,13 +557,19 @@ void Model::run_backward(std::int64_t batch, bool all_fp32, const BackwardVisit&
                                        p.target);  // reads any storage dtype into the FP32 target
       ++w;
     }
-    if (grad_ready_)
-      for (auto& p : op.parameters()) grad_ready_(p);
+    if (grad_ready_ && final_micro_batch_)
+      for (ModelParameter* p : ready_after_[i]) grad_ready_(*p);
     if (visit && !visit(i, dxs)) return;
   }
 }
 
 void Model::backward(std::int64_t rows) {
+  // Without begin_micro_batch() a backward is a whole step: it starts the gradients afresh.
+  if (!micro_batch_open_) {
+    start_gradients();
+    final_micro_batch_ = true;
+  }
+  micro_batch_open_ = false;
   run_backward(rows, false, {});
 }
 
@@ -509,6 +586,7 @@ std::string Model::locate_first_nonfinite(std::int64_t rows, float grad_scale) {
     std::vector<TensorView> one{v};
     return elementwise_of(*backend_).first_nonfinite(one) >= 0;
   };
+  start_gradients();  // this micro-batch's gradients alone, so each check sees its own writes
   if (bad(input_.rows(rows))) return "input batch";
   std::string found;
   run_forward(rows, [&](std::size_t i) {
@@ -522,9 +600,9 @@ std::string Model::locate_first_nonfinite(std::int64_t rows, float grad_scale) {
   if (bad(gradient(static_cast<int>(layers_.size()) - 1, rows)))
     return "backward loss gradient (logits)";
   run_backward(rows, false, [&](std::size_t i, std::span<const TensorView> dxs) {
-    for (auto& p : layers_[i]->parameters())
-      if (bad(p.grad.view())) {
-        found = "backward " + p.name + ".grad";
+    for (ModelParameter* p : layers_[i]->used_parameters())
+      if (bad(p->grad.view())) {
+        found = "backward " + p->name + ".grad";
         return false;
       }
     for (const TensorView& dx : dxs)
@@ -558,11 +636,14 @@ std::vector<Model::UnderflowCount> Model::measure_gradient_underflow(std::int64_
         Tensor(backend_, DType::fp32,
                sdk::Shape{static_cast<std::int64_t>(grad_plan_fp32_.arena_bytes / 4 + 1)});
   fp32_pass_ = true;
+  // The pass's parameter gradients are discarded: the step's real backward overwrites them.
+  start_gradients();
   struct Release {
     Model* m;
     ~Release() {
       m->fp32_pass_ = false;
       m->fp32_arena_ = Tensor();
+      m->start_gradients();
     }
   } release{this};
   const TensorView dy = gradient(static_cast<int>(layers_.size()) - 1, rows);
@@ -581,6 +662,13 @@ std::vector<ModelParameter*> Model::parameters() {
   std::vector<ModelParameter*> out;
   for (auto& l : layers_)
     for (auto& p : l->parameters()) out.push_back(&p);
+  return out;
+}
+
+std::vector<ModelBuffer*> Model::buffers() {
+  std::vector<ModelBuffer*> out;
+  for (auto& l : layers_)
+    for (auto& b : l->buffers()) out.push_back(&b);
   return out;
 }
 

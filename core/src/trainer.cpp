@@ -103,6 +103,11 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     s.grads.push_back(p->grad.view());
   }
   s.c.optimizer->bind(backend, s.params);
+  if (e.run.accumulate > 1) s.loss_sum = Tensor(s.c.backend, sdk::DType::fp32, sdk::Shape{1});
+  if (e.ema.enabled())
+    for (auto* p : s.model->parameters())
+      s.ema.emplace_back(s.c.backend, sdk::DType::fp32, p->master.view().shape);
+  reset_ema(s);
   s.sampler =
       std::make_unique<BatchSampler>(s.train.rows, e.data.batch_size, e.data.shuffle, e.run.seed);
   s.schedule.kind = e.schedule.schedule;
@@ -154,7 +159,8 @@ TrainSummary Trainer::run() {
   auto& s = *s_;
   auto& e = s.e;
   auto& b = *s.c.backend;
-  const std::int64_t bs = e.data.batch_size;
+  // Rows per optimizer step: run.accumulate micro-batches of data.batch_size.
+  const std::int64_t bs = e.data.batch_size * e.run.accumulate;
   TrainSummary sum;
   sum.run_dir = s.run_dir;
 

@@ -1,5 +1,9 @@
 // The Trainer's checkpoints: the whole training state out (save_checkpoint) and back in
 // (load_checkpoint: a full resume, or weights only for checkpoint.init_from).
+//
+// Tensor names: "param/<node>.<param>" (FP32 masters), "buffer/<node>.<buffer>" (non-trainable
+// state), "optimizer/<slot>", "ema/<node>.<param>" (with [ema]). Weights-only loads also accept
+// plain "<node>.<param>" / "<node>.<buffer>" (safetensors exported for or by other tools).
 #include <cstdio>
 #include <limits>
 #include <set>
@@ -46,10 +50,14 @@ fs::path Trainer::save_checkpoint() {
   auto& s = *s_;
   auto& b = *s.c.backend;
   sdk::TrainingState st;
-  for (auto* p : s.model->parameters())
-    st.tensors.push_back(to_host(b, "param/" + p->name, p->master.view()));
+  const auto params = s.model->parameters();
+  for (auto* p : params) st.tensors.push_back(to_host(b, "param/" + p->name, p->master.view()));
+  for (auto* buf : s.model->buffers())
+    st.tensors.push_back(to_host(b, "buffer/" + buf->name, buf->value.view()));
   for (const auto& t : s.c.optimizer->state_tensors())
     st.tensors.push_back(to_host(b, "optimizer/" + t.name, t.view));
+  for (std::size_t i = 0; i < s.ema.size(); ++i)
+    st.tensors.push_back(to_host(b, "ema/" + params[i]->name, s.ema[i].view()));
   auto cursor = s.sampler->cursor();
   st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
   st.metadata["mixtrain.version"] = sdk::kSdkVersion;
@@ -136,12 +144,26 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
     from_host(b, *t, p->master.view(), path);
     used.insert(t);
   }
+  for (auto* buf : s.model->buffers()) {
+    const auto* t = st.find("buffer/" + buf->name);
+    if (t == nullptr) t = st.find(buf->name);
+    if (t == nullptr)
+      throw sdk::CheckpointError(path.string() + ": no tensor for buffer '" + buf->name +
+                                     "' (looked for 'buffer/" + buf->name + "' and '" + buf->name +
+                                     "')",
+                                 "the file was written for a model without this node's state; "
+                                 "use a checkpoint of this model");
+    from_host(b, *t, buf->value.view(), path);
+    used.insert(t);
+  }
   s.model->refresh_working_copies();
   if (weights_only) {
+    reset_ema(s);  // the EMA of initial weights starts at them
     for (const auto& t : st.tensors)
-      if (!used.count(&t) &&
-          (t.name.find('/') == std::string::npos || t.name.rfind("param/", 0) == 0))
-        s.log.warn(path.string() + ": tensor '" + t.name + "' matches no parameter; ignored");
+      if (!used.count(&t) && (t.name.find('/') == std::string::npos ||
+                              t.name.rfind("param/", 0) == 0 || t.name.rfind("buffer/", 0) == 0))
+        s.log.warn(path.string() + ": tensor '" + t.name +
+                   "' matches no parameter or buffer; ignored");
     s.log.info("initial weights loaded from " + path.string());
     return;
   }
@@ -173,6 +195,20 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
                                    "resume with the same optimizer as the original run");
       from_host(b, *h, t.view, path);
     }
+    // The EMA continues where it was; a run that starts keeping one on resume starts it at the
+    // resumed masters.
+    const auto params = s.model->parameters();
+    for (std::size_t i = 0; i < s.ema.size(); ++i) {
+      const auto* h = st.find("ema/" + params[i]->name);
+      if (h == nullptr) {
+        reset_ema(s);
+        s.log.warn(path.string() +
+                   ": the checkpoint holds no EMA of the weights; [ema] starts "
+                   "one at the resumed weights");
+        break;
+      }
+      from_host(b, *h, s.ema[i].view(), path);
+    }
     // The components range-check their own entries; their messages gain the file's name.
     auto load = [&](const char* what, const std::string& type, auto& component) {
       auto state = component_state_from_json(meta(what), what, type, path);
@@ -189,8 +225,9 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
     load("optimizer", s.e.optimizer_type, *s.c.optimizer);
     load("scaler", s.e.scaler_type, *s.c.scaler);
     load("policy", s.e.policy_name, *s.c.policy);
-    s.sampler->set_cursor(
-        read_sampler_cursor(sampler, progress.step, s.sampler->batches_per_epoch(), path));
+    // Each step draws run.accumulate batches.
+    s.sampler->set_cursor(read_sampler_cursor(sampler, progress.step * s.e.run.accumulate,
+                                              s.sampler->batches_per_epoch(), path));
     s.step = progress.step;
     s.applied = progress.applied;
     s.skipped = progress.skipped;

@@ -36,6 +36,17 @@ struct Trainer::State {
   float last_loss = 0.0f;
   std::filesystem::path resumed_from;
   bool underflow_watch = false;  // some layer stores activation gradients in < 32 bits
+  // Gradient accumulation (run.accumulate > 1): the mean loss of the step's micro-batches, summed
+  // on the device, and each micro-batch's rows (a skipped step replays them).
+  Tensor loss_sum;
+  std::vector<std::vector<std::int64_t>> micro_batches;
+  // [ema]: an FP32 copy per parameter (model.parameters() order), updated after applied steps.
+  std::vector<Tensor> ema;
 };
+
+// ema = decay * ema + (1 - decay) * master, on the device, for every parameter.
+void update_ema(Trainer::State& s);
+// ema = master (a fresh EMA: at initialisation, or after loading initial weights).
+void reset_ema(Trainer::State& s);
 
 }  // namespace mixtrain::core

@@ -6,31 +6,62 @@
 
 namespace mixtrain::core {
 
+void update_ema(Trainer::State& s) {
+  auto& b = *s.c.backend;
+  const float decay = static_cast<float>(s.e.ema.decay);
+  std::vector<sdk::TensorView> ema, masters;
+  for (std::size_t i = 0; i < s.ema.size(); ++i) ema.push_back(s.ema[i].view());
+  for (auto* p : s.model->parameters()) masters.push_back(p->master.view());
+  auto& ew = elementwise_of(b);
+  ew.foreach_mul_scalar(ema, decay);
+  ew.foreach_add(ema, masters, 1.0f - decay);
+}
+
+void reset_ema(Trainer::State& s) {
+  const auto params = s.model->parameters();
+  for (std::size_t i = 0; i < s.ema.size(); ++i)
+    s.c.backend->copy(s.ema[i].view(), params[i]->master.view());
+}
+
 StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   const auto& e = s.e;
   auto& b = *s.c.backend;
   auto& model = *s.model;
   auto& policy = *s.c.policy;
   const std::int64_t bs = e.data.batch_size;
+  const std::int64_t micro = e.run.accumulate;
   StepOutcome out;
-
-  // batch (host) -> device
-  const auto idx = s.sampler->next();
-  gather_batch(s.train, idx, s.x_host.data(), s.y_host.data());
-  b.copy_from_host(model.input(bs), s.x_host.data());
-  b.copy_from_host(model.labels(bs), s.y_host.data());
-
-  // forward, loss, backward
   const float scale = s.c.scaler->scale();
+  // Each micro-batch's loss is a mean over its rows; seeding with scale / K makes the K
+  // contributions sum to the gradient of their mean (exactly `scale` when K = 1).
+  const float seed = micro == 1 ? scale : scale / static_cast<float>(micro);
   const bool fp8_statistics = request.statistics && policy.uses_scaled_operands();
   if (policy.uses_scaled_operands() && e.run.underflow_every > 0)
     for (auto& l : model.layers()) l->collect_operand_stats(fp8_statistics);
-  model.forward(bs);
-  if (request.statistics && s.underflow_watch)
-    s.metrics.write(gradient_underflow_record(model, s.step, bs, scale, s.log));
-  // The loss stays on the device: the step's one wait is the found_inf read below.
-  model.compute_loss(bs, scale, true);
-  model.backward(bs);
+  s.micro_batches.resize(static_cast<std::size_t>(micro));
+  for (std::int64_t k = 0; k < micro; ++k) {
+    // batch (host) -> device
+    auto& idx = s.micro_batches[static_cast<std::size_t>(k)];
+    const auto drawn = s.sampler->next();
+    idx.assign(drawn.begin(), drawn.end());
+    gather_batch(s.train, idx, s.x_host.data(), s.y_host.data());
+    b.copy_from_host(model.input(bs), s.x_host.data());
+    b.copy_from_host(model.labels(bs), s.y_host.data());
+
+    // forward, loss, backward (into the step's FP32 gradients)
+    model.begin_micro_batch(k, micro);
+    model.forward(bs);
+    if (k == 0 && request.statistics && s.underflow_watch)
+      s.metrics.write(gradient_underflow_record(model, s.step, bs, seed, s.log));
+    // The loss stays on the device: the step's one wait is the found_inf read below.
+    model.compute_loss(bs, seed, true);
+    if (micro > 1) {
+      if (k == 0) b.fill(s.loss_sum.view(), 0.0f);
+      elementwise_of(b).axpy(1.0f / static_cast<float>(micro), model.loss_value(),
+                             s.loss_sum.view());
+    }
+    model.backward(bs);
+  }
 
   // unscale + non-finite check (and Σg² in the same wait)
   bool found_inf = false;
@@ -49,6 +80,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   out.loss.loss = s.last_loss;
   if (request.read_loss || !out.decision.apply_step) {
     out.loss = model.read_loss();  // before an eval overwrites the loss buffer
+    if (micro > 1) b.copy_to_host(&out.loss.loss, s.loss_sum.view());
     s.last_loss = out.loss.loss;
   }
 
@@ -62,13 +94,28 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
         coef = static_cast<float>(e.schedule.clip_grad_norm / (out.grad_norm + 1e-6));
     }
     s.c.optimizer->step(b, s.params, {static_cast<float>(out.lr), coef});
+    if (!s.ema.empty()) update_ema(s);
     ++s.applied;
     policy.on_step_end(true);
   } else {
     ++s.skipped;
-    // Name the first non-finite tensor by replaying the step with a check after every write;
-    // the policy hears of the skip afterwards, so it discards the replay's amaxes too.
-    out.first_nonfinite = model.locate_first_nonfinite(bs, out.decision.scale_before);
+    // Name the first non-finite tensor by replaying the step with a check after every write,
+    // micro-batch by micro-batch; the policy hears of the skip afterwards, so it discards the
+    // replay's amaxes too.
+    const float replay_seed = micro == 1 ? out.decision.scale_before
+                                         : out.decision.scale_before / static_cast<float>(micro);
+    for (std::int64_t k = 0; k < micro && out.first_nonfinite.empty(); ++k) {
+      if (micro > 1) {
+        gather_batch(s.train, s.micro_batches[static_cast<std::size_t>(k)], s.x_host.data(),
+                     s.y_host.data());
+        b.copy_from_host(model.input(bs), s.x_host.data());
+        b.copy_from_host(model.labels(bs), s.y_host.data());
+      }
+      out.first_nonfinite = model.locate_first_nonfinite(bs, replay_seed);
+      if (micro > 1 && !out.first_nonfinite.empty())
+        out.first_nonfinite = "micro-batch " + std::to_string(k + 1) + " of " +
+                              std::to_string(micro) + ": " + out.first_nonfinite;
+    }
     policy.on_step_end(false);
     s.log.warn(nonfinite_skip_message(
         s.step, out.first_nonfinite.empty() ? "none on replay" : out.first_nonfinite,

@@ -1,10 +1,12 @@
 // One training step, top to bottom as DESIGN §4 draws it. Internal to the core.
 //
-//   batch (host) -> device; forward under the policy's plan; loss in FP32, its backward seed
-//   multiplied by the loss scale; backward; one fused unscale + non-finite check (with Σg² in the
-//   same wait when clipping or logging needs the norm); clip after the unscale; then either the
-//   optimizer step on the FP32 masters, or a skip that names the first non-finite tensor; the
-//   scaler and the policy hear the outcome.
+//   for each of run.accumulate micro-batches: batch (host) -> device; forward under the policy's
+//   plan; loss in FP32, its backward seed multiplied by loss scale / accumulate (the step's loss
+//   is the micro-batches' mean); backward, adding into the FP32 parameter gradients. Then, once
+//   per optimizer step as GradScaler prescribes: one fused unscale + non-finite check (with Σg²
+//   in the same wait when clipping or logging needs the norm); clip after the unscale; then either
+//   the optimizer step on the FP32 masters and the EMA update, or a skip that names the first
+//   non-finite tensor; the scaler and the policy hear the outcome once.
 //
 // The step writes its statistics records (gradient underflow, FP8 operands) to s.metrics when
 // the request asks; the step's own record is the caller's (it knows the window's throughput).

@@ -416,6 +416,7 @@ void SafetensorsFormat::write(const fs::path& path, const sdk::TrainingState& st
   for (const auto& t : state.tensors) {
     std::string name;
     if (t.name.rfind("param/", 0) == 0) name = t.name.substr(6);
+    else if (t.name.rfind("buffer/", 0) == 0) name = t.name.substr(7);  // running statistics
     else if (t.name.find('/') == std::string::npos) name = t.name;
     else continue;  // optimizer slots and other non-weight state
     if (name.empty() || name == "__metadata__") invalid("tensor name '" + t.name + "' cannot be exported");

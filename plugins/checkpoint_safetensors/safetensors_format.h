@@ -9,9 +9,10 @@
 //   buffer exactly (no holes, no overlaps).
 //
 // Contract
-// - write() exports weights only: a tensor named "param/<x>" is written as "<x>"; a name without
-//   a '/' namespace is written as is; every other tensor ("optimizer/...") is left out — it is
-//   not ecosystem data. Floating-point tensors are written in the `dtype` option (fp32 → bf16 /
+// - write() exports the model's state only: a tensor named "param/<x>" or "buffer/<x>" (a
+//   non-trainable buffer, beside the parameters as in PyTorch's state_dict) is written as "<x>";
+//   a name without a '/' namespace is written as is; every other tensor ("optimizer/...",
+//   "ema/...") is left out — it is not ecosystem data. Floating-point tensors are written in the `dtype` option (fp32 → bf16 /
 //   fp16 by exact round-to-nearest-even, sdk/float_formats.h); int32 tensors stay I32. Metadata
 //   is written verbatim as the "__metadata__" string map. The write is atomic: a temp file in the
 //   target's folder, fsync (option `fsync`), rename, fsync of the folder. An inconsistent state

@@ -182,6 +182,54 @@ TEST_F(ModelGraph, BadGraphsExit2NamingTheNodeAndTheLine) {
   }
 }
 
+TEST_F(ModelGraph, BadStateSettingsExit2NamingTheKeyAndTheLine) {
+  struct Case {
+    const char* what;
+    std::string text;
+    std::vector<std::string> expect;
+  };
+  const std::string tied = R"(
+[model]
+nodes = [
+  { name = "embed", type = "linear", out = 8, inputs = ["input"] },
+  { name = "head", type = "linear", out = 5, inputs = ["embed"], tie_weight = "TIE" },
+]
+)";
+  auto with_tie = [&](const std::string& tie) {
+    std::string t = tied;
+    t.replace(t.find("TIE"), 3, tie);
+    return t;
+  };
+  const Case cases[] = {
+      {"accumulate 0", with_tie("embed.weight") + "\n", {"run.accumulate", "out of range"}},
+      {"tie to a missing parameter",
+       with_tie("fc9.weight"),
+       {"tie_weight", "fc9.weight", "names no parameter", "embed.weight"}},
+      {"tie of another shape",
+       with_tie("embed.weight"),
+       {"'head'", "'embed'", "[5, 8]", "[8, 16]"}},
+      {"eval with an EMA that is not kept",
+       R"(
+[model]
+layers = [ { type = "linear", out = 5 } ]
+[eval]
+weights = "ema"
+)",
+       {"eval.weights", "[ema] decay"}},
+  };
+  for (const auto& c : cases) {
+    std::string text = std::string(kCommon) + c.text;
+    if (std::string(c.what) == "accumulate 0")
+      text.replace(text.find("steps = 60"), 10, "steps = 60\naccumulate = 0");
+    const auto cfg = write_file("bad.toml", text);
+    const auto r = run("check " + cfg.string());
+    EXPECT_EQ(r.exit_code, 2) << c.what << ":\n" << r.err;
+    EXPECT_NE(r.err.find("bad.toml:"), std::string::npos) << c.what << ":\n" << r.err;
+    for (const auto& e : c.expect)
+      EXPECT_NE(r.err.find(e), std::string::npos) << c.what << ": " << e << "\n" << r.err;
+  }
+}
+
 // A residual block defined once: x -> fc1 -> relu -> fc2 -> add(fc2, x).
 const char* kResidualBlock = R"(
 [model.blocks.residual]

@@ -22,6 +22,11 @@ void LayerNormLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend
   rstd_ = Tensor(backend, DType::fp32, sdk::Shape{max_rows});
 }
 
+std::vector<std::int64_t> LayerNormLayer::parameter_shape(const std::string& suffix) const {
+  if (suffix == "weight" || suffix == "bias") return {in_};
+  return {};
+}
+
 void LayerNormLayer::init_parameters(std::uint64_t) {
   backend_->fill(params_[0].master.view(), 1.0f);
   backend_->fill(params_[1].master.view(), 0.0f);
@@ -45,9 +50,12 @@ void LayerNormLayer::backward(TensorView x, TensorView dy, TensorView dx, std::i
     unused = Tensor(backend_, DType::fp32, sdk::Shape{rows, in_});
     dx_target = unused.view();
   }
+  // weight and bias are written together, so they start a step together.
+  const bool accumulate = params_[0].take_grad_beta() != 0.0f;
+  params_[1].take_grad_beta();
   normalization_of(*backend_).layernorm_backward(
       dy, x, params_[0].master.view(), prefix(mean_, rows), prefix(rstd_, rows), dx_target,
-      params_[0].grad.view(), params_[1].grad.view(), false);
+      params_[0].grad.view(), params_[1].grad.view(), accumulate);
 }
 
 // --- Definition

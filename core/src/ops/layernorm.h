@@ -21,6 +21,7 @@ class LayerNormLayer final : public Layer {
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
+  std::vector<std::int64_t> parameter_shape(const std::string& suffix) const override;
 
  private:
   float eps_;

@@ -14,25 +14,64 @@ using ops::storage_of;
 using sdk::DType;
 using sdk::TensorView;
 
-LinearLayer::LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias)
-    : Layer(std::move(name), "linear", in, out), bias_(bias) {}
+LinearLayer::LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias,
+                         std::string tie_weight, sdk::SourceLocation tie_where)
+    : Layer(std::move(name), "linear", in, out),
+      bias_(bias),
+      tie_weight_(std::move(tie_weight)),
+      tie_where_(std::move(tie_where)) {}
 
 void LinearLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
                            std::int64_t max_rows) {
   Layer::allocate(backend, max_rows);
   params_.clear();
-  params_.push_back(make_parameter("weight", sdk::Shape{out_, in_}, true));
-  if (needs_working_copy(precision_.weight))
-    params_.back().working = Tensor(backend, precision_.weight, sdk::Shape{out_, in_});
+  tied_ = nullptr;  // the model binds it again after allocate()
+  if (tie_weight_.empty()) {
+    params_.push_back(make_parameter("weight", sdk::Shape{out_, in_}, true));
+    if (needs_working_copy(precision_.weight))
+      params_.back().working = Tensor(backend, precision_.weight, sdk::Shape{out_, in_});
+  }
   if (bias_) params_.push_back(make_parameter("bias", sdk::Shape{out_}, false));
 }
 
 void LinearLayer::init_parameters(std::uint64_t seed) {
-  // PyTorch nn.Linear: kaiming_uniform(a=√5) → U(-1/√in, 1/√in) for weight and bias.
+  // PyTorch nn.Linear: kaiming_uniform(a=√5) → U(-1/√in, 1/√in) for weight and bias. A tied
+  // weight is initialised by its owner.
   const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
-  fill_uniform(*backend_, params_[0].master, bound, derive_seed(seed, (name_ + ".weight").c_str()));
+  if (tie_weight_.empty())
+    fill_uniform(*backend_, params_[0].master, bound,
+                 derive_seed(seed, (name_ + ".weight").c_str()));
   if (bias_)
-    fill_uniform(*backend_, params_[1].master, bound, derive_seed(seed, (name_ + ".bias").c_str()));
+    fill_uniform(*backend_, bias().master, bound, derive_seed(seed, (name_ + ".bias").c_str()));
+}
+
+std::vector<std::int64_t> LinearLayer::parameter_shape(const std::string& suffix) const {
+  if (suffix == "weight" && tie_weight_.empty()) return {out_, in_};
+  if (suffix == "bias" && bias_) return {out_};
+  return {};
+}
+
+std::vector<SharedParameter> LinearLayer::shared_parameters() const {
+  if (tie_weight_.empty()) return {};
+  return {{"weight", tie_weight_, tie_where_, "tie_weight", {out_, in_}}};
+}
+
+void LinearLayer::bind_shared_parameter(const std::string& suffix, ModelParameter& source) {
+  if (suffix == "weight") tied_ = &source;
+}
+
+std::vector<ModelParameter*> LinearLayer::used_parameters() {
+  auto out = Layer::used_parameters();
+  if (tied_ != nullptr) out.insert(out.begin(), tied_);
+  return out;
+}
+
+TensorView LinearLayer::weight_operand() {
+  ModelParameter& w = weight();
+  const TensorView view = w.compute_view();
+  const DType want = storage_of(precision_.weight);
+  if (tied_ == nullptr || view.dtype == want) return view;
+  return as_dtype(w.master.view(), want, w_scratch_);
 }
 
 namespace {
@@ -86,8 +125,9 @@ sdk::GemmOperand LinearLayer::scale_operand(TensorView src, sdk::OperandRole rol
   args.saturate = true;
   if (!current) {
     // Delayed scaling: the amax of this cast feeds later steps' scales only, so it stays on the
-    // device until flush_operand_amaxes() (after the step's found_inf read).
-    backend_->fill(amax_slot, 0.0f);
+    // device until flush_operand_amaxes() (after the step's found_inf read). Micro-batches after
+    // the first of a step add to the same measurement: the step's amax is their maximum.
+    if (micro_batch_ == 0 || !amax_pending_[slot]) backend_->fill(amax_slot, 0.0f);
     args.amax = amax_slot;
     amax_pending_[slot] = true;
   }
@@ -175,10 +215,10 @@ void LinearLayer::forward(TensorView x, std::int64_t rows) {
   sdk::GemmArgs g;
   if (scaling_ != nullptr) {
     g.a = scale_operand(x, sdk::OperandRole::input, x8_);
-    g.b = scale_operand(params_[0].compute_view(), sdk::OperandRole::weight, w8_);
+    g.b = scale_operand(weight_operand(), sdk::OperandRole::weight, w8_);
   } else {
     g.a.view = as_dtype(x, in_storage, x_scratch_);
-    g.b.view = params_[0].compute_view();
+    g.b.view = weight_operand();
   }
   g.b.transpose = true;
   if (fused()) {
@@ -193,7 +233,7 @@ void LinearLayer::forward(TensorView x, std::int64_t rows) {
     materialise_output();  // a deferred output, the first time this layer runs unfused
     g.c = output(rows);
   }
-  if (bias_) g.bias = params_[1].master.view();
+  if (bias_) g.bias = bias().master.view();
   g.compute = precision_.gemm_input;
   gemm_of(*backend_).gemm(g);
 }
@@ -211,17 +251,19 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
   } else {
     dy_g.view = as_dtype(dy, in_storage, dy_scratch_);
     x_g.view = as_dtype(x, in_storage, x_scratch_);
-    w_g.view = params_[0].compute_view();
+    w_g.view = weight_operand();
   }
-  // dW[out, in] = dyᵀ[out, rows] · x[rows, in]
+  // dW[out, in] (+)= dyᵀ[out, rows] · x[rows, in]
   sdk::GemmArgs gw;
   gw.a = dy_g;
   gw.a.transpose = true;
   gw.b = x_g;
-  gw.c = params_[0].grad.view();
+  gw.c = weight().grad.view();
+  gw.beta = weight().take_grad_beta();
   gw.compute = precision_.gemm_input;
   gemm_of(*backend_).gemm(gw);
-  if (bias_) elementwise_of(*backend_).bias_grad(dy, params_[1].grad.view(), false);
+  if (bias_)
+    elementwise_of(*backend_).bias_grad(dy, bias().grad.view(), bias().take_grad_beta() != 0.0f);
   if (!dx.empty()) {
     // dx[rows, in] = dy[rows, out] · W[out, in]
     sdk::GemmArgs gx;
@@ -247,16 +289,20 @@ OpDefinition linear_op() {
         sdk::OptionSpec::required("out", sdk::OptionType::integer, "output features")
             .at_least(1)
             .at_most(static_cast<double>(ops::kMaxDim)),
-        sdk::OptionSpec::boolean("bias", true, "add a learned bias")};
+        sdk::OptionSpec::boolean("bias", true, "add a learned bias"),
+        sdk::OptionSpec::string("tie_weight", "",
+                                "use another node's parameter as this weight (weight tying), "
+                                "e.g. \"embed.weight\"; it must be [out, in]")};
   };
   op.build = [](const OpNode& node) {
     const auto& in = node.inputs;
     const std::int64_t out = node.options.get_int("out");
     PerSampleShape shape = in[0];
     shape.back() = out;
-    return BuiltOp{
-        std::make_unique<LinearLayer>(node.name, in[0].back(), out, node.options.get_bool("bias")),
-        shape};
+    return BuiltOp{std::make_unique<LinearLayer>(
+                       node.name, in[0].back(), out, node.options.get_bool("bias"),
+                       node.options.get_string("tie_weight"), node.options.where("tie_weight")),
+                   shape};
   };
   return op;
 }

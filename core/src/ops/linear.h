@@ -9,6 +9,10 @@
 //   output of its own until it first runs unfused; until then output() is a view without data.
 //   set_fusion(false) runs the pair unfused again (the non-finite replay names every tensor that
 //   way).
+// - Weight tying: with tie_weight = "<node>.<param>" the linear owns no weight; it reads and
+//   accumulates into that parameter (an [out, in] matrix, e.g. a token embedding [vocab, C] for
+//   an LM head with in = C, out = vocab). When the owner's working copy is not in this layer's
+//   planned weight dtype, the layer casts the master itself each forward.
 #pragma once
 
 #include <memory>
@@ -24,7 +28,8 @@ class ActivationLayer;
 // y = x · Wᵀ + b with W [out, in] (PyTorch layout), FP32 accumulation.
 class LinearLayer final : public Layer {
  public:
-  LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias);
+  LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias,
+              std::string tie_weight = {}, sdk::SourceLocation tie_where = {});
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   bool has_gemm() const override { return true; }
   std::int64_t forward_flops_per_row() const override {
@@ -44,8 +49,19 @@ class LinearLayer final : public Layer {
   // Delayed scaling: hands the amaxes measured by this step's operand casts to the policy (one
   // read of the device buffer). Casts leave them on the device, so a step does not wait on them.
   void flush_operand_amaxes() override;
+  void begin_micro_batch(std::int64_t index) override { micro_batch_ = index; }
+  std::vector<std::int64_t> parameter_shape(const std::string& suffix) const override;
+  std::vector<SharedParameter> shared_parameters() const override;
+  void bind_shared_parameter(const std::string& suffix, ModelParameter& source) override;
+  std::vector<ModelParameter*> used_parameters() override;
 
  private:
+  ModelParameter& weight() { return tied_ != nullptr ? *tied_ : params_[0]; }
+  ModelParameter& bias() { return params_.back(); }
+  // The weight as this layer's GEMMs read it: the (owner's) working copy, or a cast of the master
+  // when a tied owner keeps its working copy in another dtype.
+  sdk::TensorView weight_operand();
+
   struct ScaledOperand {
     Tensor data;  // fp8 copy of the operand
     float scale_inv = 1.0f;
@@ -55,7 +71,11 @@ class LinearLayer final : public Layer {
   sdk::GemmOperand scale_operand(sdk::TensorView src, sdk::OperandRole role, ScaledOperand& dst);
 
   bool bias_;
-  Tensor x_scratch_, dy_scratch_;
+  std::string tie_weight_;  // "<node>.<param>" when the weight is another node's
+  sdk::SourceLocation tie_where_;
+  ModelParameter* tied_ = nullptr;
+  std::int64_t micro_batch_ = 0;  // delayed-scaling amaxes are maxed over a step's micro-batches
+  Tensor x_scratch_, dy_scratch_, w_scratch_;
   sdk::PrecisionPolicy* scaling_ = nullptr;
   ScaledOperand x8_, w8_, dy8_;
   Tensor amax_;  // fp32 [3]: the last cast's amax per role (input, weight, grad_output)

@@ -3,13 +3,28 @@
 namespace mixtrain::core {
 
 namespace {
-const std::vector<OpDefinition>& op_table() {
-  static const std::vector<OpDefinition> table = {
+std::vector<OpDefinition>& op_table() {
+  static std::vector<OpDefinition> table = {
       linear_op(), relu_op(), gelu_op(), layernorm_op(), add_op(), reshape_op(), flatten_op(),
   };
   return table;
 }
+std::vector<std::string>& type_list() {
+  static std::vector<std::string> types;
+  return types;
+}
 }  // namespace
+
+void register_op(OpDefinition op) {
+  for (auto& existing : op_table())
+    if (existing.type == op.type) {
+      existing = std::move(op);
+      type_list().clear();
+      return;
+    }
+  op_table().push_back(std::move(op));
+  type_list().clear();
+}
 
 const OpDefinition* find_op(std::string_view type) {
   for (const auto& op : op_table())
@@ -18,11 +33,9 @@ const OpDefinition* find_op(std::string_view type) {
 }
 
 const std::vector<std::string>& op_types() {
-  static const std::vector<std::string> types = [] {
-    std::vector<std::string> t;
-    for (const auto& op : op_table()) t.push_back(op.type);
-    return t;
-  }();
+  auto& types = type_list();
+  if (types.empty())
+    for (const auto& op : op_table()) types.push_back(op.type);
   return types;
 }
 

@@ -62,6 +62,9 @@ struct OpDefinition {
 
 const OpDefinition* find_op(std::string_view type);
 const std::vector<std::string>& op_types();
+// Adds an op to the table (or replaces the one of its type): tests register test-only ops (one
+// with a buffer, one that records its mode). Not thread-safe; register before building models.
+void register_op(OpDefinition op);
 
 // Each op's definition, defined in the op's own file.
 OpDefinition linear_op();

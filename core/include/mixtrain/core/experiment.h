@@ -41,6 +41,16 @@ struct RunSettings {
   std::string on_nonfinite;            // "skip" | "stop"
   std::int64_t underflow_every = 100;  // steps between gradient-underflow reports; 0 = never
   std::string dir;                     // default run directory when --run-dir is not given
+  std::int64_t accumulate = 1;         // micro-batches (of data.batch_size) per optimizer step
+};
+
+struct EmaSettings {
+  double decay = 0.0;  // 0: no EMA
+  bool enabled() const { return decay > 0.0; }
+};
+
+struct EvalSettings {
+  std::string weights = "master";  // "master" | "ema"
 };
 
 struct DataSettings {
@@ -74,6 +84,8 @@ struct Experiment {
   DataSettings data;
   ScheduleSettings schedule;
   CheckpointSettings checkpoint;
+  EmaSettings ema;
+  EvalSettings eval;
   ModelSpec model;
   std::vector<PrecisionOverride> overrides;
   std::vector<std::filesystem::path> plugin_paths;

@@ -14,13 +14,15 @@
 namespace mixtrain::core {
 
 sdk::OptionSchema run_schema();
+sdk::OptionSchema ema_schema();   // [ema]
+sdk::OptionSchema eval_schema();  // [eval]
 sdk::OptionSchema data_common_schema();
 const std::vector<std::string>& data_sources();  // synthetic, npy, idx
 sdk::OptionSchema data_source_schema(const std::string& source);
 bool is_path_option(const std::string& source, const std::string& key);  // npy/idx file keys
 sdk::OptionSchema schedule_schema();                                     // host keys in [optimizer]
-sdk::OptionSchema checkpoint_core_schema();     // host keys in [checkpoint]
-sdk::OptionSchema model_schema();               // [model] scalar keys
+sdk::OptionSchema checkpoint_core_schema();  // host keys in [checkpoint]
+sdk::OptionSchema model_schema();            // [model] scalar keys
 // The ops of the op table (core/src/ops/op_registry.cpp). A node's `inputs` and a reshape's `shape`
 // are arrays, read beside these schemas (the sdk's options are scalars).
 const std::vector<std::string>& layer_types();

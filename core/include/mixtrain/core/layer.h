@@ -5,8 +5,20 @@
 //   allocate(). The layer owns its output activation (stored in precision().activation), its
 //   parameters (FP32 master + FP32 gradient + optional low-precision working copy) and any saved
 //   statistics. Inputs are views owned by the previous layer, valid until the next forward.
-// - backward(x, dy, dx, rows) writes FP32 parameter gradients (overwriting: one micro-batch per
-//   step) and, when dx is not empty, the gradient w.r.t. the input in dx's dtype.
+// - backward(x, dy, dx, rows) contributes to the FP32 parameter gradients and, when dx is not
+//   empty, writes the gradient w.r.t. the input in dx's dtype. A parameter gradient is zeroed once
+//   per optimizer step (Model::begin_micro_batch): the first contribution of a step overwrites it,
+//   every later one (the next micro-batch, a tied parameter's other user) adds to it. Ops ask
+//   ModelParameter::take_grad_beta() which of the two a write is.
+// - Buffers: non-trainable FP32 state an op keeps across steps (batch norm's running statistics),
+//   named "<layer>.<buffer>", saved in checkpoints and exported beside the parameters. Never
+//   touched by the optimizer; an op updates them itself, usually in training mode only.
+// - Mode: set_training(false) puts the op in evaluation mode (no buffer updates, inference
+//   behaviour); the model sets every op's mode at once (Model::set_mode).
+// - Shared parameters (weight tying): an op may use another node's parameter instead of owning
+//   one (shared_parameters() names them; the model binds them after allocate()). parameters()
+//   lists only what the op owns, so the optimizer and checkpoints see a tied parameter once;
+//   used_parameters() lists everything the op reads and writes.
 // - Math runs on the backend; a layer performs only the casts its precision plan asks for.
 // - Ops live one per file under core/src/ops/ and are registered in one table
 //   (core/src/ops/op_registry.cpp); the model sees only this interface.
@@ -20,6 +32,7 @@
 
 #include "mixtrain/core/backend_needs.h"
 #include "mixtrain/core/tensor.h"
+#include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/precision_policy.h"
 
 namespace mixtrain::core {
@@ -30,7 +43,32 @@ struct ModelParameter {
   Tensor grad;       // fp32
   Tensor working;    // low-precision copy; empty when the weight dtype is fp32 / tf32
   bool weight_decay = true;
+  // Whether grad holds a contribution of the current optimizer step (Model::begin_micro_batch
+  // clears it): the next write adds to it instead of overwriting.
+  bool grad_started = false;
   sdk::TensorView compute_view() const { return working.empty() ? master.view() : working.view(); }
+  // The beta (0: overwrite, 1: add) for a kernel writing the next contribution into grad; marks
+  // the gradient started.
+  float take_grad_beta() {
+    const float beta = grad_started ? 1.0f : 0.0f;
+    grad_started = true;
+    return beta;
+  }
+};
+
+// Non-trainable state of an op, kept in FP32 on the device.
+struct ModelBuffer {
+  std::string name;  // "<layer>.<buffer>", e.g. "bn1.running_mean"
+  Tensor value;      // fp32
+};
+
+// A parameter this op uses but another node owns: `suffix` is the op's own slot ("weight"),
+// `source` the owner's parameter name ("embed.weight").
+struct SharedParameter {
+  std::string suffix, source;
+  sdk::SourceLocation where;        // the config line that asks for the tie
+  std::string key;                  // the node key that names it ("tie_weight")
+  std::vector<std::int64_t> shape;  // the shape this op needs it to have
 };
 
 class Layer {
@@ -103,19 +141,49 @@ class Layer {
   // Forward FLOPs per output row (a multiply-add is 2): what `mixtrain check` sums per sample.
   virtual std::int64_t forward_flops_per_row() const { return out_; }
 
-  // Host-side initialisation of parameters from a seed (PyTorch's defaults for the layer type).
+  // Host-side initialisation of parameters from a seed (PyTorch's defaults for the layer type),
+  // and of buffers to their starting values.
   virtual void init_parameters(std::uint64_t /*seed*/) {}
   // The backend facet ops this layer calls under its precision plan, given its input's storage
   // dtype: asked before the first step, so a backend that lacks one stops the plan.
   virtual std::vector<BackendNeed> backend_needs(sdk::DType /*input*/) const { return {}; }
 
+  // Training (the default) or evaluation mode; ops whose behaviour differs override on_mode().
+  void set_training(bool training) {
+    training_ = training;
+    on_mode(training);
+  }
+  bool training() const { return training_; }
+
+  // Called at the start of every micro-batch (index 0 opens an optimizer step). Ops whose
+  // per-step measurements span the step (the FP8 amax of delayed scaling) override it.
+  virtual void begin_micro_batch(std::int64_t /*index*/) {}
+
+  // The shape of the parameter "<name>.<suffix>" this op owns or would own (before allocate()),
+  // empty when it has none by that name; the model checks a tie against it.
+  virtual std::vector<std::int64_t> parameter_shape(const std::string& /*suffix*/) const {
+    return {};
+  }
+  // The parameters this op takes from other nodes (weight tying), and the binding the model makes
+  // after allocate(): `source` outlives this op (both belong to one model).
+  virtual std::vector<SharedParameter> shared_parameters() const { return {}; }
+  virtual void bind_shared_parameter(const std::string& /*suffix*/, ModelParameter& /*source*/) {}
+
   // The output activation; a view without data (data == nullptr) while it is not materialised.
   sdk::TensorView output(std::int64_t rows) const;
+  // The parameters this op owns (see the contract for shared ones).
   std::vector<ModelParameter>& parameters() { return params_; }
   const std::vector<ModelParameter>& parameters() const { return params_; }
+  // Every parameter this op reads and writes gradients into: its own, then the shared ones.
+  virtual std::vector<ModelParameter*> used_parameters();
+  std::vector<ModelBuffer>& buffers() { return buffers_; }
+  const std::vector<ModelBuffer>& buffers() const { return buffers_; }
 
  protected:
   ModelParameter make_parameter(const std::string& suffix, sdk::Shape shape, bool decay);
+  // An FP32 buffer "<layer>.<suffix>" filled with `value` (call from allocate()).
+  ModelBuffer make_buffer(const std::string& suffix, sdk::Shape shape, float value);
+  virtual void on_mode(bool /*training*/) {}
   // Whether allocate() may leave the output unallocated (materialise_output() makes it later).
   virtual bool output_deferred() const { return false; }
   void materialise_output();
@@ -130,6 +198,8 @@ class Layer {
   Tensor output_;
   void* planned_output_ = nullptr;  // in the model's activation arena, when planned
   std::vector<ModelParameter> params_;
+  std::vector<ModelBuffer> buffers_;
+  bool training_ = true;
   bool collect_stats_ = false;
   std::vector<ScaledOperandStats> stats_;
 };

@@ -20,8 +20,18 @@
 //   loss(rows, grad_scale, with_grad), backward(rows). `grad_scale` (the loss scale) multiplies the
 //   gradient seed. A hook, when set, runs for each parameter as soon as its gradient is final in
 //   backward (data-parallel bucketing hangs off it).
+// - Gradient accumulation: begin_micro_batch(k, K) before each micro-batch's forward. k = 0
+//   opens an optimizer step: every parameter gradient is logically zeroed (its next contribution
+//   overwrites, bit for bit what a single micro-batch computes); later micro-batches and the
+//   second user of a tied parameter add to it. The gradient-ready hook fires on the last one only.
+// - Shared parameters: a node may use another node's parameter (a linear's tie_weight). The
+//   parameter appears once in parameters() (its owner's), both users accumulate into its one FP32
+//   gradient, and the hook fires after its last user's backward.
+// - State: buffers() lists every op's non-trainable FP32 buffers; set_mode() puts every op in
+//   training or evaluation mode (training after construction).
 // - Spec errors (unknown op, bad sizes or shapes, duplicate names, dangling inputs, cycles, the
-//   last node not producing `classes` outputs) raise sdk::ConfigError at the node's file:line:col.
+//   last node not producing `classes` outputs, a tie to a missing parameter or of another shape)
+//   raise sdk::ConfigError at the node's file:line:col.
 #pragma once
 
 #include <functional>
@@ -98,6 +108,8 @@ class Model {
   void compute_loss(std::int64_t rows, float grad_scale, bool with_grad);
   // Reads back the last computed loss and correct count (waits for the device).
   LossValues read_loss();
+  // The last computed loss on the device (fp32 [1]), for sums that stay there.
+  sdk::TensorView loss_value() const { return loss_.view(); }
   // compute_loss, then read_loss.
   LossValues loss(std::int64_t rows, float grad_scale, bool with_grad);
   void backward(std::int64_t rows);
@@ -119,7 +131,8 @@ class Model {
   // Gradient underflow, measured: replays the loss and backward of the last forward with every
   // activation gradient kept in FP32, and counts for each layer boundary the non-zero values that
   // would round to zero when stored (still multiplied by `grad_scale`) in the dtype the plan
-  // stores them in. Overwrites parameter gradients; call it before the step's real backward.
+  // stores them in. Overwrites parameter gradients; call it before the first micro-batch's
+  // backward.
   struct UnderflowCount {
     std::string tensor;  // "fc2 input gradient", "logits gradient"
     sdk::DType dtype;
@@ -130,8 +143,20 @@ class Model {
   // sized for the FP32 pass too, which reuses it instead of allocating a second arena per call.
   void reserve_fp32_gradient_pass() { reserve_fp32_pass_ = true; }
 
+  // Every parameter once, in forward order of their owners; tied users do not repeat it.
   std::vector<ModelParameter*> parameters();
   std::int64_t parameter_count() const;
+  // Every op's buffers, in forward order.
+  std::vector<ModelBuffer*> buffers();
+
+  enum class Mode { train, eval };
+  void set_mode(Mode mode);
+  Mode mode() const { return mode_; }
+
+  // Before each micro-batch's forward: index in [0, count). Index 0 starts the optimizer step's
+  // gradients afresh; the gradient-ready hook fires in the backward of index count - 1. A
+  // backward() without it is a step of one micro-batch (its gradients overwrite).
+  void begin_micro_batch(std::int64_t index, std::int64_t count);
   std::int64_t max_rows() const { return max_rows_; }
 
   // Runs for each parameter when backward has written its final gradient for the step.
@@ -200,6 +225,20 @@ class Model {
   Tensor fp32_arena_;            // that pass's arena, when grad_arena_ was not sized for it
   std::vector<Tensor> scratch_;  // contributions that need a cast or an add
   std::function<void(ModelParameter&)> grad_ready_;
+  // Weight tying, resolved at construction: node `user` takes `suffix` from parameter `source`.
+  struct Tie {
+    std::size_t user;
+    std::string suffix, source;
+  };
+  std::vector<Tie> ties_;
+  void bind_ties();  // after the layers allocate their own parameters
+  // Per node: the parameters whose gradient is final after its backward (their first user in
+  // forward order is this node).
+  std::vector<std::vector<ModelParameter*>> ready_after_;
+  bool final_micro_batch_ = true;
+  bool micro_batch_open_ = false;  // begin_micro_batch() ran since the last backward()
+  Mode mode_ = Mode::train;
+  void start_gradients();  // every parameter's next contribution overwrites
 };
 
 }  // namespace mixtrain::core

@@ -1,0 +1,404 @@
+// Model state through the Trainer, in process with the real plugins: gradient accumulation
+// against the full batch (fp32, bf16-mixed with a dynamic scaler) and an overflow in one
+// micro-batch; the EMA of the masters (its recurrence, a resume, evaluation with it); an op's
+// buffers in checkpoints, resumes, weights-only loads and safetensors exports, and the eval mode.
+// Every comparison is between runs made in the test.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "mixtrain/core/config.h"
+#include "mixtrain/core/experiment.h"
+#include "mixtrain/core/log_sink.h"
+#include "mixtrain/core/plugin_registry.h"
+#include "mixtrain/core/trainer.h"
+#include "ops/op_registry.h"
+
+namespace mixtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kBase = R"(
+[run]
+seed = 5
+steps = 4
+log_every = 1
+
+[backend]
+type = "cpu"
+
+[optimizer]
+type = "sgd"
+lr = 0.5
+
+[data]
+source = "synthetic"
+batch_size = 64
+
+[data.synthetic]
+kind = "clusters"
+rows = 1024
+features = 12
+num_classes = 4
+
+[model]
+layers = [ { type = "linear", out = 16 }, { type = "gelu" }, { type = "linear", out = 4 } ]
+)";
+
+core::PluginRegistry& registry() {
+  static core::PluginRegistry r(&core::host_log_sink());
+  static bool scanned = false;
+  if (!scanned) {
+    r.scan({MIXTRAIN_PLUGIN_DIR});
+    scanned = true;
+  }
+  return r;
+}
+
+class TrainingState : public ::testing::Test {
+ protected:
+  fs::path dir_ =
+      fs::temp_directory_path() / ("mixtrain-training-state-" + std::to_string(::getpid()) + "-" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  void SetUp() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  core::Experiment experiment(const std::vector<std::string>& sets,
+                              const std::string& base = kBase) {
+    auto config = core::Config::from_string(base, "state.toml", sets);
+    return core::parse_experiment(config, registry());
+  }
+  core::TrainSummary train(const std::string& name, const std::vector<std::string>& sets,
+                           const std::string& resume = "", const std::string& base = kBase) {
+    auto e = experiment(sets, base);
+    core::TrainOptions opt;
+    opt.run_dir = dir_ / name;
+    if (!resume.empty()) opt.resume = resume;
+    return core::Trainer(e, core::create_components(e, registry()), opt).run();
+  }
+  // The tensors of a run's checkpoint at `step`, by name.
+  std::map<std::string, std::vector<float>> tensors(const std::string& name, int step) {
+    auto c = core::create_components(experiment({}), registry());
+    char file[64];
+    std::snprintf(file, sizeof file, "step-%08d", step);
+    auto st = c.checkpoint_format->read(dir_ / name / "checkpoints" /
+                                        (file + c.checkpoint_format->file_extension()));
+    std::map<std::string, std::vector<float>> out;
+    for (const auto& t : st.tensors) {
+      if (t.dtype != sdk::DType::fp32) continue;
+      std::vector<float> v(t.bytes.size() / 4);
+      std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
+      out[t.name] = v;
+    }
+    return out;
+  }
+  std::vector<std::string> metrics(const std::string& name) {
+    std::ifstream in(dir_ / name / "metrics.jsonl");
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) {
+      // samples_per_s is timing; everything else must match.
+      const auto at = line.find("\"samples_per_s\":");
+      if (at != std::string::npos) line.erase(at, line.find(',', at) - at + 1);
+      out.push_back(line);
+    }
+    return out;
+  }
+};
+
+double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, static_cast<double>(std::abs(x)));
+  return m;
+}
+
+TEST_F(TrainingState, FourMicroBatchesEqualOneBatchOfFourTimesTheRows) {
+  for (const std::string policy : {"fp32", "bf16-mixed"}) {
+    const std::vector<std::string> common = {
+        "precision.policy=" + policy,
+        "scaler.type=" + std::string(policy == "fp32" ? "none" : "dynamic"), "checkpoint.every=1",
+        "checkpoint.keep=10"};
+    auto full = common, micro = common;
+    full.insert(full.end(), {"data.batch_size=64", "run.accumulate=1"});
+    micro.insert(micro.end(), {"data.batch_size=16", "run.accumulate=4"});
+    const auto a = train("full-" + policy, full), b = train("micro-" + policy, micro);
+    EXPECT_EQ(a.applied_steps, 4);
+    EXPECT_EQ(b.applied_steps, 4);
+    EXPECT_EQ(a.final_loss_scale, b.final_loss_scale);
+    for (int step : {1, 4}) {
+      const auto ta = tensors("full-" + policy, step), tb = tensors("micro-" + policy, step);
+      int params = 0;
+      for (const auto& [name, va] : ta) {
+        if (name.rfind("param/", 0) != 0) continue;
+        ++params;
+        const auto& vb = tb.at(name);
+        double err = 0;
+        for (std::size_t i = 0; i < va.size(); ++i)
+          err = std::max(err, static_cast<double>(std::abs(va[i] - vb[i])));
+        EXPECT_LE(err, 1e-5 * max_abs(va)) << policy << " step " << step << " " << name;
+      }
+      EXPECT_EQ(params, 4);
+    }
+    EXPECT_NEAR(a.eval.loss, b.eval.loss, 1e-5 * std::abs(a.eval.loss)) << policy;
+  }
+}
+
+TEST_F(TrainingState, AnOverflowInOneMicroBatchSkipsTheWholeStepWithOneBackoff) {
+  // fp16-mixed: a feature of 1e6 is inf once cast to fp16, so only the micro-batch holding that
+  // row overflows. Two steps of 4 x 8 rows cover the 64 training rows once.
+  const int rows = 72, features = 6;
+  std::vector<float> x(static_cast<std::size_t>(rows * features));
+  std::vector<std::int64_t> y(static_cast<std::size_t>(rows));
+  for (int r = 0; r < rows; ++r) {
+    y[static_cast<std::size_t>(r)] = r % 3;
+    for (int f = 0; f < features; ++f)
+      x[static_cast<std::size_t>(r * features + f)] = 0.1f * static_cast<float>((r * 7 + f) % 11);
+  }
+  const auto write_npy = [&](const fs::path& p, const std::string& descr, const void* data,
+                             std::size_t bytes, const std::string& shape) {
+    std::string header =
+        "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+    while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+    header += '\n';
+    std::ofstream out(p, std::ios::binary);
+    out.write("\x93NUMPY\x01\x00", 8);
+    const std::uint16_t len = static_cast<std::uint16_t>(header.size());
+    out.write(reinterpret_cast<const char*>(&len), 2);
+    out << header;
+    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  };
+  fs::create_directories(dir_);
+  // Every row's features once huge: which one lands in training is the split's business, so
+  // poison one and check that exactly one step of the epoch is skipped.
+  x[static_cast<std::size_t>(5 * features + 2)] = 1e6f;
+  write_npy(dir_ / "x.npy", "<f4", x.data(), x.size() * 4,
+            "(" + std::to_string(rows) + ", " + std::to_string(features) + ")");
+  write_npy(dir_ / "y.npy", "<i8", y.data(), y.size() * 8, "(" + std::to_string(rows) + ",)");
+  const std::string base = R"(
+[run]
+seed = 1
+steps = 2
+log_every = 1
+
+[backend]
+type = "cpu"
+
+[precision]
+policy = "fp16-mixed"
+
+[scaler]
+type = "dynamic"
+
+[data]
+source = "npy"
+batch_size = 8
+shuffle = false
+eval_fraction = 0.1
+
+[data.npy]
+features = ")" + (dir_ / "x.npy").string() +
+                           R"("
+labels = ")" + (dir_ / "y.npy").string() +
+                           R"("
+
+[model]
+layers = [ { type = "linear", out = 8 }, { type = "relu" }, { type = "linear", out = 3 } ]
+)";
+  const auto sum = train("overflow", {"run.accumulate=4"}, "", base);
+  const auto eval_has_it = sum.eval.rows > 0 && !std::isfinite(sum.eval.loss);
+  const auto records = metrics("overflow");
+  int skipped = 0;
+  for (const auto& r : records) {
+    if (r.find("\"skipped\":true") == std::string::npos) continue;
+    ++skipped;
+    EXPECT_NE(r.find("micro-batch "), std::string::npos) << r;
+    EXPECT_NE(r.find(" of 4: "), std::string::npos) << r;
+    // One backoff (0.5 by default) for the whole optimizer step, not one per micro-batch.
+    const auto scale = [&](const std::string& key) {
+      const auto at = r.find("\"" + key + "\":");
+      return std::stod(r.substr(at + key.size() + 3));
+    };
+    EXPECT_EQ(scale("next_loss_scale"), scale("loss_scale") * 0.5) << r;
+  }
+  // The poisoned row is in training (one skip) or held out for evaluation (none, and the eval
+  // loss is not finite).
+  EXPECT_EQ(skipped, eval_has_it ? 0 : 1);
+  EXPECT_FALSE(eval_has_it)
+      << "seed 1 keeps the poisoned row in training; the test checks nothing otherwise";
+  EXPECT_EQ(sum.skipped_steps, skipped);
+  EXPECT_EQ(sum.applied_steps + sum.skipped_steps, 2);
+}
+
+TEST_F(TrainingState, EmaFollowsTheMastersAndResumesBitIdentically) {
+  const std::vector<std::string> sets = {"ema.decay=0.75", "run.steps=6", "checkpoint.every=1",
+                                         "checkpoint.keep=10"};
+  train("ema", sets);
+  // ema_k = decay * ema_(k-1) + (1 - decay) * master_k, computed on the host from the recorded
+  // masters.
+  auto prev = tensors("ema", 1);
+  int compared = 0;
+  for (int step = 2; step <= 6; ++step) {
+    auto now = tensors("ema", step);
+    for (const auto& [name, master] : now) {
+      if (name.rfind("param/", 0) != 0) continue;
+      const auto& ema_prev = prev.at("ema/" + name.substr(6));
+      const auto& ema_now = now.at("ema/" + name.substr(6));
+      double err = 0;
+      for (std::size_t i = 0; i < master.size(); ++i) {
+        const float expect = 0.75f * ema_prev[i] + 0.25f * master[i];
+        err = std::max(err, static_cast<double>(std::abs(expect - ema_now[i])));
+      }
+      EXPECT_LE(err, 1e-6 * max_abs(master)) << name << " step " << step;
+      EXPECT_NE(ema_now, master) << name << ": the EMA lags the masters";
+      ++compared;
+    }
+    prev = now;
+  }
+  EXPECT_EQ(compared, 5 * 4);
+
+  // Steps 4..6 again from the step-3 checkpoint: the same EMA, bit for bit, and the same metrics.
+  auto resumed = sets;
+  train("resumed", resumed,
+        (dir_ / "ema" / "checkpoints" /
+         ("step-00000003" +
+          core::create_components(experiment({}), registry()).checkpoint_format->file_extension()))
+            .string());
+  const auto a = tensors("ema", 6), b = tensors("resumed", 6);
+  for (const auto& [name, v] : a) {
+    if (name.rfind("ema/", 0) == 0 || name.rfind("param/", 0) == 0) {
+      EXPECT_EQ(v, b.at(name)) << name;
+    }
+  }
+  const auto ma = metrics("ema"), mb = metrics("resumed");
+  ASSERT_GE(ma.size(), 4u);
+  ASSERT_EQ(mb.size(), 4u);  // steps 4, 5, 6 and the final evaluation
+  for (std::size_t i = 0; i < mb.size(); ++i) EXPECT_EQ(mb[i], ma[ma.size() - mb.size() + i]);
+}
+
+TEST_F(TrainingState, EvaluatingWithTheEmaEqualsEvaluatingItsWeights) {
+  const auto master = train("master", {"ema.decay=0.9", "eval.weights=master"});
+  const auto ema = train("ema", {"ema.decay=0.9", "eval.weights=ema"});
+  EXPECT_EQ(master.final_loss, ema.final_loss) << "evaluation does not change training";
+  EXPECT_NE(master.eval.loss, ema.eval.loss);
+
+  // A checkpoint whose parameters are the EMA, loaded as initial weights and evaluated.
+  auto c = core::create_components(experiment({}), registry());
+  const auto ext = c.checkpoint_format->file_extension();
+  auto st = c.checkpoint_format->read(dir_ / "ema" / "checkpoints" / ("step-00000004" + ext));
+  sdk::TrainingState weights;
+  for (const auto& t : st.tensors)
+    if (t.name.rfind("ema/", 0) == 0) {
+      auto w = t;
+      w.name = "param/" + t.name.substr(4);
+      weights.tensors.push_back(w);
+    }
+  ASSERT_EQ(weights.tensors.size(), 4u);
+  c.checkpoint_format->write(dir_ / ("ema-weights" + ext), weights);
+  auto e = experiment({"checkpoint.init_from=" + (dir_ / ("ema-weights" + ext)).string()});
+  core::TrainOptions opt;
+  opt.write_outputs = false;
+  core::Trainer evaluator(e, core::create_components(e, registry()), opt);
+  const auto r = evaluator.evaluate();
+  EXPECT_EQ(r.loss, ema.eval.loss);
+  EXPECT_EQ(r.accuracy, ema.eval.accuracy);
+}
+
+// A test-only op with a buffer: in training it keeps a running mean of its input's columns and
+// passes the input through; in evaluation it subtracts that mean. It counts the modes it sees.
+class RunningMeanLayer final : public core::Layer {
+ public:
+  RunningMeanLayer(std::string name, std::int64_t features)
+      : Layer(std::move(name), "running_mean", features, features) {}
+  static inline int train_calls = 0, eval_calls = 0;
+  void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t rows) override {
+    Layer::allocate(backend, rows);
+    buffers_.clear();
+    buffers_.push_back(make_buffer("mean", sdk::Shape{in_}, 0.0f));
+  }
+  void forward(sdk::TensorView x, std::int64_t rows) override {
+    ++(training() ? train_calls : eval_calls);
+    std::vector<float> h(static_cast<std::size_t>(rows * in_)), mean(static_cast<std::size_t>(in_));
+    backend_->copy_to_host(h.data(), x);
+    backend_->copy_to_host(mean.data(), buffers_[0].value.view());
+    for (std::int64_t c = 0; c < in_; ++c) {
+      auto& m = mean[static_cast<std::size_t>(c)];
+      if (training()) {
+        double s = 0;
+        for (std::int64_t r = 0; r < rows; ++r) s += h[static_cast<std::size_t>(r * in_ + c)];
+        m = 0.9f * m + 0.1f * static_cast<float>(s / static_cast<double>(rows));
+      } else {
+        for (std::int64_t r = 0; r < rows; ++r) h[static_cast<std::size_t>(r * in_ + c)] -= m;
+      }
+    }
+    if (training()) backend_->copy_from_host(buffers_[0].value.view(), mean.data());
+    backend_->copy_from_host(output(rows), h.data());
+  }
+  void backward(sdk::TensorView, sdk::TensorView dy, sdk::TensorView dx, std::int64_t) override {
+    if (!dx.empty()) backend_->cast(dy, dx);
+  }
+};
+
+TEST_F(TrainingState, BuffersAreSavedResumedLoadedAndExported) {
+  core::OpDefinition op;
+  op.type = "running_mean";
+  op.summary = "test only";
+  op.build = [](const core::OpNode& n) {
+    return core::BuiltOp{std::make_unique<RunningMeanLayer>(n.name, n.inputs[0].back()),
+                         n.inputs[0]};
+  };
+  core::register_op(op);
+  const std::vector<std::string> sets = {
+      "model.layers=[{type=\"running_mean\", name=\"rm\"}, {type=\"linear\", out=16}, "
+      "{type=\"relu\"}, {type=\"linear\", out=4}]"};
+  RunningMeanLayer::train_calls = RunningMeanLayer::eval_calls = 0;
+  const auto first = train("buffers", sets);
+  EXPECT_EQ(RunningMeanLayer::train_calls, 4) << "one training forward per step";
+  EXPECT_GT(RunningMeanLayer::eval_calls, 0) << "evaluation runs in eval mode";
+  auto saved = tensors("buffers", 4);
+  ASSERT_EQ(saved.count("buffer/rm.mean"), 1u);
+  EXPECT_GT(max_abs(saved.at("buffer/rm.mean")), 0.0);
+  EXPECT_EQ(saved.count("param/rm.mean"), 0u);
+
+  // Weights-only: the buffer comes with the weights (evaluation subtracts it, so a missing one
+  // would change the loss).
+  auto c = core::create_components(experiment({}), registry());
+  const auto ckpt =
+      dir_ / "buffers" / "checkpoints" / ("step-00000004" + c.checkpoint_format->file_extension());
+  auto e = experiment({sets[0], "checkpoint.init_from=" + ckpt.string()});
+  core::TrainOptions opt;
+  opt.write_outputs = false;
+  core::Trainer loaded(e, core::create_components(e, registry()), opt);
+  EXPECT_EQ(loaded.evaluate().loss, first.eval.loss);
+
+  // A resume of the finished run restores it and saves it again unchanged.
+  train("resumed", sets, ckpt.string());
+  EXPECT_EQ(tensors("resumed", 4).at("buffer/rm.mean"), saved.at("buffer/rm.mean"));
+
+  // Exported beside the parameters under its plain name.
+  std::shared_ptr<sdk::CheckpointFormat> safetensors;
+  for (const auto& comp : registry().components())
+    if (comp.info.kind == sdk::ComponentKind::checkpoint_format && comp.info.name == "safetensors")
+      safetensors = registry().create<sdk::CheckpointFormat>(
+          comp, sdk::Options::resolve("checkpoint", comp.info.options, {}, {}));
+  ASSERT_TRUE(safetensors);
+  safetensors->write(dir_ / "export.safetensors", c.checkpoint_format->read(ckpt));
+  const auto exported = safetensors->read(dir_ / "export.safetensors");
+  std::vector<std::string> names;
+  for (const auto& t : exported.tensors) names.push_back(t.name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "rm.mean"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "linear1.weight"), names.end());
+  EXPECT_EQ(std::find(names.begin(), names.end(), "ema/linear1.weight"), names.end());
+}
+
+}  // namespace
+}  // namespace mixtrain
