@@ -16,14 +16,12 @@ CurrentScalingPolicy::CurrentScalingPolicy(const sdk::Options& options,
                                            const sdk::PluginContext& context)
     : Fp8PrecisionPolicy("fp8-current", options, context) {}
 
-CurrentScalingSlot& CurrentScalingPolicy::slot_for(const std::string& layer,
-                                                   sdk::OperandRole role) {
-  auto name = slot_name(layer, role);
-  auto it = slots_.find(name);
+CurrentScalingSlot& CurrentScalingPolicy::slot_for(const sdk::OperandSlot& slot) {
+  auto it = slots_.find(slot.name());
   if (it == slots_.end()) {
     CurrentScalingSlot s;
-    s.dtype = operand_dtype(format(), role);
-    it = slots_.emplace(std::move(name), s).first;
+    s.dtype = operand_dtype(format(), slot.role());
+    it = slots_.emplace(slot.name(), s).first;
   }
   return it->second;
 }
@@ -39,15 +37,13 @@ std::vector<std::string> CurrentScalingPolicy::slot_names() const {
   return names;
 }
 
-sdk::OperandScaling CurrentScalingPolicy::operand_scaling(const std::string& layer,
-                                                          sdk::OperandRole role) {
-  const auto& s = slot_for(layer, role);
+sdk::OperandScaling CurrentScalingPolicy::operand_scaling(const sdk::OperandSlot& slot) {
+  const auto& s = slot_for(slot);
   return {s.dtype, s.scale, s.scale_inv};
 }
 
-void CurrentScalingPolicy::record_amax(const std::string& layer, sdk::OperandRole role,
-                                       float amax) {
-  auto& s = slot_for(layer, role);
+void CurrentScalingPolicy::record_amax(const sdk::OperandSlot& slot, float amax) {
+  auto& s = slot_for(slot);
   s.amax = amax;
   if (auto scale = compute_scale(amax, s.dtype, margin())) {
     s.scale = *scale;
@@ -96,8 +92,7 @@ void CurrentScalingPolicy::load_state(const sdk::ComponentState& state) {
   std::map<std::string, CurrentScalingSlot, std::less<>> loaded;
   for (std::size_t i = 0; i < static_cast<std::size_t>(count); ++i) {
     const auto name_key = slot_key(i, "name");
-    const auto& name = read_string(state, name_key);
-    const auto role = read_slot_role(name_key, name);
+    const auto [name, role] = read_slot_name(state, name_key);
     const auto amax_key = slot_key(i, "amax");
     const double amax = state.get<double>(amax_key);
     if (amax < 0.0) fail_state("entry '" + amax_key + "' = " + format_float(amax) + " is negative");
@@ -115,6 +110,7 @@ void CurrentScalingPolicy::load_state(const sdk::ComponentState& state) {
   if (constants_changed)
     logger().warn("policy fp8-current: fp8_format or margin changed since the checkpoint; the " +
                   std::to_string(loaded.size()) + " scales were recomputed from their last amax");
+  report_slot_migration(state, loaded.size());
   slots_ = std::move(loaded);
 }
 

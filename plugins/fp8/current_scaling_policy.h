@@ -3,8 +3,8 @@
 // allows.
 //
 // Contract (see README.md, "Current scaling and the host protocol")
-// - One CurrentScalingSlot per (layer, role), created on first use, named "<layer>.<role>":
-//   scale 1, scale_inv 1, amax 0.
+// - One CurrentScalingSlot per sdk::OperandSlot (node, GEMM, role), created on first use, named
+//   "<node>.<gemm>.<role>": scale 1, scale_inv 1, amax 0.
 // - record_amax() sets the slot's amax to the observation (the latest one wins, no max) and, when
 //   it is positive and finite, its scale to compute_scale(amax, dtype, margin) at once.
 // - operand_scaling() returns the scale of the latest recorded amax: the tensor's own amax when
@@ -12,8 +12,10 @@
 //   cast of this slot (one cast late, as delayed scaling with a history of 1).
 // - on_step_end(true) commits the slots; on_step_end(false) restores every slot to its value at
 //   the last applied step, so a skipped step leaves no trace.
-// - save_state()/load_state(): version 1, the recipe options and per slot its name, amax and
-//   scale; scale_inv is recomputed on load. Malformed states throw sdk::CheckpointError and
+// - save_state()/load_state(): version 2, the recipe options and per slot its name, amax and
+//   scale; scale_inv is recomputed on load. A version-1 state (slots "<layer>.<role>") loads with
+//   each slot renamed "<layer>.matmul.<role>" and logs that; a newer version is refused with a
+//   message naming it. Malformed states throw sdk::CheckpointError and
 //   leave the policy unchanged.
 #pragma once
 
@@ -39,15 +41,15 @@ struct CurrentScalingSlot {
 
 class CurrentScalingPolicy final : public Fp8PrecisionPolicy {
  public:
-  static constexpr std::int64_t kStateVersion = 1;
+  static constexpr std::int64_t kStateVersion = 2;  // 2: slots per GEMM
   static sdk::OptionSchema option_schema() { return common_option_schema(); }
 
   CurrentScalingPolicy(const sdk::Options& options, const sdk::PluginContext& context);
 
   // The host measures each operand's amax and records it before asking for its scale.
   bool wants_current_amax() const override { return true; }
-  sdk::OperandScaling operand_scaling(const std::string& layer, sdk::OperandRole role) override;
-  void record_amax(const std::string& layer, sdk::OperandRole role, float amax) override;
+  sdk::OperandScaling operand_scaling(const sdk::OperandSlot& slot) override;
+  void record_amax(const sdk::OperandSlot& slot, float amax) override;
   void on_step_end(bool applied) override;
 
   sdk::ComponentState save_state() const override;
@@ -57,7 +59,7 @@ class CurrentScalingPolicy final : public Fp8PrecisionPolicy {
   std::vector<std::string> slot_names() const;
 
  private:
-  CurrentScalingSlot& slot_for(const std::string& layer, sdk::OperandRole role);
+  CurrentScalingSlot& slot_for(const sdk::OperandSlot& slot);
 
   std::map<std::string, CurrentScalingSlot, std::less<>> slots_;
 };

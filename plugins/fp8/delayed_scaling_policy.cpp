@@ -62,13 +62,12 @@ DelayedScalingPolicy::DelayedScalingPolicy(const sdk::Options& options,
       update_(parse_update(options.get_string("amax_update"))),
       interval_(options.get_int("interval")) {}
 
-ScalingSlot& DelayedScalingPolicy::slot_for(const std::string& layer, sdk::OperandRole role) {
-  auto name = slot_name(layer, role);
-  auto it = slots_.find(name);
+ScalingSlot& DelayedScalingPolicy::slot_for(const sdk::OperandSlot& slot) {
+  auto it = slots_.find(slot.name());
   if (it == slots_.end())
     it = slots_
-             .emplace(std::move(name),
-                      ScalingSlot{operand_dtype(format(), role), AmaxHistory(history_len_)})
+             .emplace(slot.name(),
+                      ScalingSlot{operand_dtype(format(), slot.role()), AmaxHistory(history_len_)})
              .first;
   return it->second;
 }
@@ -84,15 +83,13 @@ std::vector<std::string> DelayedScalingPolicy::slot_names() const {
   return names;
 }
 
-sdk::OperandScaling DelayedScalingPolicy::operand_scaling(const std::string& layer,
-                                                          sdk::OperandRole role) {
-  const auto& s = slot_for(layer, role);
+sdk::OperandScaling DelayedScalingPolicy::operand_scaling(const sdk::OperandSlot& slot) {
+  const auto& s = slot_for(slot);
   return {s.dtype, s.scale, s.scale_inv};
 }
 
-void DelayedScalingPolicy::record_amax(const std::string& layer, sdk::OperandRole role,
-                                       float amax) {
-  slot_for(layer, role).history.record(amax);
+void DelayedScalingPolicy::record_amax(const sdk::OperandSlot& slot, float amax) {
+  slot_for(slot).history.record(amax);
 }
 
 float DelayedScalingPolicy::history_amax(const AmaxHistory& history) const {
@@ -176,8 +173,7 @@ void DelayedScalingPolicy::load_state(const sdk::ComponentState& state) {
   std::map<std::string, ScalingSlot, std::less<>> loaded;
   for (std::size_t i = 0; i < static_cast<std::size_t>(count); ++i) {
     const auto name_key = slot_key(i, "name");
-    const auto& name = read_string(state, name_key);
-    const auto role = read_slot_role(name_key, name);
+    const auto [name, role] = read_slot_name(state, name_key);
     const auto history_key = slot_key(i, "amax_history");
     const auto& ring = state.get<std::vector<float>>(history_key);
     if (static_cast<std::int64_t>(ring.size()) != saved_len)
@@ -219,6 +215,7 @@ void DelayedScalingPolicy::load_state(const sdk::ComponentState& state) {
   if (constants_changed)
     logger().warn("policy fp8-delayed: fp8_format or margin changed since the checkpoint; the " +
                   std::to_string(loaded.size()) + " scales were recomputed from their amax histories");
+  report_slot_migration(state, loaded.size());
 
   slots_ = std::move(loaded);
   applied_steps_ = applied;

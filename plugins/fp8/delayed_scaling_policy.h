@@ -2,8 +2,8 @@
 // Transformer Engine's DelayedScaling recipe.
 //
 // Contract (see README.md for the options and the host protocol)
-// - One ScalingSlot per (layer, role), created on first use by operand_scaling() or
-//   record_amax(), named "<layer>.<role>": an AmaxHistory of amax_history_len entries (all 0),
+// - One ScalingSlot per sdk::OperandSlot (node, GEMM, role), created on first use by
+//   operand_scaling() or record_amax(), named "<node>.<gemm>.<role>": an AmaxHistory of amax_history_len entries (all 0),
 //   scale 1, scale_inv 1.
 // - operand_scaling() returns the slot's dtype (E4M3, or E5M2 for grad_output under "hybrid"),
 //   scale and scale_inv; it never changes them within a step.
@@ -15,8 +15,10 @@
 //   Engine's fused kernel): a slot whose entry for this step is 0 neither rolls nor recomputes,
 //   and "max" skips NaN entries. "unfused" (its torch fallback): every slot rolls, and one NaN
 //   makes "max" NaN. on_step_end(false): this step's entries are zeroed, nothing else changes.
-// - save_state()/load_state(): version 1, the recipe options, applied_steps and per slot its
-//   name, ring, position and scale; scale_inv is recomputed on load. amax_update is not saved:
+// - save_state()/load_state(): version 2, the recipe options, applied_steps and per slot its
+//   name, ring, position and scale; scale_inv is recomputed on load. A version-1 state (slots
+//   "<layer>.<role>") loads with each slot renamed "<layer>.matmul.<role>" and logs that; a newer
+//   version is refused with a message naming it. amax_update is not saved:
 //   both updates read and write the same ring, so the config's applies on resume. A ring of another
 //   length keeps its most recent min(saved, configured) entries (zeros pad the oldest side) and
 //   logs a warning. Malformed states throw sdk::CheckpointError and leave the policy unchanged.
@@ -48,14 +50,14 @@ struct ScalingSlot {
 
 class DelayedScalingPolicy final : public Fp8PrecisionPolicy {
  public:
-  static constexpr std::int64_t kStateVersion = 1;
+  static constexpr std::int64_t kStateVersion = 2;  // 2: slots per GEMM
   static constexpr std::int64_t kMaxHistoryLen = std::int64_t{1} << 16;
   static sdk::OptionSchema option_schema();
 
   DelayedScalingPolicy(const sdk::Options& options, const sdk::PluginContext& context);
 
-  sdk::OperandScaling operand_scaling(const std::string& layer, sdk::OperandRole role) override;
-  void record_amax(const std::string& layer, sdk::OperandRole role, float amax) override;
+  sdk::OperandScaling operand_scaling(const sdk::OperandSlot& slot) override;
+  void record_amax(const sdk::OperandSlot& slot, float amax) override;
   void on_step_end(bool applied) override;
 
   sdk::ComponentState save_state() const override;
@@ -71,7 +73,7 @@ class DelayedScalingPolicy final : public Fp8PrecisionPolicy {
   std::vector<std::string> slot_names() const;
 
  private:
-  ScalingSlot& slot_for(const std::string& layer, sdk::OperandRole role);
+  ScalingSlot& slot_for(const sdk::OperandSlot& slot);
   float history_amax(const AmaxHistory& history) const;
   void warn_non_finite(const std::string& name, const ScalingSlot& slot) const;
   void set_scale(const std::string& name, ScalingSlot& slot, float amax, float new_scale) const;

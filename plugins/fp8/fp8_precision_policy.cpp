@@ -1,7 +1,6 @@
 #include "fp8_precision_policy.h"
 
 #include <algorithm>
-#include <array>
 #include <cfloat>
 #include <cmath>
 #include <string_view>
@@ -11,9 +10,6 @@
 namespace mixtrain::fp8 {
 
 namespace {
-// The autocast deny-list, as in the policies plugin: reductions low precision would ruin.
-constexpr std::array<std::string_view, 2> kFp32PinnedTypes{"layernorm", "softmax_cross_entropy"};
-
 const char* kDamagedHint =
     "the checkpoint is damaged or was written by another policy; resume from another checkpoint "
     "or start the run without it";
@@ -42,18 +38,9 @@ sdk::OptionSchema Fp8PrecisionPolicy::common_option_schema() {
   };
 }
 
-bool Fp8PrecisionPolicy::is_fp32_pinned(const sdk::LayerDescription& layer) {
-  return std::find(kFp32PinnedTypes.begin(), kFp32PinnedTypes.end(), layer.type) !=
-         kFp32PinnedTypes.end();
-}
-
-sdk::LayerPrecision Fp8PrecisionPolicy::plan(const sdk::LayerDescription& layer) const {
-  sdk::LayerPrecision p;  // all fp32
-  if (is_fp32_pinned(layer)) {
-    p.fp32_pinned = true;
-    return p;
-  }
-  if (layer.has_gemm) {
+sdk::OpPrecision Fp8PrecisionPolicy::plan(const sdk::OpDescription& op) const {
+  sdk::OpPrecision p;  // all fp32
+  if (op.has_gemm()) {
     p.weight = base_->weight;
     p.gemm_input = sdk::DType::fp8_e4m3;
   }
@@ -127,13 +114,29 @@ const std::string& Fp8PrecisionPolicy::read_string(const sdk::ComponentState& st
   return state.get<std::string>(key);
 }
 
-sdk::OperandRole Fp8PrecisionPolicy::read_slot_role(const std::string& key,
-                                                    const std::string& slot) const {
-  const auto role = slot_role(slot);
+std::pair<std::string, sdk::OperandRole> Fp8PrecisionPolicy::read_slot_name(
+    const sdk::ComponentState& state, const std::string& key) const {
+  const auto& saved = read_string(state, key);
+  if (state.version == 1) {
+    const auto renamed = slot_name_from_v1(saved);
+    if (!renamed)
+      fail_state("entry '" + key + "' = '" + saved +
+                 "' is not a version-1 slot name \"<layer>.<input|weight|grad_output>\"");
+    return {*renamed, *slot_role(*renamed)};
+  }
+  const auto role = slot_role(saved);
   if (!role)
-    fail_state("entry '" + key + "' = '" + slot +
-               "' is not a slot name \"<layer>.<input|weight|grad_output>\"");
-  return *role;
+    fail_state("entry '" + key + "' = '" + saved +
+               "' is not a slot name \"<node>.<gemm>.<input|weight|grad_output>\"");
+  return {saved, *role};
+}
+
+void Fp8PrecisionPolicy::report_slot_migration(const sdk::ComponentState& state,
+                                               std::size_t count) const {
+  if (state.version != 1) return;
+  logger_.info("policy " + component_ + ": the checkpoint's state has version 1, which named " +
+               "scaling slots \"<layer>.<role>\"; renamed its " + std::to_string(count) +
+               " slots to \"<layer>." + std::string(kV1SlotGemm) + ".<role>\" (version 2)");
 }
 
 void Fp8PrecisionPolicy::save_recipe(sdk::ComponentState& state) const {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <utility>
 
 namespace mixtrain::fp8 {
 
@@ -74,21 +75,35 @@ std::optional<float> compute_scale(float amax, sdk::DType dtype, int margin) {
   return static_cast<float>(scale);
 }
 
-std::string slot_name(std::string_view layer, sdk::OperandRole role) {
-  std::string name(layer);
-  name += '.';
-  name += sdk::operand_role_name(role);
-  return name;
+namespace {
+// The role `name` ends in after a '.', and the part before that '.'; nullopt when there is none
+// or the part before is empty.
+std::optional<std::pair<std::string_view, sdk::OperandRole>> split_role(std::string_view name) {
+  const auto dot = name.rfind('.');
+  if (dot == std::string_view::npos || dot == 0) return std::nullopt;
+  const auto suffix = name.substr(dot + 1);
+  for (auto role :
+       {sdk::OperandRole::input, sdk::OperandRole::weight, sdk::OperandRole::grad_output})
+    if (suffix == sdk::operand_role_name(role)) return std::pair{name.substr(0, dot), role};
+  return std::nullopt;
 }
+}  // namespace
 
 std::optional<sdk::OperandRole> slot_role(std::string_view slot) {
-  const auto dot = slot.rfind('.');
-  if (dot == std::string_view::npos || dot == 0) return std::nullopt;
-  const auto suffix = slot.substr(dot + 1);
-  for (auto role : {sdk::OperandRole::input, sdk::OperandRole::weight,
-                    sdk::OperandRole::grad_output})
-    if (suffix == sdk::operand_role_name(role)) return role;
-  return std::nullopt;
+  const auto split = split_role(slot);
+  if (!split) return std::nullopt;
+  // "<node>.<gemm>": a gemm name has no '.', and neither part is empty.
+  const auto node_gemm = split->first;
+  const auto dot = node_gemm.rfind('.');
+  if (dot == std::string_view::npos || dot == 0 || dot + 1 == node_gemm.size()) return std::nullopt;
+  return split->second;
+}
+
+std::optional<std::string> slot_name_from_v1(std::string_view v1_slot) {
+  const auto split = split_role(v1_slot);
+  if (!split) return std::nullopt;
+  return std::string(split->first) + "." + std::string(kV1SlotGemm) + "." +
+         std::string(sdk::operand_role_name(split->second));
 }
 
 std::string format_float(double value) {

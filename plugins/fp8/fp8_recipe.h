@@ -11,7 +11,10 @@
 //   and rounded once to float, clamped to [FLT_MIN, FLT_MAX]. It returns nullopt when amax is
 //   zero, negative, inf or NaN: the caller keeps its previous scale (Transformer Engine does the
 //   same with torch.where(amax > 0 && isfinite(amax), new, old)).
-// - A scaling slot is named "<layer>.<role>", role one of input, weight, grad_output.
+// - A scaling slot is one operand of one GEMM of one node, named "<node>.<gemm>.<role>"
+//   (sdk::OperandSlot::name()), role one of input, weight, grad_output. States of version 1
+//   named slots "<layer>.<role>": the only op with a GEMM was a linear, with one GEMM, which the
+//   host names "matmul"; slot_name_from_v1() renames such a name to "<layer>.matmul.<role>".
 #pragma once
 
 #include <optional>
@@ -49,9 +52,13 @@ const std::vector<std::string>& base_recipe_names();
 
 std::optional<float> compute_scale(float amax, sdk::DType dtype, int margin);
 
-std::string slot_name(std::string_view layer, sdk::OperandRole role);
-// The role of a slot name's suffix, or nullopt when the name does not end in ".<role>".
+// The role of a slot name "<node>.<gemm>.<role>" (node and gemm non-empty), or nullopt when the
+// name has another form.
 std::optional<sdk::OperandRole> slot_role(std::string_view slot);
+// "<layer>.<role>" (state version 1) -> "<layer>.matmul.<role>"; nullopt when the name does not
+// end in ".<role>" after a non-empty layer name.
+std::optional<std::string> slot_name_from_v1(std::string_view v1_slot);
+inline constexpr std::string_view kV1SlotGemm = "matmul";
 
 // "448", "0.5", "1.5e+10": short, exact enough for log lines.
 std::string format_float(double value);

@@ -1,8 +1,8 @@
 // The recipes of the table-driven precision policies: per policy, the dtype of each tensor role
-// in ordinary layers and whether the format needs a loss scaler.
+// in ordinary ops and whether the format needs a loss scaler.
 //
-// Contract: a recipe is plain constant data. Layers on the FP32 deny-list (normalisation,
-// softmax / loss) ignore the recipe and stay FP32 — see TablePrecisionPolicy. Adding a policy
+// Contract: a recipe is plain constant data. Precision-sensitive ops (normalisation, softmax,
+// loss) ignore the recipe and stay FP32: the host pins them from the op's own trait. Adding a policy
 // (fp16-mixed, bf16-mixed, tf32) means adding a recipe here and one line to policies_plugin.cpp.
 #pragma once
 

@@ -1,16 +1,8 @@
 #include "table_precision_policy.h"
 
-#include <algorithm>
-#include <array>
 #include <string>
-#include <string_view>
 
 namespace mixtrain::policies {
-
-namespace {
-// The autocast deny-list: reductions whose accuracy low precision would ruin.
-constexpr std::array<std::string_view, 2> kFp32PinnedTypes{"layernorm", "softmax_cross_entropy"};
-}  // namespace
 
 TablePrecisionPolicy::TablePrecisionPolicy(const PolicyRecipe& recipe,
                                            const sdk::PluginContext& context)
@@ -21,18 +13,9 @@ TablePrecisionPolicy::TablePrecisionPolicy(const PolicyRecipe& recipe,
                 std::string(sdk::dtype_name(recipe_->activation)));
 }
 
-bool TablePrecisionPolicy::is_fp32_pinned(const sdk::LayerDescription& layer) {
-  return std::find(kFp32PinnedTypes.begin(), kFp32PinnedTypes.end(), layer.type) !=
-         kFp32PinnedTypes.end();
-}
-
-sdk::LayerPrecision TablePrecisionPolicy::plan(const sdk::LayerDescription& layer) const {
-  sdk::LayerPrecision p;  // all fp32
-  if (is_fp32_pinned(layer)) {
-    p.fp32_pinned = true;
-    return p;
-  }
-  if (layer.has_gemm) {
+sdk::OpPrecision TablePrecisionPolicy::plan(const sdk::OpDescription& op) const {
+  sdk::OpPrecision p;  // all fp32
+  if (op.has_gemm()) {
     p.weight = recipe_->weight;
     p.gemm_input = recipe_->gemm_input;
   }

@@ -1,10 +1,10 @@
 // TablePrecisionPolicy: a precision policy defined entirely by a PolicyRecipe.
 //
-// Contract: plan() is deterministic and depends only on the layer's type and has_gemm:
-// - layer types on the FP32 deny-list ("layernorm", "softmax_cross_entropy": statistics,
-//   softmax and loss) get every dtype fp32 and fp32_pinned = true;
-// - GEMM layers get the recipe's weight and gemm_input dtypes; other layers keep fp32 there;
-// - every non-pinned layer stores activations and activation gradients in the recipe's dtypes.
+// Contract: plan() is deterministic and depends only on whether the op has GEMMs:
+// - ops with GEMMs get the recipe's weight and gemm_input dtypes; other ops keep fp32 there;
+// - every op stores activations and activation gradients in the recipe's dtypes.
+// Precision-sensitive ops (layernorm statistics, softmax, loss) are pinned to FP32 by the host
+// from the op's own trait, after plan(); this policy keeps no deny-list.
 // needs_loss_scaling() is the recipe's flag. No options, no state across steps.
 // RecipePolicy<R> binds a recipe at compile time so sdk::make_component can build it.
 #pragma once
@@ -20,11 +20,9 @@ class TablePrecisionPolicy : public sdk::PrecisionPolicy {
  public:
   TablePrecisionPolicy(const PolicyRecipe& recipe, const sdk::PluginContext& context);
 
-  sdk::LayerPrecision plan(const sdk::LayerDescription& layer) const override;
+  sdk::OpPrecision plan(const sdk::OpDescription& op) const override;
   bool needs_loss_scaling() const override { return recipe_->needs_loss_scaling; }
   const PolicyRecipe& recipe() const { return *recipe_; }
-
-  static bool is_fp32_pinned(const sdk::LayerDescription& layer);
 
  protected:
   void select(const PolicyRecipe& recipe) { recipe_ = &recipe; }

@@ -11,11 +11,6 @@ namespace sdk = mixtrain::sdk;
 
 namespace {
 
-// Reductions whose accuracy low precision would ruin, as in mixtrain's own policies.
-bool is_fp32_pinned(const sdk::LayerDescription& layer) {
-  return layer.type == "layernorm" || layer.type == "softmax_cross_entropy";
-}
-
 std::string trim(std::string_view s) {
   const auto b = s.find_first_not_of(" \t");
   if (b == std::string_view::npos) return {};
@@ -52,16 +47,17 @@ bool Bf16ExceptPolicy::keeps_fp32(const std::string& layer_name) const {
   });
 }
 
-sdk::LayerPrecision Bf16ExceptPolicy::plan(const sdk::LayerDescription& layer) const {
-  sdk::LayerPrecision p;  // every dtype fp32
+sdk::OpPrecision Bf16ExceptPolicy::plan(const sdk::OpDescription& op) const {
+  sdk::OpPrecision p;  // every dtype fp32
   const char* why = "bf16";
-  if (is_fp32_pinned(layer)) {
-    p.fp32_pinned = true;
-    why = "fp32 (pinned op)";
-  } else if (keeps_fp32(layer.name)) {
+  if (op.precision_sensitive) {
+    // The host keeps a precision-sensitive op (statistics, softmax, loss) in FP32 whatever a
+    // policy plans; planning it FP32 here only keeps this log line true.
+    why = "fp32 (precision-sensitive op, pinned by the host)";
+  } else if (keeps_fp32(op.name)) {
     why = "fp32 (fp32_layers)";
   } else {
-    if (layer.has_gemm) {
+    if (op.has_gemm()) {
       p.weight = sdk::DType::bf16;
       p.gemm_input = sdk::DType::bf16;
     }
@@ -69,10 +65,10 @@ sdk::LayerPrecision Bf16ExceptPolicy::plan(const sdk::LayerDescription& layer) c
     p.activation_grad = sdk::DType::bf16;
   }
   const auto row_bytes =
-      layer.out_features * static_cast<std::int64_t>(sdk::dtype_size(p.activation));
-  logger_.info("layer '" + layer.name + "' (" + layer.type + "): " + why + ", activations " +
+      op.out_features * static_cast<std::int64_t>(sdk::dtype_size(p.activation));
+  logger_.info("layer '" + op.name + "' (" + op.kind + "): " + why + ", activations " +
                std::to_string(row_bytes) + " B/row (fp32 would be " +
-               std::to_string(layer.out_features * 4) + " B/row)");
+               std::to_string(op.out_features * 4) + " B/row)");
   return p;
 }
 

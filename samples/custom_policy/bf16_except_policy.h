@@ -8,9 +8,11 @@
 // Contract
 // - Option `fp32_layers`: comma-separated shell globs (fnmatch) over layer names, default
 //   "head*"; "" keeps nothing in FP32.
-// - plan(): softmax / loss / layernorm layers are pinned to FP32 (the autocast deny-list); a
-//   layer whose name matches fp32_layers gets every dtype FP32; any other layer gets bf16 weights
-//   copy, GEMM inputs, activations and activation gradients. Deterministic, no state.
+// - plan(): an op whose name matches fp32_layers gets every dtype FP32; any other op gets bf16
+//   weights copy, GEMM inputs, activations and activation gradients. Precision-sensitive ops
+//   (OpDescription::precision_sensitive: layernorm statistics, softmax, loss) are planned FP32
+//   too, only so the log says what runs: the host pins them to FP32 whatever a policy plans, so
+//   no policy needs a list of op kinds. Deterministic, no state.
 // - Logs, per layer, the bytes of activation one row of the batch stores in the chosen dtype,
 //   so the memory effect of the exception list is visible in the run log.
 // - needs_loss_scaling() is false: bf16 has FP32's exponent range.
@@ -32,7 +34,7 @@ class Bf16ExceptPolicy final : public mixtrain::sdk::PrecisionPolicy {
   Bf16ExceptPolicy(const mixtrain::sdk::Options& options,
                    const mixtrain::sdk::PluginContext& context);
 
-  mixtrain::sdk::LayerPrecision plan(const mixtrain::sdk::LayerDescription& layer) const override;
+  mixtrain::sdk::OpPrecision plan(const mixtrain::sdk::OpDescription& op) const override;
   bool needs_loss_scaling() const override { return false; }
 
   bool keeps_fp32(const std::string& layer_name) const;

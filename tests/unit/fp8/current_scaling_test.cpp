@@ -17,16 +17,16 @@ TEST(fp8_current, AmaxRecordedBeforeTheCastGivesThatTensorsOwnScale) {
   auto p = make_current(sink);
   EXPECT_TRUE(p->uses_scaled_operands());
   // Host protocol for true current scaling: measure amax, record it, then ask and cast.
-  p->record_amax("fc1", OperandRole::input, 2.0f);
-  auto in = p->operand_scaling("fc1", OperandRole::input);
+  p->record_amax(operand("fc1", OperandRole::input), 2.0f);
+  auto in = p->operand_scaling(operand("fc1", OperandRole::input));
   EXPECT_EQ(in.dtype, DType::fp8_e4m3);
   EXPECT_EQ(in.scale, 224.0f);
   EXPECT_EQ(in.scale_inv, 1.0f / 224.0f);
-  p->record_amax("fc1", OperandRole::input, 0.5f);
+  p->record_amax(operand("fc1", OperandRole::input), 0.5f);
   EXPECT_EQ(input_scale(*p), 896.0f) << "the same step, a new tensor: no max, no delay";
 
-  p->record_amax("fc1", OperandRole::grad_output, 4.0f);
-  const auto go = p->operand_scaling("fc1", OperandRole::grad_output);
+  p->record_amax(operand("fc1", OperandRole::grad_output), 4.0f);
+  const auto go = p->operand_scaling(operand("fc1", OperandRole::grad_output));
   EXPECT_EQ(go.dtype, DType::fp8_e5m2);
   EXPECT_EQ(go.scale, 14336.0f);
 }
@@ -48,7 +48,7 @@ TEST(fp8_current, ZeroInfAndNanAmaxKeepThePreviousScale) {
     step(*p, bad);
     EXPECT_EQ(input_scale(*p), 224.0f) << bad;
   }
-  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "fc1.input: non-finite amax"));
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "fc1.matmul.input: non-finite amax"));
 }
 
 TEST(fp8_current, SkippedStepsRestoreTheLastAppliedStep) {
@@ -64,8 +64,8 @@ TEST(fp8_current, SkippedStepsRestoreTheLastAppliedStep) {
 TEST(fp8_current, E4m3FormatCastsGradientsToE4m3) {
   test::CapturingSink sink;
   auto p = make_current(sink, {{"fp8_format", std::string("e4m3")}});
-  p->record_amax("fc1", OperandRole::grad_output, 4.0f);
-  const auto go = p->operand_scaling("fc1", OperandRole::grad_output);
+  p->record_amax(operand("fc1", OperandRole::grad_output), 4.0f);
+  const auto go = p->operand_scaling(operand("fc1", OperandRole::grad_output));
   EXPECT_EQ(go.dtype, DType::fp8_e4m3);
   EXPECT_EQ(go.scale, 112.0f);
 }
@@ -74,7 +74,7 @@ TEST(fp8_current, StateRoundTripsWithScaleInvRecomputed) {
   test::CapturingSink sink;
   auto a = make_current(sink);
   step(*a, 2.0f);
-  a->record_amax("fc1", OperandRole::weight, 0.5f);
+  a->record_amax(operand("fc1", OperandRole::weight), 0.5f);
   a->on_step_end(true);
   const auto state = a->save_state();
   for (const auto& [key, value] : state.values)
@@ -85,9 +85,9 @@ TEST(fp8_current, StateRoundTripsWithScaleInvRecomputed) {
   b->load_state(state);
   EXPECT_EQ(b->slot_names(), a->slot_names());
   for (auto role : {OperandRole::input, OperandRole::weight}) {
-    EXPECT_EQ(b->operand_scaling("fc1", role).scale, a->operand_scaling("fc1", role).scale);
-    EXPECT_EQ(b->operand_scaling("fc1", role).scale_inv,
-              a->operand_scaling("fc1", role).scale_inv);
+    EXPECT_EQ(b->operand_scaling(operand("fc1", role)).scale, a->operand_scaling(operand("fc1", role)).scale);
+    EXPECT_EQ(b->operand_scaling(operand("fc1", role)).scale_inv,
+              a->operand_scaling(operand("fc1", role)).scale_inv);
   }
   step(*a, 8.0f);
   step(*b, 8.0f);
@@ -109,8 +109,39 @@ TEST(fp8_current, MalformedStatesThrowCheckpointError) {
   EXPECT_TRUE(has(broken([](auto& s) { s.values["slot.0.amax"] = -1.0; }), "is negative"));
   EXPECT_TRUE(has(broken([](auto& s) { s.values["slot.0.scale"] = 0.0; }),
                   "is not a positive finite float"));
-  EXPECT_TRUE(has(broken([](auto& s) { s.version = 7; }), "version 7"));
+  EXPECT_TRUE(has(broken([](auto& s) { s.version = 7; }),
+                  "policy 'fp8-current' state has version 7, this build reads 1..2"));
   EXPECT_EQ(input_scale(*b), 1.0f);
+}
+
+// A state as the previous version (1) wrote it: slots "<layer>.<role>".
+TEST(fp8_current, AVersion1StateLoadsWithEachSlotRenamedToItsLinearsMatmul) {
+  sdk::ComponentState v1;
+  v1.version = 1;
+  v1.values = {{"fp8_format", std::string("hybrid")},
+               {"margin", std::int64_t{0}},
+               {"base", std::string("bf16-mixed")},
+               {"slots", std::int64_t{2}},
+               {"slot.0.name", std::string("fc1.input")},
+               {"slot.0.amax", 2.0},
+               {"slot.0.scale", 224.0},
+               {"slot.1.name", std::string("head.grad_output")},
+               {"slot.1.amax", 4.0},
+               {"slot.1.scale", 14336.0}};
+  test::CapturingSink sink;
+  auto p = make_current(sink);
+  p->load_state(v1);
+  EXPECT_EQ(p->slot_names(),
+            (std::vector<std::string>{"fc1.matmul.input", "head.matmul.grad_output"}));
+  EXPECT_EQ(input_scale(*p), 224.0f);
+  const auto go = p->operand_scaling(operand("head", OperandRole::grad_output));
+  EXPECT_EQ(go.dtype, DType::fp8_e5m2);
+  EXPECT_EQ(go.scale, 14336.0f);
+  EXPECT_EQ(go.scale_inv, 1.0f / 14336.0f);
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::info, "renamed its 2 slots"));
+  const auto saved = p->save_state();
+  EXPECT_EQ(saved.version, 2);
+  EXPECT_EQ(saved.get<std::string>("slot.0.name"), "fc1.matmul.input");
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <variant>
 
 #include "fp8_test_support.h"
 
@@ -17,12 +19,12 @@ void train(sdk::PrecisionPolicy& p, int steps, float seed) {
   for (int i = 0; i < steps; ++i) {
     const float t = seed + static_cast<float>(i);
     for (const char* layer : {"fc1", "head"}) {
-      p.operand_scaling(layer, OperandRole::input);
-      p.record_amax(layer, OperandRole::input, 1.0f + std::fmod(t * 0.7f, 3.0f));
-      p.operand_scaling(layer, OperandRole::weight);
-      p.record_amax(layer, OperandRole::weight, 0.25f + std::fmod(t * 0.3f, 1.0f));
-      p.operand_scaling(layer, OperandRole::grad_output);
-      p.record_amax(layer, OperandRole::grad_output, 1e-3f * (1.0f + std::fmod(t, 5.0f)));
+      p.operand_scaling(operand(layer, OperandRole::input));
+      p.record_amax(operand(layer, OperandRole::input), 1.0f + std::fmod(t * 0.7f, 3.0f));
+      p.operand_scaling(operand(layer, OperandRole::weight));
+      p.record_amax(operand(layer, OperandRole::weight), 0.25f + std::fmod(t * 0.3f, 1.0f));
+      p.operand_scaling(operand(layer, OperandRole::grad_output));
+      p.record_amax(operand(layer, OperandRole::grad_output), 1e-3f * (1.0f + std::fmod(t, 5.0f)));
     }
     p.on_step_end(i % 4 != 3);  // every fourth step skipped
   }
@@ -31,8 +33,8 @@ void train(sdk::PrecisionPolicy& p, int steps, float seed) {
 void expect_same_scaling(sdk::PrecisionPolicy& a, sdk::PrecisionPolicy& b) {
   for (const char* layer : {"fc1", "head"})
     for (auto role : {OperandRole::input, OperandRole::weight, OperandRole::grad_output}) {
-      const auto x = a.operand_scaling(layer, role);
-      const auto y = b.operand_scaling(layer, role);
+      const auto x = a.operand_scaling(operand(layer, role));
+      const auto y = b.operand_scaling(operand(layer, role));
       EXPECT_EQ(x.dtype, y.dtype);
       EXPECT_EQ(x.scale, y.scale) << layer << "." << sdk::operand_role_name(role);
       EXPECT_EQ(x.scale_inv, y.scale_inv) << layer << "." << sdk::operand_role_name(role);
@@ -46,7 +48,7 @@ TEST(fp8_delayed_state, RoundTripGivesIdenticalScalesAndFutureBehaviour) {
   auto a = make_delayed(sink, kShortHistory);
   train(*a, 11, 0.0f);
   const auto state = a->save_state();
-  EXPECT_EQ(state.version, 1);
+  EXPECT_EQ(state.version, 2);
   for (const auto& [key, value] : state.values)
     EXPECT_EQ(key.find("scale_inv"), std::string::npos) << "scale_inv is recomputed, not stored";
 
@@ -66,6 +68,48 @@ TEST(fp8_delayed_state, RoundTripGivesIdenticalScalesAndFutureBehaviour) {
   EXPECT_FALSE(sink.contains(sdk::LogLevel::warn, "amax_history_len"));
 }
 
+// What the previous version wrote: the same entries, slots named "<layer>.<role>".
+sdk::ComponentState as_version_1(sdk::ComponentState state) {
+  state.version = 1;
+  for (auto& [key, value] : state.values)
+    if (key.ends_with(".name")) {
+      auto& name = std::get<std::string>(value);
+      name.erase(name.find(".matmul"), std::string(".matmul").size());
+    }
+  return state;
+}
+
+TEST(fp8_delayed_state, AVersion1StateResumesWithEachSlotRenamedToItsLinearsMatmul) {
+  test::CapturingSink sink;
+  auto a = make_delayed(sink, kShortHistory);
+  train(*a, 11, 0.0f);
+  const auto v1 = as_version_1(a->save_state());
+  ASSERT_EQ(v1.get<std::string>("slot.0.name"), "fc1.grad_output");
+
+  auto b = make_delayed(sink, kShortHistory);
+  b->load_state(v1);
+  EXPECT_EQ(b->slot_names(), (std::vector<std::string>{
+                                 "fc1.matmul.grad_output", "fc1.matmul.input", "fc1.matmul.weight",
+                                 "head.matmul.grad_output", "head.matmul.input",
+                                 "head.matmul.weight"}));
+  EXPECT_EQ(b->applied_steps(), a->applied_steps());
+  expect_same_scaling(*a, *b);
+  for (const auto& name : a->slot_names()) {
+    EXPECT_EQ(b->slot(name)->history.ring(), a->slot(name)->history.ring()) << name;
+    EXPECT_EQ(b->slot(name)->history.position(), a->slot(name)->history.position()) << name;
+  }
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::info,
+                            "policy fp8-delayed: the checkpoint's state has version 1, which named "
+                            "scaling slots \"<layer>.<role>\"; renamed its 6 slots to "
+                            "\"<layer>.matmul.<role>\" (version 2)"));
+  // The resumed run goes on exactly as the uninterrupted one, and saves version 2.
+  train(*a, 9, 100.0f);
+  train(*b, 9, 100.0f);
+  expect_same_scaling(*a, *b);
+  EXPECT_EQ(b->save_state().version, 2);
+  EXPECT_EQ(b->save_state().values, a->save_state().values);
+}
+
 TEST(fp8_delayed_state, SavedStateNamesEverySlotAndTheRecipe) {
   test::CapturingSink sink;
   auto a = make_delayed(sink, kShortHistory);
@@ -78,7 +122,7 @@ TEST(fp8_delayed_state, SavedStateNamesEverySlotAndTheRecipe) {
   EXPECT_EQ(s.get<std::int64_t>("interval"), 2);
   EXPECT_EQ(s.get<std::string>("base"), "bf16-mixed");
   EXPECT_EQ(s.get<std::int64_t>("slots"), 6);
-  EXPECT_EQ(s.get<std::string>("slot.0.name"), "fc1.grad_output");
+  EXPECT_EQ(s.get<std::string>("slot.0.name"), "fc1.matmul.grad_output");
   EXPECT_EQ(s.get<std::vector<float>>("slot.0.amax_history").size(), 4u);
   EXPECT_TRUE(s.has("slot.5.position"));
   EXPECT_TRUE(s.has("slot.5.scale"));
@@ -96,7 +140,7 @@ TEST(fp8_delayed_state, ShorterConfiguredHistoryKeepsTheMostRecentEntriesAndWarn
   const auto state = state_with_history_1234(sink);
   auto b = make_delayed(sink, {{"amax_history_len", std::int64_t{3}}});
   b->load_state(state);
-  const auto* s = b->slot("fc1.input");
+  const auto* s = b->slot("fc1.matmul.input");
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->history.chronological(), (std::vector<float>{3.0f, 4.0f, 0.0f}));
   EXPECT_EQ(s->scale, 112.0f) << "the saved scale (448 / 4) is kept";
@@ -115,7 +159,7 @@ TEST(fp8_delayed_state, LongerConfiguredHistoryPadsTheOldestSideWithZerosAndWarn
   const auto state = state_with_history_1234(sink);
   auto b = make_delayed(sink, {{"amax_history_len", std::int64_t{8}}});
   b->load_state(state);
-  EXPECT_EQ(b->slot("fc1.input")->history.chronological(),
+  EXPECT_EQ(b->slot("fc1.matmul.input")->history.chronological(),
             (std::vector<float>{0.0f, 0.0f, 0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 0.0f}));
   EXPECT_EQ(input_scale(*b), 112.0f);
   EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "kept the most recent 6 amaxes"));
@@ -128,7 +172,7 @@ TEST(fp8_delayed_state, ChangedMarginOrFormatRecomputesScalesFromTheHistory) {
   auto b = make_delayed(sink, {{"amax_history_len", std::int64_t{6}}, {"margin", std::int64_t{1}}});
   b->load_state(state);
   EXPECT_EQ(input_scale(*b), 56.0f) << "(448 / 4) / 2^1";
-  EXPECT_EQ(b->operand_scaling("fc1", OperandRole::input).scale_inv, 1.0f / 56.0f);
+  EXPECT_EQ(b->operand_scaling(operand("fc1", OperandRole::input)).scale_inv, 1.0f / 56.0f);
   EXPECT_TRUE(sink.contains(sdk::LogLevel::info, "checkpoint used margin 0, the config says 1"));
   EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "scales were recomputed"));
 }
@@ -171,12 +215,20 @@ TEST(fp8_delayed_state, MalformedStatesThrowCheckpointErrorAndChangeNothing) {
                   "is not a slot name"));
   EXPECT_TRUE(has(broken([](auto& s) { s.values["slots"] = std::int64_t{2}; }),
                   "no entry 'slot.1.name'"));
-  EXPECT_TRUE(has(broken([](auto& s) { s.version = 2; }), "version 2, this build reads 1..1"));
+  EXPECT_TRUE(has(broken([](auto& s) { s.version = 3; }), "version 3, this build reads 1..2"));
+  EXPECT_TRUE(has(broken([](auto& s) { s.values["slot.0.name"] = std::string("fc1.input"); }),
+                  "is not a slot name \"<node>.<gemm>.<input|weight|grad_output>\""))
+      << "version 2 names have a GEMM";
+  EXPECT_TRUE(has(broken([](auto& s) {
+                    s.version = 1;
+                    s.values["slot.0.name"] = std::string("fc1.matmul");
+                  }),
+                  "is not a version-1 slot name"));
   EXPECT_TRUE(has(broken([](auto& s) { s.values["fp8_format"] = std::string("e3m4"); }),
                   "'fp8_format' = 'e3m4'"));
 
   EXPECT_EQ(input_scale(*b), 112.0f) << "a failed load leaves the policy as it was";
-  EXPECT_EQ(b->slot("fc1.input")->history.chronological().back(), 0.0f);
+  EXPECT_EQ(b->slot("fc1.matmul.input")->history.chronological().back(), 0.0f);
 }
 
 TEST(fp8_delayed_state, AnAppliedCountRestoredAtTheTopStopsThere) {

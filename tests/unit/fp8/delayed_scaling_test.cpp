@@ -42,19 +42,19 @@ TEST(fp8_delayed, ScaleFollowsTheFormulaPerRoleAndMargin) {
     test::CapturingSink sink;
     auto p = make_delayed(sink, {{"margin", std::int64_t{margin}}});
     const float divisor = static_cast<float>(1 << margin);
-    p->record_amax("fc1", OperandRole::input, 2.0f);
-    p->record_amax("fc1", OperandRole::weight, 0.5f);
-    p->record_amax("fc1", OperandRole::grad_output, 4.0f);
-    const auto before = p->operand_scaling("fc1", OperandRole::input);
+    p->record_amax(operand("fc1", OperandRole::input), 2.0f);
+    p->record_amax(operand("fc1", OperandRole::weight), 0.5f);
+    p->record_amax(operand("fc1", OperandRole::grad_output), 4.0f);
+    const auto before = p->operand_scaling(operand("fc1", OperandRole::input));
     EXPECT_EQ(before.scale, 1.0f) << "delayed: this step's amax is used from the next step";
     p->on_step_end(true);
 
-    const auto in = p->operand_scaling("fc1", OperandRole::input);
+    const auto in = p->operand_scaling(operand("fc1", OperandRole::input));
     EXPECT_EQ(in.dtype, DType::fp8_e4m3);
     EXPECT_EQ(in.scale, 224.0f / divisor);
     EXPECT_EQ(in.scale_inv, 1.0f / (224.0f / divisor));
-    EXPECT_EQ(p->operand_scaling("fc1", OperandRole::weight).scale, 896.0f / divisor);
-    const auto go = p->operand_scaling("fc1", OperandRole::grad_output);
+    EXPECT_EQ(p->operand_scaling(operand("fc1", OperandRole::weight)).scale, 896.0f / divisor);
+    const auto go = p->operand_scaling(operand("fc1", OperandRole::grad_output));
     EXPECT_EQ(go.dtype, DType::fp8_e5m2);
     EXPECT_EQ(go.scale, 14336.0f / divisor);
     EXPECT_EQ(go.scale_inv, 1.0f / (14336.0f / divisor));
@@ -64,15 +64,15 @@ TEST(fp8_delayed, ScaleFollowsTheFormulaPerRoleAndMargin) {
 TEST(fp8_delayed, FormatsChooseTheDtypePerRole) {
   test::CapturingSink sink;
   auto hybrid = make_delayed(sink);
-  EXPECT_EQ(hybrid->operand_scaling("fc1", OperandRole::input).dtype, DType::fp8_e4m3);
-  EXPECT_EQ(hybrid->operand_scaling("fc1", OperandRole::weight).dtype, DType::fp8_e4m3);
-  EXPECT_EQ(hybrid->operand_scaling("fc1", OperandRole::grad_output).dtype, DType::fp8_e5m2);
+  EXPECT_EQ(hybrid->operand_scaling(operand("fc1", OperandRole::input)).dtype, DType::fp8_e4m3);
+  EXPECT_EQ(hybrid->operand_scaling(operand("fc1", OperandRole::weight)).dtype, DType::fp8_e4m3);
+  EXPECT_EQ(hybrid->operand_scaling(operand("fc1", OperandRole::grad_output)).dtype, DType::fp8_e5m2);
 
   auto e4m3 = make_delayed(sink, {{"fp8_format", std::string("e4m3")}});
-  EXPECT_EQ(e4m3->operand_scaling("fc1", OperandRole::grad_output).dtype, DType::fp8_e4m3);
-  e4m3->record_amax("fc1", OperandRole::grad_output, 4.0f);
+  EXPECT_EQ(e4m3->operand_scaling(operand("fc1", OperandRole::grad_output)).dtype, DType::fp8_e4m3);
+  e4m3->record_amax(operand("fc1", OperandRole::grad_output), 4.0f);
   e4m3->on_step_end(true);
-  EXPECT_EQ(e4m3->operand_scaling("fc1", OperandRole::grad_output).scale, 112.0f)
+  EXPECT_EQ(e4m3->operand_scaling(operand("fc1", OperandRole::grad_output)).scale, 112.0f)
       << "E4M3's 448, not E5M2's 57344";
 }
 
@@ -80,10 +80,10 @@ TEST(fp8_delayed, SlotsAreCreatedLazilyAndNamedLayerDotRole) {
   test::CapturingSink sink;
   auto p = make_delayed(sink, {{"amax_history_len", std::int64_t{16}}});
   EXPECT_TRUE(p->slot_names().empty());
-  p->operand_scaling("fc1", OperandRole::input);
-  p->record_amax("head", OperandRole::grad_output, 1.0f);
-  EXPECT_EQ(p->slot_names(), (std::vector<std::string>{"fc1.input", "head.grad_output"}));
-  const auto* s = p->slot("fc1.input");
+  p->operand_scaling(operand("fc1", OperandRole::input));
+  p->record_amax(operand("head", OperandRole::grad_output), 1.0f);
+  EXPECT_EQ(p->slot_names(), (std::vector<std::string>{"fc1.matmul.input", "head.matmul.grad_output"}));
+  const auto* s = p->slot("fc1.matmul.input");
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->history.length(), 16u);
   EXPECT_EQ(s->history.max(), 0.0f);
@@ -119,11 +119,11 @@ TEST(fp8_delayed, HistoryRollsOncePerAppliedStepAndKeepsItsLength) {
   test::CapturingSink sink;
   auto p = make_delayed(sink, {{"amax_history_len", std::int64_t{4}}});
   for (float amax : {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}) {
-    p->record_amax("fc1", OperandRole::input, amax);
-    p->record_amax("fc1", OperandRole::input, amax / 2);  // a second cast in the same step
+    p->record_amax(operand("fc1", OperandRole::input), amax);
+    p->record_amax(operand("fc1", OperandRole::input), amax / 2);  // a second cast in the same step
     p->on_step_end(true);
   }
-  const auto& h = p->slot("fc1.input")->history;
+  const auto& h = p->slot("fc1.matmul.input")->history;
   EXPECT_EQ(h.length(), 4u);
   EXPECT_EQ(h.position(), 6u % 4u);
   EXPECT_EQ(h.chronological(), (std::vector<float>{4.0f, 5.0f, 6.0f, 0.0f}));
@@ -143,8 +143,8 @@ TEST(fp8_delayed, ZeroInfAndNanAmaxKeepThePreviousScale) {
   EXPECT_EQ(input_scale(*p), 224.0f);
   step(*p, kNaN);
   EXPECT_EQ(input_scale(*p), 224.0f);
-  EXPECT_EQ(p->operand_scaling("fc1", OperandRole::input).scale_inv, 1.0f / 224.0f);
-  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "fc1.input: non-finite amax"));
+  EXPECT_EQ(p->operand_scaling(operand("fc1", OperandRole::input)).scale_inv, 1.0f / 224.0f);
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "fc1.matmul.input: non-finite amax"));
   step(*p, 4.0f);
   EXPECT_EQ(input_scale(*p), 112.0f);
 }
@@ -156,7 +156,7 @@ TEST(fp8_delayed, NanInTheHistoryIsSkippedByTheFusedMax) {
   step(*p, kNaN);
   EXPECT_EQ(input_scale(*p), 224.0f);
   EXPECT_TRUE(sink.contains(sdk::LogLevel::warn,
-                            "fc1.input: non-finite amax nan observed; the max over the amax "
+                            "fc1.matmul.input: non-finite amax nan observed; the max over the amax "
                             "history skips it"));
   step(*p, 4.0f);
   EXPECT_EQ(input_scale(*p), 112.0f) << "fmaxf(NaN, 4) is 4";
@@ -170,7 +170,7 @@ TEST(fp8_delayed, NanInTheHistoryFreezesTheUnfusedMaxScaleUntilItAgesOut) {
   step(*p, kNaN);
   EXPECT_EQ(input_scale(*p), 224.0f);
   EXPECT_TRUE(sink.contains(sdk::LogLevel::warn,
-                            "fc1.input: non-finite amax nan observed; the scale stays at 224 "
+                            "fc1.matmul.input: non-finite amax nan observed; the scale stays at 224 "
                             "while it is in the amax history"));
   step(*p, 4.0f);
   EXPECT_EQ(input_scale(*p), 224.0f) << "max(NaN, 4) is NaN";
@@ -188,7 +188,7 @@ TEST(fp8_delayed, IntervalRecomputesEveryNthAppliedStepButRollsEveryStep) {
     scales.push_back(input_scale(*p));
   }
   EXPECT_EQ(scales, (std::vector<float>{1.0f, 1.0f, 448.0f, 448.0f, 448.0f, 224.0f}));
-  EXPECT_EQ(p->slot("fc1.input")->history.position(), 6u);
+  EXPECT_EQ(p->slot("fc1.matmul.input")->history.position(), 6u);
 }
 
 TEST(fp8_delayed, SkippedStepsChangeNothing) {
@@ -210,7 +210,7 @@ TEST(fp8_delayed, LogsEachScaleUpdateAtDebugLevel) {
   test::CapturingSink sink;
   auto p = make_delayed(sink);
   step(*p, 2.0f);
-  EXPECT_TRUE(sink.contains(sdk::LogLevel::debug, "fc1.input: amax 2 -> scale 224 (was 1)"));
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::debug, "fc1.matmul.input: amax 2 -> scale 224 (was 1)"));
 }
 
 TEST(fp8_delayed, PlansFp8GemmsOverTheBaseRecipe) {
@@ -218,28 +218,25 @@ TEST(fp8_delayed, PlansFp8GemmsOverTheBaseRecipe) {
   auto p = make_delayed(sink);
   EXPECT_TRUE(p->uses_scaled_operands());
   EXPECT_FALSE(p->needs_loss_scaling());
-  const auto linear = p->plan({"fc1", "linear", 8, 16, true});
+  const auto linear = p->plan(linear_op());
   EXPECT_EQ(linear.gemm_input, DType::fp8_e4m3);
   EXPECT_EQ(linear.weight, DType::bf16);
   EXPECT_EQ(linear.activation, DType::bf16);
   EXPECT_EQ(linear.activation_grad, DType::bf16);
-  EXPECT_FALSE(linear.fp32_pinned);
-  const auto relu = p->plan({"relu1", "relu", 16, 16, false});
+  const auto relu = p->plan(op_without_gemm("relu"));
   EXPECT_EQ(relu.gemm_input, DType::fp32);
   EXPECT_EQ(relu.weight, DType::fp32);
   EXPECT_EQ(relu.activation, DType::bf16);
-  for (const char* pinned : {"layernorm", "softmax_cross_entropy"}) {
-    const auto plan = p->plan({"x", pinned, 16, 16, false});
-    EXPECT_TRUE(plan.fp32_pinned) << pinned;
-    EXPECT_EQ(plan.activation, DType::fp32) << pinned;
-    EXPECT_EQ(plan.activation_grad, DType::fp32) << pinned;
-  }
+  // A precision-sensitive op is planned like any op without GEMMs: the host pins it to FP32.
+  const auto ln = p->plan(op_without_gemm("layernorm", /*sensitive=*/true));
+  EXPECT_EQ(ln.gemm_input, relu.gemm_input);
+  EXPECT_EQ(ln.activation, relu.activation);
 
   auto fp16 = make_delayed(sink, {{"base", std::string("fp16-mixed")}});
   EXPECT_TRUE(fp16->needs_loss_scaling());
-  EXPECT_EQ(fp16->plan({"fc1", "linear", 8, 16, true}).weight, DType::fp16);
+  EXPECT_EQ(fp16->plan(linear_op()).weight, DType::fp16);
   auto fp32 = make_delayed(sink, {{"base", std::string("fp32")}});
-  const auto f = fp32->plan({"fc1", "linear", 8, 16, true});
+  const auto f = fp32->plan(linear_op());
   EXPECT_EQ(f.weight, DType::fp32);
   EXPECT_EQ(f.gemm_input, DType::fp8_e4m3);
   EXPECT_EQ(f.activation, DType::fp32);

@@ -56,13 +56,13 @@ std::string show(const std::vector<float>& v) {
 
 void run_sequence(DelayedScalingPolicy& p, const std::vector<Expected>& steps,
                   OperandRole role = OperandRole::input) {
-  const std::string name = slot_name("fc1", role);
+  const std::string name = operand("fc1", role).name();
   for (std::size_t i = 0; i < steps.size(); ++i) {
     SCOPED_TRACE("step " + std::to_string(i + 1) + ", amax " + std::to_string(steps[i].amax));
-    p.operand_scaling("fc1", role);
-    p.record_amax("fc1", role, steps[i].amax);
+    p.operand_scaling(operand("fc1", role));
+    p.record_amax(operand("fc1", role), steps[i].amax);
     p.on_step_end(true);
-    const auto s = p.operand_scaling("fc1", role);
+    const auto s = p.operand_scaling(operand("fc1", role));
     EXPECT_EQ(s.scale, steps[i].scale);
     EXPECT_EQ(s.scale_inv, 1.0f / steps[i].scale);
     EXPECT_TRUE(same_amaxes(p.slot(name)->history.chronological(), steps[i].history));
@@ -150,7 +150,7 @@ TEST(fp8_te_edges, InfFreezesTheMaxUntilItAgesOutUnderBothUpdates) {
                       {1.0f, 224.0f, {1, 1, 0}},
                       {1.0f, 448.0f, {1, 1, 0}}});
     EXPECT_TRUE(sink.contains(sdk::LogLevel::warn,
-                              "fc1.input: non-finite amax inf observed; the scale stays at 224 "
+                              "fc1.matmul.input: non-finite amax inf observed; the scale stays at 224 "
                               "while it is in the amax history"));
   }
 }
@@ -166,7 +166,7 @@ TEST(fp8_te_edges, MostRecentMixUnderTheFusedUpdate) {
                     {-0.0f, 112.0f, {kInf, 4, 0}},  // -0 == 0: left alone
                     {1.0f, 448.0f, {4, 1, 0}}});
   EXPECT_TRUE(sink.contains(sdk::LogLevel::warn,
-                            "fc1.input: non-finite amax nan observed; the scale stays at 224 for "
+                            "fc1.matmul.input: non-finite amax nan observed; the scale stays at 224 for "
                             "this step"));
 }
 
@@ -263,15 +263,15 @@ TEST(fp8_te_edges, AnOperandNotCastInAStepIsLeftAloneByTheFusedUpdate) {
     test::CapturingSink sink;
     auto p = make_delayed(sink, options(3, "max", update));
     for (int i = 1; i <= 3; ++i) {
-      p->record_amax("fc1", OperandRole::input, 1.0f);
-      if (i != 2) p->record_amax("fc1", OperandRole::weight, static_cast<float>(i));
+      p->record_amax(operand("fc1", OperandRole::input), 1.0f);
+      if (i != 2) p->record_amax(operand("fc1", OperandRole::weight), static_cast<float>(i));
       p->on_step_end(true);
     }
     const bool fused = std::string(update) == "fused";
-    EXPECT_TRUE(same_amaxes(p->slot("fc1.weight")->history.chronological(),
+    EXPECT_TRUE(same_amaxes(p->slot("fc1.matmul.weight")->history.chronological(),
                             fused ? std::vector<float>{1, 3, 0} : std::vector<float>{0, 3, 0}));
-    EXPECT_EQ(p->slot("fc1.weight")->history.position(), fused ? 2u : 0u);
-    EXPECT_TRUE(same_amaxes(p->slot("fc1.input")->history.chronological(), {1, 1, 0}));
+    EXPECT_EQ(p->slot("fc1.matmul.weight")->history.position(), fused ? 2u : 0u);
+    EXPECT_TRUE(same_amaxes(p->slot("fc1.matmul.input")->history.chronological(), {1, 1, 0}));
   }
 }
 

@@ -1,5 +1,5 @@
-// The precision policies' plans: recipe per GEMM / element-wise layer, the FP32 deny-list, and
-// `auto` choosing from the backend's capabilities.
+// The precision policies' plans: recipe per GEMM / element-wise op, precision-sensitive ops left
+// to the host, and `auto` choosing from the backend's capabilities.
 #include <gtest/gtest.h>
 
 #include "plugin_test_support.h"
@@ -14,15 +14,15 @@ sdk::PluginContext context(test::CapturingSink& sink) {
   return {sdk::Logger(&sink, "policy.test"), "policies", "test"};
 }
 
-sdk::LayerDescription linear() {
-  return {"fc1", "linear", 8, 16, true};
+using sdk::OperandRole;
+
+sdk::OpDescription linear() {
+  return {"fc1", "linear", 8, 16,
+          {{"matmul", {OperandRole::input, OperandRole::weight, OperandRole::grad_output}}},
+          false};
 }
-sdk::LayerDescription relu() {
-  return {"relu1", "relu", 16, 16, false};
-}
-sdk::LayerDescription layernorm() {
-  return {"ln", "layernorm", 16, 16, false};
-}
+sdk::OpDescription relu() { return {"relu1", "relu", 16, 16, {}, false}; }
+sdk::OpDescription layernorm() { return {"ln", "layernorm", 16, 16, {}, true}; }
 
 TEST(policies_plans, MixedPoliciesPutGemmsAndActivationsIn16Bits) {
   test::CapturingSink sink;
@@ -32,7 +32,6 @@ TEST(policies_plans, MixedPoliciesPutGemmsAndActivationsIn16Bits) {
   EXPECT_EQ(p.gemm_input, DType::bf16);
   EXPECT_EQ(p.activation, DType::bf16);
   EXPECT_EQ(p.activation_grad, DType::bf16);
-  EXPECT_FALSE(p.fp32_pinned);
   EXPECT_FALSE(bf16.needs_loss_scaling());
 
   Fp16MixedPolicy fp16({}, context(sink));
@@ -43,19 +42,29 @@ TEST(policies_plans, MixedPoliciesPutGemmsAndActivationsIn16Bits) {
   EXPECT_TRUE(fp16.needs_loss_scaling());
 }
 
-TEST(policies_plans, NormsStayFp32UnderEveryPolicy) {
+// Pinning is the host's job (core's precision planning, tested there): the policy plans a
+// precision-sensitive op like any other op without GEMMs, and keeps no list of op kinds.
+TEST(policies_plans, PlanASensitiveOpLikeAnyOtherOpWithoutGemms) {
   test::CapturingSink sink;
   Bf16MixedPolicy bf16({}, context(sink));
+  const auto ln = bf16.plan(layernorm());
+  const auto r = bf16.plan(relu());
+  EXPECT_EQ(ln.weight, r.weight);
+  EXPECT_EQ(ln.gemm_input, r.gemm_input);
+  EXPECT_EQ(ln.activation, r.activation);
+  EXPECT_EQ(ln.activation_grad, r.activation_grad);
+}
+
+TEST(policies_plans, AnOpKindThePolicyHasNeverHeardOfIsPlannedFromItsGemms) {
+  test::CapturingSink sink;
   Fp16MixedPolicy fp16({}, context(sink));
-  Tf32Policy tf32({}, context(sink));
-  for (const TablePrecisionPolicy* p :
-       {static_cast<TablePrecisionPolicy*>(&bf16), static_cast<TablePrecisionPolicy*>(&fp16),
-        static_cast<TablePrecisionPolicy*>(&tf32)}) {
-    auto plan = p->plan(layernorm());
-    EXPECT_TRUE(plan.fp32_pinned) << p->recipe().name;
-    EXPECT_EQ(plan.activation, DType::fp32) << p->recipe().name;
-    EXPECT_EQ(plan.activation_grad, DType::fp32) << p->recipe().name;
-  }
+  sdk::OpDescription attention{"attn", "attention", 64, 64,
+                               {{"qkv", {OperandRole::input, OperandRole::weight}},
+                                {"scores", {OperandRole::input, OperandRole::grad_output}}},
+                               false};
+  const auto p = fp16.plan(attention);
+  EXPECT_EQ(p.weight, DType::fp16);
+  EXPECT_EQ(p.gemm_input, DType::fp16);
 }
 
 TEST(policies_plans, Tf32RoundsOnlyGemmInputs) {

@@ -1,19 +1,25 @@
-// PrecisionPolicy: which dtype each tensor of each layer uses.
+// PrecisionPolicy: which dtype each tensor of each op uses.
 //
 // Contract
 // - adapt_to() is called once, before any plan(), with the capabilities of the backend the run
 //   uses, so a policy such as `auto` can choose formats the hardware runs natively.
-// - plan() is called once per layer when the model is built and must be deterministic. The host
-//   applies the user's [[precision.override]] entries on top of the returned plan, then checks
+// - plan() is called once per op (node) when the model is built, with the op's description (kind,
+//   GEMMs with their operand roles, precision sensitivity: op_description.h), and must be
+//   deterministic. gemm_input applies to every GEMM of the op. The host then, in this order:
+//   pins every dtype of a precision-sensitive op to FP32 (the op's own trait, so a policy keeps
+//   no deny-list of op kinds), applies the user's [[precision.override]] entries, and checks
 //   every GEMM dtype against the backend's capabilities.
 // - Accumulation, master weights, gradients of weights and optimizer state are always FP32; a
 //   policy chooses only the low-precision copies and storage.
 // - Policies that scale GEMM operands (FP8) return uses_scaled_operands() = true and keep one
-//   scaling slot per (layer, role). The host calls operand_scaling() before casting an operand,
-//   record_amax() with the amax the backend measured during that cast, and on_step_end() after
-//   each step (applied or skipped). A policy whose scale must come from the tensor being cast
-//   (current scaling) returns wants_current_amax() = true: the host then measures the operand's
-//   amax and calls record_amax() before operand_scaling() as well. State round-trips through save_state()/load_state().
+//   scaling slot per OperandSlot, i.e. per (node, GEMM, role), named "<node>.<gemm>.<role>".
+//   The host calls operand_scaling() before casting an operand, record_amax() with the amax the
+//   backend measured during that cast, and on_step_end() after each step (applied or skipped). A
+//   policy whose scale must come from the tensor being cast (current scaling) returns
+//   wants_current_amax() = true: the host then measures the operand's amax and calls
+//   record_amax() before operand_scaling() as well. State round-trips through
+//   save_state()/load_state(); a policy that renames its slots bumps its state version and
+//   migrates or refuses older states.
 // - Not thread-safe; one trainer drives one policy.
 #pragma once
 
@@ -27,27 +33,16 @@
 #include "mixtrain/sdk/component_state.h"
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/dtype.h"
+#include "mixtrain/sdk/op_description.h"
 
 namespace mixtrain::sdk {
 
-struct LayerDescription {
-  std::string name;  // unique, from the config ("fc1", "head")
-  std::string type;  // "linear", "layernorm", "relu", "gelu", "softmax_cross_entropy"
-  std::int64_t in_features = 0;
-  std::int64_t out_features = 0;
-  bool has_gemm = false;
-};
-
-struct LayerPrecision {
+struct OpPrecision {
   DType weight = DType::fp32;           // working copy of the weights
-  DType gemm_input = DType::fp32;       // A/B operands of the layer's GEMMs (tf32: rounded fp32)
-  DType activation = DType::fp32;       // storage of the layer's output activation
-  DType activation_grad = DType::fp32;  // storage of the gradient w.r.t. the layer's input
-  bool fp32_pinned = false;             // statistics / softmax / loss: everything fp32
+  DType gemm_input = DType::fp32;       // A/B operands of the op's GEMMs (tf32: rounded fp32)
+  DType activation = DType::fp32;       // storage of the op's output activation
+  DType activation_grad = DType::fp32;  // storage of the gradient w.r.t. the op's input
 };
-
-enum class OperandRole { input, weight, grad_output };
-std::string_view operand_role_name(OperandRole r) noexcept;
 
 struct OperandScaling {
   DType dtype = DType::fp32;  // fp8_e4m3 or fp8_e5m2 for scaled operands
@@ -62,17 +57,15 @@ class MIXTRAIN_SDK_API PrecisionPolicy : public Component {
   // The policy whose plan this one applies when it chooses one in adapt_to() (`auto` ->
   // "bf16-mixed"); empty for a policy that is itself. The host records it in summary.json.
   virtual std::string resolved_name() const { return {}; }
-  virtual LayerPrecision plan(const LayerDescription& layer) const = 0;
+  virtual OpPrecision plan(const OpDescription& op) const = 0;
   // True for formats whose narrow exponent range needs a loss scaler (fp16); `mixtrain check`
   // warns when such a policy runs with scaler.type = "none".
   virtual bool needs_loss_scaling() const = 0;
 
   virtual bool uses_scaled_operands() const { return false; }
   virtual bool wants_current_amax() const { return false; }
-  virtual OperandScaling operand_scaling(const std::string& /*layer*/, OperandRole /*role*/) {
-    return {};
-  }
-  virtual void record_amax(const std::string& /*layer*/, OperandRole /*role*/, float /*amax*/) {}
+  virtual OperandScaling operand_scaling(const OperandSlot& /*slot*/) { return {}; }
+  virtual void record_amax(const OperandSlot& /*slot*/, float /*amax*/) {}
   virtual void on_step_end(bool /*applied*/) {}
 
   virtual ComponentState save_state() const { return {}; }
