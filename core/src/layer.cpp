@@ -12,8 +12,8 @@ Layer::Layer(std::string name, std::string type, std::int64_t in, std::int64_t o
     : name_(std::move(name)), type_(std::move(type)), in_(in), out_(out) {}
 Layer::~Layer() = default;
 
-sdk::LayerDescription Layer::description() const {
-  return {name_, type_, in_, out_, has_gemm()};
+sdk::OpDescription Layer::description() const {
+  return {name_, type_, in_, out_, gemms(), precision_sensitive()};
 }
 
 void Layer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) {

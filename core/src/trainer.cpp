@@ -77,7 +77,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   // Model under the policy's plan.
   s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes);
   auto caps = backend.capabilities();
-  plan_precision(*s.model, *s.c.policy, caps, e.overrides);
+  plan_precision(*s.model, *s.c.policy, caps, e.overrides, s.log);
   // Every node's ops are asked in Model::allocate; the step's own gradient checks here.
   for (sdk::ElementwiseOp op : {sdk::ElementwiseOp::unscale_and_check_finite,
                                 sdk::ElementwiseOp::unscale_check_and_sum_squares})

@@ -60,11 +60,11 @@ void CurrentScalingPolicy::on_step_end(bool applied) {
       continue;
     }
     if (!std::isfinite(s.amax))
-      logger().warn(name + ": non-finite amax " + format_float(s.amax) + " observed; the scale stays at " +
-                    format_float(s.scale));
+      logger().warn(name + ": non-finite amax " + format_float(s.amax) +
+                    " observed; the scale stays at " + format_float(s.scale));
     if (s.scale != s.committed_scale && logger().enabled(sdk::LogLevel::debug))
-      logger().debug(name + ": amax " + format_float(s.amax) + " -> scale " + format_float(s.scale) +
-                     " (was " + format_float(s.committed_scale) + ")");
+      logger().debug(name + ": amax " + format_float(s.amax) + " -> scale " +
+                     format_float(s.scale) + " (was " + format_float(s.committed_scale) + ")");
     s.committed_amax = s.amax;
     s.committed_scale = s.scale;
   }

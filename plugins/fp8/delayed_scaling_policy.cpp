@@ -166,8 +166,10 @@ void DelayedScalingPolicy::load_state(const sdk::ComponentState& state) {
   const auto& saved_algo = read_string(state, "amax_compute_algo");
   if (saved_algo != "max" && saved_algo != "most_recent")
     fail_state("entry 'amax_compute_algo' = '" + saved_algo + "' is not max or most_recent");
-  const auto saved_interval = read_int(state, "interval", 1, std::numeric_limits<std::int64_t>::max());
-  const auto applied = read_int(state, "applied_steps", 0, std::numeric_limits<std::int64_t>::max());
+  const auto saved_interval =
+      read_int(state, "interval", 1, std::numeric_limits<std::int64_t>::max());
+  const auto applied =
+      read_int(state, "applied_steps", 0, std::numeric_limits<std::int64_t>::max());
   const auto count = read_int(state, "slots", 0, std::numeric_limits<std::int32_t>::max());
 
   std::map<std::string, ScalingSlot, std::less<>> loaded;
@@ -192,19 +194,18 @@ void DelayedScalingPolicy::load_state(const sdk::ComponentState& state) {
       if (auto scale = compute_scale(history_amax(s.history), s.dtype, margin())) s.scale = *scale;
     }
     s.scale_inv = 1.0f / s.scale;
-    if (!loaded.emplace(name, std::move(s)).second)
-      fail_state("slot '" + name + "' appears twice");
+    if (!loaded.emplace(name, std::move(s)).second) fail_state("slot '" + name + "' appears twice");
   }
 
   if (saved_len != static_cast<std::int64_t>(history_len_)) {
     const auto kept = std::min<std::int64_t>(saved_len, static_cast<std::int64_t>(history_len_));
-    logger().warn(
-        "policy fp8-delayed: checkpoint has amax_history_len " + std::to_string(saved_len) +
-        ", the config says " + std::to_string(history_len_) + "; kept the most recent " +
-        std::to_string(kept) + " amaxes of each of " + std::to_string(loaded.size()) + " slots" +
-        (saved_len < static_cast<std::int64_t>(history_len_)
-             ? ", padded with zeros on the oldest side"
-             : ", dropped the " + std::to_string(saved_len - kept) + " oldest"));
+    logger().warn("policy fp8-delayed: checkpoint has amax_history_len " +
+                  std::to_string(saved_len) + ", the config says " + std::to_string(history_len_) +
+                  "; kept the most recent " + std::to_string(kept) + " amaxes of each of " +
+                  std::to_string(loaded.size()) + " slots" +
+                  (saved_len < static_cast<std::int64_t>(history_len_)
+                       ? ", padded with zeros on the oldest side"
+                       : ", dropped the " + std::to_string(saved_len - kept) + " oldest"));
   }
   if (saved_algo != algo_name(algo_))
     logger().info("policy fp8-delayed: checkpoint used amax_compute_algo " + saved_algo +
@@ -214,7 +215,8 @@ void DelayedScalingPolicy::load_state(const sdk::ComponentState& state) {
                   ", the config says " + std::to_string(interval_) + "; the config wins");
   if (constants_changed)
     logger().warn("policy fp8-delayed: fp8_format or margin changed since the checkpoint; the " +
-                  std::to_string(loaded.size()) + " scales were recomputed from their amax histories");
+                  std::to_string(loaded.size()) +
+                  " scales were recomputed from their amax histories");
   report_slot_migration(state, loaded.size());
 
   slots_ = std::move(loaded);

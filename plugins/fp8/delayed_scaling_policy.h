@@ -3,8 +3,8 @@
 //
 // Contract (see README.md for the options and the host protocol)
 // - One ScalingSlot per sdk::OperandSlot (node, GEMM, role), created on first use by
-//   operand_scaling() or record_amax(), named "<node>.<gemm>.<role>": an AmaxHistory of amax_history_len entries (all 0),
-//   scale 1, scale_inv 1.
+//   operand_scaling() or record_amax(), named "<node>.<gemm>.<role>": an AmaxHistory of
+//   amax_history_len entries (all 0), scale 1, scale_inv 1.
 // - operand_scaling() returns the slot's dtype (E4M3, or E5M2 for grad_output under "hybrid"),
 //   scale and scale_inv; it never changes them within a step.
 // - record_amax() folds the amax measured while casting into the slot's entry for this step.

@@ -26,14 +26,17 @@ Fp8PrecisionPolicy::Fp8PrecisionPolicy(std::string component, const sdk::Options
 sdk::OptionSchema Fp8PrecisionPolicy::common_option_schema() {
   using sdk::OptionSpec;
   return {
-      OptionSpec::string("fp8_format", "hybrid",
-                         "hybrid: E4M3 for input and weight, E5M2 for grad_output; e4m3: E4M3 for all")
+      OptionSpec::string(
+          "fp8_format", "hybrid",
+          "hybrid: E4M3 for input and weight, E5M2 for grad_output; e4m3: E4M3 for all")
           .one_of(fp8_format_names()),
-      OptionSpec::integer("margin", 0, "scale = (fp8_max / amax) / 2^margin: headroom in powers of two")
+      OptionSpec::integer("margin", 0,
+                          "scale = (fp8_max / amax) / 2^margin: headroom in powers of two")
           .at_least(0)
           .at_most(32),
-      OptionSpec::string("base", "bf16-mixed",
-                         "recipe of the non-FP8 parts: working weights, activations and their gradients")
+      OptionSpec::string(
+          "base", "bf16-mixed",
+          "recipe of the non-FP8 parts: working weights, activations and their gradients")
           .one_of(base_recipe_names()),
   };
 }
@@ -71,8 +74,7 @@ void Fp8PrecisionPolicy::adapt_to(const sdk::BackendCapabilities& capabilities) 
   for (auto dtype : needed) {
     if (capabilities.supports(dtype) && !capabilities.native(dtype))
       logger_.info("policy " + component_ + ": the " + capabilities.kind + " backend emulates " +
-                   std::string(sdk::dtype_name(dtype)) +
-                   " GEMMs (exact numerics, no speedup)");
+                   std::string(sdk::dtype_name(dtype)) + " GEMMs (exact numerics, no speedup)");
   }
   logger_.debug("policy " + component_ + ": fp8_format " + std::string(fp8_format_name(format_)) +
                 ", margin " + std::to_string(margin_) + ", base " + std::string(base_->name));
@@ -104,8 +106,7 @@ float Fp8PrecisionPolicy::read_scale(const sdk::ComponentState& state,
                                      const std::string& key) const {
   const auto value = state.get<double>(key);
   if (!std::isfinite(value) || value <= 0.0 || value > static_cast<double>(FLT_MAX))
-    fail_state("entry '" + key + "' = " + format_float(value) +
-               " is not a positive finite float");
+    fail_state("entry '" + key + "' = " + format_float(value) + " is not a positive finite float");
   return static_cast<float>(value);
 }
 

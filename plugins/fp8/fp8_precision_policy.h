@@ -49,8 +49,8 @@ class Fp8PrecisionPolicy : public sdk::PrecisionPolicy {
 
   // State checks: each throws sdk::CheckpointError naming this component and the entry.
   void check_state_version(const sdk::ComponentState& state, std::int64_t current) const;
-  std::int64_t read_int(const sdk::ComponentState& state, const std::string& key,
-                        std::int64_t min, std::int64_t max) const;
+  std::int64_t read_int(const sdk::ComponentState& state, const std::string& key, std::int64_t min,
+                        std::int64_t max) const;
   float read_scale(const sdk::ComponentState& state, const std::string& key) const;
   const std::string& read_string(const sdk::ComponentState& state, const std::string& key) const;
   // The slot name saved under `key` in the current form "<node>.<gemm>.<role>" (a version-1

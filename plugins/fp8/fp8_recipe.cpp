@@ -40,9 +40,12 @@ sdk::DType operand_dtype(Fp8Format format, sdk::OperandRole role) noexcept {
 
 double fp8_max(sdk::DType dtype) {
   switch (dtype) {
-    case sdk::DType::fp8_e4m3: return 448.0;
-    case sdk::DType::fp8_e5m2: return 57344.0;
-    default: break;
+    case sdk::DType::fp8_e4m3:
+      return 448.0;
+    case sdk::DType::fp8_e5m2:
+      return 57344.0;
+    default:
+      break;
   }
   throw std::invalid_argument("fp8_max: " + std::string(sdk::dtype_name(dtype)) +
                               " is not an fp8 dtype");

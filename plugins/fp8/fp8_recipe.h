@@ -40,11 +40,11 @@ sdk::DType operand_dtype(Fp8Format format, sdk::OperandRole role) noexcept;
 double fp8_max(sdk::DType dtype);
 
 struct BaseRecipe {
-  std::string_view name;        // option value of `base`
-  sdk::DType weight;            // working copy of GEMM weights (the FP8 cast reads it)
-  sdk::DType activation;        // layer outputs kept for backward
-  sdk::DType activation_grad;   // gradients flowing between layers
-  bool needs_loss_scaling;      // fp16's narrow exponent range
+  std::string_view name;       // option value of `base`
+  sdk::DType weight;           // working copy of GEMM weights (the FP8 cast reads it)
+  sdk::DType activation;       // layer outputs kept for backward
+  sdk::DType activation_grad;  // gradients flowing between layers
+  bool needs_loss_scaling;     // fp16's narrow exponent range
 };
 
 const BaseRecipe& base_recipe(std::string_view name);  // std::invalid_argument when unknown

@@ -2,8 +2,9 @@
 // in ordinary ops and whether the format needs a loss scaler.
 //
 // Contract: a recipe is plain constant data. Precision-sensitive ops (normalisation, softmax,
-// loss) ignore the recipe and stay FP32: the host pins them from the op's own trait. Adding a policy
-// (fp16-mixed, bf16-mixed, tf32) means adding a recipe here and one line to policies_plugin.cpp.
+// loss) ignore the recipe and stay FP32: the host pins them from the op's own trait. Adding a
+// policy (fp16-mixed, bf16-mixed, tf32) means adding a recipe here and one line to
+// policies_plugin.cpp.
 #pragma once
 
 #include <string_view>
@@ -49,7 +50,9 @@ inline constexpr PolicyRecipe kTf32Recipe{
 // exponent bits: small gradients flush to zero without a loss scaler.
 inline constexpr PolicyRecipe kFp16MixedRecipe{
     /* .name = */ "fp16-mixed",
-    /* .description = */ "fp16 weights copies, GEMM inputs, activations and their gradients; fp32 masters (needs a loss scaler)",
+    /* .description = */
+    "fp16 weights copies, GEMM inputs, activations and their gradients; fp32 masters (needs a loss "
+    "scaler)",
     /* .weight = */ sdk::DType::fp16,
     /* .gemm_input = */ sdk::DType::fp16,
     /* .activation = */ sdk::DType::fp16,
@@ -60,7 +63,8 @@ inline constexpr PolicyRecipe kFp16MixedRecipe{
 // BF16 mixed precision: fp32's exponent range with 8 significant bits, so no loss scaler.
 inline constexpr PolicyRecipe kBf16MixedRecipe{
     /* .name = */ "bf16-mixed",
-    /* .description = */ "bf16 weights copies, GEMM inputs, activations and their gradients; fp32 masters",
+    /* .description = */
+    "bf16 weights copies, GEMM inputs, activations and their gradients; fp32 masters",
     /* .weight = */ sdk::DType::bf16,
     /* .gemm_input = */ sdk::DType::bf16,
     /* .activation = */ sdk::DType::bf16,

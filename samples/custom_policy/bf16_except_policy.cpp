@@ -64,8 +64,7 @@ sdk::OpPrecision Bf16ExceptPolicy::plan(const sdk::OpDescription& op) const {
     p.activation = sdk::DType::bf16;
     p.activation_grad = sdk::DType::bf16;
   }
-  const auto row_bytes =
-      op.out_features * static_cast<std::int64_t>(sdk::dtype_size(p.activation));
+  const auto row_bytes = op.out_features * static_cast<std::int64_t>(sdk::dtype_size(p.activation));
   logger_.info("layer '" + op.name + "' (" + op.kind + "): " + why + ", activations " +
                std::to_string(row_bytes) + " B/row (fp32 would be " +
                std::to_string(op.out_features * 4) + " B/row)");

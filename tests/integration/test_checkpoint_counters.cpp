@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
+#include <string>
 #include <thread>
 
 #include "cli_test_support.h"
@@ -195,6 +197,46 @@ TEST_F(CheckpointCounters, Fp8PolicyCountersAndHistoriesOutOfRangeExit2) {
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   for (const auto& c : cases)
     expect_rejected(resume_edited(base, c.name, c.edit, fp8), c.name, c.field);
+}
+
+// A checkpoint written before FP8 slots were per GEMM (policy state version 1, slots
+// "<layer>.<role>") resumes with each slot renamed "<layer>.matmul.<role>" and continues exactly
+// as the uninterrupted run; a policy state version from the future is refused, named.
+TEST_F(CheckpointCounters, Fp8StateOfVersion1ResumesWithItsSlotsRenamed) {
+  const std::string fp8 = " --set precision.policy=fp8-delayed --set precision.amax_history_len=4";
+  const auto base = base_checkpoint(fp8);
+  auto as_version_1 = entry("policy", [](json& j) {
+    ASSERT_EQ(j["version"], 2);
+    j["version"] = 1;
+    for (auto& [key, value] : j["values"].items())
+      if (key.ends_with(".name")) {
+        auto name = value["string"].get<std::string>();
+        const auto at = name.find(".matmul.");
+        ASSERT_NE(at, std::string::npos) << name;
+        value["string"] = name.erase(at, std::string(".matmul").size());
+      }
+  });
+  auto r = resume_edited(base, "fp8-v1", as_version_1, fp8);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("state has version 1, which named scaling slots \"<layer>.<role>\"; "
+                       "renamed its 6 slots to \"<layer>.matmul.<role>\""),
+            std::string::npos)
+      << r.err;
+  std::map<int, double> uninterrupted;
+  for (const auto& j : records(dir_ / "base" / "metrics.jsonl"))
+    if (j.contains("loss")) uninterrupted[j["step"].get<int>()] = j["loss"].get<double>();
+  int compared = 0;
+  for (const auto& j : records(dir_ / "run-fp8-v1" / "metrics.jsonl"))
+    if (j.contains("loss")) {
+      EXPECT_EQ(j["loss"].get<double>(), uninterrupted.at(j["step"].get<int>()))
+          << "step " << j["step"];
+      ++compared;
+    }
+  EXPECT_EQ(compared, 2);
+
+  auto future =
+      resume_edited(base, "fp8-v3", entry("policy", [](json& j) { j["version"] = 3; }), fp8);
+  expect_rejected(future, "fp8-v3", "state has version 3, this build reads 1..2");
 }
 
 TEST_F(CheckpointCounters, NewestCheckpointAndKeepPruningGoByStepNumber) {

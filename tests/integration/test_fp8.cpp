@@ -29,31 +29,33 @@ TEST_F(Fp8, DelayedAndCurrentScalingMatchBf16MixedOnQuickstart) {
   EXPECT_NEAR(current["eval_loss"].get<double>(), base, 0.02 * base);
   EXPECT_GT(delayed["eval_accuracy"].get<double>(), 0.9);
 
-  // Every GEMM operand of every FP8 layer has its own slot in the diagnostics.
+  // Every operand of every FP8 GEMM has its own slot "<node>.<gemm>.<role>" in the diagnostics.
   json last;
   for (const auto& j : records(delayed_dir / "metrics.jsonl"))
     if (j.contains("fp8")) last = j["fp8"];
   ASSERT_FALSE(last.is_null());
-  for (const char* slot : {"fc1.input", "fc1.weight", "fc1.grad_output", "head.grad_output"}) {
+  for (const char* slot : {"fc1.matmul.input", "fc1.matmul.weight", "fc1.matmul.grad_output",
+                           "head.matmul.grad_output"}) {
     ASSERT_TRUE(last.contains(slot)) << slot << " in " << last.dump();
     EXPECT_GT(last[slot]["scale"].get<double>(), 1.0) << slot;  // the history moved the scale
     EXPECT_GE(last[slot]["saturated_share"].get<double>(), 0.0);
   }
-  EXPECT_EQ(last["fc2.input"]["dtype"], "fp8_e4m3");
-  EXPECT_EQ(last["fc2.grad_output"]["dtype"], "fp8_e5m2");  // hybrid format
+  EXPECT_EQ(last["fc2.matmul.input"]["dtype"], "fp8_e4m3");
+  EXPECT_EQ(last["fc2.matmul.grad_output"]["dtype"], "fp8_e5m2");  // hybrid format
 }
 
 TEST_F(Fp8, ResumeWithFp8StateIsBitExact) {
-  const std::string common = " --set precision.policy=fp8-delayed --set precision.amax_history_len=16"
-                             " --set run.steps=40 --set run.log_every=1 --set run.eval_every=0"
-                             " --set checkpoint.every=20 --set checkpoint.keep=5";
+  const std::string common =
+      " --set precision.policy=fp8-delayed --set precision.amax_history_len=16"
+      " --set run.steps=40 --set run.log_every=1 --set run.eval_every=0"
+      " --set checkpoint.every=20 --set checkpoint.keep=5";
   auto full = dir_ / "full";
   auto r = run("train " + quickstart() + common + " --run-dir " + full.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto resumed = dir_ / "resumed";
-  auto r2 = run("train " + quickstart() + common + " --resume " +
-                (full / "checkpoints" / "step-00000020.mxt").string() + " --run-dir " +
-                resumed.string());
+  auto r2 =
+      run("train " + quickstart() + common + " --resume " +
+          (full / "checkpoints" / "step-00000020.mxt").string() + " --run-dir " + resumed.string());
   ASSERT_EQ(r2.exit_code, 0) << r2.err;
   std::map<int, double> a;
   for (const auto& j : records(full / "metrics.jsonl"))
@@ -68,22 +70,25 @@ TEST_F(Fp8, ResumeWithFp8StateIsBitExact) {
 
   // Another history length loads by the documented rule and says so.
   auto other = dir_ / "other";
-  auto r3 = run("train " + quickstart() + common + " --set precision.amax_history_len=4 --resume " +
-                (full / "checkpoints" / "step-00000020.mxt").string() + " --run-dir " +
-                other.string());
+  auto r3 =
+      run("train " + quickstart() + common + " --set precision.amax_history_len=4 --resume " +
+          (full / "checkpoints" / "step-00000020.mxt").string() + " --run-dir " + other.string());
   ASSERT_EQ(r3.exit_code, 0) << r3.err;
   EXPECT_NE(r3.err.find("amax_history_len"), std::string::npos) << r3.err;
 }
 
 TEST_F(Fp8, BadOptionsExit2WithLocation) {
-  auto r = run("check " + quickstart() + " --set precision.policy=fp8-delayed --set precision.fp8_format=hybird");
+  auto r = run("check " + quickstart() +
+               " --set precision.policy=fp8-delayed --set precision.fp8_format=hybird");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("did you mean 'hybrid'"), std::string::npos) << r.err;
-  auto r2 = run("check " + quickstart() + " --set precision.policy=fp8-delayed --set precision.margin=99");
+  auto r2 = run("check " + quickstart() +
+                " --set precision.policy=fp8-delayed --set precision.margin=99");
   EXPECT_EQ(r2.exit_code, 2);
   EXPECT_NE(r2.err.find("precision.margin"), std::string::npos) << r2.err;
   EXPECT_NE(r2.err.find("out of range"), std::string::npos) << r2.err;
-  auto r3 = run("check " + quickstart() + " --set precision.policy=fp8-delayed --set precision.amax_update=unfsued");
+  auto r3 = run("check " + quickstart() +
+                " --set precision.policy=fp8-delayed --set precision.amax_update=unfsued");
   EXPECT_EQ(r3.exit_code, 2);
   EXPECT_NE(r3.err.find("did you mean 'unfused'"), std::string::npos) << r3.err;
 }

@@ -14,12 +14,23 @@ using ops::storage_of;
 using sdk::DType;
 using sdk::TensorView;
 
+namespace {
+constexpr sdk::OperandRole kRoles[3] = {sdk::OperandRole::input, sdk::OperandRole::weight,
+                                        sdk::OperandRole::grad_output};
+}  // namespace
+
 LinearLayer::LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias,
                          std::string tie_weight, sdk::SourceLocation tie_where)
     : Layer(std::move(name), "linear", in, out),
       bias_(bias),
       tie_weight_(std::move(tie_weight)),
-      tie_where_(std::move(tie_where)) {}
+      tie_where_(std::move(tie_where)) {
+  for (auto role : kRoles) slots_.emplace_back(name_, kGemm, role);
+}
+
+std::vector<sdk::GemmDescription> LinearLayer::gemms() const {
+  return {{kGemm, {kRoles[0], kRoles[1], kRoles[2]}}};
+}
 
 void LinearLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
                            std::int64_t max_rows) {
@@ -85,8 +96,6 @@ int role_slot(sdk::OperandRole role) {
       return 2;
   }
 }
-constexpr sdk::OperandRole kRoles[3] = {sdk::OperandRole::input, sdk::OperandRole::weight,
-                                        sdk::OperandRole::grad_output};
 }  // namespace
 
 sdk::GemmOperand LinearLayer::scale_operand(TensorView src, sdk::OperandRole role,
@@ -96,6 +105,7 @@ sdk::GemmOperand LinearLayer::scale_operand(TensorView src, sdk::OperandRole rol
     backend_->fill(amax_.view(), 0.0f);
   }
   const int slot = role_slot(role);
+  const sdk::OperandSlot& operand = slots_[static_cast<std::size_t>(slot)];
   const TensorView amax_slot{static_cast<float*>(amax_.view().data) + slot, DType::fp32,
                              sdk::Shape{1}};
   const bool current = scaling_->wants_current_amax();
@@ -104,7 +114,7 @@ sdk::GemmOperand LinearLayer::scale_operand(TensorView src, sdk::OperandRole rol
     // Current scaling: the scale comes from this very tensor, so its amax is measured (a cast at
     // scale 1 with a fused amax into the scratch the real cast overwrites next) and read before
     // the scale is asked for: the one host wait this scaling needs per operand.
-    auto probe = scaling_->operand_scaling(name_, role);
+    auto probe = scaling_->operand_scaling(operand);
     if (dst.data.empty() || dst.data.dtype() != probe.dtype ||
         dst.data.shape().numel() < src.numel())
       dst.data = Tensor(backend_, probe.dtype, src.shape);
@@ -114,9 +124,9 @@ sdk::GemmOperand LinearLayer::scale_operand(TensorView src, sdk::OperandRole rol
     measure.amax = amax_slot;
     backend_->cast(src, TensorView{dst.data.view().data, probe.dtype, src.shape}, measure);
     backend_->copy_to_host(&measured, amax_slot);
-    scaling_->record_amax(name_, role, measured);
+    scaling_->record_amax(operand, measured);
   }
-  const auto s = scaling_->operand_scaling(name_, role);
+  const auto s = scaling_->operand_scaling(operand);
   if (dst.data.empty() || dst.data.dtype() != s.dtype || dst.data.shape().numel() < src.numel())
     dst.data = Tensor(backend_, s.dtype, src.shape);
   TensorView out{dst.data.view().data, s.dtype, src.shape};
@@ -146,14 +156,7 @@ sdk::GemmOperand LinearLayer::scale_operand(TensorView src, sdk::OperandRole rol
     backend_->cast(out, as_fp32);
     backend_->copy_to_host(back.data(), as_fp32);
     const float max_finite = s.dtype == DType::fp8_e5m2 ? 57344.0f : 448.0f;
-    ScaledOperandStats st{name_ + "." + std::string(sdk::operand_role_name(role)),
-                          s.dtype,
-                          amax,
-                          s.scale,
-                          src.numel(),
-                          0,
-                          0,
-                          0};
+    ScaledOperandStats st{operand.name(), s.dtype, amax, s.scale, src.numel(), 0, 0, 0};
     for (std::size_t i = 0; i < in.size(); ++i) {
       if (in[i] == 0.0f) continue;
       ++st.nonzero;
@@ -173,7 +176,7 @@ void LinearLayer::flush_operand_amaxes() {
   for (int i = 0; i < 3; ++i) {
     if (!amax_pending_[i]) continue;
     amax_pending_[i] = false;
-    scaling_->record_amax(name_, kRoles[i], host[i]);
+    scaling_->record_amax(slots_[static_cast<std::size_t>(i)], host[i]);
   }
 }
 

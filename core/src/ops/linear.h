@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "mixtrain/core/layer.h"
 
@@ -28,10 +29,14 @@ class ActivationLayer;
 // y = x · Wᵀ + b with W [out, in] (PyTorch layout), FP32 accumulation.
 class LinearLayer final : public Layer {
  public:
+  // The one logical GEMM of a linear: forward y = x·Wᵀ, dgrad dx = dy·W, wgrad dW = dyᵀ·x. Its
+  // FP8 scaling slots are "<node>.matmul.<input|weight|grad_output>".
+  static constexpr const char* kGemm = "matmul";
+
   LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias,
               std::string tie_weight = {}, sdk::SourceLocation tie_where = {});
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
-  bool has_gemm() const override { return true; }
+  std::vector<sdk::GemmDescription> gemms() const override;
   std::int64_t forward_flops_per_row() const override {
     return 2 * in_ * out_ + (bias_ ? out_ : 0);
   }
@@ -77,6 +82,7 @@ class LinearLayer final : public Layer {
   std::int64_t micro_batch_ = 0;  // delayed-scaling amaxes are maxed over a step's micro-batches
   Tensor x_scratch_, dy_scratch_, w_scratch_;
   sdk::PrecisionPolicy* scaling_ = nullptr;
+  std::vector<sdk::OperandSlot> slots_;  // per role (input, weight, grad_output) of kGemm
   ScaledOperand x8_, w8_, dy8_;
   Tensor amax_;  // fp32 [3]: the last cast's amax per role (input, weight, grad_output)
   bool amax_pending_[3] = {false, false, false};

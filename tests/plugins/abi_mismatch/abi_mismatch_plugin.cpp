@@ -10,14 +10,17 @@ using namespace mixtrain;
 class NeverPolicy final : public sdk::PrecisionPolicy {
  public:
   NeverPolicy(const sdk::Options&, const sdk::PluginContext&) {}
-  sdk::LayerPrecision plan(const sdk::LayerDescription&) const override { return {}; }
+  sdk::OpPrecision plan(const sdk::OpDescription&) const override { return {}; }
   bool needs_loss_scaling() const override { return false; }
 };
 
 // The host must not call this: past a mismatched ABI version nothing but the first two members
 // may be read. If it did, the component would show up and the test would catch it.
 std::vector<sdk::ComponentInfo> components() {
-  return {{sdk::ComponentKind::policy, "abi_mismatch_policy", "must never be registered", {},
+  return {{sdk::ComponentKind::policy,
+           "abi_mismatch_policy",
+           "must never be registered",
+           {},
            &sdk::make_component<NeverPolicy>}};
 }
 

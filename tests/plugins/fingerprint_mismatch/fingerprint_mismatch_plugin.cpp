@@ -9,13 +9,16 @@ using namespace mixtrain;
 class NeverPolicy final : public sdk::PrecisionPolicy {
  public:
   NeverPolicy(const sdk::Options&, const sdk::PluginContext&) {}
-  sdk::LayerPrecision plan(const sdk::LayerDescription&) const override { return {}; }
+  sdk::OpPrecision plan(const sdk::OpDescription&) const override { return {}; }
   bool needs_loss_scaling() const override { return false; }
 };
 
 std::vector<sdk::ComponentInfo> components() {
-  return {{sdk::ComponentKind::policy, "fingerprint_mismatch_policy", "must never be registered",
-           {}, &sdk::make_component<NeverPolicy>}};
+  return {{sdk::ComponentKind::policy,
+           "fingerprint_mismatch_policy",
+           "must never be registered",
+           {},
+           &sdk::make_component<NeverPolicy>}};
 }
 
 const sdk::PluginDescriptor* descriptor() {

@@ -50,7 +50,7 @@ class ConstantScaler final : public sdk::LossScaler {
 class Fp32Policy final : public sdk::PrecisionPolicy {
  public:
   Fp32Policy(const sdk::Options&, const sdk::PluginContext&) {}
-  sdk::LayerPrecision plan(const sdk::LayerDescription&) const override { return {}; }
+  sdk::OpPrecision plan(const sdk::OpDescription&) const override { return {}; }
   bool needs_loss_scaling() const override { return false; }
 };
 
@@ -58,7 +58,10 @@ std::vector<sdk::ComponentInfo> components() {
   return {
       {sdk::ComponentKind::scaler, "test_constant", "test scaler with a constant scale",
        ConstantScaler::option_schema(), &sdk::make_component<ConstantScaler>},
-      {sdk::ComponentKind::policy, "test_fp32", "test policy: everything fp32", {},
+      {sdk::ComponentKind::policy,
+       "test_fp32",
+       "test policy: everything fp32",
+       {},
        &sdk::make_component<Fp32Policy>},
   };
 }

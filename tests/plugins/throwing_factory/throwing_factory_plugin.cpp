@@ -33,24 +33,39 @@ std::unique_ptr<sdk::Component> returns_null(const sdk::Options&, const sdk::Plu
 class SomePolicy final : public sdk::PrecisionPolicy {
  public:
   SomePolicy(const sdk::Options&, const sdk::PluginContext&) {}
-  sdk::LayerPrecision plan(const sdk::LayerDescription&) const override { return {}; }
+  sdk::OpPrecision plan(const sdk::OpDescription&) const override { return {}; }
   bool needs_loss_scaling() const override { return false; }
 };
 
 std::vector<sdk::ComponentInfo> components() {
   using sdk::ComponentKind;
   return {
-      {ComponentKind::scaler, "test_throws_runtime", "factory throws std::runtime_error", {},
+      {ComponentKind::scaler,
+       "test_throws_runtime",
+       "factory throws std::runtime_error",
+       {},
        &throws_runtime},
-      {ComponentKind::scaler, "test_throws_user", "factory throws sdk::UserError", {},
+      {ComponentKind::scaler,
+       "test_throws_user",
+       "factory throws sdk::UserError",
+       {},
        &throws_user},
-      {ComponentKind::scaler, "test_throws_config", "factory rejects an option",
-       {sdk::OptionSpec::integer("level", 7, "a level")}, &throws_config},
-      {ComponentKind::scaler, "test_throws_int", "factory throws a non-standard exception", {},
+      {ComponentKind::scaler,
+       "test_throws_config",
+       "factory rejects an option",
+       {sdk::OptionSpec::integer("level", 7, "a level")},
+       &throws_config},
+      {ComponentKind::scaler,
+       "test_throws_int",
+       "factory throws a non-standard exception",
+       {},
        &throws_int},
       {ComponentKind::scaler, "test_returns_null", "factory returns nothing", {}, &returns_null},
-      {ComponentKind::scaler, "test_wrong_interface", "registered as a scaler, builds a policy",
-       {}, &sdk::make_component<SomePolicy>},
+      {ComponentKind::scaler,
+       "test_wrong_interface",
+       "registered as a scaler, builds a policy",
+       {},
+       &sdk::make_component<SomePolicy>},
   };
 }
 

@@ -85,7 +85,7 @@ LayerSpec act(const char* type, const char* name) {
 
 // One forward/loss/backward of linear-relu-linear-gelu-linear on a fixed batch; returns the
 // loss, the logits and every parameter gradient, flattened.
-std::vector<float> train_step_outputs(bool fuse, const sdk::LayerPrecision& precision,
+std::vector<float> train_step_outputs(bool fuse, const sdk::OpPrecision& precision,
                                       std::int64_t* fused_pairs = nullptr) {
   ModelSpec spec;
   spec.layers = {linear("fc1", 24, 1), act("relu", "relu1"), linear("fc2", 16, 2),
@@ -132,7 +132,7 @@ TEST(Model, LinearActivationPairsFuseAndMatchTheUnfusedStepBitForBitInFp32) {
 }
 
 TEST(Model, FusedBf16StepStaysWithinBf16RoundingOfTheUnfusedStep) {
-  sdk::LayerPrecision bf16;
+  sdk::OpPrecision bf16;
   bf16.weight = sdk::DType::bf16;
   bf16.gemm_input = sdk::DType::bf16;
   bf16.activation = sdk::DType::bf16;

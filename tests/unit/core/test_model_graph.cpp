@@ -109,7 +109,7 @@ TEST(ModelGraph, SeveralReadersAccumulateInFp32UnderA16BitPlan) {
   auto grads = [](bool bf16) {
     Model m(cpu(), residual_graph(), 6, 3);
     for (auto& l : m.layers()) {
-      sdk::LayerPrecision p;
+      sdk::OpPrecision p;
       if (bf16 && l->type() != "layernorm") p.activation_grad = DType::bf16;
       l->set_precision(p);
     }

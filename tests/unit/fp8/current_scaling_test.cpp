@@ -43,8 +43,8 @@ TEST(fp8_current, ZeroInfAndNanAmaxKeepThePreviousScale) {
   test::CapturingSink sink;
   auto p = make_current(sink);
   step(*p, 2.0f);
-  for (float bad : {0.0f, std::numeric_limits<float>::infinity(),
-                    std::numeric_limits<float>::quiet_NaN()}) {
+  for (float bad :
+       {0.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     step(*p, bad);
     EXPECT_EQ(input_scale(*p), 224.0f) << bad;
   }
@@ -77,15 +77,15 @@ TEST(fp8_current, StateRoundTripsWithScaleInvRecomputed) {
   a->record_amax(operand("fc1", OperandRole::weight), 0.5f);
   a->on_step_end(true);
   const auto state = a->save_state();
-  for (const auto& [key, value] : state.values)
-    EXPECT_EQ(key.find("scale_inv"), std::string::npos);
+  for (const auto& [key, value] : state.values) EXPECT_EQ(key.find("scale_inv"), std::string::npos);
   EXPECT_EQ(state.get<std::int64_t>("slots"), 2);
 
   auto b = make_current(sink);
   b->load_state(state);
   EXPECT_EQ(b->slot_names(), a->slot_names());
   for (auto role : {OperandRole::input, OperandRole::weight}) {
-    EXPECT_EQ(b->operand_scaling(operand("fc1", role)).scale, a->operand_scaling(operand("fc1", role)).scale);
+    EXPECT_EQ(b->operand_scaling(operand("fc1", role)).scale,
+              a->operand_scaling(operand("fc1", role)).scale);
     EXPECT_EQ(b->operand_scaling(operand("fc1", role)).scale_inv,
               a->operand_scaling(operand("fc1", role)).scale_inv);
   }
@@ -105,7 +105,8 @@ TEST(fp8_current, MalformedStatesThrowCheckpointError) {
     mutate(s);
     return checkpoint_error([&] { b->load_state(s); });
   };
-  EXPECT_TRUE(has(broken([](auto& s) { s.values.erase("slot.0.amax"); }), "no entry 'slot.0.amax'"));
+  EXPECT_TRUE(
+      has(broken([](auto& s) { s.values.erase("slot.0.amax"); }), "no entry 'slot.0.amax'"));
   EXPECT_TRUE(has(broken([](auto& s) { s.values["slot.0.amax"] = -1.0; }), "is negative"));
   EXPECT_TRUE(has(broken([](auto& s) { s.values["slot.0.scale"] = 0.0; }),
                   "is not a positive finite float"));

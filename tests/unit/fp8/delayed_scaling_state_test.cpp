@@ -88,10 +88,10 @@ TEST(fp8_delayed_state, AVersion1StateResumesWithEachSlotRenamedToItsLinearsMatm
 
   auto b = make_delayed(sink, kShortHistory);
   b->load_state(v1);
-  EXPECT_EQ(b->slot_names(), (std::vector<std::string>{
-                                 "fc1.matmul.grad_output", "fc1.matmul.input", "fc1.matmul.weight",
-                                 "head.matmul.grad_output", "head.matmul.input",
-                                 "head.matmul.weight"}));
+  EXPECT_EQ(b->slot_names(),
+            (std::vector<std::string>{"fc1.matmul.grad_output", "fc1.matmul.input",
+                                      "fc1.matmul.weight", "head.matmul.grad_output",
+                                      "head.matmul.input", "head.matmul.weight"}));
   EXPECT_EQ(b->applied_steps(), a->applied_steps());
   expect_same_scaling(*a, *b);
   for (const auto& name : a->slot_names()) {
@@ -189,8 +189,8 @@ TEST(fp8_delayed_state, MalformedStatesThrowCheckpointErrorAndChangeNothing) {
     mutate(s);
     return checkpoint_error([&] { b->load_state(s); });
   };
-  EXPECT_TRUE(has(broken([](auto& s) { s.values.erase("slot.0.scale"); }),
-                  "no entry 'slot.0.scale'"));
+  EXPECT_TRUE(
+      has(broken([](auto& s) { s.values.erase("slot.0.scale"); }), "no entry 'slot.0.scale'"));
   EXPECT_TRUE(has(broken([](auto& s) { s.values.erase("amax_history_len"); }),
                   "no entry 'amax_history_len'"));
   EXPECT_TRUE(has(broken([](auto& s) { s.values["slot.0.position"] = std::int64_t{-1}; }),
@@ -213,8 +213,8 @@ TEST(fp8_delayed_state, MalformedStatesThrowCheckpointErrorAndChangeNothing) {
                   "'slot.0.scale' has an unexpected type"));
   EXPECT_TRUE(has(broken([](auto& s) { s.values["slot.0.name"] = std::string("fc1"); }),
                   "is not a slot name"));
-  EXPECT_TRUE(has(broken([](auto& s) { s.values["slots"] = std::int64_t{2}; }),
-                  "no entry 'slot.1.name'"));
+  EXPECT_TRUE(
+      has(broken([](auto& s) { s.values["slots"] = std::int64_t{2}; }), "no entry 'slot.1.name'"));
   EXPECT_TRUE(has(broken([](auto& s) { s.version = 3; }), "version 3, this build reads 1..2"));
   EXPECT_TRUE(has(broken([](auto& s) { s.values["slot.0.name"] = std::string("fc1.input"); }),
                   "is not a slot name \"<node>.<gemm>.<input|weight|grad_output>\""))

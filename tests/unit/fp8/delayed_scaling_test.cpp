@@ -66,7 +66,8 @@ TEST(fp8_delayed, FormatsChooseTheDtypePerRole) {
   auto hybrid = make_delayed(sink);
   EXPECT_EQ(hybrid->operand_scaling(operand("fc1", OperandRole::input)).dtype, DType::fp8_e4m3);
   EXPECT_EQ(hybrid->operand_scaling(operand("fc1", OperandRole::weight)).dtype, DType::fp8_e4m3);
-  EXPECT_EQ(hybrid->operand_scaling(operand("fc1", OperandRole::grad_output)).dtype, DType::fp8_e5m2);
+  EXPECT_EQ(hybrid->operand_scaling(operand("fc1", OperandRole::grad_output)).dtype,
+            DType::fp8_e5m2);
 
   auto e4m3 = make_delayed(sink, {{"fp8_format", std::string("e4m3")}});
   EXPECT_EQ(e4m3->operand_scaling(operand("fc1", OperandRole::grad_output)).dtype, DType::fp8_e4m3);
@@ -82,7 +83,8 @@ TEST(fp8_delayed, SlotsAreCreatedLazilyAndNamedLayerDotRole) {
   EXPECT_TRUE(p->slot_names().empty());
   p->operand_scaling(operand("fc1", OperandRole::input));
   p->record_amax(operand("head", OperandRole::grad_output), 1.0f);
-  EXPECT_EQ(p->slot_names(), (std::vector<std::string>{"fc1.matmul.input", "head.matmul.grad_output"}));
+  EXPECT_EQ(p->slot_names(),
+            (std::vector<std::string>{"fc1.matmul.input", "head.matmul.grad_output"}));
   const auto* s = p->slot("fc1.matmul.input");
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->history.length(), 16u);
@@ -169,9 +171,10 @@ TEST(fp8_delayed, NanInTheHistoryFreezesTheUnfusedMaxScaleUntilItAgesOut) {
   step(*p, 2.0f);
   step(*p, kNaN);
   EXPECT_EQ(input_scale(*p), 224.0f);
-  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn,
-                            "fc1.matmul.input: non-finite amax nan observed; the scale stays at 224 "
-                            "while it is in the amax history"));
+  EXPECT_TRUE(
+      sink.contains(sdk::LogLevel::warn,
+                    "fc1.matmul.input: non-finite amax nan observed; the scale stays at 224 "
+                    "while it is in the amax history"));
   step(*p, 4.0f);
   EXPECT_EQ(input_scale(*p), 224.0f) << "max(NaN, 4) is NaN";
   step(*p, 4.0f);

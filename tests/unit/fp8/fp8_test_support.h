@@ -39,7 +39,10 @@ inline sdk::OperandSlot operand(const std::string& node, OperandRole role) {
 
 // Op descriptions the plans are asked for.
 inline sdk::OpDescription linear_op(const std::string& name = "fc1") {
-  return {name, "linear", 8, 16,
+  return {name,
+          "linear",
+          8,
+          16,
           {{"matmul", {OperandRole::input, OperandRole::weight, OperandRole::grad_output}}},
           false};
 }

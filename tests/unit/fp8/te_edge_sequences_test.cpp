@@ -149,9 +149,10 @@ TEST(fp8_te_edges, InfFreezesTheMaxUntilItAgesOutUnderBothUpdates) {
                       {1.0f, 224.0f, {kInf, 1, 0}},
                       {1.0f, 224.0f, {1, 1, 0}},
                       {1.0f, 448.0f, {1, 1, 0}}});
-    EXPECT_TRUE(sink.contains(sdk::LogLevel::warn,
-                              "fc1.matmul.input: non-finite amax inf observed; the scale stays at 224 "
-                              "while it is in the amax history"));
+    EXPECT_TRUE(
+        sink.contains(sdk::LogLevel::warn,
+                      "fc1.matmul.input: non-finite amax inf observed; the scale stays at 224 "
+                      "while it is in the amax history"));
   }
 }
 
@@ -165,9 +166,10 @@ TEST(fp8_te_edges, MostRecentMixUnderTheFusedUpdate) {
                     {4.0f, 112.0f, {kInf, 4, 0}},
                     {-0.0f, 112.0f, {kInf, 4, 0}},  // -0 == 0: left alone
                     {1.0f, 448.0f, {4, 1, 0}}});
-  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn,
-                            "fc1.matmul.input: non-finite amax nan observed; the scale stays at 224 for "
-                            "this step"));
+  EXPECT_TRUE(
+      sink.contains(sdk::LogLevel::warn,
+                    "fc1.matmul.input: non-finite amax nan observed; the scale stays at 224 for "
+                    "this step"));
 }
 
 TEST(fp8_te_edges, MostRecentMixUnderTheUnfusedUpdate) {

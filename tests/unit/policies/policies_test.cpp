@@ -17,12 +17,19 @@ sdk::PluginContext context(test::CapturingSink& sink) {
 using sdk::OperandRole;
 
 sdk::OpDescription linear() {
-  return {"fc1", "linear", 8, 16,
+  return {"fc1",
+          "linear",
+          8,
+          16,
           {{"matmul", {OperandRole::input, OperandRole::weight, OperandRole::grad_output}}},
           false};
 }
-sdk::OpDescription relu() { return {"relu1", "relu", 16, 16, {}, false}; }
-sdk::OpDescription layernorm() { return {"ln", "layernorm", 16, 16, {}, true}; }
+sdk::OpDescription relu() {
+  return {"relu1", "relu", 16, 16, {}, false};
+}
+sdk::OpDescription layernorm() {
+  return {"ln", "layernorm", 16, 16, {}, true};
+}
 
 TEST(policies_plans, MixedPoliciesPutGemmsAndActivationsIn16Bits) {
   test::CapturingSink sink;
@@ -58,7 +65,10 @@ TEST(policies_plans, PlanASensitiveOpLikeAnyOtherOpWithoutGemms) {
 TEST(policies_plans, AnOpKindThePolicyHasNeverHeardOfIsPlannedFromItsGemms) {
   test::CapturingSink sink;
   Fp16MixedPolicy fp16({}, context(sink));
-  sdk::OpDescription attention{"attn", "attention", 64, 64,
+  sdk::OpDescription attention{"attn",
+                               "attention",
+                               64,
+                               64,
                                {{"qkv", {OperandRole::input, OperandRole::weight}},
                                 {"scores", {OperandRole::input, OperandRole::grad_output}}},
                                false};

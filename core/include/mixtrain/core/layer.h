@@ -80,10 +80,15 @@ class Layer {
   const std::string& type() const { return type_; }
   std::int64_t in_features() const { return in_; }
   std::int64_t out_features() const { return out_; }
-  virtual bool has_gemm() const { return false; }
-  sdk::LayerDescription description() const;
+  // The op's traits, as the precision policy sees them (sdk/op_description.h): its GEMMs with
+  // their operand roles, and whether it is precision-sensitive (statistics, softmax, loss), which
+  // makes the host keep every tensor of it in FP32 whatever the policy plans.
+  virtual std::vector<sdk::GemmDescription> gemms() const { return {}; }
+  virtual bool precision_sensitive() const { return false; }
+  bool has_gemm() const { return !gemms().empty(); }
+  sdk::OpDescription description() const;
 
-  void set_precision(const sdk::LayerPrecision& p) { precision_ = p; }
+  void set_precision(const sdk::OpPrecision& p) { precision_ = p; }
   // For policies whose GEMM operands carry per-tensor scales (FP8): the layer asks the policy for
   // each operand's dtype and scale, casts with saturation and a fused amax, and reports the amax
   // back. Non-owning; the policy outlives the model. Layers without GEMMs ignore it.
@@ -91,7 +96,7 @@ class Layer {
 
   // Per scaled operand of the last step (when collection is on): what the FP8 cast did to it.
   struct ScaledOperandStats {
-    std::string slot;  // "<layer>.<role>"
+    std::string slot;  // sdk::OperandSlot::name(): "<node>.<gemm>.<role>"
     sdk::DType dtype;
     float amax = 0.0f, scale = 1.0f;
     std::int64_t count = 0, saturated = 0, underflowed = 0, nonzero = 0;
@@ -101,7 +106,7 @@ class Layer {
     stats_.clear();
   }
   const std::vector<ScaledOperandStats>& operand_stats() const { return stats_; }
-  const sdk::LayerPrecision& precision() const { return precision_; }
+  const sdk::OpPrecision& precision() const { return precision_; }
 
   virtual void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows);
   virtual void forward(sdk::TensorView x, std::int64_t rows) = 0;
@@ -193,7 +198,7 @@ class Layer {
   std::shared_ptr<sdk::DeviceBackend> backend_;
   std::string name_, type_;
   std::int64_t in_, out_;
-  sdk::LayerPrecision precision_;
+  sdk::OpPrecision precision_;
   std::int64_t max_rows_ = 0;
   Tensor output_;
   void* planned_output_ = nullptr;  // in the model's activation arena, when planned
