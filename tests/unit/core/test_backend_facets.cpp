@@ -75,7 +75,7 @@ ModelSpec spec_with_layernorm() {
 }
 
 std::string plan_error(const std::shared_ptr<sdk::DeviceBackend>& backend, const ModelSpec& spec,
-                       const sdk::LayerPrecision* precision = nullptr) {
+                       const sdk::OpPrecision* precision = nullptr) {
   Model m(backend, spec, 5, 3);
   if (precision != nullptr)
     for (auto& l : m.layers()) l->set_precision(*precision);
@@ -104,7 +104,7 @@ TEST(BackendFacets, ADtypeTheFacetRefusesStopsThePlanNamingTheDtypes) {
   spec.graph = true;
   spec.layers = {node("linear", "fc1", {"input"}, 8, 4), node("relu", "act", {"fc1"}, 0, 5),
                  node("linear", "head", {"act"}, 3, 6)};
-  sdk::LayerPrecision bf16;
+  sdk::OpPrecision bf16;
   bf16.weight = bf16.gemm_input = bf16.activation = bf16.activation_grad = DType::bf16;
   const std::string msg = plan_error(std::make_shared<PartialBackend>(true), spec, &bf16);
   EXPECT_NE(msg.find("facets.toml:4"), std::string::npos) << msg;
