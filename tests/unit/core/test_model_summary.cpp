@@ -48,7 +48,7 @@ TEST(ModelSummary, PlannedActivationMemoryFollowsThePolicy) {
   for (auto& l : fp32.layers()) l->set_precision({});
   Model bf16(cpu(), residual_spec(), 12, 5);
   for (auto& l : bf16.layers()) {
-    sdk::LayerPrecision p;
+    sdk::OpPrecision p;
     p.activation = p.activation_grad = sdk::DType::bf16;
     l->set_precision(p);
   }

@@ -28,7 +28,7 @@ struct NodeSummary {
   std::vector<std::int64_t> output_shape;               // per sample
   std::int64_t parameters = 0;
   std::int64_t forward_flops_per_sample = 0;
-  sdk::LayerPrecision precision;
+  sdk::OpPrecision precision;
 };
 
 struct ModelSummary {
