@@ -151,7 +151,7 @@ TEST(ModelState, MicroBatchesAccumulateToTheFullBatchGradient) {
     auto make = [&](std::int64_t rows) {
       auto m = std::make_unique<Model>(cpu(), tied_graph(), 6, 3);
       for (auto& l : m->layers()) {
-        sdk::LayerPrecision p;
+        sdk::OpPrecision p;
         if (bf16) p.activation = p.activation_grad = p.gemm_input = p.weight = DType::bf16;
         l->set_precision(p);
       }
