@@ -15,7 +15,7 @@
 //   ones add. Gradient buffers live in one arena placed by a liveness plan (liveness_plan.h): a
 //   buffer is live from its first contribution to its producer's backward.
 // - Epilogue fusion is a graph rewrite: a linear whose output is read only by a relu/gelu runs it
-//   as its GEMM epilogue (layers.h).
+//   as its GEMM epilogue (core/src/ops/linear.h).
 // - Each step: write the batch into input(rows) / labels(rows) (device views), forward(rows),
 //   loss(rows, grad_scale, with_grad), backward(rows). `grad_scale` (the loss scale) multiplies the
 //   gradient seed. A hook, when set, runs for each parameter as soon as its gradient is final in
@@ -115,7 +115,7 @@ class Model {
   void backward(std::int64_t rows);
 
   // Linear + relu/gelu pairs run the activation as the GEMM epilogue (on by default; see
-  // layers.h). Off: every layer runs its own kernel, as the non-finite replay does.
+  // core/src/ops/linear.h). Off: every layer runs its own kernel, as the non-finite replay does.
   void set_epilogue_fusion(bool on);
   std::int64_t fused_pairs() const;
   // Hands the amaxes of this step's delayed-scaling FP8 casts to the precision policy; call once
