@@ -235,16 +235,15 @@ class ModelExpansion {
                                  " inputs; a repeated block has one (each repetition reads the "
                                  "one before)",
                              "instantiate it once per use instead");
-    for (const auto& [node, options] : n.set)
-      if (std::none_of(b.nodes.begin(), b.nodes.end(),
-                       [&](const RawNode& m) { return m.name == node; }))
-        throw sdk::ConfigError(
-            n.set_where, n.table + ".set." + node,
-            "block '" + b.name + "' has no node '" + node + "'", "its nodes: " + [&] {
-              std::vector<std::string> names;
-              for (const auto& m : b.nodes) names.push_back(m.name);
-              return join_names(names);
-            }());
+    std::vector<std::string> block_nodes;
+    for (const auto& m : b.nodes) block_nodes.push_back(m.name);
+    for (const auto& change : n.set) {
+      const std::string& node = change.first;  // not a structured binding: clang 14 lambdas
+      if (std::find(block_nodes.begin(), block_nodes.end(), node) == block_nodes.end())
+        throw sdk::ConfigError(n.set_where, n.table + ".set." + node,
+                               "block '" + b.name + "' has no node '" + node + "'",
+                               "its nodes: " + join_names(block_nodes));
+    }
     stack_.push_back(b.name);
     std::vector<std::string> actual = inputs;
     std::string output;
