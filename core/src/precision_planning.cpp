@@ -89,5 +89,4 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
         layer->set_operand_scaling(&policy);
 }
 
-
 }  // namespace mixtrain::core

@@ -7,7 +7,6 @@
 
 namespace mixtrain::core {
 
-
 ViewLayer::ViewLayer(std::string name, std::string type, std::int64_t in, std::int64_t out)
     : Layer(std::move(name), std::move(type), in, out) {}
 

@@ -39,5 +39,4 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
                     const sdk::BackendCapabilities& capabilities,
                     const std::vector<PrecisionOverride>& overrides, const sdk::Logger& log = {});
 
-
 }  // namespace mixtrain::core
