@@ -2,6 +2,8 @@
 // its tensors.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -25,6 +27,35 @@ inline std::vector<float> read(const sdk::TensorView& v) {
 
 inline void write(const sdk::TensorView& v, const std::vector<float>& h) {
   cpu()->copy_from_host(v, h.data());
+}
+
+// Central differences of the model's loss (on the batch already fed) against `analytic`, the
+// gradient backward wrote for `p`: the largest |fd - analytic| and the largest |fd| (a check
+// whose differences are all ~0 tests nothing). Leaves p's master as it found it.
+struct FiniteDifference {
+  double max_err = 0, max_ref = 0;
+};
+inline FiniteDifference finite_difference(Model& m, ModelParameter& p, std::int64_t rows,
+                                          const std::vector<float>& analytic, float eps) {
+  FiniteDifference r;
+  auto values = read(p.master.view());
+  auto loss_at = [&](std::size_t i, float v) {
+    values[i] = v;
+    write(p.master.view(), values);
+    m.forward(rows);
+    return static_cast<double>(m.loss(rows, 1.0f, false).loss);
+  };
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const float saved = values[i];
+    const double lp = loss_at(i, saved + eps);
+    const double lm = loss_at(i, saved - eps);
+    values[i] = saved;
+    write(p.master.view(), values);
+    const double fd = (lp - lm) / (2.0 * eps);
+    r.max_err = std::max(r.max_err, std::abs(fd - analytic[i]));
+    r.max_ref = std::max(r.max_ref, std::abs(fd));
+  }
+  return r;
 }
 
 // A model node written in code: `op("linear", "fc1", {{"out", 6}})`.
