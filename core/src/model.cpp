@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "config_reading.h"
 #include "mixtrain/core/graph_topology.h"
 #include "mixtrain/core/random.h"
 #include "mixtrain/sdk/float_formats.h"
@@ -41,12 +42,6 @@ namespace {
 
 using ops::shape_text;
 
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
-
 std::string replace_all(std::string text, const std::string& from, const std::string& to) {
   for (std::size_t at = text.find(from); at != std::string::npos;
        at = text.find(from, at + to.size()))
@@ -57,12 +52,9 @@ std::string replace_all(std::string text, const std::string& from, const std::st
 }  // namespace
 
 sdk::Options layer_options(const LayerSpec& layer, const std::string& table) {
-  const OpDefinition* op = find_op(layer.type);
-  if (op == nullptr)
-    throw sdk::ConfigError(layer.where, table + ".type", "unknown layer type '" + layer.type + "'",
-                           "use one of: " + join(op_types()));
-  return sdk::Options::resolve(table, op->schema ? op->schema() : sdk::OptionSchema{},
-                               layer.options, layer.where, {"type", "name"});
+  const OpDefinition& op = require_op(layer, table);
+  return sdk::Options::resolve(table, op.schema ? op.schema() : sdk::OptionSchema{}, layer.options,
+                               layer.where, {"type", "name"});
 }
 
 Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
@@ -99,7 +91,7 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
     const std::size_t i = topo.order[pos];
     const auto& l = spec.layers[i];
     const std::string& name = graph[i].name;
-    const std::string key = list + "[" + std::to_string(i) + "]";
+    const std::string key = l.table.empty() ? list + "[" + std::to_string(i) + "]" : l.table;
     Node& node = nodes_[pos];
     node.where = l.where;
     node.key = key;
@@ -112,10 +104,7 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
     auto bad = [&](const std::string& what, const std::string& hint) {
       return sdk::ConfigError(l.where, key, "node '" + name + "' (" + l.type + "): " + what, hint);
     };
-    const OpDefinition* op = find_op(l.type);
-    if (op == nullptr)
-      throw sdk::ConfigError(l.where, key + ".type", "unknown layer type '" + l.type + "'",
-                             "use one of: " + join(op_types()));
+    const OpDefinition* op = &require_op(l, key);
     const std::size_t count = node.inputs.size();
     if (count < op->min_inputs || (op->max_inputs != 0 && count > op->max_inputs))
       throw bad(op->max_inputs == 1 ? "takes one input, got " + std::to_string(count)
@@ -203,7 +192,7 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
             user + ": " + sp.key + " = \"" + sp.source + "\" names no parameter of the model" +
                 (owner == pos ? " (a node cannot tie to itself)" : ""),
             "name a parameter another node owns as \"<node>.<param>\": " +
-                (known.empty() ? std::string("the model has none") : join(known)));
+                (known.empty() ? std::string("the model has none") : join_names(known)));
       }
       const std::vector<std::int64_t>& want = sp.shape;
       if (have != want)

@@ -202,8 +202,8 @@ class ModelExpansion {
           else
             l.options.push_back(c);
         }
+      l.table = n.table;
       nodes_.push_back(std::move(l));
-      tables_.push_back(n.table);
       return;
     }
     const auto found = blocks_.find(n.block);
@@ -273,12 +273,10 @@ class ModelExpansion {
           in = it->second;
     return std::move(nodes_);
   }
-  const std::vector<std::string>& tables() const { return tables_; }
 
  private:
   const std::map<std::string, BlockDef>& blocks_;
   std::vector<LayerSpec> nodes_;
-  std::vector<std::string> tables_;             // per node, the config table it came from
   std::map<std::string, std::string> aliases_;  // instance -> its output node
   std::vector<std::string> stack_;              // blocks being expanded
 };
@@ -355,26 +353,9 @@ void read_model_config(const Config& config, Experiment& e) {
   e.model.graph = graph_form || uses_blocks;
   const std::string out_list = e.model.graph ? "model.nodes" : "model.layers";
 
-  const auto& types = layer_types();
-  for (std::size_t i = 0; i < e.model.layers.size(); ++i) {
-    LayerSpec& l = e.model.layers[i];
-    const std::string& table = expansion.tables()[i];
-    if (std::find(types.begin(), types.end(), l.type) == types.end()) {
-      auto near = sdk::closest_match(l.type, types);
-      throw sdk::ConfigError(
-          key_location(l.options, "type", l.where), table + ".type",
-          l.type.empty() ? "missing layer type" : "unknown layer type '" + l.type + "'",
-          (near.empty() ? "" : "did you mean '" + near + "'? ") + "one of: " + join_names(types) +
-              (blocks.empty() ? "" : "; or block = \"<block>\" for an instance"));
-    }
-    auto o = sdk::Options::resolve(table, layer_schema(l.type), l.options, l.where);
-    if (!find_op(l.type)->takes_shape && !l.shape.empty())
-      throw sdk::ConfigError(l.where, table + ".shape",
-                             "unknown key 'shape' for a " + l.type + " node",
-                             "shape belongs to reshape nodes");
-    if (find_op(l.type)->takes_shape && l.shape.empty())
-      throw sdk::ConfigError(l.where, table + ".shape", "a " + l.type + " needs a shape",
-                             "shape is per sample, without the batch: shape = [4, 16]");
+  for (const LayerSpec& l : e.model.layers) {
+    require_op(l, l.table, blocks.empty() ? "" : "; or block = \"<block>\" for an instance");
+    auto o = sdk::Options::resolve(l.table, layer_schema(l.type), l.options, l.where);
     ResolvedSection s = section_of(out_list, {{"type", l.type}}, o);
     for (auto& [k, v] : s.values)
       if (k == "name") v = l.name;

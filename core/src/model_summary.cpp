@@ -3,15 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "ops/op_support.h"
+
 namespace mixtrain::core {
 
 namespace {
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
 
 std::string dtype_text(sdk::DType t) {
   return std::string(sdk::dtype_name(t));
@@ -89,10 +85,12 @@ std::string render_model_summary(const ModelSummary& s) {
   out += line;
   for (const auto& n : s.nodes) {
     std::string inputs;
-    for (const auto& in : n.input_shapes) inputs += (inputs.empty() ? "" : " ") + shape_text(in);
+    for (const auto& in : n.input_shapes)
+      inputs += (inputs.empty() ? "" : " ") + ops::shape_text(in);
     const auto& p = n.precision;
     std::snprintf(line, sizeof line, "#   %-16s %-10s %-24s %-12s %10s %12s  %s/%s/%s/%s\n",
-                  n.name.c_str(), n.op.c_str(), inputs.c_str(), shape_text(n.output_shape).c_str(),
+                  n.name.c_str(), n.op.c_str(), inputs.c_str(),
+                  ops::shape_text(n.output_shape).c_str(),
                   n.parameters ? count_text(static_cast<double>(n.parameters)).c_str() : "-",
                   count_text(static_cast<double>(n.forward_flops_per_sample)).c_str(),
                   dtype_text(p.weight).c_str(), dtype_text(p.gemm_input).c_str(),

@@ -14,6 +14,7 @@
 #include "mixtrain/core/checkpoint_path.h"
 #include "mixtrain/sdk/atomic_file_writer.h"
 #include "mixtrain/sdk/version.h"
+#include "ops/op_support.h"
 #include "trainer_state.h"
 
 namespace mixtrain::core {
@@ -106,12 +107,6 @@ const sdk::CheckpointFormat& weights_format_for(const Components& c, const fs::p
   return *c.checkpoint_format;
 }
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
 }  // namespace
 
 void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
@@ -138,8 +133,8 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
     const auto expected = p->master.view().shape.to_vector();
     if (t->shape != expected)
       throw sdk::CheckpointError(path.string() + ": tensor '" + t->name + "' has shape " +
-                                     shape_text(t->shape) + " but parameter '" + p->name +
-                                     "' expects " + shape_text(expected),
+                                     ops::shape_text(t->shape) + " but parameter '" + p->name +
+                                     "' expects " + ops::shape_text(expected),
                                  "the file belongs to a different model; check [model] layers");
     from_host(b, *t, p->master.view(), path);
     used.insert(t);

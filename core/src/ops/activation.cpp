@@ -32,8 +32,7 @@ void ActivationLayer::backward(TensorView x, TensorView dy, TensorView dx, std::
   elementwise_of(*backend_).activation_backward(act_, in, dy, dx);
 }
 
-// --- Definitions
-// ----------------------------------------------------------------------------------
+// --- Definitions ---------------------------------------------------------------------------------
 
 namespace {
 template <sdk::Activation kAct>

@@ -52,8 +52,7 @@ void AddLayer::backward_inputs(std::span<const TensorView>, TensorView dy,
   }
 }
 
-// --- Definition
-// -----------------------------------------------------------------------------------
+// --- Definition ----------------------------------------------------------------------------------
 
 OpDefinition add_op() {
   OpDefinition op;

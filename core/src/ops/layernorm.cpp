@@ -58,8 +58,7 @@ void LayerNormLayer::backward(TensorView x, TensorView dy, TensorView dx, std::i
       params_[0].grad.view(), params_[1].grad.view(), accumulate);
 }
 
-// --- Definition
-// -----------------------------------------------------------------------------------
+// --- Definition ----------------------------------------------------------------------------------
 
 OpDefinition layernorm_op() {
   OpDefinition op;

@@ -279,8 +279,7 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
   }
 }
 
-// --- Definition
-// -----------------------------------------------------------------------------------
+// --- Definition ----------------------------------------------------------------------------------
 
 OpDefinition linear_op() {
   OpDefinition op;

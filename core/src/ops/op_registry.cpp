@@ -1,5 +1,7 @@
 #include "ops/op_registry.h"
 
+#include "config_reading.h"
+
 namespace mixtrain::core {
 
 namespace {
@@ -30,6 +32,20 @@ const OpDefinition* find_op(std::string_view type) {
   for (const auto& op : op_table())
     if (op.type == type) return &op;
   return nullptr;
+}
+
+const OpDefinition& require_op(const LayerSpec& layer, const std::string& table,
+                               const std::string& more_hint) {
+  if (const OpDefinition* op = find_op(layer.type)) return *op;
+  sdk::SourceLocation where = layer.where;
+  for (const auto& o : layer.options)
+    if (o.key == "type") where = o.where;
+  const auto near = sdk::closest_match(layer.type, op_types());
+  throw sdk::ConfigError(
+      where, table + ".type",
+      layer.type.empty() ? "missing layer type" : "unknown layer type '" + layer.type + "'",
+      (near.empty() ? "" : "did you mean '" + near + "'? ") + "one of: " + join_names(op_types()) +
+          more_hint);
 }
 
 const std::vector<std::string>& op_types() {

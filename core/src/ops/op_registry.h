@@ -61,6 +61,11 @@ struct OpDefinition {
 };
 
 const OpDefinition* find_op(std::string_view type);
+// The definition of `layer`'s op. A missing or unknown type is an sdk::ConfigError at the node's
+// `type` key (`table` names the node: "model.nodes[3]"), with a "did you mean", the ops, and
+// `more_hint` appended to the hint.
+const OpDefinition& require_op(const LayerSpec& layer, const std::string& table,
+                               const std::string& more_hint = {});
 const std::vector<std::string>& op_types();
 // Adds an op to the table (or replaces the one of its type): tests register test-only ops (one
 // with a buffer, one that records its mode). Not thread-safe; register before building models.

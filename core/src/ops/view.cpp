@@ -10,8 +10,7 @@ namespace mixtrain::core {
 ViewLayer::ViewLayer(std::string name, std::string type, std::int64_t in, std::int64_t out)
     : Layer(std::move(name), std::move(type), in, out) {}
 
-// --- Definitions
-// ----------------------------------------------------------------------------------
+// --- Definitions ---------------------------------------------------------------------------------
 
 OpDefinition flatten_op() {
   OpDefinition op;

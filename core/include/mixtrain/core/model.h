@@ -52,6 +52,8 @@ struct LayerSpec {
   std::string type;  // an op of core/src/ops/op_registry.cpp: linear, relu, add, reshape, ...
   std::string name;  // defaults to "<type><index>"
   sdk::SourceLocation where;
+  std::string table;  // the config entry, for messages ("model.blocks.res.nodes[1]"); empty:
+                      // "model.nodes[i]" / "model.layers[i]" by position
   std::vector<std::string> inputs;  // graph form: node names or "input"; sequential form: empty
   std::vector<std::int64_t> shape;  // reshape only: per-sample shape, one entry may be -1
   // The op's own options ("out", "bias", "eps"), validated against its schema when the model
