@@ -23,6 +23,12 @@ sdk::LossFacet* facet_for(sdk::DeviceBackend& b, sdk::LossOp) {
 sdk::OptimizerFacet* facet_for(sdk::DeviceBackend& b, sdk::OptimizerOp) {
   return b.optimizer_facet();
 }
+sdk::AttentionFacet* facet_for(sdk::DeviceBackend& b, sdk::AttentionOp) {
+  return b.attention_facet();
+}
+sdk::EmbeddingFacet* facet_for(sdk::DeviceBackend& b, sdk::EmbeddingOp) {
+  return b.embedding_facet();
+}
 
 template <class Facet>
 Facet& required(Facet* facet) {
@@ -88,6 +94,12 @@ sdk::NormalizationFacet& normalization_of(sdk::DeviceBackend& b) {
 }
 sdk::LossFacet& loss_of(sdk::DeviceBackend& b) {
   return required(b.loss_facet());
+}
+sdk::AttentionFacet& attention_of(sdk::DeviceBackend& b) {
+  return required(b.attention_facet());
+}
+sdk::EmbeddingFacet& embedding_of(sdk::DeviceBackend& b) {
+  return required(b.embedding_facet());
 }
 
 }  // namespace mixtrain::core

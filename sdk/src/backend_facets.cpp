@@ -8,6 +8,8 @@ ElementwiseFacet::~ElementwiseFacet() = default;
 NormalizationFacet::~NormalizationFacet() = default;
 LossFacet::~LossFacet() = default;
 OptimizerFacet::~OptimizerFacet() = default;
+AttentionFacet::~AttentionFacet() = default;
+EmbeddingFacet::~EmbeddingFacet() = default;
 
 std::string_view op_name(GemmOp op) noexcept {
   switch (op) {
@@ -81,6 +83,30 @@ std::string_view op_name(OptimizerOp op) noexcept {
       return "sgd_update";
     case OptimizerOp::adamw_update:
       return "adamw_update";
+  }
+  return "?";
+}
+
+std::string_view op_name(AttentionOp op) noexcept {
+  switch (op) {
+    case AttentionOp::split_heads:
+      return "split_heads";
+    case AttentionOp::merge_heads:
+      return "merge_heads";
+    case AttentionOp::softmax_forward:
+      return "softmax_forward";
+    case AttentionOp::softmax_backward:
+      return "softmax_backward";
+  }
+  return "?";
+}
+
+std::string_view op_name(EmbeddingOp op) noexcept {
+  switch (op) {
+    case EmbeddingOp::gather:
+      return "gather";
+    case EmbeddingOp::scatter_add:
+      return "scatter_add";
   }
   return "?";
 }

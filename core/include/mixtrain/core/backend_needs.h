@@ -18,7 +18,8 @@
 namespace mixtrain::core {
 
 struct BackendNeed {
-  std::variant<sdk::GemmOp, sdk::ElementwiseOp, sdk::NormalizationOp, sdk::LossOp, sdk::OptimizerOp>
+  std::variant<sdk::GemmOp, sdk::ElementwiseOp, sdk::NormalizationOp, sdk::LossOp, sdk::OptimizerOp,
+               sdk::AttentionOp, sdk::EmbeddingOp>
       op;
   std::vector<sdk::DType> dtypes;  // in the order the facet's op documents
 };
@@ -34,5 +35,7 @@ sdk::GemmFacet& gemm_of(sdk::DeviceBackend& backend);
 sdk::ElementwiseFacet& elementwise_of(sdk::DeviceBackend& backend);
 sdk::NormalizationFacet& normalization_of(sdk::DeviceBackend& backend);
 sdk::LossFacet& loss_of(sdk::DeviceBackend& backend);
+sdk::AttentionFacet& attention_of(sdk::DeviceBackend& backend);
+sdk::EmbeddingFacet& embedding_of(sdk::DeviceBackend& backend);
 
 }  // namespace mixtrain::core

@@ -3,7 +3,8 @@
 // Contract
 // - The required core (this class): capabilities, memory, copies, cast, fill, synchronize.
 // - Everything else lives in facets (one header each: backend_gemm.h, backend_elementwise.h,
-//   backend_normalization.h, backend_loss.h, backend_optimizer_updates.h). A backend returns a
+//   backend_normalization.h, backend_loss.h, backend_optimizer_updates.h, backend_attention.h,
+//   backend_embedding.h). A backend returns a
 //   facet from its accessor, or nullptr when it has none (the default). Each facet carries its
 //   own kVersion and answers supports(op, dtypes); the host asks before the first step, so a
 //   model that needs a missing facet, op or dtype stops at plan time naming them.
@@ -28,7 +29,9 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/sdk/backend_attention.h"
 #include "mixtrain/sdk/backend_elementwise.h"
+#include "mixtrain/sdk/backend_embedding.h"
 #include "mixtrain/sdk/backend_gemm.h"
 #include "mixtrain/sdk/backend_loss.h"
 #include "mixtrain/sdk/backend_normalization.h"
@@ -105,6 +108,8 @@ class MIXTRAIN_SDK_API DeviceBackend : public Component {
   virtual NormalizationFacet* normalization_facet() { return nullptr; }
   virtual LossFacet* loss_facet() { return nullptr; }
   virtual OptimizerFacet* optimizer_facet() { return nullptr; }
+  virtual AttentionFacet* attention_facet() { return nullptr; }
+  virtual EmbeddingFacet* embedding_facet() { return nullptr; }
 };
 
 }  // namespace mixtrain::sdk

@@ -35,8 +35,8 @@ namespace mixtrain::sdk {
 // 2: PrecisionPolicy::adapt_to, 3: wants_current_amax, 4: GemmArgs activation epilogue,
 // 5: PrecisionPolicy::resolved_name, 6: DeviceBackend split into a core and versioned facets;
 // PrecisionPolicy::plan(OpDescription) -> OpPrecision (no fp32_pinned: the host pins
-// precision-sensitive ops), operand scaling per OperandSlot
-inline constexpr std::uint32_t kSdkAbiVersion = 6;
+// precision-sensitive ops), operand scaling per OperandSlot, 7: attention and embedding facets
+inline constexpr std::uint32_t kSdkAbiVersion = 7;
 inline constexpr const char* kSdkVersion = "0.1.0";
 inline constexpr const char* kBuildFingerprint = MIXTRAIN_BUILD_FINGERPRINT;
 

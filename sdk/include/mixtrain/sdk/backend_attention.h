@@ -1,0 +1,81 @@
+// AttentionFacet: the non-GEMM kernels of scaled dot-product attention — the head layout
+// permutes and the (causal) scaled softmax, forward and backward, in FP32.
+//
+// Contract
+// - A backend offers it through DeviceBackend::attention_facet() (nullptr: the backend has none).
+// - The GEMMs of attention (QKᵀ and PV) are GemmFacet::gemm_strided_batched over the head-major
+//   tensors [N·H, T, D] these permutes produce; this facet holds everything between them.
+// - supports(op, dtypes) answers without running anything. dtypes: split_heads / merge_heads
+//   {token-major, head-major} (fp32, bf16, fp16, either mix: the permute rounds once when the two
+//   differ); softmax_forward / softmax_backward {fp32} (the softmax is FP32 whatever the policy,
+//   as the mixed-precision recipes require).
+// - Shapes are checked against the layout; a mismatch raises BackendError.
+// - version() reports the kVersion this facet was compiled against (do not override it).
+#pragma once
+
+#include "mixtrain/sdk/export.h"
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "mixtrain/sdk/tensor_view.h"
+
+namespace mixtrain::sdk {
+
+// The two layouts of multi-head attention: token-major x [N, T, P, H, D] (what a linear layer
+// produces: P = 3 interleaved parts q, k, v for the fused QKV projection, P = 1 for the context)
+// and head-major y [P, N, H, T', D] (what the batched GEMMs read), where T' >= T is the head-major
+// tensor's token capacity and token t of x is token `head_offset + t` of y. T' > T is a KV cache:
+// decoding appends T new tokens at head_offset.
+struct HeadLayout {
+  std::int64_t batch = 1;        // N
+  std::int64_t tokens = 1;       // T, tokens in the token-major tensor
+  std::int64_t heads = 1;        // H
+  std::int64_t head_dim = 1;     // D
+  std::int64_t parts = 1;        // P
+  std::int64_t head_tokens = 0;  // T'; 0 means T
+  std::int64_t head_offset = 0;  // in [0, T' - T]
+  std::int64_t capacity() const { return head_tokens == 0 ? tokens : head_tokens; }
+};
+
+enum class AttentionOp { split_heads, merge_heads, softmax_forward, softmax_backward };
+MIXTRAIN_SDK_API std::string_view op_name(AttentionOp op) noexcept;
+
+// Scores of `batch` independent attention matrices [batch, rows, cols] (batch = N·H; rows are
+// queries, cols keys). causal: query i sees keys j <= i + (cols - rows) (bottom-right aligned, so
+// rows < cols is a decode step over a cache); every other probability is exactly 0.
+struct SoftmaxShape {
+  std::int64_t batch = 1, rows = 1, cols = 1;
+  bool causal = true;
+};
+
+class MIXTRAIN_SDK_API AttentionFacet {
+ public:
+  static constexpr std::uint32_t kVersion = 1;
+  static constexpr std::string_view kName = "attention";
+  virtual std::uint32_t version() const { return kVersion; }
+  virtual bool supports(AttentionOp op, std::span<const DType> dtypes) const = 0;
+
+  // y [P, N, H, T', D] rows [offset, offset + T) of each (p, n, h) = x [N, T, P, H, D]; the other
+  // rows of y are left as they are.
+  virtual void split_heads(TensorView x, const HeadLayout& layout, TensorView y) = 0;
+  // x [N, T, P, H, D] = y [P, N, H, T', D] rows [offset, offset + T) (the inverse permute).
+  virtual void merge_heads(TensorView y, const HeadLayout& layout, TensorView x) = 0;
+
+  // probs = softmax(scale · scores) over each row, masked as `shape` says; fp32 both, [batch,
+  // rows, cols]; probs may alias scores. A row with no visible key cannot occur under the causal
+  // rule above (rows <= cols is required).
+  virtual void softmax_forward(TensorView scores, const SoftmaxShape& shape, float scale,
+                               TensorView probs) = 0;
+  // dscores = scale · probs ∘ (dprobs − Σ_j dprobs ∘ probs) per row (the gradient w.r.t. the
+  // unscaled scores); fp32, [batch, rows, cols]; dscores may alias dprobs. Masked entries come out
+  // exactly 0 because their probs are.
+  virtual void softmax_backward(TensorView probs, TensorView dprobs, const SoftmaxShape& shape,
+                                float scale, TensorView dscores) = 0;
+
+ protected:
+  virtual ~AttentionFacet();  // not owned through the facet: the backend is
+};
+
+}  // namespace mixtrain::sdk

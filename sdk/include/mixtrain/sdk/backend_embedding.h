@@ -1,0 +1,47 @@
+// EmbeddingFacet: table lookups by integer id (token and position embeddings) and the
+// deterministic scatter-add of their backward.
+//
+// Contract
+// - A backend offers it through DeviceBackend::embedding_facet() (nullptr: the backend has none).
+// - supports(op, dtypes) answers without running anything. dtypes: gather {table, out};
+//   scatter_add {dy} (dtable is fp32). Tables and outputs: fp32, bf16 or fp16; ids are int32.
+//   Math in FP32, one rounding into the output's dtype.
+// - An id outside [0, V) raises BackendError naming the id and its row (ids come from data the
+//   host checked, so this is a guard, not a path).
+// - scatter_add is deterministic: each table row sums its contributions in ascending row order,
+//   so the result has the same bits for any thread count (no atomics).
+// - version() reports the kVersion this facet was compiled against (do not override it).
+#pragma once
+
+#include "mixtrain/sdk/export.h"
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "mixtrain/sdk/tensor_view.h"
+
+namespace mixtrain::sdk {
+
+enum class EmbeddingOp { gather, scatter_add };
+MIXTRAIN_SDK_API std::string_view op_name(EmbeddingOp op) noexcept;
+
+class MIXTRAIN_SDK_API EmbeddingFacet {
+ public:
+  static constexpr std::uint32_t kVersion = 1;
+  static constexpr std::string_view kName = "embedding";
+  virtual std::uint32_t version() const { return kVersion; }
+  virtual bool supports(EmbeddingOp op, std::span<const DType> dtypes) const = 0;
+
+  // out[r, :] = (accumulate ? out[r, :] : 0) + table[ids[r], :]; ids int32 [rows], table [V, C],
+  // out [rows, C].
+  virtual void gather(TensorView ids, TensorView table, TensorView out, bool accumulate) = 0;
+  // dtable[v, :] = beta · dtable[v, :] + Σ_{r : ids[r] = v} dy[r, :]; ids int32 [rows], dy [rows,
+  // C], dtable fp32 [V, C]; beta is 0 (overwrite: rows no id names become 0) or 1 (add).
+  virtual void scatter_add(TensorView ids, TensorView dy, TensorView dtable, float beta) = 0;
+
+ protected:
+  virtual ~EmbeddingFacet();  // not owned through the facet: the backend is
+};
+
+}  // namespace mixtrain::sdk
