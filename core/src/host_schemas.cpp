@@ -162,9 +162,34 @@ bool is_path_option(const std::string& source, const std::string& key) {
 sdk::OptionSchema model_schema() {
   return {OptionSpec::string("loss", "softmax_cross_entropy", "training loss")
               .one_of({"softmax_cross_entropy"}),
+          OptionSpec::string("preset", "",
+                             "a whole architecture from a few sizes instead of layers/nodes: "
+                             "\"gpt\" (sizes in [model.gpt])")
+              .one_of({"", "gpt"}),
           OptionSpec::boolean("fuse_epilogues", true,
                               "run each relu/gelu that follows a linear layer as that GEMM's "
                               "epilogue (one rounding, one pass less)")};
+}
+
+sdk::OptionSchema gpt_preset_schema() {
+  return {OptionSpec::required("n_layer", sdk::OptionType::integer, "transformer blocks")
+              .at_least(1)
+              .at_most(1024),
+          OptionSpec::required("n_head", sdk::OptionType::integer, "attention heads per block")
+              .at_least(1)
+              .at_most(1024),
+          OptionSpec::required("n_embd", sdk::OptionType::integer,
+                               "residual stream width; a multiple of n_head")
+              .at_least(1)
+              .at_most(65536),
+          OptionSpec::integer("vocab_size", 0, "token ids; 0: the data's vocab_size")
+              .at_least(0)
+              .at_most(2147483647),
+          OptionSpec::integer("block_size", 0,
+                              "positions the model learns (wpe rows); 0: the data's block_size")
+              .at_least(0)
+              .at_most(1048576),
+          OptionSpec::boolean("bias", true, "biases in the linear layers (GPT-2 has them)")};
 }
 
 const std::vector<std::string>& layer_types() {

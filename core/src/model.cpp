@@ -58,8 +58,11 @@ sdk::Options layer_options(const LayerSpec& layer, const std::string& table) {
 }
 
 Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
-             std::int64_t input_features, std::int32_t classes)
-    : backend_(std::move(backend)), input_features_(input_features), classes_(classes) {
+             std::int64_t input_features, std::int32_t classes, InputSpec input)
+    : backend_(std::move(backend)),
+      input_features_(input_features),
+      classes_(classes),
+      input_spec_(input) {
   const std::string list = spec.graph ? "model.nodes" : "model.layers";
   if (spec.layers.empty())
     throw sdk::ConfigError(spec.where, list, "the model has no layers",
@@ -115,6 +118,18 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
       throw sdk::ConfigError(l.where, key + ".shape",
                              "unknown key 'shape' for a " + l.type + " node",
                              "shape belongs to reshape nodes");
+    const bool reads_ids =
+        std::find(node.inputs.begin(), node.inputs.end(), -1) != node.inputs.end();
+    if (reads_ids && op->reads_token_ids != (input.dtype == DType::int32))
+      throw bad(op->reads_token_ids
+                    ? "reads token ids, but the data gives " + std::to_string(input_features) +
+                          " float features per sample"
+                    : "reads the batch, which holds int32 token ids: only an embedding can",
+                op->reads_token_ids
+                    ? "use a token data source (data.source = \"tokens\" or \"text\")"
+                    : "feed the input to an embedding node first, e.g. { type = \"embedding\", "
+                      "vocab = " +
+                          std::to_string(classes) + ", dim = 128 }");
     const sdk::Options options = layer_options(l, key);
     std::vector<PerSampleShape> in_shapes;
     for (int t : node.inputs) in_shapes.push_back(shape_of(t));
@@ -153,7 +168,18 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
                              "feed it into the graph (add, a linear, ...) or remove it");
   const Node& last = nodes_.back();
   const std::size_t last_spec = topo.order.back();
-  if (last.shape.size() != 1 || last.shape[0] != classes) {
+  if (input.labels_per_sample > 1) {
+    // A language model: one prediction per position.
+    if (last.shape.size() != 2 || last.shape[1] != classes ||
+        last.shape[0] != input.labels_per_sample)
+      throw sdk::ConfigError(spec.layers[last_spec].where, list,
+                             "the logits node '" + graph[last_spec].name + "' is " +
+                                 shape_text(last.shape) + " per sample; the loss needs [" +
+                                 std::to_string(input.labels_per_sample) + ", " +
+                                 std::to_string(classes) + "] (one prediction per position)",
+                             "end in a linear with out = " + std::to_string(classes) +
+                                 " (the vocabulary) on the [T, C] sequence");
+  } else if (last.shape.size() != 1 || last.shape[0] != classes) {
     if (!spec.graph || last.shape.size() == 1)
       throw sdk::ConfigError(spec.layers[last_spec].where, list,
                              "the last layer produces " + std::to_string(last.shape.back()) +
@@ -279,7 +305,7 @@ void Model::check_backend() const {
     const Node& node = nodes_[i];
     const int in = node.inputs.empty() ? -1 : node.inputs[0];
     const DType input =
-        in < 0 ? DType::fp32
+        in < 0 ? input_spec_.dtype
                : storage_of(
                      layers_[static_cast<std::size_t>(nodes_[static_cast<std::size_t>(in)].root)]
                          ->precision()
@@ -303,8 +329,8 @@ void Model::check_backend() const {
 void Model::allocate(std::int64_t max_rows) {
   check_backend();
   max_rows_ = max_rows;
-  input_ = Tensor(backend_, DType::fp32, sdk::Shape{max_rows, input_features_});
-  labels_ = Tensor(backend_, DType::int32, sdk::Shape{max_rows});
+  input_ = Tensor(backend_, input_spec_.dtype, sdk::Shape{max_rows, input_features_});
+  labels_ = Tensor(backend_, DType::int32, sdk::Shape{max_rows * input_spec_.labels_per_sample});
   loss_ = Tensor(backend_, DType::fp32, sdk::Shape{1});
   correct_ = Tensor(backend_, DType::int32, sdk::Shape{1});
   // Activations: one arena from their liveness plan, then each layer's own buffers.
@@ -441,7 +467,7 @@ void Model::refresh_working_copies() {
 }
 
 TensorView Model::labels(std::int64_t rows) const {
-  return {labels_.view().data, DType::int32, sdk::Shape{rows}};
+  return {labels_.view().data, DType::int32, sdk::Shape{rows * input_spec_.labels_per_sample}};
 }
 
 void Model::run_forward(std::int64_t batch, const std::function<bool(std::size_t node)>& visit) {
@@ -576,7 +602,8 @@ std::string Model::locate_first_nonfinite(std::int64_t rows, float grad_scale) {
     return elementwise_of(*backend_).first_nonfinite(one) >= 0;
   };
   start_gradients();  // this micro-batch's gradients alone, so each check sees its own writes
-  if (bad(input_.rows(rows))) return "input batch";
+  // Token ids are integers: nothing to check.
+  if (input_spec_.dtype != DType::int32 && bad(input_.rows(rows))) return "input batch";
   std::string found;
   run_forward(rows, [&](std::size_t i) {
     if (!bad(activation(static_cast<int>(i), rows))) return true;

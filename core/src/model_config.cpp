@@ -7,6 +7,7 @@
 
 #include "config_reading.h"
 #include "mixtrain/core/host_schemas.h"
+#include "model_presets.h"
 #include "ops/op_registry.h"
 
 namespace mixtrain::core {
@@ -283,8 +284,49 @@ class ModelExpansion {
 
 }  // namespace
 
+namespace {
+
+// [model] preset = "gpt": the nodes come from [model.gpt]; the resolved config keeps the preset.
+void read_gpt_preset(const Config& config, Experiment& e, const sdk::Options& model) {
+  reject_nested(config, "model.gpt");
+  for (const char* list : {"model.layers", "model.nodes"})
+    if (!config.table_array(list, kArrayKeys).empty())
+      throw sdk::ConfigError(config.location(list), list,
+                             "the model has both preset = \"gpt\" and " + std::string(list),
+                             "remove one: the preset builds every node");
+  const auto raw = config.table_options("model.gpt");
+  const sdk::SourceLocation where = raw.empty() ? e.model.where : config.location("model.gpt");
+  const auto o = sdk::Options::resolve("model.gpt", gpt_preset_schema(), raw, where, {});
+  GptPreset p;
+  p.n_layer = o.get_int("n_layer");
+  p.n_head = o.get_int("n_head");
+  p.n_embd = o.get_int("n_embd");
+  p.vocab_size = o.get_int("vocab_size");
+  p.block_size = o.get_int("block_size");
+  p.bias = o.get_bool("bias");
+  p.where = where;
+  if (p.n_embd % p.n_head != 0)
+    throw sdk::ConfigError(o.where("n_head"), "model.gpt.n_head",
+                           "n_embd = " + std::to_string(p.n_embd) +
+                               " is not divisible by n_head = " + std::to_string(p.n_head),
+                           "choose n_head so that it divides n_embd (each head is n_embd / n_head "
+                           "wide)");
+  if (p.vocab_size == 0) p.vocab_size = e.data.vocab_size;
+  if (p.vocab_size <= 0)
+    throw sdk::ConfigError(where, "model.gpt.vocab_size",
+                           "the gpt preset needs a vocabulary size and the data gives none",
+                           "use a token data source (data.source = \"tokens\" or \"text\") or set "
+                           "vocab_size in [model.gpt]");
+  e.model.layers = gpt_preset(p);
+  e.model.graph = true;
+  e.core_sections.push_back(section_of("model", {}, model));
+  e.core_sections.push_back(section_of("model.gpt", {}, o));
+}
+
+}  // namespace
+
 void read_model_config(const Config& config, Experiment& e) {
-  reject_nested(config, "model", {"layers", "nodes", "blocks"});
+  reject_nested(config, "model", {"layers", "nodes", "blocks", "gpt"});
   // The sequential form (`layers`, each reads the one before) or the graph form (`nodes`, each
   // names its inputs); a node's inputs and a reshape's shape are arrays.
   auto node_entries = config.table_array("model.nodes", kArrayKeys);
@@ -305,6 +347,7 @@ void read_model_config(const Config& config, Experiment& e) {
   auto model = sdk::Options::resolve("model", model_schema(), raw, e.model.where, {});
   e.model.loss = model.get_string("loss");
   e.model.fuse_epilogues = model.get_bool("fuse_epilogues");
+  if (model.get_string("preset") == "gpt") return read_gpt_preset(config, e, model);
   std::vector<RawNode> nodes;
   for (std::size_t i = 0; i < entries.size(); ++i)
     nodes.push_back(read_node(config, entries[i], layer_list, i));

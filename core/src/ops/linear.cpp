@@ -20,9 +20,10 @@ constexpr sdk::OperandRole kRoles[3] = {sdk::OperandRole::input, sdk::OperandRol
 }  // namespace
 
 LinearLayer::LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias,
-                         std::string tie_weight, sdk::SourceLocation tie_where)
+                         std::string tie_weight, sdk::SourceLocation tie_where, double init_std)
     : Layer(std::move(name), "linear", in, out),
       bias_(bias),
+      init_std_(init_std),
       tie_weight_(std::move(tie_weight)),
       tie_where_(std::move(tie_where)) {
   for (auto role : kRoles) slots_.emplace_back(name_, kGemm, role);
@@ -46,8 +47,16 @@ void LinearLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
 }
 
 void LinearLayer::init_parameters(std::uint64_t seed) {
-  // PyTorch nn.Linear: kaiming_uniform(a=√5) → U(-1/√in, 1/√in) for weight and bias. A tied
-  // weight is initialised by its owner.
+  // A tied weight is initialised by its owner.
+  if (init_std_ > 0.0) {
+    // GPT-2 / nanoGPT: weight N(0, std²), bias 0.
+    if (tie_weight_.empty())
+      ops::fill_normal(*backend_, params_[0].master, init_std_,
+                       derive_seed(seed, (name_ + ".weight").c_str()));
+    if (bias_) backend_->fill(bias().master.view(), 0.0f);
+    return;
+  }
+  // PyTorch nn.Linear: kaiming_uniform(a=√5) → U(-1/√in, 1/√in) for weight and bias.
   const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
   if (tie_weight_.empty())
     fill_uniform(*backend_, params_[0].master, bound,
@@ -294,7 +303,11 @@ OpDefinition linear_op() {
         sdk::OptionSpec::boolean("bias", true, "add a learned bias"),
         sdk::OptionSpec::string("tie_weight", "",
                                 "use another node's parameter as this weight (weight tying), "
-                                "e.g. \"embed.weight\"; it must be [out, in]")};
+                                "e.g. \"embed.weight\"; it must be [out, in]"),
+        sdk::OptionSpec::number("init_std", 0.0,
+                                "0: PyTorch's nn.Linear init; > 0: weight N(0, std²) and bias 0 "
+                                "(GPT-2 uses 0.02)")
+            .at_least(0.0)};
   };
   op.build = [](const OpNode& node) {
     const auto& in = node.inputs;
@@ -303,7 +316,8 @@ OpDefinition linear_op() {
     shape.back() = out;
     return BuiltOp{std::make_unique<LinearLayer>(
                        node.name, in[0].back(), out, node.options.get_bool("bias"),
-                       node.options.get_string("tie_weight"), node.options.where("tie_weight")),
+                       node.options.get_string("tie_weight"), node.options.where("tie_weight"),
+                       node.options.get_double("init_std")),
                    shape};
   };
   return op;

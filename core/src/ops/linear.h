@@ -34,7 +34,8 @@ class LinearLayer final : public Layer {
   static constexpr const char* kGemm = "matmul";
 
   LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias,
-              std::string tie_weight = {}, sdk::SourceLocation tie_where = {});
+              std::string tie_weight = {}, sdk::SourceLocation tie_where = {},
+              double init_std = 0.0);
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   std::vector<sdk::GemmDescription> gemms() const override;
   std::int64_t forward_flops_per_row() const override {
@@ -76,6 +77,7 @@ class LinearLayer final : public Layer {
   sdk::GemmOperand scale_operand(sdk::TensorView src, sdk::OperandRole role, ScaledOperand& dst);
 
   bool bias_;
+  double init_std_;         // 0: PyTorch's nn.Linear init
   std::string tie_weight_;  // "<node>.<param>" when the weight is another node's
   sdk::SourceLocation tie_where_;
   ModelParameter* tied_ = nullptr;

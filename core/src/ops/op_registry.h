@@ -56,6 +56,7 @@ struct OpDefinition {
   std::size_t min_inputs = 1, max_inputs = 1;  // max_inputs 0: any number
   bool takes_shape = false;                    // reads the node's `shape = [...]`
   bool has_parameters = false;
+  bool reads_token_ids = false;  // its input is the int32 ids of a token data source (embedding)
   sdk::OptionSchema (*schema)() = nullptr;  // nullptr: no options
   BuiltOp (*build)(const OpNode& node) = nullptr;
 };
@@ -79,5 +80,8 @@ OpDefinition layernorm_op();
 OpDefinition add_op();
 OpDefinition reshape_op();
 OpDefinition flatten_op();
+OpDefinition embedding_op();
+OpDefinition position_embedding_op();
+OpDefinition attention_op();
 
 }  // namespace mixtrain::core

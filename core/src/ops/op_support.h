@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/core/dataset.h"
 #include "mixtrain/core/random.h"
 #include "mixtrain/core/tensor.h"
 #include "mixtrain/sdk/device_backend.h"
@@ -28,6 +29,15 @@ inline void fill_uniform(sdk::DeviceBackend& backend, const Tensor& t, double bo
   SplitMix64 rng(seed);
   std::vector<float> host(static_cast<std::size_t>(t.shape().numel()));
   for (auto& v : host) v = static_cast<float>(rng.uniform(-bound, bound));
+  backend.copy_from_host(t.view(), host.data());
+}
+
+// N(0, std²) from `seed`, drawn on the host (DataRng's portable Box–Muller) for the same reason.
+inline void fill_normal(sdk::DeviceBackend& backend, const Tensor& t, double std,
+                        std::uint64_t seed) {
+  DataRng rng(seed);
+  std::vector<float> host(static_cast<std::size_t>(t.shape().numel()));
+  for (auto& v : host) v = static_cast<float>(std * rng.normal());
   backend.copy_from_host(t.view(), host.data());
 }
 

@@ -62,6 +62,7 @@ struct DataSettings {
   std::int32_t classes = 0;  // 0: infer from the labels
   SyntheticSpec synthetic;
   std::filesystem::path features_path, labels_path, images_path;
+  std::int64_t block_size = 0, vocab_size = 0;  // token sources
 };
 
 struct ScheduleSettings {

@@ -23,6 +23,7 @@ bool is_path_option(const std::string& source, const std::string& key);  // npy/
 sdk::OptionSchema schedule_schema();                                     // host keys in [optimizer]
 sdk::OptionSchema checkpoint_core_schema();  // host keys in [checkpoint]
 sdk::OptionSchema model_schema();            // [model] scalar keys
+sdk::OptionSchema gpt_preset_schema();       // [model.gpt] (preset = "gpt")
 // The ops of the op table (core/src/ops/op_registry.cpp). A node's `inputs` and a reshape's `shape`
 // are arrays, read beside these schemas (the sdk's options are scalars).
 const std::vector<std::string>& layer_types();

@@ -8,7 +8,11 @@
 //   work on the last dimension (linear, relu, gelu, layernorm, add) see an output [N, d1..dk] as
 //   [N*d1*..*d(k-1), dk] rows. In the sequential form (`layers`) each node reads the one before.
 //   layers() lists the nodes in forward order (inputs first, then declaration order).
-// - Exactly one node is read by no other: the logits, per-sample shape [classes].
+// - The batch: [N, F] fp32 features, or [N, T] int32 token ids (InputSpec; only ops that read
+//   ids, the embedding, may take them). Labels are int32, `labels_per_sample` per sample: 1 for
+//   a classifier, T next-token targets for a language model.
+// - Exactly one node is read by no other: the logits, per-sample shape [classes], or [T, classes]
+//   for a language model (one prediction per position; labels_per_sample = T).
 // - Gradients: every tensor that needs one has its own buffer. A tensor read once gets its
 //   reader's activation_grad dtype (the chain's behaviour, bit for bit); a tensor read by several
 //   nodes (a residual, add(h, h)) keeps an FP32 gradient: the first contribution overwrites, later
@@ -75,20 +79,28 @@ struct ModelSpec {
   sdk::SourceLocation where;
 };
 
+// What the data feeds the model besides the feature count and the classes.
+struct InputSpec {
+  sdk::DType dtype = sdk::DType::fp32;  // fp32 features or int32 token ids
+  std::int64_t labels_per_sample = 1;
+};
+
 struct LossValues {
   float loss = 0.0f;         // mean over rows, FP32
-  std::int32_t correct = 0;  // rows whose argmax equals the label
+  std::int32_t correct = 0;  // labels the argmax matched (rows × labels_per_sample in all)
 };
 
 class Model {
  public:
   Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
-        std::int64_t input_features, std::int32_t classes);
+        std::int64_t input_features, std::int32_t classes, InputSpec input = {});
 
   std::vector<std::unique_ptr<Layer>>& layers() { return layers_; }
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   std::int64_t input_features() const { return input_features_; }
   std::int32_t classes() const { return classes_; }
+  sdk::DType input_dtype() const { return input_spec_.dtype; }
+  std::int64_t labels_per_sample() const { return input_spec_.labels_per_sample; }
 
   // Checks the backend first (check_backend), then allocates every buffer once.
   void allocate(std::int64_t max_rows);
@@ -100,7 +112,7 @@ class Model {
   void refresh_working_copies();  // working = cast(master) for every parameter that has one
 
   sdk::TensorView input(std::int64_t rows) const { return input_.rows(rows); }
-  sdk::TensorView labels(std::int64_t rows) const;
+  sdk::TensorView labels(std::int64_t rows) const;  // [rows · labels_per_sample]
   sdk::TensorView logits(std::int64_t rows) const {
     return activation(static_cast<int>(layers_.size()) - 1, rows);
   }
@@ -216,6 +228,7 @@ class Model {
   std::vector<Node> nodes_;
   std::int64_t input_features_;
   std::int32_t classes_;
+  InputSpec input_spec_;
   std::int64_t max_rows_ = 0;
   Tensor input_, labels_, loss_, correct_;
   std::vector<GradSlot> grad_slots_;  // per node (used at roots that need a gradient)
