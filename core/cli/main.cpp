@@ -51,8 +51,9 @@ int main(int argc, char** argv) {
       "compare", "parity table and chart of runs against the first (the baseline)");
   compare->add_option("run_dirs", compare_dirs, "run folders; the first is the baseline")
       ->required();
-  compare->add_option("--out", compare_out,
-                      "folder for compare.svg, compare.json, compare.md (default: the first run's)");
+  compare->add_option(
+      "--out", compare_out,
+      "folder for compare.svg, compare.json, compare.md (default: the first run's)");
 
   mixtrain::cli::ExportArgs export_args;
   auto* exp = app.add_subcommand(
@@ -69,6 +70,22 @@ int main(int argc, char** argv) {
                   "output file (default: in the run folder, the checkpoint's name with the new "
                   "format's extension)");
   exp->add_flag("--force", export_args.force, "overwrite an existing output file");
+
+  mixtrain::cli::SampleArgs sample_args;
+  auto* sample =
+      app.add_subcommand("sample", "continue a prompt with a trained language model (KV cache)");
+  sample->add_option("config", cfg.config, "config file of the model")->required();
+  sample
+      ->add_option("--checkpoint", sample_args.checkpoint, "checkpoint file or checkpoints/ folder")
+      ->required();
+  sample->add_option("--prompt", sample_args.prompt, "text to continue")->required();
+  sample->add_option("--tokens", sample_args.tokens, "tokens to generate")->capture_default_str();
+  sample->add_option("--temperature", sample_args.temperature, "0: greedy; higher: more random")
+      ->capture_default_str();
+  sample->add_option("--top-k", sample_args.top_k, "sample among the k likeliest (0: all)")
+      ->capture_default_str();
+  sample->add_option("--seed", sample_args.seed, "random seed of the draws")->capture_default_str();
+  sample->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
 
   // Accepted after the subcommand too (`mixtrain train cfg.toml --log-level debug`), and listed in
   // each subcommand's --help.
@@ -89,6 +106,7 @@ int main(int argc, char** argv) {
     if (eval->parsed()) return mixtrain::cli::run_eval(cfg, checkpoint);
     if (compare->parsed()) return mixtrain::cli::run_compare(compare_dirs, compare_out);
     if (exp->parsed()) return mixtrain::cli::run_export(export_args);
+    if (sample->parsed()) return mixtrain::cli::run_sample(cfg, sample_args);
     return mixtrain::cli::run_plugins(describe);
   } catch (const mixtrain::sdk::UserError& e) {
     std::fflush(stdout);

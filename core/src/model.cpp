@@ -241,17 +241,20 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
 }
 
 std::int64_t Model::rows_of(int tensor, std::int64_t batch) const {
+  if (decode_rows_ > 0) return tensor < 0 ? 1 : decode_rows_;
   return tensor < 0 ? batch : batch * nodes_[static_cast<std::size_t>(tensor)].rows_per_sample;
 }
 
 std::int64_t Model::features_of(int tensor) const {
-  return tensor < 0 ? input_features_ : nodes_[static_cast<std::size_t>(tensor)].shape.back();
+  if (tensor < 0) return decode_rows_ > 0 ? decode_rows_ : input_features_;
+  return nodes_[static_cast<std::size_t>(tensor)].shape.back();
 }
 
 TensorView Model::activation(int tensor, std::int64_t batch) const {
   const int root = tensor < 0 ? -1 : nodes_[static_cast<std::size_t>(tensor)].root;
   const TensorView base =
-      root < 0 ? input_.rows(batch)
+      root < 0 ? TensorView{input_.view().data, input_.dtype(),
+                            sdk::Shape{rows_of(-1, batch), features_of(-1)}}
                : layers_[static_cast<std::size_t>(root)]->output(rows_of(root, batch));
   return {base.data, base.dtype, sdk::Shape{rows_of(tensor, batch), features_of(tensor)}};
 }
@@ -483,6 +486,71 @@ void Model::run_forward(std::int64_t batch, const std::function<bool(std::size_t
 
 void Model::forward(std::int64_t rows) {
   run_forward(rows, {});
+}
+
+void Model::begin_decode(std::int64_t capacity) {
+  const std::int64_t t = input_features_;
+  if (input_spec_.dtype != DType::int32 || input_spec_.labels_per_sample != t)
+    throw sdk::UserError("this model does not read token ids, so it cannot generate text",
+                         "sample from a language model (an embedding on a token data source)");
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    if (nodes_[i].rows_per_sample != t || nodes_[i].shape.size() != 2)
+      throw sdk::UserError("node '" + layers_[i]->name() + "' is " +
+                               ops::shape_text(nodes_[i].shape) +
+                               " per sample, not one row per position, so the model cannot "
+                               "decode token by token",
+                           "sample from a model whose every node is [T, C] (the gpt preset)");
+  if (capacity < 1 || capacity > t)
+    throw sdk::UserError("a KV cache of " + std::to_string(capacity) +
+                             " positions; the model was built for at most " + std::to_string(t),
+                         "decode at most block_size positions at once");
+  set_mode(Mode::eval);
+  for (auto& l : layers_) l->begin_decode(capacity);
+  decode_capacity_ = capacity;
+  decode_length_ = 0;
+}
+
+std::vector<float> Model::decode(std::span<const std::int32_t> ids) {
+  const auto n = static_cast<std::int64_t>(ids.size());
+  if (decode_capacity_ == 0) throw std::logic_error("Model::decode before begin_decode");
+  if (n < 1 || decode_length_ + n > decode_capacity_ || n > max_rows_ * input_features_)
+    throw sdk::UserError("decoding " + std::to_string(n) + " more tokens after " +
+                             std::to_string(decode_length_) + " overflows the KV cache of " +
+                             std::to_string(decode_capacity_) + " positions",
+                         "start a new cache (begin_decode) with the last tokens");
+  for (std::int32_t id : ids)
+    if (id < 0 || id >= classes_)
+      throw sdk::UserError("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                               std::to_string(classes_) + ")",
+                           "feed ids the model was trained on");
+  backend_->copy_from_host({input_.view().data, DType::int32, sdk::Shape{n}}, ids.data());
+  for (auto& l : layers_) l->set_decode_position(decode_length_);
+  decode_rows_ = n;
+  struct Reset {
+    std::int64_t& rows;
+    ~Reset() { rows = 0; }
+  } reset{decode_rows_};
+  run_forward(1, {});
+  const TensorView all = activation(static_cast<int>(layers_.size()) - 1, 1);
+  const TensorView last{
+      static_cast<std::byte*>(all.data) +
+          (n - 1) * classes_ * static_cast<std::int64_t>(sdk::dtype_size(all.dtype)),
+      all.dtype, sdk::Shape{1, classes_}};
+  std::vector<float> logits(static_cast<std::size_t>(classes_));
+  if (last.dtype == DType::fp32) {
+    backend_->copy_to_host(logits.data(), last);
+  } else {
+    Tensor tmp(backend_, DType::fp32, sdk::Shape{1, classes_});
+    backend_->cast(last, tmp.view());
+    backend_->copy_to_host(logits.data(), tmp.view());
+  }
+  decode_length_ += n;
+  return logits;
+}
+
+void Model::end_decode() {
+  for (auto& l : layers_) l->end_decode();
+  decode_capacity_ = decode_length_ = 0;
 }
 
 void Model::compute_loss(std::int64_t rows, float grad_scale, bool with_grad) {

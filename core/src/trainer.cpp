@@ -148,6 +148,9 @@ const fs::path& Trainer::run_dir() const {
 const Model& Trainer::model() const {
   return *s_->model;
 }
+Model& Trainer::model() {
+  return *s_->model;
+}
 const Dataset& Trainer::train_data() const {
   return s_->train;
 }

@@ -184,10 +184,9 @@ void AttentionLayer::decode_forward(TensorView x, std::int64_t rows) {
   // x is qkv [1, n, 3C] for positions [L, L + n); the cache holds q, k, v [3, 1, H, cap, D].
   const std::int64_t nt = rows, len = cache_length_ + rows, cap = cache_capacity_, d = head_dim_;
   if (len > cap)
-    throw sdk::ConfigError({}, name_,
-                           "the KV cache of node '" + name_ + "' holds " + std::to_string(cap) +
-                               " positions; this step needs " + std::to_string(len),
-                           "generate fewer tokens");
+    throw std::logic_error("attention node '" + name_ + "': the KV cache holds " +
+                           std::to_string(cap) + " positions; this step needs " +
+                           std::to_string(len));
   const DType g = gemm_dtype();
   const DType act = storage_of(precision_.activation);
   auto& attn = attention_of(*backend_);

@@ -38,8 +38,8 @@ class AttentionLayer final : public Layer {
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
 
-  void begin_decode(std::int64_t capacity);
-  void end_decode();
+  void begin_decode(std::int64_t capacity) override;
+  void end_decode() override;
 
  private:
   sdk::DType gemm_dtype() const;

@@ -93,25 +93,25 @@ std::vector<BackendNeed> PositionEmbeddingLayer::backend_needs(DType) const {
           {sdk::EmbeddingOp::scatter_add, {storage_of(precision_.activation_grad)}}};
 }
 
-void PositionEmbeddingLayer::set_decode_start(std::int64_t start) {
-  if (start >= positions_)
-    throw sdk::ConfigError({}, name_,
-                           "position " + std::to_string(start) + " is past the " +
-                               std::to_string(positions_) + " positions node '" + name_ +
-                               "' has learned",
-                           "generate fewer tokens, or use a model with a larger block_size");
+void PositionEmbeddingLayer::begin_decode(std::int64_t capacity) {
+  if (capacity > positions_)
+    throw sdk::UserError("a KV cache of " + std::to_string(capacity) +
+                             " positions is longer than the " + std::to_string(positions_) +
+                             " positions node '" + name_ + "' has learned",
+                         "decode at most " + std::to_string(positions_) + " positions at once");
+  decode_start_ = 0;
+}
+
+void PositionEmbeddingLayer::set_decode_position(std::int64_t start) {
   decode_start_ = start;
 }
 
 TensorView PositionEmbeddingLayer::ids_for(std::int64_t rows) const {
   if (decode_start_ < 0) return {position_ids_.view().data, DType::int32, sdk::Shape{rows}};
   if (decode_start_ + rows > positions_)
-    throw sdk::ConfigError({}, name_,
-                           "positions " + std::to_string(decode_start_) + ".." +
-                               std::to_string(decode_start_ + rows - 1) + " pass the " +
-                               std::to_string(positions_) + " positions node '" + name_ +
-                               "' has learned",
-                           "generate fewer tokens, or use a model with a larger block_size");
+    throw std::logic_error(
+        "node '" + name_ + "': decoding positions " + std::to_string(decode_start_) + ".." +
+        std::to_string(decode_start_ + rows - 1) + " past its " + std::to_string(positions_));
   return {static_cast<std::int32_t*>(decode_ids_.view().data) + decode_start_, DType::int32,
           sdk::Shape{rows}};
 }

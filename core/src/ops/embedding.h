@@ -54,9 +54,11 @@ class PositionEmbeddingLayer final : public Layer {
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
   std::vector<std::int64_t> parameter_shape(const std::string& suffix) const override;
-  // Decoding with a KV cache: the next forward's rows are positions [start, start + rows) of one
-  // sequence instead of whole sequences of `tokens` rows. -1 returns to training layout.
-  void set_decode_start(std::int64_t start);
+  // Decoding: the next forward's rows are positions [start, start + rows) of one sequence instead
+  // of whole sequences of `tokens` rows.
+  void begin_decode(std::int64_t capacity) override;
+  void set_decode_position(std::int64_t start) override;
+  void end_decode() override { decode_start_ = -1; }
 
  private:
   std::int64_t tokens_, positions_;

@@ -7,10 +7,8 @@ namespace mixtrain::core {
 namespace {
 std::vector<OpDefinition>& op_table() {
   static std::vector<OpDefinition> table = {
-      linear_op(),    relu_op(),      gelu_op(),
-      layernorm_op(), add_op(),       reshape_op(),
-      flatten_op(),   embedding_op(), position_embedding_op(),
-      attention_op(),
+      linear_op(),  relu_op(),    gelu_op(),      layernorm_op(),          add_op(),
+      reshape_op(), flatten_op(), embedding_op(), position_embedding_op(), attention_op(),
   };
   return table;
 }

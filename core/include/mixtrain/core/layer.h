@@ -160,6 +160,14 @@ class Layer {
   }
   bool training() const { return training_; }
 
+  // Decoding one sequence token by token (Model::begin_decode): ops that see across positions
+  // override these — attention keeps a KV cache of `capacity` positions, a position embedding
+  // offsets its positions. Row-wise ops need nothing. begin_decode throws when the op cannot
+  // decode.
+  virtual void begin_decode(std::int64_t /*capacity*/) {}
+  virtual void set_decode_position(std::int64_t /*start*/) {}
+  virtual void end_decode() {}
+
   // Called at the start of every micro-batch (index 0 opens an optimizer step). Ops whose
   // per-step measurements span the step (the FP8 amax of delayed scaling) override it.
   virtual void begin_micro_batch(std::int64_t /*index*/) {}

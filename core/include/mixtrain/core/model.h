@@ -173,6 +173,18 @@ class Model {
   void begin_micro_batch(std::int64_t index, std::int64_t count);
   std::int64_t max_rows() const { return max_rows_; }
 
+  // Decoding one sequence of a language model with a KV cache (`mixtrain sample`): every node
+  // must be per position (rows_per_sample = T, no op mixing positions but attention), so a
+  // forward can run on just the new tokens. begin_decode(capacity <= T) puts the model in
+  // evaluation mode and the ops in decode mode; decode(ids) feeds the next ids (at most
+  // max_rows() · T at once, positions continuing from the last call) and returns the logits of
+  // the last one, fp32 [classes] on the host; end_decode() returns to training layout (the mode
+  // stays eval). Throws sdk::UserError when the model cannot decode or the cache is full.
+  void begin_decode(std::int64_t capacity);
+  std::vector<float> decode(std::span<const std::int32_t> ids);
+  void end_decode();
+  std::int64_t decode_length() const { return decode_length_; }
+
   // Runs for each parameter when backward has written its final gradient for the step.
   void set_gradient_ready_hook(std::function<void(ModelParameter&)> hook) {
     grad_ready_ = std::move(hook);
@@ -253,6 +265,8 @@ class Model {
   bool final_micro_batch_ = true;
   bool micro_batch_open_ = false;  // begin_micro_batch() ran since the last backward()
   Mode mode_ = Mode::train;
+  std::int64_t decode_rows_ = 0;  // > 0 while decoding: the rows of every tensor in this forward
+  std::int64_t decode_capacity_ = 0, decode_length_ = 0;
   void start_gradients();  // every parameter's next contribution overwrites
 };
 

@@ -52,6 +52,7 @@ class Trainer {
   std::filesystem::path save_checkpoint();
   const std::filesystem::path& run_dir() const;
   const Model& model() const;
+  Model& model();  // e.g. to decode with it (`mixtrain sample`)
   const Dataset& train_data() const;
   const Dataset& eval_data() const;
 
