@@ -47,7 +47,8 @@ struct EvalMode {
 
 // The eval split (the training split when there is none) in eval_batch_size batches, under the
 // same precision plan as training, in evaluation mode, with the master weights or their EMA
-// (eval.weights); loss and accuracy are means over all rows.
+// (eval.weights); loss and accuracy are means over all labels (a language model's: over every
+// held-out next token, so the loss is in nats per token).
 EvalResult Trainer::evaluate() {
   auto& s = *s_;
   EvalResult r;
@@ -63,17 +64,18 @@ EvalResult Trainer::evaluate() {
     const std::int64_t rows = std::min(bs, d.rows - start);
     idx.resize(static_cast<std::size_t>(rows));
     for (std::int64_t i = 0; i < rows; ++i) idx[static_cast<std::size_t>(i)] = start + i;
-    gather_batch(d, idx, s.x_host.data(), s.y_host.data());
-    s.c.backend->copy_from_host(s.model->input(rows), s.x_host.data());
-    s.c.backend->copy_from_host(s.model->labels(rows), s.y_host.data());
+    feed_batch(s, d, idx);
     s.model->forward(rows);
     auto lv = s.model->loss(rows, 1.0f, false);
     loss_sum += static_cast<double>(lv.loss) * static_cast<double>(rows);
     correct += lv.correct;
   }
+  // Every row carries labels_per_row labels (a token window's next tokens), so the mean over rows
+  // of the per-row mean loss is the mean over labels; accuracy counts labels.
   r.rows = d.rows;
+  const double labels = static_cast<double>(d.rows) * static_cast<double>(d.labels_per_row());
   r.loss = d.rows > 0 ? loss_sum / static_cast<double>(d.rows) : 0.0;
-  r.accuracy = d.rows > 0 ? static_cast<double>(correct) / static_cast<double>(d.rows) : 0.0;
+  r.accuracy = d.rows > 0 ? static_cast<double>(correct) / labels : 0.0;
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,9 @@ struct Trainer::State {
   std::int64_t step = 0, applied = 0, skipped = 0;
   std::filesystem::path run_dir;
   MetricsLog metrics;
-  std::vector<float> x_host;
-  std::vector<std::int32_t> y_host;
+  std::vector<float> x_host;          // a table's features [rows, F]
+  std::vector<std::int32_t> ids_host;  // token windows' ids [rows, T]
+  std::vector<std::int32_t> y_host;    // labels [rows · labels_per_row]
   float last_loss = 0.0f;
   std::filesystem::path resumed_from;
   bool underflow_watch = false;  // some layer stores activation gradients in < 32 bits
@@ -43,6 +45,9 @@ struct Trainer::State {
   // [ema]: an FP32 copy per parameter (model.parameters() order), updated after applied steps.
   std::vector<Tensor> ema;
 };
+
+// Copies the given rows of `d` (features or token ids, and their labels) into the model's batch.
+void feed_batch(Trainer::State& s, const Dataset& d, std::span<const std::int64_t> rows);
 
 // ema = decay * ema + (1 - decay) * master, on the device, for every parameter.
 void update_ema(Trainer::State& s);

@@ -23,6 +23,19 @@ void reset_ema(Trainer::State& s) {
     s.c.backend->copy(s.ema[i].view(), params[i]->master.view());
 }
 
+void feed_batch(Trainer::State& s, const Dataset& d, std::span<const std::int64_t> rows) {
+  auto& b = *s.c.backend;
+  const auto n = static_cast<std::int64_t>(rows.size());
+  if (d.is_tokens()) {
+    gather_tokens(d, rows, s.ids_host.data(), s.y_host.data());
+    b.copy_from_host(s.model->input(n), s.ids_host.data());
+  } else {
+    gather_batch(d, rows, s.x_host.data(), s.y_host.data());
+    b.copy_from_host(s.model->input(n), s.x_host.data());
+  }
+  b.copy_from_host(s.model->labels(n), s.y_host.data());
+}
+
 StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   const auto& e = s.e;
   auto& b = *s.c.backend;
@@ -44,9 +57,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
     auto& idx = s.micro_batches[static_cast<std::size_t>(k)];
     const auto drawn = s.sampler->next();
     idx.assign(drawn.begin(), drawn.end());
-    gather_batch(s.train, idx, s.x_host.data(), s.y_host.data());
-    b.copy_from_host(model.input(bs), s.x_host.data());
-    b.copy_from_host(model.labels(bs), s.y_host.data());
+    feed_batch(s, s.train, idx);
 
     // forward, loss, backward (into the step's FP32 gradients)
     model.begin_micro_batch(k, micro);
@@ -106,10 +117,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
                                          : out.decision.scale_before / static_cast<float>(micro);
     for (std::int64_t k = 0; k < micro && out.first_nonfinite.empty(); ++k) {
       if (micro > 1) {
-        gather_batch(s.train, s.micro_batches[static_cast<std::size_t>(k)], s.x_host.data(),
-                     s.y_host.data());
-        b.copy_from_host(model.input(bs), s.x_host.data());
-        b.copy_from_host(model.labels(bs), s.y_host.data());
+        feed_batch(s, s.train, s.micro_batches[static_cast<std::size_t>(k)]);
       }
       out.first_nonfinite = model.locate_first_nonfinite(bs, replay_seed);
       if (micro > 1 && !out.first_nonfinite.empty())
