@@ -20,6 +20,8 @@
 //   the dtype lists in each op's comment: storage floats (fp32, tf32, bf16, fp16) for element-wise,
 //   normalisation and loss, fp32 for the foreach ops and the optimizer state, and for GEMM A/B any
 //   dtype capabilities().gemm_inputs lists (C: fp32, bf16, fp16).
+// - gemm_strided_batched runs one cached 3-D oneDNN matmul where one can express the call
+//   (cpu_gemm.h) and a loop over gemm() otherwise.
 // - Errors: sdk::BackendError naming the op, the offending tensor, its dtype/shape, and a fix.
 #pragma once
 
@@ -54,6 +56,9 @@ class CpuBackend final : public sdk::DeviceBackend,
   int threads() const noexcept { return threads_; }
   // oneDNN matmul primitives created so far (one per distinct GEMM key); for tests and tuning.
   std::size_t cached_gemm_primitives() const noexcept;
+  // oneDNN's implementation ("gemm:jit", "brg:avx512_core", ...) of the last GEMM primitive run
+  // by gemm() or gemm_strided_batched(); for tests and tuning.
+  std::string last_gemm_implementation() const;
 
   sdk::BackendCapabilities capabilities() const override;
 
@@ -76,7 +81,8 @@ class CpuBackend final : public sdk::DeviceBackend,
   // --- GemmFacet -------------------------------------------------------------------------------
   bool supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const override;
   void gemm(const sdk::GemmArgs& args) override;
-  // A loop over the batches through the same cached oneDNN primitive as gemm().
+  // One cached 3-D oneDNN matmul (batch, m, k) x (batch, k, n), same dtype routing as gemm();
+  // a loop over gemm() for what that cannot express (cpu_gemm.h).
   void gemm_strided_batched(const sdk::GemmBatchedArgs& args) override;
 
   // --- ElementwiseFacet ------------------------------------------------------------------------
