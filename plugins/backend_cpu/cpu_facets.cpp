@@ -101,6 +101,28 @@ bool CpuBackend::supports(sdk::OptimizerOp op, std::span<const DType> dtypes) co
   return false;
 }
 
+bool CpuBackend::supports(sdk::AttentionOp op, std::span<const DType> dtypes) const {
+  switch (op) {
+    case sdk::AttentionOp::split_heads:
+    case sdk::AttentionOp::merge_heads:
+      return matches(dtypes, {storage, storage});
+    case sdk::AttentionOp::softmax_forward:
+    case sdk::AttentionOp::softmax_backward:
+      return matches(dtypes, {fp32});
+  }
+  return false;
+}
+
+bool CpuBackend::supports(sdk::EmbeddingOp op, std::span<const DType> dtypes) const {
+  switch (op) {
+    case sdk::EmbeddingOp::gather:
+      return matches(dtypes, {storage, storage});
+    case sdk::EmbeddingOp::scatter_add:
+      return matches(dtypes, {storage});
+  }
+  return false;
+}
+
 void CpuBackend::gemm_strided_batched(const sdk::GemmBatchedArgs& args) {
   use_threads();
   const bool done = gemm_->run_batched(args);  // checks the arguments
