@@ -1,5 +1,7 @@
 #include "cpu_access.h"
 
+#include <cstdint>
+
 namespace mixtrain::backend_cpu {
 
 const sdk::BackendArgumentChecks& checks() {
@@ -27,10 +29,33 @@ void require_numel(std::string_view op, std::string_view name, const sdk::Tensor
                    std::int64_t numel) {
   checks().require_numel(op, name, v, numel);
 }
+bool overlaps(const sdk::TensorView& a, const sdk::TensorView& b) {
+  if (a.empty() || b.empty()) return false;
+  const auto a0 = reinterpret_cast<std::uintptr_t>(a.data);
+  const auto b0 = reinterpret_cast<std::uintptr_t>(b.data);
+  const std::uintptr_t a_bytes = a.bytes(), b_bytes = b.bytes();
+  return a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
 
+void require_same_or_disjoint(std::string_view op, std::string_view a_name,
+                              const sdk::TensorView& a, std::string_view b_name,
+                              const sdk::TensorView& b) {
+  if (a.data == b.data && a.dtype == b.dtype && a.numel() == b.numel()) return;
+  if (overlaps(a, b))
+    fail(op,
+         std::string(a_name) + " " + describe(a) + " and " + std::string(b_name) + " " +
+             describe(b) + " partly overlap",
+         "pass the same tensor for both (in place) or separate buffers");
+}
 
-
-
-
+std::int64_t checked_product(std::string_view op, std::string_view what,
+                             std::initializer_list<std::int64_t> dims) {
+  std::int64_t n = 1;
+  for (std::int64_t d : dims)
+    if (__builtin_mul_overflow(n, d, &n))
+      fail(op, std::string(what) + " has more elements than fit in 64 bits",
+           "check the layout's dimensions");
+  return n;
+}
 
 }  // namespace mixtrain::backend_cpu

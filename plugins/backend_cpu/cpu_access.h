@@ -14,8 +14,10 @@
 
 #include "mixtrain/sdk/backend_argument_checks.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,7 +35,9 @@ const sdk::BackendArgumentChecks& checks();
 [[noreturn]] void fail(std::string_view op, const std::string& what, std::string hint = {});
 using sdk::describe;  // "bf16 [512, 1024]"
 
-inline bool is_fp32_storage(sdk::DType t) { return t == sdk::DType::fp32 || t == sdk::DType::tf32; }
+inline bool is_fp32_storage(sdk::DType t) {
+  return t == sdk::DType::fp32 || t == sdk::DType::tf32;
+}
 inline bool is_storage_float(sdk::DType t) {
   return is_fp32_storage(t) || t == sdk::DType::bf16 || t == sdk::DType::fp16;
 }
@@ -45,10 +49,22 @@ void require_fp32(std::string_view op, std::string_view name, const sdk::TensorV
 void require_numel(std::string_view op, std::string_view name, const sdk::TensorView& v,
                    std::int64_t numel);
 
+// Whether the bytes of two views intersect (an empty view overlaps nothing).
+bool overlaps(const sdk::TensorView& a, const sdk::TensorView& b);
+// a and b are the same tensor (allowed in place) or do not overlap; BackendError otherwise.
+void require_same_or_disjoint(std::string_view op, std::string_view a_name,
+                              const sdk::TensorView& a, std::string_view b_name,
+                              const sdk::TensorView& b);
+// The product of `dims`, or a BackendError naming `what` when it does not fit in int64.
+std::int64_t checked_product(std::string_view op, std::string_view what,
+                             std::initializer_list<std::int64_t> dims);
+
 // Elements of work below which a kernel runs on the calling thread: waking the OpenMP team
 // costs a few microseconds, more than a 128x128 element-wise pass takes on one core.
 inline constexpr std::int64_t kParallelMin = 32768;
-inline bool parallel_worth(std::int64_t work) { return work >= kParallelMin; }
+inline bool parallel_worth(std::int64_t work) {
+  return work >= kParallelMin;
+}
 
 inline sdk::Overflow overflow_rule(bool saturate) {
   return saturate ? sdk::Overflow::saturate : sdk::Overflow::to_inf_or_nan;
@@ -59,9 +75,9 @@ inline const float* read_chunk(const sdk::TensorView& v, std::int64_t begin, std
   switch (v.dtype) {
     case sdk::DType::bf16:
     case sdk::DType::fp16:
-      sdk::convert(std::span(static_cast<const std::uint16_t*>(v.data) + begin,
-                             static_cast<std::size_t>(n)),
-                   v.dtype, std::span(buf, static_cast<std::size_t>(n)));
+      sdk::convert(
+          std::span(static_cast<const std::uint16_t*>(v.data) + begin, static_cast<std::size_t>(n)),
+          v.dtype, std::span(buf, static_cast<std::size_t>(n)));
       return buf;
     default:
       return static_cast<const float*>(v.data) + begin;
@@ -106,10 +122,10 @@ inline void commit_chunk(const sdk::TensorView& v, std::int64_t begin, std::int6
     case sdk::DType::fp16: {
       sdk::EncodeOptions options;
       options.overflow = overflow_rule(saturate);
-      sdk::convert(std::span(values, static_cast<std::size_t>(n)),
-                   std::span(static_cast<std::uint16_t*>(v.data) + begin,
-                             static_cast<std::size_t>(n)),
-                   v.dtype, options);
+      sdk::convert(
+          std::span(values, static_cast<std::size_t>(n)),
+          std::span(static_cast<std::uint16_t*>(v.data) + begin, static_cast<std::size_t>(n)),
+          v.dtype, options);
       return;
     }
     default: {
@@ -118,6 +134,24 @@ inline void commit_chunk(const sdk::TensorView& v, std::int64_t begin, std::int6
         for (std::int64_t i = 0; i < n; ++i) dst[i] = values[i];
       return;
     }
+  }
+}
+
+// dst[d_at, d_at + n) = src[s_at, s_at + n) for any two storage dtypes: a memcpy when they
+// store alike, else an exact decode and one RNE encode.
+inline void copy_elements(const sdk::TensorView& src, std::int64_t s_at, const sdk::TensorView& dst,
+                          std::int64_t d_at, std::int64_t n) {
+  if (src.dtype == dst.dtype || (is_fp32_storage(src.dtype) && is_fp32_storage(dst.dtype))) {
+    const auto size = static_cast<std::int64_t>(sdk::dtype_size(src.dtype));
+    std::memcpy(static_cast<char*>(dst.data) + d_at * size,
+                static_cast<const char*>(src.data) + s_at * size,
+                static_cast<std::size_t>(n * size));
+    return;
+  }
+  for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    const std::int64_t len = std::min(kChunk, n - c0);
+    float buf[kChunk];
+    commit_chunk(dst, d_at + c0, len, read_chunk(src, s_at + c0, len, buf));
   }
 }
 

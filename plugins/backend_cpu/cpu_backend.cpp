@@ -57,9 +57,9 @@ sdk::BackendCapabilities CpuBackend::capabilities() const {
        "emulated: A and B rounded to tf32 (RNE, 10 mantissa bits) + " + fp32_gemm});
   const std::string bf16_impl = gemm_->bf16_implementation();
   if (gemm_->bf16_native())
-    caps.gemm_inputs.push_back({DType::bf16, true,
-                                "oneDNN bf16 matmul (" + bf16_impl + "), fp32 accumulation (" +
-                                    gemm_->bf16_note() + ")"});
+    caps.gemm_inputs.push_back(
+        {DType::bf16, true,
+         "oneDNN bf16 matmul (" + bf16_impl + "), fp32 accumulation (" + gemm_->bf16_note() + ")"});
   else
     caps.gemm_inputs.push_back(
         {DType::bf16, false,
@@ -67,10 +67,9 @@ sdk::BackendCapabilities CpuBackend::capabilities() const {
   caps.gemm_inputs.push_back(
       {DType::fp16, false, "emulated: exact fp16 -> fp32 decode + " + fp32_gemm});
   for (DType t : {DType::fp8_e4m3, DType::fp8_e5m2})
-    caps.gemm_inputs.push_back(
-        {t, false,
-         "emulated: exact " + std::string(sdk::dtype_name(t)) + " decode x scale_inv + " +
-             fp32_gemm});
+    caps.gemm_inputs.push_back({t, false,
+                                "emulated: exact " + std::string(sdk::dtype_name(t)) +
+                                    " decode x scale_inv + " + fp32_gemm});
   return caps;
 }
 
@@ -123,11 +122,17 @@ void CpuBackend::copy(TensorView dst, TensorView src) {
 
 // --- GEMM and cast -----------------------------------------------------------------------------
 
-std::size_t CpuBackend::cached_gemm_primitives() const noexcept { return gemm_->cached_primitives(); }
+std::size_t CpuBackend::cached_gemm_primitives() const noexcept {
+  return gemm_->cached_primitives();
+}
+std::string CpuBackend::last_gemm_implementation() const {
+  return gemm_->last_implementation();
+}
 
 void CpuBackend::gemm(const sdk::GemmArgs& args) {
   use_threads();
-  gemm_->run(args, [this](sdk::Activation act, const TensorView& z) { activation_forward(act, z, z); });
+  gemm_->run(args,
+             [this](sdk::Activation act, const TensorView& z) { activation_forward(act, z, z); });
   account_scratch();
 }
 
@@ -142,7 +147,9 @@ void CpuBackend::account_scratch() {
 
 namespace {
 
-bool is_cast_target(DType t) { return is_storage_float(t) || sdk::is_fp8(t); }
+bool is_cast_target(DType t) {
+  return is_storage_float(t) || sdk::is_fp8(t);
+}
 
 // Encodes `len` fp32 values (`in`, unscaled) into dst[begin, begin+len) as dst.dtype, x*scale
 // rounded once; *amax (when given) receives max|in| with the SDK's NaN rule. `in` may alias the
@@ -206,8 +213,10 @@ void CpuBackend::cast(TensorView src, TensorView dst, const sdk::CastArgs& args)
   const bool src_fp32 = is_fp32_storage(src.dtype);
   float amax = 0.0f;
   int amax_nan = 0;
-#pragma omp parallel for schedule(static) if (parallel_worth(total)) reduction(max : amax) \
-    reduction(| : amax_nan)
+#pragma omp parallel for schedule(static) if (parallel_worth(total)) reduction(max     \
+                                                                               : amax) \
+    reduction(|                                                                        \
+              : amax_nan)
   for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
     const std::int64_t len = std::min(kChunk, total - c0);
     float in_buf[kChunk];

@@ -16,10 +16,13 @@
 // - Threading: one OpenMP pool shared with oneDNN; `threads` (0 = all cores) is applied with
 //   omp_set_num_threads on the calling thread before every op. Ops run synchronously, so
 //   synchronize() is a no-op.
-// - Facets: all five (gemm, elementwise, normalization, loss, optimizer); supports() answers from
-//   the dtype lists in each op's comment: storage floats (fp32, tf32, bf16, fp16) for element-wise,
-//   normalisation and loss, fp32 for the foreach ops and the optimizer state, and for GEMM A/B any
-//   dtype capabilities().gemm_inputs lists (C: fp32, bf16, fp16).
+// - Facets: all seven (gemm, elementwise, normalization, loss, optimizer, attention, embedding);
+//   supports() answers from the dtype lists in each op's comment: storage floats (fp32, tf32,
+//   bf16, fp16) for element-wise, normalisation, loss, the head permutes and the embedding
+//   tables, fp32 for the foreach ops, the optimizer state and the attention softmax, and for GEMM
+//   A/B any dtype capabilities().gemm_inputs lists (C: fp32, bf16, fp16).
+// - gemm_strided_batched runs one cached 3-D oneDNN matmul where one can express the call
+//   (cpu_gemm.h) and a loop over gemm() otherwise.
 // - Errors: sdk::BackendError naming the op, the offending tensor, its dtype/shape, and a fix.
 #pragma once
 
@@ -46,7 +49,9 @@ class CpuBackend final : public sdk::DeviceBackend,
                          public sdk::ElementwiseFacet,
                          public sdk::NormalizationFacet,
                          public sdk::LossFacet,
-                         public sdk::OptimizerFacet {
+                         public sdk::OptimizerFacet,
+                         public sdk::AttentionFacet,
+                         public sdk::EmbeddingFacet {
  public:
   explicit CpuBackend(int threads = 0, Bf16GemmPath bf16_gemm = Bf16GemmPath::automatic);
   ~CpuBackend() override;
@@ -54,6 +59,9 @@ class CpuBackend final : public sdk::DeviceBackend,
   int threads() const noexcept { return threads_; }
   // oneDNN matmul primitives created so far (one per distinct GEMM key); for tests and tuning.
   std::size_t cached_gemm_primitives() const noexcept;
+  // oneDNN's implementation ("gemm:jit", "brg:avx512_core", ...) of the last GEMM primitive run
+  // by gemm() or gemm_strided_batched(); for tests and tuning.
+  std::string last_gemm_implementation() const;
 
   sdk::BackendCapabilities capabilities() const override;
 
@@ -72,11 +80,14 @@ class CpuBackend final : public sdk::DeviceBackend,
   sdk::NormalizationFacet* normalization_facet() override { return this; }
   sdk::LossFacet* loss_facet() override { return this; }
   sdk::OptimizerFacet* optimizer_facet() override { return this; }
+  sdk::AttentionFacet* attention_facet() override { return this; }
+  sdk::EmbeddingFacet* embedding_facet() override { return this; }
 
   // --- GemmFacet -------------------------------------------------------------------------------
   bool supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const override;
   void gemm(const sdk::GemmArgs& args) override;
-  // A loop over the batches through the same cached oneDNN primitive as gemm().
+  // One cached 3-D oneDNN matmul (batch, m, k) x (batch, k, n), same dtype routing as gemm();
+  // a loop over gemm() for what that cannot express (cpu_gemm.h).
   void gemm_strided_batched(const sdk::GemmBatchedArgs& args) override;
 
   // --- ElementwiseFacet ------------------------------------------------------------------------
@@ -125,6 +136,23 @@ class CpuBackend final : public sdk::DeviceBackend,
   bool supports(sdk::OptimizerOp op, std::span<const sdk::DType> dtypes) const override;
   void sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params) override;
   void adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params) override;
+
+  // --- AttentionFacet (cpu_attention.cpp) ------------------------------------------------------
+  bool supports(sdk::AttentionOp op, std::span<const sdk::DType> dtypes) const override;
+  void split_heads(sdk::TensorView x, const sdk::HeadLayout& layout, sdk::TensorView y) override;
+  void merge_heads(sdk::TensorView y, const sdk::HeadLayout& layout, sdk::TensorView x) override;
+  void softmax_forward(sdk::TensorView scores, const sdk::SoftmaxShape& shape, float scale,
+                       sdk::TensorView probs) override;
+  void softmax_backward(sdk::TensorView probs, sdk::TensorView dprobs,
+                        const sdk::SoftmaxShape& shape, float scale,
+                        sdk::TensorView dscores) override;
+
+  // --- EmbeddingFacet (cpu_embedding.cpp) ------------------------------------------------------
+  bool supports(sdk::EmbeddingOp op, std::span<const sdk::DType> dtypes) const override;
+  void gather(sdk::TensorView ids, sdk::TensorView table, sdk::TensorView out,
+              bool accumulate) override;
+  void scatter_add(sdk::TensorView ids, sdk::TensorView dy, sdk::TensorView dtable,
+                   float beta) override;
 
  private:
   // Makes this thread's OpenMP team size (shared by oneDNN) equal to `threads_`.

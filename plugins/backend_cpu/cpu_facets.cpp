@@ -1,9 +1,10 @@
-// CpuBackend's facet answers (supports()) and the strided-batched GEMM.
+// CpuBackend's facet answers (supports()) and the strided-batched GEMM's dispatch.
 #include <algorithm>
 #include <initializer_list>
 
 #include "cpu_access.h"
 #include "cpu_backend.h"
+#include "cpu_gemm.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -100,10 +101,35 @@ bool CpuBackend::supports(sdk::OptimizerOp op, std::span<const DType> dtypes) co
   return false;
 }
 
+bool CpuBackend::supports(sdk::AttentionOp op, std::span<const DType> dtypes) const {
+  switch (op) {
+    case sdk::AttentionOp::split_heads:
+    case sdk::AttentionOp::merge_heads:
+      return matches(dtypes, {storage, storage});
+    case sdk::AttentionOp::softmax_forward:
+    case sdk::AttentionOp::softmax_backward:
+      return matches(dtypes, {fp32});
+  }
+  return false;
+}
+
+bool CpuBackend::supports(sdk::EmbeddingOp op, std::span<const DType> dtypes) const {
+  switch (op) {
+    case sdk::EmbeddingOp::gather:
+      return matches(dtypes, {storage, storage});
+    case sdk::EmbeddingOp::scatter_add:
+      return matches(dtypes, {storage});
+  }
+  return false;
+}
+
 void CpuBackend::gemm_strided_batched(const sdk::GemmBatchedArgs& args) {
-  checks().gemm_batched_shape(args);
-  // Batch i's operands are batch 0's views moved by i strides; each runs through gemm(), so a
-  // batch computes exactly what the single GEMM computes and shares its cached primitive.
+  use_threads();
+  const bool done = gemm_->run_batched(args);  // checks the arguments
+  account_scratch();
+  if (done) return;
+  // What one 3-D primitive cannot express (see cpu_gemm.h): batch i's operands are batch 0's
+  // views moved by i strides, each through gemm() and its cached 2-D primitive.
   auto moved = [](sdk::TensorView v, std::int64_t elements) {
     v.data =
         static_cast<char*>(v.data) + elements * static_cast<std::int64_t>(sdk::dtype_size(v.dtype));

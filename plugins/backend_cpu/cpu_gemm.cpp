@@ -2,11 +2,11 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <algorithm>
 #include <new>
 #include <optional>
 
@@ -19,7 +19,9 @@ namespace mixtrain::backend_cpu {
 using dnnl::memory;
 using sdk::DType;
 
-void ScratchBuffer::Free::operator()(void* p) const noexcept { std::free(p); }
+void ScratchBuffer::Free::operator()(void* p) const noexcept {
+  std::free(p);
+}
 
 void* ScratchBuffer::get(std::size_t bytes) {
   if (bytes > capacity_) {
@@ -56,8 +58,7 @@ constexpr std::int64_t kSingleThreadGemm = std::int64_t{1} << 21;
 // Sets this thread's OpenMP team size to 1 for the scope (oneDNN reads it at creation and run).
 class SingleThreadScope {
  public:
-  explicit SingleThreadScope(bool active)
-      : saved_(active ? omp_get_max_threads() : 0) {
+  explicit SingleThreadScope(bool active) : saved_(active ? omp_get_max_threads() : 0) {
     if (saved_ > 1) omp_set_num_threads(1);
   }
   ~SingleThreadScope() {
@@ -70,14 +71,25 @@ class SingleThreadScope {
   int saved_;
 };
 
-bool is_gemm_input(DType t) { return is_storage_float(t) || sdk::is_fp8(t); }
+bool is_gemm_input(DType t) {
+  return is_storage_float(t) || sdk::is_fp8(t);
+}
+
+// The oneDNN type of an operand passed through undecoded (fp32 storage or bf16).
+memory::data_type native_dt(DType t) {
+  return t == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+}
 
 std::optional<memory::data_type> output_dnnl_type(DType t) {
   switch (t) {
-    case DType::fp32: return memory::data_type::f32;
-    case DType::bf16: return memory::data_type::bf16;
-    case DType::fp16: return memory::data_type::f16;
-    default: return std::nullopt;
+    case DType::fp32:
+      return memory::data_type::f32;
+    case DType::bf16:
+      return memory::data_type::bf16;
+    case DType::fp16:
+      return memory::data_type::f16;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -92,6 +104,34 @@ void decode_operand(const sdk::TensorView& v, float scale_inv, bool tf32, float*
   }
 }
 
+// Batches [0, batches) of `v`, batch i starting `stride` elements after batch i-1 (batch 0 at
+// v.data), each `numel` elements, decoded exactly (x scale_inv, then tf32-rounded when asked) into
+// compact `dst` [batches, numel]; parallel over (batch, chunk) pairs.
+void decode_batches(const sdk::TensorView& v, std::int64_t batches, std::int64_t stride,
+                    std::int64_t numel, float scale_inv, bool tf32, float* dst) {
+  const std::int64_t chunks = (numel + kDecodeChunk - 1) / kDecodeChunk;
+#pragma omp parallel for schedule(static) if (parallel_worth(batches * numel))
+  for (std::int64_t q = 0; q < batches * chunks; ++q) {
+    const std::int64_t i = q / chunks, c0 = q % chunks * kDecodeChunk;
+    const std::int64_t len = std::min(kDecodeChunk, numel - c0);
+    float* out = dst + i * numel + c0;
+    decode_into(v, i * stride + c0, len, out, scale_inv);
+    if (tf32) sdk::round_to_tf32(std::span(out, static_cast<std::size_t>(len)));
+  }
+}
+
+// The inverse for an output: compact fp32 `src` [batches, numel] encoded once (RNE) into batch i
+// of `v` at i * stride.
+void commit_batches(const sdk::TensorView& v, std::int64_t batches, std::int64_t stride,
+                    std::int64_t numel, const float* src) {
+  const std::int64_t chunks = (numel + kDecodeChunk - 1) / kDecodeChunk;
+#pragma omp parallel for schedule(static) if (parallel_worth(batches * numel))
+  for (std::int64_t q = 0; q < batches * chunks; ++q) {
+    const std::int64_t i = q / chunks, c0 = q % chunks * kDecodeChunk;
+    commit_chunk(v, i * stride + c0, std::min(kDecodeChunk, numel - c0), src + i * numel + c0);
+  }
+}
+
 }  // namespace
 
 std::size_t GemmEngine::KeyHash::operator()(const Key& key) const noexcept {
@@ -103,6 +143,10 @@ std::size_t GemmEngine::KeyHash::operator()(const Key& key) const noexcept {
       (key.has_alpha ? 8u : 0u));
   mix(static_cast<std::size_t>(key.a_dt) * 131 + static_cast<std::size_t>(key.b_dt) * 17);
   mix(key.beta_bits);
+  mix(std::hash<std::int64_t>{}(key.batch));
+  mix(std::hash<std::int64_t>{}(key.stride_a));
+  mix(std::hash<std::int64_t>{}(key.stride_b));
+  mix(std::hash<std::int64_t>{}(key.stride_c));
   return h;
 }
 
@@ -122,8 +166,7 @@ const float* GemmEngine::operand_fp32(const sdk::GemmOperand& op, std::int64_t n
   return out;
 }
 
-GemmEngine::Operands GemmEngine::prepare_operands(const sdk::GemmArgs& args,
-                                                  std::int64_t a_numel, std::int64_t b_numel) {
+void GemmEngine::check_dtypes(const sdk::GemmArgs& args) const {
   const DType a = args.a.view.dtype;
   const DType b = args.b.view.dtype;
   if (!is_gemm_input(a) || !is_gemm_input(b))
@@ -132,6 +175,15 @@ GemmEngine::Operands GemmEngine::prepare_operands(const sdk::GemmArgs& args,
              ", B=" + std::string(sdk::dtype_name(b)) + " are not supported; this backend takes " +
              kSupportedInputs,
          "cast A and B to a floating-point storage dtype (backend.cast)");
+  if (!output_dnnl_type(args.c.dtype))
+    fail("gemm", "C dtype " + std::string(sdk::dtype_name(args.c.dtype)) + " is not supported",
+         "use an fp32, bf16 or fp16 output");
+}
+
+GemmEngine::Operands GemmEngine::prepare_operands(const sdk::GemmArgs& args, std::int64_t a_numel,
+                                                  std::int64_t b_numel) {
+  const DType a = args.a.view.dtype;
+  const DType b = args.b.view.dtype;
   const bool tf32 = args.compute == DType::tf32 || a == DType::tf32 || b == DType::tf32;
   if (a == DType::bf16 && b == DType::bf16 && !tf32 && bf16_native())
     return {args.a.view.data, args.b.view.data, memory::data_type::bf16, memory::data_type::bf16};
@@ -145,9 +197,26 @@ GemmEngine::Entry GemmEngine::create_entry(const Key& key) const {
   const memory::dim m = key.m, n = key.n, k = key.k;
   Entry e;
   // op(A) is [m,k]: stored [m,k] row-major, or stored [k,m] and read through swapped strides.
-  e.a_md = memory::desc({m, k}, key.a_dt, key.trans_a ? memory::dims{1, m} : memory::dims{k, 1});
-  e.b_md = memory::desc({k, n}, key.b_dt, key.trans_b ? memory::dims{1, k} : memory::dims{n, 1});
-  e.c_md = memory::desc({m, n}, c_dt, memory::dims{n, 1});
+  const memory::dims a_strides = key.trans_a ? memory::dims{1, m} : memory::dims{k, 1};
+  const memory::dims b_strides = key.trans_b ? memory::dims{1, k} : memory::dims{n, 1};
+  if (key.batch == 0) {
+    e.a_md = memory::desc({m, k}, key.a_dt, a_strides);
+    e.b_md = memory::desc({k, n}, key.b_dt, b_strides);
+    e.c_md = memory::desc({m, n}, c_dt, memory::dims{n, 1});
+  } else {
+    // The batch is the outer dimension; a stride of 0 is a batch dimension of 1, which oneDNN
+    // broadcasts over the output's batches (the stride of a size-1 dimension is not read).
+    const memory::dim batch = key.batch;
+    auto outer = [batch](std::int64_t stride, std::int64_t numel) {
+      return stride == 0 ? std::pair<memory::dim, memory::dim>{1, numel}
+                         : std::pair<memory::dim, memory::dim>{batch, stride};
+    };
+    const auto [ba, sa] = outer(key.stride_a, m * k);
+    const auto [bb, sb] = outer(key.stride_b, k * n);
+    e.a_md = memory::desc({ba, m, k}, key.a_dt, {sa, a_strides[0], a_strides[1]});
+    e.b_md = memory::desc({bb, k, n}, key.b_dt, {sb, b_strides[0], b_strides[1]});
+    e.c_md = memory::desc({batch, m, n}, c_dt, memory::dims{key.stride_c, n, 1});
+  }
   if (key.has_bias) e.bias_md = memory::desc({1, n}, memory::data_type::f32, memory::dims{n, 1});
 
   dnnl::primitive_attr attr;
@@ -178,20 +247,56 @@ GemmEngine::Entry& GemmEngine::entry_for(const Key& key) {
     e = create_entry(key);
   } catch (const dnnl::error& err) {
     fail("gemm",
-         "oneDNN cannot create a matmul for m=" + std::to_string(key.m) + " n=" +
-             std::to_string(key.n) + " k=" + std::to_string(key.k) + ": " + err.what(),
+         "oneDNN cannot create a matmul for m=" + std::to_string(key.m) +
+             " n=" + std::to_string(key.n) + " k=" + std::to_string(key.k) + ": " + err.what(),
          "report this shape; fp32 matmul should always be available");
   }
   return cache_.emplace(key, std::move(e)).first->second;
+}
+
+GemmEngine::Entry* GemmEngine::batched_entry_for(const Key& key) {
+  auto it = cache_.find(key);
+  if (it == cache_.end()) {
+    Entry e;
+    try {
+      e = create_entry(key);
+      // A reference kernel is far slower than a loop over the 2-D primitive.
+      e.usable = e.implementation.find("ref") == std::string::npos;
+    } catch (const dnnl::error&) {
+      e.usable = false;  // e.g. strides oneDNN rejects: the caller loops instead
+    }
+    it = cache_.emplace(key, std::move(e)).first;
+  }
+  return it->second.usable ? &it->second : nullptr;
+}
+
+std::size_t GemmEngine::cached_primitives() const {
+  return static_cast<std::size_t>(
+      std::count_if(cache_.begin(), cache_.end(), [](const auto& kv) { return kv.second.usable; }));
+}
+
+void GemmEngine::execute(Entry& e, const Key& key, const void* a, const void* b, void* c,
+                         float alpha, const void* bias) {
+  memory a_mem(e.a_md, engine_, const_cast<void*>(a));
+  memory b_mem(e.b_md, engine_, const_cast<void*>(b));
+  memory c_mem(e.c_md, engine_, c);
+  std::unordered_map<int, memory> exec_args{
+      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+  if (key.has_alpha)
+    exec_args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES,
+                      memory({{1}, memory::data_type::f32, memory::dims{1}}, engine_, &alpha));
+  if (key.has_bias)
+    exec_args.emplace(e.bias_arg, memory(e.bias_md, engine_, const_cast<void*>(bias)));
+  e.primitive.execute(stream_, exec_args);
+  stream_.wait();
+  last_implementation_ = e.implementation;
 }
 
 void GemmEngine::run(const sdk::GemmArgs& args, const ActivateInPlace& activate) {
   const auto& av = args.a.view;
   const auto& bv = args.b.view;
   const auto [m, n, k] = checks().gemm_shape(args);
-  if (!output_dnnl_type(args.c.dtype))
-    fail("gemm", "C dtype " + std::string(sdk::dtype_name(args.c.dtype)) + " is not supported",
-         "use an fp32, bf16 or fp16 output");
+  check_dtypes(args);
   const bool has_bias = !args.bias.empty();  // checked (fp32 [n]) by gemm_shape
   if (m == 0 || n == 0) return;
   if (args.has_activation && !activate)
@@ -212,6 +317,7 @@ void GemmEngine::run(const sdk::GemmArgs& args, const ActivateInPlace& activate)
   }
 
   if (k == 0) {
+    last_implementation_.clear();
     // Empty inner product: z = beta*C + bias, which oneDNN does not handle for k = 0.
     float* z = static_cast<float*>(c_ptr);
     for (std::int64_t r = 0; r < m; ++r)
@@ -231,19 +337,7 @@ void GemmEngine::run(const sdk::GemmArgs& args, const ActivateInPlace& activate)
                   ops.a_dt,
                   ops.b_dt,
                   std::bit_cast<std::uint32_t>(args.beta)};
-    Entry& e = entry_for(key);
-    memory a_mem(e.a_md, engine_, const_cast<void*>(ops.a));
-    memory b_mem(e.b_md, engine_, const_cast<void*>(ops.b));
-    memory c_mem(e.c_md, engine_, c_ptr);
-    std::unordered_map<int, memory> exec_args{
-        {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
-    float alpha = args.alpha;
-    if (key.has_alpha)
-      exec_args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES,
-                        memory({{1}, memory::data_type::f32, memory::dims{1}}, engine_, &alpha));
-    if (has_bias) exec_args.emplace(e.bias_arg, memory(e.bias_md, engine_, args.bias.data));
-    e.primitive.execute(stream_, exec_args);
-    stream_.wait();
+    execute(entry_for(key), key, ops.a, ops.b, c_ptr, args.alpha, args.bias.data);
   }
 
   // z is in fp32 at c_ptr (C itself, or scratch).
@@ -263,9 +357,84 @@ void GemmEngine::run(const sdk::GemmArgs& args, const ActivateInPlace& activate)
   }
 }
 
+GemmEngine::BatchedOperand GemmEngine::batched_operand(const sdk::GemmOperand& op,
+                                                       std::int64_t batch, std::int64_t stride,
+                                                       bool tf32, bool native,
+                                                       ScratchBuffer& scratch) {
+  if (native) return {op.view.data, native_dt(op.view.dtype), stride};
+  const std::int64_t numel = op.view.numel();
+  const std::int64_t batches = stride == 0 ? 1 : batch;
+  float* out = scratch.as<float>(static_cast<std::size_t>(batches * numel));
+  const float scale_inv = sdk::is_fp8(op.view.dtype) ? op.scale_inv : 1.0f;
+  decode_batches(op.view, batches, stride, numel, scale_inv, tf32 && is_fp32_storage(op.view.dtype),
+                 out);
+  return {out, memory::data_type::f32, stride == 0 ? 0 : numel};
+}
+
+bool GemmEngine::run_batched(const sdk::GemmBatchedArgs& args) {
+  const sdk::GemmArgs& g = args.gemm;
+  const auto shape = checks().gemm_batched_shape(args);
+  const std::int64_t m = shape.m, n = shape.n, k = shape.k, batch = args.batch;
+  check_dtypes(g);
+  if (batch == 0 || m == 0 || n == 0) return true;  // nothing to write
+  // batch 1 is run()'s 2-D primitive; k = 0 is run()'s beta*C path.
+  if (batch == 1 || k == 0) return false;
+  const std::int64_t a_numel = g.a.view.numel(), b_numel = g.b.view.numel();
+  // oneDNN descriptors take non-negative strides of non-overlapping batches only.
+  auto expressible = [](std::int64_t stride, std::int64_t numel) {
+    return stride == 0 || stride >= numel;
+  };
+  if (!expressible(args.stride_a, a_numel) || !expressible(args.stride_b, b_numel) ||
+      args.stride_c < 0)
+    return false;
+
+  // The operands as run() would feed them: fp32 (and both-bf16 on the native path) as stored,
+  // everything else decoded exactly to fp32.
+  const DType at = g.a.view.dtype, bt = g.b.view.dtype;
+  const bool tf32 = g.compute == DType::tf32 || at == DType::tf32 || bt == DType::tf32;
+  const bool bf16_pair = at == DType::bf16 && bt == DType::bf16 && !tf32 && bf16_native();
+  const bool a_native = bf16_pair || (is_fp32_storage(at) && !tf32);
+  const bool b_native = bf16_pair || (is_fp32_storage(bt) && !tf32);
+  const bool c_via_fp32 = !is_fp32_storage(g.c.dtype);
+  const std::int64_t c_numel = m * n;
+  auto compact = [](std::int64_t stride, std::int64_t numel) { return stride == 0 ? 0 : numel; };
+
+  const SingleThreadScope small_gemm(batch * m * n * k <= kSingleThreadGemm);
+  Key key{m,
+          n,
+          k,
+          g.a.transpose,
+          g.b.transpose,
+          false,
+          g.alpha != 1.0f,
+          a_native ? native_dt(at) : memory::data_type::f32,
+          b_native ? native_dt(bt) : memory::data_type::f32,
+          std::bit_cast<std::uint32_t>(g.beta)};
+  key.batch = batch;
+  key.stride_a = a_native ? args.stride_a : compact(args.stride_a, a_numel);
+  key.stride_b = b_native ? args.stride_b : compact(args.stride_b, b_numel);
+  key.stride_c = c_via_fp32 ? c_numel : args.stride_c;
+  Entry* e = batched_entry_for(key);
+  if (e == nullptr) return false;
+
+  const BatchedOperand a = batched_operand(g.a, batch, args.stride_a, tf32, a_native, scratch_a_);
+  const BatchedOperand b = batched_operand(g.b, batch, args.stride_b, tf32, b_native, scratch_b_);
+  void* c_ptr = g.c.data;
+  if (c_via_fp32) {
+    float* c32 = scratch_c_.as<float>(static_cast<std::size_t>(batch * c_numel));
+    if (g.beta != 0.0f) decode_batches(g.c, batch, args.stride_c, c_numel, 1.0f, false, c32);
+    c_ptr = c32;
+  }
+  execute(*e, key, a.data, b.data, c_ptr, g.alpha, nullptr);
+  if (c_via_fp32)
+    commit_batches(g.c, batch, args.stride_c, c_numel, static_cast<const float*>(c_ptr));
+  return true;
+}
+
 std::string GemmEngine::fp32_implementation() {
-  const Key key{512, 512, 512, false, false, false, false, memory::data_type::f32,
-                memory::data_type::f32, 0u};
+  const Key key{
+      512, 512, 512, false, false, false, false, memory::data_type::f32, memory::data_type::f32,
+      0u};
   return entry_for(key).implementation;
 }
 
@@ -282,8 +451,9 @@ std::string GemmEngine::bf16_note() {
 bool GemmEngine::bf16_native() {
   if (bf16_state_ >= 0) return bf16_state_ == 1;
   // What oneDNN would run for a bf16 matmul here; a creation failure means it has none.
-  const Key key{512, 512, 512, false, false, false, false, memory::data_type::bf16,
-                memory::data_type::bf16, 0u};
+  const Key key{
+      512, 512, 512, false, false, false, false, memory::data_type::bf16, memory::data_type::bf16,
+      0u};
   try {
     bf16_impl_ = create_entry(key).implementation;
   } catch (const dnnl::error&) {

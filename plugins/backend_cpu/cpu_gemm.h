@@ -18,11 +18,21 @@
 // - Activation epilogue (GemmArgs::has_activation): z goes to fp32 (C itself when C is fp32,
 //   scratch otherwise), pre_activation receives z rounded once, the activation runs in place on
 //   the fp32 z through `activate`, and a 16-bit C is encoded once from act(z).
+// - Strided-batched (run_batched): one 3-D oneDNN matmul (batch, m, k) x (batch, k, n) per
+//   (batch, m, n, k, transposes, A/B dtypes, alpha != 1, beta, strides), cached like the 2-D
+//   one. The batch stride is the descriptor's outer stride; a stride of 0 is a batch dimension of
+//   1 (oneDNN's broadcast). Operands are prepared as for run(): passed through (fp32, native bf16)
+//   with the caller's strides, or decoded per batch into compact scratch (one batch when the
+//   stride is 0). A 16-bit C goes through compact fp32 scratch and is encoded once per batch.
+//   It declines (returns false, having written nothing) what one primitive cannot express: batch
+//   <= 1, k = 0, a negative stride, operand batches that overlap (0 < |stride| < rows*cols), or
+//   a shape for which oneDNN offers only a reference kernel; the caller then loops over run().
 // - Scratch buffers are grow-only and reused across calls; scratch_bytes() reports them.
 // - bf16 path, `automatic`: oneDNN when the CPU has AMX-BF16 (checked at run time: cpuid, XCR0,
 //   kernel flags) and oneDNN's chosen bf16 implementation is not a reference kernel; emulation
-//   otherwise, including AVX512-BF16 without AMX, where emulation measured faster (RESULTS.md). The AVX512-BF16 instruction (vdpbf16ps) flushes subnormal inputs and results to
-//   zero; the emulated path is the exact reference.
+//   otherwise, including AVX512-BF16 without AMX, where emulation measured faster (RESULTS.md). The
+//   AVX512-BF16 instruction (vdpbf16ps) flushes subnormal inputs and results to zero; the emulated
+//   path is the exact reference.
 // - Not thread-safe: one engine per backend, used by one host thread at a time.
 #pragma once
 
@@ -67,6 +77,8 @@ class GemmEngine {
   // epilogue then computes exactly what GEMM-to-fp32 followed by that activation computes.
   using ActivateInPlace = std::function<void(sdk::Activation, const sdk::TensorView&)>;
   void run(const sdk::GemmArgs& args, const ActivateInPlace& activate = {});
+  // The strided-batched GEMM as one primitive; false (nothing written) when it declines.
+  bool run_batched(const sdk::GemmBatchedArgs& args);
 
   // Implementation oneDNN picks for an fp32 / bf16 GEMM on this CPU (for capabilities()); the
   // bf16 one is empty when oneDNN has no bf16 matmul here.
@@ -76,7 +88,11 @@ class GemmEngine {
   bool bf16_native();
   // Why the bf16 path is what it is, for capabilities().
   std::string bf16_note();
-  std::size_t cached_primitives() const { return cache_.size(); }
+  // oneDNN's implementation of the primitive the last GEMM ran (empty before any, or after a
+  // k = 0 call); for tests and tuning.
+  const std::string& last_implementation() const { return last_implementation_; }
+  // Primitives created and in use (a batched key oneDNN could not run well is not counted).
+  std::size_t cached_primitives() const;
   std::size_t scratch_bytes() const {
     return scratch_a_.capacity() + scratch_b_.capacity() + scratch_c_.capacity();
   }
@@ -87,6 +103,9 @@ class GemmEngine {
     bool trans_a, trans_b, has_bias, has_alpha;
     dnnl::memory::data_type a_dt, b_dt;
     std::uint32_t beta_bits;
+    // Batched keys only (0 for run()'s 2-D primitive): batch count and the strides in elements
+    // of the operands as they enter oneDNN (0: broadcast).
+    std::int64_t batch = 0, stride_a = 0, stride_b = 0, stride_c = 0;
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
@@ -96,7 +115,8 @@ class GemmEngine {
     dnnl::matmul primitive;
     dnnl::memory::desc a_md, b_md, c_md, bias_md;
     int bias_arg = DNNL_ARG_BIAS;  // or a binary post-op's SRC_1 when alpha must not scale it
-    std::string implementation;  // oneDNN's impl_info_str(), e.g. "brg:avx512_core"
+    std::string implementation;    // oneDNN's impl_info_str(), e.g. "brg:avx512_core"
+    bool usable = true;            // batched only: false when oneDNN has no non-reference kernel
   };
   // Operands as they enter oneDNN: possibly rounded copies of A and B.
   struct Operands {
@@ -105,12 +125,25 @@ class GemmEngine {
     dnnl::memory::data_type a_dt, b_dt;
   };
 
-  Operands prepare_operands(const sdk::GemmArgs& args, std::int64_t a_numel,
-                            std::int64_t b_numel);
+  Operands prepare_operands(const sdk::GemmArgs& args, std::int64_t a_numel, std::int64_t b_numel);
   const float* operand_fp32(const sdk::GemmOperand& op, std::int64_t numel, bool tf32,
                             ScratchBuffer& scratch);
+  // One operand of a batched call as it enters oneDNN, with its batch stride in elements.
+  struct BatchedOperand {
+    const void* data;
+    dnnl::memory::data_type dt;
+    std::int64_t stride;
+  };
+  BatchedOperand batched_operand(const sdk::GemmOperand& op, std::int64_t batch,
+                                 std::int64_t stride, bool tf32, bool native,
+                                 ScratchBuffer& scratch);
+  void check_dtypes(const sdk::GemmArgs& args) const;
   Entry& entry_for(const Key& key);
+  // The batched primitive for `key`, or nullptr when oneDNN cannot run it well (remembered).
+  Entry* batched_entry_for(const Key& key);
   Entry create_entry(const Key& key) const;
+  void execute(Entry& e, const Key& key, const void* a, const void* b, void* c, float alpha,
+               const void* bias);
 
   Bf16GemmPath bf16_request_;
   int bf16_state_ = -1;  // -1 undecided, 0 emulated, 1 oneDNN
@@ -120,6 +153,7 @@ class GemmEngine {
   dnnl::stream stream_;
   std::unordered_map<Key, Entry, KeyHash> cache_;
   ScratchBuffer scratch_a_, scratch_b_, scratch_c_;
+  std::string last_implementation_;
 };
 
 }  // namespace mixtrain::backend_cpu

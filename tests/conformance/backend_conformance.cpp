@@ -7,13 +7,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <limits>
 #include <fstream>
 #include <functional>
-#include <span>
-#include <utility>
+#include <initializer_list>
+#include <limits>
 #include <random>
+#include <span>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +25,7 @@
 #include "mixtrain/core/log_sink.h"
 #include "mixtrain/core/plugin_registry.h"
 #include "mixtrain/core/trainer.h"
+#include "mixtrain/sdk/float_formats.h"
 
 namespace mixtrain::conformance {
 
@@ -37,11 +40,15 @@ std::vector<BackendUnderTest>& backends() {
 }
 }  // namespace
 
-void set_reference(BackendFactory make) { reference_factory() = std::move(make); }
+void set_reference(BackendFactory make) {
+  reference_factory() = std::move(make);
+}
 void add_backend(std::string name, BackendFactory make, std::vector<std::string> config_overrides) {
   backends().push_back({std::move(name), std::move(make), std::move(config_overrides)});
 }
-const std::vector<BackendUnderTest>& registered_backends() { return backends(); }
+const std::vector<BackendUnderTest>& registered_backends() {
+  return backends();
+}
 
 namespace {
 
@@ -53,8 +60,8 @@ using sdk::TensorView;
 class DeviceTensor {
  public:
   DeviceTensor(sdk::DeviceBackend& b, DType dtype, Shape shape) : b_(&b) {
-    view_ = {b.allocate(std::max<std::size_t>(64, static_cast<std::size_t>(shape.numel()) *
-                                                      sdk::dtype_size(dtype))),
+    view_ = {b.allocate(std::max<std::size_t>(
+                 64, static_cast<std::size_t>(shape.numel()) * sdk::dtype_size(dtype))),
              dtype, shape};
   }
   ~DeviceTensor() { b_->deallocate(view_.data); }
@@ -88,11 +95,11 @@ double relative_difference(const std::vector<float>& got, const std::vector<floa
 
 // `ref_<name>` and `tested_<name>`: the two backends' facet; the test is skipped when the backend
 // under test has none (a facet is optional), and fails when the reference lacks it.
-#define MIXTRAIN_FACETS(facet)                                                                  \
-  auto* ref_##facet = ref_->facet##_facet();                                                   \
-  auto* tested_##facet = tested_->facet##_facet();                                             \
-  ASSERT_NE(ref_##facet, nullptr) << "the reference backend has no " #facet " facet";          \
-  if (tested_##facet == nullptr)                                                              \
+#define MIXTRAIN_FACETS(facet)                                                        \
+  auto* ref_##facet = ref_->facet##_facet();                                          \
+  auto* tested_##facet = tested_->facet##_facet();                                    \
+  ASSERT_NE(ref_##facet, nullptr) << "the reference backend has no " #facet " facet"; \
+  if (tested_##facet == nullptr)                                                      \
   GTEST_SKIP() << "backend '" << GetParam().name << "' has no " #facet " facet"
 
 class Conformance : public ::testing::TestWithParam<BackendUnderTest> {
@@ -118,8 +125,9 @@ class Conformance : public ::testing::TestWithParam<BackendUnderTest> {
     p.tested = make_on(*tested_, values, shape, dtype, scale);
     return p;
   }
-  static std::unique_ptr<DeviceTensor> make_on(sdk::DeviceBackend& b, const std::vector<float>& values,
-                                               Shape shape, DType dtype, float scale) {
+  static std::unique_ptr<DeviceTensor> make_on(sdk::DeviceBackend& b,
+                                               const std::vector<float>& values, Shape shape,
+                                               DType dtype, float scale) {
     auto f32 = std::make_unique<DeviceTensor>(b, DType::fp32, shape);
     b.copy_from_host(f32->view(), values.data());
     if (dtype == DType::fp32) return f32;
@@ -216,7 +224,8 @@ TEST_P(Conformance, GemmEveryDeclaredDtypeAndTranspose) {
         g.beta = 0.5f;
         g.compute = dt;
         gemm_both(g, a, b, c, &bias);
-        expect_close(c, tol, std::string(sdk::dtype_name(dt)) + (ta ? " At" : " A") + (tb ? " Bt" : " B"));
+        expect_close(c, tol,
+                     std::string(sdk::dtype_name(dt)) + (ta ? " At" : " A") + (tb ? " Bt" : " B"));
       }
   }
 }
@@ -237,8 +246,7 @@ TEST_P(Conformance, GemmActivationEpilogue) {
         for (bool with_pre : {false, true}) {
           // A GPU epilogue may evaluate gelu's tanh with a hardware approximation (~2^-11
           // relative), which is below bf16/fp16 rounding but above fp32 accumulation noise.
-          const double tol =
-              act == sdk::Activation::gelu && out == DType::fp32 ? 1e-4 : round_tol;
+          const double tol = act == sdk::Activation::gelu && out == DType::fp32 ? 1e-4 : round_tol;
           auto a = upload(random_values(static_cast<std::size_t>(m * k), 6), Shape{m, k}, in);
           auto b = upload(random_values(static_cast<std::size_t>(n * k), 7), Shape{n, k}, in);
           auto bias = upload(random_values(static_cast<std::size_t>(n), 8), Shape{n});
@@ -283,7 +291,8 @@ TEST_P(Conformance, GemmActivationEpilogueKeepsNaN) {
             << (act == sdk::Activation::relu ? "relu" : "gelu") << " C " << sdk::dtype_name(out)
             << " element " << i;
       for (std::int64_t j = 0; j < n; ++j)
-        EXPECT_TRUE(std::isnan(want[static_cast<std::size_t>(2 * n + j)])) << "reference, column " << j;
+        EXPECT_TRUE(std::isnan(want[static_cast<std::size_t>(2 * n + j)]))
+            << "reference, column " << j;
     }
   }
 }
@@ -301,7 +310,8 @@ TEST_P(Conformance, LayerKernels) {
     tested_elementwise->activation_forward(act, x.tested->view(), y.tested->view());
     expect_close(y, 1e-6, "activation forward");
     ref_elementwise->activation_backward(act, x.ref->view(), dy.ref->view(), dx.ref->view());
-    tested_elementwise->activation_backward(act, x.tested->view(), dy.tested->view(), dx.tested->view());
+    tested_elementwise->activation_backward(act, x.tested->view(), dy.tested->view(),
+                                            dx.tested->view());
     expect_close(dx, 1e-6, "activation backward");
   }
   auto db = zeros(Shape{cols});
@@ -313,19 +323,21 @@ TEST_P(Conformance, LayerKernels) {
   auto beta = upload(random_values(cols, 11), Shape{cols});
   auto out = zeros(Shape{rows, cols});
   auto mean = zeros(Shape{rows}), rstd = zeros(Shape{rows});
-  ref_normalization->layernorm_forward(x.ref->view(), gamma.ref->view(), beta.ref->view(), 1e-5f, out.ref->view(),
-                          mean.ref->view(), rstd.ref->view());
-  tested_normalization->layernorm_forward(x.tested->view(), gamma.tested->view(), beta.tested->view(), 1e-5f,
-                             out.tested->view(), mean.tested->view(), rstd.tested->view());
+  ref_normalization->layernorm_forward(x.ref->view(), gamma.ref->view(), beta.ref->view(), 1e-5f,
+                                       out.ref->view(), mean.ref->view(), rstd.ref->view());
+  tested_normalization->layernorm_forward(x.tested->view(), gamma.tested->view(),
+                                          beta.tested->view(), 1e-5f, out.tested->view(),
+                                          mean.tested->view(), rstd.tested->view());
   expect_close(out, 1e-6, "layernorm forward");
   expect_close(rstd, 1e-6, "layernorm rstd");
   auto dx = zeros(Shape{rows, cols});
   auto dg = zeros(Shape{cols}), dbeta = zeros(Shape{cols});
-  ref_normalization->layernorm_backward(dy.ref->view(), x.ref->view(), gamma.ref->view(), mean.ref->view(),
-                           rstd.ref->view(), dx.ref->view(), dg.ref->view(), dbeta.ref->view(), false);
-  tested_normalization->layernorm_backward(dy.tested->view(), x.tested->view(), gamma.tested->view(),
-                              mean.tested->view(), rstd.tested->view(), dx.tested->view(),
-                              dg.tested->view(), dbeta.tested->view(), false);
+  ref_normalization->layernorm_backward(dy.ref->view(), x.ref->view(), gamma.ref->view(),
+                                        mean.ref->view(), rstd.ref->view(), dx.ref->view(),
+                                        dg.ref->view(), dbeta.ref->view(), false);
+  tested_normalization->layernorm_backward(
+      dy.tested->view(), x.tested->view(), gamma.tested->view(), mean.tested->view(),
+      rstd.tested->view(), dx.tested->view(), dg.tested->view(), dbeta.tested->view(), false);
   expect_close(dx, 1e-5, "layernorm dx");
   expect_close(dg, 1e-5, "layernorm dgamma");
   expect_close(dbeta, 1e-6, "layernorm dbeta");
@@ -336,16 +348,18 @@ TEST_P(Conformance, SoftmaxCrossEntropy) {
   const std::int64_t rows = 41, classes = 13;
   auto logits = upload(random_values(rows * classes, 12, -5.f, 5.f), Shape{rows, classes});
   std::vector<std::int32_t> labels(rows);
-  for (std::int64_t i = 0; i < rows; ++i) labels[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7) % classes);
+  for (std::int64_t i = 0; i < rows; ++i)
+    labels[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7) % classes);
   DeviceTensor lr(*ref_, DType::int32, Shape{rows}), lt(*tested_, DType::int32, Shape{rows});
   ref_->copy_from_host(lr.view(), labels.data());
   tested_->copy_from_host(lt.view(), labels.data());
   auto loss = zeros(Shape{1});
   DeviceTensor cr(*ref_, DType::int32, Shape{1}), ct(*tested_, DType::int32, Shape{1});
   auto dl = zeros(Shape{rows, classes});
-  ref_loss->softmax_cross_entropy(logits.ref->view(), lr.view(), 1024.f, loss.ref->view(), cr.view(), dl.ref->view());
-  tested_loss->softmax_cross_entropy(logits.tested->view(), lt.view(), 1024.f, loss.tested->view(), ct.view(),
-                                 dl.tested->view());
+  ref_loss->softmax_cross_entropy(logits.ref->view(), lr.view(), 1024.f, loss.ref->view(),
+                                  cr.view(), dl.ref->view());
+  tested_loss->softmax_cross_entropy(logits.tested->view(), lt.view(), 1024.f, loss.tested->view(),
+                                     ct.view(), dl.tested->view());
   expect_close(loss, 1e-6, "loss");
   expect_close(dl, 1e-6, "dlogits");
   std::int32_t c_ref = -1, c_tested = -2;
@@ -416,7 +430,8 @@ TEST_P(Conformance, FusedOptimizerUpdates) {
   h.lr = 1e-2f;
   for (std::int64_t step = 1; step <= 3; ++step) {
     h.step = step;
-    sdk::ParamTensors pr{master.ref->view(), grad.ref->view(), working.ref->view(), m.ref->view(), v.ref->view()};
+    sdk::ParamTensors pr{master.ref->view(), grad.ref->view(), working.ref->view(), m.ref->view(),
+                         v.ref->view()};
     sdk::ParamTensors pt{master.tested->view(), grad.tested->view(), working.tested->view(),
                          m.tested->view(), v.tested->view()};
     ref_optimizer->adamw_update(h, std::span<const sdk::ParamTensors>(&pr, 1));
@@ -424,7 +439,8 @@ TEST_P(Conformance, FusedOptimizerUpdates) {
   }
   expect_close(master, 1e-6, "adamw master");
   expect_close(v, 1e-6, "adamw exp_avg_sq");
-  expect_close(working, 1e-2, "bf16 working copy");  // one bf16 ulp where masters differ in the last bit
+  expect_close(working, 1e-2,
+               "bf16 working copy");  // one bf16 ulp where masters differ in the last bit
   sdk::SgdHyper s;
   s.momentum = 0.9f;
   s.nesterov = true;
@@ -446,12 +462,16 @@ TEST_P(Conformance, GemmStridedBatchedEqualsOneGemmPerBatch) {
   const std::int64_t batch = 3, m = 19, n = 24, k = 31;
   for (DType dt : {DType::fp32, DType::bf16}) {
     if (!tested_->capabilities().supports(dt)) continue;
-    if (!tested_gemm->supports(sdk::GemmOp::gemm_strided_batched, std::vector<DType>{dt, dt, DType::fp32}))
+    if (!tested_gemm->supports(sdk::GemmOp::gemm_strided_batched,
+                               std::vector<DType>{dt, dt, DType::fp32}))
       continue;
-    auto a = upload(random_values(static_cast<std::size_t>(batch * m * k), 30), Shape{batch * m, k}, dt);
+    auto a =
+        upload(random_values(static_cast<std::size_t>(batch * m * k), 30), Shape{batch * m, k}, dt);
     auto b = upload(random_values(static_cast<std::size_t>(n * k), 31), Shape{n, k}, dt);
-    auto c = upload(random_values(static_cast<std::size_t>(batch * m * n), 32), Shape{batch * m, n});
-    auto single = upload(random_values(static_cast<std::size_t>(batch * m * n), 32), Shape{batch * m, n});
+    auto c =
+        upload(random_values(static_cast<std::size_t>(batch * m * n), 32), Shape{batch * m, n});
+    auto single =
+        upload(random_values(static_cast<std::size_t>(batch * m * n), 32), Shape{batch * m, n});
     for (int which : {0, 1}) {
       auto side = [&](const Pair& p) { return which == 0 ? p.ref->view() : p.tested->view(); };
       sdk::GemmBatchedArgs g;
@@ -469,7 +489,9 @@ TEST_P(Conformance, GemmStridedBatchedEqualsOneGemmPerBatch) {
     }
     for (std::int64_t i = 0; i < batch; ++i) {
       sdk::GemmArgs g;
-      g.a.view = {static_cast<char*>(a.ref->view().data) + i * m * k * static_cast<std::int64_t>(sdk::dtype_size(dt)), dt, Shape{m, k}};
+      g.a.view = {static_cast<char*>(a.ref->view().data) +
+                      i * m * k * static_cast<std::int64_t>(sdk::dtype_size(dt)),
+                  dt, Shape{m, k}};
       g.b.view = b.ref->view();
       g.b.transpose = true;
       g.c = {single.ref->view().as<float>() + i * m * n, DType::fp32, Shape{m, n}};
@@ -484,6 +506,302 @@ TEST_P(Conformance, GemmStridedBatchedEqualsOneGemmPerBatch) {
   }
 }
 
+// --- attention, embedding and batched GEMM against plain double-precision references ---------
+
+// The value `dtype` stores for v: RNE, as every backend's cast rounds (values here are in range).
+float stored(double v, DType dtype) {
+  const auto f = static_cast<float>(v);
+  switch (dtype) {
+    case DType::bf16:
+      return sdk::decode_bf16(sdk::encode_bf16(f));
+    case DType::fp16:
+      return sdk::decode_fp16(sdk::encode_fp16(f));
+    default:
+      return f;
+  }
+}
+
+// One unit in the last place relative to the value, per storage dtype.
+double ulp(DType dtype) {
+  return dtype == DType::bf16 ? 0x1p-7 : (dtype == DType::fp16 ? 0x1p-10 : 0x1p-23);
+}
+
+constexpr DType kStorageFloats[] = {DType::fp32, DType::bf16, DType::fp16};
+
+std::string dtypes_text(std::initializer_list<DType> ts) {
+  std::string s;
+  for (DType t : ts) s += (s.empty() ? "" : "/") + std::string(sdk::dtype_name(t));
+  return s;
+}
+
+TEST_P(Conformance, AttentionHeadPermutesEveryDtypePairWithACacheOffset) {
+  MIXTRAIN_FACETS(attention);
+  // x [N, T, P, H, D] = [2, 3, 3, 2, 8] into a cache y [P, N, H, 7, 8] at token offset 2: the
+  // window gets x rounded once into y's dtype, every other row keeps its sentinel; merging the
+  // window back gives y rounded once into x's dtype.
+  sdk::HeadLayout l;
+  l.batch = 2;
+  l.tokens = 3;
+  l.parts = 3;
+  l.heads = 2;
+  l.head_dim = 8;
+  l.head_tokens = 7;
+  l.head_offset = 2;
+  const Shape xs{l.batch, l.tokens, l.parts * l.heads * l.head_dim};
+  const Shape ys{l.parts * l.batch * l.heads, l.head_tokens, l.head_dim};
+  const auto values = random_values(static_cast<std::size_t>(xs.numel()), 40, -3.f, 3.f);
+  for (DType xt : kStorageFloats)
+    for (DType yt : kStorageFloats) {
+      const std::vector<DType> pair{xt, yt};
+      if (!tested_attention->supports(sdk::AttentionOp::split_heads, pair) ||
+          !tested_attention->supports(sdk::AttentionOp::merge_heads, pair))
+        continue;
+      const std::string what = dtypes_text({xt, yt});
+      auto x = upload(values, xs, xt);
+      auto y = upload(std::vector<float>(static_cast<std::size_t>(ys.numel()), 42.f), ys, yt);
+      tested_attention->split_heads(x.tested->view(), l, y.tested->view());
+      auto back = zeros(xs, xt);
+      tested_attention->merge_heads(y.tested->view(), l, back.tested->view());
+      std::vector<float> want_y(static_cast<std::size_t>(ys.numel()), 42.f);
+      std::vector<float> want_back(values.size());
+      for (std::int64_t n = 0; n < l.batch; ++n)
+        for (std::int64_t t = 0; t < l.tokens; ++t)
+          for (std::int64_t p = 0; p < l.parts; ++p)
+            for (std::int64_t h = 0; h < l.heads; ++h)
+              for (std::int64_t d = 0; d < l.head_dim; ++d) {
+                const auto xi = static_cast<std::size_t>(
+                    (((n * l.tokens + t) * l.parts + p) * l.heads + h) * l.head_dim + d);
+                const auto yi = static_cast<std::size_t>(
+                    (((p * l.batch + n) * l.heads + h) * l.head_tokens + l.head_offset + t) *
+                        l.head_dim +
+                    d);
+                want_y[yi] = stored(stored(values[xi], xt), yt);
+                want_back[xi] = stored(want_y[yi], xt);
+              }
+      EXPECT_EQ(tested_values(y), want_y) << "split_heads " << what;
+      EXPECT_EQ(tested_values(back), want_back) << "merge_heads " << what;
+    }
+}
+
+TEST_P(Conformance, AttentionSoftmaxForwardAndBackward) {
+  MIXTRAIN_FACETS(attention);
+  const std::vector<DType> fp32{DType::fp32};
+  if (!tested_attention->supports(sdk::AttentionOp::softmax_forward, fp32) ||
+      !tested_attention->supports(sdk::AttentionOp::softmax_backward, fp32))
+    GTEST_SKIP() << "the attention facet does not support the fp32 softmax";
+  const float scale = 0.35f;
+  // Square causal (training), rows < cols causal (decoding over a cache, one and four new
+  // tokens), rows < cols and square without a mask.
+  for (const sdk::SoftmaxShape s :
+       {sdk::SoftmaxShape{6, 17, 17, true}, sdk::SoftmaxShape{6, 1, 9, true},
+        sdk::SoftmaxShape{6, 4, 9, true}, sdk::SoftmaxShape{6, 4, 9, false},
+        sdk::SoftmaxShape{3, 33, 33, false}}) {
+    const Shape shape{s.batch, s.rows, s.cols};
+    const auto n = static_cast<std::size_t>(shape.numel());
+    const auto scores = random_values(n, 41, -6.f, 6.f);
+    const auto dprobs = random_values(n, 42);
+    auto x = upload(scores, shape);
+    auto p = zeros(shape);
+    auto dp = upload(dprobs, shape);
+    auto ds = zeros(shape);
+    tested_attention->softmax_forward(x.tested->view(), s, scale, p.tested->view());
+    tested_attention->softmax_backward(p.tested->view(), dp.tested->view(), s, scale,
+                                       ds.tested->view());
+    std::vector<float> want_p(n), want_ds(n);
+    for (std::int64_t r = 0; r < s.batch * s.rows; ++r) {
+      const std::int64_t i = r % s.rows;
+      const std::int64_t visible = s.causal ? i + (s.cols - s.rows) + 1 : s.cols;
+      const auto row = static_cast<std::size_t>(r * s.cols);
+      double mx = -std::numeric_limits<double>::infinity(), sum = 0.0, dot = 0.0;
+      for (std::int64_t j = 0; j < visible; ++j)
+        mx = std::max(mx, double{scale} * scores[row + static_cast<std::size_t>(j)]);
+      for (std::int64_t j = 0; j < visible; ++j)
+        sum += std::exp(double{scale} * scores[row + static_cast<std::size_t>(j)] - mx);
+      std::vector<double> prob(static_cast<std::size_t>(s.cols), 0.0);
+      for (std::int64_t j = 0; j < visible; ++j) {
+        const auto c = static_cast<std::size_t>(j);
+        prob[c] = std::exp(double{scale} * scores[row + c] - mx) / sum;
+        dot += prob[c] * dprobs[row + c];
+      }
+      for (std::int64_t j = 0; j < s.cols; ++j) {
+        const auto c = static_cast<std::size_t>(j);
+        want_p[row + c] = static_cast<float>(prob[c]);
+        want_ds[row + c] = static_cast<float>(double{scale} * prob[c] * (dprobs[row + c] - dot));
+      }
+    }
+    const std::string what = "batch " + std::to_string(s.batch) + " rows " +
+                             std::to_string(s.rows) + " cols " + std::to_string(s.cols) +
+                             (s.causal ? " causal" : " full");
+    const auto got_p = tested_values(p), got_ds = tested_values(ds);
+    EXPECT_LE(relative_difference(got_p, want_p), 1e-5) << "softmax_forward " << what;
+    EXPECT_LE(relative_difference(got_ds, want_ds), 1e-4) << "softmax_backward " << what;
+    for (std::size_t i = 0; i < n; ++i)
+      if (want_p[i] == 0.0f) {  // masked (no visible probability underflows at these scores)
+        EXPECT_EQ(got_p[i], 0.0f) << "masked probability, " << what << " element " << i;
+        EXPECT_EQ(got_ds[i], 0.0f) << "masked gradient, " << what << " element " << i;
+      }
+  }
+}
+
+TEST_P(Conformance, EmbeddingGatherWithAndWithoutAccumulate) {
+  MIXTRAIN_FACETS(embedding);
+  const std::int64_t vocab = 37, width = 24, rows = 29;
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(rows));
+  for (std::size_t r = 0; r < ids.size(); ++r)
+    ids[r] = static_cast<std::int32_t>((r * 7 + 3) % vocab);
+  ids[5] = ids[9] = 0;  // repeats and both ends of the table
+  ids[6] = static_cast<std::int32_t>(vocab - 1);
+  DeviceTensor id(*tested_, DType::int32, Shape{rows});
+  tested_->copy_from_host(id.view(), ids.data());
+  const auto table_values = random_values(static_cast<std::size_t>(vocab * width), 43, -4.f, 4.f);
+  const auto old_values = random_values(static_cast<std::size_t>(rows * width), 44, -4.f, 4.f);
+  for (DType tt : kStorageFloats)
+    for (DType ot : kStorageFloats) {
+      if (!tested_embedding->supports(sdk::EmbeddingOp::gather, std::vector<DType>{tt, ot}))
+        continue;
+      for (bool accumulate : {false, true}) {
+        auto table = upload(table_values, Shape{vocab, width}, tt);
+        auto out = upload(old_values, Shape{rows, width}, ot);
+        tested_embedding->gather(id.view(), table.tested->view(), out.tested->view(), accumulate);
+        const auto got = tested_values(out);
+        std::int64_t bad = 0, first = -1;
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t j = 0; j < width; ++j) {
+            const auto i = static_cast<std::size_t>(r * width + j);
+            const double t = stored(table_values[static_cast<std::size_t>(
+                                        ids[static_cast<std::size_t>(r)] * width + j)],
+                                    tt);
+            const double want = accumulate ? stored(old_values[i], ot) + t : t;
+            // One rounding into out's dtype (double-then-dtype here may differ by one ulp from
+            // fp32-then-dtype when accumulating).
+            if (std::abs(got[i] - want) > ulp(ot) * std::abs(want)) {
+              ++bad;
+              if (first < 0) first = static_cast<std::int64_t>(i);
+            }
+          }
+        EXPECT_EQ(bad, 0) << dtypes_text({tt, ot}) << (accumulate ? " accumulate" : "")
+                          << ": first wrong element " << first << " (row " << first / width << ")";
+      }
+    }
+}
+
+TEST_P(Conformance, EmbeddingScatterAddRepeatedIdsBothBetas) {
+  MIXTRAIN_FACETS(embedding);
+  const std::int64_t vocab = 19, width = 40, rows = 300;
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(rows));
+  std::mt19937 rng(45);
+  for (auto& v : ids)
+    v = static_cast<std::int32_t>(rng() % 2 == 0 ? 3 : rng() % 12);  // ids >= 12 never occur
+  DeviceTensor id(*tested_, DType::int32, Shape{rows});
+  tested_->copy_from_host(id.view(), ids.data());
+  const auto dy_values = random_values(static_cast<std::size_t>(rows * width), 46);
+  const auto start = random_values(static_cast<std::size_t>(vocab * width), 47);
+  for (DType dt : kStorageFloats) {
+    if (!tested_embedding->supports(sdk::EmbeddingOp::scatter_add, std::vector<DType>{dt}))
+      continue;
+    auto dy = upload(dy_values, Shape{rows, width}, dt);
+    for (float beta : {0.0f, 1.0f}) {
+      auto table = upload(start, Shape{vocab, width});
+      tested_embedding->scatter_add(id.view(), dy.tested->view(), table.tested->view(), beta);
+      const auto got = tested_values(table);
+      std::vector<double> sum(start.size(), 0.0);
+      for (std::size_t r = 0; r < ids.size(); ++r)
+        for (std::int64_t j = 0; j < width; ++j)
+          sum[static_cast<std::size_t>(ids[r] * width + j)] += stored(
+              dy_values[r * static_cast<std::size_t>(width) + static_cast<std::size_t>(j)], dt);
+      std::vector<float> want(start.size());
+      for (std::size_t i = 0; i < want.size(); ++i)
+        want[i] = static_cast<float>(beta * static_cast<double>(start[i]) + sum[i]);
+      const std::string what = std::string(sdk::dtype_name(dt)) + " beta " + std::to_string(beta);
+      EXPECT_LE(relative_difference(got, want), 1e-6) << what;
+      for (std::int64_t v = 12; v < vocab; ++v)  // rows no id names: 0, or as they were
+        for (std::int64_t j = 0; j < width; ++j) {
+          const auto i = static_cast<std::size_t>(v * width + j);
+          EXPECT_EQ(got[i], beta == 0.0f ? 0.0f : start[i]) << what << " untouched row " << v;
+        }
+      // Deterministic: the same call again gives the same bits.
+      auto again = upload(start, Shape{vocab, width});
+      tested_embedding->scatter_add(id.view(), dy.tested->view(), again.tested->view(), beta);
+      EXPECT_EQ(tested_values(again), got) << what << ", second run";
+    }
+  }
+}
+
+TEST_P(Conformance, GemmStridedBatchedMatchesADoubleReference) {
+  MIXTRAIN_FACETS(gemm);
+  // Attention-like batches with every transpose pair, a broadcast operand (stride 0) and gaps
+  // between batches; bf16 and fp32 operands, fp32 and bf16 C.
+  struct Case {
+    std::int64_t batch, m, n, k;
+    bool ta, tb;
+    std::int64_t pad_a, pad_b, pad_c;  // elements between batches; -1: broadcast (stride 0)
+  };
+  const std::vector<Case> cases = {
+      {6, 17, 20, 16, false, true, 0, 0, 0},                                          // Q·Kᵀ
+      {6, 17, 16, 20, false, false, 0, 0, 0},                                         // P·V
+      {6, 17, 20, 16, true, false, 0, 0, 0},                                          // dKᵀ-like
+      {6, 17, 20, 16, true, true, 5, 3, 7},   {5, 12, 9, 11, false, true, 0, -1, 0},  // shared B
+      {5, 12, 9, 11, true, false, -1, 0, 4},                                          // shared A
+  };
+  for (const auto& [in, out] :
+       {std::pair{DType::fp32, DType::fp32}, std::pair{DType::bf16, DType::fp32},
+        std::pair{DType::bf16, DType::bf16}}) {
+    if (!tested_gemm->supports(sdk::GemmOp::gemm_strided_batched, std::vector<DType>{in, in, out}))
+      continue;
+    for (const Case& g : cases) {
+      const Shape sa = g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k};
+      const Shape sb = g.tb ? Shape{g.n, g.k} : Shape{g.k, g.n};
+      const std::int64_t stride_a = g.pad_a < 0 ? 0 : sa.numel() + g.pad_a;
+      const std::int64_t stride_b = g.pad_b < 0 ? 0 : sb.numel() + g.pad_b;
+      const std::int64_t stride_c = g.m * g.n + g.pad_c;
+      const std::int64_t span_a = stride_a * (g.batch - 1) + sa.numel();
+      const std::int64_t span_b = stride_b * (g.batch - 1) + sb.numel();
+      const std::int64_t span_c = stride_c * (g.batch - 1) + g.m * g.n;
+      auto a = upload(random_values(static_cast<std::size_t>(span_a), 48), Shape{span_a}, in);
+      auto b = upload(random_values(static_cast<std::size_t>(span_b), 49), Shape{span_b}, in);
+      auto c = upload(random_values(static_cast<std::size_t>(span_c), 50), Shape{span_c}, out);
+      const auto av = tested_values(a), bv = tested_values(b), c0 = tested_values(c);
+      sdk::GemmBatchedArgs args;
+      args.gemm.a = {{a.tested->view().data, in, sa}, g.ta};
+      args.gemm.b = {{b.tested->view().data, in, sb}, g.tb};
+      args.gemm.c = {c.tested->view().data, out, Shape{g.m, g.n}};
+      args.gemm.alpha = 0.75f;
+      args.gemm.beta = 0.5f;
+      args.batch = g.batch;
+      args.stride_a = stride_a;
+      args.stride_b = stride_b;
+      args.stride_c = stride_c;
+      tested_gemm->gemm_strided_batched(args);
+      const auto got = tested_values(c);
+      std::vector<float> want = c0;  // gaps between C batches stay as they were
+      for (std::int64_t q = 0; q < g.batch; ++q)
+        for (std::int64_t i = 0; i < g.m; ++i)
+          for (std::int64_t j = 0; j < g.n; ++j) {
+            double acc = 0.0;
+            for (std::int64_t p = 0; p < g.k; ++p) {
+              const std::int64_t ai = q * stride_a + (g.ta ? p * g.m + i : i * g.k + p);
+              const std::int64_t bi = q * stride_b + (g.tb ? j * g.k + p : p * g.n + j);
+              acc += static_cast<double>(av[static_cast<std::size_t>(ai)]) *
+                     bv[static_cast<std::size_t>(bi)];
+            }
+            const auto ci = static_cast<std::size_t>(q * stride_c + i * g.n + j);
+            want[ci] = stored(0.75 * acc + 0.5 * c0[ci], out);
+          }
+      const std::string what = dtypes_text({in, in, out}) + " batch " + std::to_string(g.batch) +
+                               (g.ta ? " At" : " A") + (g.tb ? " Bt" : " B") + " strides " +
+                               std::to_string(stride_a) + "/" + std::to_string(stride_b) + "/" +
+                               std::to_string(stride_c);
+      // fp32 accumulation over k <= 20 (and one rounding of a bf16 C).
+      EXPECT_LE(relative_difference(got, want), out == DType::fp32 ? 1e-6 : 4e-3) << what;
+      for (std::int64_t q = 0; q + 1 < g.batch; ++q)
+        for (std::int64_t e = g.m * g.n; e < stride_c; ++e)
+          EXPECT_EQ(got[static_cast<std::size_t>(q * stride_c + e)],
+                    c0[static_cast<std::size_t>(q * stride_c + e)])
+              << what << ": the gap after batch " << q << " was written";
+    }
+  }
+}
+
 TEST_P(Conformance, ForeachOpsMatchAStraightforwardReference) {
   MIXTRAIN_FACETS(elementwise);
   // Two tensors per list (sizes straddling a vector width), each op against a host loop.
@@ -492,7 +810,8 @@ TEST_P(Conformance, ForeachOpsMatchAStraightforwardReference) {
     std::vector<std::vector<float>> host;
     std::vector<Pair> dev;
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-      host.push_back(random_values(static_cast<std::size_t>(sizes[i]), seed + static_cast<unsigned>(i), lo, hi));
+      host.push_back(random_values(static_cast<std::size_t>(sizes[i]),
+                                   seed + static_cast<unsigned>(i), lo, hi));
       dev.push_back(upload(host.back(), Shape{sizes[i]}));
     }
     return std::make_pair(host, std::move(dev));
@@ -505,8 +824,8 @@ TEST_P(Conformance, ForeachOpsMatchAStraightforwardReference) {
   struct Case {
     const char* name;
     sdk::ElementwiseOp op;
-    std::function<void(sdk::ElementwiseFacet&, std::span<const TensorView>, std::span<const TensorView>,
-                       std::span<const TensorView>)>
+    std::function<void(sdk::ElementwiseFacet&, std::span<const TensorView>,
+                       std::span<const TensorView>, std::span<const TensorView>)>
         run;
     std::function<float(float, float, float)> ref;
   };
@@ -514,7 +833,8 @@ TEST_P(Conformance, ForeachOpsMatchAStraightforwardReference) {
       {"mul_scalar", sdk::ElementwiseOp::foreach_mul_scalar,
        [](auto& f, auto x, auto, auto) { f.foreach_mul_scalar(x, -1.5f); },
        [](float x, float, float) { return x * -1.5f; }},
-      {"mul", sdk::ElementwiseOp::foreach_mul, [](auto& f, auto x, auto a, auto) { f.foreach_mul(x, a); },
+      {"mul", sdk::ElementwiseOp::foreach_mul,
+       [](auto& f, auto x, auto a, auto) { f.foreach_mul(x, a); },
        [](float x, float a, float) { return x * a; }},
       {"add_scalar", sdk::ElementwiseOp::foreach_add_scalar,
        [](auto& f, auto x, auto, auto) { f.foreach_add_scalar(x, 0.25f); },
@@ -525,9 +845,11 @@ TEST_P(Conformance, ForeachOpsMatchAStraightforwardReference) {
       {"addcmul", sdk::ElementwiseOp::foreach_addcmul,
        [](auto& f, auto x, auto a, auto b) { f.foreach_addcmul(x, a, b, 0.1f); },
        [](float x, float a, float b) { return x + 0.1f * a * b; }},
-      {"sqrt", sdk::ElementwiseOp::foreach_sqrt, [](auto& f, auto x, auto, auto) { f.foreach_sqrt(x); },
+      {"sqrt", sdk::ElementwiseOp::foreach_sqrt,
+       [](auto& f, auto x, auto, auto) { f.foreach_sqrt(x); },
        [](float x, float, float) { return std::sqrt(x); }},
-      {"sign", sdk::ElementwiseOp::foreach_sign, [](auto& f, auto x, auto, auto) { f.foreach_sign(x); },
+      {"sign", sdk::ElementwiseOp::foreach_sign,
+       [](auto& f, auto x, auto, auto) { f.foreach_sign(x); },
        [](float x, float, float) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }},
       {"lerp", sdk::ElementwiseOp::foreach_lerp,
        [](auto& f, auto x, auto a, auto) { f.foreach_lerp(x, a, 0.1f); },
@@ -588,14 +910,12 @@ TEST_P(Conformance, MemoryStatsTrackAllocations) {
 // The quickstart model trained for 100 steps on both backends: every step's loss agrees.
 TEST_P(Conformance, TrainingParityOnQuickstart) {
   auto train = [&](const std::vector<std::string>& backend_sets) {
-    auto config = core::Config::from_string(
-        kEmbeddedQuickstartToml, "quickstart.toml",
-        [&] {
-          std::vector<std::string> sets = {"run.steps=100", "run.log_every=1", "run.eval_every=0",
-                                           "checkpoint.every=0"};
-          sets.insert(sets.end(), backend_sets.begin(), backend_sets.end());
-          return sets;
-        }());
+    auto config = core::Config::from_string(kEmbeddedQuickstartToml, "quickstart.toml", [&] {
+      std::vector<std::string> sets = {"run.steps=100", "run.log_every=1", "run.eval_every=0",
+                                       "checkpoint.every=0"};
+      sets.insert(sets.end(), backend_sets.begin(), backend_sets.end());
+      return sets;
+    }());
     core::PluginRegistry registry(&core::host_log_sink());
     registry.scan(core::PluginRegistry::default_search_path());
     auto e = core::parse_experiment(config, registry);

@@ -1,0 +1,335 @@
+// The attention facet of CpuBackend: head permutes (every dtype pair, KV-cache offset, round
+// trips, untouched cache rows), the masked softmax (rows sum to 1, masked entries exactly 0,
+// stability, in place) and its backward against a finite difference of the forward, and the
+// argument errors.
+#include <bit>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "backend_test_util.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::backend_cpu::testing {
+namespace {
+
+constexpr DType kFloats[] = {DType::fp32, DType::bf16, DType::fp16};
+
+// Element index of x [N, T, P, H, D] and of y [P, N, H, T', D] for (n, t, p, h, d).
+struct Layout {
+  sdk::HeadLayout l;
+  std::int64_t x_at(std::int64_t n, std::int64_t t, std::int64_t p, std::int64_t h,
+                    std::int64_t d) const {
+    return (((n * l.tokens + t) * l.parts + p) * l.heads + h) * l.head_dim + d;
+  }
+  std::int64_t y_at(std::int64_t n, std::int64_t t, std::int64_t p, std::int64_t h,
+                    std::int64_t d) const {
+    return (((p * l.batch + n) * l.heads + h) * l.capacity() + l.head_offset + t) * l.head_dim + d;
+  }
+  Shape x_shape() const { return {l.batch, l.tokens, l.parts * l.heads * l.head_dim}; }
+  Shape y_shape() const { return {l.parts * l.batch * l.heads, l.capacity(), l.head_dim}; }
+};
+
+Layout cache_layout() {
+  sdk::HeadLayout l;
+  l.batch = 2;
+  l.tokens = 3;
+  l.parts = 3;
+  l.heads = 2;
+  l.head_dim = 5;
+  l.head_tokens = 7;
+  l.head_offset = 2;
+  return {l};
+}
+
+std::string pair_name(DType a, DType b) {
+  return std::string(sdk::dtype_name(a)) + " -> " + std::string(sdk::dtype_name(b));
+}
+
+TEST(backend_cpu_attention, SplitHeadsWritesTheWindowAndLeavesCacheRowsAlone) {
+  CpuBackend be(2);
+  const Layout lay = cache_layout();
+  const auto& l = lay.l;
+  for (DType xt : kFloats)
+    for (DType yt : kFloats) {
+      const auto values = random_values(static_cast<std::size_t>(lay.x_shape().numel()), 1, -3, 3);
+      DeviceTensor x(be, xt, lay.x_shape(), values);
+      const float sentinel = 42.0f;
+      DeviceTensor y(be, yt, lay.y_shape(),
+                     std::vector<float>(static_cast<std::size_t>(lay.y_shape().numel()), sentinel));
+      be.split_heads(x, l, y);
+      const auto got = y.get();
+      std::vector<bool> written(got.size(), false);
+      for (std::int64_t n = 0; n < l.batch; ++n)
+        for (std::int64_t t = 0; t < l.tokens; ++t)
+          for (std::int64_t p = 0; p < l.parts; ++p)
+            for (std::int64_t h = 0; h < l.heads; ++h)
+              for (std::int64_t d = 0; d < l.head_dim; ++d) {
+                const auto yi = static_cast<std::size_t>(lay.y_at(n, t, p, h, d));
+                // One rounding: the x value as stored, rounded once into y's dtype.
+                const float want = stored_value(
+                    stored_value(values[static_cast<std::size_t>(lay.x_at(n, t, p, h, d))], xt),
+                    yt);
+                ASSERT_EQ(got[yi], want) << pair_name(xt, yt) << " n" << n << " t" << t << " p" << p
+                                         << " h" << h << " d" << d;
+                written[yi] = true;
+              }
+      for (std::size_t i = 0; i < got.size(); ++i)
+        if (!written[i]) {
+          ASSERT_EQ(got[i], sentinel) << pair_name(xt, yt) << " cache row element " << i;
+        }
+    }
+}
+
+TEST(backend_cpu_attention, SplitThenMergeRoundTrips) {
+  CpuBackend be(2);
+  for (std::int64_t offset : {0, 2}) {
+    Layout lay = cache_layout();
+    lay.l.head_offset = offset;
+    for (DType xt : kFloats)
+      for (DType yt : kFloats) {
+        const auto values = random_values(static_cast<std::size_t>(lay.x_shape().numel()), 2);
+        DeviceTensor x(be, xt, lay.x_shape(), values);
+        DeviceTensor y(be, yt, lay.y_shape());
+        DeviceTensor back(be, xt, lay.x_shape());
+        be.split_heads(x, lay.l, y);
+        be.merge_heads(y, lay.l, back);
+        const auto before = x.get(), after = back.get();
+        for (std::size_t i = 0; i < before.size(); ++i) {
+          // Exact when y holds every x value (same dtype or fp32), else x rounded through y.
+          const float want = stored_value(stored_value(before[i], yt), xt);
+          ASSERT_EQ(after[i], want)
+              << pair_name(xt, yt) << " offset " << offset << " element " << i;
+          if (xt == yt || yt == DType::fp32) {
+            ASSERT_EQ(after[i], before[i]);
+          }
+        }
+      }
+  }
+}
+
+TEST(backend_cpu_attention, MergeHeadsOfALargeLayoutMatchesTheIndexFormula) {
+  // Above the single-thread threshold, so the permute runs on the OpenMP team.
+  CpuBackend be(2);
+  sdk::HeadLayout l;
+  l.batch = 4;
+  l.tokens = 64;
+  l.heads = 4;
+  l.head_dim = 32;
+  const Layout lay{l};
+  const auto values = random_values(static_cast<std::size_t>(lay.y_shape().numel()), 3);
+  DeviceTensor y(be, DType::fp32, lay.y_shape(), values);
+  DeviceTensor x(be, DType::bf16, lay.x_shape());
+  be.merge_heads(y, l, x);
+  const auto got = x.get();
+  for (std::int64_t n = 0; n < l.batch; ++n)
+    for (std::int64_t t = 0; t < l.tokens; ++t)
+      for (std::int64_t h = 0; h < l.heads; ++h)
+        for (std::int64_t d = 0; d < l.head_dim; ++d)
+          ASSERT_EQ(
+              got[static_cast<std::size_t>(lay.x_at(n, t, 0, h, d))],
+              stored_value(values[static_cast<std::size_t>(lay.y_at(n, t, 0, h, d))], DType::bf16));
+}
+
+void expect_backend_error(const std::function<void()>& call, const std::string& needle) {
+  try {
+    call();
+    ADD_FAILURE() << "no BackendError (expected one mentioning '" << needle << "')";
+  } catch (const sdk::BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(backend_cpu_attention, PermuteArgumentErrors) {
+  CpuBackend be(1);
+  const Layout lay = cache_layout();
+  DeviceTensor x(be, DType::fp32, lay.x_shape());
+  DeviceTensor y(be, DType::bf16, lay.y_shape());
+  DeviceTensor short_y(be, DType::bf16, Shape{lay.y_shape().numel() - 1});
+  DeviceTensor ints(be, DType::int32, lay.x_shape());
+  expect_backend_error([&] { be.split_heads(x, lay.l, short_y); }, "backend_cpu.split_heads: y");
+  expect_backend_error([&] { be.merge_heads(short_y, lay.l, x); }, "backend_cpu.merge_heads: y");
+  expect_backend_error([&] { be.split_heads(ints, lay.l, y); }, "int32");
+  sdk::HeadLayout past = lay.l;
+  past.head_offset = 5;  // 5 + 3 tokens > 7
+  expect_backend_error([&] { be.split_heads(x, past, y); }, "head_offset");
+  sdk::HeadLayout small = lay.l;
+  small.head_tokens = 2;  // below tokens
+  expect_backend_error([&] { be.split_heads(x, small, y); }, "head_tokens");
+  sdk::HeadLayout no_heads = lay.l;
+  no_heads.heads = 0;
+  expect_backend_error([&] { be.split_heads(x, no_heads, y); }, "layout");
+  // A permute cannot run in place.
+  sdk::HeadLayout flat;
+  flat.tokens = 4;
+  flat.head_dim = 3;
+  DeviceTensor same(be, DType::fp32, Shape{12});
+  expect_backend_error([&] { be.split_heads(same, flat, same); }, "overlap");
+}
+
+// Double-precision softmax of one row of `scale * s` over its first `visible` entries.
+std::vector<double> reference_softmax(const float* s, std::int64_t cols, std::int64_t visible,
+                                      double scale) {
+  std::vector<double> p(static_cast<std::size_t>(cols), 0.0);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (std::int64_t j = 0; j < visible; ++j) mx = std::max(mx, scale * s[j]);
+  double sum = 0.0;
+  for (std::int64_t j = 0; j < visible; ++j) sum += std::exp(scale * s[j] - mx);
+  for (std::int64_t j = 0; j < visible; ++j)
+    p[static_cast<std::size_t>(j)] = std::exp(scale * s[j] - mx) / sum;
+  return p;
+}
+
+TEST(backend_cpu_attention, SoftmaxRowsSumToOneAndMaskedEntriesAreExactlyZero) {
+  CpuBackend be(2);
+  struct Case {
+    std::int64_t batch, rows, cols;
+    bool causal;
+  };
+  for (const Case c : {Case{3, 5, 9, true}, Case{2, 7, 7, true}, Case{3, 5, 9, false},
+                       Case{64, 32, 48, true}}) {  // the last one runs on the OpenMP team
+    const sdk::SoftmaxShape shape{c.batch, c.rows, c.cols, c.causal};
+    const Shape s{c.batch, c.rows, c.cols};
+    const auto scores = random_values(static_cast<std::size_t>(s.numel()), 4, -10.0f, 10.0f);
+    DeviceTensor in(be, DType::fp32, s, scores);
+    DeviceTensor out(be, DType::fp32, s);
+    be.softmax_forward(in, shape, 0.3f, out);
+    const auto p = out.get();
+    for (std::int64_t b = 0; b < c.batch; ++b)
+      for (std::int64_t i = 0; i < c.rows; ++i) {
+        const std::int64_t visible = c.causal ? i + (c.cols - c.rows) + 1 : c.cols;
+        const std::size_t row = static_cast<std::size_t>((b * c.rows + i) * c.cols);
+        const auto want = reference_softmax(scores.data() + row, c.cols, visible, 0.3);
+        double sum = 0.0;
+        for (std::int64_t j = 0; j < c.cols; ++j) {
+          const float got = p[row + static_cast<std::size_t>(j)];
+          if (j >= visible) {
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(got), 0u) << "masked entry is +0 exactly";
+            continue;
+          }
+          ASSERT_NEAR(got, want[static_cast<std::size_t>(j)],
+                      1e-6 * want[static_cast<std::size_t>(j)] + 1e-12);
+          sum += got;
+        }
+        EXPECT_NEAR(sum, 1.0, 1e-6) << "batch " << b << " row " << i;
+      }
+  }
+}
+
+TEST(backend_cpu_attention, SoftmaxIsStableAndRunsInPlace) {
+  CpuBackend be(1);
+  const sdk::SoftmaxShape shape{2, 3, 6, true};
+  const Shape s{2, 3, 6};
+  auto scores = random_values(static_cast<std::size_t>(s.numel()), 5, -1.0f, 1.0f);
+  for (auto& v : scores) v = v * 1e4f + 3e4f;  // exp(3e4) overflows without max subtraction
+  DeviceTensor in(be, DType::fp32, s, scores);
+  DeviceTensor apart(be, DType::fp32, s);
+  be.softmax_forward(in, shape, 1.0f, apart);
+  for (float v : apart.get()) ASSERT_TRUE(std::isfinite(v));
+  be.softmax_forward(in, shape, 1.0f, in);  // probs aliases scores
+  const auto a = apart.get(), b = in.get();
+  ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  // The first row of a 3x6 causal block sees 4 keys.
+  EXPECT_EQ(a[4], 0.0f);
+  EXPECT_EQ(a[5], 0.0f);
+}
+
+TEST(backend_cpu_attention, SoftmaxBackwardEqualsAFiniteDifferenceOfTheForward) {
+  CpuBackend be(1);
+  const float scale = 0.5f;
+  for (bool causal : {true, false}) {
+    const sdk::SoftmaxShape shape{2, 3, 5, causal};
+    const Shape s{2, 3, 5};
+    const auto n = static_cast<std::size_t>(s.numel());
+    const auto scores = random_values(n, 6, -2.0f, 2.0f);
+    const auto weights = random_values(n, 7);  // L = Σ w ∘ softmax(scale · scores)
+    DeviceTensor x(be, DType::fp32, s, scores);
+    DeviceTensor p(be, DType::fp32, s);
+    DeviceTensor w(be, DType::fp32, s, weights);
+    DeviceTensor grad(be, DType::fp32, s);
+    be.softmax_forward(x, shape, scale, p);
+    be.softmax_backward(p, w, shape, scale, grad);
+    const auto g = grad.get();
+    auto loss = [&](const std::vector<float>& at) {
+      DeviceTensor xi(be, DType::fp32, s, at);
+      DeviceTensor pi(be, DType::fp32, s);
+      be.softmax_forward(xi, shape, scale, pi);
+      double l = 0.0;
+      const auto probs = pi.get();
+      for (std::size_t i = 0; i < n; ++i) l += static_cast<double>(weights[i]) * probs[i];
+      return l;
+    };
+    const float h = 1e-2f;
+    for (std::size_t i = 0; i < n; ++i) {
+      auto up = scores, down = scores;
+      up[i] += h;
+      down[i] -= h;
+      const double fd = (loss(up) - loss(down)) / (static_cast<double>(up[i]) - down[i]);
+      EXPECT_NEAR(g[i], fd, 2e-4) << (causal ? "causal" : "full") << " element " << i;
+    }
+    // Masked entries: exactly 0. dscores may alias dprobs (same bits as apart).
+    for (std::int64_t b = 0; b < 2; ++b)
+      for (std::int64_t i = 0; i < 3; ++i)
+        for (std::int64_t j = causal ? i + 3 : 5; j < 5; ++j)
+          EXPECT_EQ(g[static_cast<std::size_t>((b * 3 + i) * 5 + j)], 0.0f);
+    be.softmax_backward(p, w, shape, scale, w);
+    const auto in_place = w.get();
+    EXPECT_EQ(std::memcmp(in_place.data(), g.data(), n * sizeof(float)), 0);
+  }
+}
+
+TEST(backend_cpu_attention, SoftmaxArgumentErrors) {
+  CpuBackend be(1);
+  const Shape s{2, 3, 4};
+  DeviceTensor x(be, DType::fp32, s);
+  DeviceTensor y(be, DType::fp32, s);
+  DeviceTensor half(be, DType::bf16, s);
+  DeviceTensor small(be, DType::fp32, Shape{2, 3, 3});
+  expect_backend_error(
+      [&] {
+        be.softmax_forward(x, {2, 4, 3, true}, 1.0f, x);
+      },
+      "rows = 4 > cols = 3");
+  expect_backend_error(
+      [&] {
+        be.softmax_forward(half, {2, 3, 4, true}, 1.0f, y);
+      },
+      "backend_cpu.softmax_forward: scores");
+  expect_backend_error([&] { be.softmax_forward(x, {2, 3, 4, true}, 1.0f, small); }, "probs");
+  expect_backend_error([&] { be.softmax_backward(x, y, {2, 3, 4, true}, 1.0f, half); }, "dscores");
+  expect_backend_error(
+      [&] {
+        be.softmax_backward(x, y, {2, 3, 4, true}, 1.0f, x);
+      },
+      "overlaps probs");
+  // A view one element into x is neither x nor disjoint from it.
+  TensorView front = x.view();
+  front.shape = Shape{2, 3, 3};
+  TensorView shifted = front;
+  shifted.data = x.view().as<float>() + 1;
+  expect_backend_error(
+      [&] {
+        be.softmax_forward(front, {2, 3, 3, false}, 1.0f, shifted);
+      },
+      "partly overlap");
+}
+
+TEST(backend_cpu_attention, SupportsAnswersTheHeaderDtypes) {
+  CpuBackend be(1);
+  sdk::AttentionFacet& f = *be.attention_facet();
+  for (DType a : kFloats)
+    for (DType b : kFloats) {
+      EXPECT_TRUE(f.supports(sdk::AttentionOp::split_heads, std::vector<DType>{a, b}));
+      EXPECT_TRUE(f.supports(sdk::AttentionOp::merge_heads, std::vector<DType>{a, b}));
+    }
+  EXPECT_FALSE(
+      f.supports(sdk::AttentionOp::split_heads, std::vector<DType>{DType::int32, DType::fp32}));
+  EXPECT_TRUE(f.supports(sdk::AttentionOp::softmax_forward, std::vector<DType>{DType::fp32}));
+  EXPECT_FALSE(f.supports(sdk::AttentionOp::softmax_forward, std::vector<DType>{DType::bf16}));
+  EXPECT_FALSE(
+      f.supports(sdk::AttentionOp::softmax_backward, std::vector<DType>{DType::fp32, DType::fp32}));
+}
+
+}  // namespace
+}  // namespace mixtrain::backend_cpu::testing
