@@ -44,6 +44,23 @@ void reject_sub_tables(const Config& config, const std::string& dotted) {
                            "[" + dotted + "] takes plain key = value entries");
 }
 
+// A table's scalar entries, and each list option given as an array (see
+// ComponentSection::list_options) as one string.
+std::vector<sdk::RawOption> entries(const Config& config, const std::string& dotted,
+                                    const std::vector<std::string>& list_options) {
+  std::vector<std::string> arrays;
+  for (const auto& key : list_options)
+    if (config.is_array(dotted + "." + key)) arrays.push_back(key);
+  auto raw = config.table_options(dotted, arrays);
+  for (const auto& key : arrays) {
+    std::string joined;
+    for (const auto& entry : config.string_array(dotted + "." + key))
+      joined += (joined.empty() ? "" : "\n") + entry;
+    raw.push_back({key, joined, config.location(dotted + "." + key)});
+  }
+  return raw;
+}
+
 }  // namespace
 
 std::string config_section_of(sdk::ComponentKind kind) {
@@ -58,8 +75,9 @@ std::string config_section_of(sdk::ComponentKind kind) {
 }
 
 std::string section_selector(const Config& config, const std::string& table,
-                             const std::string& selector, const std::string& fallback) {
-  for (const auto& r : config.table_options(table))
+                             const std::string& selector, const std::string& fallback,
+                             const std::vector<std::string>& lists) {
+  for (const auto& r : config.table_options(table, lists))
     if (r.key == selector) {
       if (const auto* s = std::get_if<std::string>(&r.value)) return *s;
       throw sdk::ConfigError(r.where, table + "." + selector, "expected a string",
@@ -99,7 +117,7 @@ ResolvedComponentSection resolve_component_section(const Config& config,
               "known here: " + joined(names));
     }
     reject_sub_tables(config, dotted);
-    auto raw = config.table_options(dotted);
+    auto raw = entries(config, dotted, it->list_options);
     // Validated against its own schema even when another component is selected: unknown keys,
     // types and ranges. Required keys are checked once, below, on the selected component's
     // flat keys and table combined, so a table may hold part of them and an unselected sibling
@@ -112,9 +130,17 @@ ResolvedComponentSection resolve_component_section(const Config& config,
     }
   }
 
-  // Flat keys: the selector, the host's keys, or options of the selected component.
+  // Flat keys: the selector, the host's keys, or options of the selected component. A list is
+  // read as such when the selected component takes one there, or when only a sibling declares
+  // the key (so the error below can name the sibling's table).
+  std::vector<std::string> flat_lists;
+  for (const auto& c : section.components)
+    for (const auto& key : c.list_options) {
+      const bool own = selected != section.components.end() && c.name == selected->name;
+      if (own || !declares(schema, key)) flat_lists.push_back(key);
+    }
   std::vector<sdk::RawOption> host_raw, flat;
-  for (auto& r : config.table_options(table)) {
+  for (auto& r : entries(config, table, flat_lists)) {
     if (r.key == section.selector) continue;
     if (declares(section.host, r.key)) {
       host_raw.push_back(std::move(r));

@@ -270,7 +270,7 @@ std::vector<std::string> Config::nested_keys(std::string_view dotted) const {
 }
 
 std::vector<TableEntry> Config::table_array(std::string_view dotted,
-                                           const std::vector<std::string>& skip) const {
+                                            const std::vector<std::string>& skip) const {
   std::vector<TableEntry> out;
   const auto* n = lookup(impl_->root, dotted);
   if (n == nullptr) return out;
@@ -290,6 +290,11 @@ std::vector<TableEntry> Config::table_array(std::string_view dotted,
     out.push_back({location(item), table_options(item, skip)});
   }
   return out;
+}
+
+bool Config::is_array(std::string_view dotted) const {
+  const auto* n = lookup(impl_->root, dotted);
+  return n != nullptr && n->is_array();
 }
 
 std::vector<std::string> Config::string_array(std::string_view dotted) const {
@@ -322,7 +327,8 @@ std::vector<std::int64_t> Config::integer_array(std::string_view dotted) const {
     auto v = a->get(i)->value_exact<std::int64_t>();
     if (!v)
       throw sdk::ConfigError(location(dotted), std::string(dotted),
-                             "entry " + std::to_string(i) + " is not an integer", "write it as [4, 16]");
+                             "entry " + std::to_string(i) + " is not an integer",
+                             "write it as [4, 16]");
     out.push_back(*v);
   }
   return out;

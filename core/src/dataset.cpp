@@ -24,7 +24,9 @@ std::uint64_t splitmix64(std::uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+std::uint64_t rotl(std::uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
 
 // ln(x) for x in (0, 1] from frexp (exact) and the atanh series; only +,-,*,/ so the result is
 // the same on every IEEE-754 machine, unlike std::log whose last bit depends on the libm.
@@ -72,10 +74,22 @@ void sin_cos_turns(double u, double& sin_out, double& cos_out) {
     small_sin_cos((1.0 - frac) * kHalfPi, c, s);  // sin(π/2 − φ) = cos φ
   }
   switch (quadrant & 3) {
-    case 0: sin_out = s; cos_out = c; break;
-    case 1: sin_out = c; cos_out = -s; break;
-    case 2: sin_out = -s; cos_out = -c; break;
-    default: sin_out = -c; cos_out = s; break;
+    case 0:
+      sin_out = s;
+      cos_out = c;
+      break;
+    case 1:
+      sin_out = c;
+      cos_out = -s;
+      break;
+    case 2:
+      sin_out = -s;
+      cos_out = -c;
+      break;
+    default:
+      sin_out = -c;
+      cos_out = s;
+      break;
   }
 }
 
@@ -145,7 +159,50 @@ void seeded_shuffle(std::span<std::int64_t> values, DataRng& rng) {
 
 // ---- checks ---------------------------------------------------------------------------------
 
+namespace {
+
+// The token form's invariants (see Dataset); the row count follows from the stream's length.
+void check_token_dataset(const Dataset& data, std::string_view origin) {
+  if (data.features <= 0)
+    fail(origin, "the block size must be >= 1 (found " + std::to_string(data.features) + ")",
+         "set data.block_size to the context length, e.g. 64");
+  if (data.classes <= 0)
+    fail(origin, "the vocabulary size must be >= 1 (found " + std::to_string(data.classes) + ")",
+         "set data.vocab_size (GPT-2 token files: 50257)");
+  if (!data.x.empty() || !data.y.empty())
+    fail(origin, "a token dataset holds features or labels as well as tokens",
+         "this is a bug in whatever built the dataset");
+  const auto block = data.features, n = static_cast<std::int64_t>(data.tokens.size());
+  if (n <= block)
+    fail(origin,
+         "holds " + std::to_string(n) + " tokens, fewer than block_size + 1 = " +
+             std::to_string(static_cast<std::uint64_t>(block) + 1) + " needed for one window",
+         "lower data.block_size or give more text");
+  const std::int64_t rows = (n - block - 1) / data.stride + 1;
+  if (data.rows != rows)
+    fail(origin,
+         "has " + std::to_string(data.rows) + " rows, but " + std::to_string(n) +
+             " tokens in windows of " + std::to_string(block + 1) + " every " +
+             std::to_string(data.stride) + " make " + std::to_string(rows),
+         "this is a bug in whatever built the dataset");
+  for (std::size_t i = 0; i < data.tokens.size(); ++i)
+    if (data.tokens[i] < 0 || data.tokens[i] >= data.classes)
+      fail(origin,
+           "token " + std::to_string(data.tokens[i]) + " at index " + std::to_string(i) +
+               " is outside the vocabulary [0, " + std::to_string(data.classes) + ")",
+           "raise data.vocab_size to the tokenizer's vocabulary size (GPT-2: 50257)");
+}
+
+}  // namespace
+
 void check_dataset(const Dataset& data, std::string_view origin) {
+  if (data.stride < 0)
+    fail(origin, "the window stride is negative (" + std::to_string(data.stride) + ")",
+         "this is a bug in whatever built the dataset");
+  if (data.is_tokens()) {
+    check_token_dataset(data, origin);
+    return;
+  }
   if (data.rows <= 0)
     fail(origin, "the dataset has no rows (found " + std::to_string(data.rows) + ")",
          "give a file with at least one sample");
@@ -155,6 +212,8 @@ void check_dataset(const Dataset& data, std::string_view origin) {
   if (data.classes <= 0)
     fail(origin, "the number of classes must be >= 1 (found " + std::to_string(data.classes) + ")",
          "set the number of classes or let it be inferred from the labels");
+  if (!data.tokens.empty())
+    fail(origin, "a table dataset holds tokens", "this is a bug in whatever built the dataset");
   if (data.features > static_cast<std::int64_t>(data.x.max_size()) / data.rows ||
       data.x.size() != static_cast<std::size_t>(data.rows * data.features))
     fail(origin,
@@ -189,8 +248,13 @@ void check_dataset(const Dataset& data, std::string_view origin) {
 // ---- split and gather -----------------------------------------------------------------------
 
 std::pair<Dataset, Dataset> split_holdout(Dataset all, double eval_fraction, std::uint64_t seed) {
+  if (all.is_tokens())
+    throw std::logic_error(
+        "split_holdout: a token dataset's windows overlap, so a shuffled split would leak "
+        "training text into evaluation; use split_token_tail");
   if (!(eval_fraction >= 0.0 && eval_fraction < 1.0))
-    fail("held-out split", "eval_fraction must be in [0, 1), found " + std::to_string(eval_fraction),
+    fail("held-out split",
+         "eval_fraction must be in [0, 1), found " + std::to_string(eval_fraction),
          "use e.g. 0.1 to hold out 10% of the rows for evaluation, or 0 for none");
   check_dataset(all, "held-out split input");
   std::int64_t eval_rows = 0;
@@ -260,6 +324,8 @@ std::pair<Dataset, Dataset> split_holdout(Dataset all, double eval_fraction, std
 
 void gather_batch(const Dataset& data, std::span<const std::int64_t> rows, float* x_out,
                   std::int32_t* y_out) {
+  if (data.is_tokens())
+    throw std::logic_error("gather_batch: the dataset holds token windows; use gather_tokens");
   const auto width = static_cast<std::size_t>(data.features);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const std::int64_t row = rows[i];

@@ -73,10 +73,14 @@ sdk::OptionSchema data_common_schema() {
           .at_least(0)
           .at_most(kMaxDim),
       OptionSpec::boolean("shuffle", true, "reshuffle the training rows every epoch (seeded)"),
-      OptionSpec::number("eval_fraction", 0.1, "share of rows held out for evaluation")
+      OptionSpec::number("eval_fraction", 0.1,
+                         "share of rows held out for evaluation (tokens, text: of the tokens, "
+                         "from the end)")
           .at_least(0.0)
           .at_most(0.9),
-      OptionSpec::integer("classes", 0, "number of classes; 0 = max label + 1")
+      OptionSpec::integer("classes", 0,
+                          "number of classes; 0 = max label + 1 (tables; token sources take "
+                          "vocab_size)")
           .at_least(0)
           .at_most(kMaxDim),
   };
@@ -96,10 +100,46 @@ sdk::OptionSchema data_source_schema(const std::string& source) {
         OptionSpec::required("features", OptionType::string, ".npy of float32 [N, D] features"),
         OptionSpec::required("labels", OptionType::string, ".npy of integer [N] labels"),
     };
-  if (source != "idx") throw std::invalid_argument("data_source_schema: unknown source " + source);
+  if (source == "idx")
+    return {
+        OptionSpec::required("images", OptionType::string, "IDX u8 image file (MNIST format)"),
+        OptionSpec::required("labels", OptionType::string, "IDX u8 label file (MNIST format)"),
+    };
+  // Token sources: rows are windows of block_size + 1 tokens (inputs and next-token targets).
+  auto block_size = OptionSpec::required("block_size", OptionType::integer,
+                                         "tokens of context per window (T); a window predicts T "
+                                         "next tokens")
+                        .at_least(1)
+                        .at_most(kMaxDim);
+  if (source == "tokens")
+    return {
+        OptionSpec::required(
+            "train", OptionType::string,
+            "llm.c token file (.bin: 256 int32 header, uint16 tokens) to train on"),
+        OptionSpec::string("eval", "",
+                           "llm.c token file held out for evaluation; \"\" = the last "
+                           "eval_fraction of the train tokens"),
+        block_size,
+        OptionSpec::required("vocab_size", OptionType::integer,
+                             "vocabulary size V, every token below it (GPT-2: 50257; more pads "
+                             "the output layer)")
+            .at_least(1)
+            .at_most(kMaxDim),
+    };
+  if (source != "text") throw std::invalid_argument("data_source_schema: unknown source " + source);
   return {
-      OptionSpec::required("images", OptionType::string, "IDX u8 image file (MNIST format)"),
-      OptionSpec::required("labels", OptionType::string, "IDX u8 label file (MNIST format)"),
+      OptionSpec::required("path", OptionType::string,
+                           "text file, or a list of files read one after another; every byte is "
+                           "a token"),
+      OptionSpec::string("eval", "",
+                         "held-out text file(s), a string or a list; \"\" = the last "
+                         "eval_fraction of the text"),
+      block_size,
+      OptionSpec::integer("vocab_size", 256,
+                          "vocabulary size: bytes are 0..255, a larger value pads the output "
+                          "layer")
+          .at_least(256)
+          .at_most(kMaxDim),
   };
 }
 
@@ -149,14 +189,20 @@ sdk::OptionSchema precision_override_schema() {
 }
 
 const std::vector<std::string>& data_sources() {
-  static const std::vector<std::string> sources = {"synthetic", "npy", "idx"};
+  static const std::vector<std::string> sources = {"synthetic", "npy", "idx", "tokens", "text"};
   return sources;
 }
 
 bool is_path_option(const std::string& source, const std::string& key) {
   if (source == "npy") return key == "features" || key == "labels";
   if (source == "idx") return key == "images" || key == "labels";
+  if (source == "tokens") return key == "train" || key == "eval";
+  if (source == "text") return key == "path" || key == "eval";
   return false;
+}
+
+bool is_path_list_option(const std::string& source, const std::string& key) {
+  return source == "text" && (key == "path" || key == "eval");
 }
 
 sdk::OptionSchema model_schema() {

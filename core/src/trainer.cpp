@@ -56,16 +56,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   auto& backend = *s.c.backend;
 
   // Data.
-  Dataset all;
-  if (e.data.source == "synthetic") {
-    all = make_synthetic(e.data.synthetic);
-  } else if (e.data.source == "npy") {
-    all = load_npy(e.data.features_path, e.data.labels_path, e.data.classes);
-  } else {
-    all = load_idx(e.data.images_path, e.data.labels_path, e.data.classes);
-  }
-  if (e.data.classes > 0) all.classes = std::max(all.classes, e.data.classes);
-  auto split = split_holdout(std::move(all), e.data.eval_fraction, e.run.seed);
+  auto split = load_train_and_eval(e.data, e.run.seed);
   s.train = std::move(split.first);
   s.eval = std::move(split.second);
   if (s.train.rows < e.data.batch_size)

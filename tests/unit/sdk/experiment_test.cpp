@@ -254,6 +254,10 @@ void expect_same_experiment(const Experiment& a, const Experiment& b) {
   EXPECT_EQ(a.data.synthetic.features, b.data.synthetic.features);
   EXPECT_EQ(a.data.synthetic.classes, b.data.synthetic.classes);
   EXPECT_EQ(a.data.synthetic.noise, b.data.synthetic.noise);
+  EXPECT_EQ(a.data.token_paths, b.data.token_paths);
+  EXPECT_EQ(a.data.eval_token_paths, b.data.eval_token_paths);
+  EXPECT_EQ(a.data.block_size, b.data.block_size);
+  EXPECT_EQ(a.data.vocab_size, b.data.vocab_size);
   EXPECT_EQ(a.schedule.schedule, b.schedule.schedule);
   EXPECT_EQ(a.schedule.warmup_steps, b.schedule.warmup_steps);
   EXPECT_EQ(a.schedule.min_lr, b.schedule.min_lr);
@@ -570,6 +574,104 @@ TEST(sdk_Experiment, KeysInsideATableGivenWithSetAreTheCommandLines) {
   auto err = error_of<sdk::ConfigError>(kFull, {"scaler.dynamc.x=1"});
   ASSERT_TRUE(err.has_value());
   EXPECT_TRUE(contains(err->full_message(), "--set")) << err->full_message();
+}
+
+// kFull with [data] source = SOURCE and `table` appended (the synthetic keys dropped).
+std::string with_data_source(const std::string& source, const std::string& table) {
+  std::string text = without_flat_synthetic_keys(kFull);
+  const std::string line = "source = \"synthetic\"\n";
+  text.replace(text.find(line), line.size(), "source = \"" + source + "\"\n");
+  return text + "\n" + table;
+}
+
+// The resolved config parses back to the same experiment and is a fixed point.
+void expect_resolved_round_trip(const Experiment& first) {
+  const auto text = mixtrain::core::resolved_toml(first);
+  Experiment second;
+  try {
+    second =
+        mixtrain::core::parse_experiment(Config::from_string(text, "resolved.toml"), registry());
+  } catch (const sdk::UserError& e) {
+    FAIL() << e.full_message() << "\n--- resolved config ---\n" << text;
+  }
+  expect_same_experiment(first, second);
+  const auto again = mixtrain::core::resolved_toml(second);
+  EXPECT_EQ(again.substr(again.find('\n')), text.substr(text.find('\n'))) << text;
+}
+
+TEST(data_TokenConfig, TokensSourceReadsItsFileAndSizes) {
+  const auto text = with_data_source(
+      "tokens", "[data.tokens]\ntrain = \"/abs/train.bin\"\nblock_size = 64\nvocab_size = 50257\n");
+  auto e = parse(text);
+  EXPECT_EQ(e.data.token_paths, std::vector<std::filesystem::path>{"/abs/train.bin"});
+  EXPECT_TRUE(e.data.eval_token_paths.empty());
+  EXPECT_EQ(e.data.block_size, 64);
+  EXPECT_EQ(e.data.vocab_size, 50257);
+  expect_resolved_round_trip(e);
+  e = parse(text, {"data.tokens.eval=val.bin"});
+  EXPECT_EQ(e.data.eval_token_paths,
+            std::vector<std::filesystem::path>{std::filesystem::current_path() / "val.bin"});
+  expect_resolved_round_trip(e);
+
+  auto err = error_of<sdk::ConfigError>(
+      with_data_source("tokens", "[data.tokens]\ntrain = \"t.bin\"\nvocab_size = 50257\n"));
+  ASSERT_TRUE(err.has_value());
+  EXPECT_TRUE(contains(err->full_message(), "block_size")) << err->full_message();
+  // A vocabulary, not classes: data.classes would go unused, so it is refused where it stands.
+  err = error_of<sdk::ConfigError>(text, {"data.classes=10"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "data.classes");
+  EXPECT_TRUE(contains(err->full_message(), "vocab_size")) << err->full_message();
+  // Only text takes lists of files.
+  err = error_of<sdk::ConfigError>(text, {"data.tokens.eval=[\"a.bin\", \"b.bin\"]"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "data.tokens.eval");
+}
+
+TEST(data_TokenConfig, TextSourceTakesAFileOrAListAndTheResolvedConfigKeepsTheList) {
+  const auto text = with_data_source(
+      "text", "[data.text]\npath = [\"/abs/a.txt\", \"/abs/b.txt\"]\nblock_size = 32\n");
+  auto e = parse(text);
+  const std::vector<std::filesystem::path> both = {"/abs/a.txt", "/abs/b.txt"};
+  EXPECT_EQ(e.data.token_paths, both);
+  EXPECT_EQ(e.data.vocab_size, 256);  // bytes
+  EXPECT_EQ(e.data.block_size, 32);
+  const auto resolved = mixtrain::core::resolved_toml(e);
+  EXPECT_TRUE(contains(resolved, "path = [\"/abs/a.txt\", \"/abs/b.txt\"]")) << resolved;
+  expect_resolved_round_trip(e);
+
+  // One file as a string, a list from --set (relative to the current folder), a held-out list.
+  e = parse(text, {"data.text.path=/abs/c.txt"});
+  EXPECT_EQ(e.data.token_paths, std::vector<std::filesystem::path>{"/abs/c.txt"});
+  e = parse(text, {"data.text.path=[\"x.txt\", \"y.txt\"]", "data.text.eval=[\"/abs/v.txt\"]"});
+  const auto cwd = std::filesystem::current_path();
+  EXPECT_EQ(e.data.token_paths, (std::vector<std::filesystem::path>{cwd / "x.txt", cwd / "y.txt"}));
+  EXPECT_EQ(e.data.eval_token_paths, std::vector<std::filesystem::path>{"/abs/v.txt"});
+  expect_resolved_round_trip(e);
+
+  // Flat in [data], as a file without [data.text] writes it.
+  std::string flat = with_data_source("text", "");
+  flat.insert(flat.find("[data]\n") + 7, "path = [\"/abs/a.txt\"]\nblock_size = 8\n");
+  e = parse(flat);
+  EXPECT_EQ(e.data.token_paths, std::vector<std::filesystem::path>{"/abs/a.txt"});
+  EXPECT_EQ(e.data.block_size, 8);
+  expect_resolved_round_trip(e);
+
+  auto err = error_of<sdk::ConfigError>(text, {"data.text.vocab_size=100"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "data.text.vocab_size");
+  err = error_of<sdk::ConfigError>(text, {"data.text.path=[]"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_TRUE(contains(err->full_message(), "names no file")) << err->full_message();
+  err = error_of<sdk::ConfigError>(text, {"data.text.path=[\"a.txt\", 3]"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_TRUE(contains(err->full_message(), "entry 1 is not a string")) << err->full_message();
+  // A list flat in [data] while another source is selected names the table it belongs in.
+  err = error_of<sdk::ConfigError>(
+      text, {"data.source=npy", "data.features=x.npy", "data.labels=y.npy", "data.path=[\"a\"]"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "data.path");
+  EXPECT_TRUE(contains(err->full_message(), "move it into [data.text]")) << err->full_message();
 }
 
 TEST(sdk_Experiment, RunDirAndPluginPathsResolveLikeEveryOtherPath) {

@@ -34,6 +34,10 @@ namespace mixtrain::core {
 struct ComponentSchema {
   std::string name;           // "dynamic"
   sdk::OptionSchema options;  // its declared options
+  // String options that may also be written as a list of strings (a list of files). An array is
+  // validated as that string option, its entries joined by '\n'; the reader takes the entries
+  // with Config::string_array at the key's origin. Elsewhere an array is an error.
+  std::vector<std::string> list_options = {};
 };
 
 struct ComponentSection {
@@ -58,9 +62,11 @@ struct ResolvedComponentSection {
 // for checkpoint formats, the kind's own name otherwise.
 std::string config_section_of(sdk::ComponentKind kind);
 
-// The selector's value (or `fallback` when absent), checked to be a string.
+// The selector's value (or `fallback` when absent), checked to be a string. `lists`: keys of the
+// table that may hold arrays (every component's list_options), passed over here.
 std::string section_selector(const Config& config, const std::string& table,
-                             const std::string& selector, const std::string& fallback);
+                             const std::string& selector, const std::string& fallback,
+                             const std::vector<std::string>& lists = {});
 
 ResolvedComponentSection resolve_component_section(const Config& config,
                                                    const ComponentSection& section);

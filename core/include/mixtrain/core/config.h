@@ -53,7 +53,9 @@ class Config {
                                       const std::vector<std::string>& skip = {}) const;
   // Keys of a table whose values are tables or arrays of tables (including dotted keys).
   std::vector<std::string> nested_keys(std::string_view dotted) const;
-  std::vector<std::string> string_array(std::string_view dotted) const;  // [] when absent
+  // A string is a list of one; [] when absent.
+  std::vector<std::string> string_array(std::string_view dotted) const;
+  bool is_array(std::string_view dotted) const;  // an array of values or of tables
   std::vector<std::int64_t> integer_array(std::string_view dotted) const;  // [] when absent
 
   struct Impl;  // opaque: keeps TOML++ out of this header

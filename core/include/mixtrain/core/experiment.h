@@ -54,15 +54,18 @@ struct EvalSettings {
 };
 
 struct DataSettings {
-  std::string source;  // synthetic | npy | idx
+  std::string source;  // synthetic | npy | idx | tokens | text
   std::int64_t batch_size = 0;
   std::int64_t eval_batch_size = 0;
   bool shuffle = true;
-  double eval_fraction = 0.1;
-  std::int32_t classes = 0;  // 0: infer from the labels
+  double eval_fraction = 0.1;  // tokens / text: the tail, unless eval_paths are given
+  std::int32_t classes = 0;    // 0: infer from the labels (tables only)
   SyntheticSpec synthetic;
   std::filesystem::path features_path, labels_path, images_path;
-  std::int64_t block_size = 0, vocab_size = 0;  // token sources
+  // tokens: one llm.c file each; text: files read one after another. No eval_paths: the tail.
+  std::vector<std::filesystem::path> token_paths, eval_token_paths;
+  std::int64_t block_size = 0;  // tokens / text: tokens a window predicts from (T)
+  std::int32_t vocab_size = 0;  // tokens / text: V (text: >= 256)
 };
 
 struct ScheduleSettings {

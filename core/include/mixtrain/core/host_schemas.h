@@ -17,10 +17,12 @@ sdk::OptionSchema run_schema();
 sdk::OptionSchema ema_schema();   // [ema]
 sdk::OptionSchema eval_schema();  // [eval]
 sdk::OptionSchema data_common_schema();
-const std::vector<std::string>& data_sources();  // synthetic, npy, idx
+const std::vector<std::string>& data_sources();  // synthetic, npy, idx, tokens, text
 sdk::OptionSchema data_source_schema(const std::string& source);
-bool is_path_option(const std::string& source, const std::string& key);  // npy/idx file keys
-sdk::OptionSchema schedule_schema();                                     // host keys in [optimizer]
+bool is_path_option(const std::string& source, const std::string& key);  // file keys
+// File keys that also take a list of files (text's path and eval).
+bool is_path_list_option(const std::string& source, const std::string& key);
+sdk::OptionSchema schedule_schema();         // host keys in [optimizer]
 sdk::OptionSchema checkpoint_core_schema();  // host keys in [checkpoint]
 sdk::OptionSchema model_schema();            // [model] scalar keys
 sdk::OptionSchema gpt_preset_schema();       // [model.gpt] (preset = "gpt")
