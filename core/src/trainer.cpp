@@ -66,7 +66,10 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
         "lower data.batch_size or data.eval_fraction, or use more data");
 
   // Model under the policy's plan.
-  s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes);
+  InputSpec input;
+  if (s.train.is_tokens()) input = {sdk::DType::int32, s.train.labels_per_row()};
+  s.model =
+      std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes, input);
   auto caps = backend.capabilities();
   plan_precision(*s.model, *s.c.policy, caps, e.overrides, s.log);
   // Every node's ops are asked in Model::allocate; the step's own gradient checks here.
@@ -106,8 +109,11 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   s.schedule.min_lr = e.schedule.min_lr;
   s.schedule.warmup_steps = e.schedule.warmup_steps;
   s.schedule.total_steps = e.run.steps;
-  s.x_host.resize(static_cast<std::size_t>(max_rows * s.train.features));
-  s.y_host.resize(static_cast<std::size_t>(max_rows));
+  if (s.train.is_tokens())
+    s.ids_host.resize(static_cast<std::size_t>(max_rows * s.train.features));
+  else
+    s.x_host.resize(static_cast<std::size_t>(max_rows * s.train.features));
+  s.y_host.resize(static_cast<std::size_t>(max_rows * s.train.labels_per_row()));
 
   if (!e.checkpoint.init_from.empty() && !options.resume)
     load_checkpoint(e.checkpoint.init_from, /*weights_only=*/true);

@@ -47,7 +47,7 @@ sdk::OpPrecision Fp8PrecisionPolicy::plan(const sdk::OpDescription& op) const {
     p.weight = base_->weight;
     // FP8 for the GEMMs with a weight (Transformer Engine's Linear); products of two activations
     // (attention's q·kᵀ and P·v) keep the base recipe's 16 bits.
-    p.gemm_input = op.has_weight_gemm() ? sdk::DType::fp8_e4m3 : base_->gemm_input;
+    p.gemm_input = op.has_weight_gemm() ? sdk::DType::fp8_e4m3 : base_->activation;
   }
   p.activation = base_->activation;
   p.activation_grad = base_->activation_grad;
