@@ -399,7 +399,11 @@ bool GemmEngine::run_batched(const sdk::GemmBatchedArgs& args) {
   const std::int64_t c_numel = m * n;
   auto compact = [](std::int64_t stride, std::int64_t numel) { return stride == 0 ? 0 : numel; };
 
-  const SingleThreadScope small_gemm(batch * m * n * k <= kSingleThreadGemm);
+  // gemm()'s rule per batch: batches of at most 128^3 multiply-adds (attention's score and
+  // context products) run on one thread, decodes included. The loop this replaces ran each of
+  // them on one thread; oneDNN's batched kernel on a 2-thread team measured 5-10x slower than
+  // that on a loaded 2-core machine (bench/RESULTS.md, issue 14).
+  const SingleThreadScope small_gemm(m * n * k <= kSingleThreadGemm);
   Key key{m,
           n,
           k,
