@@ -1,6 +1,6 @@
-// The [data] table: the source (synthetic, npy, idx) and its options, the batch sizes and the
-// eval split, read into Experiment::data with the resolved sections. Errors are sdk::ConfigError
-// at the key's file:line:col. Internal to the core.
+// The [data] table: the source (synthetic, npy, idx, tokens, text) and its options, the batch
+// sizes and the eval split, read into Experiment::data with the resolved sections. Errors are
+// sdk::ConfigError at the key's file:line:col. Internal to the core.
 #pragma once
 
 #include "mixtrain/core/config.h"

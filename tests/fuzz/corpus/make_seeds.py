@@ -76,6 +76,25 @@ put("fuzz_idx", "truncated_gzip.bin", gz(idx(imgs))[:-6] + b"--labels--\n" + idx
 put("fuzz_idx", "bad_dtype.bin", idx(imgs, 0x0D) + b"--labels--\n" + idx(labs))
 
 
+# ---- tokens: one llm.c token file; byte 12 (header[3]) picks the block size, byte 13 the split --
+def token_file(tokens, magic=20240520, version=1, count=None, block_byte=7, split_byte=2):
+    header = struct.pack("<3i", magic, version, len(tokens) if count is None else count)
+    header += bytes([block_byte, split_byte, 0, 0]) + bytes(4 * 252)
+    return header + b"".join(struct.pack("<H", t) for t in tokens)
+
+
+toks = [(i * 7919) % 50257 for i in range(96)] + [50256]
+put("fuzz_tokens", "valid.bin", token_file(toks))
+put("fuzz_tokens", "valid_no_split.bin", token_file(toks, block_byte=31, split_byte=0))
+put("fuzz_tokens", "one_window.bin", token_file(toks[:9], block_byte=7, split_byte=0))
+put("fuzz_tokens", "out_of_vocab.bin", token_file(toks[:10] + [60000] + toks[10:20]))
+put("fuzz_tokens", "truncated.bin", token_file(toks, count=len(toks) + 5))
+put("fuzz_tokens", "trailing.bin", token_file(toks, count=len(toks) - 3))
+put("fuzz_tokens", "version2.bin", token_file(toks, version=2))
+put("fuzz_tokens", "short_header.bin", token_file(toks)[:700])
+put("fuzz_tokens", "text.bin", b"Not a token file, just text.\n" * 8)
+
+
 # ---- native checkpoint: whole files ("MIXTRAIN...") or "<JSON>\0<data>" -----------------------
 def native_parts(tensors, metadata):
     entries, data = [], b""
