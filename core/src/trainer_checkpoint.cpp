@@ -189,8 +189,8 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
           transposed ? std::vector<std::int64_t>{t->shape[1], t->shape[0]} : t->shape;
       throw sdk::CheckpointError(
           path.string() + ": tensor '" + file_name(*t) + "' has shape " + ops::shape_text(stored) +
-              (transposed ? " (Conv1D [in, out], read as " + ops::shape_text(t->shape) +
-                                " in the gpt2 layout)"
+              (transposed ? " (the gpt2 layout reads it as Conv1D [in, out]: " +
+                                ops::shape_text(t->shape) + " as [out, in])"
                           : std::string()) +
               " but parameter '" + p->name + "' expects " + ops::shape_text(expected),
           shape_hint(*t, p->name, expected, weights_only, layout));

@@ -1,8 +1,8 @@
 // Hugging Face GPT-2 interop through the `mixtrain` executable: `export --layout gpt2`,
 // `checkpoint.init_from` with `init_layout = "gpt2"` and `eval --layout gpt2`.
 //
-// Gpt2Layout* tests need no GPT: a model whose linears carry GPT-2 names reads a GPT-2-layout file
-// the test writes from mixtrain's own export, and the errors name the tensor. Gpt2Torch* tests
+// Gpt2LayoutCli tests need no GPT: a model whose linears carry GPT-2 names reads a GPT-2-layout
+// file the test writes from mixtrain's own export, and the errors name the tensor. Gpt2Torch* tests
 // train the gpt preset on llm.c token files, starting from weights PyTorch wrote
 // (tests/integration/gpt_reference.py, run by /usr/bin/python3 with torch; skipped without it),
 // and check that PyTorch computes mixtrain's held-out loss from the exported file.
@@ -143,7 +143,7 @@ num_classes = 16
 fsync = false
 )";
 
-class Gpt2Layout : public CliTest {
+class Gpt2LayoutCli : public CliTest {
  protected:
   // Trains the GPT-named MLP two steps, exports it in the native layout and writes the same
   // weights as a GPT2LMHeadModel file (transformer. prefix, Conv1D weights, a mask buffer).
@@ -178,7 +178,7 @@ class Gpt2Layout : public CliTest {
   StFile gpt2_file_;
 };
 
-TEST_F(Gpt2Layout, AGpt2FileEvaluatesAndInitialisesExactlyLikeTheNativeOne) {
+TEST_F(Gpt2LayoutCli, AGpt2FileEvaluatesAndInitialisesExactlyLikeTheNativeOne) {
   auto a = eval(native_, "");
   auto b = eval(gpt2_, "gpt2");
   ASSERT_EQ(a.exit_code, 0) << a.err;
@@ -203,7 +203,7 @@ TEST_F(Gpt2Layout, AGpt2FileEvaluatesAndInitialisesExactlyLikeTheNativeOne) {
   EXPECT_TRUE(contains(slurp(dir_ / "g" / "config.toml"), "init_layout = \"gpt2\""));
 }
 
-TEST_F(Gpt2Layout, AFileInTheOtherLayoutExits2NamingTheTensorAndTheLayoutThatFits) {
+TEST_F(Gpt2LayoutCli, AFileInTheOtherLayoutExits2NamingTheTensorAndTheLayoutThatFits) {
   // The GPT-2 file read natively: its names carry the prefix.
   auto r = eval(gpt2_, "");
   EXPECT_EQ(r.exit_code, 2);
@@ -229,7 +229,7 @@ TEST_F(Gpt2Layout, AFileInTheOtherLayoutExits2NamingTheTensorAndTheLayoutThatFit
   EXPECT_TRUE(contains(r.err, "checkpoint.init_layout = \"native\"")) << r.err;
 }
 
-TEST_F(Gpt2Layout, MissingExtraAndUnknownTensorsExit2NamingThem) {
+TEST_F(Gpt2LayoutCli, MissingExtraAndUnknownTensorsExit2NamingThem) {
   auto with = [&](const std::string& name, auto edit) {
     StFile f = gpt2_file_;
     edit(f);
@@ -399,6 +399,34 @@ class Gpt2Torch : public CliTest {
 
   fs::path config_;
 };
+
+// No training needed: PyTorch's weights in its native layout, exported by mixtrain in the gpt2
+// layout, are byte for byte the file PyTorch writes in the gpt2 layout from the same seed.
+TEST_F(Gpt2Torch, ExportWritesWhatPyTorchWritesInTheGpt2Layout) {
+  const auto native = dir_ / "native.safetensors", exported = dir_ / "exported.safetensors";
+  python(
+      "init --n-layer 2 --n-head 2 --n-embd 32 --block-size 16 --vocab-size 64 --seed 11 "
+      "--layout native --out " +
+      native.string());
+  auto r = run("export " + native.string() + " --format safetensors --layout gpt2 --out " +
+               exported.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  StFile theirs = read_st(dir_ / "init.safetensors"), ours = read_st(exported);
+  ASSERT_EQ(ours.tensors.size(), theirs.tensors.size());
+  for (const auto& t : theirs.tensors) {
+    const StTensor* u = ours.find(t.name);
+    ASSERT_NE(u, nullptr) << t.name;
+    EXPECT_EQ(u->shape, t.shape) << t.name;
+    EXPECT_TRUE(u->bytes == t.bytes) << t.name;
+  }
+  EXPECT_EQ(ours.metadata.value("n_head", ""), "2");  // kept from PyTorch's metadata
+  EXPECT_EQ(ours.metadata.value("n_layer", ""), "2");
+  // A file in the gpt2 layout already is not converted twice.
+  r = run("export " + exported.string() + " --format safetensors --layout gpt2 --out " +
+          (dir_ / "twice.safetensors").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "gpt2 layout already")) << r.err;
+}
 
 TEST_F(Gpt2Torch, TrainedFromTorchWeightsAndExportedPyTorchComputesMixtrainsHeldOutLoss) {
   const auto init = dir_ / "init.safetensors";
