@@ -112,7 +112,7 @@ int run_check(const ConfigArgs& cfg) {
   return 0;
 }
 
-int run_eval(const ConfigArgs& cfg, const std::string& checkpoint) {
+int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::string& layout) {
   auto config = load_config(cfg);
   auto registry = make_registry(&config);
   auto experiment = core::parse_experiment(config, *registry);
@@ -121,7 +121,8 @@ int run_eval(const ConfigArgs& cfg, const std::string& checkpoint) {
   core::TrainOptions opt;
   opt.write_outputs = false;
   core::Trainer trainer(experiment, std::move(components), opt);
-  trainer.load_checkpoint(core::resolve_checkpoint_path(checkpoint, ext), /*weights_only=*/true);
+  trainer.load_checkpoint(core::resolve_checkpoint_path(checkpoint, ext), /*weights_only=*/true,
+                          core::parse_weight_layout(layout));
   auto r = trainer.evaluate();
   nlohmann::json j = {{"eval_loss", r.loss}, {"eval_accuracy", r.accuracy}, {"rows", r.rows}};
   std::cout << j.dump() << std::endl;

@@ -46,6 +46,12 @@ int main(int argc, char** argv) {
   eval->add_option("--checkpoint", checkpoint, "checkpoint file or checkpoints/ folder")
       ->required();
   eval->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
+  std::string eval_layout = "native";
+  const auto layouts = CLI::IsMember({"native", "gpt2"});
+  eval->add_option("--layout", eval_layout,
+                   "how the checkpoint stores its weights: native, or gpt2 (Hugging Face GPT-2)")
+      ->check(layouts)
+      ->capture_default_str();
 
   auto* compare = app.add_subcommand(
       "compare", "parity table and chart of runs against the first (the baseline)");
@@ -70,6 +76,11 @@ int main(int argc, char** argv) {
                   "output file (default: in the run folder, the checkpoint's name with the new "
                   "format's extension)");
   exp->add_flag("--force", export_args.force, "overwrite an existing output file");
+  exp->add_option("--layout", export_args.layout,
+                  "native (mixtrain's names, [out, in] linears) or gpt2 (Hugging Face GPT-2's "
+                  "state dict, Conv1D [in, out] weights; gpt-preset models)")
+      ->check(layouts)
+      ->capture_default_str();
 
   mixtrain::cli::SampleArgs sample_args;
   auto* sample =
@@ -86,6 +97,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   sample->add_option("--seed", sample_args.seed, "random seed of the draws")->capture_default_str();
   sample->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
+  sample
+      ->add_option("--layout", sample_args.layout,
+                   "how the checkpoint stores its weights: native, or gpt2 (Hugging Face GPT-2)")
+      ->check(layouts)
+      ->capture_default_str();
 
   // Accepted after the subcommand too (`mixtrain train cfg.toml --log-level debug`), and listed in
   // each subcommand's --help.
@@ -103,7 +119,7 @@ int main(int argc, char** argv) {
     mixtrain::core::set_log_level(log_level);
     if (train->parsed()) return mixtrain::cli::run_train(cfg, run_dir, resume);
     if (check->parsed()) return mixtrain::cli::run_check(cfg);
-    if (eval->parsed()) return mixtrain::cli::run_eval(cfg, checkpoint);
+    if (eval->parsed()) return mixtrain::cli::run_eval(cfg, checkpoint, eval_layout);
     if (compare->parsed()) return mixtrain::cli::run_compare(compare_dirs, compare_out);
     if (exp->parsed()) return mixtrain::cli::run_export(export_args);
     if (sample->parsed()) return mixtrain::cli::run_sample(cfg, sample_args);

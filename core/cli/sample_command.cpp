@@ -40,7 +40,7 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
     throw sdk::UserError("--top-k " + std::to_string(args.top_k) + " is negative",
                          "use 0 (every token) or a positive k");
   trainer.load_checkpoint(core::resolve_checkpoint_path(args.checkpoint, ext),
-                          /*weights_only=*/true);
+                          /*weights_only=*/true, core::parse_weight_layout(args.layout));
   std::vector<std::int32_t> prompt;
   for (unsigned char c : args.prompt) prompt.push_back(c);
   core::SamplingOptions o;

@@ -151,6 +151,12 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   e.checkpoint.every = ck.get_int("every");
   e.checkpoint.keep = ck.get_int("keep");
   e.checkpoint.init_from = ck.get_string("init_from");
+  e.checkpoint.init_layout = parse_weight_layout(ck.get_string("init_layout"));
+  if (e.checkpoint.init_layout != WeightLayout::native && e.checkpoint.init_from.empty())
+    throw sdk::ConfigError(ck.where("init_layout"), "checkpoint.init_layout",
+                           "checkpoint.init_layout = \"" + ck.get_string("init_layout") +
+                               "\" but there is no checkpoint.init_from to read in it",
+                           "set checkpoint.init_from to the weights file, or remove init_layout");
   if (!e.checkpoint.init_from.empty())
     e.checkpoint.init_from =
         config_path(config, "checkpoint.init_from", e.checkpoint.init_from).string();

@@ -163,6 +163,10 @@ sdk::OptionSchema checkpoint_core_schema() {
           .at_least(0),
       OptionSpec::integer("keep", 3, "how many recent checkpoints to keep").at_least(1),
       OptionSpec::string("init_from", "", "checkpoint whose weights initialise the model"),
+      OptionSpec::string("init_layout", "native",
+                         "how init_from stores the weights: native (mixtrain's names and [out, in] "
+                         "linears) or gpt2 (a Hugging Face GPT-2 state dict, Conv1D [in, out])")
+          .one_of({"native", "gpt2"}),
   };
 }
 

@@ -116,7 +116,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   s.y_host.resize(static_cast<std::size_t>(max_rows * s.train.labels_per_row()));
 
   if (!e.checkpoint.init_from.empty() && !options.resume)
-    load_checkpoint(e.checkpoint.init_from, /*weights_only=*/true);
+    load_checkpoint(e.checkpoint.init_from, /*weights_only=*/true, e.checkpoint.init_layout);
   if (options.resume) {
     s.resumed_from =
         resolve_checkpoint_path(*options.resume, s.c.checkpoint_format->file_extension());

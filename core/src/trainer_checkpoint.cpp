@@ -3,15 +3,18 @@
 //
 // Tensor names: "param/<node>.<param>" (FP32 masters), "buffer/<node>.<buffer>" (non-trainable
 // state), "optimizer/<slot>", "ema/<node>.<param>" (with [ema]). Weights-only loads also accept
-// plain "<node>.<param>" / "<node>.<buffer>" (safetensors exported for or by other tools).
+// plain "<node>.<param>" / "<node>.<buffer>" (safetensors exported for or by other tools), and,
+// in the gpt2 layout (checkpoint.init_layout), Hugging Face GPT-2 state dicts (gpt2_layout.h).
 #include <cstdio>
 #include <limits>
 #include <set>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
 #include "checkpoint_state.h"
 #include "mixtrain/core/checkpoint_path.h"
+#include "mixtrain/core/gpt2_layout.h"
 #include "mixtrain/sdk/atomic_file_writer.h"
 #include "mixtrain/sdk/version.h"
 #include "ops/op_support.h"
@@ -109,48 +112,116 @@ const sdk::CheckpointFormat& weights_format_for(const Components& c, const fs::p
 
 }  // namespace
 
-void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
+namespace {
+
+// The hint for a tensor whose shape does not fit its parameter: when the transposed shape would
+// fit a Conv1D weight, the file is in the other layout.
+std::string shape_hint(const sdk::HostTensor& t, const std::string& parameter,
+                       const std::vector<std::int64_t>& expected, bool weights_only,
+                       WeightLayout layout) {
+  const bool transposed_fits = t.shape.size() == 2 && expected.size() == 2 &&
+                               t.shape[0] == expected[1] && t.shape[1] == expected[0];
+  if (weights_only && transposed_fits && is_conv1d_weight(parameter)) {
+    const auto other = layout == WeightLayout::gpt2 ? WeightLayout::native : WeightLayout::gpt2;
+    const std::string name(weight_layout_name(other));
+    return std::string("the file stores linear weights ") +
+           (other == WeightLayout::gpt2 ? "[in, out], Hugging Face GPT-2's Conv1D layout"
+                                        : "[out, in], mixtrain's native layout") +
+           ": load it in the " + name + " layout (checkpoint.init_layout = \"" + name +
+           "\"; eval and sample: --layout " + name + ")";
+  }
+  return "the file belongs to a different model; check [model] layers";
+}
+
+}  // namespace
+
+void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLayout layout) {
+  if (!weights_only && layout != WeightLayout::native)
+    throw std::invalid_argument(
+        "load_checkpoint: a resumed training state is in the native layout");
   auto& s = *s_;
   auto& b = *s.c.backend;
   auto st =
       weights_only ? weights_format_for(s.c, path).read(path) : s.c.checkpoint_format->read(path);
+  const bool gpt2 = layout == WeightLayout::gpt2;
+  // The gpt2 layout: Hugging Face names and Conv1D weights, converted up front; file_names keeps
+  // each tensor's name in the file for the messages.
+  std::vector<std::string> file_names;
+  if (gpt2) {
+    auto imported = from_gpt2_layout(std::move(st.tensors), path.string());
+    st.tensors = std::move(imported.tensors);
+    file_names = std::move(imported.file_names);
+    for (const auto& name : imported.dropped)
+      s.log.debug(path.string() + ": '" + name +
+                  "' is a causal-mask buffer or the tied head; not loaded");
+  }
+  auto file_name = [&](const sdk::HostTensor& t) {
+    return gpt2 ? file_names[static_cast<std::size_t>(&t - st.tensors.data())] : t.name;
+  };
+  const std::string read_as = gpt2 ? ", reading the gpt2 layout" : "";
   // Weights are "param/<layer>.<weight|bias>" in mixtrain's checkpoints and plain
   // "<layer>.<weight|bias>" in files exported for (or written by) other tools.
   std::set<const sdk::HostTensor*> used;
   for (auto* p : s.model->parameters()) {
-    const auto* t = st.find("param/" + p->name);
+    const auto* t = gpt2 ? nullptr : st.find("param/" + p->name);
     if (t == nullptr) t = st.find(p->name);
     if (t == nullptr) {
       std::string have;
       for (std::size_t i = 0; i < st.tensors.size() && i < 8; ++i)
-        have += (i ? ", " : "") + st.tensors[i].name;
+        have += (i ? ", " : "") + file_name(st.tensors[i]);
       if (st.tensors.size() > 8) have += ", ...";
-      throw sdk::CheckpointError(path.string() + ": no tensor for parameter '" + p->name +
-                                     "' (looked for 'param/" + p->name + "' and '" + p->name + "')",
-                                 "the file belongs to a different model; it holds: " +
-                                     (have.empty() ? "no tensors" : have));
+      const std::string looked_for = gpt2 ? "'" + p->name + "' and 'transformer." + p->name + "'"
+                                          : "'param/" + p->name + "' and '" + p->name + "'";
+      const bool hf_names = !gpt2 && st.find("transformer." + p->name) != nullptr;
+      throw sdk::CheckpointError(
+          path.string() + ": no tensor for parameter '" + p->name + "' (looked for " + looked_for +
+              read_as + ")",
+          hf_names ? "the file holds 'transformer." + p->name +
+                         "', a Hugging Face GPT-2 state dict: load it in the gpt2 layout "
+                         "(checkpoint.init_layout = \"gpt2\"; eval and sample: --layout gpt2)"
+                   : "the file belongs to a different model; it holds: " +
+                         (have.empty() ? "no tensors" : have));
     }
     const auto expected = p->master.view().shape.to_vector();
-    if (t->shape != expected)
-      throw sdk::CheckpointError(path.string() + ": tensor '" + t->name + "' has shape " +
-                                     ops::shape_text(t->shape) + " but parameter '" + p->name +
-                                     "' expects " + ops::shape_text(expected),
-                                 "the file belongs to a different model; check [model] layers");
+    if (t->shape != expected) {
+      const bool transposed = gpt2 && is_conv1d_weight(t->name);
+      const auto stored =
+          transposed ? std::vector<std::int64_t>{t->shape[1], t->shape[0]} : t->shape;
+      throw sdk::CheckpointError(
+          path.string() + ": tensor '" + file_name(*t) + "' has shape " + ops::shape_text(stored) +
+              (transposed ? " (the gpt2 layout reads it as Conv1D [in, out]: " +
+                                ops::shape_text(t->shape) + " as [out, in])"
+                          : std::string()) +
+              " but parameter '" + p->name + "' expects " + ops::shape_text(expected),
+          shape_hint(*t, p->name, expected, weights_only, layout));
+    }
     from_host(b, *t, p->master.view(), path);
     used.insert(t);
   }
   for (auto* buf : s.model->buffers()) {
-    const auto* t = st.find("buffer/" + buf->name);
+    const auto* t = gpt2 ? nullptr : st.find("buffer/" + buf->name);
     if (t == nullptr) t = st.find(buf->name);
     if (t == nullptr)
       throw sdk::CheckpointError(path.string() + ": no tensor for buffer '" + buf->name +
-                                     "' (looked for 'buffer/" + buf->name + "' and '" + buf->name +
-                                     "')",
+                                     "' (looked for " +
+                                     (gpt2 ? "'" + buf->name + "'"
+                                           : "'buffer/" + buf->name + "' and '" + buf->name + "'") +
+                                     read_as + ")",
                                  "the file was written for a model without this node's state; "
                                  "use a checkpoint of this model");
     from_host(b, *t, buf->value.view(), path);
     used.insert(t);
   }
+  // A GPT-2 file is a whole model: a tensor left over means the sizes differ (more layers, biases
+  // the model has not).
+  if (gpt2)
+    for (const auto& t : st.tensors)
+      if (!used.count(&t))
+        throw sdk::CheckpointError(
+            path.string() + ": tensor '" + file_name(t) +
+                "' matches no parameter of the model (reading the gpt2 layout)",
+            "the file holds a different GPT: match [model.gpt] (n_layer, n_embd, bias) and the "
+            "vocabulary and block size to it");
   s.model->refresh_working_copies();
   if (weights_only) {
     reset_ema(s);  // the EMA of initial weights starts at them
@@ -159,7 +230,8 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only) {
                               t.name.rfind("param/", 0) == 0 || t.name.rfind("buffer/", 0) == 0))
         s.log.warn(path.string() + ": tensor '" + t.name +
                    "' matches no parameter or buffer; ignored");
-    s.log.info("initial weights loaded from " + path.string());
+    s.log.info("initial weights loaded from " + path.string() +
+               (gpt2 ? " (Hugging Face GPT-2 layout)" : ""));
     return;
   }
   auto meta = [&](const std::string& key) -> json {

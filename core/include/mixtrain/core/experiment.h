@@ -21,6 +21,7 @@
 
 #include "mixtrain/core/config.h"
 #include "mixtrain/core/dataset.h"
+#include "mixtrain/core/gpt2_layout.h"
 #include "mixtrain/core/model.h"
 #include "mixtrain/core/plugin_registry.h"
 #include "mixtrain/core/precision_planning.h"
@@ -80,6 +81,7 @@ struct CheckpointSettings {
   std::int64_t every = 0;  // 0: only the final checkpoint
   std::int64_t keep = 3;
   std::string init_from;
+  WeightLayout init_layout = WeightLayout::native;  // how init_from stores its weights
 };
 
 struct Experiment {

@@ -28,6 +28,7 @@
 
 #include "mixtrain/core/checkpoint_path.h"  // resolve_checkpoint_path (resume)
 #include "mixtrain/core/experiment.h"
+#include "mixtrain/core/gpt2_layout.h"
 #include "mixtrain/core/run_summary.h"
 
 namespace mixtrain::core {
@@ -48,7 +49,11 @@ class Trainer {
   TrainSummary run();
   EvalResult evaluate();
   // Loads parameters (and, unless weights_only, the whole training state) from a checkpoint.
-  void load_checkpoint(const std::filesystem::path& path, bool weights_only);
+  // `layout` gpt2 (weights only) reads a Hugging Face GPT-2 file (gpt2_layout.h): every tensor
+  // must then be a parameter of the model; a missing, extra or misshapen one is
+  // sdk::CheckpointError naming it.
+  void load_checkpoint(const std::filesystem::path& path, bool weights_only,
+                       WeightLayout layout = WeightLayout::native);
   std::filesystem::path save_checkpoint();
   const std::filesystem::path& run_dir() const;
   const Model& model() const;
