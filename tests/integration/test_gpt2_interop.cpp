@@ -7,26 +7,15 @@
 // (tests/integration/gpt_reference.py, run by /usr/bin/python3 with torch; skipped without it),
 // and check that PyTorch computes mixtrain's held-out loss from the exported file.
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "cli_test_support.h"
+#include "gpt_torch_support.h"
 
 namespace mixtrain::test {
 namespace {
-
-constexpr const char* kPython = "/usr/bin/python3";
-
-bool torch_available() {
-  static const bool ok =
-      std::system((std::string(kPython) + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) ==
-      0;
-  return ok;
-}
 
 // ---- safetensors files, as far as these tests edit them (F32 tensors) ------------------------
 
@@ -335,49 +324,22 @@ init_from = "init.safetensors"
 init_layout = "gpt2"
 )";
 
-// An llm.c token file: 256 int32 header (magic 20240520, version 1, count), uint16 tokens.
-void write_tokens(const fs::path& path, std::size_t n, std::uint32_t seed) {
-  std::vector<std::int32_t> header(256, 0);
-  header[0] = 20240520;
-  header[1] = 1;
-  header[2] = static_cast<std::int32_t>(n);
-  std::mt19937 rng(seed);
-  std::vector<std::uint16_t> tokens(n);
-  std::uint16_t t = 1;
-  for (auto& x : tokens) {  // a walk with some regularity, so the loss can fall
-    t = static_cast<std::uint16_t>((t * 5 + rng() % 3) % 64);
-    x = t;
-  }
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(header.data()), 1024);
-  out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(2 * n));
-}
-
 class Gpt2Torch : public CliTest {
  protected:
   void SetUp() override {
     CliTest::SetUp();
     if (!torch_available())
-      GTEST_SKIP() << kPython << " cannot import torch/numpy (Debian: apt install python3-torch "
-                   << "python3-numpy, or bash cmake/setup-debian.sh --tests); GPT-2 interop "
-                   << "not tested";
+      GTEST_SKIP() << torch_missing_message("GPT-2 interop");
     config_ = write_file("gpt.toml", kGptConfig);
-    write_tokens(dir_ / "train.bin", 2000, 1);
-    write_tokens(dir_ / "eval.bin", 16 * 12 + 1, 2);
+    write_token_walk(dir_ / "train.bin", 2000, 1);
+    write_token_walk(dir_ / "eval.bin", 16 * 12 + 1, 2);
     python(
         "init --n-layer 2 --n-head 2 --n-embd 32 --block-size 16 --vocab-size 64 --seed 11 "
         "--layout gpt2 --out " +
         (dir_ / "init.safetensors").string());
   }
 
-  json python(const std::string& args) {
-    const auto out = dir_ / "py.out", err = dir_ / "py.err";
-    const std::string cmd = std::string(kPython) + " " + MIXTRAIN_CONFIGS_DIR +
-                            "/../tests/integration/gpt_reference.py " + args + " >" + out.string() +
-                            " 2>" + err.string();
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << slurp(err);
-    return json::parse(slurp(out), nullptr, false);
-  }
+  json python(const std::string& args) { return run_gpt_reference(dir_, args); }
 
   json torch_loss(const fs::path& weights) {
     return python("loss --weights " + weights.string() + " --tokens " +
