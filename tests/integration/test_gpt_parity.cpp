@@ -115,7 +115,7 @@ TEST_F(GptParityTorch, Fp32LossesMatchPyTorchStepForStepOver20AdamWSteps) {
         << "step " << k + 1 << ": mixtrain " << ours[k] << " torch " << torch_losses[k];
   // Training moved the weights: the last loss is well below the first (not a frozen model that
   // matches trivially), and the held-out losses agree too.
-  EXPECT_LT(ours.back(), 0.8 * ours.front());
+  EXPECT_LT(ours.back(), 0.9 * ours.front());
   const double torch_eval = theirs["eval_loss"];
   EXPECT_LT(std::abs(ours_eval - torch_eval) / torch_eval, 1e-4)
       << "held-out: mixtrain " << ours_eval << " torch " << torch_eval;
