@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "mixtrain/core/log_sink.h"
 #include "mixtrain/core/model_summary.h"
 #include "mixtrain/core/plugin_registry.h"
+#include "mixtrain/core/profiling_backend.h"
 #include "mixtrain/core/run_comparison.h"
 #include "mixtrain/core/trainer.h"
 
@@ -32,15 +34,52 @@ Config load_config(const ConfigArgs& a) {
   return Config::from_file(a.config, a.sets);
 }
 
+// Prints the profile and writes it as profile.json (entries and the group summary).
+void write_profile(const core::ProfilingBackend& p, std::int64_t steps, const fs::path& dir) {
+  if (steps < 1) {
+    std::printf("profile: nothing recorded (the run needs at least 2 steps)\n");
+    return;
+  }
+  std::printf("%s", core::format_profile(p, steps).c_str());
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& e : p.entries())
+    rows.push_back({{"scope", e.scope},
+                    {"op", e.op},
+                    {"group", core::profile_group(e)},
+                    {"calls", e.calls},
+                    {"seconds", e.seconds}});
+  const nlohmann::json doc = {
+      {"steps", steps}, {"recorded_seconds", p.recorded_seconds()}, {"entries", rows}};
+  std::ofstream(dir / "profile.json") << doc.dump(1) << "\n";
+}
+
 }  // namespace
 
 int run_train(const ConfigArgs& cfg, const std::string& run_dir,
-              const std::optional<std::string>& resume) {
+              const std::optional<std::string>& resume, bool profile) {
   auto config = load_config(cfg);
   auto registry = make_registry(&config);
   auto experiment = core::parse_experiment(config, *registry);
   auto components = core::create_components(experiment, *registry);
   core::TrainOptions opt;
+  // --profile: steps after the first (which creates primitives and touches fresh memory).
+  std::shared_ptr<core::ProfilingBackend> profiler;
+  std::int64_t first_profiled = 0, last_profiled = 0;
+  if (profile) {
+    profiler = core::make_profiling_backend(components.backend);
+    components.backend = profiler;
+    profiler->set_recording(false);
+    opt.after_step = [&, last = experiment.run.steps](std::int64_t step) {
+      if (first_profiled == 0) {
+        first_profiled = step + 1;
+        profiler->reset();
+        profiler->set_recording(true);
+        return;
+      }
+      last_profiled = step;
+      if (step == last) profiler->set_recording(false);
+    };
+  }
   opt.run_dir = run_dir;
   if (resume) opt.resume = fs::path(*resume);
   opt.progress_line = isatty(STDERR_FILENO) != 0;
@@ -58,6 +97,7 @@ int run_train(const ConfigArgs& cfg, const std::string& run_dir,
   std::printf("%.0f samples/s, peak memory %.1f MiB, %.1f s\nrun folder: %s\n", s.samples_per_s,
               static_cast<double>(s.peak_memory_bytes) / (1 << 20), s.wall_seconds,
               s.run_dir.string().c_str());
+  if (profiler) write_profile(*profiler, last_profiled - first_profiled + 1, s.run_dir);
   std::fflush(stdout);
   if (s.interrupted) return core::kInterruptedExitCode;
   if (s.diverged) {

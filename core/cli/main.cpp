@@ -30,6 +30,10 @@ int main(int argc, char** argv) {
   train->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
   train->add_option("--run-dir", run_dir, "folder for config.toml, metrics.jsonl, checkpoints/");
   train->add_option("--resume", resume, "checkpoint file, or a run's checkpoints/ folder");
+  bool profile = false;
+  train->add_flag("--profile", profile,
+                  "time every backend op after the first step; print the breakdown and write "
+                  "profile.json to the run folder");
 
   auto* check = app.add_subcommand("check", "validate a config and print it resolved");
   check->add_option("config", cfg.config, "config file")->required();
@@ -117,7 +121,7 @@ int main(int argc, char** argv) {
 
   try {
     mixtrain::core::set_log_level(log_level);
-    if (train->parsed()) return mixtrain::cli::run_train(cfg, run_dir, resume);
+    if (train->parsed()) return mixtrain::cli::run_train(cfg, run_dir, resume, profile);
     if (check->parsed()) return mixtrain::cli::run_check(cfg);
     if (eval->parsed()) return mixtrain::cli::run_eval(cfg, checkpoint, eval_layout);
     if (compare->parsed()) return mixtrain::cli::run_compare(compare_dirs, compare_out);

@@ -12,6 +12,7 @@
 #include "mixtrain/sdk/float_formats.h"
 #include "ops/op_registry.h"
 #include "ops/op_support.h"
+#include "profile_scope.h"
 
 namespace mixtrain::core {
 
@@ -479,9 +480,15 @@ void Model::run_forward(std::int64_t batch, const std::function<bool(std::size_t
     if (layers_[i]->is_view()) continue;  // a view computes nothing
     xs.clear();
     for (int t : nodes_[i].inputs) xs.push_back(activation(t, batch));
+    ProfileScope scope(profile_scope(i));
     layers_[i]->forward_inputs(xs, rows_of(static_cast<int>(i), batch));
     if (visit && !visit(i)) return;
   }
+}
+
+const char* Model::profile_scope(std::size_t node) const {
+  // The logits' node (a language model's LM head) counts with the loss as the classifier.
+  return node + 1 == layers_.size() ? "classifier" : layers_[node]->type().c_str();
 }
 
 void Model::forward(std::int64_t rows) {
@@ -556,6 +563,7 @@ void Model::end_decode() {
 void Model::compute_loss(std::int64_t rows, float grad_scale, bool with_grad) {
   TensorView dlogits;
   if (with_grad) dlogits = gradient(static_cast<int>(layers_.size()) - 1, rows);
+  ProfileScope scope("classifier");
   loss_of(*backend_).softmax_cross_entropy(logits(rows), labels(rows), grad_scale, loss_.view(),
                                            correct_.view(), dlogits);
 }
@@ -628,6 +636,7 @@ void Model::run_backward(std::int64_t batch, bool all_fp32, const BackwardVisit&
         pending.push_back({k, root, g});
       }
     }
+    ProfileScope scope(profile_scope(i));
     op.backward_inputs(xs, dy, dxs, rows);
     for (const Pending& p : pending) {
       // Several readers: the gradient is FP32; the first contribution overwrites, later ones add.

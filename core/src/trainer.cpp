@@ -205,6 +205,7 @@ TrainSummary Trainer::run() {
     const StepOutcome step = run_training_step(s, request);
     const auto& decision = step.decision;
     window_rows += bs;
+    if (s.opt.after_step) s.opt.after_step(s.step);
 
     if (!decision.apply_step && !std::isfinite(step.loss.loss) && e.run.on_nonfinite == "stop")
       stopped_by = "run.on_nonfinite = \"stop\" stopped it at step " + std::to_string(s.step) +

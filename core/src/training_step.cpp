@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "profile_scope.h"
 #include "step_statistics.h"
 
 namespace mixtrain::core {
@@ -57,7 +58,10 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
     auto& idx = s.micro_batches[static_cast<std::size_t>(k)];
     const auto drawn = s.sampler->next();
     idx.assign(drawn.begin(), drawn.end());
-    feed_batch(s, s.train, idx);
+    {
+      ProfileScope scope("data");
+      feed_batch(s, s.train, idx);
+    }
 
     // forward, loss, backward (into the step's FP32 gradients)
     model.begin_micro_batch(k, micro);
@@ -77,6 +81,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   // unscale + non-finite check (and Σg² in the same wait)
   bool found_inf = false;
   double grad_sum_squares = std::nan("");
+  ProfileScope checks_scope("gradient checks");
   if (request.wants_norm) {
     const auto check = elementwise_of(b).unscale_check_and_sum_squares(s.grads, 1.0f / scale);
     found_inf = check.found_inf;
@@ -104,8 +109,11 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
       if (e.schedule.clip_grad_norm > 0.0 && out.grad_norm > e.schedule.clip_grad_norm)
         coef = static_cast<float>(e.schedule.clip_grad_norm / (out.grad_norm + 1e-6));
     }
-    s.c.optimizer->step(b, s.params, {static_cast<float>(out.lr), coef});
-    if (!s.ema.empty()) update_ema(s);
+    {
+      ProfileScope scope("optimizer");
+      s.c.optimizer->step(b, s.params, {static_cast<float>(out.lr), coef});
+      if (!s.ema.empty()) update_ema(s);
+    }
     ++s.applied;
     policy.on_step_end(true);
   } else {

@@ -82,3 +82,43 @@ TEST_F(CliGpt, WidthNotDivisibleByHeadsExits2AtTheConfigLine) {
 }
 
 }  // namespace
+
+// --profile times every backend op after the first step, by scope, and changes no result.
+TEST_F(CliGpt, ProfileBreaksTheStepDownByOpAndChangesNothing) {
+  const std::string args = "train " + config("gpt-tiny-fp32.toml") + kSmall +
+                           " --set run.steps=6 --set run.eval_every=0 --set run.log_every=1";
+  auto plain = run(args + " --run-dir " + (dir_ / "plain").string());
+  auto profiled = run(args + " --profile --run-dir " + (dir_ / "profiled").string());
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(profiled.exit_code, 0) << profiled.err;
+  std::vector<double> a, b;
+  for (const auto& rec : records(dir_ / "plain" / "metrics.jsonl"))
+    if (rec.contains("loss")) a.push_back(rec["loss"].get<double>());
+  for (const auto& rec : records(dir_ / "profiled" / "metrics.jsonl"))
+    if (rec.contains("loss")) b.push_back(rec["loss"].get<double>());
+  EXPECT_EQ(a.size(), 6u);
+  EXPECT_EQ(a, b) << "profiling changed the losses";
+  EXPECT_NE(profiled.out.find("profile: 5 steps"), std::string::npos) << profiled.out;
+  EXPECT_EQ(plain.out.find("profile:"), std::string::npos);
+
+  const json p = json::parse(slurp(dir_ / "profiled" / "profile.json"));
+  EXPECT_EQ(p["steps"], 5);
+  auto calls = [&](const std::string& scope, const std::string& op) -> std::int64_t {
+    for (const auto& e : p["entries"])
+      if (e["scope"] == scope && e["op"] == op) return e["calls"].get<std::int64_t>();
+    return 0;
+  };
+  // Two layers, five steps: one causal softmax forward and backward per layer and step, the
+  // loss once per step, AdamW over its decayed and undecayed groups every step.
+  EXPECT_EQ(calls("attention", "softmax_forward"), 10);
+  EXPECT_EQ(calls("attention", "softmax_backward"), 10);
+  EXPECT_EQ(calls("classifier", "softmax_cross_entropy"), 5);
+  EXPECT_EQ(calls("optimizer", "adamw_update"), 10);
+  EXPECT_EQ(calls("embedding", "scatter_add"), 5);
+  EXPECT_GT(calls("linear", "gemm"), 0);
+  EXPECT_GT(calls("attention", "gemm_strided_batched"), 0);
+  double in_ops = 0;
+  for (const auto& e : p["entries"]) in_ops += e["seconds"].get<double>();
+  EXPECT_GT(in_ops, 0.0);
+  EXPECT_LE(in_ops, p["recorded_seconds"].get<double>());
+}

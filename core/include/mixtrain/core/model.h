@@ -231,6 +231,8 @@ class Model {
   // node after its backward with its input gradients (as stored) and returns false to stop.
   using BackwardVisit = std::function<bool(std::size_t node, std::span<const sdk::TensorView> dxs)>;
   void run_backward(std::int64_t batch, bool all_fp32, const BackwardVisit& visit);
+  // The ProfileScope of a node: its op type, "classifier" for the logits node.
+  const char* profile_scope(std::size_t node) const;
   // One forward pass; `visit` sees each computing node after its forward, false stops.
   void run_forward(std::int64_t batch, const std::function<bool(std::size_t node)>& visit);
   sdk::TensorView scratch(std::size_t slot, sdk::DType dtype, std::int64_t rows, std::int64_t cols);

@@ -39,6 +39,7 @@ struct TrainOptions {
   bool progress_line = false;                   // live progress line (a terminal is attached)
   bool write_outputs = true;                    // false: evaluate-only use, nothing written
   std::function<bool()> stop_requested;         // asked once per step; true: stop after this step
+  std::function<void(std::int64_t step)> after_step;  // after each training step's update
 };
 
 class Trainer {
