@@ -131,6 +131,10 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
                     : "feed the input to an embedding node first, e.g. { type = \"embedding\", "
                       "vocab = " +
                           std::to_string(classes) + ", dim = 128 }");
+    if (op->reads_token_ids && !reads_ids)
+      throw bad("reads token ids, so its input must be the batch itself, not another node's "
+                "output",
+                "give it inputs = [\"input\"] (an embedding starts the model)");
     const sdk::Options options = layer_options(l, key);
     std::vector<PerSampleShape> in_shapes;
     for (int t : node.inputs) in_shapes.push_back(shape_of(t));

@@ -17,6 +17,7 @@
 
 #include "cpu_access.h"
 #include "cpu_backend.h"
+#include "cpu_eltwise.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -128,28 +129,39 @@ void CpuBackend::softmax_forward(TensorView scores, const sdk::SoftmaxShape& sha
   require_numel(op, "scores", scores, total);
   require_numel(op, "probs", probs, total);
   require_same_or_disjoint(op, "scores", scores, "probs", probs);
-  const std::int64_t rows = shape.rows, cols = shape.cols;
+  const std::int64_t rows = shape.rows, cols = shape.cols, n_rows = shape.batch * rows;
   const float* in = scores.as<const float>();
   float* out = probs.as<float>();
+  // Three passes, so that the exponentials run through oneDNN's vectorised exp over the whole
+  // tensor (a scalar std::exp per score was most of the softmax's time): z = scale·s − max per
+  // row (masked entries −inf), exp, then the row sums in double and the division.
 #pragma omp parallel for schedule(static) if (parallel_worth(total))
-  for (std::int64_t q = 0; q < shape.batch * rows; ++q) {
-    // s is [cols] (one query's scores), p its probabilities; p may be s itself: every element
-    // is read before it is written.
+  for (std::int64_t q = 0; q < n_rows; ++q) {
+    // s is [cols] (one query's scores), z its shifted scores; z may be s itself.
     const float* s = in + q * cols;
-    float* p = out + q * cols;
+    float* z = out + q * cols;
     const std::int64_t visible = visible_keys(shape, q % rows);
     float max_z = -std::numeric_limits<float>::infinity();
     for (std::int64_t j = 0; j < visible; ++j) max_z = std::max(max_z, scale * s[j]);
+#pragma omp simd
+    for (std::int64_t j = 0; j < visible; ++j) z[j] = scale * s[j] - max_z;  // NaN stays NaN
+    std::fill(z + visible, z + cols, -std::numeric_limits<float>::infinity());
+  }
+  if (!eltwise_->try_exp(out, total)) {
+#pragma omp parallel for schedule(static) if (parallel_worth(total))
+    for (std::int64_t i = 0; i < total; ++i) out[i] = std::exp(out[i]);
+  }
+#pragma omp parallel for schedule(static) if (parallel_worth(total))
+  for (std::int64_t q = 0; q < n_rows; ++q) {
+    float* p = out + q * cols;
+    const std::int64_t visible = visible_keys(shape, q % rows);
     double sum = 0.0;
-    for (std::int64_t j = 0; j < visible; ++j) {
-      const float e = std::exp(scale * s[j] - max_z);  // NaN scores make the row NaN
-      p[j] = e;
-      sum += e;
-    }
+#pragma omp simd reduction(+ : sum)
+    for (std::int64_t j = 0; j < visible; ++j) sum += static_cast<double>(p[j]);
 #pragma omp simd
     for (std::int64_t j = 0; j < visible; ++j)
       p[j] = static_cast<float>(static_cast<double>(p[j]) / sum);
-    std::fill(p + visible, p + cols, 0.0f);
+    std::fill(p + visible, p + cols, 0.0f);  // exact +0 whatever exp(−inf) came out as
   }
 }
 

@@ -27,23 +27,22 @@ memory::desc flat(std::int64_t numel, memory::data_type dt) {
 
 EltwiseEngine::EltwiseEngine() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
 
-std::optional<dnnl::primitive>& EltwiseEngine::lookup(sdk::Activation act, sdk::DType dtype,
+std::optional<dnnl::primitive>& EltwiseEngine::lookup(dnnl::algorithm alg, sdk::DType dtype,
                                                       std::int64_t numel, bool backward) {
-  const Key key{static_cast<int>(act), static_cast<int>(dtype), numel, backward};
+  const Key key{static_cast<int>(alg), static_cast<int>(dtype), numel, backward};
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   std::optional<dnnl::primitive> prim;
   if (auto dt = dnnl_type(dtype)) {
     try {
       const auto md = flat(numel, *dt);
       const dnnl::eltwise_forward::primitive_desc fwd_pd(
-          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, algorithm_of(act), md,
-                                      0.0f, 0.0f),
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, md, 0.0f, 0.0f),
           engine_);
       if (!backward) {
         prim = dnnl::eltwise_forward(fwd_pd);
       } else {
         const dnnl::eltwise_backward::primitive_desc bwd_pd(
-            dnnl::eltwise_backward::desc(algorithm_of(act), md, md, 0.0f, 0.0f), engine_, fwd_pd);
+            dnnl::eltwise_backward::desc(alg, md, md, 0.0f, 0.0f), engine_, fwd_pd);
         prim = dnnl::eltwise_backward(bwd_pd);
       }
     } catch (const dnnl::error&) {
@@ -56,7 +55,7 @@ std::optional<dnnl::primitive>& EltwiseEngine::lookup(sdk::Activation act, sdk::
 bool EltwiseEngine::try_forward(sdk::Activation act, const sdk::TensorView& x,
                                 const sdk::TensorView& y) {
   if (x.dtype != y.dtype || x.numel() == 0) return false;
-  auto& prim = lookup(act, x.dtype, x.numel(), false);
+  auto& prim = lookup(algorithm_of(act), x.dtype, x.numel(), false);
   if (!prim) return false;
   const auto md = flat(x.numel(), *dnnl_type(x.dtype));
   prim->execute(stream_, {{DNNL_ARG_SRC, memory(md, engine_, x.data)},
@@ -68,12 +67,23 @@ bool EltwiseEngine::try_forward(sdk::Activation act, const sdk::TensorView& x,
 bool EltwiseEngine::try_backward(sdk::Activation act, const sdk::TensorView& x,
                                  const sdk::TensorView& dy, const sdk::TensorView& dx) {
   if (x.dtype != dy.dtype || x.dtype != dx.dtype || x.numel() == 0) return false;
-  auto& prim = lookup(act, x.dtype, x.numel(), true);
+  auto& prim = lookup(algorithm_of(act), x.dtype, x.numel(), true);
   if (!prim) return false;
   const auto md = flat(x.numel(), *dnnl_type(x.dtype));
   prim->execute(stream_, {{DNNL_ARG_SRC, memory(md, engine_, x.data)},
                           {DNNL_ARG_DIFF_DST, memory(md, engine_, dy.data)},
                           {DNNL_ARG_DIFF_SRC, memory(md, engine_, dx.data)}});
+  stream_.wait();
+  return true;
+}
+
+bool EltwiseEngine::try_exp(float* x, std::int64_t numel) {
+  if (numel == 0) return false;
+  auto& prim = lookup(dnnl::algorithm::eltwise_exp, sdk::DType::fp32, numel, false);
+  if (!prim) return false;
+  const auto md = flat(numel, memory::data_type::f32);
+  const memory m(md, engine_, x);
+  prim->execute(stream_, {{DNNL_ARG_SRC, m}, {DNNL_ARG_DST, m}});
   stream_.wait();
   return true;
 }

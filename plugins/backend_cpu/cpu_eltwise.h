@@ -1,4 +1,4 @@
-// EltwiseEngine: activation forward/backward through cached oneDNN eltwise primitives.
+// EltwiseEngine: activation forward/backward, and exp, through cached oneDNN eltwise primitives.
 //
 // Contract
 // - try_forward/try_backward run the op and return true when oneDNN has a primitive for the
@@ -26,12 +26,15 @@ class EltwiseEngine {
   bool try_forward(sdk::Activation act, const sdk::TensorView& x, const sdk::TensorView& y);
   bool try_backward(sdk::Activation act, const sdk::TensorView& x, const sdk::TensorView& dy,
                     const sdk::TensorView& dx);
+  // x = exp(x) in place over numel fp32 elements (oneDNN's vectorised exp: the attention
+  // softmax's); false, touching nothing, when oneDNN has no primitive.
+  bool try_exp(float* x, std::int64_t numel);
 
  private:
-  // (activation, dtype, numel, backward?) -> primitive; nullopt remembers "not available".
+  // (algorithm, dtype, numel, backward?) -> primitive; nullopt remembers "not available".
   using Key = std::tuple<int, int, std::int64_t, bool>;
-  std::optional<dnnl::primitive>& lookup(sdk::Activation act, sdk::DType dtype,
-                                         std::int64_t numel, bool backward);
+  std::optional<dnnl::primitive>& lookup(dnnl::algorithm alg, sdk::DType dtype, std::int64_t numel,
+                                         bool backward);
 
   dnnl::engine engine_;
   dnnl::stream stream_;

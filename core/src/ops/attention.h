@@ -53,7 +53,8 @@ class AttentionLayer final : public Layer {
   Tensor context_;     // [N, H, T, D] in the activation dtype (forward), the GEMM dtype (dO)
   Tensor dprobs_;      // fp32 [N·H, T, T]
   Tensor dqkv_heads_;  // [3, N, H, T, D] in the input gradient's dtype
-  // KV cache while decoding: [2, 1, H, capacity, D] in the GEMM dtype.
+  // KV cache while decoding: [3, 1, H, capacity, D] in the GEMM dtype (q, k, v: split_heads
+  // writes all three parts; q's rows hold only the newest tokens).
   Tensor cache_;
   std::int64_t cache_capacity_ = 0, cache_length_ = 0;
   bool decoding_ = false;

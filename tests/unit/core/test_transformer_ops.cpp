@@ -198,6 +198,18 @@ TEST(TransformerOps, PlanTimeErrorsNameTheNode) {
   spec.layers = {op("embedding", "wte", {{"vocab", 11}, {"dim", 4}}, {"input"}),
                  op("flatten", "flat", {}, {"wte"}), op("linear", "head", {{"out", 3}}, {"flat"})};
   EXPECT_THROW(Model(cpu(), spec, 5, 3), sdk::ConfigError);
+  // An embedding fed another node's output (floats, read as ids, were it allowed).
+  spec.layers = {op("embedding", "wte", {{"vocab", 11}, {"dim", 4}}, {"input"}),
+                 op("embedding", "again", {{"vocab", 11}, {"dim", 4}}, {"wte"}),
+                 op("linear", "head", {{"out", 11}}, {"again"})};
+  try {
+    Model m(cpu(), spec, 5, 11, kTokens);
+    FAIL() << "no error";
+  } catch (const sdk::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("node 'again'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("its input must be the batch"), std::string::npos)
+        << e.what();
+  }
   // Logits that are not one prediction per position.
   spec.layers = {op("embedding", "wte", {{"vocab", 11}, {"dim", 4}}, {"input"}),
                  op("flatten", "flat", {}, {"wte"}), op("linear", "head", {{"out", 11}}, {"flat"})};
