@@ -66,7 +66,6 @@ def run_mixtrain(a, shape, precision, steps, log_every, profile, run_dir):
 
 def measure(a, shape, precision):
     s = SHAPES[shape]
-    tokens_per_step = s["batch"] * s["block"]
     with tempfile.TemporaryDirectory() as tmp:
         steps = a.warmup + a.windows * a.steps_per_window
         # Records at the warm-up's end and after each window: the windows are the later ones.
@@ -84,11 +83,12 @@ def measure(a, shape, precision):
         key = next((k for k in GROUPS[:-1] if g.startswith(k)), "other")
         groups[key] += e["seconds"]
     groups["other"] += max(0.0, total - sum(groups.values()))
+    # samples/s counts windows (rows) of block tokens; a step is batch rows.
+    rows_per_s = statistics.median(windows)
     return {"kind": "mixtrain", "shape": shape, "precision": precision,
-            "tokens_per_s": round(tokens_per_step * statistics.median(windows), 1),
-            "window_tokens_per_s": [round(tokens_per_step * w, 1) for w in windows],
-            "ms_per_step": round(1e3 * tokens_per_step / (tokens_per_step *
-                                                          statistics.median(windows)), 1),
+            "tokens_per_s": round(s["block"] * rows_per_s, 1),
+            "window_tokens_per_s": [round(s["block"] * w, 1) for w in windows],
+            "ms_per_step": round(1e3 * s["batch"] / rows_per_s, 1),
             "peak_rss_mib": round(summary["peak_rss_bytes"] / 2**20, 1),
             "profile_ms_per_step": round(1e3 * total / prof["steps"], 1),
             "breakdown_pct": {g: round(100 * v / total, 1) for g, v in groups.items()},

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -68,6 +69,13 @@ CpuInfo detect_cpu() {
   info.model_name = cpuinfo_field("model name");
   if (info.model_name.empty()) info.model_name = "unknown x86-64 CPU";
   info.memory_bytes = meminfo_bytes("MemTotal");
+
+  const Regs l0 = cpuid(0, 0);
+  char vendor[13] = {};
+  std::memcpy(vendor, &l0.ebx, 4);
+  std::memcpy(vendor + 4, &l0.edx, 4);
+  std::memcpy(vendor + 8, &l0.ecx, 4);
+  info.vendor = vendor;
 
   const Regs l1 = cpuid(1, 0);
   const bool osxsave = bit(l1.ecx, 27);

@@ -14,6 +14,7 @@ namespace mixtrain::backend_cpu {
 
 struct CpuInfo {
   std::string model_name;          // /proc/cpuinfo "model name"
+  std::string vendor;              // CPUID's vendor string: "GenuineIntel", "AuthenticAMD", ...
   std::size_t memory_bytes = 0;    // MemTotal
   std::vector<std::string> features;
   bool has(const std::string& feature) const;

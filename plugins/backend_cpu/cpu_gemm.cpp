@@ -44,10 +44,14 @@ constexpr const char* kSupportedInputs =
 // Decode chunk: large enough that a chunk amortises the bulk converter's dispatch.
 constexpr std::int64_t kDecodeChunk = 1 << 14;
 
-// Whether `automatic` picks oneDNN's bf16 matmul on a CPU with AVX512-BF16 but no AMX. No:
-// bench_gemm --mixed on such a CPU (bench/RESULTS.md, "bf16 and fp16 GEMMs") measured oneDNN 2.6's
-// brg:avx512_core_bf16 at ~0.6x the fp32 matmul and ~0.8x exact emulation on the wide-MLP shapes.
-constexpr bool kBf16OnednnWithoutAmx = false;
+// Whether `automatic` picks oneDNN's bf16 matmul on a CPU with AVX512-BF16 but no AMX: it depends
+// on the vendor, by measurement (bench/RESULTS.md). Intel (Sapphire Rapids with AMX hidden by the
+// VM): bench_gemm --mixed measured oneDNN's brg:avx512_core_bf16 at ~0.6x the fp32 matmul and
+// ~0.8x exact emulation on the wide-MLP shapes, so emulation. AMD Zen 4: the wide GPT's bf16 step
+// took 582 ms with it against 973 ms emulated (1.67x; issue 14), so oneDNN.
+bool bf16_onednn_without_amx(const CpuInfo& cpu) {
+  return cpu.has("avx512_bf16") && cpu.vendor == "AuthenticAMD";
+}
 
 // GEMMs of at most this many multiply-adds (128^3) run on one thread: splitting 4 MFLOP over
 // threads saves ~50 us at best, and on a loaded machine a descheduled worker stalls the whole
@@ -476,16 +480,17 @@ bool GemmEngine::bf16_native() {
     case Bf16GemmPath::automatic: {
       const CpuInfo cpu = detect_cpu();
       const bool amx = cpu.has("amx_bf16");
-      native = usable && (amx || (kBf16OnednnWithoutAmx && cpu.has("avx512_bf16")));
+      native = usable && (amx || bf16_onednn_without_amx(cpu));
       if (bf16_impl_.empty())
         bf16_note_ = "oneDNN has no bf16 matmul on this CPU";
       else if (!usable)
         bf16_note_ = "oneDNN's bf16 matmul here is a reference kernel (" + bf16_impl_ + ")";
       else if (!native)
-        bf16_note_ = "no AMX: oneDNN's " + bf16_impl_ +
-                     " measured slower than emulation; bf16_gemm = \"onednn\" forces it";
+        bf16_note_ = "no AMX: oneDNN's " + bf16_impl_ + " measured slower than emulation on " +
+                     (cpu.vendor.empty() ? std::string("this CPU") : cpu.vendor) +
+                     " CPUs; bf16_gemm = \"onednn\" forces it";
       else
-        bf16_note_ = amx ? "AMX-BF16" : "AVX512-BF16";
+        bf16_note_ = amx ? "AMX-BF16" : "AVX512-BF16 (" + cpu.vendor + ")";
       break;
     }
   }
