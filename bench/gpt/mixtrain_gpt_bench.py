@@ -5,8 +5,8 @@ For each shape (tiny, wide) and precision (fp32, bf16 = bf16-mixed) it runs conf
 with the shape's sizes and the benchmark's AdamW (lr 3e-4, betas 0.9/0.95, eps 1e-8, weight decay
 0.1 on rank >= 2 tensors, no clipping), on the bytes of /usr/share/common-licenses/GPL-3 in the
 unshuffled order (source = "text", shuffle = false), backend.threads = --threads:
-  1. a timed run: --warmup steps, then --windows windows of --steps-per-window steps (one
-     metrics record per window); tokens/s = B*T * the median window's samples/s; peak RSS = the
+  1. a timed run: --warmup steps (rounded up to whole windows), then --windows windows of
+     --steps-per-window steps (one metrics record per window); tokens/s = B*T * the median window's samples/s; peak RSS = the
      training loop's peak (summary.json peak_rss_bytes, before the final checkpoint);
   2. a run with --profile (steps after the first timed op by op): the breakdown by group.
 With --torch FILE (torch_gpt_bench.py's output, from the same session), a side-by-side table
@@ -67,11 +67,13 @@ def run_mixtrain(a, shape, precision, steps, log_every, profile, run_dir):
 def measure(a, shape, precision):
     s = SHAPES[shape]
     with tempfile.TemporaryDirectory() as tmp:
-        steps = a.warmup + a.windows * a.steps_per_window
-        # Records at the warm-up's end and after each window: the windows are the later ones.
-        run_mixtrain(a, shape, precision, steps, a.steps_per_window, False, f"{tmp}/timed")
+        # The warm-up is whole windows, so every metrics record after it closes a timed window.
+        spw = a.steps_per_window
+        warmup = -(-max(a.warmup, 1) // spw) * spw
+        steps = warmup + a.windows * spw
+        run_mixtrain(a, shape, precision, steps, spw, False, f"{tmp}/timed")
         records = [json.loads(l) for l in open(f"{tmp}/timed/metrics.jsonl") if '"loss"' in l]
-        windows = [r["samples_per_s"] for r in records if r["step"] > a.warmup]
+        windows = [r["samples_per_s"] for r in records if r["step"] > warmup]
         summary = json.load(open(f"{tmp}/timed/summary.json"))
         run_mixtrain(a, shape, precision, a.profile_steps + 1, a.profile_steps + 1, True,
                      f"{tmp}/profiled")
