@@ -45,7 +45,7 @@ def run_mixtrain(a, shape, precision, steps, log_every, profile, run_dir):
         "backend.threads": a.threads,
         "model.gpt.n_layer": s["n_layer"], "model.gpt.n_head": s["n_head"],
         "model.gpt.n_embd": s["n_embd"],
-        "data.path": "/usr/share/common-licenses/GPL-3", "data.block_size": s["block"],
+        "data.text.path": "/usr/share/common-licenses/GPL-3", "data.block_size": s["block"],
         "data.batch_size": s["batch"], "data.eval_batch_size": s["batch"],
         "data.shuffle": "false",
         "optimizer.schedule": "constant", "optimizer.clip_grad_norm": 0,

@@ -1,6 +1,6 @@
 // The byte-level GPT of configs/gpt-tiny-*.toml through the real executable: it learns, it
 // samples (deterministically per seed, over a KV cache), and bad models or checkpoints exit 2.
-#include "cli_test_support.h"
+#include "gpt_torch_support.h"
 
 namespace {
 
@@ -121,4 +121,43 @@ TEST_F(CliGpt, ProfileBreaksTheStepDownByOpAndChangesNothing) {
   for (const auto& e : p["entries"]) in_ops += e["seconds"].get<double>();
   EXPECT_GT(in_ops, 0.0);
   EXPECT_LE(in_ops, p["recorded_seconds"].get<double>());
+}
+
+// Bad token data stops the run before training with exit 2, naming the file and the offset.
+TEST_F(CliGpt, BadTokenFilesExit2NamingTheFileAndTheOffset) {
+  write_token_walk(dir_ / "train.bin", 3000, 1);
+  write_token_walk(dir_ / "eval.bin", 600, 2);
+  const std::string base = "train " + config("gpt-tiny-fp32.toml") + kSmall +
+                           " --set run.steps=1 --set data.source=tokens --set data.vocab_size=64" +
+                           " --set data.eval=" + (dir_ / "eval.bin").string() +
+                           " --run-dir " + (dir_ / "run").string();
+  // --set data.train after the config's own text path: the tokens source reads train/eval.
+  auto with_train = [&](const fs::path& train) {
+    return run(base + " --set data.train=" + train.string());
+  };
+  // A wrong magic number.
+  std::string bytes = slurp(dir_ / "train.bin");
+  bytes[0] = 0x01;
+  std::ofstream(dir_ / "magic.bin", std::ios::binary) << bytes;
+  auto r = with_train(dir_ / "magic.bin");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("magic.bin"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("byte offset 0"), std::string::npos) << r.err;
+  // Truncated: the header promises 3000 tokens.
+  std::ofstream(dir_ / "short.bin", std::ios::binary) << slurp(dir_ / "train.bin").substr(0, 2000);
+  r = with_train(dir_ / "short.bin");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("short.bin"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("truncated"), std::string::npos) << r.err;
+  // A token >= vocab_size (the walk's tokens are < 64).
+  r = run(base + " --set data.train=" + (dir_ / "train.bin").string() +
+          " --set data.vocab_size=32");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("vocab_size"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("byte offset"), std::string::npos) << r.err;
+  // block_size longer than the held-out file.
+  r = run(base + " --set data.train=" + (dir_ / "train.bin").string() +
+          " --set data.block_size=1000");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("eval.bin"), std::string::npos) << r.err;
 }
