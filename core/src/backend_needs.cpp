@@ -29,6 +29,9 @@ sdk::AttentionFacet* facet_for(sdk::DeviceBackend& b, sdk::AttentionOp) {
 sdk::EmbeddingFacet* facet_for(sdk::DeviceBackend& b, sdk::EmbeddingOp) {
   return b.embedding_facet();
 }
+sdk::ConvolutionFacet* facet_for(sdk::DeviceBackend& b, sdk::ConvolutionOp) {
+  return b.convolution_facet();
+}
 
 template <class Facet>
 Facet& required(Facet* facet) {
@@ -100,6 +103,9 @@ sdk::AttentionFacet& attention_of(sdk::DeviceBackend& b) {
 }
 sdk::EmbeddingFacet& embedding_of(sdk::DeviceBackend& b) {
   return required(b.embedding_facet());
+}
+sdk::ConvolutionFacet& convolution_of(sdk::DeviceBackend& b) {
+  return required(b.convolution_facet());
 }
 
 }  // namespace mixtrain::core

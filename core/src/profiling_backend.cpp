@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "mixtrain/sdk/backend_attention.h"
+#include "mixtrain/sdk/backend_convolution.h"
 #include "mixtrain/sdk/backend_elementwise.h"
 #include "mixtrain/sdk/backend_embedding.h"
 #include "mixtrain/sdk/backend_gemm.h"
@@ -33,7 +34,8 @@ class ProfilingBackendImpl final : public ProfilingBackend,
                                    public sdk::LossFacet,
                                    public sdk::OptimizerFacet,
                                    public sdk::AttentionFacet,
-                                   public sdk::EmbeddingFacet {
+                                   public sdk::EmbeddingFacet,
+                                   public sdk::ConvolutionFacet {
  public:
   explicit ProfilingBackendImpl(std::shared_ptr<sdk::DeviceBackend> inner)
       : in_(std::move(inner)),
@@ -44,6 +46,7 @@ class ProfilingBackendImpl final : public ProfilingBackend,
         opt_(in_->optimizer_facet()),
         attn_(in_->attention_facet()),
         emb_(in_->embedding_facet()),
+        conv_(in_->convolution_facet()),
         since_(Clock::now()) {}
 
   // --- the profiler ---
@@ -98,6 +101,7 @@ class ProfilingBackendImpl final : public ProfilingBackend,
   sdk::OptimizerFacet* optimizer_facet() override { return opt_ ? this : nullptr; }
   sdk::AttentionFacet* attention_facet() override { return attn_ ? this : nullptr; }
   sdk::EmbeddingFacet* embedding_facet() override { return emb_ ? this : nullptr; }
+  sdk::ConvolutionFacet* convolution_facet() override { return conv_ ? this : nullptr; }
 
   // --- GemmFacet ---
   bool supports(sdk::GemmOp op, std::span<const DType> d) const override {
@@ -134,8 +138,7 @@ class ProfilingBackendImpl final : public ProfilingBackend,
   }
   GradientCheck unscale_check_and_sum_squares(Views g, float inv) override {
     GradientCheck r;
-    timed("unscale_check_and_sum_squares",
-          [&] { r = el_->unscale_check_and_sum_squares(g, inv); });
+    timed("unscale_check_and_sum_squares", [&] { r = el_->unscale_check_and_sum_squares(g, inv); });
     return r;
   }
   int first_nonfinite(Views t) override {
@@ -184,6 +187,29 @@ class ProfilingBackendImpl final : public ProfilingBackend,
                           bool acc) override {
     timed("layernorm_backward",
           [&] { norm_->layernorm_backward(dy, x, g, mean, rstd, dx, dg, db, acc); });
+  }
+  std::size_t batchnorm_workspace_bytes(const sdk::BatchNormShape& sh, DType x) const override {
+    return norm_->batchnorm_workspace_bytes(sh, x);
+  }
+  void batchnorm_forward_training(TensorView x, TensorView g, TensorView b,
+                                  const sdk::BatchNormShape& sh, float momentum, TensorView y,
+                                  TensorView mean, TensorView var, TensorView rmean,
+                                  TensorView rvar, TensorView ws) override {
+    timed("batchnorm_forward_training", [&] {
+      norm_->batchnorm_forward_training(x, g, b, sh, momentum, y, mean, var, rmean, rvar, ws);
+    });
+  }
+  void batchnorm_forward_inference(TensorView x, TensorView g, TensorView b, TensorView rmean,
+                                   TensorView rvar, const sdk::BatchNormShape& sh,
+                                   TensorView y) override {
+    timed("batchnorm_forward_inference",
+          [&] { norm_->batchnorm_forward_inference(x, g, b, rmean, rvar, sh, y); });
+  }
+  void batchnorm_backward(TensorView dy, TensorView x, TensorView y, TensorView g, TensorView mean,
+                          TensorView var, const sdk::BatchNormShape& sh, TensorView ws,
+                          TensorView dx, TensorView dg, TensorView db, bool acc) override {
+    timed("batchnorm_backward",
+          [&] { norm_->batchnorm_backward(dy, x, y, g, mean, var, sh, ws, dx, dg, db, acc); });
   }
 
   // --- LossFacet ---
@@ -237,6 +263,39 @@ class ProfilingBackendImpl final : public ProfilingBackend,
     timed("scatter_add", [&] { emb_->scatter_add(ids, dy, dtable, beta); });
   }
 
+  // --- ConvolutionFacet ---
+  bool supports(sdk::ConvolutionOp op, std::span<const DType> d) const override {
+    return conv_->supports(op, d);
+  }
+  void conv2d_forward(const sdk::Conv2dForwardArgs& a) override {
+    timed("conv2d_forward", [&] { conv_->conv2d_forward(a); });
+  }
+  void conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& a) override {
+    timed("conv2d_backward_data", [&] { conv_->conv2d_backward_data(a); });
+  }
+  void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& a) override {
+    timed("conv2d_backward_weights", [&] { conv_->conv2d_backward_weights(a); });
+  }
+  std::size_t pool2d_workspace_bytes(const sdk::Pool2dGeometry& g, DType x) const override {
+    return conv_->pool2d_workspace_bytes(g, x);
+  }
+  void pool2d_forward(const sdk::Pool2dGeometry& g, TensorView x, TensorView y,
+                      TensorView ws) override {
+    timed("pool2d_forward", [&] { conv_->pool2d_forward(g, x, y, ws); });
+  }
+  void pool2d_backward(const sdk::Pool2dGeometry& g, TensorView dy, TensorView x, TensorView y,
+                       TensorView ws, TensorView dx) override {
+    timed("pool2d_backward", [&] { conv_->pool2d_backward(g, dy, x, y, ws, dx); });
+  }
+  void to_channels_last(TensorView src, std::int64_t c, std::int64_t h, std::int64_t w,
+                        TensorView dst) override {
+    timed("to_channels_last", [&] { conv_->to_channels_last(src, c, h, w, dst); });
+  }
+  void to_channels_first(TensorView src, std::int64_t c, std::int64_t h, std::int64_t w,
+                         TensorView dst) override {
+    timed("to_channels_first", [&] { conv_->to_channels_first(src, c, h, w, dst); });
+  }
+
  private:
   static double seconds_since(Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
@@ -270,6 +329,7 @@ class ProfilingBackendImpl final : public ProfilingBackend,
   sdk::OptimizerFacet* opt_;
   sdk::AttentionFacet* attn_;
   sdk::EmbeddingFacet* emb_;
+  sdk::ConvolutionFacet* conv_;
   std::map<std::pair<std::string, std::string>, ProfileEntry> table_;  // by (scope, op)
   bool recording_ = true;
   double recorded_ = 0.0;
@@ -294,6 +354,10 @@ std::string profile_group(const ProfileEntry& e) {
     return "attention softmax";
   if (s == "attention") return "attention head permutes";
   if (s == "layernorm") return "layer norm";
+  if (op.starts_with("conv2d_")) return "convolutions";
+  if (op.starts_with("batchnorm_")) return "batch norm";
+  if (op.starts_with("pool2d_")) return "pooling";
+  if (op == "to_channels_last" || op == "to_channels_first") return "layout permutes";
   if (op == "activation_forward" || op == "activation_backward") return "activations";
   if (s == "embedding" || s == "position_embedding") return "embeddings";
   if (op == "cast") return "casts";

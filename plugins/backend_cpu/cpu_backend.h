@@ -125,6 +125,22 @@ class CpuBackend final : public sdk::DeviceBackend,
   void layernorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView gamma,
                           sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
                           sdk::TensorView dgamma, sdk::TensorView dbeta, bool accumulate) override;
+  // Batch norm (cpu_batchnorm.cpp).
+  std::size_t batchnorm_workspace_bytes(const sdk::BatchNormShape& shape,
+                                        sdk::DType x) const override;
+  void batchnorm_forward_training(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta,
+                                  const sdk::BatchNormShape& shape, float momentum,
+                                  sdk::TensorView y, sdk::TensorView save_mean,
+                                  sdk::TensorView save_var, sdk::TensorView running_mean,
+                                  sdk::TensorView running_var, sdk::TensorView workspace) override;
+  void batchnorm_forward_inference(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta,
+                                   sdk::TensorView running_mean, sdk::TensorView running_var,
+                                   const sdk::BatchNormShape& shape, sdk::TensorView y) override;
+  void batchnorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView y,
+                          sdk::TensorView gamma, sdk::TensorView save_mean,
+                          sdk::TensorView save_var, const sdk::BatchNormShape& shape,
+                          sdk::TensorView workspace, sdk::TensorView dx, sdk::TensorView dgamma,
+                          sdk::TensorView dbeta, bool accumulate) override;
 
   // --- LossFacet -------------------------------------------------------------------------------
   bool supports(sdk::LossOp op, std::span<const sdk::DType> dtypes) const override;

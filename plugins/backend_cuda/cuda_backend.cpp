@@ -16,9 +16,9 @@
 
 namespace mixtrain::backend_cuda {
 
+using kernels::Elem;
 using sdk::DType;
 using sdk::TensorView;
-using kernels::Elem;
 
 namespace {
 
@@ -28,7 +28,9 @@ const char* kNoDeviceHint =
     "run on a machine with an NVIDIA GPU and its driver (nvidia-smi lists it), check "
     "CUDA_VISIBLE_DEVICES, or choose backend.type = \"cpu\"";
 
-const void* ptr_or_null(const TensorView& v) { return v.empty() ? nullptr : v.data; }
+const void* ptr_or_null(const TensorView& v) {
+  return v.empty() ? nullptr : v.data;
+}
 
 }  // namespace
 
@@ -37,17 +39,19 @@ int CudaBackend::device_count() {
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
-    throw sdk::BackendError(
-        "backend_cuda: no usable CUDA device: cudaGetDeviceCount failed: " + cuda_error_text(status),
-        kNoDeviceHint);
+    throw sdk::BackendError("backend_cuda: no usable CUDA device: cudaGetDeviceCount failed: " +
+                                cuda_error_text(status),
+                            kNoDeviceHint);
   }
   if (count == 0)
-    throw sdk::BackendError("backend_cuda: no usable CUDA device: cudaGetDeviceCount reports 0 devices",
-                            kNoDeviceHint);
+    throw sdk::BackendError(
+        "backend_cuda: no usable CUDA device: cudaGetDeviceCount reports 0 devices", kNoDeviceHint);
   return count;
 }
 
-sdk::OptionSchema CudaBackend::option_schema() { return cuda_backend_option_schema(); }
+sdk::OptionSchema CudaBackend::option_schema() {
+  return cuda_backend_option_schema();
+}
 
 CudaBackend::CudaBackend(int device, bool fp8_fast_accumulation)
     : device_(device), fp8_fast_accumulation_(fp8_fast_accumulation) {
@@ -123,9 +127,13 @@ void CudaBackend::activate() const {
   if (cudaGetDevice(&current) != cudaSuccess || current != device_) cudaSetDevice(device_);
 }
 
-std::size_t CudaBackend::cached_gemm_plans() const noexcept { return gemm_->cached_plans(); }
+std::size_t CudaBackend::cached_gemm_plans() const noexcept {
+  return gemm_->cached_plans();
+}
 
-std::vector<std::string> CudaBackend::gemm_plan_report() const { return gemm_->plan_report(); }
+std::vector<std::string> CudaBackend::gemm_plan_report() const {
+  return gemm_->plan_report();
+}
 
 void CudaBackend::account_buffers() {
   // The fixed cuBLASLt workspace is not counted (like a library's own handle state); grow-only
@@ -167,7 +175,8 @@ void CudaBackend::check_deferred_errors() {
   const auto label = static_cast<std::int32_t>(static_cast<std::uint32_t>(rec.first & 0xFFFFFFFFu));
   fail("softmax_cross_entropy",
        "label " + std::to_string(label) + " at row " + std::to_string(row) + " is outside [0, " +
-           std::to_string(rec.classes) + ") (found on the device; loss, correct and dlogits were "
+           std::to_string(rec.classes) +
+           ") (found on the device; loss, correct and dlogits were "
            "left untouched)",
        "check the dataset's labels against the model's number of classes");
 }
@@ -188,8 +197,7 @@ sdk::BackendCapabilities CudaBackend::capabilities() const {
        "cuBLASLt, CUBLAS_COMPUTE_32F_FAST_TF32 (Tensor Cores, fp32 accumulation)"});
   caps.gemm_inputs.push_back(
       {DType::bf16, tensor_cores_bf16, "cuBLASLt bf16 Tensor Cores, fp32 accumulation"});
-  caps.gemm_inputs.push_back(
-      {DType::fp16, true, "cuBLASLt fp16 Tensor Cores, fp32 accumulation"});
+  caps.gemm_inputs.push_back({DType::fp16, true, "cuBLASLt fp16 Tensor Cores, fp32 accumulation"});
   // Before sm_89 FP8 is not declared at all: emulating it on a GPU would only be slower than
   // bf16, so an FP8 policy stops at adapt_to with the reason (the CPU backend is the emulator).
   if (gemm_->fp8_native())
@@ -273,7 +281,8 @@ void CudaBackend::gemm_strided_batched(const sdk::GemmBatchedArgs& args) {
   activate();
   checks().gemm_batched_shape(args);
   auto moved = [](TensorView v, std::int64_t elements) {
-    v.data = static_cast<char*>(v.data) + elements * static_cast<std::int64_t>(sdk::dtype_size(v.dtype));
+    v.data =
+        static_cast<char*>(v.data) + elements * static_cast<std::int64_t>(sdk::dtype_size(v.dtype));
     return v;
   };
   sdk::GemmArgs g = args.gemm;
@@ -312,8 +321,8 @@ void CudaBackend::cast(TensorView src, TensorView dst, const sdk::CastArgs& args
 void CudaBackend::bias_grad(TensorView dy, TensorView dbias, bool accumulate) {
   activate();
   const auto [rows, n] = checks().bias_grad_shape(dy, dbias);
-  float* partial = partial_.as<float>(std::max<std::size_t>(1, kernels::column_sum_scratch(rows, n)),
-                                      stream_, "bias_grad");
+  float* partial = partial_.as<float>(
+      std::max<std::size_t>(1, kernels::column_sum_scratch(rows, n)), stream_, "bias_grad");
   account_buffers();
   check_cuda(kernels::bias_grad(dy.data, elem_of(dy.dtype), dbias.as<float>(), rows, n, accumulate,
                                 partial, stream_),
@@ -325,10 +334,10 @@ void CudaBackend::activation_forward(sdk::Activation act, TensorView x, TensorVi
   require_storage("activation_forward", "x", x);
   require_storage("activation_forward", "y", y);
   require_numel("activation_forward", "y", y, x.numel());
-  check_cuda(kernels::activation_forward(act == sdk::Activation::relu ? 0 : 1, x.data,
-                                         elem_of(x.dtype), y.data, elem_of(y.dtype), x.numel(),
-                                         stream_),
-             "activation_forward", "kernel launch");
+  check_cuda(
+      kernels::activation_forward(act == sdk::Activation::relu ? 0 : 1, x.data, elem_of(x.dtype),
+                                  y.data, elem_of(y.dtype), x.numel(), stream_),
+      "activation_forward", "kernel launch");
 }
 
 void CudaBackend::activation_backward(sdk::Activation act, TensorView x, TensorView dy,
@@ -351,9 +360,9 @@ void CudaBackend::layernorm_forward(TensorView x, TensorView gamma, TensorView b
   constexpr const char* op = "layernorm_forward";
   const auto [rows, n] = checks().layernorm_forward_shape(x, gamma, beta, y, mean, rstd);
   check_cuda(kernels::layernorm_forward(x.data, elem_of(x.dtype), ptr_or_null(gamma),
-                                        elem_of(gamma.dtype), ptr_or_null(beta), elem_of(beta.dtype),
-                                        eps, y.data, elem_of(y.dtype), mean.as<float>(),
-                                        rstd.as<float>(), rows, n, stream_),
+                                        elem_of(gamma.dtype), ptr_or_null(beta),
+                                        elem_of(beta.dtype), eps, y.data, elem_of(y.dtype),
+                                        mean.as<float>(), rstd.as<float>(), rows, n, stream_),
              op, "kernel launch");
 }
 
@@ -370,12 +379,13 @@ void CudaBackend::layernorm_backward(TensorView dy, TensorView x, TensorView gam
                                  stream_, op);
     account_buffers();
   }
-  check_cuda(kernels::layernorm_backward(
-                 dy.data, elem_of(dy.dtype), x.data, elem_of(x.dtype), ptr_or_null(gamma),
-                 elem_of(gamma.dtype), mean.as<const float>(), rstd.as<const float>(), dx.data,
-                 elem_of(dx.dtype), dgamma.empty() ? nullptr : dgamma.as<float>(),
-                 dbeta.empty() ? nullptr : dbeta.as<float>(), accumulate, rows, n, partial, stream_),
-             op, "kernel launch");
+  check_cuda(
+      kernels::layernorm_backward(
+          dy.data, elem_of(dy.dtype), x.data, elem_of(x.dtype), ptr_or_null(gamma),
+          elem_of(gamma.dtype), mean.as<const float>(), rstd.as<const float>(), dx.data,
+          elem_of(dx.dtype), dgamma.empty() ? nullptr : dgamma.as<float>(),
+          dbeta.empty() ? nullptr : dbeta.as<float>(), accumulate, rows, n, partial, stream_),
+      op, "kernel launch");
 }
 
 void CudaBackend::softmax_cross_entropy(TensorView logits, TensorView labels, float grad_scale,
@@ -418,17 +428,19 @@ void CudaBackend::axpy(float alpha, TensorView x, TensorView y) {
              "axpy", "kernel launch");
 }
 
-// --- multi-tensor machinery ------------------------------------------------------------------------
+// --- multi-tensor machinery
+// ------------------------------------------------------------------------
 
 template <class Ref>
-int CudaBackend::upload_tables(const std::vector<Ref>& refs, const std::vector<std::int64_t>& numels,
-                               const Ref** dev_refs, const kernels::Chunk** dev_chunks,
-                               const char* op) {
+int CudaBackend::upload_tables(const std::vector<Ref>& refs,
+                               const std::vector<std::int64_t>& numels, const Ref** dev_refs,
+                               const kernels::Chunk** dev_chunks, const char* op) {
   std::vector<kernels::Chunk> chunks;
   for (std::size_t t = 0; t < numels.size(); ++t)
     for (std::int64_t b = 0; b < numels[t]; b += kernels::kChunkElems)
       chunks.push_back({static_cast<std::int32_t>(t),
-                        static_cast<std::int32_t>(std::min(kernels::kChunkElems, numels[t] - b)), b});
+                        static_cast<std::int32_t>(std::min(kernels::kChunkElems, numels[t] - b)),
+                        b});
   if (chunks.size() > static_cast<std::size_t>(INT32_MAX))
     fail(op, "too many elements for one call", "split the tensor list");
   const std::size_t refs_bytes = (refs.size() * sizeof(Ref) + 255) / 256 * 256;
@@ -438,7 +450,8 @@ int CudaBackend::upload_tables(const std::vector<Ref>& refs, const std::vector<s
   if (!chunks.empty())
     std::memcpy(host_tables_.data() + refs_bytes, chunks.data(),
                 chunks.size() * sizeof(kernels::Chunk));
-  auto* dev = static_cast<unsigned char*>(tables_.get(std::max<std::size_t>(total, 1), stream_, op));
+  auto* dev =
+      static_cast<unsigned char*>(tables_.get(std::max<std::size_t>(total, 1), stream_, op));
   account_buffers();
   // Through the pinned staging slots: no wait on the stream, and the host vector is free for the
   // next op on return.
@@ -594,12 +607,13 @@ void CudaBackend::sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamT
   const kernels::ParamRef* dev_refs = nullptr;
   const kernels::Chunk* dev_chunks = nullptr;
   const int count = upload_tables(refs, numels, &dev_refs, &dev_chunks, op);
-  const kernels::SgdArgs args{h.lr,         h.momentum,   h.dampening,         h.weight_decay,
-                              h.grad_scale, h.nesterov,   h.first_step,        h.momentum != 0.0f};
+  const kernels::SgdArgs args{h.lr,         h.momentum, h.dampening,  h.weight_decay,
+                              h.grad_scale, h.nesterov, h.first_step, h.momentum != 0.0f};
   check_cuda(kernels::sgd_update(args, dev_refs, dev_chunks, count, stream_), op, "kernel launch");
 }
 
-void CudaBackend::adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params) {
+void CudaBackend::adamw_update(const sdk::AdamWHyper& h,
+                               std::span<const sdk::ParamTensors> params) {
   activate();
   constexpr const char* op = "adamw_update";
   if (h.step < 1)
@@ -626,10 +640,12 @@ void CudaBackend::adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::Pa
   const kernels::ParamRef* dev_refs = nullptr;
   const kernels::Chunk* dev_chunks = nullptr;
   const int count = upload_tables(refs, numels, &dev_refs, &dev_chunks, op);
-  check_cuda(kernels::adamw_update(args, dev_refs, dev_chunks, count, stream_), op, "kernel launch");
+  check_cuda(kernels::adamw_update(args, dev_refs, dev_chunks, count, stream_), op,
+             "kernel launch");
 }
 
-// --- facet answers ---------------------------------------------------------------------------------
+// --- facet answers
+// ---------------------------------------------------------------------------------
 
 namespace {
 
@@ -642,8 +658,12 @@ bool matches(std::span<const DType> dtypes, std::initializer_list<bool (*)(DType
     if (!(*rule++)(t)) return false;
   return true;
 }
-bool storage(DType t) { return is_storage_float(t); }
-bool fp32(DType t) { return is_fp32_storage(t); }
+bool storage(DType t) {
+  return is_storage_float(t);
+}
+bool fp32(DType t) {
+  return is_fp32_storage(t);
+}
 
 }  // namespace
 
@@ -660,28 +680,70 @@ bool CudaBackend::supports(sdk::GemmOp, std::span<const DType> dtypes) const {
 bool CudaBackend::supports(sdk::ElementwiseOp op, std::span<const DType> dtypes) const {
   using E = sdk::ElementwiseOp;
   switch (op) {
-    case E::bias_grad: return matches(dtypes, {storage, fp32});
-    case E::activation_forward: return matches(dtypes, {storage, storage});
-    case E::activation_backward: return matches(dtypes, {storage, storage, storage});
-    case E::axpy: return matches(dtypes, {storage, fp32});
+    case E::bias_grad:
+      return matches(dtypes, {storage, fp32});
+    case E::activation_forward:
+      return matches(dtypes, {storage, storage});
+    case E::activation_backward:
+      return matches(dtypes, {storage, storage, storage});
+    case E::axpy:
+      return matches(dtypes, {storage, fp32});
     case E::unscale_and_check_finite:
-    case E::unscale_check_and_sum_squares: return matches(dtypes, {fp32});
-    case E::first_nonfinite: return matches(dtypes, {storage});
+    case E::unscale_check_and_sum_squares:
+      return matches(dtypes, {fp32});
+    case E::first_nonfinite:
+      return matches(dtypes, {storage});
     case E::foreach_mul_scalar:
     case E::foreach_add_scalar:
     case E::foreach_sqrt:
     case E::foreach_sign:
-    case E::foreach_clamp: return matches(dtypes, {fp32});
+    case E::foreach_clamp:
+      return matches(dtypes, {fp32});
     case E::foreach_mul:
     case E::foreach_add:
-    case E::foreach_lerp: return matches(dtypes, {fp32, fp32});
-    case E::foreach_addcmul: return matches(dtypes, {fp32, fp32, fp32});
+    case E::foreach_lerp:
+      return matches(dtypes, {fp32, fp32});
+    case E::foreach_addcmul:
+      return matches(dtypes, {fp32, fp32, fp32});
   }
   return false;
 }
 
-bool CudaBackend::supports(sdk::NormalizationOp, std::span<const DType> dtypes) const {
-  return matches(dtypes, {storage});
+bool CudaBackend::supports(sdk::NormalizationOp op, std::span<const DType> dtypes) const {
+  switch (op) {
+    case sdk::NormalizationOp::layernorm_forward:
+    case sdk::NormalizationOp::layernorm_backward:
+      return matches(dtypes, {storage});
+    default:
+      return false;  // batch norm: not yet (cuDNN, with the convolution facet)
+  }
+}
+
+namespace {
+[[noreturn]] void no_batchnorm(const char* op) {
+  throw sdk::BackendError(std::string("cuda backend: ") + op +
+                          " is not implemented yet (supports() answers no; the CUDA batch norm "
+                          "comes with the cuDNN convolution facet)");
+}
+}  // namespace
+
+std::size_t CudaBackend::batchnorm_workspace_bytes(const sdk::BatchNormShape&, DType) const {
+  return 0;
+}
+void CudaBackend::batchnorm_forward_training(TensorView, TensorView, TensorView,
+                                             const sdk::BatchNormShape&, float, TensorView,
+                                             TensorView, TensorView, TensorView, TensorView,
+                                             TensorView) {
+  no_batchnorm("batchnorm_forward_training");
+}
+void CudaBackend::batchnorm_forward_inference(TensorView, TensorView, TensorView, TensorView,
+                                              TensorView, const sdk::BatchNormShape&, TensorView) {
+  no_batchnorm("batchnorm_forward_inference");
+}
+void CudaBackend::batchnorm_backward(TensorView, TensorView, TensorView, TensorView, TensorView,
+                                     TensorView, const sdk::BatchNormShape&, TensorView, TensorView,
+                                     TensorView, TensorView, bool) {
+  no_batchnorm("batchnorm_backward");
 }
 
 bool CudaBackend::supports(sdk::LossOp, std::span<const DType> dtypes) const {
@@ -692,7 +754,8 @@ bool CudaBackend::supports(sdk::OptimizerOp, std::span<const DType> dtypes) cons
   return matches(dtypes, {fp32, storage});
 }
 
-// --- foreach ops --------------------------------------------------------------------------------------
+// --- foreach ops
+// --------------------------------------------------------------------------------------
 
 void CudaBackend::foreach_launch(const char* op, kernels::ForeachKind kind,
                                  std::span<const TensorView> self, std::span<const TensorView> a,
@@ -705,10 +768,9 @@ void CudaBackend::foreach_launch(const char* op, kernels::ForeachKind kind,
   else
     checks().foreach_lists(op, self, {a, b});
   for (std::size_t i = 0; i < self.size(); ++i)
-    check_cuda(kernels::foreach_op(kind, self[i].as<float>(),
-                                   lists < 1 ? nullptr : a[i].as<const float>(),
-                                   lists < 2 ? nullptr : b[i].as<const float>(), self[i].numel(),
-                                   s0, s1, stream_),
+    check_cuda(kernels::foreach_op(
+                   kind, self[i].as<float>(), lists < 1 ? nullptr : a[i].as<const float>(),
+                   lists < 2 ? nullptr : b[i].as<const float>(), self[i].numel(), s0, s1, stream_),
                op, "kernel launch");
 }
 
@@ -719,15 +781,15 @@ void CudaBackend::foreach_mul(std::span<const TensorView> self, std::span<const 
   foreach_launch("foreach_mul", kernels::ForeachKind::mul, self, other, {}, 1.0f, 0.0f, 1);
 }
 void CudaBackend::foreach_add_scalar(std::span<const TensorView> self, float scalar) {
-  foreach_launch("foreach_add_scalar", kernels::ForeachKind::add_scalar, self, {}, {}, scalar, 0.0f, 0);
+  foreach_launch("foreach_add_scalar", kernels::ForeachKind::add_scalar, self, {}, {}, scalar, 0.0f,
+                 0);
 }
 void CudaBackend::foreach_add(std::span<const TensorView> self, std::span<const TensorView> other,
                               float alpha) {
   foreach_launch("foreach_add", kernels::ForeachKind::add, self, other, {}, alpha, 0.0f, 1);
 }
-void CudaBackend::foreach_addcmul(std::span<const TensorView> self,
-                                  std::span<const TensorView> t1, std::span<const TensorView> t2,
-                                  float value) {
+void CudaBackend::foreach_addcmul(std::span<const TensorView> self, std::span<const TensorView> t1,
+                                  std::span<const TensorView> t2, float value) {
   foreach_launch("foreach_addcmul", kernels::ForeachKind::addcmul, self, t1, t2, value, 0.0f, 2);
 }
 void CudaBackend::foreach_sqrt(std::span<const TensorView> self) {

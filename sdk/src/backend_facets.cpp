@@ -10,6 +10,7 @@ LossFacet::~LossFacet() = default;
 OptimizerFacet::~OptimizerFacet() = default;
 AttentionFacet::~AttentionFacet() = default;
 EmbeddingFacet::~EmbeddingFacet() = default;
+ConvolutionFacet::~ConvolutionFacet() = default;
 
 std::string_view op_name(GemmOp op) noexcept {
   switch (op) {
@@ -65,6 +66,12 @@ std::string_view op_name(NormalizationOp op) noexcept {
       return "layernorm_forward";
     case NormalizationOp::layernorm_backward:
       return "layernorm_backward";
+    case NormalizationOp::batchnorm_forward_training:
+      return "batchnorm_forward_training";
+    case NormalizationOp::batchnorm_forward_inference:
+      return "batchnorm_forward_inference";
+    case NormalizationOp::batchnorm_backward:
+      return "batchnorm_backward";
   }
   return "?";
 }
@@ -107,6 +114,26 @@ std::string_view op_name(EmbeddingOp op) noexcept {
       return "gather";
     case EmbeddingOp::scatter_add:
       return "scatter_add";
+  }
+  return "?";
+}
+
+std::string_view op_name(ConvolutionOp op) noexcept {
+  switch (op) {
+    case ConvolutionOp::conv2d_forward:
+      return "conv2d_forward";
+    case ConvolutionOp::conv2d_backward_data:
+      return "conv2d_backward_data";
+    case ConvolutionOp::conv2d_backward_weights:
+      return "conv2d_backward_weights";
+    case ConvolutionOp::pool2d_forward:
+      return "pool2d_forward";
+    case ConvolutionOp::pool2d_backward:
+      return "pool2d_backward";
+    case ConvolutionOp::to_channels_last:
+      return "to_channels_last";
+    case ConvolutionOp::to_channels_first:
+      return "to_channels_first";
   }
   return "?";
 }

@@ -19,7 +19,7 @@ namespace mixtrain::core {
 
 struct BackendNeed {
   std::variant<sdk::GemmOp, sdk::ElementwiseOp, sdk::NormalizationOp, sdk::LossOp, sdk::OptimizerOp,
-               sdk::AttentionOp, sdk::EmbeddingOp>
+               sdk::AttentionOp, sdk::EmbeddingOp, sdk::ConvolutionOp>
       op;
   std::vector<sdk::DType> dtypes;  // in the order the facet's op documents
 };
@@ -37,5 +37,6 @@ sdk::NormalizationFacet& normalization_of(sdk::DeviceBackend& backend);
 sdk::LossFacet& loss_of(sdk::DeviceBackend& backend);
 sdk::AttentionFacet& attention_of(sdk::DeviceBackend& backend);
 sdk::EmbeddingFacet& embedding_of(sdk::DeviceBackend& backend);
+sdk::ConvolutionFacet& convolution_of(sdk::DeviceBackend& backend);
 
 }  // namespace mixtrain::core

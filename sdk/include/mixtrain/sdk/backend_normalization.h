@@ -1,14 +1,18 @@
-// NormalizationFacet: per-row normalisation with FP32 statistics.
+// NormalizationFacet: layer norm (per row) and batch norm (per channel), with FP32 statistics.
 //
 // Contract
 // - A backend offers it through DeviceBackend::normalization_facet() (nullptr: none).
 // - supports(op, dtypes) answers for {x} (forward: the input and output dtype; backward: x and
-//   dy share it), without running anything. Statistics, gamma and beta are fp32.
+//   dy share it; fp32, bf16 or fp16), without running anything. Statistics, gamma and beta are
+//   fp32 whatever the activations' dtype: the mixed-precision recipes keep norm statistics in
+//   FP32, and so does every backend.
 // - version() reports the kVersion this facet was compiled against (do not override it).
+//   Version 2 added batch norm.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -17,12 +21,29 @@
 
 namespace mixtrain::sdk {
 
-enum class NormalizationOp { layernorm_forward, layernorm_backward };
+enum class NormalizationOp {
+  layernorm_forward,
+  layernorm_backward,
+  batchnorm_forward_training,
+  batchnorm_forward_inference,
+  batchnorm_backward,
+};
 MIXTRAIN_SDK_API std::string_view op_name(NormalizationOp op) noexcept;
+
+// Batch norm over channels-last activations: x, y [rows, C] with rows = N·H·W for images
+// [N, H, W, C] (and rows = N for [N, C]); statistics are per channel over all rows.
+// y = (x − mean) / sqrt(var + eps) · gamma + beta, then max(0, ·) when `relu` (BN + ReLU fused:
+// the backward masks dy where y is 0). gamma and beta are fp32 [C], or both empty when the norm
+// is not affine (1 and 0).
+struct BatchNormShape {
+  std::int64_t rows = 1, channels = 1;
+  float eps = 1e-5f;
+  bool relu = false;
+};
 
 class MIXTRAIN_SDK_API NormalizationFacet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  static constexpr std::uint32_t kVersion = 2;
   static constexpr std::string_view kName = "normalization";
   virtual std::uint32_t version() const { return kVersion; }
   virtual bool supports(NormalizationOp op, std::span<const DType> dtypes) const = 0;
@@ -35,6 +56,30 @@ class MIXTRAIN_SDK_API NormalizationFacet {
   virtual void layernorm_backward(TensorView dy, TensorView x, TensorView gamma, TensorView mean,
                                   TensorView rstd, TensorView dx, TensorView dgamma,
                                   TensorView dbeta, bool accumulate) = 0;
+
+  // Bytes of the workspace batch norm's training forward leaves for its backward (oneDNN's ReLU
+  // mask; 0 when the backend needs none). The caller allocates it and passes it to both calls.
+  virtual std::size_t batchnorm_workspace_bytes(const BatchNormShape& shape, DType x) const = 0;
+  // Training: normalises with this batch's statistics and writes them, fp32 [C]: save_mean and
+  // save_var (the biased variance, what backward reads). When running_mean / running_var (fp32
+  // [C]) are given they move towards the batch's: r = (1 − momentum)·r + momentum·s, with the
+  // unbiased variance (× rows / (rows − 1)) for running_var, as PyTorch's BatchNorm2d.
+  virtual void batchnorm_forward_training(TensorView x, TensorView gamma, TensorView beta,
+                                          const BatchNormShape& shape, float momentum, TensorView y,
+                                          TensorView save_mean, TensorView save_var,
+                                          TensorView running_mean, TensorView running_var,
+                                          TensorView workspace) = 0;
+  // Evaluation: normalises with the running statistics (fp32 [C]); nothing is updated.
+  virtual void batchnorm_forward_inference(TensorView x, TensorView gamma, TensorView beta,
+                                           TensorView running_mean, TensorView running_var,
+                                           const BatchNormShape& shape, TensorView y) = 0;
+  // dx (overwritten, x's dtype) from dy, x, the saved statistics and (relu) y or the workspace;
+  // dgamma, dbeta fp32 [C] accumulated when `accumulate`, else overwritten (empty when not
+  // affine).
+  virtual void batchnorm_backward(TensorView dy, TensorView x, TensorView y, TensorView gamma,
+                                  TensorView save_mean, TensorView save_var,
+                                  const BatchNormShape& shape, TensorView workspace, TensorView dx,
+                                  TensorView dgamma, TensorView dbeta, bool accumulate) = 0;
 
  protected:
   virtual ~NormalizationFacet();  // not owned through the facet: the backend is

@@ -4,7 +4,7 @@
 // - The required core (this class): capabilities, memory, copies, cast, fill, synchronize.
 // - Everything else lives in facets (one header each: backend_gemm.h, backend_elementwise.h,
 //   backend_normalization.h, backend_loss.h, backend_optimizer_updates.h, backend_attention.h,
-//   backend_embedding.h). A backend returns a
+//   backend_embedding.h, backend_convolution.h). A backend returns a
 //   facet from its accessor, or nullptr when it has none (the default). Each facet carries its
 //   own kVersion and answers supports(op, dtypes); the host asks before the first step, so a
 //   model that needs a missing facet, op or dtype stops at plan time naming them.
@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "mixtrain/sdk/backend_attention.h"
+#include "mixtrain/sdk/backend_convolution.h"
 #include "mixtrain/sdk/backend_elementwise.h"
 #include "mixtrain/sdk/backend_embedding.h"
 #include "mixtrain/sdk/backend_gemm.h"
@@ -110,6 +111,7 @@ class MIXTRAIN_SDK_API DeviceBackend : public Component {
   virtual OptimizerFacet* optimizer_facet() { return nullptr; }
   virtual AttentionFacet* attention_facet() { return nullptr; }
   virtual EmbeddingFacet* embedding_facet() { return nullptr; }
+  virtual ConvolutionFacet* convolution_facet() { return nullptr; }
 };
 
 }  // namespace mixtrain::sdk

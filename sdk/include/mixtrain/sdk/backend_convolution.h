@@ -1,0 +1,138 @@
+// ConvolutionFacet: 2-D convolution and pooling over channels-last images, forward and backward,
+// and the two permutes between channels-first and channels-last.
+//
+// Contract
+// - A backend offers it through DeviceBackend::convolution_facet() (nullptr: none).
+// - Layout: every image activation is channels-last, x [N, H, W, C] — one layout from the first
+//   convolution to the global pooling, so no op reorders activations around itself (oneDNN's
+//   nhwc and cuDNN's NHWC, the layout Tensor Cores want). Data arrives channels-first
+//   [N, C, H, W] (what files and PyTorch hold); to_channels_last / to_channels_first permute.
+// - Weights are PyTorch's layout, w [O, C/groups, KH, KW] fp32 master (or a 16/8-bit working
+//   copy of it): checkpoints and exports need no permute. A backend may reorder a weight into
+//   its preferred layout internally; it creates such reorders once per geometry and reuses them.
+// - Precision, as the GEMMs (backend_gemm.h): operands x, w, dy are fp32, tf32 (fp32 storage
+//   rounded to tf32), bf16, fp16 or fp8 (with scale_inv: real value = stored · scale_inv), in any
+//   mix; products accumulate in FP32; outputs y and dx are fp32, bf16 or fp16, rounded once.
+//   Weight and bias gradients are fp32. A backend without native support for a format computes on
+//   the exact FP32 values of the rounded operands.
+// - Accumulating writes: dw and dbias are overwritten when `accumulate` is false, added to when
+//   true (a parameter gradient's second contribution of a step).
+// - supports(op, dtypes) answers without running anything, for the dtypes listed at each op.
+// - Shapes are checked against the geometry; a mismatch raises BackendError.
+// - version() reports the kVersion this facet was compiled against (do not override it).
+#pragma once
+
+#include "mixtrain/sdk/export.h"
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "mixtrain/sdk/backend_gemm.h"
+#include "mixtrain/sdk/tensor_view.h"
+
+namespace mixtrain::sdk {
+
+// PyTorch's Conv2d arithmetic: OH = (H + 2·pad_h − dilation_h·(KH − 1) − 1) / stride_h + 1.
+struct Conv2dGeometry {
+  std::int64_t batch = 1, in_channels = 1, height = 1, width = 1;
+  std::int64_t out_channels = 1, kernel_h = 1, kernel_w = 1;
+  std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  std::int64_t dilation_h = 1, dilation_w = 1, groups = 1;
+  std::int64_t out_height() const {
+    return (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1;
+  }
+  std::int64_t out_width() const {
+    return (width + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1;
+  }
+};
+
+// y [N, OH, OW, O] = conv(x [N, H, W, C], w [O, C/g, KH, KW]) (+ bias fp32 [O]).
+// `compute` is fp32, or tf32 to round fp32 operands to tf32 first.
+struct Conv2dForwardArgs {
+  Conv2dGeometry geometry;
+  GemmOperand x, w;  // `transpose` must be false
+  TensorView bias;   // fp32 [O] or empty
+  TensorView y;
+  DType compute = DType::fp32;
+};
+
+// dx [N, H, W, C] = the gradient of conv w.r.t. x, from dy [N, OH, OW, O] and w.
+struct Conv2dBackwardDataArgs {
+  Conv2dGeometry geometry;
+  GemmOperand dy, w;
+  TensorView dx;
+  DType compute = DType::fp32;
+};
+
+// dw fp32 [O, C/g, KH, KW] (and dbias fp32 [O] = Σ dy when not empty) from x and dy.
+struct Conv2dBackwardWeightsArgs {
+  Conv2dGeometry geometry;
+  GemmOperand x, dy;
+  TensorView dw, dbias;
+  bool accumulate = false;
+  DType compute = DType::fp32;
+};
+
+enum class PoolKind { max, average };
+
+// Pooling over [N, H, W, C]: windows of KH×KW every stride, zero padding `pad` each side (never
+// chosen by max; average divides by KH·KW when count_include_pad, else by the window's in-image
+// elements — PyTorch's AvgPool2d). Output [N, OH, OW, C] with PyTorch's floor arithmetic.
+// A global average pool is KH = H, KW = W, no padding: y [N, 1, 1, C] = [N, C].
+struct Pool2dGeometry {
+  PoolKind kind = PoolKind::max;
+  std::int64_t batch = 1, channels = 1, height = 1, width = 1;
+  std::int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  bool count_include_pad = true;
+  std::int64_t out_height() const { return (height + 2 * pad_h - kernel_h) / stride_h + 1; }
+  std::int64_t out_width() const { return (width + 2 * pad_w - kernel_w) / stride_w + 1; }
+};
+
+enum class ConvolutionOp {
+  conv2d_forward,           // dtypes {x, w, y}
+  conv2d_backward_data,     // dtypes {dy, w, dx}
+  conv2d_backward_weights,  // dtypes {x, dy} (dw and dbias are fp32)
+  pool2d_forward,           // dtypes {x, y}: fp32, bf16, fp16, the same for both
+  pool2d_backward,          // dtypes {dy, dx}: likewise
+  to_channels_last,         // dtypes {src, dst}: fp32, bf16, fp16, either mix (rounds once)
+  to_channels_first,        // likewise
+};
+MIXTRAIN_SDK_API std::string_view op_name(ConvolutionOp op) noexcept;
+
+class MIXTRAIN_SDK_API ConvolutionFacet {
+ public:
+  static constexpr std::uint32_t kVersion = 1;
+  static constexpr std::string_view kName = "convolution";
+  virtual std::uint32_t version() const { return kVersion; }
+  virtual bool supports(ConvolutionOp op, std::span<const DType> dtypes) const = 0;
+
+  virtual void conv2d_forward(const Conv2dForwardArgs& args) = 0;
+  virtual void conv2d_backward_data(const Conv2dBackwardDataArgs& args) = 0;
+  virtual void conv2d_backward_weights(const Conv2dBackwardWeightsArgs& args) = 0;
+
+  // Bytes of the workspace a max pool's forward (training) leaves for its backward (the argmax
+  // indices oneDNN keeps; 0 when the backend recomputes them from x and y). The caller allocates
+  // it and passes the same memory to both calls.
+  virtual std::size_t pool2d_workspace_bytes(const Pool2dGeometry& geometry, DType x) const = 0;
+  // y = pool(x). `workspace` (max, training only; empty in evaluation) receives what backward
+  // needs.
+  virtual void pool2d_forward(const Pool2dGeometry& geometry, TensorView x, TensorView y,
+                              TensorView workspace) = 0;
+  // dx (overwritten) from dy; max pooling routes each dy to its window's maximum (the first one
+  // in row-major window order on ties, as PyTorch), read from `workspace` or from x and y.
+  virtual void pool2d_backward(const Pool2dGeometry& geometry, TensorView dy, TensorView x,
+                               TensorView y, TensorView workspace, TensorView dx) = 0;
+
+  // dst [N, H, W, C] = src [N, C, H, W] (to_channels_last) and back (to_channels_first); both
+  // views hold N·C·H·W elements. `channels`, `height`, `width` describe one image.
+  virtual void to_channels_last(TensorView src, std::int64_t channels, std::int64_t height,
+                                std::int64_t width, TensorView dst) = 0;
+  virtual void to_channels_first(TensorView src, std::int64_t channels, std::int64_t height,
+                                 std::int64_t width, TensorView dst) = 0;
+
+ protected:
+  virtual ~ConvolutionFacet();  // not owned through the facet: the backend is
+};
+
+}  // namespace mixtrain::sdk
