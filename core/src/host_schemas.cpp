@@ -214,8 +214,9 @@ sdk::OptionSchema model_schema() {
               .one_of({"softmax_cross_entropy"}),
           OptionSpec::string("preset", "",
                              "a whole architecture from a few sizes instead of layers/nodes: "
-                             "\"gpt\" (sizes in [model.gpt])")
-              .one_of({"", "gpt"}),
+                             "\"gpt\" (sizes in [model.gpt]) or \"resnet\" (sizes in "
+                             "[model.resnet])")
+              .one_of({"", "gpt", "resnet"}),
           OptionSpec::boolean("fuse_epilogues", true,
                               "run each relu/gelu that follows a linear layer as that GEMM's "
                               "epilogue (one rounding, one pass less)")};
@@ -240,6 +241,20 @@ sdk::OptionSchema gpt_preset_schema() {
               .at_least(0)
               .at_most(1048576),
           OptionSpec::boolean("bias", true, "biases in the linear layers (GPT-2 has them)")};
+}
+
+sdk::OptionSchema resnet_preset_schema() {
+  // blocks and widths are integer arrays, read beside this schema.
+  return {OptionSpec::string("stem", "cifar",
+                             "\"cifar\": 3×3 conv, stride 1; \"imagenet\": 7×7 conv, stride 2, "
+                             "and a 3×3 max pool, stride 2")
+              .one_of({"cifar", "imagenet"}),
+          OptionSpec::integer("stem_width", 0, "channels of the stem conv; 0: widths[0]")
+              .at_least(0)
+              .at_most(65536),
+          OptionSpec::integer("classes", 10, "outputs of the fc head (the data's classes)")
+              .at_least(1)
+              .at_most(2147483647)};
 }
 
 const std::vector<std::string>& layer_types() {

@@ -12,6 +12,7 @@
 #include "mixtrain/sdk/float_formats.h"
 #include "ops/op_registry.h"
 #include "ops/op_support.h"
+#include "ops/view.h"
 #include "profile_scope.h"
 
 namespace mixtrain::core {
@@ -132,15 +133,36 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
                       "vocab = " +
                           std::to_string(classes) + ", dim = 128 }");
     if (op->reads_token_ids && !reads_ids)
-      throw bad("reads token ids, so its input must be the batch itself, not another node's "
-                "output",
-                "give it inputs = [\"input\"] (an embedding starts the model)");
+      throw bad(
+          "reads token ids, so its input must be the batch itself, not another node's "
+          "output",
+          "give it inputs = [\"input\"] (an embedding starts the model)");
     const sdk::Options options = layer_options(l, key);
     std::vector<PerSampleShape> in_shapes;
-    for (int t : node.inputs) in_shapes.push_back(shape_of(t));
+    std::vector<TensorLayout> in_layouts;
+    bool any_channels_last = false, any_plain = false;
+    for (std::size_t k = 0; k < count; ++k) {
+      const int t = node.inputs[k];
+      const bool image_batch = t < 0 && op->reads_images && !input.sample_shape.empty();
+      in_shapes.push_back(image_batch ? input.sample_shape : shape_of(t));
+      const bool cl = t >= 0 && nodes_[static_cast<std::size_t>(t)].channels_last;
+      in_layouts.push_back(cl ? TensorLayout::channels_last : TensorLayout::plain);
+      (cl ? any_channels_last : any_plain) = true;
+      if (cl && !op->reads_images && !op->keeps_layout)
+        throw bad("reads '" + graph[i].inputs[k] + "', a channels-last image " +
+                      shape_text(in_shapes.back()) + ", but a " + l.type +
+                      " works on plain tensors",
+                  "flatten it first (a flatten permutes an image back to PyTorch's [C, H, W] "
+                  "order), or end the convolutions with a global_avgpool");
+    }
+    if (op->keeps_layout && any_channels_last && any_plain)
+      throw bad(
+          "adds a channels-last image (a convolution's, norm's or pool's output) to a plain "
+          "tensor",
+          "give both inputs the same origin: e.g. reshape neither, or flatten both");
     BuiltOp built;
     try {
-      built = op->build(OpNode{name, options, l.shape, in_shapes});
+      built = op->build(OpNode{name, options, l.shape, in_shapes, in_layouts});
     } catch (const OpSpecError& e) {
       std::string what = e.what();
       // "input k" in an op's message names the config's input there.
@@ -150,6 +172,15 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
       throw sdk::ConfigError(l.where, e.key.empty() ? key : key + "." + e.key,
                              "node '" + name + "' (" + l.type + "): " + what, e.hint);
     }
+    node.channels_last =
+        op->keeps_layout ? any_channels_last : built.layout == TensorLayout::channels_last;
+    // BN + ReLU: a relu that is the only reader of an op that applies it itself (batch norm)
+    // becomes a view of that op's output; the op runs the relu forward and masks backward.
+    if (spec.fuse_epilogues && l.type == "relu" && count == 1 && node.inputs[0] >= 0 &&
+        topo.consumers[topo.order[static_cast<std::size_t>(node.inputs[0])]].size() == 1 &&
+        layers_[static_cast<std::size_t>(node.inputs[0])]->take_relu())
+      built.layer = std::make_unique<ViewLayer>(name, "relu", built.layer->in_features(),
+                                                built.layer->out_features());
     node.shape = std::move(built.shape);
     layers_.push_back(std::move(built.layer));
     node.rows_per_sample =

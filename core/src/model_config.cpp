@@ -323,10 +323,62 @@ void read_gpt_preset(const Config& config, Experiment& e, const sdk::Options& mo
   e.core_sections.push_back(section_of("model.gpt", {}, o));
 }
 
+// [model] preset = "resnet": the nodes come from [model.resnet].
+void read_resnet_preset(const Config& config, Experiment& e, const sdk::Options& model) {
+  reject_nested(config, "model.resnet");
+  for (const char* list : {"model.layers", "model.nodes"})
+    if (!config.table_array(list, kArrayKeys).empty())
+      throw sdk::ConfigError(config.location(list), list,
+                             "the model has both preset = \"resnet\" and " + std::string(list),
+                             "remove one: the preset builds every node");
+  const std::vector<std::string> arrays = {"blocks", "widths"};
+  const auto raw = config.table_options("model.resnet", arrays);
+  const sdk::SourceLocation where = config.is_array("model.resnet.blocks") || !raw.empty()
+                                        ? config.location("model.resnet")
+                                        : e.model.where;
+  const auto o = sdk::Options::resolve("model.resnet", resnet_preset_schema(), raw, where, {});
+  ResNetPreset p;
+  p.blocks = config.integer_array("model.resnet.blocks");
+  p.widths = config.integer_array("model.resnet.widths");
+  p.stem = o.get_string("stem");
+  p.stem_width = o.get_int("stem_width");
+  p.classes = o.get_int("classes");
+  p.where = where;
+  const std::string example =
+      "e.g. ResNet-20: blocks = [3, 3, 3], widths = [16, 32, 64]; ResNet-18: blocks = [2, 2, 2, "
+      "2], widths = [64, 128, 256, 512], stem = \"imagenet\"";
+  for (const char* key : {"blocks", "widths"}) {
+    const std::string dotted = "model.resnet." + std::string(key);
+    const auto& v = std::string(key) == "blocks" ? p.blocks : p.widths;
+    const sdk::SourceLocation at = config.location(dotted);
+    if (v.empty())
+      throw sdk::ConfigError(
+          config.is_array(dotted) ? at : where, dotted,
+          "the resnet preset needs " + std::string(key) + " (one entry per stage)", example);
+    for (std::int64_t x : v)
+      if (x < 1 || x > 65536)
+        throw sdk::ConfigError(
+            at, dotted,
+            std::string(key) + " entries must be in [1, 65536], got " + std::to_string(x), example);
+  }
+  if (p.blocks.size() != p.widths.size())
+    throw sdk::ConfigError(config.location("model.resnet.widths"), "model.resnet.widths",
+                           "blocks has " + std::to_string(p.blocks.size()) +
+                               " stages but widths has " + std::to_string(p.widths.size()),
+                           "give one width per stage: " + example);
+  e.model.layers = resnet_preset(p);
+  e.model.graph = true;
+  e.core_sections.push_back(section_of("model", {}, model));
+  ResolvedSection s = section_of("model.resnet", {}, o);
+  s.raw_values.emplace_back("blocks", toml_list(p.blocks));
+  s.raw_values.emplace_back("widths", toml_list(p.widths));
+  e.core_sections.push_back(s);
+}
+
 }  // namespace
 
 void read_model_config(const Config& config, Experiment& e) {
-  reject_nested(config, "model", {"layers", "nodes", "blocks", "gpt"});
+  reject_nested(config, "model", {"layers", "nodes", "blocks", "gpt", "resnet"});
   // The sequential form (`layers`, each reads the one before) or the graph form (`nodes`, each
   // names its inputs); a node's inputs and a reshape's shape are arrays.
   auto node_entries = config.table_array("model.nodes", kArrayKeys);
@@ -348,6 +400,7 @@ void read_model_config(const Config& config, Experiment& e) {
   e.model.loss = model.get_string("loss");
   e.model.fuse_epilogues = model.get_bool("fuse_epilogues");
   if (model.get_string("preset") == "gpt") return read_gpt_preset(config, e, model);
+  if (model.get_string("preset") == "resnet") return read_resnet_preset(config, e, model);
   std::vector<RawNode> nodes;
   for (std::size_t i = 0; i < entries.size(); ++i)
     nodes.push_back(read_node(config, entries[i], layer_list, i));

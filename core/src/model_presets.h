@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "mixtrain/core/model.h"
@@ -27,5 +28,24 @@ struct GptPreset {
 };
 
 std::vector<LayerSpec> gpt_preset(const GptPreset& preset);
+
+// - resnet_preset(): a ResNet of torchvision's BasicBlocks ([model] preset = "resnet", sizes in
+//   [model.resnet]), nodes named as torchvision's modules so parameter and buffer names need no
+//   mapping: conv1, bn1, relu, (maxpool), layer<s>.<b>.{conv1, bn1, relu1, conv2, bn2, add,
+//   relu2}, layer<s>.<b>.downsample.{0, 1} (a 1×1 conv + BN shortcut where the stride or width
+//   changes: "option B"), avgpool (global), fc. Stage s > 1 starts with stride 2. Convolutions
+//   have no bias and torchvision's init (kaiming normal, fan_out).
+//   stem "cifar": 3×3 conv, stride 1 (ResNet-20/56 on 32×32); "imagenet": 7×7 conv, stride 2,
+//   then a 3×3 max pool, stride 2 (ResNet-18/34).
+struct ResNetPreset {
+  std::vector<std::int64_t> blocks;  // basic blocks per stage
+  std::vector<std::int64_t> widths;  // channels per stage
+  std::string stem = "cifar";
+  std::int64_t stem_width = 0;  // 0: widths[0]
+  std::int64_t classes = 10;
+  sdk::SourceLocation where;
+};
+
+std::vector<LayerSpec> resnet_preset(const ResNetPreset& preset);
 
 }  // namespace mixtrain::core

@@ -67,9 +67,11 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
 
   // Model under the policy's plan.
   InputSpec input;
-  if (s.train.is_tokens()) input = {sdk::DType::int32, s.train.labels_per_row()};
-  s.model =
-      std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes, input);
+  if (s.train.is_tokens()) {
+    input.dtype = sdk::DType::int32;
+    input.labels_per_sample = s.train.labels_per_row();
+  }
+  s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes, input);
   auto caps = backend.capabilities();
   plan_precision(*s.model, *s.c.policy, caps, e.overrides, s.log);
   // Every node's ops are asked in Model::allocate; the step's own gradient checks here.

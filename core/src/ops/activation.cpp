@@ -45,6 +45,7 @@ BuiltOp build_activation(const OpNode& node) {
 OpDefinition relu_op() {
   OpDefinition op;
   op.type = "relu";
+  op.keeps_layout = true;
   op.summary = "max(x, 0), element-wise";
   op.build = build_activation<sdk::Activation::relu>;
   return op;
@@ -53,6 +54,7 @@ OpDefinition relu_op() {
 OpDefinition gelu_op() {
   OpDefinition op;
   op.type = "gelu";
+  op.keeps_layout = true;
   op.summary = "gelu(x), tanh approximation, element-wise";
   op.build = build_activation<sdk::Activation::gelu>;
   return op;

@@ -57,6 +57,7 @@ void AddLayer::backward_inputs(std::span<const TensorView>, TensorView dy,
 OpDefinition add_op() {
   OpDefinition op;
   op.type = "add";
+  op.keeps_layout = true;
   op.summary = "x1 + x2 + ...: the residual join (FP32 sum, one rounding)";
   op.min_inputs = 2;
   op.max_inputs = 0;

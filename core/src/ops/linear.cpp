@@ -25,9 +25,8 @@ LinearLayer::LinearLayer(std::string name, std::int64_t in, std::int64_t out, bo
       bias_(bias),
       init_std_(init_std),
       tie_weight_(std::move(tie_weight)),
-      tie_where_(std::move(tie_where)) {
-  for (auto role : kRoles) slots_.emplace_back(name_, kGemm, role);
-}
+      tie_where_(std::move(tie_where)),
+      scaler_(name_, kGemm) {}
 
 std::vector<sdk::GemmDescription> LinearLayer::gemms() const {
   return {{kGemm, {kRoles[0], kRoles[1], kRoles[2]}}};
@@ -94,101 +93,6 @@ TensorView LinearLayer::weight_operand() {
   return as_dtype(w.master.view(), want, w_scratch_);
 }
 
-namespace {
-int role_slot(sdk::OperandRole role) {
-  switch (role) {
-    case sdk::OperandRole::input:
-      return 0;
-    case sdk::OperandRole::weight:
-      return 1;
-    default:
-      return 2;
-  }
-}
-}  // namespace
-
-sdk::GemmOperand LinearLayer::scale_operand(TensorView src, sdk::OperandRole role,
-                                            ScaledOperand& dst) {
-  if (amax_.empty()) {
-    amax_ = Tensor(backend_, DType::fp32, sdk::Shape{3});
-    backend_->fill(amax_.view(), 0.0f);
-  }
-  const int slot = role_slot(role);
-  const sdk::OperandSlot& operand = slots_[static_cast<std::size_t>(slot)];
-  const TensorView amax_slot{static_cast<float*>(amax_.view().data) + slot, DType::fp32,
-                             sdk::Shape{1}};
-  const bool current = scaling_->wants_current_amax();
-  float measured = 0.0f;
-  if (current) {
-    // Current scaling: the scale comes from this very tensor, so its amax is measured (a cast at
-    // scale 1 with a fused amax into the scratch the real cast overwrites next) and read before
-    // the scale is asked for: the one host wait this scaling needs per operand.
-    auto probe = scaling_->operand_scaling(operand);
-    if (dst.data.empty() || dst.data.dtype() != probe.dtype ||
-        dst.data.shape().numel() < src.numel())
-      dst.data = Tensor(backend_, probe.dtype, src.shape);
-    backend_->fill(amax_slot, 0.0f);
-    sdk::CastArgs measure;
-    measure.saturate = true;
-    measure.amax = amax_slot;
-    backend_->cast(src, TensorView{dst.data.view().data, probe.dtype, src.shape}, measure);
-    backend_->copy_to_host(&measured, amax_slot);
-    scaling_->record_amax(operand, measured);
-  }
-  const auto s = scaling_->operand_scaling(operand);
-  if (dst.data.empty() || dst.data.dtype() != s.dtype || dst.data.shape().numel() < src.numel())
-    dst.data = Tensor(backend_, s.dtype, src.shape);
-  TensorView out{dst.data.view().data, s.dtype, src.shape};
-  sdk::CastArgs args;
-  args.scale = s.scale;
-  args.saturate = true;
-  if (!current) {
-    // Delayed scaling: the amax of this cast feeds later steps' scales only, so it stays on the
-    // device until flush_operand_amaxes() (after the step's found_inf read). Micro-batches after
-    // the first of a step add to the same measurement: the step's amax is their maximum.
-    if (micro_batch_ == 0 || !amax_pending_[slot]) backend_->fill(amax_slot, 0.0f);
-    args.amax = amax_slot;
-    amax_pending_[slot] = true;
-  }
-  backend_->cast(src, out, args);
-  dst.scale_inv = s.scale_inv;
-  if (collect_stats_) {
-    // Diagnostics only: what saturated and what flushed to zero in this cast.
-    float amax = measured;
-    if (!current) backend_->copy_to_host(&amax, amax_slot);
-    std::vector<float> in(static_cast<std::size_t>(src.numel())), back(in.size());
-    TensorView as_fp32{nullptr, DType::fp32, src.shape};
-    Tensor tmp(backend_, DType::fp32, src.shape);
-    as_fp32.data = tmp.view().data;
-    backend_->cast(src, as_fp32);
-    backend_->copy_to_host(in.data(), as_fp32);
-    backend_->cast(out, as_fp32);
-    backend_->copy_to_host(back.data(), as_fp32);
-    const float max_finite = s.dtype == DType::fp8_e5m2 ? 57344.0f : 448.0f;
-    ScaledOperandStats st{operand.name(), s.dtype, amax, s.scale, src.numel(), 0, 0, 0};
-    for (std::size_t i = 0; i < in.size(); ++i) {
-      if (in[i] == 0.0f) continue;
-      ++st.nonzero;
-      if (std::abs(in[i] * s.scale) > max_finite) ++st.saturated;
-      if (back[i] == 0.0f) ++st.underflowed;
-    }
-    stats_.push_back(st);
-  }
-  return {out, false, s.scale_inv};
-}
-
-void LinearLayer::flush_operand_amaxes() {
-  if (scaling_ == nullptr || amax_.empty()) return;
-  if (!amax_pending_[0] && !amax_pending_[1] && !amax_pending_[2]) return;
-  float host[3] = {0.0f, 0.0f, 0.0f};
-  backend_->copy_to_host(host, amax_.view());
-  for (int i = 0; i < 3; ++i) {
-    if (!amax_pending_[i]) continue;
-    amax_pending_[i] = false;
-    scaling_->record_amax(slots_[static_cast<std::size_t>(i)], host[i]);
-  }
-}
-
 bool LinearLayer::fuse_reader(Layer& reader) {
   auto* next = dynamic_cast<ActivationLayer*>(&reader);
   if (next == nullptr) return false;
@@ -225,9 +129,10 @@ std::vector<BackendNeed> LinearLayer::backend_needs(DType) const {
 void LinearLayer::forward(TensorView x, std::int64_t rows) {
   const DType in_storage = storage_of(precision_.gemm_input);
   sdk::GemmArgs g;
-  if (scaling_ != nullptr) {
-    g.a = scale_operand(x, sdk::OperandRole::input, x8_);
-    g.b = scale_operand(weight_operand(), sdk::OperandRole::weight, w8_);
+  if (scaler_.active()) {
+    auto* stats = collect_stats_ ? &stats_ : nullptr;
+    g.a = scaler_.scale(backend_, x, sdk::OperandRole::input, stats);
+    g.b = scaler_.scale(backend_, weight_operand(), sdk::OperandRole::weight, stats);
   } else {
     g.a.view = as_dtype(x, in_storage, x_scratch_);
     g.b.view = weight_operand();
@@ -254,12 +159,12 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
   (void)rows;
   const DType in_storage = storage_of(precision_.gemm_input);
   sdk::GemmOperand dy_g, x_g, w_g;
-  if (scaling_ != nullptr) {
+  if (scaler_.active()) {
     // The input and weight operands were cast (and scaled) by the forward of this step.
-    dy_g = scale_operand(dy, sdk::OperandRole::grad_output, dy8_);
-    x_g = {TensorView{x8_.data.view().data, x8_.data.dtype(), x.shape}, false, x8_.scale_inv};
-    w_g = {TensorView{w8_.data.view().data, w8_.data.dtype(), sdk::Shape{out_, in_}}, false,
-           w8_.scale_inv};
+    dy_g = scaler_.scale(backend_, dy, sdk::OperandRole::grad_output,
+                         collect_stats_ ? &stats_ : nullptr);
+    x_g = scaler_.last(sdk::OperandRole::input, x.shape);
+    w_g = scaler_.last(sdk::OperandRole::weight, sdk::Shape{out_, in_});
   } else {
     dy_g.view = as_dtype(dy, in_storage, dy_scratch_);
     x_g.view = as_dtype(x, in_storage, x_scratch_);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "mixtrain/core/layer.h"
+#include "ops/operand_scaler.h"
 
 namespace mixtrain::core {
 
@@ -46,7 +47,7 @@ class LinearLayer final : public Layer {
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
-  void set_operand_scaling(sdk::PrecisionPolicy* policy) override { scaling_ = policy; }
+  void set_operand_scaling(sdk::PrecisionPolicy* policy) override { scaler_.set_policy(policy); }
   // Takes a relu/gelu reader as this GEMM's epilogue (non-owning; both belong to one model).
   bool fuse_reader(Layer& reader) override;
   void set_fusion(bool on) override;
@@ -54,8 +55,8 @@ class LinearLayer final : public Layer {
   bool output_deferred() const override;
   // Delayed scaling: hands the amaxes measured by this step's operand casts to the policy (one
   // read of the device buffer). Casts leave them on the device, so a step does not wait on them.
-  void flush_operand_amaxes() override;
-  void begin_micro_batch(std::int64_t index) override { micro_batch_ = index; }
+  void flush_operand_amaxes() override { scaler_.flush(*backend_); }
+  void begin_micro_batch(std::int64_t index) override { scaler_.begin_micro_batch(index); }
   std::vector<std::int64_t> parameter_shape(const std::string& suffix) const override;
   std::vector<SharedParameter> shared_parameters() const override;
   void bind_shared_parameter(const std::string& suffix, ModelParameter& source) override;
@@ -68,26 +69,13 @@ class LinearLayer final : public Layer {
   // when a tied owner keeps its working copy in another dtype.
   sdk::TensorView weight_operand();
 
-  struct ScaledOperand {
-    Tensor data;  // fp8 copy of the operand
-    float scale_inv = 1.0f;
-  };
-  // Casts `src` to the dtype and scale the policy gives for `role`, with saturation and a fused
-  // amax that is reported back to the policy.
-  sdk::GemmOperand scale_operand(sdk::TensorView src, sdk::OperandRole role, ScaledOperand& dst);
-
   bool bias_;
   double init_std_;         // 0: PyTorch's nn.Linear init
   std::string tie_weight_;  // "<node>.<param>" when the weight is another node's
   sdk::SourceLocation tie_where_;
   ModelParameter* tied_ = nullptr;
-  std::int64_t micro_batch_ = 0;  // delayed-scaling amaxes are maxed over a step's micro-batches
   Tensor x_scratch_, dy_scratch_, w_scratch_;
-  sdk::PrecisionPolicy* scaling_ = nullptr;
-  std::vector<sdk::OperandSlot> slots_;  // per role (input, weight, grad_output) of kGemm
-  ScaledOperand x8_, w8_, dy8_;
-  Tensor amax_;  // fp32 [3]: the last cast's amax per role (input, weight, grad_output)
-  bool amax_pending_[3] = {false, false, false};
+  OperandScaler scaler_;  // FP8 operands, when the policy scales them
   ActivationLayer* fused_ = nullptr;
   bool fusion_on_ = true;
 };

@@ -7,8 +7,9 @@ namespace mixtrain::core {
 namespace {
 std::vector<OpDefinition>& op_table() {
   static std::vector<OpDefinition> table = {
-      linear_op(),  relu_op(),    gelu_op(),      layernorm_op(),          add_op(),
-      reshape_op(), flatten_op(), embedding_op(), position_embedding_op(), attention_op(),
+      linear_op(),  relu_op(),        gelu_op(),      layernorm_op(),          add_op(),
+      reshape_op(), flatten_op(),     embedding_op(), position_embedding_op(), attention_op(),
+      conv2d_op(),  batchnorm2d_op(), maxpool2d_op(), avgpool2d_op(),          global_avgpool_op(),
   };
   return table;
 }

@@ -30,6 +30,14 @@ namespace mixtrain::core {
 
 using PerSampleShape = std::vector<std::int64_t>;
 
+// How a tensor's memory holds its per-sample shape. plain: row-major in the shape's order (every
+// tensor but images). channels_last: an image [C, H, W] stored [H, W, C] per sample, the layout
+// the convolution facet works in (sdk/backend_convolution.h); the shape stays [C, H, W], as
+// PyTorch's channels_last tensors do. Element-wise ops keep their input's layout; ops that read
+// channels-last images say so (OpDefinition::reads_images); a flatten or reshape of one permutes
+// back to plain, so what follows sees PyTorch's order.
+enum class TensorLayout { plain, channels_last };
+
 // `key` is the node key the error is about ("out", "shape"; empty for the node itself).
 struct OpSpecError : std::runtime_error {
   OpSpecError(std::string key_, const std::string& what, std::string hint_)
@@ -40,6 +48,7 @@ struct OpSpecError : std::runtime_error {
 struct BuiltOp {
   std::unique_ptr<Layer> layer;
   PerSampleShape shape;
+  TensorLayout layout = TensorLayout::plain;
 };
 
 // What build() sees of a node.
@@ -48,6 +57,7 @@ struct OpNode {
   const sdk::Options& options;  // resolved against the op's schema
   const PerSampleShape& shape;  // the node's `shape = [...]` (takes_shape ops), else empty
   std::span<const PerSampleShape> inputs;  // per-sample shapes, batch excluded
+  std::span<const TensorLayout> layouts;   // each input's layout
 };
 
 struct OpDefinition {
@@ -57,6 +67,13 @@ struct OpDefinition {
   bool takes_shape = false;                    // reads the node's `shape = [...]`
   bool has_parameters = false;
   bool reads_token_ids = false;  // its input is the int32 ids of a token data source (embedding)
+  // Element-wise (relu, gelu, add): works on any layout, its output keeps its inputs' (which must
+  // agree).
+  bool keeps_layout = false;
+  // Reads images [C, H, W] in either layout (conv2d, batchnorm2d, pooling, flatten, reshape).
+  // Other ops reject a channels-last input at plan time, and see the batch of an image data
+  // source flattened to [C·H·W] (a linear on MNIST), where these see it as [C, H, W].
+  bool reads_images = false;
   sdk::OptionSchema (*schema)() = nullptr;  // nullptr: no options
   BuiltOp (*build)(const OpNode& node) = nullptr;
 };
@@ -83,5 +100,10 @@ OpDefinition flatten_op();
 OpDefinition embedding_op();
 OpDefinition position_embedding_op();
 OpDefinition attention_op();
+OpDefinition conv2d_op();
+OpDefinition batchnorm2d_op();
+OpDefinition maxpool2d_op();
+OpDefinition avgpool2d_op();
+OpDefinition global_avgpool_op();
 
 }  // namespace mixtrain::core

@@ -10,17 +10,53 @@ namespace mixtrain::core {
 ViewLayer::ViewLayer(std::string name, std::string type, std::int64_t in, std::int64_t out)
     : Layer(std::move(name), std::move(type), in, out) {}
 
+ChannelsFirstLayer::ChannelsFirstLayer(std::string name, std::string type, std::int64_t channels,
+                                       std::int64_t height, std::int64_t width, std::int64_t out)
+    : Layer(std::move(name), std::move(type), width, out),
+      channels_(channels),
+      height_(height),
+      width_(width) {}
+
+std::vector<BackendNeed> ChannelsFirstLayer::backend_needs(sdk::DType input) const {
+  return {
+      {sdk::ConvolutionOp::to_channels_first, {input, ops::storage_of(precision_.activation)}},
+      {sdk::ConvolutionOp::to_channels_last,
+       {sdk::DType::fp32, ops::storage_of(precision_.activation_grad)}},
+      {sdk::ConvolutionOp::to_channels_last,
+       {ops::storage_of(precision_.activation_grad), ops::storage_of(precision_.activation_grad)}}};
+}
+
+void ChannelsFirstLayer::forward(sdk::TensorView x, std::int64_t rows) {
+  convolution_of(*backend_).to_channels_first(x, channels_, height_, width_, output(rows));
+}
+
+void ChannelsFirstLayer::backward(sdk::TensorView, sdk::TensorView dy, sdk::TensorView dx,
+                                  std::int64_t) {
+  if (!dx.empty()) convolution_of(*backend_).to_channels_last(dy, channels_, height_, width_, dx);
+}
+
+namespace {
+// The output of a flatten / reshape to `shape`: a view, or the permute of a channels-last image.
+BuiltOp view_or_permute(const OpNode& node, const char* type, PerSampleShape shape) {
+  const PerSampleShape& in = node.inputs[0];
+  if (node.layouts[0] == TensorLayout::channels_last)
+    return BuiltOp{
+        std::make_unique<ChannelsFirstLayer>(node.name, type, in[0], in[1], in[2], shape.back()),
+        std::move(shape)};
+  return BuiltOp{std::make_unique<ViewLayer>(node.name, type, in.back(), shape.back()),
+                 std::move(shape)};
+}
+}  // namespace
+
 // --- Definitions ---------------------------------------------------------------------------------
 
 OpDefinition flatten_op() {
   OpDefinition op;
   op.type = "flatten";
-  op.summary = "view of the input as one dimension per sample";
+  op.summary = "view of the input as one dimension per sample (an image in PyTorch's order)";
+  op.reads_images = true;
   op.build = [](const OpNode& node) {
-    const auto& in = node.inputs;
-    const std::int64_t numel = ops::checked_product(in[0]);
-    return BuiltOp{std::make_unique<ViewLayer>(node.name, "flatten", in[0].back(), numel),
-                   PerSampleShape{numel}};
+    return view_or_permute(node, "flatten", PerSampleShape{ops::checked_product(node.inputs[0])});
   };
   return op;
 }
@@ -30,6 +66,7 @@ OpDefinition reshape_op() {
   op.type = "reshape";
   op.summary = "view of the input with another per-sample shape (one size may be -1)";
   op.takes_shape = true;
+  op.reads_images = true;
   op.build = [](const OpNode& node) {
     const PerSampleShape& in = node.inputs[0];
     const std::int64_t numel = ops::checked_product(in);
@@ -58,8 +95,7 @@ OpDefinition reshape_op() {
                         "cannot reshape " + ops::shape_text(in) + " (" + std::to_string(numel) +
                             " values per sample) into " + ops::shape_text(node.shape),
                         "the shapes must hold the same number of values");
-    return BuiltOp{std::make_unique<ViewLayer>(node.name, "reshape", in.back(), shape.back()),
-                   shape};
+    return view_or_permute(node, "reshape", std::move(shape));
   };
   return op;
 }

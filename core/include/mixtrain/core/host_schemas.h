@@ -26,6 +26,7 @@ sdk::OptionSchema schedule_schema();         // host keys in [optimizer]
 sdk::OptionSchema checkpoint_core_schema();  // host keys in [checkpoint]
 sdk::OptionSchema model_schema();            // [model] scalar keys
 sdk::OptionSchema gpt_preset_schema();       // [model.gpt] (preset = "gpt")
+sdk::OptionSchema resnet_preset_schema();    // [model.resnet] (preset = "resnet")
 // The ops of the op table (core/src/ops/op_registry.cpp). A node's `inputs` and a reshape's `shape`
 // are arrays, read beside these schemas (the sdk's options are scalars).
 const std::vector<std::string>& layer_types();

@@ -130,6 +130,10 @@ class Layer {
   virtual bool fuse_reader(Layer& /*reader*/) { return false; }
   virtual void set_fusion(bool /*on*/) {}
   virtual bool fused() const { return false; }
+  // A relu as part of this op (batch norm + ReLU, forward and backward): called while the graph
+  // is built, for an op whose only reader is a relu; answering true makes the op apply it for
+  // good, and the relu node becomes a view of this op's output.
+  virtual bool take_relu() { return false; }
   // Delayed FP8 scaling: hands the amaxes measured by this step's casts to the policy.
   virtual void flush_operand_amaxes() {}
   // What backward() reads besides dy, for the activation liveness plan: an input that is read

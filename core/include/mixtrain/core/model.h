@@ -19,7 +19,12 @@
 //   ones add. Gradient buffers live in one arena placed by a liveness plan (liveness_plan.h): a
 //   buffer is live from its first contribution to its producer's backward.
 // - Epilogue fusion is a graph rewrite: a linear whose output is read only by a relu/gelu runs it
-//   as its GEMM epilogue (core/src/ops/linear.h).
+//   as its GEMM epilogue (core/src/ops/linear.h); a batchnorm2d read only by a relu applies it
+//   inside the norm, forward and backward, and the relu node becomes a view of its output.
+// - Images: conv2d, batchnorm2d and pooling keep their outputs channels-last (ops/op_registry.h,
+//   TensorLayout), element-wise ops keep their input's layout, a flatten or reshape of a
+//   channels-last image permutes it back to PyTorch's order, and any other op reading one is a
+//   plan-time error naming the node.
 // - Each step: write the batch into input(rows) / labels(rows) (device views), forward(rows),
 //   loss(rows, grad_scale, with_grad), backward(rows). `grad_scale` (the loss scale) multiplies the
 //   gradient seed. A hook, when set, runs for each parameter as soon as its gradient is final in
@@ -83,6 +88,10 @@ struct ModelSpec {
 struct InputSpec {
   sdk::DType dtype = sdk::DType::fp32;  // fp32 features or int32 token ids
   std::int64_t labels_per_sample = 1;
+  // Images: the per-sample shape [C, H, W] (channels first, as the data holds them; the product
+  // is the feature count). Ops that read images see the batch with this shape; the others see it
+  // flattened to [C·H·W]. Empty: [features].
+  std::vector<std::int64_t> sample_shape;
 };
 
 struct LossValues {
@@ -192,6 +201,9 @@ class Model {
   // The inputs of layers()[i] (indices into layers(), -1 for the batch) and its per-sample shape.
   const std::vector<int>& node_inputs(std::size_t i) const { return nodes_[i].inputs; }
   const std::vector<std::int64_t>& node_shape(std::size_t i) const { return nodes_[i].shape; }
+  // Whether layers()[i]'s output is a channels-last image (ops/op_registry.h: TensorLayout).
+  bool node_channels_last(std::size_t i) const { return nodes_[i].channels_last; }
+  const std::vector<std::int64_t>& input_sample_shape() const { return input_spec_.sample_shape; }
   // Where the layers' outputs live for `max_rows` batch rows: their liveness over one forward,
   // loss and backward, under the current precision plan (what allocate() uses; callable before
   // it). `as_dtype` sizes every output in that dtype instead (what fp32 would take).
@@ -208,6 +220,7 @@ class Model {
     std::vector<int> inputs;           // tensor ids: -1 the batch, else a node (layers_ index)
     std::vector<std::int64_t> shape;   // per-sample output shape
     std::int64_t rows_per_sample = 1;  // product of shape[0..k-2]
+    bool channels_last = false;        // an image stored [H, W, C] per sample
     int root = 0;               // the node whose memory this output is (itself unless a view)
     bool needs_grad = false;    // some parameter lies upstream (or here)
     sdk::SourceLocation where;  // the node's table in the config, for plan-time errors

@@ -28,7 +28,8 @@ class SplitMix64 {
 // A seed for a named stream derived from a base seed (FNV-1a of the name mixed in).
 inline std::uint64_t derive_seed(std::uint64_t base, const char* name) {
   std::uint64_t h = 1469598103934665603ull;
-  for (const char* p = name; *p != 0; ++p) h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
+  for (const char* p = name; *p != 0; ++p)
+    h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
   return SplitMix64(base ^ h).next();
 }
 
