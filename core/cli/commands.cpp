@@ -18,6 +18,7 @@
 #include "mixtrain/core/plugin_registry.h"
 #include "mixtrain/core/profiling_backend.h"
 #include "mixtrain/core/run_comparison.h"
+#include "mixtrain/core/tensor_core_lint.h"
 #include "mixtrain/core/trainer.h"
 
 namespace mixtrain::cli {
@@ -129,20 +130,7 @@ int run_check(const ConfigArgs& cfg) {
   std::cout << "# precision policy: " << experiment.policy_name << "\n";
   std::cout << core::render_model_summary(
       core::summarize_model(trainer.model(), experiment.data.batch_size));
-  std::vector<std::string> warnings;
-  for (const auto& l : trainer.model().layers()) {
-    const auto& p = l->precision();
-    if (l->has_gemm() && p.gemm_input != sdk::DType::fp32) {
-      const std::int64_t multiple = sdk::is_fp8(p.gemm_input) ? 16 : 8;
-      for (auto d : {l->in_features(), l->out_features()})
-        if (d % multiple != 0) {
-          warnings.push_back("layer '" + l->name() + "': GEMM dimension " + std::to_string(d) +
-                             " is not a multiple of " + std::to_string(multiple) +
-                             "; Tensor Cores run such shapes padded or not at all");
-          break;
-        }
-    }
-  }
+  std::vector<std::string> warnings = core::tensor_core_warnings(trainer.model());
   if (needs_scaling && experiment.scaler_type == "none")
     warnings.push_back("policy '" + experiment.policy_name +
                        "' stores gradients in a narrow format but scaler.type = \"none\": small "

@@ -134,7 +134,7 @@ TEST_F(Precision, CheckWarnsAboutFp16WithoutAScalerAndOddGemmSizes) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("scaler.type = \"dynamic\""), std::string::npos) << r.err;
   // head has 10 outputs, not a multiple of 8.
-  EXPECT_NE(r.err.find("'head': GEMM dimension 10 is not a multiple of 8"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'head' (linear): GEMM dimension 10 is not a multiple of 8"), std::string::npos) << r.err;
   auto ok = run("check " + quickstart() + " --set precision.policy=fp16-mixed --set scaler.type=dynamic");
   EXPECT_EQ(ok.err.find("scaler.type = \"dynamic\""), std::string::npos) << ok.err;
   // FP32 GEMMs do not use Tensor Cores' 16-bit paths: no size warning.

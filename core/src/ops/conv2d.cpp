@@ -169,6 +169,9 @@ OpDefinition conv2d_op() {
         sdk::OptionSpec::required("out", sdk::OptionType::integer, "output channels")
             .at_least(1)
             .at_most(static_cast<double>(ops::kMaxDim)),
+        sdk::OptionSpec::integer("in", 0,
+                                 "input channels, checked against the input (0: the input's)")
+            .at_least(0),
         sdk::OptionSpec::integer("groups", 1, "channel groups (in and out divisible by it)")
             .at_least(1),
         sdk::OptionSpec::boolean("bias", true, "add a learned bias per output channel"),
@@ -183,6 +186,14 @@ OpDefinition conv2d_op() {
     const ops::ImageIn in = ops::image_input(node, "conv2d");
     const ops::Window win =
         ops::read_window(node, /*default_stride_is_kernel=*/false, /*with_dilation=*/true);
+    const std::int64_t declared = node.options.get_int("in");
+    if (declared != 0 && declared != in.channels)
+      throw OpSpecError("in",
+                        "in = " + std::to_string(declared) + " but input 1 has " +
+                            std::to_string(in.channels) + " channels (" +
+                            ops::shape_text(node.inputs[0]) + ")",
+                        "set in = " + std::to_string(in.channels) +
+                            " or remove it (it is inferred from the input)");
     sdk::Conv2dGeometry g;
     g.in_channels = in.channels;
     g.height = in.height;

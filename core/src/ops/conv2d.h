@@ -34,6 +34,10 @@ class Conv2dLayer final : public Layer {
               bool plain_input);
   const sdk::Conv2dGeometry& geometry() const { return geometry_; }
   std::vector<sdk::GemmDescription> gemms() const override;
+  std::vector<TensorCoreDim> tensor_core_dims() const override {
+    return {{"input channels", geometry_.in_channels / geometry_.groups, true},
+            {"output channels", geometry_.out_channels / geometry_.groups, false}};
+  }
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   // A row of the output is one (o, oh): OW outputs of C/g·KH·KW multiply-adds each.
   std::int64_t forward_flops_per_row() const override;

@@ -71,6 +71,13 @@ struct SharedParameter {
   std::vector<std::int64_t> shape;  // the shape this op needs it to have
 };
 
+// A dimension of an op's GEMM or convolution that Tensor Cores want aligned (tensor_core_lint.h).
+struct TensorCoreDim {
+  std::string what;  // "input features", "output channels"
+  std::int64_t size = 0;
+  bool input_channels = false;  // a convolution's input channels (the first layer's exception)
+};
+
 class Layer {
  public:
   Layer(std::string name, std::string type, std::int64_t in, std::int64_t out);
@@ -86,6 +93,11 @@ class Layer {
   virtual std::vector<sdk::GemmDescription> gemms() const { return {}; }
   virtual bool precision_sensitive() const { return false; }
   bool has_gemm() const { return !gemms().empty(); }
+  // The dimensions of its GEMMs that Tensor Cores want in multiples of 8 (16 for FP8); by default
+  // the last dimensions of input and output.
+  virtual std::vector<TensorCoreDim> tensor_core_dims() const {
+    return {{"GEMM dimension", in_, false}, {"GEMM dimension", out_, false}};
+  }
   sdk::OpDescription description() const;
 
   void set_precision(const sdk::OpPrecision& p) { precision_ = p; }
