@@ -384,6 +384,10 @@ void CpuBackend::batchnorm_backward(TensorView dy, TensorView x, TensorView y, T
     diff_scale = !dgamma.empty() && !accumulate ? dgamma.as<float>() : tmp;
     diff_shift = !dbeta.empty() && !accumulate ? dbeta.as<float>() : tmp + c;
     exec.emplace(DNNL_ARG_SCALE, prims_->wrap(e.stat_md, gamma.data));
+    // oneDNN 2.6's backward with use_shift refuses to run without a shift argument, which its
+    // math never reads (the ReLU mask comes from the workspace); the SDK passes no beta here, so
+    // gamma stands in (read-only).
+    exec.emplace(DNNL_ARG_SHIFT, prims_->wrap(e.stat_md, gamma.data));
     exec.emplace(DNNL_ARG_DIFF_SCALE, prims_->wrap(e.stat_md, diff_scale));
     exec.emplace(DNNL_ARG_DIFF_SHIFT, prims_->wrap(e.stat_md, diff_shift));
   }
