@@ -15,16 +15,21 @@ std::unique_ptr<sdk::Component> create_cpu_backend(const sdk::Options& options,
   const auto path = bf16 == "onednn"     ? backend_cpu::Bf16GemmPath::onednn
                     : bf16 == "emulated" ? backend_cpu::Bf16GemmPath::emulated
                                          : backend_cpu::Bf16GemmPath::automatic;
-  auto backend = std::make_unique<backend_cpu::CpuBackend>(threads, path);
+  const std::string conv = options.get_string("bf16_conv");
+  const auto conv_path = conv == "onednn"     ? backend_cpu::Bf16ConvPath::onednn
+                         : conv == "emulated" ? backend_cpu::Bf16ConvPath::emulated
+                                              : backend_cpu::Bf16ConvPath::automatic;
+  auto backend = std::make_unique<backend_cpu::CpuBackend>(threads, path, conv_path);
   context.logger.debug("cpu backend with " + std::to_string(backend->threads()) +
-                       " threads, bf16_gemm = " + bf16);
+                       " threads, bf16_gemm = " + bf16 + ", bf16_conv = " + conv);
   return backend;
 }
 
 std::vector<sdk::ComponentInfo> backend_cpu_components() {
-  return {{sdk::ComponentKind::backend, "cpu",
-           "CPU reference backend: oneDNN fp32/bf16 GEMM, exact tf32/fp16/fp8 emulation, "
-           "OpenMP kernels",
+  return {{sdk::ComponentKind::backend,
+           "cpu",
+           "CPU reference backend: oneDNN fp32/bf16 GEMM and convolution, exact tf32/fp16/fp8 "
+           "emulation, OpenMP kernels",
            {sdk::OptionSpec::integer("threads", 0,
                                      "OpenMP threads for GEMMs and kernels (0 = all cores)")
                 .at_least(0)
@@ -32,6 +37,11 @@ std::vector<sdk::ComponentInfo> backend_cpu_components() {
             sdk::OptionSpec::string("bf16_gemm", "auto",
                                     "bf16 GEMM path: auto (by CPU features), onednn (oneDNN bf16 "
                                     "matmul), emulated (exact decode + fp32 GEMM)")
+                .one_of({"auto", "onednn", "emulated"}),
+            sdk::OptionSpec::string("bf16_conv", "auto",
+                                    "bf16 convolution path: auto (by CPU features), onednn "
+                                    "(oneDNN bf16 convolution), emulated (exact decode + fp32 "
+                                    "convolution)")
                 .one_of({"auto", "onednn", "emulated"})},
            &create_cpu_backend}};
 }

@@ -1,6 +1,8 @@
 #include "cpu_access.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <span>
 
 namespace mixtrain::backend_cpu {
 
@@ -56,6 +58,22 @@ std::int64_t checked_product(std::string_view op, std::string_view what,
       fail(op, std::string(what) + " has more elements than fit in 64 bits",
            "check the layout's dimensions");
   return n;
+}
+
+void decode_tensor(const sdk::TensorView& v, float scale_inv, bool tf32, float* dst,
+                   std::int64_t n) {
+#pragma omp parallel for schedule(static) if (parallel_worth(n))
+  for (std::int64_t c0 = 0; c0 < n; c0 += kDecodeChunk) {
+    const std::int64_t len = std::min(kDecodeChunk, n - c0);
+    decode_into(v, c0, len, dst + c0, scale_inv);
+    if (tf32) sdk::round_to_tf32(std::span(dst + c0, static_cast<std::size_t>(len)));
+  }
+}
+
+void encode_tensor(const sdk::TensorView& v, const float* src, std::int64_t n) {
+#pragma omp parallel for schedule(static) if (parallel_worth(n))
+  for (std::int64_t c0 = 0; c0 < n; c0 += kDecodeChunk)
+    commit_chunk(v, c0, std::min(kDecodeChunk, n - c0), src + c0);
 }
 
 }  // namespace mixtrain::backend_cpu

@@ -111,6 +111,18 @@ inline void decode_into(const sdk::TensorView& v, std::int64_t begin, std::int64
   }
 }
 
+// Whole-tensor passes work in chunks of this many elements: large enough that a chunk amortises
+// the bulk converter's dispatch, small enough to spread over the OpenMP team.
+inline constexpr std::int64_t kDecodeChunk = 1 << 14;
+
+// dst[0, n) = the exact fp32 values of v[0, n) (any float storage, fp8 included) times
+// scale_inv, then rounded to tf32 (RNE) when `tf32`; OpenMP over chunks when worth it.
+void decode_tensor(const sdk::TensorView& v, float scale_inv, bool tf32, float* dst,
+                   std::int64_t n);
+// v[0, n) = src[0, n) rounded once (RNE) into v's storage dtype; OpenMP over chunks. `src` may be
+// v's own data when v is fp32 storage.
+void encode_tensor(const sdk::TensorView& v, const float* src, std::int64_t n);
+
 inline float* write_target(const sdk::TensorView& v, std::int64_t begin, float* buf) {
   return is_fp32_storage(v.dtype) ? static_cast<float*>(v.data) + begin : buf;
 }

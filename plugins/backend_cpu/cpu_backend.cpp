@@ -15,16 +15,19 @@
 #include "cpu_eltwise.h"
 #include "cpu_features.h"
 #include "cpu_gemm.h"
+#include "cpu_primitive_cache.h"
 
 namespace mixtrain::backend_cpu {
 
 using sdk::DType;
 using sdk::TensorView;
 
-CpuBackend::CpuBackend(int threads, Bf16GemmPath bf16_gemm)
+CpuBackend::CpuBackend(int threads, Bf16GemmPath bf16_gemm, Bf16ConvPath bf16_conv)
     : threads_(threads > 0 ? threads : std::max(1, omp_get_num_procs())),
       gemm_(std::make_unique<GemmEngine>(bf16_gemm)),
-      eltwise_(std::make_unique<EltwiseEngine>()) {
+      eltwise_(std::make_unique<EltwiseEngine>()),
+      prims_(std::make_unique<PrimitiveCache>()),
+      bf16_conv_request_(bf16_conv) {
   if (threads < 0)
     fail("create", "threads = " + std::to_string(threads) + " is negative",
          "use 0 for all cores or a positive thread count");
@@ -136,8 +139,12 @@ void CpuBackend::gemm(const sdk::GemmArgs& args) {
   account_scratch();
 }
 
+std::size_t CpuBackend::cached_dnnl_primitives() const noexcept {
+  return prims_->size();
+}
+
 void CpuBackend::account_scratch() {
-  const std::size_t now = gemm_->scratch_bytes();
+  const std::size_t now = gemm_->scratch_bytes() + prims_->scratch_bytes();
   if (now == scratch_bytes_) return;  // the steady state: scratch is grow-only
   std::lock_guard lock(memory_mutex_);
   current_bytes_ = current_bytes_ - scratch_bytes_ + now;

@@ -16,11 +16,17 @@
 // - Threading: one OpenMP pool shared with oneDNN; `threads` (0 = all cores) is applied with
 //   omp_set_num_threads on the calling thread before every op. Ops run synchronously, so
 //   synchronize() is a no-op.
-// - Facets: all seven (gemm, elementwise, normalization, loss, optimizer, attention, embedding);
-//   supports() answers from the dtype lists in each op's comment: storage floats (fp32, tf32,
-//   bf16, fp16) for element-wise, normalisation, loss, the head permutes and the embedding
-//   tables, fp32 for the foreach ops, the optimizer state and the attention softmax, and for GEMM
-//   A/B any dtype capabilities().gemm_inputs lists (C: fp32, bf16, fp16).
+// - Facets: all eight (gemm, elementwise, normalization, loss, optimizer, attention, embedding,
+//   convolution); supports() answers from the dtype lists in each op's comment: storage floats
+//   (fp32, tf32, bf16, fp16) for element-wise, normalisation (layer and batch norm), loss, the
+//   head and image permutes, pooling and the embedding tables, fp32 for the foreach ops, the
+//   optimizer state and the attention softmax, and for GEMM A/B and the convolution operands any
+//   dtype capabilities().gemm_inputs lists (outputs: fp32, bf16, fp16).
+// - Convolution, pooling and batch norm run oneDNN primitives created once per (geometry, dtypes,
+//   op) and cached (cpu_primitive_cache.h); activations are channels-last (nhwc) end to end, and
+//   weights are reordered from PyTorch's OIHW into the layout the primitive prefers by a cached
+//   reorder. bf16 convolutions run natively where the CPU has bf16 dot products (see
+//   bf16_conv_native()), everything else on the exact fp32 values (cpu_convolution.cpp).
 // - gemm_strided_batched runs one cached 3-D oneDNN matmul where one can express the call
 //   (cpu_gemm.h) and a loop over gemm() otherwise.
 // - Errors: sdk::BackendError naming the op, the offending tensor, its dtype/shape, and a fix.
@@ -37,11 +43,16 @@
 
 namespace mixtrain::backend_cpu {
 
-class GemmEngine;     // cpu_gemm.h
-class EltwiseEngine;  // cpu_eltwise.h
+class GemmEngine;      // cpu_gemm.h
+class EltwiseEngine;   // cpu_eltwise.h
+class PrimitiveCache;  // cpu_primitive_cache.h
 
 // How bf16 x bf16 GEMMs run: `automatic` decides from the CPU's features at run time.
 enum class Bf16GemmPath { automatic, onednn, emulated };
+// How bf16 convolutions (x and w, or dy and w, or x and dy both bf16) run: `automatic` uses
+// oneDNN's bf16 convolution where the CPU has bf16 dot-product instructions (AVX512-BF16 or
+// AMX-BF16) and oneDNN has a JIT kernel for it; `emulated` decodes to fp32 exactly.
+enum class Bf16ConvPath { automatic, onednn, emulated };
 
 // The backend is its own facets: every facet accessor returns `this`.
 class CpuBackend final : public sdk::DeviceBackend,
@@ -51,9 +62,11 @@ class CpuBackend final : public sdk::DeviceBackend,
                          public sdk::LossFacet,
                          public sdk::OptimizerFacet,
                          public sdk::AttentionFacet,
-                         public sdk::EmbeddingFacet {
+                         public sdk::EmbeddingFacet,
+                         public sdk::ConvolutionFacet {
  public:
-  explicit CpuBackend(int threads = 0, Bf16GemmPath bf16_gemm = Bf16GemmPath::automatic);
+  explicit CpuBackend(int threads = 0, Bf16GemmPath bf16_gemm = Bf16GemmPath::automatic,
+                      Bf16ConvPath bf16_conv = Bf16ConvPath::automatic);
   ~CpuBackend() override;
 
   int threads() const noexcept { return threads_; }
@@ -62,6 +75,14 @@ class CpuBackend final : public sdk::DeviceBackend,
   // oneDNN's implementation ("gemm:jit", "brg:avx512_core", ...) of the last GEMM primitive run
   // by gemm() or gemm_strided_batched(); for tests and tuning.
   std::string last_gemm_implementation() const;
+  // oneDNN primitives (convolution, pooling, batch norm, with their reorders) created so far, one
+  // entry per distinct (op, geometry, dtypes, flags); for tests.
+  std::size_t cached_dnnl_primitives() const noexcept;
+  // True when bf16 convolutions run in oneDNN's bf16 kernels, false when emulated; and why.
+  bool bf16_conv_native() const;
+  std::string bf16_conv_note() const;
+  // oneDNN's implementation of the last convolution primitive run ("brgconv:avx512_core", ...).
+  const std::string& last_conv_implementation() const noexcept { return last_conv_impl_; }
 
   sdk::BackendCapabilities capabilities() const override;
 
@@ -82,6 +103,7 @@ class CpuBackend final : public sdk::DeviceBackend,
   sdk::OptimizerFacet* optimizer_facet() override { return this; }
   sdk::AttentionFacet* attention_facet() override { return this; }
   sdk::EmbeddingFacet* embedding_facet() override { return this; }
+  sdk::ConvolutionFacet* convolution_facet() override { return this; }
 
   // --- GemmFacet -------------------------------------------------------------------------------
   bool supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const override;
@@ -170,15 +192,36 @@ class CpuBackend final : public sdk::DeviceBackend,
   void scatter_add(sdk::TensorView ids, sdk::TensorView dy, sdk::TensorView dtable,
                    float beta) override;
 
+  // --- ConvolutionFacet (cpu_convolution.cpp, cpu_pooling.cpp, cpu_permute.cpp) ---------------
+  bool supports(sdk::ConvolutionOp op, std::span<const sdk::DType> dtypes) const override;
+  void conv2d_forward(const sdk::Conv2dForwardArgs& args) override;
+  void conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) override;
+  void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) override;
+  std::size_t pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry,
+                                     sdk::DType x) const override;
+  void pool2d_forward(const sdk::Pool2dGeometry& geometry, sdk::TensorView x, sdk::TensorView y,
+                      sdk::TensorView workspace) override;
+  void pool2d_backward(const sdk::Pool2dGeometry& geometry, sdk::TensorView dy, sdk::TensorView x,
+                       sdk::TensorView y, sdk::TensorView workspace, sdk::TensorView dx) override;
+  void to_channels_last(sdk::TensorView src, std::int64_t channels, std::int64_t height,
+                        std::int64_t width, sdk::TensorView dst) override;
+  void to_channels_first(sdk::TensorView src, std::int64_t channels, std::int64_t height,
+                         std::int64_t width, sdk::TensorView dst) override;
+
  private:
   // Makes this thread's OpenMP team size (shared by oneDNN) equal to `threads_`.
   void use_threads() const;
-  // Folds growth of the GEMM scratch into the memory statistics.
+  // Folds growth of the GEMM, convolution and batch-norm scratch into the memory statistics.
   void account_scratch();
 
   int threads_;
   std::unique_ptr<GemmEngine> gemm_;
   std::unique_ptr<EltwiseEngine> eltwise_;
+  std::unique_ptr<PrimitiveCache> prims_;  // conv, pooling, batch norm (mutable through const)
+  Bf16ConvPath bf16_conv_request_;
+  mutable int bf16_conv_state_ = -1;  // -1 undecided, 0 emulated, 1 oneDNN
+  mutable std::string bf16_conv_note_;
+  std::string last_conv_impl_;
 
   mutable std::mutex memory_mutex_;
   std::unordered_map<void*, std::size_t> live_;

@@ -83,7 +83,7 @@ bool CpuBackend::supports(sdk::NormalizationOp op, std::span<const DType> dtypes
     case sdk::NormalizationOp::batchnorm_forward_training:
     case sdk::NormalizationOp::batchnorm_forward_inference:
     case sdk::NormalizationOp::batchnorm_backward:
-      return false;  // TODO(cnn): cpu_batchnorm.cpp
+      return matches(dtypes, {storage});
   }
   return false;
 }
@@ -123,6 +123,26 @@ bool CpuBackend::supports(sdk::EmbeddingOp op, std::span<const DType> dtypes) co
       return matches(dtypes, {storage, storage});
     case sdk::EmbeddingOp::scatter_add:
       return matches(dtypes, {storage});
+  }
+  return false;
+}
+
+bool CpuBackend::supports(sdk::ConvolutionOp op, std::span<const DType> dtypes) const {
+  using C = sdk::ConvolutionOp;
+  switch (op) {
+    case C::conv2d_forward:
+    case C::conv2d_backward_data:
+      return matches(dtypes, {gemm_operand, gemm_operand, storage});
+    case C::conv2d_backward_weights:
+      return matches(dtypes, {gemm_operand, gemm_operand});
+    case C::pool2d_forward:
+    case C::pool2d_backward:
+      // One dtype for both tensors (fp32 and tf32 share storage).
+      return matches(dtypes, {storage, storage}) &&
+             (dtypes.size() < 2 || dtypes[0] == dtypes[1] || (fp32(dtypes[0]) && fp32(dtypes[1])));
+    case C::to_channels_last:
+    case C::to_channels_first:
+      return matches(dtypes, {storage, storage});
   }
   return false;
 }

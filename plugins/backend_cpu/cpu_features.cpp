@@ -29,7 +29,9 @@ std::uint64_t xcr0() {
   return (static_cast<std::uint64_t>(hi) << 32) | lo;
 }
 
-bool bit(unsigned reg, int b) { return ((reg >> b) & 1u) != 0; }
+bool bit(unsigned reg, int b) {
+  return ((reg >> b) & 1u) != 0;
+}
 
 std::string cpuinfo_field(const std::string& name) {
   std::ifstream in("/proc/cpuinfo");
@@ -62,7 +64,9 @@ bool CpuInfo::has(const std::string& feature) const {
   return std::find(features.begin(), features.end(), feature) != features.end();
 }
 
-std::size_t available_memory_bytes() { return meminfo_bytes("MemAvailable"); }
+std::size_t available_memory_bytes() {
+  return meminfo_bytes("MemAvailable");
+}
 
 CpuInfo detect_cpu() {
   CpuInfo info;
@@ -80,9 +84,9 @@ CpuInfo detect_cpu() {
   const Regs l1 = cpuid(1, 0);
   const bool osxsave = bit(l1.ecx, 27);
   const std::uint64_t xcr = osxsave ? xcr0() : 0;
-  const bool os_avx = (xcr & 0x6u) == 0x6u;             // XMM + YMM state
+  const bool os_avx = (xcr & 0x6u) == 0x6u;                 // XMM + YMM state
   const bool os_avx512 = os_avx && (xcr & 0xE0u) == 0xE0u;  // opmask + ZMM state
-  const bool os_amx = (xcr & 0x60000u) == 0x60000u;     // XTILECFG + XTILEDATA
+  const bool os_amx = (xcr & 0x60000u) == 0x60000u;         // XTILECFG + XTILEDATA
   const Regs l7 = cpuid(7, 0);
   const Regs l7s1 = cpuid(7, 1);
 
@@ -115,6 +119,10 @@ CpuInfo detect_cpu() {
   add(os_amx && bit(l7.edx, 22) && kernel_flags.count("amx_bf16") != 0, "amx_bf16");
   add(os_amx && bit(l7.edx, 25) && kernel_flags.count("amx_int8") != 0, "amx_int8");
   return info;
+}
+
+bool onednn_bf16_preferred(const CpuInfo& cpu) {
+  return cpu.has("amx_bf16") || (cpu.has("avx512_bf16") && cpu.vendor == "AuthenticAMD");
 }
 
 }  // namespace mixtrain::backend_cpu

@@ -13,14 +13,23 @@
 namespace mixtrain::backend_cpu {
 
 struct CpuInfo {
-  std::string model_name;          // /proc/cpuinfo "model name"
-  std::string vendor;              // CPUID's vendor string: "GenuineIntel", "AuthenticAMD", ...
-  std::size_t memory_bytes = 0;    // MemTotal
+  std::string model_name;        // /proc/cpuinfo "model name"
+  std::string vendor;            // CPUID's vendor string: "GenuineIntel", "AuthenticAMD", ...
+  std::size_t memory_bytes = 0;  // MemTotal
   std::vector<std::string> features;
   bool has(const std::string& feature) const;
 };
 
 CpuInfo detect_cpu();
+
+// Whether oneDNN's bf16 kernels (GEMM and convolution) are the `automatic` choice over exact
+// emulation (decode to fp32 + the fp32 kernel) on this CPU: with AMX-BF16, or AVX512-BF16 on an
+// AMD CPU. It depends on the vendor, by measurement (bench/RESULTS.md): on Intel AVX512-BF16
+// without AMX (Sapphire Rapids with AMX hidden by the VM) oneDNN 2.6's brg:avx512_core_bf16 matmul
+// ran ~0.6x the fp32 matmul and ~0.8x emulation on the wide-MLP shapes; on AMD Zen 4 the wide
+// GPT's bf16 step took 582 ms with it against 973 ms emulated (issue 14). Without AVX512-BF16
+// oneDNN emulates the bf16 dot products on AVX-512 FMAs, which buys nothing over decoding.
+bool onednn_bf16_preferred(const CpuInfo& cpu);
 std::size_t available_memory_bytes();  // MemAvailable, 0 when unknown
 
 }  // namespace mixtrain::backend_cpu

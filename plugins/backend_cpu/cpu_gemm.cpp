@@ -41,18 +41,6 @@ namespace {
 constexpr const char* kSupportedInputs =
     "A/B in fp32, tf32, bf16, fp16, fp8_e4m3 or fp8_e5m2 (any mix), C in fp32, bf16 or fp16";
 
-// Decode chunk: large enough that a chunk amortises the bulk converter's dispatch.
-constexpr std::int64_t kDecodeChunk = 1 << 14;
-
-// Whether `automatic` picks oneDNN's bf16 matmul on a CPU with AVX512-BF16 but no AMX: it depends
-// on the vendor, by measurement (bench/RESULTS.md). Intel (Sapphire Rapids with AMX hidden by the
-// VM): bench_gemm --mixed measured oneDNN's brg:avx512_core_bf16 at ~0.6x the fp32 matmul and
-// ~0.8x exact emulation on the wide-MLP shapes, so emulation. AMD Zen 4: the wide GPT's bf16 step
-// took 582 ms with it against 973 ms emulated (1.67x; issue 14), so oneDNN.
-bool bf16_onednn_without_amx(const CpuInfo& cpu) {
-  return cpu.has("avx512_bf16") && cpu.vendor == "AuthenticAMD";
-}
-
 // GEMMs of at most this many multiply-adds (128^3) run on one thread: splitting 4 MFLOP over
 // threads saves ~50 us at best, and on a loaded machine a descheduled worker stalls the whole
 // team at the barrier. The shape alone decides, so a cached primitive always runs with the
@@ -94,17 +82,6 @@ std::optional<memory::data_type> output_dnnl_type(DType t) {
       return memory::data_type::f16;
     default:
       return std::nullopt;
-  }
-}
-
-// dst = decode(v) * scale_inv (exact decode), then rounded to tf32 when asked; parallel chunks.
-void decode_operand(const sdk::TensorView& v, float scale_inv, bool tf32, float* dst,
-                    std::int64_t n) {
-#pragma omp parallel for schedule(static) if (parallel_worth(n))
-  for (std::int64_t c0 = 0; c0 < n; c0 += kDecodeChunk) {
-    const std::int64_t len = std::min(kDecodeChunk, n - c0);
-    decode_into(v, c0, len, dst + c0, scale_inv);
-    if (tf32) sdk::round_to_tf32(std::span(dst + c0, static_cast<std::size_t>(len)));
   }
 }
 
@@ -166,7 +143,7 @@ const float* GemmEngine::operand_fp32(const sdk::GemmOperand& op, std::int64_t n
   const float scale_inv = sdk::is_fp8(op.view.dtype) ? op.scale_inv : 1.0f;
   float* out = scratch.as<float>(static_cast<std::size_t>(numel));
   // bf16 and fp16 values already fit in tf32's 10 mantissa bits; only fp32 storage is rounded.
-  decode_operand(op.view, scale_inv, tf32 && fp32, out, numel);
+  decode_tensor(op.view, scale_inv, tf32 && fp32, out, numel);
   return out;
 }
 
@@ -316,7 +293,7 @@ void GemmEngine::run(const sdk::GemmArgs& args, const ActivateInPlace& activate)
   void* c_ptr = args.c.data;
   if (c_via_fp32) {
     float* c32 = scratch_c_.as<float>(static_cast<std::size_t>(total));
-    if (args.beta != 0.0f) decode_operand(args.c, 1.0f, false, c32, total);
+    if (args.beta != 0.0f) decode_tensor(args.c, 1.0f, false, c32, total);
     c_ptr = c32;
   }
 
@@ -347,18 +324,10 @@ void GemmEngine::run(const sdk::GemmArgs& args, const ActivateInPlace& activate)
   // z is in fp32 at c_ptr (C itself, or scratch).
   float* z = static_cast<float*>(c_ptr);
   if (args.has_activation) {
-    if (!args.pre_activation.empty()) {
-#pragma omp parallel for schedule(static) if (parallel_worth(total))
-      for (std::int64_t c0 = 0; c0 < total; c0 += kDecodeChunk)
-        commit_chunk(args.pre_activation, c0, std::min(kDecodeChunk, total - c0), z + c0);
-    }
+    if (!args.pre_activation.empty()) encode_tensor(args.pre_activation, z, total);
     activate(args.activation, sdk::TensorView{z, DType::fp32, sdk::Shape{m, n}});
   }
-  if (c_via_fp32) {
-#pragma omp parallel for schedule(static) if (parallel_worth(total))
-    for (std::int64_t c0 = 0; c0 < total; c0 += kDecodeChunk)
-      commit_chunk(args.c, c0, std::min(kDecodeChunk, total - c0), z + c0);
-  }
+  if (c_via_fp32) encode_tensor(args.c, z, total);
 }
 
 GemmEngine::BatchedOperand GemmEngine::batched_operand(const sdk::GemmOperand& op,
@@ -480,7 +449,7 @@ bool GemmEngine::bf16_native() {
     case Bf16GemmPath::automatic: {
       const CpuInfo cpu = detect_cpu();
       const bool amx = cpu.has("amx_bf16");
-      native = usable && (amx || bf16_onednn_without_amx(cpu));
+      native = usable && onednn_bf16_preferred(cpu);
       if (bf16_impl_.empty())
         bf16_note_ = "oneDNN has no bf16 matmul on this CPU";
       else if (!usable)

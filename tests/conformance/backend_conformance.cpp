@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -943,6 +945,644 @@ TEST_P(Conformance, TrainingParityOnQuickstart) {
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < want.size(); ++i)
     EXPECT_NEAR(got[i], want[i], 1e-3 * std::abs(want[i]) + 1e-5) << "step " << i + 1;
+}
+
+// --- convolution, pooling, batch norm and the image permutes against double references -------
+
+// Normwise relative difference against a double-precision reference.
+double relative_to(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += want[i] * want[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+// Tolerance for a result rounded once into `out` after FP32 accumulation: the rounding's relative
+// error (2^-8 bf16, 2^-11 fp16), or a few hundred FP32 ulps of accumulation for fp32.
+double output_tolerance(DType out) {
+  return out == DType::bf16 ? 0x1p-8 : (out == DType::fp16 ? 0x1p-10 : 2e-5);
+}
+
+std::vector<double> widen(const std::vector<float>& v) {
+  return {v.begin(), v.end()};
+}
+
+// The values an operand stands for: stored (decoded) × scale_inv, tf32-rounded when asked.
+std::vector<double> real_operand(const std::vector<float>& stored_values, float scale_inv,
+                                 bool tf32) {
+  std::vector<double> r(stored_values.size());
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    const float v = tf32 ? sdk::round_to_tf32(stored_values[i]) : stored_values[i];
+    r[i] = static_cast<double>(v) * scale_inv;
+  }
+  return r;
+}
+
+sdk::Conv2dGeometry conv_geometry(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w,
+                                  std::int64_t o, std::int64_t kh, std::int64_t kw, std::int64_t sh,
+                                  std::int64_t sw, std::int64_t ph, std::int64_t pw,
+                                  std::int64_t dh, std::int64_t dw, std::int64_t groups) {
+  sdk::Conv2dGeometry g;
+  g.batch = n;
+  g.in_channels = c;
+  g.height = h;
+  g.width = w;
+  g.out_channels = o;
+  g.kernel_h = kh;
+  g.kernel_w = kw;
+  g.stride_h = sh;
+  g.stride_w = sw;
+  g.pad_h = ph;
+  g.pad_w = pw;
+  g.dilation_h = dh;
+  g.dilation_w = dw;
+  g.groups = groups;
+  return g;
+}
+
+// The three convolution products in double by direct loops over (image, output pixel, output
+// channel, tap): y from x, w (and bias); dx from dy, w; dw and dbias from x, dy (pass empty
+// vectors for what an op does not read). Channels-last
+// x [N, H, W, C], y/dy [N, OH, OW, O]; w [O, C/g, KH, KW].
+struct ConvReference {
+  std::vector<double> y, dx, dw, dbias;
+};
+ConvReference naive_conv(const sdk::Conv2dGeometry& g, const std::vector<double>& x,
+                         const std::vector<double>& w, const std::vector<double>& dy,
+                         const std::vector<double>* bias) {
+  const std::int64_t oh_n = g.out_height(), ow_n = g.out_width();
+  const std::int64_t cpg = g.in_channels / g.groups, opg = g.out_channels / g.groups;
+  ConvReference r;
+  r.y.assign(static_cast<std::size_t>(g.batch * oh_n * ow_n * g.out_channels), 0.0);
+  r.dx.assign(static_cast<std::size_t>(g.batch * g.height * g.width * g.in_channels), 0.0);
+  r.dw.assign(static_cast<std::size_t>(g.out_channels * cpg * g.kernel_h * g.kernel_w), 0.0);
+  r.dbias.assign(static_cast<std::size_t>(g.out_channels), 0.0);
+  for (std::int64_t n = 0; n < g.batch; ++n)
+    for (std::int64_t oh = 0; oh < oh_n; ++oh)
+      for (std::int64_t ow = 0; ow < ow_n; ++ow)
+        for (std::int64_t o = 0; o < g.out_channels; ++o) {
+          const auto yi =
+              static_cast<std::size_t>(((n * oh_n + oh) * ow_n + ow) * g.out_channels + o);
+          double acc = bias != nullptr ? (*bias)[static_cast<std::size_t>(o)] : 0.0;
+          const double d = dy.empty() ? 0.0 : dy[yi];
+          for (std::int64_t ci = 0; ci < cpg; ++ci)
+            for (std::int64_t kh = 0; kh < g.kernel_h; ++kh)
+              for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
+                const std::int64_t ih = oh * g.stride_h - g.pad_h + kh * g.dilation_h;
+                const std::int64_t iw = ow * g.stride_w - g.pad_w + kw * g.dilation_w;
+                if (ih < 0 || ih >= g.height || iw < 0 || iw >= g.width) continue;
+                const std::int64_t c = o / opg * cpg + ci;
+                const auto xi = static_cast<std::size_t>(
+                    ((n * g.height + ih) * g.width + iw) * g.in_channels + c);
+                const auto wi =
+                    static_cast<std::size_t>(((o * cpg + ci) * g.kernel_h + kh) * g.kernel_w + kw);
+                if (!x.empty() && !w.empty()) acc += x[xi] * w[wi];
+                if (!dy.empty() && !w.empty()) r.dx[xi] += d * w[wi];
+                if (!dy.empty() && !x.empty()) r.dw[wi] += x[xi] * d;
+              }
+          r.y[yi] = acc;
+          r.dbias[static_cast<std::size_t>(o)] += d;
+        }
+  return r;
+}
+
+TEST_P(Conformance, Conv2dEveryDtypeAndGeometryMatchesADoubleReference) {
+  MIXTRAIN_FACETS(convolution);
+  struct Geometry {
+    const char* name;
+    sdk::Conv2dGeometry g;
+    bool bias;
+  };
+  const std::vector<Geometry> geometries = {
+      {"3x3 pad 1", conv_geometry(2, 3, 7, 7, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1), true},
+      {"ResNet-like 16->16", conv_geometry(4, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1), false},
+      {"3x2 stride 2x1 dilation 1x2 groups 2",
+       conv_geometry(2, 4, 9, 8, 6, 3, 2, 2, 1, 1, 0, 1, 2, 2), true},
+      {"depthwise dilation 2", conv_geometry(3, 8, 6, 6, 8, 3, 3, 1, 1, 2, 2, 2, 2, 8), false},
+      {"1x1 stride 2", conv_geometry(2, 16, 8, 8, 8, 1, 1, 2, 2, 0, 0, 1, 1, 1), true},
+      {"floor: 7x6 stride 2 no pad", conv_geometry(2, 5, 7, 6, 3, 3, 3, 2, 2, 0, 0, 1, 1, 1),
+       false},
+  };
+  struct Route {
+    DType a, b, out, compute;
+    float scale_a, scale_b;  // cast scales: stored = real * scale, scale_inv = 1 / scale (fp8)
+  };
+  const std::vector<Route> routes = {
+      {DType::fp32, DType::fp32, DType::fp32, DType::fp32, 1, 1},
+      {DType::fp32, DType::fp32, DType::bf16, DType::fp32, 1, 1},
+      {DType::fp32, DType::fp32, DType::fp16, DType::fp32, 1, 1},
+      {DType::fp32, DType::fp32, DType::fp32, DType::tf32, 1, 1},
+      {DType::bf16, DType::bf16, DType::fp32, DType::fp32, 1, 1},
+      {DType::bf16, DType::bf16, DType::bf16, DType::fp32, 1, 1},
+      {DType::fp16, DType::fp16, DType::fp16, DType::fp32, 1, 1},
+      {DType::fp16, DType::fp16, DType::fp32, DType::fp32, 1, 1},
+      {DType::fp8_e4m3, DType::fp8_e4m3, DType::fp32, DType::fp32, 4, 3},
+      {DType::fp8_e5m2, DType::fp8_e4m3, DType::bf16, DType::fp32, 8, 2},
+      {DType::bf16, DType::fp32, DType::fp16, DType::fp32, 1, 1},
+  };
+  using C = sdk::ConvolutionOp;
+  for (C op : {C::conv2d_forward, C::conv2d_backward_data})
+    if (!tested_convolution->supports(op, std::vector<DType>(3, DType::fp32)))
+      ADD_FAILURE() << "the convolution facet must support " << sdk::op_name(op) << " in fp32";
+  for (const Geometry& geo : geometries)
+    for (const Route& rt : routes) {
+      const auto& g = geo.g;
+      const Shape xs{g.batch, g.height, g.width, g.in_channels};
+      const Shape ys{g.batch, g.out_height(), g.out_width(), g.out_channels};
+      const Shape ws{g.out_channels, g.in_channels / g.groups, g.kernel_h, g.kernel_w};
+      const bool tf32 = rt.compute == DType::tf32;
+      const float inv_a = sdk::is_fp8(rt.a) ? 1.0f / rt.scale_a : 1.0f;
+      const float inv_b = sdk::is_fp8(rt.b) ? 1.0f / rt.scale_b : 1.0f;
+      const double tol = output_tolerance(rt.out);
+      const std::string what = std::string(geo.name) + ", " + dtypes_text({rt.a, rt.b, rt.out}) +
+                               (tf32 ? " compute tf32" : "");
+      const auto xv = random_values(static_cast<std::size_t>(xs.numel()), 60);
+      const auto wv = random_values(static_cast<std::size_t>(ws.numel()), 61);
+      const auto dyv = random_values(static_cast<std::size_t>(ys.numel()), 62);
+      const auto bv = random_values(static_cast<std::size_t>(g.out_channels), 63);
+      auto bias = upload(bv, Shape{g.out_channels});
+      const std::vector<double> bias_real = widen(bv);
+      auto side = [&](int which, const Pair& p) {
+        return which == 0 ? p.ref->view() : p.tested->view();
+      };
+      auto facet = [&](int which) { return which == 0 ? ref_convolution : tested_convolution; };
+
+      if (tested_convolution->supports(C::conv2d_forward, std::vector<DType>{rt.a, rt.b, rt.out})) {
+        auto x = upload(xv, xs, rt.a, rt.scale_a);
+        auto w = upload(wv, ws, rt.b, rt.scale_b);
+        auto y = zeros(ys, rt.out);
+        for (int which : {0, 1}) {
+          sdk::Conv2dForwardArgs f;
+          f.geometry = g;
+          f.x = {side(which, x), false, inv_a};
+          f.w = {side(which, w), false, inv_b};
+          if (geo.bias) f.bias = side(which, bias);
+          f.y = side(which, y);
+          f.compute = rt.compute;
+          facet(which)->conv2d_forward(f);
+        }
+        const auto want = naive_conv(g, real_operand(tested_values(x), inv_a, tf32),
+                                     real_operand(tested_values(w), inv_b, tf32), {},
+                                     geo.bias ? &bias_real : nullptr);
+        EXPECT_LE(relative_to(tested_values(y), want.y), tol) << "conv2d_forward " << what;
+        expect_close(y, tol, "conv2d_forward vs the reference backend, " + what);
+      }
+      if (tested_convolution->supports(C::conv2d_backward_data,
+                                       std::vector<DType>{rt.a, rt.b, rt.out})) {
+        auto dy = upload(dyv, ys, rt.a, rt.scale_a);
+        auto w = upload(wv, ws, rt.b, rt.scale_b);
+        auto dx = zeros(xs, rt.out);
+        for (int which : {0, 1}) {
+          sdk::Conv2dBackwardDataArgs b;
+          b.geometry = g;
+          b.dy = {side(which, dy), false, inv_a};
+          b.w = {side(which, w), false, inv_b};
+          b.dx = side(which, dx);
+          b.compute = rt.compute;
+          facet(which)->conv2d_backward_data(b);
+        }
+        const auto want = naive_conv(g, {}, real_operand(tested_values(w), inv_b, tf32),
+                                     real_operand(tested_values(dy), inv_a, tf32), nullptr);
+        EXPECT_LE(relative_to(tested_values(dx), want.dx), tol) << "conv2d_backward_data " << what;
+        expect_close(dx, tol, "conv2d_backward_data vs the reference backend, " + what);
+      }
+      if (tested_convolution->supports(C::conv2d_backward_weights,
+                                       std::vector<DType>{rt.a, rt.b})) {
+        auto x = upload(xv, xs, rt.a, rt.scale_a);
+        auto dy = upload(dyv, ys, rt.b, rt.scale_b);
+        const auto want = naive_conv(g, real_operand(tested_values(x), inv_a, tf32), {},
+                                     real_operand(tested_values(dy), inv_b, tf32), nullptr);
+        // dbias = Σ dy: its real values are dy's.
+        for (bool accumulate : {false, true}) {
+          const auto dw0 = random_values(static_cast<std::size_t>(ws.numel()), 64);
+          const auto db0 = random_values(static_cast<std::size_t>(g.out_channels), 65);
+          auto dw = upload(dw0, ws);
+          auto db = upload(db0, Shape{g.out_channels});
+          for (int which : {0, 1}) {
+            sdk::Conv2dBackwardWeightsArgs b;
+            b.geometry = g;
+            b.x = {side(which, x), false, inv_a};
+            b.dy = {side(which, dy), false, inv_b};
+            b.dw = side(which, dw);
+            if (geo.bias) b.dbias = side(which, db);
+            b.accumulate = accumulate;
+            b.compute = rt.compute;
+            facet(which)->conv2d_backward_weights(b);
+          }
+          std::vector<double> want_dw = want.dw, want_db = want.dbias;
+          for (std::size_t i = 0; i < want_dw.size(); ++i) want_dw[i] += accumulate ? dw0[i] : 0.0;
+          for (std::size_t i = 0; i < want_db.size(); ++i)
+            want_db[i] = geo.bias ? want_db[i] + (accumulate ? db0[i] : 0.0) : db0[i];
+          const std::string w_what = what + (accumulate ? ", accumulate" : "");
+          // dw and dbias are fp32: FP32 accumulation over N·OH·OW products.
+          EXPECT_LE(relative_to(tested_values(dw), want_dw), 2e-5)
+              << "conv2d_backward_weights dw " << w_what;
+          EXPECT_LE(relative_to(tested_values(db), want_db), 2e-5)
+              << "conv2d_backward_weights dbias " << w_what;
+          expect_close(dw, 2e-5, "conv2d_backward_weights dw vs the reference backend, " + w_what);
+          expect_close(db, 2e-5,
+                       "conv2d_backward_weights dbias vs the reference backend, " + w_what);
+        }
+      }
+    }
+}
+
+// A workspace of at least `bytes` (int32 elements) on one backend.
+std::unique_ptr<DeviceTensor> workspace_on(sdk::DeviceBackend& b, std::size_t bytes) {
+  return std::make_unique<DeviceTensor>(
+      b, DType::int32,
+      Shape{std::max<std::int64_t>(1, static_cast<std::int64_t>((bytes + 3) / 4))});
+}
+
+// Pooling in double: y, and dx for dy (max: dy to the first maximum in row-major window order).
+struct PoolReference {
+  std::vector<double> y, dx;
+};
+PoolReference naive_pool(const sdk::Pool2dGeometry& g, const std::vector<double>& x,
+                         const std::vector<double>& dy) {
+  const std::int64_t oh_n = g.out_height(), ow_n = g.out_width();
+  PoolReference r;
+  r.y.assign(static_cast<std::size_t>(g.batch * oh_n * ow_n * g.channels), 0.0);
+  r.dx.assign(x.size(), 0.0);
+  for (std::int64_t n = 0; n < g.batch; ++n)
+    for (std::int64_t oh = 0; oh < oh_n; ++oh)
+      for (std::int64_t ow = 0; ow < ow_n; ++ow)
+        for (std::int64_t c = 0; c < g.channels; ++c) {
+          const auto yi = static_cast<std::size_t>(((n * oh_n + oh) * ow_n + ow) * g.channels + c);
+          double best = -std::numeric_limits<double>::infinity(), sum = 0.0;
+          std::int64_t best_at = -1, count = 0;
+          std::vector<std::size_t> inside;
+          for (std::int64_t kh = 0; kh < g.kernel_h; ++kh)
+            for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
+              const std::int64_t ih = oh * g.stride_h - g.pad_h + kh;
+              const std::int64_t iw = ow * g.stride_w - g.pad_w + kw;
+              if (ih < 0 || ih >= g.height || iw < 0 || iw >= g.width) continue;
+              const auto xi =
+                  static_cast<std::size_t>(((n * g.height + ih) * g.width + iw) * g.channels + c);
+              inside.push_back(xi);
+              sum += x[xi];
+              ++count;
+              if (x[xi] > best) {
+                best = x[xi];
+                best_at = static_cast<std::int64_t>(xi);
+              }
+            }
+          if (g.kind == sdk::PoolKind::max) {
+            r.y[yi] = best;
+            r.dx[static_cast<std::size_t>(best_at)] += dy[yi];
+          } else {
+            const double div = g.count_include_pad ? static_cast<double>(g.kernel_h * g.kernel_w)
+                                                   : static_cast<double>(count);
+            r.y[yi] = sum / div;
+            for (std::size_t xi : inside) r.dx[xi] += dy[yi] / div;
+          }
+        }
+  return r;
+}
+
+sdk::Pool2dGeometry pool_geometry(sdk::PoolKind kind, bool include_pad, std::int64_t n,
+                                  std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t kh,
+                                  std::int64_t kw, std::int64_t sh, std::int64_t sw,
+                                  std::int64_t ph, std::int64_t pw) {
+  sdk::Pool2dGeometry g;
+  g.kind = kind;
+  g.count_include_pad = include_pad;
+  g.batch = n;
+  g.channels = c;
+  g.height = h;
+  g.width = w;
+  g.kernel_h = kh;
+  g.kernel_w = kw;
+  g.stride_h = sh;
+  g.stride_w = sw;
+  g.pad_h = ph;
+  g.pad_w = pw;
+  return g;
+}
+
+TEST_P(Conformance, PoolingMaxAndAverageForwardBackwardMatchADoubleReference) {
+  MIXTRAIN_FACETS(convolution);
+  using K = sdk::PoolKind;
+  struct Case {
+    const char* name;
+    sdk::Pool2dGeometry g;
+  };
+  const std::vector<Case> cases = {
+      {"max 3x3 stride 2 pad 1", pool_geometry(K::max, true, 2, 5, 7, 7, 3, 3, 2, 2, 1, 1)},
+      {"max 2x2 stride 2", pool_geometry(K::max, true, 2, 16, 8, 8, 2, 2, 2, 2, 0, 0)},
+      {"max 3x2 stride 1x2 pad 1x1", pool_geometry(K::max, true, 2, 3, 6, 7, 3, 2, 1, 2, 1, 1)},
+      {"avg 3x3 stride 2 pad 1 include pad",
+       pool_geometry(K::average, true, 2, 5, 7, 7, 3, 3, 2, 2, 1, 1)},
+      {"avg 3x3 stride 2 pad 1 exclude pad",
+       pool_geometry(K::average, false, 2, 5, 7, 7, 3, 3, 2, 2, 1, 1)},
+      {"avg 2x3 stride 1 pad 1x1 exclude pad",
+       pool_geometry(K::average, false, 2, 4, 5, 6, 2, 3, 1, 1, 1, 1)},
+      {"global average 8x8", pool_geometry(K::average, true, 3, 10, 8, 8, 8, 8, 1, 1, 0, 0)},
+  };
+  using C = sdk::ConvolutionOp;
+  for (C op : {C::pool2d_forward, C::pool2d_backward})
+    if (!tested_convolution->supports(op, std::vector<DType>(2, DType::fp32)))
+      ADD_FAILURE() << "the convolution facet must support " << sdk::op_name(op) << " in fp32";
+  for (const Case& pc : cases)
+    for (DType dt : kStorageFloats) {
+      const std::vector<DType> pair{dt, dt};
+      if (!tested_convolution->supports(C::pool2d_forward, pair) ||
+          !tested_convolution->supports(C::pool2d_backward, pair))
+        continue;
+      const auto& g = pc.g;
+      const bool max = g.kind == K::max;
+      const Shape xs{g.batch, g.height, g.width, g.channels};
+      const Shape ys{g.batch, g.out_height(), g.out_width(), g.channels};
+      const std::string what = std::string(pc.name) + ", " + std::string(sdk::dtype_name(dt));
+      auto x = upload(random_values(static_cast<std::size_t>(xs.numel()), 70, -2.f, 2.f), xs, dt);
+      auto dy = upload(random_values(static_cast<std::size_t>(ys.numel()), 71), ys, dt);
+      const auto want = naive_pool(g, widen(tested_values(x)), widen(tested_values(dy)));
+      // Max selects a stored value (exact); average and the summed gradients round once.
+      const double tol = output_tolerance(dt);
+      std::unique_ptr<DeviceTensor> ws_ref, ws_tested;
+      if (max) {
+        ws_ref = workspace_on(*ref_, ref_convolution->pool2d_workspace_bytes(g, dt));
+        ws_tested = workspace_on(*tested_, tested_convolution->pool2d_workspace_bytes(g, dt));
+      } else {
+        EXPECT_EQ(tested_convolution->pool2d_workspace_bytes(g, dt), 0u) << what;
+      }
+      for (bool training : {true, false}) {
+        if (!max && !training) continue;
+        auto y = zeros(ys, dt);
+        ref_convolution->pool2d_forward(g, x.ref->view(), y.ref->view(),
+                                        max && training ? ws_ref->view() : TensorView{});
+        tested_convolution->pool2d_forward(g, x.tested->view(), y.tested->view(),
+                                           max && training ? ws_tested->view() : TensorView{});
+        const std::string fwhat = what + (max ? (training ? ", workspace" : ", no workspace") : "");
+        EXPECT_LE(relative_to(tested_values(y), want.y), max ? 0.0 : tol)
+            << "pool2d_forward " << fwhat;
+        expect_close(y, max ? 0.0 : tol, "pool2d_forward vs the reference backend, " + fwhat);
+        if (!training) continue;
+        // Backward from the workspace, and (max) from x alone.
+        for (bool from_ws : {true, false}) {
+          if (!max && !from_ws) continue;
+          auto dx = upload(std::vector<float>(static_cast<std::size_t>(xs.numel()), 7.f), xs, dt);
+          const TensorView wr = max && from_ws ? ws_ref->view() : TensorView{};
+          const TensorView wt = max && from_ws ? ws_tested->view() : TensorView{};
+          ref_convolution->pool2d_backward(g, dy.ref->view(), x.ref->view(), y.ref->view(), wr,
+                                           dx.ref->view());
+          tested_convolution->pool2d_backward(g, dy.tested->view(), x.tested->view(),
+                                              y.tested->view(), wt, dx.tested->view());
+          const std::string bwhat = what + (max ? (from_ws ? ", workspace" : ", from x") : "");
+          EXPECT_LE(relative_to(tested_values(dx), want.dx), tol) << "pool2d_backward " << bwhat;
+          expect_close(dx, tol, "pool2d_backward vs the reference backend, " + bwhat);
+        }
+      }
+    }
+}
+
+TEST_P(Conformance, PoolingMaxTiesGoToTheFirstMaximumInTheWindow) {
+  MIXTRAIN_FACETS(convolution);
+  // Inputs from {0, 1, 2}: most windows hold several maxima. PyTorch routes dy to the first one in
+  // row-major window order; so must every backend (exactly: dy are multiples of 1/8).
+  const auto g = pool_geometry(sdk::PoolKind::max, true, 2, 6, 7, 7, 3, 3, 2, 2, 1, 1);
+  const Shape xs{g.batch, g.height, g.width, g.channels};
+  const Shape ys{g.batch, g.out_height(), g.out_width(), g.channels};
+  std::mt19937 rng(72);
+  std::vector<float> xv(static_cast<std::size_t>(xs.numel())),
+      dyv(static_cast<std::size_t>(ys.numel()));
+  for (auto& v : xv) v = static_cast<float>(rng() % 3);
+  for (auto& v : dyv) v = static_cast<float>(static_cast<int>(rng() % 17) - 8) / 8.0f;
+  for (DType dt : kStorageFloats) {
+    if (!tested_convolution->supports(sdk::ConvolutionOp::pool2d_backward,
+                                      std::vector<DType>{dt, dt}))
+      continue;
+    auto x = upload(xv, xs, dt);
+    auto dy = upload(dyv, ys, dt);
+    auto y = zeros(ys, dt);
+    auto dx = zeros(xs, dt);
+    auto ws = workspace_on(*tested_, tested_convolution->pool2d_workspace_bytes(g, dt));
+    tested_convolution->pool2d_forward(g, x.tested->view(), y.tested->view(), ws->view());
+    tested_convolution->pool2d_backward(g, dy.tested->view(), x.tested->view(), y.tested->view(),
+                                        ws->view(), dx.tested->view());
+    const auto want = naive_pool(g, widen(xv), widen(dyv));
+    const auto got = tested_values(dx);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], want.dx[i]) << sdk::dtype_name(dt) << " element " << i;
+  }
+}
+
+// Batch norm in double over [rows, C]: the batch statistics, y, and the training backward.
+struct BatchNormReference {
+  std::vector<double> mean, var, y, dx, dgamma, dbeta;
+};
+BatchNormReference naive_batchnorm(std::int64_t rows, std::int64_t c, double eps, bool relu,
+                                   const std::vector<double>& x, const std::vector<double>* gamma,
+                                   const std::vector<double>* beta,
+                                   const std::vector<double>* use_mean,
+                                   const std::vector<double>* use_var,
+                                   const std::vector<double>& dy) {
+  BatchNormReference r;
+  const auto C = static_cast<std::size_t>(c);
+  r.mean.assign(C, 0.0);
+  r.var.assign(C, 0.0);
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < C; ++j)
+      r.mean[j] += x[static_cast<std::size_t>(i) * C + j] / static_cast<double>(rows);
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < C; ++j) {
+      const double d = x[static_cast<std::size_t>(i) * C + j] - r.mean[j];
+      r.var[j] += d * d / static_cast<double>(rows);
+    }
+  const auto& m = use_mean != nullptr ? *use_mean : r.mean;
+  const auto& v = use_var != nullptr ? *use_var : r.var;
+  r.y.assign(x.size(), 0.0);
+  r.dx.assign(x.size(), 0.0);
+  r.dgamma.assign(C, 0.0);
+  r.dbeta.assign(C, 0.0);
+  std::vector<double> g_masked(x.size(), 0.0), xhat(x.size(), 0.0);
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < C; ++j) {
+      const std::size_t k = static_cast<std::size_t>(i) * C + j;
+      xhat[k] = (x[k] - m[j]) / std::sqrt(v[j] + eps);
+      const double bn = xhat[k] * (gamma ? (*gamma)[j] : 1.0) + (beta ? (*beta)[j] : 0.0);
+      r.y[k] = relu ? std::max(bn, 0.0) : bn;
+      if (!dy.empty()) g_masked[k] = relu && bn <= 0.0 ? 0.0 : dy[k];
+    }
+  if (dy.empty()) return r;
+  for (std::size_t k = 0; k < x.size(); ++k) {
+    r.dbeta[k % C] += g_masked[k];
+    r.dgamma[k % C] += g_masked[k] * xhat[k];
+  }
+  for (std::size_t k = 0; k < x.size(); ++k) {
+    const std::size_t j = k % C;
+    const double scale = (gamma ? (*gamma)[j] : 1.0) / std::sqrt(v[j] + eps);
+    r.dx[k] = scale * (g_masked[k] - r.dbeta[j] / static_cast<double>(rows) -
+                       xhat[k] * r.dgamma[j] / static_cast<double>(rows));
+  }
+  return r;
+}
+
+TEST_P(Conformance, BatchNormTrainingInferenceAndBackwardMatchADoubleReference) {
+  MIXTRAIN_FACETS(normalization);
+  using N = sdk::NormalizationOp;
+  const Shape xs{2, 5, 7, 6};  // [N, H, W, C]: rows = 70
+  const std::int64_t rows = 70, c = 6;
+  const float momentum = 0.1f;
+  const auto xv = random_values(static_cast<std::size_t>(xs.numel()), 80, -1.f, 3.f);
+  const auto dyv = random_values(static_cast<std::size_t>(xs.numel()), 81);
+  const auto gv = random_values(static_cast<std::size_t>(c), 82, 0.5f, 1.5f);
+  const auto bv = random_values(static_cast<std::size_t>(c), 83, -0.5f, 0.5f);
+  const auto rm0 = random_values(static_cast<std::size_t>(c), 84, -0.1f, 0.1f);
+  const auto rv0 = random_values(static_cast<std::size_t>(c), 85, 0.5f, 1.5f);
+  const auto g_real = widen(gv), b_real = widen(bv);
+  if (!tested_normalization->supports(N::batchnorm_forward_training,
+                                      std::vector<DType>{DType::fp32}))
+    GTEST_SKIP() << "backend '" << GetParam().name << "' has no batch norm";
+  for (DType dt : kStorageFloats) {
+    const std::vector<DType> d{dt};
+    if (!tested_normalization->supports(N::batchnorm_forward_training, d) ||
+        !tested_normalization->supports(N::batchnorm_forward_inference, d) ||
+        !tested_normalization->supports(N::batchnorm_backward, d))
+      continue;
+    const double tol = output_tolerance(dt);
+    for (bool relu : {false, true})
+      for (bool affine : {false, true}) {
+        const sdk::BatchNormShape s{rows, c, 1e-5f, relu};
+        const std::string what = std::string(sdk::dtype_name(dt)) + (relu ? " relu" : "") +
+                                 (affine ? " affine" : " not affine");
+        auto x = upload(xv, xs, dt);
+        auto y = zeros(xs, dt);
+        auto gamma = upload(gv, Shape{c});
+        auto beta = upload(bv, Shape{c});
+        auto mean = zeros(Shape{c}), var = zeros(Shape{c});
+        auto rm = upload(rm0, Shape{c}), rv = upload(rv0, Shape{c});
+        auto ws_ref = workspace_on(*ref_, ref_normalization->batchnorm_workspace_bytes(s, dt));
+        auto ws_tested =
+            workspace_on(*tested_, tested_normalization->batchnorm_workspace_bytes(s, dt));
+        if (!relu) {
+          EXPECT_EQ(tested_normalization->batchnorm_workspace_bytes(s, dt), 0u) << what;
+        }
+        auto on = [&](int which, const Pair& p) {
+          return which == 0 ? p.ref->view() : p.tested->view();
+        };
+        for (int which : {0, 1}) {
+          auto* f = which == 0 ? ref_normalization : tested_normalization;
+          f->batchnorm_forward_training(
+              on(which, x), affine ? on(which, gamma) : TensorView{},
+              affine ? on(which, beta) : TensorView{}, s, momentum, on(which, y), on(which, mean),
+              on(which, var), on(which, rm), on(which, rv),
+              relu ? (which == 0 ? ws_ref : ws_tested)->view() : TensorView{});
+        }
+        const auto x_real = widen(tested_values(x));
+        const auto want = naive_batchnorm(rows, c, 1e-5, relu, x_real, affine ? &g_real : nullptr,
+                                          affine ? &b_real : nullptr, nullptr, nullptr, {});
+        EXPECT_LE(relative_to(tested_values(y), want.y), tol) << "batchnorm training y, " << what;
+        EXPECT_LE(relative_to(tested_values(mean), want.mean), 1e-6) << "save_mean, " << what;
+        EXPECT_LE(relative_to(tested_values(var), want.var), 1e-5) << "save_var, " << what;
+        std::vector<double> want_rm(rm0.size()), want_rv(rv0.size());
+        for (std::size_t j = 0; j < want_rm.size(); ++j) {
+          want_rm[j] = (1.0 - momentum) * rm0[j] + double{momentum} * want.mean[j];
+          want_rv[j] = (1.0 - momentum) * rv0[j] +
+                       double{momentum} * want.var[j] * static_cast<double>(rows) / (rows - 1.0);
+        }
+        EXPECT_LE(relative_to(tested_values(rm), want_rm), 1e-6) << "running_mean, " << what;
+        EXPECT_LE(relative_to(tested_values(rv), want_rv), 1e-6) << "running_var, " << what;
+        expect_close(y, tol, "batchnorm training y vs the reference backend, " + what);
+        expect_close(var, 1e-5, "save_var vs the reference backend, " + what);
+
+        // Inference with the updated running statistics.
+        auto yi = zeros(xs, dt);
+        for (int which : {0, 1})
+          (which == 0 ? ref_normalization : tested_normalization)
+              ->batchnorm_forward_inference(on(which, x), affine ? on(which, gamma) : TensorView{},
+                                            affine ? on(which, beta) : TensorView{}, on(which, rm),
+                                            on(which, rv), s, on(which, yi));
+        const auto rm_now = widen(tested_values(rm)), rv_now = widen(tested_values(rv));
+        const auto want_inf =
+            naive_batchnorm(rows, c, 1e-5, relu, x_real, affine ? &g_real : nullptr,
+                            affine ? &b_real : nullptr, &rm_now, &rv_now, {});
+        EXPECT_LE(relative_to(tested_values(yi), want_inf.y), tol)
+            << "batchnorm inference, " << what;
+        expect_close(yi, tol, "batchnorm inference vs the reference backend, " + what);
+
+        // Backward from the saved statistics, with the workspace and (relu) from y alone.
+        auto dy = upload(dyv, xs, dt);
+        const auto saved_mean = widen(tested_values(mean)), saved_var = widen(tested_values(var));
+        const auto want_b = naive_batchnorm(rows, c, 1e-5, relu, x_real, affine ? &g_real : nullptr,
+                                            affine ? &b_real : nullptr, &saved_mean, &saved_var,
+                                            widen(tested_values(dy)));
+        for (bool from_ws : {true, false})
+          for (bool accumulate : {false, true}) {
+            if (!relu && !from_ws) continue;
+            const auto dg0 = random_values(static_cast<std::size_t>(c), 86);
+            const auto db0 = random_values(static_cast<std::size_t>(c), 87);
+            auto dx = zeros(xs, dt);
+            auto dg = upload(dg0, Shape{c}), db = upload(db0, Shape{c});
+            for (int which : {0, 1}) {
+              const TensorView ws =
+                  relu && from_ws ? (which == 0 ? ws_ref : ws_tested)->view() : TensorView{};
+              (which == 0 ? ref_normalization : tested_normalization)
+                  ->batchnorm_backward(on(which, dy), on(which, x), on(which, y),
+                                       affine ? on(which, gamma) : TensorView{}, on(which, mean),
+                                       on(which, var), s, ws, on(which, dx),
+                                       affine ? on(which, dg) : TensorView{},
+                                       affine ? on(which, db) : TensorView{}, accumulate);
+            }
+            const std::string bwhat = what + (relu ? (from_ws ? ", workspace" : ", from y") : "") +
+                                      (accumulate ? ", accumulate" : "");
+            EXPECT_LE(relative_to(tested_values(dx), want_b.dx), std::max(tol, 1e-5))
+                << "batchnorm_backward dx, " << bwhat;
+            expect_close(dx, std::max(tol, 1e-5),
+                         "batchnorm_backward dx vs the reference backend, " + bwhat);
+            if (!affine) continue;
+            std::vector<double> want_dg = want_b.dgamma, want_db = want_b.dbeta;
+            for (std::size_t j = 0; j < want_dg.size(); ++j) {
+              want_dg[j] += accumulate ? dg0[j] : 0.0;
+              want_db[j] += accumulate ? db0[j] : 0.0;
+            }
+            EXPECT_LE(relative_to(tested_values(dg), want_dg), 1e-5) << "dgamma, " << bwhat;
+            EXPECT_LE(relative_to(tested_values(db), want_db), 1e-5) << "dbeta, " << bwhat;
+            expect_close(dg, 1e-5, "dgamma vs the reference backend, " + bwhat);
+            expect_close(db, 1e-5, "dbeta vs the reference backend, " + bwhat);
+          }
+      }
+  }
+}
+
+TEST_P(Conformance, ImagePermutesEveryDtypePair) {
+  MIXTRAIN_FACETS(convolution);
+  using C = sdk::ConvolutionOp;
+  if (!tested_convolution->supports(C::to_channels_last, std::vector<DType>(2, DType::fp32)))
+    ADD_FAILURE() << "the convolution facet must support to_channels_last in fp32";
+  // Odd sizes, and one image wider than a 32x32 tile in both directions.
+  for (const auto& [n, ch, h, w] :
+       {std::array<std::int64_t, 4>{2, 5, 3, 7}, std::array<std::int64_t, 4>{1, 40, 9, 9}}) {
+    const Shape first{n, ch, h, w}, last{n, h, w, ch};
+    const auto values = random_values(static_cast<std::size_t>(first.numel()), 90, -3.f, 3.f);
+    for (DType st : kStorageFloats)
+      for (DType dt : kStorageFloats) {
+        const std::vector<DType> pair{st, dt};
+        if (!tested_convolution->supports(C::to_channels_last, pair) ||
+            !tested_convolution->supports(C::to_channels_first, std::vector<DType>{dt, st}))
+          continue;
+        const std::string what = dtypes_text({st, dt}) + " " + first.to_string();
+        auto x = upload(values, first, st);
+        auto y = zeros(last, dt);
+        tested_convolution->to_channels_last(x.tested->view(), ch, h, w, y.tested->view());
+        auto back = zeros(first, st);
+        tested_convolution->to_channels_first(y.tested->view(), ch, h, w, back.tested->view());
+        std::vector<float> want_y(values.size()), want_back(values.size());
+        for (std::int64_t i = 0; i < n; ++i)
+          for (std::int64_t c = 0; c < ch; ++c)
+            for (std::int64_t p = 0; p < h * w; ++p) {
+              const auto fi = static_cast<std::size_t>((i * ch + c) * h * w + p);
+              const auto li = static_cast<std::size_t>((i * h * w + p) * ch + c);
+              want_y[li] = stored(stored(values[fi], st), dt);
+              want_back[fi] = stored(want_y[li], st);
+            }
+        EXPECT_EQ(tested_values(y), want_y) << "to_channels_last " << what;
+        EXPECT_EQ(tested_values(back), want_back) << "to_channels_first " << what;
+      }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(conformance, Conformance, ::testing::ValuesIn(registered_backends()),

@@ -1,0 +1,293 @@
+// The convolution facet's pooling ops (max and average, forward and backward) on oneDNN over
+// channels-last [N, H, W, C] activations.
+//
+// - fp32 and bf16 run natively in oneDNN's pooling (bf16 results rounded by oneDNN, RNE; a bf16
+//   key whose kernel is a reference kernel takes the fp32 route instead); fp16 goes through fp32
+//   scratch (exact decode, one RNE encode of the result).
+// - Max pooling's forward in training (a workspace given) keeps oneDNN's argmax indices in the
+//   caller's workspace (pool2d_workspace_bytes: oneDNN's workspace_desc, u8 indices for windows of
+//   fewer than 256 elements); its backward routes dy through them. Without a workspace the
+//   backward recomputes them from x with a forward pass into scratch.
+// - Ties: oneDNN's max pooling replaces the running maximum only when a later element is strictly
+//   greater, visiting the window row by row (kh outer, kw inner), so the first maximum in row-major
+//   window order wins, as in PyTorch; padding is never chosen.
+// - Average pooling: pooling_avg_include_padding divides by KH·KW (PyTorch's count_include_pad),
+//   pooling_avg_exclude_padding by the window's in-image elements.
+// - PyTorch's floor arithmetic: the right padding equals the left and oneDNN floors the window
+//   count the same way, so the windows a floor drops are never computed. As in PyTorch, the
+//   padding may be at most half the kernel, so every window overlaps the image.
+#include <string>
+#include <string_view>
+
+#include "cpu_access.h"
+#include "cpu_backend.h"
+#include "cpu_primitive_cache.h"
+
+namespace mixtrain::backend_cpu {
+
+using dnnl::memory;
+using sdk::DType;
+using sdk::TensorView;
+using Slot = PrimitiveCache::Slot;
+
+namespace {
+
+enum Tag : std::int64_t { kPoolForward = 10, kPoolBackward = 11 };
+
+void check_geometry(std::string_view op, const sdk::Pool2dGeometry& g) {
+  const std::string hint = "check the layer's Pool2dGeometry";
+  auto at_least = [&](const char* name, std::int64_t v, std::int64_t lo) {
+    if (v < lo)
+      fail(op,
+           std::string("geometry.") + name + " = " + std::to_string(v) + " must be at least " +
+               std::to_string(lo),
+           hint);
+  };
+  at_least("batch", g.batch, 1);
+  at_least("channels", g.channels, 1);
+  at_least("height", g.height, 1);
+  at_least("width", g.width, 1);
+  at_least("kernel_h", g.kernel_h, 1);
+  at_least("kernel_w", g.kernel_w, 1);
+  at_least("stride_h", g.stride_h, 1);
+  at_least("stride_w", g.stride_w, 1);
+  at_least("pad_h", g.pad_h, 0);
+  at_least("pad_w", g.pad_w, 0);
+  if (2 * g.pad_h > g.kernel_h || 2 * g.pad_w > g.kernel_w)
+    fail(op,
+         "padding " + std::to_string(g.pad_h) + "x" + std::to_string(g.pad_w) +
+             " is more than half the kernel " + std::to_string(g.kernel_h) + "x" +
+             std::to_string(g.kernel_w),
+         "use at most kernel/2 padding (PyTorch's rule: every window overlaps the image)");
+  if (g.out_height() < 1 || g.out_width() < 1)
+    fail(op,
+         "the kernel " + std::to_string(g.kernel_h) + "x" + std::to_string(g.kernel_w) +
+             " does not fit in the " + std::to_string(g.height) + "x" + std::to_string(g.width) +
+             " image padded by " + std::to_string(g.pad_h) + "x" + std::to_string(g.pad_w),
+         "use a smaller kernel or more padding");
+}
+
+void check_image(std::string_view op, std::string_view name, const TensorView& v, std::int64_t n,
+                 std::int64_t h, std::int64_t w, std::int64_t c, std::string_view layout) {
+  require_storage(op, name, v);
+  const std::int64_t numel = checked_product(op, name, {n, h, w, c});
+  bool ok = v.numel() == numel;
+  if (ok && v.shape.rank == 4)
+    ok = v.shape[0] == n && v.shape[1] == h && v.shape[2] == w && v.shape[3] == c;
+  if (!ok)
+    fail(op,
+         std::string(name) + " is " + describe(v) + " but the geometry expects " +
+             std::string(layout) + " = [" + std::to_string(n) + ", " + std::to_string(h) + ", " +
+             std::to_string(w) + ", " + std::to_string(c) + "] (" + std::to_string(numel) +
+             " elements)",
+         "image activations are channels-last [N, H, W, C]; check the geometry");
+}
+
+void check_same_dtype(std::string_view op, std::string_view a_name, const TensorView& a,
+                      std::string_view b_name, const TensorView& b) {
+  const bool same = a.dtype == b.dtype || (is_fp32_storage(a.dtype) && is_fp32_storage(b.dtype));
+  if (!same)
+    fail(op,
+         std::string(a_name) + " is " + describe(a) + " but " + std::string(b_name) + " is " +
+             describe(b) + "; pooling keeps one dtype",
+         "cast one of them so both are fp32, bf16 or fp16");
+}
+
+dnnl::algorithm algorithm_of(const sdk::Pool2dGeometry& g) {
+  if (g.kind == sdk::PoolKind::max) return dnnl::algorithm::pooling_max;
+  return g.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                             : dnnl::algorithm::pooling_avg_exclude_padding;
+}
+
+memory::desc image_md(const sdk::Pool2dGeometry& g, bool out, memory::data_type dt) {
+  return memory::desc(
+      {g.batch, g.channels, out ? g.out_height() : g.height, out ? g.out_width() : g.width}, dt,
+      memory::format_tag::nhwc);
+}
+
+PrimitiveCache::Key key_of(Tag tag, const sdk::Pool2dGeometry& g, memory::data_type dt,
+                           bool training) {
+  return {tag,        static_cast<std::int64_t>(dt),
+          training,   static_cast<std::int64_t>(algorithm_of(g)),
+          g.batch,    g.channels,
+          g.height,   g.width,
+          g.kernel_h, g.kernel_w,
+          g.stride_h, g.stride_w,
+          g.pad_h,    g.pad_w};
+}
+
+dnnl::pooling_forward::primitive_desc forward_pd(const dnnl::engine& engine,
+                                                 const sdk::Pool2dGeometry& g, memory::data_type dt,
+                                                 bool training) {
+  return {{training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
+           algorithm_of(g),
+           image_md(g, false, dt),
+           image_md(g, true, dt),
+           {g.stride_h, g.stride_w},
+           {g.kernel_h, g.kernel_w},
+           {g.pad_h, g.pad_w},
+           {g.pad_h, g.pad_w}},
+          engine};
+}
+
+struct PoolEntry {
+  dnnl::primitive primitive;
+  memory::desc src_md, dst_md, ws_md;
+  std::string implementation;
+};
+
+[[noreturn]] void creation_failed(std::string_view op, const dnnl::error& e) {
+  fail(op, std::string("oneDNN cannot create this pooling: ") + e.what(), "report this geometry");
+}
+
+PoolEntry& forward_entry(PrimitiveCache& cache, std::string_view op, const sdk::Pool2dGeometry& g,
+                         memory::data_type dt, bool training) {
+  return cache.get<PoolEntry>(key_of(kPoolForward, g, dt, training), [&] {
+    try {
+      const auto pd = forward_pd(cache.engine(), g, dt, training);
+      return PoolEntry{dnnl::pooling_forward(pd), pd.src_desc(), pd.dst_desc(), pd.workspace_desc(),
+                       pd.impl_info_str()};
+    } catch (const dnnl::error& err) {
+      creation_failed(op, err);
+    }
+  });
+}
+
+// src_md / dst_md hold diff_src / diff_dst.
+PoolEntry& backward_entry(PrimitiveCache& cache, std::string_view op, const sdk::Pool2dGeometry& g,
+                          memory::data_type dt) {
+  return cache.get<PoolEntry>(key_of(kPoolBackward, g, dt, true), [&] {
+    try {
+      const auto hint = forward_pd(cache.engine(), g, dt, true);
+      const dnnl::pooling_backward::primitive_desc pd({algorithm_of(g),
+                                                       image_md(g, false, dt),
+                                                       image_md(g, true, dt),
+                                                       {g.stride_h, g.stride_w},
+                                                       {g.kernel_h, g.kernel_w},
+                                                       {g.pad_h, g.pad_w},
+                                                       {g.pad_h, g.pad_w}},
+                                                      cache.engine(), hint);
+      return PoolEntry{dnnl::pooling_backward(pd), pd.diff_src_desc(), pd.diff_dst_desc(),
+                       pd.workspace_desc(), pd.impl_info_str()};
+    } catch (const dnnl::error& err) {
+      creation_failed(op, err);
+    }
+  });
+}
+
+// bf16 natively unless oneDNN only has a reference kernel for it; fp32 storage natively; fp16
+// (and a bf16 fallback) through fp32 scratch.
+memory::data_type pool_type(PrimitiveCache& cache, std::string_view op,
+                            const sdk::Pool2dGeometry& g, DType dtype) {
+  if (dtype != DType::bf16) return memory::data_type::f32;
+  const bool training = g.kind == sdk::PoolKind::max;
+  const auto& e = forward_entry(cache, op, g, memory::data_type::bf16, training);
+  return is_reference_kernel(e.implementation) ? memory::data_type::f32 : memory::data_type::bf16;
+}
+
+// The tensor as the primitive reads it: itself when stored in `dt`, else decoded into scratch.
+const void* as_input(PrimitiveCache& cache, const TensorView& v, memory::data_type dt, Slot slot) {
+  if (dt == memory::data_type::bf16 || is_fp32_storage(v.dtype)) return v.data;
+  const std::int64_t n = v.numel();
+  float* out = cache.scratch<float>(slot, static_cast<std::size_t>(n));
+  decode_tensor(v, 1.0f, false, out, n);
+  return out;
+}
+
+void* as_output(PrimitiveCache& cache, const TensorView& v, memory::data_type dt, Slot slot) {
+  if (dt == memory::data_type::bf16 || is_fp32_storage(v.dtype)) return v.data;
+  return cache.scratch<float>(slot, static_cast<std::size_t>(v.numel()));
+}
+
+void check_workspace(std::string_view op, const TensorView& ws, std::size_t bytes) {
+  if (ws.bytes() < bytes)
+    fail(op,
+         "workspace is " + describe(ws) + " (" + std::to_string(ws.bytes()) + " bytes) but " +
+             std::to_string(bytes) + " bytes are needed",
+         "allocate pool2d_workspace_bytes(geometry, dtype) bytes and pass the same workspace to "
+         "the forward and the backward");
+}
+
+}  // namespace
+
+std::size_t CpuBackend::pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry, DType x) const {
+  constexpr std::string_view op = "pool2d_workspace_bytes";
+  check_geometry(op, geometry);
+  if (geometry.kind != sdk::PoolKind::max) return 0;
+  if (!is_storage_float(x))
+    fail(op, "x dtype " + std::string(sdk::dtype_name(x)) + " is not supported",
+         "pool fp32, bf16 or fp16 activations");
+  use_threads();
+  const auto dt = pool_type(*prims_, op, geometry, x);
+  return forward_entry(*prims_, op, geometry, dt, true).ws_md.get_size();
+}
+
+void CpuBackend::pool2d_forward(const sdk::Pool2dGeometry& g, TensorView x, TensorView y,
+                                TensorView workspace) {
+  constexpr std::string_view op = "pool2d_forward";
+  use_threads();
+  check_geometry(op, g);
+  check_image(op, "x", x, g.batch, g.height, g.width, g.channels, "[N, H, W, C]");
+  check_image(op, "y", y, g.batch, g.out_height(), g.out_width(), g.channels, "[N, OH, OW, C]");
+  check_same_dtype(op, "x", x, "y", y);
+  if (overlaps(x, y)) fail(op, "y overlaps x", "write the output into a separate buffer");
+  const bool training = g.kind == sdk::PoolKind::max && !workspace.empty();
+  const auto dt = pool_type(*prims_, op, g, x.dtype);
+  PoolEntry& e = forward_entry(*prims_, op, g, dt, training);
+  const void* src = as_input(*prims_, x, dt, Slot::src);
+  void* dst = as_output(*prims_, y, dt, Slot::dst);
+  std::unordered_map<int, memory> exec{{DNNL_ARG_SRC, prims_->wrap(e.src_md, src)},
+                                       {DNNL_ARG_DST, prims_->wrap(e.dst_md, dst)}};
+  if (training) {
+    check_workspace(op, workspace, e.ws_md.get_size());
+    exec.emplace(DNNL_ARG_WORKSPACE, prims_->wrap(e.ws_md, workspace.data));
+  }
+  prims_->execute(e.primitive, exec);
+  if (dst != y.data) encode_tensor(y, static_cast<const float*>(dst), y.numel());
+  account_scratch();
+}
+
+void CpuBackend::pool2d_backward(const sdk::Pool2dGeometry& g, TensorView dy, TensorView x,
+                                 TensorView y, TensorView workspace, TensorView dx) {
+  constexpr std::string_view op = "pool2d_backward";
+  (void)y;  // the indices come from the workspace or from x
+  use_threads();
+  check_geometry(op, g);
+  check_image(op, "dy", dy, g.batch, g.out_height(), g.out_width(), g.channels, "[N, OH, OW, C]");
+  check_image(op, "dx", dx, g.batch, g.height, g.width, g.channels, "[N, H, W, C]");
+  check_same_dtype(op, "dy", dy, "dx", dx);
+  if (overlaps(dx, dy)) fail(op, "dx overlaps dy", "write the output into a separate buffer");
+  const bool max = g.kind == sdk::PoolKind::max;
+  const auto dt = pool_type(*prims_, op, g, dy.dtype);
+  PoolEntry& e = backward_entry(*prims_, op, g, dt);
+
+  const void* ws = workspace.data;
+  if (max && workspace.empty()) {
+    // No workspace: recompute the argmax indices from x (a training forward into scratch).
+    if (x.empty())
+      fail(op, "max pooling's backward needs the forward's workspace or x",
+           "pass the workspace filled by pool2d_forward, or x");
+    check_image(op, "x", x, g.batch, g.height, g.width, g.channels, "[N, H, W, C]");
+    check_same_dtype(op, "x", x, "dy", dy);
+    PoolEntry& f = forward_entry(*prims_, op, g, dt, true);
+    const void* src = as_input(*prims_, x, dt, Slot::extra_a);
+    void* y_tmp = prims_->scratch<char>(Slot::weights, f.dst_md.get_size());
+    void* ws_tmp = prims_->scratch<char>(Slot::extra_b, f.ws_md.get_size());
+    prims_->execute(f.primitive, {{DNNL_ARG_SRC, prims_->wrap(f.src_md, src)},
+                                  {DNNL_ARG_DST, prims_->wrap(f.dst_md, y_tmp)},
+                                  {DNNL_ARG_WORKSPACE, prims_->wrap(f.ws_md, ws_tmp)}});
+    ws = ws_tmp;
+  } else if (max) {
+    check_workspace(op, workspace, e.ws_md.get_size());
+  }
+  const void* diff_dst = as_input(*prims_, dy, dt, Slot::src);
+  void* diff_src = as_output(*prims_, dx, dt, Slot::dst);
+  std::unordered_map<int, memory> exec{{DNNL_ARG_DIFF_DST, prims_->wrap(e.dst_md, diff_dst)},
+                                       {DNNL_ARG_DIFF_SRC, prims_->wrap(e.src_md, diff_src)}};
+  if (max) exec.emplace(DNNL_ARG_WORKSPACE, prims_->wrap(e.ws_md, ws));
+  prims_->execute(e.primitive, exec);
+  if (diff_src != dx.data) encode_tensor(dx, static_cast<const float*>(diff_src), dx.numel());
+  account_scratch();
+}
+
+}  // namespace mixtrain::backend_cpu

@@ -1,0 +1,91 @@
+// PrimitiveCache: the oneDNN engine, stream, cached primitives and grow-only scratch of the
+// convolution facet (conv2d, pooling) and of batch norm.
+//
+// Contract
+// - A primitive (with its descriptors and the reorders around it) is created once per key and
+//   reused for every later call with that key; a key is an op tag followed by every integer that
+//   decides the primitive (geometry, oneDNN data types, flags). Creating oneDNN primitives costs
+//   milliseconds, so no op creates one per call; dnnl::memory objects wrapping the caller's
+//   pointers are made per call (cheap).
+// - size() counts the entries created so far (for tests: a second call with the same key adds
+//   nothing).
+// - Scratch buffers are grow-only, one per Slot, reused across calls; scratch_bytes() is what they
+//   hold (counted in the backend's memory statistics).
+// - Not thread-safe: one cache per backend, used by one host thread at a time.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "cpu_gemm.h"  // ScratchBuffer
+#include "mixtrain/sdk/dtype.h"
+
+namespace mixtrain::backend_cpu {
+
+class PrimitiveCache {
+ public:
+  using Key = std::vector<std::int64_t>;
+  // Scratch slots: decoded source, decoded weights (plain), weights in the primitive's layout,
+  // fp32 destination, gradients in the primitive's layout, and two spares.
+  enum class Slot { src, weights, weights_blocked, dst, diff_blocked, extra_a, extra_b, count };
+
+  PrimitiveCache();
+
+  dnnl::engine& engine() { return engine_; }
+  dnnl::stream& stream() { return stream_; }
+
+  // The entry for `key`, made by `make()` (which returns an Entry) on the first call.
+  template <class Entry, class Make>
+  Entry& get(const Key& key, Make&& make) {
+    if (auto it = entries_.find(key); it != entries_.end())
+      return *static_cast<Entry*>(it->second.get());
+    auto entry = std::make_shared<Entry>(std::forward<Make>(make)());
+    Entry& ref = *entry;
+    entries_.emplace(key, std::move(entry));
+    return ref;
+  }
+  std::size_t size() const { return entries_.size(); }
+
+  template <class T>
+  T* scratch(Slot slot, std::size_t count) {
+    return scratch_[static_cast<std::size_t>(slot)].as<T>(count);
+  }
+  std::size_t scratch_bytes() const;
+
+  // Runs `p` with `args` on the stream and waits.
+  void execute(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args);
+  // A memory object over the caller's (or scratch) pointer.
+  dnnl::memory wrap(const dnnl::memory::desc& md, const void* data) {
+    return dnnl::memory(md, engine_, const_cast<void*>(data));
+  }
+
+ private:
+  struct KeyHash {
+    std::size_t operator()(const Key& key) const noexcept;
+  };
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::unordered_map<Key, std::shared_ptr<void>, KeyHash> entries_;
+  std::array<ScratchBuffer, static_cast<std::size_t>(Slot::count)> scratch_;
+};
+
+// Whether oneDNN's implementation name is one of its reference (slow, scalar) kernels.
+inline bool is_reference_kernel(std::string_view implementation) {
+  return implementation.find("ref") != std::string_view::npos;
+}
+
+// The oneDNN data type of fp32 storage (fp32, tf32) and bf16.
+inline dnnl::memory::data_type dnnl_type_of(sdk::DType t) {
+  return t == sdk::DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
+
+}  // namespace mixtrain::backend_cpu
