@@ -56,9 +56,14 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   auto& backend = *s.c.backend;
 
   // Data.
-  auto split = load_train_and_eval(e.data, e.run.seed);
-  s.train = std::move(split.first);
-  s.eval = std::move(split.second);
+  auto loaded = load_data(e.data, e.run.seed);
+  s.train = std::move(loaded.train);
+  s.eval = std::move(loaded.eval);
+  s.black = std::move(loaded.black);
+  if (e.data.normalize.enabled())
+    s.log.info(std::string("data: normalised per channel with ") +
+               describe_normalization(loaded.normalization) +
+               (e.data.normalize.from_training ? " (from the training split)" : ""));
   if (s.train.rows < e.data.batch_size)
     throw sdk::DataError(
         "the training split has " + std::to_string(s.train.rows) +
@@ -68,8 +73,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   // Model under the policy's plan.
   InputSpec input;
   if (s.train.is_tokens()) input = {sdk::DType::int32, s.train.labels_per_row()};
-  s.model =
-      std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes, input);
+  s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes, input);
   auto caps = backend.capabilities();
   plan_precision(*s.model, *s.c.policy, caps, e.overrides, s.log);
   // Every node's ops are asked in Model::allocate; the step's own gradient checks here.
