@@ -4,6 +4,7 @@
 #include <charconv>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <toml++/toml.h>
@@ -329,6 +330,28 @@ std::vector<std::int64_t> Config::integer_array(std::string_view dotted) const {
       throw sdk::ConfigError(location(dotted), std::string(dotted),
                              "entry " + std::to_string(i) + " is not an integer",
                              "write it as [4, 16]");
+    out.push_back(*v);
+  }
+  return out;
+}
+
+std::vector<double> Config::number_array(std::string_view dotted) const {
+  std::vector<double> out;
+  const auto* n = lookup(impl_->root, dotted);
+  if (n == nullptr) return out;
+  const auto* a = n->as_array();
+  if (a == nullptr)
+    throw sdk::ConfigError(location(dotted), std::string(dotted), "expected an array of numbers",
+                           "write it as [0.5, 0.25]");
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    const auto* item = a->get(i);
+    std::optional<double> v;
+    if (auto f = item->value_exact<double>()) v = *f;
+    if (auto k = item->value_exact<std::int64_t>()) v = static_cast<double>(*k);
+    if (!v)
+      throw sdk::ConfigError(location(dotted), std::string(dotted),
+                             "entry " + std::to_string(i) + " is not a number",
+                             "write it as [0.5, 0.25]");
     out.push_back(*v);
   }
   return out;

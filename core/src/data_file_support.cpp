@@ -113,7 +113,8 @@ void check_row_counts(const fs::path& features, std::uint64_t feature_rows, cons
                          "the two files must describe the same samples in the same order");
 }
 
-void set_classes(const fs::path& labels, Dataset& data, std::int32_t classes) {
+void set_classes(const fs::path& labels, Dataset& data, std::int32_t classes,
+                 std::uint64_t data_offset, std::uint64_t item_size) {
   if (classes < 0)
     fail(labels, "the number of classes must be >= 0, found " + std::to_string(classes),
          "give 0 to infer it from the labels");
@@ -125,8 +126,13 @@ void set_classes(const fs::path& labels, Dataset& data, std::int32_t classes) {
     data.classes = classes;
     if (max_label >= classes) {
       const auto at = std::find(data.y.begin(), data.y.end(), max_label) - data.y.begin();
+      const std::string offset =
+          item_size == 0
+              ? std::string()
+              : ", byte offset " +
+                    std::to_string(data_offset + static_cast<std::uint64_t>(at) * item_size);
       fail(labels,
-           "label " + std::to_string(max_label) + " (row " + std::to_string(at) +
+           "label " + std::to_string(max_label) + " (row " + std::to_string(at) + offset +
                ") is not below the declared " + std::to_string(classes) + " classes",
            "raise the number of classes in the config or fix the labels");
     }

@@ -55,8 +55,10 @@ std::string shape_string(std::span<const std::uint64_t> dims);
 void require_rows(const std::filesystem::path& file, std::uint64_t rows);
 void check_row_counts(const std::filesystem::path& features, std::uint64_t feature_rows,
                       const std::filesystem::path& labels, std::uint64_t label_rows);
-// data.classes from `classes` (0: max label + 1), checking every label is below it.
-void set_classes(const std::filesystem::path& labels, Dataset& data, std::int32_t classes);
+// data.classes from `classes` (0: max label + 1), checking every label is below it. With
+// item_size > 0, an error names the label's byte offset: data_offset + row · item_size.
+void set_classes(const std::filesystem::path& labels, Dataset& data, std::int32_t classes,
+                 std::uint64_t data_offset = 0, std::uint64_t item_size = 0);
 // check_dataset() of the assembled data, naming both files.
 void finish(const std::filesystem::path& features, const std::filesystem::path& labels,
             Dataset& data);

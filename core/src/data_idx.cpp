@@ -185,8 +185,28 @@ Dataset load_idx(const fs::path& images, const fs::path& labels, std::int32_t cl
   data.rows = static_cast<std::int64_t>(fx.shape[0]);
   data.features = static_cast<std::int64_t>(fx.bytes.size() / fx.shape[0]);
   data.x.resize(fx.bytes.size());
-  for (std::size_t i = 0; i < fx.bytes.size(); ++i)
-    data.x[i] = static_cast<float>(fx.bytes[i]) / 255.0f;
+  const auto& shape = fx.shape;
+  if (shape.size() == 4) {
+    // [N, H, W, C] channels-last → [N, C, H, W]: pixel (h, w, c) moves to c·H·W + h·W + w.
+    const auto H = shape[1], W = shape[2], C = shape[3];
+    data.sample_shape = {static_cast<std::int64_t>(C), static_cast<std::int64_t>(H),
+                         static_cast<std::int64_t>(W)};
+    const std::size_t width = static_cast<std::size_t>(data.features);
+    for (std::size_t r = 0; r < static_cast<std::size_t>(data.rows); ++r) {
+      const unsigned char* in = fx.bytes.data() + r * width;
+      float* out = data.x.data() + r * width;
+      for (std::uint64_t h = 0; h < H; ++h)
+        for (std::uint64_t w = 0; w < W; ++w)
+          for (std::uint64_t c = 0; c < C; ++c)
+            out[(c * H + h) * W + w] = static_cast<float>(in[(h * W + w) * C + c]) / 255.0f;
+    }
+  } else {
+    if (shape.size() == 3)
+      data.sample_shape = {1, static_cast<std::int64_t>(shape[1]),
+                           static_cast<std::int64_t>(shape[2])};
+    for (std::size_t i = 0; i < fx.bytes.size(); ++i)
+      data.x[i] = static_cast<float>(fx.bytes[i]) / 255.0f;
+  }
   data.y.assign(fy.bytes.begin(), fy.bytes.end());
   set_classes(labels, data, classes);
   finish(images, labels, data);

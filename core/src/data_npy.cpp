@@ -170,7 +170,7 @@ NpyDtype parse_descr(const fs::path& file, const std::string& descr, bool for_la
   const std::string accepted = for_labels
                                    ? "an integer dtype ('|u1', '|i1', '<i2', '<u2', '<i4', '<u4', "
                                      "'<i8', '<u8')"
-                                   : "float32 ('<f4') or float64 ('<f8')";
+                                   : "float32 ('<f4'), float64 ('<f8') or uint8 ('|u1')";
   const std::string hint = for_labels
                                ? "save integer class indices: np.save(path, y.astype(np.int64))"
                                : "save float features: np.save(path, x.astype(np.float32))";
@@ -188,7 +188,8 @@ NpyDtype parse_descr(const fs::path& file, const std::string& descr, bool for_la
     fail(file, "unsupported byte order in dtype '" + descr + "'", hint);
   const bool ok = for_labels ? ((kind == 'i' || kind == 'u') && (item_size == 1 || item_size == 2 ||
                                                                  item_size == 4 || item_size == 8))
-                             : (kind == 'f' && (item_size == 4 || item_size == 8));
+                             : ((kind == 'f' && (item_size == 4 || item_size == 8)) ||
+                                (kind == 'u' && item_size == 1));
   if (!ok) {
     std::string found = "'" + descr + "'";
     if (kind == 'O') found += " (pickled Python objects)";
@@ -202,6 +203,7 @@ struct NpyArray {
   NpyDtype dtype;
   std::vector<std::uint64_t> shape;
   std::vector<unsigned char> bytes;  // little-endian elements, C order
+  std::uint64_t data_offset = 0;     // where the elements start in the file
 };
 
 NpyArray read_npy(const fs::path& file, bool for_labels) {
@@ -272,7 +274,7 @@ NpyArray read_npy(const fs::path& file, bool for_labels) {
              " unexpected bytes after the data of shape " + shape_string(header.shape) + " of '" +
              header.descr + "'",
          "the header does not describe the data; write the file again with numpy.save()");
-  NpyArray array{dtype, std::move(header.shape), {}};
+  NpyArray array{dtype, std::move(header.shape), {}, in.offset()};
   array.bytes = in.read_bytes(data_bytes, "the array data");
   return array;
 }
@@ -309,7 +311,16 @@ Dataset load_npy(const fs::path& features, const fs::path& labels, std::int32_t 
   const std::size_t values = static_cast<std::size_t>(fx.shape[0] * width);
   data.x.resize(values);
   const unsigned char* src = fx.bytes.data();
-  if (fx.dtype.item_size == 4) {
+  if (fx.shape.size() == 3)
+    data.sample_shape = {1, static_cast<std::int64_t>(fx.shape[1]),
+                         static_cast<std::int64_t>(fx.shape[2])};
+  if (fx.shape.size() == 4)
+    data.sample_shape = {static_cast<std::int64_t>(fx.shape[1]),
+                         static_cast<std::int64_t>(fx.shape[2]),
+                         static_cast<std::int64_t>(fx.shape[3])};
+  if (fx.dtype.kind == 'u') {
+    for (std::size_t i = 0; i < values; ++i) data.x[i] = static_cast<float>(src[i]) / 255.0f;
+  } else if (fx.dtype.item_size == 4) {
     for (std::size_t i = 0; i < values; ++i)
       data.x[i] = std::bit_cast<float>(static_cast<std::uint32_t>(load_le(src + 4 * i, 4)));
   } else {
@@ -330,6 +341,9 @@ Dataset load_npy(const fs::path& features, const fs::path& labels, std::int32_t 
   data.y.resize(static_cast<std::size_t>(data.rows));
   const std::size_t item = fy.dtype.item_size;
   const bool is_signed = fy.dtype.kind == 'i';
+  auto at_offset = [&](std::size_t row) {
+    return " (byte offset " + std::to_string(fy.data_offset + row * item) + ")";
+  };
   for (std::size_t i = 0; i < data.y.size(); ++i) {
     const std::uint64_t raw = load_le(fy.bytes.data() + i * item, item);
     std::int64_t value = 0;
@@ -344,18 +358,18 @@ Dataset load_npy(const fs::path& features, const fs::path& labels, std::int32_t 
     }
     if (value < 0)
       fail(labels,
-           "label " + std::to_string(value) + " of row " + std::to_string(i) +
+           "label " + std::to_string(value) + " of row " + std::to_string(i) + at_offset(i) +
                " is negative, expected a class index >= 0",
            "labels must be class indices 0, 1, 2, ...");
     if (too_large || value > std::numeric_limits<std::int32_t>::max() - 1)
       fail(labels,
-           "label of row " + std::to_string(i) + " is " +
+           "label of row " + std::to_string(i) + at_offset(i) + " is " +
                (too_large ? std::to_string(raw) : std::to_string(value)) +
                ", too large for a class index",
            "labels must be class indices 0, 1, 2, ...");
     data.y[i] = static_cast<std::int32_t>(value);
   }
-  set_classes(labels, data, classes);
+  set_classes(labels, data, classes, fy.data_offset, item);
   finish(features, labels, data);
   return data;
 }

@@ -1,4 +1,4 @@
-// Seeded synthetic classification data ("clusters", "teacher").
+// Seeded synthetic classification data ("clusters", "teacher", "images").
 #include "mixtrain/core/dataset.h"
 
 #include "mixtrain/sdk/error.h"
@@ -30,20 +30,50 @@ constexpr std::int64_t kTeacherCalibrationRows = 2048;
   throw sdk::DataError("synthetic data: '" + field + "' " + what, hint);
 }
 
+constexpr std::int64_t kMaxValues = std::int64_t{1} << 34;  // 64 GiB of float32
+constexpr std::int64_t kStrokesPerChannel = 3;
+
+void validate_images(const SyntheticSpec& spec) {
+  for (const auto& [name, value] : {std::pair<const char*, std::int64_t>{"channels", spec.channels},
+                                    {"height", spec.height},
+                                    {"width", spec.width}})
+    if (value < 1 || value > 65536)
+      bad_spec(name, "must be in [1, 65536], found " + std::to_string(value));
+  if (spec.height < 4 || spec.width < 4)
+    bad_spec(spec.height < 4 ? "height" : "width",
+             "must be >= 4 for images, found " + std::to_string(std::min(spec.height, spec.width)),
+             "a stroke template needs a few pixels; use e.g. height = width = 16");
+  if (spec.channels > kMaxValues / spec.height / spec.width)
+    bad_spec("channels", "x height x width is too large to hold in memory",
+             "ask for smaller images");
+  const std::int64_t side = std::min(spec.height, spec.width);
+  if (spec.max_shift < 0 || 2 * spec.max_shift >= side)
+    bad_spec("max_shift",
+             "must be in [0, " + std::to_string((side - 1) / 2) + "] for " +
+                 std::to_string(spec.height) + " x " + std::to_string(spec.width) +
+                 " images, found " + std::to_string(spec.max_shift),
+             "a shift must leave most of the template inside the image");
+}
+
+std::int64_t image_features(const SyntheticSpec& spec) {
+  return spec.channels * spec.height * spec.width;
+}
+
 void validate(const SyntheticSpec& spec) {
-  if (spec.kind != "clusters" && spec.kind != "teacher")
-    bad_spec("kind", "is \"" + spec.kind + "\", expected \"clusters\" or \"teacher\"",
-             "set data.kind = \"clusters\" (Gaussian blobs) or \"teacher\" (random-MLP labels)");
+  if (spec.kind != "clusters" && spec.kind != "teacher" && spec.kind != "images")
+    bad_spec("kind", "is \"" + spec.kind + "\", expected \"clusters\", \"teacher\" or \"images\"",
+             "set data.kind = \"clusters\" (Gaussian blobs), \"teacher\" (random-MLP labels) "
+             "or \"images\" (shifted stroke templates)");
   if (spec.rows <= 0) bad_spec("rows", "must be >= 1, found " + std::to_string(spec.rows));
-  if (spec.features <= 0)
-    bad_spec("features", "must be >= 1, found " + std::to_string(spec.features));
+  if (spec.kind == "images") validate_images(spec);
+  const std::int64_t features = spec.kind == "images" ? image_features(spec) : spec.features;
+  if (features <= 0) bad_spec("features", "must be >= 1, found " + std::to_string(features));
   if (spec.classes < 2)
     bad_spec("classes", "must be >= 2, found " + std::to_string(spec.classes),
              "a classifier needs at least two classes");
-  constexpr std::int64_t kMaxValues = std::int64_t{1} << 34;  // 64 GiB of float32
-  if (spec.features > kMaxValues / spec.rows)
+  if (features > kMaxValues / spec.rows)
     bad_spec("rows",
-             "x features = " + std::to_string(spec.rows) + " x " + std::to_string(spec.features) +
+             "x features = " + std::to_string(spec.rows) + " x " + std::to_string(features) +
                  " is too large to hold in memory",
              "ask for fewer rows or features");
   if (!(spec.noise >= 0.0) || !std::isfinite(spec.noise))
@@ -55,10 +85,10 @@ void validate(const SyntheticSpec& spec) {
     bad_spec("teacher_hidden",
              "must be in [1, 2^20], found " + std::to_string(spec.teacher_hidden));
   // The generator's own tables: a centre per class, or the teacher's two weight matrices.
-  if (spec.kind == "clusters" && spec.features > kMaxValues / spec.classes)
+  if (spec.kind != "teacher" && features > kMaxValues / spec.classes)
     bad_spec("num_classes",
-             "x features = " + std::to_string(spec.classes) + " x " +
-                 std::to_string(spec.features) + " cluster centres are too large to hold in memory",
+             "x features = " + std::to_string(spec.classes) + " x " + std::to_string(features) +
+                 " class centres or templates are too large to hold in memory",
              "ask for fewer classes or features");
   if (spec.kind == "teacher" && (spec.features > kMaxValues / spec.teacher_hidden ||
                                  spec.classes > kMaxValues / spec.teacher_hidden))
@@ -158,17 +188,92 @@ void make_teacher(const SyntheticSpec& spec, Dataset& data) {
   }
 }
 
+// Class templates: per class and channel, kStrokesPerChannel bars two pixels thick in one of
+// four orientations (horizontal, vertical, the two diagonals), a length of a quarter to a half
+// of the image and an intensity in [0.75, 1), centred in the middle half of the image; overlaps
+// keep the brighter.
+std::vector<float> image_templates(const SyntheticSpec& spec) {
+  const std::int64_t C = spec.channels, H = spec.height, W = spec.width;
+  const auto plane = static_cast<std::size_t>(H * W);
+  std::vector<float> templates(static_cast<std::size_t>(spec.classes) * plane *
+                               static_cast<std::size_t>(C));
+  DataRng structure(spec.seed, kStructureStream);
+  const std::int64_t side = std::min(H, W);
+  const std::int64_t shortest = std::max<std::int64_t>(2, side / 4);
+  const std::int64_t longest = std::max(shortest, side / 2);
+  static constexpr std::int64_t kStep[4][2] = {{0, 1}, {1, 0}, {1, 1}, {1, -1}};  // (dy, dx)
+  for (std::int64_t c = 0; c < spec.classes; ++c)
+    for (std::int64_t ch = 0; ch < C; ++ch) {
+      float* t = templates.data() + static_cast<std::size_t>(c * C + ch) * plane;
+      for (std::int64_t k = 0; k < kStrokesPerChannel; ++k) {
+        const auto orientation = structure.below(4);
+        const auto length = shortest + static_cast<std::int64_t>(structure.below(
+                                           static_cast<std::uint64_t>(longest - shortest + 1)));
+        const auto cy = H / 4 + static_cast<std::int64_t>(
+                                    structure.below(static_cast<std::uint64_t>(H - H / 2)));
+        const auto cx = W / 4 + static_cast<std::int64_t>(
+                                    structure.below(static_cast<std::uint64_t>(W - W / 2)));
+        const auto value = static_cast<float>(0.75 + 0.25 * structure.uniform());
+        const std::int64_t dy = kStep[orientation][0], dx = kStep[orientation][1];
+        // Two pixels thick: the bar and its neighbour across it (below a horizontal bar, right
+        // of the others).
+        const std::int64_t ty = orientation == 0 ? 1 : 0, tx = orientation == 0 ? 0 : 1;
+        for (std::int64_t s = -length / 2; s < length - length / 2; ++s)
+          for (std::int64_t k = 0; k < 2; ++k) {
+            const std::int64_t y = cy + s * dy + k * ty, x = cx + s * dx + k * tx;
+            if (y < 0 || y >= H || x < 0 || x >= W) continue;
+            float& pixel = t[static_cast<std::size_t>(y * W + x)];
+            pixel = std::max(pixel, value);
+          }
+      }
+    }
+  return templates;
+}
+
+void make_images(const SyntheticSpec& spec, Dataset& data) {
+  const std::vector<float> templates = image_templates(spec);
+  const std::int64_t C = spec.channels, H = spec.height, W = spec.width;
+  const auto plane = static_cast<std::size_t>(H * W);
+  const auto width = static_cast<std::size_t>(C) * plane;
+  const auto shifts = static_cast<std::uint64_t>(2 * spec.max_shift + 1);
+  DataRng points(spec.seed, kPointStream);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(spec.rows); ++i) {
+    const auto label =
+        static_cast<std::size_t>(points.below(static_cast<std::uint64_t>(spec.classes)));
+    data.y[i] = static_cast<std::int32_t>(label);
+    const std::int64_t sy = static_cast<std::int64_t>(points.below(shifts)) - spec.max_shift;
+    const std::int64_t sx = static_cast<std::int64_t>(points.below(shifts)) - spec.max_shift;
+    const float* t = templates.data() + label * width;
+    float* out = data.x.data() + i * width;
+    for (std::int64_t ch = 0; ch < C; ++ch)
+      for (std::int64_t y = 0; y < H; ++y)
+        for (std::int64_t x = 0; x < W; ++x) {
+          // The template moved by (sy, sx): pixel (y, x) shows template pixel (y − sy, x − sx).
+          const std::int64_t ty = y - sy, tx = x - sx;
+          const double base = (ty < 0 || ty >= H || tx < 0 || tx >= W)
+                                  ? 0.0
+                                  : static_cast<double>(t[static_cast<std::size_t>(ch) * plane +
+                                                          static_cast<std::size_t>(ty * W + tx)]);
+          out[static_cast<std::size_t>(ch) * plane + static_cast<std::size_t>(y * W + x)] =
+              static_cast<float>(base + spec.noise * points.normal());
+        }
+  }
+}
+
 }  // namespace
 
 Dataset make_synthetic(const SyntheticSpec& spec) {
   validate(spec);
   Dataset data;
   data.rows = spec.rows;
-  data.features = spec.features;
+  data.features = spec.kind == "images" ? image_features(spec) : spec.features;
   data.classes = spec.classes;
-  data.x.resize(static_cast<std::size_t>(spec.rows * spec.features));
+  data.x.resize(static_cast<std::size_t>(spec.rows * data.features));
   data.y.resize(static_cast<std::size_t>(spec.rows));
-  if (spec.kind == "clusters") {
+  if (spec.kind == "images") {
+    data.sample_shape = {spec.channels, spec.height, spec.width};
+    make_images(spec, data);
+  } else if (spec.kind == "clusters") {
     make_clusters(spec, data);
   } else {
     make_teacher(spec, data);

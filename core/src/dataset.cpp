@@ -169,8 +169,8 @@ void check_token_dataset(const Dataset& data, std::string_view origin) {
   if (data.classes <= 0)
     fail(origin, "the vocabulary size must be >= 1 (found " + std::to_string(data.classes) + ")",
          "set data.vocab_size (GPT-2 token files: 50257)");
-  if (!data.x.empty() || !data.y.empty())
-    fail(origin, "a token dataset holds features or labels as well as tokens",
+  if (!data.x.empty() || !data.y.empty() || !data.sample_shape.empty())
+    fail(origin, "a token dataset holds features, labels or a sample shape as well as tokens",
          "this is a bug in whatever built the dataset");
   const auto block = data.features, n = static_cast<std::int64_t>(data.tokens.size());
   if (n <= block)
@@ -214,6 +214,25 @@ void check_dataset(const Dataset& data, std::string_view origin) {
          "set the number of classes or let it be inferred from the labels");
   if (!data.tokens.empty())
     fail(origin, "a table dataset holds tokens", "this is a bug in whatever built the dataset");
+  if (!data.sample_shape.empty()) {
+    std::string shape = "[";
+    std::int64_t product = 1;
+    bool fits = data.sample_shape.size() == 3;
+    for (const auto d : data.sample_shape) {
+      shape += (shape.size() > 1 ? ", " : "") + std::to_string(d);
+      // d <= features / product keeps product·d <= features, so nothing overflows.
+      if (d < 1 || d > data.features / product)
+        fits = false;
+      else
+        product *= d;
+    }
+    shape += "]";
+    if (!fits || product != data.features)
+      fail(origin,
+           "the sample shape " + shape + " does not describe " + std::to_string(data.features) +
+               " features per row (expected [C, H, W] with C·H·W = features)",
+           "this is a bug in whatever built the dataset");
+  }
   if (data.features > static_cast<std::int64_t>(data.x.max_size()) / data.rows ||
       data.x.size() != static_cast<std::size_t>(data.rows * data.features))
     fail(origin,
@@ -278,6 +297,7 @@ std::pair<Dataset, Dataset> split_holdout(Dataset all, double eval_fraction, std
     part.rows = static_cast<std::int64_t>(rows.size());
     part.features = all.features;
     part.classes = all.classes;
+    part.sample_shape = all.sample_shape;
     part.x.resize(rows.size() * static_cast<std::size_t>(all.features));
     part.y.resize(rows.size());
     if (!rows.empty()) gather_batch(all, rows, part.x.data(), part.y.data());

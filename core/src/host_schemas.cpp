@@ -89,11 +89,27 @@ sdk::OptionSchema data_common_schema() {
 sdk::OptionSchema data_source_schema(const std::string& source) {
   if (source == "synthetic")
     return {
-        OptionSpec::string("kind", "clusters", "synthetic task").one_of({"clusters", "teacher"}),
+        OptionSpec::string("kind", "clusters",
+                           "synthetic task: clusters (Gaussian blobs), teacher (random-MLP "
+                           "labels), images (shifted stroke templates, [channels, height, width])")
+            .one_of({"clusters", "teacher", "images"}),
         OptionSpec::integer("rows", 8192, "rows generated (train + eval)").at_least(2),
-        OptionSpec::integer("features", 32, "input features").at_least(1).at_most(kMaxDim),
+        OptionSpec::integer("features", 32, "input features (clusters, teacher; images: C·H·W)")
+            .at_least(1)
+            .at_most(kMaxDim),
         OptionSpec::integer("num_classes", 10, "classes generated").at_least(2).at_most(kMaxDim),
-        OptionSpec::number("noise", 1.0, "noise standard deviation").at_least(0.0),
+        OptionSpec::number("noise", 1.0,
+                           "noise standard deviation (images: per pixel, templates in [0, 1]; "
+                           "0.5 is a good start)")
+            .at_least(0.0),
+        OptionSpec::integer("channels", 1, "images: channels C").at_least(1).at_most(4096),
+        OptionSpec::integer("height", 16, "images: height H").at_least(4).at_most(4096),
+        OptionSpec::integer("width", 16, "images: width W").at_least(4).at_most(4096),
+        OptionSpec::integer("max_shift", 3,
+                            "images: a sample's template moves by up to this many pixels in each "
+                            "direction; below min(height, width) / 2")
+            .at_least(0)
+            .at_most(2047),
     };
   if (source == "npy")
     return {
@@ -104,6 +120,19 @@ sdk::OptionSchema data_source_schema(const std::string& source) {
     return {
         OptionSpec::required("images", OptionType::string, "IDX u8 image file (MNIST format)"),
         OptionSpec::required("labels", OptionType::string, "IDX u8 label file (MNIST format)"),
+    };
+  if (source == "cifar10")
+    return {
+        OptionSpec::string(
+            "path", "",
+            "folder of the CIFAR-10 binary batches: trains on the data_batch_1..5.bin "
+            "present, evaluates on test_batch.bin"),
+        OptionSpec::string("train", "",
+                           "CIFAR-10 binary batch file(s) to train on, a string or a list; "
+                           "overrides path's training batches"),
+        OptionSpec::string("eval", "",
+                           "held-out batch file(s), a string or a list; overrides path's "
+                           "test_batch.bin; with neither, eval_fraction of the training records"),
     };
   // Token sources: rows are windows of block_size + 1 tokens (inputs and next-token targets).
   auto block_size = OptionSpec::required("block_size", OptionType::integer,
@@ -140,6 +169,31 @@ sdk::OptionSchema data_source_schema(const std::string& source) {
                           "layer")
           .at_least(256)
           .at_most(kMaxDim),
+  };
+}
+
+sdk::OptionSchema data_normalize_schema() {
+  return {
+      OptionSpec::string("mean", "",
+                         "per-channel means, a list of numbers (one per channel) subtracted "
+                         "from the [0, 1] pixels"),
+      OptionSpec::string("std", "",
+                         "per-channel standard deviations (> 0), one per channel, dividing "
+                         "after the mean"),
+      OptionSpec::boolean("from_training", false,
+                          "compute mean and std per channel from the training split (instead "
+                          "of mean / std)"),
+  };
+}
+
+sdk::OptionSchema data_augment_schema() {
+  return {
+      OptionSpec::integer("crop_padding", 0,
+                          "random crop: pad each side by this many black pixels, take a random "
+                          "H x W window; 0 = off")
+          .at_least(0)
+          .at_most(4096),
+      OptionSpec::boolean("horizontal_flip", false, "mirror left-right with probability 1/2"),
   };
 }
 
@@ -193,19 +247,22 @@ sdk::OptionSchema precision_override_schema() {
 }
 
 const std::vector<std::string>& data_sources() {
-  static const std::vector<std::string> sources = {"synthetic", "npy", "idx", "tokens", "text"};
+  static const std::vector<std::string> sources = {"synthetic", "npy",    "idx",
+                                                   "cifar10",   "tokens", "text"};
   return sources;
 }
 
 bool is_path_option(const std::string& source, const std::string& key) {
   if (source == "npy") return key == "features" || key == "labels";
   if (source == "idx") return key == "images" || key == "labels";
+  if (source == "cifar10") return key == "path" || key == "train" || key == "eval";
   if (source == "tokens") return key == "train" || key == "eval";
   if (source == "text") return key == "path" || key == "eval";
   return false;
 }
 
 bool is_path_list_option(const std::string& source, const std::string& key) {
+  if (source == "cifar10") return key == "train" || key == "eval";
   return source == "text" && (key == "path" || key == "eval");
 }
 

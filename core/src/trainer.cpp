@@ -56,9 +56,14 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   auto& backend = *s.c.backend;
 
   // Data.
-  auto split = load_train_and_eval(e.data, e.run.seed);
-  s.train = std::move(split.first);
-  s.eval = std::move(split.second);
+  auto loaded = load_data(e.data, e.run.seed);
+  s.train = std::move(loaded.train);
+  s.eval = std::move(loaded.eval);
+  s.black = std::move(loaded.black);
+  if (e.data.normalize.enabled())
+    s.log.info(std::string("data: normalised per channel with ") +
+               describe_normalization(loaded.normalization) +
+               (e.data.normalize.from_training ? " (from the training split)" : ""));
   if (s.train.rows < e.data.batch_size)
     throw sdk::DataError(
         "the training split has " + std::to_string(s.train.rows) +
@@ -71,6 +76,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     input.dtype = sdk::DType::int32;
     input.labels_per_sample = s.train.labels_per_row();
   }
+  input.sample_shape = s.train.sample_shape;
   s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes, input);
   auto caps = backend.capabilities();
   plan_precision(*s.model, *s.c.policy, caps, e.overrides, s.log);

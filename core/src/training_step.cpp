@@ -24,7 +24,8 @@ void reset_ema(Trainer::State& s) {
     s.c.backend->copy(s.ema[i].view(), params[i]->master.view());
 }
 
-void feed_batch(Trainer::State& s, const Dataset& d, std::span<const std::int64_t> rows) {
+void feed_batch(Trainer::State& s, const Dataset& d, std::span<const std::int64_t> rows,
+                std::optional<std::uint64_t> training_batch) {
   auto& b = *s.c.backend;
   const auto n = static_cast<std::int64_t>(rows.size());
   if (d.is_tokens()) {
@@ -32,6 +33,9 @@ void feed_batch(Trainer::State& s, const Dataset& d, std::span<const std::int64_
     b.copy_from_host(s.model->input(n), s.ids_host.data());
   } else {
     gather_batch(d, rows, s.x_host.data(), s.y_host.data());
+    if (training_batch && s.e.data.augment.spec.enabled())
+      augment_batch(s.e.data.augment.spec, d.sample_shape, s.black, s.x_host.data(), n,
+                    s.e.run.seed, *training_batch);
     b.copy_from_host(s.model->input(n), s.x_host.data());
   }
   b.copy_from_host(s.model->labels(n), s.y_host.data());
@@ -53,14 +57,20 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   if (policy.uses_scaled_operands() && e.run.underflow_every > 0)
     for (auto& l : model.layers()) l->collect_operand_stats(fp8_statistics);
   s.micro_batches.resize(static_cast<std::size_t>(micro));
+  s.micro_batch_numbers.resize(static_cast<std::size_t>(micro));
   for (std::int64_t k = 0; k < micro; ++k) {
     // batch (host) -> device
     auto& idx = s.micro_batches[static_cast<std::size_t>(k)];
+    const auto cursor = s.sampler->cursor();
+    const auto number = static_cast<std::uint64_t>(cursor.epoch) *
+                            static_cast<std::uint64_t>(s.sampler->batches_per_epoch()) +
+                        static_cast<std::uint64_t>(cursor.position);
+    s.micro_batch_numbers[static_cast<std::size_t>(k)] = number;
     const auto drawn = s.sampler->next();
     idx.assign(drawn.begin(), drawn.end());
     {
       ProfileScope scope("data");
-      feed_batch(s, s.train, idx);
+      feed_batch(s, s.train, idx, number);
     }
 
     // forward, loss, backward (into the step's FP32 gradients)
@@ -125,7 +135,8 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
                                          : out.decision.scale_before / static_cast<float>(micro);
     for (std::int64_t k = 0; k < micro && out.first_nonfinite.empty(); ++k) {
       if (micro > 1) {
-        feed_batch(s, s.train, s.micro_batches[static_cast<std::size_t>(k)]);
+        feed_batch(s, s.train, s.micro_batches[static_cast<std::size_t>(k)],
+                   s.micro_batch_numbers[static_cast<std::size_t>(k)]);
       }
       out.first_nonfinite = model.locate_first_nonfinite(bs, replay_seed);
       if (micro > 1 && !out.first_nonfinite.empty())

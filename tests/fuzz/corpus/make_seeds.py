@@ -95,6 +95,22 @@ put("fuzz_tokens", "short_header.bin", token_file(toks)[:700])
 put("fuzz_tokens", "text.bin", b"Not a token file, just text.\n" * 8)
 
 
+# ---- CIFAR-10: one binary batch file of 3073-byte records (label byte, R, G, B planes) ----------
+def cifar_records(labels, first=0):
+    out = bytearray()
+    for r, label in enumerate(labels):
+        out.append(label)
+        out += bytes((first + r + 7 * i) % 256 for i in range(3072))
+    return bytes(out)
+
+
+put("fuzz_cifar", "one_record.bin", cifar_records([3]))
+put("fuzz_cifar", "three_records.bin", bytes([13]) + cifar_records([0, 9, 4])[1:])
+put("fuzz_cifar", "truncated.bin", cifar_records([1, 2])[:3073 + 1000])
+put("fuzz_cifar", "label_10.bin", cifar_records([5, 10]))
+put("fuzz_cifar", "empty.bin", b"")
+
+
 # ---- native checkpoint: whole files ("MIXTRAIN...") or "<JSON>\0<data>" -----------------------
 def native_parts(tensors, metadata):
     entries, data = [], b""

@@ -57,6 +57,7 @@ class Config {
   std::vector<std::string> string_array(std::string_view dotted) const;
   bool is_array(std::string_view dotted) const;  // an array of values or of tables
   std::vector<std::int64_t> integer_array(std::string_view dotted) const;  // [] when absent
+  std::vector<double> number_array(std::string_view dotted) const;  // integers widened; [] absent
 
   struct Impl;  // opaque: keeps TOML++ out of this header
 

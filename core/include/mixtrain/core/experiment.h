@@ -54,8 +54,24 @@ struct EvalSettings {
   std::string weights = "master";  // "master" | "ema"
 };
 
+// [data.normalize]: per-channel (x − mean) / std of image data, given or computed from the
+// training split. The locations are where errors that need the loaded data (a count that is not
+// the channel count, image-only settings on other data) point.
+struct NormalizeSettings {
+  std::vector<double> mean, std;  // one per channel when given
+  bool from_training = false;     // compute mean and std from the training split instead
+  sdk::SourceLocation where, mean_where, std_where;
+  bool enabled() const { return from_training || !mean.empty(); }
+};
+
+// [data.augment]: training-batch augmentation of image data (augment_batch).
+struct AugmentSettings {
+  AugmentSpec spec;
+  sdk::SourceLocation where;
+};
+
 struct DataSettings {
-  std::string source;  // synthetic | npy | idx | tokens | text
+  std::string source;  // synthetic | npy | idx | cifar10 | tokens | text
   std::int64_t batch_size = 0;
   std::int64_t eval_batch_size = 0;
   bool shuffle = true;
@@ -67,6 +83,13 @@ struct DataSettings {
   std::vector<std::filesystem::path> token_paths, eval_token_paths;
   std::int64_t block_size = 0;  // tokens / text: tokens a window predicts from (T)
   std::int32_t vocab_size = 0;  // tokens / text: V (text: >= 256)
+  // cifar10: binary batch files; cifar_dir (when set) fills in the lists left empty with its
+  // data_batch_*.bin and test_batch.bin; no eval files at all: eval_fraction of the training
+  // records.
+  std::filesystem::path cifar_dir;
+  std::vector<std::filesystem::path> cifar_train_paths, cifar_eval_paths;
+  NormalizeSettings normalize;  // image tables only
+  AugmentSettings augment;      // image tables only
 };
 
 struct ScheduleSettings {

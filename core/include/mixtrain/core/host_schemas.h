@@ -17,10 +17,14 @@ sdk::OptionSchema run_schema();
 sdk::OptionSchema ema_schema();   // [ema]
 sdk::OptionSchema eval_schema();  // [eval]
 sdk::OptionSchema data_common_schema();
-const std::vector<std::string>& data_sources();  // synthetic, npy, idx, tokens, text
+const std::vector<std::string>& data_sources();  // synthetic, npy, idx, cifar10, tokens, text
 sdk::OptionSchema data_source_schema(const std::string& source);
 bool is_path_option(const std::string& source, const std::string& key);  // file keys
-// File keys that also take a list of files (text's path and eval).
+// [data.normalize] and [data.augment]: image tables only. normalize's mean and std are lists of
+// numbers, declared here as strings for the key list and read with Config::number_array.
+sdk::OptionSchema data_normalize_schema();
+sdk::OptionSchema data_augment_schema();
+// File keys that also take a list of files (text's path and eval, cifar10's train and eval).
 bool is_path_list_option(const std::string& source, const std::string& key);
 sdk::OptionSchema schedule_schema();         // host keys in [optimizer]
 sdk::OptionSchema checkpoint_core_schema();  // host keys in [checkpoint]

@@ -1,0 +1,137 @@
+// Image data through the real executable: CIFAR-10 files, [data.normalize], [data.augment] and the
+// synthetic image source (bad inputs exit 2 naming the file and offset or the config line; an
+// augmented run resumes bit for bit).
+#include <map>
+
+#include "cli_test_support.h"
+
+namespace {
+
+using namespace mixtrain::test;
+using CliImages = CliTest;
+
+std::string cifar_records(int n) {
+  std::string out;
+  for (int r = 0; r < n; ++r) {
+    out.push_back(static_cast<char>(r % 10));
+    for (int i = 0; i < 3072; ++i) out.push_back(static_cast<char>((r + 7 * i) % 256));
+  }
+  return out;
+}
+
+TEST_F(CliImages, TruncatedCifarFileExits2NamingTheFileAndTheOffset) {
+  std::ofstream(dir_ / "data_batch_1.bin", std::ios::binary)
+      << cifar_records(40).substr(0, 3073 * 30 + 500);
+  std::ofstream(dir_ / "test_batch.bin", std::ios::binary) << cifar_records(10);
+  auto r = run("train " + quickstart() + " --set run.steps=1 --set data.source=cifar10" +
+               " --set data.cifar10.path=" + dir_.string() + " --set data.batch_size=8" +
+               " --run-dir " + (dir_ / "run").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("data_batch_1.bin"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("byte offset 92190"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("truncated"), std::string::npos) << r.err;
+  // A folder without the test batch names what was looked for.
+  fs::remove(dir_ / "test_batch.bin");
+  r = run("train " + quickstart() + " --set run.steps=1 --set data.source=cifar10" +
+          " --set data.cifar10.path=" + dir_.string() + " --run-dir " + (dir_ / "run2").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("test_batch.bin"), std::string::npos) << r.err;
+}
+
+TEST_F(CliImages, CifarFilesTrain) {
+  std::ofstream(dir_ / "a.bin", std::ios::binary) << cifar_records(64);
+  std::ofstream(dir_ / "b.bin", std::ios::binary) << cifar_records(16);
+  auto r = run("train " + quickstart() + " --set run.steps=3 --set data.source=cifar10" +
+               " --set 'data.cifar10.train=[\"" + (dir_ / "a.bin").string() + "\"]'" +
+               " --set data.cifar10.eval=" + (dir_ / "b.bin").string() +
+               " --set data.batch_size=16 --set data.normalize.from_training=true" +
+               " --set data.augment.crop_padding=4 --set data.augment.horizontal_flip=true" +
+               " --run-dir " + (dir_ / "run").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(summary(dir_ / "run").contains("eval_loss"));
+  EXPECT_NE((r.out + r.err).find("normalised per channel with mean ["), std::string::npos) << r.err;
+}
+
+const char* const kImages =
+    "[model]\n"
+    "layers = [ { type = \"linear\", out = 32 }, { type = \"relu\" }, { type = \"linear\", out = 4 "
+    "} ]\n"
+    "[data]\n"
+    "source = \"synthetic\"\n"
+    "batch_size = 32\n"
+    "[data.synthetic]\n"
+    "kind = \"images\"\n"
+    "rows = 512\n"
+    "num_classes = 4\n"
+    "height = 8\n"
+    "width = 8\n"
+    "max_shift = 1\n"
+    "noise = 0.4\n";
+
+TEST_F(CliImages, NormalizeErrorsPointAtTheConfigLine) {
+  auto cfg = write_file("images.toml", std::string(kImages) +
+                                           "[data.normalize]\n"
+                                           "mean = [0.5, 0.5, 0.5]\n"
+                                           "std = [0.25, 0.25, 0.25]\n");
+  auto r = run("train " + cfg.string() + " --set run.steps=1 --run-dir " + (dir_ / "run").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("images.toml:15:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("1 channels"), std::string::npos) << r.err;
+  cfg = write_file("images.toml", std::string(kImages) +
+                                      "[data.normalize]\n"
+                                      "mean = [0.5]\n"
+                                      "std = [0.0]\n");
+  r = run("check " + cfg.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("images.toml:16:"), std::string::npos) << r.err;
+  cfg = write_file("images.toml", std::string(kImages) + "[data.augment]\ncrop_pading = 2\n");
+  r = run("check " + cfg.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("crop_padding"), std::string::npos) << r.err;
+  // Image settings on plain features.
+  r = run("check " + quickstart() + " --set data.augment.horizontal_flip=true");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("needs image data"), std::string::npos) << r.err;
+}
+
+// The augmented batch of a step is a function of (seed, batch number, rows) only, so a run resumed
+// from a checkpoint sees the batches of the uninterrupted run and its losses are bit-identical.
+TEST_F(CliImages, AnAugmentedRunResumesBitForBit) {
+  auto cfg = write_file("images.toml", std::string(kImages) +
+                                           "[data.normalize]\nfrom_training = true\n"
+                                           "[data.augment]\ncrop_padding = 2\n"
+                                           "horizontal_flip = true\n");
+  const std::string common =
+      " --set run.steps=24 --set run.log_every=1 --set run.eval_every=0"
+      " --set checkpoint.every=10 --set checkpoint.keep=5";
+  auto full = dir_ / "full";
+  auto r = run("train " + cfg.string() + common + " --run-dir " + full.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto resumed = dir_ / "resumed";
+  r = run("train " + cfg.string() + common + " --resume " +
+          (full / "checkpoints" / "step-00000010.mxt").string() + " --run-dir " + resumed.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto plain = dir_ / "plain";
+  r = run("train " + cfg.string() + common + " --set data.augment.crop_padding=0" +
+          " --set data.augment.horizontal_flip=false --run-dir " + plain.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<int, double> full_loss, plain_loss;
+  for (const auto& j : records(full / "metrics.jsonl"))
+    if (j.contains("loss")) full_loss[j["step"].get<int>()] = j["loss"].get<double>();
+  for (const auto& j : records(plain / "metrics.jsonl"))
+    if (j.contains("loss")) plain_loss[j["step"].get<int>()] = j["loss"].get<double>();
+  int compared = 0;
+  for (const auto& j : records(resumed / "metrics.jsonl")) {
+    if (!j.contains("loss")) continue;
+    const int step = j["step"].get<int>();
+    ASSERT_TRUE(full_loss.count(step)) << step;
+    EXPECT_EQ(j["loss"].get<double>(), full_loss[step]) << "step " << step;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 14);
+  // Augmentation really changed the batches.
+  EXPECT_NE(full_loss[1], plain_loss[1]);
+  EXPECT_NE(full_loss[2], plain_loss[2]);
+}
+
+}  // namespace
