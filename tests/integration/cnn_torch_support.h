@@ -19,17 +19,15 @@ inline json run_resnet_reference(const fs::path& dir, const std::string& args) {
 // images of the same classes), Gaussian noise of standard deviation `noise`.
 inline json make_resnet_images(const fs::path& dir, const std::string& name, int rows, int seed,
                                double noise) {
-  return run_resnet_reference(
-      dir, "make-data --rows " + std::to_string(rows) + " --seed " + std::to_string(seed) +
-               " --noise " + std::to_string(noise) + " --features " +
-               (dir / (name + "_x.npy")).string() + " --labels " +
-               (dir / (name + "_y.npy")).string());
+  return run_resnet_reference(dir, "make-data --rows " + std::to_string(rows) + " --seed " +
+                                       std::to_string(seed) + " --noise " + std::to_string(noise) +
+                                       " --features " + (dir / (name + "_x.npy")).string() +
+                                       " --labels " + (dir / (name + "_y.npy")).string());
 }
 
 // torchvision-initialised ResNet weights and zeroed/unit running statistics at `out`.
-inline json init_resnet_weights(const fs::path& dir, const fs::path& out,
-                                const std::string& blocks, const std::string& widths,
-                                int classes, int seed) {
+inline json init_resnet_weights(const fs::path& dir, const fs::path& out, const std::string& blocks,
+                                const std::string& widths, int classes, int seed) {
   return run_resnet_reference(dir, "init --blocks " + blocks + " --widths " + widths +
                                        " --classes " + std::to_string(classes) + " --seed " +
                                        std::to_string(seed) + " --out " + out.string());

@@ -53,10 +53,11 @@ Commands (each prints one JSON object on stdout; errors go to stderr with exit s
   init      --blocks 3,3,3 --widths 16,32,64 --classes 10 --seed S --out W
             [--in-channels 3] [--stem cifar|imagenet] [--init torchvision|default]
   make-data --rows N --features X.npy --labels Y.npy --seed S [--classes 10] [--size 32]
-            [--channels 3] [--noise 0.6] [--task-seed 0]
+            [--channels 3] [--noise 0.2] [--task-seed 0]
   train     --weights W --features X.npy --labels Y.npy --batch B --steps N --lr LR
             [--momentum M --dampening D --nesterov --weight-decay WD]
-            [--schedule constant|warmup_cosine --warmup-steps K --min-lr L] [--bf16] [--channels-last]
+            [--schedule constant|warmup_cosine --warmup-steps K --min-lr L]
+            [--bf16] [--channels-last]
             [--eval-features X2.npy --eval-labels Y2.npy] [--eval-batch E]
             [--save-weights OUT.safetensors] [--fp64-shadow]
   eval      --weights W --features X.npy --labels Y.npy [--batch E] [--logits K]
@@ -528,7 +529,7 @@ def parse_args(argv):
     ap.add_argument("--rows", type=int)
     ap.add_argument("--size", type=int, default=32)
     ap.add_argument("--channels", type=int, default=3)
-    ap.add_argument("--noise", type=float, default=0.6)
+    ap.add_argument("--noise", type=float, default=0.2)
     ap.add_argument("--task-seed", type=int, default=0)
     # training and evaluation
     ap.add_argument("--weights")

@@ -89,7 +89,8 @@ fsync = false
 init_from = "init.safetensors"
 )";
 
-const std::string kTorchSgd = " --batch 32 --lr 0.05 --momentum 0.9 --weight-decay 5e-4 --threads 2";
+const std::string kTorchSgd =
+    " --batch 32 --lr 0.05 --momentum 0.9 --weight-decay 5e-4 --threads 2";
 
 class ResnetParityTorch : public CliTest {
  protected:
@@ -99,9 +100,8 @@ class ResnetParityTorch : public CliTest {
     config_ = write_file("resnet.toml", kParityConfig);
     ASSERT_TRUE(make_resnet_images(dir_, "train", 519, 1, 0.2).is_object());
     ASSERT_TRUE(make_resnet_images(dir_, "eval", 512, 2, 0.2).is_object());
-    ASSERT_TRUE(
-        init_resnet_weights(dir_, dir_ / "init.safetensors", "3,3,3", "16,32,64", 10, 13)
-            .is_object());
+    ASSERT_TRUE(init_resnet_weights(dir_, dir_ / "init.safetensors", "3,3,3", "16,32,64", 10, 13)
+                    .is_object());
   }
 
   // Trains with `overrides`; the per-step losses; the run folder is dir_/name.
@@ -134,13 +134,12 @@ class ResnetParityTorch : public CliTest {
   }
 
   json torch_train(int steps, const std::string& extra) {
-    return run_resnet_reference(
-        dir_, "train --weights " + (dir_ / "init.safetensors").string() + " --features " +
-                  (dir_ / "train_x.npy").string() + " --labels " +
-                  (dir_ / "train_y.npy").string() + " --eval-features " +
-                  (dir_ / "eval_x.npy").string() + " --eval-labels " +
-                  (dir_ / "eval_y.npy").string() + " --steps " + std::to_string(steps) +
-                  kTorchSgd + extra);
+    return run_resnet_reference(dir_, "train --weights " + (dir_ / "init.safetensors").string() +
+                                          " --features " + (dir_ / "train_x.npy").string() +
+                                          " --labels " + (dir_ / "train_y.npy").string() +
+                                          " --eval-features " + (dir_ / "eval_x.npy").string() +
+                                          " --eval-labels " + (dir_ / "eval_y.npy").string() +
+                                          " --steps " + std::to_string(steps) + kTorchSgd + extra);
   }
 
   json torch_eval(const fs::path& weights) {
@@ -187,8 +186,8 @@ TEST_F(ResnetParityTorch, RESNET_PARITY(Fp32FollowsPyTorchOver30SgdStepsAndEvalM
   ASSERT_EQ(ours_eval["rows"], 512);
   ASSERT_EQ(torch_of_ours["rows"], 512);
   const double a = ours_eval["eval_loss"], b = torch_of_ours["loss"];
-  EXPECT_LT(std::abs(a - b) / b, 1e-4) << "mixtrain's weights: mixtrain eval " << a << ", torch "
-                                       << b;
+  EXPECT_LT(std::abs(a - b) / b, 1e-4)
+      << "mixtrain's weights: mixtrain eval " << a << ", torch " << b;
   // An argmax may flip on a near tie: one row of 512 at most.
   EXPECT_NEAR(ours_eval["eval_accuracy"].get<double>(), torch_of_ours["accuracy"].get<double>(),
               1.0 / 512 + 1e-9);
@@ -196,8 +195,8 @@ TEST_F(ResnetParityTorch, RESNET_PARITY(Fp32FollowsPyTorchOver30SgdStepsAndEvalM
   const json ours_of_torch = mixtrain_heldout(torch_weights);
   ASSERT_TRUE(ours_of_torch.is_object());
   const double c = ours_of_torch["eval_loss"], d = theirs["eval_loss"];
-  EXPECT_LT(std::abs(c - d) / d, 1e-4) << "PyTorch's weights: mixtrain eval " << c << ", torch "
-                                       << d;
+  EXPECT_LT(std::abs(c - d) / d, 1e-4)
+      << "PyTorch's weights: mixtrain eval " << c << ", torch " << d;
 }
 
 TEST_F(ResnetParityTorch, RESNET_PARITY(TwoStepsLeaveTheWeightsAndRunningStatisticsOfPyTorch)) {
@@ -206,26 +205,31 @@ TEST_F(ResnetParityTorch, RESNET_PARITY(TwoStepsLeaveTheWeightsAndRunningStatist
   ASSERT_EQ(ours.size(), 2u);
   const auto torch_weights = dir_ / "torch2.safetensors";
   ASSERT_TRUE(torch_train(2, " --save-weights " + torch_weights.string()).is_object());
-  const json diff = run_resnet_reference(dir_, "diff --weights " + export_run("two").string() +
-                                                   " --other " + torch_weights.string());
+  const json diff = run_resnet_reference(
+      dir_, "diff --weights " + export_run("two").string() + " --other " + torch_weights.string());
   ASSERT_TRUE(diff.is_object());
   // The same names: every parameter and buffer, nothing else (no num_batches_tracked).
   EXPECT_TRUE(diff["only_in_weights"].empty()) << diff["only_in_weights"].dump();
   EXPECT_TRUE(diff["only_in_other"].empty()) << diff["only_in_other"].dump();
   ASSERT_EQ(diff["tensors"].size(), 107u);  // ResNet-20: 65 parameters + 42 running statistics
-  // Running statistics come from forwards (the second after one update): tight. Parameters
-  // carry two ill-conditioned FP32 gradients (PyTorch's FP32 is 3e-4 off float64 here).
+  // What the two steps changed in PyTorch, tensor by tensor.
+  const json moved =
+      run_resnet_reference(dir_, "diff --weights " + torch_weights.string() + " --other " +
+                                     (dir_ / "init.safetensors").string());
+  ASSERT_TRUE(moved.is_object());
+  EXPECT_GT(moved["tensors"]["layer1.0.conv1.weight"]["max_abs"].get<double>(), 1e-3);
+  EXPECT_GT(moved["tensors"]["layer3.2.bn2.running_var"]["max_abs"].get<double>(), 1e-2);
+  // mixtrain's and PyTorch's tensors differ by a small part of that change. Running statistics
+  // come from forwards (the second after one update): PyTorch's FP32 is within 6e-4 of the
+  // change of float64's. Parameters carry two ill-conditioned FP32 gradients: within 5%. A
+  // missing momentum term, for one, is half the change of the second step.
   for (const auto& [name, d] : diff["tensors"].items()) {
     const bool running = name.find(".running_") != std::string::npos;
-    EXPECT_LT(d["max_abs"].get<double>(), running ? 1e-4 : 2e-3) << name;
+    const double change = moved["tensors"][name]["max_abs"];
+    EXPECT_LE(d["max_abs"].get<double>(), (running ? 1e-2 : 0.2) * change + 1e-6)
+        << name << ": mixtrain and PyTorch differ by " << d["max_abs"]
+        << ", the two steps moved it by " << change;
   }
-  // The two steps moved the weights well beyond those tolerances (momentum included).
-  const json moved = run_resnet_reference(dir_, "diff --weights " + torch_weights.string() +
-                                                    " --other " +
-                                                    (dir_ / "init.safetensors").string());
-  ASSERT_TRUE(moved.is_object());
-  EXPECT_GT(moved["tensors"]["layer1.0.conv1.weight"]["max_abs"].get<double>(), 1e-2);
-  EXPECT_GT(moved["tensors"]["layer3.2.bn2.running_var"]["max_abs"].get<double>(), 1e-3);
 }
 
 TEST_F(ResnetParityTorch, RESNET_PARITY(Bf16MixedHeldOutAccuracyWithinOnePointOfFp32)) {
@@ -250,8 +254,7 @@ TEST_F(ResnetParityTorch, RESNET_PARITY(Bf16MixedHeldOutAccuracyWithinOnePointOf
   const json theirs = torch_train(60, " --bf16 --schedule warmup_cosine");
   ASSERT_TRUE(theirs.is_object());
   EXPECT_LE(std::abs(theirs["eval_accuracy"].get<double>() - fp32_accuracy), 0.03)
-      << "PyTorch bf16 autocast " << theirs["eval_accuracy"] << ", mixtrain fp32 "
-      << fp32_accuracy;
+      << "PyTorch bf16 autocast " << theirs["eval_accuracy"] << ", mixtrain fp32 " << fp32_accuracy;
 }
 
 }  // namespace

@@ -14,9 +14,9 @@ namespace mixtrain::test {
 inline constexpr const char* kTorchPython = "/usr/bin/python3";
 
 inline bool torch_available() {
-  static const bool ok = std::system((std::string(kTorchPython) +
-                                      " -c 'import torch, numpy' >/dev/null 2>&1")
-                                         .c_str()) == 0;
+  static const bool ok =
+      std::system(
+          (std::string(kTorchPython) + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) == 0;
   return ok;
 }
 
