@@ -17,7 +17,7 @@
 //     give mixtrain's `eval` loss within 1e-4 and its accuracy; PyTorch's trained weights and
 //     running statistics evaluated by mixtrain give PyTorch's loss;
 //   two steps: the weights and running statistics mixtrain exports are PyTorch's, name by name;
-//   bf16-mixed: after 60 steps (cosine schedule) the held-out accuracy is within one point of
+//   bf16-mixed: after 100 steps (cosine schedule) the held-out accuracy is within one point of
 //     fp32's.
 // Held-out data is a second .npy pair, evaluated whole by `mixtrain eval` with the config's
 // data.npy files swapped for it (eval_fraction = 0 evaluates the whole data).
@@ -233,27 +233,28 @@ TEST_F(ResnetParityTorch, RESNET_PARITY(TwoStepsLeaveTheWeightsAndRunningStatist
 }
 
 TEST_F(ResnetParityTorch, RESNET_PARITY(Bf16MixedHeldOutAccuracyWithinOnePointOfFp32)) {
-  const std::string sixty = " --set run.steps=60 --set optimizer.schedule=warmup_cosine";
+  const std::string hundred = " --set run.steps=100 --set optimizer.schedule=warmup_cosine";
   std::vector<double> fp32, bf16;
-  ASSERT_NO_FATAL_FAILURE(train("fp32", sixty, fp32));
-  ASSERT_NO_FATAL_FAILURE(train("bf16", sixty + " --set precision.policy=bf16-mixed", bf16));
+  ASSERT_NO_FATAL_FAILURE(train("fp32", hundred, fp32));
+  ASSERT_NO_FATAL_FAILURE(train("bf16", hundred + " --set precision.policy=bf16-mixed", bf16));
   const json a = mixtrain_heldout(dir_ / "fp32" / "checkpoints");
   const json b = mixtrain_heldout(dir_ / "bf16" / "checkpoints");
   ASSERT_TRUE(a.is_object());
   ASSERT_TRUE(b.is_object());
   const double fp32_accuracy = a["eval_accuracy"], bf16_accuracy = b["eval_accuracy"];
-  // Both learnt the task (PyTorch reaches 97-100% here), and bf16 is within a point of fp32.
+  // Both learnt the task (PyTorch reaches 100% here, fp32 and bf16; after 60 steps 98.4% and
+  // 99.4%: too early to hold a point), and bf16 is within a point of fp32.
   EXPECT_GT(fp32_accuracy, 0.9);
   EXPECT_GT(bf16_accuracy, 0.9);
   EXPECT_LE(std::abs(bf16_accuracy - fp32_accuracy), 0.01 + 1e-9)
-      << "held-out accuracy after 60 steps: bf16-mixed " << bf16_accuracy << ", fp32 "
+      << "held-out accuracy after 100 steps: bf16-mixed " << bf16_accuracy << ", fp32 "
       << fp32_accuracy;
   // bf16 rounding is visible (the runs are not the same run), and PyTorch's own bf16 autocast of
   // the reference lands near mixtrain's fp32 too (looser: another trajectory).
   EXPECT_NE(bf16, fp32);
-  const json theirs = torch_train(60, " --bf16 --schedule warmup_cosine");
+  const json theirs = torch_train(100, " --bf16 --schedule warmup_cosine");
   ASSERT_TRUE(theirs.is_object());
-  EXPECT_LE(std::abs(theirs["eval_accuracy"].get<double>() - fp32_accuracy), 0.03)
+  EXPECT_LE(std::abs(theirs["eval_accuracy"].get<double>() - fp32_accuracy), 0.02)
       << "PyTorch bf16 autocast " << theirs["eval_accuracy"] << ", mixtrain fp32 " << fp32_accuracy;
 }
 
