@@ -45,6 +45,11 @@ std::vector<std::int64_t> Conv2dLayer::parameter_shape(const std::string& suffix
   return {};
 }
 
+DType Conv2dLayer::compute() const {
+  // The operands carry their format; the facet's compute only asks for tf32 rounding.
+  return precision_.gemm_input == DType::tf32 ? DType::tf32 : DType::fp32;
+}
+
 sdk::Conv2dGeometry Conv2dLayer::at_batch(std::int64_t rows) const {
   sdk::Conv2dGeometry g = geometry_;
   g.batch = rows / (g.out_channels * g.out_height());  // rows of the output [O, OH, OW] per sample
@@ -88,7 +93,9 @@ std::vector<BackendNeed> Conv2dLayer::backend_needs(DType input) const {
                                     {sdk::ConvolutionOp::conv2d_backward_weights, {g, g}},
                                     {sdk::ConvolutionOp::conv2d_backward_data, {g, g, grad}}};
   if (input_.plain()) {
-    needs.push_back({sdk::ConvolutionOp::to_channels_last, {input, storage_of(g)}});
+    // FP8 operands are scaled from the permuted input, which keeps the input's dtype.
+    needs.push_back({sdk::ConvolutionOp::to_channels_last,
+                     {input, sdk::is_fp8(g) ? input : storage_of(g)}});
     needs.push_back({sdk::ConvolutionOp::to_channels_first, {grad, grad}});
   }
   return needs;
@@ -115,7 +122,7 @@ void Conv2dLayer::forward(TensorView x, std::int64_t rows) {
   a.y = {y.data, y.dtype,
          sdk::Shape{a.geometry.batch, a.geometry.out_height(), a.geometry.out_width(),
                     a.geometry.out_channels}};
-  a.compute = precision_.gemm_input;
+  a.compute = compute();
   convolution_of(*backend_).conv2d_forward(a);
 }
 
@@ -143,7 +150,7 @@ void Conv2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
     // weight and bias are written together, so they start a step together.
     params_[1].take_grad_beta();
   }
-  bw.compute = precision_.gemm_input;
+  bw.compute = compute();
   convolution_of(*backend_).conv2d_backward_weights(bw);
   if (dx.empty()) return;
   sdk::Conv2dBackwardDataArgs bd;
@@ -151,7 +158,7 @@ void Conv2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
   bd.dy = dy_op;
   bd.w = w_op;
   bd.dx = input_.grad_target(backend_, dx, geo.batch);
-  bd.compute = precision_.gemm_input;
+  bd.compute = compute();
   convolution_of(*backend_).conv2d_backward_data(bd);
   input_.finish_grad(backend_, bd.dx, dx);
 }

@@ -53,6 +53,7 @@ class Conv2dLayer final : public Layer {
 
  private:
   sdk::Conv2dGeometry at_batch(std::int64_t rows) const;
+  sdk::DType compute() const;
   std::vector<std::int64_t> weight_shape() const;
 
   sdk::Conv2dGeometry geometry_;
