@@ -289,8 +289,12 @@ std::pair<Dataset, Dataset> split_holdout(Dataset all, double eval_fraction, std
 
   std::vector<std::int64_t> order(static_cast<std::size_t>(all.rows));
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int64_t>(i);
-  DataRng rng(seed);
-  seeded_shuffle(order, rng);
+  // Nothing held out: the training rows stay in the file's order (data.shuffle = false then
+  // means that order, as a reference implementation reading the same file sees it).
+  if (eval_rows > 0) {
+    DataRng rng(seed);
+    seeded_shuffle(order, rng);
+  }
 
   auto take = [&](std::span<const std::int64_t> rows) {
     Dataset part;

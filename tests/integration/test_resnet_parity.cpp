@@ -22,22 +22,12 @@
 // Held-out data is a second .npy pair, evaluated whole by `mixtrain eval` with the config's
 // data.npy files swapped for it (eval_fraction = 0 evaluates the whole data).
 // Skipped, with the reason, where /usr/bin/python3 cannot import torch.
-//
-// Until the resnet preset and its ops are on this branch, the tests are compiled but DISABLED_
-// (MIXTRAIN_RESNET_PARITY=0 in tests/integration/CMakeLists.txt; set it to 1 to enable them, or
-// run with --gtest_also_run_disabled_tests).
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "cnn_torch_support.h"
-
-#if MIXTRAIN_RESNET_PARITY
-#define RESNET_PARITY(name) name
-#else
-#define RESNET_PARITY(name) DISABLED_##name
-#endif
 
 namespace mixtrain::test {
 namespace {
@@ -151,7 +141,7 @@ class ResnetParityTorch : public CliTest {
   fs::path config_;
 };
 
-TEST_F(ResnetParityTorch, RESNET_PARITY(Fp32FollowsPyTorchOver30SgdStepsAndEvalModeMatches)) {
+TEST_F(ResnetParityTorch, Fp32FollowsPyTorchOver30SgdStepsAndEvalModeMatches) {
   std::vector<double> ours;
   ASSERT_NO_FATAL_FAILURE(train("fp32", "", ours));
   const auto torch_weights = dir_ / "torch30.safetensors";
@@ -199,7 +189,7 @@ TEST_F(ResnetParityTorch, RESNET_PARITY(Fp32FollowsPyTorchOver30SgdStepsAndEvalM
       << "PyTorch's weights: mixtrain eval " << c << ", torch " << d;
 }
 
-TEST_F(ResnetParityTorch, RESNET_PARITY(TwoStepsLeaveTheWeightsAndRunningStatisticsOfPyTorch)) {
+TEST_F(ResnetParityTorch, TwoStepsLeaveTheWeightsAndRunningStatisticsOfPyTorch) {
   std::vector<double> ours;
   ASSERT_NO_FATAL_FAILURE(train("two", " --set run.steps=2", ours));
   ASSERT_EQ(ours.size(), 2u);
@@ -232,7 +222,7 @@ TEST_F(ResnetParityTorch, RESNET_PARITY(TwoStepsLeaveTheWeightsAndRunningStatist
   }
 }
 
-TEST_F(ResnetParityTorch, RESNET_PARITY(Bf16MixedHeldOutAccuracyWithinOnePointOfFp32)) {
+TEST_F(ResnetParityTorch, Bf16MixedHeldOutAccuracyWithinOnePointOfFp32) {
   const std::string hundred = " --set run.steps=100 --set optimizer.schedule=warmup_cosine";
   std::vector<double> fp32, bf16;
   ASSERT_NO_FATAL_FAILURE(train("fp32", hundred, fp32));

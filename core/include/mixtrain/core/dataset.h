@@ -198,10 +198,10 @@ std::uint64_t augment_stream(std::uint64_t batch_index, std::uint64_t position);
 
 // (train, eval): rows are shuffled with DataRng(seed) before round(rows·eval_fraction) of them
 // (at least one when eval_fraction > 0) go to eval. eval_fraction = 0 gives an empty eval set
-// (rows = 0). Both keep all.classes, all.features and all.sample_shape. Throws sdk::DataError when
-// eval_fraction is outside [0, 1) or no training row would remain, std::logic_error for a token
-// dataset (its windows overlap, so a shuffled split would leak text into evaluation:
-// split_token_tail).
+// (rows = 0) and leaves the training rows in their order. Both keep all.classes, all.features
+// and all.sample_shape. Throws sdk::DataError when eval_fraction is outside [0, 1) or no
+// training row would remain, std::logic_error for a token dataset (its windows overlap, so a
+// shuffled split would leak text into evaluation: split_token_tail).
 std::pair<Dataset, Dataset> split_holdout(Dataset all, double eval_fraction, std::uint64_t seed);
 
 // Copies the given rows of a table dataset into x_out [rows.size(), features] and y_out
