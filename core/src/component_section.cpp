@@ -6,6 +6,17 @@ namespace mixtrain::core {
 
 namespace {
 
+// "[data.text]", or "[data.cifar10] or [data.text]" when several components declare the key.
+std::string owner_tables(const std::string& table, const std::vector<std::string>& owners) {
+  std::string out;
+  for (std::size_t i = 0; i < owners.size(); ++i)
+    out += (i == 0                   ? ""
+            : i + 1 == owners.size() ? " or "
+                                     : ", ") +
+           ("[" + table + "." + owners[i] + "]");
+  return out;
+}
+
 bool declares(const sdk::OptionSchema& schema, const std::string& key) {
   return std::any_of(schema.begin(), schema.end(),
                      [&](const sdk::OptionSpec& s) { return s.name == key; });
@@ -174,7 +185,7 @@ ResolvedComponentSection resolve_component_section(const Config& config,
           r.where, key,
           "'" + r.key + "' is an option of " + joined(owners, " and ") + ", not of the selected " +
               section.noun + " '" + section.selected + "'",
-          "move it into [" + table + "." + owners.front() + "]: options in a " + section.noun +
+          "move it into " + owner_tables(table, owners) + ": options in a " + section.noun +
               "'s own table apply only when it is selected, so `--set " + table + "." +
               section.selector + "=...` swaps the " + section.noun + " with no edit");
     std::vector<std::string> own = {section.selector};

@@ -286,14 +286,20 @@ class ModelExpansion {
 
 namespace {
 
-// [model] preset = "gpt": the nodes come from [model.gpt]; the resolved config keeps the preset.
-void read_gpt_preset(const Config& config, Experiment& e, const sdk::Options& model) {
-  reject_nested(config, "model.gpt");
+// A preset builds every node: its table has no nested tables, and the model no layers/nodes list.
+void reject_preset_with_nodes(const Config& config, const std::string& preset) {
+  reject_nested(config, "model." + preset);
   for (const char* list : {"model.layers", "model.nodes"})
     if (!config.table_array(list, kArrayKeys).empty())
-      throw sdk::ConfigError(config.location(list), list,
-                             "the model has both preset = \"gpt\" and " + std::string(list),
-                             "remove one: the preset builds every node");
+      throw sdk::ConfigError(
+          config.location(list), list,
+          "the model has both preset = \"" + preset + "\" and " + std::string(list),
+          "remove one: the preset builds every node");
+}
+
+// [model] preset = "gpt": the nodes come from [model.gpt]; the resolved config keeps the preset.
+void read_gpt_preset(const Config& config, Experiment& e, const sdk::Options& model) {
+  reject_preset_with_nodes(config, "gpt");
   const auto raw = config.table_options("model.gpt");
   const sdk::SourceLocation where = raw.empty() ? e.model.where : config.location("model.gpt");
   const auto o = sdk::Options::resolve("model.gpt", gpt_preset_schema(), raw, where, {});
@@ -325,12 +331,7 @@ void read_gpt_preset(const Config& config, Experiment& e, const sdk::Options& mo
 
 // [model] preset = "resnet": the nodes come from [model.resnet].
 void read_resnet_preset(const Config& config, Experiment& e, const sdk::Options& model) {
-  reject_nested(config, "model.resnet");
-  for (const char* list : {"model.layers", "model.nodes"})
-    if (!config.table_array(list, kArrayKeys).empty())
-      throw sdk::ConfigError(config.location(list), list,
-                             "the model has both preset = \"resnet\" and " + std::string(list),
-                             "remove one: the preset builds every node");
+  reject_preset_with_nodes(config, "resnet");
   const std::vector<std::string> arrays = {"blocks", "widths"};
   const auto raw = config.table_options("model.resnet", arrays);
   const sdk::SourceLocation where = config.is_array("model.resnet.blocks") || !raw.empty()

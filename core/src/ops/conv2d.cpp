@@ -94,8 +94,8 @@ std::vector<BackendNeed> Conv2dLayer::backend_needs(DType input) const {
                                     {sdk::ConvolutionOp::conv2d_backward_data, {g, g, grad}}};
   if (input_.plain()) {
     // FP8 operands are scaled from the permuted input, which keeps the input's dtype.
-    needs.push_back({sdk::ConvolutionOp::to_channels_last,
-                     {input, sdk::is_fp8(g) ? input : storage_of(g)}});
+    needs.push_back(
+        {sdk::ConvolutionOp::to_channels_last, {input, sdk::is_fp8(g) ? input : storage_of(g)}});
     needs.push_back({sdk::ConvolutionOp::to_channels_first, {grad, grad}});
   }
   return needs;
@@ -207,12 +207,7 @@ OpDefinition conv2d_op() {
     g.width = in.width;
     g.out_channels = node.options.get_int("out");
     g.groups = node.options.get_int("groups");
-    g.kernel_h = win.kernel_h;
-    g.kernel_w = win.kernel_w;
-    g.stride_h = win.stride_h;
-    g.stride_w = win.stride_w;
-    g.pad_h = win.pad_h;
-    g.pad_w = win.pad_w;
+    ops::apply_window(win, g);
     g.dilation_h = win.dilation_h;
     g.dilation_w = win.dilation_w;
     if (g.in_channels % g.groups != 0 || g.out_channels % g.groups != 0)

@@ -90,6 +90,17 @@ inline Window read_window(const OpNode& node, bool default_stride_is_kernel, boo
   return w;
 }
 
+// Copies a window's sizes into a convolution's or pool's geometry (the same field names).
+template <class Geometry>
+void apply_window(const Window& w, Geometry& g) {
+  g.kernel_h = w.kernel_h;
+  g.kernel_w = w.kernel_w;
+  g.stride_h = w.stride_h;
+  g.stride_w = w.stride_w;
+  g.pad_h = w.pad_h;
+  g.pad_w = w.pad_w;
+}
+
 // A (dilated) kernel must fit the padded input: PyTorch's "Kernel size can't be greater than
 // actual input size".
 inline void check_window_fits(const ImageIn& in, std::int64_t kh, std::int64_t kw, std::int64_t ph,

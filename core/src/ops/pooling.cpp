@@ -105,12 +105,7 @@ BuiltOp build_pool(const OpNode& node, const char* type, sdk::PoolKind kind) {
   g.channels = in.channels;
   g.height = in.height;
   g.width = in.width;
-  g.kernel_h = win.kernel_h;
-  g.kernel_w = win.kernel_w;
-  g.stride_h = win.stride_h;
-  g.stride_w = win.stride_w;
-  g.pad_h = win.pad_h;
-  g.pad_w = win.pad_w;
+  ops::apply_window(win, g);
   if (kind == sdk::PoolKind::average)
     g.count_include_pad = node.options.get_bool("count_include_pad");
   if (2 * g.pad_h > g.kernel_h || 2 * g.pad_w > g.kernel_w)
