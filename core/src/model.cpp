@@ -466,26 +466,63 @@ void Model::plan_gradients() {
     if (layers_[p]->is_view()) continue;
     for (int t : nodes_[p].inputs) contribute(t, contribution_dtype(p), static_cast<int>(n - p));
   }
+  for (auto& g : grad_slots_)
+    if (g.reads > 1) g.dtype = DType::fp32;
+  // An op whose inputs' gradients are its output's (add) lends that buffer to one input read by
+  // it alone, in the same dtype: the input's gradient is then written by the op's readers, and
+  // the op copies nothing. The input's life starts when the output's ends (at the op's backward),
+  // so the two lives become one buffer living from the first to the last. Visited from the last
+  // op back, so a chain of adds shares one buffer.
+  std::vector<std::size_t> shares(n);
+  for (std::size_t r = 0; r < n; ++r) shares[r] = r;
+  for (std::size_t p = n; p-- > 0;) {
+    if (layers_[p]->is_view() || !layers_[p]->passes_gradient_through() ||
+        grad_slots_[p].reads == 0)
+      continue;
+    for (int t : nodes_[p].inputs) {
+      const int root = t < 0 ? -1 : nodes_[static_cast<std::size_t>(t)].root;
+      if (root < 0 || !nodes_[static_cast<std::size_t>(root)].needs_grad) continue;
+      const auto r = static_cast<std::size_t>(root);
+      if (grad_slots_[r].reads != 1 || grad_slots_[r].dtype != grad_slots_[p].dtype ||
+          shares[r] != r ||
+          nodes_[r].rows_per_sample * nodes_[r].shape.back() !=
+              nodes_[p].rows_per_sample * nodes_[p].shape.back())
+        continue;
+      shares[r] = shares[p];
+      break;
+    }
+  }
   // The same lives twice: in each gradient's dtype, and all in FP32 (the underflow pass).
   std::vector<BufferLife> lives, lives_fp32;
-  std::vector<std::size_t> owner;
-  for (std::size_t r = 0; r < n; ++r) {
-    auto& g = grad_slots_[r];
+  std::vector<std::size_t> life_of(n, 0);
+  for (std::size_t r = n; r-- > 0;) {
+    const auto& g = grad_slots_[r];
     if (g.reads == 0) continue;
-    if (g.reads > 1) g.dtype = DType::fp32;
     const auto elems =
         static_cast<std::size_t>(max_rows_ * nodes_[r].rows_per_sample * nodes_[r].shape.back());
-    lives.push_back({layers_[r]->name() + ".grad", elems * sdk::dtype_size(g.dtype), first[r],
-                     static_cast<int>(n - r)});
-    lives_fp32.push_back(
-        {layers_[r]->name() + ".grad", elems * 4, first[r], static_cast<int>(n - r)});
-    owner.push_back(r);
+    const int last = static_cast<int>(n - r);
+    if (shares[r] != r) {
+      // Later in the forward order than r: its life is already listed.
+      const std::size_t k = life_of[shares[r]];
+      life_of[r] = k;
+      lives[k].name += "+" + layers_[r]->name() + ".grad";
+      lives[k].first_step = std::min(lives[k].first_step, first[r]);
+      lives[k].last_step = std::max(lives[k].last_step, last);
+      lives_fp32[k].first_step = lives[k].first_step;
+      lives_fp32[k].last_step = lives[k].last_step;
+      continue;
+    }
+    life_of[r] = lives.size();
+    lives.push_back(
+        {layers_[r]->name() + ".grad", elems * sdk::dtype_size(g.dtype), first[r], last});
+    lives_fp32.push_back({layers_[r]->name() + ".grad", elems * 4, first[r], last});
   }
   grad_plan_ = plan_liveness(lives);
   grad_plan_fp32_ = plan_liveness(lives_fp32);
-  for (std::size_t k = 0; k < owner.size(); ++k) {
-    grad_slots_[owner[k]].offset = grad_plan_.offset[k];
-    grad_slots_[owner[k]].offset_fp32 = grad_plan_fp32_.offset[k];
+  for (std::size_t r = 0; r < n; ++r) {
+    if (grad_slots_[r].reads == 0) continue;
+    grad_slots_[r].offset = grad_plan_.offset[life_of[r]];
+    grad_slots_[r].offset_fp32 = grad_plan_fp32_.offset[life_of[r]];
   }
   std::size_t bytes = grad_plan_.arena_bytes;
   if (reserve_fp32_pass_) bytes = std::max(bytes, grad_plan_fp32_.arena_bytes);

@@ -17,8 +17,11 @@
 //   (fp32, one rounding unless both are powers of two) multiplies the FP32 result once, before the
 //   bias is added: y = s·Σ x·w + b. fp8 products are exact in FP32, so the only roundings are the
 //   FP32 accumulation, s, and the one multiply by s.
-// - The primitive always writes fp32 (y itself when fp32); a bf16/fp16 y or dx is encoded once
-//   with the SDK's RNE (oneDNN's own bf16 down-conversion would flush subnormals).
+// - The primitive writes fp32 (y itself when fp32); a bf16/fp16 y or dx is encoded once with the
+//   SDK's RNE. Exception: on the native bf16 route a bf16 y / dx (no fp8 scale) is written by the
+//   primitive itself, rounded RNE once by oneDNN. Its down-conversion flushes subnormals, which
+//   that route's vdpbf16ps already does to its inputs and products; it saves an fp32 pass over
+//   every output (the emulated route, the exact reference, keeps the SDK's encode).
 // - Primitives, descriptors and reorders are cached per (op, geometry, oneDNN dtypes, bias) in
 //   the backend's PrimitiveCache; a bf16 key whose oneDNN kernel is a reference kernel falls back
 //   to the fp32 route.
@@ -163,6 +166,18 @@ float fp8_scale(const sdk::GemmOperand& o) {
   return sdk::is_fp8(o.view.dtype) ? o.scale_inv : 1.0f;
 }
 
+// What the primitive writes y / dx in: bf16 itself on the native bf16 route when the output is
+// bf16 and no fp8 scale follows (oneDNN rounds RNE once, flushing subnormals as vdpbf16ps already
+// does on that route), else fp32 (the output itself when fp32, else scratch encoded once).
+memory::data_type out_type(const Route& r, const TensorView& out, float scale) {
+  return r.native_bf16 && out.dtype == DType::bf16 && scale == 1.0f ? memory::data_type::bf16
+                                                                    : memory::data_type::f32;
+}
+bool writes_directly(const Route& r, const TensorView& out, float scale) {
+  return scale == 1.0f &&
+         (is_fp32_storage(out.dtype) || out_type(r, out, scale) == memory::data_type::bf16);
+}
+
 memory::desc activation_md(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w,
                            memory::data_type dt) {
   return memory::desc({n, c, h, w}, dt, memory::format_tag::nhwc);
@@ -195,15 +210,25 @@ ConvDims conv_dims(const sdk::Conv2dGeometry& g) {
           {g.pad_h, g.pad_w}};
 }
 
-PrimitiveCache::Key key_of(Tag tag, const sdk::Conv2dGeometry& g, memory::data_type dt, bool bias) {
-  return {tag,           static_cast<std::int64_t>(dt),
-          bias ? 1 : 0,  g.batch,
-          g.in_channels, g.height,
-          g.width,       g.out_channels,
-          g.kernel_h,    g.kernel_w,
-          g.stride_h,    g.stride_w,
-          g.pad_h,       g.pad_w,
-          g.dilation_h,  g.dilation_w,
+PrimitiveCache::Key key_of(Tag tag, const sdk::Conv2dGeometry& g, memory::data_type dt,
+                           memory::data_type out_dt, bool bias) {
+  return {tag,
+          static_cast<std::int64_t>(dt),
+          static_cast<std::int64_t>(out_dt),
+          bias ? 1 : 0,
+          g.batch,
+          g.in_channels,
+          g.height,
+          g.width,
+          g.out_channels,
+          g.kernel_h,
+          g.kernel_w,
+          g.stride_h,
+          g.stride_w,
+          g.pad_h,
+          g.pad_w,
+          g.dilation_h,
+          g.dilation_w,
           g.groups};
 }
 
@@ -270,10 +295,11 @@ struct BackwardWeightsEntry {
 }
 
 ForwardEntry& forward_entry(PrimitiveCache& cache, std::string_view op,
-                            const sdk::Conv2dGeometry& g, memory::data_type dt, bool bias) {
-  return cache.get<ForwardEntry>(key_of(kConvForward, g, dt, bias), [&] {
+                            const sdk::Conv2dGeometry& g, memory::data_type dt,
+                            memory::data_type dst_dt, bool bias) {
+  return cache.get<ForwardEntry>(key_of(kConvForward, g, dt, dst_dt, bias), [&] {
     try {
-      const auto pd = forward_pd(cache.engine(), g, dt, memory::data_type::f32, bias);
+      const auto pd = forward_pd(cache.engine(), g, dt, dst_dt, bias);
       ForwardEntry e;
       e.src_md = pd.src_desc();
       e.dst_md = pd.dst_desc();
@@ -289,14 +315,15 @@ ForwardEntry& forward_entry(PrimitiveCache& cache, std::string_view op,
 }
 
 BackwardDataEntry& backward_data_entry(PrimitiveCache& cache, std::string_view op,
-                                       const sdk::Conv2dGeometry& g, memory::data_type dt) {
-  return cache.get<BackwardDataEntry>(key_of(kConvBackwardData, g, dt, false), [&] {
+                                       const sdk::Conv2dGeometry& g, memory::data_type dt,
+                                       memory::data_type diff_src_dt) {
+  return cache.get<BackwardDataEntry>(key_of(kConvBackwardData, g, dt, diff_src_dt, false), [&] {
     try {
       const auto hint = forward_pd(cache.engine(), g, dt, dt, false);
       const ConvDims d = conv_dims(g);
       const dnnl::convolution_backward_data::primitive_desc pd(
           {dnnl::algorithm::convolution_direct,
-           activation_md(g.batch, g.in_channels, g.height, g.width, memory::data_type::f32),
+           activation_md(g.batch, g.in_channels, g.height, g.width, diff_src_dt),
            any_weights_md(g, dt),
            activation_md(g.batch, g.out_channels, g.out_height(), g.out_width(), dt), d.strides,
            d.dilates, d.pad_l, d.pad_r},
@@ -317,43 +344,44 @@ BackwardDataEntry& backward_data_entry(PrimitiveCache& cache, std::string_view o
 BackwardWeightsEntry& backward_weights_entry(PrimitiveCache& cache, std::string_view op,
                                              const sdk::Conv2dGeometry& g, memory::data_type dt,
                                              bool bias) {
-  return cache.get<BackwardWeightsEntry>(key_of(kConvBackwardWeights, g, dt, bias), [&] {
-    try {
-      const auto& engine = cache.engine();
-      const auto hint = forward_pd(engine, g, dt, dt, bias);
-      const ConvDims d = conv_dims(g);
-      const memory::desc bias_md =
-          bias ? memory::desc({g.out_channels}, memory::data_type::f32, memory::format_tag::a)
-               : memory::desc();
-      const dnnl::convolution_backward_weights::primitive_desc pd(
-          {dnnl::algorithm::convolution_direct,
-           activation_md(g.batch, g.in_channels, g.height, g.width, dt),
-           any_weights_md(g, memory::data_type::f32), bias_md,
-           activation_md(g.batch, g.out_channels, g.out_height(), g.out_width(), dt), d.strides,
-           d.dilates, d.pad_l, d.pad_r},
-          engine, hint);
-      BackwardWeightsEntry e;
-      e.src_md = pd.src_desc();
-      e.diff_dst_md = pd.diff_dst_desc();
-      e.diff_weights_md = pd.diff_weights_desc();
-      e.diff_bias_md = pd.diff_bias_desc();
-      e.plain_md = plain_weights_md(g, memory::data_type::f32);
-      e.plain = e.diff_weights_md == e.plain_md;
-      e.to_plain = dnnl::reorder(
-          dnnl::reorder::primitive_desc(engine, e.diff_weights_md, engine, e.plain_md));
-      dnnl::post_ops sum;
-      sum.append_sum(1.0f);
-      dnnl::primitive_attr attr;
-      attr.set_post_ops(sum);
-      e.add_to_plain = dnnl::reorder(
-          dnnl::reorder::primitive_desc(engine, e.diff_weights_md, engine, e.plain_md, attr));
-      e.implementation = pd.impl_info_str();
-      e.primitive = dnnl::convolution_backward_weights(pd);
-      return e;
-    } catch (const dnnl::error& err) {
-      creation_failed(op, g, dt, err);
-    }
-  });
+  return cache.get<BackwardWeightsEntry>(
+      key_of(kConvBackwardWeights, g, dt, memory::data_type::f32, bias), [&] {
+        try {
+          const auto& engine = cache.engine();
+          const auto hint = forward_pd(engine, g, dt, dt, bias);
+          const ConvDims d = conv_dims(g);
+          const memory::desc bias_md =
+              bias ? memory::desc({g.out_channels}, memory::data_type::f32, memory::format_tag::a)
+                   : memory::desc();
+          const dnnl::convolution_backward_weights::primitive_desc pd(
+              {dnnl::algorithm::convolution_direct,
+               activation_md(g.batch, g.in_channels, g.height, g.width, dt),
+               any_weights_md(g, memory::data_type::f32), bias_md,
+               activation_md(g.batch, g.out_channels, g.out_height(), g.out_width(), dt), d.strides,
+               d.dilates, d.pad_l, d.pad_r},
+              engine, hint);
+          BackwardWeightsEntry e;
+          e.src_md = pd.src_desc();
+          e.diff_dst_md = pd.diff_dst_desc();
+          e.diff_weights_md = pd.diff_weights_desc();
+          e.diff_bias_md = pd.diff_bias_desc();
+          e.plain_md = plain_weights_md(g, memory::data_type::f32);
+          e.plain = e.diff_weights_md == e.plain_md;
+          e.to_plain = dnnl::reorder(
+              dnnl::reorder::primitive_desc(engine, e.diff_weights_md, engine, e.plain_md));
+          dnnl::post_ops sum;
+          sum.append_sum(1.0f);
+          dnnl::primitive_attr attr;
+          attr.set_post_ops(sum);
+          e.add_to_plain = dnnl::reorder(
+              dnnl::reorder::primitive_desc(engine, e.diff_weights_md, engine, e.plain_md, attr));
+          e.implementation = pd.impl_info_str();
+          e.primitive = dnnl::convolution_backward_weights(pd);
+          return e;
+        } catch (const dnnl::error& err) {
+          creation_failed(op, g, dt, err);
+        }
+      });
 }
 
 // An activation or weight as it enters oneDNN: the caller's data (native bf16, or fp32 storage
@@ -493,17 +521,17 @@ void CpuBackend::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
   const float scale = fp8_scale(args.x) * fp8_scale(args.w);
   const bool bias_inside = has_bias && scale == 1.0f;
   Route r = route_of(args.x.view.dtype, args.w.view.dtype, args.compute, bf16_conv_native());
-  ForwardEntry* e = &forward_entry(*prims_, op, g, r.dt, bias_inside);
+  ForwardEntry* e = &forward_entry(*prims_, op, g, r.dt, out_type(r, args.y, scale), bias_inside);
   if (r.native_bf16 && is_reference_kernel(e->implementation)) {
     r = fp32_route(r);
-    e = &forward_entry(*prims_, op, g, r.dt, bias_inside);
+    e = &forward_entry(*prims_, op, g, r.dt, out_type(r, args.y, scale), bias_inside);
   }
 
   const void* src = prepare(*prims_, args.x.view, r, Slot::src);
   const void* wei = prepare_weights(*prims_, args.w.view, r, e->weights);
-  const bool direct = is_fp32_storage(args.y.dtype) && scale == 1.0f;
-  float* dst = direct ? args.y.as<float>()
-                      : prims_->scratch<float>(Slot::dst, static_cast<std::size_t>(args.y.numel()));
+  const bool direct = writes_directly(r, args.y, scale);
+  void* dst = direct ? args.y.data
+                     : prims_->scratch<float>(Slot::dst, static_cast<std::size_t>(args.y.numel()));
   std::unordered_map<int, memory> exec{{DNNL_ARG_SRC, prims_->wrap(e->src_md, src)},
                                        {DNNL_ARG_WEIGHTS, prims_->wrap(e->weights.blocked_md, wei)},
                                        {DNNL_ARG_DST, prims_->wrap(e->dst_md, dst)}};
@@ -511,7 +539,7 @@ void CpuBackend::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
   prims_->execute(e->primitive, exec);
   last_conv_impl_ = e->implementation;
   if (!direct)
-    finish_output(dst, args.y, g.out_channels, scale,
+    finish_output(static_cast<const float*>(dst), args.y, g.out_channels, scale,
                   has_bias && !bias_inside ? args.bias.as<const float>() : nullptr);
   account_scratch();
 }
@@ -536,22 +564,23 @@ void CpuBackend::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) {
 
   const float scale = fp8_scale(args.dy) * fp8_scale(args.w);
   Route r = route_of(args.dy.view.dtype, args.w.view.dtype, args.compute, bf16_conv_native());
-  BackwardDataEntry* e = &backward_data_entry(*prims_, op, g, r.dt);
+  BackwardDataEntry* e = &backward_data_entry(*prims_, op, g, r.dt, out_type(r, args.dx, scale));
   if (r.native_bf16 && is_reference_kernel(e->implementation)) {
     r = fp32_route(r);
-    e = &backward_data_entry(*prims_, op, g, r.dt);
+    e = &backward_data_entry(*prims_, op, g, r.dt, out_type(r, args.dx, scale));
   }
   const void* diff_dst = prepare(*prims_, args.dy.view, r, Slot::src);
   const void* wei = prepare_weights(*prims_, args.w.view, r, e->weights);
-  const bool direct = is_fp32_storage(args.dx.dtype) && scale == 1.0f;
-  float* diff_src =
-      direct ? args.dx.as<float>()
+  const bool direct = writes_directly(r, args.dx, scale);
+  void* diff_src =
+      direct ? args.dx.data
              : prims_->scratch<float>(Slot::dst, static_cast<std::size_t>(args.dx.numel()));
   prims_->execute(e->primitive, {{DNNL_ARG_DIFF_DST, prims_->wrap(e->diff_dst_md, diff_dst)},
                                  {DNNL_ARG_WEIGHTS, prims_->wrap(e->weights.blocked_md, wei)},
                                  {DNNL_ARG_DIFF_SRC, prims_->wrap(e->diff_src_md, diff_src)}});
   last_conv_impl_ = e->implementation;
-  if (!direct) finish_output(diff_src, args.dx, g.in_channels, scale, nullptr);
+  if (!direct)
+    finish_output(static_cast<const float*>(diff_src), args.dx, g.in_channels, scale, nullptr);
   account_scratch();
 }
 

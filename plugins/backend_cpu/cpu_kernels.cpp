@@ -6,7 +6,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -153,8 +155,13 @@ void CpuBackend::activation_backward(Activation act, TensorView x, TensorView dy
     const float* g = read_chunk(dy, c0, len, dy_buf);
     float* out = write_target(dx, c0, out_buf);
     if (act == Activation::relu) {
+      // dy where x > 0, else +0 (x NaN too), as a bit mask: branch-free, so it vectorises (a
+      // compare-and-branch per element ran at ~2 ns/element on random signs).
 #pragma omp simd
-      for (std::int64_t i = 0; i < len; ++i) out[i] = xs[i] > 0.0f ? g[i] : 0.0f;
+      for (std::int64_t i = 0; i < len; ++i) {
+        const std::uint32_t keep = xs[i] > 0.0f ? 0xffffffffu : 0u;
+        out[i] = std::bit_cast<float>(std::bit_cast<std::uint32_t>(g[i]) & keep);
+      }
     } else {
       for (std::int64_t i = 0; i < len; ++i) out[i] = g[i] * gelu_grad(xs[i]);
     }
@@ -189,8 +196,8 @@ void CpuBackend::layernorm_forward(TensorView x, TensorView gamma, TensorView be
         const float d = in[j] - mu;
         sq += static_cast<double>(d) * d;
       }
-      const float rs =
-          static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + static_cast<double>(eps)));
+      const float rs = static_cast<float>(
+          1.0 / std::sqrt(sq / static_cast<double>(n) + static_cast<double>(eps)));
       mean_out[r] = mu;
       rstd_out[r] = rs;
       float* out = row_target(y, r, n, out_buf);  // may alias `in` when y == x: element-wise
@@ -237,7 +244,8 @@ void CpuBackend::layernorm_backward(TensorView dy, TensorView x, TensorView gamm
       if (want_dgamma) {
         double* part = dgamma_part.data();
 #pragma omp simd
-        for (std::int64_t j = 0; j < n; ++j) part[j] += static_cast<double>(gy[j]) * ((xs[j] - mu) * rs);
+        for (std::int64_t j = 0; j < n; ++j)
+          part[j] += static_cast<double>(gy[j]) * ((xs[j] - mu) * rs);
       }
       if (want_dbeta) {
         double* part = dbeta_part.data();
@@ -263,12 +271,14 @@ void CpuBackend::layernorm_backward(TensorView dy, TensorView x, TensorView gamm
   if (want_dgamma) {
     float* out = dgamma.as<float>();
     for (std::int64_t j = 0; j < n; ++j)
-      out[j] = static_cast<float>((accumulate ? out[j] : 0.0) + dgamma_sum[static_cast<std::size_t>(j)]);
+      out[j] =
+          static_cast<float>((accumulate ? out[j] : 0.0) + dgamma_sum[static_cast<std::size_t>(j)]);
   }
   if (want_dbeta) {
     float* out = dbeta.as<float>();
     for (std::int64_t j = 0; j < n; ++j)
-      out[j] = static_cast<float>((accumulate ? out[j] : 0.0) + dbeta_sum[static_cast<std::size_t>(j)]);
+      out[j] =
+          static_cast<float>((accumulate ? out[j] : 0.0) + dbeta_sum[static_cast<std::size_t>(j)]);
   }
 }
 

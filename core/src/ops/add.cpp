@@ -45,6 +45,7 @@ void AddLayer::backward_inputs(std::span<const TensorView>, TensorView dy,
                                std::span<const TensorView> dxs, std::int64_t) {
   for (const TensorView& dx : dxs) {
     if (dx.empty()) continue;
+    if (dx.data == dy.data && dx.dtype == dy.dtype) continue;  // the model aliased it to dy
     if (dx.dtype == dy.dtype)
       backend_->copy(dx, dy);
     else

@@ -17,6 +17,7 @@ class AddLayer final : public Layer {
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   std::size_t input_count() const override { return inputs_; }
   bool backward_reads_inputs() const override { return false; }  // each input's gradient is dy
+  bool passes_gradient_through() const override { return true; }
   std::int64_t forward_flops_per_row() const override {
     return static_cast<std::int64_t>(inputs_ - 1) * out_;
   }

@@ -152,6 +152,10 @@ class Layer {
   // must stay intact until this op's backward. The defaults are the safe answers for a new op.
   virtual bool backward_reads_inputs() const { return true; }
   virtual bool backward_reads_output() const { return false; }
+  // Every input's gradient is the output's gradient itself (dx_k = dy, a sum): the model may then
+  // give one input whose only reader is this op the memory of the output's gradient (same dtype),
+  // and backward_inputs finds that dx at dy's address, already written.
+  virtual bool passes_gradient_through() const { return false; }
   // The model's activation plan places this op's output in its arena (non-owning; set before
   // allocate()). Without it the layer allocates its own output.
   void use_output_storage(void* data) { planned_output_ = data; }
