@@ -15,6 +15,13 @@ void fail(std::string_view op, const std::string& what, std::string hint) {
   checks().fail(op, what, std::move(hint));
 }
 
+void require_at_least(std::string_view op, const std::string& name, std::int64_t value,
+                      std::int64_t lo, const std::string& hint) {
+  if (value < lo)
+    fail(op, name + " = " + std::to_string(value) + " must be at least " + std::to_string(lo),
+         hint);
+}
+
 void require_present(std::string_view op, std::string_view name, const sdk::TensorView& v) {
   checks().require_present(op, name, v);
 }

@@ -49,6 +49,10 @@ void require_fp32(std::string_view op, std::string_view name, const sdk::TensorV
 void require_numel(std::string_view op, std::string_view name, const sdk::TensorView& v,
                    std::int64_t numel);
 
+// `value` (the argument `name`) is at least `lo`; BackendError with `hint` otherwise.
+void require_at_least(std::string_view op, const std::string& name, std::int64_t value,
+                      std::int64_t lo, const std::string& hint);
+
 // Whether the bytes of two views intersect (an empty view overlaps nothing).
 bool overlaps(const sdk::TensorView& a, const sdk::TensorView& b);
 // a and b are the same tensor (allowed in place) or do not overlap; BackendError otherwise.

@@ -122,17 +122,21 @@ memory::data_type bn_type(PrimitiveCache& cache, std::string_view op, const sdk:
   return is_reference_kernel(e.implementation) ? memory::data_type::f32 : memory::data_type::bf16;
 }
 
-const void* as_input(PrimitiveCache& cache, const TensorView& v, memory::data_type dt, Slot slot) {
-  if (dt == memory::data_type::bf16 || is_fp32_storage(v.dtype)) return v.data;
-  const std::int64_t n = v.numel();
-  float* out = cache.scratch<float>(slot, static_cast<std::size_t>(n));
-  decode_tensor(v, 1.0f, false, out, n);
-  return out;
-}
-
-void* as_output(PrimitiveCache& cache, const TensorView& v, memory::data_type dt, Slot slot) {
-  if (dt == memory::data_type::bf16 || is_fp32_storage(v.dtype)) return v.data;
-  return cache.scratch<float>(slot, static_cast<std::size_t>(v.numel()));
+// The arguments of a forward (training or inference): data, the statistics it writes or reads,
+// and scale / shift when affine.
+std::unordered_map<int, memory> forward_args(PrimitiveCache& cache, BnEntry& e, const void* src,
+                                             void* dst, const TensorView& mean,
+                                             const TensorView& var, const TensorView& gamma,
+                                             const TensorView& beta, bool affine) {
+  std::unordered_map<int, memory> exec{{DNNL_ARG_SRC, cache.wrap(e.data_md, src)},
+                                       {DNNL_ARG_DST, cache.wrap(e.data_md, dst)},
+                                       {DNNL_ARG_MEAN, cache.wrap(e.stat_md, mean.data)},
+                                       {DNNL_ARG_VARIANCE, cache.wrap(e.stat_md, var.data)}};
+  if (affine) {
+    exec.emplace(DNNL_ARG_SCALE, cache.wrap(e.stat_md, gamma.data));
+    exec.emplace(DNNL_ARG_SHIFT, cache.wrap(e.stat_md, beta.data));
+  }
+  return exec;
 }
 
 void check_shape(std::string_view op, const sdk::BatchNormShape& s) {
@@ -233,14 +237,7 @@ void CpuBackend::batchnorm_forward_training(TensorView x, TensorView gamma, Tens
   BnEntry& e = forward_entry(*prims_, op, shape, dt, affine, shape.relu, true);
   const void* src = as_input(*prims_, x, dt, Slot::src);
   void* dst = as_output(*prims_, y, dt, Slot::dst);
-  std::unordered_map<int, memory> exec{{DNNL_ARG_SRC, prims_->wrap(e.data_md, src)},
-                                       {DNNL_ARG_DST, prims_->wrap(e.data_md, dst)},
-                                       {DNNL_ARG_MEAN, prims_->wrap(e.stat_md, save_mean.data)},
-                                       {DNNL_ARG_VARIANCE, prims_->wrap(e.stat_md, save_var.data)}};
-  if (affine) {
-    exec.emplace(DNNL_ARG_SCALE, prims_->wrap(e.stat_md, gamma.data));
-    exec.emplace(DNNL_ARG_SHIFT, prims_->wrap(e.stat_md, beta.data));
-  }
+  auto exec = forward_args(*prims_, e, src, dst, save_mean, save_var, gamma, beta, affine);
   if (shape.relu) {
     const std::size_t bytes = e.ws_md.get_size();
     void* ws = workspace.data;
@@ -289,15 +286,7 @@ void CpuBackend::batchnorm_forward_inference(TensorView x, TensorView gamma, Ten
   BnEntry& e = forward_entry(*prims_, op, shape, dt, affine, shape.relu, false);
   const void* src = as_input(*prims_, x, dt, Slot::src);
   void* dst = as_output(*prims_, y, dt, Slot::dst);
-  std::unordered_map<int, memory> exec{
-      {DNNL_ARG_SRC, prims_->wrap(e.data_md, src)},
-      {DNNL_ARG_DST, prims_->wrap(e.data_md, dst)},
-      {DNNL_ARG_MEAN, prims_->wrap(e.stat_md, running_mean.data)},
-      {DNNL_ARG_VARIANCE, prims_->wrap(e.stat_md, running_var.data)}};
-  if (affine) {
-    exec.emplace(DNNL_ARG_SCALE, prims_->wrap(e.stat_md, gamma.data));
-    exec.emplace(DNNL_ARG_SHIFT, prims_->wrap(e.stat_md, beta.data));
-  }
+  auto exec = forward_args(*prims_, e, src, dst, running_mean, running_var, gamma, beta, affine);
   prims_->execute(e.primitive, exec);
   if (dst != y.data) encode_tensor(y, static_cast<const float*>(dst), y.numel());
   account_scratch();

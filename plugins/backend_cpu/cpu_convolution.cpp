@@ -63,11 +63,7 @@ std::string dims_text(std::initializer_list<std::int64_t> dims) {
 void check_geometry(std::string_view op, const sdk::Conv2dGeometry& g) {
   const std::string hint = "check the layer's Conv2dGeometry";
   auto at_least = [&](const char* name, std::int64_t v, std::int64_t lo) {
-    if (v < lo)
-      fail(op,
-           std::string("geometry.") + name + " = " + std::to_string(v) + " must be at least " +
-               std::to_string(lo),
-           hint);
+    require_at_least(op, std::string("geometry.") + name, v, lo, hint);
   };
   at_least("batch", g.batch, 1);
   at_least("in_channels", g.in_channels, 1);

@@ -37,11 +37,7 @@ enum Tag : std::int64_t { kPoolForward = 10, kPoolBackward = 11 };
 void check_geometry(std::string_view op, const sdk::Pool2dGeometry& g) {
   const std::string hint = "check the layer's Pool2dGeometry";
   auto at_least = [&](const char* name, std::int64_t v, std::int64_t lo) {
-    if (v < lo)
-      fail(op,
-           std::string("geometry.") + name + " = " + std::to_string(v) + " must be at least " +
-               std::to_string(lo),
-           hint);
+    require_at_least(op, std::string("geometry.") + name, v, lo, hint);
   };
   at_least("batch", g.batch, 1);
   at_least("channels", g.channels, 1);
@@ -183,20 +179,6 @@ memory::data_type pool_type(PrimitiveCache& cache, std::string_view op,
   const bool training = g.kind == sdk::PoolKind::max;
   const auto& e = forward_entry(cache, op, g, memory::data_type::bf16, training);
   return is_reference_kernel(e.implementation) ? memory::data_type::f32 : memory::data_type::bf16;
-}
-
-// The tensor as the primitive reads it: itself when stored in `dt`, else decoded into scratch.
-const void* as_input(PrimitiveCache& cache, const TensorView& v, memory::data_type dt, Slot slot) {
-  if (dt == memory::data_type::bf16 || is_fp32_storage(v.dtype)) return v.data;
-  const std::int64_t n = v.numel();
-  float* out = cache.scratch<float>(slot, static_cast<std::size_t>(n));
-  decode_tensor(v, 1.0f, false, out, n);
-  return out;
-}
-
-void* as_output(PrimitiveCache& cache, const TensorView& v, memory::data_type dt, Slot slot) {
-  if (dt == memory::data_type::bf16 || is_fp32_storage(v.dtype)) return v.data;
-  return cache.scratch<float>(slot, static_cast<std::size_t>(v.numel()));
 }
 
 void check_workspace(std::string_view op, const TensorView& ws, std::size_t bytes) {

@@ -2,6 +2,8 @@
 
 #include <functional>
 
+#include "cpu_access.h"
+
 namespace mixtrain::backend_cpu {
 
 PrimitiveCache::PrimitiveCache() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
@@ -23,6 +25,21 @@ void PrimitiveCache::execute(const dnnl::primitive& p,
                              const std::unordered_map<int, dnnl::memory>& args) {
   p.execute(stream_, args);
   stream_.wait();
+}
+
+const void* as_input(PrimitiveCache& cache, const sdk::TensorView& v, dnnl::memory::data_type dt,
+                     PrimitiveCache::Slot slot) {
+  if (dt == dnnl::memory::data_type::bf16 || is_fp32_storage(v.dtype)) return v.data;
+  const std::int64_t n = v.numel();
+  float* out = cache.scratch<float>(slot, static_cast<std::size_t>(n));
+  decode_tensor(v, 1.0f, false, out, n);
+  return out;
+}
+
+void* as_output(PrimitiveCache& cache, const sdk::TensorView& v, dnnl::memory::data_type dt,
+                PrimitiveCache::Slot slot) {
+  if (dt == dnnl::memory::data_type::bf16 || is_fp32_storage(v.dtype)) return v.data;
+  return cache.scratch<float>(slot, static_cast<std::size_t>(v.numel()));
 }
 
 }  // namespace mixtrain::backend_cpu

@@ -28,6 +28,7 @@
 
 #include "cpu_gemm.h"  // ScratchBuffer
 #include "mixtrain/sdk/dtype.h"
+#include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -87,5 +88,14 @@ inline bool is_reference_kernel(std::string_view implementation) {
 inline dnnl::memory::data_type dnnl_type_of(sdk::DType t) {
   return t == sdk::DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 }
+
+// What a primitive of data type `dt` (f32 or bf16) reads for `v`: v itself when it is stored in
+// that type, else its values decoded exactly to fp32 into the cache's scratch `slot`.
+const void* as_input(PrimitiveCache& cache, const sdk::TensorView& v, dnnl::memory::data_type dt,
+                     PrimitiveCache::Slot slot);
+// Where such a primitive writes `v`: v itself, or fp32 scratch the caller then encodes into v
+// (encode_tensor).
+void* as_output(PrimitiveCache& cache, const sdk::TensorView& v, dnnl::memory::data_type dt,
+                PrimitiveCache::Slot slot);
 
 }  // namespace mixtrain::backend_cpu

@@ -51,12 +51,9 @@ void BatchNorm2dLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backe
   save_var_ = Tensor(backend, DType::fp32, sdk::Shape{channels_});
   // The workspace grows with the batch; sized here for the largest one.
   const std::int64_t max_batch = max_rows / (channels_ * height_);
-  const std::size_t bytes =
-      normalization_of(*backend).batchnorm_workspace_bytes(shape_at(max_batch), dtype());
-  workspace_bytes_per_image_ = max_batch > 0 ? bytes / static_cast<std::size_t>(max_batch) : 0;
-  workspace_ = bytes == 0 ? Tensor()
-                          : Tensor(backend, DType::fp32,
-                                   sdk::Shape{static_cast<std::int64_t>((bytes + 3) / 4)});
+  workspace_.allocate(
+      backend, normalization_of(*backend).batchnorm_workspace_bytes(shape_at(max_batch), dtype()),
+      max_batch);
 }
 
 void BatchNorm2dLayer::init_parameters(std::uint64_t) {
@@ -73,14 +70,6 @@ TensorView BatchNorm2dLayer::gamma() const {
 }
 TensorView BatchNorm2dLayer::beta() const {
   return affine_ ? params_[1].master.view() : TensorView{};
-}
-
-TensorView BatchNorm2dLayer::workspace(std::int64_t batch) const {
-  if (workspace_.empty()) return {};
-  // What the backend asked for at this batch: its workspace scales with the images.
-  const auto bytes = workspace_bytes_per_image_ * static_cast<std::size_t>(batch);
-  return {workspace_.view().data, DType::fp32,
-          sdk::Shape{static_cast<std::int64_t>(std::max<std::size_t>((bytes + 3) / 4, 1))}};
 }
 
 std::vector<BackendNeed> BatchNorm2dLayer::backend_needs(DType input) const {
@@ -107,7 +96,7 @@ void BatchNorm2dLayer::forward(TensorView x, std::int64_t rows) {
   if (training())
     norm.batchnorm_forward_training(xs, gamma(), beta(), shape, momentum_, y, save_mean_.view(),
                                     save_var_.view(), buffers_[0].value.view(),
-                                    buffers_[1].value.view(), workspace(batch));
+                                    buffers_[1].value.view(), workspace_.view(batch));
   else
     norm.batchnorm_forward_inference(xs, gamma(), beta(), buffers_[0].value.view(),
                                      buffers_[1].value.view(), shape, y);
@@ -133,7 +122,7 @@ void BatchNorm2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::i
   }
   normalization_of(*backend_).batchnorm_backward(
       dys, {x_cl_.data, x_cl_.dtype, flat}, {out.data, out.dtype, flat}, gamma(), save_mean_.view(),
-      save_var_.view(), shape, workspace(batch), target,
+      save_var_.view(), shape, workspace_.view(batch), target,
       affine_ ? params_[0].grad.view() : TensorView{},
       affine_ ? params_[1].grad.view() : TensorView{}, accumulate);
   if (dx.empty() || direct) return;

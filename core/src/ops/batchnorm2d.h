@@ -49,7 +49,6 @@ class BatchNorm2dLayer final : public Layer {
   sdk::BatchNormShape shape_at(std::int64_t batch) const;
   sdk::TensorView gamma() const;
   sdk::TensorView beta() const;
-  sdk::TensorView workspace(std::int64_t batch) const;
 
   std::int64_t channels_, height_, width_;
   float eps_, momentum_;
@@ -57,8 +56,8 @@ class BatchNorm2dLayer final : public Layer {
   bool relu_ = false;
   ChannelsLastInput input_;
   sdk::TensorView x_cl_;  // the forward's input, channels-last, for backward
-  Tensor save_mean_, save_var_, workspace_;
-  std::size_t workspace_bytes_per_image_ = 0;
+  Tensor save_mean_, save_var_;
+  BatchWorkspace workspace_;
   Tensor dy_scratch_, dx_scratch_;
 };
 

@@ -1,4 +1,5 @@
-// How an image op (conv2d, batchnorm2d, pooling) reads its input: a channels-last image as it is,
+// How an image op (conv2d, batchnorm2d, pooling) reads its input, and the workspace that grows
+// with its batch. The input: a channels-last image as it is,
 // or a plain [C, H, W] one (the batch of an image data source) permuted once into a scratch.
 //
 // Contract
@@ -10,6 +11,8 @@
 //   else a scratch that finish_grad(dx) permutes into the plain dx.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -60,6 +63,33 @@ class ChannelsLastInput {
   bool plain_ = false;
   std::int64_t c_ = 1, h_ = 1, w_ = 1;
   Tensor fwd_, bwd_;
+};
+
+// A backend workspace that scales with the images of a call (batch norm's ReLU mask, max
+// pooling's argmax): allocated once for the largest batch, seen per call as the part that batch's
+// images take (what the backend asks for scales with them).
+class BatchWorkspace {
+ public:
+  void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::size_t bytes,
+                std::int64_t max_batch) {
+    tensor_ = Tensor();
+    per_image_ = 0;
+    if (bytes == 0 || max_batch <= 0) return;
+    per_image_ = bytes / static_cast<std::size_t>(max_batch);
+    tensor_ =
+        Tensor(backend, sdk::DType::fp32, sdk::Shape{static_cast<std::int64_t>((bytes + 3) / 4)});
+  }
+  // Empty when the backend needs none.
+  sdk::TensorView view(std::int64_t batch) const {
+    if (tensor_.empty()) return {};
+    const auto bytes = per_image_ * static_cast<std::size_t>(batch);
+    return {tensor_.view().data, sdk::DType::fp32,
+            sdk::Shape{static_cast<std::int64_t>(std::max<std::size_t>((bytes + 3) / 4, 1))}};
+  }
+
+ private:
+  Tensor tensor_;
+  std::size_t per_image_ = 0;
 };
 
 }  // namespace mixtrain::core

@@ -41,21 +41,13 @@ sdk::Pool2dGeometry Pool2dLayer::at_rows(std::int64_t rows) const {
 void Pool2dLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
                            std::int64_t max_rows) {
   Layer::allocate(backend, max_rows);
-  workspace_ = Tensor();
-  workspace_bytes_per_image_ = 0;
-  if (geometry_.kind != sdk::PoolKind::max) return;
+  if (geometry_.kind != sdk::PoolKind::max) {
+    workspace_.allocate(backend, 0, 0);
+    return;
+  }
   const sdk::Pool2dGeometry g = at_rows(max_rows);
-  const std::size_t bytes = convolution_of(*backend).pool2d_workspace_bytes(g, dtype());
-  if (bytes == 0 || g.batch == 0) return;
-  workspace_bytes_per_image_ = bytes / static_cast<std::size_t>(g.batch);
-  workspace_ = Tensor(backend, DType::fp32, sdk::Shape{static_cast<std::int64_t>((bytes + 3) / 4)});
-}
-
-TensorView Pool2dLayer::workspace(const sdk::Pool2dGeometry& g) const {
-  if (workspace_.empty()) return {};
-  const auto bytes = workspace_bytes_per_image_ * static_cast<std::size_t>(g.batch);
-  return {workspace_.view().data, DType::fp32,
-          sdk::Shape{static_cast<std::int64_t>(std::max<std::size_t>((bytes + 3) / 4, 1))}};
+  workspace_.allocate(backend, convolution_of(*backend).pool2d_workspace_bytes(g, dtype()),
+                      g.batch);
 }
 
 std::vector<BackendNeed> Pool2dLayer::backend_needs(DType input) const {
@@ -76,7 +68,8 @@ void Pool2dLayer::forward(TensorView x, std::int64_t rows) {
   const TensorView out = output(rows);
   const TensorView y{out.data, out.dtype,
                      sdk::Shape{g.batch, g.out_height(), g.out_width(), g.channels}};
-  convolution_of(*backend_).pool2d_forward(g, x_cl_, y, training() ? workspace(g) : TensorView{});
+  convolution_of(*backend_).pool2d_forward(g, x_cl_, y,
+                                           training() ? workspace_.view(g.batch) : TensorView{});
 }
 
 void Pool2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
@@ -89,7 +82,7 @@ void Pool2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
   const TensorView out = output(rows);
   const TensorView target = input_.grad_target(backend_, dx, g.batch);
   convolution_of(*backend_).pool2d_backward(g, dys, x_cl_, {out.data, out.dtype, y_shape},
-                                            workspace(g), {target.data, grad, x_shape});
+                                            workspace_.view(g.batch), {target.data, grad, x_shape});
   input_.finish_grad(backend_, target, dx);
 }
 

@@ -37,15 +37,14 @@ class Pool2dLayer final : public Layer {
 
  private:
   sdk::Pool2dGeometry at_rows(std::int64_t rows) const;
-  sdk::TensorView workspace(const sdk::Pool2dGeometry& g) const;
   sdk::DType dtype() const;
 
   sdk::Pool2dGeometry geometry_;
   bool global_;
   ChannelsLastInput input_;
   sdk::TensorView x_cl_;
-  Tensor workspace_, dy_scratch_, dx_scratch_;
-  std::size_t workspace_bytes_per_image_ = 0;
+  BatchWorkspace workspace_;
+  Tensor dy_scratch_, dx_scratch_;
 };
 
 }  // namespace mixtrain::core
