@@ -15,6 +15,15 @@ void fail(std::string_view op, const std::string& what, std::string hint) {
   checks().fail(op, what, std::move(hint));
 }
 
+void require_bytes(std::string_view op, std::string_view name, const sdk::TensorView& v,
+                   std::size_t bytes, const std::string& hint) {
+  if (v.bytes() < bytes)
+    fail(op,
+         std::string(name) + " is " + describe(v) + " (" + std::to_string(v.bytes()) +
+             " bytes) but " + std::to_string(bytes) + " bytes are needed",
+         hint);
+}
+
 void require_at_least(std::string_view op, const std::string& name, std::int64_t value,
                       std::int64_t lo, const std::string& hint) {
   if (value < lo)

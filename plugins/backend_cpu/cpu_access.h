@@ -53,6 +53,11 @@ void require_numel(std::string_view op, std::string_view name, const sdk::Tensor
 void require_at_least(std::string_view op, const std::string& name, std::int64_t value,
                       std::int64_t lo, const std::string& hint);
 
+// `v` (the argument `name`, any dtype) holds at least `bytes` bytes; BackendError with `hint`
+// otherwise.
+void require_bytes(std::string_view op, std::string_view name, const sdk::TensorView& v,
+                   std::size_t bytes, const std::string& hint);
+
 // Whether the bytes of two views intersect (an empty view overlaps nothing).
 bool overlaps(const sdk::TensorView& a, const sdk::TensorView& b);
 // a and b are the same tensor (allowed in place) or do not overlap; BackendError otherwise.

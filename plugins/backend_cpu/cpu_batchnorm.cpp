@@ -188,12 +188,10 @@ bool affine_of(std::string_view op, const TensorView& gamma, const TensorView& b
 }
 
 void check_workspace(std::string_view op, const TensorView& ws, std::size_t bytes) {
-  if (ws.bytes() < bytes)
-    fail(op,
-         "workspace is " + describe(ws) + " (" + std::to_string(ws.bytes()) + " bytes) but " +
-             std::to_string(bytes) + " bytes are needed",
-         "allocate batchnorm_workspace_bytes(shape, dtype) bytes and pass the same workspace to "
-         "the training forward and the backward");
+  require_bytes(
+      op, "workspace", ws, bytes,
+      "allocate batchnorm_workspace_bytes(shape, dtype) bytes and pass the same workspace to "
+      "the training forward and the backward");
 }
 
 }  // namespace

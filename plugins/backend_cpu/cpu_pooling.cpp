@@ -182,12 +182,10 @@ memory::data_type pool_type(PrimitiveCache& cache, std::string_view op,
 }
 
 void check_workspace(std::string_view op, const TensorView& ws, std::size_t bytes) {
-  if (ws.bytes() < bytes)
-    fail(op,
-         "workspace is " + describe(ws) + " (" + std::to_string(ws.bytes()) + " bytes) but " +
-             std::to_string(bytes) + " bytes are needed",
-         "allocate pool2d_workspace_bytes(geometry, dtype) bytes and pass the same workspace to "
-         "the forward and the backward");
+  require_bytes(
+      op, "workspace", ws, bytes,
+      "allocate pool2d_workspace_bytes(geometry, dtype) bytes and pass the same workspace to "
+      "the forward and the backward");
 }
 
 }  // namespace
