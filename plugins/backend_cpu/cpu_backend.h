@@ -22,7 +22,7 @@
 //   head and image permutes, pooling and the embedding tables, fp32 for the foreach ops, the
 //   optimizer state and the attention softmax, and for GEMM A/B and the convolution operands any
 //   dtype capabilities().gemm_inputs lists (outputs: fp32, bf16, fp16).
-// - Convolution, pooling and batch norm run oneDNN primitives created once per (geometry, dtypes,
+// - Convolution and pooling run oneDNN primitives created once per (geometry, dtypes,
 //   op) and cached (cpu_primitive_cache.h); activations are channels-last (nhwc) end to end, and
 //   weights are reordered from PyTorch's OIHW into the layout the primitive prefers by a cached
 //   reorder. bf16 convolutions run natively where the CPU has bf16 dot products (see
@@ -75,7 +75,7 @@ class CpuBackend final : public sdk::DeviceBackend,
   // oneDNN's implementation ("gemm:jit", "brg:avx512_core", ...) of the last GEMM primitive run
   // by gemm() or gemm_strided_batched(); for tests and tuning.
   std::string last_gemm_implementation() const;
-  // oneDNN primitives (convolution, pooling, batch norm, with their reorders) created so far, one
+  // oneDNN primitives (convolution, pooling, with their reorders) created so far, one
   // entry per distinct (op, geometry, dtypes, flags); for tests.
   std::size_t cached_dnnl_primitives() const noexcept;
   // True when bf16 convolutions run in oneDNN's bf16 kernels, false when emulated; and why.
@@ -217,7 +217,7 @@ class CpuBackend final : public sdk::DeviceBackend,
   int threads_;
   std::unique_ptr<GemmEngine> gemm_;
   std::unique_ptr<EltwiseEngine> eltwise_;
-  std::unique_ptr<PrimitiveCache> prims_;  // conv, pooling, batch norm (mutable through const)
+  std::unique_ptr<PrimitiveCache> prims_;  // conv, pooling; scratch (mutable through const)
   Bf16ConvPath bf16_conv_request_;
   mutable int bf16_conv_state_ = -1;  // -1 undecided, 0 emulated, 1 oneDNN
   mutable std::string bf16_conv_note_;

@@ -49,11 +49,10 @@ void BatchNorm2dLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backe
   buffers_.push_back(make_buffer("running_var", sdk::Shape{channels_}, 1.0f));
   save_mean_ = Tensor(backend, DType::fp32, sdk::Shape{channels_});
   save_var_ = Tensor(backend, DType::fp32, sdk::Shape{channels_});
-  // The workspace grows with the batch; sized here for the largest one.
+  // Sized for the largest batch (a backend's workspace may grow with the batch).
   const std::int64_t max_batch = max_rows / (channels_ * height_);
   workspace_.allocate(
-      backend, normalization_of(*backend).batchnorm_workspace_bytes(shape_at(max_batch), dtype()),
-      max_batch);
+      backend, normalization_of(*backend).batchnorm_workspace_bytes(shape_at(max_batch), dtype()));
 }
 
 void BatchNorm2dLayer::init_parameters(std::uint64_t) {
@@ -96,7 +95,7 @@ void BatchNorm2dLayer::forward(TensorView x, std::int64_t rows) {
   if (training())
     norm.batchnorm_forward_training(xs, gamma(), beta(), shape, momentum_, y, save_mean_.view(),
                                     save_var_.view(), buffers_[0].value.view(),
-                                    buffers_[1].value.view(), workspace_.view(batch));
+                                    buffers_[1].value.view(), workspace_.view());
   else
     norm.batchnorm_forward_inference(xs, gamma(), beta(), buffers_[0].value.view(),
                                      buffers_[1].value.view(), shape, y);
@@ -122,7 +121,7 @@ void BatchNorm2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::i
   }
   normalization_of(*backend_).batchnorm_backward(
       dys, {x_cl_.data, x_cl_.dtype, flat}, {out.data, out.dtype, flat}, gamma(), save_mean_.view(),
-      save_var_.view(), shape, workspace_.view(batch), target,
+      save_var_.view(), shape, workspace_.view(), target,
       affine_ ? params_[0].grad.view() : TensorView{},
       affine_ ? params_[1].grad.view() : TensorView{}, accumulate);
   if (dx.empty() || direct) return;

@@ -65,31 +65,22 @@ class ChannelsLastInput {
   Tensor fwd_, bwd_;
 };
 
-// A backend workspace that scales with the images of a call (batch norm's ReLU mask, max
-// pooling's argmax): allocated once for the largest batch, seen per call as the part that batch's
-// images take (what the backend asks for scales with them).
+// A backend workspace of a layer (batch norm's ReLU data, max pooling's argmax): allocated once
+// for the largest batch and passed whole to every call, since a backend never asks for more for
+// fewer images (the backend checks it gets at least what it asked for).
 class BatchWorkspace {
  public:
-  void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::size_t bytes,
-                std::int64_t max_batch) {
+  void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::size_t bytes) {
     tensor_ = Tensor();
-    per_image_ = 0;
-    if (bytes == 0 || max_batch <= 0) return;
-    per_image_ = bytes / static_cast<std::size_t>(max_batch);
+    if (bytes == 0) return;
     tensor_ =
         Tensor(backend, sdk::DType::fp32, sdk::Shape{static_cast<std::int64_t>((bytes + 3) / 4)});
   }
   // Empty when the backend needs none.
-  sdk::TensorView view(std::int64_t batch) const {
-    if (tensor_.empty()) return {};
-    const auto bytes = per_image_ * static_cast<std::size_t>(batch);
-    return {tensor_.view().data, sdk::DType::fp32,
-            sdk::Shape{static_cast<std::int64_t>(std::max<std::size_t>((bytes + 3) / 4, 1))}};
-  }
+  sdk::TensorView view() const { return tensor_.empty() ? sdk::TensorView{} : tensor_.view(); }
 
  private:
   Tensor tensor_;
-  std::size_t per_image_ = 0;
 };
 
 }  // namespace mixtrain::core

@@ -42,12 +42,11 @@ void Pool2dLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
                            std::int64_t max_rows) {
   Layer::allocate(backend, max_rows);
   if (geometry_.kind != sdk::PoolKind::max) {
-    workspace_.allocate(backend, 0, 0);
+    workspace_.allocate(backend, 0);
     return;
   }
   const sdk::Pool2dGeometry g = at_rows(max_rows);
-  workspace_.allocate(backend, convolution_of(*backend).pool2d_workspace_bytes(g, dtype()),
-                      g.batch);
+  workspace_.allocate(backend, convolution_of(*backend).pool2d_workspace_bytes(g, dtype()));
 }
 
 std::vector<BackendNeed> Pool2dLayer::backend_needs(DType input) const {
@@ -69,7 +68,7 @@ void Pool2dLayer::forward(TensorView x, std::int64_t rows) {
   const TensorView y{out.data, out.dtype,
                      sdk::Shape{g.batch, g.out_height(), g.out_width(), g.channels}};
   convolution_of(*backend_).pool2d_forward(g, x_cl_, y,
-                                           training() ? workspace_.view(g.batch) : TensorView{});
+                                           training() ? workspace_.view() : TensorView{});
 }
 
 void Pool2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
@@ -82,7 +81,7 @@ void Pool2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
   const TensorView out = output(rows);
   const TensorView target = input_.grad_target(backend_, dx, g.batch);
   convolution_of(*backend_).pool2d_backward(g, dys, x_cl_, {out.data, out.dtype, y_shape},
-                                            workspace_.view(g.batch), {target.data, grad, x_shape});
+                                            workspace_.view(), {target.data, grad, x_shape});
   input_.finish_grad(backend_, target, dx);
 }
 

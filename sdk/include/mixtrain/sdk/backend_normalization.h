@@ -57,8 +57,9 @@ class MIXTRAIN_SDK_API NormalizationFacet {
                                   TensorView rstd, TensorView dx, TensorView dgamma,
                                   TensorView dbeta, bool accumulate) = 0;
 
-  // Bytes of the workspace batch norm's training forward leaves for its backward (oneDNN's ReLU
-  // mask; 0 when the backend needs none). The caller allocates it and passes it to both calls.
+  // Bytes of the workspace batch norm's training forward leaves for its backward (what its ReLU
+  // mask needs: the CPU backend keeps 2·C floats; 0 when the backend needs none). The caller
+  // allocates it and passes it to both calls; a workspace sized for a larger batch also serves.
   virtual std::size_t batchnorm_workspace_bytes(const BatchNormShape& shape, DType x) const = 0;
   // Training: normalises with this batch's statistics and writes them, fp32 [C]: save_mean and
   // save_var (the biased variance, what backward reads). When running_mean / running_var (fp32

@@ -1,0 +1,397 @@
+// Per-channel batch-norm kernels over channels-last [rows, C] (contract in the header).
+//
+// Why not oneDNN's batch norm: on ResNet-20's shapes (batch 128; 16 ch at 32×32, 32 at 16×16, 64
+// at 8×8) oneDNN 2.6's nhwc bnorm_jit took 0.42 / 0.19 / 0.09 ms forward and 0.61 / 0.30 / 0.15 ms
+// backward with 2 threads on an AVX-512 Zen 4, fp32 and bf16 alike (bench/RESULTS.md); these
+// loops do the same work in about half that (one read of x for the statistics, one read and one
+// write for the output; the backward two reads of x and dy and one write), and they need no ReLU
+// mask in memory.
+//
+// Layout of the work: each thread owns a contiguous range of rows and walks it in blocks of about
+// kChunk elements (whole rows, L1-resident for the statistics' second look); within a block,
+// channel slices of at most kSlice channels keep their accumulators in registers. C = 16, 32, 64
+// (and any multiple of 64) run slices whose width is a compile-time constant. bf16 is converted
+// in the loops themselves (a shift in, RNE out): a separate conversion pass per block cost as
+// much as the arithmetic.
+#include "cpu_batchnorm_kernels.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu_access.h"  // kChunk, parallel_worth
+
+namespace mixtrain::backend_cpu {
+
+namespace {
+
+constexpr std::int64_t kSlice = 64;
+
+// The loops must be inlined into the target_clones functions to be compiled for their ISA (a
+// lambda left out of line is compiled for the baseline, and its std::fma becomes a libm call).
+#define MIXTRAIN_INLINE __attribute__((always_inline))
+
+[[gnu::always_inline]] inline float load(const float* p, std::int64_t i) {
+  return p[i];
+}
+[[gnu::always_inline]] inline float load(const Bf16Bits* p, std::int64_t i) {
+  return float_from_bf16(p[i]);
+}
+[[gnu::always_inline]] inline void store(float* p, std::int64_t i, float v) {
+  p[i] = v;
+}
+[[gnu::always_inline]] inline void store(Bf16Bits* p, std::int64_t i, float v) {
+  p[i] = bf16_from_float(v);
+}
+
+// Rows per block: whole rows, about kChunk elements (at least one row).
+std::int64_t block_rows(std::int64_t channels) {
+  return std::max<std::int64_t>(1, kChunk / channels);
+}
+
+// Calls body(width, slice_begin, slice_width) with width a compile-time constant where it can be.
+template <class Body>
+[[gnu::always_inline]] inline void for_slices(std::int64_t channels, Body&& body) {
+  switch (channels) {
+    case 16:
+      body(std::integral_constant<int, 16>{}, 0, 16);
+      return;
+    case 32:
+      body(std::integral_constant<int, 32>{}, 0, 32);
+      return;
+    default:
+      break;
+  }
+  std::int64_t c0 = 0;
+  for (; c0 + kSlice <= channels; c0 += kSlice) body(std::integral_constant<int, 64>{}, c0, kSlice);
+  if (c0 < channels) body(std::integral_constant<int, 0>{}, c0, channels - c0);
+}
+
+// Running (count, mean, m2) per channel of one thread, merged block by block.
+struct Moments {
+  double count = 0;
+  std::vector<double> mean, m2;
+  explicit Moments(std::int64_t channels)
+      : mean(static_cast<std::size_t>(channels)), m2(static_cast<std::size_t>(channels)) {}
+};
+
+// Merges a block's (nb, mean_b, q_b) into a channel's running (count, mean, m2) (Chan et al.).
+inline void merge(double count, double nb, double& mean, double& m2, double mean_b, double q_b) {
+  const double total = count + nb;
+  const double delta = mean_b - mean;
+  mean += delta * nb / total;
+  m2 += q_b + delta * delta * count * nb / total;
+}
+
+// Independent accumulators per slice: a 16- or 32-channel slice is one or two vectors per row,
+// and one running sum across rows would wait on the adder's latency every row.
+template <int kW>
+constexpr int kLanes = kW == 16   ? 4
+                       : kW == 32 ? 2
+                                  : 1;
+
+// x: a block of nr rows of stride `channels`; this slice is channels [c0, c0 + w).
+template <int kW, class T>
+[[gnu::always_inline]] inline void block_moments(const T* x, std::int64_t nr, std::int64_t channels,
+                                                 std::int64_t c0, std::int64_t w_rt, Moments& m) {
+  constexpr int kU = kLanes<kW>;
+  const std::int64_t w = kW > 0 ? kW : w_rt;
+  alignas(64) float s[kU][kSlice] = {};
+  std::int64_t r = 0;
+  for (; r + kU <= nr; r += kU)
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t base = (r + u) * channels + c0;
+#pragma omp simd
+      for (std::int64_t c = 0; c < w; ++c) s[u][c] += load(x, base + c);
+    }
+  for (; r < nr; ++r) {
+    const std::int64_t base = r * channels + c0;
+#pragma omp simd
+    for (std::int64_t c = 0; c < w; ++c) s[0][c] += load(x, base + c);
+  }
+  alignas(64) float mb[kSlice];
+  const float inv = 1.0f / static_cast<float>(nr);
+  for (std::int64_t c = 0; c < w; ++c) {
+    float total = 0.0f;
+    for (int u = 0; u < kU; ++u) total += s[u][c];
+    mb[c] = total * inv;
+  }
+  alignas(64) float q[kU][kSlice] = {};
+  for (r = 0; r + kU <= nr; r += kU)
+    for (int u = 0; u < kU; ++u) {
+      const std::int64_t base = (r + u) * channels + c0;
+#pragma omp simd
+      for (std::int64_t c = 0; c < w; ++c) {
+        const float d = load(x, base + c) - mb[c];
+        q[u][c] = std::fma(d, d, q[u][c]);
+      }
+    }
+  for (; r < nr; ++r) {
+    const std::int64_t base = r * channels + c0;
+#pragma omp simd
+    for (std::int64_t c = 0; c < w; ++c) {
+      const float d = load(x, base + c) - mb[c];
+      q[0][c] = std::fma(d, d, q[0][c]);
+    }
+  }
+  for (std::int64_t c = 0; c < w; ++c) {
+    double qc = 0.0;
+    for (int u = 0; u < kU; ++u) qc += static_cast<double>(q[u][c]);
+    merge(m.count, static_cast<double>(nr), m.mean[static_cast<std::size_t>(c0 + c)],
+          m.m2[static_cast<std::size_t>(c0 + c)], static_cast<double>(mb[c]), qc);
+  }
+}
+
+template <class T>
+[[gnu::target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")]] void range_moments(
+    const T* x, std::int64_t r0, std::int64_t r1, std::int64_t channels, Moments& m) {
+  const std::int64_t step = block_rows(channels);
+  for (std::int64_t r = r0; r < r1; r += step) {
+    const std::int64_t nr = std::min(step, r1 - r);
+    const T* xb = x + r * channels;
+    for_slices(channels, [&](auto width, std::int64_t c0, std::int64_t w) MIXTRAIN_INLINE {
+      block_moments<decltype(width)::value>(xb, nr, channels, c0, w, m);
+    });
+    m.count += static_cast<double>(nr);
+  }
+}
+
+// (x − mean)·scale + shift, the one expression the forward and the ReLU mask's recomputation use.
+[[gnu::always_inline]] inline float affine(float x, float mean, float scale, float shift) {
+  return std::fma(x - mean, scale, shift);
+}
+
+template <class T>
+[[gnu::target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")]] void range_affine(
+    const T* x, T* y, std::int64_t r0, std::int64_t r1, std::int64_t channels, const float* mean,
+    const float* scale, const float* shift, bool relu) {
+  const std::int64_t step = block_rows(channels);
+  for (std::int64_t r = r0; r < r1; r += step) {
+    const std::int64_t nr = std::min(step, r1 - r);
+    for_slices(channels, [&](auto width, std::int64_t c0, std::int64_t w_rt) MIXTRAIN_INLINE {
+      constexpr int kW = decltype(width)::value;
+      const std::int64_t w = kW > 0 ? kW : w_rt;
+      alignas(64) float m[kSlice], s[kSlice], t[kSlice];
+      for (std::int64_t c = 0; c < w; ++c) {
+        m[c] = mean[c0 + c];
+        s[c] = scale[c0 + c];
+        t[c] = shift[c0 + c];
+      }
+      for (std::int64_t i = r; i < r + nr; ++i) {
+        const std::int64_t base = i * channels + c0;
+        if (relu) {
+#pragma omp simd
+          for (std::int64_t c = 0; c < w; ++c) {
+            const float v = affine(load(x, base + c), m[c], s[c], t[c]);
+            store(y, base + c, v > 0.0f ? v : 0.0f);
+          }
+        } else {
+#pragma omp simd
+          for (std::int64_t c = 0; c < w; ++c)
+            store(y, base + c, affine(load(x, base + c), m[c], s[c], t[c]));
+        }
+      }
+    });
+  }
+}
+
+// g = dy where the ReLU let the forward's value through, else 0.
+template <ReluMask::Kind kMask, class T>
+[[gnu::always_inline]] inline float masked(const T* x, const T* dy, const T* y, std::int64_t i,
+                                           float mean, float scale, float shift) {
+  if constexpr (kMask == ReluMask::Kind::recompute)
+    return affine(load(x, i), mean, scale, shift) > 0.0f ? load(dy, i) : 0.0f;
+  else if constexpr (kMask == ReluMask::Kind::from_y)
+    return load(y, i) > 0.0f ? load(dy, i) : 0.0f;
+  else
+    return load(dy, i);
+}
+
+// The per-slice constants of the backward: mean, and the mask's scale and shift.
+template <ReluMask::Kind kMask>
+[[gnu::always_inline]] inline void mask_constants(const ReluMask& mask, const float* mean,
+                                                  std::int64_t c0, std::int64_t w, float* m,
+                                                  float* s, float* t) {
+  for (std::int64_t c = 0; c < w; ++c) {
+    m[c] = mean[c0 + c];
+    s[c] = kMask == ReluMask::Kind::recompute ? mask.scale[c0 + c] : 0.0f;
+    t[c] = kMask == ReluMask::Kind::recompute ? mask.shift[c0 + c] : 0.0f;
+  }
+}
+
+template <ReluMask::Kind kMask, class T>
+[[gnu::target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")]] void range_grad_sums(
+    const T* x, const T* dy, const ReluMask& mask, std::int64_t r0, std::int64_t r1,
+    std::int64_t channels, const float* mean, double* sum_g, double* sum_gx) {
+  const T* y = static_cast<const T*>(mask.y);
+  const std::int64_t step = block_rows(channels);
+  for (std::int64_t r = r0; r < r1; r += step) {
+    const std::int64_t nr = std::min(step, r1 - r);
+    for_slices(channels, [&](auto width, std::int64_t c0, std::int64_t w_rt) MIXTRAIN_INLINE {
+      constexpr int kW = decltype(width)::value;
+      const std::int64_t w = kW > 0 ? kW : w_rt;
+      constexpr int kU = kLanes<kW>;
+      alignas(64) float m[kSlice], s[kSlice], t[kSlice], a1[kU][kSlice] = {}, a2[kU][kSlice] = {};
+      mask_constants<kMask>(mask, mean, c0, w, m, s, t);
+      auto row = [&](std::int64_t i, int u) MIXTRAIN_INLINE {
+        const std::int64_t base = i * channels + c0;
+#pragma omp simd
+        for (std::int64_t c = 0; c < w; ++c) {
+          const float g = masked<kMask>(x, dy, y, base + c, m[c], s[c], t[c]);
+          a1[u][c] += g;
+          a2[u][c] = std::fma(g, load(x, base + c) - m[c], a2[u][c]);
+        }
+      };
+      std::int64_t i = r;
+      for (; i + kU <= r + nr; i += kU)
+        for (int u = 0; u < kU; ++u) row(i + u, u);
+      for (; i < r + nr; ++i) row(i, 0);
+      for (std::int64_t c = 0; c < w; ++c)
+        for (int u = 0; u < kU; ++u) {
+          sum_g[c0 + c] += static_cast<double>(a1[u][c]);
+          sum_gx[c0 + c] += static_cast<double>(a2[u][c]);
+        }
+    });
+  }
+}
+
+template <ReluMask::Kind kMask, class T>
+[[gnu::target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")]] void range_grad_input(
+    const T* x, const T* dy, const ReluMask& mask, T* dx, std::int64_t r0, std::int64_t r1,
+    std::int64_t channels, const float* mean, const float* ka, const float* kb, const float* kd) {
+  const T* y = static_cast<const T*>(mask.y);
+  const std::int64_t step = block_rows(channels);
+  for (std::int64_t r = r0; r < r1; r += step) {
+    const std::int64_t nr = std::min(step, r1 - r);
+    for_slices(channels, [&](auto width, std::int64_t c0, std::int64_t w_rt) MIXTRAIN_INLINE {
+      constexpr int kW = decltype(width)::value;
+      const std::int64_t w = kW > 0 ? kW : w_rt;
+      alignas(64) float m[kSlice], s[kSlice], t[kSlice], a[kSlice], b[kSlice], d[kSlice];
+      mask_constants<kMask>(mask, mean, c0, w, m, s, t);
+      for (std::int64_t c = 0; c < w; ++c) {
+        a[c] = ka[c0 + c];
+        b[c] = kb[c0 + c];
+        d[c] = kd[c0 + c];
+      }
+      for (std::int64_t i = r; i < r + nr; ++i) {
+        const std::int64_t base = i * channels + c0;
+#pragma omp simd
+        for (std::int64_t c = 0; c < w; ++c) {
+          const float g = masked<kMask>(x, dy, y, base + c, m[c], s[c], t[c]);
+          store(dx, base + c, std::fma(a[c], g, std::fma(b[c], load(x, base + c) - m[c], d[c])));
+        }
+      }
+    });
+  }
+}
+
+// Calls body(thread, first_row, end_row) on each thread's contiguous share of the rows, or once
+// on the calling thread when the tensor is small.
+template <class Body>
+void for_row_ranges(std::int64_t rows, std::int64_t channels, Body&& body) {
+  if (!parallel_worth(rows * channels)) {
+    body(0, std::int64_t{0}, rows);
+    return;
+  }
+#pragma omp parallel
+  {
+    const std::int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
+    const std::int64_t per = (rows + team - 1) / team;
+    const std::int64_t r0 = std::min(rows, t * per);
+    body(static_cast<int>(t), r0, std::min(rows, r0 + per));
+  }
+}
+
+int max_team() {
+  return std::max(1, omp_get_max_threads());
+}
+
+#undef MIXTRAIN_INLINE
+
+}  // namespace
+
+template <class T>
+void channel_moments(const T* x, std::int64_t rows, std::int64_t channels, float* mean,
+                     float* var) {
+  std::vector<Moments> parts(static_cast<std::size_t>(max_team()), Moments(channels));
+  for_row_ranges(rows, channels, [&](int t, std::int64_t r0, std::int64_t r1) {
+    range_moments(x, r0, r1, channels, parts[static_cast<std::size_t>(t)]);
+  });
+  Moments all(channels);
+  for (const Moments& p : parts) {
+    if (p.count == 0) continue;
+    for (std::size_t c = 0; c < all.mean.size(); ++c)
+      merge(all.count, p.count, all.mean[c], all.m2[c], p.mean[c], p.m2[c]);
+    all.count += p.count;
+  }
+  for (std::size_t c = 0; c < all.mean.size(); ++c) {
+    mean[c] = static_cast<float>(all.mean[c]);
+    var[c] = static_cast<float>(all.m2[c] / all.count);
+  }
+}
+
+template <class T>
+void channel_affine(const T* x, T* y, std::int64_t rows, std::int64_t channels, const float* mean,
+                    const float* scale, const float* shift, bool relu) {
+  for_row_ranges(rows, channels, [&](int, std::int64_t r0, std::int64_t r1) {
+    range_affine(x, y, r0, r1, channels, mean, scale, shift, relu);
+  });
+}
+
+template <class T>
+void channel_grad_sums(const T* x, const T* dy, const ReluMask& mask, std::int64_t rows,
+                       std::int64_t channels, const float* mean, double* sum_g, double* sum_gx) {
+  using K = ReluMask::Kind;
+  const auto team = static_cast<std::size_t>(max_team());
+  const auto c = static_cast<std::size_t>(channels);
+  std::vector<double> parts(2 * team * c, 0.0);
+  for_row_ranges(rows, channels, [&](int t, std::int64_t r0, std::int64_t r1) {
+    double* g = parts.data() + 2 * static_cast<std::size_t>(t) * c;
+    if (mask.kind == K::recompute)
+      range_grad_sums<K::recompute>(x, dy, mask, r0, r1, channels, mean, g, g + c);
+    else if (mask.kind == K::from_y)
+      range_grad_sums<K::from_y>(x, dy, mask, r0, r1, channels, mean, g, g + c);
+    else
+      range_grad_sums<K::none>(x, dy, mask, r0, r1, channels, mean, g, g + c);
+  });
+  for (std::size_t j = 0; j < c; ++j) {
+    sum_g[j] = 0.0;
+    sum_gx[j] = 0.0;
+    for (std::size_t t = 0; t < team; ++t) {
+      sum_g[j] += parts[2 * t * c + j];
+      sum_gx[j] += parts[2 * t * c + c + j];
+    }
+  }
+}
+
+template <class T>
+void channel_grad_input(const T* x, const T* dy, const ReluMask& mask, T* dx, std::int64_t rows,
+                        std::int64_t channels, const float* mean, const float* a, const float* b,
+                        const float* d) {
+  using K = ReluMask::Kind;
+  for_row_ranges(rows, channels, [&](int, std::int64_t r0, std::int64_t r1) {
+    if (mask.kind == K::recompute)
+      range_grad_input<K::recompute>(x, dy, mask, dx, r0, r1, channels, mean, a, b, d);
+    else if (mask.kind == K::from_y)
+      range_grad_input<K::from_y>(x, dy, mask, dx, r0, r1, channels, mean, a, b, d);
+    else
+      range_grad_input<K::none>(x, dy, mask, dx, r0, r1, channels, mean, a, b, d);
+  });
+}
+
+#define MIXTRAIN_BATCHNORM_KERNELS(T)                                                         \
+  template void channel_moments<T>(const T*, std::int64_t, std::int64_t, float*, float*);     \
+  template void channel_affine<T>(const T*, T*, std::int64_t, std::int64_t, const float*,     \
+                                  const float*, const float*, bool);                          \
+  template void channel_grad_sums<T>(const T*, const T*, const ReluMask&, std::int64_t,       \
+                                     std::int64_t, const float*, double*, double*);           \
+  template void channel_grad_input<T>(const T*, const T*, const ReluMask&, T*, std::int64_t,  \
+                                      std::int64_t, const float*, const float*, const float*, \
+                                      const float*);
+MIXTRAIN_BATCHNORM_KERNELS(float)
+MIXTRAIN_BATCHNORM_KERNELS(Bf16Bits)
+#undef MIXTRAIN_BATCHNORM_KERNELS
+
+}  // namespace mixtrain::backend_cpu

@@ -1,0 +1,69 @@
+// The per-channel kernels of the CPU backend's batch norm over channels-last activations.
+//
+// Contract
+// - x, y, dy, dx are [rows, C] (rows = N·H·W of [N, H, W, C] images), T = float (fp32 storage) or
+//   Bf16Bits (bf16 storage: the value's top 16 bits, decoded exactly, outputs rounded once RNE,
+//   NaNs quieted, as sdk/float_formats.h; bf16_from_float is that encode, checked bit for bit
+//   against the SDK's in the tests). Per-channel vectors are fp32 [C], caller-owned.
+// - Statistics are computed in FP32 within blocks of rows that fit in L1 (block mean, then the
+//   block's sum of squared deviations from it) and merged in double across blocks and threads
+//   (Chan et al.'s pairwise update): one pass over memory, no E[x²] − E[x]² cancellation.
+// - Results depend on the thread count (the merge order), as oneDNN's do; for one thread count
+//   they are deterministic.
+// - The fused ReLU's mask is recomputed, not stored: v = (x − mean)·scale + shift is computed by
+//   the same fma in the forward and the backward, so the backward sees v > 0 exactly where the
+//   forward did. The forward's scale and shift per channel are what the backward needs for it
+//   (the training forward leaves them in the caller's workspace).
+// - OpenMP over contiguous row ranges with the calling thread's team size; small tensors run on
+//   the calling thread (parallel_worth). Each kernel is compiled for x86-64-v4 (AVX-512),
+//   x86-64-v3 (AVX2 + FMA) and the baseline, chosen at load time by the CPU's features.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+
+namespace mixtrain::backend_cpu {
+
+using Bf16Bits = std::uint16_t;
+
+// fp32 -> bf16 bits, round to nearest even; NaN -> quiet NaN of the same sign (the SDK's
+// encode_bf16 with Overflow::to_inf_or_nan), written so that it vectorises.
+inline Bf16Bits bf16_from_float(float v) {
+  const auto u = std::bit_cast<std::uint32_t>(v);
+  const std::uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const std::uint32_t quiet_nan = (u >> 16) | 0x0040u;
+  return static_cast<Bf16Bits>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
+}
+inline float float_from_bf16(Bf16Bits b) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+}
+
+// mean[c] and var[c] (biased: the sum of squared deviations / rows) of x [rows, C].
+template <class T>
+void channel_moments(const T* x, std::int64_t rows, std::int64_t channels, float* mean, float* var);
+
+// y = (x − mean)·scale + shift per channel, then max(0, ·) when `relu`; y may be x.
+template <class T>
+void channel_affine(const T* x, T* y, std::int64_t rows, std::int64_t channels, const float* mean,
+                    const float* scale, const float* shift, bool relu);
+
+// Which elements of dy pass the fused ReLU's backward.
+struct ReluMask {
+  enum class Kind { none, recompute, from_y } kind = Kind::none;
+  const float* scale = nullptr;  // recompute: the forward's scale and shift, with its mean
+  const float* shift = nullptr;
+  const void* y = nullptr;  // from_y: the forward's output (y > 0), x's element type
+};
+
+// g = dy masked by `mask`; sum_g[c] = Σ g, sum_gx[c] = Σ g·(x − mean) over the rows (double).
+template <class T>
+void channel_grad_sums(const T* x, const T* dy, const ReluMask& mask, std::int64_t rows,
+                       std::int64_t channels, const float* mean, double* sum_g, double* sum_gx);
+
+// dx = a·g + b·(x − mean) + d per channel, g = dy masked by `mask`; dx may be dy.
+template <class T>
+void channel_grad_input(const T* x, const T* dy, const ReluMask& mask, T* dx, std::int64_t rows,
+                        std::int64_t channels, const float* mean, const float* a, const float* b,
+                        const float* d);
+
+}  // namespace mixtrain::backend_cpu
