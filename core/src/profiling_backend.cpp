@@ -131,6 +131,9 @@ class ProfilingBackendImpl final : public ProfilingBackend,
   void axpy(float alpha, TensorView x, TensorView y) override {
     timed("axpy", [&] { el_->axpy(alpha, x, y); });
   }
+  void add(Views xs, bool relu, TensorView y) override {
+    timed("add", [&] { el_->add(xs, relu, y); });
+  }
   bool unscale_and_check_finite(Views g, float inv) override {
     bool r = false;
     timed("unscale_and_check_finite", [&] { r = el_->unscale_and_check_finite(g, inv); });

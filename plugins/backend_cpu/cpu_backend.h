@@ -119,6 +119,7 @@ class CpuBackend final : public sdk::DeviceBackend,
   void activation_backward(sdk::Activation act, sdk::TensorView x, sdk::TensorView dy,
                            sdk::TensorView dx) override;
   void axpy(float alpha, sdk::TensorView x, sdk::TensorView y) override;
+  void add(std::span<const sdk::TensorView> xs, bool relu, sdk::TensorView y) override;
   bool unscale_and_check_finite(std::span<const sdk::TensorView> grads, float inv_scale) override;
   GradientCheck unscale_check_and_sum_squares(std::span<const sdk::TensorView> grads,
                                               float inv_scale) override;

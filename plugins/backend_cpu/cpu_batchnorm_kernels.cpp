@@ -185,7 +185,7 @@ template <class T>
 #pragma omp simd
           for (std::int64_t c = 0; c < w; ++c) {
             const float v = affine(load(x, base + c), m[c], s[c], t[c]);
-            store(y, base + c, v > 0.0f ? v : 0.0f);
+            store(y, base + c, v < 0.0f ? 0.0f : v);  // NaN stays
           }
         } else {
 #pragma omp simd

@@ -71,6 +71,8 @@ bool CpuBackend::supports(sdk::ElementwiseOp op, std::span<const DType> dtypes) 
       return matches(dtypes, {fp32, fp32});
     case E::foreach_addcmul:
       return matches(dtypes, {fp32, fp32, fp32});
+    case E::add:
+      return matches(dtypes, {storage, storage});
   }
   return false;
 }

@@ -358,6 +358,40 @@ void CpuBackend::fill(TensorView x, float value) {
   }
 }
 
+void CpuBackend::add(std::span<const TensorView> xs, bool relu, TensorView y) {
+  constexpr std::string_view op = "add";
+  use_threads();
+  if (xs.size() < 2)
+    fail(op, "got " + std::to_string(xs.size()) + " inputs", "add joins two or more tensors");
+  require_storage(op, "y", y);
+  const std::int64_t total = y.numel();
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    const std::string name = "x" + std::to_string(k + 1);
+    require_storage(op, name, xs[k]);
+    require_numel(op, name, xs[k], total);
+    require_same_or_disjoint(op, name, xs[k], "y", y);
+  }
+  // One pass: each chunk of every input is read (decoded) once, summed in FP32, rectified and
+  // rounded once into y; y may be an input, whose chunk is read before it is written.
+#pragma omp parallel for schedule(static) if (parallel_worth(total))
+  for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
+    const std::int64_t len = std::min(kChunk, total - c0);
+    float sum[kChunk], buf[kChunk];
+    const float* first = read_chunk(xs[0], c0, len, buf);
+    std::copy(first, first + len, sum);
+    for (std::size_t k = 1; k < xs.size(); ++k) {
+      const float* in = read_chunk(xs[k], c0, len, buf);
+#pragma omp simd
+      for (std::int64_t i = 0; i < len; ++i) sum[i] += in[i];
+    }
+    if (relu) {
+#pragma omp simd
+      for (std::int64_t i = 0; i < len; ++i) sum[i] = sum[i] < 0.0f ? 0.0f : sum[i];  // NaN stays
+    }
+    commit_chunk(y, c0, len, sum);
+  }
+}
+
 void CpuBackend::axpy(float alpha, TensorView x, TensorView y) {
   use_threads();
   require_storage("axpy", "x", x);

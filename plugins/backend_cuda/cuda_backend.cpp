@@ -705,6 +705,8 @@ bool CudaBackend::supports(sdk::ElementwiseOp op, std::span<const DType> dtypes)
       return matches(dtypes, {fp32, fp32});
     case E::foreach_addcmul:
       return matches(dtypes, {fp32, fp32, fp32});
+    case E::add:
+      return false;  // optional; the core falls back to axpy + activation
   }
   return false;
 }

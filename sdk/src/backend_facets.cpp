@@ -1,10 +1,16 @@
 // Out-of-line anchors of the backend facets and the names their ops go by in messages.
 #include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/error.h"
 
 namespace mixtrain::sdk {
 
 GemmFacet::~GemmFacet() = default;
 ElementwiseFacet::~ElementwiseFacet() = default;
+
+void ElementwiseFacet::add(std::span<const TensorView>, bool, TensorView) {
+  throw BackendError("this backend's elementwise facet has no add (the fused residual join)",
+                     "ask supports(ElementwiseOp::add, ...) first and fall back to axpy");
+}
 NormalizationFacet::~NormalizationFacet() = default;
 LossFacet::~LossFacet() = default;
 OptimizerFacet::~OptimizerFacet() = default;
@@ -56,6 +62,8 @@ std::string_view op_name(ElementwiseOp op) noexcept {
       return "foreach_lerp";
     case ElementwiseOp::foreach_clamp:
       return "foreach_clamp";
+    case ElementwiseOp::add:
+      return "add";
   }
   return "?";
 }

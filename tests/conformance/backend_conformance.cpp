@@ -299,6 +299,49 @@ TEST_P(Conformance, GemmActivationEpilogueKeepsNaN) {
   }
 }
 
+// The residual join (optional op): the FP32 sum rounded once, with and without the fused ReLU,
+// NaN kept, into each storage dtype, from inputs of mixed dtypes, in place too.
+TEST_P(Conformance, AddIsTheFp32SumRoundedOnceWithAnOptionalRelu) {
+  MIXTRAIN_FACETS(elementwise);
+  const std::int64_t n = 4099;
+  auto av = random_values(static_cast<std::size_t>(n), 31, -3.f, 3.f);
+  av[7] = std::numeric_limits<float>::quiet_NaN();
+  const auto bv = random_values(static_cast<std::size_t>(n), 32, -3.f, 3.f);
+  for (DType dt : {DType::fp32, DType::bf16, DType::fp16}) {
+    if (!tested_elementwise->supports(sdk::ElementwiseOp::add, std::vector<DType>{dt, dt}) ||
+        !tested_elementwise->supports(sdk::ElementwiseOp::add, std::vector<DType>{DType::fp32, dt}))
+      continue;
+    for (bool relu : {false, true}) {
+      const std::string what = std::string(sdk::dtype_name(dt)) + (relu ? " relu" : "");
+      auto a = upload(av, Shape{n}, dt);
+      auto b = upload(bv, Shape{n});
+      auto y = zeros(Shape{n}, dt);
+      const sdk::TensorView ref_in[] = {a.ref->view(), b.ref->view()};
+      const sdk::TensorView tested_in[] = {a.tested->view(), b.tested->view()};
+      ref_elementwise->add(ref_in, relu, y.ref->view());
+      tested_elementwise->add(tested_in, relu, y.tested->view());
+      const auto want = ref_values(y), got = tested_values(y);
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        if (std::isnan(want[i])) {
+          EXPECT_TRUE(std::isnan(got[i])) << what << " element " << i;
+        } else {
+          EXPECT_EQ(got[i], want[i]) << what << " element " << i;
+        }
+      }
+      EXPECT_TRUE(std::isnan(got[7])) << what << ": the NaN must survive the join";
+      // In place into the first input.
+      ref_elementwise->add(ref_in, relu, a.ref->view());
+      tested_elementwise->add(tested_in, relu, a.tested->view());
+      const auto in_place = tested_values(a);
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        if (!std::isnan(want[i])) {
+          EXPECT_EQ(in_place[i], want[i]) << what << " in place";
+        }
+      }
+    }
+  }
+}
+
 TEST_P(Conformance, LayerKernels) {
   MIXTRAIN_FACETS(elementwise);
   MIXTRAIN_FACETS(normalization);

@@ -69,6 +69,9 @@ class WaitCountingBackend final : public sdk::DeviceBackend, public sdk::Element
     el_->activation_backward(a, x, dy, dx);
   }
   void axpy(float a, TensorView x, TensorView y) override { el_->axpy(a, x, y); }
+  void add(std::span<const TensorView> xs, bool relu, TensorView y) override {
+    el_->add(xs, relu, y);
+  }
   bool unscale_and_check_finite(std::span<const TensorView> g, float inv) override {
     const bool found = el_->unscale_and_check_finite(g, inv);
     waits.push_back(0);  // the step's one allowed wait opens the next bucket

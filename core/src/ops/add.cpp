@@ -12,7 +12,15 @@ AddLayer::AddLayer(std::string name, std::size_t inputs, std::int64_t features)
     : Layer(std::move(name), "add", features, features), inputs_(inputs) {}
 
 std::vector<BackendNeed> AddLayer::backend_needs(DType input) const {
-  return {{sdk::ElementwiseOp::axpy, {input, DType::fp32}}};
+  // The backend's add is optional (forward_inputs asks for it); the axpy path is the baseline.
+  std::vector<BackendNeed> needs = {{sdk::ElementwiseOp::axpy, {input, DType::fp32}}};
+  if (relu_) {
+    const DType y = ops::storage_of(precision_.activation);
+    const DType grad = ops::storage_of(precision_.activation_grad);
+    needs.push_back({sdk::ElementwiseOp::activation_forward, {y, y}});
+    needs.push_back({sdk::ElementwiseOp::activation_backward, {y, grad, grad}});
+  }
+  return needs;
 }
 
 void AddLayer::forward(TensorView x, std::int64_t rows) {
@@ -26,8 +34,22 @@ void AddLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t
 }
 
 void AddLayer::forward_inputs(std::span<const TensorView> xs, std::int64_t rows) {
-  // x is [rows, features] per input; y = sum in FP32 (axpy), rounded once into y's dtype.
+  // x is [rows, features] per input.
   const TensorView y = output(rows);
+  auto& el = elementwise_of(*backend_);
+  if (one_pass_ < 0) {
+    one_pass_ = 1;
+    for (const TensorView& x : xs)
+      if (!el.supports(sdk::ElementwiseOp::add, std::vector<DType>{x.dtype, y.dtype}))
+        one_pass_ = 0;
+  }
+  if (one_pass_ == 1)
+    el.add(xs, relu_, y);
+  else
+    forward_by_axpy(xs, y, rows);
+}
+
+void AddLayer::forward_by_axpy(std::span<const TensorView> xs, TensorView y, std::int64_t rows) {
   TensorView acc = y;
   if (y.dtype != DType::fp32) {
     if (sum_.empty()) sum_ = Tensor(backend_, DType::fp32, sdk::Shape{max_rows_, out_});
@@ -39,18 +61,29 @@ void AddLayer::forward_inputs(std::span<const TensorView> xs, std::int64_t rows)
     backend_->cast(xs[0], acc);
   for (std::size_t i = 1; i < xs.size(); ++i) elementwise_of(*backend_).axpy(1.0f, xs[i], acc);
   if (acc.data != y.data) backend_->cast(acc, y);
+  if (relu_) elementwise_of(*backend_).activation_forward(sdk::Activation::relu, y, y);
 }
 
 void AddLayer::backward_inputs(std::span<const TensorView>, TensorView dy,
-                               std::span<const TensorView> dxs, std::int64_t) {
+                               std::span<const TensorView> dxs, std::int64_t rows) {
+  // An input whose gradient the model placed at dy's address (same dtype) is written last: with
+  // the relu in, its masking in place must not come before the others read dy.
+  const TensorView* aliased = nullptr;
   for (const TensorView& dx : dxs) {
     if (dx.empty()) continue;
-    if (dx.data == dy.data && dx.dtype == dy.dtype) continue;  // the model aliased it to dy
-    if (dx.dtype == dy.dtype)
+    if (dx.data == dy.data && dx.dtype == dy.dtype) {
+      aliased = &dx;
+      continue;
+    }
+    if (relu_)
+      elementwise_of(*backend_).activation_backward(sdk::Activation::relu, output(rows), dy, dx);
+    else if (dx.dtype == dy.dtype)
       backend_->copy(dx, dy);
     else
       backend_->cast(dy, dx);
   }
+  if (aliased != nullptr && relu_)
+    elementwise_of(*backend_).activation_backward(sdk::Activation::relu, output(rows), dy, dy);
 }
 
 // --- Definition ----------------------------------------------------------------------------------
@@ -59,7 +92,8 @@ OpDefinition add_op() {
   OpDefinition op;
   op.type = "add";
   op.keeps_layout = true;
-  op.summary = "x1 + x2 + ...: the residual join (FP32 sum, one rounding)";
+  op.summary =
+      "x1 + x2 + ...: the residual join (FP32 sum, one rounding; takes in a relu reading it)";
   op.min_inputs = 2;
   op.max_inputs = 0;
   op.build = [](const OpNode& node) {

@@ -1,10 +1,13 @@
 // Layer kernels against double references; backward passes against central finite differences
 // of the double forward; memory statistics and capabilities.
+#include <bit>
 #include <functional>
 #include <limits>
+#include <string>
 
 #include "backend_test_util.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/float_formats.h"
 
 namespace mixtrain::backend_cpu::testing {
 namespace {
@@ -13,7 +16,9 @@ double gelu_ref(double x) {
   const double k = std::sqrt(2.0 / M_PI);
   return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
 }
-double relu_ref(double x) { return x > 0.0 ? x : 0.0; }
+double relu_ref(double x) {
+  return x > 0.0 ? x : 0.0;
+}
 
 // d/dx of f at x by central differences (f is smooth where it is evaluated).
 double central_diff(const std::function<double(double)>& f, double x, double h = 1e-5) {
@@ -83,8 +88,8 @@ TEST(backend_cpu_kernels, ActivationsForwardAndBackwardAgainstFiniteDifferences)
 
 // Double layernorm forward of one row, for references and finite differences.
 std::vector<double> layernorm_ref(const std::vector<double>& x, const std::vector<double>& g,
-                                  const std::vector<double>& b, double eps, double* mean_out = nullptr,
-                                  double* rstd_out = nullptr) {
+                                  const std::vector<double>& b, double eps,
+                                  double* mean_out = nullptr, double* rstd_out = nullptr) {
   const auto n = static_cast<double>(x.size());
   double mean = 0.0;
   for (double v : x) mean += v;
@@ -121,8 +126,9 @@ TEST(backend_cpu_kernels, LayerNormForwardAndBackwardAgainstFiniteDifferences) {
       dbeta_ref(static_cast<std::size_t>(n));
   for (std::int64_t r = 0; r < rows; ++r) {
     const auto off = static_cast<std::size_t>(r * n);
-    std::vector<double> row(xv.begin() + static_cast<std::ptrdiff_t>(off),
-                            xv.begin() + static_cast<std::ptrdiff_t>(off + static_cast<std::size_t>(n)));
+    std::vector<double> row(
+        xv.begin() + static_cast<std::ptrdiff_t>(off),
+        xv.begin() + static_cast<std::ptrdiff_t>(off + static_cast<std::size_t>(n)));
     double mu = 0.0, rs = 0.0;
     const auto yr = layernorm_ref(row, g, b, eps, &mu, &rs);
     y_ref.insert(y_ref.end(), yr.begin(), yr.end());
@@ -244,7 +250,8 @@ TEST(backend_cpu_kernels, SixteenBitStorageMatchesFp32OnRepresentableInputs) {
   // bf16 results are the fp32 results rounded once.
   CpuBackend be(2);
   const std::int64_t rows = 5, n = 9;
-  const auto xv = representable(random_values(static_cast<std::size_t>(rows * n), 31, -3.0f, 3.0f), DType::bf16);
+  const auto xv = representable(random_values(static_cast<std::size_t>(rows * n), 31, -3.0f, 3.0f),
+                                DType::bf16);
   const auto dyv = representable(random_values(xv.size(), 32), DType::bf16);
   std::vector<float> labels = {1, 8, 0, 4, 4};
   DeviceTensor lab(be, DType::int32, {rows}, labels);
@@ -293,10 +300,74 @@ TEST(backend_cpu_kernels, FillMulScalarAxpy) {
   DeviceTensor y(be, DType::fp32, {5, 3}, yv);
   be.axpy(0.25f, h, y);
   std::vector<double> expected(15);
-  for (std::size_t i = 0; i < 15; ++i) expected[i] = yv[i] + 0.25 * fp16_to_float(float_to_fp16(0.1f));
+  for (std::size_t i = 0; i < 15; ++i)
+    expected[i] = yv[i] + 0.25 * fp16_to_float(float_to_fp16(0.1f));
   expect_close(y.get(), expected, 1e-7, 1e-7, "axpy");
   DeviceTensor wrong(be, DType::fp32, {4});
   EXPECT_THROW(be.axpy(1.0f, wrong, y), sdk::BackendError);
+}
+
+// `v` rounded once (RNE) into `t`'s storage, as the SDK encodes.
+float stored_as(DType t, float v) {
+  if (t == DType::bf16) return sdk::decode_bf16(sdk::encode_bf16(v));
+  if (t == DType::fp16) return sdk::decode_fp16(sdk::encode_fp16(v));
+  return v;
+}
+
+// add: the residual join in one pass. The sum is FP32 and rounded once into y (bit for bit the
+// SDK's encode of the exact FP32 sum), the ReLU keeps NaN (as activation_forward does), y may be
+// an input, and a large tensor (two threads over chunks) follows the same rule.
+TEST(backend_cpu_kernels, AddSumsInFp32RoundsOnceAndKeepsNaN) {
+  CpuBackend be(2);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const std::int64_t n : {std::int64_t{37}, std::int64_t{70001}})
+    for (const bool relu : {false, true})
+      for (const DType out : {DType::fp32, DType::bf16, DType::fp16}) {
+        const std::string what =
+            std::string(sdk::dtype_name(out)) + (relu ? " relu" : "") + ", n " + std::to_string(n);
+        auto av = random_values(static_cast<std::size_t>(n), 1, -3.0f, 3.0f);
+        auto bv = random_values(static_cast<std::size_t>(n), 2, -3.0f, 3.0f);
+        const auto cv = random_values(static_cast<std::size_t>(n), 3, -1.0f, 1.0f);
+        av[3] = nan;
+        bv[5] = std::numeric_limits<float>::infinity();
+        av[6] = -0.0f;
+        bv[6] = -0.0f;
+        DeviceTensor a(be, out, Shape{n}, av), b(be, DType::bf16, Shape{n}, bv),
+            c(be, DType::fp32, Shape{n}, cv), y(be, out, Shape{n});
+        const auto ad = a.get(), bd = b.get(), cd = c.get();  // the values as stored
+        auto expected = [&](std::size_t i, bool three) {
+          float sum = ad[i] + bd[i];
+          if (three) sum += cd[i];
+          if (relu && sum < 0.0f) sum = 0.0f;
+          return stored_as(out, sum);
+        };
+        auto expect_all = [&](const std::vector<float>& got, bool three, const std::string& how) {
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            const float w = expected(i, three);
+            if (std::isnan(w)) {
+              ASSERT_TRUE(std::isnan(got[i])) << how << ", element " << i;
+            } else {
+              ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(w))
+                  << how << ", element " << i << ": " << got[i] << " vs " << w;
+            }
+          }
+        };
+        const sdk::TensorView three[] = {a, b, c};
+        be.add(three, relu, y);
+        expect_all(y.get(), true, what);
+        const sdk::TensorView two[] = {a, b};
+        be.add(two, relu, a);  // in place: y is the first input
+        expect_all(a.get(), false, what + " in place");
+      }
+  DeviceTensor x(be, DType::fp32, Shape{4}), z(be, DType::fp32, Shape{4}),
+      short_y(be, DType::fp32, Shape{3});
+  const sdk::TensorView one[] = {x};
+  EXPECT_THROW(be.add(one, false, z), sdk::BackendError);
+  const sdk::TensorView two[] = {x, z};
+  EXPECT_THROW(be.add(two, false, short_y), sdk::BackendError);
+  EXPECT_TRUE(be.supports(sdk::ElementwiseOp::add, std::vector<DType>{DType::bf16, DType::fp32}));
+  EXPECT_FALSE(
+      be.supports(sdk::ElementwiseOp::add, std::vector<DType>{DType::fp8_e4m3, DType::fp32}));
 }
 
 TEST(backend_cpu_memory, StatsTrackCurrentPeakAndLiveCount) {
@@ -348,8 +419,8 @@ TEST(backend_cpu_capabilities, ReportsKindThreadsAndHonestGemmSupport) {
   EXPECT_TRUE(caps.supports(DType::tf32));
   EXPECT_FALSE(caps.native(DType::tf32));
   // Every floating dtype is accepted; only fp32 and (where oneDNN runs it) bf16 are native.
-  for (DType t : {DType::fp32, DType::tf32, DType::bf16, DType::fp16, DType::fp8_e4m3,
-                  DType::fp8_e5m2}) {
+  for (DType t :
+       {DType::fp32, DType::tf32, DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2}) {
     ASSERT_TRUE(caps.supports(t)) << sdk::dtype_name(t);
     const std::string& how = caps.find(t)->how;
     EXPECT_FALSE(how.empty());

@@ -210,6 +210,43 @@ TEST(CnnOps, ResNetGradientsMatchFiniteDifferences) {
   check_model_gradients(m, 2, 2e-3f);
 }
 
+// One fp32 training step of a small ResNet: the loss and every gradient, flattened; `views`
+// receives how many relu nodes became views of the op before them.
+std::vector<float> resnet_step(bool fuse, int* views) {
+  ResNetPreset p;
+  p.blocks = {1, 1};
+  p.widths = {4, 8};
+  p.classes = 3;
+  ModelSpec spec = graph(resnet_preset(p));
+  spec.fuse_epilogues = fuse;
+  Model m(cpu(), spec, 3 * 8 * 8, 3, image(3, 8, 8));
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(4);
+  m.init_parameters(5);
+  feed(m, 4, 2);
+  m.forward(4);
+  std::vector<float> out{m.loss(4, 1.0f, true).loss};
+  m.backward(4);
+  for (auto* t : m.parameters()) {
+    const auto g = read(t->grad.view());
+    out.insert(out.end(), g.begin(), g.end());
+  }
+  *views = 0;
+  for (auto& l : m.layers()) *views += l->type() == "relu" && l->is_view();
+  return out;
+}
+
+TEST(CnnOps, ResidualAddTakesItsReluAndMatchesTheUnfusedStepBitForBit) {
+  int fused_views = 0, plain_views = 0;
+  const auto fused = resnet_step(true, &fused_views);
+  const auto plain = resnet_step(false, &plain_views);
+  // stem bn1 + per block bn1 and the add: 1 + 2 + 2 relus taken in.
+  EXPECT_EQ(fused_views, 5);
+  EXPECT_EQ(plain_views, 0);
+  ASSERT_EQ(fused.size(), plain.size());
+  EXPECT_EQ(fused, plain);
+}
+
 std::string plan_error(std::vector<LayerSpec> nodes, InputSpec in = image(3, 8, 8)) {
   try {
     Model m(cpu(), graph(std::move(nodes)), 3 * 8 * 8, 4, in);

@@ -14,6 +14,7 @@
 //   are NaN, so a broken update stays visible to the non-finite check). dtypes for supports():
 //   one entry per list argument, in order.
 // - version() reports the kVersion this facet was compiled against (do not override it).
+//   Version 2 added add (the residual join, with an optional fused ReLU).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -44,12 +45,13 @@ enum class ElementwiseOp {
   foreach_sign,                   // {self}
   foreach_lerp,                   // {self, end}
   foreach_clamp,                  // {self}
+  add,                            // {x, y}: each input's dtype with y's (version 2)
 };
 MIXTRAIN_SDK_API std::string_view op_name(ElementwiseOp op) noexcept;
 
 class MIXTRAIN_SDK_API ElementwiseFacet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  static constexpr std::uint32_t kVersion = 2;
   static constexpr std::string_view kName = "elementwise";
   virtual std::uint32_t version() const { return kVersion; }
   virtual bool supports(ElementwiseOp op, std::span<const DType> dtypes) const = 0;
@@ -63,6 +65,11 @@ class MIXTRAIN_SDK_API ElementwiseFacet {
   virtual void activation_backward(Activation act, TensorView x, TensorView dy, TensorView dx) = 0;
   // y += alpha * x; x any storage dtype, y fp32.
   virtual void axpy(float alpha, TensorView x, TensorView y) = 0;
+  // y = Σ xs, then max(0, ·) when `relu`: a residual join in one pass, summed in FP32 and rounded
+  // once into y's dtype. xs: two or more tensors of y's numel in any storage dtype; y may be one
+  // of them (same dtype). Optional: a backend that has it says so in supports(add, {x, y}) for
+  // each input; this default throws BackendError, and callers fall back to axpy + activation.
+  virtual void add(std::span<const TensorView> xs, bool relu, TensorView y);
 
   // --- mixed-precision gradient checks
   // ------------------------------------------------------------- One pass over every fp32
