@@ -688,7 +688,12 @@ void Model::run_backward(std::int64_t batch, bool all_fp32, const BackwardVisit&
     xs.clear();
     dxs.clear();
     pending.clear();
-    const DType dtype = all_fp32 ? DType::fp32 : contribution_dtype(i);
+    // A pass-through op's (an add's) contribution is its output's gradient itself: it keeps that
+    // dtype rather than being rounded to the op's activation_grad dtype on its way into an FP32
+    // sum (ResNet's shortcuts: FP32 straight into the accumulator, no bf16 scratch and cast).
+    const DType dtype = all_fp32                       ? DType::fp32
+                        : op.passes_gradient_through() ? dy.dtype
+                                                       : contribution_dtype(i);
     for (std::size_t k = 0; k < node.inputs.size(); ++k) {
       const int t = node.inputs[k];
       xs.push_back(activation(t, batch));
