@@ -134,8 +134,9 @@ int main(int argc, char** argv) {
     std::int64_t c, o, hw;
   };
   // ResNet-20's three stride-1 stages, then the neighbours that place the threshold.
-  for (const S s : {S{16, 16, 32}, S{32, 32, 16}, S{64, 64, 8}, S{16, 32, 32}, S{32, 32, 32},
-                    S{16, 16, 16}, S{32, 32, 8}, S{64, 64, 16}, S{128, 128, 8}, S{128, 128, 4}}) {
+  for (const S s :
+       {S{16, 16, 32}, S{32, 32, 16}, S{64, 64, 8}, S{16, 32, 32}, S{32, 16, 32}, S{16, 16, 16},
+        S{32, 32, 8}, S{32, 32, 32}, S{64, 64, 16}, S{128, 128, 8}, S{128, 128, 4}}) {
     Conv2dGeometry g;
     g.batch = batch;
     g.in_channels = s.c;

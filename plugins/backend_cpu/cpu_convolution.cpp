@@ -87,11 +87,13 @@ namespace {
 
 enum Tag : std::int64_t { kConvForward = 1, kConvBackwardData = 2, kConvBackwardWeights = 3 };
 
-// The static Winograd rule's thresholds (measurements in the header): both channel counts at
-// least kWinogradMinChannels, and at least kWinogradMinWork multiply-adds per kernel tap
-// (N·OH·OW·C·O).
-constexpr std::int64_t kWinogradMinChannels = 32;
+// The static Winograd rule's thresholds (measurements in the header): at least kWinogradMinWork
+// multiply-adds per kernel tap (N·OH·OW·C·O), C and O at least kWinogradMinChannels (the fewest
+// measured), and kWinogradInputChannels on the side the input transform reads in the forward
+// (C) and backward-data (O).
 constexpr double kWinogradMinWork = 8388608.0;  // 2^23
+constexpr std::int64_t kWinogradMinChannels = 16;
+constexpr std::int64_t kWinogradInputChannels = 32;
 
 bool is_conv_operand(DType t) {
   return is_storage_float(t) || sdk::is_fp8(t);
@@ -315,24 +317,32 @@ WeightsReorder weights_reorder(const dnnl::engine& engine, const memory::desc& p
 }
 
 // An activation between the caller's nhwc and the layout the primitive was created with: no
-// reorder when they agree (every direct convolution), else one cached reorder, nhwc -> the
-// primitive's layout for an input and back for an output.
+// reorder when they agree (every direct convolution) or are the same bytes, else one cached
+// reorder, nhwc -> the primitive's layout for an input and back for an output.
 struct ActivationLayout {
   memory::desc plain_md, primitive_md;
   std::optional<dnnl::reorder> reorder;
 };
 
+// nChw16c with exactly 16 channels is nhwc byte for byte (one block, no padding): the primitive
+// then reads or writes the caller's buffer itself.
+bool same_bytes(const memory::desc& nhwc, const memory::desc& wanted) {
+  const memory::dims dims = nhwc.dims();
+  return nhwc == wanted || (dims[1] == 16 && wanted == memory::desc(dims, nhwc.data_type(),
+                                                                    memory::format_tag::nChw16c));
+}
+
 ActivationLayout input_layout(const dnnl::engine& engine, const memory::desc& plain,
                               const memory::desc& wanted) {
   ActivationLayout a{plain, wanted, std::nullopt};
-  if (plain != wanted)
+  if (!same_bytes(plain, wanted))
     a.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, plain, engine, wanted));
   return a;
 }
 ActivationLayout output_layout(const dnnl::engine& engine, const memory::desc& plain,
                                const memory::desc& given) {
   ActivationLayout a{plain, given, std::nullopt};
-  if (plain != given)
+  if (!same_bytes(plain, given))
     a.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, given, engine, plain));
   return a;
 }
@@ -576,26 +586,40 @@ bool winograd_shape(const sdk::Conv2dGeometry& g) {
          g.dilation_h == 1 && g.dilation_w == 1 && g.groups == 1;
 }
 
+enum class Direction { forward, backward_data, backward_weights };
+
 // The static rule (measurements in the file's header): whether Winograd, with the reorders of
-// its activations, is faster than the direct convolution for this shape. One rule for the three
-// directions: they agreed on every measured shape with C = O. Deterministic: the same shape
+// its activations, is faster than the direct convolution for this direction and shape: at least
+// 2^23 multiply-adds per tap and 16 channels on both sides, and for the forward at least 32
+// input channels (x's C), for backward-data at least 32 in dy (O): with 16 there Winograd lost
+// in every measurement. Backward-weights won down to 16 channels. Deterministic: the same shape
 // always takes the same algorithm, so runs are reproducible.
-bool winograd_pays(const sdk::Conv2dGeometry& g) {
+bool winograd_pays(Direction dir, const sdk::Conv2dGeometry& g) {
   const double work = static_cast<double>(g.batch) * static_cast<double>(g.out_height()) *
                       static_cast<double>(g.out_width()) * static_cast<double>(g.in_channels) *
                       static_cast<double>(g.out_channels);
-  return g.in_channels >= kWinogradMinChannels && g.out_channels >= kWinogradMinChannels &&
-         work >= kWinogradMinWork;
+  if (work < kWinogradMinWork || g.in_channels < kWinogradMinChannels ||
+      g.out_channels < kWinogradMinChannels)
+    return false;
+  switch (dir) {
+    case Direction::forward:
+      return g.in_channels >= kWinogradInputChannels;
+    case Direction::backward_data:
+      return g.out_channels >= kWinogradInputChannels;
+    case Direction::backward_weights:
+      return true;
+  }
+  return false;
 }
 
 // The algorithm of a convolution: Winograd where it is on, the operands are fp32 as stored with
 // fp32 compute (not tf32, not bf16, not a decoded 16/8-bit type: their contract is exact FP32 on
 // the rounded operands), the shape is one Winograd computes and the rule says it pays (or
 // `everywhere`: ConvAlgorithm::winograd_everywhere skips the rule, for measurements).
-dnnl::algorithm algorithm_for(bool winograd_on, bool everywhere, const sdk::Conv2dGeometry& g,
-                              const Route& r, DType a, DType b) {
+dnnl::algorithm algorithm_for(bool winograd_on, bool everywhere, Direction dir,
+                              const sdk::Conv2dGeometry& g, const Route& r, DType a, DType b) {
   const bool pure_fp32 = a == DType::fp32 && b == DType::fp32 && !r.tf32 && !r.native_bf16;
-  return winograd_on && pure_fp32 && winograd_shape(g) && (everywhere || winograd_pays(g))
+  return winograd_on && pure_fp32 && winograd_shape(g) && (everywhere || winograd_pays(dir, g))
              ? kWinograd
              : kDirect;
 }
@@ -693,9 +717,9 @@ std::string CpuBackend::conv_algorithm_note() const {
   if (conv_algorithm_ == ConvAlgorithm::winograd_everywhere)
     return "conv_algorithm = winograd everywhere (no rule): oneDNN's " + winograd_impl_ +
            " for every fp32 3x3 stride-1 convolution it computes, direct elsewhere";
-  return "conv_algorithm = winograd: oneDNN's " + winograd_impl_ + " for fp32 3x3 stride-1 " +
-         "convolutions with at least " + std::to_string(kWinogradMinChannels) +
-         " input and output channels and N*OH*OW*C*O >= 2^23, direct elsewhere";
+  return "conv_algorithm = winograd: oneDNN's " + winograd_impl_ +
+         " for fp32 3x3 stride-1 convolutions with N*OH*OW*C*O >= 2^23 and C, O >= 16 "
+         "(forward: C >= 32; backward-data: O >= 32), direct elsewhere";
 }
 
 void CpuBackend::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
@@ -726,8 +750,8 @@ void CpuBackend::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
   const bool bias_inside = has_bias && scale == 1.0f;
   Route r = route_of(args.x.view.dtype, args.w.view.dtype, args.compute, bf16_conv_native());
   const dnnl::algorithm alg =
-      algorithm_for(winograd_on(), conv_algorithm_ == ConvAlgorithm::winograd_everywhere, g, r,
-                    args.x.view.dtype, args.w.view.dtype);
+      algorithm_for(winograd_on(), conv_algorithm_ == ConvAlgorithm::winograd_everywhere,
+                    Direction::forward, g, r, args.x.view.dtype, args.w.view.dtype);
   ForwardEntry* e =
       &forward_entry(*prims_, op, g, r.dt, out_type(r, args.y, scale), bias_inside, alg);
   if (!e->usable) e = &forward_entry(*prims_, op, g, r.dt, out_type(r, args.y, scale), bias_inside);
@@ -777,8 +801,8 @@ void CpuBackend::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) {
   const float scale = fp8_scale(args.dy) * fp8_scale(args.w);
   Route r = route_of(args.dy.view.dtype, args.w.view.dtype, args.compute, bf16_conv_native());
   const dnnl::algorithm alg =
-      algorithm_for(winograd_on(), conv_algorithm_ == ConvAlgorithm::winograd_everywhere, g, r,
-                    args.dy.view.dtype, args.w.view.dtype);
+      algorithm_for(winograd_on(), conv_algorithm_ == ConvAlgorithm::winograd_everywhere,
+                    Direction::backward_data, g, r, args.dy.view.dtype, args.w.view.dtype);
   BackwardDataEntry* e =
       &backward_data_entry(*prims_, op, g, r.dt, out_type(r, args.dx, scale), alg);
   if (!e->usable) e = &backward_data_entry(*prims_, op, g, r.dt, out_type(r, args.dx, scale));
@@ -830,8 +854,8 @@ void CpuBackend::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& a
   const float b_scale = fp8_scale(args.dy);
   Route r = route_of(args.x.view.dtype, args.dy.view.dtype, args.compute, bf16_conv_native());
   const dnnl::algorithm alg =
-      algorithm_for(winograd_on(), conv_algorithm_ == ConvAlgorithm::winograd_everywhere, g, r,
-                    args.x.view.dtype, args.dy.view.dtype);
+      algorithm_for(winograd_on(), conv_algorithm_ == ConvAlgorithm::winograd_everywhere,
+                    Direction::backward_weights, g, r, args.x.view.dtype, args.dy.view.dtype);
   BackwardWeightsEntry* e = &backward_weights_entry(*prims_, op, g, r.dt, has_bias, alg);
   if (!e->usable) e = &backward_weights_entry(*prims_, op, g, r.dt, has_bias);
   if (r.native_bf16 && is_reference_kernel(e->implementation)) {

@@ -513,6 +513,49 @@ TEST(BackendCpuConvolution, WinogradAgreesWithDirectAndTheDoubleReference) {
   }
 }
 
+// The rule is per direction: the forward wants >= 32 channels in x, backward-data >= 32 in dy,
+// backward-weights 16 on both sides (all at >= 2^23 multiply-adds per tap). So 16 -> 32 runs
+// backward-data and backward-weights in Winograd and the forward direct, 32 -> 16 the forward and
+// backward-weights, 16 -> 16 backward-weights only. The direct directions are bit-identical to
+// conv_algorithm = direct, the Winograd ones within its error.
+TEST(BackendCpuConvolution, WinogradRuleDecidesPerDirection) {
+  CpuBackend direct(2, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
+  CpuBackend wino(2, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::winograd);
+  if (!wino.conv_winograd_available())
+    GTEST_SKIP() << "oneDNN has no fp32 Winograd here: " << wino.conv_algorithm_note();
+  struct Case {
+    sdk::Conv2dGeometry g;  // N·OH·OW·C·O = 2^23, the rule's work threshold
+    bool fwd, bwd_data, bwd_weights;
+  };
+  for (const Case& k : {Case{geometry(16, 16, 32, 32, 32, 3, 3, 1, 1), false, true, true},
+                        Case{geometry(16, 32, 32, 32, 16, 3, 3, 1, 1), true, false, true},
+                        Case{geometry(32, 16, 32, 32, 16, 3, 3, 1, 1), false, false, true}}) {
+    const auto& g = k.g;
+    const std::string what =
+        std::to_string(g.in_channels) + " -> " + std::to_string(g.out_channels);
+    const auto xv = random_values(x_shape(g).numel(), 71);
+    const auto wv = random_values(w_shape(g).numel(), 72);
+    const auto bv = random_values(static_cast<std::size_t>(g.out_channels), 73);
+    const auto dyv = random_values(y_shape(g).numel(), 74);
+    const ConvOutputs a = run_fp32_conv(wino, g, xv, wv, bv, dyv);
+    const ConvOutputs d = run_fp32_conv(direct, g, xv, wv, bv, dyv);
+    auto is_wino = [](const std::string& impl) { return impl.find("wino") != std::string::npos; };
+    EXPECT_EQ(is_wino(a.impl_fwd), k.fwd) << what << ": " << a.impl_fwd;
+    EXPECT_EQ(is_wino(a.impl_bwd_data), k.bwd_data) << what << ": " << a.impl_bwd_data;
+    EXPECT_EQ(is_wino(a.impl_bwd_weights), k.bwd_weights) << what << ": " << a.impl_bwd_weights;
+    // Winograd: within its error; direct: the same bits.
+    auto agree = [](bool winograd, const std::vector<float>& p, const std::vector<float>& q) {
+      if (winograd)
+        return rel_l2(p, q) <= kWinogradRelL2 && max_rel_rms(p, q) <= kWinogradMaxRelRms;
+      return p.size() == q.size() && std::memcmp(p.data(), q.data(), p.size() * sizeof(float)) == 0;
+    };
+    EXPECT_TRUE(agree(k.fwd, a.y, d.y) && agree(k.fwd, a.y_bias, d.y_bias)) << what << ": y";
+    EXPECT_TRUE(agree(k.bwd_data, a.dx, d.dx)) << what << ": dx";
+    EXPECT_TRUE(agree(k.bwd_weights, a.dw, d.dw) && agree(k.bwd_weights, a.dw_acc, d.dw_acc))
+        << what << ": dw";
+  }
+}
+
 // What Winograd does not compute, what the rule leaves direct, and every operand route other
 // than pure fp32 runs exactly as under conv_algorithm = direct: the same kernel, the same bits.
 TEST(BackendCpuConvolution, WinogradLeavesEverythingElseBitIdenticalToDirect) {
@@ -527,7 +570,8 @@ TEST(BackendCpuConvolution, WinogradLeavesEverythingElseBitIdenticalToDirect) {
        {Case{geometry(8, 32, 16, 16, 32, 3, 3, 2, 1), DType::fp32, "stride 2"},
         Case{geometry(8, 64, 16, 16, 64, 1, 1, 1, 0), DType::fp32, "1x1"},
         Case{geometry(8, 64, 16, 16, 64, 3, 3, 1, 1, 2), DType::fp32, "groups 2"},
-        Case{geometry(32, 16, 32, 32, 16, 3, 3, 1, 1), DType::fp32, "16 channels (the rule)"},
+        Case{geometry(128, 8, 16, 16, 64, 3, 3, 1, 1), DType::fp32, "8 input channels (the rule)"},
+        Case{geometry(8, 32, 16, 16, 32, 3, 3, 1, 1), DType::fp32, "2^21 work (the rule)"},
         Case{geometry(2, 32, 8, 8, 32, 3, 3, 1, 1), DType::fp32, "small work (the rule)"},
         Case{geometry(32, 32, 16, 16, 32, 3, 3, 1, 1), DType::bf16, "bf16 operands"},
         Case{geometry(32, 32, 16, 16, 32, 3, 3, 1, 1), DType::fp16, "fp16 operands"},
