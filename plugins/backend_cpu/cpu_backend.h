@@ -87,7 +87,8 @@ class CpuBackend final : public sdk::DeviceBackend,
   // by gemm() or gemm_strided_batched(); for tests and tuning.
   std::string last_gemm_implementation() const;
   // oneDNN primitives (convolution, pooling, batch norm, with their reorders) created so far, one
-  // entry per distinct (op, geometry, dtypes, flags); for tests.
+  // entry per distinct (op, algorithm, geometry, dtypes, flags); a Winograd key oneDNN cannot
+  // serve is an entry too (it records why, and the call runs direct); for tests.
   std::size_t cached_dnnl_primitives() const noexcept;
   // True when bf16 convolutions run in oneDNN's bf16 kernels, false when emulated; and why.
   bool bf16_conv_native() const;

@@ -41,27 +41,30 @@
 //   Its transforms round differently: against a double reference its rel-L2 error is ≈ 5e-7..9e-7
 //   (the direct convolution's ≈ 1e-7..4e-7; the unit tests bound it at 3e-6).
 // - The rule, static so that the same shape always takes the same algorithm (runs reproduce; no
-//   timing at run time): Winograd when C >= 32, O >= 32 and N·OH·OW·C·O >= 2^23, the same for the
-//   three directions. Measured by bench/cnn/bench_conv_algorithm.cpp (each call as the trainer
-//   makes it, so Winograd's time includes the activation and weight reorders; best of 15, 2
-//   threads, AMD EPYC Zen 4 with AVX-512, load ≈ 1.1), ms direct / Winograd:
-//     shape (C->O, HxW, N)        forward       backward-data  backward-weights
-//     16->16 32x32 N=128         2.97 / 4.51    2.71 / 4.48    2.56 / 3.04   (16 ch: slower)
-//     32->32 16x16 N=128         2.54 / 1.78    2.41 / 1.75    2.55 / 1.76
-//     64->64  8x8  N=128         2.34 / 1.23    2.43 / 1.24    2.42 / 1.42
-//     32->32  8x8  N=128         0.61 / 0.46    0.56 / 0.46    0.60 / 0.44   (work = 2^23)
-//     128->128 4x4 N=128         2.01 / 1.51    1.93 / 1.62    2.81 / 1.44
-//     64->64  8x8  N=32          0.62 / 0.34    0.58 / 0.36    0.66 / 0.38   (work = 2^23)
-//     32->32  8x8  N=32          0.17 / 0.13    0.15 / 0.13    0.16 / 0.29   (2^21: left direct)
-//     32->32 16x16 N=8           0.17 / 0.14    0.17 / 0.14    0.17 / 0.29   (2^21: left direct)
-//     64->64  8x8  N=8           0.20 / 0.19    0.17 / 0.21    0.19 / 0.23   (2^21: left direct)
-//     16->32 32x32 N=128         5.68 / 6.85    6.12 / 5.38    5.45 / 4.77   (16 in: left direct)
-//   With C = O = 16 the transforms and reorders cost more than the multiplies saved, in all three
-//   directions; below ≈ 2^23 the fixed costs (the weights' transform, a reorder per activation)
-//   dominate, and backward-weights loses first. The one
-//   measured exception the rule takes: 128->128 4x4 N=32 backward-data, 0.55 / 0.61 ms. The
-//   16 -> 32 backward directions would pay but no stride-1 layer of the target network has that
-//   shape; they are left direct rather than fitted to one data point.
+//   timing at run time): Winograd when N·OH·OW·C·O >= 2^23 and C, O >= 16, and for the forward
+//   C >= 32, for backward-data O >= 32 (the side Winograd's input transform reads); backward-
+//   weights needs nothing more. Measured by bench/cnn/bench_conv_algorithm.cpp (each call as the
+//   trainer makes it, so Winograd's time includes the activation and weight reorders), the best
+//   of three sittings of 15 calls, 2 threads, AMD EPYC Zen 4 (AVX-512), load 1.9-2.1; ms direct /
+//   Winograd, W = the rule takes Winograd:
+//     C->O    HxW   N    work  forward          backward-data    backward-weights
+//     16->16  32x32 128  2^25  2.68 / 3.53      2.54 / 3.59      2.54 / 2.06 W
+//     32->32  16x16 128  2^25  2.48 / 1.68 W    2.38 / 1.50 W    2.47 / 1.62 W
+//     64->64   8x8  128  2^25  2.23 / 1.19 W    2.19 / 1.10 W    2.34 / 1.30 W
+//     16->32  32x32 128  2^26  5.57 / 5.94      5.97 / 4.52 W    5.35 / 4.68 W
+//     32->16  32x32 128  2^26  5.81 / 4.39 W    5.15 / 6.16      5.66 / 5.44 W
+//     16->16  16x16 128  2^23  0.69 / 0.89      0.60 / 0.91      0.63 / 0.55 W
+//     32->32   8x8  128  2^23  0.61 / 0.45 W    0.56 / 0.43 W    0.60 / 0.42 W
+//     128->128 4x4   32  2^23  0.63 / 0.49 W    0.55 / 0.61 W    0.72 / 0.59 W
+//     64->64   8x8   32  2^23  0.62 / 0.34 W    0.58 / 0.36 W    0.67 / 0.38 W
+//     16->32  32x32   8  2^22  0.33 / 0.61      0.32 / 0.27      0.33 / 0.27
+//     32->32   8x8   32  2^21  0.17 / 0.13      0.15 / 0.13      0.16 / 0.28
+//     64->64   8x8    8  2^21  0.20 / 0.18      0.17 / 0.20      0.18 / 0.23
+//   With 16 channels in x the forward lost everywhere, with 16 in dy backward-data did; below
+//   2^23 the fixed costs (the weights' transform, a reorder per activation) take over, and
+//   backward-weights loses first. Misfits: 128->128 4x4 N=32 backward-data is taken and loses
+//   0.06 ms; at 2^22 some directions would win ≈ 0.05 ms and are left direct.
+//   16-channel activations need no reorder: nChw16c with 16 channels is nhwc byte for byte.
 #include <omp.h>
 
 #include <algorithm>
