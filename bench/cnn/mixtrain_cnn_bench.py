@@ -2,7 +2,8 @@
 """mixtrain side of the CNN benchmark: ResNet-20 training as torch_cnn_bench.py measures it, by
 `mixtrain train`.
 
-For each precision (fp32: configs/resnet20-fp32.toml, bf16: configs/resnet20-bf16.toml) it trains
+For each precision (fp32: configs/resnet20-fp32.toml, bf16: configs/resnet20-bf16.toml;
+fp32-winograd: the fp32 config with backend.conv_algorithm = "winograd") it trains
 at batch --batch (128) on synthetic 3x32x32 images (resnet_reference.py's gratings, 4 batches of
 them in a temporary .npy pair; source = "npy", shuffle = false, eval_fraction = 0) with the
 benchmark's SGD (lr 0.1, momentum 0.9, weight decay 5e-4, constant schedule, no clipping),
@@ -15,8 +16,11 @@ backend.threads = --threads:
      of the classifier, activations, adds, casts, the loss, host time).
 Then a side-by-side table against torch_cnn_bench.py: its results from --torch FILE (its --json
 output or its stdout), or, without --torch, a run of it in this invocation (same --threads and
---batch; --no-torch skips it). mixtrain's fp32 is set against PyTorch's faster of fp32 and
-fp32-cl (each at its best OMP_WAIT_POLICY), bf16 against bf16 and bf16-cl.
+--batch; --no-torch skips it). mixtrain's fp32 (and fp32-winograd) is set against PyTorch's
+faster of fp32 and fp32-cl (each at its best OMP_WAIT_POLICY), bf16 against bf16 and bf16-cl.
+--repeat R runs the whole list of precisions R times in turn (fp32, fp32-winograd, fp32, ...: on
+a shared machine alternation spreads the load over all of them) and reports each precision's best
+run (highest images/s), with every run's ms/step listed.
 Output: JSON lines and '# ' table lines.
 """
 import argparse
@@ -31,8 +35,12 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join(ROOT, "bench", "cnn")
 REFERENCE = os.path.join(ROOT, "tests", "integration", "resnet_reference.py")
-CONFIG = {"fp32": "resnet20-fp32.toml", "bf16": "resnet20-bf16.toml"}
-TORCH_CONFIGS = {"fp32": ("fp32", "fp32-cl"), "bf16": ("bf16", "bf16-cl")}
+CONFIG = {"fp32": "resnet20-fp32.toml", "fp32-winograd": "resnet20-fp32.toml",
+          "bf16": "resnet20-bf16.toml"}
+# Backend options of a precision beyond its config.
+BACKEND_SETS = {"fp32-winograd": {"backend.conv_algorithm": "winograd"}}
+TORCH_CONFIGS = {"fp32": ("fp32", "fp32-cl"), "fp32-winograd": ("fp32", "fp32-cl"),
+                 "bf16": ("bf16", "bf16-cl")}
 GROUPS = ["convolutions", "batch norm", "pooling", "layout permutes", "optimizer", "other"]
 
 
@@ -69,6 +77,7 @@ def run_mixtrain(a, precision, data, steps, log_every, profile, run_dir):
         "optimizer.sgd.lr": 0.1, "optimizer.sgd.momentum": 0.9,
         "optimizer.sgd.weight_decay": 5e-4,
     }
+    sets.update(BACKEND_SETS.get(precision, {}))
     cmd = [a.mixtrain, "train", os.path.join(ROOT, "configs", CONFIG[precision]),
            "--run-dir", run_dir, "--log-level", "warn"]
     for k, v in sets.items():
@@ -148,6 +157,8 @@ def main():
     ap.add_argument("--windows", type=int, default=3)
     ap.add_argument("--steps-per-window", type=int, default=3)
     ap.add_argument("--profile-steps", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per precision, alternating; the best is reported")
     ap.add_argument("--torch", help="torch_cnn_bench.py's output (--json file or stdout)")
     ap.add_argument("--no-torch", action="store_true", help="no PyTorch side by side")
     a = ap.parse_args()
@@ -156,30 +167,39 @@ def main():
         ap.error(f"--precisions: of {list(CONFIG)}")
     print(f"# CPU: {cpu_name()} ({os.cpu_count()} CPUs), threads {a.threads}, batch {a.batch}, "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
-    print(f"# {'prec':<5} {'images/s':>9} {'ms/step':>8} {'RSS MiB':>7} "
+    print(f"# {'prec':<13} {'images/s':>9} {'ms/step':>8} {'RSS MiB':>7} "
           + " ".join(f"{g[:8]:>8}" for g in GROUPS) + "   (breakdown: % of a profiled step)",
           flush=True)
-    results = []
+    runs = {p: [] for p in precisions}
     with tempfile.TemporaryDirectory() as data:
         write_images(data, 4 * a.batch)
-        for precision in precisions:
-            r = measure(a, precision, data)
-            results.append(r)
-            print(json.dumps(r), flush=True)
-            print(f"# {precision:<5} {r['images_per_s']:>9.1f} {r['ms_per_step']:>8.1f} "
-                  f"{r['peak_rss_mib']:>7.0f} "
-                  + " ".join(f"{r['breakdown_pct'][g]:>8.1f}" for g in GROUPS), flush=True)
+        for _ in range(a.repeat):
+            for precision in precisions:
+                r = measure(a, precision, data)
+                runs[precision].append(r)
+                print(json.dumps(r), flush=True)
+                print(f"# {precision:<13} {r['images_per_s']:>9.1f} {r['ms_per_step']:>8.1f} "
+                      f"{r['peak_rss_mib']:>7.0f} "
+                      + " ".join(f"{r['breakdown_pct'][g]:>8.1f}" for g in GROUPS)
+                      + f"   load {r['loadavg']:.2f}", flush=True)
+    results = [max(runs[p], key=lambda r: r["images_per_s"]) for p in precisions]
+    if a.repeat > 1:
+        print(f"#\n# Best of {a.repeat} runs per precision (ms/step of every run in order)")
+        for r in results:
+            every = ", ".join(f"{x['ms_per_step']:.1f}" for x in runs[r["precision"]])
+            print(f"# {r['precision']:<13} {r['images_per_s']:>9.1f} {r['ms_per_step']:>8.1f}"
+                  f"   ({every})", flush=True)
     best = {} if a.no_torch else torch_results(a)
     if best:
         print("#\n# Side by side (PyTorch: its faster layout at its best OMP_WAIT_POLICY)")
-        print(f"# {'prec':<5} {'torch img/s':>11} {'mixtrain':>9} {'ratio':>6} "
+        print(f"# {'prec':<13} {'torch img/s':>11} {'mixtrain':>9} {'ratio':>6} "
               f"{'torch RSS':>9} {'mixtrain':>8} {'ratio':>6}  torch setting")
         for r in results:
             candidates = [best[c] for c in TORCH_CONFIGS[r["precision"]] if c in best]
             if not candidates:
                 continue
             t = max(candidates, key=lambda c: c["images_per_s"])
-            print(f"# {r['precision']:<5} {t['images_per_s']:>11.1f} {r['images_per_s']:>9.1f} "
+            print(f"# {r['precision']:<13} {t['images_per_s']:>11.1f} {r['images_per_s']:>9.1f} "
                   f"{r['images_per_s'] / t['images_per_s']:>5.2f}x {t['peak_rss_mib']:>9.0f} "
                   f"{r['peak_rss_mib']:>8.0f} {r['peak_rss_mib'] / t['peak_rss_mib']:>5.2f}x  "
                   f"{t['config']}, OMP_WAIT_POLICY {t['wait_policy']}")

@@ -19,9 +19,16 @@ std::unique_ptr<sdk::Component> create_cpu_backend(const sdk::Options& options,
   const auto conv_path = conv == "onednn"     ? backend_cpu::Bf16ConvPath::onednn
                          : conv == "emulated" ? backend_cpu::Bf16ConvPath::emulated
                                               : backend_cpu::Bf16ConvPath::automatic;
-  auto backend = std::make_unique<backend_cpu::CpuBackend>(threads, path, conv_path);
+  const std::string algorithm = options.get_string("conv_algorithm");
+  const auto conv_algorithm = algorithm == "winograd" ? backend_cpu::ConvAlgorithm::winograd
+                                                      : backend_cpu::ConvAlgorithm::direct;
+  auto backend =
+      std::make_unique<backend_cpu::CpuBackend>(threads, path, conv_path, conv_algorithm);
   context.logger.debug("cpu backend with " + std::to_string(backend->threads()) +
                        " threads, bf16_gemm = " + bf16 + ", bf16_conv = " + conv);
+  // Winograd changes the numbers: say what runs whenever it was asked for.
+  if (conv_algorithm == backend_cpu::ConvAlgorithm::winograd)
+    context.logger.info(backend->conv_algorithm_note());
   return backend;
 }
 
@@ -42,7 +49,12 @@ std::vector<sdk::ComponentInfo> backend_cpu_components() {
                                     "bf16 convolution path: auto (by CPU features), onednn "
                                     "(oneDNN bf16 convolution), emulated (exact decode + fp32 "
                                     "convolution)")
-                .one_of({"auto", "onednn", "emulated"})},
+                .one_of({"auto", "onednn", "emulated"}),
+            sdk::OptionSpec::string("conv_algorithm", "direct",
+                                    "fp32 convolution algorithm: direct (the reference), winograd "
+                                    "(oneDNN's Winograd F(4,3) for fp32 3x3 stride-1 convolutions "
+                                    "where it pays, direct elsewhere; rounds differently)")
+                .one_of({"direct", "winograd"})},
            &create_cpu_backend}};
 }
 

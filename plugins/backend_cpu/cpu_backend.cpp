@@ -22,12 +22,14 @@ namespace mixtrain::backend_cpu {
 using sdk::DType;
 using sdk::TensorView;
 
-CpuBackend::CpuBackend(int threads, Bf16GemmPath bf16_gemm, Bf16ConvPath bf16_conv)
+CpuBackend::CpuBackend(int threads, Bf16GemmPath bf16_gemm, Bf16ConvPath bf16_conv,
+                       ConvAlgorithm conv_algorithm)
     : threads_(threads > 0 ? threads : std::max(1, omp_get_num_procs())),
       gemm_(std::make_unique<GemmEngine>(bf16_gemm)),
       eltwise_(std::make_unique<EltwiseEngine>()),
       prims_(std::make_unique<PrimitiveCache>()),
-      bf16_conv_request_(bf16_conv) {
+      bf16_conv_request_(bf16_conv),
+      conv_algorithm_(conv_algorithm) {
   if (threads < 0)
     fail("create", "threads = " + std::to_string(threads) + " is negative",
          "use 0 for all cores or a positive thread count");

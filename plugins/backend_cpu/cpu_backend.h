@@ -26,7 +26,9 @@
 //   op) and cached (cpu_primitive_cache.h); activations are channels-last (nhwc) end to end, and
 //   weights are reordered from PyTorch's OIHW into the layout the primitive prefers by a cached
 //   reorder. bf16 convolutions run natively where the CPU has bf16 dot products (see
-//   bf16_conv_native()), everything else on the exact fp32 values (cpu_convolution.cpp).
+//   bf16_conv_native()), everything else on the exact fp32 values (cpu_convolution.cpp). With
+//   conv_algorithm = winograd, eligible pure fp32 3x3 convolutions run oneDNN's Winograd F(4,3)
+//   with their activations reordered to and from oneDNN's blocked layout around the call.
 // - gemm_strided_batched runs one cached 3-D oneDNN matmul where one can express the call
 //   (cpu_gemm.h) and a loop over gemm() otherwise.
 // - Errors: sdk::BackendError naming the op, the offending tensor, its dtype/shape, and a fix.
@@ -53,6 +55,15 @@ enum class Bf16GemmPath { automatic, onednn, emulated };
 // oneDNN's bf16 convolution where the CPU has bf16 dot-product instructions (AVX512-BF16 or
 // AMX-BF16) and oneDNN has a JIT kernel for it; `emulated` decodes to fp32 exactly.
 enum class Bf16ConvPath { automatic, onednn, emulated };
+// Which algorithm pure fp32 convolutions use. `direct` (the default and the reference) always
+// runs oneDNN's direct convolution. `winograd` runs oneDNN's Winograd F(4,3) for the fp32
+// 3x3 / stride 1 / dilation 1 / groups 1 convolutions where the static rule of
+// cpu_convolution.cpp says it pays (per direction and shape) and oneDNN has a JIT kernel for it;
+// everything else stays direct. Winograd rounds differently from a direct sum (its transforms
+// add terms of other magnitudes), so it is opt-in. `winograd_everywhere` (C++ only, not a plugin
+// option) skips the rule: Winograd for every shape it can compute; for the measurements behind
+// the rule.
+enum class ConvAlgorithm { direct, winograd, winograd_everywhere };
 
 // The backend is its own facets: every facet accessor returns `this`.
 class CpuBackend final : public sdk::DeviceBackend,
@@ -66,7 +77,8 @@ class CpuBackend final : public sdk::DeviceBackend,
                          public sdk::ConvolutionFacet {
  public:
   explicit CpuBackend(int threads = 0, Bf16GemmPath bf16_gemm = Bf16GemmPath::automatic,
-                      Bf16ConvPath bf16_conv = Bf16ConvPath::automatic);
+                      Bf16ConvPath bf16_conv = Bf16ConvPath::automatic,
+                      ConvAlgorithm conv_algorithm = ConvAlgorithm::direct);
   ~CpuBackend() override;
 
   int threads() const noexcept { return threads_; }
@@ -75,14 +87,22 @@ class CpuBackend final : public sdk::DeviceBackend,
   // oneDNN's implementation ("gemm:jit", "brg:avx512_core", ...) of the last GEMM primitive run
   // by gemm() or gemm_strided_batched(); for tests and tuning.
   std::string last_gemm_implementation() const;
-  // oneDNN primitives (convolution, pooling, with their reorders) created so far, one
-  // entry per distinct (op, geometry, dtypes, flags); for tests.
+  // oneDNN primitives (convolution, pooling, with their reorders) created so far, one entry per
+  // distinct (op, algorithm, geometry, dtypes, flags); a Winograd key oneDNN cannot serve is an
+  // entry too (it records why, and the call runs direct); for tests.
   std::size_t cached_dnnl_primitives() const noexcept;
   // True when bf16 convolutions run in oneDNN's bf16 kernels, false when emulated; and why.
   bool bf16_conv_native() const;
   std::string bf16_conv_note() const;
-  // oneDNN's implementation of the last convolution primitive run ("brgconv:avx512_core", ...).
+  // oneDNN's implementation of the last convolution primitive run ("brgconv:avx512_core",
+  // "jit_wino_4x3:avx512_core", ...).
   const std::string& last_conv_implementation() const noexcept { return last_conv_impl_; }
+  // The requested convolution algorithm; whether oneDNN has a (non-reference) fp32 Winograd
+  // convolution on this CPU; and a line saying what runs ("conv_algorithm = direct", or the
+  // Winograd kernel and the rule, or why Winograd is unavailable).
+  ConvAlgorithm conv_algorithm() const noexcept { return conv_algorithm_; }
+  bool conv_winograd_available() const;
+  std::string conv_algorithm_note() const;
 
   sdk::BackendCapabilities capabilities() const override;
 
@@ -210,6 +230,10 @@ class CpuBackend final : public sdk::DeviceBackend,
                          std::int64_t width, sdk::TensorView dst) override;
 
  private:
+  // conv_algorithm is winograd (or winograd_everywhere) and oneDNN has a Winograd kernel here.
+  bool winograd_on() const {
+    return conv_algorithm_ != ConvAlgorithm::direct && conv_winograd_available();
+  }
   // Makes this thread's OpenMP team size (shared by oneDNN) equal to `threads_`.
   void use_threads() const;
   // Folds growth of the GEMM, convolution and batch-norm scratch into the memory statistics.
@@ -222,6 +246,9 @@ class CpuBackend final : public sdk::DeviceBackend,
   Bf16ConvPath bf16_conv_request_;
   mutable int bf16_conv_state_ = -1;  // -1 undecided, 0 emulated, 1 oneDNN
   mutable std::string bf16_conv_note_;
+  ConvAlgorithm conv_algorithm_;
+  mutable int winograd_state_ = -1;    // -1 unprobed, 0 unavailable, 1 available
+  mutable std::string winograd_impl_;  // the probe's implementation name, or why none
   std::string last_conv_impl_;
 
   mutable std::mutex memory_mutex_;

@@ -36,8 +36,21 @@ class PrimitiveCache {
  public:
   using Key = std::vector<std::int64_t>;
   // Scratch slots: decoded source, decoded weights (plain), weights in the primitive's layout,
-  // fp32 destination, gradients in the primitive's layout, and two spares.
-  enum class Slot { src, weights, weights_blocked, dst, diff_blocked, extra_a, extra_b, count };
+  // fp32 destination, gradients in the primitive's layout, two spares, and two activations in a
+  // primitive's blocked layout (Winograd convolutions take no nhwc: an input reordered in, the
+  // output reordered out).
+  enum class Slot {
+    src,
+    weights,
+    weights_blocked,
+    dst,
+    diff_blocked,
+    extra_a,
+    extra_b,
+    blocked_a,
+    blocked_b,
+    count
+  };
 
   PrimitiveCache();
 

@@ -1,8 +1,12 @@
 // The convolution facet and batch norm of CpuBackend: argument errors name the op and what was
 // expected, oneDNN primitives are created once per geometry, the native bf16 convolution agrees
-// with exact emulation, and the backward ops are the gradients of their forwards (double central
+// with exact emulation, conv_algorithm = winograd agrees with the direct convolution and a double
+// reference within Winograd's measured error where it runs and is bit-identical to direct
+// everywhere else, and the backward ops are the gradients of their forwards (double central
 // differences of the scalar loss L = Σ y·r).
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -313,6 +317,310 @@ TEST(BackendCpuConvolution, NativeBf16AgreesWithExactEmulation) {
     EXPECT_LE(rel(a.dx, b.dx), 1e-5) << "backward-data";
     EXPECT_LE(rel(a.dw, b.dw), 1e-5) << "backward-weights";
   }
+}
+
+// ||p - q|| / ||q|| over the whole tensor, in double.
+double rel_l2(const std::vector<float>& p, const std::vector<float>& q) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    num += (double{p[i]} - q[i]) * (double{p[i]} - q[i]);
+    den += double{q[i]} * q[i];
+  }
+  return std::sqrt(num / den);
+}
+// max |p - q| / rms(q): the worst element against the tensor's typical magnitude.
+double max_rel_rms(const std::vector<float>& p, const std::vector<float>& q) {
+  double worst = 0, den = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    worst = std::max(worst, std::abs(double{p[i]} - q[i]));
+    den += double{q[i]} * q[i];
+  }
+  return worst / std::sqrt(den / static_cast<double>(q.size()));
+}
+
+// Forward y, backward-data dx and backward-weights dw (and dbias) of a groups-1, dilation-1
+// convolution in double, rounded to float once at the end.
+struct ConvReference {
+  std::vector<float> y, dx, dw, db;
+};
+ConvReference conv_reference(const sdk::Conv2dGeometry& g, const std::vector<float>& x,
+                             const std::vector<float>& w, const std::vector<float>& b,
+                             const std::vector<float>& dy) {
+  const std::int64_t oh = g.out_height(), ow = g.out_width(), c_n = g.in_channels,
+                     o_n = g.out_channels;
+  std::vector<double> y(static_cast<std::size_t>(g.batch * oh * ow * o_n));
+  std::vector<double> dx(x.size()), dw(w.size()), db(static_cast<std::size_t>(o_n));
+  for (std::int64_t n = 0; n < g.batch; ++n)
+    for (std::int64_t i = 0; i < oh; ++i)
+      for (std::int64_t j = 0; j < ow; ++j)
+        for (std::int64_t o = 0; o < o_n; ++o) {
+          const auto yi = static_cast<std::size_t>(((n * oh + i) * ow + j) * o_n + o);
+          double acc = b.empty() ? 0.0 : b[static_cast<std::size_t>(o)];
+          const double d = dy[yi];
+          db[static_cast<std::size_t>(o)] += d;
+          for (std::int64_t kh = 0; kh < g.kernel_h; ++kh)
+            for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
+              const std::int64_t h = i * g.stride_h - g.pad_h + kh,
+                                 v = j * g.stride_w - g.pad_w + kw;
+              if (h < 0 || h >= g.height || v < 0 || v >= g.width) continue;
+              for (std::int64_t c = 0; c < c_n; ++c) {
+                const auto xi =
+                    static_cast<std::size_t>(((n * g.height + h) * g.width + v) * c_n + c);
+                const auto wi =
+                    static_cast<std::size_t>(((o * c_n + c) * g.kernel_h + kh) * g.kernel_w + kw);
+                acc += double{x[xi]} * w[wi];
+                dx[xi] += d * w[wi];
+                dw[wi] += d * x[xi];
+              }
+            }
+          y[yi] = acc;
+        }
+  auto to_float = [](const std::vector<double>& v) {
+    return std::vector<float>(v.begin(), v.end());
+  };
+  return {to_float(y), to_float(dx), to_float(dw), to_float(db)};
+}
+
+// Every output of one backend's fp32 convolution calls, and oneDNN's implementation of each.
+struct ConvOutputs {
+  std::vector<float> y, y_bias, y16, dx, dw, db, dw_acc, db_acc;
+  std::string impl_fwd, impl_bwd_data, impl_bwd_weights;
+};
+ConvOutputs run_fp32_conv(CpuBackend& be, const sdk::Conv2dGeometry& g,
+                          const std::vector<float>& xv, const std::vector<float>& wv,
+                          const std::vector<float>& bv, const std::vector<float>& dyv,
+                          DType dtype = DType::fp32) {
+  DeviceTensor x(be, dtype, x_shape(g), xv), w(be, dtype, w_shape(g), wv);
+  DeviceTensor b(be, DType::fp32, Shape{g.out_channels}, bv), dy(be, dtype, y_shape(g), dyv);
+  DeviceTensor y(be, DType::fp32, y_shape(g)), y16(be, DType::bf16, y_shape(g));
+  DeviceTensor dx(be, DType::fp32, x_shape(g));
+  DeviceTensor dw(be, DType::fp32, w_shape(g)), db(be, DType::fp32, Shape{g.out_channels});
+  ConvOutputs out;
+  sdk::Conv2dForwardArgs f;
+  f.geometry = g;
+  f.x.view = x;
+  f.w.view = w;
+  f.y = y;
+  be.conv2d_forward(f);
+  out.impl_fwd = be.last_conv_implementation();
+  out.y = y.get();
+  f.bias = b;
+  be.conv2d_forward(f);
+  out.y_bias = y.get();
+  f.y = y16;  // a bf16 y: the fp32 result encoded once
+  be.conv2d_forward(f);
+  out.y16 = y16.get();
+  sdk::Conv2dBackwardDataArgs bd;
+  bd.geometry = g;
+  bd.dy.view = dy;
+  bd.w.view = w;
+  bd.dx = dx;
+  be.conv2d_backward_data(bd);
+  out.impl_bwd_data = be.last_conv_implementation();
+  out.dx = dx.get();
+  sdk::Conv2dBackwardWeightsArgs bw;
+  bw.geometry = g;
+  bw.x.view = x;
+  bw.dy.view = dy;
+  bw.dw = dw;
+  bw.dbias = db;
+  be.conv2d_backward_weights(bw);
+  out.impl_bwd_weights = be.last_conv_implementation();
+  out.dw = dw.get();
+  out.db = db.get();
+  // Accumulating into earlier values: dw += ..., dbias += ...
+  dw.set(random_values(dw.view().numel(), 31));
+  db.set(random_values(static_cast<std::size_t>(g.out_channels), 32));
+  bw.accumulate = true;
+  be.conv2d_backward_weights(bw);
+  out.dw_acc = dw.get();
+  out.db_acc = db.get();
+  return out;
+}
+
+// Winograd F(4,3)'s error, measured on these cases (uniform [-1, 1) data, C = 16..64,
+// N = 2..32): against the double reference rel-L2 ≤ 8.7e-7 (y), 6.9e-7 (dx), 4.3e-7 (dw), the worst
+// element ≤ 5.6e-6 of the tensor's rms (the direct convolution: rel-L2 ≤ 3.8e-7); against the
+// direct result rel-L2 ≤ 9.4e-7 and the worst element ≤ 7.6e-6 of the rms. The bounds are ≈ 3-4x
+// those: operands rounded to tf32 (rel ≈ 1e-4) or bf16 (1e-3), or a dropped transform term, fail.
+constexpr double kWinogradRelL2 = 3e-6;
+constexpr double kWinogradMaxRelRms = 3e-5;
+
+TEST(BackendCpuConvolution, WinogradAgreesWithDirectAndTheDoubleReference) {
+  CpuBackend direct(2, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
+  CpuBackend wino(2, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::winograd);
+  CpuBackend everywhere(2, Bf16GemmPath::automatic, Bf16ConvPath::automatic,
+                        ConvAlgorithm::winograd_everywhere);
+  EXPECT_EQ(direct.conv_algorithm_note(), "conv_algorithm = direct");
+  if (!wino.conv_winograd_available())
+    GTEST_SKIP() << "oneDNN has no fp32 Winograd here (it needs AVX-512): "
+                 << wino.conv_algorithm_note();
+  EXPECT_NE(wino.conv_algorithm_note().find("wino"), std::string::npos)
+      << wino.conv_algorithm_note();
+  struct Case {
+    sdk::Conv2dGeometry g;
+    CpuBackend* be;  // `wino` for a shape its rule takes, else `everywhere`
+    bool reference;  // also against the double reference (small shapes only)
+  };
+  for (const Case& k : {Case{geometry(32, 32, 16, 16, 32, 3, 3, 1, 1), &wino, false},
+                        Case{geometry(32, 64, 8, 8, 64, 3, 3, 1, 1), &wino, false},
+                        Case{geometry(2, 32, 7, 9, 48, 3, 3, 1, 1), &everywhere, true},
+                        Case{geometry(3, 16, 10, 10, 16, 3, 3, 1, 0), &everywhere, true},
+                        Case{geometry(2, 64, 4, 4, 32, 3, 3, 1, 1), &everywhere, true}}) {
+    const auto& g = k.g;
+    SCOPED_TRACE("C=" + std::to_string(g.in_channels) + " O=" + std::to_string(g.out_channels) +
+                 " HxW=" + std::to_string(g.height) + "x" + std::to_string(g.width) +
+                 " N=" + std::to_string(g.batch) + " pad=" + std::to_string(g.pad_h));
+    const auto xv = random_values(x_shape(g).numel(), 41);
+    const auto wv = random_values(w_shape(g).numel(), 42);
+    const auto bv = random_values(static_cast<std::size_t>(g.out_channels), 43);
+    const auto dyv = random_values(y_shape(g).numel(), 44);
+    const ConvOutputs a = run_fp32_conv(*k.be, g, xv, wv, bv, dyv);
+    const ConvOutputs d = run_fp32_conv(direct, g, xv, wv, bv, dyv);
+    for (const std::string* impl : {&a.impl_fwd, &a.impl_bwd_data, &a.impl_bwd_weights})
+      EXPECT_NE(impl->find("wino"), std::string::npos) << "not Winograd: " << *impl;
+    EXPECT_EQ(d.impl_fwd.find("wino"), std::string::npos) << d.impl_fwd;
+    auto expect_near = [&](const std::vector<float>& p, const std::vector<float>& q,
+                           const char* what) {
+      EXPECT_LE(rel_l2(p, q), kWinogradRelL2) << what;
+      EXPECT_LE(max_rel_rms(p, q), kWinogradMaxRelRms) << what;
+    };
+    expect_near(a.y, d.y, "y vs direct");
+    expect_near(a.y_bias, d.y_bias, "y + bias vs direct");
+    expect_near(a.dx, d.dx, "dx vs direct");
+    expect_near(a.dw, d.dw, "dw vs direct");
+    expect_near(a.dw_acc, d.dw_acc, "dw += vs direct");
+    // dbias is Σ dy over N·OH·OW in another order: within 2e-7 of Σ |dy| of the double sum
+    // (measured ≤ 6e-8). A bf16 y is one rounding of a value ≤ 3e-6 off.
+    for (std::int64_t o = 0; o < g.out_channels; ++o) {
+      double sum = 0, abs_sum = 0;
+      for (std::size_t i = static_cast<std::size_t>(o); i < dyv.size();
+           i += static_cast<std::size_t>(g.out_channels)) {
+        sum += dyv[i];
+        abs_sum += std::abs(double{dyv[i]});
+      }
+      const auto c = static_cast<std::size_t>(o);
+      EXPECT_NEAR(a.db[c], sum, 2e-7 * abs_sum) << "dbias " << o;
+      EXPECT_NEAR(a.db_acc[c] - d.db_acc[c], a.db[c] - d.db[c], 2e-7 * abs_sum) << "dbias += " << o;
+    }
+    EXPECT_LE(rel_l2(a.y16, d.y16), 0x1p-8);
+    if (k.reference) {
+      const ConvReference ref = conv_reference(g, xv, wv, {}, dyv);
+      expect_near(a.y, ref.y, "y vs double");
+      expect_near(a.dx, ref.dx, "dx vs double");
+      expect_near(a.dw, ref.dw, "dw vs double");
+    }
+  }
+}
+
+// The rule is per direction: the forward wants >= 32 channels in x, backward-data >= 32 in dy,
+// backward-weights 16 on both sides (all at >= 2^23 multiply-adds per tap). So 16 -> 32 runs
+// backward-data and backward-weights in Winograd and the forward direct, 32 -> 16 the forward and
+// backward-weights, 16 -> 16 backward-weights only. The direct directions are bit-identical to
+// conv_algorithm = direct, the Winograd ones within its error.
+TEST(BackendCpuConvolution, WinogradRuleDecidesPerDirection) {
+  CpuBackend direct(2, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
+  CpuBackend wino(2, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::winograd);
+  if (!wino.conv_winograd_available())
+    GTEST_SKIP() << "oneDNN has no fp32 Winograd here: " << wino.conv_algorithm_note();
+  struct Case {
+    sdk::Conv2dGeometry g;  // N·OH·OW·C·O = 2^23, the rule's work threshold
+    bool fwd, bwd_data, bwd_weights;
+  };
+  for (const Case& k : {Case{geometry(16, 16, 32, 32, 32, 3, 3, 1, 1), false, true, true},
+                        Case{geometry(16, 32, 32, 32, 16, 3, 3, 1, 1), true, false, true},
+                        Case{geometry(32, 16, 32, 32, 16, 3, 3, 1, 1), false, false, true}}) {
+    const auto& g = k.g;
+    const std::string what =
+        std::to_string(g.in_channels) + " -> " + std::to_string(g.out_channels);
+    const auto xv = random_values(x_shape(g).numel(), 71);
+    const auto wv = random_values(w_shape(g).numel(), 72);
+    const auto bv = random_values(static_cast<std::size_t>(g.out_channels), 73);
+    const auto dyv = random_values(y_shape(g).numel(), 74);
+    const ConvOutputs a = run_fp32_conv(wino, g, xv, wv, bv, dyv);
+    const ConvOutputs d = run_fp32_conv(direct, g, xv, wv, bv, dyv);
+    auto is_wino = [](const std::string& impl) { return impl.find("wino") != std::string::npos; };
+    EXPECT_EQ(is_wino(a.impl_fwd), k.fwd) << what << ": " << a.impl_fwd;
+    EXPECT_EQ(is_wino(a.impl_bwd_data), k.bwd_data) << what << ": " << a.impl_bwd_data;
+    EXPECT_EQ(is_wino(a.impl_bwd_weights), k.bwd_weights) << what << ": " << a.impl_bwd_weights;
+    // Winograd: within its error; direct: the same bits.
+    auto agree = [](bool winograd, const std::vector<float>& p, const std::vector<float>& q) {
+      if (winograd)
+        return rel_l2(p, q) <= kWinogradRelL2 && max_rel_rms(p, q) <= kWinogradMaxRelRms;
+      return p.size() == q.size() && std::memcmp(p.data(), q.data(), p.size() * sizeof(float)) == 0;
+    };
+    EXPECT_TRUE(agree(k.fwd, a.y, d.y) && agree(k.fwd, a.y_bias, d.y_bias)) << what << ": y";
+    EXPECT_TRUE(agree(k.bwd_data, a.dx, d.dx)) << what << ": dx";
+    EXPECT_TRUE(agree(k.bwd_weights, a.dw, d.dw) && agree(k.bwd_weights, a.dw_acc, d.dw_acc))
+        << what << ": dw";
+  }
+}
+
+// What Winograd does not compute, what the rule leaves direct, and every operand route other
+// than pure fp32 runs exactly as under conv_algorithm = direct: the same kernel, the same bits.
+TEST(BackendCpuConvolution, WinogradLeavesEverythingElseBitIdenticalToDirect) {
+  CpuBackend direct(2, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
+  CpuBackend wino(2, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::winograd);
+  struct Case {
+    sdk::Conv2dGeometry g;
+    DType dtype;
+    const char* what;
+  };
+  for (const Case& k :
+       {Case{geometry(8, 32, 16, 16, 32, 3, 3, 2, 1), DType::fp32, "stride 2"},
+        Case{geometry(8, 64, 16, 16, 64, 1, 1, 1, 0), DType::fp32, "1x1"},
+        Case{geometry(8, 64, 16, 16, 64, 3, 3, 1, 1, 2), DType::fp32, "groups 2"},
+        Case{geometry(128, 8, 16, 16, 64, 3, 3, 1, 1), DType::fp32, "8 input channels (the rule)"},
+        Case{geometry(8, 32, 16, 16, 32, 3, 3, 1, 1), DType::fp32, "2^21 work (the rule)"},
+        Case{geometry(2, 32, 8, 8, 32, 3, 3, 1, 1), DType::fp32, "small work (the rule)"},
+        Case{geometry(32, 32, 16, 16, 32, 3, 3, 1, 1), DType::bf16, "bf16 operands"},
+        Case{geometry(32, 32, 16, 16, 32, 3, 3, 1, 1), DType::fp16, "fp16 operands"},
+        Case{geometry(32, 32, 16, 16, 32, 3, 3, 1, 1), DType::tf32, "tf32 operands"}}) {
+    const auto& g = k.g;
+    const auto xv = representable(random_values(x_shape(g).numel(), 51), k.dtype);
+    const auto wv = representable(random_values(w_shape(g).numel(), 52), k.dtype);
+    const auto bv = random_values(static_cast<std::size_t>(g.out_channels), 53);
+    const auto dyv = representable(random_values(y_shape(g).numel(), 54), k.dtype);
+    const ConvOutputs a = run_fp32_conv(wino, g, xv, wv, bv, dyv, k.dtype);
+    const ConvOutputs d = run_fp32_conv(direct, g, xv, wv, bv, dyv, k.dtype);
+    for (const std::string* impl : {&a.impl_fwd, &a.impl_bwd_data, &a.impl_bwd_weights})
+      EXPECT_EQ(impl->find("wino"), std::string::npos) << k.what << ": " << *impl;
+    EXPECT_EQ(a.impl_fwd, d.impl_fwd) << k.what;
+    EXPECT_EQ(a.impl_bwd_data, d.impl_bwd_data) << k.what;
+    EXPECT_EQ(a.impl_bwd_weights, d.impl_bwd_weights) << k.what;
+    auto bits = [&](const std::vector<float>& p, const std::vector<float>& q, const char* name) {
+      ASSERT_EQ(p.size(), q.size());
+      EXPECT_EQ(std::memcmp(p.data(), q.data(), p.size() * sizeof(float)), 0)
+          << k.what << ": " << name << " differs";
+    };
+    bits(a.y, d.y, "y");
+    bits(a.y_bias, d.y_bias, "y + bias");
+    bits(a.y16, d.y16, "bf16 y");
+    bits(a.dx, d.dx, "dx");
+    bits(a.dw, d.dw, "dw");
+    bits(a.db, d.db, "dbias");
+    bits(a.dw_acc, d.dw_acc, "dw +=");
+    bits(a.db_acc, d.db_acc, "dbias +=");
+  }
+  // compute = tf32 on fp32 storage rounds the operands: not the pure fp32 route either.
+  const auto g = geometry(32, 32, 16, 16, 32, 3, 3, 1, 1);
+  const auto xv = random_values(x_shape(g).numel(), 61);
+  const auto wv = random_values(w_shape(g).numel(), 62);
+  auto forward_tf32 = [&](CpuBackend& be) {
+    DeviceTensor x(be, DType::fp32, x_shape(g), xv), w(be, DType::fp32, w_shape(g), wv);
+    DeviceTensor y(be, DType::fp32, y_shape(g));
+    sdk::Conv2dForwardArgs f;
+    f.geometry = g;
+    f.x.view = x;
+    f.w.view = w;
+    f.y = y;
+    f.compute = DType::tf32;
+    be.conv2d_forward(f);
+    EXPECT_EQ(be.last_conv_implementation().find("wino"), std::string::npos);
+    return y.get();
+  };
+  const auto p = forward_tf32(wino), q = forward_tf32(direct);
+  EXPECT_EQ(std::memcmp(p.data(), q.data(), p.size() * sizeof(float)), 0) << "compute = tf32";
 }
 
 // L = Σ y·r in double.

@@ -1,0 +1,156 @@
+// bench_conv_algorithm: CpuBackend's fp32 conv2d, direct against Winograd F(4,3), per direction
+// (forward, backward-data, backward-weights) on 3x3 stride-1 shapes, each call as the trainer makes
+// it: nhwc activations and OIHW weights in, so Winograd's times include the reorders of its
+// activations to and from oneDNN's blocked layout and the weight reorders. This is the
+// measurement behind the static rule of plugins/backend_cpu/cpu_convolution.cpp.
+//
+// Usage: bench_conv_algorithm [--threads N] [--reps R] [--batch N]
+// Per shape and direction: 2 warm-up calls, then R (15) calls; the fastest call in ms (on a
+// shared machine the fastest call is the best estimate of what the code does with the cores to
+// itself) and oneDNN's implementation name. The Winograd backend is
+// ConvAlgorithm::winograd_everywhere, which skips the rule, so shapes the rule leaves direct are
+// timed too.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu_backend.h"
+
+namespace {
+
+using mixtrain::backend_cpu::Bf16ConvPath;
+using mixtrain::backend_cpu::Bf16GemmPath;
+using mixtrain::backend_cpu::ConvAlgorithm;
+using mixtrain::backend_cpu::CpuBackend;
+using mixtrain::sdk::Conv2dGeometry;
+using mixtrain::sdk::DType;
+using mixtrain::sdk::Shape;
+using mixtrain::sdk::TensorView;
+
+struct Tensors {
+  CpuBackend& be;
+  std::vector<void*> owned;
+  TensorView make(Shape shape, unsigned seed) {
+    TensorView v{nullptr, DType::fp32, shape};
+    v.data = be.allocate(v.bytes());
+    owned.push_back(v.data);
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    auto* p = v.as<float>();
+    for (std::int64_t i = 0; i < v.numel(); ++i) p[i] = u(rng);
+    return v;
+  }
+  ~Tensors() {
+    for (void* p : owned) be.deallocate(p);
+  }
+};
+
+double best_ms(const std::function<void()>& call, int reps) {
+  call();
+  call();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    call();
+    const auto b = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double, std::milli>(b - a).count());
+  }
+  return best;
+}
+
+struct Times {
+  double fwd, bwd_d, bwd_w;
+  std::string impl_fwd, impl_bwd_d, impl_bwd_w;
+};
+
+Times run(CpuBackend& be, const Conv2dGeometry& g, int reps) {
+  Tensors t{be, {}};
+  const TensorView x = t.make(Shape{g.batch, g.height, g.width, g.in_channels}, 1);
+  const TensorView w = t.make(Shape{g.out_channels, g.in_channels, 3, 3}, 2);
+  const TensorView y = t.make(Shape{g.batch, g.out_height(), g.out_width(), g.out_channels}, 3);
+  const TensorView dy = t.make(Shape{g.batch, g.out_height(), g.out_width(), g.out_channels}, 4);
+  const TensorView dx = t.make(Shape{g.batch, g.height, g.width, g.in_channels}, 5);
+  const TensorView dw = t.make(Shape{g.out_channels, g.in_channels, 3, 3}, 6);
+  // ResNet-20's convolutions have no bias (batch norm follows); the backward-weights call
+  // accumulates as the trainer's does not: plain overwrite.
+  mixtrain::sdk::Conv2dForwardArgs f;
+  f.geometry = g;
+  f.x.view = x;
+  f.w.view = w;
+  f.y = y;
+  mixtrain::sdk::Conv2dBackwardDataArgs bd;
+  bd.geometry = g;
+  bd.dy.view = dy;
+  bd.w.view = w;
+  bd.dx = dx;
+  mixtrain::sdk::Conv2dBackwardWeightsArgs bw;
+  bw.geometry = g;
+  bw.x.view = x;
+  bw.dy.view = dy;
+  bw.dw = dw;
+  Times r{};
+  r.fwd = best_ms([&] { be.conv2d_forward(f); }, reps);
+  r.impl_fwd = be.last_conv_implementation();
+  r.bwd_d = best_ms([&] { be.conv2d_backward_data(bd); }, reps);
+  r.impl_bwd_d = be.last_conv_implementation();
+  r.bwd_w = best_ms([&] { be.conv2d_backward_weights(bw); }, reps);
+  r.impl_bwd_w = be.last_conv_implementation();
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, reps = 15;
+  std::int64_t batch = 128;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--threads")
+      threads = std::atoi(argv[i + 1]);
+    else if (k == "--reps")
+      reps = std::atoi(argv[i + 1]);
+    else if (k == "--batch")
+      batch = std::atoll(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: bench_conv_algorithm [--threads N] [--reps R] [--batch N]\n");
+      return 2;
+    }
+  }
+  CpuBackend direct(threads, Bf16GemmPath::automatic, Bf16ConvPath::automatic,
+                    ConvAlgorithm::direct);
+  CpuBackend wino(threads, Bf16GemmPath::automatic, Bf16ConvPath::automatic,
+                  ConvAlgorithm::winograd_everywhere);
+  std::printf("# %s\n# threads %d, batch %lld, best of %d, ms per call (direct / winograd)\n",
+              wino.conv_algorithm_note().c_str(), threads, static_cast<long long>(batch), reps);
+  std::printf("# %-16s %-20s %-20s %-20s\n", "C->O HxW", "forward", "backward-data",
+              "backward-weights");
+  struct S {
+    std::int64_t c, o, hw;
+  };
+  // ResNet-20's three stride-1 stages, then the neighbours that place the threshold.
+  for (const S s :
+       {S{16, 16, 32}, S{32, 32, 16}, S{64, 64, 8}, S{16, 32, 32}, S{32, 16, 32}, S{16, 16, 16},
+        S{32, 32, 8}, S{32, 32, 32}, S{64, 64, 16}, S{128, 128, 8}, S{128, 128, 4}}) {
+    Conv2dGeometry g;
+    g.batch = batch;
+    g.in_channels = s.c;
+    g.out_channels = s.o;
+    g.height = g.width = s.hw;
+    g.kernel_h = g.kernel_w = 3;
+    g.pad_h = g.pad_w = 1;
+    const Times a = run(direct, g, reps), b = run(wino, g, reps);
+    std::printf(
+        "  %3lld->%-3lld %3lldx%-3lld  %6.2f / %6.2f       %6.2f / %6.2f       %6.2f / %6.2f\n",
+        static_cast<long long>(s.c), static_cast<long long>(s.o), static_cast<long long>(s.hw),
+        static_cast<long long>(s.hw), a.fwd, b.fwd, a.bwd_d, b.bwd_d, a.bwd_w, b.bwd_w);
+    std::printf("    winograd route: %s | %s | %s\n", b.impl_fwd.c_str(), b.impl_bwd_d.c_str(),
+                b.impl_bwd_w.c_str());
+  }
+  return 0;
+}
