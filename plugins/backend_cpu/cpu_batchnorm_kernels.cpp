@@ -29,8 +29,8 @@ namespace {
 
 constexpr std::int64_t kSlice = 64;
 
-// The loops must be inlined into the target_clones functions to be compiled for their ISA (a
-// lambda left out of line is compiled for the baseline, and its std::fma becomes a libm call).
+// The loops must be inlined into the per-ISA entry points to be compiled for their ISA (a lambda
+// left out of line is compiled for the baseline, and its std::fma becomes a libm call).
 #define MIXTRAIN_INLINE __attribute__((always_inline))
 
 [[gnu::always_inline]] inline float load(const float* p, std::int64_t i) {
@@ -145,8 +145,9 @@ template <int kW, class T>
 }
 
 template <class T>
-[[gnu::target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")]] void range_moments(
-    const T* x, std::int64_t r0, std::int64_t r1, std::int64_t channels, Moments& m) {
+[[gnu::always_inline]] inline void range_moments(const T* x, std::int64_t r0, std::int64_t r1,
+                                                 std::int64_t channels, Moments* moments) {
+  Moments& m = *moments;
   const std::int64_t step = block_rows(channels);
   for (std::int64_t r = r0; r < r1; r += step) {
     const std::int64_t nr = std::min(step, r1 - r);
@@ -164,9 +165,9 @@ template <class T>
 }
 
 template <class T>
-[[gnu::target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")]] void range_affine(
-    const T* x, T* y, std::int64_t r0, std::int64_t r1, std::int64_t channels, const float* mean,
-    const float* scale, const float* shift, bool relu) {
+[[gnu::always_inline]] inline void range_affine(const T* x, T* y, std::int64_t r0, std::int64_t r1,
+                                                std::int64_t channels, const float* mean,
+                                                const float* scale, const float* shift, bool relu) {
   const std::int64_t step = block_rows(channels);
   for (std::int64_t r = r0; r < r1; r += step) {
     const std::int64_t nr = std::min(step, r1 - r);
@@ -222,9 +223,13 @@ template <ReluMask::Kind kMask>
 }
 
 template <ReluMask::Kind kMask, class T>
-[[gnu::target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")]] void range_grad_sums(
-    const T* x, const T* dy, const ReluMask& mask, std::int64_t r0, std::int64_t r1,
-    std::int64_t channels, const float* mean, double* sum_g, double* sum_gx) {
+[[gnu::always_inline]] inline void range_grad_sums(std::integral_constant<ReluMask::Kind, kMask>,
+                                                   const T* x, const T* dy,
+                                                   const ReluMask* mask_ptr, std::int64_t r0,
+                                                   std::int64_t r1, std::int64_t channels,
+                                                   const float* mean, double* sum_g,
+                                                   double* sum_gx) {
+  const ReluMask& mask = *mask_ptr;
   const T* y = static_cast<const T*>(mask.y);
   const std::int64_t step = block_rows(channels);
   for (std::int64_t r = r0; r < r1; r += step) {
@@ -258,9 +263,11 @@ template <ReluMask::Kind kMask, class T>
 }
 
 template <ReluMask::Kind kMask, class T>
-[[gnu::target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")]] void range_grad_input(
-    const T* x, const T* dy, const ReluMask& mask, T* dx, std::int64_t r0, std::int64_t r1,
-    std::int64_t channels, const float* mean, const float* ka, const float* kb, const float* kd) {
+[[gnu::always_inline]] inline void range_grad_input(
+    std::integral_constant<ReluMask::Kind, kMask>, const T* x, const T* dy,
+    const ReluMask* mask_ptr, T* dx, std::int64_t r0, std::int64_t r1, std::int64_t channels,
+    const float* mean, const float* ka, const float* kb, const float* kd) {
+  const ReluMask& mask = *mask_ptr;
   const T* y = static_cast<const T*>(mask.y);
   const std::int64_t step = block_rows(channels);
   for (std::int64_t r = r0; r < r1; r += step) {
@@ -286,6 +293,57 @@ template <ReluMask::Kind kMask, class T>
     });
   }
 }
+
+// Each range kernel is compiled three times: for x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and
+// the baseline; the CPU's features pick one at run time (clang 14 has no target_clones for
+// templates, hence the explicit variants).
+enum class Isa { v4, v3, baseline };
+Isa best_isa() {
+  static const Isa isa = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("fma"))
+      return Isa::v4;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::v3;
+    return Isa::baseline;
+  }();
+  return isa;
+}
+
+#define MIXTRAIN_ISA_VARIANTS(kernel)                                                           \
+  template <class... A>                                                                         \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi2"))) void kernel##_v4( \
+      A... a) {                                                                                 \
+    kernel(a...);                                                                               \
+  }                                                                                             \
+  template <class... A>                                                                         \
+  __attribute__((target("avx2,fma,bmi2"))) void kernel##_v3(A... a) {                           \
+    kernel(a...);                                                                               \
+  }                                                                                             \
+  template <class... A>                                                                         \
+  void kernel##_baseline(A... a) {                                                              \
+    kernel(a...);                                                                               \
+  }                                                                                             \
+  template <class... A>                                                                         \
+  void kernel##_best(A... a) {                                                                  \
+    switch (best_isa()) {                                                                       \
+      case Isa::v4:                                                                             \
+        kernel##_v4(a...);                                                                      \
+        return;                                                                                 \
+      case Isa::v3:                                                                             \
+        kernel##_v3(a...);                                                                      \
+        return;                                                                                 \
+      case Isa::baseline:                                                                       \
+        kernel##_baseline(a...);                                                                \
+        return;                                                                                 \
+    }                                                                                           \
+  }
+MIXTRAIN_ISA_VARIANTS(range_moments)
+MIXTRAIN_ISA_VARIANTS(range_affine)
+MIXTRAIN_ISA_VARIANTS(range_grad_sums)
+MIXTRAIN_ISA_VARIANTS(range_grad_input)
+#undef MIXTRAIN_ISA_VARIANTS
 
 // Calls body(thread, first_row, end_row) on each thread's contiguous share of the rows, or once
 // on the calling thread when the tensor is small.
@@ -317,7 +375,7 @@ void channel_moments(const T* x, std::int64_t rows, std::int64_t channels, float
                      float* var) {
   std::vector<Moments> parts(static_cast<std::size_t>(max_team()), Moments(channels));
   for_row_ranges(rows, channels, [&](int t, std::int64_t r0, std::int64_t r1) {
-    range_moments(x, r0, r1, channels, parts[static_cast<std::size_t>(t)]);
+    range_moments_best(x, r0, r1, channels, &parts[static_cast<std::size_t>(t)]);
   });
   Moments all(channels);
   for (const Moments& p : parts) {
@@ -336,7 +394,7 @@ template <class T>
 void channel_affine(const T* x, T* y, std::int64_t rows, std::int64_t channels, const float* mean,
                     const float* scale, const float* shift, bool relu) {
   for_row_ranges(rows, channels, [&](int, std::int64_t r0, std::int64_t r1) {
-    range_affine(x, y, r0, r1, channels, mean, scale, shift, relu);
+    range_affine_best(x, y, r0, r1, channels, mean, scale, shift, relu);
   });
 }
 
@@ -350,11 +408,14 @@ void channel_grad_sums(const T* x, const T* dy, const ReluMask& mask, std::int64
   for_row_ranges(rows, channels, [&](int t, std::int64_t r0, std::int64_t r1) {
     double* g = parts.data() + 2 * static_cast<std::size_t>(t) * c;
     if (mask.kind == K::recompute)
-      range_grad_sums<K::recompute>(x, dy, mask, r0, r1, channels, mean, g, g + c);
+      range_grad_sums_best(std::integral_constant<K, K::recompute>{}, x, dy, &mask, r0, r1,
+                           channels, mean, g, g + c);
     else if (mask.kind == K::from_y)
-      range_grad_sums<K::from_y>(x, dy, mask, r0, r1, channels, mean, g, g + c);
+      range_grad_sums_best(std::integral_constant<K, K::from_y>{}, x, dy, &mask, r0, r1, channels,
+                           mean, g, g + c);
     else
-      range_grad_sums<K::none>(x, dy, mask, r0, r1, channels, mean, g, g + c);
+      range_grad_sums_best(std::integral_constant<K, K::none>{}, x, dy, &mask, r0, r1, channels,
+                           mean, g, g + c);
   });
   for (std::size_t j = 0; j < c; ++j) {
     sum_g[j] = 0.0;
@@ -373,11 +434,14 @@ void channel_grad_input(const T* x, const T* dy, const ReluMask& mask, T* dx, st
   using K = ReluMask::Kind;
   for_row_ranges(rows, channels, [&](int, std::int64_t r0, std::int64_t r1) {
     if (mask.kind == K::recompute)
-      range_grad_input<K::recompute>(x, dy, mask, dx, r0, r1, channels, mean, a, b, d);
+      range_grad_input_best(std::integral_constant<K, K::recompute>{}, x, dy, &mask, dx, r0, r1,
+                            channels, mean, a, b, d);
     else if (mask.kind == K::from_y)
-      range_grad_input<K::from_y>(x, dy, mask, dx, r0, r1, channels, mean, a, b, d);
+      range_grad_input_best(std::integral_constant<K, K::from_y>{}, x, dy, &mask, dx, r0, r1,
+                            channels, mean, a, b, d);
     else
-      range_grad_input<K::none>(x, dy, mask, dx, r0, r1, channels, mean, a, b, d);
+      range_grad_input_best(std::integral_constant<K, K::none>{}, x, dy, &mask, dx, r0, r1,
+                            channels, mean, a, b, d);
   });
 }
 
