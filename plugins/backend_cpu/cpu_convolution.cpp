@@ -28,43 +28,13 @@
 //
 // Algorithm (the backend option conv_algorithm; cpu_backend.h):
 // - "direct" (default, the reference): oneDNN's direct convolution, always.
-// - "winograd": oneDNN's Winograd F(4,3) (jit_wino_4x3:avx512_core; oneDNN 2.6 has it for fp32
-//   on AVX-512 CPUs only) for a convolution that is all of: on the pure fp32 route (both operands
-//   fp32 as stored, compute fp32 — not tf32, not bf16 native or emulated, not fp16/fp8, whose
-//   contract is exact FP32 on the rounded operands); 3x3, stride 1, dilation 1, groups 1; taken by
-//   the rule below; and one oneDNN creates a non-reference Winograd kernel for (else the entry
-//   records why not and the call runs direct, unchanged). The output's dtype, bias, dbias, the
-//   accumulate of dw/dbias work as on the direct path (an fp8 scale cannot occur on this route).
-//   Winograd takes blocked activations only (nChw16c; creating it with nhwc fails), so each call
-//   reorders its activation inputs nhwc -> blocked and its activation output back, with reorders
-//   cached in the entry and the blocked buffers in the cache's blocked_a / blocked_b scratch.
-//   Its transforms round differently: against a double reference its rel-L2 error is ≈ 5e-7..9e-7
-//   (the direct convolution's ≈ 1e-7..4e-7; the unit tests bound it at 3e-6).
-// - The rule, static so that the same shape always takes the same algorithm (runs reproduce; no
-//   timing at run time): Winograd when N·OH·OW·C·O >= 2^23 and C, O >= 16, and for the forward
-//   C >= 32, for backward-data O >= 32 (the side Winograd's input transform reads); backward-
-//   weights needs nothing more. Measured by bench/cnn/bench_conv_algorithm.cpp (each call as the
-//   trainer makes it, so Winograd's time includes the activation and weight reorders), the best
-//   of three sittings of 15 calls, 2 threads, AMD EPYC Zen 4 (AVX-512), load 1.9-2.1; ms direct /
-//   Winograd, W = the rule takes Winograd:
-//     C->O    HxW   N    work  forward          backward-data    backward-weights
-//     16->16  32x32 128  2^25  2.68 / 3.53      2.54 / 3.59      2.54 / 2.06 W
-//     32->32  16x16 128  2^25  2.48 / 1.68 W    2.38 / 1.50 W    2.47 / 1.62 W
-//     64->64   8x8  128  2^25  2.23 / 1.19 W    2.19 / 1.10 W    2.34 / 1.30 W
-//     16->32  32x32 128  2^26  5.57 / 5.94      5.97 / 4.52 W    5.35 / 4.68 W
-//     32->16  32x32 128  2^26  5.81 / 4.39 W    5.15 / 6.16      5.66 / 5.44 W
-//     16->16  16x16 128  2^23  0.69 / 0.89      0.60 / 0.91      0.63 / 0.55 W
-//     32->32   8x8  128  2^23  0.61 / 0.45 W    0.56 / 0.43 W    0.60 / 0.42 W
-//     128->128 4x4   32  2^23  0.63 / 0.49 W    0.55 / 0.61 W    0.72 / 0.59 W
-//     64->64   8x8   32  2^23  0.62 / 0.34 W    0.58 / 0.36 W    0.67 / 0.38 W
-//     16->32  32x32   8  2^22  0.33 / 0.61      0.32 / 0.27      0.33 / 0.27
-//     32->32   8x8   32  2^21  0.17 / 0.13      0.15 / 0.13      0.16 / 0.28
-//     64->64   8x8    8  2^21  0.20 / 0.18      0.17 / 0.20      0.18 / 0.23
-//   With 16 channels in x the forward lost everywhere, with 16 in dy backward-data did; below
-//   2^23 the fixed costs (the weights' transform, a reorder per activation) take over, and
-//   backward-weights loses first. Misfits: 128->128 4x4 N=32 backward-data is taken and loses
-//   0.06 ms; at 2^22 some directions would win ≈ 0.05 ms and are left direct.
-//   16-channel activations need no reorder: nChw16c with 16 channels is nhwc byte for byte.
+// - "winograd": oneDNN's Winograd F(4,3) where cpu_conv_algorithm.h's rule takes a convolution
+//   on the pure fp32 route (both operands fp32 as stored, fp32 compute); activations are
+//   reordered to its blocked layout around the call (cpu_conv_primitives.h). Everything else, and
+//   every convolution oneDNN has no Winograd kernel for, runs direct.
+//
+// The primitives, their cached descriptors and reorders live in cpu_conv_primitives.{h,cpp};
+// this file checks the arguments, picks the route and the algorithm, and runs them.
 #include <omp.h>
 
 #include <algorithm>
@@ -76,6 +46,8 @@
 
 #include "cpu_access.h"
 #include "cpu_backend.h"
+#include "cpu_conv_algorithm.h"
+#include "cpu_conv_primitives.h"
 #include "cpu_features.h"
 #include "cpu_primitive_cache.h"
 
@@ -87,16 +59,6 @@ using sdk::TensorView;
 using Slot = PrimitiveCache::Slot;
 
 namespace {
-
-enum Tag : std::int64_t { kConvForward = 1, kConvBackwardData = 2, kConvBackwardWeights = 3 };
-
-// The static Winograd rule's thresholds (measurements in the header): at least kWinogradMinWork
-// multiply-adds per kernel tap (N·OH·OW·C·O), C and O at least kWinogradMinChannels (the fewest
-// measured), and kWinogradInputChannels on the side the input transform reads in the forward
-// (C) and backward-data (O).
-constexpr double kWinogradMinWork = 8388608.0;  // 2^23
-constexpr std::int64_t kWinogradMinChannels = 16;
-constexpr std::int64_t kWinogradInputChannels = 32;
 
 bool is_conv_operand(DType t) {
   return is_storage_float(t) || sdk::is_fp8(t);
@@ -222,295 +184,6 @@ bool writes_directly(const Route& r, const TensorView& out, float scale) {
          (is_fp32_storage(out.dtype) || out_type(r, out, scale) == memory::data_type::bf16);
 }
 
-memory::desc activation_md(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w,
-                           memory::data_type dt) {
-  return memory::desc({n, c, h, w}, dt, memory::format_tag::nhwc);
-}
-
-memory::dims weights_dims(const sdk::Conv2dGeometry& g) {
-  if (g.groups == 1) return {g.out_channels, g.in_channels, g.kernel_h, g.kernel_w};
-  return {g.groups, g.out_channels / g.groups, g.in_channels / g.groups, g.kernel_h, g.kernel_w};
-}
-
-// The caller's weight layout: [O, C/g, KH, KW] is oihw, and goihw with groups (the same bytes).
-memory::desc plain_weights_md(const sdk::Conv2dGeometry& g, memory::data_type dt) {
-  return memory::desc(weights_dims(g), dt,
-                      g.groups == 1 ? memory::format_tag::oihw : memory::format_tag::goihw);
-}
-memory::desc any_weights_md(const sdk::Conv2dGeometry& g, memory::data_type dt) {
-  return memory::desc(weights_dims(g), dt, memory::format_tag::any);
-}
-
-struct ConvDims {
-  memory::dims strides, dilates, pad_l, pad_r;
-};
-// oneDNN counts dilation from 0. The right padding equals the left: oneDNN floors
-// (H + pad_l + pad_r - extent) / stride as PyTorch does, so the rows the floor drops are never
-// read.
-ConvDims conv_dims(const sdk::Conv2dGeometry& g) {
-  return {{g.stride_h, g.stride_w},
-          {g.dilation_h - 1, g.dilation_w - 1},
-          {g.pad_h, g.pad_w},
-          {g.pad_h, g.pad_w}};
-}
-
-PrimitiveCache::Key key_of(Tag tag, const sdk::Conv2dGeometry& g, memory::data_type dt,
-                           memory::data_type out_dt, bool bias, dnnl::algorithm alg) {
-  return {tag,
-          static_cast<std::int64_t>(alg),
-          static_cast<std::int64_t>(dt),
-          static_cast<std::int64_t>(out_dt),
-          bias ? 1 : 0,
-          g.batch,
-          g.in_channels,
-          g.height,
-          g.width,
-          g.out_channels,
-          g.kernel_h,
-          g.kernel_w,
-          g.stride_h,
-          g.stride_w,
-          g.pad_h,
-          g.pad_w,
-          g.dilation_h,
-          g.dilation_w,
-          g.groups};
-}
-
-// The activations a primitive of algorithm `alg` is described with: nhwc for the direct
-// convolution (passed as they are), format `any` for Winograd (oneDNN's Winograd kernels take
-// only its blocked layout, nChw16c; the entry reorders around the call).
-memory::desc input_md(const sdk::Conv2dGeometry& g, memory::data_type dt, dnnl::algorithm alg) {
-  if (alg == dnnl::algorithm::convolution_direct)
-    return activation_md(g.batch, g.in_channels, g.height, g.width, dt);
-  return memory::desc({g.batch, g.in_channels, g.height, g.width}, dt, memory::format_tag::any);
-}
-memory::desc output_md(const sdk::Conv2dGeometry& g, memory::data_type dt, dnnl::algorithm alg) {
-  if (alg == dnnl::algorithm::convolution_direct)
-    return activation_md(g.batch, g.out_channels, g.out_height(), g.out_width(), dt);
-  return memory::desc({g.batch, g.out_channels, g.out_height(), g.out_width()}, dt,
-                      memory::format_tag::any);
-}
-
-dnnl::convolution_forward::primitive_desc forward_pd(const dnnl::engine& engine,
-                                                     const sdk::Conv2dGeometry& g,
-                                                     memory::data_type dt, memory::data_type dst_dt,
-                                                     bool bias, dnnl::algorithm alg) {
-  const ConvDims d = conv_dims(g);
-  const memory::desc bias_md =
-      bias ? memory::desc({g.out_channels}, memory::data_type::f32, memory::format_tag::a)
-           : memory::desc();
-  return {{dnnl::prop_kind::forward_training, alg, input_md(g, dt, alg), any_weights_md(g, dt),
-           bias_md, output_md(g, dst_dt, alg), d.strides, d.dilates, d.pad_l, d.pad_r},
-          engine};
-}
-
-// The caller's plain weights -> the layout a primitive asked for (no reorder when they agree).
-struct WeightsReorder {
-  memory::desc plain_md, blocked_md;
-  std::optional<dnnl::reorder> reorder;
-};
-
-WeightsReorder weights_reorder(const dnnl::engine& engine, const memory::desc& plain,
-                               const memory::desc& wanted) {
-  WeightsReorder w{plain, wanted, std::nullopt};
-  if (plain != wanted)
-    w.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, plain, engine, wanted));
-  return w;
-}
-
-// An activation between the caller's nhwc and the layout the primitive was created with: no
-// reorder when they agree (every direct convolution) or are the same bytes, else one cached
-// reorder, nhwc -> the primitive's layout for an input and back for an output.
-struct ActivationLayout {
-  memory::desc plain_md, primitive_md;
-  std::optional<dnnl::reorder> reorder;
-};
-
-// nChw16c with exactly 16 channels is nhwc byte for byte (one block, no padding): the primitive
-// then reads or writes the caller's buffer itself.
-bool same_bytes(const memory::desc& nhwc, const memory::desc& wanted) {
-  const memory::dims dims = nhwc.dims();
-  return nhwc == wanted || (dims[1] == 16 && wanted == memory::desc(dims, nhwc.data_type(),
-                                                                    memory::format_tag::nChw16c));
-}
-
-ActivationLayout input_layout(const dnnl::engine& engine, const memory::desc& plain,
-                              const memory::desc& wanted) {
-  ActivationLayout a{plain, wanted, std::nullopt};
-  if (!same_bytes(plain, wanted))
-    a.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, plain, engine, wanted));
-  return a;
-}
-ActivationLayout output_layout(const dnnl::engine& engine, const memory::desc& plain,
-                               const memory::desc& given) {
-  ActivationLayout a{plain, given, std::nullopt};
-  if (!same_bytes(plain, given))
-    a.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, given, engine, plain));
-  return a;
-}
-
-// Every entry: `usable` is false only for a Winograd key oneDNN has no JIT kernel for (creation
-// failed, or a reference kernel); `implementation` then says why, and the op runs direct.
-struct ForwardEntry {
-  dnnl::convolution_forward primitive;
-  ActivationLayout src, dst;
-  memory::desc bias_md;
-  WeightsReorder weights;
-  std::string implementation;
-  bool usable = true;
-};
-
-struct BackwardDataEntry {
-  dnnl::convolution_backward_data primitive;
-  ActivationLayout diff_dst, diff_src;
-  WeightsReorder weights;
-  std::string implementation;
-  bool usable = true;
-};
-
-struct BackwardWeightsEntry {
-  dnnl::convolution_backward_weights primitive;
-  ActivationLayout src, diff_dst;
-  memory::desc diff_weights_md, plain_md, diff_bias_md;
-  dnnl::reorder to_plain, add_to_plain;  // the primitive's layout -> OIHW fp32: =, +=
-  bool plain = false;                    // the primitive writes OIHW itself
-  std::string implementation;
-  bool usable = true;
-};
-
-constexpr dnnl::algorithm kDirect = dnnl::algorithm::convolution_direct;
-constexpr dnnl::algorithm kWinograd = dnnl::algorithm::convolution_winograd;
-
-// For a Winograd key: the entry that says "not here" (the op then runs direct) when oneDNN
-// cannot create the primitive or offers only a reference kernel. Direct keys keep their old
-// behaviour (creation errors are reported; the bf16 route's reference-kernel check is the op's).
-template <class Entry>
-Entry unusable(std::string why) {
-  Entry e;
-  e.usable = false;
-  e.implementation = std::move(why);
-  return e;
-}
-
-[[noreturn]] void creation_failed(std::string_view op, const sdk::Conv2dGeometry& g,
-                                  memory::data_type dt, const dnnl::error& e) {
-  fail(op,
-       "oneDNN cannot create a " + std::string(dt == memory::data_type::bf16 ? "bf16" : "fp32") +
-           " convolution for N=" + std::to_string(g.batch) + " C=" + std::to_string(g.in_channels) +
-           " HxW=" + std::to_string(g.height) + "x" + std::to_string(g.width) +
-           " O=" + std::to_string(g.out_channels) + " kernel " + std::to_string(g.kernel_h) + "x" +
-           std::to_string(g.kernel_w) + ": " + e.what(),
-       "report this geometry");
-}
-
-ForwardEntry& forward_entry(PrimitiveCache& cache, std::string_view op,
-                            const sdk::Conv2dGeometry& g, memory::data_type dt,
-                            memory::data_type dst_dt, bool bias, dnnl::algorithm alg = kDirect) {
-  return cache.get<ForwardEntry>(key_of(kConvForward, g, dt, dst_dt, bias, alg), [&] {
-    try {
-      const auto& engine = cache.engine();
-      const auto pd = forward_pd(engine, g, dt, dst_dt, bias, alg);
-      ForwardEntry e;
-      e.implementation = pd.impl_info_str();
-      if (alg != kDirect && is_reference_kernel(e.implementation))
-        return unusable<ForwardEntry>(e.implementation);
-      e.src = input_layout(engine, activation_md(g.batch, g.in_channels, g.height, g.width, dt),
-                           pd.src_desc());
-      e.dst = output_layout(
-          engine, activation_md(g.batch, g.out_channels, g.out_height(), g.out_width(), dst_dt),
-          pd.dst_desc());
-      e.bias_md = pd.bias_desc();
-      e.weights = weights_reorder(engine, plain_weights_md(g, dt), pd.weights_desc());
-      e.primitive = dnnl::convolution_forward(pd);
-      return e;
-    } catch (const dnnl::error& err) {
-      if (alg != kDirect) return unusable<ForwardEntry>(err.what());
-      creation_failed(op, g, dt, err);
-    }
-  });
-}
-
-BackwardDataEntry& backward_data_entry(PrimitiveCache& cache, std::string_view op,
-                                       const sdk::Conv2dGeometry& g, memory::data_type dt,
-                                       memory::data_type diff_src_dt,
-                                       dnnl::algorithm alg = kDirect) {
-  return cache.get<BackwardDataEntry>(
-      key_of(kConvBackwardData, g, dt, diff_src_dt, false, alg), [&] {
-        try {
-          const auto& engine = cache.engine();
-          const auto hint = forward_pd(engine, g, dt, dt, false, alg);
-          const ConvDims d = conv_dims(g);
-          const dnnl::convolution_backward_data::primitive_desc pd(
-              {alg, input_md(g, diff_src_dt, alg), any_weights_md(g, dt), output_md(g, dt, alg),
-               d.strides, d.dilates, d.pad_l, d.pad_r},
-              engine, hint);
-          BackwardDataEntry e;
-          e.implementation = pd.impl_info_str();
-          if (alg != kDirect && is_reference_kernel(e.implementation))
-            return unusable<BackwardDataEntry>(e.implementation);
-          e.diff_dst = input_layout(
-              engine, activation_md(g.batch, g.out_channels, g.out_height(), g.out_width(), dt),
-              pd.diff_dst_desc());
-          e.diff_src = output_layout(
-              engine, activation_md(g.batch, g.in_channels, g.height, g.width, diff_src_dt),
-              pd.diff_src_desc());
-          e.weights = weights_reorder(engine, plain_weights_md(g, dt), pd.weights_desc());
-          e.primitive = dnnl::convolution_backward_data(pd);
-          return e;
-        } catch (const dnnl::error& err) {
-          if (alg != kDirect) return unusable<BackwardDataEntry>(err.what());
-          creation_failed(op, g, dt, err);
-        }
-      });
-}
-
-BackwardWeightsEntry& backward_weights_entry(PrimitiveCache& cache, std::string_view op,
-                                             const sdk::Conv2dGeometry& g, memory::data_type dt,
-                                             bool bias, dnnl::algorithm alg = kDirect) {
-  return cache.get<BackwardWeightsEntry>(
-      key_of(kConvBackwardWeights, g, dt, memory::data_type::f32, bias, alg), [&] {
-        try {
-          const auto& engine = cache.engine();
-          const auto hint = forward_pd(engine, g, dt, dt, bias, alg);
-          const ConvDims d = conv_dims(g);
-          const memory::desc bias_md =
-              bias ? memory::desc({g.out_channels}, memory::data_type::f32, memory::format_tag::a)
-                   : memory::desc();
-          const dnnl::convolution_backward_weights::primitive_desc pd(
-              {alg, input_md(g, dt, alg), any_weights_md(g, memory::data_type::f32), bias_md,
-               output_md(g, dt, alg), d.strides, d.dilates, d.pad_l, d.pad_r},
-              engine, hint);
-          BackwardWeightsEntry e;
-          e.implementation = pd.impl_info_str();
-          if (alg != kDirect && is_reference_kernel(e.implementation))
-            return unusable<BackwardWeightsEntry>(e.implementation);
-          e.src = input_layout(engine, activation_md(g.batch, g.in_channels, g.height, g.width, dt),
-                               pd.src_desc());
-          e.diff_dst = input_layout(
-              engine, activation_md(g.batch, g.out_channels, g.out_height(), g.out_width(), dt),
-              pd.diff_dst_desc());
-          e.diff_weights_md = pd.diff_weights_desc();
-          e.diff_bias_md = pd.diff_bias_desc();
-          e.plain_md = plain_weights_md(g, memory::data_type::f32);
-          e.plain = e.diff_weights_md == e.plain_md;
-          e.to_plain = dnnl::reorder(
-              dnnl::reorder::primitive_desc(engine, e.diff_weights_md, engine, e.plain_md));
-          dnnl::post_ops sum;
-          sum.append_sum(1.0f);
-          dnnl::primitive_attr attr;
-          attr.set_post_ops(sum);
-          e.add_to_plain = dnnl::reorder(
-              dnnl::reorder::primitive_desc(engine, e.diff_weights_md, engine, e.plain_md, attr));
-          e.primitive = dnnl::convolution_backward_weights(pd);
-          return e;
-        } catch (const dnnl::error& err) {
-          if (alg != kDirect) return unusable<BackwardWeightsEntry>(err.what());
-          creation_failed(op, g, dt, err);
-        }
-      });
-}
-
 // An activation or weight as it enters oneDNN: the caller's data (native bf16, or fp32 storage
 // not rounded) or its exact fp32 values in scratch (tf32-rounded when the route says so).
 const void* prepare(PrimitiveCache& cache, const TensorView& v, const Route& r, Slot slot) {
@@ -531,29 +204,6 @@ const void* prepare_weights(PrimitiveCache& cache, const TensorView& w, const Ro
   cache.execute(*wr.reorder, {{DNNL_ARG_FROM, cache.wrap(wr.plain_md, plain)},
                               {DNNL_ARG_TO, cache.wrap(wr.blocked_md, blocked)}});
   return blocked;
-}
-
-// An input activation in the layout the primitive reads: `data` itself (nhwc), or reordered
-// into the blocked scratch `slot`.
-const void* to_primitive(PrimitiveCache& cache, const ActivationLayout& a, const void* data,
-                         Slot slot) {
-  if (!a.reorder) return data;
-  void* blocked = cache.scratch<char>(slot, a.primitive_md.get_size());
-  cache.execute(*a.reorder, {{DNNL_ARG_FROM, cache.wrap(a.plain_md, data)},
-                             {DNNL_ARG_TO, cache.wrap(a.primitive_md, blocked)}});
-  return blocked;
-}
-// Where the primitive writes an output activation: `dst` itself (nhwc), or the blocked scratch
-// `slot` that from_primitive() then reorders into `dst`.
-void* primitive_output(PrimitiveCache& cache, const ActivationLayout& a, void* dst, Slot slot) {
-  if (!a.reorder) return dst;
-  return cache.scratch<char>(slot, a.primitive_md.get_size());
-}
-void from_primitive(PrimitiveCache& cache, const ActivationLayout& a, const void* written,
-                    void* dst) {
-  if (!a.reorder) return;
-  cache.execute(*a.reorder, {{DNNL_ARG_FROM, cache.wrap(a.primitive_md, written)},
-                             {DNNL_ARG_TO, cache.wrap(a.plain_md, dst)}});
 }
 
 // out = acc * scale (+ bias[c] over `cols` channels), rounded once into out's dtype; `acc` may
@@ -581,38 +231,6 @@ void finish_output(const float* acc, const TensorView& out, std::int64_t cols, f
 void scale_into(const float* src, float* dst, std::int64_t n, float scale, bool accumulate) {
 #pragma omp parallel for schedule(static) if (parallel_worth(n))
   for (std::int64_t i = 0; i < n; ++i) dst[i] = src[i] * scale + (accumulate ? dst[i] : 0.0f);
-}
-
-// The shapes oneDNN's Winograd F(4,3) computes: 3x3, stride 1, no dilation, no groups.
-bool winograd_shape(const sdk::Conv2dGeometry& g) {
-  return g.kernel_h == 3 && g.kernel_w == 3 && g.stride_h == 1 && g.stride_w == 1 &&
-         g.dilation_h == 1 && g.dilation_w == 1 && g.groups == 1;
-}
-
-enum class Direction { forward, backward_data, backward_weights };
-
-// The static rule (measurements in the file's header): whether Winograd, with the reorders of
-// its activations, is faster than the direct convolution for this direction and shape: at least
-// 2^23 multiply-adds per tap and 16 channels on both sides, and for the forward at least 32
-// input channels (x's C), for backward-data at least 32 in dy (O): with 16 there Winograd lost
-// in every measurement. Backward-weights won down to 16 channels. Deterministic: the same shape
-// always takes the same algorithm, so runs are reproducible.
-bool winograd_pays(Direction dir, const sdk::Conv2dGeometry& g) {
-  const double work = static_cast<double>(g.batch) * static_cast<double>(g.out_height()) *
-                      static_cast<double>(g.out_width()) * static_cast<double>(g.in_channels) *
-                      static_cast<double>(g.out_channels);
-  if (work < kWinogradMinWork || g.in_channels < kWinogradMinChannels ||
-      g.out_channels < kWinogradMinChannels)
-    return false;
-  switch (dir) {
-    case Direction::forward:
-      return g.in_channels >= kWinogradInputChannels;
-    case Direction::backward_data:
-      return g.out_channels >= kWinogradInputChannels;
-    case Direction::backward_weights:
-      return true;
-  }
-  return false;
 }
 
 // The algorithm of a convolution: Winograd where it is on, the operands are fp32 as stored with
