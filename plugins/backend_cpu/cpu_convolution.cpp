@@ -252,6 +252,17 @@ void require_disjoint(std::string_view op, std::string_view out_name, const Tens
          "write the output into a separate buffer");
 }
 
+// A ResNet-like 3x3 convolution (batch 8, 64 channels, 16x16) to ask oneDNN which kernel it runs.
+sdk::Conv2dGeometry probe_geometry() {
+  sdk::Conv2dGeometry g;
+  g.batch = 8;
+  g.in_channels = g.out_channels = 64;
+  g.height = g.width = 16;
+  g.kernel_h = g.kernel_w = 3;
+  g.pad_h = g.pad_w = 1;
+  return g;
+}
+
 }  // namespace
 
 bool CpuBackend::bf16_conv_native() const {
@@ -259,14 +270,8 @@ bool CpuBackend::bf16_conv_native() const {
   // What oneDNN runs for a ResNet-like bf16 3x3 convolution here; none means no bf16 kernel.
   std::string impl;
   try {
-    sdk::Conv2dGeometry g;
-    g.batch = 8;
-    g.in_channels = g.out_channels = 64;
-    g.height = g.width = 16;
-    g.kernel_h = g.kernel_w = 3;
-    g.pad_h = g.pad_w = 1;
-    impl = forward_pd(prims_->engine(), g, memory::data_type::bf16, memory::data_type::f32, false,
-                      kDirect)
+    impl = forward_pd(prims_->engine(), probe_geometry(), memory::data_type::bf16,
+                      memory::data_type::f32, false, kDirect)
                .impl_info_str();
   } catch (const dnnl::error&) {
     impl.clear();
@@ -312,14 +317,8 @@ bool CpuBackend::conv_winograd_available() const {
   // What oneDNN runs for a ResNet-like fp32 3x3 Winograd convolution here.
   bool usable = false;
   try {
-    sdk::Conv2dGeometry g;
-    g.batch = 8;
-    g.in_channels = g.out_channels = 64;
-    g.height = g.width = 16;
-    g.kernel_h = g.kernel_w = 3;
-    g.pad_h = g.pad_w = 1;
-    winograd_impl_ = forward_pd(prims_->engine(), g, memory::data_type::f32, memory::data_type::f32,
-                                false, kWinograd)
+    winograd_impl_ = forward_pd(prims_->engine(), probe_geometry(), memory::data_type::f32,
+                                memory::data_type::f32, false, kWinograd)
                          .impl_info_str();
     usable = !is_reference_kernel(winograd_impl_);
     if (!usable) winograd_impl_ = "only a reference kernel (" + winograd_impl_ + ")";
