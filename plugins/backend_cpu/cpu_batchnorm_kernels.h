@@ -16,7 +16,7 @@
 //   (the training forward leaves them in the caller's workspace).
 // - OpenMP over contiguous row ranges with the calling thread's team size; small tensors run on
 //   the calling thread (parallel_worth). Each kernel is compiled for x86-64-v4 (AVX-512),
-//   x86-64-v3 (AVX2 + FMA) and the baseline, chosen at load time by the CPU's features.
+//   x86-64-v3 (AVX2 + FMA) and the baseline; cpuid picks one at the first call.
 #pragma once
 
 #include <bit>
