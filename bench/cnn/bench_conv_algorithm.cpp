@@ -2,7 +2,7 @@
 // (forward, backward-data, backward-weights) on 3x3 stride-1 shapes, each call as the trainer makes
 // it: nhwc activations and OIHW weights in, so Winograd's times include the reorders of its
 // activations to and from oneDNN's blocked layout and the weight reorders. This is the
-// measurement behind the static rule of plugins/backend_cpu/cpu_convolution.cpp.
+// measurement behind the static rule in plugins/backend_cpu/cpu_conv_algorithm.h.
 //
 // Usage: bench_conv_algorithm [--threads N] [--reps R] [--batch N]
 // Per shape and direction: 2 warm-up calls, then R (15) calls; the fastest call in ms (on a

@@ -58,7 +58,7 @@ enum class Bf16ConvPath { automatic, onednn, emulated };
 // Which algorithm pure fp32 convolutions use. `direct` (the default and the reference) always
 // runs oneDNN's direct convolution. `winograd` runs oneDNN's Winograd F(4,3) for the fp32
 // 3x3 / stride 1 / dilation 1 / groups 1 convolutions where the static rule of
-// cpu_convolution.cpp says it pays (per direction and shape) and oneDNN has a JIT kernel for it;
+// cpu_conv_algorithm.h says it pays (per direction and shape) and oneDNN has a JIT kernel for it;
 // everything else stays direct. Winograd rounds differently from a direct sum (its transforms
 // add terms of other magnitudes), so it is opt-in. `winograd_everywhere` (C++ only, not a plugin
 // option) skips the rule: Winograd for every shape it can compute; for the measurements behind
