@@ -252,6 +252,20 @@ void require_disjoint(std::string_view op, std::string_view out_name, const Tens
          "write the output into a separate buffer");
 }
 
+// The entry a call runs, from make(route, algorithm): `alg`'s; the direct one when oneDNN has no
+// usable kernel for `alg`; and, when the native bf16 route's kernel is a reference kernel, the
+// fp32 route's direct entry, with `r` switched to that route.
+template <class Make>
+auto& pick_entry(Route& r, dnnl::algorithm alg, Make&& make) {
+  auto* e = &make(r, alg);
+  if (!e->usable) e = &make(r, kDirect);
+  if (r.native_bf16 && is_reference_kernel(e->implementation)) {
+    r = fp32_route(r);
+    e = &make(r, kDirect);
+  }
+  return *e;
+}
+
 // A ResNet-like 3x3 convolution (batch 8, 64 channels, 16x16) to ask oneDNN which kernel it runs.
 sdk::Conv2dGeometry probe_geometry() {
   sdk::Conv2dGeometry g;
@@ -372,13 +386,10 @@ void CpuBackend::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
   const dnnl::algorithm alg =
       algorithm_for(winograd_on(), conv_algorithm_ == ConvAlgorithm::winograd_everywhere,
                     Direction::forward, g, r, args.x.view.dtype, args.w.view.dtype);
-  ForwardEntry* e =
-      &forward_entry(*prims_, op, g, r.dt, out_type(r, args.y, scale), bias_inside, alg);
-  if (!e->usable) e = &forward_entry(*prims_, op, g, r.dt, out_type(r, args.y, scale), bias_inside);
-  if (r.native_bf16 && is_reference_kernel(e->implementation)) {
-    r = fp32_route(r);
-    e = &forward_entry(*prims_, op, g, r.dt, out_type(r, args.y, scale), bias_inside);
-  }
+  ForwardEntry* e = &pick_entry(
+      r, alg, [&](const Route& rr, dnnl::algorithm a) -> auto& {
+        return forward_entry(*prims_, op, g, rr.dt, out_type(rr, args.y, scale), bias_inside, a);
+      });
 
   const void* src =
       to_primitive(*prims_, e->src, prepare(*prims_, args.x.view, r, Slot::src), Slot::blocked_a);
@@ -423,13 +434,10 @@ void CpuBackend::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) {
   const dnnl::algorithm alg =
       algorithm_for(winograd_on(), conv_algorithm_ == ConvAlgorithm::winograd_everywhere,
                     Direction::backward_data, g, r, args.dy.view.dtype, args.w.view.dtype);
-  BackwardDataEntry* e =
-      &backward_data_entry(*prims_, op, g, r.dt, out_type(r, args.dx, scale), alg);
-  if (!e->usable) e = &backward_data_entry(*prims_, op, g, r.dt, out_type(r, args.dx, scale));
-  if (r.native_bf16 && is_reference_kernel(e->implementation)) {
-    r = fp32_route(r);
-    e = &backward_data_entry(*prims_, op, g, r.dt, out_type(r, args.dx, scale));
-  }
+  BackwardDataEntry* e = &pick_entry(
+      r, alg, [&](const Route& rr, dnnl::algorithm a) -> auto& {
+        return backward_data_entry(*prims_, op, g, rr.dt, out_type(rr, args.dx, scale), a);
+      });
   const void* diff_dst = to_primitive(
       *prims_, e->diff_dst, prepare(*prims_, args.dy.view, r, Slot::src), Slot::blocked_a);
   const void* wei = prepare_weights(*prims_, args.w.view, r, e->weights);
@@ -476,12 +484,10 @@ void CpuBackend::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& a
   const dnnl::algorithm alg =
       algorithm_for(winograd_on(), conv_algorithm_ == ConvAlgorithm::winograd_everywhere,
                     Direction::backward_weights, g, r, args.x.view.dtype, args.dy.view.dtype);
-  BackwardWeightsEntry* e = &backward_weights_entry(*prims_, op, g, r.dt, has_bias, alg);
-  if (!e->usable) e = &backward_weights_entry(*prims_, op, g, r.dt, has_bias);
-  if (r.native_bf16 && is_reference_kernel(e->implementation)) {
-    r = fp32_route(r);
-    e = &backward_weights_entry(*prims_, op, g, r.dt, has_bias);
-  }
+  BackwardWeightsEntry* e = &pick_entry(
+      r, alg, [&](const Route& rr, dnnl::algorithm a) -> auto& {
+        return backward_weights_entry(*prims_, op, g, rr.dt, has_bias, a);
+      });
   const void* src =
       to_primitive(*prims_, e->src, prepare(*prims_, args.x.view, r, Slot::src), Slot::blocked_a);
   const void* diff_dst = to_primitive(
