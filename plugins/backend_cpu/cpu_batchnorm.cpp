@@ -71,16 +71,27 @@ void check_channel_vector(std::string_view op, std::string_view name, const Tens
   require_numel(op, name, v, channels);
 }
 
-// Whether gamma and beta make the norm affine (both given) or not (both empty).
-bool affine_of(std::string_view op, const TensorView& gamma, const TensorView& beta,
-               std::int64_t channels) {
+// gamma and beta are both given (affine: fp32 [C]) or both empty (not affine).
+void check_affine(std::string_view op, const TensorView& gamma, const TensorView& beta,
+                  std::int64_t channels) {
   if (gamma.empty() != beta.empty())
     fail(op, "gamma and beta must be both given (affine) or both empty (not affine)",
          "pass both parameters or neither");
-  if (gamma.empty()) return false;
+  if (gamma.empty()) return;
   check_channel_vector(op, "gamma", gamma, channels);
   check_channel_vector(op, "beta", beta, channels);
-  return true;
+}
+
+// What both forwards check: the shape, x and y (one dtype, the same tensor or disjoint), and the
+// affine parameters.
+void check_forward(std::string_view op, const sdk::BatchNormShape& shape, const TensorView& x,
+                   const TensorView& y, const TensorView& gamma, const TensorView& beta) {
+  check_shape(op, shape);
+  check_data(op, "x", x, shape);
+  check_data(op, "y", y, shape);
+  check_same_dtype(op, "x", x, "y", y);
+  require_same_or_disjoint(op, "x", x, "y", y);
+  check_affine(op, gamma, beta, shape.channels);
 }
 
 void check_workspace(std::string_view op, const TensorView& ws, std::size_t bytes) {
@@ -92,14 +103,15 @@ void check_workspace(std::string_view op, const TensorView& ws, std::size_t byte
 
 // Runs `kernel` with typed pointers: fp32 storage as float, bf16 as its bits; fp16 (not worth a
 // kernel of its own on a CPU) through fp32 scratch: exact decode, the float kernel, one RNE
-// encode of each output. `inputs` and `outputs` are the tensors the kernel reads and writes.
+// encode of each output. `inputs` and `outputs` are the tensors the kernel reads and writes (an
+// input may be nullptr: none, passed on as a null pointer); the first input sets the dtype.
 template <class Kernel>
 void with_typed(PrimitiveCache& cache, std::initializer_list<const TensorView*> inputs,
                 std::initializer_list<const TensorView*> outputs, Kernel&& kernel) {
   const DType dt = (*inputs.begin())->dtype;
   std::vector<void*> in, out;
   if (dt == DType::bf16 || is_fp32_storage(dt)) {
-    for (const TensorView* v : inputs) in.push_back(v->data);
+    for (const TensorView* v : inputs) in.push_back(v != nullptr ? v->data : nullptr);
     for (const TensorView* v : outputs) out.push_back(v->data);
     if (dt == DType::bf16)
       kernel(Bf16Bits{}, in, out);
@@ -109,8 +121,11 @@ void with_typed(PrimitiveCache& cache, std::initializer_list<const TensorView*> 
   }
   constexpr Slot kInSlots[] = {Slot::src, Slot::weights, Slot::extra_a};
   std::size_t k = 0;
-  for (const TensorView* v : inputs)
-    in.push_back(const_cast<void*>(as_input(cache, *v, memory::data_type::f32, kInSlots[k++])));
+  for (const TensorView* v : inputs) {
+    const Slot slot = kInSlots[k++];
+    in.push_back(v != nullptr ? const_cast<void*>(as_input(cache, *v, memory::data_type::f32, slot))
+                              : nullptr);
+  }
   for (const TensorView* v : outputs)
     out.push_back(as_output(cache, *v, memory::data_type::f32, Slot::dst));
   kernel(float{}, in, out);
@@ -154,13 +169,8 @@ void CpuBackend::batchnorm_forward_training(TensorView x, TensorView gamma, Tens
                                             TensorView workspace) {
   constexpr std::string_view op = "batchnorm_forward_training";
   use_threads();
-  check_shape(op, shape);
+  check_forward(op, shape, x, y, gamma, beta);
   const std::int64_t c = shape.channels;
-  check_data(op, "x", x, shape);
-  check_data(op, "y", y, shape);
-  check_same_dtype(op, "x", x, "y", y);
-  require_same_or_disjoint(op, "x", x, "y", y);
-  affine_of(op, gamma, beta, c);
   check_channel_vector(op, "save_mean", save_mean, c);
   check_channel_vector(op, "save_var", save_var, c);
   if (!running_mean.empty()) check_channel_vector(op, "running_mean", running_mean, c);
@@ -172,13 +182,8 @@ void CpuBackend::batchnorm_forward_training(TensorView x, TensorView gamma, Tens
 
   float* mean = save_mean.as<float>();
   float* var = save_var.as<float>();
-  const std::int64_t rows = shape.rows;
-  with_typed(*prims_, {&x}, {}, [&](auto t, auto& in, auto&) {
-    using T = decltype(t);
-    channel_moments(static_cast<const T*>(in[0]), rows, c, mean, var);
-  });
-  std::vector<float> local;
   float* scale = nullptr;
+  std::vector<float> local;
   if (shape.relu && !workspace.empty()) {
     scale = workspace.as<float>();  // kept for the backward's ReLU mask
   } else {
@@ -186,11 +191,13 @@ void CpuBackend::batchnorm_forward_training(TensorView x, TensorView gamma, Tens
     scale = local.data();
   }
   float* shift = scale + c;
-  scale_and_shift(var, gamma, beta, c, shape.eps, scale, shift);
+  // One pass for the statistics, one for y, over x as decoded once (fp16) or as stored.
   with_typed(*prims_, {&x}, {&y}, [&](auto t, auto& in, auto& out) {
     using T = decltype(t);
-    channel_affine(static_cast<const T*>(in[0]), static_cast<T*>(out[0]), rows, c, mean, scale,
-                   shift, shape.relu);
+    const auto* xs = static_cast<const T*>(in[0]);
+    channel_moments(xs, shape.rows, c, mean, var);
+    scale_and_shift(var, gamma, beta, c, shape.eps, scale, shift);
+    channel_affine(xs, static_cast<T*>(out[0]), shape.rows, c, mean, scale, shift, shape.relu);
   });
   account_scratch();
 
@@ -213,13 +220,8 @@ void CpuBackend::batchnorm_forward_inference(TensorView x, TensorView gamma, Ten
                                              const sdk::BatchNormShape& shape, TensorView y) {
   constexpr std::string_view op = "batchnorm_forward_inference";
   use_threads();
-  check_shape(op, shape);
+  check_forward(op, shape, x, y, gamma, beta);
   const std::int64_t c = shape.channels;
-  check_data(op, "x", x, shape);
-  check_data(op, "y", y, shape);
-  check_same_dtype(op, "x", x, "y", y);
-  require_same_or_disjoint(op, "x", x, "y", y);
-  affine_of(op, gamma, beta, c);
   check_channel_vector(op, "running_mean", running_mean, c);
   check_channel_vector(op, "running_var", running_var, c);
 
@@ -285,7 +287,8 @@ void CpuBackend::batchnorm_backward(TensorView dy, TensorView x, TensorView y, T
   float* kb = ka + c;
   float* kd = kb + c;
   const double rows = static_cast<double>(shape.rows);
-  auto coefficients_of = [&] {
+  // dx's coefficients, and dgamma / dbeta, from the sums.
+  auto finish_sums = [&] {
     for (std::size_t j = 0; j < cs; ++j) {
       const double inv =
           1.0 / std::sqrt(static_cast<double>(var[j]) + static_cast<double>(shape.eps));
@@ -293,30 +296,24 @@ void CpuBackend::batchnorm_backward(TensorView dy, TensorView x, TensorView y, T
       ka[j] = static_cast<float>(a);
       kb[j] = static_cast<float>(-a * inv * inv * sums[cs + j] / rows);
       kd[j] = static_cast<float>(-a * sums[j] / rows);
+      const auto db = static_cast<float>(sums[j]);
+      const auto dg = static_cast<float>(sums[cs + j] * inv);
+      if (!dgamma.empty()) dgamma.as<float>()[j] = accumulate ? dgamma.as<float>()[j] + dg : dg;
+      if (!dbeta.empty()) dbeta.as<float>()[j] = accumulate ? dbeta.as<float>()[j] + db : db;
     }
   };
-  const TensorView mask_y = mask.kind == ReluMask::Kind::from_y ? y : x;  // x: a stand-in
-  with_typed(*prims_, {&x, &dy, &mask_y}, {&dx}, [&](auto t, auto& in, auto& out) {
+  const TensorView* mask_y = mask.kind == ReluMask::Kind::from_y ? &y : nullptr;
+  with_typed(*prims_, {&x, &dy, mask_y}, {&dx}, [&](auto t, auto& in, auto& out) {
     using T = decltype(t);
     ReluMask typed = mask;
     typed.y = in[2];
     const auto* xs = static_cast<const T*>(in[0]);
     const auto* dys = static_cast<const T*>(in[1]);
     channel_grad_sums(xs, dys, typed, shape.rows, c, mean, sums.data(), sums.data() + cs);
-    coefficients_of();
+    finish_sums();
     channel_grad_input(xs, dys, typed, static_cast<T*>(out[0]), shape.rows, c, mean, ka, kb, kd);
   });
   account_scratch();
-
-  if (!affine) return;
-  for (std::size_t j = 0; j < cs; ++j) {
-    const double inv =
-        1.0 / std::sqrt(static_cast<double>(var[j]) + static_cast<double>(shape.eps));
-    const auto db = static_cast<float>(sums[j]);
-    const auto dg = static_cast<float>(sums[cs + j] * inv);
-    if (!dgamma.empty()) dgamma.as<float>()[j] = accumulate ? dgamma.as<float>()[j] + dg : dg;
-    if (!dbeta.empty()) dbeta.as<float>()[j] = accumulate ? dbeta.as<float>()[j] + db : db;
-  }
 }
 
 }  // namespace mixtrain::backend_cpu
