@@ -1,7 +1,7 @@
 #include "cli_registry.h"
 
-#include "mixtrain/core/experiment.h"
-#include "mixtrain/core/log_sink.h"
+#include "mixtrain/core/config/experiment.h"
+#include "mixtrain/core/console/log_sink.h"
 
 namespace mixtrain::cli {
 

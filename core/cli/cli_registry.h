@@ -5,8 +5,8 @@
 
 #include <memory>
 
-#include "mixtrain/core/config.h"
-#include "mixtrain/core/plugin_registry.h"
+#include "mixtrain/core/config/config.h"
+#include "mixtrain/core/plugins/registry.h"
 
 namespace mixtrain::cli {
 

@@ -10,16 +10,16 @@
 
 #include "cli_registry.h"
 #include "embedded_quickstart.h"
-#include "mixtrain/core/config.h"
-#include "mixtrain/core/experiment.h"
-#include "mixtrain/core/interrupt.h"
-#include "mixtrain/core/log_sink.h"
-#include "mixtrain/core/model_summary.h"
-#include "mixtrain/core/plugin_registry.h"
-#include "mixtrain/core/profiling_backend.h"
-#include "mixtrain/core/run_comparison.h"
-#include "mixtrain/core/tensor_core_lint.h"
-#include "mixtrain/core/trainer.h"
+#include "mixtrain/core/config/config.h"
+#include "mixtrain/core/config/experiment.h"
+#include "mixtrain/core/console/log_sink.h"
+#include "mixtrain/core/graph/model_summary.h"
+#include "mixtrain/core/plugins/registry.h"
+#include "mixtrain/core/precision/tensor_core_lint.h"
+#include "mixtrain/core/profiling/profiling_backend.h"
+#include "mixtrain/core/runs/comparison.h"
+#include "mixtrain/core/train/interrupt.h"
+#include "mixtrain/core/train/trainer.h"
 
 namespace mixtrain::cli {
 

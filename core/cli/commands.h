@@ -17,7 +17,7 @@ struct ConfigArgs {
 // Exit code of a run that diverged (every step skipped, a non-finite final loss, or stopped by
 // run.on_nonfinite = "stop"); an interrupted run exits with core::kInterruptedExitCode (130).
 inline constexpr int kExitDiverged = 3;
-// profile: the backend is wrapped in a ProfilingBackend (profiling_backend.h) that records from
+// profile: the backend is wrapped in a ProfilingBackend (profiling/profiling_backend.h) that records from
 // the end of the first step (primitive creation, first-touch allocation) to the end of the last.
 int run_train(const ConfigArgs& cfg, const std::string& run_dir,
               const std::optional<std::string>& resume, bool profile = false);

@@ -10,9 +10,9 @@
 
 #include "cli_registry.h"
 #include "commands.h"
-#include "mixtrain/core/checkpoint_path.h"
-#include "mixtrain/core/config.h"
-#include "mixtrain/core/gpt2_layout.h"
+#include "mixtrain/core/checkpoint/gpt2_layout.h"
+#include "mixtrain/core/checkpoint/path.h"
+#include "mixtrain/core/config/config.h"
 #include "mixtrain/sdk/checkpoint_format.h"
 
 namespace mixtrain::cli {

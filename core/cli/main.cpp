@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
-#include "mixtrain/core/log_sink.h"
+#include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/sdk/error.h"
 
 int main(int argc, char** argv) {

@@ -9,9 +9,9 @@
 
 #include "cli_registry.h"
 #include "commands.h"
-#include "mixtrain/core/component_section.h"
-#include "mixtrain/core/host_schemas.h"
-#include "mixtrain/core/log_sink.h"
+#include "mixtrain/core/config/component_section.h"
+#include "mixtrain/core/config/host_schemas.h"
+#include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/sdk/device_backend.h"
 
 namespace mixtrain::cli {

@@ -1,5 +1,5 @@
 // `mixtrain sample`: continues a prompt with a trained language model, token by token over a KV
-// cache (core/include/mixtrain/core/text_generation.h).
+// cache (core/include/mixtrain/core/generate/text_generation.h).
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -7,11 +7,11 @@
 
 #include "cli_registry.h"
 #include "commands.h"
-#include "mixtrain/core/checkpoint_path.h"
-#include "mixtrain/core/config.h"
-#include "mixtrain/core/experiment.h"
-#include "mixtrain/core/text_generation.h"
-#include "mixtrain/core/trainer.h"
+#include "mixtrain/core/checkpoint/path.h"
+#include "mixtrain/core/config/config.h"
+#include "mixtrain/core/config/experiment.h"
+#include "mixtrain/core/generate/text_generation.h"
+#include "mixtrain/core/train/trainer.h"
 
 namespace mixtrain::cli {
 

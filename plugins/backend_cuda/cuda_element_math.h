@@ -6,7 +6,7 @@
 // - One source for host and device, built only from integer operations and fp32 / fp64 operations
 //   that IEEE-754 rounds exactly on both (+, -, *, /, sqrt, int <-> float): no libm call, no CUDA
 //   conversion intrinsic. A host build of these functions therefore computes the device's bits,
-//   and tests/unit/backend_cuda/test_cuda_element_math.cpp checks them against the SDK on the CPU,
+//   and tests/unit/plugins/backend_cuda/test_cuda_element_math.cpp checks them against the SDK on the CPU,
 //   without a GPU. Two conditions: no FMA contraction (the .cu files build with --fmad=false,
 //   host users with -ffp-contract=off) and no fast math (nvcc's defaults: IEEE division and square
 //   root, denormals kept).

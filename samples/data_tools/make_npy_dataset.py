@@ -2,7 +2,7 @@
 """Write a toy classification dataset as a features/labels .npy pair that mixtrain can train on.
 
 This is also the reference for the .npy layout mixtrain reads (see core/include/mixtrain/core/
-dataset.h, load_npy):
+data/dataset.h, load_npy):
 
   <out>_x.npy  float32 (float64 is converted), C order, shape [N, D]
                (or [N, d1, d2, ...], flattened to D = d1*d2*...), all values finite

@@ -5,7 +5,7 @@ Every byte of the input files (read one after another) becomes one token, so the
 256 and no tokenizer is needed. Python standard library only; any python3 runs it.
 
 This is also the reference for the token file layout mixtrain reads with data.source = "tokens"
-(see core/include/mixtrain/core/dataset.h, load_token_file; llm.c dev/data/data_common.py):
+(see core/include/mixtrain/core/data/dataset.h, load_token_file; llm.c dev/data/data_common.py):
 
   header   256 little-endian int32 (1024 bytes):
              header[0] = 20240520   magic

@@ -1,7 +1,7 @@
 // Scalar reference conversions, their vectorised twins, and run-time ISA dispatch.
 //
 // The scalar templates are the definition; every vector kernel below must reproduce them bit for
-// bit (tests/unit/formats checks each tier against them). Everything is integer arithmetic on the
+// bit (tests/unit/sdk/formats checks each tier against them). Everything is integer arithmetic on the
 // fp32 bit pattern so the MXCSR rounding mode and FTZ/DAZ never change an encode.
 #include "mixtrain/sdk/float_formats.h"
 

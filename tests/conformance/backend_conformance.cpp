@@ -22,11 +22,11 @@
 #include <nlohmann/json.hpp>
 
 #include "embedded_quickstart.h"
-#include "mixtrain/core/config.h"
-#include "mixtrain/core/experiment.h"
-#include "mixtrain/core/log_sink.h"
-#include "mixtrain/core/plugin_registry.h"
-#include "mixtrain/core/trainer.h"
+#include "mixtrain/core/config/config.h"
+#include "mixtrain/core/config/experiment.h"
+#include "mixtrain/core/console/log_sink.h"
+#include "mixtrain/core/plugins/registry.h"
+#include "mixtrain/core/train/trainer.h"
 #include "mixtrain/sdk/float_formats.h"
 
 namespace mixtrain::conformance {

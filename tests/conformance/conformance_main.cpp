@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "mixtrain/conformance/backend_conformance.h"
-#include "mixtrain/core/log_sink.h"
-#include "mixtrain/core/plugin_registry.h"
+#include "mixtrain/core/console/log_sink.h"
+#include "mixtrain/core/plugins/registry.h"
 
 int main(int argc, char** argv) {
   using namespace mixtrain;

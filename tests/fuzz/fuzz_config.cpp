@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "fuzz_support.h"
-#include "mixtrain/core/config.h"
-#include "mixtrain/core/experiment.h"
-#include "mixtrain/core/plugin_registry.h"
+#include "mixtrain/core/config/config.h"
+#include "mixtrain/core/config/experiment.h"
+#include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/sdk/error.h"
 
 namespace {

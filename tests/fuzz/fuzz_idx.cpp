@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "fuzz_support.h"
-#include "mixtrain/core/dataset.h"
+#include "mixtrain/core/data/dataset.h"
 #include "mixtrain/sdk/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fuzz_support.h"
-#include "mixtrain/core/dataset.h"
+#include "mixtrain/core/data/dataset.h"
 #include "mixtrain/sdk/error.h"
 
 namespace {

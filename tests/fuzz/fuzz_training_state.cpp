@@ -1,7 +1,7 @@
 // Fuzzes the decoding of a checkpoint's training state, the step after the native reader
 // (fuzz_checkpoint_native) has accepted the file: the "mixtrain.state_version", "progress" and
 // "sampler" entries and the scaler's, optimizer's and policy's states, each range-checked by the
-// core (checkpoint_state.h) and then loaded into a real component of this build's plugins, as
+// core (checkpoint/state.h) and then loaded into a real component of this build's plugins, as
 // Trainer::load_checkpoint does on --resume.
 //
 // Input: one JSON object {"mixtrain.state_version": "1", "progress": {...}, "sampler": {...},
@@ -18,9 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint_state.h"
+#include "checkpoint/state.h"
 #include "fuzz_support.h"
-#include "mixtrain/core/plugin_registry.h"
+#include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/loss_scaler.h"
 #include "mixtrain/sdk/optimizer.h"

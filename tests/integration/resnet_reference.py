@@ -35,7 +35,7 @@ SGD: torch.optim.SGD with PyTorch's momentum rule (the first step's buffer is th
 --momentum, --dampening, --nesterov, --weight-decay (L2, added to the gradient) on convolution and
 linear weights only: BN weights and biases and the fc bias have none, as mixtrain's
 ModelParameter::weight_decay = false. --schedule, --warmup-steps and --min-lr are mixtrain's
-[optimizer] schedule (core/src/lr_schedule.cpp) over --steps steps; constant by default.
+[optimizer] schedule (core/src/train/lr_schedule.cpp) over --steps steps; constant by default.
 
 --bf16: torch.autocast("cpu", bfloat16) around forward + loss, FP32 master weights, gradients
 and momentum. Under 1.13's CPU autocast the convolutions and fc run in bf16, batch norm reads the
@@ -343,7 +343,7 @@ def make_sgd(model, lr, momentum=0.0, dampening=0.0, nesterov=False, weight_deca
 
 
 def lr_at(step, lr, schedule, total_steps, warmup_steps=0, min_lr=0.0):
-    """mixtrain's schedule (core/src/lr_schedule.cpp) at `step` applied steps."""
+    """mixtrain's schedule (core/src/train/lr_schedule.cpp) at `step` applied steps."""
     if schedule == "constant":
         return lr
     if warmup_steps > 0 and step < warmup_steps:

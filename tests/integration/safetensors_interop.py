@@ -146,7 +146,7 @@ def load_weights(model, path):
             p.copy_(t)
 
 
-# mixtrain's held-out split (core/src/dataset.cpp): xoshiro256** seeded by splitmix64,
+# mixtrain's held-out split (core/src/data/dataset.cpp): xoshiro256** seeded by splitmix64,
 # Fisher-Yates, the first round(N * eval_fraction) rows of the permutation are held out.
 M64 = (1 << 64) - 1
 

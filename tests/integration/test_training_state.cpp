@@ -15,12 +15,12 @@
 
 #include <unistd.h>
 
-#include "mixtrain/core/config.h"
-#include "mixtrain/core/experiment.h"
-#include "mixtrain/core/log_sink.h"
-#include "mixtrain/core/plugin_registry.h"
-#include "mixtrain/core/trainer.h"
-#include "ops/op_registry.h"
+#include "graph/ops/op_registry.h"
+#include "mixtrain/core/config/config.h"
+#include "mixtrain/core/config/experiment.h"
+#include "mixtrain/core/console/log_sink.h"
+#include "mixtrain/core/plugins/registry.h"
+#include "mixtrain/core/train/trainer.h"
 
 namespace mixtrain {
 namespace {

@@ -1,0 +1,148 @@
+// Experiment: a config resolved and validated against the core's and the plugins' schemas.
+//
+// Contract
+// - parse_experiment() reads every table of the config (component sections are laid out as
+//   config/component_section.h says), rejects unknown tables and keys (with "did you mean"), validates
+//   types and ranges (errors name file:line:col and the key), resolves the plugins named by the
+//   config in the registry (errors list what exists) and validates their options against their
+//   declared schemas. It creates no plugin object. File paths come back absolute: relative to
+//   the config file when written there, to the current folder when given with --set.
+// - create_components() instantiates backend, policy, scaler, optimizer and checkpoint format;
+//   plugin-specific checks that a schema cannot express fail here, still as sdk::UserError.
+// - resolved_toml() renders every effective value (defaults included) as a TOML document that
+//   reproduces the run when fed back to `mixtrain train`.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/checkpoint/gpt2_layout.h"
+#include "mixtrain/core/config/config.h"
+#include "mixtrain/core/data/dataset.h"
+#include "mixtrain/core/graph/model.h"
+#include "mixtrain/core/plugins/registry.h"
+#include "mixtrain/core/precision/planning.h"
+#include "mixtrain/sdk/checkpoint_format.h"
+#include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/loss_scaler.h"
+#include "mixtrain/sdk/optimizer.h"
+#include "mixtrain/sdk/precision_policy.h"
+
+namespace mixtrain::core {
+
+struct RunSettings {
+  std::string name;
+  std::uint64_t seed = 0;
+  std::int64_t steps = 0;
+  std::int64_t log_every = 10;
+  std::int64_t eval_every = 0;         // 0: evaluate at the end only
+  std::string on_nonfinite;            // "skip" | "stop"
+  std::int64_t underflow_every = 100;  // steps between gradient-underflow reports; 0 = never
+  std::string dir;                     // default run directory when --run-dir is not given
+  std::int64_t accumulate = 1;         // micro-batches (of data.batch_size) per optimizer step
+};
+
+struct EmaSettings {
+  double decay = 0.0;  // 0: no EMA
+  bool enabled() const { return decay > 0.0; }
+};
+
+struct EvalSettings {
+  std::string weights = "master";  // "master" | "ema"
+};
+
+// [data.normalize]: per-channel (x − mean) / std of image data, given or computed from the
+// training split. The locations are where errors that need the loaded data (a count that is not
+// the channel count, image-only settings on other data) point.
+struct NormalizeSettings {
+  std::vector<double> mean, std;  // one per channel when given
+  bool from_training = false;     // compute mean and std from the training split instead
+  sdk::SourceLocation where, mean_where, std_where;
+  bool enabled() const { return from_training || !mean.empty(); }
+};
+
+// [data.augment]: training-batch augmentation of image data (augment_batch).
+struct AugmentSettings {
+  AugmentSpec spec;
+  sdk::SourceLocation where;
+};
+
+struct DataSettings {
+  std::string source;  // synthetic | npy | idx | cifar10 | tokens | text
+  std::int64_t batch_size = 0;
+  std::int64_t eval_batch_size = 0;
+  bool shuffle = true;
+  double eval_fraction = 0.1;  // tokens / text: the tail, unless eval_paths are given
+  std::int32_t classes = 0;    // 0: infer from the labels (tables only)
+  SyntheticSpec synthetic;
+  std::filesystem::path features_path, labels_path, images_path;
+  // tokens: one llm.c file each; text: files read one after another. No eval_paths: the tail.
+  std::vector<std::filesystem::path> token_paths, eval_token_paths;
+  std::int64_t block_size = 0;  // tokens / text: tokens a window predicts from (T)
+  std::int32_t vocab_size = 0;  // tokens / text: V (text: >= 256)
+  // cifar10: binary batch files; cifar_dir (when set) fills in the lists left empty with its
+  // data_batch_*.bin and test_batch.bin; no eval files at all: eval_fraction of the training
+  // records.
+  std::filesystem::path cifar_dir;
+  std::vector<std::filesystem::path> cifar_train_paths, cifar_eval_paths;
+  NormalizeSettings normalize;  // image tables only
+  AugmentSettings augment;      // image tables only
+};
+
+struct ScheduleSettings {
+  std::string schedule;  // constant | warmup_cosine
+  std::int64_t warmup_steps = 0;
+  double min_lr = 0.0;
+  double clip_grad_norm = 0.0;  // 0: no clipping
+};
+
+struct CheckpointSettings {
+  std::string format;
+  std::int64_t every = 0;  // 0: only the final checkpoint
+  std::int64_t keep = 3;
+  std::string init_from;
+  WeightLayout init_layout = WeightLayout::native;  // how init_from stores its weights
+};
+
+struct Experiment {
+  std::string source_name;
+  RunSettings run;
+  DataSettings data;
+  ScheduleSettings schedule;
+  CheckpointSettings checkpoint;
+  EmaSettings ema;
+  EvalSettings eval;
+  ModelSpec model;
+  std::vector<PrecisionOverride> overrides;
+  std::vector<std::filesystem::path> plugin_paths;
+
+  std::string backend_type, policy_name, scaler_type, optimizer_type;
+  sdk::Options backend_options, policy_options, scaler_options, optimizer_options,
+      checkpoint_options;
+  std::vector<ResolvedSection> core_sections;  // run, data, model, ... in resolved form
+};
+
+struct Components {
+  std::shared_ptr<sdk::DeviceBackend> backend;
+  std::shared_ptr<sdk::PrecisionPolicy> policy;
+  std::shared_ptr<sdk::LossScaler> scaler;
+  std::shared_ptr<sdk::Optimizer> optimizer;
+  std::shared_ptr<sdk::CheckpointFormat> checkpoint_format;
+  // Every registered checkpoint format (the configured one with its options, the others with
+  // defaults): weights-only loads (init_from, eval) pick theirs by file extension, so a
+  // .safetensors file initialises a run that saves .mxt checkpoints.
+  std::vector<std::shared_ptr<sdk::CheckpointFormat>> weight_formats;
+};
+
+// Folders from [plugins] paths, resolved against the config's folder. Read before the registry
+// is scanned, because the plugins' schemas are needed to validate the rest.
+std::vector<std::filesystem::path> config_plugin_paths(const Config& config);
+
+Experiment parse_experiment(const Config& config, const PluginRegistry& registry);
+Components create_components(const Experiment& e, const PluginRegistry& registry);
+std::string resolved_toml(const Experiment& e);
+
+}  // namespace mixtrain::core

@@ -1,0 +1,18 @@
+// The host's log sink: spdlog behind sdk::LogSink, shared by the core and every plugin.
+//
+// Contract: one process-wide logger writing to stderr ("[time] [level] [component] message");
+// set_log_level() accepts trace|debug|info|warn|error|off and raises sdk::UserError otherwise.
+// A log line never shares a screen line with the live progress line (see console/live_line.h).
+#pragma once
+
+#include <string>
+
+#include "mixtrain/sdk/logging.h"
+
+namespace mixtrain::core {
+
+sdk::LogSink& host_log_sink();
+void set_log_level(const std::string& level);
+sdk::Logger core_logger(const std::string& component);
+
+}  // namespace mixtrain::core

@@ -1,0 +1,278 @@
+// In-memory datasets: classification tables (synthetic generators, .npy / IDX / CIFAR-10 loaders,
+// seeded held-out split, per-channel normalisation and training-batch augmentation of images) and
+// token streams for language models (llm.c token files, byte-level text, tail split), and
+// load_train_and_eval() that builds both splits from a [data] section.
+//
+// Contract:
+// - A Dataset lives in host memory and owns its data, in one of two forms:
+//   table: x is row-major float32 [rows, features], y is int32 [rows] with every label in
+//     [0, classes); tokens empty, stride 0. `sample_shape` is the shape of one row of x,
+//     channels-first: empty means plain features ([features]); an image is {C, H, W} with
+//     C·H·W = features, so x is NCHW, row r holding channel c's H×W plane at
+//     r·features + c·H·W, row-major. Every loader, split and gather keeps it.
+//   token: stride > 0, x and y empty, `tokens` int32 in [0, classes) (classes = vocabulary V),
+//     features = block size T. Row r is the window tokens[r·stride, r·stride + T + 1): its
+//     inputs are the first T tokens, its targets (next-token labels) the last T, so
+//     rows = (tokens.size() − T − 1) / stride + 1. sample_shape is empty.
+//   Every Dataset returned below passes check_dataset() (rows > 0, features > 0, sizes
+//   consistent, sample_shape's dimensions >= 1 with product = features, labels / tokens in
+//   range, every feature finite) — except a deliberately empty
+//   eval set (eval_fraction 0 and no eval file), which has rows = 0 but keeps the form, features
+//   and classes of its training set.
+// - Malformed input (missing / unreadable / truncated file, bad magic or header, unsupported
+//   dtype or rank, mismatched row counts, bad labels or tokens, non-finite features, too few
+//   tokens for one window, bad spec values) throws sdk::DataError whose message names the file
+//   (or the spec field) and, for file contents, the byte offset; says what was expected and what
+//   was found; and whose hint says how to fix it. Loaders never read past the end of a file and
+//   never allocate more than the file can hold.
+// - Everything seeded is bit-identical for a given seed on any IEEE-754 machine and compiler:
+//   DataRng and the generators use only integer ops and correctly rounded +,-,*,/,sqrt (no libm,
+//   no <random> distributions, whose output differs between standard libraries).
+// - Functions are thread-compatible: distinct objects may be used from distinct threads.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace mixtrain::core {
+
+struct DataSettings;  // config/experiment.h: the [data] section
+
+struct Dataset {
+  std::int64_t rows = 0, features = 0;  // token form: features = block size T
+  std::int32_t classes = 0;             // labels (tokens) are in [0, classes)
+  std::vector<float> x;                 // table: [rows, features], row-major
+  std::vector<std::int32_t> y;          // table: [rows]
+  std::vector<std::int32_t> tokens;     // token form: the stream the windows are cut from
+  std::int64_t stride = 0;              // token form: > 0, tokens between window starts
+  // The shape of one sample of x, channels-first: {} = [features]; {C, H, W} an image (NCHW x).
+  // Models read it to shape their input node; its product is `features` when non-empty.
+  std::vector<std::int64_t> sample_shape;
+
+  bool is_tokens() const { return stride > 0; }
+  bool is_image() const { return sample_shape.size() == 3; }
+  // Image dimensions (valid when is_image()).
+  std::int64_t channels() const { return sample_shape[0]; }
+  std::int64_t height() const { return sample_shape[1]; }
+  std::int64_t width() const { return sample_shape[2]; }
+  // Labels one row holds: 1 (its class) for a table, T (one next token per position) for tokens.
+  std::int64_t labels_per_row() const { return is_tokens() ? features : 1; }
+};
+
+// Throws sdk::DataError (naming `origin`, e.g. a file or "synthetic data") unless `data` keeps
+// the Dataset contract above.
+void check_dataset(const Dataset& data, std::string_view origin);
+
+// ---- seeded randomness ----------------------------------------------------------------------
+
+// xoshiro256** whose state is filled by splitmix64 from (seed, stream). The algorithms are part
+// of the contract: changing them changes every seeded dataset and shuffle order. Distinct
+// streams of one seed are independent sequences (used so that, e.g., asking for more rows does
+// not move the class centres).
+class DataRng {
+ public:
+  explicit DataRng(std::uint64_t seed, std::uint64_t stream = 0);
+  std::uint64_t next_u64();
+  double uniform();                      // [0, 1), 53 random bits
+  std::uint64_t below(std::uint64_t n);  // uniform in [0, n), unbiased; n > 0
+  double normal();                       // N(0, 1) by Box–Muller with portable log / sin / cos
+
+ private:
+  std::uint64_t state_[4];
+  double spare_normal_ = 0.0;
+  bool has_spare_normal_ = false;
+};
+
+// Fisher–Yates with rng.below(): the same permutation for the same rng state everywhere.
+void seeded_shuffle(std::span<std::int64_t> values, DataRng& rng);
+
+// ---- synthetic data -------------------------------------------------------------------------
+
+struct SyntheticSpec {
+  // "clusters": class c has a centre at distance `separation` from the origin in a random
+  //   direction; a point is centre + noise·N(0, I). Defaults are > 90% learnable (~98%).
+  // "teacher": x ~ N(0, I); y = argmax of a fixed random teacher MLP
+  //   (features → teacher_hidden ReLU → classes, logits centred per class) applied to x.
+  // "images": [channels, height, width] images (sample_shape {C, H, W}; `features` is unused
+  //   and set to C·H·W). Class c has a fixed random template — three strokes per channel (bars
+  //   two pixels thick in one of four orientations), pixel values in [0, 1] — that each sample
+  //   places at a uniform random shift of up to max_shift pixels in each direction (zeros enter
+  //   at the border), plus noise·N(0, 1) per pixel. With 1×16×16, max_shift 3, noise 0.4 and 10
+  //   classes, a CNN of two 3×3 convolutions with pooling reaches ~96% held-out accuracy after
+  //   two passes over 4800 rows (86% after one), where softmax regression on the raw pixels
+  //   stays near 42%.
+  std::string kind = "clusters";
+  std::int64_t rows = 8192, features = 32;
+  std::int64_t channels = 1, height = 16, width = 16;  // images
+  std::int64_t max_shift = 3;                          // images: in [0, min(H, W) / 2)
+  std::int32_t classes = 10;
+  std::uint64_t seed = 0;
+  double noise = 1.0;                // clusters: standard deviation around the centres
+  double separation = 4.0;           // clusters: distance of each centre from the origin
+  std::int64_t teacher_hidden = 64;  // teacher: hidden width
+  double label_noise = 0.0;          // both: probability a label is replaced by a uniform class
+};
+
+// Throws sdk::DataError on an unknown kind or out-of-range field.
+Dataset make_synthetic(const SyntheticSpec& spec);
+
+// ---- files ----------------------------------------------------------------------------------
+
+// NumPy .npy (format 1.0 / 2.0 / 3.0, little-endian, C order). Features: float32 or float64
+// (converted), or uint8 (scaled to [0, 1] by /255, as image files are stored); shape [N, D]
+// (sample_shape {}), [N, H, W] (a one-channel image: {1, H, W}), [N, C, H, W] (channels-first
+// images: {C, H, W}) or [N, d1, ..., dk] with k > 3 (flattened to D = d1·…·dk, sample_shape {}).
+// Labels: any integer dtype of 1, 2, 4 or 8 bytes, shape [N] or [N, 1]. `classes` = 0 infers
+// max label + 1; otherwise every label must be below it (the error names the row and its byte
+// offset in the labels file).
+Dataset load_npy(const std::filesystem::path& features, const std::filesystem::path& labels,
+                 std::int32_t classes = 0);
+
+// MNIST IDX: images u8 [N, H, W] (magic 0x00000803) become N one-channel images (sample_shape
+// {1, H, W}) scaled to [0, 1]; [N, D] gives plain features (sample_shape {}) and [N, H, W, C]
+// channels-last images, which are permuted to channels-first ({C, H, W}). Labels u8 [N] (magic
+// 0x00000801). `classes` as for load_npy. A gzip-compressed file (recognised by its magic bytes
+// 1f 8b, whatever its name) is decompressed while read, never beyond the data size its IDX
+// header declares.
+Dataset load_idx(const std::filesystem::path& images, const std::filesystem::path& labels,
+                 std::int32_t classes = 0);
+
+// CIFAR-10 binary batches (data_batch_1.bin … data_batch_5.bin, test_batch.bin): records of one
+// label byte (0..9) and 3072 pixel bytes — the 32×32 red plane, then green, then blue, each
+// row-major — so a record is already channels-first. Every record of every file, in order,
+// becomes an image (sample_shape {3, 32, 32}) scaled to [0, 1]; classes = 10. Any whole number
+// of records is accepted. Errors name the file: missing, empty, a size that is not a multiple
+// of 3073 (with the offset where the partial record starts), a label >= 10 (with the record
+// index and its byte offset); an empty list names what was looked for.
+Dataset load_cifar10(std::span<const std::filesystem::path> files);
+
+// The CIFAR-10 files in `dir`: (the data_batch_1.bin … data_batch_5.bin present, in that order;
+// test_batch.bin). Throws sdk::DataError naming the folder and the file names looked for when
+// the folder is missing, holds none of the five training batches, or lacks test_batch.bin.
+std::pair<std::vector<std::filesystem::path>, std::vector<std::filesystem::path>> cifar10_files(
+    const std::filesystem::path& dir);
+
+// ---- images: normalisation and augmentation ---------------------------------------------------
+
+// Per-channel mean and (population) standard deviation of an image dataset's pixels, summed in
+// double. std::logic_error unless data.is_image().
+struct ChannelStats {
+  std::vector<double> mean, std;
+};
+ChannelStats channel_statistics(const Dataset& data);
+
+// x = (x − mean[c]) / std[c] for every pixel of channel c (computed in double, stored as float).
+// std::invalid_argument unless data is an image dataset with one mean and one std > 0 per
+// channel (callers validate user input first); an empty dataset is left as it is.
+void normalize_channels(Dataset& data, const ChannelStats& stats);
+
+// Training-time augmentation of image batches (torchvision's RandomCrop(padding) and
+// RandomHorizontalFlip on the [0, 1] image, before Normalize).
+struct AugmentSpec {
+  std::int64_t crop_padding = 0;  // pad each side by p, then take a random H×W window; 0 = off
+  bool horizontal_flip = false;   // mirror left-right with probability 1/2
+  bool enabled() const { return crop_padding > 0 || horizontal_flip; }
+};
+
+// Augments the `rows` images of batch `x` [rows, C, H, W] in place. The randomness of sample i
+// is DataRng(seed, augment_stream(batch_index, i)) alone — a pure function of (seed, batch
+// index, position), so a batch is reproduced exactly from those three (a resumed run needs no
+// saved generator state). Sample i draws, in order: the crop offsets dy, dx in [0, 2p] (when
+// crop_padding = p > 0), then the flip (uniform() < 0.5, when horizontal_flip). The window is
+// rows dy − p … dy − p + H − 1 and columns dx − p … of the image; a pixel outside the image is
+// `fill[c]`, the value a raw 0 (black) pixel has after normalisation: −mean[c] / std[c], or 0
+// without normalisation — exactly torchvision's zero padding before Normalize. The flip applies
+// to the cropped window. std::invalid_argument when shape is not {C, H, W}, fill has not C
+// values, or crop_padding is negative.
+void augment_batch(const AugmentSpec& spec, std::span<const std::int64_t> shape,
+                   std::span<const float> fill, float* x, std::int64_t rows, std::uint64_t seed,
+                   std::uint64_t batch_index);
+std::uint64_t augment_stream(std::uint64_t batch_index, std::uint64_t position);
+
+// ---- splitting and batching -----------------------------------------------------------------
+
+// (train, eval): rows are shuffled with DataRng(seed) before round(rows·eval_fraction) of them
+// (at least one when eval_fraction > 0) go to eval. eval_fraction = 0 gives an empty eval set
+// (rows = 0) and leaves the training rows in their order. Both keep all.classes, all.features
+// and all.sample_shape. Throws sdk::DataError when eval_fraction is outside [0, 1) or no
+// training row would remain, std::logic_error for a token dataset (its windows overlap, so a
+// shuffled split would leak text into evaluation: split_token_tail).
+std::pair<Dataset, Dataset> split_holdout(Dataset all, double eval_fraction, std::uint64_t seed);
+
+// Copies the given rows of a table dataset into x_out [rows.size(), features] and y_out
+// [rows.size()] (y_out may be null). Throws std::out_of_range on an index outside [0, data.rows)
+// and std::logic_error on a token dataset (use gather_tokens) — caller bugs.
+void gather_batch(const Dataset& data, std::span<const std::int64_t> rows, float* x_out,
+                  std::int32_t* y_out);
+
+// ---- token data (language models) -----------------------------------------------------------
+
+// llm.c token file (dev/data/data_common.py): a header of 256 little-endian int32 — header[0] =
+// 20240520 (magic), header[1] = 1 (version: uint16 tokens), header[2] = N tokens — then exactly
+// N little-endian uint16 tokens. Returns them as int32; each must be below vocab_size (GPT-2's
+// files: 50257). Errors name the file and the byte offset of what is wrong: bad magic or
+// version, a negative count, a file shorter than its header or than the count says (or longer),
+// a token >= vocab_size (its value, index and offset).
+std::vector<std::int32_t> load_token_file(const std::filesystem::path& file,
+                                          std::int32_t vocab_size);
+
+// Byte-level tokens (vocabulary 256): every byte of `files`, one file after another, as a token
+// in [0, 256). An empty file (or an empty list) is a DataError.
+std::vector<std::int32_t> load_text_tokens(std::span<const std::filesystem::path> files);
+
+// The token dataset of windows of block_size + 1 tokens every `stride` tokens (see Dataset).
+// Throws sdk::DataError naming `origin` when the stream holds fewer than block_size + 1 tokens
+// (both numbers in the message) or a token outside [0, vocab_size); std::invalid_argument on
+// block_size, vocab_size or stride < 1.
+Dataset make_token_dataset(std::vector<std::int32_t> tokens, std::int64_t block_size,
+                           std::int32_t vocab_size, std::int64_t stride, std::string_view origin);
+
+// (train, eval) from one stream, never shuffled (overlapping windows would leak between the
+// splits): eval is the tail, round(N·eval_fraction) tokens, cut into non-overlapping windows
+// (stride block_size: each held-out token is predicted at most once); train is the rest, a window
+// at every start (stride 1). eval_fraction = 0 gives an empty eval set. Throws sdk::DataError,
+// naming `origin` and the numbers, when eval_fraction is outside [0, 1), when the tail holds
+// fewer than block_size + 1 tokens although eval_fraction > 0, or when the rest does.
+std::pair<Dataset, Dataset> split_token_tail(std::vector<std::int32_t> tokens,
+                                             std::int64_t block_size, std::int32_t vocab_size,
+                                             double eval_fraction, std::string_view origin);
+
+// Copies the windows `rows` of a token dataset: ids_out [rows.size(), T] gets each window's
+// first T tokens, targets_out [rows.size(), T] its last T (the next token at every position;
+// may be null). Throws std::out_of_range on an index outside [0, data.rows) and
+// std::logic_error on a table dataset (use gather_batch) — caller bugs.
+void gather_tokens(const Dataset& data, std::span<const std::int64_t> rows, std::int32_t* ids_out,
+                   std::int32_t* targets_out);
+
+// ---- from the config ------------------------------------------------------------------------
+
+// The (train, eval) datasets a [data] section describes, with the normalisation applied to both
+// (`normalization` empty when none). Tables (synthetic, npy, idx, cifar10): loaded, classes
+// raised to settings.classes when that is larger, then split_holdout(…, seed) — except cifar10,
+// whose eval set is its own file(s) (test_batch.bin), never a split of the training files; then
+// [data.normalize]: given mean / std, or computed by channel_statistics() on the training split
+// only, applied to train and eval alike. A normalisation whose count differs from the images'
+// channels, or any [data.normalize] / [data.augment] on data that are not images, is an
+// sdk::ConfigError at the key's config location. Tokens
+// (tokens: an llm.c file; text: bytes of one or more files): the training stream with a window
+// at every start; eval from the eval file(s) in non-overlapping windows when given, else the
+// stream's tail (split_token_tail; eval_fraction). `seed` only matters for tables.
+struct LoadedData {
+  Dataset train, eval;
+  ChannelStats normalization;  // the mean / std applied (computed ones included); empty: none
+  // The value each channel's raw 0 pixel has after normalisation (augment_batch's fill): C
+  // values for images, empty otherwise.
+  std::vector<float> black;
+};
+LoadedData load_data(const DataSettings& settings, std::uint64_t seed);
+// "mean [0.49, 0.48, 0.45], std [0.25, 0.24, 0.26]": for the run's log.
+std::string describe_normalization(const ChannelStats& stats);
+// load_data() without the normalisation record.
+std::pair<Dataset, Dataset> load_train_and_eval(const DataSettings& settings, std::uint64_t seed);
+
+}  // namespace mixtrain::core

@@ -1,0 +1,240 @@
+// Layer: one op of the model graph, with explicit forward/backward over buffers allocated once.
+//
+// Contract
+// - A layer maps x [rows, in_features] to y [rows, out_features]; rows <= the max_rows given to
+//   allocate(). The layer owns its output activation (stored in precision().activation), its
+//   parameters (FP32 master + FP32 gradient + optional low-precision working copy) and any saved
+//   statistics. Inputs are views owned by the previous layer, valid until the next forward.
+// - backward(x, dy, dx, rows) contributes to the FP32 parameter gradients and, when dx is not
+//   empty, writes the gradient w.r.t. the input in dx's dtype. A parameter gradient is zeroed once
+//   per optimizer step (Model::begin_micro_batch): the first contribution of a step overwrites it,
+//   every later one (the next micro-batch, a tied parameter's other user) adds to it. Ops ask
+//   ModelParameter::take_grad_beta() which of the two a write is.
+// - Buffers: non-trainable FP32 state an op keeps across steps (batch norm's running statistics),
+//   named "<layer>.<buffer>", saved in checkpoints and exported beside the parameters. Never
+//   touched by the optimizer; an op updates them itself, usually in training mode only.
+// - Mode: set_training(false) puts the op in evaluation mode (no buffer updates, inference
+//   behaviour); the model sets every op's mode at once (Model::set_mode).
+// - Shared parameters (weight tying): an op may use another node's parameter instead of owning
+//   one (shared_parameters() names them; the model binds them after allocate()). parameters()
+//   lists only what the op owns, so the optimizer and checkpoints see a tied parameter once;
+//   used_parameters() lists everything the op reads and writes.
+// - Math runs on the backend; a layer performs only the casts its precision plan asks for.
+// - Ops live one per file under core/src/graph/ops/ and are registered in one table
+//   (core/src/graph/ops/op_registry.cpp); the model sees only this interface.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/graph/backend_needs.h"
+#include "mixtrain/core/graph/tensor.h"
+#include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/precision_policy.h"
+
+namespace mixtrain::core {
+
+struct ModelParameter {
+  std::string name;  // "<layer>.weight"
+  Tensor master;     // fp32
+  Tensor grad;       // fp32
+  Tensor working;    // low-precision copy; empty when the weight dtype is fp32 / tf32
+  bool weight_decay = true;
+  // Whether grad holds a contribution of the current optimizer step (Model::begin_micro_batch
+  // clears it): the next write adds to it instead of overwriting.
+  bool grad_started = false;
+  sdk::TensorView compute_view() const { return working.empty() ? master.view() : working.view(); }
+  // The beta (0: overwrite, 1: add) for a kernel writing the next contribution into grad; marks
+  // the gradient started.
+  float take_grad_beta() {
+    const float beta = grad_started ? 1.0f : 0.0f;
+    grad_started = true;
+    return beta;
+  }
+};
+
+// Non-trainable state of an op, kept in FP32 on the device.
+struct ModelBuffer {
+  std::string name;  // "<layer>.<buffer>", e.g. "bn1.running_mean"
+  Tensor value;      // fp32
+};
+
+// A parameter this op uses but another node owns: `suffix` is the op's own slot ("weight"),
+// `source` the owner's parameter name ("embed.weight").
+struct SharedParameter {
+  std::string suffix, source;
+  sdk::SourceLocation where;        // the config line that asks for the tie
+  std::string key;                  // the node key that names it ("tie_weight")
+  std::vector<std::int64_t> shape;  // the shape this op needs it to have
+};
+
+// A dimension of an op's GEMM or convolution that Tensor Cores want aligned (precision/tensor_core_lint.h).
+struct TensorCoreDim {
+  std::string what;  // "input features", "output channels"
+  std::int64_t size = 0;
+  bool input_channels = false;  // a convolution's input channels (the first layer's exception)
+};
+
+class Layer {
+ public:
+  Layer(std::string name, std::string type, std::int64_t in, std::int64_t out);
+  virtual ~Layer();
+
+  const std::string& name() const { return name_; }
+  const std::string& type() const { return type_; }
+  std::int64_t in_features() const { return in_; }
+  std::int64_t out_features() const { return out_; }
+  // The op's traits, as the precision policy sees them (sdk/op_description.h): its GEMMs with
+  // their operand roles, and whether it is precision-sensitive (statistics, softmax, loss), which
+  // makes the host keep every tensor of it in FP32 whatever the policy plans.
+  virtual std::vector<sdk::GemmDescription> gemms() const { return {}; }
+  virtual bool precision_sensitive() const { return false; }
+  bool has_gemm() const { return !gemms().empty(); }
+  // The dimensions of its GEMMs that Tensor Cores want in multiples of 8 (16 for FP8); by default
+  // the last dimensions of input and output.
+  virtual std::vector<TensorCoreDim> tensor_core_dims() const {
+    return {{"GEMM dimension", in_, false}, {"GEMM dimension", out_, false}};
+  }
+  sdk::OpDescription description() const;
+
+  void set_precision(const sdk::OpPrecision& p) { precision_ = p; }
+  // For policies whose GEMM operands carry per-tensor scales (FP8): the layer asks the policy for
+  // each operand's dtype and scale, casts with saturation and a fused amax, and reports the amax
+  // back. Non-owning; the policy outlives the model. Layers without GEMMs ignore it.
+  virtual void set_operand_scaling(sdk::PrecisionPolicy* /*policy*/) {}
+
+  // Per scaled operand of the last step (when collection is on): what the FP8 cast did to it.
+  struct ScaledOperandStats {
+    std::string slot;  // sdk::OperandSlot::name(): "<node>.<gemm>.<role>"
+    sdk::DType dtype;
+    float amax = 0.0f, scale = 1.0f;
+    std::int64_t count = 0, saturated = 0, underflowed = 0, nonzero = 0;
+  };
+  void collect_operand_stats(bool on) {
+    collect_stats_ = on;
+    stats_.clear();
+  }
+  const std::vector<ScaledOperandStats>& operand_stats() const { return stats_; }
+  const sdk::OpPrecision& precision() const { return precision_; }
+
+  virtual void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows);
+  virtual void forward(sdk::TensorView x, std::int64_t rows) = 0;
+  virtual void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
+                        std::int64_t rows) = 0;
+  // Ops with several inputs (add) override these; single-input ops take xs[0] / dxs[0]. An empty
+  // dxs[i] means input i needs no gradient.
+  virtual std::size_t input_count() const { return 1; }
+  virtual void forward_inputs(std::span<const sdk::TensorView> xs, std::int64_t rows) {
+    forward(xs[0], rows);
+  }
+  virtual void backward_inputs(std::span<const sdk::TensorView> xs, sdk::TensorView dy,
+                               std::span<const sdk::TensorView> dxs, std::int64_t rows) {
+    backward(xs[0], dy, dxs[0], rows);
+  }
+  // A view op (reshape, flatten) computes nothing: its output is its input's memory seen with
+  // another shape, and its input's gradient is its output's gradient, likewise.
+  virtual bool is_view() const { return false; }
+  // Epilogue fusion as a graph rewrite: the model offers each op its single reader; an op that
+  // can run that reader inside its own kernel (a linear and a relu/gelu) takes it and answers true.
+  virtual bool fuse_reader(Layer& /*reader*/) { return false; }
+  virtual void set_fusion(bool /*on*/) {}
+  virtual bool fused() const { return false; }
+  // A relu as part of this op (batch norm + ReLU, forward and backward): called while the graph
+  // is built, for an op whose only reader is a relu; answering true makes the op apply it for
+  // good, and the relu node becomes a view of this op's output.
+  virtual bool take_relu() { return false; }
+  // Delayed FP8 scaling: hands the amaxes measured by this step's casts to the policy.
+  virtual void flush_operand_amaxes() {}
+  // What backward() reads besides dy, for the activation liveness plan: an input that is read
+  // must stay intact until this op's backward. The defaults are the safe answers for a new op.
+  virtual bool backward_reads_inputs() const { return true; }
+  virtual bool backward_reads_output() const { return false; }
+  // Every input's gradient is the output's gradient itself (dx_k = dy, a sum): the model may then
+  // give one input whose only reader is this op the memory of the output's gradient (same dtype),
+  // and backward_inputs finds that dx at dy's address, already written.
+  virtual bool passes_gradient_through() const { return false; }
+  // The model's activation plan places this op's output in its arena (non-owning; set before
+  // allocate()). Without it the layer allocates its own output.
+  void use_output_storage(void* data) { planned_output_ = data; }
+  // Bytes of the output at `max_rows` rows (stored in `as_dtype` when given), 0 when it is
+  // deferred or a view (nothing to plan).
+  std::size_t planned_output_bytes(std::int64_t max_rows,
+                                   std::optional<sdk::DType> as_dtype = std::nullopt) const;
+  // Forward FLOPs per output row (a multiply-add is 2): what `mixtrain check` sums per sample.
+  virtual std::int64_t forward_flops_per_row() const { return out_; }
+
+  // Host-side initialisation of parameters from a seed (PyTorch's defaults for the layer type),
+  // and of buffers to their starting values.
+  virtual void init_parameters(std::uint64_t /*seed*/) {}
+  // The backend facet ops this layer calls under its precision plan, given its input's storage
+  // dtype: asked before the first step, so a backend that lacks one stops the plan.
+  virtual std::vector<BackendNeed> backend_needs(sdk::DType /*input*/) const { return {}; }
+
+  // Training (the default) or evaluation mode; ops whose behaviour differs override on_mode().
+  void set_training(bool training) {
+    training_ = training;
+    on_mode(training);
+  }
+  bool training() const { return training_; }
+
+  // Decoding one sequence token by token (Model::begin_decode): ops that see across positions
+  // override these — attention keeps a KV cache of `capacity` positions, a position embedding
+  // offsets its positions. Row-wise ops need nothing. begin_decode throws when the op cannot
+  // decode.
+  virtual void begin_decode(std::int64_t /*capacity*/) {}
+  virtual void set_decode_position(std::int64_t /*start*/) {}
+  virtual void end_decode() {}
+
+  // Called at the start of every micro-batch (index 0 opens an optimizer step). Ops whose
+  // per-step measurements span the step (the FP8 amax of delayed scaling) override it.
+  virtual void begin_micro_batch(std::int64_t /*index*/) {}
+
+  // The shape of the parameter "<name>.<suffix>" this op owns or would own (before allocate()),
+  // empty when it has none by that name; the model checks a tie against it.
+  virtual std::vector<std::int64_t> parameter_shape(const std::string& /*suffix*/) const {
+    return {};
+  }
+  // The parameters this op takes from other nodes (weight tying), and the binding the model makes
+  // after allocate(): `source` outlives this op (both belong to one model).
+  virtual std::vector<SharedParameter> shared_parameters() const { return {}; }
+  virtual void bind_shared_parameter(const std::string& /*suffix*/, ModelParameter& /*source*/) {}
+
+  // The output activation; a view without data (data == nullptr) while it is not materialised.
+  sdk::TensorView output(std::int64_t rows) const;
+  // The parameters this op owns (see the contract for shared ones).
+  std::vector<ModelParameter>& parameters() { return params_; }
+  const std::vector<ModelParameter>& parameters() const { return params_; }
+  // Every parameter this op reads and writes gradients into: its own, then the shared ones.
+  virtual std::vector<ModelParameter*> used_parameters();
+  std::vector<ModelBuffer>& buffers() { return buffers_; }
+  const std::vector<ModelBuffer>& buffers() const { return buffers_; }
+
+ protected:
+  ModelParameter make_parameter(const std::string& suffix, sdk::Shape shape, bool decay);
+  // An FP32 buffer "<layer>.<suffix>" filled with `value` (call from allocate()).
+  ModelBuffer make_buffer(const std::string& suffix, sdk::Shape shape, float value);
+  virtual void on_mode(bool /*training*/) {}
+  // Whether allocate() may leave the output unallocated (materialise_output() makes it later).
+  virtual bool output_deferred() const { return false; }
+  void materialise_output();
+  // `x` as `dtype`: x itself when it already is, else a cast into `scratch` (grown on demand).
+  sdk::TensorView as_dtype(sdk::TensorView x, sdk::DType dtype, Tensor& scratch);
+
+  std::shared_ptr<sdk::DeviceBackend> backend_;
+  std::string name_, type_;
+  std::int64_t in_, out_;
+  sdk::OpPrecision precision_;
+  std::int64_t max_rows_ = 0;
+  Tensor output_;
+  void* planned_output_ = nullptr;  // in the model's activation arena, when planned
+  std::vector<ModelParameter> params_;
+  std::vector<ModelBuffer> buffers_;
+  bool training_ = true;
+  bool collect_stats_ = false;
+  std::vector<ScaledOperandStats> stats_;
+};
+
+}  // namespace mixtrain::core

@@ -1,0 +1,49 @@
+// ModelSummary: what `mixtrain check` prints about a model before it trains: per node its op,
+// shapes, parameters, forward FLOPs and the dtypes the precision plan chose; then the totals and
+// the planned memory, under the chosen policy and in fp32, so a user sees whether the model fits
+// and what a 16-bit policy saves.
+//
+// Contract
+// - summarize_model() reads a built, planned and allocated model (parameters exist only then).
+//   Shapes are per sample (batch first, omitted). FLOPs count a multiply-add as 2; element-wise
+//   ops one per element (layernorm five); a training step is taken as 3x the forward (backward
+//   = two GEMMs per forward GEMM), times the batch.
+// - Memory is bytes for `batch_rows` rows: the activation arena from the liveness plan
+//   (Model::plan_activations), parameters with their FP32 masters and gradients plus working
+//   copies. Optimizer state is not included (it depends on the optimizer).
+// - render_model_summary() formats it as '#'-prefixed text lines (TOML comments).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/graph/model.h"
+
+namespace mixtrain::core {
+
+struct NodeSummary {
+  std::string name, op;
+  std::vector<std::vector<std::int64_t>> input_shapes;  // per sample
+  std::vector<std::int64_t> output_shape;               // per sample
+  std::int64_t parameters = 0;
+  std::int64_t forward_flops_per_sample = 0;
+  sdk::OpPrecision precision;
+};
+
+struct ModelSummary {
+  std::vector<NodeSummary> nodes;
+  std::int64_t parameters = 0;
+  std::int64_t batch_rows = 0;
+  std::int64_t forward_flops_per_sample = 0;
+  std::int64_t training_flops_per_step = 0;    // 3 x forward x batch
+  std::size_t activation_bytes = 0;            // planned arena under the policy
+  std::size_t activation_bytes_fp32 = 0;       // the same plan with every output in fp32
+  std::size_t activation_bytes_unplanned = 0;  // every stored output, no reuse
+  std::size_t parameter_bytes = 0;             // masters + gradients (fp32) + working copies
+};
+
+ModelSummary summarize_model(const Model& model, std::int64_t batch_rows);
+std::string render_model_summary(const ModelSummary& summary);
+
+}  // namespace mixtrain::core

@@ -1,0 +1,42 @@
+// Precision planning: which dtype each tensor of each layer uses in this run.
+//
+// Contract
+// - plan_precision() asks the policy (adapted to the backend's capabilities first) for every
+//   op's plan, given its sdk::OpDescription (Layer::description()).
+// - Precision-sensitive ops (Layer::precision_sensitive(): layernorm's statistics; softmax and
+//   attention later) are pinned here, and only here: every dtype fp32, whatever the policy
+//   planned (logged at debug level when the plan differed). No policy keeps a deny-list.
+// - Then the user's [[precision.override]] entries apply in config order: each pattern is a
+//   layer name or an fnmatch glob, and every field it sets replaces the plan's. A glob ("*",
+//   "fc*") skips precision-sensitive ops, so they stay fp32; a pattern without wildcards that
+//   names a sensitive op exactly overrides it (the user asked for that op), with a warning.
+// - An override that matches no layer throws sdk::ConfigError at the override's config line,
+//   naming the pattern and the layers that exist; one whose glob matches only sensitive ops
+//   throws too, saying how to name one exactly.
+// - Layers whose final plan computes their GEMMs in FP8 get the policy as their operand scaler;
+//   an override that keeps a layer in 16-bit takes it out of the policy's scaling.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/graph/model.h"
+#include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/logging.h"
+#include "mixtrain/sdk/precision_policy.h"
+
+namespace mixtrain::core {
+
+struct PrecisionOverride {
+  std::string pattern;  // layer name or glob
+  std::optional<sdk::DType> weight, gemm_input, activation, activation_grad;
+  sdk::SourceLocation where;
+};
+
+void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
+                    const sdk::BackendCapabilities& capabilities,
+                    const std::vector<PrecisionOverride>& overrides, const sdk::Logger& log = {});
+
+}  // namespace mixtrain::core

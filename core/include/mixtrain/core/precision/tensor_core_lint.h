@@ -1,0 +1,21 @@
+// Tensor Core alignment lint for `mixtrain check`: under a 16-bit or FP8 plan, GEMM and
+// convolution dimensions that are not multiples of 8 (16 for FP8) leave Tensor Cores idle or run
+// padded (cuBLASLt, cuDNN). One warning per node, naming it and the dimension.
+//
+// Contract
+// - Reads each layer's tensor_core_dims() (linear: in and out features; conv2d: input and output
+//   channels) when its plan's GEMM input dtype is not fp32 / tf32.
+// - A convolution reading the batch itself (the first layer, typically 3 RGB channels) is still
+//   reported, with a note that this is the usual exception (frameworks pad it; it is one layer).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/graph/model.h"
+
+namespace mixtrain::core {
+
+std::vector<std::string> tensor_core_warnings(const Model& model);
+
+}  // namespace mixtrain::core

@@ -1,0 +1,73 @@
+// Trainer: the mixed-precision training loop of DESIGN §4, its outputs and its checkpoints.
+//
+// Contract
+// - Construction loads the data, builds the model under the policy's plan (checked against the
+//   backend's capabilities), binds the optimizer and, with `resume`, restores the complete
+//   training state so the run continues bit for bit. Bad input raises sdk::UserError subclasses;
+//   a checkpoint's counters are all range-checked first (checkpoint/state.h): one out of range,
+//   or past run.steps, is sdk::CheckpointError naming the field and the file.
+// - run() trains to run.steps, writing into the run folder: config.toml (resolved), metrics.jsonl
+//   (one JSON object per logged step and per evaluation, flushed as written), checkpoints/ and
+//   summary.json. It never overwrites another run's files: an existing run folder is refused
+//   unless it is the folder being resumed. Each checkpoint save first removes the temp files of
+//   killed saves (sdk::remove_stale_temp_files), then keeps the checkpoint.keep newest by step.
+// - run() stops early, after the step in progress, when TrainOptions::stop_requested answers
+//   true (Ctrl-C: see train/interrupt.h) or when run.on_nonfinite = "stop" meets a non-finite loss; it
+//   still writes the final checkpoint and summary.json, and the summary says interrupted or
+//   diverged (runs/summary.h). A diverged run is a result, not an exception.
+// - Step semantics: loss in FP32, backward seeded with the loss scale, fused unscale + non-finite
+//   check on FP32 gradients, optional clipping after unscaling, then the scaler decides; a
+//   skipped step leaves master weights, optimizer state and the lr schedule untouched.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "mixtrain/core/checkpoint/gpt2_layout.h"
+#include "mixtrain/core/checkpoint/path.h"  // resolve_checkpoint_path (resume)
+#include "mixtrain/core/config/experiment.h"
+#include "mixtrain/core/runs/summary.h"
+
+namespace mixtrain::core {
+
+struct TrainOptions {
+  std::filesystem::path run_dir;                // empty: run.dir or runs/<name> (made unique)
+  std::optional<std::filesystem::path> resume;  // a checkpoint file or a checkpoints folder
+  bool progress_line = false;                   // live progress line (a terminal is attached)
+  bool write_outputs = true;                    // false: evaluate-only use, nothing written
+  std::function<bool()> stop_requested;         // asked once per step; true: stop after this step
+  std::function<void(std::int64_t step)> after_step;  // after each training step's update
+};
+
+class Trainer {
+ public:
+  Trainer(const Experiment& experiment, Components components, const TrainOptions& options);
+  ~Trainer();
+
+  TrainSummary run();
+  EvalResult evaluate();
+  // Loads parameters (and, unless weights_only, the whole training state) from a checkpoint.
+  // `layout` gpt2 (weights only) reads a Hugging Face GPT-2 file (checkpoint/gpt2_layout.h): every tensor
+  // must then be a parameter of the model; a missing, extra or misshapen one is
+  // sdk::CheckpointError naming it.
+  void load_checkpoint(const std::filesystem::path& path, bool weights_only,
+                       WeightLayout layout = WeightLayout::native);
+  std::filesystem::path save_checkpoint();
+  const std::filesystem::path& run_dir() const;
+  const Model& model() const;
+  Model& model();  // e.g. to decode with it (`mixtrain sample`)
+  const Dataset& train_data() const;
+  const Dataset& eval_data() const;
+
+  // Opaque outside the core (core/src/train/trainer_state.h), named here so the files that implement
+  // the trainer (one per job) can share it.
+  struct State;
+
+ private:
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace mixtrain::core

@@ -1,0 +1,61 @@
+#include "mixtrain/core/checkpoint/path.h"
+
+#include <algorithm>
+#include <charconv>
+#include <utility>
+
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::core {
+
+namespace fs = std::filesystem;
+
+std::optional<std::int64_t> checkpoint_step(const fs::path& file, const std::string& extension) {
+  const std::string name = file.filename().string();
+  constexpr std::string_view kPrefix = "step-";
+  if (name.size() <= kPrefix.size() + extension.size() || name.rfind(kPrefix, 0) != 0 ||
+      name.compare(name.size() - extension.size(), extension.size(), extension) != 0)
+    return std::nullopt;
+  const char* first = name.data() + kPrefix.size();
+  const char* last = name.data() + name.size() - extension.size();
+  if (*first < '0' || *first > '9') return std::nullopt;  // from_chars would accept a '-'
+  std::int64_t step = 0;
+  const auto [end, ec] = std::from_chars(first, last, step);
+  if (ec != std::errc() || end != last) return std::nullopt;
+  return step;
+}
+
+std::vector<fs::path> step_checkpoints(const fs::path& folder, const std::string& extension) {
+  std::vector<std::pair<std::int64_t, fs::path>> found;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(folder, ec)) {
+    std::error_code type_ec;
+    if (!f.is_regular_file(type_ec)) continue;
+    if (auto step = checkpoint_step(f.path(), extension)) found.emplace_back(*step, f.path());
+  }
+  // Equal steps ("step-7" and "step-0007") fall back to the name, so the order is total.
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> out;
+  out.reserve(found.size());
+  for (auto& [step, path] : found) out.push_back(std::move(path));
+  return out;
+}
+
+fs::path resolve_checkpoint_path(const fs::path& path, const std::string& extension) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    const fs::path folder =
+        fs::is_directory(path / "checkpoints", ec) ? path / "checkpoints" : path;
+    const auto all = step_checkpoints(folder, extension);
+    if (all.empty())
+      throw sdk::CheckpointError("no checkpoint (step-*" + extension + ") in " + folder.string(),
+                                 "pass a checkpoint file, a run folder or its checkpoints/ folder");
+    return all.back();
+  }
+  if (!fs::exists(path, ec))
+    throw sdk::CheckpointError("checkpoint " + path.string() + " does not exist",
+                               "check the path; runs keep theirs in <run-dir>/checkpoints/");
+  return path;
+}
+
+}  // namespace mixtrain::core

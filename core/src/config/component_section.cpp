@@ -1,0 +1,213 @@
+#include "mixtrain/core/config/component_section.h"
+
+#include <algorithm>
+
+namespace mixtrain::core {
+
+namespace {
+
+// "[data.text]", or "[data.cifar10] or [data.text]" when several components declare the key.
+std::string owner_tables(const std::string& table, const std::vector<std::string>& owners) {
+  std::string out;
+  for (std::size_t i = 0; i < owners.size(); ++i)
+    out += (i == 0                   ? ""
+            : i + 1 == owners.size() ? " or "
+                                     : ", ") +
+           ("[" + table + "." + owners[i] + "]");
+  return out;
+}
+
+bool declares(const sdk::OptionSchema& schema, const std::string& key) {
+  return std::any_of(schema.begin(), schema.end(),
+                     [&](const sdk::OptionSpec& s) { return s.name == key; });
+}
+
+std::string joined(const std::vector<std::string>& names, const std::string& last = ", ") {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? last : ", ") + names[i];
+  return out;
+}
+
+std::vector<std::string> names_of(const std::vector<ComponentSchema>& components) {
+  std::vector<std::string> out;
+  for (const auto& c : components) out.push_back(c.name);
+  return out;
+}
+
+// `schema` less the required options that `raw` does not give.
+sdk::OptionSchema schema_of_given(const sdk::OptionSchema& schema,
+                                  const std::vector<sdk::RawOption>& raw) {
+  sdk::OptionSchema out;
+  for (const auto& spec : schema) {
+    const bool given = std::any_of(raw.begin(), raw.end(),
+                                   [&](const sdk::RawOption& r) { return r.key == spec.name; });
+    if (given || !std::holds_alternative<std::monostate>(spec.default_value)) out.push_back(spec);
+  }
+  return out;
+}
+
+// A component table holds plain key = value entries only.
+void reject_sub_tables(const Config& config, const std::string& dotted) {
+  for (const auto& key : config.nested_keys(dotted))
+    throw sdk::ConfigError(config.location(dotted + "." + key), dotted + "." + key,
+                           "unexpected sub-table",
+                           "[" + dotted + "] takes plain key = value entries");
+}
+
+// A table's scalar entries, and each list option given as an array (see
+// ComponentSection::list_options) as one string.
+std::vector<sdk::RawOption> entries(const Config& config, const std::string& dotted,
+                                    const std::vector<std::string>& list_options) {
+  std::vector<std::string> arrays;
+  for (const auto& key : list_options)
+    if (config.is_array(dotted + "." + key)) arrays.push_back(key);
+  auto raw = config.table_options(dotted, arrays);
+  for (const auto& key : arrays) {
+    std::string joined;
+    for (const auto& entry : config.string_array(dotted + "." + key))
+      joined += (joined.empty() ? "" : "\n") + entry;
+    raw.push_back({key, joined, config.location(dotted + "." + key)});
+  }
+  return raw;
+}
+
+}  // namespace
+
+std::string config_section_of(sdk::ComponentKind kind) {
+  switch (kind) {
+    case sdk::ComponentKind::policy:
+      return "precision";
+    case sdk::ComponentKind::checkpoint_format:
+      return "checkpoint";
+    default:
+      return std::string(sdk::component_kind_name(kind));
+  }
+}
+
+std::string section_selector(const Config& config, const std::string& table,
+                             const std::string& selector, const std::string& fallback,
+                             const std::vector<std::string>& lists) {
+  for (const auto& r : config.table_options(table, lists))
+    if (r.key == selector) {
+      if (const auto* s = std::get_if<std::string>(&r.value)) return *s;
+      throw sdk::ConfigError(r.where, table + "." + selector, "expected a string",
+                             "write " + selector + " = \"name\"");
+    }
+  return fallback;
+}
+
+ResolvedComponentSection resolve_component_section(const Config& config,
+                                                   const ComponentSection& section) {
+  ResolvedComponentSection out;
+  const auto& table = section.table;
+  const auto where = config.location(table);
+  const auto names = names_of(section.components);
+  const auto selected =
+      std::find_if(section.components.begin(), section.components.end(),
+                   [&](const ComponentSchema& c) { return c.name == section.selected; });
+  const sdk::OptionSchema empty;
+  const sdk::OptionSchema& schema =
+      selected == section.components.end() ? empty : selected->options;
+
+  // Sub-tables: one per component, each validated whether selected or not.
+  std::vector<sdk::RawOption> from_table;
+  for (const auto& sub : config.nested_keys(table)) {
+    if (std::find(section.host_tables.begin(), section.host_tables.end(), sub) !=
+        section.host_tables.end())
+      continue;
+    const std::string dotted = table + "." + sub;
+    auto it = std::find_if(section.components.begin(), section.components.end(),
+                           [&](const ComponentSchema& c) { return c.name == sub; });
+    if (it == section.components.end()) {
+      auto near = sdk::closest_match(sub, names);
+      throw sdk::ConfigError(
+          config.location(dotted), dotted, "no " + section.noun + " named '" + sub + "'",
+          (near.empty() ? "" : "did you mean [" + table + "." + near + "]? ") + "a sub-table of [" +
+              table + "] holds the options of the " + section.noun + " it is named after; " +
+              "known here: " + joined(names));
+    }
+    reject_sub_tables(config, dotted);
+    auto raw = entries(config, dotted, it->list_options);
+    // Validated against its own schema even when another component is selected: unknown keys,
+    // types and ranges. Required keys are checked once, below, on the selected component's
+    // flat keys and table combined, so a table may hold part of them and an unselected sibling
+    // may be filled in only partly.
+    sdk::Options::resolve(dotted, schema_of_given(it->options, raw), raw, config.location(dotted),
+                          {});
+    if (sub == section.selected) {
+      for (const auto& r : raw) out.origin[r.key] = dotted + "." + r.key;
+      from_table = std::move(raw);
+    }
+  }
+
+  // Flat keys: the selector, the host's keys, or options of the selected component. A list is
+  // read as such when the selected component takes one there, or when only a sibling declares
+  // the key (so the error below can name the sibling's table).
+  std::vector<std::string> flat_lists;
+  for (const auto& c : section.components)
+    for (const auto& key : c.list_options) {
+      const bool own = selected != section.components.end() && c.name == selected->name;
+      if (own || !declares(schema, key)) flat_lists.push_back(key);
+    }
+  std::vector<sdk::RawOption> host_raw, flat;
+  for (auto& r : entries(config, table, flat_lists)) {
+    if (r.key == section.selector) continue;
+    if (declares(section.host, r.key)) {
+      host_raw.push_back(std::move(r));
+      continue;
+    }
+    const std::string key = table + "." + r.key;
+    if (declares(schema, r.key)) {
+      auto twin = std::find_if(from_table.begin(), from_table.end(),
+                               [&](const sdk::RawOption& t) { return t.key == r.key; });
+      if (twin != from_table.end()) {
+        // A --set beats the file, whichever spelling it used; two in the file is ambiguous.
+        const auto twin_key = table + "." + section.selected + "." + r.key;
+        const bool flat_set = config.is_override(key), twin_set = config.is_override(twin_key);
+        if (flat_set == twin_set)
+          throw sdk::ConfigError(r.where, key,
+                                 "given twice: here and in [" + table + "." + section.selected +
+                                     "] at " + twin->where.to_string(),
+                                 "keep one of them");
+        if (twin_set) continue;
+        from_table.erase(twin);
+      }
+      out.origin[r.key] = key;
+      flat.push_back(std::move(r));
+      continue;
+    }
+    std::vector<std::string> owners;
+    for (const auto& c : section.components)
+      if (c.name != section.selected && declares(c.options, r.key)) owners.push_back(c.name);
+    if (!owners.empty())
+      throw sdk::ConfigError(
+          r.where, key,
+          "'" + r.key + "' is an option of " + joined(owners, " and ") + ", not of the selected " +
+              section.noun + " '" + section.selected + "'",
+          "move it into " + owner_tables(table, owners) + ": options in a " + section.noun +
+              "'s own table apply only when it is selected, so `--set " + table + "." +
+              section.selector + "=...` swaps the " + section.noun + " with no edit");
+    std::vector<std::string> own = {section.selector};
+    for (const auto& s : section.host) own.push_back(s.name);
+    for (const auto& s : schema) own.push_back(s.name);
+    auto near = sdk::closest_match(r.key, own);
+    throw sdk::ConfigError(r.where, key, "unknown key",
+                           (near.empty() ? "" : "did you mean '" + near + "'? ") + "[" + table +
+                               "] takes: " + joined(own));
+  }
+
+  out.host = sdk::Options::resolve(table, section.host, host_raw, where, {});
+  const bool all_flat = from_table.empty() && !flat.empty();
+  std::vector<sdk::RawOption> given = std::move(flat);
+  given.insert(given.end(), from_table.begin(), from_table.end());
+  const auto component_table = all_flat ? table : table + "." + section.selected;
+  out.component = sdk::Options::resolve(component_table, schema, given,
+                                        config.has_table(table + "." + section.selected)
+                                            ? config.location(table + "." + section.selected)
+                                            : where,
+                                        {});
+  return out;
+}
+
+}  // namespace mixtrain::core

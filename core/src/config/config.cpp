@@ -1,0 +1,375 @@
+#include "mixtrain/core/config/config.h"
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+namespace mixtrain::core {
+
+namespace fs = std::filesystem;
+
+struct Config::Impl {
+  std::string source;
+  fs::path base;
+  toml::table root;
+  std::map<std::string, sdk::SourceLocation> override_locations;
+};
+
+namespace {
+
+sdk::SourceLocation loc_of(const toml::node& n, const std::string& source) {
+  const auto& s = n.source();
+  return {source, static_cast<std::uint32_t>(s.begin.line),
+          static_cast<std::uint32_t>(s.begin.column)};
+}
+
+std::vector<std::string> split_dotted(std::string_view dotted) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= dotted.size()) {
+    auto end = dotted.find('.', start);
+    if (end == std::string_view::npos) end = dotted.size();
+    out.emplace_back(dotted.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+bool is_index(const std::string& s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// An array index written in a dotted key; nullopt when it does not fit in size_t (such an index
+// is out of range of every array, and std::stoul would throw an untyped out_of_range).
+std::optional<std::size_t> parse_index(const std::string& s) {
+  std::size_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+const toml::node* lookup(const toml::table& root, std::string_view dotted) {
+  const toml::node* cur = &root;
+  for (const auto& part : split_dotted(dotted)) {
+    if (const auto* t = cur->as_table()) {
+      cur = t->get(part);
+    } else if (const auto* a = cur->as_array(); a != nullptr && is_index(part)) {
+      const auto idx = parse_index(part);
+      if (!idx) return nullptr;
+      cur = a->get(*idx);
+    } else {
+      return nullptr;
+    }
+    if (cur == nullptr) return nullptr;
+  }
+  return cur;
+}
+
+std::optional<sdk::OptionValue> scalar_value(const toml::node& n) {
+  if (auto v = n.value_exact<bool>()) return sdk::OptionValue{*v};
+  if (auto v = n.value_exact<std::int64_t>()) return sdk::OptionValue{*v};
+  if (auto v = n.value_exact<double>()) return sdk::OptionValue{*v};
+  if (auto v = n.value_exact<std::string>()) return sdk::OptionValue{*v};
+  return std::nullopt;
+}
+
+void apply_override(Config::Impl& impl, const std::string& spec) {
+  const sdk::SourceLocation where{"--set " + spec, 0, 0};
+  auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw sdk::ConfigError(where, "", "an override must look like key=value",
+                           "for example --set precision.policy=bf16-mixed");
+  std::string key = spec.substr(0, eq);
+  std::string text = spec.substr(eq + 1);
+  auto parts = split_dotted(key);
+  for (const auto& p : parts)
+    if (p.empty())
+      throw sdk::ConfigError(where, key, "empty key segment", "use dotted keys like run.steps=10");
+
+  // The value: a TOML value if it parses as one, otherwise a plain string (so names need no
+  // quoting on the command line).
+  toml::table parsed;
+  bool parsed_ok = false;
+  try {
+    parsed = toml::parse("v = " + text);
+    parsed_ok = parsed.contains("v");
+  } catch (const toml::parse_error&) {
+    parsed_ok = false;
+  }
+
+  toml::node* cur = &impl.root;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    const auto& part = parts[i];
+    if (auto* t = cur->as_table()) {
+      auto* next = t->get(part);
+      if (next == nullptr) {
+        t->insert(part, toml::table{});
+        next = t->get(part);
+      }
+      cur = next;
+    } else if (auto* a = cur->as_array(); a != nullptr && is_index(part)) {
+      const auto idx = parse_index(part);
+      if (!idx || *idx >= a->size())
+        throw sdk::ConfigError(where, key,
+                               "index " + part + " is out of range (the array has " +
+                                   std::to_string(a->size()) + " entries)");
+      cur = a->get(*idx);
+    } else {
+      // The culprit is the node reached so far (parts[0, i)), not `part`, which may not exist.
+      std::string parent;
+      for (std::size_t j = 0; j < i; ++j) parent += (j ? "." : "") + parts[j];
+      if (cur->is_array())
+        throw sdk::ConfigError(
+            where, key,
+            "'" + parent + "' is an array, so '" + part + "' must be an index (0, 1, ...)");
+      throw sdk::ConfigError(where, key,
+                             "'" + parent + "' is not a table in this config, so '" + part +
+                                 "' cannot be set inside it");
+    }
+  }
+  auto* table = cur->as_table();
+  if (table == nullptr)
+    throw sdk::ConfigError(where, key, "the parent of '" + parts.back() + "' is not a table");
+  if (parsed_ok)
+    table->insert_or_assign(parts.back(), *parsed.get("v"));
+  else
+    table->insert_or_assign(parts.back(), text);
+  impl.override_locations[key] = where;
+}
+
+}  // namespace
+
+Config::Config(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Config::~Config() = default;
+Config::Config(Config&&) noexcept = default;
+Config& Config::operator=(Config&&) noexcept = default;
+
+Config Config::from_file(const fs::path& path, const std::vector<std::string>& overrides) {
+  // A folder opens as a stream on Linux and reads as an empty document.
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw sdk::ConfigError({path.string(), 0, 0}, "", "this is a folder, not a config file",
+                           "give the path of a .toml file, e.g. configs/quickstart.toml");
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw sdk::ConfigError({path.string(), 0, 0}, "", "cannot open the config file",
+                           "check the path; configs/quickstart.toml is a working example");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto cfg = from_string(ss.str(), path.string(), overrides);
+  cfg.impl_->base = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  return cfg;
+}
+
+Config Config::from_string(std::string_view text, const std::string& source_name,
+                           const std::vector<std::string>& overrides) {
+  auto impl = std::make_unique<Impl>();
+  impl->source = source_name;
+  impl->base = fs::current_path();
+  try {
+    impl->root = toml::parse(text, source_name);
+  } catch (const toml::parse_error& e) {
+    sdk::SourceLocation where{source_name, static_cast<std::uint32_t>(e.source().begin.line),
+                              static_cast<std::uint32_t>(e.source().begin.column)};
+    throw sdk::ConfigError(where, "", "TOML syntax error: " + std::string(e.description()),
+                           "fix the TOML syntax at that position");
+  }
+  for (const auto& o : overrides) apply_override(*impl, o);
+  return Config(std::move(impl));
+}
+
+const std::string& Config::source_name() const {
+  return impl_->source;
+}
+fs::path Config::base_dir() const {
+  return impl_->base;
+}
+
+std::vector<std::string> Config::top_level_keys() const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : impl_->root) out.emplace_back(k.str());
+  return out;
+}
+
+bool Config::has_table(std::string_view dotted) const {
+  const auto* n = lookup(impl_->root, dotted);
+  return n != nullptr && n->is_table();
+}
+
+namespace {
+
+// The --set whose key is `dotted` or its nearest enclosing table: `--set data.npy={...}` wrote
+// every key inside data.npy, and the values it copied have no source position of their own.
+const sdk::SourceLocation* enclosing_override(
+    const std::map<std::string, sdk::SourceLocation>& overrides, std::string_view dotted) {
+  std::string key(dotted);
+  for (;;) {
+    if (auto it = overrides.find(key); it != overrides.end()) return &it->second;
+    const auto dot = key.rfind('.');
+    if (dot == std::string::npos) return nullptr;
+    key.resize(dot);
+  }
+}
+
+}  // namespace
+
+sdk::SourceLocation Config::location(std::string_view dotted) const {
+  const auto& overrides = impl_->override_locations;
+  if (auto it = overrides.find(std::string(dotted)); it != overrides.end()) return it->second;
+  if (const auto* n = lookup(impl_->root, dotted)) {
+    auto l = loc_of(*n, impl_->source);
+    if (l.line != 0) return l;
+  }
+  if (const auto* w = enclosing_override(overrides, dotted)) return *w;
+  // A table that a --set created on its way (`--set scaler.dynamc.x=1` makes scaler.dynamc).
+  const std::string prefix = std::string(dotted) + ".";
+  if (auto it = overrides.lower_bound(prefix);
+      it != overrides.end() && it->first.compare(0, prefix.size(), prefix) == 0)
+    return it->second;
+  return {impl_->source, 0, 0};
+}
+
+bool Config::is_override(std::string_view dotted) const {
+  return enclosing_override(impl_->override_locations, dotted) != nullptr;
+}
+
+std::vector<sdk::RawOption> Config::table_options(std::string_view dotted,
+                                                  const std::vector<std::string>& skip) const {
+  std::vector<sdk::RawOption> out;
+  const auto* n = lookup(impl_->root, dotted);
+  if (n == nullptr) return out;
+  const auto* t = n->as_table();
+  if (t == nullptr)
+    throw sdk::ConfigError(location(dotted), std::string(dotted), "expected a table",
+                           "write it as [" + std::string(dotted) + "] with key = value lines");
+  for (const auto& [k, v] : *t) {
+    std::string key(k.str());
+    if (std::find(skip.begin(), skip.end(), key) != skip.end()) continue;
+    std::string full = std::string(dotted) + "." + key;
+    if (v.is_table() || v.is_array_of_tables()) continue;
+    auto val = scalar_value(v);
+    if (!val)
+      throw sdk::ConfigError(location(full), full, "expected a boolean, integer, number or string",
+                             "arrays and dates are not valid here");
+    out.push_back({key, *val, location(full)});
+  }
+  return out;
+}
+
+std::vector<std::string> Config::nested_keys(std::string_view dotted) const {
+  std::vector<std::string> out;
+  const auto* n = lookup(impl_->root, dotted);
+  if (n == nullptr || !n->is_table()) return out;
+  for (const auto& [k, v] : *n->as_table())
+    if (v.is_table() || v.is_array_of_tables()) out.emplace_back(k.str());
+  return out;
+}
+
+std::vector<TableEntry> Config::table_array(std::string_view dotted,
+                                            const std::vector<std::string>& skip) const {
+  std::vector<TableEntry> out;
+  const auto* n = lookup(impl_->root, dotted);
+  if (n == nullptr) return out;
+  const auto* a = n->as_array();
+  if (a == nullptr)
+    throw sdk::ConfigError(location(dotted), std::string(dotted), "expected an array of tables",
+                           "write [[" + std::string(dotted) +
+                               "]] blocks or a list of inline "
+                               "tables: " +
+                               std::string(dotted) + " = [ { ... }, { ... } ]");
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    std::string item = std::string(dotted) + "." + std::to_string(i);
+    const auto* t = a->get(i)->as_table();
+    if (t == nullptr)
+      throw sdk::ConfigError(location(item), std::string(dotted) + "[" + std::to_string(i) + "]",
+                             "expected a table", "each entry is a table like { type = \"relu\" }");
+    out.push_back({location(item), table_options(item, skip)});
+  }
+  return out;
+}
+
+bool Config::is_array(std::string_view dotted) const {
+  const auto* n = lookup(impl_->root, dotted);
+  return n != nullptr && n->is_array();
+}
+
+std::vector<std::string> Config::string_array(std::string_view dotted) const {
+  std::vector<std::string> out;
+  const auto* n = lookup(impl_->root, dotted);
+  if (n == nullptr) return out;
+  if (auto s = n->value_exact<std::string>()) return {*s};
+  const auto* a = n->as_array();
+  if (a == nullptr)
+    throw sdk::ConfigError(location(dotted), std::string(dotted), "expected an array of strings");
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    auto s = a->get(i)->value_exact<std::string>();
+    if (!s)
+      throw sdk::ConfigError(location(dotted), std::string(dotted),
+                             "entry " + std::to_string(i) + " is not a string");
+    out.push_back(*s);
+  }
+  return out;
+}
+
+std::vector<std::int64_t> Config::integer_array(std::string_view dotted) const {
+  std::vector<std::int64_t> out;
+  const auto* n = lookup(impl_->root, dotted);
+  if (n == nullptr) return out;
+  const auto* a = n->as_array();
+  if (a == nullptr)
+    throw sdk::ConfigError(location(dotted), std::string(dotted), "expected an array of integers",
+                           "write it as [4, 16]");
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    auto v = a->get(i)->value_exact<std::int64_t>();
+    if (!v)
+      throw sdk::ConfigError(location(dotted), std::string(dotted),
+                             "entry " + std::to_string(i) + " is not an integer",
+                             "write it as [4, 16]");
+    out.push_back(*v);
+  }
+  return out;
+}
+
+std::vector<double> Config::number_array(std::string_view dotted) const {
+  std::vector<double> out;
+  const auto* n = lookup(impl_->root, dotted);
+  if (n == nullptr) return out;
+  const auto* a = n->as_array();
+  if (a == nullptr)
+    throw sdk::ConfigError(location(dotted), std::string(dotted), "expected an array of numbers",
+                           "write it as [0.5, 0.25]");
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    const auto* item = a->get(i);
+    std::optional<double> v;
+    if (auto f = item->value_exact<double>()) v = *f;
+    if (auto k = item->value_exact<std::int64_t>()) v = static_cast<double>(*k);
+    if (!v)
+      throw sdk::ConfigError(location(dotted), std::string(dotted),
+                             "entry " + std::to_string(i) + " is not a number",
+                             "write it as [0.5, 0.25]");
+    out.push_back(*v);
+  }
+  return out;
+}
+
+std::string render_toml(const std::vector<ResolvedSection>& sections) {
+  std::string out;
+  for (const auto& s : sections) {
+    if (!out.empty()) out += "\n";
+    for (const auto& c : s.comments) out += "# " + c + "\n";
+    out += s.array ? "[[" + s.name + "]]\n" : "[" + s.name + "]\n";
+    for (const auto& [k, v] : s.values) {
+      if (std::holds_alternative<std::monostate>(v)) continue;
+      out += k + " = " + sdk::option_value_to_string(v) + "\n";
+    }
+    for (const auto& [k, text] : s.raw_values) out += k + " = " + text + "\n";
+  }
+  return out;
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,265 @@
+#include "config/data_section.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "config/reading.h"
+#include "mixtrain/core/config/host_schemas.h"
+
+namespace mixtrain::core {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The files a path option of a token source names: one string, or (text) a list of them;
+// relative paths resolve as resolve_path() does. Empty when not given or "".
+std::vector<fs::path> path_list(const Config& config, const ResolvedComponentSection& r,
+                                const std::string& key) {
+  auto origin = r.origin.find(key);
+  if (origin == r.origin.end() || r.component.get_string(key).empty()) return {};
+  std::vector<fs::path> out;
+  for (const auto& entry : config.string_array(origin->second)) {
+    if (entry.empty())
+      r.component.fail(key, "entry " + std::to_string(out.size()) + " is an empty path",
+                       "list the files, e.g. path = [\"a.txt\", \"b.txt\"]");
+    out.push_back(config_path(config, origin->second, entry));
+  }
+  return out;
+}
+
+std::string toml_list(const std::vector<fs::path>& paths) {
+  std::string out = "[";
+  for (const auto& p : paths)
+    out += (out.size() > 1 ? ", " : "") + sdk::option_value_to_string(p.string());
+  return out + "]";
+}
+
+void read_token_source(const Config& config, const ResolvedComponentSection& r, Experiment& e) {
+  const auto& common = r.host;
+  const auto& src = r.component;
+  // Token sources have a vocabulary, not classes: a classes value would be silently unused.
+  // (0, the default, is what resolved configs write.)
+  if (common.get_int("classes") != 0)
+    common.fail("classes", "data.classes does not apply to source '" + e.data.source + "'",
+                "set data." + e.data.source + ".vocab_size, the number of outputs");
+  const std::string files_key = e.data.source == "tokens" ? "train" : "path";
+  e.data.token_paths = path_list(config, r, files_key);
+  if (e.data.token_paths.empty())
+    src.fail(files_key, "names no file",
+             e.data.source == "tokens" ? "set it to an llm.c token file (.bin)"
+                                       : "set it to a text file or a list of text files");
+  e.data.eval_token_paths = path_list(config, r, "eval");
+  e.data.block_size = src.get_int("block_size");
+  e.data.vocab_size = static_cast<std::int32_t>(src.get_int("vocab_size"));
+}
+
+std::string number_list(const std::vector<double>& values) {
+  std::string out = "[";
+  for (const double v : values) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", v);
+    out += (out.size() > 1 ? ", " : "") + std::string(text);
+  }
+  return out + "]";
+}
+
+// Why [data.normalize] / [data.augment] cannot apply, when the config alone shows it ("" when
+// only the loaded data can tell: npy and idx files may or may not hold images).
+std::string not_images(const DataSettings& d) {
+  if (d.source == "tokens" || d.source == "text")
+    return "data.source = \"" + d.source + "\" gives token windows, not images";
+  if (d.source == "synthetic" && d.synthetic.kind != "images")
+    return "data.synthetic.kind = \"" + d.synthetic.kind + "\" gives plain features, not images";
+  return {};
+}
+
+// The options of an image-only sub-table of [data]: scalars through its schema; `numbers` (lists
+// of numbers) checked to be arrays and joined as text for the schema's string entries.
+sdk::Options image_table(const Config& config, const std::string& table,
+                         const sdk::OptionSchema& schema, const std::vector<std::string>& numbers) {
+  reject_nested(config, table);
+  std::vector<std::string> arrays;
+  for (const auto& key : numbers)
+    if (config.is_array(table + "." + key)) arrays.push_back(key);
+  auto raw = config.table_options(table, arrays);
+  for (const auto& r : raw)
+    if (std::find(numbers.begin(), numbers.end(), r.key) != numbers.end())
+      throw sdk::ConfigError(r.where, table + "." + r.key,
+                             "expected a list of numbers, one per channel",
+                             "write it as " + r.key + " = [0.5] (one channel) or " + r.key +
+                                 " = [0.49, 0.48, 0.45] (RGB)");
+  for (const auto& key : arrays)
+    raw.push_back({key, number_list(config.number_array(table + "." + key)),
+                   config.location(table + "." + key)});
+  return sdk::Options::resolve(table, schema, raw, config.location(table), {});
+}
+
+void read_normalize(const Config& config, Experiment& e) {
+  const std::string table = "data.normalize";
+  if (!config.has_table(table)) return;
+  auto o = image_table(config, table, data_normalize_schema(), {"mean", "std"});
+  auto& n = e.data.normalize;
+  n.where = config.location(table);
+  n.mean = config.number_array(table + ".mean");
+  n.std = config.number_array(table + ".std");
+  n.from_training = o.get_bool("from_training");
+  n.mean_where = o.where("mean");
+  n.std_where = o.where("std");
+  if (n.from_training && (o.was_set("mean") || o.was_set("std")))
+    o.fail(o.was_set("mean") ? "mean" : "std", "is given together with from_training = true",
+           "either give mean and std, or compute them with from_training = true, not both");
+  if (!n.from_training) {
+    if (!o.was_set("mean") || !o.was_set("std"))
+      o.fail(o.was_set("mean") ? "std" : "mean", "is missing",
+             "give both mean and std (one number per channel), or set from_training = true");
+    if (n.mean.empty()) o.fail("mean", "is empty", "give one mean per channel, e.g. mean = [0.5]");
+    if (n.mean.size() != n.std.size())
+      o.fail("std",
+             "has " + std::to_string(n.std.size()) + " values but mean has " +
+                 std::to_string(n.mean.size()),
+             "give one mean and one std per channel");
+    for (std::size_t i = 0; i < n.std.size(); ++i)
+      if (!(n.std[i] > 0.0) || !std::isfinite(n.std[i]))
+        o.fail("std",
+               "entry " + std::to_string(i) + " is " + number_list({n.std[i]}) +
+                   ", expected a finite number > 0",
+               "a standard deviation divides the pixels; give the channel's spread");
+    for (std::size_t i = 0; i < n.mean.size(); ++i)
+      if (!std::isfinite(n.mean[i]))
+        o.fail("mean", "entry " + std::to_string(i) + " is not finite",
+               "give each channel's mean pixel value");
+  }
+  if (const auto why = not_images(e.data); !why.empty())
+    throw sdk::ConfigError(n.where, table, "normalisation needs image data, but " + why,
+                           "remove [data.normalize], or use an image source (idx, cifar10, npy "
+                           "[N, C, H, W], synthetic kind = \"images\")");
+  ResolvedSection s = section_of(table, {{"from_training", n.from_training}}, sdk::Options{});
+  if (!n.from_training) {
+    s.raw_values.emplace_back("mean", number_list(n.mean));
+    s.raw_values.emplace_back("std", number_list(n.std));
+  }
+  e.core_sections.push_back(std::move(s));
+}
+
+void read_augment(const Config& config, Experiment& e) {
+  const std::string table = "data.augment";
+  if (!config.has_table(table)) return;
+  auto o = image_table(config, table, data_augment_schema(), {});
+  auto& a = e.data.augment;
+  a.where = config.location(table);
+  a.spec.crop_padding = o.get_int("crop_padding");
+  a.spec.horizontal_flip = o.get_bool("horizontal_flip");
+  if (const auto why = not_images(e.data); !why.empty() && a.spec.enabled())
+    throw sdk::ConfigError(a.where, table, "augmentation needs image data, but " + why,
+                           "remove [data.augment], or use an image source (idx, cifar10, npy "
+                           "[N, C, H, W], synthetic kind = \"images\")");
+  e.core_sections.push_back(section_of(table, {}, o));
+}
+
+void read_cifar10(const Config& config, const ResolvedComponentSection& r, Experiment& e) {
+  const auto& src = r.component;
+  std::filesystem::path dir;
+  if (!src.get_string("path").empty()) dir = resolve_path(config, r, "path");
+  auto train = path_list(config, r, "train");
+  auto eval = path_list(config, r, "eval");
+  if (dir.empty() && train.empty())
+    src.fail("train", "names no file, and no path (folder) is given",
+             "set data.cifar10.path to the cifar-10-batches-bin folder, or list the batch files "
+             "in data.cifar10.train");
+  // The folder fills in, when the data are loaded, what the lists do not give.
+  e.data.cifar_dir = std::move(dir);
+  e.data.cifar_train_paths = std::move(train);
+  e.data.cifar_eval_paths = std::move(eval);
+}
+
+std::vector<std::string> list_options_of(const std::string& source) {
+  std::vector<std::string> out;
+  for (const auto& o : data_source_schema(source))
+    if (is_path_list_option(source, o.name)) out.push_back(o.name);
+  return out;
+}
+
+}  // namespace
+
+// The source is a component of the host's own: [data] source = "npy" with [data.npy] options.
+void read_data_config(const Config& config, Experiment& e) {
+  const auto& sources = data_sources();
+  std::vector<std::string> lists;  // text's path and eval may be arrays of file names
+  for (const auto& s : sources)
+    for (auto& key : list_options_of(s)) lists.push_back(std::move(key));
+  e.data.source = section_selector(config, "data", "source", "synthetic", lists);
+  if (std::find(sources.begin(), sources.end(), e.data.source) == sources.end()) {
+    auto near = sdk::closest_match(e.data.source, sources);
+    throw sdk::ConfigError(
+        config.location("data.source"), "data.source",
+        "unknown data source '" + e.data.source + "'",
+        (near.empty() ? "" : "did you mean '" + near + "'? ") + "one of: " + join_names(sources));
+  }
+  ComponentSection section{"data",
+                           "source",
+                           "data source",
+                           e.data.source,
+                           data_common_schema(),
+                           {},
+                           {"normalize", "augment"}};
+  for (const auto& s : sources)
+    section.components.push_back({s, data_source_schema(s), list_options_of(s)});
+  auto r = resolve_component_section(config, section);
+  const auto& common = r.host;
+  const auto& src = r.component;
+  e.data.batch_size = common.get_int("batch_size");
+  e.data.eval_batch_size = common.get_int("eval_batch_size");
+  if (e.data.eval_batch_size == 0) e.data.eval_batch_size = e.data.batch_size;
+  e.data.shuffle = common.get_bool("shuffle");
+  e.data.eval_fraction = common.get_double("eval_fraction");
+  e.data.classes = static_cast<std::int32_t>(common.get_int("classes"));
+  if (e.data.source == "synthetic") {
+    e.data.synthetic.kind = src.get_string("kind");
+    e.data.synthetic.rows = src.get_int("rows");
+    e.data.synthetic.features = src.get_int("features");
+    e.data.synthetic.classes = static_cast<std::int32_t>(src.get_int("num_classes"));
+    e.data.synthetic.noise = src.get_double("noise");
+    e.data.synthetic.channels = src.get_int("channels");
+    e.data.synthetic.height = src.get_int("height");
+    e.data.synthetic.width = src.get_int("width");
+    e.data.synthetic.max_shift = src.get_int("max_shift");
+    e.data.synthetic.seed = e.run.seed;
+    if (e.data.synthetic.kind == "images" &&
+        2 * e.data.synthetic.max_shift >= std::min(e.data.synthetic.height, e.data.synthetic.width))
+      src.fail("max_shift",
+               "must be below min(height, width) / 2 = " +
+                   std::to_string(std::min(e.data.synthetic.height, e.data.synthetic.width)) +
+                   " / 2, found " + std::to_string(e.data.synthetic.max_shift),
+               "a shift must leave most of the template inside the image");
+  } else if (e.data.source == "npy") {
+    e.data.features_path = resolve_path(config, r, "features");
+    e.data.labels_path = resolve_path(config, r, "labels");
+  } else if (e.data.source == "idx") {
+    e.data.images_path = resolve_path(config, r, "images");
+    e.data.labels_path = resolve_path(config, r, "labels");
+  } else if (e.data.source == "cifar10") {
+    read_cifar10(config, r, e);
+  } else {
+    read_token_source(config, r, e);
+  }
+  e.core_sections.push_back(section_of("data", {{"source", e.data.source}}, common));
+  ResolvedSection s = section_of("data." + e.data.source, {}, src);
+  // Paths as the run uses them (absolute); text's file lists as TOML arrays.
+  std::vector<std::pair<std::string, sdk::OptionValue>> values;
+  for (auto& [k, v] : s.values) {
+    if (!is_path_option(e.data.source, k) || src.get_string(k).empty()) {
+      values.emplace_back(k, v);
+    } else if (is_path_list_option(e.data.source, k)) {
+      s.raw_values.emplace_back(k, toml_list(path_list(config, r, k)));
+    } else {
+      values.emplace_back(k, resolve_path(config, r, k).string());
+    }
+  }
+  s.values = std::move(values);
+  e.core_sections.push_back(s);
+  read_normalize(config, e);
+  read_augment(config, e);
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,321 @@
+#include "mixtrain/core/config/host_schemas.h"
+
+#include "graph/ops/op_registry.h"
+
+#include <stdexcept>
+
+namespace mixtrain::core {
+
+using sdk::OptionSpec;
+using sdk::OptionType;
+
+namespace {
+// GEMM dimensions are 32-bit in BLAS and cuBLAS, and labels are int32: a width, a batch or a
+// class count past this cannot run, and its element counts could overflow before allocation.
+constexpr double kMaxDim = 2147483647.0;
+// The schedule's floor is a learning rate too: the optimizers cap theirs at 10.
+constexpr double kMaxLr = 10.0;
+}  // namespace
+
+sdk::OptionSchema run_schema() {
+  return {
+      OptionSpec::string("name", "mixtrain", "run name, used in logs and the default run folder"),
+      OptionSpec::integer("seed", 0, "seed for data, initialisation and shuffling").at_least(0),
+      // The optimizers' step counters stop at INT64_MAX - 1 (AdamW's bias correction uses
+      // step + 1); more steps than that would fail the counter check on resume.
+      OptionSpec::integer("steps", 1000, "optimizer steps to run (skipped steps count)")
+          .at_least(1)
+          .at_most(9.2e18),
+      OptionSpec::integer("log_every", 10, "steps between metric records").at_least(1),
+      OptionSpec::integer("eval_every", 0, "steps between evaluations; 0 = at the end only")
+          .at_least(0),
+      OptionSpec::string("on_nonfinite", "skip",
+                         "non-finite loss with no scaler to absorb it: skip the step or stop")
+          .one_of({"skip", "stop"}),
+      OptionSpec::string("dir", "",
+                         "run folder when --run-dir is not given (relative to this file, or to the "
+                         "current folder from --set); default runs/<name> in the current folder"),
+      OptionSpec::integer("underflow_every", 100,
+                          "steps between per-layer gradient-underflow reports (16/8-bit "
+                          "gradient policies); 0 = never")
+          .at_least(0),
+      // Bounded so that steps x accumulate batches stay countable by the sampler.
+      OptionSpec::integer("accumulate", 1,
+                          "micro-batches of data.batch_size rows per optimizer step (gradient "
+                          "accumulation); the effective batch is accumulate x batch_size")
+          .at_least(1)
+          .at_most(1048576),
+  };
+}
+
+sdk::OptionSchema ema_schema() {
+  return {
+      OptionSpec::number("decay", 0.0,
+                         "EMA of the FP32 master weights after every applied step: ema = decay * "
+                         "ema + (1 - decay) * master; 0 = no EMA")
+          .at_least(0.0)
+          .at_most(1.0),
+  };
+}
+
+sdk::OptionSchema eval_schema() {
+  return {
+      OptionSpec::string("weights", "master",
+                         "weights evaluation runs with: the master weights, or their EMA ([ema])")
+          .one_of({"master", "ema"}),
+  };
+}
+
+sdk::OptionSchema data_common_schema() {
+  return {
+      OptionSpec::integer("batch_size", 128, "training rows per step").at_least(1).at_most(kMaxDim),
+      OptionSpec::integer("eval_batch_size", 0, "rows per evaluation batch; 0 = batch_size")
+          .at_least(0)
+          .at_most(kMaxDim),
+      OptionSpec::boolean("shuffle", true, "reshuffle the training rows every epoch (seeded)"),
+      OptionSpec::number("eval_fraction", 0.1,
+                         "share of rows held out for evaluation (tokens, text: of the tokens, "
+                         "from the end)")
+          .at_least(0.0)
+          .at_most(0.9),
+      OptionSpec::integer("classes", 0,
+                          "number of classes; 0 = max label + 1 (tables; token sources take "
+                          "vocab_size)")
+          .at_least(0)
+          .at_most(kMaxDim),
+  };
+}
+
+sdk::OptionSchema data_source_schema(const std::string& source) {
+  if (source == "synthetic")
+    return {
+        OptionSpec::string("kind", "clusters",
+                           "synthetic task: clusters (Gaussian blobs), teacher (random-MLP "
+                           "labels), images (shifted stroke templates, [channels, height, width])")
+            .one_of({"clusters", "teacher", "images"}),
+        OptionSpec::integer("rows", 8192, "rows generated (train + eval)").at_least(2),
+        OptionSpec::integer("features", 32, "input features (clusters, teacher; images: C·H·W)")
+            .at_least(1)
+            .at_most(kMaxDim),
+        OptionSpec::integer("num_classes", 10, "classes generated").at_least(2).at_most(kMaxDim),
+        OptionSpec::number("noise", 1.0,
+                           "noise standard deviation (images: per pixel, templates in [0, 1]; "
+                           "0.5 is a good start)")
+            .at_least(0.0),
+        OptionSpec::integer("channels", 1, "images: channels C").at_least(1).at_most(4096),
+        OptionSpec::integer("height", 16, "images: height H").at_least(4).at_most(4096),
+        OptionSpec::integer("width", 16, "images: width W").at_least(4).at_most(4096),
+        OptionSpec::integer("max_shift", 3,
+                            "images: a sample's template moves by up to this many pixels in each "
+                            "direction; below min(height, width) / 2")
+            .at_least(0)
+            .at_most(2047),
+    };
+  if (source == "npy")
+    return {
+        OptionSpec::required("features", OptionType::string, ".npy of float32 [N, D] features"),
+        OptionSpec::required("labels", OptionType::string, ".npy of integer [N] labels"),
+    };
+  if (source == "idx")
+    return {
+        OptionSpec::required("images", OptionType::string, "IDX u8 image file (MNIST format)"),
+        OptionSpec::required("labels", OptionType::string, "IDX u8 label file (MNIST format)"),
+    };
+  if (source == "cifar10")
+    return {
+        OptionSpec::string(
+            "path", "",
+            "folder of the CIFAR-10 binary batches: trains on the data_batch_1..5.bin "
+            "present, evaluates on test_batch.bin"),
+        OptionSpec::string("train", "",
+                           "CIFAR-10 binary batch file(s) to train on, a string or a list; "
+                           "overrides path's training batches"),
+        OptionSpec::string("eval", "",
+                           "held-out batch file(s), a string or a list; overrides path's "
+                           "test_batch.bin; with neither, eval_fraction of the training records"),
+    };
+  // Token sources: rows are windows of block_size + 1 tokens (inputs and next-token targets).
+  auto block_size = OptionSpec::required("block_size", OptionType::integer,
+                                         "tokens of context per window (T); a window predicts T "
+                                         "next tokens")
+                        .at_least(1)
+                        .at_most(kMaxDim);
+  if (source == "tokens")
+    return {
+        OptionSpec::required(
+            "train", OptionType::string,
+            "llm.c token file (.bin: 256 int32 header, uint16 tokens) to train on"),
+        OptionSpec::string("eval", "",
+                           "llm.c token file held out for evaluation; \"\" = the last "
+                           "eval_fraction of the train tokens"),
+        block_size,
+        OptionSpec::required("vocab_size", OptionType::integer,
+                             "vocabulary size V, every token below it (GPT-2: 50257; more pads "
+                             "the output layer)")
+            .at_least(1)
+            .at_most(kMaxDim),
+    };
+  if (source != "text") throw std::invalid_argument("data_source_schema: unknown source " + source);
+  return {
+      OptionSpec::required("path", OptionType::string,
+                           "text file, or a list of files read one after another; every byte is "
+                           "a token"),
+      OptionSpec::string("eval", "",
+                         "held-out text file(s), a string or a list; \"\" = the last "
+                         "eval_fraction of the text"),
+      block_size,
+      OptionSpec::integer("vocab_size", 256,
+                          "vocabulary size: bytes are 0..255, a larger value pads the output "
+                          "layer")
+          .at_least(256)
+          .at_most(kMaxDim),
+  };
+}
+
+sdk::OptionSchema data_normalize_schema() {
+  return {
+      OptionSpec::string("mean", "",
+                         "per-channel means, a list of numbers (one per channel) subtracted "
+                         "from the [0, 1] pixels"),
+      OptionSpec::string("std", "",
+                         "per-channel standard deviations (> 0), one per channel, dividing "
+                         "after the mean"),
+      OptionSpec::boolean("from_training", false,
+                          "compute mean and std per channel from the training split (instead "
+                          "of mean / std)"),
+  };
+}
+
+sdk::OptionSchema data_augment_schema() {
+  return {
+      OptionSpec::integer("crop_padding", 0,
+                          "random crop: pad each side by this many black pixels, take a random "
+                          "H x W window; 0 = off")
+          .at_least(0)
+          .at_most(4096),
+      OptionSpec::boolean("horizontal_flip", false, "mirror left-right with probability 1/2"),
+  };
+}
+
+sdk::OptionSchema schedule_schema() {
+  return {
+      OptionSpec::string("schedule", "constant", "learning-rate schedule")
+          .one_of({"constant", "warmup_cosine"}),
+      OptionSpec::integer("warmup_steps", 0, "linear warm-up steps (warmup_cosine)").at_least(0),
+      OptionSpec::number("min_lr", 0.0, "learning rate at the end of the cosine")
+          .at_least(0.0)
+          .at_most(kMaxLr),
+      OptionSpec::number("clip_grad_norm", 0.0,
+                         "clip the global L2 norm of unscaled gradients; 0 = off")
+          .at_least(0.0),
+  };
+}
+
+sdk::OptionSchema checkpoint_core_schema() {
+  return {
+      OptionSpec::integer("every", 0, "steps between checkpoints; 0 = only the final one")
+          .at_least(0),
+      OptionSpec::integer("keep", 3, "how many recent checkpoints to keep").at_least(1),
+      OptionSpec::string("init_from", "", "checkpoint whose weights initialise the model"),
+      OptionSpec::string("init_layout", "native",
+                         "how init_from stores the weights: native (mixtrain's names and [out, in] "
+                         "linears) or gpt2 (a Hugging Face GPT-2 state dict, Conv1D [in, out])")
+          .one_of({"native", "gpt2"}),
+  };
+}
+
+sdk::OptionSchema layer_schema(const std::string& type) {
+  sdk::OptionSchema s = {OptionSpec::string("name", "", "unique layer name")};
+  if (const OpDefinition* op = find_op(type); op != nullptr && op->schema != nullptr)
+    for (auto& spec : op->schema()) s.push_back(std::move(spec));
+  return s;
+}
+
+// "" means "not overridden"; the resolved config writes it back, so it must parse again.
+sdk::OptionSchema precision_override_schema() {
+  const std::vector<std::string> dtypes = {"",     "fp32",     "tf32",    "fp16",
+                                           "bf16", "fp8_e4m3", "fp8_e5m2"};
+  return {
+      OptionSpec::required("layers", OptionType::string, "layer name or glob (\"fc*\")"),
+      OptionSpec::string("compute", "", "sets weight, gemm_input, activation and activation_grad")
+          .one_of(dtypes),
+      OptionSpec::string("weight", "", "working weight dtype").one_of(dtypes),
+      OptionSpec::string("gemm_input", "", "GEMM operand dtype").one_of(dtypes),
+      OptionSpec::string("activation", "", "activation storage dtype").one_of(dtypes),
+      OptionSpec::string("activation_grad", "", "activation-gradient dtype").one_of(dtypes),
+  };
+}
+
+const std::vector<std::string>& data_sources() {
+  static const std::vector<std::string> sources = {"synthetic", "npy",    "idx",
+                                                   "cifar10",   "tokens", "text"};
+  return sources;
+}
+
+bool is_path_option(const std::string& source, const std::string& key) {
+  if (source == "npy") return key == "features" || key == "labels";
+  if (source == "idx") return key == "images" || key == "labels";
+  if (source == "cifar10") return key == "path" || key == "train" || key == "eval";
+  if (source == "tokens") return key == "train" || key == "eval";
+  if (source == "text") return key == "path" || key == "eval";
+  return false;
+}
+
+bool is_path_list_option(const std::string& source, const std::string& key) {
+  if (source == "cifar10") return key == "train" || key == "eval";
+  return source == "text" && (key == "path" || key == "eval");
+}
+
+sdk::OptionSchema model_schema() {
+  return {OptionSpec::string("loss", "softmax_cross_entropy", "training loss")
+              .one_of({"softmax_cross_entropy"}),
+          OptionSpec::string("preset", "",
+                             "a whole architecture from a few sizes instead of layers/nodes: "
+                             "\"gpt\" (sizes in [model.gpt]) or \"resnet\" (sizes in "
+                             "[model.resnet])")
+              .one_of({"", "gpt", "resnet"}),
+          OptionSpec::boolean("fuse_epilogues", true,
+                              "run each relu/gelu that follows a linear layer as that GEMM's "
+                              "epilogue (one rounding, one pass less)")};
+}
+
+sdk::OptionSchema gpt_preset_schema() {
+  return {OptionSpec::required("n_layer", sdk::OptionType::integer, "transformer blocks")
+              .at_least(1)
+              .at_most(1024),
+          OptionSpec::required("n_head", sdk::OptionType::integer, "attention heads per block")
+              .at_least(1)
+              .at_most(1024),
+          OptionSpec::required("n_embd", sdk::OptionType::integer,
+                               "residual stream width; a multiple of n_head")
+              .at_least(1)
+              .at_most(65536),
+          OptionSpec::integer("vocab_size", 0, "token ids; 0: the data's vocab_size")
+              .at_least(0)
+              .at_most(2147483647),
+          OptionSpec::integer("block_size", 0,
+                              "positions the model learns (wpe rows); 0: the data's block_size")
+              .at_least(0)
+              .at_most(1048576),
+          OptionSpec::boolean("bias", true, "biases in the linear layers (GPT-2 has them)")};
+}
+
+sdk::OptionSchema resnet_preset_schema() {
+  // blocks and widths are integer arrays, read beside this schema.
+  return {OptionSpec::string("stem", "cifar",
+                             "\"cifar\": 3×3 conv, stride 1; \"imagenet\": 7×7 conv, stride 2, "
+                             "and a 3×3 max pool, stride 2")
+              .one_of({"cifar", "imagenet"}),
+          OptionSpec::integer("stem_width", 0, "channels of the stem conv; 0: widths[0]")
+              .at_least(0)
+              .at_most(65536),
+          OptionSpec::integer("classes", 10, "outputs of the fc head (the data's classes)")
+              .at_least(1)
+              .at_most(2147483647)};
+}
+
+const std::vector<std::string>& layer_types() {
+  return op_types();
+}
+
+}  // namespace mixtrain::core

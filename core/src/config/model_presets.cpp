@@ -1,0 +1,127 @@
+#include "config/model_presets.h"
+
+#include <cmath>
+#include <string>
+
+namespace mixtrain::core {
+
+namespace {
+
+class NodeList {
+ public:
+  NodeList(sdk::SourceLocation where, std::string table)
+      : where_(std::move(where)), table_(std::move(table)) {}
+  void add(std::string type, std::string name, std::vector<std::string> inputs,
+           std::vector<std::pair<std::string, sdk::OptionValue>> options = {}) {
+    LayerSpec l;
+    l.type = std::move(type);
+    l.name = std::move(name);
+    l.where = where_;
+    l.table = table_;
+    l.inputs = std::move(inputs);
+    for (auto& [k, v] : options) l.options.push_back({k, std::move(v), where_});
+    nodes_.push_back(std::move(l));
+  }
+  std::vector<LayerSpec> take() { return std::move(nodes_); }
+
+ private:
+  sdk::SourceLocation where_;
+  std::string table_;
+  std::vector<LayerSpec> nodes_;
+};
+
+}  // namespace
+
+std::vector<LayerSpec> gpt_preset(const GptPreset& p) {
+  using V = sdk::OptionValue;
+  const double std_init = 0.02;
+  const double std_residual = 0.02 / std::sqrt(2.0 * static_cast<double>(p.n_layer));
+  const std::int64_t c = p.n_embd;
+  NodeList nodes(p.where, "model.gpt");
+  nodes.add("embedding", "wte", {"input"},
+            {{"vocab", V{p.vocab_size}}, {"dim", V{c}}, {"init_std", V{std_init}}});
+  nodes.add("position_embedding", "wpe", {"wte"},
+            {{"positions", V{p.block_size}}, {"init_std", V{std_init}}});
+  std::string stream = "wpe";
+  for (std::int64_t i = 0; i < p.n_layer; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".";
+    auto linear = [&](const std::string& name, const std::string& in, std::int64_t out,
+                      double init) {
+      nodes.add("linear", h + name, {in},
+                {{"out", V{out}}, {"bias", V{p.bias}}, {"init_std", V{init}}});
+    };
+    nodes.add("layernorm", h + "ln_1", {stream});
+    linear("attn.c_attn", h + "ln_1", 3 * c, std_init);
+    nodes.add("attention", h + "attn", {h + "attn.c_attn"}, {{"heads", V{p.n_head}}});
+    linear("attn.c_proj", h + "attn", c, std_residual);
+    nodes.add("add", h + "residual_1", {stream, h + "attn.c_proj"});
+    nodes.add("layernorm", h + "ln_2", {h + "residual_1"});
+    linear("mlp.c_fc", h + "ln_2", 4 * c, std_init);
+    nodes.add("gelu", h + "mlp.gelu", {h + "mlp.c_fc"});
+    linear("mlp.c_proj", h + "mlp.gelu", c, std_residual);
+    nodes.add("add", h + "residual_2", {h + "residual_1", h + "mlp.c_proj"});
+    stream = h + "residual_2";
+  }
+  nodes.add("layernorm", "ln_f", {stream});
+  nodes.add(
+      "linear", "lm_head", {"ln_f"},
+      {{"out", V{p.vocab_size}}, {"bias", V{false}}, {"tie_weight", V{std::string("wte.weight")}}});
+  return nodes.take();
+}
+
+std::vector<LayerSpec> resnet_preset(const ResNetPreset& p) {
+  using V = sdk::OptionValue;
+  NodeList nodes(p.where, "model.resnet");
+  auto conv = [&](const std::string& name, const std::string& in, std::int64_t out,
+                  std::int64_t kernel, std::int64_t stride, std::int64_t padding) {
+    nodes.add("conv2d", name, {in},
+              {{"out", V{out}},
+               {"kernel", V{kernel}},
+               {"stride", V{stride}},
+               {"padding", V{padding}},
+               {"bias", V{false}},
+               {"init", V{std::string("kaiming_normal")}}});
+  };
+  const bool imagenet = p.stem == "imagenet";
+  const std::int64_t stem_width = p.stem_width > 0 ? p.stem_width : p.widths.front();
+  if (imagenet)
+    conv("conv1", "input", stem_width, 7, 2, 3);
+  else
+    conv("conv1", "input", stem_width, 3, 1, 1);
+  nodes.add("batchnorm2d", "bn1", {"conv1"});
+  nodes.add("relu", "relu", {"bn1"});
+  std::string x = "relu";
+  if (imagenet) {
+    nodes.add("maxpool2d", "maxpool", {x}, {{"kernel", V{3}}, {"stride", V{2}}, {"padding", V{1}}});
+    x = "maxpool";
+  }
+  std::int64_t channels = stem_width;
+  for (std::size_t s = 0; s < p.blocks.size(); ++s) {
+    const std::int64_t width = p.widths[s];
+    for (std::int64_t b = 0; b < p.blocks[s]; ++b) {
+      // torchvision's BasicBlock: conv3x3(stride)-bn-relu-conv3x3-bn, + shortcut, relu.
+      const std::string h = "layer" + std::to_string(s + 1) + "." + std::to_string(b) + ".";
+      const std::int64_t stride = s > 0 && b == 0 ? 2 : 1;
+      conv(h + "conv1", x, width, 3, stride, 1);
+      nodes.add("batchnorm2d", h + "bn1", {h + "conv1"});
+      nodes.add("relu", h + "relu1", {h + "bn1"});
+      conv(h + "conv2", h + "relu1", width, 3, 1, 1);
+      nodes.add("batchnorm2d", h + "bn2", {h + "conv2"});
+      std::string shortcut = x;
+      if (stride != 1 || channels != width) {
+        conv(h + "downsample.0", x, width, 1, stride, 0);
+        nodes.add("batchnorm2d", h + "downsample.1", {h + "downsample.0"});
+        shortcut = h + "downsample.1";
+      }
+      nodes.add("add", h + "add", {h + "bn2", shortcut});
+      nodes.add("relu", h + "relu2", {h + "add"});
+      x = h + "relu2";
+      channels = width;
+    }
+  }
+  nodes.add("global_avgpool", "avgpool", {x});
+  nodes.add("linear", "fc", {"avgpool"}, {{"out", V{p.classes}}});
+  return nodes.take();
+}
+
+}  // namespace mixtrain::core

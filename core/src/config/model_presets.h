@@ -1,0 +1,51 @@
+// Model presets: a whole architecture from a few sizes, expanded into the model's op nodes.
+//
+// Contract
+// - gpt_preset(): a GPT-2-style decoder ([model] preset = "gpt", sizes in [model.gpt]) as graph
+//   nodes named exactly as Hugging Face GPT-2's modules, so parameter names need no mapping:
+//   wte, wpe, h.<i>.ln_1, h.<i>.attn.c_attn, h.<i>.attn, h.<i>.attn.c_proj, h.<i>.ln_2,
+//   h.<i>.mlp.c_fc, h.<i>.mlp.gelu, h.<i>.mlp.c_proj, ln_f, and lm_head (no bias, tied to
+//   wte.weight). Pre-LN blocks with residual adds (h.<i>.residual_1/2); GELU (tanh); init as
+//   GPT-2: N(0, 0.02²), the residual projections N(0, (0.02/√(2·n_layer))²), biases 0.
+// - Every node carries `where` (the [model.gpt] table) and `table` ("model.gpt"), so plan-time
+//   errors point there.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/graph/model.h"
+
+namespace mixtrain::core {
+
+struct GptPreset {
+  std::int64_t n_layer = 0, n_head = 0, n_embd = 0;
+  std::int64_t vocab_size = 0;
+  std::int64_t block_size = 0;  // positions of wpe; 0: the data's block_size
+  bool bias = true;
+  sdk::SourceLocation where;
+};
+
+std::vector<LayerSpec> gpt_preset(const GptPreset& preset);
+
+// - resnet_preset(): a ResNet of torchvision's BasicBlocks ([model] preset = "resnet", sizes in
+//   [model.resnet]), nodes named as torchvision's modules so parameter and buffer names need no
+//   mapping: conv1, bn1, relu, (maxpool), layer<s>.<b>.{conv1, bn1, relu1, conv2, bn2, add,
+//   relu2}, layer<s>.<b>.downsample.{0, 1} (a 1×1 conv + BN shortcut where the stride or width
+//   changes: "option B"), avgpool (global), fc. Stage s > 1 starts with stride 2. Convolutions
+//   have no bias and torchvision's init (kaiming normal, fan_out).
+//   stem "cifar": 3×3 conv, stride 1 (ResNet-20/56 on 32×32); "imagenet": 7×7 conv, stride 2,
+//   then a 3×3 max pool, stride 2 (ResNet-18/34).
+struct ResNetPreset {
+  std::vector<std::int64_t> blocks;  // basic blocks per stage
+  std::vector<std::int64_t> widths;  // channels per stage
+  std::string stem = "cifar";
+  std::int64_t stem_width = 0;  // 0: widths[0]
+  std::int64_t classes = 10;
+  sdk::SourceLocation where;
+};
+
+std::vector<LayerSpec> resnet_preset(const ResNetPreset& preset);
+
+}  // namespace mixtrain::core

@@ -1,0 +1,466 @@
+#include "config/model_section.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "config/model_presets.h"
+#include "config/reading.h"
+#include "graph/ops/op_registry.h"
+#include "mixtrain/core/config/host_schemas.h"
+
+namespace mixtrain::core {
+
+namespace {
+
+const std::vector<std::string> kArrayKeys = {"inputs", "shape"};
+
+// One entry of a node list (the model's or a block's), before blocks are expanded.
+struct RawNode {
+  std::string table;   // "model.nodes[3]", for messages
+  std::string dotted;  // "model.nodes.3", for Config lookups
+  sdk::SourceLocation where;
+  std::vector<sdk::RawOption> options;  // the op's keys, with type and name
+  std::string type, name, block;
+  std::vector<std::string> inputs;
+  std::vector<std::int64_t> shape;
+  std::int64_t repeat = 1;
+  sdk::SourceLocation repeat_where;
+  std::map<std::string, std::vector<sdk::RawOption>> set;  // block node -> options it changes
+  sdk::SourceLocation set_where;
+};
+
+struct BlockDef {
+  std::string name;
+  sdk::SourceLocation where;
+  std::vector<std::string> inputs;
+  std::string output;  // a node of the block
+  std::vector<RawNode> nodes;
+};
+
+std::string toml_list(const std::vector<std::string>& items) {
+  std::string text = "[";
+  for (std::size_t k = 0; k < items.size(); ++k)
+    text += (k ? ", " : "") + sdk::option_value_to_string(items[k]);
+  return text + "]";
+}
+
+std::string toml_list(const std::vector<std::int64_t>& items) {
+  std::string text = "[";
+  for (std::size_t k = 0; k < items.size(); ++k) text += (k ? ", " : "") + std::to_string(items[k]);
+  return text + "]";
+}
+
+// Reads one entry: the block keys (block, repeat, set) apart from the op's.
+RawNode read_node(const Config& config, const TableEntry& entry, const std::string& list,
+                  std::size_t i) {
+  RawNode n;
+  n.table = list + "[" + std::to_string(i) + "]";
+  n.dotted = list + "." + std::to_string(i);
+  n.where = entry.where;
+  n.block = string_key(entry.options, "block", "", n.table);
+  for (const auto& r : entry.options) {
+    if (r.key == "block") continue;
+    if (r.key == "repeat") {
+      const auto* v = std::get_if<std::int64_t>(&r.value);
+      if (v == nullptr) throw sdk::ConfigError(r.where, n.table + ".repeat", "expected an integer");
+      n.repeat = *v;
+      n.repeat_where = r.where;
+      continue;
+    }
+    n.options.push_back(r);
+  }
+  n.type = string_key(n.options, "type", "", n.table);
+  n.name = string_key(n.options, "name", "", n.table);
+  n.inputs = config.string_array(n.dotted + ".inputs");
+  n.shape = config.integer_array(n.dotted + ".shape");
+  if (n.block.empty()) {
+    reject_nested(config, n.dotted);
+    if (!n.repeat_where.file.empty())
+      throw sdk::ConfigError(n.repeat_where, n.table + ".repeat",
+                             "repeat belongs to a block instance",
+                             "write block = \"<block>\" beside it, or drop repeat");
+    return n;
+  }
+  reject_nested(config, n.dotted, {"set"});
+  if (!n.type.empty())
+    throw sdk::ConfigError(key_location(n.options, "type", n.where), n.table + ".type",
+                           "a block instance has no type of its own (block = \"" + n.block + "\")",
+                           "drop type; the block's nodes have theirs");
+  if (n.repeat < 1)
+    throw sdk::ConfigError(
+        n.repeat_where, n.table + ".repeat",
+        "block '" + n.block + "' is repeated " + std::to_string(n.repeat) + " times",
+        "repeat is at least 1; remove the node to leave the block out");
+  for (const auto& r : n.options)
+    if (r.key != "name")
+      throw sdk::ConfigError(r.where, n.table + "." + r.key,
+                             "unknown key '" + r.key + "' for a block instance",
+                             "a block instance takes name, block, inputs, repeat and set = { "
+                             "<node> = { <option> = value } }");
+  const std::string set = n.dotted + ".set";
+  if (config.has_table(set)) {
+    n.set_where = config.location(set);
+    if (!config.table_options(set).empty())
+      throw sdk::ConfigError(n.set_where, n.table + ".set", "set maps block nodes to options",
+                             "set = { fc1 = { out = 128 } }");
+    for (const auto& node : config.nested_keys(set)) {
+      reject_nested(config, set + "." + node);
+      n.set[node] = config.table_options(set + "." + node);
+    }
+  }
+  return n;
+}
+
+std::map<std::string, BlockDef> read_blocks(const Config& config) {
+  std::map<std::string, BlockDef> blocks;
+  if (!config.has_table("model.blocks")) return blocks;
+  if (!config.table_options("model.blocks").empty())
+    throw sdk::ConfigError(config.location("model.blocks"), "model.blocks",
+                           "model.blocks holds one table per block",
+                           "[model.blocks.residual] inputs = [\"x\"], nodes = [...]");
+  for (const auto& name : config.nested_keys("model.blocks")) {
+    const std::string table = "model.blocks." + name;
+    reject_nested(config, table, {"nodes"});
+    BlockDef b;
+    b.name = name;
+    b.where = config.location(table);
+    const auto raw = config.table_options(table, kArrayKeys);
+    auto o =
+        sdk::Options::resolve(table,
+                              {sdk::OptionSpec::string("output", "",
+                                                       "the node whose output the block returns "
+                                                       "(default: its last node)")},
+                              raw, b.where, {});
+    b.inputs = config.string_array(table + ".inputs");
+    if (b.inputs.empty())
+      throw sdk::ConfigError(b.where, table + ".inputs", "block '" + name + "' has no inputs",
+                             "name what its nodes read: inputs = [\"x\"]");
+    const auto entries = config.table_array(table + ".nodes", kArrayKeys);
+    if (entries.empty())
+      throw sdk::ConfigError(b.where, table + ".nodes", "block '" + name + "' has no nodes",
+                             "nodes = [ { name = \"fc\", type = \"linear\", inputs = [\"x\"], "
+                             "out = 64 } ]");
+    std::set<std::string> names(b.inputs.begin(), b.inputs.end());
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      RawNode n = read_node(config, entries[i], table + ".nodes", i);
+      if (n.name.empty() || n.name.find('.') != std::string::npos)
+        throw sdk::ConfigError(n.where, n.table + ".name",
+                               n.name.empty() ? "a block node needs a name"
+                                              : "block node name '" + n.name + "' has a '.'",
+                               "instances name it <instance>.<node>: name = \"fc1\"");
+      if (n.inputs.empty())
+        throw sdk::ConfigError(n.where, n.table + ".inputs", "a node needs its inputs",
+                               "block nodes read the block's inputs (" + join_names(b.inputs) +
+                                   ") or its other nodes");
+      if (!names.insert(n.name).second)
+        throw sdk::ConfigError(n.where, n.table + ".name",
+                               "name '" + n.name + "' is used twice in block '" + name + "'",
+                               "names in a block are unique, its inputs included");
+      b.nodes.push_back(std::move(n));
+    }
+    b.output = o.get_string("output");
+    if (b.output.empty()) b.output = b.nodes.back().name;
+    const bool known = std::any_of(b.nodes.begin(), b.nodes.end(),
+                                   [&](const RawNode& n) { return n.name == b.output; });
+    if (!known)
+      throw sdk::ConfigError(o.where("output"), table + ".output",
+                             "block '" + name + "' has no node '" + b.output + "'",
+                             "output names one of the block's nodes");
+    blocks.emplace(name, std::move(b));
+  }
+  return blocks;
+}
+
+// Expands block instances into op nodes with global names; inputs are resolved at the end, when
+// every instance's output is known (graph nodes may read nodes declared after them).
+class ModelExpansion {
+ public:
+  explicit ModelExpansion(const std::map<std::string, BlockDef>& blocks) : blocks_(blocks) {}
+
+  // `input_of` maps a name the node reads to its global name; `prefix` is prepended to its own.
+  void add(const RawNode& n, const std::string& prefix,
+           const std::function<std::string(const std::string&)>& input_of,
+           const std::vector<sdk::RawOption>* changes) {
+    std::vector<std::string> inputs;
+    for (const auto& in : n.inputs) inputs.push_back(input_of(in));
+    const std::string global = prefix + n.name;
+    if (n.block.empty()) {
+      LayerSpec l;
+      l.type = n.type;
+      l.name = global;
+      l.where = n.where;
+      l.inputs = std::move(inputs);
+      l.shape = n.shape;
+      l.options = n.options;
+      if (changes != nullptr)
+        for (const auto& c : *changes) {
+          auto it = std::find_if(l.options.begin(), l.options.end(),
+                                 [&](const sdk::RawOption& r) { return r.key == c.key; });
+          if (it != l.options.end())
+            *it = c;
+          else
+            l.options.push_back(c);
+        }
+      l.table = n.table;
+      nodes_.push_back(std::move(l));
+      return;
+    }
+    const auto found = blocks_.find(n.block);
+    if (found == blocks_.end()) {
+      std::vector<std::string> names;
+      for (const auto& [name, b] : blocks_) names.push_back(name);
+      const auto near = sdk::closest_match(n.block, names);
+      throw sdk::ConfigError(key_location(n.options, "block", n.where), n.table + ".block",
+                             "unknown block '" + n.block + "'",
+                             (near.empty() ? "" : "did you mean '" + near + "'? ") +
+                                 (names.empty() ? "define it as [model.blocks." + n.block + "]"
+                                                : "blocks: " + join_names(names)));
+    }
+    const BlockDef& b = found->second;
+    if (std::find(stack_.begin(), stack_.end(), b.name) != stack_.end())
+      throw sdk::ConfigError(
+          n.where, n.table + ".block",
+          "block '" + b.name + "' uses itself (" + join_names(stack_) + ", " + b.name + ")",
+          "a block cannot contain an instance of itself");
+    if (inputs.size() != b.inputs.size())
+      throw sdk::ConfigError(n.where, n.table + ".inputs",
+                             "block '" + b.name + "' takes " + std::to_string(b.inputs.size()) +
+                                 " inputs (" + join_names(b.inputs) + "), got " +
+                                 std::to_string(inputs.size()),
+                             "give the instance inputs = [...] in the block's order");
+    if (n.repeat > 1 && b.inputs.size() != 1)
+      throw sdk::ConfigError(n.repeat_where, n.table + ".repeat",
+                             "block '" + b.name + "' has " + std::to_string(b.inputs.size()) +
+                                 " inputs; a repeated block has one (each repetition reads the "
+                                 "one before)",
+                             "instantiate it once per use instead");
+    std::vector<std::string> block_nodes;
+    for (const auto& m : b.nodes) block_nodes.push_back(m.name);
+    for (const auto& change : n.set) {
+      const std::string& node = change.first;  // not a structured binding: clang 14 lambdas
+      if (std::find(block_nodes.begin(), block_nodes.end(), node) == block_nodes.end())
+        throw sdk::ConfigError(n.set_where, n.table + ".set." + node,
+                               "block '" + b.name + "' has no node '" + node + "'",
+                               "its nodes: " + join_names(block_nodes));
+    }
+    stack_.push_back(b.name);
+    std::vector<std::string> actual = inputs;
+    std::string output;
+    for (std::int64_t r = 0; r < n.repeat; ++r) {
+      const std::string inner = global + "." + (n.repeat > 1 ? std::to_string(r) + "." : "");
+      auto inner_input = [&](const std::string& name) {
+        for (std::size_t k = 0; k < b.inputs.size(); ++k)
+          if (b.inputs[k] == name) return actual[k];
+        return inner + name;  // a node of this repetition (checked when the graph is built)
+      };
+      for (const auto& m : b.nodes) {
+        const auto change = n.set.find(m.name);
+        add(m, inner, inner_input, change == n.set.end() ? nullptr : &change->second);
+      }
+      output = inner + b.output;
+      actual = {output};
+    }
+    stack_.pop_back();
+    aliases_[global] = output;
+  }
+
+  // The expanded nodes, inputs naming instances replaced by the instances' outputs.
+  std::vector<LayerSpec> finish() {
+    for (auto& l : nodes_)
+      for (auto& in : l.inputs)
+        for (auto it = aliases_.find(in); it != aliases_.end(); it = aliases_.find(in))
+          in = it->second;
+    return std::move(nodes_);
+  }
+
+ private:
+  const std::map<std::string, BlockDef>& blocks_;
+  std::vector<LayerSpec> nodes_;
+  std::map<std::string, std::string> aliases_;  // instance -> its output node
+  std::vector<std::string> stack_;              // blocks being expanded
+};
+
+}  // namespace
+
+namespace {
+
+// A preset builds every node: its table has no nested tables, and the model no layers/nodes list.
+void reject_preset_with_nodes(const Config& config, const std::string& preset) {
+  reject_nested(config, "model." + preset);
+  for (const char* list : {"model.layers", "model.nodes"})
+    if (!config.table_array(list, kArrayKeys).empty())
+      throw sdk::ConfigError(
+          config.location(list), list,
+          "the model has both preset = \"" + preset + "\" and " + std::string(list),
+          "remove one: the preset builds every node");
+}
+
+// [model] preset = "gpt": the nodes come from [model.gpt]; the resolved config keeps the preset.
+void read_gpt_preset(const Config& config, Experiment& e, const sdk::Options& model) {
+  reject_preset_with_nodes(config, "gpt");
+  const auto raw = config.table_options("model.gpt");
+  const sdk::SourceLocation where = raw.empty() ? e.model.where : config.location("model.gpt");
+  const auto o = sdk::Options::resolve("model.gpt", gpt_preset_schema(), raw, where, {});
+  GptPreset p;
+  p.n_layer = o.get_int("n_layer");
+  p.n_head = o.get_int("n_head");
+  p.n_embd = o.get_int("n_embd");
+  p.vocab_size = o.get_int("vocab_size");
+  p.block_size = o.get_int("block_size");
+  p.bias = o.get_bool("bias");
+  p.where = where;
+  if (p.n_embd % p.n_head != 0)
+    throw sdk::ConfigError(o.where("n_head"), "model.gpt.n_head",
+                           "n_embd = " + std::to_string(p.n_embd) +
+                               " is not divisible by n_head = " + std::to_string(p.n_head),
+                           "choose n_head so that it divides n_embd (each head is n_embd / n_head "
+                           "wide)");
+  if (p.vocab_size == 0) p.vocab_size = e.data.vocab_size;
+  if (p.vocab_size <= 0)
+    throw sdk::ConfigError(where, "model.gpt.vocab_size",
+                           "the gpt preset needs a vocabulary size and the data gives none",
+                           "use a token data source (data.source = \"tokens\" or \"text\") or set "
+                           "vocab_size in [model.gpt]");
+  e.model.layers = gpt_preset(p);
+  e.model.graph = true;
+  e.core_sections.push_back(section_of("model", {}, model));
+  e.core_sections.push_back(section_of("model.gpt", {}, o));
+}
+
+// [model] preset = "resnet": the nodes come from [model.resnet].
+void read_resnet_preset(const Config& config, Experiment& e, const sdk::Options& model) {
+  reject_preset_with_nodes(config, "resnet");
+  const std::vector<std::string> arrays = {"blocks", "widths"};
+  const auto raw = config.table_options("model.resnet", arrays);
+  const sdk::SourceLocation where = config.is_array("model.resnet.blocks") || !raw.empty()
+                                        ? config.location("model.resnet")
+                                        : e.model.where;
+  const auto o = sdk::Options::resolve("model.resnet", resnet_preset_schema(), raw, where, {});
+  ResNetPreset p;
+  p.blocks = config.integer_array("model.resnet.blocks");
+  p.widths = config.integer_array("model.resnet.widths");
+  p.stem = o.get_string("stem");
+  p.stem_width = o.get_int("stem_width");
+  p.classes = o.get_int("classes");
+  p.where = where;
+  const std::string example =
+      "e.g. ResNet-20: blocks = [3, 3, 3], widths = [16, 32, 64]; ResNet-18: blocks = [2, 2, 2, "
+      "2], widths = [64, 128, 256, 512], stem = \"imagenet\"";
+  for (const char* key : {"blocks", "widths"}) {
+    const std::string dotted = "model.resnet." + std::string(key);
+    const auto& v = std::string(key) == "blocks" ? p.blocks : p.widths;
+    const sdk::SourceLocation at = config.location(dotted);
+    if (v.empty())
+      throw sdk::ConfigError(
+          config.is_array(dotted) ? at : where, dotted,
+          "the resnet preset needs " + std::string(key) + " (one entry per stage)", example);
+    for (std::int64_t x : v)
+      if (x < 1 || x > 65536)
+        throw sdk::ConfigError(
+            at, dotted,
+            std::string(key) + " entries must be in [1, 65536], got " + std::to_string(x), example);
+  }
+  if (p.blocks.size() != p.widths.size())
+    throw sdk::ConfigError(config.location("model.resnet.widths"), "model.resnet.widths",
+                           "blocks has " + std::to_string(p.blocks.size()) +
+                               " stages but widths has " + std::to_string(p.widths.size()),
+                           "give one width per stage: " + example);
+  e.model.layers = resnet_preset(p);
+  e.model.graph = true;
+  e.core_sections.push_back(section_of("model", {}, model));
+  ResolvedSection s = section_of("model.resnet", {}, o);
+  s.raw_values.emplace_back("blocks", toml_list(p.blocks));
+  s.raw_values.emplace_back("widths", toml_list(p.widths));
+  e.core_sections.push_back(s);
+}
+
+}  // namespace
+
+void read_model_config(const Config& config, Experiment& e) {
+  reject_nested(config, "model", {"layers", "nodes", "blocks", "gpt", "resnet"});
+  // The sequential form (`layers`, each reads the one before) or the graph form (`nodes`, each
+  // names its inputs); a node's inputs and a reshape's shape are arrays.
+  auto node_entries = config.table_array("model.nodes", kArrayKeys);
+  auto sequential = config.table_array("model.layers", kArrayKeys);
+  const bool graph_form = !node_entries.empty();
+  if (graph_form && !sequential.empty())
+    throw sdk::ConfigError(config.location("model.nodes"), "model.nodes",
+                           "the model has both layers and nodes",
+                           "write the model as one list: layers (each reads the one before) or "
+                           "nodes (each names its inputs)");
+  const std::string layer_list = graph_form ? "model.nodes" : "model.layers";
+  const auto entries = graph_form ? std::move(node_entries) : std::move(sequential);
+
+  // layers is read as an array of tables; an empty one (layers = []) is no table array to TOML,
+  // so it is skipped here and reported below as a model without layers.
+  auto raw = config.table_options("model", {"layers", "nodes", "blocks"});
+  e.model.where = config.location("model");
+  auto model = sdk::Options::resolve("model", model_schema(), raw, e.model.where, {});
+  e.model.loss = model.get_string("loss");
+  e.model.fuse_epilogues = model.get_bool("fuse_epilogues");
+  if (model.get_string("preset") == "gpt") return read_gpt_preset(config, e, model);
+  if (model.get_string("preset") == "resnet") return read_resnet_preset(config, e, model);
+  std::vector<RawNode> nodes;
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    nodes.push_back(read_node(config, entries[i], layer_list, i));
+  const auto blocks = read_blocks(config);
+  if (nodes.empty())
+    throw sdk::ConfigError(e.model.where, layer_list, "the model has no layers",
+                           "add layers = [ { type = \"linear\", out = 64 }, { type = \"relu\" }, "
+                           "{ type = \"linear\", out = 10 } ]");
+  e.core_sections.push_back(section_of("model", {}, model));
+
+  // Unnamed layers are numbered per type, in order (relu1, relu2, ...), skipping names the
+  // config gives explicitly, so the names in logs and checkpoints read as a sequence.
+  std::set<std::string> explicit_names;
+  for (const auto& n : nodes)
+    if (!n.name.empty()) explicit_names.insert(n.name);
+  std::map<std::string, int> unnamed_count;
+  const bool uses_blocks =
+      std::any_of(nodes.begin(), nodes.end(), [](const RawNode& n) { return !n.block.empty(); });
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    RawNode& n = nodes[i];
+    if (!graph_form && !n.inputs.empty())
+      throw sdk::ConfigError(config.location(n.dotted + ".inputs"), n.table + ".inputs",
+                             "a layer of model.layers reads the layer before it",
+                             "write the model as [[model.nodes]] to name each node's inputs");
+    if (graph_form && n.inputs.empty())
+      throw sdk::ConfigError(n.where, n.table + ".inputs", "a node needs its inputs",
+                             "inputs = [\"input\"] reads the batch; inputs = [\"fc1\"] a node");
+    if (graph_form && n.name.empty())
+      throw sdk::ConfigError(n.where, n.table + ".name", "a node needs a name",
+                             "other nodes name it in their inputs: name = \"fc1\"");
+    const std::string kind = n.block.empty() ? n.type : n.block;
+    while (n.name.empty()) {
+      auto candidate = kind + std::to_string(++unnamed_count[kind]);
+      if (explicit_names.count(candidate) == 0) n.name = std::move(candidate);
+    }
+    // The sequential form with blocks becomes a graph: each entry reads the one before.
+    if (!graph_form && uses_blocks)
+      n.inputs = {i == 0 ? std::string(kGraphInput) : nodes[i - 1].name};
+  }
+
+  ModelExpansion expansion(blocks);
+  for (const auto& n : nodes)
+    expansion.add(
+        n, "", [](const std::string& in) { return in; }, nullptr);
+  e.model.layers = expansion.finish();
+  e.model.graph = graph_form || uses_blocks;
+  const std::string out_list = e.model.graph ? "model.nodes" : "model.layers";
+
+  for (const LayerSpec& l : e.model.layers) {
+    require_op(l, l.table, blocks.empty() ? "" : "; or block = \"<block>\" for an instance");
+    auto o = sdk::Options::resolve(l.table, layer_schema(l.type), l.options, l.where);
+    ResolvedSection s = section_of(out_list, {{"type", l.type}}, o);
+    for (auto& [k, v] : s.values)
+      if (k == "name") v = l.name;
+    if (e.model.graph) s.raw_values.emplace_back("inputs", toml_list(l.inputs));
+    if (!l.shape.empty()) s.raw_values.emplace_back("shape", toml_list(l.shape));
+    s.array = true;
+    e.core_sections.push_back(s);
+  }
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,140 @@
+// Image datasets: per-channel statistics and normalisation, and the seeded training-batch
+// augmentation (random crop with padding, horizontal flip).
+//
+// Augmentation is a pure function of (seed, batch index, position in the batch): each sample
+// seeds its own DataRng, so a batch never depends on what was drawn before it and a resumed run
+// reproduces it without saved generator state.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/data/dataset.h"
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+namespace mixtrain::core {
+namespace {
+
+// The stream tag that keeps augmentation's generators apart from every other DataRng stream of
+// the run seed (the split's 0, the sampler's epoch + 1, the generators' small numbers).
+constexpr std::uint64_t kAugmentDomain = 0x6175676D656E7421ULL;  // "augment!"
+
+std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+void require_image(const Dataset& data, const char* who) {
+  if (!data.is_image())
+    throw std::logic_error(std::string(who) +
+                           ": the dataset holds no images (sample_shape is not "
+                           "[C, H, W])");
+}
+
+}  // namespace
+
+ChannelStats channel_statistics(const Dataset& data) {
+  require_image(data, "channel_statistics");
+  const auto channels = static_cast<std::size_t>(data.channels());
+  const auto plane = static_cast<std::size_t>(data.height() * data.width());
+  const auto width = static_cast<std::size_t>(data.features);
+  const auto rows = static_cast<std::size_t>(data.rows);
+  ChannelStats stats;
+  stats.mean.assign(channels, 0.0);
+  stats.std.assign(channels, 0.0);
+  if (rows == 0) return stats;
+  const double count = static_cast<double>(rows) * static_cast<double>(plane);
+  // Two passes (mean, then squared deviations): no cancellation for pixels far from zero.
+  for (std::size_t c = 0; c < channels; ++c) {
+    double sum = 0.0;
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float* p = data.x.data() + r * width + c * plane;
+      for (std::size_t i = 0; i < plane; ++i) sum += static_cast<double>(p[i]);
+    }
+    const double mean = sum / count;
+    double squares = 0.0;
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float* p = data.x.data() + r * width + c * plane;
+      for (std::size_t i = 0; i < plane; ++i) {
+        const double d = static_cast<double>(p[i]) - mean;
+        squares += d * d;
+      }
+    }
+    stats.mean[c] = mean;
+    stats.std[c] = std::sqrt(squares / count);
+  }
+  return stats;
+}
+
+void normalize_channels(Dataset& data, const ChannelStats& stats) {
+  require_image(data, "normalize_channels");
+  const auto channels = static_cast<std::size_t>(data.channels());
+  if (stats.mean.size() != channels || stats.std.size() != channels)
+    throw std::invalid_argument("normalize_channels: " + std::to_string(stats.mean.size()) +
+                                " means and " + std::to_string(stats.std.size()) +
+                                " standard deviations for " + std::to_string(channels) +
+                                " channels");
+  for (const double s : stats.std)
+    if (!(s > 0.0) || !std::isfinite(s))
+      throw std::invalid_argument("normalize_channels: a standard deviation is not > 0");
+  const auto plane = static_cast<std::size_t>(data.height() * data.width());
+  const auto width = static_cast<std::size_t>(data.features);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(data.rows); ++r)
+    for (std::size_t c = 0; c < channels; ++c) {
+      float* p = data.x.data() + r * width + c * plane;
+      for (std::size_t i = 0; i < plane; ++i)
+        p[i] = static_cast<float>((static_cast<double>(p[i]) - stats.mean[c]) / stats.std[c]);
+    }
+}
+
+std::uint64_t augment_stream(std::uint64_t batch_index, std::uint64_t position) {
+  return mix64(mix64(batch_index ^ kAugmentDomain) + position);
+}
+
+void augment_batch(const AugmentSpec& spec, std::span<const std::int64_t> shape,
+                   std::span<const float> fill, float* x, std::int64_t rows, std::uint64_t seed,
+                   std::uint64_t batch_index) {
+  if (shape.size() != 3 || shape[0] < 1 || shape[1] < 1 || shape[2] < 1)
+    throw std::invalid_argument("augment_batch: the sample shape is not [C, H, W]");
+  if (spec.crop_padding < 0) throw std::invalid_argument("augment_batch: crop_padding is negative");
+  const auto channels = static_cast<std::size_t>(shape[0]);
+  if (fill.size() != channels)
+    throw std::invalid_argument("augment_batch: " + std::to_string(fill.size()) +
+                                " fill values for " + std::to_string(channels) + " channels");
+  if (!spec.enabled() || rows <= 0) return;
+  const std::int64_t H = shape[1], W = shape[2], pad = spec.crop_padding;
+  const auto plane = static_cast<std::size_t>(H * W);
+  const std::size_t width = channels * plane;
+  std::vector<float> source(width);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    DataRng rng(seed, augment_stream(batch_index, static_cast<std::uint64_t>(i)));
+    std::int64_t dy = 0, dx = 0;  // the window's top-left corner in the image (may be < 0)
+    if (pad > 0) {
+      const auto choices = static_cast<std::uint64_t>(2 * pad + 1);
+      dy = static_cast<std::int64_t>(rng.below(choices)) - pad;
+      dx = static_cast<std::int64_t>(rng.below(choices)) - pad;
+    }
+    const bool flip = spec.horizontal_flip && rng.uniform() < 0.5;
+    if (dy == 0 && dx == 0 && !flip) continue;
+    float* image = x + static_cast<std::size_t>(i) * width;
+    std::copy(image, image + width, source.begin());
+    for (std::size_t c = 0; c < channels; ++c) {
+      const float* in = source.data() + c * plane;
+      float* out = image + c * plane;
+      for (std::int64_t y = 0; y < H; ++y) {
+        const std::int64_t sy = y + dy;
+        for (std::int64_t col = 0; col < W; ++col) {
+          const std::int64_t sx = (flip ? W - 1 - col : col) + dx;
+          out[y * W + col] = (sy < 0 || sy >= H || sx < 0 || sx >= W) ? fill[c] : in[sy * W + sx];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,177 @@
+// load_data / load_train_and_eval: the [data] section's source turned into the training and
+// held-out sets, normalised per channel when [data.normalize] asks.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "mixtrain/core/config/experiment.h"
+#include "mixtrain/core/data/dataset.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::core {
+namespace {
+
+// "token file 'a.bin'", "text 'a.txt' + 2 more files": how messages name a stream.
+std::string stream_origin(const std::string& kind,
+                          const std::vector<std::filesystem::path>& files) {
+  std::string out = kind + " '" + (files.empty() ? std::string() : files.front().string()) + "'";
+  if (files.size() > 1) out += " + " + std::to_string(files.size() - 1) + " more files";
+  return out;
+}
+
+std::vector<std::int32_t> read_stream(const DataSettings& settings,
+                                      const std::vector<std::filesystem::path>& files) {
+  if (settings.source == "text") return load_text_tokens(files);
+  if (files.size() != 1)
+    throw sdk::DataError(
+        "token data: expected one llm.c token file, got " + std::to_string(files.size()),
+        "set data.train (and optionally data.eval) to one .bin file each");
+  return load_token_file(files.front(), settings.vocab_size);
+}
+
+std::pair<Dataset, Dataset> load_token_splits(const DataSettings& settings) {
+  const std::string kind = settings.source == "text" ? "text" : "token file";
+  const auto T = settings.block_size;
+  const auto V = settings.vocab_size;
+  auto stream = read_stream(settings, settings.token_paths);
+  const auto origin = stream_origin(kind, settings.token_paths);
+  if (settings.eval_token_paths.empty())
+    return split_token_tail(std::move(stream), T, V, settings.eval_fraction, origin);
+  // A separate held-out stream: the whole training stream trains, eval_fraction is unused.
+  Dataset train = make_token_dataset(std::move(stream), T, V, 1, origin);
+  Dataset eval = make_token_dataset(read_stream(settings, settings.eval_token_paths), T, V, T,
+                                    stream_origin(kind, settings.eval_token_paths));
+  return {std::move(train), std::move(eval)};
+}
+
+std::pair<Dataset, Dataset> load_cifar10_splits(const DataSettings& settings, std::uint64_t seed) {
+  auto train_files = settings.cifar_train_paths;
+  auto eval_files = settings.cifar_eval_paths;
+  if (!settings.cifar_dir.empty() && (train_files.empty() || eval_files.empty())) {
+    auto [dir_train, dir_eval] = cifar10_files(settings.cifar_dir);
+    if (train_files.empty()) train_files = std::move(dir_train);
+    if (eval_files.empty()) eval_files = std::move(dir_eval);
+  }
+  Dataset train = load_cifar10(train_files);
+  if (settings.classes > 0) train.classes = std::max(train.classes, settings.classes);
+  if (eval_files.empty()) return split_holdout(std::move(train), settings.eval_fraction, seed);
+  // A separate held-out file: every training record trains, eval_fraction is unused.
+  Dataset eval = load_cifar10(eval_files);
+  eval.classes = train.classes;
+  return {std::move(train), std::move(eval)};
+}
+
+std::string number_list(const std::vector<double>& values) {
+  std::string out = "[";
+  for (const double v : values) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.6g", v);
+    out += (out.size() > 1 ? ", " : "") + std::string(text);
+  }
+  return out + "]";
+}
+
+std::string shape_text(const Dataset& d) {
+  if (d.sample_shape.empty()) return "[" + std::to_string(d.features) + "] (plain features)";
+  std::string out = "[";
+  for (const auto v : d.sample_shape) out += (out.size() > 1 ? ", " : "") + std::to_string(v);
+  return out + "]";
+}
+
+// [data.normalize] on the loaded splits: the statistics (given, or from the training split in
+// double), applied to both. Settings that need images, on other data, point at the config.
+ChannelStats normalize_splits(const DataSettings& settings, Dataset& train, Dataset& eval) {
+  const auto& n = settings.normalize;
+  if (!train.is_image())
+    throw sdk::ConfigError(n.where, "data.normalize",
+                           "per-channel normalisation needs images, but the data have sample "
+                           "shape " +
+                               shape_text(train),
+                           "remove [data.normalize]; image sources: idx [N, H, W], cifar10, npy "
+                           "[N, H, W] or [N, C, H, W], synthetic kind = \"images\"");
+  ChannelStats stats;
+  if (n.from_training) {
+    stats = channel_statistics(train);
+    for (std::size_t c = 0; c < stats.std.size(); ++c)
+      if (!(stats.std[c] > 0.0))
+        throw sdk::ConfigError(n.where, "data.normalize.from_training",
+                               "channel " + std::to_string(c) +
+                                   " of the training split is constant (std 0), so it cannot be "
+                                   "normalised",
+                               "give mean and std explicitly instead of from_training");
+  } else {
+    const auto channels = static_cast<std::size_t>(train.channels());
+    if (n.mean.size() != channels)
+      throw sdk::ConfigError(n.mean_where, "data.normalize.mean",
+                             "has " + std::to_string(n.mean.size()) + " values, but the images " +
+                                 shape_text(train) + " have " + std::to_string(channels) +
+                                 " channels",
+                             "give one mean and one std per channel");
+    if (n.std.size() != channels)
+      throw sdk::ConfigError(n.std_where, "data.normalize.std",
+                             "has " + std::to_string(n.std.size()) + " values, but the images " +
+                                 shape_text(train) + " have " + std::to_string(channels) +
+                                 " channels",
+                             "give one mean and one std per channel");
+    stats.mean = n.mean;
+    stats.std = n.std;
+  }
+  normalize_channels(train, stats);
+  if (eval.rows > 0) normalize_channels(eval, stats);
+  return stats;
+}
+
+}  // namespace
+
+std::string describe_normalization(const ChannelStats& stats) {
+  return "mean " + number_list(stats.mean) + ", std " + number_list(stats.std);
+}
+
+LoadedData load_data(const DataSettings& settings, std::uint64_t seed) {
+  LoadedData out;
+  if (settings.source == "tokens" || settings.source == "text") {
+    std::tie(out.train, out.eval) = load_token_splits(settings);
+  } else if (settings.source == "cifar10") {
+    std::tie(out.train, out.eval) = load_cifar10_splits(settings, seed);
+  } else {
+    Dataset all;
+    if (settings.source == "synthetic") {
+      all = make_synthetic(settings.synthetic);
+    } else if (settings.source == "npy") {
+      all = load_npy(settings.features_path, settings.labels_path, settings.classes);
+    } else if (settings.source == "idx") {
+      all = load_idx(settings.images_path, settings.labels_path, settings.classes);
+    } else {
+      throw sdk::DataError("unknown data source '" + settings.source + "'",
+                           "use one of: synthetic, npy, idx, cifar10, tokens, text");
+    }
+    if (settings.classes > 0) all.classes = std::max(all.classes, settings.classes);
+    std::tie(out.train, out.eval) = split_holdout(std::move(all), settings.eval_fraction, seed);
+  }
+  if (settings.normalize.enabled())
+    out.normalization = normalize_splits(settings, out.train, out.eval);
+  if (settings.augment.spec.enabled() && !out.train.is_image())
+    throw sdk::ConfigError(
+        settings.augment.where, "data.augment",
+        "augmentation needs images, but the data have sample shape " + shape_text(out.train),
+        "remove [data.augment]; image sources: idx [N, H, W], cifar10, npy "
+        "[N, H, W] or [N, C, H, W], synthetic kind = \"images\"");
+  if (out.train.is_image()) {
+    // What a raw 0 pixel becomes: the value crop padding fills in (torchvision pads, then
+    // normalises). Computed as normalize_channels computes, so it is that value exactly.
+    out.black.assign(static_cast<std::size_t>(out.train.channels()), 0.0f);
+    for (std::size_t c = 0; c < out.normalization.mean.size(); ++c)
+      out.black[c] =
+          static_cast<float>((0.0 - out.normalization.mean[c]) / out.normalization.std[c]);
+  }
+  return out;
+}
+
+std::pair<Dataset, Dataset> load_train_and_eval(const DataSettings& settings, std::uint64_t seed) {
+  auto loaded = load_data(settings, seed);
+  return {std::move(loaded.train), std::move(loaded.eval)};
+}
+
+}  // namespace mixtrain::core

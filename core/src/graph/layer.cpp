@@ -1,0 +1,81 @@
+#include "mixtrain/core/graph/layer.h"
+
+#include "graph/ops/op_support.h"
+
+namespace mixtrain::core {
+
+using ops::storage_of;
+using sdk::DType;
+using sdk::TensorView;
+
+Layer::Layer(std::string name, std::string type, std::int64_t in, std::int64_t out)
+    : name_(std::move(name)), type_(std::move(type)), in_(in), out_(out) {}
+Layer::~Layer() = default;
+
+sdk::OpDescription Layer::description() const {
+  return {name_, type_, in_, out_, gemms(), precision_sensitive()};
+}
+
+void Layer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) {
+  backend_ = backend;
+  max_rows_ = max_rows;
+  output_ = Tensor();
+  if (!output_deferred()) materialise_output();
+}
+
+void Layer::materialise_output() {
+  if (output_.empty() && planned_output_ == nullptr)
+    output_ = Tensor(backend_, storage_of(precision_.activation), sdk::Shape{max_rows_, out_});
+}
+
+TensorView Layer::output(std::int64_t rows) const {
+  const DType dtype = storage_of(precision_.activation);
+  if (planned_output_ != nullptr && output_.empty())
+    return {planned_output_, dtype, sdk::Shape{rows, out_}};
+  if (output_.empty()) return {nullptr, dtype, sdk::Shape{rows, out_}};
+  return output_.rows(rows);
+}
+
+std::size_t Layer::planned_output_bytes(std::int64_t max_rows,
+                                        std::optional<DType> as_dtype) const {
+  if (is_view() || output_deferred()) return 0;
+  return static_cast<std::size_t>(max_rows * out_) *
+         sdk::dtype_size(storage_of(as_dtype.value_or(precision_.activation)));
+}
+
+ModelParameter Layer::make_parameter(const std::string& suffix, sdk::Shape shape, bool decay) {
+  ModelParameter p;
+  p.name = name_ + "." + suffix;
+  p.master = Tensor(backend_, DType::fp32, shape);
+  p.grad = Tensor(backend_, DType::fp32, shape);
+  backend_->fill(p.grad.view(), 0.0f);
+  p.weight_decay = decay;
+  return p;
+}
+
+ModelBuffer Layer::make_buffer(const std::string& suffix, sdk::Shape shape, float value) {
+  ModelBuffer b;
+  b.name = name_ + "." + suffix;
+  b.value = Tensor(backend_, DType::fp32, shape);
+  backend_->fill(b.value.view(), value);
+  return b;
+}
+
+std::vector<ModelParameter*> Layer::used_parameters() {
+  std::vector<ModelParameter*> out;
+  for (auto& p : params_) out.push_back(&p);
+  return out;
+}
+
+TensorView Layer::as_dtype(TensorView x, DType dtype, Tensor& scratch) {
+  if (x.dtype == dtype) return x;
+  if (scratch.empty() || scratch.dtype() != dtype || scratch.shape().numel() < x.numel())
+    scratch = Tensor(backend_, dtype, x.shape);
+  TensorView dst{scratch.view().data, dtype, x.shape};
+  sdk::CastArgs args;
+  args.saturate = sdk::is_fp8(dtype);  // unscaled FP8 (an override): clamp rather than NaN
+  backend_->cast(x, dst, args);
+  return dst;
+}
+
+}  // namespace mixtrain::core

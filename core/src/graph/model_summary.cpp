@@ -1,0 +1,125 @@
+#include "mixtrain/core/graph/model_summary.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "graph/ops/op_support.h"
+
+namespace mixtrain::core {
+
+namespace {
+
+std::string dtype_text(sdk::DType t) {
+  return std::string(sdk::dtype_name(t));
+}
+
+// 1234567 -> "1.23M": FLOPs and parameter counts span many orders of magnitude.
+std::string count_text(double v) {
+  const char* units[] = {"", "K", "M", "G", "T", "P"};
+  int u = 0;
+  while (v >= 1000.0 && u < 5) {
+    v /= 1000.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f%s" : "%.2f%s", v, units[u]);
+  return buf;
+}
+
+std::string bytes_text(std::size_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+  return buf;
+}
+
+}  // namespace
+
+ModelSummary summarize_model(const Model& model, std::int64_t batch_rows) {
+  ModelSummary s;
+  s.batch_rows = batch_rows;
+  const auto& layers = model.layers();
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const Layer& l = *layers[i];
+    NodeSummary n;
+    n.name = l.name();
+    n.op = l.type();
+    for (int t : model.node_inputs(i))
+      n.input_shapes.push_back(t >= 0 ? model.node_shape(static_cast<std::size_t>(t))
+                               : model.input_sample_shape().empty()
+                                   ? std::vector<std::int64_t>{model.input_features()}
+                                   : model.input_sample_shape());
+    n.output_shape = model.node_shape(i);
+    std::int64_t rows_per_sample = 1;
+    for (std::size_t d = 0; d + 1 < n.output_shape.size(); ++d)
+      rows_per_sample *= n.output_shape[d];
+    n.forward_flops_per_sample = l.forward_flops_per_row() * rows_per_sample;
+    for (const auto& p : l.parameters()) {
+      const auto numel = p.master.view().numel();
+      n.parameters += numel;
+      s.parameter_bytes +=
+          static_cast<std::size_t>(numel) * 8 + (p.working.empty() ? 0 : p.working.bytes());
+    }
+    n.precision = l.precision();
+    s.parameters += n.parameters;
+    s.forward_flops_per_sample += n.forward_flops_per_sample;
+    s.nodes.push_back(std::move(n));
+  }
+  s.training_flops_per_step = 3 * s.forward_flops_per_sample * batch_rows;
+  const auto plan = model.plan_activations(batch_rows);
+  s.activation_bytes = plan.arena_bytes;
+  s.activation_bytes_unplanned = plan.sum_bytes;
+  s.activation_bytes_fp32 = model.plan_activations(batch_rows, sdk::DType::fp32).arena_bytes;
+  return s;
+}
+
+std::string render_model_summary(const ModelSummary& s) {
+  std::string out = "# model:\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "#   %-16s %-10s %-24s %-12s %10s %12s  %s\n", "node", "op",
+                "inputs", "output", "params", "FLOPs/sample", "weight/gemm_in/act/act_grad");
+  out += line;
+  for (const auto& n : s.nodes) {
+    std::string inputs;
+    for (const auto& in : n.input_shapes)
+      inputs += (inputs.empty() ? "" : " ") + ops::shape_text(in);
+    const auto& p = n.precision;
+    std::snprintf(line, sizeof line, "#   %-16s %-10s %-24s %-12s %10s %12s  %s/%s/%s/%s\n",
+                  n.name.c_str(), n.op.c_str(), inputs.c_str(),
+                  ops::shape_text(n.output_shape).c_str(),
+                  n.parameters ? count_text(static_cast<double>(n.parameters)).c_str() : "-",
+                  count_text(static_cast<double>(n.forward_flops_per_sample)).c_str(),
+                  dtype_text(p.weight).c_str(), dtype_text(p.gemm_input).c_str(),
+                  dtype_text(p.activation).c_str(), dtype_text(p.activation_grad).c_str());
+    out += line;
+  }
+  std::snprintf(line, sizeof line,
+                "# totals: %s parameters (%lld), %s forward FLOPs per sample, %s FLOPs per "
+                "training step (batch %lld, 3x forward)\n",
+                count_text(static_cast<double>(s.parameters)).c_str(),
+                static_cast<long long>(s.parameters),
+                count_text(static_cast<double>(s.forward_flops_per_sample)).c_str(),
+                count_text(static_cast<double>(s.training_flops_per_step)).c_str(),
+                static_cast<long long>(s.batch_rows));
+  out += line;
+  const double saved = s.activation_bytes_fp32 > 0
+                           ? 100.0 * (1.0 - static_cast<double>(s.activation_bytes) /
+                                                static_cast<double>(s.activation_bytes_fp32))
+                           : 0.0;
+  std::snprintf(line, sizeof line,
+                "# planned activation memory: %s under this policy (%s in fp32, %.0f%% saved; "
+                "%s without reuse); parameters, gradients and working copies: %s\n",
+                bytes_text(s.activation_bytes).c_str(), bytes_text(s.activation_bytes_fp32).c_str(),
+                saved, bytes_text(s.activation_bytes_unplanned).c_str(),
+                bytes_text(s.parameter_bytes).c_str());
+  out += line;
+  return out;
+}
+
+}  // namespace mixtrain::core

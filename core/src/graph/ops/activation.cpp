@@ -1,0 +1,63 @@
+#include "graph/ops/activation.h"
+
+#include "graph/ops/op_registry.h"
+#include "graph/ops/op_support.h"
+
+namespace mixtrain::core {
+
+using ops::storage_of;
+using sdk::DType;
+using sdk::TensorView;
+
+ActivationLayer::ActivationLayer(std::string name, sdk::Activation act, std::int64_t features)
+    : Layer(std::move(name), act == sdk::Activation::relu ? "relu" : "gelu", features, features),
+      act_(act) {}
+
+std::vector<BackendNeed> ActivationLayer::backend_needs(DType input) const {
+  const DType y = storage_of(precision_.activation);
+  return {{sdk::ElementwiseOp::activation_forward, {input, y}},
+          {sdk::ElementwiseOp::activation_backward,
+           {input, y, storage_of(precision_.activation_grad)}}};
+}
+
+void ActivationLayer::forward(TensorView x, std::int64_t rows) {
+  if (fused_) return;  // the Linear before it wrote act(z) here as its GEMM epilogue
+  elementwise_of(*backend_).activation_forward(act_, x, output(rows));
+}
+
+void ActivationLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
+  if (dx.empty()) return;
+  // Fused relu: z was not stored; relu'(z) = [z > 0] = [relu(z) > 0], so the output serves.
+  const TensorView in = fused_ && act_ == sdk::Activation::relu ? output(rows) : x;
+  elementwise_of(*backend_).activation_backward(act_, in, dy, dx);
+}
+
+// --- Definitions ---------------------------------------------------------------------------------
+
+namespace {
+template <sdk::Activation kAct>
+BuiltOp build_activation(const OpNode& node) {
+  return {std::make_unique<ActivationLayer>(node.name, kAct, node.inputs[0].back()),
+          node.inputs[0]};
+}
+}  // namespace
+
+OpDefinition relu_op() {
+  OpDefinition op;
+  op.type = "relu";
+  op.keeps_layout = true;
+  op.summary = "max(x, 0), element-wise";
+  op.build = build_activation<sdk::Activation::relu>;
+  return op;
+}
+
+OpDefinition gelu_op() {
+  OpDefinition op;
+  op.type = "gelu";
+  op.keeps_layout = true;
+  op.summary = "gelu(x), tanh approximation, element-wise";
+  op.build = build_activation<sdk::Activation::gelu>;
+  return op;
+}
+
+}  // namespace mixtrain::core

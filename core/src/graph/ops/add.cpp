@@ -1,0 +1,113 @@
+#include "graph/ops/add.h"
+
+#include "graph/ops/op_registry.h"
+#include "graph/ops/op_support.h"
+
+namespace mixtrain::core {
+
+using sdk::DType;
+using sdk::TensorView;
+
+AddLayer::AddLayer(std::string name, std::size_t inputs, std::int64_t features)
+    : Layer(std::move(name), "add", features, features), inputs_(inputs) {}
+
+std::vector<BackendNeed> AddLayer::backend_needs(DType input) const {
+  // The backend's add is optional (forward_inputs asks for it); the axpy path is the baseline.
+  std::vector<BackendNeed> needs = {{sdk::ElementwiseOp::axpy, {input, DType::fp32}}};
+  if (relu_) {
+    const DType y = ops::storage_of(precision_.activation);
+    const DType grad = ops::storage_of(precision_.activation_grad);
+    needs.push_back({sdk::ElementwiseOp::activation_forward, {y, y}});
+    needs.push_back({sdk::ElementwiseOp::activation_backward, {y, grad, grad}});
+  }
+  return needs;
+}
+
+void AddLayer::forward(TensorView x, std::int64_t rows) {
+  const TensorView xs[1] = {x};
+  forward_inputs(xs, rows);
+}
+
+void AddLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
+  const TensorView xs[1] = {x}, dxs[1] = {dx};
+  backward_inputs(xs, dy, dxs, rows);
+}
+
+void AddLayer::forward_inputs(std::span<const TensorView> xs, std::int64_t rows) {
+  // x is [rows, features] per input.
+  const TensorView y = output(rows);
+  auto& el = elementwise_of(*backend_);
+  if (one_pass_ < 0) {
+    one_pass_ = 1;
+    for (const TensorView& x : xs)
+      if (!el.supports(sdk::ElementwiseOp::add, std::vector<DType>{x.dtype, y.dtype}))
+        one_pass_ = 0;
+  }
+  if (one_pass_ == 1)
+    el.add(xs, relu_, y);
+  else
+    forward_by_axpy(xs, y, rows);
+}
+
+void AddLayer::forward_by_axpy(std::span<const TensorView> xs, TensorView y, std::int64_t rows) {
+  TensorView acc = y;
+  if (y.dtype != DType::fp32) {
+    if (sum_.empty()) sum_ = Tensor(backend_, DType::fp32, sdk::Shape{max_rows_, out_});
+    acc = sum_.rows(rows);
+  }
+  if (xs[0].dtype == DType::fp32)
+    backend_->copy(acc, xs[0]);
+  else
+    backend_->cast(xs[0], acc);
+  for (std::size_t i = 1; i < xs.size(); ++i) elementwise_of(*backend_).axpy(1.0f, xs[i], acc);
+  if (acc.data != y.data) backend_->cast(acc, y);
+  if (relu_) elementwise_of(*backend_).activation_forward(sdk::Activation::relu, y, y);
+}
+
+void AddLayer::backward_inputs(std::span<const TensorView>, TensorView dy,
+                               std::span<const TensorView> dxs, std::int64_t rows) {
+  // An input whose gradient the model placed at dy's address (same dtype) is written last: with
+  // the relu in, its masking in place must not come before the others read dy.
+  const TensorView* aliased = nullptr;
+  for (const TensorView& dx : dxs) {
+    if (dx.empty()) continue;
+    if (dx.data == dy.data && dx.dtype == dy.dtype) {
+      aliased = &dx;
+      continue;
+    }
+    if (relu_)
+      elementwise_of(*backend_).activation_backward(sdk::Activation::relu, output(rows), dy, dx);
+    else if (dx.dtype == dy.dtype)
+      backend_->copy(dx, dy);
+    else
+      backend_->cast(dy, dx);
+  }
+  if (aliased != nullptr && relu_)
+    elementwise_of(*backend_).activation_backward(sdk::Activation::relu, output(rows), dy, dy);
+}
+
+// --- Definition ----------------------------------------------------------------------------------
+
+OpDefinition add_op() {
+  OpDefinition op;
+  op.type = "add";
+  op.keeps_layout = true;
+  op.summary =
+      "x1 + x2 + ...: the residual join (FP32 sum, one rounding; takes in a relu reading it)";
+  op.min_inputs = 2;
+  op.max_inputs = 0;
+  op.build = [](const OpNode& node) {
+    const auto& in = node.inputs;
+    for (std::size_t k = 1; k < in.size(); ++k)
+      if (in[k] != in[0])
+        throw OpSpecError(
+            "",
+            "shape mismatch: input 1 is " + ops::shape_text(in[0]) + " per sample but input " +
+                std::to_string(k + 1) + " is " + ops::shape_text(in[k]),
+            "every input of add has the same shape; put a linear or reshape before it");
+    return BuiltOp{std::make_unique<AddLayer>(node.name, in.size(), in[0].back()), in[0]};
+  };
+  return op;
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,251 @@
+#include "graph/ops/attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "graph/ops/op_registry.h"
+#include "graph/ops/op_support.h"
+
+namespace mixtrain::core {
+
+using ops::storage_of;
+using sdk::DType;
+using sdk::TensorView;
+
+namespace {
+constexpr const char* kScores = "scores";
+constexpr const char* kContext = "context";
+
+// Batch 0's [rows, cols] view at `offset` elements into `base`, in `dtype`.
+TensorView at(const Tensor& base, DType dtype, std::int64_t offset, std::int64_t rows,
+              std::int64_t cols) {
+  return {static_cast<std::byte*>(base.view().data) + offset * sdk::dtype_size(dtype), dtype,
+          sdk::Shape{rows, cols}};
+}
+
+// C_i = op(A_i)·op(B_i) for i in [0, batch), batch i's operands `stride` elements apart.
+void batched(sdk::DeviceBackend& backend, DType compute, TensorView a, bool ta, std::int64_t sa,
+             TensorView b, bool tb, std::int64_t sb, TensorView c, std::int64_t sc,
+             std::int64_t batch) {
+  sdk::GemmBatchedArgs g;
+  g.gemm.a.view = a;
+  g.gemm.a.transpose = ta;
+  g.gemm.b.view = b;
+  g.gemm.b.transpose = tb;
+  g.gemm.c = c;
+  g.gemm.compute = compute;
+  g.batch = batch;
+  g.stride_a = sa;
+  g.stride_b = sb;
+  g.stride_c = sc;
+  gemm_of(backend).gemm_strided_batched(g);
+}
+
+// Bytes for `count` elements in the widest dtype a buffer may be viewed as (fp32).
+Tensor widest(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t count) {
+  return Tensor(backend, DType::fp32, sdk::Shape{std::max<std::int64_t>(count, 1)});
+}
+}  // namespace
+
+AttentionLayer::AttentionLayer(std::string name, std::int64_t tokens, std::int64_t width,
+                               std::int64_t heads)
+    : Layer(std::move(name), "attention", 3 * width, width),
+      tokens_(tokens),
+      heads_(heads),
+      head_dim_(width / heads),
+      scale_(static_cast<float>(1.0 / std::sqrt(static_cast<double>(width / heads)))) {}
+
+std::vector<sdk::GemmDescription> AttentionLayer::gemms() const {
+  // Both products multiply activations: q·kᵀ reads two inputs, P·v likewise; their gradients
+  // read grad_output with an input. No weight operand.
+  return {{kScores, {sdk::OperandRole::input, sdk::OperandRole::grad_output}},
+          {kContext, {sdk::OperandRole::input, sdk::OperandRole::grad_output}}};
+}
+
+DType AttentionLayer::gemm_dtype() const {
+  return storage_of(precision_.gemm_input);
+}
+
+std::vector<BackendNeed> AttentionLayer::backend_needs(DType input) const {
+  const DType g = gemm_dtype();
+  const DType act = storage_of(precision_.activation);
+  const DType grad = storage_of(precision_.activation_grad);
+  const DType gc = precision_.gemm_input;  // tf32 asks for its own support
+  return {{sdk::AttentionOp::split_heads, {input, g}},
+          {sdk::AttentionOp::split_heads, {grad, g}},
+          {sdk::AttentionOp::merge_heads, {act, act}},
+          {sdk::AttentionOp::merge_heads, {grad, grad}},
+          {sdk::AttentionOp::softmax_forward, {DType::fp32}},
+          {sdk::AttentionOp::softmax_backward, {DType::fp32}},
+          {sdk::GemmOp::gemm_strided_batched, {gc, gc, DType::fp32}},
+          {sdk::GemmOp::gemm_strided_batched, {gc, gc, act}},
+          {sdk::GemmOp::gemm_strided_batched, {gc, gc, grad}}};
+}
+
+void AttentionLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                              std::int64_t max_rows) {
+  Layer::allocate(backend, max_rows);
+  const std::int64_t n = max_rows / tokens_;  // sequences
+  const std::int64_t bh = n * heads_;
+  qkv_heads_ = widest(backend, 3 * max_rows * out_);
+  probs_ = Tensor(backend, DType::fp32, sdk::Shape{bh * tokens_ * tokens_});
+  probs_gemm_ = widest(backend, bh * tokens_ * tokens_);
+  context_ = widest(backend, max_rows * out_);
+  dprobs_ = Tensor(backend, DType::fp32, sdk::Shape{bh * tokens_ * tokens_});
+  dqkv_heads_ = widest(backend, 3 * max_rows * out_);
+}
+
+void AttentionLayer::forward(TensorView x, std::int64_t rows) {
+  if (decoding_) return decode_forward(x, rows);
+  // x is qkv [N, T, 3C]; q, k, v are [N·H, T, D] head-major; S and P are [N·H, T, T].
+  const std::int64_t n = rows / tokens_, bh = n * heads_, t = tokens_, d = head_dim_;
+  const DType g = gemm_dtype();
+  const DType act = storage_of(precision_.activation);
+  const std::int64_t part = bh * t * d;
+  auto& attn = attention_of(*backend_);
+  const sdk::HeadLayout qkv{n, t, heads_, d, 3, 0, 0};
+  attn.split_heads(x, qkv, {qkv_heads_.view().data, g, sdk::Shape{3 * part}});
+  const TensorView q = at(qkv_heads_, g, 0, t, d), k = at(qkv_heads_, g, part, t, d),
+                   v = at(qkv_heads_, g, 2 * part, t, d);
+  // S = q·kᵀ in FP32, then P = softmax(S/√D) in place, FP32.
+  const TensorView s = at(probs_, DType::fp32, 0, t, t);
+  batched(*backend_, precision_.gemm_input, q, false, t * d, k, true, t * d, s, t * t, bh);
+  const TensorView all_s{probs_.view().data, DType::fp32, sdk::Shape{bh * t * t}};
+  attn.softmax_forward(all_s, {bh, t, t, true}, scale_, all_s);
+  // O = P·v, with P rounded to the GEMM dtype only as this product's operand.
+  TensorView p = s;
+  if (g != DType::fp32) {
+    const TensorView pg{probs_gemm_.view().data, g, sdk::Shape{bh * t * t}};
+    backend_->cast(all_s, pg);
+    p = at(probs_gemm_, g, 0, t, t);
+  }
+  const TensorView o = at(context_, act, 0, t, d);
+  batched(*backend_, precision_.gemm_input, p, false, t * t, v, false, t * d, o, t * d, bh);
+  const sdk::HeadLayout ctx{n, t, heads_, d, 1, 0, 0};
+  attn.merge_heads({context_.view().data, act, sdk::Shape{part}}, ctx, output(rows));
+}
+
+void AttentionLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
+  if (decoding_) throw std::logic_error("attention node '" + name_ + "': backward while decoding");
+  // dy is [N, T, C]; dO, dq, dk, dv are [N·H, T, D]; dP, dS are [N·H, T, T] in FP32.
+  const std::int64_t n = rows / tokens_, bh = n * heads_, t = tokens_, d = head_dim_;
+  const DType g = gemm_dtype();
+  const DType dxt = dx.dtype;
+  const std::int64_t part = bh * t * d;
+  auto& attn = attention_of(*backend_);
+  const DType gc = precision_.gemm_input;
+  const TensorView q = at(qkv_heads_, g, 0, t, d), k = at(qkv_heads_, g, part, t, d),
+                   v = at(qkv_heads_, g, 2 * part, t, d);
+  const sdk::HeadLayout ctx{n, t, heads_, d, 1, 0, 0};
+  attn.split_heads(dy, ctx, {context_.view().data, g, sdk::Shape{part}});
+  const TensorView d_o = at(context_, g, 0, t, d);
+  // dP = dO·vᵀ (FP32); dv = Pᵀ·dO.
+  const TensorView dp = at(dprobs_, DType::fp32, 0, t, t);
+  batched(*backend_, gc, d_o, false, t * d, v, true, t * d, dp, t * t, bh);
+  const TensorView p =
+      g == DType::fp32 ? at(probs_, DType::fp32, 0, t, t) : at(probs_gemm_, g, 0, t, t);
+  const TensorView dq = at(dqkv_heads_, dxt, 0, t, d), dk = at(dqkv_heads_, dxt, part, t, d),
+                   dv = at(dqkv_heads_, dxt, 2 * part, t, d);
+  batched(*backend_, gc, p, true, t * t, d_o, false, t * d, dv, t * d, bh);
+  // dS = P ∘ (dP − rowsum(dP ∘ P)) / √D, FP32, in place.
+  const TensorView all_dp{dprobs_.view().data, DType::fp32, sdk::Shape{bh * t * t}};
+  const TensorView all_p{probs_.view().data, DType::fp32, sdk::Shape{bh * t * t}};
+  attn.softmax_backward(all_p, all_dp, {bh, t, t, true}, scale_, all_dp);
+  TensorView ds = dp;
+  if (g != DType::fp32) {
+    backend_->cast(all_dp, {probs_gemm_.view().data, g, sdk::Shape{bh * t * t}});
+    ds = at(probs_gemm_, g, 0, t, t);
+  }
+  // dq = dS·k, dk = dSᵀ·q.
+  batched(*backend_, gc, ds, false, t * t, k, false, t * d, dq, t * d, bh);
+  batched(*backend_, gc, ds, true, t * t, q, false, t * d, dk, t * d, bh);
+  const sdk::HeadLayout qkv{n, t, heads_, d, 3, 0, 0};
+  attn.merge_heads({dqkv_heads_.view().data, dxt, sdk::Shape{3 * part}}, qkv, dx);
+}
+
+void AttentionLayer::begin_decode(std::int64_t capacity) {
+  cache_capacity_ = capacity;
+  cache_length_ = 0;
+  cache_ = widest(backend_, 3 * heads_ * capacity * head_dim_);
+  // Scores of up to `tokens_` new queries against the whole cache.
+  const std::int64_t s = heads_ * std::max(tokens_, capacity) * capacity;
+  if (probs_.shape().numel() < s) probs_ = Tensor(backend_, DType::fp32, sdk::Shape{s});
+  if (probs_gemm_.shape().numel() < s) probs_gemm_ = widest(backend_, s);
+  decoding_ = true;
+}
+
+void AttentionLayer::end_decode() {
+  decoding_ = false;
+  cache_ = Tensor();
+  cache_capacity_ = cache_length_ = 0;
+}
+
+void AttentionLayer::decode_forward(TensorView x, std::int64_t rows) {
+  // x is qkv [1, n, 3C] for positions [L, L + n); the cache holds q, k, v [3, 1, H, cap, D].
+  const std::int64_t nt = rows, len = cache_length_ + rows, cap = cache_capacity_, d = head_dim_;
+  if (len > cap)
+    throw std::logic_error("attention node '" + name_ + "': the KV cache holds " +
+                           std::to_string(cap) + " positions; this step needs " +
+                           std::to_string(len));
+  const DType g = gemm_dtype();
+  const DType act = storage_of(precision_.activation);
+  auto& attn = attention_of(*backend_);
+  const std::int64_t part = heads_ * cap * d;
+  attn.split_heads(x, {1, nt, heads_, d, 3, cap, cache_length_},
+                   {cache_.view().data, g, sdk::Shape{3 * part}});
+  const TensorView q = at(cache_, g, cache_length_ * d, nt, d), k = at(cache_, g, part, len, d),
+                   v = at(cache_, g, 2 * part, len, d);
+  const TensorView s = at(probs_, DType::fp32, 0, nt, len);
+  batched(*backend_, precision_.gemm_input, q, false, cap * d, k, true, cap * d, s, nt * len,
+          heads_);
+  const TensorView all_s{probs_.view().data, DType::fp32, sdk::Shape{heads_ * nt * len}};
+  attn.softmax_forward(all_s, {heads_, nt, len, true}, scale_, all_s);
+  TensorView p = s;
+  if (g != DType::fp32) {
+    backend_->cast(all_s, {probs_gemm_.view().data, g, sdk::Shape{heads_ * nt * len}});
+    p = at(probs_gemm_, g, 0, nt, len);
+  }
+  const TensorView o = at(context_, act, 0, nt, d);
+  batched(*backend_, precision_.gemm_input, p, false, nt * len, v, false, cap * d, o, nt * d,
+          heads_);
+  attn.merge_heads({context_.view().data, act, sdk::Shape{heads_ * nt * d}},
+                   {1, nt, heads_, d, 1, 0, 0}, output(rows));
+  cache_length_ = len;
+}
+
+// --- Definition ----------------------------------------------------------------------------------
+
+OpDefinition attention_op() {
+  OpDefinition op;
+  op.type = "attention";
+  op.summary = "causal multi-head self-attention of a fused qkv [T, 3C] (FP32 softmax)";
+  op.schema = [] {
+    return sdk::OptionSchema{
+        sdk::OptionSpec::required("heads", sdk::OptionType::integer, "attention heads")
+            .at_least(1)
+            .at_most(static_cast<double>(ops::kMaxDim))};
+  };
+  op.build = [](const OpNode& node) {
+    const auto& in = node.inputs[0];
+    const std::int64_t heads = node.options.get_int("heads");
+    if (in.size() != 2)
+      throw OpSpecError("", "takes qkv [T, 3C] per sample, but its input is " + ops::shape_text(in),
+                        "feed it a linear with out = 3 * width on a [T, C] sequence");
+    if (in[1] % 3 != 0)
+      throw OpSpecError("",
+                        "takes qkv [T, 3C], but the input's last dimension " +
+                            std::to_string(in[1]) + " is not a multiple of 3",
+                        "give the qkv linear out = 3 * width");
+    const std::int64_t width = in[1] / 3;
+    if (width % heads != 0)
+      throw OpSpecError("heads",
+                        "width " + std::to_string(width) +
+                            " is not divisible by heads = " + std::to_string(heads),
+                        "choose heads so that it divides the width (n_embd % n_head == 0)");
+    return BuiltOp{std::make_unique<AttentionLayer>(node.name, in[0], width, heads),
+                   PerSampleShape{in[0], width}};
+  };
+  return op;
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,63 @@
+// Causal multi-head self-attention: the part between the fused QKV projection and the output
+// projection (both are linear nodes), as GPT-2 computes it.
+//
+// Contract
+// - Input qkv [N, T, 3C] (q, k, v in that order, each [H, D] with C = H·D, as a fused c_attn
+//   linear produces them); output [N, T, C] = concat over heads of softmax(q·kᵀ/√D, causal)·v.
+// - Layout: split_heads permutes qkv into head-major q, k, v [N·H, T, D] in the GEMM dtype; the
+//   scores q·kᵀ and the context P·v are strided-batched GEMMs; the softmax (forward and backward)
+//   is FP32 whatever the policy (the scores come out of their GEMM in FP32 and the probabilities
+//   are kept in FP32 for the backward; P is rounded to the GEMM dtype only as the operand of P·v).
+// - Precision: the op's two GEMMs ("scores", "context") multiply activations only, so an FP8
+//   policy leaves them in its 16-bit base (Transformer Engine does the same).
+// - Saved for backward: q, k, v head-major and P; the input qkv itself is not read again.
+// - Decoding (KV cache, `mixtrain sample`): begin_decode(capacity) keeps k and v of every position
+//   seen so far; each decode forward takes rows = new tokens of one sequence and attends to the
+//   cache. Training forward/backward are unavailable until end_decode().
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/graph/layer.h"
+
+namespace mixtrain::core {
+
+class AttentionLayer final : public Layer {
+ public:
+  AttentionLayer(std::string name, std::int64_t tokens, std::int64_t width, std::int64_t heads);
+  std::int64_t heads() const { return heads_; }
+  std::vector<sdk::GemmDescription> gemms() const override;
+  // q·kᵀ and P·v: 2·T·C multiply-adds each per row (the causal half is still computed).
+  std::int64_t forward_flops_per_row() const override { return 4 * tokens_ * out_; }
+  std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
+  bool backward_reads_inputs() const override { return false; }
+  void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
+  void forward(sdk::TensorView x, std::int64_t rows) override;
+  void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
+                std::int64_t rows) override;
+
+  void begin_decode(std::int64_t capacity) override;
+  void end_decode() override;
+
+ private:
+  sdk::DType gemm_dtype() const;
+  void decode_forward(sdk::TensorView x, std::int64_t rows);
+
+  std::int64_t tokens_, heads_, head_dim_;
+  float scale_;
+  Tensor qkv_heads_;   // [3, N, H, T, D] in the GEMM dtype
+  Tensor probs_;       // fp32 [N·H, T, T]
+  Tensor probs_gemm_;  // [N·H, T, T] in the GEMM dtype (P, then dS, as GEMM operands)
+  Tensor context_;     // [N, H, T, D] in the activation dtype (forward), the GEMM dtype (dO)
+  Tensor dprobs_;      // fp32 [N·H, T, T]
+  Tensor dqkv_heads_;  // [3, N, H, T, D] in the input gradient's dtype
+  // KV cache while decoding: [3, 1, H, capacity, D] in the GEMM dtype (q, k, v: split_heads
+  // writes all three parts; q's rows hold only the newest tokens).
+  Tensor cache_;
+  std::int64_t cache_capacity_ = 0, cache_length_ = 0;
+  bool decoding_ = false;
+};
+
+}  // namespace mixtrain::core

@@ -1,0 +1,64 @@
+// batchnorm2d: batch normalisation of images [C, H, W] per channel, PyTorch's BatchNorm2d.
+//
+// Contract
+// - Options: eps (1e-5), momentum (0.1), affine (true).
+// - Statistics are FP32 whatever the policy (the backend computes them in FP32 from 16-bit
+//   activations); the output is stored in the plan's activation dtype, as PyTorch's autocast and
+//   cuDNN do, so a bf16 network keeps 16-bit activations end to end.
+// - Parameters: weight (1) and bias (0), fp32 [C], never weight-decayed; absent when not affine.
+//   Buffers: running_mean (0) and running_var (1), fp32 [C], PyTorch's names
+//   ("<node>.running_mean"): updated in training mode with PyTorch's momentum rule (unbiased
+//   variance), used in evaluation mode, saved in checkpoints and exports.
+// - A relu that is its only reader is taken in (take_relu): forward applies it, backward masks
+//   with it, and the relu node is a view of this output.
+// - Layout: channels-last output; a plain input is permuted first (ops/image_input.h).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/ops/image_input.h"
+#include "mixtrain/core/graph/layer.h"
+
+namespace mixtrain::core {
+
+class BatchNorm2dLayer final : public Layer {
+ public:
+  BatchNorm2dLayer(std::string name, std::int64_t channels, std::int64_t height, std::int64_t width,
+                   float eps, float momentum, bool affine, bool plain_input);
+  std::int64_t channels() const { return channels_; }
+  bool relu() const { return relu_; }
+  // statistics, normalise, scale and shift: about five per element (a row is W elements of C).
+  std::int64_t forward_flops_per_row() const override { return 5 * width_; }
+  std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
+  bool backward_reads_output() const override { return relu_; }
+  bool take_relu() override {
+    relu_ = true;
+    return true;
+  }
+  void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
+  void forward(sdk::TensorView x, std::int64_t rows) override;
+  void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
+                std::int64_t rows) override;
+  void init_parameters(std::uint64_t seed) override;
+  std::vector<std::int64_t> parameter_shape(const std::string& suffix) const override;
+
+ private:
+  sdk::DType dtype() const;  // what x, y, dy and dx are in for the facet
+  sdk::BatchNormShape shape_at(std::int64_t batch) const;
+  sdk::TensorView gamma() const;
+  sdk::TensorView beta() const;
+
+  std::int64_t channels_, height_, width_;
+  float eps_, momentum_;
+  bool affine_;
+  bool relu_ = false;
+  ChannelsLastInput input_;
+  sdk::TensorView x_cl_;  // the forward's input, channels-last, for backward
+  Tensor save_mean_, save_var_;
+  BatchWorkspace workspace_;
+  Tensor dy_scratch_, dx_scratch_;
+};
+
+}  // namespace mixtrain::core

@@ -1,0 +1,233 @@
+#include "graph/ops/conv2d.h"
+
+#include <cmath>
+
+#include "graph/ops/image_options.h"
+#include "graph/ops/op_registry.h"
+#include "graph/ops/op_support.h"
+
+namespace mixtrain::core {
+
+using ops::needs_working_copy;
+using ops::storage_of;
+using sdk::DType;
+using sdk::TensorView;
+
+Conv2dLayer::Conv2dLayer(std::string name, const sdk::Conv2dGeometry& geometry, bool bias,
+                         Init init, bool plain_input)
+    : Layer(std::move(name), "conv2d", geometry.width, geometry.out_width()),
+      geometry_(geometry),
+      bias_(bias),
+      init_(init),
+      scaler_(name_, kGemm) {
+  input_.configure(plain_input, geometry.in_channels, geometry.height, geometry.width);
+}
+
+std::vector<sdk::GemmDescription> Conv2dLayer::gemms() const {
+  return {
+      {kGemm, {sdk::OperandRole::input, sdk::OperandRole::weight, sdk::OperandRole::grad_output}}};
+}
+
+std::int64_t Conv2dLayer::forward_flops_per_row() const {
+  const auto& g = geometry_;
+  return g.out_width() *
+         (2 * (g.in_channels / g.groups) * g.kernel_h * g.kernel_w + (bias_ ? 1 : 0));
+}
+
+std::vector<std::int64_t> Conv2dLayer::weight_shape() const {
+  const auto& g = geometry_;
+  return {g.out_channels, g.in_channels / g.groups, g.kernel_h, g.kernel_w};
+}
+
+std::vector<std::int64_t> Conv2dLayer::parameter_shape(const std::string& suffix) const {
+  if (suffix == "weight") return weight_shape();
+  if (suffix == "bias" && bias_) return {geometry_.out_channels};
+  return {};
+}
+
+DType Conv2dLayer::compute() const {
+  // The operands carry their format; the facet's compute only asks for tf32 rounding.
+  return precision_.gemm_input == DType::tf32 ? DType::tf32 : DType::fp32;
+}
+
+sdk::Conv2dGeometry Conv2dLayer::at_batch(std::int64_t rows) const {
+  sdk::Conv2dGeometry g = geometry_;
+  g.batch = rows / (g.out_channels * g.out_height());  // rows of the output [O, OH, OW] per sample
+  return g;
+}
+
+void Conv2dLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                           std::int64_t max_rows) {
+  Layer::allocate(backend, max_rows);
+  params_.clear();
+  const sdk::Shape w = sdk::Shape::from_vector(weight_shape());
+  params_.push_back(make_parameter("weight", w, true));
+  if (needs_working_copy(precision_.weight))
+    params_.back().working = Tensor(backend, precision_.weight, w);
+  if (bias_) params_.push_back(make_parameter("bias", sdk::Shape{geometry_.out_channels}, false));
+}
+
+void Conv2dLayer::init_parameters(std::uint64_t seed) {
+  const auto& g = geometry_;
+  const double fan_in = static_cast<double>(g.in_channels / g.groups * g.kernel_h * g.kernel_w);
+  if (init_ == Init::kaiming_normal) {
+    // torchvision's ResNet: kaiming_normal_(mode="fan_out", nonlinearity="relu").
+    const double fan_out = static_cast<double>(g.out_channels * g.kernel_h * g.kernel_w);
+    ops::fill_normal(*backend_, params_[0].master, std::sqrt(2.0 / fan_out),
+                     derive_seed(seed, (name_ + ".weight").c_str()));
+  } else {
+    // PyTorch's nn.Conv2d: kaiming_uniform(a=√5) → U(-1/√fan_in, 1/√fan_in), bias likewise.
+    ops::fill_uniform(*backend_, params_[0].master, 1.0 / std::sqrt(fan_in),
+                      derive_seed(seed, (name_ + ".weight").c_str()));
+  }
+  if (bias_)
+    ops::fill_uniform(*backend_, params_[1].master, 1.0 / std::sqrt(fan_in),
+                      derive_seed(seed, (name_ + ".bias").c_str()));
+}
+
+std::vector<BackendNeed> Conv2dLayer::backend_needs(DType input) const {
+  const DType g = precision_.gemm_input;  // tf32 asks for its own support
+  const DType act = storage_of(precision_.activation);
+  const DType grad = storage_of(precision_.activation_grad);
+  std::vector<BackendNeed> needs = {{sdk::ConvolutionOp::conv2d_forward, {g, g, act}},
+                                    {sdk::ConvolutionOp::conv2d_backward_weights, {g, g}},
+                                    {sdk::ConvolutionOp::conv2d_backward_data, {g, g, grad}}};
+  if (input_.plain()) {
+    // FP8 operands are scaled from the permuted input, which keeps the input's dtype.
+    needs.push_back(
+        {sdk::ConvolutionOp::to_channels_last, {input, sdk::is_fp8(g) ? input : storage_of(g)}});
+    needs.push_back({sdk::ConvolutionOp::to_channels_first, {grad, grad}});
+  }
+  return needs;
+}
+
+void Conv2dLayer::forward(TensorView x, std::int64_t rows) {
+  sdk::Conv2dForwardArgs a;
+  a.geometry = at_batch(rows);
+  const DType g = storage_of(precision_.gemm_input);
+  if (scaler_.active()) {
+    auto* stats = collect_stats_ ? &stats_ : nullptr;
+    const TensorView x_cl = input_.forward(backend_, x, a.geometry.batch, x.dtype);
+    a.x = scaler_.scale(backend_, x_cl, sdk::OperandRole::input, stats);
+    a.w = scaler_.scale(backend_, params_[0].compute_view(), sdk::OperandRole::weight, stats);
+    a.w.view.shape = sdk::Shape::from_vector(weight_shape());
+  } else {
+    a.x.view = input_.forward(backend_, x, a.geometry.batch, g);
+    a.w.view = params_[0].compute_view();
+  }
+  x_operand_ = a.x.view;
+  x_scale_inv_ = a.x.scale_inv;
+  if (bias_) a.bias = params_[1].master.view();
+  const TensorView y = output(rows);
+  a.y = {y.data, y.dtype,
+         sdk::Shape{a.geometry.batch, a.geometry.out_height(), a.geometry.out_width(),
+                    a.geometry.out_channels}};
+  a.compute = compute();
+  convolution_of(*backend_).conv2d_forward(a);
+}
+
+void Conv2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
+  const sdk::Conv2dGeometry geo = at_batch(rows);
+  const sdk::Shape y_shape{geo.batch, geo.out_height(), geo.out_width(), geo.out_channels};
+  sdk::GemmOperand dy_op, w_op;
+  if (scaler_.active()) {
+    dy_op = scaler_.scale(backend_, {dy.data, dy.dtype, y_shape}, sdk::OperandRole::grad_output,
+                          collect_stats_ ? &stats_ : nullptr);
+    w_op = scaler_.last(sdk::OperandRole::weight, sdk::Shape::from_vector(weight_shape()));
+  } else {
+    dy_op.view =
+        as_dtype({dy.data, dy.dtype, y_shape}, storage_of(precision_.gemm_input), dy_scratch_);
+    w_op.view = params_[0].compute_view();
+  }
+  sdk::Conv2dBackwardWeightsArgs bw;
+  bw.geometry = geo;
+  bw.x = {x_operand_, false, x_scale_inv_};
+  bw.dy = dy_op;
+  bw.dw = params_[0].grad.view();
+  bw.accumulate = params_[0].take_grad_beta() != 0.0f;
+  if (bias_) {
+    bw.dbias = params_[1].grad.view();
+    // weight and bias are written together, so they start a step together.
+    params_[1].take_grad_beta();
+  }
+  bw.compute = compute();
+  convolution_of(*backend_).conv2d_backward_weights(bw);
+  if (dx.empty()) return;
+  sdk::Conv2dBackwardDataArgs bd;
+  bd.geometry = geo;
+  bd.dy = dy_op;
+  bd.w = w_op;
+  bd.dx = input_.grad_target(backend_, dx, geo.batch);
+  bd.compute = compute();
+  convolution_of(*backend_).conv2d_backward_data(bd);
+  input_.finish_grad(backend_, bd.dx, dx);
+}
+
+// --- Definition ----------------------------------------------------------------------------------
+
+OpDefinition conv2d_op() {
+  OpDefinition op;
+  op.type = "conv2d";
+  op.summary = "2-D convolution of [C, H, W] images (PyTorch's Conv2d), channels-last output";
+  op.has_parameters = true;
+  op.reads_images = true;
+  op.schema = [] {
+    sdk::OptionSchema schema{
+        sdk::OptionSpec::required("out", sdk::OptionType::integer, "output channels")
+            .at_least(1)
+            .at_most(static_cast<double>(ops::kMaxDim)),
+        sdk::OptionSpec::integer("in", 0,
+                                 "input channels, checked against the input (0: the input's)")
+            .at_least(0),
+        sdk::OptionSpec::integer("groups", 1, "channel groups (in and out divisible by it)")
+            .at_least(1),
+        sdk::OptionSpec::boolean("bias", true, "add a learned bias per output channel"),
+        sdk::OptionSpec::string("init", "pytorch",
+                                "\"pytorch\" (nn.Conv2d's default) or \"kaiming_normal\" "
+                                "(fan_out, as torchvision's ResNets)")
+            .one_of({"pytorch", "kaiming_normal"})};
+    ops::add_window_options(schema, /*with_dilation=*/true, /*default_stride_is_kernel=*/false);
+    return schema;
+  };
+  op.build = [](const OpNode& node) {
+    const ops::ImageIn in = ops::image_input(node, "conv2d");
+    const ops::Window win =
+        ops::read_window(node, /*default_stride_is_kernel=*/false, /*with_dilation=*/true);
+    const std::int64_t declared = node.options.get_int("in");
+    if (declared != 0 && declared != in.channels)
+      throw OpSpecError("in",
+                        "in = " + std::to_string(declared) + " but input 1 has " +
+                            std::to_string(in.channels) + " channels (" +
+                            ops::shape_text(node.inputs[0]) + ")",
+                        "set in = " + std::to_string(in.channels) +
+                            " or remove it (it is inferred from the input)");
+    sdk::Conv2dGeometry g;
+    g.in_channels = in.channels;
+    g.height = in.height;
+    g.width = in.width;
+    g.out_channels = node.options.get_int("out");
+    g.groups = node.options.get_int("groups");
+    ops::apply_window(win, g);
+    g.dilation_h = win.dilation_h;
+    g.dilation_w = win.dilation_w;
+    if (g.in_channels % g.groups != 0 || g.out_channels % g.groups != 0)
+      throw OpSpecError("groups",
+                        "groups = " + std::to_string(g.groups) + " does not divide the " +
+                            std::to_string(g.in_channels) + " input and " +
+                            std::to_string(g.out_channels) + " output channels",
+                        "choose groups dividing both (1 for a dense convolution, the channel "
+                        "count for a depthwise one)");
+    ops::check_window_fits(in, g.kernel_h, g.kernel_w, g.pad_h, g.pad_w, g.dilation_h,
+                           g.dilation_w);
+    const auto init = node.options.get_string("init") == "kaiming_normal"
+                          ? Conv2dLayer::Init::kaiming_normal
+                          : Conv2dLayer::Init::pytorch;
+    auto layer =
+        std::make_unique<Conv2dLayer>(node.name, g, node.options.get_bool("bias"), init, in.plain);
+    return BuiltOp{std::move(layer), PerSampleShape{g.out_channels, g.out_height(), g.out_width()},
+                   TensorLayout::channels_last};
+  };
+  return op;
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,69 @@
+// conv2d: 2-D convolution of images [C, H, W] → [O, OH, OW], PyTorch's Conv2d.
+//
+// Contract
+// - Options: out (O), kernel, stride, padding, dilation (one int, or [h, w]), groups, bias, init.
+//   C and O must be multiples of groups; the dilated kernel must fit the padded input. Violations
+//   are plan-time errors naming the node.
+// - Layout: the output is channels-last (ops/op_registry.h, TensorLayout); a plain input (the
+//   batch) is permuted once per step into a scratch (ops/image_input.h).
+// - Weight: fp32 master [O, C/groups, KH, KW] (PyTorch's layout, decayed), optional bias [O] (not
+//   decayed); a working copy in the plan's weight dtype. Init: PyTorch's default (kaiming uniform,
+//   a = √5) or, with init = "kaiming_normal", N(0, 2 / (O·KH·KW)) as torchvision's ResNets.
+// - Precision: one GEMM-like product "conv" with operands input, weight and grad_output, planned
+//   by the policy as a linear's matmul; FP8 slots are "<node>.conv.<role>". Accumulation FP32.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/ops/image_input.h"
+#include "graph/ops/operand_scaler.h"
+#include "mixtrain/core/graph/layer.h"
+#include "mixtrain/sdk/backend_convolution.h"
+
+namespace mixtrain::core {
+
+class Conv2dLayer final : public Layer {
+ public:
+  static constexpr const char* kGemm = "conv";
+  enum class Init { pytorch, kaiming_normal };
+
+  // `geometry.batch` is ignored (each call's comes from its rows).
+  Conv2dLayer(std::string name, const sdk::Conv2dGeometry& geometry, bool bias, Init init,
+              bool plain_input);
+  const sdk::Conv2dGeometry& geometry() const { return geometry_; }
+  std::vector<sdk::GemmDescription> gemms() const override;
+  std::vector<TensorCoreDim> tensor_core_dims() const override {
+    return {{"input channels", geometry_.in_channels / geometry_.groups, true},
+            {"output channels", geometry_.out_channels / geometry_.groups, false}};
+  }
+  std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
+  // A row of the output is one (o, oh): OW outputs of C/g·KH·KW multiply-adds each.
+  std::int64_t forward_flops_per_row() const override;
+  void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
+  void forward(sdk::TensorView x, std::int64_t rows) override;
+  void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
+                std::int64_t rows) override;
+  void init_parameters(std::uint64_t seed) override;
+  std::vector<std::int64_t> parameter_shape(const std::string& suffix) const override;
+  void set_operand_scaling(sdk::PrecisionPolicy* policy) override { scaler_.set_policy(policy); }
+  void flush_operand_amaxes() override { scaler_.flush(*backend_); }
+  void begin_micro_batch(std::int64_t index) override { scaler_.begin_micro_batch(index); }
+
+ private:
+  sdk::Conv2dGeometry at_batch(std::int64_t rows) const;
+  sdk::DType compute() const;
+  std::vector<std::int64_t> weight_shape() const;
+
+  sdk::Conv2dGeometry geometry_;
+  bool bias_;
+  Init init_;
+  ChannelsLastInput input_;
+  sdk::TensorView x_operand_;  // the forward's input operand (channels-last), for backward
+  float x_scale_inv_ = 1.0f;
+  Tensor dy_scratch_;
+  OperandScaler scaler_;
+};
+
+}  // namespace mixtrain::core

@@ -1,0 +1,81 @@
+#include "graph/ops/layernorm.h"
+
+#include "graph/ops/op_registry.h"
+#include "graph/ops/op_support.h"
+
+namespace mixtrain::core {
+
+using ops::prefix;
+using sdk::DType;
+using sdk::TensorView;
+
+LayerNormLayer::LayerNormLayer(std::string name, std::int64_t features, float eps)
+    : Layer(std::move(name), "layernorm", features, features), eps_(eps) {}
+
+void LayerNormLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                              std::int64_t max_rows) {
+  Layer::allocate(backend, max_rows);
+  params_.clear();
+  params_.push_back(make_parameter("weight", sdk::Shape{in_}, false));
+  params_.push_back(make_parameter("bias", sdk::Shape{in_}, false));
+  mean_ = Tensor(backend, DType::fp32, sdk::Shape{max_rows});
+  rstd_ = Tensor(backend, DType::fp32, sdk::Shape{max_rows});
+}
+
+std::vector<std::int64_t> LayerNormLayer::parameter_shape(const std::string& suffix) const {
+  if (suffix == "weight" || suffix == "bias") return {in_};
+  return {};
+}
+
+void LayerNormLayer::init_parameters(std::uint64_t) {
+  backend_->fill(params_[0].master.view(), 1.0f);
+  backend_->fill(params_[1].master.view(), 0.0f);
+}
+
+std::vector<BackendNeed> LayerNormLayer::backend_needs(DType input) const {
+  return {{sdk::NormalizationOp::layernorm_forward, {input}},
+          {sdk::NormalizationOp::layernorm_backward, {input}}};
+}
+
+void LayerNormLayer::forward(TensorView x, std::int64_t rows) {
+  normalization_of(*backend_).layernorm_forward(x, params_[0].master.view(),
+                                                params_[1].master.view(), eps_, output(rows),
+                                                prefix(mean_, rows), prefix(rstd_, rows));
+}
+
+void LayerNormLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
+  Tensor unused;
+  TensorView dx_target = dx;
+  if (dx.empty()) {  // first layer: the input gradient is not needed but the kernel writes one
+    unused = Tensor(backend_, DType::fp32, sdk::Shape{rows, in_});
+    dx_target = unused.view();
+  }
+  // weight and bias are written together, so they start a step together.
+  const bool accumulate = params_[0].take_grad_beta() != 0.0f;
+  params_[1].take_grad_beta();
+  normalization_of(*backend_).layernorm_backward(
+      dy, x, params_[0].master.view(), prefix(mean_, rows), prefix(rstd_, rows), dx_target,
+      params_[0].grad.view(), params_[1].grad.view(), accumulate);
+}
+
+// --- Definition ----------------------------------------------------------------------------------
+
+OpDefinition layernorm_op() {
+  OpDefinition op;
+  op.type = "layernorm";
+  op.summary = "normalise the last dimension, then scale and shift (FP32 statistics)";
+  op.has_parameters = true;
+  op.schema = [] {
+    return sdk::OptionSchema{
+        sdk::OptionSpec::number("eps", 1e-5, "added to the variance").greater_than(0.0)};
+  };
+  op.build = [](const OpNode& node) {
+    const auto& in = node.inputs;
+    return BuiltOp{std::make_unique<LayerNormLayer>(
+                       node.name, in[0].back(), static_cast<float>(node.options.get_double("eps"))),
+                   in[0]};
+  };
+  return op;
+}
+
+}  // namespace mixtrain::core

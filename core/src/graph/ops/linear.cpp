@@ -1,0 +1,231 @@
+#include "graph/ops/linear.h"
+
+#include <cmath>
+
+#include "graph/ops/activation.h"
+#include "graph/ops/op_registry.h"
+#include "graph/ops/op_support.h"
+
+namespace mixtrain::core {
+
+using ops::fill_uniform;
+using ops::needs_working_copy;
+using ops::storage_of;
+using sdk::DType;
+using sdk::TensorView;
+
+namespace {
+constexpr sdk::OperandRole kRoles[3] = {sdk::OperandRole::input, sdk::OperandRole::weight,
+                                        sdk::OperandRole::grad_output};
+}  // namespace
+
+LinearLayer::LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias,
+                         std::string tie_weight, sdk::SourceLocation tie_where, double init_std)
+    : Layer(std::move(name), "linear", in, out),
+      bias_(bias),
+      init_std_(init_std),
+      tie_weight_(std::move(tie_weight)),
+      tie_where_(std::move(tie_where)),
+      scaler_(name_, kGemm) {}
+
+std::vector<sdk::GemmDescription> LinearLayer::gemms() const {
+  return {{kGemm, {kRoles[0], kRoles[1], kRoles[2]}}};
+}
+
+void LinearLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                           std::int64_t max_rows) {
+  Layer::allocate(backend, max_rows);
+  params_.clear();
+  tied_ = nullptr;  // the model binds it again after allocate()
+  if (tie_weight_.empty()) {
+    params_.push_back(make_parameter("weight", sdk::Shape{out_, in_}, true));
+    if (needs_working_copy(precision_.weight))
+      params_.back().working = Tensor(backend, precision_.weight, sdk::Shape{out_, in_});
+  }
+  if (bias_) params_.push_back(make_parameter("bias", sdk::Shape{out_}, false));
+}
+
+void LinearLayer::init_parameters(std::uint64_t seed) {
+  // A tied weight is initialised by its owner.
+  if (init_std_ > 0.0) {
+    // GPT-2 / nanoGPT: weight N(0, std²), bias 0.
+    if (tie_weight_.empty())
+      ops::fill_normal(*backend_, params_[0].master, init_std_,
+                       derive_seed(seed, (name_ + ".weight").c_str()));
+    if (bias_) backend_->fill(bias().master.view(), 0.0f);
+    return;
+  }
+  // PyTorch nn.Linear: kaiming_uniform(a=√5) → U(-1/√in, 1/√in) for weight and bias.
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
+  if (tie_weight_.empty())
+    fill_uniform(*backend_, params_[0].master, bound,
+                 derive_seed(seed, (name_ + ".weight").c_str()));
+  if (bias_)
+    fill_uniform(*backend_, bias().master, bound, derive_seed(seed, (name_ + ".bias").c_str()));
+}
+
+std::vector<std::int64_t> LinearLayer::parameter_shape(const std::string& suffix) const {
+  if (suffix == "weight" && tie_weight_.empty()) return {out_, in_};
+  if (suffix == "bias" && bias_) return {out_};
+  return {};
+}
+
+std::vector<SharedParameter> LinearLayer::shared_parameters() const {
+  if (tie_weight_.empty()) return {};
+  return {{"weight", tie_weight_, tie_where_, "tie_weight", {out_, in_}}};
+}
+
+void LinearLayer::bind_shared_parameter(const std::string& suffix, ModelParameter& source) {
+  if (suffix == "weight") tied_ = &source;
+}
+
+std::vector<ModelParameter*> LinearLayer::used_parameters() {
+  auto out = Layer::used_parameters();
+  if (tied_ != nullptr) out.insert(out.begin(), tied_);
+  return out;
+}
+
+TensorView LinearLayer::weight_operand() {
+  ModelParameter& w = weight();
+  const TensorView view = w.compute_view();
+  const DType want = storage_of(precision_.weight);
+  if (tied_ == nullptr || view.dtype == want) return view;
+  return as_dtype(w.master.view(), want, w_scratch_);
+}
+
+bool LinearLayer::fuse_reader(Layer& reader) {
+  auto* next = dynamic_cast<ActivationLayer*>(&reader);
+  if (next == nullptr) return false;
+  if (fused_ != nullptr) fused_->fused_ = false;
+  fused_ = next;
+  fused_->fused_ = fusion_on_;
+  return true;
+}
+
+bool LinearLayer::output_deferred() const {
+  // A fused relu's backward reads the activation's output, so z is never needed.
+  return fused() && fused_->activation() == sdk::Activation::relu;
+}
+
+void LinearLayer::set_fusion(bool on) {
+  fusion_on_ = on;
+  if (fused_ != nullptr) fused_->fused_ = on;
+}
+
+std::vector<BackendNeed> LinearLayer::backend_needs(DType) const {
+  // The input is cast to the GEMM's dtype first (casts are the backend's core), so the GEMMs see
+  // the plan's dtypes: y = x·Wᵀ into the activation, dW into fp32, dx into the input's gradient.
+  const DType g = precision_.gemm_input;
+  std::vector<BackendNeed> needs = {
+      {sdk::GemmOp::gemm, {g, g, storage_of(precision_.activation)}},
+      {sdk::GemmOp::gemm, {g, g, DType::fp32}},
+      {sdk::GemmOp::gemm, {g, g, storage_of(precision_.activation_grad)}}};
+  if (bias_)
+    needs.push_back(
+        {sdk::ElementwiseOp::bias_grad, {storage_of(precision_.activation), DType::fp32}});
+  return needs;
+}
+
+void LinearLayer::forward(TensorView x, std::int64_t rows) {
+  const DType in_storage = storage_of(precision_.gemm_input);
+  sdk::GemmArgs g;
+  if (scaler_.active()) {
+    auto* stats = collect_stats_ ? &stats_ : nullptr;
+    g.a = scaler_.scale(backend_, x, sdk::OperandRole::input, stats);
+    g.b = scaler_.scale(backend_, weight_operand(), sdk::OperandRole::weight, stats);
+  } else {
+    g.a.view = as_dtype(x, in_storage, x_scratch_);
+    g.b.view = weight_operand();
+  }
+  g.b.transpose = true;
+  if (fused()) {
+    g.c = fused_->output(rows);
+    g.has_activation = true;
+    g.activation = fused_->activation();
+    if (g.activation != sdk::Activation::relu) {
+      materialise_output();
+      g.pre_activation = output(rows);
+    }
+  } else {
+    materialise_output();  // a deferred output, the first time this layer runs unfused
+    g.c = output(rows);
+  }
+  if (bias_) g.bias = bias().master.view();
+  g.compute = precision_.gemm_input;
+  gemm_of(*backend_).gemm(g);
+}
+
+void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
+  (void)rows;
+  const DType in_storage = storage_of(precision_.gemm_input);
+  sdk::GemmOperand dy_g, x_g, w_g;
+  if (scaler_.active()) {
+    // The input and weight operands were cast (and scaled) by the forward of this step.
+    dy_g = scaler_.scale(backend_, dy, sdk::OperandRole::grad_output,
+                         collect_stats_ ? &stats_ : nullptr);
+    x_g = scaler_.last(sdk::OperandRole::input, x.shape);
+    w_g = scaler_.last(sdk::OperandRole::weight, sdk::Shape{out_, in_});
+  } else {
+    dy_g.view = as_dtype(dy, in_storage, dy_scratch_);
+    x_g.view = as_dtype(x, in_storage, x_scratch_);
+    w_g.view = weight_operand();
+  }
+  // dW[out, in] (+)= dyᵀ[out, rows] · x[rows, in]
+  sdk::GemmArgs gw;
+  gw.a = dy_g;
+  gw.a.transpose = true;
+  gw.b = x_g;
+  gw.c = weight().grad.view();
+  gw.beta = weight().take_grad_beta();
+  gw.compute = precision_.gemm_input;
+  gemm_of(*backend_).gemm(gw);
+  if (bias_)
+    elementwise_of(*backend_).bias_grad(dy, bias().grad.view(), bias().take_grad_beta() != 0.0f);
+  if (!dx.empty()) {
+    // dx[rows, in] = dy[rows, out] · W[out, in]
+    sdk::GemmArgs gx;
+    gx.a = dy_g;
+    gx.a.transpose = false;
+    gx.b = w_g;
+    gx.c = dx;
+    gx.compute = precision_.gemm_input;
+    gemm_of(*backend_).gemm(gx);
+  }
+}
+
+// --- Definition ----------------------------------------------------------------------------------
+
+OpDefinition linear_op() {
+  OpDefinition op;
+  op.type = "linear";
+  op.summary = "y = x Wᵀ + b on the last dimension";
+  op.has_parameters = true;
+  op.schema = [] {
+    return sdk::OptionSchema{
+        sdk::OptionSpec::required("out", sdk::OptionType::integer, "output features")
+            .at_least(1)
+            .at_most(static_cast<double>(ops::kMaxDim)),
+        sdk::OptionSpec::boolean("bias", true, "add a learned bias"),
+        sdk::OptionSpec::string("tie_weight", "",
+                                "use another node's parameter as this weight (weight tying), "
+                                "e.g. \"embed.weight\"; it must be [out, in]"),
+        sdk::OptionSpec::number("init_std", 0.0,
+                                "0: PyTorch's nn.Linear init; > 0: weight N(0, std²) and bias 0 "
+                                "(GPT-2 uses 0.02)")
+            .at_least(0.0)};
+  };
+  op.build = [](const OpNode& node) {
+    const auto& in = node.inputs;
+    const std::int64_t out = node.options.get_int("out");
+    PerSampleShape shape = in[0];
+    shape.back() = out;
+    return BuiltOp{std::make_unique<LinearLayer>(
+                       node.name, in[0].back(), out, node.options.get_bool("bias"),
+                       node.options.get_string("tie_weight"), node.options.where("tie_weight"),
+                       node.options.get_double("init_std")),
+                   shape};
+  };
+  return op;
+}
+
+}  // namespace mixtrain::core

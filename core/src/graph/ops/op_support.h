@@ -1,0 +1,62 @@
+// Helpers shared by the ops' implementations (internal to the core).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/data/dataset.h"
+#include "mixtrain/core/graph/random.h"
+#include "mixtrain/core/graph/tensor.h"
+#include "mixtrain/sdk/device_backend.h"
+
+namespace mixtrain::core::ops {
+
+// tf32 is fp32 storage rounded inside the GEMM; every other dtype is its own storage.
+inline sdk::DType storage_of(sdk::DType t) {
+  return t == sdk::DType::tf32 ? sdk::DType::fp32 : t;
+}
+inline bool needs_working_copy(sdk::DType weight) {
+  return weight != sdk::DType::fp32 && weight != sdk::DType::tf32;
+}
+// The first n elements of a rank-1 tensor.
+inline sdk::TensorView prefix(const Tensor& t, std::int64_t n) {
+  return {t.view().data, t.dtype(), sdk::Shape{n}};
+}
+// U(-bound, bound) from `seed`, drawn on the host so every backend starts from the same values.
+inline void fill_uniform(sdk::DeviceBackend& backend, const Tensor& t, double bound,
+                         std::uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<float> host(static_cast<std::size_t>(t.shape().numel()));
+  for (auto& v : host) v = static_cast<float>(rng.uniform(-bound, bound));
+  backend.copy_from_host(t.view(), host.data());
+}
+
+// N(0, std²) from `seed`, drawn on the host (DataRng's portable Box–Muller) for the same reason.
+inline void fill_normal(sdk::DeviceBackend& backend, const Tensor& t, double std,
+                        std::uint64_t seed) {
+  DataRng rng(seed);
+  std::vector<float> host(static_cast<std::size_t>(t.shape().numel()));
+  for (auto& v : host) v = static_cast<float>(std * rng.normal());
+  backend.copy_from_host(t.view(), host.data());
+}
+
+// Largest size a config may give one dimension (int32 range, as the backends index).
+inline constexpr std::int64_t kMaxDim = 2147483647;
+
+inline std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// -1 when the product leaves int64 (a config's reshape can ask for anything): never equal to a
+// real element count, so the shape checks reject it.
+inline std::int64_t checked_product(const std::vector<std::int64_t>& v) {
+  std::int64_t p = 1;
+  for (const std::int64_t d : v)
+    if (__builtin_mul_overflow(p, d, &p)) return -1;
+  return p;
+}
+
+}  // namespace mixtrain::core::ops

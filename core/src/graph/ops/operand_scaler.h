@@ -1,0 +1,53 @@
+// FP8 operand scaling for one GEMM-like product of an op (a linear's matmul, a convolution): each
+// operand is cast to the dtype and scale its slot "<node>.<gemm>.<role>" gets from the precision
+// policy, with saturation and a fused amax that goes back to the policy.
+//
+// Contract
+// - Delayed scaling: the amax of each cast stays on the device until flush() (after the step's
+//   found_inf read), maxed over the micro-batches of one optimizer step.
+// - Current scaling: the amax is measured and read before the scale is asked for (one host wait
+//   per operand).
+// - scale() keeps the last scaled copy per role; last() views it again (the backward reuses the
+//   forward's input and weight casts). `stats`, when given, receives what the cast saturated and
+//   flushed to zero (diagnostics; reads the tensors back).
+// - Non-owning: the policy outlives the op; the backend is the op's.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/graph/layer.h"
+#include "mixtrain/core/graph/tensor.h"
+
+namespace mixtrain::core {
+
+class OperandScaler {
+ public:
+  OperandScaler(const std::string& node, const std::string& gemm);
+  void set_policy(sdk::PrecisionPolicy* policy) { policy_ = policy; }
+  bool active() const { return policy_ != nullptr; }
+  void begin_micro_batch(std::int64_t index) { micro_batch_ = index; }
+
+  sdk::GemmOperand scale(const std::shared_ptr<sdk::DeviceBackend>& backend, sdk::TensorView src,
+                         sdk::OperandRole role,
+                         std::vector<Layer::ScaledOperandStats>* stats = nullptr);
+  // The last scaled copy of `role`, seen as `shape`.
+  sdk::GemmOperand last(sdk::OperandRole role, sdk::Shape shape) const;
+  // Delayed scaling: hands this step's amaxes to the policy (one read of the device buffer).
+  void flush(sdk::DeviceBackend& backend);
+
+ private:
+  struct ScaledOperand {
+    Tensor data;  // fp8 copy of the operand
+    float scale_inv = 1.0f;
+  };
+  sdk::PrecisionPolicy* policy_ = nullptr;
+  std::vector<sdk::OperandSlot> slots_;  // per role: input, weight, grad_output
+  ScaledOperand copies_[3];
+  Tensor amax_;  // fp32 [3]: the last cast's amax per role
+  bool amax_pending_[3] = {false, false, false};
+  std::int64_t micro_batch_ = 0;
+};
+
+}  // namespace mixtrain::core

@@ -1,0 +1,273 @@
+#include "mixtrain/core/plugins/registry.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
+
+#include "mixtrain/sdk/elf_file_check.h"
+#include "mixtrain/sdk/version.h"
+
+namespace mixtrain::core {
+
+namespace fs = std::filesystem;
+namespace dll = boost::dll;
+
+namespace {
+
+// Libraries are never unloaded while the process runs: unloading from static destructors, or
+// while a plugin-created object or exception still points into the library, crashes.
+void keep_loaded_forever(const std::shared_ptr<dll::shared_library>& lib) {
+  static auto* keep = new std::vector<std::shared_ptr<dll::shared_library>>();
+  static auto* mutex = new std::mutex();
+  std::lock_guard<std::mutex> lock(*mutex);
+  keep->push_back(lib);
+}
+
+bool is_plugin_file(const fs::path& p) {
+  auto name = p.filename().string();
+  return name.rfind("libmixtrain_", 0) == 0 && p.extension() == ".so";
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s;
+}
+
+}  // namespace
+
+PluginRegistry::PluginRegistry(sdk::LogSink* sink) : sink_(sink) {}
+
+std::vector<fs::path> PluginRegistry::default_search_path() {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  auto exe = dll::program_location(ec);
+  if (!ec) {
+    auto builtin = exe.parent_path().parent_path() / "lib" / "mixtrain" / "plugins";
+    out.push_back(builtin);
+  }
+  if (const char* env = std::getenv("MIXTRAIN_PLUGIN_PATH")) {
+    std::string s = env;
+    std::size_t start = 0;
+    while (start <= s.size()) {
+      auto end = s.find(':', start);
+      if (end == std::string::npos) end = s.size();
+      if (end > start) out.emplace_back(s.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+  return out;
+}
+
+void PluginRegistry::scan(const std::vector<fs::path>& folders_or_files) {
+  std::set<fs::path> seen;
+  for (const auto& l : libraries_) seen.insert(fs::weakly_canonical(l.path));
+  for (const auto& entry : folders_or_files) {
+    std::error_code ec;
+    if (fs::is_directory(entry, ec)) {
+      std::vector<fs::path> files;
+      for (const auto& f : fs::directory_iterator(entry, ec))
+        if (f.is_regular_file() && is_plugin_file(f.path())) files.push_back(f.path());
+      std::sort(files.begin(), files.end());  // deterministic order: first one wins
+      for (const auto& f : files)
+        if (seen.insert(fs::weakly_canonical(f)).second) load_library(f);
+    } else if (fs::is_regular_file(entry, ec)) {
+      if (seen.insert(fs::weakly_canonical(entry)).second) load_library(entry);
+    } else {
+      if (std::find(missing_paths_.begin(), missing_paths_.end(), entry) == missing_paths_.end())
+        missing_paths_.push_back(entry);
+      // Debug only: an embedding program may have no plugin folder next to it. Commands that
+      // list plugins or fail to find one report missing_paths() as a warning.
+      if (sink_ != nullptr)
+        sink_->write(sdk::LogLevel::debug, "plugins",
+                     "plugin search path entry " + entry.string() + " does not exist");
+    }
+  }
+}
+
+void PluginRegistry::load_library(const fs::path& path) {
+  LibraryRecord rec;
+  rec.path = path;
+  // dlopen maps the file's segments as they are: a truncated file (a half-copied plugin) makes
+  // it touch pages past the end and die of SIGBUS, so the headers are checked first. The file can
+  // still change between this check and dlopen; that race is accepted.
+  try {
+    sdk::check_elf_file(path);
+  } catch (const std::exception& e) {
+    rec.error = std::string("cannot load the library: ") + e.what();
+    libraries_.push_back(std::move(rec));
+    return;
+  }
+  auto lib = std::make_shared<dll::shared_library>();
+  try {
+    // rtld_now: an unresolved symbol is reported here, with the loader's message, instead of
+    // killing the process at first call.
+    lib->load(path, dll::load_mode::rtld_now | dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    rec.error = std::string("cannot load the library: ") + e.what();
+    libraries_.push_back(std::move(rec));
+    return;
+  }
+  keep_loaded_forever(lib);
+  if (!lib->has("mixtrain_plugin_descriptor")) {
+    rec.error =
+        "not a mixtrain plugin: it exports no 'mixtrain_plugin_descriptor' "
+        "(build it with MIXTRAIN_PLUGIN(...) from mixtrain/sdk/plugin.h)";
+    libraries_.push_back(std::move(rec));
+    return;
+  }
+  const sdk::PluginDescriptor* d = nullptr;
+  try {
+    auto& get = lib->get_alias<const sdk::PluginDescriptor*()>("mixtrain_plugin_descriptor");
+    d = get();
+  } catch (const std::exception& e) {
+    rec.error = std::string("its descriptor could not be read: ") + e.what();
+  }
+  if (d == nullptr) {
+    if (rec.error.empty()) rec.error = "its descriptor function returned null";
+    libraries_.push_back(std::move(rec));
+    return;
+  }
+  // Only the first two members are read before both checks pass: their layout never changes.
+  if (d->abi_version != sdk::kSdkAbiVersion) {
+    rec.error = "SDK ABI mismatch: the plugin was built against SDK ABI version " +
+                std::to_string(d->abi_version) + ", this mixtrain uses ABI version " +
+                std::to_string(sdk::kSdkAbiVersion) +
+                "; rebuild the plugin against the installed mixtrain SDK";
+    libraries_.push_back(std::move(rec));
+    return;
+  }
+  std::string fp = d->build_fingerprint != nullptr ? d->build_fingerprint : "";
+  if (fp != sdk::kBuildFingerprint) {
+    rec.error = "build fingerprint mismatch: plugin '" + fp + "', host '" + sdk::kBuildFingerprint +
+                "'; C++ objects cross this boundary, so rebuild the plugin with the same "
+                "compiler and standard library as mixtrain";
+    libraries_.push_back(std::move(rec));
+    return;
+  }
+  rec.plugin_name = d->name != nullptr ? d->name : "";
+  rec.plugin_version = d->version != nullptr ? d->version : "";
+  std::vector<sdk::ComponentInfo> infos;
+  if (d->components == nullptr) {
+    rec.error = "its descriptor has no components() function (build it with MIXTRAIN_PLUGIN(...))";
+    libraries_.push_back(std::move(rec));
+    return;
+  }
+  try {
+    infos = d->components();
+  } catch (const std::exception& e) {
+    rec.error = "its components() threw: " + std::string(e.what());
+  } catch (...) {
+    rec.error = "its components() threw a non-standard exception";
+  }
+  if (!rec.error.empty()) {
+    libraries_.push_back(std::move(rec));
+    return;
+  }
+  rec.loaded = true;
+  std::shared_ptr<void> handle = lib;
+  for (auto& info : infos) {
+    if (const auto* prev = find(info.kind, info.name)) {
+      rec.warnings.push_back("duplicate " + std::string(sdk::component_kind_name(info.kind)) +
+                             " '" + info.name + "' ignored; " + prev->library.string() +
+                             " provides it first");
+      continue;
+    }
+    if (info.create == nullptr) {
+      rec.warnings.push_back("component '" + info.name + "' has no factory; ignored");
+      continue;
+    }
+    components_.push_back({std::move(info), rec.plugin_name, rec.plugin_version, path, handle});
+  }
+  if (sink_ != nullptr)
+    for (const auto& w : rec.warnings) sink_->write(sdk::LogLevel::warn, "plugins", w);
+  libraries_.push_back(std::move(rec));
+}
+
+std::vector<std::string> PluginRegistry::names(sdk::ComponentKind kind) const {
+  std::vector<std::string> out;
+  for (const auto& c : components_)
+    if (c.info.kind == kind) out.push_back(c.info.name);
+  return out;
+}
+
+const LoadedComponent* PluginRegistry::find(sdk::ComponentKind kind,
+                                            const std::string& name) const {
+  for (const auto& c : components_)
+    if (c.info.kind == kind && c.info.name == name) return &c;
+  return nullptr;
+}
+
+const LoadedComponent& PluginRegistry::require(sdk::ComponentKind kind, const std::string& name,
+                                               const std::string& where) const {
+  if (const auto* c = find(kind, name)) return *c;
+  auto kind_name = std::string(sdk::component_kind_name(kind));
+  auto available = names(kind);
+  std::string msg = (where.empty() ? "" : where + ": ") + "no " + kind_name + " named '" + name +
+                    "'; " +
+                    (available.empty() ? std::string("no ") + kind_name + " is available"
+                                       : "available: " + join(available));
+  std::string hint;
+  auto near = sdk::closest_match(name, available);
+  if (!near.empty()) hint = "did you mean '" + near + "'? ";
+  if (auto problems = load_problems(); !problems.empty()) hint += problems + " ";
+  hint +=
+      "Run `mixtrain plugins` to list what was found; add folders with MIXTRAIN_PLUGIN_PATH "
+      "or [plugins] paths.";
+  throw sdk::PluginError(msg, hint);
+}
+
+std::string PluginRegistry::load_problems() const {
+  std::string out;
+  std::vector<std::string> failed;
+  for (const auto& l : libraries_)
+    if (!l.loaded) failed.push_back(l.path.string() + " (" + l.error + ")");
+  if (!failed.empty()) out += "libraries that failed to load: " + join(failed) + ".";
+  std::vector<std::string> missing;
+  for (const auto& p : missing_paths_) missing.push_back(p.string());
+  if (!missing.empty())
+    out += std::string(out.empty() ? "" : " ") +
+           "warning: plugin search path entries that do not exist: " + join(missing) + ".";
+  return out;
+}
+
+std::unique_ptr<sdk::Component> PluginRegistry::create_component(
+    const LoadedComponent& c, const sdk::Options& options) const {
+  sdk::PluginContext ctx;
+  ctx.plugin_name = c.plugin_name;
+  ctx.component_name = c.info.name;
+  ctx.logger =
+      sdk::Logger(sink_, std::string(sdk::component_kind_name(c.info.kind)) + "." + c.info.name);
+  const std::string who = std::string(sdk::component_kind_name(c.info.kind)) + " '" + c.info.name +
+                          "' (plugin '" + c.plugin_name + "', " + c.library.filename().string() +
+                          ")";
+  std::unique_ptr<sdk::Component> obj;
+  try {
+    obj = c.info.create(options, ctx);
+  } catch (const sdk::ConfigError&) {
+    throw;  // already names the file, line and key the user must fix
+  } catch (const sdk::UserError& e) {
+    throw sdk::PluginError(who + ": " + e.what(), e.hint());
+  } catch (const std::exception& e) {
+    throw sdk::PluginError(who + " failed to start: " + e.what(),
+                           "this is an error inside the plugin; report it to its authors");
+  } catch (...) {
+    throw sdk::PluginError(who + " failed to start with a non-standard exception",
+                           "this is an error inside the plugin; report it to its authors");
+  }
+  if (!obj) throw sdk::PluginError(who + ": factory returned nothing");
+  return obj;
+}
+
+void PluginRegistry::throw_wrong_type(const LoadedComponent& c) const {
+  throw sdk::PluginError("component '" + c.info.name + "' of " + c.library.string() +
+                         " is registered as a " +
+                         std::string(sdk::component_kind_name(c.info.kind)) +
+                         " but its factory built an object of another interface");
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,92 @@
+#include "mixtrain/core/precision/planning.h"
+
+#include <fnmatch.h>
+
+#include <string>
+#include <vector>
+
+namespace mixtrain::core {
+
+namespace {
+// A pattern with fnmatch wildcards matches by shape; one without names a node exactly.
+bool is_glob(const std::string& pattern) {
+  return pattern.find_first_of("*?[") != std::string::npos;
+}
+
+std::string dtypes_of(const sdk::OpPrecision& p) {
+  return "weight " + std::string(sdk::dtype_name(p.weight)) + ", gemm_input " +
+         std::string(sdk::dtype_name(p.gemm_input)) + ", activation " +
+         std::string(sdk::dtype_name(p.activation)) + ", activation_grad " +
+         std::string(sdk::dtype_name(p.activation_grad));
+}
+
+bool all_fp32(const sdk::OpPrecision& p) {
+  return p.weight == sdk::DType::fp32 && p.gemm_input == sdk::DType::fp32 &&
+         p.activation == sdk::DType::fp32 && p.activation_grad == sdk::DType::fp32;
+}
+}  // namespace
+
+void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
+                    const sdk::BackendCapabilities& capabilities,
+                    const std::vector<PrecisionOverride>& overrides, const sdk::Logger& log) {
+  policy.adapt_to(capabilities);
+  for (auto& layer : model.layers()) {
+    const auto op = layer->description();
+    auto p = policy.plan(op);
+    // The one place precision-sensitive ops are pinned: from the op's own trait, whatever the
+    // policy planned (policies keep no deny-list of op kinds).
+    if (op.precision_sensitive && !all_fp32(p)) {
+      log.debug("op '" + op.name + "' (" + op.kind +
+                ") is precision-sensitive: kept in fp32 (the " + "policy planned " + dtypes_of(p) +
+                ")");
+      p = sdk::OpPrecision{};
+    }
+    layer->set_precision(p);
+  }
+  for (const auto& o : overrides) {
+    bool matched = false;
+    std::string sensitive_skipped;
+    const bool glob = is_glob(o.pattern);
+    for (auto& layer : model.layers()) {
+      if (fnmatch(o.pattern.c_str(), layer->name().c_str(), 0) != 0) continue;
+      // A glob leaves precision-sensitive ops pinned; naming one exactly overrides it.
+      if (glob && layer->precision_sensitive()) {
+        sensitive_skipped += (sensitive_skipped.empty() ? "" : ", ") + layer->name();
+        continue;
+      }
+      matched = true;
+      auto p = layer->precision();
+      if (o.weight) p.weight = *o.weight;
+      if (o.gemm_input) p.gemm_input = *o.gemm_input;
+      if (o.activation) p.activation = *o.activation;
+      if (o.activation_grad) p.activation_grad = *o.activation_grad;
+      if (layer->precision_sensitive() && !all_fp32(p))
+        log.warn("[[precision.override]] at " + o.where.to_string() +
+                 " takes precision-sensitive op '" + layer->name() + "' (" + layer->type() +
+                 ") out of fp32, as it names it: " + dtypes_of(p));
+      layer->set_precision(p);
+    }
+    if (!matched && !sensitive_skipped.empty())
+      throw sdk::ConfigError(o.where, "precision.override.layers",
+                             "'" + o.pattern + "' matches only precision-sensitive ops (" +
+                                 sensitive_skipped + "), which a glob leaves in fp32",
+                             "to change such an op's precision anyway, name it exactly: "
+                             "layers = \"" +
+                                 sensitive_skipped.substr(0, sensitive_skipped.find(',')) + "\"");
+    if (!matched) {
+      std::string names;
+      for (const auto& l : model.layers()) names += (names.empty() ? "" : ", ") + l->name();
+      throw sdk::ConfigError(o.where, "precision.override.layers",
+                             "'" + o.pattern + "' matches no layer",
+                             "layers in this model: " + names);
+    }
+  }
+  // Scaled (FP8) operands only where the final plan still computes in FP8: an override that
+  // keeps a layer in bf16 takes it out of the policy's scaling.
+  if (policy.uses_scaled_operands())
+    for (auto& layer : model.layers())
+      if (layer->has_gemm() && sdk::is_fp8(layer->precision().gemm_input))
+        layer->set_operand_scaling(&policy);
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,34 @@
+#include "mixtrain/core/precision/tensor_core_lint.h"
+
+#include <algorithm>
+
+namespace mixtrain::core {
+
+std::vector<std::string> tensor_core_warnings(const Model& model) {
+  std::vector<std::string> warnings;
+  const auto& layers = model.layers();
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const Layer& l = *layers[i];
+    const sdk::DType g = l.precision().gemm_input;
+    if (!l.has_gemm() || g == sdk::DType::fp32 || g == sdk::DType::tf32) continue;
+    const std::int64_t multiple = sdk::is_fp8(g) ? 16 : 8;
+    const auto& inputs = model.node_inputs(i);
+    const bool reads_batch = std::find(inputs.begin(), inputs.end(), -1) != inputs.end();
+    for (const TensorCoreDim& d : l.tensor_core_dims()) {
+      if (d.size % multiple == 0) continue;
+      std::string w = "layer '" + l.name() + "' (" + l.type() + "): " + d.what + " " +
+                      std::to_string(d.size) + " is not a multiple of " + std::to_string(multiple) +
+                      "; Tensor Cores run such shapes padded or not at all";
+      if (reads_batch && d.input_channels)
+        w += " (the usual exception: the first convolution reads the image's " +
+             std::to_string(d.size) +
+             " channels; it is one layer, and cuDNN pads it. Pad the data to " +
+             std::to_string(multiple) + " channels to silence this)";
+      warnings.push_back(std::move(w));
+      break;
+    }
+  }
+  return warnings;
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,105 @@
+#include "mixtrain/core/runs/folder.h"
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mixtrain/core/checkpoint/path.h"
+#include "mixtrain/sdk/atomic_file_writer.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::core {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool holds_run(const fs::path& d) {
+  return fs::exists(d / "metrics.jsonl") || fs::exists(d / "summary.json");
+}
+
+fs::path claim_run_dir(const fs::path& requested, bool explicit_dir) {
+  if (!holds_run(requested)) return requested;
+  if (explicit_dir)
+    throw sdk::UserError("run folder " + requested.string() + " already holds a run",
+                         "choose a new --run-dir, or continue that run with --resume " +
+                             (requested / "checkpoints").string());
+  for (int i = 2;; ++i) {
+    fs::path candidate = requested.string() + "-" + std::to_string(i);
+    if (!holds_run(candidate)) return candidate;
+  }
+}
+
+bool after_step(const std::string& record, std::int64_t step) {
+  const auto j = nlohmann::json::parse(record, nullptr, false);
+  if (!j.is_object() || !j.contains("step")) return false;
+  const auto& s = j["step"];
+  if (s.is_number_unsigned()) return s.get<std::uint64_t>() > static_cast<std::uint64_t>(step);
+  return s.is_number_integer() && s.get<std::int64_t>() > step;
+}
+
+void abandon_after_step(const fs::path& dir, std::int64_t step, const std::string& extension) {
+  const std::string suffix = "discarded-after-step-" + std::to_string(step);
+  std::ifstream in(dir / "metrics.jsonl");
+  std::string keep, discarded, line;
+  while (std::getline(in, line))
+    if (!line.empty()) (after_step(line, step) ? discarded : keep) += line + '\n';
+  in.close();
+  if (!discarded.empty()) {
+    std::ofstream side(dir / ("metrics." + suffix + ".jsonl"), std::ios::app);
+    side << discarded;
+    if (!side)
+      throw sdk::UserError("cannot write " + (dir / ("metrics." + suffix + ".jsonl")).string(),
+                           "check the run folder's free space and permissions");
+  }
+  // Atomically: a failure here must not cost the records before the step.
+  write_run_file(dir / "metrics.jsonl", keep, "metrics");
+
+  const fs::path aside = dir / ("checkpoints." + suffix);
+  for (const auto& file : step_checkpoints(dir / "checkpoints", extension)) {
+    if (checkpoint_step(file, extension).value_or(0) <= step) continue;
+    std::error_code ec;
+    fs::create_directories(aside, ec);
+    fs::rename(file, aside / file.filename(), ec);
+    if (ec)
+      throw sdk::UserError("cannot move " + file.string() + " aside: " + ec.message(),
+                           "it belongs to the abandoned continuation after step " +
+                               std::to_string(step) + "; move or delete it, then resume");
+  }
+}
+
+}  // namespace
+
+void write_run_file(const fs::path& file, const std::string& text, const std::string& what) {
+  sdk::AtomicFileWriter out(file, /*durable=*/false, what);
+  out.write(text.data(), text.size());
+  out.commit();
+}
+
+fs::path prepare_run_folder(const RunFolderRequest& r, const std::string& resolved_config) {
+  const fs::path resumed_run =
+      r.resumed_from.empty() ? fs::path() : r.resumed_from.parent_path().parent_path();
+  fs::path requested = r.run_dir;
+  bool explicit_dir = !requested.empty();
+  if (requested.empty() && !resumed_run.empty()) {
+    requested = resumed_run;
+    explicit_dir = true;
+  }
+  if (requested.empty())
+    requested = r.config_dir.empty() ? fs::path("runs") / r.run_name : fs::path(r.config_dir);
+  const bool continuing = !resumed_run.empty() && fs::exists(requested / "metrics.jsonl") &&
+                          fs::equivalent(requested, resumed_run);
+  const fs::path dir = continuing ? requested : claim_run_dir(requested, explicit_dir);
+  std::error_code ec;
+  fs::create_directories(dir / "checkpoints", ec);
+  if (ec)
+    throw sdk::UserError("cannot create run folder " + dir.string() + ": " + ec.message(),
+                         "choose a writable --run-dir");
+  write_run_file(dir / "config.toml", resolved_config, "resolved config");
+  if (continuing) abandon_after_step(dir, r.resumed_step, r.checkpoint_extension);
+  return dir;
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,58 @@
+#include "mixtrain/core/runs/summary.h"
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "mixtrain/core/runs/folder.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::core {
+
+std::string divergence_reason(const TrainSummary& s, const std::string& stopped_by) {
+  if (!stopped_by.empty()) return stopped_by;
+  // An interrupted run may simply have stopped inside the scaler's first back-off steps.
+  if (s.steps > 0 && s.applied_steps == 0 && !s.interrupted)
+    return "every one of the " + std::to_string(s.steps) +
+           " steps was skipped (non-finite gradients at every loss scale tried)";
+  if (!std::isfinite(s.final_loss)) return "the final loss is not finite";
+  return {};
+}
+
+void write_run_summary(const std::filesystem::path& file, const TrainSummary& s) {
+  using json = nlohmann::json;
+  json j = {{"steps", s.steps},
+            {"applied_steps", s.applied_steps},
+            {"skipped_steps", s.skipped_steps},
+            {"final_loss", s.final_loss},
+            {"final_loss_scale", s.final_loss_scale},
+            {"peak_memory_bytes", s.peak_memory_bytes},
+            {"peak_rss_bytes", s.peak_rss_bytes},
+            {"peak_rss_bytes_with_checkpoint", s.peak_rss_bytes_with_checkpoint},
+            {"samples_per_s", s.samples_per_s},
+            {"wall_seconds", s.wall_seconds},
+            {"parameters", s.parameters},
+            {"policy", s.policy},
+            {"scaler", s.scaler},
+            {"optimizer", s.optimizer},
+            {"backend", s.backend},
+            {"diverged", s.diverged},
+            {"interrupted", s.interrupted}};
+  json gemms = json::object();
+  for (const auto& [dtype, g] : s.gemm_inputs)
+    gemms[dtype] = {{"native", g.native}, {"how", g.how}};
+  j["precision"] = {{"policy", s.resolved_policy}, {"gemm_inputs", gemms}};
+  if (s.evaluated) {
+    j["eval_loss"] = s.eval.loss;
+    j["eval_accuracy"] = s.eval.accuracy;
+    j["eval_step"] = s.eval_step;
+  }
+  if (s.diverged) j["divergence"] = s.divergence;
+  if (!s.resumed_from.empty()) j["resumed_from"] = s.resumed_from.string();
+  // Atomically: a second Ctrl-C lands most often during these final writes, and compare must
+  // then find the previous summary or none, never half a file.
+  const std::string text = j.dump(2) + '\n';
+  write_run_file(file, text, "run summary");
+}
+
+}  // namespace mixtrain::core

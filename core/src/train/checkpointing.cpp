@@ -1,0 +1,309 @@
+// The Trainer's checkpoints: the whole training state out (save_checkpoint) and back in
+// (load_checkpoint: a full resume, or weights only for checkpoint.init_from).
+//
+// Tensor names: "param/<node>.<param>" (FP32 masters), "buffer/<node>.<buffer>" (non-trainable
+// state), "optimizer/<slot>", "ema/<node>.<param>" (with [ema]). Weights-only loads also accept
+// plain "<node>.<param>" / "<node>.<buffer>" (safetensors exported for or by other tools), and,
+// in the gpt2 layout (checkpoint.init_layout), Hugging Face GPT-2 state dicts (checkpoint/gpt2_layout.h).
+#include <cstdio>
+#include <limits>
+#include <set>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/state.h"
+#include "graph/ops/op_support.h"
+#include "mixtrain/core/checkpoint/gpt2_layout.h"
+#include "mixtrain/core/checkpoint/path.h"
+#include "mixtrain/sdk/atomic_file_writer.h"
+#include "mixtrain/sdk/version.h"
+#include "train/trainer_state.h"
+
+namespace mixtrain::core {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+sdk::HostTensor to_host(sdk::DeviceBackend& b, const std::string& name, sdk::TensorView v) {
+  sdk::HostTensor h;
+  h.name = name;
+  h.dtype = v.dtype;
+  h.shape = v.shape.to_vector();
+  h.bytes.resize(v.bytes());
+  b.copy_to_host(h.bytes.data(), v);
+  return h;
+}
+
+void from_host(sdk::DeviceBackend& b, const sdk::HostTensor& h, sdk::TensorView v,
+               const fs::path& file) {
+  if (h.dtype != v.dtype || h.shape != v.shape.to_vector() || h.bytes.size() != v.bytes())
+    throw sdk::CheckpointError(
+        file.string() + ": tensor '" + h.name + "' is " + std::string(sdk::dtype_name(h.dtype)) +
+            " " + sdk::Shape::from_vector(h.shape).to_string() + " but the model expects " +
+            std::string(sdk::dtype_name(v.dtype)) + " " + v.shape.to_string(),
+        "the checkpoint belongs to a different model; use the config it was trained with");
+  b.copy_from_host(v, h.bytes.data());
+}
+
+}  // namespace
+
+fs::path Trainer::save_checkpoint() {
+  auto& s = *s_;
+  auto& b = *s.c.backend;
+  sdk::TrainingState st;
+  const auto params = s.model->parameters();
+  for (auto* p : params) st.tensors.push_back(to_host(b, "param/" + p->name, p->master.view()));
+  for (auto* buf : s.model->buffers())
+    st.tensors.push_back(to_host(b, "buffer/" + buf->name, buf->value.view()));
+  for (const auto& t : s.c.optimizer->state_tensors())
+    st.tensors.push_back(to_host(b, "optimizer/" + t.name, t.view));
+  for (std::size_t i = 0; i < s.ema.size(); ++i)
+    st.tensors.push_back(to_host(b, "ema/" + params[i]->name, s.ema[i].view()));
+  auto cursor = s.sampler->cursor();
+  st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
+  st.metadata["mixtrain.version"] = sdk::kSdkVersion;
+  st.metadata["progress"] = progress_to_json({s.step, s.applied, s.skipped, s.last_loss}).dump();
+  st.metadata["sampler"] = json{
+      {"epoch", cursor.epoch},
+      {"position", cursor.position},
+      {"seed", s.e.run.seed},
+      {"rows", s.train.rows}}.dump();
+  st.metadata["scaler"] = component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump();
+  st.metadata["policy"] = component_state_to_json(s.e.policy_name, s.c.policy->save_state()).dump();
+  st.metadata["optimizer"] =
+      component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump();
+  st.metadata["config"] = resolved_toml(s.e);
+
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.step));
+  fs::path dir = s.run_dir / "checkpoints";
+  fs::path path = dir / (name + s.c.checkpoint_format->file_extension());
+  // A save killed midway (kill -9, power loss) leaves its temporary file; each save removes those
+  // that no live writer holds.
+  for (const auto& stale : sdk::remove_stale_temp_files(dir))
+    s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
+  s.c.checkpoint_format->write(path, st);
+
+  // Keep the newest `keep` checkpoints of this run, by step number (names stop sorting by step
+  // once a step outgrows the zero padding).
+  auto all = step_checkpoints(dir, s.c.checkpoint_format->file_extension());
+  std::error_code ec;
+  for (std::size_t i = 0; i + static_cast<std::size_t>(s.e.checkpoint.keep) < all.size(); ++i)
+    fs::remove(all[i], ec);
+  s.log.info("checkpoint written: " + path.string());
+  return path;
+}
+
+namespace {
+
+// The format that reads `path` for a weights-only load: the one whose extension the file has
+// (e.g. .safetensors exported for or by other tools), else the configured one. Full resumes always
+// use the configured format, which holds the whole training state.
+const sdk::CheckpointFormat& weights_format_for(const Components& c, const fs::path& path) {
+  const auto ext = path.extension().string();
+  if (c.checkpoint_format->file_extension() == ext) return *c.checkpoint_format;
+  for (const auto& f : c.weight_formats)
+    if (f->file_extension() == ext) return *f;
+  return *c.checkpoint_format;
+}
+
+}  // namespace
+
+namespace {
+
+// The hint for a tensor whose shape does not fit its parameter: when the transposed shape would
+// fit a Conv1D weight, the file is in the other layout.
+std::string shape_hint(const sdk::HostTensor& t, const std::string& parameter,
+                       const std::vector<std::int64_t>& expected, bool weights_only,
+                       WeightLayout layout) {
+  const bool transposed_fits = t.shape.size() == 2 && expected.size() == 2 &&
+                               t.shape[0] == expected[1] && t.shape[1] == expected[0];
+  if (weights_only && transposed_fits && is_conv1d_weight(parameter)) {
+    const auto other = layout == WeightLayout::gpt2 ? WeightLayout::native : WeightLayout::gpt2;
+    const std::string name(weight_layout_name(other));
+    return std::string("the file stores linear weights ") +
+           (other == WeightLayout::gpt2 ? "[in, out], Hugging Face GPT-2's Conv1D layout"
+                                        : "[out, in], mixtrain's native layout") +
+           ": load it in the " + name + " layout (checkpoint.init_layout = \"" + name +
+           "\"; eval and sample: --layout " + name + ")";
+  }
+  return "the file belongs to a different model; check [model] layers";
+}
+
+}  // namespace
+
+void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLayout layout) {
+  if (!weights_only && layout != WeightLayout::native)
+    throw std::invalid_argument(
+        "load_checkpoint: a resumed training state is in the native layout");
+  auto& s = *s_;
+  auto& b = *s.c.backend;
+  auto st =
+      weights_only ? weights_format_for(s.c, path).read(path) : s.c.checkpoint_format->read(path);
+  const bool gpt2 = layout == WeightLayout::gpt2;
+  // The gpt2 layout: Hugging Face names and Conv1D weights, converted up front; file_names keeps
+  // each tensor's name in the file for the messages.
+  std::vector<std::string> file_names;
+  if (gpt2) {
+    auto imported = from_gpt2_layout(std::move(st.tensors), path.string());
+    st.tensors = std::move(imported.tensors);
+    file_names = std::move(imported.file_names);
+    for (const auto& name : imported.dropped)
+      s.log.debug(path.string() + ": '" + name +
+                  "' is a causal-mask buffer or the tied head; not loaded");
+  }
+  auto file_name = [&](const sdk::HostTensor& t) {
+    return gpt2 ? file_names[static_cast<std::size_t>(&t - st.tensors.data())] : t.name;
+  };
+  const std::string read_as = gpt2 ? ", reading the gpt2 layout" : "";
+  // Weights are "param/<layer>.<weight|bias>" in mixtrain's checkpoints and plain
+  // "<layer>.<weight|bias>" in files exported for (or written by) other tools.
+  std::set<const sdk::HostTensor*> used;
+  for (auto* p : s.model->parameters()) {
+    const auto* t = gpt2 ? nullptr : st.find("param/" + p->name);
+    if (t == nullptr) t = st.find(p->name);
+    if (t == nullptr) {
+      std::string have;
+      for (std::size_t i = 0; i < st.tensors.size() && i < 8; ++i)
+        have += (i ? ", " : "") + file_name(st.tensors[i]);
+      if (st.tensors.size() > 8) have += ", ...";
+      const std::string looked_for = gpt2 ? "'" + p->name + "' and 'transformer." + p->name + "'"
+                                          : "'param/" + p->name + "' and '" + p->name + "'";
+      const bool hf_names = !gpt2 && st.find("transformer." + p->name) != nullptr;
+      throw sdk::CheckpointError(
+          path.string() + ": no tensor for parameter '" + p->name + "' (looked for " + looked_for +
+              read_as + ")",
+          hf_names ? "the file holds 'transformer." + p->name +
+                         "', a Hugging Face GPT-2 state dict: load it in the gpt2 layout "
+                         "(checkpoint.init_layout = \"gpt2\"; eval and sample: --layout gpt2)"
+                   : "the file belongs to a different model; it holds: " +
+                         (have.empty() ? "no tensors" : have));
+    }
+    const auto expected = p->master.view().shape.to_vector();
+    if (t->shape != expected) {
+      const bool transposed = gpt2 && is_conv1d_weight(t->name);
+      const auto stored =
+          transposed ? std::vector<std::int64_t>{t->shape[1], t->shape[0]} : t->shape;
+      throw sdk::CheckpointError(
+          path.string() + ": tensor '" + file_name(*t) + "' has shape " + ops::shape_text(stored) +
+              (transposed ? " (the gpt2 layout reads it as Conv1D [in, out]: " +
+                                ops::shape_text(t->shape) + " as [out, in])"
+                          : std::string()) +
+              " but parameter '" + p->name + "' expects " + ops::shape_text(expected),
+          shape_hint(*t, p->name, expected, weights_only, layout));
+    }
+    from_host(b, *t, p->master.view(), path);
+    used.insert(t);
+  }
+  for (auto* buf : s.model->buffers()) {
+    const auto* t = gpt2 ? nullptr : st.find("buffer/" + buf->name);
+    if (t == nullptr) t = st.find(buf->name);
+    if (t == nullptr)
+      throw sdk::CheckpointError(path.string() + ": no tensor for buffer '" + buf->name +
+                                     "' (looked for " +
+                                     (gpt2 ? "'" + buf->name + "'"
+                                           : "'buffer/" + buf->name + "' and '" + buf->name + "'") +
+                                     read_as + ")",
+                                 "the file was written for a model without this node's state; "
+                                 "use a checkpoint of this model");
+    from_host(b, *t, buf->value.view(), path);
+    used.insert(t);
+  }
+  // A GPT-2 file is a whole model: a tensor left over means the sizes differ (more layers, biases
+  // the model has not).
+  if (gpt2)
+    for (const auto& t : st.tensors)
+      if (!used.count(&t))
+        throw sdk::CheckpointError(
+            path.string() + ": tensor '" + file_name(t) +
+                "' matches no parameter of the model (reading the gpt2 layout)",
+            "the file holds a different GPT: match [model.gpt] (n_layer, n_embd, bias) and the "
+            "vocabulary and block size to it");
+  s.model->refresh_working_copies();
+  if (weights_only) {
+    reset_ema(s);  // the EMA of initial weights starts at them
+    for (const auto& t : st.tensors)
+      if (!used.count(&t) && (t.name.find('/') == std::string::npos ||
+                              t.name.rfind("param/", 0) == 0 || t.name.rfind("buffer/", 0) == 0))
+        s.log.warn(path.string() + ": tensor '" + t.name +
+                   "' matches no parameter or buffer; ignored");
+    s.log.info("initial weights loaded from " + path.string() +
+               (gpt2 ? " (Hugging Face GPT-2 layout)" : ""));
+    return;
+  }
+  auto meta = [&](const std::string& key) -> json {
+    auto it = st.metadata.find(key);
+    if (it == st.metadata.end())
+      throw sdk::CheckpointError(path.string() + ": no '" + key + "' entry",
+                                 "this file holds weights only; use it as checkpoint.init_from");
+    auto j = json::parse(it->second, nullptr, false);
+    if (j.is_discarded())
+      throw sdk::CheckpointError(path.string() + ": the '" + key + "' entry is not valid JSON");
+    return j;
+  };
+  check_training_state_version(st.metadata, path);
+  try {
+    auto progress = read_progress(meta("progress"), s.e.run.steps, path);
+    auto sampler = meta("sampler");
+    if (read_checkpoint_int(sampler.at("rows"), "sampler.rows", 0,
+                            std::numeric_limits<std::int64_t>::max(), path) != s.train.rows ||
+        !sampler.at("seed").is_number_unsigned() ||
+        sampler.at("seed").get<std::uint64_t>() != s.e.run.seed)
+      throw sdk::CheckpointError(
+          path.string() + ": the checkpoint was trained on other data (rows or seed differ)",
+          "resume with the same [data] and run.seed as the original run");
+    for (const auto& t : s.c.optimizer->state_tensors()) {
+      const auto* h = st.find("optimizer/" + t.name);
+      if (h == nullptr)
+        throw sdk::CheckpointError(path.string() + ": no optimizer state '" + t.name + "'",
+                                   "resume with the same optimizer as the original run");
+      from_host(b, *h, t.view, path);
+    }
+    // The EMA continues where it was; a run that starts keeping one on resume starts it at the
+    // resumed masters.
+    const auto params = s.model->parameters();
+    for (std::size_t i = 0; i < s.ema.size(); ++i) {
+      const auto* h = st.find("ema/" + params[i]->name);
+      if (h == nullptr) {
+        reset_ema(s);
+        s.log.warn(path.string() +
+                   ": the checkpoint holds no EMA of the weights; [ema] starts "
+                   "one at the resumed weights");
+        break;
+      }
+      from_host(b, *h, s.ema[i].view(), path);
+    }
+    // The components range-check their own entries; their messages gain the file's name.
+    auto load = [&](const char* what, const std::string& type, auto& component) {
+      auto state = component_state_from_json(meta(what), what, type, path);
+      check_component_counters(state, what, progress, path);
+      try {
+        component.load_state(state);
+      } catch (const sdk::CheckpointError& e) {
+        const std::string message = e.what();
+        const bool says_role = message.rfind(what, 0) == 0;  // "scaler 'dynamic' state ..."
+        throw sdk::CheckpointError(
+            path.string() + ": " + (says_role ? "" : what + std::string(": ")) + message, e.hint());
+      }
+    };
+    load("optimizer", s.e.optimizer_type, *s.c.optimizer);
+    load("scaler", s.e.scaler_type, *s.c.scaler);
+    load("policy", s.e.policy_name, *s.c.policy);
+    // Each step draws run.accumulate batches.
+    s.sampler->set_cursor(read_sampler_cursor(sampler, progress.step * s.e.run.accumulate,
+                                              s.sampler->batches_per_epoch(), path));
+    s.step = progress.step;
+    s.applied = progress.applied;
+    s.skipped = progress.skipped;
+    s.last_loss = progress.last_loss;
+  } catch (const json::exception& e) {
+    throw sdk::CheckpointError(path.string() + ": malformed training state: " + e.what(),
+                               "the checkpoint is damaged; use an earlier one");
+  }
+  s.log.info("resumed from " + path.string() + " at step " + std::to_string(s.step));
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,288 @@
+#include "mixtrain/core/train/trainer.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "mixtrain/core/checkpoint/path.h"
+#include "mixtrain/core/console/progress_report.h"
+#include "mixtrain/core/runs/folder.h"
+#include "train/step.h"
+#include "train/trainer_state.h"
+
+namespace mixtrain::core {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::size_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<std::size_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// summary.json's "precision": the policy that applied (`auto` resolved) and, per GEMM input dtype
+// the plan uses, whether the backend runs it natively; `compare` labels runs and throughput by it.
+void record_precision(TrainSummary& sum, const Model& model, const sdk::PrecisionPolicy& policy,
+                      const sdk::BackendCapabilities& caps) {
+  for (const auto& l : model.layers()) {
+    if (!l->has_gemm()) continue;
+    const auto dt = l->precision().gemm_input;
+    const auto* support = caps.find(dt);
+    sum.gemm_inputs[std::string(sdk::dtype_name(dt))] = {support != nullptr && support->native,
+                                                         support != nullptr ? support->how : ""};
+  }
+  const std::string resolved = policy.resolved_name();
+  sum.resolved_policy = resolved.empty() ? sum.policy : resolved;
+}
+
+}  // namespace
+
+Trainer::Trainer(const Experiment& experiment, Components components, const TrainOptions& options)
+    : s_(std::make_unique<State>()) {
+  auto& s = *s_;
+  s.e = experiment;
+  s.c = std::move(components);
+  s.opt = options;
+  const auto& e = s.e;
+  auto& backend = *s.c.backend;
+
+  // Data.
+  auto loaded = load_data(e.data, e.run.seed);
+  s.train = std::move(loaded.train);
+  s.eval = std::move(loaded.eval);
+  s.black = std::move(loaded.black);
+  if (e.data.normalize.enabled())
+    s.log.info(std::string("data: normalised per channel with ") +
+               describe_normalization(loaded.normalization) +
+               (e.data.normalize.from_training ? " (from the training split)" : ""));
+  if (s.train.rows < e.data.batch_size)
+    throw sdk::DataError(
+        "the training split has " + std::to_string(s.train.rows) +
+            " rows, fewer than data.batch_size = " + std::to_string(e.data.batch_size),
+        "lower data.batch_size or data.eval_fraction, or use more data");
+
+  // Model under the policy's plan.
+  InputSpec input;
+  if (s.train.is_tokens()) {
+    input.dtype = sdk::DType::int32;
+    input.labels_per_sample = s.train.labels_per_row();
+  }
+  input.sample_shape = s.train.sample_shape;
+  s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes, input);
+  auto caps = backend.capabilities();
+  plan_precision(*s.model, *s.c.policy, caps, e.overrides, s.log);
+  // Every node's ops are asked in Model::allocate; the step's own gradient checks here.
+  for (sdk::ElementwiseOp op : {sdk::ElementwiseOp::unscale_and_check_finite,
+                                sdk::ElementwiseOp::unscale_check_and_sum_squares})
+    if (auto why = unmet(backend, {op, {sdk::DType::fp32}}))
+      throw sdk::BackendError(
+          "the training step needs elementwise." + std::string(sdk::op_name(op)) +
+              " on fp32 gradients, which backend '" + caps.kind + "' does not provide: " + *why,
+          "use a backend that offers it (`mixtrain plugins` lists them)");
+  for (const auto& l : s.model->layers())
+    if (sdk::dtype_size(l->precision().activation_grad) < 4) s.underflow_watch = true;
+  const std::int64_t max_rows = std::max(e.data.batch_size, e.data.eval_batch_size);
+  if (e.run.underflow_every > 0 && s.underflow_watch) s.model->reserve_fp32_gradient_pass();
+  s.model->allocate(max_rows);
+  s.model->init_parameters(e.run.seed);
+  for (auto* p : s.model->parameters()) {
+    sdk::Parameter sp;
+    sp.name = p->name;
+    sp.tensors.master = p->master.view();
+    sp.tensors.grad = p->grad.view();
+    if (!p->working.empty()) sp.tensors.working = p->working.view();
+    sp.weight_decay = p->weight_decay;
+    s.params.push_back(sp);
+    s.grads.push_back(p->grad.view());
+  }
+  s.c.optimizer->bind(backend, s.params);
+  if (e.run.accumulate > 1) s.loss_sum = Tensor(s.c.backend, sdk::DType::fp32, sdk::Shape{1});
+  if (e.ema.enabled())
+    for (auto* p : s.model->parameters())
+      s.ema.emplace_back(s.c.backend, sdk::DType::fp32, p->master.view().shape);
+  reset_ema(s);
+  s.sampler =
+      std::make_unique<BatchSampler>(s.train.rows, e.data.batch_size, e.data.shuffle, e.run.seed);
+  s.schedule.kind = e.schedule.schedule;
+  s.schedule.base_lr = s.c.optimizer->base_lr();
+  s.schedule.min_lr = e.schedule.min_lr;
+  s.schedule.warmup_steps = e.schedule.warmup_steps;
+  s.schedule.total_steps = e.run.steps;
+  if (s.train.is_tokens())
+    s.ids_host.resize(static_cast<std::size_t>(max_rows * s.train.features));
+  else
+    s.x_host.resize(static_cast<std::size_t>(max_rows * s.train.features));
+  s.y_host.resize(static_cast<std::size_t>(max_rows * s.train.labels_per_row()));
+
+  if (!e.checkpoint.init_from.empty() && !options.resume)
+    load_checkpoint(e.checkpoint.init_from, /*weights_only=*/true, e.checkpoint.init_layout);
+  if (options.resume) {
+    s.resumed_from =
+        resolve_checkpoint_path(*options.resume, s.c.checkpoint_format->file_extension());
+    load_checkpoint(s.resumed_from, /*weights_only=*/false);
+  }
+
+  // Run folder.
+  if (options.write_outputs) {
+    RunFolderRequest request;
+    request.run_dir = options.run_dir;
+    request.resumed_from = s.resumed_from;
+    request.resumed_step = s.step;
+    request.config_dir = e.run.dir;
+    request.run_name = e.run.name;
+    request.checkpoint_extension = s.c.checkpoint_format->file_extension();
+    s.run_dir = prepare_run_folder(request, resolved_toml(e));
+    s.metrics.open(s.run_dir / "metrics.jsonl");
+  }
+}
+
+Trainer::~Trainer() = default;
+
+const fs::path& Trainer::run_dir() const {
+  return s_->run_dir;
+}
+const Model& Trainer::model() const {
+  return *s_->model;
+}
+Model& Trainer::model() {
+  return *s_->model;
+}
+const Dataset& Trainer::train_data() const {
+  return s_->train;
+}
+const Dataset& Trainer::eval_data() const {
+  return s_->eval;
+}
+
+TrainSummary Trainer::run() {
+  auto& s = *s_;
+  auto& e = s.e;
+  auto& b = *s.c.backend;
+  // Rows per optimizer step: run.accumulate micro-batches of data.batch_size.
+  const std::int64_t bs = e.data.batch_size * e.run.accumulate;
+  TrainSummary sum;
+  sum.run_dir = s.run_dir;
+
+  s.log.info("run '" + e.run.name + "': " + std::to_string(s.model->parameter_count()) +
+             " parameters, policy " + e.policy_name + ", scaler " + e.scaler_type + ", optimizer " +
+             e.optimizer_type + ", backend " + b.capabilities().device_name + ", folder " +
+             s.run_dir.string());
+  auto evaluate_and_log = [&]() {
+    sum.eval = evaluate();
+    sum.evaluated = true;
+    sum.eval_step = s.step;
+    s.metrics.write(
+        {{"step", s.step}, {"eval_loss", sum.eval.loss}, {"eval_accuracy", sum.eval.accuracy}});
+    char line[160];
+    std::snprintf(line, sizeof line, "eval at step %lld: loss %.5f accuracy %.4f",
+                  static_cast<long long>(s.step), sum.eval.loss, sum.eval.accuracy);
+    s.log.info(line);
+  };
+
+  const auto t_start = Clock::now();
+  auto t_window = t_start;
+  std::int64_t window_rows = 0;
+  const std::int64_t first_step = s.step;
+  ProgressReport progress(first_step, e.run.steps, bs, s.opt.progress_line, s.log);
+  bool interrupted = false;
+  std::string stopped_by;  // run.on_nonfinite = "stop": why
+
+  while (s.step < e.run.steps) {
+    ++s.step;
+    // A stop request (Ctrl-C) lets this step finish and then reports it as the last one.
+    interrupted = s.opt.stop_requested && s.opt.stop_requested() && s.step < e.run.steps;
+    const bool last_step = s.step == e.run.steps || interrupted;
+    const bool log_step = s.step % e.run.log_every == 0 || last_step;
+    const bool live_refresh = progress.live_due(s.step) || (progress.live() && last_step);
+    const bool eval_step = e.run.eval_every > 0 && s.step % e.run.eval_every == 0 && !interrupted;
+    const bool checkpoint_step = e.checkpoint.every > 0 && s.step % e.checkpoint.every == 0;
+
+    StepRequest request;
+    request.wants_norm = e.schedule.clip_grad_norm > 0.0 || log_step;
+    request.statistics = e.run.underflow_every > 0 && s.step % e.run.underflow_every == 0;
+    request.read_loss = log_step || live_refresh || eval_step || checkpoint_step;
+    const StepOutcome step = run_training_step(s, request);
+    const auto& decision = step.decision;
+    window_rows += bs;
+    if (s.opt.after_step) s.opt.after_step(s.step);
+
+    if (!decision.apply_step && !std::isfinite(step.loss.loss) && e.run.on_nonfinite == "stop")
+      stopped_by = "run.on_nonfinite = \"stop\" stopped it at step " + std::to_string(s.step) +
+                   ": the loss is not finite (first non-finite tensor: " +
+                   (step.first_nonfinite.empty() ? "none on replay" : step.first_nonfinite) +
+                   "); master weights are unchanged by this step";
+    if (log_step || !decision.apply_step) {
+      auto now = Clock::now();
+      double dt = std::chrono::duration<double>(now - t_window).count();
+      double sps = dt > 0 ? static_cast<double>(window_rows) / dt : 0.0;
+      t_window = now;
+      window_rows = 0;
+      json rec = {
+          {"step", s.step},
+          {"loss", step.loss.loss},
+          {"loss_scale", decision.scale_before},
+          {"next_loss_scale", decision.scale_after},
+          {"skipped", !decision.apply_step},
+          {"lr", step.lr},
+          {"grad_norm", std::isfinite(step.grad_norm) ? json(step.grad_norm) : json(nullptr)},
+          {"samples_per_s", sps},
+          {"epoch", s.sampler->cursor().epoch}};
+      if (!decision.apply_step) rec["nonfinite"] = step.first_nonfinite;
+      s.metrics.write(rec);
+      progress.log_step(s.step, step.loss.loss, decision.scale_before, step.lr, sps);
+    }
+    if (live_refresh) progress.show_live(s.step, step.loss.loss, s.c.scaler->scale());
+    if (eval_step) evaluate_and_log();
+    const bool stopping = interrupted || !stopped_by.empty();
+    if (stopping) break;
+    if (checkpoint_step && s.step != e.run.steps) save_checkpoint();
+  }
+  progress.finish();
+  const double wall = std::chrono::duration<double>(Clock::now() - t_start).count();
+  // An interrupted run goes straight to its checkpoint; the evaluation would make the user wait.
+  if (!interrupted && !(sum.evaluated && sum.eval_step == s.step)) evaluate_and_log();
+  // The training loop's peak, before the final checkpoint's host copies of the state.
+  const std::size_t training_peak_rss = peak_rss_bytes();
+  fs::path last_checkpoint;
+  if (s.opt.write_outputs) last_checkpoint = save_checkpoint();
+
+  sum.steps = s.step;
+  sum.applied_steps = s.applied;
+  sum.skipped_steps = s.skipped;
+  sum.final_loss = s.last_loss;
+  sum.final_loss_scale = s.c.scaler->scale();
+  sum.peak_memory_bytes = b.memory_stats().peak_bytes;
+  sum.peak_rss_bytes = training_peak_rss;
+  sum.peak_rss_bytes_with_checkpoint = peak_rss_bytes();
+  const std::int64_t trained = s.step - first_step;
+  sum.samples_per_s = wall > 0 ? static_cast<double>(trained * bs) / wall : 0.0;
+  sum.wall_seconds = wall;
+  sum.parameters = s.model->parameter_count();
+  sum.policy = e.policy_name;
+  sum.scaler = e.scaler_type;
+  sum.optimizer = e.optimizer_type;
+  sum.backend = e.backend_type;
+  record_precision(sum, *s.model, *s.c.policy, b.capabilities());
+  sum.resumed_from = s.resumed_from;
+  sum.interrupted = interrupted;
+  sum.divergence = divergence_reason(sum, stopped_by);
+  sum.diverged = !sum.divergence.empty();
+  if (s.opt.write_outputs) write_run_summary(s.run_dir / "summary.json", sum);
+  if (interrupted)
+    s.log.warn("interrupted after step " + std::to_string(s.step) + " of " +
+               std::to_string(e.run.steps) +
+               (last_checkpoint.empty() ? std::string()
+                                        : "; continue with --resume " + last_checkpoint.string()));
+  return sum;
+}
+
+}  // namespace mixtrain::core

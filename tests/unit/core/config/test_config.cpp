@@ -1,0 +1,256 @@
+// core::Config: TOML parsing with locations, and `--set` overrides.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/config/config.h"
+
+namespace sdk = mixtrain::sdk;
+using mixtrain::core::Config;
+
+namespace {
+
+// Line and column numbers below refer to this text (columns are 1-based).
+const char* const kText =
+    "[run]\n"                           // 1
+    "name = \"demo\"\n"                 // 2
+    "steps = 300\n"                     // 3
+    "\n"                                // 4
+    "[optimizer]\n"                     // 5
+    "type = \"adamw\"\n"                // 6
+    "lr   = 0.003\n"                    // 7
+    "\n"                                // 8
+    "[model]\n"                         // 9
+    "layers = [\n"                      // 10
+    "  { type = \"linear\", out = 8 },\n"  // 11
+    "  { type = \"relu\" },\n"          // 12
+    "  { type = \"linear\", out = 2 },\n"  // 13
+    "]\n"                               // 14
+    "\n"                                // 15
+    "[[precision.override]]\n"          // 16
+    "layers = \"fc*\"\n";               // 17
+
+Config parse(const std::vector<std::string>& overrides = {}) {
+  return Config::from_string(kText, "demo.toml", overrides);
+}
+
+std::optional<sdk::ConfigError> config_error(const std::string& text,
+                                             const std::vector<std::string>& overrides = {}) {
+  try {
+    Config::from_string(text, "bad.toml", overrides);
+  } catch (const sdk::ConfigError& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+const sdk::RawOption* find(const std::vector<sdk::RawOption>& raw, const std::string& key) {
+  for (const auto& r : raw)
+    if (r.key == key) return &r;
+  return nullptr;
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+TEST(sdk_Config, SyntaxErrorHasLineAndColumn) {
+  //                                  col: 12345678
+  auto e = config_error("[run]\nsteps = 10\nname = @oops\n");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->where().file, "bad.toml");
+  EXPECT_EQ(e->where().line, 3u);
+  EXPECT_EQ(e->where().column, 8u);
+  EXPECT_EQ(std::string(e->what()).rfind("bad.toml:3:8: TOML syntax error", 0), 0u) << e->what();
+
+  e = config_error("a = 1\n[table\nb = 2\n");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->where().line, 2u);
+
+  // A duplicate key is a syntax error at the second definition.
+  e = config_error("[run]\nsteps = 1\nsteps = 2\n");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->where().line, 3u);
+}
+
+TEST(sdk_Config, MissingFileIsAConfigError) {
+  try {
+    Config::from_file("/nonexistent/mixtrain/run.toml");
+    FAIL() << "no error";
+  } catch (const sdk::ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "/nonexistent/mixtrain/run.toml")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "cannot open")) << e.what();
+  }
+}
+
+TEST(sdk_Config, ValuesAndTablesPointAtTheirLines) {
+  auto c = parse();
+  EXPECT_EQ(c.source_name(), "demo.toml");
+  EXPECT_EQ(c.location("run").to_string(), "demo.toml:1:1");
+  EXPECT_EQ(c.location("run.name").to_string(), "demo.toml:2:8");
+  EXPECT_EQ(c.location("run.steps").to_string(), "demo.toml:3:9");
+  EXPECT_EQ(c.location("optimizer").to_string(), "demo.toml:5:1");
+  EXPECT_EQ(c.location("optimizer.lr").to_string(), "demo.toml:7:8");
+  EXPECT_EQ(c.location("model.layers.1").to_string(), "demo.toml:12:3");
+  EXPECT_EQ(c.location("model.layers.2.out").to_string(), "demo.toml:13:28");
+  EXPECT_EQ(c.location("nothing.here").to_string(), "demo.toml");
+
+  auto raw = c.table_options("optimizer");
+  ASSERT_EQ(raw.size(), 2u);
+  const auto* lr = find(raw, "lr");
+  ASSERT_NE(lr, nullptr);
+  EXPECT_EQ(std::get<double>(lr->value), 0.003);
+  EXPECT_EQ(lr->where.to_string(), "demo.toml:7:8");
+
+  auto layers = c.table_array("model.layers");
+  ASSERT_EQ(layers.size(), 3u);
+  EXPECT_EQ(layers[2].where.to_string(), "demo.toml:13:3");
+  const auto* out = find(layers[2].options, "out");
+  ASSERT_NE(out, nullptr);
+  EXPECT_EQ(std::get<std::int64_t>(out->value), 2);
+  EXPECT_EQ(out->where.to_string(), "demo.toml:13:28");
+
+  auto overrides = c.table_array("precision.override");
+  ASSERT_EQ(overrides.size(), 1u);
+  EXPECT_EQ(overrides[0].where.line, 16u);
+  EXPECT_EQ(overrides[0].options[0].where.to_string(), "demo.toml:17:10");
+}
+
+TEST(sdk_Config, TableAccessors) {
+  auto c = parse();
+  auto keys = c.top_level_keys();
+  std::sort(keys.begin(), keys.end());  // no order is promised
+  EXPECT_EQ(keys, (std::vector<std::string>{"model", "optimizer", "precision", "run"}));
+  EXPECT_TRUE(c.has_table("run"));
+  EXPECT_TRUE(c.has_table("model.layers.0"));
+  EXPECT_FALSE(c.has_table("run.steps"));
+  EXPECT_FALSE(c.has_table("scaler"));
+  EXPECT_TRUE(c.table_options("scaler").empty());
+  EXPECT_TRUE(c.table_array("data.files").empty());
+  // Arrays of tables are skipped by table_options; [model] has nothing else.
+  EXPECT_TRUE(c.table_options("model").empty());
+  // Only the listed keys are skipped.
+  auto raw = c.table_options("optimizer", {"type"});
+  ASSERT_EQ(raw.size(), 1u);
+  EXPECT_EQ(raw[0].key, "lr");
+}
+
+TEST(sdk_Config, NonScalarValuesAreRejectedWithTheirLocation) {
+  auto c = Config::from_string("[scaler]\ntype = \"static\"\nscale = [1, 2]\n", "s.toml");
+  try {
+    c.table_options("scaler");
+    FAIL() << "no error";
+  } catch (const sdk::ConfigError& e) {
+    EXPECT_EQ(e.key(), "scaler.scale");
+    EXPECT_EQ(e.where().line, 3u);
+  }
+  // A scalar where a table is expected.
+  auto d = Config::from_string("scaler = 3\n", "s.toml");
+  EXPECT_THROW(d.table_options("scaler"), sdk::ConfigError);
+  EXPECT_THROW(d.table_array("scaler"), sdk::ConfigError);
+}
+
+TEST(sdk_Config, StringArray) {
+  auto c = Config::from_string("[plugins]\npaths = [\"a\", \"b\"]\n[x]\np = \"one\"\nq = [1]\n",
+                               "p.toml");
+  EXPECT_EQ(c.string_array("plugins.paths"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(c.string_array("x.p"), (std::vector<std::string>{"one"}));
+  EXPECT_TRUE(c.string_array("nothing").empty());
+  EXPECT_THROW(c.string_array("x.q"), sdk::ConfigError);
+}
+
+TEST(sdk_ConfigOverride, ExistingKeyIsReplacedAndPointsAtTheOverride) {
+  auto c = parse({"run.steps=20"});
+  auto raw = c.table_options("run");
+  const auto* steps = find(raw, "steps");
+  ASSERT_NE(steps, nullptr);
+  EXPECT_EQ(std::get<std::int64_t>(steps->value), 20);
+  EXPECT_EQ(steps->where.to_string(), "--set run.steps=20");
+  // Other keys keep their file locations.
+  EXPECT_EQ(find(raw, "name")->where.to_string(), "demo.toml:2:8");
+}
+
+TEST(sdk_ConfigOverride, TypedValues) {
+  auto c = parse({"run.seed=7", "optimizer.lr=0.5", "optimizer.nesterov=true",
+                  "optimizer.type=sgd", "run.name=\"quoted name\"", "optimizer.big=1e-8",
+                  "run.dir=runs/x y", "optimizer.neg=-3"});
+  auto run = c.table_options("run");
+  EXPECT_EQ(std::get<std::int64_t>(find(run, "seed")->value), 7);
+  EXPECT_EQ(std::get<std::string>(find(run, "name")->value), "quoted name");
+  // Not a TOML value: taken as the string it is.
+  EXPECT_EQ(std::get<std::string>(find(run, "dir")->value), "runs/x y");
+  auto opt = c.table_options("optimizer");
+  EXPECT_EQ(std::get<double>(find(opt, "lr")->value), 0.5);
+  EXPECT_EQ(std::get<bool>(find(opt, "nesterov")->value), true);
+  EXPECT_EQ(std::get<std::string>(find(opt, "type")->value), "sgd");
+  EXPECT_EQ(std::get<double>(find(opt, "big")->value), 1e-8);
+  EXPECT_EQ(std::get<std::int64_t>(find(opt, "neg")->value), -3);
+}
+
+TEST(sdk_ConfigOverride, NewKeysAndNewTables) {
+  auto c = parse({"scaler.type=dynamic", "scaler.init_scale=1024.0", "run.eval_every=5"});
+  EXPECT_TRUE(c.has_table("scaler"));
+  auto scaler = c.table_options("scaler");
+  ASSERT_EQ(scaler.size(), 2u);
+  EXPECT_EQ(std::get<std::string>(find(scaler, "type")->value), "dynamic");
+  EXPECT_EQ(std::get<double>(find(scaler, "init_scale")->value), 1024.0);
+  EXPECT_EQ(find(scaler, "type")->where.to_string(), "--set scaler.type=dynamic");
+  EXPECT_EQ(std::get<std::int64_t>(find(c.table_options("run"), "eval_every")->value), 5);
+}
+
+TEST(sdk_ConfigOverride, LaterOverrideWins) {
+  auto c = parse({"run.steps=5", "run.steps=6"});
+  const auto run = c.table_options("run");
+  const auto* steps = find(run, "steps");
+  ASSERT_NE(steps, nullptr);
+  EXPECT_EQ(std::get<std::int64_t>(steps->value), 6);
+  EXPECT_EQ(steps->where.to_string(), "--set run.steps=6");
+}
+
+TEST(sdk_ConfigOverride, IntoArraysOfTablesByIndex) {
+  auto c = parse({"model.layers.1.out=7", "model.layers.2.out=5", "precision.override.0.compute=bf16"});
+  auto layers = c.table_array("model.layers");
+  ASSERT_EQ(layers.size(), 3u);
+  const auto* out1 = find(layers[1].options, "out");
+  ASSERT_NE(out1, nullptr);
+  EXPECT_EQ(std::get<std::int64_t>(out1->value), 7);
+  EXPECT_EQ(out1->where.to_string(), "--set model.layers.1.out=7");
+  EXPECT_EQ(std::get<std::int64_t>(find(layers[2].options, "out")->value), 5);
+  EXPECT_EQ(std::get<std::int64_t>(find(layers[0].options, "out")->value), 8);
+  auto ov = c.table_array("precision.override");
+  EXPECT_EQ(std::get<std::string>(find(ov[0].options, "compute")->value), "bf16");
+}
+
+TEST(sdk_ConfigOverride, MalformedOverridesAreConfigErrors) {
+  struct Case {
+    std::string spec, message;
+  };
+  const std::vector<Case> cases = {
+      {"noequals", "key=value"},
+      {"=5", "key=value"},
+      {"a..b=1", "empty key segment"},
+      {".a=1", "empty key segment"},
+      {"a.=1", "empty key segment"},
+      {"model.layers.9.out=1", "index 9 is out of range (the array has 3 entries)"},
+      {"run.steps.deep=1", "the parent of 'deep' is not a table"},
+      {"run.steps.deep.x=1", "'run.steps' is not a table"},
+      {"model.layers.x.out=1", "'model.layers' is an array"},
+  };
+  for (const auto& c : cases) {
+    try {
+      parse({c.spec});
+      ADD_FAILURE() << c.spec << ": no error";
+    } catch (const sdk::ConfigError& e) {
+      EXPECT_TRUE(contains(e.what(), c.message)) << c.spec << ": " << e.what();
+      // The message says which override it was.
+      EXPECT_TRUE(contains(e.what(), "--set " + c.spec)) << e.what();
+    }
+  }
+}
+
+}  // namespace

@@ -1,0 +1,81 @@
+// The core tests' CPU backend (one thread, shared by every test of a binary) and host copies of
+// its tensors.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "cpu_backend.h"
+#include "mixtrain/core/graph/model.h"
+#include "mixtrain/sdk/tensor_view.h"
+
+namespace mixtrain::core::test_support {
+
+inline std::shared_ptr<sdk::DeviceBackend> cpu() {
+  static auto b = std::make_shared<backend_cpu::CpuBackend>(1);
+  return b;
+}
+
+// The values of a device view, read as fp32.
+inline std::vector<float> read(const sdk::TensorView& v) {
+  std::vector<float> h(static_cast<std::size_t>(v.numel()));
+  cpu()->copy_to_host(h.data(), v);
+  return h;
+}
+
+inline void write(const sdk::TensorView& v, const std::vector<float>& h) {
+  cpu()->copy_from_host(v, h.data());
+}
+
+// Central differences of the model's loss (on the batch already fed) against `analytic`, the
+// gradient backward wrote for `p`: the largest |fd - analytic| and the largest |fd| (a check
+// whose differences are all ~0 tests nothing). Leaves p's master as it found it.
+struct FiniteDifference {
+  double max_err = 0, max_ref = 0;
+};
+inline FiniteDifference finite_difference(Model& m, ModelParameter& p, std::int64_t rows,
+                                          const std::vector<float>& analytic, float eps) {
+  FiniteDifference r;
+  auto values = read(p.master.view());
+  auto loss_at = [&](std::size_t i, float v) {
+    values[i] = v;
+    write(p.master.view(), values);
+    m.forward(rows);
+    return static_cast<double>(m.loss(rows, 1.0f, false).loss);
+  };
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const float saved = values[i];
+    const double lp = loss_at(i, saved + eps);
+    const double lm = loss_at(i, saved - eps);
+    values[i] = saved;
+    write(p.master.view(), values);
+    const double fd = (lp - lm) / (2.0 * eps);
+    r.max_err = std::max(r.max_err, std::abs(fd - analytic[i]));
+    r.max_ref = std::max(r.max_ref, std::abs(fd));
+  }
+  return r;
+}
+
+// A model node written in code: `op("linear", "fc1", {{"out", 6}})`.
+struct OptionValueArg {
+  std::string key;
+  sdk::OptionValue value;
+  OptionValueArg(std::string k, int v) : key(std::move(k)), value(std::int64_t{v}) {}
+  OptionValueArg(std::string k, std::int64_t v) : key(std::move(k)), value(v) {}
+  OptionValueArg(std::string k, double v) : key(std::move(k)), value(v) {}
+  OptionValueArg(std::string k, bool v) : key(std::move(k)), value(v) {}
+};
+inline LayerSpec op(std::string type, std::string name, std::vector<OptionValueArg> options = {},
+                    std::vector<std::string> inputs = {}, sdk::SourceLocation where = {}) {
+  LayerSpec l;
+  l.type = std::move(type);
+  l.name = std::move(name);
+  l.where = where;
+  l.inputs = std::move(inputs);
+  for (auto& o : options) l.options.push_back({o.key, o.value, where});
+  return l;
+}
+
+}  // namespace mixtrain::core::test_support

@@ -1,0 +1,302 @@
+// The CNN ops through the model (conv2d, batchnorm2d, pooling, the channels-last layout, BN + ReLU
+// fusion, the resnet preset) on the core tests' CPU backend: finite-difference gradients of whole
+// small networks, evaluation with running statistics, PyTorch's flatten order, plan-time errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "config/model_presets.h"
+#include "cpu_test_backend.h"
+#include "graph/ops/batchnorm2d.h"
+#include "layer_gradient_check.h"
+#include "mixtrain/core/graph/model.h"
+
+namespace mixtrain::core {
+namespace {
+
+using sdk::DType;
+using test_support::cpu;
+using test_support::op;
+using test_support::random_vector;
+using test_support::read;
+using test_support::write;
+
+InputSpec image(std::int64_t c, std::int64_t h, std::int64_t w) {
+  InputSpec in;
+  in.sample_shape = {c, h, w};
+  return in;
+}
+
+ModelSpec graph(std::vector<LayerSpec> nodes) {
+  ModelSpec spec;
+  spec.graph = true;
+  spec.layers = std::move(nodes);
+  return spec;
+}
+
+void feed(Model& m, std::int64_t batch, unsigned seed) {
+  write(m.input(batch), random_vector(static_cast<std::size_t>(batch * m.input_features()), seed));
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    labels[i] = static_cast<std::int32_t>((i * 7 + seed) % static_cast<unsigned>(m.classes()));
+  cpu()->copy_from_host(m.labels(batch), labels.data());
+}
+
+// Allocates, perturbs the parameters, runs one step and checks every parameter's gradient
+// against central differences of the loss.
+void check_model_gradients(Model& m, std::int64_t batch, float eps) {
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(batch);
+  m.init_parameters(3);
+  for (auto* p : m.parameters()) {
+    auto v = read(p->master.view());
+    auto noise = random_vector(v.size(), 17, -0.3f, 0.3f);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] += noise[i];
+    write(p->master.view(), v);
+  }
+  feed(m, batch, 1);
+  m.forward(batch);
+  ASSERT_TRUE(std::isfinite(m.loss(batch, 1.0f, true).loss));
+  m.backward(batch);
+  for (auto* p : m.parameters()) {
+    const auto analytic = read(p->grad.view());
+    const auto fd = test_support::finite_difference(m, *p, batch, analytic, eps);
+    // Loose enough for FP32 forwards and the kinks of relu and max pooling that a step of `eps`
+    // can cross; a wrong gradient is off by far more.
+    EXPECT_LT(fd.max_err, 1e-2 * std::max(1.0, fd.max_ref))
+        << p->name << " (largest |gradient| " << fd.max_ref << ")";
+    EXPECT_GT(fd.max_ref, 1e-4) << p->name << ": a gradient check of nothing";
+  }
+}
+
+TEST(CnnOps, ConvBatchNormPoolNetworkGradientsMatchFiniteDifferences) {
+  // The batch [3, 6, 6] is plain (the first conv permutes it); a strided, dilated and grouped
+  // conv, BN fused with its relu, BN without affine, max and average pooling, a residual add of
+  // two channels-last tensors, and the global pool into a linear.
+  Model m(
+      cpu(),
+      graph(
+          {op("conv2d", "c1", {{"out", 4}, {"kernel", 3}, {"padding", 1}, {"bias", false}},
+              {"input"}),
+           op("batchnorm2d", "b1", {}, {"c1"}), op("relu", "r1", {}, {"b1"}),
+           op("conv2d", "c2",
+              {{"out", 4},
+               {"kernel", 3},
+               {"padding", 2},
+               {"dilation", 2},
+               {"groups", 2},
+               {"bias", false}},  // a bias right before batch norm has no gradient
+              {"r1"}),
+           op("batchnorm2d", "b2", {{"affine", false}}, {"c2"}), op("add", "res", {}, {"b2", "r1"}),
+           op("maxpool2d", "mp", {{"kernel", 2}}, {"res"}),
+           op("conv2d", "c3", {{"out", 6}, {"kernel", 2}, {"stride", 1}, {"bias", true}}, {"mp"}),
+           op("avgpool2d", "ap",
+              {{"kernel", 2}, {"stride", 1}, {"padding", 1}, {"count_include_pad", false}}, {"c3"}),
+           op("global_avgpool", "gap", {}, {"ap"}), op("linear", "fc", {{"out", 3}}, {"gap"})}),
+      3 * 6 * 6, 3, image(3, 6, 6));
+  EXPECT_TRUE(m.layers()[2]->is_view()) << "the relu after b1 is fused into it";
+  check_model_gradients(m, 3, 2e-3f);
+}
+
+TEST(CnnOps, FlattenOfAChannelsLastImageIsInPyTorchOrder) {
+  Model m(cpu(),
+          graph({op("conv2d", "c", {{"out", 3}, {"kernel", 1}, {"bias", false}}, {"input"}),
+                 op("flatten", "f", {}, {"c"}), op("linear", "fc", {{"out", 2}}, {"f"})}),
+          2 * 2 * 3, 2, image(2, 2, 3));
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(2);
+  m.init_parameters(1);
+  feed(m, 2, 4);
+  m.forward(2);
+  const auto x = read(m.input(2));                        // [N, 2, 2, 3] channels first
+  const auto w = read(m.parameters()[0]->master.view());  // [3, 2, 1, 1]
+  const auto flat = read(m.layers()[1]->output(2));       // [N, 3·2·3]
+  for (int n = 0; n < 2; ++n)
+    for (int o = 0; o < 3; ++o)
+      for (int p = 0; p < 6; ++p) {
+        const float want = w[o * 2 + 0] * x[n * 12 + 0 * 6 + p] + w[o * 2 + 1] * x[n * 12 + 6 + p];
+        EXPECT_NEAR(flat[n * 18 + o * 6 + p], want, 1e-5) << n << "," << o << "," << p;
+      }
+  // And its gradient flows back through the permute.
+  check_model_gradients(m, 2, 1e-2f);
+}
+
+TEST(CnnOps, BatchNormUsesBatchStatisticsInTrainingAndRunningStatisticsInEval) {
+  // The layer alone (a model's activation plan may reuse its output's memory after its readers),
+  // reading a plain [2, 3, 3] batch of 4.
+  BatchNorm2dLayer bn("bn", 2, 3, 3, 1e-5f, 0.25f, true, /*plain_input=*/true);
+  bn.set_precision({});
+  const std::int64_t rows = 4 * 2 * 3;  // output rows: N·C·H
+  bn.allocate(cpu(), rows);
+  bn.init_parameters(0);
+  write(bn.parameters()[0].master.view(), {1.5f, 0.5f});
+  write(bn.parameters()[1].master.view(), {0.1f, -0.2f});
+  Tensor xt(cpu(), DType::fp32, sdk::Shape{4, 18});
+  const auto x = random_vector(72, 9, -2.0f, 3.0f);  // [4, 2, 3, 3] channels first
+  write(xt.view(), x);
+  bn.forward(xt.view(), rows);
+  // Per channel: mean and biased / unbiased variance over N·H·W = 36 values.
+  std::vector<double> mean(2), var(2);
+  for (int c = 0; c < 2; ++c) {
+    double s = 0, s2 = 0;
+    for (int n = 0; n < 4; ++n)
+      for (int i = 0; i < 9; ++i) s += x[n * 18 + c * 9 + i];
+    mean[c] = s / 36;
+    for (int n = 0; n < 4; ++n)
+      for (int i = 0; i < 9; ++i) s2 += std::pow(x[n * 18 + c * 9 + i] - mean[c], 2);
+    var[c] = s2 / 36;
+  }
+  const auto rm = read(bn.buffers()[0].value.view());
+  const auto rv = read(bn.buffers()[1].value.view());
+  for (int c = 0; c < 2; ++c) {
+    EXPECT_NEAR(rm[c], 0.25 * mean[c], 1e-5);
+    EXPECT_NEAR(rv[c], 0.75 + 0.25 * var[c] * 36.0 / 35.0, 1e-5);  // unbiased, as PyTorch
+  }
+  // Training output: normalised with the batch's statistics (the output is channels-last).
+  const float g[2] = {1.5f, 0.5f}, b[2] = {0.1f, -0.2f};
+  auto expect_normalised = [&](const std::vector<double>& m, const std::vector<double>& v,
+                               const char* what) {
+    const auto y = read(bn.output(rows));  // [4, 3, 3, 2]
+    for (int n = 0; n < 4; ++n)
+      for (int c = 0; c < 2; ++c)
+        for (int i = 0; i < 9; ++i) {
+          const double want = (x[n * 18 + c * 9 + i] - m[c]) / std::sqrt(v[c] + 1e-5) * g[c] + b[c];
+          EXPECT_NEAR(y[(n * 9 + i) * 2 + c], want, 1e-4)
+              << what << " " << n << "," << c << "," << i;
+        }
+  };
+  expect_normalised(mean, var, "training");
+  // Eval: the running statistics, nothing updated.
+  bn.set_training(false);
+  bn.forward(xt.view(), rows);
+  expect_normalised({rm[0], rm[1]}, {rv[0], rv[1]}, "eval");
+  EXPECT_EQ(read(bn.buffers()[0].value.view()), rm);
+  EXPECT_EQ(read(bn.buffers()[1].value.view()), rv);
+}
+
+TEST(CnnOps, ResNetPresetNamesItsTensorsAsTorchvision) {
+  ResNetPreset p;
+  p.blocks = {1, 1};
+  p.widths = {4, 8};
+  p.classes = 5;
+  Model m(cpu(), graph(resnet_preset(p)), 3 * 8 * 8, 5, image(3, 8, 8));
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(2);
+  std::vector<std::string> names;
+  for (auto* t : m.parameters()) names.push_back(t->name);
+  for (auto* b : m.buffers()) names.push_back(b->name);
+  for (const char* want :
+       {"conv1.weight", "bn1.weight", "bn1.bias", "layer1.0.conv1.weight", "layer1.0.bn2.bias",
+        "layer2.0.conv1.weight", "layer2.0.downsample.0.weight", "layer2.0.downsample.1.weight",
+        "fc.weight", "fc.bias", "bn1.running_mean", "bn1.running_var",
+        "layer2.0.downsample.1.running_var"})
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  EXPECT_EQ(std::count_if(names.begin(), names.end(),
+                          [](const std::string& s) { return s.find("downsample") != s.npos; }),
+            5)
+      << "stage 1 keeps its width and stride: no shortcut conv there";
+  // conv1 3·4·9, bn1 8, layer1: 2·(4·4·9) + 2·8, layer2: 4·8·9 + 8·8·9 + 2·16 + 4·8 + 16, fc 8·5+5
+  EXPECT_EQ(m.parameter_count(), 108 + 8 + 288 + 16 + 288 + 576 + 32 + 32 + 16 + 45);
+}
+
+TEST(CnnOps, ResNetGradientsMatchFiniteDifferences) {
+  ResNetPreset p;
+  p.blocks = {1, 1};
+  p.widths = {2, 4};
+  p.classes = 3;
+  Model m(cpu(), graph(resnet_preset(p)), 3 * 4 * 4, 3, image(3, 4, 4));
+  check_model_gradients(m, 2, 2e-3f);
+}
+
+// One fp32 training step of a small ResNet: the loss and every gradient, flattened; `views`
+// receives how many relu nodes became views of the op before them.
+std::vector<float> resnet_step(bool fuse, int* views) {
+  ResNetPreset p;
+  p.blocks = {1, 1};
+  p.widths = {4, 8};
+  p.classes = 3;
+  ModelSpec spec = graph(resnet_preset(p));
+  spec.fuse_epilogues = fuse;
+  Model m(cpu(), spec, 3 * 8 * 8, 3, image(3, 8, 8));
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(4);
+  m.init_parameters(5);
+  feed(m, 4, 2);
+  m.forward(4);
+  std::vector<float> out{m.loss(4, 1.0f, true).loss};
+  m.backward(4);
+  for (auto* t : m.parameters()) {
+    const auto g = read(t->grad.view());
+    out.insert(out.end(), g.begin(), g.end());
+  }
+  *views = 0;
+  for (auto& l : m.layers()) *views += l->type() == "relu" && l->is_view();
+  return out;
+}
+
+TEST(CnnOps, ResidualAddTakesItsReluAndMatchesTheUnfusedStepBitForBit) {
+  int fused_views = 0, plain_views = 0;
+  const auto fused = resnet_step(true, &fused_views);
+  const auto plain = resnet_step(false, &plain_views);
+  // stem bn1 + per block bn1 and the add: 1 + 2 + 2 relus taken in.
+  EXPECT_EQ(fused_views, 5);
+  EXPECT_EQ(plain_views, 0);
+  ASSERT_EQ(fused.size(), plain.size());
+  EXPECT_EQ(fused, plain);
+}
+
+std::string plan_error(std::vector<LayerSpec> nodes, InputSpec in = image(3, 8, 8)) {
+  try {
+    Model m(cpu(), graph(std::move(nodes)), 3 * 8 * 8, 4, in);
+  } catch (const sdk::ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(CnnOps, BadGeometriesArePlanTimeErrorsNamingTheNode) {
+  auto head = [](const std::string& from) {
+    return std::vector<LayerSpec>{op("global_avgpool", "gap", {}, {from}),
+                                  op("linear", "fc", {{"out", 4}}, {"gap"})};
+  };
+  auto with_head = [&](std::vector<LayerSpec> body, const std::string& last) {
+    for (auto& l : head(last)) body.push_back(l);
+    return body;
+  };
+  std::string e =
+      plan_error(with_head({op("conv2d", "big", {{"out", 4}, {"kernel", 11}}, {"input"})}, "big"));
+  EXPECT_NE(e.find("'big'"), e.npos) << e;
+  EXPECT_NE(e.find("larger than its padded input"), e.npos) << e;
+  e = plan_error(
+      with_head({op("conv2d", "g", {{"out", 4}, {"kernel", 3}, {"groups", 2}}, {"input"})}, "g"));
+  EXPECT_NE(e.find("'g'"), e.npos) << e;
+  EXPECT_NE(e.find("does not divide"), e.npos) << e;
+  e = plan_error(
+      with_head({op("conv2d", "c", {{"out", 4}, {"kernel", 3}, {"in", 1}}, {"input"})}, "c"));
+  EXPECT_NE(e.find("'c'"), e.npos) << e;
+  EXPECT_NE(e.find("3 channels"), e.npos) << e;
+  e = plan_error(
+      with_head({op("maxpool2d", "mp", {{"kernel", 2}, {"padding", 2}}, {"input"})}, "mp"));
+  EXPECT_NE(e.find("'mp'"), e.npos) << e;
+  // A linear reading a channels-last image, and an add mixing layouts.
+  e = plan_error({op("conv2d", "c", {{"out", 4}, {"kernel", 1}}, {"input"}),
+                  op("linear", "fc", {{"out", 4}}, {"c"})});
+  EXPECT_NE(e.find("'fc'"), e.npos) << e;
+  EXPECT_NE(e.find("channels-last"), e.npos) << e;
+  e = plan_error(with_head({op("conv2d", "c", {{"out", 3}, {"kernel", 1}}, {"input"}),
+                            op("add", "a", {}, {"c", "input"})},
+                           "a"));
+  EXPECT_NE(e.find("'a'"), e.npos) << e;
+  // An image op fed a flat tensor.
+  e = plan_error({op("linear", "l", {{"out", 8}}, {"input"}),
+                  op("conv2d", "c", {{"out", 4}, {"kernel", 1}}, {"l"}),
+                  op("global_avgpool", "gap", {}, {"c"}),
+                  op("linear", "fc", {{"out", 4}}, {"gap"})});
+  EXPECT_NE(e.find("'c'"), e.npos) << e;
+  EXPECT_NE(e.find("reads images [C, H, W]"), e.npos) << e;
+}
+
+}  // namespace
+}  // namespace mixtrain::core

@@ -1,0 +1,195 @@
+// Model construction errors and buffer semantics.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "cpu_test_backend.h"
+#include "mixtrain/core/graph/model.h"
+
+namespace mixtrain::core {
+namespace {
+
+using test_support::cpu;
+
+LayerSpec linear(const char* name, std::int64_t out, std::uint32_t line) {
+  return test_support::op("linear", name, {{"out", out}}, {}, {"model.toml", line, 3});
+}
+
+TEST(Model, LastLayerMustMatchTheClasses) {
+  ModelSpec spec;
+  spec.layers = {linear("fc1", 8, 4), linear("head", 5, 5)};
+  try {
+    Model m(cpu(), spec, 4, 10);
+    FAIL() << "expected a ConfigError";
+  } catch (const sdk::ConfigError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("model.toml:5:3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("10 classes"), std::string::npos) << msg;
+    EXPECT_NE(e.hint().find("out = 10"), std::string::npos) << e.hint();
+  }
+}
+
+TEST(Model, DuplicateLayerNamesAreRejected) {
+  ModelSpec spec;
+  spec.layers = {linear("fc", 8, 4), linear("fc", 3, 7)};
+  try {
+    Model m(cpu(), spec, 4, 3);
+    FAIL() << "expected a ConfigError";
+  } catch (const sdk::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.toml:7:3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("duplicate layer name 'fc'"), std::string::npos);
+  }
+}
+
+TEST(Model, SameSeedSameWeightsDifferentSeedDifferent) {
+  ModelSpec spec;
+  spec.layers = {linear("fc1", 8, 1), linear("head", 3, 2)};
+  auto weights = [&](std::uint64_t seed) {
+    Model m(cpu(), spec, 4, 3);
+    for (auto& l : m.layers()) l->set_precision({});
+    m.allocate(2);
+    m.init_parameters(seed);
+    std::vector<float> w(32);
+    cpu()->copy_to_host(w.data(), m.parameters()[0]->master.view());
+    return w;
+  };
+  EXPECT_EQ(weights(5), weights(5));
+  EXPECT_NE(weights(5), weights(6));
+  // PyTorch's nn.Linear bound: |w| <= 1/sqrt(in_features).
+  for (float v : weights(5)) EXPECT_LE(std::abs(v), 0.5f);
+}
+
+TEST(Model, SmallerBatchesUseAPrefixOfTheBuffers) {
+  ModelSpec spec;
+  spec.layers = {linear("head", 3, 1)};
+  Model m(cpu(), spec, 2, 3);
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(8);
+  m.init_parameters(0);
+  std::vector<float> x = {1, 2, 3, 4};
+  std::vector<std::int32_t> y = {0, 1};
+  cpu()->copy_from_host(m.input(2), x.data());
+  cpu()->copy_from_host(m.labels(2), y.data());
+  m.forward(2);
+  auto full = m.loss(2, 1.0f, false);
+  EXPECT_TRUE(std::isfinite(full.loss));
+  EXPECT_GE(full.correct, 0);
+  EXPECT_LE(full.correct, 2);
+  EXPECT_EQ(m.logits(2).shape, (sdk::Shape{2, 3}));
+}
+
+LayerSpec act(const char* type, const char* name) {
+  return test_support::op(type, name, {}, {}, {"model.toml", 1, 1});
+}
+
+// One forward/loss/backward of linear-relu-linear-gelu-linear on a fixed batch; returns the
+// loss, the logits and every parameter gradient, flattened.
+std::vector<float> train_step_outputs(bool fuse, const sdk::OpPrecision& precision,
+                                      std::int64_t* fused_pairs = nullptr) {
+  ModelSpec spec;
+  spec.layers = {linear("fc1", 24, 1), act("relu", "relu1"), linear("fc2", 16, 2),
+                 act("gelu", "gelu2"), linear("head", 5, 3)};
+  spec.fuse_epilogues = fuse;
+  auto backend = std::make_shared<backend_cpu::CpuBackend>(1);
+  Model m(backend, spec, 12, 5);
+  for (auto& l : m.layers()) l->set_precision(precision);
+  m.allocate(9);
+  m.init_parameters(11);
+  if (fused_pairs != nullptr) *fused_pairs = m.fused_pairs();
+  std::vector<float> x(9 * 12);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 2.0f;
+  std::vector<std::int32_t> y = {0, 1, 2, 3, 4, 0, 1, 2, 3};
+  backend->copy_from_host(m.input(9), x.data());
+  backend->copy_from_host(m.labels(9), y.data());
+  m.forward(9);
+  m.compute_loss(9, 8.0f, true);
+  m.backward(9);
+  const auto lv = m.read_loss();
+  std::vector<float> out{lv.loss};
+  std::vector<float> logits(9 * 5);
+  sdk::TensorView l32 = m.logits(9);
+  if (l32.dtype == sdk::DType::fp32) {
+    backend->copy_to_host(logits.data(), l32);
+    out.insert(out.end(), logits.begin(), logits.end());
+  }
+  for (auto* p : m.parameters()) {
+    std::vector<float> g(static_cast<std::size_t>(p->grad.shape().numel()));
+    backend->copy_to_host(g.data(), p->grad.view());
+    out.insert(out.end(), g.begin(), g.end());
+  }
+  return out;
+}
+
+TEST(Model, LinearActivationPairsFuseAndMatchTheUnfusedStepBitForBitInFp32) {
+  std::int64_t pairs_on = -1, pairs_off = -1;
+  const auto fused = train_step_outputs(true, {}, &pairs_on);
+  const auto unfused = train_step_outputs(false, {}, &pairs_off);
+  EXPECT_EQ(pairs_on, 2);
+  EXPECT_EQ(pairs_off, 0);
+  ASSERT_EQ(fused.size(), unfused.size());
+  EXPECT_EQ(fused, unfused);
+}
+
+TEST(Model, FusedBf16StepStaysWithinBf16RoundingOfTheUnfusedStep) {
+  sdk::OpPrecision bf16;
+  bf16.weight = sdk::DType::bf16;
+  bf16.gemm_input = sdk::DType::bf16;
+  bf16.activation = sdk::DType::bf16;
+  bf16.activation_grad = sdk::DType::bf16;
+  const auto fused = train_step_outputs(true, bf16);
+  const auto unfused = train_step_outputs(false, bf16);
+  ASSERT_EQ(fused.size(), unfused.size());
+  double num = 0, den = 0;
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < fused.size(); ++i) {
+    num +=
+        (static_cast<double>(fused[i]) - unfused[i]) * (static_cast<double>(fused[i]) - unfused[i]);
+    den += static_cast<double>(unfused[i]) * unfused[i];
+    differ += fused[i] != unfused[i];
+  }
+  // One rounding instead of two changes some values by a bf16 step, nothing more.
+  EXPECT_GT(differ, 0u) << "fused bf16 rounds once, so it should not be bit-identical";
+  EXPECT_LT(std::sqrt(num / den), 1e-2);
+}
+
+TEST(Model, ALinearFusedWithReluKeepsNoPreActivationBufferUntilItRunsUnfused) {
+  ModelSpec spec;
+  spec.layers = {linear("fc1", 24, 1), act("relu", "relu1"), linear("fc2", 16, 2),
+                 act("gelu", "gelu2"), linear("head", 5, 3)};
+  auto bytes_after_allocate = [&](bool fuse, std::shared_ptr<backend_cpu::CpuBackend>& backend,
+                                  std::unique_ptr<Model>& model) {
+    spec.fuse_epilogues = fuse;
+    backend = std::make_shared<backend_cpu::CpuBackend>(1);
+    model = std::make_unique<Model>(backend, spec, 12, 5);
+    for (auto& l : model->layers()) l->set_precision({});
+    model->allocate(9);
+    return backend->memory_stats().current_bytes;
+  };
+  std::shared_ptr<backend_cpu::CpuBackend> fused_backend, plain_backend;
+  std::unique_ptr<Model> fused, plain;
+  const auto fused_bytes = bytes_after_allocate(true, fused_backend, fused);
+  const auto plain_bytes = bytes_after_allocate(false, plain_backend, plain);
+  // fc1's z (9 rows x 24 fp32) is not needed by the fused relu; fc2's is (gelu's backward). The
+  // activation plan holds one buffer less, and the backend never sees more memory for it.
+  EXPECT_EQ(plain->activation_sum_bytes() - fused->activation_sum_bytes(),
+            aligned_buffer_bytes(9u * 24u * 4u, kDefaultBufferAlignment));
+  EXPECT_LE(fused_bytes, plain_bytes);
+  EXPECT_EQ(fused->layers()[0]->output(9).data, nullptr);
+
+  // The non-finite replay runs unfused: fc1 then materialises its output and everything is
+  // checked; afterwards the model is fused again and still trains.
+  fused->init_parameters(3);
+  std::vector<float> x(9 * 12, 0.25f);
+  std::vector<std::int32_t> y = {0, 1, 2, 3, 4, 0, 1, 2, 3};
+  fused_backend->copy_from_host(fused->input(9), x.data());
+  fused_backend->copy_from_host(fused->labels(9), y.data());
+  EXPECT_EQ(fused->locate_first_nonfinite(9, 1.0f), "");
+  EXPECT_NE(fused->layers()[0]->output(9).data, nullptr);
+  EXPECT_EQ(fused->fused_pairs(), 2);
+  fused->forward(9);
+  EXPECT_TRUE(std::isfinite(fused->loss(9, 1.0f, true).loss));
+}
+
+}  // namespace
+}  // namespace mixtrain::core

@@ -1,0 +1,226 @@
+// The transformer ops (embedding, position_embedding, attention) and the gpt preset: finite-
+// difference gradients, causality, the tied LM head, and the plan-time errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "config/model_presets.h"
+#include "cpu_test_backend.h"
+#include "graph/ops/attention.h"
+#include "graph/ops/embedding.h"
+#include "layer_gradient_check.h"
+#include "mixtrain/core/graph/model.h"
+
+namespace mixtrain::core {
+namespace {
+
+using sdk::DType;
+using test_support::check_layer;
+using test_support::cpu;
+using test_support::op;
+using test_support::random_vector;
+using test_support::read;
+using test_support::write;
+
+TEST(TransformerOps, AttentionGradientsMatchFiniteDifferences) {
+  // 2 sequences of 5 tokens, width 8 in 2 heads: qkv [10, 24] -> [10, 8].
+  AttentionLayer attn("attn", 5, 8, 2);
+  check_layer(attn, 10, -2.f, 2.f);
+}
+
+TEST(TransformerOps, AttentionWithOneHeadAndOneToken) {
+  AttentionLayer attn("attn", 1, 4, 1);
+  check_layer(attn, 3);
+}
+
+TEST(TransformerOps, AttentionIsCausalAndSequencesAreIndependent) {
+  const std::int64_t t = 6, c = 8, n = 2, rows = n * t;
+  AttentionLayer attn("attn", t, c, 4);
+  attn.allocate(cpu(), rows);
+  Tensor x(cpu(), DType::fp32, sdk::Shape{rows, 3 * c});
+  auto xv = random_vector(static_cast<std::size_t>(rows * 3 * c), 3, -2.f, 2.f);
+  write(x.view(), xv);
+  attn.forward(x.view(), rows);
+  const auto before = read(attn.output(rows));
+  // Change token 3 of sequence 0 (its q, k and v): tokens 0..2 of it and all of sequence 1 keep
+  // their outputs bit for bit; token 3 onwards of sequence 0 change.
+  for (std::int64_t j = 0; j < 3 * c; ++j) xv[static_cast<std::size_t>(3 * 3 * c + j)] += 0.5f;
+  write(x.view(), xv);
+  attn.forward(x.view(), rows);
+  const auto after = read(attn.output(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    bool same = true;
+    for (std::int64_t j = 0; j < c; ++j)
+      same = same && before[static_cast<std::size_t>(r * c + j)] ==
+                         after[static_cast<std::size_t>(r * c + j)];
+    const bool affected = r >= 3 && r < t;
+    EXPECT_EQ(same, !affected) << "row " << r;
+  }
+  // Token 0 attends only to itself: its output is its own v.
+  for (std::int64_t j = 0; j < c; ++j)
+    EXPECT_FLOAT_EQ(after[static_cast<std::size_t>(j)], xv[static_cast<std::size_t>(2 * c + j)]);
+}
+
+TEST(TransformerOps, PositionEmbeddingGradientsMatchFiniteDifferences) {
+  PositionEmbeddingLayer pos("wpe", 4, 6, 3, 1.0);
+  check_layer(pos, 8);
+}
+
+TEST(TransformerOps, EmbeddingGathersRowsAndScattersGradientsOfRepeatedIds) {
+  const std::int64_t vocab = 5, dim = 3, rows = 6;
+  EmbeddingLayer emb("wte", rows, vocab, dim, 1.0);
+  emb.allocate(cpu(), rows);
+  emb.init_parameters(4);
+  const auto table = read(emb.parameters()[0].master.view());
+  Tensor ids(cpu(), DType::int32, sdk::Shape{1, rows});
+  const std::vector<std::int32_t> id = {4, 0, 4, 2, 4, 0};
+  cpu()->copy_from_host(ids.view(), id.data());
+  emb.forward(ids.view(), rows);
+  const auto y = read(emb.output(rows));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < dim; ++j)
+      EXPECT_EQ(y[static_cast<std::size_t>(r * dim + j)],
+                table[static_cast<std::size_t>(id[static_cast<std::size_t>(r)] * dim + j)]);
+  // L = Σ y·dy is linear in the table: dL/dW[v] = Σ of dy over the rows with id v; ids 1 and 3
+  // appear nowhere, so their gradient is 0 (overwritten, not left over).
+  const auto dyv = random_vector(static_cast<std::size_t>(rows * dim), 9);
+  Tensor dy(cpu(), DType::fp32, sdk::Shape{rows, dim});
+  write(dy.view(), dyv);
+  write(emb.parameters()[0].grad.view(), std::vector<float>(vocab * dim, 7.0f));
+  emb.backward(ids.view(), dy.view(), {}, rows);
+  const auto g = read(emb.parameters()[0].grad.view());
+  for (std::int64_t v = 0; v < vocab; ++v)
+    for (std::int64_t j = 0; j < dim; ++j) {
+      double want = 0;
+      for (std::int64_t r = 0; r < rows; ++r)
+        if (id[static_cast<std::size_t>(r)] == v)
+          want += dyv[static_cast<std::size_t>(r * dim + j)];
+      EXPECT_NEAR(g[static_cast<std::size_t>(v * dim + j)], want, 1e-6) << v << "," << j;
+    }
+}
+
+// A 2-layer GPT from the preset: vocab 11, T 5, width 8 in 2 heads.
+ModelSpec tiny_gpt(std::int64_t n_layer = 2, std::int64_t n_head = 2, std::int64_t n_embd = 8) {
+  GptPreset p;
+  p.n_layer = n_layer;
+  p.n_head = n_head;
+  p.n_embd = n_embd;
+  p.vocab_size = 11;
+  ModelSpec spec;
+  spec.layers = gpt_preset(p);
+  spec.graph = true;
+  return spec;
+}
+
+const InputSpec kTokens{DType::int32, 5, {}};
+
+void feed_tokens(Model& m, std::int64_t batch, unsigned seed) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * 5)), next(ids.size());
+  std::uint32_t s = seed;
+  for (auto& v : ids) v = static_cast<std::int32_t>((s = s * 1664525u + 1013904223u) >> 28) % 11;
+  for (std::size_t i = 0; i < ids.size(); ++i) next[i] = ids[(i + 1) % ids.size()];
+  cpu()->copy_from_host(m.input(batch), ids.data());
+  cpu()->copy_from_host(m.labels(batch), next.data());
+}
+
+TEST(TransformerOps, GptPresetNamesItsParametersAsHuggingFaceGpt2) {
+  Model m(cpu(), tiny_gpt(), 5, 11, kTokens);
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(2);
+  std::vector<std::string> names;
+  for (auto* p : m.parameters()) names.push_back(p->name);
+  const std::vector<std::string> want = {"wte.weight",
+                                         "wpe.weight",
+                                         "h.0.ln_1.weight",
+                                         "h.0.ln_1.bias",
+                                         "h.0.attn.c_attn.weight",
+                                         "h.0.attn.c_attn.bias",
+                                         "h.0.attn.c_proj.weight",
+                                         "h.0.attn.c_proj.bias",
+                                         "h.0.ln_2.weight",
+                                         "h.0.ln_2.bias",
+                                         "h.0.mlp.c_fc.weight",
+                                         "h.0.mlp.c_fc.bias",
+                                         "h.0.mlp.c_proj.weight",
+                                         "h.0.mlp.c_proj.bias"};
+  ASSERT_GE(names.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(names[i], want[i]);
+  EXPECT_EQ(names.back(), "ln_f.bias");  // lm_head is tied to wte: no parameter of its own
+  // 11·8 + 5·8 + 2·(2·8 + 8·24 + 24 + 8·8 + 8 + 2·8 + 8·32 + 32 + 32·8 + 8) + 2·8
+  EXPECT_EQ(m.parameter_count(),
+            88 + 40 + 2 * (16 + 192 + 24 + 64 + 8 + 16 + 256 + 32 + 256 + 8) + 16);
+}
+
+TEST(TransformerOps, WholeGptGradientsMatchFiniteDifferencesIncludingTheTiedHead) {
+  Model m(cpu(), tiny_gpt(), 5, 11, kTokens);
+  for (auto& l : m.layers()) l->set_precision({});
+  const std::int64_t batch = 2;
+  m.allocate(batch);
+  m.init_parameters(5);
+  // Larger weights than GPT-2's 0.02 so every path carries a measurable gradient.
+  for (auto* p : m.parameters()) {
+    auto v = read(p->master.view());
+    auto noise = random_vector(v.size(), 13, -0.3f, 0.3f);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] += noise[i];
+    write(p->master.view(), v);
+  }
+  feed_tokens(m, batch, 1);
+  m.forward(batch);
+  const auto lv = m.loss(batch, 1.0f, true);
+  EXPECT_TRUE(std::isfinite(lv.loss));
+  m.backward(batch);
+  for (auto* p : m.parameters()) {
+    const auto analytic = read(p->grad.view());
+    const auto fd = test_support::finite_difference(m, *p, batch, analytic, 1e-2f);
+    EXPECT_LT(fd.max_err, 2e-3 * std::max(1.0, fd.max_ref)) << p->name;
+    EXPECT_GT(fd.max_ref, 1e-4) << p->name << ": a gradient check of nothing";
+  }
+}
+
+TEST(TransformerOps, PlanTimeErrorsNameTheNode) {
+  // n_embd not divisible by n_head.
+  try {
+    Model m(cpu(), tiny_gpt(1, 3, 8), 5, 11, kTokens);
+    FAIL() << "no error";
+  } catch (const sdk::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("h.0.attn"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not divisible by heads = 3"), std::string::npos)
+        << e.what();
+  }
+  // Token ids fed to a linear.
+  ModelSpec spec;
+  spec.graph = true;
+  spec.layers = {op("linear", "fc", {{"out", 11}}, {"input"})};
+  EXPECT_THROW(Model(cpu(), spec, 5, 11, kTokens), sdk::ConfigError);
+  // An embedding fed float features.
+  spec.layers = {op("embedding", "wte", {{"vocab", 11}, {"dim", 4}}, {"input"}),
+                 op("flatten", "flat", {}, {"wte"}), op("linear", "head", {{"out", 3}}, {"flat"})};
+  EXPECT_THROW(Model(cpu(), spec, 5, 3), sdk::ConfigError);
+  // An embedding fed another node's output (floats, read as ids, were it allowed).
+  spec.layers = {op("embedding", "wte", {{"vocab", 11}, {"dim", 4}}, {"input"}),
+                 op("embedding", "again", {{"vocab", 11}, {"dim", 4}}, {"wte"}),
+                 op("linear", "head", {{"out", 11}}, {"again"})};
+  try {
+    Model m(cpu(), spec, 5, 11, kTokens);
+    FAIL() << "no error";
+  } catch (const sdk::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("node 'again'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("its input must be the batch"), std::string::npos)
+        << e.what();
+  }
+  // Logits that are not one prediction per position.
+  spec.layers = {op("embedding", "wte", {{"vocab", 11}, {"dim", 4}}, {"input"}),
+                 op("flatten", "flat", {}, {"wte"}), op("linear", "head", {{"out", 11}}, {"flat"})};
+  try {
+    Model m(cpu(), spec, 5, 11, kTokens);
+    FAIL() << "no error";
+  } catch (const sdk::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("one prediction per position"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace mixtrain::core

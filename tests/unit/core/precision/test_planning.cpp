@@ -1,0 +1,196 @@
+// Precision planning in the host: what a policy is told about each op (kind, GEMMs with their
+// operand roles, precision sensitivity), the one place precision-sensitive ops are pinned to FP32,
+// how [[precision.override]] meets a pinned op (a glob leaves it, its exact name overrides it), and
+// FP8 scaling slots named per GEMM, "<node>.<gemm>.<role>".
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cpu_test_backend.h"
+#include "mixtrain/core/graph/model.h"
+#include "mixtrain/core/precision/planning.h"
+#include "plugin_test_support.h"
+
+namespace mixtrain::core {
+namespace {
+
+using sdk::DType;
+using sdk::OperandRole;
+using test_support::cpu;
+
+// A policy that plans every op in bf16, precision-sensitive ones included, and records what it
+// was told; with `fp8`, GEMM inputs are FP8 and it records the operand slots the host asks for.
+class RecordingPolicy final : public sdk::PrecisionPolicy {
+ public:
+  explicit RecordingPolicy(bool fp8 = false) : fp8_(fp8) {}
+  sdk::OpPrecision plan(const sdk::OpDescription& op) const override {
+    seen.push_back(op);
+    return {DType::bf16, fp8_ && op.has_gemm() ? DType::fp8_e4m3 : DType::bf16, DType::bf16,
+            DType::bf16};
+  }
+  bool needs_loss_scaling() const override { return false; }
+  bool uses_scaled_operands() const override { return fp8_; }
+  sdk::OperandScaling operand_scaling(const sdk::OperandSlot& slot) override {
+    asked.insert(slot.name());
+    EXPECT_EQ(slot.name(), slot.node() + "." + slot.gemm() + "." +
+                               std::string(sdk::operand_role_name(slot.role())));
+    return {slot.role() == OperandRole::grad_output ? DType::fp8_e5m2 : DType::fp8_e4m3, 1.0f,
+            1.0f};
+  }
+  void record_amax(const sdk::OperandSlot& slot, float amax) override {
+    recorded.insert(slot.name());
+    EXPECT_GE(amax, 0.0f) << slot.name();
+  }
+
+  mutable std::vector<sdk::OpDescription> seen;
+  std::set<std::string> asked, recorded;
+
+ private:
+  bool fp8_;
+};
+
+// input [8] -> fc1 [8] -> relu1 -> ln1 -> head [3]
+std::unique_ptr<Model> small_model() {
+  ModelSpec spec;
+  const sdk::SourceLocation where{"model.toml", 1, 1};
+  spec.layers = {test_support::op("linear", "fc1", {{"out", 8}}, {}, where),
+                 test_support::op("relu", "relu1", {}, {}, where),
+                 test_support::op("layernorm", "ln1", {}, {}, where),
+                 test_support::op("linear", "head", {{"out", 3}}, {}, where)};
+  return std::make_unique<Model>(cpu(), spec, 8, 3);
+}
+
+const Layer& layer(const Model& m, const std::string& name) {
+  for (const auto& l : m.layers())
+    if (l->name() == name) return *l;
+  throw std::runtime_error("no layer " + name);
+}
+
+bool all_fp32(const sdk::OpPrecision& p) {
+  return p.weight == DType::fp32 && p.gemm_input == DType::fp32 && p.activation == DType::fp32 &&
+         p.activation_grad == DType::fp32;
+}
+
+PrecisionOverride override_of(std::string pattern, DType dtype) {
+  PrecisionOverride o;
+  o.pattern = std::move(pattern);
+  o.weight = o.gemm_input = o.activation = o.activation_grad = dtype;
+  o.where = {"run.toml", 12, 1};
+  return o;
+}
+
+TEST(PrecisionPlanning, ThePolicySeesEachOpsKindGemmsAndSensitivity) {
+  auto m = small_model();
+  RecordingPolicy policy;
+  plan_precision(*m, policy, cpu()->capabilities(), {});
+  ASSERT_EQ(policy.seen.size(), 4u);
+  const auto& fc1 = policy.seen[0];
+  EXPECT_EQ(fc1.name, "fc1");
+  EXPECT_EQ(fc1.kind, "linear");
+  EXPECT_EQ(fc1.in_features, 8);
+  EXPECT_EQ(fc1.out_features, 8);
+  ASSERT_EQ(fc1.gemms.size(), 1u);
+  EXPECT_EQ(fc1.gemms[0].name, "matmul");
+  EXPECT_EQ(fc1.gemms[0].operands,
+            (std::vector<OperandRole>{OperandRole::input, OperandRole::weight,
+                                      OperandRole::grad_output}));
+  EXPECT_FALSE(fc1.precision_sensitive);
+  EXPECT_EQ(policy.seen[1].kind, "relu");
+  EXPECT_FALSE(policy.seen[1].has_gemm());
+  EXPECT_FALSE(policy.seen[1].precision_sensitive);
+  EXPECT_EQ(policy.seen[2].kind, "layernorm");
+  EXPECT_FALSE(policy.seen[2].has_gemm());
+  EXPECT_TRUE(policy.seen[2].precision_sensitive);
+  EXPECT_EQ(policy.seen[3].name, "head");
+  EXPECT_EQ(policy.seen[3].out_features, 3);
+}
+
+TEST(PrecisionPlanning, TheHostPinsSensitiveOpsToFp32WhateverThePolicyPlans) {
+  auto m = small_model();
+  RecordingPolicy policy;
+  test::CapturingSink sink;
+  plan_precision(*m, policy, cpu()->capabilities(), {}, sdk::Logger(&sink, "test"));
+  EXPECT_TRUE(all_fp32(layer(*m, "ln1").precision()));
+  EXPECT_EQ(layer(*m, "fc1").precision().gemm_input, DType::bf16);
+  EXPECT_EQ(layer(*m, "relu1").precision().activation, DType::bf16);
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::debug,
+                            "op 'ln1' (layernorm) is precision-sensitive: kept in fp32"));
+}
+
+TEST(PrecisionPlanning, AGlobOverrideLeavesSensitiveOpsPinned) {
+  auto m = small_model();
+  RecordingPolicy policy;
+  plan_precision(*m, policy, cpu()->capabilities(), {override_of("*", DType::fp16)});
+  EXPECT_EQ(layer(*m, "fc1").precision().gemm_input, DType::fp16);
+  EXPECT_EQ(layer(*m, "relu1").precision().activation, DType::fp16);
+  EXPECT_EQ(layer(*m, "head").precision().activation_grad, DType::fp16);
+  EXPECT_TRUE(all_fp32(layer(*m, "ln1").precision()));
+}
+
+TEST(PrecisionPlanning, NamingASensitiveOpExactlyOverridesItWithAWarning) {
+  auto m = small_model();
+  RecordingPolicy policy;
+  test::CapturingSink sink;
+  auto o = override_of("ln1", DType::bf16);
+  o.weight.reset();
+  o.gemm_input.reset();
+  plan_precision(*m, policy, cpu()->capabilities(), {o}, sdk::Logger(&sink, "test"));
+  const auto& p = layer(*m, "ln1").precision();
+  EXPECT_EQ(p.activation, DType::bf16);
+  EXPECT_EQ(p.activation_grad, DType::bf16);
+  EXPECT_EQ(p.weight, DType::fp32);
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn,
+                            "[[precision.override]] at run.toml:12:1 takes precision-sensitive op "
+                            "'ln1' (layernorm) out of fp32"));
+}
+
+TEST(PrecisionPlanning, AGlobMatchingOnlySensitiveOpsIsAnErrorThatSaysHowToNameOne) {
+  auto m = small_model();
+  RecordingPolicy policy;
+  try {
+    plan_precision(*m, policy, cpu()->capabilities(), {override_of("ln*", DType::bf16)});
+    FAIL() << "no ConfigError";
+  } catch (const sdk::ConfigError& e) {
+    const std::string msg = e.full_message();
+    EXPECT_NE(msg.find("run.toml:12"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'ln*' matches only precision-sensitive ops (ln1), which a glob leaves in "
+                       "fp32"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("layers = \"ln1\""), std::string::npos) << msg;
+  }
+}
+
+TEST(PrecisionPlanning, Fp8OperandSlotsAreNamedPerGemm) {
+  auto m = small_model();
+  RecordingPolicy policy(/*fp8=*/true);
+  plan_precision(*m, policy, cpu()->capabilities(), {});
+  m->allocate(4);
+  m->init_parameters(7);
+  m->refresh_working_copies();
+  for (auto& l : m->layers()) l->collect_operand_stats(true);
+  std::vector<float> x(4 * 8);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  std::vector<std::int32_t> y = {0, 1, 2, 0};
+  test_support::write(m->input(4), x);
+  cpu()->copy_from_host(m->labels(4), y.data());
+  m->forward(4);
+  m->compute_loss(4, 1.0f, true);
+  m->backward(4);
+  m->flush_operand_amaxes();
+
+  const std::set<std::string> expected = {"fc1.matmul.input",       "fc1.matmul.weight",
+                                          "fc1.matmul.grad_output", "head.matmul.input",
+                                          "head.matmul.weight",     "head.matmul.grad_output"};
+  EXPECT_EQ(policy.asked, expected);
+  EXPECT_EQ(policy.recorded, expected);
+  std::set<std::string> stats;
+  for (const auto& l : m->layers())
+    for (const auto& st : l->operand_stats()) stats.insert(st.slot);
+  EXPECT_EQ(stats, expected) << "the FP8 statistics use the policy's slot names";
+}
+
+}  // namespace
+}  // namespace mixtrain::core
