@@ -2,18 +2,33 @@
 
 #include <optional>
 
+#include "mixtrain/sdk/op_signatures.h"
+
 namespace mixtrain::backend_cuda {
 
 using sdk::DType;
 
+bool gemm_supported(const sdk::BackendCapabilities& caps, sdk::GemmOp op,
+                    std::span<const DType> dtypes) {
+  if (!sdk::signature_accepts(op, dtypes)) return false;
+  for (std::size_t i = 0; i < dtypes.size() && i < 2; ++i)
+    if (!caps.supports(dtypes[i])) return false;
+  return true;
+}
+
 bool gemm_direct_output(DType input, DType c) {
   switch (input) {
-    case DType::fp32: return c == DType::fp32;
-    case DType::bf16: return c == DType::fp32 || c == DType::bf16;
-    case DType::fp16: return c == DType::fp32 || c == DType::fp16;
+    case DType::fp32:
+      return c == DType::fp32;
+    case DType::bf16:
+      return c == DType::fp32 || c == DType::bf16;
+    case DType::fp16:
+      return c == DType::fp32 || c == DType::fp16;
     case DType::fp8_e4m3:
-    case DType::fp8_e5m2: return c == DType::fp32 || c == DType::bf16 || c == DType::fp16;
-    default: return false;
+    case DType::fp8_e5m2:
+      return c == DType::fp32 || c == DType::bf16 || c == DType::fp16;
+    default:
+      return false;
   }
 }
 

@@ -308,8 +308,8 @@ TEST_P(Conformance, AddIsTheFp32SumRoundedOnceWithAnOptionalRelu) {
   av[7] = std::numeric_limits<float>::quiet_NaN();
   const auto bv = random_values(static_cast<std::size_t>(n), 32, -3.f, 3.f);
   for (DType dt : {DType::fp32, DType::bf16, DType::fp16}) {
-    if (!tested_elementwise->supports(sdk::ElementwiseOp::add, std::vector<DType>{dt, dt}) ||
-        !tested_elementwise->supports(sdk::ElementwiseOp::add, std::vector<DType>{DType::fp32, dt}))
+    if (!tested_elementwise->supports(sdk::ResidualOp::add, std::vector<DType>{dt, dt}) ||
+        !tested_elementwise->supports(sdk::ResidualOp::add, std::vector<DType>{DType::fp32, dt}))
       continue;
     for (bool relu : {false, true}) {
       const std::string what = std::string(sdk::dtype_name(dt)) + (relu ? " relu" : "");
@@ -875,31 +875,29 @@ TEST_P(Conformance, ForeachOpsMatchAStraightforwardReference) {
     std::function<float(float, float, float)> ref;
   };
   const std::vector<Case> cases = {
-      {"mul_scalar", sdk::ElementwiseOp::foreach_mul_scalar,
+      {"mul_scalar", sdk::ForeachOp::foreach_mul_scalar,
        [](auto& f, auto x, auto, auto) { f.foreach_mul_scalar(x, -1.5f); },
        [](float x, float, float) { return x * -1.5f; }},
-      {"mul", sdk::ElementwiseOp::foreach_mul,
+      {"mul", sdk::ForeachOp::foreach_mul,
        [](auto& f, auto x, auto a, auto) { f.foreach_mul(x, a); },
        [](float x, float a, float) { return x * a; }},
-      {"add_scalar", sdk::ElementwiseOp::foreach_add_scalar,
+      {"add_scalar", sdk::ForeachOp::foreach_add_scalar,
        [](auto& f, auto x, auto, auto) { f.foreach_add_scalar(x, 0.25f); },
        [](float x, float, float) { return x + 0.25f; }},
-      {"add", sdk::ElementwiseOp::foreach_add,
+      {"add", sdk::ForeachOp::foreach_add,
        [](auto& f, auto x, auto a, auto) { f.foreach_add(x, a, -0.5f); },
        [](float x, float a, float) { return x + -0.5f * a; }},
-      {"addcmul", sdk::ElementwiseOp::foreach_addcmul,
+      {"addcmul", sdk::ForeachOp::foreach_addcmul,
        [](auto& f, auto x, auto a, auto b) { f.foreach_addcmul(x, a, b, 0.1f); },
        [](float x, float a, float b) { return x + 0.1f * a * b; }},
-      {"sqrt", sdk::ElementwiseOp::foreach_sqrt,
-       [](auto& f, auto x, auto, auto) { f.foreach_sqrt(x); },
+      {"sqrt", sdk::ForeachOp::foreach_sqrt, [](auto& f, auto x, auto, auto) { f.foreach_sqrt(x); },
        [](float x, float, float) { return std::sqrt(x); }},
-      {"sign", sdk::ElementwiseOp::foreach_sign,
-       [](auto& f, auto x, auto, auto) { f.foreach_sign(x); },
+      {"sign", sdk::ForeachOp::foreach_sign, [](auto& f, auto x, auto, auto) { f.foreach_sign(x); },
        [](float x, float, float) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }},
-      {"lerp", sdk::ElementwiseOp::foreach_lerp,
+      {"lerp", sdk::ForeachOp::foreach_lerp,
        [](auto& f, auto x, auto a, auto) { f.foreach_lerp(x, a, 0.1f); },
        [](float x, float a, float) { return x + 0.1f * (a - x); }},
-      {"clamp", sdk::ElementwiseOp::foreach_clamp,
+      {"clamp", sdk::ForeachOp::foreach_clamp,
        [](auto& f, auto x, auto, auto) { f.foreach_clamp(x, -0.3f, 0.6f); },
        [](float x, float, float) { return x < -0.3f ? -0.3f : (x > 0.6f ? 0.6f : x); }},
   };
@@ -910,7 +908,7 @@ TEST_P(Conformance, ForeachOpsMatchAStraightforwardReference) {
       continue;
     }
     // sqrt reads non-negative values; the others see both signs, zeros and a NaN.
-    const bool sqrt = c.op == sdk::ElementwiseOp::foreach_sqrt;
+    const bool sqrt = c.op == sdk::ForeachOp::foreach_sqrt;
     auto [xh, xd] = make(40, sqrt ? 0.0f : -1.0f, 1.0f);
     if (!sqrt) {
       xh[0][3] = 0.0f;

@@ -127,10 +127,10 @@ TEST(BackendFacets, TheCpuBackendAnswersItsOpsAndRefusesOthers) {
   const DType f32[] = {DType::fp32, DType::fp32, DType::fp32};
   const DType i32[] = {DType::int32};
   ASSERT_NE(b->elementwise_facet(), nullptr);
-  EXPECT_TRUE(b->elementwise_facet()->supports(sdk::ElementwiseOp::foreach_addcmul, f32));
-  EXPECT_FALSE(b->elementwise_facet()->supports(sdk::ElementwiseOp::foreach_sqrt, i32));
+  EXPECT_TRUE(b->elementwise_facet()->supports(sdk::ForeachOp::foreach_addcmul, f32));
+  EXPECT_FALSE(b->elementwise_facet()->supports(sdk::ForeachOp::foreach_sqrt, i32));
   // More dtypes than the op has tensors: a question about another op.
-  EXPECT_FALSE(b->elementwise_facet()->supports(sdk::ElementwiseOp::foreach_sign, f32));
+  EXPECT_FALSE(b->elementwise_facet()->supports(sdk::ForeachOp::foreach_sign, f32));
   EXPECT_EQ(b->gemm_facet()->version(), sdk::GemmFacet::kVersion);
   EXPECT_EQ(unmet(*b, {sdk::LossOp::softmax_cross_entropy, {DType::bf16}}), std::nullopt);
 }
