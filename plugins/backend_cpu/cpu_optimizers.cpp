@@ -113,8 +113,7 @@ bool CpuBackend::unscale_and_check_finite(std::span<const TensorView> grads, flo
   const std::int64_t count = static_cast<std::int64_t>(pieces.size());
   int found = 0;
 #pragma omp parallel for schedule(static) if (parallel_worth(total_len(pieces))) \
-    reduction(|                                                                  \
-              : found)
+    reduction(| : found)
   for (std::int64_t k = 0; k < count; ++k) {
     const Piece& pc = pieces[static_cast<std::size_t>(k)];
     float* g = grads[pc.tensor].as<float>() + pc.begin;
@@ -217,10 +216,8 @@ void CpuBackend::sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTe
 void CpuBackend::adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params) {
   use_threads();
   if (h.step < 1)
-    fail("adamw_update",
-         "step = " + std::to_string(h.step) +
-             " but it is the 1-based count of "
-             "applied steps",
+    fail("adamw_update", "step = " + std::to_string(h.step) + " but it is the 1-based count of "
+                         "applied steps",
          "pass step >= 1 (1 on the first update)");
   for (std::size_t i = 0; i < params.size(); ++i)
     validate_param("adamw_update", i, params[i], true, true);

@@ -18,17 +18,12 @@ bool gemm_supported(const sdk::BackendCapabilities& caps, sdk::GemmOp op,
 
 bool gemm_direct_output(DType input, DType c) {
   switch (input) {
-    case DType::fp32:
-      return c == DType::fp32;
-    case DType::bf16:
-      return c == DType::fp32 || c == DType::bf16;
-    case DType::fp16:
-      return c == DType::fp32 || c == DType::fp16;
+    case DType::fp32: return c == DType::fp32;
+    case DType::bf16: return c == DType::fp32 || c == DType::bf16;
+    case DType::fp16: return c == DType::fp32 || c == DType::fp16;
     case DType::fp8_e4m3:
-    case DType::fp8_e5m2:
-      return c == DType::fp32 || c == DType::bf16 || c == DType::fp16;
-    default:
-      return false;
+    case DType::fp8_e5m2: return c == DType::fp32 || c == DType::bf16 || c == DType::fp16;
+    default: return false;
   }
 }
 

@@ -32,15 +32,15 @@ struct GemmRoute {
   // fp32 bias in the epilogue. fp32_kernel_bias: D is fp32, a kernel adds the bias.
   enum class Output { direct, direct_narrow_bias, fp32_epilogue, fp32_kernel_bias };
   Output output = Output::direct;
-  sdk::DType d_dtype = sdk::DType::fp32;  // cuBLASLt's D
+  sdk::DType d_dtype = sdk::DType::fp32;     // cuBLASLt's D
   bool bias_in_epilogue = false;
   sdk::DType bias_dtype = sdk::DType::fp32;  // of the bias cuBLASLt reads
   bool bias_by_kernel = false;
-  bool activation_in_epilogue = false;    // RELU / GELU epilogue writes act(z) into C
-  bool aux_in_epilogue = false;           // GELU_AUX writes z into pre_activation
-  bool pre_activation_by_kernel = false;  // a cast kernel writes z (fp32 D) into pre_activation
-  bool activation_by_kernel = false;      // a kernel writes act(z) from fp32 D into C
-  bool encode_by_kernel = false;          // a cast kernel rounds fp32 D into a 16-bit C
+  bool activation_in_epilogue = false;       // RELU / GELU epilogue writes act(z) into C
+  bool aux_in_epilogue = false;              // GELU_AUX writes z into pre_activation
+  bool pre_activation_by_kernel = false;     // a cast kernel writes z (fp32 D) into pre_activation
+  bool activation_by_kernel = false;         // a kernel writes act(z) from fp32 D into C
+  bool encode_by_kernel = false;             // a cast kernel rounds fp32 D into a 16-bit C
 };
 
 struct GemmRouteQuery {

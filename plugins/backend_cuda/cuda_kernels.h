@@ -33,8 +33,8 @@ enum class Elem : int { f32 = 0, bf16 = 1, f16 = 2, e4m3 = 3, e5m2 = 4, i32 = 5 
 // dst = encode(decode(src) * scale) (no multiply when scale is 1); tf32_out rounds an f32
 // destination to tf32 (RNE). amax (nullable): amax[0] = max(amax[0], max|decode(src)|), or NaN
 // (0x7FC00000) if any element or amax[0] is NaN: the CPU backend's rule, also for n == 0.
-cudaError_t cast(const void* src, Elem src_t, void* dst, Elem dst_t, bool tf32_out, std::int64_t n,
-                 float scale, bool saturate, float* amax, cudaStream_t stream);
+cudaError_t cast(const void* src, Elem src_t, void* dst, Elem dst_t, bool tf32_out,
+                 std::int64_t n, float scale, bool saturate, float* amax, cudaStream_t stream);
 // x = value, encoded once (int32: toward zero, saturating, NaN -> 0).
 cudaError_t fill(void* x, Elem t, std::int64_t n, float value, cudaStream_t stream);
 cudaError_t scale(void* x, Elem t, std::int64_t n, float alpha, cudaStream_t stream);
@@ -43,15 +43,14 @@ cudaError_t axpy(float alpha, const void* x, Elem xt, float* y, std::int64_t n,
 // act: 0 relu, 1 gelu (tanh approximation).
 cudaError_t activation_forward(int act, const void* x, Elem xt, void* y, Elem yt, std::int64_t n,
                                cudaStream_t stream);
-cudaError_t activation_backward(int act, const void* x, Elem xt, const void* dy, Elem dyt, void* dx,
-                                Elem dxt, std::int64_t n, cudaStream_t stream);
+cudaError_t activation_backward(int act, const void* x, Elem xt, const void* dy, Elem dyt,
+                                void* dx, Elem dxt, std::int64_t n, cudaStream_t stream);
 // out[c, r] = in[r, c] for a [rows, cols] matrix of `elem_bytes`-byte elements.
 cudaError_t transpose(const void* in, void* out, std::int64_t rows, std::int64_t cols,
                       int elem_bytes, cudaStream_t stream);
 
-// --- layer kernels
-// --------------------------------------------------------------------------------- y[rows, n] +=
-// bias[n] (the GEMM's bias epilogue where cuBLASLt cannot fuse it).
+// --- layer kernels ---------------------------------------------------------------------------------
+// y[rows, n] += bias[n] (the GEMM's bias epilogue where cuBLASLt cannot fuse it).
 cudaError_t add_bias(void* y, Elem yt, const void* bias, Elem bt, std::int64_t rows, std::int64_t n,
                      cudaStream_t stream);
 // Column sums of [rows, n] into out[n] (out = (accumulate ? out : 0) + sums). `partial` is scratch
