@@ -16,12 +16,10 @@
 // - Threading: one OpenMP pool shared with oneDNN; `threads` (0 = all cores) is applied with
 //   omp_set_num_threads on the calling thread before every op. Ops run synchronously, so
 //   synchronize() is a no-op.
-// - Facets: all eight (gemm, elementwise, normalization, loss, optimizer, attention, embedding,
-//   convolution); supports() answers from the dtype lists in each op's comment: storage floats
-//   (fp32, tf32, bf16, fp16) for element-wise, normalisation (layer and batch norm), loss, the
-//   head and image permutes, pooling and the embedding tables, fp32 for the foreach ops, the
-//   optimizer state and the attention softmax, and for GEMM A/B and the convolution operands any
-//   dtype capabilities().gemm_inputs lists (outputs: fp32, bf16, fp16).
+// - Facets: all twelve (gemm, activation, residual, gradient_check, foreach, layer_norm,
+//   batch_norm, loss, optimizer, attention, embedding, convolution); supports() is the SDK's
+//   table (op_signatures.h) unnarrowed: every dtype it lists runs, natively or emulated (which one
+//   is capabilities()' business, not supports()').
 // - Convolution and pooling run oneDNN primitives created once per (geometry, dtypes,
 //   op) and cached (cpu_primitive_cache.h); activations are channels-last (nhwc) end to end, and
 //   weights are reordered from PyTorch's OIHW into the layout the primitive prefers by a cached
@@ -39,6 +37,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "mixtrain/sdk/device_backend.h"
@@ -65,11 +64,15 @@ enum class Bf16ConvPath { automatic, onednn, emulated };
 // the rule.
 enum class ConvAlgorithm { direct, winograd, winograd_everywhere };
 
-// The backend is its own facets: every facet accessor returns `this`.
+// The backend is its own facets: find_facet returns `this` as each of them.
 class CpuBackend final : public sdk::DeviceBackend,
                          public sdk::GemmFacet,
-                         public sdk::ElementwiseFacet,
-                         public sdk::NormalizationFacet,
+                         public sdk::ActivationFacet,
+                         public sdk::ResidualFacet,
+                         public sdk::GradientCheckFacet,
+                         public sdk::ForeachFacet,
+                         public sdk::LayerNormFacet,
+                         public sdk::BatchNormFacet,
                          public sdk::LossFacet,
                          public sdk::OptimizerFacet,
                          public sdk::AttentionFacet,
@@ -116,36 +119,31 @@ class CpuBackend final : public sdk::DeviceBackend,
   void cast(sdk::TensorView src, sdk::TensorView dst, const sdk::CastArgs& args = {}) override;
   void fill(sdk::TensorView x, float value) override;
 
-  sdk::GemmFacet* gemm_facet() override { return this; }
-  sdk::ElementwiseFacet* elementwise_facet() override { return this; }
-  sdk::NormalizationFacet* normalization_facet() override { return this; }
-  sdk::LossFacet* loss_facet() override { return this; }
-  sdk::OptimizerFacet* optimizer_facet() override { return this; }
-  sdk::AttentionFacet* attention_facet() override { return this; }
-  sdk::EmbeddingFacet* embedding_facet() override { return this; }
-  sdk::ConvolutionFacet* convolution_facet() override { return this; }
+  sdk::Facet* find_facet(std::string_view name) override;
 
   // --- GemmFacet -------------------------------------------------------------------------------
-  bool supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const override;
   void gemm(const sdk::GemmArgs& args) override;
   // One cached 3-D oneDNN matmul (batch, m, k) x (batch, k, n), same dtype routing as gemm();
   // a loop over gemm() for what that cannot express (cpu_gemm.h).
   void gemm_strided_batched(const sdk::GemmBatchedArgs& args) override;
 
-  // --- ElementwiseFacet ------------------------------------------------------------------------
-  bool supports(sdk::ElementwiseOp op, std::span<const sdk::DType> dtypes) const override;
+  // --- ActivationFacet, ResidualFacet ---------------------------------------------------------
   void bias_grad(sdk::TensorView dy, sdk::TensorView dbias, bool accumulate) override;
   void activation_forward(sdk::Activation act, sdk::TensorView x, sdk::TensorView y) override;
   void activation_backward(sdk::Activation act, sdk::TensorView x, sdk::TensorView dy,
                            sdk::TensorView dx) override;
   void axpy(float alpha, sdk::TensorView x, sdk::TensorView y) override;
   void add(std::span<const sdk::TensorView> xs, bool relu, sdk::TensorView y) override;
+
+  // --- GradientCheckFacet ----------------------------------------------------------------------
   bool unscale_and_check_finite(std::span<const sdk::TensorView> grads, float inv_scale) override;
   GradientCheck unscale_check_and_sum_squares(std::span<const sdk::TensorView> grads,
                                               float inv_scale) override;
   int first_nonfinite(std::span<const sdk::TensorView> tensors) override;
   // Σ x² in double over storage-dtype tensors (what unscale_check_and_sum_squares reports).
   double sum_of_squares(std::span<const sdk::TensorView> tensors);
+
+  // --- ForeachFacet ----------------------------------------------------------------------------
 
   void foreach_mul_scalar(std::span<const sdk::TensorView> self, float scalar) override;
   void foreach_mul(std::span<const sdk::TensorView> self,
@@ -161,14 +159,13 @@ class CpuBackend final : public sdk::DeviceBackend,
                     float weight) override;
   void foreach_clamp(std::span<const sdk::TensorView> self, float lo, float hi) override;
 
-  // --- NormalizationFacet ----------------------------------------------------------------------
-  bool supports(sdk::NormalizationOp op, std::span<const sdk::DType> dtypes) const override;
+  // --- LayerNormFacet --------------------------------------------------------------------------
   void layernorm_forward(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta, float eps,
                          sdk::TensorView y, sdk::TensorView mean, sdk::TensorView rstd) override;
   void layernorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView gamma,
                           sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
                           sdk::TensorView dgamma, sdk::TensorView dbeta, bool accumulate) override;
-  // Batch norm (cpu_batchnorm.cpp).
+  // --- BatchNormFacet (cpu_batchnorm.cpp) ------------------------------------------------------
   std::size_t batchnorm_workspace_bytes(const sdk::BatchNormShape& shape,
                                         sdk::DType x) const override;
   void batchnorm_forward_training(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta,
@@ -186,18 +183,15 @@ class CpuBackend final : public sdk::DeviceBackend,
                           sdk::TensorView dbeta, bool accumulate) override;
 
   // --- LossFacet -------------------------------------------------------------------------------
-  bool supports(sdk::LossOp op, std::span<const sdk::DType> dtypes) const override;
   void softmax_cross_entropy(sdk::TensorView logits, sdk::TensorView labels, float grad_scale,
                              sdk::TensorView loss, sdk::TensorView correct,
                              sdk::TensorView dlogits) override;
 
   // --- OptimizerFacet --------------------------------------------------------------------------
-  bool supports(sdk::OptimizerOp op, std::span<const sdk::DType> dtypes) const override;
   void sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params) override;
   void adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params) override;
 
   // --- AttentionFacet (cpu_attention.cpp) ------------------------------------------------------
-  bool supports(sdk::AttentionOp op, std::span<const sdk::DType> dtypes) const override;
   void split_heads(sdk::TensorView x, const sdk::HeadLayout& layout, sdk::TensorView y) override;
   void merge_heads(sdk::TensorView y, const sdk::HeadLayout& layout, sdk::TensorView x) override;
   void softmax_forward(sdk::TensorView scores, const sdk::SoftmaxShape& shape, float scale,
@@ -207,14 +201,12 @@ class CpuBackend final : public sdk::DeviceBackend,
                         sdk::TensorView dscores) override;
 
   // --- EmbeddingFacet (cpu_embedding.cpp) ------------------------------------------------------
-  bool supports(sdk::EmbeddingOp op, std::span<const sdk::DType> dtypes) const override;
   void gather(sdk::TensorView ids, sdk::TensorView table, sdk::TensorView out,
               bool accumulate) override;
   void scatter_add(sdk::TensorView ids, sdk::TensorView dy, sdk::TensorView dtable,
                    float beta) override;
 
   // --- ConvolutionFacet (cpu_convolution.cpp, cpu_pooling.cpp, cpu_permute.cpp) ---------------
-  bool supports(sdk::ConvolutionOp op, std::span<const sdk::DType> dtypes) const override;
   void conv2d_forward(const sdk::Conv2dForwardArgs& args) override;
   void conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) override;
   void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) override;

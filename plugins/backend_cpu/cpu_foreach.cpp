@@ -1,4 +1,4 @@
-// CpuBackend's foreach ops (ElementwiseFacet): in place over lists of fp32 tensors. Like the
+// CpuBackend's foreach ops (ForeachFacet): in place over lists of fp32 tensors. Like the
 // fused optimizer updates, each call flattens its lists into pieces (tensor, range) so that many
 // small tensors and a few large ones share one parallel region.
 #include <omp.h>

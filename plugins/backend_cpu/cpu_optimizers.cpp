@@ -160,7 +160,7 @@ double CpuBackend::sum_of_squares(std::span<const TensorView> tensors) {
   return total;
 }
 
-sdk::ElementwiseFacet::GradientCheck CpuBackend::unscale_check_and_sum_squares(
+sdk::GradientCheckFacet::GradientCheck CpuBackend::unscale_check_and_sum_squares(
     std::span<const TensorView> grads, float inv_scale) {
   // Synchronous backend: the two passes in turn wait no more than one fused pass would.
   GradientCheck r;

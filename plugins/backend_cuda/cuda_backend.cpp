@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
-#include <initializer_list>
 
 #include "cuda_access.h"
 #include "cuda_gemm.h"
@@ -526,7 +525,7 @@ double CudaBackend::sum_of_squares(std::span<const TensorView> tensors) {
   return *host;
 }
 
-sdk::ElementwiseFacet::GradientCheck CudaBackend::unscale_check_and_sum_squares(
+sdk::GradientCheckFacet::GradientCheck CudaBackend::unscale_check_and_sum_squares(
     std::span<const TensorView> grads, float inv_scale) {
   activate();
   constexpr const char* op = "unscale_check_and_sum_squares";
@@ -644,116 +643,16 @@ void CudaBackend::adamw_update(const sdk::AdamWHyper& h,
              "kernel launch");
 }
 
-// --- facet answers
-// ---------------------------------------------------------------------------------
+// --- facets ----------------------------------------------------------------------------------
 
-namespace {
-
-// Each position of `dtypes` checked against its rule; more dtypes than the op has tensors is a
-// question about another op, answered no.
-bool matches(std::span<const DType> dtypes, std::initializer_list<bool (*)(DType)> rules) {
-  if (dtypes.size() > rules.size()) return false;
-  auto rule = rules.begin();
-  for (DType t : dtypes)
-    if (!(*rule++)(t)) return false;
-  return true;
-}
-bool storage(DType t) {
-  return is_storage_float(t);
-}
-bool fp32(DType t) {
-  return is_fp32_storage(t);
+sdk::Facet* CudaBackend::find_facet(std::string_view name) {
+  return sdk::facet_among<sdk::GemmFacet, sdk::ActivationFacet, sdk::GradientCheckFacet,
+                          sdk::ForeachFacet, sdk::LayerNormFacet, sdk::LossFacet,
+                          sdk::OptimizerFacet>(*this, name);
 }
 
-}  // namespace
-
-bool CudaBackend::supports(sdk::GemmOp, std::span<const DType> dtypes) const {
-  // A/B: what capabilities() declares for this device (FP8 only where it is native); C: storage.
-  const sdk::BackendCapabilities caps = capabilities();
-  for (std::size_t i = 0; i < dtypes.size(); ++i) {
-    if (i >= 3) return false;
-    if (i < 2 ? !caps.supports(dtypes[i]) : !is_storage_float(dtypes[i])) return false;
-  }
-  return true;
-}
-
-bool CudaBackend::supports(sdk::ElementwiseOp op, std::span<const DType> dtypes) const {
-  using E = sdk::ElementwiseOp;
-  switch (op) {
-    case E::bias_grad:
-      return matches(dtypes, {storage, fp32});
-    case E::activation_forward:
-      return matches(dtypes, {storage, storage});
-    case E::activation_backward:
-      return matches(dtypes, {storage, storage, storage});
-    case E::axpy:
-      return matches(dtypes, {storage, fp32});
-    case E::unscale_and_check_finite:
-    case E::unscale_check_and_sum_squares:
-      return matches(dtypes, {fp32});
-    case E::first_nonfinite:
-      return matches(dtypes, {storage});
-    case E::foreach_mul_scalar:
-    case E::foreach_add_scalar:
-    case E::foreach_sqrt:
-    case E::foreach_sign:
-    case E::foreach_clamp:
-      return matches(dtypes, {fp32});
-    case E::foreach_mul:
-    case E::foreach_add:
-    case E::foreach_lerp:
-      return matches(dtypes, {fp32, fp32});
-    case E::foreach_addcmul:
-      return matches(dtypes, {fp32, fp32, fp32});
-    case E::add:
-      return false;  // optional; the core falls back to axpy + activation
-  }
-  return false;
-}
-
-bool CudaBackend::supports(sdk::NormalizationOp op, std::span<const DType> dtypes) const {
-  switch (op) {
-    case sdk::NormalizationOp::layernorm_forward:
-    case sdk::NormalizationOp::layernorm_backward:
-      return matches(dtypes, {storage});
-    default:
-      return false;  // batch norm: not yet (cuDNN, with the convolution facet)
-  }
-}
-
-namespace {
-[[noreturn]] void no_batchnorm(const char* op) {
-  throw sdk::BackendError(std::string("cuda backend: ") + op +
-                          " is not implemented yet (supports() answers no; the CUDA batch norm "
-                          "comes with the cuDNN convolution facet)");
-}
-}  // namespace
-
-std::size_t CudaBackend::batchnorm_workspace_bytes(const sdk::BatchNormShape&, DType) const {
-  return 0;
-}
-void CudaBackend::batchnorm_forward_training(TensorView, TensorView, TensorView,
-                                             const sdk::BatchNormShape&, float, TensorView,
-                                             TensorView, TensorView, TensorView, TensorView,
-                                             TensorView) {
-  no_batchnorm("batchnorm_forward_training");
-}
-void CudaBackend::batchnorm_forward_inference(TensorView, TensorView, TensorView, TensorView,
-                                              TensorView, const sdk::BatchNormShape&, TensorView) {
-  no_batchnorm("batchnorm_forward_inference");
-}
-void CudaBackend::batchnorm_backward(TensorView, TensorView, TensorView, TensorView, TensorView,
-                                     TensorView, const sdk::BatchNormShape&, TensorView, TensorView,
-                                     TensorView, TensorView, bool) {
-  no_batchnorm("batchnorm_backward");
-}
-
-bool CudaBackend::supports(sdk::LossOp, std::span<const DType> dtypes) const {
-  return matches(dtypes, {storage});
-}
-
-bool CudaBackend::supports(sdk::OptimizerOp, std::span<const DType> dtypes) const {
-  return matches(dtypes, {fp32, storage});
+bool CudaBackend::supports(sdk::GemmOp op, std::span<const DType> dtypes) const {
+  return gemm_supported(capabilities(), op, dtypes);
 }
 
 // --- foreach ops

@@ -29,6 +29,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cuda_allocator.h"
@@ -42,11 +43,14 @@ namespace mixtrain::backend_cuda {
 
 class GemmEngine;  // cuda_gemm.h
 
-// The backend is its own facets: every facet accessor returns `this`.
+// The backend is its own facets: find_facet returns `this` as each of them. It has no residual
+// (the core joins with axpy), batch norm, attention, embedding or convolution facet yet.
 class CudaBackend final : public sdk::DeviceBackend,
                           public sdk::GemmFacet,
-                          public sdk::ElementwiseFacet,
-                          public sdk::NormalizationFacet,
+                          public sdk::ActivationFacet,
+                          public sdk::GradientCheckFacet,
+                          public sdk::ForeachFacet,
+                          public sdk::LayerNormFacet,
                           public sdk::LossFacet,
                           public sdk::OptimizerFacet {
  public:
@@ -79,17 +83,11 @@ class CudaBackend final : public sdk::DeviceBackend,
   void cast(sdk::TensorView src, sdk::TensorView dst, const sdk::CastArgs& args = {}) override;
   void fill(sdk::TensorView x, float value) override;
 
-  sdk::GemmFacet* gemm_facet() override { return this; }
-  sdk::ElementwiseFacet* elementwise_facet() override { return this; }
-  sdk::NormalizationFacet* normalization_facet() override { return this; }
-  sdk::LossFacet* loss_facet() override { return this; }
-  sdk::OptimizerFacet* optimizer_facet() override { return this; }
+  sdk::Facet* find_facet(std::string_view name) override;
 
+  // The SDK's table narrowed to the A/B dtypes capabilities() declares (FP8 only on sm_89+);
+  // every other facet answers from the SDK's table as it is.
   bool supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const override;
-  bool supports(sdk::ElementwiseOp op, std::span<const sdk::DType> dtypes) const override;
-  bool supports(sdk::NormalizationOp op, std::span<const sdk::DType> dtypes) const override;
-  bool supports(sdk::LossOp op, std::span<const sdk::DType> dtypes) const override;
-  bool supports(sdk::OptimizerOp op, std::span<const sdk::DType> dtypes) const override;
 
   void gemm(const sdk::GemmArgs& args) override;
   // One cuBLASLt GEMM per batch (the same cached plan), enqueued back to back.
@@ -104,23 +102,6 @@ class CudaBackend final : public sdk::DeviceBackend,
   void layernorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView gamma,
                           sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
                           sdk::TensorView dgamma, sdk::TensorView dbeta, bool accumulate) override;
-  // Batch norm comes with the CUDA convolution work (cuDNN); until then supports() answers no
-  // for it and the plan stops before these are called.
-  std::size_t batchnorm_workspace_bytes(const sdk::BatchNormShape& shape,
-                                        sdk::DType x) const override;
-  void batchnorm_forward_training(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta,
-                                  const sdk::BatchNormShape& shape, float momentum,
-                                  sdk::TensorView y, sdk::TensorView save_mean,
-                                  sdk::TensorView save_var, sdk::TensorView running_mean,
-                                  sdk::TensorView running_var, sdk::TensorView workspace) override;
-  void batchnorm_forward_inference(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta,
-                                   sdk::TensorView running_mean, sdk::TensorView running_var,
-                                   const sdk::BatchNormShape& shape, sdk::TensorView y) override;
-  void batchnorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView y,
-                          sdk::TensorView gamma, sdk::TensorView save_mean,
-                          sdk::TensorView save_var, const sdk::BatchNormShape& shape,
-                          sdk::TensorView workspace, sdk::TensorView dx, sdk::TensorView dgamma,
-                          sdk::TensorView dbeta, bool accumulate) override;
   void softmax_cross_entropy(sdk::TensorView logits, sdk::TensorView labels, float grad_scale,
                              sdk::TensorView loss, sdk::TensorView correct,
                              sdk::TensorView dlogits) override;

@@ -2,9 +2,19 @@
 
 #include <optional>
 
+#include "mixtrain/sdk/op_signatures.h"
+
 namespace mixtrain::backend_cuda {
 
 using sdk::DType;
+
+bool gemm_supported(const sdk::BackendCapabilities& caps, sdk::GemmOp op,
+                    std::span<const DType> dtypes) {
+  if (!sdk::signature_accepts(op, dtypes)) return false;
+  for (std::size_t i = 0; i < dtypes.size() && i < 2; ++i)
+    if (!caps.supports(dtypes[i])) return false;
+  return true;
+}
 
 bool gemm_direct_output(DType input, DType c) {
   switch (input) {

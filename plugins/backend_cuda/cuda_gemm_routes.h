@@ -13,11 +13,18 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "mixtrain/sdk/device_backend.h"
 
 namespace mixtrain::backend_cuda {
+
+// CudaBackend's answer to GemmFacet::supports: the SDK's signature and, for A and B, a dtype
+// `caps` (the device's capabilities()) lists — no FP8 before sm_89, where emulating it would only
+// be slower than bf16.
+bool gemm_supported(const sdk::BackendCapabilities& caps, sdk::GemmOp op,
+                    std::span<const sdk::DType> dtypes);
 
 struct GemmRoute {
   // direct: D is C. direct_narrow_bias: D is C and the bias is passed in C's 16-bit dtype (for

@@ -134,7 +134,7 @@ struct AdamWArgs {
 cudaError_t adamw_update(const AdamWArgs& h, const ParamRef* params, const Chunk* chunks,
                          int num_chunks, cudaStream_t stream);
 
-// Foreach ops (ElementwiseFacet) over one fp32 tensor x[n], in place; a, b: the other lists'
+// Foreach ops (ForeachFacet) over one fp32 tensor x[n], in place; a, b: the other lists'
 // tensors (nullptr where the op has none); s0, s1: the op's scalars (mul_scalar/add_scalar: s0;
 // add: alpha; addcmul: value; lerp: weight; clamp: lo, hi). NaN propagates through every op.
 enum class ForeachKind { mul, add_scalar, add, addcmul, sqrt, sign, lerp, clamp };

@@ -37,18 +37,21 @@ void BackendOptimizer::release() noexcept {
 void BackendOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Parameter> params) {
   release();
   const std::string kernel(sdk::op_name(kernel_));
-  sdk::OptimizerFacet* facet = backend.optimizer_facet();
+  sdk::Facet* found = backend.find_facet(sdk::OptimizerFacet::kName);
   auto refuse = [&](const std::string& why) {
     throw sdk::BackendError("optimizer '" + component_ + "' needs optimizer." + kernel +
                                 ", which backend '" + backend.capabilities().kind +
                                 "' does not provide: " + why,
                             "use a backend that offers it (`mixtrain plugins` lists them), or "
-                            "an optimizer built from the element-wise facet's foreach ops");
+                            "an optimizer built from the foreach facet's ops");
   };
-  if (facet == nullptr) refuse("it has no optimizer facet");
-  if (facet->version() != sdk::OptimizerFacet::kVersion)
-    refuse("its optimizer facet is version " + std::to_string(facet->version()) +
-           ", this plugin speaks version " + std::to_string(sdk::OptimizerFacet::kVersion));
+  const std::string wanted =
+      "version " + std::to_string(sdk::OptimizerFacet::kVersion) + " or later";
+  if (found == nullptr) refuse("it has no optimizer facet (this plugin needs " + wanted + ")");
+  if (found->version() < sdk::OptimizerFacet::kVersion)
+    refuse("its optimizer facet is version " + std::to_string(found->version()) +
+           ", this plugin needs " + wanted);
+  sdk::OptimizerFacet* facet = sdk::facet<sdk::OptimizerFacet>(backend);
   for (const auto& p : params) {
     const sdk::DType dtypes[2] = {p.tensors.master.dtype, p.tensors.working.empty()
                                                               ? sdk::DType::fp32

@@ -64,16 +64,16 @@ void LionOptimizer::release() noexcept {
 
 void LionOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Parameter> params) {
   release();
-  sdk::ElementwiseFacet* ops = backend.elementwise_facet();
+  sdk::ForeachFacet* ops = sdk::facet<sdk::ForeachFacet>(backend);
   const sdk::DType fp32[2] = {sdk::DType::fp32, sdk::DType::fp32};
-  for (auto op : {sdk::ElementwiseOp::foreach_mul_scalar, sdk::ElementwiseOp::foreach_add,
-                  sdk::ElementwiseOp::foreach_sign})
+  for (auto op : {sdk::ForeachOp::foreach_mul_scalar, sdk::ForeachOp::foreach_add,
+                  sdk::ForeachOp::foreach_sign})
     if (ops == nullptr ||
-        !ops->supports(op, std::span(fp32, op == sdk::ElementwiseOp::foreach_add ? 2 : 1)))
-      throw sdk::BackendError("optimizer 'lion' needs elementwise." +
-                                  std::string(sdk::op_name(op)) + " on fp32, which backend '" +
-                                  backend.capabilities().kind + "' does not provide",
-                              "use a backend whose element-wise facet has the foreach ops");
+        !ops->supports(op, std::span(fp32, op == sdk::ForeachOp::foreach_add ? 2 : 1)))
+      throw sdk::BackendError("optimizer 'lion' needs foreach." + std::string(sdk::op_name(op)) +
+                                  " on fp32, which backend '" + backend.capabilities().kind +
+                                  "' does not provide",
+                              "use a backend with a foreach facet");
   backend_ = &backend;
   ops_ = ops;
   std::size_t elements = 0;

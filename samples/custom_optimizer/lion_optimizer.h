@@ -9,7 +9,7 @@
 // Contract
 // - bind() allocates, per parameter, the FP32 momentum m (zeroed; state tensor
 //   "<param>.momentum") and an FP32 scratch c of the same size (not state: rebuilt every step).
-// - bind() checks that the backend's element-wise facet has the foreach ops step() uses
+// - bind() checks that the backend's foreach facet has the ops step() uses
 //   (foreach_mul_scalar, foreach_add, foreach_sign on fp32), else BackendError before the first
 //   step. step() then runs all of it on the device, one foreach call per phase over every
 //   parameter, plus a copy per parameter and the working copy's cast.
@@ -63,7 +63,7 @@ class LionOptimizer final : public mixtrain::sdk::Optimizer {
   float weight_decay_;
   mixtrain::sdk::DeviceBackend* backend_ = nullptr;  // the one bind() allocated through
   std::vector<Slots> slots_;                         // per bound parameter, in order
-  mixtrain::sdk::ElementwiseFacet* ops_ = nullptr;   // the backend's, checked by bind()
+  mixtrain::sdk::ForeachFacet* ops_ = nullptr;       // the backend's, checked by bind()
   // Per phase, the tensors of every parameter (views; built once by bind()).
   std::vector<mixtrain::sdk::TensorView> momenta_, updates_, grads_, masters_, decayed_masters_;
   std::int64_t applied_steps_ = 0;

@@ -1,17 +1,16 @@
 // Out-of-line anchors of the backend facets and the names their ops go by in messages.
 #include "mixtrain/sdk/device_backend.h"
-#include "mixtrain/sdk/error.h"
 
 namespace mixtrain::sdk {
 
+Facet::~Facet() = default;
 GemmFacet::~GemmFacet() = default;
-ElementwiseFacet::~ElementwiseFacet() = default;
-
-void ElementwiseFacet::add(std::span<const TensorView>, bool, TensorView) {
-  throw BackendError("this backend's elementwise facet has no add (the fused residual join)",
-                     "ask supports(ElementwiseOp::add, ...) first and fall back to axpy");
-}
-NormalizationFacet::~NormalizationFacet() = default;
+ActivationFacet::~ActivationFacet() = default;
+ResidualFacet::~ResidualFacet() = default;
+GradientCheckFacet::~GradientCheckFacet() = default;
+ForeachFacet::~ForeachFacet() = default;
+LayerNormFacet::~LayerNormFacet() = default;
+BatchNormFacet::~BatchNormFacet() = default;
 LossFacet::~LossFacet() = default;
 OptimizerFacet::~OptimizerFacet() = default;
 AttentionFacet::~AttentionFacet() = default;
@@ -28,57 +27,81 @@ std::string_view op_name(GemmOp op) noexcept {
   return "?";
 }
 
-std::string_view op_name(ElementwiseOp op) noexcept {
+std::string_view op_name(ActivationOp op) noexcept {
   switch (op) {
-    case ElementwiseOp::bias_grad:
+    case ActivationOp::bias_grad:
       return "bias_grad";
-    case ElementwiseOp::activation_forward:
+    case ActivationOp::activation_forward:
       return "activation_forward";
-    case ElementwiseOp::activation_backward:
+    case ActivationOp::activation_backward:
       return "activation_backward";
-    case ElementwiseOp::axpy:
+    case ActivationOp::axpy:
       return "axpy";
-    case ElementwiseOp::unscale_and_check_finite:
-      return "unscale_and_check_finite";
-    case ElementwiseOp::unscale_check_and_sum_squares:
-      return "unscale_check_and_sum_squares";
-    case ElementwiseOp::first_nonfinite:
-      return "first_nonfinite";
-    case ElementwiseOp::foreach_mul_scalar:
-      return "foreach_mul_scalar";
-    case ElementwiseOp::foreach_mul:
-      return "foreach_mul";
-    case ElementwiseOp::foreach_add_scalar:
-      return "foreach_add_scalar";
-    case ElementwiseOp::foreach_add:
-      return "foreach_add";
-    case ElementwiseOp::foreach_addcmul:
-      return "foreach_addcmul";
-    case ElementwiseOp::foreach_sqrt:
-      return "foreach_sqrt";
-    case ElementwiseOp::foreach_sign:
-      return "foreach_sign";
-    case ElementwiseOp::foreach_lerp:
-      return "foreach_lerp";
-    case ElementwiseOp::foreach_clamp:
-      return "foreach_clamp";
-    case ElementwiseOp::add:
+  }
+  return "?";
+}
+
+std::string_view op_name(ResidualOp op) noexcept {
+  switch (op) {
+    case ResidualOp::add:
       return "add";
   }
   return "?";
 }
 
-std::string_view op_name(NormalizationOp op) noexcept {
+std::string_view op_name(GradientCheckOp op) noexcept {
   switch (op) {
-    case NormalizationOp::layernorm_forward:
+    case GradientCheckOp::unscale_and_check_finite:
+      return "unscale_and_check_finite";
+    case GradientCheckOp::unscale_check_and_sum_squares:
+      return "unscale_check_and_sum_squares";
+    case GradientCheckOp::first_nonfinite:
+      return "first_nonfinite";
+  }
+  return "?";
+}
+
+std::string_view op_name(ForeachOp op) noexcept {
+  switch (op) {
+    case ForeachOp::foreach_mul_scalar:
+      return "foreach_mul_scalar";
+    case ForeachOp::foreach_mul:
+      return "foreach_mul";
+    case ForeachOp::foreach_add_scalar:
+      return "foreach_add_scalar";
+    case ForeachOp::foreach_add:
+      return "foreach_add";
+    case ForeachOp::foreach_addcmul:
+      return "foreach_addcmul";
+    case ForeachOp::foreach_sqrt:
+      return "foreach_sqrt";
+    case ForeachOp::foreach_sign:
+      return "foreach_sign";
+    case ForeachOp::foreach_lerp:
+      return "foreach_lerp";
+    case ForeachOp::foreach_clamp:
+      return "foreach_clamp";
+  }
+  return "?";
+}
+
+std::string_view op_name(LayerNormOp op) noexcept {
+  switch (op) {
+    case LayerNormOp::layernorm_forward:
       return "layernorm_forward";
-    case NormalizationOp::layernorm_backward:
+    case LayerNormOp::layernorm_backward:
       return "layernorm_backward";
-    case NormalizationOp::batchnorm_forward_training:
+  }
+  return "?";
+}
+
+std::string_view op_name(BatchNormOp op) noexcept {
+  switch (op) {
+    case BatchNormOp::batchnorm_forward_training:
       return "batchnorm_forward_training";
-    case NormalizationOp::batchnorm_forward_inference:
+    case BatchNormOp::batchnorm_forward_inference:
       return "batchnorm_forward_inference";
-    case NormalizationOp::batchnorm_backward:
+    case BatchNormOp::batchnorm_backward:
       return "batchnorm_backward";
   }
   return "?";

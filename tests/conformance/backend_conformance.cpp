@@ -97,9 +97,9 @@ double relative_difference(const std::vector<float>& got, const std::vector<floa
 
 // `ref_<name>` and `tested_<name>`: the two backends' facet; the test is skipped when the backend
 // under test has none (a facet is optional), and fails when the reference lacks it.
-#define MIXTRAIN_FACETS(facet)                                                        \
-  auto* ref_##facet = ref_->facet##_facet();                                          \
-  auto* tested_##facet = tested_->facet##_facet();                                    \
+#define MIXTRAIN_FACETS(facet, Class)                                                 \
+  auto* ref_##facet = sdk::facet<sdk::Class>(*ref_);                                  \
+  auto* tested_##facet = sdk::facet<sdk::Class>(*tested_);                            \
   ASSERT_NE(ref_##facet, nullptr) << "the reference backend has no " #facet " facet"; \
   if (tested_##facet == nullptr)                                                      \
   GTEST_SKIP() << "backend '" << GetParam().name << "' has no " #facet " facet"
@@ -172,7 +172,7 @@ class Conformance : public ::testing::TestWithParam<BackendUnderTest> {
       g.c = side(c);
       if (bias != nullptr) g.bias = side(*bias);
       if (pre != nullptr) g.pre_activation = side(*pre);
-      (which == 0 ? *ref_ : *tested_).gemm_facet()->gemm(g);
+      sdk::facet<sdk::GemmFacet>(which == 0 ? *ref_ : *tested_)->gemm(g);
     }
   }
 
@@ -202,7 +202,7 @@ TEST_P(Conformance, CastsAgreeBitForBit) {
 }
 
 TEST_P(Conformance, GemmEveryDeclaredDtypeAndTranspose) {
-  MIXTRAIN_FACETS(gemm);
+  MIXTRAIN_FACETS(gemm, GemmFacet);
   const std::int64_t m = 37, n = 29, k = 53;
   for (const auto& support : tested_->capabilities().gemm_inputs) {
     const DType dt = support.dtype;
@@ -233,7 +233,7 @@ TEST_P(Conformance, GemmEveryDeclaredDtypeAndTranspose) {
 }
 
 TEST_P(Conformance, GemmActivationEpilogue) {
-  MIXTRAIN_FACETS(gemm);
+  MIXTRAIN_FACETS(gemm, GemmFacet);
   // n = 64 meets cuBLASLt's aux rule (n % 8 == 0) so a GPU backend can fuse gelu with its
   // pre-activation; n = 29 takes the fp32-then-kernel route. Both must match the reference.
   const std::int64_t m = 45, k = 40;
@@ -269,7 +269,7 @@ TEST_P(Conformance, GemmActivationEpilogue) {
 }
 
 TEST_P(Conformance, GemmActivationEpilogueKeepsNaN) {
-  MIXTRAIN_FACETS(gemm);
+  MIXTRAIN_FACETS(gemm, GemmFacet);
   // A NaN in the GEMM result must survive the fused relu/gelu as the unfused kernels keep it
   // (a fused max(z, 0) that turned NaN into 0 would hide a non-finite step from found_inf).
   const std::int64_t m = 8, n = 32, k = 16;
@@ -302,14 +302,14 @@ TEST_P(Conformance, GemmActivationEpilogueKeepsNaN) {
 // The residual join (optional op): the FP32 sum rounded once, with and without the fused ReLU,
 // NaN kept, into each storage dtype, from inputs of mixed dtypes, in place too.
 TEST_P(Conformance, AddIsTheFp32SumRoundedOnceWithAnOptionalRelu) {
-  MIXTRAIN_FACETS(elementwise);
+  MIXTRAIN_FACETS(residual, ResidualFacet);
   const std::int64_t n = 4099;
   auto av = random_values(static_cast<std::size_t>(n), 31, -3.f, 3.f);
   av[7] = std::numeric_limits<float>::quiet_NaN();
   const auto bv = random_values(static_cast<std::size_t>(n), 32, -3.f, 3.f);
   for (DType dt : {DType::fp32, DType::bf16, DType::fp16}) {
-    if (!tested_elementwise->supports(sdk::ElementwiseOp::add, std::vector<DType>{dt, dt}) ||
-        !tested_elementwise->supports(sdk::ElementwiseOp::add, std::vector<DType>{DType::fp32, dt}))
+    if (!tested_residual->supports(sdk::ResidualOp::add, std::vector<DType>{dt, dt}) ||
+        !tested_residual->supports(sdk::ResidualOp::add, std::vector<DType>{DType::fp32, dt}))
       continue;
     for (bool relu : {false, true}) {
       const std::string what = std::string(sdk::dtype_name(dt)) + (relu ? " relu" : "");
@@ -318,8 +318,8 @@ TEST_P(Conformance, AddIsTheFp32SumRoundedOnceWithAnOptionalRelu) {
       auto y = zeros(Shape{n}, dt);
       const sdk::TensorView ref_in[] = {a.ref->view(), b.ref->view()};
       const sdk::TensorView tested_in[] = {a.tested->view(), b.tested->view()};
-      ref_elementwise->add(ref_in, relu, y.ref->view());
-      tested_elementwise->add(tested_in, relu, y.tested->view());
+      ref_residual->add(ref_in, relu, y.ref->view());
+      tested_residual->add(tested_in, relu, y.tested->view());
       const auto want = ref_values(y), got = tested_values(y);
       for (std::size_t i = 0; i < want.size(); ++i) {
         if (std::isnan(want[i])) {
@@ -330,8 +330,8 @@ TEST_P(Conformance, AddIsTheFp32SumRoundedOnceWithAnOptionalRelu) {
       }
       EXPECT_TRUE(std::isnan(got[7])) << what << ": the NaN must survive the join";
       // In place into the first input.
-      ref_elementwise->add(ref_in, relu, a.ref->view());
-      tested_elementwise->add(tested_in, relu, a.tested->view());
+      ref_residual->add(ref_in, relu, a.ref->view());
+      tested_residual->add(tested_in, relu, a.tested->view());
       const auto in_place = tested_values(a);
       for (std::size_t i = 0; i < want.size(); ++i) {
         if (!std::isnan(want[i])) {
@@ -343,53 +343,53 @@ TEST_P(Conformance, AddIsTheFp32SumRoundedOnceWithAnOptionalRelu) {
 }
 
 TEST_P(Conformance, LayerKernels) {
-  MIXTRAIN_FACETS(elementwise);
-  MIXTRAIN_FACETS(normalization);
+  MIXTRAIN_FACETS(activation, ActivationFacet);
+  MIXTRAIN_FACETS(layer_norm, LayerNormFacet);
   const std::int64_t rows = 33, cols = 67;
   auto x = upload(random_values(rows * cols, 6, -3.f, 3.f), Shape{rows, cols});
   auto dy = upload(random_values(rows * cols, 7), Shape{rows, cols});
   for (auto act : {sdk::Activation::relu, sdk::Activation::gelu}) {
     auto y = zeros(Shape{rows, cols});
     auto dx = zeros(Shape{rows, cols});
-    ref_elementwise->activation_forward(act, x.ref->view(), y.ref->view());
-    tested_elementwise->activation_forward(act, x.tested->view(), y.tested->view());
+    ref_activation->activation_forward(act, x.ref->view(), y.ref->view());
+    tested_activation->activation_forward(act, x.tested->view(), y.tested->view());
     expect_close(y, 1e-6, "activation forward");
-    ref_elementwise->activation_backward(act, x.ref->view(), dy.ref->view(), dx.ref->view());
-    tested_elementwise->activation_backward(act, x.tested->view(), dy.tested->view(),
-                                            dx.tested->view());
+    ref_activation->activation_backward(act, x.ref->view(), dy.ref->view(), dx.ref->view());
+    tested_activation->activation_backward(act, x.tested->view(), dy.tested->view(),
+                                           dx.tested->view());
     expect_close(dx, 1e-6, "activation backward");
   }
   auto db = zeros(Shape{cols});
-  ref_elementwise->bias_grad(dy.ref->view(), db.ref->view(), false);
-  tested_elementwise->bias_grad(dy.tested->view(), db.tested->view(), false);
+  ref_activation->bias_grad(dy.ref->view(), db.ref->view(), false);
+  tested_activation->bias_grad(dy.tested->view(), db.tested->view(), false);
   expect_close(db, 1e-6, "bias_grad");
 
   auto gamma = upload(random_values(cols, 10, 0.5f, 1.5f), Shape{cols});
   auto beta = upload(random_values(cols, 11), Shape{cols});
   auto out = zeros(Shape{rows, cols});
   auto mean = zeros(Shape{rows}), rstd = zeros(Shape{rows});
-  ref_normalization->layernorm_forward(x.ref->view(), gamma.ref->view(), beta.ref->view(), 1e-5f,
-                                       out.ref->view(), mean.ref->view(), rstd.ref->view());
-  tested_normalization->layernorm_forward(x.tested->view(), gamma.tested->view(),
-                                          beta.tested->view(), 1e-5f, out.tested->view(),
-                                          mean.tested->view(), rstd.tested->view());
+  ref_layer_norm->layernorm_forward(x.ref->view(), gamma.ref->view(), beta.ref->view(), 1e-5f,
+                                    out.ref->view(), mean.ref->view(), rstd.ref->view());
+  tested_layer_norm->layernorm_forward(x.tested->view(), gamma.tested->view(), beta.tested->view(),
+                                       1e-5f, out.tested->view(), mean.tested->view(),
+                                       rstd.tested->view());
   expect_close(out, 1e-6, "layernorm forward");
   expect_close(rstd, 1e-6, "layernorm rstd");
   auto dx = zeros(Shape{rows, cols});
   auto dg = zeros(Shape{cols}), dbeta = zeros(Shape{cols});
-  ref_normalization->layernorm_backward(dy.ref->view(), x.ref->view(), gamma.ref->view(),
-                                        mean.ref->view(), rstd.ref->view(), dx.ref->view(),
-                                        dg.ref->view(), dbeta.ref->view(), false);
-  tested_normalization->layernorm_backward(
-      dy.tested->view(), x.tested->view(), gamma.tested->view(), mean.tested->view(),
-      rstd.tested->view(), dx.tested->view(), dg.tested->view(), dbeta.tested->view(), false);
+  ref_layer_norm->layernorm_backward(dy.ref->view(), x.ref->view(), gamma.ref->view(),
+                                     mean.ref->view(), rstd.ref->view(), dx.ref->view(),
+                                     dg.ref->view(), dbeta.ref->view(), false);
+  tested_layer_norm->layernorm_backward(dy.tested->view(), x.tested->view(), gamma.tested->view(),
+                                        mean.tested->view(), rstd.tested->view(), dx.tested->view(),
+                                        dg.tested->view(), dbeta.tested->view(), false);
   expect_close(dx, 1e-5, "layernorm dx");
   expect_close(dg, 1e-5, "layernorm dgamma");
   expect_close(dbeta, 1e-6, "layernorm dbeta");
 }
 
 TEST_P(Conformance, SoftmaxCrossEntropy) {
-  MIXTRAIN_FACETS(loss);
+  MIXTRAIN_FACETS(loss, LossFacet);
   const std::int64_t rows = 41, classes = 13;
   auto logits = upload(random_values(rows * classes, 12, -5.f, 5.f), Shape{rows, classes});
   std::vector<std::int32_t> labels(rows);
@@ -414,27 +414,27 @@ TEST_P(Conformance, SoftmaxCrossEntropy) {
 }
 
 TEST_P(Conformance, ReductionsAndNonFiniteChecks) {
-  MIXTRAIN_FACETS(elementwise);
+  MIXTRAIN_FACETS(gradient_check, GradientCheckFacet);
   auto a = upload(random_values(1000, 13), Shape{1000});
   auto b = upload(random_values(333, 14), Shape{333});
   std::vector<TensorView> vr{a.ref->view(), b.ref->view()}, vt{a.tested->view(), b.tested->view()};
-  const double want = ref_elementwise->unscale_check_and_sum_squares(vr, 1.0f).sum_of_squares;
-  EXPECT_NEAR(tested_elementwise->unscale_check_and_sum_squares(vt, 1.0f).sum_of_squares, want,
+  const double want = ref_gradient_check->unscale_check_and_sum_squares(vr, 1.0f).sum_of_squares;
+  EXPECT_NEAR(tested_gradient_check->unscale_check_and_sum_squares(vt, 1.0f).sum_of_squares, want,
               1e-9 * want);
-  EXPECT_FALSE(tested_elementwise->unscale_and_check_finite(vt, 0.5f));
-  EXPECT_FALSE(ref_elementwise->unscale_and_check_finite(vr, 0.5f));
+  EXPECT_FALSE(tested_gradient_check->unscale_and_check_finite(vt, 0.5f));
+  EXPECT_FALSE(ref_gradient_check->unscale_and_check_finite(vr, 0.5f));
   expect_close(a, 0, "unscaled values");
-  EXPECT_EQ(tested_elementwise->first_nonfinite(vt), -1);
+  EXPECT_EQ(tested_gradient_check->first_nonfinite(vt), -1);
   auto bad = random_values(333, 15);
   bad[200] = std::numeric_limits<float>::infinity();
   auto c = upload(bad, Shape{333});
   std::vector<TensorView> vt2{a.tested->view(), c.tested->view()};
-  EXPECT_TRUE(tested_elementwise->unscale_and_check_finite(vt2, 1.0f));
-  EXPECT_EQ(tested_elementwise->first_nonfinite(vt2), 1);
+  EXPECT_TRUE(tested_gradient_check->unscale_and_check_finite(vt2, 1.0f));
+  EXPECT_EQ(tested_gradient_check->first_nonfinite(vt2), 1);
 }
 
 TEST_P(Conformance, UnscaleWithNormEqualsTheTwoCallsInTurn) {
-  MIXTRAIN_FACETS(elementwise);
+  MIXTRAIN_FACETS(gradient_check, GradientCheckFacet);
   // The fused form must unscale as unscale_and_check_finite does, on the same backend bit for bit,
   // and its sum of squares must agree with one computed here from the unscaled values and with
   // the reference's.
@@ -444,8 +444,8 @@ TEST_P(Conformance, UnscaleWithNormEqualsTheTwoCallsInTurn) {
   std::vector<TensorView> fused{a1.tested->view(), b1.tested->view()};
   std::vector<TensorView> apart{a2.tested->view(), b2.tested->view()};
   std::vector<TensorView> ref{a1.ref->view(), b1.ref->view()};
-  const auto r = tested_elementwise->unscale_check_and_sum_squares(fused, 0.25f);
-  const bool found = tested_elementwise->unscale_and_check_finite(apart, 0.25f);
+  const auto r = tested_gradient_check->unscale_check_and_sum_squares(fused, 0.25f);
+  const bool found = tested_gradient_check->unscale_and_check_finite(apart, 0.25f);
   EXPECT_EQ(r.found_inf, found);
   EXPECT_FALSE(r.found_inf);
   EXPECT_EQ(tested_values(a1), tested_values(a2));
@@ -453,19 +453,19 @@ TEST_P(Conformance, UnscaleWithNormEqualsTheTwoCallsInTurn) {
   for (const Pair* p : {&a1, &b1})
     for (float x : tested_values(*p)) sum += static_cast<double>(x) * x;
   EXPECT_NEAR(r.sum_of_squares, sum, 1e-9 * sum);
-  const auto rr = ref_elementwise->unscale_check_and_sum_squares(ref, 0.25f);
+  const auto rr = ref_gradient_check->unscale_check_and_sum_squares(ref, 0.25f);
   EXPECT_NEAR(r.sum_of_squares, rr.sum_of_squares, 1e-9 * rr.sum_of_squares);
   auto bad = vb;
   bad[5] = std::numeric_limits<float>::quiet_NaN();
   auto c = upload(bad, Shape{777});
   std::vector<TensorView> with_nan{a1.tested->view(), c.tested->view()};
-  const auto rn = tested_elementwise->unscale_check_and_sum_squares(with_nan, 1.0f);
+  const auto rn = tested_gradient_check->unscale_check_and_sum_squares(with_nan, 1.0f);
   EXPECT_TRUE(rn.found_inf);
   EXPECT_FALSE(std::isfinite(rn.sum_of_squares));
 }
 
 TEST_P(Conformance, FusedOptimizerUpdates) {
-  MIXTRAIN_FACETS(optimizer);
+  MIXTRAIN_FACETS(optimizer, OptimizerFacet);
   const std::int64_t n = 2053;
   auto master = upload(random_values(n, 16), Shape{n});
   auto grad = upload(random_values(n, 17), Shape{n});
@@ -501,7 +501,7 @@ TEST_P(Conformance, FusedOptimizerUpdates) {
 }
 
 TEST_P(Conformance, GemmStridedBatchedEqualsOneGemmPerBatch) {
-  MIXTRAIN_FACETS(gemm);
+  MIXTRAIN_FACETS(gemm, GemmFacet);
   // Batch 3 of [m, k]·[n, k]ᵀ with a shared weight (stride_b = 0), checked against the reference
   // backend's batched call and against its single GEMMs, batch by batch.
   const std::int64_t batch = 3, m = 19, n = 24, k = 31;
@@ -580,7 +580,7 @@ std::string dtypes_text(std::initializer_list<DType> ts) {
 }
 
 TEST_P(Conformance, AttentionHeadPermutesEveryDtypePairWithACacheOffset) {
-  MIXTRAIN_FACETS(attention);
+  MIXTRAIN_FACETS(attention, AttentionFacet);
   // x [N, T, P, H, D] = [2, 3, 3, 2, 8] into a cache y [P, N, H, 7, 8] at token offset 2: the
   // window gets x rounded once into y's dtype, every other row keeps its sentinel; merging the
   // window back gives y rounded once into x's dtype.
@@ -629,7 +629,7 @@ TEST_P(Conformance, AttentionHeadPermutesEveryDtypePairWithACacheOffset) {
 }
 
 TEST_P(Conformance, AttentionSoftmaxForwardAndBackward) {
-  MIXTRAIN_FACETS(attention);
+  MIXTRAIN_FACETS(attention, AttentionFacet);
   const std::vector<DType> fp32{DType::fp32};
   if (!tested_attention->supports(sdk::AttentionOp::softmax_forward, fp32) ||
       !tested_attention->supports(sdk::AttentionOp::softmax_backward, fp32))
@@ -689,7 +689,7 @@ TEST_P(Conformance, AttentionSoftmaxForwardAndBackward) {
 }
 
 TEST_P(Conformance, EmbeddingGatherWithAndWithoutAccumulate) {
-  MIXTRAIN_FACETS(embedding);
+  MIXTRAIN_FACETS(embedding, EmbeddingFacet);
   const std::int64_t vocab = 37, width = 24, rows = 29;
   std::vector<std::int32_t> ids(static_cast<std::size_t>(rows));
   for (std::size_t r = 0; r < ids.size(); ++r)
@@ -731,7 +731,7 @@ TEST_P(Conformance, EmbeddingGatherWithAndWithoutAccumulate) {
 }
 
 TEST_P(Conformance, EmbeddingScatterAddRepeatedIdsBothBetas) {
-  MIXTRAIN_FACETS(embedding);
+  MIXTRAIN_FACETS(embedding, EmbeddingFacet);
   const std::int64_t vocab = 19, width = 40, rows = 300;
   std::vector<std::int32_t> ids(static_cast<std::size_t>(rows));
   std::mt19937 rng(45);
@@ -773,7 +773,7 @@ TEST_P(Conformance, EmbeddingScatterAddRepeatedIdsBothBetas) {
 }
 
 TEST_P(Conformance, GemmStridedBatchedMatchesADoubleReference) {
-  MIXTRAIN_FACETS(gemm);
+  MIXTRAIN_FACETS(gemm, GemmFacet);
   // Attention-like batches with every transpose pair, a broadcast operand (stride 0) and gaps
   // between batches; bf16 and fp32 operands, fp32 and bf16 C.
   struct Case {
@@ -848,7 +848,7 @@ TEST_P(Conformance, GemmStridedBatchedMatchesADoubleReference) {
 }
 
 TEST_P(Conformance, ForeachOpsMatchAStraightforwardReference) {
-  MIXTRAIN_FACETS(elementwise);
+  MIXTRAIN_FACETS(foreach, ForeachFacet);
   // Two tensors per list (sizes straddling a vector width), each op against a host loop.
   const std::vector<std::int64_t> sizes = {1003, 64};
   auto make = [&](unsigned seed, float lo, float hi) {
@@ -868,49 +868,47 @@ TEST_P(Conformance, ForeachOpsMatchAStraightforwardReference) {
   };
   struct Case {
     const char* name;
-    sdk::ElementwiseOp op;
-    std::function<void(sdk::ElementwiseFacet&, std::span<const TensorView>,
-                       std::span<const TensorView>, std::span<const TensorView>)>
+    sdk::ForeachOp op;
+    std::function<void(sdk::ForeachFacet&, std::span<const TensorView>, std::span<const TensorView>,
+                       std::span<const TensorView>)>
         run;
     std::function<float(float, float, float)> ref;
   };
   const std::vector<Case> cases = {
-      {"mul_scalar", sdk::ElementwiseOp::foreach_mul_scalar,
+      {"mul_scalar", sdk::ForeachOp::foreach_mul_scalar,
        [](auto& f, auto x, auto, auto) { f.foreach_mul_scalar(x, -1.5f); },
        [](float x, float, float) { return x * -1.5f; }},
-      {"mul", sdk::ElementwiseOp::foreach_mul,
+      {"mul", sdk::ForeachOp::foreach_mul,
        [](auto& f, auto x, auto a, auto) { f.foreach_mul(x, a); },
        [](float x, float a, float) { return x * a; }},
-      {"add_scalar", sdk::ElementwiseOp::foreach_add_scalar,
+      {"add_scalar", sdk::ForeachOp::foreach_add_scalar,
        [](auto& f, auto x, auto, auto) { f.foreach_add_scalar(x, 0.25f); },
        [](float x, float, float) { return x + 0.25f; }},
-      {"add", sdk::ElementwiseOp::foreach_add,
+      {"add", sdk::ForeachOp::foreach_add,
        [](auto& f, auto x, auto a, auto) { f.foreach_add(x, a, -0.5f); },
        [](float x, float a, float) { return x + -0.5f * a; }},
-      {"addcmul", sdk::ElementwiseOp::foreach_addcmul,
+      {"addcmul", sdk::ForeachOp::foreach_addcmul,
        [](auto& f, auto x, auto a, auto b) { f.foreach_addcmul(x, a, b, 0.1f); },
        [](float x, float a, float b) { return x + 0.1f * a * b; }},
-      {"sqrt", sdk::ElementwiseOp::foreach_sqrt,
-       [](auto& f, auto x, auto, auto) { f.foreach_sqrt(x); },
+      {"sqrt", sdk::ForeachOp::foreach_sqrt, [](auto& f, auto x, auto, auto) { f.foreach_sqrt(x); },
        [](float x, float, float) { return std::sqrt(x); }},
-      {"sign", sdk::ElementwiseOp::foreach_sign,
-       [](auto& f, auto x, auto, auto) { f.foreach_sign(x); },
+      {"sign", sdk::ForeachOp::foreach_sign, [](auto& f, auto x, auto, auto) { f.foreach_sign(x); },
        [](float x, float, float) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }},
-      {"lerp", sdk::ElementwiseOp::foreach_lerp,
+      {"lerp", sdk::ForeachOp::foreach_lerp,
        [](auto& f, auto x, auto a, auto) { f.foreach_lerp(x, a, 0.1f); },
        [](float x, float a, float) { return x + 0.1f * (a - x); }},
-      {"clamp", sdk::ElementwiseOp::foreach_clamp,
+      {"clamp", sdk::ForeachOp::foreach_clamp,
        [](auto& f, auto x, auto, auto) { f.foreach_clamp(x, -0.3f, 0.6f); },
        [](float x, float, float) { return x < -0.3f ? -0.3f : (x > 0.6f ? 0.6f : x); }},
   };
   for (const Case& c : cases) {
     const std::vector<DType> dtypes(3, DType::fp32);
-    if (!tested_elementwise->supports(c.op, std::span(dtypes).first(1))) {
+    if (!tested_foreach->supports(c.op, std::span(dtypes).first(1))) {
       ADD_FAILURE() << "the element-wise facet must support foreach_" << c.name << " on fp32";
       continue;
     }
     // sqrt reads non-negative values; the others see both signs, zeros and a NaN.
-    const bool sqrt = c.op == sdk::ElementwiseOp::foreach_sqrt;
+    const bool sqrt = c.op == sdk::ForeachOp::foreach_sqrt;
     auto [xh, xd] = make(40, sqrt ? 0.0f : -1.0f, 1.0f);
     if (!sqrt) {
       xh[0][3] = 0.0f;
@@ -919,7 +917,7 @@ TEST_P(Conformance, ForeachOpsMatchAStraightforwardReference) {
     }
     auto [ah, ad] = make(50, -1.0f, 1.0f);
     auto [bh, bd] = make(60, -1.0f, 1.0f);
-    c.run(*tested_elementwise, views(xd), views(ad), views(bd));
+    c.run(*tested_foreach, views(xd), views(ad), views(bd));
     for (std::size_t t = 0; t < sizes.size(); ++t) {
       const auto got = tested_values(xd[t]);
       for (std::size_t i = 0; i < got.size(); ++i) {
@@ -937,8 +935,8 @@ TEST_P(Conformance, ForeachOpsMatchAStraightforwardReference) {
   // Lists of unequal length are refused.
   auto [xh, xd] = make(70, -1.0f, 1.0f);
   const auto x = views(xd);
-  EXPECT_THROW(tested_elementwise->foreach_add(x, std::span(x).first(1)), sdk::BackendError);
-  EXPECT_THROW(tested_elementwise->foreach_clamp(x, 1.0f, -1.0f), sdk::BackendError);
+  EXPECT_THROW(tested_foreach->foreach_add(x, std::span(x).first(1)), sdk::BackendError);
+  EXPECT_THROW(tested_foreach->foreach_clamp(x, 1.0f, -1.0f), sdk::BackendError);
 }
 
 TEST_P(Conformance, MemoryStatsTrackAllocations) {
@@ -1093,7 +1091,7 @@ ConvReference naive_conv(const sdk::Conv2dGeometry& g, const std::vector<double>
 }
 
 TEST_P(Conformance, Conv2dEveryDtypeAndGeometryMatchesADoubleReference) {
-  MIXTRAIN_FACETS(convolution);
+  MIXTRAIN_FACETS(convolution, ConvolutionFacet);
   struct Geometry {
     const char* name;
     sdk::Conv2dGeometry g;
@@ -1307,7 +1305,7 @@ sdk::Pool2dGeometry pool_geometry(sdk::PoolKind kind, bool include_pad, std::int
 }
 
 TEST_P(Conformance, PoolingMaxAndAverageForwardBackwardMatchADoubleReference) {
-  MIXTRAIN_FACETS(convolution);
+  MIXTRAIN_FACETS(convolution, ConvolutionFacet);
   using K = sdk::PoolKind;
   struct Case {
     const char* name;
@@ -1383,7 +1381,7 @@ TEST_P(Conformance, PoolingMaxAndAverageForwardBackwardMatchADoubleReference) {
 }
 
 TEST_P(Conformance, PoolingMaxTiesGoToTheFirstMaximumInTheWindow) {
-  MIXTRAIN_FACETS(convolution);
+  MIXTRAIN_FACETS(convolution, ConvolutionFacet);
   // Inputs from {0, 1, 2}: most windows hold several maxima. PyTorch routes dy to the first one in
   // row-major window order; so must every backend (exactly: dy are multiples of 1/8).
   const auto g = pool_geometry(sdk::PoolKind::max, true, 2, 6, 7, 7, 3, 3, 2, 2, 1, 1);
@@ -1465,8 +1463,8 @@ BatchNormReference naive_batchnorm(std::int64_t rows, std::int64_t c, double eps
 }
 
 TEST_P(Conformance, BatchNormTrainingInferenceAndBackwardMatchADoubleReference) {
-  MIXTRAIN_FACETS(normalization);
-  using N = sdk::NormalizationOp;
+  MIXTRAIN_FACETS(batch_norm, BatchNormFacet);
+  using N = sdk::BatchNormOp;
   const Shape xs{2, 5, 7, 6};  // [N, H, W, C]: rows = 70
   const std::int64_t rows = 70, c = 6;
   const float momentum = 0.1f;
@@ -1477,14 +1475,13 @@ TEST_P(Conformance, BatchNormTrainingInferenceAndBackwardMatchADoubleReference) 
   const auto rm0 = random_values(static_cast<std::size_t>(c), 84, -0.1f, 0.1f);
   const auto rv0 = random_values(static_cast<std::size_t>(c), 85, 0.5f, 1.5f);
   const auto g_real = widen(gv), b_real = widen(bv);
-  if (!tested_normalization->supports(N::batchnorm_forward_training,
-                                      std::vector<DType>{DType::fp32}))
+  if (!tested_batch_norm->supports(N::batchnorm_forward_training, std::vector<DType>{DType::fp32}))
     GTEST_SKIP() << "backend '" << GetParam().name << "' has no batch norm";
   for (DType dt : kStorageFloats) {
     const std::vector<DType> d{dt};
-    if (!tested_normalization->supports(N::batchnorm_forward_training, d) ||
-        !tested_normalization->supports(N::batchnorm_forward_inference, d) ||
-        !tested_normalization->supports(N::batchnorm_backward, d))
+    if (!tested_batch_norm->supports(N::batchnorm_forward_training, d) ||
+        !tested_batch_norm->supports(N::batchnorm_forward_inference, d) ||
+        !tested_batch_norm->supports(N::batchnorm_backward, d))
       continue;
     const double tol = output_tolerance(dt);
     for (bool relu : {false, true})
@@ -1498,17 +1495,17 @@ TEST_P(Conformance, BatchNormTrainingInferenceAndBackwardMatchADoubleReference) 
         auto beta = upload(bv, Shape{c});
         auto mean = zeros(Shape{c}), var = zeros(Shape{c});
         auto rm = upload(rm0, Shape{c}), rv = upload(rv0, Shape{c});
-        auto ws_ref = workspace_on(*ref_, ref_normalization->batchnorm_workspace_bytes(s, dt));
+        auto ws_ref = workspace_on(*ref_, ref_batch_norm->batchnorm_workspace_bytes(s, dt));
         auto ws_tested =
-            workspace_on(*tested_, tested_normalization->batchnorm_workspace_bytes(s, dt));
+            workspace_on(*tested_, tested_batch_norm->batchnorm_workspace_bytes(s, dt));
         if (!relu) {
-          EXPECT_EQ(tested_normalization->batchnorm_workspace_bytes(s, dt), 0u) << what;
+          EXPECT_EQ(tested_batch_norm->batchnorm_workspace_bytes(s, dt), 0u) << what;
         }
         auto on = [&](int which, const Pair& p) {
           return which == 0 ? p.ref->view() : p.tested->view();
         };
         for (int which : {0, 1}) {
-          auto* f = which == 0 ? ref_normalization : tested_normalization;
+          auto* f = which == 0 ? ref_batch_norm : tested_batch_norm;
           f->batchnorm_forward_training(
               on(which, x), affine ? on(which, gamma) : TensorView{},
               affine ? on(which, beta) : TensorView{}, s, momentum, on(which, y), on(which, mean),
@@ -1535,7 +1532,7 @@ TEST_P(Conformance, BatchNormTrainingInferenceAndBackwardMatchADoubleReference) 
         // Inference with the updated running statistics.
         auto yi = zeros(xs, dt);
         for (int which : {0, 1})
-          (which == 0 ? ref_normalization : tested_normalization)
+          (which == 0 ? ref_batch_norm : tested_batch_norm)
               ->batchnorm_forward_inference(on(which, x), affine ? on(which, gamma) : TensorView{},
                                             affine ? on(which, beta) : TensorView{}, on(which, rm),
                                             on(which, rv), s, on(which, yi));
@@ -1563,7 +1560,7 @@ TEST_P(Conformance, BatchNormTrainingInferenceAndBackwardMatchADoubleReference) 
             for (int which : {0, 1}) {
               const TensorView ws =
                   relu && from_ws ? (which == 0 ? ws_ref : ws_tested)->view() : TensorView{};
-              (which == 0 ? ref_normalization : tested_normalization)
+              (which == 0 ? ref_batch_norm : tested_batch_norm)
                   ->batchnorm_backward(on(which, dy), on(which, x), on(which, y),
                                        affine ? on(which, gamma) : TensorView{}, on(which, mean),
                                        on(which, var), s, ws, on(which, dx),
@@ -1592,7 +1589,7 @@ TEST_P(Conformance, BatchNormTrainingInferenceAndBackwardMatchADoubleReference) 
 }
 
 TEST_P(Conformance, ImagePermutesEveryDtypePair) {
-  MIXTRAIN_FACETS(convolution);
+  MIXTRAIN_FACETS(convolution, ConvolutionFacet);
   using C = sdk::ConvolutionOp;
   if (!tested_convolution->supports(C::to_channels_last, std::vector<DType>(2, DType::fp32)))
     ADD_FAILURE() << "the convolution facet must support to_channels_last in fp32";

@@ -24,13 +24,13 @@ namespace {
 using sdk::TensorView;
 
 // Waits are bucketed by step: bucket i holds what happened after the i-th found_inf read and
-// before the next one (bucket 0: setup and the first step's forward/backward). The element-wise
-// facet, which holds the waiting gradient checks, is wrapped too; the other facets are the inner
-// backend's (none of their ops waits).
-class WaitCountingBackend final : public sdk::DeviceBackend, public sdk::ElementwiseFacet {
+// before the next one (bucket 0: setup and the first step's forward/backward). The gradient-check
+// facet, which holds the waiting calls, is wrapped too; every other facet is the inner backend's
+// (none of their ops waits).
+class WaitCountingBackend final : public sdk::DeviceBackend, public sdk::GradientCheckFacet {
  public:
   explicit WaitCountingBackend(std::shared_ptr<sdk::DeviceBackend> inner)
-      : in_(std::move(inner)), el_(in_->elementwise_facet()) {
+      : in_(std::move(inner)), checks_(sdk::facet<sdk::GradientCheckFacet>(*in_)) {
     waits.push_back(0);
   }
   std::vector<int> waits;
@@ -52,57 +52,33 @@ class WaitCountingBackend final : public sdk::DeviceBackend, public sdk::Element
   void cast(TensorView s, TensorView d, const sdk::CastArgs& a) override { in_->cast(s, d, a); }
   void fill(TensorView x, float v) override { in_->fill(x, v); }
 
-  sdk::GemmFacet* gemm_facet() override { return in_->gemm_facet(); }
-  sdk::ElementwiseFacet* elementwise_facet() override { return this; }
-  sdk::NormalizationFacet* normalization_facet() override { return in_->normalization_facet(); }
-  sdk::LossFacet* loss_facet() override { return in_->loss_facet(); }
-  sdk::OptimizerFacet* optimizer_facet() override { return in_->optimizer_facet(); }
+  sdk::Facet* find_facet(std::string_view name) override {
+    if (name == sdk::GradientCheckFacet::kName) return static_cast<sdk::GradientCheckFacet*>(this);
+    return in_->find_facet(name);
+  }
 
-  bool supports(sdk::ElementwiseOp op, std::span<const sdk::DType> d) const override {
-    return el_->supports(op, d);
-  }
-  void bias_grad(TensorView dy, TensorView db, bool acc) override { el_->bias_grad(dy, db, acc); }
-  void activation_forward(sdk::Activation a, TensorView x, TensorView y) override {
-    el_->activation_forward(a, x, y);
-  }
-  void activation_backward(sdk::Activation a, TensorView x, TensorView dy, TensorView dx) override {
-    el_->activation_backward(a, x, dy, dx);
-  }
-  void axpy(float a, TensorView x, TensorView y) override { el_->axpy(a, x, y); }
-  void add(std::span<const TensorView> xs, bool relu, TensorView y) override {
-    el_->add(xs, relu, y);
+  bool supports(sdk::GradientCheckOp op, std::span<const sdk::DType> d) const override {
+    return checks_->supports(op, d);
   }
   bool unscale_and_check_finite(std::span<const TensorView> g, float inv) override {
-    const bool found = el_->unscale_and_check_finite(g, inv);
+    const bool found = checks_->unscale_and_check_finite(g, inv);
     waits.push_back(0);  // the step's one allowed wait opens the next bucket
     return found;
   }
   GradientCheck unscale_check_and_sum_squares(std::span<const TensorView> g, float inv) override {
-    const auto r = el_->unscale_check_and_sum_squares(g, inv);
+    const auto r = checks_->unscale_check_and_sum_squares(g, inv);
     waits.push_back(0);  // one wait for both results, like unscale_and_check_finite
     return r;
   }
   int first_nonfinite(std::span<const TensorView> t) override {
     wait();
-    return el_->first_nonfinite(t);
+    return checks_->first_nonfinite(t);
   }
-  using Span = std::span<const TensorView>;
-  void foreach_mul_scalar(Span x, float s) override { el_->foreach_mul_scalar(x, s); }
-  void foreach_mul(Span x, Span o) override { el_->foreach_mul(x, o); }
-  void foreach_add_scalar(Span x, float s) override { el_->foreach_add_scalar(x, s); }
-  void foreach_add(Span x, Span o, float a) override { el_->foreach_add(x, o, a); }
-  void foreach_addcmul(Span x, Span a, Span b, float v) override {
-    el_->foreach_addcmul(x, a, b, v);
-  }
-  void foreach_sqrt(Span x) override { el_->foreach_sqrt(x); }
-  void foreach_sign(Span x) override { el_->foreach_sign(x); }
-  void foreach_lerp(Span x, Span e, float w) override { el_->foreach_lerp(x, e, w); }
-  void foreach_clamp(Span x, float lo, float hi) override { el_->foreach_clamp(x, lo, hi); }
 
  private:
   void wait() { ++waits.back(); }
   std::shared_ptr<sdk::DeviceBackend> in_;
-  sdk::ElementwiseFacet* el_;
+  sdk::GradientCheckFacet* checks_;
 };
 
 // Trains the quickstart for `steps` with log_every = 10 and returns the per-step buckets.

@@ -8,36 +8,65 @@ namespace mixtrain::core {
 
 namespace {
 
-sdk::GemmFacet* facet_for(sdk::DeviceBackend& b, sdk::GemmOp) {
-  return b.gemm_facet();
-}
-sdk::ElementwiseFacet* facet_for(sdk::DeviceBackend& b, sdk::ElementwiseOp) {
-  return b.elementwise_facet();
-}
-sdk::NormalizationFacet* facet_for(sdk::DeviceBackend& b, sdk::NormalizationOp) {
-  return b.normalization_facet();
-}
-sdk::LossFacet* facet_for(sdk::DeviceBackend& b, sdk::LossOp) {
-  return b.loss_facet();
-}
-sdk::OptimizerFacet* facet_for(sdk::DeviceBackend& b, sdk::OptimizerOp) {
-  return b.optimizer_facet();
-}
-sdk::AttentionFacet* facet_for(sdk::DeviceBackend& b, sdk::AttentionOp) {
-  return b.attention_facet();
-}
-sdk::EmbeddingFacet* facet_for(sdk::DeviceBackend& b, sdk::EmbeddingOp) {
-  return b.embedding_facet();
-}
-sdk::ConvolutionFacet* facet_for(sdk::DeviceBackend& b, sdk::ConvolutionOp) {
-  return b.convolution_facet();
-}
+// The facet class each op enum belongs to.
+template <class Op>
+struct FacetOf;
+template <>
+struct FacetOf<sdk::GemmOp> {
+  using type = sdk::GemmFacet;
+};
+template <>
+struct FacetOf<sdk::ActivationOp> {
+  using type = sdk::ActivationFacet;
+};
+template <>
+struct FacetOf<sdk::ResidualOp> {
+  using type = sdk::ResidualFacet;
+};
+template <>
+struct FacetOf<sdk::GradientCheckOp> {
+  using type = sdk::GradientCheckFacet;
+};
+template <>
+struct FacetOf<sdk::ForeachOp> {
+  using type = sdk::ForeachFacet;
+};
+template <>
+struct FacetOf<sdk::LayerNormOp> {
+  using type = sdk::LayerNormFacet;
+};
+template <>
+struct FacetOf<sdk::BatchNormOp> {
+  using type = sdk::BatchNormFacet;
+};
+template <>
+struct FacetOf<sdk::LossOp> {
+  using type = sdk::LossFacet;
+};
+template <>
+struct FacetOf<sdk::OptimizerOp> {
+  using type = sdk::OptimizerFacet;
+};
+template <>
+struct FacetOf<sdk::AttentionOp> {
+  using type = sdk::AttentionFacet;
+};
+template <>
+struct FacetOf<sdk::EmbeddingOp> {
+  using type = sdk::EmbeddingFacet;
+};
+template <>
+struct FacetOf<sdk::ConvolutionOp> {
+  using type = sdk::ConvolutionFacet;
+};
 
 template <class Facet>
-Facet& required(Facet* facet) {
+Facet& required(sdk::DeviceBackend& b) {
+  Facet* facet = sdk::facet<Facet>(b);
   if (facet == nullptr)
     throw std::logic_error("the backend has no " + std::string(Facet::kName) +
-                           " facet, and the plan did not stop before calling it");
+                           " facet of version " + std::to_string(Facet::kVersion) +
+                           " or later, and the plan did not stop before calling it");
   return *facet;
 }
 
@@ -46,8 +75,7 @@ Facet& required(Facet* facet) {
 std::string need_op_name(const BackendNeed& need) {
   return std::visit(
       [](auto op) {
-        using Facet =
-            std::remove_pointer_t<decltype(facet_for(std::declval<sdk::DeviceBackend&>(), op))>;
+        using Facet = typename FacetOf<decltype(op)>::type;
         return std::string(Facet::kName) + "." + std::string(sdk::op_name(op));
       },
       need.op);
@@ -63,13 +91,16 @@ std::string need_dtypes(const BackendNeed& need) {
 std::optional<std::string> unmet(sdk::DeviceBackend& backend, const BackendNeed& need) {
   return std::visit(
       [&](auto op) -> std::optional<std::string> {
-        auto* facet = facet_for(backend, op);
-        using Facet = std::remove_pointer_t<decltype(facet)>;
+        using Facet = typename FacetOf<decltype(op)>::type;
         const std::string name(Facet::kName);
-        if (facet == nullptr) return "it has no " + name + " facet";
-        if (facet->version() != Facet::kVersion)
-          return "its " + name + " facet is version " + std::to_string(facet->version()) +
-                 ", this host speaks version " + std::to_string(Facet::kVersion);
+        const std::string wanted = "version " + std::to_string(Facet::kVersion) + " or later";
+        sdk::Facet* found = backend.find_facet(Facet::kName);
+        if (found == nullptr || found->name() != Facet::kName)
+          return "it has no " + name + " facet (this host needs " + wanted + ")";
+        if (found->version() < Facet::kVersion)
+          return "its " + name + " facet is version " + std::to_string(found->version()) +
+                 ", this host needs " + wanted;
+        auto* facet = static_cast<Facet*>(found);
         if (!facet->supports(op, need.dtypes)) {
           std::string why = "its " + name + " facet does not support " +
                             std::string(sdk::op_name(op)) + " on " + need_dtypes(need);
@@ -87,25 +118,37 @@ std::optional<std::string> unmet(sdk::DeviceBackend& backend, const BackendNeed&
 }
 
 sdk::GemmFacet& gemm_of(sdk::DeviceBackend& b) {
-  return required(b.gemm_facet());
+  return required<sdk::GemmFacet>(b);
 }
-sdk::ElementwiseFacet& elementwise_of(sdk::DeviceBackend& b) {
-  return required(b.elementwise_facet());
+sdk::ActivationFacet& activation_of(sdk::DeviceBackend& b) {
+  return required<sdk::ActivationFacet>(b);
 }
-sdk::NormalizationFacet& normalization_of(sdk::DeviceBackend& b) {
-  return required(b.normalization_facet());
+sdk::ResidualFacet* residual_of(sdk::DeviceBackend& b) {
+  return sdk::facet<sdk::ResidualFacet>(b);
+}
+sdk::GradientCheckFacet& gradient_check_of(sdk::DeviceBackend& b) {
+  return required<sdk::GradientCheckFacet>(b);
+}
+sdk::ForeachFacet& foreach_of(sdk::DeviceBackend& b) {
+  return required<sdk::ForeachFacet>(b);
+}
+sdk::LayerNormFacet& layer_norm_of(sdk::DeviceBackend& b) {
+  return required<sdk::LayerNormFacet>(b);
+}
+sdk::BatchNormFacet& batch_norm_of(sdk::DeviceBackend& b) {
+  return required<sdk::BatchNormFacet>(b);
 }
 sdk::LossFacet& loss_of(sdk::DeviceBackend& b) {
-  return required(b.loss_facet());
+  return required<sdk::LossFacet>(b);
 }
 sdk::AttentionFacet& attention_of(sdk::DeviceBackend& b) {
-  return required(b.attention_facet());
+  return required<sdk::AttentionFacet>(b);
 }
 sdk::EmbeddingFacet& embedding_of(sdk::DeviceBackend& b) {
-  return required(b.embedding_facet());
+  return required<sdk::EmbeddingFacet>(b);
 }
 sdk::ConvolutionFacet& convolution_of(sdk::DeviceBackend& b) {
-  return required(b.convolution_facet());
+  return required<sdk::ConvolutionFacet>(b);
 }
 
 }  // namespace mixtrain::core

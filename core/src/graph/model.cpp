@@ -358,7 +358,7 @@ void Model::check_backend() const {
   if (auto why = unmet(*backend_, loss))
     stop(nodes_.back(), "the loss on node '" + layers_.back()->name() + "'", loss, *why);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const BackendNeed accumulate{sdk::ElementwiseOp::axpy, {contribution_dtype(i), DType::fp32}};
+    const BackendNeed accumulate{sdk::ActivationOp::axpy, {contribution_dtype(i), DType::fp32}};
     if (auto why = unmet(*backend_, accumulate))
       stop(nodes_[i], "the gradient accumulation of node '" + layers_[i]->name() + "'", accumulate,
            *why);
@@ -722,8 +722,8 @@ void Model::run_backward(std::int64_t batch, bool all_fp32, const BackwardVisit&
       if (w == 0)
         backend_->cast(c, p.target);
       else
-        elementwise_of(*backend_).axpy(1.0f, c,
-                                       p.target);  // reads any storage dtype into the FP32 target
+        activation_of(*backend_).axpy(1.0f, c,
+                                      p.target);  // reads any storage dtype into the FP32 target
       ++w;
     }
     if (grad_ready_ && final_micro_batch_)
@@ -753,7 +753,7 @@ std::string Model::locate_first_nonfinite(std::int64_t rows, float grad_scale) {
   } restore{this, fused_before > 0};
   auto bad = [&](TensorView v) {
     std::vector<TensorView> one{v};
-    return elementwise_of(*backend_).first_nonfinite(one) >= 0;
+    return gradient_check_of(*backend_).first_nonfinite(one) >= 0;
   };
   start_gradients();  // this micro-batch's gradients alone, so each check sees its own writes
   // Token ids are integers: nothing to check.

@@ -13,7 +13,7 @@ void update_ema(Trainer::State& s) {
   std::vector<sdk::TensorView> ema, masters;
   for (std::size_t i = 0; i < s.ema.size(); ++i) ema.push_back(s.ema[i].view());
   for (auto* p : s.model->parameters()) masters.push_back(p->master.view());
-  auto& ew = elementwise_of(b);
+  auto& ew = foreach_of(b);
   ew.foreach_mul_scalar(ema, decay);
   ew.foreach_add(ema, masters, 1.0f - decay);
 }
@@ -82,8 +82,8 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
     model.compute_loss(bs, seed, true);
     if (micro > 1) {
       if (k == 0) b.fill(s.loss_sum.view(), 0.0f);
-      elementwise_of(b).axpy(1.0f / static_cast<float>(micro), model.loss_value(),
-                             s.loss_sum.view());
+      activation_of(b).axpy(1.0f / static_cast<float>(micro), model.loss_value(),
+                            s.loss_sum.view());
     }
     model.backward(bs);
   }
@@ -93,11 +93,11 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   double grad_sum_squares = std::nan("");
   ProfileScope checks_scope("gradient checks");
   if (request.wants_norm) {
-    const auto check = elementwise_of(b).unscale_check_and_sum_squares(s.grads, 1.0f / scale);
+    const auto check = gradient_check_of(b).unscale_check_and_sum_squares(s.grads, 1.0f / scale);
     found_inf = check.found_inf;
     grad_sum_squares = check.sum_of_squares;
   } else {
-    found_inf = elementwise_of(b).unscale_and_check_finite(s.grads, 1.0f / scale);
+    found_inf = gradient_check_of(b).unscale_and_check_finite(s.grads, 1.0f / scale);
   }
   // The device is idle now, so what the host reads next costs no pipeline stall: the delayed
   // FP8 amaxes of this step's casts, and the loss where this step reports or keeps it.

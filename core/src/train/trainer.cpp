@@ -81,13 +81,22 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   auto caps = backend.capabilities();
   plan_precision(*s.model, *s.c.policy, caps, e.overrides, s.log);
   // Every node's ops are asked in Model::allocate; the step's own gradient checks here.
-  for (sdk::ElementwiseOp op : {sdk::ElementwiseOp::unscale_and_check_finite,
-                                sdk::ElementwiseOp::unscale_check_and_sum_squares})
+  for (sdk::GradientCheckOp op : {sdk::GradientCheckOp::unscale_and_check_finite,
+                                  sdk::GradientCheckOp::unscale_check_and_sum_squares})
     if (auto why = unmet(backend, {op, {sdk::DType::fp32}}))
       throw sdk::BackendError(
-          "the training step needs elementwise." + std::string(sdk::op_name(op)) +
+          "the training step needs gradient_check." + std::string(sdk::op_name(op)) +
               " on fp32 gradients, which backend '" + caps.kind + "' does not provide: " + *why,
           "use a backend that offers it (`mixtrain plugins` lists them)");
+  // The EMA of the weights is two foreach ops a step.
+  if (e.ema.enabled())
+    for (const BackendNeed& need :
+         {BackendNeed{sdk::ForeachOp::foreach_mul_scalar, {sdk::DType::fp32}},
+          BackendNeed{sdk::ForeachOp::foreach_add, {sdk::DType::fp32, sdk::DType::fp32}}})
+      if (auto why = unmet(backend, need))
+        throw sdk::BackendError("ema needs " + need_op_name(need) + " on fp32, which backend '" +
+                                    caps.kind + "' does not provide: " + *why,
+                                "turn ema off, or use a backend that offers it");
   for (const auto& l : s.model->layers())
     if (sdk::dtype_size(l->precision().activation_grad) < 4) s.underflow_watch = true;
   const std::int64_t max_rows = std::max(e.data.batch_size, e.data.eval_batch_size);

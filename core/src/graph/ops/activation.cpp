@@ -15,21 +15,21 @@ ActivationLayer::ActivationLayer(std::string name, sdk::Activation act, std::int
 
 std::vector<BackendNeed> ActivationLayer::backend_needs(DType input) const {
   const DType y = storage_of(precision_.activation);
-  return {{sdk::ElementwiseOp::activation_forward, {input, y}},
-          {sdk::ElementwiseOp::activation_backward,
-           {input, y, storage_of(precision_.activation_grad)}}};
+  return {
+      {sdk::ActivationOp::activation_forward, {input, y}},
+      {sdk::ActivationOp::activation_backward, {input, y, storage_of(precision_.activation_grad)}}};
 }
 
 void ActivationLayer::forward(TensorView x, std::int64_t rows) {
   if (fused_) return;  // the Linear before it wrote act(z) here as its GEMM epilogue
-  elementwise_of(*backend_).activation_forward(act_, x, output(rows));
+  activation_of(*backend_).activation_forward(act_, x, output(rows));
 }
 
 void ActivationLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
   if (dx.empty()) return;
   // Fused relu: z was not stored; relu'(z) = [z > 0] = [relu(z) > 0], so the output serves.
   const TensorView in = fused_ && act_ == sdk::Activation::relu ? output(rows) : x;
-  elementwise_of(*backend_).activation_backward(act_, in, dy, dx);
+  activation_of(*backend_).activation_backward(act_, in, dy, dx);
 }
 
 // --- Definitions ---------------------------------------------------------------------------------

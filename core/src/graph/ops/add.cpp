@@ -12,13 +12,14 @@ AddLayer::AddLayer(std::string name, std::size_t inputs, std::int64_t features)
     : Layer(std::move(name), "add", features, features), inputs_(inputs) {}
 
 std::vector<BackendNeed> AddLayer::backend_needs(DType input) const {
-  // The backend's add is optional (forward_inputs asks for it); the axpy path is the baseline.
-  std::vector<BackendNeed> needs = {{sdk::ElementwiseOp::axpy, {input, DType::fp32}}};
+  // The backend's residual facet is optional (forward_inputs asks for it); the axpy path is the
+  // baseline.
+  std::vector<BackendNeed> needs = {{sdk::ActivationOp::axpy, {input, DType::fp32}}};
   if (relu_) {
     const DType y = ops::storage_of(precision_.activation);
     const DType grad = ops::storage_of(precision_.activation_grad);
-    needs.push_back({sdk::ElementwiseOp::activation_forward, {y, y}});
-    needs.push_back({sdk::ElementwiseOp::activation_backward, {y, grad, grad}});
+    needs.push_back({sdk::ActivationOp::activation_forward, {y, y}});
+    needs.push_back({sdk::ActivationOp::activation_backward, {y, grad, grad}});
   }
   return needs;
 }
@@ -36,15 +37,16 @@ void AddLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t
 void AddLayer::forward_inputs(std::span<const TensorView> xs, std::int64_t rows) {
   // x is [rows, features] per input.
   const TensorView y = output(rows);
-  auto& el = elementwise_of(*backend_);
+  sdk::ResidualFacet* residual = residual_of(*backend_);
   if (one_pass_ < 0) {
-    one_pass_ = 1;
+    one_pass_ = residual != nullptr ? 1 : 0;
     for (const TensorView& x : xs)
-      if (!el.supports(sdk::ElementwiseOp::add, std::vector<DType>{x.dtype, y.dtype}))
+      if (one_pass_ == 1 &&
+          !residual->supports(sdk::ResidualOp::add, std::vector<DType>{x.dtype, y.dtype}))
         one_pass_ = 0;
   }
   if (one_pass_ == 1)
-    el.add(xs, relu_, y);
+    residual->add(xs, relu_, y);
   else
     forward_by_axpy(xs, y, rows);
 }
@@ -59,9 +61,9 @@ void AddLayer::forward_by_axpy(std::span<const TensorView> xs, TensorView y, std
     backend_->copy(acc, xs[0]);
   else
     backend_->cast(xs[0], acc);
-  for (std::size_t i = 1; i < xs.size(); ++i) elementwise_of(*backend_).axpy(1.0f, xs[i], acc);
+  for (std::size_t i = 1; i < xs.size(); ++i) activation_of(*backend_).axpy(1.0f, xs[i], acc);
   if (acc.data != y.data) backend_->cast(acc, y);
-  if (relu_) elementwise_of(*backend_).activation_forward(sdk::Activation::relu, y, y);
+  if (relu_) activation_of(*backend_).activation_forward(sdk::Activation::relu, y, y);
 }
 
 void AddLayer::backward_inputs(std::span<const TensorView>, TensorView dy,
@@ -76,14 +78,14 @@ void AddLayer::backward_inputs(std::span<const TensorView>, TensorView dy,
       continue;
     }
     if (relu_)
-      elementwise_of(*backend_).activation_backward(sdk::Activation::relu, output(rows), dy, dx);
+      activation_of(*backend_).activation_backward(sdk::Activation::relu, output(rows), dy, dx);
     else if (dx.dtype == dy.dtype)
       backend_->copy(dx, dy);
     else
       backend_->cast(dy, dx);
   }
   if (aliased != nullptr && relu_)
-    elementwise_of(*backend_).activation_backward(sdk::Activation::relu, output(rows), dy, dy);
+    activation_of(*backend_).activation_backward(sdk::Activation::relu, output(rows), dy, dy);
 }
 
 // --- Definition ----------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ void BatchNorm2dLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backe
   // Sized for the largest batch (a backend's workspace may grow with the batch).
   const std::int64_t max_batch = max_rows / (channels_ * height_);
   workspace_.allocate(
-      backend, normalization_of(*backend).batchnorm_workspace_bytes(shape_at(max_batch), dtype()));
+      backend, batch_norm_of(*backend).batchnorm_workspace_bytes(shape_at(max_batch), dtype()));
 }
 
 void BatchNorm2dLayer::init_parameters(std::uint64_t) {
@@ -73,9 +73,9 @@ TensorView BatchNorm2dLayer::beta() const {
 
 std::vector<BackendNeed> BatchNorm2dLayer::backend_needs(DType input) const {
   const DType d = dtype();
-  std::vector<BackendNeed> needs = {{sdk::NormalizationOp::batchnorm_forward_training, {d}},
-                                    {sdk::NormalizationOp::batchnorm_forward_inference, {d}},
-                                    {sdk::NormalizationOp::batchnorm_backward, {d}}};
+  std::vector<BackendNeed> needs = {{sdk::BatchNormOp::batchnorm_forward_training, {d}},
+                                    {sdk::BatchNormOp::batchnorm_forward_inference, {d}},
+                                    {sdk::BatchNormOp::batchnorm_backward, {d}}};
   if (input_.plain()) {
     needs.push_back({sdk::ConvolutionOp::to_channels_last, {input, d}});
     needs.push_back(
@@ -91,7 +91,7 @@ void BatchNorm2dLayer::forward(TensorView x, std::int64_t rows) {
   const TensorView xs{x_cl_.data, x_cl_.dtype, sdk::Shape{shape.rows, channels_}};
   const TensorView out = output(rows);
   const TensorView y{out.data, out.dtype, sdk::Shape{shape.rows, channels_}};
-  auto& norm = normalization_of(*backend_);
+  auto& norm = batch_norm_of(*backend_);
   if (training())
     norm.batchnorm_forward_training(xs, gamma(), beta(), shape, momentum_, y, save_mean_.view(),
                                     save_var_.view(), buffers_[0].value.view(),
@@ -119,7 +119,7 @@ void BatchNorm2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::i
     accumulate = params_[0].take_grad_beta() != 0.0f;
     params_[1].take_grad_beta();
   }
-  normalization_of(*backend_).batchnorm_backward(
+  batch_norm_of(*backend_).batchnorm_backward(
       dys, {x_cl_.data, x_cl_.dtype, flat}, {out.data, out.dtype, flat}, gamma(), save_mean_.view(),
       save_var_.view(), shape, workspace_.view(), target,
       affine_ ? params_[0].grad.view() : TensorView{},

@@ -122,7 +122,7 @@ std::vector<BackendNeed> LinearLayer::backend_needs(DType) const {
       {sdk::GemmOp::gemm, {g, g, storage_of(precision_.activation_grad)}}};
   if (bias_)
     needs.push_back(
-        {sdk::ElementwiseOp::bias_grad, {storage_of(precision_.activation), DType::fp32}});
+        {sdk::ActivationOp::bias_grad, {storage_of(precision_.activation), DType::fp32}});
   return needs;
 }
 
@@ -180,7 +180,7 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
   gw.compute = precision_.gemm_input;
   gemm_of(*backend_).gemm(gw);
   if (bias_)
-    elementwise_of(*backend_).bias_grad(dy, bias().grad.view(), bias().take_grad_beta() != 0.0f);
+    activation_of(*backend_).bias_grad(dy, bias().grad.view(), bias().take_grad_beta() != 0.0f);
   if (!dx.empty()) {
     // dx[rows, in] = dy[rows, out] · W[out, in]
     sdk::GemmArgs gx;

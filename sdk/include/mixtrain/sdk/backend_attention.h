@@ -2,7 +2,7 @@
 // permutes and the (causal) scaled softmax, forward and backward, in FP32.
 //
 // Contract
-// - A backend offers it through DeviceBackend::attention_facet() (nullptr: the backend has none).
+// - A backend offers it as find_facet("attention") (nullptr: the backend has none).
 // - The GEMMs of attention (QKᵀ and PV) are GemmFacet::gemm_strided_batched over the head-major
 //   tensors [N·H, T, D] these permutes produce; this facet holds everything between them.
 // - supports(op, dtypes) answers without running anything. dtypes: split_heads / merge_heads
@@ -10,7 +10,8 @@
 //   differ); softmax_forward / softmax_backward {fp32} (the softmax is FP32 whatever the policy,
 //   as the mixed-precision recipes require).
 // - Shapes are checked against the layout; a mismatch raises BackendError.
-// - version() reports the kVersion this facet was compiled against (do not override it).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
+//   version only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -19,6 +20,7 @@
 #include <span>
 #include <string_view>
 
+#include "mixtrain/sdk/facet.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -50,12 +52,14 @@ struct SoftmaxShape {
   bool causal = true;
 };
 
-class MIXTRAIN_SDK_API AttentionFacet {
+class MIXTRAIN_SDK_API AttentionFacet : public Facet {
  public:
   static constexpr std::uint32_t kVersion = 1;
   static constexpr std::string_view kName = "attention";
-  virtual std::uint32_t version() const { return kVersion; }
-  virtual bool supports(AttentionOp op, std::span<const DType> dtypes) const = 0;
+  std::string_view name() const final { return kName; }
+  std::uint32_t version() const final { return kVersion; }
+  // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
+  virtual bool supports(AttentionOp op, std::span<const DType> dtypes) const;
 
   // y [P, N, H, T', D] rows [offset, offset + T) of each (p, n, h) = x [N, T, P, H, D]; the other
   // rows of y are left as they are.
@@ -75,7 +79,7 @@ class MIXTRAIN_SDK_API AttentionFacet {
                                 float scale, TensorView dscores) = 0;
 
  protected:
-  virtual ~AttentionFacet();  // not owned through the facet: the backend is
+  ~AttentionFacet() override;  // not owned through the facet: the backend is
 };
 
 }  // namespace mixtrain::sdk

@@ -2,7 +2,7 @@
 // and the two permutes between channels-first and channels-last.
 //
 // Contract
-// - A backend offers it through DeviceBackend::convolution_facet() (nullptr: none).
+// - A backend offers it as find_facet("convolution") (nullptr: the backend has none).
 // - Layout: every image activation is channels-last, x [N, H, W, C] — one layout from the first
 //   convolution to the global pooling, so no op reorders activations around itself (oneDNN's
 //   nhwc and cuDNN's NHWC, the layout Tensor Cores want). Data arrives channels-first
@@ -19,7 +19,8 @@
 //   true (a parameter gradient's second contribution of a step).
 // - supports(op, dtypes) answers without running anything, for the dtypes listed at each op.
 // - Shapes are checked against the geometry; a mismatch raises BackendError.
-// - version() reports the kVersion this facet was compiled against (do not override it).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
+//   version only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -29,6 +30,7 @@
 #include <string_view>
 
 #include "mixtrain/sdk/backend_gemm.h"
+#include "mixtrain/sdk/facet.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -100,12 +102,14 @@ enum class ConvolutionOp {
 };
 MIXTRAIN_SDK_API std::string_view op_name(ConvolutionOp op) noexcept;
 
-class MIXTRAIN_SDK_API ConvolutionFacet {
+class MIXTRAIN_SDK_API ConvolutionFacet : public Facet {
  public:
   static constexpr std::uint32_t kVersion = 1;
   static constexpr std::string_view kName = "convolution";
-  virtual std::uint32_t version() const { return kVersion; }
-  virtual bool supports(ConvolutionOp op, std::span<const DType> dtypes) const = 0;
+  std::string_view name() const final { return kName; }
+  std::uint32_t version() const final { return kVersion; }
+  // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
+  virtual bool supports(ConvolutionOp op, std::span<const DType> dtypes) const;
 
   virtual void conv2d_forward(const Conv2dForwardArgs& args) = 0;
   virtual void conv2d_backward_data(const Conv2dBackwardDataArgs& args) = 0;
@@ -132,7 +136,7 @@ class MIXTRAIN_SDK_API ConvolutionFacet {
                                  std::int64_t width, TensorView dst) = 0;
 
  protected:
-  virtual ~ConvolutionFacet();  // not owned through the facet: the backend is
+  ~ConvolutionFacet() override;  // not owned through the facet: the backend is
 };
 
 }  // namespace mixtrain::sdk

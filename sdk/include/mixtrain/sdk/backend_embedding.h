@@ -2,7 +2,7 @@
 // deterministic scatter-add of their backward.
 //
 // Contract
-// - A backend offers it through DeviceBackend::embedding_facet() (nullptr: the backend has none).
+// - A backend offers it as find_facet("embedding") (nullptr: the backend has none).
 // - supports(op, dtypes) answers without running anything. dtypes: gather {table, out};
 //   scatter_add {dy} (dtable is fp32). Tables and outputs: fp32, bf16 or fp16; ids are int32.
 //   Math in FP32, one rounding into the output's dtype.
@@ -10,7 +10,8 @@
 //   host checked, so this is a guard, not a path).
 // - scatter_add is deterministic: each table row sums its contributions in ascending row order,
 //   so the result has the same bits for any thread count (no atomics).
-// - version() reports the kVersion this facet was compiled against (do not override it).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
+//   version only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -19,6 +20,7 @@
 #include <span>
 #include <string_view>
 
+#include "mixtrain/sdk/facet.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -26,12 +28,14 @@ namespace mixtrain::sdk {
 enum class EmbeddingOp { gather, scatter_add };
 MIXTRAIN_SDK_API std::string_view op_name(EmbeddingOp op) noexcept;
 
-class MIXTRAIN_SDK_API EmbeddingFacet {
+class MIXTRAIN_SDK_API EmbeddingFacet : public Facet {
  public:
   static constexpr std::uint32_t kVersion = 1;
   static constexpr std::string_view kName = "embedding";
-  virtual std::uint32_t version() const { return kVersion; }
-  virtual bool supports(EmbeddingOp op, std::span<const DType> dtypes) const = 0;
+  std::string_view name() const final { return kName; }
+  std::uint32_t version() const final { return kVersion; }
+  // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
+  virtual bool supports(EmbeddingOp op, std::span<const DType> dtypes) const;
 
   // out[r, :] = (accumulate ? out[r, :] : 0) + table[ids[r], :]; ids int32 [rows], table [V, C],
   // out [rows, C].
@@ -41,7 +45,7 @@ class MIXTRAIN_SDK_API EmbeddingFacet {
   virtual void scatter_add(TensorView ids, TensorView dy, TensorView dtable, float beta) = 0;
 
  protected:
-  virtual ~EmbeddingFacet();  // not owned through the facet: the backend is
+  ~EmbeddingFacet() override;  // not owned through the facet: the backend is
 };
 
 }  // namespace mixtrain::sdk

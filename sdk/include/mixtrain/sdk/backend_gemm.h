@@ -1,12 +1,13 @@
 // GemmFacet: matrix products on the backend's device, single and strided-batched.
 //
 // Contract
-// - A backend offers it through DeviceBackend::gemm_facet() (nullptr: the backend has none).
+// - A backend offers it as find_facet("gemm") (nullptr: the backend has none).
 // - supports(op, dtypes) answers for the operand dtypes {A, B, C} of one call, without running
 //   anything; the host asks before the first step and runs only what was answered true.
 // - Accumulation is FP32 whatever the storage dtypes; tensors are contiguous row-major views into
 //   this backend's memory. A call the backend cannot run raises BackendError listing what it can.
-// - version() reports the kVersion this facet was compiled against (do not override it).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
+//   version only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -15,6 +16,7 @@
 #include <span>
 #include <string_view>
 
+#include "mixtrain/sdk/facet.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -63,19 +65,21 @@ struct GemmBatchedArgs {
 enum class GemmOp { gemm, gemm_strided_batched };
 MIXTRAIN_SDK_API std::string_view op_name(GemmOp op) noexcept;
 
-class MIXTRAIN_SDK_API GemmFacet {
+class MIXTRAIN_SDK_API GemmFacet : public Facet {
  public:
   static constexpr std::uint32_t kVersion = 1;
   static constexpr std::string_view kName = "gemm";
-  virtual std::uint32_t version() const { return kVersion; }
+  std::string_view name() const final { return kName; }
+  std::uint32_t version() const final { return kVersion; }
   // dtypes: {A, B, C} storage dtypes of the call (tf32 for a tf32-compute fp32 operand).
-  virtual bool supports(GemmOp op, std::span<const DType> dtypes) const = 0;
+  // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
+  virtual bool supports(GemmOp op, std::span<const DType> dtypes) const;
 
   virtual void gemm(const GemmArgs& args) = 0;
   virtual void gemm_strided_batched(const GemmBatchedArgs& args) = 0;
 
  protected:
-  virtual ~GemmFacet();  // not owned through the facet: the backend is
+  ~GemmFacet() override;  // not owned through the facet: the backend is
 };
 
 }  // namespace mixtrain::sdk

@@ -1,13 +1,14 @@
 // OptimizerFacet: fused optimizer updates, one pass over each parameter's tensors.
 //
 // Contract
-// - A backend offers it through DeviceBackend::optimizer_facet() (nullptr: none). An optimizer
+// - A backend offers it as find_facet("optimizer") (nullptr: the backend has none). An optimizer
 //   plugin that needs it checks in bind(), before the first step; one that does not can compose
 //   its update from ElementwiseFacet's foreach ops instead.
 // - supports(op, dtypes) answers for {master, working} (working: the low-precision copy's dtype,
 //   fp32 when there is none), without running anything.
 // - Updates also refresh `working` copies when present.
-// - version() reports the kVersion this facet was compiled against (do not override it).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
+//   version only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -16,6 +17,7 @@
 #include <span>
 #include <string_view>
 
+#include "mixtrain/sdk/facet.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -55,18 +57,20 @@ struct AdamWHyper {
 enum class OptimizerOp { sgd_update, adamw_update };
 MIXTRAIN_SDK_API std::string_view op_name(OptimizerOp op) noexcept;
 
-class MIXTRAIN_SDK_API OptimizerFacet {
+class MIXTRAIN_SDK_API OptimizerFacet : public Facet {
  public:
   static constexpr std::uint32_t kVersion = 1;
   static constexpr std::string_view kName = "optimizer";
-  virtual std::uint32_t version() const { return kVersion; }
-  virtual bool supports(OptimizerOp op, std::span<const DType> dtypes) const = 0;
+  std::string_view name() const final { return kName; }
+  std::uint32_t version() const final { return kVersion; }
+  // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
+  virtual bool supports(OptimizerOp op, std::span<const DType> dtypes) const;
 
   virtual void sgd_update(const SgdHyper& h, std::span<const ParamTensors> params) = 0;
   virtual void adamw_update(const AdamWHyper& h, std::span<const ParamTensors> params) = 0;
 
  protected:
-  virtual ~OptimizerFacet();  // not owned through the facet: the backend is
+  ~OptimizerFacet() override;  // not owned through the facet: the backend is
 };
 
 }  // namespace mixtrain::sdk

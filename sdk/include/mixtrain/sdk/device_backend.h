@@ -2,12 +2,15 @@
 //
 // Contract
 // - The required core (this class): capabilities, memory, copies, cast, fill, synchronize.
-// - Everything else lives in facets (one header each: backend_gemm.h, backend_elementwise.h,
-//   backend_normalization.h, backend_loss.h, backend_optimizer_updates.h, backend_attention.h,
-//   backend_embedding.h, backend_convolution.h). A backend returns a
-//   facet from its accessor, or nullptr when it has none (the default). Each facet carries its
-//   own kVersion and answers supports(op, dtypes); the host asks before the first step, so a
-//   model that needs a missing facet, op or dtype stops at plan time naming them.
+// - Everything else lives in facets (facet.h), each in its own header: backend_gemm.h,
+//   backend_activation.h, backend_residual.h, backend_gradient_check.h, backend_foreach.h,
+//   backend_layer_norm.h, backend_batch_norm.h, backend_loss.h, backend_optimizer_updates.h,
+//   backend_attention.h, backend_embedding.h, backend_convolution.h. The host asks for a facet by
+//   name and minimum version (sdk::facet<F>(backend)); a backend answers find_facet(name) with
+//   the facet or nullptr (the default). Adding a facet never changes this class. Each facet
+//   answers supports(op, dtypes) (by default from the SDK's table, op_signatures.h); the host
+//   asks before the first step, so a model that needs a missing facet, op or dtype stops at plan
+//   time naming them.
 // - Memory: allocate() returns 64-byte aligned device memory (host memory for the CPU) or throws
 //   BackendError naming the bytes asked and free; deallocate(nullptr) is a no-op. memory_stats()
 //   counts live bytes allocated through this backend and their peak.
@@ -27,16 +30,21 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "mixtrain/sdk/backend_activation.h"
 #include "mixtrain/sdk/backend_attention.h"
+#include "mixtrain/sdk/backend_batch_norm.h"
 #include "mixtrain/sdk/backend_convolution.h"
-#include "mixtrain/sdk/backend_elementwise.h"
 #include "mixtrain/sdk/backend_embedding.h"
+#include "mixtrain/sdk/backend_foreach.h"
 #include "mixtrain/sdk/backend_gemm.h"
+#include "mixtrain/sdk/backend_gradient_check.h"
+#include "mixtrain/sdk/backend_layer_norm.h"
 #include "mixtrain/sdk/backend_loss.h"
-#include "mixtrain/sdk/backend_normalization.h"
 #include "mixtrain/sdk/backend_optimizer_updates.h"
+#include "mixtrain/sdk/backend_residual.h"
 #include "mixtrain/sdk/component.h"
 #include "mixtrain/sdk/tensor_view.h"
 
@@ -102,16 +110,20 @@ class MIXTRAIN_SDK_API DeviceBackend : public Component {
   virtual void cast(TensorView src, TensorView dst, const CastArgs& args = {}) = 0;
   virtual void fill(TensorView x, float value) = 0;  // any storage dtype
 
-  // --- facets: nullptr when the backend has none -----------------------------------------------
-  // The returned object lives as long as the backend (usually the backend itself).
-  virtual GemmFacet* gemm_facet() { return nullptr; }
-  virtual ElementwiseFacet* elementwise_facet() { return nullptr; }
-  virtual NormalizationFacet* normalization_facet() { return nullptr; }
-  virtual LossFacet* loss_facet() { return nullptr; }
-  virtual OptimizerFacet* optimizer_facet() { return nullptr; }
-  virtual AttentionFacet* attention_facet() { return nullptr; }
-  virtual EmbeddingFacet* embedding_facet() { return nullptr; }
-  virtual ConvolutionFacet* convolution_facet() { return nullptr; }
+  // --- facets --------------------------------------------------------------------------------
+  // The facet named `name` (a facet's kName), converted from that facet's own class (so that
+  // sdk::facet<F> may cast it back), or nullptr when the backend has none. It lives as long as
+  // the backend (usually it is the backend itself: see facet_among in facet.h).
+  virtual Facet* find_facet(std::string_view /*name*/) { return nullptr; }
 };
+
+// The backend's facet F when it has one of version >= min_version, else nullptr. "At least" is
+// safe because a facet's later versions only append methods (facet.h).
+template <class F>
+F* facet(DeviceBackend& backend, std::uint32_t min_version = F::kVersion) {
+  Facet* f = backend.find_facet(F::kName);
+  if (f == nullptr || f->name() != F::kName || f->version() < min_version) return nullptr;
+  return static_cast<F*>(f);
+}
 
 }  // namespace mixtrain::sdk

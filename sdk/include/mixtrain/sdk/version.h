@@ -35,8 +35,11 @@ namespace mixtrain::sdk {
 // 2: PrecisionPolicy::adapt_to, 3: wants_current_amax, 4: GemmArgs activation epilogue,
 // 5: PrecisionPolicy::resolved_name, 6: DeviceBackend split into a core and versioned facets;
 // PrecisionPolicy::plan(OpDescription) -> OpPrecision (no fp32_pinned: the host pins
-// precision-sensitive ops), operand scaling per OperandSlot, 7: attention and embedding facets
-inline constexpr std::uint32_t kSdkAbiVersion = 7;
+// precision-sensitive ops), operand scaling per OperandSlot, 7: attention and embedding facets,
+// 8: facets found by name (DeviceBackend::find_facet replaces the per-facet getters, whose slots
+// moved when convolution_facet() was added), elementwise and normalization split into
+// activation, residual, gradient_check, foreach, layer_norm and batch_norm facets
+inline constexpr std::uint32_t kSdkAbiVersion = 8;
 inline constexpr const char* kSdkVersion = "0.1.0";
 inline constexpr const char* kBuildFingerprint = MIXTRAIN_BUILD_FINGERPRINT;
 

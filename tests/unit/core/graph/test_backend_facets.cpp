@@ -3,12 +3,18 @@
 // the dtypes and the backend at the node's config line. A backend with every facet plans and runs.
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <memory>
+#include <span>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cpu_test_backend.h"
 #include "mixtrain/core/graph/model.h"
+#include "mixtrain/core/graph/tensor.h"
+#include "mixtrain/core/profiling/profiling_backend.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -17,7 +23,7 @@ namespace {
 using sdk::DType;
 using sdk::TensorView;
 
-// The CPU backend's core and facets, minus the normalization facet, and with bf16 refused by the
+// The CPU backend's core and facets, minus the layer-norm facet, and with bf16 refused by the
 // GEMM facet's supports() when `refuse_bf16_gemm`.
 class PartialBackend final : public sdk::DeviceBackend, public sdk::GemmFacet {
  public:
@@ -34,25 +40,54 @@ class PartialBackend final : public sdk::DeviceBackend, public sdk::GemmFacet {
   void cast(TensorView s, TensorView d, const sdk::CastArgs& a) override { in_->cast(s, d, a); }
   void fill(TensorView x, float v) override { in_->fill(x, v); }
 
-  sdk::GemmFacet* gemm_facet() override { return this; }
-  sdk::ElementwiseFacet* elementwise_facet() override { return in_->elementwise_facet(); }
-  sdk::LossFacet* loss_facet() override { return in_->loss_facet(); }
-  sdk::OptimizerFacet* optimizer_facet() override { return in_->optimizer_facet(); }
-  // normalization_facet(): the default, nullptr.
+  sdk::Facet* find_facet(std::string_view name) override {
+    if (name == sdk::GemmFacet::kName) return static_cast<sdk::GemmFacet*>(this);
+    if (name == sdk::LayerNormFacet::kName) return nullptr;
+    return in_->find_facet(name);
+  }
 
   bool supports(sdk::GemmOp op, std::span<const DType> dtypes) const override {
     for (DType t : dtypes)
       if (refuse_bf16_ && t == DType::bf16) return false;
-    return in_->gemm_facet()->supports(op, dtypes);
+    return sdk::facet<sdk::GemmFacet>(*in_)->supports(op, dtypes);
   }
-  void gemm(const sdk::GemmArgs& a) override { in_->gemm_facet()->gemm(a); }
+  void gemm(const sdk::GemmArgs& a) override { sdk::facet<sdk::GemmFacet>(*in_)->gemm(a); }
   void gemm_strided_batched(const sdk::GemmBatchedArgs& a) override {
-    in_->gemm_facet()->gemm_strided_batched(a);
+    sdk::facet<sdk::GemmFacet>(*in_)->gemm_strided_batched(a);
   }
 
  private:
   std::shared_ptr<sdk::DeviceBackend> in_ = test_support::cpu();
   bool refuse_bf16_;
+};
+
+// A facet that answers to the GEMM facet's name at version 0: what a backend built against an
+// older header would return. The host must refuse it by its version before casting it.
+class OldGemm final : public sdk::Facet {
+ public:
+  std::string_view name() const override { return sdk::GemmFacet::kName; }
+  std::uint32_t version() const override { return 0; }
+};
+
+class OldGemmBackend final : public sdk::DeviceBackend {
+ public:
+  sdk::BackendCapabilities capabilities() const override { return in_->capabilities(); }
+  void* allocate(std::size_t bytes) override { return in_->allocate(bytes); }
+  void deallocate(void* p) noexcept override { in_->deallocate(p); }
+  sdk::MemoryStats memory_stats() const override { return in_->memory_stats(); }
+  void copy_from_host(TensorView dst, const void* src) override { in_->copy_from_host(dst, src); }
+  void copy_to_host(void* dst, TensorView src) override { in_->copy_to_host(dst, src); }
+  void copy(TensorView dst, TensorView src) override { in_->copy(dst, src); }
+  void synchronize() override { in_->synchronize(); }
+  void cast(TensorView s, TensorView d, const sdk::CastArgs& a) override { in_->cast(s, d, a); }
+  void fill(TensorView x, float v) override { in_->fill(x, v); }
+  sdk::Facet* find_facet(std::string_view name) override {
+    return name == sdk::GemmFacet::kName ? &old_ : in_->find_facet(name);
+  }
+
+ private:
+  std::shared_ptr<sdk::DeviceBackend> in_ = test_support::cpu();
+  OldGemm old_;
 };
 
 LayerSpec node(const char* type, const char* name, std::vector<std::string> inputs,
@@ -93,9 +128,11 @@ TEST(BackendFacets, AnOmittedFacetStopsThePlanAtTheNodeThatNeedsIt) {
   EXPECT_NE(msg.find("facets.toml:7"), std::string::npos) << msg;
   EXPECT_NE(msg.find("model.nodes[1]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("node 'norm1' (layernorm)"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("normalization.layernorm_forward on fp32"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("layer_norm.layernorm_forward on fp32"), std::string::npos) << msg;
   EXPECT_NE(msg.find("backend 'cpu'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("it has no normalization facet"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("it has no layer_norm facet (this host needs version 1 or later)"),
+            std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("HINT:"), std::string::npos) << msg;
 }
 
@@ -126,13 +163,184 @@ TEST(BackendFacets, TheCpuBackendAnswersItsOpsAndRefusesOthers) {
   auto b = test_support::cpu();
   const DType f32[] = {DType::fp32, DType::fp32, DType::fp32};
   const DType i32[] = {DType::int32};
-  ASSERT_NE(b->elementwise_facet(), nullptr);
-  EXPECT_TRUE(b->elementwise_facet()->supports(sdk::ElementwiseOp::foreach_addcmul, f32));
-  EXPECT_FALSE(b->elementwise_facet()->supports(sdk::ElementwiseOp::foreach_sqrt, i32));
+  auto* foreach = sdk::facet<sdk::ForeachFacet>(*b);
+  ASSERT_NE(foreach, nullptr);
+  EXPECT_TRUE(foreach->supports(sdk::ForeachOp::foreach_addcmul, f32));
+  EXPECT_FALSE(foreach->supports(sdk::ForeachOp::foreach_sqrt, i32));
   // More dtypes than the op has tensors: a question about another op.
-  EXPECT_FALSE(b->elementwise_facet()->supports(sdk::ElementwiseOp::foreach_sign, f32));
-  EXPECT_EQ(b->gemm_facet()->version(), sdk::GemmFacet::kVersion);
+  EXPECT_FALSE(foreach->supports(sdk::ForeachOp::foreach_sign, f32));
+  EXPECT_EQ(sdk::facet<sdk::GemmFacet>(*b)->version(), sdk::GemmFacet::kVersion);
   EXPECT_EQ(unmet(*b, {sdk::LossOp::softmax_cross_entropy, {DType::bf16}}), std::nullopt);
+}
+
+TEST(BackendFacets, FacetsAreFoundByNameAndAtLeastAVersion) {
+  auto b = test_support::cpu();
+  for (std::string_view name :
+       {"gemm", "activation", "residual", "gradient_check", "foreach", "layer_norm", "batch_norm",
+        "loss", "optimizer", "attention", "embedding", "convolution"}) {
+    sdk::Facet* f = b->find_facet(name);
+    ASSERT_NE(f, nullptr) << name;
+    EXPECT_EQ(f->name(), name);
+  }
+  EXPECT_EQ(b->find_facet("elementwise"), nullptr);  // split in SDK ABI 8
+  EXPECT_EQ(b->find_facet("no_such_facet"), nullptr);
+  // The typed lookup casts back to the facet's own class: its ops are the backend's.
+  EXPECT_EQ(static_cast<sdk::Facet*>(sdk::facet<sdk::LayerNormFacet>(*b)),
+            b->find_facet("layer_norm"));
+  EXPECT_NE(sdk::facet<sdk::BatchNormFacet>(*b, 1), nullptr);
+  EXPECT_EQ(sdk::facet<sdk::BatchNormFacet>(*b, sdk::BatchNormFacet::kVersion + 1), nullptr);
+}
+
+TEST(BackendFacets, AnOlderFacetVersionIsRefusedByName) {
+  OldGemmBackend b;
+  EXPECT_EQ(sdk::facet<sdk::GemmFacet>(b), nullptr);
+  EXPECT_NE(sdk::facet<sdk::GemmFacet>(b, 0), nullptr);  // a host that asks for version 0
+  const auto why = unmet(b, {sdk::GemmOp::gemm, {DType::fp32, DType::fp32, DType::fp32}});
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(*why, "its gemm facet is version 0, this host needs version 1 or later");
+  EXPECT_THROW(gemm_of(b), std::logic_error);
+}
+
+// The profiler offers exactly the inner backend's facets, and wraps them: their ops are timed.
+TEST(BackendFacets, TheProfilerWrapsOnlyTheFacetsItsBackendHas) {
+  auto partial = make_profiling_backend(std::make_shared<PartialBackend>(false));
+  EXPECT_EQ(partial->find_facet("layer_norm"), nullptr);
+  EXPECT_EQ(partial->find_facet("no_such_facet"), nullptr);
+  auto full = make_profiling_backend(test_support::cpu());
+  auto cpu = test_support::cpu();
+  for (std::string_view name :
+       {"gemm", "activation", "residual", "gradient_check", "foreach", "layer_norm", "batch_norm",
+        "loss", "optimizer", "attention", "embedding", "convolution"}) {
+    sdk::Facet* f = full->find_facet(name);
+    ASSERT_NE(f, nullptr) << name;
+    EXPECT_EQ(f->name(), name);
+    EXPECT_NE(f, cpu->find_facet(name)) << name << " is wrapped";
+  }
+  // Over an older facet the profiler does not wrap: the inner answer passes, so the plan names
+  // its version.
+  auto old = make_profiling_backend(std::make_shared<OldGemmBackend>());
+  const auto why = unmet(*old, {sdk::GemmOp::gemm, {DType::fp32}});
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("version 0"), std::string::npos) << *why;
+
+  std::vector<float> h = {1, -2, 3, -4};
+  Tensor x(full, DType::fp32, sdk::Shape{4});
+  full->copy_from_host(x.view(), h.data());
+  sdk::facet<sdk::ActivationFacet>(*full)->activation_forward(sdk::Activation::relu, x.view(),
+                                                              x.view());
+  bool timed = false;
+  for (const auto& e : full->entries()) timed |= e.op == "activation_forward" && e.calls == 1;
+  EXPECT_TRUE(timed);
+}
+
+// supports() now answers from the SDK's signature table; every answer must be the one the CPU
+// backend gave when it wrote its own rules (copied here from cpu_facets.cpp before the move),
+// for every op and every dtype list of up to four entries.
+namespace old_cpu {
+
+bool storage(DType t) {
+  return t == DType::fp32 || t == DType::tf32 || t == DType::bf16 || t == DType::fp16;
+}
+bool fp32(DType t) {
+  return t == DType::fp32 || t == DType::tf32;
+}
+bool gemm_operand(DType t) {
+  return storage(t) || sdk::is_fp8(t);
+}
+bool matches(std::span<const DType> dtypes, std::initializer_list<bool (*)(DType)> rules) {
+  if (dtypes.size() > rules.size()) return false;
+  auto rule = rules.begin();
+  for (DType t : dtypes)
+    if (!(*rule++)(t)) return false;
+  return true;
+}
+
+}  // namespace old_cpu
+
+template <class Visit>
+void every_dtype_list(Visit visit) {
+  std::vector<DType> d;
+  auto rec = [&](auto& self, std::size_t depth) -> void {
+    visit(std::span<const DType>(d));
+    if (depth == 4) return;
+    for (DType t : sdk::kAllDTypes) {
+      d.push_back(t);
+      self(self, depth + 1);
+      d.pop_back();
+    }
+  };
+  rec(rec, 0);
+}
+
+TEST(BackendFacets, TheSignatureTableAnswersAsTheCpuBackendDidBeforeIt) {
+  using namespace old_cpu;
+  auto b = test_support::cpu();
+  auto* gemm = sdk::facet<sdk::GemmFacet>(*b);
+  auto* act = sdk::facet<sdk::ActivationFacet>(*b);
+  auto* res = sdk::facet<sdk::ResidualFacet>(*b);
+  auto* gc = sdk::facet<sdk::GradientCheckFacet>(*b);
+  auto* fe = sdk::facet<sdk::ForeachFacet>(*b);
+  auto* ln = sdk::facet<sdk::LayerNormFacet>(*b);
+  auto* bn = sdk::facet<sdk::BatchNormFacet>(*b);
+  auto* loss = sdk::facet<sdk::LossFacet>(*b);
+  auto* opt = sdk::facet<sdk::OptimizerFacet>(*b);
+  auto* attn = sdk::facet<sdk::AttentionFacet>(*b);
+  auto* emb = sdk::facet<sdk::EmbeddingFacet>(*b);
+  auto* conv = sdk::facet<sdk::ConvolutionFacet>(*b);
+  int lists = 0;
+  every_dtype_list([&](std::span<const DType> d) {
+    ++lists;
+    const std::string at = need_dtypes({sdk::GemmOp::gemm, {d.begin(), d.end()}});
+    for (auto op : {sdk::GemmOp::gemm, sdk::GemmOp::gemm_strided_batched})
+      EXPECT_EQ(gemm->supports(op, d), matches(d, {gemm_operand, gemm_operand, storage})) << at;
+    using A = sdk::ActivationOp;
+    EXPECT_EQ(act->supports(A::bias_grad, d), matches(d, {storage, fp32})) << at;
+    EXPECT_EQ(act->supports(A::activation_forward, d), matches(d, {storage, storage})) << at;
+    EXPECT_EQ(act->supports(A::activation_backward, d), matches(d, {storage, storage, storage}))
+        << at;
+    EXPECT_EQ(act->supports(A::axpy, d), matches(d, {storage, fp32})) << at;
+    EXPECT_EQ(res->supports(sdk::ResidualOp::add, d), matches(d, {storage, storage})) << at;
+    using G = sdk::GradientCheckOp;
+    EXPECT_EQ(gc->supports(G::unscale_and_check_finite, d), matches(d, {fp32})) << at;
+    EXPECT_EQ(gc->supports(G::unscale_check_and_sum_squares, d), matches(d, {fp32})) << at;
+    EXPECT_EQ(gc->supports(G::first_nonfinite, d), matches(d, {storage})) << at;
+    using F = sdk::ForeachOp;
+    for (auto op : {F::foreach_mul_scalar, F::foreach_add_scalar, F::foreach_sqrt, F::foreach_sign,
+                    F::foreach_clamp})
+      EXPECT_EQ(fe->supports(op, d), matches(d, {fp32})) << at;
+    for (auto op : {F::foreach_mul, F::foreach_add, F::foreach_lerp})
+      EXPECT_EQ(fe->supports(op, d), matches(d, {fp32, fp32})) << at;
+    EXPECT_EQ(fe->supports(F::foreach_addcmul, d), matches(d, {fp32, fp32, fp32})) << at;
+    for (auto op : {sdk::LayerNormOp::layernorm_forward, sdk::LayerNormOp::layernorm_backward})
+      EXPECT_EQ(ln->supports(op, d), matches(d, {storage})) << at;
+    for (auto op :
+         {sdk::BatchNormOp::batchnorm_forward_training,
+          sdk::BatchNormOp::batchnorm_forward_inference, sdk::BatchNormOp::batchnorm_backward})
+      EXPECT_EQ(bn->supports(op, d), matches(d, {storage})) << at;
+    EXPECT_EQ(loss->supports(sdk::LossOp::softmax_cross_entropy, d), matches(d, {storage})) << at;
+    for (auto op : {sdk::OptimizerOp::sgd_update, sdk::OptimizerOp::adamw_update})
+      EXPECT_EQ(opt->supports(op, d), matches(d, {fp32, storage})) << at;
+    for (auto op : {sdk::AttentionOp::split_heads, sdk::AttentionOp::merge_heads})
+      EXPECT_EQ(attn->supports(op, d), matches(d, {storage, storage})) << at;
+    for (auto op : {sdk::AttentionOp::softmax_forward, sdk::AttentionOp::softmax_backward})
+      EXPECT_EQ(attn->supports(op, d), matches(d, {fp32})) << at;
+    EXPECT_EQ(emb->supports(sdk::EmbeddingOp::gather, d), matches(d, {storage, storage})) << at;
+    EXPECT_EQ(emb->supports(sdk::EmbeddingOp::scatter_add, d), matches(d, {storage})) << at;
+    using C = sdk::ConvolutionOp;
+    for (auto op : {C::conv2d_forward, C::conv2d_backward_data})
+      EXPECT_EQ(conv->supports(op, d), matches(d, {gemm_operand, gemm_operand, storage})) << at;
+    EXPECT_EQ(conv->supports(C::conv2d_backward_weights, d),
+              matches(d, {gemm_operand, gemm_operand}))
+        << at;
+    for (auto op : {C::pool2d_forward, C::pool2d_backward})
+      EXPECT_EQ(conv->supports(op, d),
+                matches(d, {storage, storage}) &&
+                    (d.size() < 2 || d[0] == d[1] || (fp32(d[0]) && fp32(d[1]))))
+          << at;
+    for (auto op : {C::to_channels_last, C::to_channels_first})
+      EXPECT_EQ(conv->supports(op, d), matches(d, {storage, storage})) << at;
+  });
+  EXPECT_EQ(lists, 1 + 7 + 49 + 343 + 2401);
 }
 
 }  // namespace

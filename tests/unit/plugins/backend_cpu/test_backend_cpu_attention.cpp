@@ -317,7 +317,7 @@ TEST(backend_cpu_attention, SoftmaxArgumentErrors) {
 
 TEST(backend_cpu_attention, SupportsAnswersTheHeaderDtypes) {
   CpuBackend be(1);
-  sdk::AttentionFacet& f = *be.attention_facet();
+  sdk::AttentionFacet& f = *sdk::facet<sdk::AttentionFacet>(be);
   for (DType a : kFloats)
     for (DType b : kFloats) {
       EXPECT_TRUE(f.supports(sdk::AttentionOp::split_heads, std::vector<DType>{a, b}));

@@ -180,7 +180,7 @@ TEST(backend_cpu_embedding, ShapeAndDtypeMismatchesAreErrors) {
 
 TEST(backend_cpu_embedding, SupportsAnswersTheHeaderDtypes) {
   CpuBackend be(1);
-  sdk::EmbeddingFacet& f = *be.embedding_facet();
+  sdk::EmbeddingFacet& f = *sdk::facet<sdk::EmbeddingFacet>(be);
   for (DType a : kFloats) {
     for (DType b : kFloats)
       EXPECT_TRUE(f.supports(sdk::EmbeddingOp::gather, std::vector<DType>{a, b}));

@@ -365,9 +365,10 @@ TEST(backend_cpu_kernels, AddSumsInFp32RoundsOnceAndKeepsNaN) {
   EXPECT_THROW(be.add(one, false, z), sdk::BackendError);
   const sdk::TensorView two[] = {x, z};
   EXPECT_THROW(be.add(two, false, short_y), sdk::BackendError);
-  EXPECT_TRUE(be.supports(sdk::ElementwiseOp::add, std::vector<DType>{DType::bf16, DType::fp32}));
-  EXPECT_FALSE(
-      be.supports(sdk::ElementwiseOp::add, std::vector<DType>{DType::fp8_e4m3, DType::fp32}));
+  EXPECT_TRUE(sdk::facet<sdk::ResidualFacet>(be)->supports(
+      sdk::ResidualOp::add, std::vector<DType>{DType::bf16, DType::fp32}));
+  EXPECT_FALSE(sdk::facet<sdk::ResidualFacet>(be)->supports(
+      sdk::ResidualOp::add, std::vector<DType>{DType::fp8_e4m3, DType::fp32}));
 }
 
 TEST(backend_cpu_memory, StatsTrackCurrentPeakAndLiveCount) {

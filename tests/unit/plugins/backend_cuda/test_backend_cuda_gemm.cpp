@@ -70,7 +70,7 @@ void run_case(CudaBackend& gpu, backend_cpu::CpuBackend& cpu, const GemmCase& g,
     args.beta = g.beta;
     if (g.bias) args.bias = bias;
     args.compute = g.compute;
-    be.gemm_facet()->gemm(args);
+    sdk::facet<sdk::GemmFacet>(be)->gemm(args);
     return c.get();
   };
   const auto got = run(gpu);

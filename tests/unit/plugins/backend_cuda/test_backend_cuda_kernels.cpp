@@ -87,14 +87,17 @@ TEST_F(backend_cuda_vs_cpu, LayerNormForwardAndBackward) {
           Tensor y(be, dt, {rows, n}), mean(be, DType::fp32, {rows}), rstd(be, DType::fp32, {rows});
           const TensorView gamma = affine ? g.view() : TensorView{};
           const TensorView beta = affine ? b.view() : TensorView{};
-          be.normalization_facet()->layernorm_forward(x, gamma, beta, 1e-5f, y, mean, rstd);
+          sdk::facet<sdk::LayerNormFacet>(be)->layernorm_forward(x, gamma, beta, 1e-5f, y, mean,
+                                                                 rstd);
           Tensor dy(be, dt, {rows, n}, dyv), dx(be, dt, {rows, n});
           Tensor dg(be, DType::fp32, {n}, gv), db(be, DType::fp32, {n}, bv);
-          be.normalization_facet()->layernorm_backward(dy, x, gamma, mean, rstd, dx, dg, db, /*accumulate=*/true);
+          sdk::facet<sdk::LayerNormFacet>(be)->layernorm_backward(dy, x, gamma, mean, rstd, dx, dg,
+                                                                  db, /*accumulate=*/true);
           auto first = std::vector<std::vector<float>>{y.get(), mean.get(), rstd.get(), dx.get(),
                                                        dg.get(), db.get()};
           // dx aliasing dy, dgamma/dbeta overwritten.
-          be.normalization_facet()->layernorm_backward(dy, x, gamma, mean, rstd, dy, dg, db, /*accumulate=*/false);
+          sdk::facet<sdk::LayerNormFacet>(be)->layernorm_backward(dy, x, gamma, mean, rstd, dy, dg,
+                                                                  db, /*accumulate=*/false);
           first.push_back(dy.get());
           first.push_back(dg.get());
           first.push_back(db.get());
@@ -131,7 +134,7 @@ TEST_F(backend_cuda_vs_cpu, SoftmaxCrossEntropy) {
           Tensor z(be, lt, {rows, classes}, zv), y(be, DType::int32, {rows}, labels);
           Tensor loss(be, DType::fp32, {1}), correct(be, DType::int32, {1}),
               dz(be, dt, {rows, classes});
-          be.loss_facet()->softmax_cross_entropy(z, y, 1024.0f, loss, correct, dz);
+          sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, y, 1024.0f, loss, correct, dz);
           return std::vector<std::vector<float>>{loss.get(), correct.get(), dz.get()};
         };
         const auto g = run(gpu());

@@ -3,7 +3,9 @@
 // without a GPU, since choosing a route calls no CUDA.
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
+#include <vector>
 
 #include "cuda_gemm_routes.h"
 
@@ -129,6 +131,48 @@ TEST(cuda_gemm_routes, FusedRoutesComeFirstWhereCublasLtHasThem) {
   routes = gemm_routes(q);
   EXPECT_EQ(routes.front().output, Output::fp32_epilogue);
   EXPECT_TRUE(routes.front().encode_by_kernel);
+}
+
+// CudaBackend's GemmFacet::supports: the SDK's table narrowed to the A/B dtypes the device
+// declares. Checked against the rule it had before the table moved into the SDK (A, B: listed in
+// capabilities(); C: a storage float; at most three dtypes), for every list of up to four.
+TEST(GemmSupported, IsTheSdkTableNarrowedToTheDeclaredInputs) {
+  auto caps_for = [](bool fp8) {
+    sdk::BackendCapabilities caps;
+    for (DType t : {DType::fp32, DType::tf32, DType::bf16, DType::fp16})
+      caps.gemm_inputs.push_back({t, true, ""});
+    if (fp8)
+      for (DType t : {DType::fp8_e4m3, DType::fp8_e5m2}) caps.gemm_inputs.push_back({t, true, ""});
+    return caps;
+  };
+  auto storage = [](DType t) {
+    return t == DType::fp32 || t == DType::tf32 || t == DType::bf16 || t == DType::fp16;
+  };
+  for (bool fp8 : {false, true}) {
+    const sdk::BackendCapabilities caps = caps_for(fp8);
+    auto old_rule = [&](std::span<const DType> d) {
+      for (std::size_t i = 0; i < d.size(); ++i) {
+        if (i >= 3) return false;
+        if (i < 2 ? !caps.supports(d[i]) : !storage(d[i])) return false;
+      }
+      return true;
+    };
+    std::vector<DType> d;
+    auto rec = [&](auto& self, std::size_t depth) -> void {
+      for (auto op : {sdk::GemmOp::gemm, sdk::GemmOp::gemm_strided_batched})
+        EXPECT_EQ(gemm_supported(caps, op, d), old_rule(d)) << fp8 << " " << d.size();
+      if (depth == 4) return;
+      for (DType t : sdk::kAllDTypes) {
+        d.push_back(t);
+        self(self, depth + 1);
+        d.pop_back();
+      }
+    };
+    rec(rec, 0);
+  }
+  const DType fp8_gemm[] = {DType::fp8_e4m3, DType::fp8_e5m2, DType::bf16};
+  EXPECT_FALSE(gemm_supported(caps_for(false), sdk::GemmOp::gemm, fp8_gemm));  // before sm_89
+  EXPECT_TRUE(gemm_supported(caps_for(true), sdk::GemmOp::gemm, fp8_gemm));
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 // wall time of each, by scope and op: a profiler for `mixtrain train --profile` and benchmarks.
 //
 // Contract
-// - Wraps `inner` (shared ownership); offers exactly the facets `inner` offers (a facet the
-//   inner backend lacks stays nullptr, so plan-time errors are the inner backend's).
+// - Wraps `inner` (shared ownership); offers exactly the facets `inner` offers: each facet the
+//   profiler knows and `inner` has at the SDK's version is wrapped (its ops timed); any other
+//   name is answered by `inner` itself (nullptr when it lacks the facet, so plan-time errors are
+//   the inner backend's; a facet the profiler does not know passes through untimed).
 // - Each op is timed from its call until inner->synchronize() returns, so asynchronous (GPU)
 //   backends are timed per op too, at the cost of one wait per op; results are unchanged.
 // - The scope of an op is the innermost ProfileScope open on the calling thread when it is

@@ -1,13 +1,13 @@
-// NormalizationFacet: layer norm (per row) and batch norm (per channel), with FP32 statistics.
+// BatchNormFacet: batch norm per channel over channels-last activations (BN + ReLU fused when
+// asked), training and evaluation forwards and the backward, with FP32 statistics.
 //
 // Contract
-// - A backend offers it through DeviceBackend::normalization_facet() (nullptr: none).
+// - A backend offers it as find_facet("batch_norm") (nullptr: none).
 // - supports(op, dtypes) answers for {x} (forward: the input and output dtype; backward: x and
 //   dy share it; fp32, bf16 or fp16), without running anything. Statistics, gamma and beta are
-//   fp32 whatever the activations' dtype: the mixed-precision recipes keep norm statistics in
-//   FP32, and so does every backend.
-// - version() reports the kVersion this facet was compiled against (do not override it).
-//   Version 2 added batch norm.
+//   fp32 whatever the activations' dtype, as for layer norm.
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
+//   version only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -17,18 +17,17 @@
 #include <span>
 #include <string_view>
 
+#include "mixtrain/sdk/facet.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
 
-enum class NormalizationOp {
-  layernorm_forward,
-  layernorm_backward,
-  batchnorm_forward_training,
-  batchnorm_forward_inference,
-  batchnorm_backward,
+enum class BatchNormOp {
+  batchnorm_forward_training,   // {x}
+  batchnorm_forward_inference,  // {x}
+  batchnorm_backward,           // {x}
 };
-MIXTRAIN_SDK_API std::string_view op_name(NormalizationOp op) noexcept;
+MIXTRAIN_SDK_API std::string_view op_name(BatchNormOp op) noexcept;
 
 // Batch norm over channels-last activations: x, y [rows, C] with rows = N·H·W for images
 // [N, H, W, C] (and rows = N for [N, C]); statistics are per channel over all rows.
@@ -41,21 +40,14 @@ struct BatchNormShape {
   bool relu = false;
 };
 
-class MIXTRAIN_SDK_API NormalizationFacet {
+class MIXTRAIN_SDK_API BatchNormFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 2;
-  static constexpr std::string_view kName = "normalization";
-  virtual std::uint32_t version() const { return kVersion; }
-  virtual bool supports(NormalizationOp op, std::span<const DType> dtypes) const = 0;
-
-  // x, y [rows, n]: y = (x - mean) * rstd * gamma + beta per row; mean, rstd: fp32 [rows]
-  // written for backward.
-  virtual void layernorm_forward(TensorView x, TensorView gamma, TensorView beta, float eps,
-                                 TensorView y, TensorView mean, TensorView rstd) = 0;
-  // dx (overwritten); dgamma, dbeta fp32 [n] accumulated when `accumulate`, else overwritten.
-  virtual void layernorm_backward(TensorView dy, TensorView x, TensorView gamma, TensorView mean,
-                                  TensorView rstd, TensorView dx, TensorView dgamma,
-                                  TensorView dbeta, bool accumulate) = 0;
+  static constexpr std::uint32_t kVersion = 1;
+  static constexpr std::string_view kName = "batch_norm";
+  std::string_view name() const final { return kName; }
+  std::uint32_t version() const final { return kVersion; }
+  // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
+  virtual bool supports(BatchNormOp op, std::span<const DType> dtypes) const;
 
   // Bytes of the workspace batch norm's training forward leaves for its backward (what its ReLU
   // mask needs: the CPU backend keeps 2·C floats; 0 when the backend needs none). The caller
@@ -83,7 +75,7 @@ class MIXTRAIN_SDK_API NormalizationFacet {
                                   TensorView dgamma, TensorView dbeta, bool accumulate) = 0;
 
  protected:
-  virtual ~NormalizationFacet();  // not owned through the facet: the backend is
+  ~BatchNormFacet() override;  // not owned through the facet: the backend is
 };
 
 }  // namespace mixtrain::sdk

@@ -1,0 +1,52 @@
+// LayerNormFacet: layer norm per row, forward and backward, with FP32 statistics.
+//
+// Contract
+// - A backend offers it as find_facet("layer_norm") (nullptr: none).
+// - supports(op, dtypes) answers for {x} (forward: the input and output dtype; backward: x and
+//   dy share it; fp32, bf16 or fp16), without running anything. Statistics, gamma and beta are
+//   fp32 whatever the activations' dtype: the mixed-precision recipes keep norm statistics in
+//   FP32, and so does every backend.
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
+//   version only appends methods).
+#pragma once
+
+#include "mixtrain/sdk/export.h"
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "mixtrain/sdk/facet.h"
+#include "mixtrain/sdk/tensor_view.h"
+
+namespace mixtrain::sdk {
+
+enum class LayerNormOp {
+  layernorm_forward,   // {x}
+  layernorm_backward,  // {x}
+};
+MIXTRAIN_SDK_API std::string_view op_name(LayerNormOp op) noexcept;
+
+class MIXTRAIN_SDK_API LayerNormFacet : public Facet {
+ public:
+  static constexpr std::uint32_t kVersion = 1;
+  static constexpr std::string_view kName = "layer_norm";
+  std::string_view name() const final { return kName; }
+  std::uint32_t version() const final { return kVersion; }
+  // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
+  virtual bool supports(LayerNormOp op, std::span<const DType> dtypes) const;
+
+  // x, y [rows, n]: y = (x - mean) * rstd * gamma + beta per row; mean, rstd: fp32 [rows]
+  // written for backward.
+  virtual void layernorm_forward(TensorView x, TensorView gamma, TensorView beta, float eps,
+                                 TensorView y, TensorView mean, TensorView rstd) = 0;
+  // dx (overwritten); dgamma, dbeta fp32 [n] accumulated when `accumulate`, else overwritten.
+  virtual void layernorm_backward(TensorView dy, TensorView x, TensorView gamma, TensorView mean,
+                                  TensorView rstd, TensorView dx, TensorView dgamma,
+                                  TensorView dbeta, bool accumulate) = 0;
+
+ protected:
+  ~LayerNormFacet() override;  // not owned through the facet: the backend is
+};
+
+}  // namespace mixtrain::sdk

@@ -1,0 +1,47 @@
+// ResidualFacet: the residual join y = Σ xs (then ReLU) in one pass.
+//
+// Contract
+// - A backend offers it as find_facet("residual") (nullptr: none). It is optional: a host that
+//   finds no residual facet, or one whose supports() answers no for an input, joins with
+//   ActivationFacet's axpy (and activation_forward for the ReLU) instead, with the same sum in
+//   FP32 but one more rounding when y is not fp32.
+// - supports(add, {x, y}) answers for one input x and the output y (ask once per input), without
+//   running anything.
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
+//   version only appends methods).
+#pragma once
+
+#include "mixtrain/sdk/export.h"
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "mixtrain/sdk/facet.h"
+#include "mixtrain/sdk/tensor_view.h"
+
+namespace mixtrain::sdk {
+
+enum class ResidualOp {
+  add,  // {x, y}: each input's dtype with y's
+};
+MIXTRAIN_SDK_API std::string_view op_name(ResidualOp op) noexcept;
+
+class MIXTRAIN_SDK_API ResidualFacet : public Facet {
+ public:
+  static constexpr std::uint32_t kVersion = 1;
+  static constexpr std::string_view kName = "residual";
+  std::string_view name() const final { return kName; }
+  std::uint32_t version() const final { return kVersion; }
+  // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
+  virtual bool supports(ResidualOp op, std::span<const DType> dtypes) const;
+
+  // y = Σ xs, then max(0, ·) when `relu`: summed in FP32 and rounded once into y's dtype. xs: two
+  // or more tensors of y's numel in any storage dtype; y may be one of them (same dtype).
+  virtual void add(std::span<const TensorView> xs, bool relu, TensorView y) = 0;
+
+ protected:
+  ~ResidualFacet() override;  // not owned through the facet: the backend is
+};
+
+}  // namespace mixtrain::sdk
