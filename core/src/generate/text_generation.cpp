@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "mixtrain/core/graph/decoder.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -53,13 +54,12 @@ std::vector<std::int32_t> generate(Model& model, std::span<const std::int32_t> p
   std::vector<std::int32_t> out;
   DataRng rng(o.seed, 0x73616d706c65ull);  // "sample"
   // Prefill the last `block` prompt tokens; later tokens one at a time.
+  Decoder decoder(model, block);
   auto restart = [&](std::size_t keep) {
-    model.end_decode();
-    model.begin_decode(block);
+    decoder.reset();
     const std::size_t from = context.size() - std::min(context.size(), keep);
-    return model.decode(std::span<const std::int32_t>(context).subspan(from));
+    return decoder.decode(std::span<const std::int32_t>(context).subspan(from));
   };
-  model.begin_decode(block);
   std::vector<float> logits = restart(static_cast<std::size_t>(block));
   for (std::int64_t i = 0; i < o.tokens; ++i) {
     const std::int32_t next = sample_token(logits, o.temperature, o.top_k, rng);
@@ -67,14 +67,13 @@ std::vector<std::int32_t> generate(Model& model, std::span<const std::int32_t> p
     context.push_back(next);
     if (on_token) on_token(next);
     if (i + 1 == o.tokens) break;
-    if (model.decode_length() < block) {
+    if (decoder.length() < block) {
       const std::int32_t one[1] = {next};
-      logits = model.decode(one);
+      logits = decoder.decode(one);
     } else {
       logits = restart(static_cast<std::size_t>(std::max<std::int64_t>(block / 2, 1)));
     }
   }
-  model.end_decode();
   return out;
 }
 

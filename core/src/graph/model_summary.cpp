@@ -50,12 +50,13 @@ ModelSummary summarize_model(const Model& model, std::int64_t batch_rows) {
     NodeSummary n;
     n.name = l.name();
     n.op = l.type();
-    for (int t : model.node_inputs(i))
-      n.input_shapes.push_back(t >= 0 ? model.node_shape(static_cast<std::size_t>(t))
-                               : model.input_sample_shape().empty()
+    const GraphPlan& plan = model.plan();
+    for (TensorId t : plan.node(i).inputs)
+      n.input_shapes.push_back(t.is_node() ? plan.node(t.position()).shape
+                               : plan.input().sample_shape.empty()
                                    ? std::vector<std::int64_t>{model.input_features()}
-                                   : model.input_sample_shape());
-    n.output_shape = model.node_shape(i);
+                                   : plan.input().sample_shape);
+    n.output_shape = plan.node(i).shape;
     std::int64_t rows_per_sample = 1;
     for (std::size_t d = 0; d + 1 < n.output_shape.size(); ++d)
       rows_per_sample *= n.output_shape[d];

@@ -12,8 +12,9 @@ std::vector<std::string> tensor_core_warnings(const Model& model) {
     const sdk::DType g = l.precision().gemm_input;
     if (!l.has_gemm() || g == sdk::DType::fp32 || g == sdk::DType::tf32) continue;
     const std::int64_t multiple = sdk::is_fp8(g) ? 16 : 8;
-    const auto& inputs = model.node_inputs(i);
-    const bool reads_batch = std::find(inputs.begin(), inputs.end(), -1) != inputs.end();
+    const auto& inputs = model.plan().node(i).inputs;
+    const bool reads_batch =
+        std::find(inputs.begin(), inputs.end(), TensorId::batch()) != inputs.end();
     for (const TensorCoreDim& d : l.tensor_core_dims()) {
       if (d.size % multiple == 0) continue;
       std::string w = "layer '" + l.name() + "' (" + l.type() + "): " + d.what + " " +

@@ -26,10 +26,9 @@ std::string share_text(double share) {
   return buf;
 }
 
-std::string underflow_summary_line(const std::vector<Model::UnderflowCount>& counts,
-                                   float loss_scale) {
+std::string underflow_summary_line(const std::vector<UnderflowCount>& counts, float loss_scale) {
   std::string dtypes, first_zero;
-  const Model::UnderflowCount* worst = nullptr;
+  const UnderflowCount* worst = nullptr;
   double worst_share = -1.0;
   int measured = 0, losing = 0, zero = 0;
   for (const auto& c : counts) {

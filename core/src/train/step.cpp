@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "mixtrain/core/graph/diagnostics.h"
 #include "profiling/profile_scope.h"
 #include "train/step_statistics.h"
 
@@ -138,7 +139,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
         feed_batch(s, s.train, s.micro_batches[static_cast<std::size_t>(k)],
                    s.micro_batch_numbers[static_cast<std::size_t>(k)]);
       }
-      out.first_nonfinite = model.locate_first_nonfinite(bs, replay_seed);
+      out.first_nonfinite = locate_first_nonfinite(model, bs, replay_seed);
       if (micro > 1 && !out.first_nonfinite.empty())
         out.first_nonfinite = "micro-batch " + std::to_string(k + 1) + " of " +
                               std::to_string(micro) + ": " + out.first_nonfinite;

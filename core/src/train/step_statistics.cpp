@@ -10,7 +10,7 @@ using json = nlohmann::json;
 
 json gradient_underflow_record(Model& model, std::int64_t step, std::int64_t rows, float loss_scale,
                                sdk::Logger& log) {
-  const auto counts = model.measure_gradient_underflow(rows, loss_scale);
+  const auto counts = measure_gradient_underflow(model, rows, loss_scale);
   json shares = json::object();
   for (const auto& c : counts) {
     if (c.dtype == sdk::DType::fp32) continue;

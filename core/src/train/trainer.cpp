@@ -100,8 +100,8 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   for (const auto& l : s.model->layers())
     if (sdk::dtype_size(l->precision().activation_grad) < 4) s.underflow_watch = true;
   const std::int64_t max_rows = std::max(e.data.batch_size, e.data.eval_batch_size);
-  if (e.run.underflow_every > 0 && s.underflow_watch) s.model->reserve_fp32_gradient_pass();
-  s.model->allocate(max_rows);
+  s.model->allocate(max_rows,
+                    /*reserve_fp32_gradients=*/e.run.underflow_every > 0 && s.underflow_watch);
   s.model->init_parameters(e.run.seed);
   for (auto* p : s.model->parameters()) {
     sdk::Parameter sp;

@@ -1,6 +1,6 @@
 // The op table: every op a model config can name, one entry per op, registered in one place
-// (op_registry.cpp). Adding an op is one file under core/src/graph/ops/ with its layer class and its
-// OpDefinition, one line in the table, and its tests (docs/model-graph.md).
+// (op_registry.cpp). Adding an op is one file under core/src/graph/ops/ with its layer class and
+// its OpDefinition, one line in the table, and its tests (docs/model-graph.md).
 //
 // Contract
 // - find_op(type) returns the op's definition or nullptr; op_types() lists the types in table
@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "mixtrain/core/graph/layer.h"
-#include "mixtrain/core/graph/model.h"
+#include "mixtrain/core/graph/model_spec.h"
 #include "mixtrain/sdk/options.h"
 
 namespace mixtrain::core {

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cpu_test_backend.h"
+#include "mixtrain/core/graph/diagnostics.h"
 #include "mixtrain/core/graph/model.h"
 
 namespace mixtrain::core {
@@ -172,7 +173,7 @@ TEST(Model, ALinearFusedWithReluKeepsNoPreActivationBufferUntilItRunsUnfused) {
   const auto plain_bytes = bytes_after_allocate(false, plain_backend, plain);
   // fc1's z (9 rows x 24 fp32) is not needed by the fused relu; fc2's is (gelu's backward). The
   // activation plan holds one buffer less, and the backend never sees more memory for it.
-  EXPECT_EQ(plain->activation_sum_bytes() - fused->activation_sum_bytes(),
+  EXPECT_EQ(plain->activation_plan().sum_bytes - fused->activation_plan().sum_bytes,
             aligned_buffer_bytes(9u * 24u * 4u, kDefaultBufferAlignment));
   EXPECT_LE(fused_bytes, plain_bytes);
   EXPECT_EQ(fused->layers()[0]->output(9).data, nullptr);
@@ -184,7 +185,7 @@ TEST(Model, ALinearFusedWithReluKeepsNoPreActivationBufferUntilItRunsUnfused) {
   std::vector<std::int32_t> y = {0, 1, 2, 3, 4, 0, 1, 2, 3};
   fused_backend->copy_from_host(fused->input(9), x.data());
   fused_backend->copy_from_host(fused->labels(9), y.data());
-  EXPECT_EQ(fused->locate_first_nonfinite(9, 1.0f), "");
+  EXPECT_EQ(locate_first_nonfinite(*fused, 9, 1.0f), "");
   EXPECT_NE(fused->layers()[0]->output(9).data, nullptr);
   EXPECT_EQ(fused->fused_pairs(), 2);
   fused->forward(9);

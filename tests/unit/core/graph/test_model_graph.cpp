@@ -66,7 +66,7 @@ TEST(ModelGraph, FiniteDifferencesThroughFanOutReshapeAndFlatten) {
   m.allocate(rows);
   m.init_parameters(11);
   feed(m, rows, 5);
-  EXPECT_EQ(m.node_shape(6), (std::vector<std::int64_t>{2, 3}));  // tokens, in forward order
+  EXPECT_EQ(m.plan().node(6).shape, (std::vector<std::int64_t>{2, 3}));  // tokens, in forward order
 
   m.forward(rows);
   m.loss(rows, 1.0f, true);
@@ -141,14 +141,14 @@ TEST(ModelGraph, GradientArenaReusesDeadBuffersAndTheHookSeesEveryParameterOnce)
   m.allocate(8);
   m.init_parameters(1);
   EXPECT_EQ(m.fused_pairs(), 20);
-  EXPECT_LT(m.gradient_arena_bytes() * 4, m.gradient_sum_bytes())
-      << m.gradient_arena_bytes() << " of " << m.gradient_sum_bytes();
+  EXPECT_LT(m.gradient_plan().arena_bytes * 4, m.gradient_plan().sum_bytes)
+      << m.gradient_plan().arena_bytes << " of " << m.gradient_plan().sum_bytes;
   // Activations: fc1's z is never stored (the relu is its epilogue); relu and add outputs are
   // kept for the backward (fc2 and the next fc1 read them); each fc2 output dies when its add has
   // run, so the 20 of them share one buffer (and the logits fit in a dead one too).
   const std::size_t fc2_out = aligned_buffer_bytes(8 * 16 * 4, kDefaultBufferAlignment);
-  EXPECT_GE(m.activation_sum_bytes() - m.activation_arena_bytes(), 19 * fc2_out)
-      << m.activation_arena_bytes() << " of " << m.activation_sum_bytes();
+  EXPECT_GE(m.activation_plan().sum_bytes - m.activation_plan().arena_bytes, 19 * fc2_out)
+      << m.activation_plan().arena_bytes << " of " << m.activation_plan().sum_bytes;
   std::map<std::string, int> seen;
   m.set_gradient_ready_hook([&](ModelParameter& p) { ++seen[p.name]; });
   feed(m, 8, 2);

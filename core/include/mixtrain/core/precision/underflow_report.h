@@ -13,12 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/core/graph/model.h"
+#include "mixtrain/core/graph/diagnostics.h"
 
 namespace mixtrain::core {
 
-std::string underflow_summary_line(const std::vector<Model::UnderflowCount>& counts,
-                                   float loss_scale);
+std::string underflow_summary_line(const std::vector<UnderflowCount>& counts, float loss_scale);
 
 // "87.3%", "<0.1%" for a share above 0 that rounds to 0.0%, "0%" for none.
 std::string share_text(double share);

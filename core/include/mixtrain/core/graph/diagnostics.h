@@ -1,0 +1,37 @@
+// Step diagnostics over a model's executor: the first non-finite tensor of a step, and the share
+// of gradient values that underflow in the dtype the plan stores them in. Both replay the current
+// batch through the executor's visitor hooks; neither changes how the model addresses a tensor.
+//
+// Contract
+// - locate_first_nonfinite re-runs forward, loss and backward on the current batch (input(rows),
+//   labels(rows)), unfused so that every node's output is written, checking every tensor as it
+//   is written, and names the first one holding an inf or NaN ("forward fc2.output", "loss",
+//   "backward fc1.weight.grad", "backward relu1 input gradient"); empty when all are finite.
+//   It overwrites parameter gradients: call it only for a step that will not be applied.
+// - measure_gradient_underflow replays the loss and backward of the last forward with every
+//   activation gradient kept in FP32, and counts for each layer boundary the non-zero values that
+//   would round to zero when stored (still multiplied by grad_scale) in the planned dtype. It
+//   overwrites parameter gradients; call it before the first micro-batch's backward. The FP32
+//   arena it needs is the model's own when reserved (Model::allocate), else allocated per call.
+// - Neither fires the gradient-ready hook.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/graph/model.h"
+
+namespace mixtrain::core {
+
+std::string locate_first_nonfinite(Model& model, std::int64_t rows, float grad_scale);
+
+struct UnderflowCount {
+  std::string tensor;  // "fc2 input gradient", "logits gradient"
+  sdk::DType dtype;
+  std::int64_t nonzero = 0, flushed = 0;
+};
+std::vector<UnderflowCount> measure_gradient_underflow(Model& model, std::int64_t rows,
+                                                       float grad_scale);
+
+}  // namespace mixtrain::core

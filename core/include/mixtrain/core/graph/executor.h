@@ -1,0 +1,109 @@
+// Executor: runs a planned graph on its backend — forward, the loss, backward — over memory it
+// allocates once from the memory plans, and lets clients watch each node as it runs.
+//
+// Contract
+// - Built over a GraphPlan and its ops (both owned by the Model, which outlives it).
+//   allocate(max_rows) places every activation and gradient buffer: the ops' outputs in one
+//   activation arena, the gradients in one arena (graph/memory_plan.h), sized for the all-FP32
+//   gradient pass as well when `reserve_fp32_gradients`.
+// - Tensors are addressed by TensorId for one pass's Extent (a batch of samples, or a decode step
+//   of tokens): activation(t, e) and gradient(t, e, buffers) are [rows, cols] device views.
+// - forward(e, visit) runs every computing node in forward order; `visit` (optional) sees each
+//   node after its forward and returns false to stop the pass.
+// - compute_loss enqueues softmax-cross-entropy of the logits against labels(rows); with
+//   gradients it also writes the logits' gradient, scaled by grad_scale. read_loss() waits.
+// - backward(e, buffers, last_micro_batch, visit) runs every node that needs a gradient in reverse
+//   order, writing input gradients into `buffers` (the planned dtypes, or all FP32 for the
+//   underflow measurement) and parameter gradients by their take_grad_beta() rule. A tensor
+//   read once gets its reader's contribution directly; one read several times sums its
+//   contributions in FP32 (the first overwrites). `visit` sees each node after its backward with
+//   its input gradients as written. The gradient-ready hook runs for each parameter whose
+//   gradient is final after that node — only when last_micro_batch.
+// - start_gradients() makes every parameter's next contribution overwrite (a new optimizer step).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "mixtrain/core/graph/graph_plan.h"
+#include "mixtrain/core/graph/layer.h"
+#include "mixtrain/core/graph/liveness_plan.h"
+#include "mixtrain/core/graph/memory_plan.h"
+#include "mixtrain/core/graph/tensor.h"
+
+namespace mixtrain::core {
+
+struct LossValues {
+  float loss = 0.0f;         // mean over rows, FP32
+  std::int32_t correct = 0;  // labels the argmax matched (rows × labels_per_sample in all)
+};
+
+// Where one backward writes its input gradients: the step's arena in the planned dtypes, or an
+// arena laid out for every gradient in FP32.
+struct GradientBuffers {
+  std::byte* base = nullptr;
+  bool all_fp32 = false;
+};
+
+class Executor {
+ public:
+  using ForwardVisitor = std::function<bool(std::size_t node)>;
+  using BackwardVisitor =
+      std::function<bool(std::size_t node, std::span<const sdk::TensorView> input_grads)>;
+  using GradientReadyHook = std::function<void(ModelParameter&)>;
+
+  Executor(std::shared_ptr<sdk::DeviceBackend> backend, const GraphPlan& plan,
+           std::vector<std::unique_ptr<Layer>>& ops);
+
+  void allocate(std::int64_t max_rows, bool reserve_fp32_gradients);
+  std::int64_t max_rows() const { return max_rows_; }
+
+  sdk::TensorView input(std::int64_t rows) const { return input_.rows(rows); }
+  sdk::TensorView labels(std::int64_t rows) const;  // [rows · labels_per_sample]
+  sdk::TensorView activation(TensorId t, Extent e) const;
+  sdk::TensorView gradient(TensorId t, Extent e, const GradientBuffers& buffers) const;
+  sdk::TensorView loss_value() const { return loss_.view(); }
+
+  GradientBuffers planned_gradients() const;
+  // The all-FP32 gradient arena: the planned arena when it was reserved for it, else `storage`
+  // (allocated here, released by the caller when done).
+  GradientBuffers fp32_gradients(Tensor& storage);
+
+  void forward(Extent e, const ForwardVisitor& visit = {});
+  void compute_loss(std::int64_t rows, float grad_scale,
+                    std::optional<GradientBuffers> gradients);
+  LossValues read_loss();
+  void backward(Extent e, const GradientBuffers& buffers, bool last_micro_batch,
+                const BackwardVisitor& visit = {});
+  void start_gradients();
+  void set_gradient_ready_hook(GradientReadyHook hook) { grad_ready_ = std::move(hook); }
+
+  const LivenessPlan& activation_plan() const { return act_plan_; }
+  const LivenessPlan& gradient_plan() const { return grads_.planned; }
+
+ private:
+  const char* profile_scope(std::size_t node) const;
+  sdk::TensorView scratch(std::size_t slot, sdk::DType dtype, std::int64_t rows, std::int64_t cols);
+  void bind_ties();
+
+  std::shared_ptr<sdk::DeviceBackend> backend_;
+  const GraphPlan& plan_;
+  std::vector<std::unique_ptr<Layer>>& ops_;
+  std::int64_t max_rows_ = 0;
+  Tensor input_, labels_, loss_, correct_;
+  LivenessPlan act_plan_;
+  GradientPlan grads_;
+  Tensor act_arena_, grad_arena_;
+  bool fp32_reserved_ = false;
+  std::vector<Tensor> scratch_;  // contributions that need a cast or an add
+  GradientReadyHook grad_ready_;
+  // Per node: the parameters whose gradient is final after its backward (their first user in
+  // forward order is this node).
+  std::vector<std::vector<ModelParameter*>> ready_after_;
+};
+
+}  // namespace mixtrain::core

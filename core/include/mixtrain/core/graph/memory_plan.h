@@ -1,0 +1,58 @@
+// The memory plans of a model graph: where every activation and every gradient buffer lives for
+// batches of up to max_rows samples, as liveness plans over one forward, loss and backward.
+// The executor allocates what these plan; `mixtrain check` reports them.
+//
+// Contract
+// - Schedule: the forward of the node at position p is step p, the loss step n, its backward
+//   step 2n - p. An output lives from its forward to its last read (a forward read, the backward
+//   of a reader that keeps its inputs, its own backward when that reads it, the loss for the
+//   logits). Views and deferred outputs take no activation bytes.
+// - Gradients: one buffer per root tensor that needs one. A tensor read once gets its reader's
+//   activation_grad dtype; one read several times keeps an FP32 gradient. A pass-through op (add)
+//   lends its output gradient's buffer to one input read by it alone in the same dtype, so a
+//   chain of adds shares one buffer. The same lives are also planned all in FP32 (the underflow
+//   measurement's pass).
+// - Pure functions of the plan and the ops' precision; they allocate nothing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "mixtrain/core/graph/graph_plan.h"
+#include "mixtrain/core/graph/layer.h"
+#include "mixtrain/core/graph/liveness_plan.h"
+
+namespace mixtrain::core {
+
+using Ops = std::vector<std::unique_ptr<Layer>>;
+
+// The dtype a node's backward writes its input gradients in.
+sdk::DType contribution_dtype(const Ops& ops, std::size_t reader);
+// What the loss stores the logits' gradient in: the logits' own activation dtype (fp32 when the
+// logits are a view of the batch, which needs no gradient).
+sdk::DType logits_grad_dtype(const GraphPlan& plan, const Ops& ops);
+// The storage dtype of a tensor's activation (the batch's is the input dtype).
+sdk::DType activation_dtype(const GraphPlan& plan, const Ops& ops, TensorId t);
+
+// `as_dtype` sizes every output in that dtype instead of its planned one.
+LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
+                              std::optional<sdk::DType> as_dtype = std::nullopt);
+
+struct GradientSlot {
+  int reads = 0;  // contributions per backward; 0: the tensor needs no gradient buffer
+  sdk::DType dtype = sdk::DType::fp32;
+  std::size_t offset = 0;       // in the planned-dtype arena
+  std::size_t offset_fp32 = 0;  // in the all-FP32 arena
+};
+
+struct GradientPlan {
+  std::vector<GradientSlot> slots;  // per node position (used at roots that need a gradient)
+  LivenessPlan planned, fp32;
+};
+
+GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows);
+
+}  // namespace mixtrain::core

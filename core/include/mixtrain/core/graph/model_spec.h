@@ -1,0 +1,58 @@
+// ModelSpec: a model as the config describes it — its nodes, their inputs and options — before
+// any op is built; and InputSpec, what the data feeds it. Plain data, no device.
+//
+// Contract
+// - A node reads named inputs (other nodes, or kGraphInput, the batch). In the sequential form
+//   (graph = false, `model.layers`) each node reads the one before; in the graph form
+//   (`model.nodes`) each names its inputs.
+// - layer_options() resolves a node's options against its op's schema (defaults filled in) and
+//   throws sdk::ConfigError at the node's line for an unknown type, an unknown key or a value out
+//   of range.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mixtrain/sdk/dtype.h"
+#include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/options.h"
+
+namespace mixtrain::core {
+
+struct LayerSpec {
+  std::string type;  // an op of core/src/graph/ops/op_registry.cpp: linear, relu, add, ...
+  std::string name;  // defaults to "<type><index>"
+  sdk::SourceLocation where;
+  std::string table;  // the config entry, for messages ("model.blocks.res.nodes[1]"); empty:
+                      // "model.nodes[i]" / "model.layers[i]" by position
+  std::vector<std::string> inputs;  // graph form: node names or "input"; sequential form: empty
+  std::vector<std::int64_t> shape;  // reshape only: per-sample shape, one entry may be -1
+  // The op's own options ("out", "bias", "eps"), validated against its schema when the model
+  // is built (and by the config before that, with file:line:col).
+  std::vector<sdk::RawOption> options;
+};
+
+sdk::Options layer_options(const LayerSpec& layer, const std::string& table = "model.layers");
+
+inline constexpr const char* kGraphInput = "input";
+
+struct ModelSpec {
+  std::vector<LayerSpec> layers;  // the nodes, in declaration order
+  bool graph = false;             // true: each node names its inputs (model.nodes)
+  std::string loss = "softmax_cross_entropy";
+  bool fuse_epilogues = true;  // Linear + relu/gelu as one GEMM with an activation epilogue
+  sdk::SourceLocation where;
+};
+
+// What the data feeds the model besides the feature count and the classes.
+struct InputSpec {
+  sdk::DType dtype = sdk::DType::fp32;  // fp32 features or int32 token ids
+  std::int64_t labels_per_sample = 1;
+  // Images: the per-sample shape [C, H, W] (channels first, as the data holds them; the product
+  // is the feature count). Ops that read images see the batch with this shape; the others see it
+  // flattened to [C·H·W]. Empty: [features].
+  std::vector<std::int64_t> sample_shape;
+};
+
+}  // namespace mixtrain::core

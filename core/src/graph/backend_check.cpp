@@ -1,0 +1,43 @@
+#include "graph/backend_check.h"
+
+#include "mixtrain/core/graph/backend_needs.h"
+
+namespace mixtrain::core {
+
+using sdk::DType;
+
+void check_backend(const GraphPlan& plan, const Ops& ops, sdk::DeviceBackend& backend) {
+  const std::string kind = backend.capabilities().kind;
+  auto stop = [&](std::size_t i, const std::string& who, const BackendNeed& need,
+                  const std::string& why) {
+    const PlannedNode& node = plan.node(i);
+    throw sdk::ConfigError(node.where, node.key,
+                           who + " needs " + need_op_name(need) + " on " + need_dtypes(need) +
+                               ", which backend '" + kind + "' does not provide: " + why,
+                           "override the node's precision with [[precision.override]] layers = \"" +
+                               ops[i]->name() +
+                               "\", compute = \"fp32\" (or choose another precision.policy), or "
+                               "use a backend that offers it (`mixtrain plugins` lists them)");
+  };
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Layer& op = *ops[i];
+    const auto& inputs = plan.node(i).inputs;
+    const DType input =
+        inputs.empty() ? plan.input().dtype : activation_dtype(plan, ops, inputs[0]);
+    for (const BackendNeed& need : op.backend_needs(input))
+      if (auto why = unmet(backend, need))
+        stop(i, "node '" + op.name() + "' (" + op.type() + ")", need, *why);
+  }
+  // The loss reads the logits; several readers of one tensor accumulate their gradients in FP32.
+  const BackendNeed loss{sdk::LossOp::softmax_cross_entropy, {logits_grad_dtype(plan, ops)}};
+  if (auto why = unmet(backend, loss))
+    stop(ops.size() - 1, "the loss on node '" + ops.back()->name() + "'", loss, *why);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const BackendNeed accumulate{sdk::ActivationOp::axpy,
+                                 {contribution_dtype(ops, i), DType::fp32}};
+    if (auto why = unmet(backend, accumulate))
+      stop(i, "the gradient accumulation of node '" + ops[i]->name() + "'", accumulate, *why);
+  }
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,206 @@
+// Executor: forward, loss and backward over the planned memory; see executor.h for the contract.
+#include "mixtrain/core/graph/executor.h"
+
+#include <algorithm>
+#include <set>
+
+#include "graph/ops/op_support.h"
+#include "mixtrain/core/graph/backend_needs.h"
+#include "profiling/profile_scope.h"
+
+namespace mixtrain::core {
+
+using sdk::DType;
+using sdk::TensorView;
+
+Executor::Executor(std::shared_ptr<sdk::DeviceBackend> backend, const GraphPlan& plan,
+                   std::vector<std::unique_ptr<Layer>>& ops)
+    : backend_(std::move(backend)), plan_(plan), ops_(ops) {}
+
+void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
+  max_rows_ = max_rows;
+  const InputSpec& in = plan_.input();
+  input_ = Tensor(backend_, in.dtype, sdk::Shape{max_rows, plan_.input_features()});
+  labels_ = Tensor(backend_, DType::int32, sdk::Shape{max_rows * in.labels_per_sample});
+  loss_ = Tensor(backend_, DType::fp32, sdk::Shape{1});
+  correct_ = Tensor(backend_, DType::int32, sdk::Shape{1});
+  // Activations: one arena from their liveness plan, then each op's own buffers.
+  act_plan_ = plan_activations(plan_, ops_, max_rows);
+  act_arena_ = Tensor(backend_, DType::fp32,
+                      sdk::Shape{static_cast<std::int64_t>(act_plan_.arena_bytes / 4 + 1)});
+  for (std::size_t i = 0, k = 0; i < ops_.size(); ++i) {
+    const std::int64_t rows = max_rows * plan_.node(i).rows_per_sample;
+    const bool planned = ops_[i]->planned_output_bytes(rows) > 0;
+    ops_[i]->use_output_storage(planned ? static_cast<std::byte*>(act_arena_.view().data) +
+                                              act_plan_.offset[k++]
+                                        : nullptr);
+    ops_[i]->allocate(backend_, rows);
+  }
+  bind_ties();
+  grads_ = plan_gradients(plan_, ops_, max_rows);
+  fp32_reserved_ = reserve_fp32_gradients;
+  std::size_t bytes = grads_.planned.arena_bytes;
+  if (reserve_fp32_gradients) bytes = std::max(bytes, grads_.fp32.arena_bytes);
+  grad_arena_ =
+      Tensor(backend_, DType::fp32,
+             sdk::Shape{static_cast<std::int64_t>(std::max<std::size_t>(bytes, 4) / 4 + 1)});
+}
+
+void Executor::bind_ties() {
+  for (const WeightTie& t : plan_.ties())
+    for (auto& l : ops_)
+      for (auto& p : l->parameters())
+        if (p.name == t.source) ops_[t.user]->bind_shared_parameter(t.suffix, p);
+  // A parameter's gradient is final after its first user's backward (backward runs in reverse).
+  ready_after_.assign(ops_.size(), {});
+  std::set<const ModelParameter*> seen;
+  for (std::size_t i = 0; i < ops_.size(); ++i)
+    for (ModelParameter* p : ops_[i]->used_parameters())
+      if (seen.insert(p).second) ready_after_[i].push_back(p);
+}
+
+TensorView Executor::labels(std::int64_t rows) const {
+  return {labels_.view().data, DType::int32,
+          sdk::Shape{rows * plan_.input().labels_per_sample}};
+}
+
+TensorView Executor::activation(TensorId t, Extent e) const {
+  const TensorId root = plan_.root(t);
+  const TensorView base =
+      root.is_batch()
+          ? TensorView{input_.view().data, input_.dtype(), plan_.shape_of(root, e)}
+          : ops_[root.position()]->output(plan_.rows(root, e));
+  return {base.data, base.dtype, plan_.shape_of(t, e)};
+}
+
+GradientBuffers Executor::planned_gradients() const {
+  return {static_cast<std::byte*>(grad_arena_.view().data), false};
+}
+
+GradientBuffers Executor::fp32_gradients(Tensor& storage) {
+  if (!fp32_reserved_)
+    storage = Tensor(backend_, DType::fp32,
+                     sdk::Shape{static_cast<std::int64_t>(grads_.fp32.arena_bytes / 4 + 1)});
+  const Tensor& arena = fp32_reserved_ ? grad_arena_ : storage;
+  return {static_cast<std::byte*>(arena.view().data), true};
+}
+
+TensorView Executor::gradient(TensorId t, Extent e, const GradientBuffers& buffers) const {
+  const GradientSlot& g = grads_.slots[plan_.root(t).position()];
+  if (buffers.all_fp32) return {buffers.base + g.offset_fp32, DType::fp32, plan_.shape_of(t, e)};
+  return {buffers.base + g.offset, g.dtype, plan_.shape_of(t, e)};
+}
+
+TensorView Executor::scratch(std::size_t slot, DType dtype, std::int64_t rows, std::int64_t cols) {
+  if (scratch_.size() <= slot) scratch_.resize(slot + 1);
+  Tensor& t = scratch_[slot];
+  const std::size_t need = static_cast<std::size_t>(rows * cols) * sdk::dtype_size(dtype);
+  if (t.empty() || t.bytes() < need)
+    t = Tensor(backend_, DType::fp32, sdk::Shape{static_cast<std::int64_t>((need + 3) / 4)});
+  return {t.view().data, dtype, sdk::Shape{rows, cols}};
+}
+
+const char* Executor::profile_scope(std::size_t node) const {
+  // The logits' node (a language model's LM head) counts with the loss as the classifier.
+  return node + 1 == ops_.size() ? "classifier" : ops_[node]->type().c_str();
+}
+
+void Executor::forward(Extent e, const ForwardVisitor& visit) {
+  std::vector<TensorView> xs;
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    if (ops_[i]->is_view()) continue;  // a view computes nothing
+    xs.clear();
+    for (TensorId t : plan_.node(i).inputs) xs.push_back(activation(t, e));
+    ProfileScope scope(profile_scope(i));
+    ops_[i]->forward_inputs(xs, plan_.rows(TensorId::node(i), e));
+    if (visit && !visit(i)) return;
+  }
+}
+
+void Executor::compute_loss(std::int64_t rows, float grad_scale,
+                            std::optional<GradientBuffers> gradients) {
+  TensorView dlogits;
+  if (gradients) dlogits = gradient(plan_.logits(), Extent::batch_of(rows), *gradients);
+  ProfileScope scope("classifier");
+  loss_of(*backend_).softmax_cross_entropy(activation(plan_.logits(), Extent::batch_of(rows)),
+                                           labels(rows), grad_scale, loss_.view(),
+                                           correct_.view(), dlogits);
+}
+
+LossValues Executor::read_loss() {
+  LossValues v;
+  backend_->copy_to_host(&v.loss, loss_.view());
+  backend_->copy_to_host(&v.correct, correct_.view());
+  return v;
+}
+
+void Executor::start_gradients() {
+  for (auto& l : ops_)
+    for (auto& p : l->parameters()) p.grad_started = false;
+}
+
+void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micro_batch,
+                        const BackwardVisitor& visit) {
+  // The loss wrote the logits' gradient: its root has had its first contribution.
+  std::vector<int> written(ops_.size(), 0);
+  const TensorId sink_root = plan_.root(plan_.logits());
+  if (sink_root.is_node()) written[sink_root.position()] = 1;
+  std::vector<TensorView> xs, dxs;
+  struct Pending {
+    std::size_t slot;
+    std::size_t root;
+    TensorView target;
+  };
+  std::vector<Pending> pending;
+  for (std::size_t i = ops_.size(); i-- > 0;) {
+    const PlannedNode& node = plan_.node(i);
+    Layer& op = *ops_[i];
+    if (op.is_view() || !node.needs_grad) continue;
+    const TensorView dy = gradient(TensorId::node(i), e, buffers);
+    xs.clear();
+    dxs.clear();
+    pending.clear();
+    // A pass-through op's (an add's) contribution is its output's gradient itself: it keeps that
+    // dtype rather than being rounded to the op's activation_grad dtype on its way into an FP32
+    // sum (ResNet's shortcuts: FP32 straight into the accumulator, no bf16 scratch and cast).
+    const DType dtype = buffers.all_fp32              ? DType::fp32
+                        : op.passes_gradient_through() ? dy.dtype
+                                                       : contribution_dtype(ops_, i);
+    for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+      const TensorId t = node.inputs[k];
+      xs.push_back(activation(t, e));
+      const TensorId root = plan_.root(t);
+      if (!plan_.needs_grad(root)) {
+        dxs.emplace_back();
+        continue;
+      }
+      const std::size_t r = root.position();
+      const TensorView g = gradient(t, e, buffers);
+      if (grads_.slots[r].reads == 1 ||
+          (written[r] == 0 && dtype == DType::fp32 && g.dtype == DType::fp32)) {
+        dxs.push_back(g);  // the only contribution, or the first in FP32: straight into the buffer
+        ++written[r];
+      } else {
+        dxs.push_back(scratch(k, dtype, g.shape.rows(), g.shape.cols()));
+        pending.push_back({k, r, g});
+      }
+    }
+    ProfileScope scope(profile_scope(i));
+    op.backward_inputs(xs, dy, dxs, plan_.rows(TensorId::node(i), e));
+    for (const Pending& p : pending) {
+      // Several readers: the gradient is FP32; the first contribution overwrites, later ones add.
+      auto& w = written[p.root];
+      const TensorView c = dxs[p.slot];
+      if (w == 0)
+        backend_->cast(c, p.target);
+      else
+        activation_of(*backend_).axpy(1.0f, c, p.target);  // any storage dtype into FP32
+      ++w;
+    }
+    if (grad_ready_ && last_micro_batch)
+      for (ModelParameter* p : ready_after_[i]) grad_ready_(*p);
+    if (visit && !visit(i, dxs)) return;
+  }
+}
+
+}  // namespace mixtrain::core

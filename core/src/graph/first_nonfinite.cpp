@@ -1,0 +1,72 @@
+// locate_first_nonfinite: a checked replay of one step; see diagnostics.h for the contract.
+#include <cmath>
+
+#include "mixtrain/core/graph/backend_needs.h"
+#include "mixtrain/core/graph/diagnostics.h"
+
+namespace mixtrain::core {
+
+using sdk::DType;
+using sdk::TensorView;
+
+namespace {
+
+// Epilogue fusion off for one replay, then back as it was.
+class UnfusedForReplay {
+ public:
+  explicit UnfusedForReplay(Model& model) : model_(model), was_on_(model.fused_pairs() > 0) {
+    model_.set_epilogue_fusion(false);
+  }
+  ~UnfusedForReplay() { model_.set_epilogue_fusion(was_on_); }
+  UnfusedForReplay(const UnfusedForReplay&) = delete;
+  UnfusedForReplay& operator=(const UnfusedForReplay&) = delete;
+
+ private:
+  Model& model_;
+  bool was_on_;
+};
+
+}  // namespace
+
+std::string locate_first_nonfinite(Model& model, std::int64_t rows, float grad_scale) {
+  UnfusedForReplay unfused(model);
+  Executor& exec = model.executor();
+  const GraphPlan& plan = model.plan();
+  auto& check = gradient_check_of(model.backend());
+  auto bad = [&](TensorView v) {
+    const TensorView one[1] = {v};
+    return check.first_nonfinite(one) >= 0;
+  };
+  const Extent e = Extent::batch_of(rows);
+  const GradientBuffers grads = exec.planned_gradients();
+  exec.start_gradients();  // this micro-batch's gradients alone, so each check sees its own writes
+  // Token ids are integers: nothing to check.
+  if (plan.input().dtype != DType::int32 && bad(exec.input(rows))) return "input batch";
+  std::string found;
+  exec.forward(e, [&](std::size_t i) {
+    if (!bad(exec.activation(TensorId::node(i), e))) return true;
+    found = "forward " + model.layers()[i]->name() + ".output";
+    return false;
+  });
+  if (!found.empty()) return found;
+  exec.compute_loss(rows, grad_scale, grads);
+  if (!std::isfinite(exec.read_loss().loss)) return "loss";
+  if (bad(exec.gradient(plan.logits(), e, grads))) return "backward loss gradient (logits)";
+  exec.backward(e, grads, /*last_micro_batch=*/false,
+                [&](std::size_t i, std::span<const TensorView> dxs) {
+                  for (ModelParameter* p : model.layers()[i]->used_parameters())
+                    if (bad(p->grad.view())) {
+                      found = "backward " + p->name + ".grad";
+                      return false;
+                    }
+                  for (const TensorView& dx : dxs)
+                    if (!dx.empty() && bad(dx)) {
+                      found = "backward " + model.layers()[i]->name() + " input gradient";
+                      return false;
+                    }
+                  return true;
+                });
+  return found;
+}
+
+}  // namespace mixtrain::core

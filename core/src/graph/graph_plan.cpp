@@ -1,0 +1,275 @@
+// GraphPlan::build: a ModelSpec turned into ops and their plan; see graph_plan.h for the contract.
+#include "mixtrain/core/graph/graph_plan.h"
+
+#include <algorithm>
+#include <set>
+
+#include "config/reading.h"
+#include "graph/ops/op_registry.h"
+#include "graph/ops/op_support.h"
+#include "graph/ops/view.h"
+#include "mixtrain/core/graph/topology.h"
+
+namespace mixtrain::core {
+
+using ops::shape_text;
+using sdk::DType;
+
+namespace {
+
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  for (std::size_t at = text.find(from); at != std::string::npos;
+       at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
+
+// The logits node: one node only is read by no other, and it has the loss's shape.
+void check_logits(const ModelSpec& spec, const std::string& list, const GraphTopology& topo,
+                  const std::vector<GraphNodeSpec>& graph, const PlannedNode& last,
+                  std::int32_t classes, const InputSpec& input) {
+  const std::size_t n = graph.size();
+  for (std::size_t i = 0; i < n; ++i)
+    if (topo.consumers[i].empty() && topo.position[i] != n - 1)
+      throw sdk::ConfigError(graph[i].where, list + "[" + std::to_string(i) + "]",
+                             "node '" + graph[i].name +
+                                 "' is read by no other node, and only the "
+                                 "logits may be: the graph has two outputs",
+                             "feed it into the graph (add, a linear, ...) or remove it");
+  const std::size_t last_spec = topo.order.back();
+  if (input.labels_per_sample > 1) {
+    // A language model: one prediction per position.
+    if (last.shape.size() != 2 || last.shape[1] != classes ||
+        last.shape[0] != input.labels_per_sample)
+      throw sdk::ConfigError(spec.layers[last_spec].where, list,
+                             "the logits node '" + graph[last_spec].name + "' is " +
+                                 shape_text(last.shape) + " per sample; the loss needs [" +
+                                 std::to_string(input.labels_per_sample) + ", " +
+                                 std::to_string(classes) + "] (one prediction per position)",
+                             "end in a linear with out = " + std::to_string(classes) +
+                                 " (the vocabulary) on the [T, C] sequence");
+  } else if (last.shape.size() != 1 || last.shape[0] != classes) {
+    if (!spec.graph || last.shape.size() == 1)
+      throw sdk::ConfigError(spec.layers[last_spec].where, list,
+                             "the last layer produces " + std::to_string(last.shape.back()) +
+                                 " outputs but the data has " + std::to_string(classes) +
+                                 " classes",
+                             "set out = " + std::to_string(classes) + " on the last linear layer");
+    throw sdk::ConfigError(spec.layers[last_spec].where, list,
+                           "the logits node '" + graph[last_spec].name + "' is " +
+                               shape_text(last.shape) + " per sample; the loss needs [" +
+                               std::to_string(classes) + "]",
+                           "flatten it and end in a linear with out = " + std::to_string(classes));
+  }
+}
+
+// Weight tying: each shared parameter names one that its owner declares, of the same shape.
+std::vector<WeightTie> resolve_ties(const std::string& list, const GraphTopology& topo,
+                                    const std::vector<GraphNodeSpec>& graph,
+                                    const std::vector<std::unique_ptr<Layer>>& ops) {
+  std::vector<WeightTie> ties;
+  const std::size_t n = ops.size();
+  for (std::size_t pos = 0; pos < n; ++pos) {
+    const std::size_t i = topo.order[pos];
+    for (const SharedParameter& sp : ops[pos]->shared_parameters()) {
+      const std::string key = list + "[" + std::to_string(i) + "]." + sp.key;
+      const std::string user = "node '" + graph[i].name + "'";
+      const auto dot = sp.source.rfind('.');
+      std::size_t owner = n;
+      if (dot != std::string::npos && dot > 0)
+        for (std::size_t q = 0; q < n; ++q)
+          if (ops[q]->name() == sp.source.substr(0, dot)) owner = q;
+      const std::vector<std::int64_t> have =
+          owner < n ? ops[owner]->parameter_shape(sp.source.substr(dot + 1))
+                    : std::vector<std::int64_t>{};
+      if (have.empty()) {
+        std::vector<std::string> known;
+        for (std::size_t q = 0; q < n; ++q)
+          for (const char* suffix : {"weight", "bias"})
+            if (!ops[q]->parameter_shape(suffix).empty())
+              known.push_back(ops[q]->name() + "." + suffix);
+        throw sdk::ConfigError(
+            sp.where, key,
+            user + ": " + sp.key + " = \"" + sp.source + "\" names no parameter of the model" +
+                (owner == pos ? " (a node cannot tie to itself)" : ""),
+            "name a parameter another node owns as \"<node>.<param>\": " +
+                (known.empty() ? std::string("the model has none") : join_names(known)));
+      }
+      const std::vector<std::int64_t>& want = sp.shape;
+      if (have != want)
+        throw sdk::ConfigError(sp.where, key,
+                               user + " (" + ops[pos]->type() + ") ties its " + sp.suffix + " " +
+                                   shape_text(want) + " to '" + sp.source + "' of node '" +
+                                   ops[owner]->name() + "', which is " + shape_text(have),
+                               "tied parameters must have one shape: size node '" + graph[i].name +
+                                   "' so that its " + sp.suffix + " is " + shape_text(have));
+      ties.push_back({pos, sp.suffix, sp.source});
+    }
+  }
+  return ties;
+}
+
+}  // namespace
+
+sdk::Options layer_options(const LayerSpec& layer, const std::string& table) {
+  const OpDefinition& op = require_op(layer, table);
+  return sdk::Options::resolve(table, op.schema ? op.schema() : sdk::OptionSchema{}, layer.options,
+                               layer.where, {"type", "name"});
+}
+
+std::int64_t GraphPlan::rows(TensorId t, Extent e) const {
+  if (e.decoding()) return t.is_batch() ? 1 : e.tokens;
+  return t.is_batch() ? e.samples : e.samples * nodes_[t.position()].rows_per_sample;
+}
+
+std::int64_t GraphPlan::cols(TensorId t, Extent e) const {
+  if (t.is_batch()) return e.decoding() ? e.tokens : input_features_;
+  return nodes_[t.position()].shape.back();
+}
+
+GraphPlan GraphPlan::build(const ModelSpec& spec, std::int64_t input_features,
+                           std::int32_t classes, const InputSpec& input,
+                           std::vector<std::unique_ptr<Layer>>& ops) {
+  GraphPlan plan;
+  plan.input_features_ = input_features;
+  plan.classes_ = classes;
+  plan.input_ = input;
+  ops.clear();
+  const std::string list = spec.graph ? "model.nodes" : "model.layers";
+  if (spec.layers.empty())
+    throw sdk::ConfigError(spec.where, list, "the model has no layers",
+                           "add layers = [ { type = \"linear\", out = 10 } ]");
+  if (spec.loss != "softmax_cross_entropy")
+    throw sdk::ConfigError(spec.where, "model.loss", "unknown loss '" + spec.loss + "'",
+                           "the supported loss is \"softmax_cross_entropy\"");
+  // Names (the sequential form numbers unnamed layers) and the topology.
+  std::vector<GraphNodeSpec> graph;
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < spec.layers.size(); ++i) {
+    const auto& l = spec.layers[i];
+    std::string name = l.name.empty() ? l.type + std::to_string(i) : l.name;
+    if (!spec.graph && !names.insert(name).second)
+      throw sdk::ConfigError(l.where, list + "[" + std::to_string(i) + "].name",
+                             "duplicate layer name '" + name + "'",
+                             "layer names must be unique; overrides and logs refer to them");
+    std::vector<std::string> inputs = l.inputs;
+    if (!spec.graph) inputs = {i == 0 ? std::string(kGraphInput) : graph.back().name};
+    graph.push_back({name, inputs, l.where});
+  }
+  const GraphTopology topo = plan_graph_topology(graph, {kGraphInput});
+
+  // Ops in forward order, with shapes inferred from the inputs'.
+  const std::size_t n = spec.layers.size();
+  std::vector<PlannedNode>& nodes = plan.nodes_;
+  nodes.resize(n);
+  for (std::size_t pos = 0; pos < n; ++pos) {
+    const std::size_t i = topo.order[pos];
+    const auto& l = spec.layers[i];
+    const std::string& name = graph[i].name;
+    const std::string key = l.table.empty() ? list + "[" + std::to_string(i) + "]" : l.table;
+    PlannedNode& node = nodes[pos];
+    node.where = l.where;
+    node.key = key;
+    for (const GraphSource& src : topo.sources[i])
+      node.inputs.push_back(src.is_node ? TensorId::node(topo.position[src.index])
+                                        : TensorId::batch());
+    auto shape_of = [&](TensorId t) {
+      return t.is_batch() ? std::vector<std::int64_t>{input_features} : nodes[t.position()].shape;
+    };
+    auto bad = [&](const std::string& what, const std::string& hint) {
+      return sdk::ConfigError(l.where, key, "node '" + name + "' (" + l.type + "): " + what, hint);
+    };
+    const OpDefinition* op = &require_op(l, key);
+    const std::size_t count = node.inputs.size();
+    if (count < op->min_inputs || (op->max_inputs != 0 && count > op->max_inputs))
+      throw bad(op->max_inputs == 1 ? "takes one input, got " + std::to_string(count)
+                                    : "adds two or more inputs, got " + std::to_string(count),
+                op->max_inputs == 1 ? "give it inputs = [\"<node>\"]"
+                                    : "give it inputs = [\"<a>\", \"<b>\"]");
+    if (!op->takes_shape && !l.shape.empty())
+      throw sdk::ConfigError(l.where, key + ".shape",
+                             "unknown key 'shape' for a " + l.type + " node",
+                             "shape belongs to reshape nodes");
+    const bool reads_ids =
+        std::find(node.inputs.begin(), node.inputs.end(), TensorId::batch()) != node.inputs.end();
+    if (reads_ids && op->reads_token_ids != (input.dtype == DType::int32))
+      throw bad(op->reads_token_ids
+                    ? "reads token ids, but the data gives " + std::to_string(input_features) +
+                          " float features per sample"
+                    : "reads the batch, which holds int32 token ids: only an embedding can",
+                op->reads_token_ids
+                    ? "use a token data source (data.source = \"tokens\" or \"text\")"
+                    : "feed the input to an embedding node first, e.g. { type = \"embedding\", "
+                      "vocab = " +
+                          std::to_string(classes) + ", dim = 128 }");
+    if (op->reads_token_ids && !reads_ids)
+      throw bad(
+          "reads token ids, so its input must be the batch itself, not another node's "
+          "output",
+          "give it inputs = [\"input\"] (an embedding starts the model)");
+    const sdk::Options options = layer_options(l, key);
+    std::vector<PerSampleShape> in_shapes;
+    std::vector<TensorLayout> in_layouts;
+    bool any_channels_last = false, any_plain = false;
+    for (std::size_t k = 0; k < count; ++k) {
+      const TensorId t = node.inputs[k];
+      const bool image_batch = t.is_batch() && op->reads_images && !input.sample_shape.empty();
+      in_shapes.push_back(image_batch ? input.sample_shape : shape_of(t));
+      const bool cl = t.is_node() && nodes[t.position()].channels_last;
+      in_layouts.push_back(cl ? TensorLayout::channels_last : TensorLayout::plain);
+      (cl ? any_channels_last : any_plain) = true;
+      if (cl && !op->reads_images && !op->keeps_layout)
+        throw bad("reads '" + graph[i].inputs[k] + "', a channels-last image " +
+                      shape_text(in_shapes.back()) + ", but a " + l.type +
+                      " works on plain tensors",
+                  "flatten it first (a flatten permutes an image back to PyTorch's [C, H, W] "
+                  "order), or end the convolutions with a global_avgpool");
+    }
+    if (op->keeps_layout && any_channels_last && any_plain)
+      throw bad(
+          "adds a channels-last image (a convolution's, norm's or pool's output) to a plain "
+          "tensor",
+          "give both inputs the same origin: e.g. reshape neither, or flatten both");
+    BuiltOp built;
+    try {
+      built = op->build(OpNode{name, options, l.shape, in_shapes, in_layouts});
+    } catch (const OpSpecError& e) {
+      std::string what = e.what();
+      // "input k" in an op's message names the config's input there.
+      for (std::size_t k = count; k >= 1; --k)
+        what = replace_all(what, "input " + std::to_string(k) + " ",
+                           "input '" + graph[i].inputs[k - 1] + "' ");
+      throw sdk::ConfigError(l.where, e.key.empty() ? key : key + "." + e.key,
+                             "node '" + name + "' (" + l.type + "): " + what, e.hint);
+    }
+    node.channels_last =
+        op->keeps_layout ? any_channels_last : built.layout == TensorLayout::channels_last;
+    // BN + ReLU: a relu that is the only reader of an op that applies it itself (batch norm)
+    // becomes a view of that op's output; the op runs the relu forward and masks backward.
+    if (spec.fuse_epilogues && l.type == "relu" && count == 1 && node.inputs[0].is_node() &&
+        topo.consumers[topo.order[node.inputs[0].position()]].size() == 1 &&
+        ops[node.inputs[0].position()]->take_relu())
+      built.layer = std::make_unique<ViewLayer>(name, "relu", built.layer->in_features(),
+                                                built.layer->out_features());
+    node.shape = std::move(built.shape);
+    ops.push_back(std::move(built.layer));
+    node.rows_per_sample =
+        ops::checked_product(PerSampleShape(node.shape.begin(), node.shape.end() - 1));
+    node.root = ops.back()->is_view() ? plan.root(node.inputs[0]) : TensorId::node(pos);
+    node.needs_grad = op->has_parameters;
+    for (TensorId t : node.inputs)
+      if (plan.needs_grad(t)) node.needs_grad = true;
+  }
+  check_logits(spec, list, topo, graph, nodes.back(), classes, input);
+  plan.ties_ = resolve_ties(list, topo, graph, ops);
+
+  // Epilogue fusion, as a rewrite: a linear read only by a relu/gelu runs it as its epilogue.
+  for (std::size_t pos = 0; pos < n; ++pos) {
+    const auto& readers = topo.consumers[topo.order[pos]];
+    if (readers.size() == 1) ops[pos]->fuse_reader(*ops[topo.position[readers[0]]]);
+  }
+  for (auto& op : ops) op->set_fusion(spec.fuse_epilogues);
+  return plan;
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,138 @@
+// The activation and gradient plans of a model graph; see memory_plan.h for the contract.
+#include "mixtrain/core/graph/memory_plan.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "graph/ops/op_support.h"
+
+namespace mixtrain::core {
+
+using ops::storage_of;
+using sdk::DType;
+
+DType contribution_dtype(const Ops& ops, std::size_t reader) {
+  return storage_of(ops[reader]->precision().activation_grad);
+}
+
+DType logits_grad_dtype(const GraphPlan& plan, const Ops& ops) {
+  const TensorId root = plan.root(plan.logits());
+  return root.is_batch() ? DType::fp32 : storage_of(ops[root.position()]->precision().activation);
+}
+
+DType activation_dtype(const GraphPlan& plan, const Ops& ops, TensorId t) {
+  const TensorId root = plan.root(t);
+  return root.is_batch() ? plan.input().dtype
+                         : storage_of(ops[root.position()]->precision().activation);
+}
+
+LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
+                              std::optional<DType> as_dtype) {
+  const int n = static_cast<int>(ops.size());
+  std::vector<int> last(ops.size());
+  for (int p = 0; p < n; ++p)
+    last[static_cast<std::size_t>(p)] =
+        ops[static_cast<std::size_t>(p)]->backward_reads_output() ? 2 * n - p : p;
+  const TensorId logits_root = plan.root(plan.logits());
+  if (logits_root.is_node())
+    last[logits_root.position()] = std::max(last[logits_root.position()], n);
+  for (int q = 0; q < n; ++q) {
+    const auto& reader = *ops[static_cast<std::size_t>(q)];
+    for (TensorId t : plan.node(static_cast<std::size_t>(q)).inputs) {
+      const TensorId root = plan.root(t);
+      if (root.is_batch()) continue;
+      auto& l = last[root.position()];
+      l = std::max(l, q);
+      if (!reader.is_view() && reader.backward_reads_inputs()) l = std::max(l, 2 * n - q);
+    }
+  }
+  std::vector<BufferLife> lives;
+  for (int p = 0; p < n; ++p) {
+    const auto i = static_cast<std::size_t>(p);
+    const std::size_t bytes =
+        ops[i]->planned_output_bytes(max_rows * plan.node(i).rows_per_sample, as_dtype);
+    if (bytes > 0) lives.push_back({ops[i]->name(), bytes, p, last[i]});
+  }
+  return plan_liveness(lives);
+}
+
+GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows) {
+  // Backward schedule: the loss is step 0, the node at forward position p is step n - p.
+  const std::size_t n = ops.size();
+  GradientPlan out;
+  std::vector<GradientSlot>& slots = out.slots;
+  slots.assign(n, GradientSlot{});
+  std::vector<int> first(n, std::numeric_limits<int>::max());
+  auto contribute = [&](TensorId tensor, DType dtype, int step) {
+    const TensorId root = plan.root(tensor);
+    if (!plan.needs_grad(root)) return;
+    auto& g = slots[root.position()];
+    ++g.reads;
+    g.dtype = dtype;  // the reader's dtype; FP32 below when there are several readers
+    first[root.position()] = std::min(first[root.position()], step);
+  };
+  contribute(plan.logits(), logits_grad_dtype(plan, ops), 0);
+  for (std::size_t p = 0; p < n; ++p) {
+    if (ops[p]->is_view()) continue;
+    for (TensorId t : plan.node(p).inputs)
+      contribute(t, contribution_dtype(ops, p), static_cast<int>(n - p));
+  }
+  for (auto& g : slots)
+    if (g.reads > 1) g.dtype = DType::fp32;
+  // An op whose inputs' gradients are its output's (add) lends that buffer to one input read by
+  // it alone, in the same dtype: the input's gradient is then written by the op's readers, and
+  // the op copies nothing. The input's life starts when the output's ends (at the op's backward),
+  // so the two lives become one buffer living from the first to the last. Visited from the last
+  // op back, so a chain of adds shares one buffer.
+  std::vector<std::size_t> shares(n);
+  for (std::size_t r = 0; r < n; ++r) shares[r] = r;
+  auto elements = [&](std::size_t r) {
+    return plan.node(r).rows_per_sample * plan.node(r).shape.back();
+  };
+  for (std::size_t p = n; p-- > 0;) {
+    if (ops[p]->is_view() || !ops[p]->passes_gradient_through() || slots[p].reads == 0) continue;
+    for (TensorId t : plan.node(p).inputs) {
+      const TensorId root = plan.root(t);
+      if (!plan.needs_grad(root)) continue;
+      const std::size_t r = root.position();
+      if (slots[r].reads != 1 || slots[r].dtype != slots[p].dtype || shares[r] != r ||
+          elements(r) != elements(p))
+        continue;
+      shares[r] = shares[p];
+      break;
+    }
+  }
+  // The same lives twice: in each gradient's dtype, and all in FP32 (the underflow pass).
+  std::vector<BufferLife> lives, lives_fp32;
+  std::vector<std::size_t> life_of(n, 0);
+  for (std::size_t r = n; r-- > 0;) {
+    const auto& g = slots[r];
+    if (g.reads == 0) continue;
+    const auto elems = static_cast<std::size_t>(max_rows * elements(r));
+    const int last = static_cast<int>(n - r);
+    if (shares[r] != r) {
+      // Later in the forward order than r: its life is already listed.
+      const std::size_t k = life_of[shares[r]];
+      life_of[r] = k;
+      lives[k].name += "+" + ops[r]->name() + ".grad";
+      lives[k].first_step = std::min(lives[k].first_step, first[r]);
+      lives[k].last_step = std::max(lives[k].last_step, last);
+      lives_fp32[k].first_step = lives[k].first_step;
+      lives_fp32[k].last_step = lives[k].last_step;
+      continue;
+    }
+    life_of[r] = lives.size();
+    lives.push_back({ops[r]->name() + ".grad", elems * sdk::dtype_size(g.dtype), first[r], last});
+    lives_fp32.push_back({ops[r]->name() + ".grad", elems * 4, first[r], last});
+  }
+  out.planned = plan_liveness(lives);
+  out.fp32 = plan_liveness(lives_fp32);
+  for (std::size_t r = 0; r < n; ++r) {
+    if (slots[r].reads == 0) continue;
+    slots[r].offset = out.planned.offset[life_of[r]];
+    slots[r].offset_fp32 = out.fp32.offset[life_of[r]];
+  }
+  return out;
+}
+
+}  // namespace mixtrain::core
