@@ -1,6 +1,7 @@
 #include "mixtrain/core/graph/layer.h"
 
 #include "graph/ops/op_support.h"
+#include "graph/ops/operand_scaler.h"
 
 namespace mixtrain::core {
 
@@ -9,18 +10,54 @@ using sdk::DType;
 using sdk::TensorView;
 
 Layer::Layer(std::string name, std::string type, std::int64_t in, std::int64_t out)
-    : name_(std::move(name)), type_(std::move(type)), in_(in), out_(out) {}
+    : name_(std::move(name)), type_(std::move(type)), in_(in), out_(out) {
+  traits_.tensor_core_dims = {{"GEMM dimension", in_, false}, {"GEMM dimension", out_, false}};
+  traits_.forward_flops_per_row = out_;
+}
 Layer::~Layer() = default;
 
 sdk::OpDescription Layer::description() const {
-  return {name_, type_, in_, out_, gemms(), precision_sensitive()};
+  return {name_, type_, in_, out_, traits_.gemms, traits_.precision_sensitive};
+}
+
+std::vector<std::int64_t> Layer::parameter_shape(const std::string& suffix) const {
+  for (const auto& p : traits_.parameters)
+    if (p.suffix == suffix) return p.shape;
+  return {};
+}
+
+void Layer::set_operand_scaling(sdk::PrecisionPolicy* policy) {
+  if (operand_scaler_ != nullptr) operand_scaler_->set_policy(policy);
+}
+
+void Layer::flush_operand_amaxes() {
+  if (operand_scaler_ != nullptr) operand_scaler_->flush(*backend_);
+}
+
+void Layer::begin_micro_batch(std::int64_t index) {
+  if (operand_scaler_ != nullptr) operand_scaler_->begin_micro_batch(index);
+}
+
+void Layer::bind_shared_parameter(const std::string& suffix, ModelParameter& source) {
+  for (auto& [slot, bound] : shared_)
+    if (slot == suffix) {
+      bound = &source;
+      return;
+    }
+  shared_.emplace_back(suffix, &source);
+}
+
+ModelParameter* Layer::shared_parameter(const std::string& suffix) const {
+  for (const auto& [slot, bound] : shared_)
+    if (slot == suffix) return bound;
+  return nullptr;
 }
 
 void Layer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) {
   backend_ = backend;
   max_rows_ = max_rows;
   output_ = Tensor();
-  if (!output_deferred()) materialise_output();
+  if (!traits_.output_deferred) materialise_output();
 }
 
 void Layer::materialise_output() {
@@ -38,7 +75,7 @@ TensorView Layer::output(std::int64_t rows) const {
 
 std::size_t Layer::planned_output_bytes(std::int64_t max_rows,
                                         std::optional<DType> as_dtype) const {
-  if (is_view() || output_deferred()) return 0;
+  if (traits_.view || traits_.output_deferred) return 0;
   return static_cast<std::size_t>(max_rows * out_) *
          sdk::dtype_size(storage_of(as_dtype.value_or(precision_.activation)));
 }
@@ -63,6 +100,7 @@ ModelBuffer Layer::make_buffer(const std::string& suffix, sdk::Shape shape, floa
 
 std::vector<ModelParameter*> Layer::used_parameters() {
   std::vector<ModelParameter*> out;
+  for (const auto& [slot, bound] : shared_) out.push_back(bound);
   for (auto& p : params_) out.push_back(&p);
   return out;
 }

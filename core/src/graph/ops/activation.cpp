@@ -11,7 +11,11 @@ using sdk::TensorView;
 
 ActivationLayer::ActivationLayer(std::string name, sdk::Activation act, std::int64_t features)
     : Layer(std::move(name), act == sdk::Activation::relu ? "relu" : "gelu", features, features),
-      act_(act) {}
+      act_(act) {
+  // relu's backward reads its output when fused (see linear.h); counted whether fused or not,
+  // since the replay of a skipped step switches fusion off and on.
+  traits_.backward_reads_output = act_ == sdk::Activation::relu;
+}
 
 std::vector<BackendNeed> ActivationLayer::backend_needs(DType input) const {
   const DType y = storage_of(precision_.activation);

@@ -14,9 +14,6 @@ class ActivationLayer final : public Layer {
   ActivationLayer(std::string name, sdk::Activation act, std::int64_t features);
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   sdk::Activation activation() const { return act_; }
-  // relu's backward reads its output when fused (see linear.h); counted whether fused or not,
-  // since the replay of a skipped step switches fusion off and on.
-  bool backward_reads_output() const override { return act_ == sdk::Activation::relu; }
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;

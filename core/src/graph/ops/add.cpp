@@ -9,7 +9,18 @@ using sdk::DType;
 using sdk::TensorView;
 
 AddLayer::AddLayer(std::string name, std::size_t inputs, std::int64_t features)
-    : Layer(std::move(name), "add", features, features), inputs_(inputs) {}
+    : Layer(std::move(name), "add", features, features), inputs_(inputs) {
+  traits_.inputs = inputs;
+  traits_.backward_reads_inputs = false;  // each input's gradient is dy
+  traits_.passes_gradient_through = true;
+  traits_.forward_flops_per_row = static_cast<std::int64_t>(inputs - 1) * out_;
+}
+
+bool AddLayer::take_relu() {
+  relu_ = true;
+  traits_.backward_reads_output = true;  // the ReLU's mask
+  return true;
+}
 
 std::vector<BackendNeed> AddLayer::backend_needs(DType input) const {
   // The backend's residual facet is optional (forward_inputs asks for it); the axpy path is the

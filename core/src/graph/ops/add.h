@@ -18,18 +18,8 @@ class AddLayer final : public Layer {
  public:
   AddLayer(std::string name, std::size_t inputs, std::int64_t features);
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
-  std::size_t input_count() const override { return inputs_; }
-  bool backward_reads_inputs() const override { return false; }  // each input's gradient is dy
-  bool backward_reads_output() const override { return relu_; }  // the ReLU's mask
-  bool passes_gradient_through() const override { return true; }
-  bool take_relu() override {
-    relu_ = true;
-    return true;
-  }
+  bool take_relu() override;
   bool relu() const { return relu_; }
-  std::int64_t forward_flops_per_row() const override {
-    return static_cast<std::int64_t>(inputs_ - 1) * out_;
-  }
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;

@@ -53,13 +53,14 @@ AttentionLayer::AttentionLayer(std::string name, std::int64_t tokens, std::int64
       tokens_(tokens),
       heads_(heads),
       head_dim_(width / heads),
-      scale_(static_cast<float>(1.0 / std::sqrt(static_cast<double>(width / heads)))) {}
-
-std::vector<sdk::GemmDescription> AttentionLayer::gemms() const {
+      scale_(static_cast<float>(1.0 / std::sqrt(static_cast<double>(width / heads)))) {
   // Both products multiply activations: q·kᵀ reads two inputs, P·v likewise; their gradients
   // read grad_output with an input. No weight operand.
-  return {{kScores, {sdk::OperandRole::input, sdk::OperandRole::grad_output}},
-          {kContext, {sdk::OperandRole::input, sdk::OperandRole::grad_output}}};
+  traits_.gemms = {{kScores, {sdk::OperandRole::input, sdk::OperandRole::grad_output}},
+                   {kContext, {sdk::OperandRole::input, sdk::OperandRole::grad_output}}};
+  // q·kᵀ and P·v: 2·T·C multiply-adds each per row (the causal half is still computed).
+  traits_.forward_flops_per_row = 4 * tokens_ * out_;
+  traits_.backward_reads_inputs = false;
 }
 
 DType AttentionLayer::gemm_dtype() const {

@@ -28,11 +28,7 @@ class AttentionLayer final : public Layer {
  public:
   AttentionLayer(std::string name, std::int64_t tokens, std::int64_t width, std::int64_t heads);
   std::int64_t heads() const { return heads_; }
-  std::vector<sdk::GemmDescription> gemms() const override;
-  // q·kᵀ and P·v: 2·T·C multiply-adds each per row (the causal half is still computed).
-  std::int64_t forward_flops_per_row() const override { return 4 * tokens_ * out_; }
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
-  bool backward_reads_inputs() const override { return false; }
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,

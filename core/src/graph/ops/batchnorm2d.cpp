@@ -21,6 +21,15 @@ BatchNorm2dLayer::BatchNorm2dLayer(std::string name, std::int64_t channels, std:
       momentum_(momentum),
       affine_(affine) {
   input_.configure(plain_input, channels, height, width);
+  // statistics, normalise, scale and shift: about five per element (a row is W elements of C).
+  traits_.forward_flops_per_row = 5 * width_;
+  if (affine_) traits_.parameters = {{"weight", {channels_}}, {"bias", {channels_}}};
+}
+
+bool BatchNorm2dLayer::take_relu() {
+  relu_ = true;
+  traits_.backward_reads_output = true;  // the ReLU's mask
+  return true;
 }
 
 DType BatchNorm2dLayer::dtype() const {
@@ -29,11 +38,6 @@ DType BatchNorm2dLayer::dtype() const {
 
 sdk::BatchNormShape BatchNorm2dLayer::shape_at(std::int64_t batch) const {
   return {batch * height_ * width_, channels_, eps_, relu_};
-}
-
-std::vector<std::int64_t> BatchNorm2dLayer::parameter_shape(const std::string& suffix) const {
-  if (affine_ && (suffix == "weight" || suffix == "bias")) return {channels_};
-  return {};
 }
 
 void BatchNorm2dLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,

@@ -29,20 +29,13 @@ class BatchNorm2dLayer final : public Layer {
                    float eps, float momentum, bool affine, bool plain_input);
   std::int64_t channels() const { return channels_; }
   bool relu() const { return relu_; }
-  // statistics, normalise, scale and shift: about five per element (a row is W elements of C).
-  std::int64_t forward_flops_per_row() const override { return 5 * width_; }
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
-  bool backward_reads_output() const override { return relu_; }
-  bool take_relu() override {
-    relu_ = true;
-    return true;
-  }
+  bool take_relu() override;
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
-  std::vector<std::int64_t> parameter_shape(const std::string& suffix) const override;
 
  private:
   sdk::DType dtype() const;  // what x, y, dy and dx are in for the facet

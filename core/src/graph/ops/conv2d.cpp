@@ -21,28 +21,22 @@ Conv2dLayer::Conv2dLayer(std::string name, const sdk::Conv2dGeometry& geometry, 
       init_(init),
       scaler_(name_, kGemm) {
   input_.configure(plain_input, geometry.in_channels, geometry.height, geometry.width);
-}
-
-std::vector<sdk::GemmDescription> Conv2dLayer::gemms() const {
-  return {
-      {kGemm, {sdk::OperandRole::input, sdk::OperandRole::weight, sdk::OperandRole::grad_output}}};
-}
-
-std::int64_t Conv2dLayer::forward_flops_per_row() const {
+  use_operand_scaler(&scaler_);
   const auto& g = geometry_;
-  return g.out_width() *
-         (2 * (g.in_channels / g.groups) * g.kernel_h * g.kernel_w + (bias_ ? 1 : 0));
+  traits_.gemms = {
+      {kGemm, {sdk::OperandRole::input, sdk::OperandRole::weight, sdk::OperandRole::grad_output}}};
+  traits_.tensor_core_dims = {{"input channels", g.in_channels / g.groups, true},
+                              {"output channels", g.out_channels / g.groups, false}};
+  // A row of the output is one (o, oh): OW outputs of C/g·KH·KW multiply-adds each.
+  traits_.forward_flops_per_row =
+      g.out_width() * (2 * (g.in_channels / g.groups) * g.kernel_h * g.kernel_w + (bias_ ? 1 : 0));
+  traits_.parameters = {{"weight", weight_shape()}};
+  if (bias_) traits_.parameters.push_back({"bias", {g.out_channels}});
 }
 
 std::vector<std::int64_t> Conv2dLayer::weight_shape() const {
   const auto& g = geometry_;
   return {g.out_channels, g.in_channels / g.groups, g.kernel_h, g.kernel_w};
-}
-
-std::vector<std::int64_t> Conv2dLayer::parameter_shape(const std::string& suffix) const {
-  if (suffix == "weight") return weight_shape();
-  if (suffix == "bias" && bias_) return {geometry_.out_channels};
-  return {};
 }
 
 DType Conv2dLayer::compute() const {

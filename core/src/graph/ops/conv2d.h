@@ -33,23 +33,12 @@ class Conv2dLayer final : public Layer {
   Conv2dLayer(std::string name, const sdk::Conv2dGeometry& geometry, bool bias, Init init,
               bool plain_input);
   const sdk::Conv2dGeometry& geometry() const { return geometry_; }
-  std::vector<sdk::GemmDescription> gemms() const override;
-  std::vector<TensorCoreDim> tensor_core_dims() const override {
-    return {{"input channels", geometry_.in_channels / geometry_.groups, true},
-            {"output channels", geometry_.out_channels / geometry_.groups, false}};
-  }
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
-  // A row of the output is one (o, oh): OW outputs of C/g·KH·KW multiply-adds each.
-  std::int64_t forward_flops_per_row() const override;
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
-  std::vector<std::int64_t> parameter_shape(const std::string& suffix) const override;
-  void set_operand_scaling(sdk::PrecisionPolicy* policy) override { scaler_.set_policy(policy); }
-  void flush_operand_amaxes() override { scaler_.flush(*backend_); }
-  void begin_micro_batch(std::int64_t index) override { scaler_.begin_micro_batch(index); }
 
  private:
   sdk::Conv2dGeometry at_batch(std::int64_t rows) const;

@@ -15,18 +15,17 @@ using sdk::TensorView;
 
 EmbeddingLayer::EmbeddingLayer(std::string name, std::int64_t tokens, std::int64_t vocab,
                                std::int64_t dim, double init_std)
-    : Layer(std::move(name), "embedding", tokens, dim), vocab_(vocab), init_std_(init_std) {}
+    : Layer(std::move(name), "embedding", tokens, dim), vocab_(vocab), init_std_(init_std) {
+  traits_.forward_flops_per_row = 0;
+  traits_.backward_reads_inputs = true;  // the ids
+  traits_.parameters = {{"weight", {vocab_, out_}}};
+}
 
 void EmbeddingLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
                               std::int64_t max_rows) {
   Layer::allocate(backend, max_rows);
   params_.clear();
   params_.push_back(make_parameter("weight", sdk::Shape{vocab_, out_}, true));
-}
-
-std::vector<std::int64_t> EmbeddingLayer::parameter_shape(const std::string& suffix) const {
-  if (suffix == "weight") return {vocab_, out_};
-  return {};
 }
 
 void EmbeddingLayer::init_parameters(std::uint64_t seed) {
@@ -60,7 +59,10 @@ PositionEmbeddingLayer::PositionEmbeddingLayer(std::string name, std::int64_t to
     : Layer(std::move(name), "position_embedding", dim, dim),
       tokens_(tokens),
       positions_(positions),
-      init_std_(init_std) {}
+      init_std_(init_std) {
+  traits_.backward_reads_inputs = false;
+  traits_.parameters = {{"weight", {positions_, out_}}};
+}
 
 void PositionEmbeddingLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
                                       std::int64_t max_rows) {
@@ -76,11 +78,6 @@ void PositionEmbeddingLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>&
   for (std::size_t p = 0; p < all.size(); ++p) all[p] = static_cast<std::int32_t>(p);
   decode_ids_ = Tensor(backend, DType::int32, sdk::Shape{positions_});
   backend->copy_from_host(decode_ids_.view(), all.data());
-}
-
-std::vector<std::int64_t> PositionEmbeddingLayer::parameter_shape(const std::string& suffix) const {
-  if (suffix == "weight") return {positions_, out_};
-  return {};
 }
 
 void PositionEmbeddingLayer::init_parameters(std::uint64_t seed) {

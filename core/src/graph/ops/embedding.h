@@ -25,16 +25,13 @@ class EmbeddingLayer final : public Layer {
   EmbeddingLayer(std::string name, std::int64_t tokens, std::int64_t vocab, std::int64_t dim,
                  double init_std);
   std::int64_t vocab() const { return vocab_; }
-  std::int64_t forward_flops_per_row() const override { return 0; }
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
-  bool backward_reads_inputs() const override { return true; }  // the ids
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   // x: ids int32 [N, T] seen as [rows = N·T] ids.
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
-  std::vector<std::int64_t> parameter_shape(const std::string& suffix) const override;
 
  private:
   std::int64_t vocab_;
@@ -45,15 +42,12 @@ class PositionEmbeddingLayer final : public Layer {
  public:
   PositionEmbeddingLayer(std::string name, std::int64_t tokens, std::int64_t positions,
                          std::int64_t dim, double init_std);
-  std::int64_t forward_flops_per_row() const override { return out_; }
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
-  bool backward_reads_inputs() const override { return false; }
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
-  std::vector<std::int64_t> parameter_shape(const std::string& suffix) const override;
   // Decoding: the next forward's rows are positions [start, start + rows) of one sequence instead
   // of whole sequences of `tokens` rows.
   void begin_decode(std::int64_t capacity) override;

@@ -10,7 +10,12 @@ using sdk::DType;
 using sdk::TensorView;
 
 LayerNormLayer::LayerNormLayer(std::string name, std::int64_t features, float eps)
-    : Layer(std::move(name), "layernorm", features, features), eps_(eps) {}
+    : Layer(std::move(name), "layernorm", features, features), eps_(eps) {
+  traits_.precision_sensitive = true;
+  // mean, variance, normalise, scale, shift: about five per element
+  traits_.forward_flops_per_row = 5 * out_;
+  traits_.parameters = {{"weight", {in_}}, {"bias", {in_}}};
+}
 
 void LayerNormLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
                               std::int64_t max_rows) {
@@ -20,11 +25,6 @@ void LayerNormLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend
   params_.push_back(make_parameter("bias", sdk::Shape{in_}, false));
   mean_ = Tensor(backend, DType::fp32, sdk::Shape{max_rows});
   rstd_ = Tensor(backend, DType::fp32, sdk::Shape{max_rows});
-}
-
-std::vector<std::int64_t> LayerNormLayer::parameter_shape(const std::string& suffix) const {
-  if (suffix == "weight" || suffix == "bias") return {in_};
-  return {};
 }
 
 void LayerNormLayer::init_parameters(std::uint64_t) {

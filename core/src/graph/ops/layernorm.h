@@ -14,16 +14,12 @@ namespace mixtrain::core {
 class LayerNormLayer final : public Layer {
  public:
   LayerNormLayer(std::string name, std::int64_t features, float eps);
-  // mean, variance, normalise, scale, shift: about five per element
-  std::int64_t forward_flops_per_row() const override { return 5 * out_; }
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
-  bool precision_sensitive() const override { return true; }
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
-  std::vector<std::int64_t> parameter_shape(const std::string& suffix) const override;
 
  private:
   float eps_;

@@ -26,17 +26,21 @@ LinearLayer::LinearLayer(std::string name, std::int64_t in, std::int64_t out, bo
       init_std_(init_std),
       tie_weight_(std::move(tie_weight)),
       tie_where_(std::move(tie_where)),
-      scaler_(name_, kGemm) {}
-
-std::vector<sdk::GemmDescription> LinearLayer::gemms() const {
-  return {{kGemm, {kRoles[0], kRoles[1], kRoles[2]}}};
+      scaler_(name_, kGemm) {
+  use_operand_scaler(&scaler_);
+  traits_.gemms = {{kGemm, {kRoles[0], kRoles[1], kRoles[2]}}};
+  traits_.forward_flops_per_row = 2 * in_ * out_ + (bias_ ? out_ : 0);
+  if (tie_weight_.empty())
+    traits_.parameters.push_back({"weight", {out_, in_}});
+  else
+    traits_.shared_parameters = {{"weight", tie_weight_, tie_where_, "tie_weight", {out_, in_}}};
+  if (bias_) traits_.parameters.push_back({"bias", {out_}});
 }
 
 void LinearLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
                            std::int64_t max_rows) {
   Layer::allocate(backend, max_rows);
   params_.clear();
-  tied_ = nullptr;  // the model binds it again after allocate()
   if (tie_weight_.empty()) {
     params_.push_back(make_parameter("weight", sdk::Shape{out_, in_}, true));
     if (needs_working_copy(precision_.weight))
@@ -64,32 +68,11 @@ void LinearLayer::init_parameters(std::uint64_t seed) {
     fill_uniform(*backend_, bias().master, bound, derive_seed(seed, (name_ + ".bias").c_str()));
 }
 
-std::vector<std::int64_t> LinearLayer::parameter_shape(const std::string& suffix) const {
-  if (suffix == "weight" && tie_weight_.empty()) return {out_, in_};
-  if (suffix == "bias" && bias_) return {out_};
-  return {};
-}
-
-std::vector<SharedParameter> LinearLayer::shared_parameters() const {
-  if (tie_weight_.empty()) return {};
-  return {{"weight", tie_weight_, tie_where_, "tie_weight", {out_, in_}}};
-}
-
-void LinearLayer::bind_shared_parameter(const std::string& suffix, ModelParameter& source) {
-  if (suffix == "weight") tied_ = &source;
-}
-
-std::vector<ModelParameter*> LinearLayer::used_parameters() {
-  auto out = Layer::used_parameters();
-  if (tied_ != nullptr) out.insert(out.begin(), tied_);
-  return out;
-}
-
 TensorView LinearLayer::weight_operand() {
   ModelParameter& w = weight();
   const TensorView view = w.compute_view();
   const DType want = storage_of(precision_.weight);
-  if (tied_ == nullptr || view.dtype == want) return view;
+  if (tied() == nullptr || view.dtype == want) return view;
   return as_dtype(w.master.view(), want, w_scratch_);
 }
 
@@ -98,18 +81,20 @@ bool LinearLayer::fuse_reader(Layer& reader) {
   if (next == nullptr) return false;
   if (fused_ != nullptr) fused_->fused_ = false;
   fused_ = next;
-  fused_->fused_ = fusion_on_;
+  update_fusion();
   return true;
 }
 
-bool LinearLayer::output_deferred() const {
+void LinearLayer::update_fusion() {
+  epilogue_fused_ = fused_ != nullptr && fusion_on_;
+  if (fused_ != nullptr) fused_->fused_ = fusion_on_;
   // A fused relu's backward reads the activation's output, so z is never needed.
-  return fused() && fused_->activation() == sdk::Activation::relu;
+  traits_.output_deferred = epilogue_fused_ && fused_->activation() == sdk::Activation::relu;
 }
 
 void LinearLayer::set_fusion(bool on) {
   fusion_on_ = on;
-  if (fused_ != nullptr) fused_->fused_ = on;
+  update_fusion();
 }
 
 std::vector<BackendNeed> LinearLayer::backend_needs(DType) const {

@@ -38,32 +38,18 @@ class LinearLayer final : public Layer {
               std::string tie_weight = {}, sdk::SourceLocation tie_where = {},
               double init_std = 0.0);
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
-  std::vector<sdk::GemmDescription> gemms() const override;
-  std::int64_t forward_flops_per_row() const override {
-    return 2 * in_ * out_ + (bias_ ? out_ : 0);
-  }
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
-  void set_operand_scaling(sdk::PrecisionPolicy* policy) override { scaler_.set_policy(policy); }
   // Takes a relu/gelu reader as this GEMM's epilogue (non-owning; both belong to one model).
   bool fuse_reader(Layer& reader) override;
   void set_fusion(bool on) override;
-  bool fused() const override { return fused_ != nullptr && fusion_on_; }
-  bool output_deferred() const override;
-  // Delayed scaling: hands the amaxes measured by this step's operand casts to the policy (one
-  // read of the device buffer). Casts leave them on the device, so a step does not wait on them.
-  void flush_operand_amaxes() override { scaler_.flush(*backend_); }
-  void begin_micro_batch(std::int64_t index) override { scaler_.begin_micro_batch(index); }
-  std::vector<std::int64_t> parameter_shape(const std::string& suffix) const override;
-  std::vector<SharedParameter> shared_parameters() const override;
-  void bind_shared_parameter(const std::string& suffix, ModelParameter& source) override;
-  std::vector<ModelParameter*> used_parameters() override;
 
  private:
-  ModelParameter& weight() { return tied_ != nullptr ? *tied_ : params_[0]; }
+  ModelParameter* tied() const { return shared_parameter("weight"); }
+  ModelParameter& weight() { return tied() != nullptr ? *tied() : params_[0]; }
   ModelParameter& bias() { return params_.back(); }
   // The weight as this layer's GEMMs read it: the (owner's) working copy, or a cast of the master
   // when a tied owner keeps its working copy in another dtype.
@@ -73,11 +59,11 @@ class LinearLayer final : public Layer {
   double init_std_;         // 0: PyTorch's nn.Linear init
   std::string tie_weight_;  // "<node>.<param>" when the weight is another node's
   sdk::SourceLocation tie_where_;
-  ModelParameter* tied_ = nullptr;
   Tensor x_scratch_, dy_scratch_, w_scratch_;
   OperandScaler scaler_;  // FP8 operands, when the policy scales them
   ActivationLayer* fused_ = nullptr;
   bool fusion_on_ = true;
+  void update_fusion();  // epilogue_fused_ and output_deferred from fused_ and fusion_on_
 };
 
 }  // namespace mixtrain::core

@@ -19,16 +19,15 @@ Pool2dLayer::Pool2dLayer(std::string name, std::string type, const sdk::Pool2dGe
       geometry_(geometry),
       global_(global) {
   input_.configure(plain_input, geometry.channels, geometry.height, geometry.width);
+  // One compare or add per window element and output.
+  const std::int64_t window = geometry_.kernel_h * geometry_.kernel_w;
+  traits_.forward_flops_per_row = global_ ? window : geometry_.out_width() * window;
+  traits_.backward_reads_inputs = geometry_.kind == sdk::PoolKind::max;
+  traits_.backward_reads_output = geometry_.kind == sdk::PoolKind::max;
 }
 
 DType Pool2dLayer::dtype() const {
   return storage_of(precision_.activation);
-}
-
-std::int64_t Pool2dLayer::forward_flops_per_row() const {
-  // One compare or add per window element and output.
-  const std::int64_t window = geometry_.kernel_h * geometry_.kernel_w;
-  return global_ ? window : geometry_.out_width() * window;
 }
 
 sdk::Pool2dGeometry Pool2dLayer::at_rows(std::int64_t rows) const {

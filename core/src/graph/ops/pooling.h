@@ -27,9 +27,6 @@ class Pool2dLayer final : public Layer {
   Pool2dLayer(std::string name, std::string type, const sdk::Pool2dGeometry& geometry, bool global,
               bool plain_input);
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
-  std::int64_t forward_flops_per_row() const override;
-  bool backward_reads_inputs() const override { return geometry_.kind == sdk::PoolKind::max; }
-  bool backward_reads_output() const override { return geometry_.kind == sdk::PoolKind::max; }
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,

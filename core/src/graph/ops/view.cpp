@@ -8,14 +8,22 @@
 namespace mixtrain::core {
 
 ViewLayer::ViewLayer(std::string name, std::string type, std::int64_t in, std::int64_t out)
-    : Layer(std::move(name), std::move(type), in, out) {}
+    : Layer(std::move(name), std::move(type), in, out) {
+  traits_.view = true;
+  traits_.output_deferred = true;  // never allocated: the input's memory
+  traits_.forward_flops_per_row = 0;
+  traits_.backward_reads_inputs = false;
+}
 
 ChannelsFirstLayer::ChannelsFirstLayer(std::string name, std::string type, std::int64_t channels,
                                        std::int64_t height, std::int64_t width, std::int64_t out)
     : Layer(std::move(name), std::move(type), width, out),
       channels_(channels),
       height_(height),
-      width_(width) {}
+      width_(width) {
+  traits_.forward_flops_per_row = 0;
+  traits_.backward_reads_inputs = false;
+}
 
 std::vector<BackendNeed> ChannelsFirstLayer::backend_needs(sdk::DType input) const {
   return {

@@ -14,14 +14,8 @@ namespace mixtrain::core {
 class ViewLayer final : public Layer {
  public:
   ViewLayer(std::string name, std::string type, std::int64_t in, std::int64_t out);
-  bool is_view() const override { return true; }
-  std::int64_t forward_flops_per_row() const override { return 0; }
-  bool backward_reads_inputs() const override { return false; }
   void forward(sdk::TensorView, std::int64_t) override {}
   void backward(sdk::TensorView, sdk::TensorView, sdk::TensorView, std::int64_t) override {}
-
- protected:
-  bool output_deferred() const override { return true; }  // never allocated: the input's memory
 };
 
 // reshape / flatten of a channels-last image [C, H, W]: permutes it to plain [C, H, W] order (so
@@ -31,8 +25,6 @@ class ChannelsFirstLayer final : public Layer {
  public:
   ChannelsFirstLayer(std::string name, std::string type, std::int64_t channels, std::int64_t height,
                      std::int64_t width, std::int64_t out);
-  std::int64_t forward_flops_per_row() const override { return 0; }
-  bool backward_reads_inputs() const override { return false; }
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,

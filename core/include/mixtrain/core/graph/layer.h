@@ -1,33 +1,47 @@
-// Layer: one op of the model graph, with explicit forward/backward over buffers allocated once.
+// Layer: one op of the model graph — its forward/backward pair over buffers allocated once, and
+// what it is (OpTraits) as data.
 //
 // Contract
-// - A layer maps x [rows, in_features] to y [rows, out_features]; rows <= the max_rows given to
-//   allocate(). The layer owns its output activation (stored in precision().activation), its
-//   parameters (FP32 master + FP32 gradient + optional low-precision working copy) and any saved
-//   statistics. Inputs are views owned by the previous layer, valid until the next forward.
-// - backward(x, dy, dx, rows) contributes to the FP32 parameter gradients and, when dx is not
-//   empty, writes the gradient w.r.t. the input in dx's dtype. A parameter gradient is zeroed once
-//   per optimizer step (Model::begin_micro_batch): the first contribution of a step overwrites it,
-//   every later one (the next micro-batch, a tied parameter's other user) adds to it. Ops ask
+// - Shapes: an op sees each input as [rows, cols] (GraphPlan: a per-sample shape [d1..dk] is
+//   d1·..·d(k-1) rows of dk per sample; ops that read images see [C, H, W] through their
+//   geometry). in_features()/out_features() are the last dimensions of its (first) input and of
+//   its output; rows <= the max_rows given to allocate().
+// - The op owns its output activation (stored in precision().activation), its parameters (FP32
+//   master + FP32 gradient + optional low-precision working copy) and anything it saves for
+//   backward. Inputs are views owned by the executor's memory plan, valid until the next forward.
+// - The core pair: forward(x, rows) writes output(rows); backward(x, dy, dx, rows) contributes to
+//   the FP32 parameter gradients and, when dx is not empty, writes the input's gradient in dx's
+//   dtype. Ops with several inputs (traits().inputs > 1: add) implement forward_inputs /
+//   backward_inputs instead; an empty dxs[i] means input i needs no gradient. A parameter
+//   gradient is zeroed once per optimizer step: the first contribution of a step overwrites it,
+//   every later one (the next micro-batch, a tied parameter's other user) adds to it; ops ask
 //   ModelParameter::take_grad_beta() which of the two a write is.
+// - Data, not code: traits() (GEMMs and their operand roles, precision sensitivity, which tensors
+//   backward reads, views, pass-through gradients, FLOPs, owned and shared parameter shapes) is
+//   filled by the op's constructor and by the graph rewrites it takes part in (fuse_reader,
+//   take_relu, set_fusion), before the plans read it.
 // - Buffers: non-trainable FP32 state an op keeps across steps (batch norm's running statistics),
 //   named "<layer>.<buffer>", saved in checkpoints and exported beside the parameters. Never
 //   touched by the optimizer; an op updates them itself, usually in training mode only.
 // - Mode: set_training(false) puts the op in evaluation mode (no buffer updates, inference
 //   behaviour); the model sets every op's mode at once (Model::set_mode).
 // - Shared parameters (weight tying): an op may use another node's parameter instead of owning
-//   one (shared_parameters() names them; the model binds them after allocate()). parameters()
-//   lists only what the op owns, so the optimizer and checkpoints see a tied parameter once;
-//   used_parameters() lists everything the op reads and writes.
+//   one (traits().shared_parameters names them; the executor binds them after allocate()).
+//   parameters() lists only what the op owns, so the optimizer and checkpoints see a tied
+//   parameter once; used_parameters() lists everything the op reads and writes.
+// - FP8 operand scaling: an op with scaled GEMM operands registers its OperandScaler
+//   (use_operand_scaler); the model drives it through set_operand_scaling, begin_micro_batch and
+//   flush_operand_amaxes.
 // - Math runs on the backend; a layer performs only the casts its precision plan asks for.
 // - Ops live one per file under core/src/graph/ops/ and are registered in one table
-//   (core/src/graph/ops/op_registry.cpp); the model sees only this interface.
+//   (core/src/graph/ops/op_registry.cpp); the rest of the core sees only this interface.
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mixtrain/core/graph/backend_needs.h"
@@ -71,11 +85,51 @@ struct SharedParameter {
   std::vector<std::int64_t> shape;  // the shape this op needs it to have
 };
 
-// A dimension of an op's GEMM or convolution that Tensor Cores want aligned (precision/tensor_core_lint.h).
+// A dimension of an op's GEMM or convolution that Tensor Cores want aligned
+// (precision/tensor_core_lint.h).
 struct TensorCoreDim {
   std::string what;  // "input features", "output channels"
   std::int64_t size = 0;
   bool input_channels = false;  // a convolution's input channels (the first layer's exception)
+};
+
+class OperandScaler;
+
+// What an op is, as data (see the contract above).
+struct OpTraits {
+  // Its GEMMs with their operand roles, as the precision policy sees them (sdk/op_description.h).
+  std::vector<sdk::GemmDescription> gemms;
+  // Statistics, softmax, loss: the host keeps every tensor of it in FP32 whatever the policy.
+  bool precision_sensitive = false;
+  // The dimensions of its GEMMs that Tensor Cores want in multiples of 8 (16 for FP8); the Layer
+  // constructor sets the last dimensions of input and output.
+  std::vector<TensorCoreDim> tensor_core_dims;
+  std::size_t inputs = 1;  // how many inputs it reads (add: two or more)
+  // A view (reshape, flatten, an absorbed relu) computes nothing: its output is its input's
+  // memory seen with another shape, and its input's gradient is its output's gradient.
+  bool view = false;
+  // What backward reads besides dy, for the activation liveness plan: an input that is read must
+  // stay intact until this op's backward. The defaults are the safe answers for a new op.
+  bool backward_reads_inputs = true;
+  bool backward_reads_output = false;
+  // Every input's gradient is the output's gradient itself (dx_k = dy, a sum): the memory plan may
+  // give one input whose only reader is this op the memory of the output's gradient (same dtype),
+  // and backward_inputs finds that dx at dy's address, already written.
+  bool passes_gradient_through = false;
+  // allocate() leaves the output unallocated (a view; a linear whose fused relu writes for it);
+  // materialise_output() makes it later.
+  bool output_deferred = false;
+  // Forward FLOPs per output row (a multiply-add is 2): what `mixtrain check` sums per sample.
+  // The Layer constructor sets out_features.
+  std::int64_t forward_flops_per_row = 0;
+  // The parameters the op owns or would own, by suffix ("weight" -> [out, in]); a tie is checked
+  // against them.
+  struct Parameter {
+    std::string suffix;
+    std::vector<std::int64_t> shape;
+  };
+  std::vector<Parameter> parameters;
+  std::vector<SharedParameter> shared_parameters;  // taken from other nodes (weight tying)
 };
 
 class Layer {
@@ -87,24 +141,37 @@ class Layer {
   const std::string& type() const { return type_; }
   std::int64_t in_features() const { return in_; }
   std::int64_t out_features() const { return out_; }
-  // The op's traits, as the precision policy sees them (sdk/op_description.h): its GEMMs with
-  // their operand roles, and whether it is precision-sensitive (statistics, softmax, loss), which
-  // makes the host keep every tensor of it in FP32 whatever the policy plans.
-  virtual std::vector<sdk::GemmDescription> gemms() const { return {}; }
-  virtual bool precision_sensitive() const { return false; }
-  bool has_gemm() const { return !gemms().empty(); }
-  // The dimensions of its GEMMs that Tensor Cores want in multiples of 8 (16 for FP8); by default
-  // the last dimensions of input and output.
-  virtual std::vector<TensorCoreDim> tensor_core_dims() const {
-    return {{"GEMM dimension", in_, false}, {"GEMM dimension", out_, false}};
+  const OpTraits& traits() const { return traits_; }
+  const std::vector<sdk::GemmDescription>& gemms() const { return traits_.gemms; }
+  bool precision_sensitive() const { return traits_.precision_sensitive; }
+  bool has_gemm() const { return !traits_.gemms.empty(); }
+  const std::vector<TensorCoreDim>& tensor_core_dims() const { return traits_.tensor_core_dims; }
+  std::size_t input_count() const { return traits_.inputs; }
+  bool is_view() const { return traits_.view; }
+  bool backward_reads_inputs() const { return traits_.backward_reads_inputs; }
+  bool backward_reads_output() const { return traits_.backward_reads_output; }
+  bool passes_gradient_through() const { return traits_.passes_gradient_through; }
+  std::int64_t forward_flops_per_row() const { return traits_.forward_flops_per_row; }
+  // The shape of the parameter "<name>.<suffix>" this op owns or would own, empty when it has
+  // none by that name.
+  std::vector<std::int64_t> parameter_shape(const std::string& suffix) const;
+  const std::vector<SharedParameter>& shared_parameters() const {
+    return traits_.shared_parameters;
   }
   sdk::OpDescription description() const;
 
   void set_precision(const sdk::OpPrecision& p) { precision_ = p; }
-  // For policies whose GEMM operands carry per-tensor scales (FP8): the layer asks the policy for
-  // each operand's dtype and scale, casts with saturation and a fused amax, and reports the amax
-  // back. Non-owning; the policy outlives the model. Layers without GEMMs ignore it.
-  virtual void set_operand_scaling(sdk::PrecisionPolicy* /*policy*/) {}
+  const sdk::OpPrecision& precision() const { return precision_; }
+  // For policies whose GEMM operands carry per-tensor scales (FP8): the op's OperandScaler asks
+  // the policy for each operand's dtype and scale, casts with saturation and a fused amax, and
+  // reports the amax back. Non-owning; the policy outlives the model. Ops without a scaler ignore
+  // it.
+  void set_operand_scaling(sdk::PrecisionPolicy* policy);
+  // Delayed FP8 scaling: hands the amaxes measured by this step's casts to the policy.
+  void flush_operand_amaxes();
+  // Called at the start of every micro-batch (index 0 opens an optimizer step): the FP8 amax of
+  // delayed scaling spans the step.
+  void begin_micro_batch(std::int64_t index);
 
   // Per scaled operand of the last step (when collection is on): what the FP8 cast did to it.
   struct ScaledOperandStats {
@@ -118,15 +185,11 @@ class Layer {
     stats_.clear();
   }
   const std::vector<ScaledOperandStats>& operand_stats() const { return stats_; }
-  const sdk::OpPrecision& precision() const { return precision_; }
 
   virtual void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows);
   virtual void forward(sdk::TensorView x, std::int64_t rows) = 0;
   virtual void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                         std::int64_t rows) = 0;
-  // Ops with several inputs (add) override these; single-input ops take xs[0] / dxs[0]. An empty
-  // dxs[i] means input i needs no gradient.
-  virtual std::size_t input_count() const { return 1; }
   virtual void forward_inputs(std::span<const sdk::TensorView> xs, std::int64_t rows) {
     forward(xs[0], rows);
   }
@@ -134,28 +197,26 @@ class Layer {
                                std::span<const sdk::TensorView> dxs, std::int64_t rows) {
     backward(xs[0], dy, dxs[0], rows);
   }
-  // A view op (reshape, flatten) computes nothing: its output is its input's memory seen with
-  // another shape, and its input's gradient is its output's gradient, likewise.
-  virtual bool is_view() const { return false; }
-  // Epilogue fusion as a graph rewrite: the model offers each op its single reader; an op that
-  // can run that reader inside its own kernel (a linear and a relu/gelu) takes it and answers true.
+  // Host-side initialisation of parameters from a seed (PyTorch's defaults for the layer type),
+  // and of buffers to their starting values.
+  virtual void init_parameters(std::uint64_t /*seed*/) {}
+  // The backend facet ops this layer calls under its precision plan, given its input's storage
+  // dtype: asked before the first step, so a backend that lacks one stops the plan. A function of
+  // the precision plan, which is set after construction, hence not a trait.
+  virtual std::vector<BackendNeed> backend_needs(sdk::DType /*input*/) const { return {}; }
+
+  // Graph rewrites (GraphPlan::build), each answering whether the op took part:
+  // - fuse_reader: the plan offers each op its single reader; an op that can run that reader
+  //   inside its own kernel (a linear and a relu/gelu, as a GEMM epilogue) takes it; set_fusion
+  //   switches such a pair between fused and unfused runs (the non-finite replay runs unfused).
+  // - take_relu: a relu as part of this op (batch norm + ReLU, add + ReLU), forward and backward:
+  //   offered to an op whose only reader is a relu; answering true applies it for good, and the
+  //   relu node becomes a view of this op's output.
   virtual bool fuse_reader(Layer& /*reader*/) { return false; }
   virtual void set_fusion(bool /*on*/) {}
-  virtual bool fused() const { return false; }
-  // A relu as part of this op (batch norm + ReLU, forward and backward): called while the graph
-  // is built, for an op whose only reader is a relu; answering true makes the op apply it for
-  // good, and the relu node becomes a view of this op's output.
+  bool fused() const { return epilogue_fused_; }
   virtual bool take_relu() { return false; }
-  // Delayed FP8 scaling: hands the amaxes measured by this step's casts to the policy.
-  virtual void flush_operand_amaxes() {}
-  // What backward() reads besides dy, for the activation liveness plan: an input that is read
-  // must stay intact until this op's backward. The defaults are the safe answers for a new op.
-  virtual bool backward_reads_inputs() const { return true; }
-  virtual bool backward_reads_output() const { return false; }
-  // Every input's gradient is the output's gradient itself (dx_k = dy, a sum): the model may then
-  // give one input whose only reader is this op the memory of the output's gradient (same dtype),
-  // and backward_inputs finds that dx at dy's address, already written.
-  virtual bool passes_gradient_through() const { return false; }
+
   // The model's activation plan places this op's output in its arena (non-owning; set before
   // allocate()). Without it the layer allocates its own output.
   void use_output_storage(void* data) { planned_output_ = data; }
@@ -163,15 +224,6 @@ class Layer {
   // deferred or a view (nothing to plan).
   std::size_t planned_output_bytes(std::int64_t max_rows,
                                    std::optional<sdk::DType> as_dtype = std::nullopt) const;
-  // Forward FLOPs per output row (a multiply-add is 2): what `mixtrain check` sums per sample.
-  virtual std::int64_t forward_flops_per_row() const { return out_; }
-
-  // Host-side initialisation of parameters from a seed (PyTorch's defaults for the layer type),
-  // and of buffers to their starting values.
-  virtual void init_parameters(std::uint64_t /*seed*/) {}
-  // The backend facet ops this layer calls under its precision plan, given its input's storage
-  // dtype: asked before the first step, so a backend that lacks one stops the plan.
-  virtual std::vector<BackendNeed> backend_needs(sdk::DType /*input*/) const { return {}; }
 
   // Training (the default) or evaluation mode; ops whose behaviour differs override on_mode().
   void set_training(bool training) {
@@ -180,7 +232,7 @@ class Layer {
   }
   bool training() const { return training_; }
 
-  // Decoding one sequence token by token (Model::begin_decode): ops that see across positions
+  // Decoding one sequence token by token (graph/decoder.h): ops that see across positions
   // override these — attention keeps a KV cache of `capacity` positions, a position embedding
   // offsets its positions. Row-wise ops need nothing. begin_decode throws when the op cannot
   // decode.
@@ -188,27 +240,17 @@ class Layer {
   virtual void set_decode_position(std::int64_t /*start*/) {}
   virtual void end_decode() {}
 
-  // Called at the start of every micro-batch (index 0 opens an optimizer step). Ops whose
-  // per-step measurements span the step (the FP8 amax of delayed scaling) override it.
-  virtual void begin_micro_batch(std::int64_t /*index*/) {}
-
-  // The shape of the parameter "<name>.<suffix>" this op owns or would own (before allocate()),
-  // empty when it has none by that name; the model checks a tie against it.
-  virtual std::vector<std::int64_t> parameter_shape(const std::string& /*suffix*/) const {
-    return {};
-  }
-  // The parameters this op takes from other nodes (weight tying), and the binding the model makes
-  // after allocate(): `source` outlives this op (both belong to one model).
-  virtual std::vector<SharedParameter> shared_parameters() const { return {}; }
-  virtual void bind_shared_parameter(const std::string& /*suffix*/, ModelParameter& /*source*/) {}
+  // Binds a parameter another node owns to this op's `suffix` slot, after allocate(): `source`
+  // outlives this op (both belong to one model).
+  void bind_shared_parameter(const std::string& suffix, ModelParameter& source);
 
   // The output activation; a view without data (data == nullptr) while it is not materialised.
   sdk::TensorView output(std::int64_t rows) const;
   // The parameters this op owns (see the contract for shared ones).
   std::vector<ModelParameter>& parameters() { return params_; }
   const std::vector<ModelParameter>& parameters() const { return params_; }
-  // Every parameter this op reads and writes gradients into: its own, then the shared ones.
-  virtual std::vector<ModelParameter*> used_parameters();
+  // Every parameter this op reads and writes gradients into: the shared ones, then its own.
+  std::vector<ModelParameter*> used_parameters();
   std::vector<ModelBuffer>& buffers() { return buffers_; }
   const std::vector<ModelBuffer>& buffers() const { return buffers_; }
 
@@ -217,15 +259,18 @@ class Layer {
   // An FP32 buffer "<layer>.<suffix>" filled with `value` (call from allocate()).
   ModelBuffer make_buffer(const std::string& suffix, sdk::Shape shape, float value);
   virtual void on_mode(bool /*training*/) {}
-  // Whether allocate() may leave the output unallocated (materialise_output() makes it later).
-  virtual bool output_deferred() const { return false; }
   void materialise_output();
   // `x` as `dtype`: x itself when it already is, else a cast into `scratch` (grown on demand).
   sdk::TensorView as_dtype(sdk::TensorView x, sdk::DType dtype, Tensor& scratch);
+  // The parameter bound to `suffix` by bind_shared_parameter, or nullptr.
+  ModelParameter* shared_parameter(const std::string& suffix) const;
+  // Registers the op's FP8 operand scaler (a member of the op; nullptr: none).
+  void use_operand_scaler(OperandScaler* scaler) { operand_scaler_ = scaler; }
 
   std::shared_ptr<sdk::DeviceBackend> backend_;
   std::string name_, type_;
   std::int64_t in_, out_;
+  OpTraits traits_;
   sdk::OpPrecision precision_;
   std::int64_t max_rows_ = 0;
   Tensor output_;
@@ -233,8 +278,13 @@ class Layer {
   std::vector<ModelParameter> params_;
   std::vector<ModelBuffer> buffers_;
   bool training_ = true;
+  bool epilogue_fused_ = false;  // runs a reader as its epilogue now (fuse_reader, set_fusion)
   bool collect_stats_ = false;
   std::vector<ScaledOperandStats> stats_;
+
+ private:
+  std::vector<std::pair<std::string, ModelParameter*>> shared_;  // bound shared parameters
+  OperandScaler* operand_scaler_ = nullptr;
 };
 
 }  // namespace mixtrain::core
