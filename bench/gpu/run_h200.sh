@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# The whole GPU session in one command, on a machine with an NVIDIA H200 (x86-64, CUDA toolkit
-# and PyTorch installed; no apt, no network): unpack the Debian packages that
+# The whole GPU session in one command, on a machine with an NVIDIA H200 or H100 (x86-64, CUDA
+# toolkit and PyTorch installed; no apt, no network; both are sm_90 with the same SMs, clocks and
+# peaks, the name is historical): unpack the Debian packages that
 # bench/gpu/fetch_debs.sh fetched into .debs/ into a private prefix, build mixtrain with the CUDA
 # backend for sm_90, then
 #   gemm  GEMM TFLOP/s per dtype at 8192^3: bench_gemm_cuda (CudaBackend::gemm, cuBLASLt) and
 #         PyTorch's matmul on the same GPU for reference            -> $OUT/gemm.txt
+#   gemmsweep  why a 16-bit GEMM trails PyTorch: bench_gemm_cuda_sweep (the backend's GemmEngine
+#         as it is, with 4/64 MiB workspaces, each of the top-8 heuristic results, autotuned, and
+#         cublasGemmEx, PyTorch's path) and torch_gemm.py --sweep, bf16 and fp16, at the square
+#         shape and the wide MLP's fwd/dgrad/wgrad GEMMs, one timing method for all
+#                                                                  -> $OUT/gemm_sweep.txt
 #   test  ctest -R "backend_cuda|conformance" --output-on-failure  -> $OUT/conformance.log
 #   wide  the wide-MLP training benchmark, mixtrain under fp32, tf32, bf16-mixed, fp16-mixed and
 #         fp8-delayed (configs/mlp-*.toml, --set backend.type=cuda) against PyTorch FP32 eager and
@@ -18,12 +24,14 @@
 # Environment (defaults in brackets):
 #   OUT [build-gpu-out]  results folder (the device tool sets it)
 #   BUDGET_S [560]       wall-clock budget of the whole script, seconds
-#   STAGES ["env debs configure build gemm test wide"]  any subset (always run in this order)
+#   STAGES ["env debs configure build gemm gemmsweep test wide"]  any subset (always run in this order)
 #   DEBS [.debs]  DEBROOT [/tmp/debroot]  BUILD_DIR [build-h200]  JOBS [nproc]  CUDA_ARCHS [90]
 #   CMAKE_EXTRA_ARGS  more -D options for the configure stage (word-split)
-#   BUILD_TARGETS  [mixtrain, the plugins, test_backend_cuda, test_conformance, bench_gemm_cuda]
+#   BUILD_TARGETS  [mixtrain, the plugins, test_backend_cuda, test_conformance, bench_gemm_cuda,
+#                   bench_gemm_cuda_sweep]
 #   PYTHON [python3: the interpreter with PyTorch]   MIXTRAIN_BIN [$BUILD_DIR/bin/mixtrain]
-#   GEMM_SIZE [8192]  GEMM_SECONDS [1]
+#   GEMM_SIZE [8192]  GEMM_SECONDS [1]  SWEEP_ROUNDS [5]  SWEEP_CANDIDATES [8]  (the sweep's wide
+#   cases use WIDE_BATCH and WIDE_HIDDEN)
 #   WIDE_BATCH [16384]  WIDE_FEATURES [256]  WIDE_HIDDEN [8192]  WIDE_STEPS [30]  WIDE_LOG_EVERY [5]
 #   WIDE_POLICIES ["bf16 fp32 fp8 tf32 fp16"]  WIDE_TORCH ["bf16 fp32"]  (run order: the headline
 #   pair first, so a budget that runs out loses the least)  WIDE_BACKEND [cuda]  TORCH_DEVICE [cuda]
@@ -45,16 +53,17 @@ if [[ ${DRY_RUN:-0} == 1 ]]; then
 fi
 export OUT=${OUT:-$ROOT/build-gpu-out}
 export BUDGET_S=${BUDGET_S:-560}
-STAGES=${STAGES:-env debs configure build gemm test wide}
+STAGES=${STAGES:-env debs configure build gemm gemmsweep test wide}
 export DEBS=${DEBS:-$ROOT/.debs}
 export DEBROOT=${DEBROOT:-/tmp/debroot}
 export BUILD=${BUILD_DIR:-$ROOT/build-h200}
 export JOBS=${JOBS:-$(nproc)}
 export CUDA_ARCHS=${CUDA_ARCHS:-90}
-export BUILD_TARGETS=${BUILD_TARGETS:-mixtrain mixtrain_backend_cpu mixtrain_backend_cuda mixtrain_policies mixtrain_fp8 mixtrain_scalers mixtrain_optimizers mixtrain_checkpoint_native test_backend_cuda test_conformance bench_gemm_cuda}
+export BUILD_TARGETS=${BUILD_TARGETS:-mixtrain mixtrain_backend_cpu mixtrain_backend_cuda mixtrain_policies mixtrain_fp8 mixtrain_scalers mixtrain_optimizers mixtrain_checkpoint_native test_backend_cuda test_conformance bench_gemm_cuda bench_gemm_cuda_sweep}
 export PYTHON=${PYTHON:-python3}
 export MIXTRAIN_BIN=${MIXTRAIN_BIN:-$BUILD/bin/mixtrain}
 export GEMM_SIZE=${GEMM_SIZE:-8192} GEMM_SECONDS=${GEMM_SECONDS:-1}
+export SWEEP_ROUNDS=${SWEEP_ROUNDS:-5} SWEEP_CANDIDATES=${SWEEP_CANDIDATES:-8}
 export WIDE_BATCH=${WIDE_BATCH:-16384} WIDE_FEATURES=${WIDE_FEATURES:-256} WIDE_HIDDEN=${WIDE_HIDDEN:-8192}
 export WIDE_STEPS=${WIDE_STEPS:-30} WIDE_LOG_EVERY=${WIDE_LOG_EVERY:-5}
 export WIDE_POLICIES=${WIDE_POLICIES:-bf16 fp32 fp8 tf32 fp16} WIDE_TORCH=${WIDE_TORCH:-bf16 fp32}
@@ -242,6 +251,36 @@ stage_gemm() {
   [[ $rc1 == 0 ]]
 }
 
+stage_gemmsweep() {
+  local cap=$((STAGE_CAP > 20 ? STAGE_CAP - 5 : STAGE_CAP)) rc1 rc2
+  local smi="nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader"
+  {
+    echo "GPU clocks, power, temperature before: $($smi 2>&1 | head -1)"
+    echo
+    echo "## mixtrain GemmEngine variants: $BUILD/bin/bench_gemm_cuda_sweep --size $GEMM_SIZE --batch $WIDE_BATCH --hidden $WIDE_HIDDEN --rounds $SWEEP_ROUNDS --candidates $SWEEP_CANDIDATES"
+    echo
+    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 $((cap * 2 / 3)) "$BUILD/bin/bench_gemm_cuda_sweep" --size "$GEMM_SIZE" \
+      --batch "$WIDE_BATCH" --hidden "$WIDE_HIDDEN" --rounds "$SWEEP_ROUNDS" --candidates "$SWEEP_CANDIDATES"
+    echo "(exit $?)"
+    echo
+    echo "GPU clocks, power, temperature after: $($smi 2>&1 | head -1)"
+    echo
+    echo "## PyTorch on the same cases, timed the same way: bench/gpu/torch_gemm.py --sweep"
+    echo
+    timeout -k 5 $((cap / 4)) "$PYTHON" "$HERE/torch_gemm.py" --sweep --size "$GEMM_SIZE" --batch "$WIDE_BATCH" \
+      --hidden "$WIDE_HIDDEN" --rounds "$SWEEP_ROUNDS"
+    echo "(exit $?)"
+  } 2>&1 | tee "$OUT/gemm_sweep.txt"
+  echo
+  "$PYTHON" "$HERE/gemm_sweep_table.py" "$OUT/gemm_sweep.txt" 2>&1 | tee "$STATE/gemm_sweep_table.md" |
+    tee -a "$OUT/gemm_sweep.txt"
+  rc1=$(grep -m1 -oE '^\(exit [0-9]+\)' "$OUT/gemm_sweep.txt" | grep -oE '[0-9]+')
+  rc2=$(grep -oE '^\(exit [0-9]+\)' "$OUT/gemm_sweep.txt" | tail -1 | grep -oE '[0-9]+')
+  [[ $rc1 == 0 && $rc2 == 0 ]] ||
+    echo "bench_gemm_cuda_sweep exit $rc1, torch_gemm.py --sweep exit $rc2 (2: no CUDA device)" >"$STATE/gemmsweep.note"
+  [[ $rc1 == 0 ]]
+}
+
 stage_test() {
   LD_LIBRARY_PATH=$MIX_LD_PATH ctest --test-dir "$BUILD" -R "backend_cuda|conformance" --output-on-failure \
     -j 4 --timeout $((STAGE_CAP > 30 ? STAGE_CAP - 10 : STAGE_CAP)) 2>&1 | tee "$OUT/conformance.log"
@@ -321,7 +360,7 @@ stage_wide() {
   tar -czf "$OUT/wide_mlp_runs.tar.gz" -C "$W" . 2>/dev/null
   [[ $rc == 0 ]] && ! grep -qE '^\| [^|]+ \| +failed +\|' "$OUT/wide_mlp.md"
 }
-export -f stage_env stage_debs stage_configure stage_build stage_gemm stage_test stage_wide
+export -f stage_env stage_debs stage_configure stage_build stage_gemm stage_gemmsweep stage_test stage_wide
 
 # --- the run --------------------------------------------------------------------------------------
 echo "run_h200.sh: budget ${BUDGET_S} s, stages: $STAGES; results in $OUT"
@@ -331,8 +370,11 @@ needs debs configure build
 run_stage configure 150 0
 needs configure build
 run_stage build 400 150
-needs build gemm test
+needs build gemm gemmsweep test
 run_stage gemm 75 100
+# ~25 s on an H200 (8 cases x 12-13 variants x 5 rounds of 25 ms, plus PyTorch's twin); the cap
+# leaves the test and wide stages their time.
+run_stage gemmsweep 70 100
 run_stage test 120 90
 run_stage wide 600 5
 # Build and configure logs: the tail, which is where errors are.
@@ -344,6 +386,11 @@ run_stage wide 600 5
   printf '| %-9s | %-5s | %s\n' stage secs status
   for i in "${!names[@]}"; do printf '| %-9s | %5s | %s\n' "${names[$i]}" "${secs[$i]}" "${statuses[$i]}"; done
   echo
+  if [[ -s $STATE/gemm_sweep_table.md ]]; then
+    echo "gemm sweep (TFLOP/s medians, one timing method; details in gemm_sweep.txt):"
+    cat "$STATE/gemm_sweep_table.md"
+    echo
+  fi
   cat "$STATE/env.txt" 2>/dev/null
   echo
   echo "files in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"

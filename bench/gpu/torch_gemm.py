@@ -10,6 +10,12 @@ back-to-back products between two CUDA events; TFLOP/s = 2·m·n·k / (elapsed /
 
 Prints a markdown table and one JSON line (prefixed "json: "). Without a GPU: one line
 "no CUDA device: ..." and exit code 2.
+
+--sweep: instead, bench_gemm_cuda_sweep's cases timed as that benchmark times them (batches of
+~BATCH_MS ms between CUDA events, operand sets rotated past the L2 cache, median and fastest of
+ROUNDS rounds), for bf16 and fp16: square (a @ b.t()), fwd (relu(F.linear(x, W, bias)) with the
+bias in the input dtype, as autocast runs it), dgrad (dy @ W), wgrad (dy.t() @ x, output in the
+input dtype, as autograd produces it under autocast).
 """
 import argparse
 import json
@@ -25,10 +31,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--size", type=int, default=8192)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--batch", type=int, default=16384)
+    ap.add_argument("--hidden", type=int, default=8192)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--batch-ms", type=float, default=25.0)
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: torch.cuda.is_available() is False")
         return 2
+    if args.sweep:
+        return sweep(args)
     n = args.size
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(1)
@@ -84,6 +97,64 @@ def main():
     if "fp8" in results and "bf16" in results:
         print(f"FP8 / BF16 = {results['fp8'] / results['bf16']:.2f}x")
     print("json: " + json.dumps({"torch_version": torch.__version__, "size": n, "tflops": results}))
+    return 0
+
+
+def sweep(args):
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(1)
+    l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 50 << 20)
+    S, B, H = args.size, args.batch, args.hidden
+    # name: (m, n, k, A stored, B stored, fn(a, b, bias))
+    cases = {
+        "square": (S, S, S, (S, S), (S, S), lambda a, b, bias: a @ b.t()),
+        "fwd": (B, H, H, (B, H), (H, H), lambda a, b, bias: torch.relu(torch.nn.functional.linear(a, b, bias))),
+        "dgrad": (B, H, H, (B, H), (H, H), lambda a, b, bias: a @ b),
+        "wgrad": (H, H, B, (B, H), (B, H), lambda a, b, bias: a.t() @ b),
+    }
+    print(f"PyTorch {torch.__version__} (CUDA {torch.version.cuda}) on {torch.cuda.get_device_name(dev)}: "
+          f"bench_gemm_cuda_sweep's cases, median (fastest) of {args.rounds} rounds of ~{args.batch_ms} ms batches")
+    print("| case | dtype | PyTorch call | ms median | TFLOP/s median | TFLOP/s best |")
+    print("|---|---|---|---:|---:|---:|")
+    results = {}
+    for dt_name, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        for name, (m, n, k, a_shape, b_shape, fn) in cases.items():
+            try:
+                set_bytes = 2 * (a_shape[0] * a_shape[1] + b_shape[0] * b_shape[1] + m * n)
+                sets = min(8, max(2, -(-2 * l2 // set_bytes)))
+                ops = [((torch.rand(a_shape, device=dev, generator=g) * 2 - 1).to(dt),
+                        (torch.rand(b_shape, device=dev, generator=g) * 2 - 1).to(dt)) for _ in range(sets)]
+                bias = (torch.rand(n, device=dev, generator=g) * 2 - 1).to(dt)
+                for i in range(3):
+                    fn(*ops[i % sets], bias)
+                torch.cuda.synchronize()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for i in range(3):
+                    fn(*ops[i % sets], bias)
+                end.record()
+                torch.cuda.synchronize()
+                per_batch = max(2, min(500, int(args.batch_ms / max(start.elapsed_time(end) / 3, 1e-3))))
+                times, nxt = [], 0
+                for _ in range(args.rounds):
+                    start.record()
+                    for _ in range(per_batch):
+                        fn(*ops[nxt % sets], bias)
+                        nxt += 1
+                    end.record()
+                    torch.cuda.synchronize()
+                    times.append(start.elapsed_time(end) / per_batch)
+                times.sort()
+                med, best = times[len(times) // 2], times[0]
+                flop = 2.0 * m * n * k
+                results[f"{name}/{dt_name}"] = flop / med / 1e9
+                call = {"square": "a @ b.t()", "fwd": "relu(linear(x, W, b))", "dgrad": "dy @ W",
+                        "wgrad": "dy.t() @ x"}[name]
+                print(f"| {name} | {dt_name} | {call} | {med:.3f} | {flop / med / 1e9:.1f} | {flop / best / 1e9:.1f} |")
+                del ops
+            except Exception as e:  # one case failing must not stop the others
+                print(f"| {name} | {dt_name} | failed: {type(e).__name__}: {str(e).splitlines()[0][:120]} | | | |")
+    print("json: " + json.dumps({"torch_version": torch.__version__, "sweep_tflops": results}))
     return 0
 
 

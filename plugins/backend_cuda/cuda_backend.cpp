@@ -137,7 +137,7 @@ std::vector<std::string> CudaBackend::gemm_plan_report() const {
 void CudaBackend::account_buffers() {
   // The fixed cuBLASLt workspace is not counted (like a library's own handle state); grow-only
   // scratch is, as the CPU backend counts its GEMM scratch.
-  const std::size_t now = gemm_->device_bytes() - GemmEngine::kWorkspaceBytes + tables_.capacity() +
+  const std::size_t now = gemm_->device_bytes() - gemm_->workspace_bytes() + tables_.capacity() +
                           partial_.capacity() + partial2_.capacity() + flags_.capacity();
   if (now == buffer_bytes_) return;
   allocator_.account_external(static_cast<std::ptrdiff_t>(now) -

@@ -64,6 +64,30 @@ cublasLtEpilogue_t epilogue_for(bool bias, bool activation, sdk::Activation act,
 
 int activation_code(sdk::Activation act) { return act == sdk::Activation::relu ? 0 : 1; }
 
+template <typename T>
+T algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  T value{};
+  std::size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof value, &written) !=
+      CUBLAS_STATUS_SUCCESS)
+    return T{};
+  return value;
+}
+
+// The numbers cublasLt.h's enums give an algorithm's configuration: tells two candidates apart.
+std::string describe_algo(const cublasLtMatmulAlgo_t& algo) {
+  return "id=" + std::to_string(algo_config<std::int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID)) +
+         " tile=" + std::to_string(algo_config<std::uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID)) +
+         " stages=" +
+         std::to_string(algo_config<std::uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID)) +
+         " splitk=" +
+         std::to_string(algo_config<std::int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM)) +
+         " swizzle=" +
+         std::to_string(algo_config<std::uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING)) +
+         " cluster=" +
+         std::to_string(algo_config<std::uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+}
+
 }  // namespace
 
 std::size_t GemmEngine::KeyHash::operator()(const Key& key) const noexcept {
@@ -81,15 +105,24 @@ std::size_t GemmEngine::KeyHash::operator()(const Key& key) const noexcept {
   return h;
 }
 
-GemmEngine::GemmEngine(int sm_version, cudaStream_t stream, bool fp8_fast_accumulation)
-    : sm_(sm_version), stream_(stream), fp8_fast_accumulation_(fp8_fast_accumulation) {
+GemmEngine::GemmEngine(int sm_version, cudaStream_t stream, bool fp8_fast_accumulation,
+                       GemmTuning tuning)
+    : sm_(sm_version),
+      stream_(stream),
+      fp8_fast_accumulation_(fp8_fast_accumulation),
+      tuning_(tuning) {
+  // The epilogue placeholders point into the workspace (create_plan): it is never empty.
+  tuning_.workspace_bytes = std::max<std::size_t>(tuning_.workspace_bytes, 256);
+  tuning_.heuristic_result = std::max(tuning_.heuristic_result, 0);
   check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
-  cudaError_t status = cudaMalloc(&workspace_, kWorkspaceBytes);
+  cudaError_t status = cudaMalloc(&workspace_, tuning_.workspace_bytes);
   if (status == cudaSuccess) status = cudaMalloc(reinterpret_cast<void**>(&scales_), 2 * kScaleStride * sizeof(float));
   if (status != cudaSuccess) {
     if (workspace_ != nullptr) cudaFree(workspace_);
     cublasLtDestroy(handle_);
-    check_cuda(status, "create", "cudaMalloc of the 32 MiB cuBLASLt workspace");
+    check_cuda(status, "create",
+               "cudaMalloc of the " + std::to_string(tuning_.workspace_bytes >> 20) +
+                   " MiB cuBLASLt workspace");
   }
 }
 
@@ -111,8 +144,8 @@ void GemmEngine::set_out_of_memory_hook(const std::function<void()>& hook) {
 }
 
 std::size_t GemmEngine::device_bytes() const {
-  return kWorkspaceBytes + scratch_a_.capacity() + scratch_b_.capacity() + scratch_d_.capacity() +
-         scratch_bias_.capacity();
+  return tuning_.workspace_bytes + scratch_a_.capacity() + scratch_b_.capacity() +
+         scratch_d_.capacity() + scratch_bias_.capacity();
 }
 
 GemmEngine::Plan& GemmEngine::plan_for(const Key& key) {
@@ -187,29 +220,41 @@ GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
 
   cublasLtMatmulPreference_t pref = nullptr;
   if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return plan;
-  const std::uint64_t ws = kWorkspaceBytes;
+  const std::uint64_t ws = tuning_.workspace_bytes;
   const auto align = static_cast<std::uint32_t>(key.alignment);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
-  cublasLtMatmulHeuristicResult_t result{};
+  const bool autotune = tuning_.autotune_candidates > 1;
+  const int pick = autotune ? 0 : tuning_.heuristic_result;
+  std::vector<cublasLtMatmulHeuristicResult_t> results(
+      static_cast<std::size_t>(autotune ? tuning_.autotune_candidates : pick + 1));
   int count = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, 1, &result, &count);
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, pref,
+                                     static_cast<int>(results.size()), results.data(), &count);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (status == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-    plan.algo = result.algo;
+  if (status != CUBLAS_STATUS_SUCCESS) count = 0;
+  results.resize(static_cast<std::size_t>(count));
+  std::erase_if(results, [](const auto& r) { return r.state != CUBLAS_STATUS_SUCCESS; });
+  plan.candidates = static_cast<int>(results.size());
+  if (pick < plan.candidates) {
+    plan.algo = results[static_cast<std::size_t>(pick)].algo;
+    plan.algo_workspace = results[static_cast<std::size_t>(pick)].workspaceSize;
+    plan.candidate = pick;
     plan.ok = true;
     plan.status = "usable";
+    if (autotune && plan.candidates > 1) plan.untimed = std::move(results);
   } else {
-    plan.status = std::string("no heuristic result (") + cublasLtGetStatusName(status) + ", " +
-                  std::to_string(count) + " algorithms)";
+    plan.status = std::string("no heuristic result") +
+                  (pick > 0 ? " #" + std::to_string(pick) : "") + " (" +
+                  cublasLtGetStatusName(status) + ", " + std::to_string(count) + " algorithms)";
   }
   return plan;
 }
 
-std::vector<std::string> GemmEngine::plan_report() const {
+std::vector<GemmEngine::PlanInfo> GemmEngine::plan_infos() const {
   auto type = [](int t) -> std::string {
     switch (static_cast<cudaDataType_t>(t)) {
       case CUDA_R_32F: return "f32";
@@ -220,7 +265,7 @@ std::vector<std::string> GemmEngine::plan_report() const {
       default: return "type" + std::to_string(t);
     }
   };
-  std::vector<std::string> lines;
+  std::vector<PlanInfo> infos;
   for (const auto& [key, plan] : plans_) {
     std::string line = "m=" + std::to_string(key.m) + " n=" + std::to_string(key.n) +
                        " k=" + std::to_string(key.k) + " A=" + type(key.a_type) +
@@ -231,12 +276,77 @@ std::vector<std::string> GemmEngine::plan_report() const {
     if (key.bias_type != 0) line += " bias=" + type(key.bias_type);
     if (key.fp8_scales) line += " fp8-scales";
     if (key.beta_nonzero) line += " beta";
-    line += " align=" + std::to_string(key.alignment) + ": " + plan.status + ", " +
-            std::to_string(plan.runs) + " runs";
+    line += " align=" + std::to_string(key.alignment);
+    PlanInfo info;
+    info.problem = std::move(line);
+    info.usable = plan.ok;
+    info.status = plan.status;
+    info.runs = plan.runs;
+    info.candidate = plan.ok ? plan.candidate : -1;
+    info.candidates = plan.candidates;
+    if (plan.ok) info.algo = describe_algo(plan.algo);
+    info.workspace = plan.algo_workspace;
+    infos.push_back(std::move(info));
+  }
+  std::sort(infos.begin(), infos.end(),
+            [](const PlanInfo& x, const PlanInfo& y) { return x.problem < y.problem; });
+  return infos;
+}
+
+std::vector<std::string> GemmEngine::plan_report() const {
+  std::vector<std::string> lines;
+  for (const PlanInfo& info : plan_infos()) {
+    std::string line =
+        info.problem + ": " + info.status + ", " + std::to_string(info.runs) + " runs";
+    if (info.usable)
+      line += "; heuristic result " + std::to_string(info.candidate) + " of " +
+              std::to_string(info.candidates) + ", " + info.algo +
+              " workspace=" + std::to_string(info.workspace);
     lines.push_back(std::move(line));
   }
-  std::sort(lines.begin(), lines.end());
   return lines;
+}
+
+void GemmEngine::autotune(
+    Plan& plan, const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& matmul) {
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates = std::move(plan.untimed);
+  plan.untimed.clear();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone)
+    return;  // timing would break the capture: the heuristic's first choice stays
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess) return;
+  if (cudaEventCreate(&stop) != cudaSuccess) {
+    cudaEventDestroy(start);
+    return;
+  }
+  // One untimed call per candidate (its first launch may load the kernel), then the fastest of a
+  // few timed ones: the GEMMs here take ~0.1-10 ms, far above the events' resolution.
+  constexpr int kTimed = 3;
+  float best_ms = -1.0f;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (candidates[i].workspaceSize > tuning_.workspace_bytes) continue;
+    if (matmul(candidates[i].algo) != CUBLAS_STATUS_SUCCESS) continue;  // declined: not a candidate
+    float fastest = -1.0f;
+    for (int r = 0; r < kTimed; ++r) {
+      float ms = 0.0f;
+      const bool timed = cudaEventRecord(start, stream_) == cudaSuccess &&
+                         matmul(candidates[i].algo) == CUBLAS_STATUS_SUCCESS &&
+                         cudaEventRecord(stop, stream_) == cudaSuccess &&
+                         cudaEventSynchronize(stop) == cudaSuccess &&
+                         cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
+      if (timed && (fastest < 0.0f || ms < fastest)) fastest = ms;
+    }
+    if (fastest >= 0.0f && (best_ms < 0.0f || fastest < best_ms)) {
+      best_ms = fastest;
+      plan.algo = candidates[i].algo;
+      plan.algo_workspace = candidates[i].workspaceSize;
+      plan.candidate = static_cast<int>(i);
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
 }
 
 GemmEngine::Operand GemmEngine::decoded(const Operand& in, DType to,
@@ -337,9 +447,14 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                "gemm", "upload of the FP8 scales");
   }
   const float beta = args.beta;
-  const cublasStatus_t status =
-      cublasLtMatmul(handle_, plan.desc, &alpha, b.data, plan.a, a.data, plan.b, &beta, d, plan.d,
-                     d, plan.d, &plan.algo, workspace_, kWorkspaceBytes, stream_);
+  auto matmul = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(handle_, plan.desc, &alpha, b.data, plan.a, a.data, plan.b, &beta, d,
+                          plan.d, d, plan.d, &algo, workspace_, tuning_.workspace_bytes, stream_);
+  };
+  // With beta != 0 every timing run would accumulate into C again: such a plan (beta != 0 is part
+  // of its key) keeps the heuristic's first choice.
+  if (!plan.untimed.empty() && beta == 0.0f) autotune(plan, matmul);
+  const cublasStatus_t status = matmul(plan.algo);
   // cuBLASLt declines a type/epilogue combination its heuristic offered with NOT_SUPPORTED (or
   // INVALID_VALUE for an attribute such as an fp32 bias the kernel family does not take). Nothing
   // was written; the plan is remembered as declined and the next route runs. The last route

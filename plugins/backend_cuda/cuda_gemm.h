@@ -33,7 +33,13 @@
 // - FP8 accumulation: cuBLASLt's default (periodic promotion to FP32); fp8_fast_accumulation
 //   sets CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 plans, as Transformer Engine does for
 //   forward GEMMs (faster on Hopper, less exact).
-// - Workspace: 32 MiB, allocated once. Not thread-safe: one engine per backend.
+// - Workspace: 32 MiB by default (GemmTuning), allocated once. Not thread-safe: one engine per
+//   backend.
+// - Algorithm: cuBLASLt's first heuristic result by default, so a shape always runs the same
+//   kernel (bitwise-reproducible results). GemmTuning can take the i-th result instead (for
+//   benchmarks: each candidate's speed) or time the first N candidates at a plan's first run and
+//   keep the fastest, as cudnn.benchmark does; the timing runs only when beta == 0 (re-running the
+//   matmul then rewrites the same C) and never while the stream is being captured.
 #pragma once
 
 #include <cublasLt.h>
@@ -52,9 +58,20 @@
 
 namespace mixtrain::backend_cuda {
 
+struct GemmTuning {
+  std::size_t workspace_bytes = std::size_t{32} << 20;
+  // >= 0: every plan takes this heuristic result (0: cuBLASLt's first choice); a plan whose
+  // heuristic offers fewer is unusable, so the next route runs (plan_infos() tells).
+  int heuristic_result = 0;
+  // > 1: ask for this many results and keep the fastest on the first run's own operands
+  // (heuristic_result is then ignored).
+  int autotune_candidates = 0;
+};
+
 class GemmEngine {
  public:
-  GemmEngine(int sm_version, cudaStream_t stream, bool fp8_fast_accumulation = false);
+  GemmEngine(int sm_version, cudaStream_t stream, bool fp8_fast_accumulation = false,
+             GemmTuning tuning = {});
   ~GemmEngine();
   GemmEngine(const GemmEngine&) = delete;
   GemmEngine& operator=(const GemmEngine&) = delete;
@@ -69,9 +86,20 @@ class GemmEngine {
   // types, epilogue), what became of it (usable, no heuristic result, declined at the matmul with
   // cuBLASLt's status) and how many GEMMs it ran. Tells which route a GEMM really took.
   std::vector<std::string> plan_report() const;
+  struct PlanInfo {
+    std::string problem;  // m, n, k as cuBLASLt sees them, transposes, types, epilogue
+    bool usable = false;
+    std::string status;  // "usable", or why not
+    std::uint64_t runs = 0;
+    int candidate = -1;         // which heuristic result runs (-1: none)
+    int candidates = 0;         // how many the heuristic offered
+    std::string algo;           // cuBLASLt's algorithm id, tile, stages, split-k, swizzle, cluster
+    std::size_t workspace = 0;  // bytes the algorithm uses
+  };
+  std::vector<PlanInfo> plan_infos() const;
   // Workspace plus scratch, for the memory statistics.
   std::size_t device_bytes() const;
-  static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+  std::size_t workspace_bytes() const { return tuning_.workspace_bytes; }
 
  private:
   struct Key {
@@ -96,6 +124,10 @@ class GemmEngine {
     cublasLtMatmulAlgo_t algo{};
     std::string status;       // "usable", or why not
     std::uint64_t runs = 0;   // matmuls it ran
+    int candidate = -1, candidates = 0;
+    std::size_t algo_workspace = 0;
+    // Autotuning: the heuristic's results, timed at the first run and then cleared.
+    std::vector<cublasLtMatmulHeuristicResult_t> untimed;
   };
   // An operand as it enters cuBLASLt.
   struct Operand {
@@ -115,10 +147,15 @@ class GemmEngine {
   Operand decoded(const Operand& in, sdk::DType to, bool apply_scale,
                   DeviceScratch& scratch);
   Operand transposed(const Operand& in, DeviceScratch& scratch);
+  // Times plan.untimed with `matmul` (one algorithm per call; false when cuBLASLt declines it)
+  // and keeps the fastest in plan.algo.
+  void autotune(Plan& plan,
+                const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& matmul);
 
   int sm_;
   cudaStream_t stream_;
   bool fp8_fast_accumulation_;
+  GemmTuning tuning_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   // Device: cuBLASLt's A scale_inv at [0], its B scale_inv at [kScaleStride]. cuBLASLt 13 on
