@@ -2,6 +2,13 @@
 //
 // kSdkAbiVersion changes whenever an SDK interface or struct changes layout or meaning; the
 // fingerprint captures what else must match for C++ objects to cross a shared-library boundary.
+//
+// The test sdk_abi_declarations fails when any header under sdk/include/mixtrain/sdk changes a
+// declaration (comments and whitespace aside) while kSdkAbiVersion stays: bump it, add the
+// version's line below, and run `cmake -D MIXTRAIN_ABI_MODE=update -P cmake/MixtrainSdkAbi.cmake`
+// (or `ninja -C build sdk_abi_record`), which appends the new version's digest to
+// sdk/abi/declarations.txt. A change in meaning that leaves every declaration alone needs the bump
+// by hand: the guard only sees text.
 #pragma once
 
 #include <cstdint>
