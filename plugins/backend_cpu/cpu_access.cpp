@@ -47,13 +47,6 @@ void require_numel(std::string_view op, std::string_view name, const sdk::Tensor
                    std::int64_t numel) {
   checks().require_numel(op, name, v, numel);
 }
-bool overlaps(const sdk::TensorView& a, const sdk::TensorView& b) {
-  if (a.empty() || b.empty()) return false;
-  const auto a0 = reinterpret_cast<std::uintptr_t>(a.data);
-  const auto b0 = reinterpret_cast<std::uintptr_t>(b.data);
-  const std::uintptr_t a_bytes = a.bytes(), b_bytes = b.bytes();
-  return a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-}
 
 void require_same_or_disjoint(std::string_view op, std::string_view a_name,
                               const sdk::TensorView& a, std::string_view b_name,

@@ -34,13 +34,9 @@ inline constexpr std::int64_t kChunk = 2048;
 const sdk::BackendArgumentChecks& checks();
 [[noreturn]] void fail(std::string_view op, const std::string& what, std::string hint = {});
 using sdk::describe;  // "bf16 [512, 1024]"
-
-inline bool is_fp32_storage(sdk::DType t) {
-  return t == sdk::DType::fp32 || t == sdk::DType::tf32;
-}
-inline bool is_storage_float(sdk::DType t) {
-  return is_fp32_storage(t) || t == sdk::DType::bf16 || t == sdk::DType::fp16;
-}
+using sdk::is_fp32_storage;
+using sdk::is_storage_float;
+using sdk::overlaps;
 
 void require_present(std::string_view op, std::string_view name, const sdk::TensorView& v);
 // fp32, bf16 or fp16 storage.
@@ -58,8 +54,6 @@ void require_at_least(std::string_view op, const std::string& name, std::int64_t
 void require_bytes(std::string_view op, std::string_view name, const sdk::TensorView& v,
                    std::size_t bytes, const std::string& hint);
 
-// Whether the bytes of two views intersect (an empty view overlaps nothing).
-bool overlaps(const sdk::TensorView& a, const sdk::TensorView& b);
 // a and b are the same tensor (allowed in place) or do not overlap; BackendError otherwise.
 void require_same_or_disjoint(std::string_view op, std::string_view a_name,
                               const sdk::TensorView& a, std::string_view b_name,

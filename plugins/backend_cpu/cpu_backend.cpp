@@ -156,10 +156,6 @@ void CpuBackend::account_scratch() {
 
 namespace {
 
-bool is_cast_target(DType t) {
-  return is_storage_float(t) || sdk::is_fp8(t);
-}
-
 // Encodes `len` fp32 values (`in`, unscaled) into dst[begin, begin+len) as dst.dtype, x*scale
 // rounded once; *amax (when given) receives max|in| with the SDK's NaN rule. `in` may alias the
 // destination when both are fp32 storage.
@@ -205,17 +201,8 @@ void encode_chunk(const float* in, const TensorView& dst, std::int64_t begin, st
 
 void CpuBackend::cast(TensorView src, TensorView dst, const sdk::CastArgs& args) {
   use_threads();
-  require_present("cast", "src", src);
-  require_present("cast", "dst", dst);
-  if (!is_cast_target(src.dtype) || !is_cast_target(dst.dtype))
-    fail("cast", "cannot cast " + describe(src) + " to " + describe(dst),
-         "cast supports fp32, tf32, bf16, fp16, fp8_e4m3 and fp8_e5m2");
-  require_numel("cast", "dst", dst, src.numel());
+  checks().cast_args(src, dst, args);
   const bool has_amax = !args.amax.empty();
-  if (has_amax) {
-    require_fp32("cast", "amax", args.amax);
-    require_numel("cast", "amax", args.amax, 1);
-  }
   const std::int64_t total = src.numel();
   const float scale = args.scale;
   const bool saturate = args.saturate;

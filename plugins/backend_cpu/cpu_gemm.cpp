@@ -115,22 +115,6 @@ void commit_batches(const sdk::TensorView& v, std::int64_t batches, std::int64_t
 
 }  // namespace
 
-std::size_t GemmEngine::KeyHash::operator()(const Key& key) const noexcept {
-  std::size_t h = std::hash<std::int64_t>{}(key.m);
-  auto mix = [&h](std::size_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
-  mix(std::hash<std::int64_t>{}(key.n));
-  mix(std::hash<std::int64_t>{}(key.k));
-  mix((key.trans_a ? 1u : 0u) | (key.trans_b ? 2u : 0u) | (key.has_bias ? 4u : 0u) |
-      (key.has_alpha ? 8u : 0u));
-  mix(static_cast<std::size_t>(key.a_dt) * 131 + static_cast<std::size_t>(key.b_dt) * 17);
-  mix(key.beta_bits);
-  mix(std::hash<std::int64_t>{}(key.batch));
-  mix(std::hash<std::int64_t>{}(key.stride_a));
-  mix(std::hash<std::int64_t>{}(key.stride_b));
-  mix(std::hash<std::int64_t>{}(key.stride_c));
-  return h;
-}
-
 GemmEngine::GemmEngine(Bf16GemmPath bf16_path)
     : bf16_request_(bf16_path), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
 GemmEngine::~GemmEngine() = default;
@@ -308,11 +292,7 @@ void GemmEngine::run(const sdk::GemmArgs& args, const ActivateInPlace& activate)
       }
   } else {
     const SingleThreadScope small_gemm(m * n * k <= kSingleThreadGemm);
-    const Key key{m,
-                  n,
-                  k,
-                  args.a.transpose,
-                  args.b.transpose,
+    const Key key{{m, n, k, args.a.transpose, args.b.transpose},
                   has_bias,
                   args.alpha != 1.0f,
                   ops.a_dt,
@@ -377,11 +357,7 @@ bool GemmEngine::run_batched(const sdk::GemmBatchedArgs& args) {
   // them on one thread; oneDNN's batched kernel on a 2-thread team measured 5-10x slower than
   // that on a loaded 2-core machine (bench/RESULTS.md, issue 14).
   const SingleThreadScope small_gemm(m * n * k <= kSingleThreadGemm);
-  Key key{m,
-          n,
-          k,
-          g.a.transpose,
-          g.b.transpose,
+  Key key{{m, n, k, g.a.transpose, g.b.transpose},
           false,
           g.alpha != 1.0f,
           a_native ? native_dt(at) : memory::data_type::f32,
@@ -409,9 +385,9 @@ bool GemmEngine::run_batched(const sdk::GemmBatchedArgs& args) {
 }
 
 std::string GemmEngine::fp32_implementation() {
-  const Key key{
-      512, 512, 512, false, false, false, false, memory::data_type::f32, memory::data_type::f32,
-      0u};
+  Key key{};  // no bias, alpha 1, beta 0
+  key.m = key.n = key.k = 512;
+  key.a_dt = key.b_dt = memory::data_type::f32;
   return entry_for(key).implementation;
 }
 
@@ -428,9 +404,9 @@ std::string GemmEngine::bf16_note() {
 bool GemmEngine::bf16_native() {
   if (bf16_state_ >= 0) return bf16_state_ == 1;
   // What oneDNN would run for a bf16 matmul here; a creation failure means it has none.
-  const Key key{
-      512, 512, 512, false, false, false, false, memory::data_type::bf16, memory::data_type::bf16,
-      0u};
+  Key key{};  // no bias, alpha 1, beta 0
+  key.m = key.n = key.k = 512;
+  key.a_dt = key.b_dt = memory::data_type::bf16;
   try {
     bf16_impl_ = create_entry(key).implementation;
   } catch (const dnnl::error&) {

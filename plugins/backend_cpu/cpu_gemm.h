@@ -41,12 +41,14 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "cpu_backend.h"
 #include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/gemm_plan_key.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -98,18 +100,18 @@ class GemmEngine {
   }
 
  private:
-  struct Key {
-    std::int64_t m, n, k;
-    bool trans_a, trans_b, has_bias, has_alpha;
+  struct Key : sdk::GemmPlanKey {
+    bool has_bias, has_alpha;
     dnnl::memory::data_type a_dt, b_dt;
     std::uint32_t beta_bits;
     // Batched keys only (0 for run()'s 2-D primitive): batch count and the strides in elements
     // of the operands as they enter oneDNN (0: broadcast).
     std::int64_t batch = 0, stride_a = 0, stride_b = 0, stride_c = 0;
     bool operator==(const Key&) const = default;
-  };
-  struct KeyHash {
-    std::size_t operator()(const Key& key) const noexcept;
+    auto fields() const {
+      return std::tie(has_bias, has_alpha, a_dt, b_dt, beta_bits, batch, stride_a, stride_b,
+                      stride_c);
+    }
   };
   struct Entry {
     dnnl::matmul primitive;
@@ -151,7 +153,7 @@ class GemmEngine {
   std::string bf16_note_;
   dnnl::engine engine_;
   dnnl::stream stream_;
-  std::unordered_map<Key, Entry, KeyHash> cache_;
+  std::unordered_map<Key, Entry, sdk::GemmPlanKeyHash> cache_;
   ScratchBuffer scratch_a_, scratch_b_, scratch_c_;
   std::string last_implementation_;
 };

@@ -35,10 +35,8 @@ std::string cuda_error_text(cudaError_t status);
 // Throws BackendError "backend_cuda.<op>: <what> failed: <cuda error text>" unless cudaSuccess.
 void check_cuda(cudaError_t status, std::string_view op, std::string_view what);
 
-inline bool is_fp32_storage(sdk::DType t) { return t == sdk::DType::fp32 || t == sdk::DType::tf32; }
-inline bool is_storage_float(sdk::DType t) {
-  return is_fp32_storage(t) || t == sdk::DType::bf16 || t == sdk::DType::fp16;
-}
+using sdk::is_fp32_storage;
+using sdk::is_storage_float;
 
 void require_present(std::string_view op, std::string_view name, const sdk::TensorView& v);
 // fp32, bf16 or fp16 storage.

@@ -296,19 +296,8 @@ void CudaBackend::gemm_strided_batched(const sdk::GemmBatchedArgs& args) {
 
 void CudaBackend::cast(TensorView src, TensorView dst, const sdk::CastArgs& args) {
   activate();
-  auto is_cast_target = [](DType t) { return is_storage_float(t) || sdk::is_fp8(t); };
-  require_present("cast", "src", src);
-  require_present("cast", "dst", dst);
-  if (!is_cast_target(src.dtype) || !is_cast_target(dst.dtype))
-    fail("cast", "cannot cast " + describe(src) + " to " + describe(dst),
-         "cast supports fp32, tf32, bf16, fp16, fp8_e4m3 and fp8_e5m2");
-  require_numel("cast", "dst", dst, src.numel());
-  float* amax = nullptr;
-  if (!args.amax.empty()) {
-    require_fp32("cast", "amax", args.amax);
-    require_numel("cast", "amax", args.amax, 1);
-    amax = args.amax.as<float>();
-  }
+  checks().cast_args(src, dst, args);
+  float* amax = args.amax.empty() ? nullptr : args.amax.as<float>();
   check_cuda(kernels::cast(src.data, elem_of(src.dtype), dst.data, elem_of(dst.dtype),
                            dst.dtype == DType::tf32, src.numel(), args.scale, args.saturate, amax,
                            stream_),

@@ -1,6 +1,7 @@
 // Per-element math of the CUDA backend's kernels, callable from host and device: storage decodes
-// and encodes with sdk/float_formats.h's rules, tf32 rounding, the fp32 clamp, relu / gelu and
-// their gradients, the amax and argmax combines, and the fused optimizer steps.
+// and encodes (sdk/float_format_rules.h, the SDK's own definition of sdk/float_formats.h), tf32
+// rounding, the fp32 clamp, relu / gelu and their gradients, the amax and argmax combines, and the
+// fused optimizer steps.
 //
 // Contract
 // - One source for host and device, built only from integer operations and fp32 / fp64 operations
@@ -15,50 +16,31 @@
 //   keeps payloads exactly as the SDK does.
 // - Why not __float2bfloat16_rn, __float2half_rn, __nv_cvt_float_to_fp8, __half2float & co.: their
 //   NaN results are canonical (sign and payload dropped; e4m3 -NaN becomes +NaN) and the decodes
-//   do not quiet signalling NaNs, where sdk/float_formats.h keeps the sign and the top payload bits;
-//   and the host emulation of an intrinsic is not the instruction the device runs, so a host test
-//   of one would prove nothing about the other. For finite values and infinities they agree.
-// - Plain C++17 (nvcc's dialect for the .cu files) and no CUDA header: any host file can include it.
+//   do not quiet signalling NaNs, where sdk/float_formats.h keeps the sign and the top payload
+//   bits; and the host emulation of an intrinsic is not the instruction the device runs, so a host
+//   test of one would prove nothing about the other. For finite values and infinities they agree.
+// - Plain C++17 (nvcc's dialect for the .cu files) and no CUDA header, so any host file can
+//   include it; of the SDK it includes only float_format_rules.h, written for the same use.
 #pragma once
 
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
-#if defined(__CUDACC__)
-#define MIXTRAIN_HD __host__ __device__ __forceinline__
-#else
-#define MIXTRAIN_HD inline
-#endif
+#include "mixtrain/sdk/float_format_rules.h"
+
+#define MIXTRAIN_HD MIXTRAIN_SDK_HOST_DEVICE
 
 namespace mixtrain::backend_cuda::element {
 
 using u32 = std::uint32_t;
 
-// --- bit access ------------------------------------------------------------------------------------
+// --- bit access and formats: the SDK's rules, the one definition the CPU also uses ---------------
 
-MIXTRAIN_HD u32 bits_of(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  u32 u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-#endif
-}
-
-MIXTRAIN_HD float float_of(u32 u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-#endif
-}
-
-MIXTRAIN_HD u32 abs_bits(float x) { return bits_of(x) & 0x7FFFFFFFu; }
+using sdk::format_rules::abs_bits;
+using sdk::format_rules::bits_of;
+using sdk::format_rules::float_of;
+namespace format = sdk::format_rules;
 
 // inf or NaN.
 MIXTRAIN_HD bool nonfinite(float x) { return (bits_of(x) & 0x7F800000u) == 0x7F800000u; }
@@ -71,139 +53,34 @@ MIXTRAIN_HD float sqrt_rn(float x) {
 #endif
 }
 
-// --- formats (sdk/float_formats.cpp's descriptors) -----------------------------------------------
-// kMax is the largest finite magnitude code, kOverflow the code an overflow gives without
-// saturation (inf, or E4M3's only NaN), kE + kM the sign position.
-namespace format {
-struct Fp16 {
-  static constexpr int kE = 5, kM = 10, kBias = 15;
-  static constexpr u32 kMax = 0x7BFF, kOverflow = 0x7C00;
-  static constexpr bool kHasInf = true;
-};
-struct Bf16 {
-  static constexpr int kE = 8, kM = 7, kBias = 127;
-  static constexpr u32 kMax = 0x7F7F, kOverflow = 0x7F80;
-  static constexpr bool kHasInf = true;
-};
-struct Tf32 {  // codes are the top 19 bits of an fp32
-  static constexpr int kE = 8, kM = 10, kBias = 127;
-  static constexpr u32 kMax = 0x3FBFF, kOverflow = 0x3FC00;
-  static constexpr bool kHasInf = true;
-};
-struct E4M3 {
-  static constexpr int kE = 4, kM = 3, kBias = 7;
-  static constexpr u32 kMax = 0x7E, kOverflow = 0x7F;
-  static constexpr bool kHasInf = false;
-};
-struct E5M2 {
-  static constexpr int kE = 5, kM = 2, kBias = 15;
-  static constexpr u32 kMax = 0x7B, kOverflow = 0x7C;
-  static constexpr bool kHasInf = true;
-};
-}  // namespace format
-
-// v >> s rounded to nearest, ties to even. Callers keep v < 2^31 when s > 31.
-MIXTRAIN_HD u32 rne_shift(u32 v, unsigned s) {
-  if (s == 0) return v;
-  if (s > 31) return 0;  // v < 2^31 <= half an output unit
-  const u32 q = v >> s, rem = v & ((u32{1} << s) - 1), half = u32{1} << (s - 1);
-  return q + ((rem > half || (rem == half && (q & 1u) != 0)) ? 1u : 0u);
+using sdk::format_rules::decode_bf16;
+MIXTRAIN_HD float decode_fp16(std::uint16_t v) {
+  return format::decode<format::Fp16>(v);
 }
-
-// Rounds a finite fp32 magnitude `a` (bits) to format F with an unbounded exponent above: the
-// result is (biased exponent << kM | mantissa), which exceeds F::kMax exactly when it overflows.
-template <class F>
-MIXTRAIN_HD u32 round_magnitude(u32 a) {
-  const u32 e32 = a >> 23, mant = a & 0x7FFFFFu;
-  const u32 sig = e32 != 0 ? (mant | 0x800000u) : mant;  // value = sig * 2^(e - 23)
-  const int e = e32 != 0 ? static_cast<int>(e32) - 127 : -126;
-  constexpr int emin = 1 - F::kBias;
-  if (e >= emin) {
-    // Normal in F. At most (253 << 23) + 2^24 < 2^31: 32 bits suffice for every format.
-    const u32 wide = (static_cast<u32>(e + F::kBias - 1) << 23) + sig;
-    return rne_shift(wide, 23 - F::kM);
-  }
-  // Subnormal in F: units of 2^(emin - kM); reaching 1 << kM is the smallest normal. sig < 2^24.
-  return rne_shift(sig, static_cast<unsigned>(23 - F::kM + (emin - e)));
+MIXTRAIN_HD float decode_e4m3(std::uint8_t v) {
+  return format::decode<format::E4M3>(v);
 }
-
-// Quiet NaN code keeping the top payload bits (E4M3: always 0x7F).
-template <class F>
-MIXTRAIN_HD u32 nan_code(u32 a) {
-  return F::kOverflow | (u32{1} << (F::kM - 1)) | ((a & 0x7FFFFFu) >> (23 - F::kM));
+MIXTRAIN_HD float decode_e5m2(std::uint8_t v) {
+  return format::decode<format::E5M2>(v);
 }
-
-// fp32 -> F code, RNE; saturate: overflow and +-inf give +-max finite, else +-inf (E4M3: NaN).
-template <class F>
-MIXTRAIN_HD u32 encode(float x, bool saturate) {
-  const u32 bits = bits_of(x);
-  const u32 sign = (bits >> 31) << (F::kE + F::kM);
-  const u32 a = bits & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return sign | nan_code<F>(a);
-  const u32 overflowed = saturate ? F::kMax : F::kOverflow;
-  if (a == 0x7F800000u) return sign | overflowed;
-  const u32 c = round_magnitude<F>(a);
-  return sign | (c > F::kMax ? overflowed : c);
-}
-
-// 2^k for small |k|, as a compile-time constant.
-constexpr float pow2(int k) {
-  float r = 1.0f;
-  for (; k > 0; --k) r *= 2.0f;
-  for (; k < 0; ++k) r *= 0.5f;
-  return r;
-}
-
-// F code -> fp32, exact; NaNs become quiet fp32 NaNs of the same sign, payload shifted up.
-template <class F>
-MIXTRAIN_HD float decode(u32 v) {
-  constexpr u32 kExpAll = (u32{1} << F::kE) - 1, kMantAll = (u32{1} << F::kM) - 1;
-  const u32 sign = ((v >> (F::kE + F::kM)) & 1u) << 31;
-  const u32 exp = (v >> F::kM) & kExpAll, mant = v & kMantAll;
-  bool special;
-  if constexpr (F::kHasInf)
-    special = exp == kExpAll;
-  else
-    special = exp == kExpAll && mant == kMantAll;
-  if (special) {
-    if constexpr (F::kHasInf) {
-      if (mant == 0) return float_of(sign | 0x7F800000u);
-    }
-    return float_of(sign | 0x7FC00000u | (mant << (23 - F::kM)));
-  }
-  if (exp != 0)
-    return float_of(sign | ((exp + 127 - F::kBias) << 23) | (mant << (23 - F::kM)));
-  // Zero or subnormal: mant * 2^(1 - bias - kM), an exact product (a normal fp32, or zero).
-  constexpr float kUnit = pow2(1 - F::kBias - F::kM);
-  return float_of(sign | bits_of(static_cast<float>(mant) * kUnit));
-}
-
-MIXTRAIN_HD float decode_bf16(std::uint16_t v) {
-  u32 f = static_cast<u32>(v) << 16;
-  if ((f & 0x7FFFFFFFu) > 0x7F800000u) f |= 0x00400000u;  // quiet a signalling NaN
-  return float_of(f);
-}
-MIXTRAIN_HD float decode_fp16(std::uint16_t v) { return decode<format::Fp16>(v); }
-MIXTRAIN_HD float decode_e4m3(std::uint8_t v) { return decode<format::E4M3>(v); }
-MIXTRAIN_HD float decode_e5m2(std::uint8_t v) { return decode<format::E5M2>(v); }
 
 MIXTRAIN_HD std::uint16_t encode_bf16(float x, bool saturate) {
-  return static_cast<std::uint16_t>(encode<format::Bf16>(x, saturate));
+  return static_cast<std::uint16_t>(format::encode<format::Bf16>(x, saturate));
 }
 MIXTRAIN_HD std::uint16_t encode_fp16(float x, bool saturate) {
-  return static_cast<std::uint16_t>(encode<format::Fp16>(x, saturate));
+  return static_cast<std::uint16_t>(format::encode<format::Fp16>(x, saturate));
 }
 MIXTRAIN_HD std::uint8_t encode_e4m3(float x, bool saturate) {
-  return static_cast<std::uint8_t>(encode<format::E4M3>(x, saturate));
+  return static_cast<std::uint8_t>(format::encode<format::E4M3>(x, saturate));
 }
 MIXTRAIN_HD std::uint8_t encode_e5m2(float x, bool saturate) {
-  return static_cast<std::uint8_t>(encode<format::E5M2>(x, saturate));
+  return static_cast<std::uint8_t>(format::encode<format::E5M2>(x, saturate));
 }
 
 // fp32 rounded to 10 mantissa bits, RNE (sdk::round_to_tf32; not cvt.rna.tf32.f32, which rounds
 // ties away from zero).
 MIXTRAIN_HD float round_tf32(float x, bool saturate) {
-  return float_of(encode<format::Tf32>(x, saturate) << 13);
+  return float_of(format::encode<format::Tf32>(x, saturate) << 13);
 }
 
 // Clamp to +-m; NaN compares false and passes through unchanged.

@@ -90,21 +90,6 @@ std::string describe_algo(const cublasLtMatmulAlgo_t& algo) {
 
 }  // namespace
 
-std::size_t GemmEngine::KeyHash::operator()(const Key& key) const noexcept {
-  std::size_t h = std::hash<std::int64_t>{}(key.m);
-  auto mix = [&h](std::size_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
-  mix(std::hash<std::int64_t>{}(key.n));
-  mix(std::hash<std::int64_t>{}(key.k));
-  mix((key.trans_a ? 1u : 0u) | (key.trans_b ? 2u : 0u) | (key.beta_nonzero ? 8u : 0u) |
-      (key.fp8_scales ? 16u : 0u));
-  mix(static_cast<std::size_t>(key.epilogue));
-  mix(static_cast<std::size_t>(key.a_type) * 131 + static_cast<std::size_t>(key.b_type) * 17 +
-      static_cast<std::size_t>(key.d_type) * 7 + static_cast<std::size_t>(key.compute) * 1009);
-  mix(static_cast<std::size_t>(key.alignment) * 1031 + static_cast<std::size_t>(key.epilogue_alignment));
-  mix(static_cast<std::size_t>(key.bias_type));
-  return h;
-}
-
 GemmEngine::GemmEngine(int sm_version, cudaStream_t stream, bool fp8_fast_accumulation,
                        GemmTuning tuning)
     : sm_(sm_version),
@@ -393,11 +378,7 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
   if (route.bias_in_epilogue && route.bias_dtype == DType::fp32)
     epi_align = std::min(epi_align, alignment_of(bias_ptr));
   if (route.aux_in_epilogue) epi_align = std::min(epi_align, alignment_of(args.pre_activation.data));
-  const Key key{n,
-                m,
-                k,
-                b.transpose,
-                a.transpose,
+  const Key key{{n, m, k, b.transpose, a.transpose},
                 static_cast<int>(cuda_type(b.dtype)),
                 static_cast<int>(cuda_type(a.dtype)),
                 static_cast<int>(cuda_type(route.d_dtype)),

@@ -49,12 +49,14 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "cuda_gemm_routes.h"
 #include "cuda_scratch.h"
 #include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/gemm_plan_key.h"
 
 namespace mixtrain::backend_cuda {
 
@@ -102,20 +104,20 @@ class GemmEngine {
   std::size_t workspace_bytes() const { return tuning_.workspace_bytes; }
 
  private:
-  struct Key {
-    std::int64_t m, n, k;
-    bool trans_a, trans_b;  // cuBLASLt's (i.e. our B's, our A's)
+  // m, n, k and the transposes are cuBLASLt's (m and n swapped, its A is our B).
+  struct Key : sdk::GemmPlanKey {
     int a_type, b_type, d_type;
     int compute;
     int epilogue;   // cublasLtEpilogue_t
     int bias_type;  // cudaDataType_t of the bias when the epilogue has one, else 0
     bool beta_nonzero, fp8_scales;
-    int alignment;              // of A, B and C/D: the heuristic's minimum-alignment preferences
-    int epilogue_alignment;     // of the bias and aux pointers: their placeholders' alignment
+    int alignment;           // of A, B and C/D: the heuristic's minimum-alignment preferences
+    int epilogue_alignment;  // of the bias and aux pointers: their placeholders' alignment
     bool operator==(const Key&) const = default;
-  };
-  struct KeyHash {
-    std::size_t operator()(const Key& key) const noexcept;
+    auto fields() const {
+      return std::tie(a_type, b_type, d_type, compute, epilogue, bias_type, beta_nonzero,
+                      fp8_scales, alignment, epilogue_alignment);
+    }
   };
   struct Plan {
     bool ok = false;
@@ -163,7 +165,7 @@ class GemmEngine {
   // offered them) when a scale pointer is only 4-byte aligned; each sits on its own 256 bytes.
   static constexpr std::size_t kScaleStride = 64;
   float* scales_ = nullptr;
-  std::unordered_map<Key, Plan, KeyHash> plans_;
+  std::unordered_map<Key, Plan, sdk::GemmPlanKeyHash> plans_;
   DeviceScratch scratch_a_, scratch_b_, scratch_d_, scratch_bias_;
 };
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "mixtrain/sdk/atomic_file_writer.h"
+#include "mixtrain/sdk/unique_fd.h"
 
 #include <nlohmann/json.hpp>
 
@@ -109,26 +110,6 @@ int pread_all(int fd, std::byte* data, std::size_t size, std::uint64_t offset) {
   }
   return 0;
 }
-
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  int get() const { return fd_; }
-  // close() can report a deferred write error (NFS, quota), so the writer must see its result.
-  int close_checked() {
-    const int fd = std::exchange(fd_, -1);
-    return ::close(fd) == 0 ? 0 : errno;
-  }
-
- private:
-  int fd_;
-};
-
 
 // ------------------------------------------------------------------------------------------------
 // Writing
@@ -704,7 +685,7 @@ class CheckpointReader {
   }
 
   const fs::path& path_;
-  std::optional<UniqueFd> fd_;
+  std::optional<sdk::UniqueFd> fd_;
   std::uint64_t file_size_ = 0;
 };
 

@@ -20,6 +20,7 @@
 #include "mixtrain/sdk/atomic_file_writer.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/float_formats.h"
+#include "mixtrain/sdk/unique_fd.h"
 
 namespace mixtrain::checkpoint_safetensors {
 namespace {
@@ -62,21 +63,6 @@ const char* st_name(sdk::DType t) {
     default: return "F32";
   }
 }
-
-// Closes the file descriptor of a reader on every path out.
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // ------------------------------------------------------------------------------------------------
 // Writing
@@ -373,7 +359,7 @@ class Reader {
 
   const fs::path& path_;
   const sdk::Logger& logger_;
-  std::optional<UniqueFd> fd_;
+  std::optional<sdk::UniqueFd> fd_;
   std::uint64_t file_size_ = 0;
   std::uint64_t buffer_start_ = 0;
   std::uint64_t buffer_size_ = 0;

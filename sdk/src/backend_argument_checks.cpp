@@ -12,6 +12,14 @@ std::string describe(const TensorView& v) {
   return std::string(dtype_name(v.dtype)) + " " + v.shape.to_string();
 }
 
+bool overlaps(const TensorView& a, const TensorView& b) {
+  if (a.empty() || b.empty()) return false;
+  const auto a0 = reinterpret_cast<std::uintptr_t>(a.data);
+  const auto b0 = reinterpret_cast<std::uintptr_t>(b.data);
+  const std::uintptr_t a_bytes = a.bytes(), b_bytes = b.bytes();
+  return a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
 void BackendArgumentChecks::fail(std::string_view op, const std::string& what,
                                  std::string hint) const {
   throw BackendError(backend_ + "." + std::string(op) + ": " + what, std::move(hint));
@@ -27,8 +35,7 @@ void BackendArgumentChecks::require_present(std::string_view op, std::string_vie
 void BackendArgumentChecks::require_storage(std::string_view op, std::string_view name,
                                             const TensorView& v) const {
   require_present(op, name, v);
-  const auto t = v.dtype;
-  if (t != DType::fp32 && t != DType::tf32 && t != DType::bf16 && t != DType::fp16)
+  if (!is_storage_float(v.dtype))
     fail(op, std::string(name) + " is " + describe(v) + "; this op takes fp32, bf16 or fp16 storage",
          "cast the tensor to fp32, bf16 or fp16 first");
 }
@@ -36,7 +43,7 @@ void BackendArgumentChecks::require_storage(std::string_view op, std::string_vie
 void BackendArgumentChecks::require_fp32(std::string_view op, std::string_view name,
                                          const TensorView& v) const {
   require_present(op, name, v);
-  if (v.dtype != DType::fp32 && v.dtype != DType::tf32)
+  if (!is_fp32_storage(v.dtype))
     fail(op, std::string(name) + " is " + describe(v) + " but must be fp32",
          "keep this tensor in fp32 (statistics, gradients accumulators and optimizer state are "
          "fp32)");
@@ -88,10 +95,7 @@ BackendArgumentChecks::GemmShape BackendArgumentChecks::gemm_shape(const GemmArg
            "pre_activation is " + describe(args.pre_activation) + " but C is [" +
                std::to_string(s.m) + ", " + std::to_string(s.n) + "]",
            "allocate pre_activation with C's shape");
-    const auto c0 = reinterpret_cast<std::uintptr_t>(args.c.data);
-    const auto p0 = reinterpret_cast<std::uintptr_t>(args.pre_activation.data);
-    const std::uintptr_t c_bytes = args.c.bytes(), p_bytes = args.pre_activation.bytes();
-    if (c_bytes > 0 && p_bytes > 0 && p0 < c0 + c_bytes && c0 < p0 + p_bytes)
+    if (overlaps(args.c, args.pre_activation))
       fail("gemm", "pre_activation and C overlap",
            "give pre_activation its own buffer (it keeps z, C receives act(z))");
   }
@@ -210,11 +214,25 @@ BackendArgumentChecks::RowsCols BackendArgumentChecks::bias_grad_shape(
 void BackendArgumentChecks::copy_args(const TensorView& dst, const TensorView& src) const {
   require_present("copy", "dst", dst);
   require_present("copy", "src", src);
-  auto fp32_storage = [](DType t) { return t == DType::fp32 || t == DType::tf32; };
   if (dst.numel() != src.numel() || dtype_size(dst.dtype) != dtype_size(src.dtype) ||
-      (dst.dtype != src.dtype && !(fp32_storage(dst.dtype) && fp32_storage(src.dtype))))
+      (dst.dtype != src.dtype && !(is_fp32_storage(dst.dtype) && is_fp32_storage(src.dtype))))
     fail("copy", "dst is " + describe(dst) + " but src is " + describe(src),
          "copy needs the same dtype and element count; use cast() to change dtype");
+}
+
+void BackendArgumentChecks::cast_args(const TensorView& src, const TensorView& dst,
+                                      const CastArgs& args) const {
+  require_present("cast", "src", src);
+  require_present("cast", "dst", dst);
+  auto is_cast_target = [](DType t) { return is_storage_float(t) || is_fp8(t); };
+  if (!is_cast_target(src.dtype) || !is_cast_target(dst.dtype))
+    fail("cast", "cannot cast " + describe(src) + " to " + describe(dst),
+         "cast supports fp32, tf32, bf16, fp16, fp8_e4m3 and fp8_e5m2");
+  require_numel("cast", "dst", dst, src.numel());
+  if (!args.amax.empty()) {
+    require_fp32("cast", "amax", args.amax);
+    require_numel("cast", "amax", args.amax, 1);
+  }
 }
 
 BackendArgumentChecks::GemmShape BackendArgumentChecks::gemm_batched_shape(

@@ -1,9 +1,12 @@
 // Scalar reference conversions, their vectorised twins, and run-time ISA dispatch.
 //
-// The scalar templates are the definition; every vector kernel below must reproduce them bit for
-// bit (tests/unit/sdk/formats checks each tier against them). Everything is integer arithmetic on the
-// fp32 bit pattern so the MXCSR rounding mode and FTZ/DAZ never change an encode.
+// The scalar rules (float_format_rules.h, shared with the CUDA kernels) are the definition; every
+// vector kernel below must reproduce them bit for bit (tests/unit/sdk/formats checks each tier
+// against them). Encodes are integer arithmetic on the fp32 bit pattern, so the MXCSR rounding
+// mode and FTZ/DAZ never change one.
 #include "mixtrain/sdk/float_formats.h"
+
+#include "mixtrain/sdk/float_format_rules.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,7 +14,6 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #if defined(__x86_64__) || defined(__i386__)
 #define MIXTRAIN_FORMATS_X86 1
@@ -25,106 +27,24 @@ namespace mixtrain::sdk {
 namespace {
 
 using u32 = std::uint32_t;
-using u64 = std::uint64_t;
 
-// Format descriptors. kMax is the largest finite magnitude code, kOverflow the code written for an
-// overflow in to_inf_or_nan mode (inf, or E4M3's only NaN), kE + kM the sign position.
-struct Fp16 {
-  static constexpr int kE = 5, kM = 10, kBias = 15;
-  static constexpr u32 kMax = 0x7BFF, kOverflow = 0x7C00;
-  static constexpr bool kHasInf = true;
-};
-struct Bf16 {
-  static constexpr int kE = 8, kM = 7, kBias = 127;
-  static constexpr u32 kMax = 0x7F7F, kOverflow = 0x7F80;
-  [[maybe_unused]] static constexpr bool kHasInf = true;  // no decoder reads it (clang warns)
-};
-struct Tf32 {  // codes are the top 19 bits of an fp32
-  static constexpr int kE = 8, kM = 10, kBias = 127;
-  static constexpr u32 kMax = 0x3FBFF, kOverflow = 0x3FC00;
-  [[maybe_unused]] static constexpr bool kHasInf = true;  // no decoder reads it (clang warns)
-};
-struct E4M3 {
-  static constexpr int kE = 4, kM = 3, kBias = 7;
-  static constexpr u32 kMax = 0x7E, kOverflow = 0x7F;
-  static constexpr bool kHasInf = false;
-};
-struct E5M2 {
-  static constexpr int kE = 5, kM = 2, kBias = 15;
-  static constexpr u32 kMax = 0x7B, kOverflow = 0x7C;
-  static constexpr bool kHasInf = true;
-};
+// The formats and their scalar rules are float_format_rules.h's, shared with the CUDA kernels.
+using format_rules::abs_bits;
+using format_rules::Bf16;
+using format_rules::E4M3;
+using format_rules::E5M2;
+using format_rules::Fp16;
+using format_rules::Tf32;
 
-// v >> s rounded to nearest, ties to even.
-constexpr u32 rne_shift(u64 v, unsigned s) {
-  if (s == 0) return static_cast<u32>(v);
-  if (s >= 40) return 0;  // v < 2^32, so below half an output unit
-  const u64 q = v >> s, rem = v & ((u64{1} << s) - 1), half = u64{1} << (s - 1);
-  return static_cast<u32>(q + ((rem > half || (rem == half && (q & 1))) ? 1 : 0));
-}
-
-// Rounds a finite fp32 magnitude `a` (bits) to format F with an unbounded exponent above: the
-// result is (biased exponent << kM | mantissa), which exceeds F::kMax exactly when it overflows.
 template <class F>
-constexpr u32 round_magnitude(u32 a) {
-  const u32 e32 = a >> 23, mant = a & 0x7FFFFFu;
-  const u32 sig = e32 != 0 ? (mant | 0x800000u) : mant;  // value = sig * 2^(e - 23)
-  const int e = e32 != 0 ? static_cast<int>(e32) - 127 : -126;
-  constexpr int emin = 1 - F::kBias;
-  if (e >= emin) {
-    // Normal in F: biased exponent (e + bias) >= 1; sig's implicit bit supplies the last 1, and a
-    // rounding carry out of the mantissa correctly bumps the exponent.
-    const u64 wide = (static_cast<u64>(e + F::kBias - 1) << 23) + sig;
-    return rne_shift(wide, 23 - F::kM);
-  }
-  // Subnormal in F: count units of 2^(emin - kM); reaching 1 << kM is the smallest normal.
-  return rne_shift(sig, static_cast<unsigned>(23 - F::kM + (emin - e)));
-}
-
-// Quiet NaN code keeping the top payload bits (for E4M3 this is always 0x7F).
-template <class F>
-constexpr u32 nan_code(u32 a) {
-  return F::kOverflow | (u32{1} << (F::kM - 1)) | ((a & 0x7FFFFFu) >> (23 - F::kM));
+u32 encode_scalar(float x, Overflow ov) {
+  return format_rules::encode<F>(x, ov == Overflow::saturate);
 }
 
 template <class F>
-constexpr u32 encode_scalar(float x, Overflow ov) {
-  const u32 bits = std::bit_cast<u32>(x);
-  const u32 sign = (bits >> 31) << (F::kE + F::kM);
-  const u32 a = bits & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return sign | nan_code<F>(a);
-  const u32 overflowed = ov == Overflow::saturate ? F::kMax : F::kOverflow;
-  if (a == 0x7F800000u) return sign | overflowed;
-  const u32 c = round_magnitude<F>(a);
-  return sign | (c > F::kMax ? overflowed : c);
+float decode_scalar(u32 v) {
+  return format_rules::decode<F>(v);
 }
-
-template <class F>
-constexpr float decode_scalar(u32 v) {
-  if constexpr (std::is_same_v<F, Bf16>) {
-    u32 f = v << 16;
-    if ((f & 0x7FFFFFFFu) > 0x7F800000u) f |= 0x00400000u;  // quiet a signalling NaN
-    return std::bit_cast<float>(f);
-  } else {
-    constexpr u32 kExpAll = (u32{1} << F::kE) - 1, kMantAll = (u32{1} << F::kM) - 1;
-    const u32 sign = ((v >> (F::kE + F::kM)) & 1) << 31;
-    const u32 exp = (v >> F::kM) & kExpAll, mant = v & kMantAll;
-    const bool special = F::kHasInf ? exp == kExpAll : (exp == kExpAll && mant == kMantAll);
-    if (special) {
-      if (F::kHasInf && mant == 0) return std::bit_cast<float>(sign | 0x7F800000u);
-      return std::bit_cast<float>(sign | 0x7FC00000u | (mant << (23 - F::kM)));
-    }
-    if (exp != 0)
-      return std::bit_cast<float>(sign | ((exp + 127 - F::kBias) << 23) | (mant << (23 - F::kM)));
-    if (mant == 0) return std::bit_cast<float>(sign);
-    // Subnormal: mant * 2^(1 - bias - kM) is a normal fp32; normalise on integers.
-    const int p = std::bit_width(mant) - 1;
-    const u32 exp32 = static_cast<u32>(p + 1 - F::kBias - F::kM + 127);
-    return std::bit_cast<float>(sign | (exp32 << 23) | ((mant << (23 - p)) & 0x7FFFFFu));
-  }
-}
-
-u32 abs_bits(float x) { return std::bit_cast<u32>(x) & 0x7FFFFFFFu; }
 
 // ---- Scalar bulk kernels: the reference tier, and the tails of the vector loops ---------------
 // amax is accumulated as the maximum of |x|'s bit pattern: for non-negative floats integer order

@@ -20,6 +20,19 @@ namespace mixtrain::sdk {
 // "bf16 [512, 1024]"
 MIXTRAIN_SDK_API std::string describe(const TensorView& v);
 
+// tf32 views are fp32 storage: the same 4-byte elements, rounded by the op that reads them.
+constexpr bool is_fp32_storage(DType t) {
+  return t == DType::fp32 || t == DType::tf32;
+}
+// The storage floats every op takes: fp32 (or tf32), bf16, fp16. fp8 is not one of them (only
+// gemm() and cast() take it).
+constexpr bool is_storage_float(DType t) {
+  return is_fp32_storage(t) || t == DType::bf16 || t == DType::fp16;
+}
+
+// Whether the bytes of two views intersect; a view without data overlaps nothing.
+MIXTRAIN_SDK_API bool overlaps(const TensorView& a, const TensorView& b);
+
 class MIXTRAIN_SDK_API BackendArgumentChecks {
  public:
   explicit BackendArgumentChecks(std::string backend) : backend_(std::move(backend)) {}
@@ -74,6 +87,10 @@ class MIXTRAIN_SDK_API BackendArgumentChecks {
   // copy's arguments: both present, the same element count and dtype (fp32 and tf32 share
   // storage, so they may be copied into each other).
   void copy_args(const TensorView& dst, const TensorView& src) const;
+
+  // cast's arguments: both present, each a storage float or fp8, the same element count; an amax
+  // (when given) fp32 [1].
+  void cast_args(const TensorView& src, const TensorView& dst, const CastArgs& args) const;
 
   // A foreach op's lists: each of `others` as long as `self`; every tensor fp32 and present; the
   // i-th tensors of all lists of equal numel.

@@ -2,6 +2,13 @@
 //
 // kSdkAbiVersion changes whenever an SDK interface or struct changes layout or meaning; the
 // fingerprint captures what else must match for C++ objects to cross a shared-library boundary.
+//
+// The test sdk_abi_declarations fails when any header under sdk/include/mixtrain/sdk changes a
+// declaration (comments and whitespace aside) while kSdkAbiVersion stays: bump it, add the
+// version's line below, and run `cmake -D MIXTRAIN_ABI_MODE=update -P cmake/MixtrainSdkAbi.cmake`
+// (or `ninja -C build sdk_abi_record`), which appends the new version's digest to
+// sdk/abi/declarations.txt. A change in meaning that leaves every declaration alone needs the bump
+// by hand: the guard only sees text.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +45,9 @@ namespace mixtrain::sdk {
 // precision-sensitive ops), operand scaling per OperandSlot, 7: attention and embedding facets,
 // 8: facets found by name (DeviceBackend::find_facet replaces the per-facet getters, whose slots
 // moved when convolution_facet() was added), elementwise and normalization split into
-// activation, residual, gradient_check, foreach, layer_norm and batch_norm facets
+// activation, residual, gradient_check, foreach, layer_norm and batch_norm facets; the
+// op-signature table; the helpers the plugins share (unique_fd.h, gemm_plan_key.h,
+// float_format_rules.h); from 8 on, sdk/abi/declarations.txt records each version's digest
 inline constexpr std::uint32_t kSdkAbiVersion = 8;
 inline constexpr const char* kSdkVersion = "0.1.0";
 inline constexpr const char* kBuildFingerprint = MIXTRAIN_BUILD_FINGERPRINT;
