@@ -21,7 +21,7 @@ cross-entropy over every target token of every window.
 --bf16: torch.autocast("cpu", bfloat16) around forward + loss, FP32 master weights, gradients and
 AdamW state. PyTorch 1.13's CPU autocast leaves softmax in bf16, so the attention scores are
 upcast explicitly: softmax, layer norms (they read the FP32 residual stream) and the loss run in
-FP32, as mixtrain's bf16-mixed policy does (DESIGN.md §4).
+FP32, as mixtrain's bf16-mixed policy does (docs/architecture.md, "One training step").
 
 Commands (each prints one JSON object on stdout; errors go to stderr with exit status 2):
   init  --n-layer L --n-head H --n-embd C --block-size T --vocab-size V --seed S --out W

@@ -1,4 +1,5 @@
-// One training step, top to bottom as DESIGN §4 draws it. Internal to the core.
+// One training step, top to bottom (docs/architecture.md, "One training step"). Internal to the
+// core.
 //
 //   for each of run.accumulate micro-batches: batch (host) -> device; forward under the policy's
 //   plan; loss in FP32, its backward seed multiplied by loss scale / accumulate (the step's loss

@@ -1,4 +1,5 @@
-// Trainer: the mixed-precision training loop of DESIGN §4, its outputs and its checkpoints.
+// Trainer: the mixed-precision training loop (docs/architecture.md, "One training step"), its
+// outputs and its checkpoints.
 //
 // Contract
 // - Construction loads the data, builds the model under the policy's plan (checked against the
