@@ -375,11 +375,11 @@ TEST(sdk_Experiment, PluginPathsAreReadAndSurviveTheResolvedToml) {
 }
 
 // DISABLED: exposes a silent default (docs/architecture.md, "Errors and data safety").
-// Config::table_options() skips sub-tables and arrays of tables by contract (config/config.h), and
-// parse_experiment() never looks at them, so a value written as a table — `beta1 = { value = 0.5
-// }`, `[optimizer.extra]`, a dotted key `beta.one = 0.8` — is dropped and the default used without
-// a word. parse_experiment should reject any sub-table it does not read (everything but
-// model.layers and precision.override).
+// Config::table_options() skips sub-tables and arrays of tables by contract (config/config.h),
+// and parse_experiment() never looks at them, so a value written as a table —
+// `beta1 = { value = 0.5 }`, `[optimizer.extra]`, a dotted key `beta.one = 0.8` — is dropped and
+// the default used without a word. parse_experiment should reject any sub-table it does not read
+// (everything but model.layers and precision.override).
 TEST(sdk_Experiment, SubTablesInsidePluginTablesAreNotSilentlyIgnored) {
   for (const std::string& extra :
        {std::string("beta1 = { value = 0.5 }\n"), std::string("beta.one = 0.8\n")}) {
