@@ -38,8 +38,9 @@ namespace mixtrain::sdk {
 // precision-sensitive ops), operand scaling per OperandSlot, 7: attention and embedding facets,
 // 8: facets found by name (DeviceBackend::find_facet replaces the per-facet getters, whose slots
 // moved when convolution_facet() was added), elementwise and normalization split into
-// activation, residual, gradient_check, foreach, layer_norm and batch_norm facets
-inline constexpr std::uint32_t kSdkAbiVersion = 8;
+// activation, residual, gradient_check, foreach, layer_norm and batch_norm facets,
+// 9: the dropout facet (backend_dropout.h: DropoutFacet, DropoutKey, the shared mask function)
+inline constexpr std::uint32_t kSdkAbiVersion = 9;
 inline constexpr const char* kSdkVersion = "0.1.0";
 inline constexpr const char* kBuildFingerprint = MIXTRAIN_BUILD_FINGERPRINT;
 
