@@ -97,12 +97,12 @@ double relative_difference(const std::vector<float>& got, const std::vector<floa
 
 // `ref_<name>` and `tested_<name>`: the two backends' facet; the test is skipped when the backend
 // under test has none (a facet is optional), and fails when the reference lacks it.
-#define MIXTRAIN_FACETS(facet, Class)                                                 \
-  auto* ref_##facet = sdk::facet<sdk::Class>(*ref_);                                  \
-  auto* tested_##facet = sdk::facet<sdk::Class>(*tested_);                            \
-  ASSERT_NE(ref_##facet, nullptr) << "the reference backend has no " #facet " facet"; \
-  if (tested_##facet == nullptr)                                                      \
-  GTEST_SKIP() << "backend '" << GetParam().name << "' has no " #facet " facet"
+#define MIXTRAIN_FACETS(which, Class)                                                 \
+  auto* ref_##which = sdk::facet<sdk::Class>(*ref_);                                  \
+  auto* tested_##which = sdk::facet<sdk::Class>(*tested_);                            \
+  ASSERT_NE(ref_##which, nullptr) << "the reference backend has no " #which " facet"; \
+  if (tested_##which == nullptr)                                                      \
+  GTEST_SKIP() << "backend '" << GetParam().name << "' has no " #which " facet"
 
 class Conformance : public ::testing::TestWithParam<BackendUnderTest> {
  protected:

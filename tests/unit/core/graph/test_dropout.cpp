@@ -176,7 +176,9 @@ TEST(Dropout, POfOneOrOutsideTheRangeStopsAtTheNodesConfigLine) {
       const std::string what = e.what();
       EXPECT_NE(what.find("model.toml:7:3"), std::string::npos) << what;
       EXPECT_NE(what.find("p"), std::string::npos) << what;
-      if (p == 1.0) EXPECT_NE(e.hint().find("p below 1"), std::string::npos) << e.hint();
+      if (p == 1.0) {
+        EXPECT_NE(e.hint().find("p below 1"), std::string::npos) << e.hint();
+      }
     }
   }
 }
