@@ -16,10 +16,10 @@
 // - Threading: one OpenMP pool shared with oneDNN; `threads` (0 = all cores) is applied with
 //   omp_set_num_threads on the calling thread before every op. Ops run synchronously, so
 //   synchronize() is a no-op.
-// - Facets: all twelve (gemm, activation, residual, gradient_check, foreach, layer_norm,
-//   batch_norm, loss, optimizer, attention, embedding, convolution); supports() is the SDK's
-//   table (op_signatures.h) unnarrowed: every dtype it lists runs, natively or emulated (which one
-//   is capabilities()' business, not supports()').
+// - Facets: all thirteen (gemm, activation, residual, gradient_check, foreach, layer_norm,
+//   batch_norm, loss, optimizer, attention, embedding, convolution, dropout); supports() is the
+//   SDK's table (op_signatures.h) unnarrowed: every dtype it lists runs, natively or emulated
+//   (which one is capabilities()' business, not supports()').
 // - Convolution and pooling run oneDNN primitives created once per (geometry, dtypes,
 //   op) and cached (cpu_primitive_cache.h); activations are channels-last (nhwc) end to end, and
 //   weights are reordered from PyTorch's OIHW into the layout the primitive prefers by a cached
@@ -77,7 +77,8 @@ class CpuBackend final : public sdk::DeviceBackend,
                          public sdk::OptimizerFacet,
                          public sdk::AttentionFacet,
                          public sdk::EmbeddingFacet,
-                         public sdk::ConvolutionFacet {
+                         public sdk::ConvolutionFacet,
+                         public sdk::DropoutFacet {
  public:
   explicit CpuBackend(int threads = 0, Bf16GemmPath bf16_gemm = Bf16GemmPath::automatic,
                       Bf16ConvPath bf16_conv = Bf16ConvPath::automatic,
@@ -220,6 +221,11 @@ class CpuBackend final : public sdk::DeviceBackend,
                         std::int64_t width, sdk::TensorView dst) override;
   void to_channels_first(sdk::TensorView src, std::int64_t channels, std::int64_t height,
                          std::int64_t width, sdk::TensorView dst) override;
+
+  // --- DropoutFacet (cpu_dropout.cpp) ----------------------------------------------------------
+  void dropout_forward(sdk::TensorView x, sdk::TensorView y, float p, sdk::DropoutKey key) override;
+  void dropout_backward(sdk::TensorView dy, sdk::TensorView dx, float p,
+                        sdk::DropoutKey key) override;
 
  private:
   // conv_algorithm is winograd (or winograd_everywhere) and oneDNN has a Winograd kernel here.

@@ -9,8 +9,8 @@ sdk::Facet* CpuBackend::find_facet(std::string_view name) {
   return sdk::facet_among<sdk::GemmFacet, sdk::ActivationFacet, sdk::ResidualFacet,
                           sdk::GradientCheckFacet, sdk::ForeachFacet, sdk::LayerNormFacet,
                           sdk::BatchNormFacet, sdk::LossFacet, sdk::OptimizerFacet,
-                          sdk::AttentionFacet, sdk::EmbeddingFacet, sdk::ConvolutionFacet>(*this,
-                                                                                           name);
+                          sdk::AttentionFacet, sdk::EmbeddingFacet, sdk::ConvolutionFacet,
+                          sdk::DropoutFacet>(*this, name);
 }
 
 void CpuBackend::gemm_strided_batched(const sdk::GemmBatchedArgs& args) {

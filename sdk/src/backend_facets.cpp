@@ -16,6 +16,7 @@ OptimizerFacet::~OptimizerFacet() = default;
 AttentionFacet::~AttentionFacet() = default;
 EmbeddingFacet::~EmbeddingFacet() = default;
 ConvolutionFacet::~ConvolutionFacet() = default;
+DropoutFacet::~DropoutFacet() = default;
 
 std::string_view op_name(GemmOp op) noexcept {
   switch (op) {
@@ -165,6 +166,16 @@ std::string_view op_name(ConvolutionOp op) noexcept {
       return "to_channels_last";
     case ConvolutionOp::to_channels_first:
       return "to_channels_first";
+  }
+  return "?";
+}
+
+std::string_view op_name(DropoutOp op) noexcept {
+  switch (op) {
+    case DropoutOp::dropout_forward:
+      return "dropout_forward";
+    case DropoutOp::dropout_backward:
+      return "dropout_backward";
   }
   return "?";
 }

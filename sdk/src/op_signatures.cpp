@@ -5,6 +5,7 @@
 #include "mixtrain/sdk/backend_attention.h"
 #include "mixtrain/sdk/backend_batch_norm.h"
 #include "mixtrain/sdk/backend_convolution.h"
+#include "mixtrain/sdk/backend_dropout.h"
 #include "mixtrain/sdk/backend_embedding.h"
 #include "mixtrain/sdk/backend_foreach.h"
 #include "mixtrain/sdk/backend_gemm.h"
@@ -194,6 +195,15 @@ OpSignature op_signature(ConvolutionOp op) noexcept {
   return {};
 }
 
+OpSignature op_signature(DropoutOp op) noexcept {
+  switch (op) {
+    case DropoutOp::dropout_forward:
+    case DropoutOp::dropout_backward:
+      return {kStorex2};  // {x, y} and {dy, dx}: either mix, rounded once
+  }
+  return {};
+}
+
 // The facets' default answers.
 bool GemmFacet::supports(GemmOp op, std::span<const DType> dtypes) const {
   return signature_accepts(op, dtypes);
@@ -229,6 +239,9 @@ bool EmbeddingFacet::supports(EmbeddingOp op, std::span<const DType> dtypes) con
   return signature_accepts(op, dtypes);
 }
 bool ConvolutionFacet::supports(ConvolutionOp op, std::span<const DType> dtypes) const {
+  return signature_accepts(op, dtypes);
+}
+bool DropoutFacet::supports(DropoutOp op, std::span<const DType> dtypes) const {
   return signature_accepts(op, dtypes);
 }
 

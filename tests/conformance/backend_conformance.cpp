@@ -772,6 +772,41 @@ TEST_P(Conformance, EmbeddingScatterAddRepeatedIdsBothBetas) {
   }
 }
 
+// The mask is the SDK's function of (key, index), so a backend must reproduce the reference's
+// output bit for bit: same keep bits, one FP32 multiply, one rounding.
+TEST_P(Conformance, DropoutMatchesTheSdkMaskBitForBitForwardAndBackward) {
+  MIXTRAIN_FACETS(dropout, DropoutFacet);
+  const std::int64_t rows = 97, cols = 131;  // odd sizes: no chunk or block lines up
+  const auto values = random_values(static_cast<std::size_t>(rows * cols), 61, -3.f, 3.f);
+  const sdk::DropoutKey key{0x1234'5678'9abc'def0ull, (7ull << 32) | 2u};
+  for (const float p : {0.0f, 0.1f, 0.5f, 0.9f})
+    for (DType xt : kStorageFloats)
+      for (DType yt : kStorageFloats)
+        for (const auto op : {sdk::DropoutOp::dropout_forward, sdk::DropoutOp::dropout_backward}) {
+          if (!tested_dropout->supports(op, std::vector<DType>{xt, yt})) continue;
+          auto x = upload(values, Shape{rows, cols}, xt);
+          auto y = zeros(Shape{rows, cols}, yt);
+          const bool fwd = op == sdk::DropoutOp::dropout_forward;
+          (fwd ? ref_dropout->dropout_forward(x.ref->view(), y.ref->view(), p, key)
+               : ref_dropout->dropout_backward(x.ref->view(), y.ref->view(), p, key));
+          (fwd ? tested_dropout->dropout_forward(x.tested->view(), y.tested->view(), p, key)
+               : tested_dropout->dropout_backward(x.tested->view(), y.tested->view(), p, key));
+          const auto got = tested_values(y), want = ref_values(y);
+          const auto in = tested_values(x);
+          const std::uint32_t threshold = sdk::dropout_threshold(p);
+          std::int64_t bad = 0, mask_bad = 0;
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) ++bad;
+            const bool keep = sdk::dropout_keeps(key, i, threshold);
+            if ((got[i] != 0.0f) != (keep && in[i] != 0.0f)) ++mask_bad;
+          }
+          const std::string what = std::string(sdk::op_name(op)) + " p = " + std::to_string(p) +
+                                   " " + dtypes_text({xt, yt});
+          EXPECT_EQ(bad, 0) << what << ": elements that differ from the reference";
+          EXPECT_EQ(mask_bad, 0) << what << ": elements whose zero pattern is not the SDK mask";
+        }
+}
+
 TEST_P(Conformance, GemmStridedBatchedMatchesADoubleReference) {
   MIXTRAIN_FACETS(gemm, GemmFacet);
   // Attention-like batches with every transpose pair, a broadcast operand (stride 0) and gaps

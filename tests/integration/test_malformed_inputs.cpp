@@ -467,6 +467,9 @@ std::vector<Case> config_cases() {
   add_text("LayersOfIntegers", layers("[1, 2, 3]"));
   edit("LayerWithoutType", "{ type = \"relu\" },", "{ name = \"r\" },");
   edit("UnknownLayerType", "{ type = \"relu\" },", "{ type = \"conv\" },");
+  edit("DropoutPOne", "{ type = \"relu\" },", "{ type = \"dropout\", p = 1.0 },");
+  edit("DropoutPNegative", "{ type = \"relu\" },", "{ type = \"dropout\", p = -0.5 },");
+  edit("DropoutPIsAString", "{ type = \"relu\" },", "{ type = \"dropout\", p = \"half\" },");
   edit("LayerOutZero", "out = 128 }", "out = 0 }");
   edit("LayerOutInt64Max", "out = 128 }", "out = " + kInt64Max + " }", /*train=*/true);
   edit("HeadOutInt64Max", "out = 10 }", "out = " + kInt64Max + " }", /*train=*/true);

@@ -59,6 +59,10 @@ template <>
 struct FacetOf<sdk::ConvolutionOp> {
   using type = sdk::ConvolutionFacet;
 };
+template <>
+struct FacetOf<sdk::DropoutOp> {
+  using type = sdk::DropoutFacet;
+};
 
 template <class Facet>
 Facet& required(sdk::DeviceBackend& b) {
@@ -149,6 +153,9 @@ sdk::EmbeddingFacet& embedding_of(sdk::DeviceBackend& b) {
 }
 sdk::ConvolutionFacet& convolution_of(sdk::DeviceBackend& b) {
   return required<sdk::ConvolutionFacet>(b);
+}
+sdk::DropoutFacet& dropout_of(sdk::DeviceBackend& b) {
+  return required<sdk::DropoutFacet>(b);
 }
 
 }  // namespace mixtrain::core

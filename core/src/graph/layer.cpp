@@ -34,7 +34,9 @@ void Layer::flush_operand_amaxes() {
   if (operand_scaler_ != nullptr) operand_scaler_->flush(*backend_);
 }
 
-void Layer::begin_micro_batch(std::int64_t index) {
+void Layer::begin_micro_batch(std::int64_t index, std::int64_t step) {
+  step_ = step;
+  micro_batch_ = index;
   if (operand_scaler_ != nullptr) operand_scaler_->begin_micro_batch(index);
 }
 

@@ -32,10 +32,10 @@ void Model::set_mode(Mode mode) {
   for (auto& l : ops_) l->set_training(mode == Mode::train);
 }
 
-void Model::begin_micro_batch(std::int64_t index, std::int64_t count) {
+void Model::begin_micro_batch(std::int64_t index, std::int64_t count, std::int64_t step) {
   if (index == 0) executor_.start_gradients();
   open_micro_batch_ = MicroBatch{index + 1 == count};
-  for (auto& l : ops_) l->begin_micro_batch(index);
+  for (auto& l : ops_) l->begin_micro_batch(index, step);
 }
 
 void Model::init_parameters(std::uint64_t seed) {

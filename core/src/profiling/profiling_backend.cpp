@@ -344,6 +344,20 @@ class ProfiledConvolution final : public Profiled<sdk::ConvolutionFacet> {
   }
 };
 
+class ProfiledDropout final : public Profiled<sdk::DropoutFacet> {
+ public:
+  using Profiled::Profiled;
+  bool supports(sdk::DropoutOp op, std::span<const DType> d) const override {
+    return in_.supports(op, d);
+  }
+  void dropout_forward(TensorView x, TensorView y, float p, sdk::DropoutKey key) override {
+    rec_.timed("dropout_forward", [&] { in_.dropout_forward(x, y, p, key); });
+  }
+  void dropout_backward(TensorView dy, TensorView dx, float p, sdk::DropoutKey key) override {
+    rec_.timed("dropout_backward", [&] { in_.dropout_backward(dy, dx, p, key); });
+  }
+};
+
 class ProfilingBackendImpl final : public ProfilingBackend {
  public:
   explicit ProfilingBackendImpl(std::shared_ptr<sdk::DeviceBackend> inner)
@@ -406,7 +420,8 @@ class ProfilingBackendImpl final : public ProfilingBackend {
              std::unique_ptr<ProfiledForeach>, std::unique_ptr<ProfiledLayerNorm>,
              std::unique_ptr<ProfiledBatchNorm>, std::unique_ptr<ProfiledLoss>,
              std::unique_ptr<ProfiledOptimizer>, std::unique_ptr<ProfiledAttention>,
-             std::unique_ptr<ProfiledEmbedding>, std::unique_ptr<ProfiledConvolution>>
+             std::unique_ptr<ProfiledEmbedding>, std::unique_ptr<ProfiledConvolution>,
+             std::unique_ptr<ProfiledDropout>>
       facets_;
 };
 
@@ -433,6 +448,7 @@ std::string profile_group(const ProfileEntry& e) {
   if (op.starts_with("pool2d_")) return "pooling";
   if (op == "to_channels_last" || op == "to_channels_first") return "layout permutes";
   if (op == "activation_forward" || op == "activation_backward") return "activations";
+  if (op.starts_with("dropout_")) return "dropout";
   if (s == "embedding" || s == "position_embedding") return "embeddings";
   if (op == "cast") return "casts";
   return "other ops";

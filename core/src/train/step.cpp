@@ -75,7 +75,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
     }
 
     // forward, loss, backward (into the step's FP32 gradients)
-    model.begin_micro_batch(k, micro);
+    model.begin_micro_batch(k, micro, s.step);
     model.forward(bs);
     if (k == 0 && request.statistics && s.underflow_watch)
       s.metrics.write(gradient_underflow_record(model, s.step, bs, seed, s.log));

@@ -10,6 +10,7 @@ std::vector<OpDefinition>& op_table() {
       linear_op(),  relu_op(),        gelu_op(),      layernorm_op(),          add_op(),
       reshape_op(), flatten_op(),     embedding_op(), position_embedding_op(), attention_op(),
       conv2d_op(),  batchnorm2d_op(), maxpool2d_op(), avgpool2d_op(),          global_avgpool_op(),
+      dropout_op(),
   };
   return table;
 }

@@ -105,5 +105,6 @@ OpDefinition batchnorm2d_op();
 OpDefinition maxpool2d_op();
 OpDefinition avgpool2d_op();
 OpDefinition global_avgpool_op();
+OpDefinition dropout_op();
 
 }  // namespace mixtrain::core

@@ -5,12 +5,12 @@
 // - Everything else lives in facets (facet.h), each in its own header: backend_gemm.h,
 //   backend_activation.h, backend_residual.h, backend_gradient_check.h, backend_foreach.h,
 //   backend_layer_norm.h, backend_batch_norm.h, backend_loss.h, backend_optimizer_updates.h,
-//   backend_attention.h, backend_embedding.h, backend_convolution.h. The host asks for a facet by
-//   name and minimum version (sdk::facet<F>(backend)); a backend answers find_facet(name) with
-//   the facet or nullptr (the default). Adding a facet never changes this class. Each facet
-//   answers supports(op, dtypes) (by default from the SDK's table, op_signatures.h); the host
-//   asks before the first step, so a model that needs a missing facet, op or dtype stops at plan
-//   time naming them.
+//   backend_attention.h, backend_embedding.h, backend_convolution.h, backend_dropout.h. The host
+//   asks for a facet by name and minimum version (sdk::facet<F>(backend)); a backend answers
+//   find_facet(name) with the facet or nullptr (the default). Adding a facet never changes this
+//   class. Each facet answers supports(op, dtypes) (by default from the SDK's table,
+//   op_signatures.h); the host asks before the first step, so a model that needs a missing facet,
+//   op or dtype stops at plan time naming them.
 // - Memory: allocate() returns 64-byte aligned device memory (host memory for the CPU) or throws
 //   BackendError naming the bytes asked and free; deallocate(nullptr) is a no-op. memory_stats()
 //   counts live bytes allocated through this backend and their peak.
@@ -37,6 +37,7 @@
 #include "mixtrain/sdk/backend_attention.h"
 #include "mixtrain/sdk/backend_batch_norm.h"
 #include "mixtrain/sdk/backend_convolution.h"
+#include "mixtrain/sdk/backend_dropout.h"
 #include "mixtrain/sdk/backend_embedding.h"
 #include "mixtrain/sdk/backend_foreach.h"
 #include "mixtrain/sdk/backend_gemm.h"

@@ -37,6 +37,7 @@ enum class OptimizerOp;
 enum class AttentionOp;
 enum class EmbeddingOp;
 enum class ConvolutionOp;
+enum class DropoutOp;
 
 enum class DTypeClass : std::uint8_t {
   fp32,           // fp32 storage: fp32 or tf32
@@ -62,6 +63,7 @@ MIXTRAIN_SDK_API OpSignature op_signature(OptimizerOp op) noexcept;
 MIXTRAIN_SDK_API OpSignature op_signature(AttentionOp op) noexcept;
 MIXTRAIN_SDK_API OpSignature op_signature(EmbeddingOp op) noexcept;
 MIXTRAIN_SDK_API OpSignature op_signature(ConvolutionOp op) noexcept;
+MIXTRAIN_SDK_API OpSignature op_signature(DropoutOp op) noexcept;
 
 MIXTRAIN_SDK_API bool signature_accepts(const OpSignature& sig,
                                         std::span<const DType> dtypes) noexcept;

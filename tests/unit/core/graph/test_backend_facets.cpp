@@ -177,7 +177,7 @@ TEST(BackendFacets, FacetsAreFoundByNameAndAtLeastAVersion) {
   auto b = test_support::cpu();
   for (std::string_view name :
        {"gemm", "activation", "residual", "gradient_check", "foreach", "layer_norm", "batch_norm",
-        "loss", "optimizer", "attention", "embedding", "convolution"}) {
+        "loss", "optimizer", "attention", "embedding", "convolution", "dropout"}) {
     sdk::Facet* f = b->find_facet(name);
     ASSERT_NE(f, nullptr) << name;
     EXPECT_EQ(f->name(), name);
@@ -210,7 +210,7 @@ TEST(BackendFacets, TheProfilerWrapsOnlyTheFacetsItsBackendHas) {
   auto cpu = test_support::cpu();
   for (std::string_view name :
        {"gemm", "activation", "residual", "gradient_check", "foreach", "layer_norm", "batch_norm",
-        "loss", "optimizer", "attention", "embedding", "convolution"}) {
+        "loss", "optimizer", "attention", "embedding", "convolution", "dropout"}) {
     sdk::Facet* f = full->find_facet(name);
     ASSERT_NE(f, nullptr) << name;
     EXPECT_EQ(f->name(), name);

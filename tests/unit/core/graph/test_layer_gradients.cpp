@@ -12,6 +12,7 @@
 
 #include "cpu_test_backend.h"
 #include "graph/ops/activation.h"
+#include "graph/ops/dropout.h"
 #include "graph/ops/layernorm.h"
 #include "graph/ops/linear.h"
 #include "layer_gradient_check.h"
@@ -66,6 +67,17 @@ TEST(LayerGradients, Gelu) {
 TEST(LayerGradients, LayerNorm) {
   LayerNormLayer l("ln", 7, 1e-5f);
   check_layer(l, 4, -2.f, 2.f);
+}
+
+// The mask is a function of the key, fixed within a step, so the finite difference is exact
+// through it: kept elements have gradient 1 / (1 - p), dropped ones 0.
+TEST(LayerGradients, DropoutInTrainingAndEvaluationMode) {
+  for (const bool training : {true, false}) {
+    DropoutLayer l("drop", 11, 0.4f);
+    l.set_training(training);
+    l.begin_micro_batch(1, 17);
+    check_layer(l, 6);
+  }
 }
 
 TEST(LayerGradients, WholeModelThroughSoftmaxCrossEntropy) {

@@ -23,7 +23,7 @@ namespace mixtrain::core {
 struct BackendNeed {
   std::variant<sdk::GemmOp, sdk::ActivationOp, sdk::ResidualOp, sdk::GradientCheckOp,
                sdk::ForeachOp, sdk::LayerNormOp, sdk::BatchNormOp, sdk::LossOp, sdk::OptimizerOp,
-               sdk::AttentionOp, sdk::EmbeddingOp, sdk::ConvolutionOp>
+               sdk::AttentionOp, sdk::EmbeddingOp, sdk::ConvolutionOp, sdk::DropoutOp>
       op;
   std::vector<sdk::DType> dtypes;  // in the order the facet's op documents
 };
@@ -47,5 +47,6 @@ sdk::LossFacet& loss_of(sdk::DeviceBackend& backend);
 sdk::AttentionFacet& attention_of(sdk::DeviceBackend& backend);
 sdk::EmbeddingFacet& embedding_of(sdk::DeviceBackend& backend);
 sdk::ConvolutionFacet& convolution_of(sdk::DeviceBackend& backend);
+sdk::DropoutFacet& dropout_of(sdk::DeviceBackend& backend);
 
 }  // namespace mixtrain::core

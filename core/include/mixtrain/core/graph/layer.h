@@ -169,9 +169,12 @@ class Layer {
   void set_operand_scaling(sdk::PrecisionPolicy* policy);
   // Delayed FP8 scaling: hands the amaxes measured by this step's casts to the policy.
   void flush_operand_amaxes();
-  // Called at the start of every micro-batch (index 0 opens an optimizer step): the FP8 amax of
-  // delayed scaling spans the step.
-  void begin_micro_batch(std::int64_t index);
+  // Called at the start of every micro-batch (index 0 opens an optimizer step `step`): the FP8
+  // amax of delayed scaling spans the step, and random ops (dropout) key their draws on
+  // (step, index), which a resumed run restores and a replay of the step does not advance.
+  void begin_micro_batch(std::int64_t index, std::int64_t step);
+  std::int64_t step() const { return step_; }
+  std::int64_t micro_batch() const { return micro_batch_; }
 
   // Per scaled operand of the last step (when collection is on): what the FP8 cast did to it.
   struct ScaledOperandStats {
@@ -278,6 +281,7 @@ class Layer {
   std::vector<ModelParameter> params_;
   std::vector<ModelBuffer> buffers_;
   bool training_ = true;
+  std::int64_t step_ = 0, micro_batch_ = 0;  // the last begin_micro_batch()'s
   bool epilogue_fused_ = false;  // runs a reader as its epilogue now (fuse_reader, set_fusion)
   bool collect_stats_ = false;
   std::vector<ScaledOperandStats> stats_;

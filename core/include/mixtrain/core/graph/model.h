@@ -129,8 +129,10 @@ class Model {
 
   // Before each micro-batch's forward: index in [0, count). Index 0 starts the optimizer step's
   // gradients afresh; the gradient-ready hook fires in the backward of index count - 1. A
-  // backward() without it is a step of one micro-batch (its gradients overwrite).
-  void begin_micro_batch(std::int64_t index, std::int64_t count);
+  // backward() without it is a step of one micro-batch (its gradients overwrite). `step` is the
+  // optimizer step the micro-batch belongs to (the trainer's count, restored on resume): random
+  // ops draw from (step, index), so a replay of the step draws the same and the next step anew.
+  void begin_micro_batch(std::int64_t index, std::int64_t count, std::int64_t step = 0);
   std::int64_t max_rows() const { return executor_.max_rows(); }
 
   // Runs for each parameter when backward has written its final gradient for the step.
