@@ -112,9 +112,11 @@ std::vector<WeightTie> resolve_ties(const std::string& list, const GraphTopology
 }  // namespace
 
 sdk::Options layer_options(const LayerSpec& layer, const std::string& table) {
-  const OpDefinition& op = require_op(layer, table);
-  return sdk::Options::resolve(table, op.schema ? op.schema() : sdk::OptionSchema{}, layer.options,
-                               layer.where, {"type", "name"});
+  // A pointer, not a reference: GCC 13's -Wdangling-reference takes the defaulted hint argument
+  // for the referent.
+  const OpDefinition* op = &require_op(layer, table);
+  return sdk::Options::resolve(table, op->schema ? op->schema() : sdk::OptionSchema{},
+                               layer.options, layer.where, {"type", "name"});
 }
 
 std::int64_t GraphPlan::rows(TensorId t, Extent e) const {
@@ -127,9 +129,8 @@ std::int64_t GraphPlan::cols(TensorId t, Extent e) const {
   return nodes_[t.position()].shape.back();
 }
 
-GraphPlan GraphPlan::build(const ModelSpec& spec, std::int64_t input_features,
-                           std::int32_t classes, const InputSpec& input,
-                           std::vector<std::unique_ptr<Layer>>& ops) {
+GraphPlan GraphPlan::build(const ModelSpec& spec, std::int64_t input_features, std::int32_t classes,
+                           const InputSpec& input, std::vector<std::unique_ptr<Layer>>& ops) {
   GraphPlan plan;
   plan.input_features_ = input_features;
   plan.classes_ = classes;
