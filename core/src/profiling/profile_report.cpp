@@ -1,0 +1,73 @@
+// The profile as the CLI prints it: entries grouped by what they are, per step and share.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "mixtrain/core/profiling/profiling_backend.h"
+
+namespace mixtrain::core {
+
+std::string profile_group(const ProfileEntry& e) {
+  const std::string_view s = e.scope, op = e.op;
+  if (s == "classifier") return "classifier (LM head GEMMs + cross-entropy)";
+  if (s == "optimizer") return "optimizer";
+  if (s == "gradient checks") return "gradient checks (unscale, inf/NaN, norm)";
+  if (s == "data") return "data (batch to device)";
+  if (op == "gemm" || op == "gemm_strided_batched") return "GEMMs";
+  if (s == "attention" && (op == "softmax_forward" || op == "softmax_backward"))
+    return "attention softmax";
+  if (s == "attention") return "attention head permutes";
+  if (s == "layernorm") return "layer norm";
+  if (op.starts_with("conv2d_")) return "convolutions";
+  if (op.starts_with("batchnorm_")) return "batch norm";
+  if (op.starts_with("pool2d_")) return "pooling";
+  if (op == "to_channels_last" || op == "to_channels_first") return "layout permutes";
+  if (op == "activation_forward" || op == "activation_backward") return "activations";
+  if (op.starts_with("dropout_")) return "dropout";
+  if (s == "embedding" || s == "position_embedding") return "embeddings";
+  if (op == "cast") return "casts";
+  return "other ops";
+}
+
+std::string format_profile(const ProfilingBackend& p, std::int64_t steps) {
+  const double total = p.recorded_seconds();
+  const auto rows = p.entries();
+  const double per_step = steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0;
+  std::map<std::string, double> groups;
+  double in_ops = 0.0;
+  for (const auto& e : rows) {
+    groups[profile_group(e)] += e.seconds;
+    in_ops += e.seconds;
+  }
+  std::vector<std::pair<std::string, double>> sorted(groups.begin(), groups.end());
+  sorted.emplace_back("outside backend ops (host)", std::max(0.0, total - in_ops));
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string out;
+  char line[256];
+  auto pct = [&](double s) { return total > 0 ? 100.0 * s / total : 0.0; };
+  std::snprintf(line, sizeof line, "profile: %lld steps, %.3f s (%.2f ms/step)\n",
+                static_cast<long long>(steps), total, 1e3 * total * per_step);
+  out += line;
+  std::snprintf(line, sizeof line, "  %-44s %10s %7s\n", "group", "ms/step", "%");
+  out += line;
+  for (const auto& [name, s] : sorted) {
+    std::snprintf(line, sizeof line, "  %-44s %10.3f %6.1f%%\n", name.c_str(), 1e3 * s * per_step,
+                  pct(s));
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "  %-20s %-30s %9s %10s %7s\n", "scope", "op", "calls/step",
+                "ms/step", "%");
+  out += line;
+  for (const auto& e : rows) {
+    std::snprintf(line, sizeof line, "  %-20s %-30s %9.1f %10.3f %6.1f%%\n", e.scope.c_str(),
+                  e.op.c_str(), static_cast<double>(e.calls) * per_step, 1e3 * e.seconds * per_step,
+                  pct(e.seconds));
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace mixtrain::core

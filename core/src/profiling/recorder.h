@@ -1,0 +1,82 @@
+// Recorder: the profiler's table of (scope, op) -> calls and seconds, which every profiled facet
+// and the backend's own ops add to. Internal to the core (profiling/).
+//
+// Contract
+// - timed(op, f) runs f; while recording it synchronises the inner backend after f, so the time
+//   is the op's device time, and adds it under the calling thread's ProfileScope.
+// - entries() lists the table, slowest first; recorded_seconds() the wall time spent recording.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mixtrain/core/profiling/profiling_backend.h"
+#include "profiling/profile_scope.h"
+
+namespace mixtrain::core::profiling {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The table of (scope, op) times every profiled facet and the core ops add to.
+class Recorder {
+ public:
+  explicit Recorder(sdk::DeviceBackend& inner) : in_(inner), since_(Clock::now()) {}
+
+  template <class F>
+  void timed(const char* op, F&& f) {
+    if (!recording_) {
+      f();
+      return;
+    }
+    const auto t0 = Clock::now();
+    f();
+    in_.synchronize();
+    const double s = seconds_since(t0);
+    const char* scope = ProfileScope::current();
+    auto [it, fresh] = table_.try_emplace(std::make_pair(std::string(scope), std::string(op)));
+    if (fresh) {
+      it->second.scope = scope;
+      it->second.op = op;
+    }
+    it->second.calls += 1;
+    it->second.seconds += s;
+  }
+
+  std::vector<ProfileEntry> entries() const {
+    std::vector<ProfileEntry> out;
+    out.reserve(table_.size());
+    for (const auto& [key, e] : table_) out.push_back(e);
+    std::sort(out.begin(), out.end(),
+              [](const ProfileEntry& a, const ProfileEntry& b) { return a.seconds > b.seconds; });
+    return out;
+  }
+  double recorded_seconds() const { return recorded_ + (recording_ ? seconds_since(since_) : 0.0); }
+  void set_recording(bool on) {
+    if (on == recording_) return;
+    if (recording_) recorded_ += seconds_since(since_);
+    since_ = Clock::now();
+    recording_ = on;
+  }
+  void reset() {
+    table_.clear();
+    recorded_ = 0.0;
+    since_ = Clock::now();
+  }
+
+ private:
+  sdk::DeviceBackend& in_;
+  std::map<std::pair<std::string, std::string>, ProfileEntry> table_;  // by (scope, op)
+  bool recording_ = true;
+  double recorded_ = 0.0;
+  Clock::time_point since_;
+};
+
+}  // namespace mixtrain::core::profiling
