@@ -22,7 +22,7 @@ import re
 import struct
 import sys
 
-# Fields of metrics.jsonl that measure time. Evidence: core/src/train/trainer.cpp writes three kinds of
+# Fields of metrics.jsonl that measure time. Evidence: core/src/train/trainer.cpp writes four kinds of
 # records through MetricsLog (core/src/runs/metrics_log.cpp: nlohmann::json::dump(), compact, keys in
 # std::map order): the training record {step, loss, loss_scale, next_loss_scale, skipped, lr,
 # grad_norm, samples_per_s, epoch[, nonfinite]}, the evaluation record {step, eval_loss,
