@@ -8,7 +8,7 @@
 #   ROUNDS        default 3; each round trains every workload once with each build, A first in
 #                 odd rounds and B first in even ones
 # Environment:
-#   WORKLOADS  default "mlp-fp32 mlp-bf16 resnet20-bf16:12 gpt-tiny-bf16:24": configs/<name>.toml,
+#   WORKLOADS  default "mlp-fp32:18 resnet20-bf16:12 gpt-tiny-bf16:24": configs/<name>.toml,
 #              each with its own step count after a colon (else STEPS)
 #   STEPS      steps of a workload without its own count (default 30)
 #   THREADS    backend.threads (default 2)
@@ -24,7 +24,7 @@ set -euo pipefail
 A=${1:?usage: $0 BIN_A BIN_B [ROUNDS]}; B=${2:?usage: $0 BIN_A BIN_B [ROUNDS]}; ROUNDS=${3:-3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-WORKLOADS=${WORKLOADS:-"mlp-fp32 mlp-bf16 resnet20-bf16:12 gpt-tiny-bf16:24"}
+WORKLOADS=${WORKLOADS:-"mlp-fp32:18 resnet20-bf16:12 gpt-tiny-bf16:24"}
 STEPS=${STEPS:-30}; THREADS=${THREADS:-2}; PYTHON=${PYTHON:-python3}
 for bin in "$A" "$B"; do
   [[ -x $bin ]] || { echo "ab.sh: $bin is not an executable" >&2; exit 2; }

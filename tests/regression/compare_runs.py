@@ -22,11 +22,11 @@ import re
 import struct
 import sys
 
-# Fields of metrics.jsonl that measure time. Evidence: core/src/trainer.cpp writes three kinds of
-# records through MetricsLog (core/src/metrics_log.cpp: nlohmann::json::dump(), compact, keys in
+# Fields of metrics.jsonl that measure time. Evidence: core/src/train/trainer.cpp writes four kinds of
+# records through MetricsLog (core/src/runs/metrics_log.cpp: nlohmann::json::dump(), compact, keys in
 # std::map order): the training record {step, loss, loss_scale, next_loss_scale, skipped, lr,
 # grad_norm, samples_per_s, epoch[, nonfinite]}, the evaluation record {step, eval_loss,
-# eval_accuracy}, and from core/src/step_statistics.cpp the underflow record {step,
+# eval_accuracy}, and from core/src/train/step_statistics.cpp the underflow record {step,
 # underflow_scale, underflow{...}} and the FP8 record {step, fp8{...}}. Only samples_per_s (rows
 # over the window's wall time) depends on the clock. There is no timestamp, wall time or memory
 # field in metrics.jsonl (wall_seconds, samples_per_s and the memory peaks are in summary.json,
