@@ -97,12 +97,12 @@ double relative_difference(const std::vector<float>& got, const std::vector<floa
 
 // `ref_<name>` and `tested_<name>`: the two backends' facet; the test is skipped when the backend
 // under test has none (a facet is optional), and fails when the reference lacks it.
-#define MIXTRAIN_FACETS(facet, Class)                                                 \
-  auto* ref_##facet = sdk::facet<sdk::Class>(*ref_);                                  \
-  auto* tested_##facet = sdk::facet<sdk::Class>(*tested_);                            \
-  ASSERT_NE(ref_##facet, nullptr) << "the reference backend has no " #facet " facet"; \
-  if (tested_##facet == nullptr)                                                      \
-  GTEST_SKIP() << "backend '" << GetParam().name << "' has no " #facet " facet"
+#define MIXTRAIN_FACETS(var, Class)                                               \
+  auto* ref_##var = sdk::facet<sdk::Class>(*ref_);                                \
+  auto* tested_##var = sdk::facet<sdk::Class>(*tested_);                          \
+  ASSERT_NE(ref_##var, nullptr) << "the reference backend has no " #var " facet"; \
+  if (tested_##var == nullptr)                                                    \
+  GTEST_SKIP() << "backend '" << GetParam().name << "' has no " #var " facet"
 
 class Conformance : public ::testing::TestWithParam<BackendUnderTest> {
  protected:
