@@ -939,7 +939,7 @@ TEST_P(Conformance, ForeachOpsMatchAStraightforwardReference) {
   for (const Case& c : cases) {
     const std::vector<DType> dtypes(3, DType::fp32);
     if (!tested_foreach->supports(c.op, std::span(dtypes).first(1))) {
-      ADD_FAILURE() << "the element-wise facet must support foreach_" << c.name << " on fp32";
+      ADD_FAILURE() << "the foreach facet must support foreach_" << c.name << " on fp32";
       continue;
     }
     // sqrt reads non-negative values; the others see both signs, zeros and a NaN.

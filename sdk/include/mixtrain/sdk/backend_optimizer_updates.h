@@ -3,7 +3,7 @@
 // Contract
 // - A backend offers it as find_facet("optimizer") (nullptr: the backend has none). An optimizer
 //   plugin that needs it checks in bind(), before the first step; one that does not can compose
-//   its update from ElementwiseFacet's foreach ops instead.
+//   its update from ForeachFacet's ops instead.
 // - supports(op, dtypes) answers for {master, working} (working: the low-precision copy's dtype,
 //   fp32 when there is none), without running anything.
 // - Updates also refresh `working` copies when present.
