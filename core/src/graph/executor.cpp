@@ -60,16 +60,14 @@ void Executor::bind_ties() {
 }
 
 TensorView Executor::labels(std::int64_t rows) const {
-  return {labels_.view().data, DType::int32,
-          sdk::Shape{rows * plan_.input().labels_per_sample}};
+  return {labels_.view().data, DType::int32, sdk::Shape{rows * plan_.input().labels_per_sample}};
 }
 
 TensorView Executor::activation(TensorId t, Extent e) const {
   const TensorId root = plan_.root(t);
   const TensorView base =
-      root.is_batch()
-          ? TensorView{input_.view().data, input_.dtype(), plan_.shape_of(root, e)}
-          : ops_[root.position()]->output(plan_.rows(root, e));
+      root.is_batch() ? TensorView{input_.view().data, input_.dtype(), plan_.shape_of(root, e)}
+                      : ops_[root.position()]->output(plan_.rows(root, e));
   return {base.data, base.dtype, plan_.shape_of(t, e)};
 }
 
@@ -123,8 +121,8 @@ void Executor::compute_loss(std::int64_t rows, float grad_scale,
   if (gradients) dlogits = gradient(plan_.logits(), Extent::batch_of(rows), *gradients);
   ProfileScope scope("classifier");
   loss_of(*backend_).softmax_cross_entropy(activation(plan_.logits(), Extent::batch_of(rows)),
-                                           labels(rows), grad_scale, loss_.view(),
-                                           correct_.view(), dlogits);
+                                           labels(rows), grad_scale, loss_.view(), correct_.view(),
+                                           dlogits);
 }
 
 LossValues Executor::read_loss() {
@@ -163,7 +161,7 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
     // A pass-through op's (an add's) contribution is its output's gradient itself: it keeps that
     // dtype rather than being rounded to the op's activation_grad dtype on its way into an FP32
     // sum (ResNet's shortcuts: FP32 straight into the accumulator, no bf16 scratch and cast).
-    const DType dtype = buffers.all_fp32              ? DType::fp32
+    const DType dtype = buffers.all_fp32               ? DType::fp32
                         : op.passes_gradient_through() ? dy.dtype
                                                        : contribution_dtype(ops_, i);
     for (std::size_t k = 0; k < node.inputs.size(); ++k) {

@@ -74,8 +74,7 @@ class Executor {
   GradientBuffers fp32_gradients(Tensor& storage);
 
   void forward(Extent e, const ForwardVisitor& visit = {});
-  void compute_loss(std::int64_t rows, float grad_scale,
-                    std::optional<GradientBuffers> gradients);
+  void compute_loss(std::int64_t rows, float grad_scale, std::optional<GradientBuffers> gradients);
   LossValues read_loss();
   void backward(Extent e, const GradientBuffers& buffers, bool last_micro_batch,
                 const BackwardVisitor& visit = {});

@@ -32,14 +32,14 @@
 namespace mixtrain::core {
 
 struct PlannedNode {
-  std::vector<TensorId> inputs;      // in the order the op reads them
-  std::vector<std::int64_t> shape;   // per-sample output shape
-  std::int64_t rows_per_sample = 1;  // product of shape[0..k-2]
-  bool channels_last = false;        // an image stored [H, W, C] per sample
+  std::vector<TensorId> inputs;       // in the order the op reads them
+  std::vector<std::int64_t> shape;    // per-sample output shape
+  std::int64_t rows_per_sample = 1;   // product of shape[0..k-2]
+  bool channels_last = false;         // an image stored [H, W, C] per sample
   TensorId root = TensorId::batch();  // the tensor whose memory this output is
-  bool needs_grad = false;           // some parameter lies upstream (or here)
-  sdk::SourceLocation where;         // the node's table in the config, for plan-time errors
-  std::string key;                   // "model.nodes[3]"
+  bool needs_grad = false;            // some parameter lies upstream (or here)
+  sdk::SourceLocation where;          // the node's table in the config, for plan-time errors
+  std::string key;                    // "model.nodes[3]"
 };
 
 // Node `user` (a forward position) uses the parameter named `source` ("embed.weight") as its own
