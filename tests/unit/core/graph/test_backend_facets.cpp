@@ -25,20 +25,9 @@ using sdk::TensorView;
 
 // The CPU backend's core and facets, minus the layer-norm facet, and with bf16 refused by the
 // GEMM facet's supports() when `refuse_bf16_gemm`.
-class PartialBackend final : public sdk::DeviceBackend, public sdk::GemmFacet {
+class PartialBackend final : public test_support::ForwardingBackend, public sdk::GemmFacet {
  public:
   explicit PartialBackend(bool refuse_bf16_gemm) : refuse_bf16_(refuse_bf16_gemm) {}
-
-  sdk::BackendCapabilities capabilities() const override { return in_->capabilities(); }
-  void* allocate(std::size_t bytes) override { return in_->allocate(bytes); }
-  void deallocate(void* p) noexcept override { in_->deallocate(p); }
-  sdk::MemoryStats memory_stats() const override { return in_->memory_stats(); }
-  void copy_from_host(TensorView dst, const void* src) override { in_->copy_from_host(dst, src); }
-  void copy_to_host(void* dst, TensorView src) override { in_->copy_to_host(dst, src); }
-  void copy(TensorView dst, TensorView src) override { in_->copy(dst, src); }
-  void synchronize() override { in_->synchronize(); }
-  void cast(TensorView s, TensorView d, const sdk::CastArgs& a) override { in_->cast(s, d, a); }
-  void fill(TensorView x, float v) override { in_->fill(x, v); }
 
   sdk::Facet* find_facet(std::string_view name) override {
     if (name == sdk::GemmFacet::kName) return static_cast<sdk::GemmFacet*>(this);
@@ -57,7 +46,6 @@ class PartialBackend final : public sdk::DeviceBackend, public sdk::GemmFacet {
   }
 
  private:
-  std::shared_ptr<sdk::DeviceBackend> in_ = test_support::cpu();
   bool refuse_bf16_;
 };
 
@@ -69,24 +57,13 @@ class OldGemm final : public sdk::Facet {
   std::uint32_t version() const override { return 0; }
 };
 
-class OldGemmBackend final : public sdk::DeviceBackend {
+class OldGemmBackend final : public test_support::ForwardingBackend {
  public:
-  sdk::BackendCapabilities capabilities() const override { return in_->capabilities(); }
-  void* allocate(std::size_t bytes) override { return in_->allocate(bytes); }
-  void deallocate(void* p) noexcept override { in_->deallocate(p); }
-  sdk::MemoryStats memory_stats() const override { return in_->memory_stats(); }
-  void copy_from_host(TensorView dst, const void* src) override { in_->copy_from_host(dst, src); }
-  void copy_to_host(void* dst, TensorView src) override { in_->copy_to_host(dst, src); }
-  void copy(TensorView dst, TensorView src) override { in_->copy(dst, src); }
-  void synchronize() override { in_->synchronize(); }
-  void cast(TensorView s, TensorView d, const sdk::CastArgs& a) override { in_->cast(s, d, a); }
-  void fill(TensorView x, float v) override { in_->fill(x, v); }
   sdk::Facet* find_facet(std::string_view name) override {
     return name == sdk::GemmFacet::kName ? &old_ : in_->find_facet(name);
   }
 
  private:
-  std::shared_ptr<sdk::DeviceBackend> in_ = test_support::cpu();
   OldGemm old_;
 };
 

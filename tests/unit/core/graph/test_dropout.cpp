@@ -184,26 +184,11 @@ TEST(Dropout, POfOneOrOutsideTheRangeStopsAtTheNodesConfigLine) {
 }
 
 // A backend with every facet of the CPU's but dropout: the plan stops before anything runs.
-class NoDropoutBackend final : public sdk::DeviceBackend {
+class NoDropoutBackend final : public test_support::ForwardingBackend {
  public:
-  sdk::BackendCapabilities capabilities() const override { return in_->capabilities(); }
-  void* allocate(std::size_t bytes) override { return in_->allocate(bytes); }
-  void deallocate(void* p) noexcept override { in_->deallocate(p); }
-  sdk::MemoryStats memory_stats() const override { return in_->memory_stats(); }
-  void copy_from_host(sdk::TensorView d, const void* s) override { in_->copy_from_host(d, s); }
-  void copy_to_host(void* d, sdk::TensorView s) override { in_->copy_to_host(d, s); }
-  void copy(sdk::TensorView d, sdk::TensorView s) override { in_->copy(d, s); }
-  void synchronize() override { in_->synchronize(); }
-  void cast(sdk::TensorView s, sdk::TensorView d, const sdk::CastArgs& a) override {
-    in_->cast(s, d, a);
-  }
-  void fill(sdk::TensorView x, float v) override { in_->fill(x, v); }
   sdk::Facet* find_facet(std::string_view name) override {
     return name == sdk::DropoutFacet::kName ? nullptr : in_->find_facet(name);
   }
-
- private:
-  std::shared_ptr<sdk::DeviceBackend> in_ = cpu();
 };
 
 TEST(Dropout, ABackendWithoutTheFacetStopsAtPlanTimeNamingTheNodeAndTheFacet) {
