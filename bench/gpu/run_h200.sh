@@ -50,10 +50,13 @@ if [[ ${DRY_RUN:-0} == 1 ]]; then
   : "${WIDE_BATCH:=64}" "${WIDE_FEATURES:=32}" "${WIDE_HIDDEN:=64}" "${WIDE_STEPS:=6}" "${WIDE_LOG_EVERY:=2}"
   : "${JOBS:=2}" "${BUDGET_S:=3600}" "${GEMM_SIZE:=256}" "${DEBROOT:=/tmp/debroot-dry}"
   : "${BUILD_DIR:=$ROOT/build-h200-dry}" "${OUT:=$ROOT/build-gpu-out-dry}"
+  : "${MODEL_BACKEND:=cpu}" "${RN_BATCH:=2}" "${RN_IMAGE:=32}" "${RN_STEPS:=6}" "${RN_LOG_EVERY:=2}"
+  : "${GPT_BATCH:=2}" "${GPT_LAYERS:=2}" "${GPT_HEADS:=2}" "${GPT_WIDTH:=64}" "${GPT_TOKENS:=64}"
+  : "${GPT_STEPS:=6}" "${GPT_LOG_EVERY:=2}" "${GPT_POLICIES:=bf16}" "${MODEL_RUN_CAP:=300}"
 fi
 export OUT=${OUT:-$ROOT/build-gpu-out}
 export BUDGET_S=${BUDGET_S:-560}
-STAGES=${STAGES:-env debs configure build test gemm gemmsweep wide}
+STAGES=${STAGES:-env debs configure build test gemm resnet50 gpt2 wide gemmsweep}
 export DEBS=${DEBS:-$ROOT/.debs}
 export DEBROOT=${DEBROOT:-/tmp/debroot}
 export BUILD=${BUILD_DIR:-$ROOT/build-h200}
@@ -69,6 +72,12 @@ export WIDE_STEPS=${WIDE_STEPS:-30} WIDE_LOG_EVERY=${WIDE_LOG_EVERY:-5}
 export WIDE_POLICIES=${WIDE_POLICIES:-bf16 fp32 fp8 tf32 fp16} WIDE_TORCH=${WIDE_TORCH:-bf16 fp32}
 export WIDE_BACKEND=${WIDE_BACKEND:-cuda} TORCH_DEVICE=${TORCH_DEVICE:-cuda} TORCH_FUSED=${TORCH_FUSED:-true}
 export PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
+export MODEL_BACKEND=${MODEL_BACKEND:-cuda} MODEL_RUN_CAP=${MODEL_RUN_CAP:-75}
+export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-30} RN_LOG_EVERY=${RN_LOG_EVERY:-5}
+export RN_POLICIES=${RN_POLICIES:-bf16 fp32} RN_TORCH=${RN_TORCH:-bf16 fp32}
+export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
+export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-30} GPT_LOG_EVERY=${GPT_LOG_EVERY:-5}
+export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8} GPT_TORCH=${GPT_TORCH:-bf16}
 export ROOT HERE
 export STATE=/tmp/mixtrain-gpu-state
 rm -rf "$STATE"
@@ -360,7 +369,116 @@ stage_wide() {
   tar -czf "$OUT/wide_mlp_runs.tar.gz" -C "$W" . 2>/dev/null
   [[ $rc == 0 ]] && ! grep -qE '^\| [^|]+ \| +failed +\|' "$OUT/wide_mlp.md"
 }
-export -f stage_env stage_debs stage_configure stage_build stage_gemm stage_gemmsweep stage_test stage_wide
+# model_run MODEL JOB CAP CONFIG OVERRIDES...: one mixtrain run (mixtrain:<policy>) or one PyTorch
+# run (torch:<mode>) of a model stage into $W; the PyTorch arguments come from $TORCH_ARGS.
+model_run() {
+  local job=$1 cap=$2 config=$3 p rc t0=$(date +%s)
+  shift 3
+  case $job in
+    mixtrain:*)
+      p=${job#mixtrain:}
+      LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 20 "$MIXTRAIN_BIN" check "$config" "$@" \
+        --set "precision.policy=$(policy_name "$p")" >"$W/check-$p.txt" 2>&1
+      LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" "$@" \
+        --set "precision.policy=$(policy_name "$p")" --run-dir "$W/mixtrain-$p" >"$W/mixtrain-$p.log" 2>&1
+      rc=$?
+      rm -rf "$W/mixtrain-$p/checkpoints"
+      ;;
+    torch:*)
+      p=${job#torch:}
+      # shellcheck disable=SC2086
+      timeout -k 5 "$cap" "$PYTHON" "$HERE/torch_models.py" --device "$TORCH_DEVICE" --precision "$p" \
+        $TORCH_ARGS >"$W/torch-$p.json" 2>"$W/torch-$p.log"
+      rc=$?
+      ;;
+  esac
+  echo "$job: exit $rc, $(($(date +%s) - t0)) s"
+}
+policy_name() {
+  case $1 in bf16) echo bf16-mixed ;; fp16) echo fp16-mixed ;; fp8) echo fp8-delayed ;; *) echo "$1" ;; esac
+}
+
+# model_stage NAME CONFIG POLICIES TORCH_MODES TABLE_ARGS OVERRIDES...: the mixtrain policies and
+# PyTorch modes interleaved (headline pair first), each capped at MODEL_RUN_CAP, then the table.
+model_stage() {
+  local name=$1 config=$2 policies=$3 modes=$4 table_args=$5 job cap rc order=() left
+  shift 5
+  export W=$STATE/$name
+  rm -rf "$W"; mkdir -p "$W"
+  echo "mixtrain: $config $*" | tee "$W/overrides.txt"
+  echo "PyTorch: torch_models.py $TORCH_ARGS" | tee -a "$W/overrides.txt"
+  left=" $modes "
+  for p in $policies; do
+    order+=("mixtrain:$p")
+    [[ $left == *" $p "* ]] && order+=("torch:$p") && left=${left/ $p / }
+  done
+  for p in $left; do order+=("torch:$p"); done
+  local end=$(($(date +%s) + STAGE_CAP - 10)) mix=1
+  if [[ " $STAGES " == *" build "* && ! -f $STATE/ok-build ]] || [[ ! -x $MIXTRAIN_BIN ]]; then
+    mix=0; echo "no mixtrain build: mixtrain rows skipped" | tee "$W/note.txt"
+  fi
+  for job in "${order[@]}"; do
+    cap=$((end - $(date +%s)))
+    ((cap > MODEL_RUN_CAP)) && cap=$MODEL_RUN_CAP
+    if ((cap < 10)); then echo "$job: skipped, stage budget spent" | tee -a "$W/note.txt"; continue; fi
+    [[ $job == mixtrain:* ]] && ((!mix)) && continue
+    model_run "$job" "$cap" "$config" "$@"
+  done
+  # shellcheck disable=SC2086
+  "$PYTHON" "$HERE/model_table.py" "$W" --policies "$policies" --torch "$modes" \
+    --peak-tflops "$PEAK_TFLOPS" $table_args >"$W/table.md" 2>"$W/table.err"
+  rc=$?
+  {
+    echo "# $name training on $( (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo "no GPU") | head -1), $(date -u +%FT%TZ)"
+    echo
+    echo "Command: bash bench/gpu/run_h200.sh (stage $name)."
+    sed 's/^/    /' "$W/overrides.txt"
+    echo
+    cat "$W/table.md"
+    [[ -s $W/table.err ]] && { echo; echo '```'; cat "$W/table.err"; echo '```'; }
+    [[ -f $W/note.txt ]] && { echo; echo "Notes:"; sed 's/^/- /' "$W/note.txt"; }
+  } >"$OUT/$name.md"
+  cat "$OUT/$name.md"
+  for p in $policies; do tail -n 40 "$W/mixtrain-$p.log" >"$W/mixtrain-$p.tail" 2>/dev/null; done
+  tar -czf "$OUT/${name}_runs.tar.gz" -C "$W" --exclude '*.bin' . 2>/dev/null
+  return $rc
+}
+
+stage_resnet50() {
+  local rows=$((RN_BATCH * 2 + 64))
+  export TORCH_ARGS="--model resnet50 --batch $RN_BATCH --image $RN_IMAGE --classes 1000 --warmup 5 --windows $((RN_STEPS / RN_LOG_EVERY - 1)) --steps-per-window $RN_LOG_EVERY"
+  model_stage resnet50 "$ROOT/configs/resnet50-bf16.toml" "$RN_POLICIES" "$RN_TORCH" \
+    "--model resnet50 --batch $RN_BATCH --image $RN_IMAGE --classes 1000" \
+    --set "backend.type=$MODEL_BACKEND" --set "data.batch_size=$RN_BATCH" --set "data.eval_batch_size=$RN_BATCH" \
+    --set "data.synthetic.rows=$rows" \
+    --set "data.synthetic.height=$RN_IMAGE" --set "data.synthetic.width=$RN_IMAGE" \
+    --set data.synthetic.num_classes=1000 --set model.resnet.classes=1000 --set "run.steps=$RN_STEPS" \
+    --set "run.log_every=$RN_LOG_EVERY" --set run.eval_every=0 --set run.underflow_every=0 --set checkpoint.every=0
+}
+
+stage_gpt2() {
+  local tokens=$STATE/gpt2-tokens.bin
+  # llm.c's token file: 256 int32 header (magic 20240520, version 1, count), then uint16 ids.
+  "$PYTHON" - "$tokens" "$GPT_VOCAB" <<'PY' || return 1
+import random, struct, sys
+n = 1 << 21
+random.seed(0)
+ids = [random.randrange(int(sys.argv[2])) for _ in range(n)]
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack(f"<{n}H", *ids))
+PY
+  export TORCH_ARGS="--model gpt2 --batch $GPT_BATCH --layers $GPT_LAYERS --heads $GPT_HEADS --width $GPT_WIDTH --tokens $GPT_TOKENS --vocab $GPT_VOCAB --warmup 3 --windows $((GPT_STEPS / GPT_LOG_EVERY - 1)) --steps-per-window $GPT_LOG_EVERY"
+  model_stage gpt2 "$ROOT/configs/gpt-tiny-bf16.toml" "$GPT_POLICIES" "$GPT_TORCH" \
+    "--model gpt2 --batch $GPT_BATCH --layers $GPT_LAYERS --width $GPT_WIDTH --tokens $GPT_TOKENS --vocab $GPT_VOCAB" \
+    --set "backend.type=$MODEL_BACKEND" --set "model.gpt.n_layer=$GPT_LAYERS" --set "model.gpt.n_head=$GPT_HEADS" \
+    --set "model.gpt.n_embd=$GPT_WIDTH" --set data.source=tokens --set "data.tokens.train=$tokens" \
+    --set "data.tokens.vocab_size=$GPT_VOCAB" --set "data.block_size=$GPT_TOKENS" --set "data.batch_size=$GPT_BATCH" --set "data.eval_batch_size=$GPT_BATCH" \
+    --set "run.steps=$GPT_STEPS" --set "run.log_every=$GPT_LOG_EVERY" --set run.eval_every=0 \
+    --set run.underflow_every=0 --set checkpoint.every=0
+}
+export -f stage_env stage_debs stage_configure stage_build stage_gemm stage_gemmsweep stage_test stage_wide \
+  stage_resnet50 stage_gpt2 model_stage model_run policy_name
 
 # --- the run --------------------------------------------------------------------------------------
 echo "run_h200.sh: budget ${BUDGET_S} s, stages: $STAGES; results in $OUT"
@@ -373,11 +491,13 @@ run_stage build 400 150
 needs build gemm gemmsweep test
 # The CUDA tests first: whether the backend is right matters more than how fast it is.
 run_stage test 120 200
-run_stage gemm 75 100
-# ~25 s on an H200 (8 cases x 12-13 variants x 5 rounds of 25 ms, plus PyTorch's twin); the cap
-# leaves the wide stage its time.
-run_stage gemmsweep 70 60
-run_stage wide 600 5
+run_stage gemm 60 100
+# The issue's headline models next: ResNet-50 (4 runs) and GPT-2 small (3 runs), each run capped
+# at MODEL_RUN_CAP; then the wide MLP; the GEMM sweep (~25 s on an H200) last, with what is left.
+run_stage resnet50 320 40
+run_stage gpt2 240 30
+run_stage wide 180 5
+run_stage gemmsweep 70 0
 # Build and configure logs: the tail, which is where errors are.
 { for s in configure build; do [[ -f $STATE/$s.log ]] && { echo "=== $s ==="; tail -c 3000000 "$STATE/$s.log"; }; done; } >"$OUT/build.log"
 

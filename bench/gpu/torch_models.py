@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""PyTorch eager peers of the GPU kit's model stages (bench/gpu/run_h200.sh: resnet50, gpt2).
+
+  --model resnet50  torchvision's ResNet-50 (v1.5, Bottleneck, stride on the 3x3), --image
+                    pixels square, --classes outputs; SGD (lr 0.1, momentum 0.9, weight decay
+                    1e-4), as configs/resnet50-bf16.toml; channels_last unless --layout nchw.
+                    Without torchvision (the CPU dry run's PyTorch 1.13), the same network
+                    written out below with torchvision's module names.
+  --model gpt2      a GPT-2 decoder as mixtrain's `gpt` preset builds it (pre-LN blocks, GELU
+                    tanh, fused QKV, lm_head tied to wte, biases): --layers, --heads, --width,
+                    --tokens of context, --vocab; AdamW (fused on CUDA), as the gpt configs.
+                    Attention: F.scaled_dot_product_attention (is_causal=True: flash attention on
+                    a GPU) where PyTorch has it, what a PyTorch user writes today; --attention math
+                    forces the written-out softmax(QK^T)V.
+  --precision fp32  FP32 everywhere, TF32 off for matmuls AND cuDNN convolutions (PyTorch allows
+                    TF32 convolutions by default; mixtrain's fp32 policy never uses TF32, so the
+                    peer must not either); bf16: torch.autocast(device, torch.bfloat16) around
+                    forward + loss, FP32 weights (PyTorch AMP).
+
+Inputs are one random batch resident on the device (labels/tokens too): the peer pays no data
+loading, which favours it (mixtrain's synthetic/token sources run its host pipeline every step).
+Timed windows are bracketed by a device synchronize; steps/s is the median over windows after
+--warmup steps. Peak memory: torch.cuda.max_memory_allocated() (cuda), ru_maxrss (cpu).
+Prints one JSON object (the kit's model_table.py reads it); {"error": ...} and exit 2 when the
+device asked for is missing.
+"""
+import argparse
+import json
+import math
+import resource
+import statistics
+import sys
+import time
+
+
+def bottleneck_resnet(torch, blocks, widths, classes):
+    """torchvision.models.resnet.ResNet(Bottleneck, blocks) written out, for PyTorch builds
+    without torchvision (same module names, same v1.5 strides, same init)."""
+    nn = torch.nn
+
+    class Bottleneck(nn.Module):
+        expansion = 4
+
+        def __init__(self, inplanes, planes, stride, downsample):
+            super().__init__()
+            self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(planes)
+            self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(planes)
+            self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+            self.bn3 = nn.BatchNorm2d(planes * 4)
+            self.relu = nn.ReLU(inplace=True)
+            self.downsample = downsample
+
+        def forward(self, x):
+            idt = x if self.downsample is None else self.downsample(x)
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.relu(self.bn2(self.conv2(out)))
+            return self.relu(self.bn3(self.conv3(out)) + idt)
+
+    class ResNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+            self.bn1 = nn.BatchNorm2d(64)
+            self.relu = nn.ReLU(inplace=True)
+            self.maxpool = nn.MaxPool2d(3, 2, 1)
+            inplanes = 64
+            for s, (n, w) in enumerate(zip(blocks, widths)):
+                layers = []
+                for b in range(n):
+                    stride = 2 if s > 0 and b == 0 else 1
+                    down = None
+                    if stride != 1 or inplanes != w * 4:
+                        down = nn.Sequential(nn.Conv2d(inplanes, w * 4, 1, stride, bias=False),
+                                             nn.BatchNorm2d(w * 4))
+                    layers.append(Bottleneck(inplanes, w, stride, down))
+                    inplanes = w * 4
+                setattr(self, f"layer{s + 1}", nn.Sequential(*layers))
+            self.avgpool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(inplanes, classes)
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+        def forward(self, x):
+            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+            for s in range(len(blocks)):
+                x = getattr(self, f"layer{s + 1}")(x)
+            return self.fc(torch.flatten(self.avgpool(x), 1))
+
+    return ResNet()
+
+
+def gpt(torch, a):
+    nn, F = torch.nn, torch.nn.functional
+    sdpa = hasattr(F, "scaled_dot_product_attention") and a.attention == "sdpa"
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            c = a.width
+            self.ln_1, self.ln_2 = nn.LayerNorm(c), nn.LayerNorm(c)
+            self.c_attn, self.attn_proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+            self.c_fc, self.mlp_proj = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+
+        def forward(self, x):
+            n, t, c = x.shape
+            h = a.heads
+            q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+            q, k, v = (z.view(n, t, h, c // h).transpose(1, 2) for z in (q, k, v))
+            if sdpa:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                s = (q @ k.transpose(-2, -1)) / math.sqrt(c // h)
+                mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+                y = s.float().masked_fill(~mask, float("-inf")).softmax(-1).to(v.dtype) @ v
+            x = x + self.attn_proj(y.transpose(1, 2).reshape(n, t, c))
+            return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(a.vocab, a.width)
+            self.wpe = nn.Embedding(a.tokens, a.width)
+            self.h = nn.ModuleList(Block() for _ in range(a.layers))
+            self.ln_f = nn.LayerNorm(a.width)
+            self.lm_head = nn.Linear(a.width, a.vocab, bias=False)
+            self.lm_head.weight = self.wte.weight
+            for name, p in self.named_parameters():
+                if p.dim() == 2:
+                    std = 0.02 / math.sqrt(2 * a.layers) if name.endswith("proj.weight") else 0.02
+                    nn.init.normal_(p, 0.0, std)
+                elif name.endswith("bias"):
+                    nn.init.zeros_(p)
+
+        def forward(self, idx):
+            pos = torch.arange(idx.shape[1], device=idx.device)
+            x = self.wte(idx) + self.wpe(pos)
+            for b in self.h:
+                x = b(x)
+            return self.lm_head(self.ln_f(x))
+
+    return GPT(), ("sdpa" if sdpa else "math")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=["resnet50", "gpt2"], required=True)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--windows", type=int, default=5)
+    ap.add_argument("--steps-per-window", type=int, default=5)
+    # resnet50
+    ap.add_argument("--image", type=int, default=224)
+    ap.add_argument("--classes", type=int, default=1000)
+    ap.add_argument("--blocks", default="3,4,6,3")
+    ap.add_argument("--widths", default="64,128,256,512")
+    ap.add_argument("--layout", choices=["channels_last", "nchw"], default="channels_last")
+    # gpt2
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--width", type=int, default=768)
+    ap.add_argument("--tokens", type=int, default=1024)
+    ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--attention", choices=["sdpa", "math"], default="sdpa")
+    a = ap.parse_args()
+
+    import torch
+    cuda = a.device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        print(json.dumps({"error": "no CUDA device: torch.cuda.is_available() is False"}))
+        return 2
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    dev = torch.device(a.device)
+    # fp32 means fp32: no TF32 in matmuls or in cuDNN convolutions (on by default for the latter).
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True  # what a PyTorch CNN user turns on for fixed shapes
+    torch.manual_seed(0)
+    meta = {"model": a.model, "device": a.device, "precision": a.precision, "batch": a.batch,
+            "torch": torch.__version__}
+    if a.model == "resnet50":
+        blocks = [int(x) for x in a.blocks.split(",")]
+        widths = [int(x) for x in a.widths.split(",")]
+        try:
+            import torchvision
+            from torchvision.models.resnet import Bottleneck, ResNet
+            if widths != [64, 128, 256, 512]:
+                raise ImportError("torchvision's ResNet has fixed widths")
+            model = ResNet(Bottleneck, blocks, num_classes=a.classes)
+            meta["module"] = f"torchvision {torchvision.__version__} ResNet(Bottleneck, {blocks})"
+        except ImportError:
+            model = bottleneck_resnet(torch, blocks, widths, a.classes)
+            meta["module"] = f"written-out Bottleneck ResNet {blocks} x {widths}"
+        model = model.to(dev)
+        x = torch.randn(a.batch, 3, a.image, a.image, device=dev)
+        if a.layout == "channels_last":
+            model = model.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
+        y = torch.randint(0, a.classes, (a.batch,), device=dev)
+        decay = [p for n, p in model.named_parameters() if p.dim() > 1]
+        rest = [p for n, p in model.named_parameters() if p.dim() <= 1]
+        opt = torch.optim.SGD([{"params": decay, "weight_decay": 1e-4}, {"params": rest, "weight_decay": 0.0}],
+                              lr=0.1, momentum=0.9)
+        meta.update(image=a.image, classes=a.classes, layout=a.layout, blocks=blocks, widths=widths)
+        per_step = {"images": a.batch}
+    else:
+        model, attn = gpt(torch, a)
+        model = model.to(dev)
+        x = torch.randint(0, a.vocab, (a.batch, a.tokens), device=dev)
+        y = torch.randint(0, a.vocab, (a.batch, a.tokens), device=dev)
+        decay = [p for n, p in model.named_parameters() if p.dim() > 1]
+        rest = [p for n, p in model.named_parameters() if p.dim() <= 1]
+        kw = {"fused": True} if cuda else {}
+        try:
+            opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                                    lr=6e-4, betas=(0.9, 0.95), **kw)
+        except (TypeError, RuntimeError):
+            opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                                    lr=6e-4, betas=(0.9, 0.95))
+            kw = {}
+        meta.update(layers=a.layers, heads=a.heads, width=a.width, tokens=a.tokens, vocab=a.vocab,
+                    attention=attn, fused_adamw=bool(kw))
+        per_step = {"tokens": a.batch * a.tokens}
+    meta["parameters"] = sum(p.numel() for p in model.parameters())
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step():
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            out = model(x)
+            loss = loss_fn(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(a.warmup):
+        step()
+    sync()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    windows, loss = [], None
+    for _ in range(a.windows):
+        t0 = time.perf_counter()
+        for _ in range(a.steps_per_window):
+            loss = step()
+        sync()
+        windows.append(a.steps_per_window / (time.perf_counter() - t0))
+    sps = statistics.median(windows)
+    out = dict(meta, steps_per_s=sps, window_steps_per_s=windows, final_loss=float(loss),
+               peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    for k, v in per_step.items():
+        out[f"{k}_per_s"] = sps * v
+    if cuda:
+        out["peak_device_memory_bytes"] = torch.cuda.max_memory_allocated()
+        out["gpu"] = torch.cuda.get_device_name()
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
