@@ -62,7 +62,7 @@ export DEBROOT=${DEBROOT:-/tmp/debroot}
 export BUILD=${BUILD_DIR:-$ROOT/build-h200}
 export JOBS=${JOBS:-$(nproc)}
 export CUDA_ARCHS=${CUDA_ARCHS:-90}
-export BUILD_TARGETS=${BUILD_TARGETS:-mixtrain mixtrain_backend_cpu mixtrain_backend_cuda mixtrain_policies mixtrain_fp8 mixtrain_scalers mixtrain_optimizers mixtrain_checkpoint_native test_backend_cuda test_conformance bench_gemm_cuda bench_gemm_cuda_sweep}
+export BUILD_TARGETS=${BUILD_TARGETS:-mixtrain mixtrain_backend_cpu mixtrain_backend_cuda mixtrain_policies mixtrain_fp8 mixtrain_scalers mixtrain_optimizers mixtrain_checkpoint_native test_backend_cuda test_backend_cuda_training test_conformance bench_gemm_cuda bench_gemm_cuda_sweep}
 export PYTHON=${PYTHON:-python3}
 export MIXTRAIN_BIN=${MIXTRAIN_BIN:-$BUILD/bin/mixtrain}
 export GEMM_SIZE=${GEMM_SIZE:-8192} GEMM_SECONDS=${GEMM_SECONDS:-1}

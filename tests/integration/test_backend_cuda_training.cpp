@@ -1,0 +1,91 @@
+// 30-step training runs on the CUDA backend against the same runs on the CPU backend, through the
+// real executable: ResNet-20 (fp32, bf16-mixed), a ResNet-50 at 32×32 (bf16-mixed) and the tiny
+// GPT (fp32, bf16-mixed). Same config, seed and data, so the two runs start from the same weights
+// and see the same batches; they differ only in the backends' kernels (reduction order, cuBLASLt
+// and cuDNN algorithms), so the loss curves must agree within what the format's rounding lets
+// drift over 30 steps, and the CUDA run must learn.
+//
+// Skips (saying why) when this machine has no CUDA device; the kit (bench/gpu/run_h200.sh, stage
+// test) runs it on a GPU.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cli_test_support.h"
+
+namespace mixtrain::test {
+namespace {
+
+struct Case {
+  const char* name;
+  const char* config;
+  const char* sets;  // shrinks the run to seconds on either backend
+  double early_tol;  // relative, steps 1–5: one step of rounding differences
+  double late_tol;   // relative, steps 6–30, and the mean of the last 10
+};
+
+// Relative tolerances: fp32 runs differ by FP32 reduction order only; bf16-mixed by bf16
+// rounding of activations whose order differs (CPU oneDNN vs cuDNN/cuBLASLt), which grows over
+// steps of SGD/AdamW.
+const Case kCases[] = {
+    {"resnet20_fp32", "resnet20-fp32.toml",
+     "--set data.synthetic.rows=1200 --set data.batch_size=32", 1e-3, 2e-2},
+    {"resnet20_bf16", "resnet20-bf16.toml",
+     "--set data.synthetic.rows=1200 --set data.batch_size=32", 1e-2, 6e-2},
+    {"resnet50_bf16_32px", "resnet50-bf16.toml",
+     "--set data.synthetic.rows=600 --set data.batch_size=16 --set data.synthetic.height=32 "
+     "--set data.synthetic.width=32 --set data.synthetic.num_classes=10 "
+     "--set model.resnet.classes=10",
+     1e-2, 8e-2},
+    {"gpt_tiny_fp32", "gpt-tiny-fp32.toml", "", 1e-3, 2e-2},
+    {"gpt_tiny_bf16", "gpt-tiny-bf16.toml", "", 1e-2, 5e-2},
+};
+
+class CudaTraining : public CliTest, public ::testing::WithParamInterface<Case> {
+ protected:
+  // Per-step losses of a 30-step run on `backend`.
+  std::vector<double> losses(const Case& c, const std::string& backend) {
+    const auto run_dir = dir_ / backend;
+    auto r =
+        run("train " + config(c.config) + " --set backend.type=" + backend + " " + c.sets +
+            " --set run.steps=30 --set run.log_every=1 --set run.eval_every=0"
+            " --set run.underflow_every=0 --set checkpoint.every=0 --set data.eval_batch_size=16"
+            " --run-dir " +
+            run_dir.string());
+    EXPECT_EQ(r.exit_code, 0) << backend << ": " << r.err;
+    std::vector<double> out;
+    for (const auto& rec : records(run_dir / "metrics.jsonl"))
+      if (rec.contains("loss") && rec.contains("step")) out.push_back(rec["loss"].get<double>());
+    return out;
+  }
+};
+
+TEST_P(CudaTraining, LossFollowsTheCpuRun) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+    GTEST_SKIP() << "no CUDA device here: the CUDA-vs-CPU training runs need a GPU";
+  const Case& c = GetParam();
+  const auto cpu = losses(c, "cpu");
+  const auto gpu = losses(c, "cuda");
+  ASSERT_EQ(cpu.size(), 30u);
+  ASSERT_EQ(gpu.size(), 30u);
+  for (std::size_t i = 0; i < gpu.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(gpu[i])) << "step " << i + 1;
+    const double tol = (i < 5 ? c.early_tol : c.late_tol) * std::max(1.0, std::abs(cpu[i]));
+    EXPECT_NEAR(gpu[i], cpu[i], tol) << c.name << " step " << i + 1;
+  }
+  double mean_cpu = 0, mean_gpu = 0;
+  for (std::size_t i = 20; i < 30; ++i) mean_cpu += cpu[i] / 10, mean_gpu += gpu[i] / 10;
+  EXPECT_NEAR(mean_gpu, mean_cpu, c.late_tol * std::max(1.0, std::abs(mean_cpu)));
+  EXPECT_LT(mean_gpu, gpu.front()) << "the CUDA run did not learn";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaTraining, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace mixtrain::test
