@@ -114,6 +114,8 @@ CudaBackend::CudaBackend(int device, bool fp8_fast_accumulation)
 CudaBackend::~CudaBackend() {
   activate();
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  for (auto& g : graphs_)
+    if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
   staging_.release();
   gemm_.reset();
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
@@ -395,6 +397,7 @@ void CudaBackend::softmax_cross_entropy(TensorView logits, TensorView labels, fl
                  row_loss, row_ok, error_, stream_),
              op, "kernel launch");
   labels_pending_ = true;
+  ++label_checks_;
 }
 
 // --- element-wise ------------------------------------------------------------------------------
@@ -637,7 +640,7 @@ void CudaBackend::adamw_update(const sdk::AdamWHyper& h,
 sdk::Facet* CudaBackend::find_facet(std::string_view name) {
   return sdk::facet_among<sdk::GemmFacet, sdk::ActivationFacet, sdk::GradientCheckFacet,
                           sdk::ForeachFacet, sdk::LayerNormFacet, sdk::LossFacet,
-                          sdk::OptimizerFacet>(*this, name);
+                          sdk::OptimizerFacet, sdk::StepGraphFacet>(*this, name);
 }
 
 bool CudaBackend::supports(sdk::GemmOp op, std::span<const DType> dtypes) const {

@@ -43,7 +43,8 @@ namespace mixtrain::backend_cuda {
 
 class GemmEngine;  // cuda_gemm.h
 
-// The backend is its own facets: find_facet returns `this` as each of them. It has no residual
+// The backend is its own facets: find_facet returns `this` as each of them (step_graph included:
+// the host asks for it only under run.step_graphs). It has no residual
 // (the core joins with axpy), batch norm, attention, embedding or convolution facet yet.
 class CudaBackend final : public sdk::DeviceBackend,
                           public sdk::GemmFacet,
@@ -52,7 +53,8 @@ class CudaBackend final : public sdk::DeviceBackend,
                           public sdk::ForeachFacet,
                           public sdk::LayerNormFacet,
                           public sdk::LossFacet,
-                          public sdk::OptimizerFacet {
+                          public sdk::OptimizerFacet,
+                          public sdk::StepGraphFacet {
  public:
   // fp8_fast_accumulation: CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 GEMMs (option of the
   // same name).
@@ -133,6 +135,14 @@ class CudaBackend final : public sdk::DeviceBackend,
   void sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params) override;
   void adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params) override;
 
+  // Step graphs (cuda_step_graph.cpp): stream capture into a CUDA graph (thread-local mode), one
+  // cudaGraphExec per id. While recording, host uploads raise BackendError (HostStaging), as do
+  // waits and device allocations (CUDA refuses them in a capture; check_cuda raises).
+  bool begin_capture() override;
+  int end_capture() override;
+  void replay(int graph) override;
+  void release(int graph) noexcept override;
+
  private:
   // Makes the backend's device current on this thread.
   void activate() const;
@@ -182,6 +192,13 @@ class CudaBackend final : public sdk::DeviceBackend,
   bool labels_pending_ = false;
   std::size_t buffer_bytes_ = 0;  // own buffers already folded into the statistics
   std::vector<unsigned char> host_tables_;
+  struct RecordedGraph {
+    cudaGraphExec_t exec = nullptr;
+    bool checks_labels = false;  // it holds a label check: replaying arms the deferred error
+  };
+  std::vector<RecordedGraph> graphs_;
+  bool recording_ = false;
+  int label_checks_ = 0;  // softmax_cross_entropy calls so far (what a recording holds)
 };
 
 }  // namespace mixtrain::backend_cuda

@@ -13,7 +13,8 @@
 // - kSlots slots rotate; each grows (never shrinks) to the largest copy it carried. Pinned host
 //   memory is not device memory: it is not in memory_stats().
 // - release() waits for in-flight copies and frees everything; call it before the stream goes.
-// - Errors: BackendError naming `op` and the CUDA call. One host thread at a time.
+// - Errors: BackendError naming `op` and the CUDA call, or the recording (set_recording). One host
+//   thread at a time.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -33,6 +34,9 @@ class HostStaging {
   HostStaging& operator=(const HostStaging&) = delete;
 
   void copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream, const char* op);
+  // While the stream records a step graph, copy() raises BackendError instead (the step-graph
+  // facet's rule: a host upload cannot be recorded).
+  void set_recording(bool on) noexcept { recording_ = on; }
   void release() noexcept;
 
  private:
@@ -44,6 +48,7 @@ class HostStaging {
   };
   Slot slots_[kSlots];
   int next_ = 0;
+  bool recording_ = false;
 };
 
 }  // namespace mixtrain::backend_cuda

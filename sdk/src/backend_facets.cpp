@@ -17,6 +17,7 @@ AttentionFacet::~AttentionFacet() = default;
 EmbeddingFacet::~EmbeddingFacet() = default;
 ConvolutionFacet::~ConvolutionFacet() = default;
 DropoutFacet::~DropoutFacet() = default;
+StepGraphFacet::~StepGraphFacet() = default;
 
 std::string_view op_name(GemmOp op) noexcept {
   switch (op) {

@@ -70,6 +70,29 @@ TEST_F(Cli, SetSwapsTheOptimizerWithoutARebuild) {
   EXPECT_GT(summary["eval_accuracy"].get<double>(), 0.85);
 }
 
+// run.step_graphs on a backend that records none (the CPU): the run says so once and trains op by
+// op, with the same losses as without the option.
+TEST_F(Cli, StepGraphsOnABackendWithoutThemSaySoAndChangeNothing) {
+  const std::string common = "train " + quickstart() + " --set run.steps=20 --set run.log_every=5";
+  auto with = run("--log-level info " + common + " --set run.step_graphs=true --run-dir " +
+                  (dir_ / "with").string());
+  ASSERT_EQ(with.exit_code, 0) << with.err;
+  const std::string all = with.out + with.err;
+  EXPECT_NE(all.find("run.step_graphs: off (the backend records no step graphs)"),
+            std::string::npos)
+      << all;
+  auto without = run(common + " --run-dir " + (dir_ / "without").string());
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  auto losses = [](const fs::path& dir) {
+    std::vector<double> out;
+    for (const auto& r : records(dir / "metrics.jsonl"))
+      if (r.contains("loss")) out.push_back(r["loss"].get<double>());
+    return out;
+  };
+  EXPECT_EQ(losses(dir_ / "with"), losses(dir_ / "without"));
+  EXPECT_EQ(losses(dir_ / "with").size(), 4u);
+}
+
 TEST_F(Cli, WrongTypeInConfigExits2WithFileLineColumn) {
   auto cfg = write_file("bad.toml", "[run]\nname = \"x\"\nsteps = \"ten\"\n");
   auto r = run("train " + cfg.string() + " --run-dir " + (dir_ / "run").string());

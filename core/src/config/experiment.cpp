@@ -77,6 +77,7 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   if (!e.run.dir.empty()) e.run.dir = config_path(config, "run.dir", e.run.dir).string();
   e.run.underflow_every = run.get_int("underflow_every");
   e.run.accumulate = run.get_int("accumulate");
+  e.run.step_graphs = run.get_bool("step_graphs");
   ResolvedSection run_section = section_of("run", {}, run);
   show_resolved(run_section, "dir", e.run.dir);
   e.core_sections.push_back(run_section);

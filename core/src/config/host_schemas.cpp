@@ -45,6 +45,10 @@ sdk::OptionSchema run_schema() {
                           "accumulation); the effective batch is accumulate x batch_size")
           .at_least(1)
           .at_most(1048576),
+      OptionSpec::boolean("step_graphs", false,
+                          "record forward, loss and backward once and replay them with one launch "
+                          "(CUDA graphs) where the backend offers it and the step is static: one "
+                          "micro-batch, no dropout, no FP8 scaling"),
   };
 }
 

@@ -74,19 +74,23 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
       feed_batch(s, s.train, idx, number);
     }
 
-    // forward, loss, backward (into the step's FP32 gradients)
+    // forward, loss, backward (into the step's FP32 gradients); recorded once and replayed when
+    // the backend offers step graphs and the step is static (train/step_graph.h)
     model.begin_micro_batch(k, micro, s.step);
-    model.forward(bs);
-    if (k == 0 && request.statistics && s.underflow_watch)
-      s.metrics.write(gradient_underflow_record(model, s.step, bs, seed, s.log));
-    // The loss stays on the device: the step's one wait is the found_inf read below.
-    model.compute_loss(bs, seed, true);
-    if (micro > 1) {
-      if (k == 0) b.fill(s.loss_sum.view(), 0.0f);
-      activation_of(b).axpy(1.0f / static_cast<float>(micro), model.loss_value(),
-                            s.loss_sum.view());
-    }
-    model.backward(bs);
+    const bool eager = request.statistics || model.has_gradient_ready_hook();
+    s.step_graph->run({bs, seed}, eager, [&] {
+      model.forward(bs);
+      if (k == 0 && request.statistics && s.underflow_watch)
+        s.metrics.write(gradient_underflow_record(model, s.step, bs, seed, s.log));
+      // The loss stays on the device: the step's one wait is the found_inf read below.
+      model.compute_loss(bs, seed, true);
+      if (micro > 1) {
+        if (k == 0) b.fill(s.loss_sum.view(), 0.0f);
+        activation_of(b).axpy(1.0f / static_cast<float>(micro), model.loss_value(),
+                              s.loss_sum.view());
+      }
+      model.backward(bs);
+    });
   }
 
   // unscale + non-finite check (and Σg² in the same wait)

@@ -114,6 +114,18 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     s.grads.push_back(p->grad.view());
   }
   s.c.optimizer->bind(backend, s.params);
+  {
+    std::string static_step;  // why the step is not static ("": it is)
+    for (const auto& l : s.model->layers())
+      if (static_step.empty() && l->traits().varies_per_step)
+        static_step = "node '" + l->name() + "' changes its arguments every step (" + l->type() + ")";
+    if (s.c.policy->uses_scaled_operands())
+      static_step = "precision policy '" + e.policy_name + "' moves FP8 scales every step";
+    if (e.run.accumulate > 1) static_step = "run.accumulate > 1 (micro-batches differ)";
+    s.step_graph = std::make_unique<StepGraph>(
+        e.run.step_graphs ? sdk::facet<sdk::StepGraphFacet>(backend) : nullptr,
+        e.run.step_graphs, static_step, core_logger("step_graph"));
+  }
   if (e.run.accumulate > 1) s.loss_sum = Tensor(s.c.backend, sdk::DType::fp32, sdk::Shape{1});
   if (e.ema.enabled())
     for (auto* p : s.model->parameters())

@@ -16,6 +16,7 @@
 #include "mixtrain/core/train/lr_schedule.h"
 #include "mixtrain/core/train/trainer.h"
 #include "runs/metrics_log.h"
+#include "train/step_graph.h"
 
 namespace mixtrain::core {
 
@@ -48,6 +49,8 @@ struct Trainer::State {
   std::vector<float> black;
   // [ema]: an FP32 copy per parameter (model.parameters() order), updated after applied steps.
   std::vector<Tensor> ema;
+  // Forward, loss and backward recorded and replayed where the backend and the step allow.
+  std::unique_ptr<StepGraph> step_graph;
 };
 
 // Copies the given rows of `d` (features or token ids, and their labels) into the model's batch.

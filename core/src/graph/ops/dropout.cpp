@@ -20,6 +20,8 @@ DropoutLayer::DropoutLayer(std::string name, std::int64_t features, float p)
     : Layer(std::move(name), "dropout", features, features), p_(p), seed_(node_seed(0, name_)) {
   // The mask comes from the key, so backward needs only dy.
   traits_.backward_reads_inputs = false;
+  // The key holds the step and micro-batch (key()), so a step graph cannot replay it.
+  traits_.varies_per_step = p_ > 0.0f;
 }
 
 sdk::DropoutKey DropoutLayer::key() const {

@@ -5,7 +5,8 @@
 // - Everything else lives in facets (facet.h), each in its own header: backend_gemm.h,
 //   backend_activation.h, backend_residual.h, backend_gradient_check.h, backend_foreach.h,
 //   backend_layer_norm.h, backend_batch_norm.h, backend_loss.h, backend_optimizer_updates.h,
-//   backend_attention.h, backend_embedding.h, backend_convolution.h, backend_dropout.h. The host
+//   backend_attention.h, backend_embedding.h, backend_convolution.h, backend_dropout.h,
+//   backend_step_graph.h. The host
 //   asks for a facet by name and minimum version (sdk::facet<F>(backend)); a backend answers
 //   find_facet(name) with the facet or nullptr (the default). Adding a facet never changes this
 //   class. Each facet answers supports(op, dtypes) (by default from the SDK's table,
@@ -46,6 +47,7 @@
 #include "mixtrain/sdk/backend_loss.h"
 #include "mixtrain/sdk/backend_optimizer_updates.h"
 #include "mixtrain/sdk/backend_residual.h"
+#include "mixtrain/sdk/backend_step_graph.h"
 #include "mixtrain/sdk/component.h"
 #include "mixtrain/sdk/tensor_view.h"
 

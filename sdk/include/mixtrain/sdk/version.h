@@ -48,8 +48,9 @@ namespace mixtrain::sdk {
 // activation, residual, gradient_check, foreach, layer_norm and batch_norm facets; the
 // op-signature table; the helpers the plugins share (unique_fd.h, gemm_plan_key.h,
 // float_format_rules.h); from 8 on, sdk/abi/declarations.txt records each version's digest,
-// 9: the dropout facet (backend_dropout.h: DropoutFacet, DropoutKey, the shared mask function)
-inline constexpr std::uint32_t kSdkAbiVersion = 9;
+// 9: the dropout facet (backend_dropout.h: DropoutFacet, DropoutKey, the shared mask function),
+// 10: the step-graph facet (backend_step_graph.h: StepGraphFacet, CUDA graphs of a static step)
+inline constexpr std::uint32_t kSdkAbiVersion = 10;
 inline constexpr const char* kSdkVersion = "0.1.0";
 inline constexpr const char* kBuildFingerprint = MIXTRAIN_BUILD_FINGERPRINT;
 

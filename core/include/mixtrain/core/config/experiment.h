@@ -43,6 +43,7 @@ struct RunSettings {
   std::int64_t underflow_every = 100;  // steps between gradient-underflow reports; 0 = never
   std::string dir;                     // default run directory when --run-dir is not given
   std::int64_t accumulate = 1;         // micro-batches (of data.batch_size) per optimizer step
+  bool step_graphs = false;            // replay a recorded static step (train/step_graph.h)
 };
 
 struct EmaSettings {

@@ -80,6 +80,7 @@ class Executor {
                 const BackwardVisitor& visit = {});
   void start_gradients();
   void set_gradient_ready_hook(GradientReadyHook hook) { grad_ready_ = std::move(hook); }
+  bool has_gradient_ready_hook() const noexcept { return static_cast<bool>(grad_ready_); }
 
   const LivenessPlan& activation_plan() const { return act_plan_; }
   const LivenessPlan& gradient_plan() const { return grads_.planned; }

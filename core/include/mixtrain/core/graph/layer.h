@@ -119,6 +119,10 @@ struct OpTraits {
   // allocate() leaves the output unallocated (a view; a linear whose fused relu writes for it);
   // materialise_output() makes it later.
   bool output_deferred = false;
+  // Its forward or backward passes the backend an argument that changes from step to step (a
+  // dropout mask's key): a recorded step graph would replay a stale one, so a model with such an
+  // op is never recorded (train/step_graph.h).
+  bool varies_per_step = false;
   // Forward FLOPs per output row (a multiply-add is 2): what `mixtrain check` sums per sample.
   // The Layer constructor sets out_features.
   std::int64_t forward_flops_per_row = 0;

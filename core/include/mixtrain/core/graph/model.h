@@ -139,6 +139,8 @@ class Model {
   void set_gradient_ready_hook(std::function<void(ModelParameter&)> hook) {
     executor_.set_gradient_ready_hook(std::move(hook));
   }
+  // A host callback runs during backward: a recorded step graph would skip it (train/step_graph.h).
+  bool has_gradient_ready_hook() const noexcept { return executor_.has_gradient_ready_hook(); }
   // Where the layers' outputs live for `max_rows` batch rows: their liveness over one forward,
   // loss and backward, under the current precision plan (what allocate() uses; callable before
   // it). `as_dtype` sizes every output in that dtype instead (what fp32 would take).

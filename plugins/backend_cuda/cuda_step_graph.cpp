@@ -1,0 +1,75 @@
+// CudaBackend's StepGraphFacet (sdk/backend_step_graph.h): a step recorded by stream capture into
+// a CUDA graph and replayed with one cudaGraphLaunch.
+//
+// Why thread-local capture mode: it refuses, inside this thread, the calls that cannot be
+// recorded (cudaMalloc, a stream or event wait, a blocking copy) by failing them, which check_cuda
+// turns into BackendError; the trainer then voids the recording and runs the step op by op. Other
+// threads (a data loader, another backend) are not affected, as they would be in global mode.
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "cuda_access.h"
+#include "cuda_backend.h"
+
+namespace mixtrain::backend_cuda {
+
+bool CudaBackend::begin_capture() {
+  activate();
+  if (recording_) return false;
+  // Errors the stream already holds belong to earlier ops: raise them before recording starts.
+  sync("begin_capture");
+  check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin_capture",
+             "cudaStreamBeginCapture");
+  recording_ = true;
+  staging_.set_recording(true);
+  label_checks_ = 0;
+  return true;
+}
+
+int CudaBackend::end_capture() {
+  activate();
+  if (!recording_) return -1;
+  recording_ = false;
+  staging_.set_recording(false);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  if (ended != cudaSuccess || graph == nullptr) {
+    // An op the capture refused invalidated it; clear the error so the next op does not see it.
+    (void)cudaGetLastError();
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return -1;
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (made != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  graphs_.push_back({exec, label_checks_ > 0});
+  return static_cast<int>(graphs_.size()) - 1;
+}
+
+void CudaBackend::replay(int graph) {
+  activate();
+  if (graph < 0 || graph >= static_cast<int>(graphs_.size()) || graphs_[graph].exec == nullptr)
+    fail("replay", "graph " + std::to_string(graph) + " was never recorded or was released",
+         "replay an id end_capture() returned and release() has not freed");
+  check_cuda(cudaGraphLaunch(graphs_[graph].exec, stream_), "replay", "cudaGraphLaunch");
+  if (graphs_[graph].checks_labels) labels_pending_ = true;
+}
+
+void CudaBackend::release(int graph) noexcept {
+  if (graph < 0 || graph >= static_cast<int>(graphs_.size())) return;
+  activate();
+  if (graphs_[graph].exec != nullptr) {
+    // A launch may still be running: the stream's order protects it, cudaGraphExecDestroy does not
+    // wait for it.
+    cudaStreamSynchronize(stream_);
+    cudaGraphExecDestroy(graphs_[graph].exec);
+  }
+  graphs_[graph].exec = nullptr;
+}
+
+}  // namespace mixtrain::backend_cuda

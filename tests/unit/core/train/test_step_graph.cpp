@@ -1,0 +1,144 @@
+// StepGraph (core/src/train/step_graph.h) against a fake step-graph facet that follows the SDK
+// contract: while recording, ops are stored, not run; replay runs the stored ops. The body's
+// "ops" add to a counter, so a step that ran exactly once adds its value exactly once.
+#include "train/step_graph.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <stdexcept>
+#include <vector>
+
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::core {
+namespace {
+
+class FakeGraphs final : public sdk::StepGraphFacet {
+ public:
+  long long total = 0;  // what the ops did
+  bool recording = false;
+  bool refuse_begin = false;
+  int begins = 0, ends = 0, released = 0;
+  std::vector<std::vector<int>> graphs;
+  std::vector<int> current;
+
+  // One op of the body: stored while recording, run otherwise; `recordable` false models a host
+  // upload, which raises while recording.
+  void op(int value, bool recordable = true) {
+    if (!recording) {
+      total += value;
+      return;
+    }
+    if (!recordable) throw sdk::BackendError("a host upload cannot be recorded", "");
+    current.push_back(value);
+  }
+
+  bool begin_capture() override {
+    if (refuse_begin) return false;
+    ++begins;
+    recording = true;
+    current.clear();
+    return true;
+  }
+  int end_capture() override {
+    ++ends;
+    const bool ok = recording;
+    recording = false;
+    if (!ok) return -1;
+    graphs.push_back(current);
+    return static_cast<int>(graphs.size()) - 1;
+  }
+  void replay(int graph) override {
+    for (int v : graphs.at(static_cast<std::size_t>(graph))) total += v;
+  }
+  void release(int) noexcept override { ++released; }
+};
+
+// A step body of three ops whose values sum to `sum`.
+std::function<void()> body(FakeGraphs& g, int sum, bool recordable = true) {
+  return [&g, sum, recordable] {
+    g.op(1);
+    g.op(sum - 3, recordable);
+    g.op(2);
+  };
+}
+
+TEST(StepGraph, WarmsUpRecordsOnceThenReplaysAndEveryStepRunsExactlyOnce) {
+  FakeGraphs g;
+  StepGraph sg(&g, /*requested=*/true, "", {});
+  ASSERT_TRUE(sg.active());
+  const StepGraphKey key{32, 1.0f};
+  for (int step = 0; step < 5; ++step) sg.run(key, false, body(g, 10));
+  EXPECT_EQ(g.total, 50);  // five steps, each exactly once
+  EXPECT_EQ(g.begins, 1);  // step 1 eager (warm-up), step 2 recorded, 3–5 replayed
+  EXPECT_EQ(sg.captures(), 1);
+  EXPECT_EQ(sg.replays(), 4);
+}
+
+TEST(StepGraph, ANewKeyRunsEagerlyOnceAndRecordsAgain) {
+  FakeGraphs g;
+  StepGraph sg(&g, true, "", {});
+  sg.run({32, 1.0f}, false, body(g, 10));
+  sg.run({32, 1.0f}, false, body(g, 10));  // recorded
+  sg.run({32, 2.0f}, false, body(g, 20));  // the loss scale moved: eager, old graph released
+  EXPECT_EQ(g.released, 1);
+  EXPECT_EQ(g.total, 40);
+  sg.run({32, 2.0f}, false, body(g, 20));  // recorded with the new seed
+  sg.run({32, 2.0f}, false, body(g, 20));  // replayed
+  EXPECT_EQ(g.total, 80);
+  EXPECT_EQ(sg.captures(), 2);
+}
+
+TEST(StepGraph, EagerStepsAreNeverRecordedNorReplayed) {
+  FakeGraphs g;
+  StepGraph sg(&g, true, "", {});
+  for (int i = 0; i < 3; ++i) sg.run({8, 1.0f}, /*eager=*/true, body(g, 5));
+  EXPECT_EQ(g.begins, 0);
+  EXPECT_EQ(g.total, 15);
+}
+
+TEST(StepGraph, AnOpThatCannotBeRecordedTurnsGraphsOffAndTheStepStillRunsOnce) {
+  FakeGraphs g;
+  StepGraph sg(&g, true, "", {});
+  sg.run({8, 1.0f}, false, body(g, 7, /*recordable=*/false));  // warm-up: eager, fine
+  sg.run({8, 1.0f}, false, body(g, 7, false));  // recording raises: voided, rerun eagerly
+  EXPECT_EQ(g.ends, 1);                          // the recording was ended
+  EXPECT_FALSE(sg.active());
+  EXPECT_NE(sg.disabled_reason().find("host upload"), std::string::npos);
+  sg.run({8, 1.0f}, false, body(g, 7, false));  // op by op from now on
+  EXPECT_EQ(g.total, 21);
+  EXPECT_EQ(g.begins, 1);
+}
+
+TEST(StepGraph, OtherErrorsEndTheRecordingAndPropagate) {
+  FakeGraphs g;
+  StepGraph sg(&g, true, "", {});
+  sg.run({8, 1.0f}, false, body(g, 4));
+  EXPECT_THROW(sg.run({8, 1.0f}, false, [] { throw std::runtime_error("data error"); }),
+               std::runtime_error);
+  EXPECT_FALSE(g.recording);
+  EXPECT_EQ(g.ends, 1);
+}
+
+TEST(StepGraph, OffWhenNotRequestedNotOfferedNotStaticOrRefused) {
+  FakeGraphs g;
+  StepGraph not_asked(&g, false, "", {});
+  EXPECT_FALSE(not_asked.active());
+  StepGraph none(nullptr, true, "", {});
+  EXPECT_FALSE(none.active());
+  EXPECT_EQ(none.disabled_reason(), "the backend records no step graphs");
+  StepGraph dropout(&g, true, "node 'drop' changes its arguments every step (dropout)", {});
+  EXPECT_FALSE(dropout.active());
+  EXPECT_NE(dropout.disabled_reason().find("dropout"), std::string::npos);
+
+  g.refuse_begin = true;
+  StepGraph refused(&g, true, "", {});
+  refused.run({8, 1.0f}, false, body(g, 3));
+  refused.run({8, 1.0f}, false, body(g, 3));  // begin_capture says no: eager, and off
+  EXPECT_FALSE(refused.active());
+  EXPECT_EQ(g.total, 6);
+}
+
+}  // namespace
+}  // namespace mixtrain::core
