@@ -48,8 +48,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     softmax_forward_kernel(const float* scores, float* probs, std::int64_t batch_rows,
                            std::int64_t rows, std::int64_t cols, bool causal, float scale) {
-  const std::int64_t q =
-      static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  const std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
   if (q >= batch_rows) return;  // the whole warp: the shuffles below see all 32 lanes
   const int lane = threadIdx.x & 31;
   const float* s = scores + q * cols;  // [cols]
@@ -76,8 +75,7 @@ __global__ void __launch_bounds__(kThreads)
     softmax_backward_kernel(const float* probs, const float* dprobs, float* dscores,
                             std::int64_t batch_rows, std::int64_t rows, std::int64_t cols,
                             bool causal, float scale) {
-  const std::int64_t q =
-      static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  const std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
   if (q >= batch_rows) return;
   const int lane = threadIdx.x & 31;
   const float* p = probs + q * cols;
@@ -133,8 +131,8 @@ cudaError_t softmax_forward(const float* scores, float* probs, std::int64_t batc
 }
 
 cudaError_t softmax_backward(const float* probs, const float* dprobs, float* dscores,
-                             std::int64_t batch, std::int64_t rows, std::int64_t cols,
-                             bool causal, float scale, cudaStream_t stream) {
+                             std::int64_t batch, std::int64_t rows, std::int64_t cols, bool causal,
+                             float scale, cudaStream_t stream) {
   const std::int64_t batch_rows = batch * rows;
   if (batch_rows == 0 || cols == 0) return cudaSuccess;
   softmax_backward_kernel<<<row_blocks(batch_rows), kThreads, 0, stream>>>(

@@ -37,7 +37,7 @@ cudaError_t softmax_forward(const float* scores, float* probs, std::int64_t batc
                             cudaStream_t stream);
 // dscores = scale * probs * (dprobs - Σ dprobs * probs) per row (fp32; dscores may be dprobs).
 cudaError_t softmax_backward(const float* probs, const float* dprobs, float* dscores,
-                             std::int64_t batch, std::int64_t rows, std::int64_t cols,
-                             bool causal, float scale, cudaStream_t stream);
+                             std::int64_t batch, std::int64_t rows, std::int64_t cols, bool causal,
+                             float scale, cudaStream_t stream);
 
 }  // namespace mixtrain::backend_cuda::kernels

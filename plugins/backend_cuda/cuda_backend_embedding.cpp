@@ -41,8 +41,8 @@ kernels::ErrorRecord* CudaBackend::id_record(const char* op) {
 void CudaBackend::check_id_errors() {
   if (!ids_pending_) return;
   ids_pending_ = false;
-  auto* dev = static_cast<kernels::ErrorRecord*>(id_check_.get(sizeof(kernels::ErrorRecord),
-                                                               stream_, "synchronize"));
+  auto* dev = static_cast<kernels::ErrorRecord*>(
+      id_check_.get(sizeof(kernels::ErrorRecord), stream_, "synchronize"));
   kernels::ErrorRecord rec{};
   // The stream is idle (sync() waited for it), so a blocking read sees the kernels' writes.
   check_cuda(cudaMemcpy(&rec, dev, sizeof rec, cudaMemcpyDeviceToHost), "gather",

@@ -17,7 +17,6 @@ namespace mixtrain::backend_cuda::kernels {
 // state: element::dropout_state(key.seed, key.stream); threshold: sdk::dropout_threshold(p);
 // scale: sdk::dropout_scale(p). out may be in (the same view); otherwise they do not overlap.
 cudaError_t dropout(const void* in, Elem it, void* out, Elem ot, std::int64_t n,
-                    std::uint64_t state, std::uint32_t threshold, float scale,
-                    cudaStream_t stream);
+                    std::uint64_t state, std::uint32_t threshold, float scale, cudaStream_t stream);
 
 }  // namespace mixtrain::backend_cuda::kernels

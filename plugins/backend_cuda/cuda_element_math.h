@@ -8,10 +8,10 @@
 // - One source for host and device, built only from integer operations and fp32 / fp64 operations
 //   that IEEE-754 rounds exactly on both (+, -, *, /, sqrt, int <-> float): no libm call, no CUDA
 //   conversion intrinsic. A host build of these functions therefore computes the device's bits,
-//   and tests/unit/plugins/backend_cuda/test_cuda_element_math.cpp checks them against the SDK on the CPU,
-//   without a GPU. Two conditions: no FMA contraction (the .cu files build with --fmad=false,
-//   host users with -ffp-contract=off) and no fast math (nvcc's defaults: IEEE division and square
-//   root, denormals kept).
+//   and tests/unit/plugins/backend_cuda/test_cuda_element_math.cpp checks them against the SDK on
+//   the CPU, without a GPU. Two conditions: no FMA contraction (the .cu files build with
+//   --fmad=false, host users with -ffp-contract=off) and no fast math (nvcc's defaults: IEEE
+//   division and square root, denormals kept).
 // - Exception: a NaN produced by fp32 arithmetic carries the hardware's payload (x86 propagates
 //   the input's, NVIDIA GPUs give 0x7FFFFFFF). Pure data movement (decode, encode, relu, clamp)
 //   keeps payloads exactly as the SDK does.
@@ -243,10 +243,14 @@ MIXTRAIN_HD long long softmax_visible(long long rows, long long cols, long long 
 // The row maximum's fold, std::max(m, v) of the CPU: a NaN v never replaces m (the NaN still
 // reaches the row through its own shifted score). Exact, so any fold order gives the same bits
 // (up to the sign of a zero maximum, which the subtraction below cannot tell apart).
-MIXTRAIN_HD float softmax_max(float m, float v) { return m < v ? v : m; }
+MIXTRAIN_HD float softmax_max(float m, float v) {
+  return m < v ? v : m;
+}
 
 // z = scale * s - max, the CPU's shifted score.
-MIXTRAIN_HD float softmax_shifted(float s, float scale, float max) { return scale * s - max; }
+MIXTRAIN_HD float softmax_shifted(float s, float scale, float max) {
+  return scale * s - max;
+}
 
 // e^z for z <= 0 (shifted scores), also -inf -> +0 and NaN -> NaN: Cephes expf, z = k ln2 + r
 // with a two-part ln2, degree-6 polynomial, scaled by 2^k once (one rounding also when the result
@@ -259,13 +263,19 @@ MIXTRAIN_HD float exp_nonpos(float z) {
   const float kf = static_cast<float>(k);
   float r = z - kf * 0.693359375f;  // exact: kf * 0.693359375f has at most 17 significant bits
   r = r - kf * -2.12194440e-4f;
-  const float p =
-      (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
-         4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f) * (r * r) + r + 1.0f;
+  const float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+                     4.1665795894e-2f) *
+                        r +
+                    1.6666665459e-1f) *
+                       r +
+                   5.0000001201e-1f) *
+                      (r * r) +
+                  r + 1.0f;
   if (k >= -125) return p * float_of(static_cast<u32>(k + 127) << 23);
   // 2^k is subnormal: scale by 2^(k + 64) exactly (the result stays normal), then by 2^-64 with
   // the one rounding into the subnormal range.
-  return (p * float_of(static_cast<u32>(k + 64 + 127) << 23)) * float_of(static_cast<u32>(63) << 23);
+  return (p * float_of(static_cast<u32>(k + 64 + 127) << 23)) *
+         float_of(static_cast<u32>(63) << 23);
 }
 
 // p = e / Σe, the division in double as the CPU does (sum: the row's exponentials summed in
@@ -290,7 +300,9 @@ MIXTRAIN_HD float residual_output(float sum, bool relu_after) {
 
 // One contribution folded into an embedding accumulator in FP32: gather's out + table, and
 // scatter_add's table-row sum, which adds its rows' dy in ascending row order.
-MIXTRAIN_HD float embedding_accumulate(float acc, float x) { return acc + x; }
+MIXTRAIN_HD float embedding_accumulate(float acc, float x) {
+  return acc + x;
+}
 
 // sdk/backend_dropout.h's mask, mirrored here because the kernels' C++17 cannot include that
 // header (C++20); test_cuda_element_math checks it against sdk::dropout_keeps bit for bit.
@@ -310,7 +322,9 @@ MIXTRAIN_HD bool dropout_keeps_at(std::uint64_t state, std::uint64_t index,
   return static_cast<std::uint32_t>(bits >> 32) >= threshold;
 }
 // A kept element times 1 / (1 - p) in FP32 (scale: sdk::dropout_scale(p)), a dropped one +0.
-MIXTRAIN_HD float dropout_value(float x, bool keep, float scale) { return keep ? x * scale : 0.0f; }
+MIXTRAIN_HD float dropout_value(float x, bool keep, float scale) {
+  return keep ? x * scale : 0.0f;
+}
 
 // --- fused optimizer steps (cpu_optimizers.cpp, operation for operation) ----------------------------
 

@@ -91,16 +91,17 @@ int id_bits(std::int64_t vocab) {
   return bits;
 }
 
-std::size_t align256(std::size_t b) { return (b + 255) / 256 * 256; }
+std::size_t align256(std::size_t b) {
+  return (b + 255) / 256 * 256;
+}
 
 // The radix sort's temporary bytes for `rows` keys (CUB's size query: nothing is enqueued).
 std::size_t sort_bytes(std::int64_t rows, std::int64_t vocab) {
   std::size_t bytes = 0;
-  cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const std::uint32_t*>(nullptr),
-                                  static_cast<std::uint32_t*>(nullptr),
-                                  static_cast<const std::int32_t*>(nullptr),
-                                  static_cast<std::int32_t*>(nullptr), static_cast<int>(rows), 0,
-                                  id_bits(vocab));
+  cub::DeviceRadixSort::SortPairs(
+      nullptr, bytes, static_cast<const std::uint32_t*>(nullptr),
+      static_cast<std::uint32_t*>(nullptr), static_cast<const std::int32_t*>(nullptr),
+      static_cast<std::int32_t*>(nullptr), static_cast<int>(rows), 0, id_bits(vocab));
   return bytes;
 }
 
@@ -137,11 +138,10 @@ std::size_t scatter_add_scratch(std::int64_t rows, std::int64_t vocab) {
   return 3 * ints + align256(sort_bytes(rows, vocab));
 }
 
-cudaError_t embedding_scatter_add(const std::int32_t* ids, const void* dy, Elem dyt,
-                                  float* dtable, std::int64_t rows, std::int64_t vocab,
-                                  std::int64_t width, bool overwrite, void* scratch,
-                                  std::size_t scratch_bytes, const ErrorRecord* error,
-                                  cudaStream_t stream) {
+cudaError_t embedding_scatter_add(const std::int32_t* ids, const void* dy, Elem dyt, float* dtable,
+                                  std::int64_t rows, std::int64_t vocab, std::int64_t width,
+                                  bool overwrite, void* scratch, std::size_t scratch_bytes,
+                                  const ErrorRecord* error, cudaStream_t stream) {
   if (overwrite && vocab * width > 0) {
     zero_table_kernel<<<grid_for(vocab * width), kThreads, 0, stream>>>(dtable, vocab * width,
                                                                         error);

@@ -39,10 +39,9 @@ cudaError_t embedding_gather(const std::int32_t* ids, const void* table, Elem tt
 std::size_t scatter_add_scratch(std::int64_t rows, std::int64_t vocab);
 // dtable [vocab, width] fp32 = beta * dtable + Σ dy rows by id; dy [rows, width]; beta 0 or 1.
 // scratch: scatter_add_scratch(rows, vocab) bytes, 256-byte aligned.
-cudaError_t embedding_scatter_add(const std::int32_t* ids, const void* dy, Elem dyt,
-                                  float* dtable, std::int64_t rows, std::int64_t vocab,
-                                  std::int64_t width, bool overwrite, void* scratch,
-                                  std::size_t scratch_bytes, const ErrorRecord* error,
-                                  cudaStream_t stream);
+cudaError_t embedding_scatter_add(const std::int32_t* ids, const void* dy, Elem dyt, float* dtable,
+                                  std::int64_t rows, std::int64_t vocab, std::int64_t width,
+                                  bool overwrite, void* scratch, std::size_t scratch_bytes,
+                                  const ErrorRecord* error, cudaStream_t stream);
 
 }  // namespace mixtrain::backend_cuda::kernels

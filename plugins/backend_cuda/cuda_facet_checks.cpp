@@ -50,7 +50,8 @@ std::int64_t check_softmax_shape(std::string_view op, std::string_view name,
   const std::int64_t total = checked_product(op, name, {s.batch, s.rows, s.cols});
   // One warp per row: the grid has (batch * rows) / 8 blocks in its x dimension.
   if (s.batch * s.rows / 8 >= INT_MAX)
-    fail(op, "batch * rows = " + std::to_string(s.batch * s.rows) + " rows are too many for one launch",
+    fail(op,
+         "batch * rows = " + std::to_string(s.batch * s.rows) + " rows are too many for one launch",
          "split the batch");
   return total;
 }
@@ -167,8 +168,7 @@ std::int64_t check_softmax_backward(const TensorView& probs, const TensorView& d
   return total;
 }
 
-EmbeddingShape check_gather(const TensorView& ids, const TensorView& table,
-                            const TensorView& out) {
+EmbeddingShape check_gather(const TensorView& ids, const TensorView& table, const TensorView& out) {
   constexpr std::string_view op = "gather";
   require_storage(op, "table", table);
   require_storage(op, "out", out);

@@ -38,8 +38,7 @@ std::int64_t check_softmax_forward(const sdk::TensorView& scores, const sdk::Sof
 // softmax_backward: fp32 probs/dprobs/dscores of batch*rows*cols; dscores is dprobs or disjoint
 // from it, and never overlaps probs.
 std::int64_t check_softmax_backward(const sdk::TensorView& probs, const sdk::TensorView& dprobs,
-                                    const sdk::SoftmaxShape& shape,
-                                    const sdk::TensorView& dscores);
+                                    const sdk::SoftmaxShape& shape, const sdk::TensorView& dscores);
 
 struct EmbeddingShape {
   std::int64_t rows = 0, vocab = 0, width = 0;

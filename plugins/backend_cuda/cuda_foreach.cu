@@ -11,15 +11,23 @@ namespace {
 __device__ __forceinline__ float foreach_element(ForeachKind kind, float v, const float* a,
                                                  const float* b, int i, float s0, float s1) {
   switch (kind) {
-    case ForeachKind::mul: return v * (a != nullptr ? a[i] : s0);
-    case ForeachKind::add_scalar: return v + s0;
-    case ForeachKind::add: return v + s0 * a[i];
-    case ForeachKind::addcmul: return v + s0 * a[i] * b[i];
-    case ForeachKind::sqrt: return sqrtf(v);
+    case ForeachKind::mul:
+      return v * (a != nullptr ? a[i] : s0);
+    case ForeachKind::add_scalar:
+      return v + s0;
+    case ForeachKind::add:
+      return v + s0 * a[i];
+    case ForeachKind::addcmul:
+      return v + s0 * a[i] * b[i];
+    case ForeachKind::sqrt:
+      return sqrtf(v);
     // ±0 and NaN stay as they are: both comparisons are false for them.
-    case ForeachKind::sign: return v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : v);
-    case ForeachKind::lerp: return v + s0 * (a[i] - v);
-    case ForeachKind::clamp: return v < s0 ? s0 : (v > s1 ? s1 : v);
+    case ForeachKind::sign:
+      return v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : v);
+    case ForeachKind::lerp:
+      return v + s0 * (a[i] - v);
+    case ForeachKind::clamp:
+      return v < s0 ? s0 : (v > s1 ? s1 : v);
   }
   return v;
 }

@@ -395,8 +395,8 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
   // Every batch's matrix must have the alignment the plan promises: the base pointer's and the
   // stride's in bytes (a zero stride repeats the base).
   auto stride_alignment = [&](std::int64_t stride, DType t) {
-    return alignment_of(reinterpret_cast<const void*>(
-        static_cast<std::uintptr_t>(stride) * sdk::dtype_size(t)));
+    return alignment_of(
+        reinterpret_cast<const void*>(static_cast<std::uintptr_t>(stride) * sdk::dtype_size(t)));
   };
   int align = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(args.c.data)});
   if (batched)

@@ -9,8 +9,8 @@
 //   where cuBLASLt has the combination, else D is fp32 scratch encoded once (RNE) into C.
 // - FP8 (sm_89+): e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3 natively with A/B scale pointers (device
 //   floats holding each operand's scale_inv) and FP32 accumulation. cuBLASLt on Ada/Hopper wants
-//   FP8 in the "TN" layout (its A transposed, its B not), i.e. our B transposed and our A not; other
-//   layouts are transposed into scratch first. e5m2 x e5m2, or an FP8 GEMM cuBLASLt declines,
+//   FP8 in the "TN" layout (its A transposed, its B not), i.e. our B transposed and our A not;
+//   other layouts are transposed into scratch first. e5m2 x e5m2, or an FP8 GEMM cuBLASLt declines,
 //   decode both operands exactly to bf16 (every fp8 value is a bf16 value) and fold the scales into
 //   alpha. Before sm_89 any FP8 operand is refused (BackendError naming sm_89): capabilities() does
 //   not declare FP8 there. Other mixes (fp32 with bf16, bf16 with fp16, fp8 with fp32, ...) decode
@@ -35,8 +35,9 @@
 //   batch through run().
 // - One plan per (m, n, k, transposes, A/B/D types, compute, epilogue, bias type, beta != 0,
 //   A/B/C/D alignment, bias/aux alignment, fp8 scales, batch count and strides): descriptors
-//   plus the heuristic's best algorithm, cached; a combination cuBLASLt declines is remembered and the next strategy is
-//   used. Per-call pointers (bias, aux) are set on the cached descriptor before each matmul.
+//   plus the heuristic's best algorithm, cached; a combination cuBLASLt declines is remembered and
+//   the next strategy is used. Per-call pointers (bias, aux) are set on the cached descriptor
+//   before each matmul.
 // - FP8 accumulation: cuBLASLt's default (periodic promotion to FP32); fp8_fast_accumulation
 //   sets CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 plans, as Transformer Engine does for
 //   forward GEMMs (faster on Hopper, less exact).

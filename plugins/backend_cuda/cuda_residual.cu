@@ -26,8 +26,8 @@ cudaError_t residual_add(const ResidualInputs& xs, bool relu, void* y, Elem yt, 
   if (xs.count < 1 || xs.count > kResidualInputs) return cudaErrorInvalidValue;
   const bool known = with_float_storage(yt, [&](auto s) {
     using S = decltype(s);
-    residual_kernel<S><<<grid_for(n), kThreads, 0, stream>>>(xs, relu, static_cast<elem_t<S>*>(y),
-                                                            n);
+    residual_kernel<S>
+        <<<grid_for(n), kThreads, 0, stream>>>(xs, relu, static_cast<elem_t<S>*>(y), n);
   });
   return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }

@@ -14,7 +14,9 @@ namespace {
 
 const DType kStorage[] = {DType::fp32, DType::bf16, DType::fp16};
 
-std::string name_of(DType t) { return std::string(sdk::dtype_name(t)); }
+std::string name_of(DType t) {
+  return std::string(sdk::dtype_name(t));
+}
 
 TEST_F(backend_cuda_vs_cpu, FacetsAreOffered) {
   for (const char* facet : {"residual", "attention", "embedding", "dropout"})
@@ -28,7 +30,8 @@ TEST_F(backend_cuda_vs_cpu, ResidualAddBitForBit) {
     for (DType ty : kStorage)
       for (bool relu : {false, true}) {
         const std::string what = "add " + name_of(t1) + " + bf16 -> " + name_of(ty);
-        Tensor g1(gpu(), t1, {n}, random_values(n, 1, -3, 3)), c1(cpu(), t1, {n}, random_values(n, 1, -3, 3));
+        Tensor g1(gpu(), t1, {n}, random_values(n, 1, -3, 3)),
+            c1(cpu(), t1, {n}, random_values(n, 1, -3, 3));
         Tensor g2(gpu(), DType::bf16, {n}, random_values(n, 2, -3, 3)),
             c2(cpu(), DType::bf16, {n}, random_values(n, 2, -3, 3));
         Tensor gy(gpu(), ty, {n}), cy(cpu(), ty, {n});
@@ -184,7 +187,8 @@ TEST_F(backend_cuda_vs_cpu, DropoutBitForBit) {
         Tensor gy(gpu(), ot, {n}), cy(cpu(), ot, {n});
         gpu().dropout_forward(gx, gy, p, key);
         cpu().dropout_forward(cx, cy, p, key);
-        EXPECT_EQ(gy.raw(), cy.raw()) << "forward " << name_of(it) << " -> " << name_of(ot) << " p " << p;
+        EXPECT_EQ(gy.raw(), cy.raw())
+            << "forward " << name_of(it) << " -> " << name_of(ot) << " p " << p;
         gpu().dropout_backward(gx, gy, p, key);
         cpu().dropout_backward(cx, cy, p, key);
         EXPECT_EQ(gy.raw(), cy.raw()) << "backward " << name_of(it) << " -> " << name_of(ot);
@@ -230,14 +234,16 @@ TEST_F(backend_cuda_vs_cpu, GemmStridedBatchedIsOneCublasLtMatmul) {
 
 TEST_F(backend_cuda_vs_cpu, ForeachOpsOverManyTensorsInOneLaunch) {
   std::vector<std::vector<float>> values;
-  for (int t = 0; t < 9; ++t) values.push_back(random_values(static_cast<std::size_t>(1 + t * 57), 40 + t));
+  for (int t = 0; t < 9; ++t)
+    values.push_back(random_values(static_cast<std::size_t>(1 + t * 57), 40 + t));
   values.push_back(random_values(50'000, 50, -3.0f, 3.0f));  // several chunks
   auto make = [&](sdk::DeviceBackend& be, int seed_shift) {
     std::vector<std::unique_ptr<Tensor>> ts;
     for (std::size_t i = 0; i < values.size(); ++i) {
       auto v = values[i];
       for (auto& x : v) x = x * 0.5f + static_cast<float>(seed_shift);
-      ts.push_back(std::make_unique<Tensor>(be, DType::fp32, Shape{static_cast<std::int64_t>(v.size())}, v));
+      ts.push_back(
+          std::make_unique<Tensor>(be, DType::fp32, Shape{static_cast<std::int64_t>(v.size())}, v));
     }
     return ts;
   };
@@ -267,7 +273,8 @@ TEST_F(backend_cuda_vs_cpu, ForeachOpsOverManyTensorsInOneLaunch) {
   gpu().foreach_sqrt(gx);
   cpu().foreach_sqrt(cx);
   for (std::size_t i = 0; i < g0.size(); ++i)
-    expect_close(g0[i]->get(), c0[i]->get(), 1e-6, 1e-7, "foreach chain, tensor " + std::to_string(i));
+    expect_close(g0[i]->get(), c0[i]->get(), 1e-6, 1e-7,
+                 "foreach chain, tensor " + std::to_string(i));
   gpu().foreach_sign(ga);
   cpu().foreach_sign(ca);
   for (std::size_t i = 0; i < g1.size(); ++i)

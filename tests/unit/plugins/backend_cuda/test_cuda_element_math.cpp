@@ -479,7 +479,6 @@ TEST(cuda_element_math, OptimizerStepsMatchTheCpuBitForBit) {
   }
 }
 
-
 // --- the facets' kernels modelled on the host, against the CPU backend ---------------------------
 
 using sdk::DType;
@@ -490,8 +489,7 @@ constexpr DType kStorage[] = {DType::fp32, DType::bf16, DType::fp16};
 // A tensor in the CPU backend's (host) memory, filled through the kernels' storage encodes.
 class HostTensor {
  public:
-  HostTensor(mixtrain::backend_cpu::CpuBackend& cpu, DType dtype, sdk::Shape shape)
-      : cpu_(&cpu) {
+  HostTensor(mixtrain::backend_cpu::CpuBackend& cpu, DType dtype, sdk::Shape shape) : cpu_(&cpu) {
     view_.dtype = dtype;
     view_.shape = shape;
     view_.data = cpu.allocate(std::max<std::size_t>(view_.bytes(), 1));
@@ -506,18 +504,30 @@ class HostTensor {
 
   float get(std::int64_t i) const {
     switch (view_.dtype) {
-      case DType::bf16: return st::Bf16::load(static_cast<const std::uint16_t*>(view_.data)[i]);
-      case DType::fp16: return st::F16::load(static_cast<const std::uint16_t*>(view_.data)[i]);
-      case DType::int32: return static_cast<float>(static_cast<const std::int32_t*>(view_.data)[i]);
-      default: return static_cast<const float*>(view_.data)[i];
+      case DType::bf16:
+        return st::Bf16::load(static_cast<const std::uint16_t*>(view_.data)[i]);
+      case DType::fp16:
+        return st::F16::load(static_cast<const std::uint16_t*>(view_.data)[i]);
+      case DType::int32:
+        return static_cast<float>(static_cast<const std::int32_t*>(view_.data)[i]);
+      default:
+        return static_cast<const float*>(view_.data)[i];
     }
   }
   void set(std::int64_t i, float v) {
     switch (view_.dtype) {
-      case DType::bf16: static_cast<std::uint16_t*>(view_.data)[i] = st::Bf16::store(v, false); break;
-      case DType::fp16: static_cast<std::uint16_t*>(view_.data)[i] = st::F16::store(v, false); break;
-      case DType::int32: static_cast<std::int32_t*>(view_.data)[i] = static_cast<std::int32_t>(v); break;
-      default: static_cast<float*>(view_.data)[i] = v; break;
+      case DType::bf16:
+        static_cast<std::uint16_t*>(view_.data)[i] = st::Bf16::store(v, false);
+        break;
+      case DType::fp16:
+        static_cast<std::uint16_t*>(view_.data)[i] = st::F16::store(v, false);
+        break;
+      case DType::int32:
+        static_cast<std::int32_t*>(view_.data)[i] = static_cast<std::int32_t>(v);
+        break;
+      default:
+        static_cast<float*>(view_.data)[i] = v;
+        break;
     }
   }
   void set_all(const std::vector<float>& v) {
@@ -540,7 +550,8 @@ std::vector<std::uint8_t> stored(const std::vector<float>& v, DType t) {
     if (t == DType::fp32) {
       std::memcpy(out.data() + 4 * i, &v[i], 4);
     } else {
-      const std::uint16_t b = t == DType::bf16 ? st::Bf16::store(v[i], false) : st::F16::store(v[i], false);
+      const std::uint16_t b =
+          t == DType::bf16 ? st::Bf16::store(v[i], false) : st::F16::store(v[i], false);
       std::memcpy(out.data() + 2 * i, &b, 2);
     }
   }
@@ -553,8 +564,8 @@ std::vector<float> test_values(std::size_t n, std::uint32_t seed) {
   std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
   std::vector<float> v(n);
   for (auto& x : v) x = dist(rng);
-  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, -70000.0f, 1e-30f,
-                            3.0e38f};
+  const float specials[] = {0.0f,     -0.0f,     INFINITY, -INFINITY, NAN,
+                            65504.0f, -70000.0f, 1e-30f,   3.0e38f};
   for (std::size_t i = 0; i < std::size(specials) && 7 * i < n; ++i) v[7 * i] = specials[i];
   return v;
 }
@@ -646,14 +657,17 @@ TEST(cuda_element_math, EmbeddingModelsMatchTheCpuBackendBitForBit) {
         for (std::int64_t r = 0; r < rows; ++r)
           for (std::int64_t c = 0; c < width; ++c) {
             const float t = table.get(static_cast<std::int64_t>(id_values[r]) * width + c);
-            model[r * width + c] = accumulate ? el::embedding_accumulate(out.get(r * width + c), t) : t;
+            model[r * width + c] =
+                accumulate ? el::embedding_accumulate(out.get(r * width + c), t) : t;
           }
         cpu.gather(ids, table, out, accumulate);
-        EXPECT_EQ(stored(model, to), out.bytes()) << "gather " << dtypes_text({tt, to}) << accumulate;
+        EXPECT_EQ(stored(model, to), out.bytes())
+            << "gather " << dtypes_text({tt, to}) << accumulate;
       }
   for (DType dt : kStorage)
     for (float beta : {0.0f, 1.0f}) {
-      HostTensor dy(cpu, dt, sdk::Shape{rows, width}), dtable(cpu, DType::fp32, sdk::Shape{vocab, width});
+      HostTensor dy(cpu, dt, sdk::Shape{rows, width}),
+          dtable(cpu, DType::fp32, sdk::Shape{vocab, width});
       dy.set_all(test_values(rows * width, 31));
       dtable.set_all(test_values(vocab * width, 32));
       // The kernel's order: rows stably sorted by id, each id's rows summed in ascending order
@@ -663,11 +677,13 @@ TEST(cuda_element_math, EmbeddingModelsMatchTheCpuBackendBitForBit) {
       std::stable_sort(order.begin(), order.end(),
                        [&](std::int64_t a, std::int64_t b) { return id_values[a] < id_values[b]; });
       std::vector<float> model(vocab * width);
-      for (std::int64_t i = 0; i < vocab * width; ++i) model[i] = beta == 0.0f ? 0.0f : dtable.get(i);
+      for (std::int64_t i = 0; i < vocab * width; ++i)
+        model[i] = beta == 0.0f ? 0.0f : dtable.get(i);
       for (std::int64_t r : order) {
         const auto v = static_cast<std::int64_t>(id_values[r]);
         for (std::int64_t c = 0; c < width; ++c)
-          model[v * width + c] = el::embedding_accumulate(model[v * width + c], dy.get(r * width + c));
+          model[v * width + c] =
+              el::embedding_accumulate(model[v * width + c], dy.get(r * width + c));
       }
       cpu.scatter_add(ids, dy, dtable, beta);
       EXPECT_EQ(stored(model, DType::fp32), dtable.bytes())
@@ -681,8 +697,8 @@ TEST(cuda_element_math, ExpOfShiftedScoresWithinTwoUlpsOfCorrectlyRounded) {
   // Every 61st fp32 pattern from -0 down to -104 (~18 M values), then the edges.
   std::vector<float> zs;
   for (u32 b = 0x80000000u; b <= bits(-104.0f); b += 61) zs.push_back(from_bits(b));
-  for (float z : {0.0f, -0.0f, -1e-45f, -0.5f, -0.6931472f, -87.33654f, -87.33655f, -88.0f,
-                  -100.0f, -103.2789f, -103.97208f, -103.99f})
+  for (float z : {0.0f, -0.0f, -1e-45f, -0.5f, -0.6931472f, -87.33654f, -87.33655f, -88.0f, -100.0f,
+                  -103.2789f, -103.97208f, -103.99f})
     zs.push_back(z);
   for (float z : zs) {
     const float want = static_cast<float>(std::exp(static_cast<double>(z)));
@@ -719,8 +735,8 @@ double warp_sum_model(const std::vector<double>& terms) {
 
 TEST(cuda_element_math, SoftmaxModelsMatchTheCpuBackend) {
   mixtrain::backend_cpu::CpuBackend cpu(1);
-  const std::vector<std::pair<std::int64_t, std::int64_t>> sizes = {{16, 16}, {5, 77}, {1, 300},
-                                                                     {40, 40}};
+  const std::vector<std::pair<std::int64_t, std::int64_t>> sizes = {
+      {16, 16}, {5, 77}, {1, 300}, {40, 40}};
   for (bool causal : {true, false})
     for (const auto& [rows, cols] : sizes) {
       const std::int64_t batch = 3, total = batch * rows * cols;
@@ -774,7 +790,8 @@ TEST(cuda_element_math, SoftmaxModelsMatchTheCpuBackend) {
         const std::int64_t visible = el::softmax_visible(rows, cols, q % rows, causal);
         std::vector<double> terms(visible);
         for (std::int64_t j = 0; j < visible; ++j)
-          terms[j] = static_cast<double>(dpv[q * cols + j]) * static_cast<double>(p.get(q * cols + j));
+          terms[j] =
+              static_cast<double>(dpv[q * cols + j]) * static_cast<double>(p.get(q * cols + j));
         const double dot = warp_sum_model(terms);
         for (std::int64_t j = 0; j < cols; ++j) {
           const float want = ds.get(q * cols + j);
@@ -789,7 +806,8 @@ TEST(cuda_element_math, SoftmaxModelsMatchTheCpuBackend) {
         }
       }
       EXPECT_LE(worst_back, 1) << "backward rows " << rows << " cols " << cols;
-      EXPECT_GE(equal * 100, compared * 99) << "backward: bit-equal " << equal << " of " << compared;
+      EXPECT_GE(equal * 100, compared * 99)
+          << "backward: bit-equal " << equal << " of " << compared;
     }
 }
 

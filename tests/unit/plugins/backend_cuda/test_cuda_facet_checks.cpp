@@ -21,9 +21,7 @@ using sdk::TensorView;
 // Views into one host buffer at byte offsets: `at` apart never overlap for these sizes.
 class Views {
  public:
-  TensorView at(std::size_t offset, DType t, Shape s) {
-    return {bytes_.data() + offset, t, s};
-  }
+  TensorView at(std::size_t offset, DType t, Shape s) { return {bytes_.data() + offset, t, s}; }
 
  private:
   std::vector<std::byte> bytes_ = std::vector<std::byte>(std::size_t{1} << 22);
@@ -91,23 +89,28 @@ TEST(cuda_facet_checks, HeadPermutes) {
 TEST(cuda_facet_checks, Softmax) {
   Views v;
   const sdk::SoftmaxShape s{2, 3, 5, true};
-  const TensorView scores = v.at(0, DType::fp32, Shape{30}), probs = v.at(kMiB, DType::fp32, Shape{30});
+  const TensorView scores = v.at(0, DType::fp32, Shape{30}),
+                   probs = v.at(kMiB, DType::fp32, Shape{30});
   EXPECT_EQ(check_softmax_forward(scores, s, probs), 30);
   EXPECT_EQ(check_softmax_forward(scores, s, scores), 30);  // in place
   expect_error([&] { check_softmax_forward(v.at(0, DType::bf16, Shape{30}), s, probs); },
                {"backend_cuda.softmax_forward", "scores", "bf16 [30]"});
   expect_error([&] { check_softmax_forward(scores, s, v.at(kMiB, DType::fp32, Shape{29})); },
                {"backend_cuda.softmax_forward", "probs", "fp32 [29]"});
-  expect_error([&] { check_softmax_forward(scores, {2, 6, 5, true}, probs); },
-               {"backend_cuda.softmax_forward", "rows = 6 > cols = 5"});
+  expect_error(
+      [&] {
+        check_softmax_forward(scores, {2, 6, 5, true}, probs);
+      },
+      {"backend_cuda.softmax_forward", "rows = 6 > cols = 5"});
   expect_error([&] { check_softmax_forward(scores, s, v.at(4, DType::fp32, Shape{30})); },
                {"backend_cuda.softmax_forward", "overlap"});
   const TensorView dp = v.at(2 * kMiB, DType::fp32, Shape{30});
   EXPECT_EQ(check_softmax_backward(probs, dp, s, dp), 30);
   expect_error([&] { check_softmax_backward(probs, dp, s, probs); },
                {"backend_cuda.softmax_backward", "dscores overlaps probs"});
-  expect_error([&] { check_softmax_backward(probs, v.at(2 * kMiB, DType::fp16, Shape{30}), s, dp); },
-               {"backend_cuda.softmax_backward", "dprobs", "fp16"});
+  expect_error(
+      [&] { check_softmax_backward(probs, v.at(2 * kMiB, DType::fp16, Shape{30}), s, dp); },
+      {"backend_cuda.softmax_backward", "dprobs", "fp16"});
 }
 
 TEST(cuda_facet_checks, Embedding) {
@@ -123,19 +126,31 @@ TEST(cuda_facet_checks, Embedding) {
                {"backend_cuda.gather", "ids", "fp32 [6]", "int32"});
   expect_error([&] { check_gather(ids, v.at(kMiB, DType::bf16, Shape{40}), out); },
                {"backend_cuda.gather", "table", "bf16 [40]", "[V, C]"});
-  expect_error([&] { check_gather(ids, table, v.at(2 * kMiB, DType::fp32, Shape{6, 5})); },
-               {"backend_cuda.gather", "out", "fp32 [6, 5]", "[6, 4]"});
-  expect_error([&] { check_gather(ids, table, v.at(kMiB, DType::fp32, Shape{6, 4})); },
-               {"backend_cuda.gather", "overlaps"});
+  expect_error(
+      [&] {
+        check_gather(ids, table, v.at(2 * kMiB, DType::fp32, Shape{6, 5}));
+      },
+      {"backend_cuda.gather", "out", "fp32 [6, 5]", "[6, 4]"});
+  expect_error(
+      [&] {
+        check_gather(ids, table, v.at(kMiB, DType::fp32, Shape{6, 4}));
+      },
+      {"backend_cuda.gather", "overlaps"});
   const TensorView dy = v.at(2 * kMiB, DType::fp16, Shape{6, 4});
   const TensorView dtable = v.at(3 * kMiB, DType::fp32, Shape{10, 4});
   EXPECT_EQ(check_scatter_add(ids, dy, dtable, 1.0f).rows, 6);
   expect_error([&] { check_scatter_add(ids, dy, dtable, 0.5f); },
                {"backend_cuda.scatter_add", "beta = 0.5"});
-  expect_error([&] { check_scatter_add(ids, dy, v.at(3 * kMiB, DType::bf16, Shape{10, 4}), 0.0f); },
-               {"backend_cuda.scatter_add", "dtable", "bf16 [10, 4]"});
-  expect_error([&] { check_scatter_add(ids, v.at(2 * kMiB, DType::fp16, Shape{5, 4}), dtable, 0.0f); },
-               {"backend_cuda.scatter_add", "dy", "fp16 [5, 4]"});
+  expect_error(
+      [&] {
+        check_scatter_add(ids, dy, v.at(3 * kMiB, DType::bf16, Shape{10, 4}), 0.0f);
+      },
+      {"backend_cuda.scatter_add", "dtable", "bf16 [10, 4]"});
+  expect_error(
+      [&] {
+        check_scatter_add(ids, v.at(2 * kMiB, DType::fp16, Shape{5, 4}), dtable, 0.0f);
+      },
+      {"backend_cuda.scatter_add", "dy", "fp16 [5, 4]"});
 }
 
 TEST(cuda_facet_checks, Dropout) {
@@ -148,13 +163,19 @@ TEST(cuda_facet_checks, Dropout) {
   expect_error([&] { check_dropout("dropout_forward", "x", x, "y", y, -0.5f); },
                {"backend_cuda.dropout_forward", "p = -0.5"});
   expect_error(
-      [&] { check_dropout("dropout_backward", "dy", x, "dx", v.at(kMiB, DType::fp32, Shape{99}), 0.1f); },
+      [&] {
+        check_dropout("dropout_backward", "dy", x, "dx", v.at(kMiB, DType::fp32, Shape{99}), 0.1f);
+      },
       {"backend_cuda.dropout_backward", "dx", "fp32 [99]"});
   expect_error(
-      [&] { check_dropout("dropout_forward", "x", x, "y", v.at(2, DType::bf16, Shape{100}), 0.1f); },
+      [&] {
+        check_dropout("dropout_forward", "x", x, "y", v.at(2, DType::bf16, Shape{100}), 0.1f);
+      },
       {"backend_cuda.dropout_forward", "overlap"});
   expect_error(
-      [&] { check_dropout("dropout_forward", "x", v.at(0, DType::fp8_e4m3, Shape{100}), "y", y, 0.1f); },
+      [&] {
+        check_dropout("dropout_forward", "x", v.at(0, DType::fp8_e4m3, Shape{100}), "y", y, 0.1f);
+      },
       {"backend_cuda.dropout_forward", "x", "fp8_e4m3"});
 }
 
