@@ -164,6 +164,7 @@ void CudaBackend::reset_error_record(const char* op) {
 }
 
 void CudaBackend::check_deferred_errors() {
+  check_id_errors();  // cuda_backend_embedding.cpp
   if (!labels_pending_) return;
   labels_pending_ = false;
   kernels::ErrorRecord rec{};
@@ -281,18 +282,7 @@ void CudaBackend::gemm(const sdk::GemmArgs& args) {
 void CudaBackend::gemm_strided_batched(const sdk::GemmBatchedArgs& args) {
   activate();
   checks().gemm_batched_shape(args);
-  auto moved = [](TensorView v, std::int64_t elements) {
-    v.data =
-        static_cast<char*>(v.data) + elements * static_cast<std::int64_t>(sdk::dtype_size(v.dtype));
-    return v;
-  };
-  sdk::GemmArgs g = args.gemm;
-  for (std::int64_t i = 0; i < args.batch; ++i) {
-    g.a.view = moved(args.gemm.a.view, i * args.stride_a);
-    g.b.view = moved(args.gemm.b.view, i * args.stride_b);
-    g.c = moved(args.gemm.c, i * args.stride_c);
-    gemm_->run(g);
-  }
+  gemm_->run_batched(args);
   account_buffers();
 }
 
@@ -397,7 +387,6 @@ void CudaBackend::softmax_cross_entropy(TensorView logits, TensorView labels, fl
                  row_loss, row_ok, error_, stream_),
              op, "kernel launch");
   labels_pending_ = true;
-  ++label_checks_;
 }
 
 // --- element-wise ------------------------------------------------------------------------------
@@ -640,7 +629,8 @@ void CudaBackend::adamw_update(const sdk::AdamWHyper& h,
 sdk::Facet* CudaBackend::find_facet(std::string_view name) {
   return sdk::facet_among<sdk::GemmFacet, sdk::ActivationFacet, sdk::GradientCheckFacet,
                           sdk::ForeachFacet, sdk::LayerNormFacet, sdk::LossFacet,
-                          sdk::OptimizerFacet, sdk::StepGraphFacet>(*this, name);
+                          sdk::OptimizerFacet, sdk::ResidualFacet, sdk::AttentionFacet,
+                          sdk::EmbeddingFacet, sdk::DropoutFacet, sdk::StepGraphFacet>(*this, name);
 }
 
 bool CudaBackend::supports(sdk::GemmOp op, std::span<const DType> dtypes) const {
@@ -660,11 +650,20 @@ void CudaBackend::foreach_launch(const char* op, kernels::ForeachKind kind,
     checks().foreach_lists(op, self, {a});
   else
     checks().foreach_lists(op, self, {a, b});
-  for (std::size_t i = 0; i < self.size(); ++i)
-    check_cuda(kernels::foreach_op(
-                   kind, self[i].as<float>(), lists < 1 ? nullptr : a[i].as<const float>(),
-                   lists < 2 ? nullptr : b[i].as<const float>(), self[i].numel(), s0, s1, stream_),
-               op, "kernel launch");
+  // One launch for the whole list: the tensors' chunks go through the multi-tensor tables.
+  std::vector<kernels::ForeachRef> refs;
+  std::vector<std::int64_t> numels;
+  for (std::size_t i = 0; i < self.size(); ++i) {
+    refs.push_back({self[i].as<float>(), lists < 1 ? nullptr : a[i].as<const float>(),
+                    lists < 2 ? nullptr : b[i].as<const float>(), self[i].numel()});
+    numels.push_back(self[i].numel());
+  }
+  if (refs.empty()) return;
+  const kernels::ForeachRef* dev_refs = nullptr;
+  const kernels::Chunk* dev_chunks = nullptr;
+  const int count = upload_tables(refs, numels, &dev_refs, &dev_chunks, op);
+  check_cuda(kernels::foreach_op(kind, dev_refs, dev_chunks, count, s0, s1, stream_), op,
+             "kernel launch");
 }
 
 void CudaBackend::foreach_mul_scalar(std::span<const TensorView> self, float scalar) {

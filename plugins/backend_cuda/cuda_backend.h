@@ -19,6 +19,8 @@
 //   to the input format's rounding, not bit for bit.
 // - softmax_cross_entropy validates labels on the device (no sync); a label outside [0, classes)
 //   leaves loss/correct/dlogits untouched and raises BackendError at the next synchronising call.
+//   gather / scatter_add check their ids the same way (their own record): an id outside [0, V)
+//   leaves out / dtable untouched and raises at the next synchronising call, naming id and row.
 // - Errors: sdk::BackendError naming "backend_cuda.<op>", the tensor, its dtype/shape, and a fix.
 // - Threading: one host thread at a time; each call makes the backend's device current.
 #pragma once
@@ -44,8 +46,9 @@ namespace mixtrain::backend_cuda {
 class GemmEngine;  // cuda_gemm.h
 
 // The backend is its own facets: find_facet returns `this` as each of them (step_graph included:
-// the host asks for it only under run.step_graphs). It has no residual
-// (the core joins with axpy), batch norm, attention, embedding or convolution facet yet.
+// the host asks for it only under run.step_graphs). Residual, attention, embedding and dropout
+// have their own files (cuda_backend_<facet>.cpp, kernels in cuda_<facet>.cu); it has no batch
+// norm or convolution facet yet.
 class CudaBackend final : public sdk::DeviceBackend,
                           public sdk::GemmFacet,
                           public sdk::ActivationFacet,
@@ -54,6 +57,10 @@ class CudaBackend final : public sdk::DeviceBackend,
                           public sdk::LayerNormFacet,
                           public sdk::LossFacet,
                           public sdk::OptimizerFacet,
+                          public sdk::ResidualFacet,
+                          public sdk::AttentionFacet,
+                          public sdk::EmbeddingFacet,
+                          public sdk::DropoutFacet,
                           public sdk::StepGraphFacet {
  public:
   // fp8_fast_accumulation: CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 GEMMs (option of the
@@ -92,7 +99,7 @@ class CudaBackend final : public sdk::DeviceBackend,
   bool supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const override;
 
   void gemm(const sdk::GemmArgs& args) override;
-  // One cuBLASLt GEMM per batch (the same cached plan), enqueued back to back.
+  // One cuBLASLt strided-batched GEMM (GemmEngine::run_batched).
   void gemm_strided_batched(const sdk::GemmBatchedArgs& args) override;
 
   void bias_grad(sdk::TensorView dy, sdk::TensorView dbias, bool accumulate) override;
@@ -117,7 +124,7 @@ class CudaBackend final : public sdk::DeviceBackend,
                                               float inv_scale) override;
   int first_nonfinite(std::span<const sdk::TensorView> tensors) override;
 
-  // One launch per tensor of cuda_foreach.cu's kernel.
+  // One multi-tensor launch of cuda_foreach.cu's kernel for the whole list.
   void foreach_mul_scalar(std::span<const sdk::TensorView> self, float scalar) override;
   void foreach_mul(std::span<const sdk::TensorView> self,
                    std::span<const sdk::TensorView> other) override;
@@ -134,6 +141,30 @@ class CudaBackend final : public sdk::DeviceBackend,
 
   void sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params) override;
   void adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params) override;
+
+  // --- ResidualFacet (cuda_backend_residual.cpp) ---------------------------------------------
+  void add(std::span<const sdk::TensorView> xs, bool relu, sdk::TensorView y) override;
+
+  // --- AttentionFacet (cuda_backend_attention.cpp) -------------------------------------------
+  void split_heads(sdk::TensorView x, const sdk::HeadLayout& layout, sdk::TensorView y) override;
+  void merge_heads(sdk::TensorView y, const sdk::HeadLayout& layout, sdk::TensorView x) override;
+  void softmax_forward(sdk::TensorView scores, const sdk::SoftmaxShape& shape, float scale,
+                       sdk::TensorView probs) override;
+  void softmax_backward(sdk::TensorView probs, sdk::TensorView dprobs,
+                        const sdk::SoftmaxShape& shape, float scale,
+                        sdk::TensorView dscores) override;
+
+  // --- EmbeddingFacet (cuda_backend_embedding.cpp) -------------------------------------------
+  // Ids are checked on the device; a bad one raises at the next synchronising call.
+  void gather(sdk::TensorView ids, sdk::TensorView table, sdk::TensorView out,
+              bool accumulate) override;
+  void scatter_add(sdk::TensorView ids, sdk::TensorView dy, sdk::TensorView dtable,
+                   float beta) override;
+
+  // --- DropoutFacet (cuda_backend_dropout.cpp) -----------------------------------------------
+  void dropout_forward(sdk::TensorView x, sdk::TensorView y, float p, sdk::DropoutKey key) override;
+  void dropout_backward(sdk::TensorView dy, sdk::TensorView dx, float p,
+                        sdk::DropoutKey key) override;
 
   // Step graphs (cuda_step_graph.cpp): stream capture into a CUDA graph (thread-local mode), one
   // cudaGraphExec per id. While recording, host uploads raise BackendError (HostStaging), as do
@@ -155,6 +186,10 @@ class CudaBackend final : public sdk::DeviceBackend,
   void check_deferred_errors();
   // Clears the label-error record on the stream (ordered before later kernels).
   void reset_error_record(const char* op);
+  // The embedding ids' error record (device; allocated and cleared on first use), and the check
+  // check_deferred_errors() runs: raises the first bad id found since the last one.
+  kernels::ErrorRecord* id_record(const char* op);
+  void check_id_errors();
   // Folds growth of the backend's own buffers into the memory statistics.
   void account_buffers();
   // Uploads the tensor and chunk tables of a multi-tensor op; returns the number of chunks.
@@ -190,15 +225,17 @@ class CudaBackend final : public sdk::DeviceBackend,
   kernels::ErrorRecord* error_ = nullptr;  // device
   void* pinned_ = nullptr;                 // host, 4 KiB for results read back
   bool labels_pending_ = false;
+  DeviceScratch id_check_;  // kernels::ErrorRecord of gather / scatter_add (cuda_embedding.h)
+  bool ids_pending_ = false;
   std::size_t buffer_bytes_ = 0;  // own buffers already folded into the statistics
   std::vector<unsigned char> host_tables_;
   struct RecordedGraph {
     cudaGraphExec_t exec = nullptr;
-    bool checks_labels = false;  // it holds a label check: replaying arms the deferred error
+    // It holds a label or id check: replaying arms that deferred error, as the calls did.
+    bool checks_labels = false, checks_ids = false;
   };
   std::vector<RecordedGraph> graphs_;
   bool recording_ = false;
-  int label_checks_ = 0;  // softmax_cross_entropy calls so far (what a recording holds)
 };
 
 }  // namespace mixtrain::backend_cuda

@@ -1,16 +1,17 @@
 // Per-element math of the CUDA backend's kernels, callable from host and device: storage decodes
 // and encodes (sdk/float_format_rules.h, the SDK's own definition of sdk/float_formats.h), tf32
-// rounding, the fp32 clamp, relu / gelu and their gradients, the amax and argmax combines, and the
-// fused optimizer steps.
+// rounding, the fp32 clamp, relu / gelu and their gradients, the amax and argmax combines, the
+// attention softmax's steps, the residual / embedding / dropout element rules and the fused
+// optimizer steps.
 //
 // Contract
 // - One source for host and device, built only from integer operations and fp32 / fp64 operations
 //   that IEEE-754 rounds exactly on both (+, -, *, /, sqrt, int <-> float): no libm call, no CUDA
 //   conversion intrinsic. A host build of these functions therefore computes the device's bits,
-//   and tests/unit/plugins/backend_cuda/test_cuda_element_math.cpp checks them against the SDK on the CPU,
-//   without a GPU. Two conditions: no FMA contraction (the .cu files build with --fmad=false,
-//   host users with -ffp-contract=off) and no fast math (nvcc's defaults: IEEE division and square
-//   root, denormals kept).
+//   and tests/unit/plugins/backend_cuda/test_cuda_element_math.cpp checks them against the SDK on
+//   the CPU, without a GPU. Two conditions: no FMA contraction (the .cu files build with
+//   --fmad=false, host users with -ffp-contract=off) and no fast math (nvcc's defaults: IEEE
+//   division and square root, denormals kept).
 // - Exception: a NaN produced by fp32 arithmetic carries the hardware's payload (x86 propagates
 //   the input's, NVIDIA GPUs give 0x7FFFFFFF). Pure data movement (decode, encode, relu, clamp)
 //   keeps payloads exactly as the SDK does.
@@ -227,6 +228,102 @@ MIXTRAIN_HD bool argmax_beats(float z1, long long j1, float z2, long long j2) {
   if (j2 == 0 && !(z2 == z2)) return false;
   if (j1 == 0 && !(z1 == z1)) return true;
   return z1 > z2 || (z1 == z2 && j1 < j2);
+}
+
+// --- attention softmax (cpu_attention.cpp's steps) ----------------------------------------------
+
+// Keys query row i of a [rows, cols] score matrix sees: j < softmax_visible(...) (bottom-right
+// aligned causal mask: key j <= i + cols - rows; every key when not causal).
+MIXTRAIN_HD long long softmax_visible(long long rows, long long cols, long long i, bool causal) {
+  if (!causal) return cols;
+  const long long v = i + (cols - rows) + 1;
+  return v < cols ? v : cols;
+}
+
+// The row maximum's fold, std::max(m, v) of the CPU: a NaN v never replaces m (the NaN still
+// reaches the row through its own shifted score). Exact, so any fold order gives the same bits
+// (up to the sign of a zero maximum, which the subtraction below cannot tell apart).
+MIXTRAIN_HD float softmax_max(float m, float v) {
+  return m < v ? v : m;
+}
+
+// z = scale * s - max, the CPU's shifted score.
+MIXTRAIN_HD float softmax_shifted(float s, float scale, float max) {
+  return scale * s - max;
+}
+
+// e^z for z <= 0 (shifted scores), also -inf -> +0 and NaN -> NaN: Cephes expf, z = k ln2 + r
+// with a two-part ln2, degree-6 polynomial, scaled by 2^k once (one rounding also when the result
+// is subnormal). Within 2 ulps of the correctly rounded exp (the host test measures it). The CPU
+// backend uses oneDNN's vectorised exp, which is a different approximation of the same function.
+MIXTRAIN_HD float exp_nonpos(float z) {
+  if (!(z == z)) return z;
+  if (z < -104.0f) return 0.0f;  // below half the smallest subnormal: e^z rounds to +0
+  const int k = static_cast<int>(z * 1.44269504088896341f - 0.5f);  // round(z / ln2), z <= 0
+  const float kf = static_cast<float>(k);
+  float r = z - kf * 0.693359375f;  // exact: kf * 0.693359375f has at most 17 significant bits
+  r = r - kf * -2.12194440e-4f;
+  const float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+                     4.1665795894e-2f) *
+                        r +
+                    1.6666665459e-1f) *
+                       r +
+                   5.0000001201e-1f) *
+                      (r * r) +
+                  r + 1.0f;
+  if (k >= -125) return p * float_of(static_cast<u32>(k + 127) << 23);
+  // 2^k is subnormal: scale by 2^(k + 64) exactly (the result stays normal), then by 2^-64 with
+  // the one rounding into the subnormal range.
+  return (p * float_of(static_cast<u32>(k + 64 + 127) << 23)) *
+         float_of(static_cast<u32>(63) << 23);
+}
+
+// p = e / Σe, the division in double as the CPU does (sum: the row's exponentials summed in
+// double).
+MIXTRAIN_HD float softmax_normalise(float e, double sum) {
+  return static_cast<float>(static_cast<double>(e) / sum);
+}
+
+// dscore = scale * p * (dp - dot) in double, rounded once (dot = Σ dp * p in double): the CPU's
+// expression operation for operation.
+MIXTRAIN_HD float softmax_grad(float p, float dp, double dot, float scale) {
+  return static_cast<float>(static_cast<double>(scale) * p * (dp - dot));
+}
+
+// --- residual join, embedding, dropout -----------------------------------------------------------
+
+// The residual join's result from its FP32 sum (inputs added in order, x1 + x2 + ...): the fused
+// ReLU (NaN and -0 kept, as the CPU's sum < 0 ? 0 : sum) before the one rounding into y.
+MIXTRAIN_HD float residual_output(float sum, bool relu_after) {
+  return relu_after ? relu(sum) : sum;
+}
+
+// One contribution folded into an embedding accumulator in FP32: gather's out + table, and
+// scatter_add's table-row sum, which adds its rows' dy in ascending row order.
+MIXTRAIN_HD float embedding_accumulate(float acc, float x) {
+  return acc + x;
+}
+
+// sdk/backend_dropout.h's mask, mirrored here because the kernels' C++17 cannot include that
+// header (C++20); test_cuda_element_math checks it against sdk::dropout_keeps bit for bit.
+// dropout_state(seed, stream) is computed once per call; element i is kept when
+// dropout_keeps_at(state, i, threshold).
+MIXTRAIN_HD std::uint64_t dropout_mix(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+MIXTRAIN_HD std::uint64_t dropout_state(std::uint64_t seed, std::uint64_t stream) {
+  return dropout_mix(seed ^ dropout_mix(stream + 0x9E3779B97F4A7C15ull));
+}
+MIXTRAIN_HD bool dropout_keeps_at(std::uint64_t state, std::uint64_t index,
+                                  std::uint32_t threshold) {
+  const std::uint64_t bits = dropout_mix(state + (index + 1) * 0x9E3779B97F4A7C15ull);
+  return static_cast<std::uint32_t>(bits >> 32) >= threshold;
+}
+// A kept element times 1 / (1 - p) in FP32 (scale: sdk::dropout_scale(p)), a dropped one +0.
+MIXTRAIN_HD float dropout_value(float x, bool keep, float scale) {
+  return keep ? x * scale : 0.0f;
 }
 
 // --- fused optimizer steps (cpu_optimizers.cpp, operation for operation) ----------------------------

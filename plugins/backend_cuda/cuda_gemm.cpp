@@ -201,6 +201,18 @@ GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
                                         static_cast<std::uint64_t>(key.m),
                                         static_cast<std::uint64_t>(key.n), key.m) ==
                  CUBLAS_STATUS_SUCCESS;
+  if (ok && key.batch > 1) {
+    // One matmul over every batch: each layout steps by its stride (elements) from batch to batch.
+    const auto count = static_cast<std::int32_t>(key.batch);
+    auto batched = [&](cublasLtMatrixLayout_t layout, std::int64_t stride) {
+      return cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                              sizeof count) == CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                              &stride, sizeof stride) == CUBLAS_STATUS_SUCCESS;
+    };
+    ok = batched(plan.a, key.stride_a) && batched(plan.b, key.stride_b) &&
+         batched(plan.d, key.stride_d);
+  }
   if (!ok) return plan;
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -262,6 +274,9 @@ std::vector<GemmEngine::PlanInfo> GemmEngine::plan_infos() const {
     if (key.fp8_scales) line += " fp8-scales";
     if (key.beta_nonzero) line += " beta";
     line += " align=" + std::to_string(key.alignment);
+    if (key.batch > 1)
+      line += " batch=" + std::to_string(key.batch) + " strides=" + std::to_string(key.stride_a) +
+              "," + std::to_string(key.stride_b) + "," + std::to_string(key.stride_d);
     PlanInfo info;
     info.problem = std::move(line);
     info.usable = plan.ok;
@@ -365,7 +380,7 @@ GemmEngine::Operand GemmEngine::transposed(const Operand& in, DeviceScratch& scr
 
 bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Operand& b, float alpha,
                          bool tf32, bool fp8_scales, const GemmRoute& route, std::int64_t m,
-                         std::int64_t n, std::int64_t k) {
+                         std::int64_t n, std::int64_t k, const Batch& batch) {
   const DType c_dtype = storage_of(args.c.dtype);
   const cublasLtEpilogue_t epilogue = epilogue_for(route.bias_in_epilogue, route.activation_in_epilogue,
                                                    args.activation, route.aux_in_epilogue);
@@ -373,7 +388,21 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
   // A narrowed bias lives in scratch_bias_ (256-byte aligned); it is written below, once the plan
   // is known to be usable.
   const void* bias_ptr = route.bias_in_epilogue ? args.bias.data : nullptr;
-  const int align = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(args.c.data)});
+  const bool batched = batch.count > 1;
+  const bool d_is_c = route.d_dtype == c_dtype;
+  // A D in scratch is packed [count, m, n]; C keeps the caller's stride.
+  const std::int64_t stride_d = !batched ? 0 : d_is_c ? batch.stride_c : m * n;
+  // Every batch's matrix must have the alignment the plan promises: the base pointer's and the
+  // stride's in bytes (a zero stride repeats the base).
+  auto stride_alignment = [&](std::int64_t stride, DType t) {
+    return alignment_of(
+        reinterpret_cast<const void*>(static_cast<std::uintptr_t>(stride) * sdk::dtype_size(t)));
+  };
+  int align = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(args.c.data)});
+  if (batched)
+    align = std::min({align, stride_alignment(batch.stride_a, a.dtype),
+                      stride_alignment(batch.stride_b, b.dtype),
+                      stride_alignment(batch.stride_c, c_dtype)});
   int epi_align = 256;
   if (route.bias_in_epilogue && route.bias_dtype == DType::fp32)
     epi_align = std::min(epi_align, alignment_of(bias_ptr));
@@ -388,7 +417,11 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                 args.beta != 0.0f,
                 fp8_scales,
                 align,
-                epi_align};
+                epi_align,
+                batched ? batch.count : 1,
+                batched ? batch.stride_b : 0,  // cuBLASLt's A is our B
+                batched ? batch.stride_a : 0,
+                stride_d};
   Plan& plan = plan_for(key);
   if (!plan.ok) return false;
   if (route.bias_in_epilogue && route.bias_dtype != DType::fp32) {
@@ -400,13 +433,28 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
     bias_ptr = narrow;
   }
 
+  // Casts between C (the caller's stride) and a D in packed fp32 scratch: one launch when C is
+  // packed too (always for a single GEMM), else one per batch.
+  auto per_batch = [&](void* d_base, const std::function<void(void*, void*, std::int64_t)>& cast) {
+    const std::size_t c_size = sdk::dtype_size(c_dtype);
+    if (!batched || batch.stride_c == m * n) {
+      cast(args.c.data, d_base, m * n * batch.count);
+      return;
+    }
+    for (std::int64_t i = 0; i < batch.count; ++i)
+      cast(static_cast<char*>(args.c.data) + i * batch.stride_c * static_cast<std::int64_t>(c_size),
+           static_cast<float*>(d_base) + i * m * n, m * n);
+  };
   void* d = args.c.data;
-  if (route.d_dtype != c_dtype) {
-    d = scratch_d_.get(static_cast<std::size_t>(m * n) * sizeof(float), stream_, "gemm");
+  if (!d_is_c) {
+    d = scratch_d_.get(static_cast<std::size_t>(m * n * batch.count) * sizeof(float), stream_,
+                       "gemm");
     if (args.beta != 0.0f)
-      check_cuda(kernels::cast(args.c.data, elem_of(c_dtype), d, kernels::Elem::f32, false, m * n,
-                               1.0f, false, nullptr, stream_),
-                 "gemm", "C decode kernel");
+      per_batch(d, [&](void* c, void* dd, std::int64_t count) {
+        check_cuda(kernels::cast(c, elem_of(c_dtype), dd, kernels::Elem::f32, false, count, 1.0f,
+                                 false, nullptr, stream_),
+                   "gemm", "C decode kernel");
+      });
   }
   // A failed set would leave the previous call's pointer on the cached descriptor: checked.
   if (route.bias_in_epilogue)
@@ -464,13 +512,59 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                                            args.c.data, elem_of(c_dtype), m * n, stream_),
                "gemm", "activation epilogue kernel");
   if (route.encode_by_kernel)
-    check_cuda(kernels::cast(d, kernels::Elem::f32, args.c.data, elem_of(c_dtype), false, m * n,
-                             1.0f, false, nullptr, stream_),
-               "gemm", "C encode kernel");
+    per_batch(d, [&](void* c, void* dd, std::int64_t count) {
+      check_cuda(kernels::cast(dd, kernels::Elem::f32, c, elem_of(c_dtype), false, count, 1.0f,
+                               false, nullptr, stream_),
+                 "gemm", "C encode kernel");
+    });
   return true;
 }
 
 void GemmEngine::run(const sdk::GemmArgs& args) {
+  run_impl(args, Batch{});
+}
+
+void GemmEngine::run_batched(const sdk::GemmBatchedArgs& args) {
+  const auto& av = args.gemm.a.view;
+  const auto& bv = args.gemm.b.view;
+  const auto [m, n, k] = checks().gemm_shape(args.gemm);
+  const bool native = args.batch > 1 && m > 0 && n > 0 && k > 0 &&
+                      storage_of(av.dtype) == storage_of(bv.dtype) && is_storage_float(av.dtype) &&
+                      is_storage_float(args.gemm.c.dtype) && args.stride_a >= 0 &&
+                      args.stride_b >= 0 && args.stride_c >= 0;
+  if (native) {
+    // cuBLASLt takes the batch count as int32: a (theoretical) larger batch runs in pieces.
+    constexpr std::int64_t kMaxBatch = INT32_MAX;
+    for (std::int64_t first = 0; first < args.batch; first += kMaxBatch) {
+      sdk::GemmArgs g = args.gemm;
+      auto piece = [&](void* p, DType t, std::int64_t stride) {
+        return static_cast<void*>(static_cast<char*>(p) +
+                                  first * stride * static_cast<std::int64_t>(sdk::dtype_size(t)));
+      };
+      g.a.view.data = piece(av.data, av.dtype, args.stride_a);
+      g.b.view.data = piece(bv.data, bv.dtype, args.stride_b);
+      g.c.data = piece(args.gemm.c.data, args.gemm.c.dtype, args.stride_c);
+      run_impl(g, {std::min(kMaxBatch, args.batch - first), args.stride_a, args.stride_b,
+                   args.stride_c});
+    }
+    return;
+  }
+  // One GEMM per batch (same cached plan): mixed or FP8 inputs, negative strides, k = 0, batch 1.
+  auto moved = [](sdk::TensorView v, std::int64_t elements) {
+    v.data =
+        static_cast<char*>(v.data) + elements * static_cast<std::int64_t>(sdk::dtype_size(v.dtype));
+    return v;
+  };
+  sdk::GemmArgs g = args.gemm;
+  for (std::int64_t i = 0; i < args.batch; ++i) {
+    g.a.view = moved(av, i * args.stride_a);
+    g.b.view = moved(bv, i * args.stride_b);
+    g.c = moved(args.gemm.c, i * args.stride_c);
+    run_impl(g, Batch{});
+  }
+}
+
+void GemmEngine::run_impl(const sdk::GemmArgs& args, const Batch& batch) {
   const auto& av = args.a.view;
   const auto& bv = args.b.view;
   if (!is_gemm_input(av.dtype) || !is_gemm_input(bv.dtype))
@@ -545,7 +639,7 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
     q.pre_activation_dtype = storage_of(args.pre_activation.dtype);
     q.n = n;
     for (const GemmRoute& route : gemm_routes(q))
-      if (try_run(args, x, y, alpha, tf32, fp8_scales, route, m, n, k)) return true;
+      if (try_run(args, x, y, alpha, tf32, fp8_scales, route, m, n, k, batch)) return true;
     return false;
   };
 
@@ -557,6 +651,22 @@ void GemmEngine::run(const sdk::GemmArgs& args) {
          "which emulates FP8 exactly)");
   if (a.dtype == b.dtype && !sdk::is_fp8(a.dtype)) {
     if (attempt(a, b, args.alpha, false)) return;
+  }
+  if (batch.count > 1) {
+    // cuBLASLt declined the strided batch: the fallbacks below decode one matrix per operand into
+    // scratch, so they run batch by batch.
+    sdk::GemmArgs g = args;
+    for (std::int64_t i = 0; i < batch.count; ++i) {
+      auto at = [i](const void* p, DType t, std::int64_t stride) {
+        return static_cast<void*>(const_cast<char*>(static_cast<const char*>(p)) +
+                                  i * stride * static_cast<std::int64_t>(sdk::dtype_size(t)));
+      };
+      g.a.view.data = at(av.data, av.dtype, batch.stride_a);
+      g.b.view.data = at(bv.data, bv.dtype, batch.stride_b);
+      g.c.data = at(args.c.data, args.c.dtype, batch.stride_c);
+      run_impl(g, Batch{});
+    }
+    return;
   } else if (sdk::is_fp8(a.dtype) && sdk::is_fp8(b.dtype)) {
     const bool both_e5m2 = a.dtype == DType::fp8_e5m2 && b.dtype == DType::fp8_e5m2;
     if (fp8_native() && !both_e5m2 && k % 16 == 0) {

@@ -9,8 +9,8 @@
 //   where cuBLASLt has the combination, else D is fp32 scratch encoded once (RNE) into C.
 // - FP8 (sm_89+): e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3 natively with A/B scale pointers (device
 //   floats holding each operand's scale_inv) and FP32 accumulation. cuBLASLt on Ada/Hopper wants
-//   FP8 in the "TN" layout (its A transposed, its B not), i.e. our B transposed and our A not; other
-//   layouts are transposed into scratch first. e5m2 x e5m2, or an FP8 GEMM cuBLASLt declines,
+//   FP8 in the "TN" layout (its A transposed, its B not), i.e. our B transposed and our A not;
+//   other layouts are transposed into scratch first. e5m2 x e5m2, or an FP8 GEMM cuBLASLt declines,
 //   decode both operands exactly to bf16 (every fp8 value is a bf16 value) and fold the scales into
 //   alpha. Before sm_89 any FP8 operand is refused (BackendError naming sm_89): capabilities() does
 //   not declare FP8 there. Other mixes (fp32 with bf16, bf16 with fp16, fp8 with fp32, ...) decode
@@ -26,10 +26,18 @@
 //   kernels write pre_activation and act(z) into C, still rounding once; a 16-bit C is never
 //   written as z first, so a fused GEMM never rounds twice. The routes, in order, and what each
 //   leaves to kernels are cuda_gemm_routes.h's (host-tested).
+// - Strided-batched GEMMs (run_batched) are one cuBLASLt matmul over every batch:
+//   CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and STRIDED_BATCH_OFFSET on the A, B and D layouts, when A
+//   and B share a non-FP8 dtype (fp32/tf32, bf16, fp16: attention's QKᵀ and PV) and the strides
+//   are >= 0. A D in fp32 scratch (C's dtype not in cuBLASLt's table) is packed [batch, m, n]
+//   and encoded into C by one cast when C is packed too. Mixed or FP8 inputs (their decoded or
+//   transposed operands live in per-call scratch), negative strides and k = 0 run one GEMM per
+//   batch through run().
 // - One plan per (m, n, k, transposes, A/B/D types, compute, epilogue, bias type, beta != 0,
-//   A/B/C/D alignment, bias/aux alignment, fp8 scales): descriptors plus the heuristic's best
-//   algorithm, cached; a combination cuBLASLt declines is remembered and the next strategy is
-//   used. Per-call pointers (bias, aux) are set on the cached descriptor before each matmul.
+//   A/B/C/D alignment, bias/aux alignment, fp8 scales, batch count and strides): descriptors
+//   plus the heuristic's best algorithm, cached; a combination cuBLASLt declines is remembered and
+//   the next strategy is used. Per-call pointers (bias, aux) are set on the cached descriptor
+//   before each matmul.
 // - FP8 accumulation: cuBLASLt's default (periodic promotion to FP32); fp8_fast_accumulation
 //   sets CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 plans, as Transformer Engine does for
 //   forward GEMMs (faster on Hopper, less exact).
@@ -79,6 +87,8 @@ class GemmEngine {
   GemmEngine& operator=(const GemmEngine&) = delete;
 
   void run(const sdk::GemmArgs& args);
+  // gemm_strided_batched; the caller has checked the arguments (gemm_batched_shape).
+  void run_batched(const sdk::GemmBatchedArgs& args);
 
   bool fp8_native() const { return sm_ >= 89; }
   // Runs when a scratch buffer cannot grow (the backend frees its allocator's cached blocks).
@@ -113,11 +123,18 @@ class GemmEngine {
     bool beta_nonzero, fp8_scales;
     int alignment;           // of A, B and C/D: the heuristic's minimum-alignment preferences
     int epilogue_alignment;  // of the bias and aux pointers: their placeholders' alignment
+    // Strided batch (cuBLASLt's A, B, D; elements): batch 1 is a plain GEMM (strides 0).
+    std::int64_t batch, stride_a, stride_b, stride_d;
     bool operator==(const Key&) const = default;
     auto fields() const {
       return std::tie(a_type, b_type, d_type, compute, epilogue, bias_type, beta_nonzero,
-                      fp8_scales, alignment, epilogue_alignment);
+                      fp8_scales, alignment, epilogue_alignment, batch, stride_a, stride_b,
+                      stride_d);
     }
+  };
+  // Our strided batch (elements between consecutive A, B, C matrices); count 1: one GEMM.
+  struct Batch {
+    std::int64_t count = 1, stride_a = 0, stride_b = 0, stride_c = 0;
   };
   struct Plan {
     bool ok = false;
@@ -145,7 +162,9 @@ class GemmEngine {
   // Tries one strategy; false when cuBLASLt declines it (nothing was written then).
   bool try_run(const sdk::GemmArgs& args, const Operand& a, const Operand& b, float alpha,
                bool tf32, bool fp8_scales, const GemmRoute& route, std::int64_t m, std::int64_t n,
-               std::int64_t k);
+               std::int64_t k, const Batch& batch);
+  // run() for one GEMM (batch.count 1) or, when run_batched chose it, a native strided batch.
+  void run_impl(const sdk::GemmArgs& args, const Batch& batch);
   Operand decoded(const Operand& in, sdk::DType to, bool apply_scale,
                   DeviceScratch& scratch);
   Operand transposed(const Operand& in, DeviceScratch& scratch);

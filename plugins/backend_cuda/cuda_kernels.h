@@ -134,11 +134,19 @@ struct AdamWArgs {
 cudaError_t adamw_update(const AdamWArgs& h, const ParamRef* params, const Chunk* chunks,
                          int num_chunks, cudaStream_t stream);
 
-// Foreach ops (ForeachFacet) over one fp32 tensor x[n], in place; a, b: the other lists'
-// tensors (nullptr where the op has none); s0, s1: the op's scalars (mul_scalar/add_scalar: s0;
-// add: alpha; addcmul: value; lerp: weight; clamp: lo, hi). NaN propagates through every op.
+// Foreach ops (ForeachFacet), in place on fp32 tensors, as one multi-tensor launch
+// (cuda_foreach.cu): one block per chunk of the table, every tensor of the lists in the same
+// launch. ForeachRef i holds self[i] and, where the op reads them, the other lists' i-th tensors
+// (a, b: nullptr otherwise); s0, s1: the op's scalars (mul_scalar/add_scalar: s0; add: alpha;
+// addcmul: value; lerp: weight; clamp: lo, hi). NaN propagates through every op.
 enum class ForeachKind { mul, add_scalar, add, addcmul, sqrt, sign, lerp, clamp };
-cudaError_t foreach_op(ForeachKind kind, float* x, const float* a, const float* b, std::int64_t n,
-                       float s0, float s1, cudaStream_t stream);
+struct ForeachRef {
+  float* x;
+  const float* a;  // nullable
+  const float* b;  // nullable
+  std::int64_t numel;
+};
+cudaError_t foreach_op(ForeachKind kind, const ForeachRef* tensors, const Chunk* chunks,
+                       int num_chunks, float s0, float s1, cudaStream_t stream);
 
 }  // namespace mixtrain::backend_cuda::kernels

@@ -21,9 +21,9 @@ bool CudaBackend::begin_capture() {
   sync("begin_capture");
   check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin_capture",
              "cudaStreamBeginCapture");
+  // sync() raised or cleared every deferred check, so what the recorded calls arm is theirs.
   recording_ = true;
   staging_.set_recording(true);
-  label_checks_ = 0;
   return true;
 }
 
@@ -32,6 +32,9 @@ int CudaBackend::end_capture() {
   if (!recording_) return -1;
   recording_ = false;
   staging_.set_recording(false);
+  // Nothing recorded has run: no check is pending yet; replay() arms them.
+  const bool checks_labels = labels_pending_, checks_ids = ids_pending_;
+  labels_pending_ = ids_pending_ = false;
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
   if (ended != cudaSuccess || graph == nullptr) {
@@ -47,7 +50,7 @@ int CudaBackend::end_capture() {
     (void)cudaGetLastError();
     return -1;
   }
-  graphs_.push_back({exec, label_checks_ > 0});
+  graphs_.push_back({exec, checks_labels, checks_ids});
   return static_cast<int>(graphs_.size()) - 1;
 }
 
@@ -57,7 +60,8 @@ void CudaBackend::replay(int graph) {
     fail("replay", "graph " + std::to_string(graph) + " was never recorded or was released",
          "replay an id end_capture() returned and release() has not freed");
   check_cuda(cudaGraphLaunch(graphs_[graph].exec, stream_), "replay", "cudaGraphLaunch");
-  if (graphs_[graph].checks_labels) labels_pending_ = true;
+  labels_pending_ = labels_pending_ || graphs_[graph].checks_labels;
+  ids_pending_ = ids_pending_ || graphs_[graph].checks_ids;
 }
 
 void CudaBackend::release(int graph) noexcept {

@@ -12,6 +12,12 @@
 // - tanh, gelu, gelu_grad against the CPU backend's formula with std::tanh, within stated ulps.
 // - relu, the fp32 clamp, int32 stores, the amax fold and the softmax argmax against the CPU
 //   backend's rules; the SGD and AdamW element steps against cpu_optimizers.cpp, bit for bit.
+// - The new facets' kernels modelled on the host from the same element functions, in the
+//   kernels' order (lane partials and xor-shuffle trees included), against the CPU backend run
+//   on the same inputs: residual add, dropout (and the mask mirror against sdk::dropout_keeps),
+//   embedding gather and scatter_add bit for bit in fp32/bf16/fp16; the attention softmax
+//   backward within 1 ulp (double sums in another order), the forward within 4 ulps (exp_nonpos
+//   is not oneDNN's exp; exp_nonpos itself within 2 ulps of the correctly rounded exp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,12 +25,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "cpu_backend.h"
 #include "cuda_element_math.h"
 #include "mixtrain/sdk/float_formats.h"
 
@@ -469,6 +477,359 @@ TEST(cuda_element_math, OptimizerStepsMatchTheCpuBitForBit) {
     EXPECT_EQ(bits(mm), bits(mi));
     EXPECT_EQ(bits(vv), bits(vi));
   }
+}
+
+// --- the facets' kernels modelled on the host, against the CPU backend ---------------------------
+
+using sdk::DType;
+using sdk::TensorView;
+
+constexpr DType kStorage[] = {DType::fp32, DType::bf16, DType::fp16};
+
+// A tensor in the CPU backend's (host) memory, filled through the kernels' storage encodes.
+class HostTensor {
+ public:
+  HostTensor(mixtrain::backend_cpu::CpuBackend& cpu, DType dtype, sdk::Shape shape) : cpu_(&cpu) {
+    view_.dtype = dtype;
+    view_.shape = shape;
+    view_.data = cpu.allocate(std::max<std::size_t>(view_.bytes(), 1));
+    std::memset(view_.data, 0, view_.bytes());
+  }
+  HostTensor(const HostTensor&) = delete;
+  HostTensor& operator=(const HostTensor&) = delete;
+  ~HostTensor() { cpu_->deallocate(view_.data); }
+  operator TensorView() const { return view_; }
+  const TensorView& view() const { return view_; }
+  std::int64_t numel() const { return view_.numel(); }
+
+  float get(std::int64_t i) const {
+    switch (view_.dtype) {
+      case DType::bf16:
+        return st::Bf16::load(static_cast<const std::uint16_t*>(view_.data)[i]);
+      case DType::fp16:
+        return st::F16::load(static_cast<const std::uint16_t*>(view_.data)[i]);
+      case DType::int32:
+        return static_cast<float>(static_cast<const std::int32_t*>(view_.data)[i]);
+      default:
+        return static_cast<const float*>(view_.data)[i];
+    }
+  }
+  void set(std::int64_t i, float v) {
+    switch (view_.dtype) {
+      case DType::bf16:
+        static_cast<std::uint16_t*>(view_.data)[i] = st::Bf16::store(v, false);
+        break;
+      case DType::fp16:
+        static_cast<std::uint16_t*>(view_.data)[i] = st::F16::store(v, false);
+        break;
+      case DType::int32:
+        static_cast<std::int32_t*>(view_.data)[i] = static_cast<std::int32_t>(v);
+        break;
+      default:
+        static_cast<float*>(view_.data)[i] = v;
+        break;
+    }
+  }
+  void set_all(const std::vector<float>& v) {
+    for (std::size_t i = 0; i < v.size(); ++i) set(static_cast<std::int64_t>(i), v[i]);
+  }
+  std::vector<std::uint8_t> bytes() const {
+    const auto* b = static_cast<const std::uint8_t*>(view_.data);
+    return {b, b + view_.bytes()};
+  }
+
+ private:
+  mixtrain::backend_cpu::CpuBackend* cpu_;
+  TensorView view_;
+};
+
+// Bits of v stored as t (what a kernel's S::store writes).
+std::vector<std::uint8_t> stored(const std::vector<float>& v, DType t) {
+  std::vector<std::uint8_t> out(v.size() * sdk::dtype_size(t));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (t == DType::fp32) {
+      std::memcpy(out.data() + 4 * i, &v[i], 4);
+    } else {
+      const std::uint16_t b =
+          t == DType::bf16 ? st::Bf16::store(v[i], false) : st::F16::store(v[i], false);
+      std::memcpy(out.data() + 2 * i, &b, 2);
+    }
+  }
+  return out;
+}
+
+// Random values with the special ones the kernels must carry: ±0, ±inf, NaN, large and tiny.
+std::vector<float> test_values(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  const float specials[] = {0.0f,     -0.0f,     INFINITY, -INFINITY, NAN,
+                            65504.0f, -70000.0f, 1e-30f,   3.0e38f};
+  for (std::size_t i = 0; i < std::size(specials) && 7 * i < n; ++i) v[7 * i] = specials[i];
+  return v;
+}
+
+std::string dtypes_text(std::initializer_list<DType> ts) {
+  std::string s;
+  for (DType t : ts) s += std::string(sdk::dtype_name(t)) + " ";
+  return s;
+}
+
+TEST(cuda_element_math, ResidualAddModelMatchesTheCpuBackendBitForBit) {
+  mixtrain::backend_cpu::CpuBackend cpu(1);
+  constexpr std::int64_t n = 1000;
+  for (DType t1 : kStorage)
+    for (DType t2 : kStorage)
+      for (DType ty : kStorage)
+        for (bool relu : {false, true}) {
+          HostTensor x1(cpu, t1, sdk::Shape{n}), x2(cpu, t2, sdk::Shape{n}),
+              x3(cpu, DType::bf16, sdk::Shape{n}), y(cpu, ty, sdk::Shape{n});
+          x1.set_all(test_values(n, 1));
+          x2.set_all(test_values(n, 2));
+          x3.set_all(test_values(n, 3));
+          const TensorView xs[] = {x1, x2, x3};
+          cpu.add(xs, relu, y);
+          // cuda_residual.cu's kernel: decode each input, sum in order, residual_output, store.
+          std::vector<float> model(n);
+          for (std::int64_t i = 0; i < n; ++i) {
+            float sum = x1.get(i);
+            sum = sum + x2.get(i);
+            sum = sum + x3.get(i);
+            model[static_cast<std::size_t>(i)] = el::residual_output(sum, relu);
+          }
+          EXPECT_EQ(stored(model, ty), y.bytes())
+              << dtypes_text({t1, t2, DType::bf16, ty}) << (relu ? "relu" : "");
+        }
+}
+
+TEST(cuda_element_math, DropoutMaskMirrorsTheSdkBitForBit) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const sdk::DropoutKey key{rng(), trial % 3 == 0 ? trial : rng()};
+    const float p = trial == 0 ? 0.0f : static_cast<float>(trial % 10) / 10.0f + 0.05f;
+    const std::uint32_t threshold = sdk::dropout_threshold(p);
+    const std::uint64_t state = el::dropout_state(key.seed, key.stream);
+    const std::uint64_t base = trial % 2 == 0 ? 0 : rng() >> 1;
+    for (std::uint64_t i = base; i < base + 2000; ++i)
+      ASSERT_EQ(el::dropout_keeps_at(state, i, threshold), sdk::dropout_keeps(key, i, threshold))
+          << "key " << key.seed << "/" << key.stream << " index " << i << " p " << p;
+  }
+}
+
+TEST(cuda_element_math, DropoutModelMatchesTheCpuBackendBitForBit) {
+  mixtrain::backend_cpu::CpuBackend cpu(1);
+  constexpr std::int64_t n = 5000;
+  const sdk::DropoutKey key{12345, 6};
+  for (DType ti : kStorage)
+    for (DType to : kStorage)
+      for (float p : {0.0f, 0.1f, 0.5f, 0.9f}) {
+        HostTensor x(cpu, ti, sdk::Shape{n}), y(cpu, to, sdk::Shape{n});
+        x.set_all(test_values(n, 11));
+        cpu.dropout_forward(x, y, p, key);
+        const std::uint64_t state = el::dropout_state(key.seed, key.stream);
+        const std::uint32_t threshold = sdk::dropout_threshold(p);
+        std::vector<float> model(n);
+        for (std::int64_t i = 0; i < n; ++i)
+          model[static_cast<std::size_t>(i)] = el::dropout_value(
+              x.get(i), el::dropout_keeps_at(state, static_cast<std::uint64_t>(i), threshold),
+              sdk::dropout_scale(p));
+        EXPECT_EQ(stored(model, to), y.bytes()) << dtypes_text({ti, to}) << "p " << p;
+      }
+}
+
+TEST(cuda_element_math, EmbeddingModelsMatchTheCpuBackendBitForBit) {
+  mixtrain::backend_cpu::CpuBackend cpu(2);
+  constexpr std::int64_t vocab = 37, width = 300, rows = 500;
+  std::mt19937 rng(5);
+  std::vector<float> id_values(rows);
+  for (auto& v : id_values) v = static_cast<float>(rng() % 7 == 0 ? 3 : rng() % (vocab - 5));
+  HostTensor ids(cpu, DType::int32, sdk::Shape{rows});
+  ids.set_all(id_values);
+  for (DType tt : kStorage)
+    for (DType to : kStorage)
+      for (bool accumulate : {false, true}) {
+        HostTensor table(cpu, tt, sdk::Shape{vocab, width}), out(cpu, to, sdk::Shape{rows, width});
+        table.set_all(test_values(vocab * width, 21));
+        out.set_all(test_values(rows * width, 22));
+        // cuda_embedding.cu's gather: out + table in FP32 (accumulate), else the value moved.
+        std::vector<float> model(rows * width);
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t c = 0; c < width; ++c) {
+            const float t = table.get(static_cast<std::int64_t>(id_values[r]) * width + c);
+            model[r * width + c] =
+                accumulate ? el::embedding_accumulate(out.get(r * width + c), t) : t;
+          }
+        cpu.gather(ids, table, out, accumulate);
+        EXPECT_EQ(stored(model, to), out.bytes())
+            << "gather " << dtypes_text({tt, to}) << accumulate;
+      }
+  for (DType dt : kStorage)
+    for (float beta : {0.0f, 1.0f}) {
+      HostTensor dy(cpu, dt, sdk::Shape{rows, width}),
+          dtable(cpu, DType::fp32, sdk::Shape{vocab, width});
+      dy.set_all(test_values(rows * width, 31));
+      dtable.set_all(test_values(vocab * width, 32));
+      // The kernel's order: rows stably sorted by id, each id's rows summed in ascending order
+      // from dtable's value (beta 1) or +0 (beta 0, the zeroed table).
+      std::vector<std::int64_t> order(rows);
+      for (std::int64_t r = 0; r < rows; ++r) order[r] = r;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](std::int64_t a, std::int64_t b) { return id_values[a] < id_values[b]; });
+      std::vector<float> model(vocab * width);
+      for (std::int64_t i = 0; i < vocab * width; ++i)
+        model[i] = beta == 0.0f ? 0.0f : dtable.get(i);
+      for (std::int64_t r : order) {
+        const auto v = static_cast<std::int64_t>(id_values[r]);
+        for (std::int64_t c = 0; c < width; ++c)
+          model[v * width + c] =
+              el::embedding_accumulate(model[v * width + c], dy.get(r * width + c));
+      }
+      cpu.scatter_add(ids, dy, dtable, beta);
+      EXPECT_EQ(stored(model, DType::fp32), dtable.bytes())
+          << "scatter_add " << dtypes_text({dt}) << "beta " << beta;
+    }
+}
+
+TEST(cuda_element_math, ExpOfShiftedScoresWithinTwoUlpsOfCorrectlyRounded) {
+  std::int64_t worst = 0;
+  float worst_at = 0.0f;
+  // Every 61st fp32 pattern from -0 down to -104 (~18 M values), then the edges.
+  std::vector<float> zs;
+  for (u32 b = 0x80000000u; b <= bits(-104.0f); b += 61) zs.push_back(from_bits(b));
+  for (float z : {0.0f, -0.0f, -1e-45f, -0.5f, -0.6931472f, -87.33654f, -87.33655f, -88.0f, -100.0f,
+                  -103.2789f, -103.97208f, -103.99f})
+    zs.push_back(z);
+  for (float z : zs) {
+    const float want = static_cast<float>(std::exp(static_cast<double>(z)));
+    const float got = el::exp_nonpos(z);
+    ASSERT_TRUE(std::isfinite(got)) << z;
+    const std::int64_t d = ulp_distance(got, want);
+    if (d > worst) {
+      worst = d;
+      worst_at = z;
+    }
+  }
+  std::printf("exp_nonpos: worst %lld ulps at z = %g over %zu values\n",
+              static_cast<long long>(worst), static_cast<double>(worst_at), zs.size());
+  EXPECT_LE(worst, 2) << "at z = " << worst_at;
+  EXPECT_EQ(bits(el::exp_nonpos(-INFINITY)), 0u);
+  EXPECT_EQ(bits(el::exp_nonpos(-1000.0f)), 0u);
+  EXPECT_TRUE(std::isnan(el::exp_nonpos(NAN)));
+  EXPECT_EQ(el::exp_nonpos(0.0f), 1.0f);
+  EXPECT_EQ(el::exp_nonpos(-0.0f), 1.0f);
+}
+
+// The warp's double sum as the kernel forms it: lane l adds its keys l, l + 32, ... in order,
+// then the xor-shuffle tree (every lane ends with the same value; lane 0's is returned).
+double warp_sum_model(const std::vector<double>& terms) {
+  double lane[32] = {};
+  for (std::size_t j = 0; j < terms.size(); ++j) lane[j % 32] += terms[j];
+  for (int o = 16; o > 0; o >>= 1) {
+    double next[32];
+    for (int l = 0; l < 32; ++l) next[l] = lane[l] + lane[l ^ o];
+    std::copy(next, next + 32, lane);
+  }
+  return lane[0];
+}
+
+TEST(cuda_element_math, SoftmaxModelsMatchTheCpuBackend) {
+  mixtrain::backend_cpu::CpuBackend cpu(1);
+  const std::vector<std::pair<std::int64_t, std::int64_t>> sizes = {
+      {16, 16}, {5, 77}, {1, 300}, {40, 40}};
+  for (bool causal : {true, false})
+    for (const auto& [rows, cols] : sizes) {
+      const std::int64_t batch = 3, total = batch * rows * cols;
+      const float scale = 0.125f;
+      const sdk::SoftmaxShape shape{batch, rows, cols, causal};
+      HostTensor s(cpu, DType::fp32, sdk::Shape{total}), p(cpu, DType::fp32, sdk::Shape{total});
+      std::vector<float> sv = test_values(total, 41);
+      for (auto& v : sv)
+        if (!std::isfinite(v) || std::fabs(v) > 100.0f) v = 7.0f;  // finite rows here
+      sv[3] = -0.0f;
+      s.set_all(sv);
+      cpu.softmax_forward(s, shape, scale, p);
+      // cuda_attention.cu's forward for every row.
+      std::int64_t worst = 0;
+      for (std::int64_t q = 0; q < batch * rows; ++q) {
+        const std::int64_t visible = el::softmax_visible(rows, cols, q % rows, causal);
+        ASSERT_EQ(visible, causal ? std::min(cols, q % rows + (cols - rows) + 1) : cols);
+        float m = -INFINITY;
+        for (std::int64_t j = 0; j < visible; ++j) m = el::softmax_max(m, scale * sv[q * cols + j]);
+        std::vector<float> e(visible);
+        std::vector<double> terms(visible);
+        for (std::int64_t j = 0; j < visible; ++j) {
+          e[j] = el::exp_nonpos(el::softmax_shifted(sv[q * cols + j], scale, m));
+          terms[j] = e[j];
+        }
+        const double sum = warp_sum_model(terms);
+        for (std::int64_t j = 0; j < cols; ++j) {
+          const float got = j < visible ? el::softmax_normalise(e[j], sum) : 0.0f;
+          const float want = p.get(q * cols + j);
+          if (j >= visible) {
+            ASSERT_EQ(bits(want), 0u);  // masked: exact +0 on both
+            continue;
+          }
+          worst = std::max(worst, ulp_distance(got, want));
+        }
+      }
+      std::printf("softmax %lldx%lld causal %d: forward worst %lld ulps\n",
+                  static_cast<long long>(rows), static_cast<long long>(cols), causal ? 1 : 0,
+                  static_cast<long long>(worst));
+      EXPECT_LE(worst, 4) << "forward rows " << rows << " cols " << cols << " causal " << causal;
+
+      // Backward on the CPU's own probabilities: the same inputs for both.
+      HostTensor dp(cpu, DType::fp32, sdk::Shape{total}), ds(cpu, DType::fp32, sdk::Shape{total});
+      std::vector<float> dpv = test_values(total, 42);
+      for (auto& v : dpv)
+        if (!std::isfinite(v) || std::fabs(v) > 100.0f) v = -1.5f;
+      dp.set_all(dpv);
+      cpu.softmax_backward(p, dp, shape, scale, ds);
+      std::int64_t worst_back = 0, equal = 0, compared = 0;
+      for (std::int64_t q = 0; q < batch * rows; ++q) {
+        const std::int64_t visible = el::softmax_visible(rows, cols, q % rows, causal);
+        std::vector<double> terms(visible);
+        for (std::int64_t j = 0; j < visible; ++j)
+          terms[j] =
+              static_cast<double>(dpv[q * cols + j]) * static_cast<double>(p.get(q * cols + j));
+        const double dot = warp_sum_model(terms);
+        for (std::int64_t j = 0; j < cols; ++j) {
+          const float want = ds.get(q * cols + j);
+          if (j >= visible) {
+            ASSERT_EQ(bits(want), 0u);
+            continue;
+          }
+          const float got = el::softmax_grad(p.get(q * cols + j), dpv[q * cols + j], dot, scale);
+          worst_back = std::max(worst_back, ulp_distance(got, want));
+          equal += bits(got) == bits(want) ? 1 : 0;
+          ++compared;
+        }
+      }
+      EXPECT_LE(worst_back, 1) << "backward rows " << rows << " cols " << cols;
+      EXPECT_GE(equal * 100, compared * 99)
+          << "backward: bit-equal " << equal << " of " << compared;
+    }
+}
+
+TEST(cuda_element_math, SoftmaxStepsFollowTheCpuExpressions) {
+  // cpu_attention.cpp: std::max(max_z, scale * s), scale * s - max_z,
+  // float(double(p) / sum), float(double(scale) * p * (dp - dot)).
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-50.0f, 50.0f);
+  for (int i = 0; i < 100000; ++i) {
+    const float a = dist(rng), b = dist(rng), scale = dist(rng) / 50.0f;
+    EXPECT_EQ(bits(el::softmax_max(a, b)), bits(std::max(a, b)));
+    EXPECT_EQ(bits(el::softmax_shifted(a, scale, b)), bits(scale * a - b));
+    const double sum = std::fabs(static_cast<double>(b)) + 1.0;
+    const float e = std::fabs(a) / 50.0f;
+    EXPECT_EQ(bits(el::softmax_normalise(e, sum)),
+              bits(static_cast<float>(static_cast<double>(e) / sum)));
+    const double dot = static_cast<double>(b) * 0.37;
+    EXPECT_EQ(bits(el::softmax_grad(e, a, dot, scale)),
+              bits(static_cast<float>(static_cast<double>(scale) * e * (a - dot))));
+  }
+  EXPECT_EQ(bits(el::softmax_max(-INFINITY, NAN)), bits(-INFINITY));  // std::max keeps its first
+  EXPECT_EQ(bits(el::softmax_max(1.0f, NAN)), bits(1.0f));
 }
 
 }  // namespace

@@ -1,0 +1,61 @@
+// CudaBackend's AttentionFacet: the head-layout permutes and the masked scaled softmax
+// (cuda_attention.cu). Its GEMMs (QKᵀ, PV) are gemm_strided_batched, one cuBLASLt strided-batched
+// GEMM each.
+#include "cuda_access.h"
+#include "cuda_attention.h"
+#include "cuda_backend.h"
+#include "cuda_facet_checks.h"
+
+namespace mixtrain::backend_cuda {
+
+using sdk::TensorView;
+
+namespace {
+
+kernels::PermuteShape permute_shape(const sdk::HeadLayout& l) {
+  return {l.batch, l.tokens, l.parts, l.heads, l.head_dim, l.capacity(), l.head_offset};
+}
+
+}  // namespace
+
+void CudaBackend::split_heads(TensorView x, const sdk::HeadLayout& layout, TensorView y) {
+  activate();
+  constexpr const char* op = "split_heads";
+  check_head_permute(op, x, layout, y);
+  check_cuda(kernels::head_permute(x.data, elem_of(x.dtype), y.data, elem_of(y.dtype),
+                                   permute_shape(layout), true, stream_),
+             op, "kernel launch");
+}
+
+void CudaBackend::merge_heads(TensorView y, const sdk::HeadLayout& layout, TensorView x) {
+  activate();
+  constexpr const char* op = "merge_heads";
+  check_head_permute(op, x, layout, y);
+  check_cuda(kernels::head_permute(x.data, elem_of(x.dtype), y.data, elem_of(y.dtype),
+                                   permute_shape(layout), false, stream_),
+             op, "kernel launch");
+}
+
+void CudaBackend::softmax_forward(TensorView scores, const sdk::SoftmaxShape& shape, float scale,
+                                  TensorView probs) {
+  activate();
+  constexpr const char* op = "softmax_forward";
+  check_softmax_forward(scores, shape, probs);
+  check_cuda(kernels::softmax_forward(scores.as<const float>(), probs.as<float>(), shape.batch,
+                                      shape.rows, shape.cols, shape.causal, scale, stream_),
+             op, "kernel launch");
+}
+
+void CudaBackend::softmax_backward(TensorView probs, TensorView dprobs,
+                                   const sdk::SoftmaxShape& shape, float scale,
+                                   TensorView dscores) {
+  activate();
+  constexpr const char* op = "softmax_backward";
+  check_softmax_backward(probs, dprobs, shape, dscores);
+  check_cuda(kernels::softmax_backward(probs.as<const float>(), dprobs.as<const float>(),
+                                       dscores.as<float>(), shape.batch, shape.rows, shape.cols,
+                                       shape.causal, scale, stream_),
+             op, "kernel launch");
+}
+
+}  // namespace mixtrain::backend_cuda

@@ -1,0 +1,35 @@
+// The residual join's kernel: one grid-stride pass over the elements, every input decoded once,
+// summed in FP32 in input order, rectified and rounded once into y (cuda_residual.h).
+#include "cuda_device.cuh"
+#include "cuda_residual.h"
+
+namespace mixtrain::backend_cuda::kernels {
+
+namespace {
+
+// xs: count tensors of [n] (any storage dtype each); y [n] in the storage type S.
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    residual_kernel(ResidualInputs xs, bool relu, elem_t<S>* y, std::int64_t n) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    float sum = load(xs.data[0], xs.type[0], i);
+    for (int k = 1; k < xs.count; ++k) sum = sum + load(xs.data[k], xs.type[k], i);
+    y[i] = S::store(element::residual_output(sum, relu), false);
+  }
+}
+
+}  // namespace
+
+cudaError_t residual_add(const ResidualInputs& xs, bool relu, void* y, Elem yt, std::int64_t n,
+                         cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (xs.count < 1 || xs.count > kResidualInputs) return cudaErrorInvalidValue;
+  const bool known = with_float_storage(yt, [&](auto s) {
+    using S = decltype(s);
+    residual_kernel<S>
+        <<<grid_for(n), kThreads, 0, stream>>>(xs, relu, static_cast<elem_t<S>*>(y), n);
+  });
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+}  // namespace mixtrain::backend_cuda::kernels

@@ -1,0 +1,29 @@
+// Launcher of the residual join's kernel (cuda_residual.cu); plain C++ like cuda_kernels.h.
+//
+// Contract: enqueues on `stream` only, validates nothing (the backend did), returns the launch
+// status. y = Σ inputs in FP32, in input order (((x1 + x2) + x3) + ...), then the optional ReLU,
+// rounded once into y's dtype: element::residual_output, bit for bit the CPU backend's add().
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda_kernels.h"
+
+namespace mixtrain::backend_cuda::kernels {
+
+// Up to kResidualInputs tensors summed by one launch (passed by value as a kernel argument).
+inline constexpr int kResidualInputs = 8;
+struct ResidualInputs {
+  const void* data[kResidualInputs];
+  Elem type[kResidualInputs];
+  int count;
+};
+
+// y[n] = residual_output(x_0 + x_1 + ... + x_{count-1}, relu) in y's dtype; y may be one of the
+// inputs (each element is read before it is written, by the same thread).
+cudaError_t residual_add(const ResidualInputs& xs, bool relu, void* y, Elem yt, std::int64_t n,
+                         cudaStream_t stream);
+
+}  // namespace mixtrain::backend_cuda::kernels
