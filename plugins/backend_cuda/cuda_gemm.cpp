@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "cuda_access.h"
+#include "cuda_gemm_autotune.h"
 #include "cuda_kernels.h"
 
 namespace mixtrain::backend_cuda {
@@ -99,6 +102,7 @@ GemmEngine::GemmEngine(int sm_version, cudaStream_t stream, bool fp8_fast_accumu
   // The epilogue placeholders point into the workspace (create_plan): it is never empty.
   tuning_.workspace_bytes = std::max<std::size_t>(tuning_.workspace_bytes, 256);
   tuning_.heuristic_result = std::max(tuning_.heuristic_result, 0);
+  tuning_.autotune_rounds = std::max(tuning_.autotune_rounds, 1);
   check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
   cudaError_t status = cudaMalloc(&workspace_, tuning_.workspace_bytes);
   if (status == cudaSuccess) status = cudaMalloc(reinterpret_cast<void**>(&scales_), 2 * kScaleStride * sizeof(float));
@@ -124,7 +128,7 @@ GemmEngine::~GemmEngine() {
 }
 
 void GemmEngine::set_out_of_memory_hook(const std::function<void()>& hook) {
-  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_})
+  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_, &scratch_tune_})
     s->set_out_of_memory_hook(hook);
 }
 
@@ -206,11 +210,17 @@ GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
   cublasLtMatmulPreference_t pref = nullptr;
   if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return plan;
   const std::uint64_t ws = tuning_.workspace_bytes;
-  const auto align = static_cast<std::uint32_t>(key.alignment);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+  // Each operand's real alignment: C is D (the matmul runs in place).
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, int> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.a_alignment},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.b_alignment},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.d_alignment},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.d_alignment}};
+  for (const auto& [attr, bytes] : alignments) {
+    const auto align = static_cast<std::uint32_t>(bytes);
     cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+  }
   const bool autotune = tuning_.autotune_candidates > 1;
   const int pick = autotune ? 0 : tuning_.heuristic_result;
   std::vector<cublasLtMatmulHeuristicResult_t> results(
@@ -261,7 +271,8 @@ std::vector<GemmEngine::PlanInfo> GemmEngine::plan_infos() const {
     if (key.bias_type != 0) line += " bias=" + type(key.bias_type);
     if (key.fp8_scales) line += " fp8-scales";
     if (key.beta_nonzero) line += " beta";
-    line += " align=" + std::to_string(key.alignment);
+    line += " align=" + std::to_string(key.a_alignment) + "/" + std::to_string(key.b_alignment) +
+            "/" + std::to_string(key.d_alignment);
     PlanInfo info;
     info.problem = std::move(line);
     info.usable = plan.ok;
@@ -271,6 +282,7 @@ std::vector<GemmEngine::PlanInfo> GemmEngine::plan_infos() const {
     info.candidates = plan.candidates;
     if (plan.ok) info.algo = describe_algo(plan.algo);
     info.workspace = plan.algo_workspace;
+    info.tuning = plan.tuning;
     infos.push_back(std::move(info));
   }
   std::sort(infos.begin(), infos.end(),
@@ -287,51 +299,67 @@ std::vector<std::string> GemmEngine::plan_report() const {
       line += "; heuristic result " + std::to_string(info.candidate) + " of " +
               std::to_string(info.candidates) + ", " + info.algo +
               " workspace=" + std::to_string(info.workspace);
+    if (!info.tuning.empty()) line += "; " + info.tuning;
     lines.push_back(std::move(line));
   }
   return lines;
 }
 
-void GemmEngine::autotune(
-    Plan& plan, const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& matmul) {
+void GemmEngine::autotune(Plan& plan, void* out, const TimedMatmul& matmul) {
   std::vector<cublasLtMatmulHeuristicResult_t> candidates = std::move(plan.untimed);
   plan.untimed.clear();
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone)
+      capture != cudaStreamCaptureStatusNone) {
+    plan.tuning = "not autotuned (the stream was being captured)";
     return;  // timing would break the capture: the heuristic's first choice stays
+  }
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaEventCreate(&start) != cudaSuccess) return;
   if (cudaEventCreate(&stop) != cudaSuccess) {
     cudaEventDestroy(start);
     return;
   }
-  // One untimed call per candidate (its first launch may load the kernel), then the fastest of a
-  // few timed ones: the GEMMs here take ~0.1-10 ms, far above the events' resolution.
-  constexpr int kTimed = 3;
-  float best_ms = -1.0f;
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    if (candidates[i].workspaceSize > tuning_.workspace_bytes) continue;
-    if (matmul(candidates[i].algo) != CUBLAS_STATUS_SUCCESS) continue;  // declined: not a candidate
-    float fastest = -1.0f;
-    for (int r = 0; r < kTimed; ++r) {
-      float ms = 0.0f;
+  // One untimed call per candidate (its first launch may load the kernel; a candidate cuBLASLt
+  // declines is dropped here), then rounds that time every remaining candidate once each, so a
+  // clock drifting over the tuning (heat, power) touches every candidate alike.
+  std::vector<std::vector<float>> times(candidates.size());
+  std::vector<bool> live(candidates.size(), false);
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    live[i] = candidates[i].workspaceSize <= tuning_.workspace_bytes &&
+              matmul(candidates[i].algo, out) == CUBLAS_STATUS_SUCCESS;
+  for (int r = 0; r < tuning_.autotune_rounds; ++r)
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      if (!live[i]) continue;
+      float ms = -1.0f;
       const bool timed = cudaEventRecord(start, stream_) == cudaSuccess &&
-                         matmul(candidates[i].algo) == CUBLAS_STATUS_SUCCESS &&
+                         matmul(candidates[i].algo, out) == CUBLAS_STATUS_SUCCESS &&
                          cudaEventRecord(stop, stream_) == cudaSuccess &&
                          cudaEventSynchronize(stop) == cudaSuccess &&
                          cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
-      if (timed && (fastest < 0.0f || ms < fastest)) fastest = ms;
+      times[i].push_back(timed ? ms : -1.0f);
     }
-    if (fastest >= 0.0f && (best_ms < 0.0f || fastest < best_ms)) {
-      best_ms = fastest;
-      plan.algo = candidates[i].algo;
-      plan.algo_workspace = candidates[i].workspaceSize;
-      plan.candidate = static_cast<int>(i);
-    }
-  }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  (void)cudaGetLastError();  // a failed event or declined call leaves nothing behind
+  const int pick = pick_autotuned_candidate(times, tuning_.autotune_tolerance);
+  if (pick < 0) {
+    plan.tuning = "autotuning timed no candidate: heuristic result 0 kept";
+    return;
+  }
+  const auto chosen = static_cast<std::size_t>(pick);
+  plan.algo = candidates[chosen].algo;
+  plan.algo_workspace = candidates[chosen].workspaceSize;
+  plan.candidate = pick;
+  char text[160];
+  std::snprintf(text, sizeof text, "autotuned over %zu candidates x %d rounds: #%d %.4f ms",
+                candidates.size(), tuning_.autotune_rounds, pick,
+                static_cast<double>(autotune_score(times[chosen])));
+  plan.tuning = text;
+  if (pick != 0 && autotune_score(times[0]) >= 0.0f) {
+    std::snprintf(text, sizeof text, ", #0 %.4f ms", static_cast<double>(autotune_score(times[0])));
+    plan.tuning += text;
+  }
 }
 
 GemmEngine::Operand GemmEngine::decoded(const Operand& in, DType to,
@@ -373,7 +401,8 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
   // A narrowed bias lives in scratch_bias_ (256-byte aligned); it is written below, once the plan
   // is known to be usable.
   const void* bias_ptr = route.bias_in_epilogue ? args.bias.data : nullptr;
-  const int align = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(args.c.data)});
+  // D is C, or fp32 scratch (cudaMalloc'd: 256-byte aligned) when the route changes its dtype.
+  const bool d_is_c = route.d_dtype == c_dtype;
   int epi_align = 256;
   if (route.bias_in_epilogue && route.bias_dtype == DType::fp32)
     epi_align = std::min(epi_align, alignment_of(bias_ptr));
@@ -387,7 +416,9 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                 route.bias_in_epilogue ? static_cast<int>(cuda_type(route.bias_dtype)) : 0,
                 args.beta != 0.0f,
                 fp8_scales,
-                align,
+                alignment_of(b.data),  // cuBLASLt's A is our B
+                alignment_of(a.data),
+                d_is_c ? alignment_of(args.c.data) : 256,
                 epi_align};
   Plan& plan = plan_for(key);
   if (!plan.ok) return false;
@@ -401,7 +432,7 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
   }
 
   void* d = args.c.data;
-  if (route.d_dtype != c_dtype) {
+  if (!d_is_c) {
     d = scratch_d_.get(static_cast<std::size_t>(m * n) * sizeof(float), stream_, "gemm");
     if (args.beta != 0.0f)
       check_cuda(kernels::cast(args.c.data, elem_of(c_dtype), d, kernels::Elem::f32, false, m * n,
@@ -428,14 +459,34 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                "gemm", "upload of the FP8 scales");
   }
   const float beta = args.beta;
-  auto matmul = [&](const cublasLtMatmulAlgo_t& algo) {
+  // D = alpha*op(A)op(B) + beta*C with C = d; `out` is D (d itself, in place, except while
+  // autotuning a beta != 0 plan).
+  auto matmul = [&](const cublasLtMatmulAlgo_t& algo, void* out) {
     return cublasLtMatmul(handle_, plan.desc, &alpha, b.data, plan.a, a.data, plan.b, &beta, d,
-                          plan.d, d, plan.d, &algo, workspace_, tuning_.workspace_bytes, stream_);
+                          plan.d, out, plan.d, &algo, workspace_, tuning_.workspace_bytes, stream_);
   };
-  // With beta != 0 every timing run would accumulate into C again: such a plan (beta != 0 is part
-  // of its key) keeps the heuristic's first choice.
-  if (!plan.untimed.empty() && beta == 0.0f) autotune(plan, matmul);
-  const cublasStatus_t status = matmul(plan.algo);
+  if (!plan.untimed.empty()) {
+    if (beta == 0.0f) {
+      autotune(plan, d, matmul);  // each timing call rewrites the same D
+    } else {
+      // Every timing call would accumulate into C again: they write a scratch D instead.
+      void* out = nullptr;
+      try {
+        out = scratch_tune_.get(static_cast<std::size_t>(m * n) * sdk::dtype_size(route.d_dtype),
+                                stream_, "gemm");
+      } catch (const sdk::BackendError&) {
+        out = nullptr;  // no memory to spare for the timing: the heuristic's first choice stays
+      }
+      if (out != nullptr) {
+        autotune(plan, out, matmul);
+        scratch_tune_.release(stream_);
+      } else {
+        plan.untimed.clear();
+        plan.tuning = "not autotuned (no device memory for the scratch output)";
+      }
+    }
+  }
+  const cublasStatus_t status = matmul(plan.algo, d);
   // cuBLASLt declines a type/epilogue combination its heuristic offered with NOT_SUPPORTED (or
   // INVALID_VALUE for an attribute such as an fp32 bias the kernel family does not take). Nothing
   // was written; the plan is remembered as declined and the next route runs. The last route
