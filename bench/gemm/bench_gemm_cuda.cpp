@@ -3,8 +3,11 @@
 //
 // Usage: bench_gemm_cuda [--m M] [--n N] [--k K] [--size S (sets m, n, k)] [--seconds T]
 //                        [--device D] [--trans-b 0|1] [--only fp32,tf32,bf16,fp16,fp8]
-//                        [--fp8-fast-accum 0|1]
-// --fp8-fast-accum 1 builds the backend with fp8_fast_accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+//                        [--fp8-fast-accum 0|1] [--gemm-autotune N]
+// --gemm-autotune N builds the backend with the `gemm_autotune` option (time cuBLASLt's first N
+// heuristic algorithms per plan at its first call, keep the fastest; the warm-up calls pay it), so
+// the default and the tuned numbers come from two runs of this bench; the plan report names each
+// plan's pick. --fp8-fast-accum 1 builds the backend with fp8_fast_accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM,
 // Transformer Engine's forward-GEMM setting) to show what the exact accumulation costs.
 // Rows (A and B in the row's dtype, C as a mixed-precision Linear layer stores its output):
 //   fp32        A, B fp32, C fp32, compute fp32 (CUBLAS_COMPUTE_32F: CUDA cores)
@@ -124,10 +127,12 @@ int main(int argc, char** argv) {
   int device = 0;
   bool trans_b = true;
   bool fp8_fast_accum = false;
+  int gemm_autotune = 0;
   std::vector<Row> rows(std::begin(kRows), std::end(kRows));
   const char* usage =
       "usage: bench_gemm_cuda [--m M] [--n N] [--k K] [--size S] [--seconds T] [--device D] "
-      "[--trans-b 0|1] [--only fp32,tf32,bf16,fp16,fp8] [--fp8-fast-accum 0|1]\n";
+      "[--trans-b 0|1] [--only fp32,tf32,bf16,fp16,fp8] [--fp8-fast-accum 0|1] "
+      "[--gemm-autotune N]\n";
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) {
@@ -143,6 +148,7 @@ int main(int argc, char** argv) {
     else if (flag == "--device") device = std::atoi(v);
     else if (flag == "--trans-b") trans_b = std::atoi(v) != 0;
     else if (flag == "--fp8-fast-accum") fp8_fast_accum = std::atoi(v) != 0;
+    else if (flag == "--gemm-autotune") gemm_autotune = std::atoi(v);
     else if (flag == "--only") {
       if (!parse_dtypes(v, rows)) {
         std::fprintf(stderr, "--only %s: expected a comma-separated subset of fp32,tf32,bf16,fp16,fp8\n", v);
@@ -153,7 +159,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (m <= 0 || n <= 0 || k <= 0 || seconds < 0.0) {
+  if (m <= 0 || n <= 0 || k <= 0 || seconds < 0.0 || gemm_autotune < 0) {
     std::fprintf(stderr, "m, n, k must be > 0 and --seconds >= 0\n%s", usage);
     return 2;
   }
@@ -161,7 +167,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<CudaBackend> owned;
   try {
     CudaBackend::device_count();  // throws with CUDA's own text when there is no usable device
-    owned = std::make_unique<CudaBackend>(device, fp8_fast_accum);
+    owned = std::make_unique<CudaBackend>(device, fp8_fast_accum, gemm_autotune);
   } catch (const std::exception& e) {
     std::string reason = e.what();
     for (char& c : reason)
@@ -171,8 +177,9 @@ int main(int argc, char** argv) {
   }
   CudaBackend& be = *owned;
   const auto caps = be.capabilities();
-  std::printf("device: %s, sm_%d%s\n", caps.device_name.c_str(), be.sm_version(),
-              fp8_fast_accum ? ", fp8_fast_accumulation on" : "");
+  std::printf("device: %s, sm_%d%s, gemm_autotune %d%s\n", caps.device_name.c_str(),
+              be.sm_version(), fp8_fast_accum ? ", fp8_fast_accumulation on" : "", gemm_autotune,
+              gemm_autotune > 1 ? " (tuned)" : " (default: heuristic result 0)");
   std::printf("C[m,n] = A[m,k] * %s, m=%lld n=%lld k=%lld; %.1f s per dtype; TFLOP/s = 2mnk / time "
               "per call, median / fastest batch\n",
               trans_b ? "B[n,k]^T" : "B[k,n]", static_cast<long long>(m), static_cast<long long>(n),

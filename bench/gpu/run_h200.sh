@@ -4,8 +4,9 @@
 # peaks, the name is historical): unpack the Debian packages that
 # bench/gpu/fetch_debs.sh fetched into .debs/ into a private prefix, build mixtrain with the CUDA
 # backend for sm_90, then
-#   gemm  GEMM TFLOP/s per dtype at 8192^3: bench_gemm_cuda (CudaBackend::gemm, cuBLASLt) and
-#         PyTorch's matmul on the same GPU for reference            -> $OUT/gemm.txt
+#   gemm  GEMM TFLOP/s per dtype at 8192^3: bench_gemm_cuda (CudaBackend::gemm, cuBLASLt) with
+#         the default algorithm and again with gemm_autotune (bf16, fp16, fp8), and PyTorch's
+#         matmul on the same GPU for reference                      -> $OUT/gemm.txt
 #   gemmsweep  why a 16-bit GEMM trails PyTorch: bench_gemm_cuda_sweep (the backend's GemmEngine
 #         as it is, with 4/64 MiB workspaces, each of the top-8 heuristic results, autotuned, and
 #         cublasGemmEx, PyTorch's path) and torch_gemm.py --sweep, bf16 and fp16, at the square
@@ -30,7 +31,7 @@
 #   BUILD_TARGETS  [mixtrain, the plugins, test_backend_cuda, test_conformance, bench_gemm_cuda,
 #                   bench_gemm_cuda_sweep]
 #   PYTHON [python3: the interpreter with PyTorch]   MIXTRAIN_BIN [$BUILD_DIR/bin/mixtrain]
-#   GEMM_SIZE [8192]  GEMM_SECONDS [1]  SWEEP_ROUNDS [5]  SWEEP_CANDIDATES [8]  (the sweep's wide
+#   GEMM_SIZE [8192]  GEMM_SECONDS [1]  GEMM_AUTOTUNE [8: the gemm stage's tuned run]  SWEEP_ROUNDS [5]  SWEEP_CANDIDATES [8]  (the sweep's wide
 #   cases use WIDE_BATCH and WIDE_HIDDEN)
 #   WIDE_BATCH [16384]  WIDE_FEATURES [256]  WIDE_HIDDEN [8192]  WIDE_STEPS [30]  WIDE_LOG_EVERY [5]
 #   WIDE_POLICIES ["bf16 fp32 fp8 tf32 fp16"]  WIDE_TORCH ["bf16 fp32"]  (run order: the headline
@@ -65,7 +66,7 @@ export CUDA_ARCHS=${CUDA_ARCHS:-90}
 export BUILD_TARGETS=${BUILD_TARGETS:-mixtrain mixtrain_backend_cpu mixtrain_backend_cuda mixtrain_policies mixtrain_fp8 mixtrain_scalers mixtrain_optimizers mixtrain_checkpoint_native test_backend_cuda test_backend_cuda_training test_conformance bench_gemm_cuda bench_gemm_cuda_sweep}
 export PYTHON=${PYTHON:-python3}
 export MIXTRAIN_BIN=${MIXTRAIN_BIN:-$BUILD/bin/mixtrain}
-export GEMM_SIZE=${GEMM_SIZE:-8192} GEMM_SECONDS=${GEMM_SECONDS:-1}
+export GEMM_SIZE=${GEMM_SIZE:-8192} GEMM_SECONDS=${GEMM_SECONDS:-1} GEMM_AUTOTUNE=${GEMM_AUTOTUNE:-8}
 export SWEEP_ROUNDS=${SWEEP_ROUNDS:-5} SWEEP_CANDIDATES=${SWEEP_CANDIDATES:-8}
 export WIDE_BATCH=${WIDE_BATCH:-16384} WIDE_FEATURES=${WIDE_FEATURES:-256} WIDE_HIDDEN=${WIDE_HIDDEN:-8192}
 export WIDE_STEPS=${WIDE_STEPS:-30} WIDE_LOG_EVERY=${WIDE_LOG_EVERY:-5}
@@ -240,12 +241,17 @@ stage_gemm() {
   {
     echo "## mixtrain CudaBackend::gemm (cuBLASLt): $BUILD/bin/bench_gemm_cuda --size $GEMM_SIZE --seconds $GEMM_SECONDS"
     echo
-    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 $((cap / 2)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS"
+    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 $((cap * 3 / 8)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS"
     echo "(exit $?)"
+    echo
+    echo "## The 16-bit and FP8 rows again with gemm_autotune = $GEMM_AUTOTUNE (the backend option: the fastest of cuBLASLt's first $GEMM_AUTOTUNE heuristic algorithms per plan)"
+    echo
+    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 $((cap / 6)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS" --only bf16,fp16,fp8 --gemm-autotune "$GEMM_AUTOTUNE"
+    echo "(autotuned exit $?)"
     echo
     echo "## FP8 again with fp8_fast_accumulation = true (CUBLASLT_MATMUL_DESC_FAST_ACCUM)"
     echo
-    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 $((cap / 6)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS" --only fp8 --fp8-fast-accum 1
+    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 $((cap / 8)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS" --only fp8 --fp8-fast-accum 1
     echo "(fast-accumulation exit $?)"
     echo
     echo "## PyTorch's matmul on the same GPU (reference): bench/gpu/torch_gemm.py --size $GEMM_SIZE"

@@ -26,6 +26,17 @@ std::string mib(std::size_t bytes) {
 
 }  // namespace
 
+std::string CachingAllocator::out_of_memory_text(std::size_t bytes, std::size_t size_class,
+                                                 std::size_t allocated, std::size_t reserved,
+                                                 std::size_t released, std::size_t free_bytes,
+                                                 std::size_t total_bytes) {
+  return "out of device memory: asked for " + mib(bytes) + " (a block of " + mib(size_class) +
+         ") with " + mib(allocated) + " allocated by this backend (" + mib(reserved) +
+         " reserved from the driver; " + mib(released) +
+         " of cached free blocks released for a retry); the device reports " + mib(free_bytes) +
+         " free of " + mib(total_bytes);
+}
+
 CachingAllocator::~CachingAllocator() {
   release_cached();
   for (auto& [ptr, block] : live_) cudaFree(ptr);
@@ -51,10 +62,11 @@ void* CachingAllocator::allocate(std::size_t bytes, const char* op) {
     it->second.pop_back();
   } else {
     cudaError_t status = cudaMalloc(&ptr, cls);
+    std::size_t released = 0;
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       cudaDeviceSynchronize();  // cached blocks may still be in use by enqueued work
-      release_cached();
+      released = release_cached();
       status = cudaMalloc(&ptr, cls);
     }
     if (status != cudaSuccess) {
@@ -63,9 +75,7 @@ void* CachingAllocator::allocate(std::size_t bytes, const char* op) {
       cudaMemGetInfo(&free_bytes, &total_bytes);
       if (status == cudaErrorMemoryAllocation)
         fail(op,
-             "out of device memory: asked for " + mib(bytes) + " with " + mib(current_) +
-                 " allocated by this backend; the device reports " + mib(free_bytes) +
-                 " free of " + mib(total_bytes),
+             out_of_memory_text(bytes, cls, current_, reserved_, released, free_bytes, total_bytes),
              "reduce the batch size or the model, or free device memory (other processes: "
              "nvidia-smi)");
       check_cuda(status, op, "cudaMalloc of " + std::to_string(cls) + " bytes");

@@ -5,7 +5,8 @@
 //   multiples of 2 MiB), reuses a cached block of that class when one is free, else cudaMalloc's
 //   one; when cudaMalloc runs out of memory it synchronises the device, releases every cached
 //   block and tries once more, then throws sdk::BackendError naming the bytes asked, the bytes
-//   cached and what cudaMemGetInfo reports free/total.
+//   allocated, reserved and released from the cache, and what cudaMemGetInfo reports free/total
+//   (out_of_memory_text). The core adds which buffer it was and the model's memory plan.
 // - Blocks come back to the cache on deallocate(); because every op of the backend runs on one
 //   stream, a block reused by a later op is only touched after the earlier ops that used it.
 // - Statistics count the bytes callers asked for (live and peak), like the CPU backend; reserved()
@@ -13,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -40,6 +42,13 @@ class CachingAllocator {
   void account_external(std::ptrdiff_t delta);
 
   static std::size_t size_class(std::size_t bytes);
+  // The out-of-memory error's text: the bytes asked and their size class, the bytes callers hold
+  // (allocated), what the cache holds from the driver (reserved) and released for the retry, and
+  // cudaMemGetInfo's free and total. Pure: host-tested.
+  static std::string out_of_memory_text(std::size_t bytes, std::size_t size_class,
+                                        std::size_t allocated, std::size_t reserved,
+                                        std::size_t released, std::size_t free_bytes,
+                                        std::size_t total_bytes);
 
  private:
   struct Block {

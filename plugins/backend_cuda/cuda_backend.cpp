@@ -25,7 +25,8 @@ constexpr std::size_t kPinnedBytes = 4096;
 
 const char* kNoDeviceHint =
     "run on a machine with an NVIDIA GPU and its driver (nvidia-smi lists it), check "
-    "CUDA_VISIBLE_DEVICES, or choose backend.type = \"cpu\"";
+    "CUDA_VISIBLE_DEVICES, or run on the CPU backend (backend.type = \"cpu\"; on the command "
+    "line --set backend.type=cpu)";
 
 const void* ptr_or_null(const TensorView& v) {
   return v.empty() ? nullptr : v.data;
@@ -52,8 +53,10 @@ sdk::OptionSchema CudaBackend::option_schema() {
   return cuda_backend_option_schema();
 }
 
-CudaBackend::CudaBackend(int device, bool fp8_fast_accumulation)
-    : device_(device), fp8_fast_accumulation_(fp8_fast_accumulation) {
+CudaBackend::CudaBackend(int device, bool fp8_fast_accumulation, int gemm_autotune)
+    : device_(device),
+      fp8_fast_accumulation_(fp8_fast_accumulation),
+      gemm_autotune_(gemm_autotune) {
   if (device < 0)
     fail("create", "device = " + std::to_string(device) + " is negative",
          "use a device index >= 0 (0 is the first GPU)");
@@ -88,7 +91,9 @@ CudaBackend::CudaBackend(int device, bool fp8_fast_accumulation)
            "rebuild with CMAKE_CUDA_ARCHITECTURES including " + std::to_string(sm_) +
                " (this build targets sm_80 and sm_90 with compute_90 PTX by default)");
     }
-    gemm_ = std::make_unique<GemmEngine>(sm_, stream_, fp8_fast_accumulation_);
+    GemmTuning tuning;
+    tuning.autotune_candidates = gemm_autotune_;
+    gemm_ = std::make_unique<GemmEngine>(sm_, stream_, fp8_fast_accumulation_, tuning);
     // Scratch that cannot grow first takes back what the allocator caches; the stream is
     // synchronised first because cached blocks may still be read by enqueued work.
     auto give_back_cache = [this] {

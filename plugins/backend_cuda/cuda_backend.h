@@ -64,8 +64,9 @@ class CudaBackend final : public sdk::DeviceBackend,
                           public sdk::StepGraphFacet {
  public:
   // fp8_fast_accumulation: CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 GEMMs (option of the
-  // same name).
-  explicit CudaBackend(int device = 0, bool fp8_fast_accumulation = false);
+  // same name). gemm_autotune: GemmTuning::autotune_candidates (option of the same name; 0 or 1:
+  // off).
+  explicit CudaBackend(int device = 0, bool fp8_fast_accumulation = false, int gemm_autotune = 0);
   ~CudaBackend() override;
 
   // Number of visible CUDA devices, or throws BackendError with CUDA's error text.
@@ -213,6 +214,7 @@ class CudaBackend final : public sdk::DeviceBackend,
 
   int device_ = 0;
   bool fp8_fast_accumulation_ = false;
+  int gemm_autotune_ = 0;
   int sm_ = 0;
   int multiprocessors_ = 0;
   std::string name_;

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "cuda_access.h"
+#include "cuda_gemm_autotune.h"
 #include "cuda_kernels.h"
 
 namespace mixtrain::backend_cuda {
@@ -99,6 +102,7 @@ GemmEngine::GemmEngine(int sm_version, cudaStream_t stream, bool fp8_fast_accumu
   // The epilogue placeholders point into the workspace (create_plan): it is never empty.
   tuning_.workspace_bytes = std::max<std::size_t>(tuning_.workspace_bytes, 256);
   tuning_.heuristic_result = std::max(tuning_.heuristic_result, 0);
+  tuning_.autotune_rounds = std::max(tuning_.autotune_rounds, 1);
   check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
   cudaError_t status = cudaMalloc(&workspace_, tuning_.workspace_bytes);
   if (status == cudaSuccess) status = cudaMalloc(reinterpret_cast<void**>(&scales_), 2 * kScaleStride * sizeof(float));
@@ -124,7 +128,7 @@ GemmEngine::~GemmEngine() {
 }
 
 void GemmEngine::set_out_of_memory_hook(const std::function<void()>& hook) {
-  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_})
+  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_, &scratch_tune_})
     s->set_out_of_memory_hook(hook);
 }
 
@@ -218,11 +222,17 @@ GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
   cublasLtMatmulPreference_t pref = nullptr;
   if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return plan;
   const std::uint64_t ws = tuning_.workspace_bytes;
-  const auto align = static_cast<std::uint32_t>(key.alignment);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+  // Each operand's real alignment: C is D (the matmul runs in place).
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, int> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.a_alignment},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.b_alignment},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.d_alignment},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.d_alignment}};
+  for (const auto& [attr, bytes] : alignments) {
+    const auto align = static_cast<std::uint32_t>(bytes);
     cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+  }
   const bool autotune = tuning_.autotune_candidates > 1;
   const int pick = autotune ? 0 : tuning_.heuristic_result;
   std::vector<cublasLtMatmulHeuristicResult_t> results(
@@ -273,7 +283,8 @@ std::vector<GemmEngine::PlanInfo> GemmEngine::plan_infos() const {
     if (key.bias_type != 0) line += " bias=" + type(key.bias_type);
     if (key.fp8_scales) line += " fp8-scales";
     if (key.beta_nonzero) line += " beta";
-    line += " align=" + std::to_string(key.alignment);
+    line += " align=" + std::to_string(key.a_alignment) + "/" + std::to_string(key.b_alignment) +
+            "/" + std::to_string(key.d_alignment);
     if (key.batch > 1)
       line += " batch=" + std::to_string(key.batch) + " strides=" + std::to_string(key.stride_a) +
               "," + std::to_string(key.stride_b) + "," + std::to_string(key.stride_d);
@@ -286,6 +297,7 @@ std::vector<GemmEngine::PlanInfo> GemmEngine::plan_infos() const {
     info.candidates = plan.candidates;
     if (plan.ok) info.algo = describe_algo(plan.algo);
     info.workspace = plan.algo_workspace;
+    info.tuning = plan.tuning;
     infos.push_back(std::move(info));
   }
   std::sort(infos.begin(), infos.end(),
@@ -302,51 +314,67 @@ std::vector<std::string> GemmEngine::plan_report() const {
       line += "; heuristic result " + std::to_string(info.candidate) + " of " +
               std::to_string(info.candidates) + ", " + info.algo +
               " workspace=" + std::to_string(info.workspace);
+    if (!info.tuning.empty()) line += "; " + info.tuning;
     lines.push_back(std::move(line));
   }
   return lines;
 }
 
-void GemmEngine::autotune(
-    Plan& plan, const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& matmul) {
+void GemmEngine::autotune(Plan& plan, void* out, const TimedMatmul& matmul) {
   std::vector<cublasLtMatmulHeuristicResult_t> candidates = std::move(plan.untimed);
   plan.untimed.clear();
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone)
+      capture != cudaStreamCaptureStatusNone) {
+    plan.tuning = "not autotuned (the stream was being captured)";
     return;  // timing would break the capture: the heuristic's first choice stays
+  }
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaEventCreate(&start) != cudaSuccess) return;
   if (cudaEventCreate(&stop) != cudaSuccess) {
     cudaEventDestroy(start);
     return;
   }
-  // One untimed call per candidate (its first launch may load the kernel), then the fastest of a
-  // few timed ones: the GEMMs here take ~0.1-10 ms, far above the events' resolution.
-  constexpr int kTimed = 3;
-  float best_ms = -1.0f;
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    if (candidates[i].workspaceSize > tuning_.workspace_bytes) continue;
-    if (matmul(candidates[i].algo) != CUBLAS_STATUS_SUCCESS) continue;  // declined: not a candidate
-    float fastest = -1.0f;
-    for (int r = 0; r < kTimed; ++r) {
-      float ms = 0.0f;
+  // One untimed call per candidate (its first launch may load the kernel; a candidate cuBLASLt
+  // declines is dropped here), then rounds that time every remaining candidate once each, so a
+  // clock drifting over the tuning (heat, power) touches every candidate alike.
+  std::vector<std::vector<float>> times(candidates.size());
+  std::vector<bool> live(candidates.size(), false);
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    live[i] = candidates[i].workspaceSize <= tuning_.workspace_bytes &&
+              matmul(candidates[i].algo, out) == CUBLAS_STATUS_SUCCESS;
+  for (int r = 0; r < tuning_.autotune_rounds; ++r)
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      if (!live[i]) continue;
+      float ms = -1.0f;
       const bool timed = cudaEventRecord(start, stream_) == cudaSuccess &&
-                         matmul(candidates[i].algo) == CUBLAS_STATUS_SUCCESS &&
+                         matmul(candidates[i].algo, out) == CUBLAS_STATUS_SUCCESS &&
                          cudaEventRecord(stop, stream_) == cudaSuccess &&
                          cudaEventSynchronize(stop) == cudaSuccess &&
                          cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
-      if (timed && (fastest < 0.0f || ms < fastest)) fastest = ms;
+      times[i].push_back(timed ? ms : -1.0f);
     }
-    if (fastest >= 0.0f && (best_ms < 0.0f || fastest < best_ms)) {
-      best_ms = fastest;
-      plan.algo = candidates[i].algo;
-      plan.algo_workspace = candidates[i].workspaceSize;
-      plan.candidate = static_cast<int>(i);
-    }
-  }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  (void)cudaGetLastError();  // a failed event or declined call leaves nothing behind
+  const int pick = pick_autotuned_candidate(times, tuning_.autotune_tolerance);
+  if (pick < 0) {
+    plan.tuning = "autotuning timed no candidate: heuristic result 0 kept";
+    return;
+  }
+  const auto chosen = static_cast<std::size_t>(pick);
+  plan.algo = candidates[chosen].algo;
+  plan.algo_workspace = candidates[chosen].workspaceSize;
+  plan.candidate = pick;
+  char text[160];
+  std::snprintf(text, sizeof text, "autotuned over %zu candidates x %d rounds: #%d %.4f ms",
+                candidates.size(), tuning_.autotune_rounds, pick,
+                static_cast<double>(autotune_score(times[chosen])));
+  plan.tuning = text;
+  if (pick != 0 && autotune_score(times[0]) >= 0.0f) {
+    std::snprintf(text, sizeof text, ", #0 %.4f ms", static_cast<double>(autotune_score(times[0])));
+    plan.tuning += text;
+  }
 }
 
 GemmEngine::Operand GemmEngine::decoded(const Operand& in, DType to,
@@ -389,20 +417,19 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
   // is known to be usable.
   const void* bias_ptr = route.bias_in_epilogue ? args.bias.data : nullptr;
   const bool batched = batch.count > 1;
+  // D is C, or fp32 scratch (cudaMalloc'd: 256-byte aligned) when the route changes its dtype.
   const bool d_is_c = route.d_dtype == c_dtype;
   // A D in scratch is packed [count, m, n]; C keeps the caller's stride.
   const std::int64_t stride_d = !batched ? 0 : d_is_c ? batch.stride_c : m * n;
-  // Every batch's matrix must have the alignment the plan promises: the base pointer's and the
-  // stride's in bytes (a zero stride repeats the base).
-  auto stride_alignment = [&](std::int64_t stride, DType t) {
-    return alignment_of(
-        reinterpret_cast<const void*>(static_cast<std::uintptr_t>(stride) * sdk::dtype_size(t)));
+  // Every batch's matrix must have the alignment the plan promises: the base pointer's and, when
+  // batched, the stride's in bytes (a zero stride repeats the base).
+  auto operand_alignment = [&](const void* base, std::int64_t stride, DType t) {
+    int align = alignment_of(base);
+    if (batched)
+      align = std::min(align, alignment_of(reinterpret_cast<const void*>(
+                                  static_cast<std::uintptr_t>(stride) * sdk::dtype_size(t))));
+    return align;
   };
-  int align = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(args.c.data)});
-  if (batched)
-    align = std::min({align, stride_alignment(batch.stride_a, a.dtype),
-                      stride_alignment(batch.stride_b, b.dtype),
-                      stride_alignment(batch.stride_c, c_dtype)});
   int epi_align = 256;
   if (route.bias_in_epilogue && route.bias_dtype == DType::fp32)
     epi_align = std::min(epi_align, alignment_of(bias_ptr));
@@ -416,7 +443,9 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                 route.bias_in_epilogue ? static_cast<int>(cuda_type(route.bias_dtype)) : 0,
                 args.beta != 0.0f,
                 fp8_scales,
-                align,
+                operand_alignment(b.data, batch.stride_b, b.dtype),  // cuBLASLt's A is our B
+                operand_alignment(a.data, batch.stride_a, a.dtype),
+                d_is_c ? operand_alignment(args.c.data, batch.stride_c, c_dtype) : 256,
                 epi_align,
                 batched ? batch.count : 1,
                 batched ? batch.stride_b : 0,  // cuBLASLt's A is our B
@@ -476,14 +505,36 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                "gemm", "upload of the FP8 scales");
   }
   const float beta = args.beta;
-  auto matmul = [&](const cublasLtMatmulAlgo_t& algo) {
+  // D = alpha*op(A)op(B) + beta*C with C = d; `out` is D (d itself, in place, except while
+  // autotuning a beta != 0 plan).
+  auto matmul = [&](const cublasLtMatmulAlgo_t& algo, void* out) {
     return cublasLtMatmul(handle_, plan.desc, &alpha, b.data, plan.a, a.data, plan.b, &beta, d,
-                          plan.d, d, plan.d, &algo, workspace_, tuning_.workspace_bytes, stream_);
+                          plan.d, out, plan.d, &algo, workspace_, tuning_.workspace_bytes, stream_);
   };
-  // With beta != 0 every timing run would accumulate into C again: such a plan (beta != 0 is part
-  // of its key) keeps the heuristic's first choice.
-  if (!plan.untimed.empty() && beta == 0.0f) autotune(plan, matmul);
-  const cublasStatus_t status = matmul(plan.algo);
+  if (!plan.untimed.empty()) {
+    if (beta == 0.0f) {
+      autotune(plan, d, matmul);  // each timing call rewrites the same D
+    } else {
+      // Every timing call would accumulate into C again: they write a scratch D instead.
+      void* out = nullptr;
+      try {
+        // D's whole extent: count matrices stride_d apart (one when not batched).
+        const std::int64_t d_elems = batched ? stride_d * (batch.count - 1) + m * n : m * n;
+        out = scratch_tune_.get(static_cast<std::size_t>(d_elems) * sdk::dtype_size(route.d_dtype),
+                                stream_, "gemm");
+      } catch (const sdk::BackendError&) {
+        out = nullptr;  // no memory to spare for the timing: the heuristic's first choice stays
+      }
+      if (out != nullptr) {
+        autotune(plan, out, matmul);
+        scratch_tune_.release(stream_);
+      } else {
+        plan.untimed.clear();
+        plan.tuning = "not autotuned (no device memory for the scratch output)";
+      }
+    }
+  }
+  const cublasStatus_t status = matmul(plan.algo, d);
   // cuBLASLt declines a type/epilogue combination its heuristic offered with NOT_SUPPORTED (or
   // INVALID_VALUE for an attribute such as an fp32 bias the kernel family does not take). Nothing
   // was written; the plan is remembered as declined and the next route runs. The last route

@@ -43,11 +43,19 @@
 //   forward GEMMs (faster on Hopper, less exact).
 // - Workspace: 32 MiB by default (GemmTuning), allocated once. Not thread-safe: one engine per
 //   backend.
+// - Alignment: the heuristic's MIN_ALIGNMENT_{A,B,C,D}_BYTES preferences are each operand's own
+//   pointer alignment (up to 256; a D in fp32 scratch is 256-byte aligned), part of the plan key.
 // - Algorithm: cuBLASLt's first heuristic result by default, so a shape always runs the same
 //   kernel (bitwise-reproducible results). GemmTuning can take the i-th result instead (for
-//   benchmarks: each candidate's speed) or time the first N candidates at a plan's first run and
-//   keep the fastest, as cudnn.benchmark does; the timing runs only when beta == 0 (re-running the
-//   matmul then rewrites the same C) and never while the stream is being captured.
+//   benchmarks: each candidate's speed) or, with autotune_candidates = N > 1, time the first N
+//   candidates at a plan's first run and keep the fastest, as cudnn.benchmark does: one untimed
+//   call each, then autotune_rounds rounds that time every candidate once (interleaved, CUDA
+//   events), the lowest median winning (cuda_gemm_autotune.h: ties and differences within
+//   autotune_tolerance keep the earlier heuristic index, declined candidates are skipped). The
+//   timing calls run on the call's own operands and have no effect: with beta == 0 each rewrites
+//   the same D, with beta != 0 they write a scratch D (released afterwards) so C accumulates once.
+//   No timing while the stream is being captured, or when the scratch D cannot be allocated: the
+//   heuristic's first choice stays. Cost: N x (1 + rounds) GEMMs once per plan.
 #pragma once
 
 #include <cublasLt.h>
@@ -76,6 +84,10 @@ struct GemmTuning {
   // > 1: ask for this many results and keep the fastest on the first run's own operands
   // (heuristic_result is then ignored).
   int autotune_candidates = 0;
+  // Timed rounds per candidate (each round times every candidate once); at least 1.
+  int autotune_rounds = 5;
+  // A later candidate must be faster than the current choice by more than this fraction.
+  float autotune_tolerance = 0.005f;
 };
 
 class GemmEngine {
@@ -107,6 +119,7 @@ class GemmEngine {
     int candidates = 0;         // how many the heuristic offered
     std::string algo;           // cuBLASLt's algorithm id, tile, stages, split-k, swizzle, cluster
     std::size_t workspace = 0;  // bytes the algorithm uses
+    std::string tuning;         // autotuning's measurement, empty when none ran
   };
   std::vector<PlanInfo> plan_infos() const;
   // Workspace plus scratch, for the memory statistics.
@@ -121,15 +134,16 @@ class GemmEngine {
     int epilogue;   // cublasLtEpilogue_t
     int bias_type;  // cudaDataType_t of the bias when the epilogue has one, else 0
     bool beta_nonzero, fp8_scales;
-    int alignment;           // of A, B and C/D: the heuristic's minimum-alignment preferences
+    // Of cuBLASLt's A, B and C/D pointers: the heuristic's minimum-alignment preferences.
+    int a_alignment, b_alignment, d_alignment;
     int epilogue_alignment;  // of the bias and aux pointers: their placeholders' alignment
     // Strided batch (cuBLASLt's A, B, D; elements): batch 1 is a plain GEMM (strides 0).
     std::int64_t batch, stride_a, stride_b, stride_d;
     bool operator==(const Key&) const = default;
     auto fields() const {
       return std::tie(a_type, b_type, d_type, compute, epilogue, bias_type, beta_nonzero,
-                      fp8_scales, alignment, epilogue_alignment, batch, stride_a, stride_b,
-                      stride_d);
+                      fp8_scales, a_alignment, b_alignment, d_alignment, epilogue_alignment,
+                      batch, stride_a, stride_b, stride_d);
     }
   };
   // Our strided batch (elements between consecutive A, B, C matrices); count 1: one GEMM.
@@ -147,6 +161,7 @@ class GemmEngine {
     std::size_t algo_workspace = 0;
     // Autotuning: the heuristic's results, timed at the first run and then cleared.
     std::vector<cublasLtMatmulHeuristicResult_t> untimed;
+    std::string tuning;  // what the timing found, for plan_report(); empty when none ran
   };
   // An operand as it enters cuBLASLt.
   struct Operand {
@@ -168,10 +183,10 @@ class GemmEngine {
   Operand decoded(const Operand& in, sdk::DType to, bool apply_scale,
                   DeviceScratch& scratch);
   Operand transposed(const Operand& in, DeviceScratch& scratch);
-  // Times plan.untimed with `matmul` (one algorithm per call; false when cuBLASLt declines it)
-  // and keeps the fastest in plan.algo.
-  void autotune(Plan& plan,
-                const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& matmul);
+  // Times plan.untimed with `matmul` (one algorithm per call, writing D to `out`) and keeps the
+  // fastest in plan.algo (cuda_gemm_autotune.h's rule).
+  using TimedMatmul = std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&, void* out)>;
+  void autotune(Plan& plan, void* out, const TimedMatmul& matmul);
 
   int sm_;
   cudaStream_t stream_;
@@ -186,6 +201,7 @@ class GemmEngine {
   float* scales_ = nullptr;
   std::unordered_map<Key, Plan, sdk::GemmPlanKeyHash> plans_;
   DeviceScratch scratch_a_, scratch_b_, scratch_d_, scratch_bias_;
+  DeviceScratch scratch_tune_;  // autotuning's D for beta != 0 plans, released after each tuning
 };
 
 }  // namespace mixtrain::backend_cuda

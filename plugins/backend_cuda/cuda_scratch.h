@@ -3,9 +3,10 @@
 //
 // Contract: get(bytes) returns at least `bytes` of device memory valid until the next get() that
 // grows it. Growing synchronises `stream` before freeing the old buffer (earlier ops may still read
-// it); steady state does no allocation. capacity() feeds the backend's memory statistics. When
-// cudaMalloc runs out of memory, the out-of-memory hook (if set: the backend's allocator giving
-// its cached blocks back) runs once and the allocation is retried before the error is raised.
+// it); steady state does no allocation; release() gives it back. capacity() feeds the backend's
+// memory statistics. When cudaMalloc runs out of memory, the out-of-memory hook (if set: the
+// backend's allocator giving its cached blocks back) runs once and the allocation is retried
+// before the error is raised.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -63,6 +64,14 @@ class DeviceScratch {
     return static_cast<T*>(get(count * sizeof(T), stream, op));
   }
   std::size_t capacity() const { return capacity_; }
+  // Frees the buffer after `stream`'s work (which may still read it) is done.
+  void release(cudaStream_t stream) noexcept {
+    if (data_ == nullptr) return;
+    cudaStreamSynchronize(stream);
+    cudaFree(data_);
+    data_ = nullptr;
+    capacity_ = 0;
+  }
   void set_out_of_memory_hook(std::function<void()> hook) { on_out_of_memory_ = std::move(hook); }
 
  private:

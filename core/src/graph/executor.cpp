@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <set>
 
+#include "graph/allocation_error.h"
 #include "graph/ops/op_support.h"
 #include "mixtrain/core/graph/backend_needs.h"
 #include "profiling/profile_scope.h"
@@ -20,30 +21,72 @@ Executor::Executor(std::shared_ptr<sdk::DeviceBackend> backend, const GraphPlan&
 void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
   max_rows_ = max_rows;
   const InputSpec& in = plan_.input();
-  input_ = Tensor(backend_, in.dtype, sdk::Shape{max_rows, plan_.input_features()});
-  labels_ = Tensor(backend_, DType::int32, sdk::Shape{max_rows * in.labels_per_sample});
-  loss_ = Tensor(backend_, DType::fp32, sdk::Shape{1});
-  correct_ = Tensor(backend_, DType::int32, sdk::Shape{1});
-  // Activations: one arena from their liveness plan, then each op's own buffers.
+  // The plans first (pure), so a refused allocation can be reported against the whole of them.
   act_plan_ = plan_activations(plan_, ops_, max_rows);
-  act_arena_ = Tensor(backend_, DType::fp32,
-                      sdk::Shape{static_cast<std::int64_t>(act_plan_.arena_bytes / 4 + 1)});
+  grads_ = plan_gradients(plan_, ops_, max_rows);
+  fp32_reserved_ = reserve_fp32_gradients;
+  std::size_t grad_bytes = grads_.planned.arena_bytes;
+  if (reserve_fp32_gradients) grad_bytes = std::max(grad_bytes, grads_.fp32.arena_bytes);
+  MemoryForecast forecast;
+  forecast.max_rows = max_rows;
+  forecast.input =
+      static_cast<std::size_t>(max_rows * plan_.input_features()) * sdk::dtype_size(in.dtype) +
+      static_cast<std::size_t>(max_rows * in.labels_per_sample) * 4;
+  forecast.activations = act_plan_.arena_bytes;
+  forecast.gradients = grad_bytes;
+  for (const auto& op : ops_)
+    for (const auto& p : op->traits().parameters) {
+      std::size_t numel = 1;
+      for (std::int64_t d : p.shape) numel *= static_cast<std::size_t>(d);
+      const DType weight = op->precision().weight;
+      forecast.parameters +=
+          numel * (8 + (weight == DType::fp32 ? 0 : sdk::dtype_size(ops::storage_of(weight))));
+    }
+  // Allocates through `make`; a BackendError (out of memory, most often) is reported with the
+  // buffer, its bytes and the forecast.
+  auto allocating = [&](const std::string& what, std::size_t bytes, auto&& make) {
+    try {
+      make();
+    } catch (const sdk::BackendError& e) {
+      MemoryForecast f = forecast;
+      f.activations_narrow = act_plan_.arena_bytes <
+                             core::plan_activations(plan_, ops_, max_rows, DType::fp32).arena_bytes;
+      throw allocation_error(e, what, bytes, f, *backend_);
+    }
+  };
+  allocating("the input batch", forecast.input, [&] {
+    input_ = Tensor(backend_, in.dtype, sdk::Shape{max_rows, plan_.input_features()});
+    labels_ = Tensor(backend_, DType::int32, sdk::Shape{max_rows * in.labels_per_sample});
+    loss_ = Tensor(backend_, DType::fp32, sdk::Shape{1});
+    correct_ = Tensor(backend_, DType::int32, sdk::Shape{1});
+  });
+  // Activations: one arena from their liveness plan, then each op's own buffers.
+  allocating("the activation arena", act_plan_.arena_bytes, [&] {
+    act_arena_ = Tensor(backend_, DType::fp32,
+                        sdk::Shape{static_cast<std::int64_t>(act_plan_.arena_bytes / 4 + 1)});
+  });
   for (std::size_t i = 0, k = 0; i < ops_.size(); ++i) {
     const std::int64_t rows = max_rows * plan_.node(i).rows_per_sample;
     const bool planned = ops_[i]->planned_output_bytes(rows) > 0;
     ops_[i]->use_output_storage(planned ? static_cast<std::byte*>(act_arena_.view().data) +
                                               act_plan_.offset[k++]
                                         : nullptr);
-    ops_[i]->allocate(backend_, rows);
+    std::size_t own = 0;
+    for (const auto& p : ops_[i]->traits().parameters) {
+      std::size_t numel = 1;
+      for (std::int64_t d : p.shape) numel *= static_cast<std::size_t>(d);
+      own += numel * 8;
+    }
+    allocating("the parameters, gradients and buffers of node '" + ops_[i]->name() + "' (" +
+                   ops_[i]->type() + ")",
+               own, [&] { ops_[i]->allocate(backend_, rows); });
   }
   bind_ties();
-  grads_ = plan_gradients(plan_, ops_, max_rows);
-  fp32_reserved_ = reserve_fp32_gradients;
-  std::size_t bytes = grads_.planned.arena_bytes;
-  if (reserve_fp32_gradients) bytes = std::max(bytes, grads_.fp32.arena_bytes);
-  grad_arena_ =
-      Tensor(backend_, DType::fp32,
-             sdk::Shape{static_cast<std::int64_t>(std::max<std::size_t>(bytes, 4) / 4 + 1)});
+  allocating("the gradient arena", grad_bytes, [&] {
+    grad_arena_ =
+        Tensor(backend_, DType::fp32,
+               sdk::Shape{static_cast<std::int64_t>(std::max<std::size_t>(grad_bytes, 4) / 4 + 1)});
+  });
 }
 
 void Executor::bind_ties() {

@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -24,15 +25,60 @@ bool all_fp32(const sdk::OpPrecision& p) {
   return p.weight == sdk::DType::fp32 && p.gemm_input == sdk::DType::fp32 &&
          p.activation == sdk::DType::fp32 && p.activation_grad == sdk::DType::fp32;
 }
+
+// The policy's refusal of the backend (`refused`, a BackendError), raised again at the first node
+// whose final plan computes its GEMMs in a dtype the backend does not declare: a ConfigError at
+// the node's config location naming the node and the dtype, with the policy's message and hint.
+// Rethrows the refusal as it is when no node needs such a dtype (or the backend declares none).
+[[noreturn]] void refuse_at_first_node(const Model& model,
+                                       const sdk::BackendCapabilities& capabilities,
+                                       const std::exception_ptr& refused) {
+  std::string what, hint;
+  try {
+    std::rethrow_exception(refused);
+  } catch (const sdk::BackendError& e) {
+    what = e.what();
+    hint = e.hint();
+  }
+  if (!capabilities.gemm_inputs.empty())
+    for (std::size_t i = 0; i < model.layers().size(); ++i) {
+      const Layer& layer = *model.layers()[i];
+      if (!layer.has_gemm()) continue;
+      for (sdk::DType t : {layer.precision().gemm_input, layer.precision().weight}) {
+        if (capabilities.supports(t)) continue;
+        const PlannedNode& node = model.plan().node(i);
+        throw sdk::ConfigError(node.where, node.key,
+                               "node '" + layer.name() + "' (" + layer.type() +
+                                   ") would compute its GEMMs on " +
+                                   std::string(sdk::dtype_name(t)) + " operands: " + what,
+                               (hint.empty() ? std::string() : hint + "; ") +
+                                   "for example --set precision.policy=bf16-mixed");
+      }
+    }
+  std::rethrow_exception(refused);
+}
 }  // namespace
 
 void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
                     const sdk::BackendCapabilities& capabilities,
                     const std::vector<PrecisionOverride>& overrides, const sdk::Logger& log) {
-  policy.adapt_to(capabilities);
+  // A policy that refuses the backend (an FP8 policy on a GPU without FP8 Tensor Cores) names the
+  // dtype but knows no node: the plan is made anyway, to name the first node that needs it.
+  std::exception_ptr refused;
+  try {
+    policy.adapt_to(capabilities);
+  } catch (const sdk::BackendError&) {
+    refused = std::current_exception();
+  }
   for (auto& layer : model.layers()) {
     const auto op = layer->description();
-    auto p = policy.plan(op);
+    sdk::OpPrecision p;
+    try {
+      p = policy.plan(op);
+    } catch (...) {
+      if (refused) std::rethrow_exception(refused);
+      throw;
+    }
     // The one place precision-sensitive ops are pinned: from the op's own trait, whatever the
     // policy planned (policies keep no deny-list of op kinds).
     if (op.precision_sensitive && !all_fp32(p)) {
@@ -81,6 +127,7 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
                              "layers in this model: " + names);
     }
   }
+  if (refused) refuse_at_first_node(model, capabilities, refused);
   // Scaled (FP8) operands only where the final plan still computes in FP8: an override that
   // keeps a layer in bf16 takes it out of the policy's scaling.
   if (policy.uses_scaled_operands())

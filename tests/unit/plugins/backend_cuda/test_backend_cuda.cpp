@@ -47,6 +47,27 @@ TEST(backend_cuda, ReadmeOptionTableMatchesSchema) {
   EXPECT_EQ(test::readme_rows(readme, "cuda"), expected) << "update the table in " << readme;
 }
 
+// Host only: the out-of-memory text names every number a user needs to see why it failed.
+TEST(backend_cuda, OutOfMemoryTextNamesTheRequestTheBackendAndTheDevice) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  const std::string text = CachingAllocator::out_of_memory_text(
+      300 * MiB + 5, CachingAllocator::size_class(300 * MiB + 5), 70000 * MiB, 72000 * MiB,
+      1500 * MiB, 120 * MiB, 81559 * MiB);
+  EXPECT_NE(text.find("out of device memory"), std::string::npos) << text;
+  EXPECT_NE(text.find("asked for " + std::to_string(300 * MiB + 5) + " bytes (300.0 MiB)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("a block of " + std::to_string(302 * MiB) + " bytes"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("(70000.0 MiB) allocated by this backend"), std::string::npos) << text;
+  EXPECT_NE(text.find("(72000.0 MiB) reserved from the driver"), std::string::npos) << text;
+  EXPECT_NE(text.find("(1500.0 MiB) of cached free blocks released"), std::string::npos) << text;
+  EXPECT_NE(
+      text.find("(120.0 MiB) free of " + std::to_string(81559 * MiB) + " bytes (81559.0 MiB)"),
+      std::string::npos)
+      << text;
+}
+
 TEST_F(backend_cuda_vs_cpu, Capabilities) {
   const auto caps = gpu().capabilities();
   EXPECT_EQ(caps.kind, "cuda");

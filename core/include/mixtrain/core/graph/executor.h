@@ -5,7 +5,10 @@
 // - Built over a GraphPlan and its ops (both owned by the Model, which outlives it).
 //   allocate(max_rows) places every activation and gradient buffer: the ops' outputs in one
 //   activation arena, the gradients in one arena (graph/memory_plan.h), sized for the all-FP32
-//   gradient pass as well when `reserve_fp32_gradients`.
+//   gradient pass as well when `reserve_fp32_gradients`. A buffer the backend refuses (out of
+//   memory) raises sdk::BackendError naming the buffer and its bytes, the plans' predicted total
+//   for the batch (arenas, parameters, batch), what the backend held and the device's memory, and
+//   how to need less (graph/allocation_error.h); nothing has run then.
 // - Tensors are addressed by TensorId for one pass's Extent (a batch of samples, or a decode step
 //   of tokens): activation(t, e) and gradient(t, e, buffers) are [rows, cols] device views.
 // - forward(e, visit) runs every computing node in forward order; `visit` (optional) sees each

@@ -13,6 +13,11 @@
 // - An override that matches no layer throws sdk::ConfigError at the override's config line,
 //   naming the pattern and the layers that exist; one whose glob matches only sensitive ops
 //   throws too, saying how to name one exactly.
+// - A policy whose adapt_to() refuses the backend (sdk::BackendError: an FP8 policy on a GPU
+//   without FP8 Tensor Cores) is still asked for the plan, overrides included, and the refusal is
+//   raised as a ConfigError at the first node whose GEMMs need a dtype the capabilities do not
+//   declare, naming the node and the dtype with the policy's message and hint; with no such node
+//   the policy's own error stands. Either way nothing has been allocated or run.
 // - Layers whose final plan computes their GEMMs in FP8 get the policy as their operand scaler;
 //   an override that keeps a layer in 16-bit takes it out of the policy's scaling.
 #pragma once

@@ -1,0 +1,37 @@
+// What an allocation of the model's memory plan that the backend refused (out of memory, most
+// often) is reported with: which buffer and its bytes, the plan's predicted total for the batch,
+// what the backend held and the device's memory, and how to need less. Internal to the core
+// (Executor::allocate).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::core {
+
+// The model's device memory as its plans predict it for batches of max_rows rows.
+struct MemoryForecast {
+  std::int64_t max_rows = 0;
+  std::size_t input = 0;            // the batch and its labels
+  std::size_t activations = 0;      // the activation arena (liveness plan)
+  std::size_t gradients = 0;        // the gradient arena
+  std::size_t parameters = 0;       // FP32 masters and gradients, low-precision working copies
+  bool activations_narrow = false;  // the activation plan already stores narrower than fp32
+  std::size_t total() const { return input + activations + gradients + parameters; }
+};
+
+// "312.0 MiB", "1.25 GiB", "512 bytes".
+std::string memory_text(std::size_t bytes);
+
+// The error for `what` (`bytes` of it) the backend refused with `cause`: cause's text and hint,
+// then the buffer, the forecast, the backend's live bytes and the device's memory, and the ways
+// to shrink the plan. A BackendError (exit code 2 at the CLI).
+sdk::BackendError allocation_error(const sdk::BackendError& cause, const std::string& what,
+                                   std::size_t bytes, const MemoryForecast& forecast,
+                                   const sdk::DeviceBackend& backend);
+
+}  // namespace mixtrain::core

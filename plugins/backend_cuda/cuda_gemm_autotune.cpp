@@ -1,0 +1,33 @@
+#include "cuda_gemm_autotune.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mixtrain::backend_cuda {
+
+float autotune_score(std::span<const float> ms) {
+  if (ms.empty()) return -1.0f;
+  for (float t : ms)
+    if (!std::isfinite(t) || t < 0.0f) return -1.0f;
+  std::vector<float> sorted(ms.begin(), ms.end());
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t mid = sorted.size() / 2;
+  return sorted.size() % 2 == 1 ? sorted[mid] : 0.5f * (sorted[mid - 1] + sorted[mid]);
+}
+
+int pick_autotuned_candidate(std::span<const std::vector<float>> times, float tolerance) {
+  const float keep = std::isfinite(tolerance) && tolerance > 0.0f ? 1.0f - tolerance : 1.0f;
+  int best = -1;
+  float best_score = 0.0f;
+  for (std::size_t i = 0; i < times.size(); ++i) {
+    const float score = autotune_score(times[i]);
+    if (score < 0.0f) continue;
+    if (best < 0 || score < best_score * keep) {
+      best = static_cast<int>(i);
+      best_score = score;
+    }
+  }
+  return best;
+}
+
+}  // namespace mixtrain::backend_cuda
