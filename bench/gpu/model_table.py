@@ -59,7 +59,9 @@ def gpt_forward_flops_per_token(layers, width, tokens, vocab):
 
 def mixtrain_row(work, p, per_sample):
     run = os.path.join(work, f"mixtrain-{p}")
-    name = f"mixtrain {NAMES.get(p, p)}"
+    base, *extras = p.split("+")
+    what = {"graphs": "step graphs", "tune": "gemm_autotune 8"}
+    name = f"mixtrain {NAMES.get(base, base)}" + "".join(f" + {what.get(x, x)}" for x in extras)
     try:
         s = json.load(open(os.path.join(run, "summary.json")))
         recs = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl")) if l.strip()]

@@ -73,12 +73,12 @@ export WIDE_STEPS=${WIDE_STEPS:-30} WIDE_LOG_EVERY=${WIDE_LOG_EVERY:-5}
 export WIDE_POLICIES=${WIDE_POLICIES:-bf16 fp32 fp8 tf32 fp16} WIDE_TORCH=${WIDE_TORCH:-bf16 fp32}
 export WIDE_BACKEND=${WIDE_BACKEND:-cuda} TORCH_DEVICE=${TORCH_DEVICE:-cuda} TORCH_FUSED=${TORCH_FUSED:-true}
 export PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
-export MODEL_BACKEND=${MODEL_BACKEND:-cuda} MODEL_RUN_CAP=${MODEL_RUN_CAP:-75}
+export MODEL_BACKEND=${MODEL_BACKEND:-cuda} MODEL_RUN_CAP=${MODEL_RUN_CAP:-60}
 export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-30} RN_LOG_EVERY=${RN_LOG_EVERY:-5}
-export RN_POLICIES=${RN_POLICIES:-bf16 fp32} RN_TORCH=${RN_TORCH:-bf16 fp32}
+export RN_POLICIES=${RN_POLICIES:-bf16 fp32 bf16+tune} RN_TORCH=${RN_TORCH:-bf16 fp32}
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-30} GPT_LOG_EVERY=${GPT_LOG_EVERY:-5}
-export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8} GPT_TORCH=${GPT_TORCH:-bf16}
+export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 bf16+graphs bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
 export ROOT HERE
 export STATE=/tmp/mixtrain-gpu-state
 rm -rf "$STATE"
@@ -382,11 +382,16 @@ model_run() {
   shift 3
   case $job in
     mixtrain:*)
+      # <policy>[+graphs][+tune]: run.step_graphs = true; the cuda backend's gemm_autotune = 8.
       p=${job#mixtrain:}
-      LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 20 "$MIXTRAIN_BIN" check "$config" "$@" \
-        --set "precision.policy=$(policy_name "$p")" >"$W/check-$p.txt" 2>&1
+      local variant=() base=${p%%+*}
+      [[ $p == *+graphs* ]] && variant+=(--set run.step_graphs=true)
+      [[ $p == *+tune* ]] && variant+=(--set backend.cuda.gemm_autotune=8)
+      LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 20 "$MIXTRAIN_BIN" check "$config" "$@" "${variant[@]}" \
+        --set "precision.policy=$(policy_name "$base")" >"$W/check-$p.txt" 2>&1
       LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" "$@" \
-        --set "precision.policy=$(policy_name "$p")" --run-dir "$W/mixtrain-$p" >"$W/mixtrain-$p.log" 2>&1
+        "${variant[@]}" --set "precision.policy=$(policy_name "$base")" --run-dir "$W/mixtrain-$p" \
+        >"$W/mixtrain-$p.log" 2>&1
       rc=$?
       rm -rf "$W/mixtrain-$p/checkpoints"
       ;;
