@@ -45,8 +45,8 @@
 
 namespace mixtrain::backend_cuda {
 
-class GemmEngine;       // cuda_gemm.h
-struct ConvState;       // cuda_conv_plans.h
+class GemmEngine;  // cuda_gemm.h
+struct ConvState;  // cuda_conv_plans.h
 
 // The backend is its own facets: find_facet returns `this` as each of them. It has no residual
 // (the core joins with axpy), attention or embedding facet yet; batch norm is kernels
