@@ -12,6 +12,9 @@
 
 #include "cuda_access.h"
 #include "cuda_gemm.h"
+#ifdef MIXTRAIN_HAVE_CUDNN
+#include "cuda_conv_plans.h"
+#endif
 
 namespace mixtrain::backend_cuda {
 
@@ -122,6 +125,9 @@ CudaBackend::~CudaBackend() {
   for (auto& g : graphs_)
     if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
   staging_.release();
+#ifdef MIXTRAIN_HAVE_CUDNN
+  conv_.reset();
+#endif
   gemm_.reset();
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
   if (error_ != nullptr) cudaFree(error_);
@@ -141,11 +147,19 @@ std::vector<std::string> CudaBackend::gemm_plan_report() const {
   return gemm_->plan_report();
 }
 
+std::size_t CudaBackend::conv_bytes() const {
+#ifdef MIXTRAIN_HAVE_CUDNN
+  if (conv_) return conv_->device_bytes();
+#endif
+  return 0;
+}
+
 void CudaBackend::account_buffers() {
   // The fixed cuBLASLt workspace is not counted (like a library's own handle state); grow-only
   // scratch is, as the CPU backend counts its GEMM scratch.
   const std::size_t now = gemm_->device_bytes() - gemm_->workspace_bytes() + tables_.capacity() +
-                          partial_.capacity() + partial2_.capacity() + flags_.capacity();
+                          partial_.capacity() + partial2_.capacity() + flags_.capacity() +
+                          conv_bytes();
   if (now == buffer_bytes_) return;
   allocator_.account_external(static_cast<std::ptrdiff_t>(now) -
                               static_cast<std::ptrdiff_t>(buffer_bytes_));
@@ -633,9 +647,13 @@ void CudaBackend::adamw_update(const sdk::AdamWHyper& h,
 
 sdk::Facet* CudaBackend::find_facet(std::string_view name) {
   return sdk::facet_among<sdk::GemmFacet, sdk::ActivationFacet, sdk::GradientCheckFacet,
-                          sdk::ForeachFacet, sdk::LayerNormFacet, sdk::LossFacet,
-                          sdk::OptimizerFacet, sdk::ResidualFacet, sdk::AttentionFacet,
-                          sdk::EmbeddingFacet, sdk::DropoutFacet, sdk::StepGraphFacet>(*this, name);
+                          sdk::ForeachFacet, sdk::LayerNormFacet, sdk::BatchNormFacet,
+#ifdef MIXTRAIN_HAVE_CUDNN
+                          sdk::ConvolutionFacet,
+#endif
+                          sdk::LossFacet, sdk::OptimizerFacet, sdk::ResidualFacet,
+                          sdk::AttentionFacet, sdk::EmbeddingFacet, sdk::DropoutFacet,
+                          sdk::StepGraphFacet>(*this, name);
 }
 
 bool CudaBackend::supports(sdk::GemmOp op, std::span<const DType> dtypes) const {

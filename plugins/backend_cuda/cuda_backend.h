@@ -1,5 +1,7 @@
 // CudaBackend: the CUDA DeviceBackend. GEMMs run on Tensor Cores through cuBLASLt (cuda_gemm.h);
-// every other op is a CUDA kernel of this plugin (cuda_kernels.cu, cuda_optimizers.cu).
+// convolutions through cuDNN's graph API (cuda_conv_plans.h; only when the build found cuDNN 9:
+// MIXTRAIN_HAVE_CUDNN); every other op is a CUDA kernel of this plugin (cuda_kernels.cu,
+// cuda_optimizers.cu, cuda_pooling.cu, cuda_batch_norm.cu, ...).
 //
 // Contract (in addition to sdk/device_backend.h)
 // - Construction selects `device` and throws sdk::BackendError carrying CUDA's own error text when
@@ -38,23 +40,31 @@
 #include "cuda_host_staging.h"
 #include "cuda_kernels.h"
 #include "cuda_scratch.h"
+#include "mixtrain/sdk/backend_batch_norm.h"
+#include "mixtrain/sdk/backend_convolution.h"
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/options.h"
 
 namespace mixtrain::backend_cuda {
 
 class GemmEngine;  // cuda_gemm.h
+struct ConvState;  // cuda_conv_plans.h
 
 // The backend is its own facets: find_facet returns `this` as each of them (step_graph included:
-// the host asks for it only under run.step_graphs). Residual, attention, embedding and dropout
-// have their own files (cuda_backend_<facet>.cpp, kernels in cuda_<facet>.cu); it has no batch
-// norm or convolution facet yet.
+// the host asks for it only under run.step_graphs). Residual, attention, embedding, dropout and
+// batch norm have their own files (cuda_backend_<facet>.cpp, kernels in cuda_<facet>.cu); the
+// convolution facet (conv2d through cuDNN, pooling and the permutes as kernels:
+// cuda_backend_convolution.cpp) exists only in a build with cuDNN 9.
 class CudaBackend final : public sdk::DeviceBackend,
                           public sdk::GemmFacet,
                           public sdk::ActivationFacet,
                           public sdk::GradientCheckFacet,
                           public sdk::ForeachFacet,
                           public sdk::LayerNormFacet,
+                          public sdk::BatchNormFacet,
+#ifdef MIXTRAIN_HAVE_CUDNN
+                          public sdk::ConvolutionFacet,
+#endif
                           public sdk::LossFacet,
                           public sdk::OptimizerFacet,
                           public sdk::ResidualFacet,
@@ -175,6 +185,47 @@ class CudaBackend final : public sdk::DeviceBackend,
   void replay(int graph) override;
   void release(int graph) noexcept override;
 
+  // Batch norm (cuda_backend_batch_norm.cpp): FP32 statistics, fixed-order reductions.
+  std::size_t batchnorm_workspace_bytes(const sdk::BatchNormShape& shape,
+                                        sdk::DType x) const override;
+  void batchnorm_forward_training(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta,
+                                  const sdk::BatchNormShape& shape, float momentum,
+                                  sdk::TensorView y, sdk::TensorView save_mean,
+                                  sdk::TensorView save_var, sdk::TensorView running_mean,
+                                  sdk::TensorView running_var, sdk::TensorView workspace) override;
+  void batchnorm_forward_inference(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta,
+                                   sdk::TensorView running_mean, sdk::TensorView running_var,
+                                   const sdk::BatchNormShape& shape, sdk::TensorView y) override;
+  void batchnorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView y,
+                          sdk::TensorView gamma, sdk::TensorView save_mean,
+                          sdk::TensorView save_var, const sdk::BatchNormShape& shape,
+                          sdk::TensorView workspace, sdk::TensorView dx, sdk::TensorView dgamma,
+                          sdk::TensorView dbeta, bool accumulate) override;
+
+#ifdef MIXTRAIN_HAVE_CUDNN
+  // Convolution (cuda_backend_convolution.cpp): conv2d through cuDNN's graph API, pooling and the
+  // permutes as kernels. supports() is the SDK's table without fp8 operands.
+  bool supports(sdk::ConvolutionOp op, std::span<const sdk::DType> dtypes) const override;
+  void conv2d_forward(const sdk::Conv2dForwardArgs& args) override;
+  void conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) override;
+  void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) override;
+  std::size_t pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry,
+                                     sdk::DType x) const override;
+  void pool2d_forward(const sdk::Pool2dGeometry& geometry, sdk::TensorView x, sdk::TensorView y,
+                      sdk::TensorView workspace) override;
+  void pool2d_backward(const sdk::Pool2dGeometry& geometry, sdk::TensorView dy, sdk::TensorView x,
+                       sdk::TensorView y, sdk::TensorView workspace, sdk::TensorView dx) override;
+  void to_channels_last(sdk::TensorView src, std::int64_t channels, std::int64_t height,
+                        std::int64_t width, sdk::TensorView dst) override;
+  void to_channels_first(sdk::TensorView src, std::int64_t channels, std::int64_t height,
+                         std::int64_t width, sdk::TensorView dst) override;
+  // ConvPlans::report(): each cuDNN plan (key, engine and its notes, workspace, runs) or why it
+  // was declined; empty before the first convolution.
+  std::vector<std::string> conv_plan_report() const;
+  // Folds the convolution's scratch growth into the memory statistics (account_buffers()).
+  void account_conv_buffers();
+#endif
+
  private:
   // Makes the backend's device current on this thread.
   void activate() const;
@@ -193,6 +244,7 @@ class CudaBackend final : public sdk::DeviceBackend,
   void check_id_errors();
   // Folds growth of the backend's own buffers into the memory statistics.
   void account_buffers();
+  std::size_t conv_bytes() const;  // the convolution's scratch (0 before the first convolution)
   // Uploads the tensor and chunk tables of a multi-tensor op; returns the number of chunks.
   template <class Ref>
   int upload_tables(const std::vector<Ref>& refs, const std::vector<std::int64_t>& numels,
@@ -238,6 +290,12 @@ class CudaBackend final : public sdk::DeviceBackend,
   };
   std::vector<RecordedGraph> graphs_;
   bool recording_ = false;
+
+#ifdef MIXTRAIN_HAVE_CUDNN
+  // Created by the first convolution (cuDNN's handle loads its engine libraries).
+  ConvState& conv_state();
+  std::unique_ptr<ConvState> conv_;
+#endif
 };
 
 }  // namespace mixtrain::backend_cuda

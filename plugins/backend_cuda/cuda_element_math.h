@@ -1,17 +1,18 @@
 // Per-element math of the CUDA backend's kernels, callable from host and device: storage decodes
 // and encodes (sdk/float_format_rules.h, the SDK's own definition of sdk/float_formats.h), tf32
 // rounding, the fp32 clamp, relu / gelu and their gradients, the amax and argmax combines, the
-// attention softmax's steps, the residual / embedding / dropout element rules and the fused
-// optimizer steps.
+// attention softmax's steps, the residual / embedding / dropout element rules, batch norm's
+// per-element steps, the average pool's divide, and the fused optimizer steps.
 //
 // Contract
 // - One source for host and device, built only from integer operations and fp32 / fp64 operations
-//   that IEEE-754 rounds exactly on both (+, -, *, /, sqrt, int <-> float): no libm call, no CUDA
-//   conversion intrinsic. A host build of these functions therefore computes the device's bits,
-//   and tests/unit/plugins/backend_cuda/test_cuda_element_math.cpp checks them against the SDK on
-//   the CPU, without a GPU. Two conditions: no FMA contraction (the .cu files build with
-//   --fmad=false, host users with -ffp-contract=off) and no fast math (nvcc's defaults: IEEE
-//   division and square root, denormals kept).
+//   that IEEE-754 rounds exactly on both (+, -, *, /, sqrt, an explicit fused multiply-add,
+//   int <-> float): no other libm call, no CUDA conversion intrinsic. A host build of these
+//   functions therefore computes the device's bits, and
+//   tests/unit/plugins/backend_cuda/test_cuda_element_math.cpp checks them against the SDK on the
+//   CPU, without a GPU. Two conditions: no FMA contraction (the .cu files build with --fmad=false,
+//   host users with -ffp-contract=off) and no fast math (nvcc's defaults: IEEE division and square
+//   root, denormals kept).
 // - Exception: a NaN produced by fp32 arithmetic carries the hardware's payload (x86 propagates
 //   the input's, NVIDIA GPUs give 0x7FFFFFFF). Pure data movement (decode, encode, relu, clamp)
 //   keeps payloads exactly as the SDK does.
@@ -44,7 +45,9 @@ using sdk::format_rules::float_of;
 namespace format = sdk::format_rules;
 
 // inf or NaN.
-MIXTRAIN_HD bool nonfinite(float x) { return (bits_of(x) & 0x7F800000u) == 0x7F800000u; }
+MIXTRAIN_HD bool nonfinite(float x) {
+  return (bits_of(x) & 0x7F800000u) == 0x7F800000u;
+}
 
 MIXTRAIN_HD float sqrt_rn(float x) {
 #if defined(__CUDA_ARCH__)
@@ -84,8 +87,29 @@ MIXTRAIN_HD float round_tf32(float x, bool saturate) {
   return float_of(format::encode<format::Tf32>(x, saturate) << 13);
 }
 
+// fp64 square root, correctly rounded on both (IEEE sqrt; the CPU's std::sqrt on doubles).
+MIXTRAIN_HD double sqrt_rn(double x) {
+#if defined(__CUDA_ARCH__)
+  return __dsqrt_rn(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+
+// a*b + c rounded once: an explicit fused multiply-add (--fmad=false only stops the compiler from
+// contracting a*b + c by itself), the CPU's std::fma.
+MIXTRAIN_HD float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
 // Clamp to +-m; NaN compares false and passes through unchanged.
-MIXTRAIN_HD float clamp_finite(float v, float m) { return v > m ? m : (v < -m ? -m : v); }
+MIXTRAIN_HD float clamp_finite(float v, float m) {
+  return v > m ? m : (v < -m ? -m : v);
+}
 
 // fp32 -> int32 toward zero, saturating, NaN -> 0 (what cvt.rzi.s32.f32 does; a plain cast is
 // undefined out of range).
@@ -96,9 +120,10 @@ MIXTRAIN_HD std::int32_t to_int32(float v) {
   return static_cast<std::int32_t>(v);
 }
 
-// --- storage types: what a kernel reads and writes ------------------------------------------------
-// S::T is the element as stored; S::load decodes it exactly; S::store(v, saturate) encodes RNE
-// (saturate: clamp to the largest finite value instead of overflowing to inf / NaN).
+// --- storage types: what a kernel reads and writes
+// ------------------------------------------------ S::T is the element as stored; S::load decodes
+// it exactly; S::store(v, saturate) encodes RNE (saturate: clamp to the largest finite value
+// instead of overflowing to inf / NaN).
 namespace storage {
 struct F32 {
   using T = float;
@@ -139,11 +164,16 @@ struct I32 {  // fill() only
 };
 }  // namespace storage
 
-// --- activations -------------------------------------------------------------------------------------
+// --- activations
+// -------------------------------------------------------------------------------------
 
 // The CPU reference's comparisons: relu keeps NaN and -0; its gradient is 0 where x is NaN or <= 0.
-MIXTRAIN_HD float relu(float x) { return x < 0.0f ? 0.0f : x; }
-MIXTRAIN_HD float relu_grad(float x, float dy) { return x > 0.0f ? dy : 0.0f; }
+MIXTRAIN_HD float relu(float x) {
+  return x < 0.0f ? 0.0f : x;
+}
+MIXTRAIN_HD float relu_grad(float x, float dy) {
+  return x > 0.0f ? dy : 0.0f;
+}
 
 // e^y for 0 <= y <= 20 (Cephes expf: y = k ln2 + r with a two-part ln2, degree-6 polynomial).
 MIXTRAIN_HD float exp_nonneg(float y) {
@@ -151,9 +181,14 @@ MIXTRAIN_HD float exp_nonneg(float y) {
   const float kf = static_cast<float>(k);
   float r = y - kf * 0.693359375f;  // exact: kf * 0.693359375f has at most 16 significant bits
   r = r - kf * -2.12194440e-4f;
-  const float p =
-      (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
-         4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f) * (r * r) + r + 1.0f;
+  const float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+                     4.1665795894e-2f) *
+                        r +
+                    1.6666665459e-1f) *
+                       r +
+                   5.0000001201e-1f) *
+                      (r * r) +
+                  r + 1.0f;
   return p * float_of(static_cast<u32>(k + 127) << 23);
 }
 
@@ -171,7 +206,11 @@ MIXTRAIN_HD float tanh_f32(float x) {
   } else {  // also NaN
     const float q = z * z;
     r = ((((-5.70498872745e-3f * q + 2.06390887954e-2f) * q - 5.37397155531e-2f) * q +
-          1.33314422036e-1f) * q - 3.33332819422e-1f) * q * z + z;
+          1.33314422036e-1f) *
+             q -
+         3.33332819422e-1f) *
+            q * z +
+        z;
   }
   return float_of(bits_of(r) | sign);
 }
@@ -208,7 +247,8 @@ MIXTRAIN_HD float activation_grad(float x, float dy) {
     return dy * gelu_grad(x);
 }
 
-// --- reductions' element rules -----------------------------------------------------------------------
+// --- reductions' element rules
+// -----------------------------------------------------------------------
 
 // amax slot (fp32 bits) after folding in m, the max |x| bits of some elements (every NaN pattern
 // sorts above inf): the CPU backend's rule, NaN (0x7FC00000) if either is NaN, else
@@ -327,6 +367,78 @@ MIXTRAIN_HD float dropout_value(float x, bool keep, float scale) {
 }
 
 // --- fused optimizer steps (cpu_optimizers.cpp, operation for operation) ----------------------------
+
+// --- batch norm (cpu_batchnorm.cpp and cpu_batchnorm_kernels.cpp, operation for operation) -------
+
+// The forward's per-channel scale and shift ((x - mean)*scale + shift): gamma / sqrt(var + eps) and
+// beta, or 1 / sqrt(var + eps) and 0 when the norm is not affine; in double, rounded once.
+struct BnScaleShift {
+  float scale, shift;
+};
+MIXTRAIN_HD BnScaleShift bn_scale_shift(float var, float eps, bool affine, float gamma,
+                                        float beta) {
+  const double inv = 1.0 / sqrt_rn(static_cast<double>(var) + static_cast<double>(eps));
+  return {static_cast<float>(affine ? gamma * inv : inv), affine ? beta : 0.0f};
+}
+
+// (x - mean)*scale + shift with one fused rounding: the one expression the forward and the fused
+// ReLU's mask recomputation use.
+MIXTRAIN_HD float bn_affine(float x, float mean, float scale, float shift) {
+  return fma_rn(x - mean, scale, shift);
+}
+MIXTRAIN_HD float bn_forward(float x, float mean, float scale, float shift, bool relu_after) {
+  const float v = bn_affine(x, mean, scale, shift);
+  return relu_after ? relu(v) : v;  // NaN stays
+}
+
+// Running statistics (PyTorch's BatchNorm2d): r = (1 - m)*r + m*s in double, rounded once;
+// unbiased = rows / (rows - 1) for the variance.
+MIXTRAIN_HD float bn_running_mean(float r, double momentum, float mean) {
+  return static_cast<float>((1.0 - momentum) * r + momentum * mean);
+}
+MIXTRAIN_HD float bn_running_var(float r, double momentum, double unbiased, float var) {
+  return static_cast<float>((1.0 - momentum) * r + momentum * unbiased * var);
+}
+
+// The backward's coefficients from the per-channel sums of g (dy masked by the ReLU) and of
+// g*(x - mean): dx = a*g + b*(x - mean) + d, dgamma = sum_gx * inv, dbeta = sum_g.
+struct BnGradCoefficients {
+  float a, b, d, dgamma, dbeta;
+};
+MIXTRAIN_HD BnGradCoefficients bn_grad_coefficients(float var, float eps, float gamma, double sum_g,
+                                                    double sum_gx, double rows) {
+  const double inv = 1.0 / sqrt_rn(static_cast<double>(var) + static_cast<double>(eps));
+  const double a = gamma * inv;
+  return {static_cast<float>(a), static_cast<float>(-a * inv * inv * sum_gx / rows),
+          static_cast<float>(-a * sum_g / rows), static_cast<float>(sum_gx * inv),
+          static_cast<float>(sum_g)};
+}
+// g: dy where the forward's ReLU let the value through (recomputed from x with the forward's
+// scale and shift), else 0.
+MIXTRAIN_HD float bn_relu_mask(float x, float dy, float mean, float scale, float shift) {
+  return bn_affine(x, mean, scale, shift) > 0.0f ? dy : 0.0f;
+}
+MIXTRAIN_HD float bn_grad_input(float g, float x, float mean, float a, float b, float d) {
+  return fma_rn(a, g, fma_rn(b, x - mean, d));
+}
+
+// --- pooling and permutes
+// ----------------------------------------------------------------------------
+
+// Average pooling's output from the fp32 window sum and the divisor (KH*KW with count_include_pad,
+// else the window's in-image elements).
+MIXTRAIN_HD float pool_average(float sum, int count) {
+  return sum / static_cast<float>(count);
+}
+
+// A value moved between storage types: exact decode, one RNE encode (the permutes' rounding).
+template <class Src, class Dst>
+MIXTRAIN_HD typename Dst::T convert(typename Src::T v) {
+  return Dst::store(Src::load(v), false);
+}
+
+// --- fused optimizer steps (cpu_optimizers.cpp, operation for operation)
+// ----------------------------
 
 // torch.optim.SGD on one element; h: kernels::SgdArgs (lr, momentum, dampening, weight_decay,
 // grad_scale, nesterov, first_step). Returns the new parameter; buf is the momentum buffer.

@@ -1,0 +1,149 @@
+// CudaBackend's batch-norm facet: CUDA kernels (cuda_batch_norm.cu) with FP32 statistics.
+//
+// Why kernels and not cuDNN: cuDNN 9 has batch norm only inside its graph API (a
+// NORM_FORWARD / NORM_BACKWARD operation in CUDNN_BATCH_NORM mode, or the older GEN_STATS +
+// BN_FINALIZE fusion pattern); the legacy cudnnBatchNormalization* calls are deprecated. Those
+// graph ops are served by runtime-fusion / specialised engines whose availability depends on
+// the GPU, the layout and the cuDNN build (the frontend's batchnorm nodes are what NVIDIA
+// documents, and this build does not carry the frontend), their statistics and reductions are
+// not specified beyond FP32 compute, the fused ReLU's backward mask and the unbiased running
+// variance would still be ours, and a batch norm is three memory-bound passes that a plain
+// kernel runs at bandwidth. These kernels follow the CPU backend's formulas element for element
+// (cuda_element_math.h), with deterministic fixed-order reductions.
+//
+// Semantics as the CPU backend (cpu_batchnorm.cpp): save_var is the biased variance; the running
+// variance moves with the unbiased one (rows / (rows - 1)); the fused ReLU's backward recomputes
+// the forward's value from x with the forward's scale and shift (the workspace, 2·C floats) or
+// masks where y > 0; dgamma / dbeta written or accumulated.
+#include <algorithm>
+
+#include "cuda_access.h"
+#include "cuda_backend.h"
+#include "cuda_layer_checks.h"
+#include "cuda_layer_kernels.h"
+
+namespace mixtrain::backend_cuda {
+
+using sdk::DType;
+using sdk::TensorView;
+
+namespace {
+
+std::size_t workspace_bytes(const sdk::BatchNormShape& s) {
+  return s.relu ? 2 * static_cast<std::size_t>(s.channels) * sizeof(float) : 0;
+}
+
+const float* ptr_or_null(const TensorView& v) {
+  return v.empty() ? nullptr : v.as<const float>();
+}
+
+}  // namespace
+
+std::size_t CudaBackend::batchnorm_workspace_bytes(const sdk::BatchNormShape& shape,
+                                                   DType x) const {
+  constexpr std::string_view op = "batchnorm_workspace_bytes";
+  layer_checks::batchnorm_shape(op, shape);
+  if (!is_storage_float(x))
+    fail(op, "x dtype " + std::string(sdk::dtype_name(x)) + " is not supported",
+         "batch norm takes fp32, bf16 or fp16 activations");
+  return workspace_bytes(shape);
+}
+
+void CudaBackend::batchnorm_forward_training(TensorView x, TensorView gamma, TensorView beta,
+                                             const sdk::BatchNormShape& shape, float momentum,
+                                             TensorView y, TensorView save_mean,
+                                             TensorView save_var, TensorView running_mean,
+                                             TensorView running_var, TensorView workspace) {
+  activate();
+  constexpr const char* op = "batchnorm_forward_training";
+  layer_checks::batchnorm_forward(op, shape, x, y, gamma, beta);
+  const std::int64_t c = shape.channels;
+  layer_checks::channel_vector(op, "save_mean", save_mean, c);
+  layer_checks::channel_vector(op, "save_var", save_var, c);
+  if (!running_mean.empty()) layer_checks::channel_vector(op, "running_mean", running_mean, c);
+  if (!running_var.empty()) layer_checks::channel_vector(op, "running_var", running_var, c);
+  const bool keep = shape.relu && !workspace.empty();
+  if (keep) layer_checks::batchnorm_workspace(op, workspace, workspace_bytes(shape));
+  if (shape.rows < 2)
+    fail(op, "training needs more than one value per channel (rows = 1)",
+         "use a batch of at least two, or the inference forward");
+  double* partial = partial_.as<double>(kernels::bn_partial_doubles(shape.rows, c), stream_, op);
+  float* scale_shift = keep ? workspace.as<float>()
+                            : partial2_.as<float>(2 * static_cast<std::size_t>(c), stream_, op);
+  account_buffers();
+  const kernels::BnForward a{x.data,
+                             y.data,
+                             elem_of(x.dtype),
+                             ptr_or_null(gamma),
+                             ptr_or_null(beta),
+                             shape.eps,
+                             shape.relu,
+                             shape.rows,
+                             c};
+  check_cuda(kernels::bn_forward_training(a, momentum, save_mean.as<float>(), save_var.as<float>(),
+                                          running_mean.empty() ? nullptr : running_mean.as<float>(),
+                                          running_var.empty() ? nullptr : running_var.as<float>(),
+                                          scale_shift, partial, stream_),
+             op, "kernel launch");
+}
+
+void CudaBackend::batchnorm_forward_inference(TensorView x, TensorView gamma, TensorView beta,
+                                              TensorView running_mean, TensorView running_var,
+                                              const sdk::BatchNormShape& shape, TensorView y) {
+  activate();
+  constexpr const char* op = "batchnorm_forward_inference";
+  layer_checks::batchnorm_forward(op, shape, x, y, gamma, beta);
+  const std::int64_t c = shape.channels;
+  layer_checks::channel_vector(op, "running_mean", running_mean, c);
+  layer_checks::channel_vector(op, "running_var", running_var, c);
+  float* scale_shift = partial2_.as<float>(2 * static_cast<std::size_t>(c), stream_, op);
+  account_buffers();
+  const kernels::BnForward a{x.data,
+                             y.data,
+                             elem_of(x.dtype),
+                             ptr_or_null(gamma),
+                             ptr_or_null(beta),
+                             shape.eps,
+                             shape.relu,
+                             shape.rows,
+                             c};
+  check_cuda(kernels::bn_forward_inference(a, running_mean.as<const float>(),
+                                           running_var.as<const float>(), scale_shift, stream_),
+             op, "kernel launch");
+}
+
+void CudaBackend::batchnorm_backward(TensorView dy, TensorView x, TensorView y, TensorView gamma,
+                                     TensorView save_mean, TensorView save_var,
+                                     const sdk::BatchNormShape& shape, TensorView workspace,
+                                     TensorView dx, TensorView dgamma, TensorView dbeta,
+                                     bool accumulate) {
+  activate();
+  constexpr const char* op = "batchnorm_backward";
+  const bool from_workspace =
+      layer_checks::batchnorm_backward(dy, x, y, gamma, save_mean, save_var, shape, workspace,
+                                       workspace_bytes(shape), dx, dgamma, dbeta);
+  const std::int64_t c = shape.channels;
+  double* partial = partial_.as<double>(kernels::bn_partial_doubles(shape.rows, c), stream_, op);
+  float* coeff = partial2_.as<float>(3 * static_cast<std::size_t>(c), stream_, op);
+  account_buffers();
+  kernels::BnBackward a{};
+  a.dy = dy.data;
+  a.x = x.data;
+  a.y = shape.relu && !from_workspace ? y.data : nullptr;
+  a.dx = dx.data;
+  a.t = elem_of(x.dtype);
+  a.gamma = ptr_or_null(gamma);
+  a.save_mean = save_mean.as<const float>();
+  a.save_var = save_var.as<const float>();
+  a.scale_shift = from_workspace ? workspace.as<const float>() : nullptr;
+  a.mask = !shape.relu ? 0 : (from_workspace ? 1 : 2);
+  a.eps = shape.eps;
+  a.rows = shape.rows;
+  a.channels = c;
+  check_cuda(kernels::bn_backward(a, dgamma.empty() ? nullptr : dgamma.as<float>(),
+                                  dbeta.empty() ? nullptr : dbeta.as<float>(), accumulate, coeff,
+                                  partial, stream_),
+             op, "kernel launch");
+}
+
+}  // namespace mixtrain::backend_cuda

@@ -1,0 +1,341 @@
+// CudaBackend's convolution facet: conv2d forward / backward-data / backward-weights through
+// cuDNN 9's graph API (cuda_conv_plans.h; routes and rules in cuda_conv_rules.h), pooling and the
+// channels-first / channels-last permutes as CUDA kernels (cuda_pooling.cu).
+//
+// One convolution call: the host checks (cuda_layer_checks.h), then the first route
+// (conv::conv_routes) and filter layout (KRSC first: the channels-last weights cuDNN's NHWC
+// Tensor Core engines read; then PyTorch's KCRS as stored) whose plan cuDNN serves; then, on the
+// stream, the operand decodes the route asks for (exact, into scratch), the channels-last copy of
+// the weights (a small kernel per call: weights change every step, and the copy is O(weights)
+// next to the convolution's O(activations)), cuDNN's execution, and the output's finish (bias,
+// one rounding into y / dx; dw moved back into [O, C/g, KH, KW] and accumulated). The bias
+// gradient is the backend's bias_grad column reduction over dy.
+//
+// Why pooling and the permutes are kernels: cuDNN's pooling entry points (cudnnPoolingForward /
+// Backward) are the legacy API, and its graph-API resample operation is served by runtime-fusion
+// engines whose availability varies; our max pooling must route ties to the first maximum in
+// window order (PyTorch's rule, which the conformance suite checks exactly) and the average's
+// divisor must follow count_include_pad; a gather kernel does both in one pass at bandwidth,
+// deterministically (no atomics).
+#include <algorithm>
+#include <climits>
+
+#include "cuda_access.h"
+#include "cuda_backend.h"
+#include "cuda_conv_plans.h"
+#include "cuda_conv_rules.h"
+#include "cuda_layer_checks.h"
+#include "cuda_layer_kernels.h"
+
+namespace mixtrain::backend_cuda {
+
+using conv::ConvOp;
+using conv::FilterLayout;
+using conv::Route;
+using kernels::Elem;
+using sdk::DType;
+using sdk::TensorView;
+
+namespace {
+
+Elem elem_of_io(conv::DataType t) {
+  switch (t) {
+    case conv::DataType::bf16:
+      return Elem::bf16;
+    case conv::DataType::f16:
+      return Elem::f16;
+    default:
+      return Elem::f32;
+  }
+}
+
+std::size_t io_bytes(conv::DataType t) {
+  return t == conv::DataType::f32 ? 4 : 2;
+}
+
+// One conv2d call as the runner sees it: a and b as conv_routes() names them, the output, and
+// what follows cuDNN.
+struct ConvCall {
+  ConvOp op;
+  const sdk::Conv2dGeometry* g;
+  TensorView a, b, out;
+  DType compute;
+  bool extra;         // bias (forward) or accumulate (backward weights)
+  const float* bias;  // forward
+};
+
+}  // namespace
+
+ConvState& CudaBackend::conv_state() {
+  if (!conv_) {
+    conv_ = std::make_unique<ConvState>();
+    auto give_back_cache = [this] {
+      cudaStreamSynchronize(stream_);
+      allocator_.release_cached();
+    };
+    for (DeviceScratch* s : {&conv_->workspace, &conv_->a, &conv_->b, &conv_->out})
+      s->set_out_of_memory_hook(give_back_cache);
+  }
+  return *conv_;
+}
+
+std::vector<std::string> CudaBackend::conv_plan_report() const {
+  return conv_ ? conv_->plans.report() : std::vector<std::string>{};
+}
+
+bool CudaBackend::supports(sdk::ConvolutionOp op, std::span<const DType> dtypes) const {
+  for (DType t : dtypes)
+    if (sdk::is_fp8(t)) return false;  // not offered: the cpu backend emulates fp8 exactly
+  return sdk::ConvolutionFacet::supports(op, dtypes);
+}
+
+namespace {
+
+// Runs `call` on the first route and layout cuDNN has a plan for; false (with the reasons
+// appended to `declined`) when none.
+template <class Backend>
+bool run_conv(Backend& be, ConvState& st, cudaStream_t stream, const ConvCall& c,
+              std::string& declined) {
+  const sdk::Conv2dGeometry& g = *c.g;
+  const char* op = c.op == ConvOp::forward         ? "conv2d_forward"
+                   : c.op == ConvOp::backward_data ? "conv2d_backward_data"
+                                                   : "conv2d_backward_weights";
+  const std::int64_t k = g.out_channels, cg = g.in_channels / g.groups;
+  const std::int64_t r = g.kernel_h, s = g.kernel_w;
+  const bool filter_is_b = c.op != ConvOp::backward_weights;
+  for (std::size_t index = 0;; ++index) {
+    bool any = false;
+    for (FilterLayout layout : {FilterLayout::krsc, FilterLayout::kcrs}) {
+      const std::vector<Route> routes =
+          conv::conv_routes(c.op, c.a.dtype, c.b.dtype, c.out.dtype, c.compute, c.extra, layout);
+      if (index >= routes.size()) continue;
+      any = true;
+      const Route& route = routes[index];
+      // Scratch is 256-byte aligned (nullptr stands for it here).
+      const bool b_scratch = route.decode_b || (filter_is_b && layout == FilterLayout::krsc);
+      const void* pa = route.decode_a ? nullptr : c.a.data;
+      const void* pb = b_scratch ? nullptr : c.b.data;
+      const void* po = route.out_direct ? c.out.data : nullptr;
+      const conv::PlanKey key =
+          conv::plan_key(c.op, g, route, layout, conv::common_alignment({pa, pb, po}));
+      cudnnHandle_t handle = st.handle.get(stream, op);
+      const ConvPlans::Plan* plan = st.plans.get(key, handle, op);
+      if (plan == nullptr) {
+        declined += "[" + conv::route_text(route) + ", filter " + conv::layout_text(layout) + "] " +
+                    st.plans.declined(key) + " ";
+        continue;
+      }
+      // Operands.
+      void* a = c.a.data;
+      if (route.decode_a) {
+        a = st.a.get(static_cast<std::size_t>(c.a.numel()) * 4, stream, op);
+        check_cuda(kernels::cast(c.a.data, elem_of(c.a.dtype), a, Elem::f32, false, c.a.numel(),
+                                 1.0f, false, nullptr, stream),
+                   op, "operand decode");
+      }
+      void* b = c.b.data;
+      if (filter_is_b && layout == FilterLayout::krsc) {
+        b = st.b.get(static_cast<std::size_t>(c.b.numel()) * io_bytes(route.io), stream, op);
+        check_cuda(kernels::filter_to_krsc(c.b.data, elem_of(c.b.dtype), b, elem_of_io(route.io), k,
+                                           cg, r, s, stream),
+                   op, "channels-last weights");
+      } else if (route.decode_b) {
+        b = st.b.get(static_cast<std::size_t>(c.b.numel()) * 4, stream, op);
+        check_cuda(kernels::cast(c.b.data, elem_of(c.b.dtype), b, Elem::f32, false, c.b.numel(),
+                                 1.0f, false, nullptr, stream),
+                   op, "operand decode");
+      }
+      void* out = route.out_direct
+                      ? c.out.data
+                      : st.out.get(static_cast<std::size_t>(c.out.numel()) * 4, stream, op);
+      void* ws = plan->workspace > 0
+                     ? st.workspace.get(static_cast<std::size_t>(plan->workspace), stream, op)
+                     : nullptr;
+      be.account_conv_buffers();
+      // uid 1 = x / dx, 2 = w / dw, 3 = y / dy.
+      switch (c.op) {
+        case ConvOp::forward:
+          st.plans.run(*plan, handle, a, b, out, ws, op);
+          break;
+        case ConvOp::backward_data:
+          st.plans.run(*plan, handle, out, b, a, ws, op);
+          break;
+        case ConvOp::backward_weights:
+          st.plans.run(*plan, handle, a, out, b, ws, op);
+          break;
+      }
+      // The output's finish.
+      if (c.op == ConvOp::backward_weights) {
+        if (!route.out_direct)
+          check_cuda(kernels::filter_from_fp32(static_cast<const float*>(out),
+                                               layout == FilterLayout::krsc, c.out.as<float>(), k,
+                                               cg, r, s, c.extra, stream),
+                     op, "weight gradient finish");
+        return true;
+      }
+      const std::int64_t cols = c.op == ConvOp::forward ? g.out_channels : g.in_channels;
+      const std::int64_t rows = c.out.numel() / cols;
+      if (!route.out_direct)
+        check_cuda(kernels::finish_output(static_cast<const float*>(out), c.bias, c.out.data,
+                                          elem_of(c.out.dtype), rows, cols, stream),
+                   op, "output finish");
+      else if (c.bias != nullptr)
+        check_cuda(kernels::add_bias(c.out.data, elem_of(c.out.dtype), c.bias, Elem::f32, rows,
+                                     cols, stream),
+                   op, "bias");
+      return true;
+    }
+    if (!any) return false;
+  }
+}
+
+[[noreturn]] void no_plan(std::string_view op, const sdk::Conv2dGeometry& g,
+                          const std::string& declined) {
+  fail(op,
+       "cuDNN " + cudnn_version_text() + " has no engine for this convolution (batch " +
+           std::to_string(g.batch) + ", " + std::to_string(g.in_channels) + " -> " +
+           std::to_string(g.out_channels) + " channels, " + std::to_string(g.height) + "x" +
+           std::to_string(g.width) + ", kernel " + std::to_string(g.kernel_h) + "x" +
+           std::to_string(g.kernel_w) + ", groups " + std::to_string(g.groups) + "): " + declined,
+       "report this geometry with conv_plan_report(); the cpu backend computes it");
+}
+
+}  // namespace
+
+void CudaBackend::account_conv_buffers() {
+  account_buffers();
+}
+
+void CudaBackend::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
+  activate();
+  constexpr const char* op = "conv2d_forward";
+  layer_checks::conv_forward(args);
+  const ConvCall call{ConvOp::forward,
+                      &args.geometry,
+                      args.x.view,
+                      args.w.view,
+                      args.y,
+                      args.compute,
+                      !args.bias.empty(),
+                      args.bias.empty() ? nullptr : args.bias.as<const float>()};
+  std::string declined;
+  if (!run_conv(*this, conv_state(), stream_, call, declined)) no_plan(op, args.geometry, declined);
+}
+
+void CudaBackend::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) {
+  activate();
+  constexpr const char* op = "conv2d_backward_data";
+  layer_checks::conv_backward_data(args);
+  const ConvCall call{ConvOp::backward_data, &args.geometry, args.dy.view, args.w.view, args.dx,
+                      args.compute,          false,          nullptr};
+  std::string declined;
+  if (!run_conv(*this, conv_state(), stream_, call, declined)) no_plan(op, args.geometry, declined);
+}
+
+void CudaBackend::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) {
+  activate();
+  constexpr const char* op = "conv2d_backward_weights";
+  layer_checks::conv_backward_weights(args);
+  const sdk::Conv2dGeometry& g = args.geometry;
+  const ConvCall call{
+      ConvOp::backward_weights, &g,     args.x.view, args.dy.view, args.dw, args.compute,
+      args.accumulate,          nullptr};
+  std::string declined;
+  if (!run_conv(*this, conv_state(), stream_, call, declined)) no_plan(op, g, declined);
+  if (args.dbias.empty()) return;
+  const std::int64_t rows = g.batch * g.out_height() * g.out_width();
+  float* partial = partial_.as<float>(
+      std::max<std::size_t>(1, kernels::column_sum_scratch(rows, g.out_channels)), stream_, op);
+  account_buffers();
+  check_cuda(
+      kernels::bias_grad(args.dy.view.data, elem_of(args.dy.view.dtype), args.dbias.as<float>(),
+                         rows, g.out_channels, args.accumulate, partial, stream_),
+      op, "bias gradient");
+}
+
+// --- pooling -----------------------------------------------------------------------------------
+
+namespace {
+
+kernels::PoolShape pool_shape(const sdk::Pool2dGeometry& g) {
+  return {g.batch,
+          g.channels,
+          g.height,
+          g.width,
+          g.out_height(),
+          g.out_width(),
+          static_cast<int>(g.kernel_h),
+          static_cast<int>(g.kernel_w),
+          static_cast<int>(g.stride_h),
+          static_cast<int>(g.stride_w),
+          static_cast<int>(g.pad_h),
+          static_cast<int>(g.pad_w),
+          g.kind == sdk::PoolKind::max,
+          g.count_include_pad};
+}
+
+std::size_t argmax_bytes(const sdk::Pool2dGeometry& g) {
+  return static_cast<std::size_t>(g.batch * g.out_height() * g.out_width() * g.channels) *
+         sizeof(std::int32_t);
+}
+
+}  // namespace
+
+std::size_t CudaBackend::pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry,
+                                                DType x) const {
+  constexpr std::string_view op = "pool2d_workspace_bytes";
+  layer_checks::pool_geometry(op, geometry);
+  if (geometry.kind != sdk::PoolKind::max) return 0;
+  if (!is_storage_float(x))
+    fail(op, "x dtype " + std::string(sdk::dtype_name(x)) + " is not supported",
+         "pool fp32, bf16 or fp16 activations");
+  return argmax_bytes(geometry);
+}
+
+void CudaBackend::pool2d_forward(const sdk::Pool2dGeometry& g, TensorView x, TensorView y,
+                                 TensorView workspace) {
+  activate();
+  layer_checks::pool_forward(g, x, y, workspace, argmax_bytes(g));
+  std::int32_t* argmax =
+      g.kind == sdk::PoolKind::max && !workspace.empty() ? workspace.as<std::int32_t>() : nullptr;
+  check_cuda(
+      kernels::pool_forward(pool_shape(g), x.data, elem_of(x.dtype), y.data, argmax, stream_),
+      "pool2d_forward", "kernel launch");
+}
+
+void CudaBackend::pool2d_backward(const sdk::Pool2dGeometry& g, TensorView dy, TensorView x,
+                                  TensorView y, TensorView workspace, TensorView dx) {
+  activate();
+  (void)y;  // the argmax comes from the workspace or from x
+  layer_checks::pool_backward(g, dy, x, workspace, argmax_bytes(g), dx);
+  const bool max = g.kind == sdk::PoolKind::max;
+  const std::int32_t* argmax =
+      max && !workspace.empty() ? workspace.as<const std::int32_t>() : nullptr;
+  check_cuda(kernels::pool_backward(pool_shape(g), dy.data, max ? x.data : nullptr, argmax, dx.data,
+                                    elem_of(dy.dtype), stream_),
+             "pool2d_backward", "kernel launch");
+}
+
+// --- permutes ----------------------------------------------------------------------------------
+
+void CudaBackend::to_channels_last(TensorView src, std::int64_t channels, std::int64_t height,
+                                   std::int64_t width, TensorView dst) {
+  activate();
+  constexpr const char* op = "to_channels_last";
+  const std::int64_t images = layer_checks::permute(op, src, channels, height, width, dst);
+  check_cuda(kernels::permute_images(src.data, elem_of(src.dtype), dst.data, elem_of(dst.dtype),
+                                     images, channels, height * width, stream_),
+             op, "kernel launch");
+}
+
+void CudaBackend::to_channels_first(TensorView src, std::int64_t channels, std::int64_t height,
+                                    std::int64_t width, TensorView dst) {
+  activate();
+  constexpr const char* op = "to_channels_first";
+  const std::int64_t images = layer_checks::permute(op, src, channels, height, width, dst);
+  check_cuda(kernels::permute_images(src.data, elem_of(src.dtype), dst.data, elem_of(dst.dtype),
+                                     images, height * width, channels, stream_),
+             op, "kernel launch");
+}
+
+}  // namespace mixtrain::backend_cuda

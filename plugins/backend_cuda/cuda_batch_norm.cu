@@ -1,0 +1,261 @@
+// Batch norm over channels-last [rows, C] (launchers in cuda_layer_kernels.h).
+//
+// Statistics: one pass over x. Block (32 channels) x (8 row lanes), grid (channel tiles) x (row
+// splits, a function of rows only); each thread sums d = x - x[0, c] and d² in double over its
+// rows, the block folds its 8 lanes in order, and one thread per channel folds the splits in
+// order: mean = x0 + Σd/n, var = (Σd² - (Σd)²/n)/n. The shift by the channel's first value keeps
+// the one-pass variance free of cancellation for data far from zero (it cancels only against
+// (mean - x0)², of the order of the variance). Bit-reproducible: no atomics, fixed orders.
+// The backward's sums Σg and Σg·(x - mean) use the same partition.
+// Per element (normalise, affine, ReLU, the backward's dx) is cuda_element_math.h's batch-norm
+// section, operation for operation the CPU backend's (including its fused multiply-adds).
+#include <algorithm>
+
+#include "cuda_device.cuh"
+#include "cuda_layer_kernels.h"
+
+namespace mixtrain::backend_cuda::kernels {
+
+namespace {
+
+constexpr int kTileC = 32, kLanes = 8;
+
+int bn_splits(std::int64_t rows) {
+  const std::int64_t s = (rows + 255) / 256;
+  return static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(s, 1), 256));
+}
+
+// Folds the block's 8 lanes of (a, b) per channel in lane order; lane 0 writes the split's sums.
+__device__ __forceinline__ void fold_lanes(double a, double b, double* out_a, double* out_b,
+                                           bool valid) {
+  __shared__ double sa[kLanes][kTileC], sb[kLanes][kTileC];
+  sa[threadIdx.y][threadIdx.x] = a;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y != 0 || !valid) return;
+  double ta = 0.0, tb = 0.0;
+  for (int l = 0; l < kLanes; ++l) {
+    ta += sa[l][threadIdx.x];
+    tb += sb[l][threadIdx.x];
+  }
+  *out_a = ta;
+  *out_b = tb;
+}
+
+// partial[(split * 2 + 0) * C + c] = Σ (x - x0), [.. + 1] = Σ (x - x0)².
+template <class S>
+__global__ void __launch_bounds__(kTileC* kLanes)
+    bn_moments_kernel(const elem_t<S>* x, std::int64_t rows, std::int64_t channels,
+                      double* partial) {
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kTileC + threadIdx.x;
+  const bool valid = c < channels;
+  const std::int64_t per = (rows + gridDim.y - 1) / gridDim.y;
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * per;
+  const std::int64_t r1 = min(rows, r0 + per);
+  double s1 = 0.0, s2 = 0.0;
+  if (valid) {
+    const double x0 = S::load(x[c]);
+    for (std::int64_t r = r0 + threadIdx.y; r < r1; r += kLanes) {
+      const double d = static_cast<double>(S::load(x[r * channels + c])) - x0;
+      s1 += d;
+      s2 += d * d;
+    }
+  }
+  double* out = partial + static_cast<std::int64_t>(blockIdx.y) * 2 * channels;
+  fold_lanes(s1, s2, out + c, out + channels + c, valid);
+}
+
+// One thread per channel: statistics, running statistics, scale and shift.
+template <class S>
+__global__ void bn_finish_moments_kernel(const elem_t<S>* x, const double* partial, int splits,
+                                         std::int64_t rows, std::int64_t channels,
+                                         const float* gamma, const float* beta, float eps,
+                                         float momentum, float* save_mean, float* save_var,
+                                         float* running_mean, float* running_var,
+                                         float* scale_shift) {
+  const std::int64_t c = global_thread();
+  if (c >= channels) return;
+  double s1 = 0.0, s2 = 0.0;
+  for (int s = 0; s < splits; ++s) {
+    s1 += partial[static_cast<std::int64_t>(s) * 2 * channels + c];
+    s2 += partial[static_cast<std::int64_t>(s) * 2 * channels + channels + c];
+  }
+  const double n = static_cast<double>(rows);
+  const double x0 = S::load(x[c]);
+  const double var = max(0.0, (s2 - s1 * s1 / n) / n);
+  const float mean_f = static_cast<float>(x0 + s1 / n);
+  const float var_f = static_cast<float>(var);
+  save_mean[c] = mean_f;
+  save_var[c] = var_f;
+  const double m = momentum;
+  if (running_mean != nullptr)
+    running_mean[c] = element::bn_running_mean(running_mean[c], m, mean_f);
+  if (running_var != nullptr)
+    running_var[c] = element::bn_running_var(running_var[c], m, n / (n - 1.0), var_f);
+  const auto ss =
+      element::bn_scale_shift(var_f, eps, gamma != nullptr, gamma != nullptr ? gamma[c] : 1.0f,
+                              beta != nullptr ? beta[c] : 0.0f);
+  scale_shift[c] = ss.scale;
+  scale_shift[channels + c] = ss.shift;
+}
+
+__global__ void bn_inference_coefficients_kernel(const float* running_var, const float* gamma,
+                                                 const float* beta, float eps,
+                                                 std::int64_t channels, float* scale_shift) {
+  const std::int64_t c = global_thread();
+  if (c >= channels) return;
+  const auto ss =
+      element::bn_scale_shift(running_var[c], eps, gamma != nullptr,
+                              gamma != nullptr ? gamma[c] : 1.0f, beta != nullptr ? beta[c] : 0.0f);
+  scale_shift[c] = ss.scale;
+  scale_shift[channels + c] = ss.shift;
+}
+
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    bn_apply_kernel(const elem_t<S>* x, elem_t<S>* y, std::int64_t n, std::int64_t channels,
+                    const float* mean, const float* scale_shift, bool relu) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const std::int64_t c = i % channels;
+    y[i] = S::store(element::bn_forward(S::load(x[i]), mean[c], scale_shift[c],
+                                        scale_shift[channels + c], relu),
+                    false);
+  }
+}
+
+// g: dy masked by the fused ReLU.
+template <class S>
+__device__ __forceinline__ float bn_masked(const BnBackward& a, const elem_t<S>* x,
+                                           const elem_t<S>* dy, const elem_t<S>* y, std::int64_t i,
+                                           std::int64_t c) {
+  const float g = S::load(dy[i]);
+  if (a.mask == 1)
+    return element::bn_relu_mask(S::load(x[i]), g, a.save_mean[c], a.scale_shift[c],
+                                 a.scale_shift[a.channels + c]);
+  if (a.mask == 2) return S::load(y[i]) > 0.0f ? g : 0.0f;
+  return g;
+}
+
+// partial[(split * 2 + 0) * C + c] = Σ g, [.. + 1] = Σ g·(x - mean).
+template <class S>
+__global__ void __launch_bounds__(kTileC* kLanes)
+    bn_grad_sums_kernel(BnBackward a, double* partial) {
+  const auto* x = static_cast<const elem_t<S>*>(a.x);
+  const auto* dy = static_cast<const elem_t<S>*>(a.dy);
+  const auto* y = static_cast<const elem_t<S>*>(a.y);
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kTileC + threadIdx.x;
+  const bool valid = c < a.channels;
+  const std::int64_t per = (a.rows + gridDim.y - 1) / gridDim.y;
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * per;
+  const std::int64_t r1 = min(a.rows, r0 + per);
+  double s1 = 0.0, s2 = 0.0;
+  if (valid) {
+    const float m = a.save_mean[c];
+    for (std::int64_t r = r0 + threadIdx.y; r < r1; r += kLanes) {
+      const std::int64_t i = r * a.channels + c;
+      const float g = bn_masked<S>(a, x, dy, y, i, c);
+      s1 += g;
+      s2 += static_cast<double>(g) * static_cast<double>(S::load(x[i]) - m);
+    }
+  }
+  double* out = partial + static_cast<std::int64_t>(blockIdx.y) * 2 * a.channels;
+  fold_lanes(s1, s2, out + c, out + a.channels + c, valid);
+}
+
+__global__ void bn_finish_grad_kernel(const double* partial, int splits, std::int64_t rows,
+                                      std::int64_t channels, const float* save_var,
+                                      const float* gamma, float eps, float* coeff, float* dgamma,
+                                      float* dbeta, bool accumulate) {
+  const std::int64_t c = global_thread();
+  if (c >= channels) return;
+  double s1 = 0.0, s2 = 0.0;
+  for (int s = 0; s < splits; ++s) {
+    s1 += partial[static_cast<std::int64_t>(s) * 2 * channels + c];
+    s2 += partial[static_cast<std::int64_t>(s) * 2 * channels + channels + c];
+  }
+  const auto k = element::bn_grad_coefficients(save_var[c], eps, gamma != nullptr ? gamma[c] : 1.0f,
+                                               s1, s2, static_cast<double>(rows));
+  coeff[c] = k.a;
+  coeff[channels + c] = k.b;
+  coeff[2 * channels + c] = k.d;
+  if (dgamma != nullptr) dgamma[c] = accumulate ? dgamma[c] + k.dgamma : k.dgamma;
+  if (dbeta != nullptr) dbeta[c] = accumulate ? dbeta[c] + k.dbeta : k.dbeta;
+}
+
+template <class S>
+__global__ void __launch_bounds__(kThreads) bn_grad_input_kernel(BnBackward a, const float* coeff) {
+  const auto* x = static_cast<const elem_t<S>*>(a.x);
+  const auto* dy = static_cast<const elem_t<S>*>(a.dy);
+  const auto* y = static_cast<const elem_t<S>*>(a.y);
+  auto* dx = static_cast<elem_t<S>*>(a.dx);
+  const std::int64_t n = a.rows * a.channels, ch = a.channels;
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const std::int64_t c = i % ch;
+    const float g = bn_masked<S>(a, x, dy, y, i, c);
+    dx[i] = S::store(element::bn_grad_input(g, S::load(x[i]), a.save_mean[c], coeff[c],
+                                            coeff[ch + c], coeff[2 * ch + c]),
+                     false);
+  }
+}
+
+dim3 reduction_grid(std::int64_t rows, std::int64_t channels) {
+  return dim3(static_cast<unsigned>((channels + kTileC - 1) / kTileC),
+              static_cast<unsigned>(bn_splits(rows)));
+}
+
+}  // namespace
+
+std::size_t bn_partial_doubles(std::int64_t rows, std::int64_t channels) {
+  return static_cast<std::size_t>(bn_splits(rows)) * 2 * static_cast<std::size_t>(channels);
+}
+
+cudaError_t bn_forward_training(const BnForward& a, float momentum, float* save_mean,
+                                float* save_var, float* running_mean, float* running_var,
+                                float* scale_shift, double* partial, cudaStream_t stream) {
+  if (a.rows * a.channels == 0) return cudaSuccess;
+  const bool ok = with_float_storage(a.t, [&](auto s) {
+    using S = decltype(s);
+    const auto* x = static_cast<const elem_t<S>*>(a.x);
+    bn_moments_kernel<S><<<reduction_grid(a.rows, a.channels), dim3(kTileC, kLanes), 0, stream>>>(
+        x, a.rows, a.channels, partial);
+    bn_finish_moments_kernel<S><<<grid_for(a.channels), kThreads, 0, stream>>>(
+        x, partial, bn_splits(a.rows), a.rows, a.channels, a.gamma, a.beta, a.eps, momentum,
+        save_mean, save_var, running_mean, running_var, scale_shift);
+    bn_apply_kernel<S><<<grid_for(a.rows * a.channels), kThreads, 0, stream>>>(
+        x, static_cast<elem_t<S>*>(a.y), a.rows * a.channels, a.channels, save_mean, scale_shift,
+        a.relu);
+  });
+  return ok ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t bn_forward_inference(const BnForward& a, const float* running_mean,
+                                 const float* running_var, float* scale_shift,
+                                 cudaStream_t stream) {
+  if (a.rows * a.channels == 0) return cudaSuccess;
+  const bool ok = with_float_storage(a.t, [&](auto s) {
+    using S = decltype(s);
+    bn_inference_coefficients_kernel<<<grid_for(a.channels), kThreads, 0, stream>>>(
+        running_var, a.gamma, a.beta, a.eps, a.channels, scale_shift);
+    bn_apply_kernel<S><<<grid_for(a.rows * a.channels), kThreads, 0, stream>>>(
+        static_cast<const elem_t<S>*>(a.x), static_cast<elem_t<S>*>(a.y), a.rows * a.channels,
+        a.channels, running_mean, scale_shift, a.relu);
+  });
+  return ok ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t bn_backward(const BnBackward& a, float* dgamma, float* dbeta, bool accumulate,
+                        float* coeff, double* partial, cudaStream_t stream) {
+  if (a.rows * a.channels == 0) return cudaSuccess;
+  const bool ok = with_float_storage(a.t, [&](auto s) {
+    using S = decltype(s);
+    bn_grad_sums_kernel<S>
+        <<<reduction_grid(a.rows, a.channels), dim3(kTileC, kLanes), 0, stream>>>(a, partial);
+    bn_finish_grad_kernel<<<grid_for(a.channels), kThreads, 0, stream>>>(
+        partial, bn_splits(a.rows), a.rows, a.channels, a.save_var, a.gamma, a.eps, coeff, dgamma,
+        dbeta, accumulate);
+    bn_grad_input_kernel<S><<<grid_for(a.rows * a.channels), kThreads, 0, stream>>>(a, coeff);
+  });
+  return ok ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+}  // namespace mixtrain::backend_cuda::kernels

@@ -1,0 +1,389 @@
+// cuDNN execution plans per convolution shape (contract in the header). Attribute names, types
+// and rules as cuDNN 9's backend API documents them (cudnn_graph.h): every tensor needs its data
+// type, dims, strides, a unique id and the byte alignment of its pointer; the engine
+// configurations come from CUDNN_ATTR_ENGINEHEUR_RESULTS into descriptors the caller created;
+// an engine's numerical notes are read from the engine of a configuration (ENGINECFG_ENGINE).
+#include "cuda_conv_plans.h"
+
+#include <array>
+#include <utility>
+
+#include "cuda_access.h"
+
+namespace mixtrain::backend_cuda {
+
+using conv::ConvOp;
+using conv::DataType;
+using conv::PlanKey;
+
+static_assert(static_cast<int>(DataType::f32) == CUDNN_DATA_FLOAT);
+static_assert(static_cast<int>(DataType::f16) == CUDNN_DATA_HALF);
+static_assert(static_cast<int>(DataType::bf16) == CUDNN_DATA_BFLOAT16);
+static_assert(static_cast<int>(conv::NumericalNote::tensor_core) ==
+              CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
+static_assert(static_cast<int>(conv::NumericalNote::down_convert_inputs) ==
+              CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
+static_assert(static_cast<int>(conv::NumericalNote::reduced_precision_reduction) ==
+              CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION);
+static_assert(static_cast<int>(conv::NumericalNote::fft) == CUDNN_NUMERICAL_NOTE_FFT);
+static_assert(static_cast<int>(conv::NumericalNote::nondeterministic) ==
+              CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
+static_assert(static_cast<int>(conv::NumericalNote::winograd) == CUDNN_NUMERICAL_NOTE_WINOGRAD);
+
+namespace {
+
+constexpr std::int64_t kUidX = 1, kUidW = 2, kUidY = 3;
+
+const char* note_text(int n) {
+  switch (n) {
+    case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
+      return "TENSOR_CORE";
+    case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+      return "DOWN_CONVERT_INPUTS";
+    case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
+      return "REDUCED_PRECISION_REDUCTION";
+    case CUDNN_NUMERICAL_NOTE_FFT:
+      return "FFT";
+    case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
+      return "NONDETERMINISTIC";
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD:
+      return "WINOGRAD";
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4:
+      return "WINOGRAD_TILE_4x4";
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6:
+      return "WINOGRAD_TILE_6x6";
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13:
+      return "WINOGRAD_TILE_13x13";
+    case CUDNN_NUMERICAL_NOTE_STRICT_NAN_PROP:
+      return "STRICT_NAN_PROP";
+    default:
+      return "?";
+  }
+}
+
+// Collects the first failing status of a chain of descriptor calls.
+struct Steps {
+  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
+  std::string what;
+  void operator()(cudnnStatus_t s, const char* step) {
+    if (status == CUDNN_STATUS_SUCCESS && s != CUDNN_STATUS_SUCCESS) {
+      status = s;
+      what = step;
+    }
+  }
+  bool ok() const { return status == CUDNN_STATUS_SUCCESS; }
+  std::string text() const { return what + ": " + cudnn_error_text(status); }
+};
+
+Descriptor tensor(std::int64_t uid, DataType type, const conv::TensorDims& t,
+                  std::int64_t alignment, Steps& steps) {
+  Descriptor d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  steps(d.status(), "create tensor");
+  const auto dt = static_cast<cudnnDataType_t>(type);
+  steps(d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt), "tensor data type");
+  steps(d.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, t.dims.data()), "tensor dims");
+  steps(d.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, t.strides.data()), "tensor strides");
+  steps(d.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid), "tensor uid");
+  steps(d.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment),
+        "tensor alignment");
+  steps(d.finalize(), "finalize tensor");
+  return d;
+}
+
+sdk::Conv2dGeometry geometry_of(const PlanKey& k) {
+  sdk::Conv2dGeometry g;
+  g.batch = k.n;
+  g.in_channels = k.c;
+  g.height = k.h;
+  g.width = k.w;
+  g.out_channels = k.k;
+  g.kernel_h = k.r;
+  g.kernel_w = k.s;
+  g.stride_h = k.stride_h;
+  g.stride_w = k.stride_w;
+  g.pad_h = k.pad_h;
+  g.pad_w = k.pad_w;
+  g.dilation_h = k.dil_h;
+  g.dilation_w = k.dil_w;
+  g.groups = k.groups;
+  return g;
+}
+
+// The operation graph of one convolution (descriptors it references are kept alive in `keep`).
+Descriptor operation_graph(const PlanKey& key, cudnnHandle_t handle, std::vector<Descriptor>& keep,
+                           Steps& steps) {
+  const sdk::Conv2dGeometry g = geometry_of(key);
+  const auto xd = conv::image_dims(g.batch, g.in_channels, g.height, g.width);
+  const auto yd = conv::image_dims(g.batch, g.out_channels, g.out_height(), g.out_width());
+  const auto wd = conv::filter_dims(g, key.layout);
+  // The operands as cuDNN reads them are `io`; the output it writes is `out`.
+  const bool fwd = key.op == ConvOp::forward, dgrad = key.op == ConvOp::backward_data;
+  Descriptor x = tensor(kUidX, dgrad ? key.out : key.io, xd, key.alignment, steps);
+  Descriptor w = tensor(kUidW, key.op == ConvOp::backward_weights ? key.out : key.io, wd,
+                        key.alignment, steps);
+  Descriptor y = tensor(kUidY, fwd ? key.out : key.io, yd, key.alignment, steps);
+
+  Descriptor cd(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  steps(cd.status(), "create convolution");
+  const conv::ConvParams p = conv::conv_params(g);
+  const std::int64_t spatial = 2;
+  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;  // PyTorch's Conv2d
+  steps(cd.set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial), "spatial dims");
+  steps(cd.set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute), "comp type");
+  steps(cd.set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode), "mode");
+  steps(cd.set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, p.pre_padding.data()),
+        "pre paddings");
+  steps(cd.set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, p.post_padding.data()),
+        "post paddings");
+  steps(cd.set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, p.stride.data()),
+        "strides");
+  steps(cd.set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, p.dilation.data()),
+        "dilations");
+  steps(cd.finalize(), "finalize convolution");
+
+  const float alpha = 1.0f, beta = 0.0f;  // the output is overwritten; accumulation is a kernel's
+  Descriptor opd;
+  switch (key.op) {
+    case ConvOp::forward:
+      opd = Descriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                    x.ptr()),
+            "fprop x");
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                    w.ptr()),
+            "fprop w");
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                    y.ptr()),
+            "fprop y");
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, cd.ptr()),
+            "fprop conv");
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha),
+            "fprop alpha");
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta),
+            "fprop beta");
+      break;
+    case ConvOp::backward_data:
+      opd = Descriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                    x.ptr()),
+            "dgrad dx");
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                    w.ptr()),
+            "dgrad w");
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                    y.ptr()),
+            "dgrad dy");
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, cd.ptr()),
+            "dgrad conv");
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha),
+            "dgrad alpha");
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta),
+            "dgrad beta");
+      break;
+    case ConvOp::backward_weights:
+      opd = Descriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                    x.ptr()),
+            "wgrad x");
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                    1, w.ptr()),
+            "wgrad dw");
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                    1, y.ptr()),
+            "wgrad dy");
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, cd.ptr()),
+            "wgrad conv");
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha),
+            "wgrad alpha");
+      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta),
+            "wgrad beta");
+      break;
+  }
+  steps(opd.status(), "create operation");
+  steps(opd.finalize(), "finalize operation");
+
+  Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  steps(graph.status(), "create operation graph");
+  steps(graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, opd.ptr()),
+        "graph ops");
+  steps(graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle), "graph handle");
+  steps(graph.finalize(), "finalize operation graph");
+  for (Descriptor* d : {&x, &w, &y, &cd, &opd}) keep.push_back(std::move(*d));
+  return graph;
+}
+
+// The engine configurations heuristics `mode` proposes for `graph`, best first.
+std::vector<Descriptor> heuristic_configs(const Descriptor& graph, cudnnBackendHeurMode_t mode,
+                                          std::string& why) {
+  std::vector<Descriptor> configs;
+  Steps steps;
+  Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  steps(heur.status(), "create heuristics");
+  steps(heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                 graph.ptr()),
+        "heuristics graph");
+  steps(heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode), "heuristics mode");
+  steps(heur.finalize(), "finalize heuristics");
+  std::int64_t count = 0;
+  steps(heur.get(CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
+        "heuristics result count");
+  if (!steps.ok() || count <= 0) {
+    why += std::string(mode == CUDNN_HEUR_MODE_A ? "mode A" : "fallback mode") + ": " +
+           (steps.ok() ? std::string("no engine configuration") : steps.text()) + "; ";
+    return configs;
+  }
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (std::int64_t i = 0; i < count; ++i) {
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    raw.push_back(configs.back().get());
+  }
+  std::int64_t got = 0;
+  steps(heur.get(CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
+                 raw.data()),
+        "heuristics results");
+  if (!steps.ok()) {
+    why += steps.text() + "; ";
+    configs.clear();
+    return configs;
+  }
+  configs.resize(static_cast<std::size_t>(std::min(got, count)));
+  return configs;
+}
+
+// The numerical notes and global index of a configuration's engine.
+bool engine_of(const Descriptor& config, std::vector<int>& notes, std::int64_t& index) {
+  Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t raw = engine.get();
+  std::int64_t n = 0;
+  if (config.get(CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &raw) !=
+      CUDNN_STATUS_SUCCESS)
+    return false;
+  std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> buf{};
+  n = 0;
+  if (engine.get(CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, buf.data()) != CUDNN_STATUS_SUCCESS)
+    return false;
+  notes.clear();
+  for (std::int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; ++i)
+    notes.push_back(static_cast<int>(buf[static_cast<std::size_t>(i)]));
+  index = -1;
+  (void)engine.get(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index);
+  return true;
+}
+
+std::string notes_text(const std::vector<int>& notes) {
+  std::string s;
+  for (int n : notes) s += (s.empty() ? "" : ", ") + std::string(note_text(n));
+  return s.empty() ? "no notes" : s;
+}
+
+}  // namespace
+
+ConvPlans::Entry ConvPlans::build(const PlanKey& key, cudnnHandle_t handle, std::string_view op) {
+  (void)op;
+  Entry entry;
+  Steps steps;
+  std::vector<Descriptor> keep;
+  Descriptor graph = operation_graph(key, handle, keep, steps);
+  if (!steps.ok()) {
+    entry.why = "the operation graph did not finalize (" + steps.text() + ")";
+    return entry;
+  }
+  conv::NumericsPolicy policy;
+  policy.tensor_cores = key.tensor_cores;
+  policy.fp32_data = key.io == DataType::f32;
+  std::string why;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    const std::vector<Descriptor> configs = heuristic_configs(graph, mode, why);
+    for (bool deterministic : {true, false}) {
+      policy.deterministic = deterministic;
+      for (const Descriptor& config : configs) {
+        std::vector<int> notes;
+        std::int64_t index = -1;
+        if (!engine_of(config, notes, index)) continue;
+        const std::string engine =
+            "engine " + std::to_string(index) + " (" + notes_text(notes) + ")";
+        const std::string refusal = conv::engine_refusal(notes, policy);
+        if (!refusal.empty()) {
+          if (deterministic) why += engine + ": " + refusal + "; ";
+          continue;
+        }
+        auto plan = std::make_unique<Plan>();
+        plan->plan = Descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        Steps ps;
+        ps(plan->plan.status(), "create plan");
+        ps(plan->plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle),
+           "plan handle");
+        ps(plan->plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                          config.ptr()),
+           "plan engine config");
+        ps(plan->plan.finalize(), "finalize plan");
+        std::int64_t n = 0;
+        ps(plan->plan.get(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+                          &plan->workspace),
+           "plan workspace size");
+        if (!ps.ok()) {
+          if (deterministic) why += engine + ": " + ps.text() + "; ";
+          continue;
+        }
+        plan->engine = engine + (deterministic ? "" : ", non-deterministic fallback") + ", " +
+                       (mode == CUDNN_HEUR_MODE_A ? "heuristics mode A" : "fallback heuristics");
+        entry.plan = std::move(plan);
+        return entry;
+      }
+    }
+  }
+  entry.why = why.empty() ? "no engine configuration" : why;
+  return entry;
+}
+
+const ConvPlans::Plan* ConvPlans::get(const PlanKey& key, cudnnHandle_t handle,
+                                      std::string_view op) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) it = entries_.emplace(key, build(key, handle, op)).first;
+  return it->second.plan.get();
+}
+
+const std::string& ConvPlans::declined(const PlanKey& key) const {
+  static const std::string none;
+  const auto it = entries_.find(key);
+  return it == entries_.end() ? none : it->second.why;
+}
+
+void ConvPlans::run(const Plan& plan, cudnnHandle_t handle, void* uid1, void* uid2, void* uid3,
+                    void* workspace, std::string_view op) {
+  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  check_cudnn(pack.status(), op, "cudnnBackendCreateDescriptor(VARIANT_PACK)");
+  const std::array<std::int64_t, 3> uids{kUidX, kUidW, kUidY};
+  std::array<void*, 3> data{uid1, uid2, uid3};
+  check_cudnn(pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids.data()), op,
+              "variant pack uids");
+  check_cudnn(pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, data.data()),
+              op, "variant pack pointers");
+  check_cudnn(pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace), op,
+              "variant pack workspace");
+  check_cudnn(pack.finalize(), op, "finalize variant pack");
+  check_cudnn(cudnnBackendExecute(handle, plan.plan.get(), pack.get()), op,
+              "cudnnBackendExecute (" + plan.engine + ")");
+  ++const_cast<Plan&>(plan).runs;
+}
+
+std::vector<std::string> ConvPlans::report() const {
+  std::vector<std::string> lines;
+  for (const auto& [key, entry] : entries_) {
+    std::string line = conv::key_text(key) + ": ";
+    if (entry.plan)
+      line += entry.plan->engine + ", workspace " + std::to_string(entry.plan->workspace) +
+              " bytes, runs " + std::to_string(entry.plan->runs);
+    else
+      line += "declined: " + entry.why;
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+}  // namespace mixtrain::backend_cuda

@@ -1,0 +1,72 @@
+// ConvPlans: cuDNN execution plans for the convolution facet, cached per shape, built through
+// cuDNN 9's graph API with backend descriptors (cudnn_graph.h).
+//
+// Contract
+// - get(key) returns the plan for a PlanKey (cuda_conv_rules.h: op, geometry, the data types
+//   cuDNN reads and writes, the filter layout, whether TF32 is allowed, the pointers' alignment),
+//   building it on the first request: tensor descriptors (NCHW-ordered dims, NHWC strides; the
+//   filter KCRS or KRSC), the convolution descriptor (cross-correlation, FP32 compute), one
+//   convolution operation, its operation graph, then heuristics (CUDNN_HEUR_MODE_A, then
+//   CUDNN_HEUR_MODE_FALLBACK when A offers nothing usable): the first engine configuration the
+//   numerics policy accepts (conv::engine_refusal on its engine's numerical notes) and that
+//   finalizes into an execution plan wins; deterministic engines are tried first. A key no
+//   configuration serves is cached as declined (nullptr), with each configuration's reason.
+// - run() executes a plan with a variant pack: uid 1 = x / dx, 2 = w / dw, 3 = y / dy; the
+//   caller provides at least plan.workspace bytes of workspace.
+// - report() lists every key: its engine (global index, notes), workspace, runs, or why it was
+//   declined, for tests and benchmarks (CudaBackend::conv_plan_report()).
+// - Thread safety: one host thread at a time (the backend's).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda_conv_rules.h"
+#include "cuda_cudnn.h"
+#include "cuda_scratch.h"
+
+namespace mixtrain::backend_cuda {
+
+class ConvPlans {
+ public:
+  struct Plan {
+    Descriptor plan;
+    std::int64_t workspace = 0;
+    std::string engine;  // "engine 12 (TENSOR_CORE), deterministic"
+    std::int64_t runs = 0;
+  };
+
+  const Plan* get(const conv::PlanKey& key, cudnnHandle_t handle, std::string_view op);
+  void run(const Plan& plan, cudnnHandle_t handle, void* uid1, void* uid2, void* uid3,
+           void* workspace, std::string_view op);
+  // Why the last declined key was declined (each engine configuration's reason).
+  const std::string& declined(const conv::PlanKey& key) const;
+  std::vector<std::string> report() const;
+  std::size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    std::unique_ptr<Plan> plan;  // null: declined
+    std::string why;
+  };
+  Entry build(const conv::PlanKey& key, cudnnHandle_t handle, std::string_view op);
+  std::unordered_map<conv::PlanKey, Entry, conv::PlanKeyHash> entries_;
+};
+
+// The backend's convolution state, created on the first convolution: the cuDNN handle, the plans,
+// and grow-only scratch (cuDNN's workspace, decoded operands, the channels-last weights, FP32
+// outputs before their finish).
+struct ConvState {
+  CudnnHandle handle;
+  ConvPlans plans;
+  DeviceScratch workspace, a, b, out;
+  std::size_t device_bytes() const {
+    return workspace.capacity() + a.capacity() + b.capacity() + out.capacity();
+  }
+};
+
+}  // namespace mixtrain::backend_cuda

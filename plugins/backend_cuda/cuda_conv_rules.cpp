@@ -1,0 +1,221 @@
+// The convolution's host-side rules (contract in the header).
+#include "cuda_conv_rules.h"
+
+#include <cstdint>
+#include <functional>
+
+#include "mixtrain/sdk/backend_argument_checks.h"
+
+namespace mixtrain::backend_cuda::conv {
+
+using sdk::DType;
+
+const char* op_text(ConvOp op) {
+  switch (op) {
+    case ConvOp::forward:
+      return "fprop";
+    case ConvOp::backward_data:
+      return "dgrad";
+    case ConvOp::backward_weights:
+      return "wgrad";
+  }
+  return "?";
+}
+
+const char* data_type_text(DataType t) {
+  switch (t) {
+    case DataType::f32:
+      return "f32";
+    case DataType::f16:
+      return "f16";
+    case DataType::bf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+const char* layout_text(FilterLayout l) {
+  return l == FilterLayout::kcrs ? "KCRS" : "KRSC";
+}
+
+TensorDims image_dims(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+  return {{n, c, h, w}, {h * w * c, 1, w * c, c}};
+}
+
+TensorDims filter_dims(const sdk::Conv2dGeometry& g, FilterLayout layout) {
+  const std::int64_t k = g.out_channels, c = g.in_channels / g.groups;
+  const std::int64_t r = g.kernel_h, s = g.kernel_w;
+  if (layout == FilterLayout::kcrs) return {{k, c, r, s}, {c * r * s, r * s, s, 1}};
+  return {{k, c, r, s}, {r * s * c, 1, s * c, c}};
+}
+
+ConvParams conv_params(const sdk::Conv2dGeometry& g) {
+  // PyTorch's padding is symmetric; the floor in OH/OW means the post padding may be partly
+  // unused, which cuDNN computes the same way (its output dims are given, and must agree).
+  return {{g.pad_h, g.pad_w},
+          {g.pad_h, g.pad_w},
+          {g.stride_h, g.stride_w},
+          {g.dilation_h, g.dilation_w}};
+}
+
+std::string route_text(const Route& r) {
+  std::string s = std::string("io ") + data_type_text(r.io);
+  if (r.decode_a || r.decode_b)
+    s += std::string(" (decoded:") + (r.decode_a ? " a" : "") + (r.decode_b ? " b" : "") + ")";
+  s += std::string(", out ") + data_type_text(r.out) + (r.out_direct ? " direct" : " via scratch");
+  s += r.tensor_cores ? ", tensor cores" : ", no tf32";
+  return s;
+}
+
+namespace {
+
+bool sixteen(DType t) {
+  return t == DType::bf16 || t == DType::fp16;
+}
+DataType data_type_of16(DType t) {
+  return t == DType::bf16 ? DataType::bf16 : DataType::f16;
+}
+
+// Where the output goes for a route reading `io`.
+void place_output(Route& r, ConvOp op, DType out, bool extra, FilterLayout layout) {
+  if (op == ConvOp::backward_weights) {
+    r.out = DataType::f32;
+    r.out_direct = layout == FilterLayout::kcrs && !extra;
+    return;
+  }
+  const bool bias = op == ConvOp::forward && extra;
+  if (sdk::is_fp32_storage(out)) {
+    // fp32 y: cuDNN writes it; a bias is then added in place (one fp32 rounding of acc + b, as
+    // the CPU's primitive does).
+    r.out = DataType::f32;
+    r.out_direct = true;
+  } else if (r.io == data_type_of16(out) && !bias) {
+    r.out = r.io;  // cuDNN rounds its FP32 result once into the 16-bit y
+    r.out_direct = true;
+  } else {
+    r.out = DataType::f32;  // FP32 scratch, then + bias and one rounding into y
+    r.out_direct = false;
+  }
+}
+
+}  // namespace
+
+std::vector<Route> conv_routes(ConvOp op, DType a, DType b, DType out, DType compute, bool extra,
+                               FilterLayout layout) {
+  const bool tf32 = compute == DType::tf32 || a == DType::tf32 || b == DType::tf32;
+  std::vector<Route> routes;
+  auto add = [&](Route r) {
+    place_output(r, op, out, extra, layout);
+    routes.push_back(r);
+  };
+  if (sdk::is_fp32_storage(a) && sdk::is_fp32_storage(b)) {
+    add({DataType::f32, false, false, DataType::f32, true, tf32});
+  } else if (sixteen(a) && a == b) {
+    add({data_type_of16(a), false, false, DataType::f32, true, true});
+    // Exact fp32 decode: TF32 holds every bf16/fp16 value, so Tensor Cores stay exact.
+    add({DataType::f32, true, true, DataType::f32, true, true});
+  } else {
+    // Mixed operands: the 16-bit ones decoded; TF32 only when asked or when no operand is real
+    // fp32 data.
+    add({DataType::f32, sixteen(a), sixteen(b), DataType::f32, true,
+         tf32 || (sixteen(a) && sixteen(b))});
+  }
+  return routes;
+}
+
+std::int64_t common_alignment(std::initializer_list<const void*> pointers) {
+  std::int64_t a = 16;
+  for (const void* p : pointers) {
+    const auto address = reinterpret_cast<std::uintptr_t>(p);
+    while (a > 1 && address % static_cast<std::uintptr_t>(a) != 0) a /= 2;
+  }
+  return a;
+}
+
+PlanKey plan_key(ConvOp op, const sdk::Conv2dGeometry& g, const Route& route, FilterLayout layout,
+                 std::int64_t alignment) {
+  PlanKey k;
+  k.op = op;
+  k.n = g.batch;
+  k.c = g.in_channels;
+  k.h = g.height;
+  k.w = g.width;
+  k.k = g.out_channels;
+  k.r = g.kernel_h;
+  k.s = g.kernel_w;
+  k.stride_h = g.stride_h;
+  k.stride_w = g.stride_w;
+  k.pad_h = g.pad_h;
+  k.pad_w = g.pad_w;
+  k.dil_h = g.dilation_h;
+  k.dil_w = g.dilation_w;
+  k.groups = g.groups;
+  k.io = route.io;
+  k.out = route.out;
+  k.layout = layout;
+  k.tensor_cores = route.tensor_cores;
+  k.alignment = alignment;
+  return k;
+}
+
+std::size_t PlanKeyHash::operator()(const PlanKey& k) const noexcept {
+  std::size_t h = 0;
+  auto mix = [&h](std::int64_t v) {
+    h ^= std::hash<std::int64_t>{}(v) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  };
+  for (std::int64_t v : {static_cast<std::int64_t>(k.op),
+                         k.n,
+                         k.c,
+                         k.h,
+                         k.w,
+                         k.k,
+                         k.r,
+                         k.s,
+                         k.stride_h,
+                         k.stride_w,
+                         k.pad_h,
+                         k.pad_w,
+                         k.dil_h,
+                         k.dil_w,
+                         k.groups,
+                         static_cast<std::int64_t>(k.io),
+                         static_cast<std::int64_t>(k.out),
+                         static_cast<std::int64_t>(k.layout),
+                         static_cast<std::int64_t>(k.tensor_cores),
+                         k.alignment})
+    mix(v);
+  return h;
+}
+
+std::string key_text(const PlanKey& k) {
+  auto i = [](std::int64_t v) { return std::to_string(v); };
+  return std::string(op_text(k.op)) + " n" + i(k.n) + " c" + i(k.c) + " " + i(k.h) + "x" + i(k.w) +
+         " k" + i(k.k) + " " + i(k.r) + "x" + i(k.s) + " stride " + i(k.stride_h) + "x" +
+         i(k.stride_w) + " pad " + i(k.pad_h) + "x" + i(k.pad_w) + " dilation " + i(k.dil_h) + "x" +
+         i(k.dil_w) + " groups " + i(k.groups) + ", io " + data_type_text(k.io) + ", out " +
+         data_type_text(k.out) + ", filter " + layout_text(k.layout) +
+         (k.tensor_cores ? ", tensor cores" : ", no tf32") + ", align " + i(k.alignment);
+}
+
+std::string engine_refusal(std::span<const int> notes, const NumericsPolicy& policy) {
+  for (int n : notes) {
+    switch (static_cast<NumericalNote>(n)) {
+      case NumericalNote::down_convert_inputs:
+        return "DOWN_CONVERT_INPUTS: converts the inputs to a narrower type";
+      case NumericalNote::reduced_precision_reduction:
+        return "REDUCED_PRECISION_REDUCTION: accumulates below FP32";
+      case NumericalNote::tensor_core:
+        if (policy.fp32_data && !policy.tensor_cores)
+          return "TENSOR_CORE on fp32 data: TF32 is not allowed (compute fp32)";
+        break;
+      case NumericalNote::nondeterministic:
+        if (policy.deterministic) return "NONDETERMINISTIC: deterministic engines are preferred";
+        break;
+      default:
+        break;
+    }
+  }
+  return {};
+}
+
+}  // namespace mixtrain::backend_cuda::conv

@@ -1,0 +1,126 @@
+// The convolution's host-side rules, plain C++ without a CUDA or cuDNN header so the host tests
+// check them without a GPU: the cuDNN tensor dims and strides of a geometry, the routes a call
+// may take (which dtypes cuDNN reads and writes, what runs before and after it), the plan-cache
+// key, and which engines the numerics policy accepts from their numerical notes.
+//
+// Contract
+// - Tensors are described to cuDNN as it wants them: dims in NCHW order ([N, C, H, W] for images,
+//   [K, C/g, R, S] for filters), the memory layout in the strides. Our channels-last activations
+//   are NHWC strides; PyTorch's [O, C/g, KH, KW] weights are KCRS strides as stored, or KRSC
+//   strides for the channels-last copy the backend makes of them (cuda_conv_kernels.h). Groups
+//   are implied by the filter's C/g against the image's C, as cuDNN infers them.
+// - Numerics policy (engine_allowed): FP32 accumulation always (no engine that down-converts
+//   inputs or reduces in reduced precision); an engine that uses Tensor Cores on fp32 data
+//   (TF32) only where TF32 is allowed: compute = tf32 or a tf32 view, or fp32 data that are
+//   decoded 16-bit values, which TF32 holds exactly; never silently for fp32 compute on fp32 data.
+//   Deterministic engines are preferred: a plan is built from non-deterministic ones only when
+//   no deterministic engine configuration finalizes (the plan report says so).
+// - Routes (conv_routes): in preference order. Operands of one 16-bit dtype go to cuDNN as they
+//   are (Tensor Cores, FP32 accumulation), falling back to their exact fp32 decode; fp32 operands
+//   as stored; mixed operands decoded to fp32. cuDNN writes the output itself where it can (same
+//   dtype, no bias to add before a rounding, not accumulating), else FP32 scratch that one kernel
+//   finishes (bias added, rounded once into the output's dtype, accumulated, or moved back from
+//   the channels-last filter layout).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mixtrain/sdk/backend_convolution.h"
+
+namespace mixtrain::backend_cuda::conv {
+
+enum class ConvOp : int { forward = 0, backward_data = 1, backward_weights = 2 };
+const char* op_text(ConvOp op);
+
+// Data types cuDNN reads or writes here; the values are cudnnDataType_t's (checked where
+// cudnn_graph.h is included).
+enum class DataType : int { f32 = 0, f16 = 2, bf16 = 9 };
+const char* data_type_text(DataType t);
+
+// The filter's memory layout as cuDNN reads or writes it.
+enum class FilterLayout : int {
+  kcrs = 0,  // PyTorch's [O, C/g, KH, KW] as stored
+  krsc = 1,  // channels-last copy [O, KH, KW, C/g]
+};
+const char* layout_text(FilterLayout l);
+
+struct TensorDims {
+  std::array<std::int64_t, 4> dims{}, strides{};
+  bool operator==(const TensorDims&) const = default;
+};
+// Image [n, c, h, w] dims with NHWC strides.
+TensorDims image_dims(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w);
+TensorDims filter_dims(const sdk::Conv2dGeometry& g, FilterLayout layout);
+
+// The convolution descriptor's arrays (spatial dims 2: h, w).
+struct ConvParams {
+  std::array<std::int64_t, 2> pre_padding{}, post_padding{}, stride{}, dilation{};
+};
+ConvParams conv_params(const sdk::Conv2dGeometry& g);
+
+// How one call runs.
+struct Route {
+  DataType io = DataType::f32;   // the operands as cuDNN reads them
+  bool decode_a = false;         // first operand (x; dy for backward data) decoded to fp32 first
+  bool decode_b = false;         // second operand (w; dy for backward weights) likewise
+  DataType out = DataType::f32;  // the output tensor cuDNN writes
+  bool out_direct = true;        // cuDNN writes the caller's output; else fp32 scratch + a kernel
+  bool tensor_cores = false;     // engines with the TENSOR_CORE note allowed
+  bool operator==(const Route&) const = default;
+};
+std::string route_text(const Route& r);
+// Candidate routes for `op` on operands a, b (forward: x, w; backward data: dy, w; backward
+// weights: x, dy) with output dtype `out` (fp32 for backward weights). `extra`: a bias to add
+// (forward) or accumulate (backward weights). The filter layout decides for backward weights
+// whether cuDNN can write dw itself (only in KCRS).
+std::vector<Route> conv_routes(ConvOp op, sdk::DType a, sdk::DType b, sdk::DType out,
+                               sdk::DType compute, bool extra, FilterLayout layout);
+
+// The plan cache's key: everything a cuDNN execution plan depends on.
+struct PlanKey {
+  ConvOp op = ConvOp::forward;
+  std::int64_t n = 0, c = 0, h = 0, w = 0, k = 0, r = 0, s = 0;
+  std::int64_t stride_h = 0, stride_w = 0, pad_h = 0, pad_w = 0, dil_h = 0, dil_w = 0, groups = 0;
+  DataType io = DataType::f32, out = DataType::f32;
+  FilterLayout layout = FilterLayout::kcrs;
+  bool tensor_cores = false;
+  std::int64_t alignment = 16;  // bytes every data pointer is aligned to (a power of two <= 16)
+  bool operator==(const PlanKey&) const = default;
+};
+PlanKey plan_key(ConvOp op, const sdk::Conv2dGeometry& g, const Route& route, FilterLayout layout,
+                 std::int64_t alignment);
+// The largest power of two <= 16 dividing every address (what a plan may assume).
+std::int64_t common_alignment(std::initializer_list<const void*> pointers);
+struct PlanKeyHash {
+  std::size_t operator()(const PlanKey& k) const noexcept;
+};
+std::string key_text(const PlanKey& k);
+
+// cuDNN's numerical notes (cudnnBackendNumericalNote_t values).
+enum class NumericalNote : int {
+  tensor_core = 0,
+  down_convert_inputs = 1,
+  reduced_precision_reduction = 2,
+  fft = 3,
+  nondeterministic = 4,
+  winograd = 5,
+};
+struct NumericsPolicy {
+  bool tensor_cores = false;  // TF32 on fp32 data (16-bit data always use Tensor Cores)
+  bool fp32_data = true;      // the data cuDNN reads are fp32
+  bool deterministic = true;  // refuse NONDETERMINISTIC engines
+};
+// Empty when an engine with these notes (cudnnBackendNumericalNote_t values) is allowed, else
+// why not ("TENSOR_CORE on fp32 data: TF32 not allowed").
+std::string engine_refusal(std::span<const int> notes, const NumericsPolicy& policy);
+inline bool engine_allowed(std::span<const int> notes, const NumericsPolicy& policy) {
+  return engine_refusal(notes, policy).empty();
+}
+
+}  // namespace mixtrain::backend_cuda::conv

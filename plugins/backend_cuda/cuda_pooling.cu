@@ -1,0 +1,196 @@
+// Pooling (max, average) forward and backward over channels-last [N, H, W, C], and the
+// channels-first <-> channels-last permutes (launchers in cuda_layer_kernels.h).
+//
+// Forward: one thread per output element (channels innermost: coalesced), the window scanned row
+// by row (kh outer, kw inner) over its in-image elements; max keeps the first maximum (a later
+// element replaces it only when strictly greater: PyTorch's and oneDNN's tie rule) and can leave
+// its window-relative index for the backward; average sums in fp32 in that order and divides
+// once (element::pool_average). Backward: one thread per input element gathers dy of every
+// window that contains it, in window order (oh, then ow), so no atomics and a fixed summation
+// order; max routes only from windows whose argmax is this element (read from the forward's
+// indices or recomputed from x with the same scan).
+#include <algorithm>
+
+#include "cuda_device.cuh"
+#include "cuda_layer_kernels.h"
+
+namespace mixtrain::backend_cuda::kernels {
+
+namespace {
+
+// The first maximum of window (n, oh, ow, c) as kh*KW + kw, and its value.
+template <class S>
+__device__ __forceinline__ int window_argmax(const PoolShape& p, const elem_t<S>* x, std::int64_t n,
+                                             std::int64_t oh, std::int64_t ow, std::int64_t c,
+                                             float* value) {
+  const std::int64_t h0 = oh * p.sh - p.ph, w0 = ow * p.sw - p.pw;
+  int best = -1;
+  float bv = 0.0f;
+  for (int i = 0; i < p.kh; ++i) {
+    const std::int64_t h = h0 + i;
+    if (h < 0 || h >= p.h) continue;
+    for (int j = 0; j < p.kw; ++j) {
+      const std::int64_t w = w0 + j;
+      if (w < 0 || w >= p.w) continue;
+      const float v = S::load(x[((n * p.h + h) * p.w + w) * p.c + c]);
+      if (best < 0 || v > bv) {
+        best = i * p.kw + j;
+        bv = v;
+      }
+    }
+  }
+  *value = bv;
+  return best;
+}
+
+// The average's divisor for window (oh, ow).
+__device__ __forceinline__ int window_count(const PoolShape& p, std::int64_t oh, std::int64_t ow) {
+  if (p.include_pad) return p.kh * p.kw;
+  const std::int64_t h0 = oh * p.sh - p.ph, w0 = ow * p.sw - p.pw;
+  const std::int64_t hs = h0 > 0 ? h0 : 0, he = h0 + p.kh < p.h ? h0 + p.kh : p.h;
+  const std::int64_t ws = w0 > 0 ? w0 : 0, we = w0 + p.kw < p.w ? w0 + p.kw : p.w;
+  return static_cast<int>((he - hs) * (we - ws));
+}
+
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    pool_forward_kernel(PoolShape p, const elem_t<S>* x, elem_t<S>* y, std::int32_t* argmax) {
+  const std::int64_t total = p.n * p.oh * p.ow * p.c;
+  for (std::int64_t i = global_thread(); i < total; i += grid_threads()) {
+    const std::int64_t c = i % p.c, ow = i / p.c % p.ow, oh = i / (p.c * p.ow) % p.oh;
+    const std::int64_t n = i / (p.c * p.ow * p.oh);
+    if (p.max) {
+      float v = 0.0f;
+      const int k = window_argmax<S>(p, x, n, oh, ow, c, &v);
+      y[i] = S::store(v, false);
+      if (argmax != nullptr) argmax[i] = k;
+      continue;
+    }
+    const std::int64_t h0 = oh * p.sh - p.ph, w0 = ow * p.sw - p.pw;
+    float sum = 0.0f;
+    for (int a = 0; a < p.kh; ++a) {
+      const std::int64_t h = h0 + a;
+      if (h < 0 || h >= p.h) continue;
+      for (int b = 0; b < p.kw; ++b) {
+        const std::int64_t w = w0 + b;
+        if (w < 0 || w >= p.w) continue;
+        sum += S::load(x[((n * p.h + h) * p.w + w) * p.c + c]);
+      }
+    }
+    y[i] = S::store(element::pool_average(sum, window_count(p, oh, ow)), false);
+  }
+}
+
+// Output windows along one axis that contain input position `pos`: [lo, hi] (empty when lo > hi).
+__device__ __forceinline__ void windows_of(std::int64_t pos, int pad, int k, int stride,
+                                           std::int64_t out, std::int64_t* lo, std::int64_t* hi) {
+  const std::int64_t first = pos + pad - k + 1;  // oh*stride >= first
+  *lo = first <= 0 ? 0 : (first + stride - 1) / stride;
+  const std::int64_t last = (pos + pad) / stride;
+  *hi = last < out - 1 ? last : out - 1;
+}
+
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    pool_backward_kernel(PoolShape p, const elem_t<S>* dy, const elem_t<S>* x,
+                         const std::int32_t* argmax, elem_t<S>* dx) {
+  const std::int64_t total = p.n * p.h * p.w * p.c;
+  for (std::int64_t i = global_thread(); i < total; i += grid_threads()) {
+    const std::int64_t c = i % p.c, w = i / p.c % p.w, h = i / (p.c * p.w) % p.h;
+    const std::int64_t n = i / (p.c * p.w * p.h);
+    std::int64_t oh0, oh1, ow0, ow1;
+    windows_of(h, p.ph, p.kh, p.sh, p.oh, &oh0, &oh1);
+    windows_of(w, p.pw, p.kw, p.sw, p.ow, &ow0, &ow1);
+    float sum = 0.0f;
+    for (std::int64_t oh = oh0; oh <= oh1; ++oh)
+      for (std::int64_t ow = ow0; ow <= ow1; ++ow) {
+        const std::int64_t o = ((n * p.oh + oh) * p.ow + ow) * p.c + c;
+        const float g = S::load(dy[o]);
+        if (p.max) {
+          const int here =
+              static_cast<int>((h - (oh * p.sh - p.ph)) * p.kw + (w - (ow * p.sw - p.pw)));
+          float unused = 0.0f;
+          const int k =
+              argmax != nullptr ? argmax[o] : window_argmax<S>(p, x, n, oh, ow, c, &unused);
+          if (k == here) sum += g;
+        } else {
+          sum += element::pool_average(g, window_count(p, oh, ow));
+        }
+      }
+    dx[i] = S::store(sum, false);
+  }
+}
+
+// Tiles of 32 x 32 through shared memory (as fp32: decoded on load, encoded once on store);
+// blockIdx.z walks images, blockIdx.y row tiles (both strided past the grid's limits).
+template <class Src, class Dst>
+__global__ void permute_kernel(const elem_t<Src>* src, elem_t<Dst>* dst, std::int64_t images,
+                               std::int64_t rows, std::int64_t cols) {
+  __shared__ float tile[32][33];
+  const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * 32;
+  for (std::int64_t img = blockIdx.z; img < images; img += gridDim.z) {
+    const elem_t<Src>* s = src + img * rows * cols;
+    elem_t<Dst>* d = dst + img * rows * cols;
+    for (std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * 32; r0 < rows;
+         r0 += static_cast<std::int64_t>(gridDim.y) * 32) {
+      for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+        const std::int64_t r = r0 + k, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) tile[k][threadIdx.x] = Src::load(s[r * cols + c]);
+      }
+      __syncthreads();
+      for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+        const std::int64_t c = c0 + k, r = r0 + threadIdx.x;
+        if (r < rows && c < cols) d[c * rows + r] = Dst::store(tile[threadIdx.x][k], false);
+      }
+      __syncthreads();
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t pool_forward(const PoolShape& p, const void* x, Elem t, void* y, std::int32_t* argmax,
+                         cudaStream_t stream) {
+  const std::int64_t total = p.n * p.oh * p.ow * p.c;
+  if (total == 0) return cudaSuccess;
+  const bool ok = with_float_storage(t, [&](auto s) {
+    using S = decltype(s);
+    pool_forward_kernel<S><<<grid_for(total), kThreads, 0, stream>>>(
+        p, static_cast<const elem_t<S>*>(x), static_cast<elem_t<S>*>(y), argmax);
+  });
+  return ok ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t pool_backward(const PoolShape& p, const void* dy, const void* x,
+                          const std::int32_t* argmax, void* dx, Elem t, cudaStream_t stream) {
+  const std::int64_t total = p.n * p.h * p.w * p.c;
+  if (total == 0) return cudaSuccess;
+  const bool ok = with_float_storage(t, [&](auto s) {
+    using S = decltype(s);
+    pool_backward_kernel<S><<<grid_for(total), kThreads, 0, stream>>>(
+        p, static_cast<const elem_t<S>*>(dy), static_cast<const elem_t<S>*>(x), argmax,
+        static_cast<elem_t<S>*>(dx));
+  });
+  return ok ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t permute_images(const void* src, Elem st, void* dst, Elem dt, std::int64_t images,
+                           std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  if (images * rows * cols == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32),
+                  static_cast<unsigned>(std::min<std::int64_t>((rows + 31) / 32, 65535)),
+                  static_cast<unsigned>(std::min<std::int64_t>(images, 65535)));
+  if ((cols + 31) / 32 > 0x7FFFFFFF) return cudaErrorInvalidValue;
+  bool ok = false;
+  with_float_storage(st, [&](auto s) {
+    using Src = decltype(s);
+    ok = with_float_storage(dt, [&](auto d) {
+      using Dst = decltype(d);
+      permute_kernel<Src, Dst><<<grid, dim3(32, 8), 0, stream>>>(
+          static_cast<const elem_t<Src>*>(src), static_cast<elem_t<Dst>*>(dst), images, rows, cols);
+    });
+  });
+  return ok ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+}  // namespace mixtrain::backend_cuda::kernels

@@ -1,0 +1,278 @@
+// Convolution (cuDNN), pooling, the permutes and batch norm on the CUDA backend against the CPU
+// reference. Skipped without a device (cuda_test_util.h's fixture).
+// Tolerances: conv outputs accumulate in FP32 in another order (and with TF32 only where allowed),
+// so fp32 results agree to ~1e-4 relative of the sum's magnitude, 16-bit outputs to one unit of
+// their format; pooling's max is exact; batch norm's statistics are FP32 from double sums.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+
+namespace mixtrain::backend_cuda::testing {
+namespace {
+
+sdk::Conv2dGeometry geometry(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w,
+                             std::int64_t o, std::int64_t k, std::int64_t stride, std::int64_t pad,
+                             std::int64_t groups = 1) {
+  sdk::Conv2dGeometry g;
+  g.batch = n;
+  g.in_channels = c;
+  g.height = h;
+  g.width = w;
+  g.out_channels = o;
+  g.kernel_h = g.kernel_w = k;
+  g.stride_h = g.stride_w = stride;
+  g.pad_h = g.pad_w = pad;
+  g.groups = groups;
+  return g;
+}
+
+// |a - b| <= tol * (max |b| + 1e-3) over the tensor: accumulation-order differences scale with
+// the magnitude of the sums, not of each element.
+void expect_close_norm(const std::vector<float>& got, const std::vector<float>& want, double tol,
+                       const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 1e-3;
+  for (float v : want) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_LE(std::fabs(static_cast<double>(got[i]) - want[i]), tol * scale)
+        << what << ": element " << i << " gpu " << got[i] << " cpu " << want[i];
+}
+
+double conv_tol(DType out) {
+  return out == DType::bf16 ? 1.0 / 64 : out == DType::fp16 ? 1.0 / 512 : 1e-4;
+}
+
+class backend_cuda_layers : public backend_cuda_vs_cpu {};
+
+#ifdef MIXTRAIN_HAVE_CUDNN
+TEST_F(backend_cuda_layers, ConvolutionFacetIsOfferedWithoutFp8) {
+  auto* conv = sdk::facet<sdk::ConvolutionFacet>(gpu());
+  ASSERT_NE(conv, nullptr);
+  using C = sdk::ConvolutionOp;
+  EXPECT_TRUE(
+      conv->supports(C::conv2d_forward, std::vector<DType>{DType::bf16, DType::bf16, DType::bf16}));
+  EXPECT_FALSE(conv->supports(C::conv2d_forward,
+                              std::vector<DType>{DType::fp8_e4m3, DType::fp8_e4m3, DType::fp32}));
+}
+
+TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
+  struct Case {
+    const char* name;
+    sdk::Conv2dGeometry g;
+  };
+  const std::vector<Case> cases = {
+      {"3x3 stride 1 pad 1", geometry(2, 16, 9, 9, 24, 3, 1, 1)},
+      {"1x1", geometry(2, 32, 8, 8, 16, 1, 1, 0)},
+      {"7x7 stride 2 pad 3", geometry(2, 3, 20, 20, 16, 7, 2, 3)},
+      {"3x3 groups 4", geometry(2, 16, 7, 7, 8, 3, 1, 1, 4)},
+  };
+  for (const Case& cs : cases)
+    for (DType dt : {DType::fp32, DType::bf16, DType::fp16})
+      for (DType compute : {DType::fp32, DType::tf32}) {
+        if (compute == DType::tf32 && dt != DType::fp32) continue;
+        const auto& g = cs.g;
+        const std::string what = std::string(cs.name) + " " + std::string(sdk::dtype_name(dt)) +
+                                 (compute == DType::tf32 ? " tf32" : "");
+        const Shape xs{g.batch, g.height, g.width, g.in_channels};
+        const Shape ys{g.batch, g.out_height(), g.out_width(), g.out_channels};
+        const Shape ws{g.out_channels, g.in_channels / g.groups, g.kernel_h, g.kernel_w};
+        const auto xv = random_values(static_cast<std::size_t>(xs.numel()), 1);
+        const auto wv = random_values(static_cast<std::size_t>(ws.numel()), 2);
+        const auto dyv = random_values(static_cast<std::size_t>(ys.numel()), 3);
+        const auto bv = random_values(static_cast<std::size_t>(g.out_channels), 4);
+        const double tol = compute == DType::tf32 ? 4e-3 : conv_tol(dt);
+        Tensor xg(gpu(), dt, xs, xv), xc(cpu(), dt, xs, xv);
+        Tensor wg(gpu(), dt, ws, wv), wc(cpu(), dt, ws, wv);
+        Tensor dyg(gpu(), dt, ys, dyv), dyc(cpu(), dt, ys, dyv);
+        Tensor bg(gpu(), DType::fp32, Shape{g.out_channels}, bv),
+            bc(cpu(), DType::fp32, Shape{g.out_channels}, bv);
+        // forward with bias
+        Tensor yg(gpu(), dt, ys), yc(cpu(), dt, ys);
+        sdk::Conv2dForwardArgs f;
+        f.geometry = g;
+        f.compute = compute;
+        f.x = {xg, false, 1.0f};
+        f.w = {wg, false, 1.0f};
+        f.bias = bg;
+        f.y = yg;
+        gpu().conv2d_forward(f);
+        f.x = {xc, false, 1.0f};
+        f.w = {wc, false, 1.0f};
+        f.bias = bc;
+        f.y = yc;
+        cpu().conv2d_forward(f);
+        expect_close_norm(yg.get(), yc.get(), tol, "fprop " + what);
+        // backward data
+        Tensor dxg(gpu(), dt, xs), dxc(cpu(), dt, xs);
+        sdk::Conv2dBackwardDataArgs d;
+        d.geometry = g;
+        d.compute = compute;
+        d.dy = {dyg, false, 1.0f};
+        d.w = {wg, false, 1.0f};
+        d.dx = dxg;
+        gpu().conv2d_backward_data(d);
+        d.dy = {dyc, false, 1.0f};
+        d.w = {wc, false, 1.0f};
+        d.dx = dxc;
+        cpu().conv2d_backward_data(d);
+        expect_close_norm(dxg.get(), dxc.get(), tol, "dgrad " + what);
+        // backward weights, twice: overwrite then accumulate
+        Tensor dwg(gpu(), DType::fp32, ws), dwc(cpu(), DType::fp32, ws);
+        Tensor dbg(gpu(), DType::fp32, Shape{g.out_channels}),
+            dbc(cpu(), DType::fp32, Shape{g.out_channels});
+        for (bool acc : {false, true}) {
+          sdk::Conv2dBackwardWeightsArgs b;
+          b.geometry = g;
+          b.compute = compute;
+          b.accumulate = acc;
+          b.x = {xg, false, 1.0f};
+          b.dy = {dyg, false, 1.0f};
+          b.dw = dwg;
+          b.dbias = dbg;
+          gpu().conv2d_backward_weights(b);
+          b.x = {xc, false, 1.0f};
+          b.dy = {dyc, false, 1.0f};
+          b.dw = dwc;
+          b.dbias = dbc;
+          cpu().conv2d_backward_weights(b);
+          const double wtol = compute == DType::tf32 ? 4e-3 : 1e-4;
+          expect_close_norm(dwg.get(), dwc.get(), wtol,
+                            "wgrad " + what + (acc ? " accumulate" : ""));
+          expect_close_norm(dbg.get(), dbc.get(), 1e-5, "dbias " + what);
+        }
+      }
+  const auto report = gpu().conv_plan_report();
+  EXPECT_FALSE(report.empty());
+  for (const auto& line : report) std::printf("  %s\n", line.c_str());
+}
+
+TEST_F(backend_cuda_layers, Fp32ComputeRunsNoTensorCoreEngine) {
+  const auto g = geometry(2, 16, 8, 8, 16, 3, 1, 1);
+  const Shape xs{2, 8, 8, 16}, ws{16, 16, 3, 3}, ys{2, 8, 8, 16};
+  Tensor x(gpu(), DType::fp32, xs, random_values(xs.numel(), 5));
+  Tensor w(gpu(), DType::fp32, ws, random_values(ws.numel(), 6));
+  Tensor y(gpu(), DType::fp32, ys);
+  sdk::Conv2dForwardArgs f;
+  f.geometry = g;
+  f.x = {x, false, 1.0f};
+  f.w = {w, false, 1.0f};
+  f.y = y;
+  gpu().conv2d_forward(f);
+  gpu().synchronize();
+  for (const auto& line : gpu().conv_plan_report()) {
+    if (line.find("no tf32") != std::string::npos && line.find("declined") == std::string::npos) {
+      EXPECT_EQ(line.find("TENSOR_CORE"), std::string::npos) << line;
+    }
+  }
+}
+
+TEST_F(backend_cuda_layers, PoolingMatchesTheCpu) {
+  for (DType dt : {DType::fp32, DType::bf16, DType::fp16})
+    for (int kind = 0; kind < 3; ++kind) {
+      sdk::Pool2dGeometry p;
+      p.kind = kind == 0 ? sdk::PoolKind::max : sdk::PoolKind::average;
+      p.count_include_pad = kind != 2;
+      p.batch = 2;
+      p.channels = 5;
+      p.height = p.width = 9;
+      p.kernel_h = p.kernel_w = 3;
+      p.stride_h = p.stride_w = 2;
+      p.pad_h = p.pad_w = 1;
+      const Shape xs{2, 9, 9, 5}, ys{2, p.out_height(), p.out_width(), 5};
+      const auto xv = random_values(xs.numel(), 7), dyv = random_values(ys.numel(), 8);
+      Tensor xg(gpu(), dt, xs, xv), xc(cpu(), dt, xs, xv);
+      Tensor dyg(gpu(), dt, ys, dyv), dyc(cpu(), dt, ys, dyv);
+      Tensor yg(gpu(), dt, ys), yc(cpu(), dt, ys), dxg(gpu(), dt, xs), dxc(cpu(), dt, xs);
+      const auto wsb_g = gpu().pool2d_workspace_bytes(p, dt);
+      const auto wsb_c = cpu().pool2d_workspace_bytes(p, dt);
+      Tensor wsg(gpu(), DType::int32, Shape{std::max<std::int64_t>(1, (wsb_g + 3) / 4)});
+      Tensor wsc(cpu(), DType::int32, Shape{std::max<std::int64_t>(1, (wsb_c + 3) / 4)});
+      for (bool with_ws : {true, false}) {
+        const std::string what = std::string(sdk::dtype_name(dt)) + " kind " +
+                                 std::to_string(kind) + (with_ws ? " workspace" : " recompute");
+        const TensorView wg = with_ws && wsb_g > 0 ? wsg.view() : TensorView{};
+        const TensorView wc = with_ws && wsb_c > 0 ? wsc.view() : TensorView{};
+        gpu().pool2d_forward(p, xg, yg, wg);
+        cpu().pool2d_forward(p, xc, yc, wc);
+        expect_close(yg.get(), yc.get(), kind == 0 ? 0.0 : ulp_rel(dt), 0.0, "pool fwd " + what);
+        gpu().pool2d_backward(p, dyg, xg, yg, wg, dxg);
+        cpu().pool2d_backward(p, dyc, xc, yc, wc, dxc);
+        expect_close(dxg.get(), dxc.get(), kind == 0 ? 0.0 : 2 * ulp_rel(dt), 1e-6,
+                     "pool bwd " + what);
+      }
+    }
+}
+
+TEST_F(backend_cuda_layers, PermutesMatchTheCpuExactly) {
+  const std::int64_t n = 3, c = 37, h = 5, w = 11;
+  const auto v = random_values(n * c * h * w, 9, -100.0f, 100.0f);
+  for (DType from : {DType::fp32, DType::bf16, DType::fp16})
+    for (DType to : {DType::fp32, DType::bf16, DType::fp16}) {
+      Tensor sg(gpu(), from, Shape{n, c, h, w}, v), sc(cpu(), from, Shape{n, c, h, w}, v);
+      Tensor dg(gpu(), to, Shape{n, h, w, c}), dc(cpu(), to, Shape{n, h, w, c});
+      gpu().to_channels_last(sg, c, h, w, dg);
+      cpu().to_channels_last(sc, c, h, w, dc);
+      expect_same_values(dg.get(), dc.get(), "to_channels_last");
+      Tensor bg(gpu(), from, Shape{n, c, h, w}), bc(cpu(), from, Shape{n, c, h, w});
+      gpu().to_channels_first(dg, c, h, w, bg);
+      cpu().to_channels_first(dc, c, h, w, bc);
+      expect_same_values(bg.get(), bc.get(), "to_channels_first");
+    }
+}
+#endif  // MIXTRAIN_HAVE_CUDNN
+
+TEST_F(backend_cuda_layers, BatchNormMatchesTheCpu) {
+  const std::int64_t rows = 2 * 6 * 7, c = 24;
+  const auto xv = random_values(rows * c, 10, -1.0f, 3.0f);
+  const auto dyv = random_values(rows * c, 11);
+  const auto gv = random_values(c, 12, 0.5f, 1.5f), bv = random_values(c, 13, -0.5f, 0.5f);
+  const auto rm0 = random_values(c, 14, -0.1f, 0.1f), rv0 = random_values(c, 15, 0.5f, 1.5f);
+  for (DType dt : {DType::fp32, DType::bf16, DType::fp16})
+    for (bool relu : {false, true}) {
+      const sdk::BatchNormShape s{rows, c, 1e-5f, relu};
+      const std::string what = std::string(sdk::dtype_name(dt)) + (relu ? " relu" : "");
+      Tensor xg(gpu(), dt, Shape{rows, c}, xv), xc(cpu(), dt, Shape{rows, c}, xv);
+      Tensor yg(gpu(), dt, Shape{rows, c}), yc(cpu(), dt, Shape{rows, c});
+      Tensor gg(gpu(), DType::fp32, Shape{c}, gv), gc(cpu(), DType::fp32, Shape{c}, gv);
+      Tensor bg(gpu(), DType::fp32, Shape{c}, bv), bc(cpu(), DType::fp32, Shape{c}, bv);
+      Tensor mg(gpu(), DType::fp32, Shape{c}), mc(cpu(), DType::fp32, Shape{c});
+      Tensor vg(gpu(), DType::fp32, Shape{c}), vc(cpu(), DType::fp32, Shape{c});
+      Tensor rmg(gpu(), DType::fp32, Shape{c}, rm0), rmc(cpu(), DType::fp32, Shape{c}, rm0);
+      Tensor rvg(gpu(), DType::fp32, Shape{c}, rv0), rvc(cpu(), DType::fp32, Shape{c}, rv0);
+      Tensor wsg(gpu(), DType::fp32, Shape{2 * c}), wsc(cpu(), DType::fp32, Shape{2 * c});
+      EXPECT_EQ(gpu().batchnorm_workspace_bytes(s, dt), cpu().batchnorm_workspace_bytes(s, dt));
+      gpu().batchnorm_forward_training(xg, gg, bg, s, 0.1f, yg, mg, vg, rmg, rvg,
+                                       relu ? wsg.view() : TensorView{});
+      cpu().batchnorm_forward_training(xc, gc, bc, s, 0.1f, yc, mc, vc, rmc, rvc,
+                                       relu ? wsc.view() : TensorView{});
+      expect_close(mg.get(), mc.get(), 1e-6, 1e-7, "save_mean " + what);
+      expect_close(vg.get(), vc.get(), 1e-5, 1e-7, "save_var " + what);
+      expect_close(rmg.get(), rmc.get(), 1e-6, 1e-7, "running_mean " + what);
+      expect_close(rvg.get(), rvc.get(), 1e-6, 1e-7, "running_var " + what);
+      expect_close(yg.get(), yc.get(), 2 * ulp_rel(dt), 1e-5, "training y " + what);
+      Tensor yig(gpu(), dt, Shape{rows, c}), yic(cpu(), dt, Shape{rows, c});
+      gpu().batchnorm_forward_inference(xg, gg, bg, rmg, rvg, s, yig);
+      cpu().batchnorm_forward_inference(xc, gc, bc, rmc, rvc, s, yic);
+      expect_close(yig.get(), yic.get(), 2 * ulp_rel(dt), 1e-5, "inference y " + what);
+      Tensor dyg(gpu(), dt, Shape{rows, c}, dyv), dyc(cpu(), dt, Shape{rows, c}, dyv);
+      for (bool acc : {false, true}) {
+        Tensor dxg(gpu(), dt, Shape{rows, c}), dxc(cpu(), dt, Shape{rows, c});
+        Tensor dgg(gpu(), DType::fp32, Shape{c}, gv), dgc(cpu(), DType::fp32, Shape{c}, gv);
+        Tensor dbg(gpu(), DType::fp32, Shape{c}, bv), dbc(cpu(), DType::fp32, Shape{c}, bv);
+        gpu().batchnorm_backward(dyg, xg, yg, gg, mg, vg, s, relu ? wsg.view() : TensorView{}, dxg,
+                                 dgg, dbg, acc);
+        cpu().batchnorm_backward(dyc, xc, yc, gc, mc, vc, s, relu ? wsc.view() : TensorView{}, dxc,
+                                 dgc, dbc, acc);
+        expect_close_norm(dxg.get(), dxc.get(), 4 * ulp_rel(dt) + 1e-5, "dx " + what);
+        expect_close(dgg.get(), dgc.get(), 1e-4, 1e-5, "dgamma " + what);
+        expect_close(dbg.get(), dbc.get(), 1e-4, 1e-5, "dbeta " + what);
+      }
+    }
+}
+
+}  // namespace
+}  // namespace mixtrain::backend_cuda::testing

@@ -1,0 +1,355 @@
+// The CUDA backend's convolution rules and the layer ops' argument checks, on the host (no GPU,
+// no cuDNN call): cuda_conv_rules.h (cuDNN dims/strides of a geometry, routes, plan-cache keys,
+// the numerics policy on engines' numerical notes) and cuda_layer_checks.h (BackendErrors naming
+// op, tensor, dtype and shape before anything is enqueued).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "cuda_conv_rules.h"
+#include "cuda_layer_checks.h"
+#include "mixtrain/sdk/error.h"
+
+namespace {
+
+namespace conv = mixtrain::backend_cuda::conv;
+namespace checks = mixtrain::backend_cuda::layer_checks;
+namespace sdk = mixtrain::sdk;
+using conv::DataType;
+using conv::FilterLayout;
+using conv::NumericalNote;
+using sdk::DType;
+
+int n(NumericalNote note) {
+  return static_cast<int>(note);
+}
+
+sdk::Conv2dGeometry resnet_like() {
+  sdk::Conv2dGeometry g;
+  g.batch = 8;
+  g.in_channels = 64;
+  g.height = 16;
+  g.width = 12;
+  g.out_channels = 32;
+  g.kernel_h = 3;
+  g.kernel_w = 3;
+  g.pad_h = g.pad_w = 1;
+  return g;
+}
+
+// --- numerics policy
+// -------------------------------------------------------------------------------
+
+TEST(cuda_conv_rules, Fp32ComputeOnFp32DataNeverTakesATensorCoreEngine) {
+  const conv::NumericsPolicy strict{false, true, true};
+  const std::vector<int> tc{n(NumericalNote::tensor_core)};
+  EXPECT_FALSE(conv::engine_allowed(tc, strict));
+  EXPECT_NE(conv::engine_refusal(tc, strict).find("TF32"), std::string::npos);
+  // Notes in any order, among others.
+  const std::vector<int> mixed{n(NumericalNote::winograd), n(NumericalNote::tensor_core)};
+  EXPECT_FALSE(conv::engine_allowed(mixed, strict));
+  EXPECT_TRUE(conv::engine_allowed(std::vector<int>{}, strict));
+  EXPECT_TRUE(conv::engine_allowed(std::vector<int>{n(NumericalNote::fft)}, strict));
+}
+
+TEST(cuda_conv_rules, Tf32ComputeAndSixteenBitDataAllowTensorCores) {
+  const std::vector<int> tc{n(NumericalNote::tensor_core)};
+  EXPECT_TRUE(conv::engine_allowed(tc, {true, true, true}));    // compute tf32
+  EXPECT_TRUE(conv::engine_allowed(tc, {false, false, true}));  // bf16 / fp16 data
+}
+
+TEST(cuda_conv_rules, DownConversionAndReducedPrecisionAccumulationAreNeverAllowed) {
+  for (const conv::NumericsPolicy p :
+       {conv::NumericsPolicy{true, true, false}, conv::NumericsPolicy{true, false, false}}) {
+    EXPECT_FALSE(conv::engine_allowed(std::vector<int>{n(NumericalNote::down_convert_inputs)}, p));
+    EXPECT_FALSE(
+        conv::engine_allowed(std::vector<int>{n(NumericalNote::reduced_precision_reduction)}, p));
+  }
+}
+
+TEST(cuda_conv_rules, NondeterministicEnginesOnlyInTheFallbackPass) {
+  const std::vector<int> nd{n(NumericalNote::nondeterministic)};
+  EXPECT_FALSE(conv::engine_allowed(nd, {false, true, true}));
+  EXPECT_TRUE(conv::engine_allowed(nd, {false, true, false}));
+}
+
+// --- descriptors
+// -----------------------------------------------------------------------------------
+
+TEST(cuda_conv_rules, ImagesAreNchwDimsWithNhwcStrides) {
+  const auto t = conv::image_dims(2, 3, 5, 7);
+  EXPECT_EQ(t.dims, (std::array<std::int64_t, 4>{2, 3, 5, 7}));
+  // [N, H, W, C] in memory: c moves by 1, w by C, h by W*C, n by H*W*C.
+  EXPECT_EQ(t.strides, (std::array<std::int64_t, 4>{105, 1, 21, 3}));
+}
+
+TEST(cuda_conv_rules, FiltersAreKcrsAsStoredOrTheirChannelsLastCopy) {
+  auto g = resnet_like();
+  g.groups = 4;  // C/g = 16
+  const auto kcrs = conv::filter_dims(g, FilterLayout::kcrs);
+  EXPECT_EQ(kcrs.dims, (std::array<std::int64_t, 4>{32, 16, 3, 3}));
+  EXPECT_EQ(kcrs.strides, (std::array<std::int64_t, 4>{144, 9, 3, 1}));
+  const auto krsc = conv::filter_dims(g, FilterLayout::krsc);
+  EXPECT_EQ(krsc.dims, kcrs.dims);
+  EXPECT_EQ(krsc.strides, (std::array<std::int64_t, 4>{144, 1, 48, 16}));
+}
+
+TEST(cuda_conv_rules, ConvParamsArePytorchsSymmetricPadding) {
+  auto g = resnet_like();
+  g.stride_h = 2;
+  g.dilation_w = 3;
+  g.pad_w = 2;
+  const auto p = conv::conv_params(g);
+  EXPECT_EQ(p.pre_padding, (std::array<std::int64_t, 2>{1, 2}));
+  EXPECT_EQ(p.post_padding, (std::array<std::int64_t, 2>{1, 2}));
+  EXPECT_EQ(p.stride, (std::array<std::int64_t, 2>{2, 1}));
+  EXPECT_EQ(p.dilation, (std::array<std::int64_t, 2>{1, 3}));
+}
+
+TEST(cuda_conv_rules, AlignmentIsTheLargestCommonPowerOfTwoUpTo16) {
+  alignas(256) static char buf[512];
+  EXPECT_EQ(conv::common_alignment({buf, buf + 256, nullptr}), 16);
+  EXPECT_EQ(conv::common_alignment({buf, buf + 8}), 8);
+  EXPECT_EQ(conv::common_alignment({buf + 2, buf + 16}), 2);
+  EXPECT_EQ(conv::common_alignment({buf + 3}), 1);
+}
+
+// --- routes
+// ----------------------------------------------------------------------------------------
+
+TEST(cuda_conv_rules, Fp32RoutesNeverAllowTf32UnlessAsked) {
+  const auto strict = conv::conv_routes(conv::ConvOp::forward, DType::fp32, DType::fp32,
+                                        DType::fp32, DType::fp32, true, FilterLayout::krsc);
+  ASSERT_EQ(strict.size(), 1u);
+  EXPECT_EQ(strict[0].io, DataType::f32);
+  EXPECT_FALSE(strict[0].tensor_cores);
+  EXPECT_TRUE(strict[0].out_direct);  // fp32 y: cuDNN writes it, the bias is added in place
+  for (auto [a, b, compute] : {std::tuple{DType::fp32, DType::fp32, DType::tf32},
+                               std::tuple{DType::tf32, DType::fp32, DType::fp32},
+                               std::tuple{DType::fp32, DType::tf32, DType::fp32}}) {
+    const auto r = conv::conv_routes(conv::ConvOp::backward_data, a, b, DType::fp32, compute, false,
+                                     FilterLayout::krsc);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_TRUE(r[0].tensor_cores);
+  }
+}
+
+TEST(cuda_conv_rules, SixteenBitOperandsGoNativeThenDecodedExactly) {
+  const auto r = conv::conv_routes(conv::ConvOp::forward, DType::bf16, DType::bf16, DType::bf16,
+                                   DType::fp32, false, FilterLayout::krsc);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].io, DataType::bf16);
+  EXPECT_EQ(r[0].out, DataType::bf16);
+  EXPECT_TRUE(r[0].out_direct);
+  EXPECT_TRUE(r[0].tensor_cores);
+  EXPECT_EQ(r[1].io, DataType::f32);
+  EXPECT_TRUE(r[1].decode_a && r[1].decode_b);
+  EXPECT_TRUE(r[1].tensor_cores);  // decoded bf16 values are exact in TF32
+  // A bias with a 16-bit y: FP32 scratch, then + bias and one rounding.
+  const auto biased = conv::conv_routes(conv::ConvOp::forward, DType::fp16, DType::fp16,
+                                        DType::fp16, DType::fp32, true, FilterLayout::krsc);
+  EXPECT_EQ(biased[0].io, DataType::f16);
+  EXPECT_EQ(biased[0].out, DataType::f32);
+  EXPECT_FALSE(biased[0].out_direct);
+  // fp32 y from fp16 operands: cuDNN writes fp32 directly.
+  const auto wide = conv::conv_routes(conv::ConvOp::backward_data, DType::fp16, DType::fp16,
+                                      DType::fp32, DType::fp32, false, FilterLayout::krsc);
+  EXPECT_EQ(wide[0].out, DataType::f32);
+  EXPECT_TRUE(wide[0].out_direct);
+}
+
+TEST(cuda_conv_rules, MixedOperandsDecodeAndStayStrictWhenOneIsFp32Data) {
+  const auto r = conv::conv_routes(conv::ConvOp::forward, DType::bf16, DType::fp32, DType::fp16,
+                                   DType::fp32, false, FilterLayout::kcrs);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_TRUE(r[0].decode_a);
+  EXPECT_FALSE(r[0].decode_b);
+  EXPECT_FALSE(r[0].tensor_cores);
+  EXPECT_FALSE(r[0].out_direct);
+  const auto both16 = conv::conv_routes(conv::ConvOp::forward, DType::bf16, DType::fp16,
+                                        DType::fp32, DType::fp32, false, FilterLayout::kcrs);
+  EXPECT_TRUE(both16[0].tensor_cores);
+}
+
+TEST(cuda_conv_rules, WeightGradientIsWrittenDirectlyOnlyInKcrsWithoutAccumulating) {
+  auto direct = [](FilterLayout l, bool acc) {
+    return conv::conv_routes(conv::ConvOp::backward_weights, DType::fp32, DType::fp32, DType::fp32,
+                             DType::fp32, acc, l)[0]
+        .out_direct;
+  };
+  EXPECT_TRUE(direct(FilterLayout::kcrs, false));
+  EXPECT_FALSE(direct(FilterLayout::kcrs, true));
+  EXPECT_FALSE(direct(FilterLayout::krsc, false));
+}
+
+// --- plan keys
+// -------------------------------------------------------------------------------------
+
+TEST(cuda_conv_rules, PlanKeysDifferInEveryFieldAPlanDependsOn) {
+  const auto g = resnet_like();
+  const conv::Route route{DataType::bf16, false, false, DataType::bf16, true, true};
+  const auto base = conv::plan_key(conv::ConvOp::forward, g, route, FilterLayout::krsc, 16);
+  EXPECT_EQ(base, conv::plan_key(conv::ConvOp::forward, g, route, FilterLayout::krsc, 16));
+  EXPECT_EQ(
+      conv::PlanKeyHash{}(base),
+      conv::PlanKeyHash{}(conv::plan_key(conv::ConvOp::forward, g, route, FilterLayout::krsc, 16)));
+  std::vector<conv::PlanKey> variants;
+  variants.push_back(conv::plan_key(conv::ConvOp::backward_data, g, route, FilterLayout::krsc, 16));
+  variants.push_back(conv::plan_key(conv::ConvOp::forward, g, route, FilterLayout::kcrs, 16));
+  variants.push_back(conv::plan_key(conv::ConvOp::forward, g, route, FilterLayout::krsc, 8));
+  auto r2 = route;
+  r2.io = DataType::f16;
+  variants.push_back(conv::plan_key(conv::ConvOp::forward, g, r2, FilterLayout::krsc, 16));
+  r2 = route;
+  r2.out = DataType::f32;
+  variants.push_back(conv::plan_key(conv::ConvOp::forward, g, r2, FilterLayout::krsc, 16));
+  r2 = route;
+  r2.tensor_cores = false;
+  variants.push_back(conv::plan_key(conv::ConvOp::forward, g, r2, FilterLayout::krsc, 16));
+  for (int field = 0; field < 14; ++field) {
+    auto h = g;
+    std::int64_t* f[] = {&h.batch,    &h.in_channels, &h.height,     &h.width,    &h.out_channels,
+                         &h.kernel_h, &h.kernel_w,    &h.stride_h,   &h.stride_w, &h.pad_h,
+                         &h.pad_w,    &h.dilation_h,  &h.dilation_w, &h.groups};
+    *f[field] += field == 13 ? 1 : 2;
+    variants.push_back(conv::plan_key(conv::ConvOp::forward, h, route, FilterLayout::krsc, 16));
+  }
+  std::unordered_set<std::size_t> hashes{conv::PlanKeyHash{}(base)};
+  for (const auto& v : variants) {
+    EXPECT_NE(v, base) << conv::key_text(v);
+    hashes.insert(conv::PlanKeyHash{}(v));
+  }
+  EXPECT_EQ(hashes.size(), variants.size() + 1) << "hash collisions among the variants";
+  // The route's decode flags do not change what cuDNN sees: same key.
+  auto decoded = route;
+  decoded.decode_a = true;
+  EXPECT_EQ(conv::plan_key(conv::ConvOp::forward, g, decoded, FilterLayout::krsc, 16), base);
+}
+
+// --- argument checks
+// -------------------------------------------------------------------------------
+
+// A view that is never dereferenced: the checks look at dtype, shape and address only.
+sdk::TensorView fake(DType dt, sdk::Shape shape, std::uintptr_t address) {
+  return {reinterpret_cast<void*>(address), dt, shape};
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const sdk::BackendError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(cuda_layer_checks, ConvShapeMismatchNamesOpTensorDtypeAndShape) {
+  const auto g = resnet_like();
+  sdk::Conv2dForwardArgs a;
+  a.geometry = g;
+  a.x = {fake(DType::bf16, {8, 16, 12, 64}, 0x10000), false, 1.0f};
+  a.w = {fake(DType::bf16, {32, 64, 3, 3}, 0x200000), false, 1.0f};
+  a.y = fake(DType::bf16, {8, 16, 12, 32}, 0x300000);
+  EXPECT_NO_THROW(checks::conv_forward(a));
+  a.x.view = fake(DType::bf16, {8, 64, 16, 12}, 0x10000);  // channels-first by mistake
+  const std::string e = error_of([&] { checks::conv_forward(a); });
+  EXPECT_NE(e.find("backend_cuda.conv2d_forward"), std::string::npos) << e;
+  EXPECT_NE(e.find("x is bf16 [8, 64, 16, 12]"), std::string::npos) << e;
+  EXPECT_NE(e.find("[N, H, W, C] = [8, 16, 12, 64]"), std::string::npos) << e;
+}
+
+TEST(cuda_layer_checks, ConvRefusesFp8AndBadGeometryBeforeLaunching) {
+  auto g = resnet_like();
+  sdk::Conv2dBackwardDataArgs a;
+  a.geometry = g;
+  a.dy = {fake(DType::fp8_e4m3, {8, 16, 12, 32}, 0x10000), false, 0.5f};
+  a.w = {fake(DType::bf16, {32, 64, 3, 3}, 0x200000), false, 1.0f};
+  a.dx = fake(DType::bf16, {8, 16, 12, 64}, 0x300000);
+  std::string e = error_of([&] { checks::conv_backward_data(a); });
+  EXPECT_NE(e.find("backend_cuda.conv2d_backward_data: dy is fp8_e4m3"), std::string::npos) << e;
+  a.dy.view.dtype = DType::bf16;
+  EXPECT_NO_THROW(checks::conv_backward_data(a));
+  a.geometry.groups = 3;
+  e = error_of([&] { checks::conv_backward_data(a); });
+  EXPECT_NE(e.find("groups = 3 must divide"), std::string::npos) << e;
+  a.geometry = g;
+  a.compute = DType::bf16;
+  e = error_of([&] { checks::conv_backward_data(a); });
+  EXPECT_NE(e.find("compute = bf16"), std::string::npos) << e;
+}
+
+TEST(cuda_layer_checks, WeightGradientMustBeFp32InPytorchLayout) {
+  const auto g = resnet_like();
+  sdk::Conv2dBackwardWeightsArgs a;
+  a.geometry = g;
+  a.x = {fake(DType::fp16, {8, 16, 12, 64}, 0x10000), false, 1.0f};
+  a.dy = {fake(DType::fp16, {8, 16, 12, 32}, 0x200000), false, 1.0f};
+  a.dw = fake(DType::fp32, {32, 64, 3, 3}, 0x300000);
+  a.dbias = fake(DType::fp32, {32}, 0x400000);
+  EXPECT_NO_THROW(checks::conv_backward_weights(a));
+  a.dw = fake(DType::fp32, {32, 3, 3, 64}, 0x300000);
+  std::string e = error_of([&] { checks::conv_backward_weights(a); });
+  EXPECT_NE(e.find("dw is fp32 [32, 3, 3, 64]"), std::string::npos) << e;
+  EXPECT_NE(e.find("[O, C/groups, KH, KW]"), std::string::npos) << e;
+  a.dw = fake(DType::bf16, {32, 64, 3, 3}, 0x300000);
+  e = error_of([&] { checks::conv_backward_weights(a); });
+  EXPECT_NE(e.find("dw"), std::string::npos) << e;
+  EXPECT_NE(e.find("bf16"), std::string::npos) << e;
+}
+
+TEST(cuda_layer_checks, PoolingPermuteAndBatchNormChecks) {
+  sdk::Pool2dGeometry p;
+  p.batch = 2;
+  p.channels = 5;
+  p.height = p.width = 7;
+  p.kernel_h = p.kernel_w = 3;
+  p.stride_h = p.stride_w = 2;
+  p.pad_h = p.pad_w = 1;
+  const auto x = fake(DType::fp16, {2, 7, 7, 5}, 0x10000);
+  const auto y = fake(DType::fp16, {2, 4, 4, 5}, 0x20000);
+  EXPECT_NO_THROW(checks::pool_forward(p, x, y, {}, 0));
+  std::string e = error_of([&] {
+    checks::pool_forward(p, x, fake(DType::bf16, {2, 4, 4, 5}, 0x20000), {}, 0);
+  });
+  EXPECT_NE(e.find("backend_cuda.pool2d_forward"), std::string::npos) << e;
+  EXPECT_NE(e.find("y is bf16 [2, 4, 4, 5]"), std::string::npos) << e;
+  e = error_of([&] { checks::pool_forward(p, x, y, fake(DType::int32, {10}, 0x30000), 160); });
+  EXPECT_NE(e.find("160 bytes are needed"), std::string::npos) << e;
+  p.pad_h = 2;
+  e = error_of([&] { checks::pool_forward(p, x, y, {}, 0); });
+  EXPECT_NE(e.find("more than half the kernel"), std::string::npos) << e;
+
+  e = error_of([&] {
+    checks::permute("to_channels_last", fake(DType::fp32, {2, 3, 4, 5}, 0x10000), 3, 4, 6,
+                    fake(DType::bf16, {120}, 0x20000));
+  });
+  EXPECT_NE(e.find("not a whole number of 3x4x6 images"), std::string::npos) << e;
+  EXPECT_EQ(checks::permute("to_channels_last", fake(DType::fp32, {2, 3, 4, 5}, 0x10000), 3, 4, 5,
+                            fake(DType::bf16, {120}, 0x20000)),
+            2);
+
+  const sdk::BatchNormShape s{70, 6, 1e-5f, true};
+  const auto bx = fake(DType::bf16, {2, 5, 7, 6}, 0x10000);
+  e = error_of([&] {
+    checks::batchnorm_forward("batchnorm_forward_training", s, bx,
+                              fake(DType::bf16, {70, 5}, 0x20000), {}, {});
+  });
+  EXPECT_NE(e.find("y is bf16 [70, 5]"), std::string::npos) << e;
+  e = error_of([&] {
+    checks::batchnorm_forward("batchnorm_forward_training", s, bx, bx,
+                              fake(DType::fp32, {6}, 0x30000), {});
+  });
+  EXPECT_NE(e.find("both given"), std::string::npos) << e;
+  e = error_of([&] {
+    checks::batchnorm_backward(bx, bx, {}, {}, fake(DType::fp32, {6}, 0x30000),
+                               fake(DType::fp32, {6}, 0x40000), s, {}, 48,
+                               fake(DType::bf16, {70, 6}, 0x50000), {}, {});
+  });
+  EXPECT_NE(e.find("needs the forward's workspace or y"), std::string::npos) << e;
+}
+
+}  // namespace
