@@ -215,11 +215,20 @@ if [ -n "\${MIXTRAIN_NO_WERROR:-}" ]; then exec "$real_cxx" "\$@" -Wno-error; fi
 exec "$real_cxx" "\$@"
 EOF
   chmod +x "$DEBROOT/wrap/c++"
+  # cuDNN (the convolution facet): the toolkit's, else the one PyTorch's wheel nvidia-cudnn-cu13
+  # carries (include/ and lib/ under site-packages/nvidia/cudnn).
+  local cudnn_root=${MIXTRAIN_CUDNN_ROOT:-}
+  if [[ -z $cudnn_root ]]; then
+    cudnn_root=$("$PYTHON" -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+  fi
+  echo "cuDNN root hint: ${cudnn_root:-none (the toolkit's and the system's directories only)}"
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    ${cudnn_root:+-DMIXTRAIN_CUDNN_ROOT="$cudnn_root"} \
     -DCMAKE_CXX_COMPILER="$DEBROOT/wrap/c++" -DCMAKE_CUDA_HOST_COMPILER="$real_cxx" \
     -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS" -DMIXTRAIN_WITH_CUDA=ON \
     -DCMAKE_PREFIX_PATH="$DEBROOT/usr;$LIBDIR/cmake" \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DCMAKE_MAKE_PROGRAM="$(command -v ninja)" ${CMAKE_EXTRA_ARGS:-}
+  grep -i "cudnn" "$STATE/configure.log" 2>/dev/null | tail -2
   echo "--- where each package was found:"
   grep -E '^[A-Za-z0-9_]+_(DIR|INCLUDE_DIR|LIBRARY|LIBRARY_RELEASE):[A-Z]+=' "$BUILD/CMakeCache.txt" |
     grep -vE '^(CUDA_|CUDAToolkit_|CMAKE_)' || true
