@@ -7,10 +7,15 @@ parameter and buffer names, in the CIFAR form by default:
          (--stem imagenet: 7x7 stride 2 pad 3, bn1, ReLU, 3x3 max pool stride 2 pad 1)
   stages layer{s}.{b}: BasicBlock conv3x3(stride)-bn-ReLU-conv3x3-bn, + shortcut, ReLU, with
          s = 1..len(widths), b = 0..blocks[s-1]-1; the first block of every stage after the first
-         has stride 2; a block whose stride is not 1 or whose width changes has the "option B"
-         shortcut layer{s}.{b}.downsample.0.weight (1x1 conv, the block's stride, no bias) +
-         layer{s}.{b}.downsample.1.* (BN)
-  head   global average pool, fc.weight [K, W_last], fc.bias [K]
+         has stride 2; a block whose stride is not 1 or whose output channels change has the
+         "option B" shortcut layer{s}.{b}.downsample.0.weight (1x1 conv, the block's stride, no
+         bias) + layer{s}.{b}.downsample.1.* (BN)
+         (--block bottleneck: torchvision's Bottleneck, ResNet v1.5, expansion 4, as
+         torchvision/models/resnet.py defines it with groups 1 and base_width 64:
+         conv1x1-bn-ReLU-conv3x3(stride)-bn-ReLU-conv1x1(4 W)-bn, + shortcut, ReLU; the stage's
+         output has 4 W channels, so layer1.0 has a stride-1 shortcut too)
+  head   global average pool, fc.weight [K, C_last], fc.bias [K] (C_last = W_last, or 4 W_last
+         for bottlenecks)
 Batch norm: eps 1e-5, momentum 0.1, the running variance updated with the unbiased batch variance
 (PyTorch's rule). Every BN has weight, bias, running_mean and running_var; num_batches_tracked is
 neither written nor expected (mixtrain does not keep it): files load with strict=False and any
@@ -51,7 +56,8 @@ steps at a rate the float64 copy measures; a parity test's tolerance can follow 
 
 Commands (each prints one JSON object on stdout; errors go to stderr with exit status 2):
   init      --blocks 3,3,3 --widths 16,32,64 --classes 10 --seed S --out W
-            [--in-channels 3] [--stem cifar|imagenet] [--init torchvision|default]
+            [--in-channels 3] [--stem cifar|imagenet] [--block basic|bottleneck]
+            [--init torchvision|default]
   make-data --rows N --features X.npy --labels Y.npy --seed S [--classes 10] [--size 32]
             [--channels 3] [--noise 0.2] [--task-seed 0]
   train     --weights W --features X.npy --labels Y.npy --batch B --steps N --lr LR
@@ -62,7 +68,8 @@ Commands (each prints one JSON object on stdout; errors go to stderr with exit s
             [--save-weights OUT.safetensors] [--fp64-shadow]
   eval      --weights W --features X.npy --labels Y.npy [--batch E] [--logits K]
             [--logits-out F.npy] [--bf16] [--channels-last]
-  diff      --weights A --other B                      per-tensor differences of two weight files
+  diff      --weights A --other B [--base C]           per-tensor differences of two weight files
+            (with --base, also "moved": each tensor's max |B - C|, what training changed)
 Every command takes --threads K (default 1: torch.set_num_threads). The architecture comes from
 the weights (names and shapes); --blocks/--widths/--classes, when given, are checked against it.
 """
@@ -121,8 +128,38 @@ class BasicBlock(nn.Module):
         return F.relu(out + shortcut)
 
 
+class Bottleneck(nn.Module):
+    """torchvision's Bottleneck (groups 1, base_width 64, dilation 1): the stride on conv2."""
+    expansion = 4
+
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = width * self.expansion
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = batch_norm(width)
+        self.conv2 = conv3x3(width, width, stride)
+        self.bn2 = batch_norm(width)
+        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.bn3 = batch_norm(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False),
+                                            batch_norm(cout))
+
+    def forward(self, x):
+        # x is [N, cin, H, W]; the output [N, 4 width, H / stride, W / stride]
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = F.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        shortcut = x if self.downsample is None else self.downsample(x)
+        return F.relu(out + shortcut)
+
+
+BLOCKS = {"basic": (BasicBlock, 1), "bottleneck": (Bottleneck, Bottleneck.expansion)}
+
+
 class ResNet(nn.Module):
-    def __init__(self, blocks, widths, classes, in_channels=3, stem="cifar"):
+    def __init__(self, blocks, widths, classes, in_channels=3, stem="cifar", block="basic"):
         super().__init__()
         if not blocks or len(blocks) != len(widths):
             raise ResnetInputError(f"blocks {blocks} and widths {widths} must be non-empty lists "
@@ -131,8 +168,11 @@ class ResNet(nn.Module):
             raise ResnetInputError("blocks, widths, classes and in_channels must be positive")
         if stem not in ("cifar", "imagenet"):
             raise ResnetInputError(f"stem {stem!r}: cifar or imagenet")
+        if block not in BLOCKS:
+            raise ResnetInputError(f"block {block!r}: basic or bottleneck")
+        block_type, expansion = BLOCKS[block]
         self.arch = dict(blocks=list(blocks), widths=list(widths), classes=classes,
-                         in_channels=in_channels, stem=stem)
+                         in_channels=in_channels, stem=stem, block=block)
         if stem == "cifar":
             self.conv1 = conv3x3(in_channels, widths[0])
         else:
@@ -142,8 +182,8 @@ class ResNet(nn.Module):
         for s, (n, width) in enumerate(zip(blocks, widths), start=1):
             stage = []
             for b in range(n):
-                stage.append(BasicBlock(cin, width, 2 if s > 1 and b == 0 else 1))
-                cin = width
+                stage.append(block_type(cin, width, 2 if s > 1 and b == 0 else 1))
+                cin = width * expansion
             setattr(self, f"layer{s}", nn.Sequential(*stage))
         self.stages = len(blocks)
         self.fc = nn.Linear(cin, classes)
@@ -188,7 +228,7 @@ def state_tensors(model):
 
 
 def infer_arch(tensors, path):
-    """blocks, widths, classes, in_channels and stem from a file's names and shapes."""
+    """blocks, widths, classes, in_channels, stem and block from a file's names and shapes."""
     stem = tensors.get("conv1.weight")
     fc = tensors.get("fc.weight")
     if stem is None or stem.dim() != 4 or fc is None or fc.dim() != 2:
@@ -214,7 +254,8 @@ def infer_arch(tensors, path):
                                f"stem is neither cifar (3x3) nor imagenet (7x7)")
     return dict(blocks=[blocks[s] for s in sorted(blocks)], widths=widths,
                 classes=int(fc.shape[0]), in_channels=int(stem.shape[1]),
-                stem="cifar" if kernel == 3 else "imagenet")
+                stem="cifar" if kernel == 3 else "imagenet",
+                block="bottleneck" if "layer1.0.conv3.weight" in tensors else "basic")
 
 
 def load_model(path, given):
@@ -388,7 +429,7 @@ def evaluate(model, x, y, batch, bf16, channels_last, keep_logits=False):
 def cmd_init(a):
     torch.manual_seed(a.seed)
     model = ResNet(parse_list(a.blocks, "blocks"), parse_list(a.widths, "widths"), a.classes,
-                   a.in_channels, a.stem)
+                   a.in_channels, a.stem, a.block)
     model.init_weights(a.init)
     save_model(model, a.out, {"init": a.init, "seed": str(a.seed)})
     return {"arch": model.arch, "init": a.init, "seed": a.seed,
@@ -488,6 +529,12 @@ def cmd_diff(a):
         rows[k] = {"max_abs": d, "max_rel": d / scale if scale > 0 else d}
         if worst is None or rows[k]["max_rel"] > rows[worst]["max_rel"]:
             worst = k
+    if a.base:
+        tc, _ = read_safetensors(a.base)
+        for k, r in rows.items():
+            if k not in tc or tc[k].shape != tb[k].shape:
+                raise ResnetInputError(f"{k}: not in {a.base} with the shape {list(tb[k].shape)}")
+            r["moved"] = float((tb[k] - tc[k]).abs().max()) if tb[k].numel() else 0.0
     by_kind = {}
     for k, r in rows.items():
         kind = k.rsplit(".", 1)[-1]
@@ -513,11 +560,12 @@ def parse_args(argv):
     ap.add_argument("command", choices=list(COMMANDS))
     ap.add_argument("--threads", type=int, default=1)
     # architecture (init; checked against the weights elsewhere)
-    ap.add_argument("--blocks", help="BasicBlocks per stage, e.g. 3,3,3")
+    ap.add_argument("--blocks", help="blocks per stage, e.g. 3,3,3")
     ap.add_argument("--widths", help="channels per stage, e.g. 16,32,64")
     ap.add_argument("--classes", type=int)
     ap.add_argument("--in-channels", type=int, default=3)
     ap.add_argument("--stem", choices=["cifar", "imagenet"], default="cifar")
+    ap.add_argument("--block", choices=list(BLOCKS), default="basic")
     ap.add_argument("--init", choices=["torchvision", "default"], default="torchvision")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out")
@@ -534,6 +582,7 @@ def parse_args(argv):
     # training and evaluation
     ap.add_argument("--weights")
     ap.add_argument("--other")
+    ap.add_argument("--base", help="diff: the weights --other started from")
     ap.add_argument("--batch", type=int)
     ap.add_argument("--eval-batch", type=int, default=256)
     ap.add_argument("--steps", type=int)

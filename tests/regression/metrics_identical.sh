@@ -30,11 +30,12 @@
 # Environment:
 #   THREADS     backend.threads (default 2)
 #   CAPS        step caps, "GLOB=STEPS ..." (first match wins; "" = every config in full).
-#               Default "mlp-*=10 resnet20-*=10 resnet18-bf16=4 gpt-tiny-*=20 cnn-small=100":
+#               Default "mlp-*=10 resnet20-*=10 resnet18-bf16=4 resnet50-bf16=2 gpt-tiny-*=20 cnn-small=100":
 #               in full the set takes over an hour per side on 2 shared cores (measured with
 #               the base build, 2026-11-26, load ~8: wide MLP 2.2 s/step × 50 steps,
 #               ResNet-20 1.7 s/step × 1500, ResNet-18 8 s/step × 1000, tiny GPT 0.6 s/step ×
-#               300, cnn-small 0.25 s/step × 500); quickstart and underflow-demo run in full
+#               300, cnn-small 0.25 s/step × 500; ResNet-50, added later, 13 s/step × 1000);
+#               quickstart and underflow-demo run in full
 #   EXTRA_AFTER extra `--set k=v` words for BIN_AFTER only: a test hook to prove the check fails
 #               (e.g. EXTRA_AFTER="--set run.seed=7"); never set it for a real comparison
 #   REPEAT=1    also train each config a second time with BIN_BEFORE and report a config whose
@@ -48,7 +49,7 @@ shift 2
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 THREADS=${THREADS:-2}
-CAPS=${CAPS-"mlp-*=10 resnet20-*=10 resnet18-bf16=4 gpt-tiny-*=20 cnn-small=100"}
+CAPS=${CAPS-"mlp-*=10 resnet20-*=10 resnet18-bf16=4 resnet50-bf16=2 gpt-tiny-*=20 cnn-small=100"}
 EXTRA_AFTER=${EXTRA_AFTER:-}
 REPEAT=${REPEAT:-0}
 PYTHON=${PYTHON:-python3}

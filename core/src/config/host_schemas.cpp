@@ -306,7 +306,12 @@ sdk::OptionSchema gpt_preset_schema() {
 
 sdk::OptionSchema resnet_preset_schema() {
   // blocks and widths are integer arrays, read beside this schema.
-  return {OptionSpec::string("stem", "cifar",
+  return {OptionSpec::string("block", "basic",
+                             "\"basic\": torchvision's BasicBlock (two 3×3 convs: ResNet-18/34, "
+                             "CIFAR ResNets); \"bottleneck\": its Bottleneck, ResNet v1.5 (1×1, "
+                             "3×3 with the stride, 1×1 to 4·width: ResNet-50/101/152)")
+              .one_of({"basic", "bottleneck"}),
+          OptionSpec::string("stem", "cifar",
                              "\"cifar\": 3×3 conv, stride 1; \"imagenet\": 7×7 conv, stride 2, "
                              "and a 3×3 max pool, stride 2")
               .one_of({"cifar", "imagenet"}),

@@ -95,28 +95,51 @@ std::vector<LayerSpec> resnet_preset(const ResNetPreset& p) {
     nodes.add("maxpool2d", "maxpool", {x}, {{"kernel", V{3}}, {"stride", V{2}}, {"padding", V{1}}});
     x = "maxpool";
   }
+  const bool bottleneck = p.block == "bottleneck";
+  // torchvision's Bottleneck widens its output 4× (expansion); a stage's `width` is its 3×3
+  // convolutions' channels either way, as torchvision's `planes`.
+  const std::int64_t expansion = bottleneck ? 4 : 1;
   std::int64_t channels = stem_width;
   for (std::size_t s = 0; s < p.blocks.size(); ++s) {
     const std::int64_t width = p.widths[s];
+    const std::int64_t out = width * expansion;
     for (std::int64_t b = 0; b < p.blocks[s]; ++b) {
-      // torchvision's BasicBlock: conv3x3(stride)-bn-relu-conv3x3-bn, + shortcut, relu.
       const std::string h = "layer" + std::to_string(s + 1) + "." + std::to_string(b) + ".";
       const std::int64_t stride = s > 0 && b == 0 ? 2 : 1;
-      conv(h + "conv1", x, width, 3, stride, 1);
-      nodes.add("batchnorm2d", h + "bn1", {h + "conv1"});
-      nodes.add("relu", h + "relu1", {h + "bn1"});
-      conv(h + "conv2", h + "relu1", width, 3, 1, 1);
-      nodes.add("batchnorm2d", h + "bn2", {h + "conv2"});
+      std::string residual;
+      if (bottleneck) {
+        // torchvision's Bottleneck (ResNet v1.5): the stride on the 3×3 conv2, not on conv1 as
+        // in the original paper, so a checkpoint computes what torchvision's resnet50 computes.
+        conv(h + "conv1", x, width, 1, 1, 0);
+        nodes.add("batchnorm2d", h + "bn1", {h + "conv1"});
+        nodes.add("relu", h + "relu1", {h + "bn1"});
+        conv(h + "conv2", h + "relu1", width, 3, stride, 1);
+        nodes.add("batchnorm2d", h + "bn2", {h + "conv2"});
+        nodes.add("relu", h + "relu2", {h + "bn2"});
+        conv(h + "conv3", h + "relu2", out, 1, 1, 0);
+        nodes.add("batchnorm2d", h + "bn3", {h + "conv3"});
+        residual = h + "bn3";
+      } else {
+        // torchvision's BasicBlock: conv3x3(stride)-bn-relu-conv3x3-bn.
+        conv(h + "conv1", x, width, 3, stride, 1);
+        nodes.add("batchnorm2d", h + "bn1", {h + "conv1"});
+        nodes.add("relu", h + "relu1", {h + "bn1"});
+        conv(h + "conv2", h + "relu1", width, 3, 1, 1);
+        nodes.add("batchnorm2d", h + "bn2", {h + "conv2"});
+        residual = h + "bn2";
+      }
       std::string shortcut = x;
-      if (stride != 1 || channels != width) {
-        conv(h + "downsample.0", x, width, 1, stride, 0);
+      if (stride != 1 || channels != out) {
+        conv(h + "downsample.0", x, out, 1, stride, 0);
         nodes.add("batchnorm2d", h + "downsample.1", {h + "downsample.0"});
         shortcut = h + "downsample.1";
       }
-      nodes.add("add", h + "add", {h + "bn2", shortcut});
-      nodes.add("relu", h + "relu2", {h + "add"});
-      x = h + "relu2";
-      channels = width;
+      // The join's ReLU is named after the block's last one: relu2 (basic), relu3 (bottleneck).
+      const std::string relu = h + (bottleneck ? "relu3" : "relu2");
+      nodes.add("add", h + "add", {residual, shortcut});
+      nodes.add("relu", relu, {h + "add"});
+      x = relu;
+      channels = out;
     }
   }
   nodes.add("global_avgpool", "avgpool", {x});

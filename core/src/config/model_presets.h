@@ -29,17 +29,27 @@ struct GptPreset {
 
 std::vector<LayerSpec> gpt_preset(const GptPreset& preset);
 
-// - resnet_preset(): a ResNet of torchvision's BasicBlocks ([model] preset = "resnet", sizes in
-//   [model.resnet]), nodes named as torchvision's modules so parameter and buffer names need no
-//   mapping: conv1, bn1, relu, (maxpool), layer<s>.<b>.{conv1, bn1, relu1, conv2, bn2, add,
-//   relu2}, layer<s>.<b>.downsample.{0, 1} (a 1×1 conv + BN shortcut where the stride or width
-//   changes: "option B"), avgpool (global), fc. Stage s > 1 starts with stride 2. Convolutions
-//   have no bias and torchvision's init (kaiming normal, fan_out).
+// - resnet_preset(): a ResNet of torchvision's BasicBlocks or Bottlenecks ([model] preset =
+//   "resnet", sizes in [model.resnet], block = "basic" | "bottleneck"), nodes named as
+//   torchvision's modules so parameter and buffer names need no mapping: conv1, bn1, relu,
+//   (maxpool), then per block layer<s>.<b>.
+//     basic:      {conv1 (3×3, stride), bn1, relu1, conv2 (3×3), bn2, add, relu2}
+//     bottleneck: {conv1 (1×1), bn1, relu1, conv2 (3×3, stride), bn2, relu2, conv3 (1×1, 4·width),
+//                  bn3, add, relu3} — torchvision's v1.5: the stride on conv2, expansion 4,
+//   layer<s>.<b>.downsample.{0, 1} (a 1×1 conv with the block's stride + BN shortcut where the
+//   stride or the channel count changes: "option B"; in a bottleneck net also layer1.0, whose
+//   input has the stem's channels, not 4·width), avgpool (global), fc. Stage s > 1 starts with
+//   stride 2. The relu/add nodes hold no tensors; their names are the preset's own.
+//   Convolutions have no bias and torchvision's init (kaiming normal, fan_out); batch norm
+//   γ = 1, β = 0 (no zero-init of the last BN of a block: torchvision's default); fc PyTorch's
+//   nn.Linear default. ResNet-50 is blocks [3, 4, 6, 3], widths [64, 128, 256, 512], imagenet stem,
+//   bottleneck: 25,557,032 parameters with 1000 classes, torchvision.models.resnet50's.
 //   stem "cifar": 3×3 conv, stride 1 (ResNet-20/56 on 32×32); "imagenet": 7×7 conv, stride 2,
-//   then a 3×3 max pool, stride 2 (ResNet-18/34).
+//   then a 3×3 max pool, stride 2 (ResNet-18/34/50).
 struct ResNetPreset {
-  std::vector<std::int64_t> blocks;  // basic blocks per stage
-  std::vector<std::int64_t> widths;  // channels per stage
+  std::vector<std::int64_t> blocks;  // blocks per stage
+  std::vector<std::int64_t> widths;  // a stage's 3×3 channels; a bottleneck's output is 4× that
+  std::string block = "basic";       // "basic" or "bottleneck"
   std::string stem = "cifar";
   std::int64_t stem_width = 0;  // 0: widths[0]
   std::int64_t classes = 10;

@@ -341,13 +341,15 @@ void read_resnet_preset(const Config& config, Experiment& e, const sdk::Options&
   ResNetPreset p;
   p.blocks = config.integer_array("model.resnet.blocks");
   p.widths = config.integer_array("model.resnet.widths");
+  p.block = o.get_string("block");
   p.stem = o.get_string("stem");
   p.stem_width = o.get_int("stem_width");
   p.classes = o.get_int("classes");
   p.where = where;
   const std::string example =
       "e.g. ResNet-20: blocks = [3, 3, 3], widths = [16, 32, 64]; ResNet-18: blocks = [2, 2, 2, "
-      "2], widths = [64, 128, 256, 512], stem = \"imagenet\"";
+      "2], widths = [64, 128, 256, 512], stem = \"imagenet\"; ResNet-50: blocks = [3, 4, 6, 3], "
+      "the same widths and stem, block = \"bottleneck\"";
   for (const char* key : {"blocks", "widths"}) {
     const std::string dotted = "model.resnet." + std::string(key);
     const auto& v = std::string(key) == "blocks" ? p.blocks : p.widths;

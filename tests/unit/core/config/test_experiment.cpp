@@ -1,6 +1,7 @@
 // parse_experiment and resolved_toml over full configs, against the real plugins of this build.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -718,6 +719,53 @@ TEST(sdk_Experiment, UnnamedLayersAreNumberedPerTypeAroundExplicitNames) {
   for (const auto& l : e.model.layers) names.push_back(l.name);
   EXPECT_EQ(names,
             (std::vector<std::string>{"linear1", "relu1", "linear2", "relu2", "relu3", "linear3"}));
+}
+
+}  // namespace
+
+namespace {
+
+// kFull with its [model] table replaced by a resnet preset whose [model.resnet] has `block_line`
+// on line 36.
+std::string resnet_config(const std::string& block_line) {
+  std::string text = kFull;
+  const auto from = text.find("layers = [");
+  const auto to = text.find("]\n\n[data]") + 2;
+  std::string model = "preset = \"resnet\"\n";  // 33
+  model += "[model.resnet]\n";                  // 34
+  model += "blocks = [1, 1]\n";                 // 35
+  model += block_line + "\n";                   // 36
+  model += "widths = [4, 8]\n";                 // 37
+  text.replace(from, to - from, model);
+  return text;
+}
+
+TEST(sdk_Experiment, ResNetBlockSelectsTorchvisionsBottleneck) {
+  auto e = parse(resnet_config("block = \"bottleneck\""));
+  std::vector<std::string> names;
+  for (const auto& l : e.model.layers) names.push_back(l.name);
+  for (const char* want : {"layer1.0.conv3", "layer1.0.bn3", "layer1.0.relu3",
+                           "layer1.0.downsample.0", "layer2.0.downsample.1", "fc"})
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  // Without the key: BasicBlocks, as before.
+  e = parse(resnet_config(""));
+  for (const auto& l : e.model.layers) EXPECT_EQ(l.name.find("conv3"), std::string::npos) << l.name;
+  EXPECT_TRUE(contains(resolved_toml_of(e), "block = \"basic\"")) << resolved_toml_of(e);
+}
+
+TEST(sdk_Experiment, AMisspelledResNetBlockNamesFileLineColumnAndTheBlocks) {
+  auto e = error_of<sdk::ConfigError>(resnet_config("block = \"bottlenek\""));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->where().to_string(), "exp.toml:36:9");
+  EXPECT_EQ(e->key(), "model.resnet.block");
+  const std::string what = std::string(e->what()) + " " + e->hint();
+  for (const char* part :
+       {"exp.toml:36:9: 'model.resnet.block'", "'bottlenek'", "one of: basic, bottleneck"})
+    EXPECT_TRUE(contains(what, part)) << what;
+  // And from --set.
+  e = error_of<sdk::ConfigError>(resnet_config(""), {"model.resnet.block=bottlenek"});
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(contains(e->what(), "--set model.resnet.block=bottlenek")) << e->what();
 }
 
 }  // namespace
