@@ -35,13 +35,13 @@ namespace mixtrain::backend_cuda {
 class ConvPlans {
  public:
   struct Plan {
+    // The descriptors the plan was built from (tensors, convolution, operation, operation graph,
+    // engine configuration): declared first, so destroyed after the plan that references them.
+    std::vector<Descriptor> keep;
     Descriptor plan;
     std::int64_t workspace = 0;
     std::string engine;  // "engine 12 (TENSOR_CORE), deterministic"
     std::int64_t runs = 0;
-    // The descriptors the plan was built from (tensors, convolution, operation, operation graph,
-    // engine configuration), destroyed with it and not before.
-    std::vector<Descriptor> keep;
   };
 
   const Plan* get(const conv::PlanKey& key, cudnnHandle_t handle, std::string_view op);
