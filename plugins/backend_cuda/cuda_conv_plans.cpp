@@ -5,6 +5,7 @@
 // an engine's numerical notes are read from the engine of a configuration (ENGINECFG_ENGINE).
 #include "cuda_conv_plans.h"
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -296,45 +297,62 @@ ConvPlans::Entry ConvPlans::build(const PlanKey& key, cudnnHandle_t handle, std:
   conv::NumericsPolicy policy;
   policy.tensor_cores = key.tensor_cores;
   policy.fp32_data = key.io == DataType::f32;
+  conv::NumericsPolicy strict = policy;
+  strict.deterministic = true;
   std::string why;
-  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    const std::vector<Descriptor> configs = heuristic_configs(graph, mode, why);
-    for (bool deterministic : {true, false}) {
-      policy.deterministic = deterministic;
-      for (const Descriptor& config : configs) {
-        std::vector<int> notes;
-        std::int64_t index = -1;
-        if (!engine_of(config, notes, index)) continue;
-        const std::string engine =
-            "engine " + std::to_string(index) + " (" + notes_text(notes) + ")";
-        const std::string refusal = conv::engine_refusal(notes, policy);
-        if (!refusal.empty()) {
-          if (deterministic) why += engine + ": " + refusal + "; ";
-          continue;
-        }
-        auto plan = std::make_unique<Plan>();
-        plan->plan = Descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        Steps ps;
-        ps(plan->plan.status(), "create plan");
-        ps(plan->plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle),
-           "plan handle");
-        ps(plan->plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                          config.ptr()),
-           "plan engine config");
-        ps(plan->plan.finalize(), "finalize plan");
-        std::int64_t n = 0;
-        ps(plan->plan.get(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                          &plan->workspace),
-           "plan workspace size");
-        if (!ps.ok()) {
-          if (deterministic) why += engine + ": " + ps.text() + "; ";
-          continue;
-        }
-        plan->engine = engine + (deterministic ? "" : ", non-deterministic fallback") + ", " +
-                       (mode == CUDNN_HEUR_MODE_A ? "heuristics mode A" : "fallback heuristics");
-        entry.plan = std::move(plan);
-        return entry;
+  // Heuristics per mode, queried when a pass first needs them (the fallback list only when mode A
+  // has no deterministic engine that finalizes).
+  std::array<std::vector<Descriptor>, 2> configs;
+  std::array<bool, 2> queried{false, false};
+  for (const conv::SearchPass pass : conv::search_passes()) {
+    const std::size_t m = pass.fallback_heuristics ? 1 : 0;
+    const cudnnBackendHeurMode_t mode = m == 1 ? CUDNN_HEUR_MODE_FALLBACK : CUDNN_HEUR_MODE_A;
+    if (!queried[m]) {
+      configs[m] = heuristic_configs(graph, mode, why);
+      queried[m] = true;
+    }
+    policy.deterministic = pass.deterministic;
+    for (Descriptor& config : configs[m]) {
+      std::vector<int> notes;
+      std::int64_t index = -1;
+      if (!engine_of(config, notes, index)) {
+        if (pass.deterministic) why += "an engine configuration without a readable engine; ";
+        continue;
       }
+      // The non-deterministic pass retries only what the deterministic one refused for that.
+      if (!pass.deterministic && conv::engine_allowed(notes, strict)) continue;
+      const std::string engine = "engine " + std::to_string(index) + " (" + notes_text(notes) + ")";
+      const std::string refusal = conv::engine_refusal(notes, policy);
+      if (!refusal.empty()) {
+        if (pass.deterministic) why += engine + ": " + refusal + "; ";
+        continue;
+      }
+      auto plan = std::make_unique<Plan>();
+      plan->plan = Descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      Steps ps;
+      ps(plan->plan.status(), "create plan");
+      ps(plan->plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle),
+         "plan handle");
+      ps(plan->plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                        config.ptr()),
+         "plan engine config");
+      ps(plan->plan.finalize(), "finalize plan");
+      std::int64_t n = 0;
+      ps(plan->plan.get(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+                        &plan->workspace),
+         "plan workspace size");
+      if (!ps.ok()) {
+        why += engine + ": " + ps.text() + "; ";
+        continue;
+      }
+      plan->engine = engine + (pass.deterministic ? "" : ", non-deterministic fallback") + ", " +
+                     (mode == CUDNN_HEUR_MODE_A ? "heuristics mode A" : "fallback heuristics");
+      // What the plan was built from stays alive with it (the frontend keeps the same chain).
+      plan->keep = std::move(keep);
+      plan->keep.push_back(std::move(graph));
+      plan->keep.push_back(std::move(config));
+      entry.plan = std::move(plan);
+      return entry;
     }
   }
   entry.why = why.empty() ? "no engine configuration" : why;

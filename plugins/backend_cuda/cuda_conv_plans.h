@@ -9,7 +9,8 @@
 //   convolution operation, its operation graph, then heuristics (CUDNN_HEUR_MODE_A, then
 //   CUDNN_HEUR_MODE_FALLBACK when A offers nothing usable): the first engine configuration the
 //   numerics policy accepts (conv::engine_refusal on its engine's numerical notes) and that
-//   finalizes into an execution plan wins; deterministic engines are tried first. A key no
+//   finalizes into an execution plan wins; deterministic engines of both heuristics lists are
+//   tried before any non-deterministic one (conv::search_passes). A key no
 //   configuration serves is cached as declined (nullptr), with each configuration's reason.
 // - run() executes a plan with a variant pack: uid 1 = x / dx, 2 = w / dw, 3 = y / dy; the
 //   caller provides at least plan.workspace bytes of workspace.
@@ -34,6 +35,9 @@ namespace mixtrain::backend_cuda {
 class ConvPlans {
  public:
   struct Plan {
+    // The descriptors the plan was built from (tensors, convolution, operation, operation graph,
+    // engine configuration): declared first, so destroyed after the plan that references them.
+    std::vector<Descriptor> keep;
     Descriptor plan;
     std::int64_t workspace = 0;
     std::string engine;  // "engine 12 (TENSOR_CORE), deterministic"

@@ -197,6 +197,10 @@ std::string key_text(const PlanKey& k) {
          (k.tensor_cores ? ", tensor cores" : ", no tf32") + ", align " + i(k.alignment);
 }
 
+std::array<SearchPass, 4> search_passes() {
+  return {{{false, true}, {true, true}, {false, false}, {true, false}}};
+}
+
 std::string engine_refusal(std::span<const int> notes, const NumericsPolicy& policy) {
   for (int n : notes) {
     switch (static_cast<NumericalNote>(n)) {

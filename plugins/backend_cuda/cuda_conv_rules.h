@@ -116,6 +116,14 @@ struct NumericsPolicy {
   bool fp32_data = true;      // the data cuDNN reads are fp32
   bool deterministic = true;  // refuse NONDETERMINISTIC engines
 };
+// The plan search's passes, in order: every deterministic pass (heuristics mode A, then the
+// fallback heuristics) before any that accepts a NONDETERMINISTIC engine, so a deterministic
+// engine of the fallback list wins over a non-deterministic one of mode A.
+struct SearchPass {
+  bool fallback_heuristics = false;  // CUDNN_HEUR_MODE_FALLBACK (else CUDNN_HEUR_MODE_A)
+  bool deterministic = true;         // NumericsPolicy::deterministic of the pass
+};
+std::array<SearchPass, 4> search_passes();
 // Empty when an engine with these notes (cudnnBackendNumericalNote_t values) is allowed, else
 // why not ("TENSOR_CORE on fp32 data: TF32 not allowed").
 std::string engine_refusal(std::span<const int> notes, const NumericsPolicy& policy);

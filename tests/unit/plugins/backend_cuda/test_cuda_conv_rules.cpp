@@ -76,6 +76,26 @@ TEST(cuda_conv_rules, NondeterministicEnginesOnlyInTheFallbackPass) {
   EXPECT_TRUE(conv::engine_allowed(nd, {false, true, false}));
 }
 
+TEST(cuda_conv_rules, EveryDeterministicPassComesBeforeAnyNondeterministicOne) {
+  // A deterministic engine of the fallback heuristics beats a non-deterministic one of mode A.
+  const auto passes = conv::search_passes();
+  bool seen_nondeterministic = false;
+  int deterministic_a = 0, deterministic_fallback = 0, nondeterministic = 0;
+  for (const auto& p : passes) {
+    if (!p.deterministic) {
+      seen_nondeterministic = true;
+      ++nondeterministic;
+      continue;
+    }
+    EXPECT_FALSE(seen_nondeterministic) << "a deterministic pass after a non-deterministic one";
+    (p.fallback_heuristics ? deterministic_fallback : deterministic_a) += 1;
+  }
+  EXPECT_EQ(deterministic_a, 1);
+  EXPECT_EQ(deterministic_fallback, 1);
+  EXPECT_EQ(nondeterministic, 2);
+  EXPECT_FALSE(passes[0].fallback_heuristics);  // mode A first: the fallback list is queried lazily
+}
+
 // --- descriptors
 // -----------------------------------------------------------------------------------
 
