@@ -471,7 +471,7 @@ stage_resnet50() {
     "--model resnet50 --batch $RN_BATCH --image $RN_IMAGE --classes 1000" \
     --set "backend.type=$MODEL_BACKEND" --set "data.batch_size=$RN_BATCH" --set "data.eval_batch_size=$RN_BATCH" \
     --set "data.synthetic.rows=$rows" \
-    --set "data.synthetic.height=$RN_IMAGE" --set "data.synthetic.width=$RN_IMAGE" \
+    --set "data.synthetic.height=$RN_IMAGE" --set "data.synthetic.width=$RN_IMAGE" --set "data.synthetic.max_shift=$((RN_IMAGE / 10))" \
     --set data.synthetic.num_classes=1000 --set model.resnet.classes=1000 --set "run.steps=$RN_STEPS" \
     --set "run.log_every=$RN_LOG_EVERY" --set run.eval_every=0 --set run.underflow_every=0 --set checkpoint.every=0
 }

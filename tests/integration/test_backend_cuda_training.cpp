@@ -38,7 +38,7 @@ const Case kCases[] = {
      "--set data.synthetic.rows=1200 --set data.batch_size=32", 1e-2, 6e-2},
     {"resnet50_bf16_32px", "resnet50-bf16.toml",
      "--set data.synthetic.rows=600 --set data.batch_size=16 --set data.synthetic.height=32 "
-     "--set data.synthetic.width=32 --set data.synthetic.num_classes=10 "
+     "--set data.synthetic.width=32 --set data.synthetic.max_shift=4 --set data.synthetic.num_classes=10 "
      "--set model.resnet.classes=10",
      1e-2, 8e-2},
     {"gpt_tiny_fp32", "gpt-tiny-fp32.toml", "", 1e-3, 2e-2},
