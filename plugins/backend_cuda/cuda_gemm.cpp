@@ -445,7 +445,9 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                 fp8_scales,
                 operand_alignment(b.data, batch.stride_b, b.dtype),  // cuBLASLt's A is our B
                 operand_alignment(a.data, batch.stride_a, a.dtype),
-                d_is_c ? operand_alignment(args.c.data, batch.stride_c, c_dtype) : 256,
+                // A D in scratch: 256-byte aligned at batch 0, then m*n fp32 elements apart.
+                d_is_c ? operand_alignment(args.c.data, batch.stride_c, c_dtype)
+                       : operand_alignment(nullptr, stride_d, route.d_dtype),
                 epi_align,
                 batched ? batch.count : 1,
                 batched ? batch.stride_b : 0,  // cuBLASLt's A is our B
