@@ -132,6 +132,12 @@ void GemmEngine::set_out_of_memory_hook(const std::function<void()>& hook) {
     s->set_out_of_memory_hook(hook);
 }
 
+void GemmEngine::set_graph_guard(const int* live_graphs) {
+  // Not scratch_tune_: autotuning never runs while the stream is captured.
+  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_})
+    s->set_graph_guard(live_graphs);
+}
+
 std::size_t GemmEngine::device_bytes() const {
   return tuning_.workspace_bytes + scratch_a_.capacity() + scratch_b_.capacity() +
          scratch_d_.capacity() + scratch_bias_.capacity();

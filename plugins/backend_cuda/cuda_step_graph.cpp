@@ -51,6 +51,7 @@ int CudaBackend::end_capture() {
     return -1;
   }
   graphs_.push_back({exec, checks_labels, checks_ids});
+  ++live_graphs_;
   return static_cast<int>(graphs_.size()) - 1;
 }
 
@@ -72,6 +73,7 @@ void CudaBackend::release(int graph) noexcept {
     // wait for it.
     cudaStreamSynchronize(stream_);
     cudaGraphExecDestroy(graphs_[graph].exec);
+    --live_graphs_;  // scratch outgrown meanwhile is freed at its next growth
   }
   graphs_[graph].exec = nullptr;
 }
