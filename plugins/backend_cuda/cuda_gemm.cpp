@@ -138,6 +138,10 @@ void GemmEngine::set_graph_guard(const int* live_graphs) {
     s->set_graph_guard(live_graphs);
 }
 
+void GemmEngine::free_retired_scratch() noexcept {
+  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_}) s->free_retired();
+}
+
 std::size_t GemmEngine::device_bytes() const {
   return tuning_.workspace_bytes + scratch_a_.capacity() + scratch_b_.capacity() +
          scratch_d_.capacity() + scratch_bias_.capacity();

@@ -10,7 +10,8 @@
 // - Recorded step graphs (cuda_step_graph.cpp) hold this buffer's address in their kernels'
 //   arguments. While the counter given to set_graph_guard() is > 0, growth and release() retire
 //   the old buffer instead of freeing it (a replay still reads and writes it); retired buffers are
-//   freed at the first growth or release() with no graph alive, and by the destructor.
+//   freed by free_retired() (the owner, when its last graph goes), at the first growth or
+//   release() with no graph alive, and by the destructor.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -91,14 +92,14 @@ class DeviceScratch {
   void set_out_of_memory_hook(std::function<void()> hook) { on_out_of_memory_ = std::move(hook); }
   // live_graphs: the owner's count of recorded graphs not yet released (outlives this scratch).
   void set_graph_guard(const int* live_graphs) { live_graphs_ = live_graphs; }
-
- private:
-  bool graphs_alive() const { return live_graphs_ != nullptr && *live_graphs_ > 0; }
-  // The stream has been synchronised and no graph can replay: nothing reads them any more.
+  // Frees the retired buffers; only once the stream is idle and no graph can replay.
   void free_retired() noexcept {
     for (void* p : retired_) cudaFree(p);
     retired_.clear();
   }
+
+ private:
+  bool graphs_alive() const { return live_graphs_ != nullptr && *live_graphs_ > 0; }
 
   std::function<void()> on_out_of_memory_;
   void* data_ = nullptr;
