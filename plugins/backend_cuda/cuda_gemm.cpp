@@ -139,7 +139,8 @@ void GemmEngine::set_graph_guard(const int* live_graphs) {
 }
 
 void GemmEngine::free_retired_scratch() noexcept {
-  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_}) s->free_retired();
+  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_})
+    s->free_retired();
 }
 
 std::size_t GemmEngine::device_bytes() const {
