@@ -104,8 +104,11 @@ CudaBackend::CudaBackend(int device, bool fp8_fast_accumulation, int gemm_autotu
       allocator_.release_cached();
     };
     gemm_->set_out_of_memory_hook(give_back_cache);
+    gemm_->set_graph_guard(&live_graphs_);
     for (DeviceScratch* s : {&tables_, &partial_, &partial2_, &flags_})
       s->set_out_of_memory_hook(give_back_cache);
+    for (DeviceScratch* s : {&tables_, &partial_, &partial2_, &flags_, &id_check_})
+      s->set_graph_guard(&live_graphs_);
   } catch (...) {
     gemm_.reset();
     if (pinned_ != nullptr) cudaFreeHost(pinned_);

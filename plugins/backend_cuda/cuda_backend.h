@@ -290,6 +290,10 @@ class CudaBackend final : public sdk::DeviceBackend,
   };
   std::vector<RecordedGraph> graphs_;
   bool recording_ = false;
+  // Graphs recorded and not released: while > 0 the scratch buffers keep every address a graph
+  // holds (DeviceScratch::set_graph_guard), e.g. when an eval batch larger than the training one
+  // grows partial_.
+  int live_graphs_ = 0;
 
 #ifdef MIXTRAIN_HAVE_CUDNN
   // Created by the first convolution (cuDNN's handle loads its engine libraries).

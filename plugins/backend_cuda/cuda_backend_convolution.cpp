@@ -73,8 +73,10 @@ ConvState& CudaBackend::conv_state() {
       cudaStreamSynchronize(stream_);
       allocator_.release_cached();
     };
-    for (DeviceScratch* s : {&conv_->workspace, &conv_->a, &conv_->b, &conv_->out})
+    for (DeviceScratch* s : {&conv_->workspace, &conv_->a, &conv_->b, &conv_->out}) {
       s->set_out_of_memory_hook(give_back_cache);
+      s->set_graph_guard(&live_graphs_);
+    }
   }
   return *conv_;
 }

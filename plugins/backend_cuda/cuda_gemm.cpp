@@ -132,6 +132,17 @@ void GemmEngine::set_out_of_memory_hook(const std::function<void()>& hook) {
     s->set_out_of_memory_hook(hook);
 }
 
+void GemmEngine::set_graph_guard(const int* live_graphs) {
+  // Not scratch_tune_: autotuning never runs while the stream is captured.
+  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_})
+    s->set_graph_guard(live_graphs);
+}
+
+void GemmEngine::free_retired_scratch() noexcept {
+  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_})
+    s->free_retired();
+}
+
 std::size_t GemmEngine::device_bytes() const {
   return tuning_.workspace_bytes + scratch_a_.capacity() + scratch_b_.capacity() +
          scratch_d_.capacity() + scratch_bias_.capacity();
@@ -445,7 +456,9 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                 fp8_scales,
                 operand_alignment(b.data, batch.stride_b, b.dtype),  // cuBLASLt's A is our B
                 operand_alignment(a.data, batch.stride_a, a.dtype),
-                d_is_c ? operand_alignment(args.c.data, batch.stride_c, c_dtype) : 256,
+                // A D in scratch: 256-byte aligned at batch 0, then m*n fp32 elements apart.
+                d_is_c ? operand_alignment(args.c.data, batch.stride_c, c_dtype)
+                       : operand_alignment(nullptr, stride_d, route.d_dtype),
                 epi_align,
                 batched ? batch.count : 1,
                 batched ? batch.stride_b : 0,  // cuBLASLt's A is our B

@@ -105,6 +105,11 @@ class GemmEngine {
   bool fp8_native() const { return sm_ >= 89; }
   // Runs when a scratch buffer cannot grow (the backend frees its allocator's cached blocks).
   void set_out_of_memory_hook(const std::function<void()>& hook);
+  // The backend's count of live step graphs: scratch they point into outlives its growth
+  // (DeviceScratch::set_graph_guard).
+  void set_graph_guard(const int* live_graphs);
+  // The scratch those graphs kept alive: freed once the stream is idle and none is left.
+  void free_retired_scratch() noexcept;
   std::size_t cached_plans() const { return plans_.size(); }
   // One line per cached plan: the cuBLASLt problem (m, n, k as cuBLASLt sees them, transposes,
   // types, epilogue), what became of it (usable, no heuristic result, declined at the matmul with

@@ -7,6 +7,11 @@
 // memory statistics. When cudaMalloc runs out of memory, the out-of-memory hook (if set: the
 // backend's allocator giving its cached blocks back) runs once and the allocation is retried
 // before the error is raised.
+// - Recorded step graphs (cuda_step_graph.cpp) hold this buffer's address in their kernels'
+//   arguments. While the counter given to set_graph_guard() is > 0, growth and release() retire
+//   the old buffer instead of freeing it (a replay still reads and writes it); retired buffers are
+//   freed by free_retired() (the owner, when its last graph goes), at the first growth or
+//   release() with no graph alive, and by the destructor.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,6 +20,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "cuda_access.h"
 
@@ -25,6 +31,7 @@ class DeviceScratch {
   DeviceScratch() = default;
   ~DeviceScratch() {
     if (data_ != nullptr) cudaFree(data_);
+    for (void* p : retired_) cudaFree(p);
   }
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
@@ -33,8 +40,13 @@ class DeviceScratch {
     if (bytes <= capacity_ && data_ != nullptr) return data_;
     const std::size_t rounded = std::max<std::size_t>(256, (bytes + 255) / 256 * 256);
     if (data_ != nullptr) {
-      check_cuda(cudaStreamSynchronize(stream), op, "cudaStreamSynchronize");
-      cudaFree(data_);
+      if (graphs_alive()) {
+        retired_.push_back(data_);  // a recorded graph's kernels point into it
+      } else {
+        check_cuda(cudaStreamSynchronize(stream), op, "cudaStreamSynchronize");
+        cudaFree(data_);
+        free_retired();
+      }
       data_ = nullptr;
       capacity_ = 0;
     }
@@ -67,17 +79,33 @@ class DeviceScratch {
   // Frees the buffer after `stream`'s work (which may still read it) is done.
   void release(cudaStream_t stream) noexcept {
     if (data_ == nullptr) return;
-    cudaStreamSynchronize(stream);
-    cudaFree(data_);
+    if (graphs_alive()) {
+      retired_.push_back(data_);
+    } else {
+      cudaStreamSynchronize(stream);
+      cudaFree(data_);
+      free_retired();
+    }
     data_ = nullptr;
     capacity_ = 0;
   }
   void set_out_of_memory_hook(std::function<void()> hook) { on_out_of_memory_ = std::move(hook); }
+  // live_graphs: the owner's count of recorded graphs not yet released (outlives this scratch).
+  void set_graph_guard(const int* live_graphs) { live_graphs_ = live_graphs; }
+  // Frees the retired buffers; only once the stream is idle and no graph can replay.
+  void free_retired() noexcept {
+    for (void* p : retired_) cudaFree(p);
+    retired_.clear();
+  }
 
  private:
+  bool graphs_alive() const { return live_graphs_ != nullptr && *live_graphs_ > 0; }
+
   std::function<void()> on_out_of_memory_;
   void* data_ = nullptr;
   std::size_t capacity_ = 0;
+  const int* live_graphs_ = nullptr;
+  std::vector<void*> retired_;  // outgrown while a graph was alive
 };
 
 }  // namespace mixtrain::backend_cuda

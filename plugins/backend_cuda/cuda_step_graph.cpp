@@ -11,6 +11,10 @@
 
 #include "cuda_access.h"
 #include "cuda_backend.h"
+#include "cuda_gemm.h"
+#ifdef MIXTRAIN_HAVE_CUDNN
+#include "cuda_conv_plans.h"
+#endif
 
 namespace mixtrain::backend_cuda {
 
@@ -51,6 +55,7 @@ int CudaBackend::end_capture() {
     return -1;
   }
   graphs_.push_back({exec, checks_labels, checks_ids});
+  ++live_graphs_;
   return static_cast<int>(graphs_.size()) - 1;
 }
 
@@ -72,6 +77,17 @@ void CudaBackend::release(int graph) noexcept {
     // wait for it.
     cudaStreamSynchronize(stream_);
     cudaGraphExecDestroy(graphs_[graph].exec);
+    // The last graph gone (and the stream idle): scratch outgrown while graphs lived is freed.
+    if (--live_graphs_ == 0) {
+      gemm_->free_retired_scratch();
+      for (DeviceScratch* s : {&tables_, &partial_, &partial2_, &flags_, &id_check_})
+        s->free_retired();
+#ifdef MIXTRAIN_HAVE_CUDNN
+      if (conv_)
+        for (DeviceScratch* s : {&conv_->workspace, &conv_->a, &conv_->b, &conv_->out})
+          s->free_retired();
+#endif
+    }
   }
   graphs_[graph].exec = nullptr;
 }
