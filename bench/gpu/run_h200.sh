@@ -510,7 +510,7 @@ needs configure build
 run_stage build 400 150
 needs build gemm gemmsweep test
 # The CUDA tests first: whether the backend is right matters more than how fast it is.
-run_stage test 120 200
+run_stage test 150 200
 run_stage gemm 60 100
 # The headline models next: ResNet-50 (4 runs) and GPT-2 small (3 runs), each run capped
 # at MODEL_RUN_CAP; then the wide MLP; the GEMM sweep (~25 s on an H200) last, with what is left.
