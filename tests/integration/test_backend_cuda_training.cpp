@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -38,12 +39,18 @@ const Case kCases[] = {
      "--set data.synthetic.rows=1200 --set data.batch_size=32", 1e-2, 6e-2},
     {"resnet50_bf16_32px", "resnet50-bf16.toml",
      "--set data.synthetic.rows=600 --set data.batch_size=16 --set data.synthetic.height=32 "
-     "--set data.synthetic.width=32 --set data.synthetic.max_shift=4 --set data.synthetic.num_classes=10 "
+     "--set data.synthetic.width=32 --set data.synthetic.max_shift=4 --set "
+     "data.synthetic.num_classes=10 "
      "--set model.resnet.classes=10",
      1e-2, 8e-2},
     {"gpt_tiny_fp32", "gpt-tiny-fp32.toml", "", 1e-3, 2e-2},
     {"gpt_tiny_bf16", "gpt-tiny-bf16.toml", "", 1e-2, 5e-2},
 };
+
+// gtest prints a parameter in test listings: its name, not its bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class CudaTraining : public CliTest, public ::testing::WithParamInterface<Case> {
  protected:
