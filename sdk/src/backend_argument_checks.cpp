@@ -36,7 +36,8 @@ void BackendArgumentChecks::require_storage(std::string_view op, std::string_vie
                                             const TensorView& v) const {
   require_present(op, name, v);
   if (!is_storage_float(v.dtype))
-    fail(op, std::string(name) + " is " + describe(v) + "; this op takes fp32, bf16 or fp16 storage",
+    fail(op,
+         std::string(name) + " is " + describe(v) + "; this op takes fp32, bf16 or fp16 storage",
          "cast the tensor to fp32, bf16 or fp16 first");
 }
 
@@ -58,6 +59,65 @@ void BackendArgumentChecks::require_numel(std::string_view op, std::string_view 
          "check the shapes passed to " + std::string(op));
 }
 
+void BackendArgumentChecks::require_at_least(std::string_view op, std::string_view name,
+                                             std::int64_t value, std::int64_t lo,
+                                             const std::string& hint) const {
+  if (value < lo)
+    fail(op,
+         std::string(name) + " = " + std::to_string(value) + " must be at least " +
+             std::to_string(lo),
+         hint);
+}
+
+void BackendArgumentChecks::require_bytes(std::string_view op, std::string_view name,
+                                          const TensorView& v, std::size_t bytes,
+                                          const std::string& hint) const {
+  if (v.bytes() < bytes || (bytes > 0 && v.data == nullptr))
+    fail(op,
+         std::string(name) + " is " + describe(v) + " (" + std::to_string(v.bytes()) +
+             " bytes) but " + std::to_string(bytes) + " bytes are needed",
+         hint);
+}
+
+void BackendArgumentChecks::require_same_or_disjoint(std::string_view op, std::string_view a_name,
+                                                     const TensorView& a, std::string_view b_name,
+                                                     const TensorView& b) const {
+  if (a.data == b.data && a.dtype == b.dtype && a.numel() == b.numel()) return;
+  if (overlaps(a, b))
+    fail(op,
+         std::string(a_name) + " " + describe(a) + " and " + std::string(b_name) + " " +
+             describe(b) + " partly overlap",
+         "pass the same tensor for both (in place) or separate buffers");
+}
+
+void BackendArgumentChecks::require_disjoint(std::string_view op, std::string_view out_name,
+                                             const TensorView& out, std::string_view in_name,
+                                             const TensorView& in) const {
+  if (overlaps(out, in))
+    fail(op, std::string(out_name) + " overlaps " + std::string(in_name),
+         "write the output into a separate buffer");
+}
+
+void BackendArgumentChecks::require_same_storage(std::string_view op, std::string_view a_name,
+                                                 const TensorView& a, std::string_view b_name,
+                                                 const TensorView& b, std::string_view rule) const {
+  if (a.dtype == b.dtype || (is_fp32_storage(a.dtype) && is_fp32_storage(b.dtype))) return;
+  fail(op,
+       std::string(a_name) + " is " + describe(a) + " but " + std::string(b_name) + " is " +
+           describe(b) + "; " + std::string(rule),
+       "cast one of them so both are fp32, bf16 or fp16");
+}
+
+std::int64_t BackendArgumentChecks::checked_product(
+    std::string_view op, std::string_view what, std::initializer_list<std::int64_t> dims) const {
+  std::int64_t n = 1;
+  for (std::int64_t d : dims)
+    if (__builtin_mul_overflow(n, d, &n))
+      fail(op, std::string(what) + " has more elements than fit in 64 bits",
+           "check the layout's dimensions");
+  return n;
+}
+
 BackendArgumentChecks::GemmShape BackendArgumentChecks::gemm_shape(const GemmArgs& args) const {
   const auto& av = args.a.view;
   const auto& bv = args.b.view;
@@ -72,9 +132,9 @@ BackendArgumentChecks::GemmShape BackendArgumentChecks::gemm_shape(const GemmArg
   if (s.k != kb)
     fail("gemm",
          "inner dimensions differ: op(A) is [" + std::to_string(s.m) + ", " + std::to_string(s.k) +
-             "] (A " + describe(av) + (args.a.transpose ? ", transposed" : "") + ") but op(B) is [" +
-             std::to_string(kb) + ", " + std::to_string(s.n) + "] (B " + describe(bv) +
-             (args.b.transpose ? ", transposed" : "") + ")",
+             "] (A " + describe(av) + (args.a.transpose ? ", transposed" : "") +
+             ") but op(B) is [" + std::to_string(kb) + ", " + std::to_string(s.n) + "] (B " +
+             describe(bv) + (args.b.transpose ? ", transposed" : "") + ")",
          "check the transpose flags and the operand order");
   if (args.c.shape.cols() != s.n || args.c.numel() != s.m * s.n)
     fail("gemm",
@@ -87,7 +147,8 @@ BackendArgumentChecks::GemmShape BackendArgumentChecks::gemm_shape(const GemmArg
   }
   if (!args.pre_activation.empty()) {
     if (!args.has_activation)
-      fail("gemm", "pre_activation " + describe(args.pre_activation) + " is given without an activation",
+      fail("gemm",
+           "pre_activation " + describe(args.pre_activation) + " is given without an activation",
            "set has_activation and activation, or leave pre_activation empty");
     require_storage("gemm", "pre_activation", args.pre_activation);
     if (args.pre_activation.shape.cols() != s.n || args.pre_activation.numel() != s.m * s.n)
@@ -161,13 +222,15 @@ BackendArgumentChecks::RowsCols BackendArgumentChecks::softmax_cross_entropy_sha
   const RowsCols s{logits.shape.rows(), logits.shape.cols()};
   require_present(op, "labels", labels);
   if (labels.dtype != DType::int32)
-    fail(op, "labels is " + describe(labels) + " but must be int32", "store class indices as int32");
+    fail(op, "labels is " + describe(labels) + " but must be int32",
+         "store class indices as int32");
   require_numel(op, "labels", labels, s.rows);
   require_fp32(op, "loss", loss);
   require_numel(op, "loss", loss, 1);
   if (!correct.empty()) {
     if (correct.dtype != DType::int32)
-      fail(op, "correct is " + describe(correct) + " but must be int32", "pass an int32 [1] tensor");
+      fail(op, "correct is " + describe(correct) + " but must be int32",
+           "pass an int32 [1] tensor");
     require_numel(op, "correct", correct, 1);
   }
   if (!dlogits.empty()) {

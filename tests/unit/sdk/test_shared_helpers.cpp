@@ -7,10 +7,15 @@
 #include <cerrno>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "mixtrain/sdk/backend_argument_checks.h"
+#include "mixtrain/sdk/backend_attention.h"
+#include "mixtrain/sdk/backend_batch_norm.h"
+#include "mixtrain/sdk/backend_convolution.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/gemm_plan_key.h"
 #include "mixtrain/sdk/unique_fd.h"
@@ -114,6 +119,80 @@ TEST(sdk_BackendArgumentChecks, CastArgs) {
   args.amax = sdk::TensorView{amax, sdk::DType::fp32, sdk::Shape{2}};
   EXPECT_THROW(checks.cast_args(s, sdk::TensorView{fp8, sdk::DType::fp8_e5m2, sdk::Shape{4}}, args),
                sdk::BackendError);
+}
+
+// The message of the BackendError `f` throws, or "(no error)".
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const sdk::BackendError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// The facets' and layers' shared checks: the backend's name and the op start every message, the
+// layout and geometry are spelled out, and in-place aliasing is told from partial overlap.
+TEST(sdk_BackendArgumentChecks, FacetAndLayerChecksNameBackendOpAndLayout) {
+  using sdk::DType;
+  using sdk::Shape;
+  const sdk::BackendArgumentChecks checks("backend_test");
+  std::vector<float> buf(4096);
+  const auto at = [&](std::size_t offset, DType t, Shape s) {
+    return sdk::TensorView{buf.data() + offset, t, s};
+  };
+
+  sdk::HeadLayout l{2, 3, 4, 5, 3, 0, 0};
+  l.head_tokens = 2;
+  std::string e = error_of([&] {
+    checks.head_permute("split_heads", at(0, DType::fp32, Shape{360}), l,
+                        at(1024, DType::fp32, Shape{240}));
+  });
+  EXPECT_NE(e.find("backend_test.split_heads: layout {batch 2, tokens 3, parts 3, heads 4, "
+                   "head_dim 5, head_tokens 2, head_offset 0}: head_tokens is below tokens"),
+            std::string::npos)
+      << e;
+
+  const sdk::TensorView x = at(0, DType::bf16, Shape{8});
+  EXPECT_NO_THROW(checks.dropout("dropout_forward", "x", x, "y", x, 0.5f));  // in place
+  e = error_of(
+      [&] { checks.dropout("dropout_forward", "x", x, "y", at(2, DType::bf16, Shape{8}), 0.5f); });
+  EXPECT_NE(e.find("backend_test.dropout_forward: x bf16 [8] and y bf16 [8] partly overlap"),
+            std::string::npos)
+      << e;
+
+  sdk::Conv2dForwardArgs c;
+  c.geometry.batch = 1;
+  c.geometry.in_channels = 2;
+  c.geometry.height = c.geometry.width = 2;
+  c.geometry.out_channels = 2;
+  c.geometry.kernel_h = c.geometry.kernel_w = 3;
+  e = error_of([&] { checks.conv2d_forward(c); });
+  EXPECT_NE(e.find("backend_test.conv2d_forward: the kernel 3x3 (dilation 1x1) does not fit in "
+                   "the 2x2 image padded by 0x0"),
+            std::string::npos)
+      << e;
+
+  const sdk::BatchNormShape bn{4, 2, 1e-5f, true};
+  const sdk::TensorView act = at(0, DType::fp32, Shape{4, 2});
+  const sdk::TensorView stat = at(64, DType::fp32, Shape{2}), stat2 = at(72, DType::fp32, Shape{2});
+  e = error_of([&] {
+    checks.batchnorm_backward(act, at(8, DType::fp32, Shape{4, 2}), {}, {}, stat, stat2, bn,
+                              at(128, DType::fp32, Shape{1}), 16, act, {}, {});
+  });
+  EXPECT_NE(e.find("backend_test.batchnorm_backward: workspace is fp32 [1] (4 bytes) but 16 bytes "
+                   "are needed"),
+            std::string::npos)
+      << e;
+  EXPECT_TRUE(checks.batchnorm_backward(act, at(8, DType::fp32, Shape{4, 2}), {}, {}, stat, stat2,
+                                        bn, at(128, DType::fp32, Shape{4}), 16, act, {}, {}));
+  e = error_of([&] {
+    checks.batchnorm_backward(at(8, DType::fp32, Shape{4, 2}), act, {}, {}, stat, stat2, bn,
+                              at(128, DType::fp32, Shape{4}), 16, at(4, DType::fp32, Shape{4, 2}),
+                              {}, {});
+  });
+  EXPECT_NE(e.find("partly overlap"), std::string::npos) << e;
 }
 
 }  // namespace

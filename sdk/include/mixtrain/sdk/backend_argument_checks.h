@@ -3,9 +3,14 @@
 //
 // Contract: every check throws sdk::BackendError whose message starts with "<backend>.<op>: "
 // (e.g. "backend_cpu.gemm: ") and names the argument, its dtype and shape, with a hint. Checks
-// are about shapes and presence; which dtypes an op supports stays each backend's own decision.
+// are about shapes, geometry, layouts, overlaps and presence, and the dtypes the SDK's contract
+// fixes for every backend (storage floats for data, fp32 for statistics, gradients of weights and
+// biases, int32 ids); which further dtypes an op supports (fp8 operands, a compute type), and a
+// backend's own limits (what one kernel launch covers), stay each backend's own decision. What
+// only the data can show (the ids' values) is the backend's to check.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
@@ -33,6 +38,15 @@ constexpr bool is_storage_float(DType t) {
 // Whether the bytes of two views intersect; a view without data overlaps nothing.
 MIXTRAIN_SDK_API bool overlaps(const TensorView& a, const TensorView& b);
 
+struct HeadLayout;
+struct SoftmaxShape;
+struct Conv2dGeometry;
+struct Conv2dForwardArgs;
+struct Conv2dBackwardDataArgs;
+struct Conv2dBackwardWeightsArgs;
+struct Pool2dGeometry;
+struct BatchNormShape;
+
 class MIXTRAIN_SDK_API BackendArgumentChecks {
  public:
   explicit BackendArgumentChecks(std::string backend) : backend_(std::move(backend)) {}
@@ -45,6 +59,26 @@ class MIXTRAIN_SDK_API BackendArgumentChecks {
   void require_fp32(std::string_view op, std::string_view name, const TensorView& v) const;
   void require_numel(std::string_view op, std::string_view name, const TensorView& v,
                      std::int64_t numel) const;
+  // `value` (the argument `name`) is at least `lo`.
+  void require_at_least(std::string_view op, std::string_view name, std::int64_t value,
+                        std::int64_t lo, const std::string& hint) const;
+  // `v` (the argument `name`, any dtype) holds at least `bytes` bytes, with data when bytes > 0.
+  void require_bytes(std::string_view op, std::string_view name, const TensorView& v,
+                     std::size_t bytes, const std::string& hint) const;
+  // a and b are the same tensor (in place: same data, dtype and numel) or do not overlap.
+  void require_same_or_disjoint(std::string_view op, std::string_view a_name, const TensorView& a,
+                                std::string_view b_name, const TensorView& b) const;
+  // The output `out` does not overlap the input `in`.
+  void require_disjoint(std::string_view op, std::string_view out_name, const TensorView& out,
+                        std::string_view in_name, const TensorView& in) const;
+  // a and b have one storage dtype (fp32 and tf32 count as one); `rule` ends the message
+  // ("pooling keeps one dtype").
+  void require_same_storage(std::string_view op, std::string_view a_name, const TensorView& a,
+                            std::string_view b_name, const TensorView& b,
+                            std::string_view rule) const;
+  // The product of `dims`, or a failure naming `what` when it does not fit in int64.
+  std::int64_t checked_product(std::string_view op, std::string_view what,
+                               std::initializer_list<std::int64_t> dims) const;
 
   // The GEMM's m, n, k from op(A)[m,k]·op(B)[k,n], after checking A, B, C are present, the inner
   // dimensions agree, C is [m, n], a bias (when given) is fp32 [n], and a pre_activation (when
@@ -96,6 +130,110 @@ class MIXTRAIN_SDK_API BackendArgumentChecks {
   // i-th tensors of all lists of equal numel.
   void foreach_lists(std::string_view op, std::span<const TensorView> self,
                      std::initializer_list<std::span<const TensorView>> others = {}) const;
+
+  // --- Facets (backend_residual.h, backend_attention.h, backend_embedding.h, backend_dropout.h)
+
+  // ResidualFacet::add: two or more inputs, each a storage float of y's numel, each y itself or
+  // disjoint from it; y a storage float. Returns y's numel.
+  std::int64_t residual_add(std::span<const TensorView> xs, const TensorView& y) const;
+
+  // split_heads / merge_heads (`op`): a sane layout, x [N, T, P, H, D] and y [P, N, H, T', D]
+  // storage floats that do not overlap.
+  void head_permute(std::string_view op, const TensorView& x, const HeadLayout& layout,
+                    const TensorView& y) const;
+
+  // softmax_forward: a sane shape whose causal mask leaves every row a key; fp32 scores and probs
+  // of batch*rows*cols, the same view or disjoint. Returns the element count.
+  std::int64_t softmax_forward(const TensorView& scores, const SoftmaxShape& shape,
+                               const TensorView& probs) const;
+  // softmax_backward: the shape as above; fp32 probs, dprobs, dscores of batch*rows*cols; dscores
+  // is dprobs or disjoint from it, and never overlaps probs. Returns the element count.
+  std::int64_t softmax_backward(const TensorView& probs, const TensorView& dprobs,
+                                const SoftmaxShape& shape, const TensorView& dscores) const;
+
+  struct EmbeddingShape {
+    std::int64_t rows = 0, vocab = 0, width = 0;
+  };
+  // gather: ids int32 (any shape, rows = its numel), table storage [V, C], out storage [rows, C]
+  // (leading dimensions folded) disjoint from both.
+  EmbeddingShape embedding_gather(const TensorView& ids, const TensorView& table,
+                                  const TensorView& out) const;
+  // scatter_add: beta 0 or 1, ids int32, dy storage [rows, C], dtable fp32 [V, C] disjoint from
+  // both.
+  EmbeddingShape embedding_scatter_add(const TensorView& ids, const TensorView& dy,
+                                       const TensorView& dtable, float beta) const;
+
+  // dropout_forward / dropout_backward (`op`): `in` and `out` storage floats of equal numel, the
+  // same view or disjoint; p in [0, 1).
+  void dropout(std::string_view op, std::string_view in_name, const TensorView& in,
+               std::string_view out_name, const TensorView& out, float p) const;
+
+  // --- Layers (backend_convolution.h, backend_batch_norm.h). A 4-D view must match the
+  // geometry's dims exactly, any other view must hold as many elements; activations are
+  // channels-last [N, H, W, C], weights PyTorch's [O, C/groups, KH, KW].
+
+  // Every dimension >= 1 (padding >= 0), groups dividing both channel counts, a kernel that fits.
+  void conv2d_geometry(std::string_view op, const Conv2dGeometry& g) const;
+  // The geometry, then x, w, y of its shapes, a bias (optional) fp32 [O], y disjoint from x and w.
+  // Not the operands', output's and compute dtypes: those are the backend's.
+  void conv2d_forward(const Conv2dForwardArgs& args) const;
+  // The geometry, dy, w, dx of its shapes, dx disjoint from dy and w.
+  void conv2d_backward_data(const Conv2dBackwardDataArgs& args) const;
+  // The geometry, x, dy of its shapes, dw fp32 [O, C/groups, KH, KW], dbias (optional) fp32 [O],
+  // dw disjoint from x and dy.
+  void conv2d_backward_weights(const Conv2dBackwardWeightsArgs& args) const;
+
+  // Every dimension >= 1 (padding >= 0), padding at most half the kernel, a kernel that fits.
+  void pool2d_geometry(std::string_view op, const Pool2dGeometry& g) const;
+  // The geometry, x [N, H, W, C] and y [N, OH, OW, C] storage floats of one dtype, y disjoint
+  // from x.
+  void pool2d_forward(const Pool2dGeometry& g, const TensorView& x, const TensorView& y) const;
+  // The geometry, dy [N, OH, OW, C] and dx [N, H, W, C] storage floats of one dtype, dx disjoint
+  // from dy; max pooling without a workspace needs x, [N, H, W, C] of dy's dtype.
+  void pool2d_backward(const Pool2dGeometry& g, const TensorView& dy, const TensorView& x,
+                       const TensorView& workspace, const TensorView& dx) const;
+  // A pooling workspace of at least `bytes` bytes.
+  void pool2d_workspace(std::string_view op, const TensorView& workspace, std::size_t bytes) const;
+  // pool2d_workspace_bytes: the geometry, x a storage float when pooling by max (the only kind
+  // with a workspace). Returns whether the kind has one.
+  bool pool2d_workspace_args(const Pool2dGeometry& g, DType x) const;
+
+  // to_channels_last / to_channels_first (`op`): src and dst storage floats, channels, height and
+  // width >= 1, src a whole number of images, dst of src's numel and disjoint from it. Returns
+  // the number of images.
+  std::int64_t channel_permute(std::string_view op, const TensorView& src, std::int64_t channels,
+                               std::int64_t height, std::int64_t width,
+                               const TensorView& dst) const;
+
+  // rows, channels >= 1 and eps >= 0.
+  void batchnorm_shape(std::string_view op, const BatchNormShape& s) const;
+  // batchnorm_workspace_bytes: the shape, x a storage float.
+  void batchnorm_workspace_args(const BatchNormShape& s, DType x) const;
+  // The training forward: the shape with rows >= 2; x and y storage [rows, C] of one dtype (the
+  // same view or disjoint); gamma and beta both fp32 [C] (affine) or both empty; save_mean,
+  // save_var and the running statistics (optional) fp32 [C]; with the fused ReLU, a workspace
+  // (optional) of `workspace_bytes`. Returns whether the workspace keeps the scale and shift.
+  bool batchnorm_forward_training(const TensorView& x, const TensorView& gamma,
+                                  const TensorView& beta, const BatchNormShape& s,
+                                  const TensorView& y, const TensorView& save_mean,
+                                  const TensorView& save_var, const TensorView& running_mean,
+                                  const TensorView& running_var, const TensorView& workspace,
+                                  std::size_t workspace_bytes) const;
+  // The inference forward: x, y, gamma, beta as above; running_mean, running_var fp32 [C].
+  void batchnorm_forward_inference(const TensorView& x, const TensorView& gamma,
+                                   const TensorView& beta, const TensorView& running_mean,
+                                   const TensorView& running_var, const BatchNormShape& s,
+                                   const TensorView& y) const;
+  // The backward: the shape; dy, x, dx storage [rows, C] of one dtype, dx the same view as dy, x
+  // (and y) or disjoint; save_mean, save_var, gamma (affine), dgamma, dbeta (optional) fp32 [C],
+  // no gradients of affine parameters without gamma; with the fused ReLU, the workspace (of
+  // `workspace_bytes`) or y. Returns whether the ReLU mask comes from the workspace.
+  bool batchnorm_backward(const TensorView& dy, const TensorView& x, const TensorView& y,
+                          const TensorView& gamma, const TensorView& save_mean,
+                          const TensorView& save_var, const BatchNormShape& s,
+                          const TensorView& workspace, std::size_t workspace_bytes,
+                          const TensorView& dx, const TensorView& dgamma,
+                          const TensorView& dbeta) const;
 
   // One entry of a fused optimizer update: master and grad fp32 of equal size, working (optional)
   // in a storage dtype, and the fp32 state slots the optimizer needs.

@@ -1,0 +1,187 @@
+// BackendArgumentChecks of the residual, attention, embedding and dropout facets (contract in
+// backend_argument_checks.h).
+#include <cstdint>
+#include <string>
+
+#include "mixtrain/sdk/backend_argument_checks.h"
+#include "mixtrain/sdk/backend_attention.h"
+
+namespace mixtrain::sdk {
+
+namespace {
+
+// "{batch 2, tokens 5, parts 3, heads 4, head_dim 8, head_tokens 0, head_offset 0}"
+std::string layout_text(const HeadLayout& l) {
+  return "{batch " + std::to_string(l.batch) + ", tokens " + std::to_string(l.tokens) + ", parts " +
+         std::to_string(l.parts) + ", heads " + std::to_string(l.heads) + ", head_dim " +
+         std::to_string(l.head_dim) + ", head_tokens " + std::to_string(l.head_tokens) +
+         ", head_offset " + std::to_string(l.head_offset) + "}";
+}
+
+}  // namespace
+
+std::int64_t BackendArgumentChecks::residual_add(std::span<const TensorView> xs,
+                                                 const TensorView& y) const {
+  constexpr std::string_view op = "add";
+  if (xs.size() < 2)
+    fail(op, "got " + std::to_string(xs.size()) + " inputs", "add joins two or more tensors");
+  require_storage(op, "y", y);
+  const std::int64_t total = y.numel();
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    const std::string name = "x" + std::to_string(k + 1);
+    require_storage(op, name, xs[k]);
+    require_numel(op, name, xs[k], total);
+    require_same_or_disjoint(op, name, xs[k], "y", y);
+  }
+  return total;
+}
+
+void BackendArgumentChecks::head_permute(std::string_view op, const TensorView& x,
+                                         const HeadLayout& l, const TensorView& y) const {
+  require_storage(op, "x", x);
+  require_storage(op, "y", y);
+  if (l.batch < 0 || l.tokens < 0 || l.heads < 1 || l.head_dim < 1 || l.parts < 1 ||
+      l.head_tokens < 0)
+    fail(op, "layout " + layout_text(l) + " has a negative dimension or no heads, parts or width",
+         "batch and tokens >= 0; heads, head_dim and parts >= 1; head_tokens 0 (= tokens) or more");
+  const std::int64_t cap = l.capacity();
+  if (cap < l.tokens)
+    fail(op, "layout " + layout_text(l) + ": head_tokens is below tokens",
+         "head_tokens is the head-major tensor's capacity: at least tokens (0 means tokens)");
+  if (l.head_offset < 0 || l.head_offset > cap - l.tokens)
+    fail(op,
+         "layout " + layout_text(l) + ": head_offset is outside [0, " +
+             std::to_string(cap - l.tokens) + "]",
+         "the tokens written must fit in the capacity: head_offset + tokens <= head_tokens");
+  require_numel(op, "x", x,
+                checked_product(op, "x", {l.batch, l.tokens, l.parts, l.heads, l.head_dim}));
+  require_numel(op, "y", y, checked_product(op, "y", {l.parts, l.batch, l.heads, cap, l.head_dim}));
+  if (overlaps(x, y))
+    fail(op, "x " + describe(x) + " and y " + describe(y) + " overlap",
+         "a permute cannot run in place: give x and y separate buffers");
+}
+
+namespace {
+
+// The softmax's shape is sane and its causal mask leaves every row a key.
+void softmax_shape(const BackendArgumentChecks& c, std::string_view op, const SoftmaxShape& s) {
+  if (s.batch < 0 || s.rows < 0 || s.cols < 0)
+    c.fail(op,
+           "shape {batch " + std::to_string(s.batch) + ", rows " + std::to_string(s.rows) +
+               ", cols " + std::to_string(s.cols) + "} has a negative dimension",
+           "pass batch = N*H, rows = queries, cols = keys");
+  if (s.rows > 0 && s.cols == 0)
+    c.fail(op, "rows = " + std::to_string(s.rows) + " with cols = 0: a softmax over no keys",
+           "pass at least one key column");
+  if (s.causal && s.rows > s.cols)
+    c.fail(op,
+           "causal softmax with rows = " + std::to_string(s.rows) +
+               " > cols = " + std::to_string(s.cols) + ": the first queries would see no key",
+           "the bottom-right aligned mask needs rows <= cols (queries never outnumber keys)");
+}
+
+}  // namespace
+
+std::int64_t BackendArgumentChecks::softmax_forward(const TensorView& scores,
+                                                    const SoftmaxShape& shape,
+                                                    const TensorView& probs) const {
+  constexpr std::string_view op = "softmax_forward";
+  softmax_shape(*this, op, shape);
+  const std::int64_t total = checked_product(op, "scores", {shape.batch, shape.rows, shape.cols});
+  require_fp32(op, "scores", scores);
+  require_fp32(op, "probs", probs);
+  require_numel(op, "scores", scores, total);
+  require_numel(op, "probs", probs, total);
+  require_same_or_disjoint(op, "scores", scores, "probs", probs);
+  return total;
+}
+
+std::int64_t BackendArgumentChecks::softmax_backward(const TensorView& probs,
+                                                     const TensorView& dprobs,
+                                                     const SoftmaxShape& shape,
+                                                     const TensorView& dscores) const {
+  constexpr std::string_view op = "softmax_backward";
+  softmax_shape(*this, op, shape);
+  const std::int64_t total = checked_product(op, "probs", {shape.batch, shape.rows, shape.cols});
+  require_fp32(op, "probs", probs);
+  require_fp32(op, "dprobs", dprobs);
+  require_fp32(op, "dscores", dscores);
+  require_numel(op, "probs", probs, total);
+  require_numel(op, "dprobs", dprobs, total);
+  require_numel(op, "dscores", dscores, total);
+  require_same_or_disjoint(op, "dprobs", dprobs, "dscores", dscores);
+  if (overlaps(probs, dscores))
+    fail(op, "dscores overlaps probs", "dscores may alias dprobs only; give it its own buffer");
+  return total;
+}
+
+namespace {
+
+using EmbeddingShape = BackendArgumentChecks::EmbeddingShape;
+
+// table is a [V, C] matrix and ids int32; returns {ids' numel, V, C}.
+EmbeddingShape embedding_shape(const BackendArgumentChecks& c, std::string_view op,
+                               const TensorView& ids, std::string_view table_name,
+                               const TensorView& table) {
+  if (table.shape.rank != 2)
+    c.fail(op, std::string(table_name) + " is " + describe(table) + " but must be [V, C]",
+           "pass the embedding table as a 2-D [vocabulary, width] tensor");
+  c.require_present(op, "ids", ids);
+  if (ids.dtype != DType::int32)
+    c.fail(op, "ids is " + describe(ids) + " but must be int32", "pass token ids as int32");
+  return {ids.numel(), table.shape[0], table.shape[1]};
+}
+
+// x holds [rows, width] (leading dimensions folded).
+void require_rows_of(const BackendArgumentChecks& c, std::string_view op, std::string_view name,
+                     const TensorView& x, const EmbeddingShape& s) {
+  if (x.shape.cols() != s.width || x.numel() != s.rows * s.width)
+    c.fail(op,
+           std::string(name) + " is " + describe(x) + " but must be [" + std::to_string(s.rows) +
+               ", " + std::to_string(s.width) + "] (one row of the table's width per id)",
+           "allocate it with one row per id and the table's width");
+}
+
+}  // namespace
+
+BackendArgumentChecks::EmbeddingShape BackendArgumentChecks::embedding_gather(
+    const TensorView& ids, const TensorView& table, const TensorView& out) const {
+  constexpr std::string_view op = "gather";
+  require_storage(op, "table", table);
+  require_storage(op, "out", out);
+  const EmbeddingShape s = embedding_shape(*this, op, ids, "table", table);
+  require_rows_of(*this, op, "out", out, s);
+  if (overlaps(out, table) || overlaps(out, ids))
+    fail(op, "out " + describe(out) + " overlaps the table or the ids", "give out its own buffer");
+  return s;
+}
+
+BackendArgumentChecks::EmbeddingShape BackendArgumentChecks::embedding_scatter_add(
+    const TensorView& ids, const TensorView& dy, const TensorView& dtable, float beta) const {
+  constexpr std::string_view op = "scatter_add";
+  require_storage(op, "dy", dy);
+  require_fp32(op, "dtable", dtable);
+  if (beta != 0.0f && beta != 1.0f)
+    fail(op, "beta = " + std::to_string(beta) + " is neither 0 nor 1",
+         "pass 0 to overwrite the table's gradient or 1 to add to it");
+  const EmbeddingShape s = embedding_shape(*this, op, ids, "dtable", dtable);
+  require_rows_of(*this, op, "dy", dy, s);
+  if (overlaps(dtable, dy) || overlaps(dtable, ids))
+    fail(op, "dtable " + describe(dtable) + " overlaps dy or the ids",
+         "give dtable its own buffer");
+  return s;
+}
+
+void BackendArgumentChecks::dropout(std::string_view op, std::string_view in_name,
+                                    const TensorView& in, std::string_view out_name,
+                                    const TensorView& out, float p) const {
+  require_storage(op, in_name, in);
+  require_storage(op, out_name, out);
+  require_numel(op, out_name, out, in.numel());
+  require_same_or_disjoint(op, in_name, in, out_name, out);
+  if (!(p >= 0.0f && p < 1.0f))
+    fail(op, "p = " + std::to_string(p) + " is outside [0, 1)",
+         "pass the probability of dropping an element; p = 1 would drop everything");
+}
+
+}  // namespace mixtrain::sdk

@@ -1,0 +1,386 @@
+// BackendArgumentChecks of the convolution facet (convolutions, pooling, the image permutes) and
+// of batch norm (contract in backend_argument_checks.h).
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "mixtrain/sdk/backend_argument_checks.h"
+#include "mixtrain/sdk/backend_batch_norm.h"
+#include "mixtrain/sdk/backend_convolution.h"
+
+namespace mixtrain::sdk {
+
+namespace {
+
+using Dims = std::array<std::int64_t, 4>;
+
+// "[8, 16, 12, 64]"
+std::string dims_text(const Dims& d) {
+  return "[" + std::to_string(d[0]) + ", " + std::to_string(d[1]) + ", " + std::to_string(d[2]) +
+         ", " + std::to_string(d[3]) + "]";
+}
+
+// "3x3"
+std::string pair_text(std::int64_t a, std::int64_t b) {
+  return std::to_string(a) + "x" + std::to_string(b);
+}
+
+constexpr const char* kImageHint =
+    "image activations are channels-last [N, H, W, C] (permute channels-first data with "
+    "to_channels_last); check the geometry";
+constexpr const char* kWeightHint =
+    "weights are PyTorch's layout [O, C/groups, KH, KW]; check the geometry";
+constexpr std::string_view kImage = "[N, H, W, C]";
+constexpr std::string_view kOutImage = "[N, OH, OW, O]";
+constexpr std::string_view kPooledImage = "[N, OH, OW, C]";
+constexpr std::string_view kWeights = "[O, C/groups, KH, KW]";
+
+// A tensor of the geometry: exactly `dims` when the view is 4-D, else the same element count.
+void tensor_of(const BackendArgumentChecks& c, std::string_view op, std::string_view name,
+               const TensorView& v, const Dims& dims, std::string_view layout, const char* hint) {
+  c.require_present(op, name, v);
+  const std::int64_t n = c.checked_product(op, name, {dims[0], dims[1], dims[2], dims[3]});
+  bool ok = v.numel() == n;
+  if (ok && v.shape.rank == 4)
+    for (int i = 0; i < 4; ++i) ok = ok && v.shape[i] == dims[static_cast<std::size_t>(i)];
+  if (!ok)
+    c.fail(op,
+           std::string(name) + " is " + describe(v) + " but the geometry expects " +
+               std::string(layout) + " = " + dims_text(dims) + " (" + std::to_string(n) +
+               " elements)",
+           hint);
+}
+
+Dims x_dims(const Conv2dGeometry& g) {
+  return {g.batch, g.height, g.width, g.in_channels};
+}
+Dims y_dims(const Conv2dGeometry& g) {
+  return {g.batch, g.out_height(), g.out_width(), g.out_channels};
+}
+Dims w_dims(const Conv2dGeometry& g) {
+  return {g.out_channels, g.in_channels / g.groups, g.kernel_h, g.kernel_w};
+}
+Dims in_dims(const Pool2dGeometry& g) {
+  return {g.batch, g.height, g.width, g.channels};
+}
+Dims out_dims(const Pool2dGeometry& g) {
+  return {g.batch, g.out_height(), g.out_width(), g.channels};
+}
+
+// An optional per-output-channel fp32 bias (or its gradient).
+void optional_bias(const BackendArgumentChecks& c, std::string_view op, std::string_view name,
+                   const TensorView& v, std::int64_t channels) {
+  if (v.empty()) return;
+  c.require_fp32(op, name, v);
+  c.require_numel(op, name, v, channels);
+}
+
+}  // namespace
+
+void BackendArgumentChecks::conv2d_geometry(std::string_view op, const Conv2dGeometry& g) const {
+  const std::string hint = "check the layer's Conv2dGeometry";
+  auto at_least = [&](const char* name, std::int64_t v, std::int64_t lo) {
+    require_at_least(op, std::string("geometry.") + name, v, lo, hint);
+  };
+  at_least("batch", g.batch, 1);
+  at_least("in_channels", g.in_channels, 1);
+  at_least("height", g.height, 1);
+  at_least("width", g.width, 1);
+  at_least("out_channels", g.out_channels, 1);
+  at_least("kernel_h", g.kernel_h, 1);
+  at_least("kernel_w", g.kernel_w, 1);
+  at_least("stride_h", g.stride_h, 1);
+  at_least("stride_w", g.stride_w, 1);
+  at_least("dilation_h", g.dilation_h, 1);
+  at_least("dilation_w", g.dilation_w, 1);
+  at_least("groups", g.groups, 1);
+  at_least("pad_h", g.pad_h, 0);
+  at_least("pad_w", g.pad_w, 0);
+  if (g.in_channels % g.groups != 0 || g.out_channels % g.groups != 0)
+    fail(op,
+         "groups = " + std::to_string(g.groups) +
+             " must divide in_channels = " + std::to_string(g.in_channels) +
+             " and out_channels = " + std::to_string(g.out_channels),
+         hint);
+  if (g.out_height() < 1 || g.out_width() < 1)
+    fail(op,
+         "the kernel " + pair_text(g.kernel_h, g.kernel_w) + " (dilation " +
+             pair_text(g.dilation_h, g.dilation_w) + ") does not fit in the " +
+             pair_text(g.height, g.width) + " image padded by " + pair_text(g.pad_h, g.pad_w),
+         "use a smaller kernel or dilation, or more padding");
+}
+
+void BackendArgumentChecks::conv2d_forward(const Conv2dForwardArgs& a) const {
+  constexpr std::string_view op = "conv2d_forward";
+  const Conv2dGeometry& g = a.geometry;
+  conv2d_geometry(op, g);
+  tensor_of(*this, op, "x", a.x.view, x_dims(g), kImage, kImageHint);
+  tensor_of(*this, op, "w", a.w.view, w_dims(g), kWeights, kWeightHint);
+  tensor_of(*this, op, "y", a.y, y_dims(g), kOutImage, kImageHint);
+  optional_bias(*this, op, "bias", a.bias, g.out_channels);
+  require_disjoint(op, "y", a.y, "x", a.x.view);
+  require_disjoint(op, "y", a.y, "w", a.w.view);
+}
+
+void BackendArgumentChecks::conv2d_backward_data(const Conv2dBackwardDataArgs& a) const {
+  constexpr std::string_view op = "conv2d_backward_data";
+  const Conv2dGeometry& g = a.geometry;
+  conv2d_geometry(op, g);
+  tensor_of(*this, op, "dy", a.dy.view, y_dims(g), kOutImage, kImageHint);
+  tensor_of(*this, op, "w", a.w.view, w_dims(g), kWeights, kWeightHint);
+  tensor_of(*this, op, "dx", a.dx, x_dims(g), kImage, kImageHint);
+  require_disjoint(op, "dx", a.dx, "dy", a.dy.view);
+  require_disjoint(op, "dx", a.dx, "w", a.w.view);
+}
+
+void BackendArgumentChecks::conv2d_backward_weights(const Conv2dBackwardWeightsArgs& a) const {
+  constexpr std::string_view op = "conv2d_backward_weights";
+  const Conv2dGeometry& g = a.geometry;
+  conv2d_geometry(op, g);
+  tensor_of(*this, op, "x", a.x.view, x_dims(g), kImage, kImageHint);
+  tensor_of(*this, op, "dy", a.dy.view, y_dims(g), kOutImage, kImageHint);
+  require_fp32(op, "dw", a.dw);
+  tensor_of(*this, op, "dw", a.dw, w_dims(g), kWeights, kWeightHint);
+  optional_bias(*this, op, "dbias", a.dbias, g.out_channels);
+  require_disjoint(op, "dw", a.dw, "x", a.x.view);
+  require_disjoint(op, "dw", a.dw, "dy", a.dy.view);
+}
+
+void BackendArgumentChecks::pool2d_geometry(std::string_view op, const Pool2dGeometry& g) const {
+  const std::string hint = "check the layer's Pool2dGeometry";
+  auto at_least = [&](const char* name, std::int64_t v, std::int64_t lo) {
+    require_at_least(op, std::string("geometry.") + name, v, lo, hint);
+  };
+  at_least("batch", g.batch, 1);
+  at_least("channels", g.channels, 1);
+  at_least("height", g.height, 1);
+  at_least("width", g.width, 1);
+  at_least("kernel_h", g.kernel_h, 1);
+  at_least("kernel_w", g.kernel_w, 1);
+  at_least("stride_h", g.stride_h, 1);
+  at_least("stride_w", g.stride_w, 1);
+  at_least("pad_h", g.pad_h, 0);
+  at_least("pad_w", g.pad_w, 0);
+  if (2 * g.pad_h > g.kernel_h || 2 * g.pad_w > g.kernel_w)
+    fail(op,
+         "padding " + pair_text(g.pad_h, g.pad_w) + " is more than half the kernel " +
+             pair_text(g.kernel_h, g.kernel_w),
+         "use at most kernel/2 padding (PyTorch's rule: every window overlaps the image)");
+  if (g.out_height() < 1 || g.out_width() < 1)
+    fail(op,
+         "the kernel " + pair_text(g.kernel_h, g.kernel_w) + " does not fit in the " +
+             pair_text(g.height, g.width) + " image padded by " + pair_text(g.pad_h, g.pad_w),
+         "use a smaller kernel or more padding");
+}
+
+bool BackendArgumentChecks::pool2d_workspace_args(const Pool2dGeometry& g, DType x) const {
+  constexpr std::string_view op = "pool2d_workspace_bytes";
+  pool2d_geometry(op, g);
+  if (g.kind != PoolKind::max) return false;
+  if (!is_storage_float(x))
+    fail(op, "x dtype " + std::string(dtype_name(x)) + " is not supported",
+         "pool fp32, bf16 or fp16 activations");
+  return true;
+}
+
+void BackendArgumentChecks::pool2d_forward(const Pool2dGeometry& g, const TensorView& x,
+                                           const TensorView& y) const {
+  constexpr std::string_view op = "pool2d_forward";
+  pool2d_geometry(op, g);
+  require_storage(op, "x", x);
+  require_storage(op, "y", y);
+  tensor_of(*this, op, "x", x, in_dims(g), kImage, kImageHint);
+  tensor_of(*this, op, "y", y, out_dims(g), kPooledImage, kImageHint);
+  require_same_storage(op, "x", x, "y", y, "pooling keeps one dtype");
+  require_disjoint(op, "y", y, "x", x);
+}
+
+void BackendArgumentChecks::pool2d_backward(const Pool2dGeometry& g, const TensorView& dy,
+                                            const TensorView& x, const TensorView& workspace,
+                                            const TensorView& dx) const {
+  constexpr std::string_view op = "pool2d_backward";
+  pool2d_geometry(op, g);
+  require_storage(op, "dy", dy);
+  require_storage(op, "dx", dx);
+  tensor_of(*this, op, "dy", dy, out_dims(g), kPooledImage, kImageHint);
+  tensor_of(*this, op, "dx", dx, in_dims(g), kImage, kImageHint);
+  require_same_storage(op, "dy", dy, "dx", dx, "pooling keeps one dtype");
+  require_disjoint(op, "dx", dx, "dy", dy);
+  if (g.kind != PoolKind::max || !workspace.empty()) return;
+  if (x.empty())
+    fail(op, "max pooling's backward needs the forward's workspace or x",
+         "pass the workspace filled by pool2d_forward, or x");
+  require_storage(op, "x", x);
+  tensor_of(*this, op, "x", x, in_dims(g), kImage, kImageHint);
+  require_same_storage(op, "x", x, "dy", dy, "pooling keeps one dtype");
+}
+
+void BackendArgumentChecks::pool2d_workspace(std::string_view op, const TensorView& workspace,
+                                             std::size_t bytes) const {
+  require_bytes(op, "workspace", workspace, bytes,
+                "allocate pool2d_workspace_bytes(geometry, dtype) bytes and pass the same "
+                "workspace to the forward and the backward");
+}
+
+std::int64_t BackendArgumentChecks::channel_permute(std::string_view op, const TensorView& src,
+                                                    std::int64_t channels, std::int64_t height,
+                                                    std::int64_t width,
+                                                    const TensorView& dst) const {
+  require_storage(op, "src", src);
+  require_storage(op, "dst", dst);
+  if (channels < 1 || height < 1 || width < 1)
+    fail(op,
+         "channels, height and width (" + std::to_string(channels) + ", " + std::to_string(height) +
+             ", " + std::to_string(width) + ") must be at least 1",
+         "pass one image's channels, height and width");
+  const std::int64_t image = checked_product(op, "one image", {channels, height, width});
+  if (src.numel() % image != 0)
+    fail(op,
+         "src is " + describe(src) + " (" + std::to_string(src.numel()) +
+             " elements), not a whole number of " + pair_text(channels, height) + "x" +
+             std::to_string(width) + " images",
+         "check channels, height and width");
+  require_numel(op, "dst", dst, src.numel());
+  if (overlaps(src, dst)) fail(op, "dst overlaps src", "permute into a separate buffer");
+  return src.numel() / image;
+}
+
+void BackendArgumentChecks::batchnorm_shape(std::string_view op, const BatchNormShape& s) const {
+  if (s.rows < 1 || s.channels < 1)
+    fail(op,
+         "shape rows = " + std::to_string(s.rows) + ", channels = " + std::to_string(s.channels) +
+             " must both be at least 1",
+         "rows = N·H·W of the channels-last activations, channels = C");
+  if (!(s.eps >= 0.0f))
+    fail(op, "eps = " + std::to_string(s.eps) + " must be non-negative", "use eps = 1e-5");
+}
+
+namespace {
+
+// Activations (or their gradients) of the shape: storage floats of [rows, C], leading dimensions
+// folded.
+void batchnorm_data(const BackendArgumentChecks& c, std::string_view op, std::string_view name,
+                    const TensorView& v, const BatchNormShape& s) {
+  c.require_storage(op, name, v);
+  if (v.numel() != c.checked_product(op, name, {s.rows, s.channels}) ||
+      v.shape.cols() != s.channels)
+    c.fail(op,
+           std::string(name) + " is " + describe(v) + " but the shape expects [rows, C] = [" +
+               std::to_string(s.rows) + ", " + std::to_string(s.channels) +
+               "] (or [N, H, W, C] with N·H·W = rows)",
+           "batch norm takes channels-last activations");
+}
+
+constexpr std::string_view kOneDtype = "batch norm keeps one activation dtype";
+
+// A per-channel fp32 [channels] vector (statistics, affine parameters and their gradients).
+void channel_vector(const BackendArgumentChecks& c, std::string_view op, std::string_view name,
+                    const TensorView& v, std::int64_t channels) {
+  c.require_fp32(op, name, v);
+  c.require_numel(op, name, v, channels);
+}
+
+// What both forwards check: the shape, x and y (one dtype, the same view or disjoint), and the
+// affine parameters.
+void batchnorm_forward(const BackendArgumentChecks& c, std::string_view op, const BatchNormShape& s,
+                       const TensorView& x, const TensorView& y, const TensorView& gamma,
+                       const TensorView& beta) {
+  c.batchnorm_shape(op, s);
+  batchnorm_data(c, op, "x", x, s);
+  batchnorm_data(c, op, "y", y, s);
+  c.require_same_storage(op, "x", x, "y", y, kOneDtype);
+  c.require_same_or_disjoint(op, "x", x, "y", y);
+  if (gamma.empty() != beta.empty())
+    c.fail(op, "gamma and beta must be both given (affine) or both empty (not affine)",
+           "pass both parameters or neither");
+  if (gamma.empty()) return;
+  channel_vector(c, op, "gamma", gamma, s.channels);
+  channel_vector(c, op, "beta", beta, s.channels);
+}
+
+void batchnorm_workspace(const BackendArgumentChecks& c, std::string_view op,
+                         const TensorView& workspace, std::size_t bytes) {
+  c.require_bytes(op, "workspace", workspace, bytes,
+                  "allocate batchnorm_workspace_bytes(shape, dtype) bytes and pass the same "
+                  "workspace to the training forward and the backward");
+}
+
+}  // namespace
+
+void BackendArgumentChecks::batchnorm_workspace_args(const BatchNormShape& s, DType x) const {
+  constexpr std::string_view op = "batchnorm_workspace_bytes";
+  batchnorm_shape(op, s);
+  if (!is_storage_float(x))
+    fail(op, "x dtype " + std::string(dtype_name(x)) + " is not supported",
+         "batch norm takes fp32, bf16 or fp16 activations");
+}
+
+bool BackendArgumentChecks::batchnorm_forward_training(
+    const TensorView& x, const TensorView& gamma, const TensorView& beta, const BatchNormShape& s,
+    const TensorView& y, const TensorView& save_mean, const TensorView& save_var,
+    const TensorView& running_mean, const TensorView& running_var, const TensorView& workspace,
+    std::size_t workspace_bytes) const {
+  constexpr std::string_view op = "batchnorm_forward_training";
+  batchnorm_forward(*this, op, s, x, y, gamma, beta);
+  const std::int64_t c = s.channels;
+  channel_vector(*this, op, "save_mean", save_mean, c);
+  channel_vector(*this, op, "save_var", save_var, c);
+  if (!running_mean.empty()) channel_vector(*this, op, "running_mean", running_mean, c);
+  if (!running_var.empty()) channel_vector(*this, op, "running_var", running_var, c);
+  const bool keep = s.relu && !workspace.empty();
+  if (keep) batchnorm_workspace(*this, op, workspace, workspace_bytes);
+  if (s.rows < 2)
+    fail(op, "training needs more than one value per channel (rows = 1)",
+         "use a batch of at least two, or the inference forward");
+  return keep;
+}
+
+void BackendArgumentChecks::batchnorm_forward_inference(
+    const TensorView& x, const TensorView& gamma, const TensorView& beta,
+    const TensorView& running_mean, const TensorView& running_var, const BatchNormShape& s,
+    const TensorView& y) const {
+  constexpr std::string_view op = "batchnorm_forward_inference";
+  batchnorm_forward(*this, op, s, x, y, gamma, beta);
+  channel_vector(*this, op, "running_mean", running_mean, s.channels);
+  channel_vector(*this, op, "running_var", running_var, s.channels);
+}
+
+bool BackendArgumentChecks::batchnorm_backward(
+    const TensorView& dy, const TensorView& x, const TensorView& y, const TensorView& gamma,
+    const TensorView& save_mean, const TensorView& save_var, const BatchNormShape& s,
+    const TensorView& workspace, std::size_t workspace_bytes, const TensorView& dx,
+    const TensorView& dgamma, const TensorView& dbeta) const {
+  constexpr std::string_view op = "batchnorm_backward";
+  batchnorm_shape(op, s);
+  batchnorm_data(*this, op, "dy", dy, s);
+  batchnorm_data(*this, op, "x", x, s);
+  batchnorm_data(*this, op, "dx", dx, s);
+  require_same_storage(op, "x", x, "dy", dy, kOneDtype);
+  require_same_storage(op, "x", x, "dx", dx, kOneDtype);
+  require_same_or_disjoint(op, "dy", dy, "dx", dx);
+  require_same_or_disjoint(op, "x", x, "dx", dx);
+  const std::int64_t c = s.channels;
+  channel_vector(*this, op, "save_mean", save_mean, c);
+  channel_vector(*this, op, "save_var", save_var, c);
+  const bool affine = !gamma.empty();
+  if (affine) channel_vector(*this, op, "gamma", gamma, c);
+  if (!dgamma.empty()) channel_vector(*this, op, "dgamma", dgamma, c);
+  if (!dbeta.empty()) channel_vector(*this, op, "dbeta", dbeta, c);
+  if (!affine && (!dgamma.empty() || !dbeta.empty()))
+    fail(op, "dgamma / dbeta were given but gamma is empty (the norm is not affine)",
+         "pass gamma for an affine norm, or no dgamma and dbeta");
+  if (!s.relu) return false;
+  if (!workspace.empty()) {
+    batchnorm_workspace(*this, op, workspace, workspace_bytes);
+    return true;
+  }
+  if (y.empty())
+    fail(op, "the fused ReLU's backward needs the forward's workspace or y",
+         "pass the workspace filled by batchnorm_forward_training, or y");
+  batchnorm_data(*this, op, "y", y, s);
+  require_same_storage(op, "x", x, "y", y, kOneDtype);
+  require_same_or_disjoint(op, "y", y, "dx", dx);
+  return false;
+}
+
+}  // namespace mixtrain::sdk
