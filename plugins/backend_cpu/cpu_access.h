@@ -45,23 +45,6 @@ void require_fp32(std::string_view op, std::string_view name, const sdk::TensorV
 void require_numel(std::string_view op, std::string_view name, const sdk::TensorView& v,
                    std::int64_t numel);
 
-// `value` (the argument `name`) is at least `lo`; BackendError with `hint` otherwise.
-void require_at_least(std::string_view op, const std::string& name, std::int64_t value,
-                      std::int64_t lo, const std::string& hint);
-
-// `v` (the argument `name`, any dtype) holds at least `bytes` bytes; BackendError with `hint`
-// otherwise.
-void require_bytes(std::string_view op, std::string_view name, const sdk::TensorView& v,
-                   std::size_t bytes, const std::string& hint);
-
-// a and b are the same tensor (allowed in place) or do not overlap; BackendError otherwise.
-void require_same_or_disjoint(std::string_view op, std::string_view a_name,
-                              const sdk::TensorView& a, std::string_view b_name,
-                              const sdk::TensorView& b);
-// The product of `dims`, or a BackendError naming `what` when it does not fit in int64.
-std::int64_t checked_product(std::string_view op, std::string_view what,
-                             std::initializer_list<std::int64_t> dims);
-
 // Elements of work below which a kernel runs on the calling thread: waking the OpenMP team
 // costs a few microseconds, more than a 128x128 element-wise pass takes on one core.
 inline constexpr std::int64_t kParallelMin = 32768;

@@ -26,39 +26,6 @@ using sdk::TensorView;
 
 namespace {
 
-std::string layout_text(const sdk::HeadLayout& l) {
-  return "{batch " + std::to_string(l.batch) + ", tokens " + std::to_string(l.tokens) + ", parts " +
-         std::to_string(l.parts) + ", heads " + std::to_string(l.heads) + ", head_dim " +
-         std::to_string(l.head_dim) + ", head_tokens " + std::to_string(l.head_tokens) +
-         ", head_offset " + std::to_string(l.head_offset) + "}";
-}
-
-// The layout's dimensions are sane and x, y hold [N, T, P, H, D] and [P, N, H, T', D].
-void check_permute(std::string_view op, const TensorView& x, const sdk::HeadLayout& l,
-                   const TensorView& y) {
-  require_storage(op, "x", x);
-  require_storage(op, "y", y);
-  if (l.batch < 0 || l.tokens < 0 || l.heads < 1 || l.head_dim < 1 || l.parts < 1 ||
-      l.head_tokens < 0)
-    fail(op, "layout " + layout_text(l) + " has a negative dimension or no heads, parts or width",
-         "batch and tokens >= 0; heads, head_dim and parts >= 1; head_tokens 0 (= tokens) or more");
-  const std::int64_t cap = l.capacity();
-  if (cap < l.tokens)
-    fail(op, "layout " + layout_text(l) + ": head_tokens is below tokens",
-         "head_tokens is the head-major tensor's capacity: at least tokens (0 means tokens)");
-  if (l.head_offset < 0 || l.head_offset > cap - l.tokens)
-    fail(op,
-         "layout " + layout_text(l) + ": head_offset is outside [0, " +
-             std::to_string(cap - l.tokens) + "]",
-         "the tokens written must fit in the capacity: head_offset + tokens <= head_tokens");
-  require_numel(op, "x", x,
-                checked_product(op, "x", {l.batch, l.tokens, l.parts, l.heads, l.head_dim}));
-  require_numel(op, "y", y, checked_product(op, "y", {l.parts, l.batch, l.heads, cap, l.head_dim}));
-  if (overlaps(x, y))
-    fail(op, "x " + describe(x) + " and y " + describe(y) + " overlap",
-         "a permute cannot run in place: give x and y separate buffers");
-}
-
 // x [N, T, P, H, D] -> y [P, N, H, T', D] rows [offset, offset + T) (to_heads), or back.
 void permute(const TensorView& x, const sdk::HeadLayout& l, const TensorView& y, bool to_heads) {
   const std::int64_t n_batch = l.batch, t_len = l.tokens, parts = l.parts, heads = l.heads;
@@ -82,23 +49,6 @@ void permute(const TensorView& x, const sdk::HeadLayout& l, const TensorView& y,
   }
 }
 
-// The softmax tensors are fp32 [batch, rows, cols] and the causal mask has a visible key per row.
-void check_softmax(std::string_view op, const sdk::SoftmaxShape& s) {
-  if (s.batch < 0 || s.rows < 0 || s.cols < 0)
-    fail(op,
-         "shape {batch " + std::to_string(s.batch) + ", rows " + std::to_string(s.rows) +
-             ", cols " + std::to_string(s.cols) + "} has a negative dimension",
-         "pass batch = N*H, rows = queries, cols = keys");
-  if (s.rows > 0 && s.cols == 0)
-    fail(op, "rows = " + std::to_string(s.rows) + " with cols = 0: a softmax over no keys",
-         "pass at least one key column");
-  if (s.causal && s.rows > s.cols)
-    fail(op,
-         "causal softmax with rows = " + std::to_string(s.rows) +
-             " > cols = " + std::to_string(s.cols) + ": the first queries would see no key",
-         "the bottom-right aligned mask needs rows <= cols (queries never outnumber keys)");
-}
-
 // Keys row i of a [rows, cols] score matrix sees: j < visible_keys (all of them when not causal).
 inline std::int64_t visible_keys(const sdk::SoftmaxShape& s, std::int64_t i) {
   return s.causal ? std::min(s.cols, i + (s.cols - s.rows) + 1) : s.cols;
@@ -108,27 +58,20 @@ inline std::int64_t visible_keys(const sdk::SoftmaxShape& s, std::int64_t i) {
 
 void CpuBackend::split_heads(TensorView x, const sdk::HeadLayout& layout, TensorView y) {
   use_threads();
-  check_permute("split_heads", x, layout, y);
+  checks().head_permute("split_heads", x, layout, y);
   permute(x, layout, y, true);
 }
 
 void CpuBackend::merge_heads(TensorView y, const sdk::HeadLayout& layout, TensorView x) {
   use_threads();
-  check_permute("merge_heads", x, layout, y);
+  checks().head_permute("merge_heads", x, layout, y);
   permute(x, layout, y, false);
 }
 
 void CpuBackend::softmax_forward(TensorView scores, const sdk::SoftmaxShape& shape, float scale,
                                  TensorView probs) {
   use_threads();
-  constexpr std::string_view op = "softmax_forward";
-  check_softmax(op, shape);
-  const std::int64_t total = checked_product(op, "scores", {shape.batch, shape.rows, shape.cols});
-  require_fp32(op, "scores", scores);
-  require_fp32(op, "probs", probs);
-  require_numel(op, "scores", scores, total);
-  require_numel(op, "probs", probs, total);
-  require_same_or_disjoint(op, "scores", scores, "probs", probs);
+  const std::int64_t total = checks().softmax_forward(scores, shape, probs);
   const std::int64_t rows = shape.rows, cols = shape.cols, n_rows = shape.batch * rows;
   const float* in = scores.as<const float>();
   float* out = probs.as<float>();
@@ -168,18 +111,7 @@ void CpuBackend::softmax_forward(TensorView scores, const sdk::SoftmaxShape& sha
 void CpuBackend::softmax_backward(TensorView probs, TensorView dprobs,
                                   const sdk::SoftmaxShape& shape, float scale, TensorView dscores) {
   use_threads();
-  constexpr std::string_view op = "softmax_backward";
-  check_softmax(op, shape);
-  const std::int64_t total = checked_product(op, "probs", {shape.batch, shape.rows, shape.cols});
-  require_fp32(op, "probs", probs);
-  require_fp32(op, "dprobs", dprobs);
-  require_fp32(op, "dscores", dscores);
-  require_numel(op, "probs", probs, total);
-  require_numel(op, "dprobs", dprobs, total);
-  require_numel(op, "dscores", dscores, total);
-  require_same_or_disjoint(op, "dprobs", dprobs, "dscores", dscores);
-  if (overlaps(probs, dscores))
-    fail(op, "dscores overlaps probs", "dscores may alias dprobs only; give it its own buffer");
+  const std::int64_t total = checks().softmax_backward(probs, dprobs, shape, dscores);
   const std::int64_t rows = shape.rows, cols = shape.cols;
   const float* p_all = probs.as<const float>();
   const float* dp_all = dprobs.as<const float>();

@@ -35,72 +35,6 @@ using dnnl::memory;
 
 namespace {
 
-void check_shape(std::string_view op, const sdk::BatchNormShape& s) {
-  if (s.rows < 1 || s.channels < 1)
-    fail(op,
-         "shape rows = " + std::to_string(s.rows) + ", channels = " + std::to_string(s.channels) +
-             " must both be at least 1",
-         "rows = N·H·W of the channels-last activations, channels = C");
-  if (!(s.eps >= 0.0f))
-    fail(op, "eps = " + std::to_string(s.eps) + " must be non-negative", "use eps = 1e-5");
-}
-
-void check_data(std::string_view op, std::string_view name, const TensorView& v,
-                const sdk::BatchNormShape& s) {
-  require_storage(op, name, v);
-  if (v.numel() != checked_product(op, name, {s.rows, s.channels}) || v.shape.cols() != s.channels)
-    fail(op,
-         std::string(name) + " is " + describe(v) + " but the shape expects [rows, C] = [" +
-             std::to_string(s.rows) + ", " + std::to_string(s.channels) +
-             "] (or [N, H, W, C] with N·H·W = rows)",
-         "batch norm takes channels-last activations");
-}
-
-void check_same_dtype(std::string_view op, std::string_view a_name, const TensorView& a,
-                      std::string_view b_name, const TensorView& b) {
-  if (a.dtype != b.dtype && !(is_fp32_storage(a.dtype) && is_fp32_storage(b.dtype)))
-    fail(op,
-         std::string(a_name) + " is " + describe(a) + " but " + std::string(b_name) + " is " +
-             describe(b) + "; batch norm keeps one activation dtype",
-         "cast one of them");
-}
-
-void check_channel_vector(std::string_view op, std::string_view name, const TensorView& v,
-                          std::int64_t channels) {
-  require_fp32(op, name, v);
-  require_numel(op, name, v, channels);
-}
-
-// gamma and beta are both given (affine: fp32 [C]) or both empty (not affine).
-void check_affine(std::string_view op, const TensorView& gamma, const TensorView& beta,
-                  std::int64_t channels) {
-  if (gamma.empty() != beta.empty())
-    fail(op, "gamma and beta must be both given (affine) or both empty (not affine)",
-         "pass both parameters or neither");
-  if (gamma.empty()) return;
-  check_channel_vector(op, "gamma", gamma, channels);
-  check_channel_vector(op, "beta", beta, channels);
-}
-
-// What both forwards check: the shape, x and y (one dtype, the same tensor or disjoint), and the
-// affine parameters.
-void check_forward(std::string_view op, const sdk::BatchNormShape& shape, const TensorView& x,
-                   const TensorView& y, const TensorView& gamma, const TensorView& beta) {
-  check_shape(op, shape);
-  check_data(op, "x", x, shape);
-  check_data(op, "y", y, shape);
-  check_same_dtype(op, "x", x, "y", y);
-  require_same_or_disjoint(op, "x", x, "y", y);
-  check_affine(op, gamma, beta, shape.channels);
-}
-
-void check_workspace(std::string_view op, const TensorView& ws, std::size_t bytes) {
-  require_bytes(
-      op, "workspace", ws, bytes,
-      "allocate batchnorm_workspace_bytes(shape, dtype) bytes and pass the same workspace to "
-      "the training forward and the backward");
-}
-
 // Runs `kernel` with typed pointers: fp32 storage as float, bf16 as its bits; fp16 (not worth a
 // kernel of its own on a CPU) through fp32 scratch: exact decode, the float kernel, one RNE
 // encode of each output. `inputs` and `outputs` are the tensors the kernel reads and writes (an
@@ -154,11 +88,7 @@ std::size_t workspace_bytes(const sdk::BatchNormShape& shape) {
 }  // namespace
 
 std::size_t CpuBackend::batchnorm_workspace_bytes(const sdk::BatchNormShape& shape, DType x) const {
-  constexpr std::string_view op = "batchnorm_workspace_bytes";
-  check_shape(op, shape);
-  if (!is_storage_float(x))
-    fail(op, "x dtype " + std::string(sdk::dtype_name(x)) + " is not supported",
-         "batch norm takes fp32, bf16 or fp16 activations");
+  checks().batchnorm_workspace_args(shape, x);
   return workspace_bytes(shape);
 }
 
@@ -167,24 +97,17 @@ void CpuBackend::batchnorm_forward_training(TensorView x, TensorView gamma, Tens
                                             TensorView y, TensorView save_mean, TensorView save_var,
                                             TensorView running_mean, TensorView running_var,
                                             TensorView workspace) {
-  constexpr std::string_view op = "batchnorm_forward_training";
   use_threads();
-  check_forward(op, shape, x, y, gamma, beta);
+  const bool keep = checks().batchnorm_forward_training(x, gamma, beta, shape, y, save_mean,
+                                                        save_var, running_mean, running_var,
+                                                        workspace, workspace_bytes(shape));
   const std::int64_t c = shape.channels;
-  check_channel_vector(op, "save_mean", save_mean, c);
-  check_channel_vector(op, "save_var", save_var, c);
-  if (!running_mean.empty()) check_channel_vector(op, "running_mean", running_mean, c);
-  if (!running_var.empty()) check_channel_vector(op, "running_var", running_var, c);
-  if (shape.relu && !workspace.empty()) check_workspace(op, workspace, workspace_bytes(shape));
-  if (shape.rows < 2)
-    fail(op, "training needs more than one value per channel (rows = 1)",
-         "use a batch of at least two, or the inference forward");
 
   float* mean = save_mean.as<float>();
   float* var = save_var.as<float>();
   float* scale = nullptr;
   std::vector<float> local;
-  if (shape.relu && !workspace.empty()) {
+  if (keep) {
     scale = workspace.as<float>();  // kept for the backward's ReLU mask
   } else {
     local.resize(static_cast<std::size_t>(2 * c));
@@ -218,12 +141,9 @@ void CpuBackend::batchnorm_forward_training(TensorView x, TensorView gamma, Tens
 void CpuBackend::batchnorm_forward_inference(TensorView x, TensorView gamma, TensorView beta,
                                              TensorView running_mean, TensorView running_var,
                                              const sdk::BatchNormShape& shape, TensorView y) {
-  constexpr std::string_view op = "batchnorm_forward_inference";
   use_threads();
-  check_forward(op, shape, x, y, gamma, beta);
+  checks().batchnorm_forward_inference(x, gamma, beta, running_mean, running_var, shape, y);
   const std::int64_t c = shape.channels;
-  check_channel_vector(op, "running_mean", running_mean, c);
-  check_channel_vector(op, "running_var", running_var, c);
 
   std::vector<float> coefficients(static_cast<std::size_t>(2 * c));
   float* scale = coefficients.data();
@@ -241,37 +161,18 @@ void CpuBackend::batchnorm_backward(TensorView dy, TensorView x, TensorView y, T
                                     const sdk::BatchNormShape& shape, TensorView workspace,
                                     TensorView dx, TensorView dgamma, TensorView dbeta,
                                     bool accumulate) {
-  constexpr std::string_view op = "batchnorm_backward";
   use_threads();
-  check_shape(op, shape);
+  const bool from_workspace =
+      checks().batchnorm_backward(dy, x, y, gamma, save_mean, save_var, shape, workspace,
+                                  workspace_bytes(shape), dx, dgamma, dbeta);
   const std::int64_t c = shape.channels;
-  check_data(op, "dy", dy, shape);
-  check_data(op, "x", x, shape);
-  check_data(op, "dx", dx, shape);
-  check_same_dtype(op, "x", x, "dy", dy);
-  check_same_dtype(op, "x", x, "dx", dx);
-  require_same_or_disjoint(op, "dy", dy, "dx", dx);
-  check_channel_vector(op, "save_mean", save_mean, c);
-  check_channel_vector(op, "save_var", save_var, c);
   const bool affine = !gamma.empty();
-  if (affine) check_channel_vector(op, "gamma", gamma, c);
-  if (!dgamma.empty()) check_channel_vector(op, "dgamma", dgamma, c);
-  if (!dbeta.empty()) check_channel_vector(op, "dbeta", dbeta, c);
-  if (!affine && (!dgamma.empty() || !dbeta.empty()))
-    fail(op, "dgamma / dbeta were given but gamma is empty (the norm is not affine)",
-         "pass gamma for an affine norm, or no dgamma and dbeta");
   ReluMask mask;
-  if (shape.relu && !workspace.empty()) {
-    check_workspace(op, workspace, workspace_bytes(shape));
+  if (from_workspace) {
     mask.kind = ReluMask::Kind::recompute;
     mask.scale = workspace.as<const float>();
     mask.shift = mask.scale + c;
   } else if (shape.relu) {
-    if (y.empty())
-      fail(op, "the fused ReLU's backward needs the forward's workspace or y",
-           "pass the workspace filled by batchnorm_forward_training, or y");
-    check_data(op, "y", y, shape);
-    check_same_dtype(op, "x", x, "y", y);
     mask.kind = ReluMask::Kind::from_y;
   }
 

@@ -38,7 +38,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <optional>
 #include <string>
@@ -62,65 +61,6 @@ namespace {
 
 bool is_conv_operand(DType t) {
   return is_storage_float(t) || sdk::is_fp8(t);
-}
-
-std::string dims_text(std::initializer_list<std::int64_t> dims) {
-  std::string s = "[";
-  for (std::int64_t d : dims) s += (s.size() > 1 ? ", " : "") + std::to_string(d);
-  return s + "]";
-}
-
-void check_geometry(std::string_view op, const sdk::Conv2dGeometry& g) {
-  const std::string hint = "check the layer's Conv2dGeometry";
-  auto at_least = [&](const char* name, std::int64_t v, std::int64_t lo) {
-    require_at_least(op, std::string("geometry.") + name, v, lo, hint);
-  };
-  at_least("batch", g.batch, 1);
-  at_least("in_channels", g.in_channels, 1);
-  at_least("height", g.height, 1);
-  at_least("width", g.width, 1);
-  at_least("out_channels", g.out_channels, 1);
-  at_least("kernel_h", g.kernel_h, 1);
-  at_least("kernel_w", g.kernel_w, 1);
-  at_least("stride_h", g.stride_h, 1);
-  at_least("stride_w", g.stride_w, 1);
-  at_least("dilation_h", g.dilation_h, 1);
-  at_least("dilation_w", g.dilation_w, 1);
-  at_least("groups", g.groups, 1);
-  at_least("pad_h", g.pad_h, 0);
-  at_least("pad_w", g.pad_w, 0);
-  if (g.in_channels % g.groups != 0 || g.out_channels % g.groups != 0)
-    fail(op,
-         "groups = " + std::to_string(g.groups) +
-             " must divide in_channels = " + std::to_string(g.in_channels) +
-             " and out_channels = " + std::to_string(g.out_channels),
-         hint);
-  if (g.out_height() < 1 || g.out_width() < 1)
-    fail(op,
-         "the kernel " + std::to_string(g.kernel_h) + "x" + std::to_string(g.kernel_w) +
-             " (dilation " + std::to_string(g.dilation_h) + "x" + std::to_string(g.dilation_w) +
-             ") does not fit in the " + std::to_string(g.height) + "x" + std::to_string(g.width) +
-             " image padded by " + std::to_string(g.pad_h) + "x" + std::to_string(g.pad_w),
-         "use a smaller kernel or dilation, or more padding");
-}
-
-// A tensor of the geometry: `dims` exactly when the view is 4-D, else the same element count.
-void check_tensor(std::string_view op, std::string_view name, const TensorView& v,
-                  std::array<std::int64_t, 4> dims, std::string_view layout) {
-  require_present(op, name, v);
-  const std::int64_t n = checked_product(op, name, {dims[0], dims[1], dims[2], dims[3]});
-  bool ok = v.numel() == n;
-  if (ok && v.shape.rank == 4)
-    for (int i = 0; i < 4; ++i) ok = ok && v.shape[i] == dims[static_cast<std::size_t>(i)];
-  if (!ok)
-    fail(op,
-         std::string(name) + " is " + describe(v) + " but the geometry expects " +
-             std::string(layout) + " = " + dims_text({dims[0], dims[1], dims[2], dims[3]}) + " (" +
-             std::to_string(n) + " elements)",
-         layout.find('O') == 0 && layout.find("KH") != std::string_view::npos
-             ? "weights are PyTorch's layout [O, C/groups, KH, KW]; check the geometry"
-             : "image activations are channels-last [N, H, W, C] (permute channels-first data "
-               "with to_channels_last); check the geometry");
 }
 
 void check_operand(std::string_view op, std::string_view name, const sdk::GemmOperand& o) {
@@ -245,13 +185,6 @@ dnnl::algorithm algorithm_for(bool winograd_on, bool everywhere, Direction dir,
              : kDirect;
 }
 
-void require_disjoint(std::string_view op, std::string_view out_name, const TensorView& out,
-                      std::string_view in_name, const TensorView& in) {
-  if (overlaps(out, in))
-    fail(op, std::string(out_name) + " overlaps " + std::string(in_name),
-         "write the output into a separate buffer");
-}
-
 // The entry a call runs, from make(route, algorithm): `alg`'s; the direct one when oneDNN has no
 // usable kernel for `alg`; and, when the native bf16 route's kernel is a reference kernel, the
 // fp32 route's direct entry, with `r` switched to that route.
@@ -360,24 +293,12 @@ void CpuBackend::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
   constexpr std::string_view op = "conv2d_forward";
   use_threads();
   const sdk::Conv2dGeometry& g = args.geometry;
-  check_geometry(op, g);
   check_operand(op, "x", args.x);
   check_operand(op, "w", args.w);
   check_output(op, "y", args.y);
   check_compute(op, args.compute);
-  const std::int64_t oh = g.out_height(), ow = g.out_width();
-  check_tensor(op, "x", args.x.view, {g.batch, g.height, g.width, g.in_channels}, "[N, H, W, C]");
-  check_tensor(op, "w", args.w.view,
-               {g.out_channels, g.in_channels / g.groups, g.kernel_h, g.kernel_w},
-               "[O, C/groups, KH, KW]");
-  check_tensor(op, "y", args.y, {g.batch, oh, ow, g.out_channels}, "[N, OH, OW, O]");
+  checks().conv2d_forward(args);
   const bool has_bias = !args.bias.empty();
-  if (has_bias) {
-    require_fp32(op, "bias", args.bias);
-    require_numel(op, "bias", args.bias, g.out_channels);
-  }
-  require_disjoint(op, "y", args.y, "x", args.x.view);
-  require_disjoint(op, "y", args.y, "w", args.w.view);
 
   // With an fp8 scale the bias is added after it (y = s·conv + b), outside the primitive.
   const float scale = fp8_scale(args.x) * fp8_scale(args.w);
@@ -415,19 +336,11 @@ void CpuBackend::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) {
   constexpr std::string_view op = "conv2d_backward_data";
   use_threads();
   const sdk::Conv2dGeometry& g = args.geometry;
-  check_geometry(op, g);
   check_operand(op, "dy", args.dy);
   check_operand(op, "w", args.w);
   check_output(op, "dx", args.dx);
   check_compute(op, args.compute);
-  const std::int64_t oh = g.out_height(), ow = g.out_width();
-  check_tensor(op, "dy", args.dy.view, {g.batch, oh, ow, g.out_channels}, "[N, OH, OW, O]");
-  check_tensor(op, "w", args.w.view,
-               {g.out_channels, g.in_channels / g.groups, g.kernel_h, g.kernel_w},
-               "[O, C/groups, KH, KW]");
-  check_tensor(op, "dx", args.dx, {g.batch, g.height, g.width, g.in_channels}, "[N, H, W, C]");
-  require_disjoint(op, "dx", args.dx, "dy", args.dy.view);
-  require_disjoint(op, "dx", args.dx, "w", args.w.view);
+  checks().conv2d_backward_data(args);
 
   const float scale = fp8_scale(args.dy) * fp8_scale(args.w);
   Route r = route_of(args.dy.view.dtype, args.w.view.dtype, args.compute, bf16_conv_native());
@@ -461,22 +374,11 @@ void CpuBackend::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& a
   constexpr std::string_view op = "conv2d_backward_weights";
   use_threads();
   const sdk::Conv2dGeometry& g = args.geometry;
-  check_geometry(op, g);
   check_operand(op, "x", args.x);
   check_operand(op, "dy", args.dy);
   check_compute(op, args.compute);
-  const std::int64_t oh = g.out_height(), ow = g.out_width();
-  check_tensor(op, "x", args.x.view, {g.batch, g.height, g.width, g.in_channels}, "[N, H, W, C]");
-  check_tensor(op, "dy", args.dy.view, {g.batch, oh, ow, g.out_channels}, "[N, OH, OW, O]");
-  require_fp32(op, "dw", args.dw);
-  check_tensor(op, "dw", args.dw,
-               {g.out_channels, g.in_channels / g.groups, g.kernel_h, g.kernel_w},
-               "[O, C/groups, KH, KW]");
+  checks().conv2d_backward_weights(args);
   const bool has_bias = !args.dbias.empty();
-  if (has_bias) {
-    require_fp32(op, "dbias", args.dbias);
-    require_numel(op, "dbias", args.dbias, g.out_channels);
-  }
 
   const float w_scale = fp8_scale(args.x) * fp8_scale(args.dy);
   const float b_scale = fp8_scale(args.dy);

@@ -22,13 +22,7 @@ namespace {
 // out[i] = keeps(key, i) ? in[i] · scale(p) : 0, after the facet's checks.
 void apply_mask(std::string_view op, std::string_view in_name, const TensorView& in,
                 std::string_view out_name, const TensorView& out, float p, sdk::DropoutKey key) {
-  require_storage(op, in_name, in);
-  require_storage(op, out_name, out);
-  require_numel(op, out_name, out, in.numel());
-  require_same_or_disjoint(op, in_name, in, out_name, out);
-  if (!(p >= 0.0f && p < 1.0f))
-    fail(op, "p = " + std::to_string(p) + " is outside [0, 1)",
-         "pass the probability of dropping an element; p = 1 would drop everything");
+  checks().dropout(op, in_name, in, out_name, out, p);
   const std::uint32_t threshold = sdk::dropout_threshold(p);
   const float scale = sdk::dropout_scale(p);
   const std::int64_t total = in.numel();

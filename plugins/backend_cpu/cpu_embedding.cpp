@@ -27,59 +27,27 @@ namespace {
 // Columns per scatter-add work item: a hot id (a frequent token) still spreads over threads.
 constexpr std::int64_t kColumnBlock = 256;
 
-struct TableShape {
-  std::int64_t vocab = 0, width = 0;
-};
-
-// table is a [V, C] matrix; returns {V, C}.
-TableShape table_shape(std::string_view op, std::string_view name, const TensorView& table) {
-  if (table.shape.rank != 2)
-    fail(op, std::string(name) + " is " + describe(table) + " but must be [V, C]",
-         "pass the embedding table as a 2-D [vocabulary, width] tensor");
-  return {table.shape[0], table.shape[1]};
-}
-
-// ids is int32 [rows] (any shape) with every id in [0, vocab); returns rows.
-std::int64_t checked_ids(std::string_view op, const TensorView& ids, std::int64_t vocab) {
-  require_present(op, "ids", ids);
-  if (ids.dtype != DType::int32)
-    fail(op, "ids is " + describe(ids) + " but must be int32", "pass token ids as int32");
-  const std::int64_t rows = ids.numel();
+// Every id is in [0, vocab) (the shared checks took its dtype and count).
+void check_id_values(std::string_view op, const TensorView& ids, std::int64_t vocab) {
   const auto* id = ids.as<const std::int32_t>();
-  for (std::int64_t r = 0; r < rows; ++r)
+  for (std::int64_t r = 0; r < ids.numel(); ++r)
     if (id[r] < 0 || id[r] >= vocab)
       fail(op,
            "id " + std::to_string(id[r]) + " at row " + std::to_string(r) + " is outside [0, " +
                std::to_string(vocab) + ")",
            "the ids index the table's rows: check the data's token ids against the model's "
            "vocabulary size");
-  return rows;
-}
-
-// x holds [rows, width] (leading dimensions folded).
-void require_rows_of(std::string_view op, std::string_view name, const TensorView& x,
-                     std::int64_t rows, std::int64_t width) {
-  if (x.shape.cols() != width || x.numel() != rows * width)
-    fail(op,
-         std::string(name) + " is " + describe(x) + " but must be [" + std::to_string(rows) + ", " +
-             std::to_string(width) + "] (one row of the table's width per id)",
-         "allocate it with one row per id and the table's width");
 }
 
 }  // namespace
 
 void CpuBackend::gather(TensorView ids, TensorView table, TensorView out, bool accumulate) {
   use_threads();
-  constexpr std::string_view op = "gather";
-  require_storage(op, "table", table);
-  require_storage(op, "out", out);
-  const auto [vocab, width] = table_shape(op, "table", table);
-  const std::int64_t rows = checked_ids(op, ids, vocab);
-  require_rows_of(op, "out", out, rows, width);
-  if (overlaps(out, table) || overlaps(out, ids))
-    fail(op, "out " + describe(out) + " overlaps the table or the ids", "give out its own buffer");
+  const auto shape = checks().embedding_gather(ids, table, out);
+  check_id_values("gather", ids, shape.vocab);
+  const std::int64_t rows = shape.rows;
   const auto* id = ids.as<const std::int32_t>();
-  const std::int64_t c = width;  // plain variable: clang 14 cannot capture bindings in OpenMP
+  const std::int64_t c = shape.width;
 #pragma omp parallel for schedule(static) if (parallel_worth(rows * c))
   for (std::int64_t r = 0; r < rows; ++r) {
     // out[r, :] (+)= table[id[r], :], both [C]
@@ -103,20 +71,11 @@ void CpuBackend::gather(TensorView ids, TensorView table, TensorView out, bool a
 
 void CpuBackend::scatter_add(TensorView ids, TensorView dy, TensorView dtable, float beta) {
   use_threads();
-  constexpr std::string_view op = "scatter_add";
-  require_storage(op, "dy", dy);
-  require_fp32(op, "dtable", dtable);
-  if (beta != 0.0f && beta != 1.0f)
-    fail(op, "beta = " + std::to_string(beta) + " is neither 0 nor 1",
-         "pass 0 to overwrite the table's gradient or 1 to add to it");
-  const auto [vocab, width] = table_shape(op, "dtable", dtable);
-  const std::int64_t rows = checked_ids(op, ids, vocab);
-  require_rows_of(op, "dy", dy, rows, width);
-  if (overlaps(dtable, dy) || overlaps(dtable, ids))
-    fail(op, "dtable " + describe(dtable) + " overlaps dy or the ids",
-         "give dtable its own buffer");
+  const auto shape = checks().embedding_scatter_add(ids, dy, dtable, beta);
+  check_id_values("scatter_add", ids, shape.vocab);
+  const std::int64_t rows = shape.rows;
   const auto* id = ids.as<const std::int32_t>();
-  const std::int64_t v_count = vocab, c = width;
+  const std::int64_t v_count = shape.vocab, c = shape.width;
 
   // Counting sort of the rows by id: rows of id v are order[start[v] .. start[v + 1]), ascending.
   std::vector<std::int64_t> start(static_cast<std::size_t>(v_count) + 1, 0);

@@ -359,18 +359,8 @@ void CpuBackend::fill(TensorView x, float value) {
 }
 
 void CpuBackend::add(std::span<const TensorView> xs, bool relu, TensorView y) {
-  constexpr std::string_view op = "add";
   use_threads();
-  if (xs.size() < 2)
-    fail(op, "got " + std::to_string(xs.size()) + " inputs", "add joins two or more tensors");
-  require_storage(op, "y", y);
-  const std::int64_t total = y.numel();
-  for (std::size_t k = 0; k < xs.size(); ++k) {
-    const std::string name = "x" + std::to_string(k + 1);
-    require_storage(op, name, xs[k]);
-    require_numel(op, name, xs[k], total);
-    require_same_or_disjoint(op, name, xs[k], "y", y);
-  }
+  const std::int64_t total = checks().residual_add(xs, y);
   // One pass: each chunk of every input is read (decoded) once, summed in FP32, rectified and
   // rounded once into y; y may be an input, whose chunk is read before it is written.
 #pragma omp parallel for schedule(static) if (parallel_worth(total))

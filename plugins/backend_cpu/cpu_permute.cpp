@@ -46,25 +46,10 @@ void transpose_images(const T* src, T* dst, std::int64_t images, std::int64_t ro
 
 void permute(std::string_view op, PrimitiveCache& cache, TensorView src, std::int64_t channels,
              std::int64_t height, std::int64_t width, TensorView dst, bool to_last) {
-  require_storage(op, "src", src);
-  require_storage(op, "dst", dst);
-  if (channels < 1 || height < 1 || width < 1)
-    fail(op,
-         "channels, height and width (" + std::to_string(channels) + ", " + std::to_string(height) +
-             ", " + std::to_string(width) + ") must be at least 1",
-         "pass one image's channels, height and width");
-  const std::int64_t image = checked_product(op, "one image", {channels, height, width});
-  if (src.numel() % image != 0)
-    fail(op,
-         "src is " + describe(src) + " (" + std::to_string(src.numel()) +
-             " elements), not a whole number of " + std::to_string(channels) + "x" +
-             std::to_string(height) + "x" + std::to_string(width) + " images",
-         "check channels, height and width");
-  require_numel(op, "dst", dst, src.numel());
-  if (overlaps(src, dst)) fail(op, "dst overlaps src", "permute into a separate buffer");
+  const std::int64_t images = checks().channel_permute(op, src, channels, height, width, dst);
   const std::int64_t n = src.numel();
   if (n == 0) return;
-  const std::int64_t images = n / image, spatial = height * width;
+  const std::int64_t spatial = height * width;
   // Channels-first images are [C, H·W] matrices, channels-last ones [H·W, C].
   const std::int64_t rows = to_last ? channels : spatial;
   const std::int64_t cols = to_last ? spatial : channels;

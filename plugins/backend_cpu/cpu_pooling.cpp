@@ -34,61 +34,6 @@ namespace {
 
 enum Tag : std::int64_t { kPoolForward = 10, kPoolBackward = 11 };
 
-void check_geometry(std::string_view op, const sdk::Pool2dGeometry& g) {
-  const std::string hint = "check the layer's Pool2dGeometry";
-  auto at_least = [&](const char* name, std::int64_t v, std::int64_t lo) {
-    require_at_least(op, std::string("geometry.") + name, v, lo, hint);
-  };
-  at_least("batch", g.batch, 1);
-  at_least("channels", g.channels, 1);
-  at_least("height", g.height, 1);
-  at_least("width", g.width, 1);
-  at_least("kernel_h", g.kernel_h, 1);
-  at_least("kernel_w", g.kernel_w, 1);
-  at_least("stride_h", g.stride_h, 1);
-  at_least("stride_w", g.stride_w, 1);
-  at_least("pad_h", g.pad_h, 0);
-  at_least("pad_w", g.pad_w, 0);
-  if (2 * g.pad_h > g.kernel_h || 2 * g.pad_w > g.kernel_w)
-    fail(op,
-         "padding " + std::to_string(g.pad_h) + "x" + std::to_string(g.pad_w) +
-             " is more than half the kernel " + std::to_string(g.kernel_h) + "x" +
-             std::to_string(g.kernel_w),
-         "use at most kernel/2 padding (PyTorch's rule: every window overlaps the image)");
-  if (g.out_height() < 1 || g.out_width() < 1)
-    fail(op,
-         "the kernel " + std::to_string(g.kernel_h) + "x" + std::to_string(g.kernel_w) +
-             " does not fit in the " + std::to_string(g.height) + "x" + std::to_string(g.width) +
-             " image padded by " + std::to_string(g.pad_h) + "x" + std::to_string(g.pad_w),
-         "use a smaller kernel or more padding");
-}
-
-void check_image(std::string_view op, std::string_view name, const TensorView& v, std::int64_t n,
-                 std::int64_t h, std::int64_t w, std::int64_t c, std::string_view layout) {
-  require_storage(op, name, v);
-  const std::int64_t numel = checked_product(op, name, {n, h, w, c});
-  bool ok = v.numel() == numel;
-  if (ok && v.shape.rank == 4)
-    ok = v.shape[0] == n && v.shape[1] == h && v.shape[2] == w && v.shape[3] == c;
-  if (!ok)
-    fail(op,
-         std::string(name) + " is " + describe(v) + " but the geometry expects " +
-             std::string(layout) + " = [" + std::to_string(n) + ", " + std::to_string(h) + ", " +
-             std::to_string(w) + ", " + std::to_string(c) + "] (" + std::to_string(numel) +
-             " elements)",
-         "image activations are channels-last [N, H, W, C]; check the geometry");
-}
-
-void check_same_dtype(std::string_view op, std::string_view a_name, const TensorView& a,
-                      std::string_view b_name, const TensorView& b) {
-  const bool same = a.dtype == b.dtype || (is_fp32_storage(a.dtype) && is_fp32_storage(b.dtype));
-  if (!same)
-    fail(op,
-         std::string(a_name) + " is " + describe(a) + " but " + std::string(b_name) + " is " +
-             describe(b) + "; pooling keeps one dtype",
-         "cast one of them so both are fp32, bf16 or fp16");
-}
-
 dnnl::algorithm algorithm_of(const sdk::Pool2dGeometry& g) {
   if (g.kind == sdk::PoolKind::max) return dnnl::algorithm::pooling_max;
   return g.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
@@ -181,22 +126,11 @@ memory::data_type pool_type(PrimitiveCache& cache, std::string_view op,
   return is_reference_kernel(e.implementation) ? memory::data_type::f32 : memory::data_type::bf16;
 }
 
-void check_workspace(std::string_view op, const TensorView& ws, std::size_t bytes) {
-  require_bytes(
-      op, "workspace", ws, bytes,
-      "allocate pool2d_workspace_bytes(geometry, dtype) bytes and pass the same workspace to "
-      "the forward and the backward");
-}
-
 }  // namespace
 
 std::size_t CpuBackend::pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry, DType x) const {
   constexpr std::string_view op = "pool2d_workspace_bytes";
-  check_geometry(op, geometry);
-  if (geometry.kind != sdk::PoolKind::max) return 0;
-  if (!is_storage_float(x))
-    fail(op, "x dtype " + std::string(sdk::dtype_name(x)) + " is not supported",
-         "pool fp32, bf16 or fp16 activations");
+  if (!checks().pool2d_workspace_args(geometry, x)) return 0;
   use_threads();
   const auto dt = pool_type(*prims_, op, geometry, x);
   return forward_entry(*prims_, op, geometry, dt, true).ws_md.get_size();
@@ -206,11 +140,7 @@ void CpuBackend::pool2d_forward(const sdk::Pool2dGeometry& g, TensorView x, Tens
                                 TensorView workspace) {
   constexpr std::string_view op = "pool2d_forward";
   use_threads();
-  check_geometry(op, g);
-  check_image(op, "x", x, g.batch, g.height, g.width, g.channels, "[N, H, W, C]");
-  check_image(op, "y", y, g.batch, g.out_height(), g.out_width(), g.channels, "[N, OH, OW, C]");
-  check_same_dtype(op, "x", x, "y", y);
-  if (overlaps(x, y)) fail(op, "y overlaps x", "write the output into a separate buffer");
+  checks().pool2d_forward(g, x, y);
   const bool training = g.kind == sdk::PoolKind::max && !workspace.empty();
   const auto dt = pool_type(*prims_, op, g, x.dtype);
   PoolEntry& e = forward_entry(*prims_, op, g, dt, training);
@@ -219,7 +149,7 @@ void CpuBackend::pool2d_forward(const sdk::Pool2dGeometry& g, TensorView x, Tens
   std::unordered_map<int, memory> exec{{DNNL_ARG_SRC, prims_->wrap(e.src_md, src)},
                                        {DNNL_ARG_DST, prims_->wrap(e.dst_md, dst)}};
   if (training) {
-    check_workspace(op, workspace, e.ws_md.get_size());
+    checks().pool2d_workspace(op, workspace, e.ws_md.get_size());
     exec.emplace(DNNL_ARG_WORKSPACE, prims_->wrap(e.ws_md, workspace.data));
   }
   prims_->execute(e.primitive, exec);
@@ -232,11 +162,7 @@ void CpuBackend::pool2d_backward(const sdk::Pool2dGeometry& g, TensorView dy, Te
   constexpr std::string_view op = "pool2d_backward";
   (void)y;  // the indices come from the workspace or from x
   use_threads();
-  check_geometry(op, g);
-  check_image(op, "dy", dy, g.batch, g.out_height(), g.out_width(), g.channels, "[N, OH, OW, C]");
-  check_image(op, "dx", dx, g.batch, g.height, g.width, g.channels, "[N, H, W, C]");
-  check_same_dtype(op, "dy", dy, "dx", dx);
-  if (overlaps(dx, dy)) fail(op, "dx overlaps dy", "write the output into a separate buffer");
+  checks().pool2d_backward(g, dy, x, workspace, dx);
   const bool max = g.kind == sdk::PoolKind::max;
   const auto dt = pool_type(*prims_, op, g, dy.dtype);
   PoolEntry& e = backward_entry(*prims_, op, g, dt);
@@ -244,11 +170,6 @@ void CpuBackend::pool2d_backward(const sdk::Pool2dGeometry& g, TensorView dy, Te
   const void* ws = workspace.data;
   if (max && workspace.empty()) {
     // No workspace: recompute the argmax indices from x (a training forward into scratch).
-    if (x.empty())
-      fail(op, "max pooling's backward needs the forward's workspace or x",
-           "pass the workspace filled by pool2d_forward, or x");
-    check_image(op, "x", x, g.batch, g.height, g.width, g.channels, "[N, H, W, C]");
-    check_same_dtype(op, "x", x, "dy", dy);
     PoolEntry& f = forward_entry(*prims_, op, g, dt, true);
     const void* src = as_input(*prims_, x, dt, Slot::extra_a);
     void* y_tmp = prims_->scratch<char>(Slot::weights, f.dst_md.get_size());
@@ -258,7 +179,7 @@ void CpuBackend::pool2d_backward(const sdk::Pool2dGeometry& g, TensorView dy, Te
                                   {DNNL_ARG_WORKSPACE, prims_->wrap(f.ws_md, ws_tmp)}});
     ws = ws_tmp;
   } else if (max) {
-    check_workspace(op, workspace, e.ws_md.get_size());
+    checks().pool2d_workspace(op, workspace, e.ws_md.get_size());
   }
   const void* diff_dst = as_input(*prims_, dy, dt, Slot::src);
   void* diff_src = as_output(*prims_, dx, dt, Slot::dst);
