@@ -21,7 +21,7 @@ kernels::PermuteShape permute_shape(const sdk::HeadLayout& l) {
 void CudaBackend::split_heads(TensorView x, const sdk::HeadLayout& layout, TensorView y) {
   activate();
   constexpr const char* op = "split_heads";
-  check_head_permute(op, x, layout, y);
+  checks().head_permute(op, x, layout, y);
   check_cuda(kernels::head_permute(x.data, elem_of(x.dtype), y.data, elem_of(y.dtype),
                                    permute_shape(layout), true, stream_),
              op, "kernel launch");
@@ -30,7 +30,7 @@ void CudaBackend::split_heads(TensorView x, const sdk::HeadLayout& layout, Tenso
 void CudaBackend::merge_heads(TensorView y, const sdk::HeadLayout& layout, TensorView x) {
   activate();
   constexpr const char* op = "merge_heads";
-  check_head_permute(op, x, layout, y);
+  checks().head_permute(op, x, layout, y);
   check_cuda(kernels::head_permute(x.data, elem_of(x.dtype), y.data, elem_of(y.dtype),
                                    permute_shape(layout), false, stream_),
              op, "kernel launch");

@@ -19,7 +19,6 @@
 
 #include "cuda_access.h"
 #include "cuda_backend.h"
-#include "cuda_layer_checks.h"
 #include "cuda_layer_kernels.h"
 
 namespace mixtrain::backend_cuda {
@@ -41,11 +40,7 @@ const float* ptr_or_null(const TensorView& v) {
 
 std::size_t CudaBackend::batchnorm_workspace_bytes(const sdk::BatchNormShape& shape,
                                                    DType x) const {
-  constexpr std::string_view op = "batchnorm_workspace_bytes";
-  layer_checks::batchnorm_shape(op, shape);
-  if (!is_storage_float(x))
-    fail(op, "x dtype " + std::string(sdk::dtype_name(x)) + " is not supported",
-         "batch norm takes fp32, bf16 or fp16 activations");
+  checks().batchnorm_workspace_args(shape, x);
   return workspace_bytes(shape);
 }
 
@@ -56,17 +51,10 @@ void CudaBackend::batchnorm_forward_training(TensorView x, TensorView gamma, Ten
                                              TensorView running_var, TensorView workspace) {
   activate();
   constexpr const char* op = "batchnorm_forward_training";
-  layer_checks::batchnorm_forward(op, shape, x, y, gamma, beta);
+  const bool keep = checks().batchnorm_forward_training(x, gamma, beta, shape, y, save_mean,
+                                                        save_var, running_mean, running_var,
+                                                        workspace, workspace_bytes(shape));
   const std::int64_t c = shape.channels;
-  layer_checks::channel_vector(op, "save_mean", save_mean, c);
-  layer_checks::channel_vector(op, "save_var", save_var, c);
-  if (!running_mean.empty()) layer_checks::channel_vector(op, "running_mean", running_mean, c);
-  if (!running_var.empty()) layer_checks::channel_vector(op, "running_var", running_var, c);
-  const bool keep = shape.relu && !workspace.empty();
-  if (keep) layer_checks::batchnorm_workspace(op, workspace, workspace_bytes(shape));
-  if (shape.rows < 2)
-    fail(op, "training needs more than one value per channel (rows = 1)",
-         "use a batch of at least two, or the inference forward");
   double* partial = partial_.as<double>(kernels::bn_partial_doubles(shape.rows, c), stream_, op);
   float* scale_shift = keep ? workspace.as<float>()
                             : partial2_.as<float>(2 * static_cast<std::size_t>(c), stream_, op);
@@ -92,10 +80,8 @@ void CudaBackend::batchnorm_forward_inference(TensorView x, TensorView gamma, Te
                                               const sdk::BatchNormShape& shape, TensorView y) {
   activate();
   constexpr const char* op = "batchnorm_forward_inference";
-  layer_checks::batchnorm_forward(op, shape, x, y, gamma, beta);
+  checks().batchnorm_forward_inference(x, gamma, beta, running_mean, running_var, shape, y);
   const std::int64_t c = shape.channels;
-  layer_checks::channel_vector(op, "running_mean", running_mean, c);
-  layer_checks::channel_vector(op, "running_var", running_var, c);
   float* scale_shift = partial2_.as<float>(2 * static_cast<std::size_t>(c), stream_, op);
   account_buffers();
   const kernels::BnForward a{x.data,
@@ -120,8 +106,8 @@ void CudaBackend::batchnorm_backward(TensorView dy, TensorView x, TensorView y, 
   activate();
   constexpr const char* op = "batchnorm_backward";
   const bool from_workspace =
-      layer_checks::batchnorm_backward(dy, x, y, gamma, save_mean, save_var, shape, workspace,
-                                       workspace_bytes(shape), dx, dgamma, dbeta);
+      checks().batchnorm_backward(dy, x, y, gamma, save_mean, save_var, shape, workspace,
+                                  workspace_bytes(shape), dx, dgamma, dbeta);
   const std::int64_t c = shape.channels;
   double* partial = partial_.as<double>(kernels::bn_partial_doubles(shape.rows, c), stream_, op);
   float* coeff = partial2_.as<float>(3 * static_cast<std::size_t>(c), stream_, op);

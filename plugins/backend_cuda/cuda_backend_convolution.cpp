@@ -286,12 +286,9 @@ std::size_t argmax_bytes(const sdk::Pool2dGeometry& g) {
 std::size_t CudaBackend::pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry,
                                                 DType x) const {
   constexpr std::string_view op = "pool2d_workspace_bytes";
-  layer_checks::pool_geometry(op, geometry);
-  if (geometry.kind != sdk::PoolKind::max) return 0;
-  if (!is_storage_float(x))
-    fail(op, "x dtype " + std::string(sdk::dtype_name(x)) + " is not supported",
-         "pool fp32, bf16 or fp16 activations");
-  return argmax_bytes(geometry);
+  const bool max = checks().pool2d_workspace_args(geometry, x);
+  layer_checks::pool_limits(op, geometry);
+  return max ? argmax_bytes(geometry) : 0;
 }
 
 void CudaBackend::pool2d_forward(const sdk::Pool2dGeometry& g, TensorView x, TensorView y,
@@ -324,7 +321,7 @@ void CudaBackend::to_channels_last(TensorView src, std::int64_t channels, std::i
                                    std::int64_t width, TensorView dst) {
   activate();
   constexpr const char* op = "to_channels_last";
-  const std::int64_t images = layer_checks::permute(op, src, channels, height, width, dst);
+  const std::int64_t images = checks().channel_permute(op, src, channels, height, width, dst);
   check_cuda(kernels::permute_images(src.data, elem_of(src.dtype), dst.data, elem_of(dst.dtype),
                                      images, channels, height * width, stream_),
              op, "kernel launch");
@@ -334,7 +331,7 @@ void CudaBackend::to_channels_first(TensorView src, std::int64_t channels, std::
                                     std::int64_t width, TensorView dst) {
   activate();
   constexpr const char* op = "to_channels_first";
-  const std::int64_t images = layer_checks::permute(op, src, channels, height, width, dst);
+  const std::int64_t images = checks().channel_permute(op, src, channels, height, width, dst);
   check_cuda(kernels::permute_images(src.data, elem_of(src.dtype), dst.data, elem_of(dst.dtype),
                                      images, height * width, channels, stream_),
              op, "kernel launch");

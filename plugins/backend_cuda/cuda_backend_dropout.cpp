@@ -4,7 +4,6 @@
 #include "cuda_backend.h"
 #include "cuda_dropout.h"
 #include "cuda_element_math.h"
-#include "cuda_facet_checks.h"
 
 namespace mixtrain::backend_cuda {
 
@@ -26,13 +25,13 @@ void apply_mask(const char* op, const TensorView& in, const TensorView& out, flo
 
 void CudaBackend::dropout_forward(TensorView x, TensorView y, float p, sdk::DropoutKey key) {
   activate();
-  check_dropout("dropout_forward", "x", x, "y", y, p);
+  checks().dropout("dropout_forward", "x", x, "y", y, p);
   apply_mask("dropout_forward", x, y, p, key, stream_);
 }
 
 void CudaBackend::dropout_backward(TensorView dy, TensorView dx, float p, sdk::DropoutKey key) {
   activate();
-  check_dropout("dropout_backward", "dy", dy, "dx", dx, p);
+  checks().dropout("dropout_backward", "dy", dy, "dx", dx, p);
   apply_mask("dropout_backward", dy, dx, p, key, stream_);
 }
 

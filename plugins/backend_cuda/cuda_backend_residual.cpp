@@ -5,7 +5,6 @@
 
 #include "cuda_access.h"
 #include "cuda_backend.h"
-#include "cuda_facet_checks.h"
 #include "cuda_residual.h"
 
 namespace mixtrain::backend_cuda {
@@ -15,7 +14,7 @@ using sdk::TensorView;
 void CudaBackend::add(std::span<const TensorView> xs, bool relu, TensorView y) {
   activate();
   constexpr const char* op = "add";
-  const std::int64_t n = check_residual_add(xs, y);
+  const std::int64_t n = checks().residual_add(xs, y);
   if (n == 0) return;
   // One launch takes kResidualInputs inputs. A longer list carries its running FP32 sum in
   // scratch from launch to launch: the same additions in the same order, and still the one

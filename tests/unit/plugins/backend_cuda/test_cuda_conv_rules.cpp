@@ -9,6 +9,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "cuda_access.h"
 #include "cuda_conv_rules.h"
 #include "cuda_layer_checks.h"
 #include "mixtrain/sdk/error.h"
@@ -343,31 +344,35 @@ TEST(cuda_layer_checks, PoolingPermuteAndBatchNormChecks) {
   e = error_of([&] { checks::pool_forward(p, x, y, {}, 0); });
   EXPECT_NE(e.find("more than half the kernel"), std::string::npos) << e;
 
+  // The permutes and batch norm run the SDK's shared checks only.
+  const sdk::BackendArgumentChecks& shared = mixtrain::backend_cuda::checks();
   e = error_of([&] {
-    checks::permute("to_channels_last", fake(DType::fp32, {2, 3, 4, 5}, 0x10000), 3, 4, 6,
-                    fake(DType::bf16, {120}, 0x20000));
+    shared.channel_permute("to_channels_last", fake(DType::fp32, {2, 3, 4, 5}, 0x10000), 3, 4, 6,
+                           fake(DType::bf16, {120}, 0x20000));
   });
+  EXPECT_NE(e.find("backend_cuda.to_channels_last"), std::string::npos) << e;
   EXPECT_NE(e.find("not a whole number of 3x4x6 images"), std::string::npos) << e;
-  EXPECT_EQ(checks::permute("to_channels_last", fake(DType::fp32, {2, 3, 4, 5}, 0x10000), 3, 4, 5,
-                            fake(DType::bf16, {120}, 0x20000)),
+  EXPECT_EQ(shared.channel_permute("to_channels_last", fake(DType::fp32, {2, 3, 4, 5}, 0x10000), 3,
+                                   4, 5, fake(DType::bf16, {120}, 0x20000)),
             2);
 
   const sdk::BatchNormShape s{70, 6, 1e-5f, true};
   const auto bx = fake(DType::bf16, {2, 5, 7, 6}, 0x10000);
+  const auto mean = fake(DType::fp32, {6}, 0x30000), var = fake(DType::fp32, {6}, 0x40000);
   e = error_of([&] {
-    checks::batchnorm_forward("batchnorm_forward_training", s, bx,
-                              fake(DType::bf16, {70, 5}, 0x20000), {}, {});
+    shared.batchnorm_forward_training(bx, {}, {}, s, fake(DType::bf16, {70, 5}, 0x20000), mean, var,
+                                      {}, {}, {}, 48);
   });
+  EXPECT_NE(e.find("backend_cuda.batchnorm_forward_training"), std::string::npos) << e;
   EXPECT_NE(e.find("y is bf16 [70, 5]"), std::string::npos) << e;
   e = error_of([&] {
-    checks::batchnorm_forward("batchnorm_forward_training", s, bx, bx,
-                              fake(DType::fp32, {6}, 0x30000), {});
+    shared.batchnorm_forward_training(bx, fake(DType::fp32, {6}, 0x50000), {}, s, bx, mean, var, {},
+                                      {}, {}, 48);
   });
   EXPECT_NE(e.find("both given"), std::string::npos) << e;
   e = error_of([&] {
-    checks::batchnorm_backward(bx, bx, {}, {}, fake(DType::fp32, {6}, 0x30000),
-                               fake(DType::fp32, {6}, 0x40000), s, {}, 48,
-                               fake(DType::bf16, {70, 6}, 0x50000), {}, {});
+    shared.batchnorm_backward(bx, bx, {}, {}, mean, var, s, {}, 48,
+                              fake(DType::bf16, {70, 6}, 0x50000), {}, {});
   });
   EXPECT_NE(e.find("needs the forward's workspace or y"), std::string::npos) << e;
 }

@@ -1,5 +1,6 @@
-// The residual, attention, embedding and dropout facets' argument checks (cuda_facet_checks.h),
-// run without a device: every CudaBackend facet method calls them before it enqueues anything,
+// The residual, attention, embedding and dropout facets' argument checks (the SDK's shared ones
+// through checks(), and cuda_facet_checks.h's launch limits on top), run without a device: every
+// CudaBackend facet method calls them before it enqueues anything,
 // so these are the messages a bad call gets on a GPU machine. Each names "backend_cuda.<op>", the
 // tensor and its dtype/shape. The views point at host bytes that are never read.
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_access.h"
 #include "cuda_facet_checks.h"
 #include "mixtrain/sdk/error.h"
 
@@ -47,17 +49,18 @@ TEST(cuda_facet_checks, ResidualAdd) {
   const TensorView a = v.at(0, DType::bf16, Shape{4, 8}), b = v.at(kMiB, DType::fp32, Shape{32});
   const TensorView y = v.at(2 * kMiB, DType::fp16, Shape{4, 8});
   const TensorView two[] = {a, b};
-  EXPECT_EQ(check_residual_add(two, y), 32);
+  EXPECT_EQ(checks().residual_add(two, y), 32);
   const TensorView in_place[] = {a, y};
-  EXPECT_EQ(check_residual_add(in_place, y), 32);
+  EXPECT_EQ(checks().residual_add(in_place, y), 32);
   const TensorView one[] = {a};
-  expect_error([&] { check_residual_add(one, y); }, {"backend_cuda.add", "1 inputs"});
+  expect_error([&] { checks().residual_add(one, y); }, {"backend_cuda.add", "1 inputs"});
   const TensorView wrong_size[] = {a, v.at(kMiB, DType::fp32, Shape{31})};
-  expect_error([&] { check_residual_add(wrong_size, y); }, {"backend_cuda.add", "x2", "fp32 [31]"});
+  expect_error([&] { checks().residual_add(wrong_size, y); },
+               {"backend_cuda.add", "x2", "fp32 [31]"});
   const TensorView int_input[] = {a, v.at(kMiB, DType::int32, Shape{32})};
-  expect_error([&] { check_residual_add(int_input, y); }, {"backend_cuda.add", "x2", "int32"});
+  expect_error([&] { checks().residual_add(int_input, y); }, {"backend_cuda.add", "x2", "int32"});
   const TensorView partial[] = {a, v.at(2 * kMiB + 2, DType::fp16, Shape{32})};
-  expect_error([&] { check_residual_add(partial, y); }, {"backend_cuda.add", "overlap"});
+  expect_error([&] { checks().residual_add(partial, y); }, {"backend_cuda.add", "overlap"});
 }
 
 TEST(cuda_facet_checks, HeadPermutes) {
@@ -65,24 +68,24 @@ TEST(cuda_facet_checks, HeadPermutes) {
   sdk::HeadLayout l{2, 3, 4, 5, 3, 0, 0};  // N, T, H, D, P
   const TensorView x = v.at(0, DType::bf16, Shape{2, 3, 3 * 4 * 5});
   const TensorView y = v.at(kMiB, DType::fp32, Shape{3 * 2 * 4 * 3 * 5});
-  check_head_permute("split_heads", x, l, y);
+  checks().head_permute("split_heads", x, l, y);
   sdk::HeadLayout cache = l;
   cache.head_tokens = 10;
   cache.head_offset = 7;
   const TensorView y_cache = v.at(kMiB, DType::fp32, Shape{3 * 2 * 4 * 10 * 5});
-  check_head_permute("split_heads", x, cache, y_cache);
+  checks().head_permute("split_heads", x, cache, y_cache);
   cache.head_offset = 8;
-  expect_error([&] { check_head_permute("split_heads", x, cache, y_cache); },
+  expect_error([&] { checks().head_permute("split_heads", x, cache, y_cache); },
                {"backend_cuda.split_heads", "head_offset is outside [0, 7]"});
-  expect_error([&] { check_head_permute("merge_heads", x, l, y_cache); },
+  expect_error([&] { checks().head_permute("merge_heads", x, l, y_cache); },
                {"backend_cuda.merge_heads", "y", "fp32 [1200]"});
-  expect_error([&] { check_head_permute("split_heads", v.at(0, DType::int32, x.shape), l, y); },
+  expect_error([&] { checks().head_permute("split_heads", v.at(0, DType::int32, x.shape), l, y); },
                {"backend_cuda.split_heads", "x", "int32"});
   sdk::HeadLayout no_heads = l;
   no_heads.heads = 0;
-  expect_error([&] { check_head_permute("split_heads", x, no_heads, y); },
+  expect_error([&] { checks().head_permute("split_heads", x, no_heads, y); },
                {"backend_cuda.split_heads", "no heads"});
-  expect_error([&] { check_head_permute("split_heads", x, l, v.at(8, DType::fp32, y.shape)); },
+  expect_error([&] { checks().head_permute("split_heads", x, l, v.at(8, DType::fp32, y.shape)); },
                {"backend_cuda.split_heads", "overlap"});
 }
 
@@ -156,25 +159,27 @@ TEST(cuda_facet_checks, Embedding) {
 TEST(cuda_facet_checks, Dropout) {
   Views v;
   const TensorView x = v.at(0, DType::bf16, Shape{100}), y = v.at(kMiB, DType::fp32, Shape{10, 10});
-  check_dropout("dropout_forward", "x", x, "y", y, 0.1f);
-  check_dropout("dropout_forward", "x", x, "y", x, 0.0f);  // in place
-  expect_error([&] { check_dropout("dropout_forward", "x", x, "y", y, 1.0f); },
+  checks().dropout("dropout_forward", "x", x, "y", y, 0.1f);
+  checks().dropout("dropout_forward", "x", x, "y", x, 0.0f);  // in place
+  expect_error([&] { checks().dropout("dropout_forward", "x", x, "y", y, 1.0f); },
                {"backend_cuda.dropout_forward", "p = 1", "[0, 1)"});
-  expect_error([&] { check_dropout("dropout_forward", "x", x, "y", y, -0.5f); },
+  expect_error([&] { checks().dropout("dropout_forward", "x", x, "y", y, -0.5f); },
                {"backend_cuda.dropout_forward", "p = -0.5"});
   expect_error(
       [&] {
-        check_dropout("dropout_backward", "dy", x, "dx", v.at(kMiB, DType::fp32, Shape{99}), 0.1f);
+        checks().dropout("dropout_backward", "dy", x, "dx", v.at(kMiB, DType::fp32, Shape{99}),
+                         0.1f);
       },
       {"backend_cuda.dropout_backward", "dx", "fp32 [99]"});
   expect_error(
       [&] {
-        check_dropout("dropout_forward", "x", x, "y", v.at(2, DType::bf16, Shape{100}), 0.1f);
+        checks().dropout("dropout_forward", "x", x, "y", v.at(2, DType::bf16, Shape{100}), 0.1f);
       },
       {"backend_cuda.dropout_forward", "overlap"});
   expect_error(
       [&] {
-        check_dropout("dropout_forward", "x", v.at(0, DType::fp8_e4m3, Shape{100}), "y", y, 0.1f);
+        checks().dropout("dropout_forward", "x", v.at(0, DType::fp8_e4m3, Shape{100}), "y", y,
+                         0.1f);
       },
       {"backend_cuda.dropout_forward", "x", "fp8_e4m3"});
 }
