@@ -69,9 +69,6 @@ void check_operand(std::string_view op, std::string_view name, const sdk::GemmOp
          std::string(name) + " is " + describe(o.view) +
              "; convolution operands are fp32, tf32, bf16, fp16, fp8_e4m3 or fp8_e5m2",
          "cast the tensor first (backend.cast)");
-  if (o.transpose)
-    fail(op, std::string(name) + " has transpose = true; convolution operands are never transposed",
-         "pass the tensor in its own layout with transpose = false");
 }
 
 void check_output(std::string_view op, std::string_view name, const TensorView& v) {

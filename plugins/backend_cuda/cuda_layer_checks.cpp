@@ -23,9 +23,6 @@ void conv_operand(std::string_view op, std::string_view name, const sdk::GemmOpe
              "not offered: supports() answers false)",
          "cast the tensor to bf16 or fp16 first (backend.cast), or run fp8 convolutions on the "
          "cpu backend");
-  if (o.transpose)
-    fail(op, std::string(name) + " has transpose = true; convolution operands are never transposed",
-         "pass the tensor in its own layout with transpose = false");
 }
 
 void conv_output(std::string_view op, std::string_view name, const TensorView& v) {

@@ -67,6 +67,15 @@ Dims out_dims(const Pool2dGeometry& g) {
   return {g.batch, g.out_height(), g.out_width(), g.channels};
 }
 
+// Convolution operands come in their own layout, never transposed.
+void untransposed(const BackendArgumentChecks& c, std::string_view op, std::string_view name,
+                  const GemmOperand& o) {
+  if (o.transpose)
+    c.fail(op,
+           std::string(name) + " has transpose = true; convolution operands are never transposed",
+           "pass the tensor in its own layout with transpose = false");
+}
+
 // An optional per-output-channel fp32 bias (or its gradient).
 void optional_bias(const BackendArgumentChecks& c, std::string_view op, std::string_view name,
                    const TensorView& v, std::int64_t channels) {
@@ -114,6 +123,8 @@ void BackendArgumentChecks::conv2d_forward(const Conv2dForwardArgs& a) const {
   constexpr std::string_view op = "conv2d_forward";
   const Conv2dGeometry& g = a.geometry;
   conv2d_geometry(op, g);
+  untransposed(*this, op, "x", a.x);
+  untransposed(*this, op, "w", a.w);
   tensor_of(*this, op, "x", a.x.view, x_dims(g), kImage, kImageHint);
   tensor_of(*this, op, "w", a.w.view, w_dims(g), kWeights, kWeightHint);
   tensor_of(*this, op, "y", a.y, y_dims(g), kOutImage, kImageHint);
@@ -126,6 +137,8 @@ void BackendArgumentChecks::conv2d_backward_data(const Conv2dBackwardDataArgs& a
   constexpr std::string_view op = "conv2d_backward_data";
   const Conv2dGeometry& g = a.geometry;
   conv2d_geometry(op, g);
+  untransposed(*this, op, "dy", a.dy);
+  untransposed(*this, op, "w", a.w);
   tensor_of(*this, op, "dy", a.dy.view, y_dims(g), kOutImage, kImageHint);
   tensor_of(*this, op, "w", a.w.view, w_dims(g), kWeights, kWeightHint);
   tensor_of(*this, op, "dx", a.dx, x_dims(g), kImage, kImageHint);
@@ -137,6 +150,8 @@ void BackendArgumentChecks::conv2d_backward_weights(const Conv2dBackwardWeightsA
   constexpr std::string_view op = "conv2d_backward_weights";
   const Conv2dGeometry& g = a.geometry;
   conv2d_geometry(op, g);
+  untransposed(*this, op, "x", a.x);
+  untransposed(*this, op, "dy", a.dy);
   tensor_of(*this, op, "x", a.x.view, x_dims(g), kImage, kImageHint);
   tensor_of(*this, op, "dy", a.dy.view, y_dims(g), kOutImage, kImageHint);
   require_fp32(op, "dw", a.dw);

@@ -174,13 +174,14 @@ class MIXTRAIN_SDK_API BackendArgumentChecks {
 
   // Every dimension >= 1 (padding >= 0), groups dividing both channel counts, a kernel that fits.
   void conv2d_geometry(std::string_view op, const Conv2dGeometry& g) const;
-  // The geometry, then x, w, y of its shapes, a bias (optional) fp32 [O], y disjoint from x and w.
-  // Not the operands', output's and compute dtypes: those are the backend's.
+  // The geometry, then x, w (not transposed), y of its shapes, a bias (optional) fp32 [O], y
+  // disjoint from x and w. Not the operands', output's and compute dtypes: those are the
+  // backend's.
   void conv2d_forward(const Conv2dForwardArgs& args) const;
-  // The geometry, dy, w, dx of its shapes, dx disjoint from dy and w.
+  // The geometry, dy, w (not transposed), dx of its shapes, dx disjoint from dy and w.
   void conv2d_backward_data(const Conv2dBackwardDataArgs& args) const;
-  // The geometry, x, dy of its shapes, dw fp32 [O, C/groups, KH, KW], dbias (optional) fp32 [O],
-  // dw disjoint from x and dy.
+  // The geometry, x, dy (not transposed) of its shapes, dw fp32 [O, C/groups, KH, KW], dbias
+  // (optional) fp32 [O], dw disjoint from x and dy.
   void conv2d_backward_weights(const Conv2dBackwardWeightsArgs& args) const;
 
   // Every dimension >= 1 (padding >= 0), padding at most half the kernel, a kernel that fits.
