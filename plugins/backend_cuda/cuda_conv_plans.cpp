@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <array>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "cuda_access.h"
@@ -66,10 +68,10 @@ const char* note_text(int n) {
 struct Steps {
   cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
   std::string what;
-  void operator()(cudnnStatus_t s, const char* step) {
+  void operator()(cudnnStatus_t s, std::string_view step) {
     if (status == CUDNN_STATUS_SUCCESS && s != CUDNN_STATUS_SUCCESS) {
       status = s;
-      what = step;
+      what = std::string(step);
     }
   }
   bool ok() const { return status == CUDNN_STATUS_SUCCESS; }
@@ -144,66 +146,50 @@ Descriptor operation_graph(const PlanKey& key, cudnnHandle_t handle, std::vector
   steps(cd.finalize(), "finalize convolution");
 
   const float alpha = 1.0f, beta = 0.0f;  // the output is overwritten; accumulation is a kernel's
-  Descriptor opd;
-  switch (key.op) {
-    case ConvOp::forward:
-      opd = Descriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                    x.ptr()),
-            "fprop x");
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                    w.ptr()),
-            "fprop w");
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                    y.ptr()),
-            "fprop y");
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, cd.ptr()),
-            "fprop conv");
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha),
-            "fprop alpha");
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta),
-            "fprop beta");
-      break;
-    case ConvOp::backward_data:
-      opd = Descriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                    x.ptr()),
-            "dgrad dx");
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                    w.ptr()),
-            "dgrad w");
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                    y.ptr()),
-            "dgrad dy");
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
-                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, cd.ptr()),
-            "dgrad conv");
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha),
-            "dgrad alpha");
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta),
-            "dgrad beta");
-      break;
-    case ConvOp::backward_weights:
-      opd = Descriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                    x.ptr()),
-            "wgrad x");
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                    1, w.ptr()),
-            "wgrad dw");
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                    1, y.ptr()),
-            "wgrad dy");
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
-                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, cd.ptr()),
-            "wgrad conv");
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha),
-            "wgrad alpha");
-      steps(opd.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta),
-            "wgrad beta");
-      break;
-  }
+  // The three operations take the same six attributes under their own names. x, w, y are the
+  // activation, the filter and the output side: dx, w, dy for dgrad; x, dw, dy for wgrad.
+  struct Attributes {
+    cudnnBackendDescriptorType_t type;
+    cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+    const char* label;
+  };
+  static constexpr Attributes kForward{CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+                                       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                                       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                                       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                                       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                                       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                                       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+                                       "fprop"};
+  static constexpr Attributes kBackwardData{
+      CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+      "dgrad"};
+  static constexpr Attributes kBackwardWeights{
+      CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+      "wgrad"};
+  const Attributes& a = key.op == ConvOp::forward         ? kForward
+                        : key.op == ConvOp::backward_data ? kBackwardData
+                                                          : kBackwardWeights;
+  const std::string label = a.label;
+  Descriptor opd(a.type);
+  steps(opd.set(a.x, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, x.ptr()), label + " x");
+  steps(opd.set(a.w, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, w.ptr()), label + " w");
+  steps(opd.set(a.y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, y.ptr()), label + " y");
+  steps(opd.set(a.conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, cd.ptr()), label + " conv");
+  steps(opd.set(a.alpha, CUDNN_TYPE_FLOAT, 1, &alpha), label + " alpha");
+  steps(opd.set(a.beta, CUDNN_TYPE_FLOAT, 1, &beta), label + " beta");
   steps(opd.status(), "create operation");
   steps(opd.finalize(), "finalize operation");
 
