@@ -36,6 +36,12 @@ const float* ptr_or_null(const TensorView& v) {
   return v.empty() ? nullptr : v.as<const float>();
 }
 
+// The forward kernels' common arguments (training and inference differ in the statistics only).
+kernels::BnForward forward_args(const TensorView& x, const TensorView& y, const TensorView& gamma,
+                                const TensorView& beta, const sdk::BatchNormShape& shape) {
+  return {x.data,    y.data,     elem_of(x.dtype), ptr_or_null(gamma), ptr_or_null(beta),
+          shape.eps, shape.relu, shape.rows,       shape.channels};
+}
 }  // namespace
 
 std::size_t CudaBackend::batchnorm_workspace_bytes(const sdk::BatchNormShape& shape,
@@ -59,15 +65,7 @@ void CudaBackend::batchnorm_forward_training(TensorView x, TensorView gamma, Ten
   float* scale_shift = keep ? workspace.as<float>()
                             : partial2_.as<float>(2 * static_cast<std::size_t>(c), stream_, op);
   account_buffers();
-  const kernels::BnForward a{x.data,
-                             y.data,
-                             elem_of(x.dtype),
-                             ptr_or_null(gamma),
-                             ptr_or_null(beta),
-                             shape.eps,
-                             shape.relu,
-                             shape.rows,
-                             c};
+  const kernels::BnForward a = forward_args(x, y, gamma, beta, shape);
   check_cuda(kernels::bn_forward_training(a, momentum, save_mean.as<float>(), save_var.as<float>(),
                                           running_mean.empty() ? nullptr : running_mean.as<float>(),
                                           running_var.empty() ? nullptr : running_var.as<float>(),
@@ -84,15 +82,7 @@ void CudaBackend::batchnorm_forward_inference(TensorView x, TensorView gamma, Te
   const std::int64_t c = shape.channels;
   float* scale_shift = partial2_.as<float>(2 * static_cast<std::size_t>(c), stream_, op);
   account_buffers();
-  const kernels::BnForward a{x.data,
-                             y.data,
-                             elem_of(x.dtype),
-                             ptr_or_null(gamma),
-                             ptr_or_null(beta),
-                             shape.eps,
-                             shape.relu,
-                             shape.rows,
-                             c};
+  const kernels::BnForward a = forward_args(x, y, gamma, beta, shape);
   check_cuda(kernels::bn_forward_inference(a, running_mean.as<const float>(),
                                            running_var.as<const float>(), scale_shift, stream_),
              op, "kernel launch");
