@@ -175,11 +175,11 @@ MIXTRAIN_HD float relu_grad(float x, float dy) {
   return x > 0.0f ? dy : 0.0f;
 }
 
-// e^y for 0 <= y <= 20 (Cephes expf: y = k ln2 + r with a two-part ln2, degree-6 polynomial).
-MIXTRAIN_HD float exp_nonneg(float y) {
-  const int k = static_cast<int>(y * 1.44269504088896341f + 0.5f);  // round(y / ln2), y >= 0
-  const float kf = static_cast<float>(k);
-  float r = y - kf * 0.693359375f;  // exact: kf * 0.693359375f has at most 16 significant bits
+// Cephes expf's reduction and polynomial: e^r for r = y - k ln2 with ln2 in two parts (the first
+// product kf * 0.693359375f is exact: at most 17 significant bits for the |k| <= 150 the callers
+// pass), degree 6. The callers scale by 2^k.
+MIXTRAIN_HD float exp_reduced(float y, float kf) {
+  float r = y - kf * 0.693359375f;
   r = r - kf * -2.12194440e-4f;
   const float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
                      4.1665795894e-2f) *
@@ -189,6 +189,13 @@ MIXTRAIN_HD float exp_nonneg(float y) {
                    5.0000001201e-1f) *
                       (r * r) +
                   r + 1.0f;
+  return p;
+}
+
+// e^y for 0 <= y <= 20 (Cephes expf: y = k ln2 + r with a two-part ln2, degree-6 polynomial).
+MIXTRAIN_HD float exp_nonneg(float y) {
+  const int k = static_cast<int>(y * 1.44269504088896341f + 0.5f);  // round(y / ln2), y >= 0
+  const float p = exp_reduced(y, static_cast<float>(k));
   return p * float_of(static_cast<u32>(k + 127) << 23);
 }
 
@@ -300,17 +307,7 @@ MIXTRAIN_HD float exp_nonpos(float z) {
   if (!(z == z)) return z;
   if (z < -104.0f) return 0.0f;  // below half the smallest subnormal: e^z rounds to +0
   const int k = static_cast<int>(z * 1.44269504088896341f - 0.5f);  // round(z / ln2), z <= 0
-  const float kf = static_cast<float>(k);
-  float r = z - kf * 0.693359375f;  // exact: kf * 0.693359375f has at most 17 significant bits
-  r = r - kf * -2.12194440e-4f;
-  const float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
-                     4.1665795894e-2f) *
-                        r +
-                    1.6666665459e-1f) *
-                       r +
-                   5.0000001201e-1f) *
-                      (r * r) +
-                  r + 1.0f;
+  const float p = exp_reduced(z, static_cast<float>(k));
   if (k >= -125) return p * float_of(static_cast<u32>(k + 127) << 23);
   // 2^k is subnormal: scale by 2^(k + 64) exactly (the result stays normal), then by 2^-64 with
   // the one rounding into the subnormal range.
@@ -366,7 +363,8 @@ MIXTRAIN_HD float dropout_value(float x, bool keep, float scale) {
   return keep ? x * scale : 0.0f;
 }
 
-// --- fused optimizer steps (cpu_optimizers.cpp, operation for operation) ----------------------------
+// --- fused optimizer steps (cpu_optimizers.cpp, operation for operation)
+// ----------------------------
 
 // --- batch norm (cpu_batchnorm.cpp and cpu_batchnorm_kernels.cpp, operation for operation) -------
 
