@@ -34,14 +34,23 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
       static_cast<std::size_t>(max_rows * in.labels_per_sample) * 4;
   forecast.activations = act_plan_.arena_bytes;
   forecast.gradients = grad_bytes;
-  for (const auto& op : ops_)
-    for (const auto& p : op->traits().parameters) {
+  // Elements of an op's own parameters: each has an fp32 master and gradient (8 bytes) and, under
+  // a narrower weight dtype, a working copy.
+  auto parameter_numel = [](const Layer& op) {
+    std::size_t total = 0;
+    for (const auto& p : op.traits().parameters) {
       std::size_t numel = 1;
       for (std::int64_t d : p.shape) numel *= static_cast<std::size_t>(d);
-      const DType weight = op->precision().weight;
-      forecast.parameters +=
-          numel * (8 + (weight == DType::fp32 ? 0 : sdk::dtype_size(ops::storage_of(weight))));
+      total += numel;
     }
+    return total;
+  };
+  for (const auto& op : ops_) {
+    const DType weight = op->precision().weight;
+    forecast.parameters +=
+        parameter_numel(*op) *
+        (8 + (weight == DType::fp32 ? 0 : sdk::dtype_size(ops::storage_of(weight))));
+  }
   // Allocates through `make`; a BackendError (out of memory, most often) is reported with the
   // buffer, its bytes and the forecast.
   auto allocating = [&](const std::string& what, std::size_t bytes, auto&& make) {
@@ -71,12 +80,7 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
     ops_[i]->use_output_storage(planned ? static_cast<std::byte*>(act_arena_.view().data) +
                                               act_plan_.offset[k++]
                                         : nullptr);
-    std::size_t own = 0;
-    for (const auto& p : ops_[i]->traits().parameters) {
-      std::size_t numel = 1;
-      for (std::int64_t d : p.shape) numel *= static_cast<std::size_t>(d);
-      own += numel * 8;
-    }
+    const std::size_t own = parameter_numel(*ops_[i]) * 8;
     allocating("the parameters, gradients and buffers of node '" + ops_[i]->name() + "' (" +
                    ops_[i]->type() + ")",
                own, [&] { ops_[i]->allocate(backend_, rows); });
