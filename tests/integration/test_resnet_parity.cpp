@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cnn_torch_support.h"
@@ -36,13 +37,15 @@
 namespace mixtrain::test {
 namespace {
 
-// ResNet-20 on 32x32 RGB images of 10 classes, batch 32. The images' [N, 3, 32, 32] shape comes
-// from the .npy files.
-const char* kParityConfig = R"(
+// Both parity runs' config: fp32 SGD with PyTorch's hyper-parameters, from PyTorch's initial
+// weights (init.safetensors), on the .npy images in file order; `resnet` is the [model.resnet]
+// table's body.
+std::string parity_config(const std::string& name, int steps, const std::string& resnet) {
+  std::string text = R"(
 [run]
-name = "resnet-parity"
+name = "@NAME@"
 seed = 5
-steps = 30
+steps = @STEPS@
 log_every = 1
 eval_every = 0
 [backend]
@@ -65,10 +68,7 @@ weight_decay = 5e-4
 [model]
 preset = "resnet"
 [model.resnet]
-blocks = [3, 3, 3]
-widths = [16, 32, 64]
-stem = "cifar"
-[data]
+@RESNET@[data]
 source = "npy"
 batch_size = 32
 eval_batch_size = 128
@@ -82,6 +82,19 @@ labels = "train_y.npy"
 fsync = false
 init_from = "init.safetensors"
 )";
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"@NAME@", name},
+                                 {"@STEPS@", std::to_string(steps)},
+                                 {"@RESNET@", resnet}})
+    text.replace(text.find(from), from.size(), to);
+  return text;
+}
+
+// ResNet-20 on 32x32 RGB images of 10 classes, batch 32. The images' [N, 3, 32, 32] shape comes
+// from the .npy files.
+const std::string kParityConfig = parity_config("resnet-parity", 30,
+                                                "blocks = [3, 3, 3]\n"
+                                                "widths = [16, 32, 64]\n"
+                                                "stem = \"cifar\"\n");
 
 const std::string kTorchSgd =
     " --batch 32 --lr 0.05 --momentum 0.9 --weight-decay 5e-4 --threads 2";
@@ -256,51 +269,11 @@ TEST_F(ResnetParityTorch, Bf16MixedHeldOutAccuracyWithinOnePointOfFp32) {
 // ImageNet stem, 2/1/1/1 blocks of widths 8/8/16/16 (outputs 32/32/64/64), on the same 32×32
 // images, batch 32, three fp32 SGD steps from PyTorch's initial weights. layer1 has a
 // stride-1 shortcut (8 stem channels into 32) and an identity one, the later stages strided ones.
-const char* kBottleneckConfig = R"(
-[run]
-name = "bottleneck-parity"
-seed = 5
-steps = 3
-log_every = 1
-eval_every = 0
-[backend]
-type = "cpu"
-threads = 2
-[precision]
-policy = "fp32"
-[scaler]
-type = "none"
-[optimizer]
-type = "sgd"
-schedule = "constant"
-clip_grad_norm = 0.0
-[optimizer.sgd]
-lr = 0.05
-momentum = 0.9
-dampening = 0.0
-nesterov = false
-weight_decay = 5e-4
-[model]
-preset = "resnet"
-[model.resnet]
-block = "bottleneck"
-blocks = [2, 1, 1, 1]
-widths = [8, 8, 16, 16]
-stem = "imagenet"
-[data]
-source = "npy"
-batch_size = 32
-eval_batch_size = 128
-shuffle = false
-eval_fraction = 0.0
-classes = 10
-[data.npy]
-features = "train_x.npy"
-labels = "train_y.npy"
-[checkpoint]
-fsync = false
-init_from = "init.safetensors"
-)";
+const std::string kBottleneckConfig = parity_config("bottleneck-parity", 3,
+                                                    "block = \"bottleneck\"\n"
+                                                    "blocks = [2, 1, 1, 1]\n"
+                                                    "widths = [8, 8, 16, 16]\n"
+                                                    "stem = \"imagenet\"\n");
 
 class BottleneckParityTorch : public CliTest {
  protected:
