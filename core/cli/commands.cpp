@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_registry.h"
-#include "embedded_quickstart.h"
+#include "model_session.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/console/log_sink.h"
@@ -24,16 +24,8 @@
 namespace mixtrain::cli {
 
 namespace fs = std::filesystem;
-using core::Config;
 
 namespace {
-
-Config load_config(const ConfigArgs& a) {
-  if (a.config.empty())
-    return Config::from_string(kEmbeddedQuickstartToml, "<embedded configs/quickstart.toml>",
-                               a.sets);
-  return Config::from_file(a.config, a.sets);
-}
 
 // Prints the profile and writes it as profile.json (entries and the group summary).
 void write_profile(const core::ProfilingBackend& p, std::int64_t steps, const fs::path& dir) {
@@ -113,15 +105,11 @@ int run_train(const ConfigArgs& cfg, const std::string& run_dir,
 }
 
 int run_check(const ConfigArgs& cfg) {
-  auto config = load_config(cfg);
-  auto registry = make_registry(&config);
-  auto experiment = core::parse_experiment(config, *registry);
-  auto components = core::create_components(experiment, *registry);
-  auto policy = components.policy;
-  core::TrainOptions opt;
-  opt.write_outputs = false;
-  core::Trainer trainer(experiment, std::move(components), opt);
-  const bool needs_scaling = policy->needs_loss_scaling();  // after adapt_to() (policy "auto")
+  // Checking a config opens everything training would, init_from included.
+  auto session = open_model_session(cfg, SessionWeights::as_training_starts);
+  const auto& experiment = session.experiment;
+  const auto& trainer = *session.trainer;
+  const bool needs_scaling = session.policy->needs_loss_scaling();  // after adapt_to() ("auto")
 
   std::cout << core::resolved_toml(experiment) << "\n";
   std::cout << "# data: " << trainer.train_data().rows << " training rows, "
@@ -141,15 +129,9 @@ int run_check(const ConfigArgs& cfg) {
 }
 
 int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::string& layout) {
-  auto config = load_config(cfg);
-  auto registry = make_registry(&config);
-  auto experiment = core::parse_experiment(config, *registry);
-  auto components = core::create_components(experiment, *registry);
-  auto ext = components.checkpoint_format->file_extension();
-  core::TrainOptions opt;
-  opt.write_outputs = false;
-  core::Trainer trainer(experiment, std::move(components), opt);
-  trainer.load_checkpoint(core::resolve_checkpoint_path(checkpoint, ext), /*weights_only=*/true,
+  auto session = open_model_session(cfg, SessionWeights::from_checkpoint);
+  auto& trainer = *session.trainer;
+  trainer.load_checkpoint(session.checkpoint_path(checkpoint), /*weights_only=*/true,
                           core::parse_weight_layout(layout));
   auto r = trainer.evaluate();
   nlohmann::json j = {{"eval_loss", r.loss}, {"eval_accuracy", r.accuracy}, {"rows", r.rows}};

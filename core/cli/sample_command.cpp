@@ -5,25 +5,15 @@
 #include <string>
 #include <vector>
 
-#include "cli_registry.h"
 #include "commands.h"
-#include "mixtrain/core/checkpoint/path.h"
-#include "mixtrain/core/config/config.h"
-#include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/generate/text_generation.h"
-#include "mixtrain/core/train/trainer.h"
+#include "model_session.h"
 
 namespace mixtrain::cli {
 
 int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
-  auto config = core::Config::from_file(cfg.config, cfg.sets);
-  auto registry = make_registry(&config);
-  auto experiment = core::parse_experiment(config, *registry);
-  auto components = core::create_components(experiment, *registry);
-  const auto ext = components.checkpoint_format->file_extension();
-  core::TrainOptions opt;
-  opt.write_outputs = false;
-  core::Trainer trainer(experiment, std::move(components), opt);
+  auto session = open_model_session(cfg, SessionWeights::from_checkpoint);
+  auto& trainer = *session.trainer;
   auto& model = trainer.model();
   // Byte-level models read the prompt's bytes as ids; a larger vocabulary needs its tokenizer,
   // which mixtrain does not ship.
@@ -39,7 +29,7 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
   if (args.top_k < 0)
     throw sdk::UserError("--top-k " + std::to_string(args.top_k) + " is negative",
                          "use 0 (every token) or a positive k");
-  trainer.load_checkpoint(core::resolve_checkpoint_path(args.checkpoint, ext),
+  trainer.load_checkpoint(session.checkpoint_path(args.checkpoint),
                           /*weights_only=*/true, core::parse_weight_layout(args.layout));
   std::vector<std::int32_t> prompt;
   for (unsigned char c : args.prompt) prompt.push_back(c);

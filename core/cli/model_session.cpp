@@ -1,0 +1,36 @@
+#include "model_session.h"
+
+#include "cli_registry.h"
+#include "embedded_quickstart.h"
+#include "mixtrain/core/checkpoint/path.h"
+
+namespace mixtrain::cli {
+
+core::Config load_config(const ConfigArgs& cfg) {
+  if (cfg.config.empty())
+    return core::Config::from_string(kEmbeddedQuickstartToml, "<embedded configs/quickstart.toml>",
+                                     cfg.sets);
+  return core::Config::from_file(cfg.config, cfg.sets);
+}
+
+std::filesystem::path ModelSession::checkpoint_path(const std::string& user_path) const {
+  return core::resolve_checkpoint_path(user_path, checkpoint_format->file_extension());
+}
+
+ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights) {
+  ModelSession s;
+  auto config = load_config(cfg);
+  s.registry = make_registry(&config);
+  s.experiment = core::parse_experiment(config, *s.registry);
+  auto components = core::create_components(s.experiment, *s.registry);
+  s.policy = components.policy;
+  s.checkpoint_format = components.checkpoint_format;
+  core::Experiment opened = s.experiment;
+  if (weights == SessionWeights::from_checkpoint) opened.checkpoint.init_from.clear();
+  core::TrainOptions opt;
+  opt.write_outputs = false;
+  s.trainer = std::make_unique<core::Trainer>(opened, std::move(components), opt);
+  return s;
+}
+
+}  // namespace mixtrain::cli

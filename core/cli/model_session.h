@@ -1,0 +1,46 @@
+// What the commands that run a config's model without training it share (check, eval, sample,
+// predict, export --initial): the config read with its --set lines, the plugins it names, its
+// components and a Trainer that writes nothing (it loads the data, so image normalisation
+// computed from the training split is the run's, and plans and allocates the model).
+//
+// Contract
+// - Members are destroyed in reverse order: the Trainer and the components go before the
+//   registry, which keeps the plugin libraries they come from loaded.
+// - `weights` says where the model's weights come from. from_checkpoint: the caller loads a
+//   checkpoint next, so the config's checkpoint.init_from is not opened (a missing or foreign
+//   init file must not stop `eval` of a finished run). as_training_starts: the weights step 0 of
+//   `train` starts from: the seeded initialisation, then init_from when the config names one.
+// - Errors are those of Config, parse_experiment, create_components and the Trainer
+//   (sdk::UserError subclasses for bad input).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "mixtrain/core/config/experiment.h"
+#include "mixtrain/core/plugins/registry.h"
+#include "mixtrain/core/train/trainer.h"
+
+namespace mixtrain::cli {
+
+enum class SessionWeights { from_checkpoint, as_training_starts };
+
+struct ModelSession {
+  std::unique_ptr<core::PluginRegistry> registry;
+  core::Experiment experiment;
+  std::shared_ptr<sdk::PrecisionPolicy> policy;
+  std::shared_ptr<sdk::CheckpointFormat> checkpoint_format;
+  std::unique_ptr<core::Trainer> trainer;
+
+  // The checkpoint a user's path means, in the config's format (checkpoint/path.h).
+  std::filesystem::path checkpoint_path(const std::string& user_path) const;
+};
+
+// The config (the embedded quickstart when cfg.config is empty) opened as described above.
+ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights);
+
+// The config with its --set lines: the file, or the embedded quickstart when none is given.
+core::Config load_config(const ConfigArgs& cfg);
+
+}  // namespace mixtrain::cli
