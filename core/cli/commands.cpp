@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_registry.h"
-#include "model_session.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/console/log_sink.h"
@@ -20,6 +19,7 @@
 #include "mixtrain/core/runs/comparison.h"
 #include "mixtrain/core/train/interrupt.h"
 #include "mixtrain/core/train/trainer.h"
+#include "model_session.h"
 
 namespace mixtrain::cli {
 

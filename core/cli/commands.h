@@ -17,8 +17,9 @@ struct ConfigArgs {
 // Exit code of a run that diverged (every step skipped, a non-finite final loss, or stopped by
 // run.on_nonfinite = "stop"); an interrupted run exits with core::kInterruptedExitCode (130).
 inline constexpr int kExitDiverged = 3;
-// profile: the backend is wrapped in a ProfilingBackend (profiling/profiling_backend.h) that records from
-// the end of the first step (primitive creation, first-touch allocation) to the end of the last.
+// profile: the backend is wrapped in a ProfilingBackend (profiling/profiling_backend.h) that
+// records from the end of the first step (primitive creation, first-touch allocation) to the end of
+// the last.
 int run_train(const ConfigArgs& cfg, const std::string& run_dir,
               const std::optional<std::string>& resume, bool profile = false);
 int run_check(const ConfigArgs& cfg);
@@ -59,5 +60,26 @@ struct ExportArgs {
 // model as GPT2Model's state dict (core/gpt2_layout.h) with its sizes in the metadata (n_layer,
 // n_head, n_embd, vocab_size, n_positions); any other model is refused, naming what it lacks.
 int run_export(const ExportArgs& args);
+
+struct PredictArgs {
+  std::string checkpoint;          // a file, or a run / checkpoints/ folder: its newest checkpoint
+  std::string input;               // the inputs (core/data/prediction_input.h)
+  std::string labels;              // optional labels of a table input
+  std::string out;                 // the .npy to write
+  std::string values = "logits";   // or probabilities
+  std::int64_t top_k = 0;          // > 0: the k best classes and their scores
+  std::string positions = "last";  // language models: last, or all positions
+  std::string image_layout = "auto";  // images: auto, nchw or nhwc
+  std::int64_t stride = 0;            // language models: tokens between windows (0: the block)
+  std::string layout = "native";      // of the checkpoint: native or gpt2
+  bool force = false;                 // overwrite an existing output file
+};
+// Runs the config's model, loaded from `checkpoint`, in evaluation mode over the inputs and
+// writes its predictions (core/predict/prediction_file.h); prints one JSON line: the file, its
+// shape and, with labelled inputs, the loss and accuracy (`eval`'s numbers on the same data).
+// Refuses, before loading anything, an --out in a missing folder or an existing one without
+// `force`; then a --top-k above the classes, a checkpoint of another model and inputs the
+// model cannot read, each naming the fix.
+int run_predict(const ConfigArgs& cfg, const PredictArgs& args);
 
 }  // namespace mixtrain::cli

@@ -107,6 +107,53 @@ int main(int argc, char** argv) {
       ->check(layouts)
       ->capture_default_str();
 
+  mixtrain::cli::PredictArgs predict_args;
+  auto* predict = app.add_subcommand(
+      "predict", "run a trained model on new inputs and write its predictions (.npy)");
+  predict->add_option("config", cfg.config, "config file of the model")->required();
+  predict
+      ->add_option("--checkpoint", predict_args.checkpoint,
+                   "checkpoint file, or a run folder or its checkpoints/ folder (newest)")
+      ->required();
+  predict
+      ->add_option("--input", predict_args.input,
+                   "inputs: .npy features or images (either layout), IDX or CIFAR-10 batch "
+                   "files; a token file or text for a language model")
+      ->required();
+  predict->add_option("--out", predict_args.out, "the .npy file to write")->required();
+  predict->add_option("--labels", predict_args.labels,
+                      "labels of the inputs (.npy or IDX): also print the loss and accuracy");
+  predict
+      ->add_option("--output", predict_args.values,
+                   "logits (FP32) or probabilities (softmax) per class")
+      ->check(CLI::IsMember({"logits", "probabilities"}))
+      ->capture_default_str();
+  predict
+      ->add_option("--top-k", predict_args.top_k,
+                   "keep the k best classes per prediction, as fields class and score (0: all)")
+      ->capture_default_str();
+  predict
+      ->add_option("--positions", predict_args.positions,
+                   "language models: last (the next token after each window) or all positions")
+      ->check(CLI::IsMember({"last", "all"}))
+      ->capture_default_str();
+  predict
+      ->add_option("--image-layout", predict_args.image_layout,
+                   "images in the .npy: auto (the one that fits the model), nchw or nhwc")
+      ->check(CLI::IsMember({"auto", "nchw", "nhwc"}))
+      ->capture_default_str();
+  predict
+      ->add_option("--stride", predict_args.stride,
+                   "language models: tokens between window starts (0: the block size)")
+      ->capture_default_str();
+  predict->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
+  predict
+      ->add_option("--layout", predict_args.layout,
+                   "how the checkpoint stores its weights: native, or gpt2 (Hugging Face GPT-2)")
+      ->check(layouts)
+      ->capture_default_str();
+  predict->add_flag("--force", predict_args.force, "overwrite an existing output file");
+
   // Accepted after the subcommand too (`mixtrain train cfg.toml --log-level debug`), and listed in
   // each subcommand's --help.
   for (auto* sub : app.get_subcommands({}))
@@ -127,6 +174,7 @@ int main(int argc, char** argv) {
     if (compare->parsed()) return mixtrain::cli::run_compare(compare_dirs, compare_out);
     if (exp->parsed()) return mixtrain::cli::run_export(export_args);
     if (sample->parsed()) return mixtrain::cli::run_sample(cfg, sample_args);
+    if (predict->parsed()) return mixtrain::cli::run_predict(cfg, predict_args);
     return mixtrain::cli::run_plugins(describe);
   } catch (const mixtrain::sdk::UserError& e) {
     std::fflush(stdout);

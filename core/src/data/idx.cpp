@@ -175,12 +175,8 @@ IdxArray read_idx(const fs::path& file, bool for_labels) {
   return array;
 }
 
-}  // namespace
-
-Dataset load_idx(const fs::path& images, const fs::path& labels, std::int32_t classes) {
-  IdxArray fx = read_idx(images, /*for_labels=*/false);
-  IdxArray fy = read_idx(labels, /*for_labels=*/true);
-  check_row_counts(images, fx.shape[0], labels, fy.shape[0]);
+// The images of `fx` as float32 in [0, 1], channels-first (y left empty).
+Dataset idx_images(const IdxArray& fx) {
   Dataset data;
   data.rows = static_cast<std::int64_t>(fx.shape[0]);
   data.features = static_cast<std::int64_t>(fx.bytes.size() / fx.shape[0]);
@@ -207,6 +203,20 @@ Dataset load_idx(const fs::path& images, const fs::path& labels, std::int32_t cl
     for (std::size_t i = 0; i < fx.bytes.size(); ++i)
       data.x[i] = static_cast<float>(fx.bytes[i]) / 255.0f;
   }
+  return data;
+}
+
+}  // namespace
+
+Dataset load_idx_images(const fs::path& images) {
+  return idx_images(read_idx(images, /*for_labels=*/false));
+}
+
+Dataset load_idx(const fs::path& images, const fs::path& labels, std::int32_t classes) {
+  IdxArray fx = read_idx(images, /*for_labels=*/false);
+  IdxArray fy = read_idx(labels, /*for_labels=*/true);
+  check_row_counts(images, fx.shape[0], labels, fy.shape[0]);
+  Dataset data = idx_images(fx);
   data.y.assign(fy.bytes.begin(), fy.bytes.end());
   set_classes(labels, data, classes);
   finish(images, labels, data);

@@ -92,6 +92,26 @@ void normalize_channels(Dataset& data, const ChannelStats& stats) {
     }
 }
 
+void channels_last_to_first(Dataset& data) {
+  if (data.sample_shape.size() != 3)
+    throw std::invalid_argument("channels_last_to_first: the samples are not [H, W, C] images");
+  const auto H = static_cast<std::size_t>(data.sample_shape[0]);
+  const auto W = static_cast<std::size_t>(data.sample_shape[1]);
+  const auto C = static_cast<std::size_t>(data.sample_shape[2]);
+  const auto width = static_cast<std::size_t>(data.features);
+  std::vector<float> sample(width);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(data.rows); ++r) {
+    float* x = data.x.data() + r * width;
+    // x is [H, W, C]; sample becomes [C, H, W]: pixel (h, w, c) moves to c·H·W + h·W + w.
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t w = 0; w < W; ++w)
+        for (std::size_t c = 0; c < C; ++c) sample[(c * H + h) * W + w] = x[(h * W + w) * C + c];
+    std::copy(sample.begin(), sample.end(), x);
+  }
+  data.sample_shape = {static_cast<std::int64_t>(C), static_cast<std::int64_t>(H),
+                       static_cast<std::int64_t>(W)};
+}
+
 std::uint64_t augment_stream(std::uint64_t batch_index, std::uint64_t position) {
   return mix64(mix64(batch_index ^ kAugmentDomain) + position);
 }

@@ -279,12 +279,8 @@ NpyArray read_npy(const fs::path& file, bool for_labels) {
   return array;
 }
 
-}  // namespace
-
-// ---- .npy -----------------------------------------------------------------------------------
-
-Dataset load_npy(const fs::path& features, const fs::path& labels, std::int32_t classes) {
-  NpyArray fx = read_npy(features, /*for_labels=*/false);
+// The features of `fx`, checked and converted to float32 (y left empty).
+Dataset npy_features(const fs::path& features, const NpyArray& fx) {
   if (fx.shape.size() < 2)
     fail(features,
          "features have rank " + std::to_string(fx.shape.size()) + " (shape " +
@@ -297,14 +293,6 @@ Dataset load_npy(const fs::path& features, const fs::path& labels, std::int32_t 
   if (width == 0)
     fail(features, "shape " + shape_string(fx.shape) + " has zero features per row",
          "each sample needs at least one feature");
-
-  NpyArray fy = read_npy(labels, /*for_labels=*/true);
-  if (!(fy.shape.size() == 1 || (fy.shape.size() == 2 && fy.shape[1] == 1)))
-    fail(labels, "labels have shape " + shape_string(fy.shape) + ", expected [N] (or [N, 1])",
-         "save one integer class index per sample: np.save(path, y.reshape(-1))");
-  require_rows(labels, fy.shape[0]);
-  check_row_counts(features, fx.shape[0], labels, fy.shape[0]);
-
   Dataset data;
   data.rows = static_cast<std::int64_t>(fx.shape[0]);
   data.features = static_cast<std::int64_t>(width);
@@ -337,6 +325,27 @@ Dataset load_npy(const fs::path& features, const fs::path& labels, std::int32_t 
               ", expected a finite number",
           "clean or impute the data before saving it (e.g. numpy.nan_to_num)");
   }
+
+  return data;
+}
+
+}  // namespace
+
+// ---- .npy -----------------------------------------------------------------------------------
+
+Dataset load_npy_features(const fs::path& features) {
+  return npy_features(features, read_npy(features, /*for_labels=*/false));
+}
+
+Dataset load_npy(const fs::path& features, const fs::path& labels, std::int32_t classes) {
+  NpyArray fx = read_npy(features, /*for_labels=*/false);
+  Dataset data = npy_features(features, fx);
+  NpyArray fy = read_npy(labels, /*for_labels=*/true);
+  if (!(fy.shape.size() == 1 || (fy.shape.size() == 2 && fy.shape[1] == 1)))
+    fail(labels, "labels have shape " + shape_string(fy.shape) + ", expected [N] (or [N, 1])",
+         "save one integer class index per sample: np.save(path, y.reshape(-1))");
+  require_rows(labels, fy.shape[0]);
+  check_row_counts(features, fx.shape[0], labels, fy.shape[0]);
 
   data.y.resize(static_cast<std::size_t>(data.rows));
   const std::size_t item = fy.dtype.item_size;

@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "train/trainer_state.h"
@@ -45,37 +47,70 @@ struct EvalMode {
 
 }  // namespace
 
-// The eval split (the training split when there is none) in eval_batch_size batches, under the
-// same precision plan as training, in evaluation mode, with the master weights or their EMA
-// (eval.weights); loss and accuracy are means over all labels (a language model's: over every
-// held-out next token, so the loss is in nats per token).
+// Loss and accuracy are means over all labels (a language model's: over every labelled next
+// token, so the loss is in nats per token).
 EvalResult Trainer::evaluate() {
   auto& s = *s_;
-  EvalResult r;
+  const Dataset& d = s.eval.rows > 0 ? s.eval : s.train;
+  return predict(d, d.rows, nullptr);
+}
+
+EvalResult Trainer::predict(const Dataset& d, std::int64_t labelled_rows,
+                            const std::function<void(const PredictionBatch&)>& on_batch) {
+  auto& s = *s_;
+  if (labelled_rows < 0 || labelled_rows > d.rows)
+    throw std::invalid_argument("Trainer::predict: labelled_rows " + std::to_string(labelled_rows) +
+                                " is outside [0, " + std::to_string(d.rows) + "]");
   EvalMode mode(*s.model);
   std::optional<EmaWeights> ema;
   if (s.e.eval.weights == "ema" && !s.ema.empty()) ema.emplace(s);
-  const Dataset& d = s.eval.rows > 0 ? s.eval : s.train;
+  auto& backend = *s.c.backend;
   const std::int64_t bs = s.e.data.eval_batch_size;
+  // The logits per row: [classes], or [T, classes] for a language model.
+  const std::int64_t row_values = d.labels_per_row() * s.model->classes();
+  std::vector<float> logits_host;
+  Tensor logits_fp32;  // the cast of narrower logits, on the device
   double loss_sum = 0.0;
   std::int64_t correct = 0;
   std::vector<std::int64_t> idx;
-  for (std::int64_t start = 0; start < d.rows; start += bs) {
-    const std::int64_t rows = std::min(bs, d.rows - start);
+  auto run_batch = [&](std::int64_t start, std::int64_t rows, bool labelled) {
     idx.resize(static_cast<std::size_t>(rows));
     for (std::int64_t i = 0; i < rows; ++i) idx[static_cast<std::size_t>(i)] = start + i;
     feed_batch(s, d, idx);
     s.model->forward(rows);
-    auto lv = s.model->loss(rows, 1.0f, false);
-    loss_sum += static_cast<double>(lv.loss) * static_cast<double>(rows);
-    correct += lv.correct;
-  }
+    if (labelled) {
+      auto lv = s.model->loss(rows, 1.0f, false);
+      loss_sum += static_cast<double>(lv.loss) * static_cast<double>(rows);
+      correct += lv.correct;
+    }
+    if (!on_batch) return;
+    const sdk::TensorView logits = s.model->logits(rows);
+    const sdk::TensorView flat{logits.data, logits.dtype, sdk::Shape{rows * row_values}};
+    logits_host.resize(static_cast<std::size_t>(rows * row_values));
+    if (flat.dtype == sdk::DType::fp32) {
+      backend.copy_to_host(logits_host.data(), flat);
+    } else {
+      if (logits_fp32.empty() || logits_fp32.shape().numel() < flat.numel())
+        logits_fp32 = Tensor(s.c.backend, sdk::DType::fp32, sdk::Shape{bs * row_values});
+      const sdk::TensorView wide{logits_fp32.view().data, sdk::DType::fp32, flat.shape};
+      backend.cast(flat, wide);
+      backend.copy_to_host(logits_host.data(), wide);
+    }
+    on_batch(PredictionBatch{start, rows, logits_host});
+  };
+  // The labelled rows in evaluate()'s batches, then the rest in batches of their own.
+  for (std::int64_t start = 0; start < labelled_rows; start += bs)
+    run_batch(start, std::min(bs, labelled_rows - start), true);
+  for (std::int64_t start = labelled_rows; start < d.rows; start += bs)
+    run_batch(start, std::min(bs, d.rows - start), false);
   // Every row carries labels_per_row labels (a token window's next tokens), so the mean over rows
   // of the per-row mean loss is the mean over labels; accuracy counts labels.
-  r.rows = d.rows;
-  const double labels = static_cast<double>(d.rows) * static_cast<double>(d.labels_per_row());
-  r.loss = d.rows > 0 ? loss_sum / static_cast<double>(d.rows) : 0.0;
-  r.accuracy = d.rows > 0 ? static_cast<double>(correct) / labels : 0.0;
+  EvalResult r;
+  r.rows = labelled_rows;
+  const double labels =
+      static_cast<double>(labelled_rows) * static_cast<double>(d.labels_per_row());
+  r.loss = labelled_rows > 0 ? loss_sum / static_cast<double>(labelled_rows) : 0.0;
+  r.accuracy = labelled_rows > 0 ? static_cast<double>(correct) / labels : 0.0;
   return r;
 }
 

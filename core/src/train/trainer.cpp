@@ -60,6 +60,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   s.train = std::move(loaded.train);
   s.eval = std::move(loaded.eval);
   s.black = std::move(loaded.black);
+  s.normalization = loaded.normalization;
   if (e.data.normalize.enabled())
     s.log.info(std::string("data: normalised per channel with ") +
                describe_normalization(loaded.normalization) +
@@ -182,6 +183,9 @@ const Dataset& Trainer::train_data() const {
 }
 const Dataset& Trainer::eval_data() const {
   return s_->eval;
+}
+const ChannelStats& Trainer::normalization() const {
+  return s_->normalization;
 }
 
 TrainSummary Trainer::run() {

@@ -47,6 +47,7 @@ struct Trainer::State {
   std::vector<std::uint64_t> micro_batch_numbers;  // each one's batch number (augmentation)
   // Image data: what a raw 0 pixel is after normalisation, per channel (crop padding's fill).
   std::vector<float> black;
+  ChannelStats normalization;  // [data.normalize] as applied; empty: none
   // [ema]: an FP32 copy per parameter (model.parameters() order), updated after applied steps.
   std::vector<Tensor> ema;
   // Forward, loss and backward recorded and replayed where the backend and the step allow.

@@ -132,6 +132,10 @@ Dataset make_synthetic(const SyntheticSpec& spec);
 // offset in the labels file).
 Dataset load_npy(const std::filesystem::path& features, const std::filesystem::path& labels,
                  std::int32_t classes = 0);
+// The features half of load_npy (the same dtypes, shapes and checks) for data without labels
+// (`mixtrain predict`): y is empty and classes 0, so the result is not a complete Dataset until
+// the caller gives it labels.
+Dataset load_npy_features(const std::filesystem::path& features);
 
 // MNIST IDX: images u8 [N, H, W] (magic 0x00000803) become N one-channel images (sample_shape
 // {1, H, W}) scaled to [0, 1]; [N, D] gives plain features (sample_shape {}) and [N, H, W, C]
@@ -141,6 +145,8 @@ Dataset load_npy(const std::filesystem::path& features, const std::filesystem::p
 // header declares.
 Dataset load_idx(const std::filesystem::path& images, const std::filesystem::path& labels,
                  std::int32_t classes = 0);
+// The images half of load_idx, for data without labels: y empty, classes 0 (as load_npy_features).
+Dataset load_idx_images(const std::filesystem::path& images);
 
 // CIFAR-10 binary batches (data_batch_1.bin … data_batch_5.bin, test_batch.bin): records of one
 // label byte (0..9) and 3072 pixel bytes — the 32×32 red plane, then green, then blue, each
@@ -170,6 +176,12 @@ ChannelStats channel_statistics(const Dataset& data);
 // std::invalid_argument unless data is an image dataset with one mean and one std > 0 per
 // channel (callers validate user input first); an empty dataset is left as it is.
 void normalize_channels(Dataset& data, const ChannelStats& stats);
+
+// Images read as [N, d1, d2, d3] whose samples are channels-last ([H, W, C], as torchvision's
+// CIFAR-10 `.data` and most image arrays outside PyTorch): sample_shape {d1, d2, d3} is taken as
+// {H, W, C} and x is permuted in place to channels-first, sample_shape {C, H, W}.
+// std::invalid_argument when sample_shape does not have three dimensions.
+void channels_last_to_first(Dataset& data);
 
 // Training-time augmentation of image batches (torchvision's RandomCrop(padding) and
 // RandomHorizontalFlip on the [0, 1] image, before Normalize).

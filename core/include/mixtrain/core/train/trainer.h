@@ -13,8 +13,8 @@
 //   unless it is the folder being resumed. Each checkpoint save first removes the temp files of
 //   killed saves (sdk::remove_stale_temp_files), then keeps the checkpoint.keep newest by step.
 // - run() stops early, after the step in progress, when TrainOptions::stop_requested answers
-//   true (Ctrl-C: see train/interrupt.h) or when run.on_nonfinite = "stop" meets a non-finite loss; it
-//   still writes the final checkpoint and summary.json, and the summary says interrupted or
+//   true (Ctrl-C: see train/interrupt.h) or when run.on_nonfinite = "stop" meets a non-finite loss;
+//   it still writes the final checkpoint and summary.json, and the summary says interrupted or
 //   diverged (runs/summary.h). A diverged run is a result, not an exception.
 // - Step semantics: loss in FP32, backward seeded with the loss scale, fused unscale + non-finite
 //   check on FP32 gradients, optional clipping after unscaling, then the scaler decides; a
@@ -25,11 +25,13 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/path.h"  // resolve_checkpoint_path (resume)
 #include "mixtrain/core/config/experiment.h"
+#include "mixtrain/core/data/dataset.h"
 #include "mixtrain/core/runs/summary.h"
 
 namespace mixtrain::core {
@@ -43,16 +45,33 @@ struct TrainOptions {
   std::function<void(std::int64_t step)> after_step;  // after each training step's update
 };
 
+// One batch of predictions (Trainer::predict): rows [first_row, first_row + rows) of the input
+// and their logits in FP32, [rows, classes], or [rows, T, classes] for a language model.
+struct PredictionBatch {
+  std::int64_t first_row = 0, rows = 0;
+  std::span<const float> logits;
+};
+
 class Trainer {
  public:
   Trainer(const Experiment& experiment, Components components, const TrainOptions& options);
   ~Trainer();
 
   TrainSummary run();
+  // The eval split (the training split when it is empty): predict() over all its rows.
   EvalResult evaluate();
+  // Runs the model in evaluation mode, under the training precision plan and with the weights
+  // evaluate() uses (eval.weights), over every row of `inputs` — data of the training split's
+  // form, shape and classes, normalised as it was — in data.eval_batch_size batches, handing each
+  // batch's logits to `on_batch` (when set) in row order. Loss and accuracy are means over the
+  // labels of rows [0, labelled_rows) (rows = labelled_rows), batched as evaluate() batches, so
+  // predicting the eval split gives evaluate()'s numbers bit for bit; the rows after them run in
+  // batches of their own. std::invalid_argument when labelled_rows is outside [0, inputs.rows].
+  EvalResult predict(const Dataset& inputs, std::int64_t labelled_rows,
+                     const std::function<void(const PredictionBatch&)>& on_batch);
   // Loads parameters (and, unless weights_only, the whole training state) from a checkpoint.
-  // `layout` gpt2 (weights only) reads a Hugging Face GPT-2 file (checkpoint/gpt2_layout.h): every tensor
-  // must then be a parameter of the model; a missing, extra or misshapen one is
+  // `layout` gpt2 (weights only) reads a Hugging Face GPT-2 file (checkpoint/gpt2_layout.h): every
+  // tensor must then be a parameter of the model; a missing, extra or misshapen one is
   // sdk::CheckpointError naming it.
   void load_checkpoint(const std::filesystem::path& path, bool weights_only,
                        WeightLayout layout = WeightLayout::native);
@@ -62,9 +81,12 @@ class Trainer {
   Model& model();  // e.g. to decode with it (`mixtrain sample`)
   const Dataset& train_data() const;
   const Dataset& eval_data() const;
+  // The per-channel normalisation applied to the data (given, or computed from the training
+  // split); empty when there is none.
+  const ChannelStats& normalization() const;
 
-  // Opaque outside the core (core/src/train/trainer_state.h), named here so the files that implement
-  // the trainer (one per job) can share it.
+  // Opaque outside the core (core/src/train/trainer_state.h), named here so the files that
+  // implement the trainer (one per job) can share it.
   struct State;
 
  private:

@@ -1,0 +1,149 @@
+// `mixtrain predict`: a trained model's predictions for new inputs, written as a .npy array
+// (core/predict/prediction_file.h), with the loss and accuracy where the inputs have labels.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "mixtrain/core/console/live_line.h"
+#include "mixtrain/core/console/log_sink.h"
+#include "mixtrain/core/console/progress_report.h"
+#include "mixtrain/core/data/prediction_input.h"
+#include "mixtrain/core/predict/prediction_file.h"
+#include "model_session.h"
+
+namespace mixtrain::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Refuses, before anything is loaded, an output that could not be written or would overwrite.
+void check_output(const fs::path& out, const fs::path& input, bool force) {
+  std::error_code ec;
+  const fs::path folder = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  if (!fs::is_directory(folder, ec))
+    throw sdk::UserError(
+        "the folder of --out " + out.string() + " (" + folder.string() + ") does not exist",
+        "create it first (mkdir -p " + folder.string() + "), or choose another --out");
+  if (fs::is_directory(out, ec))
+    throw sdk::UserError("--out " + out.string() + " is a folder",
+                         "give a file name, e.g. " + (out / "predictions.npy").string());
+  if (fs::exists(out, ec) && fs::equivalent(out, input, ec))
+    throw sdk::UserError("--out " + out.string() + " is the input file",
+                         "write the predictions to another file");
+  if (fs::exists(out, ec) && !force)
+    throw sdk::UserError(out.string() + " already exists",
+                         "pass --force to overwrite it, or choose another --out");
+}
+
+// The live progress line of a terminal: rows done, rate, time left; at most five redraws a
+// second.
+class PredictProgress {
+ public:
+  PredictProgress(std::int64_t rows, bool live) : rows_(rows), live_(live) {}
+  void done(std::int64_t rows_done) {
+    if (!live_) return;
+    const auto now = Clock::now();
+    if (rows_done < rows_ && now - last_ < std::chrono::milliseconds(200)) return;
+    last_ = now;
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    const double rate = elapsed > 0 ? static_cast<double>(rows_done) / elapsed : 0.0;
+    char text[160];
+    std::snprintf(
+        text, sizeof text, "predict: %lld/%lld rows, %.0f rows/s, elapsed %s, ETA %s",
+        static_cast<long long>(rows_done), static_cast<long long>(rows_), rate,
+        core::format_duration(elapsed).c_str(),
+        core::format_duration(rate > 0 ? static_cast<double>(rows_ - rows_done) / rate : -1.0)
+            .c_str());
+    core::LiveLine::instance().show(text);
+  }
+  ~PredictProgress() {
+    if (live_) core::LiveLine::instance().finish();
+  }
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::int64_t rows_;
+  bool live_;
+  Clock::time_point start_ = Clock::now(), last_{};
+};
+
+}  // namespace
+
+int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
+  const fs::path out = args.out, input = args.input;
+  check_output(out, input, args.force);
+  if (args.top_k < 0)
+    throw sdk::UserError("--top-k " + std::to_string(args.top_k) + " is negative",
+                         "give 0 (every class) or the number of classes to keep");
+  core::PredictionFormat format;
+  format.values = args.values == "probabilities" ? core::PredictionValues::probabilities
+                                                 : core::PredictionValues::logits;
+  format.top_k = args.top_k;
+  format.all_positions = args.positions == "all";
+
+  auto session = open_model_session(cfg, SessionWeights::from_checkpoint);
+  auto& trainer = *session.trainer;
+  const core::Dataset& trained = trainer.train_data();
+  const std::int64_t classes = trainer.model().classes();
+  if (args.top_k > classes)
+    throw sdk::UserError("--top-k " + std::to_string(args.top_k) + " is more than the model's " +
+                             std::to_string(classes) + " classes",
+                         "give --top-k " + std::to_string(classes) + " or fewer");
+  if (format.all_positions && !trained.is_tokens())
+    throw sdk::UserError(
+        "--positions all is for language models; this model makes one "
+        "prediction per input row",
+        "leave out --positions");
+  trainer.load_checkpoint(session.checkpoint_path(args.checkpoint), /*weights_only=*/true,
+                          core::parse_weight_layout(args.layout));
+
+  core::PredictionInputSpec spec;
+  spec.input = input;
+  spec.labels = args.labels;
+  spec.layout = core::parse_image_layout(args.image_layout);
+  spec.stride = args.stride;
+  const auto data =
+      core::load_prediction_input(spec, session.experiment.data, trained, trainer.normalization());
+  auto log = core::core_logger("predict");
+  log.info("predicting " + data.description);
+
+  const std::int64_t positions = trained.labels_per_row();
+  core::PredictionFile file(out, format, data.data.rows, positions, classes);
+  core::EvalResult result;
+  {
+    PredictProgress progress(data.data.rows, isatty(STDERR_FILENO) != 0);
+    std::int64_t done = 0;
+    result = trainer.predict(data.data, data.labelled_rows, [&](const core::PredictionBatch& b) {
+      file.append(b.rows, b.logits);
+      done += b.rows;
+      progress.done(done);
+    });
+    if (const auto warning = file.commit(); !warning.empty()) log.warn(warning);
+    char rate[64];
+    std::snprintf(rate, sizeof rate, "%.1f s", progress.seconds());
+    log.info("wrote " + out.string() + " in " + rate);
+  }
+
+  nlohmann::json j = {{"predictions", out.string()},
+                      {"shape", file.shape()},
+                      {"values", args.values},
+                      {"rows", data.data.rows}};
+  if (format.top_k > 0) j["top_k"] = format.top_k;
+  if (data.labelled_rows > 0) {
+    j["labelled_rows"] = data.labelled_rows;
+    j["loss"] = result.loss;
+    j["accuracy"] = result.accuracy;
+  }
+  std::cout << j.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace mixtrain::cli

@@ -1,0 +1,221 @@
+// load_prediction_input: a file of new inputs for `mixtrain predict`, read, shaped and normalised
+// as the run's training data were (data/prediction_input.h).
+#include "mixtrain/core/data/prediction_input.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/file_support.h"
+#include "mixtrain/core/config/experiment.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::core {
+namespace {
+
+namespace fs = std::filesystem;
+
+enum class TableFile { npy, idx, cifar10 };
+
+constexpr std::uint64_t kCifarRecord = 1 + 3 * 32 * 32;
+
+// What kind of table file `file` is, by its first bytes (and, for CIFAR-10, its size).
+TableFile sniff_table_file(const fs::path& file) {
+  data_files::FileReader in(file);
+  unsigned char magic[6] = {};
+  const auto head = std::min<std::uint64_t>(in.size(), sizeof magic);
+  in.read(magic, head, "the file's first bytes");
+  static constexpr unsigned char kNpy[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+  if (head == 6 && std::memcmp(magic, kNpy, 6) == 0) return TableFile::npy;
+  if (head >= 2 && magic[0] == 0x1f && magic[1] == 0x8b) return TableFile::idx;  // gzip: IDX
+  if (head >= 3 && magic[0] == 0 && magic[1] == 0 && magic[2] == 0x08) return TableFile::idx;
+  if (in.size() > 0 && in.size() % kCifarRecord == 0) return TableFile::cifar10;
+  throw sdk::DataError(
+      file.string() + ": not a .npy, IDX or CIFAR-10 batch file (" + std::to_string(in.size()) +
+          " bytes, starting neither with \"\\x93NUMPY\" nor an IDX magic, and not a whole "
+          "number of 3073-byte CIFAR-10 records)",
+      "save the inputs with numpy.save(); an image model also reads IDX (MNIST) and CIFAR-10 "
+      "binary batches");
+}
+
+std::string dims_text(const std::vector<std::int64_t>& dims) {
+  std::string out = "[";
+  for (const auto d : dims) out += (out.size() > 1 ? ", " : "") + std::to_string(d);
+  return out + "]";
+}
+
+// Gives `data` (read as-is by a loader) the model's image shape, or says why it cannot.
+void shape_as_images(Dataset& data, const Dataset& trained, ImageLayout layout,
+                     const fs::path& file, std::string& how) {
+  const auto& want = trained.sample_shape;  // {C, H, W}
+  const std::string expected = "the model's images are " + dims_text(want) +
+                               " (channels, height, width), as the run's training data were";
+  if (data.sample_shape.empty()) {
+    if (data.features != trained.features)
+      throw sdk::DataError(file.string() + ": rows of " + std::to_string(data.features) +
+                               " values, but " + expected + ": " +
+                               std::to_string(trained.features) + " values",
+                           "give images of the training data's size");
+    data.sample_shape = want;  // flat rows: channels-first, as flatten() reads them
+    how = "flat rows read as channels-first";
+    return;
+  }
+  const auto found = data.sample_shape;  // as the file stores each sample
+  const std::vector<std::int64_t> as_nhwc = {found[2], found[0], found[1]};
+  const bool nchw_fits = found == want, nhwc_fits = as_nhwc == want;
+  bool nhwc = false;
+  switch (layout) {
+    case ImageLayout::nchw:
+      if (!nchw_fits)
+        throw sdk::DataError(file.string() + ": samples " + dims_text(found) +
+                                 " read channels-first (--image-layout nchw), but " + expected,
+                             nhwc_fits
+                                 ? "the file is channels-last: pass --image-layout nhwc (or auto)"
+                                 : "give images of the training data's size and channels");
+      break;
+    case ImageLayout::nhwc:
+      if (!nhwc_fits)
+        throw sdk::DataError(file.string() + ": samples " + dims_text(found) +
+                                 " read channels-last (--image-layout nhwc) are " +
+                                 dims_text(as_nhwc) + " channels-first, but " + expected,
+                             nchw_fits
+                                 ? "the file is channels-first: pass --image-layout nchw (or auto)"
+                                 : "give images of the training data's size and channels");
+      nhwc = true;
+      break;
+    case ImageLayout::automatic:
+      // Both fit only when C = H = W, and then the two read the pixels differently.
+      if (nchw_fits && nhwc_fits && data.features > 1)
+        throw sdk::DataError(
+            file.string() + ": samples " + dims_text(found) +
+                " fit the model's images both channels-first and channels-last (C = H = W)",
+            "say which with --image-layout nchw or --image-layout nhwc");
+      if (!nchw_fits && !nhwc_fits)
+        throw sdk::DataError(
+            file.string() + ": samples " + dims_text(found) +
+                " are neither [C, H, W] = " + dims_text(want) +
+                " nor [H, W, C] = " + dims_text({want[1], want[2], want[0]}) + "; " + expected,
+            "give images of the training data's size and channels, channels-first or "
+            "channels-last");
+      nhwc = nhwc_fits;
+      break;
+  }
+  if (nhwc) {
+    channels_last_to_first(data);
+    how = "channels-last, permuted to channels-first";
+  } else {
+    how = "channels-first";
+  }
+}
+
+PredictionInput load_table(const PredictionInputSpec& spec, const Dataset& trained,
+                           const ChannelStats& normalization) {
+  const auto& file = spec.input;
+  const TableFile kind = sniff_table_file(file);
+  PredictionInput out;
+  Dataset& data = out.data;
+  const bool labelled = !spec.labels.empty();
+  switch (kind) {
+    case TableFile::npy:
+      data = labelled ? load_npy(file, spec.labels, trained.classes) : load_npy_features(file);
+      break;
+    case TableFile::idx:
+      data = labelled ? load_idx(file, spec.labels, trained.classes) : load_idx_images(file);
+      break;
+    case TableFile::cifar10:
+      if (labelled)
+        throw sdk::DataError(file.string() +
+                                 " is a CIFAR-10 batch, whose records carry their "
+                                 "labels, but --labels " +
+                                 spec.labels.string() + " was given too",
+                             "leave out --labels");
+      data = load_cifar10(std::span<const fs::path>(&file, 1));
+      break;
+  }
+  if (data.classes > trained.classes)
+    throw sdk::DataError(file.string() + ": labels of " + std::to_string(data.classes) +
+                             " classes, but the model has " + std::to_string(trained.classes),
+                         "give labels of the classes the model was trained on");
+  out.labelled_rows = data.y.empty() ? 0 : data.rows;
+  if (data.y.empty()) data.y.assign(static_cast<std::size_t>(data.rows), 0);
+  data.classes = trained.classes;
+
+  std::string how;
+  if (trained.is_image()) {
+    shape_as_images(data, trained, spec.layout, file, how);
+    if (!normalization.mean.empty()) normalize_channels(data, normalization);
+  } else {
+    if (data.features != trained.features)
+      throw sdk::DataError(
+          file.string() + ": rows of " + std::to_string(data.features) +
+              " features, but the model reads " + std::to_string(trained.features) +
+              " (the training data's width)",
+          "give one row of " + std::to_string(trained.features) + " features per sample");
+    data.sample_shape.clear();  // the model reads plain rows, whatever their original rank
+  }
+  check_dataset(data, file.string());
+  out.description =
+      std::to_string(data.rows) +
+      (trained.is_image() ? " images " + dims_text(data.sample_shape) + " (" + how + ")"
+                          : " rows of " + std::to_string(data.features) + " features") +
+      " from " + file.string() + (out.labelled_rows > 0 ? ", labelled" : ", unlabelled");
+  return out;
+}
+
+PredictionInput load_windows(const PredictionInputSpec& spec, const DataSettings& settings,
+                             const Dataset& trained) {
+  const auto& file = spec.input;
+  if (!spec.labels.empty())
+    throw sdk::DataError("--labels " + spec.labels.string() +
+                             " was given for a language model, whose targets are the input's "
+                             "own next tokens",
+                         "leave out --labels");
+  const std::int64_t T = trained.features;
+  const std::int64_t stride = spec.stride == 0 ? T : spec.stride;
+  if (stride < 1)
+    throw sdk::DataError("--stride " + std::to_string(spec.stride) + " is negative",
+                         "give the tokens between window starts (0: the block size)");
+  const bool text = settings.source == "text";
+  std::vector<std::int32_t> tokens = text ? load_text_tokens(std::span<const fs::path>(&file, 1))
+                                          : load_token_file(file, trained.classes);
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  if (n < T)
+    throw sdk::DataError(file.string() + " holds " + std::to_string(n) +
+                             " tokens, fewer than one window of the model's block size " +
+                             std::to_string(T),
+                         "give at least " + std::to_string(T) +
+                             " tokens (`mixtrain sample` continues a shorter prompt)");
+  PredictionInput out;
+  const std::int64_t windows = (n - T) / stride + 1;
+  // The last window's final target is the token after the file: a placeholder (id 0) keeps the
+  // Dataset whole, and that window is left out of the loss.
+  const bool last_unlabelled = (windows - 1) * stride + T == n;
+  if (last_unlabelled) tokens.push_back(0);
+  out.data = make_token_dataset(std::move(tokens), T, trained.classes, stride,
+                                (text ? "text '" : "token file '") + file.string() + "'");
+  out.labelled_rows = windows - (last_unlabelled ? 1 : 0);
+  out.description = std::to_string(windows) + " windows of " + std::to_string(T) +
+                    " tokens every " + std::to_string(stride) + " from " + file.string() + " (" +
+                    std::to_string(n) + " tokens)";
+  return out;
+}
+
+}  // namespace
+
+ImageLayout parse_image_layout(const std::string& name) {
+  if (name == "auto") return ImageLayout::automatic;
+  if (name == "nchw") return ImageLayout::nchw;
+  if (name == "nhwc") return ImageLayout::nhwc;
+  throw std::invalid_argument("unknown image layout '" + name + "'");
+}
+
+PredictionInput load_prediction_input(const PredictionInputSpec& spec, const DataSettings& settings,
+                                      const Dataset& trained, const ChannelStats& normalization) {
+  return trained.is_tokens() ? load_windows(spec, settings, trained)
+                             : load_table(spec, trained, normalization);
+}
+
+}  // namespace mixtrain::core
