@@ -101,8 +101,8 @@ Bytes le_array(const std::vector<T>& values) {
   return out;
 }
 
-// Runs `body`, expects sdk::DataError, and checks the message names `file` and contains every
-// fragment in `contains`.
+// Runs `body`, expects sdk::DataError, and checks the message names `file` and that the message
+// or its hint contains every fragment in `contains`.
 inline void expect_data_error(const std::function<void()>& body, const std::string& file,
                               const std::vector<std::string>& contains = {}) {
   try {
@@ -111,9 +111,10 @@ inline void expect_data_error(const std::function<void()>& body, const std::stri
   } catch (const sdk::DataError& e) {
     const std::string message = e.what();
     EXPECT_NE(message.find(file), std::string::npos) << "message lacks the file name: " << message;
+    const std::string full = e.full_message();
     for (const auto& fragment : contains)
-      EXPECT_NE(message.find(fragment), std::string::npos)
-          << "message lacks \"" << fragment << "\": " << message;
+      EXPECT_NE(full.find(fragment), std::string::npos)
+          << "message and hint lack \"" << fragment << "\": " << full;
     EXPECT_FALSE(e.hint().empty()) << "no hint for: " << message;
   } catch (const std::exception& e) {
     ADD_FAILURE() << "expected sdk::DataError, got another exception: " << e.what();
