@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -79,6 +80,11 @@ class PredictProgress {
 
 int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
   const fs::path out = args.out, input = args.input;
+  for (const auto& [option, path] :
+       {std::pair<std::string, std::string>{"--input", args.input}, {"--labels", args.labels}})
+    if (!path.empty() && !fs::is_regular_file(path))
+      throw sdk::DataError(option + " " + path + " is not a file",
+                           "check the path; predict reads one file of inputs (and one of labels)");
   check_output(out, input, args.force);
   if (args.top_k < 0)
     throw sdk::UserError("--top-k " + std::to_string(args.top_k) + " is negative",

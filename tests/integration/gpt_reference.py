@@ -30,7 +30,7 @@ Commands (each prints one JSON object on stdout; errors go to stderr with exit s
         [--beta1 --beta2 --eps --weight-decay WD] [--eval-tokens eval.bin] [--bf16]
         [--threads K] [--save OUT] [--layout] [--n-head H]
   loss  --weights W --tokens eval.bin --block-size T [--logits-out F.npy] [--bf16] [--layout]
-        [--n-head H]
+        [--n-head H]      (--logits-out: every held-out window's logits, float32 [W, T, V])
 Dims come from the weights (wte, wpe, the h.{i} count); the head count from --n-head or the file's
 metadata "n_head" (init writes it). --n-layer/--n-embd/--vocab-size, when given, are checked.
 """
@@ -399,7 +399,7 @@ def run(a):
         out["loss"], out["windows"] = heldout_loss(model, tokens, a.block_size, a.bf16)
         if a.logits_out:
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
-                logits = model(heldout_windows(tokens, a.block_size)[:1, :-1])[0]
+                logits = model(heldout_windows(tokens, a.block_size)[:, :-1])
             np.save(a.logits_out, logits.float().numpy())
             out["logits_shape"] = list(logits.shape)
         return out

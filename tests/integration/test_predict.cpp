@@ -1,0 +1,314 @@
+// `mixtrain predict` through the real executable: its numbers are `eval`'s on the same rows (loss,
+// accuracy, and the argmax of the logits it writes), images give the same predictions in either
+// layout, a language model writes its last or every position, and bad input exits 2 with the fix.
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "cli_test_support.h"
+#include "npy_test_support.h"
+
+namespace mixtrain::test {
+namespace {
+
+using Predict = CliTest;
+
+// Three Gaussian clusters in 8 dimensions, labels as int64 (what numpy writes by default).
+void write_clusters(const fs::path& dir, int rows, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  std::vector<float> x;
+  std::vector<std::int64_t> y;
+  for (int r = 0; r < rows; ++r) {
+    const int c = r % 3;
+    y.push_back(c);
+    for (int f = 0; f < 8; ++f) x.push_back((f % 3 == c ? 2.0f : 0.0f) + noise(rng));
+  }
+  write_npy(dir / "x.npy", "<f4", {rows, 8}, x);
+  write_npy(dir / "y.npy", "<i8", {rows}, y);
+}
+
+const char* kMlp = R"(
+[run]
+name = "mlp"
+seed = 3
+steps = 30
+[backend]
+type = "cpu"
+threads = 1
+[precision]
+policy = "bf16-mixed"
+[optimizer]
+type = "adamw"
+[optimizer.adamw]
+lr = 0.01
+[model]
+layers = [ { type = "linear", out = 16 }, { type = "relu" }, { type = "linear", out = 3 } ]
+[data]
+source = "npy"
+batch_size = 16
+eval_batch_size = 20
+eval_fraction = 0.0
+[data.npy]
+features = "x.npy"
+labels = "y.npy"
+[checkpoint]
+fsync = false
+)";
+
+std::size_t argmax(const float* v, std::size_t n) {
+  return static_cast<std::size_t>(std::max_element(v, v + n) - v);
+}
+
+TEST_F(Predict, OnTheRowsEvalReadsItGivesEvalsLossAccuracyAndArgmax) {
+  write_clusters(dir_, 90, 1);
+  const auto cfg = write_file("mlp.toml", kMlp).string();
+  ASSERT_EQ(run("train " + cfg + " --run-dir run", dir_).exit_code, 0);
+  auto r = run("eval " + cfg + " --checkpoint run", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json eval = json::parse(r.out);
+  r = run("predict " + cfg + " --checkpoint run --input x.npy --labels y.npy --out p.npy", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json pred = json::parse(r.out);
+  // The same batches under the same bf16 plan: the same bits.
+  EXPECT_EQ(pred["loss"].get<double>(), eval["eval_loss"].get<double>());
+  EXPECT_EQ(pred["accuracy"].get<double>(), eval["eval_accuracy"].get<double>());
+  EXPECT_EQ(pred["labelled_rows"], 90);
+  EXPECT_EQ(pred["shape"], json::array({90, 3}));
+  EXPECT_GT(pred["accuracy"].get<double>(), 0.8) << "the model learnt the clusters";
+  const auto logits = read_npy_floats(dir_ / "p.npy");
+  ASSERT_EQ(logits.shape, (std::vector<std::int64_t>{90, 3}));
+  EXPECT_EQ(logits.descr, "'<f4'");
+  int correct = 0;
+  for (int i = 0; i < 90; ++i) correct += argmax(&logits.values[3 * i], 3) == std::size_t(i % 3);
+  EXPECT_EQ(correct / 90.0, pred["accuracy"].get<double>());
+
+  // Probabilities are the softmax of those logits; top-1 is their argmax.
+  r = run("predict " + cfg + " --checkpoint run --input x.npy --out q.npy --output probabilities",
+          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(json::parse(r.out).contains("loss")) << "no labels, no loss";
+  const auto probs = read_npy_floats(dir_ / "q.npy");
+  ASSERT_EQ(probs.values.size(), logits.values.size());
+  for (int i = 0; i < 90; ++i) {
+    const float* l = &logits.values[3 * i];
+    const double top = *std::max_element(l, l + 3);
+    double z = 0;
+    for (int c = 0; c < 3; ++c) z += std::exp(l[c] - top);
+    for (int c = 0; c < 3; ++c)
+      EXPECT_NEAR(probs.values[3 * i + c], std::exp(l[c] - top) / z, 1e-6) << i << "," << c;
+  }
+  r = run("predict " + cfg + " --checkpoint run --input x.npy --out k.npy --top-k 1", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto best = read_npy_floats(dir_ / "k.npy");  // records of (int32 class, float32 score)
+  ASSERT_EQ(best.shape, (std::vector<std::int64_t>{90, 1}));
+  ASSERT_EQ(best.values.size(), 180u);
+  for (int i = 0; i < 90; ++i) {
+    std::int32_t cls = 0;
+    std::memcpy(&cls, &best.values[2 * i], 4);
+    EXPECT_EQ(static_cast<std::size_t>(cls), argmax(&logits.values[3 * i], 3)) << "row " << i;
+    EXPECT_EQ(best.values[2 * i + 1],
+              *std::max_element(&logits.values[3 * i], &logits.values[3 * i] + 3));
+  }
+}
+
+const char* kCnn = R"(
+[run]
+name = "cnn"
+seed = 2
+steps = 6
+[backend]
+type = "cpu"
+threads = 1
+[precision]
+policy = "fp32"
+[optimizer]
+type = "sgd"
+[optimizer.sgd]
+lr = 0.05
+momentum = 0.9
+[model]
+nodes = [
+  { type = "conv2d", name = "conv", inputs = ["input"], out = 4, kernel = 3, padding = 1 },
+  { type = "batchnorm2d", name = "bn", inputs = ["conv"] },
+  { type = "relu", name = "relu", inputs = ["bn"] },
+  { type = "global_avgpool", name = "gap", inputs = ["relu"] },
+  { type = "linear", name = "fc", inputs = ["gap"], out = 3 },
+]
+[data]
+source = "npy"
+batch_size = 8
+eval_batch_size = 16
+eval_fraction = 0.0
+[data.npy]
+features = "img.npy"
+labels = "y.npy"
+[data.normalize]
+from_training = true
+[checkpoint]
+fsync = false
+)";
+
+// Channels-first images [N, 3, 6, 5] and the same pixels channels-last [N, 6, 5, 3].
+void write_images(const fs::path& dir, int rows) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> nchw(static_cast<std::size_t>(rows) * 90), nhwc(nchw.size());
+  std::vector<std::int64_t> y;
+  for (int n = 0; n < rows; ++n) {
+    y.push_back(n % 3);
+    for (int c = 0; c < 3; ++c)
+      for (int h = 0; h < 6; ++h)
+        for (int w = 0; w < 5; ++w) {
+          const float v = u(rng) + (c == n % 3 ? 0.5f : 0.0f);
+          nchw[n * 90 + (c * 6 + h) * 5 + w] = v;
+          nhwc[n * 90 + (h * 5 + w) * 3 + c] = v;
+        }
+  }
+  write_npy(dir / "img.npy", "<f4", {rows, 3, 6, 5}, nchw);
+  write_npy(dir / "img_nhwc.npy", "<f4", {rows, 6, 5, 3}, nhwc);
+  write_npy(dir / "y.npy", "<i8", {rows}, y);
+}
+
+TEST_F(Predict, ImagesInEitherLayoutGiveTheSamePredictionsNormalisedAsTrained) {
+  write_images(dir_, 40);
+  const auto cfg = write_file("cnn.toml", kCnn).string();
+  ASSERT_EQ(run("train " + cfg + " --run-dir run", dir_).exit_code, 0);
+  auto r = run("eval " + cfg + " --checkpoint run", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json eval = json::parse(r.out);
+  r = run("predict " + cfg + " --checkpoint run --input img.npy --labels y.npy --out a.npy", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json pred = json::parse(r.out);
+  // The training split's normalisation is applied as `eval` applies it, in eval mode (running
+  // statistics): the same loss bit for bit.
+  EXPECT_EQ(pred["loss"].get<double>(), eval["eval_loss"].get<double>());
+  r = run("predict " + cfg + " --checkpoint run --input img_nhwc.npy --out b.npy", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("channels-last"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(dir_ / "a.npy"), slurp(dir_ / "b.npy"));
+  // Named wrongly, the layout is refused with the right one named.
+  r = run("predict " + cfg +
+              " --checkpoint run --input img_nhwc.npy --out c.npy "
+              "--image-layout nchw",
+          dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--image-layout nhwc"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "c.npy"));
+}
+
+const char* kGpt = R"(
+[run]
+name = "gpt"
+seed = 4
+steps = 4
+[backend]
+type = "cpu"
+threads = 1
+[precision]
+policy = "fp32"
+[optimizer]
+type = "adamw"
+[model]
+preset = "gpt"
+[model.gpt]
+n_layer = 1
+n_head = 2
+n_embd = 16
+[data]
+source = "text"
+block_size = 8
+batch_size = 4
+eval_batch_size = 3
+[data.text]
+path = ["train.txt"]
+eval = ["eval.txt"]
+[checkpoint]
+fsync = false
+)";
+
+TEST_F(Predict, ALanguageModelWritesTheLastOrEveryPositionAndEvalsHeldOutLoss) {
+  std::string text;
+  for (int i = 0; text.size() < 600; ++i)
+    text += "the cat sat on mat " + std::to_string(i % 7) + "\n";
+  std::ofstream(dir_ / "train.txt") << text;
+  std::ofstream(dir_ / "eval.txt") << text.substr(0, 8 * 10 + 1);  // 10 windows, all labelled
+  std::ofstream(dir_ / "exact.txt") << text.substr(0, 8 * 3);      // 3 windows, the last not
+  const auto cfg = write_file("gpt.toml", kGpt).string();
+  ASSERT_EQ(run("train " + cfg + " --run-dir run", dir_).exit_code, 0);
+  auto r = run("eval " + cfg + " --checkpoint run", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json eval = json::parse(r.out);
+  ASSERT_EQ(eval["rows"], 10);
+  r = run("predict " + cfg + " --checkpoint run --input eval.txt --out last.npy", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json pred = json::parse(r.out);
+  EXPECT_EQ(pred["loss"].get<double>(), eval["eval_loss"].get<double>());
+  EXPECT_EQ(pred["accuracy"].get<double>(), eval["eval_accuracy"].get<double>());
+  EXPECT_EQ(pred["shape"], json::array({10, 256}));
+  r = run("predict " + cfg + " --checkpoint run --input eval.txt --out all.npy --positions all",
+          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto last = read_npy_floats(dir_ / "last.npy"), all = read_npy_floats(dir_ / "all.npy");
+  ASSERT_EQ(all.shape, (std::vector<std::int64_t>{10, 8, 256}));
+  for (std::size_t w = 0; w < 10; ++w)
+    for (std::size_t v = 0; v < 256; ++v)
+      ASSERT_EQ(all.values[(w * 8 + 7) * 256 + v], last.values[w * 256 + v]) << w << "," << v;
+  // A stream that ends with a window: that window is predicted (the token after the file) but
+  // has no target, so the loss is over the two before it.
+  r = run("predict " + cfg + " --checkpoint run --input exact.txt --out exact.npy", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json exact = json::parse(r.out);
+  EXPECT_EQ(exact["shape"], json::array({3, 256}));
+  EXPECT_EQ(exact["labelled_rows"], 2);
+}
+
+TEST_F(Predict, BadInputExits2NamingTheFixAndNeverOverwritesWithoutForce) {
+  write_clusters(dir_, 30, 2);
+  const auto cfg = write_file("mlp.toml", kMlp).string();
+  ASSERT_EQ(run("train " + cfg + " --set run.steps=2 --run-dir run", dir_).exit_code, 0);
+  const std::string base = "predict " + cfg + " --checkpoint run ";
+  // Inputs of another width.
+  write_npy(dir_ / "wide.npy", "<f4", {2, 9}, std::vector<float>(18, 0.5f));
+  auto r = run(base + "--input wide.npy --out p.npy", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("9 features"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("reads 8"), std::string::npos) << r.err;
+  // A checkpoint of another model.
+  ASSERT_EQ(run("train " + cfg +
+                    " --set run.steps=1 --set 'model.layers=[{type=\"linear\", out=3}]'"
+                    " --run-dir other",
+                dir_)
+                .exit_code,
+            0);
+  r = run("predict " + cfg + " --checkpoint other --input x.npy --out p.npy", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("belongs to a different model"), std::string::npos) << r.err;
+  // A missing input file, named as the option that gave it.
+  r = run(base + "--input nothere.npy --out p.npy", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--input nothere.npy is not a file"), std::string::npos) << r.err;
+  // An output in a missing folder, before anything is loaded.
+  r = run(base + "--input x.npy --out missing/p.npy", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("mkdir -p missing"), std::string::npos) << r.err;
+  // --top-k larger than the classes.
+  r = run(base + "--input x.npy --out p.npy --top-k 4", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("3 classes"), std::string::npos) << r.err;
+  // An existing file is kept without --force, replaced with it.
+  std::ofstream(dir_ / "keep.npy") << "precious";
+  r = run(base + "--input x.npy --out keep.npy", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--force"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(dir_ / "keep.npy"), "precious");
+  r = run(base + "--input x.npy --out keep.npy --force", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_npy_floats(dir_ / "keep.npy").shape, (std::vector<std::int64_t>{30, 3}));
+  // No temporary file is left behind by any of them.
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
+}  // namespace
+}  // namespace mixtrain::test
