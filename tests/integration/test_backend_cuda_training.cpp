@@ -5,6 +5,9 @@
 // and cuDNN algorithms), so the loss curves must agree within what the format's rounding lets
 // drift over 30 steps, and the CUDA run must learn.
 //
+// `mixtrain predict` of one CPU-trained ResNet-20 checkpoint on either backend gives the same
+// logits within FP32 reduction-order differences.
+//
 // Skips (saying why) when this machine has no CUDA device; the kit (bench/gpu/run_h200.sh, stage
 // test) runs it on a GPU.
 #include <cuda_runtime_api.h>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "cli_test_support.h"
+#include "npy_test_support.h"
 
 namespace mixtrain::test {
 namespace {
@@ -93,6 +97,35 @@ TEST_P(CudaTraining, LossFollowsTheCpuRun) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaTraining, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
+
+using CudaPredict = CliTest;
+
+TEST_F(CudaPredict, GivesTheCpuLogitsOfOneCheckpoint) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+    GTEST_SKIP() << "no CUDA device here: predict on the CUDA backend needs a GPU";
+  const std::string small = " --set data.synthetic.rows=400 --set data.batch_size=32";
+  auto r = run("train " + config("resnet20-fp32.toml") + small +
+                   " --set run.steps=5 --set run.eval_every=0 --run-dir run",
+               dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<float> images(20 * 3 * 32 * 32);
+  for (std::size_t i = 0; i < images.size(); ++i)
+    images[i] = static_cast<float>((i * 37) % 101) / 100.0f;
+  write_npy(dir_ / "x.npy", "<f4", {20, 3, 32, 32}, images);
+  for (const char* backend : {"cpu", "cuda"}) {
+    r = run("predict " + config("resnet20-fp32.toml") + small + " --set backend.type=" + backend +
+                " --checkpoint run --input x.npy --out " + backend + ".npy",
+            dir_);
+    ASSERT_EQ(r.exit_code, 0) << backend << ": " << r.err;
+  }
+  const auto cpu = read_npy_floats(dir_ / "cpu.npy"), gpu = read_npy_floats(dir_ / "cuda.npy");
+  ASSERT_EQ(gpu.shape, cpu.shape);
+  double scale = 0;
+  for (const float v : cpu.values) scale = std::max(scale, std::abs(static_cast<double>(v)));
+  for (std::size_t i = 0; i < cpu.values.size(); ++i)
+    EXPECT_NEAR(gpu.values[i], cpu.values[i], 1e-4 * scale) << "logit " << i;
+}
 
 }  // namespace
 }  // namespace mixtrain::test
