@@ -4,6 +4,7 @@
 #include <map>
 
 #include "cli_test_support.h"
+#include "npy_test_support.h"
 
 namespace {
 
@@ -36,6 +37,70 @@ TEST_F(CliImages, TruncatedCifarFileExits2NamingTheFileAndTheOffset) {
           " --set data.cifar10.path=" + dir_.string() + " --run-dir " + (dir_ / "run2").string());
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("test_batch.bin"), std::string::npos) << r.err;
+}
+
+// torchvision's CIFAR-10 `.data` layout, [N, 32, 32, 3] uint8: refused as channels-first with
+// the shape and the key named (not a pooling error far from the cause), and with
+// data.npy.layout = "nhwc" the very run the same pixels give channels-first.
+TEST_F(CliImages, ChannelsLastNpyImagesTrainAsTheirChannelsFirstTwin) {
+  const int n = 64;
+  std::vector<std::uint8_t> nhwc(n * 32 * 32 * 3), nchw(nhwc.size());
+  std::vector<std::int64_t> labels;
+  for (int i = 0; i < n; ++i) {
+    labels.push_back(i % 4);
+    for (int h = 0; h < 32; ++h)
+      for (int w = 0; w < 32; ++w)
+        for (int c = 0; c < 3; ++c) {
+          const auto v = static_cast<std::uint8_t>(
+              (i * 31 + h * 7 + w * 3 + c * 50 + (c == i % 3 ? 90 : 0)) % 256);
+          nhwc[((i * 32 + h) * 32 + w) * 3 + c] = v;
+          nchw[((i * 3 + c) * 32 + h) * 32 + w] = v;
+        }
+  }
+  write_npy(dir_ / "nhwc.npy", "|u1", {n, 32, 32, 3}, nhwc);
+  write_npy(dir_ / "nchw.npy", "|u1", {n, 3, 32, 32}, nchw);
+  write_npy(dir_ / "y.npy", "<i8", {n}, labels);
+  const auto cfg = write_file("cnn.toml", R"([run]
+steps = 3
+log_every = 1
+[model]
+nodes = [
+  { type = "conv2d", name = "conv", inputs = ["input"], out = 4, kernel = 3, padding = 1 },
+  { type = "relu", name = "relu", inputs = ["conv"] },
+  { type = "maxpool2d", name = "pool", inputs = ["relu"], kernel = 2 },
+  { type = "global_avgpool", name = "gap", inputs = ["pool"] },
+  { type = "linear", name = "fc", inputs = ["gap"], out = 4 },
+]
+[data]
+source = "npy"
+batch_size = 16
+[data.npy]
+features = "nhwc.npy"
+labels = "y.npy"
+)");
+  auto r = run("train " + cfg.string() + " --run-dir bad", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("[N, 32, 32, 3]"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("data.npy.layout = \"nhwc\""), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cnn.toml:"), std::string::npos) << r.err;
+  r = run("train " + cfg.string() + " --set data.npy.layout=nhwc --run-dir last", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("train " + cfg.string() + " --set data.npy.features=nchw.npy --run-dir first", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<double> last, first;
+  for (const auto& rec : records(dir_ / "last" / "metrics.jsonl"))
+    if (rec.contains("loss")) last.push_back(rec["loss"].get<double>());
+  for (const auto& rec : records(dir_ / "first" / "metrics.jsonl"))
+    if (rec.contains("loss")) first.push_back(rec["loss"].get<double>());
+  ASSERT_EQ(last.size(), 3u);
+  EXPECT_EQ(last, first);
+  // A channels-first file read channels-last is refused the other way round.
+  r = run("train " + cfg.string() +
+              " --set data.npy.features=nchw.npy --set data.npy.layout=nhwc"
+              " --run-dir wrong",
+          dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("\"nchw\""), std::string::npos) << r.err;
 }
 
 TEST_F(CliImages, CifarFilesTrain) {

@@ -235,6 +235,8 @@ void read_data_config(const Config& config, Experiment& e) {
   } else if (e.data.source == "npy") {
     e.data.features_path = resolve_path(config, r, "features");
     e.data.labels_path = resolve_path(config, r, "labels");
+    e.data.npy_channels_last = src.get_string("layout") == "nhwc";
+    e.data.npy_layout_where = src.where("layout");
   } else if (e.data.source == "idx") {
     e.data.images_path = resolve_path(config, r, "images");
     e.data.labels_path = resolve_path(config, r, "labels");

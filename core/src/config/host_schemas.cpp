@@ -117,8 +117,16 @@ sdk::OptionSchema data_source_schema(const std::string& source) {
     };
   if (source == "npy")
     return {
-        OptionSpec::required("features", OptionType::string, ".npy of float32 [N, D] features"),
-        OptionSpec::required("labels", OptionType::string, ".npy of integer [N] labels"),
+        OptionSpec::required("features", OptionType::string,
+                             ".npy of float32, float64 or uint8 (scaled by /255) features: [N, D] "
+                             "rows, [N, H, W] one-channel images, [N, C, H, W] or [N, H, W, C] "
+                             "images (see layout), or [N, d1, ..., dk] flattened"),
+        OptionSpec::required("labels", OptionType::string,
+                             ".npy of integer [N] (or [N, 1]) class indices"),
+        OptionSpec::string("layout", "nchw",
+                           "rank-4 features: nchw ([N, C, H, W], PyTorch's) or nhwc ([N, H, W, "
+                           "C], e.g. torchvision's CIFAR-10 .data), permuted to channels-first")
+            .one_of({"nchw", "nhwc"}),
     };
   if (source == "idx")
     return {

@@ -16,15 +16,14 @@ BatchSampler::BatchSampler(std::int64_t rows, std::int64_t batch_size, bool shuf
     throw sdk::DataError("batch sampler: the dataset has " + std::to_string(rows) + " rows",
                          "give a dataset with at least one row");
   if (batch_size <= 0)
-    throw sdk::DataError("batch sampler: batch_size must be >= 1, found " +
-                             std::to_string(batch_size),
-                         "set data.batch_size to a positive number");
+    throw sdk::DataError(
+        "batch sampler: batch_size must be >= 1, found " + std::to_string(batch_size),
+        "set data.batch_size to a positive number");
   if (batch_size > rows)
-    throw sdk::DataError("batch sampler: batch_size " + std::to_string(batch_size) +
-                             " is larger than the " + std::to_string(rows) +
-                             " training rows, so no full batch exists",
-                         "lower data.batch_size to at most " + std::to_string(rows) +
-                             " or provide more data");
+    throw sdk::DataError(
+        "batch sampler: batch_size " + std::to_string(batch_size) + " is larger than the " +
+            std::to_string(rows) + " training rows, so no full batch exists",
+        "lower data.batch_size to at most " + std::to_string(rows) + " or provide more data");
   batches_per_epoch_ = rows / batch_size;
 }
 

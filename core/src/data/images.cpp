@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mixtrain/core/data/dataset.h"
+#include "mixtrain/sdk/error.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -110,6 +111,28 @@ void channels_last_to_first(Dataset& data) {
   }
   data.sample_shape = {static_cast<std::int64_t>(C), static_cast<std::int64_t>(H),
                        static_cast<std::int64_t>(W)};
+}
+
+void check_image_plausible(const Dataset& data, const std::string& origin, bool channels_last,
+                           const sdk::SourceLocation& where, const std::string& key) {
+  if (!data.is_image()) return;
+  const auto C = data.channels(), H = data.height(), W = data.width();
+  const bool usual_channels = C == 1 || C == 3 || C == 4;
+  if (usual_channels || std::min(H, W) > 4) return;
+  const std::string found =
+      "[N, " + std::to_string(C) + ", " + std::to_string(H) + ", " + std::to_string(W) + "]";
+  const std::string read = channels_last ? "channels-last" : "channels-first";
+  throw sdk::ConfigError(
+      where, key,
+      origin + ": images read " + read + " are " + found +
+          " (channels, height, width): " + std::to_string(C) + " channels of " + std::to_string(H) +
+          "×" + std::to_string(W) + " pixels, which looks like the other layout",
+      channels_last ? "set " + key +
+                          " = \"nchw\" for [N, C, H, W] arrays (PyTorch's), or "
+                          "save non-image data flat as [N, D]"
+                    : "set " + key +
+                          " = \"nhwc\" for [N, H, W, C] arrays (torchvision's "
+                          "CIFAR-10 .data), or save non-image data flat as [N, D]");
 }
 
 std::uint64_t augment_stream(std::uint64_t batch_index, std::uint64_t position) {

@@ -140,7 +140,10 @@ LoadedData load_data(const DataSettings& settings, std::uint64_t seed) {
     if (settings.source == "synthetic") {
       all = make_synthetic(settings.synthetic);
     } else if (settings.source == "npy") {
-      all = load_npy(settings.features_path, settings.labels_path, settings.classes);
+      all = load_npy(settings.features_path, settings.labels_path, settings.classes,
+                     settings.npy_channels_last);
+      check_image_plausible(all, settings.features_path.string(), settings.npy_channels_last,
+                            settings.npy_layout_where, "data.npy.layout");
     } else if (settings.source == "idx") {
       all = load_idx(settings.images_path, settings.labels_path, settings.classes);
     } else {

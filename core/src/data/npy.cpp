@@ -337,9 +337,11 @@ Dataset load_npy_features(const fs::path& features) {
   return npy_features(features, read_npy(features, /*for_labels=*/false));
 }
 
-Dataset load_npy(const fs::path& features, const fs::path& labels, std::int32_t classes) {
+Dataset load_npy(const fs::path& features, const fs::path& labels, std::int32_t classes,
+                 bool channels_last) {
   NpyArray fx = read_npy(features, /*for_labels=*/false);
   Dataset data = npy_features(features, fx);
+  if (channels_last && fx.shape.size() == 4) channels_last_to_first(data);
   NpyArray fy = read_npy(labels, /*for_labels=*/true);
   if (!(fy.shape.size() == 1 || (fy.shape.size() == 2 && fy.shape[1] == 1)))
     fail(labels, "labels have shape " + shape_string(fy.shape) + ", expected [N] (or [N, 1])",

@@ -98,6 +98,71 @@ TEST(ImageShapes, NpyUint8AndFloat32ImagesKeepTheirShape) {
   EXPECT_EQ(five.features, 12);
 }
 
+// data.npy.layout = "nhwc": [N, H, W, C] uint8 (torchvision's CIFAR-10 .data) becomes
+// channels-first, scaled by /255 as ToTensor scales; ranks other than 4 are unaffected.
+TEST(ImageShapes, NpyChannelsLastIsPermutedToChannelsFirst) {
+  ScratchDir dir;
+  const std::uint64_t N = 2, H = 3, W = 5, C = 3;
+  const Bytes pixels = counting(N * H * W * C);
+  write_file(dir / "x.npy", npy_bytes(npy_dict("|u1", {N, H, W, C}), pixels));
+  write_file(dir / "y.npy", npy_bytes(npy_dict("<i8", {N}), le_array<std::int64_t>({1, 0})));
+  const Dataset d = load_npy(dir / "x.npy", dir / "y.npy", 0, /*channels_last=*/true);
+  ASSERT_EQ(d.sample_shape, (Shape{3, 3, 5}));
+  for (std::size_t n = 0; n < N; ++n)
+    for (std::size_t c = 0; c < C; ++c)
+      for (std::size_t h = 0; h < H; ++h)
+        for (std::size_t w = 0; w < W; ++w)
+          ASSERT_EQ(d.x[((n * C + c) * H + h) * W + w],
+                    static_cast<float>(pixels[((n * H + h) * W + w) * C + c]) / 255.0f);
+  // Read channels-first (the default), the file's [3, 5, 3] samples are taken as {C, H, W} and
+  // the pixels stay in file order.
+  const Dataset first = load_npy(dir / "x.npy", dir / "y.npy");
+  EXPECT_EQ(first.sample_shape, (Shape{3, 5, 3}));
+  EXPECT_EQ(first.x[1], static_cast<float>(pixels[1]) / 255.0f);
+  // One-channel [N, H, W] arrays have no channel axis to move.
+  write_file(dir / "g.npy", npy_bytes(npy_dict("|u1", {N, H, W}), counting(N * H * W)));
+  EXPECT_EQ(load_npy(dir / "g.npy", dir / "y.npy", 0, true).x,
+            load_npy(dir / "g.npy", dir / "y.npy").x);
+}
+
+// Images whose reading gives many channels of tiny pictures are refused naming the layout key.
+TEST(ImageShapes, ImplausibleImagesNameTheShapeAndTheOtherLayout) {
+  Dataset cifar_read_first;
+  cifar_read_first.rows = 1;
+  cifar_read_first.features = 32 * 32 * 3;
+  cifar_read_first.sample_shape = {32, 32, 3};
+  const sdk::SourceLocation where{"cfg.toml", 7, 1};
+  try {
+    check_image_plausible(cifar_read_first, "x.npy", false, where, "data.npy.layout");
+    ADD_FAILURE() << "[N, 32, 32, 3] read channels-first passed";
+  } catch (const sdk::ConfigError& e) {
+    const std::string m = e.full_message();
+    EXPECT_NE(m.find("[N, 32, 32, 3]"), std::string::npos) << m;
+    EXPECT_NE(m.find("data.npy.layout = \"nhwc\""), std::string::npos) << m;
+    EXPECT_NE(m.find("cfg.toml:7:1"), std::string::npos) << m;
+  }
+  Dataset first_read_last = cifar_read_first;
+  first_read_last.sample_shape = {32, 3, 32};  // [N, 3, 32, 32] read channels-last
+  try {
+    check_image_plausible(first_read_last, "x.npy", true, where, "data.npy.layout");
+    ADD_FAILURE() << "[N, 3, 32, 32] read channels-last passed";
+  } catch (const sdk::ConfigError& e) {
+    EXPECT_NE(e.full_message().find("\"nchw\""), std::string::npos) << e.full_message();
+  }
+  // Plausible images (1, 3 or 4 channels, or larger pictures) and plain features pass.
+  for (const Shape& ok : {Shape{3, 32, 32}, Shape{1, 28, 28}, Shape{4, 2, 2}, Shape{16, 8, 8}}) {
+    Dataset d;
+    d.rows = 1;
+    d.features = ok[0] * ok[1] * ok[2];
+    d.sample_shape = ok;
+    EXPECT_NO_THROW(check_image_plausible(d, "x.npy", false, where, "data.npy.layout"));
+  }
+  Dataset flat;
+  flat.rows = 1;
+  flat.features = 96;
+  EXPECT_NO_THROW(check_image_plausible(flat, "x.npy", false, where, "data.npy.layout"));
+}
+
 TEST(ImageShapes, NpyLabelOutOfRangeNamesTheFileAndTheOffset) {
   ScratchDir dir;
   const auto x = dir / "x.npy", y = dir / "y.npy";

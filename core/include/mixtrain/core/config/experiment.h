@@ -2,10 +2,10 @@
 //
 // Contract
 // - parse_experiment() reads every table of the config (component sections are laid out as
-//   config/component_section.h says), rejects unknown tables and keys (with "did you mean"), validates
-//   types and ranges (errors name file:line:col and the key), resolves the plugins named by the
-//   config in the registry (errors list what exists) and validates their options against their
-//   declared schemas. It creates no plugin object. File paths come back absolute: relative to
+//   config/component_section.h says), rejects unknown tables and keys (with "did you mean"),
+//   validates types and ranges (errors name file:line:col and the key), resolves the plugins named
+//   by the config in the registry (errors list what exists) and validates their options against
+//   their declared schemas. It creates no plugin object. File paths come back absolute: relative to
 //   the config file when written there, to the current folder when given with --set.
 // - create_components() instantiates backend, policy, scaler, optimizer and checkpoint format;
 //   plugin-specific checks that a schema cannot express fail here, still as sdk::UserError.
@@ -80,6 +80,12 @@ struct DataSettings {
   std::int32_t classes = 0;    // 0: infer from the labels (tables only)
   SyntheticSpec synthetic;
   std::filesystem::path features_path, labels_path, images_path;
+  // npy: how a rank-4 features array holds images: channels-first [N, C, H, W] (PyTorch's, the
+  // default) or channels-last [N, H, W, C] (torchvision's CIFAR-10 `.data`, NumPy and TF
+  // image arrays), permuted to channels-first when loaded. `npy_layout_where` is where an
+  // implausible reading (check_image_plausible) points.
+  bool npy_channels_last = false;
+  sdk::SourceLocation npy_layout_where;
   // tokens: one llm.c file each; text: files read one after another. No eval_paths: the tail.
   std::vector<std::filesystem::path> token_paths, eval_token_paths;
   std::int64_t block_size = 0;  // tokens / text: tokens a window predicts from (T)

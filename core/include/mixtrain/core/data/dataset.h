@@ -39,6 +39,10 @@
 #include <utility>
 #include <vector>
 
+namespace mixtrain::sdk {
+struct SourceLocation;
+}
+
 namespace mixtrain::core {
 
 struct DataSettings;  // config/experiment.h: the [data] section
@@ -130,8 +134,10 @@ Dataset make_synthetic(const SyntheticSpec& spec);
 // Labels: any integer dtype of 1, 2, 4 or 8 bytes, shape [N] or [N, 1]. `classes` = 0 infers
 // max label + 1; otherwise every label must be below it (the error names the row and its byte
 // offset in the labels file).
+// `channels_last`: a rank-4 features array is [N, H, W, C] (sample_shape {C, H, W} after the
+// permutation to channels-first); other ranks are unaffected.
 Dataset load_npy(const std::filesystem::path& features, const std::filesystem::path& labels,
-                 std::int32_t classes = 0);
+                 std::int32_t classes = 0, bool channels_last = false);
 // The features half of load_npy (the same dtypes, shapes and checks) for data without labels
 // (`mixtrain predict`): y is empty and classes 0, so the result is not a complete Dataset until
 // the caller gives it labels.
@@ -182,6 +188,14 @@ void normalize_channels(Dataset& data, const ChannelStats& stats);
 // {H, W, C} and x is permuted in place to channels-first, sample_shape {C, H, W}.
 // std::invalid_argument when sample_shape does not have three dimensions.
 void channels_last_to_first(Dataset& data);
+
+// Throws sdk::ConfigError at `where` (key `key`, e.g. "data.npy.layout") when `data`'s images
+// read as {C, H, W} are implausible — C not 1, 3 or 4 while H or W is 4 pixels or fewer, as a
+// channels-last [N, 32, 32, 3] array read channels-first is (32 channels of 32×3 pixels) — naming
+// the shape found and, by `channels_last` (how the data were read), the other layout. Plain
+// features and plausible images pass.
+void check_image_plausible(const Dataset& data, const std::string& origin, bool channels_last,
+                           const sdk::SourceLocation& where, const std::string& key);
 
 // Training-time augmentation of image batches (torchvision's RandomCrop(padding) and
 // RandomHorizontalFlip on the [0, 1] image, before Normalize).
