@@ -3,6 +3,9 @@
 // per-layer overrides, and the warnings of `mixtrain check`.
 #include <algorithm>
 #include <map>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "cli_test_support.h"
 
@@ -11,22 +14,42 @@ namespace {
 using namespace mixtrain::test;
 using Precision = CliTest;
 
-// One test drives all four runs so the FP32 baseline is trained once.
+// The "Try" lines of the demo's own header comment, exactly as written: "mixtrain ..." after
+// "# Try" up to the first comment line that is not one.
+std::vector<std::string> demo_lines(const std::string& config_text) {
+  std::vector<std::string> lines;
+  std::istringstream in(config_text);
+  bool in_try = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("# Try", 0) == 0) in_try = true;
+    if (!in_try) continue;
+    const auto at = line.find("mixtrain ");
+    if (line.rfind("#", 0) != 0 || (at == std::string::npos && !lines.empty())) break;
+    if (at != std::string::npos) lines.push_back(line.substr(at + 9));
+  }
+  return lines;
+}
+
+// One test drives all four runs so the FP32 baseline is trained once, by the commands the
+// config tells a user to type, from a folder that has the repository's configs/.
 TEST_F(Precision, UnderflowDemoFailsInFp16AndIsRescuedByTheDynamicScalerAndByBf16) {
-  const std::string demo = config("underflow-demo.toml");
-  auto train = [&](const std::string& name, const std::string& sets) {
-    auto d = dir_ / name;
-    auto r = run("train " + demo + " --run-dir " + d.string() + " " + sets);
-    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.err;
-    return d;
-  };
-  auto fp32 = summary(train("fp32", ""));
-  auto fp16_none_dir = train("fp16-none", "--set precision.policy=fp16-mixed");
+  const auto lines = demo_lines(slurp(config("underflow-demo.toml")));
+  ASSERT_EQ(lines.size(), 5u) << "four runs and a compare";
+  fs::create_directory_symlink(fs::path(MIXTRAIN_CONFIGS_DIR), dir_ / "configs");
+  for (const auto& line : lines) {
+    auto r = run(line, dir_);
+    ASSERT_EQ(r.exit_code, 0) << "mixtrain " << line << "\n" << r.err;
+  }
+  const auto runs = dir_ / "runs";
+  auto fp32 = summary(runs / "underflow-demo");
+  auto fp16_none_dir = runs / "underflow-demo-2";
   auto fp16_none = summary(fp16_none_dir);
-  auto fp16_dyn = summary(train("fp16-dynamic", "--set precision.policy=fp16-mixed "
-                                                "--set scaler.type=dynamic "
-                                                "--set scaler.growth_interval=20"));
-  auto bf16 = summary(train("bf16-none", "--set precision.policy=bf16-mixed"));
+  auto fp16_dyn = summary(runs / "underflow-demo-3");
+  auto bf16 = summary(runs / "underflow-demo-4");
+  EXPECT_EQ(fp16_none["policy"], "fp16-mixed");
+  EXPECT_EQ(fp16_dyn["scaler"], "dynamic");
+  EXPECT_EQ(bf16["policy"], "bf16-mixed");
+  EXPECT_TRUE(fs::exists(runs / "underflow-demo" / "compare.svg"));
 
   const double base = fp32["eval_accuracy"].get<double>();
   EXPECT_GT(base, 0.85) << "the FP32 baseline must learn for the demo to mean anything";
@@ -54,11 +77,14 @@ TEST_F(Precision, UnderflowDemoFailsInFp16AndIsRescuedByTheDynamicScalerAndByBf1
 
 TEST_F(Precision, OverflowBacksOffSkipsAndLeavesMasterWeightsUntouched) {
   // A loss scale of 2^100 overflows fp16 activation gradients on every step.
-  const std::string common = " --set precision.policy=fp16-mixed --set scaler.type=dynamic"
-                             " --set run.log_every=1 --set run.eval_every=0";
+  const std::string common =
+      " --set precision.policy=fp16-mixed --set scaler.type=dynamic"
+      " --set run.log_every=1 --set run.eval_every=0";
   auto skipped = dir_ / "skipped";
-  auto r = run("train " + quickstart() + common + " --set scaler.init_scale=1.2676506002282294e30"
-               " --set run.steps=3 --run-dir " + skipped.string());
+  auto r = run("train " + quickstart() + common +
+               " --set scaler.init_scale=1.2676506002282294e30"
+               " --set run.steps=3 --run-dir " +
+               skipped.string());
   ASSERT_EQ(r.exit_code, 3) << "every step skipped: the run diverged\n" << r.err;
   EXPECT_NE(r.err.find("skipped"), std::string::npos) << r.err;
   auto recs = records(skipped / "metrics.jsonl");
@@ -75,15 +101,20 @@ TEST_F(Precision, OverflowBacksOffSkipsAndLeavesMasterWeightsUntouched) {
   // Master weights are those of initialisation: the same eval loss as a run whose only step
   // changes nothing (lr = 0, no weight decay).
   auto untouched = dir_ / "untouched";
-  auto r2 = run("train " + quickstart() + common + " --set run.steps=1 --set optimizer.lr=0"
-                " --set optimizer.weight_decay=0 --run-dir " + untouched.string());
+  auto r2 = run("train " + quickstart() + common +
+                " --set run.steps=1 --set optimizer.lr=0"
+                " --set optimizer.weight_decay=0 --run-dir " +
+                untouched.string());
   ASSERT_EQ(r2.exit_code, 0) << r2.err;
-  EXPECT_EQ(summary(skipped)["eval_loss"].get<double>(), summary(untouched)["eval_loss"].get<double>());
+  EXPECT_EQ(summary(skipped)["eval_loss"].get<double>(),
+            summary(untouched)["eval_loss"].get<double>());
 
   // And a run that starts that high recovers: it backs off until the scale fits, then learns.
   auto recovers = dir_ / "recovers";
-  auto r3 = run("train " + quickstart() + common + " --set scaler.init_scale=1e12"
-                " --set run.steps=200 --set run.log_every=10 --run-dir " + recovers.string());
+  auto r3 = run("train " + quickstart() + common +
+                " --set scaler.init_scale=1e12"
+                " --set run.steps=200 --set run.log_every=10 --run-dir " +
+                recovers.string());
   ASSERT_EQ(r3.exit_code, 0) << r3.err;
   auto s = summary(recovers);
   EXPECT_GT(s["skipped_steps"].get<int>(), 0);
@@ -94,16 +125,19 @@ TEST_F(Precision, OverflowBacksOffSkipsAndLeavesMasterWeightsUntouched) {
 TEST_F(Precision, Bf16MixedMatchesFp32OnQuickstart) {
   auto a = dir_ / "fp32", b = dir_ / "bf16";
   ASSERT_EQ(run("train " + quickstart() + " --run-dir " + a.string()).exit_code, 0);
-  auto r = run("train " + quickstart() + " --set precision.policy=bf16-mixed --run-dir " + b.string());
+  auto r =
+      run("train " + quickstart() + " --set precision.policy=bf16-mixed --run-dir " + b.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NEAR(summary(b)["eval_accuracy"].get<double>(), summary(a)["eval_accuracy"].get<double>(), 0.01);
+  EXPECT_NEAR(summary(b)["eval_accuracy"].get<double>(), summary(a)["eval_accuracy"].get<double>(),
+              0.01);
   EXPECT_EQ(summary(b)["policy"], "bf16-mixed");
 }
 
 TEST_F(Precision, OverridesReachTheLayerTheyNameAndUnknownOnesFail) {
   auto cfg = slurp(quickstart());
   cfg.replace(cfg.find("policy = \"fp32\""), 15, "policy = \"bf16-mixed\"");
-  auto with_override = write_file("override.toml", cfg + "\n[[precision.override]]\nlayers = \"head\"\ncompute = \"fp32\"\n");
+  auto with_override = write_file(
+      "override.toml", cfg + "\n[[precision.override]]\nlayers = \"head\"\ncompute = \"fp32\"\n");
   auto r = run("check " + with_override.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::map<std::string, std::string> plan;
@@ -121,7 +155,9 @@ TEST_F(Precision, OverridesReachTheLayerTheyNameAndUnknownOnesFail) {
   EXPECT_EQ(plan["head"], "fp32 fp32 fp32 fp32") << r.out;
   EXPECT_EQ(plan["fc1"], "bf16 bf16 bf16 bf16") << r.out;
 
-  auto bad = write_file("bad-override.toml", cfg + "\n[[precision.override]]\nlayers = \"classifier\"\ncompute = \"fp32\"\n");
+  auto bad =
+      write_file("bad-override.toml",
+                 cfg + "\n[[precision.override]]\nlayers = \"classifier\"\ncompute = \"fp32\"\n");
   auto r2 = run("check " + bad.string());
   EXPECT_EQ(r2.exit_code, 2);
   EXPECT_NE(r2.err.find("'classifier' matches no layer"), std::string::npos) << r2.err;
@@ -134,8 +170,11 @@ TEST_F(Precision, CheckWarnsAboutFp16WithoutAScalerAndOddGemmSizes) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("scaler.type = \"dynamic\""), std::string::npos) << r.err;
   // head has 10 outputs, not a multiple of 8.
-  EXPECT_NE(r.err.find("'head' (linear): GEMM dimension 10 is not a multiple of 8"), std::string::npos) << r.err;
-  auto ok = run("check " + quickstart() + " --set precision.policy=fp16-mixed --set scaler.type=dynamic");
+  EXPECT_NE(r.err.find("'head' (linear): GEMM dimension 10 is not a multiple of 8"),
+            std::string::npos)
+      << r.err;
+  auto ok =
+      run("check " + quickstart() + " --set precision.policy=fp16-mixed --set scaler.type=dynamic");
   EXPECT_EQ(ok.err.find("scaler.type = \"dynamic\""), std::string::npos) << ok.err;
   // FP32 GEMMs do not use Tensor Cores' 16-bit paths: no size warning.
   auto fp32 = run("check " + quickstart());
