@@ -112,9 +112,13 @@ int run_check(const ConfigArgs& cfg) {
   const bool needs_scaling = session.policy->needs_loss_scaling();  // after adapt_to() ("auto")
 
   std::cout << core::resolved_toml(experiment) << "\n";
+  // Without held-out rows, evaluation reads the training rows (Trainer::evaluate): say so.
+  const auto held_out = trainer.eval_data().rows;
   std::cout << "# data: " << trainer.train_data().rows << " training rows, "
-            << trainer.eval_data().rows << " held-out rows, " << trainer.train_data().features
-            << " features, " << trainer.train_data().classes << " classes\n";
+            << (held_out > 0 ? std::to_string(held_out) + " held-out rows"
+                             : std::string("no held-out rows (evaluation reads the training rows)"))
+            << ", " << trainer.train_data().features << " features, "
+            << trainer.train_data().classes << " classes\n";
   std::cout << "# precision policy: " << experiment.policy_name << "\n";
   std::cout << core::render_model_summary(
       core::summarize_model(trainer.model(), experiment.data.batch_size));

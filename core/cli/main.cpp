@@ -162,8 +162,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // The same shape as every other error: "error: what", then how to fix it.
+    std::string help = "mixtrain --help";
+    for (const auto* sub : app.get_subcommands()) help = "mixtrain " + sub->get_name() + " --help";
+    std::cerr << "error: " << e.what() << "\n  HINT: `" << help << "` lists the arguments"
+              << std::endl;
+    return 2;
   }
 
   try {

@@ -1,5 +1,6 @@
 // `mixtrain sample`: continues a prompt with a trained language model, token by token over a KV
 // cache (core/include/mixtrain/core/generate/text_generation.h).
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -11,7 +12,25 @@
 
 namespace mixtrain::cli {
 
+namespace {
+// A million bytes of text per call: generation streams, but a typo's 10^12 would run for days.
+constexpr std::int64_t kMaxSampleTokens = 1'000'000;
+}  // namespace
+
 int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
+  // The arguments first: a typo costs nothing to report, loading the data and model does.
+  if (args.tokens < 0 || args.tokens > kMaxSampleTokens)
+    throw sdk::UserError("--tokens " + std::to_string(args.tokens) + " is outside [0, " +
+                             std::to_string(kMaxSampleTokens) + "]",
+                         "ask for at most " + std::to_string(kMaxSampleTokens) +
+                             " tokens per call (continue from the output for more)");
+  if (args.top_k < 0)
+    throw sdk::UserError("--top-k " + std::to_string(args.top_k) + " is negative",
+                         "use 0 (every token) or a positive k");
+  if (!std::isfinite(args.temperature) || args.temperature < 0.0)
+    throw sdk::UserError(
+        "--temperature " + std::to_string(args.temperature) + " is not a finite number >= 0",
+        "use 0 (greedy) or a positive temperature such as 0.8");
   auto session = open_model_session(cfg, SessionWeights::from_checkpoint);
   auto& trainer = *session.trainer;
   auto& model = trainer.model();
@@ -23,12 +42,6 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
         "vocabulary has " +
             std::to_string(model.classes()) + " tokens",
         "sample from a byte-level model (data.source = \"text\")");
-  if (args.tokens < 0)
-    throw sdk::UserError("--tokens " + std::to_string(args.tokens) + " is negative",
-                         "ask for 0 or more tokens");
-  if (args.top_k < 0)
-    throw sdk::UserError("--top-k " + std::to_string(args.top_k) + " is negative",
-                         "use 0 (every token) or a positive k");
   trainer.load_checkpoint(session.checkpoint_path(args.checkpoint),
                           /*weights_only=*/true, core::parse_weight_layout(args.layout));
   std::vector<std::int32_t> prompt;

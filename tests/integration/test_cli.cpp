@@ -282,6 +282,61 @@ TEST_F(Cli, VersionAndBadArgumentsExitCodes) {
   EXPECT_NE(v.out.find("mixtrain"), std::string::npos);
   auto bad = run("train --no-such-flag");
   EXPECT_EQ(bad.exit_code, 2);
+  // The parser's errors look like every other: "error:" and where to look.
+  EXPECT_NE(bad.err.find("error: The following argument was not expected: --no-such-flag"),
+            std::string::npos)
+      << bad.err;
+  EXPECT_NE(bad.err.find("`mixtrain train --help`"), std::string::npos) << bad.err;
+  auto none = run("");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("error: A subcommand is required"), std::string::npos) << none.err;
+}
+
+// A repeat typo that would expand to a billion nodes is a config error at the repeat, not an
+// allocation failure.
+TEST_F(Cli, ABlockRepeatedPastTheNodeLimitExits2AtTheRepeat) {
+  const auto cfg = write_file("huge.toml", R"([model]
+nodes = [
+  { name = "b", block = "deep", inputs = ["input"], repeat = 1000000000 },
+  { type = "linear", name = "head", inputs = ["b"], out = 10 },
+]
+[model.blocks.deep]
+inputs = ["x"]
+nodes = [ { type = "linear", name = "fc", inputs = ["x"], out = 32 } ]
+)");
+  auto r = run("check " + cfg.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("huge.toml:3:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("more than 1000000 nodes"), std::string::npos) << r.err;
+}
+
+// eval, sample and predict take their weights from --checkpoint: the config's init_from (gone
+// since the run started from it) is never opened.
+TEST_F(Cli, EvalOfAFinishedRunDoesNotOpenTheConfigsInitFrom) {
+  const auto first = dir_ / "first", second = dir_ / "second";
+  ASSERT_EQ(
+      run("train " + quickstart() + " --set run.steps=2 --run-dir " + first.string()).exit_code, 0);
+  const auto init = dir_ / "init.mxt";
+  fs::copy_file(first / "checkpoints" / "step-00000002.mxt", init);
+  const std::string with_init = quickstart() + " --set checkpoint.init_from=" + init.string();
+  ASSERT_EQ(run("train " + with_init + " --set run.steps=2 --run-dir " + second.string()).exit_code,
+            0);
+  fs::remove(init);
+  auto r = run("eval " + with_init + " --checkpoint " + second.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("init.mxt"), std::string::npos) << r.err;
+  // `check` opens what training would, so it still says the file is missing.
+  r = run("check " + with_init);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("init.mxt"), std::string::npos) << r.err;
+}
+
+// Without held-out rows, `check` says what evaluation will read instead.
+TEST_F(Cli, CheckSaysEvaluationReadsTheTrainingRowsWithoutAHeldOutSplit) {
+  auto r = run("check " + quickstart() + " --set data.eval_fraction=0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("no held-out rows (evaluation reads the training rows)"), std::string::npos)
+      << r.out;
 }
 
 }  // namespace

@@ -86,6 +86,17 @@ TEST_F(CompareCli, WarnsWhenRunsTrainADifferentModelOrDataButNotForAnotherPrecis
   }
 }
 
+TEST_F(CompareCli, WarnsWhenRunsRanDifferentNumbersOfSteps) {
+  const auto base = train("base"), longer = train("longer", "--set run.steps=60");
+  ASSERT_FALSE(HasFailure());
+  auto r = run("compare " + base.string() + " " + longer.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("warning: longer ran 60 steps, the baseline 40"), std::string::npos)
+      << r.out;
+  const auto j = json::parse(slurp(base / "compare.json"));
+  ASSERT_EQ(j["warnings"].size(), 1u) << j["warnings"];
+}
+
 TEST_F(CompareCli, AutoShowsItsChoiceAndEmulatedThroughputIsMarked) {
   // bf16_gemm = emulated makes the CPU's bf16 emulated on every machine.
   const auto base = train("fp32", "--set backend.bf16_gemm=emulated"),

@@ -74,6 +74,23 @@ TEST_F(CliGpt, SampleWithAnotherModelsCheckpointExits2NamingTheMismatch) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
 }
 
+TEST_F(CliGpt, SampleArgumentsOutOfRangeExit2BeforeAnythingLoads) {
+  // The checkpoint does not exist: the arguments are refused before it is looked for.
+  const std::string base =
+      "sample " + config("gpt-tiny-fp32.toml") + " --checkpoint missing --prompt x ";
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--temperature nan", "--temperature nan is not a finite number"},
+           {"--temperature -1", "is not a finite number >= 0"},
+           {"--tokens 10000000000", "--tokens 10000000000 is outside [0, 1000000]"},
+           {"--tokens -3", "is outside [0, 1000000]"},
+           {"--top-k -1", "--top-k -1 is negative"}}) {
+    auto r = run(base + args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(r.err.find("missing"), std::string::npos) << args << ": " << r.err;
+  }
+}
+
 TEST_F(CliGpt, WidthNotDivisibleByHeadsExits2AtTheConfigLine) {
   auto r = run("check " + config("gpt-tiny-fp32.toml") + " --set model.gpt.n_head=5");
   EXPECT_EQ(r.exit_code, 2);
@@ -129,8 +146,8 @@ TEST_F(CliGpt, BadTokenFilesExit2NamingTheFileAndTheOffset) {
   write_token_walk(dir_ / "eval.bin", 600, 2);
   const std::string base = "train " + config("gpt-tiny-fp32.toml") + kSmall +
                            " --set run.steps=1 --set data.source=tokens --set data.vocab_size=64" +
-                           " --set data.eval=" + (dir_ / "eval.bin").string() +
-                           " --run-dir " + (dir_ / "run").string();
+                           " --set data.eval=" + (dir_ / "eval.bin").string() + " --run-dir " +
+                           (dir_ / "run").string();
   // --set data.train after the config's own text path: the tokens source reads train/eval.
   auto with_train = [&](const fs::path& train) {
     return run(base + " --set data.train=" + train.string());

@@ -173,6 +173,10 @@ std::map<std::string, BlockDef> read_blocks(const Config& config) {
   return blocks;
 }
 
+// Far above any real network (ResNet-152 has ~500 nodes, GPT-3's graph ~1,200), far below what
+// exhausts memory.
+constexpr std::size_t kMaxModelNodes = 1'000'000;
+
 // Expands block instances into op nodes with global names; inputs are resolved at the end, when
 // every instance's output is known (graph nodes may read nodes declared after them).
 class ModelExpansion {
@@ -187,6 +191,16 @@ class ModelExpansion {
     for (const auto& in : n.inputs) inputs.push_back(input_of(in));
     const std::string global = prefix + n.name;
     if (n.block.empty()) {
+      // Repeats multiply through nested blocks: a typo's 1e9 nodes must be an error here, not
+      // a machine out of memory later.
+      if (nodes_.size() >= kMaxModelNodes) {
+        const RawNode& outer = instances_.empty() ? n : *instances_.front();
+        throw sdk::ConfigError(
+            outer.repeat_where.file.empty() ? outer.where : outer.repeat_where, outer.table,
+            "the model expands to more than " + std::to_string(kMaxModelNodes) +
+                " nodes (the limit) at " + global,
+            "check the repeat counts of block instances, nested blocks multiply them");
+      }
       LayerSpec l;
       l.type = n.type;
       l.name = global;
@@ -246,6 +260,7 @@ class ModelExpansion {
                                "its nodes: " + join_names(block_nodes));
     }
     stack_.push_back(b.name);
+    instances_.push_back(&n);
     std::vector<std::string> actual = inputs;
     std::string output;
     for (std::int64_t r = 0; r < n.repeat; ++r) {
@@ -263,6 +278,7 @@ class ModelExpansion {
       actual = {output};
     }
     stack_.pop_back();
+    instances_.pop_back();
     aliases_[global] = output;
   }
 
@@ -280,6 +296,7 @@ class ModelExpansion {
   std::vector<LayerSpec> nodes_;
   std::map<std::string, std::string> aliases_;  // instance -> its output node
   std::vector<std::string> stack_;              // blocks being expanded
+  std::vector<const RawNode*> instances_;       // their instances, outermost first
 };
 
 }  // namespace

@@ -46,9 +46,12 @@ std::vector<std::int32_t> generate(Model& model, std::span<const std::int32_t> p
                                    const std::function<void(std::int32_t)>& on_token) {
   if (prompt.empty())
     throw sdk::UserError("the prompt is empty", "give --prompt some text to continue");
-  if (!(o.temperature >= 0.0))
-    throw sdk::UserError("temperature " + std::to_string(o.temperature) + " is negative",
-                         "use 0 (greedy) or a positive temperature");
+  if (!std::isfinite(o.temperature) || o.temperature < 0.0)
+    throw sdk::UserError("temperature " + std::to_string(o.temperature) +
+                             (std::isnan(o.temperature) ? " is not a number"
+                              : o.temperature < 0.0     ? " is negative"
+                                                        : " is infinite"),
+                         "use 0 (greedy) or a positive, finite temperature");
   const std::int64_t block = model.input_features();
   std::vector<std::int32_t> context(prompt.begin(), prompt.end());
   std::vector<std::int32_t> out;

@@ -96,6 +96,12 @@ std::vector<std::string> comparison_warnings(const RunComparison& c) {
   for (std::size_t i = 0; i < c.rows.size(); ++i) {
     const auto& row = c.rows[i];
     if (!c.runs[i].setup) unchecked.push_back(row.name);
+    // Final and best losses of runs of different lengths are different points of training.
+    if (i > 0 && c.runs[i].steps_run != c.runs[0].steps_run)
+      out.push_back(row.name + " ran " + std::to_string(c.runs[i].steps_run) +
+                    " steps, the baseline " + std::to_string(c.runs[0].steps_run) +
+                    ": its final and best losses are from another point of training; compare "
+                    "the loss curves at common steps");
     if (i == 0 || !row.setup_differences || row.setup_differences->empty()) continue;
     const auto& diffs = *row.setup_differences;
     constexpr std::size_t kShown = 4;  // enough to see what changed; compare.json lists all
