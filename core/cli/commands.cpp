@@ -27,6 +27,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The resolved config.toml of the run a --resume path belongs to: the run folder itself, its
+// checkpoints/ folder, or a checkpoint file inside that.
+fs::path run_config_of(const fs::path& resume) {
+  std::error_code ec;
+  fs::path folder = fs::is_directory(resume, ec) ? resume : resume.parent_path();
+  if (folder.filename() == "checkpoints") folder = folder.parent_path();
+  if (folder.empty()) folder = ".";
+  const fs::path config = folder / "config.toml";
+  if (!fs::is_regular_file(config, ec))
+    throw sdk::UserError("--resume " + resume.string() + " without a config: no config.toml in " +
+                             folder.string() + " to continue the run with",
+                         "name the config: mixtrain train CONFIG --resume " + resume.string());
+  return config;
+}
+
 // Prints the profile and writes it as profile.json (entries and the group summary).
 void write_profile(const core::ProfilingBackend& p, std::int64_t steps, const fs::path& dir) {
   if (steps < 1) {
@@ -48,8 +63,13 @@ void write_profile(const core::ProfilingBackend& p, std::int64_t steps, const fs
 
 }  // namespace
 
-int run_train(const ConfigArgs& cfg, const std::string& run_dir,
+int run_train(const ConfigArgs& given, const std::string& run_dir,
               const std::optional<std::string>& resume, bool profile) {
+  ConfigArgs cfg = given;
+  if (cfg.config.empty() && resume) {
+    cfg.config = run_config_of(*resume).string();
+    core::core_logger("train").info("config: " + cfg.config + " (the resumed run's own)");
+  }
   auto config = load_config(cfg);
   auto registry = make_registry(&config);
   auto experiment = core::parse_experiment(config, *registry);

@@ -20,6 +20,7 @@ inline constexpr int kExitDiverged = 3;
 // profile: the backend is wrapped in a ProfilingBackend (profiling/profiling_backend.h) that
 // records from the end of the first step (primitive creation, first-touch allocation) to the end of
 // the last.
+// With `resume` and no config, the resumed run's own config.toml (in its folder) is the config.
 int run_train(const ConfigArgs& cfg, const std::string& run_dir,
               const std::optional<std::string>& resume, bool profile = false);
 int run_check(const ConfigArgs& cfg);

@@ -29,7 +29,9 @@ int main(int argc, char** argv) {
   train->add_option("config", cfg.config, "config file (default: the embedded quickstart)");
   train->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
   train->add_option("--run-dir", run_dir, "folder for config.toml, metrics.jsonl, checkpoints/");
-  train->add_option("--resume", resume, "checkpoint file, or a run's checkpoints/ folder");
+  train->add_option("--resume", resume,
+                    "checkpoint file, a run folder or its checkpoints/ folder (newest); without "
+                    "CONFIG, the run's own config.toml");
   bool profile = false;
   train->add_flag("--profile", profile,
                   "time every backend op after the first step; print the breakdown and write "
