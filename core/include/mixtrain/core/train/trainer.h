@@ -13,9 +13,12 @@
 //   unless it is the folder being resumed. Each checkpoint save first removes the temp files of
 //   killed saves (sdk::remove_stale_temp_files), then keeps the checkpoint.keep newest by step.
 // - run() stops early, after the step in progress, when TrainOptions::stop_requested answers
-//   true (Ctrl-C: see train/interrupt.h) or when run.on_nonfinite = "stop" meets a non-finite loss; it
-//   still writes the final checkpoint and summary.json, and the summary says interrupted or
+//   true (Ctrl-C: see train/interrupt.h) or when run.on_nonfinite = "stop" meets a non-finite loss;
+//   it still writes the final checkpoint and summary.json, and the summary says interrupted or
 //   diverged (runs/summary.h). A diverged run is a result, not an exception.
+// - training_state() copies from the device and changes nothing: taken before run() without
+//   `resume`, its weights are the seeded initialisation (then checkpoint.init_from) that step 1
+//   starts from, bit for bit.
 // - Step semantics: loss in FP32, backward seeded with the loss scale, fused unscale + non-finite
 //   check on FP32 gradients, optional clipping after unscaling, then the scaler decides; a
 //   skipped step leaves master weights, optimizer state and the lr schedule untouched.
@@ -31,6 +34,7 @@
 #include "mixtrain/core/checkpoint/path.h"  // resolve_checkpoint_path (resume)
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/runs/summary.h"
+#include "mixtrain/sdk/checkpoint_format.h"
 
 namespace mixtrain::core {
 
@@ -51,11 +55,16 @@ class Trainer {
   TrainSummary run();
   EvalResult evaluate();
   // Loads parameters (and, unless weights_only, the whole training state) from a checkpoint.
-  // `layout` gpt2 (weights only) reads a Hugging Face GPT-2 file (checkpoint/gpt2_layout.h): every tensor
-  // must then be a parameter of the model; a missing, extra or misshapen one is
+  // `layout` gpt2 (weights only) reads a Hugging Face GPT-2 file (checkpoint/gpt2_layout.h): every
+  // tensor must then be a parameter of the model; a missing, extra or misshapen one is
   // sdk::CheckpointError naming it.
   void load_checkpoint(const std::filesystem::path& path, bool weights_only,
                        WeightLayout layout = WeightLayout::native);
+  // What a checkpoint taken now holds, as save_checkpoint() writes it: "param/<name>" (FP32
+  // masters) and "buffer/<name>" tensors and the metadata (progress, sampler, component states,
+  // the resolved config); unless weights_only, also "optimizer/<slot>" and "ema/<name>"
+  // (`mixtrain export --initial` takes the weights before run()).
+  sdk::TrainingState training_state(bool weights_only) const;
   std::filesystem::path save_checkpoint();
   const std::filesystem::path& run_dir() const;
   const Model& model() const;
@@ -63,8 +72,8 @@ class Trainer {
   const Dataset& train_data() const;
   const Dataset& eval_data() const;
 
-  // Opaque outside the core (core/src/train/trainer_state.h), named here so the files that implement
-  // the trainer (one per job) can share it.
+  // Opaque outside the core (core/src/train/trainer_state.h), named here so the files that
+  // implement the trainer (one per job) can share it.
   struct State;
 
  private:
