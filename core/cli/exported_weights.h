@@ -1,5 +1,5 @@
-// What `mixtrain export` writes of a training state: the metadata other tools can use and the
-// gpt2 layout.
+// What `mixtrain export` writes, whatever the weights come from (a checkpoint, or a config's
+// initial weights with --initial): the metadata other tools can use and the gpt2 layout.
 //
 // Contract
 // - exported_metadata() keeps, of a mixtrain training state's metadata, format = "pt",
