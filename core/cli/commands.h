@@ -47,19 +47,27 @@ struct SampleArgs {
 int run_sample(const ConfigArgs& cfg, const SampleArgs& args);
 
 struct ExportArgs {
-  std::string checkpoint;  // a file, or a run / checkpoints/ folder: its newest checkpoint
-  std::string format;      // the checkpoint_format to write, e.g. "safetensors"
-  std::string from;        // the format to read; empty: chosen by the checkpoint's extension
-  std::string dtype;       // the writer's `dtype` option when given
-  std::string out;         // empty: the checkpoint's name with the writer's extension, in the
-                           // run folder (never inside checkpoints/)
-  bool force = false;      // overwrite an existing output file
+  std::string source;             // a checkpoint file, or a run / checkpoints/ folder (its newest
+                                  // checkpoint); with `initial`, a config file
+  bool initial = false;           // the config's weights as training starts, not a checkpoint's
+  std::vector<std::string> sets;  // the config's --set lines (`initial` only)
+  std::string format;             // the checkpoint_format to write, e.g. "safetensors"
+  std::string from;               // the format to read; empty: chosen by the checkpoint's extension
+  std::string dtype;              // the writer's `dtype` option when given
+  std::string out;     // empty: the checkpoint's name with the writer's extension, in the run
+                       // folder (never inside checkpoints/); required with `initial`
+  bool force = false;  // overwrite an existing output file
   std::string layout = "native";  // gpt2: Hugging Face GPT-2 names and Conv1D weights
 };
-// Converts a checkpoint to another format (weights for other tools: safetensors). Never
-// overwrites an existing file without `force`. Layout gpt2 writes the weights of a gpt-preset
-// model as GPT2Model's state dict (core/gpt2_layout.h) with its sizes in the metadata (n_layer,
-// n_head, n_embd, vocab_size, n_positions); any other model is refused, naming what it lacks.
+// Writes a checkpoint's weights in another format (weights for other tools: safetensors), or with
+// `initial` the weights step 1 of `train` starts from (seeded initialisation, then
+// checkpoint.init_from), taken from the Trainer as its checkpoints take them: the tensor names
+// and metadata (step 0) of a checkpoint's export. Never overwrites an existing file without
+// `force`. An existing output, a missing output folder, `initial` without `out` or with `from`,
+// and `sets` without `initial` are sdk::UserError before anything is read. Layout gpt2 writes the
+// weights of a gpt-preset model as GPT2Model's state dict (core/gpt2_layout.h) with its sizes in
+// the metadata (n_layer, n_head, n_embd, vocab_size, n_positions); any other model is refused,
+// naming what it lacks.
 int run_export(const ExportArgs& args);
 
 struct PredictArgs {

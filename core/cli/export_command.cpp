@@ -1,19 +1,19 @@
-// `mixtrain export`: converts a checkpoint to another format (safetensors weights for PyTorch).
+// `mixtrain export`: writes a checkpoint's weights in another format (safetensors for PyTorch),
+// or, with --initial, the weights a config's training starts from.
 #include <iostream>
-#include <map>
 #include <memory>
 #include <string>
-#include <variant>
+#include <tuple>
+#include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli_registry.h"
 #include "commands.h"
+#include "exported_weights.h"
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/path.h"
-#include "mixtrain/core/config/config.h"
 #include "mixtrain/sdk/checkpoint_format.h"
+#include "model_session.h"
 
 namespace mixtrain::cli {
 
@@ -21,6 +21,23 @@ namespace {
 
 namespace fs = std::filesystem;
 using Formats = std::vector<std::pair<std::string, std::shared_ptr<sdk::CheckpointFormat>>>;
+
+std::shared_ptr<sdk::CheckpointFormat> create_format(core::PluginRegistry& registry,
+                                                     const core::LoadedComponent& c,
+                                                     std::vector<sdk::RawOption> raw) {
+  auto options = sdk::Options::resolve("export", c.info.options, raw, {"command line"});
+  return registry.create<sdk::CheckpointFormat>(c, options);
+}
+
+// --format with --dtype as its option.
+std::shared_ptr<sdk::CheckpointFormat> create_writer(core::PluginRegistry& registry,
+                                                     const ExportArgs& args) {
+  std::vector<sdk::RawOption> options;
+  if (!args.dtype.empty()) options.push_back({"dtype", args.dtype, {"--dtype"}});
+  return create_format(
+      registry, registry.require(sdk::ComponentKind::checkpoint_format, args.format, "--format"),
+      options);
+}
 
 // Where an export goes by default: the run folder, not its checkpoints/ folder (which belongs to
 // the trainer's checkpoint rotation); any other checkpoint's own folder.
@@ -57,97 +74,57 @@ std::pair<fs::path, std::shared_ptr<sdk::CheckpointFormat>> newest_in_folder(
       "pass a checkpoint file, a run folder or its checkpoints/ folder");
 }
 
-// A mixtrain checkpoint's metadata is the whole training state; exported files carry the part
-// other tools can use.
-std::map<std::string, std::string> exported_metadata(const std::map<std::string, std::string>& m) {
-  std::map<std::string, std::string> meta;
-  meta["format"] = "pt";  // what Hugging Face loaders expect of PyTorch weights
-  if (auto it = m.find("mixtrain.version"); it != m.end()) meta["mixtrain.version"] = it->second;
-  if (auto it = m.find("progress"); it != m.end()) {
-    auto j = nlohmann::json::parse(it->second, nullptr, false);
-    if (j.is_object() && j.contains("step")) meta["step"] = j["step"].dump();
-  }
-  if (auto it = m.find("policy"); it != m.end()) {
-    auto j = nlohmann::json::parse(it->second, nullptr, false);
-    if (j.is_object() && j.contains("component") && j["component"].is_string())
-      meta["policy"] = j["component"].get<std::string>();
-  }
-  if (auto it = m.find("config"); it != m.end()) meta["mixtrain.config"] = it->second;
-  return meta;
+// Refused before anything is read (a config's data, a large checkpoint): an output that exists
+// without --force, that is the input itself, or whose folder is missing.
+void check_output(const fs::path& out, const fs::path& input, bool force) {
+  std::error_code ec;
+  if (fs::equivalent(out, input, ec))
+    throw sdk::UserError("export would overwrite its input " + input.string(),
+                         "choose another file with --out");
+  if (fs::exists(out, ec) && !force)
+    throw sdk::UserError(out.string() + " already exists",
+                         "pass --force to overwrite it, or --out");
+  const fs::path folder = out.parent_path();
+  if (!folder.empty() && !fs::is_directory(folder, ec))
+    throw sdk::UserError(
+        "the folder of " + out.string() + ", " + folder.string() +
+            (fs::exists(folder, ec) ? ", is not a folder" : ", does not exist"),
+        "create it first (mkdir -p " + folder.string() + "), or choose another --out");
 }
 
-// n_head of [model.gpt] in the resolved config a checkpoint carries; 0 when it has none. The
-// tensors give every other size, the head count only the config.
-std::int64_t configured_heads(const std::map<std::string, std::string>& metadata) {
-  const auto it = metadata.find("mixtrain.config");
-  if (it == metadata.end()) return 0;
-  try {
-    const auto config = core::Config::from_string(it->second, "the checkpoint's config");
-    for (const auto& o : config.table_options("model.gpt"))
-      if (o.key == "n_head" && std::holds_alternative<std::int64_t>(o.value))
-        return std::get<std::int64_t>(o.value);
-  } catch (const std::exception&) {
-    // a config this build cannot read: the file goes without n_head
-  }
-  return 0;
+// The exported weights in --layout, written and reported; `from` says where they came from.
+void write_export(const ExportArgs& args, const sdk::CheckpointFormat& writer,
+                  sdk::TrainingState state, const fs::path& source, const fs::path& out,
+                  const std::string& from) {
+  const bool gpt2 = core::parse_weight_layout(args.layout) == core::WeightLayout::gpt2;
+  if (gpt2) state = in_gpt2_layout(std::move(state), source);
+  writer.write(out, state);
+  std::cout << "wrote " << out.string() << " (" << args.format << ", " << from << ", "
+            << weight_tensor_count(state) << " weight tensors"
+            << (args.dtype.empty() ? "" : ", " + args.dtype)
+            << (gpt2 ? ", Hugging Face GPT-2 layout" : "") << ")" << std::endl;
 }
 
-// The weights of `state` (masters, buffers, plain names) as Hugging Face GPT2Model's state dict,
-// with the sizes a GPT-2 config states in the metadata so the file describes itself.
-sdk::TrainingState in_gpt2_layout(sdk::TrainingState state, const fs::path& source) {
-  if (auto it = state.metadata.find("layout"); it != state.metadata.end() && it->second == "gpt2")
-    throw sdk::UserError(source.string() + " is in the gpt2 layout already (its metadata says so)",
-                         "export it with --layout native, or use it as it is");
-  std::vector<sdk::HostTensor> weights;
-  for (auto& t : state.tensors) {
-    if (t.name.rfind("param/", 0) == 0)
-      t.name.erase(0, 6);
-    else if (t.name.rfind("buffer/", 0) == 0)
-      t.name.erase(0, 7);
-    else if (t.name.find('/') != std::string::npos)
-      continue;  // optimizer state, EMA, ...
-    weights.push_back(std::move(t));
-  }
-  state.tensors = core::to_gpt2_layout(std::move(weights), source.string());
-  const auto sizes = core::gpt2_sizes(state.tensors);
-  auto& meta = state.metadata;
-  meta["layout"] = "gpt2";
-  meta["n_layer"] = std::to_string(sizes.n_layer);
-  meta["n_embd"] = std::to_string(sizes.n_embd);
-  meta["vocab_size"] = std::to_string(sizes.vocab_size);
-  meta["n_positions"] = std::to_string(sizes.n_positions);
-  if (const auto heads = configured_heads(meta); heads > 0) meta["n_head"] = std::to_string(heads);
-  return state;
-}
-
-}  // namespace
-
-int run_export(const ExportArgs& args) {
+int export_checkpoint(const ExportArgs& args) {
+  if (!args.sets.empty())
+    throw sdk::UserError("--set changes a config, but a checkpoint is exported as it was trained",
+                         "drop --set, or export a config's initial weights with --initial");
   auto registry = make_registry(nullptr);
-  const sdk::SourceLocation cli_where{"command line"};
-  auto create_format = [&](const core::LoadedComponent& c, std::vector<sdk::RawOption> raw) {
-    auto options = sdk::Options::resolve("export", c.info.options, raw, cli_where);
-    return registry->create<sdk::CheckpointFormat>(c, options);
-  };
-
-  std::vector<sdk::RawOption> writer_options;
-  if (!args.dtype.empty()) writer_options.push_back({"dtype", args.dtype, {"--dtype"}});
-  auto writer = create_format(
-      registry->require(sdk::ComponentKind::checkpoint_format, args.format, "--format"),
-      writer_options);
+  auto writer = create_writer(*registry, args);
 
   Formats readers;
   if (!args.from.empty())
     readers.emplace_back(
         args.from,
-        create_format(registry->require(sdk::ComponentKind::checkpoint_format, args.from, "--from"),
+        create_format(*registry,
+                      registry->require(sdk::ComponentKind::checkpoint_format, args.from, "--from"),
                       {}));
   else
     for (const auto& c : registry->components())
       if (c.info.kind == sdk::ComponentKind::checkpoint_format)
-        readers.emplace_back(c.info.name, create_format(c, {}));
+        readers.emplace_back(c.info.name, create_format(*registry, c, {}));
 
-  fs::path source = args.checkpoint;
+  fs::path source = args.source;
   std::shared_ptr<sdk::CheckpointFormat> reader;
   std::error_code ec;
   if (fs::is_directory(source, ec)) {
@@ -164,33 +141,51 @@ int run_export(const ExportArgs& args) {
           "name the format with --from; known formats: " + known_formats(readers));
   }
 
-  fs::path out = args.out.empty()
-                     ? beside_run(source) /
-                           fs::path(source.filename()).replace_extension(writer->file_extension())
-                     : fs::path(args.out);
-  if (fs::equivalent(out, source, ec))
-    throw sdk::UserError("export would overwrite its input " + source.string(),
-                         "choose another file with --out");
-  if (fs::exists(out, ec) && !args.force)
-    throw sdk::UserError(out.string() + " already exists",
-                         "pass --force to overwrite it, or --out");
+  const fs::path out =
+      args.out.empty() ? beside_run(source) /
+                             fs::path(source.filename()).replace_extension(writer->file_extension())
+                       : fs::path(args.out);
+  check_output(out, source, args.force);
 
   auto state = reader->read(source);
   // Anything but a mixtrain checkpoint (e.g. another safetensors file) keeps its metadata.
   if (state.metadata.count("mixtrain.state_version"))
     state.metadata = exported_metadata(state.metadata);
-  const bool gpt2 = core::parse_weight_layout(args.layout) == core::WeightLayout::gpt2;
-  if (gpt2) state = in_gpt2_layout(std::move(state), source);
-  writer->write(out, state);
-  std::size_t weights = 0;
-  for (const auto& t : state.tensors)
-    if (t.name.rfind("param/", 0) == 0 || t.name.rfind("buffer/", 0) == 0 ||
-        t.name.find('/') == std::string::npos)
-      ++weights;
-  std::cout << "wrote " << out.string() << " (" << args.format << ", from " << source.string()
-            << ", " << weights << " weight tensors" << (args.dtype.empty() ? "" : ", " + args.dtype)
-            << (gpt2 ? ", Hugging Face GPT-2 layout" : "") << ")" << std::endl;
+  write_export(args, *writer, std::move(state), source, out, "from " + source.string());
   return 0;
+}
+
+// The config's model as `train` builds it, before its first step: the trainer's own checkpoint
+// state, weights part, so the names and bits are those a checkpoint of the run would hold.
+int export_initial(const ExportArgs& args) {
+  const fs::path config = args.source, out = args.out;
+  if (!args.from.empty())
+    throw sdk::UserError(
+        "--from names the format of a checkpoint to read; --initial reads a config, " +
+            config.string(),
+        "drop --from");
+  if (args.out.empty())
+    throw sdk::UserError(
+        "export --initial needs --out: a config's weights have no run folder to go beside",
+        "name the output file, e.g. --out initial.safetensors");
+  check_output(out, config, args.force);
+
+  auto session = open_model_session({args.source, args.sets}, SessionWeights::as_training_starts);
+  auto writer = create_writer(*session.registry, args);
+  auto state = session.trainer->training_state(/*weights_only=*/true);
+  state.metadata = exported_metadata(state.metadata);
+  const auto& init_from = session.experiment.checkpoint.init_from;
+  write_export(args, *writer, std::move(state), config, out,
+               "initial weights of " + config.string() + ", run.seed " +
+                   std::to_string(session.experiment.run.seed) +
+                   (init_from.empty() ? std::string() : ", then " + init_from));
+  return 0;
+}
+
+}  // namespace
+
+int run_export(const ExportArgs& args) {
+  return args.initial ? export_initial(args) : export_checkpoint(args);
 }
 
 }  // namespace mixtrain::cli

@@ -69,10 +69,18 @@ int main(int argc, char** argv) {
 
   mixtrain::cli::ExportArgs export_args;
   auto* exp = app.add_subcommand(
-      "export", "convert a checkpoint for other tools (e.g. safetensors weights for PyTorch)");
-  exp->add_option("checkpoint", export_args.checkpoint,
-                  "checkpoint file, or a run folder or its checkpoints/ folder (newest checkpoint)")
+      "export",
+      "convert a checkpoint for other tools (e.g. safetensors weights for PyTorch), or write a "
+      "config's initial weights (--initial)");
+  exp->add_option("source", export_args.source,
+                  "checkpoint file, or a run folder or its checkpoints/ folder (newest "
+                  "checkpoint); with --initial, a config file")
       ->required();
+  exp->add_flag("--initial", export_args.initial,
+                "write the weights `train` starts from: the seeded initialisation (run.seed), "
+                "then checkpoint.init_from; needs --out");
+  exp->add_option("--set", export_args.sets,
+                  "with --initial: override a config value: key=value (repeatable)");
   exp->add_option("--format", export_args.format, "checkpoint format to write, e.g. safetensors")
       ->required();
   exp->add_option("--from", export_args.from,
@@ -80,7 +88,7 @@ int main(int argc, char** argv) {
   exp->add_option("--dtype", export_args.dtype, "dtype of the written weights: fp32, bf16, fp16");
   exp->add_option("--out", export_args.out,
                   "output file (default: in the run folder, the checkpoint's name with the new "
-                  "format's extension)");
+                  "format's extension; required with --initial)");
   exp->add_flag("--force", export_args.force, "overwrite an existing output file");
   exp->add_option("--layout", export_args.layout,
                   "native (mixtrain's names, [out, in] linears) or gpt2 (Hugging Face GPT-2's "

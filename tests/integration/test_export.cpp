@@ -1,5 +1,10 @@
-// `mixtrain export` of a run: which checkpoint it reads and where the file goes.
+// `mixtrain export` of a run: which checkpoint it reads and where the file goes; `export CONFIG
+// --initial`: its options and layouts, and what it refuses. (That --initial writes the trainer's
+// own step-0 weights, bit for bit, is test_export_initial.cpp's.)
+#include <cstring>
+
 #include "cli_test_support.h"
+#include "safetensors_test_support.h"
 
 namespace {
 
@@ -63,6 +68,152 @@ TEST_F(CliExport, FolderWithoutCheckpointsExits2) {
   r = run("export " + (dir_ / "nowhere").string() + " --format safetensors");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
+}
+
+// The quickstart MLP on a few rows: --initial opens the config's data as `train` does.
+const std::string kSmallMlp = " --set data.synthetic.rows=512 --set backend.threads=1";
+
+TEST_F(CliExport, InitialRefusesBadInputWithExit2) {
+  const auto cfg = quickstart() + kSmallMlp;
+  const auto out = dir_ / "initial.safetensors";
+
+  auto r = run("export " + cfg + " --initial --format safetensors");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("export --initial needs --out"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--out initial.safetensors"), std::string::npos) << r.err;
+
+  r = run("export " + cfg + " --initial --format safetensors --from native --out " + out.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--from names the format of a checkpoint"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+
+  // --set belongs to a config; a checkpoint carries its own.
+  write_file("some.mxt", "not read");
+  r = run("export " + (dir_ / "some.mxt").string() +
+          " --format safetensors --set run.seed=2 --out " + out.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--set changes a config"), std::string::npos) << r.err;
+
+  // A missing output folder is named, in both modes, before anything is read.
+  const auto missing = dir_ / "no-such-folder";
+  for (const std::string& source : {cfg + " --initial", (dir_ / "some.mxt").string()}) {
+    r = run("export " + source + " --format safetensors --out " +
+            (missing / "w.safetensors").string());
+    EXPECT_EQ(r.exit_code, 2) << source;
+    EXPECT_NE(r.err.find(missing.string() + ", does not exist"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("mkdir -p " + missing.string()), std::string::npos) << r.err;
+  }
+
+  // An existing file is kept without --force.
+  write_file("initial.safetensors", "keep me");
+  r = run("export " + cfg + " --initial --format safetensors --out " + out.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(out.string() + " already exists"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(out), "keep me");
+  r = run("export " + cfg + " --initial --format safetensors --force --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(slurp(out), "keep me");
+  EXPECT_NE(r.out.find("initial weights of " + quickstart() + ", run.seed 1"), std::string::npos)
+      << r.out;
+}
+
+TEST_F(CliExport, InitialTakesTheFormatsDtypesAndSeedsOfExport) {
+  const auto cfg = quickstart() + kSmallMlp;
+  const auto fp32 = dir_ / "fp32.safetensors";
+  auto r = run("export " + cfg + " --initial --format safetensors --out " + fp32.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto weights = read_st(fp32);
+  std::vector<std::string> names;
+  for (const auto& t : weights.tensors) names.push_back(t.name);
+  // read_st lists the tensors by name, not in file order.
+  EXPECT_EQ(names, (std::vector<std::string>{"fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight",
+                                             "head.bias", "head.weight"}));
+  EXPECT_EQ(weights.metadata.value("step", ""), "0");
+  EXPECT_EQ(weights.metadata.value("format", ""), "pt");
+
+  // The same seed gives the same file; another seed other weights.
+  r = run("export " + cfg + " --initial --format safetensors --force --out " + fp32.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_st(fp32).tensors.at(0).bytes, weights.tensors.at(0).bytes);
+  const auto reseeded = dir_ / "seed-2.safetensors";
+  r = run("export " + cfg + " --set run.seed=2 --initial --format safetensors --out " +
+          reseeded.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto other = read_st(reseeded);
+  ASSERT_EQ(other.tensors.size(), weights.tensors.size());
+  EXPECT_NE(other.tensors.at(0).bytes, weights.tensors.at(0).bytes);
+  EXPECT_NE(other.metadata.value("mixtrain.config", "").find("seed = 2"), std::string::npos);
+
+  // --dtype is the writer's.
+  const auto bf16 = dir_ / "bf16.safetensors";
+  r = run("export " + cfg + " --initial --format safetensors --dtype bf16 --out " + bf16.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const auto& t : read_st(bf16).tensors) EXPECT_EQ(t.dtype, "BF16") << t.name;
+
+  // The native format holds the same weights: exported on to safetensors, the same file.
+  const auto native = dir_ / "initial.mxt";
+  r = run("export " + cfg + " --initial --format native --out " + native.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto converted = dir_ / "converted.safetensors";
+  r = run("export " + native.string() + " --format safetensors --out " + converted.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(slurp(converted) == slurp(fp32));
+
+  // The gpt2 layout is refused for a model that is not a gpt preset, as for a checkpoint.
+  r = run("export " + cfg + " --initial --format safetensors --layout gpt2 --out " +
+          (dir_ / "gpt2.safetensors").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("not the weights of a GPT-2 model"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "gpt2.safetensors"));
+}
+
+// A tiny gpt preset in GPT-2's layout: GPT2Model's names and Conv1D weights, the transposes of
+// the native export's; read back with init_layout = "gpt2", the native weights again.
+TEST_F(CliExport, InitialGpt2LayoutOfATinyGpt) {
+  const std::string cfg = config("gpt-tiny-fp32.toml") +
+                          " --set model.gpt.n_layer=1 --set model.gpt.n_head=2"
+                          " --set model.gpt.n_embd=16 --set data.block_size=8"
+                          " --set backend.threads=1";
+  const auto native = dir_ / "native.safetensors", gpt2 = dir_ / "gpt2.safetensors";
+  auto r = run("export " + cfg + " --initial --format safetensors --out " + native.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("export " + cfg + " --initial --format safetensors --layout gpt2 --out " + gpt2.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Hugging Face GPT-2 layout"), std::string::npos) << r.out;
+
+  auto n = read_st(native), g = read_st(gpt2);
+  EXPECT_EQ(g.metadata.value("layout", ""), "gpt2");
+  EXPECT_EQ(g.metadata.value("n_head", ""), "2");
+  EXPECT_EQ(g.metadata.value("n_layer", ""), "1");
+  EXPECT_EQ(g.metadata.value("n_positions", ""), "8");
+  EXPECT_EQ(g.metadata.value("step", ""), "0");
+  const auto* wte = g.find("wte.weight");
+  ASSERT_NE(wte, nullptr);
+  EXPECT_EQ(wte->bytes, n.find("wte.weight")->bytes);
+  const auto* attn = g.find("h.0.attn.c_attn.weight");
+  const auto* attn_native = n.find("h.0.attn.c_attn.weight");
+  ASSERT_NE(attn, nullptr);
+  ASSERT_NE(attn_native, nullptr);
+  ASSERT_EQ(attn->shape, (std::vector<std::int64_t>{16, 48}));  // Conv1D [in, out]
+  ASSERT_EQ(attn_native->shape, (std::vector<std::int64_t>{48, 16}));
+  for (std::size_t i = 0; i < 16; ++i)
+    for (std::size_t o = 0; o < 48; ++o)
+      EXPECT_EQ(
+          std::memcmp(&attn->bytes[(i * 48 + o) * 4], &attn_native->bytes[(o * 16 + i) * 4], 4), 0)
+          << "[" << i << ", " << o << "]";
+
+  const auto round_trip = dir_ / "round-trip.safetensors";
+  r = run("export " + cfg + " --set checkpoint.init_from=" + gpt2.string() +
+          " --set checkpoint.init_layout=gpt2 --set run.seed=9 --initial --format safetensors"
+          " --out " +
+          round_trip.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto back = read_st(round_trip);
+  ASSERT_EQ(back.tensors.size(), n.tensors.size());
+  for (std::size_t i = 0; i < n.tensors.size(); ++i) {
+    EXPECT_EQ(back.tensors[i].name, n.tensors[i].name);
+    EXPECT_TRUE(back.tensors[i].bytes == n.tensors[i].bytes) << n.tensors[i].name;
+  }
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
-// The Trainer's checkpoints: the whole training state out (save_checkpoint) and back in
-// (load_checkpoint: a full resume, or weights only for checkpoint.init_from).
+// The Trainer's checkpoints: the whole training state out (training_state, written by
+// save_checkpoint; its weights part for `export --initial`) and back in (load_checkpoint: a full
+// resume, or weights only for checkpoint.init_from).
 //
 // Tensor names: "param/<node>.<param>" (FP32 masters), "buffer/<node>.<buffer>" (non-trainable
 // state), "optimizer/<slot>", "ema/<node>.<param>" (with [ema]). Weights-only loads also accept
 // plain "<node>.<param>" / "<node>.<buffer>" (safetensors exported for or by other tools), and,
-// in the gpt2 layout (checkpoint.init_layout), Hugging Face GPT-2 state dicts (checkpoint/gpt2_layout.h).
+// in the gpt2 layout (checkpoint.init_layout), Hugging Face GPT-2 state dicts
+// (checkpoint/gpt2_layout.h).
 #include <cstdio>
 #include <limits>
 #include <set>
@@ -50,18 +52,20 @@ void from_host(sdk::DeviceBackend& b, const sdk::HostTensor& h, sdk::TensorView 
 
 }  // namespace
 
-fs::path Trainer::save_checkpoint() {
-  auto& s = *s_;
+sdk::TrainingState Trainer::training_state(bool weights_only) const {
+  const auto& s = *s_;
   auto& b = *s.c.backend;
   sdk::TrainingState st;
   const auto params = s.model->parameters();
   for (auto* p : params) st.tensors.push_back(to_host(b, "param/" + p->name, p->master.view()));
   for (auto* buf : s.model->buffers())
     st.tensors.push_back(to_host(b, "buffer/" + buf->name, buf->value.view()));
-  for (const auto& t : s.c.optimizer->state_tensors())
-    st.tensors.push_back(to_host(b, "optimizer/" + t.name, t.view));
-  for (std::size_t i = 0; i < s.ema.size(); ++i)
-    st.tensors.push_back(to_host(b, "ema/" + params[i]->name, s.ema[i].view()));
+  if (!weights_only) {
+    for (const auto& t : s.c.optimizer->state_tensors())
+      st.tensors.push_back(to_host(b, "optimizer/" + t.name, t.view));
+    for (std::size_t i = 0; i < s.ema.size(); ++i)
+      st.tensors.push_back(to_host(b, "ema/" + params[i]->name, s.ema[i].view()));
+  }
   auto cursor = s.sampler->cursor();
   st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
   st.metadata["mixtrain.version"] = sdk::kSdkVersion;
@@ -76,6 +80,12 @@ fs::path Trainer::save_checkpoint() {
   st.metadata["optimizer"] =
       component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump();
   st.metadata["config"] = resolved_toml(s.e);
+  return st;
+}
+
+fs::path Trainer::save_checkpoint() {
+  auto& s = *s_;
+  const auto st = training_state(/*weights_only=*/false);
 
   char name[64];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.step));

@@ -16,6 +16,9 @@
 //   true (Ctrl-C: see train/interrupt.h) or when run.on_nonfinite = "stop" meets a non-finite loss;
 //   it still writes the final checkpoint and summary.json, and the summary says interrupted or
 //   diverged (runs/summary.h). A diverged run is a result, not an exception.
+// - training_state() copies from the device and changes nothing: taken before run() without
+//   `resume`, its weights are the seeded initialisation (then checkpoint.init_from) that step 1
+//   starts from, bit for bit.
 // - Step semantics: loss in FP32, backward seeded with the loss scale, fused unscale + non-finite
 //   check on FP32 gradients, optional clipping after unscaling, then the scaler decides; a
 //   skipped step leaves master weights, optimizer state and the lr schedule untouched.
@@ -33,6 +36,7 @@
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/data/dataset.h"
 #include "mixtrain/core/runs/summary.h"
+#include "mixtrain/sdk/checkpoint_format.h"
 
 namespace mixtrain::core {
 
@@ -75,6 +79,11 @@ class Trainer {
   // sdk::CheckpointError naming it.
   void load_checkpoint(const std::filesystem::path& path, bool weights_only,
                        WeightLayout layout = WeightLayout::native);
+  // What a checkpoint taken now holds, as save_checkpoint() writes it: "param/<name>" (FP32
+  // masters) and "buffer/<name>" tensors and the metadata (progress, sampler, component states,
+  // the resolved config); unless weights_only, also "optimizer/<slot>" and "ema/<name>"
+  // (`mixtrain export --initial` takes the weights before run()).
+  sdk::TrainingState training_state(bool weights_only) const;
   std::filesystem::path save_checkpoint();
   const std::filesystem::path& run_dir() const;
   const Model& model() const;

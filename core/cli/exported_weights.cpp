@@ -1,0 +1,93 @@
+#include "exported_weights.h"
+
+#include <cstdint>
+#include <exception>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mixtrain/core/checkpoint/gpt2_layout.h"
+#include "mixtrain/core/config/config.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::cli {
+
+namespace {
+
+// n_head of [model.gpt] in the resolved config a checkpoint carries; 0 when it has none. The
+// tensors give every other size, the head count only the config.
+std::int64_t configured_heads(const std::map<std::string, std::string>& metadata) {
+  const auto it = metadata.find("mixtrain.config");
+  if (it == metadata.end()) return 0;
+  try {
+    const auto config = core::Config::from_string(it->second, "the checkpoint's config");
+    for (const auto& o : config.table_options("model.gpt"))
+      if (o.key == "n_head" && std::holds_alternative<std::int64_t>(o.value))
+        return std::get<std::int64_t>(o.value);
+  } catch (const std::exception&) {
+    // a config this build cannot read: the file goes without n_head
+  }
+  return 0;
+}
+
+bool is_weight(const std::string& name) {
+  return name.rfind("param/", 0) == 0 || name.rfind("buffer/", 0) == 0 ||
+         name.find('/') == std::string::npos;
+}
+
+}  // namespace
+
+// A mixtrain checkpoint's metadata is the whole training state; exported files carry the part
+// other tools can use.
+std::map<std::string, std::string> exported_metadata(const std::map<std::string, std::string>& m) {
+  std::map<std::string, std::string> meta;
+  meta["format"] = "pt";  // what Hugging Face loaders expect of PyTorch weights
+  if (auto it = m.find("mixtrain.version"); it != m.end()) meta["mixtrain.version"] = it->second;
+  if (auto it = m.find("progress"); it != m.end()) {
+    auto j = nlohmann::json::parse(it->second, nullptr, false);
+    if (j.is_object() && j.contains("step")) meta["step"] = j["step"].dump();
+  }
+  if (auto it = m.find("policy"); it != m.end()) {
+    auto j = nlohmann::json::parse(it->second, nullptr, false);
+    if (j.is_object() && j.contains("component") && j["component"].is_string())
+      meta["policy"] = j["component"].get<std::string>();
+  }
+  if (auto it = m.find("config"); it != m.end()) meta["mixtrain.config"] = it->second;
+  return meta;
+}
+
+sdk::TrainingState in_gpt2_layout(sdk::TrainingState state, const std::filesystem::path& source) {
+  if (auto it = state.metadata.find("layout"); it != state.metadata.end() && it->second == "gpt2")
+    throw sdk::UserError(source.string() + " is in the gpt2 layout already (its metadata says so)",
+                         "export it with --layout native, or use it as it is");
+  std::vector<sdk::HostTensor> weights;
+  for (auto& t : state.tensors) {
+    if (!is_weight(t.name)) continue;  // optimizer state, EMA, ...
+    if (t.name.rfind("param/", 0) == 0)
+      t.name.erase(0, 6);
+    else if (t.name.rfind("buffer/", 0) == 0)
+      t.name.erase(0, 7);
+    weights.push_back(std::move(t));
+  }
+  state.tensors = core::to_gpt2_layout(std::move(weights), source.string());
+  const auto sizes = core::gpt2_sizes(state.tensors);
+  auto& meta = state.metadata;
+  meta["layout"] = "gpt2";
+  meta["n_layer"] = std::to_string(sizes.n_layer);
+  meta["n_embd"] = std::to_string(sizes.n_embd);
+  meta["vocab_size"] = std::to_string(sizes.vocab_size);
+  meta["n_positions"] = std::to_string(sizes.n_positions);
+  if (const auto heads = configured_heads(meta); heads > 0) meta["n_head"] = std::to_string(heads);
+  return state;
+}
+
+std::size_t weight_tensor_count(const sdk::TrainingState& state) {
+  std::size_t n = 0;
+  for (const auto& t : state.tensors)
+    if (is_weight(t.name)) ++n;
+  return n;
+}
+
+}  // namespace mixtrain::cli
