@@ -214,6 +214,89 @@ TEST_F(Cli, ResumeReproducesTheUninterruptedRunBitForBit) {
   EXPECT_EQ(sa["eval_loss"].get<double>(), sb["eval_loss"].get<double>());
 }
 
+// A resume keeps the run's batches: another data.batch_size (or run.accumulate) is refused with
+// both values, before the data order could silently change.
+TEST_F(Cli, ResumeWithAnotherBatchSizeExits2NamingBothValues) {
+  const auto dir = dir_ / "run";
+  ASSERT_EQ(run("train " + quickstart() + " --set run.steps=4 --set data.batch_size=32 --run-dir " +
+                dir.string())
+                .exit_code,
+            0);
+  auto r = run("train " + quickstart() + " --set run.steps=8 --set data.batch_size=64 --resume " +
+               dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("data.batch_size = 32, this one has data.batch_size = 64"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("--set data.batch_size=32"), std::string::npos) << r.err;
+  r = run("train " + quickstart() +
+          " --set run.steps=8 --set data.batch_size=32 "
+          "--set run.accumulate=2 --resume " +
+          dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("run.accumulate = 1"), std::string::npos) << r.err;
+}
+
+// A longer run.steps on resume keeps the schedule's horizon (the lr of every step it shares with
+// the original run is the original's, bit for bit) and says so; run.stretch_schedule re-plans it.
+TEST_F(Cli, ResumeWithMoreStepsKeepsTheScheduleHorizonUnlessStretched) {
+  const std::string common =
+      " --set optimizer.schedule=warmup_cosine --set optimizer.warmup_steps=2"
+      " --set run.log_every=1 --set run.eval_every=0 --set checkpoint.every=10";
+  const auto full = dir_ / "full";
+  ASSERT_EQ(run("train " + quickstart() + common + " --set run.steps=20 --run-dir " + full.string())
+                .exit_code,
+            0);
+  const auto at10 = (full / "checkpoints" / "step-00000010.mxt").string();
+  auto lr_by_step = [&](const fs::path& d) {
+    std::map<int, double> out;
+    for (const auto& j : records(d / "metrics.jsonl"))
+      if (j.contains("lr")) out[j["step"].get<int>()] = j["lr"].get<double>();
+    return out;
+  };
+  const auto kept = dir_ / "kept", stretched = dir_ / "stretched";
+  auto r = run("train " + quickstart() + common + " --set run.steps=30 --resume " + at10 +
+               " --run-dir " + kept.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("keeps the checkpoint's horizon of 20 steps"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("run.stretch_schedule = true"), std::string::npos) << r.err;
+  const auto original = lr_by_step(full), k = lr_by_step(kept);
+  for (int step = 11; step <= 20; ++step) EXPECT_EQ(k.at(step), original.at(step)) << step;
+  EXPECT_EQ(k.at(30), k.at(21)) << "past its horizon the schedule stays at its end";
+  r = run("train " + quickstart() + common +
+          " --set run.steps=30 --set run.stretch_schedule=true"
+          " --resume " +
+          at10 + " --run-dir " + stretched.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("re-plans the warmup_cosine schedule over 30 steps"), std::string::npos)
+      << r.err;
+  const auto st = lr_by_step(stretched);
+  EXPECT_GT(st.at(11), original.at(11)) << "a longer cosine is higher at the same step";
+  EXPECT_GT(st.at(29), st.at(30));
+  // The horizon in use is what the next checkpoint promises: resuming the kept run's last
+  // checkpoint with its own run.steps changes nothing and says nothing.
+  r = run("train " + quickstart() + common + " --set run.steps=30 --resume " + kept.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// --resume RUN without a config continues with the run's own config.toml.
+TEST_F(Cli, ResumeOfARunFolderWithoutAConfigUsesTheRunsOwn) {
+  const auto dir = dir_ / "run";
+  ASSERT_EQ(run("train " + config("gpt-tiny-fp32.toml") +
+                " --set run.steps=2 --set run.eval_every=0 --set data.batch_size=2 --run-dir " +
+                dir.string())
+                .exit_code,
+            0);
+  // A finished run resumed as it is: evaluated and saved again, with the GPT's own config (the
+  // quickstart's MLP would not fit its checkpoint).
+  auto r = run("train --resume " + dir.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("the resumed run's own"), std::string::npos) << r.err;
+  r = run("train --resume " + (dir_ / "nowhere").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("no config.toml"), std::string::npos) << r.err;
+}
+
 // Resuming an earlier checkpoint in its own run folder abandons what came after it: those
 // checkpoints move aside with the metrics records, so keep-pruning and a later --resume of the
 // folder see only this continuation's.

@@ -78,6 +78,7 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   e.run.underflow_every = run.get_int("underflow_every");
   e.run.accumulate = run.get_int("accumulate");
   e.run.step_graphs = run.get_bool("step_graphs");
+  e.run.stretch_schedule = run.get_bool("stretch_schedule");
   ResolvedSection run_section = section_of("run", {}, run);
   show_resolved(run_section, "dir", e.run.dir);
   e.core_sections.push_back(run_section);

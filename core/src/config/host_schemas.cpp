@@ -49,6 +49,10 @@ sdk::OptionSchema run_schema() {
                           "record forward, loss and backward once and replay them with one launch "
                           "(CUDA graphs) where the backend offers it and the step is static: one "
                           "micro-batch, no dropout, no FP8 scaling"),
+      OptionSpec::boolean("stretch_schedule", false,
+                          "resuming with a changed run.steps: false keeps the checkpoint's "
+                          "learning-rate schedule horizon (lr stays at its final value past it), "
+                          "true re-plans the schedule over the new run.steps (the lr jumps)"),
   };
 }
 

@@ -20,6 +20,7 @@
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/sdk/atomic_file_writer.h"
 #include "mixtrain/sdk/version.h"
+#include "train/resume_terms.h"
 #include "train/trainer_state.h"
 
 namespace mixtrain::core {
@@ -80,6 +81,9 @@ sdk::TrainingState Trainer::training_state(bool weights_only) const {
   st.metadata["optimizer"] =
       component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump();
   st.metadata["config"] = resolved_toml(s.e);
+  st.metadata["resume"] =
+      resume_terms_to_json({s.e.data.batch_size, s.e.run.accumulate, s.schedule.total_steps})
+          .dump();
   return st;
 }
 
@@ -257,6 +261,9 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
   check_training_state_version(st.metadata, path);
   try {
     auto progress = read_progress(meta("progress"), s.e.run.steps, path);
+    // Before the sampler's cursor, whose check a changed batch size would fail less clearly.
+    keep_resume_terms(read_resume_terms(st.metadata, path), s.e, s.schedule, progress.applied,
+                      s.log, path);
     auto sampler = meta("sampler");
     if (read_checkpoint_int(sampler.at("rows"), "sampler.rows", 0,
                             std::numeric_limits<std::int64_t>::max(), path) != s.train.rows ||

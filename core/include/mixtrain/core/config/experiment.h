@@ -44,6 +44,7 @@ struct RunSettings {
   std::string dir;                     // default run directory when --run-dir is not given
   std::int64_t accumulate = 1;         // micro-batches (of data.batch_size) per optimizer step
   bool step_graphs = false;            // replay a recorded static step (train/step_graph.h)
+  bool stretch_schedule = false;       // resume with another run.steps: re-plan the lr schedule
 };
 
 struct EmaSettings {

@@ -1,0 +1,110 @@
+#include "train/resume_terms.h"
+
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <variant>
+#include <vector>
+
+#include "checkpoint/state.h"
+#include "mixtrain/core/config/config.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::core {
+
+namespace {
+
+// An integer option of `table` in a resolved config, or 0.
+std::int64_t config_int(const Config& config, const std::string& table, const std::string& key) {
+  for (const auto& o : config.table_options(table))
+    if (o.key == key && std::holds_alternative<std::int64_t>(o.value))
+      return std::get<std::int64_t>(o.value);
+  return 0;
+}
+
+std::string lr_text(double lr) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g", lr);
+  return text;
+}
+
+}  // namespace
+
+nlohmann::json resume_terms_to_json(const ResumeTerms& terms) {
+  return {{"batch_size", terms.batch_size},
+          {"accumulate", terms.accumulate},
+          {"schedule_steps", terms.schedule_steps}};
+}
+
+ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata,
+                              const std::filesystem::path& file) {
+  ResumeTerms t;
+  constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
+  if (const auto it = metadata.find("resume"); it != metadata.end()) {
+    const auto j = nlohmann::json::parse(it->second, nullptr, false);
+    if (!j.is_object())
+      throw sdk::CheckpointError(file.string() + ": the 'resume' entry is not a JSON object",
+                                 "the checkpoint is damaged; use an earlier one");
+    auto field = [&](const char* key) {
+      if (!j.contains(key))
+        throw sdk::CheckpointError(file.string() + ": resume." + key + " is missing",
+                                   "the checkpoint is damaged; use an earlier one");
+      return read_checkpoint_int(j.at(key), std::string("resume.") + key, 1, kMax, file);
+    };
+    t.batch_size = field("batch_size");
+    t.accumulate = field("accumulate");
+    t.schedule_steps = field("schedule_steps");
+    return t;
+  }
+  // Written before the entry existed: the run's resolved config says the same.
+  const auto it = metadata.find("config");
+  if (it == metadata.end()) return t;
+  try {
+    const auto config = Config::from_string(it->second, file.string() + " (its config)");
+    t.batch_size = config_int(config, "data", "batch_size");
+    t.accumulate = config_int(config, "run", "accumulate");
+    t.schedule_steps = config_int(config, "run", "steps");
+  } catch (const std::exception&) {
+    return {};  // a config this build cannot read: nothing to check against
+  }
+  return t;
+}
+
+void keep_resume_terms(const ResumeTerms& terms, const Experiment& e, LrSchedule& schedule,
+                       std::int64_t applied, sdk::Logger& log, const std::filesystem::path& file) {
+  auto refuse = [&](const std::string& key, std::int64_t was, std::int64_t now) {
+    throw sdk::CheckpointError(
+        file.string() + ": the run was trained with " + key + " = " + std::to_string(was) +
+            ", this one has " + key + " = " + std::to_string(now),
+        "a resumed run keeps its batches: resume with --set " + key + "=" + std::to_string(was) +
+            ", or start a new run from these weights (checkpoint.init_from = the checkpoint)");
+  };
+  if (terms.batch_size > 0 && terms.batch_size != e.data.batch_size)
+    refuse("data.batch_size", terms.batch_size, e.data.batch_size);
+  if (terms.accumulate > 0 && terms.accumulate != e.run.accumulate)
+    refuse("run.accumulate", terms.accumulate, e.run.accumulate);
+  if (terms.schedule_steps == 0 || terms.schedule_steps == e.run.steps) return;
+
+  LrSchedule kept = schedule, stretched = schedule;
+  kept.total_steps = terms.schedule_steps;
+  stretched.total_steps = e.run.steps;
+  const std::string horizon = std::to_string(terms.schedule_steps);
+  const std::string steps = "run.steps = " + std::to_string(e.run.steps);
+  if (e.run.stretch_schedule) {
+    schedule = stretched;
+    log.warn("resuming with " + steps + " (the checkpoint's schedule spans " + horizon +
+             " steps): run.stretch_schedule re-plans the " + schedule.kind + " schedule over " +
+             std::to_string(e.run.steps) + " steps, so the next step's lr is " +
+             lr_text(stretched.lr_at(applied)) + " where the kept horizon gives " +
+             lr_text(kept.lr_at(applied)));
+  } else {
+    schedule = kept;
+    log.warn(
+        "resuming with " + steps + ": the " + schedule.kind +
+        " schedule keeps the checkpoint's horizon of " + horizon + " steps (next lr " +
+        lr_text(kept.lr_at(applied)) + "); set run.stretch_schedule = true to re-plan it over " +
+        std::to_string(e.run.steps) + " steps (next lr " + lr_text(stretched.lr_at(applied)) + ")");
+  }
+}
+
+}  // namespace mixtrain::core

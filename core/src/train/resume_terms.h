@@ -1,0 +1,43 @@
+// What a run promises its resume (README, "The command line": --resume): the rows of each
+// optimizer step and the learning-rate schedule's horizon. Internal to the core.
+//
+// Contract
+// - A checkpoint's "resume" metadata entry is {"batch_size", "accumulate", "schedule_steps"},
+//   JSON integers >= 1 (resume_terms_to_json writes it). A checkpoint from before the entry gives
+//   the same from its "config" entry (the run's resolved TOML: data.batch_size, run.accumulate,
+//   run.steps); with neither, or an unreadable one, every term is 0: unknown, nothing checked.
+//   A malformed "resume" entry is sdk::CheckpointError naming the file and the field.
+// - keep_resume_terms: a data.batch_size or run.accumulate that differs from the checkpoint's is
+//   sdk::CheckpointError naming both values (the sampler's order and the step's rows would
+//   change). A run.steps that differs from the schedule's horizon keeps the horizon, or with
+//   run.stretch_schedule re-plans the schedule over the new run.steps; a warning says which,
+//   with the learning rate the next step gets and the one the other choice would give.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "mixtrain/core/config/experiment.h"
+#include "mixtrain/core/train/lr_schedule.h"
+#include "mixtrain/sdk/logging.h"
+
+namespace mixtrain::core {
+
+struct ResumeTerms {
+  std::int64_t batch_size = 0, accumulate = 0, schedule_steps = 0;  // 0: unknown
+};
+
+nlohmann::json resume_terms_to_json(const ResumeTerms& terms);
+
+ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata,
+                              const std::filesystem::path& file);
+
+// `schedule` is the run's (total_steps = run.steps); `applied` the checkpoint's applied steps.
+void keep_resume_terms(const ResumeTerms& terms, const Experiment& e, LrSchedule& schedule,
+                       std::int64_t applied, sdk::Logger& log, const std::filesystem::path& file);
+
+}  // namespace mixtrain::core
