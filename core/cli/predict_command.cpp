@@ -124,6 +124,7 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
   const std::int64_t positions = trained.labels_per_row();
   core::PredictionFile file(out, format, data.data.rows, positions, classes);
   core::EvalResult result;
+  double seconds = 0.0;
   {
     PredictProgress progress(data.data.rows, isatty(STDERR_FILENO) != 0);
     std::int64_t done = 0;
@@ -132,11 +133,12 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
       done += b.rows;
       progress.done(done);
     });
-    if (const auto warning = file.commit(); !warning.empty()) log.warn(warning);
-    char rate[64];
-    std::snprintf(rate, sizeof rate, "%.1f s", progress.seconds());
-    log.info("wrote " + out.string() + " in " + rate);
-  }
+    seconds = progress.seconds();
+  }  // the live line ends here, so the log lines below get lines of their own
+  if (const auto warning = file.commit(); !warning.empty()) log.warn(warning);
+  char elapsed[64];
+  std::snprintf(elapsed, sizeof elapsed, "%.1f s", seconds);
+  log.info("wrote " + out.string() + " in " + elapsed);
 
   nlohmann::json j = {{"predictions", out.string()},
                       {"shape", file.shape()},
