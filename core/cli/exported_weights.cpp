@@ -55,6 +55,8 @@ std::map<std::string, std::string> exported_metadata(const std::map<std::string,
       meta["policy"] = j["component"].get<std::string>();
   }
   if (auto it = m.find("config"); it != m.end()) meta["mixtrain.config"] = it->second;
+  // {"mean": [...], "std": [...]} per channel: the Normalize the weights were trained behind.
+  if (auto it = m.find("normalization"); it != m.end()) meta["normalization"] = it->second;
   return meta;
 }
 

@@ -5,6 +5,7 @@
 
 #include "cli_test_support.h"
 #include "npy_test_support.h"
+#include "safetensors_test_support.h"
 
 namespace {
 
@@ -115,6 +116,21 @@ TEST_F(CliImages, CifarFilesTrain) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(summary(dir_ / "run").contains("eval_loss"));
   EXPECT_NE((r.out + r.err).find("normalised per channel with mean ["), std::string::npos) << r.err;
+  // Statistics computed from the training split are kept by the run and travel with an export,
+  // so the images can be preprocessed outside mixtrain (torchvision's Normalize(mean, std)).
+  const json kept = json::parse(slurp(dir_ / "run" / "normalization.json"));
+  ASSERT_EQ(kept["mean"].size(), 3u);
+  ASSERT_EQ(kept["std"].size(), 3u);
+  EXPECT_TRUE(kept["from_training"].get<bool>());
+  EXPECT_GT(kept["std"][0].get<double>(), 0.0);
+  r = run("export " + (dir_ / "run").string() + " --format safetensors --out " +
+          (dir_ / "w.safetensors").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto exported = read_st(dir_ / "w.safetensors");
+  ASSERT_TRUE(exported.metadata.contains("normalization")) << exported.metadata.dump();
+  const json travelled = json::parse(exported.metadata["normalization"].get<std::string>());
+  EXPECT_EQ(travelled["mean"], kept["mean"]);
+  EXPECT_EQ(travelled["std"], kept["std"]);
 }
 
 const char* const kImages =

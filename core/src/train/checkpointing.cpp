@@ -30,6 +30,10 @@ using json = nlohmann::json;
 
 namespace {
 
+nlohmann::json normalization_json(const ChannelStats& stats) {
+  return {{"mean", stats.mean}, {"std", stats.std}};
+}
+
 sdk::HostTensor to_host(sdk::DeviceBackend& b, const std::string& name, sdk::TensorView v) {
   sdk::HostTensor h;
   h.name = name;
@@ -81,6 +85,9 @@ sdk::TrainingState Trainer::training_state(bool weights_only) const {
   st.metadata["optimizer"] =
       component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump();
   st.metadata["config"] = resolved_toml(s.e);
+  // The preprocessing the weights expect, for whoever runs them elsewhere (export carries it).
+  if (!s.normalization.mean.empty())
+    st.metadata["normalization"] = normalization_json(s.normalization).dump();
   st.metadata["resume"] =
       resume_terms_to_json({s.e.data.batch_size, s.e.run.accumulate, s.schedule.total_steps})
           .dump();

@@ -12,6 +12,7 @@
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/core/console/progress_report.h"
 #include "mixtrain/core/runs/folder.h"
+#include "mixtrain/sdk/atomic_file_writer.h"
 #include "train/step.h"
 #include "train/trainer_state.h"
 
@@ -119,13 +120,14 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     std::string static_step;  // why the step is not static ("": it is)
     for (const auto& l : s.model->layers())
       if (static_step.empty() && l->traits().varies_per_step)
-        static_step = "node '" + l->name() + "' changes its arguments every step (" + l->type() + ")";
+        static_step =
+            "node '" + l->name() + "' changes its arguments every step (" + l->type() + ")";
     if (s.c.policy->uses_scaled_operands())
       static_step = "precision policy '" + e.policy_name + "' moves FP8 scales every step";
     if (e.run.accumulate > 1) static_step = "run.accumulate > 1 (micro-batches differ)";
     s.step_graph = std::make_unique<StepGraph>(
-        e.run.step_graphs ? sdk::facet<sdk::StepGraphFacet>(backend) : nullptr,
-        e.run.step_graphs, static_step, core_logger("step_graph"));
+        e.run.step_graphs ? sdk::facet<sdk::StepGraphFacet>(backend) : nullptr, e.run.step_graphs,
+        static_step, core_logger("step_graph"));
   }
   if (e.run.accumulate > 1) s.loss_sum = Tensor(s.c.backend, sdk::DType::fp32, sdk::Shape{1});
   if (e.ema.enabled())
@@ -164,6 +166,19 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     request.checkpoint_extension = s.c.checkpoint_format->file_extension();
     s.run_dir = prepare_run_folder(request, resolved_toml(e));
     s.metrics.open(s.run_dir / "metrics.jsonl");
+    // Statistics computed from the training split exist nowhere else on disk: the run keeps them
+    // so that its images can be preprocessed outside mixtrain (torchvision's Normalize).
+    if (!s.normalization.mean.empty()) {
+      const std::string text = json{{"mean", s.normalization.mean},
+                                    {"std", s.normalization.std},
+                                    {"from_training", e.data.normalize.from_training}}
+                                   .dump(1) +
+                               "\n";
+      sdk::AtomicFileWriter out(s.run_dir / "normalization.json", /*durable=*/false,
+                                "normalisation statistics");
+      out.write(text.data(), text.size());
+      if (const auto warning = out.commit(); !warning.empty()) s.log.warn(warning);
+    }
   }
 }
 
