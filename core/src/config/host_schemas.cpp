@@ -1,6 +1,7 @@
 #include "mixtrain/core/config/host_schemas.h"
 
 #include "graph/ops/op_registry.h"
+#include "mixtrain/core/train/lr_schedule.h"
 
 #include <stdexcept>
 
@@ -203,12 +204,36 @@ sdk::OptionSchema data_augment_schema() {
 
 sdk::OptionSchema schedule_schema() {
   return {
-      OptionSpec::string("schedule", "constant", "learning-rate schedule")
-          .one_of({"constant", "warmup_cosine"}),
-      OptionSpec::integer("warmup_steps", 0, "linear warm-up steps (warmup_cosine)").at_least(0),
-      OptionSpec::number("min_lr", 0.0, "learning rate at the end of the cosine")
+      OptionSpec::string("schedule", "constant",
+                         "learning-rate schedule over applied steps (skipped steps do not "
+                         "advance it); peak = the optimizer's lr")
+          .one_of(lr_schedule_kinds()),
+      OptionSpec::integer("warmup_steps", 0,
+                          "linear warm-up from lr / warmup_steps to lr; the schedule starts its "
+                          "own clock after it (every schedule but constant and onecycle; "
+                          "inverse_sqrt needs >= 1)")
+          .at_least(0),
+      OptionSpec::number("min_lr", 0.0, "learning rate the decay ends at (warmup_cosine, linear)")
           .at_least(0.0)
           .at_most(kMaxLr),
+      OptionSpec::integer("step_size", 1, "step: multiply by gamma every step_size steps")
+          .at_least(1),
+      OptionSpec::number("gamma", 0.1, "step, multistep: the factor of each decay")
+          .greater_than(0.0),
+      // A list of integers: declared as a string for the key list, read with
+      // Config::integer_array (ComponentSection::host_lists).
+      OptionSpec::string("milestones", "",
+                         "multistep: steps after warm-up at which lr is multiplied by gamma, a "
+                         "strictly increasing list of integers >= 1 ([100, 200])"),
+      OptionSpec::number("pct_start", 0.3,
+                         "onecycle: share of run.steps spent rising to lr, in (0, 1)")
+          .greater_than(0.0)
+          .at_most(1.0),
+      OptionSpec::number("div_factor", 25.0, "onecycle: it starts at lr / div_factor")
+          .greater_than(0.0),
+      OptionSpec::number("final_div_factor", 1e4,
+                         "onecycle: it ends at lr / (div_factor * final_div_factor)")
+          .greater_than(0.0),
       OptionSpec::number("clip_grad_norm", 0.0,
                          "clip the global L2 norm of unscaled gradients; 0 = off")
           .at_least(0.0),

@@ -119,13 +119,14 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     std::string static_step;  // why the step is not static ("": it is)
     for (const auto& l : s.model->layers())
       if (static_step.empty() && l->traits().varies_per_step)
-        static_step = "node '" + l->name() + "' changes its arguments every step (" + l->type() + ")";
+        static_step =
+            "node '" + l->name() + "' changes its arguments every step (" + l->type() + ")";
     if (s.c.policy->uses_scaled_operands())
       static_step = "precision policy '" + e.policy_name + "' moves FP8 scales every step";
     if (e.run.accumulate > 1) static_step = "run.accumulate > 1 (micro-batches differ)";
     s.step_graph = std::make_unique<StepGraph>(
-        e.run.step_graphs ? sdk::facet<sdk::StepGraphFacet>(backend) : nullptr,
-        e.run.step_graphs, static_step, core_logger("step_graph"));
+        e.run.step_graphs ? sdk::facet<sdk::StepGraphFacet>(backend) : nullptr, e.run.step_graphs,
+        static_step, core_logger("step_graph"));
   }
   if (e.run.accumulate > 1) s.loss_sum = Tensor(s.c.backend, sdk::DType::fp32, sdk::Shape{1});
   if (e.ema.enabled())
@@ -139,6 +140,13 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   s.schedule.min_lr = e.schedule.min_lr;
   s.schedule.warmup_steps = e.schedule.warmup_steps;
   s.schedule.total_steps = e.run.steps;
+  s.schedule.step_size = e.schedule.step_size;
+  s.schedule.gamma = e.schedule.gamma;
+  s.schedule.milestones = e.schedule.milestones;
+  s.schedule.pct_start = e.schedule.pct_start;
+  s.schedule.div_factor = e.schedule.div_factor;
+  s.schedule.final_div_factor = e.schedule.final_div_factor;
+  for (const auto& unused : e.schedule.unused) s.log.warn(unused + "; ignored");
   if (s.train.is_tokens())
     s.ids_host.resize(static_cast<std::size_t>(max_rows * s.train.features));
   else

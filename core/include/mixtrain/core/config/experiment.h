@@ -2,10 +2,10 @@
 //
 // Contract
 // - parse_experiment() reads every table of the config (component sections are laid out as
-//   config/component_section.h says), rejects unknown tables and keys (with "did you mean"), validates
-//   types and ranges (errors name file:line:col and the key), resolves the plugins named by the
-//   config in the registry (errors list what exists) and validates their options against their
-//   declared schemas. It creates no plugin object. File paths come back absolute: relative to
+//   config/component_section.h says), rejects unknown tables and keys (with "did you mean"),
+//   validates types and ranges (errors name file:line:col and the key), resolves the plugins named
+//   by the config in the registry (errors list what exists) and validates their options against
+//   their declared schemas. It creates no plugin object. File paths come back absolute: relative to
 //   the config file when written there, to the current folder when given with --set.
 // - create_components() instantiates backend, policy, scaler, optimizer and checkpoint format;
 //   plugin-specific checks that a schema cannot express fail here, still as sdk::UserError.
@@ -93,11 +93,22 @@ struct DataSettings {
   AugmentSettings augment;      // image tables only
 };
 
+// [optimizer]'s host keys: the learning-rate schedule (train/lr_schedule.h) and clipping. The
+// reader checks each schedule's keys together (sorted milestones, onecycle's phases, min_lr at
+// most the optimizer's lr); keys given that the chosen schedule does not read are listed in
+// `unused`, for the trainer to warn about (a --set optimizer.schedule=... swap leaves them).
 struct ScheduleSettings {
-  std::string schedule;  // constant | warmup_cosine
+  std::string schedule;  // one of lr_schedule_kinds()
   std::int64_t warmup_steps = 0;
   double min_lr = 0.0;
-  double clip_grad_norm = 0.0;  // 0: no clipping
+  std::int64_t step_size = 1;
+  double gamma = 0.1;
+  std::vector<std::int64_t> milestones;
+  double pct_start = 0.3;
+  double div_factor = 25.0;
+  double final_div_factor = 1e4;
+  double clip_grad_norm = 0.0;      // 0: no clipping
+  std::vector<std::string> unused;  // "optimizer.gamma = 0.5 (file:line:col)"
 };
 
 struct CheckpointSettings {
