@@ -135,6 +135,7 @@ int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::st
                           core::parse_weight_layout(layout));
   auto r = trainer.evaluate();
   nlohmann::json j = {{"eval_loss", r.loss}, {"eval_accuracy", r.accuracy}, {"rows", r.rows}};
+  if (r.top_k > 0) j[core::top_k_accuracy_key(r.top_k)] = r.top_k_accuracy;
   std::cout << j.dump() << std::endl;
   return 0;
 }

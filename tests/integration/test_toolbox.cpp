@@ -1,11 +1,15 @@
 // Integration: the training toolbox a PyTorch user expects, through the real executable — the
-// learning-rate schedules' config keys and what a run logs under them.
+// learning-rate schedules' config keys and what a run logs under them; top-k accuracy in the
+// eval records, summary.json and `mixtrain eval`, against numpy on `mixtrain predict`'s logits.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <random>
 #include <string>
 
 #include "cli_test_support.h"
+#include "npy_test_support.h"
 
 namespace mixtrain::test {
 namespace {
@@ -148,6 +152,168 @@ TEST_F(Toolbox, DescribeHostOptimizerListsTheScheduleKeys) {
   r = run("plugins --describe host/optimiser");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "did you mean 'host/optimizer'?")) << r.err;
+}
+
+bool numpy_available() {
+  static const bool ok = std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0;
+  return ok;
+}
+
+// numpy's count of top-k hits (top_k_reference.py) of a logits .npy against a labels .npy.
+json numpy_top_k(const fs::path& dir, const fs::path& logits, const fs::path& labels, int k) {
+  const auto out = dir / "topk.out";
+  const std::string cmd = std::string("/usr/bin/python3 ") + MIXTRAIN_CONFIGS_DIR +
+                          "/../tests/integration/top_k_reference.py " + logits.string() + " " +
+                          labels.string() + " " + std::to_string(k) + " >" + out.string();
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return json::parse(slurp(out), nullptr, false);
+}
+
+// Six Gaussian clusters in 8 dimensions, overlapping enough that top-1 stays well below 1.
+void write_clusters(const fs::path& dir, int rows) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> noise(0.0f, 1.5f);
+  std::vector<float> x;
+  std::vector<std::int64_t> y;
+  for (int r = 0; r < rows; ++r) {
+    const int c = r % 6;
+    y.push_back(c);
+    for (int f = 0; f < 8; ++f)
+      x.push_back((f == c || f == (c + 1) % 8 ? 1.5f : 0.0f) + noise(rng));
+  }
+  write_npy(dir / "x.npy", "<f4", {rows, 8}, x);
+  write_npy(dir / "y.npy", "<i8", {rows}, y);
+}
+
+// bf16 logits tie often enough to exercise the tie rule; eval_fraction = 0 evaluates every row
+// in the file's order, in the batches predict uses.
+const char* kClusters = R"(
+[run]
+name = "clusters"
+seed = 3
+steps = 12
+eval_every = 6
+[backend]
+type = "cpu"
+threads = 1
+[precision]
+policy = "bf16-mixed"
+[optimizer]
+type = "adamw"
+[optimizer.adamw]
+lr = 0.01
+[model]
+layers = [ { type = "linear", out = 16 }, { type = "relu" }, { type = "linear", out = 6 } ]
+[data]
+source = "npy"
+batch_size = 16
+eval_batch_size = 25
+eval_fraction = 0.0
+[data.npy]
+features = "x.npy"
+labels = "y.npy"
+[eval]
+top_k = 3
+[checkpoint]
+fsync = false
+)";
+
+TEST_F(Toolbox, TopKAccuracyIsNumpysOnTheLogitsInEveryEvalRecordSummaryAndEval) {
+  write_clusters(dir_, 150);
+  const auto cfg = write_file("clusters.toml", kClusters).string();
+  auto r = run("train " + cfg + " --run-dir run", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int evals = 0;
+  for (const auto& rec : records(dir_ / "run" / "metrics.jsonl"))
+    if (rec.contains("eval_loss")) {
+      ++evals;
+      ASSERT_TRUE(rec.contains("eval_top3_accuracy")) << rec.dump();
+      EXPECT_GE(rec["eval_top3_accuracy"].get<double>(), rec["eval_accuracy"].get<double>());
+    }
+  EXPECT_EQ(evals, 2);
+  const json sum = summary(dir_ / "run");
+  r = run("eval " + cfg + " --checkpoint run", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json eval = json::parse(r.out);
+  ASSERT_TRUE(eval.contains("eval_top3_accuracy")) << r.out;
+  EXPECT_EQ(eval["eval_top3_accuracy"], sum["eval_top3_accuracy"]);
+  const double top3 = eval["eval_top3_accuracy"].get<double>();
+  EXPECT_GT(top3, eval["eval_accuracy"].get<double>());
+  EXPECT_LT(top3, 1.0) << "a top-3 of 1 would not tell a wrong count from a right one";
+  if (!numpy_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import numpy; not compared";
+  r = run("predict " + cfg + " --checkpoint run --input x.npy --labels y.npy --out p.npy", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json theirs = numpy_top_k(dir_, dir_ / "p.npy", dir_ / "y.npy", 3);
+  ASSERT_EQ(theirs["labels"], 150);
+  EXPECT_EQ(top3, theirs["hits"].get<double>() / 150.0);
+  // k = 1 by the same rule is eval_accuracy: ties go to the lowest index, as argmax does.
+  const json top1 = numpy_top_k(dir_, dir_ / "p.npy", dir_ / "y.npy", 1);
+  EXPECT_EQ(eval["eval_accuracy"].get<double>(), top1["hits"].get<double>() / 150.0);
+}
+
+TEST_F(Toolbox, TopKOfALanguageModelCountsEveryPositionsNextToken) {
+  std::string text;
+  for (int i = 0; text.size() < 600; ++i)
+    text += "the cat sat on mat " + std::to_string(i % 7) + "\n";
+  std::ofstream(dir_ / "train.txt") << text;
+  const std::string held_out = text.substr(0, 8 * 10 + 1);  // 10 windows, every target inside
+  std::ofstream(dir_ / "eval.txt") << held_out;
+  const auto cfg = write_file("gpt.toml", R"(
+[run]
+seed = 4
+steps = 6
+[backend]
+type = "cpu"
+threads = 1
+[model]
+preset = "gpt"
+[model.gpt]
+n_layer = 1
+n_head = 2
+n_embd = 16
+[data]
+source = "text"
+block_size = 8
+batch_size = 4
+eval_batch_size = 3
+[data.text]
+path = ["train.txt"]
+eval = ["eval.txt"]
+[eval]
+top_k = 5
+[checkpoint]
+fsync = false
+)")
+                       .string();
+  ASSERT_EQ(run("train " + cfg + " --run-dir run", dir_).exit_code, 0);
+  auto r = run("eval " + cfg + " --checkpoint run", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json eval = json::parse(r.out);
+  ASSERT_TRUE(eval.contains("eval_top5_accuracy")) << r.out;
+  const double top5 = eval["eval_top5_accuracy"].get<double>();
+  EXPECT_GT(top5, 0.0);
+  EXPECT_LT(top5, 1.0);
+  if (!numpy_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import numpy; not compared";
+  r = run("predict " + cfg + " --checkpoint run --input eval.txt --out all.npy --positions all",
+          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::int64_t> next;  // window w, position p predicts byte w * 8 + p + 1
+  for (std::size_t i = 1; i <= 80; ++i) next.push_back(static_cast<unsigned char>(held_out[i]));
+  write_npy(dir_ / "next.npy", "<i8", {10, 8}, next);
+  const json theirs = numpy_top_k(dir_, dir_ / "all.npy", dir_ / "next.npy", 5);
+  ASSERT_EQ(theirs["labels"], 80);
+  EXPECT_EQ(top5, theirs["hits"].get<double>() / 80.0);
+}
+
+TEST_F(Toolbox, TopKOfOneOrAboveTheClassesExits2AtTheKey) {
+  auto r = run("check " + quickstart() + " --set eval.top_k=1");
+  expect_config_error(r, "--set eval.top_k=1", "eval.top_k");
+  EXPECT_TRUE(has(r.err, "top-1 accuracy is eval_accuracy")) << r.err;
+  r = run("check " + quickstart() + " --set eval.top_k=11");
+  expect_config_error(r, "--set eval.top_k=11", "eval.top_k");
+  EXPECT_TRUE(has(r.err, "the model has only 10 classes")) << r.err;
+  r = run("check " + quickstart() + " --set eval.top_k=-2");
+  expect_config_error(r, "--set eval.top_k=-2", "eval.top_k");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "graph/ops/op_registry.h"
 #include "mixtrain/core/config/component_section.h"
 #include "mixtrain/core/config/host_schemas.h"
+#include "mixtrain/core/runs/summary.h"
 #include "mixtrain/core/train/lr_schedule.h"
 
 namespace mixtrain::core {
@@ -278,6 +279,11 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   auto eval = sdk::Options::resolve("eval", eval_schema(), config.table_options("eval"),
                                     config.location("eval"), {});
   e.eval.weights = eval.get_string("weights");
+  e.eval.top_k = eval.get_int("top_k");
+  e.eval.top_k_where = eval.where("top_k");
+  if (e.eval.top_k == 1)
+    eval.fail("top_k", "is 1: top-1 accuracy is eval_accuracy, reported always",
+              "set top_k = 5 (or any k >= 2) for top-k accuracy, or 0 for none");
   if (e.eval.weights == "ema" && !e.ema.enabled())
     throw sdk::ConfigError(eval.where("weights"), "eval.weights",
                            "eval.weights = \"ema\" but the run keeps no EMA of the weights",

@@ -68,6 +68,12 @@ sdk::OptionSchema eval_schema() {
       OptionSpec::string("weights", "master",
                          "weights evaluation runs with: the master weights, or their EMA ([ema])")
           .one_of({"master", "ema"}),
+      OptionSpec::integer("top_k", 0,
+                          "also report top-k accuracy (eval_top<k>_accuracy: the label among the "
+                          "k largest logits; a language model's at every position); 0 = off, "
+                          "at most the classes")
+          .at_least(0)
+          .at_most(kMaxDim),
   };
 }
 

@@ -19,6 +19,10 @@ std::string divergence_reason(const TrainSummary& s, const std::string& stopped_
   return {};
 }
 
+std::string top_k_accuracy_key(std::int64_t k) {
+  return "eval_top" + std::to_string(k) + "_accuracy";
+}
+
 void write_run_summary(const std::filesystem::path& file, const TrainSummary& s) {
   using json = nlohmann::json;
   json j = {{"steps", s.steps},
@@ -46,6 +50,7 @@ void write_run_summary(const std::filesystem::path& file, const TrainSummary& s)
     j["eval_loss"] = s.eval.loss;
     j["eval_accuracy"] = s.eval.accuracy;
     j["eval_step"] = s.eval_step;
+    if (s.eval.top_k > 0) j[top_k_accuracy_key(s.eval.top_k)] = s.eval.top_k_accuracy;
   }
   if (s.diverged) j["divergence"] = s.divergence;
   if (!s.resumed_from.empty()) j["resumed_from"] = s.resumed_from.string();

@@ -79,6 +79,12 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   }
   input.sample_shape = s.train.sample_shape;
   s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes, input);
+  if (e.eval.top_k > s.model->classes())
+    throw sdk::ConfigError(
+        e.eval.top_k_where, "eval.top_k",
+        "is " + std::to_string(e.eval.top_k) + " but the model has only " +
+            std::to_string(s.model->classes()) + " classes",
+        "choose a top_k up to the number of classes (5 is usual), or 0 for none");
   auto caps = backend.capabilities();
   plan_precision(*s.model, *s.c.policy, caps, e.overrides, s.log);
   // Every node's ops are asked in Model::allocate; the step's own gradient checks here.
@@ -213,11 +219,16 @@ TrainSummary Trainer::run() {
     sum.eval = evaluate();
     sum.evaluated = true;
     sum.eval_step = s.step;
-    s.metrics.write(
-        {{"step", s.step}, {"eval_loss", sum.eval.loss}, {"eval_accuracy", sum.eval.accuracy}});
-    char line[160];
-    std::snprintf(line, sizeof line, "eval at step %lld: loss %.5f accuracy %.4f",
-                  static_cast<long long>(s.step), sum.eval.loss, sum.eval.accuracy);
+    json rec = {
+        {"step", s.step}, {"eval_loss", sum.eval.loss}, {"eval_accuracy", sum.eval.accuracy}};
+    if (sum.eval.top_k > 0) rec[top_k_accuracy_key(sum.eval.top_k)] = sum.eval.top_k_accuracy;
+    s.metrics.write(rec);
+    char line[200];
+    int n = std::snprintf(line, sizeof line, "eval at step %lld: loss %.5f accuracy %.4f",
+                          static_cast<long long>(s.step), sum.eval.loss, sum.eval.accuracy);
+    if (sum.eval.top_k > 0 && n > 0 && static_cast<std::size_t>(n) < sizeof line)
+      std::snprintf(line + n, sizeof line - static_cast<std::size_t>(n), " top-%lld %.4f",
+                    static_cast<long long>(sum.eval.top_k), sum.eval.top_k_accuracy);
     s.log.info(line);
   };
 

@@ -52,7 +52,9 @@ struct EmaSettings {
 };
 
 struct EvalSettings {
-  std::string weights = "master";  // "master" | "ema"
+  std::string weights = "master";   // "master" | "ema"
+  std::int64_t top_k = 0;           // > 1: also top-k accuracy (train/top_k.h); 0: off
+  sdk::SourceLocation top_k_where;  // a top_k above the model's classes is refused there
 };
 
 // [data.normalize]: per-channel (x − mean) / std of image data, given or computed from the

@@ -9,7 +9,8 @@
 // - An interrupted run (Ctrl-C, SIGTERM) stopped after a completed step; its checkpoint for that
 //   step was written and `evaluated` is false unless an evaluation ran at that step.
 // - summary.json always holds "diverged" and "interrupted" (booleans); "divergence" when it
-//   diverged; "eval_loss" / "eval_accuracy" / "eval_step" only when an evaluation ran.
+//   diverged; "eval_loss" / "eval_accuracy" / "eval_step" only when an evaluation ran, and with
+//   them "eval_top<k>_accuracy" when [eval] top_k = k.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,12 @@ struct EvalResult {
   double loss = 0.0;
   double accuracy = 0.0;
   std::int64_t rows = 0;
+  std::int64_t top_k = 0;       // [eval] top_k; 0: top_k_accuracy was not computed
+  double top_k_accuracy = 0.0;  // share of labels within the top_k logits (train/top_k.h)
 };
+
+// The metrics.jsonl / summary.json / `mixtrain eval` key of top-k accuracy: "eval_top5_accuracy".
+std::string top_k_accuracy_key(std::int64_t k);
 
 struct TrainSummary {
   std::int64_t steps = 0;
