@@ -1,6 +1,7 @@
 // Integration: the training toolbox a PyTorch user expects, through the real executable — the
 // learning-rate schedules' config keys and what a run logs under them; top-k accuracy in the
-// eval records, summary.json and `mixtrain eval`, against numpy on `mixtrain predict`'s logits.
+// eval records, summary.json and `mixtrain eval`, against numpy on `mixtrain predict`'s logits;
+// early stopping (when it stops, what it says, and the same stop after a resume).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -314,6 +315,109 @@ TEST_F(Toolbox, TopKOfOneOrAboveTheClassesExits2AtTheKey) {
   EXPECT_TRUE(has(r.err, "the model has only 10 classes")) << r.err;
   r = run("check " + quickstart() + " --set eval.top_k=-2");
   expect_config_error(r, "--set eval.top_k=-2", "eval.top_k");
+}
+
+// Evaluations every 5 steps at a constant rate; a min_delta of 10 nats is never met, so after
+// the first evaluation (the best, at step 5) every one is bad: patience 2 stops at step 15.
+std::string never_improving(int steps) {
+  return tiny(steps) +
+         " --set run.eval_every=5 --set optimizer.schedule=constant"
+         " --set run.early_stopping_patience=2 --set run.early_stopping_min_delta=10"
+         " --set checkpoint.every=5 --set checkpoint.keep=100";
+}
+
+TEST_F(Toolbox, EarlyStoppingStopsWhenPatienceRunsOutWritesTheFinalCheckpointAndSaysWhy) {
+  const auto dir = dir_ / "run";
+  auto r = run("train " + quickstart() + never_improving(200) + " --run-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "stopped early: 15 steps")) << r.out;
+  EXPECT_TRUE(has(r.out,
+                  "stopped early: eval_loss did not improve by more than 10 in 2 "
+                  "evaluations in a row (best "))
+      << r.out;
+  const json sum = summary(dir);
+  EXPECT_EQ(sum["steps"], 15);
+  EXPECT_EQ(sum["stopped_early"], true);
+  EXPECT_EQ(sum["interrupted"], false);
+  EXPECT_EQ(sum["diverged"], false);
+  EXPECT_EQ(sum["eval_step"], 15);
+  const json& es = sum["early_stopping"];
+  EXPECT_EQ(es["metric"], "eval_loss");
+  EXPECT_EQ(es["patience"], 2);
+  EXPECT_EQ(es["best_step"], 5);
+  EXPECT_EQ(es["evaluations_without_improvement"], 2);
+  EXPECT_TRUE(has(es["reason"].get<std::string>(), "at step 5")) << es.dump();
+  EXPECT_TRUE(fs::exists(dir / "checkpoints" / "step-00000015.mxt"));
+  EXPECT_FALSE(fs::exists(dir / "checkpoints" / "step-00000020.mxt"));
+  std::vector<int> evals;
+  for (const auto& rec : records(dir / "metrics.jsonl"))
+    if (rec.contains("eval_loss")) evals.push_back(rec["step"].get<int>());
+  EXPECT_EQ(evals, (std::vector<int>{5, 10, 15}));
+
+  // Patience that is never used up: the run goes to its end and says it did not stop early.
+  r = run("train " + quickstart() + tiny(20) +
+          " --set run.eval_every=5 --set run.early_stopping_patience=10 --run-dir " +
+          (dir_ / "full").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json full = summary(dir_ / "full");
+  EXPECT_EQ(full["steps"], 20);
+  EXPECT_EQ(full["stopped_early"], false);
+  EXPECT_FALSE(full["early_stopping"].contains("reason"));
+}
+
+// The count of bad evaluations is in the checkpoint: a run stopped at step 10 and resumed stops
+// at step 15 as the uninterrupted one does (starting afresh, it would stop at step 25).
+TEST_F(Toolbox, EarlyStoppingCountsOnAcrossAResume) {
+  const auto dir = dir_ / "run";
+  auto r = run("train " + quickstart() + never_improving(10) + " --run-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(summary(dir)["stopped_early"], false);
+  EXPECT_EQ(summary(dir)["early_stopping"]["evaluations_without_improvement"], 1);
+  r = run("train " + quickstart() + never_improving(200) + " --resume " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json sum = summary(dir);
+  EXPECT_EQ(sum["steps"], 15);
+  EXPECT_EQ(sum["stopped_early"], true);
+  EXPECT_EQ(sum["early_stopping"]["best_step"], 5);
+
+  // A checkpoint without the state (an older one, or a run without early stopping) resumes and
+  // starts counting afresh: best at 15, then 20 and 25 bad.
+  const auto plain = dir_ / "plain";
+  r = run("train " + quickstart() + tiny(10) +
+          " --set run.eval_every=5 --set optimizer.schedule=constant --run-dir " + plain.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("train " + quickstart() + never_improving(200) + " --resume " + plain.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "holds no early stopping state; it starts afresh")) << r.err;
+  EXPECT_EQ(summary(plain)["steps"], 25);
+  EXPECT_EQ(summary(plain)["early_stopping"]["best_step"], 15);
+}
+
+TEST_F(Toolbox, EarlyStoppingThatCannotWorkExits2AtTheKey) {
+  const std::string q = "check " + quickstart() + " --set run.early_stopping_patience=3";
+  auto r = run(q + " --set run.eval_every=0");
+  expect_config_error(r, "--set run.early_stopping_patience=3", "run.early_stopping_patience");
+  EXPECT_TRUE(has(r.err, "run.eval_every = 0")) << r.err;
+  r = run(q + " --set run.early_stopping_metric=loss");
+  expect_config_error(r, "--set run.early_stopping_metric=loss", "run.early_stopping_metric");
+  EXPECT_TRUE(has(r.err, "did you mean 'eval_loss'?")) << r.err;
+  r = run(q + " --set run.early_stopping_metric=eval_top5_accuracy");
+  expect_config_error(r, "--set run.early_stopping_metric=eval_top5_accuracy",
+                      "run.early_stopping_metric");
+  EXPECT_TRUE(has(r.err, "needs [eval] top_k = k")) << r.err;
+  r = run(q + " --set run.early_stopping_metric=eval_top5_accuracy --set eval.top_k=5");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run(q + " --set run.early_stopping_min_delta=-0.1");
+  expect_config_error(r, "--set run.early_stopping_min_delta=-0.1", "run.early_stopping_min_delta");
+  r = run(q + " --set run.early_stopping_patience=-1");
+  expect_config_error(r, "--set run.early_stopping_patience=-1", "run.early_stopping_patience");
+  // Without patience the other two are read by nothing: a warning, not an error.
+  r = run("check " + quickstart() + " --set run.early_stopping_min_delta=0.5");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "run.early_stopping_min_delta (--set run.early_stopping_min_delta=0.5) "
+                  "is not read: early_stopping_patience = 0 (off)"))
+      << r.err;
 }
 
 }  // namespace

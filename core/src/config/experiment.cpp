@@ -120,8 +120,43 @@ void read_schedule(const Config& config, const sdk::Options& o, Experiment& e) {
   for (const auto& key : {"warmup_steps", "min_lr", "step_size", "gamma", "milestones", "pct_start",
                           "div_factor", "final_div_factor"})
     if (o.was_set(key) && std::find(used.begin(), used.end(), key) == used.end())
-      s.unused.push_back(std::string("optimizer.") + key + " (" + o.where(key).to_string() +
-                         ") is not read by schedule = \"" + kind + "\"");
+      e.unused_keys.push_back(std::string("optimizer.") + key + " (" + o.where(key).to_string() +
+                              ") is not read by schedule = \"" + kind + "\"");
+}
+
+// An evaluation number a run can watch: eval_loss, eval_accuracy, or the top-k accuracy that
+// [eval] top_k computes. `o` and `key` locate the error.
+void check_metric(const sdk::Options& o, const std::string& key, const std::string& metric,
+                  const Experiment& e) {
+  std::vector<std::string> known = {"eval_loss", "eval_accuracy"};
+  if (e.eval.top_k > 0) known.push_back(top_k_accuracy_key(e.eval.top_k));
+  if (std::find(known.begin(), known.end(), metric) != known.end()) return;
+  const bool top_k = metric.rfind("eval_top", 0) == 0;
+  auto near = sdk::closest_match(metric, known);
+  if (std::find(known.begin(), known.end(), "eval_" + metric) != known.end())
+    near = "eval_" + metric;  // "loss", "accuracy": the evaluation's names carry the prefix
+  o.fail(key, "'" + metric + "' is not an evaluation number of this run",
+         (top_k ? "top-k accuracy needs [eval] top_k = k (eval_top5_accuracy: top_k = 5); "
+                : std::string()) +
+             (near.empty() ? "" : "did you mean '" + near + "'? ") +
+             "one of: " + join_names(known));
+}
+
+void read_early_stopping(const sdk::Options& run, Experiment& e) {
+  const auto& r = e.run;
+  if (r.early_stopping_patience == 0) {
+    for (const auto& key : {"early_stopping_metric", "early_stopping_min_delta"})
+      if (run.was_set(key))
+        e.unused_keys.push_back("run." + std::string(key) + " (" + run.where(key).to_string() +
+                                ") is not read: early_stopping_patience = 0 (off)");
+    return;
+  }
+  check_metric(run, "early_stopping_metric", r.early_stopping_metric, e);
+  if (r.eval_every == 0)
+    run.fail("early_stopping_patience",
+             "is " + std::to_string(r.early_stopping_patience) +
+                 " but run.eval_every = 0 evaluates only at the end",
+             "set run.eval_every to the steps between the evaluations patience counts");
 }
 
 }  // namespace
@@ -172,6 +207,9 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   e.run.underflow_every = run.get_int("underflow_every");
   e.run.accumulate = run.get_int("accumulate");
   e.run.step_graphs = run.get_bool("step_graphs");
+  e.run.early_stopping_patience = run.get_int("early_stopping_patience");
+  e.run.early_stopping_metric = run.get_string("early_stopping_metric");
+  e.run.early_stopping_min_delta = run.get_double("early_stopping_min_delta");
   ResolvedSection run_section = section_of("run", {}, run);
   show_resolved(run_section, "dir", e.run.dir);
   e.core_sections.push_back(run_section);
@@ -290,6 +328,7 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
                            "set [ema] decay = 0.999 (any value in (0, 1]) to keep one, or "
                            "eval.weights = \"master\"");
   e.core_sections.push_back(section_of("eval", {}, eval));
+  read_early_stopping(run, e);
   return e;
 }
 

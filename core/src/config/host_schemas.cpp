@@ -46,6 +46,18 @@ sdk::OptionSchema run_schema() {
                           "accumulation); the effective batch is accumulate x batch_size")
           .at_least(1)
           .at_most(1048576),
+      OptionSpec::integer("early_stopping_patience", 0,
+                          "stop after this many evaluations in a row (run.eval_every) without "
+                          "an improvement of early_stopping_metric; the final checkpoint is "
+                          "written; 0 = off")
+          .at_least(0),
+      OptionSpec::string("early_stopping_metric", "eval_loss",
+                         "the evaluation number early stopping watches: eval_loss (lower is "
+                         "better), eval_accuracy or eval_top<k>_accuracy ([eval] top_k; higher "
+                         "is better)"),
+      OptionSpec::number("early_stopping_min_delta", 0.0,
+                         "an evaluation improves only when it beats the best by more than this")
+          .at_least(0.0),
       OptionSpec::boolean("step_graphs", false,
                           "record forward, loss and backward once and replay them with one launch "
                           "(CUDA graphs) where the backend offers it and the step is static: one "

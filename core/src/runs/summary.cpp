@@ -41,7 +41,8 @@ void write_run_summary(const std::filesystem::path& file, const TrainSummary& s)
             {"optimizer", s.optimizer},
             {"backend", s.backend},
             {"diverged", s.diverged},
-            {"interrupted", s.interrupted}};
+            {"interrupted", s.interrupted},
+            {"stopped_early", s.stopped_early}};
   json gemms = json::object();
   for (const auto& [dtype, g] : s.gemm_inputs)
     gemms[dtype] = {{"native", g.native}, {"how", g.how}};
@@ -53,6 +54,19 @@ void write_run_summary(const std::filesystem::path& file, const TrainSummary& s)
     if (s.eval.top_k > 0) j[top_k_accuracy_key(s.eval.top_k)] = s.eval.top_k_accuracy;
   }
   if (s.diverged) j["divergence"] = s.divergence;
+  if (s.early_stopping) {
+    const auto& w = s.early_stopping_watch;
+    json e = {{"metric", w.metric},
+              {"patience", s.early_stopping_patience},
+              {"min_delta", s.early_stopping_min_delta},
+              {"evaluations_without_improvement", w.bad_evals}};
+    if (w.has_best) {
+      e["best"] = w.best;
+      e["best_step"] = w.best_step;
+    }
+    if (s.stopped_early) e["reason"] = s.early_stopping_reason;
+    j["early_stopping"] = e;
+  }
   if (!s.resumed_from.empty()) j["resumed_from"] = s.resumed_from.string();
   // Atomically: a second Ctrl-C lands most often during these final writes, and compare must
   // then find the previous summary or none, never half a file.

@@ -4,7 +4,8 @@
 // Tensor names: "param/<node>.<param>" (FP32 masters), "buffer/<node>.<buffer>" (non-trainable
 // state), "optimizer/<slot>", "ema/<node>.<param>" (with [ema]). Weights-only loads also accept
 // plain "<node>.<param>" / "<node>.<buffer>" (safetensors exported for or by other tools), and,
-// in the gpt2 layout (checkpoint.init_layout), Hugging Face GPT-2 state dicts (checkpoint/gpt2_layout.h).
+// in the gpt2 layout (checkpoint.init_layout), Hugging Face GPT-2 state dicts
+// (checkpoint/gpt2_layout.h).
 #include <cstdio>
 #include <limits>
 #include <set>
@@ -48,6 +49,36 @@ void from_host(sdk::DeviceBackend& b, const sdk::HostTensor& h, sdk::TensorView 
   b.copy_from_host(v, h.bytes.data());
 }
 
+// The watched metrics' state from a checkpoint's optional "watch" entry (checkpoint/state.h).
+// A checkpoint without one (older, or of a run that watched nothing), or one that watched
+// another metric, leaves the watch starting afresh, and says so.
+void restore_watch(Trainer::State& s, const std::map<std::string, std::string>& metadata,
+                   std::int64_t step, const fs::path& file) {
+  json all = json::object();
+  if (auto it = metadata.find("watch"); it != metadata.end()) {
+    all = json::parse(it->second, nullptr, false);
+    if (!all.is_object())
+      throw sdk::CheckpointError(file.string() + ": the 'watch' entry is not a JSON object",
+                                 "the checkpoint is damaged; use an earlier one");
+  }
+  auto restore = [&](std::optional<MetricWatch>& watch, const std::string& name,
+                     const std::string& what) {
+    if (!watch) return;
+    if (!all.contains(name)) {
+      s.log.info(file.string() + " holds no " + what + " state; it starts afresh");
+      return;
+    }
+    auto state = read_watched_metric(all[name], "watch." + name, step, file);
+    if (state.metric != watch->state.metric) {
+      s.log.warn(file.string() + ": " + what + " watched " + state.metric + ", this run " +
+                 watch->state.metric + "; it starts afresh");
+      return;
+    }
+    watch->state = state;
+  };
+  restore(s.early_stopping, "early_stopping", "early stopping");
+}
+
 }  // namespace
 
 fs::path Trainer::save_checkpoint() {
@@ -76,6 +107,9 @@ fs::path Trainer::save_checkpoint() {
   st.metadata["optimizer"] =
       component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump();
   st.metadata["config"] = resolved_toml(s.e);
+  json watch = json::object();
+  if (s.early_stopping) watch["early_stopping"] = watched_metric_to_json(s.early_stopping->state);
+  if (!watch.empty()) st.metadata["watch"] = watch.dump();
 
   char name[64];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.step));
@@ -295,6 +329,7 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
     // Each step draws run.accumulate batches.
     s.sampler->set_cursor(read_sampler_cursor(sampler, progress.step * s.e.run.accumulate,
                                               s.sampler->batches_per_epoch(), path));
+    restore_watch(s, st.metadata, progress.step, path);
     s.step = progress.step;
     s.applied = progress.applied;
     s.skipped = progress.skipped;

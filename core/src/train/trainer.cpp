@@ -44,6 +44,19 @@ void record_precision(TrainSummary& sum, const Model& model, const sdk::Precisio
   sum.resolved_policy = resolved.empty() ? sum.policy : resolved;
 }
 
+// Why early stopping ends the run now: the watched metric's best and the evaluations since.
+std::string early_stopping_reason(const MetricWatch& w, std::int64_t patience) {
+  char best[64] = "no evaluation gave a number";
+  if (w.state.has_best)
+    std::snprintf(best, sizeof best, "best %.6g at step %lld", w.state.best,
+                  static_cast<long long>(w.state.best_step));
+  char delta[48] = "";
+  if (w.min_delta > 0.0) std::snprintf(delta, sizeof delta, " by more than %g", w.min_delta);
+  return w.state.metric + " did not improve" + delta + " in " + std::to_string(patience) +
+         " evaluation" + (patience == 1 ? "" : "s") + " in a row (" + best +
+         "; run.early_stopping_patience = " + std::to_string(patience) + ")";
+}
+
 }  // namespace
 
 Trainer::Trainer(const Experiment& experiment, Components components, const TrainOptions& options)
@@ -152,7 +165,9 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   s.schedule.pct_start = e.schedule.pct_start;
   s.schedule.div_factor = e.schedule.div_factor;
   s.schedule.final_div_factor = e.schedule.final_div_factor;
-  for (const auto& unused : e.schedule.unused) s.log.warn(unused + "; ignored");
+  for (const auto& unused : e.unused_keys) s.log.warn(unused + "; ignored");
+  if (e.run.early_stopping_patience > 0)
+    s.early_stopping.emplace(e.run.early_stopping_metric, e.run.early_stopping_min_delta);
   if (s.train.is_tokens())
     s.ids_host.resize(static_cast<std::size_t>(max_rows * s.train.features));
   else
@@ -215,6 +230,9 @@ TrainSummary Trainer::run() {
              " parameters, policy " + e.policy_name + ", scaler " + e.scaler_type + ", optimizer " +
              e.optimizer_type + ", backend " + b.capabilities().device_name + ", folder " +
              s.run_dir.string());
+  bool interrupted = false;
+  std::string stopped_by;     // run.on_nonfinite = "stop": why
+  std::string stopped_early;  // early stopping: why
   auto evaluate_and_log = [&]() {
     sum.eval = evaluate();
     sum.evaluated = true;
@@ -230,6 +248,13 @@ TrainSummary Trainer::run() {
       std::snprintf(line + n, sizeof line - static_cast<std::size_t>(n), " top-%lld %.4f",
                     static_cast<long long>(sum.eval.top_k), sum.eval.top_k_accuracy);
     s.log.info(line);
+    if (s.early_stopping) {
+      auto& w = *s.early_stopping;
+      w.observe(eval_metric_value(sum.eval, w.state.metric), s.step);
+      // Patience used up at the last step changes nothing: the run ends there anyway.
+      if (w.state.bad_evals >= e.run.early_stopping_patience && s.step < e.run.steps)
+        stopped_early = early_stopping_reason(w, e.run.early_stopping_patience);
+    }
   };
 
   const auto t_start = Clock::now();
@@ -237,8 +262,6 @@ TrainSummary Trainer::run() {
   std::int64_t window_rows = 0;
   const std::int64_t first_step = s.step;
   ProgressReport progress(first_step, e.run.steps, bs, s.opt.progress_line, s.log);
-  bool interrupted = false;
-  std::string stopped_by;  // run.on_nonfinite = "stop": why
 
   while (s.step < e.run.steps) {
     ++s.step;
@@ -286,7 +309,7 @@ TrainSummary Trainer::run() {
     }
     if (live_refresh) progress.show_live(s.step, step.loss.loss, s.c.scaler->scale());
     if (eval_step) evaluate_and_log();
-    const bool stopping = interrupted || !stopped_by.empty();
+    const bool stopping = interrupted || !stopped_by.empty() || !stopped_early.empty();
     if (stopping) break;
     if (checkpoint_step && s.step != e.run.steps) save_checkpoint();
   }
@@ -320,7 +343,18 @@ TrainSummary Trainer::run() {
   sum.interrupted = interrupted;
   sum.divergence = divergence_reason(sum, stopped_by);
   sum.diverged = !sum.divergence.empty();
+  if (s.early_stopping) {
+    const auto& w = s.early_stopping->state;
+    sum.early_stopping = true;
+    sum.early_stopping_patience = e.run.early_stopping_patience;
+    sum.early_stopping_min_delta = e.run.early_stopping_min_delta;
+    sum.early_stopping_watch = {w.metric, w.has_best, w.best, w.best_step, w.bad_evals};
+    sum.stopped_early = !stopped_early.empty();
+    sum.early_stopping_reason = stopped_early;
+  }
   if (s.opt.write_outputs) write_run_summary(s.run_dir / "summary.json", sum);
+  if (sum.stopped_early)
+    s.log.info("stopped early at step " + std::to_string(s.step) + ": " + stopped_early);
   if (interrupted)
     s.log.warn("interrupted after step " + std::to_string(s.step) + " of " +
                std::to_string(e.run.steps) +

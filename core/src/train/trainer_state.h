@@ -16,6 +16,7 @@
 #include "mixtrain/core/train/lr_schedule.h"
 #include "mixtrain/core/train/trainer.h"
 #include "runs/metrics_log.h"
+#include "train/metric_watch.h"
 #include "train/step_graph.h"
 
 namespace mixtrain::core {
@@ -52,6 +53,8 @@ struct Trainer::State {
   std::vector<Tensor> ema;
   // Forward, loss and backward recorded and replayed where the backend and the step allow.
   std::unique_ptr<StepGraph> step_graph;
+  // run.early_stopping_patience > 0: the watched metric, saved in checkpoints ("watch").
+  std::optional<MetricWatch> early_stopping;
 };
 
 // Copies the given rows of `d` (features or token ids, and their labels) into the model's batch.

@@ -44,6 +44,11 @@ struct RunSettings {
   std::string dir;                     // default run directory when --run-dir is not given
   std::int64_t accumulate = 1;         // micro-batches (of data.batch_size) per optimizer step
   bool step_graphs = false;            // replay a recorded static step (train/step_graph.h)
+  // Early stopping (train/metric_watch.h): stop after this many evaluations in a row without an
+  // improvement of early_stopping_metric by more than early_stopping_min_delta; 0 = off.
+  std::int64_t early_stopping_patience = 0;
+  std::string early_stopping_metric = "eval_loss";
+  double early_stopping_min_delta = 0.0;
 };
 
 struct EmaSettings {
@@ -98,7 +103,7 @@ struct DataSettings {
 // [optimizer]'s host keys: the learning-rate schedule (train/lr_schedule.h) and clipping. The
 // reader checks each schedule's keys together (sorted milestones, onecycle's phases, min_lr at
 // most the optimizer's lr); keys given that the chosen schedule does not read are listed in
-// `unused`, for the trainer to warn about (a --set optimizer.schedule=... swap leaves them).
+// Experiment::unused_keys.
 struct ScheduleSettings {
   std::string schedule;  // one of lr_schedule_kinds()
   std::int64_t warmup_steps = 0;
@@ -109,8 +114,7 @@ struct ScheduleSettings {
   double pct_start = 0.3;
   double div_factor = 25.0;
   double final_div_factor = 1e4;
-  double clip_grad_norm = 0.0;      // 0: no clipping
-  std::vector<std::string> unused;  // "optimizer.gamma = 0.5 (file:line:col)"
+  double clip_grad_norm = 0.0;  // 0: no clipping
 };
 
 struct CheckpointSettings {
@@ -137,6 +141,9 @@ struct Experiment {
   sdk::Options backend_options, policy_options, scaler_options, optimizer_options,
       checkpoint_options;
   std::vector<ResolvedSection> core_sections;  // run, data, model, ... in resolved form
+  // Keys given that the rest of the config leaves unread (a schedule's keys after a --set
+  // optimizer.schedule=... swap, say), each naming its location: the trainer warns about them.
+  std::vector<std::string> unused_keys;
 };
 
 struct Components {
