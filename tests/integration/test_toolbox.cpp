@@ -1,7 +1,8 @@
 // Integration: the training toolbox a PyTorch user expects, through the real executable — the
 // learning-rate schedules' config keys and what a run logs under them; top-k accuracy in the
 // eval records, summary.json and `mixtrain eval`, against numpy on `mixtrain predict`'s logits;
-// early stopping (when it stops, what it says, and the same stop after a resume).
+// early stopping (when it stops, what it says, and the same stop after a resume); the best
+// checkpoint (checkpoint.keep_best: which evaluation, its file, and across resumes).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +16,17 @@
 namespace mixtrain::test {
 namespace {
 
-using Toolbox = CliTest;
+class Toolbox : public CliTest {
+ protected:
+  // (step, eval_loss) of every evaluation record.
+  static std::vector<std::pair<int, double>> eval_losses(const fs::path& run_dir) {
+    std::vector<std::pair<int, double>> out;
+    for (const auto& rec : records(run_dir / "metrics.jsonl"))
+      if (rec.contains("eval_loss"))
+        out.emplace_back(rec["step"].get<int>(), rec["eval_loss"].get<double>());
+    return out;
+  }
+};
 
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -418,6 +429,104 @@ TEST_F(Toolbox, EarlyStoppingThatCannotWorkExits2AtTheKey) {
                   "run.early_stopping_min_delta (--set run.early_stopping_min_delta=0.5) "
                   "is not read: early_stopping_patience = 0 (off)"))
       << r.err;
+}
+
+std::string keep_best(int steps) {
+  return tiny(steps) + " --set run.eval_every=5 --set checkpoint.keep_best=eval_loss";
+}
+
+TEST_F(Toolbox, KeepBestKeepsTheLowestEvalLossesCheckpointBesideTheStepOnes) {
+  const auto dir = dir_ / "run";
+  auto r = run("train " + quickstart() + keep_best(30) +
+               " --set checkpoint.every=10 --set checkpoint.keep=1 --run-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto evals = eval_losses(dir);
+  ASSERT_EQ(evals.size(), 6u);
+  auto best = evals.front();
+  for (const auto& e : evals)
+    if (e.second < best.second) best = e;  // strictly lower: a tie keeps the earlier
+  const json b = summary(dir)["best_checkpoint"];
+  EXPECT_EQ(b["metric"], "eval_loss");
+  EXPECT_EQ(b["step"], best.first);
+  EXPECT_EQ(b["value"].get<double>(), best.second);
+  const fs::path file = dir / "checkpoints" / "best.mxt";
+  EXPECT_EQ(b["path"], file.string());
+  ASSERT_TRUE(fs::exists(file));
+  // The file is that evaluation's checkpoint: evaluating it gives the same loss.
+  r = run("eval " + quickstart() + keep_best(30) + " --checkpoint " + file.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["eval_loss"].get<double>(), best.second);
+  // Pruning keeps one step checkpoint, and the folder still means the newest step.
+  EXPECT_TRUE(fs::exists(dir / "checkpoints" / "step-00000030.mxt"));
+  EXPECT_FALSE(fs::exists(dir / "checkpoints" / "step-00000020.mxt"));
+  r = run("eval " + quickstart() + keep_best(30) + " --checkpoint " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["eval_loss"].get<double>(), evals.back().second);
+}
+
+// A resumed run goes on from the restored best: evaluations worse than it (weights decayed
+// towards zero) write nothing, in the run's folder or in a new one the best is copied into.
+TEST_F(Toolbox, KeepBestIsRestoredOnResumeSoAWorseRunNeverOverwritesIt) {
+  const auto a = dir_ / "a";
+  auto r = run("train " + quickstart() + keep_best(10) + " --run-dir " + a.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json before = summary(a)["best_checkpoint"];
+  const std::string bytes = slurp(a / "checkpoints" / "best.mxt");
+  const std::string worse = keep_best(30) + " --set optimizer.weight_decay=100";
+  for (const auto& [target, into] :
+       {std::pair{a, std::string()},
+        std::pair{dir_ / "b", " --run-dir " + (dir_ / "b").string()}}) {
+    SCOPED_TRACE(target.string());
+    r = run("train " + quickstart() + worse + " --resume " +
+            (a / "checkpoints" / "step-00000010.mxt").string() + into);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const auto& [step, loss] : eval_losses(target))
+      if (step > 10) {
+        EXPECT_GT(loss, before["value"].get<double>()) << "step " << step;
+      }
+    const json after = summary(target)["best_checkpoint"];
+    EXPECT_EQ(after["step"], before["step"]);
+    EXPECT_EQ(after["value"], before["value"]);
+    EXPECT_EQ(after["path"], (target / "checkpoints" / "best.mxt").string());
+    EXPECT_EQ(slurp(target / "checkpoints" / "best.mxt"), bytes);
+    if (!into.empty()) {
+      EXPECT_TRUE(has(r.err, "copied the best checkpoint (step ")) << r.err;
+    }
+  }
+}
+
+// Resuming an earlier checkpoint in its own folder abandons what came after it: a best written
+// later moves aside with the later step checkpoints, and the continuation writes its own.
+TEST_F(Toolbox, KeepBestFromAnAbandonedContinuationMovesAside) {
+  const auto dir = dir_ / "run";
+  const std::string args = keep_best(20) + " --set checkpoint.every=5 --set checkpoint.keep=10";
+  auto r = run("train " + quickstart() + args + " --run-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json first = summary(dir)["best_checkpoint"];
+  ASSERT_GT(first["step"].get<int>(), 10) << "the loss should still fall after step 10";
+  r = run("train " + quickstart() + args + " --resume " +
+          (dir / "checkpoints" / "step-00000010.mxt").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir / "checkpoints.discarded-after-step-10" / "best.mxt"));
+  EXPECT_TRUE(has(r.err, "it is from after the resumed step")) << r.err;
+  // The continuation is bit for bit the first run: the same best, written again.
+  EXPECT_EQ(summary(dir)["best_checkpoint"], first);
+  EXPECT_TRUE(fs::exists(dir / "checkpoints" / "best.mxt"));
+}
+
+TEST_F(Toolbox, KeepBestThatCannotWorkExits2AtTheKey) {
+  const std::string q = "check " + quickstart();
+  auto r = run(q + " --set checkpoint.keep_best=loss");
+  expect_config_error(r, "--set checkpoint.keep_best=loss", "checkpoint.keep_best");
+  EXPECT_TRUE(has(r.err, "did you mean 'eval_loss'?")) << r.err;
+  r = run(q + " --set checkpoint.keep_best=eval_accuracy --set run.eval_every=0");
+  expect_config_error(r, "--set checkpoint.keep_best=eval_accuracy", "checkpoint.keep_best");
+  EXPECT_TRUE(has(r.err, "run.eval_every = 0")) << r.err;
+  r = run(q + " --set checkpoint.keep_best=eval_top3_accuracy");
+  expect_config_error(r, "--set checkpoint.keep_best=eval_top3_accuracy", "checkpoint.keep_best");
+  EXPECT_TRUE(has(r.err, "needs [eval] top_k = k")) << r.err;
+  r = run(q + " --set checkpoint.keep_best=eval_top3_accuracy --set eval.top_k=3");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 }  // namespace

@@ -294,6 +294,7 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   e.checkpoint.keep = ck.get_int("keep");
   e.checkpoint.init_from = ck.get_string("init_from");
   e.checkpoint.init_layout = parse_weight_layout(ck.get_string("init_layout"));
+  e.checkpoint.keep_best = ck.get_string("keep_best");
   if (e.checkpoint.init_layout != WeightLayout::native && e.checkpoint.init_from.empty())
     throw sdk::ConfigError(ck.where("init_layout"), "checkpoint.init_layout",
                            "checkpoint.init_layout = \"" + ck.get_string("init_layout") +
@@ -329,6 +330,14 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
                            "eval.weights = \"master\"");
   e.core_sections.push_back(section_of("eval", {}, eval));
   read_early_stopping(run, e);
+  if (!e.checkpoint.keep_best.empty()) {
+    check_metric(ck, "keep_best", e.checkpoint.keep_best, e);
+    if (e.run.eval_every == 0)
+      ck.fail(
+          "keep_best",
+          "is \"" + e.checkpoint.keep_best + "\" but run.eval_every = 0 evaluates only at the end",
+          "set run.eval_every to the steps between the evaluations it compares");
+  }
   return e;
 }
 

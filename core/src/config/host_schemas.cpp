@@ -268,6 +268,10 @@ sdk::OptionSchema checkpoint_core_schema() {
                          "how init_from stores the weights: native (mixtrain's names and [out, in] "
                          "linears) or gpt2 (a Hugging Face GPT-2 state dict, Conv1D [in, out])")
           .one_of({"native", "gpt2"}),
+      OptionSpec::string("keep_best", "",
+                         "also keep checkpoints/best.<ext>, the checkpoint of the evaluation with "
+                         "the best value of this metric: eval_loss (lowest), eval_accuracy or "
+                         "eval_top<k>_accuracy (highest); \"\" = none"),
   };
 }
 

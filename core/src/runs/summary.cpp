@@ -67,6 +67,11 @@ void write_run_summary(const std::filesystem::path& file, const TrainSummary& s)
     if (s.stopped_early) e["reason"] = s.early_stopping_reason;
     j["early_stopping"] = e;
   }
+  if (s.keep_best && s.best.has_best) {
+    json b = {{"metric", s.best.metric}, {"value", s.best.best}, {"step", s.best.best_step}};
+    if (!s.best_checkpoint.empty()) b["path"] = s.best_checkpoint.string();
+    j["best_checkpoint"] = b;
+  }
   if (!s.resumed_from.empty()) j["resumed_from"] = s.resumed_from.string();
   // Atomically: a second Ctrl-C lands most often during these final writes, and compare must
   // then find the previous summary or none, never half a file.

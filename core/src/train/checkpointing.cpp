@@ -8,6 +8,7 @@
 // (checkpoint/gpt2_layout.h).
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -77,12 +78,11 @@ void restore_watch(Trainer::State& s, const std::map<std::string, std::string>& 
     watch->state = state;
   };
   restore(s.early_stopping, "early_stopping", "early stopping");
+  restore(s.keep_best, "keep_best", "checkpoint.keep_best");
 }
 
-}  // namespace
-
-fs::path Trainer::save_checkpoint() {
-  auto& s = *s_;
+// The whole training state, on the host, as every checkpoint holds it.
+sdk::TrainingState capture_state(Trainer::State& s) {
   auto& b = *s.c.backend;
   sdk::TrainingState st;
   const auto params = s.model->parameters();
@@ -109,7 +109,97 @@ fs::path Trainer::save_checkpoint() {
   st.metadata["config"] = resolved_toml(s.e);
   json watch = json::object();
   if (s.early_stopping) watch["early_stopping"] = watched_metric_to_json(s.early_stopping->state);
+  if (s.keep_best) watch["keep_best"] = watched_metric_to_json(s.keep_best->state);
   if (!watch.empty()) st.metadata["watch"] = watch.dump();
+  return st;
+}
+
+fs::path best_file(const Trainer::State& s) {
+  return s.run_dir / "checkpoints" / ("best" + s.c.checkpoint_format->file_extension());
+}
+
+// The progress.step of a checkpoint file, read whole through the run's format (nullopt, with a
+// warning, when it cannot be read); `state` receives what was read.
+std::optional<std::int64_t> file_step(Trainer::State& s, const fs::path& file,
+                                      sdk::TrainingState* state = nullptr) {
+  try {
+    auto st = s.c.checkpoint_format->read(file);
+    auto it = st.metadata.find("progress");
+    if (it == st.metadata.end()) throw sdk::CheckpointError(file.string() + ": no progress");
+    const auto step =
+        read_progress(json::parse(it->second), std::numeric_limits<std::int64_t>::max(), file).step;
+    if (state != nullptr) *state = std::move(st);
+    return step;
+  } catch (const std::exception& e) {
+    s.log.warn(file.string() + " cannot be read as a checkpoint: " + e.what());
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+void save_best_checkpoint(Trainer::State& s) {
+  const fs::path path = best_file(s);
+  for (const auto& stale : sdk::remove_stale_temp_files(path.parent_path()))
+    s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
+  s.c.checkpoint_format->write(path, capture_state(s));
+  s.best_path = path;
+  char line[128];
+  std::snprintf(line, sizeof line, "best %s so far: %.6g at step %lld, written to ",
+                s.keep_best->state.metric.c_str(), s.keep_best->state.best,
+                static_cast<long long>(s.step));
+  s.log.info(line + path.string());
+}
+
+void reconcile_best_checkpoint(Trainer::State& s) {
+  if (!s.keep_best || s.resumed_from.empty() || s.run_dir.empty()) return;
+  const fs::path here = best_file(s);
+  std::error_code ec;
+  std::optional<std::int64_t> here_step;
+  if (fs::exists(here, ec)) {
+    here_step = file_step(s, here);
+    if (here_step && *here_step > s.step) {
+      // Written after the resumed step: it belongs to the abandoned continuation, as the step
+      // checkpoints after it do (runs/folder.h), and goes aside with them.
+      const fs::path aside =
+          s.run_dir / ("checkpoints.discarded-after-step-" + std::to_string(s.step));
+      fs::create_directories(aside, ec);
+      fs::rename(here, aside / here.filename(), ec);
+      if (ec)
+        throw sdk::UserError("cannot move " + here.string() + " aside: " + ec.message(),
+                             "it belongs to the abandoned continuation after step " +
+                                 std::to_string(s.step) + "; move or delete it, then resume");
+      s.log.info("moved " + here.string() + " (step " + std::to_string(*here_step) + ") to " +
+                 aside.string() + ": it is from after the resumed step");
+      here_step.reset();
+    }
+  }
+  const auto& w = s.keep_best->state;
+  if (!w.has_best) return;
+  if (here_step && *here_step == w.best_step) {
+    s.best_path = here;
+    return;
+  }
+  // Resumed into another folder: the best comes along from the resumed run's, so this run's
+  // folder holds what its summary names.
+  const fs::path there =
+      s.resumed_from.parent_path() / ("best" + s.c.checkpoint_format->file_extension());
+  sdk::TrainingState st;
+  if (!fs::equivalent(there, here, ec) && fs::exists(there, ec) &&
+      file_step(s, there, &st) == w.best_step) {
+    s.c.checkpoint_format->write(here, st);
+    s.best_path = here;
+    s.log.info("copied the best checkpoint (step " + std::to_string(w.best_step) + ") from " +
+               there.string() + " to " + here.string());
+    return;
+  }
+  s.log.warn("the best checkpoint of " + w.metric + " (step " + std::to_string(w.best_step) +
+             ") is not in " + here.parent_path().string() + "; the next improvement writes one");
+}
+
+fs::path Trainer::save_checkpoint() {
+  auto& s = *s_;
+  const sdk::TrainingState st = capture_state(s);
 
   char name[64];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.step));

@@ -168,6 +168,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   for (const auto& unused : e.unused_keys) s.log.warn(unused + "; ignored");
   if (e.run.early_stopping_patience > 0)
     s.early_stopping.emplace(e.run.early_stopping_metric, e.run.early_stopping_min_delta);
+  if (!e.checkpoint.keep_best.empty()) s.keep_best.emplace(e.checkpoint.keep_best, 0.0);
   if (s.train.is_tokens())
     s.ids_host.resize(static_cast<std::size_t>(max_rows * s.train.features));
   else
@@ -193,6 +194,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     request.checkpoint_extension = s.c.checkpoint_format->file_extension();
     s.run_dir = prepare_run_folder(request, resolved_toml(e));
     s.metrics.open(s.run_dir / "metrics.jsonl");
+    reconcile_best_checkpoint(s);
   }
 }
 
@@ -255,6 +257,11 @@ TrainSummary Trainer::run() {
       if (w.state.bad_evals >= e.run.early_stopping_patience && s.step < e.run.steps)
         stopped_early = early_stopping_reason(w, e.run.early_stopping_patience);
     }
+    // After early stopping's count, so the best checkpoint holds the same state as the step's.
+    if (s.keep_best &&
+        s.keep_best->observe(eval_metric_value(sum.eval, e.checkpoint.keep_best), s.step) &&
+        s.opt.write_outputs)
+      save_best_checkpoint(s);
   };
 
   const auto t_start = Clock::now();
@@ -351,6 +358,12 @@ TrainSummary Trainer::run() {
     sum.early_stopping_watch = {w.metric, w.has_best, w.best, w.best_step, w.bad_evals};
     sum.stopped_early = !stopped_early.empty();
     sum.early_stopping_reason = stopped_early;
+  }
+  if (s.keep_best) {
+    const auto& w = s.keep_best->state;
+    sum.keep_best = true;
+    sum.best = {w.metric, w.has_best, w.best, w.best_step, w.bad_evals};
+    sum.best_checkpoint = s.best_path;
   }
   if (s.opt.write_outputs) write_run_summary(s.run_dir / "summary.json", sum);
   if (sum.stopped_early)

@@ -123,6 +123,9 @@ struct CheckpointSettings {
   std::int64_t keep = 3;
   std::string init_from;
   WeightLayout init_layout = WeightLayout::native;  // how init_from stores its weights
+  // The evaluation number whose best value keeps checkpoints/best<ext> (train/metric_watch.h);
+  // "" = none.
+  std::string keep_best;
 };
 
 struct Experiment {

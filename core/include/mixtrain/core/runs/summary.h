@@ -14,7 +14,8 @@
 //   "early_stopping" (the watched metric, its best and step, the evaluations since, and why it
 //   stopped) when early stopping is on; "divergence" when it diverged; "eval_loss" /
 //   "eval_accuracy" / "eval_step" only when an evaluation ran, and with them "eval_top<k>_accuracy"
-//   when [eval] top_k = k.
+//   when [eval] top_k = k; "best_checkpoint" (metric, value, step, and the file's path when it
+//   is on disk) when checkpoint.keep_best is set and an evaluation gave a number.
 #pragma once
 
 #include <cstdint>
@@ -81,6 +82,10 @@ struct TrainSummary {
   WatchedSummary early_stopping_watch;
   bool stopped_early = false;
   std::string early_stopping_reason;  // one sentence when stopped_early
+  // checkpoint.keep_best: the best evaluation and its checkpoint (empty when none is on disk).
+  bool keep_best = false;
+  WatchedSummary best;
+  std::filesystem::path best_checkpoint;
 };
 
 // The reason a run with these totals diverged ("every one of the 300 steps was skipped ..."), or

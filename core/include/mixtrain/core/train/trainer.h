@@ -17,8 +17,11 @@
 //   or when early stopping's patience runs out at an evaluation before run.steps; it still writes
 //   the final checkpoint and summary.json, and the summary says interrupted, diverged or
 //   stopped_early (runs/summary.h). A diverged run is a result, not an exception.
-// - Early stopping's state (train/metric_watch.h) is part of the training state a checkpoint
-//   holds, so a resumed run counts on from the same best and the same evaluations since.
+// - Early stopping's and checkpoint.keep_best's state (train/metric_watch.h) is part of the
+//   training state a checkpoint holds, so a resumed run counts on from the same best and the same
+//   evaluations since. keep_best writes checkpoints/best<ext> after every evaluation that improves
+//   the best (the whole training state, as a step checkpoint); a resume reconciles that file with
+//   the restored best (train/trainer_state.h, reconcile_best_checkpoint).
 // - Step semantics: loss in FP32, backward seeded with the loss scale, fused unscale + non-finite
 //   check on FP32 gradients, optional clipping after unscaling, then the scaler decides; a
 //   skipped step leaves master weights, optimizer state and the lr schedule untouched.
