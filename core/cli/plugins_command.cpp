@@ -173,7 +173,7 @@ bool describe_data_source(const std::string& spec, bool plugin_matches) {
   return true;
 }
 
-// The host's own keys of a table: host/TABLE (run, optimizer, checkpoint, ema, eval).
+// The host's own keys of a table: host/TABLE (run, optimizer, checkpoint, model, ema, eval).
 bool describe_host_table(const std::string& spec) {
   if (spec.rfind("host/", 0) != 0) return false;
   const std::string table = spec.substr(5);
@@ -193,6 +193,10 @@ bool describe_host_table(const std::string& spec) {
        core::checkpoint_core_schema,
        "[checkpoint], beside format (the format's own options: --describe "
        "checkpoint_format/NAME)",
+       {}},
+      {"model",
+       core::model_schema,
+       "[model], beside its layers, nodes or blocks (docs/model-graph.md)",
        {}},
       {"ema", core::ema_schema, "[ema]", {}},
       {"eval", core::eval_schema, "[eval]", {}},

@@ -2,7 +2,8 @@
 // learning-rate schedules' config keys and what a run logs under them; top-k accuracy in the
 // eval records, summary.json and `mixtrain eval`, against numpy on `mixtrain predict`'s logits;
 // early stopping (when it stops, what it says, and the same stop after a resume); the best
-// checkpoint (checkpoint.keep_best: which evaluation, its file, and across resumes).
+// checkpoint (checkpoint.keep_best: which evaluation, its file, and across resumes); label
+// smoothing (the training objective only: evaluation reports plain cross-entropy).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -527,6 +528,38 @@ TEST_F(Toolbox, KeepBestThatCannotWorkExits2AtTheKey) {
   EXPECT_TRUE(has(r.err, "needs [eval] top_k = k")) << r.err;
   r = run(q + " --set checkpoint.keep_best=eval_top3_accuracy --set eval.top_k=3");
   EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// [model] label_smoothing changes the training loss and so the weights, but evaluation reports
+// plain cross-entropy: the checkpoint evaluated under a config without smoothing gives the run's
+// own eval_loss bit for bit.
+TEST_F(Toolbox, LabelSmoothingTrainsOnSmoothedTargetsAndEvaluatesPlainCrossEntropy) {
+  const std::string base = tiny(12) + " --set run.log_every=1 --set run.eval_every=0";
+  auto r = run("train " + quickstart() + base + " --run-dir " + (dir_ / "plain").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("train " + quickstart() + base + " --set model.label_smoothing=0.2 --run-dir " +
+          (dir_ / "smooth").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto plain = records(dir_ / "plain" / "metrics.jsonl");
+  const auto smooth = records(dir_ / "smooth" / "metrics.jsonl");
+  ASSERT_FALSE(plain.empty());
+  ASSERT_FALSE(smooth.empty());
+  // The same initial weights and first batch: only the objective differs.
+  EXPECT_NE(plain.front()["loss"], smooth.front()["loss"]);
+  const double eval_loss = summary(dir_ / "smooth")["eval_loss"].get<double>();
+  EXPECT_NE(eval_loss, summary(dir_ / "plain")["eval_loss"].get<double>());
+  for (const std::string set : {"", " --set model.label_smoothing=0.2"}) {
+    r = run("eval " + quickstart() + base + set + " --checkpoint " + (dir_ / "smooth").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(json::parse(r.out)["eval_loss"].get<double>(), eval_loss) << set;
+  }
+  r = run("plugins --describe host/model");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "\n  label_smoothing ")) << r.out;
+  for (const std::string bad : {"1.5", "-0.1", "nan"}) {
+    r = run("check " + quickstart() + " --set model.label_smoothing=" + bad);
+    expect_config_error(r, "--set model.label_smoothing=" + bad, "model.label_smoothing");
+  }
 }
 
 }  // namespace

@@ -320,6 +320,12 @@ bool is_path_list_option(const std::string& source, const std::string& key) {
 sdk::OptionSchema model_schema() {
   return {OptionSpec::string("loss", "softmax_cross_entropy", "training loss")
               .one_of({"softmax_cross_entropy"}),
+          OptionSpec::number("label_smoothing", 0.0,
+                             "training targets (1 - e)·onehot + e / classes, as "
+                             "torch.nn.CrossEntropyLoss(label_smoothing=e); eval_loss stays plain "
+                             "cross-entropy; 0 = off")
+              .at_least(0.0)
+              .at_most(1.0),
           OptionSpec::string("preset", "",
                              "a whole architecture from a few sizes instead of layers/nodes: "
                              "\"gpt\" (sizes in [model.gpt]) or \"resnet\" (sizes in "

@@ -92,7 +92,8 @@ EvalResult Trainer::predict(const Dataset& d, std::int64_t labelled_rows,
     feed_batch(s, d, idx);
     s.model->forward(rows);
     if (labelled) {
-      auto lv = s.model->loss(rows, 1.0f, false);
+      // Plain cross-entropy: label smoothing is part of the training objective only.
+      auto lv = s.model->evaluation_loss(rows);
       loss_sum += static_cast<double>(lv.loss) * static_cast<double>(rows);
       correct += lv.correct;
     }
