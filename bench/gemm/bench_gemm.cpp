@@ -137,7 +137,7 @@ double mlp_steps_per_second(CpuBackend& be, int steps) {
       be.gemm(g);
       if (l + 1 < layers) be.activation_forward(mixtrain::sdk::Activation::relu, z[l], h[l]);
     }
-    be.softmax_cross_entropy(z[layers - 1], labels, 1.0f, loss, correct, dz[layers - 1]);
+    be.softmax_cross_entropy(z[layers - 1], labels, 1.0f, 0.0f, loss, correct, dz[layers - 1]);
     for (std::size_t l = layers; l-- > 0;) {
       mixtrain::sdk::GemmArgs g;  // dW = dZ^T * H_prev
       g.a = {dz[l], true};

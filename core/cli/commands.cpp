@@ -101,7 +101,10 @@ int run_train(const ConfigArgs& given, const std::string& run_dir,
   core::Trainer trainer(experiment, std::move(components), opt);
   auto s = trainer.run();
   std::printf("%s: %lld steps (%lld skipped), final loss %.5f, ",
-              s.interrupted ? "interrupted" : (s.diverged ? "diverged" : "done"),
+              s.interrupted     ? "interrupted"
+              : s.diverged      ? "diverged"
+              : s.stopped_early ? "stopped early"
+                                : "done",
               static_cast<long long>(s.steps), static_cast<long long>(s.skipped_steps),
               s.final_loss);
   if (s.evaluated)
@@ -110,6 +113,7 @@ int run_train(const ConfigArgs& given, const std::string& run_dir,
   std::printf("%.0f samples/s, peak memory %.1f MiB, %.1f s\nrun folder: %s\n", s.samples_per_s,
               static_cast<double>(s.peak_memory_bytes) / (1 << 20), s.wall_seconds,
               s.run_dir.string().c_str());
+  if (s.stopped_early) std::printf("stopped early: %s\n", s.early_stopping_reason.c_str());
   if (profiler) write_profile(*profiler, last_profiled - first_profiled + 1, s.run_dir);
   std::fflush(stdout);
   if (s.interrupted) return core::kInterruptedExitCode;
@@ -159,6 +163,7 @@ int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::st
                           core::parse_weight_layout(layout));
   auto r = trainer.evaluate();
   nlohmann::json j = {{"eval_loss", r.loss}, {"eval_accuracy", r.accuracy}, {"rows", r.rows}};
+  if (r.top_k > 0) j[core::top_k_accuracy_key(r.top_k)] = r.top_k_accuracy;
   std::cout << j.dump() << std::endl;
   return 0;
 }

@@ -45,7 +45,9 @@ int main(int argc, char** argv) {
   auto* plugins =
       app.add_subcommand("plugins", "list plugin libraries, their components and load errors");
   plugins->add_option("--describe", describe,
-                      "print the option schema of one component: NAME or KIND/NAME");
+                      "print the option schema of one component (NAME or KIND/NAME), a data "
+                      "source (data/NAME) or the host's keys of a table (host/run, "
+                      "host/optimizer, host/checkpoint, host/model, host/ema, host/eval)");
 
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint on the config's held-out data");
   eval->add_option("config", cfg.config, "config file")->required();

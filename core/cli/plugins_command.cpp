@@ -1,5 +1,6 @@
 // `mixtrain plugins`: the components found, the libraries that failed to load, the search path;
-// with --describe, one component's option schema.
+// with --describe, one component's option schema, a data source's, or the host's keys of a table
+// (host/optimizer: the schedule's).
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -101,7 +102,8 @@ std::vector<const LoadedComponent*> lookup(const PluginRegistry& registry,
                            (problems.empty() ? "" : " " + problems));
 }
 
-void print_schema(const sdk::OptionSchema& options) {
+// `lists`: options declared as strings that hold a list of integers ([optimizer] milestones).
+void print_schema(const sdk::OptionSchema& options, const std::vector<std::string>& lists = {}) {
   if (options.empty()) {
     std::printf("no options\n");
     return;
@@ -112,8 +114,11 @@ void print_schema(const sdk::OptionSchema& options) {
   std::vector<Row> rows{{"OPTION", "TYPE", "DEFAULT", "RANGE", "DOC"}};
   for (const auto& o : options) {
     const bool required = std::holds_alternative<std::monostate>(o.default_value);
-    rows.push_back({o.name, type_column(o.type),
-                    required ? "(required)" : sdk::option_value_to_string(o.default_value),
+    const bool list = std::find(lists.begin(), lists.end(), o.name) != lists.end();
+    rows.push_back({o.name, list ? "integer list" : type_column(o.type),
+                    required ? "(required)"
+                    : list   ? "[]"
+                             : sdk::option_value_to_string(o.default_value),
                     o.range_text(), o.doc});
   }
   std::size_t w[4] = {};
@@ -168,6 +173,48 @@ bool describe_data_source(const std::string& spec, bool plugin_matches) {
   return true;
 }
 
+// The host's own keys of a table: host/TABLE (run, optimizer, checkpoint, model, ema, eval).
+bool describe_host_table(const std::string& spec) {
+  if (spec.rfind("host/", 0) != 0) return false;
+  const std::string table = spec.substr(5);
+  struct HostTable {
+    const char* name;
+    sdk::OptionSchema (*schema)();
+    const char* where;
+    std::vector<std::string> lists;
+  };
+  const HostTable tables[] = {
+      {"run", core::run_schema, "[run]", {}},
+      {"optimizer",
+       core::schedule_schema,
+       "[optimizer], beside type (the optimizer's own options: --describe optimizer/NAME)",
+       {"milestones"}},
+      {"checkpoint",
+       core::checkpoint_core_schema,
+       "[checkpoint], beside format (the format's own options: --describe "
+       "checkpoint_format/NAME)",
+       {}},
+      {"model",
+       core::model_schema,
+       "[model], beside its layers, nodes or blocks (docs/model-graph.md)",
+       {}},
+      {"ema", core::ema_schema, "[ema]", {}},
+      {"eval", core::eval_schema, "[eval]", {}},
+  };
+  std::vector<std::string> names;
+  for (const auto& t : tables) {
+    names.push_back(t.name);
+    if (table != t.name) continue;
+    std::printf("host/%s: keys the host reads in %s\n", t.name, t.where);
+    print_schema(t.schema(), t.lists);
+    return true;
+  }
+  const auto near = sdk::closest_match(table, names);
+  throw sdk::UserError("--describe " + spec + ": the host has no table '" + table + "'",
+                       (near.empty() ? "" : "did you mean 'host/" + near + "'? ") +
+                           "host tables: " + join(names) + "; data sources: data/NAME");
+}
+
 }  // namespace
 
 int run_plugins(const std::string& describe_spec) {
@@ -181,6 +228,7 @@ int run_plugins(const std::string& describe_spec) {
     const bool plugin_matches =
         std::any_of(registry->components().begin(), registry->components().end(),
                     [&](const LoadedComponent& c) { return c.info.name == describe_spec; });
+    if (describe_host_table(describe_spec)) return 0;
     if (describe_data_source(describe_spec, plugin_matches)) return 0;
     const auto matches = lookup(*registry, describe_spec);
     if (matches.size() > 1) {

@@ -185,7 +185,7 @@ class CpuBackend final : public sdk::DeviceBackend,
 
   // --- LossFacet -------------------------------------------------------------------------------
   void softmax_cross_entropy(sdk::TensorView logits, sdk::TensorView labels, float grad_scale,
-                             sdk::TensorView loss, sdk::TensorView correct,
+                             float label_smoothing, sdk::TensorView loss, sdk::TensorView correct,
                              sdk::TensorView dlogits) override;
 
   // --- OptimizerFacet --------------------------------------------------------------------------

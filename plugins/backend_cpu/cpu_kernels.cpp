@@ -283,10 +283,12 @@ void CpuBackend::layernorm_backward(TensorView dy, TensorView x, TensorView gamm
 }
 
 void CpuBackend::softmax_cross_entropy(TensorView logits, TensorView labels, float grad_scale,
-                                       TensorView loss, TensorView correct, TensorView dlogits) {
+                                       float label_smoothing, TensorView loss, TensorView correct,
+                                       TensorView dlogits) {
   use_threads();
   constexpr const char* op = "softmax_cross_entropy";
-  const auto shape = checks().softmax_cross_entropy_shape(logits, labels, loss, correct, dlogits);
+  const auto shape =
+      checks().softmax_cross_entropy_shape(logits, labels, label_smoothing, loss, correct, dlogits);
   const std::int64_t rows = shape.rows, classes = shape.cols;
   const bool want_correct = !correct.empty();
   const bool want_grad = !dlogits.empty();
@@ -299,6 +301,12 @@ void CpuBackend::softmax_cross_entropy(TensorView logits, TensorView labels, flo
            "check the dataset's labels against the model's number of classes");
 
   const float grad_factor = grad_scale / static_cast<float>(rows);
+  // The smoothed target: `on` at the label, `off` elsewhere (exactly 1 and 0 without smoothing).
+  // These expressions, and the row loss's below, are the CUDA backend's (cuda_element_math.h,
+  // xent_*), checked against this code on the host.
+  const float eps = label_smoothing;
+  const float off = eps / static_cast<float>(classes);
+  const float on = (1.0f - eps) + off;
   double loss_sum = 0.0;
   std::int64_t correct_count = 0;
 #pragma omp parallel if (parallel_worth(rows * classes)) reduction(+ : loss_sum, correct_count)
@@ -318,13 +326,22 @@ void CpuBackend::softmax_cross_entropy(TensorView logits, TensorView labels, flo
       for (std::int64_t j = 0; j < classes; ++j) sum_exp += std::exp(z[j] - max_z);
       const double lse = static_cast<double>(max_z) + std::log(sum_exp);
       const std::int32_t y = label[r];
-      loss_sum += lse - static_cast<double>(z[y]);
+      if (eps == 0.0f) {
+        loss_sum += lse - static_cast<double>(z[y]);
+      } else {
+        // -Σ_j t_j (z_j - lse) = lse - (1 - ε) z_y - ε / classes · Σ_j z_j
+        double z_sum = 0.0;
+        for (std::int64_t j = 0; j < classes; ++j) z_sum += static_cast<double>(z[j]);
+        const double e = static_cast<double>(eps);
+        loss_sum +=
+            lse - (1.0 - e) * static_cast<double>(z[y]) - e / static_cast<double>(classes) * z_sum;
+      }
       correct_count += arg == y ? 1 : 0;
       if (want_grad) {
         float* out = row_target(dlogits, r, classes, out_buf);
         for (std::int64_t j = 0; j < classes; ++j) {
           const float p = static_cast<float>(std::exp(static_cast<double>(z[j]) - lse));
-          out[j] = (p - (j == y ? 1.0f : 0.0f)) * grad_factor;
+          out[j] = (p - (j == y ? on : off)) * grad_factor;
         }
         commit_row(dlogits, r, classes, out);
       }

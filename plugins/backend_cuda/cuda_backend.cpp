@@ -391,23 +391,25 @@ void CudaBackend::layernorm_backward(TensorView dy, TensorView x, TensorView gam
 }
 
 void CudaBackend::softmax_cross_entropy(TensorView logits, TensorView labels, float grad_scale,
-                                        TensorView loss, TensorView correct, TensorView dlogits) {
+                                        float label_smoothing, TensorView loss, TensorView correct,
+                                        TensorView dlogits) {
   activate();
   constexpr const char* op = "softmax_cross_entropy";
   const auto [rows, classes] =
-      checks().softmax_cross_entropy_shape(logits, labels, loss, correct, dlogits);
+      checks().softmax_cross_entropy_shape(logits, labels, label_smoothing, loss, correct, dlogits);
   if (rows > INT32_MAX || classes > INT32_MAX)
     fail(op, "logits " + describe(logits) + " is too large for the kernel's 32-bit row index",
          "split the batch");
   auto* row_loss = partial_.as<double>(static_cast<std::size_t>(rows), stream_, op);
   auto* row_ok = partial2_.as<int>(static_cast<std::size_t>(rows), stream_, op);
   account_buffers();
-  check_cuda(kernels::softmax_cross_entropy(
-                 logits.data, elem_of(logits.dtype), labels.as<const std::int32_t>(), grad_scale,
-                 loss.as<float>(), correct.empty() ? nullptr : correct.as<std::int32_t>(),
-                 dlogits.empty() ? nullptr : dlogits.data, elem_of(dlogits.dtype), rows, classes,
-                 row_loss, row_ok, error_, stream_),
-             op, "kernel launch");
+  check_cuda(
+      kernels::softmax_cross_entropy(
+          logits.data, elem_of(logits.dtype), labels.as<const std::int32_t>(), grad_scale,
+          label_smoothing, loss.as<float>(), correct.empty() ? nullptr : correct.as<std::int32_t>(),
+          dlogits.empty() ? nullptr : dlogits.data, elem_of(dlogits.dtype), rows, classes, row_loss,
+          row_ok, error_, stream_),
+      op, "kernel launch");
   labels_pending_ = true;
 }
 

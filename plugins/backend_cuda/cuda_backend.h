@@ -123,7 +123,7 @@ class CudaBackend final : public sdk::DeviceBackend,
                           sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
                           sdk::TensorView dgamma, sdk::TensorView dbeta, bool accumulate) override;
   void softmax_cross_entropy(sdk::TensorView logits, sdk::TensorView labels, float grad_scale,
-                             sdk::TensorView loss, sdk::TensorView correct,
+                             float label_smoothing, sdk::TensorView loss, sdk::TensorView correct,
                              sdk::TensorView dlogits) override;
 
   void axpy(float alpha, sdk::TensorView x, sdk::TensorView y) override;

@@ -1,8 +1,9 @@
 // Per-element math of the CUDA backend's kernels, callable from host and device: storage decodes
 // and encodes (sdk/float_format_rules.h, the SDK's own definition of sdk/float_formats.h), tf32
 // rounding, the fp32 clamp, relu / gelu and their gradients, the amax and argmax combines, the
-// attention softmax's steps, the residual / embedding / dropout element rules, batch norm's
-// per-element steps, the average pool's divide, and the fused optimizer steps.
+// attention softmax's steps, the cross-entropy's label smoothing, the residual / embedding /
+// dropout element rules, batch norm's per-element steps, the average pool's divide, and the fused
+// optimizer steps.
 //
 // Contract
 // - One source for host and device, built only from integer operations and fp32 / fp64 operations
@@ -275,6 +276,29 @@ MIXTRAIN_HD bool argmax_beats(float z1, long long j1, float z2, long long j2) {
   if (j2 == 0 && !(z2 == z2)) return false;
   if (j1 == 0 && !(z1 == z1)) return true;
   return z1 > z2 || (z1 == z2 && j1 < j2);
+}
+
+// --- softmax cross-entropy's label smoothing (cpu_kernels.cpp's expressions) ---------------------
+
+// The smoothed target t = (1 - eps)·onehot + eps / classes, in fp32: `off` for every class but the
+// label, `on` for the label; eps = 0 gives exactly 0 and 1, so the gradient is plain
+// cross-entropy's bit for bit.
+MIXTRAIN_HD float xent_target_off(float eps, long long classes) {
+  return eps / static_cast<float>(classes);
+}
+MIXTRAIN_HD float xent_target_on(float eps, long long classes) {
+  return (1.0f - eps) + xent_target_off(eps, classes);
+}
+// dlogits of one class: (p - t) * grad_scale / rows.
+MIXTRAIN_HD float xent_grad(float p, float target, float grad_factor) {
+  return (p - target) * grad_factor;
+}
+// A row's loss -Σ_j t_j log p_j from its log-sum-exp, its label's logit and the sum of its
+// logits (double): lse - (1 - eps)·z_y - eps / classes · Σ z; eps = 0: lse - z_y, as before it.
+MIXTRAIN_HD double xent_row_loss(double lse, float zy, double z_sum, float eps, long long classes) {
+  if (eps == 0.0f) return lse - static_cast<double>(zy);
+  const double e = static_cast<double>(eps);
+  return lse - (1.0 - e) * static_cast<double>(zy) - e / static_cast<double>(classes) * z_sum;
 }
 
 // --- attention softmax (cpu_attention.cpp's steps) ----------------------------------------------

@@ -311,7 +311,7 @@ __global__ void check_labels_kernel(const std::int32_t* labels, std::int64_t row
 // One warp per row: max and argmax (the CPU's scan: first maximum; a NaN z[0] stays), log-sum-exp
 // and the row's loss in double (sum of fp32 exponentials, as the CPU reference), dlogits.
 __global__ void softmax_xent_rows_kernel(const void* logits, Elem lt, const std::int32_t* labels,
-                                         float grad_factor, void* dlogits, Elem dt,
+                                         float grad_factor, float eps, void* dlogits, Elem dt,
                                          std::int64_t rows, std::int64_t classes, double* row_loss,
                                          int* row_ok, const ErrorRecord* error) {
   if (error->flag != 0) return;  // a bad label: write nothing, the host raises
@@ -344,16 +344,27 @@ __global__ void softmax_xent_rows_kernel(const void* logits, Elem lt, const std:
   double sum = 0.0;
   for (std::int64_t j = lane; j < classes; j += 32) sum += expf(load(logits, lt, base + j) - best);
   const double lse = static_cast<double>(best) + log(warp_sum(sum));
+  // Label smoothing's term needs the row's logit sum; without smoothing the pass is skipped (eps
+  // is the same for every lane, so the warp's shuffles stay uniform).
+  double z_sum = 0.0;
+  if (eps != 0.0f) {
+    for (std::int64_t j = lane; j < classes; j += 32)
+      z_sum += static_cast<double>(load(logits, lt, base + j));
+    z_sum = warp_sum(z_sum);
+  }
   if (lane == 0) {
-    row_loss[row] = lse - static_cast<double>(zy);
+    row_loss[row] = element::xent_row_loss(lse, zy, z_sum, eps, classes);
     row_ok[row] = arg == y ? 1 : 0;
   }
   __syncwarp();
-  if (dlogits != nullptr)
+  if (dlogits != nullptr) {
+    const float on = element::xent_target_on(eps, classes);
+    const float off = element::xent_target_off(eps, classes);
     for (std::int64_t j = lane; j < classes; j += 32) {
       const float p = static_cast<float>(exp(static_cast<double>(load(logits, lt, base + j)) - lse));
-      store(dlogits, dt, base + j, (p - (j == y ? 1.0f : 0.0f)) * grad_factor);
+      store(dlogits, dt, base + j, element::xent_grad(p, j == y ? on : off, grad_factor));
     }
+  }
 }
 
 // One block: fixed-order sums of the per-row losses (double) and correct flags.
@@ -617,14 +628,16 @@ cudaError_t layernorm_backward(const void* dy, Elem dyt, const void* x, Elem xt,
 }
 
 cudaError_t softmax_cross_entropy(const void* logits, Elem lt, const std::int32_t* labels,
-                                  float grad_scale, float* loss, std::int32_t* correct,
+                                  float grad_scale, float label_smoothing, float* loss,
+                                  std::int32_t* correct,
                                   void* dlogits, Elem dt, std::int64_t rows, std::int64_t classes,
                                   double* row_loss, int* row_ok, ErrorRecord* error,
                                   cudaStream_t stream) {
   check_labels_kernel<<<grid_for(rows), kThreads, 0, stream>>>(labels, rows, classes, error);
   const float grad_factor = grad_scale / static_cast<float>(rows);
   softmax_xent_rows_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(
-      logits, lt, labels, grad_factor, dlogits, dt, rows, classes, row_loss, row_ok, error);
+      logits, lt, labels, grad_factor, label_smoothing, dlogits, dt, rows, classes, row_loss,
+      row_ok, error);
   softmax_xent_finish_kernel<<<1, kThreads, 0, stream>>>(row_loss, row_ok, rows, loss, correct,
                                                          error);
   return cudaGetLastError();

@@ -76,10 +76,11 @@ struct ErrorRecord {
   int classes;
 };
 // Validates labels into `error` (first bad row), then, unless one was bad, writes loss[0] (mean
-// cross-entropy), correct[0] (nullable) and dlogits (nullable). row_loss: rows doubles, row_ok:
-// rows ints of scratch.
+// cross-entropy against targets smoothed by label_smoothing), correct[0] (nullable) and dlogits
+// (nullable). row_loss: rows doubles, row_ok: rows ints of scratch.
 cudaError_t softmax_cross_entropy(const void* logits, Elem lt, const std::int32_t* labels,
-                                  float grad_scale, float* loss, std::int32_t* correct,
+                                  float grad_scale, float label_smoothing, float* loss,
+                                  std::int32_t* correct,
                                   void* dlogits, Elem dt, std::int64_t rows, std::int64_t classes,
                                   double* row_loss, int* row_ok, ErrorRecord* error,
                                   cudaStream_t stream);

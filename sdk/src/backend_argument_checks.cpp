@@ -215,9 +215,12 @@ BackendArgumentChecks::RowsCols BackendArgumentChecks::layernorm_backward_shape(
 }
 
 BackendArgumentChecks::RowsCols BackendArgumentChecks::softmax_cross_entropy_shape(
-    const TensorView& logits, const TensorView& labels, const TensorView& loss,
-    const TensorView& correct, const TensorView& dlogits) const {
+    const TensorView& logits, const TensorView& labels, float label_smoothing,
+    const TensorView& loss, const TensorView& correct, const TensorView& dlogits) const {
   constexpr const char* op = "softmax_cross_entropy";
+  if (!(label_smoothing >= 0.0f && label_smoothing <= 1.0f))
+    fail(op, "label_smoothing is " + std::to_string(label_smoothing) + ", outside [0, 1]",
+         "0 is plain cross-entropy; 0.1 is the usual smoothing");
   require_storage(op, "logits", logits);
   const RowsCols s{logits.shape.rows(), logits.shape.cols()};
   require_present(op, "labels", labels);

@@ -401,16 +401,71 @@ TEST_P(Conformance, SoftmaxCrossEntropy) {
   auto loss = zeros(Shape{1});
   DeviceTensor cr(*ref_, DType::int32, Shape{1}), ct(*tested_, DType::int32, Shape{1});
   auto dl = zeros(Shape{rows, classes});
-  ref_loss->softmax_cross_entropy(logits.ref->view(), lr.view(), 1024.f, loss.ref->view(),
+  ref_loss->softmax_cross_entropy(logits.ref->view(), lr.view(), 1024.f, 0.0f, loss.ref->view(),
                                   cr.view(), dl.ref->view());
-  tested_loss->softmax_cross_entropy(logits.tested->view(), lt.view(), 1024.f, loss.tested->view(),
-                                     ct.view(), dl.tested->view());
+  tested_loss->softmax_cross_entropy(logits.tested->view(), lt.view(), 1024.f, 0.0f,
+                                     loss.tested->view(), ct.view(), dl.tested->view());
   expect_close(loss, 1e-6, "loss");
   expect_close(dl, 1e-6, "dlogits");
   std::int32_t c_ref = -1, c_tested = -2;
   ref_->copy_to_host(&c_ref, cr.view());
   tested_->copy_to_host(&c_tested, ct.view());
   EXPECT_EQ(c_ref, c_tested);
+}
+
+// Label smoothing (torch.nn.CrossEntropyLoss(label_smoothing=ε)): each backend's loss and
+// gradient against a double reference of the smoothed targets, and against the reference
+// backend; ε outside [0, 1] is refused by every backend.
+TEST_P(Conformance, SoftmaxCrossEntropyWithLabelSmoothing) {
+  MIXTRAIN_FACETS(loss, LossFacet);
+  const std::int64_t rows = 37, classes = 19;
+  const auto values = random_values(static_cast<std::size_t>(rows * classes), 16, -6.f, 6.f);
+  auto logits = upload(values, Shape{rows, classes});
+  std::vector<std::int32_t> labels(rows);
+  for (std::int64_t i = 0; i < rows; ++i)
+    labels[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 5 + 2) % classes);
+  DeviceTensor lr(*ref_, DType::int32, Shape{rows}), lt(*tested_, DType::int32, Shape{rows});
+  ref_->copy_from_host(lr.view(), labels.data());
+  tested_->copy_from_host(lt.view(), labels.data());
+  for (const float eps : {0.1f, 0.6f}) {
+    SCOPED_TRACE("label_smoothing " + std::to_string(eps));
+    auto loss = zeros(Shape{1});
+    auto dl = zeros(Shape{rows, classes});
+    const float grad_scale = 256.f;
+    ref_loss->softmax_cross_entropy(logits.ref->view(), lr.view(), grad_scale, eps,
+                                    loss.ref->view(), {}, dl.ref->view());
+    tested_loss->softmax_cross_entropy(logits.tested->view(), lt.view(), grad_scale, eps,
+                                       loss.tested->view(), {}, dl.tested->view());
+    expect_close(loss, 1e-6, "smoothed loss");
+    expect_close(dl, 1e-6, "smoothed dlogits");
+    double want = 0.0;
+    std::vector<double> dwant;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* z = values.data() + r * classes;
+      double mx = z[0], sum = 0.0, zsum = 0.0;
+      for (std::int64_t j = 0; j < classes; ++j) mx = std::max(mx, static_cast<double>(z[j]));
+      for (std::int64_t j = 0; j < classes; ++j) sum += std::exp(z[j] - mx), zsum += z[j];
+      const double lse = mx + std::log(sum);
+      const auto y = labels[static_cast<std::size_t>(r)];
+      want += lse - (1.0 - eps) * z[y] - eps / static_cast<double>(classes) * zsum;
+      for (std::int64_t j = 0; j < classes; ++j) {
+        const double t = (j == y ? 1.0 - eps : 0.0) + eps / static_cast<double>(classes);
+        dwant.push_back((std::exp(z[j] - lse) - t) * grad_scale / static_cast<double>(rows));
+      }
+    }
+    want /= static_cast<double>(rows);
+    EXPECT_NEAR(tested_values(loss)[0], want, 1e-6 * want);
+    const auto got = tested_values(dl);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], dwant[i], 1e-5 * std::fabs(dwant[i]) + 1e-6) << "dlogits " << i;
+  }
+  auto loss = zeros(Shape{1});
+  EXPECT_THROW(tested_loss->softmax_cross_entropy(logits.tested->view(), lt.view(), 1.f, 1.5f,
+                                                  loss.tested->view(), {}, {}),
+               sdk::BackendError);
+  EXPECT_THROW(tested_loss->softmax_cross_entropy(logits.tested->view(), lt.view(), 1.f, -0.1f,
+                                                  loss.tested->view(), {}, {}),
+               sdk::BackendError);
 }
 
 TEST_P(Conformance, ReductionsAndNonFiniteChecks) {

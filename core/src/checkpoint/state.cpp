@@ -225,6 +225,34 @@ void check_component_counters(const sdk::ComponentState& state, const std::strin
   }
 }
 
+json watched_metric_to_json(const WatchedMetric& w) {
+  return {
+      {"metric", w.metric},       {"has_best", w.has_best},   {"best", double_to_json(w.best)},
+      {"best_step", w.best_step}, {"bad_evals", w.bad_evals}, {"last_eval_step", w.last_eval_step}};
+}
+
+WatchedMetric read_watched_metric(const json& j, const std::string& field, std::int64_t step,
+                                  const fs::path& file) {
+  WatchedMetric w;
+  const auto& metric = member(j, "metric", field, file);
+  if (!metric.is_string()) fail(file, field + ".metric = " + metric.dump() + " is not a string");
+  w.metric = metric.get<std::string>();
+  const auto& has_best = member(j, "has_best", field, file);
+  if (!has_best.is_boolean())
+    fail(file, field + ".has_best = " + has_best.dump() + " is not a boolean");
+  w.has_best = has_best.get<bool>();
+  w.best = strict_double(member(j, "best", field, file), field + ".best", file);
+  if (w.has_best && std::isnan(w.best))
+    fail(file, field + ".best is NaN, but a NaN evaluation never becomes the best");
+  w.last_eval_step = read_checkpoint_int(member(j, "last_eval_step", field, file),
+                                         field + ".last_eval_step", 0, step, file);
+  w.best_step = read_checkpoint_int(member(j, "best_step", field, file), field + ".best_step", 0,
+                                    w.last_eval_step, file);
+  w.bad_evals =
+      read_checkpoint_int(member(j, "bad_evals", field, file), field + ".bad_evals", 0, step, file);
+  return w;
+}
+
 BatchSampler::Cursor read_sampler_cursor(const json& j, std::int64_t step,
                                          std::int64_t batches_per_epoch, const fs::path& file) {
   BatchSampler::Cursor c;

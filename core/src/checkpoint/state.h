@@ -1,5 +1,6 @@
 // The training-state entries of a checkpoint's metadata — "progress", "sampler",
-// "mixtrain.state_version" and the components' states — as the trainer writes and reads them.
+// "mixtrain.state_version", the components' states and the watched eval metrics ("watch":
+// checkpoint.keep_best and early stopping) — as the trainer writes and reads them.
 //
 // Contract: writers produce JSON that the readers accept back unchanged. Readers trust nothing:
 // a checkpoint can be CRC-valid and still hold any JSON. Every integer must be a JSON integer
@@ -66,6 +67,28 @@ BatchSampler::Cursor read_sampler_cursor(const nlohmann::json& j, std::int64_t s
 // optimizer, ...) must equal the run's own counts; `what` is "scaler", "optimizer" or "policy".
 void check_component_counters(const sdk::ComponentState& state, const std::string& what,
                               const TrainingProgress& progress, const std::filesystem::path& file);
+
+// An eval metric watched across evaluations (train/metric_watch.h): the best value seen, when,
+// and how many evaluations have passed since it improved. Written under the metadata entry
+// "watch" as {"keep_best": {...}, "early_stopping": {...}}, each present when the run watches
+// it. "watch" is optional: checkpoints from before it (and runs that watch nothing) have none,
+// and a resume then starts watching afresh; the state version stays "1".
+struct WatchedMetric {
+  std::string metric;               // "eval_loss", "eval_accuracy", "eval_top5_accuracy"
+  bool has_best = false;            // no evaluation yet: best and best_step are meaningless
+  double best = 0.0;                // may be NaN only when has_best is false
+  std::int64_t best_step = 0;       // the step of the evaluation that set best
+  std::int64_t bad_evals = 0;       // evaluations since best improved
+  std::int64_t last_eval_step = 0;  // the last evaluation counted (an evaluation at a step
+                                    // already counted, as a resumed finished run repeats, is not)
+};
+
+nlohmann::json watched_metric_to_json(const WatchedMetric& w);
+
+// `field` names the entry in messages ("watch.early_stopping"); `step` is progress.step: every
+// step the state names lies in [0, step] and bad_evals in [0, step].
+WatchedMetric read_watched_metric(const nlohmann::json& j, const std::string& field,
+                                  std::int64_t step, const std::filesystem::path& file);
 
 // A JSON integer in [min, max] ("field" names it in the message).
 std::int64_t read_checkpoint_int(const nlohmann::json& j, const std::string& field,

@@ -56,13 +56,16 @@ void reject_sub_tables(const Config& config, const std::string& dotted) {
 }
 
 // A table's scalar entries, and each list option given as an array (see
-// ComponentSection::list_options) as one string.
+// ComponentSection::list_options) as one string. `skip`: keys read otherwise.
 std::vector<sdk::RawOption> entries(const Config& config, const std::string& dotted,
-                                    const std::vector<std::string>& list_options) {
+                                    const std::vector<std::string>& list_options,
+                                    const std::vector<std::string>& skip = {}) {
   std::vector<std::string> arrays;
   for (const auto& key : list_options)
     if (config.is_array(dotted + "." + key)) arrays.push_back(key);
-  auto raw = config.table_options(dotted, arrays);
+  auto passed_over = arrays;
+  passed_over.insert(passed_over.end(), skip.begin(), skip.end());
+  auto raw = config.table_options(dotted, passed_over);
   for (const auto& key : arrays) {
     std::string joined;
     for (const auto& entry : config.string_array(dotted + "." + key))
@@ -70,6 +73,13 @@ std::vector<sdk::RawOption> entries(const Config& config, const std::string& dot
     raw.push_back({key, joined, config.location(dotted + "." + key)});
   }
   return raw;
+}
+
+std::string integer_list_text(const std::vector<std::int64_t>& values) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < values.size(); ++i)
+    out += (i == 0 ? "" : ", ") + std::to_string(values[i]);
+  return out + "]";
 }
 
 }  // namespace
@@ -151,7 +161,19 @@ ResolvedComponentSection resolve_component_section(const Config& config,
       if (own || !declares(schema, key)) flat_lists.push_back(key);
     }
   std::vector<sdk::RawOption> host_raw, flat;
-  for (auto& r : entries(config, table, flat_lists)) {
+  std::vector<std::string> host_arrays;
+  for (const auto& key : section.host_lists) {
+    const std::string dotted = table + "." + key;
+    if (!config.is_array(dotted)) continue;
+    host_raw.push_back(
+        {key, integer_list_text(config.integer_array(dotted)), config.location(dotted)});
+    host_arrays.push_back(key);
+  }
+  for (auto& r : entries(config, table, flat_lists, host_arrays)) {
+    if (std::find(section.host_lists.begin(), section.host_lists.end(), r.key) !=
+        section.host_lists.end())
+      throw sdk::ConfigError(r.where, table + "." + r.key, "expected a list of integers",
+                             "write it as " + r.key + " = [100, 200] (one entry: [100])");
     if (r.key == section.selector) continue;
     if (declares(section.host, r.key)) {
       host_raw.push_back(std::move(r));

@@ -1,6 +1,7 @@
 #include "mixtrain/core/config/experiment.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -10,6 +11,8 @@
 #include "graph/ops/op_registry.h"
 #include "mixtrain/core/config/component_section.h"
 #include "mixtrain/core/config/host_schemas.h"
+#include "mixtrain/core/runs/summary.h"
+#include "mixtrain/core/train/lr_schedule.h"
 
 namespace mixtrain::core {
 
@@ -28,6 +31,132 @@ std::vector<ComponentSchema> registered(const PluginRegistry& registry, Componen
   for (const auto& c : registry.components())
     if (c.info.kind == kind) out.push_back({c.info.name, c.info.options});
   return out;
+}
+
+// The schedule keys each schedule reads (warm-up, decay); the others given are reported unused.
+std::vector<std::string> schedule_keys(const std::string& kind) {
+  if (kind == "warmup_cosine" || kind == "linear") return {"warmup_steps", "min_lr"};
+  if (kind == "step") return {"warmup_steps", "step_size", "gamma"};
+  if (kind == "multistep") return {"warmup_steps", "milestones", "gamma"};
+  if (kind == "onecycle") return {"pct_start", "div_factor", "final_div_factor"};
+  if (kind == "inverse_sqrt") return {"warmup_steps"};
+  return {};
+}
+
+// [optimizer]'s schedule keys, checked together (each key's own range is in the schema).
+void read_schedule(const Config& config, const sdk::Options& o, Experiment& e) {
+  auto& s = e.schedule;
+  s.schedule = o.get_string("schedule");
+  s.warmup_steps = o.get_int("warmup_steps");
+  s.min_lr = o.get_double("min_lr");
+  s.step_size = o.get_int("step_size");
+  s.gamma = o.get_double("gamma");
+  s.milestones = config.integer_array("optimizer.milestones");
+  s.pct_start = o.get_double("pct_start");
+  s.div_factor = o.get_double("div_factor");
+  s.final_div_factor = o.get_double("final_div_factor");
+  s.clip_grad_norm = o.get_double("clip_grad_norm");
+  const std::string& kind = s.schedule;
+  const std::string as_kind = " with schedule = \"" + kind + "\"";
+
+  if (kind == "multistep") {
+    if (s.milestones.empty())
+      o.fail("milestones", "is empty" + as_kind,
+             "give the steps (counted after warm-up) at which lr is multiplied by gamma, e.g. "
+             "milestones = [100, 200]");
+    for (std::size_t i = 0; i < s.milestones.size(); ++i) {
+      if (s.milestones[i] < 1)
+        o.fail("milestones",
+               "entry " + std::to_string(i) + " is " + std::to_string(s.milestones[i]) +
+                   ", expected a step >= 1",
+               "a milestone is a step count after warm-up; the schedule starts at base lr");
+      if (i > 0 && s.milestones[i] <= s.milestones[i - 1])
+        o.fail("milestones",
+               "is not strictly increasing: entry " + std::to_string(i) + " (" +
+                   std::to_string(s.milestones[i]) + ") follows " +
+                   std::to_string(s.milestones[i - 1]),
+               "sort the steps and list each once (for gamma^2 at one step, lower gamma)");
+    }
+  }
+  if (kind == "onecycle") {
+    if (s.pct_start >= 1.0)
+      o.fail("pct_start", "is " + sdk::option_value_to_string(s.pct_start) + ", expected < 1",
+             "pct_start is the share of run.steps spent rising to lr; the rest anneals down, "
+             "e.g. 0.3");
+    const double rising = s.pct_start * static_cast<double>(e.run.steps);
+    char text[32];
+    std::snprintf(text, sizeof text, "%.6g", rising);
+    if (rising <= 1.0)
+      o.fail("pct_start",
+             "times run.steps (" + std::to_string(e.run.steps) + ") is " + text +
+                 ": onecycle's rising phase must span more than one step",
+             "raise pct_start or run.steps");
+    // onecycle has its own counterparts of these two; a value here was meant for another
+    // schedule or misread as one of them.
+    if (s.warmup_steps > 0)
+      o.fail("warmup_steps", "does not apply" + as_kind,
+             "onecycle warms up over pct_start x run.steps steps; set warmup_steps = 0 and "
+             "choose pct_start");
+    if (s.min_lr > 0.0)
+      o.fail("min_lr", "does not apply" + as_kind,
+             "onecycle ends at lr / (div_factor x final_div_factor); set min_lr = 0 and choose "
+             "final_div_factor");
+  }
+  if (kind == "inverse_sqrt" && s.warmup_steps < 1)
+    o.fail("warmup_steps", "is 0" + as_kind,
+           "inverse_sqrt decays as lr x sqrt(warmup_steps / step) after warming up; set "
+           "warmup_steps >= 1 (e.g. 4000 for a Transformer)");
+  if (kind == "warmup_cosine" || kind == "linear") {
+    // A decay that ends above its peak is a typo of one or the other; the optimizer's lr is
+    // known only to optimizers that declare one.
+    for (const auto& [key, value] : e.optimizer_options.effective())
+      if (const auto* lr = std::get_if<double>(&value); key == "lr" && lr && s.min_lr > *lr)
+        o.fail("min_lr",
+               "is " + sdk::option_value_to_string(s.min_lr) +
+                   ", above optimizer.lr = " + sdk::option_value_to_string(*lr),
+               "the schedule decays from lr down to min_lr; lower min_lr");
+  }
+  const auto used = schedule_keys(kind);
+  for (const auto& key : {"warmup_steps", "min_lr", "step_size", "gamma", "milestones", "pct_start",
+                          "div_factor", "final_div_factor"})
+    if (o.was_set(key) && std::find(used.begin(), used.end(), key) == used.end())
+      e.unused_keys.push_back(std::string("optimizer.") + key + " (" + o.where(key).to_string() +
+                              ") is not read by schedule = \"" + kind + "\"");
+}
+
+// An evaluation number a run can watch: eval_loss, eval_accuracy, or the top-k accuracy that
+// [eval] top_k computes. `o` and `key` locate the error.
+void check_metric(const sdk::Options& o, const std::string& key, const std::string& metric,
+                  const Experiment& e) {
+  std::vector<std::string> known = {"eval_loss", "eval_accuracy"};
+  if (e.eval.top_k > 0) known.push_back(top_k_accuracy_key(e.eval.top_k));
+  if (std::find(known.begin(), known.end(), metric) != known.end()) return;
+  const bool top_k = metric.rfind("eval_top", 0) == 0;
+  auto near = sdk::closest_match(metric, known);
+  if (std::find(known.begin(), known.end(), "eval_" + metric) != known.end())
+    near = "eval_" + metric;  // "loss", "accuracy": the evaluation's names carry the prefix
+  o.fail(key, "'" + metric + "' is not an evaluation number of this run",
+         (top_k ? "top-k accuracy needs [eval] top_k = k (eval_top5_accuracy: top_k = 5); "
+                : std::string()) +
+             (near.empty() ? "" : "did you mean '" + near + "'? ") +
+             "one of: " + join_names(known));
+}
+
+void read_early_stopping(const sdk::Options& run, Experiment& e) {
+  const auto& r = e.run;
+  if (r.early_stopping_patience == 0) {
+    for (const auto& key : {"early_stopping_metric", "early_stopping_min_delta"})
+      if (run.was_set(key))
+        e.unused_keys.push_back("run." + std::string(key) + " (" + run.where(key).to_string() +
+                                ") is not read: early_stopping_patience = 0 (off)");
+    return;
+  }
+  check_metric(run, "early_stopping_metric", r.early_stopping_metric, e);
+  if (r.eval_every == 0)
+    run.fail("early_stopping_patience",
+             "is " + std::to_string(r.early_stopping_patience) +
+                 " but run.eval_every = 0 evaluates only at the end",
+             "set run.eval_every to the steps between the evaluations patience counts");
 }
 
 }  // namespace
@@ -79,6 +208,9 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   e.run.accumulate = run.get_int("accumulate");
   e.run.step_graphs = run.get_bool("step_graphs");
   e.run.stretch_schedule = run.get_bool("stretch_schedule");
+  e.run.early_stopping_patience = run.get_int("early_stopping_patience");
+  e.run.early_stopping_metric = run.get_string("early_stopping_metric");
+  e.run.early_stopping_min_delta = run.get_double("early_stopping_min_delta");
   ResolvedSection run_section = section_of("run", {}, run);
   show_resolved(run_section, "dir", e.run.dir);
   e.core_sections.push_back(run_section);
@@ -90,8 +222,9 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   auto plugin_section = [&](const std::string& table, const std::string& selector,
                             const std::string& fallback, ComponentKind kind,
                             const std::string& noun, sdk::OptionSchema host, std::string& name_out,
-                            sdk::Options& plugin_out, std::vector<std::string> host_tables = {}) {
-    name_out = section_selector(config, table, selector, fallback);
+                            sdk::Options& plugin_out, std::vector<std::string> host_tables = {},
+                            std::vector<std::string> host_lists = {}) {
+    name_out = section_selector(config, table, selector, fallback, host_lists);
     registry.require(
         kind, name_out,
         config.location(table + "." + selector).to_string() + ": " + table + "." + selector);
@@ -101,7 +234,8 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
                              name_out,
                              std::move(host),
                              registered(registry, kind),
-                             std::move(host_tables)};
+                             std::move(host_tables),
+                             std::move(host_lists)};
     auto r = resolve_component_section(config, section);
     plugin_out = r.component;
     return r.host;
@@ -139,14 +273,21 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   auto scaler_host = plugin_section("scaler", "type", "none", ComponentKind::scaler, "scaler", {},
                                     e.scaler_type, e.scaler_options);
   push_component(e.core_sections, "scaler", "type", e.scaler_type, scaler_host, e.scaler_options);
-  auto sched = plugin_section("optimizer", "type", "adamw", ComponentKind::optimizer, "optimizer",
-                              schedule_schema(), e.optimizer_type, e.optimizer_options);
-  e.schedule.schedule = sched.get_string("schedule");
-  e.schedule.warmup_steps = sched.get_int("warmup_steps");
-  e.schedule.min_lr = sched.get_double("min_lr");
-  e.schedule.clip_grad_norm = sched.get_double("clip_grad_norm");
+  auto sched =
+      plugin_section("optimizer", "type", "adamw", ComponentKind::optimizer, "optimizer",
+                     schedule_schema(), e.optimizer_type, e.optimizer_options, {}, {"milestones"});
+  read_schedule(config, sched, e);
   push_component(e.core_sections, "optimizer", "type", e.optimizer_type, sched,
                  e.optimizer_options);
+  // milestones is a list: the resolved config writes it as one, never as its text in quotes.
+  for (auto& section : e.core_sections)
+    if (section.name == "optimizer") {
+      std::erase_if(section.values, [](const auto& v) { return v.first == "milestones"; });
+      std::string list = "[";
+      for (std::size_t i = 0; i < e.schedule.milestones.size(); ++i)
+        list += (i ? ", " : "") + std::to_string(e.schedule.milestones[i]);
+      section.raw_values.emplace_back("milestones", list + "]");
+    }
   auto ck = plugin_section("checkpoint", "format", "native", ComponentKind::checkpoint_format,
                            "checkpoint format", checkpoint_core_schema(), e.checkpoint.format,
                            e.checkpoint_options);
@@ -154,6 +295,7 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   e.checkpoint.keep = ck.get_int("keep");
   e.checkpoint.init_from = ck.get_string("init_from");
   e.checkpoint.init_layout = parse_weight_layout(ck.get_string("init_layout"));
+  e.checkpoint.keep_best = ck.get_string("keep_best");
   if (e.checkpoint.init_layout != WeightLayout::native && e.checkpoint.init_from.empty())
     throw sdk::ConfigError(ck.where("init_layout"), "checkpoint.init_layout",
                            "checkpoint.init_layout = \"" + ck.get_string("init_layout") +
@@ -177,12 +319,26 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   auto eval = sdk::Options::resolve("eval", eval_schema(), config.table_options("eval"),
                                     config.location("eval"), {});
   e.eval.weights = eval.get_string("weights");
+  e.eval.top_k = eval.get_int("top_k");
+  e.eval.top_k_where = eval.where("top_k");
+  if (e.eval.top_k == 1)
+    eval.fail("top_k", "is 1: top-1 accuracy is eval_accuracy, reported always",
+              "set top_k = 5 (or any k >= 2) for top-k accuracy, or 0 for none");
   if (e.eval.weights == "ema" && !e.ema.enabled())
     throw sdk::ConfigError(eval.where("weights"), "eval.weights",
                            "eval.weights = \"ema\" but the run keeps no EMA of the weights",
                            "set [ema] decay = 0.999 (any value in (0, 1]) to keep one, or "
                            "eval.weights = \"master\"");
   e.core_sections.push_back(section_of("eval", {}, eval));
+  read_early_stopping(run, e);
+  if (!e.checkpoint.keep_best.empty()) {
+    check_metric(ck, "keep_best", e.checkpoint.keep_best, e);
+    if (e.run.eval_every == 0)
+      ck.fail(
+          "keep_best",
+          "is \"" + e.checkpoint.keep_best + "\" but run.eval_every = 0 evaluates only at the end",
+          "set run.eval_every to the steps between the evaluations it compares");
+  }
   return e;
 }
 

@@ -1,6 +1,7 @@
 #include "mixtrain/core/config/host_schemas.h"
 
 #include "graph/ops/op_registry.h"
+#include "mixtrain/core/train/lr_schedule.h"
 
 #include <stdexcept>
 
@@ -45,6 +46,18 @@ sdk::OptionSchema run_schema() {
                           "accumulation); the effective batch is accumulate x batch_size")
           .at_least(1)
           .at_most(1048576),
+      OptionSpec::integer("early_stopping_patience", 0,
+                          "stop after this many evaluations in a row (run.eval_every) without "
+                          "an improvement of early_stopping_metric; the final checkpoint is "
+                          "written; 0 = off")
+          .at_least(0),
+      OptionSpec::string("early_stopping_metric", "eval_loss",
+                         "the evaluation number early stopping watches: eval_loss (lower is "
+                         "better), eval_accuracy or eval_top<k>_accuracy ([eval] top_k; higher "
+                         "is better)"),
+      OptionSpec::number("early_stopping_min_delta", 0.0,
+                         "an evaluation improves only when it beats the best by more than this")
+          .at_least(0.0),
       OptionSpec::boolean("step_graphs", false,
                           "record forward, loss and backward once and replay them with one launch "
                           "(CUDA graphs) where the backend offers it and the step is static: one "
@@ -71,6 +84,12 @@ sdk::OptionSchema eval_schema() {
       OptionSpec::string("weights", "master",
                          "weights evaluation runs with: the master weights, or their EMA ([ema])")
           .one_of({"master", "ema"}),
+      OptionSpec::integer("top_k", 0,
+                          "also report top-k accuracy (eval_top<k>_accuracy: the label among the "
+                          "k largest logits; a language model's at every position); 0 = off, "
+                          "at most the classes")
+          .at_least(0)
+          .at_most(kMaxDim),
   };
 }
 
@@ -215,12 +234,36 @@ sdk::OptionSchema data_augment_schema() {
 
 sdk::OptionSchema schedule_schema() {
   return {
-      OptionSpec::string("schedule", "constant", "learning-rate schedule")
-          .one_of({"constant", "warmup_cosine"}),
-      OptionSpec::integer("warmup_steps", 0, "linear warm-up steps (warmup_cosine)").at_least(0),
-      OptionSpec::number("min_lr", 0.0, "learning rate at the end of the cosine")
+      OptionSpec::string("schedule", "constant",
+                         "learning-rate schedule over applied steps (skipped steps do not "
+                         "advance it); peak = the optimizer's lr")
+          .one_of(lr_schedule_kinds()),
+      OptionSpec::integer("warmup_steps", 0,
+                          "linear warm-up from lr / warmup_steps to lr; the schedule starts its "
+                          "own clock after it (every schedule but constant and onecycle; "
+                          "inverse_sqrt needs >= 1)")
+          .at_least(0),
+      OptionSpec::number("min_lr", 0.0, "learning rate the decay ends at (warmup_cosine, linear)")
           .at_least(0.0)
           .at_most(kMaxLr),
+      OptionSpec::integer("step_size", 1, "step: multiply by gamma every step_size steps")
+          .at_least(1),
+      OptionSpec::number("gamma", 0.1, "step, multistep: the factor of each decay")
+          .greater_than(0.0),
+      // A list of integers: declared as a string for the key list, read with
+      // Config::integer_array (ComponentSection::host_lists).
+      OptionSpec::string("milestones", "",
+                         "multistep: steps after warm-up at which lr is multiplied by gamma, a "
+                         "strictly increasing list of integers >= 1 ([100, 200])"),
+      OptionSpec::number("pct_start", 0.3,
+                         "onecycle: share of run.steps spent rising to lr, in (0, 1)")
+          .greater_than(0.0)
+          .at_most(1.0),
+      OptionSpec::number("div_factor", 25.0, "onecycle: it starts at lr / div_factor")
+          .greater_than(0.0),
+      OptionSpec::number("final_div_factor", 1e4,
+                         "onecycle: it ends at lr / (div_factor * final_div_factor)")
+          .greater_than(0.0),
       OptionSpec::number("clip_grad_norm", 0.0,
                          "clip the global L2 norm of unscaled gradients; 0 = off")
           .at_least(0.0),
@@ -237,6 +280,10 @@ sdk::OptionSchema checkpoint_core_schema() {
                          "how init_from stores the weights: native (mixtrain's names and [out, in] "
                          "linears) or gpt2 (a Hugging Face GPT-2 state dict, Conv1D [in, out])")
           .one_of({"native", "gpt2"}),
+      OptionSpec::string("keep_best", "",
+                         "also keep checkpoints/best.<ext>, the checkpoint of the evaluation with "
+                         "the best value of this metric: eval_loss (lowest), eval_accuracy or "
+                         "eval_top<k>_accuracy (highest); \"\" = none"),
   };
 }
 
@@ -285,6 +332,12 @@ bool is_path_list_option(const std::string& source, const std::string& key) {
 sdk::OptionSchema model_schema() {
   return {OptionSpec::string("loss", "softmax_cross_entropy", "training loss")
               .one_of({"softmax_cross_entropy"}),
+          OptionSpec::number("label_smoothing", 0.0,
+                             "training targets (1 - e)·onehot + e / classes, as "
+                             "torch.nn.CrossEntropyLoss(label_smoothing=e); eval_loss stays plain "
+                             "cross-entropy; 0 = off")
+              .at_least(0.0)
+              .at_most(1.0),
           OptionSpec::string("preset", "",
                              "a whole architecture from a few sizes instead of layers/nodes: "
                              "\"gpt\" (sizes in [model.gpt]) or \"resnet\" (sizes in "

@@ -419,6 +419,7 @@ void read_model_config(const Config& config, Experiment& e) {
   auto model = sdk::Options::resolve("model", model_schema(), raw, e.model.where, {});
   e.model.loss = model.get_string("loss");
   e.model.fuse_epilogues = model.get_bool("fuse_epilogues");
+  e.model.label_smoothing = model.get_double("label_smoothing");
   if (model.get_string("preset") == "gpt") return read_gpt_preset(config, e, model);
   if (model.get_string("preset") == "resnet") return read_resnet_preset(config, e, model);
   std::vector<RawNode> nodes;

@@ -162,14 +162,14 @@ void Executor::forward(Extent e, const ForwardVisitor& visit) {
   }
 }
 
-void Executor::compute_loss(std::int64_t rows, float grad_scale,
+void Executor::compute_loss(std::int64_t rows, float grad_scale, float label_smoothing,
                             std::optional<GradientBuffers> gradients) {
   TensorView dlogits;
   if (gradients) dlogits = gradient(plan_.logits(), Extent::batch_of(rows), *gradients);
   ProfileScope scope("classifier");
   loss_of(*backend_).softmax_cross_entropy(activation(plan_.logits(), Extent::batch_of(rows)),
-                                           labels(rows), grad_scale, loss_.view(), correct_.view(),
-                                           dlogits);
+                                           labels(rows), grad_scale, label_smoothing, loss_.view(),
+                                           correct_.view(), dlogits);
 }
 
 LossValues Executor::read_loss() {

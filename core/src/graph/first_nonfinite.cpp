@@ -49,7 +49,7 @@ std::string locate_first_nonfinite(Model& model, std::int64_t rows, float grad_s
     return false;
   });
   if (!found.empty()) return found;
-  exec.compute_loss(rows, grad_scale, grads);
+  exec.compute_loss(rows, grad_scale, model.label_smoothing(), grads);
   if (!std::isfinite(exec.read_loss().loss)) return "loss";
   if (bad(exec.gradient(plan.logits(), e, grads))) return "backward loss gradient (logits)";
   exec.backward(e, grads, /*last_micro_batch=*/false,

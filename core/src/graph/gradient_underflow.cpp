@@ -52,7 +52,7 @@ std::vector<UnderflowCount> measure_gradient_underflow(Model& model, std::int64_
   const GradientBuffers fp32 = exec.fp32_gradients(storage);
   exec.start_gradients();
   const Extent e = Extent::batch_of(rows);
-  exec.compute_loss(rows, grad_scale, fp32);
+  exec.compute_loss(rows, grad_scale, model.label_smoothing(), fp32);
   count("logits gradient", exec.gradient(plan.logits(), e, fp32), logits_grad_dtype(plan, ops));
   exec.backward(e, fp32, /*last_micro_batch=*/false,
                 [&](std::size_t i, std::span<const TensorView> dxs) {

@@ -10,7 +10,8 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
              std::int64_t input_features, std::int32_t classes, InputSpec input)
     : backend_(std::move(backend)),
       plan_(GraphPlan::build(spec, input_features, classes, input, ops_)),
-      executor_(backend_, plan_, ops_) {}
+      executor_(backend_, plan_, ops_),
+      label_smoothing_(static_cast<float>(spec.label_smoothing)) {}
 
 void Model::check_backend() const {
   core::check_backend(plan_, ops_, *backend_);
@@ -50,8 +51,13 @@ void Model::refresh_working_copies() {
 }
 
 void Model::compute_loss(std::int64_t rows, float grad_scale, bool with_grad) {
-  executor_.compute_loss(rows, grad_scale,
+  executor_.compute_loss(rows, grad_scale, label_smoothing_,
                          with_grad ? std::optional(executor_.planned_gradients()) : std::nullopt);
+}
+
+LossValues Model::evaluation_loss(std::int64_t rows) {
+  executor_.compute_loss(rows, 1.0f, 0.0f, std::nullopt);
+  return read_loss();
 }
 
 LossValues Model::loss(std::int64_t rows, float grad_scale, bool with_grad) {

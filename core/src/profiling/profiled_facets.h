@@ -188,10 +188,11 @@ class ProfiledLoss final : public Profiled<sdk::LossFacet> {
   bool supports(sdk::LossOp op, std::span<const DType> d) const override {
     return in_.supports(op, d);
   }
-  void softmax_cross_entropy(TensorView logits, TensorView labels, float gs, TensorView loss,
-                             TensorView correct, TensorView dlogits) override {
-    rec_.timed("softmax_cross_entropy",
-               [&] { in_.softmax_cross_entropy(logits, labels, gs, loss, correct, dlogits); });
+  void softmax_cross_entropy(TensorView logits, TensorView labels, float gs, float smoothing,
+                             TensorView loss, TensorView correct, TensorView dlogits) override {
+    rec_.timed("softmax_cross_entropy", [&] {
+      in_.softmax_cross_entropy(logits, labels, gs, smoothing, loss, correct, dlogits);
+    });
   }
 };
 

@@ -19,6 +19,10 @@ std::string divergence_reason(const TrainSummary& s, const std::string& stopped_
   return {};
 }
 
+std::string top_k_accuracy_key(std::int64_t k) {
+  return "eval_top" + std::to_string(k) + "_accuracy";
+}
+
 void write_run_summary(const std::filesystem::path& file, const TrainSummary& s) {
   using json = nlohmann::json;
   json j = {{"steps", s.steps},
@@ -37,7 +41,8 @@ void write_run_summary(const std::filesystem::path& file, const TrainSummary& s)
             {"optimizer", s.optimizer},
             {"backend", s.backend},
             {"diverged", s.diverged},
-            {"interrupted", s.interrupted}};
+            {"interrupted", s.interrupted},
+            {"stopped_early", s.stopped_early}};
   json gemms = json::object();
   for (const auto& [dtype, g] : s.gemm_inputs)
     gemms[dtype] = {{"native", g.native}, {"how", g.how}};
@@ -46,8 +51,27 @@ void write_run_summary(const std::filesystem::path& file, const TrainSummary& s)
     j["eval_loss"] = s.eval.loss;
     j["eval_accuracy"] = s.eval.accuracy;
     j["eval_step"] = s.eval_step;
+    if (s.eval.top_k > 0) j[top_k_accuracy_key(s.eval.top_k)] = s.eval.top_k_accuracy;
   }
   if (s.diverged) j["divergence"] = s.divergence;
+  if (s.early_stopping) {
+    const auto& w = s.early_stopping_watch;
+    json e = {{"metric", w.metric},
+              {"patience", s.early_stopping_patience},
+              {"min_delta", s.early_stopping_min_delta},
+              {"evaluations_without_improvement", w.bad_evals}};
+    if (w.has_best) {
+      e["best"] = w.best;
+      e["best_step"] = w.best_step;
+    }
+    if (s.stopped_early) e["reason"] = s.early_stopping_reason;
+    j["early_stopping"] = e;
+  }
+  if (s.keep_best && s.best.has_best) {
+    json b = {{"metric", s.best.metric}, {"value", s.best.best}, {"step", s.best.best_step}};
+    if (!s.best_checkpoint.empty()) b["path"] = s.best_checkpoint.string();
+    j["best_checkpoint"] = b;
+  }
   if (!s.resumed_from.empty()) j["resumed_from"] = s.resumed_from.string();
   // Atomically: a second Ctrl-C lands most often during these final writes, and compare must
   // then find the previous summary or none, never half a file.

@@ -9,6 +9,7 @@
 // (checkpoint/gpt2_layout.h).
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -55,10 +56,40 @@ void from_host(sdk::DeviceBackend& b, const sdk::HostTensor& h, sdk::TensorView 
   b.copy_from_host(v, h.bytes.data());
 }
 
-}  // namespace
+// The watched metrics' state from a checkpoint's optional "watch" entry (checkpoint/state.h).
+// A checkpoint without one (older, or of a run that watched nothing), or one that watched
+// another metric, leaves the watch starting afresh, and says so.
+void restore_watch(Trainer::State& s, const std::map<std::string, std::string>& metadata,
+                   std::int64_t step, const fs::path& file) {
+  json all = json::object();
+  if (auto it = metadata.find("watch"); it != metadata.end()) {
+    all = json::parse(it->second, nullptr, false);
+    if (!all.is_object())
+      throw sdk::CheckpointError(file.string() + ": the 'watch' entry is not a JSON object",
+                                 "the checkpoint is damaged; use an earlier one");
+  }
+  auto restore = [&](std::optional<MetricWatch>& watch, const std::string& name,
+                     const std::string& what) {
+    if (!watch) return;
+    if (!all.contains(name)) {
+      s.log.info(file.string() + " holds no " + what + " state; it starts afresh");
+      return;
+    }
+    auto state = read_watched_metric(all[name], "watch." + name, step, file);
+    if (state.metric != watch->state.metric) {
+      s.log.warn(file.string() + ": " + what + " watched " + state.metric + ", this run " +
+                 watch->state.metric + "; it starts afresh");
+      return;
+    }
+    watch->state = state;
+  };
+  restore(s.early_stopping, "early_stopping", "early stopping");
+  restore(s.keep_best, "keep_best", "checkpoint.keep_best");
+}
 
-sdk::TrainingState Trainer::training_state(bool weights_only) const {
-  const auto& s = *s_;
+// The training state on the host, as a checkpoint holds it; weights_only: the masters and
+// buffers (with the metadata), what `export --initial` writes.
+sdk::TrainingState capture_state(const Trainer::State& s, bool weights_only) {
   auto& b = *s.c.backend;
   sdk::TrainingState st;
   const auto params = s.model->parameters();
@@ -91,12 +122,103 @@ sdk::TrainingState Trainer::training_state(bool weights_only) const {
   st.metadata["resume"] =
       resume_terms_to_json({s.e.data.batch_size, s.e.run.accumulate, s.schedule.total_steps})
           .dump();
+  json watch = json::object();
+  if (s.early_stopping) watch["early_stopping"] = watched_metric_to_json(s.early_stopping->state);
+  if (s.keep_best) watch["keep_best"] = watched_metric_to_json(s.keep_best->state);
+  if (!watch.empty()) st.metadata["watch"] = watch.dump();
   return st;
+}
+
+fs::path best_file(const Trainer::State& s) {
+  return s.run_dir / "checkpoints" / ("best" + s.c.checkpoint_format->file_extension());
+}
+
+// The progress.step of a checkpoint file, read whole through the run's format (nullopt, with a
+// warning, when it cannot be read); `state` receives what was read.
+std::optional<std::int64_t> file_step(Trainer::State& s, const fs::path& file,
+                                      sdk::TrainingState* state = nullptr) {
+  try {
+    auto st = s.c.checkpoint_format->read(file);
+    auto it = st.metadata.find("progress");
+    if (it == st.metadata.end()) throw sdk::CheckpointError(file.string() + ": no progress");
+    const auto step =
+        read_progress(json::parse(it->second), std::numeric_limits<std::int64_t>::max(), file).step;
+    if (state != nullptr) *state = std::move(st);
+    return step;
+  } catch (const std::exception& e) {
+    s.log.warn(file.string() + " cannot be read as a checkpoint: " + e.what());
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+void save_best_checkpoint(Trainer::State& s) {
+  const fs::path path = best_file(s);
+  for (const auto& stale : sdk::remove_stale_temp_files(path.parent_path()))
+    s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
+  s.c.checkpoint_format->write(path, capture_state(s, /*weights_only=*/false));
+  s.best_path = path;
+  char line[128];
+  std::snprintf(line, sizeof line, "best %s so far: %.6g at step %lld, written to ",
+                s.keep_best->state.metric.c_str(), s.keep_best->state.best,
+                static_cast<long long>(s.step));
+  s.log.info(line + path.string());
+}
+
+void reconcile_best_checkpoint(Trainer::State& s) {
+  if (!s.keep_best || s.resumed_from.empty() || s.run_dir.empty()) return;
+  const fs::path here = best_file(s);
+  std::error_code ec;
+  std::optional<std::int64_t> here_step;
+  if (fs::exists(here, ec)) {
+    here_step = file_step(s, here);
+    if (here_step && *here_step > s.step) {
+      // Written after the resumed step: it belongs to the abandoned continuation, as the step
+      // checkpoints after it do (runs/folder.h), and goes aside with them.
+      const fs::path aside =
+          s.run_dir / ("checkpoints.discarded-after-step-" + std::to_string(s.step));
+      fs::create_directories(aside, ec);
+      fs::rename(here, aside / here.filename(), ec);
+      if (ec)
+        throw sdk::UserError("cannot move " + here.string() + " aside: " + ec.message(),
+                             "it belongs to the abandoned continuation after step " +
+                                 std::to_string(s.step) + "; move or delete it, then resume");
+      s.log.info("moved " + here.string() + " (step " + std::to_string(*here_step) + ") to " +
+                 aside.string() + ": it is from after the resumed step");
+      here_step.reset();
+    }
+  }
+  const auto& w = s.keep_best->state;
+  if (!w.has_best) return;
+  if (here_step && *here_step == w.best_step) {
+    s.best_path = here;
+    return;
+  }
+  // Resumed into another folder: the best comes along from the resumed run's, so this run's
+  // folder holds what its summary names.
+  const fs::path there =
+      s.resumed_from.parent_path() / ("best" + s.c.checkpoint_format->file_extension());
+  sdk::TrainingState st;
+  if (!fs::equivalent(there, here, ec) && fs::exists(there, ec) &&
+      file_step(s, there, &st) == w.best_step) {
+    s.c.checkpoint_format->write(here, st);
+    s.best_path = here;
+    s.log.info("copied the best checkpoint (step " + std::to_string(w.best_step) + ") from " +
+               there.string() + " to " + here.string());
+    return;
+  }
+  s.log.warn("the best checkpoint of " + w.metric + " (step " + std::to_string(w.best_step) +
+             ") is not in " + here.parent_path().string() + "; the next improvement writes one");
+}
+
+sdk::TrainingState Trainer::training_state(bool weights_only) const {
+  return capture_state(*s_, weights_only);
 }
 
 fs::path Trainer::save_checkpoint() {
   auto& s = *s_;
-  const auto st = training_state(/*weights_only=*/false);
+  const sdk::TrainingState st = capture_state(s, /*weights_only=*/false);
 
   char name[64];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.step));
@@ -319,6 +441,7 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
     // Each step draws run.accumulate batches.
     s.sampler->set_cursor(read_sampler_cursor(sampler, progress.step * s.e.run.accumulate,
                                               s.sampler->batches_per_epoch(), path));
+    restore_watch(s, st.metadata, progress.step, path);
     s.step = progress.step;
     s.applied = progress.applied;
     s.skipped = progress.skipped;

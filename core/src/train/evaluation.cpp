@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "train/top_k.h"
 #include "train/trainer_state.h"
 
 namespace mixtrain::core {
@@ -48,11 +49,23 @@ struct EvalMode {
 }  // namespace
 
 // Loss and accuracy are means over all labels (a language model's: over every labelled next
-// token, so the loss is in nats per token).
+// token, so the loss is in nats per token). Top-k accuracy ([eval] top_k) is counted on the
+// host from each batch's FP32 logits and the labels feed_batch left in y_host.
 EvalResult Trainer::evaluate() {
   auto& s = *s_;
   const Dataset& d = s.eval.rows > 0 ? s.eval : s.train;
-  return predict(d, d.rows, nullptr);
+  const std::int64_t k = s.e.eval.top_k;
+  if (k == 0) return predict(d, d.rows, nullptr);
+  const std::int64_t classes = s.model->classes(), per_row = d.labels_per_row();
+  std::int64_t hits = 0;
+  EvalResult r = predict(d, d.rows, [&](const PredictionBatch& batch) {
+    const auto labels = static_cast<std::size_t>(batch.rows * per_row);
+    hits += top_k_hits(batch.logits, {s.y_host.data(), labels}, classes, k);
+  });
+  r.top_k = k;
+  const double labels = static_cast<double>(d.rows) * static_cast<double>(per_row);
+  r.top_k_accuracy = d.rows > 0 ? static_cast<double>(hits) / labels : 0.0;
+  return r;
 }
 
 EvalResult Trainer::predict(const Dataset& d, std::int64_t labelled_rows,
@@ -79,7 +92,8 @@ EvalResult Trainer::predict(const Dataset& d, std::int64_t labelled_rows,
     feed_batch(s, d, idx);
     s.model->forward(rows);
     if (labelled) {
-      auto lv = s.model->loss(rows, 1.0f, false);
+      // Plain cross-entropy: label smoothing is part of the training objective only.
+      auto lv = s.model->evaluation_loss(rows);
       loss_sum += static_cast<double>(lv.loss) * static_cast<double>(rows);
       correct += lv.correct;
     }

@@ -45,6 +45,19 @@ void record_precision(TrainSummary& sum, const Model& model, const sdk::Precisio
   sum.resolved_policy = resolved.empty() ? sum.policy : resolved;
 }
 
+// Why early stopping ends the run now: the watched metric's best and the evaluations since.
+std::string early_stopping_reason(const MetricWatch& w, std::int64_t patience) {
+  char best[64] = "no evaluation gave a number";
+  if (w.state.has_best)
+    std::snprintf(best, sizeof best, "best %.6g at step %lld", w.state.best,
+                  static_cast<long long>(w.state.best_step));
+  char delta[48] = "";
+  if (w.min_delta > 0.0) std::snprintf(delta, sizeof delta, " by more than %g", w.min_delta);
+  return w.state.metric + " did not improve" + delta + " in " + std::to_string(patience) +
+         " evaluation" + (patience == 1 ? "" : "s") + " in a row (" + best +
+         "; run.early_stopping_patience = " + std::to_string(patience) + ")";
+}
+
 }  // namespace
 
 Trainer::Trainer(const Experiment& experiment, Components components, const TrainOptions& options)
@@ -80,6 +93,12 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   }
   input.sample_shape = s.train.sample_shape;
   s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes, input);
+  if (e.eval.top_k > s.model->classes())
+    throw sdk::ConfigError(
+        e.eval.top_k_where, "eval.top_k",
+        "is " + std::to_string(e.eval.top_k) + " but the model has only " +
+            std::to_string(s.model->classes()) + " classes",
+        "choose a top_k up to the number of classes (5 is usual), or 0 for none");
   auto caps = backend.capabilities();
   plan_precision(*s.model, *s.c.policy, caps, e.overrides, s.log);
   // Every node's ops are asked in Model::allocate; the step's own gradient checks here.
@@ -141,6 +160,16 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   s.schedule.min_lr = e.schedule.min_lr;
   s.schedule.warmup_steps = e.schedule.warmup_steps;
   s.schedule.total_steps = e.run.steps;
+  s.schedule.step_size = e.schedule.step_size;
+  s.schedule.gamma = e.schedule.gamma;
+  s.schedule.milestones = e.schedule.milestones;
+  s.schedule.pct_start = e.schedule.pct_start;
+  s.schedule.div_factor = e.schedule.div_factor;
+  s.schedule.final_div_factor = e.schedule.final_div_factor;
+  for (const auto& unused : e.unused_keys) s.log.warn(unused + "; ignored");
+  if (e.run.early_stopping_patience > 0)
+    s.early_stopping.emplace(e.run.early_stopping_metric, e.run.early_stopping_min_delta);
+  if (!e.checkpoint.keep_best.empty()) s.keep_best.emplace(e.checkpoint.keep_best, 0.0);
   if (s.train.is_tokens())
     s.ids_host.resize(static_cast<std::size_t>(max_rows * s.train.features));
   else
@@ -179,6 +208,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
       out.write(text.data(), text.size());
       if (const auto warning = out.commit(); !warning.empty()) s.log.warn(warning);
     }
+    reconcile_best_checkpoint(s);
   }
 }
 
@@ -216,16 +246,36 @@ TrainSummary Trainer::run() {
              " parameters, policy " + e.policy_name + ", scaler " + e.scaler_type + ", optimizer " +
              e.optimizer_type + ", backend " + b.capabilities().device_name + ", folder " +
              s.run_dir.string());
+  bool interrupted = false;
+  std::string stopped_by;     // run.on_nonfinite = "stop": why
+  std::string stopped_early;  // early stopping: why
   auto evaluate_and_log = [&]() {
     sum.eval = evaluate();
     sum.evaluated = true;
     sum.eval_step = s.step;
-    s.metrics.write(
-        {{"step", s.step}, {"eval_loss", sum.eval.loss}, {"eval_accuracy", sum.eval.accuracy}});
-    char line[160];
-    std::snprintf(line, sizeof line, "eval at step %lld: loss %.5f accuracy %.4f",
-                  static_cast<long long>(s.step), sum.eval.loss, sum.eval.accuracy);
+    json rec = {
+        {"step", s.step}, {"eval_loss", sum.eval.loss}, {"eval_accuracy", sum.eval.accuracy}};
+    if (sum.eval.top_k > 0) rec[top_k_accuracy_key(sum.eval.top_k)] = sum.eval.top_k_accuracy;
+    s.metrics.write(rec);
+    char line[200];
+    int n = std::snprintf(line, sizeof line, "eval at step %lld: loss %.5f accuracy %.4f",
+                          static_cast<long long>(s.step), sum.eval.loss, sum.eval.accuracy);
+    if (sum.eval.top_k > 0 && n > 0 && static_cast<std::size_t>(n) < sizeof line)
+      std::snprintf(line + n, sizeof line - static_cast<std::size_t>(n), " top-%lld %.4f",
+                    static_cast<long long>(sum.eval.top_k), sum.eval.top_k_accuracy);
     s.log.info(line);
+    if (s.early_stopping) {
+      auto& w = *s.early_stopping;
+      w.observe(eval_metric_value(sum.eval, w.state.metric), s.step);
+      // Patience used up at the last step changes nothing: the run ends there anyway.
+      if (w.state.bad_evals >= e.run.early_stopping_patience && s.step < e.run.steps)
+        stopped_early = early_stopping_reason(w, e.run.early_stopping_patience);
+    }
+    // After early stopping's count, so the best checkpoint holds the same state as the step's.
+    if (s.keep_best &&
+        s.keep_best->observe(eval_metric_value(sum.eval, e.checkpoint.keep_best), s.step) &&
+        s.opt.write_outputs)
+      save_best_checkpoint(s);
   };
 
   const auto t_start = Clock::now();
@@ -233,8 +283,6 @@ TrainSummary Trainer::run() {
   std::int64_t window_rows = 0;
   const std::int64_t first_step = s.step;
   ProgressReport progress(first_step, e.run.steps, bs, s.opt.progress_line, s.log);
-  bool interrupted = false;
-  std::string stopped_by;  // run.on_nonfinite = "stop": why
 
   while (s.step < e.run.steps) {
     ++s.step;
@@ -282,7 +330,7 @@ TrainSummary Trainer::run() {
     }
     if (live_refresh) progress.show_live(s.step, step.loss.loss, s.c.scaler->scale());
     if (eval_step) evaluate_and_log();
-    const bool stopping = interrupted || !stopped_by.empty();
+    const bool stopping = interrupted || !stopped_by.empty() || !stopped_early.empty();
     if (stopping) break;
     if (checkpoint_step && s.step != e.run.steps) save_checkpoint();
   }
@@ -316,7 +364,24 @@ TrainSummary Trainer::run() {
   sum.interrupted = interrupted;
   sum.divergence = divergence_reason(sum, stopped_by);
   sum.diverged = !sum.divergence.empty();
+  if (s.early_stopping) {
+    const auto& w = s.early_stopping->state;
+    sum.early_stopping = true;
+    sum.early_stopping_patience = e.run.early_stopping_patience;
+    sum.early_stopping_min_delta = e.run.early_stopping_min_delta;
+    sum.early_stopping_watch = {w.metric, w.has_best, w.best, w.best_step, w.bad_evals};
+    sum.stopped_early = !stopped_early.empty();
+    sum.early_stopping_reason = stopped_early;
+  }
+  if (s.keep_best) {
+    const auto& w = s.keep_best->state;
+    sum.keep_best = true;
+    sum.best = {w.metric, w.has_best, w.best, w.best_step, w.bad_evals};
+    sum.best_checkpoint = s.best_path;
+  }
   if (s.opt.write_outputs) write_run_summary(s.run_dir / "summary.json", sum);
+  if (sum.stopped_early)
+    s.log.info("stopped early at step " + std::to_string(s.step) + ": " + stopped_early);
   if (interrupted)
     s.log.warn("interrupted after step " + std::to_string(s.step) + " of " +
                std::to_string(e.run.steps) +

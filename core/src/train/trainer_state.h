@@ -16,6 +16,7 @@
 #include "mixtrain/core/train/lr_schedule.h"
 #include "mixtrain/core/train/trainer.h"
 #include "runs/metrics_log.h"
+#include "train/metric_watch.h"
 #include "train/step_graph.h"
 
 namespace mixtrain::core {
@@ -52,6 +53,10 @@ struct Trainer::State {
   std::vector<Tensor> ema;
   // Forward, loss and backward recorded and replayed where the backend and the step allow.
   std::unique_ptr<StepGraph> step_graph;
+  // run.early_stopping_patience > 0 and checkpoint.keep_best: the watched metrics, saved in
+  // checkpoints ("watch"); best_path is the best checkpoint's file once one exists.
+  std::optional<MetricWatch> early_stopping, keep_best;
+  std::filesystem::path best_path;
 };
 
 // Copies the given rows of `d` (features or token ids, and their labels) into the model's batch.
@@ -60,6 +65,15 @@ struct Trainer::State {
 // (augment_batch with the run seed); evaluation passes none and is never augmented.
 void feed_batch(Trainer::State& s, const Dataset& d, std::span<const std::int64_t> rows,
                 std::optional<std::uint64_t> training_batch = std::nullopt);
+
+// checkpoint.keep_best: writes the whole training state to checkpoints/best<ext> (atomically, as
+// every checkpoint) after an evaluation improved the best.
+void save_best_checkpoint(Trainer::State& s);
+// After a resume into the run folder: a best checkpoint written after the resumed step belongs to
+// the abandoned continuation and moves aside (checkpoints.discarded-after-step-N/), and the
+// restored best's file is found in the folder, or copied from the resumed run's, or its absence
+// is a warning (the next improvement writes one).
+void reconcile_best_checkpoint(Trainer::State& s);
 
 // ema = decay * ema + (1 - decay) * master, on the device, for every parameter.
 void update_ema(Trainer::State& s);

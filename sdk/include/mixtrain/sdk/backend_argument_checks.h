@@ -109,11 +109,11 @@ class MIXTRAIN_SDK_API BackendArgumentChecks {
                                     const TensorView& dgamma, const TensorView& dbeta) const;
 
   // softmax_cross_entropy's arguments: logits storage [rows, classes] (both > 0), labels int32
-  // [rows], loss fp32 [1], correct (optional) int32 [1], dlogits (optional) storage like logits.
-  // Returns {rows, classes}.
+  // [rows], label_smoothing in [0, 1], loss fp32 [1], correct (optional) int32 [1], dlogits
+  // (optional) storage like logits. Returns {rows, classes}.
   RowsCols softmax_cross_entropy_shape(const TensorView& logits, const TensorView& labels,
-                                       const TensorView& loss, const TensorView& correct,
-                                       const TensorView& dlogits) const;
+                                       float label_smoothing, const TensorView& loss,
+                                       const TensorView& correct, const TensorView& dlogits) const;
 
   // bias_grad's arguments: dy storage [rows, n], dbias fp32 [n]. Returns {rows, n}.
   RowsCols bias_grad_shape(const TensorView& dy, const TensorView& dbias) const;

@@ -4,7 +4,9 @@
 // - A backend offers it as find_facet("loss") (nullptr: the backend has none).
 // - supports(op, dtypes) answers for {logits} (labels are int32), without running anything.
 // - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods).
+//   version only appends methods). Version 2 (kSdkAbiVersion 12) gave softmax_cross_entropy its
+//   label_smoothing argument; a plugin built for version 1 has an older kSdkAbiVersion and is
+//   refused before any of its facets is asked for.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -23,19 +25,23 @@ MIXTRAIN_SDK_API std::string_view op_name(LossOp op) noexcept;
 
 class MIXTRAIN_SDK_API LossFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  static constexpr std::uint32_t kVersion = 2;
   static constexpr std::string_view kName = "loss";
   std::string_view name() const final { return kName; }
   std::uint32_t version() const final { return kVersion; }
   // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
   virtual bool supports(LossOp op, std::span<const DType> dtypes) const;
 
-  // logits [rows, classes], labels int32 [rows]. loss (fp32 [1]) = mean cross-entropy of the
-  // softmax in FP32; correct (int32 [1], optional) = rows whose argmax equals the label;
-  // dlogits (optional) = (softmax - onehot) * grad_scale / rows. A label outside [0, classes)
-  // raises BackendError.
+  // logits [rows, classes], labels int32 [rows], label_smoothing ε in [0, 1]. With p the softmax
+  // in FP32 (log-sum-exp and sums in double) and the smoothed target t = (1 - ε)·onehot + ε /
+  // classes: loss (fp32 [1]) = the mean over rows of -Σ_j t_j log p_j = (1 - ε)·CE + ε·mean_j
+  // (-log p_j), torch.nn.CrossEntropyLoss(label_smoothing=ε); correct (int32 [1], optional) =
+  // rows whose argmax (the lowest index among equal maxima) equals the label; dlogits (optional)
+  // = (p - t) * grad_scale / rows. ε = 0 is plain cross-entropy. A label outside [0, classes) or
+  // an ε outside [0, 1] (NaN included) raises BackendError.
   virtual void softmax_cross_entropy(TensorView logits, TensorView labels, float grad_scale,
-                                     TensorView loss, TensorView correct, TensorView dlogits) = 0;
+                                     float label_smoothing, TensorView loss, TensorView correct,
+                                     TensorView dlogits) = 0;
 
  protected:
   ~LossFacet() override;  // not owned through the facet: the backend is

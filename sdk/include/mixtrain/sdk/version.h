@@ -50,8 +50,9 @@ namespace mixtrain::sdk {
 // float_format_rules.h); from 8 on, sdk/abi/declarations.txt records each version's digest,
 // 9: the dropout facet (backend_dropout.h: DropoutFacet, DropoutKey, the shared mask function),
 // 10: the step-graph facet (backend_step_graph.h: StepGraphFacet, CUDA graphs of a static step),
-// 11: BackendArgumentChecks takes the facets' and layers' shape, geometry and overlap checks
-inline constexpr std::uint32_t kSdkAbiVersion = 11;
+// 11: BackendArgumentChecks takes the facets' and layers' shape, geometry and overlap checks,
+// 12: LossFacet 2: softmax_cross_entropy takes label_smoothing (and its argument check)
+inline constexpr std::uint32_t kSdkAbiVersion = 12;
 inline constexpr const char* kSdkVersion = "0.1.0";
 inline constexpr const char* kBuildFingerprint = MIXTRAIN_BUILD_FINGERPRINT;
 

@@ -45,5 +45,55 @@ TEST(core_CheckpointState, NullFromOlderCheckpointsReadsAsNanAndOtherStringsAreR
   EXPECT_THROW(component_state_from_json(j, "policy", "x", "ck.mxt"), sdk::UserError);
 }
 
+// The watched metrics ("watch": early stopping, the best checkpoint) come back as saved, and every
+// field is range-checked against the checkpoint's step.
+TEST(core_CheckpointState, WatchedMetricRoundTripsAndRefusesWhatCannotBe) {
+  WatchedMetric w;
+  w.metric = "eval_accuracy";
+  w.has_best = true;
+  w.best = 0.8125;
+  w.best_step = 40;
+  w.bad_evals = 2;
+  w.last_eval_step = 60;
+  const auto text = watched_metric_to_json(w).dump();
+  const auto back =
+      read_watched_metric(nlohmann::json::parse(text), "watch.early_stopping", 60, "ck.mxt");
+  EXPECT_EQ(back.metric, "eval_accuracy");
+  EXPECT_TRUE(back.has_best);
+  EXPECT_EQ(back.best, 0.8125);
+  EXPECT_EQ(back.best_step, 40);
+  EXPECT_EQ(back.bad_evals, 2);
+  EXPECT_EQ(back.last_eval_step, 60);
+  // No best yet: best is NaN, written as "nan".
+  WatchedMetric fresh;
+  fresh.metric = "eval_loss";
+  fresh.best = std::nan("");
+  const auto again = read_watched_metric(watched_metric_to_json(fresh), "watch.x", 0, "ck.mxt");
+  EXPECT_FALSE(again.has_best);
+
+  auto refused = [&](const char* key, nlohmann::json value, const std::string& says) {
+    auto j = nlohmann::json::parse(text);
+    j[key] = value;
+    try {
+      read_watched_metric(j, "watch.early_stopping", 60, "ck.mxt");
+      ADD_FAILURE() << key << " = " << value.dump() << " was accepted";
+    } catch (const sdk::CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("ck.mxt"), std::string::npos) << e.what();
+    }
+  };
+  refused("last_eval_step", 61, "watch.early_stopping.last_eval_step = 61 is outside [0, 60]");
+  refused("best_step", 61, "watch.early_stopping.best_step = 61 is outside [0, 60]");
+  refused("bad_evals", -1, "watch.early_stopping.bad_evals = -1 is outside [0, 60]");
+  refused("bad_evals", 1.5, "is not an integer");
+  refused("best", "nan", "a NaN evaluation never becomes the best");
+  refused("best", "high", "is not a number");
+  refused("has_best", 1, "is not a boolean");
+  refused("metric", 3, "is not a string");
+  auto missing = nlohmann::json::parse(text);
+  missing.erase("best_step");
+  EXPECT_THROW(read_watched_metric(missing, "watch.x", 60, "ck.mxt"), sdk::CheckpointError);
+}
+
 }  // namespace
 }  // namespace mixtrain::core

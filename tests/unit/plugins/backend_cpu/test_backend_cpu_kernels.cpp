@@ -203,7 +203,7 @@ TEST(backend_cpu_kernels, SoftmaxCrossEntropyLossGradAndCorrect) {
   DeviceTensor correct(be, DType::int32, {1});
   DeviceTensor dz(be, DType::fp32, {rows, classes});
   const float grad_scale = 8.0f;
-  be.softmax_cross_entropy(z, lab, grad_scale, loss, correct, dz);
+  be.softmax_cross_entropy(z, lab, grad_scale, 0.0f, loss, correct, dz);
 
   double loss_ref = 0.0;
   int correct_ref = 0;
@@ -231,18 +231,103 @@ TEST(backend_cpu_kernels, SoftmaxCrossEntropyLossGradAndCorrect) {
   expect_close(dz.get(), dz_ref, 1e-5, 1e-6, "dlogits");
 
   // Optional outputs may be omitted.
-  be.softmax_cross_entropy(z, lab, 1.0f, loss, {}, {});
+  be.softmax_cross_entropy(z, lab, 1.0f, 0.0f, loss, {}, {});
   EXPECT_NEAR(loss.get()[0], loss_ref, 1e-5 * std::fabs(loss_ref));
 
   DeviceTensor bad(be, DType::int32, {rows}, {3, 0, 13, 5, 5, 1, 7});
   try {
-    be.softmax_cross_entropy(z, bad, 1.0f, loss, correct, dz);
+    be.softmax_cross_entropy(z, bad, 1.0f, 0.0f, loss, correct, dz);
     FAIL() << "label 13 of 13 classes must be rejected";
   } catch (const sdk::BackendError& e) {
     EXPECT_NE(std::string(e.what()).find("row 2"), std::string::npos) << e.what();
   }
   DeviceTensor negative(be, DType::int32, {rows}, {-1, 0, 1, 5, 5, 1, 7});
-  EXPECT_THROW(be.softmax_cross_entropy(z, negative, 1.0f, loss, correct, dz), sdk::BackendError);
+  EXPECT_THROW(be.softmax_cross_entropy(z, negative, 1.0f, 0.0f, loss, correct, dz),
+               sdk::BackendError);
+}
+
+// Label smoothing ε: loss = mean over rows of (1 - ε)·CE + ε·mean_j(-log p_j), dlogits = (p - t)
+// · grad_scale / rows with t = (1 - ε)·onehot + ε / classes, against a double reference; ε = 0
+// gives plain cross-entropy's bits; ε outside [0, 1] is refused.
+TEST(backend_cpu_kernels, SoftmaxCrossEntropyWithLabelSmoothing) {
+  CpuBackend be(2);
+  const std::int64_t rows = 6, classes = 11;
+  const auto zv = random_values(static_cast<std::size_t>(rows * classes), 19, -4.0f, 4.0f);
+  const std::vector<float> labels = {0, 10, 3, 3, 7, 5};
+  DeviceTensor z(be, DType::fp32, {rows, classes}, zv);
+  DeviceTensor lab(be, DType::int32, {rows}, labels);
+  DeviceTensor loss(be, DType::fp32, {1}), correct(be, DType::int32, {1});
+  DeviceTensor dz(be, DType::fp32, {rows, classes});
+  const float grad_scale = 4.0f;
+  for (const float eps : {0.1f, 0.35f, 1.0f}) {
+    be.softmax_cross_entropy(z, lab, grad_scale, eps, loss, correct, dz);
+    double loss_ref = 0.0;
+    std::vector<double> dz_ref;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto* row = zv.data() + r * classes;
+      double mx = row[0], s = 0.0, uniform = 0.0;
+      for (std::int64_t j = 1; j < classes; ++j) mx = std::max(mx, static_cast<double>(row[j]));
+      for (std::int64_t j = 0; j < classes; ++j) s += std::exp(row[j] - mx);
+      const double lse = mx + std::log(s);
+      const auto y = static_cast<std::int64_t>(labels[static_cast<std::size_t>(r)]);
+      for (std::int64_t j = 0; j < classes; ++j) uniform += (lse - row[j]) / classes;
+      loss_ref += (1.0 - eps) * (lse - row[y]) + eps * uniform;
+      for (std::int64_t j = 0; j < classes; ++j) {
+        const double t = (j == y ? 1.0 - eps : 0.0) + static_cast<double>(eps) / classes;
+        dz_ref.push_back((std::exp(row[j] - lse) - t) * grad_scale / rows);
+      }
+    }
+    loss_ref /= rows;
+    EXPECT_NEAR(loss.get()[0], loss_ref, 2e-6 * loss_ref) << "eps " << eps;
+    expect_close(dz.get(), dz_ref, 1e-5, 1e-6, "smoothed dlogits");
+  }
+  // Smoothing takes probability mass from the label: on rows the model gets right with
+  // confidence, the smoothed loss is above plain cross-entropy.
+  DeviceTensor confident(be, DType::fp32, {1, 3}, {8.0f, 0.0f, 0.0f});
+  DeviceTensor first(be, DType::int32, {1}, {0});
+  DeviceTensor plain(be, DType::fp32, {1});
+  be.softmax_cross_entropy(confident, first, 1.0f, 0.0f, plain, {}, {});
+  be.softmax_cross_entropy(confident, first, 1.0f, 0.1f, loss, {}, {});
+  EXPECT_LT(plain.get()[0], loss.get()[0]);
+  for (const float bad : {-0.01f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    try {
+      be.softmax_cross_entropy(z, lab, 1.0f, bad, loss, {}, dz);
+      ADD_FAILURE() << "label_smoothing " << bad << " must be refused";
+    } catch (const sdk::BackendError& e) {
+      EXPECT_NE(std::string(e.what()).find("label_smoothing"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The smoothed loss's gradient is its derivative: central differences of the loss (in double
+// from fp32 forwards) against dlogits with grad_scale 1.
+TEST(backend_cpu_kernels, SmoothedCrossEntropyGradientMatchesFiniteDifferences) {
+  CpuBackend be(1);
+  const std::int64_t rows = 3, classes = 5;
+  auto zv = random_values(static_cast<std::size_t>(rows * classes), 23, -2.0f, 2.0f);
+  const std::vector<float> labels = {4, 0, 2};
+  DeviceTensor lab(be, DType::int32, {rows}, labels);
+  DeviceTensor loss(be, DType::fp32, {1});
+  for (const float eps : {0.0f, 0.2f, 0.9f}) {
+    DeviceTensor z(be, DType::fp32, {rows, classes}, zv);
+    DeviceTensor dz(be, DType::fp32, {rows, classes});
+    be.softmax_cross_entropy(z, lab, 1.0f, eps, loss, {}, dz);
+    const auto analytic = dz.get();
+    auto loss_at = [&](std::vector<float> v) {
+      DeviceTensor zz(be, DType::fp32, {rows, classes}, v);
+      be.softmax_cross_entropy(zz, lab, 1.0f, eps, loss, {}, {});
+      return static_cast<double>(loss.get()[0]);
+    };
+    const float h = 1e-2f;
+    for (std::size_t i = 0; i < zv.size(); ++i) {
+      auto up = zv, down = zv;
+      up[i] += h;
+      down[i] -= h;
+      const double numeric = (loss_at(up) - loss_at(down)) /
+                             (static_cast<double>(up[i]) - static_cast<double>(down[i]));
+      EXPECT_NEAR(analytic[i], numeric, 2e-4) << "eps " << eps << " logit " << i;
+    }
+  }
 }
 
 TEST(backend_cpu_kernels, SixteenBitStorageMatchesFp32OnRepresentableInputs) {
@@ -258,8 +343,8 @@ TEST(backend_cpu_kernels, SixteenBitStorageMatchesFp32OnRepresentableInputs) {
   DeviceTensor loss32(be, DType::fp32, {1}), loss16(be, DType::fp32, {1});
   DeviceTensor z32(be, DType::fp32, {rows, n}, xv), z16(be, DType::bf16, {rows, n}, xv);
   DeviceTensor d32(be, DType::fp32, {rows, n}), d16(be, DType::bf16, {rows, n});
-  be.softmax_cross_entropy(z32, lab, 1.0f, loss32, {}, d32);
-  be.softmax_cross_entropy(z16, lab, 1.0f, loss16, {}, d16);
+  be.softmax_cross_entropy(z32, lab, 1.0f, 0.0f, loss32, {}, d32);
+  be.softmax_cross_entropy(z16, lab, 1.0f, 0.0f, loss16, {}, d16);
   EXPECT_EQ(loss16.get()[0], loss32.get()[0]);
   const auto d32v = d32.get();
   const auto d16v = d16.get();

@@ -364,12 +364,12 @@ TEST(backend_cpu_mixed_kernels, SoftmaxCrossEntropyReadsHalfLogitsAndWritesHalfG
   DeviceTensor lab(be, DType::int32, {rows}, {0, 6, 3, 3, 1, 2});
   DeviceTensor z32(be, DType::fp32, {rows, classes}, zv), d32(be, DType::fp32, {rows, classes});
   DeviceTensor loss32(be, DType::fp32, {1}), loss16(be, DType::fp32, {1});
-  be.softmax_cross_entropy(z32, lab, 1024.0f, loss32, {}, d32);
+  be.softmax_cross_entropy(z32, lab, 1024.0f, 0.0f, loss32, {}, d32);
   const auto d_ref = d32.get();
   for (DType logits_dt : {DType::bf16, DType::fp16}) {
     for (DType grad_dt : {DType::bf16, DType::fp16}) {
       DeviceTensor z(be, logits_dt, {rows, classes}, zv), d(be, grad_dt, {rows, classes});
-      be.softmax_cross_entropy(z, lab, 1024.0f, loss16, {}, d);
+      be.softmax_cross_entropy(z, lab, 1024.0f, 0.0f, loss16, {}, d);
       EXPECT_EQ(loss16.get()[0], loss32.get()[0]);
       const auto got = d.get();
       for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], stored_value(d_ref[i], grad_dt)) << i;

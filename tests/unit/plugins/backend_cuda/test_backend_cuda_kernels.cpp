@@ -134,7 +134,8 @@ TEST_F(backend_cuda_vs_cpu, SoftmaxCrossEntropy) {
           Tensor z(be, lt, {rows, classes}, zv), y(be, DType::int32, {rows}, labels);
           Tensor loss(be, DType::fp32, {1}), correct(be, DType::int32, {1}),
               dz(be, dt, {rows, classes});
-          sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, y, 1024.0f, loss, correct, dz);
+          sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, y, 1024.0f, 0.0f, loss, correct,
+                                                                dz);
           return std::vector<std::vector<float>>{loss.get(), correct.get(), dz.get()};
         };
         const auto g = run(gpu());
@@ -147,7 +148,7 @@ TEST_F(backend_cuda_vs_cpu, SoftmaxCrossEntropy) {
   // Optional outputs may be empty.
   Tensor z(gpu(), DType::fp32, {4, 3}, random_values(12, 10)), y(gpu(), DType::int32, {4}, {0, 1, 2, 0});
   Tensor loss(gpu(), DType::fp32, {1});
-  gpu().softmax_cross_entropy(z, y, 1.0f, loss, {}, {});
+  gpu().softmax_cross_entropy(z, y, 1.0f, 0.0f, loss, {}, {});
   EXPECT_GT(loss.get()[0], 0.0f);
 }
 
@@ -155,7 +156,7 @@ TEST_F(backend_cuda_vs_cpu, SoftmaxCrossEntropyBadLabelRaisesAtTheNextSync) {
   Tensor z(gpu(), DType::fp32, {4, 3}, random_values(12, 11)), y(gpu(), DType::int32, {4}, {0, 3, 1, -1});
   Tensor loss(gpu(), DType::fp32, {1}, {42.0f});
   try {
-    gpu().softmax_cross_entropy(z, y, 1.0f, loss, {}, {});
+    gpu().softmax_cross_entropy(z, y, 1.0f, 0.0f, loss, {}, {});
     gpu().synchronize();
     FAIL() << "no error for label 3 of 3 classes";
   } catch (const sdk::BackendError& e) {
@@ -166,7 +167,7 @@ TEST_F(backend_cuda_vs_cpu, SoftmaxCrossEntropyBadLabelRaisesAtTheNextSync) {
   EXPECT_EQ(loss.get()[0], 42.0f);  // untouched
   // The record was reset: good labels work again.
   y.set({0, 1, 2, 0});
-  gpu().softmax_cross_entropy(z, y, 1.0f, loss, {}, {});
+  gpu().softmax_cross_entropy(z, y, 1.0f, 0.0f, loss, {}, {});
   EXPECT_NO_THROW(gpu().synchronize());
   EXPECT_NE(loss.get()[0], 42.0f);
 }

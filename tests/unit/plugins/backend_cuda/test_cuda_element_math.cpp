@@ -832,4 +832,51 @@ TEST(cuda_element_math, SoftmaxStepsFollowTheCpuExpressions) {
   EXPECT_EQ(bits(el::softmax_max(1.0f, NAN)), bits(1.0f));
 }
 
+// The kernel's label smoothing steps are the CPU backend's expressions: with the CPU's own p and
+// log-sum-exp per row (its sequential sums), xent_grad gives its dlogits and xent_row_loss its
+// loss, bit for bit; eps = 0 is plain cross-entropy's targets and row loss exactly.
+TEST(cuda_element_math, CrossEntropySmoothingFollowsTheCpuBackend) {
+  mixtrain::backend_cpu::CpuBackend cpu(1);  // one thread: the CPU's loss sum in row order
+  const std::int64_t rows = 9, classes = 37;
+  std::vector<float> zv = test_values(rows * classes, 51);
+  for (auto& v : zv)
+    if (!std::isfinite(v) || std::fabs(v) > 30.0f) v = -2.5f;
+  std::vector<float> labels;
+  for (std::int64_t r = 0; r < rows; ++r) labels.push_back(static_cast<float>((r * 5) % classes));
+  HostTensor z(cpu, DType::fp32, sdk::Shape{rows, classes}), y(cpu, DType::int32, sdk::Shape{rows});
+  HostTensor loss(cpu, DType::fp32, sdk::Shape{1}), dz(cpu, DType::fp32, sdk::Shape{rows, classes});
+  z.set_all(zv);
+  std::vector<std::int32_t> ids(labels.begin(), labels.end());
+  cpu.copy_from_host(y, ids.data());
+  for (const float eps : {0.0f, 0.1f, 0.3f, 1.0f}) {
+    const float grad_scale = 64.0f;
+    cpu.softmax_cross_entropy(z, y, grad_scale, eps, loss, {}, dz);
+    const float factor = grad_scale / static_cast<float>(rows);
+    const float on = el::xent_target_on(eps, classes), off = el::xent_target_off(eps, classes);
+    double loss_sum = 0.0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* row = zv.data() + r * classes;
+      float mx = row[0];
+      for (std::int64_t j = 1; j < classes; ++j) mx = row[j] > mx ? row[j] : mx;
+      double sum_exp = 0.0, z_sum = 0.0;
+      for (std::int64_t j = 0; j < classes; ++j) sum_exp += std::exp(row[j] - mx);
+      for (std::int64_t j = 0; j < classes; ++j) z_sum += static_cast<double>(row[j]);
+      const double lse = static_cast<double>(mx) + std::log(sum_exp);
+      const std::int32_t label = ids[static_cast<std::size_t>(r)];
+      loss_sum += el::xent_row_loss(lse, row[label], z_sum, eps, classes);
+      for (std::int64_t j = 0; j < classes; ++j) {
+        const float p = static_cast<float>(std::exp(static_cast<double>(row[j]) - lse));
+        ASSERT_EQ(bits(el::xent_grad(p, j == label ? on : off, factor)),
+                  bits(dz.get(r * classes + j)))
+            << "eps " << eps << " row " << r << " class " << j;
+      }
+    }
+    EXPECT_EQ(bits(static_cast<float>(loss_sum / static_cast<double>(rows))), bits(loss.get(0)))
+        << "eps " << eps;
+  }
+  EXPECT_EQ(el::xent_target_on(0.0f, 1000), 1.0f);
+  EXPECT_EQ(bits(el::xent_target_off(0.0f, 1000)), 0u);
+  EXPECT_EQ(el::xent_row_loss(2.5, 1.25f, 123.0, 0.0f, 7), 2.5 - 1.25);
+}
+
 }  // namespace

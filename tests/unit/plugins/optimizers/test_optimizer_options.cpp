@@ -96,8 +96,9 @@ TEST(optimizers_options, WrongTypeAndUnknownKey) {
 }
 
 TEST(optimizers_options, ScheduleKeysBelongToTheHost) {
-  const std::vector<std::string> host_keys{"type", "schedule", "warmup_steps", "min_lr",
-                                           "clip_grad_norm"};
+  const std::vector<std::string> host_keys{
+      "type",       "schedule",  "warmup_steps", "min_lr",           "step_size",     "gamma",
+      "milestones", "pct_start", "div_factor",   "final_div_factor", "clip_grad_norm"};
   for (const auto& schema : {SgdOptimizer::option_schema(), AdamWOptimizer::option_schema()}) {
     for (const auto& spec : schema)
       EXPECT_EQ(std::find(host_keys.begin(), host_keys.end(), spec.name), host_keys.end())

@@ -6,7 +6,8 @@
 // sorting by step once N outgrows the zero padding). A run folder — one that holds a
 // checkpoints/ folder — means the newest checkpoint in it. Otherwise sdk::CheckpointError names
 // the path and says what to pass. Files whose name is not "step-" + decimal digits + extension
-// (a negative step, a temp file, "step-final.mxt") are not checkpoints of a run and are ignored.
+// (a negative step, a temp file, "step-final.mxt", checkpoint.keep_best's "best.mxt") are not
+// step checkpoints of a run: folders never resolve to them and keep-pruning never removes them.
 #pragma once
 
 #include <cstdint>

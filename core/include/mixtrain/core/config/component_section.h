@@ -48,6 +48,11 @@ struct ComponentSection {
   sdk::OptionSchema host;  // keys the host reads in this section
   std::vector<ComponentSchema> components;  // every known component of the kind, selected included
   std::vector<std::string> host_tables;     // sub-tables the host reads itself ("override")
+  // Host keys whose value is a list of integers ([optimizer] milestones). The host schema
+  // declares each as a string: the list reaches it as its TOML text ("[100, 200]"), so its
+  // location, was_set and the resolved config work as for scalars, and the reader takes the
+  // entries with Config::integer_array. A scalar there is a ConfigError asking for a list.
+  std::vector<std::string> host_lists = {};
 };
 
 struct ResolvedComponentSection {

@@ -45,6 +45,11 @@ struct RunSettings {
   std::int64_t accumulate = 1;         // micro-batches (of data.batch_size) per optimizer step
   bool step_graphs = false;            // replay a recorded static step (train/step_graph.h)
   bool stretch_schedule = false;       // resume with another run.steps: re-plan the lr schedule
+  // Early stopping (train/metric_watch.h): stop after this many evaluations in a row without an
+  // improvement of early_stopping_metric by more than early_stopping_min_delta; 0 = off.
+  std::int64_t early_stopping_patience = 0;
+  std::string early_stopping_metric = "eval_loss";
+  double early_stopping_min_delta = 0.0;
 };
 
 struct EmaSettings {
@@ -53,7 +58,9 @@ struct EmaSettings {
 };
 
 struct EvalSettings {
-  std::string weights = "master";  // "master" | "ema"
+  std::string weights = "master";   // "master" | "ema"
+  std::int64_t top_k = 0;           // > 1: also top-k accuracy (train/top_k.h); 0: off
+  sdk::SourceLocation top_k_where;  // a top_k above the model's classes is refused there
 };
 
 // [data.normalize]: per-channel (x − mean) / std of image data, given or computed from the
@@ -100,10 +107,20 @@ struct DataSettings {
   AugmentSettings augment;      // image tables only
 };
 
+// [optimizer]'s host keys: the learning-rate schedule (train/lr_schedule.h) and clipping. The
+// reader checks each schedule's keys together (sorted milestones, onecycle's phases, min_lr at
+// most the optimizer's lr); keys given that the chosen schedule does not read are listed in
+// Experiment::unused_keys.
 struct ScheduleSettings {
-  std::string schedule;  // constant | warmup_cosine
+  std::string schedule;  // one of lr_schedule_kinds()
   std::int64_t warmup_steps = 0;
   double min_lr = 0.0;
+  std::int64_t step_size = 1;
+  double gamma = 0.1;
+  std::vector<std::int64_t> milestones;
+  double pct_start = 0.3;
+  double div_factor = 25.0;
+  double final_div_factor = 1e4;
   double clip_grad_norm = 0.0;  // 0: no clipping
 };
 
@@ -113,6 +130,9 @@ struct CheckpointSettings {
   std::int64_t keep = 3;
   std::string init_from;
   WeightLayout init_layout = WeightLayout::native;  // how init_from stores its weights
+  // The evaluation number whose best value keeps checkpoints/best<ext> (train/metric_watch.h);
+  // "" = none.
+  std::string keep_best;
 };
 
 struct Experiment {
@@ -131,6 +151,9 @@ struct Experiment {
   sdk::Options backend_options, policy_options, scaler_options, optimizer_options,
       checkpoint_options;
   std::vector<ResolvedSection> core_sections;  // run, data, model, ... in resolved form
+  // Keys given that the rest of the config leaves unread (a schedule's keys after a --set
+  // optimizer.schedule=... swap, say), each naming its location: the trainer warns about them.
+  std::vector<std::string> unused_keys;
 };
 
 struct Components {

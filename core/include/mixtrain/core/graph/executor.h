@@ -13,8 +13,9 @@
 //   of tokens): activation(t, e) and gradient(t, e, buffers) are [rows, cols] device views.
 // - forward(e, visit) runs every computing node in forward order; `visit` (optional) sees each
 //   node after its forward and returns false to stop the pass.
-// - compute_loss enqueues softmax-cross-entropy of the logits against labels(rows); with
-//   gradients it also writes the logits' gradient, scaled by grad_scale. read_loss() waits.
+// - compute_loss enqueues softmax-cross-entropy of the logits against labels(rows), smoothed by
+//   label_smoothing (sdk/backend_loss.h); with gradients it also writes the logits' gradient,
+//   scaled by grad_scale. read_loss() waits.
 // - backward(e, buffers, last_micro_batch, visit) runs every node that needs a gradient in reverse
 //   order, writing input gradients into `buffers` (the planned dtypes, or all FP32 for the
 //   underflow measurement) and parameter gradients by their take_grad_beta() rule. A tensor
@@ -77,7 +78,8 @@ class Executor {
   GradientBuffers fp32_gradients(Tensor& storage);
 
   void forward(Extent e, const ForwardVisitor& visit = {});
-  void compute_loss(std::int64_t rows, float grad_scale, std::optional<GradientBuffers> gradients);
+  void compute_loss(std::int64_t rows, float grad_scale, float label_smoothing,
+                    std::optional<GradientBuffers> gradients);
   LossValues read_loss();
   void backward(Extent e, const GradientBuffers& buffers, bool last_micro_batch,
                 const BackwardVisitor& visit = {});

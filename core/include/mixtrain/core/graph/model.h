@@ -98,7 +98,8 @@ class Model {
   }
 
   void forward(std::int64_t rows) { executor_.forward(Extent::batch_of(rows)); }
-  // Enqueues the loss (and, with_grad, the scaled gradient of the logits) without waiting for it.
+  // Enqueues the training objective — the loss with the spec's label smoothing — (and, with_grad,
+  // the scaled gradient of the logits) without waiting for it.
   void compute_loss(std::int64_t rows, float grad_scale, bool with_grad);
   // Reads back the last computed loss and correct count (waits for the device).
   LossValues read_loss() { return executor_.read_loss(); }
@@ -106,6 +107,10 @@ class Model {
   sdk::TensorView loss_value() const { return executor_.loss_value(); }
   // compute_loss, then read_loss.
   LossValues loss(std::int64_t rows, float grad_scale, bool with_grad);
+  // Evaluation's loss: plain cross-entropy whatever the label smoothing, no gradient; waits.
+  LossValues evaluation_loss(std::int64_t rows);
+  // ModelSpec::label_smoothing: what the training objective (and a replay of it) uses.
+  float label_smoothing() const { return label_smoothing_; }
   void backward(std::int64_t rows);
 
   // Linear + relu/gelu pairs run the activation as the GEMM epilogue (on by default; see
@@ -156,6 +161,7 @@ class Model {
   GraphPlan plan_;
   Executor executor_;
   Mode mode_ = Mode::train;
+  float label_smoothing_ = 0.0f;
   // The micro-batch begin_micro_batch() opened, until its backward.
   struct MicroBatch {
     bool last = true;

@@ -41,6 +41,9 @@ struct ModelSpec {
   std::vector<LayerSpec> layers;  // the nodes, in declaration order
   bool graph = false;             // true: each node names its inputs (model.nodes)
   std::string loss = "softmax_cross_entropy";
+  // The training objective's label smoothing ε in [0, 1] (torch.nn.CrossEntropyLoss's): targets
+  // (1 - ε)·onehot + ε / classes. Evaluation reports plain cross-entropy whatever ε is.
+  double label_smoothing = 0.0;
   bool fuse_epilogues = true;  // Linear + relu/gelu as one GEMM with an activation epilogue
   sdk::SourceLocation where;
 };

@@ -8,8 +8,14 @@
 //   empty otherwise.
 // - An interrupted run (Ctrl-C, SIGTERM) stopped after a completed step; its checkpoint for that
 //   step was written and `evaluated` is false unless an evaluation ran at that step.
-// - summary.json always holds "diverged" and "interrupted" (booleans); "divergence" when it
-//   diverged; "eval_loss" / "eval_accuracy" / "eval_step" only when an evaluation ran.
+// - A run stopped early (run.early_stopping_patience) stopped after the evaluation that used up
+//   its patience, before run.steps; its final checkpoint and evaluation are of that step.
+// - summary.json always holds "diverged", "interrupted" and "stopped_early" (booleans);
+//   "early_stopping" (the watched metric, its best and step, the evaluations since, and why it
+//   stopped) when early stopping is on; "divergence" when it diverged; "eval_loss" /
+//   "eval_accuracy" / "eval_step" only when an evaluation ran, and with them "eval_top<k>_accuracy"
+//   when [eval] top_k = k; "best_checkpoint" (metric, value, step, and the file's path when it
+//   is on disk) when checkpoint.keep_best is set and an evaluation gave a number.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +29,21 @@ struct EvalResult {
   double loss = 0.0;
   double accuracy = 0.0;
   std::int64_t rows = 0;
+  std::int64_t top_k = 0;       // [eval] top_k; 0: top_k_accuracy was not computed
+  double top_k_accuracy = 0.0;  // share of labels within the top_k logits (train/top_k.h)
+};
+
+// The metrics.jsonl / summary.json / `mixtrain eval` key of top-k accuracy: "eval_top5_accuracy".
+std::string top_k_accuracy_key(std::int64_t k);
+
+// An evaluation number watched over a run (early stopping, the best checkpoint): its best value
+// and when, as summary.json reports them.
+struct WatchedSummary {
+  std::string metric;     // "eval_loss", ...
+  bool has_best = false;  // false: no evaluation gave a number yet
+  double best = 0.0;
+  std::int64_t best_step = 0;
+  std::int64_t bad_evals = 0;  // evaluations since the best
 };
 
 struct TrainSummary {
@@ -54,6 +75,17 @@ struct TrainSummary {
   bool diverged = false;
   std::string divergence;  // why it diverged, one sentence; empty when it did not
   bool interrupted = false;
+  // run.early_stopping_patience > 0: the watched metric, and why the run stopped when it did.
+  bool early_stopping = false;
+  std::int64_t early_stopping_patience = 0;
+  double early_stopping_min_delta = 0.0;
+  WatchedSummary early_stopping_watch;
+  bool stopped_early = false;
+  std::string early_stopping_reason;  // one sentence when stopped_early
+  // checkpoint.keep_best: the best evaluation and its checkpoint (empty when none is on disk).
+  bool keep_best = false;
+  WatchedSummary best;
+  std::filesystem::path best_checkpoint;
 };
 
 // The reason a run with these totals diverged ("every one of the 300 steps was skipped ..."), or

@@ -1,22 +1,52 @@
 // Learning-rate schedules. The schedule advances on applied optimizer steps only: a step the
 // loss scaler skipped does not move the learning rate (PyTorch's warning about calling
 // scheduler.step() after a skipped optimizer.step() is built in).
+//
+// Contract
+// - lr_at(k) is the learning rate of the optimizer step that follows k earlier applied steps
+//   (k = 0 is the first step); it is a pure function of k and the fields, so a resumed run gets
+//   the same rates from the restored applied-step count.
+// - Warm-up (warmup_steps = W > 0; every kind but constant and onecycle): steps k < W take
+//   base_lr · (k + 1) / W, reaching base_lr at k = W - 1 (torch's LinearLR with start_factor
+//   1/W and total_iters W - 1). The kind then starts its own clock where warm-up ends, at
+//   t = k - W, over the remaining total_steps - W steps: torchvision's
+//   SequentialLR([warm-up, schedule], milestones=[W]). Step sizes and milestones count from there.
+// - inverse_sqrt is one formula with its warm-up: with n = k + 1, base_lr · min(n / W,
+//   sqrt(W / n)) (Noam's schedule, fairseq's inverse_sqrt); it needs W >= 1.
+// - onecycle is torch's OneCycleLR (cosine annealing, two phases, max_lr = base_lr) over
+//   total_steps; it warms up itself over pct_start · total_steps steps and ignores warmup_steps
+//   and min_lr.
+// - The fields are trusted: the config reader (config/experiment.cpp) validates them.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mixtrain::core {
 
 struct LrSchedule {
-  std::string kind = "constant";  // constant | warmup_cosine
+  // constant | warmup_cosine | linear | step | multistep | onecycle | inverse_sqrt
+  std::string kind = "constant";
   double base_lr = 1e-3;
-  double min_lr = 0.0;
+  double min_lr = 0.0;  // warmup_cosine, linear: the rate the decay ends at
   std::int64_t warmup_steps = 0;
   std::int64_t total_steps = 1;
+  // step: base_lr · gamma^floor(t / step_size); multistep: base_lr · gamma^(milestones <= t).
+  std::int64_t step_size = 1;
+  double gamma = 0.1;
+  std::vector<std::int64_t> milestones = {};  // strictly increasing, >= 1
+  // onecycle: from base_lr / div_factor up to base_lr over pct_start · total_steps steps, then
+  // down to base_lr / (div_factor · final_div_factor) at the last step.
+  double pct_start = 0.3;
+  double div_factor = 25.0;
+  double final_div_factor = 1e4;
 
   // lr for the optimizer step that follows `applied_steps` earlier applied steps (0-based).
   double lr_at(std::int64_t applied_steps) const;
 };
+
+// The schedules lr_at knows, in the order the docs list them.
+const std::vector<std::string>& lr_schedule_kinds();
 
 }  // namespace mixtrain::core

@@ -13,12 +13,18 @@
 //   unless it is the folder being resumed. Each checkpoint save first removes the temp files of
 //   killed saves (sdk::remove_stale_temp_files), then keeps the checkpoint.keep newest by step.
 // - run() stops early, after the step in progress, when TrainOptions::stop_requested answers
-//   true (Ctrl-C: see train/interrupt.h) or when run.on_nonfinite = "stop" meets a non-finite loss;
-//   it still writes the final checkpoint and summary.json, and the summary says interrupted or
-//   diverged (runs/summary.h). A diverged run is a result, not an exception.
+//   true (Ctrl-C: see train/interrupt.h), when run.on_nonfinite = "stop" meets a non-finite loss,
+//   or when early stopping's patience runs out at an evaluation before run.steps; it still writes
+//   the final checkpoint and summary.json, and the summary says interrupted, diverged or
+//   stopped_early (runs/summary.h). A diverged run is a result, not an exception.
 // - training_state() copies from the device and changes nothing: taken before run() without
 //   `resume`, its weights are the seeded initialisation (then checkpoint.init_from) that step 1
 //   starts from, bit for bit.
+// - Early stopping's and checkpoint.keep_best's state (train/metric_watch.h) is part of the
+//   training state a checkpoint holds, so a resumed run counts on from the same best and the same
+//   evaluations since. keep_best writes checkpoints/best<ext> after every evaluation that improves
+//   the best (the whole training state, as a step checkpoint); a resume reconciles that file with
+//   the restored best (train/trainer_state.h, reconcile_best_checkpoint).
 // - Step semantics: loss in FP32, backward seeded with the loss scale, fused unscale + non-finite
 //   check on FP32 gradients, optional clipping after unscaling, then the scaler decides; a
 //   skipped step leaves master weights, optimizer state and the lr schedule untouched.
