@@ -14,6 +14,7 @@
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/sdk/checkpoint_format.h"
 #include "model_session.h"
+#include "output_file.h"
 
 namespace mixtrain::cli {
 
@@ -74,24 +75,6 @@ std::pair<fs::path, std::shared_ptr<sdk::CheckpointFormat>> newest_in_folder(
       "pass a checkpoint file, a run folder or its checkpoints/ folder");
 }
 
-// Refused before anything is read (a config's data, a large checkpoint): an output that exists
-// without --force, that is the input itself, or whose folder is missing.
-void check_output(const fs::path& out, const fs::path& input, bool force) {
-  std::error_code ec;
-  if (fs::equivalent(out, input, ec))
-    throw sdk::UserError("export would overwrite its input " + input.string(),
-                         "choose another file with --out");
-  if (fs::exists(out, ec) && !force)
-    throw sdk::UserError(out.string() + " already exists",
-                         "pass --force to overwrite it, or --out");
-  const fs::path folder = out.parent_path();
-  if (!folder.empty() && !fs::is_directory(folder, ec))
-    throw sdk::UserError(
-        "the folder of " + out.string() + ", " + folder.string() +
-            (fs::exists(folder, ec) ? ", is not a folder" : ", does not exist"),
-        "create it first (mkdir -p " + folder.string() + "), or choose another --out");
-}
-
 // The exported weights in --layout, written and reported; `from` says where they came from.
 void write_export(const ExportArgs& args, const sdk::CheckpointFormat& writer,
                   sdk::TrainingState state, const fs::path& source, const fs::path& out,
@@ -145,7 +128,7 @@ int export_checkpoint(const ExportArgs& args) {
       args.out.empty() ? beside_run(source) /
                              fs::path(source.filename()).replace_extension(writer->file_extension())
                        : fs::path(args.out);
-  check_output(out, source, args.force);
+  check_output_file(out, source, args.force);
 
   auto state = reader->read(source);
   // Anything but a mixtrain checkpoint (e.g. another safetensors file) keeps its metadata.
@@ -168,7 +151,7 @@ int export_initial(const ExportArgs& args) {
     throw sdk::UserError(
         "export --initial needs --out: a config's weights have no run folder to go beside",
         "name the output file, e.g. --out initial.safetensors");
-  check_output(out, config, args.force);
+  check_output_file(out, config, args.force);
 
   auto session = open_model_session({args.source, args.sets}, SessionWeights::as_training_starts);
   auto writer = create_writer(*session.registry, args);

@@ -17,31 +17,13 @@
 #include "mixtrain/core/data/prediction_input.h"
 #include "mixtrain/core/predict/prediction_file.h"
 #include "model_session.h"
+#include "output_file.h"
 
 namespace mixtrain::cli {
 
 namespace {
 
 namespace fs = std::filesystem;
-
-// Refuses, before anything is loaded, an output that could not be written or would overwrite.
-void check_output(const fs::path& out, const fs::path& input, bool force) {
-  std::error_code ec;
-  const fs::path folder = out.has_parent_path() ? out.parent_path() : fs::path(".");
-  if (!fs::is_directory(folder, ec))
-    throw sdk::UserError(
-        "the folder of --out " + out.string() + " (" + folder.string() + ") does not exist",
-        "create it first (mkdir -p " + folder.string() + "), or choose another --out");
-  if (fs::is_directory(out, ec))
-    throw sdk::UserError("--out " + out.string() + " is a folder",
-                         "give a file name, e.g. " + (out / "predictions.npy").string());
-  if (fs::exists(out, ec) && fs::equivalent(out, input, ec))
-    throw sdk::UserError("--out " + out.string() + " is the input file",
-                         "write the predictions to another file");
-  if (fs::exists(out, ec) && !force)
-    throw sdk::UserError(out.string() + " already exists",
-                         "pass --force to overwrite it, or choose another --out");
-}
 
 // The live progress line of a terminal: rows done, rate, time left; at most five redraws a
 // second.
@@ -85,7 +67,7 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
     if (!path.empty() && !fs::is_regular_file(path))
       throw sdk::DataError(option + " " + path + " is not a file",
                            "check the path; predict reads one file of inputs (and one of labels)");
-  check_output(out, input, args.force);
+  check_output_file(out, input, args.force);
   if (args.top_k < 0)
     throw sdk::UserError("--top-k " + std::to_string(args.top_k) + " is negative",
                          "give 0 (every class) or the number of classes to keep");
