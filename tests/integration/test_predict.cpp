@@ -296,6 +296,10 @@ TEST_F(Predict, BadInputExits2NamingTheFixAndNeverOverwritesWithoutForce) {
   r = run(base + "--input x.npy --out p.npy --top-k 4", dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("3 classes"), std::string::npos) << r.err;
+  // --positions all belongs to language models.
+  r = run(base + "--input x.npy --out p.npy --positions all", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--positions all is for language models"), std::string::npos) << r.err;
   // An existing file is kept without --force, replaced with it.
   std::ofstream(dir_ / "keep.npy") << "precious";
   r = run(base + "--input x.npy --out keep.npy", dir_);
