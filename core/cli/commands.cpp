@@ -31,9 +31,7 @@ namespace {
 // checkpoints/ folder, or a checkpoint file inside that.
 fs::path run_config_of(const fs::path& resume) {
   std::error_code ec;
-  fs::path folder = fs::is_directory(resume, ec) ? resume : resume.parent_path();
-  if (folder.filename() == "checkpoints") folder = folder.parent_path();
-  if (folder.empty()) folder = ".";
+  const fs::path folder = core::run_folder_of(resume);
   const fs::path config = folder / "config.toml";
   if (!fs::is_regular_file(config, ec))
     throw sdk::UserError("--resume " + resume.string() + " without a config: no config.toml in " +

@@ -40,13 +40,6 @@ std::shared_ptr<sdk::CheckpointFormat> create_writer(core::PluginRegistry& regis
       options);
 }
 
-// Where an export goes by default: the run folder, not its checkpoints/ folder (which belongs to
-// the trainer's checkpoint rotation); any other checkpoint's own folder.
-fs::path beside_run(const fs::path& checkpoint) {
-  const fs::path folder = checkpoint.parent_path();
-  return folder.filename() == "checkpoints" ? folder.parent_path() : folder;
-}
-
 std::string known_formats(const Formats& formats) {
   std::string known;
   for (const auto& [name, f] : formats)
@@ -124,8 +117,9 @@ int export_checkpoint(const ExportArgs& args) {
           "name the format with --from; known formats: " + known_formats(readers));
   }
 
+  // By default beside the run, never inside checkpoints/ (the trainer's rotation owns that).
   const fs::path out =
-      args.out.empty() ? beside_run(source) /
+      args.out.empty() ? core::run_folder_of(source) /
                              fs::path(source.filename()).replace_extension(writer->file_extension())
                        : fs::path(args.out);
   check_output_file(out, source, args.force);

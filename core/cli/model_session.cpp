@@ -25,11 +25,10 @@ ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights) {
   auto components = core::create_components(s.experiment, *s.registry);
   s.policy = components.policy;
   s.checkpoint_format = components.checkpoint_format;
-  core::Experiment opened = s.experiment;
-  if (weights == SessionWeights::from_checkpoint) opened.checkpoint.init_from.clear();
+  if (weights == SessionWeights::from_checkpoint) s.experiment.checkpoint.init_from.clear();
   core::TrainOptions opt;
   opt.write_outputs = false;
-  s.trainer = std::make_unique<core::Trainer>(opened, std::move(components), opt);
+  s.trainer = std::make_unique<core::Trainer>(s.experiment, std::move(components), opt);
   return s;
 }
 

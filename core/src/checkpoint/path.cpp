@@ -58,4 +58,11 @@ fs::path resolve_checkpoint_path(const fs::path& path, const std::string& extens
   return path;
 }
 
+fs::path run_folder_of(const fs::path& path) {
+  std::error_code ec;
+  fs::path folder = fs::is_directory(path, ec) ? path : path.parent_path();
+  if (folder.filename() == "checkpoints") folder = folder.parent_path();
+  return folder.empty() ? fs::path(".") : folder;
+}
+
 }  // namespace mixtrain::core

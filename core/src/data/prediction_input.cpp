@@ -133,12 +133,13 @@ PredictionInput load_table(const PredictionInputSpec& spec, const Dataset& train
                                  spec.labels.string() + " was given too",
                              "leave out --labels");
       data = load_cifar10(std::span<const fs::path>(&file, 1));
+      // The .npy and IDX loaders check labels against trained.classes; CIFAR-10 has its 10.
+      if (data.classes > trained.classes)
+        throw sdk::DataError(file.string() + ": labels of " + std::to_string(data.classes) +
+                                 " classes, but the model has " + std::to_string(trained.classes),
+                             "give labels of the classes the model was trained on");
       break;
   }
-  if (data.classes > trained.classes)
-    throw sdk::DataError(file.string() + ": labels of " + std::to_string(data.classes) +
-                             " classes, but the model has " + std::to_string(trained.classes),
-                         "give labels of the classes the model was trained on");
   out.labelled_rows = data.y.empty() ? 0 : data.rows;
   if (data.y.empty()) data.y.assign(static_cast<std::size_t>(data.rows), 0);
   data.classes = trained.classes;

@@ -65,13 +65,8 @@ std::vector<float> Decoder::decode(std::span<const std::int32_t> ids) {
           (n - 1) * classes * static_cast<std::int64_t>(sdk::dtype_size(all.dtype)),
       all.dtype, sdk::Shape{1, classes}};
   std::vector<float> logits(static_cast<std::size_t>(classes));
-  if (last.dtype == DType::fp32) {
-    backend.copy_to_host(logits.data(), last);
-  } else {
-    Tensor tmp(model_.backend_ptr(), DType::fp32, sdk::Shape{1, classes});
-    backend.cast(last, tmp.view());
-    backend.copy_to_host(logits.data(), tmp.view());
-  }
+  Tensor scratch;
+  copy_to_host_fp32(model_.backend_ptr(), last, logits.data(), scratch);
   length_ += n;
   return logits;
 }

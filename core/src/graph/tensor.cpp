@@ -37,6 +37,19 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
   return *this;
 }
 
+void copy_to_host_fp32(const std::shared_ptr<sdk::DeviceBackend>& backend, sdk::TensorView src,
+                       float* dst, Tensor& scratch) {
+  if (src.dtype == sdk::DType::fp32) {
+    backend->copy_to_host(dst, src);
+    return;
+  }
+  if (scratch.empty() || scratch.shape().numel() < src.numel())
+    scratch = Tensor(backend, sdk::DType::fp32, sdk::Shape{src.numel()});
+  const sdk::TensorView wide{scratch.view().data, sdk::DType::fp32, src.shape};
+  backend->cast(src, wide);
+  backend->copy_to_host(dst, wide);
+}
+
 void Tensor::release() noexcept {
   if (data_ != nullptr && backend_) backend_->deallocate(data_);
   data_ = nullptr;

@@ -77,7 +77,6 @@ EvalResult Trainer::predict(const Dataset& d, std::int64_t labelled_rows,
   EvalMode mode(*s.model);
   std::optional<EmaWeights> ema;
   if (s.e.eval.weights == "ema" && !s.ema.empty()) ema.emplace(s);
-  auto& backend = *s.c.backend;
   const std::int64_t bs = s.e.data.eval_batch_size;
   // The logits per row: [classes], or [T, classes] for a language model.
   const std::int64_t row_values = d.labels_per_row() * s.model->classes();
@@ -101,15 +100,7 @@ EvalResult Trainer::predict(const Dataset& d, std::int64_t labelled_rows,
     const sdk::TensorView logits = s.model->logits(rows);
     const sdk::TensorView flat{logits.data, logits.dtype, sdk::Shape{rows * row_values}};
     logits_host.resize(static_cast<std::size_t>(rows * row_values));
-    if (flat.dtype == sdk::DType::fp32) {
-      backend.copy_to_host(logits_host.data(), flat);
-    } else {
-      if (logits_fp32.empty() || logits_fp32.shape().numel() < flat.numel())
-        logits_fp32 = Tensor(s.c.backend, sdk::DType::fp32, sdk::Shape{bs * row_values});
-      const sdk::TensorView wide{logits_fp32.view().data, sdk::DType::fp32, flat.shape};
-      backend.cast(flat, wide);
-      backend.copy_to_host(logits_host.data(), wide);
-    }
+    copy_to_host_fp32(s.c.backend, flat, logits_host.data(), logits_fp32);
     on_batch(PredictionBatch{start, rows, logits_host});
   };
   // The labelled rows in evaluate()'s batches, then the rest in batches of their own.

@@ -26,6 +26,10 @@ std::filesystem::path resolve_checkpoint_path(const std::filesystem::path& path,
 std::optional<std::int64_t> checkpoint_step(const std::filesystem::path& file,
                                             const std::string& extension);
 
+// The run folder a user's checkpoint path belongs to: a folder is itself, a file its folder, and
+// a checkpoints/ folder (or a file in one) its parent; "." for a bare file name.
+std::filesystem::path run_folder_of(const std::filesystem::path& path);
+
 // The step-N checkpoints directly in `folder`, oldest (smallest N) first; none when the folder
 // cannot be read.
 std::vector<std::filesystem::path> step_checkpoints(const std::filesystem::path& folder,

@@ -40,4 +40,10 @@ class Tensor {
   sdk::Shape shape_;
 };
 
+// `src`'s values as FP32 in `dst` (src.numel() floats), waiting for the device. A src that is
+// not fp32 is cast on the device into `scratch`, which is (re)allocated only when it holds fewer
+// elements than src, so a caller reading batch after batch allocates once.
+void copy_to_host_fp32(const std::shared_ptr<sdk::DeviceBackend>& backend, sdk::TensorView src,
+                       float* dst, Tensor& scratch);
+
 }  // namespace mixtrain::core
