@@ -3,7 +3,8 @@
 # calls apt-get when a package is missing. Needs root (or sudo) to install.
 #
 #   bash cmake/setup-debian.sh           build and train (the README's first command)
-#   bash cmake/setup-debian.sh --tests   also the PyTorch peer of the parity tests (the second)
+#   bash cmake/setup-debian.sh --tests   also the PyTorch peer of the parity tests (the second), and
+#                                        the PyPI peers (tensorboard, transformers) in a venv
 #   bash cmake/setup-debian.sh --ci      --tests, plus clang 14 with its sanitizer and libFuzzer
 #                                        runtimes for .ci/run's sanitizer and fuzz legs
 #
@@ -25,10 +26,12 @@ packages=(
   libboost-dev libboost-filesystem-dev libtomlplusplus-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   libdnnl-dev libopenblas-dev
+  # TensorBoard event files: the records are protobuf messages (core/proto/).
+  libprotobuf-dev protobuf-compiler
   # Debian's dnnl-config.cmake calls find_package(OpenCL) unconditionally, while libdnnl-dev only
   # recommends the OpenCL headers, which --no-install-recommends skips.
   ocl-icd-opencl-dev
-  python3-numpy
+  python3-numpy python3-venv
 )
 # tests/sanitize/run.sh and tests/fuzz/run.sh: clang 14, its ASan/UBSan/libFuzzer runtimes, the
 # OpenMP runtime clang links (the CPU backend uses OpenMP) and llvm-symbolizer for readable stacks.
@@ -47,8 +50,31 @@ is_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "instal
 missing=() missing_optional=()
 for p in "${packages[@]}"; do is_installed "$p" || missing+=("$p"); done
 for p in "${optional[@]}"; do is_installed "$p" || missing_optional+=("$p"); done
+# The PyPI peers of the interop tests, in a venv that sees Debian's torch and numpy: TensorBoard's
+# own event reader (the metrics sink's test) and transformers 4.30.2, the last to support torch
+# 1.13 (GPT2LMHeadModel.from_pretrained on `export --layout hf`). Optional everywhere: without
+# PyPI those tests fall back to the protobuf definitions and the documented names, saying so.
+# tests/integration/python_peers.h finds the venv at the same path.
+peers_venv="${MIXTRAIN_PEERS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/mixtrain/peers}"
+install_peers() {
+  [[ $with_tests == 1 ]] || return 0
+  local py="$peers_venv/bin/python"
+  if [[ -x "$py" ]] && "$py" -c 'import tensorboard, transformers, torch' 2>/dev/null; then
+    echo "setup: PyPI peers present in $peers_venv"
+    return 0
+  fi
+  echo "setup: installing the PyPI peers (tensorboard, transformers==4.30.2) into $peers_venv"
+  if /usr/bin/python3 -m venv --system-site-packages "$peers_venv" &&
+    "$py" -m pip install -q --disable-pip-version-check tensorboard 'transformers==4.30.2'; then
+    return 0
+  fi
+  echo "setup: warning: could not install the PyPI peers; the TensorBoard and Hugging Face" \
+    "interop tests fall back to their offline checks" >&2
+}
+
 if [[ ${#missing[@]} -eq 0 && ${#missing_optional[@]} -eq 0 ]]; then
   echo "setup: all $(( ${#packages[@]} + ${#optional[@]} )) Debian packages present"
+  install_peers
   exit 0
 fi
 echo "setup: installing ${missing[*]} ${missing_optional[*]}"
@@ -69,3 +95,4 @@ if [[ ${#missing_optional[@]} -gt 0 ]]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing_optional[@]}" ||
     echo "setup: warning: could not install ${missing_optional[*]}; the PyTorch parity tests will skip" >&2
 fi
+install_peers
