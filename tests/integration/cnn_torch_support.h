@@ -14,13 +14,14 @@ inline json run_resnet_reference(const fs::path& dir, const std::string& args) {
   return run_torch_script(dir, "resnet_reference.py", args);
 }
 
-// `rows` synthetic images [rows, 3, 32, 32] float32 in `dir`/NAME_x.npy and int64 labels in
+// `rows` synthetic images [rows, 3, size, size] float32 in `dir`/NAME_x.npy and int64 labels in
 // NAME_y.npy: 10 classes of oriented coloured gratings (one task: another seed draws other
 // images of the same classes), Gaussian noise of standard deviation `noise`.
 inline json make_resnet_images(const fs::path& dir, const std::string& name, int rows, int seed,
-                               double noise) {
+                               double noise, int size = 32) {
   return run_resnet_reference(dir, "make-data --rows " + std::to_string(rows) + " --seed " +
                                        std::to_string(seed) + " --noise " + std::to_string(noise) +
+                                       " --size " + std::to_string(size) +
                                        " --features " + (dir / (name + "_x.npy")).string() +
                                        " --labels " + (dir / (name + "_y.npy")).string());
 }

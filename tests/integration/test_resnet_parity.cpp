@@ -1,5 +1,5 @@
 // Parity of the resnet preset (ResNet-20: CIFAR stem, 3 stages of 3 BasicBlocks, widths
-// 16/32/64) with a PyTorch ResNet (tests/integration/resnet_reference.py, torchvision's names)
+// 16/32/64, on 16x16 images) with a PyTorch ResNet (tests/integration/resnet_reference.py, torchvision's names)
 // from the same initial weights (PyTorch's, with zeroed/unit running statistics, read through
 // checkpoint.init_from) on the same images (shuffle = false, eval_fraction = 0: step k takes rows
 // [32 (k mod 16), 32 (k mod 16) + 32) of 519; the last 7 rows are never trained on), with the same
@@ -8,10 +8,10 @@
 // Batch norm's training-mode backward is ill-conditioned: in FP32 a ResNet's gradients at
 // initialisation are ~1e-3 off the exact ones (PyTorch's own, against a float64 copy), so two
 // correct FP32 implementations drift apart step by step and no fixed tolerance holds for 30
-// steps. The reference therefore trains a float64 shadow and reports how far PyTorch's FP32
-// losses are from it; mixtrain's losses must be as close to the float64 ones as 10x PyTorch's
-// own distance so far (and within 1e-4 while that is smaller). What does not drift is checked
-// tightly:
+// steps. The reference therefore trains a float64 shadow over the first 10 steps and reports how
+// far PyTorch's FP32 losses are from it; mixtrain's losses must be as close to the float64 ones as
+// 10x PyTorch's own distance so far (and within 1e-4 while that is smaller). What does not drift
+// is checked tightly:
 //   fp32: the first step's loss (a pure training-mode forward) within 1e-5 of PyTorch's; after 30
 //     steps, mixtrain's exported weights evaluated by PyTorch in eval mode (running statistics)
 //     give mixtrain's `eval` loss within 1e-4 and its accuracy; PyTorch's trained weights and
@@ -89,12 +89,20 @@ init_from = "init.safetensors"
   return text;
 }
 
-// ResNet-20 on 32x32 RGB images of 10 classes, batch 32. The images' [N, 3, 32, 32] shape comes
-// from the .npy files.
+// ResNet-20 on 16x16 RGB images of 10 classes, batch 32. The images' [N, 3, 16, 16] shape comes
+// from the .npy files. 16x16 rather than CIFAR's 32x32: every layer, stride and shortcut is the
+// same (three stages, 16 -> 8 -> 4), at a quarter of the cost.
 const std::string kParityConfig = parity_config("resnet-parity", 30,
                                                 "blocks = [3, 3, 3]\n"
                                                 "widths = [16, 32, 64]\n"
                                                 "stem = \"cifar\"\n");
+
+constexpr int kImageSize = 16;
+
+// PyTorch's float64 shadow trains the first kShadowSteps steps only: by then its own FP32 has
+// drifted by ~1e-2 of the loss, so later steps' tolerance (10x that) asserts little, and float64
+// convolutions cost more than everything else in this file.
+constexpr int kShadowSteps = 10;
 
 const std::string kTorchSgd =
     " --batch 32 --lr 0.05 --momentum 0.9 --weight-decay 5e-4 --threads 2";
@@ -105,8 +113,8 @@ class ResnetParityTorch : public CliTest {
     CliTest::SetUp();
     if (!torch_available()) GTEST_SKIP() << torch_missing_message("ResNet parity with PyTorch");
     config_ = write_file("resnet.toml", kParityConfig);
-    ASSERT_TRUE(make_resnet_images(dir_, "train", 519, 1, 0.2).is_object());
-    ASSERT_TRUE(make_resnet_images(dir_, "eval", 512, 2, 0.2).is_object());
+    ASSERT_TRUE(make_resnet_images(dir_, "train", 519, 1, 0.2, kImageSize).is_object());
+    ASSERT_TRUE(make_resnet_images(dir_, "eval", 512, 2, 0.2, kImageSize).is_object());
     ASSERT_TRUE(init_resnet_weights(dir_, dir_ / "init.safetensors", "3,3,3", "16,32,64", 10, 13)
                     .is_object());
   }
@@ -162,19 +170,22 @@ TEST_F(ResnetParityTorch, Fp32FollowsPyTorchOver30SgdStepsAndEvalModeMatches) {
   std::vector<double> ours;
   ASSERT_NO_FATAL_FAILURE(train("fp32", "", ours));
   const auto torch_weights = dir_ / "torch30.safetensors";
-  const json theirs = torch_train(30, " --fp64-shadow --save-weights " + torch_weights.string());
+  const json theirs =
+      torch_train(30, " --fp64-shadow --fp64-shadow-steps " + std::to_string(kShadowSteps) +
+                          " --save-weights " + torch_weights.string());
   ASSERT_TRUE(theirs.is_object());
   const auto fp32 = theirs["losses"].get<std::vector<double>>();
   const auto fp64 = theirs["losses_fp64"].get<std::vector<double>>();
   const auto drift = theirs["fp32_vs_fp64"].get<std::vector<double>>();
   ASSERT_EQ(ours.size(), 30u);
-  ASSERT_EQ(fp64.size(), 30u);
+  ASSERT_EQ(fp64.size(), static_cast<std::size_t>(kShadowSteps));
+  ASSERT_EQ(drift.size(), fp64.size());
 
   // Step 1 is a training-mode forward from identical weights: no drift yet.
   EXPECT_LT(std::abs(ours[0] - fp32[0]) / fp32[0], 1e-5)
       << "step 1: mixtrain " << ours[0] << " torch " << fp32[0];
   double envelope = 0.0;
-  for (std::size_t k = 0; k < ours.size(); ++k) {
+  for (std::size_t k = 0; k < fp64.size(); ++k) {
     envelope = std::max(envelope, drift[k]);
     const double tolerance = std::max(1e-4, 10.0 * envelope);
     EXPECT_LT(std::abs(ours[k] - fp64[k]) / fp64[k], tolerance)
