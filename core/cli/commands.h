@@ -27,6 +27,9 @@ int run_check(const ConfigArgs& cfg);
 // Lists components, failed libraries and the search path (a missing entry is a warning); with
 // a non-empty `describe` (NAME or KIND/NAME), prints that component's option schema instead.
 int run_plugins(const std::string& describe);
+// Bare: every config section, one line each; with a SECTION ("run", "data.npy",
+// "scaler.dynamic", "layer.conv2d"), its keys with type, default, range and doc.
+int run_describe(const std::string& section);
 // `layout`: "native" or "gpt2" (a Hugging Face GPT-2 file, core/gpt2_layout.h).
 int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::string& layout);
 // Parity table of runs against the first; writes compare.{json,md,svg} into out_dir (empty: the

@@ -49,6 +49,15 @@ int main(int argc, char** argv) {
                       "source (data/NAME) or the host's keys of a table (host/run, "
                       "host/optimizer, host/checkpoint, host/model, host/ema, host/eval)");
 
+  std::string describe_section;
+  auto* describe_cmd = app.add_subcommand(
+      "describe",
+      "list the sections a config may hold, or the keys of one with their types, "
+      "defaults and ranges");
+  describe_cmd->add_option("section", describe_section,
+                           "a section: run, data, data.npy, model.gpt, optimizer, scaler.dynamic, "
+                           "layer.conv2d, ... (none: list them all)");
+
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint on the config's held-out data");
   eval->add_option("config", cfg.config, "config file")->required();
   eval->add_option("--checkpoint", checkpoint, "checkpoint file or checkpoints/ folder")
@@ -192,6 +201,7 @@ int main(int argc, char** argv) {
     if (exp->parsed()) return mixtrain::cli::run_export(export_args);
     if (sample->parsed()) return mixtrain::cli::run_sample(cfg, sample_args);
     if (predict->parsed()) return mixtrain::cli::run_predict(cfg, predict_args);
+    if (describe_cmd->parsed()) return mixtrain::cli::run_describe(describe_section);
     return mixtrain::cli::run_plugins(describe);
   } catch (const mixtrain::sdk::UserError& e) {
     std::fflush(stdout);

@@ -1,19 +1,20 @@
 // `mixtrain plugins`: the components found, the libraries that failed to load, the search path;
-// with --describe, one component's option schema, a data source's, or the host's keys of a table
-// (host/optimizer: the schedule's).
+// with --describe, one component's option schema, or (data/NAME, host/TABLE) one of the host's
+// sections as `mixtrain describe` prints it.
 #include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "cli_registry.h"
 #include "commands.h"
 #include "mixtrain/core/config/component_section.h"
 #include "mixtrain/core/config/host_schemas.h"
+#include "mixtrain/core/config/section_catalog.h"
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/sdk/device_backend.h"
+#include "section_description.h"
 
 namespace mixtrain::cli {
 
@@ -31,14 +32,6 @@ std::string kind_name(sdk::ComponentKind k) {
 }
 std::string dt(sdk::DType t) {
   return std::string(sdk::dtype_name(t));
-}
-
-// "integer", not option_type_name()'s "an integer" (written for sentences).
-std::string type_column(sdk::OptionType t) {
-  std::string s(sdk::option_type_name(t));
-  for (const char* article : {"a ", "an "})
-    if (s.rfind(article, 0) == 0) return s.substr(std::string(article).size());
-  return s;
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -102,38 +95,6 @@ std::vector<const LoadedComponent*> lookup(const PluginRegistry& registry,
                            (problems.empty() ? "" : " " + problems));
 }
 
-// `lists`: options declared as strings that hold a list of integers ([optimizer] milestones).
-void print_schema(const sdk::OptionSchema& options, const std::vector<std::string>& lists = {}) {
-  if (options.empty()) {
-    std::printf("no options\n");
-    return;
-  }
-  struct Row {
-    std::string name, type, def, range, doc;
-  };
-  std::vector<Row> rows{{"OPTION", "TYPE", "DEFAULT", "RANGE", "DOC"}};
-  for (const auto& o : options) {
-    const bool required = std::holds_alternative<std::monostate>(o.default_value);
-    const bool list = std::find(lists.begin(), lists.end(), o.name) != lists.end();
-    rows.push_back({o.name, list ? "integer list" : type_column(o.type),
-                    required ? "(required)"
-                    : list   ? "[]"
-                             : sdk::option_value_to_string(o.default_value),
-                    o.range_text(), o.doc});
-  }
-  std::size_t w[4] = {};
-  for (const auto& r : rows) {
-    w[0] = std::max(w[0], r.name.size());
-    w[1] = std::max(w[1], r.type.size());
-    w[2] = std::max(w[2], r.def.size());
-    w[3] = std::max(w[3], r.range.size());
-  }
-  for (const auto& r : rows)
-    std::printf("  %-*s  %-*s  %-*s  %-*s  %s\n", static_cast<int>(w[0]), r.name.c_str(),
-                static_cast<int>(w[1]), r.type.c_str(), static_cast<int>(w[2]), r.def.c_str(),
-                static_cast<int>(w[3]), r.range.c_str(), r.doc.c_str());
-}
-
 void describe(const LoadedComponent& c) {
   std::printf("%s/%s: %s\n", kind_name(c.info.kind).c_str(), c.info.name.c_str(),
               c.info.description.c_str());
@@ -142,77 +103,50 @@ void describe(const LoadedComponent& c) {
   std::printf("options go in [%s.%s] (or flat in [%s] while it is selected)\n",
               core::config_section_of(c.info.kind).c_str(), c.info.name.c_str(),
               core::config_section_of(c.info.kind).c_str());
-  print_schema(c.info.options);
+  print_section_keys(core::section_keys(c.info.options));
 }
 
-// The data sources are the host's own components: data/NAME, or a bare NAME no plugin uses.
-bool describe_data_source(const std::string& spec, bool plugin_matches) {
-  std::string name = spec;
-  if (spec.rfind("data/", 0) == 0)
+// The host's own sections, spelled as before `mixtrain describe` existed: data/NAME (or a bare
+// NAME no plugin uses) for a data source, host/TABLE for the host's keys of a table. Both print
+// what `mixtrain describe data.NAME` / `describe TABLE` prints.
+bool describe_host_section(const PluginRegistry& registry, const std::string& spec,
+                           bool plugin_matches) {
+  std::string name;
+  if (spec.rfind("host/", 0) == 0)
     name = spec.substr(5);
-  else if (plugin_matches || spec.find('/') != std::string::npos)
+  else if (spec.rfind("data/", 0) == 0)
+    name = "data." + spec.substr(5);
+  else if (!plugin_matches && spec.find('/') == std::string::npos &&
+           std::find(core::data_sources().begin(), core::data_sources().end(), spec) !=
+               core::data_sources().end())
+    name = "data." + spec;
+  else
     return false;
-  const auto& sources = core::data_sources();
-  if (std::find(sources.begin(), sources.end(), name) == sources.end()) {
-    if (spec.rfind("data/", 0) != 0) return false;
-    auto near = sdk::closest_match(name, sources);
-    throw sdk::UserError("--describe " + spec + ": no data source named '" + name + "'",
-                         (near.empty() ? "" : "did you mean 'data/" + near + "'? ") +
-                             "data sources: " + join(sources));
-  }
-  std::printf("data/%s: a data source of the host ([data] source = \"%s\")\n", name.c_str(),
-              name.c_str());
-  std::printf(
-      "options go in [data.%s] (or flat in [data] while it is selected); [data]'s own "
-      "keys: ",
-      name.c_str());
-  std::vector<std::string> common;
-  for (const auto& o : core::data_common_schema()) common.push_back(o.name);
-  std::printf("%s\n", join(common).c_str());
-  print_schema(core::data_source_schema(name));
-  return true;
-}
-
-// The host's own keys of a table: host/TABLE (run, optimizer, checkpoint, model, ema, eval).
-bool describe_host_table(const std::string& spec) {
-  if (spec.rfind("host/", 0) != 0) return false;
-  const std::string table = spec.substr(5);
-  struct HostTable {
-    const char* name;
-    sdk::OptionSchema (*schema)();
-    const char* where;
-    std::vector<std::string> lists;
-  };
-  const HostTable tables[] = {
-      {"run", core::run_schema, "[run]", {}},
-      {"optimizer",
-       core::schedule_schema,
-       "[optimizer], beside type (the optimizer's own options: --describe optimizer/NAME)",
-       {"milestones"}},
-      {"checkpoint",
-       core::checkpoint_core_schema,
-       "[checkpoint], beside format (the format's own options: --describe "
-       "checkpoint_format/NAME)",
-       {}},
-      {"model",
-       core::model_schema,
-       "[model], beside its layers, nodes or blocks (docs/model-graph.md)",
-       {}},
-      {"ema", core::ema_schema, "[ema]", {}},
-      {"eval", core::eval_schema, "[eval]", {}},
-  };
-  std::vector<std::string> names;
-  for (const auto& t : tables) {
-    names.push_back(t.name);
-    if (table != t.name) continue;
-    std::printf("host/%s: keys the host reads in %s\n", t.name, t.where);
-    print_schema(t.schema(), t.lists);
+  const auto sections = core::config_sections(registry);
+  const auto found = std::find_if(sections.begin(), sections.end(),
+                                  [&](const core::ConfigSection& s) { return s.name == name; });
+  if (found != sections.end()) {
+    print_section(sections, *found);
     return true;
   }
-  const auto near = sdk::closest_match(table, names);
-  throw sdk::UserError("--describe " + spec + ": the host has no table '" + table + "'",
-                       (near.empty() ? "" : "did you mean 'host/" + near + "'? ") +
-                           "host tables: " + join(names) + "; data sources: data/NAME");
+  // Not found: the suggestion in this command's own spelling (host/TABLE, data/NAME).
+  const bool data = spec.rfind("data/", 0) == 0;
+  std::vector<std::string> candidates;
+  for (const auto& s : sections) {
+    const bool top = s.name.find('.') == std::string::npos;
+    if (data && s.name.rfind("data.", 0) == 0 && s.name != "data.normalize" &&
+        s.name != "data.augment")
+      candidates.push_back("data/" + s.name.substr(5));
+    else if (!data && top)
+      candidates.push_back("host/" + s.name);
+  }
+  const auto near = sdk::closest_match(spec, candidates);
+  throw sdk::UserError("--describe " + spec + ": " +
+                           (data ? "no data source named '" + spec.substr(5) + "'"
+                                 : "the host has no table '" + spec.substr(5) + "'"),
+                       (near.empty() ? "" : "did you mean '" + near + "'? ") + "known: " +
+                           join(candidates) + "; mixtrain describe lists every config section");
+  return true;
 }
 
 }  // namespace
@@ -228,8 +162,7 @@ int run_plugins(const std::string& describe_spec) {
     const bool plugin_matches =
         std::any_of(registry->components().begin(), registry->components().end(),
                     [&](const LoadedComponent& c) { return c.info.name == describe_spec; });
-    if (describe_host_table(describe_spec)) return 0;
-    if (describe_data_source(describe_spec, plugin_matches)) return 0;
+    if (describe_host_section(*registry, describe_spec, plugin_matches)) return 0;
     const auto matches = lookup(*registry, describe_spec);
     if (matches.size() > 1) {
       std::vector<std::string> names;

@@ -77,8 +77,9 @@ std::unique_ptr<sdk::Component> create_cuda_backend(const sdk::Options& options,
 
 std::vector<sdk::ComponentInfo> backend_cuda_components() {
   return {{sdk::ComponentKind::backend, "cuda",
-           "CUDA backend: cuBLASLt Tensor Core GEMMs (fp32/tf32/bf16/fp16, fp8 on sm_89+), CUDA "
-           "kernels for casts, layers, loss and fused optimizers",
+           "CUDA backend: cuBLASLt Tensor Core GEMMs (fp32/tf32/bf16/fp16, fp8 on sm_89+), cuDNN "
+           "convolutions, CUDA kernels for batch norm, attention, embeddings, casts, loss and "
+           "fused optimizers",
            backend_cuda::cuda_backend_option_schema(), &create_cuda_backend}};
 }
 

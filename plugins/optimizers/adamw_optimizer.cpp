@@ -17,7 +17,11 @@ sdk::OptionSchema AdamWOptimizer::option_schema() {
           .at_most(1),
       OptionSpec::number("eps", 1e-8, "added to the denominator for numerical stability")
           .at_least(0),
-      OptionSpec::number("weight_decay", 0.01, "decoupled weight decay, scaled by lr").at_least(0),
+      OptionSpec::number("weight_decay", 0.01,
+                         "decoupled weight decay, scaled by lr; applied to the parameters the "
+                         "model marks for decay (linear and convolution weights, embedding "
+                         "tables), never to biases or normalisation weights")
+          .at_least(0),
   };
 }
 

@@ -26,7 +26,11 @@ sdk::OptionSchema SgdOptimizer::option_schema() {
           .at_most(1),
       OptionSpec::boolean("nesterov", false,
                           "Nesterov momentum; needs momentum > 0 and dampening = 0"),
-      OptionSpec::number("weight_decay", 0.0, "L2 penalty added to the gradient").at_least(0),
+      OptionSpec::number("weight_decay", 0.0,
+                         "L2 penalty added to the gradient of the parameters the model marks for "
+                         "decay (linear and convolution weights, embedding tables), never of "
+                         "biases or normalisation weights")
+          .at_least(0),
   };
 }
 

@@ -93,8 +93,11 @@ TEST_F(CliPlugins, DescribeSaysWhereTheOptionsGoAndCoversDataSources) {
   // The data sources are the host's, described the same way.
   r = run("plugins --describe npy");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("data/npy"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("options go in [data.npy]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[data.npy]: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("options go in [data.npy] (or flat in [data] while it is selected: "
+                       "source = \"npy\")"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("  features "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(required)"), std::string::npos) << r.out;
   EXPECT_EQ(run("plugins --describe data/npy").out, r.out);

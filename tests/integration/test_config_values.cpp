@@ -14,10 +14,6 @@ using CliConfig = CliTest;
 
 constexpr const char* kInt64Max = "9223372036854775807";
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 // A bad-input exit: code 2, one "error:" line naming `key`, and no internal error text.
 void expect_refused(const CliResult& r, const std::string& key) {
   EXPECT_EQ(r.exit_code, 2) << r.err;

@@ -29,10 +29,6 @@ class Toolbox : public CliTest {
   }
 };
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 // A bad-input exit: code 2, one "error:" line naming `where` and `key`, and a hint.
 void expect_config_error(const CliResult& r, const std::string& where, const std::string& key) {
   EXPECT_EQ(r.exit_code, 2) << r.err;

@@ -11,6 +11,7 @@
 #include "graph/ops/op_registry.h"
 #include "mixtrain/core/config/component_section.h"
 #include "mixtrain/core/config/host_schemas.h"
+#include "mixtrain/core/config/section_catalog.h"
 #include "mixtrain/core/runs/summary.h"
 #include "mixtrain/core/train/lr_schedule.h"
 
@@ -20,10 +21,6 @@ namespace fs = std::filesystem;
 using sdk::ComponentKind;
 
 namespace {
-
-const std::vector<std::string> kTopLevelTables = {"run",       "backend", "precision", "scaler",
-                                                  "optimizer", "model",   "data",      "checkpoint",
-                                                  "ema",       "eval",    "plugins"};
 
 // Every component of `kind` the registry knows, with its schema.
 std::vector<ComponentSchema> registered(const PluginRegistry& registry, ComponentKind kind) {
@@ -177,6 +174,7 @@ std::vector<fs::path> config_plugin_paths(const Config& config) {
 Experiment parse_experiment(const Config& config, const PluginRegistry& registry) {
   Experiment e;
   e.source_name = config.source_name();
+  const auto& kTopLevelTables = config_top_level_tables();
   for (const auto& key : config.top_level_keys()) {
     if (std::find(kTopLevelTables.begin(), kTopLevelTables.end(), key) == kTopLevelTables.end()) {
       auto near = sdk::closest_match(key, kTopLevelTables);

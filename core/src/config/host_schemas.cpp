@@ -153,8 +153,11 @@ sdk::OptionSchema data_source_schema(const std::string& source) {
     };
   if (source == "idx")
     return {
-        OptionSpec::required("images", OptionType::string, "IDX u8 image file (MNIST format)"),
-        OptionSpec::required("labels", OptionType::string, "IDX u8 label file (MNIST format)"),
+        OptionSpec::required("images", OptionType::string,
+                             "IDX unsigned-byte image file [N, H, W] (MNIST's format, plain or "
+                             "gzip), scaled by /255"),
+        OptionSpec::required("labels", OptionType::string,
+                             "IDX unsigned-byte label file [N] (plain or gzip)"),
     };
   if (source == "cifar10")
     return {
@@ -205,6 +208,18 @@ sdk::OptionSchema data_source_schema(const std::string& source) {
           .at_least(256)
           .at_most(kMaxDim),
   };
+}
+
+std::string data_source_summary(const std::string& source) {
+  if (source == "synthetic")
+    return "generated rows (clusters, a teacher MLP's labels, or images): no files needed";
+  if (source == "npy") return "NumPy .npy features (rows or images) and integer labels";
+  if (source == "idx") return "MNIST-style IDX image and label files, plain or gzip";
+  if (source == "cifar10") return "the CIFAR-10 binary batches (data_batch_*.bin, test_batch.bin)";
+  if (source == "tokens")
+    return "llm.c token files (.bin, uint16 tokens) cut into next-token windows";
+  if (source == "text") return "text files as bytes (a byte-level language model's windows)";
+  throw std::invalid_argument("data_source_summary: unknown source " + source);
 }
 
 sdk::OptionSchema data_normalize_schema() {

@@ -19,6 +19,7 @@ sdk::OptionSchema eval_schema();  // [eval]
 sdk::OptionSchema data_common_schema();
 const std::vector<std::string>& data_sources();  // synthetic, npy, idx, cifar10, tokens, text
 sdk::OptionSchema data_source_schema(const std::string& source);
+std::string data_source_summary(const std::string& source);  // one line, for `describe`
 bool is_path_option(const std::string& source, const std::string& key);  // file keys
 // [data.normalize] and [data.augment]: image tables only. normalize's mean and std are lists of
 // numbers, declared here as strings for the key list and read with Config::number_array.

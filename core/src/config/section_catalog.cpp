@@ -1,0 +1,206 @@
+#include "mixtrain/core/config/section_catalog.h"
+
+#include <algorithm>
+#include <variant>
+
+#include "mixtrain/core/config/component_section.h"
+#include "mixtrain/core/config/host_schemas.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::core {
+
+namespace {
+
+using sdk::ComponentKind;
+
+// "integer", not option_type_name()'s "an integer" (written for sentences).
+std::string type_column(sdk::OptionType t) {
+  std::string s(sdk::option_type_name(t));
+  for (const char* article : {"a ", "an "})
+    if (s.rfind(article, 0) == 0) return s.substr(std::string(article).size());
+  return s;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// The component sections: the table, its selector and the selector's default (the values
+// parse_experiment() falls back to; section_catalog_test checks that they agree).
+struct ComponentTable {
+  ComponentKind kind;
+  const char* selector;
+  const char* fallback;
+  const char* summary;
+};
+constexpr ComponentTable kComponentTables[] = {
+    {ComponentKind::policy, "policy", "fp32",
+     "the precision policy: the dtype of weights, GEMM inputs, activations and gradients per "
+     "layer"},
+    {ComponentKind::scaler, "type", "none",
+     "the loss scaler: the factor the loss is multiplied by before backward, and skipped steps"},
+    {ComponentKind::optimizer, "type", "adamw",
+     "the optimizer (FP32 master weights), its learning-rate schedule and gradient clipping"},
+    {ComponentKind::checkpoint_format, "format", "native",
+     "checkpoints: how often, how many, the file format, and weights to start from"},
+    {ComponentKind::backend, "type", "cpu", "the device backend the model runs on"},
+};
+
+// The host keys of a component section, beside its selector.
+std::vector<SectionKey> host_keys_of(ComponentKind kind) {
+  if (kind == ComponentKind::optimizer) return section_keys(schedule_schema(), {"milestones"});
+  if (kind == ComponentKind::checkpoint_format) return section_keys(checkpoint_core_schema());
+  return {};
+}
+
+// A section without a selector.
+ConfigSection plain(std::string name, std::string summary, std::vector<SectionKey> keys,
+                    std::string origin = "host") {
+  ConfigSection s;
+  s.name = std::move(name);
+  s.summary = std::move(summary);
+  s.origin = std::move(origin);
+  s.keys = std::move(keys);
+  return s;
+}
+
+std::string origin_of(const LoadedComponent& c) {
+  return "plugin '" + c.plugin_name + "' " + c.plugin_version + " (" + c.library.string() + ")";
+}
+
+void add_data_sections(std::vector<ConfigSection>& out) {
+  auto data = plain("data", "the dataset: where rows come from, batch sizes, the held-out split",
+                    section_keys(data_common_schema()));
+  data.selector = "source";
+  data.selector_default = "synthetic";
+  data.choices = data_sources();
+  out.push_back(data);
+  for (const auto& source : data_sources()) {
+    auto s = plain("data." + source, data_source_summary(source),
+                   section_keys(data_source_schema(source)));
+    for (auto& k : s.keys)
+      if (is_path_list_option(source, k.name)) k.type = "string or string list";
+    out.push_back(std::move(s));
+  }
+  out.push_back(plain("data.normalize",
+                      "per-channel image normalisation (images only): fixed statistics or the "
+                      "training split's",
+                      section_keys(data_normalize_schema())));
+  out.push_back(plain("data.augment",
+                      "training-time image augmentation (images only): random crops and flips",
+                      section_keys(data_augment_schema())));
+}
+
+void add_model_sections(std::vector<ConfigSection>& out) {
+  auto model = plain("model", "the network: a preset, or layers/nodes/blocks of the op table",
+                     section_keys(model_schema()));
+  model.keys.push_back({"layers", "table list", "[]", "",
+                        "a chain of layers, each an inline table { type = \"linear\", ... } "
+                        "(mixtrain describe layer.TYPE)"});
+  model.keys.push_back(
+      {"nodes", "table list", "[]", "",
+       "a graph of named nodes, each with inputs = [\"...\"] (docs/model-graph.md)"});
+  model.keys.push_back({"blocks", "table list", "[]", "",
+                        "named sub-graphs repeated n times, used by nodes (docs/model-graph.md)"});
+  out.push_back(std::move(model));
+  out.push_back(plain("model.gpt", "a GPT-2 style decoder (preset = \"gpt\")",
+                      section_keys(gpt_preset_schema())));
+  auto resnet = plain("model.resnet", "a torchvision-style ResNet (preset = \"resnet\")",
+                      section_keys(resnet_preset_schema()));
+  resnet.keys.insert(resnet.keys.begin(),
+                     {{"blocks", "integer list", "(required)", "",
+                       "blocks per stage: [2, 2, 2, 2] is ResNet-18, [3, 4, 6, 3] ResNet-34/50, "
+                       "[3, 3, 3] ResNet-20"},
+                      {"widths", "integer list", "(required)", "",
+                       "channels per stage (a bottleneck's output is 4x): [64, 128, 256, 512]"}});
+  out.push_back(std::move(resnet));
+}
+
+}  // namespace
+
+const std::vector<std::string>& config_top_level_tables() {
+  static const std::vector<std::string> tables = {"run",    "data",      "model",      "precision",
+                                                  "scaler", "optimizer", "checkpoint", "backend",
+                                                  "ema",    "eval",      "plugins"};
+  return tables;
+}
+
+std::vector<SectionKey> section_keys(const sdk::OptionSchema& schema,
+                                     const std::vector<std::string>& lists) {
+  std::vector<SectionKey> rows;
+  for (const auto& o : schema) {
+    const bool required = std::holds_alternative<std::monostate>(o.default_value);
+    const bool list = std::find(lists.begin(), lists.end(), o.name) != lists.end();
+    rows.push_back({o.name, list ? "integer list" : type_column(o.type),
+                    required ? "(required)"
+                    : list   ? "[]"
+                             : sdk::option_value_to_string(o.default_value),
+                    o.range_text(), o.doc});
+  }
+  return rows;
+}
+
+std::vector<ConfigSection> config_sections(const PluginRegistry& registry) {
+  std::vector<ConfigSection> out;
+  out.push_back(plain("run",
+                      "the run: its name, steps, logging, evaluation cadence and stopping rules",
+                      section_keys(run_schema())));
+  add_data_sections(out);
+  add_model_sections(out);
+
+  for (const auto& t : kComponentTables) {
+    const std::string table = config_section_of(t.kind);
+    auto s = plain(table, t.summary, host_keys_of(t.kind));
+    s.selector = t.selector;
+    s.selector_default = t.fallback;
+    std::vector<ConfigSection> components;
+    for (const auto& c : registry.components()) {
+      if (c.info.kind != t.kind) continue;
+      s.choices.push_back(c.info.name);
+      components.push_back(plain(table + "." + c.info.name, c.info.description,
+                                 section_keys(c.info.options), origin_of(c)));
+    }
+    out.push_back(std::move(s));
+    if (t.kind == ComponentKind::policy) {
+      auto o = plain("precision.override",
+                     "per-layer dtypes over the policy's plan, by layer name or glob; one table "
+                     "per rule",
+                     section_keys(precision_override_schema()));
+      o.array_of_tables = true;
+      out.push_back(std::move(o));
+    }
+    for (auto& c : components) out.push_back(std::move(c));
+  }
+
+  out.push_back(plain("ema", "an exponential moving average of the FP32 master weights",
+                      section_keys(ema_schema())));
+  out.push_back(
+      plain("eval", "how evaluation runs and what it reports", section_keys(eval_schema())));
+  out.push_back(plain("plugins", "where plugin libraries are searched for",
+                      {{"paths", "string list", "[]", "",
+                        "folders searched for plugin libraries before MIXTRAIN_PLUGIN_PATH and "
+                        "the installed ones (relative to the config file)"}}));
+  for (const auto& type : layer_types())
+    out.push_back(
+        plain("layer." + type,
+              "a layer of type \"" + type + "\": one inline table of [model] layers or nodes",
+              section_keys(layer_schema(type))));
+  return out;
+}
+
+const ConfigSection& find_config_section(const std::vector<ConfigSection>& sections,
+                                         const std::string& name) {
+  for (const auto& s : sections)
+    if (s.name == name) return s;
+  std::vector<std::string> names;
+  for (const auto& s : sections) names.push_back(s.name);
+  const auto near = sdk::closest_match(name, names);
+  throw sdk::UserError("no config section '" + name + "'",
+                       (near.empty() ? "" : "did you mean '" + near + "'? ") +
+                           "sections: " + join(config_top_level_tables()) +
+                           ", and their sub-tables (mixtrain describe lists them all)");
+}
+
+}  // namespace mixtrain::core
