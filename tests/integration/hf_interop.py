@@ -12,9 +12,9 @@
           its eval-mode logits of the [N, 3, H, W] images in [0, 1] behind the Normalize whose
           mean and std the file's metadata holds ("normalization"). Needs torchvision.
 
-Prints one JSON object. Runs under any python that imports torch and numpy (and the package
-the subcommand names); the files are read with safetensors_interop.py's reader where the
-safetensors package is not needed.
+Prints one JSON object. Runs under any python that imports torch and numpy, and the package
+the subcommand names; the ResNet's file is read with safetensors_interop.py's reader (json and
+numpy), so /usr/bin/python3 needs no safetensors package.
 """
 import argparse
 import json

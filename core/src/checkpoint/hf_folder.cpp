@@ -52,8 +52,10 @@ HfGpt2Model hf_gpt2_model(const std::map<std::string, std::string>& metadata,
   m.layer_norm_epsilon = kGptLayerNormEps;
   m.activation_function = kGeluTanh;
   m.dropout = kGptDropout;
+  // An export's config, or a mixtrain checkpoint's own (another tool's "config" is not ours).
   auto it = metadata.find("mixtrain.config");
-  if (it == metadata.end()) it = metadata.find("config");
+  if (it == metadata.end() && metadata.count("mixtrain.state_version"))
+    it = metadata.find("config");
   if (it == metadata.end()) {
     // A GPT-2 file written elsewhere (e.g. by PyTorch) may state its head count.
     if (auto heads = metadata.find("n_head"); heads != metadata.end()) {

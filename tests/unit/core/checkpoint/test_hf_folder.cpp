@@ -133,8 +133,11 @@ TEST(HfFolder, OtherModelsMissingHeadsAndMisfitsAreUserErrors) {
   EXPECT_TRUE(contains(e, "layers/nodes")) << e;
   e = user_error_of([] { hf_gpt2_model({{"format", "pt"}}, "file.safetensors"); });
   EXPECT_TRUE(contains(e, "no n_head")) << e;
-  // A file written elsewhere that states its head count.
-  EXPECT_EQ(hf_gpt2_model({{"n_head", "4"}}, "f").n_head, 4);
+  // A file written elsewhere that states its head count; its own "config" is not read.
+  EXPECT_EQ(hf_gpt2_model({{"n_head", "4"}, {"config", "{}"}}, "f").n_head, 4);
+  // A mixtrain checkpoint's own metadata names the config "config".
+  EXPECT_EQ(hf_gpt2_model({{"mixtrain.state_version", "1"}, {"config", kGptConfig}}, "c").n_head,
+            2);
 
   HfGpt2Model three;
   three.n_head = 3;

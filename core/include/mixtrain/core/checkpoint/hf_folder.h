@@ -4,11 +4,11 @@
 //
 // Contract
 // - hf_gpt2_model() reads what the weights cannot say from a file's metadata: n_head of
-//   [model.gpt] in the resolved config a mixtrain checkpoint or export carries ("config" or
-//   "mixtrain.config"); else, for a file written elsewhere, an "n_head" entry. The config's model
-//   must be the gpt preset: any other model (layers, a ResNet) is sdk::UserError naming what it
-//   is, as is metadata with neither. LayerNorm eps, the GELU and dropout are the preset's own
-//   (config/model_presets.h), not options.
+//   [model.gpt] in the resolved config a mixtrain export or checkpoint carries
+//   ("mixtrain.config", or "config" beside "mixtrain.state_version"); else, for a file written
+//   elsewhere, an "n_head" entry. The config's model must be the gpt preset: any other model
+//   (layers, a ResNet) is sdk::UserError naming what it is, as is metadata with neither. LayerNorm
+//   eps, the GELU and dropout are the preset's own (config/model_presets.h), not options.
 // - hf_gpt2_folder() takes the weights in the gpt2 layout (to_gpt2_layout()'s output) and
 //   returns the tensors under GPT2LMHeadModel's names ("transformer." + the GPT2Model name),
 //   with no lm_head.weight (the head is tied: save_pretrained leaves it out in safetensors and
