@@ -36,14 +36,15 @@ packages=(
 # tests/sanitize/run.sh and tests/fuzz/run.sh: clang 14, its ASan/UBSan/libFuzzer runtimes, the
 # OpenMP runtime clang links (the CPU backend uses OpenMP) and llvm-symbolizer for readable stacks.
 if [[ $with_ci == 1 ]]; then packages+=(clang-14 libclang-rt-14-dev libomp-14-dev llvm-14); fi
-# The parity tests' peer: Debian's PyTorch 1.13 (CPU) under /usr/bin/python3. Optional: where it
-# cannot be installed, those tests skip with a message.
-# Under --ci it is required: CI must not go green with the parity tests skipped.
+# The parity tests' peer: Debian's PyTorch 1.13 (CPU) under /usr/bin/python3, and its
+# torchvision 0.14 (the ResNet export's strict load into torchvision.models.resnet18). Optional:
+# where they cannot be installed, those tests skip or fall back to offline checks with a message.
+# Under --ci they are required: CI must not go green with the parity tests skipped.
 optional=()
 if [[ $with_ci == 1 ]]; then
-  packages+=(python3-torch)
+  packages+=(python3-torch python3-torchvision)
 elif [[ $with_tests == 1 ]]; then
-  optional+=(python3-torch)
+  optional+=(python3-torch python3-torchvision)
 fi
 
 is_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }

@@ -54,13 +54,16 @@ struct ExportArgs {
                                   // checkpoint); with `initial`, a config file
   bool initial = false;           // the config's weights as training starts, not a checkpoint's
   std::vector<std::string> sets;  // the config's --set lines (`initial` only)
-  std::string format;             // the checkpoint_format to write, e.g. "safetensors"
-  std::string from;               // the format to read; empty: chosen by the checkpoint's extension
-  std::string dtype;              // the writer's `dtype` option when given
-  std::string out;     // empty: the checkpoint's name with the writer's extension, in the run
-                       // folder (never inside checkpoints/); required with `initial`
-  bool force = false;  // overwrite an existing output file
-  std::string layout = "native";  // gpt2: Hugging Face GPT-2 names and Conv1D weights
+  std::string format;  // the checkpoint_format to write, e.g. "safetensors"; empty: none given
+                       // (safetensors with layout hf, else an error)
+  std::string from;    // the format to read; empty: chosen by the checkpoint's extension
+  std::string dtype;   // the writer's `dtype` option when given
+  std::string out;     // empty: the checkpoint's name with the writer's extension (layout hf:
+                       // with "-hf", a folder), in the run folder (never inside checkpoints/);
+                       // required with `initial`
+  bool force = false;  // overwrite an existing output file / write into a non-empty folder
+  std::string layout = "native";  // gpt2: Hugging Face GPT-2 names and Conv1D weights; hf: a
+                                  // Hugging Face model folder (core/checkpoint/hf_folder.h)
 };
 // Writes a checkpoint's weights in another format (weights for other tools: safetensors), or with
 // `initial` the weights step 1 of `train` starts from (seeded initialisation, then
@@ -70,7 +73,9 @@ struct ExportArgs {
 // and `sets` without `initial` are sdk::UserError before anything is read. Layout gpt2 writes the
 // weights of a gpt-preset model as GPT2Model's state dict (core/gpt2_layout.h) with its sizes in
 // the metadata (n_layer, n_head, n_embd, vocab_size, n_positions); any other model is refused,
-// naming what it lacks.
+// naming what it lacks. Layout hf writes the folder `out` (created; an existing non-empty one
+// needs `force`) with config.json and model.safetensors that transformers' GPT2LMHeadModel
+// loads; a model that is not the gpt preset is refused naming its kind.
 int run_export(const ExportArgs& args);
 
 struct PredictArgs {

@@ -11,8 +11,11 @@
 #include "commands.h"
 #include "exported_weights.h"
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
+#include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/checkpoint/path.h"
+#include "mixtrain/sdk/atomic_file_writer.h"
 #include "mixtrain/sdk/checkpoint_format.h"
+#include "mixtrain/sdk/dtype.h"
 #include "model_session.h"
 #include "output_file.h"
 
@@ -68,10 +71,52 @@ std::pair<fs::path, std::shared_ptr<sdk::CheckpointFormat>> newest_in_folder(
       "pass a checkpoint file, a run folder or its checkpoints/ folder");
 }
 
+bool hf_layout(const ExportArgs& args) {
+  return args.layout == "hf";
+}
+
+// The output, checked before anything is read: a folder for --layout hf, else a file.
+void check_output(const ExportArgs& args, const fs::path& out, const fs::path& input) {
+  if (hf_layout(args))
+    check_output_folder(out, input, args.force);
+  else
+    check_output_file(out, input, args.force);
+}
+
+// A Hugging Face model folder: model.safetensors (the writer's own atomic write), then
+// config.json (atomic too), so a new folder with a config.json is complete.
+void write_hf_folder(const ExportArgs& args, const sdk::CheckpointFormat& writer,
+                     sdk::TrainingState state, const fs::path& source, const fs::path& out,
+                     const std::string& from) {
+  const sdk::DType stored = args.dtype.empty()
+                                ? sdk::DType::fp32
+                                : sdk::parse_dtype(args.dtype).value_or(sdk::DType::fp32);
+  auto folder = in_hf_folder(std::move(state), source, stored);
+  std::error_code ec;
+  fs::create_directory(out, ec);
+  if (ec)
+    throw sdk::UserError("cannot create the folder " + out.string() + ": " + ec.message(),
+                         "choose another --out");
+  writer.write(out / core::kHfWeightsFile, folder.state);
+  sdk::AtomicFileWriter config(out / core::kHfConfigFile, /*durable=*/true, "Hugging Face config");
+  config.write(folder.config_json.data(), folder.config_json.size());
+  if (const auto warning = config.commit(); !warning.empty())
+    std::cerr << "warning: " << warning << std::endl;
+  std::string zeros;
+  if (!folder.zero_biases.empty())
+    zeros = ", " + std::to_string(folder.zero_biases.size()) +
+            " zero biases added: the model has bias = false and GPT-2 has biases";
+  std::cout << "wrote " << out.string() << " (Hugging Face GPT-2 folder: " << core::kHfConfigFile
+            << ", " << core::kHfWeightsFile << "; " << from << ", "
+            << weight_tensor_count(folder.state) << " weight tensors, " << sdk::dtype_name(stored)
+            << zeros << ")" << std::endl;
+}
+
 // The exported weights in --layout, written and reported; `from` says where they came from.
 void write_export(const ExportArgs& args, const sdk::CheckpointFormat& writer,
                   sdk::TrainingState state, const fs::path& source, const fs::path& out,
                   const std::string& from) {
+  if (hf_layout(args)) return write_hf_folder(args, writer, std::move(state), source, out, from);
   const bool gpt2 = core::parse_weight_layout(args.layout) == core::WeightLayout::gpt2;
   if (gpt2) state = in_gpt2_layout(std::move(state), source);
   writer.write(out, state);
@@ -118,11 +163,14 @@ int export_checkpoint(const ExportArgs& args) {
   }
 
   // By default beside the run, never inside checkpoints/ (the trainer's rotation owns that).
+  fs::path default_out = source.filename();
+  if (hf_layout(args))
+    default_out = default_out.replace_extension().string() + "-hf";
+  else
+    default_out.replace_extension(writer->file_extension());
   const fs::path out =
-      args.out.empty() ? core::run_folder_of(source) /
-                             fs::path(source.filename()).replace_extension(writer->file_extension())
-                       : fs::path(args.out);
-  check_output_file(out, source, args.force);
+      args.out.empty() ? core::run_folder_of(source) / default_out : fs::path(args.out);
+  check_output(args, out, source);
 
   auto state = reader->read(source);
   // Anything but a mixtrain checkpoint (e.g. another safetensors file) keeps its metadata.
@@ -144,8 +192,9 @@ int export_initial(const ExportArgs& args) {
   if (args.out.empty())
     throw sdk::UserError(
         "export --initial needs --out: a config's weights have no run folder to go beside",
-        "name the output file, e.g. --out initial.safetensors");
-  check_output_file(out, config, args.force);
+        hf_layout(args) ? "name the output folder, e.g. --out initial-hf"
+                        : "name the output file, e.g. --out initial.safetensors");
+  check_output(args, out, config);
 
   auto session = open_model_session({args.source, args.sets}, SessionWeights::as_training_starts);
   auto writer = create_writer(*session.registry, args);
@@ -161,7 +210,22 @@ int export_initial(const ExportArgs& args) {
 
 }  // namespace
 
-int run_export(const ExportArgs& args) {
+int run_export(const ExportArgs& input) {
+  ExportArgs args = input;
+  // A Hugging Face folder's weights are model.safetensors; any other --format needs a name.
+  if (hf_layout(args)) {
+    if (args.format.empty()) args.format = "safetensors";
+    if (args.format != "safetensors")
+      throw sdk::UserError(
+          "--layout hf writes a Hugging Face folder, whose weights are "
+          "safetensors, not --format " +
+              args.format,
+          "drop --format, or pass --format safetensors");
+  } else if (args.format.empty()) {
+    throw sdk::UserError("export needs --format: the format to write",
+                         "e.g. --format safetensors (PyTorch, Hugging Face), or --layout hf for a "
+                         "Hugging Face model folder");
+  }
   return args.initial ? export_initial(args) : export_checkpoint(args);
 }
 

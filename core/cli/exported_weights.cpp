@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
+#include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/sdk/error.h"
 
@@ -83,6 +84,15 @@ sdk::TrainingState in_gpt2_layout(sdk::TrainingState state, const std::filesyste
   meta["n_positions"] = std::to_string(sizes.n_positions);
   if (const auto heads = configured_heads(meta); heads > 0) meta["n_head"] = std::to_string(heads);
   return state;
+}
+
+HfFolderExport in_hf_folder(sdk::TrainingState state, const std::filesystem::path& source,
+                            sdk::DType stored) {
+  const auto model = core::hf_gpt2_model(state.metadata, source.string());
+  state = in_gpt2_layout(std::move(state), source);
+  auto folder = core::hf_gpt2_folder(std::move(state.tensors), model, stored, source.string());
+  state.tensors = std::move(folder.tensors);
+  return {std::move(state), std::move(folder.config_json), std::move(folder.zero_biases)};
 }
 
 std::size_t weight_tensor_count(const sdk::TrainingState& state) {

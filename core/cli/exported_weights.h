@@ -9,20 +9,34 @@
 //   names) as Hugging Face GPT2Model's state dict, and adds layout = "gpt2" and the sizes to the
 //   metadata (n_head when the carried config names it). A state that is not a gpt-preset model's,
 //   or is in the gpt2 layout already, is sdk::CheckpointError / sdk::UserError naming `source`.
+// - in_hf_folder() is in_gpt2_layout() under GPT2LMHeadModel's names, with the config.json of a
+//   Hugging Face model folder (core/checkpoint/hf_folder.h) for weights written in `stored`. The
+//   model config comes from the metadata (before anything is converted, so an MLP or a ResNet is
+//   refused naming its kind).
 #pragma once
 
 #include <cstddef>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "mixtrain/sdk/checkpoint_format.h"
+#include "mixtrain/sdk/dtype.h"
 
 namespace mixtrain::cli {
 
 std::map<std::string, std::string> exported_metadata(const std::map<std::string, std::string>& m);
 
 sdk::TrainingState in_gpt2_layout(sdk::TrainingState state, const std::filesystem::path& source);
+
+struct HfFolderExport {
+  sdk::TrainingState state;              // model.safetensors
+  std::string config_json;               // config.json
+  std::vector<std::string> zero_biases;  // GPT-2 biases the model has not (bias = false)
+};
+HfFolderExport in_hf_folder(sdk::TrainingState state, const std::filesystem::path& source,
+                            sdk::DType stored);
 
 // The tensors of `state` that are weights: "param/...", "buffer/..." and plain names.
 std::size_t weight_tensor_count(const sdk::TrainingState& state);

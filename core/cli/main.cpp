@@ -92,19 +92,25 @@ int main(int argc, char** argv) {
                 "then checkpoint.init_from; needs --out");
   exp->add_option("--set", export_args.sets,
                   "with --initial: override a config value: key=value (repeatable)");
-  exp->add_option("--format", export_args.format, "checkpoint format to write, e.g. safetensors")
-      ->required();
+  exp->add_option(
+      "--format", export_args.format,
+      "checkpoint format to write, e.g. safetensors (required, except with --layout hf, "
+      "whose weights are safetensors)");
   exp->add_option("--from", export_args.from,
                   "checkpoint format to read (default: chosen by the file's extension)");
   exp->add_option("--dtype", export_args.dtype, "dtype of the written weights: fp32, bf16, fp16");
   exp->add_option("--out", export_args.out,
-                  "output file (default: in the run folder, the checkpoint's name with the new "
-                  "format's extension; required with --initial)");
-  exp->add_flag("--force", export_args.force, "overwrite an existing output file");
+                  "output file, or folder with --layout hf (default: in the run folder, the "
+                  "checkpoint's name with the new format's extension, or with -hf; required "
+                  "with --initial)");
+  exp->add_flag("--force", export_args.force,
+                "overwrite an existing output file (--layout hf: write into a non-empty folder)");
   exp->add_option("--layout", export_args.layout,
-                  "native (mixtrain's names, [out, in] linears) or gpt2 (Hugging Face GPT-2's "
-                  "state dict, Conv1D [in, out] weights; gpt-preset models)")
-      ->check(layouts)
+                  "native (mixtrain's names, [out, in] linears), gpt2 (Hugging Face GPT-2's "
+                  "state dict, Conv1D [in, out] weights; gpt-preset models) or hf (a Hugging "
+                  "Face model folder, config.json + model.safetensors, that "
+                  "GPT2LMHeadModel.from_pretrained loads; gpt-preset models)")
+      ->check(CLI::IsMember({"native", "gpt2", "hf"}))
       ->capture_default_str();
 
   mixtrain::cli::SampleArgs sample_args;

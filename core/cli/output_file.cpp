@@ -9,6 +9,20 @@ namespace mixtrain::cli {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+void check_parent(const fs::path& out) {
+  std::error_code ec;
+  const fs::path folder = out.parent_path();
+  if (!folder.empty() && !fs::is_directory(folder, ec))
+    throw sdk::UserError(
+        "the folder of " + out.string() + ", " + folder.string() +
+            (fs::exists(folder, ec) ? ", is not a folder" : ", does not exist"),
+        "create it first (mkdir -p " + folder.string() + "), or choose another --out");
+}
+
+}  // namespace
+
 void check_output_file(const fs::path& out, const fs::path& input, bool force) {
   std::error_code ec;
   if (fs::equivalent(out, input, ec))
@@ -20,12 +34,23 @@ void check_output_file(const fs::path& out, const fs::path& input, bool force) {
   if (fs::exists(out, ec) && !force)
     throw sdk::UserError(out.string() + " already exists",
                          "pass --force to overwrite it, or choose another --out");
-  const fs::path folder = out.parent_path();
-  if (!folder.empty() && !fs::is_directory(folder, ec))
-    throw sdk::UserError(
-        "the folder of " + out.string() + ", " + folder.string() +
-            (fs::exists(folder, ec) ? ", is not a folder" : ", does not exist"),
-        "create it first (mkdir -p " + folder.string() + "), or choose another --out");
+  check_parent(out);
+}
+
+void check_output_folder(const fs::path& out, const fs::path& input, bool force) {
+  std::error_code ec;
+  if (fs::equivalent(out, input, ec))
+    throw sdk::UserError(out.string() + " is the input " + input.string(),
+                         "write to another folder with --out");
+  if (fs::exists(out, ec) && !fs::is_directory(out, ec))
+    throw sdk::UserError(out.string() + " is a file, but this output is a folder",
+                         "give a folder name, e.g. --out " + out.string() + "-hf");
+  if (fs::is_directory(out, ec) && !fs::is_empty(out, ec) && !force)
+    throw sdk::UserError(out.string() + " already exists and is not empty",
+                         "pass --force to replace the files this export writes there (others "
+                         "stay), or choose another --out");
+  // "dir/" names dir, whose parent must exist.
+  check_parent(out.has_filename() ? out : out.parent_path());
 }
 
 }  // namespace mixtrain::cli

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch reference ResNet for mixtrain's CNN parity test and CNN benchmark (issue 13).
 
-torchvision's ResNet written out for the test (torchvision is not installed here), with its
+torchvision's ResNet written out for the test (so it needs no torchvision), with its
 parameter and buffer names, in the CIFAR form by default:
   stem   conv1.weight [W0, 3, 3, 3] (3x3, stride 1, pad 1, no bias), bn1.*, ReLU
          (--stem imagenet: 7x7 stride 2 pad 3, bn1, ReLU, 3x3 max pool stride 2 pad 1)

@@ -50,19 +50,19 @@ std::vector<LayerSpec> gpt_preset(const GptPreset& p) {
       nodes.add("linear", h + name, {in},
                 {{"out", V{out}}, {"bias", V{p.bias}}, {"init_std", V{init}}});
     };
-    nodes.add("layernorm", h + "ln_1", {stream});
+    nodes.add("layernorm", h + "ln_1", {stream}, {{"eps", V{kGptLayerNormEps}}});
     linear("attn.c_attn", h + "ln_1", 3 * c, std_init);
     nodes.add("attention", h + "attn", {h + "attn.c_attn"}, {{"heads", V{p.n_head}}});
     linear("attn.c_proj", h + "attn", c, std_residual);
     nodes.add("add", h + "residual_1", {stream, h + "attn.c_proj"});
-    nodes.add("layernorm", h + "ln_2", {h + "residual_1"});
+    nodes.add("layernorm", h + "ln_2", {h + "residual_1"}, {{"eps", V{kGptLayerNormEps}}});
     linear("mlp.c_fc", h + "ln_2", 4 * c, std_init);
     nodes.add("gelu", h + "mlp.gelu", {h + "mlp.c_fc"});
     linear("mlp.c_proj", h + "mlp.gelu", c, std_residual);
     nodes.add("add", h + "residual_2", {h + "residual_1", h + "mlp.c_proj"});
     stream = h + "residual_2";
   }
-  nodes.add("layernorm", "ln_f", {stream});
+  nodes.add("layernorm", "ln_f", {stream}, {{"eps", V{kGptLayerNormEps}}});
   nodes.add(
       "linear", "lm_head", {"ln_f"},
       {{"out", V{p.vocab_size}}, {"bias", V{false}}, {"tie_weight", V{std::string("wte.weight")}}});

@@ -19,6 +19,11 @@
 
 namespace mixtrain::core {
 
+// What the gpt preset fixes rather than configures, for exports that must state it (Hugging
+// Face's config.json): every LayerNorm's eps, and that it has no dropout.
+inline constexpr double kGptLayerNormEps = 1e-5;
+inline constexpr double kGptDropout = 0.0;
+
 struct GptPreset {
   std::int64_t n_layer = 0, n_head = 0, n_embd = 0;
   std::int64_t vocab_size = 0;

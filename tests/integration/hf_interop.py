@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""mixtrain's exports as the Python ecosystem loads them, for test_hf_export.cpp.
+
+  gpt2    --folder DIR --tokens eval.bin --block-size T --logits-out F.npy
+          transformers.GPT2LMHeadModel.from_pretrained(DIR): the loading report (missing,
+          unexpected and mismatched keys, errors), whether lm_head.weight is wte's tensor, the
+          config it read, and its logits of every held-out window of the llm.c token file at
+          stride T (gpt_reference.py's windows, mixtrain's `predict --positions all`), float32
+          [W, T, V], with their mean cross-entropy. Needs the peers venv (transformers).
+  resnet  --weights F.safetensors --classes K --images x.npy --logits-out F.npy
+          torchvision.models.resnet18(num_classes=K).load_state_dict(file, strict=True), then
+          its eval-mode logits of the [N, 3, H, W] images in [0, 1] behind the Normalize whose
+          mean and std the file's metadata holds ("normalization"). Needs torchvision.
+
+Prints one JSON object. Runs under any python that imports torch and numpy, and the package
+the subcommand names; the ResNet's file is read with safetensors_interop.py's reader (json and
+numpy), so /usr/bin/python3 needs no safetensors package.
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_reference import heldout_windows, read_tokens  # noqa: E402
+from safetensors_interop import read_safetensors  # noqa: E402
+
+
+@torch.no_grad()
+def gpt2(a):
+    from transformers import GPT2LMHeadModel
+    model, info = GPT2LMHeadModel.from_pretrained(a.folder, output_loading_info=True)
+    model.eval()
+    windows = heldout_windows(read_tokens(a.tokens), a.block_size)
+    logits = model(windows[:, :-1]).logits.float()
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             windows[:, 1:].reshape(-1))
+    np.save(a.logits_out, logits.numpy())
+    c = model.config
+    print(json.dumps({
+        "missing_keys": list(info["missing_keys"]),
+        "unexpected_keys": list(info["unexpected_keys"]),
+        "mismatched_keys": [str(k) for k in info["mismatched_keys"]],
+        "error_msgs": [str(e) for e in info["error_msgs"]],
+        "tied": model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr(),
+        "config": {k: getattr(c, k) for k in (
+            "n_layer", "n_head", "n_embd", "n_positions", "vocab_size", "n_inner",
+            "layer_norm_epsilon", "activation_function", "tie_word_embeddings")},
+        "torch_dtype": str(c.torch_dtype),
+        "loss": float(loss),
+        "windows": int(windows.shape[0]),
+    }))
+
+
+@torch.no_grad()
+def resnet(a):
+    import torchvision
+    tensors, metadata = read_safetensors(a.weights)
+    model = torchvision.models.resnet18(num_classes=a.classes)
+    # strict: every parameter and buffer name and shape of torchvision's module. A state dict
+    # without PyTorch's version metadata (any file's) gets num_batches_tracked = 0 from
+    # BatchNorm's loader, as a missing key of an old checkpoint.
+    model.load_state_dict(tensors, strict=True)
+    model.eval()
+    norm = json.loads(metadata["normalization"])
+    mean = torch.tensor(norm["mean"], dtype=torch.float32).view(1, -1, 1, 1)
+    std = torch.tensor(norm["std"], dtype=torch.float32).view(1, -1, 1, 1)
+    x = torch.from_numpy(np.load(a.images).astype(np.float32))
+    logits = model((x - mean) / std)
+    np.save(a.logits_out, logits.numpy())
+    print(json.dumps({
+        "normalization": norm,
+        "tensors": len(tensors),
+        "state_dict": len(model.state_dict()),
+        "num_batches_tracked": sum(1 for k in model.state_dict() if
+                                   k.endswith("num_batches_tracked")),
+    }))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("gpt2")
+    g.add_argument("--folder", required=True)
+    g.add_argument("--tokens", required=True)
+    g.add_argument("--block-size", type=int, required=True)
+    g.add_argument("--logits-out", required=True)
+    r = sub.add_parser("resnet")
+    r.add_argument("--weights", required=True)
+    r.add_argument("--classes", type=int, required=True)
+    r.add_argument("--images", required=True)
+    r.add_argument("--logits-out", required=True)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    {"gpt2": gpt2, "resnet": resnet}[a.command](a)
+
+
+if __name__ == "__main__":
+    main()
