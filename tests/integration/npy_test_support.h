@@ -32,6 +32,31 @@ void write_npy(const std::filesystem::path& path, const std::string& descr,
             static_cast<std::streamsize>(values.size() * sizeof(T)));
 }
 
+// `rows` uint8 images [rows, 32, 32, 3] in torchvision's CIFAR-10 layout (channels last) at
+// `images`, and their int64 labels [rows] at `labels`: class c is a colour of its own (its
+// channel values differ by class) under uniform noise, so a small CNN learns it in a few steps.
+inline void write_cifar_layout_images(const std::filesystem::path& images,
+                                      const std::filesystem::path& labels, int rows,
+                                      int classes = 10) {
+  std::vector<std::uint8_t> pixels;
+  std::vector<std::int64_t> y;
+  std::uint32_t state = 12345;
+  auto noise = [&state] {
+    state = state * 1664525u + 1013904223u;  // a fixed LCG: the same files on every machine
+    return static_cast<int>(state >> 26);     // 0..63
+  };
+  for (int r = 0; r < rows; ++r) {
+    const int c = r % classes;
+    y.push_back(c);
+    const int base[3] = {(c * 97) % 192, (c * 53 + 40) % 192, (c * 29 + 80) % 192};
+    for (int p = 0; p < 32 * 32; ++p)
+      for (int ch = 0; ch < 3; ++ch)
+        pixels.push_back(static_cast<std::uint8_t>(base[ch] + noise()));
+  }
+  write_npy(images, "|u1", {rows, 32, 32, 3}, pixels);
+  write_npy(labels, "<i8", {rows}, y);
+}
+
 struct NpyFloats {
   std::vector<std::int64_t> shape;
   std::vector<float> values;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "cli_test_support.h"
+#include "npy_test_support.h"
 
 namespace mixtrain::test {
 namespace {
@@ -56,6 +57,12 @@ TEST_P(ConfigSwaps, EveryPolicyAndScalerChecksWithNoEdit) {
   // is checked at 1/8 of its widths on 512 images of 64×64 (0.8 s a check against 47), the same
   // graph of [3, 4, 6, 3] bottleneck blocks (test_cnn.cpp checks it as shipped, once).
   auto cfg = config(GetParam()) + " --set data.synthetic.rows=4096";
+  // own-images.toml reads the user's files (../data/*.npy): small ones of that layout here.
+  if (GetParam() == "own-images.toml") {
+    write_cifar_layout_images(dir_ / "images.npy", dir_ / "labels.npy", 64);
+    cfg = config(GetParam()) + " --set data.npy.features=" + (dir_ / "images.npy").string() +
+          " --set data.npy.labels=" + (dir_ / "labels.npy").string();
+  }
   if (GetParam() == "resnet50-bf16.toml")
     cfg +=
         " --set 'model.resnet.widths=[8, 16, 32, 64]' --set data.synthetic.rows=512"

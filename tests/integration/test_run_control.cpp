@@ -17,19 +17,13 @@
 #include <thread>
 
 #include "cli_test_support.h"
+#include "spawned_process.h"
 
 namespace mixtrain::test {
 namespace {
 
 using RunControl = CliTest;
 using namespace std::chrono_literals;
-
-std::vector<std::string> split_words(const std::string& args) {
-  std::vector<std::string> out;
-  std::istringstream in(args);
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
 
 // Why no pseudo-terminal pair can be opened (openpty's error), or nullopt when one can.
 std::optional<std::string> pseudo_terminal_unavailable() {
@@ -47,68 +41,6 @@ std::vector<std::string> lines_with(const std::string& text, const std::string& 
   for (std::string line; std::getline(in, line);)
     if (line.find(needle) != std::string::npos) out.push_back(line);
   return out;
-}
-
-// A `mixtrain` process started in the background (stdout and stderr to files), so the test can
-// signal it while it trains.
-class Spawned {
- public:
-  Spawned(const std::string& args, const fs::path& out, const fs::path& err) {
-    auto words = split_words(args);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int in = ::open("/dev/null", O_RDONLY);
-      if (o < 0 || e < 0 || in < 0) ::_exit(127);
-      ::dup2(in, 0);
-      ::dup2(o, 1);
-      ::dup2(e, 2);
-      std::vector<char*> argv;
-      std::string exe = MIXTRAIN_EXE;
-      argv.push_back(exe.data());
-      for (auto& w : words) argv.push_back(w.data());
-      argv.push_back(nullptr);
-      ::execv(exe.c_str(), argv.data());
-      ::_exit(127);
-    }
-  }
-  ~Spawned() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  pid_t pid() const { return pid_; }
-  void signal(int sig) const { ::kill(pid_, sig); }
-  // The wait status, or nullopt when the process still runs after `limit` (it is then killed).
-  std::optional<int> wait(std::chrono::seconds limit) {
-    const auto until = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < until) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        reaped_ = true;
-        return status;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    return std::nullopt;
-  }
-
- private:
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-};
-
-// Polls until `ready` holds or `limit` passes.
-template <class F>
-bool eventually(F ready, std::chrono::seconds limit) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (ready()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return ready();
 }
 
 // --- Divergence ---------------------------------------------------------------------------------
