@@ -7,8 +7,8 @@
 //   training step (loss, lr, ...), an evaluation (eval_*), per-tensor gradient underflow or FP8
 //   operand statistics. A sink keeps what it has a place for and ignores the rest.
 // - Each write reaches the file before it returns (flushed), so a killed run keeps every record
-//   written before the kill. Opening throws sdk::UserError for an unwritable file; a failed write
-//   later (a full disk) is not an error of the run, which metrics.jsonl's stream state shows too.
+//   written before the kill. Opening throws sdk::UserError for an unwritable file; a write that
+//   fails later (a full disk) does not stop training, as metrics.jsonl never did.
 // - write_text() gives text for people (the run's config and precision plan, as markdown); sinks
 //   without a place for text ignore it.
 #pragma once

@@ -8,8 +8,8 @@ using json = nlohmann::json;
 
 namespace {
 
-// A step record's keys and their tags; the rest of the record (next_loss_scale, the step's own
-// next record already shows it; nonfinite, a name) has no scalar.
+// A step record's keys and their tags. next_loss_scale has none (it is the next record's
+// loss_scale), nor has nonfinite (a tensor's name).
 const std::vector<std::pair<std::string, std::string>>& step_tags() {
   static const std::vector<std::pair<std::string, std::string>> tags = {
       {"loss", "train/loss"},
