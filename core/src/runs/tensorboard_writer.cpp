@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "mixtrain/sdk/error.h"
@@ -34,11 +35,29 @@ tensorboard::Event event_at(std::int64_t step) {
 }  // namespace
 
 TensorBoardWriter::TensorBoardWriter(const fs::path& dir) {
-  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count();
-  path_ = dir / ("events.out.tfevents." + std::to_string(seconds) + "." + host_name() + "." +
-                 std::to_string(getpid()));
+  // TensorBoard reads a folder's event files in name order and a resumed run's session start
+  // only drops what came before it: the new file must sort last, also when it starts within the
+  // same second as the previous one (the pid alone would order them by chance).
+  const std::string prefix = "events.out.tfevents.";
+  std::string last;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(dir, ec)) {
+    const std::string name = f.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name > last) last = name;
+  }
+  auto seconds = std::chrono::duration_cast<std::chrono::seconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  const std::string tail = "." + host_name() + "." + std::to_string(getpid());
+  if (!last.empty()) {
+    const std::string field =
+        last.substr(prefix.size(), last.find('.', prefix.size()) - prefix.size());
+    if (!field.empty() && field.size() <= 18 &&
+        field.find_first_not_of("0123456789") == std::string::npos)
+      seconds = std::max<std::int64_t>(seconds, std::stoll(field));
+    if (prefix + std::to_string(seconds) + tail <= last) ++seconds;
+  }
+  path_ = dir / (prefix + std::to_string(seconds) + tail);
   out_.open(path_, std::ios::binary | std::ios::app);
   if (!out_) throw sdk::UserError("cannot write " + path_.string(), "choose a writable --run-dir");
   auto e = event_at(0);

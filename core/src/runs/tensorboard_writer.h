@@ -3,8 +3,9 @@
 // files of a folder in name order.
 //
 // Contract
-// - The constructor creates the file (a new one each time: a resumed run adds a file) and writes
-//   the first record, file_version "brain.Event:2"; sdk::UserError when it cannot.
+// - The constructor creates the file (a new one each time: a resumed run adds a file), named to
+//   sort after the folder's other event files, and writes the first record, file_version
+//   "brain.Event:2"; sdk::UserError when it cannot.
 // - Each add_* call writes one Event (wall time, step) in TFRecord framing (runs/tfrecord.h) and
 //   flushes it, so a killed run keeps every record before the kill.
 // - Scalars are Summary values with simple_value (TensorBoard's scalars dashboard); text is a

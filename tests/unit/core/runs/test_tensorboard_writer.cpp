@@ -72,4 +72,18 @@ TEST(TensorBoardWriter, EachRecordIsWholeOnDiskWhenTheCallReturns) {
   fs::remove_all(dir);
 }
 
+TEST(TensorBoardWriter, ANewFileSortsAfterTheFolderOnes) {
+  // A resume within the same second (and a smaller pid) must still be read last.
+  const fs::path dir = fs::temp_directory_path() / ("mixtrain-tb2-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string later = "events.out.tfevents.4102444800.zzzz.99999999";  // year 2100
+  std::ofstream(dir / later).put('\0');
+  const TensorBoardWriter first(dir);
+  EXPECT_GT(first.path().filename().string(), later);
+  const TensorBoardWriter second(dir);  // same second, same pid
+  EXPECT_GT(second.path().filename().string(), first.path().filename().string());
+  fs::remove_all(dir);
+}
+
 }  // namespace
