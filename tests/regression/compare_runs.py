@@ -5,7 +5,7 @@ Usage: compare_runs.py RUN_BEFORE RUN_AFTER
 Prints one line, "identical ..." or "DIFFERENT ...", then (when different) the first differing
 line of each side; exit status 0 = identical, 1 = different, 2 = could not compare.
 
-metrics.jsonl: each line with its timing fields removed (TIMING_KEYS, below) is compared byte for
+metrics.jsonl: each line with its measured fields removed (TIMING_KEYS, below: time and memory) is compared byte for
 byte. The removal is textual: the key, its value and one separating comma are cut out of the line
 as the trainer wrote it, and nothing else is touched (no re-serialisation, so the numbers keep the
 trainer's own formatting). Each cut is checked: the line minus the cut must parse to exactly the
@@ -22,16 +22,19 @@ import re
 import struct
 import sys
 
-# Fields of metrics.jsonl that measure time. Evidence: core/src/train/trainer.cpp writes four kinds of
-# records through MetricsLog (core/src/runs/metrics_log.cpp: nlohmann::json::dump(), compact, keys in
-# std::map order): the training record {step, loss, loss_scale, next_loss_scale, skipped, lr,
-# grad_norm, samples_per_s, epoch[, nonfinite]}, the evaluation record {step, eval_loss,
-# eval_accuracy}, and from core/src/train/step_statistics.cpp the underflow record {step,
-# underflow_scale, underflow{...}} and the FP8 record {step, fp8{...}}. Only samples_per_s (rows
-# over the window's wall time) depends on the clock. There is no timestamp, wall time or memory
-# field in metrics.jsonl (wall_seconds, samples_per_s and the memory peaks are in summary.json,
-# which is not compared).
-TIMING_KEYS = ("samples_per_s",)
+# Fields of metrics.jsonl that measure the machine rather than the training. Evidence:
+# core/src/train/trainer.cpp writes four kinds of records through MetricsLog
+# (core/src/runs/metrics_log.cpp, metrics.jsonl by runs/jsonl_sink.cpp: nlohmann::json::dump(),
+# compact, keys in std::map order): the training record {step, loss, loss_scale, next_loss_scale,
+# skipped, lr, grad_norm, samples_per_s, epoch, device_memory_bytes, device_peak_memory_bytes,
+# host_peak_rss_bytes[, nonfinite]}, the evaluation record {step, eval_loss, eval_accuracy}, and
+# from core/src/train/step_statistics.cpp the underflow record {step, underflow_scale,
+# underflow{...}} and the FP8 record {step, fp8{...}}. samples_per_s (rows over the window's wall
+# time) depends on the clock; the three memory fields on the allocator and the process (a
+# resumed run's host peak differs, and a build before them has none). There is no timestamp or
+# wall time field in metrics.jsonl (wall_seconds is in summary.json, which is not compared).
+TIMING_KEYS = ("samples_per_s", "device_memory_bytes", "device_peak_memory_bytes",
+               "host_peak_rss_bytes")
 
 # A JSON value as nlohmann::json::dump() writes a number or null (NaN and infinities are null).
 _VALUE = r"(?:-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|null)"

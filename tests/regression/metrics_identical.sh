@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # No behaviour change: every shipped config trained by two builds gives the same metrics.jsonl,
-# byte for byte, once the timing fields are removed.
+# byte for byte, once the measured fields (time, memory) are removed.
 #
 # Usage: tests/regression/metrics_identical.sh BIN_BEFORE BIN_AFTER [CONFIG...]
 #   BIN_BEFORE, BIN_AFTER  two mixtrain executables (each loads the plugins of its own build)
@@ -14,10 +14,11 @@
 # except that a config matching CAPS trains for fewer steps, logging every max(1, steps/5) (see
 # CAPS; the table says "N of M" steps). Then tests/regression/compare_runs.py compares the two
 # run folders:
-#   metrics.jsonl  every line less its timing fields, byte for byte. Timing fields removed:
-#                  samples_per_s only (the one clock-dependent field the trainer writes; there is
-#                  no wall time, timestamp or memory field in metrics.jsonl: see
-#                  compare_runs.py). The key is cut out of the line's text and the rest is proven
+#   metrics.jsonl  every line less its measured fields, byte for byte. Fields removed:
+#                  samples_per_s (the clock) and device_memory_bytes, device_peak_memory_bytes,
+#                  host_peak_rss_bytes (the allocator and the process; a build before them has
+#                  none); there is no wall time or timestamp field in metrics.jsonl: see
+#                  compare_runs.py. The key is cut out of the line's text and the rest is proven
 #                  unchanged, so the numbers keep the trainer's own formatting.
 #   checkpoints    checkpoints/*.mxt: tensor table, tensor bytes (the final weights, optimizer
 #                  state, ...) and metadata, less metadata["config"] (the resolved config holds

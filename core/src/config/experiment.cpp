@@ -139,6 +139,25 @@ void check_metric(const sdk::Options& o, const std::string& key, const std::stri
              "one of: " + join_names(known));
 }
 
+// run.metrics: a list of sink names (a single string is a list of one). Each entry is checked
+// against the schema's choices at its own location; jsonl comes first and always, since compare
+// and resume read metrics.jsonl.
+std::vector<std::string> read_metrics_sinks(const Config& config) {
+  sdk::OptionSchema spec;
+  for (const auto& s : run_schema())
+    if (s.name == "metrics") spec.push_back(s);
+  std::vector<std::string> out = {"jsonl"};
+  const auto names = config.string_array("run.metrics");
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const auto where = config.is_array("run.metrics")
+                           ? config.location("run.metrics." + std::to_string(i))
+                           : config.location("run.metrics");
+    sdk::Options::resolve("run", spec, {{"metrics", names[i], where}}, where, {});
+    if (std::find(out.begin(), out.end(), names[i]) == out.end()) out.push_back(names[i]);
+  }
+  return out;
+}
+
 void read_early_stopping(const sdk::Options& run, Experiment& e) {
   const auto& r = e.run;
   if (r.early_stopping_patience == 0) {
@@ -192,7 +211,7 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
     reject_nested(config, "precision.override." + std::to_string(i));
 
   // [run]
-  auto run = sdk::Options::resolve("run", run_schema(), config.table_options("run"),
+  auto run = sdk::Options::resolve("run", run_schema(), config.table_options("run", {"metrics"}),
                                    config.location("run"), {});
   e.run.name = run.get_string("name");
   e.run.seed = static_cast<std::uint64_t>(run.get_int("seed"));
@@ -209,8 +228,15 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   e.run.early_stopping_patience = run.get_int("early_stopping_patience");
   e.run.early_stopping_metric = run.get_string("early_stopping_metric");
   e.run.early_stopping_min_delta = run.get_double("early_stopping_min_delta");
+  e.run.metrics = read_metrics_sinks(config);
   ResolvedSection run_section = section_of("run", {}, run);
   show_resolved(run_section, "dir", e.run.dir);
+  // metrics is a list: the resolved config writes it as one.
+  std::erase_if(run_section.values, [](const auto& v) { return v.first == "metrics"; });
+  std::string sinks = "[";
+  for (std::size_t i = 0; i < e.run.metrics.size(); ++i)
+    sinks += (i ? ", " : "") + sdk::option_value_to_string(e.run.metrics[i]);
+  run_section.raw_values.emplace_back("metrics", sinks + "]");
   e.core_sections.push_back(run_section);
 
   read_data_config(config, e);

@@ -18,6 +18,11 @@ constexpr double kMaxDim = 2147483647.0;
 constexpr double kMaxLr = 10.0;
 }  // namespace
 
+const std::vector<std::string>& metrics_sinks() {
+  static const std::vector<std::string> names = {"jsonl", "tensorboard", "csv"};
+  return names;
+}
+
 sdk::OptionSchema run_schema() {
   return {
       OptionSpec::string("name", "mixtrain", "run name, used in logs and the default run folder"),
@@ -62,6 +67,14 @@ sdk::OptionSchema run_schema() {
                           "record forward, loss and backward once and replay them with one launch "
                           "(CUDA graphs) where the backend offers it and the step is static: one "
                           "micro-batch, no dropout, no FP8 scaling"),
+      // A list (read beside the schema, as optimizer.milestones); each entry is checked against
+      // these choices.
+      OptionSpec::string("metrics", "jsonl",
+                         "where metric records go, a list of: jsonl (metrics.jsonl, always "
+                         "written: compare and resume read it), tensorboard (event files in the "
+                         "run folder for tensorboard --logdir), csv (metrics.csv); e.g. metrics = "
+                         "[\"jsonl\", \"tensorboard\", \"csv\"]")
+          .one_of(metrics_sinks()),
       OptionSpec::boolean("stretch_schedule", false,
                           "resuming with a changed run.steps: false keeps the checkpoint's "
                           "learning-rate schedule horizon (lr stays at its final value past it), "

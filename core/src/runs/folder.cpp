@@ -40,8 +40,38 @@ bool after_step(const std::string& record, std::int64_t step) {
   return s.is_number_integer() && s.get<std::int64_t>() > step;
 }
 
+// metrics.csv (runs/csv_sink.h) as metrics.jsonl: rows whose step, the first field, is above
+// `step` move to metrics.<suffix>.csv under the same header. TensorBoard's files stay: the resumed
+// run's event file tells readers to drop those steps.
+void abandon_csv_after_step(const fs::path& dir, std::int64_t step, const std::string& suffix) {
+  const fs::path file = dir / "metrics.csv";
+  if (!fs::exists(file)) return;
+  std::ifstream in(file);
+  std::string header, keep, discarded, line;
+  if (!std::getline(in, header)) return;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto first = line.substr(0, line.find(','));
+    const bool digits =
+        !first.empty() && first.find_first_not_of("0123456789") == std::string::npos;
+    const bool after = digits && (first.size() > 19 || std::stoll(first) > step);
+    (after ? discarded : keep) += line + '\n';
+  }
+  in.close();
+  if (discarded.empty()) return;
+  const fs::path side = dir / ("metrics." + suffix + ".csv");
+  const bool side_fresh = !fs::exists(side);
+  std::ofstream out(side, std::ios::app);
+  out << (side_fresh ? header + '\n' : std::string()) << discarded;
+  if (!out)
+    throw sdk::UserError("cannot write " + side.string(),
+                         "check the run folder's free space and permissions");
+  write_run_file(file, header + '\n' + keep, "metrics table");
+}
+
 void abandon_after_step(const fs::path& dir, std::int64_t step, const std::string& extension) {
   const std::string suffix = "discarded-after-step-" + std::to_string(step);
+  abandon_csv_after_step(dir, step, suffix);
   std::ifstream in(dir / "metrics.jsonl");
   std::string keep, discarded, line;
   while (std::getline(in, line))

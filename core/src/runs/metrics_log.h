@@ -1,23 +1,37 @@
-// MetricsLog: the run folder's metrics.jsonl, one JSON object per line, flushed as written so a
-// killed run keeps every record before the kill. Closed (never opened) it drops records: runs
-// without outputs (tests, `mixtrain check`) write nothing. Internal to the core.
+// MetricsLog: where a run's metric records go. It owns the sinks run.metrics chooses
+// (runs/metrics_sink.h): metrics.jsonl always, TensorBoard event files and metrics.csv on request,
+// all in the run folder, and hands each record to every sink in turn. Closed (never opened) it
+// drops records: runs without outputs (tests, `mixtrain check`) write nothing. Internal to the
+// core.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
-#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
 
-#include <nlohmann/json.hpp>
+#include "runs/metrics_sink.h"
 
 namespace mixtrain::core {
 
 class MetricsLog {
  public:
-  // Appends to `path` (a resumed run continues its file); throws sdk::UserError when unwritable.
-  void open(const std::filesystem::path& path);
+  MetricsLog();
+  ~MetricsLog();
+  MetricsLog(MetricsLog&&) noexcept;
+  MetricsLog& operator=(MetricsLog&&) noexcept;
+
+  // Opens the sinks named in `sinks` (host_schemas.h metrics_sinks(); metrics.jsonl whether named
+  // or not) in `run_dir`. `first_step`: the step a resumed run continues from (0 for a fresh run).
+  // Throws sdk::UserError when a file cannot be written.
+  void open(const std::filesystem::path& run_dir, const std::vector<std::string>& sinks,
+            std::int64_t first_step);
   void write(const nlohmann::json& record);
+  void write_text(std::int64_t step, const std::string& tag, const std::string& markdown);
 
  private:
-  std::ofstream out_;
+  std::vector<std::unique_ptr<MetricsSink>> sinks_;
 };
 
 }  // namespace mixtrain::core

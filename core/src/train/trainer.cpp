@@ -11,6 +11,7 @@
 
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/core/console/progress_report.h"
+#include "mixtrain/core/graph/model_summary.h"
 #include "mixtrain/core/runs/folder.h"
 #include "mixtrain/sdk/atomic_file_writer.h"
 #include "train/step.h"
@@ -56,6 +57,32 @@ std::string early_stopping_reason(const MetricWatch& w, std::int64_t patience) {
   return w.state.metric + " did not improve" + delta + " in " + std::to_string(patience) +
          " evaluation" + (patience == 1 ? "" : "s") + " in a row (" + best +
          "; run.early_stopping_patience = " + std::to_string(patience) + ")";
+}
+
+// Text as a markdown code block (kept verbatim, in a fixed-width font).
+std::string code_block(const std::string& text) {
+  std::string out = "    ";
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    out += text[i];
+    if (text[i] == '\n' && i + 1 < text.size()) out += "    ";
+  }
+  return out;
+}
+
+// The run's precision plan (the policy, the scaler and every node's dtypes, as `mixtrain check`
+// prints them) and its resolved config, for sinks that keep text (TensorBoard's text dashboard),
+// at the step the run starts from.
+void write_run_text(Trainer::State& s) {
+  const auto& e = s.e;
+  const std::string resolved = s.c.policy->resolved_name();
+  const std::string plan =
+      "precision policy **" + e.policy_name + "**" +
+      (resolved.empty() || resolved == e.policy_name ? "" : " (resolved: " + resolved + ")") +
+      ", scaler **" + e.scaler_type + "**, optimizer **" + e.optimizer_type + "**, backend **" +
+      e.backend_type + "** (" + s.c.backend->capabilities().device_name + ")\n\n" +
+      code_block(render_model_summary(summarize_model(*s.model, e.data.batch_size)));
+  s.metrics.write_text(s.step, "run/precision_plan", plan);
+  s.metrics.write_text(s.step, "run/config", code_block(resolved_toml(e)));
 }
 
 }  // namespace
@@ -194,7 +221,8 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     request.run_name = e.run.name;
     request.checkpoint_extension = s.c.checkpoint_format->file_extension();
     s.run_dir = prepare_run_folder(request, resolved_toml(e));
-    s.metrics.open(s.run_dir / "metrics.jsonl");
+    s.metrics.open(s.run_dir, e.run.metrics, s.step);
+    write_run_text(s);
     // Statistics computed from the training split exist nowhere else on disk: the run keeps them
     // so that its images can be preprocessed outside mixtrain (torchvision's Normalize).
     if (!s.normalization.mean.empty()) {
@@ -324,6 +352,11 @@ TrainSummary Trainer::run() {
           {"grad_norm", std::isfinite(step.grad_norm) ? json(step.grad_norm) : json(nullptr)},
           {"samples_per_s", sps},
           {"epoch", s.sampler->cursor().epoch}};
+      // Counters the backend and the kernel keep: no device wait.
+      const auto memory = b.memory_stats();
+      rec["device_memory_bytes"] = memory.current_bytes;
+      rec["device_peak_memory_bytes"] = memory.peak_bytes;
+      rec["host_peak_rss_bytes"] = peak_rss_bytes();
       if (!decision.apply_step) rec["nonfinite"] = step.first_nonfinite;
       s.metrics.write(rec);
       progress.log_step(s.step, step.loss.loss, decision.scale_before, step.lr, sps);

@@ -45,6 +45,8 @@ struct RunSettings {
   std::int64_t accumulate = 1;         // micro-batches (of data.batch_size) per optimizer step
   bool step_graphs = false;            // replay a recorded static step (train/step_graph.h)
   bool stretch_schedule = false;       // resume with another run.steps: re-plan the lr schedule
+  // Where metric records go (host_schemas.h metrics_sinks()); metrics.jsonl is written always.
+  std::vector<std::string> metrics = {"jsonl"};
   // Early stopping (train/metric_watch.h): stop after this many evaluations in a row without an
   // improvement of early_stopping_metric by more than early_stopping_min_delta; 0 = off.
   std::int64_t early_stopping_patience = 0;

@@ -14,6 +14,8 @@
 namespace mixtrain::core {
 
 sdk::OptionSchema run_schema();
+// run.metrics' choices: jsonl, tensorboard, csv (runs/metrics_log.h opens them).
+const std::vector<std::string>& metrics_sinks();
 sdk::OptionSchema ema_schema();   // [ema]
 sdk::OptionSchema eval_schema();  // [eval]
 sdk::OptionSchema data_common_schema();

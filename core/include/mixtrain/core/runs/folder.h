@@ -1,5 +1,6 @@
-// The run folder: where a training run writes config.toml (the resolved config), metrics.jsonl,
-// checkpoints/step-N.<ext> and summary.json.
+// The run folder: where a training run writes config.toml (the resolved config), metrics.jsonl
+// (and metrics.csv, TensorBoard event files: run.metrics), checkpoints/step-N.<ext> and
+// summary.json.
 //
 // Contract
 // - prepare_run_folder() picks the folder and readies it, in this order of choice: --run-dir; for
@@ -9,7 +10,8 @@
 //   is never overwritten. The one exception is continuing: resuming a checkpoint inside its own
 //   run folder.
 // - Continuing from step N abandons what the folder holds after N, without deleting it: metrics
-//   records with a step above N move to metrics.discarded-after-step-N.jsonl (appended), and
+//   records with a step above N move to metrics.discarded-after-step-N.jsonl (appended), rows of
+//   metrics.csv likewise to metrics.discarded-after-step-N.csv, and
 //   checkpoints above N to checkpoints.discarded-after-step-N/. Left in place, keep-pruning would
 //   count those checkpoints as the newest and a later --resume would pick them up. A record whose
 //   step is not a JSON integer (an edited file) stays.

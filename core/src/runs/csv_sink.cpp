@@ -1,0 +1,116 @@
+#include "runs/csv_sink.h"
+
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::core {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string header_line() {
+  std::string line;
+  for (const auto& c : csv_columns()) line += (line.empty() ? "" : ",") + c;
+  return line;
+}
+
+// k of "eval_top<k>_accuracy", or "" for any other key.
+std::string top_k_of(const std::string& key) {
+  const std::string head = "eval_top", tail = "_accuracy";
+  if (key.size() <= head.size() + tail.size() || key.rfind(head, 0) != 0 ||
+      key.compare(key.size() - tail.size(), tail.size(), tail) != 0)
+    return {};
+  const std::string k = key.substr(head.size(), key.size() - head.size() - tail.size());
+  return k.find_first_not_of("0123456789") == std::string::npos ? k : std::string();
+}
+
+std::string field_of(const json& v) {
+  if (v.is_null()) return {};
+  if (v.is_string()) return csv_field(v.get<std::string>());
+  return v.dump();  // numbers and booleans as metrics.jsonl spells them
+}
+
+}  // namespace
+
+const std::vector<std::string>& csv_columns() {
+  static const std::vector<std::string> columns = {"step",
+                                                   "epoch",
+                                                   "loss",
+                                                   "loss_scale",
+                                                   "next_loss_scale",
+                                                   "skipped",
+                                                   "lr",
+                                                   "grad_norm",
+                                                   "samples_per_s",
+                                                   "device_memory_bytes",
+                                                   "device_peak_memory_bytes",
+                                                   "host_peak_rss_bytes",
+                                                   "nonfinite",
+                                                   "eval_loss",
+                                                   "eval_accuracy",
+                                                   "eval_top_k",
+                                                   "eval_top_k_accuracy"};
+  return columns;
+}
+
+std::string csv_field(std::string_view text) {
+  if (text.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(text);
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string csv_row(const json& record) {
+  if (!record.is_object() || !(record.contains("loss") || record.contains("eval_loss"))) return {};
+  std::vector<std::string> fields(csv_columns().size());
+  auto column = [](const std::string& name) -> std::size_t {
+    const auto& cols = csv_columns();
+    for (std::size_t i = 0; i < cols.size(); ++i)
+      if (cols[i] == name) return i;
+    return cols.size();
+  };
+  for (const auto& [key, value] : record.items()) {
+    if (const auto k = top_k_of(key); !k.empty()) {
+      fields[column("eval_top_k")] = k;
+      fields[column("eval_top_k_accuracy")] = field_of(value);
+      continue;
+    }
+    if (const auto i = column(key); i < fields.size()) fields[i] = field_of(value);
+  }
+  std::string line;
+  for (std::size_t i = 0; i < fields.size(); ++i) line += (i ? "," : "") + fields[i];
+  return line;
+}
+
+CsvSink::CsvSink(const fs::path& path) {
+  std::error_code ec;
+  const bool fresh = !fs::exists(path, ec) || fs::file_size(path, ec) == 0;
+  if (!fresh) {
+    std::ifstream in(path);
+    std::string first;
+    std::getline(in, first);
+    if (first != header_line())
+      throw sdk::UserError(
+          path.string() + " has other columns than this version writes (" + first + ")",
+          "move it aside to continue the run; a new metrics.csv starts");
+  }
+  out_.open(path, std::ios::app);
+  if (!out_) throw sdk::UserError("cannot write " + path.string(), "choose a writable --run-dir");
+  if (fresh) {
+    out_ << header_line() << '\n';
+    out_.flush();
+  }
+}
+
+void CsvSink::write(const json& record) {
+  const std::string line = csv_row(record);
+  if (line.empty()) return;
+  out_ << line << '\n';
+  out_.flush();
+}
+
+}  // namespace mixtrain::core

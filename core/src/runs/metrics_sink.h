@@ -1,0 +1,31 @@
+// MetricsSink: one destination of a run's metric records (metrics.jsonl, TensorBoard event files,
+// metrics.csv). MetricsLog (runs/metrics_log.h) owns the sinks a config chooses and hands each the
+// same records, in the order the trainer writes them.
+//
+// Contract
+// - A record is a JSON object with an integer "step" and the numbers of one kind of record: a
+//   training step (loss, lr, ...), an evaluation (eval_*), per-tensor gradient underflow or FP8
+//   operand statistics. A sink keeps what it has a place for and ignores the rest.
+// - Each write reaches the file before it returns (flushed), so a killed run keeps every record
+//   written before the kill. Opening throws sdk::UserError for an unwritable file; a write that
+//   fails later (a full disk) does not stop training, as metrics.jsonl never did.
+// - write_text() gives text for people (the run's config and precision plan, as markdown); sinks
+//   without a place for text ignore it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace mixtrain::core {
+
+class MetricsSink {
+ public:
+  virtual ~MetricsSink() = default;
+  virtual void write(const nlohmann::json& record) = 0;
+  virtual void write_text(std::int64_t /*step*/, const std::string& /*tag*/,
+                          const std::string& /*markdown*/) {}
+};
+
+}  // namespace mixtrain::core

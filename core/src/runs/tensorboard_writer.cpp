@@ -1,0 +1,106 @@
+#include "runs/tensorboard_writer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "mixtrain/sdk/error.h"
+#include "runs/tfrecord.h"
+#include "tensorboard/event.pb.h"
+
+namespace mixtrain::core {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double wall_time() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+tensorboard::Event event_at(std::int64_t step) {
+  tensorboard::Event e;
+  e.set_wall_time(wall_time());
+  e.set_step(step);
+  return e;
+}
+
+}  // namespace
+
+TensorBoardWriter::TensorBoardWriter(const fs::path& dir) {
+  // TensorBoard reads a folder's event files in name order and a resumed run's session start
+  // only drops what came before it: the new file must sort last, also when it starts within the
+  // same second as the previous one (the pid alone would order them by chance).
+  const std::string prefix = "events.out.tfevents.";
+  std::string last;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(dir, ec)) {
+    const std::string name = f.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name > last) last = name;
+  }
+  auto seconds = std::chrono::duration_cast<std::chrono::seconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  const std::string tail = "." + host_name() + "." + std::to_string(getpid());
+  if (!last.empty()) {
+    const std::string field =
+        last.substr(prefix.size(), last.find('.', prefix.size()) - prefix.size());
+    if (!field.empty() && field.size() <= 18 &&
+        field.find_first_not_of("0123456789") == std::string::npos)
+      seconds = std::max<std::int64_t>(seconds, std::stoll(field));
+    if (prefix + std::to_string(seconds) + tail <= last) ++seconds;
+  }
+  path_ = dir / (prefix + std::to_string(seconds) + tail);
+  out_.open(path_, std::ios::binary | std::ios::app);
+  if (!out_) throw sdk::UserError("cannot write " + path_.string(), "choose a writable --run-dir");
+  auto e = event_at(0);
+  e.set_file_version("brain.Event:2");
+  e.mutable_source_metadata()->set_writer("mixtrain");
+  write_record(e.SerializeAsString());
+}
+
+void TensorBoardWriter::add_scalars(std::int64_t step,
+                                    const std::vector<std::pair<std::string, float>>& values) {
+  if (values.empty()) return;
+  auto e = event_at(step);
+  for (const auto& [tag, value] : values) {
+    auto* v = e.mutable_summary()->add_value();
+    v->set_tag(tag);
+    v->set_simple_value(value);
+  }
+  write_record(e.SerializeAsString());
+}
+
+void TensorBoardWriter::add_text(std::int64_t step, const std::string& tag,
+                                 const std::string& markdown) {
+  auto e = event_at(step);
+  auto* v = e.mutable_summary()->add_value();
+  v->set_tag(tag);
+  // The text plugin claims values by plugin name; its settings (content) are empty at version 0.
+  v->mutable_metadata()->mutable_plugin_data()->set_plugin_name("text");
+  auto* t = v->mutable_tensor();
+  t->set_dtype(tensorboard::DT_STRING);
+  t->mutable_tensor_shape();  // no dims: one string
+  t->add_string_val(markdown);
+  write_record(e.SerializeAsString());
+}
+
+void TensorBoardWriter::add_session_start(std::int64_t step) {
+  auto e = event_at(step);
+  e.mutable_session_log()->set_status(tensorboard::SessionLog::START);
+  write_record(e.SerializeAsString());
+}
+
+void TensorBoardWriter::write_record(const std::string& serialized_event) {
+  out_ << tfrecord_frame(serialized_event);
+  out_.flush();
+}
+
+}  // namespace mixtrain::core
