@@ -43,7 +43,7 @@ inline void write_cifar_layout_images(const std::filesystem::path& images,
   std::uint32_t state = 12345;
   auto noise = [&state] {
     state = state * 1664525u + 1013904223u;  // a fixed LCG: the same files on every machine
-    return static_cast<int>(state >> 26);     // 0..63
+    return static_cast<int>(state >> 26);    // 0..63
   };
   for (int r = 0; r < rows; ++r) {
     const int c = r % classes;

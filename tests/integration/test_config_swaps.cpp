@@ -59,7 +59,7 @@ TEST_P(ConfigSwaps, EveryPolicyAndScalerChecksWithNoEdit) {
   auto cfg = config(GetParam()) + " --set data.synthetic.rows=4096";
   // own-images.toml reads the user's files (../data/*.npy): small ones of that layout here.
   if (GetParam() == "own-images.toml") {
-    write_cifar_layout_images(dir_ / "images.npy", dir_ / "labels.npy", 64);
+    write_cifar_layout_images(dir_ / "images.npy", dir_ / "labels.npy", 160);
     cfg = config(GetParam()) + " --set data.npy.features=" + (dir_ / "images.npy").string() +
           " --set data.npy.labels=" + (dir_ / "labels.npy").string();
   }

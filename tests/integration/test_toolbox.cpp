@@ -126,6 +126,17 @@ TEST_F(Toolbox, KeysTheScheduleDoesNotReadAreWarnedAboutAndTheResolvedConfigRoun
   auto again = run("check " + resolved.string());
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_TRUE(has(again.out, "milestones = [30, 60]\n")) << again.out;
+  // The resolved config writes every key, defaults included (a run folder's config.toml, which
+  // `train --resume RUN` reads): keys at their defaults are not reported unread.
+  EXPECT_FALSE(has(again.err, "is not read")) << again.err;
+  r = run("check " + quickstart() + " --set optimizer.schedule=onecycle" +
+          " --set optimizer.warmup_steps=0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  resolved = write_file("onecycle.toml", r.out.substr(0, r.out.find("\n# data:")));
+  again = run("check " + resolved.string());
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_TRUE(has(again.out, "schedule = \"onecycle\"")) << again.out;
+  EXPECT_FALSE(has(again.err, "is not read")) << again.err;
 }
 
 // Every step is applied (fp32, no scaler), so step s runs at lr_at(s - 1): warm-up over 2 steps,

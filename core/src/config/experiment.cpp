@@ -30,6 +30,20 @@ std::vector<ComponentSchema> registered(const PluginRegistry& registry, Componen
   return out;
 }
 
+// Whether `key` was given at a value other than its schema default: only such a key changes
+// anything where it is read, so only such a key is reported when it is not. (A run folder's
+// resolved config.toml writes every key at its value, defaults included; `train --resume RUN`
+// reads it and must not call those unused.)
+bool set_away_from_default(const sdk::Options& o, const sdk::OptionSchema& schema,
+                           std::string_view key) {
+  if (!o.was_set(key)) return false;
+  for (const auto& spec : schema)
+    if (spec.name == key)
+      for (const auto& [name, value] : o.effective())
+        if (name == key) return value != spec.default_value;
+  return true;
+}
+
 // The schedule keys each schedule reads (warm-up, decay); the others given are reported unused.
 std::vector<std::string> schedule_keys(const std::string& kind) {
   if (kind == "warmup_cosine" || kind == "linear") return {"warmup_steps", "min_lr"};
@@ -114,9 +128,11 @@ void read_schedule(const Config& config, const sdk::Options& o, Experiment& e) {
                "the schedule decays from lr down to min_lr; lower min_lr");
   }
   const auto used = schedule_keys(kind);
-  for (const auto& key : {"warmup_steps", "min_lr", "step_size", "gamma", "milestones", "pct_start",
-                          "div_factor", "final_div_factor"})
-    if (o.was_set(key) && std::find(used.begin(), used.end(), key) == used.end())
+  const auto schema = schedule_schema();
+  for (const std::string key : {"warmup_steps", "min_lr", "step_size", "gamma", "milestones",
+                                "pct_start", "div_factor", "final_div_factor"})
+    if ((key == "milestones" ? !s.milestones.empty() : set_away_from_default(o, schema, key)) &&
+        std::find(used.begin(), used.end(), key) == used.end())
       e.unused_keys.push_back(std::string("optimizer.") + key + " (" + o.where(key).to_string() +
                               ") is not read by schedule = \"" + kind + "\"");
 }
@@ -161,8 +177,9 @@ std::vector<std::string> read_metrics_sinks(const Config& config) {
 void read_early_stopping(const sdk::Options& run, Experiment& e) {
   const auto& r = e.run;
   if (r.early_stopping_patience == 0) {
+    const auto schema = run_schema();
     for (const auto& key : {"early_stopping_metric", "early_stopping_min_delta"})
-      if (run.was_set(key))
+      if (set_away_from_default(run, schema, key))
         e.unused_keys.push_back("run." + std::string(key) + " (" + run.where(key).to_string() +
                                 ") is not read: early_stopping_patience = 0 (off)");
     return;

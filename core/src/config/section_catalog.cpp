@@ -50,7 +50,8 @@ constexpr ComponentTable kComponentTables[] = {
 
 // The host keys of a component section, beside its selector.
 std::vector<SectionKey> host_keys_of(ComponentKind kind) {
-  if (kind == ComponentKind::optimizer) return section_keys(schedule_schema(), {"milestones"});
+  if (kind == ComponentKind::optimizer)
+    return section_keys(schedule_schema(), {{"milestones", "integer"}});
   if (kind == ComponentKind::checkpoint_format) return section_keys(checkpoint_core_schema());
   return {};
 }
@@ -128,16 +129,26 @@ const std::vector<std::string>& config_top_level_tables() {
 }
 
 std::vector<SectionKey> section_keys(const sdk::OptionSchema& schema,
-                                     const std::vector<std::string>& lists) {
+                                     const std::vector<ListKey>& lists) {
   std::vector<SectionKey> rows;
   for (const auto& o : schema) {
     const bool required = std::holds_alternative<std::monostate>(o.default_value);
-    const bool list = std::find(lists.begin(), lists.end(), o.name) != lists.end();
-    rows.push_back({o.name, list ? "integer list" : type_column(o.type),
-                    required ? "(required)"
-                    : list   ? "[]"
-                             : sdk::option_value_to_string(o.default_value),
-                    o.range_text(), o.doc});
+    const auto list = std::find_if(lists.begin(), lists.end(),
+                                   [&](const ListKey& l) { return l.name == o.name; });
+    if (list == lists.end()) {
+      rows.push_back({o.name, type_column(o.type),
+                      required ? "(required)" : sdk::option_value_to_string(o.default_value),
+                      o.range_text(), o.doc});
+      continue;
+    }
+    // The schema's default is the list's one entry, or "" for an empty list; its range is each
+    // entry's.
+    const auto* entry = std::get_if<std::string>(&o.default_value);
+    std::string def = "[]";
+    if (entry != nullptr && !entry->empty())
+      def = "[" + (list->entries == "string" ? "\"" + *entry + "\"" : *entry) + "]";
+    rows.push_back({o.name, list->entries + " list", required ? "(required)" : def,
+                    o.range_text().empty() ? "" : "each " + o.range_text(), o.doc});
   }
   return rows;
 }
@@ -146,7 +157,7 @@ std::vector<ConfigSection> config_sections(const PluginRegistry& registry) {
   std::vector<ConfigSection> out;
   out.push_back(plain("run",
                       "the run: its name, steps, logging, evaluation cadence and stopping rules",
-                      section_keys(run_schema())));
+                      section_keys(run_schema(), {{"metrics", "string"}})));
   add_data_sections(out);
   add_model_sections(out);
 

@@ -42,9 +42,15 @@ struct ConfigSection {
 
 const std::vector<std::string>& config_top_level_tables();
 
-// The rows of `schema`; `lists` are string options that hold a list of integers (milestones).
+// A key the schema declares as a string but the host reads as a list (optimizer.milestones,
+// run.metrics): its name and the type of its entries ("integer", "string").
+struct ListKey {
+  std::string name, entries;
+};
+
+// The rows of `schema`; `lists` are its keys read as lists.
 std::vector<SectionKey> section_keys(const sdk::OptionSchema& schema,
-                                     const std::vector<std::string>& lists = {});
+                                     const std::vector<ListKey>& lists = {});
 
 std::vector<ConfigSection> config_sections(const PluginRegistry& registry);
 
