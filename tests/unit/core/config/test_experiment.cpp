@@ -156,7 +156,7 @@ TEST(sdk_Experiment, UnknownTopLevelTableWithDidYouMean) {
   ASSERT_TRUE(e.has_value());
   EXPECT_TRUE(contains(e->what(), "exp.toml:54:1: 'optimiser': unknown table")) << e->what();
   EXPECT_TRUE(contains(e->hint(), "did you mean [optimizer]?")) << e->hint();
-  EXPECT_TRUE(contains(e->hint(), "known tables: run, backend")) << e->hint();
+  EXPECT_TRUE(contains(e->hint(), "known tables: run, data, model, precision")) << e->hint();
 }
 
 TEST(sdk_Experiment, UnknownKeyInOptimizerWithDidYouMean) {
