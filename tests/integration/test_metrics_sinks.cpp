@@ -9,6 +9,7 @@
 #include <set>
 
 #include "cli_test_support.h"
+#include "little_endian.h"
 #include "python_peers.h"
 #include "runs/tfrecord.h"
 #include "tensorboard/event.pb.h"
@@ -32,14 +33,6 @@ std::vector<fs::path> event_files(const fs::path& dir) {
     if (f.path().filename().string().rfind("events.out.tfevents.", 0) == 0) out.push_back(f.path());
   std::sort(out.begin(), out.end());  // TensorBoard reads a folder's files in name order
   return out;
-}
-
-std::uint64_t read_le(const std::string& s, std::size_t at, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i)
-    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[at + static_cast<std::size_t>(i)]))
-         << (8 * i);
-  return v;
 }
 
 // The offline reader: TFRecord frames with both CRCs checked, each parsed as a tensorboard::Event;

@@ -8,10 +8,13 @@
 #include <sstream>
 #include <string>
 
+#include "little_endian.h"
 #include "runs/tensorboard_writer.h"
 #include "runs/tfrecord.h"
 
 namespace {
+
+using mixtrain::test::read_le;
 
 namespace fs = std::filesystem;
 using mixtrain::core::masked_crc32c;
@@ -22,14 +25,6 @@ std::string read(const fs::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-std::uint64_t read_le(const std::string& s, std::size_t at, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i)
-    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[at + static_cast<std::size_t>(i)]))
-         << (8 * i);
-  return v;
 }
 
 // Whole records with valid checksums, or -1 when the bytes end inside one or a CRC is wrong.

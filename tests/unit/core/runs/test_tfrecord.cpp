@@ -6,21 +6,16 @@
 #include <cstdint>
 #include <string>
 
+#include "little_endian.h"
 #include "runs/tfrecord.h"
 
 namespace {
 
+using mixtrain::test::read_le;
+
 using mixtrain::core::crc32c;
 using mixtrain::core::masked_crc32c;
 using mixtrain::core::tfrecord_frame;
-
-std::uint64_t read_le(const std::string& s, std::size_t at, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i)
-    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[at + static_cast<std::size_t>(i)]))
-         << (8 * i);
-  return v;
-}
 
 TEST(TfRecord, Crc32cMatchesTheCheckValue) {
   EXPECT_EQ(crc32c("123456789"), 0xE3069283u);
