@@ -25,7 +25,8 @@ int run_train(const ConfigArgs& cfg, const std::string& run_dir,
               const std::optional<std::string>& resume, bool profile = false);
 int run_check(const ConfigArgs& cfg);
 // Lists components, failed libraries and the search path (a missing entry is a warning); with
-// a non-empty `describe` (NAME or KIND/NAME), prints that component's option schema instead.
+// a non-empty `describe` (NAME or KIND/NAME), prints that component's option schema instead;
+// data/NAME and host/TABLE print the section as run_describe() does.
 int run_plugins(const std::string& describe);
 // Bare: every config section, one line each; with a SECTION ("run", "data.npy",
 // "scaler.dynamic", "layer.conv2d"), its keys with type, default, range and doc.

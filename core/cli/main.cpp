@@ -45,9 +45,9 @@ int main(int argc, char** argv) {
   auto* plugins =
       app.add_subcommand("plugins", "list plugin libraries, their components and load errors");
   plugins->add_option("--describe", describe,
-                      "print the option schema of one component (NAME or KIND/NAME), a data "
-                      "source (data/NAME) or the host's keys of a table (host/run, "
-                      "host/optimizer, host/checkpoint, host/model, host/ema, host/eval)");
+                      "print the option schema of one component (NAME or KIND/NAME), or of a "
+                      "data source (data/NAME) or a host table (host/TABLE), as `mixtrain "
+                      "describe` prints them");
 
   std::string describe_section;
   auto* describe_cmd = app.add_subcommand(
