@@ -1,5 +1,6 @@
 #include "runs/csv_sink.h"
 
+#include "mixtrain/core/runs/summary.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -13,16 +14,6 @@ std::string header_line() {
   std::string line;
   for (const auto& c : csv_columns()) line += (line.empty() ? "" : ",") + c;
   return line;
-}
-
-// k of "eval_top<k>_accuracy", or "" for any other key.
-std::string top_k_of(const std::string& key) {
-  const std::string head = "eval_top", tail = "_accuracy";
-  if (key.size() <= head.size() + tail.size() || key.rfind(head, 0) != 0 ||
-      key.compare(key.size() - tail.size(), tail.size(), tail) != 0)
-    return {};
-  const std::string k = key.substr(head.size(), key.size() - head.size() - tail.size());
-  return k.find_first_not_of("0123456789") == std::string::npos ? k : std::string();
 }
 
 std::string field_of(const json& v) {
@@ -74,8 +65,8 @@ std::string csv_row(const json& record) {
     return cols.size();
   };
   for (const auto& [key, value] : record.items()) {
-    if (const auto k = top_k_of(key); !k.empty()) {
-      fields[column("eval_top_k")] = k;
+    if (const auto k = top_k_of_accuracy_key(key); k > 0) {
+      fields[column("eval_top_k")] = std::to_string(k);
       fields[column("eval_top_k_accuracy")] = field_of(value);
       continue;
     }

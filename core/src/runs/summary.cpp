@@ -23,6 +23,16 @@ std::string top_k_accuracy_key(std::int64_t k) {
   return "eval_top" + std::to_string(k) + "_accuracy";
 }
 
+std::int64_t top_k_of_accuracy_key(std::string_view key) {
+  constexpr std::string_view head = "eval_top", tail = "_accuracy";
+  if (key.size() <= head.size() + tail.size() || !key.starts_with(head) || !key.ends_with(tail))
+    return 0;
+  const auto digits = key.substr(head.size(), key.size() - head.size() - tail.size());
+  if (digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string_view::npos)
+    return 0;
+  return std::stoll(std::string(digits));
+}
+
 void write_run_summary(const std::filesystem::path& file, const TrainSummary& s) {
   using json = nlohmann::json;
   json j = {{"steps", s.steps},

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace mixtrain::core {
 
@@ -35,6 +36,8 @@ struct EvalResult {
 
 // The metrics.jsonl / summary.json / `mixtrain eval` key of top-k accuracy: "eval_top5_accuracy".
 std::string top_k_accuracy_key(std::int64_t k);
+// Its inverse: k of "eval_top<k>_accuracy" (k a plain decimal), or 0 for any other key.
+std::int64_t top_k_of_accuracy_key(std::string_view key);
 
 // An evaluation number watched over a run (early stopping, the best checkpoint): its best value
 // and when, as summary.json reports them.
