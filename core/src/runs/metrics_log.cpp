@@ -37,4 +37,10 @@ void MetricsLog::write_text(std::int64_t step, const std::string& tag,
   for (auto& s : sinks_) s->write_text(step, tag, markdown);
 }
 
+bool MetricsLog::keeps_text() const {
+  for (const auto& s : sinks_)
+    if (s->keeps_text()) return true;
+  return false;
+}
+
 }  // namespace mixtrain::core

@@ -29,6 +29,7 @@ class MetricsLog {
             std::int64_t first_step);
   void write(const nlohmann::json& record);
   void write_text(std::int64_t step, const std::string& tag, const std::string& markdown);
+  bool keeps_text() const;  // whether any sink has a place for write_text()'s text
 
  private:
   std::vector<std::unique_ptr<MetricsSink>> sinks_;

@@ -10,7 +10,8 @@
 //   written before the kill. Opening throws sdk::UserError for an unwritable file; a write that
 //   fails later (a full disk) does not stop training, as metrics.jsonl never did.
 // - write_text() gives text for people (the run's config and precision plan, as markdown); sinks
-//   without a place for text ignore it.
+//   without a place for text ignore it, and say so with keeps_text(), so that nobody renders text
+//   for none.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,7 @@ class MetricsSink {
   virtual void write(const nlohmann::json& record) = 0;
   virtual void write_text(std::int64_t /*step*/, const std::string& /*tag*/,
                           const std::string& /*markdown*/) {}
+  virtual bool keeps_text() const { return false; }
 };
 
 }  // namespace mixtrain::core

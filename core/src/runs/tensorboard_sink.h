@@ -32,6 +32,7 @@ class TensorBoardSink final : public MetricsSink {
   TensorBoardSink(const std::filesystem::path& run_dir, std::int64_t first_step);
   void write(const nlohmann::json& record) override;
   void write_text(std::int64_t step, const std::string& tag, const std::string& markdown) override;
+  bool keeps_text() const override { return true; }
 
  private:
   TensorBoardWriter writer_;

@@ -222,7 +222,8 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     request.checkpoint_extension = s.c.checkpoint_format->file_extension();
     s.run_dir = prepare_run_folder(request, resolved_toml(e));
     s.metrics.open(s.run_dir, e.run.metrics, s.step);
-    write_run_text(s);
+    // The plan and the config are rendered only for a sink that keeps text (TensorBoard).
+    if (s.metrics.keeps_text()) write_run_text(s);
     // Statistics computed from the training split exist nowhere else on disk: the run keeps them
     // so that its images can be preprocessed outside mixtrain (torchvision's Normalize).
     if (!s.normalization.mean.empty()) {
