@@ -25,12 +25,23 @@ inline std::vector<std::string> split_words(const std::string& args) {
   return out;
 }
 
+// In a forked child: becomes `mixtrain ARGS` (split at spaces), or exits 127 when it cannot.
+[[noreturn]] inline void exec_mixtrain(const std::string& args) {
+  auto words = split_words(args);
+  std::vector<char*> argv;
+  std::string exe = MIXTRAIN_EXE;
+  argv.push_back(exe.data());
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  ::execv(exe.c_str(), argv.data());
+  ::_exit(127);
+}
+
 class Spawned {
  public:
   // `cwd`: the folder it runs in (empty: the test's).
   Spawned(const std::string& args, const std::filesystem::path& out,
           const std::filesystem::path& err, const std::filesystem::path& cwd = {}) {
-    auto words = split_words(args);
     pid_ = ::fork();
     if (pid_ == 0) {
       if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(127);
@@ -41,13 +52,7 @@ class Spawned {
       ::dup2(in, 0);
       ::dup2(o, 1);
       ::dup2(e, 2);
-      std::vector<char*> argv;
-      std::string exe = MIXTRAIN_EXE;
-      argv.push_back(exe.data());
-      for (auto& w : words) argv.push_back(w.data());
-      argv.push_back(nullptr);
-      ::execv(exe.c_str(), argv.data());
-      ::_exit(127);
+      exec_mixtrain(args);
     }
   }
   ~Spawned() {

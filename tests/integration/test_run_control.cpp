@@ -205,7 +205,6 @@ TEST_F(RunControl, OnATerminalLogLinesNeverLandOnTheProgressLine) {
   const std::string args = "train " + quickstart() +
                            " --set run.steps=300 --set run.eval_every=20 --run-dir " +
                            run_dir.string();
-  auto words = split_words(args);
   // A minimal chroot or container may have no /dev/pts: nothing to test there, and no failure.
   if (const auto why = pseudo_terminal_unavailable())
     GTEST_SKIP() << "no pseudo-terminal can be opened here (" << *why
@@ -213,15 +212,7 @@ TEST_F(RunControl, OnATerminalLogLinesNeverLandOnTheProgressLine) {
   int master = -1;
   const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
   ASSERT_GE(pid, 0) << "forkpty: " << std::strerror(errno);
-  if (pid == 0) {
-    std::vector<char*> argv;
-    std::string exe = MIXTRAIN_EXE;
-    argv.push_back(exe.data());
-    for (auto& w : words) argv.push_back(w.data());
-    argv.push_back(nullptr);
-    ::execv(exe.c_str(), argv.data());
-    ::_exit(127);
-  }
+  if (pid == 0) exec_mixtrain(args);
   std::string screen;
   char buf[4096];
   for (;;) {
