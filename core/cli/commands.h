@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@ namespace mixtrain::cli {
 struct ConfigArgs {
   std::string config;  // empty: the embedded quickstart
   std::vector<std::string> sets;
+  std::vector<std::filesystem::path> merges;  // --merge: applied in order, before `sets`
 };
 
 // Exit code of a run that diverged (every step skipped, a non-finite final loss, or stopped by

@@ -196,7 +196,7 @@ int export_initial(const ExportArgs& args) {
                         : "name the output file, e.g. --out initial.safetensors");
   check_output(args, out, config);
 
-  auto session = open_model_session({args.source, args.sets}, SessionWeights::as_training_starts);
+  auto session = open_model_session({args.source, args.sets, {}}, SessionWeights::as_training_starts);
   auto writer = create_writer(*session.registry, args);
   auto state = session.trainer->training_state(/*weights_only=*/true);
   state.metadata = exported_metadata(state.metadata);

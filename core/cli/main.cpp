@@ -8,6 +8,12 @@
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/sdk/error.h"
 
+namespace {
+constexpr const char* kMergeHelp =
+    "merge a TOML file over the config, before --set: tables key by key, arrays whole "
+    "(repeatable; e.g. the precision block `mixtrain calibrate` writes)";
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"mixtrain: mixed-precision training from plugins, driven by TOML configs"};
   app.set_version_flag("--version", std::string("mixtrain ") + MIXTRAIN_VERSION);
@@ -28,6 +34,7 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train a model described by a TOML config");
   train->add_option("config", cfg.config, "config file (default: the embedded quickstart)");
   train->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
+  train->add_option("--merge", cfg.merges, kMergeHelp);
   train->add_option("--run-dir", run_dir, "folder for config.toml, metrics.jsonl, checkpoints/");
   train->add_option("--resume", resume,
                     "checkpoint file, a run folder or its checkpoints/ folder (newest); without "
@@ -40,6 +47,7 @@ int main(int argc, char** argv) {
   auto* check = app.add_subcommand("check", "validate a config and print it resolved");
   check->add_option("config", cfg.config, "config file")->required();
   check->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
+  check->add_option("--merge", cfg.merges, kMergeHelp);
 
   std::string describe;
   auto* plugins =
@@ -63,6 +71,7 @@ int main(int argc, char** argv) {
   eval->add_option("--checkpoint", checkpoint, "checkpoint file or checkpoints/ folder")
       ->required();
   eval->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
+  eval->add_option("--merge", cfg.merges, kMergeHelp);
   std::string eval_layout = "native";
   const auto layouts = CLI::IsMember({"native", "gpt2"});
   eval->add_option("--layout", eval_layout,
@@ -128,6 +137,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   sample->add_option("--seed", sample_args.seed, "random seed of the draws")->capture_default_str();
   sample->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
+  sample->add_option("--merge", cfg.merges, kMergeHelp);
   sample
       ->add_option("--layout", sample_args.layout,
                    "how the checkpoint stores its weights: native, or gpt2 (Hugging Face GPT-2)")
@@ -174,6 +184,7 @@ int main(int argc, char** argv) {
                    "language models: tokens between window starts (0: the block size)")
       ->capture_default_str();
   predict->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
+  predict->add_option("--merge", cfg.merges, kMergeHelp);
   predict
       ->add_option("--layout", predict_args.layout,
                    "how the checkpoint stores its weights: native, or gpt2 (Hugging Face GPT-2)")

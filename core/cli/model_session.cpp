@@ -9,8 +9,8 @@ namespace mixtrain::cli {
 core::Config load_config(const ConfigArgs& cfg) {
   if (cfg.config.empty())
     return core::Config::from_string(kEmbeddedQuickstartToml, "<embedded configs/quickstart.toml>",
-                                     cfg.sets);
-  return core::Config::from_file(cfg.config, cfg.sets);
+                                     cfg.sets, cfg.merges);
+  return core::Config::from_file(cfg.config, cfg.sets, cfg.merges);
 }
 
 std::filesystem::path ModelSession::checkpoint_path(const std::string& user_path) const {

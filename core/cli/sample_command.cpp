@@ -33,7 +33,7 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
         "use 0 (greedy) or a positive temperature such as 0.8");
   auto session = open_model_session(cfg, SessionWeights::from_checkpoint);
   auto& trainer = *session.trainer;
-  auto& model = trainer.model();
+  const auto& model = trainer.model();
   // Byte-level models read the prompt's bytes as ids; a larger vocabulary needs its tokenizer,
   // which mixtrain does not ship.
   if (model.classes() != 256)
@@ -52,7 +52,8 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
   o.top_k = args.top_k;
   o.seed = args.seed;
   std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
-  core::generate(model, prompt, o, [](std::int32_t id) {
+  // The model as loaded: a checkpoint of a run that escalated replans it (a new Model object).
+  core::generate(trainer.model(), prompt, o, [](std::int32_t id) {
     std::fputc(static_cast<unsigned char>(id), stdout);
     std::fflush(stdout);
   });

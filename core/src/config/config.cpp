@@ -18,13 +18,17 @@ struct Config::Impl {
   fs::path base;
   toml::table root;
   std::map<std::string, sdk::SourceLocation> override_locations;
+  // Keys a merged file wrote (whole tables where it brought one the config lacked), and that
+  // file's folder: relative paths there resolve against it.
+  std::map<std::string, fs::path> merged_bases;
 };
 
 namespace {
 
+// A node's own file wins: a merged file's values keep their file:line:col.
 sdk::SourceLocation loc_of(const toml::node& n, const std::string& source) {
   const auto& s = n.source();
-  return {source, static_cast<std::uint32_t>(s.begin.line),
+  return {s.path && !s.path->empty() ? *s.path : source, static_cast<std::uint32_t>(s.begin.line),
           static_cast<std::uint32_t>(s.begin.column)};
 }
 
@@ -142,6 +146,61 @@ void apply_override(Config::Impl& impl, const std::string& spec) {
   impl.override_locations[key] = where;
 }
 
+// Merges `from` over `into` (docs/architecture.md, "Configs"): a table merges key by key, any
+// other value (arrays of tables included) replaces the config's whole. `prefix` is the dotted
+// path of `into`; every key written is recorded with `base`.
+void merge_table(toml::table& into, const toml::table& from, const std::string& prefix,
+                 const fs::path& base, std::map<std::string, fs::path>& written) {
+  for (const auto& [k, v] : from) {
+    const std::string key =
+        prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    auto* existing = into.get(k.str());
+    if (existing != nullptr && existing->is_table() && v.is_table()) {
+      merge_table(*existing->as_table(), *v.as_table(), key, base, written);
+      continue;
+    }
+    into.insert_or_assign(k.str(), v);
+    written[key] = base;
+  }
+}
+
+void merge_file(Config::Impl& impl, const fs::path& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw sdk::ConfigError({path.string(), 0, 0}, "", "--merge names a folder, not a TOML file",
+                           "give the path of a .toml file, e.g. the one `mixtrain calibrate` "
+                           "wrote");
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw sdk::ConfigError({path.string(), 0, 0}, "", "cannot open the file given to --merge",
+                           "check the path");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  toml::table parsed;
+  try {
+    parsed = toml::parse(ss.str(), path.string());
+  } catch (const toml::parse_error& e) {
+    sdk::SourceLocation where{path.string(), static_cast<std::uint32_t>(e.source().begin.line),
+                              static_cast<std::uint32_t>(e.source().begin.column)};
+    throw sdk::ConfigError(where, "", "TOML syntax error: " + std::string(e.description()),
+                           "fix the TOML syntax at that position");
+  }
+  merge_table(impl.root, parsed, "", path.has_parent_path() ? path.parent_path() : fs::path("."),
+              impl.merged_bases);
+}
+
+// The entry of `keys` for `dotted` or its nearest enclosing table.
+template <typename Value>
+const Value* enclosing_entry(const std::map<std::string, Value>& keys, std::string_view dotted) {
+  std::string key(dotted);
+  for (;;) {
+    if (auto it = keys.find(key); it != keys.end()) return &it->second;
+    const auto dot = key.rfind('.');
+    if (dot == std::string::npos) return nullptr;
+    key.resize(dot);
+  }
+}
+
 }  // namespace
 
 Config::Config(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -149,7 +208,8 @@ Config::~Config() = default;
 Config::Config(Config&&) noexcept = default;
 Config& Config::operator=(Config&&) noexcept = default;
 
-Config Config::from_file(const fs::path& path, const std::vector<std::string>& overrides) {
+Config Config::from_file(const fs::path& path, const std::vector<std::string>& overrides,
+                         const std::vector<fs::path>& merges) {
   // A folder opens as a stream on Linux and reads as an empty document.
   std::error_code ec;
   if (fs::is_directory(path, ec))
@@ -161,13 +221,14 @@ Config Config::from_file(const fs::path& path, const std::vector<std::string>& o
                            "check the path; configs/quickstart.toml is a working example");
   std::stringstream ss;
   ss << in.rdbuf();
-  auto cfg = from_string(ss.str(), path.string(), overrides);
+  auto cfg = from_string(ss.str(), path.string(), overrides, merges);
   cfg.impl_->base = path.has_parent_path() ? path.parent_path() : fs::path(".");
   return cfg;
 }
 
 Config Config::from_string(std::string_view text, const std::string& source_name,
-                           const std::vector<std::string>& overrides) {
+                           const std::vector<std::string>& overrides,
+                           const std::vector<fs::path>& merges) {
   auto impl = std::make_unique<Impl>();
   impl->source = source_name;
   impl->base = fs::current_path();
@@ -179,6 +240,7 @@ Config Config::from_string(std::string_view text, const std::string& source_name
     throw sdk::ConfigError(where, "", "TOML syntax error: " + std::string(e.description()),
                            "fix the TOML syntax at that position");
   }
+  for (const auto& m : merges) merge_file(*impl, m);
   for (const auto& o : overrides) apply_override(*impl, o);
   return Config(std::move(impl));
 }
@@ -207,13 +269,7 @@ namespace {
 // every key inside data.npy, and the values it copied have no source position of their own.
 const sdk::SourceLocation* enclosing_override(
     const std::map<std::string, sdk::SourceLocation>& overrides, std::string_view dotted) {
-  std::string key(dotted);
-  for (;;) {
-    if (auto it = overrides.find(key); it != overrides.end()) return &it->second;
-    const auto dot = key.rfind('.');
-    if (dot == std::string::npos) return nullptr;
-    key.resize(dot);
-  }
+  return enclosing_entry(overrides, dotted);
 }
 
 }  // namespace
@@ -236,6 +292,12 @@ sdk::SourceLocation Config::location(std::string_view dotted) const {
 
 bool Config::is_override(std::string_view dotted) const {
   return enclosing_override(impl_->override_locations, dotted) != nullptr;
+}
+
+fs::path Config::path_base(std::string_view dotted) const {
+  if (is_override(dotted)) return fs::current_path();
+  if (const auto* merged = enclosing_entry(impl_->merged_bases, dotted)) return *merged;
+  return impl_->base;
 }
 
 std::vector<sdk::RawOption> Config::table_options(std::string_view dotted,

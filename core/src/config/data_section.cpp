@@ -220,6 +220,7 @@ void read_data_config(const Config& config, Experiment& e) {
     e.data.synthetic.features = src.get_int("features");
     e.data.synthetic.classes = static_cast<std::int32_t>(src.get_int("num_classes"));
     e.data.synthetic.noise = src.get_double("noise");
+    e.data.synthetic.feature_scale = src.get_double("feature_scale");
     e.data.synthetic.channels = src.get_int("channels");
     e.data.synthetic.height = src.get_int("height");
     e.data.synthetic.width = src.get_int("width");

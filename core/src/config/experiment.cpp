@@ -54,6 +54,26 @@ std::vector<std::string> schedule_keys(const std::string& kind) {
   return {};
 }
 
+// [precision.escalate]: present (from the file, a --merge or a --set) means on.
+void read_escalation(const Config& config, Experiment& e) {
+  if (!config.has_table("precision.escalate")) return;
+  reject_nested(config, "precision.escalate");
+  auto o = sdk::Options::resolve("precision.escalate", escalate_schema(),
+                                 config.table_options("precision.escalate"),
+                                 config.location("precision.escalate"), {});
+  e.escalate.enabled = true;
+  e.escalate.after = o.get_int("after");
+  e.escalate.window = o.get_int("window");
+  e.escalate.deescalate_after = o.get_int("deescalate_after");
+  if (e.escalate.window < e.escalate.after)
+    o.fail("window",
+           "is " + std::to_string(e.escalate.window) +
+               ", shorter than after = " + std::to_string(e.escalate.after) +
+               ": a step is blamed at most once, so no op could ever be promoted",
+           "set window to at least `after` steps (200 is usual)");
+  e.core_sections.push_back(section_of("precision.escalate", {}, o));
+}
+
 // [optimizer]'s schedule keys, checked together (each key's own range is in the schema).
 void read_schedule(const Config& config, const sdk::Options& o, Experiment& e) {
   auto& s = e.schedule;
@@ -285,8 +305,9 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
                                      {}, e.backend_type, e.backend_options);
   push_component(e.core_sections, "backend", "type", e.backend_type, backend_host,
                  e.backend_options);
-  auto precision_host = plugin_section("precision", "policy", "fp32", ComponentKind::policy,
-                                       "policy", {}, e.policy_name, e.policy_options, {"override"});
+  auto precision_host =
+      plugin_section("precision", "policy", "fp32", ComponentKind::policy, "policy", {},
+                     e.policy_name, e.policy_options, {"override", "escalate"});
   push_component(e.core_sections, "precision", "policy", e.policy_name, precision_host,
                  e.policy_options);
   for (const auto& entry : overrides) {
@@ -311,6 +332,7 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
     s.array = true;
     e.core_sections.push_back(s);
   }
+  read_escalation(config, e);
   auto scaler_host = plugin_section("scaler", "type", "none", ComponentKind::scaler, "scaler", {},
                                     e.scaler_type, e.scaler_options);
   push_component(e.core_sections, "scaler", "type", e.scaler_type, scaler_host, e.scaler_options);

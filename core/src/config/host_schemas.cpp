@@ -142,6 +142,10 @@ sdk::OptionSchema data_source_schema(const std::string& source) {
                            "noise standard deviation (images: per pixel, templates in [0, 1]; "
                            "0.5 is a good start)")
             .at_least(0.0),
+        OptionSpec::number("feature_scale", 1.0,
+                           "multiplies every feature after the labels are drawn (raw, "
+                           "unnormalised measurements: 1e4 puts them past fp16's range)")
+            .greater_than(0.0),
         OptionSpec::integer("channels", 1, "images: channels C").at_least(1).at_most(4096),
         OptionSpec::integer("height", 16, "images: height H").at_least(4).at_most(4096),
         OptionSpec::integer("width", 16, "images: width W").at_least(4).at_most(4096),
@@ -334,6 +338,24 @@ sdk::OptionSchema precision_override_schema() {
       OptionSpec::string("gemm_input", "", "GEMM operand dtype").one_of(dtypes),
       OptionSpec::string("activation", "", "activation storage dtype").one_of(dtypes),
       OptionSpec::string("activation_grad", "", "activation-gradient dtype").one_of(dtypes),
+  };
+}
+
+sdk::OptionSchema escalate_schema() {
+  return {
+      OptionSpec::integer("after", 3,
+                          "non-finite steps blamed on the same op within `window` steps that "
+                          "promote it one format wider (fp8 -> bf16 -> fp32, fp16 -> fp32)")
+          .at_least(1)
+          .at_most(1000000),
+      OptionSpec::integer("window", 200, "steps a blame is remembered; at least `after`")
+          .at_least(1)
+          .at_most(1000000000),
+      OptionSpec::integer("deescalate_after", 0,
+                          "applied steps in a row without a skip that undo the latest promotion "
+                          "(one rung); 0 = never")
+          .at_least(0)
+          .at_most(1000000000),
   };
 }
 

@@ -58,13 +58,13 @@ void push_component(std::vector<ResolvedSection>& sections, const std::string& t
     sections.push_back(section_of(table + "." + name, {}, component));
 }
 
-// A path the config gives at `key`: relative to the config file's folder when written there, to
-// the current folder when given with --set (as every command line does). Absolute in the
-// resolved config, so DIR/config.toml reproduces the run from anywhere.
+// A path the config gives at `key`: relative to the config file's folder when written there (or
+// the merged file's, for a --merge), to the current folder when given with --set (as every
+// command line does). Absolute in the resolved config, so DIR/config.toml reproduces the run
+// from anywhere.
 fs::path config_path(const Config& config, const std::string& key, const fs::path& p) {
   if (p.is_absolute()) return p;
-  const fs::path base = config.is_override(key) ? fs::current_path() : config.base_dir();
-  return fs::absolute(base / p).lexically_normal();
+  return fs::absolute(config.path_base(key) / p).lexically_normal();
 }
 
 // A component's file path option, read from whichever spelling gave it ([data.npy] or flat).

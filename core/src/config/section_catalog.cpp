@@ -181,6 +181,10 @@ std::vector<ConfigSection> config_sections(const PluginRegistry& registry) {
                      section_keys(precision_override_schema()));
       o.array_of_tables = true;
       out.push_back(std::move(o));
+      out.push_back(plain("precision.escalate",
+                          "automatic escalation: an op blamed for non-finite steps `after` times "
+                          "within `window` steps is promoted one format wider; present means on",
+                          section_keys(escalate_schema())));
     }
     for (auto& c : components) out.push_back(std::move(c));
   }

@@ -76,6 +76,9 @@ void validate(const SyntheticSpec& spec) {
              "x features = " + std::to_string(spec.rows) + " x " + std::to_string(features) +
                  " is too large to hold in memory",
              "ask for fewer rows or features");
+  if (!(spec.feature_scale > 0.0) || !std::isfinite(spec.feature_scale))
+    bad_spec("feature_scale",
+             "must be a finite number > 0, found " + std::to_string(spec.feature_scale));
   if (!(spec.noise >= 0.0) || !std::isfinite(spec.noise))
     bad_spec("noise", "must be a finite number >= 0, found " + std::to_string(spec.noise));
   if (!(spec.separation >= 0.0) || !std::isfinite(spec.separation))
@@ -288,6 +291,8 @@ Dataset make_synthetic(const SyntheticSpec& spec) {
       if (u < spec.label_noise) label = replacement;
     }
   }
+  if (spec.feature_scale != 1.0)
+    for (float& v : data.x) v = static_cast<float>(v * spec.feature_scale);
   check_dataset(data, "synthetic data (" + spec.kind + ")");
   return data;
 }

@@ -28,7 +28,7 @@ class UnfusedForReplay {
 
 }  // namespace
 
-std::string locate_first_nonfinite(Model& model, std::int64_t rows, float grad_scale) {
+NonfiniteSite locate_first_nonfinite(Model& model, std::int64_t rows, float grad_scale) {
   UnfusedForReplay unfused(model);
   Executor& exec = model.executor();
   const GraphPlan& plan = model.plan();
@@ -41,27 +41,29 @@ std::string locate_first_nonfinite(Model& model, std::int64_t rows, float grad_s
   const GradientBuffers grads = exec.planned_gradients();
   exec.start_gradients();  // this micro-batch's gradients alone, so each check sees its own writes
   // Token ids are integers: nothing to check.
-  if (plan.input().dtype != DType::int32 && bad(exec.input(rows))) return "input batch";
-  std::string found;
+  if (plan.input().dtype != DType::int32 && bad(exec.input(rows))) return {"input batch", ""};
+  NonfiniteSite found;
+  const auto& ops = model.layers();
   exec.forward(e, [&](std::size_t i) {
     if (!bad(exec.activation(TensorId::node(i), e))) return true;
-    found = "forward " + model.layers()[i]->name() + ".output";
+    found = {"forward " + ops[i]->name() + ".output", ops[i]->name()};
     return false;
   });
-  if (!found.empty()) return found;
+  if (!found.where.empty()) return found;
   exec.compute_loss(rows, grad_scale, model.label_smoothing(), grads);
-  if (!std::isfinite(exec.read_loss().loss)) return "loss";
-  if (bad(exec.gradient(plan.logits(), e, grads))) return "backward loss gradient (logits)";
+  if (!std::isfinite(exec.read_loss().loss)) return {"loss", ""};
+  if (bad(exec.gradient(plan.logits(), e, grads)))
+    return {"backward loss gradient (logits)", ops[plan.logits().position()]->name()};
   exec.backward(e, grads, /*last_micro_batch=*/false,
                 [&](std::size_t i, std::span<const TensorView> dxs) {
-                  for (ModelParameter* p : model.layers()[i]->used_parameters())
+                  for (ModelParameter* p : ops[i]->used_parameters())
                     if (bad(p->grad.view())) {
-                      found = "backward " + p->name + ".grad";
+                      found = {"backward " + p->name + ".grad", ops[i]->name()};
                       return false;
                     }
                   for (const TensorView& dx : dxs)
                     if (!dx.empty() && bad(dx)) {
-                      found = "backward " + model.layers()[i]->name() + " input gradient";
+                      found = {"backward " + ops[i]->name() + " input gradient", ops[i]->name()};
                       return false;
                     }
                   return true;

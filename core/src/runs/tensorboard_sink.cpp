@@ -56,6 +56,9 @@ std::vector<std::pair<std::string, float>> tensorboard_scalars(const json& recor
       if (stats.is_object() && stats.contains("flushed_share"))
         add(out, "underflow/" + tensor, stats["flushed_share"]);
   }
+  // An escalation record (precision/escalation.h): how many promotions stand after it.
+  if (auto it = record.find("escalations_standing"); it != record.end())
+    add(out, "precision/escalations_standing", *it);
   if (auto it = record.find("fp8"); it != record.end() && it->is_object())
     for (const auto& [slot, stats] : it->items())
       if (stats.is_object())

@@ -21,6 +21,7 @@
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/sdk/atomic_file_writer.h"
 #include "mixtrain/sdk/version.h"
+#include "train/planned_model.h"
 #include "train/resume_terms.h"
 #include "train/trainer_state.h"
 
@@ -126,6 +127,9 @@ sdk::TrainingState capture_state(const Trainer::State& s, bool weights_only) {
   if (s.early_stopping) watch["early_stopping"] = watched_metric_to_json(s.early_stopping->state);
   if (s.keep_best) watch["keep_best"] = watched_metric_to_json(s.keep_best->state);
   if (!watch.empty()) st.metadata["watch"] = watch.dump();
+  // The promotions are part of the plan the weights were trained under; the blames count on.
+  if (s.e.escalate.enabled || s.escalation.any_promoted() || !s.escalation.events().empty())
+    st.metadata["escalation"] = s.escalation.to_json().dump();
   return st;
 }
 
@@ -302,6 +306,22 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
     return gpt2 ? file_names[static_cast<std::size_t>(&t - st.tensors.data())] : t.name;
   };
   const std::string read_as = gpt2 ? ", reading the gpt2 layout" : "";
+  // A run that escalated trained its later steps under a wider plan: a resume continues under it,
+  // and so does a session that only evaluates (eval, predict, sample, export write no run).
+  // checkpoint.init_from starts a new run from the config's plan.
+  if (auto it = st.metadata.find("escalation");
+      it != st.metadata.end() && (!weights_only || !s.opt.write_outputs)) {
+    const auto j = json::parse(it->second, nullptr, false);
+    if (j.is_discarded())
+      throw sdk::CheckpointError(path.string() + ": the 'escalation' entry is not valid JSON",
+                                 "the checkpoint is damaged; use an earlier one");
+    s.escalation = Escalation::from_json(j, s.e.escalate, path.string());
+    if (s.escalation.any_promoted()) {
+      replan_model(s);
+      s.log.info(path.string() + ": " + std::to_string(s.escalation.promotions_standing()) +
+                 " op(s) promoted by escalation; planned as trained");
+    }
+  }
   // Weights are "param/<layer>.<weight|bias>" in mixtrain's checkpoints and plain
   // "<layer>.<weight|bias>" in files exported for (or written by) other tools.
   std::set<const sdk::HostTensor*> used;

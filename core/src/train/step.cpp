@@ -143,7 +143,9 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
         feed_batch(s, s.train, s.micro_batches[static_cast<std::size_t>(k)],
                    s.micro_batch_numbers[static_cast<std::size_t>(k)]);
       }
-      out.first_nonfinite = locate_first_nonfinite(model, bs, replay_seed);
+      const NonfiniteSite site = locate_first_nonfinite(model, bs, replay_seed);
+      out.first_nonfinite = site.where;
+      out.blamed_node = site.node;
       if (micro > 1 && !out.first_nonfinite.empty())
         out.first_nonfinite = "micro-batch " + std::to_string(k + 1) + " of " +
                               std::to_string(micro) + ": " + out.first_nonfinite;

@@ -32,6 +32,7 @@ struct StepOutcome {
   double lr = 0.0;
   double grad_norm = std::numeric_limits<double>::quiet_NaN();  // when wants_norm and applied
   std::string first_nonfinite;  // skipped: the first non-finite tensor on replay
+  std::string blamed_node;      // skipped: the node that wrote it (empty: batch, loss, none)
 };
 
 StepOutcome run_training_step(Trainer::State& s, const StepRequest& request);

@@ -14,6 +14,7 @@
 #include "mixtrain/core/graph/model_summary.h"
 #include "mixtrain/core/runs/folder.h"
 #include "mixtrain/sdk/atomic_file_writer.h"
+#include "train/planned_model.h"
 #include "train/step.h"
 #include "train/trainer_state.h"
 
@@ -94,7 +95,6 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   s.c = std::move(components);
   s.opt = options;
   const auto& e = s.e;
-  auto& backend = *s.c.backend;
 
   // Data.
   auto loaded = load_data(e.data, e.run.seed);
@@ -112,69 +112,10 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
             " rows, fewer than data.batch_size = " + std::to_string(e.data.batch_size),
         "lower data.batch_size or data.eval_fraction, or use more data");
 
-  // Model under the policy's plan.
-  InputSpec input;
-  if (s.train.is_tokens()) {
-    input.dtype = sdk::DType::int32;
-    input.labels_per_sample = s.train.labels_per_row();
-  }
-  input.sample_shape = s.train.sample_shape;
-  s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes, input);
-  if (e.eval.top_k > s.model->classes())
-    throw sdk::ConfigError(
-        e.eval.top_k_where, "eval.top_k",
-        "is " + std::to_string(e.eval.top_k) + " but the model has only " +
-            std::to_string(s.model->classes()) + " classes",
-        "choose a top_k up to the number of classes (5 is usual), or 0 for none");
-  auto caps = backend.capabilities();
-  plan_precision(*s.model, *s.c.policy, caps, e.overrides, s.log);
-  // Every node's ops are asked in Model::allocate; the step's own gradient checks here.
-  for (sdk::GradientCheckOp op : {sdk::GradientCheckOp::unscale_and_check_finite,
-                                  sdk::GradientCheckOp::unscale_check_and_sum_squares})
-    if (auto why = unmet(backend, {op, {sdk::DType::fp32}}))
-      throw sdk::BackendError(
-          "the training step needs gradient_check." + std::string(sdk::op_name(op)) +
-              " on fp32 gradients, which backend '" + caps.kind + "' does not provide: " + *why,
-          "use a backend that offers it (`mixtrain plugins` lists them)");
-  // The EMA of the weights is two foreach ops a step.
-  if (e.ema.enabled())
-    for (const BackendNeed& need :
-         {BackendNeed{sdk::ForeachOp::foreach_mul_scalar, {sdk::DType::fp32}},
-          BackendNeed{sdk::ForeachOp::foreach_add, {sdk::DType::fp32, sdk::DType::fp32}}})
-      if (auto why = unmet(backend, need))
-        throw sdk::BackendError("ema needs " + need_op_name(need) + " on fp32, which backend '" +
-                                    caps.kind + "' does not provide: " + *why,
-                                "turn ema off, or use a backend that offers it");
-  for (const auto& l : s.model->layers())
-    if (sdk::dtype_size(l->precision().activation_grad) < 4) s.underflow_watch = true;
-  const std::int64_t max_rows = std::max(e.data.batch_size, e.data.eval_batch_size);
-  s.model->allocate(max_rows,
-                    /*reserve_fp32_gradients=*/e.run.underflow_every > 0 && s.underflow_watch);
+  // Model under the policy's plan (train/planned_model.h), then its initial weights.
+  s.escalation.set_settings(e.escalate);
+  build_model(s);
   s.model->init_parameters(e.run.seed);
-  for (auto* p : s.model->parameters()) {
-    sdk::Parameter sp;
-    sp.name = p->name;
-    sp.tensors.master = p->master.view();
-    sp.tensors.grad = p->grad.view();
-    if (!p->working.empty()) sp.tensors.working = p->working.view();
-    sp.weight_decay = p->weight_decay;
-    s.params.push_back(sp);
-    s.grads.push_back(p->grad.view());
-  }
-  s.c.optimizer->bind(backend, s.params);
-  {
-    std::string static_step;  // why the step is not static ("": it is)
-    for (const auto& l : s.model->layers())
-      if (static_step.empty() && l->traits().varies_per_step)
-        static_step =
-            "node '" + l->name() + "' changes its arguments every step (" + l->type() + ")";
-    if (s.c.policy->uses_scaled_operands())
-      static_step = "precision policy '" + e.policy_name + "' moves FP8 scales every step";
-    if (e.run.accumulate > 1) static_step = "run.accumulate > 1 (micro-batches differ)";
-    s.step_graph = std::make_unique<StepGraph>(
-        e.run.step_graphs ? sdk::facet<sdk::StepGraphFacet>(backend) : nullptr, e.run.step_graphs,
-        static_step, core_logger("step_graph"));
-  }
   if (e.run.accumulate > 1) s.loss_sum = Tensor(s.c.backend, sdk::DType::fp32, sdk::Shape{1});
   if (e.ema.enabled())
     for (auto* p : s.model->parameters())
@@ -197,6 +138,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   if (e.run.early_stopping_patience > 0)
     s.early_stopping.emplace(e.run.early_stopping_metric, e.run.early_stopping_min_delta);
   if (!e.checkpoint.keep_best.empty()) s.keep_best.emplace(e.checkpoint.keep_best, 0.0);
+  const std::int64_t max_rows = s.model->max_rows();
   if (s.train.is_tokens())
     s.ids_host.resize(static_cast<std::size_t>(max_rows * s.train.features));
   else
@@ -362,6 +304,8 @@ TrainSummary Trainer::run() {
       s.metrics.write(rec);
       progress.log_step(s.step, step.loss.loss, decision.scale_before, step.lr, sps);
     }
+    // After the step's record, so the promotion shows after the skip that caused it.
+    escalate_after_step(s, s.step, step);
     if (live_refresh) progress.show_live(s.step, step.loss.loss, s.c.scaler->scale());
     if (eval_step) evaluate_and_log();
     const bool stopping = interrupted || !stopped_by.empty() || !stopped_early.empty();

@@ -15,6 +15,7 @@
 #include "mixtrain/core/data/batch_sampler.h"
 #include "mixtrain/core/train/lr_schedule.h"
 #include "mixtrain/core/train/trainer.h"
+#include "precision/escalation.h"
 #include "runs/metrics_log.h"
 #include "train/metric_watch.h"
 #include "train/step_graph.h"
@@ -57,6 +58,9 @@ struct Trainer::State {
   // checkpoints ("watch"); best_path is the best checkpoint's file once one exists.
   std::optional<MetricWatch> early_stopping, keep_best;
   std::filesystem::path best_path;
+  // [precision.escalate]: which ops were promoted and the blames counting towards the next
+  // promotion; its overrides are part of the plan (train/planned_model.h), saved in checkpoints.
+  Escalation escalation;
 };
 
 // Copies the given rows of `d` (features or token ids, and their labels) into the model's batch.

@@ -183,6 +183,19 @@ TEST(Synthetic, LabelNoiseFlipsAboutThatFraction) {
   EXPECT_NEAR(static_cast<double>(changed) / static_cast<double>(a.rows), 0.27, 0.03);
 }
 
+TEST(Synthetic, FeatureScaleMultipliesEveryFeatureAndKeepsTheLabels) {
+  for (const char* kind : {"clusters", "teacher"}) {
+    SyntheticSpec plain, raw;
+    plain.kind = raw.kind = kind;
+    raw.feature_scale = 3.0e4;
+    const Dataset a = make_synthetic(plain), b = make_synthetic(raw);
+    EXPECT_EQ(a.y, b.y) << kind;
+    ASSERT_EQ(a.x.size(), b.x.size());
+    for (std::size_t i = 0; i < a.x.size(); ++i)
+      ASSERT_EQ(b.x[i], static_cast<float>(a.x[i] * 3.0e4)) << kind << " value " << i;
+  }
+}
+
 TEST(Synthetic, BadSpecsThrowDataError) {
   auto expect_bad = [](SyntheticSpec spec, const std::string& field) {
     test::expect_data_error([&] { make_synthetic(spec); }, "'" + field + "'");
@@ -208,6 +221,11 @@ TEST(Synthetic, BadSpecsThrowDataError) {
   s = {};
   s.label_noise = 1.5;
   expect_bad(s, "label_noise");
+  s = {};
+  s.feature_scale = 0.0;
+  expect_bad(s, "feature_scale");
+  s.feature_scale = std::numeric_limits<double>::infinity();
+  expect_bad(s, "feature_scale");
   s = {};
   s.rows = std::int64_t{1} << 40;
   expect_bad(s, "rows");

@@ -185,7 +185,9 @@ TEST(Model, ALinearFusedWithReluKeepsNoPreActivationBufferUntilItRunsUnfused) {
   std::vector<std::int32_t> y = {0, 1, 2, 3, 4, 0, 1, 2, 3};
   fused_backend->copy_from_host(fused->input(9), x.data());
   fused_backend->copy_from_host(fused->labels(9), y.data());
-  EXPECT_EQ(locate_first_nonfinite(*fused, 9, 1.0f), "");
+  const NonfiniteSite site = locate_first_nonfinite(*fused, 9, 1.0f);
+  EXPECT_EQ(site.where, "");
+  EXPECT_EQ(site.node, "");
   EXPECT_NE(fused->layers()[0]->output(9).data, nullptr);
   EXPECT_EQ(fused->fused_pairs(), 2);
   fused->forward(9);

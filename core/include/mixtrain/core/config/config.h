@@ -5,6 +5,10 @@
 //   file:line:col. Overrides use dotted keys ("precision.policy=bf16-mixed",
 //   "model.layers.2.out=64"); the value is parsed as a TOML value and, failing that, taken as a
 //   string. Values keep their source location (the override itself for --set values).
+// - `merges` (`--merge FILE`) are TOML files applied over the config in order, before the
+//   overrides: a table merges key by key, any other value replaces the config's (an array of
+//   tables such as [[precision.override]] is replaced whole). Their values keep their own
+//   file:line:col, and relative paths in them resolve against their own folder (path_base).
 // - Accessors return raw values with locations; typing and validation happen against declared
 //   schemas (sdk::Options::resolve), so every error names file:line:col and the key.
 // - TOML++ stays out of this header: the parsed document is owned by an opaque implementation.
@@ -28,9 +32,11 @@ struct TableEntry {  // one table of an array of tables ([[model.layers]] or inl
 class Config {
  public:
   static Config from_file(const std::filesystem::path& path,
-                          const std::vector<std::string>& overrides = {});
+                          const std::vector<std::string>& overrides = {},
+                          const std::vector<std::filesystem::path>& merges = {});
   static Config from_string(std::string_view text, const std::string& source_name,
-                            const std::vector<std::string>& overrides = {});
+                            const std::vector<std::string>& overrides = {},
+                            const std::vector<std::filesystem::path>& merges = {});
   ~Config();
   Config(Config&&) noexcept;
   Config& operator=(Config&&) noexcept;
@@ -45,6 +51,9 @@ class Config {
   // paths resolve against the current folder, as every command line does, while paths written
   // in the file stay relative to the file. location() names that --set for such keys too.
   bool is_override(std::string_view dotted) const;
+  // The folder a relative path written at `dotted` resolves against: the current folder for a
+  // --set, the merged file's folder for a value a --merge wrote, else base_dir().
+  std::filesystem::path path_base(std::string_view dotted) const;
   // Scalar entries of a table; arrays of tables and sub-tables are skipped, other arrays raise.
   std::vector<sdk::RawOption> table_options(std::string_view dotted,
                                             const std::vector<std::string>& skip = {}) const;

@@ -59,6 +59,14 @@ struct EmaSettings {
   bool enabled() const { return decay > 0.0; }
 };
 
+// [precision.escalate] (docs/precision-autopilot.md, "Escalation"): present means on.
+struct EscalationSettings {
+  bool enabled = false;
+  std::int64_t after = 3;             // blames within the window that promote a node
+  std::int64_t window = 200;          // steps a blame is remembered
+  std::int64_t deescalate_after = 0;  // clean applied steps that undo the latest promotion; 0 off
+};
+
 struct EvalSettings {
   std::string weights = "master";   // "master" | "ema"
   std::int64_t top_k = 0;           // > 1: also top-k accuracy (train/top_k.h); 0: off
@@ -147,6 +155,7 @@ struct Experiment {
   EvalSettings eval;
   ModelSpec model;
   std::vector<PrecisionOverride> overrides;
+  EscalationSettings escalate;
   std::vector<std::filesystem::path> plugin_paths;
 
   std::string backend_type, policy_name, scaler_type, optimizer_type;

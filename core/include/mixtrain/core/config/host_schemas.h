@@ -39,5 +39,6 @@ sdk::OptionSchema resnet_preset_schema();    // [model.resnet] (preset = "resnet
 const std::vector<std::string>& layer_types();
 sdk::OptionSchema layer_schema(const std::string& type);
 sdk::OptionSchema precision_override_schema();
+sdk::OptionSchema escalate_schema();  // [precision.escalate]
 
 }  // namespace mixtrain::core

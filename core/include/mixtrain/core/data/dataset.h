@@ -120,6 +120,9 @@ struct SyntheticSpec {
   double separation = 4.0;           // clusters: distance of each centre from the origin
   std::int64_t teacher_hidden = 64;  // teacher: hidden width
   double label_noise = 0.0;          // both: probability a label is replaced by a uniform class
+  // Every kind: multiplies each feature after the labels are drawn (raw, unnormalised
+  // measurements: 1e4 puts them in the tens of thousands, past what fp16 can hold).
+  double feature_scale = 1.0;
 };
 
 // Throws sdk::DataError on an unknown kind or out-of-range field.

@@ -7,7 +7,10 @@
 //   labels(rows)), unfused so that every node's output is written, checking every tensor as it
 //   is written, and names the first one holding an inf or NaN ("forward fc2.output", "loss",
 //   "backward fc1.weight.grad", "backward relu1 input gradient"); empty when all are finite.
-//   It overwrites parameter gradients: call it only for a step that will not be applied.
+//   NonfiniteSite::node is the node whose forward or backward wrote that tensor (the logits'
+//   producer for the loss gradient), empty for the input batch and the loss: what automatic
+//   escalation promotes. It overwrites parameter gradients: call it only for a step that will not
+//   be applied.
 // - measure_gradient_underflow replays the loss and backward of the last forward with every
 //   activation gradient kept in FP32, and counts for each layer boundary the non-zero values that
 //   would round to zero when stored (still multiplied by grad_scale) in the planned dtype. It
@@ -24,7 +27,11 @@
 
 namespace mixtrain::core {
 
-std::string locate_first_nonfinite(Model& model, std::int64_t rows, float grad_scale);
+struct NonfiniteSite {
+  std::string where;  // "forward fc2.output", ...; empty: every tensor is finite
+  std::string node;   // "fc2"; empty for the input batch and the loss
+};
+NonfiniteSite locate_first_nonfinite(Model& model, std::int64_t rows, float grad_scale);
 
 struct UnderflowCount {
   std::string tensor;  // "fc2 input gradient", "logits gradient"

@@ -1,0 +1,169 @@
+#include "train/planned_model.h"
+
+#include <algorithm>
+
+#include "mixtrain/core/graph/backend_needs.h"
+#include "mixtrain/core/precision/planning.h"
+
+namespace mixtrain::core {
+
+namespace {
+
+sdk::HostTensor host_copy(sdk::DeviceBackend& b, sdk::TensorView v) {
+  sdk::HostTensor h;
+  h.bytes.resize(v.bytes());
+  b.copy_to_host(h.bytes.data(), v);
+  return h;
+}
+
+}  // namespace
+
+void build_model(Trainer::State& s) {
+  const auto& e = s.e;
+  auto& backend = *s.c.backend;
+  InputSpec input;
+  if (s.train.is_tokens()) {
+    input.dtype = sdk::DType::int32;
+    input.labels_per_sample = s.train.labels_per_row();
+  }
+  input.sample_shape = s.train.sample_shape;
+  s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes, input);
+  if (e.eval.top_k > s.model->classes())
+    throw sdk::ConfigError(
+        e.eval.top_k_where, "eval.top_k",
+        "is " + std::to_string(e.eval.top_k) + " but the model has only " +
+            std::to_string(s.model->classes()) + " classes",
+        "choose a top_k up to the number of classes (5 is usual), or 0 for none");
+  auto caps = backend.capabilities();
+  std::vector<PrecisionOverride> overrides = e.overrides;
+  for (auto& o : s.escalation.overrides()) overrides.push_back(std::move(o));
+  plan_precision(*s.model, *s.c.policy, caps, overrides, s.log);
+  // Every node's ops are asked in Model::allocate; the step's own gradient checks here.
+  for (sdk::GradientCheckOp op : {sdk::GradientCheckOp::unscale_and_check_finite,
+                                  sdk::GradientCheckOp::unscale_check_and_sum_squares})
+    if (auto why = unmet(backend, {op, {sdk::DType::fp32}}))
+      throw sdk::BackendError(
+          "the training step needs gradient_check." + std::string(sdk::op_name(op)) +
+              " on fp32 gradients, which backend '" + caps.kind + "' does not provide: " + *why,
+          "use a backend that offers it (`mixtrain plugins` lists them)");
+  // The EMA of the weights is two foreach ops a step.
+  if (e.ema.enabled())
+    for (const BackendNeed& need :
+         {BackendNeed{sdk::ForeachOp::foreach_mul_scalar, {sdk::DType::fp32}},
+          BackendNeed{sdk::ForeachOp::foreach_add, {sdk::DType::fp32, sdk::DType::fp32}}})
+      if (auto why = unmet(backend, need))
+        throw sdk::BackendError("ema needs " + need_op_name(need) + " on fp32, which backend '" +
+                                    caps.kind + "' does not provide: " + *why,
+                                "turn ema off, or use a backend that offers it");
+  s.underflow_watch = false;
+  for (const auto& l : s.model->layers())
+    if (sdk::dtype_size(l->precision().activation_grad) < 4) s.underflow_watch = true;
+  const std::int64_t max_rows = std::max(e.data.batch_size, e.data.eval_batch_size);
+  s.model->allocate(max_rows,
+                    /*reserve_fp32_gradients=*/e.run.underflow_every > 0 && s.underflow_watch);
+  s.params.clear();
+  s.grads.clear();
+  for (auto* p : s.model->parameters()) {
+    sdk::Parameter sp;
+    sp.name = p->name;
+    sp.tensors.master = p->master.view();
+    sp.tensors.grad = p->grad.view();
+    if (!p->working.empty()) sp.tensors.working = p->working.view();
+    sp.weight_decay = p->weight_decay;
+    s.params.push_back(sp);
+    s.grads.push_back(p->grad.view());
+  }
+  s.c.optimizer->bind(backend, s.params);
+  {
+    std::string static_step;  // why the step is not static ("": it is)
+    for (const auto& l : s.model->layers())
+      if (static_step.empty() && l->traits().varies_per_step)
+        static_step =
+            "node '" + l->name() + "' changes its arguments every step (" + l->type() + ")";
+    if (s.c.policy->uses_scaled_operands())
+      static_step = "precision policy '" + e.policy_name + "' moves FP8 scales every step";
+    if (e.run.accumulate > 1) static_step = "run.accumulate > 1 (micro-batches differ)";
+    s.step_graph = std::make_unique<StepGraph>(
+        e.run.step_graphs ? sdk::facet<sdk::StepGraphFacet>(backend) : nullptr, e.run.step_graphs,
+        static_step, core_logger("step_graph"));
+  }
+}
+
+void replan_model(Trainer::State& s) {
+  auto& b = *s.c.backend;
+  // The training state through the host: the old model's memory is freed before the new one is
+  // allocated, so a replan never needs room for two models.
+  std::vector<sdk::HostTensor> masters, buffers, slots;
+  for (auto* p : s.model->parameters()) masters.push_back(host_copy(b, p->master.view()));
+  for (auto* buf : s.model->buffers()) buffers.push_back(host_copy(b, buf->value.view()));
+  for (const auto& t : s.c.optimizer->state_tensors()) slots.push_back(host_copy(b, t.view));
+  const auto optimizer_scalars = s.c.optimizer->save_state();
+  s.params.clear();
+  s.grads.clear();
+  s.step_graph.reset();  // its recordings hold the old model's addresses
+  s.model.reset();
+  build_model(s);
+  const auto params = s.model->parameters();
+  const auto bufs = s.model->buffers();
+  const auto state = s.c.optimizer->state_tensors();
+  if (params.size() != masters.size() || bufs.size() != buffers.size() ||
+      state.size() != slots.size())
+    throw std::logic_error("replan_model: the rebuilt model holds other parameters");
+  for (std::size_t i = 0; i < params.size(); ++i)
+    b.copy_from_host(params[i]->master.view(), masters[i].bytes.data());
+  for (std::size_t i = 0; i < bufs.size(); ++i)
+    b.copy_from_host(bufs[i]->value.view(), buffers[i].bytes.data());
+  for (std::size_t i = 0; i < state.size(); ++i)
+    b.copy_from_host(state[i].view, slots[i].bytes.data());
+  s.c.optimizer->load_state(optimizer_scalars);
+  s.model->refresh_working_copies();
+}
+
+std::optional<Escalation::Event> escalate_after_step(Trainer::State& s, std::int64_t step,
+                                                     const StepOutcome& outcome) {
+  if (!s.escalation.settings().enabled) return std::nullopt;
+  const bool skipped = !outcome.decision.apply_step;
+  if (skipped && !outcome.blamed_node.empty())
+    for (const auto& l : s.model->layers())
+      if (l->name() == outcome.blamed_node) s.escalation.start_from(l->name(), l->precision());
+  auto event = s.escalation.observe(step, skipped, outcome.blamed_node);
+  if (!event) return event;
+  const auto& settings = s.escalation.settings();
+  std::string steps;
+  for (std::size_t i = 0; i < event->blames.size(); ++i)
+    steps += (i ? ", " : "") + std::to_string(event->blames[i]);
+  std::string message;
+  switch (event->kind) {
+    case Escalation::Event::Kind::promote:
+      message = "precision escalation at step " + std::to_string(step) + ": node '" + event->node +
+                "' held the first non-finite value of " + std::to_string(event->blames.size()) +
+                " skipped steps within " + std::to_string(settings.window) + " (steps " + steps +
+                "); promoted " + precision_text(event->from) + " -> " + precision_text(event->to) +
+                " from step " + std::to_string(step + 1);
+      break;
+    case Escalation::Event::Kind::demote:
+      message = "precision de-escalation at step " + std::to_string(step) + ": " +
+                std::to_string(settings.deescalate_after) +
+                " applied steps in a row without a skip; node '" + event->node + "' back from " +
+                precision_text(event->from) + " to " + precision_text(event->to);
+      break;
+    case Escalation::Event::Kind::stuck:
+      message = "precision escalation at step " + std::to_string(step) + ": node '" + event->node +
+                "' held the first non-finite value of " + std::to_string(event->blames.size()) +
+                " skipped steps (" + steps + ") but already runs in " +
+                precision_text(event->from) +
+                ", the widest format; the cause is elsewhere (the data, the learning rate, the "
+                "loss scale)";
+      break;
+  }
+  s.log.warn(message);
+  nlohmann::json record = {{"step", step},
+                           {"escalation", escalation_event_json(*event)},
+                           {"escalations_standing", s.escalation.promotions_standing()}};
+  s.metrics.write(record);
+  s.metrics.write_text(step, "precision/escalation", message);
+  if (event->kind != Escalation::Event::Kind::stuck) replan_model(s);
+  return event;
+}
+
+}  // namespace mixtrain::core
