@@ -21,6 +21,9 @@ struct Config::Impl {
   // Keys a merged file wrote (whole tables where it brought one the config lacked), and that
   // file's folder: relative paths there resolve against it.
   std::map<std::string, fs::path> merged_bases;
+  // Where each merged value (and everything inside it) was written: TOML++ does not copy a
+  // node's source region when the merge copies the node.
+  std::map<std::string, sdk::SourceLocation> merged_locations;
 };
 
 namespace {
@@ -144,23 +147,41 @@ void apply_override(Config::Impl& impl, const std::string& spec) {
   else
     table->insert_or_assign(parts.back(), text);
   impl.override_locations[key] = where;
+  // What the merge wrote at or under this key is gone.
+  const std::string under = key + ".";
+  for (auto it = impl.merged_locations.lower_bound(key); it != impl.merged_locations.end();) {
+    if (it->first != key && it->first.compare(0, under.size(), under) != 0) break;
+    it = impl.merged_locations.erase(it);
+  }
 }
 
 // Merges `from` over `into` (docs/architecture.md, "Configs"): a table merges key by key, any
 // other value (arrays of tables included) replaces the config's whole. `prefix` is the dotted
 // path of `into`; every key written is recorded with `base`.
-void merge_table(toml::table& into, const toml::table& from, const std::string& prefix,
-                 const fs::path& base, std::map<std::string, fs::path>& written) {
+void record_locations(const toml::node& n, const std::string& key, const std::string& source,
+                      std::map<std::string, sdk::SourceLocation>& out) {
+  out[key] = loc_of(n, source);
+  if (const auto* t = n.as_table())
+    for (const auto& [k, v] : *t) record_locations(v, key + "." + std::string(k.str()), source, out);
+  if (const auto* a = n.as_array())
+    for (std::size_t i = 0; i < a->size(); ++i)
+      record_locations(*a->get(i), key + "." + std::to_string(i), source, out);
+}
+
+void merge_table(Config::Impl& impl, toml::table& into, const toml::table& from,
+                 const std::string& prefix, const fs::path& base, const std::string& source) {
   for (const auto& [k, v] : from) {
     const std::string key =
         prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
     auto* existing = into.get(k.str());
     if (existing != nullptr && existing->is_table() && v.is_table()) {
-      merge_table(*existing->as_table(), *v.as_table(), key, base, written);
+      impl.merged_locations[key] = loc_of(v, source);
+      merge_table(impl, *existing->as_table(), *v.as_table(), key, base, source);
       continue;
     }
     into.insert_or_assign(k.str(), v);
-    written[key] = base;
+    impl.merged_bases[key] = base;
+    record_locations(v, key, source, impl.merged_locations);
   }
 }
 
@@ -185,8 +206,8 @@ void merge_file(Config::Impl& impl, const fs::path& path) {
     throw sdk::ConfigError(where, "", "TOML syntax error: " + std::string(e.description()),
                            "fix the TOML syntax at that position");
   }
-  merge_table(impl.root, parsed, "", path.has_parent_path() ? path.parent_path() : fs::path("."),
-              impl.merged_bases);
+  merge_table(impl, impl.root, parsed, "",
+              path.has_parent_path() ? path.parent_path() : fs::path("."), path.string());
 }
 
 // The entry of `keys` for `dotted` or its nearest enclosing table.
@@ -277,6 +298,9 @@ const sdk::SourceLocation* enclosing_override(
 sdk::SourceLocation Config::location(std::string_view dotted) const {
   const auto& overrides = impl_->override_locations;
   if (auto it = overrides.find(std::string(dotted)); it != overrides.end()) return it->second;
+  if (auto it = impl_->merged_locations.find(std::string(dotted));
+      it != impl_->merged_locations.end() && lookup(impl_->root, dotted) != nullptr)
+    return it->second;
   if (const auto* n = lookup(impl_->root, dotted)) {
     auto l = loc_of(*n, impl_->source);
     if (l.line != 0) return l;

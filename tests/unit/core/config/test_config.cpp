@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <string>
@@ -251,6 +253,70 @@ TEST(sdk_ConfigOverride, MalformedOverridesAreConfigErrors) {
       EXPECT_TRUE(contains(e.what(), "--set " + c.spec)) << e.what();
     }
   }
+}
+
+// --merge: a file over the config, before --set. Tables merge key by key; an array (of tables too)
+// is replaced whole; merged values point at their own file; --set still wins.
+TEST(sdk_ConfigMerge, TablesMergeArraysReplaceAndLocationsNameTheMergedFile) {
+  const auto dir = std::filesystem::temp_directory_path() / "mixtrain_merge_test";
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "precision.toml";
+  {
+    std::ofstream(file) << "[optimizer]\n"                     // 1
+                           "lr = 0.01\n"                       // 2
+                           "\n"                                // 3
+                           "[[precision.override]]\n"          // 4
+                           "layers = \"head\"\n"               // 5
+                           "compute = \"fp32\"\n"              // 6
+                           "\n"                                // 7
+                           "[[precision.override]]\n"          // 8
+                           "layers = \"fc1\"\n"                // 9
+                           "[scaler]\n"                        // 10
+                           "type = \"dynamic\"\n";             // 11
+  }
+  const Config c = Config::from_string(kText, "demo.toml", {"optimizer.lr=0.5"}, {file});
+  // [optimizer] merged key by key: type stays from the config, lr came from the file, then --set.
+  const auto opt = c.table_options("optimizer");
+  ASSERT_NE(find(opt, "type"), nullptr);
+  EXPECT_EQ(std::get<std::string>(find(opt, "type")->value), "adamw");
+  EXPECT_EQ(find(opt, "type")->where.file, "demo.toml");
+  EXPECT_DOUBLE_EQ(std::get<double>(find(opt, "lr")->value), 0.5);
+  // The config's one override entry ("fc*") is replaced by the file's two.
+  const auto entries = c.table_array("precision.override");
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(std::get<std::string>(find(entries[0].options, "layers")->value), "head");
+  EXPECT_EQ(entries[0].where.file, file.string());
+  EXPECT_EQ(entries[0].where.line, 4u);  // the entry's [[precision.override]] line
+  EXPECT_EQ(std::get<std::string>(find(entries[1].options, "layers")->value), "fc1");
+  // A table the config lacked arrives whole, at the merged file's line, and relative paths in the
+  // merged values resolve against its folder; the config's own against the config's.
+  EXPECT_EQ(c.location("scaler.type").file, file.string());
+  EXPECT_EQ(c.location("scaler.type").line, 11u);
+  EXPECT_EQ(c.path_base("scaler.type"), dir);
+  EXPECT_EQ(c.path_base("run.name"), c.base_dir());
+  EXPECT_EQ(c.path_base("optimizer.lr"), std::filesystem::current_path());  // the --set
+  std::filesystem::remove_all(dir);
+}
+
+TEST(sdk_ConfigMerge, AMissingFolderOrBrokenFileIsAConfigErrorNamingIt) {
+  const auto dir = std::filesystem::temp_directory_path() / "mixtrain_merge_bad_test";
+  std::filesystem::create_directories(dir);
+  { std::ofstream(dir / "broken.toml") << "[precision\npolicy = 1\n"; }
+  const std::vector<std::pair<std::filesystem::path, std::string>> cases = {
+      {dir / "missing.toml", "cannot open the file given to --merge"},
+      {dir, "--merge names a folder"},
+      {dir / "broken.toml", "TOML syntax error"},
+  };
+  for (const auto& [path, message] : cases) {
+    try {
+      Config::from_string(kText, "demo.toml", {}, {path});
+      ADD_FAILURE() << path << ": no error";
+    } catch (const sdk::ConfigError& e) {
+      EXPECT_TRUE(contains(e.what(), message)) << e.what();
+      EXPECT_TRUE(contains(e.what(), path.string())) << e.what();
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -225,6 +225,51 @@ TEST(sdk_Experiment, OverridesChangeTheExperiment) {
   EXPECT_TRUE(contains(err->hint(), "move it into [scaler.dynamic]")) << err->hint();
 }
 
+// [precision.escalate]: present (even empty, or from a --set) means on; nonsense is refused at
+// its key; the resolved config carries it, so a resume without a config escalates the same.
+TEST(sdk_Experiment, PrecisionEscalateIsReadCheckedAndResolved) {
+  EXPECT_FALSE(parse(kFull).escalate.enabled);
+  auto e = parse(kFull + std::string("\n[precision.escalate]\n"));
+  EXPECT_TRUE(e.escalate.enabled);
+  EXPECT_EQ(e.escalate.after, 3);
+  EXPECT_EQ(e.escalate.window, 200);
+  EXPECT_EQ(e.escalate.deescalate_after, 0);
+  e = parse(kFull, {"precision.escalate.after=2", "precision.escalate.deescalate_after=500"});
+  EXPECT_TRUE(e.escalate.enabled);
+  EXPECT_EQ(e.escalate.after, 2);
+  EXPECT_EQ(e.escalate.deescalate_after, 500);
+  const auto back = parse(resolved_toml_of(e));
+  EXPECT_TRUE(back.escalate.enabled);
+  EXPECT_EQ(back.escalate.after, 2);
+  EXPECT_EQ(back.escalate.deescalate_after, 500);
+  EXPECT_FALSE(contains(resolved_toml_of(parse(kFull)), "escalate"));
+
+  struct Case {
+    std::vector<std::string> sets;
+    std::string key, message;
+  };
+  const std::vector<Case> cases = {
+      {{"precision.escalate.after=0"}, "precision.escalate.after", "allowed: [1, "},
+      {{"precision.escalate.window=-5"}, "precision.escalate.window", "allowed: [1, "},
+      {{"precision.escalate.after=10", "precision.escalate.window=4"},
+       "precision.escalate.window",
+       "shorter than after = 10"},
+      {{"precision.escalate.deescalate_after=-1"},
+       "precision.escalate.deescalate_after",
+       "allowed: [0, "},
+      {{"precision.escalate.after=\"often\""}, "precision.escalate.after", "integer"},
+      {{"precision.escalate.aftr=3"}, "precision.escalate.aftr", "after"},
+      {{"precision.escalate.rules.x=1"}, "precision.escalate.rules", ""},
+  };
+  for (const auto& c : cases) {
+    auto err = error_of<sdk::ConfigError>(kFull, c.sets);
+    ASSERT_TRUE(err.has_value()) << c.sets.back();
+    EXPECT_EQ(err->key(), c.key) << err->what();
+    const std::string text = std::string(err->what()) + " " + err->hint();
+    EXPECT_TRUE(contains(text, c.message)) << text;
+  }
+}
+
 void expect_same_options(const sdk::Options& a, const sdk::Options& b, const std::string& what) {
   ASSERT_EQ(a.effective().size(), b.effective().size()) << what;
   for (std::size_t i = 0; i < a.effective().size(); ++i) {
