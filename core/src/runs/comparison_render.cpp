@@ -137,6 +137,37 @@ constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", 
 
 }  // namespace
 
+std::string RunData::Escalation::text() const {
+  const std::string at = " at step " + std::to_string(step);
+  if (kind == "stuck") return node + " blamed" + at + " but already " + from;
+  return node + " " + from + " -> " + to + at + (kind == "demote" ? " (de-escalated)" : "");
+}
+
+namespace {
+
+// "<run>: proj fp16 -> fp32 at step 3; fc1 ..." for every run that escalated.
+std::vector<std::string> escalation_lines(const RunComparison& c) {
+  std::vector<std::string> out;
+  for (const auto& run : c.runs) {
+    if (run.escalations.empty()) continue;
+    std::string line = "escalation in " + run.name + ": ";
+    for (std::size_t i = 0; i < run.escalations.size(); ++i)
+      line += (i ? "; " : "") + run.escalations[i].text();
+    out.push_back(line);
+  }
+  return out;
+}
+
+json escalation_json(const RunData& d) {
+  json out = json::array();
+  for (const auto& e : d.escalations)
+    out.push_back(
+        {{"step", e.step}, {"kind", e.kind}, {"node", e.node}, {"from", e.from}, {"to", e.to}});
+  return out;
+}
+
+}  // namespace
+
 std::string comparison_text(const RunComparison& c) {
   const auto cells = table_cells(c);
   std::vector<std::size_t> width(cells.front().size(), 0);
@@ -162,6 +193,7 @@ std::string comparison_text(const RunComparison& c) {
   }
   for (const auto& w : comparison_warnings(c)) out += "warning: " + w + "\n";
   out += gap_note(c) + "\n";
+  for (const auto& line : escalation_lines(c)) out += line + "\n";
   const auto emulated = emulation_notes(c);
   if (!emulated.empty()) {
     out +=
@@ -176,8 +208,10 @@ std::string diagnostics_text(const RunComparison& c) {
   std::string out;
   char buf[256];
   for (const auto& run : c.runs) {
-    if (run.fp8_slots.empty() && run.max_gradient_underflow.empty()) continue;
+    if (run.fp8_slots.empty() && run.max_gradient_underflow.empty() && run.escalations.empty())
+      continue;
     out += run.label() + ":\n";
+    for (const auto& e : run.escalations) out += "  escalation: " + e.text() + "\n";
     for (const auto& [slot, d] : run.fp8_slots) {
       std::snprintf(buf, sizeof buf,
                     "  fp8 %-24s %-9s scale %-12.6g saturated <= %.4f%%  underflow <= %.4f%%\n",
@@ -236,6 +270,11 @@ std::string comparison_markdown(const RunComparison& c) {
     }
   }
   out += "\n" + md_escape(gap_note(c)) + ". Chart: `compare.svg`.\n";
+  const auto escalated = escalation_lines(c);
+  if (!escalated.empty()) {
+    out += "\nPrecision escalation ([precision.escalate]):\n\n";
+    for (const auto& line : escalated) out += "- " + md_escape(line) + "\n";
+  }
   const auto emulated = emulation_notes(c);
   if (!emulated.empty()) {
     out +=
@@ -310,7 +349,8 @@ std::string comparison_json(const RunComparison& c) {
          {"peak_memory_mib", opt_json(r.peak_memory_mib)},
          {"peak_memory_ratio", opt_json(r.peak_memory_ratio)},
          {"fp8_slots", fp8_json(d)},
-         {"max_gradient_underflow", d.max_gradient_underflow}});
+         {"max_gradient_underflow", d.max_gradient_underflow},
+         {"escalations", escalation_json(d)}});
   }
   // Non-finite numbers have no JSON spelling; nlohmann writes them as null.
   return json{{"baseline", c.rows.front().name},

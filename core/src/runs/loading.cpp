@@ -135,6 +135,19 @@ void read_metrics(RunData& run, const fs::path& file) {
           auto& worst = run.max_gradient_underflow[tensor];
           worst = std::max(worst, v.value("flushed_share", 0.0));
         }
+    if (auto it = j.find("escalation"); it != j.end() && it->is_object()) {
+      RunData::Escalation e;
+      e.step = required_step(j, where);
+      for (auto [key, out] : {std::pair{"kind", &e.kind}, std::pair{"node", &e.node},
+                              std::pair{"from", &e.from}, std::pair{"to", &e.to}}) {
+        const auto f = it->find(key);
+        if (f == it->end() || !f->is_string())
+          throw sdk::DataError(where + ": the escalation record has no '" + key + "' string",
+                               "fix or delete that line of metrics.jsonl");
+        *out = f->get<std::string>();
+      }
+      run.escalations.push_back(std::move(e));
+    }
     // Other records are from a newer writer; skipping them keeps old readers useful.
   }
 }

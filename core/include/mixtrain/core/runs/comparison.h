@@ -19,6 +19,8 @@
 // - Warnings (comparison_warnings()) name every run whose [model], [data] or run.seed differs
 //   from the baseline's, key by key, and runs whose setup cannot be checked; precision, scaler,
 //   optimizer and backend differences are what a comparison is for and are not warned about.
+// - Each run's escalations (promotions, demotions, ops stuck at fp32) are listed under the table
+//   in the text and markdown, in diagnostics_text(), and per run in the JSON.
 // - The text, markdown and JSON renderings hold the same numbers and warnings; throughput of a run
 //   whose GEMMs ran an emulated dtype is marked "emulated". write_comparison() writes exactly
 //   compare.json, compare.md and compare.svg into a folder and nothing else.
@@ -69,6 +71,14 @@ struct RunData {
   };
   std::map<std::string, Fp8Slot> fp8_slots;
   std::map<std::string, double> max_gradient_underflow;
+  // Automatic escalation's records ([precision.escalate]), in file order: "promote", "demote" or
+  // "stuck" (an op already fp32); from/to are precision_text() of its plan.
+  struct Escalation {
+    std::int64_t step = 0;
+    std::string kind, node, from, to;
+    std::string text() const;  // "proj fp16 -> fp32 at step 3" ("... already fp32" when stuck)
+  };
+  std::vector<Escalation> escalations;
   // summary.json "precision": the policy that applied ("" when not recorded) and, per GEMM input
   // dtype of the plan, whether the backend ran it natively and how.
   std::string resolved_policy;

@@ -1,0 +1,180 @@
+// Automatic escalation through the Trainer, in process with the real plugins, on the shipped
+// overflow demo in fp16-mixed (its input projection overflows fp16 in every forward pass):
+// - the promotion fires on exactly the `after`-th blame, and every step before it is bit for bit
+//   the step of the same run without escalation;
+// - the promotion stands in the checkpoint: a resume after it, and a resume between two blames
+//   (the count goes on), continue bit for bit as the uninterrupted run;
+// - metrics.jsonl records it, and `compare` shows it.
+// Every comparison is between runs made in the test.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "mixtrain/core/config/config.h"
+#include "mixtrain/core/config/experiment.h"
+#include "mixtrain/core/console/log_sink.h"
+#include "mixtrain/core/plugins/registry.h"
+#include "mixtrain/core/runs/comparison.h"
+#include "mixtrain/core/train/trainer.h"
+
+namespace mixtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+core::PluginRegistry& plugins() {
+  static core::PluginRegistry r(&core::host_log_sink());
+  static bool scanned = false;
+  if (!scanned) {
+    r.scan({MIXTRAIN_PLUGIN_DIR});
+    scanned = true;
+  }
+  return r;
+}
+
+// The demo in fp16-mixed, logging every step, short.
+const std::vector<std::string> kFp16 = {"precision.policy=fp16-mixed", "run.steps=12",
+                                        "run.log_every=1", "run.eval_every=0"};
+const std::vector<std::string> kEscalate = {"precision.escalate.after=3",
+                                            "precision.escalate.window=50"};
+
+class Escalation : public ::testing::Test {
+ protected:
+  fs::path dir_ = fs::temp_directory_path() /
+                  ("mixtrain-escalation-" + std::to_string(::getpid()) + "-" +
+                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  void SetUp() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  core::TrainSummary train(const std::string& name, std::vector<std::string> sets,
+                           const std::string& resume = "") {
+    sets.insert(sets.begin(), kFp16.begin(), kFp16.end());
+    auto e = core::parse_experiment(
+        core::Config::from_file(fs::path(MIXTRAIN_CONFIGS_DIR) / "overflow-demo.toml", sets),
+        plugins());
+    core::TrainOptions opt;
+    opt.run_dir = dir_ / name;
+    if (!resume.empty()) opt.resume = resume;
+    return core::Trainer(e, core::create_components(e, plugins()), opt).run();
+  }
+  // metrics.jsonl without what measures time or the process.
+  std::vector<json> metrics(const std::string& name) {
+    std::ifstream in(dir_ / name / "metrics.jsonl");
+    std::vector<json> out;
+    for (std::string line; std::getline(in, line);) {
+      auto record = json::parse(line);
+      for (const char* key : {"samples_per_s", "device_memory_bytes", "device_peak_memory_bytes",
+                              "host_peak_rss_bytes"})
+        record.erase(key);
+      out.push_back(record);
+    }
+    return out;
+  }
+  static std::vector<json> step_records(const std::vector<json>& all) {
+    std::vector<json> out;
+    for (const auto& r : all)
+      if (r.contains("loss")) out.push_back(r);
+    return out;
+  }
+  static std::vector<json> escalations(const std::vector<json>& all) {
+    std::vector<json> out;
+    for (const auto& r : all)
+      if (r.contains("escalation")) out.push_back(r["escalation"]);
+    return out;
+  }
+  fs::path checkpoint(const std::string& name, int step) {
+    char file[64];
+    std::snprintf(file, sizeof file, "step-%08d.mxt", step);
+    return dir_ / name / "checkpoints" / file;
+  }
+};
+
+TEST_F(Escalation, FiresOnTheThirdBlameAndLeavesEveryEarlierStepAsItWas) {
+  const auto naive = train("naive", {});
+  const auto escalated = train("escalated", kEscalate);
+  EXPECT_EQ(naive.skipped_steps, 12) << "the demo must overflow in fp16 for the test to mean anything";
+  EXPECT_TRUE(naive.diverged);
+  EXPECT_EQ(escalated.skipped_steps, 3);
+  EXPECT_FALSE(escalated.diverged);
+
+  const auto all = metrics("escalated");
+  const auto events = escalations(all);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["kind"], "promote");
+  EXPECT_EQ(events[0]["step"], 3);
+  EXPECT_EQ(events[0]["node"], "proj");
+  EXPECT_EQ(events[0]["from"], "fp16");
+  EXPECT_EQ(events[0]["to"], "fp32");
+  EXPECT_EQ(events[0]["blamed_at"], json({1, 2, 3}));
+
+  const auto a = step_records(metrics("naive")), b = step_records(all);
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(b.size(), 12u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(a[i], b[i]) << "step " << i + 1 << " ran before the promotion";
+    EXPECT_EQ(b[i]["nonfinite"], "forward proj.output");
+  }
+  for (std::size_t i = 3; i < b.size(); ++i) EXPECT_FALSE(b[i]["skipped"].get<bool>()) << i + 1;
+}
+
+TEST_F(Escalation, AResumeAfterThePromotionOrBetweenBlamesContinuesBitForBit) {
+  auto sets = kEscalate;
+  sets.insert(sets.end(), {"checkpoint.every=2", "checkpoint.keep=10"});
+  train("full", sets);
+  const auto full = metrics("full");
+  // Step 2: two blames counted, the third (step 3) promotes in the resumed run too. Step 6: the
+  // promotion stands in the checkpoint and plans the resumed model.
+  for (int from : {2, 6}) {
+    const std::string name = "resumed-" + std::to_string(from);
+    train(name, sets, checkpoint("full", from).string());
+    const auto resumed = metrics(name);
+    std::vector<json> tail;
+    for (const auto& r : full)
+      if (r["step"].get<int>() > from) tail.push_back(r);
+    ASSERT_EQ(resumed.size(), tail.size()) << name;
+    for (std::size_t i = 0; i < tail.size(); ++i) EXPECT_EQ(resumed[i], tail[i]) << name;
+  }
+  // The resumed run's checkpoints hold the same masters as the uninterrupted run's.
+  auto c = core::create_components(
+      core::parse_experiment(
+          core::Config::from_file(fs::path(MIXTRAIN_CONFIGS_DIR) / "overflow-demo.toml", kFp16),
+          plugins()),
+      plugins());
+  const auto a = c.checkpoint_format->read(checkpoint("full", 12));
+  const auto b = c.checkpoint_format->read(checkpoint("resumed-2", 12));
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (std::size_t i = 0; i < a.tensors.size(); ++i) {
+    EXPECT_EQ(a.tensors[i].name, b.tensors[i].name);
+    EXPECT_EQ(a.tensors[i].bytes, b.tensors[i].bytes) << a.tensors[i].name;
+  }
+  EXPECT_EQ(a.metadata.at("escalation"), b.metadata.at("escalation"));
+}
+
+TEST_F(Escalation, CompareListsEachRunsPromotions) {
+  train("naive", {});
+  train("escalated", kEscalate);
+  const auto c = core::compare_runs(std::vector<fs::path>{dir_ / "naive", dir_ / "escalated"});
+  ASSERT_EQ(c.runs.size(), 2u);
+  EXPECT_TRUE(c.runs[0].escalations.empty());
+  ASSERT_EQ(c.runs[1].escalations.size(), 1u);
+  EXPECT_EQ(c.runs[1].escalations[0].node, "proj");
+  EXPECT_EQ(c.runs[1].escalations[0].step, 3);
+  for (const std::string& text : {core::comparison_text(c), core::diagnostics_text(c)})
+    EXPECT_NE(text.find("proj fp16 -> fp32 at step 3"), std::string::npos) << text;
+  const auto markdown = core::comparison_markdown(c);  // '>' is escaped there
+  EXPECT_NE(markdown.find("proj fp16 -&gt; fp32 at step 3"), std::string::npos) << markdown;
+  EXPECT_NE(core::comparison_json(c).find("\"escalations\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mixtrain
