@@ -8,6 +8,7 @@
 // Every comparison is between runs made in the test.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -158,6 +159,34 @@ TEST_F(Escalation, AResumeAfterThePromotionOrBetweenBlamesContinuesBitForBit) {
     EXPECT_EQ(a.tensors[i].bytes, b.tensors[i].bytes) << a.tensors[i].name;
   }
   EXPECT_EQ(a.metadata.at("escalation"), b.metadata.at("escalation"));
+}
+
+// eval, predict, sample and export (a Trainer that writes nothing) run a checkpoint under the plan
+// it was trained with; checkpoint.init_from starts a new run from the config's plan.
+TEST_F(Escalation, EvaluatingACheckpointUsesItsPromotionsAndANewRunDoesNot) {
+  train("escalated", kEscalate);
+  auto e = core::parse_experiment(
+      core::Config::from_file(fs::path(MIXTRAIN_CONFIGS_DIR) / "overflow-demo.toml", kFp16),
+      plugins());
+  auto proj_activation = [](const core::Trainer& t) {
+    for (const auto& l : t.model().layers())
+      if (l->name() == "proj") return l->precision().activation;
+    return sdk::DType::int32;
+  };
+  core::TrainOptions evaluate_only;
+  evaluate_only.write_outputs = false;
+  core::Trainer evaluator(e, core::create_components(e, plugins()), evaluate_only);
+  EXPECT_EQ(proj_activation(evaluator), sdk::DType::fp16);
+  evaluator.load_checkpoint(checkpoint("escalated", 12), /*weights_only=*/true);
+  EXPECT_EQ(proj_activation(evaluator), sdk::DType::fp32);
+  const auto result = evaluator.evaluate();
+  EXPECT_TRUE(std::isfinite(result.loss)) << "in fp16 the projection overflows";
+
+  core::TrainOptions fresh;
+  fresh.run_dir = dir_ / "fine-tune";
+  core::Trainer fine_tune(e, core::create_components(e, plugins()), fresh);
+  fine_tune.load_checkpoint(checkpoint("escalated", 12), /*weights_only=*/true);
+  EXPECT_EQ(proj_activation(fine_tune), sdk::DType::fp16);
 }
 
 TEST_F(Escalation, CompareListsEachRunsPromotions) {
