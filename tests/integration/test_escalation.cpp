@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "built_plugins.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/console/log_sink.h"
@@ -31,15 +32,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-core::PluginRegistry& plugins() {
-  static core::PluginRegistry r(&core::host_log_sink());
-  static bool scanned = false;
-  if (!scanned) {
-    r.scan({MIXTRAIN_PLUGIN_DIR});
-    scanned = true;
-  }
-  return r;
-}
+core::PluginRegistry& plugins() { return test::built_plugins(); }
 
 // The demo in fp16-mixed, logging every step, short.
 const std::vector<std::string> kFp16 = {"precision.policy=fp16-mixed", "run.steps=12",

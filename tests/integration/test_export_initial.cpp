@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "built_plugins.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/console/log_sink.h"
@@ -56,15 +57,7 @@ const char* kSmallCnn =
     " --set data.synthetic.rows=256 --set data.batch_size=32 --set data.eval_batch_size=64"
     " --set backend.threads=1 --set run.eval_every=0";
 
-core::PluginRegistry& registry() {
-  static core::PluginRegistry r(&core::host_log_sink());
-  static bool scanned = false;
-  if (!scanned) {
-    r.scan({MIXTRAIN_PLUGIN_DIR});
-    scanned = true;
-  }
-  return r;
-}
+core::PluginRegistry& registry() { return test::built_plugins(); }
 
 struct Weight {
   std::vector<std::int64_t> shape;

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "graph/ops/op_registry.h"
+#include "built_plugins.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/console/log_sink.h"
@@ -56,15 +57,7 @@ num_classes = 4
 layers = [ { type = "linear", out = 16 }, { type = "gelu" }, { type = "linear", out = 4 } ]
 )";
 
-core::PluginRegistry& registry() {
-  static core::PluginRegistry r(&core::host_log_sink());
-  static bool scanned = false;
-  if (!scanned) {
-    r.scan({MIXTRAIN_PLUGIN_DIR});
-    scanned = true;
-  }
-  return r;
-}
+core::PluginRegistry& registry() { return test::built_plugins(); }
 
 class TrainingState : public ::testing::Test {
  protected:
