@@ -32,7 +32,9 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-core::PluginRegistry& plugins() { return test::built_plugins(); }
+core::PluginRegistry& plugins() {
+  return test::built_plugins();
+}
 
 // The demo in fp16-mixed, logging every step, short.
 const std::vector<std::string> kFp16 = {"precision.policy=fp16-mixed", "run.steps=12",
@@ -42,9 +44,9 @@ const std::vector<std::string> kEscalate = {"precision.escalate.after=3",
 
 class Escalation : public ::testing::Test {
  protected:
-  fs::path dir_ = fs::temp_directory_path() /
-                  ("mixtrain-escalation-" + std::to_string(::getpid()) + "-" +
-                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::path dir_ =
+      fs::temp_directory_path() / ("mixtrain-escalation-" + std::to_string(::getpid()) + "-" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
   void SetUp() override { fs::remove_all(dir_); }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
@@ -96,7 +98,8 @@ class Escalation : public ::testing::Test {
 TEST_F(Escalation, FiresOnTheThirdBlameAndLeavesEveryEarlierStepAsItWas) {
   const auto naive = train("naive", {});
   const auto escalated = train("escalated", kEscalate);
-  EXPECT_EQ(naive.skipped_steps, 12) << "the demo must overflow in fp16 for the test to mean anything";
+  EXPECT_EQ(naive.skipped_steps, 12)
+      << "the demo must overflow in fp16 for the test to mean anything";
   EXPECT_TRUE(naive.diverged);
   EXPECT_EQ(escalated.skipped_steps, 3);
   EXPECT_FALSE(escalated.diverged);

@@ -57,7 +57,9 @@ const char* kSmallCnn =
     " --set data.synthetic.rows=256 --set data.batch_size=32 --set data.eval_batch_size=64"
     " --set backend.threads=1 --set run.eval_every=0";
 
-core::PluginRegistry& registry() { return test::built_plugins(); }
+core::PluginRegistry& registry() {
+  return test::built_plugins();
+}
 
 struct Weight {
   std::vector<std::int64_t> shape;

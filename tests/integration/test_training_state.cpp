@@ -17,8 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "graph/ops/op_registry.h"
 #include "built_plugins.h"
+#include "graph/ops/op_registry.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/console/log_sink.h"
@@ -57,7 +57,9 @@ num_classes = 4
 layers = [ { type = "linear", out = 16 }, { type = "gelu" }, { type = "linear", out = 4 } ]
 )";
 
-core::PluginRegistry& registry() { return test::built_plugins(); }
+core::PluginRegistry& registry() {
+  return test::built_plugins();
+}
 
 class TrainingState : public ::testing::Test {
  protected:

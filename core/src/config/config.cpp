@@ -162,7 +162,8 @@ void record_locations(const toml::node& n, const std::string& key, const std::st
                       std::map<std::string, sdk::SourceLocation>& out) {
   out[key] = loc_of(n, source);
   if (const auto* t = n.as_table())
-    for (const auto& [k, v] : *t) record_locations(v, key + "." + std::string(k.str()), source, out);
+    for (const auto& [k, v] : *t)
+      record_locations(v, key + "." + std::string(k.str()), source, out);
   if (const auto* a = n.as_array())
     for (std::size_t i = 0; i < a->size(); ++i)
       record_locations(*a->get(i), key + "." + std::to_string(i), source, out);
@@ -185,27 +186,39 @@ void merge_table(Config::Impl& impl, toml::table& into, const toml::table& from,
   }
 }
 
-void merge_file(Config::Impl& impl, const fs::path& path) {
+// The text of a TOML file; `what` names it in errors ("the config file", "the file given to
+// --merge"), `example` is a file that would do.
+std::string read_toml_file(const fs::path& path, const std::string& what,
+                           const std::string& example) {
+  // A folder opens as a stream on Linux and reads as an empty document.
   std::error_code ec;
   if (fs::is_directory(path, ec))
-    throw sdk::ConfigError({path.string(), 0, 0}, "", "--merge names a folder, not a TOML file",
-                           "give the path of a .toml file, e.g. the one `mixtrain calibrate` "
-                           "wrote");
+    throw sdk::ConfigError({path.string(), 0, 0}, "", what + " is a folder, not a TOML file",
+                           "give the path of a .toml file, e.g. " + example);
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    throw sdk::ConfigError({path.string(), 0, 0}, "", "cannot open the file given to --merge",
-                           "check the path");
+    throw sdk::ConfigError({path.string(), 0, 0}, "", "cannot open " + what,
+                           "check the path; " + example + " is a working example");
   std::stringstream ss;
   ss << in.rdbuf();
-  toml::table parsed;
+  return ss.str();
+}
+
+toml::table parse_toml(std::string_view text, const std::string& source_name) {
   try {
-    parsed = toml::parse(ss.str(), path.string());
+    return toml::parse(text, source_name);
   } catch (const toml::parse_error& e) {
-    sdk::SourceLocation where{path.string(), static_cast<std::uint32_t>(e.source().begin.line),
+    sdk::SourceLocation where{source_name, static_cast<std::uint32_t>(e.source().begin.line),
                               static_cast<std::uint32_t>(e.source().begin.column)};
     throw sdk::ConfigError(where, "", "TOML syntax error: " + std::string(e.description()),
                            "fix the TOML syntax at that position");
   }
+}
+
+void merge_file(Config::Impl& impl, const fs::path& path) {
+  const toml::table parsed = parse_toml(
+      read_toml_file(path, "the file given to --merge", "the one `mixtrain calibrate` wrote"),
+      path.string());
   merge_table(impl, impl.root, parsed, "",
               path.has_parent_path() ? path.parent_path() : fs::path("."), path.string());
 }
@@ -231,18 +244,8 @@ Config& Config::operator=(Config&&) noexcept = default;
 
 Config Config::from_file(const fs::path& path, const std::vector<std::string>& overrides,
                          const std::vector<fs::path>& merges) {
-  // A folder opens as a stream on Linux and reads as an empty document.
-  std::error_code ec;
-  if (fs::is_directory(path, ec))
-    throw sdk::ConfigError({path.string(), 0, 0}, "", "this is a folder, not a config file",
-                           "give the path of a .toml file, e.g. configs/quickstart.toml");
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw sdk::ConfigError({path.string(), 0, 0}, "", "cannot open the config file",
-                           "check the path; configs/quickstart.toml is a working example");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto cfg = from_string(ss.str(), path.string(), overrides, merges);
+  auto cfg = from_string(read_toml_file(path, "the config file", "configs/quickstart.toml"),
+                         path.string(), overrides, merges);
   cfg.impl_->base = path.has_parent_path() ? path.parent_path() : fs::path(".");
   return cfg;
 }
@@ -253,14 +256,7 @@ Config Config::from_string(std::string_view text, const std::string& source_name
   auto impl = std::make_unique<Impl>();
   impl->source = source_name;
   impl->base = fs::current_path();
-  try {
-    impl->root = toml::parse(text, source_name);
-  } catch (const toml::parse_error& e) {
-    sdk::SourceLocation where{source_name, static_cast<std::uint32_t>(e.source().begin.line),
-                              static_cast<std::uint32_t>(e.source().begin.column)};
-    throw sdk::ConfigError(where, "", "TOML syntax error: " + std::string(e.description()),
-                           "fix the TOML syntax at that position");
-  }
+  impl->root = parse_toml(text, source_name);
   for (const auto& m : merges) merge_file(*impl, m);
   for (const auto& o : overrides) apply_override(*impl, o);
   return Config(std::move(impl));
