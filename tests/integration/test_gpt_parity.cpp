@@ -72,10 +72,9 @@ class GptParityTorch : public CliTest {
     write_token_walk(dir_ / "train.bin", 4000, 21);
     write_token_walk(dir_ / "eval.bin", 32 * 24 + 1, 22);
     const json init = run_gpt_reference(
-        dir_,
-        "init --n-layer 2 --n-head 4 --n-embd 64 --block-size 32 --vocab-size 64 --seed 13 "
-        "--layout gpt2 --out " +
-            (dir_ / "init.safetensors").string());
+        dir_, "init --n-layer 2 --n-head 4 --n-embd 64 --block-size 32 --vocab-size 64 --seed 13 "
+              "--layout gpt2 --out " +
+                  (dir_ / "init.safetensors").string());
     ASSERT_TRUE(init.is_object());
   }
 
@@ -126,7 +125,8 @@ TEST_F(GptParityTorch, Bf16MixedEndsWithin2PercentOfFp32) {
   std::vector<double> fp32, bf16;
   double fp32_eval = 0, bf16_eval = 0;
   ASSERT_NO_FATAL_FAILURE(train("fp32", "", fp32, fp32_eval));
-  ASSERT_NO_FATAL_FAILURE(train("bf16", " --set precision.policy=bf16-mixed", bf16, bf16_eval));
+  ASSERT_NO_FATAL_FAILURE(
+      train("bf16", " --set precision.policy=bf16-mixed", bf16, bf16_eval));
   ASSERT_GT(fp32_eval, 0.0);
   ASSERT_GT(bf16_eval, 0.0);
   EXPECT_LT(std::abs(bf16_eval - fp32_eval) / fp32_eval, 0.02)

@@ -1,10 +1,9 @@
 // Parity of the resnet preset (ResNet-20: CIFAR stem, 3 stages of 3 BasicBlocks, widths
-// 16/32/64, on 16x16 images) with a PyTorch ResNet (tests/integration/resnet_reference.py,
-// torchvision's names) from the same initial weights (PyTorch's, with zeroed/unit running
-// statistics, read through checkpoint.init_from) on the same images (shuffle = false, eval_fraction
-// = 0: step k takes rows [32 (k mod 16), 32 (k mod 16) + 32) of 519; the last 7 rows are never
-// trained on), with the same SGD (momentum 0.9, weight decay on convolution and linear weights
-// only).
+// 16/32/64, on 16x16 images) with a PyTorch ResNet (tests/integration/resnet_reference.py, torchvision's names)
+// from the same initial weights (PyTorch's, with zeroed/unit running statistics, read through
+// checkpoint.init_from) on the same images (shuffle = false, eval_fraction = 0: step k takes rows
+// [32 (k mod 16), 32 (k mod 16) + 32) of 519; the last 7 rows are never trained on), with the same
+// SGD (momentum 0.9, weight decay on convolution and linear weights only).
 //
 // Batch norm's training-mode backward is ill-conditioned: in FP32 a ResNet's gradients at
 // initialisation are ~1e-3 off the exact ones (PyTorch's own, against a float64 copy), so two

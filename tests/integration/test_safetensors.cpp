@@ -14,9 +14,7 @@ constexpr const char* kPython = "/usr/bin/python3";
 
 bool torch_available() {
   static const bool ok =
-      std::system(
-          (std::string(kPython) + " -c 'import torch, numpy, tomllib' >/dev/null 2>&1").c_str()) ==
-      0;
+      std::system((std::string(kPython) + " -c 'import torch, numpy, tomllib' >/dev/null 2>&1").c_str()) == 0;
   return ok;
 }
 
@@ -67,8 +65,8 @@ class SafetensorsCli : public CliTest {
   // Runs the interop script; returns its JSON output (stdout).
   json python(const std::string& args) {
     const auto out = dir_ / "py.out", err = dir_ / "py.err";
-    const std::string cmd = std::string(kPython) + " " + script() + " " + args + " >" +
-                            out.string() + " 2>" + err.string();
+    const std::string cmd = std::string(kPython) + " " + script() + " " + args + " >" + out.string() +
+                            " 2>" + err.string();
     const int status = std::system(cmd.c_str());
     EXPECT_EQ(status, 0) << slurp(err);
     return json::parse(slurp(out), nullptr, false);
@@ -109,7 +107,7 @@ class TorchInterop : public SafetensorsCli {
 TEST_F(SafetensorsCli, ExportWritesSafetensorsAndRefusesToOverwrite) {
   const auto run_dir = dir_ / "run";
   auto r = run("train " + quickstart() + " --set run.steps=5 --set backend.threads=1 --run-dir " +
-               run_dir.string());
+          run_dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto ckpt = run_dir / "checkpoints" / "step-00000005.mxt";
   ASSERT_TRUE(fs::exists(ckpt));
@@ -121,8 +119,7 @@ TEST_F(SafetensorsCli, ExportWritesSafetensorsAndRefusesToOverwrite) {
   // The header of a safetensors file: 8-byte little-endian length, then that much JSON.
   auto header_of = [](const std::string& bytes) {
     std::uint64_t n = 0;
-    for (int i = 7; i >= 0; --i)
-      n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
     EXPECT_LE(n + 8, bytes.size());
     EXPECT_EQ(n % 8, 0u);
     return json::parse(bytes.substr(8, n));
@@ -147,9 +144,7 @@ TEST_F(SafetensorsCli, ExportWritesSafetensorsAndRefusesToOverwrite) {
   // Bad input: a missing file, an unknown dtype, a damaged checkpoint.
   EXPECT_EQ(run("export " + (dir_ / "nope.mxt").string() + " --format safetensors").exit_code, 2);
   EXPECT_EQ(run("export " + ckpt.string() + " --format safetensors --dtype fp8 --out " +
-                (dir_ / "x.safetensors").string())
-                .exit_code,
-            2);
+                (dir_ / "x.safetensors").string()).exit_code, 2);
   const auto damaged = write_file("damaged.mxt", "MIXTRAIN garbage");
   r = run("export " + damaged.string() + " --format safetensors");
   EXPECT_EQ(r.exit_code, 2) << r.err;
@@ -170,39 +165,31 @@ TEST_F(SafetensorsCli, InitFromSafetensorsChecksShapesAndNames) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto ckpt = run_dir / "checkpoints" / "step-00000002.mxt";
   const auto weights = dir_ / "w.safetensors";
-  ASSERT_EQ(
-      run("export " + ckpt.string() + " --format safetensors --out " + weights.string()).exit_code,
-      0);
+  ASSERT_EQ(run("export " + ckpt.string() + " --format safetensors --out " + weights.string()).exit_code, 0);
 
-  r = run("train " + quickstart() + " --set run.steps=1 --set checkpoint.init_from=" +
-          weights.string() + " --run-dir " + (dir_ / "ok").string());
+  r = run("train " + quickstart() + " --set run.steps=1 --set checkpoint.init_from=" + weights.string() +
+          " --run-dir " + (dir_ / "ok").string());
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE((r.out + r.err).find("initial weights loaded from"), std::string::npos);
 
   // Extra tensors in the file (fc2) are reported, not fatal.
-  r = run("train " + quickstart() +
-          " --set run.steps=1 --set checkpoint.init_from=" + weights.string() +
+  r = run("train " + quickstart() + " --set run.steps=1 --set checkpoint.init_from=" + weights.string() +
           " --set 'model.layers=[{type=\"linear\",name=\"fc1\",out=128},{type=\"relu\"},"
-          "{type=\"linear\",name=\"head\",out=10}]' --run-dir " +
-          (dir_ / "extra").string());
+          "{type=\"linear\",name=\"head\",out=10}]' --run-dir " + (dir_ / "extra").string());
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE((r.out + r.err).find("'fc2.weight' matches no parameter"), std::string::npos) << r.err;
 
   // A model of another width: the message names the tensor and both shapes.
-  r = run("train " + quickstart() +
-          " --set run.steps=1 --set checkpoint.init_from=" + weights.string() +
+  r = run("train " + quickstart() + " --set run.steps=1 --set checkpoint.init_from=" + weights.string() +
           " --set 'model.layers=[{type=\"linear\",name=\"fc1\",out=64},{type=\"relu\"},"
-          "{type=\"linear\",name=\"head\",out=10}]' --run-dir " +
-          (dir_ / "bad").string());
+          "{type=\"linear\",name=\"head\",out=10}]' --run-dir " + (dir_ / "bad").string());
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("'fc1.weight' has shape [128, 32]"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("expects [64, 32]"), std::string::npos) << r.err;
   // A parameter the file lacks is named.
-  r = run("train " + quickstart() +
-          " --set run.steps=1 --set checkpoint.init_from=" + weights.string() +
+  r = run("train " + quickstart() + " --set run.steps=1 --set checkpoint.init_from=" + weights.string() +
           " --set 'model.layers=[{type=\"linear\",name=\"first\",out=128},{type=\"relu\"},"
-          "{type=\"linear\",name=\"head\",out=10}]' --run-dir " +
-          (dir_ / "missing").string());
+          "{type=\"linear\",name=\"head\",out=10}]' --run-dir " + (dir_ / "missing").string());
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("no tensor for parameter 'first.weight'"), std::string::npos) << r.err;
 }
@@ -237,8 +224,7 @@ TEST_F(TorchInterop, TorchWeightsInitialiseMixtrainAndEvalMatches) {
   auto r = run("eval " + config.string() + " --checkpoint " + weights.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto ours = json::parse(r.out);
-  const auto theirs =
-      python("loss --config " + config.string() + " --weights " + weights.string() + data_args());
+  const auto theirs = python("loss --config " + config.string() + " --weights " + weights.string() + data_args());
   const double a = ours["eval_loss"], b = theirs["loss"];
   EXPECT_LT(std::abs(a - b) / std::abs(b), 1e-5) << "mixtrain " << a << " torch " << b;
 }
@@ -250,8 +236,7 @@ std::vector<double> expect_fifty_steps_match_torch(TorchInterop& t, const fs::pa
                                                    const std::string& torch_args,
                                                    const std::string& what) {
   const auto weights = t.dir() / "torch_init.safetensors";
-  t.python("init --config " + config.string() + " --features 16 --seed 11 --out " +
-           weights.string());
+  t.python("init --config " + config.string() + " --features 16 --seed 11 --out " + weights.string());
   const auto run_dir = t.dir() / "run";
   auto r = t.run("train " + config.string() + " --set checkpoint.init_from=" + weights.string() +
                  " --run-dir " + run_dir.string());
@@ -263,8 +248,7 @@ std::vector<double> expect_fifty_steps_match_torch(TorchInterop& t, const fs::pa
                                weights.string() + " --steps 50 " + torch_args + t.data_args());
   EXPECT_TRUE(theirs.is_object());
   if (!theirs.is_object() || ours.size() != 50u || theirs["losses"].size() != 50u) {
-    ADD_FAILURE() << what << ": " << ours.size() << " mixtrain losses, torch said "
-                  << theirs.dump();
+    ADD_FAILURE() << what << ": " << ours.size() << " mixtrain losses, torch said " << theirs.dump();
     return ours;
   }
   double worst = 0.0;

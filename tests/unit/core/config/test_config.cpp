@@ -19,23 +19,23 @@ namespace {
 
 // Line and column numbers below refer to this text (columns are 1-based).
 const char* const kText =
-    "[run]\n"                              // 1
-    "name = \"demo\"\n"                    // 2
-    "steps = 300\n"                        // 3
-    "\n"                                   // 4
-    "[optimizer]\n"                        // 5
-    "type = \"adamw\"\n"                   // 6
-    "lr   = 0.003\n"                       // 7
-    "\n"                                   // 8
-    "[model]\n"                            // 9
-    "layers = [\n"                         // 10
+    "[run]\n"                           // 1
+    "name = \"demo\"\n"                 // 2
+    "steps = 300\n"                     // 3
+    "\n"                                // 4
+    "[optimizer]\n"                     // 5
+    "type = \"adamw\"\n"                // 6
+    "lr   = 0.003\n"                    // 7
+    "\n"                                // 8
+    "[model]\n"                         // 9
+    "layers = [\n"                      // 10
     "  { type = \"linear\", out = 8 },\n"  // 11
-    "  { type = \"relu\" },\n"             // 12
+    "  { type = \"relu\" },\n"          // 12
     "  { type = \"linear\", out = 2 },\n"  // 13
-    "]\n"                                  // 14
-    "\n"                                   // 15
-    "[[precision.override]]\n"             // 16
-    "layers = \"fc*\"\n";                  // 17
+    "]\n"                               // 14
+    "\n"                                // 15
+    "[[precision.override]]\n"          // 16
+    "layers = \"fc*\"\n";               // 17
 
 Config parse(const std::vector<std::string>& overrides = {}) {
   return Config::from_string(kText, "demo.toml", overrides);
@@ -178,9 +178,9 @@ TEST(sdk_ConfigOverride, ExistingKeyIsReplacedAndPointsAtTheOverride) {
 }
 
 TEST(sdk_ConfigOverride, TypedValues) {
-  auto c = parse({"run.seed=7", "optimizer.lr=0.5", "optimizer.nesterov=true", "optimizer.type=sgd",
-                  "run.name=\"quoted name\"", "optimizer.big=1e-8", "run.dir=runs/x y",
-                  "optimizer.neg=-3"});
+  auto c = parse({"run.seed=7", "optimizer.lr=0.5", "optimizer.nesterov=true",
+                  "optimizer.type=sgd", "run.name=\"quoted name\"", "optimizer.big=1e-8",
+                  "run.dir=runs/x y", "optimizer.neg=-3"});
   auto run = c.table_options("run");
   EXPECT_EQ(std::get<std::int64_t>(find(run, "seed")->value), 7);
   EXPECT_EQ(std::get<std::string>(find(run, "name")->value), "quoted name");
@@ -215,8 +215,7 @@ TEST(sdk_ConfigOverride, LaterOverrideWins) {
 }
 
 TEST(sdk_ConfigOverride, IntoArraysOfTablesByIndex) {
-  auto c =
-      parse({"model.layers.1.out=7", "model.layers.2.out=5", "precision.override.0.compute=bf16"});
+  auto c = parse({"model.layers.1.out=7", "model.layers.2.out=5", "precision.override.0.compute=bf16"});
   auto layers = c.table_array("model.layers");
   ASSERT_EQ(layers.size(), 3u);
   const auto* out1 = find(layers[1].options, "out");
@@ -263,17 +262,17 @@ TEST(sdk_ConfigMerge, TablesMergeArraysReplaceAndLocationsNameTheMergedFile) {
   std::filesystem::create_directories(dir);
   const auto file = dir / "precision.toml";
   {
-    std::ofstream(file) << "[optimizer]\n"             // 1
-                           "lr = 0.01\n"               // 2
-                           "\n"                        // 3
-                           "[[precision.override]]\n"  // 4
-                           "layers = \"head\"\n"       // 5
-                           "compute = \"fp32\"\n"      // 6
-                           "\n"                        // 7
-                           "[[precision.override]]\n"  // 8
-                           "layers = \"fc1\"\n"        // 9
-                           "[scaler]\n"                // 10
-                           "type = \"dynamic\"\n";     // 11
+    std::ofstream(file) << "[optimizer]\n"                     // 1
+                           "lr = 0.01\n"                       // 2
+                           "\n"                                // 3
+                           "[[precision.override]]\n"          // 4
+                           "layers = \"head\"\n"               // 5
+                           "compute = \"fp32\"\n"              // 6
+                           "\n"                                // 7
+                           "[[precision.override]]\n"          // 8
+                           "layers = \"fc1\"\n"                // 9
+                           "[scaler]\n"                        // 10
+                           "type = \"dynamic\"\n";             // 11
   }
   const Config c = Config::from_string(kText, "demo.toml", {"optimizer.lr=0.5"}, {file});
   // [optimizer] merged key by key: type stays from the config, lr came from the file, then --set.
