@@ -25,6 +25,12 @@
 //   evaluations since. keep_best writes checkpoints/best<ext> after every evaluation that improves
 //   the best (the whole training state, as a step checkpoint); a resume reconciles that file with
 //   the restored best (train/trainer_state.h, reconcile_best_checkpoint).
+// - [precision.escalate]: after a skipped step, the op its replay blamed is counted; the
+//   `after`-th blame within `window` steps promotes it one format wider and run() rebuilds the
+//   model under the new plan, carrying masters, buffers and optimizer state over bit for bit
+//   (core/src/train/planned_model.h). The promotions are part of the training state: a resume
+//   plans the model as it was trained, and so does load_checkpoint() weights-only in a Trainer
+//   that writes nothing (eval, predict, sample, export); model() is a new object after either.
 // - Step semantics: loss in FP32, backward seeded with the loss scale, fused unscale + non-finite
 //   check on FP32 gradients, optional clipping after unscaling, then the scaler decides; a
 //   skipped step leaves master weights, optimizer state and the lr schedule untouched.
