@@ -1,6 +1,8 @@
 // calibrate: FP32 training steps with every op's tensors measured; see calibration.h.
 #include "mixtrain/core/precision/calibration.h"
 
+#include <array>
+#include <map>
 #include <optional>
 
 #include "mixtrain/core/console/log_sink.h"
@@ -161,8 +163,19 @@ Calibration calibrate(const Experiment& experiment, const PluginRegistry& regist
   train_options.write_outputs = false;
   train_options.observer = &observer;
   train_options.step_limit = options.steps;
-  // Builds the model in FP32 on the configured backend: a node the backend cannot run stops here.
-  Trainer trainer(fp32, std::move(components), train_options);
+  // Builds the model in FP32 on the configured backend: a node the backend cannot run stops here,
+  // and the message says that FP32 is what calibration asked for (its hint may offer a policy
+  // change, which does not apply to the calibration run itself).
+  std::optional<Trainer> built;
+  try {
+    built.emplace(fp32, std::move(components), train_options);
+  } catch (const sdk::ConfigError& e) {
+    throw sdk::UserError(std::string("calibration runs the model in FP32 on backend '") +
+                             experiment.backend_type + "', which fails: " + e.what(),
+                         e.hint().empty() ? "use a backend that runs every node in fp32"
+                                          : e.hint() + " (calibration itself always runs fp32)");
+  }
+  Trainer& trainer = *built;
   if (options.steps > experiment.run.steps)
     log.info("calibrating " + std::to_string(experiment.run.steps) +
              " steps: the config's run.steps, fewer than --steps " + std::to_string(options.steps));
