@@ -179,13 +179,14 @@ ScalerRecommendation recommend_scaler(const Calibration& c) {
   }
   r.needed = true;
   r.scale_log2 = s;
-  const std::string why_s = s == kLossScaleCapLog2
-                                ? " (the cap; it keeps that under 65504 with room to spare)"
-                                : " (the largest power of two that keeps it under 65504 with a " +
-                                      scale_text(kLossScaleMarginLog2) + " margin)";
+  const std::string product = format_number("%.3g", gmax) + " x " + scale_text(s) + " = " +
+                              format_number("%.3g", std::ldexp(gmax, s)) + " < 65504 / " +
+                              scale_text(kLossScaleMarginLog2);
   r.reason = "loss scale needed: " + worst_op + "'s gradient flushes " + format_share(worst) +
              " in fp16 at scale 1; " + largest + ", so init_scale = " + scale_text(s) + " = " +
-             format_number("%.0f", std::ldexp(1.0, s)) + why_s;
+             format_number("%.0f", std::ldexp(1.0, s)) +
+             (s == kLossScaleCapLog2 ? ", the cap (" + product + ")"
+                                     : ", the largest power of two with " + product);
   return r;
 }
 
