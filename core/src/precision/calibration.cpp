@@ -189,10 +189,11 @@ Calibration calibrate(const Experiment& experiment, const PluginRegistry& regist
     input.dtype = m.input_dtype();
     input.labels_per_sample = m.labels_per_sample();
     input.sample_shape = trainer.train_data().sample_shape;
-    Model planned(backend, experiment.model, m.input_features(), m.classes(), input);
+    // The policy outlives the model: an FP8 plan leaves it as the layers' operand scaler.
     auto policy = registry.create<sdk::PrecisionPolicy>(
         registry.require(sdk::ComponentKind::policy, experiment.policy_name),
         experiment.policy_options);
+    Model planned(backend, experiment.model, m.input_features(), m.classes(), input);
     plan_precision(planned, *policy, backend->capabilities(), {}, log);
     out.policy_needs_loss_scaling = policy->needs_loss_scaling();
     for (const auto& l : planned.layers()) {
