@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
       "train a few FP32 steps, measure every op's tensors and write the precision overrides and "
       "loss scale the config's policy needs (a file for `mixtrain train --merge`)");
   calibrate->add_option("config", cfg.config, "config file")->required();
+  calibrate->add_option("--merge", cfg.merges, kMergeHelp);
   calibrate->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
   calibrate->add_option("--steps", calibrate_args.steps, "FP32 training steps to measure")
       ->capture_default_str();
