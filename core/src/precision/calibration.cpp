@@ -149,6 +149,7 @@ Calibration calibrate(const Experiment& experiment, const PluginRegistry& regist
   fp32.scaler_type = "none";
   fp32.scaler_options = default_options(registry, sdk::ComponentKind::scaler, "none", "scaler");
   fp32.overrides.clear();
+  fp32.escalate = {};  // nothing to promote in fp32, and the plan must stay the measured one
   fp32.unused_keys.clear();
   fp32.run.eval_every = 0;
   fp32.run.underflow_every = 0;

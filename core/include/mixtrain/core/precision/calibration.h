@@ -5,10 +5,10 @@
 // Contract
 // - calibrate() trains `steps` optimizer steps from the experiment's initial weights on its data
 //   with the same seed, data order, optimizer and schedule, but precision policy "fp32" and
-//   scaler "none", no [[precision.override]] and nothing written (no run folder, no checkpoint,
-//   no evaluation during the steps). Steps past run.steps are not run: the count is capped there
-//   (Calibration::steps says how many ran). The steps are the trainer's own; an observer
-//   (train/trainer.h, StepObserver) copies tensors to the host after each node.
+//   scaler "none", no [[precision.override]], no [precision.escalate] and nothing written (no
+//   run folder, no checkpoint, no evaluation during the steps). Steps past run.steps are not run:
+//   the count is capped there (Calibration::steps says how many ran). The steps are the trainer's
+//   own; an observer (train/trainer.h, StepObserver) copies tensors to the host after each node.
 // - Per computing node (views are not listed), in forward order, the tensors measured, each
 //   aggregated over the steps (one step_amax per optimizer step, micro-batches folded in):
 //     gemm_input   the inputs its GEMMs read (ops with GEMMs), all inputs together
@@ -20,9 +20,10 @@
 // - `planned` is each listed node's OpPrecision under the experiment's policy as the trainer
 //   plans it (plan_precision on the same model and backend, without the config's overrides,
 //   which a recommendation replaces).
-// - Errors: steps < 1 is sdk::UserError; a model the backend cannot run in FP32 is the
-//   ConfigError of Model::check_backend naming the node; the config's policy failing to plan is
-//   its ConfigError; data and component errors are the Trainer's.
+// - Errors: steps < 1 is sdk::UserError; a model the backend cannot run in FP32 is an
+//   sdk::UserError saying calibration runs FP32, with Model::check_backend's message (the node,
+//   its config line, the op, the backend) and hint; the config's policy failing to plan is its
+//   ConfigError; data and component errors are the Trainer's.
 #pragma once
 
 #include <cstdint>
