@@ -14,6 +14,7 @@
 
 #include "cli_test_support.h"
 #include "mixtrain/core/config/config.h"
+#include "mixtrain/sdk/options.h"
 #include "npy_test_support.h"
 
 namespace mixtrain::test {
@@ -90,6 +91,12 @@ TEST_F(Calibrate, UnderflowDemoUnderFp16RecommendsALossScale) {
       }
   // Nothing else was written: no run folder.
   EXPECT_FALSE(fs::exists(dir_ / "runs"));
+  // The config takes the file: `check --merge` plans the model with it.
+  const auto checked = run("check " + demo_ + " --merge " + out.string());
+  ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  EXPECT_TRUE(has(checked.out, "# precision policy: fp16-mixed")) << checked.out;
+  EXPECT_TRUE(has(checked.out, "init_scale = " + sdk::option_value_to_string(init_scale)))
+      << checked.out;
 }
 
 TEST_F(Calibrate, AnInputPastFp16sMaxPinsItsNodeToFp32) {
@@ -140,6 +147,10 @@ labels = "y.npy"
   EXPECT_EQ(compute["wide_in"], "fp32") << slurp(out);
   // The comment gives the measured reason.
   EXPECT_TRUE(has(slurp(out), "# wide_in: fp16 -> fp32: fp16: gemm_input saturates")) << slurp(out);
+  // The overrides name real nodes: the plan under `check --merge` takes every one of them.
+  const auto checked = run("check " + cfg.string() + " --merge " + out.string(), dir_);
+  ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  EXPECT_TRUE(has(checked.out, "layers = \"wide_in\"")) << checked.out;
 }
 
 TEST_F(Calibrate, TwoRunsWriteTheSameFile) {
