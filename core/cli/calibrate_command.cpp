@@ -62,6 +62,12 @@ int run_calibrate(const ConfigArgs& cfg, const CalibrateArgs& args) {
     std::fprintf(stderr, "%s\n", warning.c_str());
   std::printf("wrote %s\nmixtrain train %s --merge %s\n", out.string().c_str(), cfg.config.c_str(),
               out.string().c_str());
+  // The file holds the precision block only: whatever else the command line changed must be
+  // given to `train` again.
+  if (!cfg.sets.empty() || !cfg.merges.empty())
+    std::printf(
+        "(the file holds the precision block only: give train the other --merge and --set "
+        "arguments used here too, the other --merge files before this one)\n");
   return 0;
 }
 
