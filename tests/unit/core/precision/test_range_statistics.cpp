@@ -83,7 +83,7 @@ std::vector<float> spread(std::size_t n, double lo_log10, double hi_log10, std::
   return v;
 }
 
-class RangeStatisticsReference : public ::testing::Test {
+class CalibrationRangeStatisticsReference : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("mixtrain-range-statistics-" + std::to_string(::getpid()));
@@ -101,7 +101,7 @@ void expect_counts(const FormatCounts& ours, const json& theirs, const std::stri
   EXPECT_EQ(ours.saturated, theirs["saturated"].get<std::int64_t>()) << what << " saturated";
 }
 
-TEST_F(RangeStatisticsReference, EveryCountMatchesNumpy) {
+TEST_F(CalibrationRangeStatisticsReference, EveryCountMatchesNumpy) {
   if (!numpy_available())
     GTEST_SKIP() << kPython << " cannot import numpy (Debian: apt install python3-numpy); the "
                  << "range statistics are not compared with the reference";
@@ -167,7 +167,7 @@ TEST_F(RangeStatisticsReference, EveryCountMatchesNumpy) {
   }
 }
 
-TEST(RangeStatistics, MergeAddsCountsAndKeepsOneAmaxPerMeasurement) {
+TEST(CalibrationRangeStatistics, MergeAddsCountsAndKeepsOneAmaxPerMeasurement) {
   const auto a = spread(3000, -9.0, 1.0, 7), b = spread(2000, -4.0, 5.0, 8);
   std::vector<float> both = a;
   both.insert(both.end(), b.begin(), b.end());
@@ -190,7 +190,7 @@ TEST(RangeStatistics, MergeAddsCountsAndKeepsOneAmaxPerMeasurement) {
   EXPECT_EQ(merged.step_amax[1], measure_range(b).amax);
 }
 
-TEST(RangeStatistics, ScaleFollowsTheFp8PluginsFormula) {
+TEST(CalibrationRangeStatistics, ScaleFollowsTheFp8PluginsFormula) {
   EXPECT_EQ(tensor_scale(0.0f, DType::fp8_e4m3), 1.0f);
   EXPECT_EQ(tensor_scale(std::numeric_limits<float>::infinity(), DType::fp8_e4m3), 1.0f);
   EXPECT_EQ(tensor_scale(448.0f, DType::fp8_e4m3), 1.0f);

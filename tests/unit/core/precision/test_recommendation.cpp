@@ -68,7 +68,7 @@ OpCalibration healthy(const std::string& name, sdk::OpPrecision planned, double 
   return op;
 }
 
-TEST(Recommendation, ATensorThatSaturatesFp16GoesToFp32) {
+TEST(CalibrationRecommendation, ATensorThatSaturatesFp16GoesToFp32) {
   Calibration c;
   c.policy = "fp16-mixed";
   c.policy_needs_loss_scaling = true;
@@ -94,7 +94,7 @@ TEST(Recommendation, ATensorThatSaturatesFp16GoesToFp32) {
   EXPECT_EQ(find(recommend(c), "fc2").recommended, DType::bf16);
 }
 
-TEST(Recommendation, GradientsThatFlushAtScaleOneGetADynamicScalerWithTheComputedScale) {
+TEST(CalibrationRecommendation, GradientsThatFlushAtScaleOneGetADynamicScalerWithTheComputedScale) {
   Calibration c;
   c.policy = "fp16-mixed";
   c.policy_needs_loss_scaling = true;
@@ -141,7 +141,7 @@ TEST(Recommendation, GradientsThatFlushAtScaleOneGetADynamicScalerWithTheCompute
   EXPECT_EQ(recommendation_toml(none, {}).find("[scaler]"), std::string::npos);
 }
 
-TEST(Recommendation, AnFp8SafeGemmStaysFp8AndOneWithAJumpingAmaxGoesToBf16) {
+TEST(CalibrationRecommendation, AnFp8SafeGemmStaysFp8AndOneWithAJumpingAmaxGoesToBf16) {
   const sdk::OpPrecision fp8_plan = {DType::bf16, DType::fp8_e4m3, DType::bf16, DType::bf16};
   Calibration c;
   c.policy = "fp8-delayed";
@@ -202,7 +202,7 @@ TEST(Recommendation, AnFp8SafeGemmStaysFp8AndOneWithAJumpingAmaxGoesToBf16) {
   EXPECT_NE(table.find("x5.00"), std::string::npos) << table;
 }
 
-TEST(Recommendation, SharesPrintWithoutRoundingToZeroOrHundred) {
+TEST(CalibrationRecommendation, SharesPrintWithoutRoundingToZeroOrHundred) {
   EXPECT_EQ(format_share(0.0), "0%");
   EXPECT_EQ(format_share(1e-6), "<0.1%");
   EXPECT_EQ(format_share(0.003), "0.3%");
