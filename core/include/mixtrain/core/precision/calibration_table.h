@@ -4,11 +4,12 @@
 //
 // Contract
 // - Columns: node, tensor, amax, decades (log10 of amax over the smallest non-zero magnitude; "-"
-//   for a tensor with no non-zero value), then per format a risk cell: "ok", "flush 12%" (more
-//   than none of the non-zero values round to zero), "sat 0.3%" (values above the format's max),
-//   or both. fp16 and bf16 are unscaled; "fp16@S" is fp16 at the recommended loss scale (gradients
-//   only; shown when the policy needs loss scaling); e4m3 and e5m2 are with per-tensor scaling
-//   (range_statistics.h); "jump" is the largest step-to-step amax growth (recommendation.h).
+//   for a tensor with no non-zero value), then per format a risk cell: "ok", "flush 12%" (the
+//   share of non-zero values that round to zero), "sat 0.3%" (the share above the format's max),
+//   or both; any count above zero shows (format_share never rounds it to 0%). fp16 and bf16 are
+//   unscaled; "fp16@2^S" is fp16 at the recommended loss scale (gradients only; shown when a loss
+//   scale is recommended); e4m3/t and e5m2/t are with per-tensor scaling (range_statistics.h);
+//   "jump" is the largest step-to-step amax growth (recommendation.h, largest_amax_jump).
 // - Pure text, deterministic; columns padded to the widest cell.
 #pragma once
 
