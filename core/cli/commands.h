@@ -102,4 +102,15 @@ struct PredictArgs {
 // model cannot read, each naming the fix.
 int run_predict(const ConfigArgs& cfg, const PredictArgs& args);
 
+struct CalibrateArgs {
+  std::int64_t steps = 50;  // FP32 training steps measured (>= 1)
+  std::string output;       // the TOML to write; empty: <config stem>.precision.toml here
+  bool force = false;       // overwrite an existing output file
+};
+// Trains `steps` FP32 steps of the config (precision/calibration.h), prints the range of every
+// op's tensors and the recommendation (precision/calibration_table.h), and writes the
+// recommended precision block (precision/recommendation.h) for `mixtrain train --merge`.
+// Refuses, before loading anything, steps < 1 and an output that check_output_file refuses.
+int run_calibrate(const ConfigArgs& cfg, const CalibrateArgs& args);
+
 }  // namespace mixtrain::cli

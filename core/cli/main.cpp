@@ -122,6 +122,21 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"native", "gpt2", "hf"}))
       ->capture_default_str();
 
+  mixtrain::cli::CalibrateArgs calibrate_args;
+  auto* calibrate = app.add_subcommand(
+      "calibrate",
+      "train a few FP32 steps, measure every op's tensors and write the precision overrides and "
+      "loss scale the config's policy needs (a file for `mixtrain train --merge`)");
+  calibrate->add_option("config", cfg.config, "config file")->required();
+  calibrate->add_option("--merge", cfg.merges, kMergeHelp);
+  calibrate->add_option("--set", cfg.sets, "override a config value: key=value (repeatable)");
+  calibrate->add_option("--steps", calibrate_args.steps, "FP32 training steps to measure")
+      ->capture_default_str();
+  calibrate->add_option("-o,--output,--out", calibrate_args.output,
+                        "the TOML file to write (default: <config name>.precision.toml in the "
+                        "current folder)");
+  calibrate->add_flag("--force", calibrate_args.force, "overwrite an existing output file");
+
   mixtrain::cli::SampleArgs sample_args;
   auto* sample =
       app.add_subcommand("sample", "continue a prompt with a trained language model (KV cache)");
@@ -213,6 +228,7 @@ int main(int argc, char** argv) {
     mixtrain::core::set_log_level(log_level);
     if (train->parsed()) return mixtrain::cli::run_train(cfg, run_dir, resume, profile);
     if (check->parsed()) return mixtrain::cli::run_check(cfg);
+    if (calibrate->parsed()) return mixtrain::cli::run_calibrate(cfg, calibrate_args);
     if (eval->parsed()) return mixtrain::cli::run_eval(cfg, checkpoint, eval_layout);
     if (compare->parsed()) return mixtrain::cli::run_compare(compare_dirs, compare_out);
     if (exp->parsed()) return mixtrain::cli::run_export(export_args);

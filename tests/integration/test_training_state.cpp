@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -398,6 +399,63 @@ TEST_F(TrainingState, BuffersAreSavedResumedLoadedAndExported) {
   EXPECT_NE(std::find(names.begin(), names.end(), "rm.mean"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "linear1.weight"), names.end());
   EXPECT_EQ(std::find(names.begin(), names.end(), "ema/linear1.weight"), names.end());
+}
+
+// Counts what a StepObserver is shown; reads every tensor it is handed, as calibration does.
+class CountingObserver final : public core::StepObserver {
+ public:
+  void after_forward(core::Model& model, std::size_t node, core::Extent e) override {
+    ++forwards;
+    read(model, model.executor().activation(core::TensorId::node(node), e));
+  }
+  void after_backward(core::Model& model, std::size_t, core::Extent,
+                      std::span<const sdk::TensorView> input_grads) override {
+    ++backwards;
+    for (const auto& g : input_grads)
+      if (!g.empty()) read(model, g);
+  }
+  void after_step(std::int64_t step) override { steps.push_back(step); }
+  int forwards = 0, backwards = 0;
+  std::vector<std::int64_t> steps;
+
+ private:
+  void read(core::Model& model, const sdk::TensorView& v) {
+    if (v.data == nullptr) return;
+    std::vector<float> host(static_cast<std::size_t>(v.numel()));
+    model.backend().copy_to_host(host.data(), v);
+  }
+};
+
+TEST_F(TrainingState, AnObservedStepLimitedRunTrainsAsAPlainOne) {
+  // Two micro-batches per step: the observer sees both, and after_step once per step.
+  const auto e = experiment({"run.accumulate=2", "data.batch_size=32"});
+  core::TrainOptions plain;
+  plain.write_outputs = false;
+  plain.step_limit = 3;
+  core::Trainer a(e, core::create_components(e, registry()), plain);
+  const auto sa = a.run();
+  CountingObserver observer;
+  core::TrainOptions observed = plain;
+  observed.observer = &observer;
+  core::Trainer b(e, core::create_components(e, registry()), observed);
+  const auto sb = b.run();
+
+  // step_limit: 3 of the configured 4 steps, no final evaluation.
+  EXPECT_EQ(sa.steps, 3);
+  EXPECT_FALSE(sa.evaluated);
+  EXPECT_EQ(sb.steps, 3);
+  EXPECT_EQ(observer.steps, (std::vector<std::int64_t>{1, 2, 3}));
+  const int nodes = static_cast<int>(b.model().layers().size());
+  EXPECT_EQ(observer.forwards, 3 * 2 * nodes);
+  EXPECT_EQ(observer.backwards, 3 * 2 * nodes);
+  // The same weights, bit for bit.
+  const auto ta = a.training_state(true), tb = b.training_state(true);
+  ASSERT_EQ(ta.tensors.size(), tb.tensors.size());
+  for (std::size_t i = 0; i < ta.tensors.size(); ++i) {
+    EXPECT_EQ(ta.tensors[i].name, tb.tensors[i].name);
+    EXPECT_EQ(ta.tensors[i].bytes, tb.tensors[i].bytes) << ta.tensors[i].name;
+  }
+  EXPECT_EQ(sa.final_loss, sb.final_loss);
 }
 
 }  // namespace

@@ -65,12 +65,12 @@ LossValues Model::loss(std::int64_t rows, float grad_scale, bool with_grad) {
   return read_loss();
 }
 
-void Model::backward(std::int64_t rows) {
+void Model::backward(std::int64_t rows, const Executor::BackwardVisitor& visit) {
   // Without begin_micro_batch() a backward is a whole step: it starts the gradients afresh.
   if (!open_micro_batch_) executor_.start_gradients();
   const bool last = open_micro_batch_.value_or(MicroBatch{}).last;
   open_micro_batch_.reset();
-  executor_.backward(Extent::batch_of(rows), executor_.planned_gradients(), last);
+  executor_.backward(Extent::batch_of(rows), executor_.planned_gradients(), last, visit);
 }
 
 void Model::set_epilogue_fusion(bool on) {

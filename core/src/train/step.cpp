@@ -77,9 +77,23 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
     // forward, loss, backward (into the step's FP32 gradients); recorded once and replayed when
     // the backend offers step graphs and the step is static (train/step_graph.h)
     model.begin_micro_batch(k, micro, s.step);
-    const bool eager = request.statistics || model.has_gradient_ready_hook();
+    StepObserver* observer = s.opt.observer;
+    const bool eager = request.statistics || model.has_gradient_ready_hook() || observer != nullptr;
+    const Extent extent = Extent::batch_of(bs);
+    Executor::ForwardVisitor forward_visit;
+    Executor::BackwardVisitor backward_visit;
+    if (observer != nullptr) {
+      forward_visit = [&](std::size_t node) {
+        observer->after_forward(model, node, extent);
+        return true;
+      };
+      backward_visit = [&](std::size_t node, std::span<const sdk::TensorView> input_grads) {
+        observer->after_backward(model, node, extent, input_grads);
+        return true;
+      };
+    }
     s.step_graph->run({bs, seed}, eager, [&] {
-      model.forward(bs);
+      model.forward(bs, forward_visit);
       if (k == 0 && request.statistics && s.underflow_watch)
         s.metrics.write(gradient_underflow_record(model, s.step, bs, seed, s.log));
       // The loss stays on the device: the step's one wait is the found_inf read below.
@@ -89,7 +103,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
         activation_of(b).axpy(1.0f / static_cast<float>(micro), model.loss_value(),
                               s.loss_sum.view());
       }
-      model.backward(bs);
+      model.backward(bs, backward_visit);
     });
   }
 
@@ -156,6 +170,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
         out.decision));
   }
   if (fp8_statistics) s.metrics.write(fp8_operand_record(model, s.step));
+  if (s.opt.observer != nullptr) s.opt.observer->after_step(s.step);
   return out;
 }
 

@@ -253,13 +253,15 @@ TrainSummary Trainer::run() {
   auto t_window = t_start;
   std::int64_t window_rows = 0;
   const std::int64_t first_step = s.step;
-  ProgressReport progress(first_step, e.run.steps, bs, s.opt.progress_line, s.log);
-
-  while (s.step < e.run.steps) {
+  const std::int64_t end_step =
+      s.opt.step_limit > 0 ? std::min(e.run.steps, first_step + s.opt.step_limit) : e.run.steps;
+  const bool cut_short = end_step < e.run.steps;
+  ProgressReport progress(first_step, end_step, bs, s.opt.progress_line, s.log);
+  while (s.step < end_step) {
     ++s.step;
     // A stop request (Ctrl-C) lets this step finish and then reports it as the last one.
-    interrupted = s.opt.stop_requested && s.opt.stop_requested() && s.step < e.run.steps;
-    const bool last_step = s.step == e.run.steps || interrupted;
+    interrupted = s.opt.stop_requested && s.opt.stop_requested() && s.step < end_step;
+    const bool last_step = s.step == end_step || interrupted;
     const bool log_step = s.step % e.run.log_every == 0 || last_step;
     const bool live_refresh = progress.live_due(s.step) || (progress.live() && last_step);
     const bool eval_step = e.run.eval_every > 0 && s.step % e.run.eval_every == 0 && !interrupted;
@@ -315,7 +317,7 @@ TrainSummary Trainer::run() {
   progress.finish();
   const double wall = std::chrono::duration<double>(Clock::now() - t_start).count();
   // An interrupted run goes straight to its checkpoint; the evaluation would make the user wait.
-  if (!interrupted && !(sum.evaluated && sum.eval_step == s.step)) evaluate_and_log();
+  if (!interrupted && !cut_short && !(sum.evaluated && sum.eval_step == s.step)) evaluate_and_log();
   // The training loop's peak, before the final checkpoint's host copies of the state.
   const std::size_t training_peak_rss = peak_rss_bytes();
   fs::path last_checkpoint;

@@ -97,7 +97,10 @@ class Model {
     return executor_.activation(plan_.logits(), Extent::batch_of(rows));
   }
 
-  void forward(std::int64_t rows) { executor_.forward(Extent::batch_of(rows)); }
+  // `visit` (optional) sees each node as it runs (Executor::forward / backward).
+  void forward(std::int64_t rows, const Executor::ForwardVisitor& visit = {}) {
+    executor_.forward(Extent::batch_of(rows), visit);
+  }
   // Enqueues the training objective — the loss with the spec's label smoothing — (and, with_grad,
   // the scaled gradient of the logits) without waiting for it.
   void compute_loss(std::int64_t rows, float grad_scale, bool with_grad);
@@ -111,7 +114,7 @@ class Model {
   LossValues evaluation_loss(std::int64_t rows);
   // ModelSpec::label_smoothing: what the training objective (and a replay of it) uses.
   float label_smoothing() const { return label_smoothing_; }
-  void backward(std::int64_t rows);
+  void backward(std::int64_t rows, const Executor::BackwardVisitor& visit = {});
 
   // Linear + relu/gelu pairs run the activation as the GEMM epilogue (on by default; see
   // core/src/graph/ops/linear.h). Off: every layer runs its own kernel, as the non-finite replay

@@ -47,10 +47,27 @@
 #include "mixtrain/core/checkpoint/path.h"  // resolve_checkpoint_path (resume)
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/data/dataset.h"
+#include "mixtrain/core/graph/model.h"
 #include "mixtrain/core/runs/summary.h"
 #include "mixtrain/sdk/checkpoint_format.h"
 
 namespace mixtrain::core {
+
+// Watches every computing node of every training micro-batch as the executor runs it: after its
+// forward (its output and inputs are written) and after its backward (`input_grads` are the
+// contributions it wrote for its inputs, empty views where an input needs none). Views are not
+// visited. The views handed over are valid only during the call. Steps with an observer run op by
+// op (never replayed from a recorded step graph); what they compute is unchanged. Calibration
+// (precision/calibration.h) is the client.
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void after_forward(Model& model, std::size_t node, Extent extent) = 0;
+  virtual void after_backward(Model& model, std::size_t node, Extent extent,
+                              std::span<const sdk::TensorView> input_grads) = 0;
+  // After the optimizer step `step` (applied or skipped).
+  virtual void after_step(std::int64_t /*step*/) {}
+};
 
 struct TrainOptions {
   std::filesystem::path run_dir;                // empty: run.dir or runs/<name> (made unique)
@@ -59,6 +76,10 @@ struct TrainOptions {
   bool write_outputs = true;                    // false: evaluate-only use, nothing written
   std::function<bool()> stop_requested;         // asked once per step; true: stop after this step
   std::function<void(std::int64_t step)> after_step;  // after each training step's update
+  StepObserver* observer = nullptr;                   // non-owning; outlives the Trainer's run()
+  // > 0: run() stops after this many steps, short of run.steps, without the final evaluation;
+  // the schedule still spans run.steps (calibration's first steps of the configured run).
+  std::int64_t step_limit = 0;
 };
 
 // One batch of predictions (Trainer::predict): rows [first_row, first_row + rows) of the input

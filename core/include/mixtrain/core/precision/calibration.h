@@ -1,0 +1,72 @@
+// Calibration: a few FP32 training steps of an experiment with every op's tensors measured
+// (range_statistics.h), and the plan the experiment's own policy makes for each op — what the
+// recommendation rules (recommendation.h) read.
+//
+// Contract
+// - calibrate() trains `steps` optimizer steps from the experiment's initial weights on its data
+//   with the same seed, data order, optimizer and schedule, but precision policy "fp32" and
+//   scaler "none", no [[precision.override]], no [precision.escalate] and nothing written (no
+//   run folder, no checkpoint, no evaluation during the steps). Steps past run.steps are not run:
+//   the count is capped there (Calibration::steps says how many ran). The steps are the trainer's
+//   own; an observer (train/trainer.h, StepObserver) copies tensors to the host after each node.
+// - Per computing node (views are not listed), in forward order, the tensors measured, each
+//   aggregated over the steps (one step_amax per optimizer step, micro-batches folded in):
+//     gemm_input   the inputs its GEMMs read (ops with GEMMs), all inputs together
+//     weight       its GEMM weights (parameters of rank >= 2 it uses; ops with GEMMs)
+//     activation   its output (absent when a fused reader writes it: a linear with its relu)
+//     activation_grad  the gradients it writes for its inputs (with fp16 loss-scale counts)
+//     output_grad  the gradient of its output that its backward reads (ops with GEMMs; with
+//                  fp16 loss-scale counts), the grad_output operand of an FP8 GEMM
+// - `planned` is each listed node's OpPrecision under the experiment's policy as the trainer
+//   plans it (plan_precision on the same model and backend, without the config's overrides,
+//   which a recommendation replaces).
+// - Errors: steps < 1 is sdk::UserError; a model the backend cannot run in FP32 is an
+//   sdk::UserError saying calibration runs FP32, with Model::check_backend's message (the node,
+//   its config line, the op, the backend) and hint; the config's policy failing to plan is its
+//   ConfigError; data and component errors are the Trainer's.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/config/experiment.h"
+#include "mixtrain/core/plugins/registry.h"
+#include "mixtrain/core/precision/range_statistics.h"
+#include "mixtrain/sdk/precision_policy.h"
+
+namespace mixtrain::core {
+
+enum class CalibratedTensor { gemm_input, weight, activation, activation_grad, output_grad };
+const char* calibrated_tensor_name(CalibratedTensor t);  // "gemm_input", ...
+bool is_gradient(CalibratedTensor t);
+
+struct TensorCalibration {
+  CalibratedTensor tensor;
+  RangeStatistics stats;
+};
+
+struct OpCalibration {
+  std::string node, type;
+  bool precision_sensitive = false;
+  bool has_gemm = false;
+  sdk::OpPrecision planned;                // under the experiment's policy
+  std::vector<TensorCalibration> tensors;  // in CalibratedTensor order, those measured
+  const TensorCalibration* find(CalibratedTensor t) const;
+};
+
+struct Calibration {
+  std::string policy;  // the experiment's policy, as the config names it
+  bool policy_needs_loss_scaling = false;
+  std::int64_t steps = 0;          // optimizer steps that ran
+  std::vector<OpCalibration> ops;  // forward order
+};
+
+struct CalibrationOptions {
+  std::int64_t steps = 50;
+};
+
+Calibration calibrate(const Experiment& experiment, const PluginRegistry& registry,
+                      const CalibrationOptions& options);
+
+}  // namespace mixtrain::core

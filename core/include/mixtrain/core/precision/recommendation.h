@@ -1,0 +1,87 @@
+// Recommendation: from a calibration's measurements (calibration.h), the precision each op
+// should run in under the config's policy, the loss scale an fp16 policy needs, and the TOML block
+// that says so (docs/precision-autopilot.md, "Calibration", states the rules).
+//
+// Contract
+// - recommend() is a pure function of the Calibration: same input, same output, no I/O.
+// - Rungs: the ladder automatic escalation uses, fp8 → bf16 → fp32 and fp16 → fp32. An op's
+//   planned rung is the narrowest dtype of its plan (fp8 if any field is fp8, else fp16, else
+//   bf16, else fp32; tf32 counts as fp32). It is recommended the first rung, from the planned
+//   one up, at which every measured tensor is safe in the dtype it is stored in at that rung
+//   (raising a rung raises only the fields narrower than it). Precision-sensitive ops and ops
+//   planned fp32 get no override.
+// - Safety, with the thresholds below: a tensor stored in fp16/bf16 is unsafe when any value
+//   saturates or more than kMaxFlushShare of its non-zero values flush to zero; fp16 gradients
+//   are judged at the recommended loss scale. An FP8 GEMM (gemm_input fp8) casts gemm_input and
+//   weight to e4m3 and output_grad to e5m2 with per-tensor scaling; it is unsafe when a scaled
+//   cast flushes more than kMaxFlushShare or saturates, or when one step's amax exceeds
+//   kMaxAmaxGrowth × the largest amax of the steps before it (delayed scaling would saturate).
+// - Loss scale (policies that need loss scaling): S = 2^s, the largest s in [0, 24] with
+//   (largest gradient amax) · 2^s · 2^kLossScaleMarginLog2 < 65504. A dynamic scaler with
+//   init_scale S is recommended when some gradient stored in fp16 flushes more than
+//   kMaxFlushShare at scale 1; otherwise no loss scale is needed and S = 1 for the rules.
+// - recommendation_toml() renders [precision] policy, one [[precision.override]] per op whose
+//   rung changes (compute = "fp32", or the individual fields that change), and, when a loss
+//   scale is needed, [scaler] type = "dynamic" with [scaler.dynamic] init_scale = S (when none
+//   is needed the config's scaler is left alone and a comment says so); every entry carries a
+//   comment with the measured number that decided it. Deterministic: the same Recommendation
+//   gives the same bytes.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mixtrain/core/precision/calibration.h"
+
+namespace mixtrain::core {
+
+// The rules' thresholds, quoted by docs/precision-autopilot.md.
+inline constexpr double kMaxFlushShare = 0.01;  // of a tensor's non-zero values
+inline constexpr double kMaxAmaxGrowth = 2.0;   // step amax over the previous steps' max
+inline constexpr int kLossScaleMarginLog2 = 1;  // headroom under fp16's max for the loss scale
+inline constexpr int kLossScaleCapLog2 = kMaxLossScaleLog2;  // S <= 2^24
+
+struct OpRecommendation {
+  std::string node;
+  sdk::DType planned = sdk::DType::fp32;      // the planned rung
+  sdk::DType recommended = sdk::DType::fp32;  // the rung recommended
+  // The override's fields, in TOML order: {"compute", fp32} or the individual fields; empty when
+  // the plan stands.
+  std::vector<std::pair<std::string, sdk::DType>> fields;
+  std::string reason;  // why each rung below the recommended one was unsafe, or why it is safe
+};
+
+struct ScalerRecommendation {
+  bool applies = false;  // the policy needs loss scaling
+  bool needed = false;
+  int scale_log2 = 0;  // S = 2^scale_log2 (0 when not needed)
+  std::string reason;
+};
+
+struct Recommendation {
+  std::string policy;
+  std::int64_t steps = 0;
+  std::vector<OpRecommendation> ops;  // every op of the calibration, in order
+  ScalerRecommendation scaler;
+};
+
+Recommendation recommend(const Calibration& calibration);
+
+// A tensor's largest step-to-step amax growth: over steps k >= 2, step k's amax over the largest
+// amax of steps 1..k-1 (steps whose predecessors are all zero are skipped), and that step
+// (1-based); {0, 0} with fewer than two steps.
+struct AmaxJump {
+  double growth = 0.0;
+  std::size_t step = 0;
+};
+AmaxJump largest_amax_jump(const RangeStatistics& stats);
+
+// `header`: comment lines written at the top of the file (the config, how to merge it).
+std::string recommendation_toml(const Recommendation& r, const std::vector<std::string>& header);
+
+// Shares as the table and the comments print them: "0%", "0.3%", "12%", "100%"; a share above 0
+// never prints as 0 ("<0.1%").
+std::string format_share(double share);
+
+}  // namespace mixtrain::core

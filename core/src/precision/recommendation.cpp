@@ -1,0 +1,308 @@
+// recommend: the calibration rules; see recommendation.h and docs/precision-autopilot.md,
+// "Calibration".
+#include "mixtrain/core/precision/recommendation.h"
+
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+#include "mixtrain/core/config/config.h"
+
+namespace mixtrain::core {
+
+using sdk::DType;
+
+namespace {
+
+constexpr double kFp16Max = 65504.0;
+
+// The rung's name: fp8 rungs are one, whatever the operand's format.
+const char* rung_name(DType d) {
+  if (sdk::is_fp8(d)) return "fp8";
+  return sdk::dtype_name(d).data();
+}
+
+DType planned_rung(const OpCalibration& op) {
+  const sdk::OpPrecision& p = op.planned;
+  std::vector<DType> fields = {p.activation, p.activation_grad};
+  if (op.has_gemm) {
+    fields.push_back(p.weight);
+    fields.push_back(p.gemm_input);
+  }
+  auto any = [&](auto pred) {
+    for (DType d : fields)
+      if (pred(d)) return true;
+    return false;
+  };
+  if (any([](DType d) { return sdk::is_fp8(d); })) return DType::fp8_e4m3;
+  if (any([](DType d) { return d == DType::fp16; })) return DType::fp16;
+  if (any([](DType d) { return d == DType::bf16; })) return DType::bf16;
+  return DType::fp32;
+}
+
+std::optional<DType> next_rung(DType rung) {
+  if (sdk::is_fp8(rung)) return DType::bf16;
+  if (rung == DType::bf16 || rung == DType::fp16) return DType::fp32;
+  return std::nullopt;
+}
+
+// The plan at `rung`: fp32 is fp32 throughout; bf16 raises the fp8 fields only; the planned rung
+// is the plan itself.
+sdk::OpPrecision precision_at(const sdk::OpPrecision& planned, DType rung) {
+  if (rung == DType::fp32) return {DType::fp32, DType::fp32, DType::fp32, DType::fp32};
+  sdk::OpPrecision q = planned;
+  if (rung == DType::bf16)
+    for (DType* d : {&q.weight, &q.gemm_input, &q.activation, &q.activation_grad})
+      if (sdk::is_fp8(*d)) *d = DType::bf16;
+  return q;
+}
+
+std::string format_number(const char* fmt, double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+std::string scale_text(int log2) {
+  return "2^" + std::to_string(log2);
+}
+
+// Why a tensor is unsafe stored in a 16-bit `dtype` (fp16 gradients at loss scale 2^scale_log2),
+// or nullopt when it is safe.
+std::optional<std::string> check_16bit(const TensorCalibration& t, DType dtype, int scale_log2) {
+  const RangeStatistics& s = t.stats;
+  const FormatCounts& c = s.unscaled[range_format_index(dtype)];
+  const bool scaled_gradient = is_gradient(t.tensor) && dtype == DType::fp16;
+  // The loss scale is chosen to keep the largest gradient under fp16's max with a margin, so only
+  // scale 1 can saturate one.
+  const std::int64_t saturated = scaled_gradient && scale_log2 > 0 ? 0 : c.saturated;
+  const std::int64_t flushed =
+      scaled_gradient ? s.fp16_flushed_at_scale_log2(scale_log2) : c.flushed;
+  const std::string at =
+      scaled_gradient && scale_log2 > 0 ? " at loss scale " + scale_text(scale_log2) : "";
+  const std::string name = calibrated_tensor_name(t.tensor);
+  const std::string in = std::string(" in ") + std::string(sdk::dtype_name(dtype));
+  if (saturated > 0)
+    return name + " saturates" + in + " (" + format_share(s.share(saturated)) +
+           " of values, amax " + format_number("%.3g", s.amax) + ")";
+  if (s.share(flushed) > kMaxFlushShare)
+    return name + " flushes " + format_share(s.share(flushed)) + " to zero" + in + at;
+  return std::nullopt;
+}
+
+// Why a tensor is unsafe as an FP8 GEMM operand in `format` under delayed per-tensor scaling.
+std::optional<std::string> check_fp8(const TensorCalibration& t, DType format) {
+  const RangeStatistics& s = t.stats;
+  const FormatCounts& c = s.scaled[range_format_index(format)];
+  const std::string name = calibrated_tensor_name(t.tensor);
+  const std::string in = std::string(" in ") + std::string(sdk::dtype_name(format)) + " (scaled)";
+  if (c.saturated > 0) return name + " saturates " + format_share(s.share(c.saturated)) + in;
+  if (s.share(c.flushed) > kMaxFlushShare)
+    return name + " flushes " + format_share(s.share(c.flushed)) + " to zero" + in;
+  const auto [growth, step] = largest_amax_jump(s);
+  if (growth > kMaxAmaxGrowth)
+    return name + "'s amax grows " + format_number("%.2g", growth) + "x at step " +
+           std::to_string(step) + " (delayed scaling absorbs " +
+           format_number("%g", kMaxAmaxGrowth) + "x)";
+  return std::nullopt;
+}
+
+// The first reason the op is unsafe under precision `q`, or nullopt.
+std::optional<std::string> check_op(const OpCalibration& op, const sdk::OpPrecision& q,
+                                    int scale_log2) {
+  const bool fp8_gemm = op.has_gemm && sdk::is_fp8(q.gemm_input);
+  auto stored = [&](const TensorCalibration& t, DType d) -> std::optional<std::string> {
+    if (d == DType::fp16 || d == DType::bf16) return check_16bit(t, d, scale_log2);
+    return std::nullopt;  // fp32, tf32 (fp32's range); fp8 is a GEMM's cast, checked below
+  };
+  for (const TensorCalibration& t : op.tensors) {
+    std::optional<std::string> why;
+    switch (t.tensor) {
+      case CalibratedTensor::gemm_input:
+        why = fp8_gemm ? check_fp8(t, DType::fp8_e4m3) : stored(t, q.gemm_input);
+        break;
+      case CalibratedTensor::weight:
+        why = stored(t, q.weight);
+        if (!why && fp8_gemm) why = check_fp8(t, DType::fp8_e4m3);
+        if (!why && !fp8_gemm) why = stored(t, q.gemm_input);
+        break;
+      case CalibratedTensor::activation:
+        why = stored(t, q.activation);
+        break;
+      case CalibratedTensor::activation_grad:
+        why = stored(t, q.activation_grad);
+        break;
+      case CalibratedTensor::output_grad:
+        if (fp8_gemm) why = check_fp8(t, DType::fp8_e5m2);
+        break;
+    }
+    if (why) return why;
+  }
+  return std::nullopt;
+}
+
+ScalerRecommendation recommend_scaler(const Calibration& c) {
+  ScalerRecommendation r;
+  r.applies = c.policy_needs_loss_scaling;
+  if (!r.applies) return r;
+  double gmax = 0.0;
+  for (const auto& op : c.ops)
+    for (const auto& t : op.tensors)
+      if (is_gradient(t.tensor)) gmax = std::max(gmax, static_cast<double>(t.stats.amax));
+  int s = kLossScaleCapLog2;
+  if (gmax > 0.0)
+    while (s > 0 && std::ldexp(gmax, s + kLossScaleMarginLog2) >= kFp16Max) --s;
+  // The gradient that flushes most at scale 1 among those the plan stores in fp16.
+  double worst = 0.0;
+  std::string worst_op;
+  for (const auto& op : c.ops) {
+    if (op.precision_sensitive || op.planned.activation_grad != DType::fp16) continue;
+    if (const TensorCalibration* t = op.find(CalibratedTensor::activation_grad)) {
+      const double share = t->stats.share(t->stats.fp16_flushed_at_scale_log2(0));
+      if (share > worst || worst_op.empty()) {
+        worst = share;
+        worst_op = op.node;
+      }
+    }
+  }
+  const std::string largest = "the largest gradient amax is " + format_number("%.3g", gmax);
+  if (worst <= kMaxFlushShare) {
+    r.reason = "no loss scale needed: the gradients stored in fp16 flush at most " +
+               format_share(worst) + (worst_op.empty() ? "" : " (" + worst_op + ")") +
+               " at scale 1; " + largest;
+    return r;
+  }
+  if (s == 0) {
+    r.reason = worst_op + "'s gradient flushes " + format_share(worst) + " at scale 1, but " +
+               largest + ", which leaves no room for a loss scale";
+    return r;
+  }
+  r.needed = true;
+  r.scale_log2 = s;
+  const std::string product = format_number("%.3g", gmax) + " x " + scale_text(s) + " = " +
+                              format_number("%.3g", std::ldexp(gmax, s)) + " < 65504 / " +
+                              scale_text(kLossScaleMarginLog2);
+  r.reason = "loss scale needed: " + worst_op + "'s gradient flushes " + format_share(worst) +
+             " in fp16 at scale 1; " + largest + ", so init_scale = " + scale_text(s) + " = " +
+             format_number("%.0f", std::ldexp(1.0, s)) +
+             (s == kLossScaleCapLog2 ? ", the cap (" + product + ")"
+                                     : ", the largest power of two with " + product);
+  return r;
+}
+
+std::string dtype_text(DType d) {
+  return std::string(sdk::dtype_name(d));
+}
+
+}  // namespace
+
+AmaxJump largest_amax_jump(const RangeStatistics& s) {
+  AmaxJump worst;
+  float before = 0.0f;
+  for (std::size_t k = 0; k < s.step_amax.size(); ++k) {
+    if (k > 0 && before > 0.0f) {
+      const double growth = static_cast<double>(s.step_amax[k]) / static_cast<double>(before);
+      if (growth > worst.growth) worst = {growth, k + 1};
+    }
+    before = std::max(before, s.step_amax[k]);
+  }
+  return worst;
+}
+
+std::string format_share(double share) {
+  if (share <= 0.0) return "0%";
+  const double pct = share * 100.0;
+  if (pct < 0.1) return "<0.1%";
+  if (pct < 10.0) return format_number("%.1f%%", pct);
+  if (pct < 99.5 || share >= 1.0) return format_number("%.0f%%", pct);
+  return ">99%";
+}
+
+Recommendation recommend(const Calibration& c) {
+  Recommendation r;
+  r.policy = c.policy;
+  r.steps = c.steps;
+  r.scaler = recommend_scaler(c);
+  const int scale_log2 = r.scaler.needed ? r.scaler.scale_log2 : 0;
+  for (const auto& op : c.ops) {
+    OpRecommendation o;
+    o.node = op.node;
+    o.planned = planned_rung(op);
+    o.recommended = o.planned;
+    if (op.precision_sensitive) {
+      o.reason = "precision-sensitive: always fp32";
+      r.ops.push_back(std::move(o));
+      continue;
+    }
+    if (o.planned == DType::fp32) {
+      o.reason = "planned fp32";
+      r.ops.push_back(std::move(o));
+      continue;
+    }
+    std::string why;
+    for (std::optional<DType> rung = o.planned; rung; rung = next_rung(*rung)) {
+      o.recommended = *rung;
+      if (*rung == DType::fp32) break;
+      const auto unsafe = check_op(op, precision_at(op.planned, *rung), scale_log2);
+      if (!unsafe) break;
+      why += (why.empty() ? "" : "; ") + std::string(rung_name(*rung)) + ": " + *unsafe;
+    }
+    if (o.recommended == o.planned) {
+      o.reason = std::string("safe in ") + rung_name(o.planned);
+    } else {
+      o.reason = why;
+      const sdk::OpPrecision q = precision_at(op.planned, o.recommended);
+      if (o.recommended == DType::fp32) {
+        o.fields = {{"compute", DType::fp32}};
+      } else {
+        const std::pair<const char*, DType> changed[] = {{"weight", q.weight},
+                                                         {"gemm_input", q.gemm_input},
+                                                         {"activation", q.activation},
+                                                         {"activation_grad", q.activation_grad}};
+        const DType planned[] = {op.planned.weight, op.planned.gemm_input, op.planned.activation,
+                                 op.planned.activation_grad};
+        for (std::size_t i = 0; i < 4; ++i)
+          if (changed[i].second != planned[i])
+            o.fields.emplace_back(changed[i].first, changed[i].second);
+      }
+    }
+    r.ops.push_back(std::move(o));
+  }
+  return r;
+}
+
+std::string recommendation_toml(const Recommendation& r, const std::vector<std::string>& header) {
+  std::vector<ResolvedSection> sections;
+  ResolvedSection precision;
+  precision.name = "precision";
+  precision.comments = header;
+  // A scaler that is not needed is left as the config has it: the comment says why.
+  if (r.scaler.applies && !r.scaler.needed) precision.comments.push_back(r.scaler.reason);
+  precision.values.emplace_back("policy", r.policy);
+  sections.push_back(std::move(precision));
+  for (const auto& o : r.ops) {
+    if (o.fields.empty()) continue;
+    ResolvedSection s;
+    s.name = "precision.override";
+    s.array = true;
+    s.comments = {o.node + ": " + rung_name(o.planned) + " -> " + rung_name(o.recommended) + ": " +
+                  o.reason};
+    s.values.emplace_back("layers", o.node);
+    for (const auto& [key, dtype] : o.fields) s.values.emplace_back(key, dtype_text(dtype));
+    sections.push_back(std::move(s));
+  }
+  if (r.scaler.needed) {
+    ResolvedSection scaler;
+    scaler.name = "scaler";
+    scaler.comments = {r.scaler.reason};
+    scaler.values.emplace_back("type", std::string("dynamic"));
+    sections.push_back(std::move(scaler));
+    ResolvedSection dynamic;
+    dynamic.name = "scaler.dynamic";
+    dynamic.values.emplace_back("init_scale", std::ldexp(1.0, r.scaler.scale_log2));
+    sections.push_back(std::move(dynamic));
+  }
+  return render_toml(sections);
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,223 @@
+// `mixtrain calibrate` through the real executable: the underflow demo under fp16-mixed (its early
+// layers' gradients sit near 1e-10..1e-12, so a loss scale must be recommended), an input past
+// fp16's max (that node is pinned to fp32), the same file from two runs, and bad input (exit 2
+// with a message naming what is wrong, nothing written).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_test_support.h"
+#include "mixtrain/core/config/config.h"
+#include "mixtrain/sdk/options.h"
+#include "npy_test_support.h"
+
+namespace mixtrain::test {
+namespace {
+
+// The node column of the calibration table: its first word on each line between the header and
+// the blank line that ends it.
+std::set<std::string> table_nodes(const std::string& out) {
+  std::set<std::string> nodes;
+  std::istringstream in(out);
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("node ", 0) == 0 && line.find("tensor") != std::string::npos) {
+      inside = true;
+      continue;
+    }
+    if (!inside) continue;
+    if (line.empty()) break;
+    nodes.insert(line.substr(0, line.find(' ')));
+  }
+  return nodes;
+}
+
+std::string string_option(const core::Config& c, const std::string& table, const std::string& key) {
+  for (const auto& o : c.table_options(table))
+    if (o.key == key) return std::get<std::string>(o.value);
+  return {};
+}
+
+class Calibrate : public CliTest {
+ protected:
+  const std::string demo_ = config("underflow-demo.toml");
+};
+
+TEST_F(Calibrate, UnderflowDemoUnderFp16RecommendsALossScale) {
+  const auto out = dir_ / "demo.toml";
+  const auto r = run("calibrate " + demo_ +
+                     " --steps 5 --set precision.policy=fp16-mixed --output " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The table: a header, one line per op and tensor, every node of the model.
+  EXPECT_TRUE(has(r.out, "calibration: 5 FP32 steps")) << r.out;
+  const auto nodes = table_nodes(r.out);
+  for (const std::string n : {"fc1", "relu1", "fc20", "relu20", "head"})
+    EXPECT_TRUE(nodes.count(n)) << n << " missing from\n" << r.out;
+  EXPECT_EQ(nodes.size(), 41u) << r.out;  // 21 linears, 20 relus
+  // The first layers' gradients flush in fp16 unscaled: the demo's premise, measured.
+  bool early_flush = false;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("relu1 ", 0) == 0 && has(line, "activation_grad") && has(line, "flush"))
+      early_flush = true;
+  EXPECT_TRUE(early_flush) << r.out;
+  EXPECT_TRUE(has(r.out, "mixtrain train " + demo_ + " --merge " + out.string())) << r.out;
+
+  // The file parses and recommends a dynamic scaler whose initial scale is the power of two the
+  // table used.
+  const auto rec = core::Config::from_file(out);
+  EXPECT_EQ(string_option(rec, "precision", "policy"), "fp16-mixed");
+  EXPECT_EQ(string_option(rec, "scaler", "type"), "dynamic");
+  double init_scale = 0.0;
+  for (const auto& o : rec.table_options("scaler.dynamic"))
+    if (o.key == "init_scale") init_scale = std::get<double>(o.value);
+  int exponent = 0;
+  ASSERT_EQ(std::frexp(init_scale, &exponent), 0.5) << "not a power of two: " << init_scale;
+  EXPECT_GE(exponent - 1, 1);
+  EXPECT_LE(exponent - 1, 24);
+  EXPECT_TRUE(has(r.out, "fp16@2^" + std::to_string(exponent - 1))) << r.out;
+  // Every override, if any, names a node of the model.
+  for (const auto& entry : rec.table_array("precision.override"))
+    for (const auto& o : entry.options)
+      if (o.key == "layers") {
+        EXPECT_TRUE(nodes.count(std::get<std::string>(o.value)));
+      }
+  // Nothing else was written: no run folder.
+  EXPECT_FALSE(fs::exists(dir_ / "runs"));
+  // The config takes the file: `check --merge` plans the model with it.
+  const auto checked = run("check " + demo_ + " --merge " + out.string());
+  ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  EXPECT_TRUE(has(checked.out, "# precision policy: fp16-mixed")) << checked.out;
+  EXPECT_TRUE(has(checked.out, "init_scale = " + sdk::option_value_to_string(init_scale)))
+      << checked.out;
+}
+
+TEST_F(Calibrate, AnInputPastFp16sMaxPinsItsNodeToFp32) {
+  // Features in ±1, except the first feature of every 16th row: 70000, past fp16's max of 65504,
+  // which the fp16 GEMM input of the first linear cannot hold.
+  std::vector<float> x;
+  std::vector<std::int64_t> y;
+  std::uint32_t state = 7;
+  for (int i = 0; i < 256 * 8; ++i) {
+    state = state * 1664525u + 1013904223u;
+    x.push_back(i % (16 * 8) == 0 ? 70000.0f : static_cast<float>(state >> 8) / 8388608.0f - 1.0f);
+  }
+  for (int i = 0; i < 256; ++i) y.push_back(i % 4);
+  write_npy(dir_ / "x.npy", "<f4", {256, 8}, x);
+  write_npy(dir_ / "y.npy", "<i8", {256}, y);
+  const auto cfg = write_file("big.toml", R"([run]
+steps = 20
+[precision]
+policy = "fp16-mixed"
+[model]
+layers = [
+  { type = "linear", name = "wide_in", out = 16 },
+  { type = "relu", name = "act" },
+  { type = "linear", name = "head", out = 4 },
+]
+[data]
+source = "npy"
+batch_size = 32
+[data.npy]
+features = "x.npy"
+labels = "y.npy"
+)");
+  const auto out = dir_ / "big.precision.toml";
+  const auto r = run("calibrate " + cfg.string() + " --steps 2", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(fs::exists(out)) << "default output is <config stem>.precision.toml here";
+  const auto rec = core::Config::from_file(out);
+  std::map<std::string, std::string> compute;  // layers -> compute, per override
+  for (const auto& entry : rec.table_array("precision.override")) {
+    std::string layers, dtype;
+    for (const auto& o : entry.options) {
+      if (o.key == "layers") layers = std::get<std::string>(o.value);
+      if (o.key == "compute") dtype = std::get<std::string>(o.value);
+    }
+    EXPECT_TRUE(layers == "wide_in" || layers == "act" || layers == "head") << layers;
+    compute[layers] = dtype;
+  }
+  EXPECT_EQ(compute["wide_in"], "fp32") << slurp(out);
+  // The comment gives the measured reason.
+  EXPECT_TRUE(has(slurp(out), "# wide_in: fp16 -> fp32: fp16: gemm_input saturates")) << slurp(out);
+  // The overrides name real nodes: the plan under `check --merge` takes every one of them.
+  const auto checked = run("check " + cfg.string() + " --merge " + out.string(), dir_);
+  ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  EXPECT_TRUE(has(checked.out, "layers = \"wide_in\"")) << checked.out;
+}
+
+TEST_F(Calibrate, TwoRunsWriteTheSameFile) {
+  const auto out = dir_ / "same.toml";
+  const std::string args = "calibrate " + demo_ +
+                           " --steps 3 --set precision.policy=fp16-mixed --output " + out.string();
+  const auto first = run(args);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string a = slurp(out);
+  const auto refused = run(args);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_TRUE(has(refused.err, "already exists")) << refused.err;
+  EXPECT_EQ(slurp(out), a);
+  const auto second = run(args + " --force");
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(slurp(out), a);
+  EXPECT_FALSE(a.empty());
+}
+
+TEST_F(Calibrate, BadInputExitsTwoNamingTheProblem) {
+  const auto out = dir_ / "never.toml";
+  for (const std::string steps : {"0", "-4"}) {
+    const auto r = run("calibrate " + demo_ + " --steps " + steps + " --output " + out.string());
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_TRUE(has(r.err, "--steps is " + steps)) << r.err;
+    EXPECT_TRUE(has(r.err, "HINT")) << r.err;
+  }
+
+  const auto broken = write_file("broken.toml", "[run\nsteps = 3\n");
+  auto r = run("calibrate " + broken.string() + " --output " + out.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "broken.toml:1:")) << r.err;
+
+  // A backend that cannot run the model in FP32 (a layernorm without the layer-norm facet): the
+  // plan stops before any step, naming the node and its config line.
+  const auto no_norm = write_file("no_norm.toml", std::string(R"([plugins]
+paths = [")") + MIXTRAIN_TEST_PLUGIN_DIR + R"(/cpu_without_layer_norm"]
+[run]
+steps = 5
+[backend]
+type = "test_cpu_without_layer_norm"
+[precision]
+policy = "bf16-mixed"
+[model]
+layers = [
+  { type = "linear", name = "fc1", out = 16 },
+  { type = "layernorm", name = "norm" },
+  { type = "linear", name = "head", out = 4 },
+]
+[data]
+source = "synthetic"
+batch_size = 32
+[data.synthetic]
+kind = "clusters"
+rows = 256
+features = 8
+num_classes = 4
+)");
+  r = run("calibrate " + no_norm.string() + " --output " + out.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "calibration runs the model in FP32")) << r.err;
+  EXPECT_TRUE(has(r.err, "node 'norm'")) << r.err;
+  EXPECT_TRUE(has(r.err, "no_norm.toml:12:")) << r.err;
+  EXPECT_FALSE(has(r.out, "calibration:")) << "no step may run: " << r.out;
+
+  EXPECT_FALSE(fs::exists(out));
+}
+
+}  // namespace
+}  // namespace mixtrain::test

@@ -1,0 +1,215 @@
+// The calibration rules on synthetic measurements: a tensor that saturates fp16 sends its op to
+// fp32; gradients that flush at scale 1 call for a dynamic scaler whose init_scale follows from
+// the largest gradient amax; an FP8 GEMM whose operands are safe stays fp8 while one whose amax
+// jumps between steps goes to bf16; precision-sensitive ops are never overridden. The measurements
+// are made by measure_range on generated tensors, so the rules see what calibration would.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/config/config.h"
+#include "mixtrain/core/precision/calibration_table.h"
+#include "mixtrain/core/precision/recommendation.h"
+
+namespace mixtrain::core {
+namespace {
+
+using sdk::DType;
+
+// n values spread evenly in log space over [lo, hi] (both > 0).
+std::vector<float> logspace(double lo, double hi, std::size_t n = 1000) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(lo * std::pow(hi / lo, static_cast<double>(i) / (n - 1)));
+  return v;
+}
+
+// Measurements over steps, one tensor per step.
+RangeStatistics over_steps(const std::vector<std::vector<float>>& steps, bool gradient) {
+  RangeStatistics total = measure_range(steps.at(0), gradient);
+  for (std::size_t k = 1; k < steps.size(); ++k) merge(total, measure_range(steps[k], gradient));
+  return total;
+}
+
+sdk::OpPrecision all(DType d) {
+  return {d, d, d, d};
+}
+
+OpCalibration linear(const std::string& name, sdk::OpPrecision planned) {
+  OpCalibration op;
+  op.node = name;
+  op.type = "linear";
+  op.has_gemm = true;
+  op.planned = planned;
+  return op;
+}
+
+void add(OpCalibration& op, CalibratedTensor t, RangeStatistics s) {
+  op.tensors.push_back({t, std::move(s)});
+}
+
+const OpRecommendation& find(const Recommendation& r, const std::string& node) {
+  for (const auto& o : r.ops)
+    if (o.node == node) return o;
+  throw std::runtime_error("no recommendation for " + node);
+}
+
+// An op whose tensors are well inside fp16's range (activations ~[1e-3, 10], gradients as given).
+OpCalibration healthy(const std::string& name, sdk::OpPrecision planned, double grad_lo,
+                      double grad_hi) {
+  OpCalibration op = linear(name, planned);
+  add(op, CalibratedTensor::gemm_input, over_steps({logspace(1e-3, 10.0)}, false));
+  add(op, CalibratedTensor::weight, over_steps({logspace(1e-3, 0.5)}, false));
+  add(op, CalibratedTensor::activation, over_steps({logspace(1e-3, 10.0)}, false));
+  add(op, CalibratedTensor::activation_grad, over_steps({logspace(grad_lo, grad_hi)}, true));
+  add(op, CalibratedTensor::output_grad, over_steps({logspace(grad_lo, grad_hi)}, true));
+  return op;
+}
+
+TEST(CalibrationRecommendation, ATensorThatSaturatesFp16GoesToFp32) {
+  Calibration c;
+  c.policy = "fp16-mixed";
+  c.policy_needs_loss_scaling = true;
+  c.steps = 1;
+  c.ops.push_back(healthy("fc1", all(DType::fp16), 1e-3, 1e-1));
+  OpCalibration big = healthy("fc2", all(DType::fp16), 1e-3, 1e-1);
+  big.tensors[2].stats = over_steps({logspace(1.0, 1e5)}, false);  // activation past 65504
+  c.ops.push_back(big);
+  const Recommendation r = recommend(c);
+  EXPECT_EQ(find(r, "fc1").recommended, DType::fp16);
+  EXPECT_TRUE(find(r, "fc1").fields.empty());
+  const OpRecommendation& fc2 = find(r, "fc2");
+  EXPECT_EQ(fc2.planned, DType::fp16);
+  EXPECT_EQ(fc2.recommended, DType::fp32);
+  ASSERT_EQ(fc2.fields.size(), 1u);
+  EXPECT_EQ(fc2.fields[0].first, "compute");
+  EXPECT_EQ(fc2.fields[0].second, DType::fp32);
+  EXPECT_NE(fc2.reason.find("activation saturates"), std::string::npos) << fc2.reason;
+  // bf16 has the range: the same tensor under bf16-mixed keeps the plan.
+  c.policy = "bf16-mixed";
+  c.policy_needs_loss_scaling = false;
+  for (auto& op : c.ops) op.planned = all(DType::bf16);
+  EXPECT_EQ(find(recommend(c), "fc2").recommended, DType::bf16);
+}
+
+TEST(CalibrationRecommendation, GradientsThatFlushAtScaleOneGetADynamicScalerWithTheComputedScale) {
+  Calibration c;
+  c.policy = "fp16-mixed";
+  c.policy_needs_loss_scaling = true;
+  c.steps = 1;
+  // Gradients around 1e-10: all flush in fp16 unscaled; the largest gradient amax is 3e-3.
+  c.ops.push_back(healthy("fc1", all(DType::fp16), 1e-11, 1e-9));
+  c.ops.push_back(healthy("fc2", all(DType::fp16), 1e-6, 3e-3));
+  const Recommendation r = recommend(c);
+  ASSERT_TRUE(r.scaler.applies);
+  ASSERT_TRUE(r.scaler.needed) << r.scaler.reason;
+  // The largest power of two S with 3e-3 · S · 2 < 65504.
+  int expected = 0;
+  while (expected < kLossScaleCapLog2 &&
+         std::ldexp(static_cast<double>(c.ops[1].tensors[3].stats.amax),
+                    expected + 1 + kLossScaleMarginLog2) < 65504.0)
+    ++expected;
+  EXPECT_EQ(r.scaler.scale_log2, expected);
+  EXPECT_LT(std::ldexp(3e-3, r.scaler.scale_log2 + kLossScaleMarginLog2), 65504.0);
+  EXPECT_GE(std::ldexp(3e-3, r.scaler.scale_log2 + 1 + kLossScaleMarginLog2), 65504.0);
+  // At that scale fc1's gradients (>= 1e-11 · 2^23 ≈ 8e-5) fit fp16: no fp32 needed.
+  EXPECT_EQ(find(r, "fc1").recommended, DType::fp16) << find(r, "fc1").reason;
+
+  const std::string toml = recommendation_toml(r, {"header"});
+  EXPECT_NE(toml.find("[scaler]\ntype = \"dynamic\""), std::string::npos) << toml;
+  EXPECT_NE(toml.find("[scaler.dynamic]\ninit_scale = " +
+                      sdk::option_value_to_string(std::ldexp(1.0, r.scaler.scale_log2))),
+            std::string::npos)
+      << toml;
+
+  // Gradients so small that even 2^S leaves them flushing: that op goes to fp32.
+  c.ops.push_back(healthy("fc0", all(DType::fp16), 1e-22, 1e-20));
+  const Recommendation deeper = recommend(c);
+  EXPECT_EQ(find(deeper, "fc0").recommended, DType::fp32) << find(deeper, "fc0").reason;
+  EXPECT_NE(find(deeper, "fc0").reason.find("at loss scale 2^"), std::string::npos);
+
+  // Gradients that fit unscaled: no scaler, and the file says so without a [scaler] table.
+  Calibration fine;
+  fine.policy = "fp16-mixed";
+  fine.policy_needs_loss_scaling = true;
+  fine.ops.push_back(healthy("fc1", all(DType::fp16), 1e-4, 1e-1));
+  const Recommendation none = recommend(fine);
+  EXPECT_FALSE(none.scaler.needed);
+  EXPECT_NE(none.scaler.reason.find("no loss scale needed"), std::string::npos);
+  EXPECT_EQ(recommendation_toml(none, {}).find("[scaler]"), std::string::npos);
+}
+
+TEST(CalibrationRecommendation, AnFp8SafeGemmStaysFp8AndOneWithAJumpingAmaxGoesToBf16) {
+  const sdk::OpPrecision fp8_plan = {DType::bf16, DType::fp8_e4m3, DType::bf16, DType::bf16};
+  Calibration c;
+  c.policy = "fp8-delayed";
+  c.steps = 4;
+  auto steady = [](double hi) {
+    return std::vector<std::vector<float>>{logspace(hi / 50, hi), logspace(hi / 50, hi * 1.1),
+                                           logspace(hi / 50, hi * 0.9),
+                                           logspace(hi / 50, hi * 1.2)};
+  };
+  auto op_with_inputs = [&](const std::string& name,
+                            const std::vector<std::vector<float>>& inputs) {
+    OpCalibration op = linear(name, fp8_plan);
+    add(op, CalibratedTensor::gemm_input, over_steps(inputs, false));
+    add(op, CalibratedTensor::weight, over_steps(steady(0.2), false));
+    add(op, CalibratedTensor::activation, over_steps(steady(4.0), false));
+    add(op, CalibratedTensor::activation_grad, over_steps(steady(1e-3), true));
+    add(op, CalibratedTensor::output_grad, over_steps(steady(1e-3), true));
+    return op;
+  };
+  c.ops.push_back(op_with_inputs("steady", steady(3.0)));
+  // The third step's amax is 5x the largest before it: delayed scaling would saturate.
+  c.ops.push_back(op_with_inputs("jumpy", {logspace(0.06, 3.0), logspace(0.06, 3.0),
+                                           logspace(0.3, 15.0), logspace(0.06, 3.0)}));
+  OpCalibration norm;
+  norm.node = "norm";
+  norm.type = "layernorm";
+  norm.precision_sensitive = true;
+  norm.planned = all(DType::fp32);
+  add(norm, CalibratedTensor::activation, over_steps({logspace(1e-30, 1e30)}, false));
+  c.ops.push_back(norm);
+
+  const Recommendation r = recommend(c);
+  EXPECT_EQ(find(r, "steady").planned, DType::fp8_e4m3);
+  EXPECT_EQ(find(r, "steady").recommended, DType::fp8_e4m3) << find(r, "steady").reason;
+  EXPECT_TRUE(find(r, "steady").fields.empty());
+  const OpRecommendation& jumpy = find(r, "jumpy");
+  EXPECT_EQ(jumpy.recommended, DType::bf16) << jumpy.reason;
+  EXPECT_NE(jumpy.reason.find("amax grows 5"), std::string::npos) << jumpy.reason;
+  EXPECT_NE(jumpy.reason.find("step 3"), std::string::npos) << jumpy.reason;
+  // Only the fp8 field is raised: the bf16 base of the plan stays.
+  ASSERT_EQ(jumpy.fields.size(), 1u);
+  EXPECT_EQ(jumpy.fields[0].first, "gemm_input");
+  EXPECT_EQ(jumpy.fields[0].second, DType::bf16);
+  EXPECT_EQ(find(r, "norm").recommended, DType::fp32);
+  EXPECT_TRUE(find(r, "norm").fields.empty());
+  EXPECT_FALSE(r.scaler.applies);
+
+  const std::string toml = recommendation_toml(r, {"calibrated"});
+  EXPECT_EQ(toml.rfind("# calibrated\n[precision]\npolicy = \"fp8-delayed\"\n", 0), 0u) << toml;
+  EXPECT_NE(toml.find("[[precision.override]]\nlayers = \"jumpy\"\ngemm_input = \"bf16\"\n"),
+            std::string::npos)
+      << toml;
+  EXPECT_EQ(toml.find("\"steady\""), std::string::npos) << toml;
+  EXPECT_EQ(toml, recommendation_toml(recommend(c), {"calibrated"}));
+  // The table names every op and tensor, one line each.
+  const std::string table = calibration_table(c, r);
+  EXPECT_NE(table.find("jumpy"), std::string::npos);
+  EXPECT_NE(table.find("x5.00"), std::string::npos) << table;
+}
+
+TEST(CalibrationRecommendation, SharesPrintWithoutRoundingToZeroOrHundred) {
+  EXPECT_EQ(format_share(0.0), "0%");
+  EXPECT_EQ(format_share(1e-6), "<0.1%");
+  EXPECT_EQ(format_share(0.003), "0.3%");
+  EXPECT_EQ(format_share(0.12), "12%");
+  EXPECT_EQ(format_share(0.9999), ">99%");
+  EXPECT_EQ(format_share(1.0), "100%");
+}
+
+}  // namespace
+}  // namespace mixtrain::core
