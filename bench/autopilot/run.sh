@@ -11,7 +11,7 @@
 # (there the naive run uses scaler "none", and escalation has nothing to do: no value overflows).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-$root/build}
+build=$(realpath "${1:-$root/build}")
 work=${2:-$(mktemp -d /tmp/mixtrain-autopilot.XXXXXX)}
 config=$(realpath "${3:-$root/configs/overflow-demo.toml}")
 mixtrain=$build/bin/mixtrain

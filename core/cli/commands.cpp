@@ -119,7 +119,9 @@ int run_train(const ConfigArgs& given, const std::string& run_dir,
     std::fprintf(stderr,
                  "\nerror: the run diverged: %s\n  HINT: lower optimizer.lr, use a loss scaler "
                  "(scaler.type = \"dynamic\") or a wider precision.policy; metrics.jsonl names "
-                 "the first non-finite tensor of each skipped step\n",
+                 "the first non-finite tensor of each skipped step. `mixtrain calibrate` finds "
+                 "the ops to keep wider, and [precision.escalate] widens the op that keeps "
+                 "failing while the run goes on (docs/precision-autopilot.md)\n",
                  s.divergence.c_str());
     return kExitDiverged;
   }

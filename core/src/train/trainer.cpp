@@ -213,10 +213,11 @@ TrainSummary Trainer::run() {
   TrainSummary sum;
   sum.run_dir = s.run_dir;
 
-  s.log.info("run '" + e.run.name + "': " + std::to_string(s.model->parameter_count()) +
-             " parameters, policy " + e.policy_name + ", scaler " + e.scaler_type + ", optimizer " +
-             e.optimizer_type + ", backend " + b.capabilities().device_name + ", folder " +
-             s.run_dir.string());
+  s.log.info(
+      "run '" + e.run.name + "': " + std::to_string(s.model->parameter_count()) +
+      " parameters, policy " + e.policy_name + ", scaler " + e.scaler_type + ", optimizer " +
+      e.optimizer_type + ", backend " + b.capabilities().device_name +
+      (s.run_dir.empty() ? std::string(" (no run folder)") : ", folder " + s.run_dir.string()));
   bool interrupted = false;
   std::string stopped_by;     // run.on_nonfinite = "stop": why
   std::string stopped_early;  // early stopping: why
