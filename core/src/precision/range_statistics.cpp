@@ -3,6 +3,8 @@
 #include "mixtrain/core/precision/range_statistics.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <stdexcept>
@@ -45,10 +47,11 @@ bool finite_nonzero(float x) {
 }
 
 // Encodes `values` (times `scale`) into `format` without saturation and counts, over the finite
-// non-zero inputs, the codes that are ±0, subnormal or the overflow code.
+// non-zero inputs, the codes that are ±0, subnormal or the overflow code. `zeros` is how many
+// inputs are ±0 and `all_finite` whether no input is NaN or ±inf.
 template <class Code>
 FormatCounts classify(std::span<const float> values, DType format, float scale,
-                      std::vector<Code>& codes) {
+                      std::vector<Code>& codes, std::int64_t zeros, bool all_finite) {
   const CodeLayout l = layout_of(format);
   codes.resize(values.size());
   sdk::EncodeOptions options;
@@ -56,6 +59,31 @@ FormatCounts classify(std::span<const float> values, DType format, float scale,
   options.overflow = sdk::Overflow::to_inf_or_nan;
   sdk::convert(values, std::span<Code>(codes), format, options);
   FormatCounts c;
+  if (all_finite) {
+    // A ±0 input (scaled or not) encodes to ±0, so the zero codes of non-zero inputs are all zero
+    // codes less the zero inputs, and the loop needs no look at the inputs. 32-bit counters over
+    // chunks let the compiler vectorise it.
+    const std::uint32_t mask = l.magnitude_mask, overflow = l.overflow;
+    // Subnormal codes are 1 .. 2^mantissa_bits - 1: m - 1 below that bound, unsigned (0 wraps).
+    const std::uint32_t subnormal_bound = (std::uint32_t{1} << l.mantissa_bits) - 1;
+    std::int64_t zero_codes = 0;
+    constexpr std::size_t kChunk = std::size_t{1} << 20;
+    for (std::size_t begin = 0; begin < codes.size(); begin += kChunk) {
+      const std::size_t end = std::min(codes.size(), begin + kChunk);
+      std::uint32_t zero = 0, saturated = 0, subnormal = 0;
+      for (std::size_t i = begin; i < end; ++i) {
+        const std::uint32_t m = static_cast<std::uint32_t>(codes[i]) & mask;
+        zero += static_cast<std::uint32_t>(m == 0);
+        saturated += static_cast<std::uint32_t>(m >= overflow);
+        subnormal += static_cast<std::uint32_t>(m - 1 < subnormal_bound);
+      }
+      zero_codes += zero;
+      c.saturated += saturated;
+      c.subnormal += subnormal;
+    }
+    c.flushed = zero_codes - zeros;
+    return c;
+  }
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (!finite_nonzero(values[i])) continue;
     const std::uint32_t m = static_cast<std::uint32_t>(codes[i]) & l.magnitude_mask;
@@ -69,23 +97,42 @@ FormatCounts classify(std::span<const float> values, DType format, float scale,
   return c;
 }
 
-bool survives_fp16(float magnitude, int scale_log2) {
-  return (sdk::encode_fp16(std::ldexp(magnitude, scale_log2)) & 0x7FFFu) != 0;
+// floor(log2 a) for a finite a > 0, subnormals included: from the bits, exactly.
+int floor_log2(float a) {
+  const auto bits = std::bit_cast<std::uint32_t>(a);
+  const int exponent = static_cast<int>((bits >> 23) & 0xFFu);
+  if (exponent != 0) return exponent - 127;
+  return kHistogramMinLog2 + static_cast<int>(std::bit_width(bits & 0x7FFFFFu)) - 1;
 }
 
-// The smallest k in [0, kMaxLossScaleLog2] at which |x|·2^k stays non-zero in fp16, or
-// kMaxLossScaleLog2 + 1 when none does. Survival only grows with k, so a binary search over the
-// encoder's answers is exact.
-int fp16_survival_scale_log2(float x) {
-  const float a = std::fabs(x);
-  if (survives_fp16(a, 0)) return 0;
-  if (!survives_fp16(a, kMaxLossScaleLog2)) return kMaxLossScaleLog2 + 1;
-  int lo = 0, hi = kMaxLossScaleLog2;  // flushes at lo, survives at hi
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    (survives_fp16(a, mid) ? hi : lo) = mid;
-  }
-  return hi;
+// 2^k for k in [0, kMaxLossScaleLog2]: multiplying by it is exact (no fp32 overflow for the
+// magnitudes below fp16's smallest subnormal it is applied to).
+const std::array<float, kMaxLossScaleLog2 + 1>& powers_of_two() {
+  static const auto table = [] {
+    std::array<float, kMaxLossScaleLog2 + 1> t{};
+    for (int k = 0; k <= kMaxLossScaleLog2; ++k)
+      t[static_cast<std::size_t>(k)] = std::ldexp(1.0f, k);
+    return t;
+  }();
+  return table;
+}
+
+bool survives_fp16(float magnitude, int scale_log2) {
+  return (sdk::encode_fp16(magnitude * powers_of_two()[static_cast<std::size_t>(scale_log2)]) &
+          0x7FFFu) != 0;
+}
+
+// The smallest k in [0, kMaxLossScaleLog2] at which a·2^k (a = |x| > 0, finite) stays non-zero
+// in fp16, or kMaxLossScaleLog2 + 1 when none does. From fp16's smallest subnormal 2^-24 up
+// every magnitude rounds to a non-zero; below it the exponent gives the candidate (a·2^k flushes
+// while it is at most 2^-25, the tie going to the even zero) and the encoder has the last word,
+// stepping down and up from it (survival only grows with k).
+int fp16_survival_scale_log2(float a) {
+  if (a >= 0x1p-24f) return 0;
+  int k = std::clamp(-25 - floor_log2(a), 0, kMaxLossScaleLog2 + 1);
+  while (k > 0 && survives_fp16(a, k - 1)) --k;
+  while (k <= kMaxLossScaleLog2 && !survives_fp16(a, k)) ++k;
+  return k;
 }
 
 }  // namespace
@@ -130,8 +177,8 @@ RangeStatistics measure_range(std::span<const float> values, bool loss_scales) {
     const float a = std::fabs(x);
     r.amax = std::max(r.amax, a);
     min_nonzero = std::min(min_nonzero, a);
-    ++r.histogram[static_cast<std::size_t>(std::ilogb(a) - kHistogramMinLog2)];
-    if (loss_scales) ++r.fp16_scale_log2[static_cast<std::size_t>(fp16_survival_scale_log2(x))];
+    ++r.histogram[static_cast<std::size_t>(floor_log2(a) - kHistogramMinLog2)];
+    if (loss_scales) ++r.fp16_scale_log2[static_cast<std::size_t>(fp16_survival_scale_log2(a))];
   }
   if (r.nonzero > 0) r.min_nonzero = min_nonzero;
   r.step_amax.push_back(r.amax);
@@ -140,12 +187,13 @@ RangeStatistics measure_range(std::span<const float> values, bool loss_scales) {
   for (std::size_t f = 0; f < kRangeFormats.size(); ++f) {
     const DType format = kRangeFormats[f];
     const float scale = tensor_scale(r.amax, format);
+    const bool finite = r.nonfinite == 0;
     if (sdk::dtype_size(format) == 2) {
-      r.unscaled[f] = classify(values, format, 1.0f, codes16);
-      r.scaled[f] = classify(values, format, scale, codes16);
+      r.unscaled[f] = classify(values, format, 1.0f, codes16, r.zeros, finite);
+      r.scaled[f] = classify(values, format, scale, codes16, r.zeros, finite);
     } else {
-      r.unscaled[f] = classify(values, format, 1.0f, codes8);
-      r.scaled[f] = classify(values, format, scale, codes8);
+      r.unscaled[f] = classify(values, format, 1.0f, codes8, r.zeros, finite);
+      r.scaled[f] = classify(values, format, scale, codes8, r.zeros, finite);
     }
   }
   return r;
