@@ -187,13 +187,13 @@ void merge_table(Config::Impl& impl, toml::table& into, const toml::table& from,
 }
 
 // The text of a TOML file; `what` names it in errors ("the config file", "the file given to
-// --merge"), `example` is a file that would do.
-std::string read_toml_file(const fs::path& path, const std::string& what,
+// --merge"), `kind` says what a folder is not ("a config file"), `example` is a file that would do.
+std::string read_toml_file(const fs::path& path, const std::string& what, const std::string& kind,
                            const std::string& example) {
   // A folder opens as a stream on Linux and reads as an empty document.
   std::error_code ec;
   if (fs::is_directory(path, ec))
-    throw sdk::ConfigError({path.string(), 0, 0}, "", what + " is a folder, not a TOML file",
+    throw sdk::ConfigError({path.string(), 0, 0}, "", "this is a folder, not " + kind,
                            "give the path of a .toml file, e.g. " + example);
   std::ifstream in(path, std::ios::binary);
   if (!in)
@@ -217,7 +217,8 @@ toml::table parse_toml(std::string_view text, const std::string& source_name) {
 
 void merge_file(Config::Impl& impl, const fs::path& path) {
   const toml::table parsed = parse_toml(
-      read_toml_file(path, "the file given to --merge", "the one `mixtrain calibrate` wrote"),
+      read_toml_file(path, "the file given to --merge", "a TOML file to merge",
+                     "the one `mixtrain calibrate` wrote"),
       path.string());
   merge_table(impl, impl.root, parsed, "",
               path.has_parent_path() ? path.parent_path() : fs::path("."), path.string());
@@ -244,8 +245,9 @@ Config& Config::operator=(Config&&) noexcept = default;
 
 Config Config::from_file(const fs::path& path, const std::vector<std::string>& overrides,
                          const std::vector<fs::path>& merges) {
-  auto cfg = from_string(read_toml_file(path, "the config file", "configs/quickstart.toml"),
-                         path.string(), overrides, merges);
+  auto cfg = from_string(
+      read_toml_file(path, "the config file", "a config file", "configs/quickstart.toml"),
+      path.string(), overrides, merges);
   cfg.impl_->base = path.has_parent_path() ? path.parent_path() : fs::path(".");
   return cfg;
 }

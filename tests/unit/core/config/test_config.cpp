@@ -304,7 +304,7 @@ TEST(sdk_ConfigMerge, AMissingFolderOrBrokenFileIsAConfigErrorNamingIt) {
   { std::ofstream(dir / "broken.toml") << "[precision\npolicy = 1\n"; }
   const std::vector<std::pair<std::filesystem::path, std::string>> cases = {
       {dir / "missing.toml", "cannot open the file given to --merge"},
-      {dir, "the file given to --merge is a folder"},
+      {dir, "this is a folder, not a TOML file to merge"},
       {dir / "broken.toml", "TOML syntax error"},
   };
   for (const auto& [path, message] : cases) {
