@@ -6,35 +6,21 @@
 #include <string_view>
 
 #include "cpu_backend.h"
+#include "forwarding_backend.h"
 #include "mixtrain/sdk/plugin.h"
 
 namespace {
 
 using namespace mixtrain;
 
-class CpuWithoutLayerNorm final : public sdk::DeviceBackend {
+class CpuWithoutLayerNorm final : public test::ForwardingBackend {
  public:
   CpuWithoutLayerNorm(const sdk::Options&, const sdk::PluginContext&)
-      : in_(std::make_unique<backend_cpu::CpuBackend>(1)) {}
+      : ForwardingBackend(std::make_shared<backend_cpu::CpuBackend>(1)) {}
 
-  sdk::BackendCapabilities capabilities() const override { return in_->capabilities(); }
-  void* allocate(std::size_t bytes) override { return in_->allocate(bytes); }
-  void deallocate(void* p) noexcept override { in_->deallocate(p); }
-  sdk::MemoryStats memory_stats() const override { return in_->memory_stats(); }
-  void copy_from_host(sdk::TensorView d, const void* s) override { in_->copy_from_host(d, s); }
-  void copy_to_host(void* d, sdk::TensorView s) override { in_->copy_to_host(d, s); }
-  void copy(sdk::TensorView d, sdk::TensorView s) override { in_->copy(d, s); }
-  void synchronize() override { in_->synchronize(); }
-  void cast(sdk::TensorView s, sdk::TensorView d, const sdk::CastArgs& a) override {
-    in_->cast(s, d, a);
-  }
-  void fill(sdk::TensorView x, float v) override { in_->fill(x, v); }
   sdk::Facet* find_facet(std::string_view name) override {
     return name == sdk::LayerNormFacet::kName ? nullptr : in_->find_facet(name);
   }
-
- private:
-  std::unique_ptr<backend_cpu::CpuBackend> in_;
 };
 
 std::vector<sdk::ComponentInfo> components() {

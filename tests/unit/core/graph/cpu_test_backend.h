@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpu_backend.h"
+#include "forwarding_backend.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/sdk/tensor_view.h"
 
@@ -19,26 +20,11 @@ inline std::shared_ptr<sdk::DeviceBackend> cpu() {
   return b;
 }
 
-// The shared CPU backend's core, forwarded: a test backend derives from it and overrides
-// find_facet (by default the CPU's answer) to hide, replace or stand in for one facet.
-class ForwardingBackend : public sdk::DeviceBackend {
+// The shared CPU backend's core, forwarded (forwarding_backend.h): a test backend derives from it
+// and overrides find_facet to hide, replace or stand in for one facet.
+class ForwardingBackend : public test::ForwardingBackend {
  public:
-  sdk::BackendCapabilities capabilities() const override { return in_->capabilities(); }
-  void* allocate(std::size_t bytes) override { return in_->allocate(bytes); }
-  void deallocate(void* p) noexcept override { in_->deallocate(p); }
-  sdk::MemoryStats memory_stats() const override { return in_->memory_stats(); }
-  void copy_from_host(sdk::TensorView d, const void* s) override { in_->copy_from_host(d, s); }
-  void copy_to_host(void* d, sdk::TensorView s) override { in_->copy_to_host(d, s); }
-  void copy(sdk::TensorView d, sdk::TensorView s) override { in_->copy(d, s); }
-  void synchronize() override { in_->synchronize(); }
-  void cast(sdk::TensorView s, sdk::TensorView d, const sdk::CastArgs& a) override {
-    in_->cast(s, d, a);
-  }
-  void fill(sdk::TensorView x, float v) override { in_->fill(x, v); }
-  sdk::Facet* find_facet(std::string_view name) override { return in_->find_facet(name); }
-
- protected:
-  std::shared_ptr<sdk::DeviceBackend> in_ = cpu();
+  ForwardingBackend() : test::ForwardingBackend(cpu()) {}
 };
 
 // The values of a device view, read as fp32.
