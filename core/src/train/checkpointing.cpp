@@ -30,12 +30,6 @@ namespace mixtrain::core {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-namespace {
-
-nlohmann::json normalization_json(const ChannelStats& stats) {
-  return {{"mean", stats.mean}, {"std", stats.std}};
-}
-
 sdk::HostTensor to_host(sdk::DeviceBackend& b, const std::string& name, sdk::TensorView v) {
   sdk::HostTensor h;
   h.name = name;
@@ -44,6 +38,12 @@ sdk::HostTensor to_host(sdk::DeviceBackend& b, const std::string& name, sdk::Ten
   h.bytes.resize(v.bytes());
   b.copy_to_host(h.bytes.data(), v);
   return h;
+}
+
+namespace {
+
+nlohmann::json normalization_json(const ChannelStats& stats) {
+  return {{"mean", stats.mean}, {"std", stats.std}};
 }
 
 void from_host(sdk::DeviceBackend& b, const sdk::HostTensor& h, sdk::TensorView v,

@@ -7,17 +7,6 @@
 
 namespace mixtrain::core {
 
-namespace {
-
-sdk::HostTensor host_copy(sdk::DeviceBackend& b, sdk::TensorView v) {
-  sdk::HostTensor h;
-  h.bytes.resize(v.bytes());
-  b.copy_to_host(h.bytes.data(), v);
-  return h;
-}
-
-}  // namespace
-
 void build_model(Trainer::State& s) {
   const auto& e = s.e;
   auto& backend = *s.c.backend;
@@ -94,9 +83,9 @@ void replan_model(Trainer::State& s) {
   // The training state through the host: the old model's memory is freed before the new one is
   // allocated, so a replan never needs room for two models.
   std::vector<sdk::HostTensor> masters, buffers, slots;
-  for (auto* p : s.model->parameters()) masters.push_back(host_copy(b, p->master.view()));
-  for (auto* buf : s.model->buffers()) buffers.push_back(host_copy(b, buf->value.view()));
-  for (const auto& t : s.c.optimizer->state_tensors()) slots.push_back(host_copy(b, t.view));
+  for (auto* p : s.model->parameters()) masters.push_back(to_host(b, p->name, p->master.view()));
+  for (auto* buf : s.model->buffers()) buffers.push_back(to_host(b, buf->name, buf->value.view()));
+  for (const auto& t : s.c.optimizer->state_tensors()) slots.push_back(to_host(b, t.name, t.view));
   const auto optimizer_scalars = s.c.optimizer->save_state();
   s.params.clear();
   s.grads.clear();

@@ -84,4 +84,7 @@ void update_ema(Trainer::State& s);
 // ema = master (a fresh EMA: at initialisation, or after loading initial weights).
 void reset_ema(Trainer::State& s);
 
+// A device tensor's bytes on the host, named (checkpoints; a replan's round trip of the state).
+sdk::HostTensor to_host(sdk::DeviceBackend& b, const std::string& name, sdk::TensorView v);
+
 }  // namespace mixtrain::core
