@@ -217,10 +217,7 @@ Escalation Escalation::from_json(const json& j, EscalationSettings settings,
     for (std::size_t i = 0; i < n["stack"].size(); ++i) {
       s.stack.push_back(
           precision_from_json(n["stack"][i], file, at + ".stack." + std::to_string(i)));
-      if (i > 0 && !(s.stack[i].weight == widen(s.stack[i - 1]).weight &&
-                     s.stack[i].gemm_input == widen(s.stack[i - 1]).gemm_input &&
-                     s.stack[i].activation == widen(s.stack[i - 1]).activation &&
-                     s.stack[i].activation_grad == widen(s.stack[i - 1]).activation_grad))
+      if (i > 0 && precision_text(s.stack[i]) != precision_text(widen(s.stack[i - 1])))
         bad(file, at + ".stack." + std::to_string(i), "is not one rung above the entry before it");
     }
     if (!n.contains("blames") || !n["blames"].is_array()) bad(file, at + ".blames", "is missing");
