@@ -25,7 +25,8 @@ using core::PluginRegistry;
 
 constexpr sdk::ComponentKind kKinds[] = {sdk::ComponentKind::backend, sdk::ComponentKind::policy,
                                          sdk::ComponentKind::scaler, sdk::ComponentKind::optimizer,
-                                         sdk::ComponentKind::checkpoint_format};
+                                         sdk::ComponentKind::checkpoint_format,
+                                         sdk::ComponentKind::communicator};
 
 std::string kind_name(sdk::ComponentKind k) {
   return std::string(sdk::component_kind_name(k));

@@ -1,4 +1,5 @@
 // Out-of-line anchors of the backend facets and the names their ops go by in messages.
+#include "mixtrain/sdk/backend_native_stream.h"
 #include "mixtrain/sdk/device_backend.h"
 
 namespace mixtrain::sdk {
@@ -18,6 +19,7 @@ EmbeddingFacet::~EmbeddingFacet() = default;
 ConvolutionFacet::~ConvolutionFacet() = default;
 DropoutFacet::~DropoutFacet() = default;
 StepGraphFacet::~StepGraphFacet() = default;
+NativeStreamFacet::~NativeStreamFacet() = default;
 
 std::string_view op_name(GemmOp op) noexcept {
   switch (op) {

@@ -1,5 +1,6 @@
 // Out-of-line anchors: each polymorphic SDK type gets its vtable and type_info here, once.
 #include "mixtrain/sdk/checkpoint_format.h"
+#include "mixtrain/sdk/communicator.h"
 #include "mixtrain/sdk/component.h"
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/logging.h"
@@ -16,6 +17,8 @@ PrecisionPolicy::~PrecisionPolicy() = default;
 LossScaler::~LossScaler() = default;
 Optimizer::~Optimizer() = default;
 CheckpointFormat::~CheckpointFormat() = default;
+Communicator::~Communicator() = default;
+CommunicationHandle::~CommunicationHandle() = default;
 LogSink::~LogSink() = default;
 
 std::string_view component_kind_name(ComponentKind k) noexcept {
@@ -25,6 +28,16 @@ std::string_view component_kind_name(ComponentKind k) noexcept {
     case ComponentKind::scaler: return "scaler";
     case ComponentKind::optimizer: return "optimizer";
     case ComponentKind::checkpoint_format: return "checkpoint_format";
+    case ComponentKind::communicator: return "communicator";
+  }
+  return "?";
+}
+
+const char* reduce_op_name(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
   }
   return "?";
 }

@@ -90,6 +90,8 @@ std::string config_section_of(sdk::ComponentKind kind) {
       return "precision";
     case sdk::ComponentKind::checkpoint_format:
       return "checkpoint";
+    case sdk::ComponentKind::communicator:
+      return "distributed";
     default:
       return std::string(sdk::component_kind_name(kind));
   }

@@ -27,7 +27,7 @@
 
 namespace mixtrain::sdk {
 
-enum class ComponentKind { backend, policy, scaler, optimizer, checkpoint_format };
+enum class ComponentKind { backend, policy, scaler, optimizer, checkpoint_format, communicator };
 std::string_view component_kind_name(ComponentKind k) noexcept;  // "backend", "policy", ...
 
 struct PluginContext {

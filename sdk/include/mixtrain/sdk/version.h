@@ -51,8 +51,11 @@ namespace mixtrain::sdk {
 // 9: the dropout facet (backend_dropout.h: DropoutFacet, DropoutKey, the shared mask function),
 // 10: the step-graph facet (backend_step_graph.h: StepGraphFacet, CUDA graphs of a static step),
 // 11: BackendArgumentChecks takes the facets' and layers' shape, geometry and overlap checks,
-// 12: LossFacet 2: softmax_cross_entropy takes label_smoothing (and its argument check)
-inline constexpr std::uint32_t kSdkAbiVersion = 12;
+// 12: LossFacet 2: softmax_cross_entropy takes label_smoothing (and its argument check),
+// 13: the sixth interface, Communicator (communicator.h: collectives, handles, ReduceOp,
+// CommunicationError; ComponentKind::communicator), and the native-stream facet
+// (backend_native_stream.h) a device-stream communicator orders its work with
+inline constexpr std::uint32_t kSdkAbiVersion = 13;
 inline constexpr const char* kSdkVersion = "0.1.0";
 inline constexpr const char* kBuildFingerprint = MIXTRAIN_BUILD_FINGERPRINT;
 
