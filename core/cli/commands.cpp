@@ -12,6 +12,7 @@
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/console/log_sink.h"
+#include "mixtrain/core/distributed/config_agreement.h"
 #include "mixtrain/core/graph/model_summary.h"
 #include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/core/precision/tensor_core_lint.h"
@@ -61,6 +62,14 @@ void write_profile(const core::ProfilingBackend& p, std::int64_t steps, const fs
 
 }  // namespace
 
+namespace {
+
+int train_with(core::Experiment& experiment, core::Components components,
+               const std::string& run_dir, const std::optional<std::string>& resume,
+               bool profile);
+
+}  // namespace
+
 int run_train(const ConfigArgs& given, const std::string& run_dir,
               const std::optional<std::string>& resume, bool profile) {
   ConfigArgs cfg = given;
@@ -72,6 +81,36 @@ int run_train(const ConfigArgs& given, const std::string& run_dir,
   auto registry = make_registry(&config);
   auto experiment = core::parse_experiment(config, *registry);
   auto components = core::create_components(experiment, *registry);
+  components.communicator =
+      core::create_communicator(experiment, *registry, *components.backend, cfg.config);
+  if (!components.communicator)
+    return train_with(experiment, std::move(components), run_dir, resume, profile);
+  // Data parallel: a failure on one rank must end every rank, never leave the others blocked in
+  // a collective it will not join; only an error every rank found together (the config check)
+  // lets each rank end normally.
+  auto comm = components.communicator;
+  core::set_log_rank(comm->rank());
+  try {
+    return train_with(experiment, std::move(components), run_dir, resume, profile);
+  } catch (const core::ConfigDisagreement&) {
+    throw;
+  } catch (const sdk::UserError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nerror: %s%s\n", core::rank_prefix().c_str(), e.full_message().c_str());
+    comm->abort(2);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nerror: %s%s\n", core::rank_prefix().c_str(), e.what());
+    comm->abort(1);
+  }
+  return 1;  // not reached: abort() ends the process
+}
+
+namespace {
+
+int train_with(core::Experiment& experiment, core::Components components,
+               const std::string& run_dir, const std::optional<std::string>& resume,
+               bool profile) {
   core::TrainOptions opt;
   // --profile: steps after the first (which creates primitives and touches fresh memory).
   std::shared_ptr<core::ProfilingBackend> profiler;
@@ -93,11 +132,15 @@ int run_train(const ConfigArgs& given, const std::string& run_dir,
   }
   opt.run_dir = run_dir;
   if (resume) opt.resume = fs::path(*resume);
-  opt.progress_line = isatty(STDERR_FILENO) != 0;
+  // One live line, rank 0's, for a data-parallel run.
+  opt.progress_line = isatty(STDERR_FILENO) != 0 &&
+                      (!components.communicator || components.communicator->rank() == 0);
   core::InterruptGuard interrupt_guard;  // Ctrl-C: finish the step, checkpoint, summary, exit 130
   opt.stop_requested = [] { return core::interrupt_requested(); };
+  const bool speaks = !components.communicator || components.communicator->rank() == 0;
   core::Trainer trainer(experiment, std::move(components), opt);
   auto s = trainer.run();
+  if (!speaks) return s.interrupted ? core::kInterruptedExitCode : s.diverged ? kExitDiverged : 0;
   std::printf("%s: %lld steps (%lld skipped), final loss %.5f, ",
               s.interrupted     ? "interrupted"
               : s.diverged      ? "diverged"
@@ -116,7 +159,8 @@ int run_train(const ConfigArgs& given, const std::string& run_dir,
   std::fflush(stdout);
   if (s.interrupted) return core::kInterruptedExitCode;
   if (s.diverged) {
-    std::fprintf(stderr,
+    if (speaks)
+      std::fprintf(stderr,
                  "\nerror: the run diverged: %s\n  HINT: lower optimizer.lr, use a loss scaler "
                  "(scaler.type = \"dynamic\") or a wider precision.policy; metrics.jsonl names "
                  "the first non-finite tensor of each skipped step. `mixtrain calibrate` finds "
@@ -127,6 +171,8 @@ int run_train(const ConfigArgs& given, const std::string& run_dir,
   }
   return 0;
 }
+
+}  // namespace
 
 int run_check(const ConfigArgs& cfg) {
   // Checking a config opens everything training would, init_from included.

@@ -1,4 +1,6 @@
 // Out-of-line anchors: each polymorphic SDK type gets its vtable and type_info here, once.
+#include <cstdlib>
+
 #include "mixtrain/sdk/checkpoint_format.h"
 #include "mixtrain/sdk/communicator.h"
 #include "mixtrain/sdk/component.h"
@@ -18,6 +20,9 @@ LossScaler::~LossScaler() = default;
 Optimizer::~Optimizer() = default;
 CheckpointFormat::~CheckpointFormat() = default;
 Communicator::~Communicator() = default;
+void Communicator::abort(int exit_code) noexcept {
+  std::_Exit(exit_code);
+}
 CommunicationHandle::~CommunicationHandle() = default;
 LogSink::~LogSink() = default;
 

@@ -8,6 +8,7 @@
 #include "config/data_section.h"
 #include "config/model_section.h"
 #include "config/reading.h"
+#include "distributed/launch.h"
 #include "graph/ops/op_registry.h"
 #include "mixtrain/core/config/component_section.h"
 #include "mixtrain/core/config/host_schemas.h"
@@ -374,6 +375,35 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
     e.core_sections.push_back(
         section_of("checkpoint." + e.checkpoint.format, {}, e.checkpoint_options));
 
+  // [distributed]: from the table, or from an MPI launch of a config without one (the resolved
+  // config then names the communicator, so DIR/config.toml relaunches the same way).
+  const MpiLaunch launch = detect_mpi_launch();
+  if (config.has_table("distributed") || (launch.detected && launch.world_size > 1)) {
+    sdk::Options host;
+    if (config.has_table("distributed")) {
+      host = plugin_section("distributed", "type", "mpi", ComponentKind::communicator,
+                            "communicator", distributed_schema(), e.distributed.type,
+                            e.communicator_options);
+      e.distributed.where = config.location("distributed.type");
+      if (e.distributed.where.line == 0) e.distributed.where = config.location("distributed");
+    } else {
+      e.distributed.type = e.backend_type == "cuda" ? "nccl" : "mpi";
+      e.distributed.from_launch = true;
+      const auto& c = registry.require(
+          ComponentKind::communicator, e.distributed.type,
+          "an MPI launch of " + std::to_string(launch.world_size) + " ranks (no [distributed])");
+      e.communicator_options =
+          sdk::Options::resolve("distributed." + e.distributed.type, c.info.options, {}, {});
+      host = sdk::Options::resolve("distributed", distributed_schema(), {}, {});
+    }
+    e.distributed.shard_optimizer = host.get_bool("shard_optimizer");
+    e.distributed.bucket_mb = host.get_double("bucket_mb");
+    e.distributed.overlap = host.get_bool("overlap");
+    e.distributed.batch_norm = host.get_string("batch_norm");
+    push_component(e.core_sections, "distributed", "type", e.distributed.type, host,
+                   e.communicator_options);
+  }
+
   // [ema], [eval]
   auto ema = sdk::Options::resolve("ema", ema_schema(), config.table_options("ema"),
                                    config.location("ema"), {});
@@ -433,6 +463,25 @@ Components create_components(const Experiment& e, const PluginRegistry& registry
     }
   }
   return c;
+}
+
+std::shared_ptr<sdk::Communicator> create_communicator(const Experiment& e,
+                                                       const PluginRegistry& registry,
+                                                       sdk::DeviceBackend& backend,
+                                                       const std::string& config_path) {
+  if (!e.distributed.enabled()) return nullptr;
+  if (!detect_mpi_launch().detected)
+    throw sdk::ConfigError(
+        e.distributed.where, "distributed.type",
+        "[distributed] type = \"" + e.distributed.type +
+            "\" runs one process per rank, but this process was not started by an MPI launcher",
+        "launch it with `" +
+            mpirun_line(2, "mixtrain train " + (config_path.empty() ? "CONFIG" : config_path)) +
+            "` (-np: the number of ranks), or remove [distributed] to train in one process");
+  auto comm = registry.create<sdk::Communicator>(
+      registry.require(ComponentKind::communicator, e.distributed.type), e.communicator_options);
+  comm->bind(backend);
+  return comm;
 }
 
 std::string resolved_toml(const Experiment& e) {

@@ -359,6 +359,24 @@ sdk::OptionSchema escalate_schema() {
   };
 }
 
+sdk::OptionSchema distributed_schema() {
+  return {
+      OptionSpec::boolean("shard_optimizer", false,
+                          "ZeRO stage 1: each rank keeps and updates 1/N of the optimizer state; "
+                          "gradients are reduce-scattered and the weights all-gathered"),
+      OptionSpec::number("bucket_mb", 25.0,
+                       "gradients are averaged in buckets of at most this many MiB, each started "
+                       "as soon as its gradients are final")
+          .greater_than(0.0)
+          .at_most(4096.0),
+      OptionSpec::boolean("overlap", true,
+                          "start each bucket during backward; false: all of them after it"),
+      OptionSpec::string("batch_norm", "local",
+                         "batch-norm statistics: each rank's own batch (PyTorch's default)")
+          .one_of({"local"}),
+  };
+}
+
 const std::vector<std::string>& data_sources() {
   static const std::vector<std::string> sources = {"synthetic", "npy",    "idx",
                                                    "cifar10",   "tokens", "text"};

@@ -46,6 +46,9 @@ constexpr ComponentTable kComponentTables[] = {
     {ComponentKind::checkpoint_format, "format", "native",
      "checkpoints: how often, how many, the file format, and weights to start from"},
     {ComponentKind::backend, "type", "cpu", "the device backend the model runs on"},
+    {ComponentKind::communicator, "type", "mpi",
+     "data parallel: one process per rank (mpirun), gradients averaged in buckets during "
+     "backward, optionally the optimizer state sharded (ZeRO stage 1)"},
 };
 
 // The host keys of a component section, beside its selector.
@@ -53,6 +56,7 @@ std::vector<SectionKey> host_keys_of(ComponentKind kind) {
   if (kind == ComponentKind::optimizer)
     return section_keys(schedule_schema(), {{"milestones", "integer"}});
   if (kind == ComponentKind::checkpoint_format) return section_keys(checkpoint_core_schema());
+  if (kind == ComponentKind::communicator) return section_keys(distributed_schema());
   return {};
 }
 
@@ -124,7 +128,8 @@ void add_model_sections(std::vector<ConfigSection>& out) {
 const std::vector<std::string>& config_top_level_tables() {
   static const std::vector<std::string> tables = {"run",    "data",      "model",      "precision",
                                                   "scaler", "optimizer", "checkpoint", "backend",
-                                                  "ema",    "eval",      "plugins"};
+                                                  "ema",    "eval",      "plugins",
+                                                  "distributed"};
   return tables;
 }
 

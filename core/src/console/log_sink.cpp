@@ -64,6 +64,24 @@ void set_log_level(const std::string& level) {
   sink().logger().set_level(l);
 }
 
+namespace {
+std::string& rank_prefix_text() {
+  static std::string prefix;
+  return prefix;
+}
+}  // namespace
+
+void set_log_rank(int rank) {
+  if (rank == 0) return;
+  rank_prefix_text() = "rank " + std::to_string(rank) + ": ";
+  sink().logger().set_pattern("%^[%H:%M:%S.%e] [%l]%$ rank " + std::to_string(rank) + " %v");
+  if (sink().logger().level() < spdlog::level::warn) sink().logger().set_level(spdlog::level::warn);
+}
+
+const std::string& rank_prefix() {
+  return rank_prefix_text();
+}
+
 sdk::Logger core_logger(const std::string& component) {
   return sdk::Logger(&sink(), component);
 }

@@ -84,8 +84,16 @@ std::int64_t Model::fused_pairs() const {
   return n;
 }
 
-void Model::flush_operand_amaxes() {
-  for (auto& l : ops_) l->flush_operand_amaxes();
+void Model::flush_operand_amaxes(const std::function<void(std::span<float>)>& reduce) {
+  if (!reduce) {
+    for (auto& l : ops_) l->flush_operand_amaxes();
+    return;
+  }
+  std::vector<float> amaxes;
+  for (auto& l : ops_) l->pending_operand_amaxes(amaxes);
+  reduce(amaxes);
+  std::size_t at = 0;
+  for (auto& l : ops_) at += l->record_operand_amaxes(std::span<const float>(amaxes).subspan(at));
 }
 
 std::vector<ModelParameter*> Model::parameters() {

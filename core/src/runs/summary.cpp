@@ -82,6 +82,19 @@ void write_run_summary(const std::filesystem::path& file, const TrainSummary& s)
     if (!s.best_checkpoint.empty()) b["path"] = s.best_checkpoint.string();
     j["best_checkpoint"] = b;
   }
+  if (s.distributed.world_size > 0) {
+    const auto& d = s.distributed;
+    j["distributed"] = {{"world_size", d.world_size},
+                        {"communicator", d.communicator},
+                        {"shard_optimizer", d.shard_optimizer},
+                        {"buckets", d.buckets},
+                        {"optimizer_state_bytes_per_rank", d.optimizer_state_bytes},
+                        {"peak_memory_bytes_per_rank", d.peak_memory_bytes},
+                        {"allreduce_wait_seconds", d.wait_seconds},
+                        {"allgather_seconds", d.gather_seconds},
+                        {"buckets_started_in_backward", d.buckets_started_in_backward},
+                        {"buckets_communicated", d.buckets_communicated}};
+  }
   if (!s.resumed_from.empty()) j["resumed_from"] = s.resumed_from.string();
   // Atomically: a second Ctrl-C lands most often during these final writes, and compare must
   // then find the previous summary or none, never half a file.

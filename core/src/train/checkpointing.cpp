@@ -90,7 +90,7 @@ void restore_watch(Trainer::State& s, const std::map<std::string, std::string>& 
 
 // The training state on the host, as a checkpoint holds it; weights_only: the masters and
 // buffers (with the metadata), what `export --initial` writes.
-sdk::TrainingState capture_state(const Trainer::State& s, bool weights_only) {
+sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   auto& b = *s.c.backend;
   sdk::TrainingState st;
   const auto params = s.model->parameters();
@@ -98,8 +98,17 @@ sdk::TrainingState capture_state(const Trainer::State& s, bool weights_only) {
   for (auto* buf : s.model->buffers())
     st.tensors.push_back(to_host(b, "buffer/" + buf->name, buf->value.view()));
   if (!weights_only) {
-    for (const auto& t : s.c.optimizer->state_tensors())
-      st.tensors.push_back(to_host(b, "optimizer/" + t.name, t.view));
+    if (s.dp && s.dp->sharded()) {
+      // Whole slots, gathered from every rank's shard: the file is a one-rank run's, so it
+      // resumes on any number of ranks (docs/architecture.md, "Data parallel").
+      for (auto& t : s.dp->gather_optimizer_state(*s.c.optimizer)) {
+        t.name = "optimizer/" + t.name;
+        st.tensors.push_back(std::move(t));
+      }
+    } else {
+      for (const auto& t : s.c.optimizer->state_tensors())
+        st.tensors.push_back(to_host(b, "optimizer/" + t.name, t.view));
+    }
     for (std::size_t i = 0; i < s.ema.size(); ++i)
       st.tensors.push_back(to_host(b, "ema/" + params[i]->name, s.ema[i].view()));
   }
@@ -159,6 +168,10 @@ std::optional<std::int64_t> file_step(Trainer::State& s, const fs::path& file,
 
 void save_best_checkpoint(Trainer::State& s) {
   const fs::path path = best_file(s);
+  if (!s.writes) {  // a data-parallel rank other than 0: its part of the gather only
+    capture_state(s, /*weights_only=*/false);
+    return;
+  }
   for (const auto& stale : sdk::remove_stale_temp_files(path.parent_path()))
     s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
   s.c.checkpoint_format->write(path, capture_state(s, /*weights_only=*/false));
@@ -223,6 +236,7 @@ sdk::TrainingState Trainer::training_state(bool weights_only) const {
 fs::path Trainer::save_checkpoint() {
   auto& s = *s_;
   const sdk::TrainingState st = capture_state(s, /*weights_only=*/false);
+  if (!s.writes) return {};  // a data-parallel rank other than 0 took part in the gather only
 
   char name[64];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.step));
@@ -421,13 +435,18 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
       throw sdk::CheckpointError(
           path.string() + ": the checkpoint was trained on other data (rows or seed differ)",
           "resume with the same [data] and run.seed as the original run");
-    for (const auto& t : s.c.optimizer->state_tensors()) {
-      const auto* h = st.find("optimizer/" + t.name);
-      if (h == nullptr)
-        throw sdk::CheckpointError(path.string() + ": no optimizer state '" + t.name + "'",
-                                   "resume with the same optimizer as the original run");
-      from_host(b, *h, t.view, path);
-    }
+    if (s.dp && s.dp->sharded())
+      s.dp->load_optimizer_state(
+          *s.c.optimizer,
+          [&](const std::string& name) { return st.find("optimizer/" + name); }, path.string());
+    else
+      for (const auto& t : s.c.optimizer->state_tensors()) {
+        const auto* h = st.find("optimizer/" + t.name);
+        if (h == nullptr)
+          throw sdk::CheckpointError(path.string() + ": no optimizer state '" + t.name + "'",
+                                     "resume with the same optimizer as the original run");
+        from_host(b, *h, t.view, path);
+      }
     // The EMA continues where it was; a run that starts keeping one on resume starts it at the
     // resumed masters.
     const auto params = s.model->parameters();

@@ -47,7 +47,7 @@ void build_model(Trainer::State& s) {
   s.underflow_watch = false;
   for (const auto& l : s.model->layers())
     if (sdk::dtype_size(l->precision().activation_grad) < 4) s.underflow_watch = true;
-  const std::int64_t max_rows = std::max(e.data.batch_size, e.data.eval_batch_size);
+  const std::int64_t max_rows = std::max(s.rank_batch, e.data.eval_batch_size);
   s.model->allocate(max_rows,
                     /*reserve_fp32_gradients=*/e.run.underflow_every > 0 && s.underflow_watch);
   s.params.clear();
@@ -62,6 +62,8 @@ void build_model(Trainer::State& s) {
     s.params.push_back(sp);
     s.grads.push_back(p->grad.view());
   }
+  // Data parallel: the optimizer sees the gradients in their buckets, or only this rank's shard.
+  if (s.dp) s.dp->attach(*s.model, s.params, s.grads);
   s.c.optimizer->bind(backend, s.params);
   {
     std::string static_step;  // why the step is not static ("": it is)

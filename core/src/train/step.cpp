@@ -47,8 +47,11 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   auto& b = *s.c.backend;
   auto& model = *s.model;
   auto& policy = *s.c.policy;
-  const std::int64_t bs = e.data.batch_size;
+  // Data parallel: each rank computes its rank_batch rows of the global batch.
+  const std::int64_t bs = s.rank_batch;
   const std::int64_t micro = e.run.accumulate;
+  DataParallel* dp = s.dp.get();
+  if (dp != nullptr) dp->begin_step();
   StepOutcome out;
   const float scale = s.c.scaler->scale();
   // Each micro-batch's loss is a mean over its rows; seeding with scale / K makes the K
@@ -68,7 +71,11 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
                         static_cast<std::uint64_t>(cursor.position);
     s.micro_batch_numbers[static_cast<std::size_t>(k)] = number;
     const auto drawn = s.sampler->next();
-    idx.assign(drawn.begin(), drawn.end());
+    // The sampler draws the global batch whatever the world size; rank r takes its r-th share,
+    // so the data each step sees does not depend on how many ranks share it.
+    const std::size_t first = dp != nullptr ? static_cast<std::size_t>(dp->rank() * bs) : 0;
+    idx.assign(drawn.begin() + static_cast<std::ptrdiff_t>(first),
+               drawn.begin() + static_cast<std::ptrdiff_t>(first + static_cast<std::size_t>(bs)));
     {
       ProfileScope scope("data");
       feed_batch(s, s.train, idx, number);
@@ -107,26 +114,55 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
     });
   }
 
-  // unscale + non-finite check (and Σg² in the same wait)
+  // Data parallel: every bucket reduced (started during backward where it could be).
+  if (dp != nullptr) {
+    ProfileScope scope("gradient all-reduce");
+    dp->finish_gradients();
+  }
+
+  // unscale + non-finite check (and Σg² in the same wait). Data parallel: the buckets hold the
+  // ranks' sum, so the unscale also divides by the world size.
   bool found_inf = false;
   double grad_sum_squares = std::nan("");
   ProfileScope checks_scope("gradient checks");
-  if (request.wants_norm) {
-    const auto check = gradient_check_of(b).unscale_check_and_sum_squares(s.grads, 1.0f / scale);
+  const float unscale =
+      dp == nullptr ? 1.0f / scale : 1.0f / (scale * static_cast<float>(dp->world()));
+  const bool wants_norm = request.wants_norm;
+  if (wants_norm) {
+    const auto check = gradient_check_of(b).unscale_check_and_sum_squares(s.grads, unscale);
     found_inf = check.found_inf;
     grad_sum_squares = check.sum_of_squares;
   } else {
-    found_inf = gradient_check_of(b).unscale_and_check_finite(s.grads, 1.0f / scale);
+    found_inf = gradient_check_of(b).unscale_and_check_finite(s.grads, unscale);
   }
   // The device is idle now, so what the host reads next costs no pipeline stall: the delayed
   // FP8 amaxes of this step's casts, and the loss where this step reports or keeps it.
-  if (policy.uses_scaled_operands()) model.flush_operand_amaxes();
+  if (policy.uses_scaled_operands()) {
+    if (dp != nullptr)
+      model.flush_operand_amaxes([&](std::span<float> amaxes) { dp->max_reduce(amaxes); });
+    else
+      model.flush_operand_amaxes();
+  }
+  if (dp != nullptr) {
+    // One host all-reduce a step: every rank skips, clips and reports the same.
+    LossValues local = model.read_loss();
+    if (micro > 1) b.copy_to_host(&local.loss, s.loss_sum.view());
+    const auto totals = dp->reduce_totals(found_inf, grad_sum_squares, local.loss);
+    found_inf = totals.found_inf;
+    grad_sum_squares = totals.sum_squares;
+    out.loss = local;
+    out.loss.loss = static_cast<float>(totals.loss);
+  }
   out.decision = s.c.scaler->update(found_inf);
-  out.loss.loss = s.last_loss;
-  if (request.read_loss || !out.decision.apply_step) {
-    out.loss = model.read_loss();  // before an eval overwrites the loss buffer
-    if (micro > 1) b.copy_to_host(&out.loss.loss, s.loss_sum.view());
+  if (dp != nullptr) {
     s.last_loss = out.loss.loss;
+  } else {
+    out.loss.loss = s.last_loss;
+    if (request.read_loss || !out.decision.apply_step) {
+      out.loss = model.read_loss();  // before an eval overwrites the loss buffer
+      if (micro > 1) b.copy_to_host(&out.loss.loss, s.loss_sum.view());
+      s.last_loss = out.loss.loss;
+    }
   }
 
   // clip, then step or skip
@@ -141,6 +177,8 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
     {
       ProfileScope scope("optimizer");
       s.c.optimizer->step(b, s.params, {static_cast<float>(out.lr), coef});
+      // Sharded: each rank updated its shard; every rank needs every master.
+      if (dp != nullptr && dp->sharded()) dp->gather_masters(model);
       if (!s.ema.empty()) update_ema(s);
     }
     ++s.applied;
@@ -152,6 +190,9 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
     // replay's amaxes too.
     const float replay_seed = micro == 1 ? out.decision.scale_before
                                          : out.decision.scale_before / static_cast<float>(micro);
+    // Each rank replays its own rows, without communicating; the lowest rank that found a
+    // non-finite value names it for all, so every rank logs and escalates the same.
+    if (dp != nullptr) dp->set_hook_enabled(false);
     for (std::int64_t k = 0; k < micro && out.first_nonfinite.empty(); ++k) {
       if (micro > 1) {
         feed_batch(s, s.train, s.micro_batches[static_cast<std::size_t>(k)],
@@ -164,8 +205,19 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
         out.first_nonfinite = "micro-batch " + std::to_string(k + 1) + " of " +
                               std::to_string(micro) + ": " + out.first_nonfinite;
     }
+    if (dp != nullptr) {
+      dp->set_hook_enabled(true);
+      const std::string found = dp->first_from_any_rank(out.first_nonfinite.empty()
+                                                            ? std::string()
+                                                            : out.first_nonfinite + '\n' +
+                                                                  out.blamed_node);
+      const auto cut = found.find('\n');
+      out.first_nonfinite = found.substr(0, cut);
+      out.blamed_node = cut == std::string::npos ? std::string() : found.substr(cut + 1);
+    }
     policy.on_step_end(false);
-    s.log.warn(nonfinite_skip_message(
+    if (dp == nullptr || dp->rank() == 0)  // the same message on every rank: once is enough
+      s.log.warn(nonfinite_skip_message(
         s.step, out.first_nonfinite.empty() ? "none on replay" : out.first_nonfinite,
         out.decision));
   }

@@ -11,6 +11,7 @@
 
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/core/console/progress_report.h"
+#include "mixtrain/core/distributed/config_agreement.h"
 #include "mixtrain/core/graph/model_summary.h"
 #include "mixtrain/core/runs/folder.h"
 #include "mixtrain/sdk/atomic_file_writer.h"
@@ -95,6 +96,30 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   s.c = std::move(components);
   s.opt = options;
   const auto& e = s.e;
+  s.rank_batch = e.data.batch_size;
+
+  // Data parallel: every rank must run the same config before anything else talks to the others.
+  if (s.c.communicator) {
+    auto& comm = *s.c.communicator;
+    check_config_agreement(comm, resolved_toml(e));
+    const int world = comm.world_size();
+    if (e.data.batch_size % world != 0)
+      throw sdk::UserError(
+          "data.batch_size = " + std::to_string(e.data.batch_size) +
+              " is the global batch, which the " + std::to_string(world) +
+              " ranks must share equally: it is not a multiple of " + std::to_string(world),
+          "set data.batch_size to a multiple of the number of ranks (" +
+              std::to_string(e.data.batch_size / world * world + world) + ", say)");
+    DataParallelSettings settings;
+    settings.shard_optimizer = e.distributed.shard_optimizer;
+    settings.bucket_bytes = static_cast<std::int64_t>(e.distributed.bucket_mb * (1 << 20));
+    settings.overlap = e.distributed.overlap;
+    s.dp = std::make_unique<DataParallel>(s.c.communicator, s.c.backend, settings);
+    s.rank_batch = e.data.batch_size / world;
+    s.writes = options.write_outputs && comm.rank() == 0;
+  } else {
+    s.writes = options.write_outputs;
+  }
 
   // Data.
   auto loaded = load_data(e.data, e.run.seed);
@@ -154,7 +179,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   }
 
   // Run folder.
-  if (options.write_outputs) {
+  if (s.writes) {
     RunFolderRequest request;
     request.run_dir = options.run_dir;
     request.resumed_from = s.resumed_from;
@@ -213,6 +238,12 @@ TrainSummary Trainer::run() {
   TrainSummary sum;
   sum.run_dir = s.run_dir;
 
+  if (s.dp)
+    s.log.info("data parallel: " + s.c.communicator->description() + ", " +
+               std::to_string(s.rank_batch) + " rows per rank of each batch of " +
+               std::to_string(e.data.batch_size) + ", " + std::to_string(s.dp->buckets().size()) +
+               " gradient buckets" +
+               (s.dp->sharded() ? ", optimizer state sharded (ZeRO stage 1)" : ""));
   s.log.info(
       "run '" + e.run.name + "': " + std::to_string(s.model->parameter_count()) +
       " parameters, policy " + e.policy_name + ", scaler " + e.scaler_type + ", optimizer " +
@@ -222,6 +253,9 @@ TrainSummary Trainer::run() {
   std::string stopped_by;     // run.on_nonfinite = "stop": why
   std::string stopped_early;  // early stopping: why
   auto evaluate_and_log = [&]() {
+    // Every rank evaluates every row, with rank 0's batch-norm statistics (as DDP broadcasts its
+    // buffers), so all ranks agree on early stopping and the best checkpoint.
+    if (s.dp) s.dp->broadcast_buffers(*s.model);
     sum.eval = evaluate();
     sum.evaluated = true;
     sum.eval_step = s.step;
@@ -250,6 +284,7 @@ TrainSummary Trainer::run() {
       save_best_checkpoint(s);
   };
 
+  CommunicationTiming comm_total;  // data parallel: summed over the logged windows
   const auto t_start = Clock::now();
   auto t_window = t_start;
   std::int64_t window_rows = 0;
@@ -304,6 +339,17 @@ TrainSummary Trainer::run() {
       rec["device_peak_memory_bytes"] = memory.peak_bytes;
       rec["host_peak_rss_bytes"] = peak_rss_bytes();
       if (!decision.apply_step) rec["nonfinite"] = step.first_nonfinite;
+      if (s.dp) {
+        const auto t = s.dp->take_timing();
+        comm_total.wait_seconds += t.wait_seconds;
+        comm_total.gather_seconds += t.gather_seconds;
+        comm_total.buckets += t.buckets;
+        comm_total.started_in_backward += t.started_in_backward;
+        rec["allreduce_wait_seconds"] = t.wait_seconds;
+        rec["buckets_started_in_backward"] = t.started_in_backward;
+        rec["buckets_communicated"] = t.buckets;
+        if (s.dp->sharded()) rec["allgather_seconds"] = t.gather_seconds;
+      }
       s.metrics.write(rec);
       progress.log_step(s.step, step.loss.loss, decision.scale_before, step.lr, sps);
     }
@@ -360,7 +406,31 @@ TrainSummary Trainer::run() {
     sum.best = {w.metric, w.has_best, w.best, w.best_step, w.bad_evals};
     sum.best_checkpoint = s.best_path;
   }
-  if (s.opt.write_outputs) write_run_summary(s.run_dir / "summary.json", sum);
+  if (s.dp) {
+    const auto t = s.dp->take_timing();  // what the last window left
+    comm_total.wait_seconds += t.wait_seconds;
+    comm_total.gather_seconds += t.gather_seconds;
+    comm_total.buckets += t.buckets;
+    comm_total.started_in_backward += t.started_in_backward;
+    std::size_t state_bytes = 0;
+    for (const auto& slot : s.c.optimizer->state_tensors()) state_bytes += slot.view.bytes();
+    // The largest rank's bytes: what each machine must hold.
+    double per_rank[2] = {static_cast<double>(state_bytes),
+                          static_cast<double>(sum.peak_memory_bytes)};
+    s.c.communicator->all_reduce_host(per_rank, sdk::ReduceOp::max);
+    auto& d = sum.distributed;
+    d.world_size = s.dp->world();
+    d.communicator = s.c.communicator->description();
+    d.shard_optimizer = s.dp->sharded();
+    d.buckets = static_cast<std::int64_t>(s.dp->buckets().size());
+    d.optimizer_state_bytes = static_cast<std::size_t>(per_rank[0]);
+    d.peak_memory_bytes = static_cast<std::size_t>(per_rank[1]);
+    d.wait_seconds = comm_total.wait_seconds;
+    d.gather_seconds = comm_total.gather_seconds;
+    d.buckets_started_in_backward = comm_total.started_in_backward;
+    d.buckets_communicated = comm_total.buckets;
+  }
+  if (s.writes) write_run_summary(s.run_dir / "summary.json", sum);
   if (sum.stopped_early)
     s.log.info("stopped early at step " + std::to_string(s.step) + ": " + stopped_early);
   if (interrupted)

@@ -14,6 +14,7 @@
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/data/batch_sampler.h"
 #include "mixtrain/core/train/lr_schedule.h"
+#include "distributed/data_parallel.h"
 #include "mixtrain/core/train/trainer.h"
 #include "precision/escalation.h"
 #include "runs/metrics_log.h"
@@ -61,6 +62,13 @@ struct Trainer::State {
   // [precision.escalate]: which ops were promoted and the blames counting towards the next
   // promotion; its overrides are part of the plan (train/planned_model.h), saved in checkpoints.
   Escalation escalation;
+  // [distributed]: this rank's part of the data-parallel step (distributed/data_parallel.h);
+  // null in one process. rank_batch is the rows each rank computes per micro-batch
+  // (data.batch_size / world: data.batch_size is the global batch). Only rank 0 writes files
+  // (`writes`); every rank runs the collectives that checkpoints and evaluation need.
+  std::unique_ptr<DataParallel> dp;
+  std::int64_t rank_batch = 0;
+  bool writes = true;
 };
 
 // Copies the given rows of `d` (features or token ids, and their labels) into the model's batch.

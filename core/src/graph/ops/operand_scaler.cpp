@@ -103,6 +103,26 @@ sdk::GemmOperand OperandScaler::scale(const std::shared_ptr<sdk::DeviceBackend>&
   return {out, false, s.scale_inv};
 }
 
+void OperandScaler::pending_amaxes(sdk::DeviceBackend& backend, std::vector<float>& out) const {
+  if (policy_ == nullptr || amax_.empty()) return;
+  if (!amax_pending_[0] && !amax_pending_[1] && !amax_pending_[2]) return;
+  float host[3] = {0.0f, 0.0f, 0.0f};
+  backend.copy_to_host(host, amax_.view());
+  for (int i = 0; i < 3; ++i)
+    if (amax_pending_[i]) out.push_back(host[i]);
+}
+
+std::size_t OperandScaler::record_amaxes(std::span<const float> values) {
+  if (policy_ == nullptr || amax_.empty()) return 0;
+  std::size_t taken = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (!amax_pending_[i]) continue;
+    amax_pending_[i] = false;
+    policy_->record_amax(slots_[static_cast<std::size_t>(i)], values[taken++]);
+  }
+  return taken;
+}
+
 void OperandScaler::flush(sdk::DeviceBackend& backend) {
   if (policy_ == nullptr || amax_.empty()) return;
   if (!amax_pending_[0] && !amax_pending_[1] && !amax_pending_[2]) return;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,11 @@ class OperandScaler {
   sdk::GemmOperand last(sdk::OperandRole role, sdk::Shape shape) const;
   // Delayed scaling: hands this step's amaxes to the policy (one read of the device buffer).
   void flush(sdk::DeviceBackend& backend);
+  // flush() in two halves, for a reduction between them (data parallel: the max over the ranks):
+  // append this step's pending amaxes to `out`, then record as many from `values`, in the same
+  // order; record_amaxes returns how many it took.
+  void pending_amaxes(sdk::DeviceBackend& backend, std::vector<float>& out) const;
+  std::size_t record_amaxes(std::span<const float> values);
 
  private:
   struct ScaledOperand {

@@ -91,6 +91,11 @@ class MIXTRAIN_SDK_API Communicator : public Component {
   // Root's bytes on every rank (resized on the others).
   virtual void broadcast_host(std::vector<std::byte>& bytes, int root) = 0;
 
+  // Ends this process at once with `exit_code`, so that the launcher ends the other ranks too
+  // instead of leaving them blocked in a collective this rank will never join (MPI_Abort). The
+  // default exits without finalising, which launchers such as mpirun treat the same way.
+  [[noreturn]] virtual void abort(int exit_code) noexcept;
+
   // Blocking forms.
   void all_reduce(TensorView data, ReduceOp op) { start_all_reduce(data, op)->wait(); }
   void reduce_scatter(TensorView send, TensorView recv, ReduceOp op) {

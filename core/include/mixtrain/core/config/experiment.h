@@ -26,6 +26,7 @@
 #include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/core/precision/planning.h"
 #include "mixtrain/sdk/checkpoint_format.h"
+#include "mixtrain/sdk/communicator.h"
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/loss_scaler.h"
 #include "mixtrain/sdk/optimizer.h"
@@ -65,6 +66,19 @@ struct EscalationSettings {
   std::int64_t after = 3;             // blames within the window that promote a node
   std::int64_t window = 200;          // steps a blame is remembered
   std::int64_t deescalate_after = 0;  // clean applied steps that undo the latest promotion; 0 off
+};
+
+// [distributed] (docs/architecture.md, "Data parallel"): present, or an MPI launch detected from
+// the environment, means one process per rank; `type` names the communicator.
+struct DistributedSettings {
+  std::string type;  // "": one process
+  bool shard_optimizer = false;
+  double bucket_mb = 25.0;
+  bool overlap = true;
+  std::string batch_norm = "local";
+  bool from_launch = false;    // no [distributed] table: chosen because mpirun started the process
+  sdk::SourceLocation where;   // distributed.type (an error about the launch points there)
+  bool enabled() const { return !type.empty(); }
 };
 
 struct EvalSettings {
@@ -156,11 +170,12 @@ struct Experiment {
   ModelSpec model;
   std::vector<PrecisionOverride> overrides;
   EscalationSettings escalate;
+  DistributedSettings distributed;
   std::vector<std::filesystem::path> plugin_paths;
 
   std::string backend_type, policy_name, scaler_type, optimizer_type;
   sdk::Options backend_options, policy_options, scaler_options, optimizer_options,
-      checkpoint_options;
+      checkpoint_options, communicator_options;
   std::vector<ResolvedSection> core_sections;  // run, data, model, ... in resolved form
   // Keys given that the rest of the config leaves unread (a schedule's keys after a --set
   // optimizer.schedule=... swap, say), each naming its location: the trainer warns about them.
@@ -177,6 +192,8 @@ struct Components {
   // defaults): weights-only loads (init_from, eval) pick theirs by file extension, so a
   // .safetensors file initialises a run that saves .mxt checkpoints.
   std::vector<std::shared_ptr<sdk::CheckpointFormat>> weight_formats;
+  // [distributed]: this process's link to the other ranks (create_communicator); null: one process.
+  std::shared_ptr<sdk::Communicator> communicator;
 };
 
 // Folders from [plugins] paths, resolved against the config's folder. Read before the registry
@@ -185,6 +202,13 @@ std::vector<std::filesystem::path> config_plugin_paths(const Config& config);
 
 Experiment parse_experiment(const Config& config, const PluginRegistry& registry);
 Components create_components(const Experiment& e, const PluginRegistry& registry);
+// [distributed]: the communicator, bound to `backend`. Only `train` makes one (it joins the other
+// ranks). A type given without an MPI launch is sdk::ConfigError at distributed.type, with the
+// mpirun line that launches the config.
+std::shared_ptr<sdk::Communicator> create_communicator(const Experiment& e,
+                                                       const PluginRegistry& registry,
+                                                       sdk::DeviceBackend& backend,
+                                                       const std::string& config_path);
 std::string resolved_toml(const Experiment& e);
 
 }  // namespace mixtrain::core

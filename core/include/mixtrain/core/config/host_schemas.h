@@ -39,6 +39,7 @@ sdk::OptionSchema resnet_preset_schema();    // [model.resnet] (preset = "resnet
 const std::vector<std::string>& layer_types();
 sdk::OptionSchema layer_schema(const std::string& type);
 sdk::OptionSchema precision_override_schema();
-sdk::OptionSchema escalate_schema();  // [precision.escalate]
+sdk::OptionSchema escalate_schema();     // [precision.escalate]
+sdk::OptionSchema distributed_schema();  // host keys in [distributed]
 
 }  // namespace mixtrain::core

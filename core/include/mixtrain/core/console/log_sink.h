@@ -1,6 +1,7 @@
 // The host's log sink: spdlog behind sdk::LogSink, shared by the core and every plugin.
 //
-// Contract: one process-wide logger writing to stderr ("[time] [level] [component] message");
+// Contract: one process-wide logger writing to stderr ("[time] [level] [component] message",
+// "[time] [level] rank N [component] message" on a data-parallel rank other than 0);
 // set_log_level() accepts trace|debug|info|warn|error|off and raises sdk::UserError otherwise.
 // A log line never shares a screen line with the live progress line (see console/live_line.h).
 #pragma once
@@ -14,5 +15,10 @@ namespace mixtrain::core {
 sdk::LogSink& host_log_sink();
 void set_log_level(const std::string& level);
 sdk::Logger core_logger(const std::string& component);
+// A data-parallel rank other than 0 logs warnings and errors only, each line prefixed with
+// "rank N"; rank_prefix() is that prefix ("rank N: ", or "" for rank 0 and one process), which
+// the CLI puts before its final error line too.
+void set_log_rank(int rank);
+const std::string& rank_prefix();
 
 }  // namespace mixtrain::core

@@ -173,6 +173,9 @@ class Layer {
   void set_operand_scaling(sdk::PrecisionPolicy* policy);
   // Delayed FP8 scaling: hands the amaxes measured by this step's casts to the policy.
   void flush_operand_amaxes();
+  // flush_operand_amaxes in two halves, for a reduction between them (OperandScaler's).
+  void pending_operand_amaxes(std::vector<float>& out) const;
+  std::size_t record_operand_amaxes(std::span<const float> values);
   // Called at the start of every micro-batch (index 0 opens an optimizer step `step`): the FP8
   // amax of delayed scaling spans the step, and random ops (dropout) key their draws on
   // (step, index), which a resumed run restores and a replay of the step does not advance.

@@ -123,7 +123,9 @@ class Model {
   std::int64_t fused_pairs() const;
   // Hands the amaxes of this step's delayed-scaling FP8 casts to the precision policy; call once
   // per step before PrecisionPolicy::on_step_end (it reads a device buffer per FP8 layer).
-  void flush_operand_amaxes();
+  // `reduce`, when given, sees every pending amax of the step in one buffer first and may change
+  // them (data parallel: the max over the ranks, so every rank's scales stay the same).
+  void flush_operand_amaxes(const std::function<void(std::span<float>)>& reduce = {});
 
   // Every parameter once, in forward order of their owners; tied users do not repeat it.
   std::vector<ModelParameter*> parameters();

@@ -89,6 +89,20 @@ struct TrainSummary {
   bool keep_best = false;
   WatchedSummary best;
   std::filesystem::path best_checkpoint;
+  // [distributed]: "distributed" in summary.json. Bytes are per rank, the largest rank's, as the
+  // backend counted them (optimizer state: the slots the optimizer holds on the rank).
+  struct Distributed {
+    int world_size = 0;  // 0: one process (no "distributed" entry)
+    std::string communicator;  // its description()
+    bool shard_optimizer = false;
+    std::int64_t buckets = 0;
+    std::size_t optimizer_state_bytes = 0;
+    std::size_t peak_memory_bytes = 0;
+    double wait_seconds = 0.0;    // blocked in finish_gradients, over the run (rank 0's)
+    double gather_seconds = 0.0;  // sharded: the masters' all-gathers
+    std::int64_t buckets_started_in_backward = 0, buckets_communicated = 0;
+  };
+  Distributed distributed;
 };
 
 // The reason a run with these totals diverged ("every one of the 300 steps was skipped ..."), or

@@ -1,0 +1,30 @@
+// Start-up check that every rank runs the same config (docs/architecture.md, "Data parallel"):
+// ranks that disagree would issue different collectives and hang, or silently average gradients
+// of different models.
+//
+// Contract: check_config_agreement(comm, resolved) is collective. Rank 0's resolved config (the
+// text resolved_toml() writes, which holds every effective value) is broadcast; each rank compares
+// it with its own, and when any differs, every rank throws ConfigDisagreement with the same
+// message: the lowest differing rank, the first differing key ("run.seed") and both values. A
+// difference outside any key (a reordered table) names the line instead.
+#pragma once
+
+#include <string>
+
+#include "mixtrain/sdk/communicator.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::core {
+
+// Thrown on every rank at once (so each can exit normally, unlike an error on one rank alone).
+class ConfigDisagreement : public sdk::UserError {
+ public:
+  using sdk::UserError::UserError;
+};
+
+void check_config_agreement(sdk::Communicator& comm, const std::string& resolved);
+
+// The first difference between two resolved configs, as "key: `a` against `b`"; "" when equal.
+std::string first_config_difference(const std::string& a, const std::string& b);
+
+}  // namespace mixtrain::core

@@ -1,0 +1,90 @@
+#include "mixtrain/core/distributed/config_agreement.h"
+
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+namespace mixtrain::core {
+
+namespace {
+
+struct ConfigLine {
+  std::string key;   // "run.seed", or "" for a header or a blank line
+  std::string text;  // the line itself
+};
+
+// "[run]" then "seed = 1" gives run.seed; an array-of-tables header counts as its table.
+std::vector<ConfigLine> config_lines(const std::string& text) {
+  std::vector<ConfigLine> out;
+  std::istringstream in(text);
+  std::string line, table;
+  while (std::getline(in, line)) {
+    ConfigLine l{"", line};
+    const auto first = line.find_first_not_of(" \t");
+    if (first != std::string::npos && line[first] == '[') {
+      const auto open = line.find_first_not_of('[', first);
+      const auto close = line.find(']', open);
+      table = line.substr(open, close == std::string::npos ? std::string::npos : close - open);
+    } else if (const auto eq = line.find('='); eq != std::string::npos && first != eq) {
+      auto key = line.substr(first, eq - first);
+      while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
+      l.key = table.empty() ? key : table + "." + key;
+    }
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+std::string value_of(const std::string& line) {
+  const auto eq = line.find('=');
+  auto v = eq == std::string::npos ? line : line.substr(eq + 1);
+  const auto first = v.find_first_not_of(" \t");
+  return first == std::string::npos ? std::string() : v.substr(first);
+}
+
+}  // namespace
+
+std::string first_config_difference(const std::string& a, const std::string& b) {
+  if (a == b) return {};
+  const auto la = config_lines(a), lb = config_lines(b);
+  const std::size_t n = std::max(la.size(), lb.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const ConfigLine none{"", "(nothing)"};
+    const ConfigLine& x = i < la.size() ? la[i] : none;
+    const ConfigLine& y = i < lb.size() ? lb[i] : none;
+    if (x.text == y.text) continue;
+    if (!x.key.empty() && x.key == y.key)
+      return x.key + ": `" + value_of(x.text) + "` against `" + value_of(y.text) + "`";
+    return "line " + std::to_string(i + 1) + ": `" + x.text + "` against `" + y.text + "`";
+  }
+  return "the texts differ";
+}
+
+void check_config_agreement(sdk::Communicator& comm, const std::string& resolved) {
+  std::vector<std::byte> bytes(resolved.size());
+  std::memcpy(bytes.data(), resolved.data(), resolved.size());
+  comm.broadcast_host(bytes, 0);
+  const std::string rank0(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const std::string mine = first_config_difference(rank0, resolved);
+  // The lowest differing rank tells everyone what differs.
+  const int world = comm.world_size(), rank = comm.rank();
+  double v[1] = {mine.empty() ? 0.0 : static_cast<double>(world - rank)};
+  comm.all_reduce_host(v, sdk::ReduceOp::max);
+  if (v[0] == 0.0) return;
+  const int root = world - static_cast<int>(v[0]);
+  std::vector<std::byte> what;
+  if (rank == root) {
+    what.resize(mine.size());
+    std::memcpy(what.data(), mine.data(), mine.size());
+  }
+  comm.broadcast_host(what, root);
+  throw ConfigDisagreement(
+      "the ranks run different configs: rank " + std::to_string(root) +
+          "'s differs from rank 0's at " +
+          std::string(reinterpret_cast<const char*>(what.data()), what.size()) +
+          " (rank 0's value first)",
+      "launch every rank with the same config, --set and --merge arguments and the same "
+      "environment (paths resolve per rank: give them the same files)");
+}
+
+}  // namespace mixtrain::core

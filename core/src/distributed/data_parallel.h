@@ -1,0 +1,142 @@
+// DataParallel: what each rank of a data-parallel run does beyond a one-process step
+// (docs/architecture.md, "Data parallel"). Internal to the core; the trainer owns one when
+// [distributed] is in use.
+//
+// Contract
+// - attach(model, params, grads) plans the gradient buckets (distributed/gradient_buckets.h)
+//   over model.parameters(), allocates each bucket's flat FP32 buffer on the backend and installs
+//   the model's gradient-ready hook. It replaces `params` (what the optimizer is bound to) and
+//   `grads` (what the step unscales and checks):
+//   - unsharded: each parameter's gradient is a view into its bucket (the buffer the all-reduce
+//     sums in place), and grads are the buckets;
+//   - shard_optimizer (ZeRO stage 1): the optimizer sees only this rank's pieces of every bucket
+//     (master views into the model's masters, gradients in the rank's reduce-scattered shard, no
+//     working copy), so it allocates 1/N of the state; grads are the shards.
+//   Called again after a replan (a new model): everything is rebuilt for it.
+// - The step: begin_step() before the first micro-batch; the hook copies each final gradient
+//   into its bucket and, with `overlap`, starts the bucket's collective as soon as the bucket is
+//   full, calling progress() as backward goes on; finish_gradients() starts what is left and
+//   waits for every bucket. The buckets then hold SUMS over the ranks: the caller folds 1/N into
+//   the unscale. The hook is off while set_hook_enabled(false) (the non-finite replay, which
+//   runs on one rank's batch only).
+// - reduce_totals(): one host all-reduce per step of found_inf, Σg² and the loss, so every rank
+//   skips, clips and logs identically.
+// - gather_masters() (sharded, after an applied step): the updated masters all-gathered into
+//   every rank's model, then its working copies refreshed, so evaluation, EMA and checkpoints read
+//   whole masters on every rank.
+// - Checkpoints hold what one rank would: gather_optimizer_state() returns the optimizer's slots
+//   as whole tensors named as a one-rank run names them; load_optimizer_state() takes this rank's
+//   pieces from such tensors. Both are collective (every rank calls them).
+// - Every method that communicates is collective: all ranks call it in the same order.
+//   Errors: sdk::CommunicationError from the communicator; sdk::CheckpointError for state that
+//   does not fit.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "distributed/gradient_buckets.h"
+#include "mixtrain/core/graph/model.h"
+#include "mixtrain/core/graph/tensor.h"
+#include "mixtrain/sdk/communicator.h"
+#include "mixtrain/sdk/logging.h"
+#include "mixtrain/sdk/optimizer.h"
+
+namespace mixtrain::core {
+
+struct DataParallelSettings {
+  bool shard_optimizer = false;
+  std::int64_t bucket_bytes = 25ll << 20;
+  bool overlap = true;
+};
+
+// Where the step's communication time went, summed since the last take_timing().
+struct CommunicationTiming {
+  double wait_seconds = 0.0;            // finish_gradients: blocked waiting for buckets
+  double gather_seconds = 0.0;          // sharded: the masters' all-gather
+  std::int64_t buckets = 0;             // buckets communicated
+  std::int64_t started_in_backward = 0;  // of them, started by the hook (overlapped)
+  std::int64_t finished_in_backward = 0;  // of them, complete before finish_gradients waited
+};
+
+class DataParallel {
+ public:
+  DataParallel(std::shared_ptr<sdk::Communicator> communicator,
+               std::shared_ptr<sdk::DeviceBackend> backend, DataParallelSettings settings);
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  bool sharded() const { return settings_.shard_optimizer; }
+  sdk::Communicator& communicator() { return *comm_; }
+  const std::vector<GradientBucket>& buckets() const { return plan_; }
+
+  void attach(Model& model, std::vector<sdk::Parameter>& params,
+              std::vector<sdk::TensorView>& grads);
+  void set_hook_enabled(bool on) { hook_enabled_ = on; }
+
+  void begin_step();
+  void finish_gradients();
+
+  struct Totals {
+    bool found_inf = false;
+    double sum_squares = 0.0;  // over the whole (reduced) gradient
+    double loss = 0.0;         // the mean of the ranks' losses
+  };
+  Totals reduce_totals(bool found_inf, double sum_squares, double loss);
+
+  void gather_masters(Model& model);
+  // Element-wise max over the ranks, in place (delayed FP8 scaling's amaxes).
+  void max_reduce(std::span<float> values);
+  // Rank 0's buffers (batch-norm running statistics) into every rank's model.
+  void broadcast_buffers(Model& model);
+  // The text of the lowest rank that has one ("" on every rank when none has).
+  std::string first_from_any_rank(const std::string& mine);
+
+  std::vector<sdk::HostTensor> gather_optimizer_state(const sdk::Optimizer& optimizer);
+  // `find(name)`: the whole slot tensor named as a one-rank run names it, or nullptr.
+  void load_optimizer_state(const sdk::Optimizer& optimizer,
+                            const std::function<const sdk::HostTensor*(const std::string&)>& find,
+                            const std::string& where);
+
+  CommunicationTiming take_timing();
+
+ private:
+  struct Bucket {
+    GradientBucket plan;
+    Tensor flat;   // fp32 [padded]: the gradients packed (and, sharded, the gathered masters)
+    Tensor shard;  // sharded: fp32 [padded / world]
+    std::size_t ready = 0;
+    bool started = false;
+    sdk::CommunicationHandlePtr handle;
+  };
+  struct Piece {  // sharded: one optimizer parameter
+    std::size_t bucket = 0;
+    ShardPiece where;
+  };
+  void on_gradient_ready(ModelParameter& p);
+  void copy_into_bucket(std::size_t param);
+  void start(Bucket& b);
+  sdk::TensorView flat_view(const Bucket& b, std::int64_t offset, const sdk::Shape& shape) const;
+
+  std::shared_ptr<sdk::Communicator> comm_;
+  std::shared_ptr<sdk::DeviceBackend> backend_;
+  DataParallelSettings settings_;
+  int rank_ = 0, world_ = 1;
+  bool hook_enabled_ = true;
+  std::vector<GradientBucket> plan_;
+  std::vector<Bucket> buckets_;
+  std::vector<ModelParameter*> params_;                      // model.parameters() order
+  std::unordered_map<const ModelParameter*, std::size_t> index_;
+  std::vector<std::size_t> bucket_of_;    // per parameter
+  std::vector<std::int64_t> offset_of_;   // per parameter: its offset in its bucket
+  std::vector<bool> copied_;              // per parameter, this step
+  std::vector<Piece> pieces_;             // sharded: the optimizer's parameters, in bind order
+  CommunicationTiming timing_;
+};
+
+}  // namespace mixtrain::core

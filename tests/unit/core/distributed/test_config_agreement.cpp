@@ -1,0 +1,92 @@
+// What the start-up config check names when ranks disagree (distributed/config_agreement.h), and
+// the MPI launch read from the environment (distributed/launch.h).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "distributed/launch.h"
+#include "mixtrain/core/distributed/config_agreement.h"
+
+namespace mixtrain::core {
+namespace {
+
+TEST(ConfigAgreement, EqualConfigsHaveNoDifference) {
+  EXPECT_EQ(first_config_difference("[run]\nseed = 1\n", "[run]\nseed = 1\n"), "");
+}
+
+TEST(ConfigAgreement, NamesTheFirstDifferingKeyWithItsTable) {
+  const std::string a = "[run]\nname = \"x\"\nseed = 1\n\n[data]\nbatch_size = 64\n";
+  const std::string b = "[run]\nname = \"x\"\nseed = 1\n\n[data]\nbatch_size = 32\n";
+  EXPECT_EQ(first_config_difference(a, b), "data.batch_size: `64` against `32`");
+}
+
+TEST(ConfigAgreement, NamesSubTables) {
+  const std::string a = "[scaler.dynamic]\ngrowth_interval = 20\n";
+  const std::string b = "[scaler.dynamic]\ngrowth_interval = 2000\n";
+  EXPECT_EQ(first_config_difference(a, b), "scaler.dynamic.growth_interval: `20` against `2000`");
+}
+
+TEST(ConfigAgreement, ALineWithoutACommonKeyIsNamedByItsNumber) {
+  const std::string a = "[run]\nseed = 1\n";
+  const std::string b = "[run]\nsteps = 1\n";
+  EXPECT_EQ(first_config_difference(a, b), "line 2: `seed = 1` against `steps = 1`");
+  EXPECT_EQ(first_config_difference("[run]\n", "[run]\nseed = 1\n"),
+            "line 2: `(nothing)` against `seed = 1`");
+}
+
+// Restores an environment variable when the test ends.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(MpiLaunch, ReadsOpenMpisVariables) {
+  ScopedEnv size("OMPI_COMM_WORLD_SIZE", "4"), rank("OMPI_COMM_WORLD_RANK", "3");
+  const auto l = detect_mpi_launch();
+  EXPECT_TRUE(l.detected);
+  EXPECT_EQ(l.world_size, 4);
+  EXPECT_EQ(l.rank, 3);
+}
+
+TEST(MpiLaunch, ReadsPmiVariables) {
+  ScopedEnv a("OMPI_COMM_WORLD_SIZE", nullptr), b("OMPI_COMM_WORLD_RANK", nullptr);
+  ScopedEnv size("PMI_SIZE", "2"), rank("PMI_RANK", "1");
+  const auto l = detect_mpi_launch();
+  EXPECT_TRUE(l.detected);
+  EXPECT_EQ(l.world_size, 2);
+  EXPECT_EQ(l.rank, 1);
+}
+
+TEST(MpiLaunch, IgnoresMissingOrMalformedValues) {
+  ScopedEnv pa("PMI_SIZE", nullptr), pb("PMI_RANK", nullptr);
+  {
+    ScopedEnv a("OMPI_COMM_WORLD_SIZE", nullptr), b("OMPI_COMM_WORLD_RANK", nullptr);
+    EXPECT_FALSE(detect_mpi_launch().detected);
+  }
+  for (const auto& [size, rank] : {std::pair{"2x", "0"}, std::pair{"0", "0"},
+                                   std::pair{"2", "2"}, std::pair{"2", "-1"}}) {
+    ScopedEnv a("OMPI_COMM_WORLD_SIZE", size), b("OMPI_COMM_WORLD_RANK", rank);
+    EXPECT_FALSE(detect_mpi_launch().detected) << size << " " << rank;
+  }
+}
+
+}  // namespace
+}  // namespace mixtrain::core
