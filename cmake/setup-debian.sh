@@ -32,6 +32,9 @@ packages=(
   # recommends the OpenCL headers, which --no-install-recommends skips.
   ocl-icd-opencl-dev
   python3-numpy python3-venv
+  # Data parallel on the CPU: the mpi communicator plugin builds against Open MPI, and the
+  # 2-rank tests launch with its mpirun.
+  libopenmpi-dev openmpi-bin
 )
 # tests/sanitize/run.sh and tests/fuzz/run.sh: clang 14, its ASan/UBSan/libFuzzer runtimes, the
 # OpenMP runtime clang links (the CPU backend uses OpenMP) and llvm-symbolizer for readable stacks.

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <zlib.h>
+
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -320,6 +322,19 @@ void DataParallel::load_optimizer_state(
                                  "resume with the same model as the original run");
     backend_->copy_from_host(t.view, h->bytes.data() + piece->where.param_offset * 4);
   }
+}
+
+bool DataParallel::ranks_agree(std::span<const std::byte> state) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (std::size_t at = 0; at < state.size();) {  // zlib takes uInt lengths
+    const auto n = static_cast<uInt>(std::min<std::size_t>(state.size() - at, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(state.data() + at), n);
+    at += n;
+  }
+  // A CRC-32 is exact in a double; the max and the min agree only when every rank's does.
+  double v[2] = {static_cast<double>(crc), -static_cast<double>(crc)};
+  comm_->all_reduce_host(v, sdk::ReduceOp::max);
+  return v[0] == -v[1];
 }
 
 CommunicationTiming DataParallel::take_timing() {

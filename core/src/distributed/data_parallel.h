@@ -103,6 +103,10 @@ class DataParallel {
                             const std::function<const sdk::HostTensor*(const std::string&)>& find,
                             const std::string& where);
 
+  // Whether every rank holds the same `state` (its CRC-32 compared over the ranks): the check
+  // that data parallelism kept the replicas identical, run at the end of a run.
+  bool ranks_agree(std::span<const std::byte> state);
+
   CommunicationTiming take_timing();
 
  private:

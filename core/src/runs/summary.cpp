@@ -93,7 +93,8 @@ void write_run_summary(const std::filesystem::path& file, const TrainSummary& s)
                         {"allreduce_wait_seconds", d.wait_seconds},
                         {"allgather_seconds", d.gather_seconds},
                         {"buckets_started_in_backward", d.buckets_started_in_backward},
-                        {"buckets_communicated", d.buckets_communicated}};
+                        {"buckets_communicated", d.buckets_communicated},
+                        {"ranks_identical", d.ranks_identical}};
   }
   if (!s.resumed_from.empty()) j["resumed_from"] = s.resumed_from.string();
   // Atomically: a second Ctrl-C lands most often during these final writes, and compare must

@@ -14,6 +14,7 @@
 #include "mixtrain/core/distributed/config_agreement.h"
 #include "mixtrain/core/graph/model_summary.h"
 #include "mixtrain/core/runs/folder.h"
+#include "checkpoint/state.h"
 #include "mixtrain/sdk/atomic_file_writer.h"
 #include "train/planned_model.h"
 #include "train/step.h"
@@ -85,6 +86,30 @@ void write_run_text(Trainer::State& s) {
       code_block(render_model_summary(summarize_model(*s.model, e.data.batch_size)));
   s.metrics.write_text(s.step, "run/precision_plan", plan);
   s.metrics.write_text(s.step, "run/config", code_block(resolved_toml(e)));
+}
+
+// What every data-parallel replica must hold identically: the masters, the optimizer's scalars
+// and (unsharded: each rank holds all of them) slots, and the scaler's and the policy's state.
+std::vector<std::byte> replica_state(Trainer::State& s) {
+  std::vector<std::byte> out;
+  auto append = [&](const void* p, std::size_t n) {
+    const auto* b = static_cast<const std::byte*>(p);
+    out.insert(out.end(), b, b + n);
+  };
+  auto append_view = [&](sdk::TensorView v) {
+    std::vector<std::byte> host(v.bytes());
+    s.c.backend->copy_to_host(host.data(), v);
+    out.insert(out.end(), host.begin(), host.end());
+  };
+  for (auto* p : s.model->parameters()) append_view(p->master.view());
+  if (!s.dp->sharded())
+    for (const auto& t : s.c.optimizer->state_tensors()) append_view(t.view);
+  for (const std::string& text :
+       {component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump(),
+        component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump(),
+        component_state_to_json(s.e.policy_name, s.c.policy->save_state()).dump()})
+    append(text.data(), text.size());
+  return out;
 }
 
 }  // namespace
@@ -429,6 +454,11 @@ TrainSummary Trainer::run() {
     d.gather_seconds = comm_total.gather_seconds;
     d.buckets_started_in_backward = comm_total.started_in_backward;
     d.buckets_communicated = comm_total.buckets;
+    d.ranks_identical = s.dp->ranks_agree(replica_state(s));
+    if (!d.ranks_identical)
+      s.log.error("the ranks' training states differ at the end of the run: the replicas went "
+                  "out of step (a nondeterministic op, or a bug); this rank's checkpoint is "
+                  "rank 0's");
   }
   if (s.writes) write_run_summary(s.run_dir / "summary.json", sum);
   if (sum.stopped_early)

@@ -101,6 +101,9 @@ struct TrainSummary {
     double wait_seconds = 0.0;    // blocked in finish_gradients, over the run (rank 0's)
     double gather_seconds = 0.0;  // sharded: the masters' all-gathers
     std::int64_t buckets_started_in_backward = 0, buckets_communicated = 0;
+    // At the end, every rank held the same masters, optimizer scalars, scaler and policy state
+    // (and, unsharded, optimizer slots).
+    bool ranks_identical = false;
   };
   Distributed distributed;
 };

@@ -1,0 +1,285 @@
+#include "mpi_communicator.h"
+
+#include <algorithm>
+#include <climits>
+#include <thread>
+
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::communicators {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string elements(const sdk::TensorView& v) {
+  return std::to_string(v.numel()) + " " + std::string(sdk::dtype_name(v.dtype)) + " elements";
+}
+
+int count_of(std::int64_t n, const char* what) {
+  if (n > INT_MAX)
+    throw sdk::BackendError(std::string(what) + " of " + std::to_string(n) +
+                                " elements: MPI counts are int, at most " + std::to_string(INT_MAX),
+                            "lower [distributed] bucket_mb");
+  return static_cast<int>(n);
+}
+
+MPI_Op mpi_op(sdk::ReduceOp op) {
+  return op == sdk::ReduceOp::max ? MPI_MAX : MPI_SUM;  // avg: a sum, scaled on completion
+}
+
+void require_fp32(const sdk::TensorView& v, const char* op) {
+  if (v.dtype != sdk::DType::fp32)
+    throw sdk::BackendError(std::string("the mpi communicator's ") + op + " reduces fp32, not " +
+                                std::string(sdk::dtype_name(v.dtype)),
+                            "reduce gradients in fp32 (the host always does)");
+}
+
+}  // namespace
+
+// An MPI request and what completing it still needs (avg's division).
+class MpiCommunicator::Handle final : public sdk::CommunicationHandle {
+ public:
+  Handle(MpiCommunicator& owner, std::string what, sdk::TensorView scale_on_completion = {},
+         float scale = 1.0f)
+      : owner_(owner), what_(std::move(what)), scaled_(scale_on_completion), scale_(scale),
+        request_(std::make_shared<MPI_Request>(MPI_REQUEST_NULL)) {}
+  ~Handle() override {
+    if (done_) return;
+    try {
+      wait();
+    } catch (...) {  // a destructor must not throw; the run is failing already
+    }
+  }
+  MPI_Request* request() { return request_.get(); }
+  std::weak_ptr<MPI_Request> watch() const { return request_; }
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    owner_.check(MPI_Test(request_.get(), &flag, MPI_STATUS_IGNORE), what_);
+    if (flag) finish();
+    return done_;
+  }
+  void wait() override {
+    if (done_) return;
+    owner_.wait_for(*request_, what_);
+    finish();
+  }
+
+ private:
+  void finish() {
+    done_ = true;
+    if (!scaled_.empty()) {
+      float* p = scaled_.as<float>();
+      for (std::int64_t i = 0, n = scaled_.numel(); i < n; ++i) p[i] *= scale_;
+    }
+  }
+  MpiCommunicator& owner_;
+  std::string what_;
+  sdk::TensorView scaled_;
+  float scale_;
+  std::shared_ptr<MPI_Request> request_;
+  bool done_ = false;
+};
+
+sdk::OptionSchema MpiCommunicator::option_schema() {
+  return {sdk::OptionSpec::number("timeout_s", 300.0,
+                                  "seconds a collective may wait for the other ranks before the "
+                                  "run ends with an error naming it")
+              .greater_than(0.0)};
+}
+
+MpiCommunicator::MpiCommunicator(const sdk::Options& options, const sdk::PluginContext& context)
+    : log_(context.logger), timeout_s_(options.get_double("timeout_s")) {
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (!initialised) {
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+      throw sdk::CommunicationError("MPI_Init_thread failed",
+                                    "launch with mpirun; check the Open MPI installation");
+    owns_mpi_ = true;
+  }
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &world_);
+  char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(version, &length);
+  library_.assign(version, static_cast<std::size_t>(std::max(length, 0)));
+  library_ = library_.substr(0, library_.find_first_of(",\n"));
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  int finalised = 0;
+  MPI_Finalized(&finalised);
+  if (owns_mpi_ && !finalised) MPI_Finalize();
+}
+
+std::string MpiCommunicator::description() const {
+  return library_ + ", " + std::to_string(world_) + " rank" + (world_ == 1 ? "" : "s");
+}
+
+void MpiCommunicator::bind(sdk::DeviceBackend& backend) {
+  const auto kind = backend.capabilities().kind;
+  if (kind != "cpu")
+    throw sdk::BackendError(
+        "the mpi communicator moves host memory, and backend '" + kind + "' keeps its tensors "
+            "elsewhere",
+        "for CUDA tensors use [distributed] type = \"nccl\"");
+  bound_ = true;
+}
+
+void MpiCommunicator::require_bound(const char* op) const {
+  if (!bound_)
+    throw std::logic_error(std::string("MpiCommunicator::") + op + " before bind()");
+}
+
+void MpiCommunicator::check(int code, const std::string& what) const {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw sdk::CommunicationError("rank " + std::to_string(rank_) + ": " + what + " failed: " +
+                                    std::string(text, static_cast<std::size_t>(length)),
+                                "another rank may have failed; its own error says why");
+}
+
+void MpiCommunicator::wait_for(MPI_Request& request, const std::string& what) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+  int flag = 0;
+  for (int spins = 0;; ++spins) {
+    check(MPI_Test(&request, &flag, MPI_STATUS_IGNORE), what);
+    if (flag) return;
+    if (Clock::now() > deadline)
+      throw sdk::CommunicationError(
+          "rank " + std::to_string(rank_) + ": " + what + " did not complete within " +
+              std::to_string(static_cast<long long>(timeout_s_)) +
+              " s (distributed.mpi.timeout_s): a rank may have died or stopped calling collectives",
+          "look for an earlier error on another rank; raise timeout_s if a step legitimately "
+          "takes longer");
+    // Spin first (the answer is usually microseconds away), then give the core back: with more
+    // ranks than cores, a busy wait would starve the rank being waited for.
+    if (spins > 1000) std::this_thread::yield();
+  }
+}
+
+sdk::CommunicationHandlePtr MpiCommunicator::start_all_reduce(sdk::TensorView data,
+                                                              sdk::ReduceOp op) {
+  require_bound("start_all_reduce");
+  require_fp32(data, "all_reduce");
+  const std::string what = std::string("all_reduce (") + sdk::reduce_op_name(op) + ") of " +
+                           elements(data);
+  auto h = std::make_unique<Handle>(*this, what,
+                                    op == sdk::ReduceOp::avg ? data : sdk::TensorView{},
+                                    1.0f / static_cast<float>(world_));
+  check(MPI_Iallreduce(MPI_IN_PLACE, data.data, count_of(data.numel(), "all_reduce"), MPI_FLOAT,
+                       mpi_op(op), comm_, h->request()),
+        what);
+  in_flight_.push_back(h->watch());
+  return h;
+}
+
+sdk::CommunicationHandlePtr MpiCommunicator::start_reduce_scatter(sdk::TensorView send,
+                                                                  sdk::TensorView recv,
+                                                                  sdk::ReduceOp op) {
+  require_bound("start_reduce_scatter");
+  require_fp32(send, "reduce_scatter");
+  require_fp32(recv, "reduce_scatter");
+  if (send.numel() != recv.numel() * world_)
+    throw sdk::BackendError("reduce_scatter: send holds " + std::to_string(send.numel()) +
+                                " elements, not recv's " + std::to_string(recv.numel()) + " × " +
+                                std::to_string(world_) + " ranks",
+                            "size send as world_size() pieces of recv.numel()");
+  const std::string what = std::string("reduce_scatter (") + sdk::reduce_op_name(op) + ") of " +
+                           elements(send);
+  auto h = std::make_unique<Handle>(*this, what,
+                                    op == sdk::ReduceOp::avg ? recv : sdk::TensorView{},
+                                    1.0f / static_cast<float>(world_));
+  check(MPI_Ireduce_scatter_block(send.data, recv.data, count_of(recv.numel(), "reduce_scatter"),
+                                  MPI_FLOAT, mpi_op(op), comm_, h->request()),
+        what);
+  in_flight_.push_back(h->watch());
+  return h;
+}
+
+sdk::CommunicationHandlePtr MpiCommunicator::start_all_gather(sdk::TensorView send,
+                                                              sdk::TensorView recv) {
+  require_bound("start_all_gather");
+  if (send.dtype != recv.dtype || recv.numel() != send.numel() * world_)
+    throw sdk::BackendError("all_gather: recv holds " + elements(recv) + ", not send's " +
+                                elements(send) + " × " + std::to_string(world_) + " ranks",
+                            "size recv as world_size() pieces of send, in send's dtype");
+  const std::string what = "all_gather of " + elements(recv);
+  auto h = std::make_unique<Handle>(*this, what);
+  check(MPI_Iallgather(send.data, count_of(static_cast<std::int64_t>(send.bytes()), "all_gather"),
+                       MPI_BYTE, recv.data,
+                       count_of(static_cast<std::int64_t>(send.bytes()), "all_gather"), MPI_BYTE,
+                       comm_, h->request()),
+        what);
+  in_flight_.push_back(h->watch());
+  return h;
+}
+
+void MpiCommunicator::broadcast(sdk::TensorView data, int root) {
+  require_bound("broadcast");
+  const std::string what = "broadcast from rank " + std::to_string(root) + " of " + elements(data);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ibcast(data.data, count_of(static_cast<std::int64_t>(data.bytes()), "broadcast"),
+                   MPI_BYTE, root, comm_, &request),
+        what);
+  wait_for(request, what);
+}
+
+void MpiCommunicator::progress() {
+  int flag = 0;
+  for (auto& w : in_flight_)
+    if (auto r = w.lock(); r && *r != MPI_REQUEST_NULL)
+      check(MPI_Test(r.get(), &flag, MPI_STATUS_IGNORE), "progress");
+  std::erase_if(in_flight_, [](const std::weak_ptr<MPI_Request>& w) {
+    auto r = w.lock();
+    return !r || *r == MPI_REQUEST_NULL;
+  });
+}
+
+void MpiCommunicator::barrier() {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ibarrier(comm_, &request), "barrier");
+  wait_for(request, "barrier");
+}
+
+void MpiCommunicator::all_reduce_host(std::span<double> values, sdk::ReduceOp op) {
+  const std::string what = std::string("host all_reduce (") + sdk::reduce_op_name(op) + ") of " +
+                           std::to_string(values.size()) + " values";
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Iallreduce(MPI_IN_PLACE, values.data(),
+                       count_of(static_cast<std::int64_t>(values.size()), "all_reduce_host"),
+                       MPI_DOUBLE, mpi_op(op), comm_, &request),
+        what);
+  wait_for(request, what);
+  if (op == sdk::ReduceOp::avg)
+    for (double& v : values) v /= static_cast<double>(world_);
+}
+
+void MpiCommunicator::broadcast_host(std::vector<std::byte>& bytes, int root) {
+  const std::string what = "host broadcast from rank " + std::to_string(root);
+  long long size = static_cast<long long>(bytes.size());
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ibcast(&size, 1, MPI_LONG_LONG, root, comm_, &request), what);
+  wait_for(request, what);
+  bytes.resize(static_cast<std::size_t>(size));
+  check(MPI_Ibcast(bytes.data(), count_of(size, "broadcast_host"), MPI_BYTE, root, comm_,
+                   &request),
+        what);
+  wait_for(request, what);
+}
+
+void MpiCommunicator::abort(int exit_code) noexcept {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; if it did, end this rank anyway
+}
+
+}  // namespace mixtrain::communicators

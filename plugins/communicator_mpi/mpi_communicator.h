@@ -1,0 +1,75 @@
+// MpiCommunicator: sdk::Communicator on Open MPI, for tensors in host memory (the CPU backend).
+//
+// Contract (sdk/communicator.h, plus)
+// - The constructor initialises MPI (MPI_THREAD_FUNNELED: only the trainer's thread calls MPI)
+//   unless something else did, and works on a duplicate of MPI_COMM_WORLD whose errors return
+//   codes (turned into sdk::CommunicationError) instead of aborting. The destructor finalises
+//   MPI only if the constructor initialised it.
+// - bind() accepts only a backend whose memory is the host's (capabilities().kind == "cpu");
+//   anything else is sdk::BackendError pointing at the nccl communicator.
+// - Reductions take fp32 (sum, avg, max); gathers and broadcasts move any dtype as bytes.
+// - Progress: Open MPI runs no progress thread, so a non-blocking collective advances only inside
+//   MPI calls. progress() tests every request in flight; the host calls it between backward ops.
+// - Every wait polls its request until `timeout_s` (option) has passed, then throws
+//   sdk::CommunicationError naming the operation and its size.
+// - abort() is MPI_Abort on the world: mpirun then ends every rank.
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/sdk/communicator.h"
+#include "mixtrain/sdk/options.h"
+#include "mixtrain/sdk/plugin.h"
+
+namespace mixtrain::communicators {
+
+class MpiCommunicator final : public sdk::Communicator {
+ public:
+  MpiCommunicator(const sdk::Options& options, const sdk::PluginContext& context);
+  ~MpiCommunicator() override;
+  static sdk::OptionSchema option_schema();
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string description() const override;
+  void bind(sdk::DeviceBackend& backend) override;
+
+  sdk::CommunicationHandlePtr start_all_reduce(sdk::TensorView data, sdk::ReduceOp op) override;
+  sdk::CommunicationHandlePtr start_reduce_scatter(sdk::TensorView send, sdk::TensorView recv,
+                                                   sdk::ReduceOp op) override;
+  sdk::CommunicationHandlePtr start_all_gather(sdk::TensorView send,
+                                               sdk::TensorView recv) override;
+  void broadcast(sdk::TensorView data, int root) override;
+  void progress() override;
+
+  void barrier() override;
+  void all_reduce_host(std::span<double> values, sdk::ReduceOp op) override;
+  void broadcast_host(std::vector<std::byte>& bytes, int root) override;
+  [[noreturn]] void abort(int exit_code) noexcept override;
+
+  // Polls `request` until it completes or the timeout passes (then CommunicationError).
+  void wait_for(MPI_Request& request, const std::string& what);
+  // MPI's error text for `code`, as CommunicationError naming `what`, when code != MPI_SUCCESS.
+  void check(int code, const std::string& what) const;
+
+ private:
+  class Handle;
+  void require_bound(const char* op) const;
+
+  sdk::Logger log_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, world_ = 1;
+  bool owns_mpi_ = false;
+  bool bound_ = false;
+  double timeout_s_ = 300.0;
+  std::string library_;
+  // Requests in flight (weak: a completed or destroyed handle drops out).
+  std::vector<std::weak_ptr<MPI_Request>> in_flight_;
+};
+
+}  // namespace mixtrain::communicators

@@ -1,0 +1,301 @@
+// Data-parallel training on 2 ranks under Open MPI (docs/architecture.md, "Data parallel"):
+// `mpirun --oversubscribe --allow-run-as-root -np 2 mixtrain train`, one thread per rank, against
+// one process training the same global batch. Skips, saying why, where mpirun or the mpi plugin
+// is missing.
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "cli_test_support.h"
+#include "npy_test_support.h"
+
+namespace mixtrain::test {
+namespace {
+
+bool mpi_available(std::string& why) {
+#ifndef MIXTRAIN_MPI_PLUGIN
+  why = "the mpi communicator plugin is not built (no MPI found at configure time)";
+  return false;
+#else
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+    why = "mpirun is not on PATH (install openmpi-bin)";
+    return false;
+  }
+  return true;
+#endif
+}
+
+class DataParallelTest : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    std::string why;
+    if (!mpi_available(why)) GTEST_SKIP() << why;
+  }
+
+  // `mixtrain ARGS` on `ranks` ranks (`args_per_rank`: each rank its own arguments, MPMD).
+  CliResult run_ranks(int ranks, const std::string& args) {
+    std::vector<std::string> per(static_cast<std::size_t>(ranks), args);
+    return run_mpmd(per);
+  }
+  CliResult run_mpmd(const std::vector<std::string>& args_per_rank) {
+    CliResult r;
+    auto out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    std::string cmd = "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1";
+    for (std::size_t i = 0; i < args_per_rank.size(); ++i)
+      cmd += std::string(i ? " :" : "") + " -np 1 " + MIXTRAIN_EXE + " " + args_per_rank[i];
+    cmd += " >" + out.string() + " 2>" + err.string() + " </dev/null";
+    const int status = std::system(cmd.c_str());
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+
+  // An MLP on 512 rows of 2 Gaussian-ish clusters (npy, deterministic), `extra` appended.
+  fs::path mlp_config(const std::string& name, const std::string& extra,
+                      float outlier = 0.0f) {
+    std::vector<float> x(512 * 16);
+    std::vector<std::int64_t> y(512);
+    std::uint32_t state = 12345;
+    auto next = [&] {
+      state = state * 1664525u + 1013904223u;
+      return static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f;
+    };
+    for (int i = 0; i < 512; ++i) {
+      y[static_cast<std::size_t>(i)] = i % 4;
+      for (int j = 0; j < 16; ++j)
+        x[static_cast<std::size_t>(i * 16 + j)] = next() + (j % 4 == i % 4 ? 1.0f : 0.0f);
+    }
+    if (outlier != 0.0f) x[7 * 16] = outlier;  // one row that overflows a narrow format
+    write_npy(dir_ / "x.npy", "<f4", {512, 16}, x);
+    write_npy(dir_ / "y.npy", "<i8", {512}, y);
+    return write_file(name, R"([run]
+name = "dp"
+seed = 3
+log_every = 1
+underflow_every = 0
+[backend]
+type = "cpu"
+[backend.cpu]
+threads = 1
+[optimizer]
+type = "adamw"
+[optimizer.adamw]
+lr = 0.01
+[model]
+layers = [
+  { type = "linear", name = "fc1", out = 32 },
+  { type = "relu" },
+  { type = "linear", name = "fc2", out = 32 },
+  { type = "relu" },
+  { type = "linear", name = "head", out = 4 },
+]
+[data]
+source = "npy"
+features = "x.npy"
+labels = "y.npy"
+batch_size = 64
+eval_fraction = 0.125
+)" + extra);
+  }
+
+  static std::vector<json> step_records(const fs::path& run) {
+    std::vector<json> out;
+    for (auto& r : records(run / "metrics.jsonl"))
+      if (r.contains("loss")) out.push_back(r);
+    return out;
+  }
+
+  static void expect_same_losses(const fs::path& a, const fs::path& b, double rel,
+                                 std::int64_t from_step = 1) {
+    auto ra = step_records(a), rb = step_records(b);
+    std::size_t compared = 0;
+    for (const auto& x : ra) {
+      if (x["step"].get<std::int64_t>() < from_step) continue;
+      for (const auto& y : rb)
+        if (y["step"] == x["step"]) {
+          const double la = x["loss"].get<double>(), lb = y["loss"].get<double>();
+          EXPECT_LE(std::abs(la - lb), rel * std::abs(la)) << "step " << x["step"];
+          EXPECT_EQ(x["skipped"], y["skipped"]) << "step " << x["step"];
+          EXPECT_EQ(x["loss_scale"], y["loss_scale"]) << "step " << x["step"];
+          ++compared;
+        }
+    }
+    EXPECT_GT(compared, 0u);
+  }
+};
+
+// 2 ranks × 32 rows against 1 rank × 64 rows, same data order, fp32: per-step losses agree to
+// 1e-5 relative for 50 steps, unsharded and with the optimizer state sharded.
+TEST_F(DataParallelTest, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
+  const auto single = mlp_config("single.toml", "");
+  auto base = run("train " + single.string() + " --set run.steps=50 --run-dir " + (dir_ / "r1").string());
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  for (const char* shard : {"false", "true"}) {
+    const auto cfg = mlp_config(std::string("dp-") + shard + ".toml",
+                                std::string("[distributed]\ntype = \"mpi\"\nshard_optimizer = ") +
+                                    shard + "\nbucket_mb = 0.002\n");
+    const auto dir = dir_ / (std::string("r2-") + shard);
+    auto r = run_ranks(2, "train " + cfg.string() + " --set run.steps=50 --run-dir " + dir.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_same_losses(dir_ / "r1", dir, 1e-5);
+    const auto s = summary(dir);
+    EXPECT_EQ(s["distributed"]["world_size"], 2);
+    EXPECT_TRUE(s["distributed"]["ranks_identical"].get<bool>());
+    EXPECT_GT(s["distributed"]["buckets"].get<int>(), 1);  // bucket_mb 0.002: several
+    EXPECT_GT(s["distributed"]["buckets_started_in_backward"].get<int>(), 0);
+    // Only rank 0 writes and speaks.
+    EXPECT_FALSE(has(r.out + r.err, "rank 1 [trainer]")) << r.err;
+  }
+  // Sharded, each rank holds half of AdamW's two slots (plus the padding of odd buckets).
+  const auto full = summary(dir_ / "r2-false")["distributed"]["optimizer_state_bytes_per_rank"];
+  const auto half = summary(dir_ / "r2-true")["distributed"]["optimizer_state_bytes_per_rank"];
+  EXPECT_LE(half.get<double>(), full.get<double>() * 0.5 + 64.0);
+  EXPECT_GE(half.get<double>(), full.get<double>() * 0.5 - 64.0);
+}
+
+// fp16-mixed with the dynamic scaler and one row that overflows fp16: the row lands in one
+// rank's half of the batch only, yet both ranks skip the same steps with the same scales (the
+// one-process run skips exactly those), and the replicas end identical.
+TEST_F(DataParallelTest, AnOverflowOnOneRankSkipsTheStepOnEveryRank) {
+  const std::string mixed = "[precision]\npolicy = \"fp16-mixed\"\n[scaler]\ntype = \"dynamic\"\n";
+  const auto single = mlp_config("single.toml", mixed, 1e30f);
+  auto base = run("train " + single.string() + " --set run.steps=24 --run-dir " + (dir_ / "r1").string());
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  const auto cfg = mlp_config("dp.toml", mixed + "[distributed]\ntype = \"mpi\"\n", 1e30f);
+  auto r = run_ranks(2, "train " + cfg.string() + " --set run.steps=24 --run-dir " + (dir_ / "r2").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_same_losses(dir_ / "r1", dir_ / "r2", 1e-3);
+  const auto s = summary(dir_ / "r2");
+  EXPECT_GT(s["skipped_steps"].get<int>(), 0);
+  EXPECT_EQ(s["skipped_steps"], summary(dir_ / "r1")["skipped_steps"]);
+  EXPECT_TRUE(s["distributed"]["ranks_identical"].get<bool>());
+}
+
+// A 2-rank run resumed from its checkpoint continues bit for bit; its checkpoint also resumes in
+// one process (the file is a one-rank run's), sharded or not.
+TEST_F(DataParallelTest, CheckpointsResumeOnTwoRanksBitExactAndOnOneRank) {
+  for (const char* shard : {"false", "true"}) {
+    const auto cfg =
+        mlp_config(std::string("dp-") + shard + ".toml",
+                   std::string("[distributed]\ntype = \"mpi\"\nshard_optimizer = ") + shard +
+                       "\nbucket_mb = 0.002\n[checkpoint]\nevery = 10\nkeep = 5\n");
+    const auto full = dir_ / (std::string("full-") + shard);
+    ASSERT_EQ(run_ranks(2, "train " + cfg.string() + " --set run.steps=20 --run-dir " + full.string())
+                  .exit_code,
+              0);
+    const auto ckpt = full / "checkpoints" / "step-00000010.mxt";
+    ASSERT_TRUE(fs::exists(ckpt));
+    const auto resumed = dir_ / (std::string("resumed-") + shard);
+    auto r = run_ranks(2, "train " + cfg.string() + " --set run.steps=20 --resume " + ckpt.string() +
+                              " --run-dir " + resumed.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_same_losses(full, resumed, 0.0, 11);
+    // One process, the same global batch.
+    const auto single = mlp_config("single.toml", "[checkpoint]\nevery = 10\n");
+    const auto one = dir_ / (std::string("one-") + shard);
+    auto r1 = run("train " + single.string() + " --set run.steps=20 --resume " + ckpt.string() +
+                  " --run-dir " + one.string());
+    ASSERT_EQ(r1.exit_code, 0) << r1.err;
+    expect_same_losses(full, one, 1e-5, 11);
+  }
+}
+
+// Delayed FP8 scaling: the amaxes are MAX-reduced, so both ranks hold the same scales.
+TEST_F(DataParallelTest, Fp8ScalesAreIdenticalOnEveryRank) {
+  const auto cfg = mlp_config(
+      "dp.toml",
+      "[precision]\npolicy = \"fp8-delayed\"\n[scaler]\ntype = \"dynamic\"\n[distributed]\n"
+      "type = \"mpi\"\n");
+  auto r = run_ranks(2, "train " + cfg.string() + " --set run.steps=20 --run-dir " + (dir_ / "r2").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(summary(dir_ / "r2")["distributed"]["ranks_identical"].get<bool>());
+}
+
+// The shipped ResNet-20 and tiny GPT, shrunk, take a few steps on 2 ranks (batch norm's
+// statistics local, residual adds, attention, tied embeddings) and stay replicas of each other.
+TEST_F(DataParallelTest, ResNet20AndTinyGptTrainOnTwoRanks) {
+  const std::string common =
+      " --set run.steps=3 --set run.log_every=1 --set distributed.type=mpi"
+      " --set backend.cpu.threads=1 --set run.eval_every=0";
+  const std::string resnet = std::string(MIXTRAIN_CONFIGS_DIR) + "/resnet20-bf16.toml" + common +
+                             " --set data.batch_size=8 --set data.eval_batch_size=8"
+                             " --set data.synthetic.rows=80 --set model.resnet.widths=[4,8,8]";
+  const std::string gpt = std::string(MIXTRAIN_CONFIGS_DIR) + "/gpt-tiny-bf16.toml" + common +
+                          " --set data.batch_size=4 --set data.eval_batch_size=4"
+                          " --set data.block_size=16 --set model.gpt.n_layer=1"
+                          " --set model.gpt.n_embd=32 --set model.gpt.n_head=2";
+  for (const auto& [name, args] : {std::pair{"resnet", resnet}, std::pair{"gpt", gpt}}) {
+    const auto dir = dir_ / name;
+    auto r = run_ranks(2, "train " + args + " --run-dir " + dir.string());
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    const auto s = summary(dir);
+    EXPECT_EQ(s["steps"], 3) << name;
+    EXPECT_TRUE(std::isfinite(s["final_loss"].get<double>())) << name;
+    EXPECT_TRUE(s["distributed"]["ranks_identical"].get<bool>()) << name;
+  }
+}
+
+TEST_F(DataParallelTest, ADistributedConfigWithoutMpirunExitsWithTheLaunchLine) {
+  const auto cfg = mlp_config("dp.toml", "[distributed]\ntype = \"mpi\"\n");
+  auto r = run("train " + cfg.string() + " --set run.steps=2 --run-dir " + (dir_ / "r").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.err, "mpirun -np 2 mixtrain train")) << r.err;
+  EXPECT_TRUE(has(r.err, "dp.toml:")) << r.err;  // where [distributed] type is
+  EXPECT_FALSE(fs::exists(dir_ / "r"));
+}
+
+TEST_F(DataParallelTest, RanksWithDifferentConfigsExitTwoNamingTheKey) {
+  const auto cfg = mlp_config("dp.toml", "[distributed]\ntype = \"mpi\"\n");
+  const std::string common = "train " + cfg.string() + " --set run.steps=2 --run-dir " + (dir_ / "r").string();
+  auto r = run_mpmd({common + " --set run.seed=3", common + " --set run.seed=4"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "rank 1's differs from rank 0's at run.seed: `3` against `4`")) << r.err;
+}
+
+// A rank that dies: the launcher ends the others (they never hang) and names the rank; the last
+// complete checkpoint stays loadable.
+TEST_F(DataParallelTest, ARankThatDiesEndsTheRunAndTheLastCheckpointLoads) {
+  const auto cfg = mlp_config("dp.toml",
+                              "[distributed]\ntype = \"mpi\"\n[checkpoint]\nevery = 5\nkeep = 50\n");
+  const auto run_dir = dir_ / "r";
+  const std::string cmd = std::string("mpirun --oversubscribe --allow-run-as-root -np 2 ") +
+                          MIXTRAIN_EXE + " train " + cfg.string() +
+                          " --set run.steps=100000 --set run.log_every=1000 --run-dir " +
+                          run_dir.string() + " >" + (dir_ / "out.txt").string() + " 2>" +
+                          (dir_ / "err.txt").string() + " & echo $! > " +
+                          (dir_ / "pid").string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(run_dir / "checkpoints" / "step-00000010.mxt") &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(fs::exists(run_dir / "checkpoints" / "step-00000010.mxt"));
+  // The newest of the two ranks' processes (rank 1, usually): SIGKILL, as an OOM killer would.
+  const std::string kill = "pkill -9 -n -f -- '--run-dir " + run_dir.string() + "'";
+  ASSERT_EQ(std::system(kill.c_str()), 0);
+  const auto mpirun_pid = std::stoi(slurp(dir_ / "pid"));
+  bool ended = false;
+  for (int i = 0; i < 600 && !ended; ++i) {  // 60 s
+    ended = ::kill(mpirun_pid, 0) != 0;
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(ended) << "mpirun still runs 60 s after a rank died";
+  const std::string err = slurp(dir_ / "err.txt");
+  EXPECT_TRUE(has(err, "rank")) << err;
+  // The newest complete checkpoint resumes in one process.
+  std::vector<fs::path> ckpts;
+  for (const auto& e : fs::directory_iterator(run_dir / "checkpoints"))
+    if (e.path().extension() == ".mxt") ckpts.push_back(e.path());
+  ASSERT_FALSE(ckpts.empty());
+  std::sort(ckpts.begin(), ckpts.end());
+  const auto single = mlp_config("single.toml", "");
+  auto r = run("eval " + single.string() + " --checkpoint " + ckpts.back().string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+}  // namespace
+}  // namespace mixtrain::test
