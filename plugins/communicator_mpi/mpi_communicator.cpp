@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <thread>
 
 #include "mixtrain/sdk/error.h"
@@ -22,6 +23,12 @@ int count_of(std::int64_t n, const char* what) {
                                 " elements: MPI counts are int, at most " + std::to_string(INT_MAX),
                             "lower [distributed] bucket_mb");
   return static_cast<int>(n);
+}
+
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", s);
+  return text;
 }
 
 MPI_Op mpi_op(sdk::ReduceOp op) {
@@ -157,8 +164,7 @@ void MpiCommunicator::wait_for(MPI_Request& request, const std::string& what) {
     if (Clock::now() > deadline)
       throw sdk::CommunicationError(
           "rank " + std::to_string(rank_) + ": " + what + " did not complete within " +
-              std::to_string(static_cast<long long>(timeout_s_)) +
-              " s (distributed.mpi.timeout_s): a rank may have died or stopped calling collectives",
+              seconds_text(timeout_s_) + " s (distributed.mpi.timeout_s): a rank may have died or stopped calling collectives",
           "look for an earlier error on another rank; raise timeout_s if a step legitimately "
           "takes longer");
     // Spin first (the answer is usually microseconds away), then give the core back: with more

@@ -212,6 +212,12 @@ void DataParallel::broadcast_buffers(Model& model) {
   for (auto* b : model.buffers()) comm_->broadcast(b->value.view(), 0);
 }
 
+bool DataParallel::any_rank(bool mine) {
+  double v[1] = {mine ? 1.0 : 0.0};
+  comm_->all_reduce_host(v, sdk::ReduceOp::max);
+  return v[0] > 0.0;
+}
+
 std::string DataParallel::first_from_any_rank(const std::string& mine) {
   double v[1] = {mine.empty() ? 0.0 : static_cast<double>(world_ - rank_)};
   comm_->all_reduce_host(v, sdk::ReduceOp::max);

@@ -94,6 +94,8 @@ class DataParallel {
   void max_reduce(std::span<float> values);
   // Rank 0's buffers (batch-norm running statistics) into every rank's model.
   void broadcast_buffers(Model& model);
+  // Whether `mine` is true on any rank (every rank gets the same answer).
+  bool any_rank(bool mine);
   // The text of the lowest rank that has one ("" on every rank when none has).
   std::string first_from_any_rank(const std::string& mine);
 

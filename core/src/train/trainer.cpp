@@ -322,6 +322,9 @@ TrainSummary Trainer::run() {
     ++s.step;
     // A stop request (Ctrl-C) lets this step finish and then reports it as the last one.
     interrupted = s.opt.stop_requested && s.opt.stop_requested() && s.step < end_step;
+    // Data parallel: a stop request (mpirun forwards Ctrl-C to every rank, each sees it at its own
+    // moment) must end every rank after the same step, or the ranks' collectives part ways.
+    if (s.dp) interrupted = s.dp->any_rank(interrupted);
     const bool last_step = s.step == end_step || interrupted;
     const bool log_step = s.step % e.run.log_every == 0 || last_step;
     const bool live_refresh = progress.live_due(s.step) || (progress.live() && last_step);
