@@ -21,14 +21,30 @@ sdk::Options options(double timeout_s = 60.0) {
                                {{"timeout_s", timeout_s, {}}}, {}, {});
 }
 
+// MPI may be initialised once per process: one communicator owns it for the whole test program
+// and finalises it after the last test (mpirun calls a rank that exits without it a failure).
+class MpiEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    backend = std::make_unique<backend_cpu::CpuBackend>(1);
+    comm = std::make_unique<MpiCommunicator>(options(), sdk::PluginContext{});
+    comm->bind(*backend);
+  }
+  void TearDown() override {
+    comm.reset();
+    backend.reset();
+  }
+  static inline std::unique_ptr<sdk::DeviceBackend> backend;
+  static inline std::unique_ptr<MpiCommunicator> comm;
+};
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
+
 class MpiCommunicatorTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    backend_ = new backend_cpu::CpuBackend(1);
-    comm_ = new MpiCommunicator(options(), sdk::PluginContext{});
-    comm_->bind(*backend_);
+    backend_ = MpiEnvironment::backend.get();
+    comm_ = MpiEnvironment::comm.get();
   }
-  // MPI may be initialised once per process: the communicator (which owns it) lives until exit.
   void SetUp() override {
     if (comm_->world_size() < 2) GTEST_SKIP() << "needs 2 ranks: run under mpirun -np 2";
   }
