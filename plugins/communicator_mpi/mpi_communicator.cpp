@@ -63,9 +63,7 @@ class MpiCommunicator::Handle final : public sdk::CommunicationHandle {
 
   bool test() override {
     if (done_) return true;
-    int flag = 0;
-    owner_.check(MPI_Test(request_.get(), &flag, MPI_STATUS_IGNORE), what_);
-    if (flag) finish();
+    if (owner_.test_request(*request_, what_)) finish();
     return done_;
   }
   void wait() override {
@@ -94,20 +92,32 @@ sdk::OptionSchema MpiCommunicator::option_schema() {
   return {sdk::OptionSpec::number("timeout_s", 300.0,
                                   "seconds a collective may wait for the other ranks before the "
                                   "run ends with an error naming it")
-              .greater_than(0.0)};
+              .greater_than(0.0),
+          sdk::OptionSpec::string("progress", "test",
+                                  "how non-blocking collectives advance: \"test\" between the "
+                                  "host's ops, or \"thread\", a progress thread of their own")
+              .one_of({"test", "thread"})};
 }
 
 MpiCommunicator::MpiCommunicator(const sdk::Options& options, const sdk::PluginContext& context)
-    : log_(context.logger), timeout_s_(options.get_double("timeout_s")) {
-  int initialised = 0;
+    : log_(context.logger),
+      timeout_s_(options.get_double("timeout_s")),
+      progress_thread_(options.get_string("progress") == "thread") {
+  const int wanted = progress_thread_ ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+  int initialised = 0, provided = 0;
   MPI_Initialized(&initialised);
   if (!initialised) {
-    int provided = 0;
-    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(nullptr, nullptr, wanted, &provided) != MPI_SUCCESS)
       throw sdk::CommunicationError("MPI_Init_thread failed",
                                     "launch with mpirun; check the Open MPI installation");
     owns_mpi_ = true;
+  } else {
+    MPI_Query_thread(&provided);
   }
+  if (provided < wanted)
+    throw sdk::CommunicationError(
+        "progress = \"thread\" needs MPI_THREAD_MULTIPLE, which this MPI does not provide",
+        "use progress = \"test\", or an MPI built with thread support");
   MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
@@ -120,6 +130,14 @@ MpiCommunicator::MpiCommunicator(const sdk::Options& options, const sdk::PluginC
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  if (progress_.joinable()) {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    work_.notify_all();
+    progress_.join();
+  }
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   int finalised = 0;
   MPI_Finalized(&finalised);
@@ -138,6 +156,44 @@ void MpiCommunicator::bind(sdk::DeviceBackend& backend) {
             "elsewhere",
         "for CUDA tensors use [distributed] type = \"nccl\"");
   bound_ = true;
+  if (progress_thread_ && !progress_.joinable()) progress_ = std::thread([this] { progress_loop(); });
+}
+
+void MpiCommunicator::progress_loop() {
+  std::unique_lock lock(mutex_);
+  int flag = 0;
+  while (!stopping_) {
+    std::erase_if(in_flight_, [](const std::weak_ptr<MPI_Request>& w) {
+      auto r = w.lock();
+      return !r || *r == MPI_REQUEST_NULL;
+    });
+    if (in_flight_.empty()) {
+      work_.wait(lock);
+      continue;
+    }
+    for (auto& w : in_flight_)
+      if (auto r = w.lock(); r && *r != MPI_REQUEST_NULL)
+        MPI_Test(r.get(), &flag, MPI_STATUS_IGNORE);  // an error surfaces in the owner's wait
+    // Let the trainer's thread take the mutex between rounds.
+    lock.unlock();
+    std::this_thread::yield();
+    lock.lock();
+  }
+}
+
+void MpiCommunicator::track(const std::weak_ptr<MPI_Request>& request) {
+  {
+    std::lock_guard lock(mutex_);
+    in_flight_.push_back(request);
+  }
+  if (progress_thread_) work_.notify_one();
+}
+
+bool MpiCommunicator::test_request(MPI_Request& request, const std::string& what) {
+  int flag = 0;
+  std::lock_guard lock(mutex_);
+  check(MPI_Test(&request, &flag, MPI_STATUS_IGNORE), what);
+  return flag != 0;
 }
 
 void MpiCommunicator::require_bound(const char* op) const {
@@ -157,10 +213,8 @@ void MpiCommunicator::check(int code, const std::string& what) const {
 
 void MpiCommunicator::wait_for(MPI_Request& request, const std::string& what) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
-  int flag = 0;
   for (int spins = 0;; ++spins) {
-    check(MPI_Test(&request, &flag, MPI_STATUS_IGNORE), what);
-    if (flag) return;
+    if (test_request(request, what)) return;
     if (Clock::now() > deadline)
       throw sdk::CommunicationError(
           "rank " + std::to_string(rank_) + ": " + what + " did not complete within " +
@@ -185,7 +239,7 @@ sdk::CommunicationHandlePtr MpiCommunicator::start_all_reduce(sdk::TensorView da
   check(MPI_Iallreduce(MPI_IN_PLACE, data.data, count_of(data.numel(), "all_reduce"), MPI_FLOAT,
                        mpi_op(op), comm_, h->request()),
         what);
-  in_flight_.push_back(h->watch());
+  track(h->watch());
   return h;
 }
 
@@ -208,7 +262,7 @@ sdk::CommunicationHandlePtr MpiCommunicator::start_reduce_scatter(sdk::TensorVie
   check(MPI_Ireduce_scatter_block(send.data, recv.data, count_of(recv.numel(), "reduce_scatter"),
                                   MPI_FLOAT, mpi_op(op), comm_, h->request()),
         what);
-  in_flight_.push_back(h->watch());
+  track(h->watch());
   return h;
 }
 
@@ -226,7 +280,7 @@ sdk::CommunicationHandlePtr MpiCommunicator::start_all_gather(sdk::TensorView se
                        count_of(static_cast<std::int64_t>(send.bytes()), "all_gather"), MPI_BYTE,
                        comm_, h->request()),
         what);
-  in_flight_.push_back(h->watch());
+  track(h->watch());
   return h;
 }
 
@@ -241,7 +295,9 @@ void MpiCommunicator::broadcast(sdk::TensorView data, int root) {
 }
 
 void MpiCommunicator::progress() {
+  if (progress_thread_) return;
   int flag = 0;
+  std::lock_guard lock(mutex_);
   for (auto& w : in_flight_)
     if (auto r = w.lock(); r && *r != MPI_REQUEST_NULL)
       check(MPI_Test(r.get(), &flag, MPI_STATUS_IGNORE), "progress");

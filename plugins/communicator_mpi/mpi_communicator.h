@@ -9,7 +9,11 @@
 //   anything else is sdk::BackendError pointing at the nccl communicator.
 // - Reductions take fp32 (sum, avg, max); gathers and broadcasts move any dtype as bytes.
 // - Progress: Open MPI runs no progress thread, so a non-blocking collective advances only inside
-//   MPI calls. progress() tests every request in flight; the host calls it between backward ops.
+//   MPI calls. Option `progress`: "test" (the default) — progress() tests every request in
+//   flight, and the host calls it between backward ops; "thread" — a thread of the plugin's own
+//   tests them continuously (MPI_THREAD_MULTIPLE), and progress() does nothing. Every MPI_Test of
+//   a request in flight holds one mutex, so the two threads never test one request at once. The
+//   measurement that made "test" the default is in README.md.
 // - Every wait polls its request until `timeout_s` (option) has passed, then throws
 //   sdk::CommunicationError naming the operation and its size.
 // - abort() is MPI_Abort on the world: mpirun then ends every rank.
@@ -18,7 +22,10 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -70,6 +77,17 @@ class MpiCommunicator final : public sdk::Communicator {
   std::string library_;
   // Requests in flight (weak: a completed or destroyed handle drops out).
   std::vector<std::weak_ptr<MPI_Request>> in_flight_;
+  // progress = "thread": the progress thread and what it waits on; mutex_ guards in_flight_ and
+  // every MPI_Test of a request in it.
+  bool progress_thread_ = false;
+  std::mutex mutex_;
+  std::condition_variable work_;
+  bool stopping_ = false;
+  std::thread progress_;
+  void progress_loop();
+  void track(const std::weak_ptr<MPI_Request>& request);
+  // MPI_Test under the mutex when a progress thread runs; true when complete.
+  bool test_request(MPI_Request& request, const std::string& what);
 };
 
 }  // namespace mixtrain::communicators

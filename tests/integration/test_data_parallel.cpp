@@ -138,11 +138,15 @@ TEST_F(DataParallelTest, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
   const auto single = mlp_config("single.toml", "");
   auto base = run("train " + single.string() + " --set run.steps=50 --run-dir " + (dir_ / "r1").string());
   ASSERT_EQ(base.exit_code, 0) << base.err;
-  for (const char* shard : {"false", "true"}) {
-    const auto cfg = mlp_config(std::string("dp-") + shard + ".toml",
-                                std::string("[distributed]\ntype = \"mpi\"\nshard_optimizer = ") +
-                                    shard + "\nbucket_mb = 0.002\n");
-    const auto dir = dir_ / (std::string("r2-") + shard);
+  // Unsharded, sharded, and unsharded with the mpi plugin's progress thread.
+  for (const std::string variant : {"false", "true", "thread"}) {
+    const std::string shard = variant == "true" ? "true" : "false";
+    const std::string progress = variant == "thread" ? "thread" : "test";
+    const auto cfg = mlp_config("dp-" + variant + ".toml",
+                                "[distributed]\ntype = \"mpi\"\nshard_optimizer = " + shard +
+                                    "\nbucket_mb = 0.002\n[distributed.mpi]\nprogress = \"" +
+                                    progress + "\"\n");
+    const auto dir = dir_ / ("r2-" + variant);
     auto r = run_ranks(2, "train " + cfg.string() + " --set run.steps=50 --run-dir " + dir.string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     expect_same_losses(dir_ / "r1", dir, 1e-5);
