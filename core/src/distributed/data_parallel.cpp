@@ -60,7 +60,7 @@ void DataParallel::attach(Model& model, std::vector<sdk::Parameter>& params,
   plan_ = plan_buckets(numels, cap, world_);
   bucket_of_.assign(params_.size(), 0);
   offset_of_.assign(params_.size(), 0);
-  copied_.assign(params_.size(), false);
+  ready_.assign(params_.size(), false);
   for (std::size_t bi = 0; bi < plan_.size(); ++bi) {
     Bucket b;
     b.plan = plan_[bi];
@@ -75,6 +75,14 @@ void DataParallel::attach(Model& model, std::vector<sdk::Parameter>& params,
       offset_of_[b.plan.params[j]] = b.plan.offsets[j];
     }
     buckets_.push_back(std::move(b));
+  }
+  // Each parameter's gradient lives in its bucket (DDP's gradient_as_bucket_view): backward
+  // writes straight into the buffer the collective reduces, with no copy and no second buffer.
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const sdk::TensorView own = params_[i]->grad.view();
+    const sdk::TensorView in_bucket = flat_view(buckets_[bucket_of_[i]], offset_of_[i], own.shape);
+    backend_->copy(in_bucket, own);
+    params_[i]->grad = Tensor::borrowed(in_bucket);
   }
 
   // What the optimizer is bound to (its state follows these views' sizes) and what the step
@@ -114,13 +122,11 @@ void DataParallel::begin_step() {
     b.started = false;
     b.handle.reset();
   }
-  std::fill(copied_.begin(), copied_.end(), false);
+  std::fill(ready_.begin(), ready_.end(), false);
 }
 
-void DataParallel::copy_into_bucket(std::size_t param) {
-  const sdk::TensorView g = params_[param]->grad.view();
-  backend_->copy(flat_view(buckets_[bucket_of_[param]], offset_of_[param], g.shape), g);
-  copied_[param] = true;
+void DataParallel::mark_ready(std::size_t param) {
+  ready_[param] = true;
   ++buckets_[bucket_of_[param]].ready;
 }
 
@@ -138,8 +144,8 @@ void DataParallel::on_gradient_ready(ModelParameter& p) {
   const auto it = index_.find(&p);
   if (it == index_.end()) return;
   const std::size_t i = it->second;
-  if (copied_[i]) return;
-  copy_into_bucket(i);
+  if (ready_[i]) return;
+  mark_ready(i);
   Bucket& b = buckets_[bucket_of_[i]];
   // Buckets start in plan order on every rank: a bucket completed out of order waits for the
   // ones before it, so that every rank issues the same collectives in the same order.
@@ -155,10 +161,10 @@ void DataParallel::on_gradient_ready(ModelParameter& p) {
 }
 
 void DataParallel::finish_gradients() {
-  // Gradients the hook did not see (hook off, a parameter no node wrote this step: its gradient
-  // is the zero it was cleared to) go in now.
+  // Gradients the hook did not see (hook off, or a parameter no node wrote this step) count as
+  // ready now: they are in their bucket already.
   for (std::size_t i = 0; i < params_.size(); ++i)
-    if (!copied_[i]) copy_into_bucket(i);
+    if (!ready_[i]) mark_ready(i);
   for (auto& b : buckets_) {
     if (b.started && b.handle->test()) ++timing_.finished_in_backward;
     if (!b.started) start(b);

@@ -4,18 +4,19 @@
 //
 // Contract
 // - attach(model, params, grads) plans the gradient buckets (distributed/gradient_buckets.h)
-//   over model.parameters(), allocates each bucket's flat FP32 buffer on the backend and installs
-//   the model's gradient-ready hook. It replaces `params` (what the optimizer is bound to) and
-//   `grads` (what the step unscales and checks):
-//   - unsharded: each parameter's gradient is a view into its bucket (the buffer the all-reduce
-//     sums in place), and grads are the buckets;
+//   over model.parameters(), allocates each bucket's flat FP32 buffer on the backend, moves every
+//   parameter's gradient into its bucket (the model's ModelParameter::grad becomes a borrowed view
+//   of it: backward writes where the collective reads) and installs the model's gradient-ready
+//   hook. It replaces `params` (what the optimizer is bound to) and `grads` (what the step
+//   unscales and checks):
+//   - unsharded: the gradients in their buckets, which the all-reduce sums in place, and grads
+//     are the buckets;
 //   - shard_optimizer (ZeRO stage 1): the optimizer sees only this rank's pieces of every bucket
 //     (master views into the model's masters, gradients in the rank's reduce-scattered shard, no
 //     working copy), so it allocates 1/N of the state; grads are the shards.
 //   Called again after a replan (a new model): everything is rebuilt for it.
-// - The step: begin_step() before the first micro-batch; the hook copies each final gradient
-//   into its bucket and, with `overlap`, starts the bucket's collective as soon as the bucket is
-//   full, calling progress() as backward goes on; finish_gradients() starts what is left and
+// - The step: begin_step() before the first micro-batch; the hook counts each final gradient
+//   and, with `overlap`, starts the bucket's collective as soon as the bucket is complete, calling progress() as backward goes on; finish_gradients() starts what is left and
 //   waits for every bucket. The buckets then hold SUMS over the ranks: the caller folds 1/N into
 //   the unscale. The hook is off while set_hook_enabled(false) (the non-finite replay, which
 //   runs on one rank's batch only).
@@ -114,7 +115,7 @@ class DataParallel {
  private:
   struct Bucket {
     GradientBucket plan;
-    Tensor flat;   // fp32 [padded]: the gradients packed (and, sharded, the gathered masters)
+    Tensor flat;   // fp32 [padded]: the parameters' gradients (and, sharded, the gathered masters)
     Tensor shard;  // sharded: fp32 [padded / world]
     std::size_t ready = 0;
     bool started = false;
@@ -125,7 +126,7 @@ class DataParallel {
     ShardPiece where;
   };
   void on_gradient_ready(ModelParameter& p);
-  void copy_into_bucket(std::size_t param);
+  void mark_ready(std::size_t param);
   void start(Bucket& b);
   sdk::TensorView flat_view(const Bucket& b, std::int64_t offset, const sdk::Shape& shape) const;
 
@@ -140,7 +141,7 @@ class DataParallel {
   std::unordered_map<const ModelParameter*, std::size_t> index_;
   std::vector<std::size_t> bucket_of_;    // per parameter
   std::vector<std::int64_t> offset_of_;   // per parameter: its offset in its bucket
-  std::vector<bool> copied_;              // per parameter, this step
+  std::vector<bool> ready_;              // per parameter: reported ready this step
   std::vector<Piece> pieces_;             // sharded: the optimizer's parameters, in bind order
   CommunicationTiming timing_;
 };

@@ -50,6 +50,15 @@ void copy_to_host_fp32(const std::shared_ptr<sdk::DeviceBackend>& backend, sdk::
   backend->copy_to_host(dst, wide);
 }
 
+Tensor Tensor::borrowed(sdk::TensorView view) {
+  Tensor t;
+  t.data_ = view.data;
+  t.capacity_ = view.bytes();
+  t.dtype_ = view.dtype;
+  t.shape_ = view.shape;
+  return t;  // no backend: release() leaves the memory to its owner
+}
+
 void Tensor::release() noexcept {
   if (data_ != nullptr && backend_) backend_->deallocate(data_);
   data_ = nullptr;

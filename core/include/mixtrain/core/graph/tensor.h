@@ -20,6 +20,9 @@ class Tensor {
   Tensor& operator=(Tensor&& o) noexcept;
   Tensor(const Tensor&) = delete;
   Tensor& operator=(const Tensor&) = delete;
+  // A tensor over memory another owner keeps alive and frees (data parallel: a parameter's
+  // gradient living in its bucket, docs/architecture.md "Data parallel"); it frees nothing.
+  static Tensor borrowed(sdk::TensorView view);
 
   bool empty() const { return data_ == nullptr; }
   sdk::DType dtype() const { return dtype_; }
