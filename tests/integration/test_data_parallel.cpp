@@ -165,6 +165,21 @@ TEST_F(DataParallelTest, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
   EXPECT_GE(half.get<double>(), full.get<double>() * 0.5 - 64.0);
 }
 
+// Gradient accumulation: the micro-batches add up locally and only the step's last one
+// communicates, so each bucket is reduced once per optimizer step.
+TEST_F(DataParallelTest, GradientAccumulationCommunicatesOnTheLastMicroBatchOnly) {
+  const std::string accumulate = " --set run.steps=20 --set run.accumulate=2 --set data.batch_size=32";
+  const auto single = mlp_config("single.toml", "");
+  auto base = run("train " + single.string() + accumulate + " --run-dir " + (dir_ / "r1").string());
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  const auto cfg = mlp_config("dp.toml", "[distributed]\ntype = \"mpi\"\nbucket_mb = 0.002\n");
+  auto r = run_ranks(2, "train " + cfg.string() + accumulate + " --run-dir " + (dir_ / "r2").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_same_losses(dir_ / "r1", dir_ / "r2", 1e-5);
+  const auto d = summary(dir_ / "r2")["distributed"];
+  EXPECT_EQ(d["buckets_communicated"].get<int>(), 20 * d["buckets"].get<int>());
+}
+
 // fp16-mixed with the dynamic scaler and one row that overflows fp16: the row lands in one
 // rank's half of the batch only, yet both ranks skip the same steps with the same scales (the
 // one-process run skips exactly those), and the replicas end identical.

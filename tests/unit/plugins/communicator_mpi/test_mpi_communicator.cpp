@@ -12,6 +12,7 @@
 #include "cpu_backend.h"
 #include "forwarding_backend.h"
 #include "mpi_communicator.h"
+#include "plugin_test_support.h"
 
 namespace mixtrain::communicators {
 namespace {
@@ -188,6 +189,16 @@ TEST(MpiCommunicatorBind, RefusesABackendThatIsNotTheHosts) {
   } catch (const sdk::BackendError& e) {
     EXPECT_NE(std::string(e.full_message()).find("nccl"), std::string::npos) << e.full_message();
   }
+}
+
+// plugins/communicator_mpi/README.md documents every option exactly as the schema declares it.
+TEST(MpiCommunicatorReadme, OptionTableMatchesTheSchema) {
+  const std::string readme =
+      std::string(MIXTRAIN_TEST_SOURCE_DIR) + "/plugins/communicator_mpi/README.md";
+  std::vector<std::string> expected;
+  for (const auto& spec : MpiCommunicator::option_schema())
+    expected.push_back(test::readme_row(spec));
+  EXPECT_EQ(test::readme_rows(readme, "mpi"), expected) << "update the table in " << readme;
 }
 
 }  // namespace
