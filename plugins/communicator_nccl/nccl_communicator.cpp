@@ -1,0 +1,512 @@
+#include "nccl_communicator.h"
+
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "mixtrain/sdk/backend_native_stream.h"
+#include "mixtrain/sdk/error.h"
+#include "nccl_rules.h"
+
+namespace mixtrain::communicator_nccl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* const kFailureHint =
+    "another rank failed, stopped or never joined: check the other ranks' logs; raise "
+    "[distributed] timeout_s if a rank is only slow (long checkpoint writes, first-step setup)";
+
+std::string seconds_text(double s) {
+  std::ostringstream out;
+  out << s;
+  return out.str();
+}
+
+std::string mpi_error_text(int status) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(status, text, &length) != MPI_SUCCESS)
+    return "MPI error " + std::to_string(status);
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+// Spin briefly (host collectives of a few doubles finish in microseconds), then sleep so a rank
+// waiting minutes for a slow peer does not hold a core.
+void pause(int& polls) {
+  if (++polls < 1000)
+    std::this_thread::yield();
+  else
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+}
+
+class NcclHandle final : public sdk::CommunicationHandle {
+ public:
+  NcclHandle(NcclCommunicator& owner, std::shared_ptr<NcclCommunicator::Pending> pending)
+      : owner_(owner), pending_(std::move(pending)) {}
+  ~NcclHandle() override {
+    // Stream-ordered: the backend's later ops (and the allocator's reuse of these buffers, which
+    // runs on that stream) come after the transfer.
+    if (!pending_->ordered) {
+      try {
+        owner_.wait(*pending_);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the contract swallows it here
+      }
+    }
+  }
+  bool test() override { return owner_.test(*pending_); }
+  void wait() override { owner_.wait(*pending_); }
+
+ private:
+  NcclCommunicator& owner_;
+  std::shared_ptr<NcclCommunicator::Pending> pending_;
+};
+
+}  // namespace
+
+NcclCommunicator::Pending::~Pending() {
+  // Safe while the event is pending: CUDA releases it once it completes.
+  if (done != nullptr) cudaEventDestroy(done);
+}
+
+NcclCommunicator::NcclCommunicator(double timeout_s, sdk::Logger logger)
+    : timeout_s_(timeout_s), logger_(std::move(logger)) {
+  try {
+    int initialised = 0, finalised = 0;
+    MPI_Initialized(&initialised);
+    MPI_Finalized(&finalised);
+    if (finalised)
+      throw sdk::BackendError("the nccl communicator needs MPI, and MPI was already finalised",
+                              "create the communicator before anything finalises MPI");
+    if (!initialised) {
+      int provided = 0;
+      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "setup",
+                "MPI_Init_thread");
+      mpi_initialised_here_ = true;
+      if (provided < MPI_THREAD_SERIALIZED)
+        logger_.warn("MPI provides thread level " + std::to_string(provided) +
+                     " (< MPI_THREAD_SERIALIZED): keep every call on one thread");
+    }
+    // Errors come back as codes on our communicator, so a failed peer becomes
+    // CommunicationError instead of MPI's default abort of the whole job.
+    MPI_Request request = MPI_REQUEST_NULL;
+    check_mpi(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request), "setup", "MPI_Comm_idup");
+    wait_mpi(request, "setup (MPI_Comm_idup)");
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+
+    if (const auto env = parse_local_rank(std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"))) {
+      local_rank_ = *env;
+    } else {
+      MPI_Comm node = MPI_COMM_NULL;
+      check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+                "setup", "MPI_Comm_split_type");
+      MPI_Comm_rank(node, &local_rank_);
+      MPI_Comm_free(&node);
+    }
+
+    int count = 0;
+    std::string why;
+    if (const cudaError_t status = cudaGetDeviceCount(&count); status != cudaSuccess) {
+      (void)cudaGetLastError();
+      why = std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
+      count = 0;
+    }
+    device_ = choose_device(local_rank_, count, why);
+    activate();
+    cudaDeviceProp props{};
+    if (cudaGetDeviceProperties(&props, device_) == cudaSuccess) device_name_ = props.name;
+    ncclGetVersion(&nccl_version_);
+
+    if (rank_ == 0) {
+      if (const ncclResult_t r = ncclGetUniqueId(&id_); r != ncclSuccess)
+        throw sdk::CommunicationError(
+            std::string("nccl.setup: ncclGetUniqueId failed: ") + ncclGetErrorString(r),
+            "check the network interfaces NCCL may use (NCCL_SOCKET_IFNAME)");
+    }
+    check_mpi(MPI_Ibcast(&id_, static_cast<int>(sizeof id_), MPI_BYTE, 0, comm_, &request), "setup",
+              "MPI_Ibcast");
+    wait_mpi(request, "setup (broadcast of the ncclUniqueId)");
+    logger_.debug("rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                  ", local rank " + std::to_string(local_rank_) + " on device " +
+                  std::to_string(device_) + " (" + device_name_ + ")");
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  release();
+}
+
+void NcclCommunicator::release() noexcept {
+  if (nccl_ != nullptr && !aborted_) {
+    activate();
+    // Let the enqueued collectives finish (timed: a dead peer would hold them forever), then
+    // finalise; otherwise abort, which makes NCCL's kernels return.
+    bool clean = false;
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+    int polls = 0;
+    for (;;) {
+      const cudaError_t s = comm_stream_ ? cudaStreamQuery(comm_stream_) : cudaSuccess;
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(nccl_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) break;
+      if (s == cudaSuccess) {
+        clean = true;
+        break;
+      }
+      if (s != cudaErrorNotReady || Clock::now() > deadline) break;
+      pause(polls);
+    }
+    if (clean && ncclCommFinalize(nccl_) == ncclSuccess) {
+      ncclResult_t state = ncclInProgress;
+      while (ncclCommGetAsyncError(nccl_, &state) == ncclSuccess && state == ncclInProgress &&
+             Clock::now() <= deadline)
+        pause(polls);
+      clean = state == ncclSuccess;
+    } else {
+      clean = false;
+    }
+    if (clean)
+      ncclCommDestroy(nccl_);
+    else
+      ncclCommAbort(nccl_);
+    nccl_ = nullptr;
+  }
+  in_flight_.clear();
+  if (ready_ != nullptr) cudaEventDestroy(ready_);
+  if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
+  ready_ = nullptr;
+  comm_stream_ = nullptr;
+  int finalised = 1;
+  MPI_Finalized(&finalised);
+  // After a failure, MPI_Comm_free and MPI_Finalize could wait on the peer that failed: the
+  // process is ending with CommunicationError anyway, and no call may block forever.
+  if (finalised || aborted_) return;
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (mpi_initialised_here_) MPI_Finalize();
+}
+
+std::string NcclCommunicator::description() const {
+  return describe(nccl_version_, size_, device_, device_name_);
+}
+
+void NcclCommunicator::activate() const {
+  cudaSetDevice(device_);
+}
+
+void NcclCommunicator::require_bound(const char* op) const {
+  if (nccl_ == nullptr && !aborted_)
+    throw sdk::BackendError(
+        "nccl." + std::string(op) + ": the communicator is not bound to a backend",
+        "call bind(backend) once, before any tensor collective");
+}
+
+void NcclCommunicator::check_usable(const char* op) const {
+  if (aborted_)
+    throw sdk::CommunicationError(
+        "nccl." + std::string(op) +
+            ": the communicator was aborted after an earlier failure: " + abort_reason_,
+        kFailureHint);
+}
+
+void NcclCommunicator::fail(const char* op, const std::string& why) {
+  const std::string message = "nccl." + std::string(op) + " on rank " + std::to_string(rank_) +
+                              " of " + std::to_string(size_) + ": " + why;
+  if (!aborted_) {
+    aborted_ = true;
+    abort_reason_ = message;
+    if (nccl_ != nullptr) {
+      ncclCommAbort(nccl_);
+      nccl_ = nullptr;
+    }
+    logger_.error(message + "; the NCCL communicator is aborted");
+  }
+  throw sdk::CommunicationError(message, kFailureHint);
+}
+
+void NcclCommunicator::check_cuda(cudaError_t status, const char* op, const char* call) {
+  if (status == cudaSuccess) return;
+  (void)cudaGetLastError();
+  fail(op, std::string(call) + " failed: " + cudaGetErrorName(status) + ": " +
+               cudaGetErrorString(status));
+}
+
+void NcclCommunicator::check_mpi(int status, const char* op, const char* call) {
+  if (status == MPI_SUCCESS) return;
+  fail(op, std::string(call) + " failed: " + mpi_error_text(status));
+}
+
+void NcclCommunicator::poll_async(const char* op) {
+  if (nccl_ == nullptr) return;
+  ncclResult_t async = ncclSuccess;
+  const ncclResult_t r = ncclCommGetAsyncError(nccl_, &async);
+  if (r != ncclSuccess) async = r;
+  if (async == ncclSuccess || async == ncclInProgress) return;
+  const char* last = ncclGetLastError(nccl_);
+  fail(op, std::string("NCCL reports ") + ncclGetErrorString(async) +
+               (last != nullptr && *last != '\0' ? std::string(": ") + last : std::string()));
+}
+
+void NcclCommunicator::timed_out(const char* op, const char* waiting_for) {
+  fail(op, "timed out after " + seconds_text(timeout_s_) + " s waiting for " + waiting_for);
+}
+
+void NcclCommunicator::wait_nccl_ready(const char* op) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+  int polls = 0;
+  for (;;) {
+    ncclResult_t state = ncclInProgress;
+    const ncclResult_t r = ncclCommGetAsyncError(nccl_, &state);
+    if (r != ncclSuccess) state = r;
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) poll_async(op);  // throws with NCCL's text
+    if (Clock::now() > deadline) timed_out(op, "the other ranks (NCCL)");
+    pause(polls);
+  }
+}
+
+void NcclCommunicator::wait_mpi(MPI_Request& request, const char* op) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+  int polls = 0;
+  for (;;) {
+    int done = 0;
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), op, "MPI_Test");
+    if (done) return;
+    poll_async(op);
+    if (Clock::now() > deadline) timed_out(op, "the other ranks (MPI)");
+    pause(polls);
+  }
+}
+
+void NcclCommunicator::sweep(const char* op) {
+  const auto now = Clock::now();
+  for (const auto& p : in_flight_) {
+    if (p->complete) continue;
+    const cudaError_t s = cudaEventQuery(p->done);
+    if (s == cudaSuccess) {
+      p->complete = true;
+    } else if (s != cudaErrorNotReady) {
+      check_cuda(s, p->op, "cudaEventQuery");
+    } else if (now - p->started > std::chrono::duration<double>(timeout_s_)) {
+      const std::string what = std::string("its NCCL kernel (seen by ") + op + ")";
+      timed_out(p->op, what.c_str());
+    }
+  }
+  std::erase_if(in_flight_, [](const std::shared_ptr<Pending>& p) { return p->complete; });
+}
+
+void NcclCommunicator::bind(sdk::DeviceBackend& backend) {
+  check_usable("bind");
+  auto* facet = sdk::facet<sdk::NativeStreamFacet>(backend);
+  if (facet == nullptr)
+    throw sdk::BackendError("the nccl communicator needs the CUDA backend; backend '" +
+                                backend.capabilities().kind +
+                                "' offers no native_stream facet (no CUDA stream to order "
+                                "collectives against)",
+                            "set [backend] type = \"cuda\", or [distributed] type = \"mpi\" for "
+                            "a CPU backend");
+  auto* stream = static_cast<cudaStream_t>(facet->native_stream());
+  if (nccl_ != nullptr) {
+    if (stream == backend_stream_) return;
+    throw sdk::BackendError("nccl.bind: the communicator is already bound to another backend",
+                            "bind one backend, once");
+  }
+  int stream_device = device_;
+  if (cudaStreamGetDevice(stream, &stream_device) == cudaSuccess && stream_device != device_) {
+    logger_.warn("local rank " + std::to_string(local_rank_) + " would use device " +
+                 std::to_string(device_) + " but the CUDA backend runs on device " +
+                 std::to_string(stream_device) +
+                 ": NCCL follows the backend (two ranks on one GPU fail in NCCL's setup)");
+    device_ = stream_device;
+    cudaDeviceProp props{};
+    if (cudaGetDeviceProperties(&props, device_) == cudaSuccess) device_name_ = props.name;
+  }
+  (void)cudaGetLastError();
+  backend_stream_ = stream;
+  activate();
+  // Highest priority: during backward, the reductions' kernels are scheduled ahead of the
+  // compute kernels already queued, so communication overlaps instead of trailing.
+  int least = 0, greatest = 0;
+  check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "bind",
+             "cudaDeviceGetStreamPriorityRange");
+  check_cuda(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest), "bind",
+             "cudaStreamCreateWithPriority");
+  check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "bind",
+             "cudaEventCreateWithFlags");
+  // Non-blocking init: ncclCommInitRank waits for every rank, and a rank that never comes must
+  // end in a timeout, not a hang.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const ncclResult_t r = ncclCommInitRankConfig(&nccl_, size_, id_, rank_, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    const std::string text = ncclGetErrorString(r);
+    if (nccl_ != nullptr) {
+      const char* last = ncclGetLastError(nccl_);
+      fail("bind (ncclCommInitRank)", text + (last && *last ? std::string(": ") + last : ""));
+    }
+    fail("bind (ncclCommInitRank)", text);
+  }
+  wait_nccl_ready("bind (ncclCommInitRank)");
+  logger_.info(description());
+}
+
+template <class Enqueue>
+sdk::CommunicationHandlePtr NcclCommunicator::launch(const char* op, Enqueue&& enqueue) {
+  activate();
+  sweep(op);
+  check_cuda(cudaEventRecord(ready_, backend_stream_), op, "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(comm_stream_, ready_, 0), op, "cudaStreamWaitEvent");
+  const ncclResult_t r = enqueue();
+  if (r == ncclInProgress) {
+    wait_nccl_ready(op);  // enqueued only once NCCL says so: the done event must follow it
+  } else if (r != ncclSuccess) {
+    poll_async(op);
+    fail(op, std::string("NCCL refused it: ") + ncclGetErrorString(r));
+  }
+  auto pending = std::make_shared<Pending>();
+  pending->op = op;
+  pending->started = Clock::now();
+  check_cuda(cudaEventCreateWithFlags(&pending->done, cudaEventDisableTiming), op,
+             "cudaEventCreateWithFlags");
+  check_cuda(cudaEventRecord(pending->done, comm_stream_), op, "cudaEventRecord");
+  in_flight_.push_back(pending);
+  return std::make_unique<NcclHandle>(*this, std::move(pending));
+}
+
+bool NcclCommunicator::test(Pending& pending) {
+  if (pending.complete) return true;
+  check_usable(pending.op);
+  activate();
+  const cudaError_t s = cudaEventQuery(pending.done);
+  if (s == cudaSuccess) {
+    pending.complete = true;
+    return true;
+  }
+  if (s != cudaErrorNotReady) check_cuda(s, pending.op, "cudaEventQuery");
+  poll_async(pending.op);
+  if (Clock::now() - pending.started > std::chrono::duration<double>(timeout_s_))
+    timed_out(pending.op, "its NCCL kernel");
+  return false;
+}
+
+void NcclCommunicator::wait(Pending& pending) {
+  if (pending.ordered) return;
+  check_usable(pending.op);
+  activate();
+  poll_async(pending.op);
+  // No host block: the backend's later work waits on the device. A collective that never ends
+  // is caught by progress()/test() and by the host collectives' timeouts, which abort NCCL and
+  // so release the waiting stream.
+  if (!pending.complete)
+    check_cuda(cudaStreamWaitEvent(backend_stream_, pending.done, 0), pending.op,
+               "cudaStreamWaitEvent");
+  pending.ordered = true;
+}
+
+sdk::CommunicationHandlePtr NcclCommunicator::start_all_reduce(sdk::TensorView data,
+                                                               sdk::ReduceOp op) {
+  constexpr const char* name = "all_reduce";
+  require_bound(name);
+  check_usable(name);
+  const std::size_t count = check_all_reduce(data);
+  const ncclDataType_t type = reduce_type(data.dtype, name);
+  return launch(name, [&] {
+    return ncclAllReduce(data.data, data.data, count, type, nccl_op(op), nccl_, comm_stream_);
+  });
+}
+
+sdk::CommunicationHandlePtr NcclCommunicator::start_reduce_scatter(sdk::TensorView send,
+                                                                   sdk::TensorView recv,
+                                                                   sdk::ReduceOp op) {
+  constexpr const char* name = "reduce_scatter";
+  require_bound(name);
+  check_usable(name);
+  const std::size_t count = check_reduce_scatter(send, recv, size_);
+  const ncclDataType_t type = reduce_type(recv.dtype, name);
+  return launch(name, [&] {
+    return ncclReduceScatter(send.data, recv.data, count, type, nccl_op(op), nccl_, comm_stream_);
+  });
+}
+
+sdk::CommunicationHandlePtr NcclCommunicator::start_all_gather(sdk::TensorView send,
+                                                               sdk::TensorView recv) {
+  constexpr const char* name = "all_gather";
+  require_bound(name);
+  check_usable(name);
+  const std::size_t count = check_all_gather(send, recv, size_);
+  return launch(name, [&] {
+    return ncclAllGather(send.data, recv.data, count, move_type(send.dtype), nccl_, comm_stream_);
+  });
+}
+
+void NcclCommunicator::broadcast(sdk::TensorView data, int root) {
+  constexpr const char* name = "broadcast";
+  require_bound(name);
+  check_usable(name);
+  const std::size_t count = check_broadcast(data, root, size_);
+  launch(name, [&] {
+    return ncclBroadcast(data.data, data.data, count, move_type(data.dtype), root, nccl_,
+                         comm_stream_);
+  })->wait();
+}
+
+void NcclCommunicator::progress() {
+  if (nccl_ == nullptr || aborted_) return;
+  activate();
+  poll_async("progress");
+  sweep("progress");
+}
+
+void NcclCommunicator::barrier() {
+  check_usable("barrier");
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ibarrier(comm_, &request), "barrier", "MPI_Ibarrier");
+  wait_mpi(request, "barrier");
+}
+
+void NcclCommunicator::all_reduce_host(std::span<double> values, sdk::ReduceOp op) {
+  check_usable("all_reduce_host");
+  if (values.size() > static_cast<std::size_t>(INT_MAX))
+    throw sdk::BackendError("nccl.all_reduce_host: " + std::to_string(values.size()) +
+                                " values; host collectives carry at most INT_MAX",
+                            "reduce large data with the tensor collectives");
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE,
+                           op == sdk::ReduceOp::max ? MPI_MAX : MPI_SUM, comm_, &request),
+            "all_reduce_host", "MPI_Iallreduce");
+  wait_mpi(request, "all_reduce_host");
+  if (op == sdk::ReduceOp::avg)
+    for (double& v : values) v /= static_cast<double>(size_);
+}
+
+void NcclCommunicator::broadcast_host(std::vector<std::byte>& bytes, int root) {
+  check_usable("broadcast_host");
+  if (root < 0 || root >= size_)
+    throw sdk::BackendError("nccl.broadcast_host: root " + std::to_string(root) +
+                                " is not a rank of this run (ranks 0.." +
+                                std::to_string(size_ - 1) + ")",
+                            "broadcast from a rank in [0, world_size())");
+  std::uint64_t size = bytes.size();
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ibcast(&size, 1, MPI_UINT64_T, root, comm_, &request), "broadcast_host",
+            "MPI_Ibcast");
+  wait_mpi(request, "broadcast_host");
+  if (rank_ != root) bytes.resize(size);
+  // MPI counts are int: large payloads (checkpoint metadata) go in chunks.
+  constexpr std::uint64_t kChunk = 1u << 30;
+  for (std::uint64_t offset = 0; offset < size; offset += kChunk) {
+    const auto n = static_cast<int>(std::min<std::uint64_t>(kChunk, size - offset));
+    check_mpi(MPI_Ibcast(bytes.data() + offset, n, MPI_BYTE, root, comm_, &request),
+              "broadcast_host", "MPI_Ibcast");
+    wait_mpi(request, "broadcast_host");
+  }
+}
+
+}  // namespace mixtrain::communicator_nccl

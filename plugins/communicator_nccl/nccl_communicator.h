@@ -1,0 +1,109 @@
+// NcclCommunicator: sdk::Communicator over NCCL for the tensor collectives and MPI for setup and
+// the host collectives. One rank per GPU.
+//
+// Contract (in addition to sdk/communicator.h)
+// - Construction initialises MPI when nobody has (MPI_THREAD_SERIALIZED; finalised by the
+//   destructor only then), duplicates MPI_COMM_WORLD, picks device local_rank % device_count
+//   (local rank from OMPI_COMM_WORLD_LOCAL_RANK, else MPI_Comm_split_type SHARED), and
+//   broadcasts rank 0's ncclUniqueId. No visible device: sdk::BackendError.
+// - bind() needs the backend's NativeStreamFacet (the CUDA backend): anything else is
+//   BackendError. It follows the backend's device when it differs from the local-rank choice
+//   (the buffers live there), and creates the NCCL communicator (non-blocking init, timed).
+// - Tensor collectives run on a stream of the communicator's own, ordered after the backend's
+//   work so far by an event; handle.test() queries the op's done event; handle.wait() makes the
+//   backend's stream wait on it and returns without blocking the host.
+// - Every host wait is timed (timeout_s): setup, the host collectives over MPI, NCCL's
+//   non-blocking calls; progress() and test() end an op still running after timeout_s. A timeout
+//   or an NCCL async error aborts the NCCL communicator (its kernels return) and throws
+//   sdk::CommunicationError naming the op; every later call throws it again.
+// - Threading: one host thread at a time; each call makes the communicator's device current.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/sdk/communicator.h"
+#include "mixtrain/sdk/logging.h"
+
+namespace mixtrain::communicator_nccl {
+
+class NcclCommunicator final : public sdk::Communicator {
+ public:
+  NcclCommunicator(double timeout_s, sdk::Logger logger);
+  ~NcclCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+  std::string description() const override;
+  void bind(sdk::DeviceBackend& backend) override;
+
+  sdk::CommunicationHandlePtr start_all_reduce(sdk::TensorView data, sdk::ReduceOp op) override;
+  sdk::CommunicationHandlePtr start_reduce_scatter(sdk::TensorView send, sdk::TensorView recv,
+                                                   sdk::ReduceOp op) override;
+  sdk::CommunicationHandlePtr start_all_gather(sdk::TensorView send, sdk::TensorView recv) override;
+  void broadcast(sdk::TensorView data, int root) override;
+  void progress() override;
+
+  void barrier() override;
+  void all_reduce_host(std::span<double> values, sdk::ReduceOp op) override;
+  void broadcast_host(std::vector<std::byte>& bytes, int root) override;
+
+  int device() const noexcept { return device_; }
+
+  // One enqueued collective: its done event (on the communication stream) and when it started,
+  // shared by its handle and the watchdog list.
+  struct Pending {
+    const char* op = "";
+    cudaEvent_t done = nullptr;
+    std::chrono::steady_clock::time_point started;
+    bool complete = false;  // the event has fired
+    bool ordered = false;   // the backend's stream waits on it
+    ~Pending();
+  };
+  bool test(Pending& pending);
+  void wait(Pending& pending);
+
+ private:
+  template <class Enqueue>
+  sdk::CommunicationHandlePtr launch(const char* op, Enqueue&& enqueue);
+  void activate() const;
+  void require_bound(const char* op) const;
+  void check_usable(const char* op) const;
+  // Aborts the NCCL communicator (its kernels return), remembers why, throws CommunicationError.
+  [[noreturn]] void fail(const char* op, const std::string& why);
+  void check_cuda(cudaError_t status, const char* op, const char* call);
+  // Raises NCCL's asynchronous error, if any; never blocks.
+  void poll_async(const char* op);
+  // Until NCCL's non-blocking call has finished (ncclInProgress → ncclSuccess), timed.
+  void wait_nccl_ready(const char* op);
+  void wait_mpi(MPI_Request& request, const char* op);
+  void check_mpi(int status, const char* op, const char* call);
+  // Drops completed ops; fails on one running longer than the timeout.
+  void sweep(const char* op);
+  [[noreturn]] void timed_out(const char* op, const char* waiting_for);
+  void release() noexcept;
+
+  double timeout_s_;
+  sdk::Logger logger_;
+  bool mpi_initialised_here_ = false;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, device_ = 0;
+  std::string device_name_;
+  int nccl_version_ = 0;
+  ncclUniqueId id_{};
+  ncclComm_t nccl_ = nullptr;
+  bool aborted_ = false;
+  std::string abort_reason_;
+  cudaStream_t backend_stream_ = nullptr;
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;  // the backend's stream so far; reused, waits copy its state
+  std::vector<std::shared_ptr<Pending>> in_flight_;
+};
+
+}  // namespace mixtrain::communicator_nccl
