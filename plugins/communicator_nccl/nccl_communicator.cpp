@@ -15,6 +15,8 @@ namespace mixtrain::communicator_nccl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using Lock = std::lock_guard<std::recursive_mutex>;
+constexpr auto kWatchdogPeriod = std::chrono::milliseconds(100);
 
 const char* const kFailureHint =
     "another rank failed, stopped or never joined: check the other ranks' logs; raise "
@@ -145,6 +147,7 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::release() noexcept {
+  stop_watchdog();
   if (nccl_ != nullptr && !aborted_) {
     activate();
     // Let the enqueued collectives finish (timed: a dead peer would hold them forever), then
@@ -164,7 +167,8 @@ void NcclCommunicator::release() noexcept {
       if (s != cudaErrorNotReady || Clock::now() > deadline) break;
       pause(polls);
     }
-    if (clean && ncclCommFinalize(nccl_) == ncclSuccess) {
+    const ncclResult_t finalize = clean ? ncclCommFinalize(nccl_) : ncclInternalError;
+    if (finalize == ncclSuccess || finalize == ncclInProgress) {
       ncclResult_t state = ncclInProgress;
       while (ncclCommGetAsyncError(nccl_, &state) == ncclSuccess && state == ncclInProgress &&
              Clock::now() <= deadline)
@@ -202,6 +206,7 @@ void NcclCommunicator::activate() const {
 }
 
 void NcclCommunicator::require_bound(const char* op) const {
+  const Lock lock(mutex_);
   if (nccl_ == nullptr && !aborted_)
     throw sdk::BackendError(
         "nccl." + std::string(op) + ": the communicator is not bound to a backend",
@@ -209,26 +214,35 @@ void NcclCommunicator::require_bound(const char* op) const {
 }
 
 void NcclCommunicator::check_usable(const char* op) const {
+  const Lock lock(mutex_);
   if (aborted_)
     throw sdk::CommunicationError(
         "nccl." + std::string(op) +
-            ": the communicator was aborted after an earlier failure: " + abort_reason_,
+            ": the communicator was aborted after a failure: " + abort_reason_,
         kFailureHint);
 }
 
-void NcclCommunicator::fail(const char* op, const std::string& why) {
-  const std::string message = "nccl." + std::string(op) + " on rank " + std::to_string(rank_) +
-                              " of " + std::to_string(size_) + ": " + why;
-  if (!aborted_) {
-    aborted_ = true;
-    abort_reason_ = message;
-    if (nccl_ != nullptr) {
-      ncclCommAbort(nccl_);
-      nccl_ = nullptr;
-    }
-    logger_.error(message + "; the NCCL communicator is aborted");
+std::string NcclCommunicator::message(const char* op, const std::string& why) const {
+  return "nccl." + std::string(op) + " on rank " + std::to_string(rank_) + " of " +
+         std::to_string(size_) + ": " + why;
+}
+
+void NcclCommunicator::abort_with(const std::string& text, bool log) {
+  const Lock lock(mutex_);
+  if (aborted_) return;
+  aborted_ = true;
+  abort_reason_ = text;
+  if (nccl_ != nullptr) {
+    ncclCommAbort(nccl_);  // NCCL's kernels return; a stream waiting on them drains
+    nccl_ = nullptr;
   }
-  throw sdk::CommunicationError(message, kFailureHint);
+  if (log) logger_.error(text + "; the NCCL communicator is aborted");
+}
+
+void NcclCommunicator::fail(const char* op, const std::string& why) {
+  const std::string text = message(op, why);
+  abort_with(text, true);
+  throw sdk::CommunicationError(text, kFailureHint);
 }
 
 void NcclCommunicator::check_cuda(cudaError_t status, const char* op, const char* call) {
@@ -244,6 +258,7 @@ void NcclCommunicator::check_mpi(int status, const char* op, const char* call) {
 }
 
 void NcclCommunicator::poll_async(const char* op) {
+  const Lock lock(mutex_);
   if (nccl_ == nullptr) return;
   ncclResult_t async = ncclSuccess;
   const ncclResult_t r = ncclCommGetAsyncError(nccl_, &async);
@@ -285,7 +300,9 @@ void NcclCommunicator::wait_mpi(MPI_Request& request, const char* op) {
   }
 }
 
-void NcclCommunicator::sweep(const char* op) {
+std::optional<std::pair<const char*, std::string>> NcclCommunicator::scan_in_flight(
+    const char* seen_by) {
+  const Lock lock(mutex_);
   const auto now = Clock::now();
   for (const auto& p : in_flight_) {
     if (p->complete) continue;
@@ -293,16 +310,76 @@ void NcclCommunicator::sweep(const char* op) {
     if (s == cudaSuccess) {
       p->complete = true;
     } else if (s != cudaErrorNotReady) {
-      check_cuda(s, p->op, "cudaEventQuery");
+      (void)cudaGetLastError();
+      return std::pair{p->op, std::string("cudaEventQuery failed: ") + cudaGetErrorName(s) + ": " +
+                                  cudaGetErrorString(s)};
     } else if (now - p->started > std::chrono::duration<double>(timeout_s_)) {
-      const std::string what = std::string("its NCCL kernel (seen by ") + op + ")";
-      timed_out(p->op, what.c_str());
+      return std::pair{p->op, "timed out after " + seconds_text(timeout_s_) +
+                                  " s waiting for its NCCL kernel (seen by " + seen_by + ")"};
     }
   }
+  return std::nullopt;
+}
+
+void NcclCommunicator::sweep(const char* op) {
+  const Lock lock(mutex_);
+  if (const auto failed = scan_in_flight(op)) fail(failed->first, failed->second);
   std::erase_if(in_flight_, [](const std::shared_ptr<Pending>& p) { return p->complete; });
 }
 
+void NcclCommunicator::start_watchdog() {
+  stop_ = false;
+  watchdog_ = std::thread([this] { watch(); });
+}
+
+void NcclCommunicator::stop_watchdog() noexcept {
+  if (!watchdog_.joinable()) return;
+  {
+    const std::lock_guard<std::mutex> lock(stop_mutex_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  watchdog_.join();
+}
+
+void NcclCommunicator::watch() noexcept {
+  cudaSetDevice(device_);
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(stop_mutex_);
+      if (stop_cv_.wait_for(lock, kWatchdogPeriod, [this] { return stop_; })) return;
+    }
+    try {
+      const Lock lock(mutex_);
+      if (aborted_ || nccl_ == nullptr) return;
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(nccl_, &async) != ncclSuccess) continue;
+      const char* oldest = "watchdog";  // the op an async error is blamed on: the oldest running
+      for (const auto& p : in_flight_)
+        if (!p->complete) {
+          oldest = p->op;
+          break;
+        }
+      if (async != ncclSuccess && async != ncclInProgress) {
+        const char* last = ncclGetLastError(nccl_);
+        // Not logged here: the host's sink is the host thread's; the next call throws it.
+        abort_with(message(oldest, std::string("NCCL reports ") + ncclGetErrorString(async) +
+                                       (last != nullptr && *last != '\0' ? std::string(": ") + last
+                                                                         : std::string())),
+                   false);
+        return;
+      }
+      if (const auto failed = scan_in_flight("the watchdog")) {
+        abort_with(message(failed->first, failed->second), false);
+        return;
+      }
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a failed string allocation; try next tick
+    }
+  }
+}
+
 void NcclCommunicator::bind(sdk::DeviceBackend& backend) {
+  const Lock lock(mutex_);
   check_usable("bind");
   auto* facet = sdk::facet<sdk::NativeStreamFacet>(backend);
   if (facet == nullptr)
@@ -354,11 +431,14 @@ void NcclCommunicator::bind(sdk::DeviceBackend& backend) {
     fail("bind (ncclCommInitRank)", text);
   }
   wait_nccl_ready("bind (ncclCommInitRank)");
+  start_watchdog();
   logger_.info(description());
 }
 
 template <class Enqueue>
 sdk::CommunicationHandlePtr NcclCommunicator::launch(const char* op, Enqueue&& enqueue) {
+  const Lock lock(mutex_);
+  check_usable(op);  // the watchdog may have aborted since the caller's check
   activate();
   sweep(op);
   check_cuda(cudaEventRecord(ready_, backend_stream_), op, "cudaEventRecord");
@@ -381,6 +461,7 @@ sdk::CommunicationHandlePtr NcclCommunicator::launch(const char* op, Enqueue&& e
 }
 
 bool NcclCommunicator::test(Pending& pending) {
+  const Lock lock(mutex_);
   if (pending.complete) return true;
   check_usable(pending.op);
   activate();
@@ -397,13 +478,14 @@ bool NcclCommunicator::test(Pending& pending) {
 }
 
 void NcclCommunicator::wait(Pending& pending) {
+  const Lock lock(mutex_);
   if (pending.ordered) return;
   check_usable(pending.op);
   activate();
   poll_async(pending.op);
   // No host block: the backend's later work waits on the device. A collective that never ends
-  // is caught by progress()/test() and by the host collectives' timeouts, which abort NCCL and
-  // so release the waiting stream.
+  // is caught by the watchdog (and progress()/test()), whose abort ends NCCL's kernels and so
+  // releases the waiting stream.
   if (!pending.complete)
     check_cuda(cudaStreamWaitEvent(backend_stream_, pending.done, 0), pending.op,
                "cudaStreamWaitEvent");
@@ -458,7 +540,9 @@ void NcclCommunicator::broadcast(sdk::TensorView data, int root) {
 }
 
 void NcclCommunicator::progress() {
-  if (nccl_ == nullptr || aborted_) return;
+  const Lock lock(mutex_);
+  check_usable("progress");
+  if (nccl_ == nullptr) return;
   activate();
   poll_async("progress");
   sweep("progress");

@@ -13,10 +13,13 @@
 //   work so far by an event; handle.test() queries the op's done event; handle.wait() makes the
 //   backend's stream wait on it and returns without blocking the host.
 // - Every host wait is timed (timeout_s): setup, the host collectives over MPI, NCCL's
-//   non-blocking calls; progress() and test() end an op still running after timeout_s. A timeout
-//   or an NCCL async error aborts the NCCL communicator (its kernels return) and throws
-//   sdk::CommunicationError naming the op; every later call throws it again.
-// - Threading: one host thread at a time; each call makes the communicator's device current.
+//   non-blocking calls. A collective still running after timeout_s, or an NCCL async error,
+//   aborts the NCCL communicator (its kernels return, so a backend stream waiting on them drains)
+//   and makes the next call throw sdk::CommunicationError naming the op; every later call throws
+//   it again. A watchdog thread checks this every 100 ms, because the host may be blocked in the
+//   backend (copy_to_host) behind a collective that a dead peer never finishes.
+// - Threading: one host thread at a time (plus the watchdog, which shares only the NCCL
+//   communicator and the in-flight list, under a mutex); each call makes the device current.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -24,8 +27,13 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "mixtrain/sdk/communicator.h"
@@ -77,6 +85,9 @@ class NcclCommunicator final : public sdk::Communicator {
   void check_usable(const char* op) const;
   // Aborts the NCCL communicator (its kernels return), remembers why, throws CommunicationError.
   [[noreturn]] void fail(const char* op, const std::string& why);
+  // The abort alone (once; the first reason is kept), for the watchdog, which cannot throw.
+  void abort_with(const std::string& text, bool log);
+  std::string message(const char* op, const std::string& why) const;
   void check_cuda(cudaError_t status, const char* op, const char* call);
   // Raises NCCL's asynchronous error, if any; never blocks.
   void poll_async(const char* op);
@@ -84,8 +95,13 @@ class NcclCommunicator final : public sdk::Communicator {
   void wait_nccl_ready(const char* op);
   void wait_mpi(MPI_Request& request, const char* op);
   void check_mpi(int status, const char* op, const char* call);
+  // Marks completed ops; the first failed or overdue one as (its op, why).
+  std::optional<std::pair<const char*, std::string>> scan_in_flight(const char* seen_by);
   // Drops completed ops; fails on one running longer than the timeout.
   void sweep(const char* op);
+  void start_watchdog();
+  void stop_watchdog() noexcept;
+  void watch() noexcept;
   [[noreturn]] void timed_out(const char* op, const char* waiting_for);
   void release() noexcept;
 
@@ -104,6 +120,14 @@ class NcclCommunicator final : public sdk::Communicator {
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t ready_ = nullptr;  // the backend's stream so far; reused, waits copy its state
   std::vector<std::shared_ptr<Pending>> in_flight_;
+
+  // Guards nccl_, aborted_, abort_reason_ and in_flight_ between the host thread and the
+  // watchdog (recursive: fail() runs inside locked calls and alone).
+  mutable std::recursive_mutex mutex_;
+  std::thread watchdog_;
+  std::mutex stop_mutex_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
 };
 
 }  // namespace mixtrain::communicator_nccl
