@@ -11,9 +11,9 @@ namespace mixtrain::communicator_nccl {
 inline sdk::OptionSchema nccl_option_schema() {
   return {sdk::OptionSpec::number(
               "timeout_s", 300.0,
-              "seconds a blocking call (communicator setup, host collectives, a stalled NCCL "
-              "operation seen by progress()) waits for the other ranks before the NCCL "
-              "communicator is aborted and the run ends with CommunicationError")
+              "seconds a blocking call (communicator setup, host collectives) or a running NCCL "
+              "collective waits for the other ranks before the NCCL communicator is aborted and "
+              "the run ends with CommunicationError")
               .greater_than(0)};
 }
 

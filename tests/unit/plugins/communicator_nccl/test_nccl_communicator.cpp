@@ -18,6 +18,7 @@
 #include "nccl_communicator.h"
 #include "nccl_options.h"
 #include "nccl_rules.h"
+#include "plugin_test_support.h"
 
 namespace mixtrain::communicator_nccl {
 namespace {
@@ -194,6 +195,14 @@ TEST(nccl_rules, OptionSchemaIsTimeoutAboveZeroDefault300) {
   EXPECT_THROW(sdk::Options::resolve("distributed", schema, {{"timeout_s", 0.0, {}}}, {}),
                sdk::ConfigError);
   EXPECT_EQ(sdk::Options::resolve("distributed", schema, {}, {}).get_double("timeout_s"), 300.0);
+}
+
+TEST(nccl_rules, ReadmeTableMatchesTheSchema) {
+  const std::string readme =
+      std::string(MIXTRAIN_TEST_SOURCE_DIR) + "/plugins/communicator_nccl/README.md";
+  std::vector<std::string> expected;
+  for (const auto& spec : nccl_option_schema()) expected.push_back(test::readme_row(spec));
+  EXPECT_EQ(test::readme_rows(readme, "nccl"), expected) << "update the table in " << readme;
 }
 
 // --- the communicator without a device -------------------------------------------------------
