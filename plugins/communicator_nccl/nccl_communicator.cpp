@@ -1,10 +1,7 @@
 #include "nccl_communicator.h"
 
-#include <climits>
-#include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <sstream>
+#include <chrono>
+#include <string>
 #include <thread>
 
 #include "mixtrain/sdk/backend_native_stream.h"
@@ -17,33 +14,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Lock = std::lock_guard<std::recursive_mutex>;
 constexpr auto kWatchdogPeriod = std::chrono::milliseconds(100);
-
-const char* const kFailureHint =
-    "another rank failed, stopped or never joined: check the other ranks' logs; raise "
-    "[distributed] timeout_s if a rank is only slow (long checkpoint writes, first-step setup)";
-
-std::string seconds_text(double s) {
-  std::ostringstream out;
-  out << s;
-  return out.str();
-}
-
-std::string mpi_error_text(int status) {
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int length = 0;
-  if (MPI_Error_string(status, text, &length) != MPI_SUCCESS)
-    return "MPI error " + std::to_string(status);
-  return std::string(text, static_cast<std::size_t>(length));
-}
-
-// Spin briefly (host collectives of a few doubles finish in microseconds), then sleep so a rank
-// waiting minutes for a slow peer does not hold a core.
-void pause(int& polls) {
-  if (++polls < 1000)
-    std::this_thread::yield();
-  else
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-}
 
 class NcclHandle final : public sdk::CommunicationHandle {
  public:
@@ -76,41 +46,11 @@ NcclCommunicator::Pending::~Pending() {
 
 NcclCommunicator::NcclCommunicator(double timeout_s, sdk::Logger logger)
     : timeout_s_(timeout_s), logger_(std::move(logger)) {
+  mpi_ = std::make_unique<MpiChannel>(timeout_s_, logger_);
+  // A host collective's wait also watches NCCL; a failure there aborts NCCL as ours do.
+  mpi_->set_hooks([this](const char* op) { poll_async(op); },
+                  [this](const std::string& text) { abort_with(text, true); });
   try {
-    int initialised = 0, finalised = 0;
-    MPI_Initialized(&initialised);
-    MPI_Finalized(&finalised);
-    if (finalised)
-      throw sdk::BackendError("the nccl communicator needs MPI, and MPI was already finalised",
-                              "create the communicator before anything finalises MPI");
-    if (!initialised) {
-      int provided = 0;
-      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "setup",
-                "MPI_Init_thread");
-      mpi_initialised_here_ = true;
-      if (provided < MPI_THREAD_SERIALIZED)
-        logger_.warn("MPI provides thread level " + std::to_string(provided) +
-                     " (< MPI_THREAD_SERIALIZED): keep every call on one thread");
-    }
-    // Errors come back as codes on our communicator, so a failed peer becomes
-    // CommunicationError instead of MPI's default abort of the whole job.
-    MPI_Request request = MPI_REQUEST_NULL;
-    check_mpi(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request), "setup", "MPI_Comm_idup");
-    wait_mpi(request, "setup (MPI_Comm_idup)");
-    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
-
-    if (const auto env = parse_local_rank(std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"))) {
-      local_rank_ = *env;
-    } else {
-      MPI_Comm node = MPI_COMM_NULL;
-      check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
-                "setup", "MPI_Comm_split_type");
-      MPI_Comm_rank(node, &local_rank_);
-      MPI_Comm_free(&node);
-    }
-
     int count = 0;
     std::string why;
     if (const cudaError_t status = cudaGetDeviceCount(&count); status != cudaSuccess) {
@@ -118,23 +58,19 @@ NcclCommunicator::NcclCommunicator(double timeout_s, sdk::Logger logger)
       why = std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
       count = 0;
     }
-    device_ = choose_device(local_rank_, count, why);
+    device_ = choose_device(mpi_->local_rank(), count, why);
     activate();
     cudaDeviceProp props{};
     if (cudaGetDeviceProperties(&props, device_) == cudaSuccess) device_name_ = props.name;
     ncclGetVersion(&nccl_version_);
 
-    if (rank_ == 0) {
+    if (mpi_->rank() == 0) {
       if (const ncclResult_t r = ncclGetUniqueId(&id_); r != ncclSuccess)
-        throw sdk::CommunicationError(
-            std::string("nccl.setup: ncclGetUniqueId failed: ") + ncclGetErrorString(r),
-            "check the network interfaces NCCL may use (NCCL_SOCKET_IFNAME)");
+        fail("setup", std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r));
     }
-    check_mpi(MPI_Ibcast(&id_, static_cast<int>(sizeof id_), MPI_BYTE, 0, comm_, &request), "setup",
-              "MPI_Ibcast");
-    wait_mpi(request, "setup (broadcast of the ncclUniqueId)");
-    logger_.debug("rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-                  ", local rank " + std::to_string(local_rank_) + " on device " +
+    mpi_->broadcast(&id_, static_cast<int>(sizeof id_), 0, "setup (broadcast of the ncclUniqueId)");
+    logger_.debug("rank " + std::to_string(mpi_->rank()) + " of " + std::to_string(mpi_->size()) +
+                  ", local rank " + std::to_string(mpi_->local_rank()) + " on device " +
                   std::to_string(device_) + " (" + device_name_ + ")");
   } catch (...) {
     release();
@@ -165,14 +101,14 @@ void NcclCommunicator::release() noexcept {
         break;
       }
       if (s != cudaErrorNotReady || Clock::now() > deadline) break;
-      pause(polls);
+      pause_poll(polls);
     }
     const ncclResult_t finalize = clean ? ncclCommFinalize(nccl_) : ncclInternalError;
     if (finalize == ncclSuccess || finalize == ncclInProgress) {
       ncclResult_t state = ncclInProgress;
       while (ncclCommGetAsyncError(nccl_, &state) == ncclSuccess && state == ncclInProgress &&
              Clock::now() <= deadline)
-        pause(polls);
+        pause_poll(polls);
       clean = state == ncclSuccess;
     } else {
       clean = false;
@@ -188,17 +124,14 @@ void NcclCommunicator::release() noexcept {
   if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
   ready_ = nullptr;
   comm_stream_ = nullptr;
-  int finalised = 1;
-  MPI_Finalized(&finalised);
-  // After a failure, MPI_Comm_free and MPI_Finalize could wait on the peer that failed: the
-  // process is ending with CommunicationError anyway, and no call may block forever.
-  if (finalised || aborted_) return;
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-  if (mpi_initialised_here_) MPI_Finalize();
+  // After a failure, freeing MPI's communicator and finalising could wait on the peer that
+  // failed: the process is ending with CommunicationError anyway, and no call may block forever.
+  if (aborted_ && mpi_) mpi_->mark_failed();
+  mpi_.reset();
 }
 
 std::string NcclCommunicator::description() const {
-  return describe(nccl_version_, size_, device_, device_name_);
+  return describe(nccl_version_, world_size(), device_, device_name_);
 }
 
 void NcclCommunicator::activate() const {
@@ -219,12 +152,7 @@ void NcclCommunicator::check_usable(const char* op) const {
     throw sdk::CommunicationError(
         "nccl." + std::string(op) +
             ": the communicator was aborted after a failure: " + abort_reason_,
-        kFailureHint);
-}
-
-std::string NcclCommunicator::message(const char* op, const std::string& why) const {
-  return "nccl." + std::string(op) + " on rank " + std::to_string(rank_) + " of " +
-         std::to_string(size_) + ": " + why;
+        failure_hint());
 }
 
 void NcclCommunicator::abort_with(const std::string& text, bool log) {
@@ -240,9 +168,9 @@ void NcclCommunicator::abort_with(const std::string& text, bool log) {
 }
 
 void NcclCommunicator::fail(const char* op, const std::string& why) {
-  const std::string text = message(op, why);
+  const std::string text = failure_message(op, rank(), world_size(), why);
   abort_with(text, true);
-  throw sdk::CommunicationError(text, kFailureHint);
+  throw sdk::CommunicationError(text, failure_hint());
 }
 
 void NcclCommunicator::check_cuda(cudaError_t status, const char* op, const char* call) {
@@ -250,11 +178,6 @@ void NcclCommunicator::check_cuda(cudaError_t status, const char* op, const char
   (void)cudaGetLastError();
   fail(op, std::string(call) + " failed: " + cudaGetErrorName(status) + ": " +
                cudaGetErrorString(status));
-}
-
-void NcclCommunicator::check_mpi(int status, const char* op, const char* call) {
-  if (status == MPI_SUCCESS) return;
-  fail(op, std::string(call) + " failed: " + mpi_error_text(status));
 }
 
 void NcclCommunicator::poll_async(const char* op) {
@@ -283,20 +206,7 @@ void NcclCommunicator::wait_nccl_ready(const char* op) {
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) poll_async(op);  // throws with NCCL's text
     if (Clock::now() > deadline) timed_out(op, "the other ranks (NCCL)");
-    pause(polls);
-  }
-}
-
-void NcclCommunicator::wait_mpi(MPI_Request& request, const char* op) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
-  int polls = 0;
-  for (;;) {
-    int done = 0;
-    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), op, "MPI_Test");
-    if (done) return;
-    poll_async(op);
-    if (Clock::now() > deadline) timed_out(op, "the other ranks (MPI)");
-    pause(polls);
+    pause_poll(polls);
   }
 }
 
@@ -363,14 +273,15 @@ void NcclCommunicator::watch() noexcept {
       if (async != ncclSuccess && async != ncclInProgress) {
         const char* last = ncclGetLastError(nccl_);
         // Not logged here: the host's sink is the host thread's; the next call throws it.
-        abort_with(message(oldest, std::string("NCCL reports ") + ncclGetErrorString(async) +
+        abort_with(failure_message(oldest, rank(), world_size(),
+                                   std::string("NCCL reports ") + ncclGetErrorString(async) +
                                        (last != nullptr && *last != '\0' ? std::string(": ") + last
                                                                          : std::string())),
                    false);
         return;
       }
       if (const auto failed = scan_in_flight("the watchdog")) {
-        abort_with(message(failed->first, failed->second), false);
+        abort_with(failure_message(failed->first, rank(), world_size(), failed->second), false);
         return;
       }
     } catch (...) {  // NOLINT(bugprone-empty-catch): a failed string allocation; try next tick
@@ -397,7 +308,7 @@ void NcclCommunicator::bind(sdk::DeviceBackend& backend) {
   }
   int stream_device = device_;
   if (cudaStreamGetDevice(stream, &stream_device) == cudaSuccess && stream_device != device_) {
-    logger_.warn("local rank " + std::to_string(local_rank_) + " would use device " +
+    logger_.warn("local rank " + std::to_string(mpi_->local_rank()) + " would use device " +
                  std::to_string(device_) + " but the CUDA backend runs on device " +
                  std::to_string(stream_device) +
                  ": NCCL follows the backend (two ranks on one GPU fail in NCCL's setup)");
@@ -421,7 +332,7 @@ void NcclCommunicator::bind(sdk::DeviceBackend& backend) {
   // end in a timeout, not a hang.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  const ncclResult_t r = ncclCommInitRankConfig(&nccl_, size_, id_, rank_, &config);
+  const ncclResult_t r = ncclCommInitRankConfig(&nccl_, world_size(), id_, rank(), &config);
   if (r != ncclSuccess && r != ncclInProgress) {
     const std::string text = ncclGetErrorString(r);
     if (nccl_ != nullptr) {
@@ -510,7 +421,7 @@ sdk::CommunicationHandlePtr NcclCommunicator::start_reduce_scatter(sdk::TensorVi
   constexpr const char* name = "reduce_scatter";
   require_bound(name);
   check_usable(name);
-  const std::size_t count = check_reduce_scatter(send, recv, size_);
+  const std::size_t count = check_reduce_scatter(send, recv, world_size());
   const ncclDataType_t type = reduce_type(recv.dtype, name);
   return launch(name, [&] {
     return ncclReduceScatter(send.data, recv.data, count, type, nccl_op(op), nccl_, comm_stream_);
@@ -522,7 +433,7 @@ sdk::CommunicationHandlePtr NcclCommunicator::start_all_gather(sdk::TensorView s
   constexpr const char* name = "all_gather";
   require_bound(name);
   check_usable(name);
-  const std::size_t count = check_all_gather(send, recv, size_);
+  const std::size_t count = check_all_gather(send, recv, world_size());
   return launch(name, [&] {
     return ncclAllGather(send.data, recv.data, count, move_type(send.dtype), nccl_, comm_stream_);
   });
@@ -532,7 +443,7 @@ void NcclCommunicator::broadcast(sdk::TensorView data, int root) {
   constexpr const char* name = "broadcast";
   require_bound(name);
   check_usable(name);
-  const std::size_t count = check_broadcast(data, root, size_);
+  const std::size_t count = check_broadcast(data, root, world_size());
   launch(name, [&] {
     return ncclBroadcast(data.data, data.data, count, move_type(data.dtype), root, nccl_,
                          comm_stream_);
@@ -550,47 +461,17 @@ void NcclCommunicator::progress() {
 
 void NcclCommunicator::barrier() {
   check_usable("barrier");
-  MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Ibarrier(comm_, &request), "barrier", "MPI_Ibarrier");
-  wait_mpi(request, "barrier");
+  mpi_->barrier();
 }
 
 void NcclCommunicator::all_reduce_host(std::span<double> values, sdk::ReduceOp op) {
   check_usable("all_reduce_host");
-  if (values.size() > static_cast<std::size_t>(INT_MAX))
-    throw sdk::BackendError("nccl.all_reduce_host: " + std::to_string(values.size()) +
-                                " values; host collectives carry at most INT_MAX",
-                            "reduce large data with the tensor collectives");
-  MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE,
-                           op == sdk::ReduceOp::max ? MPI_MAX : MPI_SUM, comm_, &request),
-            "all_reduce_host", "MPI_Iallreduce");
-  wait_mpi(request, "all_reduce_host");
-  if (op == sdk::ReduceOp::avg)
-    for (double& v : values) v /= static_cast<double>(size_);
+  mpi_->all_reduce(values, op);
 }
 
 void NcclCommunicator::broadcast_host(std::vector<std::byte>& bytes, int root) {
   check_usable("broadcast_host");
-  if (root < 0 || root >= size_)
-    throw sdk::BackendError("nccl.broadcast_host: root " + std::to_string(root) +
-                                " is not a rank of this run (ranks 0.." +
-                                std::to_string(size_ - 1) + ")",
-                            "broadcast from a rank in [0, world_size())");
-  std::uint64_t size = bytes.size();
-  MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Ibcast(&size, 1, MPI_UINT64_T, root, comm_, &request), "broadcast_host",
-            "MPI_Ibcast");
-  wait_mpi(request, "broadcast_host");
-  if (rank_ != root) bytes.resize(size);
-  // MPI counts are int: large payloads (checkpoint metadata) go in chunks.
-  constexpr std::uint64_t kChunk = 1u << 30;
-  for (std::uint64_t offset = 0; offset < size; offset += kChunk) {
-    const auto n = static_cast<int>(std::min<std::uint64_t>(kChunk, size - offset));
-    check_mpi(MPI_Ibcast(bytes.data() + offset, n, MPI_BYTE, root, comm_, &request),
-              "broadcast_host", "MPI_Ibcast");
-    wait_mpi(request, "broadcast_host");
-  }
+  mpi_->broadcast(bytes, root);
 }
 
 }  // namespace mixtrain::communicator_nccl

@@ -2,10 +2,9 @@
 // the host collectives. One rank per GPU.
 //
 // Contract (in addition to sdk/communicator.h)
-// - Construction initialises MPI when nobody has (MPI_THREAD_SERIALIZED; finalised by the
-//   destructor only then), duplicates MPI_COMM_WORLD, picks device local_rank % device_count
-//   (local rank from OMPI_COMM_WORLD_LOCAL_RANK, else MPI_Comm_split_type SHARED), and
-//   broadcasts rank 0's ncclUniqueId. No visible device: sdk::BackendError.
+// - Construction sets up MPI (mpi_channel.h: initialised when nobody has, MPI_COMM_WORLD
+//   duplicated, the local rank), picks device local_rank % device_count, and broadcasts rank 0's
+//   ncclUniqueId. No visible device: sdk::BackendError. The host collectives are the channel's.
 // - bind() needs the backend's NativeStreamFacet (the CUDA backend): anything else is
 //   BackendError. It follows the backend's device when it differs from the local-rank choice
 //   (the buffers live there), and creates the NCCL communicator (non-blocking init, timed).
@@ -23,7 +22,6 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
-#include <mpi.h>
 #include <nccl.h>
 
 #include <chrono>
@@ -38,6 +36,7 @@
 
 #include "mixtrain/sdk/communicator.h"
 #include "mixtrain/sdk/logging.h"
+#include "mpi_channel.h"
 
 namespace mixtrain::communicator_nccl {
 
@@ -46,8 +45,8 @@ class NcclCommunicator final : public sdk::Communicator {
   NcclCommunicator(double timeout_s, sdk::Logger logger);
   ~NcclCommunicator() override;
 
-  int rank() const override { return rank_; }
-  int world_size() const override { return size_; }
+  int rank() const override { return mpi_->rank(); }
+  int world_size() const override { return mpi_->size(); }
   std::string description() const override;
   void bind(sdk::DeviceBackend& backend) override;
 
@@ -87,14 +86,11 @@ class NcclCommunicator final : public sdk::Communicator {
   [[noreturn]] void fail(const char* op, const std::string& why);
   // The abort alone (once; the first reason is kept), for the watchdog, which cannot throw.
   void abort_with(const std::string& text, bool log);
-  std::string message(const char* op, const std::string& why) const;
   void check_cuda(cudaError_t status, const char* op, const char* call);
   // Raises NCCL's asynchronous error, if any; never blocks.
   void poll_async(const char* op);
   // Until NCCL's non-blocking call has finished (ncclInProgress → ncclSuccess), timed.
   void wait_nccl_ready(const char* op);
-  void wait_mpi(MPI_Request& request, const char* op);
-  void check_mpi(int status, const char* op, const char* call);
   // Marks completed ops; the first failed or overdue one as (its op, why).
   std::optional<std::pair<const char*, std::string>> scan_in_flight(const char* seen_by);
   // Drops completed ops; fails on one running longer than the timeout.
@@ -107,9 +103,8 @@ class NcclCommunicator final : public sdk::Communicator {
 
   double timeout_s_;
   sdk::Logger logger_;
-  bool mpi_initialised_here_ = false;
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 1, local_rank_ = 0, device_ = 0;
+  std::unique_ptr<MpiChannel> mpi_;  // MPI's lifetime, setup and the host collectives
+  int device_ = 0;
   std::string device_name_;
   int nccl_version_ = 0;
   ncclUniqueId id_{};

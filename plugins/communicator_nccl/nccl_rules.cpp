@@ -1,8 +1,11 @@
 #include "nccl_rules.h"
 
 #include <charconv>
+#include <chrono>
 #include <cstring>
+#include <sstream>
 #include <string_view>
+#include <thread>
 
 #include "mixtrain/sdk/error.h"
 
@@ -149,6 +152,30 @@ std::string describe(int version_code, int ranks, int device, const std::string&
   return "NCCL " + nccl_version_text(version_code) + ", " + std::to_string(ranks) +
          (ranks == 1 ? " rank" : " ranks") + ", device " + std::to_string(device) + " (" +
          device_name + ")";
+}
+
+std::string failure_message(const char* op, int rank, int size, const std::string& why) {
+  return "nccl." + std::string(op) + " on rank " + std::to_string(rank) + " of " +
+         std::to_string(size) + ": " + why;
+}
+
+const char* failure_hint() noexcept {
+  return "another rank failed, stopped or never joined: check the other ranks' logs; raise "
+         "[distributed] timeout_s if a rank is only slow (long checkpoint writes, first-step "
+         "setup)";
+}
+
+std::string seconds_text(double seconds) {
+  std::ostringstream out;
+  out << seconds;
+  return out.str();
+}
+
+void pause_poll(int& polls) {
+  if (++polls < 1000)
+    std::this_thread::yield();
+  else
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
 }
 
 }  // namespace mixtrain::communicator_nccl

@@ -48,4 +48,13 @@ std::string nccl_version_text(int code);
 // "NCCL 2.28.9, 2 ranks, device 0 (NVIDIA H100 80GB HBM3)"
 std::string describe(int version_code, int ranks, int device, const std::string& device_name);
 
+// The text of every CommunicationError: "nccl.<op> on rank r of n: <why>", and its hint.
+std::string failure_message(const char* op, int rank, int size, const std::string& why);
+const char* failure_hint() noexcept;
+// Seconds as the user wrote them ("300", "0.5").
+std::string seconds_text(double seconds);
+// One wait loop's pause: yield for the first polls (host collectives of a few doubles finish in
+// microseconds), then sleep 100 µs so a rank waiting minutes for a slow peer does not hold a core.
+void pause_poll(int& polls);
+
 }  // namespace mixtrain::communicator_nccl
