@@ -223,9 +223,14 @@ class nccl_one_rank : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!no_device_reason().empty()) return;
-    backend_ = std::make_shared<backend_cuda::CudaBackend>(0);
-    comm_ = std::make_unique<NcclCommunicator>(60.0, sdk::Logger{});
-    comm_->bind(*backend_);
+    try {
+      backend_ = std::make_shared<backend_cuda::CudaBackend>(0);
+      comm_ = std::make_unique<NcclCommunicator>(60.0, sdk::Logger{});
+      comm_->bind(*backend_);
+    } catch (const std::exception& e) {
+      setup_error_ = e.what();
+      comm_.reset();
+    }
   }
   static void TearDownTestSuite() {
     comm_.reset();  // before the backend whose stream it waits on
@@ -234,6 +239,8 @@ class nccl_one_rank : public ::testing::Test {
   void SetUp() override {
     if (const std::string reason = no_device_reason(); !reason.empty())
       GTEST_SKIP() << "no CUDA device: " << reason;
+    ASSERT_TRUE(setup_error_.empty()) << "setting up one rank failed: " << setup_error_;
+    ASSERT_NE(comm_, nullptr);
     if (comm_->world_size() != 1) GTEST_SKIP() << "runs as a single rank (no mpirun)";
   }
 
@@ -276,10 +283,12 @@ class nccl_one_rank : public ::testing::Test {
 
   static std::shared_ptr<backend_cuda::CudaBackend> backend_;
   static std::unique_ptr<NcclCommunicator> comm_;
+  static std::string setup_error_;
   std::vector<void*> owned_;
 };
 std::shared_ptr<backend_cuda::CudaBackend> nccl_one_rank::backend_;
 std::unique_ptr<NcclCommunicator> nccl_one_rank::comm_;
+std::string nccl_one_rank::setup_error_;
 
 const std::vector<float> kValues = {1.0f, -2.5f, 3.25f, 0.0f, 1024.0f, -0.125f, 7.0f, 65504.0f};
 
