@@ -658,7 +658,7 @@ sdk::Facet* CudaBackend::find_facet(std::string_view name) {
 #endif
                           sdk::LossFacet, sdk::OptimizerFacet, sdk::ResidualFacet,
                           sdk::AttentionFacet, sdk::EmbeddingFacet, sdk::DropoutFacet,
-                          sdk::StepGraphFacet>(*this, name);
+                          sdk::StepGraphFacet, sdk::NativeStreamFacet>(*this, name);
 }
 
 bool CudaBackend::supports(sdk::GemmOp op, std::span<const DType> dtypes) const {

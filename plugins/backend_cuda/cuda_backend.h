@@ -42,6 +42,7 @@
 #include "cuda_scratch.h"
 #include "mixtrain/sdk/backend_batch_norm.h"
 #include "mixtrain/sdk/backend_convolution.h"
+#include "mixtrain/sdk/backend_native_stream.h"
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/options.h"
 
@@ -51,10 +52,11 @@ class GemmEngine;  // cuda_gemm.h
 struct ConvState;  // cuda_conv_plans.h
 
 // The backend is its own facets: find_facet returns `this` as each of them (step_graph included:
-// the host asks for it only under run.step_graphs). Residual, attention, embedding, dropout and
-// batch norm have their own files (cuda_backend_<facet>.cpp, kernels in cuda_<facet>.cu); the
-// convolution facet (conv2d through cuDNN, pooling and the permutes as kernels:
-// cuda_backend_convolution.cpp) exists only in a build with cuDNN 9.
+// the host asks for it only under run.step_graphs; native_stream: the one stream, for plugins
+// that order their own device work against it, e.g. the NCCL communicator). Residual, attention,
+// embedding, dropout and batch norm have their own files (cuda_backend_<facet>.cpp, kernels in
+// cuda_<facet>.cu); the convolution facet (conv2d through cuDNN, pooling and the permutes as
+// kernels: cuda_backend_convolution.cpp) exists only in a build with cuDNN 9.
 class CudaBackend final : public sdk::DeviceBackend,
                           public sdk::GemmFacet,
                           public sdk::ActivationFacet,
@@ -71,7 +73,8 @@ class CudaBackend final : public sdk::DeviceBackend,
                           public sdk::AttentionFacet,
                           public sdk::EmbeddingFacet,
                           public sdk::DropoutFacet,
-                          public sdk::StepGraphFacet {
+                          public sdk::StepGraphFacet,
+                          public sdk::NativeStreamFacet {
  public:
   // fp8_fast_accumulation: CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 GEMMs (option of the
   // same name). gemm_autotune: GemmTuning::autotune_candidates (option of the same name; 0 or 1:
@@ -184,6 +187,9 @@ class CudaBackend final : public sdk::DeviceBackend,
   int end_capture() override;
   void replay(int graph) override;
   void release(int graph) noexcept override;
+
+  // NativeStreamFacet: the cudaStream_t every op above is enqueued on.
+  void* native_stream() override { return stream_; }
 
   // Batch norm (cuda_backend_batch_norm.cpp): FP32 statistics, fixed-order reductions.
   std::size_t batchnorm_workspace_bytes(const sdk::BatchNormShape& shape,
