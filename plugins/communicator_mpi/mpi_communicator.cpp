@@ -88,22 +88,68 @@ class MpiCommunicator::Handle final : public sdk::CommunicationHandle {
   bool done_ = false;
 };
 
+// progress = "thread": one collective for the communication thread, and what its handle waits on.
+struct MpiCommunicator::Job {
+  std::string what;
+  std::function<int(MPI_Comm)> run;  // returns MPI's code
+  sdk::TensorView scaled;            // avg: multiplied by 1/world once complete
+  float scale = 1.0f;
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  std::exception_ptr error;
+};
+
+class MpiCommunicator::ThreadHandle final : public sdk::CommunicationHandle {
+ public:
+  ThreadHandle(std::shared_ptr<Job> job, double timeout_s, int rank)
+      : job_(std::move(job)), timeout_s_(timeout_s), rank_(rank) {}
+  ~ThreadHandle() override {
+    // The thread still writes the caller's buffers: wait for it whatever the deadline.
+    std::unique_lock lock(job_->mutex);
+    job_->finished.wait(lock, [&] { return job_->done; });
+  }
+  bool test() override {
+    std::lock_guard lock(job_->mutex);
+    if (job_->done && job_->error) std::rethrow_exception(job_->error);
+    return job_->done;
+  }
+  void wait() override {
+    std::unique_lock lock(job_->mutex);
+    if (!job_->finished.wait_for(lock, std::chrono::duration<double>(timeout_s_),
+                                 [&] { return job_->done; }))
+      throw sdk::CommunicationError(
+          "rank " + std::to_string(rank_) + ": " + job_->what + " did not complete within " +
+              seconds_text(timeout_s_) +
+              " s (distributed.mpi.timeout_s): a rank may have died or stopped calling collectives",
+          "look for an earlier error on another rank; raise timeout_s if a step legitimately "
+          "takes longer");
+    if (job_->error) std::rethrow_exception(job_->error);
+  }
+
+ private:
+  std::shared_ptr<Job> job_;
+  double timeout_s_;
+  int rank_;
+};
+
 sdk::OptionSchema MpiCommunicator::option_schema() {
   return {sdk::OptionSpec::number("timeout_s", 300.0,
                                   "seconds a collective may wait for the other ranks before the "
                                   "run ends with an error naming it")
               .greater_than(0.0),
           sdk::OptionSpec::string("progress", "test",
-                                  "how non-blocking collectives advance: \"test\" between the "
-                                  "host's ops, or \"thread\", a progress thread of their own")
+                                  "how collectives overlap backward: \"test\", MPI's "
+                                  "non-blocking ones tested between the host's ops, or "
+                                  "\"thread\", MPI's blocking ones on a communication thread")
               .one_of({"test", "thread"})};
 }
 
 MpiCommunicator::MpiCommunicator(const sdk::Options& options, const sdk::PluginContext& context)
     : log_(context.logger),
       timeout_s_(options.get_double("timeout_s")),
-      progress_thread_(options.get_string("progress") == "thread") {
-  const int wanted = progress_thread_ ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+      comm_thread_(options.get_string("progress") == "thread") {
+  const int wanted = comm_thread_ ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
   int initialised = 0, provided = 0;
   MPI_Initialized(&initialised);
   if (!initialised) {
@@ -120,6 +166,12 @@ MpiCommunicator::MpiCommunicator(const sdk::Options& options, const sdk::PluginC
         "use progress = \"test\", or an MPI built with thread support");
   MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  if (comm_thread_) {
+    // The thread's collectives and the host thread's must never interleave on one communicator:
+    // MPI matches collectives by order per communicator.
+    MPI_Comm_dup(MPI_COMM_WORLD, &thread_comm_);
+    MPI_Comm_set_errhandler(thread_comm_, MPI_ERRORS_RETURN);
+  }
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &world_);
   char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
@@ -130,14 +182,15 @@ MpiCommunicator::MpiCommunicator(const sdk::Options& options, const sdk::PluginC
 }
 
 MpiCommunicator::~MpiCommunicator() {
-  if (progress_.joinable()) {
+  if (thread_.joinable()) {
     {
       std::lock_guard lock(mutex_);
       stopping_ = true;
     }
-    work_.notify_all();
-    progress_.join();
+    queued_.notify_all();
+    thread_.join();
   }
+  if (thread_comm_ != MPI_COMM_NULL) MPI_Comm_free(&thread_comm_);
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   int finalised = 0;
   MPI_Finalized(&finalised);
@@ -156,42 +209,56 @@ void MpiCommunicator::bind(sdk::DeviceBackend& backend) {
             "elsewhere",
         "for CUDA tensors use [distributed] type = \"nccl\"");
   bound_ = true;
-  if (progress_thread_ && !progress_.joinable()) progress_ = std::thread([this] { progress_loop(); });
+  if (comm_thread_ && !thread_.joinable()) thread_ = std::thread([this] { thread_loop(); });
 }
 
-void MpiCommunicator::progress_loop() {
-  std::unique_lock lock(mutex_);
-  int flag = 0;
-  while (!stopping_) {
-    std::erase_if(in_flight_, [](const std::weak_ptr<MPI_Request>& w) {
-      auto r = w.lock();
-      return !r || *r == MPI_REQUEST_NULL;
-    });
-    if (in_flight_.empty()) {
-      work_.wait(lock);
-      continue;
+void MpiCommunicator::thread_loop() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lock(mutex_);
+      queued_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, and nothing left to run
+      job = jobs_.front();
+      jobs_.pop_front();
     }
-    for (auto& w : in_flight_)
-      if (auto r = w.lock(); r && *r != MPI_REQUEST_NULL)
-        MPI_Test(r.get(), &flag, MPI_STATUS_IGNORE);  // an error surfaces in the owner's wait
-    // Let the trainer's thread take the mutex between rounds.
-    lock.unlock();
-    std::this_thread::yield();
-    lock.lock();
+    std::exception_ptr error;
+    try {
+      check(job->run(thread_comm_), job->what);
+      if (!job->scaled.empty()) {
+        float* p = job->scaled.as<float>();
+        for (std::int64_t i = 0, n = job->scaled.numel(); i < n; ++i) p[i] *= job->scale;
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard lock(job->mutex);
+      job->done = true;
+      job->error = error;
+    }
+    job->finished.notify_all();
   }
 }
 
-void MpiCommunicator::track(const std::weak_ptr<MPI_Request>& request) {
+sdk::CommunicationHandlePtr MpiCommunicator::enqueue(std::string what,
+                                                     std::function<int(MPI_Comm)> run,
+                                                     sdk::TensorView scale_on_completion) {
+  auto job = std::make_shared<Job>();
+  job->what = std::move(what);
+  job->run = std::move(run);
+  job->scaled = scale_on_completion;
+  job->scale = 1.0f / static_cast<float>(world_);
   {
     std::lock_guard lock(mutex_);
-    in_flight_.push_back(request);
+    jobs_.push_back(job);
   }
-  if (progress_thread_) work_.notify_one();
+  queued_.notify_one();
+  return std::make_unique<ThreadHandle>(std::move(job), timeout_s_, rank_);
 }
 
 bool MpiCommunicator::test_request(MPI_Request& request, const std::string& what) {
   int flag = 0;
-  std::lock_guard lock(mutex_);
   check(MPI_Test(&request, &flag, MPI_STATUS_IGNORE), what);
   return flag != 0;
 }
@@ -233,13 +300,21 @@ sdk::CommunicationHandlePtr MpiCommunicator::start_all_reduce(sdk::TensorView da
   require_fp32(data, "all_reduce");
   const std::string what = std::string("all_reduce (") + sdk::reduce_op_name(op) + ") of " +
                            elements(data);
+  const int count = count_of(data.numel(), "all_reduce");
+  if (comm_thread_)
+    return enqueue(
+        what,
+        [=](MPI_Comm c) {
+          return MPI_Allreduce(MPI_IN_PLACE, data.data, count, MPI_FLOAT, mpi_op(op), c);
+        },
+        op == sdk::ReduceOp::avg ? data : sdk::TensorView{});
   auto h = std::make_unique<Handle>(*this, what,
                                     op == sdk::ReduceOp::avg ? data : sdk::TensorView{},
                                     1.0f / static_cast<float>(world_));
-  check(MPI_Iallreduce(MPI_IN_PLACE, data.data, count_of(data.numel(), "all_reduce"), MPI_FLOAT,
-                       mpi_op(op), comm_, h->request()),
+  check(MPI_Iallreduce(MPI_IN_PLACE, data.data, count, MPI_FLOAT, mpi_op(op), comm_,
+                       h->request()),
         what);
-  track(h->watch());
+  in_flight_.push_back(h->watch());
   return h;
 }
 
@@ -256,13 +331,21 @@ sdk::CommunicationHandlePtr MpiCommunicator::start_reduce_scatter(sdk::TensorVie
                             "size send as world_size() pieces of recv.numel()");
   const std::string what = std::string("reduce_scatter (") + sdk::reduce_op_name(op) + ") of " +
                            elements(send);
+  const int count = count_of(recv.numel(), "reduce_scatter");
+  if (comm_thread_)
+    return enqueue(
+        what,
+        [=](MPI_Comm c) {
+          return MPI_Reduce_scatter_block(send.data, recv.data, count, MPI_FLOAT, mpi_op(op), c);
+        },
+        op == sdk::ReduceOp::avg ? recv : sdk::TensorView{});
   auto h = std::make_unique<Handle>(*this, what,
                                     op == sdk::ReduceOp::avg ? recv : sdk::TensorView{},
                                     1.0f / static_cast<float>(world_));
-  check(MPI_Ireduce_scatter_block(send.data, recv.data, count_of(recv.numel(), "reduce_scatter"),
-                                  MPI_FLOAT, mpi_op(op), comm_, h->request()),
+  check(MPI_Ireduce_scatter_block(send.data, recv.data, count, MPI_FLOAT, mpi_op(op), comm_,
+                                  h->request()),
         what);
-  track(h->watch());
+  in_flight_.push_back(h->watch());
   return h;
 }
 
@@ -274,13 +357,16 @@ sdk::CommunicationHandlePtr MpiCommunicator::start_all_gather(sdk::TensorView se
                                 elements(send) + " × " + std::to_string(world_) + " ranks",
                             "size recv as world_size() pieces of send, in send's dtype");
   const std::string what = "all_gather of " + elements(recv);
+  const int bytes = count_of(static_cast<std::int64_t>(send.bytes()), "all_gather");
+  if (comm_thread_)
+    return enqueue(what, [=](MPI_Comm c) {
+      return MPI_Allgather(send.data, bytes, MPI_BYTE, recv.data, bytes, MPI_BYTE, c);
+    });
   auto h = std::make_unique<Handle>(*this, what);
-  check(MPI_Iallgather(send.data, count_of(static_cast<std::int64_t>(send.bytes()), "all_gather"),
-                       MPI_BYTE, recv.data,
-                       count_of(static_cast<std::int64_t>(send.bytes()), "all_gather"), MPI_BYTE,
-                       comm_, h->request()),
+  check(MPI_Iallgather(send.data, bytes, MPI_BYTE, recv.data, bytes, MPI_BYTE, comm_,
+                       h->request()),
         what);
-  track(h->watch());
+  in_flight_.push_back(h->watch());
   return h;
 }
 
@@ -295,9 +381,8 @@ void MpiCommunicator::broadcast(sdk::TensorView data, int root) {
 }
 
 void MpiCommunicator::progress() {
-  if (progress_thread_) return;
+  if (comm_thread_) return;
   int flag = 0;
-  std::lock_guard lock(mutex_);
   for (auto& w : in_flight_)
     if (auto r = w.lock(); r && *r != MPI_REQUEST_NULL)
       check(MPI_Test(r.get(), &flag, MPI_STATUS_IGNORE), "progress");

@@ -8,12 +8,15 @@
 // - bind() accepts only a backend whose memory is the host's (capabilities().kind == "cpu");
 //   anything else is sdk::BackendError pointing at the nccl communicator.
 // - Reductions take fp32 (sum, avg, max); gathers and broadcasts move any dtype as bytes.
-// - Progress: Open MPI runs no progress thread, so a non-blocking collective advances only inside
-//   MPI calls. Option `progress`: "test" (the default) — progress() tests every request in
-//   flight, and the host calls it between backward ops; "thread" — a thread of the plugin's own
-//   tests them continuously (MPI_THREAD_MULTIPLE), and progress() does nothing. Every MPI_Test of
-//   a request in flight holds one mutex, so the two threads never test one request at once. The
-//   measurement that made "test" the default is in README.md.
+// - Progress (option `progress`): Open MPI runs no progress thread, so a non-blocking collective
+//   advances only inside MPI calls.
+//   - "test" (the default): tensor collectives are MPI's non-blocking ones (libnbc); progress()
+//     tests every request in flight, and the host calls it between backward ops.
+//   - "thread": a communication thread of the plugin's own runs the tensor collectives one after
+//     another, in the order started, as MPI's blocking (tuned) collectives on a communicator of
+//     their own (MPI_THREAD_MULTIPLE), while the host's thread goes on; host collectives and
+//     broadcast stay on the host's thread and communicator.
+//   README.md has the measurement behind the default.
 // - Every wait polls its request until `timeout_s` (option) has passed, then throws
 //   sdk::CommunicationError naming the operation and its size.
 // - abort() is MPI_Abort on the world: mpirun then ends every rank.
@@ -23,6 +26,8 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -75,19 +80,24 @@ class MpiCommunicator final : public sdk::Communicator {
   bool bound_ = false;
   double timeout_s_ = 300.0;
   std::string library_;
-  // Requests in flight (weak: a completed or destroyed handle drops out).
+  // progress = "test": requests in flight (weak: a completed or destroyed handle drops out).
   std::vector<std::weak_ptr<MPI_Request>> in_flight_;
-  // progress = "thread": the progress thread and what it waits on; mutex_ guards in_flight_ and
-  // every MPI_Test of a request in it.
-  bool progress_thread_ = false;
-  std::mutex mutex_;
-  std::condition_variable work_;
-  bool stopping_ = false;
-  std::thread progress_;
-  void progress_loop();
-  void track(const std::weak_ptr<MPI_Request>& request);
-  // MPI_Test under the mutex when a progress thread runs; true when complete.
   bool test_request(MPI_Request& request, const std::string& what);
+
+  // progress = "thread": the communication thread, its queue of collectives (run in order) and
+  // the communicator they run on.
+  class ThreadHandle;
+  struct Job;
+  bool comm_thread_ = false;
+  MPI_Comm thread_comm_ = MPI_COMM_NULL;
+  std::mutex mutex_;
+  std::condition_variable queued_;
+  std::deque<std::shared_ptr<Job>> jobs_;
+  bool stopping_ = false;
+  std::thread thread_;
+  void thread_loop();
+  sdk::CommunicationHandlePtr enqueue(std::string what, std::function<int(MPI_Comm)> run,
+                                      sdk::TensorView scale_on_completion = {});
 };
 
 }  // namespace mixtrain::communicators

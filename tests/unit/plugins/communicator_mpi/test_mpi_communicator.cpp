@@ -17,9 +17,9 @@
 namespace mixtrain::communicators {
 namespace {
 
-sdk::Options options(double timeout_s = 60.0) {
+sdk::Options options(double timeout_s = 60.0, const std::string& progress = "test") {
   return sdk::Options::resolve("distributed.mpi", MpiCommunicator::option_schema(),
-                               {{"timeout_s", timeout_s, {}}}, {}, {});
+                               {{"timeout_s", timeout_s, {}}, {"progress", progress, {}}}, {}, {});
 }
 
 // MPI may be initialised once per process: one communicator owns it for the whole test program
@@ -28,25 +28,28 @@ class MpiEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     backend = std::make_unique<backend_cpu::CpuBackend>(1);
-    comm = std::make_unique<MpiCommunicator>(options(), sdk::PluginContext{});
-    comm->bind(*backend);
+    // The threaded one first: it initialises MPI with MPI_THREAD_MULTIPLE, which serves both.
+    threaded = std::make_unique<MpiCommunicator>(options(60.0, "thread"), sdk::PluginContext{});
+    threaded->bind(*backend);
+    tested = std::make_unique<MpiCommunicator>(options(), sdk::PluginContext{});
+    tested->bind(*backend);
   }
   void TearDown() override {
-    comm.reset();
+    tested.reset();
+    threaded.reset();  // it initialised MPI, so it finalises it
     backend.reset();
   }
   static inline std::unique_ptr<sdk::DeviceBackend> backend;
-  static inline std::unique_ptr<MpiCommunicator> comm;
+  static inline std::unique_ptr<MpiCommunicator> tested, threaded;
 };
 const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
 
-class MpiCommunicatorTest : public ::testing::Test {
+// Every collective under both progress modes: "test" and "thread".
+class MpiCommunicatorTest : public ::testing::TestWithParam<std::string> {
  protected:
-  static void SetUpTestSuite() {
-    backend_ = MpiEnvironment::backend.get();
-    comm_ = MpiEnvironment::comm.get();
-  }
   void SetUp() override {
+    backend_ = MpiEnvironment::backend.get();
+    comm_ = GetParam() == "thread" ? MpiEnvironment::threaded.get() : MpiEnvironment::tested.get();
     if (comm_->world_size() < 2) GTEST_SKIP() << "needs 2 ranks: run under mpirun -np 2";
   }
   static std::vector<float> host(sdk::TensorView v) {
@@ -70,7 +73,7 @@ class MpiCommunicatorTest : public ::testing::Test {
   static inline MpiCommunicator* comm_ = nullptr;
 };
 
-TEST_F(MpiCommunicatorTest, AllReduceSumAvgMax) {
+TEST_P(MpiCommunicatorTest, AllReduceSumAvgMax) {
   const float r = static_cast<float>(rank());
   for (auto [op, expect] : {std::pair{sdk::ReduceOp::sum, std::vector<float>{1, 3, -1}},
                             std::pair{sdk::ReduceOp::avg, std::vector<float>{0.5f, 1.5f, -0.5f}},
@@ -81,7 +84,7 @@ TEST_F(MpiCommunicatorTest, AllReduceSumAvgMax) {
   }
 }
 
-TEST_F(MpiCommunicatorTest, ReduceScatterGivesEachRankItsPiece) {
+TEST_P(MpiCommunicatorTest, ReduceScatterGivesEachRankItsPiece) {
   const float r = static_cast<float>(rank());
   auto send = make({r, 10 + r, 100 + r, 1000 + r});
   auto recv = make({0, 0});
@@ -90,7 +93,7 @@ TEST_F(MpiCommunicatorTest, ReduceScatterGivesEachRankItsPiece) {
                                          : (std::vector<float>{201, 2001}));
 }
 
-TEST_F(MpiCommunicatorTest, AllGatherOfFp32AndOfNarrowBytes) {
+TEST_P(MpiCommunicatorTest, AllGatherOfFp32AndOfNarrowBytes) {
   const float r = static_cast<float>(rank());
   auto send = make({r, r + 0.5f});
   auto recv = make({0, 0, 0, 0});
@@ -105,13 +108,13 @@ TEST_F(MpiCommunicatorTest, AllGatherOfFp32AndOfNarrowBytes) {
   EXPECT_EQ(all, (std::vector<std::uint16_t>{0x3F80, 0x4000, 0x3F81, 0x4000}));
 }
 
-TEST_F(MpiCommunicatorTest, BroadcastFromRankOne) {
+TEST_P(MpiCommunicatorTest, BroadcastFromRankOne) {
   auto b = make({static_cast<float>(rank()) * 7, 3});
   comm_->broadcast(b.view, 1);
   EXPECT_EQ(host(b.view), (std::vector<float>{7, 3}));
 }
 
-TEST_F(MpiCommunicatorTest, HostCollectives) {
+TEST_P(MpiCommunicatorTest, HostCollectives) {
   double v[2] = {static_cast<double>(rank()) + 0.25, -static_cast<double>(rank())};
   comm_->all_reduce_host(v, sdk::ReduceOp::sum);
   EXPECT_EQ(v[0], 1.5);
@@ -123,7 +126,7 @@ TEST_F(MpiCommunicatorTest, HostCollectives) {
   comm_->barrier();
 }
 
-TEST_F(MpiCommunicatorTest, NonBlockingWithProgressBetweenOps) {
+TEST_P(MpiCommunicatorTest, NonBlockingWithProgressBetweenOps) {
   std::vector<float> big(1 << 20, static_cast<float>(rank() + 1));
   auto b = make(big);
   auto h = comm_->start_all_reduce(b.view, sdk::ReduceOp::sum);
@@ -135,7 +138,7 @@ TEST_F(MpiCommunicatorTest, NonBlockingWithProgressBetweenOps) {
   EXPECT_EQ(out.back(), 3.0f);
 }
 
-TEST_F(MpiCommunicatorTest, BadInputIsBackendError) {
+TEST_P(MpiCommunicatorTest, BadInputIsBackendError) {
   auto a = make({1, 2, 3});
   auto c = make({1});
   EXPECT_THROW(comm_->start_reduce_scatter(a.view, c.view, sdk::ReduceOp::sum),
@@ -150,8 +153,8 @@ TEST_F(MpiCommunicatorTest, BadInputIsBackendError) {
 
 // Rank 1 joins late: rank 0's wait with a short timeout fails naming the operation; it then
 // waits again (the request is still live) and completes once rank 1 joins.
-TEST_F(MpiCommunicatorTest, AWaitThatTimesOutNamesTheOperation) {
-  MpiCommunicator short_fuse(options(0.5), sdk::PluginContext{});
+TEST_P(MpiCommunicatorTest, AWaitThatTimesOutNamesTheOperation) {
+  MpiCommunicator short_fuse(options(0.5, GetParam()), sdk::PluginContext{});
   short_fuse.bind(*backend_);
   auto b = make({1});
   if (rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
@@ -171,6 +174,8 @@ TEST_F(MpiCommunicatorTest, AWaitThatTimesOutNamesTheOperation) {
   while (!h->test()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(host(b.view), (std::vector<float>{2}));
 }
+
+INSTANTIATE_TEST_SUITE_P(Progress, MpiCommunicatorTest, ::testing::Values("test", "thread"));
 
 TEST(MpiCommunicatorBind, RefusesABackendThatIsNotTheHosts) {
   MpiCommunicator comm(options(), sdk::PluginContext{});
