@@ -138,10 +138,10 @@ sdk::OptionSchema MpiCommunicator::option_schema() {
                                   "seconds a collective may wait for the other ranks before the "
                                   "run ends with an error naming it")
               .greater_than(0.0),
-          sdk::OptionSpec::string("progress", "test",
-                                  "how collectives overlap backward: \"test\", MPI's "
-                                  "non-blocking ones tested between the host's ops, or "
-                                  "\"thread\", MPI's blocking ones on a communication thread")
+          sdk::OptionSpec::string("progress", "thread",
+                                  "how collectives overlap backward: \"thread\", MPI's "
+                                  "blocking ones on a communication thread, or \"test\", MPI's "
+                                  "non-blocking ones tested between the host's ops")
               .one_of({"test", "thread"})};
 }
 

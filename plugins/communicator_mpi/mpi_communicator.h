@@ -10,12 +10,12 @@
 // - Reductions take fp32 (sum, avg, max); gathers and broadcasts move any dtype as bytes.
 // - Progress (option `progress`): Open MPI runs no progress thread, so a non-blocking collective
 //   advances only inside MPI calls.
-//   - "test" (the default): tensor collectives are MPI's non-blocking ones (libnbc); progress()
-//     tests every request in flight, and the host calls it between backward ops.
-//   - "thread": a communication thread of the plugin's own runs the tensor collectives one after
+//   - "thread" (the default): a communication thread of the plugin's own runs the tensor collectives one after
 //     another, in the order started, as MPI's blocking (tuned) collectives on a communicator of
 //     their own (MPI_THREAD_MULTIPLE), while the host's thread goes on; host collectives and
 //     broadcast stay on the host's thread and communicator.
+//   - "test": tensor collectives are MPI's non-blocking ones (libnbc); progress() tests every
+//     request in flight, and the host calls it between backward ops.
 //   README.md has the measurement behind the default.
 // - Every wait polls its request until `timeout_s` (option) has passed, then throws
 //   sdk::CommunicationError naming the operation and its size.
