@@ -263,6 +263,22 @@ TEST_F(DataParallelTest, ResNet20AndTinyGptTrainOnTwoRanks) {
   }
 }
 
+// Under mpirun a config without [distributed] trains data-parallel by itself, and its resolved
+// config says so; rank 1 logs only warnings, each line marked with its rank.
+TEST_F(DataParallelTest, AnMpiLaunchWithoutADistributedTableChoosesMpi) {
+  const auto cfg = mlp_config("plain.toml", "");
+  auto r = run_ranks(2, "train " + cfg.string() +
+                            " --set run.steps=3 --set optimizer.step_size=5 --run-dir " +
+                            (dir_ / "r").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(summary(dir_ / "r")["distributed"]["world_size"], 2);
+  const std::string resolved = slurp(dir_ / "r" / "config.toml");
+  EXPECT_TRUE(has(resolved, "[distributed]\ntype = \"mpi\"")) << resolved;
+  // optimizer.step_size is unread by the constant schedule: every rank warns, rank 1 marked.
+  EXPECT_TRUE(has(r.err, "rank 1 [trainer] optimizer.step_size")) << r.err;
+  EXPECT_FALSE(has(r.err, "rank 1 [trainer] run 'dp'")) << r.err;  // its info lines stay quiet
+}
+
 TEST_F(DataParallelTest, ADistributedConfigWithoutMpirunExitsWithTheLaunchLine) {
   const auto cfg = mlp_config("dp.toml", "[distributed]\ntype = \"mpi\"\n");
   auto r = run("train " + cfg.string() + " --set run.steps=2 --run-dir " + (dir_ / "r").string());
