@@ -17,7 +17,7 @@ source tests/sanitize/sanitizer_options.sh
 # -O1: ASan's recommended level, and a third of -O3's build time.
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DMIXTRAIN_BUILD_FUZZERS=ON \
-  -DMIXTRAIN_WITH_CUDA=OFF -DMIXTRAIN_WITH_MPI=OFF -DMIXTRAIN_BUILD_BENCH=OFF -DMIXTRAIN_BUILD_TESTS=ON
+  -DMIXTRAIN_WITH_CUDA=OFF -DMIXTRAIN_WITH_MPI=AUTO -DMIXTRAIN_BUILD_BENCH=OFF -DMIXTRAIN_BUILD_TESTS=ON
 cmake --build "$build" -j"${JOBS:-2}"
 
 # LeakSanitizer stays on in the fuzz leg but is off here: the suites start the multi-threaded

@@ -127,8 +127,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   ProfileScope checks_scope("gradient checks");
   const float unscale =
       dp == nullptr ? 1.0f / scale : 1.0f / (scale * static_cast<float>(dp->world()));
-  const bool wants_norm = request.wants_norm;
-  if (wants_norm) {
+  if (request.wants_norm) {
     const auto check = gradient_check_of(b).unscale_check_and_sum_squares(s.grads, unscale);
     found_inf = check.found_inf;
     grad_sum_squares = check.sum_of_squares;

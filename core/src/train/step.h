@@ -9,6 +9,13 @@
 //   the optimizer step on the FP32 masters and the EMA update, or a skip that names the first
 //   non-finite tensor; the scaler and the policy hear the outcome once.
 //
+// Data parallel (s.dp; docs/architecture.md, "Data parallel"): each rank computes its share of
+// the global batch, the gradient buckets are reduced (started during backward by the
+// gradient-ready hook) before the unscale, which folds in 1/N; found_inf, Σg² and the loss are
+// reduced over the ranks in one host all-reduce (so the loss is read every step), FP8 amaxes are
+// MAX-reduced, and a sharded optimizer's updated masters are all-gathered after the update. A
+// skipped step's replay names the lowest rank's first non-finite tensor on every rank.
+//
 // The step writes its statistics records (gradient underflow, FP8 operands) to s.metrics when
 // the request asks; the step's own record is the caller's (it knows the window's throughput).
 #pragma once
