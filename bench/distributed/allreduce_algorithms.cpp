@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
     const auto t = std::chrono::steady_clock::now();
     for (int i = 0; i < 5; ++i) run();
     MPI_Barrier(MPI_COMM_WORLD);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count() / 5;
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count() / 5;
     if (rank == 0) std::printf("| %s | %.1f |\n", name, ms);
   };
   if (rank == 0)
@@ -43,8 +44,8 @@ int main(int argc, char** argv) {
   time("MPI_Reduce_scatter_block + MPI_Allgather (blocking)", [&] {
     MPI_Reduce_scatter_block(grads.data(), shard.data(), count / world, MPI_FLOAT, MPI_SUM,
                              MPI_COMM_WORLD);
-    MPI_Allgather(shard.data(), count / world, MPI_FLOAT, gathered.data(), count / world,
-                  MPI_FLOAT, MPI_COMM_WORLD);
+    MPI_Allgather(shard.data(), count / world, MPI_FLOAT, gathered.data(), count / world, MPI_FLOAT,
+                  MPI_COMM_WORLD);
   });
   time("MPI_Ireduce_scatter_block + MPI_Iallgather (non-blocking)", [&] {
     MPI_Request r;

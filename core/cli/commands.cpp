@@ -65,8 +65,7 @@ void write_profile(const core::ProfilingBackend& p, std::int64_t steps, const fs
 namespace {
 
 int train_with(core::Experiment& experiment, core::Components components,
-               const std::string& run_dir, const std::optional<std::string>& resume,
-               bool profile);
+               const std::string& run_dir, const std::optional<std::string>& resume, bool profile);
 
 }  // namespace
 
@@ -109,8 +108,7 @@ int run_train(const ConfigArgs& given, const std::string& run_dir,
 namespace {
 
 int train_with(core::Experiment& experiment, core::Components components,
-               const std::string& run_dir, const std::optional<std::string>& resume,
-               bool profile) {
+               const std::string& run_dir, const std::optional<std::string>& resume, bool profile) {
   core::TrainOptions opt;
   // --profile: steps after the first (which creates primitives and touches fresh memory).
   std::shared_ptr<core::ProfilingBackend> profiler;
@@ -161,12 +159,12 @@ int train_with(core::Experiment& experiment, core::Components components,
   if (s.diverged) {
     if (speaks)
       std::fprintf(stderr,
-                 "\nerror: the run diverged: %s\n  HINT: lower optimizer.lr, use a loss scaler "
-                 "(scaler.type = \"dynamic\") or a wider precision.policy; metrics.jsonl names "
-                 "the first non-finite tensor of each skipped step. `mixtrain calibrate` finds "
-                 "the ops to keep wider, and [precision.escalate] widens the op that keeps "
-                 "failing while the run goes on (docs/precision-autopilot.md)\n",
-                 s.divergence.c_str());
+                   "\nerror: the run diverged: %s\n  HINT: lower optimizer.lr, use a loss scaler "
+                   "(scaler.type = \"dynamic\") or a wider precision.policy; metrics.jsonl names "
+                   "the first non-finite tensor of each skipped step. `mixtrain calibrate` finds "
+                   "the ops to keep wider, and [precision.escalate] widens the op that keeps "
+                   "failing while the run goes on (docs/precision-autopilot.md)\n",
+                   s.divergence.c_str());
     return kExitDiverged;
   }
   return 0;

@@ -23,8 +23,10 @@ namespace {
 using core::LoadedComponent;
 using core::PluginRegistry;
 
-constexpr sdk::ComponentKind kKinds[] = {sdk::ComponentKind::backend, sdk::ComponentKind::policy,
-                                         sdk::ComponentKind::scaler, sdk::ComponentKind::optimizer,
+constexpr sdk::ComponentKind kKinds[] = {sdk::ComponentKind::backend,
+                                         sdk::ComponentKind::policy,
+                                         sdk::ComponentKind::scaler,
+                                         sdk::ComponentKind::optimizer,
                                          sdk::ComponentKind::checkpoint_format,
                                          sdk::ComponentKind::communicator};
 

@@ -49,7 +49,10 @@ class MpiCommunicator::Handle final : public sdk::CommunicationHandle {
  public:
   Handle(MpiCommunicator& owner, std::string what, sdk::TensorView scale_on_completion = {},
          float scale = 1.0f)
-      : owner_(owner), what_(std::move(what)), scaled_(scale_on_completion), scale_(scale),
+      : owner_(owner),
+        what_(std::move(what)),
+        scaled_(scale_on_completion),
+        scale_(scale),
         request_(std::make_shared<MPI_Request>(MPI_REQUEST_NULL)) {}
   ~Handle() override {
     if (done_) return;
@@ -204,10 +207,10 @@ std::string MpiCommunicator::description() const {
 void MpiCommunicator::bind(sdk::DeviceBackend& backend) {
   const auto kind = backend.capabilities().kind;
   if (kind != "cpu")
-    throw sdk::BackendError(
-        "the mpi communicator moves host memory, and backend '" + kind + "' keeps its tensors "
-            "elsewhere",
-        "for CUDA tensors use [distributed] type = \"nccl\"");
+    throw sdk::BackendError("the mpi communicator moves host memory, and backend '" + kind +
+                                "' keeps its tensors "
+                                "elsewhere",
+                            "for CUDA tensors use [distributed] type = \"nccl\"");
   bound_ = true;
   if (comm_thread_ && !thread_.joinable()) thread_ = std::thread([this] { thread_loop(); });
 }
@@ -264,8 +267,7 @@ bool MpiCommunicator::test_request(MPI_Request& request, const std::string& what
 }
 
 void MpiCommunicator::require_bound(const char* op) const {
-  if (!bound_)
-    throw std::logic_error(std::string("MpiCommunicator::") + op + " before bind()");
+  if (!bound_) throw std::logic_error(std::string("MpiCommunicator::") + op + " before bind()");
 }
 
 void MpiCommunicator::check(int code, const std::string& what) const {
@@ -285,7 +287,8 @@ void MpiCommunicator::wait_for(MPI_Request& request, const std::string& what) {
     if (Clock::now() > deadline)
       throw sdk::CommunicationError(
           "rank " + std::to_string(rank_) + ": " + what + " did not complete within " +
-              seconds_text(timeout_s_) + " s (distributed.mpi.timeout_s): a rank may have died or stopped calling collectives",
+              seconds_text(timeout_s_) +
+              " s (distributed.mpi.timeout_s): a rank may have died or stopped calling collectives",
           "look for an earlier error on another rank; raise timeout_s if a step legitimately "
           "takes longer");
     // Spin first (the answer is usually microseconds away), then give the core back: with more
@@ -298,8 +301,8 @@ sdk::CommunicationHandlePtr MpiCommunicator::start_all_reduce(sdk::TensorView da
                                                               sdk::ReduceOp op) {
   require_bound("start_all_reduce");
   require_fp32(data, "all_reduce");
-  const std::string what = std::string("all_reduce (") + sdk::reduce_op_name(op) + ") of " +
-                           elements(data);
+  const std::string what =
+      std::string("all_reduce (") + sdk::reduce_op_name(op) + ") of " + elements(data);
   const int count = count_of(data.numel(), "all_reduce");
   if (comm_thread_)
     return enqueue(
@@ -308,11 +311,10 @@ sdk::CommunicationHandlePtr MpiCommunicator::start_all_reduce(sdk::TensorView da
           return MPI_Allreduce(MPI_IN_PLACE, data.data, count, MPI_FLOAT, mpi_op(op), c);
         },
         op == sdk::ReduceOp::avg ? data : sdk::TensorView{});
-  auto h = std::make_unique<Handle>(*this, what,
-                                    op == sdk::ReduceOp::avg ? data : sdk::TensorView{},
-                                    1.0f / static_cast<float>(world_));
-  check(MPI_Iallreduce(MPI_IN_PLACE, data.data, count, MPI_FLOAT, mpi_op(op), comm_,
-                       h->request()),
+  auto h =
+      std::make_unique<Handle>(*this, what, op == sdk::ReduceOp::avg ? data : sdk::TensorView{},
+                               1.0f / static_cast<float>(world_));
+  check(MPI_Iallreduce(MPI_IN_PLACE, data.data, count, MPI_FLOAT, mpi_op(op), comm_, h->request()),
         what);
   in_flight_.push_back(h->watch());
   return h;
@@ -329,8 +331,8 @@ sdk::CommunicationHandlePtr MpiCommunicator::start_reduce_scatter(sdk::TensorVie
                                 " elements, not recv's " + std::to_string(recv.numel()) + " × " +
                                 std::to_string(world_) + " ranks",
                             "size send as world_size() pieces of recv.numel()");
-  const std::string what = std::string("reduce_scatter (") + sdk::reduce_op_name(op) + ") of " +
-                           elements(send);
+  const std::string what =
+      std::string("reduce_scatter (") + sdk::reduce_op_name(op) + ") of " + elements(send);
   const int count = count_of(recv.numel(), "reduce_scatter");
   if (comm_thread_)
     return enqueue(
@@ -339,9 +341,9 @@ sdk::CommunicationHandlePtr MpiCommunicator::start_reduce_scatter(sdk::TensorVie
           return MPI_Reduce_scatter_block(send.data, recv.data, count, MPI_FLOAT, mpi_op(op), c);
         },
         op == sdk::ReduceOp::avg ? recv : sdk::TensorView{});
-  auto h = std::make_unique<Handle>(*this, what,
-                                    op == sdk::ReduceOp::avg ? recv : sdk::TensorView{},
-                                    1.0f / static_cast<float>(world_));
+  auto h =
+      std::make_unique<Handle>(*this, what, op == sdk::ReduceOp::avg ? recv : sdk::TensorView{},
+                               1.0f / static_cast<float>(world_));
   check(MPI_Ireduce_scatter_block(send.data, recv.data, count, MPI_FLOAT, mpi_op(op), comm_,
                                   h->request()),
         what);
@@ -363,8 +365,7 @@ sdk::CommunicationHandlePtr MpiCommunicator::start_all_gather(sdk::TensorView se
       return MPI_Allgather(send.data, bytes, MPI_BYTE, recv.data, bytes, MPI_BYTE, c);
     });
   auto h = std::make_unique<Handle>(*this, what);
-  check(MPI_Iallgather(send.data, bytes, MPI_BYTE, recv.data, bytes, MPI_BYTE, comm_,
-                       h->request()),
+  check(MPI_Iallgather(send.data, bytes, MPI_BYTE, recv.data, bytes, MPI_BYTE, comm_, h->request()),
         what);
   in_flight_.push_back(h->watch());
   return h;
@@ -418,8 +419,7 @@ void MpiCommunicator::broadcast_host(std::vector<std::byte>& bytes, int root) {
   check(MPI_Ibcast(&size, 1, MPI_LONG_LONG, root, comm_, &request), what);
   wait_for(request, what);
   bytes.resize(static_cast<std::size_t>(size));
-  check(MPI_Ibcast(bytes.data(), count_of(size, "broadcast_host"), MPI_BYTE, root, comm_,
-                   &request),
+  check(MPI_Ibcast(bytes.data(), count_of(size, "broadcast_host"), MPI_BYTE, root, comm_, &request),
         what);
   wait_for(request, what);
 }

@@ -10,7 +10,8 @@
 // - Reductions take fp32 (sum, avg, max); gathers and broadcasts move any dtype as bytes.
 // - Progress (option `progress`): Open MPI runs no progress thread, so a non-blocking collective
 //   advances only inside MPI calls.
-//   - "thread" (the default): a communication thread of the plugin's own runs the tensor collectives one after
+//   - "thread" (the default): a communication thread of the plugin's own runs the tensor
+//   collectives one after
 //     another, in the order started, as MPI's blocking (tuned) collectives on a communicator of
 //     their own (MPI_THREAD_MULTIPLE), while the host's thread goes on; host collectives and
 //     broadcast stay on the host's thread and communicator.
@@ -30,8 +31,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mixtrain/sdk/communicator.h"
@@ -54,8 +55,7 @@ class MpiCommunicator final : public sdk::Communicator {
   sdk::CommunicationHandlePtr start_all_reduce(sdk::TensorView data, sdk::ReduceOp op) override;
   sdk::CommunicationHandlePtr start_reduce_scatter(sdk::TensorView send, sdk::TensorView recv,
                                                    sdk::ReduceOp op) override;
-  sdk::CommunicationHandlePtr start_all_gather(sdk::TensorView send,
-                                               sdk::TensorView recv) override;
+  sdk::CommunicationHandlePtr start_all_gather(sdk::TensorView send, sdk::TensorView recv) override;
   void broadcast(sdk::TensorView data, int root) override;
   void progress() override;
 

@@ -55,8 +55,7 @@ class DataParallelTest : public CliTest {
   }
 
   // An MLP on 512 rows of 2 Gaussian-ish clusters (npy, deterministic), `extra` appended.
-  fs::path mlp_config(const std::string& name, const std::string& extra,
-                      float outlier = 0.0f) {
+  fs::path mlp_config(const std::string& name, const std::string& extra, float outlier = 0.0f) {
     std::vector<float> x(512 * 16);
     std::vector<std::int64_t> y(512);
     std::uint32_t state = 12345;
@@ -136,19 +135,21 @@ eval_fraction = 0.125
 // 1e-5 relative for 50 steps, unsharded and with the optimizer state sharded.
 TEST_F(DataParallelTest, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
   const auto single = mlp_config("single.toml", "");
-  auto base = run("train " + single.string() + " --set run.steps=50 --run-dir " + (dir_ / "r1").string());
+  auto base =
+      run("train " + single.string() + " --set run.steps=50 --run-dir " + (dir_ / "r1").string());
   ASSERT_EQ(base.exit_code, 0) << base.err;
   // Unsharded, sharded, and unsharded with the mpi plugin's requests tested between ops instead
   // of its communication thread.
   for (const std::string variant : {"false", "true", "test"}) {
     const std::string shard = variant == "true" ? "true" : "false";
     const std::string progress = variant == "test" ? "test" : "thread";
-    const auto cfg = mlp_config("dp-" + variant + ".toml",
-                                "[distributed]\ntype = \"mpi\"\nshard_optimizer = " + shard +
-                                    "\nbucket_mb = 0.002\n[distributed.mpi]\nprogress = \"" +
-                                    progress + "\"\n");
+    const auto cfg =
+        mlp_config("dp-" + variant + ".toml",
+                   "[distributed]\ntype = \"mpi\"\nshard_optimizer = " + shard +
+                       "\nbucket_mb = 0.002\n[distributed.mpi]\nprogress = \"" + progress + "\"\n");
     const auto dir = dir_ / ("r2-" + variant);
-    auto r = run_ranks(2, "train " + cfg.string() + " --set run.steps=50 --run-dir " + dir.string());
+    auto r =
+        run_ranks(2, "train " + cfg.string() + " --set run.steps=50 --run-dir " + dir.string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     expect_same_losses(dir_ / "r1", dir, 1e-5);
     const auto s = summary(dir);
@@ -169,12 +170,14 @@ TEST_F(DataParallelTest, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
 // Gradient accumulation: the micro-batches add up locally and only the step's last one
 // communicates, so each bucket is reduced once per optimizer step.
 TEST_F(DataParallelTest, GradientAccumulationCommunicatesOnTheLastMicroBatchOnly) {
-  const std::string accumulate = " --set run.steps=20 --set run.accumulate=2 --set data.batch_size=32";
+  const std::string accumulate =
+      " --set run.steps=20 --set run.accumulate=2 --set data.batch_size=32";
   const auto single = mlp_config("single.toml", "");
   auto base = run("train " + single.string() + accumulate + " --run-dir " + (dir_ / "r1").string());
   ASSERT_EQ(base.exit_code, 0) << base.err;
   const auto cfg = mlp_config("dp.toml", "[distributed]\ntype = \"mpi\"\nbucket_mb = 0.002\n");
-  auto r = run_ranks(2, "train " + cfg.string() + accumulate + " --run-dir " + (dir_ / "r2").string());
+  auto r =
+      run_ranks(2, "train " + cfg.string() + accumulate + " --run-dir " + (dir_ / "r2").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   expect_same_losses(dir_ / "r1", dir_ / "r2", 1e-5);
   const auto d = summary(dir_ / "r2")["distributed"];
@@ -187,10 +190,12 @@ TEST_F(DataParallelTest, GradientAccumulationCommunicatesOnTheLastMicroBatchOnly
 TEST_F(DataParallelTest, AnOverflowOnOneRankSkipsTheStepOnEveryRank) {
   const std::string mixed = "[precision]\npolicy = \"fp16-mixed\"\n[scaler]\ntype = \"dynamic\"\n";
   const auto single = mlp_config("single.toml", mixed, 1e30f);
-  auto base = run("train " + single.string() + " --set run.steps=24 --run-dir " + (dir_ / "r1").string());
+  auto base =
+      run("train " + single.string() + " --set run.steps=24 --run-dir " + (dir_ / "r1").string());
   ASSERT_EQ(base.exit_code, 0) << base.err;
   const auto cfg = mlp_config("dp.toml", mixed + "[distributed]\ntype = \"mpi\"\n", 1e30f);
-  auto r = run_ranks(2, "train " + cfg.string() + " --set run.steps=24 --run-dir " + (dir_ / "r2").string());
+  auto r = run_ranks(
+      2, "train " + cfg.string() + " --set run.steps=24 --run-dir " + (dir_ / "r2").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   expect_same_losses(dir_ / "r1", dir_ / "r2", 1e-3);
   const auto s = summary(dir_ / "r2");
@@ -208,14 +213,15 @@ TEST_F(DataParallelTest, CheckpointsResumeOnTwoRanksBitExactAndOnOneRank) {
                    std::string("[distributed]\ntype = \"mpi\"\nshard_optimizer = ") + shard +
                        "\nbucket_mb = 0.002\n[checkpoint]\nevery = 10\nkeep = 5\n");
     const auto full = dir_ / (std::string("full-") + shard);
-    ASSERT_EQ(run_ranks(2, "train " + cfg.string() + " --set run.steps=20 --run-dir " + full.string())
-                  .exit_code,
-              0);
+    ASSERT_EQ(
+        run_ranks(2, "train " + cfg.string() + " --set run.steps=20 --run-dir " + full.string())
+            .exit_code,
+        0);
     const auto ckpt = full / "checkpoints" / "step-00000010.mxt";
     ASSERT_TRUE(fs::exists(ckpt));
     const auto resumed = dir_ / (std::string("resumed-") + shard);
-    auto r = run_ranks(2, "train " + cfg.string() + " --set run.steps=20 --resume " + ckpt.string() +
-                              " --run-dir " + resumed.string());
+    auto r = run_ranks(2, "train " + cfg.string() + " --set run.steps=20 --resume " +
+                              ckpt.string() + " --run-dir " + resumed.string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     expect_same_losses(full, resumed, 0.0, 11);
     // One process, the same global batch.
@@ -234,7 +240,8 @@ TEST_F(DataParallelTest, Fp8ScalesAreIdenticalOnEveryRank) {
       "dp.toml",
       "[precision]\npolicy = \"fp8-delayed\"\n[scaler]\ntype = \"dynamic\"\n[distributed]\n"
       "type = \"mpi\"\n");
-  auto r = run_ranks(2, "train " + cfg.string() + " --set run.steps=20 --run-dir " + (dir_ / "r2").string());
+  auto r = run_ranks(
+      2, "train " + cfg.string() + " --set run.steps=20 --run-dir " + (dir_ / "r2").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(summary(dir_ / "r2")["distributed"]["ranks_identical"].get<bool>());
 }
@@ -290,7 +297,8 @@ TEST_F(DataParallelTest, ADistributedConfigWithoutMpirunExitsWithTheLaunchLine) 
 
 TEST_F(DataParallelTest, RanksWithDifferentConfigsExitTwoNamingTheKey) {
   const auto cfg = mlp_config("dp.toml", "[distributed]\ntype = \"mpi\"\n");
-  const std::string common = "train " + cfg.string() + " --set run.steps=2 --run-dir " + (dir_ / "r").string();
+  const std::string common =
+      "train " + cfg.string() + " --set run.steps=2 --run-dir " + (dir_ / "r").string();
   auto r = run_mpmd({common + " --set run.seed=3", common + " --set run.seed=4"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "rank 1's differs from rank 0's at run.seed: `3` against `4`")) << r.err;
@@ -299,15 +307,14 @@ TEST_F(DataParallelTest, RanksWithDifferentConfigsExitTwoNamingTheKey) {
 // A rank that dies: the launcher ends the others (they never hang) and names the rank; the last
 // complete checkpoint stays loadable.
 TEST_F(DataParallelTest, ARankThatDiesEndsTheRunAndTheLastCheckpointLoads) {
-  const auto cfg = mlp_config("dp.toml",
-                              "[distributed]\ntype = \"mpi\"\n[checkpoint]\nevery = 5\nkeep = 50\n");
+  const auto cfg =
+      mlp_config("dp.toml", "[distributed]\ntype = \"mpi\"\n[checkpoint]\nevery = 5\nkeep = 50\n");
   const auto run_dir = dir_ / "r";
   const std::string cmd = std::string("mpirun --oversubscribe --allow-run-as-root -np 2 ") +
                           MIXTRAIN_EXE + " train " + cfg.string() +
                           " --set run.steps=100000 --set run.log_every=1000 --run-dir " +
                           run_dir.string() + " >" + (dir_ / "out.txt").string() + " 2>" +
-                          (dir_ / "err.txt").string() + " & echo $! > " +
-                          (dir_ / "pid").string();
+                          (dir_ / "err.txt").string() + " & echo $! > " + (dir_ / "pid").string();
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!fs::exists(run_dir / "checkpoints" / "step-00000010.mxt") &&

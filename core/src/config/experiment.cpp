@@ -381,9 +381,9 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   if (config.has_table("distributed") || (launch.detected && launch.world_size > 1)) {
     sdk::Options host;
     if (config.has_table("distributed")) {
-      host = plugin_section("distributed", "type", "mpi", ComponentKind::communicator,
-                            "communicator", distributed_schema(), e.distributed.type,
-                            e.communicator_options);
+      host =
+          plugin_section("distributed", "type", "mpi", ComponentKind::communicator, "communicator",
+                         distributed_schema(), e.distributed.type, e.communicator_options);
       e.distributed.where = config.location("distributed.type");
       if (e.distributed.where.line == 0) e.distributed.where = config.location("distributed");
     } else {

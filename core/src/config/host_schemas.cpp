@@ -365,8 +365,8 @@ sdk::OptionSchema distributed_schema() {
                           "ZeRO stage 1: each rank keeps and updates 1/N of the optimizer state; "
                           "gradients are reduce-scattered and the weights all-gathered"),
       OptionSpec::number("bucket_mb", 25.0,
-                       "gradients are averaged in buckets of at most this many MiB, each started "
-                       "as soon as its gradients are final")
+                         "gradients are averaged in buckets of at most this many MiB, each started "
+                         "as soon as its gradients are final")
           .greater_than(0.0)
           .at_most(4096.0),
       OptionSpec::boolean("overlap", true,

@@ -126,10 +126,9 @@ void add_model_sections(std::vector<ConfigSection>& out) {
 }  // namespace
 
 const std::vector<std::string>& config_top_level_tables() {
-  static const std::vector<std::string> tables = {"run",    "data",      "model",      "precision",
-                                                  "scaler", "optimizer", "checkpoint", "backend",
-                                                  "ema",    "eval",      "plugins",
-                                                  "distributed"};
+  static const std::vector<std::string> tables = {
+      "run",        "data",    "model", "precision", "scaler",  "optimizer",
+      "checkpoint", "backend", "ema",   "eval",      "plugins", "distributed"};
   return tables;
 }
 

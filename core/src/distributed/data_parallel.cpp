@@ -174,12 +174,10 @@ void DataParallel::finish_gradients() {
   timing_.wait_seconds += seconds_since(t);
 }
 
-DataParallel::Totals DataParallel::reduce_totals(bool found_inf, double sum_squares,
-                                                 double loss) {
+DataParallel::Totals DataParallel::reduce_totals(bool found_inf, double sum_squares, double loss) {
   // Unsharded, every rank holds the same reduced gradients and the same Σg²: rank 0's is sent
   // alone, so the total is that value exactly. Sharded, the shards' sums add up.
-  double values[3] = {found_inf ? 1.0 : 0.0,
-                      sharded() || rank_ == 0 ? sum_squares : 0.0, loss};
+  double values[3] = {found_inf ? 1.0 : 0.0, sharded() || rank_ == 0 ? sum_squares : 0.0, loss};
   comm_->all_reduce_host(values, sdk::ReduceOp::sum);
   Totals t;
   t.found_inf = values[0] > 0.0;
@@ -197,7 +195,8 @@ void DataParallel::gather_masters(Model& model) {
                    slice(master, p.where.param_offset, p.where.count));
   }
   std::vector<sdk::CommunicationHandlePtr> handles;
-  for (auto& b : buckets_) handles.push_back(comm_->start_all_gather(b.shard.view(), b.flat.view()));
+  for (auto& b : buckets_)
+    handles.push_back(comm_->start_all_gather(b.shard.view(), b.flat.view()));
   for (auto& h : handles) h->wait();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const sdk::TensorView master = params_[i]->master.view();
@@ -238,8 +237,7 @@ std::string DataParallel::first_from_any_rank(const std::string& mine) {
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
-std::vector<sdk::HostTensor> DataParallel::gather_optimizer_state(
-    const sdk::Optimizer& optimizer) {
+std::vector<sdk::HostTensor> DataParallel::gather_optimizer_state(const sdk::Optimizer& optimizer) {
   const auto state = optimizer.state_tensors();
   if (!sharded()) {
     std::vector<sdk::HostTensor> out;

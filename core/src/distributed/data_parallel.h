@@ -16,10 +16,11 @@
 //     working copy), so it allocates 1/N of the state; grads are the shards.
 //   Called again after a replan (a new model): everything is rebuilt for it.
 // - The step: begin_step() before the first micro-batch; the hook counts each final gradient
-//   and, with `overlap`, starts the bucket's collective as soon as the bucket is complete, calling progress() as backward goes on; finish_gradients() starts what is left and
-//   waits for every bucket. The buckets then hold SUMS over the ranks: the caller folds 1/N into
-//   the unscale. The hook is off while set_hook_enabled(false) (the non-finite replay, which
-//   runs on one rank's batch only).
+//   and, with `overlap`, starts the bucket's collective as soon as the bucket is complete, calling
+//   progress() as backward goes on; finish_gradients() starts what is left and waits for every
+//   bucket. The buckets then hold SUMS over the ranks: the caller folds 1/N into the unscale. The
+//   hook is off while set_hook_enabled(false) (the non-finite replay, which runs on one rank's
+//   batch only).
 // - reduce_totals(): one host all-reduce per step of found_inf, Σg² and the loss, so every rank
 //   skips, clips and logs identically.
 // - gather_masters() (sharded, after an applied step): the updated masters all-gathered into
@@ -58,10 +59,10 @@ struct DataParallelSettings {
 
 // Where the step's communication time went, summed since the last take_timing().
 struct CommunicationTiming {
-  double wait_seconds = 0.0;            // finish_gradients: blocked waiting for buckets
-  double gather_seconds = 0.0;          // sharded: the masters' all-gather
-  std::int64_t buckets = 0;             // buckets communicated
-  std::int64_t started_in_backward = 0;  // of them, started by the hook (overlapped)
+  double wait_seconds = 0.0;              // finish_gradients: blocked waiting for buckets
+  double gather_seconds = 0.0;            // sharded: the masters' all-gather
+  std::int64_t buckets = 0;               // buckets communicated
+  std::int64_t started_in_backward = 0;   // of them, started by the hook (overlapped)
   std::int64_t finished_in_backward = 0;  // of them, complete before finish_gradients waited
 };
 
@@ -137,12 +138,12 @@ class DataParallel {
   bool hook_enabled_ = true;
   std::vector<GradientBucket> plan_;
   std::vector<Bucket> buckets_;
-  std::vector<ModelParameter*> params_;                      // model.parameters() order
+  std::vector<ModelParameter*> params_;  // model.parameters() order
   std::unordered_map<const ModelParameter*, std::size_t> index_;
-  std::vector<std::size_t> bucket_of_;    // per parameter
-  std::vector<std::int64_t> offset_of_;   // per parameter: its offset in its bucket
+  std::vector<std::size_t> bucket_of_;   // per parameter
+  std::vector<std::int64_t> offset_of_;  // per parameter: its offset in its bucket
   std::vector<bool> ready_;              // per parameter: reported ready this step
-  std::vector<Piece> pieces_;             // sharded: the optimizer's parameters, in bind order
+  std::vector<Piece> pieces_;            // sharded: the optimizer's parameters, in bind order
   CommunicationTiming timing_;
 };
 

@@ -23,11 +23,11 @@
 namespace mixtrain::core {
 
 struct GradientBucket {
-  std::vector<std::size_t> params;     // indices into the numels given, in packing order
-  std::vector<std::int64_t> offsets;   // each one's first element in the bucket
-  std::int64_t numel = 0;              // sum of their sizes
-  std::int64_t padded = 0;             // numel rounded up to a multiple of the world size
-  std::int64_t shard() const noexcept; // padded / world (set by plan_buckets)
+  std::vector<std::size_t> params;      // indices into the numels given, in packing order
+  std::vector<std::int64_t> offsets;    // each one's first element in the bucket
+  std::int64_t numel = 0;               // sum of their sizes
+  std::int64_t padded = 0;              // numel rounded up to a multiple of the world size
+  std::int64_t shard() const noexcept;  // padded / world (set by plan_buckets)
   int world = 1;
 };
 

@@ -437,8 +437,8 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
           "resume with the same [data] and run.seed as the original run");
     if (s.dp && s.dp->sharded())
       s.dp->load_optimizer_state(
-          *s.c.optimizer,
-          [&](const std::string& name) { return st.find("optimizer/" + name); }, path.string());
+          *s.c.optimizer, [&](const std::string& name) { return st.find("optimizer/" + name); },
+          path.string());
     else
       for (const auto& t : s.c.optimizer->state_tensors()) {
         const auto* h = st.find("optimizer/" + t.name);

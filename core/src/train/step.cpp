@@ -206,10 +206,9 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
     }
     if (dp != nullptr) {
       dp->set_hook_enabled(true);
-      const std::string found = dp->first_from_any_rank(out.first_nonfinite.empty()
-                                                            ? std::string()
-                                                            : out.first_nonfinite + '\n' +
-                                                                  out.blamed_node);
+      const std::string found = dp->first_from_any_rank(
+          out.first_nonfinite.empty() ? std::string()
+                                      : out.first_nonfinite + '\n' + out.blamed_node);
       const auto cut = found.find('\n');
       out.first_nonfinite = found.substr(0, cut);
       out.blamed_node = cut == std::string::npos ? std::string() : found.substr(cut + 1);
@@ -217,8 +216,8 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
     policy.on_step_end(false);
     if (dp == nullptr || dp->rank() == 0)  // the same message on every rank: once is enough
       s.log.warn(nonfinite_skip_message(
-        s.step, out.first_nonfinite.empty() ? "none on replay" : out.first_nonfinite,
-        out.decision));
+          s.step, out.first_nonfinite.empty() ? "none on replay" : out.first_nonfinite,
+          out.decision));
   }
   if (fp8_statistics) s.metrics.write(fp8_operand_record(model, s.step));
   if (s.opt.observer != nullptr) s.opt.observer->after_step(s.step);

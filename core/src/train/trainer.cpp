@@ -9,12 +9,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/state.h"
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/core/console/progress_report.h"
 #include "mixtrain/core/distributed/config_agreement.h"
 #include "mixtrain/core/graph/model_summary.h"
 #include "mixtrain/core/runs/folder.h"
-#include "checkpoint/state.h"
 #include "mixtrain/sdk/atomic_file_writer.h"
 #include "train/planned_model.h"
 #include "train/step.h"
@@ -459,9 +459,10 @@ TrainSummary Trainer::run() {
     d.buckets_communicated = comm_total.buckets;
     d.ranks_identical = s.dp->ranks_agree(replica_state(s));
     if (!d.ranks_identical)
-      s.log.error("the ranks' training states differ at the end of the run: the replicas went "
-                  "out of step (a nondeterministic op, or a bug); this rank's checkpoint is "
-                  "rank 0's");
+      s.log.error(
+          "the ranks' training states differ at the end of the run: the replicas went "
+          "out of step (a nondeterministic op, or a bug); this rank's checkpoint is "
+          "rank 0's");
   }
   if (s.writes) write_run_summary(s.run_dir / "summary.json", sum);
   if (sum.stopped_early)

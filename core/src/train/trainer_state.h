@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "distributed/data_parallel.h"
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/data/batch_sampler.h"
 #include "mixtrain/core/train/lr_schedule.h"
-#include "distributed/data_parallel.h"
 #include "mixtrain/core/train/trainer.h"
 #include "precision/escalation.h"
 #include "runs/metrics_log.h"

@@ -81,8 +81,8 @@ TEST(MpiLaunch, IgnoresMissingOrMalformedValues) {
     ScopedEnv a("OMPI_COMM_WORLD_SIZE", nullptr), b("OMPI_COMM_WORLD_RANK", nullptr);
     EXPECT_FALSE(detect_mpi_launch().detected);
   }
-  for (const auto& [size, rank] : {std::pair{"2x", "0"}, std::pair{"0", "0"},
-                                   std::pair{"2", "2"}, std::pair{"2", "-1"}}) {
+  for (const auto& [size, rank] :
+       {std::pair{"2x", "0"}, std::pair{"0", "0"}, std::pair{"2", "2"}, std::pair{"2", "-1"}}) {
     ScopedEnv a("OMPI_COMM_WORLD_SIZE", size), b("OMPI_COMM_WORLD_RANK", rank);
     EXPECT_FALSE(detect_mpi_launch().detected) << size << " " << rank;
   }

@@ -89,8 +89,8 @@ TEST_P(MpiCommunicatorTest, ReduceScatterGivesEachRankItsPiece) {
   auto send = make({r, 10 + r, 100 + r, 1000 + r});
   auto recv = make({0, 0});
   comm_->reduce_scatter(send.view, recv.view, sdk::ReduceOp::sum);
-  EXPECT_EQ(host(recv.view), rank() == 0 ? (std::vector<float>{1, 21})
-                                         : (std::vector<float>{201, 2001}));
+  EXPECT_EQ(host(recv.view),
+            rank() == 0 ? (std::vector<float>{1, 21}) : (std::vector<float>{201, 2001}));
 }
 
 TEST_P(MpiCommunicatorTest, AllGatherOfFp32AndOfNarrowBytes) {

@@ -76,8 +76,8 @@ struct DistributedSettings {
   double bucket_mb = 25.0;
   bool overlap = true;
   std::string batch_norm = "local";
-  bool from_launch = false;    // no [distributed] table: chosen because mpirun started the process
-  sdk::SourceLocation where;   // distributed.type (an error about the launch points there)
+  bool from_launch = false;   // no [distributed] table: chosen because mpirun started the process
+  sdk::SourceLocation where;  // distributed.type (an error about the launch points there)
   bool enabled() const { return !type.empty(); }
 };
 

@@ -92,7 +92,7 @@ struct TrainSummary {
   // [distributed]: "distributed" in summary.json. Bytes are per rank, the largest rank's, as the
   // backend counted them (optimizer state: the slots the optimizer holds on the rank).
   struct Distributed {
-    int world_size = 0;  // 0: one process (no "distributed" entry)
+    int world_size = 0;        // 0: one process (no "distributed" entry)
     std::string communicator;  // its description()
     bool shard_optimizer = false;
     std::int64_t buckets = 0;
