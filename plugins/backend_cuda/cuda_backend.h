@@ -189,9 +189,7 @@ class CudaBackend final : public sdk::DeviceBackend,
   void release(int graph) noexcept override;
 
   // NativeStreamFacet: the cudaStream_t every op above is enqueued on.
-  void* native_stream() override {
-    return stream_;
-  }
+  void* native_stream() override { return stream_; }
 
   // Batch norm (cuda_backend_batch_norm.cpp): FP32 statistics, fixed-order reductions.
   std::size_t batchnorm_workspace_bytes(const sdk::BatchNormShape& shape,

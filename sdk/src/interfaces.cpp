@@ -33,20 +33,16 @@ std::string_view component_kind_name(ComponentKind k) noexcept {
     case ComponentKind::scaler: return "scaler";
     case ComponentKind::optimizer: return "optimizer";
     case ComponentKind::checkpoint_format: return "checkpoint_format";
-    case ComponentKind::communicator:
-      return "communicator";
+    case ComponentKind::communicator: return "communicator";
   }
   return "?";
 }
 
 const char* reduce_op_name(ReduceOp op) noexcept {
   switch (op) {
-    case ReduceOp::sum:
-      return "sum";
-    case ReduceOp::avg:
-      return "avg";
-    case ReduceOp::max:
-      return "max";
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
   }
   return "?";
 }
