@@ -4,6 +4,7 @@
 // is missing.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -268,6 +269,38 @@ TEST_F(DataParallelTest, ResNet20AndTinyGptTrainOnTwoRanks) {
     EXPECT_TRUE(std::isfinite(s["final_loss"].get<double>())) << name;
     EXPECT_TRUE(s["distributed"]["ranks_identical"].get<bool>()) << name;
   }
+}
+
+// Synchronized batch norm: the shrunk ResNet-20 in fp32 on 2 ranks × 4 images has the per-step
+// losses of one process on the same 8 (each batch norm normalises with the global batch's
+// statistics, and its backward reduces Σg and Σg·x̂); with local batch norm (each rank's own 4
+// images) the losses differ, which is what makes the comparison a test.
+TEST_F(DataParallelTest, SyncBatchNormOnTwoRanksMatchesOneProcess) {
+  const std::string args =
+      std::string(MIXTRAIN_CONFIGS_DIR) + "/resnet20-fp32.toml" +
+      " --set run.steps=4 --set run.log_every=1 --set run.eval_every=0"
+      " --set backend.cpu.threads=1 --set data.batch_size=8 --set data.eval_batch_size=8"
+      " --set data.synthetic.rows=80 --set model.resnet.widths=[4,8,8]"
+      " --set data.augment.crop_padding=0 --set data.augment.horizontal_flip=false";
+  auto one = run("train " + args + " --run-dir " + (dir_ / "one").string());
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  for (const std::string mode : {"sync", "local"}) {
+    auto r = run_ranks(2, "train " + args + " --set distributed.type=mpi" +
+                              " --set distributed.batch_norm=" + mode + " --run-dir " +
+                              (dir_ / mode).string());
+    ASSERT_EQ(r.exit_code, 0) << mode << ": " << r.err;
+    EXPECT_TRUE(summary(dir_ / mode)["distributed"]["ranks_identical"].get<bool>()) << mode;
+  }
+  expect_same_losses(dir_ / "one", dir_ / "sync", 1e-4);
+  double largest = 0.0;
+  const auto a = step_records(dir_ / "one"), b = step_records(dir_ / "local");
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.size(), 4u);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double la = a[i]["loss"].get<double>(), lb = b[i]["loss"].get<double>();
+    largest = std::max(largest, std::abs(la - lb) / std::abs(la));
+  }
+  EXPECT_GT(largest, 1e-3) << "local batch norm should not match the global batch's";
 }
 
 // Under mpirun a config without [distributed] trains data-parallel by itself, and its resolved

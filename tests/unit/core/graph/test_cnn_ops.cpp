@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -100,6 +101,72 @@ TEST(CnnOps, ConvBatchNormPoolNetworkGradientsMatchFiniteDifferences) {
       3 * 6 * 6, 3, image(3, 6, 6));
   EXPECT_TRUE(m.layers()[2]->is_view()) << "the relu after b1 is fused into it";
   check_model_gradients(m, 3, 2e-3f);
+}
+
+// The network of the test above, BN fused with its relu and BN without affine.
+Model small_cnn() {
+  return Model(
+      cpu(),
+      graph(
+          {op("conv2d", "c1", {{"out", 4}, {"kernel", 3}, {"padding", 1}, {"bias", false}},
+              {"input"}),
+           op("batchnorm2d", "b1", {}, {"c1"}), op("relu", "r1", {}, {"b1"}),
+           op("conv2d", "c2", {{"out", 4}, {"kernel", 3}, {"padding", 1}, {"bias", false}}, {"r1"}),
+           op("batchnorm2d", "b2", {{"affine", false}}, {"c2"}), op("add", "res", {}, {"b2", "r1"}),
+           op("global_avgpool", "gap", {}, {"res"}), op("linear", "fc", {{"out", 3}}, {"gap"})}),
+      3 * 6 * 6, 3, image(3, 6, 6));
+}
+
+TEST(CnnOps, SynchronizedBatchNormOnOneRankIsPlainBatchNorm) {
+  // Synchronized batch norm with a one-rank reducer (the sums stay as they are) runs the split
+  // ops (statistics, normalise with given statistics, reduce, elementwise): the same loss,
+  // gradients and running statistics as the fused ops, and gradients that match finite
+  // differences of the loss.
+  Model plain = small_cnn(), synced = small_cnn();
+  int reductions = 0;
+  std::size_t last_length = 0;
+  for (auto& l : synced.layers())
+    if (auto* bn = dynamic_cast<BatchNorm2dLayer*>(l.get())) {
+      bn->set_statistics_reducer([&](std::span<double> v) {
+        ++reductions;
+        last_length = v.size();
+      });
+      EXPECT_TRUE(bn->synchronized());
+      EXPECT_TRUE(bn->traits().varies_per_step) << "a step graph cannot capture the reductions";
+    }
+  const std::int64_t batch = 3;
+  double loss[2];
+  std::vector<std::vector<float>> grads[2], running[2];
+  Model* models[2] = {&plain, &synced};
+  for (int k = 0; k < 2; ++k) {
+    Model& m = *models[k];
+    for (auto& l : m.layers()) l->set_precision({});
+    m.allocate(batch);
+    m.init_parameters(3);
+    feed(m, batch, 5);
+    m.forward(batch);
+    loss[k] = m.loss(batch, 1.0f, true).loss;
+    m.backward(batch);
+    for (auto* p : m.parameters()) grads[k].push_back(read(p->grad.view()));
+    for (auto* b : m.buffers()) running[k].push_back(read(b->value.view()));
+  }
+  EXPECT_EQ(reductions, 4) << "per batch-norm layer: the statistics and the backward's sums";
+  EXPECT_EQ(last_length, 2u * 4u) << "Σg and Σg·x̂ of 4 channels";
+  EXPECT_NEAR(loss[1], loss[0], 1e-6 * std::abs(loss[0]));
+  ASSERT_EQ(grads[1].size(), grads[0].size());
+  for (std::size_t i = 0; i < grads[0].size(); ++i)
+    for (std::size_t j = 0; j < grads[0][i].size(); ++j)
+      EXPECT_NEAR(grads[1][i][j], grads[0][i][j], 1e-5 * std::max(1.0f, std::abs(grads[0][i][j])))
+          << plain.parameters()[i]->name << "[" << j << "]";
+  for (std::size_t i = 0; i < running[0].size(); ++i)
+    for (std::size_t j = 0; j < running[0][i].size(); ++j)
+      EXPECT_NEAR(running[1][i][j], running[0][i][j], 1e-6) << plain.buffers()[i]->name;
+
+  Model checked = small_cnn();
+  for (auto& l : checked.layers())
+    if (auto* bn = dynamic_cast<BatchNorm2dLayer*>(l.get()))
+      bn->set_statistics_reducer([](std::span<double>) {});
+  check_model_gradients(checked, batch, 2e-3f);
 }
 
 TEST(CnnOps, FlattenOfAChannelsLastImageIsInPyTorchOrder) {
