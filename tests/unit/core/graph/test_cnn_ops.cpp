@@ -7,6 +7,7 @@
 #include <cmath>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -167,6 +168,96 @@ TEST(CnnOps, SynchronizedBatchNormOnOneRankIsPlainBatchNorm) {
     if (auto* bn = dynamic_cast<BatchNorm2dLayer*>(l.get()))
       bn->set_statistics_reducer([](std::span<double>) {});
   check_model_gradients(checked, batch, 2e-3f);
+}
+
+// The CPU's batch norm without version 2's split ops (what an older backend's answer looks like
+// to the plan), every other facet the CPU's.
+class NoSplitBatchNorm final : public sdk::BatchNormFacet {
+ public:
+  explicit NoSplitBatchNorm(sdk::BatchNormFacet& in) : in_(in) {}
+  bool supports(sdk::BatchNormOp op, std::span<const DType> d) const override {
+    return op != sdk::BatchNormOp::batchnorm_statistics &&
+           op != sdk::BatchNormOp::batchnorm_backward_reduce &&
+           op != sdk::BatchNormOp::batchnorm_backward_elementwise && in_.supports(op, d);
+  }
+  std::size_t batchnorm_workspace_bytes(const sdk::BatchNormShape& s, DType x) const override {
+    return in_.batchnorm_workspace_bytes(s, x);
+  }
+  void batchnorm_forward_training(sdk::TensorView x, sdk::TensorView g, sdk::TensorView b,
+                                  const sdk::BatchNormShape& s, float momentum, sdk::TensorView y,
+                                  sdk::TensorView m, sdk::TensorView v, sdk::TensorView rm,
+                                  sdk::TensorView rv, sdk::TensorView ws) override {
+    in_.batchnorm_forward_training(x, g, b, s, momentum, y, m, v, rm, rv, ws);
+  }
+  void batchnorm_forward_inference(sdk::TensorView x, sdk::TensorView g, sdk::TensorView b,
+                                   sdk::TensorView rm, sdk::TensorView rv,
+                                   const sdk::BatchNormShape& s, sdk::TensorView y) override {
+    in_.batchnorm_forward_inference(x, g, b, rm, rv, s, y);
+  }
+  void batchnorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView y,
+                          sdk::TensorView g, sdk::TensorView m, sdk::TensorView v,
+                          const sdk::BatchNormShape& s, sdk::TensorView ws, sdk::TensorView dx,
+                          sdk::TensorView dg, sdk::TensorView db, bool acc) override {
+    in_.batchnorm_backward(dy, x, y, g, m, v, s, ws, dx, dg, db, acc);
+  }
+  void batchnorm_statistics(sdk::TensorView, const sdk::BatchNormShape&, sdk::TensorView,
+                            sdk::TensorView) override {
+    ADD_FAILURE() << "called an op it does not support";
+  }
+  void batchnorm_backward_reduce(sdk::TensorView, sdk::TensorView, sdk::TensorView, sdk::TensorView,
+                                 sdk::TensorView, const sdk::BatchNormShape&, sdk::TensorView,
+                                 sdk::TensorView) override {
+    ADD_FAILURE() << "called an op it does not support";
+  }
+  void batchnorm_backward_elementwise(sdk::TensorView, sdk::TensorView, sdk::TensorView,
+                                      sdk::TensorView, sdk::TensorView, sdk::TensorView,
+                                      sdk::TensorView, sdk::TensorView, const sdk::BatchNormShape&,
+                                      sdk::TensorView) override {
+    ADD_FAILURE() << "called an op it does not support";
+  }
+
+ private:
+  sdk::BatchNormFacet& in_;
+};
+
+class NoSplitBatchNormBackend final : public test_support::ForwardingBackend {
+ public:
+  sdk::Facet* find_facet(std::string_view name) override {
+    return name == sdk::BatchNormFacet::kName ? &bn_ : in_->find_facet(name);
+  }
+
+ private:
+  NoSplitBatchNorm bn_{*sdk::facet<sdk::BatchNormFacet>(*cpu())};
+};
+
+TEST(CnnOps, SynchronizedBatchNormOnABackendWithoutTheSplitOpsStopsAtPlanTime) {
+  auto backend = std::make_shared<NoSplitBatchNormBackend>();
+  auto make = [&] {
+    return Model(
+        backend,
+        graph({op("conv2d", "c1", {{"out", 2}, {"kernel", 1}, {"bias", false}}, {"input"}),
+               op("batchnorm2d", "bn7", {}, {"c1"}), op("global_avgpool", "gap", {}, {"bn7"}),
+               op("linear", "fc", {{"out", 3}}, {"gap"})}),
+        3 * 4 * 4, 3, image(3, 4, 4));
+  };
+  // Local batch norm needs only version 1's ops.
+  Model local = make();
+  for (auto& l : local.layers()) l->set_precision({});
+  EXPECT_NO_THROW(local.allocate(2));
+  Model synced = make();
+  for (auto& l : synced.layers()) {
+    l->set_precision({});
+    if (auto* bn = dynamic_cast<BatchNorm2dLayer*>(l.get()))
+      bn->set_statistics_reducer([](std::span<double>) {});
+  }
+  try {
+    synced.allocate(2);
+    FAIL() << "the plan accepted synchronized batch norm without the split ops";
+  } catch (const sdk::UserError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'bn7'"), std::string::npos) << what;
+    EXPECT_NE(what.find("batchnorm_statistics"), std::string::npos) << what;
+  }
 }
 
 TEST(CnnOps, FlattenOfAChannelsLastImageIsInPyTorchOrder) {
