@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -13,6 +14,7 @@
 
 #include "config/model_presets.h"
 #include "cpu_test_backend.h"
+#include "distributed/data_parallel.h"
 #include "graph/ops/batchnorm2d.h"
 #include "layer_gradient_check.h"
 #include "mixtrain/core/graph/model.h"
@@ -257,6 +259,145 @@ TEST(CnnOps, SynchronizedBatchNormOnABackendWithoutTheSplitOpsStopsAtPlanTime) {
     const std::string what = e.what();
     EXPECT_NE(what.find("'bn7'"), std::string::npos) << what;
     EXPECT_NE(what.find("batchnorm_statistics"), std::string::npos) << what;
+  }
+}
+
+// Two ranks where the other one holds this rank's very batch: a sum over the ranks doubles each
+// value. Tensor collectives complete at once without touching the data (this test reads no
+// gradient bucket after them).
+class MirrorCommunicator final : public sdk::Communicator {
+ public:
+  int host_reductions = 0;
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  std::string description() const override { return "mirror, 2 ranks"; }
+  void bind(sdk::DeviceBackend&) override {}
+  sdk::CommunicationHandlePtr start_all_reduce(sdk::TensorView, sdk::ReduceOp) override {
+    return std::make_unique<Done>();
+  }
+  sdk::CommunicationHandlePtr start_reduce_scatter(sdk::TensorView, sdk::TensorView,
+                                                   sdk::ReduceOp) override {
+    return std::make_unique<Done>();
+  }
+  sdk::CommunicationHandlePtr start_all_gather(sdk::TensorView, sdk::TensorView) override {
+    return std::make_unique<Done>();
+  }
+  void broadcast(sdk::TensorView, int) override {}
+  void barrier() override {}
+  void all_reduce_host(std::span<double> values, sdk::ReduceOp op) override {
+    ++host_reductions;
+    if (op == sdk::ReduceOp::sum)
+      for (double& v : values) v *= 2.0;
+  }
+  void broadcast_host(std::vector<std::byte>&, int) override {}
+
+ private:
+  struct Done final : sdk::CommunicationHandle {
+    bool test() override { return true; }
+    void wait() override {}
+  };
+};
+
+// What the trainer binds the optimizer to, before data parallel moves the gradients.
+void bind_lists(Model& m, std::vector<sdk::Parameter>& params,
+                std::vector<sdk::TensorView>& grads) {
+  for (auto* p : m.parameters()) {
+    sdk::Parameter sp;
+    sp.name = p->name;
+    sp.tensors.master = p->master.view();
+    sp.tensors.grad = p->grad.view();
+    params.push_back(sp);
+    grads.push_back(p->grad.view());
+  }
+}
+
+TEST(CnnOps, DataParallelInstallsSynchronizedBatchNormOnEveryBatchNormLayer) {
+  // 2 ranks with the same batch: the global batch's mean and variance are this batch's, and so
+  // are the backward's means, so loss and gradients are plain batch norm's; the running variance
+  // is unbiased over the 2·rows of the global batch. Two host all-reduces per layer and step, none
+  // while the hook is off (the non-finite replay).
+  const std::int64_t batch = 3, rows = batch * 6 * 6;
+  Model plain = small_cnn(), synced = small_cnn();
+  auto comm = std::make_shared<MirrorCommunicator>();
+  DataParallelSettings settings;
+  settings.sync_batch_norm = true;
+  DataParallel dp(comm, cpu(), settings);
+  double loss[2];
+  std::vector<std::vector<float>> grads[2], running[2];
+  Model* models[2] = {&plain, &synced};
+  for (int k = 0; k < 2; ++k) {
+    Model& m = *models[k];
+    for (auto& l : m.layers()) l->set_precision({});
+    m.allocate(batch);
+    m.init_parameters(3);
+    if (k == 1) {
+      std::vector<sdk::Parameter> params;
+      std::vector<sdk::TensorView> views;
+      bind_lists(m, params, views);
+      dp.attach(m, params, views);
+      int layers = 0;
+      for (auto& l : m.layers())
+        if (auto* bn = dynamic_cast<BatchNorm2dLayer*>(l.get())) {
+          EXPECT_TRUE(bn->synchronized()) << bn->name();
+          ++layers;
+        }
+      EXPECT_EQ(layers, 2);
+      dp.begin_step();
+    }
+    feed(m, batch, 5);
+    m.forward(batch);
+    loss[k] = m.loss(batch, 1.0f, true).loss;
+    m.backward(batch);
+    for (auto* p : m.parameters()) grads[k].push_back(read(p->grad.view()));
+    for (auto* b : m.buffers()) running[k].push_back(read(b->value.view()));
+  }
+  EXPECT_EQ(comm->host_reductions, 4);
+  EXPECT_NEAR(loss[1], loss[0], 1e-6 * std::abs(loss[0]));
+  for (std::size_t i = 0; i < grads[0].size(); ++i)
+    for (std::size_t j = 0; j < grads[0][i].size(); ++j)
+      EXPECT_NEAR(grads[1][i][j], grads[0][i][j], 1e-5 * std::max(1.0f, std::abs(grads[0][i][j])))
+          << plain.parameters()[i]->name << "[" << j << "]";
+  // Buffers: b1.running_mean, b1.running_var, b2.running_mean, b2.running_var; momentum 0.1 from
+  // 0 and 1. The plain run's variance: (rv - 0.9) / 0.1 · (rows - 1) / rows.
+  const double n = static_cast<double>(rows);
+  for (std::size_t i = 0; i < running[0].size(); ++i)
+    for (std::size_t j = 0; j < running[0][i].size(); ++j) {
+      if (i % 2 == 0) {
+        EXPECT_NEAR(running[1][i][j], running[0][i][j], 1e-6) << plain.buffers()[i]->name;
+        continue;
+      }
+      const double var = (running[0][i][j] - 0.9) / 0.1 * (n - 1.0) / n;
+      EXPECT_NEAR(running[1][i][j], 0.9 + 0.1 * var * 2.0 * n / (2.0 * n - 1.0), 1e-6)
+          << plain.buffers()[i]->name;
+    }
+  dp.set_hook_enabled(false);
+  synced.forward(batch);
+  EXPECT_EQ(comm->host_reductions, 4) << "the replay communicates nothing";
+}
+
+TEST(CnnOps, DataParallelSyncBatchNormOnABackendWithoutTheSplitOpsNamesTheNode) {
+  auto backend = std::make_shared<NoSplitBatchNormBackend>();
+  Model m(backend,
+          graph({op("conv2d", "c1", {{"out", 2}, {"kernel", 1}, {"bias", false}}, {"input"}),
+                 op("batchnorm2d", "bn7", {}, {"c1"}), op("global_avgpool", "gap", {}, {"bn7"}),
+                 op("linear", "fc", {{"out", 3}}, {"gap"})}),
+          3 * 4 * 4, 3, image(3, 4, 4));
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(2);
+  DataParallelSettings settings;
+  settings.sync_batch_norm = true;
+  DataParallel dp(std::make_shared<MirrorCommunicator>(), backend, settings);
+  std::vector<sdk::Parameter> params;
+  std::vector<sdk::TensorView> grads;
+  bind_lists(m, params, grads);
+  try {
+    dp.attach(m, params, grads);
+    FAIL() << "attach accepted synchronized batch norm without the split ops";
+  } catch (const sdk::BackendError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'bn7'"), std::string::npos) << what;
+    EXPECT_NE(what.find("batchnorm_statistics"), std::string::npos) << what;
+    EXPECT_NE(what.find("batch_norm = \"sync\""), std::string::npos) << what;
   }
 }
 
