@@ -218,3 +218,86 @@ void CpuBackend::batchnorm_backward(TensorView dy, TensorView x, TensorView y, T
 }
 
 }  // namespace mixtrain::backend_cpu
+
+// --- Version 2: synchronized batch norm's split ops -------------------------------------------
+// The same kernels as the fused ops, so that with one rank's statistics and sums they give the
+// fused results: the statistics are the training forward's, the sums the backward's, and dx's
+// coefficients differ only by the rounding of the all-reduced means to fp32.
+
+namespace mixtrain::backend_cpu {
+
+void CpuBackend::batchnorm_statistics(TensorView x, const sdk::BatchNormShape& shape,
+                                      TensorView mean, TensorView var) {
+  use_threads();
+  checks().batchnorm_statistics(x, shape, mean, var);
+  with_typed(*prims_, {&x}, {}, [&](auto t, auto& in, auto&) {
+    using T = decltype(t);
+    channel_moments(static_cast<const T*>(in[0]), shape.rows, shape.channels, mean.as<float>(),
+                    var.as<float>());
+  });
+  account_scratch();
+}
+
+void CpuBackend::batchnorm_backward_reduce(TensorView dy, TensorView x, TensorView y,
+                                           TensorView mean, TensorView var,
+                                           const sdk::BatchNormShape& shape, TensorView sum_dy,
+                                           TensorView sum_dy_xhat) {
+  use_threads();
+  checks().batchnorm_backward_reduce(dy, x, y, mean, var, shape, sum_dy, sum_dy_xhat);
+  const auto cs = static_cast<std::size_t>(shape.channels);
+  ReluMask mask;
+  if (shape.relu) mask.kind = ReluMask::Kind::from_y;
+  std::vector<double> sums(2 * cs);
+  const TensorView* mask_y = shape.relu ? &y : nullptr;
+  with_typed(*prims_, {&x, &dy, mask_y}, {}, [&](auto t, auto& in, auto&) {
+    using T = decltype(t);
+    ReluMask typed = mask;
+    typed.y = in[2];
+    channel_grad_sums(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), typed, shape.rows,
+                      shape.channels, mean.as<const float>(), sums.data(), sums.data() + cs);
+  });
+  account_scratch();
+  const float* v = var.as<const float>();
+  for (std::size_t j = 0; j < cs; ++j) {
+    const double inv = 1.0 / std::sqrt(static_cast<double>(v[j]) + static_cast<double>(shape.eps));
+    sum_dy.as<float>()[j] = static_cast<float>(sums[j]);
+    sum_dy_xhat.as<float>()[j] = static_cast<float>(sums[cs + j] * inv);
+  }
+}
+
+void CpuBackend::batchnorm_backward_elementwise(TensorView dy, TensorView x, TensorView y,
+                                                TensorView gamma, TensorView mean, TensorView var,
+                                                TensorView mean_dy, TensorView mean_dy_xhat,
+                                                const sdk::BatchNormShape& shape, TensorView dx) {
+  use_threads();
+  checks().batchnorm_backward_elementwise(dy, x, y, gamma, mean, var, mean_dy, mean_dy_xhat, shape,
+                                          dx);
+  const std::int64_t c = shape.channels;
+  // dx = a·g + b·(x − mean) + d with a = gamma·inv, b = −a·inv·mean_dy_xhat (x̂ = (x − mean)·inv),
+  // d = −a·mean_dy: the fused backward's form, so the same kernel writes it.
+  std::vector<float> coefficients(3 * static_cast<std::size_t>(c));
+  float* ka = coefficients.data();
+  float* kb = ka + c;
+  float* kd = kb + c;
+  for (std::int64_t j = 0; j < c; ++j) {
+    const double inv = 1.0 / std::sqrt(static_cast<double>(var.as<const float>()[j]) +
+                                       static_cast<double>(shape.eps));
+    const double a = (gamma.empty() ? 1.0f : gamma.as<const float>()[j]) * inv;
+    ka[j] = static_cast<float>(a);
+    kb[j] = static_cast<float>(-a * inv * mean_dy_xhat.as<const float>()[j]);
+    kd[j] = static_cast<float>(-a * mean_dy.as<const float>()[j]);
+  }
+  ReluMask mask;
+  if (shape.relu) mask.kind = ReluMask::Kind::from_y;
+  const TensorView* mask_y = shape.relu ? &y : nullptr;
+  with_typed(*prims_, {&x, &dy, mask_y}, {&dx}, [&](auto t, auto& in, auto& out) {
+    using T = decltype(t);
+    ReluMask typed = mask;
+    typed.y = in[2];
+    channel_grad_input(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), typed,
+                       static_cast<T*>(out[0]), shape.rows, c, mean.as<const float>(), ka, kb, kd);
+  });
+  account_scratch();
+}
+
+}  // namespace mixtrain::backend_cpu

@@ -207,6 +207,19 @@ class CudaBackend final : public sdk::DeviceBackend,
                           sdk::TensorView save_var, const sdk::BatchNormShape& shape,
                           sdk::TensorView workspace, sdk::TensorView dx, sdk::TensorView dgamma,
                           sdk::TensorView dbeta, bool accumulate) override;
+  // Version 2: synchronized batch norm's split ops (contract in backend_batch_norm.h).
+  void batchnorm_statistics(sdk::TensorView x, const sdk::BatchNormShape& shape,
+                            sdk::TensorView mean, sdk::TensorView var) override;
+  void batchnorm_backward_reduce(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView y,
+                                 sdk::TensorView mean, sdk::TensorView var,
+                                 const sdk::BatchNormShape& shape, sdk::TensorView sum_dy,
+                                 sdk::TensorView sum_dy_xhat) override;
+  void batchnorm_backward_elementwise(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView y,
+                                      sdk::TensorView gamma, sdk::TensorView mean,
+                                      sdk::TensorView var, sdk::TensorView mean_dy,
+                                      sdk::TensorView mean_dy_xhat,
+                                      const sdk::BatchNormShape& shape,
+                                      sdk::TensorView dx) override;
 
 #ifdef MIXTRAIN_HAVE_CUDNN
   // Convolution (cuda_backend_convolution.cpp): conv2d through cuDNN's graph API, pooling and the

@@ -122,4 +122,77 @@ void CudaBackend::batchnorm_backward(TensorView dy, TensorView x, TensorView y, 
              op, "kernel launch");
 }
 
+// --- Version 2: synchronized batch norm's split ops (the fused ops' kernels, cuda_batch_norm.cu)
+
+namespace {
+// The backward split ops' common arguments: the ReLU mask from y (mask 2), never the workspace.
+kernels::BnBackward split_args(const TensorView& dy, const TensorView& x, const TensorView& y,
+                               const TensorView& gamma, const TensorView& mean,
+                               const TensorView& var, const sdk::BatchNormShape& shape) {
+  kernels::BnBackward a{};
+  a.dy = dy.data;
+  a.x = x.data;
+  a.y = shape.relu ? y.data : nullptr;
+  a.t = elem_of(x.dtype);
+  a.gamma = ptr_or_null(gamma);
+  a.save_mean = mean.as<const float>();
+  a.save_var = var.as<const float>();
+  a.mask = shape.relu ? 2 : 0;
+  a.eps = shape.eps;
+  a.rows = shape.rows;
+  a.channels = shape.channels;
+  return a;
+}
+}  // namespace
+
+void CudaBackend::batchnorm_statistics(TensorView x, const sdk::BatchNormShape& shape,
+                                       TensorView mean, TensorView var) {
+  activate();
+  constexpr const char* op = "batchnorm_statistics";
+  checks().batchnorm_statistics(x, shape, mean, var);
+  const std::int64_t c = shape.channels;
+  double* partial = partial_.as<double>(kernels::bn_partial_doubles(shape.rows, c), stream_, op);
+  float* scale_shift = partial2_.as<float>(2 * static_cast<std::size_t>(c), stream_, op);
+  account_buffers();
+  const kernels::BnForward a{x.data,    nullptr, elem_of(x.dtype), nullptr,       nullptr,
+                             shape.eps, false,   shape.rows,       shape.channels};
+  check_cuda(
+      kernels::bn_statistics(a, mean.as<float>(), var.as<float>(), scale_shift, partial, stream_),
+      op, "kernel launch");
+}
+
+void CudaBackend::batchnorm_backward_reduce(TensorView dy, TensorView x, TensorView y,
+                                            TensorView mean, TensorView var,
+                                            const sdk::BatchNormShape& shape, TensorView sum_dy,
+                                            TensorView sum_dy_xhat) {
+  activate();
+  constexpr const char* op = "batchnorm_backward_reduce";
+  checks().batchnorm_backward_reduce(dy, x, y, mean, var, shape, sum_dy, sum_dy_xhat);
+  const std::int64_t c = shape.channels;
+  double* partial = partial_.as<double>(kernels::bn_partial_doubles(shape.rows, c), stream_, op);
+  float* coeff = partial2_.as<float>(3 * static_cast<std::size_t>(c), stream_, op);
+  account_buffers();
+  check_cuda(
+      kernels::bn_backward_reduce(split_args(dy, x, y, {}, mean, var, shape), sum_dy.as<float>(),
+                                  sum_dy_xhat.as<float>(), coeff, partial, stream_),
+      op, "kernel launch");
+}
+
+void CudaBackend::batchnorm_backward_elementwise(TensorView dy, TensorView x, TensorView y,
+                                                 TensorView gamma, TensorView mean, TensorView var,
+                                                 TensorView mean_dy, TensorView mean_dy_xhat,
+                                                 const sdk::BatchNormShape& shape, TensorView dx) {
+  activate();
+  constexpr const char* op = "batchnorm_backward_elementwise";
+  checks().batchnorm_backward_elementwise(dy, x, y, gamma, mean, var, mean_dy, mean_dy_xhat, shape,
+                                          dx);
+  float* coeff = partial2_.as<float>(3 * static_cast<std::size_t>(shape.channels), stream_, op);
+  account_buffers();
+  kernels::BnBackward a = split_args(dy, x, y, gamma, mean, var, shape);
+  a.dx = dx.data;
+  check_cuda(kernels::bn_backward_elementwise(a, mean_dy.as<const float>(),
+                                              mean_dy_xhat.as<const float>(), coeff, stream_),
+             op, "kernel launch");
+}
+
 }  // namespace mixtrain::backend_cuda

@@ -198,6 +198,18 @@ __global__ void __launch_bounds__(kThreads) bn_grad_input_kernel(BnBackward a, c
   }
 }
 
+__global__ void bn_sync_coefficients_kernel(const float* var, const float* gamma, float eps,
+                                            const float* mean_g, const float* mean_gx_hat,
+                                            std::int64_t channels, float* coeff) {
+  const std::int64_t c = global_thread();
+  if (c >= channels) return;
+  const auto k = element::bn_sync_coefficients(var[c], eps, gamma != nullptr ? gamma[c] : 1.0f,
+                                               mean_g[c], mean_gx_hat[c]);
+  coeff[c] = k.a;
+  coeff[channels + c] = k.b;
+  coeff[2 * channels + c] = k.d;
+}
+
 dim3 reduction_grid(std::int64_t rows, std::int64_t channels) {
   return dim3(static_cast<unsigned>((channels + kTileC - 1) / kTileC),
               static_cast<unsigned>(bn_splits(rows)));
@@ -253,6 +265,50 @@ cudaError_t bn_backward(const BnBackward& a, float* dgamma, float* dbeta, bool a
     bn_finish_grad_kernel<<<grid_for(a.channels), kThreads, 0, stream>>>(
         partial, bn_splits(a.rows), a.rows, a.channels, a.save_var, a.gamma, a.eps, coeff, dgamma,
         dbeta, accumulate);
+    bn_grad_input_kernel<S><<<grid_for(a.rows * a.channels), kThreads, 0, stream>>>(a, coeff);
+  });
+  return ok ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t bn_statistics(const BnForward& a, float* mean, float* var, float* scale_shift,
+                          double* partial, cudaStream_t stream) {
+  if (a.rows * a.channels == 0) return cudaSuccess;
+  const bool ok = with_float_storage(a.t, [&](auto s) {
+    using S = decltype(s);
+    const auto* x = static_cast<const elem_t<S>*>(a.x);
+    bn_moments_kernel<S><<<reduction_grid(a.rows, a.channels), dim3(kTileC, kLanes), 0, stream>>>(
+        x, a.rows, a.channels, partial);
+    // The training forward's finish, without running statistics or affine parameters: the same
+    // mean and variance bit for bit (its scale and shift land in scratch).
+    bn_finish_moments_kernel<S><<<grid_for(a.channels), kThreads, 0, stream>>>(
+        x, partial, bn_splits(a.rows), a.rows, a.channels, nullptr, nullptr, a.eps, 0.0f, mean, var,
+        nullptr, nullptr, scale_shift);
+  });
+  return ok ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t bn_backward_reduce(const BnBackward& a, float* sum_g, float* sum_gx_hat, float* coeff,
+                               double* partial, cudaStream_t stream) {
+  if (a.rows * a.channels == 0) return cudaSuccess;
+  const bool ok = with_float_storage(a.t, [&](auto s) {
+    using S = decltype(s);
+    bn_grad_sums_kernel<S>
+        <<<reduction_grid(a.rows, a.channels), dim3(kTileC, kLanes), 0, stream>>>(a, partial);
+    // The fused backward's finish writes dbeta = Σ g and dgamma = Σ g·(x - mean)·inv: the sums.
+    bn_finish_grad_kernel<<<grid_for(a.channels), kThreads, 0, stream>>>(
+        partial, bn_splits(a.rows), a.rows, a.channels, a.save_var, nullptr, a.eps, coeff,
+        sum_gx_hat, sum_g, false);
+  });
+  return ok ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t bn_backward_elementwise(const BnBackward& a, const float* mean_g,
+                                    const float* mean_gx_hat, float* coeff, cudaStream_t stream) {
+  if (a.rows * a.channels == 0) return cudaSuccess;
+  const bool ok = with_float_storage(a.t, [&](auto s) {
+    using S = decltype(s);
+    bn_sync_coefficients_kernel<<<grid_for(a.channels), kThreads, 0, stream>>>(
+        a.save_var, a.gamma, a.eps, mean_g, mean_gx_hat, a.channels, coeff);
     bn_grad_input_kernel<S><<<grid_for(a.rows * a.channels), kThreads, 0, stream>>>(a, coeff);
   });
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;

@@ -435,6 +435,19 @@ MIXTRAIN_HD BnGradCoefficients bn_grad_coefficients(float var, float eps, float 
           static_cast<float>(-a * sum_g / rows), static_cast<float>(sum_gx * inv),
           static_cast<float>(sum_g)};
 }
+// Synchronized batch norm's dx coefficients (batchnorm_backward_elementwise) from the global
+// means of g and g*x_hat: a = gamma*inv, b = -a*inv*mean_gx_hat (x_hat = (x - mean)*inv),
+// d = -a*mean_g; dx = bn_grad_input(g, x, mean, a, b, d), the fused backward's form.
+struct BnSyncCoefficients {
+  float a, b, d;
+};
+MIXTRAIN_HD BnSyncCoefficients bn_sync_coefficients(float var, float eps, float gamma, float mean_g,
+                                                    float mean_gx_hat) {
+  const double inv = 1.0 / sqrt_rn(static_cast<double>(var) + static_cast<double>(eps));
+  const double a = gamma * inv;
+  return {static_cast<float>(a), static_cast<float>(-a * inv * mean_gx_hat),
+          static_cast<float>(-a * mean_g)};
+}
 // g: dy where the forward's ReLU let the value through (recomputed from x with the forward's
 // scale and shift), else 0.
 MIXTRAIN_HD float bn_relu_mask(float x, float dy, float mean, float scale, float shift) {

@@ -93,4 +93,17 @@ struct BnBackward {
 cudaError_t bn_backward(const BnBackward& a, float* dgamma, float* dbeta, bool accumulate,
                         float* coeff, double* partial, cudaStream_t stream);
 
+// Synchronized batch norm's split ops (BatchNormFacet v2), the fused ops' kernels reused.
+// Statistics: mean and biased var [C] of x (a.y, a.gamma, a.beta unused); scale_shift: scratch of
+// 2C floats.
+cudaError_t bn_statistics(const BnForward& a, float* mean, float* var, float* scale_shift,
+                          double* partial, cudaStream_t stream);
+// Σ g and Σ g·x_hat [C] (overwritten) with a.save_mean / a.save_var the given statistics, a.mask 0
+// or 2 (y); coeff: scratch of 3C floats.
+cudaError_t bn_backward_reduce(const BnBackward& a, float* sum_g, float* sum_gx_hat, float* coeff,
+                               double* partial, cudaStream_t stream);
+// dx from the global means of g and g·x_hat; coeff: scratch of 3C floats.
+cudaError_t bn_backward_elementwise(const BnBackward& a, const float* mean_g,
+                                    const float* mean_gx_hat, float* coeff, cudaStream_t stream);
+
 }  // namespace mixtrain::backend_cuda::kernels

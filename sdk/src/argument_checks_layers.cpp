@@ -360,6 +360,71 @@ void BackendArgumentChecks::batchnorm_forward_inference(
   channel_vector(*this, op, "running_var", running_var, s.channels);
 }
 
+void BackendArgumentChecks::batchnorm_statistics(const TensorView& x, const BatchNormShape& s,
+                                                 const TensorView& mean,
+                                                 const TensorView& var) const {
+  constexpr std::string_view op = "batchnorm_statistics";
+  batchnorm_shape(op, s);
+  batchnorm_data(*this, op, "x", x, s);
+  channel_vector(*this, op, "mean", mean, s.channels);
+  channel_vector(*this, op, "var", var, s.channels);
+  if (overlaps(mean, var)) fail(op, "mean overlaps var", "pass two separate [C] vectors");
+}
+
+namespace {
+
+// What both backward split ops check of dy, x, y (with the fused ReLU) and the statistics.
+void batchnorm_split_inputs(const BackendArgumentChecks& c, std::string_view op,
+                            const BatchNormShape& s, const TensorView& dy, const TensorView& x,
+                            const TensorView& y, const TensorView& mean, const TensorView& var) {
+  c.batchnorm_shape(op, s);
+  batchnorm_data(c, op, "dy", dy, s);
+  batchnorm_data(c, op, "x", x, s);
+  c.require_same_storage(op, "x", x, "dy", dy, kOneDtype);
+  if (s.relu) {
+    if (y.empty())
+      c.fail(op, "the fused ReLU's backward needs y (its mask)", "pass the forward's output y");
+    batchnorm_data(c, op, "y", y, s);
+    c.require_same_storage(op, "x", x, "y", y, kOneDtype);
+  }
+  channel_vector(c, op, "mean", mean, s.channels);
+  channel_vector(c, op, "var", var, s.channels);
+}
+
+}  // namespace
+
+void BackendArgumentChecks::batchnorm_backward_reduce(const TensorView& dy, const TensorView& x,
+                                                      const TensorView& y, const TensorView& mean,
+                                                      const TensorView& var,
+                                                      const BatchNormShape& s,
+                                                      const TensorView& sum_dy,
+                                                      const TensorView& sum_dy_xhat) const {
+  constexpr std::string_view op = "batchnorm_backward_reduce";
+  batchnorm_split_inputs(*this, op, s, dy, x, y, mean, var);
+  channel_vector(*this, op, "sum_dy", sum_dy, s.channels);
+  channel_vector(*this, op, "sum_dy_xhat", sum_dy_xhat, s.channels);
+  for (const TensorView* read : {&mean, &var, &sum_dy})
+    if (overlaps(*read, sum_dy_xhat) || (read != &sum_dy && overlaps(*read, sum_dy)))
+      fail(op, "sum_dy / sum_dy_xhat overlap each other or the statistics",
+           "pass separate [C] vectors for the sums");
+}
+
+void BackendArgumentChecks::batchnorm_backward_elementwise(
+    const TensorView& dy, const TensorView& x, const TensorView& y, const TensorView& gamma,
+    const TensorView& mean, const TensorView& var, const TensorView& mean_dy,
+    const TensorView& mean_dy_xhat, const BatchNormShape& s, const TensorView& dx) const {
+  constexpr std::string_view op = "batchnorm_backward_elementwise";
+  batchnorm_split_inputs(*this, op, s, dy, x, y, mean, var);
+  batchnorm_data(*this, op, "dx", dx, s);
+  require_same_storage(op, "x", x, "dx", dx, kOneDtype);
+  require_same_or_disjoint(op, "dy", dy, "dx", dx);
+  require_same_or_disjoint(op, "x", x, "dx", dx);
+  if (s.relu) require_same_or_disjoint(op, "y", y, "dx", dx);
+  if (!gamma.empty()) channel_vector(*this, op, "gamma", gamma, s.channels);
+  channel_vector(*this, op, "mean_dy", mean_dy, s.channels);
+  channel_vector(*this, op, "mean_dy_xhat", mean_dy_xhat, s.channels);
+}
+
 bool BackendArgumentChecks::batchnorm_backward(
     const TensorView& dy, const TensorView& x, const TensorView& y, const TensorView& gamma,
     const TensorView& save_mean, const TensorView& save_var, const BatchNormShape& s,

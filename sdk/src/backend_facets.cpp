@@ -107,6 +107,12 @@ std::string_view op_name(BatchNormOp op) noexcept {
       return "batchnorm_forward_inference";
     case BatchNormOp::batchnorm_backward:
       return "batchnorm_backward";
+    case BatchNormOp::batchnorm_statistics:
+      return "batchnorm_statistics";
+    case BatchNormOp::batchnorm_backward_reduce:
+      return "batchnorm_backward_reduce";
+    case BatchNormOp::batchnorm_backward_elementwise:
+      return "batchnorm_backward_elementwise";
   }
   return "?";
 }

@@ -134,6 +134,9 @@ OpSignature op_signature(BatchNormOp op) noexcept {
     case BatchNormOp::batchnorm_forward_training:
     case BatchNormOp::batchnorm_forward_inference:
     case BatchNormOp::batchnorm_backward:
+    case BatchNormOp::batchnorm_statistics:
+    case BatchNormOp::batchnorm_backward_reduce:
+    case BatchNormOp::batchnorm_backward_elementwise:
       return {kStore};  // {x}
   }
   return {};

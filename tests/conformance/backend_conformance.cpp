@@ -1678,6 +1678,141 @@ TEST_P(Conformance, BatchNormTrainingInferenceAndBackwardMatchADoubleReference) 
   }
 }
 
+// Version 2's split ops (synchronized batch norm) on one rank's batch: the statistics are the
+// training forward's, and reduce + elementwise with this batch's own statistics and sums are the
+// fused backward (its dgamma / dbeta are the sums; dx differs only by the rounding of the sums'
+// means to fp32).
+TEST_P(Conformance, BatchNormSplitOpsEqualTheFusedOnes) {
+  MIXTRAIN_FACETS(batch_norm, BatchNormFacet);
+  using N = sdk::BatchNormOp;
+  const Shape xs{2, 5, 7, 6};  // [N, H, W, C]: rows = 70
+  const std::int64_t rows = 70, c = 6;
+  const auto xv = random_values(static_cast<std::size_t>(xs.numel()), 90, -1.f, 3.f);
+  const auto dyv = random_values(static_cast<std::size_t>(xs.numel()), 91);
+  const auto gv = random_values(static_cast<std::size_t>(c), 92, 0.5f, 1.5f);
+  const auto bv = random_values(static_cast<std::size_t>(c), 93, -0.5f, 0.5f);
+  const auto g_real = widen(gv), b_real = widen(bv);
+  std::size_t ran = 0;
+  for (DType dt : kStorageFloats) {
+    const std::vector<DType> d{dt};
+    if (!tested_batch_norm->supports(N::batchnorm_statistics, d) ||
+        !tested_batch_norm->supports(N::batchnorm_backward_reduce, d) ||
+        !tested_batch_norm->supports(N::batchnorm_backward_elementwise, d) ||
+        !tested_batch_norm->supports(N::batchnorm_forward_training, d) ||
+        !tested_batch_norm->supports(N::batchnorm_backward, d))
+      continue;
+    ++ran;
+    auto* bn = tested_batch_norm;
+    // fp32 results agree to a few ulps; a bf16 / fp16 dx may round the other way where the
+    // coefficients differ in their last fp32 bit.
+    const double dx_tol = dt == DType::fp32 ? 1e-6 : 0.25 * output_tolerance(dt);
+    for (bool relu : {false, true})
+      for (bool affine : {false, true}) {
+        const sdk::BatchNormShape s{rows, c, 1e-5f, relu};
+        const std::string what = std::string(sdk::dtype_name(dt)) + (relu ? " relu" : "") +
+                                 (affine ? " affine" : " not affine");
+        auto x = upload(xv, xs, dt);
+        auto y = zeros(xs, dt);
+        auto dy = upload(dyv, xs, dt);
+        auto gamma = upload(gv, Shape{c}), beta = upload(bv, Shape{c});
+        auto save_mean = zeros(Shape{c}), save_var = zeros(Shape{c});
+        const TensorView g = affine ? gamma.tested->view() : TensorView{};
+        const TensorView b = affine ? beta.tested->view() : TensorView{};
+        bn->batchnorm_forward_training(x.tested->view(), g, b, s, 0.1f, y.tested->view(),
+                                       save_mean.tested->view(), save_var.tested->view(), {}, {},
+                                       {});
+
+        auto mean = zeros(Shape{c}), var = zeros(Shape{c});
+        bn->batchnorm_statistics(x.tested->view(), s, mean.tested->view(), var.tested->view());
+        EXPECT_EQ(tested_values(mean), tested_values(save_mean)) << "statistics mean, " << what;
+        EXPECT_EQ(tested_values(var), tested_values(save_var)) << "statistics var, " << what;
+
+        // The fused backward, its ReLU mask from y as the split ops take it.
+        auto dx_fused = zeros(xs, dt);
+        auto dg = zeros(Shape{c}), db = zeros(Shape{c});
+        bn->batchnorm_backward(dy.tested->view(), x.tested->view(), y.tested->view(), g,
+                               save_mean.tested->view(), save_var.tested->view(), s, {},
+                               dx_fused.tested->view(), affine ? dg.tested->view() : TensorView{},
+                               affine ? db.tested->view() : TensorView{}, false);
+
+        auto sum_dy = zeros(Shape{c}), sum_dy_xhat = zeros(Shape{c});
+        bn->batchnorm_backward_reduce(dy.tested->view(), x.tested->view(),
+                                      relu ? y.tested->view() : TensorView{}, mean.tested->view(),
+                                      var.tested->view(), s, sum_dy.tested->view(),
+                                      sum_dy_xhat.tested->view());
+        const auto x_real = widen(tested_values(x));
+        const auto m_real = widen(tested_values(mean)), v_real = widen(tested_values(var));
+        const auto want =
+            naive_batchnorm(rows, c, 1e-5, relu, x_real, affine ? &g_real : nullptr,
+                            affine ? &b_real : nullptr, &m_real, &v_real, widen(tested_values(dy)));
+        EXPECT_LE(relative_to(tested_values(sum_dy), want.dbeta), 1e-5) << "sum_dy, " << what;
+        EXPECT_LE(relative_to(tested_values(sum_dy_xhat), want.dgamma), 1e-5)
+            << "sum_dy_xhat, " << what;
+        if (affine) {
+          EXPECT_LE(relative_difference(tested_values(sum_dy), tested_values(db)), 1e-6)
+              << "sum_dy vs the fused dbeta, " << what;
+          EXPECT_LE(relative_difference(tested_values(sum_dy_xhat), tested_values(dg)), 1e-6)
+              << "sum_dy_xhat vs the fused dgamma, " << what;
+        }
+
+        // One rank: the global means are this batch's sums over its rows.
+        std::vector<float> mdy = tested_values(sum_dy), mdyx = tested_values(sum_dy_xhat);
+        for (std::size_t j = 0; j < mdy.size(); ++j) {
+          mdy[j] = static_cast<float>(static_cast<double>(mdy[j]) / rows);
+          mdyx[j] = static_cast<float>(static_cast<double>(mdyx[j]) / rows);
+        }
+        auto mean_dy = upload(mdy, Shape{c}), mean_dy_xhat = upload(mdyx, Shape{c});
+        auto dx = zeros(xs, dt);
+        bn->batchnorm_backward_elementwise(
+            dy.tested->view(), x.tested->view(), relu ? y.tested->view() : TensorView{}, g,
+            mean.tested->view(), var.tested->view(), mean_dy.tested->view(),
+            mean_dy_xhat.tested->view(), s, dx.tested->view());
+        EXPECT_LE(relative_difference(tested_values(dx), tested_values(dx_fused)), dx_tol)
+            << "elementwise dx vs the fused backward's, " << what;
+        EXPECT_LE(relative_to(tested_values(dx), want.dx), std::max(output_tolerance(dt), 1e-5))
+            << "elementwise dx vs the double reference, " << what;
+      }
+  }
+  if (ran == 0) GTEST_SKIP() << "backend '" << GetParam().name << "' has no batch norm v2 ops";
+}
+
+TEST_P(Conformance, BatchNormSplitOpsRejectBadArguments) {
+  MIXTRAIN_FACETS(batch_norm, BatchNormFacet);
+  if (!tested_batch_norm->supports(sdk::BatchNormOp::batchnorm_statistics,
+                                   std::vector<DType>{DType::fp32}))
+    GTEST_SKIP() << "backend '" << GetParam().name << "' has no batch norm v2 ops";
+  const std::int64_t rows = 8, c = 3;
+  const sdk::BatchNormShape s{rows, c, 1e-5f, false}, relu{rows, c, 1e-5f, true};
+  auto x = upload(random_values(24, 95), Shape{rows, c});
+  auto dy = upload(random_values(24, 96), Shape{rows, c});
+  auto dx = zeros(Shape{rows, c});
+  auto v = upload(std::vector<float>(3, 1.0f), Shape{c});
+  auto v2 = zeros(Shape{c}), v3 = zeros(Shape{c}), v4 = zeros(Shape{c});
+  auto short_v = zeros(Shape{c - 1});
+  auto* bn = tested_batch_norm;
+  // A statistics vector of the wrong length, x not [rows, C], y missing under the fused ReLU, a
+  // bf16 dx for fp32 x.
+  EXPECT_THROW(
+      bn->batchnorm_statistics(x.tested->view(), s, v2.tested->view(), short_v.tested->view()),
+      sdk::BackendError);
+  EXPECT_THROW(bn->batchnorm_statistics(x.tested->view(), {rows, c + 1, 1e-5f, false},
+                                        v2.tested->view(), v3.tested->view()),
+               sdk::BackendError);
+  EXPECT_THROW(
+      bn->batchnorm_backward_reduce(dy.tested->view(), x.tested->view(), {}, v2.tested->view(),
+                                    v.tested->view(), relu, v3.tested->view(), v4.tested->view()),
+      sdk::BackendError);
+  auto dx_bf16 = zeros(Shape{rows, c}, DType::bf16);
+  EXPECT_THROW(bn->batchnorm_backward_elementwise(
+                   dy.tested->view(), x.tested->view(), {}, {}, v2.tested->view(), v.tested->view(),
+                   v3.tested->view(), v4.tested->view(), s, dx_bf16.tested->view()),
+               sdk::BackendError);
+  // The same calls with good arguments run.
+  EXPECT_NO_THROW(bn->batchnorm_backward_elementwise(
+      dy.tested->view(), x.tested->view(), {}, {}, v2.tested->view(), v.tested->view(),
+      v3.tested->view(), v4.tested->view(), s, dx.tested->view()));
+}
+
 TEST_P(Conformance, ImagePermutesEveryDtypePair) {
   MIXTRAIN_FACETS(convolution, ConvolutionFacet);
   using C = sdk::ConvolutionOp;

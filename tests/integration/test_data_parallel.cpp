@@ -4,6 +4,7 @@
 // is missing.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -268,6 +269,62 @@ TEST_F(DataParallelTest, ResNet20AndTinyGptTrainOnTwoRanks) {
     EXPECT_TRUE(std::isfinite(s["final_loss"].get<double>())) << name;
     EXPECT_TRUE(s["distributed"]["ranks_identical"].get<bool>()) << name;
   }
+}
+
+// Synchronized batch norm: the shrunk ResNet-20 in fp32 on 2 ranks × 4 images has the per-step
+// losses of one process on the same 8 (each batch norm normalises with the global batch's
+// statistics, and its backward reduces Σg and Σg·x̂); with local batch norm (each rank's own 4
+// images) the losses differ, which is what makes the comparison a test. Again with 2
+// micro-batches per step (the backward's dgamma / dbeta accumulate), the optimizer sharded and
+// evaluations, whose losses show that the running statistics are the global batch's too. The
+// first run's small buckets start during backward, between the batch norms' host all-reduces.
+TEST_F(DataParallelTest, SyncBatchNormOnTwoRanksMatchesOneProcess) {
+  const std::string args =
+      std::string(MIXTRAIN_CONFIGS_DIR) + "/resnet20-fp32.toml" +
+      " --set run.steps=4 --set run.log_every=1 --set backend.cpu.threads=1"
+      " --set data.batch_size=8 --set data.eval_batch_size=8"
+      " --set data.synthetic.rows=80 --set model.resnet.widths=[4,8,8]"
+      " --set data.augment.crop_padding=0 --set data.augment.horizontal_flip=false";
+  const std::string plain = " --set run.eval_every=0";
+  const std::string accumulate = " --set run.eval_every=2 --set run.accumulate=2";
+  const std::string dp = " --set distributed.type=mpi --set distributed.batch_norm=";
+  for (const auto& [name, line] :
+       {std::pair{"one", args + plain}, std::pair{"one-acc", args + accumulate}}) {
+    auto r = run("train " + line + " --run-dir " + (dir_ / name).string());
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+  }
+  for (const auto& [name, line] :
+       {std::pair{"sync", args + plain + " --set distributed.bucket_mb=0.002" + dp + "sync"},
+        std::pair{"sync-acc",
+                  args + accumulate + " --set distributed.shard_optimizer=true" + dp + "sync"},
+        std::pair{"local", args + plain + dp + "local"}}) {
+    auto r = run_ranks(2, "train " + line + " --run-dir " + (dir_ / name).string());
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    EXPECT_TRUE(summary(dir_ / name)["distributed"]["ranks_identical"].get<bool>()) << name;
+  }
+  EXPECT_GT(summary(dir_ / "sync")["distributed"]["buckets_started_in_backward"].get<int>(), 0);
+  expect_same_losses(dir_ / "one", dir_ / "sync", 1e-4);
+  expect_same_losses(dir_ / "one-acc", dir_ / "sync-acc", 1e-4);
+  auto evals = [](const fs::path& run) {
+    std::vector<double> out;
+    for (auto& r : records(run / "metrics.jsonl"))
+      if (r.contains("eval_loss")) out.push_back(r["eval_loss"].get<double>());
+    return out;
+  };
+  const auto eval_one = evals(dir_ / "one-acc"), eval_sync = evals(dir_ / "sync-acc");
+  ASSERT_EQ(eval_one.size(), 2u);
+  ASSERT_EQ(eval_sync.size(), 2u);
+  for (std::size_t i = 0; i < eval_one.size(); ++i)
+    EXPECT_NEAR(eval_sync[i], eval_one[i], 1e-4 * std::abs(eval_one[i])) << "evaluation " << i;
+  double largest = 0.0;
+  const auto a = step_records(dir_ / "one"), b = step_records(dir_ / "local");
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.size(), 4u);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double la = a[i]["loss"].get<double>(), lb = b[i]["loss"].get<double>();
+    largest = std::max(largest, std::abs(la - lb) / std::abs(la));
+  }
+  EXPECT_GT(largest, 1e-3) << "local batch norm should not match the global batch's";
 }
 
 // Under mpirun a config without [distributed] trains data-parallel by itself, and its resolved

@@ -372,8 +372,9 @@ sdk::OptionSchema distributed_schema() {
       OptionSpec::boolean("overlap", true,
                           "start each bucket during backward; false: all of them after it"),
       OptionSpec::string("batch_norm", "local",
-                         "batch-norm statistics: each rank's own batch (PyTorch's default)")
-          .one_of({"local"}),
+                         "batch-norm statistics: each rank's own batch (local, PyTorch's "
+                         "default) or the global batch's, all-reduced (sync, SyncBatchNorm)")
+          .one_of({"local", "sync"}),
   };
 }
 

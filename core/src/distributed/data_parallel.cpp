@@ -7,6 +7,8 @@
 
 #include <zlib.h>
 
+#include "graph/ops/batchnorm2d.h"
+#include "mixtrain/core/graph/backend_needs.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -36,6 +38,26 @@ DataParallel::DataParallel(std::shared_ptr<sdk::Communicator> communicator,
     : comm_(std::move(communicator)), backend_(std::move(backend)), settings_(settings) {
   rank_ = comm_->rank();
   world_ = comm_->world_size();
+}
+
+void DataParallel::install_batch_norm_reducers(Model& model) {
+  // Off while the hook is off: the non-finite replay runs each rank's own rows without
+  // communicating, so there batch norm falls back to the rank's own statistics.
+  auto reducer = [this](std::span<double> values) {
+    if (hook_enabled_ && world_ > 1) comm_->all_reduce_host(values, sdk::ReduceOp::sum);
+  };
+  for (const auto& layer : model.layers()) {
+    auto* bn = dynamic_cast<BatchNorm2dLayer*>(layer.get());
+    if (bn == nullptr) continue;
+    for (const BackendNeed& need : bn->synchronized_needs())
+      if (auto why = unmet(*backend_, need))
+        throw sdk::BackendError("[distributed] batch_norm = \"sync\": node '" + bn->name() +
+                                    "' needs " + need_op_name(need) +
+                                    ", which the backend does not provide: " + *why,
+                                "use batch_norm = \"local\", or a backend whose batch_norm facet "
+                                "is version 2 or later");
+    bn->set_statistics_reducer(reducer);
+  }
 }
 
 sdk::TensorView DataParallel::flat_view(const Bucket& b, std::int64_t offset,
@@ -114,6 +136,7 @@ void DataParallel::attach(Model& model, std::vector<sdk::Parameter>& params,
   }
   params = std::move(bound);
   model.set_gradient_ready_hook([this](ModelParameter& p) { on_gradient_ready(p); });
+  if (settings_.sync_batch_norm) install_batch_norm_reducers(model);
 }
 
 void DataParallel::begin_step() {

@@ -14,7 +14,8 @@
 //   - shard_optimizer (ZeRO stage 1): the optimizer sees only this rank's pieces of every bucket
 //     (master views into the model's masters, gradients in the rank's reduce-scattered shard, no
 //     working copy), so it allocates 1/N of the state; grads are the shards.
-//   Called again after a replan (a new model): everything is rebuilt for it.
+//   Called again after a replan (a new model): everything is rebuilt for it. With
+//   sync_batch_norm it also installs the batch-norm statistics reducer (see DataParallelSettings).
 // - The step: begin_step() before the first micro-batch; the hook counts each final gradient
 //   and, with `overlap`, starts the bucket's collective as soon as the bucket is complete, calling
 //   progress() as backward goes on; finish_gradients() starts what is left and waits for every
@@ -55,6 +56,10 @@ struct DataParallelSettings {
   bool shard_optimizer = false;
   std::int64_t bucket_bytes = 25ll << 20;
   bool overlap = true;
+  // [distributed] batch_norm = "sync": attach() installs a statistics reducer (a host all-reduce
+  // of the per-channel sums) on every batchnorm2d layer; BackendError naming the node when the
+  // backend lacks BatchNormFacet version 2's ops.
+  bool sync_batch_norm = false;
 };
 
 // Where the step's communication time went, summed since the last take_timing().
@@ -127,6 +132,7 @@ class DataParallel {
     ShardPiece where;
   };
   void on_gradient_ready(ModelParameter& p);
+  void install_batch_norm_reducers(Model& model);
   void mark_ready(std::size_t param);
   void start(Bucket& b);
   sdk::TensorView flat_view(const Bucket& b, std::int64_t offset, const sdk::Shape& shape) const;

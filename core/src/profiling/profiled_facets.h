@@ -180,6 +180,24 @@ class ProfiledBatchNorm final : public Profiled<sdk::BatchNormFacet> {
     rec_.timed("batchnorm_backward",
                [&] { in_.batchnorm_backward(dy, x, y, g, mean, var, sh, ws, dx, dg, db, acc); });
   }
+  void batchnorm_statistics(TensorView x, const sdk::BatchNormShape& sh, TensorView mean,
+                            TensorView var) override {
+    rec_.timed("batchnorm_statistics", [&] { in_.batchnorm_statistics(x, sh, mean, var); });
+  }
+  void batchnorm_backward_reduce(TensorView dy, TensorView x, TensorView y, TensorView mean,
+                                 TensorView var, const sdk::BatchNormShape& sh, TensorView sdy,
+                                 TensorView sdyx) override {
+    rec_.timed("batchnorm_backward_reduce",
+               [&] { in_.batchnorm_backward_reduce(dy, x, y, mean, var, sh, sdy, sdyx); });
+  }
+  void batchnorm_backward_elementwise(TensorView dy, TensorView x, TensorView y, TensorView g,
+                                      TensorView mean, TensorView var, TensorView mdy,
+                                      TensorView mdyx, const sdk::BatchNormShape& sh,
+                                      TensorView dx) override {
+    rec_.timed("batchnorm_backward_elementwise", [&] {
+      in_.batchnorm_backward_elementwise(dy, x, y, g, mean, var, mdy, mdyx, sh, dx);
+    });
+  }
 };
 
 class ProfiledLoss final : public Profiled<sdk::LossFacet> {

@@ -139,6 +139,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     settings.shard_optimizer = e.distributed.shard_optimizer;
     settings.bucket_bytes = static_cast<std::int64_t>(e.distributed.bucket_mb * (1 << 20));
     settings.overlap = e.distributed.overlap;
+    settings.sync_batch_norm = e.distributed.batch_norm == "sync";
     s.dp = std::make_unique<DataParallel>(s.c.communicator, s.c.backend, settings);
     s.rank_batch = e.data.batch_size / world;
     s.writes = options.write_outputs && comm.rank() == 0;

@@ -1,5 +1,8 @@
 #include "graph/ops/batchnorm2d.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "graph/ops/image_options.h"
 #include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
@@ -24,6 +27,12 @@ BatchNorm2dLayer::BatchNorm2dLayer(std::string name, std::int64_t channels, std:
   // statistics, normalise, scale and shift: about five per element (a row is W elements of C).
   traits_.forward_flops_per_row = 5 * width_;
   if (affine_) traits_.parameters = {{"weight", {channels_}}, {"bias", {channels_}}};
+}
+
+void BatchNorm2dLayer::set_statistics_reducer(StatisticsReducer reducer) {
+  reducer_ = std::move(reducer);
+  // The reductions go through the host between the passes: a step graph cannot capture them.
+  traits_.varies_per_step = static_cast<bool>(reducer_);
 }
 
 bool BatchNorm2dLayer::take_relu() {
@@ -53,6 +62,8 @@ void BatchNorm2dLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backe
   buffers_.push_back(make_buffer("running_var", sdk::Shape{channels_}, 1.0f));
   save_mean_ = Tensor(backend, DType::fp32, sdk::Shape{channels_});
   save_var_ = Tensor(backend, DType::fp32, sdk::Shape{channels_});
+  sum_dy_ = Tensor(backend, DType::fp32, sdk::Shape{channels_});
+  sum_dy_xhat_ = Tensor(backend, DType::fp32, sdk::Shape{channels_});
   // Sized for the largest batch (a backend's workspace may grow with the batch).
   const std::int64_t max_batch = max_rows / (channels_ * height_);
   workspace_.allocate(
@@ -75,11 +86,20 @@ TensorView BatchNorm2dLayer::beta() const {
   return affine_ ? params_[1].master.view() : TensorView{};
 }
 
+std::vector<BackendNeed> BatchNorm2dLayer::synchronized_needs() const {
+  const DType d = dtype();
+  return {{sdk::BatchNormOp::batchnorm_statistics, {d}},
+          {sdk::BatchNormOp::batchnorm_backward_reduce, {d}},
+          {sdk::BatchNormOp::batchnorm_backward_elementwise, {d}}};
+}
+
 std::vector<BackendNeed> BatchNorm2dLayer::backend_needs(DType input) const {
   const DType d = dtype();
   std::vector<BackendNeed> needs = {{sdk::BatchNormOp::batchnorm_forward_training, {d}},
                                     {sdk::BatchNormOp::batchnorm_forward_inference, {d}},
                                     {sdk::BatchNormOp::batchnorm_backward, {d}}};
+  if (synchronized())
+    for (BackendNeed& need : synchronized_needs()) needs.push_back(std::move(need));
   if (input_.plain()) {
     needs.push_back({sdk::ConvolutionOp::to_channels_last, {input, d}});
     needs.push_back(
@@ -96,7 +116,9 @@ void BatchNorm2dLayer::forward(TensorView x, std::int64_t rows) {
   const TensorView out = output(rows);
   const TensorView y{out.data, out.dtype, sdk::Shape{shape.rows, channels_}};
   auto& norm = batch_norm_of(*backend_);
-  if (training())
+  if (training() && synchronized())
+    forward_synchronized(xs, y, shape);
+  else if (training())
     norm.batchnorm_forward_training(xs, gamma(), beta(), shape, momentum_, y, save_mean_.view(),
                                     save_var_.view(), buffers_[0].value.view(),
                                     buffers_[1].value.view(), workspace_.view());
@@ -123,16 +145,116 @@ void BatchNorm2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::i
     accumulate = params_[0].take_grad_beta() != 0.0f;
     params_[1].take_grad_beta();
   }
-  batch_norm_of(*backend_).batchnorm_backward(
-      dys, {x_cl_.data, x_cl_.dtype, flat}, {out.data, out.dtype, flat}, gamma(), save_mean_.view(),
-      save_var_.view(), shape, workspace_.view(), target,
-      affine_ ? params_[0].grad.view() : TensorView{},
-      affine_ ? params_[1].grad.view() : TensorView{}, accumulate);
+  if (synchronized())
+    backward_synchronized(dys, {x_cl_.data, x_cl_.dtype, flat}, {out.data, out.dtype, flat}, shape,
+                          target, accumulate);
+  else
+    batch_norm_of(*backend_).batchnorm_backward(
+        dys, {x_cl_.data, x_cl_.dtype, flat}, {out.data, out.dtype, flat}, gamma(),
+        save_mean_.view(), save_var_.view(), shape, workspace_.view(), target,
+        affine_ ? params_[0].grad.view() : TensorView{},
+        affine_ ? params_[1].grad.view() : TensorView{}, accumulate);
   if (dx.empty() || direct) return;
   if (input_.plain())  // the permute rounds into dx's dtype once
     input_.finish_grad(backend_, target, dx);
   else
     backend_->cast(target, {dx.data, dx.dtype, flat});
+}
+
+// --- Synchronized batch norm ------------------------------------------------------------------
+
+namespace {
+
+std::vector<float> to_host_floats(sdk::DeviceBackend& b, TensorView v) {
+  std::vector<float> h(static_cast<std::size_t>(v.numel()));
+  b.copy_to_host(h.data(), v);
+  return h;
+}
+
+}  // namespace
+
+void BatchNorm2dLayer::forward_synchronized(TensorView xs, TensorView y,
+                                            const sdk::BatchNormShape& s) {
+  auto& norm = batch_norm_of(*backend_);
+  norm.batchnorm_statistics(xs, s, save_mean_.view(), save_var_.view());
+  const auto c = static_cast<std::size_t>(channels_);
+  const std::vector<float> mean = to_host_floats(*backend_, save_mean_.view());
+  const std::vector<float> var = to_host_floats(*backend_, save_var_.view());
+  // Σx = n·mean and Σx² = n·(var + mean²) per channel, and n, summed over the ranks in double:
+  // the global variance E[x²] − mean² then loses only what the ranks' fp32 statistics carry.
+  const auto n = static_cast<double>(s.rows);
+  std::vector<double> sums(2 * c + 1);
+  for (std::size_t j = 0; j < c; ++j) {
+    const double m = mean[j];
+    sums[j] = n * m;
+    sums[c + j] = n * (static_cast<double>(var[j]) + m * m);
+  }
+  sums[2 * c] = n;
+  reducer_(sums);
+  global_rows_ = sums[2 * c];
+  std::vector<float> gmean(c), gvar(c);
+  std::vector<double> unbiased(c);
+  for (std::size_t j = 0; j < c; ++j) {
+    const double m = sums[j] / global_rows_;
+    const double v = std::max(0.0, sums[c + j] / global_rows_ - m * m);
+    gmean[j] = static_cast<float>(m);
+    gvar[j] = static_cast<float>(v);
+    unbiased[j] = global_rows_ > 1.0 ? v * global_rows_ / (global_rows_ - 1.0) : v;
+  }
+  backend_->copy_from_host(save_mean_.view(), gmean.data());
+  backend_->copy_from_host(save_var_.view(), gvar.data());
+  norm.batchnorm_forward_inference(xs, gamma(), beta(), save_mean_.view(), save_var_.view(), s, y);
+  // PyTorch's running statistics, from the global batch: r = (1 − m)·r + m·s, in double.
+  const TensorView rm = buffers_[0].value.view(), rv = buffers_[1].value.view();
+  std::vector<float> r_mean = to_host_floats(*backend_, rm), r_var = to_host_floats(*backend_, rv);
+  const double k = momentum_;
+  for (std::size_t j = 0; j < c; ++j) {
+    r_mean[j] = static_cast<float>((1.0 - k) * r_mean[j] + k * static_cast<double>(gmean[j]));
+    r_var[j] = static_cast<float>((1.0 - k) * r_var[j] + k * unbiased[j]);
+  }
+  backend_->copy_from_host(rm, r_mean.data());
+  backend_->copy_from_host(rv, r_var.data());
+}
+
+void BatchNorm2dLayer::backward_synchronized(TensorView dys, TensorView xs, TensorView y,
+                                             const sdk::BatchNormShape& s, TensorView dx,
+                                             bool accumulate) {
+  auto& norm = batch_norm_of(*backend_);
+  const TensorView mask = s.relu ? y : TensorView{};
+  norm.batchnorm_backward_reduce(dys, xs, mask, save_mean_.view(), save_var_.view(), s,
+                                 sum_dy_.view(), sum_dy_xhat_.view());
+  const auto c = static_cast<std::size_t>(channels_);
+  const std::vector<float> sum_dy = to_host_floats(*backend_, sum_dy_.view());
+  const std::vector<float> sum_dy_xhat = to_host_floats(*backend_, sum_dy_xhat_.view());
+  // This rank's sums are its dbeta and dgamma: data parallel averages those afterwards.
+  if (affine_) {
+    std::vector<float> dgamma = sum_dy_xhat, dbeta = sum_dy;
+    if (accumulate) {
+      const std::vector<float> g0 = to_host_floats(*backend_, params_[0].grad.view());
+      const std::vector<float> b0 = to_host_floats(*backend_, params_[1].grad.view());
+      for (std::size_t j = 0; j < c; ++j) {
+        dgamma[j] += g0[j];
+        dbeta[j] += b0[j];
+      }
+    }
+    backend_->copy_from_host(params_[0].grad.view(), dgamma.data());
+    backend_->copy_from_host(params_[1].grad.view(), dbeta.data());
+  }
+  std::vector<double> sums(2 * c);
+  for (std::size_t j = 0; j < c; ++j) {
+    sums[j] = sum_dy[j];
+    sums[c + j] = sum_dy_xhat[j];
+  }
+  reducer_(sums);
+  std::vector<float> mean_dy(c), mean_dy_xhat(c);
+  for (std::size_t j = 0; j < c; ++j) {
+    mean_dy[j] = static_cast<float>(sums[j] / global_rows_);
+    mean_dy_xhat[j] = static_cast<float>(sums[c + j] / global_rows_);
+  }
+  backend_->copy_from_host(sum_dy_.view(), mean_dy.data());
+  backend_->copy_from_host(sum_dy_xhat_.view(), mean_dy_xhat.data());
+  norm.batchnorm_backward_elementwise(dys, xs, mask, gamma(), save_mean_.view(), save_var_.view(),
+                                      sum_dy_.view(), sum_dy_xhat_.view(), s, dx);
 }
 
 // --- Definition ----------------------------------------------------------------------------------

@@ -12,9 +12,24 @@
 // - A relu that is its only reader is taken in (take_relu): forward applies it, backward masks
 //   with it, and the relu node is a view of this output.
 // - Layout: channels-last output; a plain input is permuted first (ops/image_input.h).
+// - Synchronized batch norm (`[distributed] batch_norm = "sync"`, PyTorch's SyncBatchNorm):
+//   with a statistics reducer installed (set_statistics_reducer; data parallel installs one that
+//   sums a host vector over the ranks, in place), training normalises with the global batch's
+//   statistics: the backend's batchnorm_statistics, the per-channel (count·mean, count·E[x²],
+//   count) summed by the reducer in double, then batchnorm_forward_inference with the global mean
+//   and biased variance, which are also what backward reads; the running statistics move with the
+//   global mean and unbiased variance. Backward sums Σg and Σg·x̂ locally
+//   (batchnorm_backward_reduce), keeps them as this rank's dbeta and dgamma (data parallel
+//   averages parameter gradients afterwards), reduces them and writes dx with their global means
+//   (batchnorm_backward_elementwise). Every rank must run the same batch-norm layers in the same
+//   order (the reducer is a collective). Needs BatchNormFacet version 2's ops (backend_needs).
+//   Evaluation is unchanged (running statistics). With a reducer that leaves the vector as it is
+//   (one rank) the result is plain batch norm.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +44,13 @@ class BatchNorm2dLayer final : public Layer {
                    float eps, float momentum, bool affine, bool plain_input);
   std::int64_t channels() const { return channels_; }
   bool relu() const { return relu_; }
+  // Sums `values` over the ranks in place (every rank calls it with the same length); empty:
+  // local statistics.
+  using StatisticsReducer = std::function<void(std::span<double>)>;
+  void set_statistics_reducer(StatisticsReducer reducer);
+  bool synchronized() const { return static_cast<bool>(reducer_); }
+  // The version-2 ops the synchronized path calls (in backend_needs() once a reducer is set).
+  std::vector<BackendNeed> synchronized_needs() const;
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   bool take_relu() override;
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
@@ -42,6 +64,9 @@ class BatchNorm2dLayer final : public Layer {
   sdk::BatchNormShape shape_at(std::int64_t batch) const;
   sdk::TensorView gamma() const;
   sdk::TensorView beta() const;
+  void forward_synchronized(sdk::TensorView xs, sdk::TensorView y, const sdk::BatchNormShape& s);
+  void backward_synchronized(sdk::TensorView dys, sdk::TensorView xs, sdk::TensorView y,
+                             const sdk::BatchNormShape& s, sdk::TensorView dx, bool accumulate);
 
   std::int64_t channels_, height_, width_;
   float eps_, momentum_;
@@ -52,6 +77,9 @@ class BatchNorm2dLayer final : public Layer {
   Tensor save_mean_, save_var_;
   BatchWorkspace workspace_;
   Tensor dy_scratch_, dx_scratch_;
+  StatisticsReducer reducer_;
+  Tensor sum_dy_, sum_dy_xhat_;  // synchronized: the backward's sums, then their global means
+  double global_rows_ = 0.0;     // synchronized: the last training forward's global row count
 };
 
 }  // namespace mixtrain::core

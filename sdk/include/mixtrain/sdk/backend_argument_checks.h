@@ -236,6 +236,25 @@ class MIXTRAIN_SDK_API BackendArgumentChecks {
                           const TensorView& dx, const TensorView& dgamma,
                           const TensorView& dbeta) const;
 
+  // Version 2's split ops. batchnorm_statistics: the shape; x storage [rows, C]; mean and var
+  // fp32 [C].
+  void batchnorm_statistics(const TensorView& x, const BatchNormShape& s, const TensorView& mean,
+                            const TensorView& var) const;
+  // batchnorm_backward_reduce: the shape; dy and x storage [rows, C] of one dtype; y too with the
+  // fused ReLU; mean, var, sum_dy, sum_dy_xhat fp32 [C], the sums disjoint from everything read.
+  void batchnorm_backward_reduce(const TensorView& dy, const TensorView& x, const TensorView& y,
+                                 const TensorView& mean, const TensorView& var,
+                                 const BatchNormShape& s, const TensorView& sum_dy,
+                                 const TensorView& sum_dy_xhat) const;
+  // batchnorm_backward_elementwise: as the reduce for dy, x and y; dx storage [rows, C] of x's
+  // dtype, the same view as dy, x (and y) or disjoint; gamma (optional), mean, var, mean_dy and
+  // mean_dy_xhat fp32 [C].
+  void batchnorm_backward_elementwise(const TensorView& dy, const TensorView& x,
+                                      const TensorView& y, const TensorView& gamma,
+                                      const TensorView& mean, const TensorView& var,
+                                      const TensorView& mean_dy, const TensorView& mean_dy_xhat,
+                                      const BatchNormShape& s, const TensorView& dx) const;
+
   // One entry of a fused optimizer update: master and grad fp32 of equal size, working (optional)
   // in a storage dtype, and the fp32 state slots the optimizer needs.
   void optimizer_param(std::string_view op, std::size_t index, const ParamTensors& p,

@@ -7,7 +7,10 @@
 //   dy share it; fp32, bf16 or fp16), without running anything. Statistics, gamma and beta are
 //   fp32 whatever the activations' dtype, as for layer norm.
 // - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods).
+//   version only appends methods). Version 2 (kSdkAbiVersion 13) appended the split ops that
+//   synchronized batch norm (`[distributed] batch_norm = "sync"`) runs between its all-reduces:
+//   batchnorm_statistics, batchnorm_backward_reduce and batchnorm_backward_elementwise; the
+//   normalisation with given (global) statistics is version 1's batchnorm_forward_inference.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -26,6 +29,10 @@ enum class BatchNormOp {
   batchnorm_forward_training,   // {x}
   batchnorm_forward_inference,  // {x}
   batchnorm_backward,           // {x}
+  // version 2
+  batchnorm_statistics,            // {x}
+  batchnorm_backward_reduce,       // {x}; dy and y share it
+  batchnorm_backward_elementwise,  // {x}; dy, y and dx share it
 };
 MIXTRAIN_SDK_API std::string_view op_name(BatchNormOp op) noexcept;
 
@@ -42,7 +49,7 @@ struct BatchNormShape {
 
 class MIXTRAIN_SDK_API BatchNormFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  static constexpr std::uint32_t kVersion = 2;
   static constexpr std::string_view kName = "batch_norm";
   std::string_view name() const final { return kName; }
   std::uint32_t version() const final { return kVersion; }
@@ -73,6 +80,33 @@ class MIXTRAIN_SDK_API BatchNormFacet : public Facet {
                                   TensorView save_mean, TensorView save_var,
                                   const BatchNormShape& shape, TensorView workspace, TensorView dx,
                                   TensorView dgamma, TensorView dbeta, bool accumulate) = 0;
+
+  // --- version 2: synchronized batch norm's split ops ------------------------------------------
+  // Why split: with the batch spread over ranks, the statistics and the backward's two sums must
+  // be all-reduced between the passes over the data (PyTorch's SyncBatchNorm). The host does the
+  // reductions (in double, over [C] vectors); these ops are the passes.
+  //
+  // This batch's statistics, fp32 [C]: mean and the biased variance, accumulated in FP32 or
+  // wider, equal to what batchnorm_forward_training writes to save_mean / save_var for the same
+  // x. Nothing else is written; rows >= 1.
+  virtual void batchnorm_statistics(TensorView x, const BatchNormShape& shape, TensorView mean,
+                                    TensorView var) = 0;
+  // The backward's per-channel sums over this batch's rows, fp32 [C], overwritten: with g = dy
+  // (masked where y <= 0 when shape.relu: y is then required, else ignored) and x̂ = (x − mean) /
+  // sqrt(var + eps), sum_dy = Σ g and sum_dy_xhat = Σ g·x̂. mean and var (fp32 [C]) are the
+  // statistics x was normalised with (the global ones). They are also this batch's dbeta and
+  // dgamma.
+  virtual void batchnorm_backward_reduce(TensorView dy, TensorView x, TensorView y, TensorView mean,
+                                         TensorView var, const BatchNormShape& shape,
+                                         TensorView sum_dy, TensorView sum_dy_xhat) = 0;
+  // dx (overwritten, x's dtype) = gamma·invstd·(g − mean_dy − x̂·mean_dy_xhat), g and x̂ as above,
+  // invstd = 1 / sqrt(var + eps); mean_dy and mean_dy_xhat (fp32 [C]) are the sums of
+  // batchnorm_backward_reduce over every rank divided by the global row count. gamma empty: 1.
+  // With this batch's own statistics and sums it is batchnorm_backward's dx.
+  virtual void batchnorm_backward_elementwise(TensorView dy, TensorView x, TensorView y,
+                                              TensorView gamma, TensorView mean, TensorView var,
+                                              TensorView mean_dy, TensorView mean_dy_xhat,
+                                              const BatchNormShape& shape, TensorView dx) = 0;
 
  protected:
   ~BatchNormFacet() override;  // not owned through the facet: the backend is

@@ -294,7 +294,9 @@ TEST(BackendFacets, TheSignatureTableAnswersAsTheCpuBackendDidBeforeIt) {
       EXPECT_EQ(ln->supports(op, d), matches(d, {storage})) << at;
     for (auto op :
          {sdk::BatchNormOp::batchnorm_forward_training,
-          sdk::BatchNormOp::batchnorm_forward_inference, sdk::BatchNormOp::batchnorm_backward})
+          sdk::BatchNormOp::batchnorm_forward_inference, sdk::BatchNormOp::batchnorm_backward,
+          sdk::BatchNormOp::batchnorm_statistics, sdk::BatchNormOp::batchnorm_backward_reduce,
+          sdk::BatchNormOp::batchnorm_backward_elementwise})
       EXPECT_EQ(bn->supports(op, d), matches(d, {storage})) << at;
     EXPECT_EQ(loss->supports(sdk::LossOp::softmax_cross_entropy, d), matches(d, {storage})) << at;
     for (auto op : {sdk::OptimizerOp::sgd_update, sdk::OptimizerOp::adamw_update})

@@ -5,12 +5,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
 #include "config/model_presets.h"
 #include "cpu_test_backend.h"
+#include "distributed/data_parallel.h"
 #include "graph/ops/batchnorm2d.h"
 #include "layer_gradient_check.h"
 #include "mixtrain/core/graph/model.h"
@@ -100,6 +104,301 @@ TEST(CnnOps, ConvBatchNormPoolNetworkGradientsMatchFiniteDifferences) {
       3 * 6 * 6, 3, image(3, 6, 6));
   EXPECT_TRUE(m.layers()[2]->is_view()) << "the relu after b1 is fused into it";
   check_model_gradients(m, 3, 2e-3f);
+}
+
+// The network of the test above, BN fused with its relu and BN without affine.
+Model small_cnn() {
+  return Model(
+      cpu(),
+      graph(
+          {op("conv2d", "c1", {{"out", 4}, {"kernel", 3}, {"padding", 1}, {"bias", false}},
+              {"input"}),
+           op("batchnorm2d", "b1", {}, {"c1"}), op("relu", "r1", {}, {"b1"}),
+           op("conv2d", "c2", {{"out", 4}, {"kernel", 3}, {"padding", 1}, {"bias", false}}, {"r1"}),
+           op("batchnorm2d", "b2", {{"affine", false}}, {"c2"}), op("add", "res", {}, {"b2", "r1"}),
+           op("global_avgpool", "gap", {}, {"res"}), op("linear", "fc", {{"out", 3}}, {"gap"})}),
+      3 * 6 * 6, 3, image(3, 6, 6));
+}
+
+TEST(CnnOps, SynchronizedBatchNormOnOneRankIsPlainBatchNorm) {
+  // Synchronized batch norm with a one-rank reducer (the sums stay as they are) runs the split
+  // ops (statistics, normalise with given statistics, reduce, elementwise): the same loss,
+  // gradients and running statistics as the fused ops, and gradients that match finite
+  // differences of the loss.
+  Model plain = small_cnn(), synced = small_cnn();
+  int reductions = 0;
+  std::size_t last_length = 0;
+  for (auto& l : synced.layers())
+    if (auto* bn = dynamic_cast<BatchNorm2dLayer*>(l.get())) {
+      bn->set_statistics_reducer([&](std::span<double> v) {
+        ++reductions;
+        last_length = v.size();
+      });
+      EXPECT_TRUE(bn->synchronized());
+      EXPECT_TRUE(bn->traits().varies_per_step) << "a step graph cannot capture the reductions";
+    }
+  const std::int64_t batch = 3;
+  double loss[2];
+  std::vector<std::vector<float>> grads[2], running[2];
+  Model* models[2] = {&plain, &synced};
+  for (int k = 0; k < 2; ++k) {
+    Model& m = *models[k];
+    for (auto& l : m.layers()) l->set_precision({});
+    m.allocate(batch);
+    m.init_parameters(3);
+    feed(m, batch, 5);
+    m.forward(batch);
+    loss[k] = m.loss(batch, 1.0f, true).loss;
+    m.backward(batch);
+    for (auto* p : m.parameters()) grads[k].push_back(read(p->grad.view()));
+    for (auto* b : m.buffers()) running[k].push_back(read(b->value.view()));
+  }
+  EXPECT_EQ(reductions, 4) << "per batch-norm layer: the statistics and the backward's sums";
+  EXPECT_EQ(last_length, 2u * 4u) << "Σg and Σg·x̂ of 4 channels";
+  EXPECT_NEAR(loss[1], loss[0], 1e-6 * std::abs(loss[0]));
+  ASSERT_EQ(grads[1].size(), grads[0].size());
+  for (std::size_t i = 0; i < grads[0].size(); ++i)
+    for (std::size_t j = 0; j < grads[0][i].size(); ++j)
+      EXPECT_NEAR(grads[1][i][j], grads[0][i][j], 1e-5 * std::max(1.0f, std::abs(grads[0][i][j])))
+          << plain.parameters()[i]->name << "[" << j << "]";
+  for (std::size_t i = 0; i < running[0].size(); ++i)
+    for (std::size_t j = 0; j < running[0][i].size(); ++j)
+      EXPECT_NEAR(running[1][i][j], running[0][i][j], 1e-6) << plain.buffers()[i]->name;
+
+  Model checked = small_cnn();
+  for (auto& l : checked.layers())
+    if (auto* bn = dynamic_cast<BatchNorm2dLayer*>(l.get()))
+      bn->set_statistics_reducer([](std::span<double>) {});
+  check_model_gradients(checked, batch, 2e-3f);
+}
+
+// The CPU's batch norm without version 2's split ops (what an older backend's answer looks like
+// to the plan), every other facet the CPU's.
+class NoSplitBatchNorm final : public sdk::BatchNormFacet {
+ public:
+  explicit NoSplitBatchNorm(sdk::BatchNormFacet& in) : in_(in) {}
+  bool supports(sdk::BatchNormOp op, std::span<const DType> d) const override {
+    return op != sdk::BatchNormOp::batchnorm_statistics &&
+           op != sdk::BatchNormOp::batchnorm_backward_reduce &&
+           op != sdk::BatchNormOp::batchnorm_backward_elementwise && in_.supports(op, d);
+  }
+  std::size_t batchnorm_workspace_bytes(const sdk::BatchNormShape& s, DType x) const override {
+    return in_.batchnorm_workspace_bytes(s, x);
+  }
+  void batchnorm_forward_training(sdk::TensorView x, sdk::TensorView g, sdk::TensorView b,
+                                  const sdk::BatchNormShape& s, float momentum, sdk::TensorView y,
+                                  sdk::TensorView m, sdk::TensorView v, sdk::TensorView rm,
+                                  sdk::TensorView rv, sdk::TensorView ws) override {
+    in_.batchnorm_forward_training(x, g, b, s, momentum, y, m, v, rm, rv, ws);
+  }
+  void batchnorm_forward_inference(sdk::TensorView x, sdk::TensorView g, sdk::TensorView b,
+                                   sdk::TensorView rm, sdk::TensorView rv,
+                                   const sdk::BatchNormShape& s, sdk::TensorView y) override {
+    in_.batchnorm_forward_inference(x, g, b, rm, rv, s, y);
+  }
+  void batchnorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView y,
+                          sdk::TensorView g, sdk::TensorView m, sdk::TensorView v,
+                          const sdk::BatchNormShape& s, sdk::TensorView ws, sdk::TensorView dx,
+                          sdk::TensorView dg, sdk::TensorView db, bool acc) override {
+    in_.batchnorm_backward(dy, x, y, g, m, v, s, ws, dx, dg, db, acc);
+  }
+  void batchnorm_statistics(sdk::TensorView, const sdk::BatchNormShape&, sdk::TensorView,
+                            sdk::TensorView) override {
+    ADD_FAILURE() << "called an op it does not support";
+  }
+  void batchnorm_backward_reduce(sdk::TensorView, sdk::TensorView, sdk::TensorView, sdk::TensorView,
+                                 sdk::TensorView, const sdk::BatchNormShape&, sdk::TensorView,
+                                 sdk::TensorView) override {
+    ADD_FAILURE() << "called an op it does not support";
+  }
+  void batchnorm_backward_elementwise(sdk::TensorView, sdk::TensorView, sdk::TensorView,
+                                      sdk::TensorView, sdk::TensorView, sdk::TensorView,
+                                      sdk::TensorView, sdk::TensorView, const sdk::BatchNormShape&,
+                                      sdk::TensorView) override {
+    ADD_FAILURE() << "called an op it does not support";
+  }
+
+ private:
+  sdk::BatchNormFacet& in_;
+};
+
+class NoSplitBatchNormBackend final : public test_support::ForwardingBackend {
+ public:
+  sdk::Facet* find_facet(std::string_view name) override {
+    return name == sdk::BatchNormFacet::kName ? &bn_ : in_->find_facet(name);
+  }
+
+ private:
+  NoSplitBatchNorm bn_{*sdk::facet<sdk::BatchNormFacet>(*cpu())};
+};
+
+TEST(CnnOps, SynchronizedBatchNormOnABackendWithoutTheSplitOpsStopsAtPlanTime) {
+  auto backend = std::make_shared<NoSplitBatchNormBackend>();
+  auto make = [&] {
+    return Model(
+        backend,
+        graph({op("conv2d", "c1", {{"out", 2}, {"kernel", 1}, {"bias", false}}, {"input"}),
+               op("batchnorm2d", "bn7", {}, {"c1"}), op("global_avgpool", "gap", {}, {"bn7"}),
+               op("linear", "fc", {{"out", 3}}, {"gap"})}),
+        3 * 4 * 4, 3, image(3, 4, 4));
+  };
+  // Local batch norm needs only version 1's ops.
+  Model local = make();
+  for (auto& l : local.layers()) l->set_precision({});
+  EXPECT_NO_THROW(local.allocate(2));
+  Model synced = make();
+  for (auto& l : synced.layers()) {
+    l->set_precision({});
+    if (auto* bn = dynamic_cast<BatchNorm2dLayer*>(l.get()))
+      bn->set_statistics_reducer([](std::span<double>) {});
+  }
+  try {
+    synced.allocate(2);
+    FAIL() << "the plan accepted synchronized batch norm without the split ops";
+  } catch (const sdk::UserError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'bn7'"), std::string::npos) << what;
+    EXPECT_NE(what.find("batchnorm_statistics"), std::string::npos) << what;
+  }
+}
+
+// Two ranks where the other one holds this rank's very batch: a sum over the ranks doubles each
+// value. Tensor collectives complete at once without touching the data (this test reads no
+// gradient bucket after them).
+class MirrorCommunicator final : public sdk::Communicator {
+ public:
+  int host_reductions = 0;
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  std::string description() const override { return "mirror, 2 ranks"; }
+  void bind(sdk::DeviceBackend&) override {}
+  sdk::CommunicationHandlePtr start_all_reduce(sdk::TensorView, sdk::ReduceOp) override {
+    return std::make_unique<Done>();
+  }
+  sdk::CommunicationHandlePtr start_reduce_scatter(sdk::TensorView, sdk::TensorView,
+                                                   sdk::ReduceOp) override {
+    return std::make_unique<Done>();
+  }
+  sdk::CommunicationHandlePtr start_all_gather(sdk::TensorView, sdk::TensorView) override {
+    return std::make_unique<Done>();
+  }
+  void broadcast(sdk::TensorView, int) override {}
+  void barrier() override {}
+  void all_reduce_host(std::span<double> values, sdk::ReduceOp op) override {
+    ++host_reductions;
+    if (op == sdk::ReduceOp::sum)
+      for (double& v : values) v *= 2.0;
+  }
+  void broadcast_host(std::vector<std::byte>&, int) override {}
+
+ private:
+  struct Done final : sdk::CommunicationHandle {
+    bool test() override { return true; }
+    void wait() override {}
+  };
+};
+
+// What the trainer binds the optimizer to, before data parallel moves the gradients.
+void bind_lists(Model& m, std::vector<sdk::Parameter>& params,
+                std::vector<sdk::TensorView>& grads) {
+  for (auto* p : m.parameters()) {
+    sdk::Parameter sp;
+    sp.name = p->name;
+    sp.tensors.master = p->master.view();
+    sp.tensors.grad = p->grad.view();
+    params.push_back(sp);
+    grads.push_back(p->grad.view());
+  }
+}
+
+TEST(CnnOps, DataParallelInstallsSynchronizedBatchNormOnEveryBatchNormLayer) {
+  // 2 ranks with the same batch: the global batch's mean and variance are this batch's, and so
+  // are the backward's means, so loss and gradients are plain batch norm's; the running variance
+  // is unbiased over the 2·rows of the global batch. Two host all-reduces per layer and step, none
+  // while the hook is off (the non-finite replay).
+  const std::int64_t batch = 3, rows = batch * 6 * 6;
+  Model plain = small_cnn(), synced = small_cnn();
+  auto comm = std::make_shared<MirrorCommunicator>();
+  DataParallelSettings settings;
+  settings.sync_batch_norm = true;
+  DataParallel dp(comm, cpu(), settings);
+  double loss[2];
+  std::vector<std::vector<float>> grads[2], running[2];
+  Model* models[2] = {&plain, &synced};
+  for (int k = 0; k < 2; ++k) {
+    Model& m = *models[k];
+    for (auto& l : m.layers()) l->set_precision({});
+    m.allocate(batch);
+    m.init_parameters(3);
+    if (k == 1) {
+      std::vector<sdk::Parameter> params;
+      std::vector<sdk::TensorView> views;
+      bind_lists(m, params, views);
+      dp.attach(m, params, views);
+      int layers = 0;
+      for (auto& l : m.layers())
+        if (auto* bn = dynamic_cast<BatchNorm2dLayer*>(l.get())) {
+          EXPECT_TRUE(bn->synchronized()) << bn->name();
+          ++layers;
+        }
+      EXPECT_EQ(layers, 2);
+      dp.begin_step();
+    }
+    feed(m, batch, 5);
+    m.forward(batch);
+    loss[k] = m.loss(batch, 1.0f, true).loss;
+    m.backward(batch);
+    for (auto* p : m.parameters()) grads[k].push_back(read(p->grad.view()));
+    for (auto* b : m.buffers()) running[k].push_back(read(b->value.view()));
+  }
+  EXPECT_EQ(comm->host_reductions, 4);
+  EXPECT_NEAR(loss[1], loss[0], 1e-6 * std::abs(loss[0]));
+  for (std::size_t i = 0; i < grads[0].size(); ++i)
+    for (std::size_t j = 0; j < grads[0][i].size(); ++j)
+      EXPECT_NEAR(grads[1][i][j], grads[0][i][j], 1e-5 * std::max(1.0f, std::abs(grads[0][i][j])))
+          << plain.parameters()[i]->name << "[" << j << "]";
+  // Buffers: b1.running_mean, b1.running_var, b2.running_mean, b2.running_var; momentum 0.1 from
+  // 0 and 1. The plain run's variance: (rv - 0.9) / 0.1 · (rows - 1) / rows.
+  const double n = static_cast<double>(rows);
+  for (std::size_t i = 0; i < running[0].size(); ++i)
+    for (std::size_t j = 0; j < running[0][i].size(); ++j) {
+      if (i % 2 == 0) {
+        EXPECT_NEAR(running[1][i][j], running[0][i][j], 1e-6) << plain.buffers()[i]->name;
+        continue;
+      }
+      const double var = (running[0][i][j] - 0.9) / 0.1 * (n - 1.0) / n;
+      EXPECT_NEAR(running[1][i][j], 0.9 + 0.1 * var * 2.0 * n / (2.0 * n - 1.0), 1e-6)
+          << plain.buffers()[i]->name;
+    }
+  dp.set_hook_enabled(false);
+  synced.forward(batch);
+  EXPECT_EQ(comm->host_reductions, 4) << "the replay communicates nothing";
+}
+
+TEST(CnnOps, DataParallelSyncBatchNormOnABackendWithoutTheSplitOpsNamesTheNode) {
+  auto backend = std::make_shared<NoSplitBatchNormBackend>();
+  Model m(backend,
+          graph({op("conv2d", "c1", {{"out", 2}, {"kernel", 1}, {"bias", false}}, {"input"}),
+                 op("batchnorm2d", "bn7", {}, {"c1"}), op("global_avgpool", "gap", {}, {"bn7"}),
+                 op("linear", "fc", {{"out", 3}}, {"gap"})}),
+          3 * 4 * 4, 3, image(3, 4, 4));
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(2);
+  DataParallelSettings settings;
+  settings.sync_batch_norm = true;
+  DataParallel dp(std::make_shared<MirrorCommunicator>(), backend, settings);
+  std::vector<sdk::Parameter> params;
+  std::vector<sdk::TensorView> grads;
+  bind_lists(m, params, grads);
+  try {
+    dp.attach(m, params, grads);
+    FAIL() << "attach accepted synchronized batch norm without the split ops";
+  } catch (const sdk::BackendError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'bn7'"), std::string::npos) << what;
+    EXPECT_NE(what.find("batchnorm_statistics"), std::string::npos) << what;
+    EXPECT_NE(what.find("batch_norm = \"sync\""), std::string::npos) << what;
+  }
 }
 
 TEST(CnnOps, FlattenOfAChannelsLastImageIsInPyTorchOrder) {

@@ -215,6 +215,57 @@ TEST_F(cuda_layer_math, BatchNormBackwardMatchesTheCpuWhereTheSumsAreExact) {
       }
 }
 
+// BatchNormFacet v2 (synchronized batch norm): the reduce's sums are the fused backward's
+// finish (bn_grad_coefficients' dgamma and dbeta) and the elementwise dx is bn_sync_coefficients
+// then bn_grad_input, the ReLU mask from y; the CPU writes the same bits where the sums are exact.
+TEST_F(cuda_layer_math, BatchNormSplitOpsMatchTheCpuWhereTheSumsAreExact) {
+  const std::int64_t rows = 64, c = 5;
+  for (DType dt : kDtypes)
+    for (bool relu : {false, true}) {
+      HostTensor x(cpu, dt, {rows, c}), y(cpu, dt, {rows, c}), dy(cpu, dt, {rows, c}),
+          dx(cpu, dt, {rows, c});
+      HostTensor g(cpu, DType::fp32, {c}), b(cpu, DType::fp32, {c});
+      HostTensor mean(cpu, DType::fp32, {c}), var(cpu, DType::fp32, {c});
+      HostTensor sdy(cpu, DType::fp32, {c}), sdyx(cpu, DType::fp32, {c});
+      HostTensor mdy(cpu, DType::fp32, {c}), mdyx(cpu, DType::fp32, {c});
+      x.set(dyadic(rows * c, 21));
+      dy.set(dyadic(rows * c, 22));
+      g.set(uniform(c, 23, 0.5f, 1.5f));
+      b.set(uniform(c, 24, -0.5f, 0.5f));
+      // Global means as another rank's sums would make them: any fp32 values.
+      mdy.set(uniform(c, 25, -0.2f, 0.2f));
+      mdyx.set(uniform(c, 26, -0.2f, 0.2f));
+      const sdk::BatchNormShape s{rows, c, 1e-5f, relu};
+      cpu.batchnorm_statistics(x.v, s, mean.v, var.v);
+      cpu.batchnorm_forward_inference(x.v, g.v, b.v, mean.v, var.v, s, y.v);
+      cpu.batchnorm_backward_reduce(dy.v, x.v, relu ? y.v : TensorView{}, mean.v, var.v, s, sdy.v,
+                                    sdyx.v);
+      cpu.batchnorm_backward_elementwise(dy.v, x.v, relu ? y.v : TensorView{}, g.v, mean.v, var.v,
+                                         mdy.v, mdyx.v, s, dx.v);
+      for (std::int64_t j = 0; j < c; ++j) {
+        const auto k = static_cast<std::size_t>(j);
+        auto masked = [&](std::size_t i) { return relu && !(y.at(i) > 0.0f) ? 0.0f : dy.at(i); };
+        double sum_g = 0.0, sum_gx = 0.0;
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const auto i = static_cast<std::size_t>(r * c + j);
+          sum_g += masked(i);
+          sum_gx += static_cast<double>(masked(i)) * static_cast<double>(x.at(i) - mean.at(k));
+        }
+        const auto sums = el::bn_grad_coefficients(var.at(k), s.eps, 1.0f, sum_g, sum_gx,
+                                                   static_cast<double>(rows));
+        EXPECT_EQ(sums.dbeta, sdy.at(k)) << sdk::dtype_name(dt) << " sum_dy " << j;
+        EXPECT_EQ(sums.dgamma, sdyx.at(k)) << sdk::dtype_name(dt) << " sum_dy_xhat " << j;
+        const auto co = el::bn_sync_coefficients(var.at(k), s.eps, g.at(k), mdy.at(k), mdyx.at(k));
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const auto i = static_cast<std::size_t>(r * c + j);
+          const float v = el::bn_grad_input(masked(i), x.at(i), mean.at(k), co.a, co.b, co.d);
+          ASSERT_EQ(store_bits(v, dt), dx.bits(i))
+              << sdk::dtype_name(dt) << " relu " << relu << " dx element " << i;
+        }
+      }
+    }
+}
+
 TEST_F(cuda_layer_math, AveragePoolIsOneDivideOfTheWindowSum) {
   sdk::Pool2dGeometry p;
   p.kind = sdk::PoolKind::average;

@@ -75,7 +75,7 @@ struct DistributedSettings {
   bool shard_optimizer = false;
   double bucket_mb = 25.0;
   bool overlap = true;
-  std::string batch_norm = "local";
+  std::string batch_norm = "local";  // or "sync": statistics of the global batch
   bool from_launch = false;   // no [distributed] table: chosen because mpirun started the process
   sdk::SourceLocation where;  // distributed.type (an error about the launch points there)
   bool enabled() const { return !type.empty(); }
