@@ -54,7 +54,8 @@ namespace mixtrain::sdk {
 // 12: LossFacet 2: softmax_cross_entropy takes label_smoothing (and its argument check),
 // 13: the sixth interface, Communicator (communicator.h: collectives, handles, ReduceOp,
 // CommunicationError; ComponentKind::communicator), and the native-stream facet
-// (backend_native_stream.h) a device-stream communicator orders its work with
+// (backend_native_stream.h) a device-stream communicator orders its work with; BatchNormFacet 2:
+// the split ops of synchronized batch norm
 inline constexpr std::uint32_t kSdkAbiVersion = 13;
 inline constexpr const char* kSdkVersion = "0.1.0";
 inline constexpr const char* kBuildFingerprint = MIXTRAIN_BUILD_FINGERPRINT;
