@@ -215,6 +215,33 @@ dim3 reduction_grid(std::int64_t rows, std::int64_t channels) {
               static_cast<unsigned>(bn_splits(rows)));
 }
 
+// The per-channel mean and biased variance of x (and, given them, the running statistics and
+// the affine scale and shift): the training forward's first two passes, which
+// synchronized batch norm's statistics op runs alone.
+template <class S>
+void launch_moments(const BnForward& a, const float* gamma, const float* beta, float momentum,
+                    float* mean, float* var, float* running_mean, float* running_var,
+                    float* scale_shift, double* partial, cudaStream_t stream) {
+  const auto* x = static_cast<const elem_t<S>*>(a.x);
+  bn_moments_kernel<S><<<reduction_grid(a.rows, a.channels), dim3(kTileC, kLanes), 0, stream>>>(
+      x, a.rows, a.channels, partial);
+  bn_finish_moments_kernel<S><<<grid_for(a.channels), kThreads, 0, stream>>>(
+      x, partial, bn_splits(a.rows), a.rows, a.channels, gamma, beta, a.eps, momentum, mean, var,
+      running_mean, running_var, scale_shift);
+}
+
+// Σ g and Σ g·x̂ per channel into dbeta and dgamma (and, given gamma, the coefficients of dx):
+// the fused backward's first two passes, which synchronized batch norm's reduce op runs alone.
+template <class S>
+void launch_grad_sums(const BnBackward& a, const float* gamma, float* coeff, float* dgamma,
+                      float* dbeta, bool accumulate, double* partial, cudaStream_t stream) {
+  bn_grad_sums_kernel<S>
+      <<<reduction_grid(a.rows, a.channels), dim3(kTileC, kLanes), 0, stream>>>(a, partial);
+  bn_finish_grad_kernel<<<grid_for(a.channels), kThreads, 0, stream>>>(
+      partial, bn_splits(a.rows), a.rows, a.channels, a.save_var, gamma, a.eps, coeff, dgamma,
+      dbeta, accumulate);
+}
+
 }  // namespace
 
 std::size_t bn_partial_doubles(std::int64_t rows, std::int64_t channels) {
@@ -227,15 +254,11 @@ cudaError_t bn_forward_training(const BnForward& a, float momentum, float* save_
   if (a.rows * a.channels == 0) return cudaSuccess;
   const bool ok = with_float_storage(a.t, [&](auto s) {
     using S = decltype(s);
-    const auto* x = static_cast<const elem_t<S>*>(a.x);
-    bn_moments_kernel<S><<<reduction_grid(a.rows, a.channels), dim3(kTileC, kLanes), 0, stream>>>(
-        x, a.rows, a.channels, partial);
-    bn_finish_moments_kernel<S><<<grid_for(a.channels), kThreads, 0, stream>>>(
-        x, partial, bn_splits(a.rows), a.rows, a.channels, a.gamma, a.beta, a.eps, momentum,
-        save_mean, save_var, running_mean, running_var, scale_shift);
+    launch_moments<S>(a, a.gamma, a.beta, momentum, save_mean, save_var, running_mean, running_var,
+                      scale_shift, partial, stream);
     bn_apply_kernel<S><<<grid_for(a.rows * a.channels), kThreads, 0, stream>>>(
-        x, static_cast<elem_t<S>*>(a.y), a.rows * a.channels, a.channels, save_mean, scale_shift,
-        a.relu);
+        static_cast<const elem_t<S>*>(a.x), static_cast<elem_t<S>*>(a.y), a.rows * a.channels,
+        a.channels, save_mean, scale_shift, a.relu);
   });
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
@@ -260,11 +283,7 @@ cudaError_t bn_backward(const BnBackward& a, float* dgamma, float* dbeta, bool a
   if (a.rows * a.channels == 0) return cudaSuccess;
   const bool ok = with_float_storage(a.t, [&](auto s) {
     using S = decltype(s);
-    bn_grad_sums_kernel<S>
-        <<<reduction_grid(a.rows, a.channels), dim3(kTileC, kLanes), 0, stream>>>(a, partial);
-    bn_finish_grad_kernel<<<grid_for(a.channels), kThreads, 0, stream>>>(
-        partial, bn_splits(a.rows), a.rows, a.channels, a.save_var, a.gamma, a.eps, coeff, dgamma,
-        dbeta, accumulate);
+    launch_grad_sums<S>(a, a.gamma, coeff, dgamma, dbeta, accumulate, partial, stream);
     bn_grad_input_kernel<S><<<grid_for(a.rows * a.channels), kThreads, 0, stream>>>(a, coeff);
   });
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
@@ -274,15 +293,10 @@ cudaError_t bn_statistics(const BnForward& a, float* mean, float* var, float* sc
                           double* partial, cudaStream_t stream) {
   if (a.rows * a.channels == 0) return cudaSuccess;
   const bool ok = with_float_storage(a.t, [&](auto s) {
-    using S = decltype(s);
-    const auto* x = static_cast<const elem_t<S>*>(a.x);
-    bn_moments_kernel<S><<<reduction_grid(a.rows, a.channels), dim3(kTileC, kLanes), 0, stream>>>(
-        x, a.rows, a.channels, partial);
-    // The training forward's finish, without running statistics or affine parameters: the same
+    // The training forward's passes, without running statistics or affine parameters: the same
     // mean and variance bit for bit (its scale and shift land in scratch).
-    bn_finish_moments_kernel<S><<<grid_for(a.channels), kThreads, 0, stream>>>(
-        x, partial, bn_splits(a.rows), a.rows, a.channels, nullptr, nullptr, a.eps, 0.0f, mean, var,
-        nullptr, nullptr, scale_shift);
+    launch_moments<decltype(s)>(a, nullptr, nullptr, 0.0f, mean, var, nullptr, nullptr, scale_shift,
+                                partial, stream);
   });
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
@@ -291,13 +305,8 @@ cudaError_t bn_backward_reduce(const BnBackward& a, float* sum_g, float* sum_gx_
                                double* partial, cudaStream_t stream) {
   if (a.rows * a.channels == 0) return cudaSuccess;
   const bool ok = with_float_storage(a.t, [&](auto s) {
-    using S = decltype(s);
-    bn_grad_sums_kernel<S>
-        <<<reduction_grid(a.rows, a.channels), dim3(kTileC, kLanes), 0, stream>>>(a, partial);
-    // The fused backward's finish writes dbeta = Σ g and dgamma = Σ g·(x - mean)·inv: the sums.
-    bn_finish_grad_kernel<<<grid_for(a.channels), kThreads, 0, stream>>>(
-        partial, bn_splits(a.rows), a.rows, a.channels, a.save_var, nullptr, a.eps, coeff,
-        sum_gx_hat, sum_g, false);
+    // The fused backward's passes write dbeta = Σ g and dgamma = Σ g·(x - mean)·inv: the sums.
+    launch_grad_sums<decltype(s)>(a, nullptr, coeff, sum_gx_hat, sum_g, false, partial, stream);
   });
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }

@@ -31,6 +31,12 @@ std::string seconds_text(double s) {
   return text;
 }
 
+// avg's completion: the sum MPI left in `data` (fp32 host memory; empty: nothing to do) × scale.
+void scale_in_place(sdk::TensorView data, float scale) {
+  float* p = data.as<float>();
+  for (std::int64_t i = 0, n = data.empty() ? 0 : data.numel(); i < n; ++i) p[i] *= scale;
+}
+
 MPI_Op mpi_op(sdk::ReduceOp op) {
   return op == sdk::ReduceOp::max ? MPI_MAX : MPI_SUM;  // avg: a sum, scaled on completion
 }
@@ -78,10 +84,7 @@ class MpiCommunicator::Handle final : public sdk::CommunicationHandle {
  private:
   void finish() {
     done_ = true;
-    if (!scaled_.empty()) {
-      float* p = scaled_.as<float>();
-      for (std::int64_t i = 0, n = scaled_.numel(); i < n; ++i) p[i] *= scale_;
-    }
+    scale_in_place(scaled_, scale_);
   }
   MpiCommunicator& owner_;
   std::string what_;
@@ -228,10 +231,7 @@ void MpiCommunicator::thread_loop() {
     std::exception_ptr error;
     try {
       check(job->run(thread_comm_), job->what);
-      if (!job->scaled.empty()) {
-        float* p = job->scaled.as<float>();
-        for (std::int64_t i = 0, n = job->scaled.numel(); i < n; ++i) p[i] *= job->scale;
-      }
+      scale_in_place(job->scaled, job->scale);
     } catch (...) {
       error = std::current_exception();
     }

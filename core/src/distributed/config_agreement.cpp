@@ -4,6 +4,8 @@
 #include <sstream>
 #include <vector>
 
+#include "distributed/rank_agreement.h"
+
 namespace mixtrain::core {
 
 namespace {
@@ -67,22 +69,11 @@ void check_config_agreement(sdk::Communicator& comm, const std::string& resolved
   const std::string rank0(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   const std::string mine = first_config_difference(rank0, resolved);
   // The lowest differing rank tells everyone what differs.
-  const int world = comm.world_size(), rank = comm.rank();
-  double v[1] = {mine.empty() ? 0.0 : static_cast<double>(world - rank)};
-  comm.all_reduce_host(v, sdk::ReduceOp::max);
-  if (v[0] == 0.0) return;
-  const int root = world - static_cast<int>(v[0]);
-  std::vector<std::byte> what;
-  if (rank == root) {
-    what.resize(mine.size());
-    std::memcpy(what.data(), mine.data(), mine.size());
-  }
-  comm.broadcast_host(what, root);
+  const RankText differs = lowest_rank_text(comm, mine);
+  if (differs.rank < 0) return;
   throw ConfigDisagreement(
-      "the ranks run different configs: rank " + std::to_string(root) +
-          "'s differs from rank 0's at " +
-          std::string(reinterpret_cast<const char*>(what.data()), what.size()) +
-          " (rank 0's value first)",
+      "the ranks run different configs: rank " + std::to_string(differs.rank) +
+          "'s differs from rank 0's at " + differs.text + " (rank 0's value first)",
       "launch every rank with the same config, --set and --merge arguments and the same "
       "environment (paths resolve per rank: give them the same files)");
 }

@@ -7,6 +7,7 @@
 
 #include <zlib.h>
 
+#include "distributed/rank_agreement.h"
 #include "graph/ops/batchnorm2d.h"
 #include "mixtrain/core/graph/backend_needs.h"
 #include "mixtrain/sdk/error.h"
@@ -188,10 +189,8 @@ void DataParallel::finish_gradients() {
   // ready now: they are in their bucket already.
   for (std::size_t i = 0; i < params_.size(); ++i)
     if (!ready_[i]) mark_ready(i);
-  for (auto& b : buckets_) {
-    if (b.started && b.handle->test()) ++timing_.finished_in_backward;
+  for (auto& b : buckets_)
     if (!b.started) start(b);
-  }
   const auto t = Clock::now();
   for (auto& b : buckets_) b.handle->wait();
   timing_.wait_seconds += seconds_since(t);
@@ -240,41 +239,10 @@ void DataParallel::broadcast_buffers(Model& model) {
   for (auto* b : model.buffers()) comm_->broadcast(b->value.view(), 0);
 }
 
-bool DataParallel::any_rank(bool mine) {
-  double v[1] = {mine ? 1.0 : 0.0};
-  comm_->all_reduce_host(v, sdk::ReduceOp::max);
-  return v[0] > 0.0;
-}
-
-std::string DataParallel::first_from_any_rank(const std::string& mine) {
-  double v[1] = {mine.empty() ? 0.0 : static_cast<double>(world_ - rank_)};
-  comm_->all_reduce_host(v, sdk::ReduceOp::max);
-  if (v[0] == 0.0) return {};
-  const int root = world_ - static_cast<int>(v[0]);
-  std::vector<std::byte> bytes;
-  if (rank_ == root) {
-    bytes.resize(mine.size());
-    std::memcpy(bytes.data(), mine.data(), mine.size());
-  }
-  comm_->broadcast_host(bytes, root);
-  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-}
-
 std::vector<sdk::HostTensor> DataParallel::gather_optimizer_state(const sdk::Optimizer& optimizer) {
+  if (!sharded())
+    throw std::logic_error("gather_optimizer_state: unsharded, every rank holds the whole state");
   const auto state = optimizer.state_tensors();
-  if (!sharded()) {
-    std::vector<sdk::HostTensor> out;
-    for (const auto& t : state) {
-      sdk::HostTensor h;
-      h.name = t.name;
-      h.dtype = t.view.dtype;
-      h.shape = t.view.shape.to_vector();
-      h.bytes.resize(t.view.bytes());
-      backend_->copy_to_host(h.bytes.data(), t.view);
-      out.push_back(std::move(h));
-    }
-    return out;
-  }
   // The slot names: "<param>.<slot>" for each bound piece; rank 0 holds a piece of every bucket,
   // so its list of slots is everyone's.
   std::unordered_map<std::string, sdk::TensorView> by_name;
@@ -285,7 +253,7 @@ std::vector<sdk::HostTensor> DataParallel::gather_optimizer_state(const sdk::Opt
     for (const auto& t : state)
       if (t.name.rfind(prefix, 0) == 0) slots += t.name.substr(prefix.size()) + "\n";
   }
-  slots = first_from_any_rank(slots);
+  slots = lowest_rank_text(*comm_, slots).text;
   std::vector<std::string> slot_names;
   for (std::size_t at = 0; at < slots.size();) {
     const auto end = slots.find('\n', at);

@@ -27,9 +27,10 @@
 // - gather_masters() (sharded, after an applied step): the updated masters all-gathered into
 //   every rank's model, then its working copies refreshed, so evaluation, EMA and checkpoints read
 //   whole masters on every rank.
-// - Checkpoints hold what one rank would: gather_optimizer_state() returns the optimizer's slots
-//   as whole tensors named as a one-rank run names them; load_optimizer_state() takes this rank's
-//   pieces from such tensors. Both are collective (every rank calls them).
+// - Checkpoints hold what one rank would. Sharded (unsharded, every rank holds the whole state
+//   already): gather_optimizer_state() returns the optimizer's slots as whole tensors named as a
+//   one-rank run names them; load_optimizer_state() takes this rank's pieces from such tensors.
+//   Both are collective (every rank calls them).
 // - Every method that communicates is collective: all ranks call it in the same order.
 //   Errors: sdk::CommunicationError from the communicator; sdk::CheckpointError for state that
 //   does not fit.
@@ -68,7 +69,13 @@ struct CommunicationTiming {
   double gather_seconds = 0.0;            // sharded: the masters' all-gather
   std::int64_t buckets = 0;               // buckets communicated
   std::int64_t started_in_backward = 0;   // of them, started by the hook (overlapped)
-  std::int64_t finished_in_backward = 0;  // of them, complete before finish_gradients waited
+  CommunicationTiming& operator+=(const CommunicationTiming& o) {
+    wait_seconds += o.wait_seconds;
+    gather_seconds += o.gather_seconds;
+    buckets += o.buckets;
+    started_in_backward += o.started_in_backward;
+    return *this;
+  }
 };
 
 class DataParallel {
@@ -101,10 +108,6 @@ class DataParallel {
   void max_reduce(std::span<float> values);
   // Rank 0's buffers (batch-norm running statistics) into every rank's model.
   void broadcast_buffers(Model& model);
-  // Whether `mine` is true on any rank (every rank gets the same answer).
-  bool any_rank(bool mine);
-  // The text of the lowest rank that has one ("" on every rank when none has).
-  std::string first_from_any_rank(const std::string& mine);
 
   std::vector<sdk::HostTensor> gather_optimizer_state(const sdk::Optimizer& optimizer);
   // `find(name)`: the whole slot tensor named as a one-rank run names it, or nullptr.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "distributed/rank_agreement.h"
 #include "mixtrain/core/graph/diagnostics.h"
 #include "profiling/profile_scope.h"
 #include "train/step_statistics.h"
@@ -206,9 +207,11 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
     }
     if (dp != nullptr) {
       dp->set_hook_enabled(true);
-      const std::string found = dp->first_from_any_rank(
-          out.first_nonfinite.empty() ? std::string()
-                                      : out.first_nonfinite + '\n' + out.blamed_node);
+      const std::string found =
+          lowest_rank_text(dp->communicator(), out.first_nonfinite.empty()
+                                                   ? std::string()
+                                                   : out.first_nonfinite + '\n' + out.blamed_node)
+              .text;
       const auto cut = found.find('\n');
       out.first_nonfinite = found.substr(0, cut);
       out.blamed_node = cut == std::string::npos ? std::string() : found.substr(cut + 1);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/state.h"
+#include "distributed/rank_agreement.h"
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/core/console/progress_report.h"
 #include "mixtrain/core/distributed/config_agreement.h"
@@ -97,9 +98,8 @@ std::vector<std::byte> replica_state(Trainer::State& s) {
     out.insert(out.end(), b, b + n);
   };
   auto append_view = [&](sdk::TensorView v) {
-    std::vector<std::byte> host(v.bytes());
-    s.c.backend->copy_to_host(host.data(), v);
-    out.insert(out.end(), host.begin(), host.end());
+    const auto host = to_host(*s.c.backend, {}, v);
+    out.insert(out.end(), host.bytes.begin(), host.bytes.end());
   };
   for (auto* p : s.model->parameters()) append_view(p->master.view());
   if (!s.dp->sharded())
@@ -325,7 +325,7 @@ TrainSummary Trainer::run() {
     interrupted = s.opt.stop_requested && s.opt.stop_requested() && s.step < end_step;
     // Data parallel: a stop request (mpirun forwards Ctrl-C to every rank, each sees it at its own
     // moment) must end every rank after the same step, or the ranks' collectives part ways.
-    if (s.dp) interrupted = s.dp->any_rank(interrupted);
+    if (s.dp) interrupted = any_rank(s.dp->communicator(), interrupted);
     const bool last_step = s.step == end_step || interrupted;
     const bool log_step = s.step % e.run.log_every == 0 || last_step;
     const bool live_refresh = progress.live_due(s.step) || (progress.live() && last_step);
@@ -370,10 +370,7 @@ TrainSummary Trainer::run() {
       if (!decision.apply_step) rec["nonfinite"] = step.first_nonfinite;
       if (s.dp) {
         const auto t = s.dp->take_timing();
-        comm_total.wait_seconds += t.wait_seconds;
-        comm_total.gather_seconds += t.gather_seconds;
-        comm_total.buckets += t.buckets;
-        comm_total.started_in_backward += t.started_in_backward;
+        comm_total += t;
         rec["allreduce_wait_seconds"] = t.wait_seconds;
         rec["buckets_started_in_backward"] = t.started_in_backward;
         rec["buckets_communicated"] = t.buckets;
@@ -436,11 +433,7 @@ TrainSummary Trainer::run() {
     sum.best_checkpoint = s.best_path;
   }
   if (s.dp) {
-    const auto t = s.dp->take_timing();  // what the last window left
-    comm_total.wait_seconds += t.wait_seconds;
-    comm_total.gather_seconds += t.gather_seconds;
-    comm_total.buckets += t.buckets;
-    comm_total.started_in_backward += t.started_in_backward;
+    comm_total += s.dp->take_timing();  // what the last window left
     std::size_t state_bytes = 0;
     for (const auto& slot : s.c.optimizer->state_tensors()) state_bytes += slot.view.bytes();
     // The largest rank's bytes: what each machine must hold.

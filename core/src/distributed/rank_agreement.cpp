@@ -1,0 +1,32 @@
+#include "distributed/rank_agreement.h"
+
+#include <cstring>
+#include <vector>
+
+namespace mixtrain::core {
+
+bool any_rank(sdk::Communicator& comm, bool mine) {
+  double v[1] = {mine ? 1.0 : 0.0};
+  comm.all_reduce_host(v, sdk::ReduceOp::max);
+  return v[0] > 0.0;
+}
+
+RankText lowest_rank_text(sdk::Communicator& comm, const std::string& mine) {
+  // world − rank is largest for the lowest rank: one max finds it, one broadcast sends its text.
+  const int world = comm.world_size(), rank = comm.rank();
+  double v[1] = {mine.empty() ? 0.0 : static_cast<double>(world - rank)};
+  comm.all_reduce_host(v, sdk::ReduceOp::max);
+  if (v[0] == 0.0) return {};
+  RankText out;
+  out.rank = world - static_cast<int>(v[0]);
+  std::vector<std::byte> bytes;
+  if (rank == out.rank) {
+    bytes.resize(mine.size());
+    std::memcpy(bytes.data(), mine.data(), mine.size());
+  }
+  comm.broadcast_host(bytes, out.rank);
+  out.text.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  return out;
+}
+
+}  // namespace mixtrain::core
