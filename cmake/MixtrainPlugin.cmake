@@ -1,7 +1,8 @@
 # mixtrain_add_plugin(<name> SOURCES <src>... [LIBRARIES <lib>...] [OUTPUT_DIRECTORY <dir>]
 #                     [NO_INSTALL])
 #
-# Builds libmixtrain_<name>.so as a MODULE against mixtrain::sdk and returns nothing; the target is
+# Builds libmixtrain_<name>.so as a MODULE against mixtrain::sdk (and its static support library,
+# mixtrain::sdk_support) and returns nothing; the target is
 # named mixtrain_<name>. The same function serves mixtrain's own plugins (in-tree) and plugins built
 # against an installed SDK (find_package(mixtrain CONFIG) includes this file), so a plugin behaves
 # the same wherever it is built:
@@ -20,13 +21,13 @@ function(mixtrain_add_plugin name)
   if(NOT ARG_SOURCES)
     message(FATAL_ERROR "mixtrain_add_plugin(${name}): SOURCES is required")
   endif()
-  if(NOT TARGET mixtrain::sdk)
-    message(FATAL_ERROR "mixtrain_add_plugin(${name}): mixtrain::sdk is not defined; call "
+  if(NOT TARGET mixtrain::sdk OR NOT TARGET mixtrain::sdk_support)
+    message(FATAL_ERROR "mixtrain_add_plugin(${name}): mixtrain::sdk or mixtrain::sdk_support is not defined; call "
                         "find_package(mixtrain CONFIG REQUIRED) first")
   endif()
   set(target mixtrain_${name})
   add_library(${target} MODULE ${ARG_SOURCES})
-  target_link_libraries(${target} PRIVATE mixtrain::sdk ${ARG_LIBRARIES})
+  target_link_libraries(${target} PRIVATE mixtrain::sdk mixtrain::sdk_support ${ARG_LIBRARIES})
   # The SDK's fingerprint assumes C++20 on both sides of the boundary.
   target_compile_features(${target} PRIVATE cxx_std_20)
   set_target_properties(${target} PROPERTIES

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "cpu_backend.h"
-#include "mixtrain/sdk/float_formats.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace {
 

@@ -46,7 +46,7 @@
 #include "cuda_access.h"
 #include "cuda_gemm.h"
 #include "cuda_kernels.h"
-#include "mixtrain/sdk/float_formats.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace {
 

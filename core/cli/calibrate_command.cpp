@@ -10,7 +10,7 @@
 #include "mixtrain/core/precision/calibration.h"
 #include "mixtrain/core/precision/calibration_table.h"
 #include "mixtrain/core/precision/recommendation.h"
-#include "mixtrain/sdk/atomic_file_writer.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/error.h"
 #include "model_session.h"
 #include "output_file.h"

@@ -12,7 +12,7 @@
 // - fp8 storage (fp8_e4m3 / fp8_e5m2) is accepted only by gemm() and cast().
 #pragma once
 
-#include "mixtrain/sdk/backend_argument_checks.h"
+#include "mixtrain/sdk/support/backend_argument_checks.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -24,7 +24,7 @@
 
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/error.h"
-#include "mixtrain/sdk/float_formats.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::backend_cpu {
 

@@ -41,6 +41,7 @@
 #include <unordered_map>
 
 #include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/facet_list.h"
 
 namespace mixtrain::backend_cpu {
 

@@ -12,7 +12,7 @@
 
 #include "cpu_access.h"
 #include "cpu_features.h"
-#include "mixtrain/sdk/float_formats.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::backend_cpu {
 

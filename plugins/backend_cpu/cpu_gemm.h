@@ -48,7 +48,8 @@
 
 #include "cpu_backend.h"
 #include "mixtrain/sdk/device_backend.h"
-#include "mixtrain/sdk/gemm_plan_key.h"
+#include "mixtrain/sdk/facet_list.h"
+#include "mixtrain/sdk/support/gemm_plan_key.h"
 
 namespace mixtrain::backend_cpu {
 

@@ -11,7 +11,7 @@
 //   only by gemm() and cast().
 #pragma once
 
-#include "mixtrain/sdk/backend_argument_checks.h"
+#include "mixtrain/sdk/support/backend_argument_checks.h"
 
 #include <cuda_runtime_api.h>
 

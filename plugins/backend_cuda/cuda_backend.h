@@ -44,6 +44,7 @@
 #include "mixtrain/sdk/backend_convolution.h"
 #include "mixtrain/sdk/backend_native_stream.h"
 #include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/facet_list.h"
 #include "mixtrain/sdk/options.h"
 
 namespace mixtrain::backend_cuda {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "mixtrain/sdk/backend_argument_checks.h"
+#include "mixtrain/sdk/support/backend_argument_checks.h"
 
 namespace mixtrain::backend_cuda::conv {
 

@@ -30,7 +30,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "mixtrain/sdk/float_format_rules.h"
+#include "mixtrain/sdk/support/float_format_rules.h"
 
 #define MIXTRAIN_HD MIXTRAIN_SDK_HOST_DEVICE
 

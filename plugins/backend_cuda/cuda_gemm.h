@@ -72,7 +72,8 @@
 #include "cuda_gemm_routes.h"
 #include "cuda_scratch.h"
 #include "mixtrain/sdk/device_backend.h"
-#include "mixtrain/sdk/gemm_plan_key.h"
+#include "mixtrain/sdk/facet_list.h"
+#include "mixtrain/sdk/support/gemm_plan_key.h"
 
 namespace mixtrain::backend_cuda {
 

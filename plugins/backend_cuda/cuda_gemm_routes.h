@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/facet_list.h"
 
 namespace mixtrain::backend_cuda {
 

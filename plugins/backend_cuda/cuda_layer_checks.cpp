@@ -6,7 +6,7 @@
 #include <string>
 
 #include "cuda_access.h"
-#include "mixtrain/sdk/backend_argument_checks.h"
+#include "mixtrain/sdk/support/backend_argument_checks.h"
 
 namespace mixtrain::backend_cuda::layer_checks {
 

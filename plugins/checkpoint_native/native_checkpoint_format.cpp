@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "mixtrain/sdk/atomic_file_writer.h"
-#include "mixtrain/sdk/unique_fd.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
+#include "mixtrain/sdk/support/unique_fd.h"
 
 #include <nlohmann/json.hpp>
 

@@ -17,10 +17,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mixtrain/sdk/atomic_file_writer.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/error.h"
-#include "mixtrain/sdk/float_formats.h"
-#include "mixtrain/sdk/unique_fd.h"
+#include "mixtrain/sdk/support/float_formats.h"
+#include "mixtrain/sdk/support/unique_fd.h"
 
 namespace mixtrain::checkpoint_safetensors {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "mixtrain/sdk/communicator.h"
-#include "mixtrain/sdk/elf_file_check.h"
+#include "mixtrain/sdk/support/elf_file_check.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/plugin.h"
 #include "nccl_options.h"

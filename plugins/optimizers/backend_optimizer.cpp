@@ -45,13 +45,14 @@ void BackendOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Pa
                             "use a backend that offers it (`mixtrain plugins` lists them), or "
                             "an optimizer built from the foreach facet's ops");
   };
+  const sdk::FacetVersion want{sdk::OptimizerFacet::kVersion.major, sdk::introduced_in(kernel_)};
   const std::string wanted =
-      "version " + std::to_string(sdk::OptimizerFacet::kVersion) + " or later";
+      sdk::to_string(want) + " or a later " + std::to_string(want.major) + ".x";
   if (found == nullptr) refuse("it has no optimizer facet (this plugin needs " + wanted + ")");
-  if (found->version() < sdk::OptimizerFacet::kVersion)
-    refuse("its optimizer facet is version " + std::to_string(found->version()) +
-           ", this plugin needs " + wanted);
-  sdk::OptimizerFacet* facet = sdk::facet<sdk::OptimizerFacet>(backend);
+  if (!sdk::facet_serves<sdk::OptimizerFacet>(found, want.minor))
+    refuse("its optimizer facet is version " + sdk::to_string(found->version()) +
+           ", this plugin needs " + wanted + ": rebuild the backend and this plugin against one SDK");
+  auto* facet = static_cast<sdk::OptimizerFacet*>(found);
   for (const auto& p : params) {
     const sdk::DType dtypes[2] = {p.tensors.master.dtype, p.tensors.working.empty()
                                                               ? sdk::DType::fp32

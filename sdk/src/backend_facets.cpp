@@ -1,6 +1,6 @@
 // Out-of-line anchors of the backend facets and the names their ops go by in messages.
-#include "mixtrain/sdk/backend_native_stream.h"
 #include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/facet_list.h"
 
 namespace mixtrain::sdk {
 

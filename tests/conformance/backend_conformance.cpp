@@ -27,7 +27,7 @@
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/core/train/trainer.h"
-#include "mixtrain/sdk/float_formats.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::conformance {
 

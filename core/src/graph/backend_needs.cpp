@@ -8,70 +8,10 @@ namespace mixtrain::core {
 
 namespace {
 
-// The facet class each op enum belongs to.
-template <class Op>
-struct FacetOf;
-template <>
-struct FacetOf<sdk::GemmOp> {
-  using type = sdk::GemmFacet;
-};
-template <>
-struct FacetOf<sdk::ActivationOp> {
-  using type = sdk::ActivationFacet;
-};
-template <>
-struct FacetOf<sdk::ResidualOp> {
-  using type = sdk::ResidualFacet;
-};
-template <>
-struct FacetOf<sdk::GradientCheckOp> {
-  using type = sdk::GradientCheckFacet;
-};
-template <>
-struct FacetOf<sdk::ForeachOp> {
-  using type = sdk::ForeachFacet;
-};
-template <>
-struct FacetOf<sdk::LayerNormOp> {
-  using type = sdk::LayerNormFacet;
-};
-template <>
-struct FacetOf<sdk::BatchNormOp> {
-  using type = sdk::BatchNormFacet;
-};
-template <>
-struct FacetOf<sdk::LossOp> {
-  using type = sdk::LossFacet;
-};
-template <>
-struct FacetOf<sdk::OptimizerOp> {
-  using type = sdk::OptimizerFacet;
-};
-template <>
-struct FacetOf<sdk::AttentionOp> {
-  using type = sdk::AttentionFacet;
-};
-template <>
-struct FacetOf<sdk::EmbeddingOp> {
-  using type = sdk::EmbeddingFacet;
-};
-template <>
-struct FacetOf<sdk::ConvolutionOp> {
-  using type = sdk::ConvolutionFacet;
-};
-template <>
-struct FacetOf<sdk::DropoutOp> {
-  using type = sdk::DropoutFacet;
-};
-
-template <class Facet>
-Facet& required(sdk::DeviceBackend& b) {
-  Facet* facet = sdk::facet<Facet>(b);
-  if (facet == nullptr)
-    throw std::logic_error("the backend has no " + std::string(Facet::kName) +
-                           " facet of version " + std::to_string(Facet::kVersion) +
-                           " or later, and the plan did not stop before calling it");
-  return *facet;
+// Which minor of facet F the op needs: the minor it was introduced in.
+template <class F, class Op>
+sdk::FacetVersion needed(Op op) {
+  return {F::kVersion.major, sdk::introduced_in(op)};
 }
 
 }  // namespace
@@ -97,13 +37,22 @@ std::optional<std::string> unmet(sdk::DeviceBackend& backend, const BackendNeed&
       [&](auto op) -> std::optional<std::string> {
         using Facet = typename FacetOf<decltype(op)>::type;
         const std::string name(Facet::kName);
-        const std::string wanted = "version " + std::to_string(Facet::kVersion) + " or later";
+        const sdk::FacetVersion want = needed<Facet>(op);
+        const std::string wanted = sdk::to_string(want) + " or a later " +
+                                   std::to_string(want.major) + ".x";
         sdk::Facet* found = backend.find_facet(Facet::kName);
         if (found == nullptr || found->name() != Facet::kName)
           return "it has no " + name + " facet (this host needs " + wanted + ")";
-        if (found->version() < Facet::kVersion)
-          return "its " + name + " facet is version " + std::to_string(found->version()) +
-                 ", this host needs " + wanted;
+        const sdk::FacetVersion has = found->version();
+        if (has.major != want.major)
+          return "its " + name + " facet is version " + sdk::to_string(has) +
+                 ", built against " + (has.major > want.major ? "a newer" : "an older") +
+                 " SDK; this host speaks " + name + " " + wanted +
+                 ": rebuild the backend plugin against this mixtrain's SDK";
+        if (has.minor < want.minor)
+          return "its " + name + " facet is version " + sdk::to_string(has) + ", " +
+                 std::string(sdk::op_name(op)) + " needs " + wanted +
+                 ": rebuild the backend plugin against this mixtrain's SDK";
         auto* facet = static_cast<Facet*>(found);
         if (!facet->supports(op, need.dtypes)) {
           std::string why = "its " + name + " facet does not support " +
@@ -119,43 +68,6 @@ std::optional<std::string> unmet(sdk::DeviceBackend& backend, const BackendNeed&
         return std::nullopt;
       },
       need.op);
-}
-
-sdk::GemmFacet& gemm_of(sdk::DeviceBackend& b) {
-  return required<sdk::GemmFacet>(b);
-}
-sdk::ActivationFacet& activation_of(sdk::DeviceBackend& b) {
-  return required<sdk::ActivationFacet>(b);
-}
-sdk::ResidualFacet* residual_of(sdk::DeviceBackend& b) {
-  return sdk::facet<sdk::ResidualFacet>(b);
-}
-sdk::GradientCheckFacet& gradient_check_of(sdk::DeviceBackend& b) {
-  return required<sdk::GradientCheckFacet>(b);
-}
-sdk::ForeachFacet& foreach_of(sdk::DeviceBackend& b) {
-  return required<sdk::ForeachFacet>(b);
-}
-sdk::LayerNormFacet& layer_norm_of(sdk::DeviceBackend& b) {
-  return required<sdk::LayerNormFacet>(b);
-}
-sdk::BatchNormFacet& batch_norm_of(sdk::DeviceBackend& b) {
-  return required<sdk::BatchNormFacet>(b);
-}
-sdk::LossFacet& loss_of(sdk::DeviceBackend& b) {
-  return required<sdk::LossFacet>(b);
-}
-sdk::AttentionFacet& attention_of(sdk::DeviceBackend& b) {
-  return required<sdk::AttentionFacet>(b);
-}
-sdk::EmbeddingFacet& embedding_of(sdk::DeviceBackend& b) {
-  return required<sdk::EmbeddingFacet>(b);
-}
-sdk::ConvolutionFacet& convolution_of(sdk::DeviceBackend& b) {
-  return required<sdk::ConvolutionFacet>(b);
-}
-sdk::DropoutFacet& dropout_of(sdk::DeviceBackend& b) {
-  return required<sdk::DropoutFacet>(b);
 }
 
 }  // namespace mixtrain::core

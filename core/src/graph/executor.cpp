@@ -16,7 +16,7 @@ using sdk::TensorView;
 
 Executor::Executor(std::shared_ptr<sdk::DeviceBackend> backend, const GraphPlan& plan,
                    std::vector<std::unique_ptr<Layer>>& ops)
-    : backend_(std::move(backend)), plan_(plan), ops_(ops) {}
+    : backend_(std::move(backend)), facets_(*backend_), plan_(plan), ops_(ops) {}
 
 void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
   max_rows_ = max_rows;
@@ -167,7 +167,7 @@ void Executor::compute_loss(std::int64_t rows, float grad_scale, float label_smo
   TensorView dlogits;
   if (gradients) dlogits = gradient(plan_.logits(), Extent::batch_of(rows), *gradients);
   ProfileScope scope("classifier");
-  loss_of(*backend_).softmax_cross_entropy(activation(plan_.logits(), Extent::batch_of(rows)),
+  facets_.call(sdk::LossOp::softmax_cross_entropy)->softmax_cross_entropy(activation(plan_.logits(), Extent::batch_of(rows)),
                                            labels(rows), grad_scale, label_smoothing, loss_.view(),
                                            correct_.view(), dlogits);
 }
@@ -239,7 +239,7 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
       if (w == 0)
         backend_->cast(c, p.target);
       else
-        activation_of(*backend_).axpy(1.0f, c, p.target);  // any storage dtype into FP32
+        facets_.call(sdk::ActivationOp::axpy)->axpy(1.0f, c, p.target);  // any storage dtype into FP32
       ++w;
     }
     if (grad_ready_ && last_micro_batch)

@@ -32,10 +32,9 @@ NonfiniteSite locate_first_nonfinite(Model& model, std::int64_t rows, float grad
   UnfusedForReplay unfused(model);
   Executor& exec = model.executor();
   const GraphPlan& plan = model.plan();
-  auto& check = gradient_check_of(model.backend());
   auto bad = [&](TensorView v) {
     const TensorView one[1] = {v};
-    return check.first_nonfinite(one) >= 0;
+    return model.facets().call(sdk::GradientCheckOp::first_nonfinite)->first_nonfinite(one) >= 0;
   };
   const Extent e = Extent::batch_of(rows);
   const GradientBuffers grads = exec.planned_gradients();

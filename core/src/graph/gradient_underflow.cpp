@@ -1,7 +1,7 @@
 // measure_gradient_underflow: an all-FP32 replay of the backward; see diagnostics.h.
 #include "mixtrain/core/graph/diagnostics.h"
 #include "mixtrain/core/graph/memory_plan.h"
-#include "mixtrain/sdk/float_formats.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::core {
 

@@ -65,6 +65,7 @@ ModelParameter* Layer::shared_parameter(const std::string& suffix) const {
 
 void Layer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) {
   backend_ = backend;
+  facets_ = BoundFacets(*backend_);
   max_rows_ = max_rows;
   output_ = Tensor();
   if (!traits_.output_deferred) materialise_output();

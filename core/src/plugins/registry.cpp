@@ -8,7 +8,7 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
-#include "mixtrain/sdk/elf_file_check.h"
+#include "mixtrain/sdk/support/elf_file_check.h"
 #include "mixtrain/sdk/version.h"
 
 namespace mixtrain::core {

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "mixtrain/sdk/float_formats.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::core {
 

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "mixtrain/sdk/atomic_file_writer.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 
 namespace mixtrain::core {
 

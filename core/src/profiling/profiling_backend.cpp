@@ -2,13 +2,14 @@
 // profiling_backend.h for the contract.
 #include "mixtrain/core/profiling/profiling_backend.h"
 
+#include "mixtrain/core/graph/bound_facets.h"
+#include "mixtrain/sdk/backend_step_graph.h"
+
 #include <memory>
 #include <string_view>
-#include <tuple>
 #include <utility>
 
 #include "profiling/profile_scope.h"
-#include "profiling/profiled_facets.h"
 #include "profiling/recorder.h"
 
 namespace mixtrain::core {
@@ -19,12 +20,10 @@ namespace {
 
 using sdk::TensorView;
 
-class ProfilingBackendImpl final : public ProfilingBackend {
+class ProfilingBackendImpl final : public ProfilingBackend, public FacetCallTimer {
  public:
   explicit ProfilingBackendImpl(std::shared_ptr<sdk::DeviceBackend> inner)
-      : in_(std::move(inner)), rec_(*in_) {
-    std::apply([&](auto&... w) { (wrap(w), ...); }, facets_);
-  }
+      : in_(std::move(inner)), rec_(*in_) {}
 
   // --- the profiler ---
   std::vector<ProfileEntry> entries() const override { return rec_.entries(); }
@@ -54,40 +53,21 @@ class ProfilingBackendImpl final : public ProfilingBackend {
     rec_.timed("fill", [&] { in_->fill(x, v); });
   }
 
-  // A facet the profiler wraps, when the inner backend has it at the version the profiler
-  // speaks; anything else is the inner backend's own answer (nullptr, an older version the host
-  // will refuse by name, or a facet this profiler does not know, unprofiled).
+  // The inner backend's facets themselves: BoundFacets times their calls through this
+  // backend's FacetCallTimer, for every facet alike (bound_facets.h).
   sdk::Facet* find_facet(std::string_view name) override {
     // A profile times each op as it is called; a recorded step graph would hide them all.
     if (name == sdk::StepGraphFacet::kName) return nullptr;
-    sdk::Facet* found = nullptr;
-    std::apply(
-        [&](auto&... w) {
-          ((found == nullptr && w != nullptr && name == w->name() ? void(found = w.get()) : void()),
-           ...);
-        },
-        facets_);
-    return found != nullptr ? found : in_->find_facet(name);
+    return in_->find_facet(name);
   }
+
+  // --- FacetCallTimer ---
+  void begin_facet_call() noexcept override { rec_.begin(); }
+  void end_facet_call(std::string_view op) noexcept override { rec_.end(op); }
 
  private:
-  template <class W>
-  void wrap(std::unique_ptr<W>& w) {
-    if (auto* f = sdk::facet<typename W::Inner>(*in_)) w = std::make_unique<W>(rec_, *f);
-  }
-
   std::shared_ptr<sdk::DeviceBackend> in_;
   profiling::Recorder rec_;
-  std::tuple<
-      std::unique_ptr<profiling::ProfiledGemm>, std::unique_ptr<profiling::ProfiledActivation>,
-      std::unique_ptr<profiling::ProfiledResidual>,
-      std::unique_ptr<profiling::ProfiledGradientCheck>,
-      std::unique_ptr<profiling::ProfiledForeach>, std::unique_ptr<profiling::ProfiledLayerNorm>,
-      std::unique_ptr<profiling::ProfiledBatchNorm>, std::unique_ptr<profiling::ProfiledLoss>,
-      std::unique_ptr<profiling::ProfiledOptimizer>, std::unique_ptr<profiling::ProfiledAttention>,
-      std::unique_ptr<profiling::ProfiledEmbedding>,
-      std::unique_ptr<profiling::ProfiledConvolution>, std::unique_ptr<profiling::ProfiledDropout>>
-      facets_;
 };
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Recorder: the profiler's table of (scope, op) -> calls and seconds, which every profiled facet
-// and the backend's own ops add to. Internal to the core (profiling/).
+// Recorder: the profiler's table of (scope, op) -> calls and seconds, which every facet call (through
+// BoundFacets) and the backend's own ops add to. Internal to the core (profiling/).
 //
 // Contract
 // - timed(op, f) runs f; while recording it synchronises the inner backend after f, so the time
@@ -11,6 +11,7 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -25,29 +26,29 @@ inline double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The table of (scope, op) times every profiled facet and the core ops add to.
+// The table of (scope, op) times every facet call and the core ops add to.
 class Recorder {
  public:
   explicit Recorder(sdk::DeviceBackend& inner) : in_(inner), since_(Clock::now()) {}
 
   template <class F>
   void timed(const char* op, F&& f) {
-    if (!recording_) {
-      f();
-      return;
-    }
-    const auto t0 = Clock::now();
+    begin();
     f();
-    in_.synchronize();
-    const double s = seconds_since(t0);
-    const char* scope = ProfileScope::current();
-    auto [it, fresh] = table_.try_emplace(std::make_pair(std::string(scope), std::string(op)));
-    if (fresh) {
-      it->second.scope = scope;
-      it->second.op = op;
+    end(op);
+  }
+  // timed() in two halves, for a call timed from outside (a FacetCall): begin() before it, end()
+  // after it returns. A device error in the wait is left for the next backend call to raise.
+  void begin() noexcept {
+    if (recording_) started_ = Clock::now();
+  }
+  void end(std::string_view op) noexcept {
+    if (!recording_) return;
+    try {
+      in_.synchronize();
+      add(op, seconds_since(started_));
+    } catch (...) {
     }
-    it->second.calls += 1;
-    it->second.seconds += s;
   }
 
   std::vector<ProfileEntry> entries() const {
@@ -72,7 +73,19 @@ class Recorder {
   }
 
  private:
+  void add(std::string_view op, double s) {
+    const char* scope = ProfileScope::current();
+    auto [it, fresh] = table_.try_emplace(std::make_pair(std::string(scope), std::string(op)));
+    if (fresh) {
+      it->second.scope = scope;
+      it->second.op = std::string(op);
+    }
+    it->second.calls += 1;
+    it->second.seconds += s;
+  }
+
   sdk::DeviceBackend& in_;
+  Clock::time_point started_;
   std::map<std::pair<std::string, std::string>, ProfileEntry> table_;  // by (scope, op)
   bool recording_ = true;
   double recorded_ = 0.0;

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mixtrain/core/checkpoint/path.h"
-#include "mixtrain/sdk/atomic_file_writer.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {

@@ -19,7 +19,7 @@
 #include "graph/ops/op_support.h"
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/path.h"
-#include "mixtrain/sdk/atomic_file_writer.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/version.h"
 #include "train/planned_model.h"
 #include "train/resume_terms.h"

@@ -10,14 +10,12 @@
 namespace mixtrain::core {
 
 void update_ema(Trainer::State& s) {
-  auto& b = *s.c.backend;
   const float decay = static_cast<float>(s.e.ema.decay);
   std::vector<sdk::TensorView> ema, masters;
   for (std::size_t i = 0; i < s.ema.size(); ++i) ema.push_back(s.ema[i].view());
   for (auto* p : s.model->parameters()) masters.push_back(p->master.view());
-  auto& ew = foreach_of(b);
-  ew.foreach_mul_scalar(ema, decay);
-  ew.foreach_add(ema, masters, 1.0f - decay);
+  s.model->facets().call(sdk::ForeachOp::foreach_mul_scalar)->foreach_mul_scalar(ema, decay);
+  s.model->facets().call(sdk::ForeachOp::foreach_add)->foreach_add(ema, masters, 1.0f - decay);
 }
 
 void reset_ema(Trainer::State& s) {
@@ -108,7 +106,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
       model.compute_loss(bs, seed, true);
       if (micro > 1) {
         if (k == 0) b.fill(s.loss_sum.view(), 0.0f);
-        activation_of(b).axpy(1.0f / static_cast<float>(micro), model.loss_value(),
+        model.facets().call(sdk::ActivationOp::axpy)->axpy(1.0f / static_cast<float>(micro), model.loss_value(),
                               s.loss_sum.view());
       }
       model.backward(bs, backward_visit);
@@ -129,11 +127,11 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   const float unscale =
       dp == nullptr ? 1.0f / scale : 1.0f / (scale * static_cast<float>(dp->world()));
   if (request.wants_norm) {
-    const auto check = gradient_check_of(b).unscale_check_and_sum_squares(s.grads, unscale);
+    const auto check = model.facets().call(sdk::GradientCheckOp::unscale_check_and_sum_squares)->unscale_check_and_sum_squares(s.grads, unscale);
     found_inf = check.found_inf;
     grad_sum_squares = check.sum_of_squares;
   } else {
-    found_inf = gradient_check_of(b).unscale_and_check_finite(s.grads, unscale);
+    found_inf = model.facets().call(sdk::GradientCheckOp::unscale_and_check_finite)->unscale_and_check_finite(s.grads, unscale);
   }
   // The device is idle now, so what the host reads next costs no pipeline stall: the delayed
   // FP8 amaxes of this step's casts, and the loss where this step reports or keeps it.

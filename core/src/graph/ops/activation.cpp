@@ -26,14 +26,14 @@ std::vector<BackendNeed> ActivationLayer::backend_needs(DType input) const {
 
 void ActivationLayer::forward(TensorView x, std::int64_t rows) {
   if (fused_) return;  // the Linear before it wrote act(z) here as its GEMM epilogue
-  activation_of(*backend_).activation_forward(act_, x, output(rows));
+  facets().call(sdk::ActivationOp::activation_forward)->activation_forward(act_, x, output(rows));
 }
 
 void ActivationLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
   if (dx.empty()) return;
   // Fused relu: z was not stored; relu'(z) = [z > 0] = [relu(z) > 0], so the output serves.
   const TensorView in = fused_ && act_ == sdk::Activation::relu ? output(rows) : x;
-  activation_of(*backend_).activation_backward(act_, in, dy, dx);
+  facets().call(sdk::ActivationOp::activation_backward)->activation_backward(act_, in, dy, dx);
 }
 
 // --- Definitions ---------------------------------------------------------------------------------

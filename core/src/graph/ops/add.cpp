@@ -48,8 +48,8 @@ void AddLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t
 void AddLayer::forward_inputs(std::span<const TensorView> xs, std::int64_t rows) {
   // x is [rows, features] per input.
   const TensorView y = output(rows);
-  sdk::ResidualFacet* residual = residual_of(*backend_);
   if (one_pass_ < 0) {
+    const sdk::ResidualFacet* residual = facets().find<sdk::ResidualFacet>();
     one_pass_ = residual != nullptr ? 1 : 0;
     for (const TensorView& x : xs)
       if (one_pass_ == 1 &&
@@ -57,7 +57,7 @@ void AddLayer::forward_inputs(std::span<const TensorView> xs, std::int64_t rows)
         one_pass_ = 0;
   }
   if (one_pass_ == 1)
-    residual->add(xs, relu_, y);
+    facets().call(sdk::ResidualOp::add)->add(xs, relu_, y);
   else
     forward_by_axpy(xs, y, rows);
 }
@@ -72,9 +72,9 @@ void AddLayer::forward_by_axpy(std::span<const TensorView> xs, TensorView y, std
     backend_->copy(acc, xs[0]);
   else
     backend_->cast(xs[0], acc);
-  for (std::size_t i = 1; i < xs.size(); ++i) activation_of(*backend_).axpy(1.0f, xs[i], acc);
+  for (std::size_t i = 1; i < xs.size(); ++i) facets().call(sdk::ActivationOp::axpy)->axpy(1.0f, xs[i], acc);
   if (acc.data != y.data) backend_->cast(acc, y);
-  if (relu_) activation_of(*backend_).activation_forward(sdk::Activation::relu, y, y);
+  if (relu_) facets().call(sdk::ActivationOp::activation_forward)->activation_forward(sdk::Activation::relu, y, y);
 }
 
 void AddLayer::backward_inputs(std::span<const TensorView>, TensorView dy,
@@ -89,14 +89,14 @@ void AddLayer::backward_inputs(std::span<const TensorView>, TensorView dy,
       continue;
     }
     if (relu_)
-      activation_of(*backend_).activation_backward(sdk::Activation::relu, output(rows), dy, dx);
+      facets().call(sdk::ActivationOp::activation_backward)->activation_backward(sdk::Activation::relu, output(rows), dy, dx);
     else if (dx.dtype == dy.dtype)
       backend_->copy(dx, dy);
     else
       backend_->cast(dy, dx);
   }
   if (aliased != nullptr && relu_)
-    activation_of(*backend_).activation_backward(sdk::Activation::relu, output(rows), dy, dy);
+    facets().call(sdk::ActivationOp::activation_backward)->activation_backward(sdk::Activation::relu, output(rows), dy, dy);
 }
 
 // --- Definition ----------------------------------------------------------------------------------

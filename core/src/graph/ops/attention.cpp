@@ -24,7 +24,7 @@ TensorView at(const Tensor& base, DType dtype, std::int64_t offset, std::int64_t
 }
 
 // C_i = op(A_i)·op(B_i) for i in [0, batch), batch i's operands `stride` elements apart.
-void batched(sdk::DeviceBackend& backend, DType compute, TensorView a, bool ta, std::int64_t sa,
+void batched(const BoundFacets& facets, DType compute, TensorView a, bool ta, std::int64_t sa,
              TensorView b, bool tb, std::int64_t sb, TensorView c, std::int64_t sc,
              std::int64_t batch) {
   sdk::GemmBatchedArgs g;
@@ -38,7 +38,7 @@ void batched(sdk::DeviceBackend& backend, DType compute, TensorView a, bool ta, 
   g.stride_a = sa;
   g.stride_b = sb;
   g.stride_c = sc;
-  gemm_of(backend).gemm_strided_batched(g);
+  facets.call(sdk::GemmOp::gemm_strided_batched)->gemm_strided_batched(g);
 }
 
 // Bytes for `count` elements in the widest dtype a buffer may be viewed as (fp32).
@@ -103,16 +103,15 @@ void AttentionLayer::forward(TensorView x, std::int64_t rows) {
   const DType g = gemm_dtype();
   const DType act = storage_of(precision_.activation);
   const std::int64_t part = bh * t * d;
-  auto& attn = attention_of(*backend_);
   const sdk::HeadLayout qkv{n, t, heads_, d, 3, 0, 0};
-  attn.split_heads(x, qkv, {qkv_heads_.view().data, g, sdk::Shape{3 * part}});
+  facets().call(sdk::AttentionOp::split_heads)->split_heads(x, qkv, {qkv_heads_.view().data, g, sdk::Shape{3 * part}});
   const TensorView q = at(qkv_heads_, g, 0, t, d), k = at(qkv_heads_, g, part, t, d),
                    v = at(qkv_heads_, g, 2 * part, t, d);
   // S = q·kᵀ in FP32, then P = softmax(S/√D) in place, FP32.
   const TensorView s = at(probs_, DType::fp32, 0, t, t);
-  batched(*backend_, precision_.gemm_input, q, false, t * d, k, true, t * d, s, t * t, bh);
+  batched(facets(), precision_.gemm_input, q, false, t * d, k, true, t * d, s, t * t, bh);
   const TensorView all_s{probs_.view().data, DType::fp32, sdk::Shape{bh * t * t}};
-  attn.softmax_forward(all_s, {bh, t, t, true}, scale_, all_s);
+  facets().call(sdk::AttentionOp::softmax_forward)->softmax_forward(all_s, {bh, t, t, true}, scale_, all_s);
   // O = P·v, with P rounded to the GEMM dtype only as this product's operand.
   TensorView p = s;
   if (g != DType::fp32) {
@@ -121,9 +120,9 @@ void AttentionLayer::forward(TensorView x, std::int64_t rows) {
     p = at(probs_gemm_, g, 0, t, t);
   }
   const TensorView o = at(context_, act, 0, t, d);
-  batched(*backend_, precision_.gemm_input, p, false, t * t, v, false, t * d, o, t * d, bh);
+  batched(facets(), precision_.gemm_input, p, false, t * t, v, false, t * d, o, t * d, bh);
   const sdk::HeadLayout ctx{n, t, heads_, d, 1, 0, 0};
-  attn.merge_heads({context_.view().data, act, sdk::Shape{part}}, ctx, output(rows));
+  facets().call(sdk::AttentionOp::merge_heads)->merge_heads({context_.view().data, act, sdk::Shape{part}}, ctx, output(rows));
 }
 
 void AttentionLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
@@ -133,35 +132,34 @@ void AttentionLayer::backward(TensorView, TensorView dy, TensorView dx, std::int
   const DType g = gemm_dtype();
   const DType dxt = dx.dtype;
   const std::int64_t part = bh * t * d;
-  auto& attn = attention_of(*backend_);
   const DType gc = precision_.gemm_input;
   const TensorView q = at(qkv_heads_, g, 0, t, d), k = at(qkv_heads_, g, part, t, d),
                    v = at(qkv_heads_, g, 2 * part, t, d);
   const sdk::HeadLayout ctx{n, t, heads_, d, 1, 0, 0};
-  attn.split_heads(dy, ctx, {context_.view().data, g, sdk::Shape{part}});
+  facets().call(sdk::AttentionOp::split_heads)->split_heads(dy, ctx, {context_.view().data, g, sdk::Shape{part}});
   const TensorView d_o = at(context_, g, 0, t, d);
   // dP = dO·vᵀ (FP32); dv = Pᵀ·dO.
   const TensorView dp = at(dprobs_, DType::fp32, 0, t, t);
-  batched(*backend_, gc, d_o, false, t * d, v, true, t * d, dp, t * t, bh);
+  batched(facets(), gc, d_o, false, t * d, v, true, t * d, dp, t * t, bh);
   const TensorView p =
       g == DType::fp32 ? at(probs_, DType::fp32, 0, t, t) : at(probs_gemm_, g, 0, t, t);
   const TensorView dq = at(dqkv_heads_, dxt, 0, t, d), dk = at(dqkv_heads_, dxt, part, t, d),
                    dv = at(dqkv_heads_, dxt, 2 * part, t, d);
-  batched(*backend_, gc, p, true, t * t, d_o, false, t * d, dv, t * d, bh);
+  batched(facets(), gc, p, true, t * t, d_o, false, t * d, dv, t * d, bh);
   // dS = P ∘ (dP − rowsum(dP ∘ P)) / √D, FP32, in place.
   const TensorView all_dp{dprobs_.view().data, DType::fp32, sdk::Shape{bh * t * t}};
   const TensorView all_p{probs_.view().data, DType::fp32, sdk::Shape{bh * t * t}};
-  attn.softmax_backward(all_p, all_dp, {bh, t, t, true}, scale_, all_dp);
+  facets().call(sdk::AttentionOp::softmax_backward)->softmax_backward(all_p, all_dp, {bh, t, t, true}, scale_, all_dp);
   TensorView ds = dp;
   if (g != DType::fp32) {
     backend_->cast(all_dp, {probs_gemm_.view().data, g, sdk::Shape{bh * t * t}});
     ds = at(probs_gemm_, g, 0, t, t);
   }
   // dq = dS·k, dk = dSᵀ·q.
-  batched(*backend_, gc, ds, false, t * t, k, false, t * d, dq, t * d, bh);
-  batched(*backend_, gc, ds, true, t * t, q, false, t * d, dk, t * d, bh);
+  batched(facets(), gc, ds, false, t * t, k, false, t * d, dq, t * d, bh);
+  batched(facets(), gc, ds, true, t * t, q, false, t * d, dk, t * d, bh);
   const sdk::HeadLayout qkv{n, t, heads_, d, 3, 0, 0};
-  attn.merge_heads({dqkv_heads_.view().data, dxt, sdk::Shape{3 * part}}, qkv, dx);
+  facets().call(sdk::AttentionOp::merge_heads)->merge_heads({dqkv_heads_.view().data, dxt, sdk::Shape{3 * part}}, qkv, dx);
 }
 
 void AttentionLayer::begin_decode(std::int64_t capacity) {
@@ -190,26 +188,25 @@ void AttentionLayer::decode_forward(TensorView x, std::int64_t rows) {
                            std::to_string(len));
   const DType g = gemm_dtype();
   const DType act = storage_of(precision_.activation);
-  auto& attn = attention_of(*backend_);
   const std::int64_t part = heads_ * cap * d;
-  attn.split_heads(x, {1, nt, heads_, d, 3, cap, cache_length_},
+  facets().call(sdk::AttentionOp::split_heads)->split_heads(x, {1, nt, heads_, d, 3, cap, cache_length_},
                    {cache_.view().data, g, sdk::Shape{3 * part}});
   const TensorView q = at(cache_, g, cache_length_ * d, nt, d), k = at(cache_, g, part, len, d),
                    v = at(cache_, g, 2 * part, len, d);
   const TensorView s = at(probs_, DType::fp32, 0, nt, len);
-  batched(*backend_, precision_.gemm_input, q, false, cap * d, k, true, cap * d, s, nt * len,
+  batched(facets(), precision_.gemm_input, q, false, cap * d, k, true, cap * d, s, nt * len,
           heads_);
   const TensorView all_s{probs_.view().data, DType::fp32, sdk::Shape{heads_ * nt * len}};
-  attn.softmax_forward(all_s, {heads_, nt, len, true}, scale_, all_s);
+  facets().call(sdk::AttentionOp::softmax_forward)->softmax_forward(all_s, {heads_, nt, len, true}, scale_, all_s);
   TensorView p = s;
   if (g != DType::fp32) {
     backend_->cast(all_s, {probs_gemm_.view().data, g, sdk::Shape{heads_ * nt * len}});
     p = at(probs_gemm_, g, 0, nt, len);
   }
   const TensorView o = at(context_, act, 0, nt, d);
-  batched(*backend_, precision_.gemm_input, p, false, nt * len, v, false, cap * d, o, nt * d,
+  batched(facets(), precision_.gemm_input, p, false, nt * len, v, false, cap * d, o, nt * d,
           heads_);
-  attn.merge_heads({context_.view().data, act, sdk::Shape{heads_ * nt * d}},
+  facets().call(sdk::AttentionOp::merge_heads)->merge_heads({context_.view().data, act, sdk::Shape{heads_ * nt * d}},
                    {1, nt, heads_, d, 1, 0, 0}, output(rows));
   cache_length_ = len;
 }

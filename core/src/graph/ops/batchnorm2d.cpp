@@ -67,7 +67,7 @@ void BatchNorm2dLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backe
   // Sized for the largest batch (a backend's workspace may grow with the batch).
   const std::int64_t max_batch = max_rows / (channels_ * height_);
   workspace_.allocate(
-      backend, batch_norm_of(*backend).batchnorm_workspace_bytes(shape_at(max_batch), dtype()));
+      backend, facets().get<sdk::BatchNormFacet>("batchnorm_workspace_bytes")->batchnorm_workspace_bytes(shape_at(max_batch), dtype()));
 }
 
 void BatchNorm2dLayer::init_parameters(std::uint64_t) {
@@ -111,19 +111,18 @@ std::vector<BackendNeed> BatchNorm2dLayer::backend_needs(DType input) const {
 void BatchNorm2dLayer::forward(TensorView x, std::int64_t rows) {
   const std::int64_t batch = rows / (channels_ * height_);
   const sdk::BatchNormShape shape = shape_at(batch);
-  x_cl_ = input_.forward(backend_, x, batch, dtype());
+  x_cl_ = input_.forward(backend_, facets(), x, batch, dtype());
   const TensorView xs{x_cl_.data, x_cl_.dtype, sdk::Shape{shape.rows, channels_}};
   const TensorView out = output(rows);
   const TensorView y{out.data, out.dtype, sdk::Shape{shape.rows, channels_}};
-  auto& norm = batch_norm_of(*backend_);
   if (training() && synchronized())
     forward_synchronized(xs, y, shape);
   else if (training())
-    norm.batchnorm_forward_training(xs, gamma(), beta(), shape, momentum_, y, save_mean_.view(),
+    facets().call(sdk::BatchNormOp::batchnorm_forward_training)->batchnorm_forward_training(xs, gamma(), beta(), shape, momentum_, y, save_mean_.view(),
                                     save_var_.view(), buffers_[0].value.view(),
                                     buffers_[1].value.view(), workspace_.view());
   else
-    norm.batchnorm_forward_inference(xs, gamma(), beta(), buffers_[0].value.view(),
+    facets().call(sdk::BatchNormOp::batchnorm_forward_inference)->batchnorm_forward_inference(xs, gamma(), beta(), buffers_[0].value.view(),
                                      buffers_[1].value.view(), shape, y);
 }
 
@@ -149,14 +148,14 @@ void BatchNorm2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::i
     backward_synchronized(dys, {x_cl_.data, x_cl_.dtype, flat}, {out.data, out.dtype, flat}, shape,
                           target, accumulate);
   else
-    batch_norm_of(*backend_).batchnorm_backward(
+    facets().call(sdk::BatchNormOp::batchnorm_backward)->batchnorm_backward(
         dys, {x_cl_.data, x_cl_.dtype, flat}, {out.data, out.dtype, flat}, gamma(),
         save_mean_.view(), save_var_.view(), shape, workspace_.view(), target,
         affine_ ? params_[0].grad.view() : TensorView{},
         affine_ ? params_[1].grad.view() : TensorView{}, accumulate);
   if (dx.empty() || direct) return;
   if (input_.plain())  // the permute rounds into dx's dtype once
-    input_.finish_grad(backend_, target, dx);
+    input_.finish_grad(facets(), target, dx);
   else
     backend_->cast(target, {dx.data, dx.dtype, flat});
 }
@@ -175,8 +174,7 @@ std::vector<float> to_host_floats(sdk::DeviceBackend& b, TensorView v) {
 
 void BatchNorm2dLayer::forward_synchronized(TensorView xs, TensorView y,
                                             const sdk::BatchNormShape& s) {
-  auto& norm = batch_norm_of(*backend_);
-  norm.batchnorm_statistics(xs, s, save_mean_.view(), save_var_.view());
+  facets().call(sdk::BatchNormOp::batchnorm_statistics)->batchnorm_statistics(xs, s, save_mean_.view(), save_var_.view());
   const auto c = static_cast<std::size_t>(channels_);
   const std::vector<float> mean = to_host_floats(*backend_, save_mean_.view());
   const std::vector<float> var = to_host_floats(*backend_, save_var_.view());
@@ -203,7 +201,7 @@ void BatchNorm2dLayer::forward_synchronized(TensorView xs, TensorView y,
   }
   backend_->copy_from_host(save_mean_.view(), gmean.data());
   backend_->copy_from_host(save_var_.view(), gvar.data());
-  norm.batchnorm_forward_inference(xs, gamma(), beta(), save_mean_.view(), save_var_.view(), s, y);
+  facets().call(sdk::BatchNormOp::batchnorm_forward_inference)->batchnorm_forward_inference(xs, gamma(), beta(), save_mean_.view(), save_var_.view(), s, y);
   // PyTorch's running statistics, from the global batch: r = (1 − m)·r + m·s, in double.
   const TensorView rm = buffers_[0].value.view(), rv = buffers_[1].value.view();
   std::vector<float> r_mean = to_host_floats(*backend_, rm), r_var = to_host_floats(*backend_, rv);
@@ -219,9 +217,8 @@ void BatchNorm2dLayer::forward_synchronized(TensorView xs, TensorView y,
 void BatchNorm2dLayer::backward_synchronized(TensorView dys, TensorView xs, TensorView y,
                                              const sdk::BatchNormShape& s, TensorView dx,
                                              bool accumulate) {
-  auto& norm = batch_norm_of(*backend_);
   const TensorView mask = s.relu ? y : TensorView{};
-  norm.batchnorm_backward_reduce(dys, xs, mask, save_mean_.view(), save_var_.view(), s,
+  facets().call(sdk::BatchNormOp::batchnorm_backward_reduce)->batchnorm_backward_reduce(dys, xs, mask, save_mean_.view(), save_var_.view(), s,
                                  sum_dy_.view(), sum_dy_xhat_.view());
   const auto c = static_cast<std::size_t>(channels_);
   const std::vector<float> sum_dy = to_host_floats(*backend_, sum_dy_.view());
@@ -253,7 +250,7 @@ void BatchNorm2dLayer::backward_synchronized(TensorView dys, TensorView xs, Tens
   }
   backend_->copy_from_host(sum_dy_.view(), mean_dy.data());
   backend_->copy_from_host(sum_dy_xhat_.view(), mean_dy_xhat.data());
-  norm.batchnorm_backward_elementwise(dys, xs, mask, gamma(), save_mean_.view(), save_var_.view(),
+  facets().call(sdk::BatchNormOp::batchnorm_backward_elementwise)->batchnorm_backward_elementwise(dys, xs, mask, gamma(), save_mean_.view(), save_var_.view(),
                                       sum_dy_.view(), sum_dy_xhat_.view(), s, dx);
 }
 

@@ -101,12 +101,12 @@ void Conv2dLayer::forward(TensorView x, std::int64_t rows) {
   const DType g = storage_of(precision_.gemm_input);
   if (scaler_.active()) {
     auto* stats = collect_stats_ ? &stats_ : nullptr;
-    const TensorView x_cl = input_.forward(backend_, x, a.geometry.batch, x.dtype);
+    const TensorView x_cl = input_.forward(backend_, facets(), x, a.geometry.batch, x.dtype);
     a.x = scaler_.scale(backend_, x_cl, sdk::OperandRole::input, stats);
     a.w = scaler_.scale(backend_, params_[0].compute_view(), sdk::OperandRole::weight, stats);
     a.w.view.shape = sdk::Shape::from_vector(weight_shape());
   } else {
-    a.x.view = input_.forward(backend_, x, a.geometry.batch, g);
+    a.x.view = input_.forward(backend_, facets(), x, a.geometry.batch, g);
     a.w.view = params_[0].compute_view();
   }
   x_operand_ = a.x.view;
@@ -117,7 +117,7 @@ void Conv2dLayer::forward(TensorView x, std::int64_t rows) {
          sdk::Shape{a.geometry.batch, a.geometry.out_height(), a.geometry.out_width(),
                     a.geometry.out_channels}};
   a.compute = compute();
-  convolution_of(*backend_).conv2d_forward(a);
+  facets().call(sdk::ConvolutionOp::conv2d_forward)->conv2d_forward(a);
 }
 
 void Conv2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
@@ -145,7 +145,7 @@ void Conv2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
     params_[1].take_grad_beta();
   }
   bw.compute = compute();
-  convolution_of(*backend_).conv2d_backward_weights(bw);
+  facets().call(sdk::ConvolutionOp::conv2d_backward_weights)->conv2d_backward_weights(bw);
   if (dx.empty()) return;
   sdk::Conv2dBackwardDataArgs bd;
   bd.geometry = geo;
@@ -153,8 +153,8 @@ void Conv2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
   bd.w = w_op;
   bd.dx = input_.grad_target(backend_, dx, geo.batch);
   bd.compute = compute();
-  convolution_of(*backend_).conv2d_backward_data(bd);
-  input_.finish_grad(backend_, bd.dx, dx);
+  facets().call(sdk::ConvolutionOp::conv2d_backward_data)->conv2d_backward_data(bd);
+  input_.finish_grad(facets(), bd.dx, dx);
 }
 
 // --- Definition ----------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ void DropoutLayer::forward(TensorView x, std::int64_t rows) {
     pass_through(x, y);
     return;
   }
-  dropout_of(*backend_).dropout_forward(x, y, p_, key());
+  facets().call(sdk::DropoutOp::dropout_forward)->dropout_forward(x, y, p_, key());
 }
 
 void DropoutLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t) {
@@ -62,7 +62,7 @@ void DropoutLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64
     pass_through(dy, dx);
     return;
   }
-  dropout_of(*backend_).dropout_backward(dy, dx, p_, key());
+  facets().call(sdk::DropoutOp::dropout_backward)->dropout_backward(dy, dx, p_, key());
 }
 
 // --- Definition ----------------------------------------------------------------------------------

@@ -41,14 +41,14 @@ std::vector<BackendNeed> EmbeddingLayer::backend_needs(DType) const {
 void EmbeddingLayer::forward(TensorView x, std::int64_t rows) {
   // x is ids [N, T] int32, y is [N·T, C]
   const TensorView ids{x.data, DType::int32, sdk::Shape{rows}};
-  embedding_of(*backend_).gather(ids, params_[0].master.view(), output(rows), false);
+  facets().call(sdk::EmbeddingOp::gather)->gather(ids, params_[0].master.view(), output(rows), false);
 }
 
 void EmbeddingLayer::backward(TensorView x, TensorView dy, TensorView, std::int64_t rows) {
   // dW[v] (+)= Σ_{r: ids[r] = v} dy[r]; a tied LM head may have written the first contribution.
   const TensorView ids{x.data, DType::int32, sdk::Shape{rows}};
   ModelParameter& w = params_[0];
-  embedding_of(*backend_).scatter_add(ids, dy, w.grad.view(), w.take_grad_beta());
+  facets().call(sdk::EmbeddingOp::scatter_add)->scatter_add(ids, dy, w.grad.view(), w.take_grad_beta());
 }
 
 // --- position_embedding --------------------------------------------------------------------------
@@ -120,12 +120,12 @@ void PositionEmbeddingLayer::forward(TensorView x, std::int64_t rows) {
     backend_->copy(y, x);
   else
     backend_->cast(x, y);
-  embedding_of(*backend_).gather(ids_for(rows), params_[0].master.view(), y, true);
+  facets().call(sdk::EmbeddingOp::gather)->gather(ids_for(rows), params_[0].master.view(), y, true);
 }
 
 void PositionEmbeddingLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
   ModelParameter& w = params_[0];
-  embedding_of(*backend_).scatter_add(ids_for(rows), dy, w.grad.view(), w.take_grad_beta());
+  facets().call(sdk::EmbeddingOp::scatter_add)->scatter_add(ids_for(rows), dy, w.grad.view(), w.take_grad_beta());
   if (dx.empty()) return;
   if (dx.dtype == dy.dtype)
     backend_->copy(dx, dy);

@@ -31,13 +31,14 @@ class ChannelsLastInput {
   }
   bool plain() const { return plain_; }
 
-  sdk::TensorView forward(const std::shared_ptr<sdk::DeviceBackend>& backend, sdk::TensorView x,
-                          std::int64_t batch, sdk::DType dtype) {
+  sdk::TensorView forward(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                          const BoundFacets& facets, sdk::TensorView x, std::int64_t batch,
+                          sdk::DType dtype) {
     const sdk::Shape shape{batch, h_, w_, c_};
     if (!plain_ && x.dtype == dtype) return {x.data, dtype, shape};
     const sdk::TensorView dst = grow(backend, fwd_, dtype, shape);
     if (plain_)
-      convolution_of(*backend).to_channels_last(x, c_, h_, w_, dst);
+      facets.call(sdk::ConvolutionOp::to_channels_last)->to_channels_last(x, c_, h_, w_, dst);
     else
       backend->cast({x.data, x.dtype, shape}, dst);
     return dst;
@@ -48,9 +49,8 @@ class ChannelsLastInput {
     if (!plain_) return {dx.data, dx.dtype, shape};
     return grow(backend, bwd_, dx.dtype, shape);
   }
-  void finish_grad(const std::shared_ptr<sdk::DeviceBackend>& backend, sdk::TensorView target,
-                   sdk::TensorView dx) {
-    if (plain_) convolution_of(*backend).to_channels_first(target, c_, h_, w_, dx);
+  void finish_grad(const BoundFacets& facets, sdk::TensorView target, sdk::TensorView dx) {
+    if (plain_) facets.call(sdk::ConvolutionOp::to_channels_first)->to_channels_first(target, c_, h_, w_, dx);
   }
 
  private:

@@ -38,7 +38,7 @@ std::vector<BackendNeed> LayerNormLayer::backend_needs(DType input) const {
 }
 
 void LayerNormLayer::forward(TensorView x, std::int64_t rows) {
-  layer_norm_of(*backend_).layernorm_forward(x, params_[0].master.view(), params_[1].master.view(),
+  facets().call(sdk::LayerNormOp::layernorm_forward)->layernorm_forward(x, params_[0].master.view(), params_[1].master.view(),
                                              eps_, output(rows), prefix(mean_, rows),
                                              prefix(rstd_, rows));
 }
@@ -53,7 +53,7 @@ void LayerNormLayer::backward(TensorView x, TensorView dy, TensorView dx, std::i
   // weight and bias are written together, so they start a step together.
   const bool accumulate = params_[0].take_grad_beta() != 0.0f;
   params_[1].take_grad_beta();
-  layer_norm_of(*backend_).layernorm_backward(
+  facets().call(sdk::LayerNormOp::layernorm_backward)->layernorm_backward(
       dy, x, params_[0].master.view(), prefix(mean_, rows), prefix(rstd_, rows), dx_target,
       params_[0].grad.view(), params_[1].grad.view(), accumulate);
 }

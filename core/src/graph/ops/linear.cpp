@@ -137,7 +137,7 @@ void LinearLayer::forward(TensorView x, std::int64_t rows) {
   }
   if (bias_) g.bias = bias().master.view();
   g.compute = precision_.gemm_input;
-  gemm_of(*backend_).gemm(g);
+  facets().call(sdk::GemmOp::gemm)->gemm(g);
 }
 
 void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
@@ -163,9 +163,9 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
   gw.c = weight().grad.view();
   gw.beta = weight().take_grad_beta();
   gw.compute = precision_.gemm_input;
-  gemm_of(*backend_).gemm(gw);
+  facets().call(sdk::GemmOp::gemm)->gemm(gw);
   if (bias_)
-    activation_of(*backend_).bias_grad(dy, bias().grad.view(), bias().take_grad_beta() != 0.0f);
+    facets().call(sdk::ActivationOp::bias_grad)->bias_grad(dy, bias().grad.view(), bias().take_grad_beta() != 0.0f);
   if (!dx.empty()) {
     // dx[rows, in] = dy[rows, out] · W[out, in]
     sdk::GemmArgs gx;
@@ -174,7 +174,7 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
     gx.b = w_g;
     gx.c = dx;
     gx.compute = precision_.gemm_input;
-    gemm_of(*backend_).gemm(gx);
+    facets().call(sdk::GemmOp::gemm)->gemm(gx);
   }
 }
 

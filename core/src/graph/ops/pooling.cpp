@@ -45,7 +45,7 @@ void Pool2dLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
     return;
   }
   const sdk::Pool2dGeometry g = at_rows(max_rows);
-  workspace_.allocate(backend, convolution_of(*backend).pool2d_workspace_bytes(g, dtype()));
+  workspace_.allocate(backend, facets().get<sdk::ConvolutionFacet>("pool2d_workspace_bytes")->pool2d_workspace_bytes(g, dtype()));
 }
 
 std::vector<BackendNeed> Pool2dLayer::backend_needs(DType input) const {
@@ -62,11 +62,11 @@ std::vector<BackendNeed> Pool2dLayer::backend_needs(DType input) const {
 
 void Pool2dLayer::forward(TensorView x, std::int64_t rows) {
   const sdk::Pool2dGeometry g = at_rows(rows);
-  x_cl_ = input_.forward(backend_, x, g.batch, dtype());
+  x_cl_ = input_.forward(backend_, facets(), x, g.batch, dtype());
   const TensorView out = output(rows);
   const TensorView y{out.data, out.dtype,
                      sdk::Shape{g.batch, g.out_height(), g.out_width(), g.channels}};
-  convolution_of(*backend_).pool2d_forward(g, x_cl_, y,
+  facets().call(sdk::ConvolutionOp::pool2d_forward)->pool2d_forward(g, x_cl_, y,
                                            training() ? workspace_.view() : TensorView{});
 }
 
@@ -79,9 +79,9 @@ void Pool2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
   const TensorView dys = as_dtype({dy.data, dy.dtype, y_shape}, grad, dy_scratch_);
   const TensorView out = output(rows);
   const TensorView target = input_.grad_target(backend_, dx, g.batch);
-  convolution_of(*backend_).pool2d_backward(g, dys, x_cl_, {out.data, out.dtype, y_shape},
+  facets().call(sdk::ConvolutionOp::pool2d_backward)->pool2d_backward(g, dys, x_cl_, {out.data, out.dtype, y_shape},
                                             workspace_.view(), {target.data, grad, x_shape});
-  input_.finish_grad(backend_, target, dx);
+  input_.finish_grad(facets(), target, dx);
 }
 
 // --- Definitions ---------------------------------------------------------------------------------

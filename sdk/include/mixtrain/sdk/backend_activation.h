@@ -7,8 +7,8 @@
 //   without running anything. Math runs in FP32 whatever the storage dtype; bias_grad's sum is
 //   FP32. Shapes are [rows, cols] (a view of rank > 2 is folded to [rows(), cols()]).
 // - Nothing here synchronises: every op is enqueued on the backend's stream.
-// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
+//   minor step only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -19,6 +19,7 @@
 
 #include "mixtrain/sdk/backend_gemm.h"  // Activation
 #include "mixtrain/sdk/facet.h"
+#include "mixtrain/sdk/op_signatures.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -30,13 +31,15 @@ enum class ActivationOp {
   axpy,                 // {x, y}
 };
 MIXTRAIN_SDK_API std::string_view op_name(ActivationOp op) noexcept;
+MIXTRAIN_SDK_API OpSignature op_signature(ActivationOp op) noexcept;
 
 class MIXTRAIN_SDK_API ActivationFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  using Op = ActivationOp;
+  static constexpr FacetVersion kVersion{1, 0};
   static constexpr std::string_view kName = "activation";
   std::string_view name() const final { return kName; }
-  std::uint32_t version() const final { return kVersion; }
+  FacetVersion version() const final { return kVersion; }
   // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
   virtual bool supports(ActivationOp op, std::span<const DType> dtypes) const;
 

@@ -10,8 +10,8 @@
 //   differ); softmax_forward / softmax_backward {fp32} (the softmax is FP32 whatever the policy,
 //   as the mixed-precision recipes require).
 // - Shapes are checked against the layout; a mismatch raises BackendError.
-// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
+//   minor step only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "mixtrain/sdk/facet.h"
+#include "mixtrain/sdk/op_signatures.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -43,6 +44,7 @@ struct HeadLayout {
 
 enum class AttentionOp { split_heads, merge_heads, softmax_forward, softmax_backward };
 MIXTRAIN_SDK_API std::string_view op_name(AttentionOp op) noexcept;
+MIXTRAIN_SDK_API OpSignature op_signature(AttentionOp op) noexcept;
 
 // Scores of `batch` independent attention matrices [batch, rows, cols] (batch = N·H; rows are
 // queries, cols keys). causal: query i sees keys j <= i + (cols - rows) (bottom-right aligned, so
@@ -54,10 +56,11 @@ struct SoftmaxShape {
 
 class MIXTRAIN_SDK_API AttentionFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  using Op = AttentionOp;
+  static constexpr FacetVersion kVersion{1, 0};
   static constexpr std::string_view kName = "attention";
   std::string_view name() const final { return kName; }
-  std::uint32_t version() const final { return kVersion; }
+  FacetVersion version() const final { return kVersion; }
   // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
   virtual bool supports(AttentionOp op, std::span<const DType> dtypes) const;
 

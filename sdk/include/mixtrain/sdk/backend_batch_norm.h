@@ -6,11 +6,11 @@
 // - supports(op, dtypes) answers for {x} (forward: the input and output dtype; backward: x and
 //   dy share it; fp32, bf16 or fp16), without running anything. Statistics, gamma and beta are
 //   fp32 whatever the activations' dtype, as for layer norm.
-// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods). Version 2 (kSdkAbiVersion 13) appended the split ops that
-//   synchronized batch norm (`[distributed] batch_norm = "sync"`) runs between its all-reduces:
-//   batchnorm_statistics, batchnorm_backward_reduce and batchnorm_backward_elementwise; the
-//   normalisation with given (global) statistics is version 1's batchnorm_forward_inference.
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
+//   minor step only appends methods). 1.1 appended the split ops that synchronized batch norm
+//   (`[distributed] batch_norm = "sync"`) runs between its all-reduces: batchnorm_statistics,
+//   batchnorm_backward_reduce and batchnorm_backward_elementwise (introduced_in says so); the
+//   normalisation with given (global) statistics is 1.0's batchnorm_forward_inference.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "mixtrain/sdk/facet.h"
+#include "mixtrain/sdk/op_signatures.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -29,12 +30,16 @@ enum class BatchNormOp {
   batchnorm_forward_training,   // {x}
   batchnorm_forward_inference,  // {x}
   batchnorm_backward,           // {x}
-  // version 2
+  // 1.1
   batchnorm_statistics,            // {x}
   batchnorm_backward_reduce,       // {x}; dy and y share it
   batchnorm_backward_elementwise,  // {x}; dy, y and dx share it
 };
 MIXTRAIN_SDK_API std::string_view op_name(BatchNormOp op) noexcept;
+MIXTRAIN_SDK_API OpSignature op_signature(BatchNormOp op) noexcept;
+constexpr std::uint16_t introduced_in(BatchNormOp op) noexcept {
+  return op >= BatchNormOp::batchnorm_statistics ? 1 : 0;
+}
 
 // Batch norm over channels-last activations: x, y [rows, C] with rows = N·H·W for images
 // [N, H, W, C] (and rows = N for [N, C]); statistics are per channel over all rows.
@@ -49,10 +54,11 @@ struct BatchNormShape {
 
 class MIXTRAIN_SDK_API BatchNormFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 2;
+  using Op = BatchNormOp;
+  static constexpr FacetVersion kVersion{1, 1};
   static constexpr std::string_view kName = "batch_norm";
   std::string_view name() const final { return kName; }
-  std::uint32_t version() const final { return kVersion; }
+  FacetVersion version() const final { return kVersion; }
   // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
   virtual bool supports(BatchNormOp op, std::span<const DType> dtypes) const;
 

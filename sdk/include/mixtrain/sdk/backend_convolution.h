@@ -19,8 +19,8 @@
 //   true (a parameter gradient's second contribution of a step).
 // - supports(op, dtypes) answers without running anything, for the dtypes listed at each op.
 // - Shapes are checked against the geometry; a mismatch raises BackendError.
-// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
+//   minor step only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -31,6 +31,7 @@
 
 #include "mixtrain/sdk/backend_gemm.h"
 #include "mixtrain/sdk/facet.h"
+#include "mixtrain/sdk/op_signatures.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -101,13 +102,15 @@ enum class ConvolutionOp {
   to_channels_first,        // likewise
 };
 MIXTRAIN_SDK_API std::string_view op_name(ConvolutionOp op) noexcept;
+MIXTRAIN_SDK_API OpSignature op_signature(ConvolutionOp op) noexcept;
 
 class MIXTRAIN_SDK_API ConvolutionFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  using Op = ConvolutionOp;
+  static constexpr FacetVersion kVersion{1, 0};
   static constexpr std::string_view kName = "convolution";
   std::string_view name() const final { return kName; }
-  std::uint32_t version() const final { return kVersion; }
+  FacetVersion version() const final { return kVersion; }
   // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
   virtual bool supports(ConvolutionOp op, std::span<const DType> dtypes) const;
 

@@ -15,8 +15,8 @@
 //   dropped one becomes +0. dropout_backward with the same key and p applies the same mask to dy.
 // - p in [0, 1); anything else, a non-storage dtype, a size mismatch or a partial overlap raises
 //   BackendError naming the op, the tensor and its dtype/shape.
-// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
+//   minor step only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -26,12 +26,14 @@
 #include <string_view>
 
 #include "mixtrain/sdk/facet.h"
+#include "mixtrain/sdk/op_signatures.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
 
 enum class DropoutOp { dropout_forward, dropout_backward };
 MIXTRAIN_SDK_API std::string_view op_name(DropoutOp op) noexcept;
+MIXTRAIN_SDK_API OpSignature op_signature(DropoutOp op) noexcept;
 
 // Which mask: `seed` names the mask's owner (the host derives it from the run seed and the node),
 // `stream` which draw of it (the host's optimizer step and micro-batch). Equal keys, equal masks.
@@ -71,10 +73,11 @@ constexpr float dropout_scale(float p) noexcept {
 
 class MIXTRAIN_SDK_API DropoutFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  using Op = DropoutOp;
+  static constexpr FacetVersion kVersion{1, 0};
   static constexpr std::string_view kName = "dropout";
   std::string_view name() const final { return kName; }
-  std::uint32_t version() const final { return kVersion; }
+  FacetVersion version() const final { return kVersion; }
   // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
   virtual bool supports(DropoutOp op, std::span<const DType> dtypes) const;
 

@@ -10,8 +10,8 @@
 //   host checked, so this is a guard, not a path).
 // - scatter_add is deterministic: each table row sums its contributions in ascending row order,
 //   so the result has the same bits for any thread count (no atomics).
-// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
+//   minor step only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -21,19 +21,22 @@
 #include <string_view>
 
 #include "mixtrain/sdk/facet.h"
+#include "mixtrain/sdk/op_signatures.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
 
 enum class EmbeddingOp { gather, scatter_add };
 MIXTRAIN_SDK_API std::string_view op_name(EmbeddingOp op) noexcept;
+MIXTRAIN_SDK_API OpSignature op_signature(EmbeddingOp op) noexcept;
 
 class MIXTRAIN_SDK_API EmbeddingFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  using Op = EmbeddingOp;
+  static constexpr FacetVersion kVersion{1, 0};
   static constexpr std::string_view kName = "embedding";
   std::string_view name() const final { return kName; }
-  std::uint32_t version() const final { return kVersion; }
+  FacetVersion version() const final { return kVersion; }
   // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
   virtual bool supports(EmbeddingOp op, std::span<const DType> dtypes) const;
 

@@ -9,8 +9,8 @@
 //   so a broken update stays visible to the non-finite check).
 // - supports(op, dtypes): one entry per list argument, in order; answers without running
 //   anything. Nothing here synchronises.
-// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
+//   minor step only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "mixtrain/sdk/facet.h"
+#include "mixtrain/sdk/op_signatures.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -36,13 +37,15 @@ enum class ForeachOp {
   foreach_clamp,       // {self}
 };
 MIXTRAIN_SDK_API std::string_view op_name(ForeachOp op) noexcept;
+MIXTRAIN_SDK_API OpSignature op_signature(ForeachOp op) noexcept;
 
 class MIXTRAIN_SDK_API ForeachFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  using Op = ForeachOp;
+  static constexpr FacetVersion kVersion{1, 0};
   static constexpr std::string_view kName = "foreach";
   std::string_view name() const final { return kName; }
-  std::uint32_t version() const final { return kVersion; }
+  FacetVersion version() const final { return kVersion; }
   // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
   virtual bool supports(ForeachOp op, std::span<const DType> dtypes) const;
 

@@ -6,8 +6,8 @@
 //   anything; the host asks before the first step and runs only what was answered true.
 // - Accumulation is FP32 whatever the storage dtypes; tensors are contiguous row-major views into
 //   this backend's memory. A call the backend cannot run raises BackendError listing what it can.
-// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
+//   minor step only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "mixtrain/sdk/facet.h"
+#include "mixtrain/sdk/op_signatures.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -64,13 +65,15 @@ struct GemmBatchedArgs {
 
 enum class GemmOp { gemm, gemm_strided_batched };
 MIXTRAIN_SDK_API std::string_view op_name(GemmOp op) noexcept;
+MIXTRAIN_SDK_API OpSignature op_signature(GemmOp op) noexcept;
 
 class MIXTRAIN_SDK_API GemmFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  using Op = GemmOp;
+  static constexpr FacetVersion kVersion{1, 0};
   static constexpr std::string_view kName = "gemm";
   std::string_view name() const final { return kName; }
-  std::uint32_t version() const final { return kVersion; }
+  FacetVersion version() const final { return kVersion; }
   // dtypes: {A, B, C} storage dtypes of the call (tf32 for a tf32-compute fp32 operand).
   // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
   virtual bool supports(GemmOp op, std::span<const DType> dtypes) const;

@@ -6,8 +6,8 @@
 // - supports(op, dtypes) answers for the dtypes of the call's tensors (listed per op below)
 //   without running anything. Reductions are FP32 or wider.
 // - Every method returns a host value and so synchronises; a training step waits here once.
-// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
+//   minor step only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "mixtrain/sdk/facet.h"
+#include "mixtrain/sdk/op_signatures.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -27,13 +28,15 @@ enum class GradientCheckOp {
   first_nonfinite,                // {tensors}
 };
 MIXTRAIN_SDK_API std::string_view op_name(GradientCheckOp op) noexcept;
+MIXTRAIN_SDK_API OpSignature op_signature(GradientCheckOp op) noexcept;
 
 class MIXTRAIN_SDK_API GradientCheckFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  using Op = GradientCheckOp;
+  static constexpr FacetVersion kVersion{1, 0};
   static constexpr std::string_view kName = "gradient_check";
   std::string_view name() const final { return kName; }
-  std::uint32_t version() const final { return kVersion; }
+  FacetVersion version() const final { return kVersion; }
   // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
   virtual bool supports(GradientCheckOp op, std::span<const DType> dtypes) const;
 

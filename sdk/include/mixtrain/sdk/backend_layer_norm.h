@@ -6,8 +6,8 @@
 //   dy share it; fp32, bf16 or fp16), without running anything. Statistics, gamma and beta are
 //   fp32 whatever the activations' dtype: the mixed-precision recipes keep norm statistics in
 //   FP32, and so does every backend.
-// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
+//   minor step only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "mixtrain/sdk/facet.h"
+#include "mixtrain/sdk/op_signatures.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -26,13 +27,15 @@ enum class LayerNormOp {
   layernorm_backward,  // {x}
 };
 MIXTRAIN_SDK_API std::string_view op_name(LayerNormOp op) noexcept;
+MIXTRAIN_SDK_API OpSignature op_signature(LayerNormOp op) noexcept;
 
 class MIXTRAIN_SDK_API LayerNormFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  using Op = LayerNormOp;
+  static constexpr FacetVersion kVersion{1, 0};
   static constexpr std::string_view kName = "layer_norm";
   std::string_view name() const final { return kName; }
-  std::uint32_t version() const final { return kVersion; }
+  FacetVersion version() const final { return kVersion; }
   // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
   virtual bool supports(LayerNormOp op, std::span<const DType> dtypes) const;
 

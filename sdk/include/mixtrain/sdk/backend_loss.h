@@ -3,10 +3,10 @@
 // Contract
 // - A backend offers it as find_facet("loss") (nullptr: the backend has none).
 // - supports(op, dtypes) answers for {logits} (labels are int32), without running anything.
-// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods). Version 2 (kSdkAbiVersion 12) gave softmax_cross_entropy its
-//   label_smoothing argument; a plugin built for version 1 has an older kSdkAbiVersion and is
-//   refused before any of its facets is asked for.
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
+//   minor step only appends methods). 2.0 gave softmax_cross_entropy its label_smoothing
+//   argument: a changed signature, hence a new major; a backend of major 1 is refused at plan
+//   time, naming both versions.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -16,19 +16,22 @@
 #include <string_view>
 
 #include "mixtrain/sdk/facet.h"
+#include "mixtrain/sdk/op_signatures.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
 
 enum class LossOp { softmax_cross_entropy };
 MIXTRAIN_SDK_API std::string_view op_name(LossOp op) noexcept;
+MIXTRAIN_SDK_API OpSignature op_signature(LossOp op) noexcept;
 
 class MIXTRAIN_SDK_API LossFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 2;
+  using Op = LossOp;
+  static constexpr FacetVersion kVersion{2, 0};
   static constexpr std::string_view kName = "loss";
   std::string_view name() const final { return kName; }
-  std::uint32_t version() const final { return kVersion; }
+  FacetVersion version() const final { return kVersion; }
   // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
   virtual bool supports(LossOp op, std::span<const DType> dtypes) const;
 

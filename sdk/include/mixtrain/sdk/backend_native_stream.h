@@ -17,10 +17,10 @@ namespace mixtrain::sdk {
 
 class MIXTRAIN_SDK_API NativeStreamFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  static constexpr FacetVersion kVersion{1, 0};
   static constexpr std::string_view kName = "native_stream";
   std::string_view name() const final { return kName; }
-  std::uint32_t version() const final { return kVersion; }
+  FacetVersion version() const final { return kVersion; }
 
   virtual void* native_stream() = 0;
 

@@ -7,8 +7,8 @@
 // - supports(op, dtypes) answers for {master, working} (working: the low-precision copy's dtype,
 //   fp32 when there is none), without running anything.
 // - Updates also refresh `working` copies when present.
-// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
+//   minor step only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "mixtrain/sdk/facet.h"
+#include "mixtrain/sdk/op_signatures.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -56,13 +57,15 @@ struct AdamWHyper {
 
 enum class OptimizerOp { sgd_update, adamw_update };
 MIXTRAIN_SDK_API std::string_view op_name(OptimizerOp op) noexcept;
+MIXTRAIN_SDK_API OpSignature op_signature(OptimizerOp op) noexcept;
 
 class MIXTRAIN_SDK_API OptimizerFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  using Op = OptimizerOp;
+  static constexpr FacetVersion kVersion{1, 0};
   static constexpr std::string_view kName = "optimizer";
   std::string_view name() const final { return kName; }
-  std::uint32_t version() const final { return kVersion; }
+  FacetVersion version() const final { return kVersion; }
   // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
   virtual bool supports(OptimizerOp op, std::span<const DType> dtypes) const;
 

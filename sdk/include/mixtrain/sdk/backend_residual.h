@@ -7,8 +7,8 @@
 //   FP32 but one more rounding when y is not fp32.
 // - supports(add, {x, y}) answers for one input x and the output y (ask once per input), without
 //   running anything.
-// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
+//   minor step only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "mixtrain/sdk/facet.h"
+#include "mixtrain/sdk/op_signatures.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -26,13 +27,15 @@ enum class ResidualOp {
   add,  // {x, y}: each input's dtype with y's
 };
 MIXTRAIN_SDK_API std::string_view op_name(ResidualOp op) noexcept;
+MIXTRAIN_SDK_API OpSignature op_signature(ResidualOp op) noexcept;
 
 class MIXTRAIN_SDK_API ResidualFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  using Op = ResidualOp;
+  static constexpr FacetVersion kVersion{1, 0};
   static constexpr std::string_view kName = "residual";
   std::string_view name() const final { return kName; }
-  std::uint32_t version() const final { return kVersion; }
+  FacetVersion version() const final { return kVersion; }
   // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
   virtual bool supports(ResidualOp op, std::span<const DType> dtypes) const;
 

@@ -16,8 +16,8 @@
 // - replay(id): enqueues the recorded ops in order on the backend's stream, as if each had been
 //   called again with its recorded arguments (memory contents are read at replay time).
 // - release(id): frees a graph; ids of released graphs are not reused by later captures' callers.
-// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a new
-//   version only appends methods).
+// - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
+//   minor step only appends methods).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -31,10 +31,10 @@ namespace mixtrain::sdk {
 
 class MIXTRAIN_SDK_API StepGraphFacet : public Facet {
  public:
-  static constexpr std::uint32_t kVersion = 1;
+  static constexpr FacetVersion kVersion{1, 0};
   static constexpr std::string_view kName = "step_graph";
   std::string_view name() const final { return kName; }
-  std::uint32_t version() const final { return kVersion; }
+  FacetVersion version() const final { return kVersion; }
 
   virtual bool begin_capture() = 0;
   virtual int end_capture() = 0;

@@ -2,12 +2,9 @@
 //
 // Contract
 // - The required core (this class): capabilities, memory, copies, cast, fill, synchronize.
-// - Everything else lives in facets (facet.h), each in its own header: backend_gemm.h,
-//   backend_activation.h, backend_residual.h, backend_gradient_check.h, backend_foreach.h,
-//   backend_layer_norm.h, backend_batch_norm.h, backend_loss.h, backend_optimizer_updates.h,
-//   backend_attention.h, backend_embedding.h, backend_convolution.h, backend_dropout.h,
-//   backend_step_graph.h. The host
-//   asks for a facet by name and minimum version (sdk::facet<F>(backend)); a backend answers
+// - Everything else lives in facets (facet.h), each in its own header, backend_<facet>.h, and
+//   versioned on its own (major.minor); docs/architecture.md's facet table lists them. The host
+//   asks for a facet by name, major and minimum minor (sdk::facet<F>(backend)); a backend answers
 //   find_facet(name) with the facet or nullptr (the default). Adding a facet never changes this
 //   class. Each facet answers supports(op, dtypes) (by default from the SDK's table,
 //   op_signatures.h); the host asks before the first step, so a model that needs a missing facet,
@@ -34,21 +31,8 @@
 #include <string_view>
 #include <vector>
 
-#include "mixtrain/sdk/backend_activation.h"
-#include "mixtrain/sdk/backend_attention.h"
-#include "mixtrain/sdk/backend_batch_norm.h"
-#include "mixtrain/sdk/backend_convolution.h"
-#include "mixtrain/sdk/backend_dropout.h"
-#include "mixtrain/sdk/backend_embedding.h"
-#include "mixtrain/sdk/backend_foreach.h"
-#include "mixtrain/sdk/backend_gemm.h"
-#include "mixtrain/sdk/backend_gradient_check.h"
-#include "mixtrain/sdk/backend_layer_norm.h"
-#include "mixtrain/sdk/backend_loss.h"
-#include "mixtrain/sdk/backend_optimizer_updates.h"
-#include "mixtrain/sdk/backend_residual.h"
-#include "mixtrain/sdk/backend_step_graph.h"
 #include "mixtrain/sdk/component.h"
+#include "mixtrain/sdk/facet.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::sdk {
@@ -120,13 +104,13 @@ class MIXTRAIN_SDK_API DeviceBackend : public Component {
   virtual Facet* find_facet(std::string_view /*name*/) { return nullptr; }
 };
 
-// The backend's facet F when it has one of version >= min_version, else nullptr. "At least" is
-// safe because a facet's later versions only append methods (facet.h).
+// The backend's facet F when it has one of F's major and a minor >= min_minor, else nullptr.
+// "At least" is safe because a facet's minor steps only append methods (facet.h). Call it once,
+// when planning, and keep the pointer: it compares names.
 template <class F>
-F* facet(DeviceBackend& backend, std::uint32_t min_version = F::kVersion) {
+F* facet(DeviceBackend& backend, std::uint16_t min_minor = F::kVersion.minor) {
   Facet* f = backend.find_facet(F::kName);
-  if (f == nullptr || f->name() != F::kName || f->version() < min_version) return nullptr;
-  return static_cast<F*>(f);
+  return facet_serves<F>(f, min_minor) ? static_cast<F*>(f) : nullptr;
 }
 
 }  // namespace mixtrain::sdk

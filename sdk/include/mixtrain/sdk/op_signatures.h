@@ -24,21 +24,6 @@
 
 namespace mixtrain::sdk {
 
-// Defined in the facet headers (backend_gemm.h, ...).
-enum class GemmOp;
-enum class ActivationOp;
-enum class ResidualOp;
-enum class GradientCheckOp;
-enum class ForeachOp;
-enum class LayerNormOp;
-enum class BatchNormOp;
-enum class LossOp;
-enum class OptimizerOp;
-enum class AttentionOp;
-enum class EmbeddingOp;
-enum class ConvolutionOp;
-enum class DropoutOp;
-
 enum class DTypeClass : std::uint8_t {
   fp32,           // fp32 storage: fp32 or tf32
   storage_float,  // fp32, tf32, bf16, fp16
@@ -51,23 +36,11 @@ struct OpSignature {
   bool one_dtype = false;
 };
 
-MIXTRAIN_SDK_API OpSignature op_signature(GemmOp op) noexcept;
-MIXTRAIN_SDK_API OpSignature op_signature(ActivationOp op) noexcept;
-MIXTRAIN_SDK_API OpSignature op_signature(ResidualOp op) noexcept;
-MIXTRAIN_SDK_API OpSignature op_signature(GradientCheckOp op) noexcept;
-MIXTRAIN_SDK_API OpSignature op_signature(ForeachOp op) noexcept;
-MIXTRAIN_SDK_API OpSignature op_signature(LayerNormOp op) noexcept;
-MIXTRAIN_SDK_API OpSignature op_signature(BatchNormOp op) noexcept;
-MIXTRAIN_SDK_API OpSignature op_signature(LossOp op) noexcept;
-MIXTRAIN_SDK_API OpSignature op_signature(OptimizerOp op) noexcept;
-MIXTRAIN_SDK_API OpSignature op_signature(AttentionOp op) noexcept;
-MIXTRAIN_SDK_API OpSignature op_signature(EmbeddingOp op) noexcept;
-MIXTRAIN_SDK_API OpSignature op_signature(ConvolutionOp op) noexcept;
-MIXTRAIN_SDK_API OpSignature op_signature(DropoutOp op) noexcept;
 
 MIXTRAIN_SDK_API bool signature_accepts(const OpSignature& sig,
                                         std::span<const DType> dtypes) noexcept;
 
+// Each facet header declares `OpSignature op_signature(<its Op> op) noexcept` next to its op enum.
 template <class Op>
 bool signature_accepts(Op op, std::span<const DType> dtypes) noexcept {
   return signature_accepts(op_signature(op), dtypes);

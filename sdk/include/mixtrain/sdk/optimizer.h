@@ -21,7 +21,9 @@
 
 #include "mixtrain/sdk/component.h"
 #include "mixtrain/sdk/component_state.h"
+#include "mixtrain/sdk/backend_optimizer_updates.h"  // ParamTensors
 #include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/facet_list.h"
 
 namespace mixtrain::sdk {
 

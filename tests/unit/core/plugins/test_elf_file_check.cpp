@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "mixtrain/core/plugins/registry.h"
-#include "mixtrain/sdk/elf_file_check.h"
+#include "mixtrain/sdk/support/elf_file_check.h"
 #include "mixtrain/sdk/error.h"
 
 namespace fs = std::filesystem;

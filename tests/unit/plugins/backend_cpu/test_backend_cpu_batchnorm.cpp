@@ -13,7 +13,7 @@
 
 #include "backend_test_util.h"
 #include "cpu_batchnorm_kernels.h"
-#include "mixtrain/sdk/float_formats.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::backend_cpu::testing {
 namespace {

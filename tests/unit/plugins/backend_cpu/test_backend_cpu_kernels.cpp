@@ -7,7 +7,7 @@
 
 #include "backend_test_util.h"
 #include "mixtrain/sdk/error.h"
-#include "mixtrain/sdk/float_formats.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::backend_cpu::testing {
 namespace {

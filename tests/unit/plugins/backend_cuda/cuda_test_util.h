@@ -17,7 +17,7 @@
 
 #include "cpu_backend.h"
 #include "cuda_backend.h"
-#include "mixtrain/sdk/float_formats.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::backend_cuda::testing {
 

@@ -21,7 +21,7 @@
 
 #include "cpu_backend.h"
 #include "cuda_element_math.h"
-#include "mixtrain/sdk/float_formats.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 
 #include "cuda_backend.h"
 #include "forwarding_backend.h"
-#include "mixtrain/sdk/float_formats.h"
+#include "mixtrain/sdk/support/float_formats.h"
 #include "nccl_communicator.h"
 #include "nccl_options.h"
 #include "nccl_rules.h"

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "mixtrain/sdk/float_formats.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace formats_test {
 

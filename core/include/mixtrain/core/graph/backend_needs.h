@@ -2,29 +2,50 @@
 //
 // Contract
 // - Ops ask for their needs before the first step (Model::allocate); unmet() says why the
-//   backend cannot meet one — no facet of that name, a facet older than the version this host
-//   was built against (an older one lacks methods the host calls; a newer one only appends, so
-//   it serves), or supports() answered no — so the plan stops there with the node, the op, the
-//   dtypes and the backend named.
-// - At run time a call reaches its facet through gemm_of()/activation_of()/...: a facet the plan
-//   did not check is a bug in the host (std::logic_error), not a user error. residual_of() is the
-//   exception: the residual facet is optional, so it returns nullptr when there is none.
+//   backend cannot meet one — no facet of that name, a facet of another major (a changed
+//   interface: both versions named, and the fix), a minor older than the op's introduced_in(op),
+//   or supports() answered no — so the plan stops there with the node, the op, the dtypes and the
+//   backend named.
+// - BackendNeed's op is a variant over the op enums of sdk::Facets (facet_list.h), generated from
+//   that list: a new facet's ops take part without a line here.
+// - At run time a call reaches its facet through BoundFacets (bound_facets.h), bound once when
+//   the plan is made.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
+#include "mixtrain/core/graph/bound_facets.h"
 #include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/facet_list.h"
 
 namespace mixtrain::core {
 
+namespace detail {
+// std::variant over the `Op` enums of the facets of a list that declare one.
+template <class List>
+struct OpsOf;
+template <class... Fs>
+struct OpsOf<sdk::FacetList<Fs...>> {
+  template <class F>
+  static auto op_tuple() {
+    if constexpr (requires { typename F::Op; })
+      return std::tuple<typename F::Op>{};
+    else
+      return std::tuple<>{};
+  }
+  template <class... Ops>
+  static std::variant<Ops...> as_variant(std::tuple<Ops...>);
+  using type = decltype(as_variant(std::tuple_cat(op_tuple<Fs>()...)));
+};
+}  // namespace detail
+
 struct BackendNeed {
-  std::variant<sdk::GemmOp, sdk::ActivationOp, sdk::ResidualOp, sdk::GradientCheckOp,
-               sdk::ForeachOp, sdk::LayerNormOp, sdk::BatchNormOp, sdk::LossOp, sdk::OptimizerOp,
-               sdk::AttentionOp, sdk::EmbeddingOp, sdk::ConvolutionOp, sdk::DropoutOp>
-      op;
+  detail::OpsOf<sdk::Facets>::type op;
   std::vector<sdk::DType> dtypes;  // in the order the facet's op documents
 };
 
@@ -32,21 +53,8 @@ struct BackendNeed {
 std::string need_op_name(const BackendNeed& need);
 // "bf16, bf16, fp32"
 std::string need_dtypes(const BackendNeed& need);
-// Why `backend` cannot run `need` ("it has no layer_norm facet (version 1 or later)", ...), or
-// nullopt when it can.
+// Why `backend` cannot run `need` ("it has no layer_norm facet (this host needs 1.0 or a later
+// 1.x)", ...), or nullopt when it can.
 std::optional<std::string> unmet(sdk::DeviceBackend& backend, const BackendNeed& need);
-
-sdk::GemmFacet& gemm_of(sdk::DeviceBackend& backend);
-sdk::ActivationFacet& activation_of(sdk::DeviceBackend& backend);
-sdk::ResidualFacet* residual_of(sdk::DeviceBackend& backend);  // optional: nullptr when none
-sdk::GradientCheckFacet& gradient_check_of(sdk::DeviceBackend& backend);
-sdk::ForeachFacet& foreach_of(sdk::DeviceBackend& backend);
-sdk::LayerNormFacet& layer_norm_of(sdk::DeviceBackend& backend);
-sdk::BatchNormFacet& batch_norm_of(sdk::DeviceBackend& backend);
-sdk::LossFacet& loss_of(sdk::DeviceBackend& backend);
-sdk::AttentionFacet& attention_of(sdk::DeviceBackend& backend);
-sdk::EmbeddingFacet& embedding_of(sdk::DeviceBackend& backend);
-sdk::ConvolutionFacet& convolution_of(sdk::DeviceBackend& backend);
-sdk::DropoutFacet& dropout_of(sdk::DeviceBackend& backend);
 
 }  // namespace mixtrain::core

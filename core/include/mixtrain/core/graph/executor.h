@@ -33,6 +33,7 @@
 #include <span>
 #include <vector>
 
+#include "mixtrain/core/graph/bound_facets.h"
 #include "mixtrain/core/graph/graph_plan.h"
 #include "mixtrain/core/graph/layer.h"
 #include "mixtrain/core/graph/liveness_plan.h"
@@ -59,6 +60,9 @@ class Executor {
   using BackwardVisitor =
       std::function<bool(std::size_t node, std::span<const sdk::TensorView> input_grads)>;
   using GradientReadyHook = std::function<void(ModelParameter&)>;
+
+  // The backend's facets, bound when the executor is made (bound_facets.h).
+  const BoundFacets& facets() const { return facets_; }
 
   Executor(std::shared_ptr<sdk::DeviceBackend> backend, const GraphPlan& plan,
            std::vector<std::unique_ptr<Layer>>& ops);
@@ -96,6 +100,7 @@ class Executor {
   void bind_ties();
 
   std::shared_ptr<sdk::DeviceBackend> backend_;
+  BoundFacets facets_;  // bound once, by the constructor: the loss and the step's kernels
   const GraphPlan& plan_;
   std::vector<std::unique_ptr<Layer>>& ops_;
   std::int64_t max_rows_ = 0;

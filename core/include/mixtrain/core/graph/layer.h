@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "mixtrain/core/graph/backend_needs.h"
+#include "mixtrain/core/graph/bound_facets.h"
 #include "mixtrain/core/graph/tensor.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/precision_policy.h"
@@ -277,7 +278,11 @@ class Layer {
   // Registers the op's FP8 operand scaler (a member of the op; nullptr: none).
   void use_operand_scaler(OperandScaler* scaler) { operand_scaler_ = scaler; }
 
+  // The backend's facets, bound by allocate(): what forward and backward call kernels through.
+  const BoundFacets& facets() const { return facets_; }
+
   std::shared_ptr<sdk::DeviceBackend> backend_;
+  BoundFacets facets_;
   std::string name_, type_;
   std::int64_t in_, out_;
   OpTraits traits_;

@@ -74,6 +74,8 @@ class Model {
   const GraphPlan& plan() const { return plan_; }
   Executor& executor() { return executor_; }
   sdk::DeviceBackend& backend() { return *backend_; }
+  // The backend's facets, bound once when the model was made: the step's kernels go through them.
+  const BoundFacets& facets() const { return executor_.facets(); }
   const std::shared_ptr<sdk::DeviceBackend>& backend_ptr() const { return backend_; }
   std::int64_t input_features() const { return plan_.input_features(); }
   std::int32_t classes() const { return plan_.classes(); }

@@ -2,10 +2,12 @@
 // wall time of each, by scope and op: a profiler for `mixtrain train --profile` and benchmarks.
 //
 // Contract
-// - Wraps `inner` (shared ownership); offers exactly the facets `inner` offers: each facet the
-//   profiler knows and `inner` has at the SDK's version is wrapped (its ops timed); any other
-//   name is answered by `inner` itself (nullptr when it lacks the facet, so plan-time errors are
-//   the inner backend's; a facet the profiler does not know passes through untimed).
+// - Wraps `inner` (shared ownership); offers exactly the facets `inner` offers (but step_graph: a
+//   recorded graph would hide every op), the inner backend's own objects. Their calls are timed
+//   where the host makes them, through BoundFacets (graph/bound_facets.h), which finds this
+//   backend's timer when it binds: every facet is profiled, and none needs code here. A facet call
+//   is named after its op ("softmax_forward") or, where the host names none, its facet
+//   ("attention"); the backend's own ops after themselves ("copy", "cast").
 // - Each op is timed from its call until inner->synchronize() returns, so asynchronous (GPU)
 //   backends are timed per op too, at the cost of one wait per op; results are unchanged.
 // - The scope of an op is the innermost ProfileScope open on the calling thread when it is

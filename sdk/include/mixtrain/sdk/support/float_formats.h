@@ -43,7 +43,6 @@
 #include <span>
 
 #include "mixtrain/sdk/dtype.h"
-#include "mixtrain/sdk/export.h"
 
 namespace mixtrain::sdk {
 
@@ -57,21 +56,21 @@ inline constexpr std::uint8_t kFp8E4M3MaxBits = 0x7E;  // 448
 inline constexpr std::uint8_t kFp8E5M2MaxBits = 0x7B;  // 57344
 
 // ---- Scalar reference conversions -------------------------------------------------------------
-MIXTRAIN_SDK_API std::uint16_t encode_fp16(float x, Overflow overflow = Overflow::to_inf_or_nan) noexcept;
-MIXTRAIN_SDK_API float decode_fp16(std::uint16_t bits) noexcept;
+std::uint16_t encode_fp16(float x, Overflow overflow = Overflow::to_inf_or_nan) noexcept;
+float decode_fp16(std::uint16_t bits) noexcept;
 
-MIXTRAIN_SDK_API std::uint16_t encode_bf16(float x, Overflow overflow = Overflow::to_inf_or_nan) noexcept;
-MIXTRAIN_SDK_API float decode_bf16(std::uint16_t bits) noexcept;
+std::uint16_t encode_bf16(float x, Overflow overflow = Overflow::to_inf_or_nan) noexcept;
+float decode_bf16(std::uint16_t bits) noexcept;
 
 // fp8 has no conventional default: callers must say whether they want saturation.
-MIXTRAIN_SDK_API std::uint8_t encode_fp8_e4m3(float x, Overflow overflow) noexcept;
-MIXTRAIN_SDK_API float decode_fp8_e4m3(std::uint8_t bits) noexcept;
+std::uint8_t encode_fp8_e4m3(float x, Overflow overflow) noexcept;
+float decode_fp8_e4m3(std::uint8_t bits) noexcept;
 
-MIXTRAIN_SDK_API std::uint8_t encode_fp8_e5m2(float x, Overflow overflow) noexcept;
-MIXTRAIN_SDK_API float decode_fp8_e5m2(std::uint8_t bits) noexcept;
+std::uint8_t encode_fp8_e5m2(float x, Overflow overflow) noexcept;
+float decode_fp8_e5m2(std::uint8_t bits) noexcept;
 
 // fp32 -> fp32 rounded to 10 mantissa bits (RNE; note CUDA's cvt.rna.tf32.f32 rounds ties away).
-MIXTRAIN_SDK_API float round_to_tf32(float x, Overflow overflow = Overflow::to_inf_or_nan) noexcept;
+float round_to_tf32(float x, Overflow overflow = Overflow::to_inf_or_nan) noexcept;
 
 // ---- Bulk conversions -------------------------------------------------------------------------
 struct EncodeOptions {
@@ -81,22 +80,22 @@ struct EncodeOptions {
 };
 
 // fp32 -> fp16 / bf16 (`to` must be DType::fp16 or DType::bf16).
-MIXTRAIN_SDK_API void convert(std::span<const float> src, std::span<std::uint16_t> dst, DType to,
+void convert(std::span<const float> src, std::span<std::uint16_t> dst, DType to,
                               const EncodeOptions& options = {});
 // fp32 -> fp8 (`to` must be DType::fp8_e4m3 or DType::fp8_e5m2).
-MIXTRAIN_SDK_API void convert(std::span<const float> src, std::span<std::uint8_t> dst, DType to,
+void convert(std::span<const float> src, std::span<std::uint8_t> dst, DType to,
                               const EncodeOptions& options);
 // fp16 / bf16 -> fp32, each value multiplied by scale_inv.
-MIXTRAIN_SDK_API void convert(std::span<const std::uint16_t> src, DType from, std::span<float> dst,
+void convert(std::span<const std::uint16_t> src, DType from, std::span<float> dst,
                               float scale_inv = 1.0f);
 // fp8 -> fp32, each value multiplied by scale_inv.
-MIXTRAIN_SDK_API void convert(std::span<const std::uint8_t> src, DType from, std::span<float> dst,
+void convert(std::span<const std::uint8_t> src, DType from, std::span<float> dst,
                               float scale_inv = 1.0f);
 // In place: every element becomes round_to_tf32(element, overflow).
-MIXTRAIN_SDK_API void round_to_tf32(std::span<float> data,
+void round_to_tf32(std::span<float> data,
                                     Overflow overflow = Overflow::to_inf_or_nan) noexcept;
 // max|x| over data with the amax rules above, without converting anything.
-MIXTRAIN_SDK_API float abs_max(std::span<const float> data) noexcept;
+float abs_max(std::span<const float> data) noexcept;
 
 // ---- Instruction-set selection (tests and benchmarks) ----------------------------------------
 // Tiers the bulk functions may use, each including the ones before: avx2 = AVX2 + F16C, avx512 =
@@ -105,13 +104,13 @@ MIXTRAIN_SDK_API float abs_max(std::span<const float> data) noexcept;
 enum class ConversionIsa : std::uint8_t { scalar, avx2, avx512, avx512bf16 };
 
 // The best tier this CPU (and OS) supports.
-MIXTRAIN_SDK_API ConversionIsa supported_conversion_isa() noexcept;
+ConversionIsa supported_conversion_isa() noexcept;
 // Caps the tier used from now on (clamped to what is supported); returns the tier now in effect.
 // Process-wide; meant for tests and benchmarks, not for concurrent use with conversions.
-MIXTRAIN_SDK_API ConversionIsa limit_conversion_isa(ConversionIsa cap) noexcept;
+ConversionIsa limit_conversion_isa(ConversionIsa cap) noexcept;
 // The tier in effect.
-MIXTRAIN_SDK_API ConversionIsa active_conversion_isa() noexcept;
+ConversionIsa active_conversion_isa() noexcept;
 // Human-readable: which instructions each bulk conversion uses now, e.g. for logs.
-MIXTRAIN_SDK_API const char* conversion_paths() noexcept;
+const char* conversion_paths() noexcept;
 
 }  // namespace mixtrain::sdk

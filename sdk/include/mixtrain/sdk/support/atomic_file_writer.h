@@ -26,11 +26,10 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/sdk/export.h"
 
 namespace mixtrain::sdk {
 
-class MIXTRAIN_SDK_API AtomicFileWriter {
+class AtomicFileWriter {
  public:
   // `what` names the file in messages ("checkpoint", "safetensors file").
   AtomicFileWriter(std::filesystem::path target, bool durable, std::string what = "file");
@@ -61,10 +60,10 @@ class MIXTRAIN_SDK_API AtomicFileWriter {
 // Removes the temporary files of AtomicFileWriters in `folder` (not its subfolders) that no live
 // writer holds, and returns their paths. Other files, and temp files of live writers in any
 // process, are left alone; an unreadable folder removes nothing.
-MIXTRAIN_SDK_API std::vector<std::filesystem::path> remove_stale_temp_files(
+std::vector<std::filesystem::path> remove_stale_temp_files(
     const std::filesystem::path& folder);
 
 // A short, actionable hint for an errno from file I/O ("the disk is full; ...").
-MIXTRAIN_SDK_API std::string hint_for_os_error(int err);
+std::string hint_for_os_error(int err);
 
 }  // namespace mixtrain::sdk

@@ -1,4 +1,4 @@
-#include "mixtrain/sdk/backend_argument_checks.h"
+#include "mixtrain/sdk/support/backend_argument_checks.h"
 
 #include <cstdint>
 #include <tuple>

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "mixtrain/sdk/backend_argument_checks.h"
+#include "mixtrain/sdk/support/backend_argument_checks.h"
 #include "mixtrain/sdk/backend_batch_norm.h"
 #include "mixtrain/sdk/backend_convolution.h"
 

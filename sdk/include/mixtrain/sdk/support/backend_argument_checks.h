@@ -18,12 +18,12 @@
 #include <string_view>
 
 #include "mixtrain/sdk/device_backend.h"
-#include "mixtrain/sdk/export.h"
+#include "mixtrain/sdk/facet_list.h"
 
 namespace mixtrain::sdk {
 
 // "bf16 [512, 1024]"
-MIXTRAIN_SDK_API std::string describe(const TensorView& v);
+std::string describe(const TensorView& v);
 
 // tf32 views are fp32 storage: the same 4-byte elements, rounded by the op that reads them.
 constexpr bool is_fp32_storage(DType t) {
@@ -36,7 +36,7 @@ constexpr bool is_storage_float(DType t) {
 }
 
 // Whether the bytes of two views intersect; a view without data overlaps nothing.
-MIXTRAIN_SDK_API bool overlaps(const TensorView& a, const TensorView& b);
+bool overlaps(const TensorView& a, const TensorView& b);
 
 struct HeadLayout;
 struct SoftmaxShape;
@@ -47,7 +47,7 @@ struct Conv2dBackwardWeightsArgs;
 struct Pool2dGeometry;
 struct BatchNormShape;
 
-class MIXTRAIN_SDK_API BackendArgumentChecks {
+class BackendArgumentChecks {
  public:
   explicit BackendArgumentChecks(std::string backend) : backend_(std::move(backend)) {}
 

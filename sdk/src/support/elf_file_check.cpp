@@ -1,4 +1,4 @@
-#include "mixtrain/sdk/elf_file_check.h"
+#include "mixtrain/sdk/support/elf_file_check.h"
 
 #include <elf.h>
 

@@ -1,4 +1,4 @@
-#include "mixtrain/sdk/atomic_file_writer.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

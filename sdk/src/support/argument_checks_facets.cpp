@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "mixtrain/sdk/backend_argument_checks.h"
+#include "mixtrain/sdk/support/backend_argument_checks.h"
 #include "mixtrain/sdk/backend_attention.h"
 
 namespace mixtrain::sdk {

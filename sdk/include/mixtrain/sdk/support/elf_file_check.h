@@ -19,10 +19,9 @@
 
 #include <filesystem>
 
-#include "mixtrain/sdk/export.h"
 
 namespace mixtrain::sdk {
 
-MIXTRAIN_SDK_API void check_elf_file(const std::filesystem::path& path);
+void check_elf_file(const std::filesystem::path& path);
 
 }  // namespace mixtrain::sdk

@@ -4,9 +4,9 @@
 // vector kernel below must reproduce them bit for bit (tests/unit/sdk/formats checks each tier
 // against them). Encodes are integer arithmetic on the fp32 bit pattern, so the MXCSR rounding
 // mode and FTZ/DAZ never change one.
-#include "mixtrain/sdk/float_formats.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
-#include "mixtrain/sdk/float_format_rules.h"
+#include "mixtrain/sdk/support/float_format_rules.h"
 
 #include <algorithm>
 #include <atomic>
