@@ -1,23 +1,29 @@
-# The SDK's ABI guard: kSdkAbiVersion must change whenever a public SDK header's declarations do.
+# The SDK's ABI guard: a declaration change is a version step, of the core boundary or of one facet.
 #
-# sdk/abi/declarations.txt records, per kSdkAbiVersion, the SHA-256 of the SDK's public
-# declarations: every header under sdk/include/mixtrain/sdk, in path order, with comments removed
-# and whitespace normalised, so that comment and formatting edits leave the digest alone and
-# anything else (a new virtual, a reordered member, a changed default, a new header) changes it.
+# Two kinds of record in sdk/abi/declarations.txt (docs/architecture.md, "Plugins and the ABI"):
+#   core <kSdkAbiVersion> <sha256>     every public header under sdk/include/mixtrain/sdk but the
+#                                      facets' (backend_*.h), the facet list and support/: the
+#                                      descriptor, the factories, the component interfaces and the
+#                                      types they use. A change breaks every plugin.
+#   facet <kName> <major.minor> <sha256>  one facet header (backend_<facet>.h): its kName and
+#                                      kVersion are read from it. A change is a minor step (methods
+#                                      appended) or a major one (anything else), for that facet only.
+# support/ (helpers a plugin compiles in) and facet_list.h are in no record. Lines of the form
+# "<n> <sha256>" are the records of the scheme before core 14 (one digest of every header), kept.
+# The record is append-only; its lines are also held by the test's seal (tests/unit/sdk/
+# abi_record_seal.txt), so a rewritten line fails the check even when its digest is not asked for.
 #
 # Script mode (cmake -P); MIXTRAIN_ABI_MODE picks what it does:
-#   check   (default) the tree's digest must be the one recorded for the tree's kSdkAbiVersion.
-#           Fails, saying what to do, when the declarations changed without a bump or when the
-#           bumped version has no record yet. ctest runs this (sdk_abi_declarations).
-#   update  appends a record for the tree's kSdkAbiVersion. Refuses to rewrite a version that
-#           already has a different digest, and a version not above every recorded one: a released
-#           version's declarations are what plugins built against it rely on.
-#   digest  prints the tree's version and digest.
+#   check   (default) every subject's digest is the one recorded for its version, and every sealed
+#           line is in the record. Fails, saying which version step to take, otherwise.
+#   update  appends a record for each subject whose version has none (and seals it). Refuses to
+#           rewrite a recorded version, and a version not above that subject's recorded ones.
+#   digest  prints each subject's version and digest.
 #
 #   cmake -D MIXTRAIN_ABI_MODE=update -P cmake/MixtrainSdkAbi.cmake   (or: ninja -C build sdk_abi_record)
 #
-# MIXTRAIN_SDK_HEADERS (the folder holding mixtrain/sdk) and MIXTRAIN_ABI_RECORD default to this
-# checkout's; the guard's own test points them at an edited copy.
+# MIXTRAIN_SDK_HEADERS (the folder holding mixtrain/sdk), MIXTRAIN_ABI_RECORD and MIXTRAIN_ABI_SEAL
+# default to this checkout's; the guard's own test points them at an edited copy.
 #
 # Normalisation: comments become whitespace (string and character literals are kept verbatim, so
 # a "//" inside a string is not a comment); a backslash-newline joins lines; whitespace between two
@@ -25,7 +31,7 @@
 # directives keep their own lines. What it does not see: a change to a header outside
 # mixtrain/sdk, and whitespace whose meaning C++ cares about outside identifiers (a space between a
 # macro's name and "(" in #define, "> >" against ">>"). The guard is a tripwire, not a proof: a
-# change in meaning with unchanged declarations (what a function does) still needs a bump by hand.
+# change in meaning with unchanged declarations (what a function does) still needs a step by hand.
 
 cmake_minimum_required(VERSION 3.25)
 
@@ -89,11 +95,10 @@ function(mixtrain_abi_normalise path out_var)
   set(${out_var} "${out}" PARENT_SCOPE)
 endfunction()
 
-# The SHA-256 of every header under <headers>/mixtrain/sdk: each file's path relative to that
-# folder, then its normalised text, in path order.
-function(mixtrain_abi_digest headers out_var)
+# The SHA-256 of `files` (paths relative to <headers>/mixtrain/sdk): each one's path, then its
+# normalised text, in path order.
+function(mixtrain_abi_digest headers files out_var)
   set(sdk_dir "${headers}/mixtrain/sdk")
-  file(GLOB_RECURSE files RELATIVE "${sdk_dir}" "${sdk_dir}/*")
   list(SORT files)
   set(all "")
   foreach(file IN LISTS files)
@@ -104,36 +109,104 @@ function(mixtrain_abi_digest headers out_var)
   set(${out_var} "${digest}" PARENT_SCOPE)
 endfunction()
 
-function(mixtrain_abi_version headers out_var)
-  mixtrain_abi_normalise("${headers}/mixtrain/sdk/version.h" text)  # a comment may quote it
+# The subjects of the record: <out>_SUBJECTS (core, facet:<name>...), and per subject
+# <out>_<subject>_VERSION, _DIGEST and _WHAT (the header or "the core boundary").
+function(mixtrain_abi_subjects headers out)
+  set(sdk_dir "${headers}/mixtrain/sdk")
+  file(GLOB_RECURSE all RELATIVE "${sdk_dir}" "${sdk_dir}/*")
+  set(core_files "")
+  set(subjects core)
+  foreach(file IN LISTS all)
+    if(file MATCHES "^support/" OR file STREQUAL "facet_list.h")
+      continue()
+    elseif(file MATCHES "^backend_[a-z_]+\\.h$")
+      mixtrain_abi_normalise("${sdk_dir}/${file}" text)
+      if(NOT text MATCHES "kName=\"([a-z_]+)\"")
+        message(FATAL_ERROR "${sdk_dir}/${file}: a facet header declares kName = \"<name>\"")
+      endif()
+      set(name "${CMAKE_MATCH_1}")
+      if(NOT text MATCHES "kVersion{([0-9]+),([0-9]+)}")
+        message(FATAL_ERROR "${sdk_dir}/${file}: a facet header declares kVersion{<major>, <minor>}")
+      endif()
+      set(version "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
+      mixtrain_abi_digest("${headers}" "${file}" digest)
+      list(APPEND subjects "facet:${name}")
+      set(${out}_facet:${name}_VERSION "${version}" PARENT_SCOPE)
+      set(${out}_facet:${name}_DIGEST "${digest}" PARENT_SCOPE)
+      set(${out}_facet:${name}_WHAT "${file}" PARENT_SCOPE)
+    else()
+      list(APPEND core_files "${file}")
+    endif()
+  endforeach()
+  mixtrain_abi_normalise("${sdk_dir}/version.h" text)  # a comment may quote it
   if(NOT text MATCHES "kSdkAbiVersion=([0-9]+);")
-    message(FATAL_ERROR "no 'kSdkAbiVersion = <n>;' in ${headers}/mixtrain/sdk/version.h")
+    message(FATAL_ERROR "no 'kSdkAbiVersion = <n>;' in ${sdk_dir}/version.h")
   endif()
-  set(${out_var} "${CMAKE_MATCH_1}" PARENT_SCOPE)
+  set(${out}_core_VERSION "${CMAKE_MATCH_1}" PARENT_SCOPE)
+  mixtrain_abi_digest("${headers}" "${core_files}" digest)
+  set(${out}_core_DIGEST "${digest}" PARENT_SCOPE)
+  set(${out}_core_WHAT "the core boundary" PARENT_SCOPE)
+  set(${out}_SUBJECTS "${subjects}" PARENT_SCOPE)
 endfunction()
 
-# <version_var>_DIGEST: the recorded digest of `version` (empty when none); <max_var>: the highest
-# recorded version (0 when none).
-function(mixtrain_abi_read_record record version digest_var max_var)
+# A subject's record line, without the digest: "core 14", "facet gemm 1.0".
+function(mixtrain_abi_key subject version out_var)
+  if(subject STREQUAL "core")
+    set(${out_var} "core ${version}" PARENT_SCOPE)
+  else()
+    string(REPLACE "facet:" "facet " key "${subject}")
+    set(${out_var} "${key} ${version}" PARENT_SCOPE)
+  endif()
+endfunction()
+
+# From the record: <digest_var> the digest of `subject` at `version` (empty when none), <max_var>
+# its highest recorded version (empty when none).
+function(mixtrain_abi_read_record record subject version digest_var max_var)
   set(found "")
-  set(max 0)
+  set(max "")
+  mixtrain_abi_key("${subject}" "${version}" wanted)
+  string(REGEX REPLACE " [^ ]+$" "" prefix "${wanted}")
   if(EXISTS "${record}")
-    file(STRINGS "${record}" lines REGEX "^[0-9]+ [0-9a-f]+$")
+    file(STRINGS "${record}" lines REGEX "^(core|facet) ")
     foreach(line IN LISTS lines)
-      string(REGEX MATCH "^([0-9]+) ([0-9a-f]+)$" _ "${line}")
-      if(CMAKE_MATCH_1 EQUAL version)
-        if(NOT found STREQUAL "" AND NOT found STREQUAL CMAKE_MATCH_2)
-          message(FATAL_ERROR "${record} records version ${version} twice, with different digests")
-        endif()
-        set(found "${CMAKE_MATCH_2}")
+      if(NOT line MATCHES "^(.*) ([^ ]+) ([0-9a-f]+)$")
+        message(FATAL_ERROR "${record}: malformed record line '${line}'")
       endif()
-      if(CMAKE_MATCH_1 GREATER max)
-        set(max "${CMAKE_MATCH_1}")
+      if(NOT CMAKE_MATCH_1 STREQUAL prefix)
+        continue()
+      endif()
+      set(v "${CMAKE_MATCH_2}")
+      set(d "${CMAKE_MATCH_3}")
+      if(v VERSION_EQUAL version)
+        if(NOT found STREQUAL "" AND NOT found STREQUAL d)
+          message(FATAL_ERROR "${record} records ${wanted} twice, with different digests")
+        endif()
+        set(found "${d}")
+      endif()
+      if(max STREQUAL "" OR v VERSION_GREATER max)
+        set(max "${v}")
       endif()
     endforeach()
   endif()
   set(${digest_var} "${found}" PARENT_SCOPE)
   set(${max_var} "${max}" PARENT_SCOPE)
+endfunction()
+
+# What to do when `subject`'s declarations changed at a recorded version.
+function(mixtrain_abi_step_advice subject version out_var)
+  if(subject STREQUAL "core")
+    math(EXPR next "${version} + 1")
+    set(${out_var} "bump kSdkAbiVersion to ${next} in sdk/include/mixtrain/sdk/version.h" PARENT_SCOPE)
+  else()
+    string(REPLACE "." ";" parts "${version}")
+    list(GET parts 0 major)
+    list(GET parts 1 minor)
+    math(EXPR minor1 "${minor} + 1")
+    math(EXPR major1 "${major} + 1")
+    set(${out_var}
+        "step its kVersion: {${major}, ${minor1}} when it only appends methods after the last one, {${major1}, 0} for anything else (a changed signature or struct, or add a new facet beside this one)"
+        PARENT_SCOPE)
+  endif()
 endfunction()
 
 if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
@@ -143,51 +216,71 @@ if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
   if(NOT DEFINED MIXTRAIN_ABI_RECORD)
     set(MIXTRAIN_ABI_RECORD "${CMAKE_CURRENT_LIST_DIR}/../sdk/abi/declarations.txt")
   endif()
+  if(NOT DEFINED MIXTRAIN_ABI_SEAL)
+    set(MIXTRAIN_ABI_SEAL "${CMAKE_CURRENT_LIST_DIR}/../tests/unit/sdk/abi_record_seal.txt")
+  endif()
   if(NOT DEFINED MIXTRAIN_ABI_MODE)
     set(MIXTRAIN_ABI_MODE check)
   endif()
-
-  mixtrain_abi_version("${MIXTRAIN_SDK_HEADERS}" version)
-  mixtrain_abi_digest("${MIXTRAIN_SDK_HEADERS}" digest)
-  mixtrain_abi_read_record("${MIXTRAIN_ABI_RECORD}" ${version} recorded max)
-  math(EXPR next "${version} + 1")
-
-  if(MIXTRAIN_ABI_MODE STREQUAL "digest")
-    message("${version} ${digest}")
-  elseif(MIXTRAIN_ABI_MODE STREQUAL "check")
-    if(recorded STREQUAL digest)
-      message(STATUS "SDK public declarations match kSdkAbiVersion ${version}")
-    elseif(NOT recorded STREQUAL "")
-      message(FATAL_ERROR
-        "SDK public declarations changed without a kSdkAbiVersion bump: bump it to ${next} in "
-        "sdk/include/mixtrain/sdk/version.h and run ${_mixtrain_abi_update_command}\n"
-        "(version ${version} is recorded as ${recorded}, the headers now give ${digest})")
-    elseif(version GREATER max)
-      message(FATAL_ERROR
-        "kSdkAbiVersion ${version} has no record in ${MIXTRAIN_ABI_RECORD}: run "
-        "${_mixtrain_abi_update_command} to record its declarations")
-    else()
-      message(FATAL_ERROR
-        "kSdkAbiVersion ${version} is below the highest recorded version ${max} and has no "
-        "record: versions only go up; set it to ${max} + 1 and run ${_mixtrain_abi_update_command}")
-    endif()
-  elseif(MIXTRAIN_ABI_MODE STREQUAL "update")
-    if(recorded STREQUAL digest)
-      message(STATUS "kSdkAbiVersion ${version} is already recorded with these declarations")
-    elseif(NOT recorded STREQUAL "")
-      message(FATAL_ERROR
-        "refusing to rewrite the record of kSdkAbiVersion ${version}: plugins built against it "
-        "rely on its declarations. Bump kSdkAbiVersion to ${next} in "
-        "sdk/include/mixtrain/sdk/version.h, then run this again")
-    elseif(NOT version GREATER max)
-      message(FATAL_ERROR
-        "refusing to record kSdkAbiVersion ${version}: it is not above the highest recorded "
-        "version ${max}")
-    else()
-      file(APPEND "${MIXTRAIN_ABI_RECORD}" "${version} ${digest}\n")
-      message(STATUS "recorded kSdkAbiVersion ${version}: ${digest}")
-    endif()
-  else()
+  if(NOT MIXTRAIN_ABI_MODE MATCHES "^(check|update|digest)$")
     message(FATAL_ERROR "MIXTRAIN_ABI_MODE must be check, update or digest, not '${MIXTRAIN_ABI_MODE}'")
+  endif()
+
+  # Every sealed line is in the record, in the same order: an earlier line was never rewritten.
+  if(EXISTS "${MIXTRAIN_ABI_SEAL}" AND NOT MIXTRAIN_ABI_MODE STREQUAL "digest")
+    file(STRINGS "${MIXTRAIN_ABI_SEAL}" sealed REGEX "^[a-z0-9]")
+    set(record_lines "")
+    if(EXISTS "${MIXTRAIN_ABI_RECORD}")
+      file(STRINGS "${MIXTRAIN_ABI_RECORD}" record_lines REGEX "^[a-z0-9]")
+    endif()
+    list(LENGTH sealed n_sealed)
+    list(LENGTH record_lines n_record)
+    if(n_record LESS n_sealed)
+      message(FATAL_ERROR "${MIXTRAIN_ABI_RECORD} has ${n_record} records, the seal holds ${n_sealed}: records were removed; restore them (the record is append-only)")
+    endif()
+    set(i 0)
+    foreach(line IN LISTS sealed)
+      list(GET record_lines ${i} actual)
+      if(NOT actual STREQUAL line)
+        message(FATAL_ERROR "${MIXTRAIN_ABI_RECORD} record ${i} was rewritten: the seal holds '${line}', the record now '${actual}'; restore it (a released version's declarations are what plugins built against it rely on) and record a new version instead")
+      endif()
+      math(EXPR i "${i} + 1")
+    endforeach()
+  endif()
+
+  mixtrain_abi_subjects("${MIXTRAIN_SDK_HEADERS}" abi)
+  set(failures "")
+  foreach(subject IN LISTS abi_SUBJECTS)
+    set(version "${abi_${subject}_VERSION}")
+    set(digest "${abi_${subject}_DIGEST}")
+    set(what "${abi_${subject}_WHAT}")
+    mixtrain_abi_key("${subject}" "${version}" key)
+    mixtrain_abi_read_record("${MIXTRAIN_ABI_RECORD}" "${subject}" "${version}" recorded max)
+    if(MIXTRAIN_ABI_MODE STREQUAL "digest")
+      message("${key} ${digest}")
+    elseif(recorded STREQUAL digest)
+      if(MIXTRAIN_ABI_MODE STREQUAL "check")
+        message(STATUS "${key}: declarations match")
+      endif()
+    elseif(NOT recorded STREQUAL "")
+      mixtrain_abi_step_advice("${subject}" "${version}" advice)
+      if(MIXTRAIN_ABI_MODE STREQUAL "update")
+        list(APPEND failures "refusing to rewrite the record of ${key}: plugins built against it rely on its declarations; ${advice}, then run this again")
+      else()
+        list(APPEND failures "${what}: declarations changed without a version step (${key} is recorded as ${recorded}, the header now gives ${digest}): ${advice}, and run ${_mixtrain_abi_update_command}")
+      endif()
+    elseif(NOT max STREQUAL "" AND NOT version VERSION_GREATER max)
+      list(APPEND failures "${key} is below the highest recorded version ${max} of ${what} and has no record: versions only go up")
+    elseif(MIXTRAIN_ABI_MODE STREQUAL "update")
+      file(APPEND "${MIXTRAIN_ABI_RECORD}" "${key} ${digest}\n")
+      file(APPEND "${MIXTRAIN_ABI_SEAL}" "${key} ${digest}\n")
+      message(STATUS "recorded ${key}: ${digest}")
+    else()
+      list(APPEND failures "${key} has no record in ${MIXTRAIN_ABI_RECORD}: run ${_mixtrain_abi_update_command} to record its declarations")
+    endif()
+  endforeach()
+  if(NOT failures STREQUAL "")
+    string(REPLACE ";" "\n" failures "${failures}")
+    message(FATAL_ERROR "${failures}")
   endif()
 endif()

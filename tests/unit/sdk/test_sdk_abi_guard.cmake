@@ -1,11 +1,13 @@
 # The ABI guard (cmake/MixtrainSdkAbi.cmake) run on an edited copy of the SDK headers with its own
-# record: comment and layout edits pass, a declaration edit fails with the bump message, the
-# update refuses to rewrite a recorded version and records a bumped one.
+# record and seal: comment and layout edits pass; a core declaration edit asks for a kSdkAbiVersion
+# bump, a facet's for a step of that facet alone; support/ is outside every record; the update
+# refuses to rewrite a recorded version and records a stepped one; a rewritten record line fails.
 #
 #   cmake -D MIXTRAIN_SOURCE_DIR=<checkout> -D WORK_DIR=<scratch folder> -P test_sdk_abi_guard.cmake
 
 set(guard "${MIXTRAIN_SOURCE_DIR}/cmake/MixtrainSdkAbi.cmake")
 set(record "${WORK_DIR}/declarations.txt")
+set(seal "${WORK_DIR}/seal.txt")
 set(sdk "${WORK_DIR}/include/mixtrain/sdk")
 
 function(fresh_copy)
@@ -28,7 +30,7 @@ endfunction()
 function(expect label mode outcome expected)
   execute_process(
     COMMAND "${CMAKE_COMMAND}" -D MIXTRAIN_ABI_MODE=${mode} -D "MIXTRAIN_SDK_HEADERS=${WORK_DIR}/include"
-            -D "MIXTRAIN_ABI_RECORD=${record}" -P "${guard}"
+            -D "MIXTRAIN_ABI_RECORD=${record}" -D "MIXTRAIN_ABI_SEAL=${seal}" -P "${guard}"
     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   if((outcome STREQUAL "pass") AND NOT rc EQUAL 0)
     message(FATAL_ERROR "${label}: ${mode} should pass but failed:\n${out}")
@@ -44,6 +46,15 @@ function(expect label mode outcome expected)
   message(STATUS "ok: ${label}")
 endfunction()
 
+# `text` must (or, with NOT, must not) occur in the file at `path`.
+function(expect_in path text)
+  file(READ "${path}" content)
+  string(FIND "${content}" "${text}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "expected '${text}' in ${path}:\n${content}")
+  endif()
+endfunction()
+
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 fresh_copy()
@@ -53,44 +64,77 @@ string(REGEX MATCH "kSdkAbiVersion = ([0-9]+)" _ "${line}")
 set(version "${CMAKE_MATCH_1}")
 math(EXPR next "${version} + 1")
 
-expect("first record" update pass "recorded kSdkAbiVersion ${version}")
-expect("unchanged headers" check pass "match kSdkAbiVersion ${version}")
+expect("first record" update pass "recorded core ${version}")
+expect("first record of a facet" check pass "facet gemm 1.0: declarations match")
+expect("unchanged headers" check pass "core ${version}: declarations match")
 
 # Comments, blank lines, indentation and line breaks are not declarations.
 edit(device_backend.h "#pragma once" "#pragma once\n// A comment the test adds.\n/* And a\n   block one. */")
 edit(tensor_view.h "namespace mixtrain::sdk {" "namespace   mixtrain::sdk\n{\n\n")
 edit(dtype.h "// " "//  reworded: ")
-expect("comment and whitespace edits" check pass "match kSdkAbiVersion ${version}")
+edit(backend_gemm.h "// " "//  reworded: ")
+expect("comment and whitespace edits" check pass "core ${version}: declarations match")
 
-# A declaration edit without a bump fails, and the update will not paper over it.
+# The support library is compiled into each plugin: no record covers it.
+edit(support/unique_fd.h "#pragma once" "#pragma once\nstruct AddedByTheAbiTest { int x; };")
+expect("a support helper's declarations" check pass "core ${version}: declarations match")
+
+# A core declaration edit without a bump fails, and the update will not paper over it.
 fresh_copy()
 edit(device_backend.h "#pragma once" "#pragma once\nstruct AddedByTheAbiTest { int x; };")
-expect("new declaration" check fail
-       "SDK public declarations changed without a kSdkAbiVersion bump: bump it to ${next}")
-expect("new declaration" check fail "MIXTRAIN_ABI_MODE=update")
+expect("new core declaration" check fail
+       "the core boundary: declarations changed without a version step")
+expect("new core declaration" check fail "bump kSdkAbiVersion to ${next}")
 expect("rewriting a recorded version" update fail
-       "refusing to rewrite the record of kSdkAbiVersion ${version}")
+       "refusing to rewrite the record of core ${version}")
 
 # So does a changed value, a string literal's text and a new header.
 fresh_copy()
 edit(version.h "kSdkVersion = \"" "kSdkVersion = \"x")
-expect("changed string literal" check fail "changed without a kSdkAbiVersion bump")
+expect("changed string literal" check fail "the core boundary: declarations changed")
 fresh_copy()
 file(WRITE "${sdk}/added_by_the_abi_test.h" "#pragma once\nint f();\n")
-expect("new header" check fail "changed without a kSdkAbiVersion bump")
+expect("new header" check fail "the core boundary: declarations changed")
 
-# Bumped: no record yet until the update appends one, leaving the old record as it was.
+# Bumped: no record yet until the update appends one, leaving the old records as they were.
 edit(version.h "kSdkAbiVersion = ${version};" "kSdkAbiVersion = ${next};")
-expect("bumped, not recorded" check fail "kSdkAbiVersion ${next} has no record")
+expect("bumped, not recorded" check fail "core ${next} has no record")
 file(READ "${record}" before)
-expect("record the bump" update pass "recorded kSdkAbiVersion ${next}")
-expect("bumped and recorded" check pass "match kSdkAbiVersion ${next}")
+expect("record the bump" update pass "recorded core ${next}")
+expect("bumped and recorded" check pass "core ${next}: declarations match")
 file(READ "${record}" after)
 string(FIND "${after}" "${before}" at)
 if(NOT at EQUAL 0)
   message(FATAL_ERROR "the update rewrote earlier records:\n${before}\n->\n${after}")
 endif()
+expect_in("${seal}" "core ${next} ")
 
-# Going back below a recorded version is refused too.
-edit(version.h "kSdkAbiVersion = ${next};" "kSdkAbiVersion = 1;")
-expect("version below the records" update fail "not above the highest recorded version ${next}")
+# A facet's method appended: that facet alone asks for a minor step; the core is untouched.
+fresh_copy()
+edit(backend_gemm.h "  virtual void gemm_strided_batched(const GemmBatchedArgs& args) = 0;"
+     "  virtual void gemm_strided_batched(const GemmBatchedArgs& args) = 0;\n  virtual void added_by_the_abi_test() = 0;")
+expect("a facet method appended" check fail "backend_gemm.h: declarations changed without a version step")
+expect("a facet method appended" check fail "step its kVersion: {1, 1} when it only appends methods")
+expect("a facet method appended, core untouched" check fail "core ${version}: declarations match")
+edit(backend_gemm.h "kVersion{1, 0}" "kVersion{1, 1}")
+expect("a facet stepped, not recorded" check fail "facet gemm 1.1 has no record")
+expect("record the facet step" update pass "recorded facet gemm 1.1")
+expect("a facet stepped and recorded" check pass "facet gemm 1.1: declarations match")
+expect_in("${record}" "facet gemm 1.0 ")
+expect_in("${seal}" "facet gemm 1.1 ")
+
+# A facet version below its recorded ones is refused.
+edit(backend_gemm.h "kVersion{1, 1}" "kVersion{0, 9}")
+expect("facet version below the records" update fail "facet gemm 0.9 is below the highest recorded version 1.1")
+
+# Going back below a recorded core version is refused too.
+fresh_copy()
+edit(version.h "kSdkAbiVersion = ${version};" "kSdkAbiVersion = 1;")
+expect("version below the records" update fail "core 1 is below the highest recorded version ${next}")
+
+# A record line rewritten by hand fails the check through the seal, whatever the headers say.
+fresh_copy()
+file(READ "${record}" text)
+string(REGEX REPLACE "facet gemm 1\\.0 [0-9a-f]+" "facet gemm 1.0 0123abcd" text "${text}")
+file(WRITE "${record}" "${text}")
+expect("a rewritten record line" check fail "was rewritten: the seal holds 'facet gemm 1.0 ")

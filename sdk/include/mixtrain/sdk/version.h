@@ -1,14 +1,18 @@
 // SDK version, ABI version and build fingerprint.
 //
-// kSdkAbiVersion changes whenever an SDK interface or struct changes layout or meaning; the
-// fingerprint captures what else must match for C++ objects to cross a shared-library boundary.
+// kSdkAbiVersion is the version of the core boundary: what every plugin depends on (the
+// descriptor, the factory signatures, the component interfaces and the types they use). It
+// changes whenever one of those changes layout or meaning, and the registry refuses a plugin of
+// another. The facets (backend_*.h) are versioned on their own, major.minor (facet.h), and the
+// helpers of support/ are compiled into each plugin: neither moves this number. The fingerprint
+// captures what else must match for C++ objects to cross a shared-library boundary.
 //
-// The test sdk_abi_declarations fails when any header under sdk/include/mixtrain/sdk changes a
-// declaration (comments and whitespace aside) while kSdkAbiVersion stays: bump it, add the
-// version's line below, and run `cmake -D MIXTRAIN_ABI_MODE=update -P cmake/MixtrainSdkAbi.cmake`
-// (or `ninja -C build sdk_abi_record`), which appends the new version's digest to
-// sdk/abi/declarations.txt. A change in meaning that leaves every declaration alone needs the bump
-// by hand: the guard only sees text.
+// The test sdk_abi_declarations fails when a core header changes a declaration (comments and
+// whitespace aside) while kSdkAbiVersion stays, or a facet header while its kVersion stays: step
+// the version, add its line below (core) or in the facet's contract (facets), and run
+// `cmake -D MIXTRAIN_ABI_MODE=update -P cmake/MixtrainSdkAbi.cmake` (or `ninja -C build
+// sdk_abi_record`), which appends the new record to sdk/abi/declarations.txt. A change in meaning
+// that leaves every declaration alone needs the step by hand: the guard only sees text.
 #pragma once
 
 #include <cstdint>
@@ -55,8 +59,12 @@ namespace mixtrain::sdk {
 // 13: the sixth interface, Communicator (communicator.h: collectives, handles, ReduceOp,
 // CommunicationError; ComponentKind::communicator), and the native-stream facet
 // (backend_native_stream.h) a device-stream communicator orders its work with; BatchNormFacet 2:
-// the split ops of synchronized batch norm
-inline constexpr std::uint32_t kSdkAbiVersion = 13;
+// the split ops of synchronized batch norm,
+// 14: the core boundary alone: facets versioned major.minor on their own (Facet::version() is a
+// FacetVersion; facets' records start at their versions here: batch_norm 1.1, loss 2.0, every other
+// 1.0), the helpers moved to the static support library (mixtrain/sdk/support), device_backend.h
+// no longer includes the facets (facet_list.h lists them), op_signature declared by each facet
+inline constexpr std::uint32_t kSdkAbiVersion = 14;
 inline constexpr const char* kSdkVersion = "0.1.0";
 inline constexpr const char* kBuildFingerprint = MIXTRAIN_BUILD_FINGERPRINT;
 
