@@ -134,10 +134,11 @@ void PluginRegistry::load_library(const fs::path& path) {
   }
   // Only the first two members are read before both checks pass: their layout never changes.
   if (d->abi_version != sdk::kSdkAbiVersion) {
-    rec.error = "SDK ABI mismatch: the plugin was built against SDK ABI version " +
-                std::to_string(d->abi_version) + ", this mixtrain uses ABI version " +
-                std::to_string(sdk::kSdkAbiVersion) +
-                "; rebuild the plugin against the installed mixtrain SDK";
+    rec.error = "SDK ABI mismatch: " + path.filename().string() +
+                " was built against core ABI version " + std::to_string(d->abi_version) +
+                ", this mixtrain's core ABI is version " + std::to_string(sdk::kSdkAbiVersion) +
+                " (the component interfaces every plugin depends on; facets are versioned apart); "
+                "rebuild the plugin against the installed mixtrain SDK";
     libraries_.push_back(std::move(rec));
     return;
   }
