@@ -27,8 +27,15 @@ std::string_view op_name(GemmOp op) noexcept {
       return "gemm";
     case GemmOp::gemm_strided_batched:
       return "gemm_strided_batched";
+    case GemmOp::gemm_grouped:
+      return "gemm_grouped";
   }
   return "?";
+}
+
+// Every backend has a grouped GEMM: its own gemm, once per member (facet 1.1's default).
+void GemmFacet::gemm_grouped(std::span<const GemmArgs> group) {
+  for (const GemmArgs& args : group) gemm(args);
 }
 
 std::string_view op_name(ActivationOp op) noexcept {

@@ -64,6 +64,7 @@ OpSignature op_signature(GemmOp op) noexcept {
   switch (op) {
     case GemmOp::gemm:
     case GemmOp::gemm_strided_batched:
+    case GemmOp::gemm_grouped:
       return {kOperandx2Out};  // {A, B, C}
   }
   return {};

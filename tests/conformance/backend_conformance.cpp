@@ -606,6 +606,53 @@ TEST_P(Conformance, GemmStridedBatchedEqualsOneGemmPerBatch) {
   }
 }
 
+TEST_P(Conformance, GemmGroupedEqualsOneGemmPerMember) {
+  MIXTRAIN_FACETS(gemm, GemmFacet);
+  // gemm 1.1: three GEMMs of different shapes (and transposes) in one call, against the reference
+  // backend's single GEMMs, member by member.
+  struct Member {
+    std::int64_t m, n, k;
+    bool tb;
+  };
+  const Member members[] = {{7, 5, 9, false}, {16, 3, 4, true}, {1, 11, 6, false}};
+  for (DType dt : {DType::fp32, DType::bf16}) {
+    if (!tested_->capabilities().supports(dt)) continue;
+    if (!tested_gemm->supports(sdk::GemmOp::gemm_grouped, std::vector<DType>{dt, dt, DType::fp32}))
+      continue;
+    std::vector<Pair> as, bs, cs;
+    unsigned seed = 40;
+    for (const Member& mb : members) {
+      as.push_back(upload(random_values(static_cast<std::size_t>(mb.m * mb.k), seed++),
+                          Shape{mb.m, mb.k}, dt));
+      const Shape b_shape = mb.tb ? Shape{mb.n, mb.k} : Shape{mb.k, mb.n};
+      bs.push_back(upload(random_values(static_cast<std::size_t>(mb.k * mb.n), seed++), b_shape, dt));
+      cs.push_back(upload(random_values(static_cast<std::size_t>(mb.m * mb.n), seed++),
+                          Shape{mb.m, mb.n}));
+    }
+    for (int which : {0, 1}) {
+      std::vector<sdk::GemmArgs> group;
+      for (std::size_t i = 0; i < std::size(members); ++i) {
+        auto side = [&](const Pair& p) { return which == 0 ? p.ref->view() : p.tested->view(); };
+        sdk::GemmArgs g;
+        g.a.view = side(as[i]);
+        g.b.view = side(bs[i]);
+        g.b.transpose = members[i].tb;
+        g.c = side(cs[i]);
+        g.alpha = 0.5f;
+        g.beta = 0.25f;
+        group.push_back(g);
+      }
+      if (which == 0)
+        for (const auto& g : group) ref_gemm->gemm(g);  // the reference: one gemm per member
+      else
+        tested_gemm->gemm_grouped(group);
+    }
+    for (std::size_t i = 0; i < std::size(members); ++i)
+      expect_close(cs[i], 2e-5,
+                   "grouped member " + std::to_string(i) + " " + std::string(sdk::dtype_name(dt)));
+  }
+}
+
 // --- attention, embedding and batched GEMM against plain double-precision references ---------
 
 // The value `dtype` stores for v: RNE, as every backend's cast rounds (values here are in range).

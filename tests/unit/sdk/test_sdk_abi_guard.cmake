@@ -63,9 +63,17 @@ file(STRINGS "${MIXTRAIN_SOURCE_DIR}/sdk/include/mixtrain/sdk/version.h" line
 string(REGEX MATCH "kSdkAbiVersion = ([0-9]+)" _ "${line}")
 set(version "${CMAKE_MATCH_1}")
 math(EXPR next "${version} + 1")
+# The facet the facet cases step: residual, at whatever version it is today.
+file(STRINGS "${MIXTRAIN_SOURCE_DIR}/sdk/include/mixtrain/sdk/backend_residual.h" line
+     REGEX "kVersion{[0-9]+, [0-9]+}")
+string(REGEX MATCH "kVersion{([0-9]+), ([0-9]+)}" _ "${line}")
+set(fmajor "${CMAKE_MATCH_1}")
+set(fminor "${CMAKE_MATCH_2}")
+math(EXPR fminor1 "${fminor} + 1")
+math(EXPR fmajor1 "${fmajor} + 1")
 
 expect("first record" update pass "recorded core ${version}")
-expect("first record of a facet" check pass "facet gemm 1.0: declarations match")
+expect("first record of a facet" check pass "facet residual ${fmajor}.${fminor}: declarations match")
 expect("unchanged headers" check pass "core ${version}: declarations match")
 
 # Comments, blank lines, indentation and line breaks are not declarations.
@@ -111,21 +119,23 @@ expect_in("${seal}" "core ${next} ")
 
 # A facet's method appended: that facet alone asks for a minor step; the core is untouched.
 fresh_copy()
-edit(backend_gemm.h "  virtual void gemm_strided_batched(const GemmBatchedArgs& args) = 0;"
-     "  virtual void gemm_strided_batched(const GemmBatchedArgs& args) = 0;\n  virtual void added_by_the_abi_test() = 0;")
-expect("a facet method appended" check fail "backend_gemm.h: declarations changed without a version step")
-expect("a facet method appended" check fail "step its kVersion: {1, 1} when it only appends methods")
+edit(backend_residual.h "  virtual void add(std::span<const TensorView> xs, bool relu, TensorView y) = 0;"
+     "  virtual void add(std::span<const TensorView> xs, bool relu, TensorView y) = 0;\n  virtual void added_by_the_abi_test() = 0;")
+expect("a facet method appended" check fail "backend_residual.h: declarations changed without a version step")
+expect("a facet method appended" check fail "step its kVersion: {${fmajor}, ${fminor1}} when it only appends methods")
+expect("a facet method appended" check fail "{${fmajor1}, 0} for anything else")
 expect("a facet method appended, core untouched" check fail "core ${version}: declarations match")
-edit(backend_gemm.h "kVersion{1, 0}" "kVersion{1, 1}")
-expect("a facet stepped, not recorded" check fail "facet gemm 1.1 has no record")
-expect("record the facet step" update pass "recorded facet gemm 1.1")
-expect("a facet stepped and recorded" check pass "facet gemm 1.1: declarations match")
-expect_in("${record}" "facet gemm 1.0 ")
-expect_in("${seal}" "facet gemm 1.1 ")
+edit(backend_residual.h "kVersion{${fmajor}, ${fminor}}" "kVersion{${fmajor}, ${fminor1}}")
+expect("a facet stepped, not recorded" check fail "facet residual ${fmajor}.${fminor1} has no record")
+expect("record the facet step" update pass "recorded facet residual ${fmajor}.${fminor1}")
+expect("a facet stepped and recorded" check pass "facet residual ${fmajor}.${fminor1}: declarations match")
+expect_in("${record}" "facet residual ${fmajor}.${fminor} ")
+expect_in("${seal}" "facet residual ${fmajor}.${fminor1} ")
 
 # A facet version below its recorded ones is refused.
-edit(backend_gemm.h "kVersion{1, 1}" "kVersion{0, 9}")
-expect("facet version below the records" update fail "facet gemm 0.9 is below the highest recorded version 1.1")
+edit(backend_residual.h "kVersion{${fmajor}, ${fminor1}}" "kVersion{0, 9}")
+expect("facet version below the records" update fail
+       "facet residual 0.9 is below the highest recorded version ${fmajor}.${fminor1}")
 
 # Going back below a recorded core version is refused too.
 fresh_copy()
@@ -135,6 +145,10 @@ expect("version below the records" update fail "core 1 is below the highest reco
 # A record line rewritten by hand fails the check through the seal, whatever the headers say.
 fresh_copy()
 file(READ "${record}" text)
-string(REGEX REPLACE "facet gemm 1\\.0 [0-9a-f]+" "facet gemm 1.0 0123abcd" text "${text}")
-file(WRITE "${record}" "${text}")
-expect("a rewritten record line" check fail "was rewritten: the seal holds 'facet gemm 1.0 ")
+string(REGEX REPLACE "facet residual ${fmajor}\\.${fminor} [0-9a-f]+" "facet residual ${fmajor}.${fminor} 0123abcd"
+       rewritten "${text}")
+if(rewritten STREQUAL text)
+  message(FATAL_ERROR "test setup: no 'facet residual ${fmajor}.${fminor}' line in ${record}")
+endif()
+file(WRITE "${record}" "${rewritten}")
+expect("a rewritten record line" check fail "was rewritten: the seal holds 'facet residual ${fmajor}.${fminor} ")

@@ -7,7 +7,7 @@
 // - Accumulation is FP32 whatever the storage dtypes; tensors are contiguous row-major views into
 //   this backend's memory. A call the backend cannot run raises BackendError listing what it can.
 // - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
-//   minor step only appends methods).
+//   minor step only appends methods). 1.1 appended gemm_grouped (with a default: a loop of gemm).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -63,14 +63,22 @@ struct GemmBatchedArgs {
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // in elements
 };
 
-enum class GemmOp { gemm, gemm_strided_batched };
+enum class GemmOp {
+  gemm,                  // {A, B, C}
+  gemm_strided_batched,  // {A, B, C}
+  // 1.1
+  gemm_grouped,  // {A, B, C}, the same for every GEMM of the group
+};
 MIXTRAIN_SDK_API std::string_view op_name(GemmOp op) noexcept;
+constexpr std::uint16_t introduced_in(GemmOp op) noexcept {
+  return op == GemmOp::gemm_grouped ? 1 : 0;
+}
 MIXTRAIN_SDK_API OpSignature op_signature(GemmOp op) noexcept;
 
 class MIXTRAIN_SDK_API GemmFacet : public Facet {
  public:
   using Op = GemmOp;
-  static constexpr FacetVersion kVersion{1, 0};
+  static constexpr FacetVersion kVersion{1, 1};
   static constexpr std::string_view kName = "gemm";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
@@ -80,6 +88,13 @@ class MIXTRAIN_SDK_API GemmFacet : public Facet {
 
   virtual void gemm(const GemmArgs& args) = 0;
   virtual void gemm_strided_batched(const GemmBatchedArgs& args) = 0;
+
+  // --- 1.1 ---------------------------------------------------------------------------------------
+  // Independent GEMMs of different shapes in one call (a grouped GEMM: a mixture's experts, a
+  // batch of LoRA adapters), each group[i] as for gemm(), all of one {A, B, C} dtype triple; no
+  // output may overlap another GEMM's operands. The default runs gemm() on each in order, so
+  // every backend has it; a backend overrides it to launch the group at once.
+  virtual void gemm_grouped(std::span<const GemmArgs> group);
 
  protected:
   ~GemmFacet() override;  // not owned through the facet: the backend is
