@@ -56,11 +56,11 @@ void AdamWOptimizer::step(sdk::DeviceBackend& /*backend: bind() kept its facet*/
   hyper.grad_scale = ctx.grad_scale;
   if (!groups.decayed.empty()) {
     hyper.weight_decay = weight_decay_;
-    kernels().adamw_update(hyper, groups.decayed);
+    kernels()->adamw_update(hyper, groups.decayed);
   }
   if (!groups.undecayed.empty()) {
     hyper.weight_decay = 0.0f;
-    kernels().adamw_update(hyper, groups.undecayed);
+    kernels()->adamw_update(hyper, groups.undecayed);
   }
   count_applied_step();
 }

@@ -32,6 +32,7 @@ void BackendOptimizer::release() noexcept {
   param_names_.clear();
   backend_ = nullptr;
   kernels_ = nullptr;
+  observer_ = nullptr;
 }
 
 void BackendOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Parameter> params) {
@@ -51,7 +52,8 @@ void BackendOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Pa
   if (found == nullptr) refuse("it has no optimizer facet (this plugin needs " + wanted + ")");
   if (!sdk::facet_serves<sdk::OptimizerFacet>(found, want.minor))
     refuse("its optimizer facet is version " + sdk::to_string(found->version()) +
-           ", this plugin needs " + wanted + ": rebuild the backend and this plugin against one SDK");
+           ", this plugin needs " + wanted +
+           ": rebuild the backend and this plugin against one SDK");
   auto* facet = static_cast<sdk::OptimizerFacet*>(found);
   for (const auto& p : params) {
     const sdk::DType dtypes[2] = {p.tensors.master.dtype, p.tensors.working.empty()
@@ -63,6 +65,7 @@ void BackendOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Pa
   }
   backend_ = &backend;
   kernels_ = facet;
+  observer_ = sdk::facet<sdk::CallObserverFacet>(backend);
   std::size_t bytes = 0;
   for (const auto& p : params) {
     const auto& master = p.tensors.master;
@@ -84,10 +87,10 @@ void BackendOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Pa
                 " bytes of fp32 optimizer state");
 }
 
-sdk::OptimizerFacet& BackendOptimizer::kernels() const {
+sdk::FacetCall<sdk::OptimizerFacet> BackendOptimizer::kernels() const {
   if (kernels_ == nullptr)
     throw std::logic_error("optimizer '" + component_ + "': step() before bind()");
-  return *kernels_;
+  return {kernels_, observer_, sdk::op_name(kernel_)};
 }
 
 BackendOptimizer::Groups BackendOptimizer::grouped(std::span<const sdk::Parameter> params) const {

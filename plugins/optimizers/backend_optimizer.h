@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/sdk/backend_call_observer.h"
+#include "mixtrain/sdk/backend_optimizer_updates.h"
 #include "mixtrain/sdk/optimizer.h"
 #include "mixtrain/sdk/plugin.h"
 
@@ -48,8 +50,9 @@ class BackendOptimizer : public sdk::Optimizer {
  protected:
   BackendOptimizer(std::string component, double lr, std::vector<std::string> slot_names,
                    sdk::OptimizerOp kernel, const sdk::PluginContext& context);
-  // The bound backend's optimizer facet (checked by bind()).
-  sdk::OptimizerFacet& kernels() const;
+  // One call of the bound backend's optimizer facet (checked by bind()), timed when the backend
+  // is profiled: `kernels()->adamw_update(...)`.
+  sdk::FacetCall<sdk::OptimizerFacet> kernels() const;
 
   struct Groups {
     std::vector<sdk::ParamTensors> decayed;
@@ -72,6 +75,7 @@ class BackendOptimizer : public sdk::Optimizer {
   sdk::OptimizerOp kernel_;
   sdk::DeviceBackend* backend_ = nullptr;
   sdk::OptimizerFacet* kernels_ = nullptr;
+  sdk::CallObserverFacet* observer_ = nullptr;  // the profiler's, when profiled
   std::vector<std::string> param_names_;
   std::vector<std::array<sdk::TensorView, kMaxSlots>> slots_;  // per parameter
   std::int64_t applied_steps_ = 0;

@@ -69,11 +69,11 @@ void SgdOptimizer::step(sdk::DeviceBackend& /*backend: bind() kept its facet*/,
   hyper.grad_scale = ctx.grad_scale;
   if (!groups.decayed.empty()) {
     hyper.weight_decay = weight_decay_;
-    kernels().sgd_update(hyper, groups.decayed);
+    kernels()->sgd_update(hyper, groups.decayed);
   }
   if (!groups.undecayed.empty()) {
     hyper.weight_decay = 0.0f;
-    kernels().sgd_update(hyper, groups.undecayed);
+    kernels()->sgd_update(hyper, groups.undecayed);
   }
   count_applied_step();
 }

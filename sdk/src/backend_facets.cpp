@@ -20,6 +20,7 @@ ConvolutionFacet::~ConvolutionFacet() = default;
 DropoutFacet::~DropoutFacet() = default;
 StepGraphFacet::~StepGraphFacet() = default;
 NativeStreamFacet::~NativeStreamFacet() = default;
+CallObserverFacet::~CallObserverFacet() = default;
 
 std::string_view op_name(GemmOp op) noexcept {
   switch (op) {

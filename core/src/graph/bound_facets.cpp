@@ -19,7 +19,7 @@ void bind_all(sdk::DeviceBackend& backend, std::array<sdk::Facet*, sizeof...(Fs)
 }  // namespace
 
 BoundFacets::BoundFacets(sdk::DeviceBackend& backend)
-    : timer_(dynamic_cast<FacetCallTimer*>(&backend)) {
+    : observer_(sdk::facet<sdk::CallObserverFacet>(backend)) {
   bind_all(backend, slots_, sdk::Facets{});
 }
 

@@ -3,6 +3,7 @@
 #include "mixtrain/core/profiling/profiling_backend.h"
 
 #include "mixtrain/core/graph/bound_facets.h"
+#include "mixtrain/sdk/backend_call_observer.h"
 #include "mixtrain/sdk/backend_step_graph.h"
 
 #include <memory>
@@ -20,10 +21,21 @@ namespace {
 
 using sdk::TensorView;
 
-class ProfilingBackendImpl final : public ProfilingBackend, public FacetCallTimer {
+// The profiler's call_observer facet: times each facet call made through a FacetCall.
+class CallTimer final : public sdk::CallObserverFacet {
+ public:
+  explicit CallTimer(profiling::Recorder& recorder) : rec_(recorder) {}
+  void begin_facet_call() noexcept override { rec_.begin(); }
+  void end_facet_call(std::string_view op) noexcept override { rec_.end(op); }
+
+ private:
+  profiling::Recorder& rec_;
+};
+
+class ProfilingBackendImpl final : public ProfilingBackend {
  public:
   explicit ProfilingBackendImpl(std::shared_ptr<sdk::DeviceBackend> inner)
-      : in_(std::move(inner)), rec_(*in_) {}
+      : in_(std::move(inner)), rec_(*in_), timer_(rec_) {}
 
   // --- the profiler ---
   std::vector<ProfileEntry> entries() const override { return rec_.entries(); }
@@ -53,21 +65,20 @@ class ProfilingBackendImpl final : public ProfilingBackend, public FacetCallTime
     rec_.timed("fill", [&] { in_->fill(x, v); });
   }
 
-  // The inner backend's facets themselves: BoundFacets times their calls through this
-  // backend's FacetCallTimer, for every facet alike (bound_facets.h).
+  // The inner backend's facets themselves, and this profiler's call_observer: their calls are
+  // timed where they are made, through a FacetCall (sdk/backend_call_observer.h), for every facet
+  // alike.
   sdk::Facet* find_facet(std::string_view name) override {
     // A profile times each op as it is called; a recorded step graph would hide them all.
     if (name == sdk::StepGraphFacet::kName) return nullptr;
+    if (name == sdk::CallObserverFacet::kName) return &timer_;
     return in_->find_facet(name);
   }
-
-  // --- FacetCallTimer ---
-  void begin_facet_call() noexcept override { rec_.begin(); }
-  void end_facet_call(std::string_view op) noexcept override { rec_.end(op); }
 
  private:
   std::shared_ptr<sdk::DeviceBackend> in_;
   profiling::Recorder rec_;
+  CallTimer timer_;
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "mixtrain/sdk/backend_activation.h"
 #include "mixtrain/sdk/backend_attention.h"
 #include "mixtrain/sdk/backend_batch_norm.h"
+#include "mixtrain/sdk/backend_call_observer.h"
 #include "mixtrain/sdk/backend_convolution.h"
 #include "mixtrain/sdk/backend_dropout.h"
 #include "mixtrain/sdk/backend_embedding.h"
@@ -45,20 +46,21 @@ struct FacetList {
   }
 };
 
-using Facets = FacetList<GemmFacet,               //
-                         ActivationFacet,         //
-                         ResidualFacet,           //
-                         GradientCheckFacet,      //
-                         ForeachFacet,            //
-                         LayerNormFacet,          //
-                         BatchNormFacet,          //
-                         LossFacet,               //
-                         OptimizerFacet,          //
-                         AttentionFacet,          //
-                         EmbeddingFacet,          //
-                         ConvolutionFacet,        //
-                         DropoutFacet,            //
-                         StepGraphFacet,          //
-                         NativeStreamFacet>;
+using Facets = FacetList<GemmFacet,           //
+                         ActivationFacet,     //
+                         ResidualFacet,       //
+                         GradientCheckFacet,  //
+                         ForeachFacet,        //
+                         LayerNormFacet,      //
+                         BatchNormFacet,      //
+                         LossFacet,           //
+                         OptimizerFacet,      //
+                         AttentionFacet,      //
+                         EmbeddingFacet,      //
+                         ConvolutionFacet,    //
+                         DropoutFacet,        //
+                         StepGraphFacet,      //
+                         NativeStreamFacet,   //
+                         CallObserverFacet>;
 
 }  // namespace mixtrain::sdk

@@ -6,11 +6,11 @@
 // - BoundFacets(backend) asks the backend once for every facet of sdk::Facets (facet_list.h) and
 //   keeps those of the major this host speaks (any minor: the plan checks each op's minor through
 //   its needs, backend_needs.h). A default-constructed BoundFacets has none.
-// - call(op) and get<F>() return a FacetCall: use it as a pointer to the facet, for one call
+// - call(op) and get<F>() return an sdk::FacetCall: use it as a pointer to the facet, for one call
 //   (`facets.call(sdk::GemmOp::gemm)->gemm(args)`). A facet the plan did not check is a bug in
 //   the host: std::logic_error naming it. find<F>() is for optional facets: nullptr when absent.
-// - Profiling is generated here, for every facet alike: when the backend is a FacetCallTimer (the
-//   ProfilingBackend), each FacetCall times its one call, until the backend has finished it,
+// - Profiling, for every facet alike: when the backend has a call_observer facet (the
+//   ProfilingBackend does), each FacetCall times its one call, until the backend has finished it,
 //   under the op's name: call(op) gives op_name(op), get<F>("pool2d_forward") the name it is
 //   given, get<F>() the facet's ("attention"). The names are the facets' method names, as the
 //   profile has always shown them.
@@ -19,7 +19,6 @@
 
 #include <array>
 #include <cstddef>
-#include <exception>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -30,41 +29,6 @@
 #include "mixtrain/sdk/facet_list.h"
 
 namespace mixtrain::core {
-
-// What times each facet call (the profiler): begin() before the call, end() after it returns.
-class FacetCallTimer {
- public:
-  virtual void begin_facet_call() noexcept = 0;
-  // Waits for the call on the device and adds its time under `op`; never throws (a device error
-  // surfaces at the next backend call).
-  virtual void end_facet_call(std::string_view op) noexcept = 0;
-
- protected:
-  ~FacetCallTimer() = default;
-};
-
-// One call of facet F: a pointer to it that, while profiling, times the call it is used for.
-template <class F>
-class [[nodiscard]] FacetCall {
- public:
-  FacetCall(F* facet, FacetCallTimer* timer, std::string_view op) noexcept
-      : facet_(facet), timer_(timer), op_(op) {
-    if (timer_ != nullptr) timer_->begin_facet_call();
-  }
-  FacetCall(const FacetCall&) = delete;
-  FacetCall& operator=(const FacetCall&) = delete;
-  ~FacetCall() {
-    // A call that threw is not timed: its exception is on its way out.
-    if (timer_ != nullptr && std::uncaught_exceptions() == 0) timer_->end_facet_call(op_);
-  }
-  F* operator->() const noexcept { return facet_; }
-  F& operator*() const noexcept { return *facet_; }
-
- private:
-  F* facet_;
-  FacetCallTimer* timer_;
-  std::string_view op_;
-};
 
 // The facet class whose op enum is Op, from the list.
 template <class Op, class List = sdk::Facets>
@@ -91,13 +55,13 @@ class BoundFacets {
   // `op` names the call in profiles: the method's name where its facet has no op enum value for
   // it (a query such as pool2d_workspace_bytes), else call(op) says it.
   template <class F>
-  FacetCall<F> get(std::string_view op = F::kName) const {
-    return {&required<F>(), timer_, op};
+  sdk::FacetCall<F> get(std::string_view op = F::kName) const {
+    return {&required<F>(), observer_, op};
   }
   template <class Op>
-  FacetCall<typename FacetOf<Op>::type> call(Op op) const {
+  sdk::FacetCall<typename FacetOf<Op>::type> call(Op op) const {
     using F = typename FacetOf<Op>::type;
-    return {&required<F>(), timer_, sdk::op_name(op)};
+    return {&required<F>(), observer_, sdk::op_name(op)};
   }
   template <class F>
   F* find() const noexcept {
@@ -116,7 +80,7 @@ class BoundFacets {
   }
 
   std::array<sdk::Facet*, sdk::Facets::size> slots_{};
-  FacetCallTimer* timer_ = nullptr;
+  sdk::CallObserverFacet* observer_ = nullptr;
 };
 
 }  // namespace mixtrain::core
