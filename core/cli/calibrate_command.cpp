@@ -10,8 +10,8 @@
 #include "mixtrain/core/precision/calibration.h"
 #include "mixtrain/core/precision/calibration_table.h"
 #include "mixtrain/core/precision/recommendation.h"
-#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "model_session.h"
 #include "output_file.h"
 

@@ -13,9 +13,9 @@
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/checkpoint/path.h"
-#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/checkpoint_format.h"
 #include "mixtrain/sdk/dtype.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "model_session.h"
 #include "output_file.h"
 

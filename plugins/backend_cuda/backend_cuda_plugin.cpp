@@ -11,9 +11,9 @@
 
 #include "cuda_backend_options.h"
 #include "mixtrain/sdk/device_backend.h"
-#include "mixtrain/sdk/support/elf_file_check.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/plugin.h"
+#include "mixtrain/sdk/support/elf_file_check.h"
 
 namespace {
 

@@ -12,10 +12,10 @@
 
 #include <cstdint>
 
-#include "mixtrain/sdk/support/backend_argument_checks.h"
 #include "mixtrain/sdk/backend_attention.h"
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/facet_list.h"
+#include "mixtrain/sdk/support/backend_argument_checks.h"
 
 namespace mixtrain::backend_cuda {
 

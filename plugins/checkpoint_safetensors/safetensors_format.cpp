@@ -17,8 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/support/float_formats.h"
 #include "mixtrain/sdk/support/unique_fd.h"
 

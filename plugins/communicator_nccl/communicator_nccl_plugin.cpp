@@ -11,9 +11,9 @@
 #include <string>
 
 #include "mixtrain/sdk/communicator.h"
-#include "mixtrain/sdk/support/elf_file_check.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/plugin.h"
+#include "mixtrain/sdk/support/elf_file_check.h"
 #include "nccl_options.h"
 
 namespace {

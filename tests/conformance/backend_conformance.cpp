@@ -625,9 +625,10 @@ TEST_P(Conformance, GemmGroupedEqualsOneGemmPerMember) {
       as.push_back(upload(random_values(static_cast<std::size_t>(mb.m * mb.k), seed++),
                           Shape{mb.m, mb.k}, dt));
       const Shape b_shape = mb.tb ? Shape{mb.n, mb.k} : Shape{mb.k, mb.n};
-      bs.push_back(upload(random_values(static_cast<std::size_t>(mb.k * mb.n), seed++), b_shape, dt));
-      cs.push_back(upload(random_values(static_cast<std::size_t>(mb.m * mb.n), seed++),
-                          Shape{mb.m, mb.n}));
+      bs.push_back(
+          upload(random_values(static_cast<std::size_t>(mb.k * mb.n), seed++), b_shape, dt));
+      cs.push_back(
+          upload(random_values(static_cast<std::size_t>(mb.m * mb.n), seed++), Shape{mb.m, mb.n}));
     }
     for (int which : {0, 1}) {
       std::vector<sdk::GemmArgs> group;

@@ -38,17 +38,16 @@ std::optional<std::string> unmet(sdk::DeviceBackend& backend, const BackendNeed&
         using Facet = typename FacetOf<decltype(op)>::type;
         const std::string name(Facet::kName);
         const sdk::FacetVersion want = needed<Facet>(op);
-        const std::string wanted = sdk::to_string(want) + " or a later " +
-                                   std::to_string(want.major) + ".x";
+        const std::string wanted =
+            sdk::to_string(want) + " or a later " + std::to_string(want.major) + ".x";
         sdk::Facet* found = backend.find_facet(Facet::kName);
         if (found == nullptr || found->name() != Facet::kName)
           return "it has no " + name + " facet (this host needs " + wanted + ")";
         const sdk::FacetVersion has = found->version();
         if (has.major != want.major)
-          return "its " + name + " facet is version " + sdk::to_string(has) +
-                 ", built against " + (has.major > want.major ? "a newer" : "an older") +
-                 " SDK; this host speaks " + name + " " + wanted +
-                 ": rebuild the backend plugin against this mixtrain's SDK";
+          return "its " + name + " facet is version " + sdk::to_string(has) + ", built against " +
+                 (has.major > want.major ? "a newer" : "an older") + " SDK; this host speaks " +
+                 name + " " + wanted + ": rebuild the backend plugin against this mixtrain's SDK";
         if (has.minor < want.minor)
           return "its " + name + " facet is version " + sdk::to_string(has) + ", " +
                  std::string(sdk::op_name(op)) + " needs " + wanted +

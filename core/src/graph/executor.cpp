@@ -167,9 +167,9 @@ void Executor::compute_loss(std::int64_t rows, float grad_scale, float label_smo
   TensorView dlogits;
   if (gradients) dlogits = gradient(plan_.logits(), Extent::batch_of(rows), *gradients);
   ProfileScope scope("classifier");
-  facets_.call(sdk::LossOp::softmax_cross_entropy)->softmax_cross_entropy(activation(plan_.logits(), Extent::batch_of(rows)),
-                                           labels(rows), grad_scale, label_smoothing, loss_.view(),
-                                           correct_.view(), dlogits);
+  facets_.call(sdk::LossOp::softmax_cross_entropy)
+      ->softmax_cross_entropy(activation(plan_.logits(), Extent::batch_of(rows)), labels(rows),
+                              grad_scale, label_smoothing, loss_.view(), correct_.view(), dlogits);
 }
 
 LossValues Executor::read_loss() {
@@ -239,7 +239,8 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
       if (w == 0)
         backend_->cast(c, p.target);
       else
-        facets_.call(sdk::ActivationOp::axpy)->axpy(1.0f, c, p.target);  // any storage dtype into FP32
+        facets_.call(sdk::ActivationOp::axpy)
+            ->axpy(1.0f, c, p.target);  // any storage dtype into FP32
       ++w;
     }
     if (grad_ready_ && last_micro_batch)

@@ -1,5 +1,5 @@
-// Recorder: the profiler's table of (scope, op) -> calls and seconds, which every facet call (through
-// BoundFacets) and the backend's own ops add to. Internal to the core (profiling/).
+// Recorder: the profiler's table of (scope, op) -> calls and seconds, which every facet call
+// (through BoundFacets) and the backend's own ops add to. Internal to the core (profiling/).
 //
 // Contract
 // - timed(op, f) runs f; while recording it synchronises the inner backend after f, so the time

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "mixtrain/core/checkpoint/path.h"
-#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 
 namespace mixtrain::core {
 

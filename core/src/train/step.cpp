@@ -106,8 +106,9 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
       model.compute_loss(bs, seed, true);
       if (micro > 1) {
         if (k == 0) b.fill(s.loss_sum.view(), 0.0f);
-        model.facets().call(sdk::ActivationOp::axpy)->axpy(1.0f / static_cast<float>(micro), model.loss_value(),
-                              s.loss_sum.view());
+        model.facets()
+            .call(sdk::ActivationOp::axpy)
+            ->axpy(1.0f / static_cast<float>(micro), model.loss_value(), s.loss_sum.view());
       }
       model.backward(bs, backward_visit);
     });
@@ -127,11 +128,15 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   const float unscale =
       dp == nullptr ? 1.0f / scale : 1.0f / (scale * static_cast<float>(dp->world()));
   if (request.wants_norm) {
-    const auto check = model.facets().call(sdk::GradientCheckOp::unscale_check_and_sum_squares)->unscale_check_and_sum_squares(s.grads, unscale);
+    const auto check = model.facets()
+                           .call(sdk::GradientCheckOp::unscale_check_and_sum_squares)
+                           ->unscale_check_and_sum_squares(s.grads, unscale);
     found_inf = check.found_inf;
     grad_sum_squares = check.sum_of_squares;
   } else {
-    found_inf = model.facets().call(sdk::GradientCheckOp::unscale_and_check_finite)->unscale_and_check_finite(s.grads, unscale);
+    found_inf = model.facets()
+                    .call(sdk::GradientCheckOp::unscale_and_check_finite)
+                    ->unscale_and_check_finite(s.grads, unscale);
   }
   // The device is idle now, so what the host reads next costs no pipeline stall: the delayed
   // FP8 amaxes of this step's casts, and the loss where this step reports or keeps it.

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <string>
 
-#include "mixtrain/sdk/support/backend_argument_checks.h"
 #include "mixtrain/sdk/backend_attention.h"
+#include "mixtrain/sdk/support/backend_argument_checks.h"
 
 namespace mixtrain::sdk {
 

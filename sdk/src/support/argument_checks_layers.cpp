@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <string>
 
-#include "mixtrain/sdk/support/backend_argument_checks.h"
 #include "mixtrain/sdk/backend_batch_norm.h"
 #include "mixtrain/sdk/backend_convolution.h"
+#include "mixtrain/sdk/support/backend_argument_checks.h"
 
 namespace mixtrain::sdk {
 

@@ -12,11 +12,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "mixtrain/sdk/support/backend_argument_checks.h"
 #include "mixtrain/sdk/backend_attention.h"
 #include "mixtrain/sdk/backend_batch_norm.h"
 #include "mixtrain/sdk/backend_convolution.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/support/backend_argument_checks.h"
 #include "mixtrain/sdk/support/gemm_plan_key.h"
 #include "mixtrain/sdk/support/unique_fd.h"
 

@@ -72,9 +72,13 @@ void AddLayer::forward_by_axpy(std::span<const TensorView> xs, TensorView y, std
     backend_->copy(acc, xs[0]);
   else
     backend_->cast(xs[0], acc);
-  for (std::size_t i = 1; i < xs.size(); ++i) facets().call(sdk::ActivationOp::axpy)->axpy(1.0f, xs[i], acc);
+  for (std::size_t i = 1; i < xs.size(); ++i)
+    facets().call(sdk::ActivationOp::axpy)->axpy(1.0f, xs[i], acc);
   if (acc.data != y.data) backend_->cast(acc, y);
-  if (relu_) facets().call(sdk::ActivationOp::activation_forward)->activation_forward(sdk::Activation::relu, y, y);
+  if (relu_)
+    facets()
+        .call(sdk::ActivationOp::activation_forward)
+        ->activation_forward(sdk::Activation::relu, y, y);
 }
 
 void AddLayer::backward_inputs(std::span<const TensorView>, TensorView dy,
@@ -89,14 +93,18 @@ void AddLayer::backward_inputs(std::span<const TensorView>, TensorView dy,
       continue;
     }
     if (relu_)
-      facets().call(sdk::ActivationOp::activation_backward)->activation_backward(sdk::Activation::relu, output(rows), dy, dx);
+      facets()
+          .call(sdk::ActivationOp::activation_backward)
+          ->activation_backward(sdk::Activation::relu, output(rows), dy, dx);
     else if (dx.dtype == dy.dtype)
       backend_->copy(dx, dy);
     else
       backend_->cast(dy, dx);
   }
   if (aliased != nullptr && relu_)
-    facets().call(sdk::ActivationOp::activation_backward)->activation_backward(sdk::Activation::relu, output(rows), dy, dy);
+    facets()
+        .call(sdk::ActivationOp::activation_backward)
+        ->activation_backward(sdk::Activation::relu, output(rows), dy, dy);
 }
 
 // --- Definition ----------------------------------------------------------------------------------

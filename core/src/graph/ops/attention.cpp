@@ -104,14 +104,18 @@ void AttentionLayer::forward(TensorView x, std::int64_t rows) {
   const DType act = storage_of(precision_.activation);
   const std::int64_t part = bh * t * d;
   const sdk::HeadLayout qkv{n, t, heads_, d, 3, 0, 0};
-  facets().call(sdk::AttentionOp::split_heads)->split_heads(x, qkv, {qkv_heads_.view().data, g, sdk::Shape{3 * part}});
+  facets()
+      .call(sdk::AttentionOp::split_heads)
+      ->split_heads(x, qkv, {qkv_heads_.view().data, g, sdk::Shape{3 * part}});
   const TensorView q = at(qkv_heads_, g, 0, t, d), k = at(qkv_heads_, g, part, t, d),
                    v = at(qkv_heads_, g, 2 * part, t, d);
   // S = q·kᵀ in FP32, then P = softmax(S/√D) in place, FP32.
   const TensorView s = at(probs_, DType::fp32, 0, t, t);
   batched(facets(), precision_.gemm_input, q, false, t * d, k, true, t * d, s, t * t, bh);
   const TensorView all_s{probs_.view().data, DType::fp32, sdk::Shape{bh * t * t}};
-  facets().call(sdk::AttentionOp::softmax_forward)->softmax_forward(all_s, {bh, t, t, true}, scale_, all_s);
+  facets()
+      .call(sdk::AttentionOp::softmax_forward)
+      ->softmax_forward(all_s, {bh, t, t, true}, scale_, all_s);
   // O = P·v, with P rounded to the GEMM dtype only as this product's operand.
   TensorView p = s;
   if (g != DType::fp32) {
@@ -122,7 +126,9 @@ void AttentionLayer::forward(TensorView x, std::int64_t rows) {
   const TensorView o = at(context_, act, 0, t, d);
   batched(facets(), precision_.gemm_input, p, false, t * t, v, false, t * d, o, t * d, bh);
   const sdk::HeadLayout ctx{n, t, heads_, d, 1, 0, 0};
-  facets().call(sdk::AttentionOp::merge_heads)->merge_heads({context_.view().data, act, sdk::Shape{part}}, ctx, output(rows));
+  facets()
+      .call(sdk::AttentionOp::merge_heads)
+      ->merge_heads({context_.view().data, act, sdk::Shape{part}}, ctx, output(rows));
 }
 
 void AttentionLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
@@ -136,7 +142,9 @@ void AttentionLayer::backward(TensorView, TensorView dy, TensorView dx, std::int
   const TensorView q = at(qkv_heads_, g, 0, t, d), k = at(qkv_heads_, g, part, t, d),
                    v = at(qkv_heads_, g, 2 * part, t, d);
   const sdk::HeadLayout ctx{n, t, heads_, d, 1, 0, 0};
-  facets().call(sdk::AttentionOp::split_heads)->split_heads(dy, ctx, {context_.view().data, g, sdk::Shape{part}});
+  facets()
+      .call(sdk::AttentionOp::split_heads)
+      ->split_heads(dy, ctx, {context_.view().data, g, sdk::Shape{part}});
   const TensorView d_o = at(context_, g, 0, t, d);
   // dP = dO·vᵀ (FP32); dv = Pᵀ·dO.
   const TensorView dp = at(dprobs_, DType::fp32, 0, t, t);
@@ -149,7 +157,9 @@ void AttentionLayer::backward(TensorView, TensorView dy, TensorView dx, std::int
   // dS = P ∘ (dP − rowsum(dP ∘ P)) / √D, FP32, in place.
   const TensorView all_dp{dprobs_.view().data, DType::fp32, sdk::Shape{bh * t * t}};
   const TensorView all_p{probs_.view().data, DType::fp32, sdk::Shape{bh * t * t}};
-  facets().call(sdk::AttentionOp::softmax_backward)->softmax_backward(all_p, all_dp, {bh, t, t, true}, scale_, all_dp);
+  facets()
+      .call(sdk::AttentionOp::softmax_backward)
+      ->softmax_backward(all_p, all_dp, {bh, t, t, true}, scale_, all_dp);
   TensorView ds = dp;
   if (g != DType::fp32) {
     backend_->cast(all_dp, {probs_gemm_.view().data, g, sdk::Shape{bh * t * t}});
@@ -159,7 +169,9 @@ void AttentionLayer::backward(TensorView, TensorView dy, TensorView dx, std::int
   batched(facets(), gc, ds, false, t * t, k, false, t * d, dq, t * d, bh);
   batched(facets(), gc, ds, true, t * t, q, false, t * d, dk, t * d, bh);
   const sdk::HeadLayout qkv{n, t, heads_, d, 3, 0, 0};
-  facets().call(sdk::AttentionOp::merge_heads)->merge_heads({dqkv_heads_.view().data, dxt, sdk::Shape{3 * part}}, qkv, dx);
+  facets()
+      .call(sdk::AttentionOp::merge_heads)
+      ->merge_heads({dqkv_heads_.view().data, dxt, sdk::Shape{3 * part}}, qkv, dx);
 }
 
 void AttentionLayer::begin_decode(std::int64_t capacity) {
@@ -189,15 +201,19 @@ void AttentionLayer::decode_forward(TensorView x, std::int64_t rows) {
   const DType g = gemm_dtype();
   const DType act = storage_of(precision_.activation);
   const std::int64_t part = heads_ * cap * d;
-  facets().call(sdk::AttentionOp::split_heads)->split_heads(x, {1, nt, heads_, d, 3, cap, cache_length_},
-                   {cache_.view().data, g, sdk::Shape{3 * part}});
+  facets()
+      .call(sdk::AttentionOp::split_heads)
+      ->split_heads(x, {1, nt, heads_, d, 3, cap, cache_length_},
+                    {cache_.view().data, g, sdk::Shape{3 * part}});
   const TensorView q = at(cache_, g, cache_length_ * d, nt, d), k = at(cache_, g, part, len, d),
                    v = at(cache_, g, 2 * part, len, d);
   const TensorView s = at(probs_, DType::fp32, 0, nt, len);
   batched(facets(), precision_.gemm_input, q, false, cap * d, k, true, cap * d, s, nt * len,
           heads_);
   const TensorView all_s{probs_.view().data, DType::fp32, sdk::Shape{heads_ * nt * len}};
-  facets().call(sdk::AttentionOp::softmax_forward)->softmax_forward(all_s, {heads_, nt, len, true}, scale_, all_s);
+  facets()
+      .call(sdk::AttentionOp::softmax_forward)
+      ->softmax_forward(all_s, {heads_, nt, len, true}, scale_, all_s);
   TensorView p = s;
   if (g != DType::fp32) {
     backend_->cast(all_s, {probs_gemm_.view().data, g, sdk::Shape{heads_ * nt * len}});
@@ -206,8 +222,10 @@ void AttentionLayer::decode_forward(TensorView x, std::int64_t rows) {
   const TensorView o = at(context_, act, 0, nt, d);
   batched(facets(), precision_.gemm_input, p, false, nt * len, v, false, cap * d, o, nt * d,
           heads_);
-  facets().call(sdk::AttentionOp::merge_heads)->merge_heads({context_.view().data, act, sdk::Shape{heads_ * nt * d}},
-                   {1, nt, heads_, d, 1, 0, 0}, output(rows));
+  facets()
+      .call(sdk::AttentionOp::merge_heads)
+      ->merge_heads({context_.view().data, act, sdk::Shape{heads_ * nt * d}},
+                    {1, nt, heads_, d, 1, 0, 0}, output(rows));
   cache_length_ = len;
 }
 

@@ -66,8 +66,9 @@ void BatchNorm2dLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backe
   sum_dy_xhat_ = Tensor(backend, DType::fp32, sdk::Shape{channels_});
   // Sized for the largest batch (a backend's workspace may grow with the batch).
   const std::int64_t max_batch = max_rows / (channels_ * height_);
-  workspace_.allocate(
-      backend, facets().get<sdk::BatchNormFacet>("batchnorm_workspace_bytes")->batchnorm_workspace_bytes(shape_at(max_batch), dtype()));
+  workspace_.allocate(backend, facets()
+                                   .get<sdk::BatchNormFacet>("batchnorm_workspace_bytes")
+                                   ->batchnorm_workspace_bytes(shape_at(max_batch), dtype()));
 }
 
 void BatchNorm2dLayer::init_parameters(std::uint64_t) {
@@ -118,12 +119,16 @@ void BatchNorm2dLayer::forward(TensorView x, std::int64_t rows) {
   if (training() && synchronized())
     forward_synchronized(xs, y, shape);
   else if (training())
-    facets().call(sdk::BatchNormOp::batchnorm_forward_training)->batchnorm_forward_training(xs, gamma(), beta(), shape, momentum_, y, save_mean_.view(),
-                                    save_var_.view(), buffers_[0].value.view(),
-                                    buffers_[1].value.view(), workspace_.view());
+    facets()
+        .call(sdk::BatchNormOp::batchnorm_forward_training)
+        ->batchnorm_forward_training(xs, gamma(), beta(), shape, momentum_, y, save_mean_.view(),
+                                     save_var_.view(), buffers_[0].value.view(),
+                                     buffers_[1].value.view(), workspace_.view());
   else
-    facets().call(sdk::BatchNormOp::batchnorm_forward_inference)->batchnorm_forward_inference(xs, gamma(), beta(), buffers_[0].value.view(),
-                                     buffers_[1].value.view(), shape, y);
+    facets()
+        .call(sdk::BatchNormOp::batchnorm_forward_inference)
+        ->batchnorm_forward_inference(xs, gamma(), beta(), buffers_[0].value.view(),
+                                      buffers_[1].value.view(), shape, y);
 }
 
 void BatchNorm2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
@@ -148,11 +153,12 @@ void BatchNorm2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::i
     backward_synchronized(dys, {x_cl_.data, x_cl_.dtype, flat}, {out.data, out.dtype, flat}, shape,
                           target, accumulate);
   else
-    facets().call(sdk::BatchNormOp::batchnorm_backward)->batchnorm_backward(
-        dys, {x_cl_.data, x_cl_.dtype, flat}, {out.data, out.dtype, flat}, gamma(),
-        save_mean_.view(), save_var_.view(), shape, workspace_.view(), target,
-        affine_ ? params_[0].grad.view() : TensorView{},
-        affine_ ? params_[1].grad.view() : TensorView{}, accumulate);
+    facets()
+        .call(sdk::BatchNormOp::batchnorm_backward)
+        ->batchnorm_backward(dys, {x_cl_.data, x_cl_.dtype, flat}, {out.data, out.dtype, flat},
+                             gamma(), save_mean_.view(), save_var_.view(), shape, workspace_.view(),
+                             target, affine_ ? params_[0].grad.view() : TensorView{},
+                             affine_ ? params_[1].grad.view() : TensorView{}, accumulate);
   if (dx.empty() || direct) return;
   if (input_.plain())  // the permute rounds into dx's dtype once
     input_.finish_grad(facets(), target, dx);
@@ -174,7 +180,9 @@ std::vector<float> to_host_floats(sdk::DeviceBackend& b, TensorView v) {
 
 void BatchNorm2dLayer::forward_synchronized(TensorView xs, TensorView y,
                                             const sdk::BatchNormShape& s) {
-  facets().call(sdk::BatchNormOp::batchnorm_statistics)->batchnorm_statistics(xs, s, save_mean_.view(), save_var_.view());
+  facets()
+      .call(sdk::BatchNormOp::batchnorm_statistics)
+      ->batchnorm_statistics(xs, s, save_mean_.view(), save_var_.view());
   const auto c = static_cast<std::size_t>(channels_);
   const std::vector<float> mean = to_host_floats(*backend_, save_mean_.view());
   const std::vector<float> var = to_host_floats(*backend_, save_var_.view());
@@ -201,7 +209,9 @@ void BatchNorm2dLayer::forward_synchronized(TensorView xs, TensorView y,
   }
   backend_->copy_from_host(save_mean_.view(), gmean.data());
   backend_->copy_from_host(save_var_.view(), gvar.data());
-  facets().call(sdk::BatchNormOp::batchnorm_forward_inference)->batchnorm_forward_inference(xs, gamma(), beta(), save_mean_.view(), save_var_.view(), s, y);
+  facets()
+      .call(sdk::BatchNormOp::batchnorm_forward_inference)
+      ->batchnorm_forward_inference(xs, gamma(), beta(), save_mean_.view(), save_var_.view(), s, y);
   // PyTorch's running statistics, from the global batch: r = (1 − m)·r + m·s, in double.
   const TensorView rm = buffers_[0].value.view(), rv = buffers_[1].value.view();
   std::vector<float> r_mean = to_host_floats(*backend_, rm), r_var = to_host_floats(*backend_, rv);
@@ -218,8 +228,10 @@ void BatchNorm2dLayer::backward_synchronized(TensorView dys, TensorView xs, Tens
                                              const sdk::BatchNormShape& s, TensorView dx,
                                              bool accumulate) {
   const TensorView mask = s.relu ? y : TensorView{};
-  facets().call(sdk::BatchNormOp::batchnorm_backward_reduce)->batchnorm_backward_reduce(dys, xs, mask, save_mean_.view(), save_var_.view(), s,
-                                 sum_dy_.view(), sum_dy_xhat_.view());
+  facets()
+      .call(sdk::BatchNormOp::batchnorm_backward_reduce)
+      ->batchnorm_backward_reduce(dys, xs, mask, save_mean_.view(), save_var_.view(), s,
+                                  sum_dy_.view(), sum_dy_xhat_.view());
   const auto c = static_cast<std::size_t>(channels_);
   const std::vector<float> sum_dy = to_host_floats(*backend_, sum_dy_.view());
   const std::vector<float> sum_dy_xhat = to_host_floats(*backend_, sum_dy_xhat_.view());
@@ -250,8 +262,10 @@ void BatchNorm2dLayer::backward_synchronized(TensorView dys, TensorView xs, Tens
   }
   backend_->copy_from_host(sum_dy_.view(), mean_dy.data());
   backend_->copy_from_host(sum_dy_xhat_.view(), mean_dy_xhat.data());
-  facets().call(sdk::BatchNormOp::batchnorm_backward_elementwise)->batchnorm_backward_elementwise(dys, xs, mask, gamma(), save_mean_.view(), save_var_.view(),
-                                      sum_dy_.view(), sum_dy_xhat_.view(), s, dx);
+  facets()
+      .call(sdk::BatchNormOp::batchnorm_backward_elementwise)
+      ->batchnorm_backward_elementwise(dys, xs, mask, gamma(), save_mean_.view(), save_var_.view(),
+                                       sum_dy_.view(), sum_dy_xhat_.view(), s, dx);
 }
 
 // --- Definition ----------------------------------------------------------------------------------

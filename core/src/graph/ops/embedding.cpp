@@ -41,14 +41,18 @@ std::vector<BackendNeed> EmbeddingLayer::backend_needs(DType) const {
 void EmbeddingLayer::forward(TensorView x, std::int64_t rows) {
   // x is ids [N, T] int32, y is [N·T, C]
   const TensorView ids{x.data, DType::int32, sdk::Shape{rows}};
-  facets().call(sdk::EmbeddingOp::gather)->gather(ids, params_[0].master.view(), output(rows), false);
+  facets()
+      .call(sdk::EmbeddingOp::gather)
+      ->gather(ids, params_[0].master.view(), output(rows), false);
 }
 
 void EmbeddingLayer::backward(TensorView x, TensorView dy, TensorView, std::int64_t rows) {
   // dW[v] (+)= Σ_{r: ids[r] = v} dy[r]; a tied LM head may have written the first contribution.
   const TensorView ids{x.data, DType::int32, sdk::Shape{rows}};
   ModelParameter& w = params_[0];
-  facets().call(sdk::EmbeddingOp::scatter_add)->scatter_add(ids, dy, w.grad.view(), w.take_grad_beta());
+  facets()
+      .call(sdk::EmbeddingOp::scatter_add)
+      ->scatter_add(ids, dy, w.grad.view(), w.take_grad_beta());
 }
 
 // --- position_embedding --------------------------------------------------------------------------
@@ -125,7 +129,9 @@ void PositionEmbeddingLayer::forward(TensorView x, std::int64_t rows) {
 
 void PositionEmbeddingLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
   ModelParameter& w = params_[0];
-  facets().call(sdk::EmbeddingOp::scatter_add)->scatter_add(ids_for(rows), dy, w.grad.view(), w.take_grad_beta());
+  facets()
+      .call(sdk::EmbeddingOp::scatter_add)
+      ->scatter_add(ids_for(rows), dy, w.grad.view(), w.take_grad_beta());
   if (dx.empty()) return;
   if (dx.dtype == dy.dtype)
     backend_->copy(dx, dy);

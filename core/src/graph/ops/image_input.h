@@ -50,7 +50,8 @@ class ChannelsLastInput {
     return grow(backend, bwd_, dx.dtype, shape);
   }
   void finish_grad(const BoundFacets& facets, sdk::TensorView target, sdk::TensorView dx) {
-    if (plain_) facets.call(sdk::ConvolutionOp::to_channels_first)->to_channels_first(target, c_, h_, w_, dx);
+    if (plain_)
+      facets.call(sdk::ConvolutionOp::to_channels_first)->to_channels_first(target, c_, h_, w_, dx);
   }
 
  private:

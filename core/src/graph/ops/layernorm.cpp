@@ -38,9 +38,10 @@ std::vector<BackendNeed> LayerNormLayer::backend_needs(DType input) const {
 }
 
 void LayerNormLayer::forward(TensorView x, std::int64_t rows) {
-  facets().call(sdk::LayerNormOp::layernorm_forward)->layernorm_forward(x, params_[0].master.view(), params_[1].master.view(),
-                                             eps_, output(rows), prefix(mean_, rows),
-                                             prefix(rstd_, rows));
+  facets()
+      .call(sdk::LayerNormOp::layernorm_forward)
+      ->layernorm_forward(x, params_[0].master.view(), params_[1].master.view(), eps_, output(rows),
+                          prefix(mean_, rows), prefix(rstd_, rows));
 }
 
 void LayerNormLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
@@ -53,9 +54,11 @@ void LayerNormLayer::backward(TensorView x, TensorView dy, TensorView dx, std::i
   // weight and bias are written together, so they start a step together.
   const bool accumulate = params_[0].take_grad_beta() != 0.0f;
   params_[1].take_grad_beta();
-  facets().call(sdk::LayerNormOp::layernorm_backward)->layernorm_backward(
-      dy, x, params_[0].master.view(), prefix(mean_, rows), prefix(rstd_, rows), dx_target,
-      params_[0].grad.view(), params_[1].grad.view(), accumulate);
+  facets()
+      .call(sdk::LayerNormOp::layernorm_backward)
+      ->layernorm_backward(dy, x, params_[0].master.view(), prefix(mean_, rows),
+                           prefix(rstd_, rows), dx_target, params_[0].grad.view(),
+                           params_[1].grad.view(), accumulate);
 }
 
 // --- Definition ----------------------------------------------------------------------------------

@@ -165,7 +165,9 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
   gw.compute = precision_.gemm_input;
   facets().call(sdk::GemmOp::gemm)->gemm(gw);
   if (bias_)
-    facets().call(sdk::ActivationOp::bias_grad)->bias_grad(dy, bias().grad.view(), bias().take_grad_beta() != 0.0f);
+    facets()
+        .call(sdk::ActivationOp::bias_grad)
+        ->bias_grad(dy, bias().grad.view(), bias().take_grad_beta() != 0.0f);
   if (!dx.empty()) {
     // dx[rows, in] = dy[rows, out] · W[out, in]
     sdk::GemmArgs gx;

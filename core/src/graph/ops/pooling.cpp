@@ -45,7 +45,9 @@ void Pool2dLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
     return;
   }
   const sdk::Pool2dGeometry g = at_rows(max_rows);
-  workspace_.allocate(backend, facets().get<sdk::ConvolutionFacet>("pool2d_workspace_bytes")->pool2d_workspace_bytes(g, dtype()));
+  workspace_.allocate(backend, facets()
+                                   .get<sdk::ConvolutionFacet>("pool2d_workspace_bytes")
+                                   ->pool2d_workspace_bytes(g, dtype()));
 }
 
 std::vector<BackendNeed> Pool2dLayer::backend_needs(DType input) const {
@@ -66,8 +68,9 @@ void Pool2dLayer::forward(TensorView x, std::int64_t rows) {
   const TensorView out = output(rows);
   const TensorView y{out.data, out.dtype,
                      sdk::Shape{g.batch, g.out_height(), g.out_width(), g.channels}};
-  facets().call(sdk::ConvolutionOp::pool2d_forward)->pool2d_forward(g, x_cl_, y,
-                                           training() ? workspace_.view() : TensorView{});
+  facets()
+      .call(sdk::ConvolutionOp::pool2d_forward)
+      ->pool2d_forward(g, x_cl_, y, training() ? workspace_.view() : TensorView{});
 }
 
 void Pool2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
@@ -79,8 +82,10 @@ void Pool2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
   const TensorView dys = as_dtype({dy.data, dy.dtype, y_shape}, grad, dy_scratch_);
   const TensorView out = output(rows);
   const TensorView target = input_.grad_target(backend_, dx, g.batch);
-  facets().call(sdk::ConvolutionOp::pool2d_backward)->pool2d_backward(g, dys, x_cl_, {out.data, out.dtype, y_shape},
-                                            workspace_.view(), {target.data, grad, x_shape});
+  facets()
+      .call(sdk::ConvolutionOp::pool2d_backward)
+      ->pool2d_backward(g, dys, x_cl_, {out.data, out.dtype, y_shape}, workspace_.view(),
+                        {target.data, grad, x_shape});
   input_.finish_grad(facets(), target, dx);
 }
 

@@ -35,12 +35,17 @@ std::vector<BackendNeed> ChannelsFirstLayer::backend_needs(sdk::DType input) con
 }
 
 void ChannelsFirstLayer::forward(sdk::TensorView x, std::int64_t rows) {
-  facets().call(sdk::ConvolutionOp::to_channels_first)->to_channels_first(x, channels_, height_, width_, output(rows));
+  facets()
+      .call(sdk::ConvolutionOp::to_channels_first)
+      ->to_channels_first(x, channels_, height_, width_, output(rows));
 }
 
 void ChannelsFirstLayer::backward(sdk::TensorView, sdk::TensorView dy, sdk::TensorView dx,
                                   std::int64_t) {
-  if (!dx.empty()) facets().call(sdk::ConvolutionOp::to_channels_last)->to_channels_last(dy, channels_, height_, width_, dx);
+  if (!dx.empty())
+    facets()
+        .call(sdk::ConvolutionOp::to_channels_last)
+        ->to_channels_last(dy, channels_, height_, width_, dx);
 }
 
 namespace {

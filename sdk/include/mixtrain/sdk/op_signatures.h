@@ -36,7 +36,6 @@ struct OpSignature {
   bool one_dtype = false;
 };
 
-
 MIXTRAIN_SDK_API bool signature_accepts(const OpSignature& sig,
                                         std::span<const DType> dtypes) noexcept;
 

@@ -31,8 +31,12 @@ struct ListedFacet {
 };
 template <class... Fs>
 std::vector<ListedFacet> listed(sdk::FacetList<Fs...>) {
-  return {ListedFacet{std::string(Fs::kName), sdk::to_string(Fs::kVersion),
-                      requires { typename Fs::Op; }}...};
+  return {
+      ListedFacet{std::string(Fs::kName), sdk::to_string(Fs::kVersion), requires {typename Fs::Op;
+}
+}  // namespace
+...
+};  // namespace mixtrain::core
 }
 
 TEST(FacetList, TheNeedsVariantHasOneAlternativePerFacetWithOps) {

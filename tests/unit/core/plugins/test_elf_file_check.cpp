@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "mixtrain/core/plugins/registry.h"
-#include "mixtrain/sdk/support/elf_file_check.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/support/elf_file_check.h"
 
 namespace fs = std::filesystem;
 using mixtrain::sdk::check_elf_file;

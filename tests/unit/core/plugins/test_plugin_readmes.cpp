@@ -39,10 +39,9 @@ TEST(PluginReadmes, EveryDeclaredOptionIsDocumentedWithItsDefault) {
   registry.scan({fs::path(MIXTRAIN_TEST_PLUGIN_DIR).parent_path().parent_path() / "lib" /
                  "mixtrain" / "plugins"});
   int checked = 0;
-  for (const auto& kind :
-       {sdk::ComponentKind::backend, sdk::ComponentKind::policy, sdk::ComponentKind::scaler,
-        sdk::ComponentKind::optimizer, sdk::ComponentKind::checkpoint_format,
-        sdk::ComponentKind::communicator})
+  for (const auto& kind : {sdk::ComponentKind::backend, sdk::ComponentKind::policy,
+                           sdk::ComponentKind::scaler, sdk::ComponentKind::optimizer,
+                           sdk::ComponentKind::checkpoint_format, sdk::ComponentKind::communicator})
     for (const auto& name : registry.names(kind)) {
       const LoadedComponent* c = registry.find(kind, name);
       ASSERT_NE(c, nullptr);
@@ -60,11 +59,10 @@ TEST(PluginReadmes, EveryDeclaredOptionIsDocumentedWithItsDefault) {
           named = true;
           documented |= text.substr(at, text.find('\n', at) - at).find(dflt) != std::string::npos;
         }
-        EXPECT_TRUE(named) << readme << " has no row for " << sdk::component_kind_name(kind)
-                           << " '" << name << "' option `" << spec.name << "`";
-        EXPECT_TRUE(!named || documented)
-            << readme << ": no row of `" << spec.name << "` gives " << name << "'s default "
-            << dflt;
+        EXPECT_TRUE(named) << readme << " has no row for " << sdk::component_kind_name(kind) << " '"
+                           << name << "' option `" << spec.name << "`";
+        EXPECT_TRUE(!named || documented) << readme << ": no row of `" << spec.name << "` gives "
+                                          << name << "'s default " << dflt;
         ++checked;
       }
     }

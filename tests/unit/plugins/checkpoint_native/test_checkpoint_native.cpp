@@ -26,8 +26,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/plugin.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "native_checkpoint_format.h"
 #include "native_file_layout.h"
 

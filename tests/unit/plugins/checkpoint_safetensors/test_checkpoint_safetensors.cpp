@@ -18,8 +18,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "mixtrain/sdk/support/float_formats.h"
 #include "mixtrain/sdk/plugin.h"
+#include "mixtrain/sdk/support/float_formats.h"
 #include "safetensors_format.h"
 
 // Every plain `new` of this binary is measured, so hostile-file tests can prove the reader never

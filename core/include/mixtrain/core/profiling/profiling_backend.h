@@ -11,8 +11,8 @@
 // - Each op is timed from its call until inner->synchronize() returns, so asynchronous (GPU)
 //   backends are timed per op too, at the cost of one wait per op; results are unchanged.
 // - The scope of an op is the innermost ProfileScope open on the calling thread when it is
-//   called (core/src/profiling/profile_scope.h: the model names each node's type, the trainer names the
-//   optimizer, gradient checks, data and evaluation), "other" outside any.
+//   called (core/src/profiling/profile_scope.h: the model names each node's type, the trainer names
+//   the optimizer, gradient checks, data and evaluation), "other" outside any.
 // - Recording is on from construction; set_recording(false) pauses it, reset() clears the table.
 // - Not thread-safe: one training thread calls the backend (as the Trainer does).
 #pragma once

@@ -26,7 +26,6 @@
 #include <string>
 #include <vector>
 
-
 namespace mixtrain::sdk {
 
 class AtomicFileWriter {
@@ -60,8 +59,7 @@ class AtomicFileWriter {
 // Removes the temporary files of AtomicFileWriters in `folder` (not its subfolders) that no live
 // writer holds, and returns their paths. Other files, and temp files of live writers in any
 // process, are left alone; an unreadable folder removes nothing.
-std::vector<std::filesystem::path> remove_stale_temp_files(
-    const std::filesystem::path& folder);
+std::vector<std::filesystem::path> remove_stale_temp_files(const std::filesystem::path& folder);
 
 // A short, actionable hint for an errno from file I/O ("the disk is full; ...").
 std::string hint_for_os_error(int err);

@@ -19,7 +19,6 @@
 
 #include <filesystem>
 
-
 namespace mixtrain::sdk {
 
 void check_elf_file(const std::filesystem::path& path);
