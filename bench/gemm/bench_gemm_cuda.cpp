@@ -79,11 +79,12 @@ double now_s() {
 }
 
 Timing time_gemm(CudaBackend& be, const mixtrain::sdk::GemmArgs& args, double budget) {
-  for (int i = 0; i < 3; ++i) be.gemm(args);
+  mixtrain::sdk::GemmFacet& gemm = *mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(be);
+  for (int i = 0; i < 3; ++i) gemm.gemm(args);
   be.synchronize();
   // Size a batch from one more synchronised call: >= 50 ms per batch, at least 2 calls.
   double t0 = now_s();
-  be.gemm(args);
+  gemm.gemm(args);
   be.synchronize();
   const double one = std::max(now_s() - t0, 1e-6);
   const int per_batch = std::max(2, static_cast<int>(0.05 / one));
@@ -92,7 +93,7 @@ Timing time_gemm(CudaBackend& be, const mixtrain::sdk::GemmArgs& args, double bu
   const double start = now_s();
   while (per_call.size() < 5 || now_s() - start < budget) {
     t0 = now_s();
-    for (int i = 0; i < per_batch; ++i) be.gemm(args);
+    for (int i = 0; i < per_batch; ++i) gemm.gemm(args);
     be.synchronize();
     per_call.push_back((now_s() - t0) / per_batch);
     calls += per_batch;
