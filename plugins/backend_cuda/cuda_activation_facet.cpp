@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "cuda_access.h"
+#include "cuda_activation.h"
 
 namespace mixtrain::backend_cuda {
 

@@ -4,6 +4,7 @@
 #include "cuda_backend_options.h"
 
 #include "cuda_access.h"
+#include "cuda_cast_fill.h"
 #include "cuda_gemm.h"
 #ifdef MIXTRAIN_HAVE_CUDNN
 #include "cuda_conv_plans.h"

@@ -18,8 +18,8 @@
 #include <algorithm>
 
 #include "cuda_access.h"
+#include "cuda_batch_norm.h"
 #include "cuda_batch_norm_facet.h"
-#include "cuda_layer_kernels.h"
 
 namespace mixtrain::backend_cuda {
 

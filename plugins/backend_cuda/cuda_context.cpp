@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 
+#include "cuda_cast_fill.h"
 #include "cuda_gemm.h"
 #ifdef MIXTRAIN_HAVE_CUDNN
 #include "cuda_conv_plans.h"

@@ -35,7 +35,7 @@
 #include "cuda_access.h"
 #include "cuda_allocator.h"
 #include "cuda_host_staging.h"
-#include "cuda_kernels.h"
+#include "cuda_kernel_types.h"
 #include "cuda_scratch.h"
 #include "mixtrain/sdk/device_backend.h"
 

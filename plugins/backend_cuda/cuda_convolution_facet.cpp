@@ -21,11 +21,14 @@
 #include <climits>
 
 #include "cuda_access.h"
+#include "cuda_activation.h"
+#include "cuda_cast_fill.h"
 #include "cuda_conv_plans.h"
 #include "cuda_conv_rules.h"
+#include "cuda_convolution.h"
 #include "cuda_convolution_facet.h"
+#include "cuda_gemm_kernels.h"
 #include "cuda_layer_checks.h"
-#include "cuda_layer_kernels.h"
 
 namespace mixtrain::backend_cuda {
 

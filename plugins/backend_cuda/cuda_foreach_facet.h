@@ -6,7 +6,7 @@
 #include <span>
 
 #include "cuda_context.h"
-#include "cuda_kernels.h"
+#include "cuda_foreach.h"
 #include "mixtrain/sdk/backend_foreach.h"
 
 namespace mixtrain::backend_cuda {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cuda_access.h"
+#include "cuda_gradient_check.h"
 
 namespace mixtrain::backend_cuda {
 

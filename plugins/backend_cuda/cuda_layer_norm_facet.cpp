@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "cuda_access.h"
+#include "cuda_layer_norm.h"
 
 namespace mixtrain::backend_cuda {
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda_access.h"
+#include "cuda_loss.h"
 
 namespace mixtrain::backend_cuda {
 

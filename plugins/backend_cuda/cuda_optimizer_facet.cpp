@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cuda_access.h"
+#include "cuda_optimizer.h"
 
 namespace mixtrain::backend_cuda {
 

@@ -5,6 +5,7 @@
 // (its exp is not oneDNN's; double sums in another order); GEMMs to the input format's rounding.
 #include <algorithm>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -17,6 +18,38 @@ const DType kStorage[] = {DType::fp32, DType::bf16, DType::fp16};
 
 std::string name_of(DType t) {
   return std::string(sdk::dtype_name(t));
+}
+
+// F implements facet interface I as a final class of its own, built over the shared context.
+template <class F, class I>
+constexpr bool is_facet_class =
+    std::is_final_v<F>&& std::is_base_of_v<I, F>&& std::is_constructible_v<F, CudaContext&> &&
+    !std::is_copy_assignable_v<F>;
+
+// Host-only (no device needed): the backend is no facet itself; each facet is an object of its own.
+TEST(backend_cuda_facet_classes, EachFacetIsAFinalClassOverTheContext) {
+  static_assert(!std::is_base_of_v<sdk::Facet, CudaBackend>);
+  static_assert(is_facet_class<CudaGemm, sdk::GemmFacet>);
+  static_assert(is_facet_class<CudaActivation, sdk::ActivationFacet>);
+  static_assert(is_facet_class<CudaGradientCheck, sdk::GradientCheckFacet>);
+  static_assert(is_facet_class<CudaForeach, sdk::ForeachFacet>);
+  static_assert(is_facet_class<CudaLayerNorm, sdk::LayerNormFacet>);
+  static_assert(is_facet_class<CudaBatchNorm, sdk::BatchNormFacet>);
+#ifdef MIXTRAIN_HAVE_CUDNN
+  static_assert(is_facet_class<CudaConvolution, sdk::ConvolutionFacet>);
+#endif
+  static_assert(is_facet_class<CudaLoss, sdk::LossFacet>);
+  static_assert(is_facet_class<CudaOptimizer, sdk::OptimizerFacet>);
+  static_assert(is_facet_class<CudaResidual, sdk::ResidualFacet>);
+  static_assert(is_facet_class<CudaAttention, sdk::AttentionFacet>);
+  static_assert(is_facet_class<CudaEmbedding, sdk::EmbeddingFacet>);
+  static_assert(is_facet_class<CudaDropout, sdk::DropoutFacet>);
+  static_assert(is_facet_class<CudaStepGraph, sdk::StepGraphFacet>);
+  static_assert(is_facet_class<CudaNativeStream, sdk::NativeStreamFacet>);
+  // The facet classes answer with their interfaces' names.
+  EXPECT_EQ(CudaGemm::kName, "gemm");
+  EXPECT_EQ(CudaGradientCheck::kName, "gradient_check");
+  EXPECT_EQ(CudaNativeStream::kName, "native_stream");
 }
 
 TEST_F(backend_cuda_vs_cpu, FacetsAreOffered) {
