@@ -1,5 +1,6 @@
-// bench_gemm_cuda: TFLOP/s of CudaBackend::gemm (cuBLASLt) per input dtype at one large shape
-// (default m = n = k = 8192), against the dense Tensor Core / CUDA core peaks of an H100/H200 SXM.
+// bench_gemm_cuda: TFLOP/s of the CUDA backend's GEMM facet (CudaGemm::gemm, cuBLASLt) per input
+// dtype at one large shape (default m = n = k = 8192), against the dense Tensor Core / CUDA core
+// peaks of an H100/H200 SXM.
 //
 // Usage: bench_gemm_cuda [--m M] [--n N] [--k K] [--size S (sets m, n, k)] [--seconds T]
 //                        [--device D] [--trans-b 0|1] [--only fp32,tf32,bf16,fp16,fp8]
