@@ -1,5 +1,6 @@
-// bench_gemm_cuda: TFLOP/s of CudaBackend::gemm (cuBLASLt) per input dtype at one large shape
-// (default m = n = k = 8192), against the dense Tensor Core / CUDA core peaks of an H100/H200 SXM.
+// bench_gemm_cuda: TFLOP/s of the CUDA backend's GEMM facet (CudaGemm::gemm, cuBLASLt) per input
+// dtype at one large shape (default m = n = k = 8192), against the dense Tensor Core / CUDA core
+// peaks of an H100/H200 SXM.
 //
 // Usage: bench_gemm_cuda [--m M] [--n N] [--k K] [--size S (sets m, n, k)] [--seconds T]
 //                        [--device D] [--trans-b 0|1] [--only fp32,tf32,bf16,fp16,fp8]
@@ -79,11 +80,12 @@ double now_s() {
 }
 
 Timing time_gemm(CudaBackend& be, const mixtrain::sdk::GemmArgs& args, double budget) {
-  for (int i = 0; i < 3; ++i) be.gemm(args);
+  mixtrain::sdk::GemmFacet& gemm = *mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(be);
+  for (int i = 0; i < 3; ++i) gemm.gemm(args);
   be.synchronize();
   // Size a batch from one more synchronised call: >= 50 ms per batch, at least 2 calls.
   double t0 = now_s();
-  be.gemm(args);
+  gemm.gemm(args);
   be.synchronize();
   const double one = std::max(now_s() - t0, 1e-6);
   const int per_batch = std::max(2, static_cast<int>(0.05 / one));
@@ -92,7 +94,7 @@ Timing time_gemm(CudaBackend& be, const mixtrain::sdk::GemmArgs& args, double bu
   const double start = now_s();
   while (per_call.size() < 5 || now_s() - start < budget) {
     t0 = now_s();
-    for (int i = 0; i < per_batch; ++i) be.gemm(args);
+    for (int i = 0; i < per_batch; ++i) gemm.gemm(args);
     be.synchronize();
     per_call.push_back((now_s() - t0) / per_batch);
     calls += per_batch;

@@ -44,8 +44,8 @@
 #include <vector>
 
 #include "cuda_access.h"
+#include "cuda_cast_fill.h"
 #include "cuda_gemm.h"
-#include "cuda_kernels.h"
 #include "mixtrain/sdk/support/float_formats.h"
 
 namespace {

@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "cuda_kernels.h"
+#include "cuda_kernel_types.h"
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/error.h"
 

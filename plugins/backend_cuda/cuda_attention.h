@@ -1,4 +1,5 @@
-// Launchers of the attention facet's kernels (cuda_attention.cu); plain C++ like cuda_kernels.h.
+// Launchers of the attention facet's kernels (cuda_attention.cu); plain C++ like every launcher
+// header (cuda_kernel_types.h).
 //
 // Contract
 // - Enqueue on `stream` only, validate nothing (the backend did: cuda_facet_checks.h), return the
@@ -18,7 +19,7 @@
 
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "cuda_kernel_types.h"
 
 namespace mixtrain::backend_cuda::kernels {
 

@@ -1,4 +1,4 @@
-// Batch norm over channels-last [rows, C] (launchers in cuda_layer_kernels.h).
+// Batch norm over channels-last [rows, C] (launchers in cuda_batch_norm.h).
 //
 // Statistics: one pass over x. Block (32 channels) x (8 row lanes), grid (channel tiles) x (row
 // splits, a function of rows only); each thread sums d = x - x[0, c] and d² in double over its
@@ -11,8 +11,8 @@
 // section, operation for operation the CPU backend's (including its fused multiply-adds).
 #include <algorithm>
 
+#include "cuda_batch_norm.h"
 #include "cuda_device.cuh"
-#include "cuda_layer_kernels.h"
 
 namespace mixtrain::backend_cuda::kernels {
 

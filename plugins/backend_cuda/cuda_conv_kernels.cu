@@ -1,8 +1,8 @@
-// The convolution's kernels around cuDNN (launchers in cuda_layer_kernels.h): the channels-last
+// The convolution's kernels around cuDNN (launchers in cuda_convolution.h): the channels-last
 // copy of the weights cuDNN's NHWC engines read, the weight gradient moved back into PyTorch's
 // layout (and accumulated), and the output's finish (bias, one rounding).
+#include "cuda_convolution.h"
 #include "cuda_device.cuh"
-#include "cuda_layer_kernels.h"
 
 namespace mixtrain::backend_cuda::kernels {
 

@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "cuda_element_math.h"
-#include "cuda_kernels.h"
+#include "cuda_kernel_types.h"
 
 namespace mixtrain::backend_cuda::kernels {
 
@@ -179,6 +179,30 @@ __device__ __forceinline__ void fold_amax(float* amax, std::uint32_t m) {
     const unsigned seen = atomicCAS(slot, old, want);
     if (seen == old) return;
     old = seen;
+  }
+}
+
+// Blocks of kThreads / 32 warps for one warp per row.
+inline unsigned warp_row_blocks(std::int64_t rows) {
+  return static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32));
+}
+
+// --- multi-tensor chunks ------------------------------------------------------------------------
+// Within a chunk, thread t owns packs t, t + blockDim.x, ... of V elements (16 bytes of the
+// narrowest tensor). A full pack of a chunk whose pointers are all 16-byte aligned moves as
+// 16-byte words; otherwise its elements move one by one. The ownership, hence every per-thread sum,
+// is the same either way.
+template <int V, class PackFn, class OneFn>
+__device__ __forceinline__ void for_chunk_packs(int len, bool vectorised, PackFn&& pack,
+                                                OneFn&& one) {
+  for (int i0 = static_cast<int>(threadIdx.x) * V; i0 < len;
+       i0 += static_cast<int>(blockDim.x) * V) {
+    if (vectorised && i0 + V <= len) {
+      pack(i0);
+    } else {
+      const int end = min(i0 + V, len);
+      for (int i = i0; i < end; ++i) one(i);
+    }
   }
 }
 

@@ -1,4 +1,5 @@
-// Launcher of the dropout facet's kernel (cuda_dropout.cu); plain C++ like cuda_kernels.h.
+// Launcher of the dropout facet's kernel (cuda_dropout.cu); plain C++ like every launcher header
+// (cuda_kernel_types.h).
 //
 // Contract: enqueues on `stream` only, validates nothing (the backend did), returns the launch
 // status. out[i] = dropout_value(in[i], dropout_keeps_at(state, i, threshold), scale)
@@ -10,7 +11,7 @@
 
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "cuda_kernel_types.h"
 
 namespace mixtrain::backend_cuda::kernels {
 

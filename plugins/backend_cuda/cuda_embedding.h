@@ -1,4 +1,5 @@
-// Launchers of the embedding facet's kernels (cuda_embedding.cu); plain C++ like cuda_kernels.h.
+// Launchers of the embedding facet's kernels (cuda_embedding.cu); plain C++ like every launcher
+// header (cuda_kernel_types.h).
 //
 // Contract
 // - Enqueue on `stream` only, validate no shape or dtype (the backend did), return the
@@ -22,7 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "cuda_kernel_types.h"
 
 namespace mixtrain::backend_cuda::kernels {
 

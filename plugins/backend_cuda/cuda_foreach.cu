@@ -3,6 +3,7 @@
 // the gradient checks), in place. The op is a launch argument, uniform across the grid, so the
 // switch costs no divergence. Each element is one thread's: results do not depend on the chunking.
 #include "cuda_device.cuh"
+#include "cuda_foreach.h"
 
 namespace mixtrain::backend_cuda::kernels {
 

@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "cuda_access.h"
+#include "cuda_activation.h"
+#include "cuda_cast_fill.h"
 #include "cuda_gemm_autotune.h"
-#include "cuda_kernels.h"
+#include "cuda_gemm_kernels.h"
 
 namespace mixtrain::backend_cuda {
 

@@ -21,7 +21,7 @@
 
 namespace mixtrain::backend_cuda {
 
-// CudaBackend's answer to GemmFacet::supports: the SDK's signature and, for A and B, a dtype
+// CudaGemm's answer to GemmFacet::supports: the SDK's signature and, for A and B, a dtype
 // `caps` (the device's capabilities()) lists — no FP8 before sm_89, where emulating it would only
 // be slower than bf16.
 bool gemm_supported(const sdk::BackendCapabilities& caps, sdk::GemmOp op,

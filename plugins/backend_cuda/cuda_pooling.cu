@@ -1,5 +1,5 @@
 // Pooling (max, average) forward and backward over channels-last [N, H, W, C], and the
-// channels-first <-> channels-last permutes (launchers in cuda_layer_kernels.h).
+// channels-first <-> channels-last permutes (launchers in cuda_convolution.h).
 //
 // Forward: one thread per output element (channels innermost: coalesced), the window scanned row
 // by row (kh outer, kw inner) over its in-image elements; max keeps the first maximum (a later
@@ -11,8 +11,8 @@
 // indices or recomputed from x with the same scan).
 #include <algorithm>
 
+#include "cuda_convolution.h"
 #include "cuda_device.cuh"
-#include "cuda_layer_kernels.h"
 
 namespace mixtrain::backend_cuda::kernels {
 

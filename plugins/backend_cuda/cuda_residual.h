@@ -1,4 +1,5 @@
-// Launcher of the residual join's kernel (cuda_residual.cu); plain C++ like cuda_kernels.h.
+// Launcher of the residual join's kernel (cuda_residual.cu); plain C++ like every launcher header
+// (cuda_kernel_types.h).
 //
 // Contract: enqueues on `stream` only, validates nothing (the backend did), returns the launch
 // status. y = Σ inputs in FP32, in input order (((x1 + x2) + x3) + ...), then the optional ReLU,
@@ -9,7 +10,7 @@
 
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "cuda_kernel_types.h"
 
 namespace mixtrain::backend_cuda::kernels {
 

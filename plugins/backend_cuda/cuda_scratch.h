@@ -7,7 +7,7 @@
 // memory statistics. When cudaMalloc runs out of memory, the out-of-memory hook (if set: the
 // backend's allocator giving its cached blocks back) runs once and the allocation is retried
 // before the error is raised.
-// - Recorded step graphs (cuda_step_graph.cpp) hold this buffer's address in their kernels'
+// - Recorded step graphs (cuda_step_graph_facet.cpp) hold this buffer's address in their kernels'
 //   arguments. While the counter given to set_graph_guard() is > 0, growth and release() retire
 //   the old buffer instead of freeing it (a replay still reads and writes it); retired buffers are
 //   freed by free_retired() (the owner, when its last graph goes), at the first growth or

@@ -15,6 +15,7 @@
 
 #include "mixtrain/sdk/backend_gemm.h"
 #include "mixtrain/sdk/device_backend.h"
+#include "mixtrain/sdk/facet_list.h"
 #include "mixtrain/sdk/plugin.h"
 
 namespace reference {

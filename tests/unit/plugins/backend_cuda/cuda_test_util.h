@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -175,6 +176,15 @@ inline double ulp_rel(DType t) {
   }
 }
 
+// The backend's facet F (an SDK facet interface, or the CUDA class implementing one, for its
+// extras); a missing facet fails the test by throwing.
+template <class F>
+F& facet_of(sdk::DeviceBackend& backend) {
+  F* f = sdk::facet<F>(backend);
+  if (f == nullptr) throw std::runtime_error("the backend offers no " + std::string(F::kName));
+  return *f;
+}
+
 // Fixture: a CUDA backend on device 0 and the CPU reference; skipped without a device.
 class backend_cuda_vs_cpu : public ::testing::Test {
  protected:
@@ -185,6 +195,11 @@ class backend_cuda_vs_cpu : public ::testing::Test {
     cpu_ = std::make_unique<backend_cpu::CpuBackend>(2);
   }
   CudaBackend& gpu() { return *gpu_; }
+  // gpu<sdk::GemmFacet>().gemm(...): the facet as the host finds it (find_facet).
+  template <class F>
+  F& gpu() {
+    return facet_of<F>(*gpu_);
+  }
   backend_cpu::CpuBackend& cpu() { return *cpu_; }
 
   std::unique_ptr<CudaBackend> gpu_;

@@ -5,6 +5,8 @@
 // (its exp is not oneDNN's; double sums in another order); GEMMs to the input format's rounding.
 #include <algorithm>
 #include <numeric>
+#include <type_traits>
+#include <vector>
 
 #include "cuda_test_util.h"
 #include "mixtrain/sdk/error.h"
@@ -18,10 +20,59 @@ std::string name_of(DType t) {
   return std::string(sdk::dtype_name(t));
 }
 
+// F implements facet interface I as a final class of its own, built over the shared context.
+template <class F, class I>
+constexpr bool is_facet_class =
+    std::is_final_v<F>&& std::is_base_of_v<I, F>&& std::is_constructible_v<F, CudaContext&> &&
+    !std::is_copy_assignable_v<F>;
+
+// Host-only (no device needed): the backend is no facet itself; each facet is an object of its own.
+TEST(backend_cuda_facet_classes, EachFacetIsAFinalClassOverTheContext) {
+  static_assert(!std::is_base_of_v<sdk::Facet, CudaBackend>);
+  static_assert(is_facet_class<CudaGemm, sdk::GemmFacet>);
+  static_assert(is_facet_class<CudaActivation, sdk::ActivationFacet>);
+  static_assert(is_facet_class<CudaGradientCheck, sdk::GradientCheckFacet>);
+  static_assert(is_facet_class<CudaForeach, sdk::ForeachFacet>);
+  static_assert(is_facet_class<CudaLayerNorm, sdk::LayerNormFacet>);
+  static_assert(is_facet_class<CudaBatchNorm, sdk::BatchNormFacet>);
+#ifdef MIXTRAIN_HAVE_CUDNN
+  static_assert(is_facet_class<CudaConvolution, sdk::ConvolutionFacet>);
+#endif
+  static_assert(is_facet_class<CudaLoss, sdk::LossFacet>);
+  static_assert(is_facet_class<CudaOptimizer, sdk::OptimizerFacet>);
+  static_assert(is_facet_class<CudaResidual, sdk::ResidualFacet>);
+  static_assert(is_facet_class<CudaAttention, sdk::AttentionFacet>);
+  static_assert(is_facet_class<CudaEmbedding, sdk::EmbeddingFacet>);
+  static_assert(is_facet_class<CudaDropout, sdk::DropoutFacet>);
+  static_assert(is_facet_class<CudaStepGraph, sdk::StepGraphFacet>);
+  static_assert(is_facet_class<CudaNativeStream, sdk::NativeStreamFacet>);
+  // The facet classes answer with their interfaces' names.
+  EXPECT_EQ(CudaGemm::kName, "gemm");
+  EXPECT_EQ(CudaGradientCheck::kName, "gradient_check");
+  EXPECT_EQ(CudaNativeStream::kName, "native_stream");
+}
+
 TEST_F(backend_cuda_vs_cpu, FacetsAreOffered) {
-  for (const char* facet : {"residual", "attention", "embedding", "dropout"})
-    EXPECT_NE(gpu().find_facet(facet), nullptr) << facet;
+  // Each facet is an object of its own (not the backend), distinct from the others, that answers
+  // to its own name.
+  std::vector<const sdk::Facet*> seen;
+  for (const char* facet : {"gemm", "activation", "gradient_check", "foreach", "layer_norm",
+                            "batch_norm", "loss", "optimizer", "residual", "attention", "embedding",
+                            "dropout", "step_graph", "native_stream"}) {
+    const sdk::Facet* f = gpu().find_facet(facet);
+    ASSERT_NE(f, nullptr) << facet;
+    EXPECT_EQ(f->name(), facet);
+    EXPECT_EQ(std::find(seen.begin(), seen.end(), f), seen.end()) << facet;
+    seen.push_back(f);
+  }
+#ifdef MIXTRAIN_HAVE_CUDNN
+  ASSERT_NE(gpu().find_facet("convolution"), nullptr);
+  EXPECT_EQ(gpu().find_facet("convolution")->name(), "convolution");
+#else
   EXPECT_EQ(gpu().find_facet("convolution"), nullptr);
+#endif
+  EXPECT_EQ(gpu().find_facet("no_such_facet"), nullptr);
+  EXPECT_EQ(gpu().find_facet(""), nullptr);
 }
 
 TEST_F(backend_cuda_vs_cpu, ResidualAddBitForBit) {
@@ -36,7 +87,7 @@ TEST_F(backend_cuda_vs_cpu, ResidualAddBitForBit) {
             c2(cpu(), DType::bf16, {n}, random_values(n, 2, -3, 3));
         Tensor gy(gpu(), ty, {n}), cy(cpu(), ty, {n});
         const TensorView gx[] = {g1, g2}, cx[] = {c1, c2};
-        gpu().add(gx, relu, gy);
+        gpu<sdk::ResidualFacet>().add(gx, relu, gy);
         cpu().add(cx, relu, cy);
         EXPECT_EQ(gy.raw(), cy.raw()) << what << (relu ? " relu" : "");
       }
@@ -50,7 +101,7 @@ TEST_F(backend_cuda_vs_cpu, ResidualAddBitForBit) {
     gv.push_back(*gs.back());
     cv.push_back(*cs.back());
   }
-  gpu().add(gv, true, gv[4]);
+  gpu<sdk::ResidualFacet>().add(gv, true, gv[4]);
   cpu().add(cv, true, cv[4]);
   EXPECT_EQ(gs[4]->raw(), cs[4]->raw()) << "eleven inputs, in place";
 }
@@ -65,11 +116,11 @@ TEST_F(backend_cuda_vs_cpu, HeadPermutesWithCacheOffsetsBitForBit) {
       const auto xv = random_values(x_n, 3), yv = random_values(y_n, 4);
       Tensor gx(gpu(), xt, {x_n}, xv), cx(cpu(), xt, {x_n}, xv);
       Tensor gy(gpu(), yt, {y_n}, yv), cy(cpu(), yt, {y_n}, yv);  // rows outside stay
-      gpu().split_heads(gx, l, gy);
+      gpu<sdk::AttentionFacet>().split_heads(gx, l, gy);
       cpu().split_heads(cx, l, cy);
       EXPECT_EQ(gy.raw(), cy.raw()) << "split_heads " << what;
       Tensor gb(gpu(), xt, {x_n}), cb(cpu(), xt, {x_n});
-      gpu().merge_heads(gy, l, gb);
+      gpu<sdk::AttentionFacet>().merge_heads(gy, l, gb);
       cpu().merge_heads(cy, l, cb);
       EXPECT_EQ(gb.raw(), cb.raw()) << "merge_heads " << what;
     }
@@ -90,23 +141,24 @@ TEST_F(backend_cuda_vs_cpu, SoftmaxForwardBackwardMaskedAndReproducible) {
     const auto s = random_values(n, 5, -20, 20), dp = random_values(n, 6);
     Tensor gs(gpu(), DType::fp32, {n}, s), cs(cpu(), DType::fp32, {n}, s);
     Tensor gp(gpu(), DType::fp32, {n}), cp(cpu(), DType::fp32, {n});
-    gpu().softmax_forward(gs, shape, scale, gp);
+    gpu<sdk::AttentionFacet>().softmax_forward(gs, shape, scale, gp);
     cpu().softmax_forward(cs, shape, scale, cp);
     const auto probs = gp.get();
     expect_close(probs, cp.get(), 5e-7, 1e-37, "softmax_forward " + what);
     for (std::int64_t q = 0; q < k.batch * k.rows; ++q)  // masked: exact +0
       for (std::int64_t j = (k.causal ? q % k.rows + k.cols - k.rows + 1 : k.cols); j < k.cols; ++j)
         ASSERT_TRUE(probs[q * k.cols + j] == 0.0f && !std::signbit(probs[q * k.cols + j])) << what;
-    gpu().softmax_forward(gs, shape, scale, gs);  // in place, same bits
+    gpu<sdk::AttentionFacet>().softmax_forward(gs, shape, scale, gs);  // in place, same bits
     EXPECT_EQ(gs.raw(), gp.raw()) << "in place " << what;
     // Backward from the same probabilities on both.
     cp.set(probs);
     Tensor gd(gpu(), DType::fp32, {n}, dp), cd(cpu(), DType::fp32, {n}, dp);
     Tensor gds(gpu(), DType::fp32, {n}), cds(cpu(), DType::fp32, {n});
-    gpu().softmax_backward(gp, gd, shape, scale, gds);
+    gpu<sdk::AttentionFacet>().softmax_backward(gp, gd, shape, scale, gds);
     cpu().softmax_backward(cp, cd, shape, scale, cds);
     expect_close(gds.get(), cds.get(), 2e-7, 1e-30, "softmax_backward " + what);
-    gpu().softmax_backward(gp, gd, shape, scale, gd);  // dscores aliasing dprobs
+    gpu<sdk::AttentionFacet>().softmax_backward(gp, gd, shape, scale,
+                                                gd);  // dscores aliasing dprobs
     EXPECT_EQ(gd.raw(), gds.raw()) << "backward in place " << what;
   }
 }
@@ -128,7 +180,7 @@ TEST_F(backend_cuda_vs_cpu, EmbeddingGatherAndScatterAddBitForBit) {
         const auto tv = random_values(vocab * width, 8), ov = random_values(rows * width, 9);
         Tensor gt(gpu(), tt, {vocab, width}, tv), ct(cpu(), tt, {vocab, width}, tv);
         Tensor go(gpu(), ot, {rows, width}, ov), co(cpu(), ot, {rows, width}, ov);
-        gpu().gather(gi, gt, go, accumulate);
+        gpu<sdk::EmbeddingFacet>().gather(gi, gt, go, accumulate);
         cpu().gather(ci, ct, co, accumulate);
         EXPECT_EQ(go.raw(), co.raw()) << "gather " << name_of(tt) << " -> " << name_of(ot);
       }
@@ -137,7 +189,7 @@ TEST_F(backend_cuda_vs_cpu, EmbeddingGatherAndScatterAddBitForBit) {
       const auto dyv = random_values(rows * width, 10), tv = random_values(vocab * width, 11);
       Tensor gdy(gpu(), dt, {rows, width}, dyv), cdy(cpu(), dt, {rows, width}, dyv);
       Tensor gt(gpu(), DType::fp32, {vocab, width}, tv), ct(cpu(), DType::fp32, {vocab, width}, tv);
-      gpu().scatter_add(gi, gdy, gt, beta);
+      gpu<sdk::EmbeddingFacet>().scatter_add(gi, gdy, gt, beta);
       cpu().scatter_add(ci, cdy, ct, beta);
       EXPECT_EQ(gt.raw(), ct.raw()) << "scatter_add " << name_of(dt) << " beta " << beta;
     }
@@ -148,7 +200,7 @@ TEST_F(backend_cuda_vs_cpu, EmbeddingBadIdRaisesAtTheNextSyncAndLeavesOutputsUnt
   Tensor ids(gpu(), DType::int32, {rows}, {1, 2, 3, 12, 4, -1});
   Tensor table(gpu(), DType::fp32, {vocab, width}, random_values(vocab * width, 1));
   Tensor out(gpu(), DType::fp32, {rows, width}, std::vector<float>(rows * width, 42.0f));
-  gpu().gather(ids, table, out, false);
+  gpu<sdk::EmbeddingFacet>().gather(ids, table, out, false);
   try {
     gpu().synchronize();
     FAIL() << "no error for id 12 of 10 rows";
@@ -160,7 +212,7 @@ TEST_F(backend_cuda_vs_cpu, EmbeddingBadIdRaisesAtTheNextSyncAndLeavesOutputsUnt
   }
   EXPECT_EQ(out.get(), std::vector<float>(rows * width, 42.0f));
   Tensor dtable(gpu(), DType::fp32, {vocab, width}, std::vector<float>(vocab * width, 7.0f));
-  gpu().scatter_add(ids, out, dtable, 0.0f);
+  gpu<sdk::EmbeddingFacet>().scatter_add(ids, out, dtable, 0.0f);
   try {
     gpu().synchronize();
     FAIL() << "no error for id 12 of 10 rows";
@@ -172,7 +224,7 @@ TEST_F(backend_cuda_vs_cpu, EmbeddingBadIdRaisesAtTheNextSyncAndLeavesOutputsUnt
   EXPECT_EQ(dtable.get(), std::vector<float>(vocab * width, 7.0f));
   // The record was cleared: good ids work again.
   ids.set({1, 2, 3, 9, 4, 0});
-  gpu().gather(ids, table, out, false);
+  gpu<sdk::EmbeddingFacet>().gather(ids, table, out, false);
   EXPECT_NO_THROW(gpu().synchronize());
 }
 
@@ -185,11 +237,11 @@ TEST_F(backend_cuda_vs_cpu, DropoutBitForBit) {
         const auto x = random_values(n, 12);
         Tensor gx(gpu(), it, {n}, x), cx(cpu(), it, {n}, x);
         Tensor gy(gpu(), ot, {n}), cy(cpu(), ot, {n});
-        gpu().dropout_forward(gx, gy, p, key);
+        gpu<sdk::DropoutFacet>().dropout_forward(gx, gy, p, key);
         cpu().dropout_forward(cx, cy, p, key);
         EXPECT_EQ(gy.raw(), cy.raw())
             << "forward " << name_of(it) << " -> " << name_of(ot) << " p " << p;
-        gpu().dropout_backward(gx, gy, p, key);
+        gpu<sdk::DropoutFacet>().dropout_backward(gx, gy, p, key);
         cpu().dropout_backward(cx, cy, p, key);
         EXPECT_EQ(gy.raw(), cy.raw()) << "backward " << name_of(it) << " -> " << name_of(ot);
       }
@@ -218,7 +270,7 @@ TEST_F(backend_cuda_vs_cpu, GemmStridedBatchedIsOneCublasLtMatmul) {
       };
       const std::size_t plans_before = gpu().cached_gemm_plans();
       const std::vector<std::string> report_before = gpu().gemm_plan_report();
-      gpu().gemm_strided_batched(args(gq, gk, gs));
+      gpu<sdk::GemmFacet>().gemm_strided_batched(args(gq, gk, gs));
       cpu().gemm_strided_batched(args(cq, ck, cs));
       const double rel = c_t == DType::fp32 ? 1e-5 : ulp_rel(c_t);
       expect_close(gs.get(), cs.get(), rel, 1e-5 * d + (g == DType::fp32 ? 0 : 1e-3), what);
@@ -259,26 +311,26 @@ TEST_F(backend_cuda_vs_cpu, ForeachOpsOverManyTensorsInOneLaunch) {
   };
   const auto gx = views(g0), ga = views(g1), gb = views(g2);
   const auto cx = views(c0), ca = views(c1), cb = views(c2);
-  gpu().foreach_mul_scalar(gx, 0.7f);
+  gpu<sdk::ForeachFacet>().foreach_mul_scalar(gx, 0.7f);
   cpu().foreach_mul_scalar(cx, 0.7f);
-  gpu().foreach_add(gx, ga, -0.3f);
+  gpu<sdk::ForeachFacet>().foreach_add(gx, ga, -0.3f);
   cpu().foreach_add(cx, ca, -0.3f);
-  gpu().foreach_addcmul(gx, ga, gb, 0.25f);
+  gpu<sdk::ForeachFacet>().foreach_addcmul(gx, ga, gb, 0.25f);
   cpu().foreach_addcmul(cx, ca, cb, 0.25f);
-  gpu().foreach_lerp(gx, gb, 0.1f);
+  gpu<sdk::ForeachFacet>().foreach_lerp(gx, gb, 0.1f);
   cpu().foreach_lerp(cx, cb, 0.1f);
-  gpu().foreach_clamp(gx, -1.0f, 2.0f);
+  gpu<sdk::ForeachFacet>().foreach_clamp(gx, -1.0f, 2.0f);
   cpu().foreach_clamp(cx, -1.0f, 2.0f);
-  gpu().foreach_mul(gx, ga);
+  gpu<sdk::ForeachFacet>().foreach_mul(gx, ga);
   cpu().foreach_mul(cx, ca);
-  gpu().foreach_add_scalar(gx, 1.5f);
+  gpu<sdk::ForeachFacet>().foreach_add_scalar(gx, 1.5f);
   cpu().foreach_add_scalar(cx, 1.5f);
-  gpu().foreach_sqrt(gx);
+  gpu<sdk::ForeachFacet>().foreach_sqrt(gx);
   cpu().foreach_sqrt(cx);
   for (std::size_t i = 0; i < g0.size(); ++i)
     expect_close(g0[i]->get(), c0[i]->get(), 1e-6, 1e-7,
                  "foreach chain, tensor " + std::to_string(i));
-  gpu().foreach_sign(ga);
+  gpu<sdk::ForeachFacet>().foreach_sign(ga);
   cpu().foreach_sign(ca);
   for (std::size_t i = 0; i < g1.size(); ++i)
     expect_same_values(g1[i]->get(), c1[i]->get(), "foreach_sign, tensor " + std::to_string(i));

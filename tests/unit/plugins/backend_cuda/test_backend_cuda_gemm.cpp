@@ -135,7 +135,7 @@ TEST_F(backend_cuda_vs_cpu, GemmFp8EveryMixLayoutAndScale) {
     args.b = {b, true};
     args.c = c;
     try {
-      gpu().gemm(args);
+      gpu<sdk::GemmFacet>().gemm(args);
       FAIL() << "an FP8 GEMM before sm_89 must raise BackendError";
     } catch (const sdk::BackendError& e) {
       EXPECT_NE(std::string(e.what()).find("sm_89"), std::string::npos) << e.what();
@@ -176,7 +176,7 @@ TEST_F(backend_cuda_vs_cpu, GemmFp8RunsOnFp8TensorCoresNotTheDecodedFallback) {
     args.a = {a, false, 0.5f};
     args.b = {b, true, 2.0f};
     args.c = c;
-    gpu().gemm(args);
+    gpu<sdk::GemmFacet>().gemm(args);
   }
   int native = 0;
   for (const std::string& line : gpu().gemm_plan_report()) {
@@ -220,7 +220,7 @@ TEST_F(backend_cuda_vs_cpu, GemmEmptyDimensions) {
   args.a = {a};
   args.b = {b};
   args.c = c;
-  EXPECT_NO_THROW(gpu().gemm(args));
+  EXPECT_NO_THROW(gpu<sdk::GemmFacet>().gemm(args));
 }
 
 TEST_F(backend_cuda_vs_cpu, GemmShapeAndDtypeErrors) {
@@ -229,22 +229,22 @@ TEST_F(backend_cuda_vs_cpu, GemmShapeAndDtypeErrors) {
   args.a = {a};
   args.b = {b};
   args.c = c;
-  EXPECT_THROW(gpu().gemm(args), sdk::BackendError);  // inner dims 8 vs 7
+  EXPECT_THROW(gpu<sdk::GemmFacet>().gemm(args), sdk::BackendError);  // inner dims 8 vs 7
   Tensor b2(gpu(), DType::fp32, {8, 4}), c2(gpu(), DType::fp32, {4, 5});
   args.b = {b2};
   args.c = c2;
-  EXPECT_THROW(gpu().gemm(args), sdk::BackendError);  // C shape
+  EXPECT_THROW(gpu<sdk::GemmFacet>().gemm(args), sdk::BackendError);  // C shape
   Tensor c3(gpu(), DType::fp8_e4m3, {4, 4});
   args.c = c3;
-  EXPECT_THROW(gpu().gemm(args), sdk::BackendError);  // fp8 C
+  EXPECT_THROW(gpu<sdk::GemmFacet>().gemm(args), sdk::BackendError);  // fp8 C
   Tensor labels(gpu(), DType::int32, {4, 8});
   args.a = {labels};
   args.c = c;
-  EXPECT_THROW(gpu().gemm(args), sdk::BackendError);  // int32 input
+  EXPECT_THROW(gpu<sdk::GemmFacet>().gemm(args), sdk::BackendError);  // int32 input
   Tensor bias(gpu(), DType::bf16, {4});
   args.a = {a};
   args.bias = bias;
-  EXPECT_THROW(gpu().gemm(args), sdk::BackendError);  // bias must be fp32
+  EXPECT_THROW(gpu<sdk::GemmFacet>().gemm(args), sdk::BackendError);  // bias must be fp32
 }
 
 }  // namespace

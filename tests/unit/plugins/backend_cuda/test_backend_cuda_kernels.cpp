@@ -25,14 +25,14 @@ TEST_F(backend_cuda_vs_cpu, BiasGrad) {
 
       for (bool accumulate : {true, false}) {
         Tensor gd(gpu(), DType::fp32, {n}, bias), cd(cpu(), DType::fp32, {n}, bias);
-        gpu().bias_grad(gy, gd, accumulate);
+        gpu<sdk::ActivationFacet>().bias_grad(gy, gd, accumulate);
         cpu().bias_grad(cy, cd, accumulate);
         expect_close(gd.get(), cd.get(), 1e-5, 1e-5 * std::sqrt(static_cast<double>(rows)),
                      "bias_grad " + what);
         // Fixed partition and order: bit-reproducible.
         const auto first = gd.get();
         gd.set(bias);
-        gpu().bias_grad(gy, gd, accumulate);
+        gpu<sdk::ActivationFacet>().bias_grad(gy, gd, accumulate);
         EXPECT_EQ(gd.get(), first) << "bias_grad not reproducible, " << what;
       }
     }
@@ -50,24 +50,24 @@ TEST_F(backend_cuda_vs_cpu, ActivationsForwardAndBackwardIncludingInPlace) {
       const double rel = act == sdk::Activation::relu ? 0.0 : tol_rel(dt);
       Tensor gx(gpu(), dt, {rows, n}, xv), gy(gpu(), dt, {rows, n});
       Tensor cx(cpu(), dt, {rows, n}, xv), cy(cpu(), dt, {rows, n});
-      gpu().activation_forward(act, gx, gy);
+      gpu<sdk::ActivationFacet>().activation_forward(act, gx, gy);
       cpu().activation_forward(act, cx, cy);
       expect_close(gy.get(), cy.get(), rel, 1e-6, "forward " + what);
 
       Tensor gdy(gpu(), dt, {rows, n}, dyv), gdx(gpu(), dt, {rows, n});
       Tensor cdy(cpu(), dt, {rows, n}, dyv), cdx(cpu(), dt, {rows, n});
-      gpu().activation_backward(act, gx, gdy, gdx);
+      gpu<sdk::ActivationFacet>().activation_backward(act, gx, gdy, gdx);
       cpu().activation_backward(act, cx, cdy, cdx);
       expect_close(gdx.get(), cdx.get(), rel, 1e-6, "backward " + what);
-      gpu().activation_backward(act, gx, gdy, gdy);  // dx aliases dy
+      gpu<sdk::ActivationFacet>().activation_backward(act, gx, gdy, gdy);  // dx aliases dy
       expect_close(gdy.get(), cdx.get(), rel, 1e-6, "backward in place " + what);
-      gpu().activation_forward(act, gx, gx);  // y aliases x
+      gpu<sdk::ActivationFacet>().activation_forward(act, gx, gx);  // y aliases x
       expect_close(gx.get(), cy.get(), rel, 1e-6, "forward in place " + what);
     }
   // Mixed dtypes: bf16 in, fp32 out.
   Tensor gx(gpu(), DType::bf16, {rows, n}, xv), gy(gpu(), DType::fp32, {rows, n});
   Tensor cx(cpu(), DType::bf16, {rows, n}, xv), cy(cpu(), DType::fp32, {rows, n});
-  gpu().activation_forward(sdk::Activation::gelu, gx, gy);
+  gpu<sdk::ActivationFacet>().activation_forward(sdk::Activation::gelu, gx, gy);
   cpu().activation_forward(sdk::Activation::gelu, cx, cy);
   expect_close(gy.get(), cy.get(), 2e-5, 1e-6, "gelu bf16 -> fp32");
 }
@@ -148,7 +148,7 @@ TEST_F(backend_cuda_vs_cpu, SoftmaxCrossEntropy) {
   // Optional outputs may be empty.
   Tensor z(gpu(), DType::fp32, {4, 3}, random_values(12, 10)), y(gpu(), DType::int32, {4}, {0, 1, 2, 0});
   Tensor loss(gpu(), DType::fp32, {1});
-  gpu().softmax_cross_entropy(z, y, 1.0f, 0.0f, loss, {}, {});
+  gpu<sdk::LossFacet>().softmax_cross_entropy(z, y, 1.0f, 0.0f, loss, {}, {});
   EXPECT_GT(loss.get()[0], 0.0f);
 }
 
@@ -156,7 +156,7 @@ TEST_F(backend_cuda_vs_cpu, SoftmaxCrossEntropyBadLabelRaisesAtTheNextSync) {
   Tensor z(gpu(), DType::fp32, {4, 3}, random_values(12, 11)), y(gpu(), DType::int32, {4}, {0, 3, 1, -1});
   Tensor loss(gpu(), DType::fp32, {1}, {42.0f});
   try {
-    gpu().softmax_cross_entropy(z, y, 1.0f, 0.0f, loss, {}, {});
+    gpu<sdk::LossFacet>().softmax_cross_entropy(z, y, 1.0f, 0.0f, loss, {}, {});
     gpu().synchronize();
     FAIL() << "no error for label 3 of 3 classes";
   } catch (const sdk::BackendError& e) {
@@ -167,7 +167,7 @@ TEST_F(backend_cuda_vs_cpu, SoftmaxCrossEntropyBadLabelRaisesAtTheNextSync) {
   EXPECT_EQ(loss.get()[0], 42.0f);  // untouched
   // The record was reset: good labels work again.
   y.set({0, 1, 2, 0});
-  gpu().softmax_cross_entropy(z, y, 1.0f, 0.0f, loss, {}, {});
+  gpu<sdk::LossFacet>().softmax_cross_entropy(z, y, 1.0f, 0.0f, loss, {}, {});
   EXPECT_NO_THROW(gpu().synchronize());
   EXPECT_NE(loss.get()[0], 42.0f);
 }
@@ -178,12 +178,12 @@ TEST_F(backend_cuda_vs_cpu, FillMulScalarAxpy) {
     Tensor gx(gpu(), dt, {1001}, v), cx(cpu(), dt, {1001}, v);
     if (dt == DType::fp32) {  // the foreach ops are fp32
       const TensorView gxs[] = {gx}, cxs[] = {cx};
-      gpu().foreach_mul_scalar(gxs, 0.3f);
+      gpu<sdk::ForeachFacet>().foreach_mul_scalar(gxs, 0.3f);
       cpu().foreach_mul_scalar(cxs, 0.3f);
       expect_same_values(gx.get(), cx.get(), "foreach_mul_scalar");
     }
     Tensor gy(gpu(), DType::fp32, {1001}, v), cy(cpu(), DType::fp32, {1001}, v);
-    gpu().axpy(-1.7f, gx, gy);
+    gpu<sdk::ActivationFacet>().axpy(-1.7f, gx, gy);
     cpu().axpy(-1.7f, cx, cy);
     expect_close(gy.get(), cy.get(), 1e-6, 1e-7, "axpy");  // FMA contraction may differ
     gpu().fill(gx, 2.5f);
@@ -212,38 +212,39 @@ TEST_F(backend_cuda_vs_cpu, UnscaleSumOfSquaresFirstNonfinite) {
   std::vector<TensorView> gv, cv;
   for (auto& t : g) gv.push_back(*t);
   for (auto& t : c) cv.push_back(*t);
-  EXPECT_FALSE(gpu().unscale_and_check_finite(gv, 0.125f));
+  EXPECT_FALSE(gpu<sdk::GradientCheckFacet>().unscale_and_check_finite(gv, 0.125f));
   EXPECT_FALSE(cpu().unscale_and_check_finite(cv, 0.125f));
   for (std::size_t t = 0; t < g.size(); ++t) expect_same_values(g[t]->get(), c[t]->get(), "unscaled");
-  const double gs = gpu().sum_of_squares(gv), cs = cpu().sum_of_squares(cv);
+  const double gs = gpu<CudaGradientCheck>().sum_of_squares(gv), cs = cpu().sum_of_squares(cv);
   EXPECT_NEAR(gs, cs, 1e-12 * cs);
-  EXPECT_EQ(gpu().sum_of_squares(gv), gs) << "sum_of_squares not reproducible";
-  EXPECT_EQ(gpu().first_nonfinite(gv), -1);
-  EXPECT_EQ(gpu().sum_of_squares({}), 0.0);
-  EXPECT_FALSE(gpu().unscale_and_check_finite({}, 1.0f));
+  EXPECT_EQ(gpu<CudaGradientCheck>().sum_of_squares(gv), gs) << "sum_of_squares not reproducible";
+  EXPECT_EQ(gpu<sdk::GradientCheckFacet>().first_nonfinite(gv), -1);
+  EXPECT_EQ(gpu<CudaGradientCheck>().sum_of_squares({}), 0.0);
+  EXPECT_FALSE(gpu<sdk::GradientCheckFacet>().unscale_and_check_finite({}, 1.0f));
 
   // An inf deep inside the big tensor and a NaN in tensor 3.
   auto big = values.back();
   big[77'777] = std::numeric_limits<float>::infinity();
   g.back()->set(big);
-  EXPECT_TRUE(gpu().unscale_and_check_finite(gv, 1.0f));
-  EXPECT_EQ(gpu().first_nonfinite(gv), 7);
-  EXPECT_TRUE(std::isinf(gpu().sum_of_squares(gv)));
+  EXPECT_TRUE(gpu<sdk::GradientCheckFacet>().unscale_and_check_finite(gv, 1.0f));
+  EXPECT_EQ(gpu<sdk::GradientCheckFacet>().first_nonfinite(gv), 7);
+  EXPECT_TRUE(std::isinf(gpu<CudaGradientCheck>().sum_of_squares(gv)));
   auto small = values[3];
   small[0] = std::numeric_limits<float>::quiet_NaN();
   g[3]->set(small);
-  EXPECT_EQ(gpu().first_nonfinite(gv), 3);
+  EXPECT_EQ(gpu<sdk::GradientCheckFacet>().first_nonfinite(gv), 3);
   // A finite gradient that overflows when scaled up is found too.
   Tensor huge(gpu(), DType::fp32, {2}, {3e38f, 1.0f});
   const TensorView hv[] = {huge};
-  EXPECT_TRUE(gpu().unscale_and_check_finite(hv, 4.0f));
+  EXPECT_TRUE(gpu<sdk::GradientCheckFacet>().unscale_and_check_finite(hv, 4.0f));
   // bf16 / fp16 tensors for the norm.
   Tensor h16(gpu(), DType::bf16, {3}, {1.0f, 2.0f, 3.0f});
   const TensorView hv16[] = {h16};
-  EXPECT_EQ(gpu().sum_of_squares(hv16), 14.0);
+  EXPECT_EQ(gpu<CudaGradientCheck>().sum_of_squares(hv16), 14.0);
   Tensor g16(gpu(), DType::bf16, {3});
   const TensorView bad[] = {g16};
-  EXPECT_THROW(gpu().unscale_and_check_finite(bad, 1.0f), sdk::BackendError);
+  EXPECT_THROW(gpu<sdk::GradientCheckFacet>().unscale_and_check_finite(bad, 1.0f),
+               sdk::BackendError);
 }
 
 struct ParamSet {
@@ -296,14 +297,14 @@ TEST_F(backend_cuda_vs_cpu, SgdUpdateMatchesTheCpu) {
           gp.push_back(tensors_of(g[i], i != 1));
           cp.push_back(tensors_of(c[i], i != 1));
         }
-        gpu().sgd_update(h, gp);
+        gpu<sdk::OptimizerFacet>().sgd_update(h, gp);
         cpu().sgd_update(h, cp);
       }
       for (std::size_t i = 0; i < g.size(); ++i) expect_params_close(g[i], c[i], working, what);
     }
   sdk::SgdHyper bad;
   bad.nesterov = true;
-  EXPECT_THROW(gpu().sgd_update(bad, {}), sdk::BackendError);
+  EXPECT_THROW(gpu<sdk::OptimizerFacet>().sgd_update(bad, {}), sdk::BackendError);
 }
 
 TEST_F(backend_cuda_vs_cpu, AdamWUpdateMatchesTheCpu) {
@@ -325,7 +326,7 @@ TEST_F(backend_cuda_vs_cpu, AdamWUpdateMatchesTheCpu) {
         gp.push_back(tensors_of(g[i], true));
         cp.push_back(tensors_of(c[i], true));
       }
-      gpu().adamw_update(h, gp);
+      gpu<sdk::OptimizerFacet>().adamw_update(h, gp);
       cpu().adamw_update(h, cp);
     }
     for (std::size_t i = 0; i < g.size(); ++i)
@@ -333,12 +334,13 @@ TEST_F(backend_cuda_vs_cpu, AdamWUpdateMatchesTheCpu) {
   }
   sdk::AdamWHyper bad;
   bad.step = 0;
-  EXPECT_THROW(gpu().adamw_update(bad, {}), sdk::BackendError);
+  EXPECT_THROW(gpu<sdk::OptimizerFacet>().adamw_update(bad, {}), sdk::BackendError);
   // Missing state is an error, as on the CPU.
   auto p = make_param(gpu(), 4, DType::bf16, 1);
   sdk::ParamTensors t = tensors_of(p, true);
   t.state2 = {};
-  EXPECT_THROW(gpu().adamw_update(sdk::AdamWHyper{}, std::span(&t, 1)), sdk::BackendError);
+  EXPECT_THROW(gpu<sdk::OptimizerFacet>().adamw_update(sdk::AdamWHyper{}, std::span(&t, 1)),
+               sdk::BackendError);
 }
 
 }  // namespace

@@ -99,7 +99,7 @@ TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
         f.w = {wg, false, 1.0f};
         f.bias = bg;
         f.y = yg;
-        gpu().conv2d_forward(f);
+        gpu<sdk::ConvolutionFacet>().conv2d_forward(f);
         f.x = {xc, false, 1.0f};
         f.w = {wc, false, 1.0f};
         f.bias = bc;
@@ -114,7 +114,7 @@ TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
         d.dy = {dyg, false, 1.0f};
         d.w = {wg, false, 1.0f};
         d.dx = dxg;
-        gpu().conv2d_backward_data(d);
+        gpu<sdk::ConvolutionFacet>().conv2d_backward_data(d);
         d.dy = {dyc, false, 1.0f};
         d.w = {wc, false, 1.0f};
         d.dx = dxc;
@@ -133,7 +133,7 @@ TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
           b.dy = {dyg, false, 1.0f};
           b.dw = dwg;
           b.dbias = dbg;
-          gpu().conv2d_backward_weights(b);
+          gpu<sdk::ConvolutionFacet>().conv2d_backward_weights(b);
           b.x = {xc, false, 1.0f};
           b.dy = {dyc, false, 1.0f};
           b.dw = dwc;
@@ -161,7 +161,7 @@ TEST_F(backend_cuda_layers, Fp32ComputeRunsNoTensorCoreEngine) {
   f.x = {x, false, 1.0f};
   f.w = {w, false, 1.0f};
   f.y = y;
-  gpu().conv2d_forward(f);
+  gpu<sdk::ConvolutionFacet>().conv2d_forward(f);
   gpu().synchronize();
   for (const auto& line : gpu().conv_plan_report()) {
     if (line.find("no tf32") != std::string::npos && line.find("declined") == std::string::npos) {
@@ -187,7 +187,7 @@ TEST_F(backend_cuda_layers, PoolingMatchesTheCpu) {
       Tensor xg(gpu(), dt, xs, xv), xc(cpu(), dt, xs, xv);
       Tensor dyg(gpu(), dt, ys, dyv), dyc(cpu(), dt, ys, dyv);
       Tensor yg(gpu(), dt, ys), yc(cpu(), dt, ys), dxg(gpu(), dt, xs), dxc(cpu(), dt, xs);
-      const auto wsb_g = gpu().pool2d_workspace_bytes(p, dt);
+      const auto wsb_g = gpu<sdk::ConvolutionFacet>().pool2d_workspace_bytes(p, dt);
       const auto wsb_c = cpu().pool2d_workspace_bytes(p, dt);
       Tensor wsg(gpu(), DType::int32, Shape{std::max<std::int64_t>(1, (wsb_g + 3) / 4)});
       Tensor wsc(cpu(), DType::int32, Shape{std::max<std::int64_t>(1, (wsb_c + 3) / 4)});
@@ -196,10 +196,10 @@ TEST_F(backend_cuda_layers, PoolingMatchesTheCpu) {
                                  std::to_string(kind) + (with_ws ? " workspace" : " recompute");
         const TensorView wg = with_ws && wsb_g > 0 ? wsg.view() : TensorView{};
         const TensorView wc = with_ws && wsb_c > 0 ? wsc.view() : TensorView{};
-        gpu().pool2d_forward(p, xg, yg, wg);
+        gpu<sdk::ConvolutionFacet>().pool2d_forward(p, xg, yg, wg);
         cpu().pool2d_forward(p, xc, yc, wc);
         expect_close(yg.get(), yc.get(), kind == 0 ? 0.0 : ulp_rel(dt), 0.0, "pool fwd " + what);
-        gpu().pool2d_backward(p, dyg, xg, yg, wg, dxg);
+        gpu<sdk::ConvolutionFacet>().pool2d_backward(p, dyg, xg, yg, wg, dxg);
         cpu().pool2d_backward(p, dyc, xc, yc, wc, dxc);
         expect_close(dxg.get(), dxc.get(), kind == 0 ? 0.0 : 2 * ulp_rel(dt), 1e-6,
                      "pool bwd " + what);
@@ -214,11 +214,11 @@ TEST_F(backend_cuda_layers, PermutesMatchTheCpuExactly) {
     for (DType to : {DType::fp32, DType::bf16, DType::fp16}) {
       Tensor sg(gpu(), from, Shape{n, c, h, w}, v), sc(cpu(), from, Shape{n, c, h, w}, v);
       Tensor dg(gpu(), to, Shape{n, h, w, c}), dc(cpu(), to, Shape{n, h, w, c});
-      gpu().to_channels_last(sg, c, h, w, dg);
+      gpu<sdk::ConvolutionFacet>().to_channels_last(sg, c, h, w, dg);
       cpu().to_channels_last(sc, c, h, w, dc);
       expect_same_values(dg.get(), dc.get(), "to_channels_last");
       Tensor bg(gpu(), from, Shape{n, c, h, w}), bc(cpu(), from, Shape{n, c, h, w});
-      gpu().to_channels_first(dg, c, h, w, bg);
+      gpu<sdk::ConvolutionFacet>().to_channels_first(dg, c, h, w, bg);
       cpu().to_channels_first(dc, c, h, w, bc);
       expect_same_values(bg.get(), bc.get(), "to_channels_first");
     }
@@ -244,9 +244,10 @@ TEST_F(backend_cuda_layers, BatchNormMatchesTheCpu) {
       Tensor rmg(gpu(), DType::fp32, Shape{c}, rm0), rmc(cpu(), DType::fp32, Shape{c}, rm0);
       Tensor rvg(gpu(), DType::fp32, Shape{c}, rv0), rvc(cpu(), DType::fp32, Shape{c}, rv0);
       Tensor wsg(gpu(), DType::fp32, Shape{2 * c}), wsc(cpu(), DType::fp32, Shape{2 * c});
-      EXPECT_EQ(gpu().batchnorm_workspace_bytes(s, dt), cpu().batchnorm_workspace_bytes(s, dt));
-      gpu().batchnorm_forward_training(xg, gg, bg, s, 0.1f, yg, mg, vg, rmg, rvg,
-                                       relu ? wsg.view() : TensorView{});
+      EXPECT_EQ(gpu<sdk::BatchNormFacet>().batchnorm_workspace_bytes(s, dt),
+                cpu().batchnorm_workspace_bytes(s, dt));
+      gpu<sdk::BatchNormFacet>().batchnorm_forward_training(xg, gg, bg, s, 0.1f, yg, mg, vg, rmg,
+                                                            rvg, relu ? wsg.view() : TensorView{});
       cpu().batchnorm_forward_training(xc, gc, bc, s, 0.1f, yc, mc, vc, rmc, rvc,
                                        relu ? wsc.view() : TensorView{});
       expect_close(mg.get(), mc.get(), 1e-6, 1e-7, "save_mean " + what);
@@ -255,7 +256,7 @@ TEST_F(backend_cuda_layers, BatchNormMatchesTheCpu) {
       expect_close(rvg.get(), rvc.get(), 1e-6, 1e-7, "running_var " + what);
       expect_close(yg.get(), yc.get(), 2 * ulp_rel(dt), 1e-5, "training y " + what);
       Tensor yig(gpu(), dt, Shape{rows, c}), yic(cpu(), dt, Shape{rows, c});
-      gpu().batchnorm_forward_inference(xg, gg, bg, rmg, rvg, s, yig);
+      gpu<sdk::BatchNormFacet>().batchnorm_forward_inference(xg, gg, bg, rmg, rvg, s, yig);
       cpu().batchnorm_forward_inference(xc, gc, bc, rmc, rvc, s, yic);
       expect_close(yig.get(), yic.get(), 2 * ulp_rel(dt), 1e-5, "inference y " + what);
       Tensor dyg(gpu(), dt, Shape{rows, c}, dyv), dyc(cpu(), dt, Shape{rows, c}, dyv);
@@ -263,8 +264,8 @@ TEST_F(backend_cuda_layers, BatchNormMatchesTheCpu) {
         Tensor dxg(gpu(), dt, Shape{rows, c}), dxc(cpu(), dt, Shape{rows, c});
         Tensor dgg(gpu(), DType::fp32, Shape{c}, gv), dgc(cpu(), DType::fp32, Shape{c}, gv);
         Tensor dbg(gpu(), DType::fp32, Shape{c}, bv), dbc(cpu(), DType::fp32, Shape{c}, bv);
-        gpu().batchnorm_backward(dyg, xg, yg, gg, mg, vg, s, relu ? wsg.view() : TensorView{}, dxg,
-                                 dgg, dbg, acc);
+        gpu<sdk::BatchNormFacet>().batchnorm_backward(
+            dyg, xg, yg, gg, mg, vg, s, relu ? wsg.view() : TensorView{}, dxg, dgg, dbg, acc);
         cpu().batchnorm_backward(dyc, xc, yc, gc, mc, vc, s, relu ? wsc.view() : TensorView{}, dxc,
                                  dgc, dbc, acc);
         expect_close_norm(dxg.get(), dxc.get(), 4 * ulp_rel(dt) + 1e-5, "dx " + what);

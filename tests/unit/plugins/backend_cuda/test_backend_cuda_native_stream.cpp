@@ -26,8 +26,8 @@ std::string no_device_reason() {
   return {};
 }
 
-TEST(backend_cuda_native_stream, BackendIsItsOwnNativeStreamFacet) {
-  static_assert(std::is_base_of_v<sdk::NativeStreamFacet, CudaBackend>);
+TEST(backend_cuda_native_stream, NativeStreamIsAFacetObject) {
+  static_assert(std::is_base_of_v<sdk::NativeStreamFacet, CudaNativeStream>);
   EXPECT_EQ(sdk::NativeStreamFacet::kName, "native_stream");
 }
 

@@ -1,4 +1,4 @@
-// CudaBackend's convolution facet: conv2d forward / backward-data / backward-weights through
+// CudaConvolution: conv2d forward / backward-data / backward-weights through
 // cuDNN 9's graph API (cuda_conv_plans.h; routes and rules in cuda_conv_rules.h), pooling and the
 // channels-first / channels-last permutes as CUDA kernels (cuda_pooling.cu).
 //
@@ -21,11 +21,14 @@
 #include <climits>
 
 #include "cuda_access.h"
-#include "cuda_backend.h"
+#include "cuda_activation.h"
+#include "cuda_cast_fill.h"
 #include "cuda_conv_plans.h"
 #include "cuda_conv_rules.h"
+#include "cuda_convolution.h"
+#include "cuda_convolution_facet.h"
+#include "cuda_gemm_kernels.h"
 #include "cuda_layer_checks.h"
-#include "cuda_layer_kernels.h"
 
 namespace mixtrain::backend_cuda {
 
@@ -66,26 +69,7 @@ struct ConvCall {
 
 }  // namespace
 
-ConvState& CudaBackend::conv_state() {
-  if (!conv_) {
-    conv_ = std::make_unique<ConvState>();
-    auto give_back_cache = [this] {
-      cudaStreamSynchronize(stream_);
-      allocator_.release_cached();
-    };
-    for (DeviceScratch* s : {&conv_->workspace, &conv_->a, &conv_->b, &conv_->out}) {
-      s->set_out_of_memory_hook(give_back_cache);
-      s->set_graph_guard(&live_graphs_);
-    }
-  }
-  return *conv_;
-}
-
-std::vector<std::string> CudaBackend::conv_plan_report() const {
-  return conv_ ? conv_->plans.report() : std::vector<std::string>{};
-}
-
-bool CudaBackend::supports(sdk::ConvolutionOp op, std::span<const DType> dtypes) const {
+bool CudaConvolution::supports(sdk::ConvolutionOp op, std::span<const DType> dtypes) const {
   for (DType t : dtypes)
     if (sdk::is_fp8(t)) return false;  // not offered: the cpu backend emulates fp8 exactly
   return sdk::ConvolutionFacet::supports(op, dtypes);
@@ -95,8 +79,7 @@ namespace {
 
 // Runs `call` on the first route and layout cuDNN has a plan for; false (with the reasons
 // appended to `declined`) when none.
-template <class Backend>
-bool run_conv(Backend& be, ConvState& st, cudaStream_t stream, const ConvCall& c,
+bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const ConvCall& c,
               std::string& declined) {
   const sdk::Conv2dGeometry& g = *c.g;
   const char* op = c.op == ConvOp::forward         ? "conv2d_forward"
@@ -153,7 +136,7 @@ bool run_conv(Backend& be, ConvState& st, cudaStream_t stream, const ConvCall& c
       void* ws = plan->workspace > 0
                      ? st.workspace.get(static_cast<std::size_t>(plan->workspace), stream, op)
                      : nullptr;
-      be.account_conv_buffers();
+      context.account_buffers();
       // uid 1 = x / dx, 2 = w / dw, 3 = y / dy.
       switch (c.op) {
         case ConvOp::forward:
@@ -204,12 +187,8 @@ bool run_conv(Backend& be, ConvState& st, cudaStream_t stream, const ConvCall& c
 
 }  // namespace
 
-void CudaBackend::account_conv_buffers() {
-  account_buffers();
-}
-
-void CudaBackend::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
-  activate();
+void CudaConvolution::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
+  context_.activate();
   constexpr const char* op = "conv2d_forward";
   layer_checks::conv_forward(args);
   const ConvCall call{ConvOp::forward,
@@ -221,21 +200,23 @@ void CudaBackend::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
                       !args.bias.empty(),
                       args.bias.empty() ? nullptr : args.bias.as<const float>()};
   std::string declined;
-  if (!run_conv(*this, conv_state(), stream_, call, declined)) no_plan(op, args.geometry, declined);
+  if (!run_conv(context_, context_.conv_state(), context_.stream, call, declined))
+    no_plan(op, args.geometry, declined);
 }
 
-void CudaBackend::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) {
-  activate();
+void CudaConvolution::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) {
+  context_.activate();
   constexpr const char* op = "conv2d_backward_data";
   layer_checks::conv_backward_data(args);
   const ConvCall call{ConvOp::backward_data, &args.geometry, args.dy.view, args.w.view, args.dx,
                       args.compute,          false,          nullptr};
   std::string declined;
-  if (!run_conv(*this, conv_state(), stream_, call, declined)) no_plan(op, args.geometry, declined);
+  if (!run_conv(context_, context_.conv_state(), context_.stream, call, declined))
+    no_plan(op, args.geometry, declined);
 }
 
-void CudaBackend::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) {
-  activate();
+void CudaConvolution::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) {
+  context_.activate();
   constexpr const char* op = "conv2d_backward_weights";
   layer_checks::conv_backward_weights(args);
   const sdk::Conv2dGeometry& g = args.geometry;
@@ -243,15 +224,17 @@ void CudaBackend::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& 
       ConvOp::backward_weights, &g,     args.x.view, args.dy.view, args.dw, args.compute,
       args.accumulate,          nullptr};
   std::string declined;
-  if (!run_conv(*this, conv_state(), stream_, call, declined)) no_plan(op, g, declined);
+  if (!run_conv(context_, context_.conv_state(), context_.stream, call, declined))
+    no_plan(op, g, declined);
   if (args.dbias.empty()) return;
   const std::int64_t rows = g.batch * g.out_height() * g.out_width();
-  float* partial = partial_.as<float>(
-      std::max<std::size_t>(1, kernels::column_sum_scratch(rows, g.out_channels)), stream_, op);
-  account_buffers();
+  float* partial = context_.partial.as<float>(
+      std::max<std::size_t>(1, kernels::column_sum_scratch(rows, g.out_channels)), context_.stream,
+      op);
+  context_.account_buffers();
   check_cuda(
       kernels::bias_grad(args.dy.view.data, elem_of(args.dy.view.dtype), args.dbias.as<float>(),
-                         rows, g.out_channels, args.accumulate, partial, stream_),
+                         rows, g.out_channels, args.accumulate, partial, context_.stream),
       op, "bias gradient");
 }
 
@@ -283,57 +266,57 @@ std::size_t argmax_bytes(const sdk::Pool2dGeometry& g) {
 
 }  // namespace
 
-std::size_t CudaBackend::pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry,
-                                                DType x) const {
+std::size_t CudaConvolution::pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry,
+                                                    DType x) const {
   constexpr std::string_view op = "pool2d_workspace_bytes";
   const bool max = checks().pool2d_workspace_args(geometry, x);
   layer_checks::pool_limits(op, geometry);
   return max ? argmax_bytes(geometry) : 0;
 }
 
-void CudaBackend::pool2d_forward(const sdk::Pool2dGeometry& g, TensorView x, TensorView y,
-                                 TensorView workspace) {
-  activate();
+void CudaConvolution::pool2d_forward(const sdk::Pool2dGeometry& g, TensorView x, TensorView y,
+                                     TensorView workspace) {
+  context_.activate();
   layer_checks::pool_forward(g, x, y, workspace, argmax_bytes(g));
   std::int32_t* argmax =
       g.kind == sdk::PoolKind::max && !workspace.empty() ? workspace.as<std::int32_t>() : nullptr;
-  check_cuda(
-      kernels::pool_forward(pool_shape(g), x.data, elem_of(x.dtype), y.data, argmax, stream_),
-      "pool2d_forward", "kernel launch");
+  check_cuda(kernels::pool_forward(pool_shape(g), x.data, elem_of(x.dtype), y.data, argmax,
+                                   context_.stream),
+             "pool2d_forward", "kernel launch");
 }
 
-void CudaBackend::pool2d_backward(const sdk::Pool2dGeometry& g, TensorView dy, TensorView x,
-                                  TensorView y, TensorView workspace, TensorView dx) {
-  activate();
+void CudaConvolution::pool2d_backward(const sdk::Pool2dGeometry& g, TensorView dy, TensorView x,
+                                      TensorView y, TensorView workspace, TensorView dx) {
+  context_.activate();
   (void)y;  // the argmax comes from the workspace or from x
   layer_checks::pool_backward(g, dy, x, workspace, argmax_bytes(g), dx);
   const bool max = g.kind == sdk::PoolKind::max;
   const std::int32_t* argmax =
       max && !workspace.empty() ? workspace.as<const std::int32_t>() : nullptr;
   check_cuda(kernels::pool_backward(pool_shape(g), dy.data, max ? x.data : nullptr, argmax, dx.data,
-                                    elem_of(dy.dtype), stream_),
+                                    elem_of(dy.dtype), context_.stream),
              "pool2d_backward", "kernel launch");
 }
 
 // --- permutes ----------------------------------------------------------------------------------
 
-void CudaBackend::to_channels_last(TensorView src, std::int64_t channels, std::int64_t height,
-                                   std::int64_t width, TensorView dst) {
-  activate();
+void CudaConvolution::to_channels_last(TensorView src, std::int64_t channels, std::int64_t height,
+                                       std::int64_t width, TensorView dst) {
+  context_.activate();
   constexpr const char* op = "to_channels_last";
   const std::int64_t images = checks().channel_permute(op, src, channels, height, width, dst);
   check_cuda(kernels::permute_images(src.data, elem_of(src.dtype), dst.data, elem_of(dst.dtype),
-                                     images, channels, height * width, stream_),
+                                     images, channels, height * width, context_.stream),
              op, "kernel launch");
 }
 
-void CudaBackend::to_channels_first(TensorView src, std::int64_t channels, std::int64_t height,
-                                    std::int64_t width, TensorView dst) {
-  activate();
+void CudaConvolution::to_channels_first(TensorView src, std::int64_t channels, std::int64_t height,
+                                        std::int64_t width, TensorView dst) {
+  context_.activate();
   constexpr const char* op = "to_channels_first";
   const std::int64_t images = checks().channel_permute(op, src, channels, height, width, dst);
   check_cuda(kernels::permute_images(src.data, elem_of(src.dtype), dst.data, elem_of(dst.dtype),
-                                     images, height * width, channels, stream_),
+                                     images, height * width, channels, context_.stream),
              op, "kernel launch");
 }
 

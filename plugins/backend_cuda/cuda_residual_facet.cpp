@@ -1,18 +1,18 @@
-// CudaBackend's ResidualFacet: y = Σ xs (then ReLU), summed in FP32 and rounded once into y, by
+// CudaResidual: y = Σ xs (then ReLU), summed in FP32 and rounded once into y, by
 // cuda_residual.cu's kernel.
 #include <algorithm>
 #include <cstddef>
 
 #include "cuda_access.h"
-#include "cuda_backend.h"
 #include "cuda_residual.h"
+#include "cuda_residual_facet.h"
 
 namespace mixtrain::backend_cuda {
 
 using sdk::TensorView;
 
-void CudaBackend::add(std::span<const TensorView> xs, bool relu, TensorView y) {
-  activate();
+void CudaResidual::add(std::span<const TensorView> xs, bool relu, TensorView y) {
+  context_.activate();
   constexpr const char* op = "add";
   const std::int64_t n = checks().residual_add(xs, y);
   if (n == 0) return;
@@ -21,8 +21,8 @@ void CudaBackend::add(std::span<const TensorView> xs, bool relu, TensorView y) {
   // rounding into y, made by the last launch (the only one that writes y, so y may be any input).
   float* partial = nullptr;
   if (xs.size() > static_cast<std::size_t>(kernels::kResidualInputs)) {
-    partial = partial_.as<float>(static_cast<std::size_t>(n), stream_, op);
-    account_buffers();
+    partial = context_.partial.as<float>(static_cast<std::size_t>(n), context_.stream, op);
+    context_.account_buffers();
   }
   std::size_t next = 0;
   while (next < xs.size()) {
@@ -39,9 +39,10 @@ void CudaBackend::add(std::span<const TensorView> xs, bool relu, TensorView y) {
       ++next;
     }
     const bool last = next == xs.size();
-    check_cuda(last ? kernels::residual_add(in, relu, y.data, elem_of(y.dtype), n, stream_)
-                    : kernels::residual_add(in, false, partial, kernels::Elem::f32, n, stream_),
-               op, "kernel launch");
+    check_cuda(
+        last ? kernels::residual_add(in, relu, y.data, elem_of(y.dtype), n, context_.stream)
+             : kernels::residual_add(in, false, partial, kernels::Elem::f32, n, context_.stream),
+        op, "kernel launch");
   }
 }
 

@@ -1,5 +1,4 @@
-// CudaBackend's StepGraphFacet (sdk/backend_step_graph.h): a step recorded by stream capture into
-// a CUDA graph and replayed with one cudaGraphLaunch.
+// CudaStepGraph: stream capture into CUDA graphs, their replay and release.
 //
 // Why thread-local capture mode: it refuses, inside this thread, the calls that cannot be
 // recorded (cudaMalloc, a stream or event wait, a blocking copy) by failing them, which check_cuda
@@ -10,37 +9,41 @@
 #include <string>
 
 #include "cuda_access.h"
-#include "cuda_backend.h"
-#include "cuda_gemm.h"
-#ifdef MIXTRAIN_HAVE_CUDNN
-#include "cuda_conv_plans.h"
-#endif
+#include "cuda_step_graph_facet.h"
 
 namespace mixtrain::backend_cuda {
 
-bool CudaBackend::begin_capture() {
-  activate();
+CudaStepGraph::~CudaStepGraph() {
+  context_.activate();
+  // A launch may still be running: cudaGraphExecDestroy does not wait for it.
+  cudaStreamSynchronize(context_.stream);
+  for (auto& g : graphs_)
+    if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+}
+
+bool CudaStepGraph::begin_capture() {
+  context_.activate();
   if (recording_) return false;
   // Errors the stream already holds belong to earlier ops: raise them before recording starts.
-  sync("begin_capture");
-  check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin_capture",
-             "cudaStreamBeginCapture");
+  context_.sync("begin_capture");
+  check_cuda(cudaStreamBeginCapture(context_.stream, cudaStreamCaptureModeThreadLocal),
+             "begin_capture", "cudaStreamBeginCapture");
   // sync() raised or cleared every deferred check, so what the recorded calls arm is theirs.
   recording_ = true;
-  staging_.set_recording(true);
+  context_.staging.set_recording(true);
   return true;
 }
 
-int CudaBackend::end_capture() {
-  activate();
+int CudaStepGraph::end_capture() {
+  context_.activate();
   if (!recording_) return -1;
   recording_ = false;
-  staging_.set_recording(false);
+  context_.staging.set_recording(false);
   // Nothing recorded has run: no check is pending yet; replay() arms them.
-  const bool checks_labels = labels_pending_, checks_ids = ids_pending_;
-  labels_pending_ = ids_pending_ = false;
+  const bool checks_labels = context_.labels_pending, checks_ids = context_.ids_pending;
+  context_.labels_pending = context_.ids_pending = false;
   cudaGraph_t graph = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  const cudaError_t ended = cudaStreamEndCapture(context_.stream, &graph);
   if (ended != cudaSuccess || graph == nullptr) {
     // An op the capture refused invalidated it; clear the error so the next op does not see it.
     (void)cudaGetLastError();
@@ -55,38 +58,31 @@ int CudaBackend::end_capture() {
     return -1;
   }
   graphs_.push_back({exec, checks_labels, checks_ids});
-  ++live_graphs_;
+  ++context_.live_graphs;
   return static_cast<int>(graphs_.size()) - 1;
 }
 
-void CudaBackend::replay(int graph) {
-  activate();
+void CudaStepGraph::replay(int graph) {
+  context_.activate();
   if (graph < 0 || graph >= static_cast<int>(graphs_.size()) || graphs_[graph].exec == nullptr)
     fail("replay", "graph " + std::to_string(graph) + " was never recorded or was released",
          "replay an id end_capture() returned and release() has not freed");
-  check_cuda(cudaGraphLaunch(graphs_[graph].exec, stream_), "replay", "cudaGraphLaunch");
-  labels_pending_ = labels_pending_ || graphs_[graph].checks_labels;
-  ids_pending_ = ids_pending_ || graphs_[graph].checks_ids;
+  check_cuda(cudaGraphLaunch(graphs_[graph].exec, context_.stream), "replay", "cudaGraphLaunch");
+  context_.labels_pending = context_.labels_pending || graphs_[graph].checks_labels;
+  context_.ids_pending = context_.ids_pending || graphs_[graph].checks_ids;
 }
 
-void CudaBackend::release(int graph) noexcept {
+void CudaStepGraph::release(int graph) noexcept {
   if (graph < 0 || graph >= static_cast<int>(graphs_.size())) return;
-  activate();
+  context_.activate();
   if (graphs_[graph].exec != nullptr) {
     // A launch may still be running: the stream's order protects it, cudaGraphExecDestroy does not
     // wait for it.
-    cudaStreamSynchronize(stream_);
+    cudaStreamSynchronize(context_.stream);
     cudaGraphExecDestroy(graphs_[graph].exec);
     // The last graph gone (and the stream idle): scratch outgrown while graphs lived is freed.
-    if (--live_graphs_ == 0) {
-      gemm_->free_retired_scratch();
-      for (DeviceScratch* s : {&tables_, &partial_, &partial2_, &flags_, &id_check_})
-        s->free_retired();
-#ifdef MIXTRAIN_HAVE_CUDNN
-      if (conv_)
-        for (DeviceScratch* s : {&conv_->workspace, &conv_->a, &conv_->b, &conv_->out})
-          s->free_retired();
-#endif
+    if (--context_.live_graphs == 0) {
+      context_.free_retired_scratch();
     }
   }
   graphs_[graph].exec = nullptr;

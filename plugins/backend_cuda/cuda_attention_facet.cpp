@@ -1,9 +1,9 @@
-// CudaBackend's AttentionFacet: the head-layout permutes and the masked scaled softmax
+// CudaAttention: the head-layout permutes and the masked scaled softmax
 // (cuda_attention.cu). Its GEMMs (QKᵀ, PV) are gemm_strided_batched, one cuBLASLt strided-batched
 // GEMM each.
+#include "cuda_attention_facet.h"
 #include "cuda_access.h"
 #include "cuda_attention.h"
-#include "cuda_backend.h"
 #include "cuda_facet_checks.h"
 
 namespace mixtrain::backend_cuda {
@@ -18,43 +18,43 @@ kernels::PermuteShape permute_shape(const sdk::HeadLayout& l) {
 
 }  // namespace
 
-void CudaBackend::split_heads(TensorView x, const sdk::HeadLayout& layout, TensorView y) {
-  activate();
+void CudaAttention::split_heads(TensorView x, const sdk::HeadLayout& layout, TensorView y) {
+  context_.activate();
   constexpr const char* op = "split_heads";
   checks().head_permute(op, x, layout, y);
   check_cuda(kernels::head_permute(x.data, elem_of(x.dtype), y.data, elem_of(y.dtype),
-                                   permute_shape(layout), true, stream_),
+                                   permute_shape(layout), true, context_.stream),
              op, "kernel launch");
 }
 
-void CudaBackend::merge_heads(TensorView y, const sdk::HeadLayout& layout, TensorView x) {
-  activate();
+void CudaAttention::merge_heads(TensorView y, const sdk::HeadLayout& layout, TensorView x) {
+  context_.activate();
   constexpr const char* op = "merge_heads";
   checks().head_permute(op, x, layout, y);
   check_cuda(kernels::head_permute(x.data, elem_of(x.dtype), y.data, elem_of(y.dtype),
-                                   permute_shape(layout), false, stream_),
+                                   permute_shape(layout), false, context_.stream),
              op, "kernel launch");
 }
 
-void CudaBackend::softmax_forward(TensorView scores, const sdk::SoftmaxShape& shape, float scale,
-                                  TensorView probs) {
-  activate();
+void CudaAttention::softmax_forward(TensorView scores, const sdk::SoftmaxShape& shape, float scale,
+                                    TensorView probs) {
+  context_.activate();
   constexpr const char* op = "softmax_forward";
   check_softmax_forward(scores, shape, probs);
   check_cuda(kernels::softmax_forward(scores.as<const float>(), probs.as<float>(), shape.batch,
-                                      shape.rows, shape.cols, shape.causal, scale, stream_),
+                                      shape.rows, shape.cols, shape.causal, scale, context_.stream),
              op, "kernel launch");
 }
 
-void CudaBackend::softmax_backward(TensorView probs, TensorView dprobs,
-                                   const sdk::SoftmaxShape& shape, float scale,
-                                   TensorView dscores) {
-  activate();
+void CudaAttention::softmax_backward(TensorView probs, TensorView dprobs,
+                                     const sdk::SoftmaxShape& shape, float scale,
+                                     TensorView dscores) {
+  context_.activate();
   constexpr const char* op = "softmax_backward";
   check_softmax_backward(probs, dprobs, shape, dscores);
   check_cuda(kernels::softmax_backward(probs.as<const float>(), dprobs.as<const float>(),
                                        dscores.as<float>(), shape.batch, shape.rows, shape.cols,
-                                       shape.causal, scale, stream_),
+                                       shape.causal, scale, context_.stream),
              op, "kernel launch");
 }
 

@@ -1,7 +1,7 @@
-// CudaBackend's DropoutFacet: sdk/backend_dropout.h's mask recomputed per element on the device
+// CudaDropout: sdk/backend_dropout.h's mask recomputed per element on the device
 // (cuda_dropout.cu); forward and backward are the same pass over different tensors.
+#include "cuda_dropout_facet.h"
 #include "cuda_access.h"
-#include "cuda_backend.h"
 #include "cuda_dropout.h"
 #include "cuda_element_math.h"
 
@@ -23,16 +23,16 @@ void apply_mask(const char* op, const TensorView& in, const TensorView& out, flo
 
 }  // namespace
 
-void CudaBackend::dropout_forward(TensorView x, TensorView y, float p, sdk::DropoutKey key) {
-  activate();
+void CudaDropout::dropout_forward(TensorView x, TensorView y, float p, sdk::DropoutKey key) {
+  context_.activate();
   checks().dropout("dropout_forward", "x", x, "y", y, p);
-  apply_mask("dropout_forward", x, y, p, key, stream_);
+  apply_mask("dropout_forward", x, y, p, key, context_.stream);
 }
 
-void CudaBackend::dropout_backward(TensorView dy, TensorView dx, float p, sdk::DropoutKey key) {
-  activate();
+void CudaDropout::dropout_backward(TensorView dy, TensorView dx, float p, sdk::DropoutKey key) {
+  context_.activate();
   checks().dropout("dropout_backward", "dy", dy, "dx", dx, p);
-  apply_mask("dropout_backward", dy, dx, p, key, stream_);
+  apply_mask("dropout_backward", dy, dx, p, key, context_.stream);
 }
 
 }  // namespace mixtrain::backend_cuda

@@ -1,4 +1,4 @@
-// CudaBackend's batch-norm facet: CUDA kernels (cuda_batch_norm.cu) with FP32 statistics.
+// CudaBatchNorm: CUDA kernels (cuda_batch_norm.cu) with FP32 statistics.
 //
 // Why kernels and not cuDNN: cuDNN 9 has batch norm only inside its graph API (a
 // NORM_FORWARD / NORM_BACKWARD operation in CUDNN_BATCH_NORM mode, or the older GEN_STATS +
@@ -18,8 +18,8 @@
 #include <algorithm>
 
 #include "cuda_access.h"
-#include "cuda_backend.h"
-#include "cuda_layer_kernels.h"
+#include "cuda_batch_norm.h"
+#include "cuda_batch_norm_facet.h"
 
 namespace mixtrain::backend_cuda {
 
@@ -44,64 +44,69 @@ kernels::BnForward forward_args(const TensorView& x, const TensorView& y, const 
 }
 }  // namespace
 
-std::size_t CudaBackend::batchnorm_workspace_bytes(const sdk::BatchNormShape& shape,
-                                                   DType x) const {
+std::size_t CudaBatchNorm::batchnorm_workspace_bytes(const sdk::BatchNormShape& shape,
+                                                     DType x) const {
   checks().batchnorm_workspace_args(shape, x);
   return workspace_bytes(shape);
 }
 
-void CudaBackend::batchnorm_forward_training(TensorView x, TensorView gamma, TensorView beta,
-                                             const sdk::BatchNormShape& shape, float momentum,
-                                             TensorView y, TensorView save_mean,
-                                             TensorView save_var, TensorView running_mean,
-                                             TensorView running_var, TensorView workspace) {
-  activate();
+void CudaBatchNorm::batchnorm_forward_training(TensorView x, TensorView gamma, TensorView beta,
+                                               const sdk::BatchNormShape& shape, float momentum,
+                                               TensorView y, TensorView save_mean,
+                                               TensorView save_var, TensorView running_mean,
+                                               TensorView running_var, TensorView workspace) {
+  context_.activate();
   constexpr const char* op = "batchnorm_forward_training";
   const bool keep = checks().batchnorm_forward_training(x, gamma, beta, shape, y, save_mean,
                                                         save_var, running_mean, running_var,
                                                         workspace, workspace_bytes(shape));
   const std::int64_t c = shape.channels;
-  double* partial = partial_.as<double>(kernels::bn_partial_doubles(shape.rows, c), stream_, op);
-  float* scale_shift = keep ? workspace.as<float>()
-                            : partial2_.as<float>(2 * static_cast<std::size_t>(c), stream_, op);
-  account_buffers();
+  double* partial =
+      context_.partial.as<double>(kernels::bn_partial_doubles(shape.rows, c), context_.stream, op);
+  float* scale_shift =
+      keep ? workspace.as<float>()
+           : context_.partial2.as<float>(2 * static_cast<std::size_t>(c), context_.stream, op);
+  context_.account_buffers();
   const kernels::BnForward a = forward_args(x, y, gamma, beta, shape);
   check_cuda(kernels::bn_forward_training(a, momentum, save_mean.as<float>(), save_var.as<float>(),
                                           running_mean.empty() ? nullptr : running_mean.as<float>(),
                                           running_var.empty() ? nullptr : running_var.as<float>(),
-                                          scale_shift, partial, stream_),
+                                          scale_shift, partial, context_.stream),
              op, "kernel launch");
 }
 
-void CudaBackend::batchnorm_forward_inference(TensorView x, TensorView gamma, TensorView beta,
-                                              TensorView running_mean, TensorView running_var,
-                                              const sdk::BatchNormShape& shape, TensorView y) {
-  activate();
+void CudaBatchNorm::batchnorm_forward_inference(TensorView x, TensorView gamma, TensorView beta,
+                                                TensorView running_mean, TensorView running_var,
+                                                const sdk::BatchNormShape& shape, TensorView y) {
+  context_.activate();
   constexpr const char* op = "batchnorm_forward_inference";
   checks().batchnorm_forward_inference(x, gamma, beta, running_mean, running_var, shape, y);
   const std::int64_t c = shape.channels;
-  float* scale_shift = partial2_.as<float>(2 * static_cast<std::size_t>(c), stream_, op);
-  account_buffers();
+  float* scale_shift =
+      context_.partial2.as<float>(2 * static_cast<std::size_t>(c), context_.stream, op);
+  context_.account_buffers();
   const kernels::BnForward a = forward_args(x, y, gamma, beta, shape);
-  check_cuda(kernels::bn_forward_inference(a, running_mean.as<const float>(),
-                                           running_var.as<const float>(), scale_shift, stream_),
-             op, "kernel launch");
+  check_cuda(
+      kernels::bn_forward_inference(a, running_mean.as<const float>(),
+                                    running_var.as<const float>(), scale_shift, context_.stream),
+      op, "kernel launch");
 }
 
-void CudaBackend::batchnorm_backward(TensorView dy, TensorView x, TensorView y, TensorView gamma,
-                                     TensorView save_mean, TensorView save_var,
-                                     const sdk::BatchNormShape& shape, TensorView workspace,
-                                     TensorView dx, TensorView dgamma, TensorView dbeta,
-                                     bool accumulate) {
-  activate();
+void CudaBatchNorm::batchnorm_backward(TensorView dy, TensorView x, TensorView y, TensorView gamma,
+                                       TensorView save_mean, TensorView save_var,
+                                       const sdk::BatchNormShape& shape, TensorView workspace,
+                                       TensorView dx, TensorView dgamma, TensorView dbeta,
+                                       bool accumulate) {
+  context_.activate();
   constexpr const char* op = "batchnorm_backward";
   const bool from_workspace =
       checks().batchnorm_backward(dy, x, y, gamma, save_mean, save_var, shape, workspace,
                                   workspace_bytes(shape), dx, dgamma, dbeta);
   const std::int64_t c = shape.channels;
-  double* partial = partial_.as<double>(kernels::bn_partial_doubles(shape.rows, c), stream_, op);
-  float* coeff = partial2_.as<float>(3 * static_cast<std::size_t>(c), stream_, op);
-  account_buffers();
+  double* partial =
+      context_.partial.as<double>(kernels::bn_partial_doubles(shape.rows, c), context_.stream, op);
+  float* coeff = context_.partial2.as<float>(3 * static_cast<std::size_t>(c), context_.stream, op);
+  context_.account_buffers();
   kernels::BnBackward a{};
   a.dy = dy.data;
   a.x = x.data;
@@ -118,7 +123,7 @@ void CudaBackend::batchnorm_backward(TensorView dy, TensorView x, TensorView y, 
   a.channels = c;
   check_cuda(kernels::bn_backward(a, dgamma.empty() ? nullptr : dgamma.as<float>(),
                                   dbeta.empty() ? nullptr : dbeta.as<float>(), accumulate, coeff,
-                                  partial, stream_),
+                                  partial, context_.stream),
              op, "kernel launch");
 }
 
@@ -145,54 +150,58 @@ kernels::BnBackward split_args(const TensorView& dy, const TensorView& x, const 
 }
 }  // namespace
 
-void CudaBackend::batchnorm_statistics(TensorView x, const sdk::BatchNormShape& shape,
-                                       TensorView mean, TensorView var) {
-  activate();
+void CudaBatchNorm::batchnorm_statistics(TensorView x, const sdk::BatchNormShape& shape,
+                                         TensorView mean, TensorView var) {
+  context_.activate();
   constexpr const char* op = "batchnorm_statistics";
   checks().batchnorm_statistics(x, shape, mean, var);
   const std::int64_t c = shape.channels;
-  double* partial = partial_.as<double>(kernels::bn_partial_doubles(shape.rows, c), stream_, op);
-  float* scale_shift = partial2_.as<float>(2 * static_cast<std::size_t>(c), stream_, op);
-  account_buffers();
+  double* partial =
+      context_.partial.as<double>(kernels::bn_partial_doubles(shape.rows, c), context_.stream, op);
+  float* scale_shift =
+      context_.partial2.as<float>(2 * static_cast<std::size_t>(c), context_.stream, op);
+  context_.account_buffers();
   const kernels::BnForward a{x.data,    nullptr, elem_of(x.dtype), nullptr,       nullptr,
                              shape.eps, false,   shape.rows,       shape.channels};
-  check_cuda(
-      kernels::bn_statistics(a, mean.as<float>(), var.as<float>(), scale_shift, partial, stream_),
-      op, "kernel launch");
+  check_cuda(kernels::bn_statistics(a, mean.as<float>(), var.as<float>(), scale_shift, partial,
+                                    context_.stream),
+             op, "kernel launch");
 }
 
-void CudaBackend::batchnorm_backward_reduce(TensorView dy, TensorView x, TensorView y,
-                                            TensorView mean, TensorView var,
-                                            const sdk::BatchNormShape& shape, TensorView sum_dy,
-                                            TensorView sum_dy_xhat) {
-  activate();
+void CudaBatchNorm::batchnorm_backward_reduce(TensorView dy, TensorView x, TensorView y,
+                                              TensorView mean, TensorView var,
+                                              const sdk::BatchNormShape& shape, TensorView sum_dy,
+                                              TensorView sum_dy_xhat) {
+  context_.activate();
   constexpr const char* op = "batchnorm_backward_reduce";
   checks().batchnorm_backward_reduce(dy, x, y, mean, var, shape, sum_dy, sum_dy_xhat);
   const std::int64_t c = shape.channels;
-  double* partial = partial_.as<double>(kernels::bn_partial_doubles(shape.rows, c), stream_, op);
-  float* coeff = partial2_.as<float>(3 * static_cast<std::size_t>(c), stream_, op);
-  account_buffers();
+  double* partial =
+      context_.partial.as<double>(kernels::bn_partial_doubles(shape.rows, c), context_.stream, op);
+  float* coeff = context_.partial2.as<float>(3 * static_cast<std::size_t>(c), context_.stream, op);
+  context_.account_buffers();
   check_cuda(
       kernels::bn_backward_reduce(split_args(dy, x, y, {}, mean, var, shape), sum_dy.as<float>(),
-                                  sum_dy_xhat.as<float>(), coeff, partial, stream_),
+                                  sum_dy_xhat.as<float>(), coeff, partial, context_.stream),
       op, "kernel launch");
 }
 
-void CudaBackend::batchnorm_backward_elementwise(TensorView dy, TensorView x, TensorView y,
-                                                 TensorView gamma, TensorView mean, TensorView var,
-                                                 TensorView mean_dy, TensorView mean_dy_xhat,
-                                                 const sdk::BatchNormShape& shape, TensorView dx) {
-  activate();
+void CudaBatchNorm::batchnorm_backward_elementwise(
+    TensorView dy, TensorView x, TensorView y, TensorView gamma, TensorView mean, TensorView var,
+    TensorView mean_dy, TensorView mean_dy_xhat, const sdk::BatchNormShape& shape, TensorView dx) {
+  context_.activate();
   constexpr const char* op = "batchnorm_backward_elementwise";
   checks().batchnorm_backward_elementwise(dy, x, y, gamma, mean, var, mean_dy, mean_dy_xhat, shape,
                                           dx);
-  float* coeff = partial2_.as<float>(3 * static_cast<std::size_t>(shape.channels), stream_, op);
-  account_buffers();
+  float* coeff = context_.partial2.as<float>(3 * static_cast<std::size_t>(shape.channels),
+                                             context_.stream, op);
+  context_.account_buffers();
   kernels::BnBackward a = split_args(dy, x, y, gamma, mean, var, shape);
   a.dx = dx.data;
-  check_cuda(kernels::bn_backward_elementwise(a, mean_dy.as<const float>(),
-                                              mean_dy_xhat.as<const float>(), coeff, stream_),
-             op, "kernel launch");
+  check_cuda(
+      kernels::bn_backward_elementwise(a, mean_dy.as<const float>(), mean_dy_xhat.as<const float>(),
+                                       coeff, context_.stream),
+      op, "kernel launch");
 }
 
 }  // namespace mixtrain::backend_cuda

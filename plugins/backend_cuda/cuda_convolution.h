@@ -1,0 +1,48 @@
+// Launchers of the convolution facet's kernels: the convolution's helpers around cuDNN
+// (cuda_conv_kernels.cu), pooling and the channels-first / channels-last permutes
+// (cuda_pooling.cu).
+//
+// Contract: cuda_kernel_types.h's (enqueue only, no validation, cudaError_t for the caller; storage
+// tags fp32 / bf16 / fp16). Per-element math is cuda_element_math.h's. Every reduction has a fixed
+// partition and order (no atomics): results are bit-reproducible run to run.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda_kernel_types.h"
+
+namespace mixtrain::backend_cuda::kernels {
+
+// --- around cuDNN (cuda_conv_kernels.cu) -------------------------------------------------------
+// dst [K, R, S, C] (dt) = src [K, C, R, S] (st): the channels-last copy of PyTorch's weights, each
+// value decoded exactly and encoded once.
+cudaError_t filter_to_krsc(const void* src, Elem st, void* dst, Elem dt, std::int64_t k,
+                           std::int64_t c, std::int64_t r, std::int64_t s, cudaStream_t stream);
+// dw [K, C, R, S] = (accumulate ? dw : 0) + src, src fp32 in KRSC order (krsc) or KCRS.
+cudaError_t filter_from_fp32(const float* src, bool krsc, float* dw, std::int64_t k, std::int64_t c,
+                             std::int64_t r, std::int64_t s, bool accumulate, cudaStream_t stream);
+// y [rows, n] = encode(acc + bias[col]) in y's dtype (bias nullable): one rounding.
+cudaError_t finish_output(const float* acc, const float* bias, void* y, Elem yt, std::int64_t rows,
+                          std::int64_t n, cudaStream_t stream);
+
+// --- pooling and permutes (cuda_pooling.cu) -----------------------------------------------------
+struct PoolShape {
+  std::int64_t n, c, h, w, oh, ow;
+  int kh, kw, sh, sw, ph, pw;
+  bool max, include_pad;
+};
+// y = pool(x); argmax (nullable, max only): the window-relative index kh*KW + kw of each output's
+// first maximum, int32 [N, OH, OW, C].
+cudaError_t pool_forward(const PoolShape& p, const void* x, Elem t, void* y, std::int32_t* argmax,
+                         cudaStream_t stream);
+// dx (overwritten) gathers, per input element, dy of every window it belongs to (max: only where
+// it is that window's argmax, read from `argmax` or recomputed from x), in window order.
+cudaError_t pool_backward(const PoolShape& p, const void* dy, const void* x,
+                          const std::int32_t* argmax, void* dx, Elem t, cudaStream_t stream);
+// Each of `images` matrices [rows, cols] of src becomes [cols, rows] in dst, converted once.
+cudaError_t permute_images(const void* src, Elem st, void* dst, Elem dt, std::int64_t images,
+                           std::int64_t rows, std::int64_t cols, cudaStream_t stream);
+
+}  // namespace mixtrain::backend_cuda::kernels

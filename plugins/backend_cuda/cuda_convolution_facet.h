@@ -1,0 +1,44 @@
+// CudaConvolution: the CUDA backend's ConvolutionFacet (sdk/backend_convolution.h): conv2d
+// forward / backward-data / backward-weights through cuDNN 9's graph API (cuda_conv_plans.h, a
+// cached plan per shape), pooling and the channels-first / channels-last permutes as kernels
+// (cuda_pooling.cu, cuda_conv_kernels.cu). Built only with cuDNN 9 (MIXTRAIN_HAVE_CUDNN).
+//
+// Contract (in addition to sdk/backend_convolution.h)
+// - supports() is the SDK's table without fp8 operands (the CPU backend emulates fp8 exactly).
+// - The cuDNN handle and plans live in the context, created by the first convolution.
+// - A call no cuDNN plan serves raises BackendError naming each route's reason.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "cuda_context.h"
+#include "mixtrain/sdk/backend_convolution.h"
+
+namespace mixtrain::backend_cuda {
+
+class CudaConvolution final : public sdk::ConvolutionFacet {
+ public:
+  explicit CudaConvolution(CudaContext& context) : context_(context) {}
+
+  bool supports(sdk::ConvolutionOp op, std::span<const sdk::DType> dtypes) const override;
+  void conv2d_forward(const sdk::Conv2dForwardArgs& args) override;
+  void conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) override;
+  void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) override;
+  std::size_t pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry,
+                                     sdk::DType x) const override;
+  void pool2d_forward(const sdk::Pool2dGeometry& geometry, sdk::TensorView x, sdk::TensorView y,
+                      sdk::TensorView workspace) override;
+  void pool2d_backward(const sdk::Pool2dGeometry& geometry, sdk::TensorView dy, sdk::TensorView x,
+                       sdk::TensorView y, sdk::TensorView workspace, sdk::TensorView dx) override;
+  void to_channels_last(sdk::TensorView src, std::int64_t channels, std::int64_t height,
+                        std::int64_t width, sdk::TensorView dst) override;
+  void to_channels_first(sdk::TensorView src, std::int64_t channels, std::int64_t height,
+                         std::int64_t width, sdk::TensorView dst) override;
+
+ private:
+  CudaContext& context_;
+};
+
+}  // namespace mixtrain::backend_cuda

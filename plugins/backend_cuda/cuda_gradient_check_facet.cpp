@@ -1,0 +1,137 @@
+// CudaGradientCheck: the unscale / inf-NaN check, sum-of-squares and first-non-finite kernels
+// over multi-tensor tables, and the read back of their answers.
+#include "cuda_gradient_check_facet.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda_access.h"
+#include "cuda_gradient_check.h"
+
+namespace mixtrain::backend_cuda {
+
+using sdk::TensorView;
+
+namespace {
+
+// The tables of one multi-tensor call, uploaded to the device.
+struct TensorTables {
+  const kernels::TensorRef* refs = nullptr;
+  const kernels::Chunk* chunks = nullptr;
+  int count = 0;
+};
+
+// Checks `tensors` (fp32 only, or any storage float) and uploads their multi-tensor tables.
+TensorTables tensor_tables(CudaContext& context, std::span<const TensorView> tensors,
+                           const char* op, const char* name, bool fp32_only) {
+  std::vector<kernels::TensorRef> refs;
+  std::vector<std::int64_t> numels;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::string what = std::string(name) + "[" + std::to_string(i) + "]";
+    if (fp32_only)
+      require_fp32(op, what, tensors[i]);
+    else
+      require_storage(op, what, tensors[i]);
+    refs.push_back({tensors[i].data, tensors[i].numel(), elem_of(tensors[i].dtype), 0});
+    numels.push_back(tensors[i].numel());
+  }
+  TensorTables t;
+  t.count = context.upload_tables(refs, numels, &t.refs, &t.chunks, op);
+  return t;
+}
+
+// Enqueues the unscale/check kernel; returns the device flag.
+int* enqueue_unscale(CudaContext& context, const TensorTables& t, float inv_scale, const char* op) {
+  int* found = context.flags.as<int>(1, context.stream, op);
+  context.account_buffers();
+  check_cuda(cudaMemsetAsync(found, 0, sizeof(int), context.stream), op, "cudaMemsetAsync");
+  check_cuda(
+      kernels::unscale_and_check(t.refs, t.chunks, t.count, inv_scale, found, context.stream), op,
+      "unscale kernel launch");
+  return found;
+}
+
+// Enqueues the sum of squares; returns the device result.
+double* enqueue_sum_of_squares(CudaContext& context, const TensorTables& t, const char* op) {
+  double* partial = context.partial.as<double>(std::max(1, t.count), context.stream, op);
+  double* result = context.partial2.as<double>(1, context.stream, op);
+  context.account_buffers();
+  check_cuda(kernels::sum_of_squares(t.refs, t.chunks, t.count, partial, result, context.stream),
+             op, "sum of squares kernel launch");
+  return result;
+}
+
+}  // namespace
+
+bool CudaGradientCheck::unscale_and_check_finite(std::span<const TensorView> grads,
+                                                 float inv_scale) {
+  context_.activate();
+  constexpr const char* op = "unscale_and_check_finite";
+  int* found =
+      enqueue_unscale(context_, tensor_tables(context_, grads, op, "grads", true), inv_scale, op);
+  int* host = context_.host_result<int>(1);
+  check_cuda(cudaMemcpyAsync(host, found, sizeof(int), cudaMemcpyDeviceToHost, context_.stream), op,
+             "cudaMemcpyAsync");
+  context_.sync(op);
+  return *host != 0;
+}
+
+double CudaGradientCheck::sum_of_squares(std::span<const TensorView> tensors) {
+  context_.activate();
+  constexpr const char* op = "sum_of_squares";
+  double* result =
+      enqueue_sum_of_squares(context_, tensor_tables(context_, tensors, op, "tensors", false), op);
+  double* host = context_.host_result<double>(1);
+  check_cuda(cudaMemcpyAsync(host, result, sizeof(double), cudaMemcpyDeviceToHost, context_.stream),
+             op, "cudaMemcpyAsync");
+  context_.sync(op);
+  return *host;
+}
+
+sdk::GradientCheckFacet::GradientCheck CudaGradientCheck::unscale_check_and_sum_squares(
+    std::span<const TensorView> grads, float inv_scale) {
+  context_.activate();
+  constexpr const char* op = "unscale_check_and_sum_squares";
+  // One table for both kernels; the sum runs the same kernel and partition as sum_of_squares(),
+  // after the unscale in stream order, so the result equals the two calls made in turn.
+  const TensorTables t = tensor_tables(context_, grads, op, "grads", true);
+  int* found = enqueue_unscale(context_, t, inv_scale, op);
+  double* result = enqueue_sum_of_squares(context_, t, op);
+  double* host =
+      context_.host_result<double>(2);  // [0]: the sum, [1]: found_inf's int in its first bytes
+  check_cuda(cudaMemcpyAsync(host, result, sizeof(double), cudaMemcpyDeviceToHost, context_.stream),
+             op, "cudaMemcpyAsync");
+  check_cuda(cudaMemcpyAsync(host + 1, found, sizeof(int), cudaMemcpyDeviceToHost, context_.stream),
+             op, "cudaMemcpyAsync");
+  context_.sync(op);
+  GradientCheck r;
+  r.sum_of_squares = host[0];
+  int flag = 0;
+  std::memcpy(&flag, host + 1, sizeof flag);
+  r.found_inf = flag != 0;
+  return r;
+}
+
+int CudaGradientCheck::first_nonfinite(std::span<const TensorView> tensors) {
+  context_.activate();
+  constexpr const char* op = "first_nonfinite";
+  if (tensors.empty()) return -1;
+  const TensorTables t = tensor_tables(context_, tensors, op, "tensors", false);
+  int* flags = context_.flags.as<int>(tensors.size(), context_.stream, op);
+  context_.account_buffers();
+  check_cuda(cudaMemsetAsync(flags, 0, tensors.size() * sizeof(int), context_.stream), op,
+             "cudaMemsetAsync");
+  check_cuda(kernels::find_nonfinite(t.refs, t.chunks, t.count, flags, context_.stream), op,
+             "kernel launch");
+  std::vector<int> host(tensors.size());
+  check_cuda(cudaMemcpyAsync(host.data(), flags, host.size() * sizeof(int), cudaMemcpyDeviceToHost,
+                             context_.stream),
+             op, "cudaMemcpyAsync");
+  context_.sync(op);
+  for (std::size_t t = 0; t < host.size(); ++t)
+    if (host[t] != 0) return static_cast<int>(t);
+  return -1;
+}
+
+}  // namespace mixtrain::backend_cuda

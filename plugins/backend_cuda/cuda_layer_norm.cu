@@ -1,0 +1,93 @@
+// The layer norm facet's kernels: one warp per row, statistics in double as the CPU reference.
+#include "cuda_device.cuh"
+#include "cuda_layer_norm.h"
+
+namespace mixtrain::backend_cuda::kernels {
+
+namespace {
+
+// One warp per row.
+__global__ void layernorm_forward_kernel(const void* x, Elem xt, const void* gamma, Elem gt,
+                                         const void* beta, Elem bt, float eps, void* y, Elem yt,
+                                         float* mean, float* rstd, std::int64_t rows,
+                                         std::int64_t n) {
+  const std::int64_t row =
+      static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const std::int64_t base = row * n;
+  // Statistics in double, as the CPU reference.
+  double sum = 0.0;
+  for (std::int64_t j = lane; j < n; j += 32) sum += load(x, xt, base + j);
+  const float mu = static_cast<float>(warp_sum(sum) / static_cast<double>(n));
+  double sq = 0.0;  // two-pass variance: no cancellation for large means
+  for (std::int64_t j = lane; j < n; j += 32) {
+    const float d = load(x, xt, base + j) - mu;
+    sq += static_cast<double>(d) * d;
+  }
+  const float rs = static_cast<float>(
+      1.0 / sqrt(warp_sum(sq) / static_cast<double>(n) + static_cast<double>(eps)));
+  for (std::int64_t j = lane; j < n; j += 32) {
+    const float g = gamma != nullptr ? load(gamma, gt, j) : 1.0f;
+    const float b = beta != nullptr ? load(beta, bt, j) : 0.0f;
+    store(y, yt, base + j, (load(x, xt, base + j) - mu) * rs * g + b);
+  }
+  if (lane == 0) {
+    mean[row] = mu;
+    rstd[row] = rs;
+  }
+}
+
+__global__ void layernorm_backward_kernel(const void* dy, Elem dyt, const void* x, Elem xt,
+                                          const void* gamma, Elem gt, const float* mean,
+                                          const float* rstd, void* dx, Elem dxt, std::int64_t rows,
+                                          std::int64_t n) {
+  const std::int64_t row =
+      static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const std::int64_t base = row * n;
+  const float mu = mean[row], rs = rstd[row];
+  double sum_g = 0.0, sum_gx = 0.0;  // double, as the CPU reference
+  for (std::int64_t j = lane; j < n; j += 32) {
+    const float xhat = (load(x, xt, base + j) - mu) * rs;
+    const float g = load(dy, dyt, base + j) * (gamma != nullptr ? load(gamma, gt, j) : 1.0f);
+    sum_g += g;
+    sum_gx += static_cast<double>(g) * xhat;
+  }
+  const float mean_g = static_cast<float>(warp_sum(sum_g) / static_cast<double>(n));
+  const float mean_gx = static_cast<float>(warp_sum(sum_gx) / static_cast<double>(n));
+  for (std::int64_t j = lane; j < n; j += 32) {  // dx may alias dy: each lane rewrites its own
+    const float xhat = (load(x, xt, base + j) - mu) * rs;
+    const float g = load(dy, dyt, base + j) * (gamma != nullptr ? load(gamma, gt, j) : 1.0f);
+    store(dx, dxt, base + j, rs * (g - mean_g - xhat * mean_gx));
+  }
+}
+
+}  // namespace
+
+cudaError_t layernorm_forward(const void* x, Elem xt, const void* gamma, Elem gt, const void* beta,
+                              Elem bt, float eps, void* y, Elem yt, float* mean, float* rstd,
+                              std::int64_t rows, std::int64_t n, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  layernorm_forward_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+      x, xt, gamma, gt, beta, bt, eps, y, yt, mean, rstd, rows, n);
+  return cudaGetLastError();
+}
+
+cudaError_t layernorm_backward(const void* dy, Elem dyt, const void* x, Elem xt, const void* gamma,
+                               Elem gt, const float* mean, const float* rstd, void* dx, Elem dxt,
+                               float* dgamma, float* dbeta, bool accumulate, std::int64_t rows,
+                               std::int64_t n, float* partial, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  // Column sums first: dx may alias dy.
+  if (dgamma != nullptr || dbeta != nullptr)
+    launch_column_sums(dy, dyt, x, xt, mean, rstd, rows, n, dgamma, dbeta, accumulate, partial,
+                       stream);
+  if (rows > 0)
+    layernorm_backward_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+        dy, dyt, x, xt, gamma, gt, mean, rstd, dx, dxt, rows, n);
+  return cudaGetLastError();
+}
+
+}  // namespace mixtrain::backend_cuda::kernels

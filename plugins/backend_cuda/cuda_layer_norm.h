@@ -1,0 +1,24 @@
+// Launchers of the layer norm facet's kernels (cuda_layer_norm.cu): one warp per row, statistics
+// in double (two-pass variance) as the CPU reference; dgamma / dbeta through the reproducible
+// column sums (cuda_column_sums.h). Contract: cuda_kernel_types.h's.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cuda_column_sums.h"
+#include "cuda_kernel_types.h"
+
+namespace mixtrain::backend_cuda::kernels {
+
+cudaError_t layernorm_forward(const void* x, Elem xt, const void* gamma, Elem gt, const void* beta,
+                              Elem bt, float eps, void* y, Elem yt, float* mean, float* rstd,
+                              std::int64_t rows, std::int64_t n, cudaStream_t stream);
+// dgamma/dbeta nullable; partial: 2 * column_sum_scratch(rows, n) floats.
+cudaError_t layernorm_backward(const void* dy, Elem dyt, const void* x, Elem xt, const void* gamma,
+                               Elem gt, const float* mean, const float* rstd, void* dx, Elem dxt,
+                               float* dgamma, float* dbeta, bool accumulate, std::int64_t rows,
+                               std::int64_t n, float* partial, cudaStream_t stream);
+
+}  // namespace mixtrain::backend_cuda::kernels

@@ -1,0 +1,56 @@
+// CudaLayerNorm: validation and launch of the layernorm kernels.
+#include "cuda_layer_norm_facet.h"
+
+#include <algorithm>
+#include <cstddef>
+
+#include "cuda_access.h"
+#include "cuda_layer_norm.h"
+
+namespace mixtrain::backend_cuda {
+
+using sdk::TensorView;
+
+namespace {
+
+const void* ptr_or_null(const TensorView& v) {
+  return v.empty() ? nullptr : v.data;
+}
+
+}  // namespace
+
+void CudaLayerNorm::layernorm_forward(TensorView x, TensorView gamma, TensorView beta, float eps,
+                                      TensorView y, TensorView mean, TensorView rstd) {
+  context_.activate();
+  constexpr const char* op = "layernorm_forward";
+  const auto [rows, n] = checks().layernorm_forward_shape(x, gamma, beta, y, mean, rstd);
+  check_cuda(kernels::layernorm_forward(
+                 x.data, elem_of(x.dtype), ptr_or_null(gamma), elem_of(gamma.dtype),
+                 ptr_or_null(beta), elem_of(beta.dtype), eps, y.data, elem_of(y.dtype),
+                 mean.as<float>(), rstd.as<float>(), rows, n, context_.stream),
+             op, "kernel launch");
+}
+
+void CudaLayerNorm::layernorm_backward(TensorView dy, TensorView x, TensorView gamma,
+                                       TensorView mean, TensorView rstd, TensorView dx,
+                                       TensorView dgamma, TensorView dbeta, bool accumulate) {
+  context_.activate();
+  constexpr const char* op = "layernorm_backward";
+  const auto [rows, n] =
+      checks().layernorm_backward_shape(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  float* partial = nullptr;
+  if (!dgamma.empty() || !dbeta.empty()) {
+    partial = context_.partial.as<float>(
+        std::max<std::size_t>(1, 2 * kernels::column_sum_scratch(rows, n)), context_.stream, op);
+    context_.account_buffers();
+  }
+  check_cuda(kernels::layernorm_backward(
+                 dy.data, elem_of(dy.dtype), x.data, elem_of(x.dtype), ptr_or_null(gamma),
+                 elem_of(gamma.dtype), mean.as<const float>(), rstd.as<const float>(), dx.data,
+                 elem_of(dx.dtype), dgamma.empty() ? nullptr : dgamma.as<float>(),
+                 dbeta.empty() ? nullptr : dbeta.as<float>(), accumulate, rows, n, partial,
+                 context_.stream),
+             op, "kernel launch");
+}
+
+}  // namespace mixtrain::backend_cuda

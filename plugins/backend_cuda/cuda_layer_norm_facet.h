@@ -1,0 +1,25 @@
+// CudaLayerNorm: the CUDA backend's LayerNormFacet (sdk/backend_layer_norm.h): one warp per row,
+// statistics in double (two-pass variance) as the CPU reference, dgamma / dbeta as reproducible
+// column reductions (fixed split of the rows, FP32 partials, double across splits).
+#pragma once
+
+#include "cuda_context.h"
+#include "mixtrain/sdk/backend_layer_norm.h"
+
+namespace mixtrain::backend_cuda {
+
+class CudaLayerNorm final : public sdk::LayerNormFacet {
+ public:
+  explicit CudaLayerNorm(CudaContext& context) : context_(context) {}
+
+  void layernorm_forward(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta, float eps,
+                         sdk::TensorView y, sdk::TensorView mean, sdk::TensorView rstd) override;
+  void layernorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView gamma,
+                          sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
+                          sdk::TensorView dgamma, sdk::TensorView dbeta, bool accumulate) override;
+
+ private:
+  CudaContext& context_;
+};
+
+}  // namespace mixtrain::backend_cuda

@@ -1,0 +1,36 @@
+// Launchers of the optimizer facet's fused SGD / AdamW kernels (cuda_optimizer.cu), every parameter
+// in one multi-tensor launch (kernels::Chunk tables uploaded by the caller), refreshing the
+// low-precision working copies too. Contract: cuda_kernel_types.h's; per element
+// cuda_element_math.h's steps, bit for bit the CPU backend's.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "cuda_kernel_types.h"
+
+namespace mixtrain::backend_cuda::kernels {
+
+struct ParamRef {
+  float* master;
+  const float* grad;
+  void* working;  // nullable
+  float* state1;  // nullable
+  float* state2;  // nullable
+  Elem working_type;
+  int pad;
+};
+
+struct SgdArgs {
+  float lr, momentum, dampening, weight_decay, grad_scale;
+  bool nesterov, first_step, use_momentum;
+};
+cudaError_t sgd_update(const SgdArgs& h, const ParamRef* params, const Chunk* chunks,
+                       int num_chunks, cudaStream_t stream);
+
+struct AdamWArgs {
+  float beta1, beta2, eps, grad_scale, decay, step_size, bc2_sqrt;
+};
+cudaError_t adamw_update(const AdamWArgs& h, const ParamRef* params, const Chunk* chunks,
+                         int num_chunks, cudaStream_t stream);
+
+}  // namespace mixtrain::backend_cuda::kernels

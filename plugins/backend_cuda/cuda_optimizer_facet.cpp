@@ -1,0 +1,90 @@
+// CudaOptimizer: validation of the parameter lists and launch of the fused SGD / AdamW kernels.
+#include "cuda_optimizer_facet.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda_access.h"
+#include "cuda_optimizer.h"
+
+namespace mixtrain::backend_cuda {
+
+using sdk::TensorView;
+
+namespace {
+
+void validate_param(std::string_view op, std::size_t i, const sdk::ParamTensors& p,
+                    bool need_state1, bool need_state2) {
+  checks().optimizer_param(op, i, p, need_state1, need_state2);
+}
+
+kernels::ParamRef param_ref(const sdk::ParamTensors& p) {
+  return {p.master.as<float>(),
+          p.grad.as<const float>(),
+          p.working.empty() ? nullptr : p.working.data,
+          p.state1.empty() ? nullptr : p.state1.as<float>(),
+          p.state2.empty() ? nullptr : p.state2.as<float>(),
+          elem_of(p.working.dtype),
+          0};
+}
+
+}  // namespace
+
+void CudaOptimizer::sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params) {
+  context_.activate();
+  constexpr const char* op = "sgd_update";
+  if (h.nesterov && (h.momentum <= 0.0f || h.dampening != 0.0f))
+    fail(op,
+         "nesterov needs momentum > 0 and dampening = 0 (momentum " + std::to_string(h.momentum) +
+             ", dampening " + std::to_string(h.dampening) + ")",
+         "set momentum > 0 and dampening = 0, or turn nesterov off (as torch.optim.SGD requires)");
+  std::vector<kernels::ParamRef> refs;
+  std::vector<std::int64_t> numels;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    validate_param(op, i, params[i], h.momentum != 0.0f, false);
+    refs.push_back(param_ref(params[i]));
+    numels.push_back(params[i].master.numel());
+  }
+  const kernels::ParamRef* dev_refs = nullptr;
+  const kernels::Chunk* dev_chunks = nullptr;
+  const int count = context_.upload_tables(refs, numels, &dev_refs, &dev_chunks, op);
+  const kernels::SgdArgs args{h.lr,         h.momentum, h.dampening,  h.weight_decay,
+                              h.grad_scale, h.nesterov, h.first_step, h.momentum != 0.0f};
+  check_cuda(kernels::sgd_update(args, dev_refs, dev_chunks, count, context_.stream), op,
+             "kernel launch");
+}
+
+void CudaOptimizer::adamw_update(const sdk::AdamWHyper& h,
+                                 std::span<const sdk::ParamTensors> params) {
+  context_.activate();
+  constexpr const char* op = "adamw_update";
+  if (h.step < 1)
+    fail(op, "step = " + std::to_string(h.step) + " but it is the 1-based count of applied steps",
+         "pass step >= 1 (1 on the first update)");
+  std::vector<kernels::ParamRef> refs;
+  std::vector<std::int64_t> numels;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    validate_param(op, i, params[i], true, true);
+    refs.push_back(param_ref(params[i]));
+    numels.push_back(params[i].master.numel());
+  }
+  // Bias corrections in double on the host, exactly as the CPU reference (and PyTorch) does.
+  const double t = static_cast<double>(h.step);
+  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), t);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), t);
+  const kernels::AdamWArgs args{h.beta1,
+                                h.beta2,
+                                h.eps,
+                                h.grad_scale,
+                                1.0f - h.lr * h.weight_decay,
+                                static_cast<float>(static_cast<double>(h.lr) / bc1),
+                                static_cast<float>(std::sqrt(bc2))};
+  const kernels::ParamRef* dev_refs = nullptr;
+  const kernels::Chunk* dev_chunks = nullptr;
+  const int count = context_.upload_tables(refs, numels, &dev_refs, &dev_chunks, op);
+  check_cuda(kernels::adamw_update(args, dev_refs, dev_chunks, count, context_.stream), op,
+             "kernel launch");
+}
+
+}  // namespace mixtrain::backend_cuda
