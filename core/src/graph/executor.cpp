@@ -150,15 +150,31 @@ const char* Executor::profile_scope(std::size_t node) const {
   return node + 1 == ops_.size() ? "classifier" : ops_[node]->type().c_str();
 }
 
+void Executor::gather_inputs(std::size_t i, Extent e, std::vector<TensorView>& xs) const {
+  xs.clear();
+  for (TensorId t : plan_.node(i).inputs) xs.push_back(activation(t, e));
+}
+
 void Executor::forward(Extent e, const ForwardVisitor& visit) {
   std::vector<TensorView> xs;
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     if (ops_[i]->is_view()) continue;  // a view computes nothing
-    xs.clear();
-    for (TensorId t : plan_.node(i).inputs) xs.push_back(activation(t, e));
+    gather_inputs(i, e, xs);
     ProfileScope scope(profile_scope(i));
     ops_[i]->forward_inputs(xs, plan_.rows(TensorId::node(i), e));
     if (visit && !visit(i)) return;
+  }
+}
+
+void Executor::decode(std::int64_t start, std::int64_t tokens,
+                      std::span<const std::unique_ptr<DecodeState>> states) {
+  const Extent e = Extent::decode_of(tokens);
+  std::vector<TensorView> xs;
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    if (ops_[i]->is_view()) continue;
+    gather_inputs(i, e, xs);
+    ProfileScope scope(profile_scope(i));
+    ops_[i]->decode_forward(xs, start, plan_.rows(TensorId::node(i), e), states[i].get());
   }
 }
 

@@ -97,7 +97,6 @@ void AttentionLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend
 }
 
 void AttentionLayer::forward(TensorView x, std::int64_t rows) {
-  if (decoding_) return decode_forward(x, rows);
   // x is qkv [N, T, 3C]; q, k, v are [N·H, T, D] head-major; S and P are [N·H, T, T].
   const std::int64_t n = rows / tokens_, bh = n * heads_, t = tokens_, d = head_dim_;
   const DType g = gemm_dtype();
@@ -127,7 +126,6 @@ void AttentionLayer::forward(TensorView x, std::int64_t rows) {
 }
 
 void AttentionLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
-  if (decoding_) throw std::logic_error("attention node '" + name_ + "': backward while decoding");
   // dy is [N, T, C]; dO, dq, dk, dv are [N·H, T, D]; dP, dS are [N·H, T, T] in FP32.
   const std::int64_t n = rows / tokens_, bh = n * heads_, t = tokens_, d = head_dim_;
   const DType g = gemm_dtype();
@@ -164,26 +162,36 @@ void AttentionLayer::backward(TensorView, TensorView dy, TensorView dx, std::int
   attn.merge_heads({dqkv_heads_.view().data, dxt, sdk::Shape{3 * part}}, qkv, dx);
 }
 
-void AttentionLayer::begin_decode(std::int64_t capacity) {
-  cache_capacity_ = capacity;
-  cache_length_ = 0;
-  cache_ = widest(backend_, 3 * heads_ * capacity * head_dim_);
-  // Scores of up to `tokens_` new queries against the whole cache.
-  const std::int64_t s = heads_ * std::max(tokens_, capacity) * capacity;
-  if (probs_.shape().numel() < s) probs_ = Tensor(backend_, DType::fp32, sdk::Shape{s});
-  if (probs_gemm_.shape().numel() < s) probs_gemm_ = widest(backend_, s);
-  decoding_ = true;
+namespace {
+// One sequence's KV cache: [3, 1, H, capacity, D] in the GEMM dtype (q, k, v: split_heads writes
+// all three parts; q's rows hold only the newest tokens).
+struct KvCache final : DecodeState {
+  Tensor qkv;
+  std::int64_t capacity = 0;
+};
+}  // namespace
+
+std::unique_ptr<DecodeState> AttentionLayer::make_decode_state(std::int64_t capacity) const {
+  // A step's scores, at most capacity new queries against capacity positions, fit the training
+  // pass's probs_ and probs_gemm_ ([N·H, T, T], N >= 1, capacity <= T): the cache is all it adds.
+  if (capacity > tokens_)
+    throw sdk::UserError("a KV cache of " + std::to_string(capacity) +
+                             " positions is longer than the " + std::to_string(tokens_) +
+                             " tokens node '" + name_ + "' attends over",
+                         "decode at most " + std::to_string(tokens_) + " positions at once");
+  auto cache = std::make_unique<KvCache>();
+  cache->qkv = widest(backend_, 3 * heads_ * capacity * head_dim_);
+  cache->capacity = capacity;
+  return cache;
 }
 
-void AttentionLayer::end_decode() {
-  decoding_ = false;
-  cache_ = Tensor();
-  cache_capacity_ = cache_length_ = 0;
-}
-
-void AttentionLayer::decode_forward(TensorView x, std::int64_t rows) {
+void AttentionLayer::decode_forward(std::span<const TensorView> xs, std::int64_t start,
+                                    std::int64_t rows, DecodeState* state) {
   // x is qkv [1, n, 3C] for positions [L, L + n); the cache holds q, k, v [3, 1, H, cap, D].
-  const std::int64_t nt = rows, len = cache_length_ + rows, cap = cache_capacity_, d = head_dim_;
+  const TensorView x = xs[0];
+  const Tensor& cache = static_cast<KvCache&>(*state).qkv;
+  const std::int64_t cap = static_cast<KvCache&>(*state).capacity;
+  const std::int64_t nt = rows, len = start + rows, d = head_dim_;
   if (len > cap)
     throw std::logic_error("attention node '" + name_ + "': the KV cache holds " +
                            std::to_string(cap) + " positions; this step needs " +
@@ -192,10 +200,10 @@ void AttentionLayer::decode_forward(TensorView x, std::int64_t rows) {
   const DType act = storage_of(precision_.activation);
   auto& attn = attention_of(*backend_);
   const std::int64_t part = heads_ * cap * d;
-  attn.split_heads(x, {1, nt, heads_, d, 3, cap, cache_length_},
-                   {cache_.view().data, g, sdk::Shape{3 * part}});
-  const TensorView q = at(cache_, g, cache_length_ * d, nt, d), k = at(cache_, g, part, len, d),
-                   v = at(cache_, g, 2 * part, len, d);
+  attn.split_heads(x, {1, nt, heads_, d, 3, cap, start},
+                   {cache.view().data, g, sdk::Shape{3 * part}});
+  const TensorView q = at(cache, g, start * d, nt, d), k = at(cache, g, part, len, d),
+                   v = at(cache, g, 2 * part, len, d);
   const TensorView s = at(probs_, DType::fp32, 0, nt, len);
   batched(*backend_, precision_.gemm_input, q, false, cap * d, k, true, cap * d, s, nt * len,
           heads_);
@@ -211,7 +219,6 @@ void AttentionLayer::decode_forward(TensorView x, std::int64_t rows) {
           heads_);
   attn.merge_heads({context_.view().data, act, sdk::Shape{heads_ * nt * d}},
                    {1, nt, heads_, d, 1, 0, 0}, output(rows));
-  cache_length_ = len;
 }
 
 // --- Definition ----------------------------------------------------------------------------------

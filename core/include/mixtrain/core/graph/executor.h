@@ -13,6 +13,11 @@
 //   of tokens): activation(t, e) and gradient(t, e, buffers) are [rows, cols] device views.
 // - forward(e, visit) runs every computing node in forward order; `visit` (optional) sees each
 //   node after its forward and returns false to stop the pass.
+// - decode(start, tokens, states) runs one decode step of a sequence (Extent::decode_of(tokens),
+//   the new tokens at positions [start, start + tokens)): every computing node's decode_forward
+//   with its state states[i] (one per node, owned by the Decoder; null where a node keeps none).
+//   It shares the activation memory with forward: a training step may come between two decode
+//   steps, but not between a forward and its backward.
 // - compute_loss enqueues softmax-cross-entropy of the logits against labels(rows), smoothed by
 //   label_smoothing (sdk/backend_loss.h); with gradients it also writes the logits' gradient,
 //   scaled by grad_scale. read_loss() waits.
@@ -78,6 +83,8 @@ class Executor {
   GradientBuffers fp32_gradients(Tensor& storage);
 
   void forward(Extent e, const ForwardVisitor& visit = {});
+  void decode(std::int64_t start, std::int64_t tokens,
+              std::span<const std::unique_ptr<DecodeState>> states);
   void compute_loss(std::int64_t rows, float grad_scale, float label_smoothing,
                     std::optional<GradientBuffers> gradients);
   LossValues read_loss();
@@ -92,6 +99,8 @@ class Executor {
 
  private:
   const char* profile_scope(std::size_t node) const;
+  // Node i's inputs for a pass of extent e, into xs.
+  void gather_inputs(std::size_t i, Extent e, std::vector<sdk::TensorView>& xs) const;
   sdk::TensorView scratch(std::size_t slot, sdk::DType dtype, std::int64_t rows, std::int64_t cols);
   void bind_ties();
 
