@@ -23,6 +23,7 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
   const InputSpec& in = plan_.input();
   // The plans first (pure), so a refused allocation can be reported against the whole of them.
   act_plan_ = plan_activations(plan_, ops_, max_rows);
+  deferred_plan_ = plan_deferred_outputs(plan_, ops_, max_rows);
   grads_ = plan_gradients(plan_, ops_, max_rows);
   fp32_reserved_ = reserve_fp32_gradients;
   std::size_t grad_bytes = grads_.planned.arena_bytes;
@@ -32,7 +33,7 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
   forecast.input =
       static_cast<std::size_t>(max_rows * plan_.input_features()) * sdk::dtype_size(in.dtype) +
       static_cast<std::size_t>(max_rows * in.labels_per_sample) * 4;
-  forecast.activations = act_plan_.arena_bytes;
+  forecast.activations = act_plan_.arena_bytes + deferred_plan_.plan.arena_bytes;
   forecast.gradients = grad_bytes;
   // Elements of an op's own parameters: each has an fp32 master and gradient (8 bytes) and, under
   // a narrower weight dtype, a working copy.
@@ -74,12 +75,26 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
     act_arena_ = Tensor(backend_, DType::fp32,
                         sdk::Shape{static_cast<std::int64_t>(act_plan_.arena_bytes / 4 + 1)});
   });
-  for (std::size_t i = 0, k = 0; i < ops_.size(); ++i) {
+  deferred_arena_ = Tensor();
+  if (deferred_plan_.plan.arena_bytes > 0)
+    allocating(
+        "the outputs written only unfused (the non-finite replay)", deferred_plan_.plan.arena_bytes,
+        [&] {
+          deferred_arena_ = Tensor(
+              backend_, DType::fp32,
+              sdk::Shape{static_cast<std::int64_t>(deferred_plan_.plan.arena_bytes / 4 + 1)});
+        });
+  for (std::size_t i = 0, k = 0, d = 0; i < ops_.size(); ++i) {
     const std::int64_t rows = max_rows * plan_.node(i).rows_per_sample;
     const bool planned = ops_[i]->planned_output_bytes(rows) > 0;
     ops_[i]->use_output_storage(planned ? static_cast<std::byte*>(act_arena_.view().data) +
                                               act_plan_.offset[k++]
                                         : nullptr);
+    const bool deferred = d < deferred_plan_.nodes.size() && deferred_plan_.nodes[d] == i;
+    ops_[i]->use_deferred_output_storage(
+        deferred
+            ? static_cast<std::byte*>(deferred_arena_.view().data) + deferred_plan_.plan.offset[d++]
+            : nullptr);
     const std::size_t own = parameter_numel(*ops_[i]) * 8;
     allocating("the parameters, gradients and buffers of node '" + ops_[i]->name() + "' (" +
                    ops_[i]->type() + ")",

@@ -8,7 +8,9 @@
 //   gradient pass as well when `reserve_fp32_gradients`. A buffer the backend refuses (out of
 //   memory) raises sdk::BackendError naming the buffer and its bytes, the plans' predicted total
 //   for the batch (arenas, parameters, batch), what the backend held and the device's memory, and
-//   how to need less (graph/allocation_error.h); nothing has run then.
+//   how to need less (graph/allocation_error.h); nothing has run then. The outputs an op writes
+//   only when it runs unfused (the non-finite replay) have their own arena from their own plan
+//   (plan_deferred_outputs), allocated here too: running unfused allocates nothing.
 // - Tensors are addressed by TensorId for one pass's Extent (a batch of samples, or a decode step
 //   of tokens): activation(t, e) and gradient(t, e, buffers) are [rows, cols] device views.
 // - forward(e, visit) runs every computing node in forward order; `visit` (optional) sees each
@@ -96,6 +98,7 @@ class Executor {
 
   const LivenessPlan& activation_plan() const { return act_plan_; }
   const LivenessPlan& gradient_plan() const { return grads_.planned; }
+  const DeferredOutputPlan& deferred_output_plan() const { return deferred_plan_; }
 
  private:
   const char* profile_scope(std::size_t node) const;
@@ -110,8 +113,9 @@ class Executor {
   std::int64_t max_rows_ = 0;
   Tensor input_, labels_, loss_, correct_;
   LivenessPlan act_plan_;
+  DeferredOutputPlan deferred_plan_;
   GradientPlan grads_;
-  Tensor act_arena_, grad_arena_;
+  Tensor act_arena_, deferred_arena_, grad_arena_;
   bool fp32_reserved_ = false;
   std::vector<Tensor> scratch_;  // contributions that need a cast or an add
   GradientReadyHook grad_ready_;

@@ -236,6 +236,10 @@ class Layer {
   // The model's activation plan places this op's output in its arena (non-owning; set before
   // allocate()). Without it the layer allocates its own output.
   void use_output_storage(void* data) { planned_output_ = data; }
+  // Where a deferred output goes once it materialises (the op runs unfused): the executor's plan
+  // of deferred outputs (memory_plan.h), non-owning, set before allocate(). Without it the layer
+  // allocates that output itself.
+  void use_deferred_output_storage(void* data) { deferred_output_ = data; }
   // Bytes of the output at `max_rows` rows (stored in `as_dtype` when given), 0 when it is
   // deferred or a view (nothing to plan).
   std::size_t planned_output_bytes(std::int64_t max_rows,
@@ -297,7 +301,8 @@ class Layer {
   sdk::OpPrecision precision_;
   std::int64_t max_rows_ = 0;
   Tensor output_;
-  void* planned_output_ = nullptr;  // in the model's activation arena, when planned
+  void* planned_output_ = nullptr;   // in the model's activation arena, when planned
+  void* deferred_output_ = nullptr;  // in the executor's deferred-output arena, when planned
   std::vector<ModelParameter> params_;
   std::vector<ModelBuffer> buffers_;
   bool training_ = true;
