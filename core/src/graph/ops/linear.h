@@ -2,7 +2,7 @@
 //
 // Contract
 // - Epilogue fusion: a Linear followed by an activation can run the activation as its GEMM's
-//   epilogue (LinearLayer::fuse_activation). The Linear then writes act(z) into the activation
+//   epilogue (LinearLayer::fuse_reader). The Linear then writes act(z) into the activation
 //   layer's output, rounded once, and z into its own output only where the backward needs it
 //   (gelu); the activation layer's forward does nothing and its relu backward reads its own
 //   output (relu(z) > 0 exactly where z > 0). A Linear fused with a relu therefore writes no
