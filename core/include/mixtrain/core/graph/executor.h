@@ -18,7 +18,7 @@
 // - decode(start, tokens, states) runs one decode step of a sequence (Extent::decode_of(tokens),
 //   the new tokens at positions [start, start + tokens)): every computing node's decode_forward
 //   with its state states[i] (one per node, owned by the Decoder; null where a node keeps none).
-//   It shares the activation memory with forward: a training step may come between two decode
+//   It shares the activation memory with forward: a decode step may come between two training
 //   steps, but not between a forward and its backward.
 // - compute_loss enqueues softmax-cross-entropy of the logits against labels(rows), smoothed by
 //   label_smoothing (sdk/backend_loss.h); with gradients it also writes the logits' gradient,
