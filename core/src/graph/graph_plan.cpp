@@ -282,10 +282,10 @@ void plan_node(const GraphContext& g, const std::string& list, std::size_t pos,
   ops.push_back(std::move(built.layer));
   node.rows_per_sample =
       ops::checked_product(PerSampleShape(node.shape.begin(), node.shape.end() - 1));
-  const TensorId first = node.inputs[0];
-  node.root = !ops.back()->is_view() ? TensorId::node(pos)
-              : first.is_batch()     ? first
-                                     : nodes[first.position()].root;
+  // A view's memory is its input's (whose root may be the batch).
+  node.root = TensorId::node(pos);
+  if (ops.back()->is_view())
+    node.root = node.inputs[0].is_batch() ? node.inputs[0] : nodes[node.inputs[0].position()].root;
   node.needs_grad = site.op.has_parameters;
   for (TensorId t : node.inputs)
     if (t.is_node() && nodes[t.position()].needs_grad) node.needs_grad = true;
