@@ -8,6 +8,23 @@ namespace mixtrain::core {
 using sdk::DType;
 using sdk::TensorView;
 
+namespace {
+// The model in evaluation mode for one decode step, then back in the mode it was in.
+class EvaluationMode {
+ public:
+  explicit EvaluationMode(Model& model) : model_(model), was_(model.mode()) {
+    model_.set_mode(Model::Mode::eval);
+  }
+  ~EvaluationMode() { model_.set_mode(was_); }
+  EvaluationMode(const EvaluationMode&) = delete;
+  EvaluationMode& operator=(const EvaluationMode&) = delete;
+
+ private:
+  Model& model_;
+  Model::Mode was_;
+};
+}  // namespace
+
 Decoder::Decoder(Model& model, std::int64_t capacity) : model_(model), capacity_(capacity) {
   const GraphPlan& plan = model.plan();
   const std::int64_t t = plan.input_features();
@@ -25,17 +42,11 @@ Decoder::Decoder(Model& model, std::int64_t capacity) : model_(model), capacity_
     throw sdk::UserError("a KV cache of " + std::to_string(capacity) +
                              " positions; the model was built for at most " + std::to_string(t),
                          "decode at most block_size positions at once");
-  model.set_mode(Model::Mode::eval);
-  for (auto& l : model.layers()) l->begin_decode(capacity);
-}
-
-Decoder::~Decoder() {
-  for (auto& l : model_.layers()) l->end_decode();
+  for (const auto& l : model.layers()) states_.push_back(l->make_decode_state(capacity));
 }
 
 void Decoder::reset() {
-  for (auto& l : model_.layers()) l->end_decode();
-  for (auto& l : model_.layers()) l->begin_decode(capacity_);
+  // A step reads the cache only at the positions before it, which it or an earlier step wrote.
   length_ = 0;
 }
 
@@ -46,7 +57,7 @@ std::vector<float> Decoder::decode(std::span<const std::int32_t> ids) {
     throw sdk::UserError("decoding " + std::to_string(n) + " more tokens after " +
                              std::to_string(length_) + " overflows the KV cache of " +
                              std::to_string(capacity_) + " positions",
-                         "start a new cache (begin_decode) with the last tokens");
+                         "reset() the cache and feed it the last tokens");
   for (std::int32_t id : ids)
     if (id < 0 || id >= classes)
       throw sdk::UserError("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
@@ -55,9 +66,11 @@ std::vector<float> Decoder::decode(std::span<const std::int32_t> ids) {
   sdk::DeviceBackend& backend = model_.backend();
   Executor& exec = model_.executor();
   backend.copy_from_host({exec.input(1).data, DType::int32, sdk::Shape{n}}, ids.data());
-  for (auto& l : model_.layers()) l->set_decode_position(length_);
   const Extent step = Extent::decode_of(n);
-  exec.forward(step);
+  {
+    const EvaluationMode eval(model_);
+    exec.decode(length_, n, states_);
+  }
   // x is [n, classes]: the last row predicts the next token.
   const TensorView all = exec.activation(model_.plan().logits(), step);
   const TensorView last{

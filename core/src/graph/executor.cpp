@@ -14,6 +14,47 @@ namespace mixtrain::core {
 using sdk::DType;
 using sdk::TensorView;
 
+namespace {
+
+// Elements of an op's own parameters: each has an fp32 master and gradient (8 bytes) and, under
+// a narrower weight dtype, a working copy.
+std::size_t owned_parameter_numel(const Layer& op) {
+  std::size_t total = 0;
+  for (const auto& p : op.traits().parameters) {
+    std::size_t numel = 1;
+    for (std::int64_t d : p.shape) numel *= static_cast<std::size_t>(d);
+    total += numel;
+  }
+  return total;
+}
+
+// What the plans predict for batches of max_rows rows, arenas given.
+MemoryForecast forecast_memory(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
+                               std::size_t activations, std::size_t gradients) {
+  const InputSpec& in = plan.input();
+  MemoryForecast forecast;
+  forecast.max_rows = max_rows;
+  forecast.input =
+      static_cast<std::size_t>(max_rows * plan.input_features()) * sdk::dtype_size(in.dtype) +
+      static_cast<std::size_t>(max_rows * in.labels_per_sample) * 4;
+  forecast.activations = activations;
+  forecast.gradients = gradients;
+  for (const auto& op : ops) {
+    const DType weight = op->precision().weight;
+    forecast.parameters +=
+        owned_parameter_numel(*op) *
+        (8 + (weight == DType::fp32 ? 0 : sdk::dtype_size(ops::storage_of(weight))));
+  }
+  return forecast;
+}
+
+// An arena of at least `bytes`, fp32-typed (any dtype is viewed into it).
+Tensor arena(const std::shared_ptr<sdk::DeviceBackend>& backend, std::size_t bytes) {
+  return Tensor(backend, DType::fp32, sdk::Shape{static_cast<std::int64_t>(bytes / 4 + 1)});
+}
+
+}  // namespace
+
 Executor::Executor(std::shared_ptr<sdk::DeviceBackend> backend, const GraphPlan& plan,
                    std::vector<std::unique_ptr<Layer>>& ops)
     : backend_(std::move(backend)), facets_(*backend_), plan_(plan), ops_(ops) {}
@@ -23,34 +64,13 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
   const InputSpec& in = plan_.input();
   // The plans first (pure), so a refused allocation can be reported against the whole of them.
   act_plan_ = plan_activations(plan_, ops_, max_rows);
+  deferred_plan_ = plan_deferred_outputs(plan_, ops_, max_rows);
   grads_ = plan_gradients(plan_, ops_, max_rows);
   fp32_reserved_ = reserve_fp32_gradients;
   std::size_t grad_bytes = grads_.planned.arena_bytes;
   if (reserve_fp32_gradients) grad_bytes = std::max(grad_bytes, grads_.fp32.arena_bytes);
-  MemoryForecast forecast;
-  forecast.max_rows = max_rows;
-  forecast.input =
-      static_cast<std::size_t>(max_rows * plan_.input_features()) * sdk::dtype_size(in.dtype) +
-      static_cast<std::size_t>(max_rows * in.labels_per_sample) * 4;
-  forecast.activations = act_plan_.arena_bytes;
-  forecast.gradients = grad_bytes;
-  // Elements of an op's own parameters: each has an fp32 master and gradient (8 bytes) and, under
-  // a narrower weight dtype, a working copy.
-  auto parameter_numel = [](const Layer& op) {
-    std::size_t total = 0;
-    for (const auto& p : op.traits().parameters) {
-      std::size_t numel = 1;
-      for (std::int64_t d : p.shape) numel *= static_cast<std::size_t>(d);
-      total += numel;
-    }
-    return total;
-  };
-  for (const auto& op : ops_) {
-    const DType weight = op->precision().weight;
-    forecast.parameters +=
-        parameter_numel(*op) *
-        (8 + (weight == DType::fp32 ? 0 : sdk::dtype_size(ops::storage_of(weight))));
-  }
+  const MemoryForecast forecast = forecast_memory(
+      plan_, ops_, max_rows, act_plan_.arena_bytes + deferred_plan_.plan.arena_bytes, grad_bytes);
   // Allocates through `make`; a BackendError (out of memory, most often) is reported with the
   // buffer, its bytes and the forecast.
   auto allocating = [&](const std::string& what, std::size_t bytes, auto&& make) {
@@ -70,27 +90,32 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
     correct_ = Tensor(backend_, DType::int32, sdk::Shape{1});
   });
   // Activations: one arena from their liveness plan, then each op's own buffers.
-  allocating("the activation arena", act_plan_.arena_bytes, [&] {
-    act_arena_ = Tensor(backend_, DType::fp32,
-                        sdk::Shape{static_cast<std::int64_t>(act_plan_.arena_bytes / 4 + 1)});
-  });
-  for (std::size_t i = 0, k = 0; i < ops_.size(); ++i) {
+  allocating("the activation arena", act_plan_.arena_bytes,
+             [&] { act_arena_ = arena(backend_, act_plan_.arena_bytes); });
+  deferred_arena_ = Tensor();
+  if (deferred_plan_.plan.arena_bytes > 0)
+    allocating("the outputs written only unfused (the non-finite replay)",
+               deferred_plan_.plan.arena_bytes,
+               [&] { deferred_arena_ = arena(backend_, deferred_plan_.plan.arena_bytes); });
+  for (std::size_t i = 0, k = 0, d = 0; i < ops_.size(); ++i) {
     const std::int64_t rows = max_rows * plan_.node(i).rows_per_sample;
     const bool planned = ops_[i]->planned_output_bytes(rows) > 0;
     ops_[i]->use_output_storage(planned ? static_cast<std::byte*>(act_arena_.view().data) +
                                               act_plan_.offset[k++]
                                         : nullptr);
-    const std::size_t own = parameter_numel(*ops_[i]) * 8;
+    const bool deferred = d < deferred_plan_.nodes.size() && deferred_plan_.nodes[d] == i;
+    ops_[i]->use_deferred_output_storage(
+        deferred
+            ? static_cast<std::byte*>(deferred_arena_.view().data) + deferred_plan_.plan.offset[d++]
+            : nullptr);
+    const std::size_t own = owned_parameter_numel(*ops_[i]) * 8;
     allocating("the parameters, gradients and buffers of node '" + ops_[i]->name() + "' (" +
                    ops_[i]->type() + ")",
                own, [&] { ops_[i]->allocate(backend_, rows); });
   }
   bind_ties();
-  allocating("the gradient arena", grad_bytes, [&] {
-    grad_arena_ =
-        Tensor(backend_, DType::fp32,
-               sdk::Shape{static_cast<std::int64_t>(std::max<std::size_t>(grad_bytes, 4) / 4 + 1)});
-  });
+  allocating("the gradient arena", grad_bytes,
+             [&] { grad_arena_ = arena(backend_, std::max<std::size_t>(grad_bytes, 4)); });
 }
 
 void Executor::bind_ties() {
@@ -150,15 +175,31 @@ const char* Executor::profile_scope(std::size_t node) const {
   return node + 1 == ops_.size() ? "classifier" : ops_[node]->type().c_str();
 }
 
+void Executor::gather_inputs(std::size_t i, Extent e, std::vector<TensorView>& xs) const {
+  xs.clear();
+  for (TensorId t : plan_.node(i).inputs) xs.push_back(activation(t, e));
+}
+
 void Executor::forward(Extent e, const ForwardVisitor& visit) {
   std::vector<TensorView> xs;
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     if (ops_[i]->is_view()) continue;  // a view computes nothing
-    xs.clear();
-    for (TensorId t : plan_.node(i).inputs) xs.push_back(activation(t, e));
+    gather_inputs(i, e, xs);
     ProfileScope scope(profile_scope(i));
     ops_[i]->forward_inputs(xs, plan_.rows(TensorId::node(i), e));
     if (visit && !visit(i)) return;
+  }
+}
+
+void Executor::decode(std::int64_t start, std::int64_t tokens,
+                      std::span<const std::unique_ptr<DecodeState>> states) {
+  const Extent e = Extent::decode_of(tokens);
+  std::vector<TensorView> xs;
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    if (ops_[i]->is_view()) continue;
+    gather_inputs(i, e, xs);
+    ProfileScope scope(profile_scope(i));
+    ops_[i]->decode_forward(xs, start, plan_.rows(TensorId::node(i), e), states[i].get());
   }
 }
 

@@ -109,6 +109,198 @@ std::vector<WeightTie> resolve_ties(const std::string& list, const GraphTopology
   return ties;
 }
 
+// The spec's checks before any node: it has layers, and a loss the core knows.
+void check_spec(const ModelSpec& spec, const std::string& list) {
+  if (spec.layers.empty())
+    throw sdk::ConfigError(spec.where, list, "the model has no layers",
+                           "add layers = [ { type = \"linear\", out = 10 } ]");
+  if (spec.loss != "softmax_cross_entropy")
+    throw sdk::ConfigError(spec.where, "model.loss", "unknown loss '" + spec.loss + "'",
+                           "the supported loss is \"softmax_cross_entropy\"");
+}
+
+// Each node's name (the sequential form numbers unnamed layers) and inputs (the sequential form
+// reads the layer before).
+std::vector<GraphNodeSpec> name_nodes(const ModelSpec& spec, const std::string& list) {
+  std::vector<GraphNodeSpec> graph;
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < spec.layers.size(); ++i) {
+    const auto& l = spec.layers[i];
+    std::string name = l.name.empty() ? l.type + std::to_string(i) : l.name;
+    if (!spec.graph && !names.insert(name).second)
+      throw sdk::ConfigError(l.where, list + "[" + std::to_string(i) + "].name",
+                             "duplicate layer name '" + name + "'",
+                             "layer names must be unique; overrides and logs refer to them");
+    std::vector<std::string> inputs = l.inputs;
+    if (!spec.graph) inputs = {i == 0 ? std::string(kGraphInput) : graph.back().name};
+    graph.push_back({name, inputs, l.where});
+  }
+  return graph;
+}
+
+// What the build of every node reads: the spec, its graph and the data.
+struct GraphContext {
+  const ModelSpec& spec;
+  const std::vector<GraphNodeSpec>& graph;
+  const GraphTopology& topo;
+  std::int64_t input_features;
+  std::int32_t classes;
+  const InputSpec& input;
+};
+
+// One node of the spec at its forward position: its spec, names, and the key errors cite.
+struct NodeSite {
+  const LayerSpec& layer;
+  const GraphNodeSpec& graph;  // its name and input names
+  std::string key;             // "model.nodes[3]", or the table the node came from
+  const OpDefinition& op;
+  sdk::ConfigError bad(const std::string& what, const std::string& hint) const {
+    return sdk::ConfigError(layer.where, key,
+                            "node '" + graph.name + "' (" + layer.type + "): " + what, hint);
+  }
+};
+
+// The number of inputs, the shape key, and which node may read token ids.
+void check_node_inputs(const GraphContext& g, const NodeSite& site, const PlannedNode& node) {
+  const OpDefinition& op = site.op;
+  const LayerSpec& l = site.layer;
+  const std::size_t count = node.inputs.size();
+  if (count < op.min_inputs || (op.max_inputs != 0 && count > op.max_inputs))
+    throw site.bad(op.max_inputs == 1 ? "takes one input, got " + std::to_string(count)
+                                      : "adds two or more inputs, got " + std::to_string(count),
+                   op.max_inputs == 1 ? "give it inputs = [\"<node>\"]"
+                                      : "give it inputs = [\"<a>\", \"<b>\"]");
+  if (!op.takes_shape && !l.shape.empty())
+    throw sdk::ConfigError(l.where, site.key + ".shape",
+                           "unknown key 'shape' for a " + l.type + " node",
+                           "shape belongs to reshape nodes");
+  const bool reads_ids =
+      std::find(node.inputs.begin(), node.inputs.end(), TensorId::batch()) != node.inputs.end();
+  if (reads_ids && op.reads_token_ids != (g.input.dtype == DType::int32))
+    throw site.bad(
+        op.reads_token_ids ? "reads token ids, but the data gives " +
+                                 std::to_string(g.input_features) + " float features per sample"
+                           : "reads the batch, which holds int32 token ids: only an embedding can",
+        op.reads_token_ids ? "use a token data source (data.source = \"tokens\" or \"text\")"
+                           : "feed the input to an embedding node first, e.g. { type = "
+                             "\"embedding\", vocab = " +
+                                 std::to_string(g.classes) + ", dim = 128 }");
+  if (op.reads_token_ids && !reads_ids)
+    throw site.bad(
+        "reads token ids, so its input must be the batch itself, not another node's "
+        "output",
+        "give it inputs = [\"input\"] (an embedding starts the model)");
+}
+
+// The inputs' per-sample shapes and layouts, as the op's build sees them.
+struct NodeInputs {
+  std::vector<PerSampleShape> shapes;
+  std::vector<TensorLayout> layouts;
+  bool any_channels_last = false, any_plain = false;
+};
+
+NodeInputs node_inputs(const GraphContext& g, const NodeSite& site, const PlannedNode& node,
+                       const std::vector<PlannedNode>& nodes) {
+  const OpDefinition& op = site.op;
+  NodeInputs in;
+  for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+    const TensorId t = node.inputs[k];
+    const bool image_batch = t.is_batch() && op.reads_images && !g.input.sample_shape.empty();
+    in.shapes.push_back(image_batch    ? g.input.sample_shape
+                        : t.is_batch() ? std::vector<std::int64_t>{g.input_features}
+                                       : nodes[t.position()].shape);
+    const bool cl = t.is_node() && nodes[t.position()].channels_last;
+    in.layouts.push_back(cl ? TensorLayout::channels_last : TensorLayout::plain);
+    (cl ? in.any_channels_last : in.any_plain) = true;
+    if (cl && !op.reads_images && !op.keeps_layout)
+      throw site.bad("reads '" + site.graph.inputs[k] + "', a channels-last image " +
+                         shape_text(in.shapes.back()) + ", but a " + site.layer.type +
+                         " works on plain tensors",
+                     "flatten it first (a flatten permutes an image back to PyTorch's [C, H, W] "
+                     "order), or end the convolutions with a global_avgpool");
+  }
+  if (op.keeps_layout && in.any_channels_last && in.any_plain)
+    throw site.bad(
+        "adds a channels-last image (a convolution's, norm's or pool's output) to a plain "
+        "tensor",
+        "give both inputs the same origin: e.g. reshape neither, or flatten both");
+  return in;
+}
+
+// The op object and its output shape; an OpSpecError becomes a ConfigError at the node, with
+// "input k" in its message naming the config's input there.
+BuiltOp build_op(const NodeSite& site, const sdk::Options& options, const NodeInputs& in) {
+  const LayerSpec& l = site.layer;
+  try {
+    return site.op.build(OpNode{site.graph.name, options, l.shape, in.shapes, in.layouts});
+  } catch (const OpSpecError& e) {
+    std::string what = e.what();
+    for (std::size_t k = in.shapes.size(); k >= 1; --k)
+      what = replace_all(what, "input " + std::to_string(k) + " ",
+                         "input '" + site.graph.inputs[k - 1] + "' ");
+    throw sdk::ConfigError(l.where, e.key.empty() ? site.key : site.key + "." + e.key,
+                           "node '" + site.graph.name + "' (" + l.type + "): " + what, e.hint);
+  }
+}
+
+// BN + ReLU: a relu that is the only reader of an op that applies it itself (batch norm)
+// becomes a view of that op's output; the op runs the relu forward and masks backward.
+bool absorbed_by_its_input(const GraphContext& g, const NodeSite& site, const PlannedNode& node,
+                           const std::vector<std::unique_ptr<Layer>>& ops) {
+  return g.spec.fuse_epilogues && site.layer.type == "relu" && node.inputs.size() == 1 &&
+         node.inputs[0].is_node() &&
+         g.topo.consumers[g.topo.order[node.inputs[0].position()]].size() == 1 &&
+         ops[node.inputs[0].position()]->take_relu();
+}
+
+// The node at forward position `pos`: checked, its op built (into ops), its plan filled in.
+void plan_node(const GraphContext& g, const std::string& list, std::size_t pos,
+               std::vector<PlannedNode>& nodes, std::vector<std::unique_ptr<Layer>>& ops) {
+  const std::size_t i = g.topo.order[pos];
+  const LayerSpec& l = g.spec.layers[i];
+  const std::string key = l.table.empty() ? list + "[" + std::to_string(i) + "]" : l.table;
+  // A pointer, not a reference: GCC 13's -Wdangling-reference takes the defaulted hint argument
+  // for the referent.
+  const OpDefinition* op = &require_op(l, key);
+  const NodeSite site{l, g.graph[i], key, *op};
+  PlannedNode& node = nodes[pos];
+  node.where = l.where;
+  node.key = key;
+  for (const GraphSource& src : g.topo.sources[i])
+    node.inputs.push_back(src.is_node ? TensorId::node(g.topo.position[src.index])
+                                      : TensorId::batch());
+  check_node_inputs(g, site, node);
+  const sdk::Options options = layer_options(l, key);
+  const NodeInputs in = node_inputs(g, site, node, nodes);
+  BuiltOp built = build_op(site, options, in);
+  node.channels_last =
+      site.op.keeps_layout ? in.any_channels_last : built.layout == TensorLayout::channels_last;
+  if (absorbed_by_its_input(g, site, node, ops))
+    built.layer = std::make_unique<ViewLayer>(site.graph.name, "relu", built.layer->in_features(),
+                                              built.layer->out_features());
+  node.shape = std::move(built.shape);
+  ops.push_back(std::move(built.layer));
+  node.rows_per_sample =
+      ops::checked_product(PerSampleShape(node.shape.begin(), node.shape.end() - 1));
+  // A view's memory is its input's (whose root may be the batch).
+  node.root = TensorId::node(pos);
+  if (ops.back()->is_view())
+    node.root = node.inputs[0].is_batch() ? node.inputs[0] : nodes[node.inputs[0].position()].root;
+  node.needs_grad = site.op.has_parameters;
+  for (TensorId t : node.inputs)
+    if (t.is_node() && nodes[t.position()].needs_grad) node.needs_grad = true;
+}
+
+// Epilogue fusion, as a rewrite: a linear read only by a relu/gelu runs it as its epilogue.
+void fuse_epilogues(const ModelSpec& spec, const GraphTopology& topo,
+                    std::vector<std::unique_ptr<Layer>>& ops) {
+  for (std::size_t pos = 0; pos < ops.size(); ++pos) {
+    const auto& readers = topo.consumers[topo.order[pos]];
+    if (readers.size() == 1) ops[pos]->fuse_reader(*ops[topo.position[readers[0]]]);
+  }
+  for (auto& op : ops) op->set_fusion(spec.fuse_epilogues);
+}
+
 }  // namespace
 
 sdk::Options layer_options(const LayerSpec& layer, const std::string& table) {
@@ -137,139 +329,17 @@ GraphPlan GraphPlan::build(const ModelSpec& spec, std::int64_t input_features, s
   plan.input_ = input;
   ops.clear();
   const std::string list = spec.graph ? "model.nodes" : "model.layers";
-  if (spec.layers.empty())
-    throw sdk::ConfigError(spec.where, list, "the model has no layers",
-                           "add layers = [ { type = \"linear\", out = 10 } ]");
-  if (spec.loss != "softmax_cross_entropy")
-    throw sdk::ConfigError(spec.where, "model.loss", "unknown loss '" + spec.loss + "'",
-                           "the supported loss is \"softmax_cross_entropy\"");
-  // Names (the sequential form numbers unnamed layers) and the topology.
-  std::vector<GraphNodeSpec> graph;
-  std::set<std::string> names;
-  for (std::size_t i = 0; i < spec.layers.size(); ++i) {
-    const auto& l = spec.layers[i];
-    std::string name = l.name.empty() ? l.type + std::to_string(i) : l.name;
-    if (!spec.graph && !names.insert(name).second)
-      throw sdk::ConfigError(l.where, list + "[" + std::to_string(i) + "].name",
-                             "duplicate layer name '" + name + "'",
-                             "layer names must be unique; overrides and logs refer to them");
-    std::vector<std::string> inputs = l.inputs;
-    if (!spec.graph) inputs = {i == 0 ? std::string(kGraphInput) : graph.back().name};
-    graph.push_back({name, inputs, l.where});
-  }
+  check_spec(spec, list);
+  const std::vector<GraphNodeSpec> graph = name_nodes(spec, list);
   const GraphTopology topo = plan_graph_topology(graph, {kGraphInput});
-
   // Ops in forward order, with shapes inferred from the inputs'.
-  const std::size_t n = spec.layers.size();
-  std::vector<PlannedNode>& nodes = plan.nodes_;
-  nodes.resize(n);
-  for (std::size_t pos = 0; pos < n; ++pos) {
-    const std::size_t i = topo.order[pos];
-    const auto& l = spec.layers[i];
-    const std::string& name = graph[i].name;
-    const std::string key = l.table.empty() ? list + "[" + std::to_string(i) + "]" : l.table;
-    PlannedNode& node = nodes[pos];
-    node.where = l.where;
-    node.key = key;
-    for (const GraphSource& src : topo.sources[i])
-      node.inputs.push_back(src.is_node ? TensorId::node(topo.position[src.index])
-                                        : TensorId::batch());
-    auto shape_of = [&](TensorId t) {
-      return t.is_batch() ? std::vector<std::int64_t>{input_features} : nodes[t.position()].shape;
-    };
-    auto bad = [&](const std::string& what, const std::string& hint) {
-      return sdk::ConfigError(l.where, key, "node '" + name + "' (" + l.type + "): " + what, hint);
-    };
-    const OpDefinition* op = &require_op(l, key);
-    const std::size_t count = node.inputs.size();
-    if (count < op->min_inputs || (op->max_inputs != 0 && count > op->max_inputs))
-      throw bad(op->max_inputs == 1 ? "takes one input, got " + std::to_string(count)
-                                    : "adds two or more inputs, got " + std::to_string(count),
-                op->max_inputs == 1 ? "give it inputs = [\"<node>\"]"
-                                    : "give it inputs = [\"<a>\", \"<b>\"]");
-    if (!op->takes_shape && !l.shape.empty())
-      throw sdk::ConfigError(l.where, key + ".shape",
-                             "unknown key 'shape' for a " + l.type + " node",
-                             "shape belongs to reshape nodes");
-    const bool reads_ids =
-        std::find(node.inputs.begin(), node.inputs.end(), TensorId::batch()) != node.inputs.end();
-    if (reads_ids && op->reads_token_ids != (input.dtype == DType::int32))
-      throw bad(op->reads_token_ids
-                    ? "reads token ids, but the data gives " + std::to_string(input_features) +
-                          " float features per sample"
-                    : "reads the batch, which holds int32 token ids: only an embedding can",
-                op->reads_token_ids
-                    ? "use a token data source (data.source = \"tokens\" or \"text\")"
-                    : "feed the input to an embedding node first, e.g. { type = \"embedding\", "
-                      "vocab = " +
-                          std::to_string(classes) + ", dim = 128 }");
-    if (op->reads_token_ids && !reads_ids)
-      throw bad(
-          "reads token ids, so its input must be the batch itself, not another node's "
-          "output",
-          "give it inputs = [\"input\"] (an embedding starts the model)");
-    const sdk::Options options = layer_options(l, key);
-    std::vector<PerSampleShape> in_shapes;
-    std::vector<TensorLayout> in_layouts;
-    bool any_channels_last = false, any_plain = false;
-    for (std::size_t k = 0; k < count; ++k) {
-      const TensorId t = node.inputs[k];
-      const bool image_batch = t.is_batch() && op->reads_images && !input.sample_shape.empty();
-      in_shapes.push_back(image_batch ? input.sample_shape : shape_of(t));
-      const bool cl = t.is_node() && nodes[t.position()].channels_last;
-      in_layouts.push_back(cl ? TensorLayout::channels_last : TensorLayout::plain);
-      (cl ? any_channels_last : any_plain) = true;
-      if (cl && !op->reads_images && !op->keeps_layout)
-        throw bad("reads '" + graph[i].inputs[k] + "', a channels-last image " +
-                      shape_text(in_shapes.back()) + ", but a " + l.type +
-                      " works on plain tensors",
-                  "flatten it first (a flatten permutes an image back to PyTorch's [C, H, W] "
-                  "order), or end the convolutions with a global_avgpool");
-    }
-    if (op->keeps_layout && any_channels_last && any_plain)
-      throw bad(
-          "adds a channels-last image (a convolution's, norm's or pool's output) to a plain "
-          "tensor",
-          "give both inputs the same origin: e.g. reshape neither, or flatten both");
-    BuiltOp built;
-    try {
-      built = op->build(OpNode{name, options, l.shape, in_shapes, in_layouts});
-    } catch (const OpSpecError& e) {
-      std::string what = e.what();
-      // "input k" in an op's message names the config's input there.
-      for (std::size_t k = count; k >= 1; --k)
-        what = replace_all(what, "input " + std::to_string(k) + " ",
-                           "input '" + graph[i].inputs[k - 1] + "' ");
-      throw sdk::ConfigError(l.where, e.key.empty() ? key : key + "." + e.key,
-                             "node '" + name + "' (" + l.type + "): " + what, e.hint);
-    }
-    node.channels_last =
-        op->keeps_layout ? any_channels_last : built.layout == TensorLayout::channels_last;
-    // BN + ReLU: a relu that is the only reader of an op that applies it itself (batch norm)
-    // becomes a view of that op's output; the op runs the relu forward and masks backward.
-    if (spec.fuse_epilogues && l.type == "relu" && count == 1 && node.inputs[0].is_node() &&
-        topo.consumers[topo.order[node.inputs[0].position()]].size() == 1 &&
-        ops[node.inputs[0].position()]->take_relu())
-      built.layer = std::make_unique<ViewLayer>(name, "relu", built.layer->in_features(),
-                                                built.layer->out_features());
-    node.shape = std::move(built.shape);
-    ops.push_back(std::move(built.layer));
-    node.rows_per_sample =
-        ops::checked_product(PerSampleShape(node.shape.begin(), node.shape.end() - 1));
-    node.root = ops.back()->is_view() ? plan.root(node.inputs[0]) : TensorId::node(pos);
-    node.needs_grad = op->has_parameters;
-    for (TensorId t : node.inputs)
-      if (plan.needs_grad(t)) node.needs_grad = true;
-  }
-  check_logits(spec, list, topo, graph, nodes.back(), classes, input);
+  const GraphContext context{spec, graph, topo, input_features, classes, input};
+  plan.nodes_.resize(spec.layers.size());
+  for (std::size_t pos = 0; pos < plan.nodes_.size(); ++pos)
+    plan_node(context, list, pos, plan.nodes_, ops);
+  check_logits(spec, list, topo, graph, plan.nodes_.back(), classes, input);
   plan.ties_ = resolve_ties(list, topo, graph, ops);
-
-  // Epilogue fusion, as a rewrite: a linear read only by a relu/gelu runs it as its epilogue.
-  for (std::size_t pos = 0; pos < n; ++pos) {
-    const auto& readers = topo.consumers[topo.order[pos]];
-    if (readers.size() == 1) ops[pos]->fuse_reader(*ops[topo.position[readers[0]]]);
-  }
-  for (auto& op : ops) op->set_fusion(spec.fuse_epilogues);
+  fuse_epilogues(spec, topo, ops);
   return plan;
 }
 

@@ -72,7 +72,10 @@ void Layer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::in
 }
 
 void Layer::materialise_output() {
-  if (output_.empty() && planned_output_ == nullptr)
+  if (!output_.empty() || planned_output_ != nullptr) return;
+  if (deferred_output_ != nullptr)
+    planned_output_ = deferred_output_;
+  else
     output_ = Tensor(backend_, storage_of(precision_.activation), sdk::Shape{max_rows_, out_});
 }
 

@@ -26,8 +26,11 @@ DType activation_dtype(const GraphPlan& plan, const Ops& ops, TensorId t) {
                          : storage_of(ops[root.position()]->precision().activation);
 }
 
-LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
-                              std::optional<DType> as_dtype) {
+namespace {
+
+// Per node: the last step that reads its output (a forward read, the backward of a reader that
+// keeps its inputs, its own backward when that reads it, the loss for the logits).
+std::vector<int> last_reads(const GraphPlan& plan, const Ops& ops) {
   const int n = static_cast<int>(ops.size());
   std::vector<int> last(ops.size());
   for (int p = 0; p < n; ++p)
@@ -46,14 +49,40 @@ LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_
       if (!reader.is_view() && reader.backward_reads_inputs()) l = std::max(l, 2 * n - q);
     }
   }
+  return last;
+}
+
+}  // namespace
+
+LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
+                              std::optional<DType> as_dtype) {
+  const std::vector<int> last = last_reads(plan, ops);
   std::vector<BufferLife> lives;
-  for (int p = 0; p < n; ++p) {
-    const auto i = static_cast<std::size_t>(p);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
     const std::size_t bytes =
         ops[i]->planned_output_bytes(max_rows * plan.node(i).rows_per_sample, as_dtype);
-    if (bytes > 0) lives.push_back({ops[i]->name(), bytes, p, last[i]});
+    if (bytes > 0) lives.push_back({ops[i]->name(), bytes, static_cast<int>(i), last[i]});
   }
   return plan_liveness(lives);
+}
+
+DeferredOutputPlan plan_deferred_outputs(const GraphPlan& plan, const Ops& ops,
+                                         std::int64_t max_rows) {
+  const std::vector<int> last = last_reads(plan, ops);
+  DeferredOutputPlan out;
+  std::vector<BufferLife> lives;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Layer& op = *ops[i];
+    if (op.is_view() || !op.traits().output_deferred) continue;
+    // What Layer::materialise_output would allocate: max_rows rows in the activation dtype.
+    const std::int64_t rows = max_rows * plan.node(i).rows_per_sample;
+    const std::size_t bytes = static_cast<std::size_t>(rows * op.out_features()) *
+                              sdk::dtype_size(storage_of(op.precision().activation));
+    out.nodes.push_back(i);
+    lives.push_back({op.name(), bytes, static_cast<int>(i), last[i]});
+  }
+  out.plan = plan_liveness(lives);
+  return out;
 }
 
 GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows) {

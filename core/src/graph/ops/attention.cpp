@@ -38,7 +38,7 @@ void batched(const BoundFacets& facets, DType compute, TensorView a, bool ta, st
   g.stride_a = sa;
   g.stride_b = sb;
   g.stride_c = sc;
-  facets.call(sdk::GemmOp::gemm_strided_batched)->gemm_strided_batched(g);
+  facets().call(sdk::GemmOp::gemm_strided_batched)->gemm_strided_batched(g);
 }
 
 // Bytes for `count` elements in the widest dtype a buffer may be viewed as (fp32).
@@ -97,25 +97,20 @@ void AttentionLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend
 }
 
 void AttentionLayer::forward(TensorView x, std::int64_t rows) {
-  if (decoding_) return decode_forward(x, rows);
   // x is qkv [N, T, 3C]; q, k, v are [N·H, T, D] head-major; S and P are [N·H, T, T].
   const std::int64_t n = rows / tokens_, bh = n * heads_, t = tokens_, d = head_dim_;
   const DType g = gemm_dtype();
   const DType act = storage_of(precision_.activation);
   const std::int64_t part = bh * t * d;
   const sdk::HeadLayout qkv{n, t, heads_, d, 3, 0, 0};
-  facets()
-      .call(sdk::AttentionOp::split_heads)
-      ->split_heads(x, qkv, {qkv_heads_.view().data, g, sdk::Shape{3 * part}});
+  facets().call(sdk::AttentionOp::split_heads)->split_heads(x, qkv, {qkv_heads_.view().data, g, sdk::Shape{3 * part}});
   const TensorView q = at(qkv_heads_, g, 0, t, d), k = at(qkv_heads_, g, part, t, d),
                    v = at(qkv_heads_, g, 2 * part, t, d);
   // S = q·kᵀ in FP32, then P = softmax(S/√D) in place, FP32.
   const TensorView s = at(probs_, DType::fp32, 0, t, t);
   batched(facets(), precision_.gemm_input, q, false, t * d, k, true, t * d, s, t * t, bh);
   const TensorView all_s{probs_.view().data, DType::fp32, sdk::Shape{bh * t * t}};
-  facets()
-      .call(sdk::AttentionOp::softmax_forward)
-      ->softmax_forward(all_s, {bh, t, t, true}, scale_, all_s);
+  facets().call(sdk::AttentionOp::softmax_forward)->softmax_forward(all_s, {bh, t, t, true}, scale_, all_s);
   // O = P·v, with P rounded to the GEMM dtype only as this product's operand.
   TensorView p = s;
   if (g != DType::fp32) {
@@ -126,13 +121,10 @@ void AttentionLayer::forward(TensorView x, std::int64_t rows) {
   const TensorView o = at(context_, act, 0, t, d);
   batched(facets(), precision_.gemm_input, p, false, t * t, v, false, t * d, o, t * d, bh);
   const sdk::HeadLayout ctx{n, t, heads_, d, 1, 0, 0};
-  facets()
-      .call(sdk::AttentionOp::merge_heads)
-      ->merge_heads({context_.view().data, act, sdk::Shape{part}}, ctx, output(rows));
+  facets().call(sdk::AttentionOp::merge_heads)->merge_heads({context_.view().data, act, sdk::Shape{part}}, ctx, output(rows));
 }
 
 void AttentionLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
-  if (decoding_) throw std::logic_error("attention node '" + name_ + "': backward while decoding");
   // dy is [N, T, C]; dO, dq, dk, dv are [N·H, T, D]; dP, dS are [N·H, T, T] in FP32.
   const std::int64_t n = rows / tokens_, bh = n * heads_, t = tokens_, d = head_dim_;
   const DType g = gemm_dtype();
@@ -142,9 +134,7 @@ void AttentionLayer::backward(TensorView, TensorView dy, TensorView dx, std::int
   const TensorView q = at(qkv_heads_, g, 0, t, d), k = at(qkv_heads_, g, part, t, d),
                    v = at(qkv_heads_, g, 2 * part, t, d);
   const sdk::HeadLayout ctx{n, t, heads_, d, 1, 0, 0};
-  facets()
-      .call(sdk::AttentionOp::split_heads)
-      ->split_heads(dy, ctx, {context_.view().data, g, sdk::Shape{part}});
+  facets().call(sdk::AttentionOp::split_heads)->split_heads(dy, ctx, {context_.view().data, g, sdk::Shape{part}});
   const TensorView d_o = at(context_, g, 0, t, d);
   // dP = dO·vᵀ (FP32); dv = Pᵀ·dO.
   const TensorView dp = at(dprobs_, DType::fp32, 0, t, t);
@@ -157,9 +147,7 @@ void AttentionLayer::backward(TensorView, TensorView dy, TensorView dx, std::int
   // dS = P ∘ (dP − rowsum(dP ∘ P)) / √D, FP32, in place.
   const TensorView all_dp{dprobs_.view().data, DType::fp32, sdk::Shape{bh * t * t}};
   const TensorView all_p{probs_.view().data, DType::fp32, sdk::Shape{bh * t * t}};
-  facets()
-      .call(sdk::AttentionOp::softmax_backward)
-      ->softmax_backward(all_p, all_dp, {bh, t, t, true}, scale_, all_dp);
+  facets().call(sdk::AttentionOp::softmax_backward)->softmax_backward(all_p, all_dp, {bh, t, t, true}, scale_, all_dp);
   TensorView ds = dp;
   if (g != DType::fp32) {
     backend_->cast(all_dp, {probs_gemm_.view().data, g, sdk::Shape{bh * t * t}});
@@ -169,31 +157,39 @@ void AttentionLayer::backward(TensorView, TensorView dy, TensorView dx, std::int
   batched(facets(), gc, ds, false, t * t, k, false, t * d, dq, t * d, bh);
   batched(facets(), gc, ds, true, t * t, q, false, t * d, dk, t * d, bh);
   const sdk::HeadLayout qkv{n, t, heads_, d, 3, 0, 0};
-  facets()
-      .call(sdk::AttentionOp::merge_heads)
-      ->merge_heads({dqkv_heads_.view().data, dxt, sdk::Shape{3 * part}}, qkv, dx);
+  facets().call(sdk::AttentionOp::merge_heads)->merge_heads({dqkv_heads_.view().data, dxt, sdk::Shape{3 * part}}, qkv, dx);
 }
 
-void AttentionLayer::begin_decode(std::int64_t capacity) {
-  cache_capacity_ = capacity;
-  cache_length_ = 0;
-  cache_ = widest(backend_, 3 * heads_ * capacity * head_dim_);
-  // Scores of up to `tokens_` new queries against the whole cache.
-  const std::int64_t s = heads_ * std::max(tokens_, capacity) * capacity;
-  if (probs_.shape().numel() < s) probs_ = Tensor(backend_, DType::fp32, sdk::Shape{s});
-  if (probs_gemm_.shape().numel() < s) probs_gemm_ = widest(backend_, s);
-  decoding_ = true;
+namespace {
+// One sequence's KV cache: [3, 1, H, capacity, D] in the GEMM dtype (q, k, v: split_heads writes
+// all three parts; q's rows hold only the newest tokens).
+struct KvCache final : DecodeState {
+  Tensor qkv;
+  std::int64_t capacity = 0;
+};
+}  // namespace
+
+std::unique_ptr<DecodeState> AttentionLayer::make_decode_state(std::int64_t capacity) const {
+  // A step's scores, at most capacity new queries against capacity positions, fit the training
+  // pass's probs_ and probs_gemm_ ([N·H, T, T], N >= 1, capacity <= T): the cache is all it adds.
+  if (capacity > tokens_)
+    throw sdk::UserError("a KV cache of " + std::to_string(capacity) +
+                             " positions is longer than the " + std::to_string(tokens_) +
+                             " tokens node '" + name_ + "' attends over",
+                         "decode at most " + std::to_string(tokens_) + " positions at once");
+  auto cache = std::make_unique<KvCache>();
+  cache->qkv = widest(backend_, 3 * heads_ * capacity * head_dim_);
+  cache->capacity = capacity;
+  return cache;
 }
 
-void AttentionLayer::end_decode() {
-  decoding_ = false;
-  cache_ = Tensor();
-  cache_capacity_ = cache_length_ = 0;
-}
-
-void AttentionLayer::decode_forward(TensorView x, std::int64_t rows) {
+void AttentionLayer::decode_forward(std::span<const TensorView> xs, std::int64_t start,
+                                    std::int64_t rows, DecodeState* state) {
   // x is qkv [1, n, 3C] for positions [L, L + n); the cache holds q, k, v [3, 1, H, cap, D].
-  const std::int64_t nt = rows, len = cache_length_ + rows, cap = cache_capacity_, d = head_dim_;
+  const TensorView x = xs[0];
+  const Tensor& cache = static_cast<KvCache&>(*state).qkv;
+  const std::int64_t cap = static_cast<KvCache&>(*state).capacity;
+  const std::int64_t nt = rows, len = start + rows, d = head_dim_;
   if (len > cap)
     throw std::logic_error("attention node '" + name_ + "': the KV cache holds " +
                            std::to_string(cap) + " positions; this step needs " +
@@ -201,19 +197,15 @@ void AttentionLayer::decode_forward(TensorView x, std::int64_t rows) {
   const DType g = gemm_dtype();
   const DType act = storage_of(precision_.activation);
   const std::int64_t part = heads_ * cap * d;
-  facets()
-      .call(sdk::AttentionOp::split_heads)
-      ->split_heads(x, {1, nt, heads_, d, 3, cap, cache_length_},
-                    {cache_.view().data, g, sdk::Shape{3 * part}});
-  const TensorView q = at(cache_, g, cache_length_ * d, nt, d), k = at(cache_, g, part, len, d),
-                   v = at(cache_, g, 2 * part, len, d);
+  facets().call(sdk::AttentionOp::split_heads)->split_heads(x, {1, nt, heads_, d, 3, cap, start},
+                   {cache.view().data, g, sdk::Shape{3 * part}});
+  const TensorView q = at(cache, g, start * d, nt, d), k = at(cache, g, part, len, d),
+                   v = at(cache, g, 2 * part, len, d);
   const TensorView s = at(probs_, DType::fp32, 0, nt, len);
   batched(facets(), precision_.gemm_input, q, false, cap * d, k, true, cap * d, s, nt * len,
           heads_);
   const TensorView all_s{probs_.view().data, DType::fp32, sdk::Shape{heads_ * nt * len}};
-  facets()
-      .call(sdk::AttentionOp::softmax_forward)
-      ->softmax_forward(all_s, {heads_, nt, len, true}, scale_, all_s);
+  facets().call(sdk::AttentionOp::softmax_forward)->softmax_forward(all_s, {heads_, nt, len, true}, scale_, all_s);
   TensorView p = s;
   if (g != DType::fp32) {
     backend_->cast(all_s, {probs_gemm_.view().data, g, sdk::Shape{heads_ * nt * len}});
@@ -222,11 +214,8 @@ void AttentionLayer::decode_forward(TensorView x, std::int64_t rows) {
   const TensorView o = at(context_, act, 0, nt, d);
   batched(facets(), precision_.gemm_input, p, false, nt * len, v, false, cap * d, o, nt * d,
           heads_);
-  facets()
-      .call(sdk::AttentionOp::merge_heads)
-      ->merge_heads({context_.view().data, act, sdk::Shape{heads_ * nt * d}},
-                    {1, nt, heads_, d, 1, 0, 0}, output(rows));
-  cache_length_ = len;
+  facets().call(sdk::AttentionOp::merge_heads)->merge_heads({context_.view().data, act, sdk::Shape{heads_ * nt * d}},
+                   {1, nt, heads_, d, 1, 0, 0}, output(rows));
 }
 
 // --- Definition ----------------------------------------------------------------------------------

@@ -11,9 +11,10 @@
 // - Precision: the op's two GEMMs ("scores", "context") multiply activations only, so an FP8
 //   policy leaves them in its 16-bit base (Transformer Engine does the same).
 // - Saved for backward: q, k, v head-major and P; the input qkv itself is not read again.
-// - Decoding (KV cache, `mixtrain sample`): begin_decode(capacity) keeps k and v of every position
-//   seen so far; each decode forward takes rows = new tokens of one sequence and attends to the
-//   cache. Training forward/backward are unavailable until end_decode().
+// - Decoding (KV cache, `mixtrain sample`): make_decode_state(capacity) makes the cache of one
+//   sequence, k and v of every position decoded so far, which the Decoder owns; each
+//   decode_forward takes rows = new tokens at positions [start, start + rows) and attends to the
+//   cache's first start + rows positions. Training forward and backward work as ever in between.
 #pragma once
 
 #include <memory>
@@ -34,12 +35,12 @@ class AttentionLayer final : public Layer {
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
 
-  void begin_decode(std::int64_t capacity) override;
-  void end_decode() override;
+  std::unique_ptr<DecodeState> make_decode_state(std::int64_t capacity) const override;
+  void decode_forward(std::span<const sdk::TensorView> xs, std::int64_t start, std::int64_t rows,
+                      DecodeState* state) override;
 
  private:
   sdk::DType gemm_dtype() const;
-  void decode_forward(sdk::TensorView x, std::int64_t rows);
 
   std::int64_t tokens_, heads_, head_dim_;
   float scale_;
@@ -49,11 +50,6 @@ class AttentionLayer final : public Layer {
   Tensor context_;     // [N, H, T, D] in the activation dtype (forward), the GEMM dtype (dO)
   Tensor dprobs_;      // fp32 [N·H, T, T]
   Tensor dqkv_heads_;  // [3, N, H, T, D] in the input gradient's dtype
-  // KV cache while decoding: [3, 1, H, capacity, D] in the GEMM dtype (q, k, v: split_heads
-  // writes all three parts; q's rows hold only the newest tokens).
-  Tensor cache_;
-  std::int64_t cache_capacity_ = 0, cache_length_ = 0;
-  bool decoding_ = false;
 };
 
 }  // namespace mixtrain::core

@@ -41,18 +41,14 @@ std::vector<BackendNeed> EmbeddingLayer::backend_needs(DType) const {
 void EmbeddingLayer::forward(TensorView x, std::int64_t rows) {
   // x is ids [N, T] int32, y is [N·T, C]
   const TensorView ids{x.data, DType::int32, sdk::Shape{rows}};
-  facets()
-      .call(sdk::EmbeddingOp::gather)
-      ->gather(ids, params_[0].master.view(), output(rows), false);
+  facets().call(sdk::EmbeddingOp::gather)->gather(ids, params_[0].master.view(), output(rows), false);
 }
 
 void EmbeddingLayer::backward(TensorView x, TensorView dy, TensorView, std::int64_t rows) {
   // dW[v] (+)= Σ_{r: ids[r] = v} dy[r]; a tied LM head may have written the first contribution.
   const TensorView ids{x.data, DType::int32, sdk::Shape{rows}};
   ModelParameter& w = params_[0];
-  facets()
-      .call(sdk::EmbeddingOp::scatter_add)
-      ->scatter_add(ids, dy, w.grad.view(), w.take_grad_beta());
+  facets().call(sdk::EmbeddingOp::scatter_add)->scatter_add(ids, dy, w.grad.view(), w.take_grad_beta());
 }
 
 // --- position_embedding --------------------------------------------------------------------------
@@ -78,10 +74,6 @@ void PositionEmbeddingLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>&
     ids[r] = static_cast<std::int32_t>(static_cast<std::int64_t>(r) % tokens_);
   position_ids_ = Tensor(backend, DType::int32, sdk::Shape{max_rows});
   backend->copy_from_host(position_ids_.view(), ids.data());
-  std::vector<std::int32_t> all(static_cast<std::size_t>(positions_));
-  for (std::size_t p = 0; p < all.size(); ++p) all[p] = static_cast<std::int32_t>(p);
-  decode_ids_ = Tensor(backend, DType::int32, sdk::Shape{positions_});
-  backend->copy_from_host(decode_ids_.view(), all.data());
 }
 
 void PositionEmbeddingLayer::init_parameters(std::uint64_t seed) {
@@ -94,44 +86,61 @@ std::vector<BackendNeed> PositionEmbeddingLayer::backend_needs(DType) const {
           {sdk::EmbeddingOp::scatter_add, {storage_of(precision_.activation_grad)}}};
 }
 
-void PositionEmbeddingLayer::begin_decode(std::int64_t capacity) {
+namespace {
+// One sequence's positions: int32 [capacity] = 0, 1, ..., capacity - 1.
+struct SequencePositions final : DecodeState {
+  Tensor ids;
+};
+}  // namespace
+
+std::unique_ptr<DecodeState> PositionEmbeddingLayer::make_decode_state(
+    std::int64_t capacity) const {
   if (capacity > positions_)
     throw sdk::UserError("a KV cache of " + std::to_string(capacity) +
                              " positions is longer than the " + std::to_string(positions_) +
                              " positions node '" + name_ + "' has learned",
                          "decode at most " + std::to_string(positions_) + " positions at once");
-  decode_start_ = 0;
-}
-
-void PositionEmbeddingLayer::set_decode_position(std::int64_t start) {
-  decode_start_ = start;
+  auto state = std::make_unique<SequencePositions>();
+  std::vector<std::int32_t> all(static_cast<std::size_t>(capacity));
+  for (std::size_t p = 0; p < all.size(); ++p) all[p] = static_cast<std::int32_t>(p);
+  state->ids = Tensor(backend_, DType::int32, sdk::Shape{capacity});
+  backend_->copy_from_host(state->ids.view(), all.data());
+  return state;
 }
 
 TensorView PositionEmbeddingLayer::ids_for(std::int64_t rows) const {
-  if (decode_start_ < 0) return {position_ids_.view().data, DType::int32, sdk::Shape{rows}};
-  if (decode_start_ + rows > positions_)
-    throw std::logic_error(
-        "node '" + name_ + "': decoding positions " + std::to_string(decode_start_) + ".." +
-        std::to_string(decode_start_ + rows - 1) + " past its " + std::to_string(positions_));
-  return {static_cast<std::int32_t*>(decode_ids_.view().data) + decode_start_, DType::int32,
-          sdk::Shape{rows}};
+  return {position_ids_.view().data, DType::int32, sdk::Shape{rows}};
 }
 
 void PositionEmbeddingLayer::forward(TensorView x, std::int64_t rows) {
+  add_positions(x, ids_for(rows), rows);
+}
+
+void PositionEmbeddingLayer::decode_forward(std::span<const TensorView> xs, std::int64_t start,
+                                            std::int64_t rows, DecodeState* state) {
+  const Tensor& ids = static_cast<SequencePositions&>(*state).ids;
+  if (start + rows > ids.shape().numel())
+    throw std::logic_error("node '" + name_ + "': decoding positions " + std::to_string(start) +
+                           ".." + std::to_string(start + rows - 1) + " past its " +
+                           std::to_string(ids.shape().numel()));
+  add_positions(
+      xs[0], {static_cast<std::int32_t*>(ids.view().data) + start, DType::int32, sdk::Shape{rows}},
+      rows);
+}
+
+void PositionEmbeddingLayer::add_positions(TensorView x, TensorView ids, std::int64_t rows) {
   // x, y are [N·T, C]: y = x + wpe[t], summed in FP32 and rounded once into y's dtype.
   const TensorView y = output(rows);
   if (x.dtype == y.dtype)
     backend_->copy(y, x);
   else
     backend_->cast(x, y);
-  facets().call(sdk::EmbeddingOp::gather)->gather(ids_for(rows), params_[0].master.view(), y, true);
+  facets().call(sdk::EmbeddingOp::gather)->gather(ids, params_[0].master.view(), y, true);
 }
 
 void PositionEmbeddingLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
   ModelParameter& w = params_[0];
-  facets()
-      .call(sdk::EmbeddingOp::scatter_add)
-      ->scatter_add(ids_for(rows), dy, w.grad.view(), w.take_grad_beta());
+  facets().call(sdk::EmbeddingOp::scatter_add)->scatter_add(ids_for(rows), dy, w.grad.view(), w.take_grad_beta());
   if (dx.empty()) return;
   if (dx.dtype == dy.dtype)
     backend_->copy(dx, dy);

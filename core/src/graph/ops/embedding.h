@@ -9,6 +9,8 @@
 //   the one gradient.
 // - position_embedding: x [N, T, C] → y = x + weight[t] with weight [positions, C], positions >= T
 //   (GPT-2's wpe). Backward: dx = dy, and dweight[t] = Σ_n dy[n, t].
+// - Decoding (graph/decoder.h): position_embedding's decode state is the position ids of one
+//   sequence, 0 .. capacity - 1; a decode step's rows are positions [start, start + rows).
 // - Both initialise N(0, init_std²) (PyTorch's nn.Embedding: 1; GPT-2 uses 0.02).
 #pragma once
 
@@ -48,18 +50,17 @@ class PositionEmbeddingLayer final : public Layer {
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
-  // Decoding: the next forward's rows are positions [start, start + rows) of one sequence instead
-  // of whole sequences of `tokens` rows.
-  void begin_decode(std::int64_t capacity) override;
-  void set_decode_position(std::int64_t start) override;
-  void end_decode() override { decode_start_ = -1; }
+  std::unique_ptr<DecodeState> make_decode_state(std::int64_t capacity) const override;
+  void decode_forward(std::span<const sdk::TensorView> xs, std::int64_t start, std::int64_t rows,
+                      DecodeState* state) override;
 
  private:
+  // y = x + weight[ids], ids int32 [rows].
+  void add_positions(sdk::TensorView x, sdk::TensorView ids, std::int64_t rows);
+
   std::int64_t tokens_, positions_;
   double init_std_;
   Tensor position_ids_;  // int32 [max_rows]: row r is position r % tokens
-  Tensor decode_ids_;    // int32 [positions]: 0, 1, ..., positions - 1
-  std::int64_t decode_start_ = -1;
   sdk::TensorView ids_for(std::int64_t rows) const;
 };
 

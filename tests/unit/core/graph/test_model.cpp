@@ -154,37 +154,36 @@ TEST(Model, FusedBf16StepStaysWithinBf16RoundingOfTheUnfusedStep) {
   EXPECT_LT(std::sqrt(num / den), 1e-2);
 }
 
-TEST(Model, ALinearFusedWithReluKeepsNoPreActivationBufferUntilItRunsUnfused) {
+TEST(Model, ALinearFusedWithReluWritesItsPreActivationOnlyUnfusedIntoPlannedMemory) {
   ModelSpec spec;
   spec.layers = {linear("fc1", 24, 1), act("relu", "relu1"), linear("fc2", 16, 2),
                  act("gelu", "gelu2"), linear("head", 5, 3)};
-  auto bytes_after_allocate = [&](bool fuse, std::shared_ptr<backend_cpu::CpuBackend>& backend,
-                                  std::unique_ptr<Model>& model) {
+  auto allocated = [&](bool fuse) {
     spec.fuse_epilogues = fuse;
-    backend = std::make_shared<backend_cpu::CpuBackend>(1);
-    model = std::make_unique<Model>(backend, spec, 12, 5);
+    auto model = std::make_unique<Model>(cpu(), spec, 12, 5);
     for (auto& l : model->layers()) l->set_precision({});
     model->allocate(9);
-    return backend->memory_stats().current_bytes;
+    return model;
   };
-  std::shared_ptr<backend_cpu::CpuBackend> fused_backend, plain_backend;
-  std::unique_ptr<Model> fused, plain;
-  const auto fused_bytes = bytes_after_allocate(true, fused_backend, fused);
-  const auto plain_bytes = bytes_after_allocate(false, plain_backend, plain);
+  const auto fused = allocated(true);
+  const auto plain = allocated(false);
   // fc1's z (9 rows x 24 fp32) is not needed by the fused relu; fc2's is (gelu's backward). The
-  // activation plan holds one buffer less, and the backend never sees more memory for it.
-  EXPECT_EQ(plain->activation_plan().sum_bytes - fused->activation_plan().sum_bytes,
-            aligned_buffer_bytes(9u * 24u * 4u, kDefaultBufferAlignment));
-  EXPECT_LE(fused_bytes, plain_bytes);
+  // activation plan holds one buffer less; the deferred-output plan holds just that one.
+  const std::size_t z = aligned_buffer_bytes(9u * 24u * 4u, kDefaultBufferAlignment);
+  EXPECT_EQ(plain->activation_plan().sum_bytes - fused->activation_plan().sum_bytes, z);
+  const DeferredOutputPlan& deferred = fused->executor().deferred_output_plan();
+  ASSERT_EQ(deferred.nodes, std::vector<std::size_t>{0});
+  EXPECT_EQ(deferred.plan.sum_bytes, z);
+  EXPECT_TRUE(plain->executor().deferred_output_plan().nodes.empty());
   EXPECT_EQ(fused->layers()[0]->output(9).data, nullptr);
 
-  // The non-finite replay runs unfused: fc1 then materialises its output and everything is
-  // checked; afterwards the model is fused again and still trains.
+  // The non-finite replay runs unfused: fc1 then writes its output into that planned memory and
+  // everything is checked; afterwards the model is fused again and still trains.
   fused->init_parameters(3);
   std::vector<float> x(9 * 12, 0.25f);
   std::vector<std::int32_t> y = {0, 1, 2, 3, 4, 0, 1, 2, 3};
-  fused_backend->copy_from_host(fused->input(9), x.data());
-  fused_backend->copy_from_host(fused->labels(9), y.data());
+  cpu()->copy_from_host(fused->input(9), x.data());
+  cpu()->copy_from_host(fused->labels(9), y.data());
   const NonfiniteSite site = locate_first_nonfinite(*fused, 9, 1.0f);
   EXPECT_EQ(site.where, "");
   EXPECT_EQ(site.node, "");
@@ -192,6 +191,53 @@ TEST(Model, ALinearFusedWithReluKeepsNoPreActivationBufferUntilItRunsUnfused) {
   EXPECT_EQ(fused->fused_pairs(), 2);
   fused->forward(9);
   EXPECT_TRUE(std::isfinite(fused->loss(9, 1.0f, true).loss));
+}
+
+// The shared CPU backend, counting the allocations made through it.
+class CountingBackend final : public test_support::ForwardingBackend {
+ public:
+  void* allocate(std::size_t bytes) override {
+    ++allocations;
+    return ForwardingBackend::allocate(bytes);
+  }
+  int allocations = 0;
+};
+
+TEST(Model, TheNonfiniteReplayAllocatesNothing) {
+  // Fused pairs (fc1 + relu defers z), a tensor with two readers (its gradient sums through a
+  // scratch), and a replay that finds nothing (every node runs) or stops at a NaN weight.
+  ModelSpec spec;
+  spec.graph = true;
+  using test_support::op;
+  spec.layers = {
+      op("linear", "fc1", {{"out", 16}}, {"input"}), op("relu", "relu1", {}, {"fc1"}),
+      op("linear", "fc2", {{"out", 16}}, {"relu1"}), op("gelu", "gelu2", {}, {"fc2"}),
+      op("add", "sum", {}, {"gelu2", "relu1"}),      op("linear", "head", {{"out", 5}}, {"sum"})};
+  auto backend = std::make_shared<CountingBackend>();
+  Model m(backend, spec, 12, 5);
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(9);
+  m.init_parameters(3);
+  ASSERT_EQ(m.fused_pairs(), 2);
+  std::vector<float> x(9 * 12, 0.25f);
+  std::vector<std::int32_t> y = {0, 1, 2, 3, 4, 0, 1, 2, 3};
+  backend->copy_from_host(m.input(9), x.data());
+  backend->copy_from_host(m.labels(9), y.data());
+  // A training step first: whatever a step grows on demand is there before the replay.
+  m.begin_micro_batch(0, 1);
+  m.forward(9);
+  ASSERT_TRUE(std::isfinite(m.loss(9, 1.0f, true).loss));
+  m.backward(9);
+
+  const int before = backend->allocations;
+  EXPECT_EQ(locate_first_nonfinite(m, 9, 1.0f).where, "");
+  EXPECT_EQ(backend->allocations, before) << "a replay that runs every node";
+  ModelParameter& w = m.layers()[2]->parameters()[0];  // fc2.weight
+  auto values = test_support::read(w.master.view());
+  values[5] = std::nanf("");
+  test_support::write(w.master.view(), values);
+  EXPECT_EQ(locate_first_nonfinite(m, 9, 1.0f).where, "forward fc2.output");
+  EXPECT_EQ(backend->allocations, before) << "a replay that stops at a NaN";
 }
 
 }  // namespace

@@ -1,12 +1,17 @@
 // Decoder: one sequence of a language model decoded token by token over a KV cache
-// (`mixtrain sample`), as a client of the model's executor — a forward over only the new tokens.
+// (`mixtrain sample`), as a client of the model's executor — a pass over only the new tokens.
 //
 // Contract
 // - The model must read token ids and be per position: every node [T, C] per sample
 //   (rows_per_sample = T, no op mixing positions but attention); otherwise the constructor throws
 //   sdk::UserError naming the node. capacity is in [1, T].
-// - Construction puts the model in evaluation mode and its ops in decode mode; destruction
-//   returns the ops to training layout (the mode stays eval). One Decoder per model at a time.
+// - The sequence's state is the Decoder's own: each op's decode state (Layer::make_decode_state:
+//   attention's KV cache, the position ids), made at construction, freed with the Decoder. No op
+//   is switched into a decoding mode, so the model trains as usual while a Decoder exists (a
+//   step that changes the weights changes what later decode steps compute, not the cache), and
+//   several Decoders may decode one model in turn.
+// - Each decode step runs in evaluation mode (no dropout) and gives the model back the mode it
+//   found (Model::set_mode).
 // - decode(ids) feeds the next ids (at most max_rows · T at once, positions continuing from the
 //   last call) and returns the logits of the last one, fp32 [classes] on the host. It throws
 //   sdk::UserError when the cache would overflow or an id is outside the vocabulary.
@@ -14,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -24,7 +30,6 @@ namespace mixtrain::core {
 class Decoder {
  public:
   Decoder(Model& model, std::int64_t capacity);
-  ~Decoder();
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
 
@@ -36,6 +41,7 @@ class Decoder {
  private:
   Model& model_;
   std::int64_t capacity_ = 0, length_ = 0;
+  std::vector<std::unique_ptr<DecodeState>> states_;  // per node, in forward order
 };
 
 }  // namespace mixtrain::core

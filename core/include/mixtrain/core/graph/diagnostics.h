@@ -10,7 +10,8 @@
 //   NonfiniteSite::node is the node whose forward or backward wrote that tensor (the logits'
 //   producer for the loss gradient), empty for the input batch and the loss: what automatic
 //   escalation promotes. It overwrites parameter gradients: call it only for a step that will not
-//   be applied.
+//   be applied. It allocates nothing: what running unfused writes is in the memory plan (the
+//   deferred outputs, memory_plan.h), and the rest is what a training step already uses.
 // - measure_gradient_underflow replays the loss and backward of the last forward with every
 //   activation gradient kept in FP32, and counts for each layer boundary the non-zero values that
 //   would round to zero when stored (still multiplied by grad_scale) in the planned dtype. It

@@ -8,11 +8,18 @@
 //   gradient pass as well when `reserve_fp32_gradients`. A buffer the backend refuses (out of
 //   memory) raises sdk::BackendError naming the buffer and its bytes, the plans' predicted total
 //   for the batch (arenas, parameters, batch), what the backend held and the device's memory, and
-//   how to need less (graph/allocation_error.h); nothing has run then.
+//   how to need less (graph/allocation_error.h); nothing has run then. The outputs an op writes
+//   only when it runs unfused (the non-finite replay) have their own arena from their own plan
+//   (plan_deferred_outputs), allocated here too: running unfused allocates nothing.
 // - Tensors are addressed by TensorId for one pass's Extent (a batch of samples, or a decode step
 //   of tokens): activation(t, e) and gradient(t, e, buffers) are [rows, cols] device views.
 // - forward(e, visit) runs every computing node in forward order; `visit` (optional) sees each
 //   node after its forward and returns false to stop the pass.
+// - decode(start, tokens, states) runs one decode step of a sequence (Extent::decode_of(tokens),
+//   the new tokens at positions [start, start + tokens)): every computing node's decode_forward
+//   with its state states[i] (one per node, owned by the Decoder; null where a node keeps none).
+//   It shares the activation memory with forward: a decode step may come between two training
+//   steps, but not between a forward and its backward.
 // - compute_loss enqueues softmax-cross-entropy of the logits against labels(rows), smoothed by
 //   label_smoothing (sdk/backend_loss.h); with gradients it also writes the logits' gradient,
 //   scaled by grad_scale. read_loss() waits.
@@ -82,6 +89,8 @@ class Executor {
   GradientBuffers fp32_gradients(Tensor& storage);
 
   void forward(Extent e, const ForwardVisitor& visit = {});
+  void decode(std::int64_t start, std::int64_t tokens,
+              std::span<const std::unique_ptr<DecodeState>> states);
   void compute_loss(std::int64_t rows, float grad_scale, float label_smoothing,
                     std::optional<GradientBuffers> gradients);
   LossValues read_loss();
@@ -93,9 +102,12 @@ class Executor {
 
   const LivenessPlan& activation_plan() const { return act_plan_; }
   const LivenessPlan& gradient_plan() const { return grads_.planned; }
+  const DeferredOutputPlan& deferred_output_plan() const { return deferred_plan_; }
 
  private:
   const char* profile_scope(std::size_t node) const;
+  // Node i's inputs for a pass of extent e, into xs.
+  void gather_inputs(std::size_t i, Extent e, std::vector<sdk::TensorView>& xs) const;
   sdk::TensorView scratch(std::size_t slot, sdk::DType dtype, std::int64_t rows, std::int64_t cols);
   void bind_ties();
 
@@ -106,8 +118,9 @@ class Executor {
   std::int64_t max_rows_ = 0;
   Tensor input_, labels_, loss_, correct_;
   LivenessPlan act_plan_;
+  DeferredOutputPlan deferred_plan_;
   GradientPlan grads_;
-  Tensor act_arena_, grad_arena_;
+  Tensor act_arena_, deferred_arena_, grad_arena_;
   bool fp32_reserved_ = false;
   std::vector<Tensor> scratch_;  // contributions that need a cast or an add
   GradientReadyHook grad_ready_;

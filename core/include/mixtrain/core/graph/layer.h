@@ -96,6 +96,12 @@ struct TensorCoreDim {
 
 class OperandScaler;
 
+// What one op keeps across the decode steps of one sequence (Layer::make_decode_state), owned by
+// the Decoder that decodes it.
+struct DecodeState {
+  virtual ~DecodeState() = default;
+};
+
 // What an op is, as data (see the contract above).
 struct OpTraits {
   // Its GEMMs with their operand roles, as the precision policy sees them (sdk/op_description.h).
@@ -231,6 +237,10 @@ class Layer {
   // The model's activation plan places this op's output in its arena (non-owning; set before
   // allocate()). Without it the layer allocates its own output.
   void use_output_storage(void* data) { planned_output_ = data; }
+  // Where a deferred output goes once it materialises (the op runs unfused): the executor's plan
+  // of deferred outputs (memory_plan.h), non-owning, set before allocate(). Without it the layer
+  // allocates that output itself.
+  void use_deferred_output_storage(void* data) { deferred_output_ = data; }
   // Bytes of the output at `max_rows` rows (stored in `as_dtype` when given), 0 when it is
   // deferred or a view (nothing to plan).
   std::size_t planned_output_bytes(std::int64_t max_rows,
@@ -243,13 +253,20 @@ class Layer {
   }
   bool training() const { return training_; }
 
-  // Decoding one sequence token by token (graph/decoder.h): ops that see across positions
-  // override these — attention keeps a KV cache of `capacity` positions, a position embedding
-  // offsets its positions. Row-wise ops need nothing. begin_decode throws when the op cannot
-  // decode.
-  virtual void begin_decode(std::int64_t /*capacity*/) {}
-  virtual void set_decode_position(std::int64_t /*start*/) {}
-  virtual void end_decode() {}
+  // Decoding one sequence token by token (graph/decoder.h) is a pass of its own, not a mode of
+  // the op: the Decoder asks each op once for what it keeps across the sequence's steps
+  // (attention: a KV cache of `capacity` positions; nullptr where nothing is kept, as in row-wise
+  // ops) and owns it. decode_forward runs one step whose rows are the new tokens at positions
+  // [start, start + rows), with that state; it writes only the op's output and per-pass scratch,
+  // which every forward overwrites, so the model may train between decode steps.
+  // make_decode_state throws sdk::UserError when the op cannot decode `capacity` positions.
+  virtual std::unique_ptr<DecodeState> make_decode_state(std::int64_t /*capacity*/) const {
+    return nullptr;
+  }
+  virtual void decode_forward(std::span<const sdk::TensorView> xs, std::int64_t /*start*/,
+                              std::int64_t rows, DecodeState* /*state*/) {
+    forward_inputs(xs, rows);
+  }
 
   // Binds a parameter another node owns to this op's `suffix` slot, after allocate(): `source`
   // outlives this op (both belong to one model).
@@ -289,7 +306,8 @@ class Layer {
   sdk::OpPrecision precision_;
   std::int64_t max_rows_ = 0;
   Tensor output_;
-  void* planned_output_ = nullptr;  // in the model's activation arena, when planned
+  void* planned_output_ = nullptr;   // in the model's activation arena, when planned
+  void* deferred_output_ = nullptr;  // in the executor's deferred-output arena, when planned
   std::vector<ModelParameter> params_;
   std::vector<ModelBuffer> buffers_;
   bool training_ = true;

@@ -12,6 +12,11 @@
 //   lends its output gradient's buffer to one input read by it alone in the same dtype, so a
 //   chain of adds shares one buffer. The same lives are also planned all in FP32 (the underflow
 //   measurement's pass).
+// - Deferred outputs: an op that writes no output while it runs fused (a linear whose relu is its
+//   epilogue) writes one when it runs unfused, as the non-finite replay does. Those outputs have a
+//   liveness plan of their own, over the same schedule, beside the activation plan: reserved up
+//   front, so the replay allocates nothing, and left out of the activation plan, which is what a
+//   fused step uses (and `mixtrain check` reports).
 // - Pure functions of the plan and the ops' precision; they allocate nothing.
 #pragma once
 
@@ -40,6 +45,14 @@ sdk::DType activation_dtype(const GraphPlan& plan, const Ops& ops, TensorId t);
 // `as_dtype` sizes every output in that dtype instead of its planned one.
 LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
                               std::optional<sdk::DType> as_dtype = std::nullopt);
+
+struct DeferredOutputPlan {
+  std::vector<std::size_t> nodes;  // the ops' forward positions, one per buffer of `plan`
+  LivenessPlan plan;
+};
+
+DeferredOutputPlan plan_deferred_outputs(const GraphPlan& plan, const Ops& ops,
+                                         std::int64_t max_rows);
 
 struct GradientSlot {
   int reads = 0;  // contributions per backward; 0: the tensor needs no gradient buffer
