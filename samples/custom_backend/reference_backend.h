@@ -15,7 +15,6 @@
 
 #include "mixtrain/sdk/backend_gemm.h"
 #include "mixtrain/sdk/device_backend.h"
-#include "mixtrain/sdk/facet_list.h"
 #include "mixtrain/sdk/plugin.h"
 
 namespace reference {

@@ -38,7 +38,7 @@ void batched(const BoundFacets& facets, DType compute, TensorView a, bool ta, st
   g.stride_a = sa;
   g.stride_b = sb;
   g.stride_c = sc;
-  facets().call(sdk::GemmOp::gemm_strided_batched)->gemm_strided_batched(g);
+  facets.call(sdk::GemmOp::gemm_strided_batched)->gemm_strided_batched(g);
 }
 
 // Bytes for `count` elements in the widest dtype a buffer may be viewed as (fp32).
