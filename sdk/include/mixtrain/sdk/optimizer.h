@@ -19,9 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "mixtrain/sdk/backend_optimizer_updates.h"  // ParamTensors
 #include "mixtrain/sdk/component.h"
 #include "mixtrain/sdk/component_state.h"
+
+#include "mixtrain/sdk/backend_optimizer_updates.h"  // ParamTensors
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/facet_list.h"
 
