@@ -13,7 +13,7 @@ namespace {
 
 LrSchedule schedule(const std::string& kind, double base, std::int64_t warmup, std::int64_t total) {
   LrSchedule s;
-  s.kind = kind;
+  s.kind = *find_choice(kind, kLrScheduleKinds);
   s.base_lr = base;
   s.warmup_steps = warmup;
   s.total_steps = total;

@@ -21,10 +21,13 @@
 
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/config/config.h"
+#include "mixtrain/core/config/host_schemas.h"
+#include "mixtrain/core/config/setting_choices.h"
 #include "mixtrain/core/data/dataset.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/core/precision/planning.h"
+#include "mixtrain/core/train/lr_schedule.h"
 #include "mixtrain/sdk/checkpoint_format.h"
 #include "mixtrain/sdk/communicator.h"
 #include "mixtrain/sdk/device_backend.h"
@@ -39,15 +42,15 @@ struct RunSettings {
   std::uint64_t seed = 0;
   std::int64_t steps = 0;
   std::int64_t log_every = 10;
-  std::int64_t eval_every = 0;         // 0: evaluate at the end only
-  std::string on_nonfinite;            // "skip" | "stop"
+  std::int64_t eval_every = 0;  // 0: evaluate at the end only
+  NonfiniteAction on_nonfinite = NonfiniteAction::skip;
   std::int64_t underflow_every = 100;  // steps between gradient-underflow reports; 0 = never
   std::string dir;                     // default run directory when --run-dir is not given
   std::int64_t accumulate = 1;         // micro-batches (of data.batch_size) per optimizer step
   bool step_graphs = false;            // replay a recorded static step (train/step_graph.h)
   bool stretch_schedule = false;       // resume with another run.steps: re-plan the lr schedule
   // Where metric records go (host_schemas.h metrics_sinks()); metrics.jsonl is written always.
-  std::vector<std::string> metrics = {"jsonl"};
+  std::vector<MetricsSinkKind> metrics = {MetricsSinkKind::jsonl};
   // Early stopping (train/metric_watch.h): stop after this many evaluations in a row without an
   // improvement of early_stopping_metric by more than early_stopping_min_delta; 0 = off.
   std::int64_t early_stopping_patience = 0;
@@ -75,14 +78,14 @@ struct DistributedSettings {
   bool shard_optimizer = false;
   double bucket_mb = 25.0;
   bool overlap = true;
-  std::string batch_norm = "local";  // or "sync": statistics of the global batch
+  BatchNormStats batch_norm = BatchNormStats::local;
   bool from_launch = false;   // no [distributed] table: chosen because mpirun started the process
   sdk::SourceLocation where;  // distributed.type (an error about the launch points there)
   bool enabled() const { return !type.empty(); }
 };
 
 struct EvalSettings {
-  std::string weights = "master";   // "master" | "ema"
+  EvalWeights weights = EvalWeights::master;
   std::int64_t top_k = 0;           // > 1: also top-k accuracy (train/top_k.h); 0: off
   sdk::SourceLocation top_k_where;  // a top_k above the model's classes is refused there
 };
@@ -104,7 +107,7 @@ struct AugmentSettings {
 };
 
 struct DataSettings {
-  std::string source;  // synthetic | npy | idx | cifar10 | tokens | text
+  DataSource source = DataSource::synthetic;
   std::int64_t batch_size = 0;
   std::int64_t eval_batch_size = 0;
   bool shuffle = true;
@@ -136,7 +139,7 @@ struct DataSettings {
 // most the optimizer's lr); keys given that the chosen schedule does not read are listed in
 // Experiment::unused_keys.
 struct ScheduleSettings {
-  std::string schedule;  // one of lr_schedule_kinds()
+  LrScheduleKind schedule = LrScheduleKind::constant;
   std::int64_t warmup_steps = 0;
   double min_lr = 0.0;
   std::int64_t step_size = 1;

@@ -23,11 +23,32 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/core/config/choices.h"
+
 namespace mixtrain::core {
 
+enum class LrScheduleKind {
+  constant,
+  warmup_cosine,
+  linear,
+  step,
+  multistep,
+  onecycle,
+  inverse_sqrt
+};
+// The schedules lr_at knows with their config names (optimizer.schedule), in the order the docs
+// list them.
+inline constexpr ChoiceTable<LrScheduleKind, 7> kLrScheduleKinds{
+    {{"constant", LrScheduleKind::constant},
+     {"warmup_cosine", LrScheduleKind::warmup_cosine},
+     {"linear", LrScheduleKind::linear},
+     {"step", LrScheduleKind::step},
+     {"multistep", LrScheduleKind::multistep},
+     {"onecycle", LrScheduleKind::onecycle},
+     {"inverse_sqrt", LrScheduleKind::inverse_sqrt}}};
+
 struct LrSchedule {
-  // constant | warmup_cosine | linear | step | multistep | onecycle | inverse_sqrt
-  std::string kind = "constant";
+  LrScheduleKind kind = LrScheduleKind::constant;
   double base_lr = 1e-3;
   double min_lr = 0.0;  // warmup_cosine, linear: the rate the decay ends at
   std::int64_t warmup_steps = 0;
@@ -46,7 +67,8 @@ struct LrSchedule {
   double lr_at(std::int64_t applied_steps) const;
 };
 
-// The schedules lr_at knows, in the order the docs list them.
+// The names of kLrScheduleKinds, in its order.
 const std::vector<std::string>& lr_schedule_kinds();
+std::string lr_schedule_name(LrScheduleKind kind);  // as optimizer.schedule spells it
 
 }  // namespace mixtrain::core
