@@ -18,6 +18,36 @@ constexpr double kMaxDim = 2147483647.0;
 constexpr double kMaxLr = 10.0;
 }  // namespace
 
+namespace {
+
+template <class T>
+T schema_default(const sdk::OptionSchema& schema, std::string_view key) {
+  for (const auto& spec : schema)
+    if (spec.name == key) {
+      if (const T* value = std::get_if<T>(&spec.default_value)) return *value;
+      break;
+    }
+  throw std::logic_error("the schema declares no default of this type for " + std::string(key));
+}
+
+}  // namespace
+
+std::int64_t schema_default_int(const sdk::OptionSchema& schema, std::string_view key) {
+  return schema_default<std::int64_t>(schema, key);
+}
+
+double schema_default_number(const sdk::OptionSchema& schema, std::string_view key) {
+  return schema_default<double>(schema, key);
+}
+
+bool schema_default_bool(const sdk::OptionSchema& schema, std::string_view key) {
+  return schema_default<bool>(schema, key);
+}
+
+std::string schema_default_string(const sdk::OptionSchema& schema, std::string_view key) {
+  return schema_default<std::string>(schema, key);
+}
+
 const std::vector<std::string>& metrics_sinks() {
   static const std::vector<std::string> names = choice_names(kMetricsSinks);
   return names;

@@ -6,13 +6,33 @@
 // "did you mean" and resolved configs list every effective value.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mixtrain/core/config/setting_choices.h"
 #include "mixtrain/sdk/options.h"
 
 namespace mixtrain::core {
+
+// The default `schema` declares for `key`. The settings structs (config/experiment.h,
+// train/lr_schedule.h) initialise their members from these, so each default is written once, in
+// the schema. A key the schema does not declare, or declares without a default of that type, is
+// std::logic_error.
+std::int64_t schema_default_int(const sdk::OptionSchema& schema, std::string_view key);
+double schema_default_number(const sdk::OptionSchema& schema, std::string_view key);
+bool schema_default_bool(const sdk::OptionSchema& schema, std::string_view key);
+std::string schema_default_string(const sdk::OptionSchema& schema, std::string_view key);
+template <class E, std::size_t N>
+E schema_default_choice(const sdk::OptionSchema& schema, std::string_view key,
+                        const ChoiceTable<E, N>& table) {
+  if (const E* value = find_choice(schema_default_string(schema, key), table)) return *value;
+  throw std::logic_error("schema_default_choice: the default of " + std::string(key) +
+                         " is not one of its choices");
+}
 
 sdk::OptionSchema run_schema();
 // run.metrics' choices: the names of kMetricsSinks (runs/metrics_log.h opens them).
