@@ -487,7 +487,7 @@ sdk::OptionSchema model_schema() {
                              "a whole architecture from a few sizes instead of layers/nodes: "
                              "\"gpt\" (sizes in [model.gpt]) or \"resnet\" (sizes in "
                              "[model.resnet])")
-              .one_of({"", "gpt", "resnet"}),
+              .one_of(choice_names(kModelPresets)),
           OptionSpec::boolean("fuse_epilogues", true,
                               "run each relu/gelu that follows a linear layer as that GEMM's "
                               "epilogue (one rounding, one pass less)")};

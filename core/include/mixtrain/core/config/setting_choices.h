@@ -41,4 +41,9 @@ inline bool is_token_source(DataSource s) {
   return s == DataSource::tokens || s == DataSource::text;
 }
 
+// model.preset: a whole architecture from a few sizes, or none ("": layers or nodes).
+enum class ModelPreset { none, gpt, resnet };
+inline constexpr ChoiceTable<ModelPreset, 3> kModelPresets{
+    {{"", ModelPreset::none}, {"gpt", ModelPreset::gpt}, {"resnet", ModelPreset::resnet}}};
+
 }  // namespace mixtrain::core
