@@ -520,11 +520,11 @@ sdk::OptionSchema resnet_preset_schema() {
                              "\"basic\": torchvision's BasicBlock (two 3×3 convs: ResNet-18/34, "
                              "CIFAR ResNets); \"bottleneck\": its Bottleneck, ResNet v1.5 (1×1, "
                              "3×3 with the stride, 1×1 to 4·width: ResNet-50/101/152)")
-              .one_of({"basic", "bottleneck"}),
+              .one_of(choice_names(kResNetBlocks)),
           OptionSpec::string("stem", "cifar",
                              "\"cifar\": 3×3 conv, stride 1; \"imagenet\": 7×7 conv, stride 2, "
                              "and a 3×3 max pool, stride 2")
-              .one_of({"cifar", "imagenet"}),
+              .one_of(choice_names(kResNetStems)),
           OptionSpec::integer("stem_width", 0, "channels of the stem conv; 0: widths[0]")
               .at_least(0)
               .at_most(65536),

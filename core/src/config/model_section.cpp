@@ -381,8 +381,8 @@ void read_resnet_preset(const Config& config, Experiment& e, const sdk::Options&
   ResNetPreset p;
   p.blocks = config.integer_array("model.resnet.blocks");
   p.widths = config.integer_array("model.resnet.widths");
-  p.block = o.get_string("block");
-  p.stem = o.get_string("stem");
+  p.block = parse_choice(o, "block", kResNetBlocks);
+  p.stem = parse_choice(o, "stem", kResNetStems);
   p.stem_width = o.get_int("stem_width");
   p.classes = o.get_int("classes");
   p.where = where;

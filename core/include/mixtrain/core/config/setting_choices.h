@@ -46,4 +46,14 @@ enum class ModelPreset { none, gpt, resnet };
 inline constexpr ChoiceTable<ModelPreset, 3> kModelPresets{
     {{"", ModelPreset::none}, {"gpt", ModelPreset::gpt}, {"resnet", ModelPreset::resnet}}};
 
+// model.resnet.block: torchvision's BasicBlock or Bottleneck.
+enum class ResNetBlock { basic, bottleneck };
+inline constexpr ChoiceTable<ResNetBlock, 2> kResNetBlocks{
+    {{"basic", ResNetBlock::basic}, {"bottleneck", ResNetBlock::bottleneck}}};
+
+// model.resnet.stem: the CIFAR stem (3×3 conv) or the ImageNet one (7×7 conv and max pool).
+enum class ResNetStem { cifar, imagenet };
+inline constexpr ChoiceTable<ResNetStem, 2> kResNetStems{
+    {{"cifar", ResNetStem::cifar}, {"imagenet", ResNetStem::imagenet}}};
+
 }  // namespace mixtrain::core
