@@ -187,7 +187,7 @@ void plan_ops(const Experiment& experiment, const PluginRegistry& registry, Trai
 }
 
 // Each node's measured tensors, beside its plan.
-void record_tensors(const Trainer& trainer, const TensorObserver& observer, Calibration& out) {
+void record_tensors(const Trainer& trainer, TensorObserver& observer, Calibration& out) {
   const auto& layers = trainer.model().layers();
   std::size_t listed = 0;
   for (std::size_t i = 0; i < layers.size(); ++i) {
