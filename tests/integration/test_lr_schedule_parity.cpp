@@ -24,7 +24,7 @@ struct Case {
 Case make(const std::string& kind, double base, std::int64_t warmup, std::int64_t total,
           std::int64_t n) {
   Case c;
-  c.s.kind = kind;
+  c.s.kind = *core::find_choice(kind, core::kLrScheduleKinds);
   c.s.base_lr = base;
   c.s.warmup_steps = warmup;
   c.s.total_steps = total;
@@ -78,7 +78,7 @@ TEST_F(LrScheduleParity, EveryScheduleGivesTorchsLearningRates) {
   const auto all = cases();
   json in = json::array();
   for (const auto& c : all)
-    in.push_back({{"kind", c.s.kind},
+    in.push_back({{"kind", core::lr_schedule_name(c.s.kind)},
                   {"base_lr", c.s.base_lr},
                   {"min_lr", c.s.min_lr},
                   {"warmup_steps", c.s.warmup_steps},
@@ -103,12 +103,13 @@ TEST_F(LrScheduleParity, EveryScheduleGivesTorchsLearningRates) {
       const double t = theirs[static_cast<std::size_t>(k)].get<double>(), ours = c.s.lr_at(k);
       const double rel = std::fabs(ours - t) / std::fabs(t);
       worst = std::max(worst, rel);
-      EXPECT_LE(rel, 1e-12) << c.s.kind << " (case " << i << ", warmup " << c.s.warmup_steps
-                            << ") step " << k << ": ours " << ours << ", torch's " << t;
+      EXPECT_LE(rel, 1e-12) << core::lr_schedule_name(c.s.kind) << " (case " << i << ", warmup "
+                            << c.s.warmup_steps << ") step " << k << ": ours " << ours
+                            << ", torch's " << t;
     }
     char text[32];
     std::snprintf(text, sizeof text, "%.3g", worst);
-    RecordProperty("case_" + std::to_string(i) + "_" + c.s.kind, text);
+    RecordProperty("case_" + std::to_string(i) + "_" + core::lr_schedule_name(c.s.kind), text);
   }
 }
 

@@ -109,22 +109,26 @@ std::string section_selector(const Config& config, const std::string& table,
   return fallback;
 }
 
-ResolvedComponentSection resolve_component_section(const Config& config,
-                                                   const ComponentSection& section) {
-  ResolvedComponentSection out;
-  const auto& table = section.table;
-  const auto where = config.location(table);
-  const auto names = names_of(section.components);
-  const auto selected =
-      std::find_if(section.components.begin(), section.components.end(),
-                   [&](const ComponentSchema& c) { return c.name == section.selected; });
-  const sdk::OptionSchema empty;
-  const sdk::OptionSchema& schema =
-      selected == section.components.end() ? empty : selected->options;
+namespace {
 
-  // Sub-tables: one per component, each validated whether selected or not.
-  std::vector<sdk::RawOption> from_table;
-  for (const auto& sub : config.nested_keys(table)) {
+// One section being read: the selected component's schema and what the reading has gathered.
+struct SectionReading {
+  const Config& config;
+  const ComponentSection& section;
+  std::vector<ComponentSchema>::const_iterator selected;  // end(): none
+  const sdk::OptionSchema& schema;                        // the selected component's
+  ResolvedComponentSection& out;
+  std::vector<sdk::RawOption> from_table = {};  // the selected component's own table
+  std::vector<sdk::RawOption> host_raw = {};    // the host's keys
+  std::vector<sdk::RawOption> flat = {};  // the selected component's keys written in the table
+};
+
+// Sub-tables: one per component, each validated whether selected or not.
+void read_component_tables(SectionReading& r) {
+  const auto& section = r.section;
+  const auto& table = section.table;
+  const auto names = names_of(section.components);
+  for (const auto& sub : r.config.nested_keys(table)) {
     if (std::find(section.host_tables.begin(), section.host_tables.end(), sub) !=
         section.host_tables.end())
       continue;
@@ -134,99 +138,139 @@ ResolvedComponentSection resolve_component_section(const Config& config,
     if (it == section.components.end()) {
       auto near = sdk::closest_match(sub, names);
       throw sdk::ConfigError(
-          config.location(dotted), dotted, "no " + section.noun + " named '" + sub + "'",
+          r.config.location(dotted), dotted, "no " + section.noun + " named '" + sub + "'",
           (near.empty() ? "" : "did you mean [" + table + "." + near + "]? ") + "a sub-table of [" +
               table + "] holds the options of the " + section.noun + " it is named after; " +
               "known here: " + joined(names));
     }
-    reject_sub_tables(config, dotted);
-    auto raw = entries(config, dotted, it->list_options);
+    reject_sub_tables(r.config, dotted);
+    auto raw = entries(r.config, dotted, it->list_options);
     // Validated against its own schema even when another component is selected: unknown keys,
-    // types and ranges. Required keys are checked once, below, on the selected component's
-    // flat keys and table combined, so a table may hold part of them and an unselected sibling
-    // may be filled in only partly.
-    sdk::Options::resolve(dotted, schema_of_given(it->options, raw), raw, config.location(dotted),
+    // types and ranges. Required keys are checked once, on the selected component's flat keys
+    // and table combined, so a table may hold part of them and an unselected sibling may be
+    // filled in only partly.
+    sdk::Options::resolve(dotted, schema_of_given(it->options, raw), raw, r.config.location(dotted),
                           {});
     if (sub == section.selected) {
-      for (const auto& r : raw) out.origin[r.key] = dotted + "." + r.key;
-      from_table = std::move(raw);
+      for (const auto& o : raw) r.out.origin[o.key] = dotted + "." + o.key;
+      r.from_table = std::move(raw);
     }
   }
+}
 
-  // Flat keys: the selector, the host's keys, or options of the selected component. A list is
-  // read as such when the selected component takes one there, or when only a sibling declares
-  // the key (so the error below can name the sibling's table).
-  std::vector<std::string> flat_lists;
-  for (const auto& c : section.components)
+// Flat keys read as lists: those the selected component takes as one, and those only a sibling
+// declares (so the error can name the sibling's table).
+std::vector<std::string> flat_list_keys(const SectionReading& r) {
+  std::vector<std::string> out;
+  for (const auto& c : r.section.components)
     for (const auto& key : c.list_options) {
-      const bool own = selected != section.components.end() && c.name == selected->name;
-      if (own || !declares(schema, key)) flat_lists.push_back(key);
+      const bool own = r.selected != r.section.components.end() && c.name == r.selected->name;
+      if (own || !declares(r.schema, key)) out.push_back(key);
     }
-  std::vector<sdk::RawOption> host_raw, flat;
-  std::vector<std::string> host_arrays;
-  for (const auto& key : section.host_lists) {
-    const std::string dotted = table + "." + key;
-    if (!config.is_array(dotted)) continue;
-    host_raw.push_back(
-        {key, integer_list_text(config.integer_array(dotted)), config.location(dotted)});
-    host_arrays.push_back(key);
-  }
-  for (auto& r : entries(config, table, flat_lists, host_arrays)) {
-    if (std::find(section.host_lists.begin(), section.host_lists.end(), r.key) !=
-        section.host_lists.end())
-      throw sdk::ConfigError(r.where, table + "." + r.key, "expected a list of integers",
-                             "write it as " + r.key + " = [100, 200] (one entry: [100])");
-    if (r.key == section.selector) continue;
-    if (declares(section.host, r.key)) {
-      host_raw.push_back(std::move(r));
-      continue;
-    }
-    const std::string key = table + "." + r.key;
-    if (declares(schema, r.key)) {
-      auto twin = std::find_if(from_table.begin(), from_table.end(),
-                               [&](const sdk::RawOption& t) { return t.key == r.key; });
-      if (twin != from_table.end()) {
-        // A --set beats the file, whichever spelling it used; two in the file is ambiguous.
-        const auto twin_key = table + "." + section.selected + "." + r.key;
-        const bool flat_set = config.is_override(key), twin_set = config.is_override(twin_key);
-        if (flat_set == twin_set)
-          throw sdk::ConfigError(r.where, key,
-                                 "given twice: here and in [" + table + "." + section.selected +
-                                     "] at " + twin->where.to_string(),
-                                 "keep one of them");
-        if (twin_set) continue;
-        from_table.erase(twin);
-      }
-      out.origin[r.key] = key;
-      flat.push_back(std::move(r));
-      continue;
-    }
-    std::vector<std::string> owners;
-    for (const auto& c : section.components)
-      if (c.name != section.selected && declares(c.options, r.key)) owners.push_back(c.name);
-    if (!owners.empty())
-      throw sdk::ConfigError(
-          r.where, key,
-          "'" + r.key + "' is an option of " + joined(owners, " and ") + ", not of the selected " +
-              section.noun + " '" + section.selected + "'",
-          "move it into " + owner_tables(table, owners) + ": options in a " + section.noun +
-              "'s own table apply only when it is selected, so `--set " + table + "." +
-              section.selector + "=...` swaps the " + section.noun + " with no edit");
-    std::vector<std::string> own = {section.selector};
-    for (const auto& s : section.host) own.push_back(s.name);
-    for (const auto& s : schema) own.push_back(s.name);
-    auto near = sdk::closest_match(r.key, own);
-    throw sdk::ConfigError(r.where, key, "unknown key",
-                           (near.empty() ? "" : "did you mean '" + near + "'? ") + "[" + table +
-                               "] takes: " + joined(own));
-  }
+  return out;
+}
 
-  out.host = sdk::Options::resolve(table, section.host, host_raw, where, {});
-  const bool all_flat = from_table.empty() && !flat.empty();
-  std::vector<sdk::RawOption> given = std::move(flat);
-  given.insert(given.end(), from_table.begin(), from_table.end());
+// The host's integer lists given as arrays, as text for its string entries; their keys come back.
+std::vector<std::string> read_host_lists(SectionReading& r) {
+  std::vector<std::string> arrays;
+  for (const auto& key : r.section.host_lists) {
+    const std::string dotted = r.section.table + "." + key;
+    if (!r.config.is_array(dotted)) continue;
+    r.host_raw.push_back(
+        {key, integer_list_text(r.config.integer_array(dotted)), r.config.location(dotted)});
+    arrays.push_back(key);
+  }
+  return arrays;
+}
+
+// A flat key that neither the host nor the selected component declares.
+[[noreturn]] void refuse_flat_key(const SectionReading& r, const sdk::RawOption& o) {
+  const auto& section = r.section;
+  const auto& table = section.table;
+  const std::string key = table + "." + o.key;
+  std::vector<std::string> owners;
+  for (const auto& c : section.components)
+    if (c.name != section.selected && declares(c.options, o.key)) owners.push_back(c.name);
+  if (!owners.empty())
+    throw sdk::ConfigError(
+        o.where, key,
+        "'" + o.key + "' is an option of " + joined(owners, " and ") + ", not of the selected " +
+            section.noun + " '" + section.selected + "'",
+        "move it into " + owner_tables(table, owners) + ": options in a " + section.noun +
+            "'s own table apply only when it is selected, so `--set " + table + "." +
+            section.selector + "=...` swaps the " + section.noun + " with no edit");
+  std::vector<std::string> own = {section.selector};
+  for (const auto& s : section.host) own.push_back(s.name);
+  for (const auto& s : r.schema) own.push_back(s.name);
+  auto near = sdk::closest_match(o.key, own);
+  throw sdk::ConfigError(o.where, key, "unknown key",
+                         (near.empty() ? "" : "did you mean '" + near + "'? ") + "[" + table +
+                             "] takes: " + joined(own));
+}
+
+// A flat key of the selected component. The same key in its own table too: a --set beats the
+// file, whichever spelling it used; two in the file is ambiguous.
+void take_flat_option(SectionReading& r, sdk::RawOption&& o) {
+  const auto& table = r.section.table;
+  const std::string key = table + "." + o.key;
+  auto twin = std::find_if(r.from_table.begin(), r.from_table.end(),
+                           [&](const sdk::RawOption& t) { return t.key == o.key; });
+  if (twin != r.from_table.end()) {
+    const auto twin_key = table + "." + r.section.selected + "." + o.key;
+    const bool flat_set = r.config.is_override(key), twin_set = r.config.is_override(twin_key);
+    if (flat_set == twin_set)
+      throw sdk::ConfigError(o.where, key,
+                             "given twice: here and in [" + table + "." + r.section.selected +
+                                 "] at " + twin->where.to_string(),
+                             "keep one of them");
+    if (twin_set) return;
+    r.from_table.erase(twin);
+  }
+  r.out.origin[o.key] = key;
+  r.flat.push_back(std::move(o));
+}
+
+// Flat keys: the selector, the host's keys, or options of the selected component.
+void read_flat_keys(SectionReading& r) {
+  const auto& section = r.section;
+  const auto host_arrays = read_host_lists(r);
+  for (auto& o : entries(r.config, section.table, flat_list_keys(r), host_arrays)) {
+    if (std::find(section.host_lists.begin(), section.host_lists.end(), o.key) !=
+        section.host_lists.end())
+      throw sdk::ConfigError(o.where, section.table + "." + o.key, "expected a list of integers",
+                             "write it as " + o.key + " = [100, 200] (one entry: [100])");
+    if (o.key == section.selector) continue;
+    if (declares(section.host, o.key))
+      r.host_raw.push_back(std::move(o));
+    else if (declares(r.schema, o.key))
+      take_flat_option(r, std::move(o));
+    else
+      refuse_flat_key(r, o);
+  }
+}
+
+}  // namespace
+
+ResolvedComponentSection resolve_component_section(const Config& config,
+                                                   const ComponentSection& section) {
+  ResolvedComponentSection out;
+  const auto& table = section.table;
+  const auto where = config.location(table);
+  const auto selected =
+      std::find_if(section.components.begin(), section.components.end(),
+                   [&](const ComponentSchema& c) { return c.name == section.selected; });
+  const sdk::OptionSchema empty;
+  SectionReading r{config, section, selected,
+                   selected == section.components.end() ? empty : selected->options, out};
+  read_component_tables(r);
+  read_flat_keys(r);
+
+  out.host = sdk::Options::resolve(table, section.host, r.host_raw, where, {});
+  const bool all_flat = r.from_table.empty() && !r.flat.empty();
+  std::vector<sdk::RawOption> given = std::move(r.flat);
+  given.insert(given.end(), r.from_table.begin(), r.from_table.end());
   const auto component_table = all_flat ? table : table + "." + section.selected;
-  out.component = sdk::Options::resolve(component_table, schema, given,
+  out.component = sdk::Options::resolve(component_table, r.schema, given,
                                         config.has_table(table + "." + section.selected)
                                             ? config.location(table + "." + section.selected)
                                             : where,

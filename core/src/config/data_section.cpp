@@ -35,20 +35,25 @@ std::string toml_list(const std::vector<fs::path>& paths) {
   return out + "]";
 }
 
+std::string source_name(const DataSettings& d) {
+  return std::string(choice_name(d.source, kDataSources));
+}
+
 void read_token_source(const Config& config, const ResolvedComponentSection& r, Experiment& e) {
   const auto& common = r.host;
   const auto& src = r.component;
   // Token sources have a vocabulary, not classes: a classes value would be silently unused.
   // (0, the default, is what resolved configs write.)
   if (common.get_int("classes") != 0)
-    common.fail("classes", "data.classes does not apply to source '" + e.data.source + "'",
-                "set data." + e.data.source + ".vocab_size, the number of outputs");
-  const std::string files_key = e.data.source == "tokens" ? "train" : "path";
+    common.fail("classes", "data.classes does not apply to source '" + source_name(e.data) + "'",
+                "set data." + source_name(e.data) + ".vocab_size, the number of outputs");
+  const bool tokens = e.data.source == DataSource::tokens;
+  const std::string files_key = tokens ? "train" : "path";
   e.data.token_paths = path_list(config, r, files_key);
   if (e.data.token_paths.empty())
     src.fail(files_key, "names no file",
-             e.data.source == "tokens" ? "set it to an llm.c token file (.bin)"
-                                       : "set it to a text file or a list of text files");
+             tokens ? "set it to an llm.c token file (.bin)"
+                    : "set it to a text file or a list of text files");
   e.data.eval_token_paths = path_list(config, r, "eval");
   e.data.block_size = src.get_int("block_size");
   e.data.vocab_size = static_cast<std::int32_t>(src.get_int("vocab_size"));
@@ -67,9 +72,9 @@ std::string number_list(const std::vector<double>& values) {
 // Why [data.normalize] / [data.augment] cannot apply, when the config alone shows it ("" when
 // only the loaded data can tell: npy and idx files may or may not hold images).
 std::string not_images(const DataSettings& d) {
-  if (d.source == "tokens" || d.source == "text")
-    return "data.source = \"" + d.source + "\" gives token windows, not images";
-  if (d.source == "synthetic" && d.synthetic.kind != "images")
+  if (is_token_source(d.source))
+    return "data.source = \"" + source_name(d) + "\" gives token windows, not images";
+  if (d.source == DataSource::synthetic && d.synthetic.kind != "images")
     return "data.synthetic.kind = \"" + d.synthetic.kind + "\" gives plain features, not images";
   return {};
 }
@@ -173,82 +178,84 @@ void read_cifar10(const Config& config, const ResolvedComponentSection& r, Exper
   e.data.cifar_eval_paths = std::move(eval);
 }
 
-std::vector<std::string> list_options_of(const std::string& source) {
+std::vector<std::string> list_options_of(DataSource source) {
   std::vector<std::string> out;
   for (const auto& o : data_source_schema(source))
     if (is_path_list_option(source, o.name)) out.push_back(o.name);
   return out;
 }
 
-}  // namespace
+// data.source, with the list keys of every source (text's path and eval may be arrays of file
+// names) read beside the schemas.
+DataSource read_data_source(const Config& config) {
+  std::vector<std::string> lists;
+  for (const auto& [name, source] : kDataSources)
+    for (auto& key : list_options_of(source)) lists.push_back(std::move(key));
+  const auto name = section_selector(config, "data", "source", "synthetic", lists);
+  if (const DataSource* source = find_choice(name, kDataSources)) return *source;
+  const auto& names = data_sources();
+  auto near = sdk::closest_match(name, names);
+  throw sdk::ConfigError(
+      config.location("data.source"), "data.source", "unknown data source '" + name + "'",
+      (near.empty() ? "" : "did you mean '" + near + "'? ") + "one of: " + join_names(names));
+}
 
-// The source is a component of the host's own: [data] source = "npy" with [data.npy] options.
-void read_data_config(const Config& config, Experiment& e) {
-  const auto& sources = data_sources();
-  std::vector<std::string> lists;  // text's path and eval may be arrays of file names
-  for (const auto& s : sources)
-    for (auto& key : list_options_of(s)) lists.push_back(std::move(key));
-  e.data.source = section_selector(config, "data", "source", "synthetic", lists);
-  if (std::find(sources.begin(), sources.end(), e.data.source) == sources.end()) {
-    auto near = sdk::closest_match(e.data.source, sources);
-    throw sdk::ConfigError(
-        config.location("data.source"), "data.source",
-        "unknown data source '" + e.data.source + "'",
-        (near.empty() ? "" : "did you mean '" + near + "'? ") + "one of: " + join_names(sources));
-  }
-  ComponentSection section{"data",
-                           "source",
-                           "data source",
-                           e.data.source,
-                           data_common_schema(),
-                           {},
-                           {"normalize", "augment"}};
-  for (const auto& s : sources)
-    section.components.push_back({s, data_source_schema(s), list_options_of(s)});
-  auto r = resolve_component_section(config, section);
-  const auto& common = r.host;
+void read_synthetic(const sdk::Options& src, Experiment& e) {
+  auto& spec = e.data.synthetic;
+  spec.kind = src.get_string("kind");
+  spec.rows = src.get_int("rows");
+  spec.features = src.get_int("features");
+  spec.classes = static_cast<std::int32_t>(src.get_int("num_classes"));
+  spec.noise = src.get_double("noise");
+  spec.feature_scale = src.get_double("feature_scale");
+  spec.channels = src.get_int("channels");
+  spec.height = src.get_int("height");
+  spec.width = src.get_int("width");
+  spec.max_shift = src.get_int("max_shift");
+  spec.seed = e.run.seed;
+  if (spec.kind == "images" && 2 * spec.max_shift >= std::min(spec.height, spec.width))
+    src.fail("max_shift",
+             "must be below min(height, width) / 2 = " +
+                 std::to_string(std::min(spec.height, spec.width)) + " / 2, found " +
+                 std::to_string(spec.max_shift),
+             "a shift must leave most of the template inside the image");
+}
+
+// The chosen source's own keys ([data.<source>]).
+void read_source_options(const Config& config, const ResolvedComponentSection& r, Experiment& e) {
   const auto& src = r.component;
-  e.data.batch_size = common.get_int("batch_size");
-  e.data.eval_batch_size = common.get_int("eval_batch_size");
-  if (e.data.eval_batch_size == 0) e.data.eval_batch_size = e.data.batch_size;
-  e.data.shuffle = common.get_bool("shuffle");
-  e.data.eval_fraction = common.get_double("eval_fraction");
-  e.data.classes = static_cast<std::int32_t>(common.get_int("classes"));
-  if (e.data.source == "synthetic") {
-    e.data.synthetic.kind = src.get_string("kind");
-    e.data.synthetic.rows = src.get_int("rows");
-    e.data.synthetic.features = src.get_int("features");
-    e.data.synthetic.classes = static_cast<std::int32_t>(src.get_int("num_classes"));
-    e.data.synthetic.noise = src.get_double("noise");
-    e.data.synthetic.feature_scale = src.get_double("feature_scale");
-    e.data.synthetic.channels = src.get_int("channels");
-    e.data.synthetic.height = src.get_int("height");
-    e.data.synthetic.width = src.get_int("width");
-    e.data.synthetic.max_shift = src.get_int("max_shift");
-    e.data.synthetic.seed = e.run.seed;
-    if (e.data.synthetic.kind == "images" &&
-        2 * e.data.synthetic.max_shift >= std::min(e.data.synthetic.height, e.data.synthetic.width))
-      src.fail("max_shift",
-               "must be below min(height, width) / 2 = " +
-                   std::to_string(std::min(e.data.synthetic.height, e.data.synthetic.width)) +
-                   " / 2, found " + std::to_string(e.data.synthetic.max_shift),
-               "a shift must leave most of the template inside the image");
-  } else if (e.data.source == "npy") {
-    e.data.features_path = resolve_path(config, r, "features");
-    e.data.labels_path = resolve_path(config, r, "labels");
-    e.data.npy_channels_last = src.get_string("layout") == "nhwc";
-    e.data.npy_layout_where = src.where("layout");
-  } else if (e.data.source == "idx") {
-    e.data.images_path = resolve_path(config, r, "images");
-    e.data.labels_path = resolve_path(config, r, "labels");
-  } else if (e.data.source == "cifar10") {
-    read_cifar10(config, r, e);
-  } else {
-    read_token_source(config, r, e);
+  switch (e.data.source) {
+    case DataSource::synthetic:
+      read_synthetic(src, e);
+      break;
+    case DataSource::npy:
+      e.data.features_path = resolve_path(config, r, "features");
+      e.data.labels_path = resolve_path(config, r, "labels");
+      // The layout's two names are read into a flag here, once.
+      e.data.npy_channels_last = src.get_string("layout") == "nhwc";
+      e.data.npy_layout_where = src.where("layout");
+      break;
+    case DataSource::idx:
+      e.data.images_path = resolve_path(config, r, "images");
+      e.data.labels_path = resolve_path(config, r, "labels");
+      break;
+    case DataSource::cifar10:
+      read_cifar10(config, r, e);
+      break;
+    case DataSource::tokens:
+    case DataSource::text:
+      read_token_source(config, r, e);
+      break;
   }
-  e.core_sections.push_back(section_of("data", {{"source", e.data.source}}, common));
-  ResolvedSection s = section_of("data." + e.data.source, {}, src);
-  // Paths as the run uses them (absolute); text's file lists as TOML arrays.
+}
+
+// [data] and [data.<source>] as the run uses them: paths absolute, text's file lists as TOML
+// arrays.
+void push_resolved_data(const Config& config, const ResolvedComponentSection& r, Experiment& e) {
+  const auto& src = r.component;
+  const std::string name = source_name(e.data);
+  e.core_sections.push_back(section_of("data", {{"source", name}}, r.host));
+  ResolvedSection s = section_of("data." + name, {}, src);
   std::vector<std::pair<std::string, sdk::OptionValue>> values;
   for (auto& [k, v] : s.values) {
     if (!is_path_option(e.data.source, k) || src.get_string(k).empty()) {
@@ -261,6 +268,33 @@ void read_data_config(const Config& config, Experiment& e) {
   }
   s.values = std::move(values);
   e.core_sections.push_back(s);
+}
+
+}  // namespace
+
+// The source is a component of the host's own: [data] source = "npy" with [data.npy] options.
+void read_data_config(const Config& config, Experiment& e) {
+  e.data.source = read_data_source(config);
+  ComponentSection section{"data",
+                           "source",
+                           "data source",
+                           source_name(e.data),
+                           data_common_schema(),
+                           {},
+                           {"normalize", "augment"}};
+  for (const auto& [name, source] : kDataSources)
+    section.components.push_back(
+        {std::string(name), data_source_schema(source), list_options_of(source)});
+  auto r = resolve_component_section(config, section);
+  const auto& common = r.host;
+  e.data.batch_size = common.get_int("batch_size");
+  e.data.eval_batch_size = common.get_int("eval_batch_size");
+  if (e.data.eval_batch_size == 0) e.data.eval_batch_size = e.data.batch_size;
+  e.data.shuffle = common.get_bool("shuffle");
+  e.data.eval_fraction = common.get_double("eval_fraction");
+  e.data.classes = static_cast<std::int32_t>(common.get_int("classes"));
+  read_source_options(config, r, e);
+  push_resolved_data(config, r, e);
   read_normalize(config, e);
   read_augment(config, e);
 }

@@ -46,12 +46,22 @@ bool set_away_from_default(const sdk::Options& o, const sdk::OptionSchema& schem
 }
 
 // The schedule keys each schedule reads (warm-up, decay); the others given are reported unused.
-std::vector<std::string> schedule_keys(const std::string& kind) {
-  if (kind == "warmup_cosine" || kind == "linear") return {"warmup_steps", "min_lr"};
-  if (kind == "step") return {"warmup_steps", "step_size", "gamma"};
-  if (kind == "multistep") return {"warmup_steps", "milestones", "gamma"};
-  if (kind == "onecycle") return {"pct_start", "div_factor", "final_div_factor"};
-  if (kind == "inverse_sqrt") return {"warmup_steps"};
+std::vector<std::string> schedule_keys(LrScheduleKind kind) {
+  switch (kind) {
+    case LrScheduleKind::warmup_cosine:
+    case LrScheduleKind::linear:
+      return {"warmup_steps", "min_lr"};
+    case LrScheduleKind::step:
+      return {"warmup_steps", "step_size", "gamma"};
+    case LrScheduleKind::multistep:
+      return {"warmup_steps", "milestones", "gamma"};
+    case LrScheduleKind::onecycle:
+      return {"pct_start", "div_factor", "final_div_factor"};
+    case LrScheduleKind::inverse_sqrt:
+      return {"warmup_steps"};
+    case LrScheduleKind::constant:
+      break;
+  }
   return {};
 }
 
@@ -75,10 +85,87 @@ void read_escalation(const Config& config, Experiment& e) {
   e.core_sections.push_back(section_of("precision.escalate", {}, o));
 }
 
+std::string with_schedule(const ScheduleSettings& s) {
+  return " with schedule = \"" + std::string(choice_name(s.schedule, kLrScheduleKinds)) + "\"";
+}
+
+// multistep: at least one milestone, each >= 1, strictly increasing.
+void check_milestones(const sdk::Options& o, const ScheduleSettings& s) {
+  if (s.milestones.empty())
+    o.fail("milestones", "is empty" + with_schedule(s),
+           "give the steps (counted after warm-up) at which lr is multiplied by gamma, e.g. "
+           "milestones = [100, 200]");
+  for (std::size_t i = 0; i < s.milestones.size(); ++i) {
+    if (s.milestones[i] < 1)
+      o.fail("milestones",
+             "entry " + std::to_string(i) + " is " + std::to_string(s.milestones[i]) +
+                 ", expected a step >= 1",
+             "a milestone is a step count after warm-up; the schedule starts at base lr");
+    if (i > 0 && s.milestones[i] <= s.milestones[i - 1])
+      o.fail("milestones",
+             "is not strictly increasing: entry " + std::to_string(i) + " (" +
+                 std::to_string(s.milestones[i]) + ") follows " +
+                 std::to_string(s.milestones[i - 1]),
+             "sort the steps and list each once (for gamma^2 at one step, lower gamma)");
+  }
+}
+
+// onecycle: a rising phase of more than one step, and none of the keys it has counterparts of.
+void check_onecycle(const sdk::Options& o, const ScheduleSettings& s, std::int64_t steps) {
+  if (s.pct_start >= 1.0)
+    o.fail("pct_start", "is " + sdk::option_value_to_string(s.pct_start) + ", expected < 1",
+           "pct_start is the share of run.steps spent rising to lr; the rest anneals down, "
+           "e.g. 0.3");
+  const double rising = s.pct_start * static_cast<double>(steps);
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", rising);
+  if (rising <= 1.0)
+    o.fail("pct_start",
+           "times run.steps (" + std::to_string(steps) + ") is " + text +
+               ": onecycle's rising phase must span more than one step",
+           "raise pct_start or run.steps");
+  // onecycle has its own counterparts of these two; a value here was meant for another
+  // schedule or misread as one of them.
+  if (s.warmup_steps > 0)
+    o.fail("warmup_steps", "does not apply" + with_schedule(s),
+           "onecycle warms up over pct_start x run.steps steps; set warmup_steps = 0 and "
+           "choose pct_start");
+  if (s.min_lr > 0.0)
+    o.fail("min_lr", "does not apply" + with_schedule(s),
+           "onecycle ends at lr / (div_factor x final_div_factor); set min_lr = 0 and choose "
+           "final_div_factor");
+}
+
+// warmup_cosine, linear: a decay that ends above its peak is a typo of one or the other; the
+// optimizer's lr is known only to optimizers that declare one.
+void check_min_lr_below_lr(const sdk::Options& o, const ScheduleSettings& s,
+                           const sdk::Options& optimizer) {
+  for (const auto& [key, value] : optimizer.effective())
+    if (const auto* lr = std::get_if<double>(&value); key == "lr" && lr && s.min_lr > *lr)
+      o.fail("min_lr",
+             "is " + sdk::option_value_to_string(s.min_lr) +
+                 ", above optimizer.lr = " + sdk::option_value_to_string(*lr),
+             "the schedule decays from lr down to min_lr; lower min_lr");
+}
+
+// Schedule keys given away from their defaults that the chosen schedule does not read.
+void report_unused_schedule_keys(const sdk::Options& o, Experiment& e) {
+  const auto& s = e.schedule;
+  const auto used = schedule_keys(s.schedule);
+  const auto schema = schedule_schema();
+  for (const std::string key : {"warmup_steps", "min_lr", "step_size", "gamma", "milestones",
+                                "pct_start", "div_factor", "final_div_factor"})
+    if ((key == "milestones" ? !s.milestones.empty() : set_away_from_default(o, schema, key)) &&
+        std::find(used.begin(), used.end(), key) == used.end())
+      e.unused_keys.push_back(std::string("optimizer.") + key + " (" + o.where(key).to_string() +
+                              ") is not read by schedule = \"" +
+                              std::string(choice_name(s.schedule, kLrScheduleKinds)) + "\"");
+}
+
 // [optimizer]'s schedule keys, checked together (each key's own range is in the schema).
 void read_schedule(const Config& config, const sdk::Options& o, Experiment& e) {
   auto& s = e.schedule;
-  s.schedule = o.get_string("schedule");
+  s.schedule = parse_choice(o, "schedule", kLrScheduleKinds);
   s.warmup_steps = o.get_int("warmup_steps");
   s.min_lr = o.get_double("min_lr");
   s.step_size = o.get_int("step_size");
@@ -88,74 +175,15 @@ void read_schedule(const Config& config, const sdk::Options& o, Experiment& e) {
   s.div_factor = o.get_double("div_factor");
   s.final_div_factor = o.get_double("final_div_factor");
   s.clip_grad_norm = o.get_double("clip_grad_norm");
-  const std::string& kind = s.schedule;
-  const std::string as_kind = " with schedule = \"" + kind + "\"";
-
-  if (kind == "multistep") {
-    if (s.milestones.empty())
-      o.fail("milestones", "is empty" + as_kind,
-             "give the steps (counted after warm-up) at which lr is multiplied by gamma, e.g. "
-             "milestones = [100, 200]");
-    for (std::size_t i = 0; i < s.milestones.size(); ++i) {
-      if (s.milestones[i] < 1)
-        o.fail("milestones",
-               "entry " + std::to_string(i) + " is " + std::to_string(s.milestones[i]) +
-                   ", expected a step >= 1",
-               "a milestone is a step count after warm-up; the schedule starts at base lr");
-      if (i > 0 && s.milestones[i] <= s.milestones[i - 1])
-        o.fail("milestones",
-               "is not strictly increasing: entry " + std::to_string(i) + " (" +
-                   std::to_string(s.milestones[i]) + ") follows " +
-                   std::to_string(s.milestones[i - 1]),
-               "sort the steps and list each once (for gamma^2 at one step, lower gamma)");
-    }
-  }
-  if (kind == "onecycle") {
-    if (s.pct_start >= 1.0)
-      o.fail("pct_start", "is " + sdk::option_value_to_string(s.pct_start) + ", expected < 1",
-             "pct_start is the share of run.steps spent rising to lr; the rest anneals down, "
-             "e.g. 0.3");
-    const double rising = s.pct_start * static_cast<double>(e.run.steps);
-    char text[32];
-    std::snprintf(text, sizeof text, "%.6g", rising);
-    if (rising <= 1.0)
-      o.fail("pct_start",
-             "times run.steps (" + std::to_string(e.run.steps) + ") is " + text +
-                 ": onecycle's rising phase must span more than one step",
-             "raise pct_start or run.steps");
-    // onecycle has its own counterparts of these two; a value here was meant for another
-    // schedule or misread as one of them.
-    if (s.warmup_steps > 0)
-      o.fail("warmup_steps", "does not apply" + as_kind,
-             "onecycle warms up over pct_start x run.steps steps; set warmup_steps = 0 and "
-             "choose pct_start");
-    if (s.min_lr > 0.0)
-      o.fail("min_lr", "does not apply" + as_kind,
-             "onecycle ends at lr / (div_factor x final_div_factor); set min_lr = 0 and choose "
-             "final_div_factor");
-  }
-  if (kind == "inverse_sqrt" && s.warmup_steps < 1)
-    o.fail("warmup_steps", "is 0" + as_kind,
+  if (s.schedule == LrScheduleKind::multistep) check_milestones(o, s);
+  if (s.schedule == LrScheduleKind::onecycle) check_onecycle(o, s, e.run.steps);
+  if (s.schedule == LrScheduleKind::inverse_sqrt && s.warmup_steps < 1)
+    o.fail("warmup_steps", "is 0" + with_schedule(s),
            "inverse_sqrt decays as lr x sqrt(warmup_steps / step) after warming up; set "
            "warmup_steps >= 1 (e.g. 4000 for a Transformer)");
-  if (kind == "warmup_cosine" || kind == "linear") {
-    // A decay that ends above its peak is a typo of one or the other; the optimizer's lr is
-    // known only to optimizers that declare one.
-    for (const auto& [key, value] : e.optimizer_options.effective())
-      if (const auto* lr = std::get_if<double>(&value); key == "lr" && lr && s.min_lr > *lr)
-        o.fail("min_lr",
-               "is " + sdk::option_value_to_string(s.min_lr) +
-                   ", above optimizer.lr = " + sdk::option_value_to_string(*lr),
-               "the schedule decays from lr down to min_lr; lower min_lr");
-  }
-  const auto used = schedule_keys(kind);
-  const auto schema = schedule_schema();
-  for (const std::string key : {"warmup_steps", "min_lr", "step_size", "gamma", "milestones",
-                                "pct_start", "div_factor", "final_div_factor"})
-    if ((key == "milestones" ? !s.milestones.empty() : set_away_from_default(o, schema, key)) &&
-        std::find(used.begin(), used.end(), key) == used.end())
-      e.unused_keys.push_back(std::string("optimizer.") + key + " (" + o.where(key).to_string() +
-                              ") is not read by schedule = \"" + kind + "\"");
+  if (s.schedule == LrScheduleKind::warmup_cosine || s.schedule == LrScheduleKind::linear)
+    check_min_lr_below_lr(o, s, e.optimizer_options);
+  report_unused_schedule_keys(o, e);
 }
 
 // An evaluation number a run can watch: eval_loss, eval_accuracy, or the top-k accuracy that
@@ -179,18 +207,20 @@ void check_metric(const sdk::Options& o, const std::string& key, const std::stri
 // run.metrics: a list of sink names (a single string is a list of one). Each entry is checked
 // against the schema's choices at its own location; jsonl comes first and always, since compare
 // and resume read metrics.jsonl.
-std::vector<std::string> read_metrics_sinks(const Config& config) {
+std::vector<MetricsSinkKind> read_metrics_sinks(const Config& config) {
   sdk::OptionSchema spec;
   for (const auto& s : run_schema())
     if (s.name == "metrics") spec.push_back(s);
-  std::vector<std::string> out = {"jsonl"};
+  std::vector<MetricsSinkKind> out = {MetricsSinkKind::jsonl};
   const auto names = config.string_array("run.metrics");
   for (std::size_t i = 0; i < names.size(); ++i) {
     const auto where = config.is_array("run.metrics")
                            ? config.location("run.metrics." + std::to_string(i))
                            : config.location("run.metrics");
-    sdk::Options::resolve("run", spec, {{"metrics", names[i], where}}, where, {});
-    if (std::find(out.begin(), out.end(), names[i]) == out.end()) out.push_back(names[i]);
+    const auto entry =
+        sdk::Options::resolve("run", spec, {{"metrics", names[i], where}}, where, {});
+    const MetricsSinkKind sink = parse_choice(entry, "metrics", kMetricsSinks);
+    if (std::find(out.begin(), out.end(), sink) == out.end()) out.push_back(sink);
   }
   return out;
 }
@@ -228,27 +258,21 @@ std::vector<fs::path> config_plugin_paths(const Config& config) {
   return out;
 }
 
-Experiment parse_experiment(const Config& config, const PluginRegistry& registry) {
-  Experiment e;
-  e.source_name = config.source_name();
-  const auto& kTopLevelTables = config_top_level_tables();
-  for (const auto& key : config.top_level_keys()) {
-    if (std::find(kTopLevelTables.begin(), kTopLevelTables.end(), key) == kTopLevelTables.end()) {
-      auto near = sdk::closest_match(key, kTopLevelTables);
-      std::string list;
-      for (const auto& t : kTopLevelTables) list += (list.empty() ? "" : ", ") + t;
-      throw sdk::ConfigError(
-          config.location(key), key, "unknown table",
-          (near.empty() ? "" : "did you mean [" + near + "]? ") + "known tables: " + list);
-    }
-  }
-  e.plugin_paths = config_plugin_paths(config);
-  for (const auto& t : {"run", "plugins", "ema", "eval"}) reject_nested(config, t);
-  const auto overrides = config.table_array("precision.override");
-  for (std::size_t i = 0; i < overrides.size(); ++i)
-    reject_nested(config, "precision.override." + std::to_string(i));
+namespace {
 
-  // [run]
+void check_top_level_tables(const Config& config) {
+  const auto& known = config_top_level_tables();
+  for (const auto& key : config.top_level_keys()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    auto near = sdk::closest_match(key, known);
+    throw sdk::ConfigError(config.location(key), key, "unknown table",
+                           (near.empty() ? "" : "did you mean [" + near + "]? ") +
+                               "known tables: " + join_names(known));
+  }
+}
+
+// [run]; the options come back for the checks that need later tables (early stopping).
+sdk::Options read_run(const Config& config, Experiment& e) {
   auto run = sdk::Options::resolve("run", run_schema(), config.table_options("run", {"metrics"}),
                                    config.location("run"), {});
   e.run.name = run.get_string("name");
@@ -256,7 +280,7 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   e.run.steps = run.get_int("steps");
   e.run.log_every = run.get_int("log_every");
   e.run.eval_every = run.get_int("eval_every");
-  e.run.on_nonfinite = run.get_string("on_nonfinite");
+  e.run.on_nonfinite = parse_choice(run, "on_nonfinite", kNonfiniteActions);
   e.run.dir = run.get_string("dir");
   if (!e.run.dir.empty()) e.run.dir = config_path(config, "run.dir", e.run.dir).string();
   e.run.underflow_every = run.get_int("underflow_every");
@@ -273,74 +297,111 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   std::erase_if(run_section.values, [](const auto& v) { return v.first == "metrics"; });
   std::string sinks = "[";
   for (std::size_t i = 0; i < e.run.metrics.size(); ++i)
-    sinks += (i ? ", " : "") + sdk::option_value_to_string(e.run.metrics[i]);
+    sinks += (i ? ", " : "") +
+             sdk::option_value_to_string(std::string(choice_name(e.run.metrics[i], kMetricsSinks)));
   run_section.raw_values.emplace_back("metrics", sinks + "]");
   e.core_sections.push_back(run_section);
+  return run;
+}
 
-  read_data_config(config, e);
-  read_model_config(config, e);
+// What a plugin-backed section ([backend], [precision], ...) declares beside its plugin's keys.
+struct PluginSectionSpec {
+  std::string table, selector, fallback;
+  ComponentKind kind;
+  std::string noun;
+  sdk::OptionSchema host = {};
+  std::vector<std::string> host_tables = {}, host_lists = {};
+};
 
-  // [backend], [precision], [scaler], [optimizer], [checkpoint]: plugin-backed sections.
-  auto plugin_section = [&](const std::string& table, const std::string& selector,
-                            const std::string& fallback, ComponentKind kind,
-                            const std::string& noun, sdk::OptionSchema host, std::string& name_out,
-                            sdk::Options& plugin_out, std::vector<std::string> host_tables = {},
-                            std::vector<std::string> host_lists = {}) {
-    name_out = section_selector(config, table, selector, fallback, host_lists);
-    registry.require(
-        kind, name_out,
-        config.location(table + "." + selector).to_string() + ": " + table + "." + selector);
-    ComponentSection section{table,
-                             selector,
-                             noun,
+// Reads plugin-backed sections: the plugin named by the selector must be registered, and its
+// options are validated against its schema, the host's keys against `host`.
+struct PluginSections {
+  const Config& config;
+  const PluginRegistry& registry;
+
+  // The host's options; the plugin's name and options go to name_out and plugin_out.
+  sdk::Options read(PluginSectionSpec spec, std::string& name_out, sdk::Options& plugin_out) const {
+    name_out = section_selector(config, spec.table, spec.selector, spec.fallback, spec.host_lists);
+    registry.require(spec.kind, name_out,
+                     config.location(spec.table + "." + spec.selector).to_string() + ": " +
+                         spec.table + "." + spec.selector);
+    ComponentSection section{spec.table,
+                             spec.selector,
+                             spec.noun,
                              name_out,
-                             std::move(host),
-                             registered(registry, kind),
-                             std::move(host_tables),
-                             std::move(host_lists)};
+                             std::move(spec.host),
+                             registered(registry, spec.kind),
+                             std::move(spec.host_tables),
+                             std::move(spec.host_lists)};
     auto r = resolve_component_section(config, section);
     plugin_out = r.component;
     return r.host;
-  };
-  auto backend_host = plugin_section("backend", "type", "cpu", ComponentKind::backend, "backend",
-                                     {}, e.backend_type, e.backend_options);
-  push_component(e.core_sections, "backend", "type", e.backend_type, backend_host,
-                 e.backend_options);
-  auto precision_host =
-      plugin_section("precision", "policy", "fp32", ComponentKind::policy, "policy", {},
-                     e.policy_name, e.policy_options, {"override", "escalate"});
-  push_component(e.core_sections, "precision", "policy", e.policy_name, precision_host,
-                 e.policy_options);
-  for (const auto& entry : overrides) {
-    auto o = sdk::Options::resolve("precision.override", precision_override_schema(), entry.options,
-                                   entry.where, {});
-    PrecisionOverride po;
-    po.pattern = o.get_string("layers");
-    po.where = entry.where;
-    auto compute = o.get_string("compute");
-    auto dt = [&](const std::string& key) -> std::optional<sdk::DType> {
-      auto v = o.get_string(key);
-      if (v.empty()) v = compute;
-      if (v.empty()) return std::nullopt;
-      return sdk::parse_dtype(v);
-    };
-    po.weight = dt("weight");
-    po.gemm_input = dt("gemm_input");
-    po.activation = dt("activation");
-    po.activation_grad = dt("activation_grad");
-    e.overrides.push_back(po);
-    ResolvedSection s = section_of("precision.override", {}, o);
-    s.array = true;
-    e.core_sections.push_back(s);
   }
-  read_escalation(config, e);
-  auto scaler_host = plugin_section("scaler", "type", "none", ComponentKind::scaler, "scaler", {},
-                                    e.scaler_type, e.scaler_options);
-  push_component(e.core_sections, "scaler", "type", e.scaler_type, scaler_host, e.scaler_options);
-  auto sched =
-      plugin_section("optimizer", "type", "adamw", ComponentKind::optimizer, "optimizer",
-                     schedule_schema(), e.optimizer_type, e.optimizer_options, {}, {"milestones"});
-  read_schedule(config, sched, e);
+};
+
+void read_backend(const PluginSections& plugins, Experiment& e) {
+  auto host = plugins.read({"backend", "type", "cpu", ComponentKind::backend, "backend"},
+                           e.backend_type, e.backend_options);
+  push_component(e.core_sections, "backend", "type", e.backend_type, host, e.backend_options);
+}
+
+PrecisionOverride read_override(const TableEntry& entry, std::vector<ResolvedSection>& sections) {
+  auto o = sdk::Options::resolve("precision.override", precision_override_schema(), entry.options,
+                                 entry.where, {});
+  PrecisionOverride po;
+  po.pattern = o.get_string("layers");
+  po.where = entry.where;
+  const auto compute = o.get_string("compute");
+  auto dt = [&](const std::string& key) -> std::optional<sdk::DType> {
+    auto v = o.get_string(key);
+    if (v.empty()) v = compute;
+    if (v.empty()) return std::nullopt;
+    return sdk::parse_dtype(v);
+  };
+  po.weight = dt("weight");
+  po.gemm_input = dt("gemm_input");
+  po.activation = dt("activation");
+  po.activation_grad = dt("activation_grad");
+  ResolvedSection s = section_of("precision.override", {}, o);
+  s.array = true;
+  sections.push_back(s);
+  return po;
+}
+
+// [precision], its [[precision.override]] entries and [precision.escalate].
+void read_precision(const PluginSections& plugins, const std::vector<TableEntry>& overrides,
+                    Experiment& e) {
+  auto host = plugins.read({"precision",
+                            "policy",
+                            "fp32",
+                            ComponentKind::policy,
+                            "policy",
+                            {},
+                            {"override", "escalate"}},
+                           e.policy_name, e.policy_options);
+  push_component(e.core_sections, "precision", "policy", e.policy_name, host, e.policy_options);
+  for (const auto& entry : overrides) e.overrides.push_back(read_override(entry, e.core_sections));
+  read_escalation(plugins.config, e);
+}
+
+void read_scaler(const PluginSections& plugins, Experiment& e) {
+  auto host = plugins.read({"scaler", "type", "none", ComponentKind::scaler, "scaler"},
+                           e.scaler_type, e.scaler_options);
+  push_component(e.core_sections, "scaler", "type", e.scaler_type, host, e.scaler_options);
+}
+
+// [optimizer]: the plugin's keys and the host's schedule keys.
+void read_optimizer(const PluginSections& plugins, Experiment& e) {
+  auto sched = plugins.read({"optimizer",
+                             "type",
+                             "adamw",
+                             ComponentKind::optimizer,
+                             "optimizer",
+                             schedule_schema(),
+                             {},
+                             {"milestones"}},
+                            e.optimizer_type, e.optimizer_options);
+  read_schedule(plugins.config, sched, e);
   push_component(e.core_sections, "optimizer", "type", e.optimizer_type, sched,
                  e.optimizer_options);
   // milestones is a list: the resolved config writes it as one, never as its text in quotes.
@@ -352,9 +413,14 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
         list += (i ? ", " : "") + std::to_string(e.schedule.milestones[i]);
       section.raw_values.emplace_back("milestones", list + "]");
     }
-  auto ck = plugin_section("checkpoint", "format", "native", ComponentKind::checkpoint_format,
-                           "checkpoint format", checkpoint_core_schema(), e.checkpoint.format,
-                           e.checkpoint_options);
+}
+
+// [checkpoint]; the host's options come back for keep_best, checked once [eval] is read.
+sdk::Options read_checkpoint(const PluginSections& plugins, Experiment& e) {
+  const Config& config = plugins.config;
+  auto ck = plugins.read({"checkpoint", "format", "native", ComponentKind::checkpoint_format,
+                          "checkpoint format", checkpoint_core_schema()},
+                         e.checkpoint.format, e.checkpoint_options);
   e.checkpoint.every = ck.get_int("every");
   e.checkpoint.keep = ck.get_int("keep");
   e.checkpoint.init_from = ck.get_string("init_from");
@@ -374,64 +440,109 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   if (!e.checkpoint_options.effective().empty())
     e.core_sections.push_back(
         section_of("checkpoint." + e.checkpoint.format, {}, e.checkpoint_options));
+  return ck;
+}
 
-  // [distributed]: from the table, or from an MPI launch of a config without one (the resolved
-  // config then names the communicator, so DIR/config.toml relaunches the same way).
+// No [distributed] table but an MPI launch: the communicator the backend goes with, at its
+// defaults (the resolved config then names it, so DIR/config.toml relaunches the same way).
+sdk::Options distributed_from_launch(const PluginRegistry& registry, const MpiLaunch& launch,
+                                     Experiment& e) {
+  e.distributed.type = e.backend_type == "cuda" ? "nccl" : "mpi";
+  e.distributed.from_launch = true;
+  const auto& c = registry.require(
+      ComponentKind::communicator, e.distributed.type,
+      "an MPI launch of " + std::to_string(launch.world_size) + " ranks (no [distributed])");
+  e.communicator_options =
+      sdk::Options::resolve("distributed." + e.distributed.type, c.info.options, {}, {});
+  return sdk::Options::resolve("distributed", distributed_schema(), {}, {});
+}
+
+// [distributed]: from the table, or from an MPI launch of a config without one.
+void read_distributed(const PluginSections& plugins, Experiment& e) {
+  const Config& config = plugins.config;
   const MpiLaunch launch = detect_mpi_launch();
-  if (config.has_table("distributed") || (launch.detected && launch.world_size > 1)) {
-    sdk::Options host;
-    if (config.has_table("distributed")) {
-      host =
-          plugin_section("distributed", "type", "mpi", ComponentKind::communicator, "communicator",
-                         distributed_schema(), e.distributed.type, e.communicator_options);
-      e.distributed.where = config.location("distributed.type");
-      if (e.distributed.where.line == 0) e.distributed.where = config.location("distributed");
-    } else {
-      e.distributed.type = e.backend_type == "cuda" ? "nccl" : "mpi";
-      e.distributed.from_launch = true;
-      const auto& c = registry.require(
-          ComponentKind::communicator, e.distributed.type,
-          "an MPI launch of " + std::to_string(launch.world_size) + " ranks (no [distributed])");
-      e.communicator_options =
-          sdk::Options::resolve("distributed." + e.distributed.type, c.info.options, {}, {});
-      host = sdk::Options::resolve("distributed", distributed_schema(), {}, {});
-    }
-    e.distributed.shard_optimizer = host.get_bool("shard_optimizer");
-    e.distributed.bucket_mb = host.get_double("bucket_mb");
-    e.distributed.overlap = host.get_bool("overlap");
-    e.distributed.batch_norm = host.get_string("batch_norm");
-    push_component(e.core_sections, "distributed", "type", e.distributed.type, host,
-                   e.communicator_options);
+  const bool table = config.has_table("distributed");
+  if (!table && !(launch.detected && launch.world_size > 1)) return;
+  sdk::Options host;
+  if (table) {
+    host = plugins.read({"distributed", "type", "mpi", ComponentKind::communicator, "communicator",
+                         distributed_schema()},
+                        e.distributed.type, e.communicator_options);
+    e.distributed.where = config.location("distributed.type");
+    if (e.distributed.where.line == 0) e.distributed.where = config.location("distributed");
+  } else {
+    host = distributed_from_launch(plugins.registry, launch, e);
   }
+  e.distributed.shard_optimizer = host.get_bool("shard_optimizer");
+  e.distributed.bucket_mb = host.get_double("bucket_mb");
+  e.distributed.overlap = host.get_bool("overlap");
+  e.distributed.batch_norm = parse_choice(host, "batch_norm", kBatchNormStats);
+  push_component(e.core_sections, "distributed", "type", e.distributed.type, host,
+                 e.communicator_options);
+}
 
-  // [ema], [eval]
+void read_ema(const Config& config, Experiment& e) {
   auto ema = sdk::Options::resolve("ema", ema_schema(), config.table_options("ema"),
                                    config.location("ema"), {});
   e.ema.decay = ema.get_double("decay");
   e.core_sections.push_back(section_of("ema", {}, ema));
+}
+
+// [eval], after [ema]: EMA weights need an EMA.
+void read_eval(const Config& config, Experiment& e) {
   auto eval = sdk::Options::resolve("eval", eval_schema(), config.table_options("eval"),
                                     config.location("eval"), {});
-  e.eval.weights = eval.get_string("weights");
+  e.eval.weights = parse_choice(eval, "weights", kEvalWeights);
   e.eval.top_k = eval.get_int("top_k");
   e.eval.top_k_where = eval.where("top_k");
   if (e.eval.top_k == 1)
     eval.fail("top_k", "is 1: top-1 accuracy is eval_accuracy, reported always",
               "set top_k = 5 (or any k >= 2) for top-k accuracy, or 0 for none");
-  if (e.eval.weights == "ema" && !e.ema.enabled())
+  if (e.eval.weights == EvalWeights::ema && !e.ema.enabled())
     throw sdk::ConfigError(eval.where("weights"), "eval.weights",
                            "eval.weights = \"ema\" but the run keeps no EMA of the weights",
                            "set [ema] decay = 0.999 (any value in (0, 1]) to keep one, or "
                            "eval.weights = \"master\"");
   e.core_sections.push_back(section_of("eval", {}, eval));
+}
+
+// checkpoint.keep_best names an evaluation number of this run, and evaluations to compare.
+void check_keep_best(const sdk::Options& ck, const Experiment& e) {
+  if (e.checkpoint.keep_best.empty()) return;
+  check_metric(ck, "keep_best", e.checkpoint.keep_best, e);
+  if (e.run.eval_every == 0)
+    ck.fail(
+        "keep_best",
+        "is \"" + e.checkpoint.keep_best + "\" but run.eval_every = 0 evaluates only at the end",
+        "set run.eval_every to the steps between the evaluations it compares");
+}
+
+}  // namespace
+
+Experiment parse_experiment(const Config& config, const PluginRegistry& registry) {
+  Experiment e;
+  e.source_name = config.source_name();
+  check_top_level_tables(config);
+  e.plugin_paths = config_plugin_paths(config);
+  for (const auto& t : {"run", "plugins", "ema", "eval"}) reject_nested(config, t);
+  const auto overrides = config.table_array("precision.override");
+  for (std::size_t i = 0; i < overrides.size(); ++i)
+    reject_nested(config, "precision.override." + std::to_string(i));
+
+  const auto run = read_run(config, e);
+  read_data_config(config, e);
+  read_model_config(config, e);
+  const PluginSections plugins{config, registry};
+  read_backend(plugins, e);
+  read_precision(plugins, overrides, e);
+  read_scaler(plugins, e);
+  read_optimizer(plugins, e);
+  const auto checkpoint = read_checkpoint(plugins, e);
+  read_distributed(plugins, e);
+  read_ema(config, e);
+  read_eval(config, e);
   read_early_stopping(run, e);
-  if (!e.checkpoint.keep_best.empty()) {
-    check_metric(ck, "keep_best", e.checkpoint.keep_best, e);
-    if (e.run.eval_every == 0)
-      ck.fail(
-          "keep_best",
-          "is \"" + e.checkpoint.keep_best + "\" but run.eval_every = 0 evaluates only at the end",
-          "set run.eval_every to the steps between the evaluations it compares");
-  }
+  check_keep_best(checkpoint, e);
   return e;
 }
 

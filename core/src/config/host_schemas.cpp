@@ -18,8 +18,38 @@ constexpr double kMaxDim = 2147483647.0;
 constexpr double kMaxLr = 10.0;
 }  // namespace
 
+namespace {
+
+template <class T>
+T schema_default(const sdk::OptionSchema& schema, std::string_view key) {
+  for (const auto& spec : schema)
+    if (spec.name == key) {
+      if (const T* value = std::get_if<T>(&spec.default_value)) return *value;
+      break;
+    }
+  throw std::logic_error("the schema declares no default of this type for " + std::string(key));
+}
+
+}  // namespace
+
+std::int64_t schema_default_int(const sdk::OptionSchema& schema, std::string_view key) {
+  return schema_default<std::int64_t>(schema, key);
+}
+
+double schema_default_number(const sdk::OptionSchema& schema, std::string_view key) {
+  return schema_default<double>(schema, key);
+}
+
+bool schema_default_bool(const sdk::OptionSchema& schema, std::string_view key) {
+  return schema_default<bool>(schema, key);
+}
+
+std::string schema_default_string(const sdk::OptionSchema& schema, std::string_view key) {
+  return schema_default<std::string>(schema, key);
+}
+
 const std::vector<std::string>& metrics_sinks() {
-  static const std::vector<std::string> names = {"jsonl", "tensorboard", "csv"};
+  static const std::vector<std::string> names = choice_names(kMetricsSinks);
   return names;
 }
 
@@ -37,7 +67,7 @@ sdk::OptionSchema run_schema() {
           .at_least(0),
       OptionSpec::string("on_nonfinite", "skip",
                          "non-finite loss with no scaler to absorb it: skip the step or stop")
-          .one_of({"skip", "stop"}),
+          .one_of(choice_names(kNonfiniteActions)),
       OptionSpec::string("dir", "",
                          "run folder when --run-dir is not given (relative to this file, or to the "
                          "current folder from --set); default runs/<name> in the current folder"),
@@ -96,7 +126,7 @@ sdk::OptionSchema eval_schema() {
   return {
       OptionSpec::string("weights", "master",
                          "weights evaluation runs with: the master weights, or their EMA ([ema])")
-          .one_of({"master", "ema"}),
+          .one_of(choice_names(kEvalWeights)),
       OptionSpec::integer("top_k", 0,
                           "also report top-k accuracy (eval_top<k>_accuracy: the label among the "
                           "k largest logits; a language model's at every position); 0 = off, "
@@ -126,91 +156,103 @@ sdk::OptionSchema data_common_schema() {
   };
 }
 
-sdk::OptionSchema data_source_schema(const std::string& source) {
-  if (source == "synthetic")
-    return {
-        OptionSpec::string("kind", "clusters",
-                           "synthetic task: clusters (Gaussian blobs), teacher (random-MLP "
-                           "labels), images (shifted stroke templates, [channels, height, width])")
-            .one_of({"clusters", "teacher", "images"}),
-        OptionSpec::integer("rows", 8192, "rows generated (train + eval)").at_least(2),
-        OptionSpec::integer("features", 32, "input features (clusters, teacher; images: C·H·W)")
-            .at_least(1)
-            .at_most(kMaxDim),
-        OptionSpec::integer("num_classes", 10, "classes generated").at_least(2).at_most(kMaxDim),
-        OptionSpec::number("noise", 1.0,
-                           "noise standard deviation (images: per pixel, templates in [0, 1]; "
-                           "0.5 is a good start)")
-            .at_least(0.0),
-        OptionSpec::number("feature_scale", 1.0,
-                           "multiplies every feature after the labels are drawn (raw, "
-                           "unnormalised measurements: 1e4 puts them past fp16's range)")
-            .greater_than(0.0),
-        OptionSpec::integer("channels", 1, "images: channels C").at_least(1).at_most(4096),
-        OptionSpec::integer("height", 16, "images: height H").at_least(4).at_most(4096),
-        OptionSpec::integer("width", 16, "images: width W").at_least(4).at_most(4096),
-        OptionSpec::integer("max_shift", 3,
-                            "images: a sample's template moves by up to this many pixels in each "
-                            "direction; below min(height, width) / 2")
-            .at_least(0)
-            .at_most(2047),
-    };
-  if (source == "npy")
-    return {
-        OptionSpec::required("features", OptionType::string,
-                             ".npy of float32, float64 or uint8 (scaled by /255) features: [N, D] "
-                             "rows, [N, H, W] one-channel images, [N, C, H, W] or [N, H, W, C] "
-                             "images (see layout), or [N, d1, ..., dk] flattened"),
-        OptionSpec::required("labels", OptionType::string,
-                             ".npy of integer [N] (or [N, 1]) class indices"),
-        OptionSpec::string("layout", "nchw",
-                           "rank-4 features: nchw ([N, C, H, W], PyTorch's) or nhwc ([N, H, W, "
-                           "C], e.g. torchvision's CIFAR-10 .data), permuted to channels-first")
-            .one_of({"nchw", "nhwc"}),
-    };
-  if (source == "idx")
-    return {
-        OptionSpec::required("images", OptionType::string,
-                             "IDX unsigned-byte image file [N, H, W] (MNIST's format, plain or "
-                             "gzip), scaled by /255"),
-        OptionSpec::required("labels", OptionType::string,
-                             "IDX unsigned-byte label file [N] (plain or gzip)"),
-    };
-  if (source == "cifar10")
-    return {
-        OptionSpec::string(
-            "path", "",
-            "folder of the CIFAR-10 binary batches: trains on the data_batch_1..5.bin "
-            "present, evaluates on test_batch.bin"),
-        OptionSpec::string("train", "",
-                           "CIFAR-10 binary batch file(s) to train on, a string or a list; "
-                           "overrides path's training batches"),
-        OptionSpec::string("eval", "",
-                           "held-out batch file(s), a string or a list; overrides path's "
-                           "test_batch.bin; with neither, eval_fraction of the training records"),
-    };
-  // Token sources: rows are windows of block_size + 1 tokens (inputs and next-token targets).
-  auto block_size = OptionSpec::required("block_size", OptionType::integer,
-                                         "tokens of context per window (T); a window predicts T "
-                                         "next tokens")
-                        .at_least(1)
-                        .at_most(kMaxDim);
-  if (source == "tokens")
-    return {
-        OptionSpec::required(
-            "train", OptionType::string,
-            "llm.c token file (.bin: 256 int32 header, uint16 tokens) to train on"),
-        OptionSpec::string("eval", "",
-                           "llm.c token file held out for evaluation; \"\" = the last "
-                           "eval_fraction of the train tokens"),
-        block_size,
-        OptionSpec::required("vocab_size", OptionType::integer,
-                             "vocabulary size V, every token below it (GPT-2: 50257; more pads "
-                             "the output layer)")
-            .at_least(1)
-            .at_most(kMaxDim),
-    };
-  if (source != "text") throw std::invalid_argument("data_source_schema: unknown source " + source);
+namespace {
+
+sdk::OptionSchema synthetic_source_schema() {
+  return {
+      OptionSpec::string("kind", "clusters",
+                         "synthetic task: clusters (Gaussian blobs), teacher (random-MLP "
+                         "labels), images (shifted stroke templates, [channels, height, width])")
+          .one_of({"clusters", "teacher", "images"}),
+      OptionSpec::integer("rows", 8192, "rows generated (train + eval)").at_least(2),
+      OptionSpec::integer("features", 32, "input features (clusters, teacher; images: C·H·W)")
+          .at_least(1)
+          .at_most(kMaxDim),
+      OptionSpec::integer("num_classes", 10, "classes generated").at_least(2).at_most(kMaxDim),
+      OptionSpec::number("noise", 1.0,
+                         "noise standard deviation (images: per pixel, templates in [0, 1]; "
+                         "0.5 is a good start)")
+          .at_least(0.0),
+      OptionSpec::number("feature_scale", 1.0,
+                         "multiplies every feature after the labels are drawn (raw, "
+                         "unnormalised measurements: 1e4 puts them past fp16's range)")
+          .greater_than(0.0),
+      OptionSpec::integer("channels", 1, "images: channels C").at_least(1).at_most(4096),
+      OptionSpec::integer("height", 16, "images: height H").at_least(4).at_most(4096),
+      OptionSpec::integer("width", 16, "images: width W").at_least(4).at_most(4096),
+      OptionSpec::integer("max_shift", 3,
+                          "images: a sample's template moves by up to this many pixels in each "
+                          "direction; below min(height, width) / 2")
+          .at_least(0)
+          .at_most(2047),
+  };
+}
+
+sdk::OptionSchema npy_source_schema() {
+  return {
+      OptionSpec::required("features", OptionType::string,
+                           ".npy of float32, float64 or uint8 (scaled by /255) features: [N, D] "
+                           "rows, [N, H, W] one-channel images, [N, C, H, W] or [N, H, W, C] "
+                           "images (see layout), or [N, d1, ..., dk] flattened"),
+      OptionSpec::required("labels", OptionType::string,
+                           ".npy of integer [N] (or [N, 1]) class indices"),
+      OptionSpec::string("layout", "nchw",
+                         "rank-4 features: nchw ([N, C, H, W], PyTorch's) or nhwc ([N, H, W, "
+                         "C], e.g. torchvision's CIFAR-10 .data), permuted to channels-first")
+          .one_of({"nchw", "nhwc"}),
+  };
+}
+
+sdk::OptionSchema idx_source_schema() {
+  return {
+      OptionSpec::required("images", OptionType::string,
+                           "IDX unsigned-byte image file [N, H, W] (MNIST's format, plain or "
+                           "gzip), scaled by /255"),
+      OptionSpec::required("labels", OptionType::string,
+                           "IDX unsigned-byte label file [N] (plain or gzip)"),
+  };
+}
+
+sdk::OptionSchema cifar10_source_schema() {
+  return {
+      OptionSpec::string("path", "",
+                         "folder of the CIFAR-10 binary batches: trains on the data_batch_1..5.bin "
+                         "present, evaluates on test_batch.bin"),
+      OptionSpec::string("train", "",
+                         "CIFAR-10 binary batch file(s) to train on, a string or a list; "
+                         "overrides path's training batches"),
+      OptionSpec::string("eval", "",
+                         "held-out batch file(s), a string or a list; overrides path's "
+                         "test_batch.bin; with neither, eval_fraction of the training records"),
+  };
+}
+
+// Token sources: rows are windows of block_size + 1 tokens (inputs and next-token targets).
+OptionSpec block_size_option() {
+  return OptionSpec::required("block_size", OptionType::integer,
+                              "tokens of context per window (T); a window predicts T "
+                              "next tokens")
+      .at_least(1)
+      .at_most(kMaxDim);
+}
+
+sdk::OptionSchema tokens_source_schema() {
+  return {
+      OptionSpec::required("train", OptionType::string,
+                           "llm.c token file (.bin: 256 int32 header, uint16 tokens) to train on"),
+      OptionSpec::string("eval", "",
+                         "llm.c token file held out for evaluation; \"\" = the last "
+                         "eval_fraction of the train tokens"),
+      block_size_option(),
+      OptionSpec::required("vocab_size", OptionType::integer,
+                           "vocabulary size V, every token below it (GPT-2: 50257; more pads "
+                           "the output layer)")
+          .at_least(1)
+          .at_most(kMaxDim),
+  };
+}
+
+sdk::OptionSchema text_source_schema() {
   return {
       OptionSpec::required("path", OptionType::string,
                            "text file, or a list of files read one after another; every byte is "
@@ -218,7 +260,7 @@ sdk::OptionSchema data_source_schema(const std::string& source) {
       OptionSpec::string("eval", "",
                          "held-out text file(s), a string or a list; \"\" = the last "
                          "eval_fraction of the text"),
-      block_size,
+      block_size_option(),
       OptionSpec::integer("vocab_size", 256,
                           "vocabulary size: bytes are 0..255, a larger value pads the output "
                           "layer")
@@ -227,16 +269,42 @@ sdk::OptionSchema data_source_schema(const std::string& source) {
   };
 }
 
-std::string data_source_summary(const std::string& source) {
-  if (source == "synthetic")
-    return "generated rows (clusters, a teacher MLP's labels, or images): no files needed";
-  if (source == "npy") return "NumPy .npy features (rows or images) and integer labels";
-  if (source == "idx") return "MNIST-style IDX image and label files, plain or gzip";
-  if (source == "cifar10") return "the CIFAR-10 binary batches (data_batch_*.bin, test_batch.bin)";
-  if (source == "tokens")
-    return "llm.c token files (.bin, uint16 tokens) cut into next-token windows";
-  if (source == "text") return "text files as bytes (a byte-level language model's windows)";
-  throw std::invalid_argument("data_source_summary: unknown source " + source);
+}  // namespace
+
+sdk::OptionSchema data_source_schema(DataSource source) {
+  switch (source) {
+    case DataSource::synthetic:
+      return synthetic_source_schema();
+    case DataSource::npy:
+      return npy_source_schema();
+    case DataSource::idx:
+      return idx_source_schema();
+    case DataSource::cifar10:
+      return cifar10_source_schema();
+    case DataSource::tokens:
+      return tokens_source_schema();
+    case DataSource::text:
+      return text_source_schema();
+  }
+  throw std::logic_error("data_source_schema: a source without a schema");
+}
+
+std::string data_source_summary(DataSource source) {
+  switch (source) {
+    case DataSource::synthetic:
+      return "generated rows (clusters, a teacher MLP's labels, or images): no files needed";
+    case DataSource::npy:
+      return "NumPy .npy features (rows or images) and integer labels";
+    case DataSource::idx:
+      return "MNIST-style IDX image and label files, plain or gzip";
+    case DataSource::cifar10:
+      return "the CIFAR-10 binary batches (data_batch_*.bin, test_batch.bin)";
+    case DataSource::tokens:
+      return "llm.c token files (.bin, uint16 tokens) cut into next-token windows";
+    case DataSource::text:
+      return "text files as bytes (a byte-level language model's windows)";
+  }
+  throw std::logic_error("data_source_summary: a source without a summary");
 }
 
 sdk::OptionSchema data_normalize_schema() {
@@ -374,28 +442,36 @@ sdk::OptionSchema distributed_schema() {
       OptionSpec::string("batch_norm", "local",
                          "batch-norm statistics: each rank's own batch (local, PyTorch's "
                          "default) or the global batch's, all-reduced (sync, SyncBatchNorm)")
-          .one_of({"local", "sync"}),
+          .one_of(choice_names(kBatchNormStats)),
   };
 }
 
 const std::vector<std::string>& data_sources() {
-  static const std::vector<std::string> sources = {"synthetic", "npy",    "idx",
-                                                   "cifar10",   "tokens", "text"};
+  static const std::vector<std::string> sources = choice_names(kDataSources);
   return sources;
 }
 
-bool is_path_option(const std::string& source, const std::string& key) {
-  if (source == "npy") return key == "features" || key == "labels";
-  if (source == "idx") return key == "images" || key == "labels";
-  if (source == "cifar10") return key == "path" || key == "train" || key == "eval";
-  if (source == "tokens") return key == "train" || key == "eval";
-  if (source == "text") return key == "path" || key == "eval";
+bool is_path_option(DataSource source, const std::string& key) {
+  switch (source) {
+    case DataSource::npy:
+      return key == "features" || key == "labels";
+    case DataSource::idx:
+      return key == "images" || key == "labels";
+    case DataSource::cifar10:
+      return key == "path" || key == "train" || key == "eval";
+    case DataSource::tokens:
+      return key == "train" || key == "eval";
+    case DataSource::text:
+      return key == "path" || key == "eval";
+    case DataSource::synthetic:
+      break;
+  }
   return false;
 }
 
-bool is_path_list_option(const std::string& source, const std::string& key) {
-  if (source == "cifar10") return key == "train" || key == "eval";
-  return source == "text" && (key == "path" || key == "eval");
+bool is_path_list_option(DataSource source, const std::string& key) {
+  if (source == DataSource::cifar10) return key == "train" || key == "eval";
+  return source == DataSource::text && (key == "path" || key == "eval");
 }
 
 sdk::OptionSchema model_schema() {
@@ -411,7 +487,7 @@ sdk::OptionSchema model_schema() {
                              "a whole architecture from a few sizes instead of layers/nodes: "
                              "\"gpt\" (sizes in [model.gpt]) or \"resnet\" (sizes in "
                              "[model.resnet])")
-              .one_of({"", "gpt", "resnet"}),
+              .one_of(choice_names(kModelPresets)),
           OptionSpec::boolean("fuse_epilogues", true,
                               "run each relu/gelu that follows a linear layer as that GEMM's "
                               "epilogue (one rounding, one pass less)")};
@@ -444,11 +520,11 @@ sdk::OptionSchema resnet_preset_schema() {
                              "\"basic\": torchvision's BasicBlock (two 3×3 convs: ResNet-18/34, "
                              "CIFAR ResNets); \"bottleneck\": its Bottleneck, ResNet v1.5 (1×1, "
                              "3×3 with the stride, 1×1 to 4·width: ResNet-50/101/152)")
-              .one_of({"basic", "bottleneck"}),
+              .one_of(choice_names(kResNetBlocks)),
           OptionSpec::string("stem", "cifar",
                              "\"cifar\": 3×3 conv, stride 1; \"imagenet\": 7×7 conv, stride 2, "
                              "and a 3×3 max pool, stride 2")
-              .one_of({"cifar", "imagenet"}),
+              .one_of(choice_names(kResNetStems)),
           OptionSpec::integer("stem_width", 0, "channels of the stem conv; 0: widths[0]")
               .at_least(0)
               .at_most(65536),

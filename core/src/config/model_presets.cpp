@@ -82,7 +82,7 @@ std::vector<LayerSpec> resnet_preset(const ResNetPreset& p) {
                {"bias", V{false}},
                {"init", V{std::string("kaiming_normal")}}});
   };
-  const bool imagenet = p.stem == "imagenet";
+  const bool imagenet = p.stem == ResNetStem::imagenet;
   const std::int64_t stem_width = p.stem_width > 0 ? p.stem_width : p.widths.front();
   if (imagenet)
     conv("conv1", "input", stem_width, 7, 2, 3);
@@ -95,7 +95,7 @@ std::vector<LayerSpec> resnet_preset(const ResNetPreset& p) {
     nodes.add("maxpool2d", "maxpool", {x}, {{"kernel", V{3}}, {"stride", V{2}}, {"padding", V{1}}});
     x = "maxpool";
   }
-  const bool bottleneck = p.block == "bottleneck";
+  const bool bottleneck = p.block == ResNetBlock::bottleneck;
   // torchvision's Bottleneck widens its output 4× (expansion); a stage's `width` is its 3×3
   // convolutions' channels either way, as torchvision's `planes`.
   const std::int64_t expansion = bottleneck ? 4 : 1;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/core/config/host_schemas.h"
 #include "mixtrain/core/graph/model.h"
 
 namespace mixtrain::core {
@@ -54,10 +55,11 @@ std::vector<LayerSpec> gpt_preset(const GptPreset& preset);
 struct ResNetPreset {
   std::vector<std::int64_t> blocks;  // blocks per stage
   std::vector<std::int64_t> widths;  // a stage's 3×3 channels; a bottleneck's output is 4× that
-  std::string block = "basic";       // "basic" or "bottleneck"
-  std::string stem = "cifar";
-  std::int64_t stem_width = 0;  // 0: widths[0]
-  std::int64_t classes = 10;
+  ResNetBlock block = schema_default_choice(resnet_preset_schema(), "block", kResNetBlocks);
+  ResNetStem stem = schema_default_choice(resnet_preset_schema(), "stem", kResNetStems);
+  // 0: widths[0].
+  std::int64_t stem_width = schema_default_int(resnet_preset_schema(), "stem_width");
+  std::int64_t classes = schema_default_int(resnet_preset_schema(), "classes");
   sdk::SourceLocation where;
 };
 

@@ -191,36 +191,58 @@ class ModelExpansion {
     for (const auto& in : n.inputs) inputs.push_back(input_of(in));
     const std::string global = prefix + n.name;
     if (n.block.empty()) {
-      // Repeats multiply through nested blocks: a typo's 1e9 nodes must be an error here, not
-      // a machine out of memory later.
-      if (nodes_.size() >= kMaxModelNodes) {
-        const RawNode& outer = instances_.empty() ? n : *instances_.front();
-        throw sdk::ConfigError(
-            outer.repeat_where.file.empty() ? outer.where : outer.repeat_where, outer.table,
-            "the model expands to more than " + std::to_string(kMaxModelNodes) +
-                " nodes (the limit) at " + global,
-            "check the repeat counts of block instances, nested blocks multiply them");
-      }
-      LayerSpec l;
-      l.type = n.type;
-      l.name = global;
-      l.where = n.where;
-      l.inputs = std::move(inputs);
-      l.shape = n.shape;
-      l.options = n.options;
-      if (changes != nullptr)
-        for (const auto& c : *changes) {
-          auto it = std::find_if(l.options.begin(), l.options.end(),
-                                 [&](const sdk::RawOption& r) { return r.key == c.key; });
-          if (it != l.options.end())
-            *it = c;
-          else
-            l.options.push_back(c);
-        }
-      l.table = n.table;
-      nodes_.push_back(std::move(l));
+      add_op(n, global, std::move(inputs), changes);
       return;
     }
+    const BlockDef& b = block_of(n);
+    check_instance(n, b, inputs);
+    add_instance(n, b, global, inputs);
+  }
+
+  // The expanded nodes, inputs naming instances replaced by the instances' outputs.
+  std::vector<LayerSpec> finish() {
+    for (auto& l : nodes_)
+      for (auto& in : l.inputs)
+        for (auto it = aliases_.find(in); it != aliases_.end(); it = aliases_.find(in))
+          in = it->second;
+    return std::move(nodes_);
+  }
+
+ private:
+  // An op node; `changes` (an instance's `set` for it) replace or add options.
+  void add_op(const RawNode& n, const std::string& global, std::vector<std::string> inputs,
+              const std::vector<sdk::RawOption>* changes) {
+    // Repeats multiply through nested blocks: a typo's 1e9 nodes must be an error here, not
+    // a machine out of memory later.
+    if (nodes_.size() >= kMaxModelNodes) {
+      const RawNode& outer = instances_.empty() ? n : *instances_.front();
+      throw sdk::ConfigError(
+          outer.repeat_where.file.empty() ? outer.where : outer.repeat_where, outer.table,
+          "the model expands to more than " + std::to_string(kMaxModelNodes) +
+              " nodes (the limit) at " + global,
+          "check the repeat counts of block instances, nested blocks multiply them");
+    }
+    LayerSpec l;
+    l.type = n.type;
+    l.name = global;
+    l.where = n.where;
+    l.inputs = std::move(inputs);
+    l.shape = n.shape;
+    l.options = n.options;
+    if (changes != nullptr)
+      for (const auto& c : *changes) {
+        auto it = std::find_if(l.options.begin(), l.options.end(),
+                               [&](const sdk::RawOption& r) { return r.key == c.key; });
+        if (it != l.options.end())
+          *it = c;
+        else
+          l.options.push_back(c);
+      }
+    l.table = n.table;
+    nodes_.push_back(std::move(l));
+  }
+
+  const BlockDef& block_of(const RawNode& n) const {
     const auto found = blocks_.find(n.block);
     if (found == blocks_.end()) {
       std::vector<std::string> names;
@@ -232,7 +254,13 @@ class ModelExpansion {
                                  (names.empty() ? "define it as [model.blocks." + n.block + "]"
                                                 : "blocks: " + join_names(names)));
     }
-    const BlockDef& b = found->second;
+    return found->second;
+  }
+
+  // An instance that can expand: not recursive, its inputs the block's, one when repeated, and
+  // its `set` naming the block's nodes.
+  void check_instance(const RawNode& n, const BlockDef& b,
+                      const std::vector<std::string>& inputs) const {
     if (std::find(stack_.begin(), stack_.end(), b.name) != stack_.end())
       throw sdk::ConfigError(
           n.where, n.table + ".block",
@@ -259,6 +287,11 @@ class ModelExpansion {
                                "block '" + b.name + "' has no node '" + node + "'",
                                "its nodes: " + join_names(block_nodes));
     }
+  }
+
+  // The block's nodes, once per repetition, each repetition reading the one before.
+  void add_instance(const RawNode& n, const BlockDef& b, const std::string& global,
+                    const std::vector<std::string>& inputs) {
     stack_.push_back(b.name);
     instances_.push_back(&n);
     std::vector<std::string> actual = inputs;
@@ -282,16 +315,6 @@ class ModelExpansion {
     aliases_[global] = output;
   }
 
-  // The expanded nodes, inputs naming instances replaced by the instances' outputs.
-  std::vector<LayerSpec> finish() {
-    for (auto& l : nodes_)
-      for (auto& in : l.inputs)
-        for (auto it = aliases_.find(in); it != aliases_.end(); it = aliases_.find(in))
-          in = it->second;
-    return std::move(nodes_);
-  }
-
- private:
   const std::map<std::string, BlockDef>& blocks_;
   std::vector<LayerSpec> nodes_;
   std::map<std::string, std::string> aliases_;  // instance -> its output node
@@ -358,8 +381,8 @@ void read_resnet_preset(const Config& config, Experiment& e, const sdk::Options&
   ResNetPreset p;
   p.blocks = config.integer_array("model.resnet.blocks");
   p.widths = config.integer_array("model.resnet.widths");
-  p.block = o.get_string("block");
-  p.stem = o.get_string("stem");
+  p.block = parse_choice(o, "block", kResNetBlocks);
+  p.stem = parse_choice(o, "stem", kResNetStems);
   p.stem_width = o.get_int("stem_width");
   p.classes = o.get_int("classes");
   p.where = where;
@@ -397,41 +420,11 @@ void read_resnet_preset(const Config& config, Experiment& e, const sdk::Options&
 
 }  // namespace
 
-void read_model_config(const Config& config, Experiment& e) {
-  reject_nested(config, "model", {"layers", "nodes", "blocks", "gpt", "resnet"});
-  // The sequential form (`layers`, each reads the one before) or the graph form (`nodes`, each
-  // names its inputs); a node's inputs and a reshape's shape are arrays.
-  auto node_entries = config.table_array("model.nodes", kArrayKeys);
-  auto sequential = config.table_array("model.layers", kArrayKeys);
-  const bool graph_form = !node_entries.empty();
-  if (graph_form && !sequential.empty())
-    throw sdk::ConfigError(config.location("model.nodes"), "model.nodes",
-                           "the model has both layers and nodes",
-                           "write the model as one list: layers (each reads the one before) or "
-                           "nodes (each names its inputs)");
-  const std::string layer_list = graph_form ? "model.nodes" : "model.layers";
-  const auto entries = graph_form ? std::move(node_entries) : std::move(sequential);
+namespace {
 
-  // layers is read as an array of tables; an empty one (layers = []) is no table array to TOML,
-  // so it is skipped here and reported below as a model without layers.
-  auto raw = config.table_options("model", {"layers", "nodes", "blocks"});
-  e.model.where = config.location("model");
-  auto model = sdk::Options::resolve("model", model_schema(), raw, e.model.where, {});
-  e.model.loss = model.get_string("loss");
-  e.model.fuse_epilogues = model.get_bool("fuse_epilogues");
-  e.model.label_smoothing = model.get_double("label_smoothing");
-  if (model.get_string("preset") == "gpt") return read_gpt_preset(config, e, model);
-  if (model.get_string("preset") == "resnet") return read_resnet_preset(config, e, model);
-  std::vector<RawNode> nodes;
-  for (std::size_t i = 0; i < entries.size(); ++i)
-    nodes.push_back(read_node(config, entries[i], layer_list, i));
-  const auto blocks = read_blocks(config);
-  if (nodes.empty())
-    throw sdk::ConfigError(e.model.where, layer_list, "the model has no layers",
-                           "add layers = [ { type = \"linear\", out = 64 }, { type = \"relu\" }, "
-                           "{ type = \"linear\", out = 10 } ]");
-  e.core_sections.push_back(section_of("model", {}, model));
-
+// Checks each entry's inputs against the form and names the unnamed ones; returns whether any
+// entry is a block instance.
+bool name_entries(const Config& config, std::vector<RawNode>& nodes, bool graph_form) {
   // Unnamed layers are numbered per type, in order (relu1, relu2, ...), skipping names the
   // config gives explicitly, so the names in logs and checkpoints read as a sequence.
   std::set<std::string> explicit_names;
@@ -461,17 +454,14 @@ void read_model_config(const Config& config, Experiment& e) {
     if (!graph_form && uses_blocks)
       n.inputs = {i == 0 ? std::string(kGraphInput) : nodes[i - 1].name};
   }
+  return uses_blocks;
+}
 
-  ModelExpansion expansion(blocks);
-  for (const auto& n : nodes)
-    expansion.add(
-        n, "", [](const std::string& in) { return in; }, nullptr);
-  e.model.layers = expansion.finish();
-  e.model.graph = graph_form || uses_blocks;
+// The expanded layers as the resolved config writes them: [[model.layers]] or [[model.nodes]].
+void push_resolved_layers(Experiment& e, bool has_blocks) {
   const std::string out_list = e.model.graph ? "model.nodes" : "model.layers";
-
   for (const LayerSpec& l : e.model.layers) {
-    require_op(l, l.table, blocks.empty() ? "" : "; or block = \"<block>\" for an instance");
+    require_op(l, l.table, !has_blocks ? "" : "; or block = \"<block>\" for an instance");
     auto o = sdk::Options::resolve(l.table, layer_schema(l.type), l.options, l.where);
     ResolvedSection s = section_of(out_list, {{"type", l.type}}, o);
     for (auto& [k, v] : s.values)
@@ -481,6 +471,59 @@ void read_model_config(const Config& config, Experiment& e) {
     s.array = true;
     e.core_sections.push_back(s);
   }
+}
+
+}  // namespace
+
+void read_model_config(const Config& config, Experiment& e) {
+  reject_nested(config, "model", {"layers", "nodes", "blocks", "gpt", "resnet"});
+  // The sequential form (`layers`, each reads the one before) or the graph form (`nodes`, each
+  // names its inputs); a node's inputs and a reshape's shape are arrays.
+  auto node_entries = config.table_array("model.nodes", kArrayKeys);
+  auto sequential = config.table_array("model.layers", kArrayKeys);
+  const bool graph_form = !node_entries.empty();
+  if (graph_form && !sequential.empty())
+    throw sdk::ConfigError(config.location("model.nodes"), "model.nodes",
+                           "the model has both layers and nodes",
+                           "write the model as one list: layers (each reads the one before) or "
+                           "nodes (each names its inputs)");
+  const std::string layer_list = graph_form ? "model.nodes" : "model.layers";
+  const auto entries = graph_form ? std::move(node_entries) : std::move(sequential);
+
+  // layers is read as an array of tables; an empty one (layers = []) is no table array to TOML,
+  // so it is skipped here and reported below as a model without layers.
+  auto raw = config.table_options("model", {"layers", "nodes", "blocks"});
+  e.model.where = config.location("model");
+  auto model = sdk::Options::resolve("model", model_schema(), raw, e.model.where, {});
+  e.model.loss = model.get_string("loss");
+  e.model.fuse_epilogues = model.get_bool("fuse_epilogues");
+  e.model.label_smoothing = model.get_double("label_smoothing");
+  switch (parse_choice(model, "preset", kModelPresets)) {
+    case ModelPreset::gpt:
+      return read_gpt_preset(config, e, model);
+    case ModelPreset::resnet:
+      return read_resnet_preset(config, e, model);
+    case ModelPreset::none:
+      break;
+  }
+  std::vector<RawNode> nodes;
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    nodes.push_back(read_node(config, entries[i], layer_list, i));
+  const auto blocks = read_blocks(config);
+  if (nodes.empty())
+    throw sdk::ConfigError(e.model.where, layer_list, "the model has no layers",
+                           "add layers = [ { type = \"linear\", out = 64 }, { type = \"relu\" }, "
+                           "{ type = \"linear\", out = 10 } ]");
+  e.core_sections.push_back(section_of("model", {}, model));
+
+  const bool uses_blocks = name_entries(config, nodes, graph_form);
+  ModelExpansion expansion(blocks);
+  for (const auto& n : nodes)
+    expansion.add(
+        n, "", [](const std::string& in) { return in; }, nullptr);
+  e.model.layers = expansion.finish();
+  e.model.graph = graph_form || uses_blocks;
+  push_resolved_layers(e, !blocks.empty());
 }
 
 }  // namespace mixtrain::core

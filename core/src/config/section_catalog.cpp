@@ -82,8 +82,8 @@ void add_data_sections(std::vector<ConfigSection>& out) {
   data.selector_default = "synthetic";
   data.choices = data_sources();
   out.push_back(data);
-  for (const auto& source : data_sources()) {
-    auto s = plain("data." + source, data_source_summary(source),
+  for (const auto& [name, source] : kDataSources) {
+    auto s = plain("data." + std::string(name), data_source_summary(source),
                    section_keys(data_source_schema(source)));
     for (auto& k : s.keys)
       if (is_path_list_option(source, k.name)) k.type = "string or string list";

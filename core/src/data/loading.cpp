@@ -2,6 +2,7 @@
 // held-out sets, normalised per channel when [data.normalize] asks.
 #include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -23,7 +24,7 @@ std::string stream_origin(const std::string& kind,
 
 std::vector<std::int32_t> read_stream(const DataSettings& settings,
                                       const std::vector<std::filesystem::path>& files) {
-  if (settings.source == "text") return load_text_tokens(files);
+  if (settings.source == DataSource::text) return load_text_tokens(files);
   if (files.size() != 1)
     throw sdk::DataError(
         "token data: expected one llm.c token file, got " + std::to_string(files.size()),
@@ -32,7 +33,7 @@ std::vector<std::int32_t> read_stream(const DataSettings& settings,
 }
 
 std::pair<Dataset, Dataset> load_token_splits(const DataSettings& settings) {
-  const std::string kind = settings.source == "text" ? "text" : "token file";
+  const std::string kind = settings.source == DataSource::text ? "text" : "token file";
   const auto T = settings.block_size;
   const auto V = settings.vocab_size;
   auto stream = read_stream(settings, settings.token_paths);
@@ -129,27 +130,40 @@ std::string describe_normalization(const ChannelStats& stats) {
   return "mean " + number_list(stats.mean) + ", std " + number_list(stats.std);
 }
 
-LoadedData load_data(const DataSettings& settings, std::uint64_t seed) {
-  LoadedData out;
-  if (settings.source == "tokens" || settings.source == "text") {
-    std::tie(out.train, out.eval) = load_token_splits(settings);
-  } else if (settings.source == "cifar10") {
-    std::tie(out.train, out.eval) = load_cifar10_splits(settings, seed);
-  } else {
-    Dataset all;
-    if (settings.source == "synthetic") {
-      all = make_synthetic(settings.synthetic);
-    } else if (settings.source == "npy") {
-      all = load_npy(settings.features_path, settings.labels_path, settings.classes,
-                     settings.npy_channels_last);
+namespace {
+
+// A table source's rows (synthetic, npy, idx), before the held-out split.
+Dataset load_table(const DataSettings& settings) {
+  switch (settings.source) {
+    case DataSource::synthetic:
+      return make_synthetic(settings.synthetic);
+    case DataSource::npy: {
+      Dataset all = load_npy(settings.features_path, settings.labels_path, settings.classes,
+                             settings.npy_channels_last);
       check_image_plausible(all, settings.features_path.string(), settings.npy_channels_last,
                             settings.npy_layout_where, "data.npy.layout");
-    } else if (settings.source == "idx") {
-      all = load_idx(settings.images_path, settings.labels_path, settings.classes);
-    } else {
-      throw sdk::DataError("unknown data source '" + settings.source + "'",
-                           "use one of: synthetic, npy, idx, cifar10, tokens, text");
+      return all;
     }
+    case DataSource::idx:
+      return load_idx(settings.images_path, settings.labels_path, settings.classes);
+    case DataSource::cifar10:
+    case DataSource::tokens:
+    case DataSource::text:
+      break;
+  }
+  throw std::logic_error("load_table: not a table source");
+}
+
+}  // namespace
+
+LoadedData load_data(const DataSettings& settings, std::uint64_t seed) {
+  LoadedData out;
+  if (is_token_source(settings.source)) {
+    std::tie(out.train, out.eval) = load_token_splits(settings);
+  } else if (settings.source == DataSource::cifar10) {
+    std::tie(out.train, out.eval) = load_cifar10_splits(settings, seed);
+  } else {
+    Dataset all = load_table(settings);
     if (settings.classes > 0) all.classes = std::max(all.classes, settings.classes);
     std::tie(out.train, out.eval) = split_holdout(std::move(all), settings.eval_fraction, seed);
   }

@@ -179,7 +179,7 @@ PredictionInput load_windows(const PredictionInputSpec& spec, const DataSettings
   if (stride < 1)
     throw sdk::DataError("--stride " + std::to_string(spec.stride) + " is negative",
                          "give the tokens between window starts (0: the block size)");
-  const bool text = settings.source == "text";
+  const bool text = settings.source == DataSource::text;
   std::vector<std::int32_t> tokens = text ? load_text_tokens(std::span<const fs::path>(&file, 1))
                                           : load_token_file(file, trained.classes);
   const auto n = static_cast<std::int64_t>(tokens.size());

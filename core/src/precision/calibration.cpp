@@ -136,13 +136,11 @@ class TensorObserver final : public StepObserver {
 
 }  // namespace
 
-Calibration calibrate(const Experiment& experiment, const PluginRegistry& registry,
-                      const CalibrationOptions& options) {
-  if (options.steps < 1)
-    throw sdk::UserError(
-        "calibration needs at least one step; --steps is " + std::to_string(options.steps),
-        "give --steps N with N >= 1 (the default is 50)");
-  const sdk::Logger log = core_logger("calibrate");
+namespace {
+
+// The run calibration measures: the config in FP32, unscaled, with nothing promoted, evaluated,
+// checkpointed or stopped early.
+Experiment fp32_experiment(const Experiment& experiment, const PluginRegistry& registry) {
   Experiment fp32 = experiment;
   fp32.policy_name = "fp32";
   fp32.policy_options = default_options(registry, sdk::ComponentKind::policy, "fp32", "precision");
@@ -156,6 +154,62 @@ Calibration calibrate(const Experiment& experiment, const PluginRegistry& regist
   fp32.run.early_stopping_patience = 0;
   fp32.checkpoint.every = 0;
   fp32.checkpoint.keep_best.clear();
+  return fp32;
+}
+
+// What the config's own policy plans for each node, asked as the trainer asks it.
+void plan_ops(const Experiment& experiment, const PluginRegistry& registry, Trainer& trainer,
+              const std::shared_ptr<sdk::DeviceBackend>& backend, const sdk::Logger& log,
+              Calibration& out) {
+  out.policy = experiment.policy_name;
+  const Model& m = trainer.model();
+  InputSpec input;
+  input.dtype = m.input_dtype();
+  input.labels_per_sample = m.labels_per_sample();
+  input.sample_shape = trainer.train_data().sample_shape;
+  // The policy outlives the model: an FP8 plan leaves it as the layers' operand scaler.
+  auto policy = registry.create<sdk::PrecisionPolicy>(
+      registry.require(sdk::ComponentKind::policy, experiment.policy_name),
+      experiment.policy_options);
+  Model planned(backend, experiment.model, m.input_features(), m.classes(), input);
+  plan_precision(planned, *policy, backend->capabilities(), {}, log);
+  out.policy_needs_loss_scaling = policy->needs_loss_scaling();
+  for (const auto& l : planned.layers()) {
+    if (l->is_view()) continue;
+    OpCalibration op;
+    op.node = l->name();
+    op.type = l->type();
+    op.precision_sensitive = l->precision_sensitive();
+    op.has_gemm = l->has_gemm();
+    op.planned = l->precision();
+    out.ops.push_back(std::move(op));
+  }
+}
+
+// Each node's measured tensors, beside its plan.
+void record_tensors(const Trainer& trainer, TensorObserver& observer, Calibration& out) {
+  const auto& layers = trainer.model().layers();
+  std::size_t listed = 0;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i]->is_view()) continue;
+    OpCalibration& op = out.ops.at(listed++);
+    for (std::size_t k = 0; k < kTensorKinds; ++k) {
+      const auto t = static_cast<CalibratedTensor>(k);
+      if (const auto& s = observer.total(i, t)) op.tensors.push_back({t, *s});
+    }
+  }
+}
+
+}  // namespace
+
+Calibration calibrate(const Experiment& experiment, const PluginRegistry& registry,
+                      const CalibrationOptions& options) {
+  if (options.steps < 1)
+    throw sdk::UserError(
+        "calibration needs at least one step; --steps is " + std::to_string(options.steps),
+        "give --steps N with N >= 1 (the default is 50)");
+  const sdk::Logger log = core_logger("calibrate");
+  Experiment fp32 = fp32_experiment(experiment, registry);
   Components components = create_components(fp32, registry);
   const auto backend = components.backend;
 
@@ -181,45 +235,11 @@ Calibration calibrate(const Experiment& experiment, const PluginRegistry& regist
     log.info("calibrating " + std::to_string(experiment.run.steps) +
              " steps: the config's run.steps, fewer than --steps " + std::to_string(options.steps));
 
-  // What the config's own policy plans for each node, asked as the trainer asks it.
   Calibration out;
-  out.policy = experiment.policy_name;
-  {
-    const Model& m = trainer.model();
-    InputSpec input;
-    input.dtype = m.input_dtype();
-    input.labels_per_sample = m.labels_per_sample();
-    input.sample_shape = trainer.train_data().sample_shape;
-    // The policy outlives the model: an FP8 plan leaves it as the layers' operand scaler.
-    auto policy = registry.create<sdk::PrecisionPolicy>(
-        registry.require(sdk::ComponentKind::policy, experiment.policy_name),
-        experiment.policy_options);
-    Model planned(backend, experiment.model, m.input_features(), m.classes(), input);
-    plan_precision(planned, *policy, backend->capabilities(), {}, log);
-    out.policy_needs_loss_scaling = policy->needs_loss_scaling();
-    for (const auto& l : planned.layers()) {
-      if (l->is_view()) continue;
-      OpCalibration op;
-      op.node = l->name();
-      op.type = l->type();
-      op.precision_sensitive = l->precision_sensitive();
-      op.has_gemm = l->has_gemm();
-      op.planned = l->precision();
-      out.ops.push_back(std::move(op));
-    }
-  }
+  plan_ops(experiment, registry, trainer, backend, log, out);
 
   out.steps = trainer.run().steps;
-  const auto& layers = trainer.model().layers();
-  std::size_t listed = 0;
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    if (layers[i]->is_view()) continue;
-    OpCalibration& op = out.ops.at(listed++);
-    for (std::size_t k = 0; k < kTensorKinds; ++k) {
-      const auto t = static_cast<CalibratedTensor>(k);
-      if (const auto& s = observer.total(i, t)) op.tensors.push_back({t, *s});
-    }
-  }
+  record_tensors(trainer, observer, out);
   return out;
 }
 

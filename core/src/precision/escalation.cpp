@@ -198,6 +198,45 @@ json Escalation::to_json() const {
           {"events", events}};
 }
 
+namespace {
+
+// The checkpoint's "events": its own record of what escalation did, each kind by its name.
+std::vector<Escalation::Event> events_from_json(const json& events, const std::string& file) {
+  using Event = Escalation::Event;
+  std::vector<Event> out;
+  if (!events.is_array()) bad(file, "events", "is not an array");
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const json& e = events[i];
+    const std::string at = "events." + std::to_string(i);
+    if (!e.is_object() || !e.contains("kind") || !e["kind"].is_string() || !e.contains("node") ||
+        !e["node"].is_string() || !e.contains("step"))
+      bad(file, at, "is not an event");
+    Event ev;
+    const std::string kind = e["kind"].get<std::string>();
+    if (kind == "promote")
+      ev.kind = Event::Kind::promote;
+    else if (kind == "demote")
+      ev.kind = Event::Kind::demote;
+    else if (kind == "stuck")
+      ev.kind = Event::Kind::stuck;
+    else
+      bad(file, at + ".kind", "is '" + kind + "', not promote, demote or stuck");
+    ev.step = read_step(e["step"], file, at + ".step");
+    ev.node = e["node"].get<std::string>();
+    if (!e.contains("from_plan") || !e.contains("to_plan")) bad(file, at, "lacks its plans");
+    ev.from = precision_from_json(e["from_plan"], file, at + ".from_plan");
+    ev.to = precision_from_json(e["to_plan"], file, at + ".to_plan");
+    if (auto b = e.find("blamed_at"); b != e.end()) {
+      if (!b->is_array()) bad(file, at + ".blamed_at", "is not an array");
+      for (const auto& s : *b) ev.blames.push_back(read_step(s, file, at + ".blamed_at"));
+    }
+    out.push_back(std::move(ev));
+  }
+  return out;
+}
+
+}  // namespace
+
 Escalation Escalation::from_json(const json& j, EscalationSettings settings,
                                  const std::string& file) {
   Escalation out(settings);
@@ -249,35 +288,7 @@ Escalation Escalation::from_json(const json& j, EscalationSettings settings,
           "holds " + std::to_string(n.stack.size() - 1) + " promotions but promotion_order " +
               std::to_string(standing[name]));
   out.clean_steps_ = read_step(field("clean_steps"), file, "clean_steps");
-  const json& events = field("events");
-  if (!events.is_array()) bad(file, "events", "is not an array");
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const json& e = events[i];
-    const std::string at = "events." + std::to_string(i);
-    if (!e.is_object() || !e.contains("kind") || !e["kind"].is_string() || !e.contains("node") ||
-        !e["node"].is_string() || !e.contains("step"))
-      bad(file, at, "is not an event");
-    Event ev;
-    const std::string kind = e["kind"].get<std::string>();
-    if (kind == "promote")
-      ev.kind = Event::Kind::promote;
-    else if (kind == "demote")
-      ev.kind = Event::Kind::demote;
-    else if (kind == "stuck")
-      ev.kind = Event::Kind::stuck;
-    else
-      bad(file, at + ".kind", "is '" + kind + "', not promote, demote or stuck");
-    ev.step = read_step(e["step"], file, at + ".step");
-    ev.node = e["node"].get<std::string>();
-    if (!e.contains("from_plan") || !e.contains("to_plan")) bad(file, at, "lacks its plans");
-    ev.from = precision_from_json(e["from_plan"], file, at + ".from_plan");
-    ev.to = precision_from_json(e["to_plan"], file, at + ".to_plan");
-    if (auto b = e.find("blamed_at"); b != e.end()) {
-      if (!b->is_array()) bad(file, at + ".blamed_at", "is not an array");
-      for (const auto& s : *b) ev.blames.push_back(read_step(s, file, at + ".blamed_at"));
-    }
-    out.events_.push_back(std::move(ev));
-  }
+  out.events_ = events_from_json(field("events"), file);
   return out;
 }
 

@@ -1,7 +1,5 @@
 #include "runs/metrics_log.h"
 
-#include <stdexcept>
-
 #include "runs/csv_sink.h"
 #include "runs/jsonl_sink.h"
 #include "runs/tensorboard_sink.h"
@@ -13,18 +11,21 @@ MetricsLog::~MetricsLog() = default;
 MetricsLog::MetricsLog(MetricsLog&&) noexcept = default;
 MetricsLog& MetricsLog::operator=(MetricsLog&&) noexcept = default;
 
-void MetricsLog::open(const std::filesystem::path& run_dir, const std::vector<std::string>& sinks,
-                      std::int64_t first_step) {
+void MetricsLog::open(const std::filesystem::path& run_dir,
+                      const std::vector<MetricsSinkKind>& sinks, std::int64_t first_step) {
   sinks_.clear();
   sinks_.push_back(std::make_unique<JsonlSink>(run_dir / "metrics.jsonl"));
-  for (const auto& name : sinks) {
-    if (name == "jsonl") continue;
-    if (name == "tensorboard")
-      sinks_.push_back(std::make_unique<TensorBoardSink>(run_dir, first_step));
-    else if (name == "csv")
-      sinks_.push_back(std::make_unique<CsvSink>(run_dir / "metrics.csv"));
-    else  // the config's schema admits only the names above
-      throw std::logic_error("unknown metrics sink '" + name + "'");
+  for (const MetricsSinkKind sink : sinks) {
+    switch (sink) {
+      case MetricsSinkKind::jsonl:
+        break;
+      case MetricsSinkKind::tensorboard:
+        sinks_.push_back(std::make_unique<TensorBoardSink>(run_dir, first_step));
+        break;
+      case MetricsSinkKind::csv:
+        sinks_.push_back(std::make_unique<CsvSink>(run_dir / "metrics.csv"));
+        break;
+    }
   }
 }
 

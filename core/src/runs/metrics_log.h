@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/core/config/setting_choices.h"
 #include "runs/metrics_sink.h"
 
 namespace mixtrain::core {
@@ -22,10 +23,10 @@ class MetricsLog {
   MetricsLog(MetricsLog&&) noexcept;
   MetricsLog& operator=(MetricsLog&&) noexcept;
 
-  // Opens the sinks named in `sinks` (host_schemas.h metrics_sinks(); metrics.jsonl whether named
-  // or not) in `run_dir`. `first_step`: the step a resumed run continues from (0 for a fresh run).
-  // Throws sdk::UserError when a file cannot be written.
-  void open(const std::filesystem::path& run_dir, const std::vector<std::string>& sinks,
+  // Opens the sinks in `sinks` (run.metrics; metrics.jsonl whether listed or not) in `run_dir`.
+  // `first_step`: the step a resumed run continues from (0 for a fresh run). Throws sdk::UserError
+  // when a file cannot be written.
+  void open(const std::filesystem::path& run_dir, const std::vector<MetricsSinkKind>& sinks,
             std::int64_t first_step);
   void write(const nlohmann::json& record);
   void write_text(std::int64_t step, const std::string& tag, const std::string& markdown);

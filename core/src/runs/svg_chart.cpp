@@ -248,10 +248,10 @@ std::string xml_escape(std::string_view s) {
   return out;
 }
 
-std::string render_svg_chart(const std::string& title, const std::string& x_label,
-                             const std::vector<ChartPanel>& panels,
-                             const std::vector<ChartLegendEntry>& legend) {
-  // The x range is shared so steps line up between panels.
+namespace {
+
+// The x range is shared so steps line up between panels.
+Axis shared_x_axis(const std::vector<ChartPanel>& panels) {
   double xmn = std::numeric_limits<double>::infinity(), xmx = -xmn;
   for (const auto& panel : panels)
     for (const auto& s : panel.series) {
@@ -261,9 +261,11 @@ std::string render_svg_chart(const std::string& title, const std::string& x_labe
         if (std::isfinite(p.x)) xmn = std::min(xmn, p.x), xmx = std::max(xmx, p.x);
     }
   if (!std::isfinite(xmn)) xmn = 0.0, xmx = 1.0;
-  const Axis x = linear_axis(xmn, xmx, 8);
+  return linear_axis(xmn, xmx, 8);
+}
 
-  // Legend rows are laid out first: their count decides the document height.
+// Legend entries by row, each row as wide as the plot allows.
+std::vector<std::vector<std::size_t>> legend_rows(const std::vector<ChartLegendEntry>& legend) {
   std::vector<std::vector<std::size_t>> rows(1);
   double row_x = kPlotLeft;
   for (std::size_t i = 0; i < legend.size(); ++i) {
@@ -276,6 +278,127 @@ std::string render_svg_chart(const std::string& title, const std::string& x_labe
     row_x += w;
   }
 
+  return rows;
+}
+
+// A panel's grid lines, tick marks and tick labels.
+void write_grid_and_ticks(std::string& out, const Axis& x, const Axis& y, double top,
+                          double bottom) {
+  out += "<g class=\"grid\" stroke=\"#e3e3e3\" stroke-width=\"1\">\n";
+  for (const auto& t : y.ticks) {
+    const double py = y.map(t.value, bottom, top);
+    out +=
+        fmt(R"(<line x1="%.1f" y1="%.2f" x2="%.1f" y2="%.2f"/>)", kPlotLeft, py, kPlotRight, py) +
+        "\n";
+  }
+  for (const auto& t : x.ticks) {
+    const double px = x.map(t.value, kPlotLeft, kPlotRight);
+    out += fmt(R"(<line x1="%.2f" y1="%.1f" x2="%.2f" y2="%.1f"/>)", px, top, px, bottom) + "\n";
+  }
+  out += "</g>\n";
+
+  out += "<g class=\"ticks\" stroke=\"#444\" stroke-width=\"1\">\n";
+  for (const auto& t : y.ticks) {
+    const double py = y.map(t.value, bottom, top);
+    out += fmt(R"(<line x1="%.1f" y1="%.2f" x2="%.1f" y2="%.2f"/>)", kPlotLeft - 5, py, kPlotLeft,
+               py) +
+           "\n";
+  }
+  for (const auto& t : x.ticks) {
+    const double px = x.map(t.value, kPlotLeft, kPlotRight);
+    out += fmt(R"(<line x1="%.2f" y1="%.1f" x2="%.2f" y2="%.1f"/>)", px, bottom, px, bottom + 5) +
+           "\n";
+  }
+  out += "</g>\n<g class=\"tick-labels\" fill=\"#333\">\n";
+  for (const auto& t : y.ticks)
+    text(out, kPlotLeft - 8, y.map(t.value, bottom, top) + 4, tick_label(t), "end");
+  for (const auto& t : x.ticks)
+    text(out, x.map(t.value, kPlotLeft, kPlotRight), bottom + 18, tick_label(t), "middle");
+  out += "</g>\n";
+}
+
+// A panel's series, clipped to its plot area, their dots and marks.
+void write_series(std::string& out, const ChartPanel& panel, std::size_t pi, const Axis& x,
+                  const Axis& y, double top, double bottom) {
+  const std::string clip = fmt("plot-area-%zu", pi);
+  out += fmt(R"(<clipPath id="%s"><rect x="%.1f" y="%.1f" width="%.1f" height="%.1f"/></clipPath>)",
+             clip.c_str(), kPlotLeft, top - 1, kPlotRight - kPlotLeft, bottom - top + 2) +
+         "\n";
+  out +=
+      fmt(R"svg(<g clip-path="url(#%s)" fill="none" stroke-linejoin="round" stroke-linecap="round">)svg",
+          clip.c_str()) +
+      "\n";
+  for (const auto& s : panel.series)
+    out += fmt(R"(<path class="%s" stroke="%s" stroke-width="%.1f" stroke-opacity="%.2f" d=")",
+               xml_escape(panel.series_class).c_str(), xml_escape(s.color).c_str(), s.width,
+               s.opacity) +
+           path_data(s, x, y, top, bottom) + "\"/>\n";
+  out += "</g>\n";
+  // Outside the clip: a dot on the frame (accuracy 1.0) stays whole.
+  for (const auto& s : panel.series)
+    if (s.dots)
+      out += fmt(R"(<path class="%s-dots" fill="%s" fill-opacity="%.2f" stroke="none" d=")",
+                 xml_escape(panel.series_class).c_str(), xml_escape(s.color).c_str(), s.opacity) +
+             dots_data(s, x, y, top, bottom) + "\"/>\n";
+  for (const auto& s : panel.series)
+    if (!s.marks.empty())
+      out += fmt(R"(<path class="%s" fill="none" stroke="%s" stroke-width="1.6" d=")",
+                 xml_escape(panel.mark_class).c_str(), xml_escape(s.color).c_str()) +
+             marks_data(s, x, y, top, bottom) + "\"/>\n";
+}
+
+// One panel below `cursor`; returns where the next begins.
+double write_panel(std::string& out, const ChartPanel& panel, std::size_t pi, const Axis& x,
+                   double cursor) {
+  const Axis y = y_axis(panel.y_scale, panel);
+  const double top = cursor + 26.0, bottom = top + panel.height;
+  std::string y_label = panel.y_label;
+  if (panel.y_scale == AxisScale::automatic && y.scale == AxisScale::log10)
+    y_label += " (log scale)";
+  text(out, kPlotLeft, top - 9, xml_escape(panel.title), "start",
+       R"( font-size="13" font-weight="bold")");
+
+  write_grid_and_ticks(out, x, y, top, bottom);
+
+  const double label_y = (top + bottom) / 2;
+  text(out, 20, label_y, xml_escape(y_label), "middle",
+       fmt(R"svg( font-size="12" transform="rotate(-90 20 %.1f)")svg", label_y).c_str());
+
+  write_series(out, panel, pi, x, y, top, bottom);
+  out +=
+      fmt(R"(<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#444" stroke-width="1"/>)",
+          kPlotLeft, top, kPlotRight - kPlotLeft, bottom - top) +
+      "\n";
+  return bottom + 34.0;
+}
+
+void write_legend(std::string& out, const std::vector<ChartLegendEntry>& legend,
+                  const std::vector<std::vector<std::size_t>>& rows, double ly) {
+  out += "<g class=\"legend\" font-size=\"12\">\n";
+  for (const auto& row : rows) {
+    double lx = kPlotLeft;
+    for (std::size_t i : row) {
+      out +=
+          fmt(R"(<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="%.1f" stroke-opacity="%.2f"/>)",
+              lx, ly - 4, lx + 24, ly - 4, xml_escape(legend[i].color).c_str(),
+              std::max(legend[i].width, 3.0), legend[i].opacity) +
+          "\n";
+      text(out, lx + 30, ly, xml_escape(legend[i].text), "start");
+      lx += 30.0 + kLegendCharWidth * static_cast<double>(legend[i].text.size()) + 22.0;
+    }
+    ly += kLegendRow;
+  }
+}
+
+}  // namespace
+
+std::string render_svg_chart(const std::string& title, const std::string& x_label,
+                             const std::vector<ChartPanel>& panels,
+                             const std::vector<ChartLegendEntry>& legend) {
+  const Axis x = shared_x_axis(panels);
+
+  // Legend rows are laid out first: their count decides the document height.
+  const auto rows = legend_rows(legend);
   double height = 48.0;
   for (const auto& panel : panels) height += 26.0 + panel.height + 34.0;
   height += 16.0 + kLegendRow * static_cast<double>(rows.size()) + 8.0;
@@ -293,100 +416,12 @@ std::string render_svg_chart(const std::string& title, const std::string& x_labe
 
   double cursor = 48.0;
   for (std::size_t pi = 0; pi < panels.size(); ++pi) {
-    const auto& panel = panels[pi];
-    const Axis y = y_axis(panel.y_scale, panel);
-    const double top = cursor + 26.0, bottom = top + panel.height;
-    std::string y_label = panel.y_label;
-    if (panel.y_scale == AxisScale::automatic && y.scale == AxisScale::log10)
-      y_label += " (log scale)";
-    text(out, kPlotLeft, top - 9, xml_escape(panel.title), "start",
-         R"( font-size="13" font-weight="bold")");
-
-    out += "<g class=\"grid\" stroke=\"#e3e3e3\" stroke-width=\"1\">\n";
-    for (const auto& t : y.ticks) {
-      const double py = y.map(t.value, bottom, top);
-      out +=
-          fmt(R"(<line x1="%.1f" y1="%.2f" x2="%.1f" y2="%.2f"/>)", kPlotLeft, py, kPlotRight, py) +
-          "\n";
-    }
-    for (const auto& t : x.ticks) {
-      const double px = x.map(t.value, kPlotLeft, kPlotRight);
-      out += fmt(R"(<line x1="%.2f" y1="%.1f" x2="%.2f" y2="%.1f"/>)", px, top, px, bottom) + "\n";
-    }
-    out += "</g>\n";
-
-    out += "<g class=\"ticks\" stroke=\"#444\" stroke-width=\"1\">\n";
-    for (const auto& t : y.ticks) {
-      const double py = y.map(t.value, bottom, top);
-      out += fmt(R"(<line x1="%.1f" y1="%.2f" x2="%.1f" y2="%.2f"/>)", kPlotLeft - 5, py, kPlotLeft,
-                 py) +
-             "\n";
-    }
-    for (const auto& t : x.ticks) {
-      const double px = x.map(t.value, kPlotLeft, kPlotRight);
-      out += fmt(R"(<line x1="%.2f" y1="%.1f" x2="%.2f" y2="%.1f"/>)", px, bottom, px, bottom + 5) +
-             "\n";
-    }
-    out += "</g>\n<g class=\"tick-labels\" fill=\"#333\">\n";
-    for (const auto& t : y.ticks)
-      text(out, kPlotLeft - 8, y.map(t.value, bottom, top) + 4, tick_label(t), "end");
-    for (const auto& t : x.ticks)
-      text(out, x.map(t.value, kPlotLeft, kPlotRight), bottom + 18, tick_label(t), "middle");
-    out += "</g>\n";
-    const double label_y = (top + bottom) / 2;
-    text(out, 20, label_y, xml_escape(y_label), "middle",
-         fmt(R"svg( font-size="12" transform="rotate(-90 20 %.1f)")svg", label_y).c_str());
-
-    const std::string clip = fmt("plot-area-%zu", pi);
-    out +=
-        fmt(R"(<clipPath id="%s"><rect x="%.1f" y="%.1f" width="%.1f" height="%.1f"/></clipPath>)",
-            clip.c_str(), kPlotLeft, top - 1, kPlotRight - kPlotLeft, bottom - top + 2) +
-        "\n";
-    out +=
-        fmt(R"svg(<g clip-path="url(#%s)" fill="none" stroke-linejoin="round" stroke-linecap="round">)svg",
-            clip.c_str()) +
-        "\n";
-    for (const auto& s : panel.series)
-      out += fmt(R"(<path class="%s" stroke="%s" stroke-width="%.1f" stroke-opacity="%.2f" d=")",
-                 xml_escape(panel.series_class).c_str(), xml_escape(s.color).c_str(), s.width,
-                 s.opacity) +
-             path_data(s, x, y, top, bottom) + "\"/>\n";
-    out += "</g>\n";
-    // Outside the clip: a dot on the frame (accuracy 1.0) stays whole.
-    for (const auto& s : panel.series)
-      if (s.dots)
-        out += fmt(R"(<path class="%s-dots" fill="%s" fill-opacity="%.2f" stroke="none" d=")",
-                   xml_escape(panel.series_class).c_str(), xml_escape(s.color).c_str(), s.opacity) +
-               dots_data(s, x, y, top, bottom) + "\"/>\n";
-    for (const auto& s : panel.series)
-      if (!s.marks.empty())
-        out += fmt(R"(<path class="%s" fill="none" stroke="%s" stroke-width="1.6" d=")",
-                   xml_escape(panel.mark_class).c_str(), xml_escape(s.color).c_str()) +
-               marks_data(s, x, y, top, bottom) + "\"/>\n";
-    out +=
-        fmt(R"(<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#444" stroke-width="1"/>)",
-            kPlotLeft, top, kPlotRight - kPlotLeft, bottom - top) +
-        "\n";
-    cursor = bottom + 34.0;
+    cursor = write_panel(out, panels[pi], pi, x, cursor);
   }
   text(out, (kPlotLeft + kPlotRight) / 2, cursor - 2, xml_escape(x_label), "middle",
        R"( font-size="12")");
 
-  double ly = cursor + 16.0;
-  out += "<g class=\"legend\" font-size=\"12\">\n";
-  for (const auto& row : rows) {
-    double lx = kPlotLeft;
-    for (std::size_t i : row) {
-      out +=
-          fmt(R"(<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="%.1f" stroke-opacity="%.2f"/>)",
-              lx, ly - 4, lx + 24, ly - 4, xml_escape(legend[i].color).c_str(),
-              std::max(legend[i].width, 3.0), legend[i].opacity) +
-          "\n";
-      text(out, lx + 30, ly, xml_escape(legend[i].text), "start");
-      lx += 30.0 + kLegendCharWidth * static_cast<double>(legend[i].text.size()) + 22.0;
-    }
-    ly += kLegendRow;
-  }
+  write_legend(out, legend, rows, cursor + 16.0);
   out += "</g>\n</svg>\n";
   return out;
 }

@@ -76,7 +76,7 @@ EvalResult Trainer::predict(const Dataset& d, std::int64_t labelled_rows,
                                 " is outside [0, " + std::to_string(d.rows) + "]");
   EvalMode mode(*s.model);
   std::optional<EmaWeights> ema;
-  if (s.e.eval.weights == "ema" && !s.ema.empty()) ema.emplace(s);
+  if (s.e.eval.weights == EvalWeights::ema && !s.ema.empty()) ema.emplace(s);
   const std::int64_t bs = s.e.data.eval_batch_size;
   // The logits per row: [classes], or [T, classes] for a language model.
   const std::int64_t row_values = d.labels_per_row() * s.model->classes();

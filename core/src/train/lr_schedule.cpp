@@ -33,31 +33,34 @@ double one_cycle(const LrSchedule& s, std::int64_t k) {
 }  // namespace
 
 const std::vector<std::string>& lr_schedule_kinds() {
-  static const std::vector<std::string> kinds = {
-      "constant", "warmup_cosine", "linear", "step", "multistep", "onecycle", "inverse_sqrt"};
+  static const std::vector<std::string> kinds = choice_names(kLrScheduleKinds);
   return kinds;
 }
 
+std::string lr_schedule_name(LrScheduleKind kind) {
+  return std::string(choice_name(kind, kLrScheduleKinds));
+}
+
 double LrSchedule::lr_at(std::int64_t applied) const {
-  if (kind == "constant") return base_lr;
-  if (kind == "onecycle") return one_cycle(*this, applied);
-  if (kind == "inverse_sqrt") {
+  if (kind == LrScheduleKind::constant) return base_lr;
+  if (kind == LrScheduleKind::onecycle) return one_cycle(*this, applied);
+  if (kind == LrScheduleKind::inverse_sqrt) {
     const double n = static_cast<double>(applied + 1), w = static_cast<double>(warmup_steps);
     return n <= w ? base_lr * n / w : base_lr * std::sqrt(w / n);
   }
   if (warmup_steps > 0 && applied < warmup_steps)
     return base_lr * static_cast<double>(applied + 1) / static_cast<double>(warmup_steps);
   const std::int64_t t = applied - warmup_steps;  // the schedule's own clock starts after warm-up
-  if (kind == "step")
+  if (kind == LrScheduleKind::step)
     return base_lr * std::pow(gamma, static_cast<double>(t / std::max<std::int64_t>(1, step_size)));
-  if (kind == "multistep") {
+  if (kind == LrScheduleKind::multistep) {
     const auto passed =
         std::upper_bound(milestones.begin(), milestones.end(), t) - milestones.begin();
     return base_lr * std::pow(gamma, static_cast<double>(passed));
   }
   const double span = static_cast<double>(std::max<std::int64_t>(1, total_steps - warmup_steps));
   const double frac = std::clamp(static_cast<double>(t) / span, 0.0, 1.0);
-  if (kind == "linear") return base_lr + (min_lr - base_lr) * frac;
+  if (kind == LrScheduleKind::linear) return base_lr + (min_lr - base_lr) * frac;
   return min_lr + (base_lr - min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * frac));
 }
 

@@ -93,14 +93,14 @@ void keep_resume_terms(const ResumeTerms& terms, const Experiment& e, LrSchedule
   if (e.run.stretch_schedule) {
     schedule = stretched;
     log.warn("resuming with " + steps + " (the checkpoint's schedule spans " + horizon +
-             " steps): run.stretch_schedule re-plans the " + schedule.kind + " schedule over " +
-             std::to_string(e.run.steps) + " steps, so the next step's lr is " +
+             " steps): run.stretch_schedule re-plans the " + lr_schedule_name(schedule.kind) +
+             " schedule over " + std::to_string(e.run.steps) + " steps, so the next step's lr is " +
              lr_text(stretched.lr_at(applied)) + " where the kept horizon gives " +
              lr_text(kept.lr_at(applied)));
   } else {
     schedule = kept;
     log.warn(
-        "resuming with " + steps + ": the " + schedule.kind +
+        "resuming with " + steps + ": the " + lr_schedule_name(schedule.kind) +
         " schedule keeps the checkpoint's horizon of " + horizon + " steps (next lr " +
         lr_text(kept.lr_at(applied)) + "); set run.stretch_schedule = true to re-plan it over " +
         std::to_string(e.run.steps) + " steps (next lr " + lr_text(stretched.lr_at(applied)) + ")");

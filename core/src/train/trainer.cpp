@@ -139,7 +139,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     settings.shard_optimizer = e.distributed.shard_optimizer;
     settings.bucket_bytes = static_cast<std::int64_t>(e.distributed.bucket_mb * (1 << 20));
     settings.overlap = e.distributed.overlap;
-    settings.sync_batch_norm = e.distributed.batch_norm == "sync";
+    settings.sync_batch_norm = e.distributed.batch_norm == BatchNormStats::sync;
     s.dp = std::make_unique<DataParallel>(s.c.communicator, s.c.backend, settings);
     s.rank_batch = e.data.batch_size / world;
     s.writes = options.write_outputs && comm.rank() == 0;
@@ -341,7 +341,8 @@ TrainSummary Trainer::run() {
     window_rows += bs;
     if (s.opt.after_step) s.opt.after_step(s.step);
 
-    if (!decision.apply_step && !std::isfinite(step.loss.loss) && e.run.on_nonfinite == "stop")
+    if (!decision.apply_step && !std::isfinite(step.loss.loss) &&
+        e.run.on_nonfinite == NonfiniteAction::stop)
       stopped_by = "run.on_nonfinite = \"stop\" stopped it at step " + std::to_string(s.step) +
                    ": the loss is not finite (first non-finite tensor: " +
                    (step.first_nonfinite.empty() ? "none on replay" : step.first_nonfinite) +

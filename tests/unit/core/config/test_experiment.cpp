@@ -122,7 +122,7 @@ TEST(sdk_Experiment, FullConfigResolves) {
   EXPECT_EQ(e.run.name, "exp");
   EXPECT_EQ(e.run.seed, 3u);
   EXPECT_EQ(e.run.steps, 50);
-  EXPECT_EQ(e.run.on_nonfinite, "stop");
+  EXPECT_EQ(e.run.on_nonfinite, mixtrain::core::NonfiniteAction::stop);
   EXPECT_EQ(e.backend_type, "cpu");
   EXPECT_EQ(e.backend_options.get_int("threads"), 2);
   EXPECT_EQ(e.policy_name, "fp32");
@@ -134,7 +134,7 @@ TEST(sdk_Experiment, FullConfigResolves) {
   EXPECT_EQ(e.optimizer_type, "adamw");
   EXPECT_EQ(e.optimizer_options.get_double("lr"), 0.1);
   EXPECT_EQ(e.optimizer_options.get_double("eps"), 1e-8);
-  EXPECT_EQ(e.schedule.schedule, "warmup_cosine");
+  EXPECT_EQ(e.schedule.schedule, mixtrain::core::LrScheduleKind::warmup_cosine);
   EXPECT_EQ(e.schedule.warmup_steps, 5);
   ASSERT_EQ(e.model.layers.size(), 4u);
   EXPECT_EQ(e.model.layers[0].name, "fc1");

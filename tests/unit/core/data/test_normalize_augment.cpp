@@ -15,7 +15,7 @@ namespace {
 
 DataSettings synthetic_images(std::int64_t channels = 2) {
   DataSettings s;
-  s.source = "synthetic";
+  s.source = DataSource::synthetic;
   s.synthetic.kind = "images";
   s.synthetic.rows = 200;
   s.synthetic.channels = channels;
@@ -113,7 +113,7 @@ TEST(Normalize, WrongCountOrPlainFeaturesPointAtTheConfig) {
     EXPECT_NE(std::string(e.what()).find("2 channels"), std::string::npos) << e.what();
   }
   DataSettings plain;
-  plain.source = "synthetic";
+  plain.source = DataSource::synthetic;
   plain.synthetic.rows = 50;
   plain.normalize.from_training = true;
   plain.normalize.where = {"run.toml", 20, 1};

@@ -46,7 +46,7 @@ PredictionInput load(const fs::path& input, const Dataset& trained,
   spec.labels = labels;
   spec.layout = layout;
   DataSettings settings;
-  settings.source = "npy";
+  settings.source = DataSource::npy;
   return load_prediction_input(spec, settings, trained, stats);
 }
 
@@ -167,7 +167,7 @@ TEST(PredictionInput, TokenWindowsAreLabelledWhileTheirNextTokenExists) {
   trained.classes = 256;
   trained.stride = 1;
   DataSettings settings;
-  settings.source = "text";
+  settings.source = DataSource::text;
   auto windows = [&](const std::string& text, std::int64_t stride) {
     write_file(dir / "t.txt", Bytes(text.begin(), text.end()));
     PredictionInputSpec spec;

@@ -321,7 +321,7 @@ TEST(data_TokenLoading, TokenAndTextSourcesBuildTheirSplits) {
   write_file(dir / "val.bin", token_file(eval_tokens));
 
   DataSettings s;
-  s.source = "tokens";
+  s.source = DataSource::tokens;
   s.token_paths = {dir / "train.bin"};
   s.eval_token_paths = {dir / "val.bin"};
   s.block_size = 8;
@@ -344,7 +344,7 @@ TEST(data_TokenLoading, TokenAndTextSourcesBuildTheirSplits) {
   const Bytes text = {'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j'};
   write_file(dir / "t.txt", text);
   DataSettings t;
-  t.source = "text";
+  t.source = DataSource::text;
   t.token_paths = {dir / "t.txt", dir / "t.txt"};
   t.block_size = 3;
   t.vocab_size = 256;
@@ -360,7 +360,7 @@ TEST(data_TokenLoading, TokenAndTextSourcesBuildTheirSplits) {
 
 TEST(data_TokenLoading, TableSourcesSplitAsBefore) {
   DataSettings s;
-  s.source = "synthetic";
+  s.source = DataSource::synthetic;
   s.synthetic.rows = 300;
   s.eval_fraction = 0.2;
   s.classes = 12;  // raises the synthetic 10 classes

@@ -579,8 +579,8 @@ ResNetPreset resnet50() {
   ResNetPreset p;
   p.blocks = {3, 4, 6, 3};
   p.widths = {64, 128, 256, 512};
-  p.block = "bottleneck";
-  p.stem = "imagenet";
+  p.block = ResNetBlock::bottleneck;
+  p.stem = ResNetStem::imagenet;
   p.classes = 1000;
   return p;
 }
@@ -672,7 +672,7 @@ TEST(CnnOps, BottleneckResNetGradientsMatchFiniteDifferences) {
   ResNetPreset p;
   p.blocks = {1, 1};
   p.widths = {2, 2};
-  p.block = "bottleneck";
+  p.block = ResNetBlock::bottleneck;
   p.classes = 3;
   const std::int64_t hw = 4, batch = 4;
   const float eps = 1e-3f;

@@ -13,7 +13,7 @@ namespace {
 
 LrSchedule schedule(const std::string& kind, double base, std::int64_t warmup, std::int64_t total) {
   LrSchedule s;
-  s.kind = kind;
+  s.kind = *find_choice(kind, kLrScheduleKinds);
   s.base_lr = base;
   s.warmup_steps = warmup;
   s.total_steps = total;
@@ -21,20 +21,20 @@ LrSchedule schedule(const std::string& kind, double base, std::int64_t warmup, s
 }
 
 TEST(LrSchedule, ConstantIgnoresProgress) {
-  LrSchedule s{"constant", 0.1, 0.0, 10, 100};
+  LrSchedule s{LrScheduleKind::constant, 0.1, 0.0, 10, 100};
   EXPECT_DOUBLE_EQ(s.lr_at(0), 0.1);
   EXPECT_DOUBLE_EQ(s.lr_at(99), 0.1);
 }
 
 TEST(LrSchedule, WarmupIsLinearFromOneStep) {
-  LrSchedule s{"warmup_cosine", 1.0, 0.0, 4, 104};
+  LrSchedule s{LrScheduleKind::warmup_cosine, 1.0, 0.0, 4, 104};
   EXPECT_DOUBLE_EQ(s.lr_at(0), 0.25);
   EXPECT_DOUBLE_EQ(s.lr_at(1), 0.5);
   EXPECT_DOUBLE_EQ(s.lr_at(3), 1.0);
 }
 
 TEST(LrSchedule, CosineDecaysToMinLr) {
-  LrSchedule s{"warmup_cosine", 1.0, 0.1, 0, 100};
+  LrSchedule s{LrScheduleKind::warmup_cosine, 1.0, 0.1, 0, 100};
   EXPECT_DOUBLE_EQ(s.lr_at(0), 1.0);
   EXPECT_NEAR(s.lr_at(50), 0.55, 1e-12);  // halfway: min + (base-min)/2
   EXPECT_NEAR(s.lr_at(100), 0.1, 1e-12);

@@ -21,10 +21,13 @@
 
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/config/config.h"
+#include "mixtrain/core/config/host_schemas.h"
+#include "mixtrain/core/config/setting_choices.h"
 #include "mixtrain/core/data/dataset.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/core/precision/planning.h"
+#include "mixtrain/core/train/lr_schedule.h"
 #include "mixtrain/sdk/checkpoint_format.h"
 #include "mixtrain/sdk/communicator.h"
 #include "mixtrain/sdk/device_backend.h"
@@ -34,56 +37,71 @@
 
 namespace mixtrain::core {
 
+// The members' defaults are the schemas' (host_schemas.h), read from there: a default is written
+// once, and test_experiment.cpp checks that a config that sets nothing leaves every member there.
 struct RunSettings {
-  std::string name;
-  std::uint64_t seed = 0;
-  std::int64_t steps = 0;
-  std::int64_t log_every = 10;
-  std::int64_t eval_every = 0;         // 0: evaluate at the end only
-  std::string on_nonfinite;            // "skip" | "stop"
-  std::int64_t underflow_every = 100;  // steps between gradient-underflow reports; 0 = never
-  std::string dir;                     // default run directory when --run-dir is not given
-  std::int64_t accumulate = 1;         // micro-batches (of data.batch_size) per optimizer step
-  bool step_graphs = false;            // replay a recorded static step (train/step_graph.h)
-  bool stretch_schedule = false;       // resume with another run.steps: re-plan the lr schedule
-  // Where metric records go (host_schemas.h metrics_sinks()); metrics.jsonl is written always.
-  std::vector<std::string> metrics = {"jsonl"};
+  std::string name = schema_default_string(run_schema(), "name");
+  std::uint64_t seed = static_cast<std::uint64_t>(schema_default_int(run_schema(), "seed"));
+  std::int64_t steps = schema_default_int(run_schema(), "steps");
+  std::int64_t log_every = schema_default_int(run_schema(), "log_every");
+  std::int64_t eval_every = schema_default_int(run_schema(), "eval_every");  // 0: at the end only
+  NonfiniteAction on_nonfinite =
+      schema_default_choice(run_schema(), "on_nonfinite", kNonfiniteActions);
+  // Steps between gradient-underflow reports; 0 = never.
+  std::int64_t underflow_every = schema_default_int(run_schema(), "underflow_every");
+  // Default run directory when --run-dir is not given.
+  std::string dir = schema_default_string(run_schema(), "dir");
+  // Micro-batches (of data.batch_size) per optimizer step.
+  std::int64_t accumulate = schema_default_int(run_schema(), "accumulate");
+  // Replay a recorded static step (train/step_graph.h).
+  bool step_graphs = schema_default_bool(run_schema(), "step_graphs");
+  // Resume with another run.steps: re-plan the lr schedule.
+  bool stretch_schedule = schema_default_bool(run_schema(), "stretch_schedule");
+  // Where metric records go; metrics.jsonl is written always.
+  std::vector<MetricsSinkKind> metrics = {
+      schema_default_choice(run_schema(), "metrics", kMetricsSinks)};
   // Early stopping (train/metric_watch.h): stop after this many evaluations in a row without an
   // improvement of early_stopping_metric by more than early_stopping_min_delta; 0 = off.
-  std::int64_t early_stopping_patience = 0;
-  std::string early_stopping_metric = "eval_loss";
-  double early_stopping_min_delta = 0.0;
+  std::int64_t early_stopping_patience =
+      schema_default_int(run_schema(), "early_stopping_patience");
+  std::string early_stopping_metric = schema_default_string(run_schema(), "early_stopping_metric");
+  double early_stopping_min_delta = schema_default_number(run_schema(), "early_stopping_min_delta");
 };
 
 struct EmaSettings {
-  double decay = 0.0;  // 0: no EMA
+  double decay = schema_default_number(ema_schema(), "decay");  // 0: no EMA
   bool enabled() const { return decay > 0.0; }
 };
 
 // [precision.escalate] (docs/precision-autopilot.md, "Escalation"): present means on.
 struct EscalationSettings {
   bool enabled = false;
-  std::int64_t after = 3;             // blames within the window that promote a node
-  std::int64_t window = 200;          // steps a blame is remembered
-  std::int64_t deescalate_after = 0;  // clean applied steps that undo the latest promotion; 0 off
+  // Blames within the window that promote a node.
+  std::int64_t after = schema_default_int(escalate_schema(), "after");
+  // Steps a blame is remembered.
+  std::int64_t window = schema_default_int(escalate_schema(), "window");
+  // Clean applied steps that undo the latest promotion; 0 off.
+  std::int64_t deescalate_after = schema_default_int(escalate_schema(), "deescalate_after");
 };
 
 // [distributed] (docs/architecture.md, "Data parallel"): present, or an MPI launch detected from
 // the environment, means one process per rank; `type` names the communicator.
 struct DistributedSettings {
   std::string type;  // "": one process
-  bool shard_optimizer = false;
-  double bucket_mb = 25.0;
-  bool overlap = true;
-  std::string batch_norm = "local";  // or "sync": statistics of the global batch
+  bool shard_optimizer = schema_default_bool(distributed_schema(), "shard_optimizer");
+  double bucket_mb = schema_default_number(distributed_schema(), "bucket_mb");
+  bool overlap = schema_default_bool(distributed_schema(), "overlap");
+  BatchNormStats batch_norm =
+      schema_default_choice(distributed_schema(), "batch_norm", kBatchNormStats);
   bool from_launch = false;   // no [distributed] table: chosen because mpirun started the process
   sdk::SourceLocation where;  // distributed.type (an error about the launch points there)
   bool enabled() const { return !type.empty(); }
 };
 
 struct EvalSettings {
-  std::string weights = "master";   // "master" | "ema"
-  std::int64_t top_k = 0;           // > 1: also top-k accuracy (train/top_k.h); 0: off
+  EvalWeights weights = schema_default_choice(eval_schema(), "weights", kEvalWeights);
+  // > 1: also top-k accuracy (train/top_k.h); 0: off.
+  std::int64_t top_k = schema_default_int(eval_schema(), "top_k");
   sdk::SourceLocation top_k_where;  // a top_k above the model's classes is refused there
 };
 
@@ -104,12 +122,16 @@ struct AugmentSettings {
 };
 
 struct DataSettings {
-  std::string source;  // synthetic | npy | idx | cifar10 | tokens | text
-  std::int64_t batch_size = 0;
-  std::int64_t eval_batch_size = 0;
-  bool shuffle = true;
-  double eval_fraction = 0.1;  // tokens / text: the tail, unless eval_paths are given
-  std::int32_t classes = 0;    // 0: infer from the labels (tables only)
+  DataSource source = DataSource::synthetic;
+  std::int64_t batch_size = schema_default_int(data_common_schema(), "batch_size");
+  // 0 in the config means batch_size, which the reader writes in.
+  std::int64_t eval_batch_size = schema_default_int(data_common_schema(), "eval_batch_size");
+  bool shuffle = schema_default_bool(data_common_schema(), "shuffle");
+  // tokens / text: the tail, unless eval_paths are given.
+  double eval_fraction = schema_default_number(data_common_schema(), "eval_fraction");
+  // 0: infer from the labels (tables only).
+  std::int32_t classes =
+      static_cast<std::int32_t>(schema_default_int(data_common_schema(), "classes"));
   SyntheticSpec synthetic;
   std::filesystem::path features_path, labels_path, images_path;
   // npy: how a rank-4 features array holds images: channels-first [N, C, H, W] (PyTorch's, the
@@ -136,27 +158,31 @@ struct DataSettings {
 // most the optimizer's lr); keys given that the chosen schedule does not read are listed in
 // Experiment::unused_keys.
 struct ScheduleSettings {
-  std::string schedule;  // one of lr_schedule_kinds()
-  std::int64_t warmup_steps = 0;
-  double min_lr = 0.0;
-  std::int64_t step_size = 1;
-  double gamma = 0.1;
+  LrScheduleKind schedule = schema_default_choice(schedule_schema(), "schedule", kLrScheduleKinds);
+  std::int64_t warmup_steps = schema_default_int(schedule_schema(), "warmup_steps");
+  double min_lr = schema_default_number(schedule_schema(), "min_lr");
+  std::int64_t step_size = schema_default_int(schedule_schema(), "step_size");
+  double gamma = schema_default_number(schedule_schema(), "gamma");
   std::vector<std::int64_t> milestones;
-  double pct_start = 0.3;
-  double div_factor = 25.0;
-  double final_div_factor = 1e4;
-  double clip_grad_norm = 0.0;  // 0: no clipping
+  double pct_start = schema_default_number(schedule_schema(), "pct_start");
+  double div_factor = schema_default_number(schedule_schema(), "div_factor");
+  double final_div_factor = schema_default_number(schedule_schema(), "final_div_factor");
+  // 0: no clipping.
+  double clip_grad_norm = schema_default_number(schedule_schema(), "clip_grad_norm");
 };
 
 struct CheckpointSettings {
   std::string format;
-  std::int64_t every = 0;  // 0: only the final checkpoint
-  std::int64_t keep = 3;
-  std::string init_from;
-  WeightLayout init_layout = WeightLayout::native;  // how init_from stores its weights
+  // 0: only the final checkpoint.
+  std::int64_t every = schema_default_int(checkpoint_core_schema(), "every");
+  std::int64_t keep = schema_default_int(checkpoint_core_schema(), "keep");
+  std::string init_from = schema_default_string(checkpoint_core_schema(), "init_from");
+  // How init_from stores its weights.
+  WeightLayout init_layout =
+      parse_weight_layout(schema_default_string(checkpoint_core_schema(), "init_layout"));
   // The evaluation number whose best value keeps checkpoints/best<ext> (train/metric_watch.h);
   // "" = none.
-  std::string keep_best;
+  std::string keep_best = schema_default_string(checkpoint_core_schema(), "keep_best");
 };
 
 struct Experiment {

@@ -23,30 +23,55 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/core/config/choices.h"
+#include "mixtrain/core/config/host_schemas.h"
+
 namespace mixtrain::core {
 
+enum class LrScheduleKind {
+  constant,
+  warmup_cosine,
+  linear,
+  step,
+  multistep,
+  onecycle,
+  inverse_sqrt
+};
+// The schedules lr_at knows with their config names (optimizer.schedule), in the order the docs
+// list them.
+inline constexpr ChoiceTable<LrScheduleKind, 7> kLrScheduleKinds{
+    {{"constant", LrScheduleKind::constant},
+     {"warmup_cosine", LrScheduleKind::warmup_cosine},
+     {"linear", LrScheduleKind::linear},
+     {"step", LrScheduleKind::step},
+     {"multistep", LrScheduleKind::multistep},
+     {"onecycle", LrScheduleKind::onecycle},
+     {"inverse_sqrt", LrScheduleKind::inverse_sqrt}}};
+
 struct LrSchedule {
-  // constant | warmup_cosine | linear | step | multistep | onecycle | inverse_sqrt
-  std::string kind = "constant";
+  // The defaults of the keys optimizer.schedule reads are the schema's (host_schemas.h).
+  LrScheduleKind kind = schema_default_choice(schedule_schema(), "schedule", kLrScheduleKinds);
   double base_lr = 1e-3;
-  double min_lr = 0.0;  // warmup_cosine, linear: the rate the decay ends at
-  std::int64_t warmup_steps = 0;
+  // warmup_cosine, linear: the rate the decay ends at.
+  double min_lr = schema_default_number(schedule_schema(), "min_lr");
+  std::int64_t warmup_steps = schema_default_int(schedule_schema(), "warmup_steps");
   std::int64_t total_steps = 1;
   // step: base_lr · gamma^floor(t / step_size); multistep: base_lr · gamma^(milestones <= t).
-  std::int64_t step_size = 1;
-  double gamma = 0.1;
+  std::int64_t step_size = schema_default_int(schedule_schema(), "step_size");
+  double gamma = schema_default_number(schedule_schema(), "gamma");
   std::vector<std::int64_t> milestones = {};  // strictly increasing, >= 1
   // onecycle: from base_lr / div_factor up to base_lr over pct_start · total_steps steps, then
   // down to base_lr / (div_factor · final_div_factor) at the last step.
-  double pct_start = 0.3;
-  double div_factor = 25.0;
-  double final_div_factor = 1e4;
+  double pct_start = schema_default_number(schedule_schema(), "pct_start");
+  double div_factor = schema_default_number(schedule_schema(), "div_factor");
+  double final_div_factor = schema_default_number(schedule_schema(), "final_div_factor");
 
   // lr for the optimizer step that follows `applied_steps` earlier applied steps (0-based).
   double lr_at(std::int64_t applied_steps) const;
 };
 
-// The schedules lr_at knows, in the order the docs list them.
+// The names of kLrScheduleKinds, in its order.
 const std::vector<std::string>& lr_schedule_kinds();
+std::string lr_schedule_name(LrScheduleKind kind);  // as optimizer.schedule spells it
 
 }  // namespace mixtrain::core
