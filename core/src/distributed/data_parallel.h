@@ -58,17 +58,17 @@ struct DataParallelSettings {
   std::int64_t bucket_bytes = 25ll << 20;
   bool overlap = true;
   // [distributed] batch_norm = "sync": attach() installs a statistics reducer (a host all-reduce
-  // of the per-channel sums) on every batchnorm2d layer; BackendError naming the node when the
-  // backend lacks BatchNormFacet version 2's ops.
+  // of the per-channel sums) on every layer whose traits say reduces_statistics (batch norm);
+  // BackendError naming the node when the backend lacks the synchronized_needs() it asks for.
   bool sync_batch_norm = false;
 };
 
 // Where the step's communication time went, summed since the last take_timing().
 struct CommunicationTiming {
-  double wait_seconds = 0.0;              // finish_gradients: blocked waiting for buckets
-  double gather_seconds = 0.0;            // sharded: the masters' all-gather
-  std::int64_t buckets = 0;               // buckets communicated
-  std::int64_t started_in_backward = 0;   // of them, started by the hook (overlapped)
+  double wait_seconds = 0.0;             // finish_gradients: blocked waiting for buckets
+  double gather_seconds = 0.0;           // sharded: the masters' all-gather
+  std::int64_t buckets = 0;              // buckets communicated
+  std::int64_t started_in_backward = 0;  // of them, started by the hook (overlapped)
   CommunicationTiming& operator+=(const CommunicationTiming& o) {
     wait_seconds += o.wait_seconds;
     gather_seconds += o.gather_seconds;

@@ -30,16 +30,6 @@ namespace mixtrain::core {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-sdk::HostTensor to_host(sdk::DeviceBackend& b, const std::string& name, sdk::TensorView v) {
-  sdk::HostTensor h;
-  h.name = name;
-  h.dtype = v.dtype;
-  h.shape = v.shape.to_vector();
-  h.bytes.resize(v.bytes());
-  b.copy_to_host(h.bytes.data(), v);
-  return h;
-}
-
 namespace {
 
 nlohmann::json normalization_json(const ChannelStats& stats) {
@@ -84,8 +74,8 @@ void restore_watch(Trainer::State& s, const std::map<std::string, std::string>& 
     }
     watch->state = state;
   };
-  restore(s.early_stopping, "early_stopping", "early stopping");
-  restore(s.keep_best, "keep_best", "checkpoint.keep_best");
+  restore(s.metrics.early_stopping, "early_stopping", "early stopping");
+  restore(s.metrics.keep_best, "keep_best", "checkpoint.keep_best");
 }
 
 // The training state on the host, as a checkpoint holds it; weights_only: the masters and
@@ -98,24 +88,21 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   for (auto* buf : s.model->buffers())
     st.tensors.push_back(to_host(b, "buffer/" + buf->name, buf->value.view()));
   if (!weights_only) {
-    if (s.dp && s.dp->sharded()) {
-      // Whole slots, gathered from every rank's shard: the file is a one-rank run's, so it
-      // resumes on any number of ranks (docs/architecture.md, "Data parallel").
-      for (auto& t : s.dp->gather_optimizer_state(*s.c.optimizer)) {
-        t.name = "optimizer/" + t.name;
-        st.tensors.push_back(std::move(t));
-      }
-    } else {
-      for (const auto& t : s.c.optimizer->state_tensors())
-        st.tensors.push_back(to_host(b, "optimizer/" + t.name, t.view));
+    // Whole slots (gathered from every rank's shard when sharded): the file is a one-rank run's,
+    // so it resumes on any number of ranks (docs/architecture.md, "Data parallel").
+    for (auto& t : s.reducer->optimizer_state(*s.c.optimizer)) {
+      t.name = "optimizer/" + t.name;
+      st.tensors.push_back(std::move(t));
     }
     for (std::size_t i = 0; i < s.ema.size(); ++i)
       st.tensors.push_back(to_host(b, "ema/" + params[i]->name, s.ema[i].view()));
   }
-  auto cursor = s.sampler->cursor();
+  auto cursor = s.data.sampler->cursor();
   st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
   st.metadata["mixtrain.version"] = sdk::kSdkVersion;
-  st.metadata["progress"] = progress_to_json({s.step, s.applied, s.skipped, s.last_loss}).dump();
+  st.metadata["progress"] = progress_to_json({s.position.step, s.position.applied,
+                                              s.position.skipped, s.metrics.last_loss})
+                                .dump();
   st.metadata["sampler"] = json{
       {"epoch", cursor.epoch},
       {"position", cursor.position},
@@ -133,12 +120,14 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
       resume_terms_to_json({s.e.data.batch_size, s.e.run.accumulate, s.schedule.total_steps})
           .dump();
   json watch = json::object();
-  if (s.early_stopping) watch["early_stopping"] = watched_metric_to_json(s.early_stopping->state);
-  if (s.keep_best) watch["keep_best"] = watched_metric_to_json(s.keep_best->state);
+  if (s.metrics.early_stopping)
+    watch["early_stopping"] = watched_metric_to_json(s.metrics.early_stopping->state);
+  if (s.metrics.keep_best) watch["keep_best"] = watched_metric_to_json(s.metrics.keep_best->state);
   if (!watch.empty()) st.metadata["watch"] = watch.dump();
   // The promotions are part of the plan the weights were trained under; the blames count on.
-  if (s.e.escalate.enabled || s.escalation.any_promoted() || !s.escalation.events().empty())
-    st.metadata["escalation"] = s.escalation.to_json().dump();
+  if (s.e.escalate.enabled || s.precision.escalation.any_promoted() ||
+      !s.precision.escalation.events().empty())
+    st.metadata["escalation"] = s.precision.escalation.to_json().dump();
   return st;
 }
 
@@ -175,52 +164,53 @@ void save_best_checkpoint(Trainer::State& s) {
   for (const auto& stale : sdk::remove_stale_temp_files(path.parent_path()))
     s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
   s.c.checkpoint_format->write(path, capture_state(s, /*weights_only=*/false));
-  s.best_path = path;
+  s.metrics.best_path = path;
   char line[128];
   std::snprintf(line, sizeof line, "best %s so far: %.6g at step %lld, written to ",
-                s.keep_best->state.metric.c_str(), s.keep_best->state.best,
-                static_cast<long long>(s.step));
+                s.metrics.keep_best->state.metric.c_str(), s.metrics.keep_best->state.best,
+                static_cast<long long>(s.position.step));
   s.log.info(line + path.string());
 }
 
 void reconcile_best_checkpoint(Trainer::State& s) {
-  if (!s.keep_best || s.resumed_from.empty() || s.run_dir.empty()) return;
+  if (!s.metrics.keep_best || s.position.resumed_from.empty() || s.run_dir.empty()) return;
   const fs::path here = best_file(s);
   std::error_code ec;
   std::optional<std::int64_t> here_step;
   if (fs::exists(here, ec)) {
     here_step = file_step(s, here);
-    if (here_step && *here_step > s.step) {
+    if (here_step && *here_step > s.position.step) {
       // Written after the resumed step: it belongs to the abandoned continuation, as the step
       // checkpoints after it do (runs/folder.h), and goes aside with them.
       const fs::path aside =
-          s.run_dir / ("checkpoints.discarded-after-step-" + std::to_string(s.step));
+          s.run_dir / ("checkpoints.discarded-after-step-" + std::to_string(s.position.step));
       fs::create_directories(aside, ec);
       fs::rename(here, aside / here.filename(), ec);
       if (ec)
         throw sdk::UserError("cannot move " + here.string() + " aside: " + ec.message(),
                              "it belongs to the abandoned continuation after step " +
-                                 std::to_string(s.step) + "; move or delete it, then resume");
+                                 std::to_string(s.position.step) +
+                                 "; move or delete it, then resume");
       s.log.info("moved " + here.string() + " (step " + std::to_string(*here_step) + ") to " +
                  aside.string() + ": it is from after the resumed step");
       here_step.reset();
     }
   }
-  const auto& w = s.keep_best->state;
+  const auto& w = s.metrics.keep_best->state;
   if (!w.has_best) return;
   if (here_step && *here_step == w.best_step) {
-    s.best_path = here;
+    s.metrics.best_path = here;
     return;
   }
   // Resumed into another folder: the best comes along from the resumed run's, so this run's
   // folder holds what its summary names.
   const fs::path there =
-      s.resumed_from.parent_path() / ("best" + s.c.checkpoint_format->file_extension());
+      s.position.resumed_from.parent_path() / ("best" + s.c.checkpoint_format->file_extension());
   sdk::TrainingState st;
   if (!fs::equivalent(there, here, ec) && fs::exists(there, ec) &&
       file_step(s, there, &st) == w.best_step) {
     s.c.checkpoint_format->write(here, st);
-    s.best_path = here;
+    s.metrics.best_path = here;
     s.log.info("copied the best checkpoint (step " + std::to_string(w.best_step) + ") from " +
                there.string() + " to " + here.string());
     return;
@@ -239,7 +229,7 @@ fs::path Trainer::save_checkpoint() {
   if (!s.writes) return {};  // a data-parallel rank other than 0 took part in the gather only
 
   char name[64];
-  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.step));
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.position.step));
   fs::path dir = s.run_dir / "checkpoints";
   fs::path path = dir / (name + s.c.checkpoint_format->file_extension());
   // A save killed midway (kill -9, power loss) leaves its temporary file; each save removes those
@@ -329,10 +319,11 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
     if (j.is_discarded())
       throw sdk::CheckpointError(path.string() + ": the 'escalation' entry is not valid JSON",
                                  "the checkpoint is damaged; use an earlier one");
-    s.escalation = Escalation::from_json(j, s.e.escalate, path.string());
-    if (s.escalation.any_promoted()) {
+    s.precision.escalation = Escalation::from_json(j, s.e.escalate, path.string());
+    if (s.precision.escalation.any_promoted()) {
       replan_model(s);
-      s.log.info(path.string() + ": " + std::to_string(s.escalation.promotions_standing()) +
+      s.log.info(path.string() + ": " +
+                 std::to_string(s.precision.escalation.promotions_standing()) +
                  " op(s) promoted by escalation; planned as trained");
     }
   }
@@ -435,18 +426,12 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
       throw sdk::CheckpointError(
           path.string() + ": the checkpoint was trained on other data (rows or seed differ)",
           "resume with the same [data] and run.seed as the original run");
-    if (s.dp && s.dp->sharded())
-      s.dp->load_optimizer_state(
-          *s.c.optimizer, [&](const std::string& name) { return st.find("optimizer/" + name); },
-          path.string());
-    else
-      for (const auto& t : s.c.optimizer->state_tensors()) {
-        const auto* h = st.find("optimizer/" + t.name);
-        if (h == nullptr)
-          throw sdk::CheckpointError(path.string() + ": no optimizer state '" + t.name + "'",
-                                     "resume with the same optimizer as the original run");
-        from_host(b, *h, t.view, path);
-      }
+    s.reducer->load_optimizer_state(
+        *s.c.optimizer, [&](const std::string& name) { return st.find("optimizer/" + name); },
+        [&](const sdk::HostTensor& whole, sdk::TensorView slot) {
+          from_host(b, whole, slot, path);
+        },
+        path.string());
     // The EMA continues where it was; a run that starts keeping one on resume starts it at the
     // resumed masters.
     const auto params = s.model->parameters();
@@ -478,18 +463,18 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
     load("scaler", s.e.scaler_type, *s.c.scaler);
     load("policy", s.e.policy_name, *s.c.policy);
     // Each step draws run.accumulate batches.
-    s.sampler->set_cursor(read_sampler_cursor(sampler, progress.step * s.e.run.accumulate,
-                                              s.sampler->batches_per_epoch(), path));
+    s.data.sampler->set_cursor(read_sampler_cursor(sampler, progress.step * s.e.run.accumulate,
+                                                   s.data.sampler->batches_per_epoch(), path));
     restore_watch(s, st.metadata, progress.step, path);
-    s.step = progress.step;
-    s.applied = progress.applied;
-    s.skipped = progress.skipped;
-    s.last_loss = progress.last_loss;
+    s.position.step = progress.step;
+    s.position.applied = progress.applied;
+    s.position.skipped = progress.skipped;
+    s.metrics.last_loss = progress.last_loss;
   } catch (const json::exception& e) {
     throw sdk::CheckpointError(path.string() + ": malformed training state: " + e.what(),
                                "the checkpoint is damaged; use an earlier one");
   }
-  s.log.info("resumed from " + path.string() + " at step " + std::to_string(s.step));
+  s.log.info("resumed from " + path.string() + " at step " + std::to_string(s.position.step));
 }
 
 }  // namespace mixtrain::core
