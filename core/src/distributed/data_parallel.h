@@ -20,8 +20,9 @@
 //   and, with `overlap`, starts the bucket's collective as soon as the bucket is complete, calling
 //   progress() as backward goes on; finish_gradients() starts what is left and waits for every
 //   bucket. The buckets then hold SUMS over the ranks: the caller folds 1/N into the unscale. The
-//   hook is off while set_hook_enabled(false) (the non-finite replay, which runs on one rank's
-//   batch only).
+//   hook (and the batch-norm statistics reducer) is off while set_hook_enabled(false): the
+//   non-finite replay, which runs on one rank's batch only, inside DataParallelReducer's
+//   local_only() scope (distributed/reducer.h).
 // - reduce_totals(): one host all-reduce per step of found_inf, Σg² and the loss, so every rank
 //   skips, clips and logs identically.
 // - gather_masters() (sharded, after an applied step): the updated masters all-gathered into

@@ -5,7 +5,8 @@
 // FP8 amaxes MAX-reduced, the lowest rank's blame, the sharded masters gathered after the update,
 // rank 0's buffers before evaluation, sharded optimizer state gathered and scattered for
 // checkpoints. Communication time is summed per logged window (report_step) and over the run
-// (report_run). Internal to the core.
+// (report_run), whose agreement check compares replica_state() and, unsharded, every optimizer
+// slot (each rank holds them all). Internal to the core.
 #pragma once
 
 #include <memory>
