@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -221,14 +222,63 @@ TEST(LocalReducer, LeavesTheStepAsItIsAndCommunicatesNothing) {
   EXPECT_EQ(f.optimizer->steps, 1);
 }
 
+// An optimizer holding one slot, "fc1.weight.m" fp32 [3].
+class OneSlotOptimizer final : public sdk::Optimizer {
+ public:
+  Tensor slot{test_support::cpu(), sdk::DType::fp32, sdk::Shape{3}};
+  double base_lr() const override { return 0.1; }
+  void bind(sdk::DeviceBackend&, std::span<const sdk::Parameter>) override {}
+  void step(sdk::DeviceBackend&, std::span<const sdk::Parameter>,
+            const sdk::StepContext&) override {}
+  std::vector<sdk::NamedTensorView> state_tensors() const override {
+    return {{"fc1.weight.m", slot.view()}};
+  }
+  sdk::ComponentState save_state() const override { return {}; }
+  void load_state(const sdk::ComponentState&) override {}
+};
+
 TEST(LocalReducer, OptimizerStateIsTheOptimizersOwnSlotsWhole) {
-  StepFixture f(std::make_unique<LocalReducer>(test_support::cpu()));
-  EXPECT_TRUE(f.s.reducer->optimizer_state(*f.optimizer).empty());
+  LocalReducer r(test_support::cpu());
+  OneSlotOptimizer optimizer;
+  test_support::write(optimizer.slot.view(), {1.0f, 2.0f, 3.0f});
+  const auto state = r.optimizer_state(optimizer);
+  ASSERT_EQ(state.size(), 1u);
+  EXPECT_EQ(state[0].name, "fc1.weight.m");
+  EXPECT_EQ(state[0].shape, (std::vector<std::int64_t>{3}));
+  ASSERT_EQ(state[0].bytes.size(), 12u);
+  float values[3];
+  std::memcpy(values, state[0].bytes.data(), sizeof values);
+  EXPECT_EQ(values[2], 3.0f);
+
+  // Back in: the loader gets the whole tensor for the whole slot.
+  std::vector<std::string> asked;
   int loaded = 0;
-  f.s.reducer->load_optimizer_state(
-      *f.optimizer, [](const std::string&) { return nullptr; },
-      [&](const sdk::HostTensor&, sdk::TensorView) { ++loaded; }, "file");
-  EXPECT_EQ(loaded, 0);  // no slots: nothing asked for, nothing missing
+  r.load_optimizer_state(
+      optimizer,
+      [&](const std::string& name) {
+        asked.push_back(name);
+        return &state[0];
+      },
+      [&](const sdk::HostTensor& whole, sdk::TensorView slot) {
+        EXPECT_EQ(&whole, &state[0]);
+        EXPECT_EQ(slot.data, optimizer.slot.view().data);
+        ++loaded;
+      },
+      "file.mxt");
+  EXPECT_EQ(asked, std::vector<std::string>{"fc1.weight.m"});
+  EXPECT_EQ(loaded, 1);
+
+  // A slot the file lacks is a CheckpointError naming the file and the slot.
+  try {
+    r.load_optimizer_state(
+        optimizer, [](const std::string&) { return nullptr; },
+        [](const sdk::HostTensor&, sdk::TensorView) { FAIL() << "nothing to load"; }, "file.mxt");
+    FAIL() << "expected a CheckpointError";
+  } catch (const sdk::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("file.mxt: no optimizer state 'fc1.weight.m'"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
