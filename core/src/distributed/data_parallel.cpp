@@ -8,7 +8,6 @@
 #include <zlib.h>
 
 #include "distributed/rank_agreement.h"
-#include "graph/ops/batchnorm2d.h"
 #include "mixtrain/core/graph/backend_needs.h"
 #include "mixtrain/sdk/error.h"
 
@@ -48,16 +47,15 @@ void DataParallel::install_batch_norm_reducers(Model& model) {
     if (hook_enabled_ && world_ > 1) comm_->all_reduce_host(values, sdk::ReduceOp::sum);
   };
   for (const auto& layer : model.layers()) {
-    auto* bn = dynamic_cast<BatchNorm2dLayer*>(layer.get());
-    if (bn == nullptr) continue;
-    for (const BackendNeed& need : bn->synchronized_needs())
+    if (!layer->traits().reduces_statistics) continue;
+    for (const BackendNeed& need : layer->synchronized_needs())
       if (auto why = unmet(*backend_, need))
-        throw sdk::BackendError("[distributed] batch_norm = \"sync\": node '" + bn->name() +
+        throw sdk::BackendError("[distributed] batch_norm = \"sync\": node '" + layer->name() +
                                     "' needs " + need_op_name(need) +
                                     ", which the backend does not provide: " + *why,
                                 "use batch_norm = \"local\", or a backend whose batch_norm facet "
                                 "is version 2 or later");
-    bn->set_statistics_reducer(reducer);
+    layer->set_statistics_reducer(reducer);
   }
 }
 

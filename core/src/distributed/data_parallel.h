@@ -20,8 +20,9 @@
 //   and, with `overlap`, starts the bucket's collective as soon as the bucket is complete, calling
 //   progress() as backward goes on; finish_gradients() starts what is left and waits for every
 //   bucket. The buckets then hold SUMS over the ranks: the caller folds 1/N into the unscale. The
-//   hook is off while set_hook_enabled(false) (the non-finite replay, which runs on one rank's
-//   batch only).
+//   hook (and the batch-norm statistics reducer) is off while set_hook_enabled(false): the
+//   non-finite replay, which runs on one rank's batch only, inside DataParallelReducer's
+//   local_only() scope (distributed/reducer.h).
 // - reduce_totals(): one host all-reduce per step of found_inf, Σg² and the loss, so every rank
 //   skips, clips and logs identically.
 // - gather_masters() (sharded, after an applied step): the updated masters all-gathered into
@@ -58,17 +59,17 @@ struct DataParallelSettings {
   std::int64_t bucket_bytes = 25ll << 20;
   bool overlap = true;
   // [distributed] batch_norm = "sync": attach() installs a statistics reducer (a host all-reduce
-  // of the per-channel sums) on every batchnorm2d layer; BackendError naming the node when the
-  // backend lacks BatchNormFacet version 2's ops.
+  // of the per-channel sums) on every layer whose traits say reduces_statistics (batch norm);
+  // BackendError naming the node when the backend lacks the synchronized_needs() it asks for.
   bool sync_batch_norm = false;
 };
 
 // Where the step's communication time went, summed since the last take_timing().
 struct CommunicationTiming {
-  double wait_seconds = 0.0;              // finish_gradients: blocked waiting for buckets
-  double gather_seconds = 0.0;            // sharded: the masters' all-gather
-  std::int64_t buckets = 0;               // buckets communicated
-  std::int64_t started_in_backward = 0;   // of them, started by the hook (overlapped)
+  double wait_seconds = 0.0;             // finish_gradients: blocked waiting for buckets
+  double gather_seconds = 0.0;           // sharded: the masters' all-gather
+  std::int64_t buckets = 0;              // buckets communicated
+  std::int64_t started_in_backward = 0;  // of them, started by the hook (overlapped)
   CommunicationTiming& operator+=(const CommunicationTiming& o) {
     wait_seconds += o.wait_seconds;
     gather_seconds += o.gather_seconds;

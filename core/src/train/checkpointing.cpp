@@ -30,16 +30,6 @@ namespace mixtrain::core {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-sdk::HostTensor to_host(sdk::DeviceBackend& b, const std::string& name, sdk::TensorView v) {
-  sdk::HostTensor h;
-  h.name = name;
-  h.dtype = v.dtype;
-  h.shape = v.shape.to_vector();
-  h.bytes.resize(v.bytes());
-  b.copy_to_host(h.bytes.data(), v);
-  return h;
-}
-
 namespace {
 
 nlohmann::json normalization_json(const ChannelStats& stats) {
@@ -84,8 +74,8 @@ void restore_watch(Trainer::State& s, const std::map<std::string, std::string>& 
     }
     watch->state = state;
   };
-  restore(s.early_stopping, "early_stopping", "early stopping");
-  restore(s.keep_best, "keep_best", "checkpoint.keep_best");
+  restore(s.metrics.early_stopping, "early_stopping", "early stopping");
+  restore(s.metrics.keep_best, "keep_best", "checkpoint.keep_best");
 }
 
 // The training state on the host, as a checkpoint holds it; weights_only: the masters and
@@ -98,24 +88,21 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   for (auto* buf : s.model->buffers())
     st.tensors.push_back(to_host(b, "buffer/" + buf->name, buf->value.view()));
   if (!weights_only) {
-    if (s.dp && s.dp->sharded()) {
-      // Whole slots, gathered from every rank's shard: the file is a one-rank run's, so it
-      // resumes on any number of ranks (docs/architecture.md, "Data parallel").
-      for (auto& t : s.dp->gather_optimizer_state(*s.c.optimizer)) {
-        t.name = "optimizer/" + t.name;
-        st.tensors.push_back(std::move(t));
-      }
-    } else {
-      for (const auto& t : s.c.optimizer->state_tensors())
-        st.tensors.push_back(to_host(b, "optimizer/" + t.name, t.view));
+    // Whole slots (gathered from every rank's shard when sharded): the file is a one-rank run's,
+    // so it resumes on any number of ranks (docs/architecture.md, "Data parallel").
+    for (auto& t : s.reducer->optimizer_state(*s.c.optimizer)) {
+      t.name = "optimizer/" + t.name;
+      st.tensors.push_back(std::move(t));
     }
     for (std::size_t i = 0; i < s.ema.size(); ++i)
       st.tensors.push_back(to_host(b, "ema/" + params[i]->name, s.ema[i].view()));
   }
-  auto cursor = s.sampler->cursor();
+  auto cursor = s.data.sampler->cursor();
   st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
   st.metadata["mixtrain.version"] = sdk::kSdkVersion;
-  st.metadata["progress"] = progress_to_json({s.step, s.applied, s.skipped, s.last_loss}).dump();
+  st.metadata["progress"] = progress_to_json({s.position.step, s.position.applied,
+                                              s.position.skipped, s.metrics.last_loss})
+                                .dump();
   st.metadata["sampler"] = json{
       {"epoch", cursor.epoch},
       {"position", cursor.position},
@@ -133,12 +120,14 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
       resume_terms_to_json({s.e.data.batch_size, s.e.run.accumulate, s.schedule.total_steps})
           .dump();
   json watch = json::object();
-  if (s.early_stopping) watch["early_stopping"] = watched_metric_to_json(s.early_stopping->state);
-  if (s.keep_best) watch["keep_best"] = watched_metric_to_json(s.keep_best->state);
+  if (s.metrics.early_stopping)
+    watch["early_stopping"] = watched_metric_to_json(s.metrics.early_stopping->state);
+  if (s.metrics.keep_best) watch["keep_best"] = watched_metric_to_json(s.metrics.keep_best->state);
   if (!watch.empty()) st.metadata["watch"] = watch.dump();
   // The promotions are part of the plan the weights were trained under; the blames count on.
-  if (s.e.escalate.enabled || s.escalation.any_promoted() || !s.escalation.events().empty())
-    st.metadata["escalation"] = s.escalation.to_json().dump();
+  if (s.e.escalate.enabled || s.precision.escalation.any_promoted() ||
+      !s.precision.escalation.events().empty())
+    st.metadata["escalation"] = s.precision.escalation.to_json().dump();
   return st;
 }
 
@@ -175,52 +164,53 @@ void save_best_checkpoint(Trainer::State& s) {
   for (const auto& stale : sdk::remove_stale_temp_files(path.parent_path()))
     s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
   s.c.checkpoint_format->write(path, capture_state(s, /*weights_only=*/false));
-  s.best_path = path;
+  s.metrics.best_path = path;
   char line[128];
   std::snprintf(line, sizeof line, "best %s so far: %.6g at step %lld, written to ",
-                s.keep_best->state.metric.c_str(), s.keep_best->state.best,
-                static_cast<long long>(s.step));
+                s.metrics.keep_best->state.metric.c_str(), s.metrics.keep_best->state.best,
+                static_cast<long long>(s.position.step));
   s.log.info(line + path.string());
 }
 
 void reconcile_best_checkpoint(Trainer::State& s) {
-  if (!s.keep_best || s.resumed_from.empty() || s.run_dir.empty()) return;
+  if (!s.metrics.keep_best || s.position.resumed_from.empty() || s.run_dir.empty()) return;
   const fs::path here = best_file(s);
   std::error_code ec;
   std::optional<std::int64_t> here_step;
   if (fs::exists(here, ec)) {
     here_step = file_step(s, here);
-    if (here_step && *here_step > s.step) {
+    if (here_step && *here_step > s.position.step) {
       // Written after the resumed step: it belongs to the abandoned continuation, as the step
       // checkpoints after it do (runs/folder.h), and goes aside with them.
       const fs::path aside =
-          s.run_dir / ("checkpoints.discarded-after-step-" + std::to_string(s.step));
+          s.run_dir / ("checkpoints.discarded-after-step-" + std::to_string(s.position.step));
       fs::create_directories(aside, ec);
       fs::rename(here, aside / here.filename(), ec);
       if (ec)
         throw sdk::UserError("cannot move " + here.string() + " aside: " + ec.message(),
                              "it belongs to the abandoned continuation after step " +
-                                 std::to_string(s.step) + "; move or delete it, then resume");
+                                 std::to_string(s.position.step) +
+                                 "; move or delete it, then resume");
       s.log.info("moved " + here.string() + " (step " + std::to_string(*here_step) + ") to " +
                  aside.string() + ": it is from after the resumed step");
       here_step.reset();
     }
   }
-  const auto& w = s.keep_best->state;
+  const auto& w = s.metrics.keep_best->state;
   if (!w.has_best) return;
   if (here_step && *here_step == w.best_step) {
-    s.best_path = here;
+    s.metrics.best_path = here;
     return;
   }
   // Resumed into another folder: the best comes along from the resumed run's, so this run's
   // folder holds what its summary names.
   const fs::path there =
-      s.resumed_from.parent_path() / ("best" + s.c.checkpoint_format->file_extension());
+      s.position.resumed_from.parent_path() / ("best" + s.c.checkpoint_format->file_extension());
   sdk::TrainingState st;
   if (!fs::equivalent(there, here, ec) && fs::exists(there, ec) &&
       file_step(s, there, &st) == w.best_step) {
     s.c.checkpoint_format->write(here, st);
-    s.best_path = here;
+    s.metrics.best_path = here;
     s.log.info("copied the best checkpoint (step " + std::to_string(w.best_step) + ") from " +
                there.string() + " to " + here.string());
     return;
@@ -239,7 +229,7 @@ fs::path Trainer::save_checkpoint() {
   if (!s.writes) return {};  // a data-parallel rank other than 0 took part in the gather only
 
   char name[64];
-  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.step));
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.position.step));
   fs::path dir = s.run_dir / "checkpoints";
   fs::path path = dir / (name + s.c.checkpoint_format->file_extension());
   // A save killed midway (kill -9, power loss) leaves its temporary file; each save removes those
@@ -296,200 +286,269 @@ std::string shape_hint(const sdk::HostTensor& t, const std::string& parameter,
 
 }  // namespace
 
+namespace {
+
+// A checkpoint file as read for a load: in the gpt2 layout its tensors are already converted to
+// mixtrain's names and layout, and file_names keeps each one's name in the file for the messages.
+struct CheckpointFile {
+  fs::path path;
+  sdk::TrainingState st;
+  bool gpt2 = false;
+  std::vector<std::string> file_names;
+
+  std::string name_in_file(const sdk::HostTensor& t) const {
+    return gpt2 ? file_names[static_cast<std::size_t>(&t - st.tensors.data())] : t.name;
+  }
+  std::string read_as() const { return gpt2 ? ", reading the gpt2 layout" : ""; }
+};
+
+CheckpointFile read_checkpoint_file(Trainer::State& s, const fs::path& path, bool weights_only,
+                                    WeightLayout layout) {
+  CheckpointFile file;
+  file.path = path;
+  file.st =
+      weights_only ? weights_format_for(s.c, path).read(path) : s.c.checkpoint_format->read(path);
+  file.gpt2 = layout == WeightLayout::gpt2;
+  if (file.gpt2) {
+    auto imported = from_gpt2_layout(std::move(file.st.tensors), path.string());
+    file.st.tensors = std::move(imported.tensors);
+    file.file_names = std::move(imported.file_names);
+    for (const auto& name : imported.dropped)
+      s.log.debug(path.string() + ": '" + name +
+                  "' is a causal-mask buffer or the tied head; not loaded");
+  }
+  return file;
+}
+
+// A run that escalated trained its later steps under a wider plan: a resume continues under it,
+// and so does a session that only evaluates (eval, predict, sample, export write no run).
+// checkpoint.init_from starts a new run from the config's plan.
+void restore_escalation(Trainer::State& s, const CheckpointFile& file, bool weights_only) {
+  const auto it = file.st.metadata.find("escalation");
+  if (it == file.st.metadata.end() || (weights_only && s.opt.write_outputs)) return;
+  const auto j = json::parse(it->second, nullptr, false);
+  if (j.is_discarded())
+    throw sdk::CheckpointError(file.path.string() + ": the 'escalation' entry is not valid JSON",
+                               "the checkpoint is damaged; use an earlier one");
+  s.precision.escalation = Escalation::from_json(j, s.e.escalate, file.path.string());
+  if (s.precision.escalation.any_promoted()) {
+    replan_model(s);
+    s.log.info(file.path.string() + ": " +
+               std::to_string(s.precision.escalation.promotions_standing()) +
+               " op(s) promoted by escalation; planned as trained");
+  }
+}
+
+[[noreturn]] void throw_missing_parameter(const CheckpointFile& file, const std::string& name) {
+  const auto& st = file.st;
+  std::string have;
+  for (std::size_t i = 0; i < st.tensors.size() && i < 8; ++i)
+    have += (i ? ", " : "") + file.name_in_file(st.tensors[i]);
+  if (st.tensors.size() > 8) have += ", ...";
+  const std::string looked_for = file.gpt2 ? "'" + name + "' and 'transformer." + name + "'"
+                                           : "'param/" + name + "' and '" + name + "'";
+  const bool hf_names = !file.gpt2 && st.find("transformer." + name) != nullptr;
+  throw sdk::CheckpointError(
+      file.path.string() + ": no tensor for parameter '" + name + "' (looked for " + looked_for +
+          file.read_as() + ")",
+      hf_names ? "the file holds 'transformer." + name +
+                     "', a Hugging Face GPT-2 state dict: load it in the gpt2 layout "
+                     "(checkpoint.init_layout = \"gpt2\"; eval and sample: --layout gpt2)"
+               : "the file belongs to a different model; it holds: " +
+                     (have.empty() ? "no tensors" : have));
+}
+
+[[noreturn]] void throw_misshapen_parameter(const CheckpointFile& file, const sdk::HostTensor& t,
+                                            const std::string& name,
+                                            const std::vector<std::int64_t>& expected,
+                                            bool weights_only, WeightLayout layout) {
+  const bool transposed = file.gpt2 && is_conv1d_weight(t.name);
+  const auto stored = transposed ? std::vector<std::int64_t>{t.shape[1], t.shape[0]} : t.shape;
+  throw sdk::CheckpointError(file.path.string() + ": tensor '" + file.name_in_file(t) +
+                                 "' has shape " + ops::shape_text(stored) +
+                                 (transposed ? " (the gpt2 layout reads it as Conv1D [in, out]: " +
+                                                   ops::shape_text(t.shape) + " as [out, in])"
+                                             : std::string()) +
+                                 " but parameter '" + name + "' expects " +
+                                 ops::shape_text(expected),
+                             shape_hint(t, name, expected, weights_only, layout));
+}
+
+// Weights are "param/<layer>.<weight|bias>" in mixtrain's checkpoints and plain
+// "<layer>.<weight|bias>" in files exported for (or written by) other tools; buffers likewise.
+// Adds the tensors it loaded to `used`.
+void load_parameters(Trainer::State& s, const CheckpointFile& file, bool weights_only,
+                     WeightLayout layout, std::set<const sdk::HostTensor*>& used) {
+  const auto& st = file.st;
+  for (auto* p : s.model->parameters()) {
+    const auto* t = file.gpt2 ? nullptr : st.find("param/" + p->name);
+    if (t == nullptr) t = st.find(p->name);
+    if (t == nullptr) throw_missing_parameter(file, p->name);
+    const auto expected = p->master.view().shape.to_vector();
+    if (t->shape != expected)
+      throw_misshapen_parameter(file, *t, p->name, expected, weights_only, layout);
+    from_host(*s.c.backend, *t, p->master.view(), file.path);
+    used.insert(t);
+  }
+}
+
+void load_buffers(Trainer::State& s, const CheckpointFile& file,
+                  std::set<const sdk::HostTensor*>& used) {
+  const auto& st = file.st;
+  for (auto* buf : s.model->buffers()) {
+    const auto* t = file.gpt2 ? nullptr : st.find("buffer/" + buf->name);
+    if (t == nullptr) t = st.find(buf->name);
+    if (t == nullptr)
+      throw sdk::CheckpointError(
+          file.path.string() + ": no tensor for buffer '" + buf->name + "' (looked for " +
+              (file.gpt2 ? "'" + buf->name + "'"
+                         : "'buffer/" + buf->name + "' and '" + buf->name + "'") +
+              file.read_as() + ")",
+          "the file was written for a model without this node's state; "
+          "use a checkpoint of this model");
+    from_host(*s.c.backend, *t, buf->value.view(), file.path);
+    used.insert(t);
+  }
+}
+
+// A GPT-2 file is a whole model: a tensor left over means the sizes differ (more layers, biases
+// the model has not).
+void check_whole_gpt2(const CheckpointFile& file, const std::set<const sdk::HostTensor*>& used) {
+  if (!file.gpt2) return;
+  for (const auto& t : file.st.tensors)
+    if (!used.count(&t))
+      throw sdk::CheckpointError(
+          file.path.string() + ": tensor '" + file.name_in_file(t) +
+              "' matches no parameter of the model (reading the gpt2 layout)",
+          "the file holds a different GPT: match [model.gpt] (n_layer, n_embd, bias) and the "
+          "vocabulary and block size to it");
+}
+
+void finish_initial_weights(Trainer::State& s, const CheckpointFile& file,
+                            const std::set<const sdk::HostTensor*>& used) {
+  reset_ema(s);  // the EMA of initial weights starts at them
+  for (const auto& t : file.st.tensors)
+    if (!used.count(&t) && (t.name.find('/') == std::string::npos ||
+                            t.name.rfind("param/", 0) == 0 || t.name.rfind("buffer/", 0) == 0))
+      s.log.warn(file.path.string() + ": tensor '" + t.name +
+                 "' matches no parameter or buffer; ignored");
+  s.log.info("initial weights loaded from " + file.path.string() +
+             (file.gpt2 ? " (Hugging Face GPT-2 layout)" : ""));
+}
+
+// A metadata entry of a full training state, parsed.
+json metadata_entry(const CheckpointFile& file, const std::string& key) {
+  auto it = file.st.metadata.find(key);
+  if (it == file.st.metadata.end())
+    throw sdk::CheckpointError(file.path.string() + ": no '" + key + "' entry",
+                               "this file holds weights only; use it as checkpoint.init_from");
+  auto j = json::parse(it->second, nullptr, false);
+  if (j.is_discarded())
+    throw sdk::CheckpointError(file.path.string() + ": the '" + key + "' entry is not valid JSON");
+  return j;
+}
+
+void check_same_data(const Trainer::State& s, const json& sampler, const fs::path& path) {
+  if (read_checkpoint_int(sampler.at("rows"), "sampler.rows", 0,
+                          std::numeric_limits<std::int64_t>::max(), path) != s.train.rows ||
+      !sampler.at("seed").is_number_unsigned() ||
+      sampler.at("seed").get<std::uint64_t>() != s.e.run.seed)
+    throw sdk::CheckpointError(
+        path.string() + ": the checkpoint was trained on other data (rows or seed differ)",
+        "resume with the same [data] and run.seed as the original run");
+}
+
+// The EMA continues where it was; a run that starts keeping one on resume starts it at the
+// resumed masters.
+void restore_ema(Trainer::State& s, const CheckpointFile& file) {
+  const auto params = s.model->parameters();
+  for (std::size_t i = 0; i < s.ema.size(); ++i) {
+    const auto* h = file.st.find("ema/" + params[i]->name);
+    if (h == nullptr) {
+      reset_ema(s);
+      s.log.warn(file.path.string() +
+                 ": the checkpoint holds no EMA of the weights; [ema] starts "
+                 "one at the resumed weights");
+      return;
+    }
+    from_host(*s.c.backend, *h, s.ema[i].view(), file.path);
+  }
+}
+
+// A component's state; the components range-check their own entries, and their messages gain
+// the file's name.
+template <typename Component>
+void restore_component(const CheckpointFile& file, const char* what, const std::string& type,
+                       const TrainingProgress& progress, Component& component) {
+  auto state = component_state_from_json(metadata_entry(file, what), what, type, file.path);
+  check_component_counters(state, what, progress, file.path);
+  try {
+    component.load_state(state);
+  } catch (const sdk::CheckpointError& e) {
+    const std::string message = e.what();
+    const bool says_role = message.rfind(what, 0) == 0;  // "scaler 'dynamic' state ..."
+    throw sdk::CheckpointError(
+        file.path.string() + ": " + (says_role ? "" : what + std::string(": ")) + message,
+        e.hint());
+  }
+}
+
+// Everything of a full training state besides the weights: the counters, the optimizer's
+// slots, the EMA, the components' states, the sampler's cursor and the watched metrics.
+void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
+  const fs::path& path = file.path;
+  auto progress = read_progress(metadata_entry(file, "progress"), s.e.run.steps, path);
+  // Before the sampler's cursor, whose check a changed batch size would fail less clearly.
+  keep_resume_terms(read_resume_terms(file.st.metadata, path), s.e, s.schedule, progress.applied,
+                    s.log, path);
+  auto sampler = metadata_entry(file, "sampler");
+  check_same_data(s, sampler, path);
+  s.reducer->load_optimizer_state(
+      *s.c.optimizer, [&](const std::string& name) { return file.st.find("optimizer/" + name); },
+      [&](const sdk::HostTensor& whole, sdk::TensorView slot) {
+        from_host(*s.c.backend, whole, slot, path);
+      },
+      path.string());
+  restore_ema(s, file);
+  restore_component(file, "optimizer", s.e.optimizer_type, progress, *s.c.optimizer);
+  restore_component(file, "scaler", s.e.scaler_type, progress, *s.c.scaler);
+  restore_component(file, "policy", s.e.policy_name, progress, *s.c.policy);
+  // Each step draws run.accumulate batches.
+  s.data.sampler->set_cursor(read_sampler_cursor(sampler, progress.step * s.e.run.accumulate,
+                                                 s.data.sampler->batches_per_epoch(), path));
+  restore_watch(s, file.st.metadata, progress.step, path);
+  s.position.step = progress.step;
+  s.position.applied = progress.applied;
+  s.position.skipped = progress.skipped;
+  s.metrics.last_loss = progress.last_loss;
+}
+
+}  // namespace
+
 void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLayout layout) {
   if (!weights_only && layout != WeightLayout::native)
     throw std::invalid_argument(
         "load_checkpoint: a resumed training state is in the native layout");
   auto& s = *s_;
-  auto& b = *s.c.backend;
-  auto st =
-      weights_only ? weights_format_for(s.c, path).read(path) : s.c.checkpoint_format->read(path);
-  const bool gpt2 = layout == WeightLayout::gpt2;
-  // The gpt2 layout: Hugging Face names and Conv1D weights, converted up front; file_names keeps
-  // each tensor's name in the file for the messages.
-  std::vector<std::string> file_names;
-  if (gpt2) {
-    auto imported = from_gpt2_layout(std::move(st.tensors), path.string());
-    st.tensors = std::move(imported.tensors);
-    file_names = std::move(imported.file_names);
-    for (const auto& name : imported.dropped)
-      s.log.debug(path.string() + ": '" + name +
-                  "' is a causal-mask buffer or the tied head; not loaded");
-  }
-  auto file_name = [&](const sdk::HostTensor& t) {
-    return gpt2 ? file_names[static_cast<std::size_t>(&t - st.tensors.data())] : t.name;
-  };
-  const std::string read_as = gpt2 ? ", reading the gpt2 layout" : "";
-  // A run that escalated trained its later steps under a wider plan: a resume continues under it,
-  // and so does a session that only evaluates (eval, predict, sample, export write no run).
-  // checkpoint.init_from starts a new run from the config's plan.
-  if (auto it = st.metadata.find("escalation");
-      it != st.metadata.end() && (!weights_only || !s.opt.write_outputs)) {
-    const auto j = json::parse(it->second, nullptr, false);
-    if (j.is_discarded())
-      throw sdk::CheckpointError(path.string() + ": the 'escalation' entry is not valid JSON",
-                                 "the checkpoint is damaged; use an earlier one");
-    s.escalation = Escalation::from_json(j, s.e.escalate, path.string());
-    if (s.escalation.any_promoted()) {
-      replan_model(s);
-      s.log.info(path.string() + ": " + std::to_string(s.escalation.promotions_standing()) +
-                 " op(s) promoted by escalation; planned as trained");
-    }
-  }
-  // Weights are "param/<layer>.<weight|bias>" in mixtrain's checkpoints and plain
-  // "<layer>.<weight|bias>" in files exported for (or written by) other tools.
+  const CheckpointFile file = read_checkpoint_file(s, path, weights_only, layout);
+  restore_escalation(s, file, weights_only);
   std::set<const sdk::HostTensor*> used;
-  for (auto* p : s.model->parameters()) {
-    const auto* t = gpt2 ? nullptr : st.find("param/" + p->name);
-    if (t == nullptr) t = st.find(p->name);
-    if (t == nullptr) {
-      std::string have;
-      for (std::size_t i = 0; i < st.tensors.size() && i < 8; ++i)
-        have += (i ? ", " : "") + file_name(st.tensors[i]);
-      if (st.tensors.size() > 8) have += ", ...";
-      const std::string looked_for = gpt2 ? "'" + p->name + "' and 'transformer." + p->name + "'"
-                                          : "'param/" + p->name + "' and '" + p->name + "'";
-      const bool hf_names = !gpt2 && st.find("transformer." + p->name) != nullptr;
-      throw sdk::CheckpointError(
-          path.string() + ": no tensor for parameter '" + p->name + "' (looked for " + looked_for +
-              read_as + ")",
-          hf_names ? "the file holds 'transformer." + p->name +
-                         "', a Hugging Face GPT-2 state dict: load it in the gpt2 layout "
-                         "(checkpoint.init_layout = \"gpt2\"; eval and sample: --layout gpt2)"
-                   : "the file belongs to a different model; it holds: " +
-                         (have.empty() ? "no tensors" : have));
-    }
-    const auto expected = p->master.view().shape.to_vector();
-    if (t->shape != expected) {
-      const bool transposed = gpt2 && is_conv1d_weight(t->name);
-      const auto stored =
-          transposed ? std::vector<std::int64_t>{t->shape[1], t->shape[0]} : t->shape;
-      throw sdk::CheckpointError(
-          path.string() + ": tensor '" + file_name(*t) + "' has shape " + ops::shape_text(stored) +
-              (transposed ? " (the gpt2 layout reads it as Conv1D [in, out]: " +
-                                ops::shape_text(t->shape) + " as [out, in])"
-                          : std::string()) +
-              " but parameter '" + p->name + "' expects " + ops::shape_text(expected),
-          shape_hint(*t, p->name, expected, weights_only, layout));
-    }
-    from_host(b, *t, p->master.view(), path);
-    used.insert(t);
-  }
-  for (auto* buf : s.model->buffers()) {
-    const auto* t = gpt2 ? nullptr : st.find("buffer/" + buf->name);
-    if (t == nullptr) t = st.find(buf->name);
-    if (t == nullptr)
-      throw sdk::CheckpointError(path.string() + ": no tensor for buffer '" + buf->name +
-                                     "' (looked for " +
-                                     (gpt2 ? "'" + buf->name + "'"
-                                           : "'buffer/" + buf->name + "' and '" + buf->name + "'") +
-                                     read_as + ")",
-                                 "the file was written for a model without this node's state; "
-                                 "use a checkpoint of this model");
-    from_host(b, *t, buf->value.view(), path);
-    used.insert(t);
-  }
-  // A GPT-2 file is a whole model: a tensor left over means the sizes differ (more layers, biases
-  // the model has not).
-  if (gpt2)
-    for (const auto& t : st.tensors)
-      if (!used.count(&t))
-        throw sdk::CheckpointError(
-            path.string() + ": tensor '" + file_name(t) +
-                "' matches no parameter of the model (reading the gpt2 layout)",
-            "the file holds a different GPT: match [model.gpt] (n_layer, n_embd, bias) and the "
-            "vocabulary and block size to it");
+  load_parameters(s, file, weights_only, layout, used);
+  load_buffers(s, file, used);
+  check_whole_gpt2(file, used);
   s.model->refresh_working_copies();
   if (weights_only) {
-    reset_ema(s);  // the EMA of initial weights starts at them
-    for (const auto& t : st.tensors)
-      if (!used.count(&t) && (t.name.find('/') == std::string::npos ||
-                              t.name.rfind("param/", 0) == 0 || t.name.rfind("buffer/", 0) == 0))
-        s.log.warn(path.string() + ": tensor '" + t.name +
-                   "' matches no parameter or buffer; ignored");
-    s.log.info("initial weights loaded from " + path.string() +
-               (gpt2 ? " (Hugging Face GPT-2 layout)" : ""));
+    finish_initial_weights(s, file, used);
     return;
   }
-  auto meta = [&](const std::string& key) -> json {
-    auto it = st.metadata.find(key);
-    if (it == st.metadata.end())
-      throw sdk::CheckpointError(path.string() + ": no '" + key + "' entry",
-                                 "this file holds weights only; use it as checkpoint.init_from");
-    auto j = json::parse(it->second, nullptr, false);
-    if (j.is_discarded())
-      throw sdk::CheckpointError(path.string() + ": the '" + key + "' entry is not valid JSON");
-    return j;
-  };
-  check_training_state_version(st.metadata, path);
+  check_training_state_version(file.st.metadata, path);
   try {
-    auto progress = read_progress(meta("progress"), s.e.run.steps, path);
-    // Before the sampler's cursor, whose check a changed batch size would fail less clearly.
-    keep_resume_terms(read_resume_terms(st.metadata, path), s.e, s.schedule, progress.applied,
-                      s.log, path);
-    auto sampler = meta("sampler");
-    if (read_checkpoint_int(sampler.at("rows"), "sampler.rows", 0,
-                            std::numeric_limits<std::int64_t>::max(), path) != s.train.rows ||
-        !sampler.at("seed").is_number_unsigned() ||
-        sampler.at("seed").get<std::uint64_t>() != s.e.run.seed)
-      throw sdk::CheckpointError(
-          path.string() + ": the checkpoint was trained on other data (rows or seed differ)",
-          "resume with the same [data] and run.seed as the original run");
-    if (s.dp && s.dp->sharded())
-      s.dp->load_optimizer_state(
-          *s.c.optimizer, [&](const std::string& name) { return st.find("optimizer/" + name); },
-          path.string());
-    else
-      for (const auto& t : s.c.optimizer->state_tensors()) {
-        const auto* h = st.find("optimizer/" + t.name);
-        if (h == nullptr)
-          throw sdk::CheckpointError(path.string() + ": no optimizer state '" + t.name + "'",
-                                     "resume with the same optimizer as the original run");
-        from_host(b, *h, t.view, path);
-      }
-    // The EMA continues where it was; a run that starts keeping one on resume starts it at the
-    // resumed masters.
-    const auto params = s.model->parameters();
-    for (std::size_t i = 0; i < s.ema.size(); ++i) {
-      const auto* h = st.find("ema/" + params[i]->name);
-      if (h == nullptr) {
-        reset_ema(s);
-        s.log.warn(path.string() +
-                   ": the checkpoint holds no EMA of the weights; [ema] starts "
-                   "one at the resumed weights");
-        break;
-      }
-      from_host(b, *h, s.ema[i].view(), path);
-    }
-    // The components range-check their own entries; their messages gain the file's name.
-    auto load = [&](const char* what, const std::string& type, auto& component) {
-      auto state = component_state_from_json(meta(what), what, type, path);
-      check_component_counters(state, what, progress, path);
-      try {
-        component.load_state(state);
-      } catch (const sdk::CheckpointError& e) {
-        const std::string message = e.what();
-        const bool says_role = message.rfind(what, 0) == 0;  // "scaler 'dynamic' state ..."
-        throw sdk::CheckpointError(
-            path.string() + ": " + (says_role ? "" : what + std::string(": ")) + message, e.hint());
-      }
-    };
-    load("optimizer", s.e.optimizer_type, *s.c.optimizer);
-    load("scaler", s.e.scaler_type, *s.c.scaler);
-    load("policy", s.e.policy_name, *s.c.policy);
-    // Each step draws run.accumulate batches.
-    s.sampler->set_cursor(read_sampler_cursor(sampler, progress.step * s.e.run.accumulate,
-                                              s.sampler->batches_per_epoch(), path));
-    restore_watch(s, st.metadata, progress.step, path);
-    s.step = progress.step;
-    s.applied = progress.applied;
-    s.skipped = progress.skipped;
-    s.last_loss = progress.last_loss;
+    restore_training_state(s, file);
   } catch (const json::exception& e) {
     throw sdk::CheckpointError(path.string() + ": malformed training state: " + e.what(),
                                "the checkpoint is damaged; use an earlier one");
   }
-  s.log.info("resumed from " + path.string() + " at step " + std::to_string(s.step));
+  s.log.info("resumed from " + path.string() + " at step " + std::to_string(s.position.step));
 }
 
 }  // namespace mixtrain::core

@@ -60,7 +60,7 @@ EvalResult Trainer::evaluate() {
   std::int64_t hits = 0;
   EvalResult r = predict(d, d.rows, [&](const PredictionBatch& batch) {
     const auto labels = static_cast<std::size_t>(batch.rows * per_row);
-    hits += top_k_hits(batch.logits, {s.y_host.data(), labels}, classes, k);
+    hits += top_k_hits(batch.logits, {s.data.y_host.data(), labels}, classes, k);
   });
   r.top_k = k;
   const double labels = static_cast<double>(d.rows) * static_cast<double>(per_row);

@@ -25,7 +25,7 @@ void build_model(Trainer::State& s) {
         "choose a top_k up to the number of classes (5 is usual), or 0 for none");
   auto caps = backend.capabilities();
   std::vector<PrecisionOverride> overrides = e.overrides;
-  for (auto& o : s.escalation.overrides()) overrides.push_back(std::move(o));
+  for (auto& o : s.precision.escalation.overrides()) overrides.push_back(std::move(o));
   plan_precision(*s.model, *s.c.policy, caps, overrides, s.log);
   // Every node's ops are asked in Model::allocate; the step's own gradient checks here.
   for (sdk::GradientCheckOp op : {sdk::GradientCheckOp::unscale_and_check_finite,
@@ -44,12 +44,13 @@ void build_model(Trainer::State& s) {
         throw sdk::BackendError("ema needs " + need_op_name(need) + " on fp32, which backend '" +
                                     caps.kind + "' does not provide: " + *why,
                                 "turn ema off, or use a backend that offers it");
-  s.underflow_watch = false;
+  s.precision.underflow_watch = false;
   for (const auto& l : s.model->layers())
-    if (sdk::dtype_size(l->precision().activation_grad) < 4) s.underflow_watch = true;
+    if (sdk::dtype_size(l->precision().activation_grad) < 4) s.precision.underflow_watch = true;
   const std::int64_t max_rows = std::max(s.rank_batch, e.data.eval_batch_size);
-  s.model->allocate(max_rows,
-                    /*reserve_fp32_gradients=*/e.run.underflow_every > 0 && s.underflow_watch);
+  s.model->allocate(
+      max_rows,
+      /*reserve_fp32_gradients=*/e.run.underflow_every > 0 && s.precision.underflow_watch);
   s.params.clear();
   s.grads.clear();
   for (auto* p : s.model->parameters()) {
@@ -63,7 +64,7 @@ void build_model(Trainer::State& s) {
     s.grads.push_back(p->grad.view());
   }
   // Data parallel: the optimizer sees the gradients in their buckets, or only this rank's shard.
-  if (s.dp) s.dp->attach(*s.model, s.params, s.grads);
+  s.reducer->attach(*s.model, s.params, s.grads);
   s.c.optimizer->bind(backend, s.params);
   {
     std::string static_step;  // why the step is not static ("": it is)
@@ -112,14 +113,15 @@ void replan_model(Trainer::State& s) {
 
 std::optional<Escalation::Event> escalate_after_step(Trainer::State& s, std::int64_t step,
                                                      const StepOutcome& outcome) {
-  if (!s.escalation.settings().enabled) return std::nullopt;
+  if (!s.precision.escalation.settings().enabled) return std::nullopt;
   const bool skipped = !outcome.decision.apply_step;
-  if (skipped && !outcome.blamed_node.empty())
+  const std::string& blamed = outcome.blame.node;
+  if (skipped && !blamed.empty())
     for (const auto& l : s.model->layers())
-      if (l->name() == outcome.blamed_node) s.escalation.start_from(l->name(), l->precision());
-  auto event = s.escalation.observe(step, skipped, outcome.blamed_node);
+      if (l->name() == blamed) s.precision.escalation.start_from(l->name(), l->precision());
+  auto event = s.precision.escalation.observe(step, skipped, blamed);
   if (!event) return event;
-  const auto& settings = s.escalation.settings();
+  const auto& settings = s.precision.escalation.settings();
   std::string steps;
   for (std::size_t i = 0; i < event->blames.size(); ++i)
     steps += (i ? ", " : "") + std::to_string(event->blames[i]);
@@ -150,9 +152,9 @@ std::optional<Escalation::Event> escalate_after_step(Trainer::State& s, std::int
   s.log.warn(message);
   nlohmann::json record = {{"step", step},
                            {"escalation", escalation_event_json(*event)},
-                           {"escalations_standing", s.escalation.promotions_standing()}};
-  s.metrics.write(record);
-  s.metrics.write_text(step, "precision/escalation", message);
+                           {"escalations_standing", s.precision.escalation.promotions_standing()}};
+  s.metrics.records.write(record);
+  s.metrics.records.write_text(step, "precision/escalation", message);
   if (event->kind != Escalation::Event::Kind::stuck) replan_model(s);
   return event;
 }

@@ -1,8 +1,9 @@
 #include "train/step.h"
 
 #include <cmath>
+#include <limits>
+#include <optional>
 
-#include "distributed/rank_agreement.h"
 #include "mixtrain/core/graph/diagnostics.h"
 #include "profiling/profile_scope.h"
 #include "train/step_statistics.h"
@@ -29,204 +30,206 @@ void feed_batch(Trainer::State& s, const Dataset& d, std::span<const std::int64_
   auto& b = *s.c.backend;
   const auto n = static_cast<std::int64_t>(rows.size());
   if (d.is_tokens()) {
-    gather_tokens(d, rows, s.ids_host.data(), s.y_host.data());
-    b.copy_from_host(s.model->input(n), s.ids_host.data());
+    gather_tokens(d, rows, s.data.ids_host.data(), s.data.y_host.data());
+    b.copy_from_host(s.model->input(n), s.data.ids_host.data());
   } else {
-    gather_batch(d, rows, s.x_host.data(), s.y_host.data());
+    gather_batch(d, rows, s.data.x_host.data(), s.data.y_host.data());
     if (training_batch && s.e.data.augment.spec.enabled())
-      augment_batch(s.e.data.augment.spec, d.sample_shape, s.black, s.x_host.data(), n,
+      augment_batch(s.e.data.augment.spec, d.sample_shape, s.black, s.data.x_host.data(), n,
                     s.e.run.seed, *training_batch);
-    b.copy_from_host(s.model->input(n), s.x_host.data());
+    b.copy_from_host(s.model->input(n), s.data.x_host.data());
   }
-  b.copy_from_host(s.model->labels(n), s.y_host.data());
+  b.copy_from_host(s.model->labels(n), s.data.y_host.data());
 }
 
-StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
-  const auto& e = s.e;
+namespace {
+
+// Each micro-batch's loss is a mean over its rows; seeding with scale / K makes the K
+// contributions sum to the gradient of their mean (exactly `scale` when K = 1).
+float loss_seed(float scale, std::int64_t micro) {
+  return micro == 1 ? scale : scale / static_cast<float>(micro);
+}
+
+// Draws micro-batch k's global batch, keeps this rank's share of it (and its batch number, for
+// a replay) and feeds it to the model.
+void feed_micro_batch(Trainer::State& s, std::int64_t k) {
+  const std::int64_t bs = s.rank_batch;
+  auto& idx = s.data.micro_batches[static_cast<std::size_t>(k)];
+  const auto cursor = s.data.sampler->cursor();
+  const auto number = static_cast<std::uint64_t>(cursor.epoch) *
+                          static_cast<std::uint64_t>(s.data.sampler->batches_per_epoch()) +
+                      static_cast<std::uint64_t>(cursor.position);
+  s.data.micro_batch_numbers[static_cast<std::size_t>(k)] = number;
+  const auto drawn = s.data.sampler->next();
+  // The sampler draws the global batch whatever the world size; rank r takes its r-th share,
+  // so the data each step sees does not depend on how many ranks share it.
+  const auto first = static_cast<std::size_t>(s.reducer->rank() * bs);
+  idx.assign(drawn.begin() + static_cast<std::ptrdiff_t>(first),
+             drawn.begin() + static_cast<std::ptrdiff_t>(first + static_cast<std::size_t>(bs)));
+  ProfileScope scope("data");
+  feed_batch(s, s.train, idx, number);
+}
+
+// Forward, loss and backward of micro-batch k (into the step's FP32 gradients); recorded once and
+// replayed when the backend offers step graphs and the step is static (train/step_graph.h).
+void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_t k, float seed) {
   auto& b = *s.c.backend;
   auto& model = *s.model;
-  auto& policy = *s.c.policy;
-  // Data parallel: each rank computes its rank_batch rows of the global batch.
   const std::int64_t bs = s.rank_batch;
-  const std::int64_t micro = e.run.accumulate;
-  DataParallel* dp = s.dp.get();
-  if (dp != nullptr) dp->begin_step();
-  StepOutcome out;
-  const float scale = s.c.scaler->scale();
-  // Each micro-batch's loss is a mean over its rows; seeding with scale / K makes the K
-  // contributions sum to the gradient of their mean (exactly `scale` when K = 1).
-  const float seed = micro == 1 ? scale : scale / static_cast<float>(micro);
-  const bool fp8_statistics = request.statistics && policy.uses_scaled_operands();
-  if (policy.uses_scaled_operands() && e.run.underflow_every > 0)
-    for (auto& l : model.layers()) l->collect_operand_stats(fp8_statistics);
-  s.micro_batches.resize(static_cast<std::size_t>(micro));
-  s.micro_batch_numbers.resize(static_cast<std::size_t>(micro));
-  for (std::int64_t k = 0; k < micro; ++k) {
-    // batch (host) -> device
-    auto& idx = s.micro_batches[static_cast<std::size_t>(k)];
-    const auto cursor = s.sampler->cursor();
-    const auto number = static_cast<std::uint64_t>(cursor.epoch) *
-                            static_cast<std::uint64_t>(s.sampler->batches_per_epoch()) +
-                        static_cast<std::uint64_t>(cursor.position);
-    s.micro_batch_numbers[static_cast<std::size_t>(k)] = number;
-    const auto drawn = s.sampler->next();
-    // The sampler draws the global batch whatever the world size; rank r takes its r-th share,
-    // so the data each step sees does not depend on how many ranks share it.
-    const std::size_t first = dp != nullptr ? static_cast<std::size_t>(dp->rank() * bs) : 0;
-    idx.assign(drawn.begin() + static_cast<std::ptrdiff_t>(first),
-               drawn.begin() + static_cast<std::ptrdiff_t>(first + static_cast<std::size_t>(bs)));
-    {
-      ProfileScope scope("data");
-      feed_batch(s, s.train, idx, number);
-    }
-
-    // forward, loss, backward (into the step's FP32 gradients); recorded once and replayed when
-    // the backend offers step graphs and the step is static (train/step_graph.h)
-    model.begin_micro_batch(k, micro, s.step);
-    StepObserver* observer = s.opt.observer;
-    const bool eager = request.statistics || model.has_gradient_ready_hook() || observer != nullptr;
-    const Extent extent = Extent::batch_of(bs);
-    Executor::ForwardVisitor forward_visit;
-    Executor::BackwardVisitor backward_visit;
-    if (observer != nullptr) {
-      forward_visit = [&](std::size_t node) {
-        observer->after_forward(model, node, extent);
-        return true;
-      };
-      backward_visit = [&](std::size_t node, std::span<const sdk::TensorView> input_grads) {
-        observer->after_backward(model, node, extent, input_grads);
-        return true;
-      };
-    }
-    s.step_graph->run({bs, seed}, eager, [&] {
-      model.forward(bs, forward_visit);
-      if (k == 0 && request.statistics && s.underflow_watch)
-        s.metrics.write(gradient_underflow_record(model, s.step, bs, seed, s.log));
-      // The loss stays on the device: the step's one wait is the found_inf read below.
-      model.compute_loss(bs, seed, true);
-      if (micro > 1) {
-        if (k == 0) b.fill(s.loss_sum.view(), 0.0f);
-        model.facets()
-            .call(sdk::ActivationOp::axpy)
-            ->axpy(1.0f / static_cast<float>(micro), model.loss_value(), s.loss_sum.view());
-      }
-      model.backward(bs, backward_visit);
-    });
+  const std::int64_t micro = s.e.run.accumulate;
+  model.begin_micro_batch(k, micro, s.position.step);
+  StepObserver* observer = s.opt.observer;
+  const bool eager = request.statistics || model.has_gradient_ready_hook() || observer != nullptr;
+  const Extent extent = Extent::batch_of(bs);
+  Executor::ForwardVisitor forward_visit;
+  Executor::BackwardVisitor backward_visit;
+  if (observer != nullptr) {
+    forward_visit = [&](std::size_t node) {
+      observer->after_forward(model, node, extent);
+      return true;
+    };
+    backward_visit = [&](std::size_t node, std::span<const sdk::TensorView> input_grads) {
+      observer->after_backward(model, node, extent, input_grads);
+      return true;
+    };
   }
+  s.step_graph->run({bs, seed}, eager, [&] {
+    model.forward(bs, forward_visit);
+    if (k == 0 && request.statistics && s.precision.underflow_watch)
+      s.metrics.records.write(gradient_underflow_record(model, s.position.step, bs, seed, s.log));
+    // The loss stays on the device: the step's one wait is the found_inf read below.
+    model.compute_loss(bs, seed, true);
+    if (micro > 1) {
+      if (k == 0) b.fill(s.loss_sum.view(), 0.0f);
+      model.facets().call(sdk::ActivationOp::axpy)->axpy(1.0f / static_cast<float>(micro), model.loss_value(),
+                            s.loss_sum.view());
+    }
+    model.backward(bs, backward_visit);
+  });
+}
 
-  // Data parallel: every bucket reduced (started during backward where it could be).
-  if (dp != nullptr) {
-    ProfileScope scope("gradient all-reduce");
-    dp->finish_gradients();
-  }
-
-  // unscale + non-finite check (and Σg² in the same wait). Data parallel: the buckets hold the
-  // ranks' sum, so the unscale also divides by the world size.
-  bool found_inf = false;
-  double grad_sum_squares = std::nan("");
-  ProfileScope checks_scope("gradient checks");
-  const float unscale =
-      dp == nullptr ? 1.0f / scale : 1.0f / (scale * static_cast<float>(dp->world()));
+// The fused unscale + non-finite check (and Σg² in the same wait). The gradients hold the sum
+// over the replicas, so the unscale also divides by their number.
+StepTotals check_gradients(Trainer::State& s, const StepRequest& request, float scale) {
+  auto& b = *s.c.backend;
+  StepTotals totals;
+  const float unscale = 1.0f / (scale * static_cast<float>(s.reducer->world()));
   if (request.wants_norm) {
-    const auto check = model.facets()
-                           .call(sdk::GradientCheckOp::unscale_check_and_sum_squares)
-                           ->unscale_check_and_sum_squares(s.grads, unscale);
-    found_inf = check.found_inf;
-    grad_sum_squares = check.sum_of_squares;
+    const auto check = model.facets().call(sdk::GradientCheckOp::unscale_check_and_sum_squares)->unscale_check_and_sum_squares(s.grads, unscale);
+    totals.found_inf = check.found_inf;
+    totals.sum_squares = check.sum_of_squares;
   } else {
-    found_inf = model.facets()
-                    .call(sdk::GradientCheckOp::unscale_and_check_finite)
-                    ->unscale_and_check_finite(s.grads, unscale);
+    totals.found_inf = model.facets().call(sdk::GradientCheckOp::unscale_and_check_finite)->unscale_and_check_finite(s.grads, unscale);
   }
+  return totals;
+}
+
+// The step's loss on the host: the last micro-batch's values with the micro-batches' mean loss.
+LossValues read_step_loss(Trainer::State& s) {
+  LossValues loss = s.model->read_loss();
+  if (s.e.run.accumulate > 1) s.c.backend->copy_to_host(&loss.loss, s.loss_sum.view());
+  return loss;
+}
+
+// The loss this step reports: the reduction's, else read now when asked or skipped (before an
+// eval overwrites the loss buffer), else the last one read.
+LossValues step_loss(Trainer::State& s, const StepRequest& request, bool applied,
+                     std::optional<LossValues> reduced) {
+  if (!reduced && (request.read_loss || !applied)) reduced = read_step_loss(s);
+  if (!reduced) {
+    LossValues last;
+    last.loss = s.metrics.last_loss;
+    return last;
+  }
+  s.metrics.last_loss = reduced->loss;
+  return *reduced;
+}
+
+// Clips after the unscale, then the optimizer step on the FP32 masters and the EMA update.
+// Returns the gradient norm (NaN unless the request wants it).
+double apply_update(Trainer::State& s, const StepRequest& request, double sum_squares, double lr) {
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();
+  float coef = 1.0f;
+  if (request.wants_norm) {
+    grad_norm = std::sqrt(sum_squares);
+    const double max_norm = s.e.schedule.clip_grad_norm;
+    if (max_norm > 0.0 && grad_norm > max_norm)
+      coef = static_cast<float>(max_norm / (grad_norm + 1e-6));
+  }
+  {
+    ProfileScope scope("optimizer");
+    s.c.optimizer->step(*s.c.backend, s.params, {static_cast<float>(lr), coef});
+    s.reducer->after_update(*s.model);
+    if (!s.ema.empty()) update_ema(s);
+  }
+  ++s.position.applied;
+  s.c.policy->on_step_end(true);
+  return grad_norm;
+}
+
+// Names the first non-finite tensor by replaying the step with a check after every write,
+// micro-batch by micro-batch; the policy hears of the skip afterwards, so it discards the
+// replay's amaxes too. Each rank replays its own rows without communicating; the lowest rank that
+// found something names it for all, so every rank logs and escalates the same.
+SkipBlame skip_update(Trainer::State& s, const sdk::ScalerDecision& decision) {
+  const std::int64_t micro = s.e.run.accumulate;
+  ++s.position.skipped;
+  const float replay_seed = loss_seed(decision.scale_before, micro);
+  SkipBlame mine;
+  {
+    const auto alone = s.reducer->local_only();
+    for (std::int64_t k = 0; k < micro && !mine.found(); ++k) {
+      const auto at = static_cast<std::size_t>(k);
+      if (micro > 1)
+        feed_batch(s, s.train, s.data.micro_batches[at], s.data.micro_batch_numbers[at]);
+      const NonfiniteSite site = locate_first_nonfinite(*s.model, s.rank_batch, replay_seed);
+      mine = SkipBlame{site.where, site.node};
+      if (micro > 1) mine = mine.in_micro_batch(k, micro);
+    }
+  }
+  const SkipBlame blame = s.reducer->agree_on_blame(mine);
+  s.c.policy->on_step_end(false);
+  if (s.reducer->leads())  // the same message on every rank: once is enough
+    s.log.warn(nonfinite_skip_message(s.position.step, blame.tensor_or_none(), decision));
+  return blame;
+}
+
+}  // namespace
+
+StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
+  const std::int64_t micro = s.e.run.accumulate;
+  auto& model = *s.model;
+  auto& policy = *s.c.policy;
+  s.reducer->begin_step();
+  const float scale = s.c.scaler->scale();
+  const float seed = loss_seed(scale, micro);
+  const bool fp8_statistics = request.statistics && policy.uses_scaled_operands();
+  if (policy.uses_scaled_operands() && s.e.run.underflow_every > 0)
+    for (auto& l : model.layers()) l->collect_operand_stats(fp8_statistics);
+  s.data.micro_batches.resize(static_cast<std::size_t>(micro));
+  s.data.micro_batch_numbers.resize(static_cast<std::size_t>(micro));
+  for (std::int64_t k = 0; k < micro; ++k) {
+    feed_micro_batch(s, k);
+    forward_backward(s, request, k, seed);
+  }
+  s.reducer->finish_gradients();
+
+  ProfileScope checks_scope("gradient checks");
+  StepTotals totals = check_gradients(s, request, scale);
   // The device is idle now, so what the host reads next costs no pipeline stall: the delayed
   // FP8 amaxes of this step's casts, and the loss where this step reports or keeps it.
-  if (policy.uses_scaled_operands()) {
-    if (dp != nullptr)
-      model.flush_operand_amaxes([&](std::span<float> amaxes) { dp->max_reduce(amaxes); });
-    else
-      model.flush_operand_amaxes();
-  }
-  if (dp != nullptr) {
-    // One host all-reduce a step: every rank skips, clips and reports the same.
-    LossValues local = model.read_loss();
-    if (micro > 1) b.copy_to_host(&local.loss, s.loss_sum.view());
-    const auto totals = dp->reduce_totals(found_inf, grad_sum_squares, local.loss);
-    found_inf = totals.found_inf;
-    grad_sum_squares = totals.sum_squares;
-    out.loss = local;
-    out.loss.loss = static_cast<float>(totals.loss);
-  }
-  out.decision = s.c.scaler->update(found_inf);
-  if (dp != nullptr) {
-    s.last_loss = out.loss.loss;
-  } else {
-    out.loss.loss = s.last_loss;
-    if (request.read_loss || !out.decision.apply_step) {
-      out.loss = model.read_loss();  // before an eval overwrites the loss buffer
-      if (micro > 1) b.copy_to_host(&out.loss.loss, s.loss_sum.view());
-      s.last_loss = out.loss.loss;
-    }
-  }
-
-  // clip, then step or skip
-  out.lr = s.schedule.lr_at(s.applied);
-  if (out.decision.apply_step) {
-    float coef = 1.0f;
-    if (request.wants_norm) {
-      out.grad_norm = std::sqrt(grad_sum_squares);
-      if (e.schedule.clip_grad_norm > 0.0 && out.grad_norm > e.schedule.clip_grad_norm)
-        coef = static_cast<float>(e.schedule.clip_grad_norm / (out.grad_norm + 1e-6));
-    }
-    {
-      ProfileScope scope("optimizer");
-      s.c.optimizer->step(b, s.params, {static_cast<float>(out.lr), coef});
-      // Sharded: each rank updated its shard; every rank needs every master.
-      if (dp != nullptr && dp->sharded()) dp->gather_masters(model);
-      if (!s.ema.empty()) update_ema(s);
-    }
-    ++s.applied;
-    policy.on_step_end(true);
-  } else {
-    ++s.skipped;
-    // Name the first non-finite tensor by replaying the step with a check after every write,
-    // micro-batch by micro-batch; the policy hears of the skip afterwards, so it discards the
-    // replay's amaxes too.
-    const float replay_seed = micro == 1 ? out.decision.scale_before
-                                         : out.decision.scale_before / static_cast<float>(micro);
-    // Each rank replays its own rows, without communicating; the lowest rank that found a
-    // non-finite value names it for all, so every rank logs and escalates the same.
-    if (dp != nullptr) dp->set_hook_enabled(false);
-    for (std::int64_t k = 0; k < micro && out.first_nonfinite.empty(); ++k) {
-      if (micro > 1) {
-        feed_batch(s, s.train, s.micro_batches[static_cast<std::size_t>(k)],
-                   s.micro_batch_numbers[static_cast<std::size_t>(k)]);
-      }
-      const NonfiniteSite site = locate_first_nonfinite(model, bs, replay_seed);
-      out.first_nonfinite = site.where;
-      out.blamed_node = site.node;
-      if (micro > 1 && !out.first_nonfinite.empty())
-        out.first_nonfinite = "micro-batch " + std::to_string(k + 1) + " of " +
-                              std::to_string(micro) + ": " + out.first_nonfinite;
-    }
-    if (dp != nullptr) {
-      dp->set_hook_enabled(true);
-      const std::string found =
-          lowest_rank_text(dp->communicator(), out.first_nonfinite.empty()
-                                                   ? std::string()
-                                                   : out.first_nonfinite + '\n' + out.blamed_node)
-              .text;
-      const auto cut = found.find('\n');
-      out.first_nonfinite = found.substr(0, cut);
-      out.blamed_node = cut == std::string::npos ? std::string() : found.substr(cut + 1);
-    }
-    policy.on_step_end(false);
-    if (dp == nullptr || dp->rank() == 0)  // the same message on every rank: once is enough
-      s.log.warn(nonfinite_skip_message(
-          s.step, out.first_nonfinite.empty() ? "none on replay" : out.first_nonfinite,
-          out.decision));
-  }
-  if (fp8_statistics) s.metrics.write(fp8_operand_record(model, s.step));
-  if (s.opt.observer != nullptr) s.opt.observer->after_step(s.step);
+  if (policy.uses_scaled_operands()) s.reducer->flush_operand_amaxes(model);
+  s.reducer->reduce_totals(totals, [&] { return read_step_loss(s); });
+  StepOutcome out;
+  out.decision = s.c.scaler->update(totals.found_inf);
+  out.loss = step_loss(s, request, out.decision.apply_step, totals.loss);
+  out.lr = s.schedule.lr_at(s.position.applied);
+  if (out.decision.apply_step)
+    out.grad_norm = apply_update(s, request, totals.sum_squares, out.lr);
+  else
+    out.blame = skip_update(s, out.decision);
+  if (fp8_statistics) s.metrics.records.write(fp8_operand_record(model, s.position.step));
+  if (s.opt.observer != nullptr) s.opt.observer->after_step(s.position.step);
   return out;
 }
 

@@ -9,20 +9,20 @@
 //   the optimizer step on the FP32 masters and the EMA update, or a skip that names the first
 //   non-finite tensor; the scaler and the policy hear the outcome once.
 //
-// Data parallel (s.dp; docs/architecture.md, "Data parallel"): each rank computes its share of
-// the global batch, the gradient buckets are reduced (started during backward by the
-// gradient-ready hook) before the unscale, which folds in 1/N; found_inf, Σg² and the loss are
-// reduced over the ranks in one host all-reduce (so the loss is read every step), FP8 amaxes are
-// MAX-reduced, and a sharded optimizer's updated masters are all-gathered after the update. A
-// skipped step's replay names the lowest rank's first non-finite tensor on every rank.
+// The replicas (s.reducer; distributed/reducer.h) are called at fixed points, in this order,
+// whether or not there are others: begin_step before the first micro-batch, the gradient-ready
+// hook during backward, finish_gradients before the unscale (which folds in 1 / world),
+// flush_operand_amaxes and reduce_totals after it, local_only around a skipped step's replay and
+// agree_on_blame after it, after_update after an applied update. Each rank computes its
+// rank_batch rows of every global batch (rows [rank · rank_batch, (rank + 1) · rank_batch)).
 //
 // The step writes its statistics records (gradient underflow, FP8 operands) to s.metrics when
 // the request asks; the step's own record is the caller's (it knows the window's throughput).
 #pragma once
 
 #include <limits>
-#include <string>
 
+#include "train/skip_blame.h"
 #include "train/trainer_state.h"
 
 namespace mixtrain::core {
@@ -38,8 +38,7 @@ struct StepOutcome {
   LossValues loss;  // read this step when asked or skipped; else the last value read
   double lr = 0.0;
   double grad_norm = std::numeric_limits<double>::quiet_NaN();  // when wants_norm and applied
-  std::string first_nonfinite;  // skipped: the first non-finite tensor on replay
-  std::string blamed_node;      // skipped: the node that wrote it (empty: batch, loss, none)
+  SkipBlame blame;  // skipped: what the replay found first (the same on every rank)
 };
 
 StepOutcome run_training_step(Trainer::State& s, const StepRequest& request);

@@ -1,6 +1,8 @@
 // Trainer::State: what one training run holds, shared by the files that implement the Trainer
 // (train/trainer.cpp: construction and the loop; train/step.cpp: one step; train/checkpointing.cpp:
-// save and resume; train/evaluation.cpp: evaluation). Internal to the core.
+// save and resume; train/evaluation.cpp: evaluation). Internal to the core. The run's position,
+// its precision state, its data position and its metrics are objects of their own
+// (train/run_position.h, precision_state.h, data_position.h, run_metrics.h).
 #pragma once
 
 #include <cstdint>
@@ -11,14 +13,15 @@
 #include <string>
 #include <vector>
 
-#include "distributed/data_parallel.h"
+#include "distributed/reducer.h"
 #include "mixtrain/core/console/log_sink.h"
-#include "mixtrain/core/data/batch_sampler.h"
 #include "mixtrain/core/train/lr_schedule.h"
 #include "mixtrain/core/train/trainer.h"
-#include "precision/escalation.h"
-#include "runs/metrics_log.h"
-#include "train/metric_watch.h"
+#include "train/data_position.h"
+#include "train/host_tensor.h"
+#include "train/precision_state.h"
+#include "train/run_metrics.h"
+#include "train/run_position.h"
 #include "train/step_graph.h"
 
 namespace mixtrain::core {
@@ -29,44 +32,32 @@ struct Trainer::State {
   TrainOptions opt;
   sdk::Logger log = core_logger("trainer");
   Dataset train, eval;
-  std::unique_ptr<Model> model;
-  std::vector<sdk::Parameter> params;
-  std::vector<sdk::TensorView> grads;
-  std::unique_ptr<BatchSampler> sampler;
-  LrSchedule schedule;
-  std::int64_t step = 0, applied = 0, skipped = 0;
-  std::filesystem::path run_dir;
-  MetricsLog metrics;
-  std::vector<float> x_host;           // a table's features [rows, F]
-  std::vector<std::int32_t> ids_host;  // token windows' ids [rows, T]
-  std::vector<std::int32_t> y_host;    // labels [rows · labels_per_row]
-  float last_loss = 0.0f;
-  std::filesystem::path resumed_from;
-  bool underflow_watch = false;  // some layer stores activation gradients in < 32 bits
-  // Gradient accumulation (run.accumulate > 1): the mean loss of the step's micro-batches, summed
-  // on the device, and each micro-batch's rows (a skipped step replays them).
-  Tensor loss_sum;
-  std::vector<std::vector<std::int64_t>> micro_batches;
-  std::vector<std::uint64_t> micro_batch_numbers;  // each one's batch number (augmentation)
   // Image data: what a raw 0 pixel is after normalisation, per channel (crop padding's fill).
   std::vector<float> black;
   ChannelStats normalization;  // [data.normalize] as applied; empty: none
+  std::unique_ptr<Model> model;
+  // What the optimizer is bound to and what the step unscales and checks (the reducer may have
+  // moved the gradients: distributed/reducer.h).
+  std::vector<sdk::Parameter> params;
+  std::vector<sdk::TensorView> grads;
+  LrSchedule schedule;
+  std::filesystem::path run_dir;
+  RunPosition position;
+  PrecisionState precision;
+  DataPosition data;
+  RunMetrics metrics;
+  // Gradient accumulation (run.accumulate > 1): the mean loss of the step's micro-batches, summed
+  // on the device.
+  Tensor loss_sum;
   // [ema]: an FP32 copy per parameter (model.parameters() order), updated after applied steps.
   std::vector<Tensor> ema;
   // Forward, loss and backward recorded and replayed where the backend and the step allow.
   std::unique_ptr<StepGraph> step_graph;
-  // run.early_stopping_patience > 0 and checkpoint.keep_best: the watched metrics, saved in
-  // checkpoints ("watch"); best_path is the best checkpoint's file once one exists.
-  std::optional<MetricWatch> early_stopping, keep_best;
-  std::filesystem::path best_path;
-  // [precision.escalate]: which ops were promoted and the blames counting towards the next
-  // promotion; its overrides are part of the plan (train/planned_model.h), saved in checkpoints.
-  Escalation escalation;
-  // [distributed]: this rank's part of the data-parallel step (distributed/data_parallel.h);
-  // null in one process. rank_batch is the rows each rank computes per micro-batch
-  // (data.batch_size / world: data.batch_size is the global batch). Only rank 0 writes files
-  // (`writes`); every rank runs the collectives that checkpoints and evaluation need.
-  std::unique_ptr<DataParallel> dp;
+  // The replicas that share the step (distributed/reducer.h): a LocalReducer in one process.
+  // rank_batch is the rows this process computes per micro-batch (data.batch_size / world:
+  // data.batch_size is the global batch). Only the leading rank writes files (`writes`); every
+  // rank runs the collectives that checkpoints and evaluation need.
+  std::unique_ptr<Reducer> reducer;
   std::int64_t rank_batch = 0;
   bool writes = true;
 };
@@ -91,8 +82,5 @@ void reconcile_best_checkpoint(Trainer::State& s);
 void update_ema(Trainer::State& s);
 // ema = master (a fresh EMA: at initialisation, or after loading initial weights).
 void reset_ema(Trainer::State& s);
-
-// A device tensor's bytes on the host, named (checkpoints; a replan's round trip of the state).
-sdk::HostTensor to_host(sdk::DeviceBackend& b, const std::string& name, sdk::TensorView v);
 
 }  // namespace mixtrain::core

@@ -27,6 +27,7 @@ BatchNorm2dLayer::BatchNorm2dLayer(std::string name, std::int64_t channels, std:
   // statistics, normalise, scale and shift: about five per element (a row is W elements of C).
   traits_.forward_flops_per_row = 5 * width_;
   if (affine_) traits_.parameters = {{"weight", {channels_}}, {"bias", {channels_}}};
+  traits_.reduces_statistics = true;
 }
 
 void BatchNorm2dLayer::set_statistics_reducer(StatisticsReducer reducer) {

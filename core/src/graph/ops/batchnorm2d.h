@@ -44,13 +44,12 @@ class BatchNorm2dLayer final : public Layer {
                    float eps, float momentum, bool affine, bool plain_input);
   std::int64_t channels() const { return channels_; }
   bool relu() const { return relu_; }
-  // Sums `values` over the ranks in place (every rank calls it with the same length); empty:
-  // local statistics.
-  using StatisticsReducer = std::function<void(std::span<double>)>;
-  void set_statistics_reducer(StatisticsReducer reducer);
+  // The reducer sums `values` over the ranks in place (every rank calls it with the same length);
+  // empty: local statistics.
+  void set_statistics_reducer(StatisticsReducer reducer) override;
   bool synchronized() const { return static_cast<bool>(reducer_); }
   // The version-2 ops the synchronized path calls (in backend_needs() once a reducer is set).
-  std::vector<BackendNeed> synchronized_needs() const;
+  std::vector<BackendNeed> synchronized_needs() const override;
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   bool take_relu() override;
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;

@@ -37,6 +37,7 @@
 //   (core/src/graph/ops/op_registry.cpp); the rest of the core sees only this interface.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -130,6 +131,9 @@ struct OpTraits {
   // dropout mask's key): a recorded step graph would replay a stale one, so a model with such an
   // op is never recorded (train/step_graph.h).
   bool varies_per_step = false;
+  // Training statistics that data parallel can sum over the ranks (synchronized batch norm): the
+  // op takes a StatisticsReducer (set_statistics_reducer) and then needs synchronized_needs().
+  bool reduces_statistics = false;
   // Forward FLOPs per output row (a multiply-add is 2): what `mixtrain check` sums per sample.
   // The Layer constructor sets out_features.
   std::int64_t forward_flops_per_row = 0;
@@ -221,6 +225,11 @@ class Layer {
   // dtype: asked before the first step, so a backend that lacks one stops the plan. A function of
   // the precision plan, which is set after construction, hence not a trait.
   virtual std::vector<BackendNeed> backend_needs(sdk::DType /*input*/) const { return {}; }
+  // Ops with traits().reduces_statistics: `reducer` sums a host vector over the ranks in place
+  // (empty: local statistics), and the facet ops that path adds to backend_needs().
+  using StatisticsReducer = std::function<void(std::span<double>)>;
+  virtual void set_statistics_reducer(StatisticsReducer /*reducer*/) {}
+  virtual std::vector<BackendNeed> synchronized_needs() const { return {}; }
 
   // Graph rewrites (GraphPlan::build), each answering whether the op took part:
   // - fuse_reader: the plan offers each op its single reader; an op that can run that reader

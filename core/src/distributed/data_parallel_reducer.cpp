@@ -1,0 +1,127 @@
+#include "distributed/data_parallel_reducer.h"
+
+#include "distributed/local_reducer.h"
+#include "distributed/rank_agreement.h"
+#include "profiling/profile_scope.h"
+
+namespace mixtrain::core {
+
+DataParallelReducer::DataParallelReducer(std::shared_ptr<sdk::Communicator> communicator,
+                                         std::shared_ptr<sdk::DeviceBackend> backend,
+                                         DataParallelSettings settings)
+    : comm_(communicator), backend_(backend), dp_(communicator, backend, settings) {}
+
+void DataParallelReducer::attach(Model& model, std::vector<sdk::Parameter>& params,
+                                 std::vector<sdk::TensorView>& grads) {
+  dp_.attach(model, params, grads);
+}
+
+void DataParallelReducer::begin_step() {
+  dp_.begin_step();
+}
+
+void DataParallelReducer::finish_gradients() {
+  ProfileScope scope("gradient all-reduce");
+  dp_.finish_gradients();
+}
+
+void DataParallelReducer::flush_operand_amaxes(Model& model) {
+  model.flush_operand_amaxes([&](std::span<float> amaxes) { dp_.max_reduce(amaxes); });
+}
+
+void DataParallelReducer::reduce_totals(StepTotals& totals,
+                                        const std::function<LossValues()>& read_loss) {
+  // One host all-reduce a step: every rank skips, clips and reports the same.
+  LossValues loss = read_loss();
+  const auto reduced = dp_.reduce_totals(totals.found_inf, totals.sum_squares, loss.loss);
+  totals.found_inf = reduced.found_inf;
+  totals.sum_squares = reduced.sum_squares;
+  loss.loss = static_cast<float>(reduced.loss);
+  totals.loss = loss;
+}
+
+SkipBlame DataParallelReducer::agree_on_blame(const SkipBlame& mine) {
+  return SkipBlame::from_text(lowest_rank_text(*comm_, mine.to_text()).text);
+}
+
+void DataParallelReducer::after_update(Model& model) {
+  // Sharded: each rank updated its shard; every rank needs every master.
+  if (dp_.sharded()) dp_.gather_masters(model);
+}
+
+bool DataParallelReducer::any_rank(bool mine) {
+  return core::any_rank(*comm_, mine);
+}
+
+void DataParallelReducer::before_evaluation(Model& model) {
+  dp_.broadcast_buffers(model);
+}
+
+std::vector<sdk::HostTensor> DataParallelReducer::optimizer_state(const sdk::Optimizer& optimizer) {
+  // Sharded: whole slots gathered from every rank's shard, so the file is a one-rank run's and
+  // resumes on any number of ranks; unsharded, every rank holds the whole state already.
+  if (dp_.sharded()) return dp_.gather_optimizer_state(optimizer);
+  return whole_optimizer_state(*backend_, optimizer);
+}
+
+void DataParallelReducer::load_optimizer_state(const sdk::Optimizer& optimizer,
+                                               const WholeTensorFinder& find,
+                                               const WholeTensorLoader& load,
+                                               const std::string& where) {
+  if (dp_.sharded())
+    dp_.load_optimizer_state(optimizer, find, where);
+  else
+    load_whole_optimizer_state(optimizer, find, load, where);
+}
+
+void DataParallelReducer::announce(sdk::Logger& log, std::int64_t global_batch) {
+  log.info("data parallel: " + comm_->description() + ", " +
+           std::to_string(global_batch / dp_.world()) + " rows per rank of each batch of " +
+           std::to_string(global_batch) + ", " + std::to_string(dp_.buckets().size()) +
+           " gradient buckets" + (dp_.sharded() ? ", optimizer state sharded (ZeRO stage 1)" : ""));
+}
+
+void DataParallelReducer::report_step(nlohmann::json& record) {
+  const auto t = dp_.take_timing();
+  run_timing_ += t;
+  record["allreduce_wait_seconds"] = t.wait_seconds;
+  record["buckets_started_in_backward"] = t.started_in_backward;
+  record["buckets_communicated"] = t.buckets;
+  if (dp_.sharded()) record["allgather_seconds"] = t.gather_seconds;
+}
+
+void DataParallelReducer::report_run(TrainSummary& summary, const sdk::Optimizer& optimizer,
+                                     const std::function<std::vector<std::byte>()>& replica_state,
+                                     sdk::Logger& log) {
+  run_timing_ += dp_.take_timing();  // what the last window left
+  std::size_t state_bytes = 0;
+  for (const auto& slot : optimizer.state_tensors()) state_bytes += slot.view.bytes();
+  // The largest rank's bytes: what each machine must hold.
+  double per_rank[2] = {static_cast<double>(state_bytes),
+                        static_cast<double>(summary.peak_memory_bytes)};
+  comm_->all_reduce_host(per_rank, sdk::ReduceOp::max);
+  auto& d = summary.distributed;
+  d.world_size = dp_.world();
+  d.communicator = comm_->description();
+  d.shard_optimizer = dp_.sharded();
+  d.buckets = static_cast<std::int64_t>(dp_.buckets().size());
+  d.optimizer_state_bytes = static_cast<std::size_t>(per_rank[0]);
+  d.peak_memory_bytes = static_cast<std::size_t>(per_rank[1]);
+  d.wait_seconds = run_timing_.wait_seconds;
+  d.gather_seconds = run_timing_.gather_seconds;
+  d.buckets_started_in_backward = run_timing_.started_in_backward;
+  d.buckets_communicated = run_timing_.buckets;
+  // Unsharded, every rank holds every optimizer slot, and they must agree too.
+  std::vector<std::byte> state = replica_state();
+  if (!dp_.sharded())
+    for (const auto& slot : whole_optimizer_state(*backend_, optimizer))
+      state.insert(state.end(), slot.bytes.begin(), slot.bytes.end());
+  d.ranks_identical = dp_.ranks_agree(state);
+  if (!d.ranks_identical)
+    log.error(
+        "the ranks' training states differ at the end of the run: the replicas went "
+        "out of step (a nondeterministic op, or a bug); this rank's checkpoint is "
+        "rank 0's");
+}
+
+}  // namespace mixtrain::core

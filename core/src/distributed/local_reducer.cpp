@@ -1,0 +1,41 @@
+#include "distributed/local_reducer.h"
+
+#include "mixtrain/sdk/error.h"
+#include "train/host_tensor.h"
+
+namespace mixtrain::core {
+
+Reducer::~Reducer() = default;
+
+std::vector<sdk::HostTensor> whole_optimizer_state(sdk::DeviceBackend& backend,
+                                                   const sdk::Optimizer& optimizer) {
+  std::vector<sdk::HostTensor> out;
+  for (const auto& t : optimizer.state_tensors()) out.push_back(to_host(backend, t.name, t.view));
+  return out;
+}
+
+void load_whole_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,
+                                const WholeTensorLoader& load, const std::string& where) {
+  for (const auto& t : optimizer.state_tensors()) {
+    const sdk::HostTensor* h = find(t.name);
+    if (h == nullptr)
+      throw sdk::CheckpointError(where + ": no optimizer state '" + t.name + "'",
+                                 "resume with the same optimizer as the original run");
+    load(*h, t.view);
+  }
+}
+
+LocalReducer::LocalReducer(std::shared_ptr<sdk::DeviceBackend> backend)
+    : backend_(std::move(backend)) {}
+
+std::vector<sdk::HostTensor> LocalReducer::optimizer_state(const sdk::Optimizer& optimizer) {
+  return whole_optimizer_state(*backend_, optimizer);
+}
+
+void LocalReducer::load_optimizer_state(const sdk::Optimizer& optimizer,
+                                        const WholeTensorFinder& find,
+                                        const WholeTensorLoader& load, const std::string& where) {
+  load_whole_optimizer_state(optimizer, find, load, where);
+}
+
+}  // namespace mixtrain::core

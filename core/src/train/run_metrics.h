@@ -1,0 +1,27 @@
+// RunMetrics: what a run reports and watches. Internal to the core.
+//
+// Contract
+// - records: the run folder's metrics sinks (metrics.jsonl and those run.metrics names); closed
+//   (writes nothing) where the process writes no run (rank > 0, evaluate-only use).
+// - last_loss: the last training loss read (the summary's final_loss; saved in checkpoints).
+// - early_stopping (run.early_stopping_patience > 0) and keep_best (checkpoint.keep_best): the
+//   watched metrics (train/metric_watch.h), saved in checkpoints ("watch"); absent when off.
+// - best_path: the best checkpoint's file once one exists in this run's folder; empty before.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+
+#include "runs/metrics_log.h"
+#include "train/metric_watch.h"
+
+namespace mixtrain::core {
+
+struct RunMetrics {
+  MetricsLog records;
+  float last_loss = 0.0f;
+  std::optional<MetricWatch> early_stopping, keep_best;
+  std::filesystem::path best_path;
+};
+
+}  // namespace mixtrain::core

@@ -1,0 +1,22 @@
+// RunPosition: where a training run stands, counted in optimizer steps; saved in checkpoints
+// ("progress") and restored by a resume. Internal to the core.
+//
+// Contract
+// - step: the last step run (0 before the first); applied + skipped == step for a run that
+//   started at 0 (a resumed run restores all three).
+// - resumed_from: the checkpoint file this run resumed from; empty for a fresh run.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+namespace mixtrain::core {
+
+struct RunPosition {
+  std::int64_t step = 0;
+  std::int64_t applied = 0;  // steps whose update the optimizer applied
+  std::int64_t skipped = 0;  // steps the scaler skipped (non-finite gradients)
+  std::filesystem::path resumed_from;
+};
+
+}  // namespace mixtrain::core
