@@ -111,15 +111,15 @@ void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_
 // The fused unscale + non-finite check (and Σg² in the same wait). The gradients hold the sum
 // over the replicas, so the unscale also divides by their number.
 StepTotals check_gradients(Trainer::State& s, const StepRequest& request, float scale) {
-  auto& b = *s.c.backend;
+  const BoundFacets& facets = s.model->facets();
   StepTotals totals;
   const float unscale = 1.0f / (scale * static_cast<float>(s.reducer->world()));
   if (request.wants_norm) {
-    const auto check = model.facets().call(sdk::GradientCheckOp::unscale_check_and_sum_squares)->unscale_check_and_sum_squares(s.grads, unscale);
+    const auto check = facets.call(sdk::GradientCheckOp::unscale_check_and_sum_squares)->unscale_check_and_sum_squares(s.grads, unscale);
     totals.found_inf = check.found_inf;
     totals.sum_squares = check.sum_of_squares;
   } else {
-    totals.found_inf = model.facets().call(sdk::GradientCheckOp::unscale_and_check_finite)->unscale_and_check_finite(s.grads, unscale);
+    totals.found_inf = facets.call(sdk::GradientCheckOp::unscale_and_check_finite)->unscale_and_check_finite(s.grads, unscale);
   }
   return totals;
 }

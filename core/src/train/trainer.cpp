@@ -17,7 +17,7 @@
 #include "mixtrain/core/distributed/config_agreement.h"
 #include "mixtrain/core/graph/model_summary.h"
 #include "mixtrain/core/runs/folder.h"
-#include "mixtrain/sdk/atomic_file_writer.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "train/planned_model.h"
 #include "train/step.h"
 #include "train/trainer_state.h"
