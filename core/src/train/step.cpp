@@ -101,8 +101,9 @@ void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_
     model.compute_loss(bs, seed, true);
     if (micro > 1) {
       if (k == 0) b.fill(s.loss_sum.view(), 0.0f);
-      model.facets().call(sdk::ActivationOp::axpy)->axpy(1.0f / static_cast<float>(micro), model.loss_value(),
-                            s.loss_sum.view());
+      model.facets()
+          .call(sdk::ActivationOp::axpy)
+          ->axpy(1.0f / static_cast<float>(micro), model.loss_value(), s.loss_sum.view());
     }
     model.backward(bs, backward_visit);
   });
@@ -115,11 +116,13 @@ StepTotals check_gradients(Trainer::State& s, const StepRequest& request, float 
   StepTotals totals;
   const float unscale = 1.0f / (scale * static_cast<float>(s.reducer->world()));
   if (request.wants_norm) {
-    const auto check = facets.call(sdk::GradientCheckOp::unscale_check_and_sum_squares)->unscale_check_and_sum_squares(s.grads, unscale);
+    const auto check = facets.call(sdk::GradientCheckOp::unscale_check_and_sum_squares)
+                           ->unscale_check_and_sum_squares(s.grads, unscale);
     totals.found_inf = check.found_inf;
     totals.sum_squares = check.sum_of_squares;
   } else {
-    totals.found_inf = facets.call(sdk::GradientCheckOp::unscale_and_check_finite)->unscale_and_check_finite(s.grads, unscale);
+    totals.found_inf = facets.call(sdk::GradientCheckOp::unscale_and_check_finite)
+                           ->unscale_and_check_finite(s.grads, unscale);
   }
   return totals;
 }

@@ -269,7 +269,8 @@ StepPlan plan_step(Trainer::State& s, const ProgressReport& progress, std::int64
 }
 
 void note_divergence(const Trainer::State& s, const StepOutcome& step, RunEnd& end) {
-  if (!step.decision.apply_step && !std::isfinite(step.loss.loss) && s.e.run.on_nonfinite == NonfiniteAction::stop)
+  if (!step.decision.apply_step && !std::isfinite(step.loss.loss) &&
+      s.e.run.on_nonfinite == NonfiniteAction::stop)
     end.stopped_by =
         "run.on_nonfinite = \"stop\" stopped it at step " + std::to_string(s.position.step) +
         ": the loss is not finite (first non-finite tensor: " + step.blame.tensor_or_none() +
