@@ -38,6 +38,84 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
+// The library at `path`, mapped and kept loaded, or the reason it cannot be.
+std::shared_ptr<dll::shared_library> open_library(const fs::path& path, std::string& error) {
+  // dlopen maps the file's segments as they are: a truncated file (a half-copied plugin) makes
+  // it touch pages past the end and die of SIGBUS, so the headers are checked first. The file can
+  // still change between this check and dlopen; that race is accepted.
+  try {
+    sdk::check_elf_file(path);
+  } catch (const std::exception& e) {
+    error = std::string("cannot load the library: ") + e.what();
+    return nullptr;
+  }
+  auto lib = std::make_shared<dll::shared_library>();
+  try {
+    // rtld_now: an unresolved symbol is reported here, with the loader's message, instead of
+    // killing the process at first call.
+    lib->load(path, dll::load_mode::rtld_now | dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    error = std::string("cannot load the library: ") + e.what();
+    return nullptr;
+  }
+  keep_loaded_forever(lib);
+  return lib;
+}
+
+// The library's descriptor, or the reason there is none.
+const sdk::PluginDescriptor* read_descriptor(dll::shared_library& lib, std::string& error) {
+  if (!lib.has("mixtrain_plugin_descriptor")) {
+    error =
+        "not a mixtrain plugin: it exports no 'mixtrain_plugin_descriptor' "
+        "(build it with MIXTRAIN_PLUGIN(...) from mixtrain/sdk/plugin.h)";
+    return nullptr;
+  }
+  const sdk::PluginDescriptor* d = nullptr;
+  try {
+    auto& get = lib.get_alias<const sdk::PluginDescriptor*()>("mixtrain_plugin_descriptor");
+    d = get();
+  } catch (const std::exception& e) {
+    error = std::string("its descriptor could not be read: ") + e.what();
+    return nullptr;
+  }
+  if (d == nullptr) error = "its descriptor function returned null";
+  return d;
+}
+
+// Why the descriptor's core ABI or build fingerprint rules the library out, or "". Only the first
+// two members are read: their layout never changes.
+std::string boundary_mismatch(const fs::path& path, const sdk::PluginDescriptor& d) {
+  if (d.abi_version != sdk::kSdkAbiVersion)
+    return "SDK ABI mismatch: " + path.filename().string() + " was built against core ABI version " +
+           std::to_string(d.abi_version) + ", this mixtrain's core ABI is version " +
+           std::to_string(sdk::kSdkAbiVersion) +
+           " (the component interfaces every plugin depends on; facets are versioned apart); "
+           "rebuild the plugin against the installed mixtrain SDK";
+  const std::string fp = d.build_fingerprint != nullptr ? d.build_fingerprint : "";
+  if (fp != sdk::kBuildFingerprint)
+    return "build fingerprint mismatch: plugin '" + fp + "', host '" + sdk::kBuildFingerprint +
+           "'; C++ objects cross this boundary, so rebuild the plugin with the same compiler and "
+           "standard library as mixtrain";
+  return {};
+}
+
+// The descriptor's components, or the reason they cannot be had.
+std::vector<sdk::ComponentInfo> read_components(const sdk::PluginDescriptor& d,
+                                                std::string& error) {
+  if (d.components == nullptr) {
+    error = "its descriptor has no components() function (build it with MIXTRAIN_PLUGIN(...))";
+    return {};
+  }
+  try {
+    return d.components();
+  } catch (const std::exception& e) {
+    error = "its components() threw: " + std::string(e.what());
+  } catch (...) {
+    error = "its components() threw a non-standard exception";
+  }
+  return {};
+}
+
 }  // namespace
 
 PluginRegistry::PluginRegistry(sdk::LogSink* sink) : sink_(sink) {}
@@ -92,85 +170,24 @@ void PluginRegistry::scan(const std::vector<fs::path>& folders_or_files) {
 void PluginRegistry::load_library(const fs::path& path) {
   LibraryRecord rec;
   rec.path = path;
-  // dlopen maps the file's segments as they are: a truncated file (a half-copied plugin) makes
-  // it touch pages past the end and die of SIGBUS, so the headers are checked first. The file can
-  // still change between this check and dlopen; that race is accepted.
-  try {
-    sdk::check_elf_file(path);
-  } catch (const std::exception& e) {
-    rec.error = std::string("cannot load the library: ") + e.what();
-    libraries_.push_back(std::move(rec));
-    return;
-  }
-  auto lib = std::make_shared<dll::shared_library>();
-  try {
-    // rtld_now: an unresolved symbol is reported here, with the loader's message, instead of
-    // killing the process at first call.
-    lib->load(path, dll::load_mode::rtld_now | dll::load_mode::rtld_local);
-  } catch (const std::exception& e) {
-    rec.error = std::string("cannot load the library: ") + e.what();
-    libraries_.push_back(std::move(rec));
-    return;
-  }
-  keep_loaded_forever(lib);
-  if (!lib->has("mixtrain_plugin_descriptor")) {
-    rec.error =
-        "not a mixtrain plugin: it exports no 'mixtrain_plugin_descriptor' "
-        "(build it with MIXTRAIN_PLUGIN(...) from mixtrain/sdk/plugin.h)";
-    libraries_.push_back(std::move(rec));
-    return;
-  }
-  const sdk::PluginDescriptor* d = nullptr;
-  try {
-    auto& get = lib->get_alias<const sdk::PluginDescriptor*()>("mixtrain_plugin_descriptor");
-    d = get();
-  } catch (const std::exception& e) {
-    rec.error = std::string("its descriptor could not be read: ") + e.what();
-  }
-  if (d == nullptr) {
-    if (rec.error.empty()) rec.error = "its descriptor function returned null";
-    libraries_.push_back(std::move(rec));
-    return;
-  }
-  // Only the first two members are read before both checks pass: their layout never changes.
-  if (d->abi_version != sdk::kSdkAbiVersion) {
-    rec.error = "SDK ABI mismatch: " + path.filename().string() +
-                " was built against core ABI version " + std::to_string(d->abi_version) +
-                ", this mixtrain's core ABI is version " + std::to_string(sdk::kSdkAbiVersion) +
-                " (the component interfaces every plugin depends on; facets are versioned apart); "
-                "rebuild the plugin against the installed mixtrain SDK";
-    libraries_.push_back(std::move(rec));
-    return;
-  }
-  std::string fp = d->build_fingerprint != nullptr ? d->build_fingerprint : "";
-  if (fp != sdk::kBuildFingerprint) {
-    rec.error = "build fingerprint mismatch: plugin '" + fp + "', host '" + sdk::kBuildFingerprint +
-                "'; C++ objects cross this boundary, so rebuild the plugin with the same "
-                "compiler and standard library as mixtrain";
-    libraries_.push_back(std::move(rec));
-    return;
-  }
-  rec.plugin_name = d->name != nullptr ? d->name : "";
-  rec.plugin_version = d->version != nullptr ? d->version : "";
   std::vector<sdk::ComponentInfo> infos;
-  if (d->components == nullptr) {
-    rec.error = "its descriptor has no components() function (build it with MIXTRAIN_PLUGIN(...))";
-    libraries_.push_back(std::move(rec));
-    return;
+  auto lib = open_library(path, rec.error);
+  const sdk::PluginDescriptor* d = lib != nullptr ? read_descriptor(*lib, rec.error) : nullptr;
+  if (d != nullptr) rec.error = boundary_mismatch(path, *d);
+  if (d != nullptr && rec.error.empty()) {
+    rec.plugin_name = d->name != nullptr ? d->name : "";
+    rec.plugin_version = d->version != nullptr ? d->version : "";
+    infos = read_components(*d, rec.error);
   }
-  try {
-    infos = d->components();
-  } catch (const std::exception& e) {
-    rec.error = "its components() threw: " + std::string(e.what());
-  } catch (...) {
-    rec.error = "its components() threw a non-standard exception";
+  if (rec.error.empty()) {
+    rec.loaded = true;
+    register_components(rec, std::move(lib), std::move(infos));
   }
-  if (!rec.error.empty()) {
-    libraries_.push_back(std::move(rec));
-    return;
-  }
-  rec.loaded = true;
-  std::shared_ptr<void> handle = lib;
+  libraries_.push_back(std::move(rec));
+}
+
+void PluginRegistry::register_components(LibraryRecord& rec, std::shared_ptr<void> handle,
+                                         std::vector<sdk::ComponentInfo> infos) {
   for (auto& info : infos) {
     if (const auto* prev = find(info.kind, info.name)) {
       rec.warnings.push_back("duplicate " + std::string(sdk::component_kind_name(info.kind)) +
@@ -182,11 +199,11 @@ void PluginRegistry::load_library(const fs::path& path) {
       rec.warnings.push_back("component '" + info.name + "' has no factory; ignored");
       continue;
     }
-    components_.push_back({std::move(info), rec.plugin_name, rec.plugin_version, path, handle});
+    components_.push_back(
+        {std::move(info), rec.plugin_name, rec.plugin_version, rec.path, handle});
   }
   if (sink_ != nullptr)
     for (const auto& w : rec.warnings) sink_->write(sdk::LogLevel::warn, "plugins", w);
-  libraries_.push_back(std::move(rec));
 }
 
 std::vector<std::string> PluginRegistry::names(sdk::ComponentKind kind) const {

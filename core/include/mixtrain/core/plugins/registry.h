@@ -4,7 +4,8 @@
 // - scan() loads every `libmixtrain_*.so` in the given folders (in order; a later library that
 //   provides an already-known (kind, name) is reported as a duplicate and ignored). A library that
 //   fails to load — a truncated or corrupt file (its ELF headers are checked before dlopen, see
-//   sdk/elf_file_check.h), not a plugin, unresolved symbol, ABI or fingerprint mismatch, a throwing
+//   sdk/support/elf_file_check.h), not a plugin, unresolved symbol, a core ABI (its descriptor's
+//   abi_version: facets are versioned apart, at plan time) or fingerprint mismatch, a throwing
 //   components() — is recorded with its reason and never prevents the others from loading. An
 //   entry that does not exist is recorded in missing_paths() (a typo in MIXTRAIN_PLUGIN_PATH or
 //   [plugins] paths would otherwise only show as a missing component).
@@ -75,6 +76,9 @@ class PluginRegistry {
   }
 
  private:
+  // Indexes a loaded library's components (a duplicate or factory-less one is a warning).
+  void register_components(LibraryRecord& rec, std::shared_ptr<void> handle,
+                           std::vector<sdk::ComponentInfo> infos);
   std::unique_ptr<sdk::Component> create_component(const LoadedComponent& c,
                                                    const sdk::Options& options) const;
   [[noreturn]] void throw_wrong_type(const LoadedComponent& c) const;
