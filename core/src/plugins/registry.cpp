@@ -86,9 +86,9 @@ const sdk::PluginDescriptor* read_descriptor(dll::shared_library& lib, std::stri
 // two members are read: their layout never changes.
 std::string boundary_mismatch(const fs::path& path, const sdk::PluginDescriptor& d) {
   if (d.abi_version != sdk::kSdkAbiVersion)
-    return "SDK ABI mismatch: " + path.filename().string() + " was built against core ABI version " +
-           std::to_string(d.abi_version) + ", this mixtrain's core ABI is version " +
-           std::to_string(sdk::kSdkAbiVersion) +
+    return "SDK ABI mismatch: " + path.filename().string() +
+           " was built against core ABI version " + std::to_string(d.abi_version) +
+           ", this mixtrain's core ABI is version " + std::to_string(sdk::kSdkAbiVersion) +
            " (the component interfaces every plugin depends on; facets are versioned apart); "
            "rebuild the plugin against the installed mixtrain SDK";
   const std::string fp = d.build_fingerprint != nullptr ? d.build_fingerprint : "";
@@ -199,8 +199,7 @@ void PluginRegistry::register_components(LibraryRecord& rec, std::shared_ptr<voi
       rec.warnings.push_back("component '" + info.name + "' has no factory; ignored");
       continue;
     }
-    components_.push_back(
-        {std::move(info), rec.plugin_name, rec.plugin_version, rec.path, handle});
+    components_.push_back({std::move(info), rec.plugin_name, rec.plugin_version, rec.path, handle});
   }
   if (sink_ != nullptr)
     for (const auto& w : rec.warnings) sink_->write(sdk::LogLevel::warn, "plugins", w);
