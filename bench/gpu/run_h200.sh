@@ -4,7 +4,7 @@
 # peaks, the name is historical): unpack the Debian packages that
 # bench/gpu/fetch_debs.sh fetched into .debs/ into a private prefix, build mixtrain with the CUDA
 # backend for sm_90, then
-#   gemm  GEMM TFLOP/s per dtype at 8192^3: bench_gemm_cuda (CudaBackend::gemm, cuBLASLt) with
+#   gemm  GEMM TFLOP/s per dtype at 8192^3: bench_gemm_cuda (CudaGemm::gemm, cuBLASLt) with
 #         the default algorithm and again with gemm_autotune (bf16, fp16, fp8), and PyTorch's
 #         matmul on the same GPU for reference                      -> $OUT/gemm.txt
 #   gemmsweep  why a 16-bit GEMM trails PyTorch: bench_gemm_cuda_sweep (the backend's GemmEngine
@@ -248,7 +248,7 @@ stage_build() {
 stage_gemm() {
   local rc1=0 rc2=0 cap=$((STAGE_CAP > 20 ? STAGE_CAP - 5 : STAGE_CAP))
   {
-    echo "## mixtrain CudaBackend::gemm (cuBLASLt): $BUILD/bin/bench_gemm_cuda --size $GEMM_SIZE --seconds $GEMM_SECONDS"
+    echo "## mixtrain CudaGemm::gemm (cuBLASLt): $BUILD/bin/bench_gemm_cuda --size $GEMM_SIZE --seconds $GEMM_SECONDS"
     echo
     LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 $((cap * 3 / 8)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS"
     echo "(exit $?)"
