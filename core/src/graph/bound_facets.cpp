@@ -18,9 +18,9 @@ void bind_all(sdk::DeviceBackend& backend, std::array<sdk::Facet*, sizeof...(Fs)
 
 }  // namespace
 
-BoundFacets::BoundFacets(sdk::DeviceBackend& backend)
-    : observer_(sdk::facet<sdk::CallObserverFacet>(backend)) {
+BoundFacets::BoundFacets(sdk::DeviceBackend& backend) {
   bind_all(backend, slots_, sdk::Facets{});
+  observer_ = find<sdk::CallObserverFacet>();  // in the list: bound with the others
 }
 
 }  // namespace mixtrain::core
