@@ -1,0 +1,51 @@
+// ConvolutionFacet (backend_convolution.h): its out-of-line anchor, its ops' names in messages, their rows
+// of the signature table and the default supports() that answers from them.
+#include "mixtrain/sdk/backend_convolution.h"
+#include "signature_classes.h"
+
+namespace mixtrain::sdk {
+
+ConvolutionFacet::~ConvolutionFacet() = default;
+
+std::string_view op_name(ConvolutionOp op) noexcept {
+  switch (op) {
+    case ConvolutionOp::conv2d_forward:
+      return "conv2d_forward";
+    case ConvolutionOp::conv2d_backward_data:
+      return "conv2d_backward_data";
+    case ConvolutionOp::conv2d_backward_weights:
+      return "conv2d_backward_weights";
+    case ConvolutionOp::pool2d_forward:
+      return "pool2d_forward";
+    case ConvolutionOp::pool2d_backward:
+      return "pool2d_backward";
+    case ConvolutionOp::to_channels_last:
+      return "to_channels_last";
+    case ConvolutionOp::to_channels_first:
+      return "to_channels_first";
+  }
+  return "?";
+}
+
+OpSignature op_signature(ConvolutionOp op) noexcept {
+  switch (op) {
+    case ConvolutionOp::conv2d_forward:
+    case ConvolutionOp::conv2d_backward_data:
+      return {kOperandx2Out};  // {x, w, y} and {dy, w, dx}
+    case ConvolutionOp::conv2d_backward_weights:
+      return {kOperandx2};  // {x, dy}
+    case ConvolutionOp::pool2d_forward:
+    case ConvolutionOp::pool2d_backward:
+      return {kStorex2, true};  // {x, y}, {dy, dx}: one dtype
+    case ConvolutionOp::to_channels_last:
+    case ConvolutionOp::to_channels_first:
+      return {kStorex2};  // {src, dst}: either mix, rounded once
+  }
+  return {};
+}
+
+bool ConvolutionFacet::supports(ConvolutionOp op, std::span<const DType> dtypes) const {
+  return signature_accepts(op, dtypes);
+}
+
+}  // namespace mixtrain::sdk
