@@ -10,20 +10,25 @@
 #                                      appended) or a major one (anything else), for that facet only.
 # support/ (helpers a plugin compiles in) and facet_list.h are in no record. Lines of the form
 # "<n> <sha256>" are the records of the scheme before core 14 (one digest of every header), kept.
-# The record is append-only; its lines are also held by the test's seal (tests/unit/sdk/
-# abi_record_seal.txt), so a rewritten line fails the check even when its digest is not asked for.
+# The record is append-only, and its own git history holds it to that: every version of it
+# committed since the scheme began (MIXTRAIN_ABI_HISTORY_SINCE, 0fc9ddf) must be a prefix of the
+# record checked, so a rewritten or removed line fails even when no header asks for its digest.
+# Outside a git checkout (a tarball) that part is skipped, saying so.
 #
 # Script mode (cmake -P); MIXTRAIN_ABI_MODE picks what it does:
-#   check   (default) every subject's digest is the one recorded for its version, and every sealed
-#           line is in the record. Fails, saying which version step to take, otherwise.
-#   update  appends a record for each subject whose version has none (and seals it). Refuses to
+#   check   (default) every subject's digest is the one recorded for its version, and every
+#           committed version of the record is a prefix of it. Fails, saying which version step to
+#           take or which line was rewritten, otherwise.
+#   update  appends a record for each subject whose version has none. Refuses to
 #           rewrite a recorded version, and a version not above that subject's recorded ones.
 #   digest  prints each subject's version and digest.
 #
 #   cmake -D MIXTRAIN_ABI_MODE=update -P cmake/MixtrainSdkAbi.cmake   (or: ninja -C build sdk_abi_record)
 #
-# MIXTRAIN_SDK_HEADERS (the folder holding mixtrain/sdk), MIXTRAIN_ABI_RECORD and MIXTRAIN_ABI_SEAL
-# default to this checkout's; the guard's own test points them at an edited copy.
+# MIXTRAIN_SDK_HEADERS (the folder holding mixtrain/sdk) and MIXTRAIN_ABI_RECORD default to this
+# checkout's; the guard's own test points them at an edited copy in a git repository of its own.
+# MIXTRAIN_ABI_HISTORY_SINCE: the oldest commit whose record must still be a prefix (empty: every
+# commit that touched the record).
 #
 # Normalisation: comments become whitespace (string and character literals are kept verbatim, so
 # a "//" inside a string is not a comment); a backslash-newline joins lines; whitespace between two
@@ -209,6 +214,66 @@ function(mixtrain_abi_step_advice subject version out_var)
   endif()
 endfunction()
 
+# Every committed version of `record` since `since` (and the working tree's against HEAD) is a
+# prefix of `record` now, line for line: a recorded line is never rewritten or removed. Git's
+# history is the record's seal; without git or a repository the check is skipped with a note.
+function(mixtrain_abi_check_history record since)
+  find_program(MIXTRAIN_GIT git)
+  get_filename_component(dir "${record}" DIRECTORY)
+  if(NOT MIXTRAIN_GIT)
+    message(STATUS "append-only check skipped: git is not installed")
+    return()
+  endif()
+  execute_process(COMMAND "${MIXTRAIN_GIT}" -C "${dir}" rev-parse --show-toplevel
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE top ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT rc EQUAL 0)
+    message(STATUS "append-only check skipped: ${record} is not in a git checkout")
+    return()
+  endif()
+  file(REAL_PATH "${record}" real_record)
+  file(REAL_PATH "${top}" real_top)
+  file(RELATIVE_PATH rel "${real_top}" "${real_record}")
+  execute_process(COMMAND "${MIXTRAIN_GIT}" -C "${top}" log --format=%h HEAD -- "${rel}"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE commits ERROR_QUIET)
+  if(NOT rc EQUAL 0)
+    message(STATUS "append-only check skipped: the repository at ${top} has no commits")
+    return()
+  endif()
+  set(now "")
+  if(EXISTS "${record}")
+    file(STRINGS "${record}" now REGEX "^[a-z0-9]")
+  endif()
+  list(LENGTH now n_now)
+  string(REGEX MATCHALL "[0-9a-f]+" commits "${commits}")
+  set(checked 0)
+  foreach(commit IN LISTS commits)
+    execute_process(COMMAND "${MIXTRAIN_GIT}" -C "${top}" show "${commit}:${rel}"
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE text ERROR_QUIET)
+    if(rc EQUAL 0)  # else the commit deleted the file: nothing of it to hold
+      string(REPLACE ";" "\\;" text "${text}")
+      string(REPLACE "\n" ";" then "${text}")
+      list(FILTER then INCLUDE REGEX "^[a-z0-9]")
+      set(i 0)
+      foreach(line IN LISTS then)
+        if(i GREATER_EQUAL n_now)
+          message(FATAL_ERROR "${record} lost records: commit ${commit} holds '${line}' as record ${i}, the record now ends before it; restore it (the record is append-only)")
+        endif()
+        list(GET now ${i} actual)
+        if(NOT actual STREQUAL line)
+          message(FATAL_ERROR "${record} record ${i} was rewritten: commit ${commit} recorded '${line}', the record now says '${actual}'; restore it (plugins built against that version rely on its declarations) and record a new version instead")
+        endif()
+        math(EXPR i "${i} + 1")
+      endforeach()
+      math(EXPR checked "${checked} + 1")
+    endif()
+    string(FIND "${commit}" "${since}" at)
+    if(NOT since STREQUAL "" AND at EQUAL 0)  # the oldest version held
+      break()
+    endif()
+  endforeach()
+  message(STATUS "append-only: the record extends each of its ${checked} committed versions")
+endfunction()
+
 if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
   if(NOT DEFINED MIXTRAIN_SDK_HEADERS)
     set(MIXTRAIN_SDK_HEADERS "${CMAKE_CURRENT_LIST_DIR}/../sdk/include")
@@ -216,8 +281,8 @@ if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
   if(NOT DEFINED MIXTRAIN_ABI_RECORD)
     set(MIXTRAIN_ABI_RECORD "${CMAKE_CURRENT_LIST_DIR}/../sdk/abi/declarations.txt")
   endif()
-  if(NOT DEFINED MIXTRAIN_ABI_SEAL)
-    set(MIXTRAIN_ABI_SEAL "${CMAKE_CURRENT_LIST_DIR}/../tests/unit/sdk/abi_record_seal.txt")
+  if(NOT DEFINED MIXTRAIN_ABI_HISTORY_SINCE)
+    set(MIXTRAIN_ABI_HISTORY_SINCE 0fc9ddf)  # the commit that began the core/facet records
   endif()
   if(NOT DEFINED MIXTRAIN_ABI_MODE)
     set(MIXTRAIN_ABI_MODE check)
@@ -226,26 +291,8 @@ if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
     message(FATAL_ERROR "MIXTRAIN_ABI_MODE must be check, update or digest, not '${MIXTRAIN_ABI_MODE}'")
   endif()
 
-  # Every sealed line is in the record, in the same order: an earlier line was never rewritten.
-  if(EXISTS "${MIXTRAIN_ABI_SEAL}" AND NOT MIXTRAIN_ABI_MODE STREQUAL "digest")
-    file(STRINGS "${MIXTRAIN_ABI_SEAL}" sealed REGEX "^[a-z0-9]")
-    set(record_lines "")
-    if(EXISTS "${MIXTRAIN_ABI_RECORD}")
-      file(STRINGS "${MIXTRAIN_ABI_RECORD}" record_lines REGEX "^[a-z0-9]")
-    endif()
-    list(LENGTH sealed n_sealed)
-    list(LENGTH record_lines n_record)
-    if(n_record LESS n_sealed)
-      message(FATAL_ERROR "${MIXTRAIN_ABI_RECORD} has ${n_record} records, the seal holds ${n_sealed}: records were removed; restore them (the record is append-only)")
-    endif()
-    set(i 0)
-    foreach(line IN LISTS sealed)
-      list(GET record_lines ${i} actual)
-      if(NOT actual STREQUAL line)
-        message(FATAL_ERROR "${MIXTRAIN_ABI_RECORD} record ${i} was rewritten: the seal holds '${line}', the record now '${actual}'; restore it (a released version's declarations are what plugins built against it rely on) and record a new version instead")
-      endif()
-      math(EXPR i "${i} + 1")
-    endforeach()
+  if(NOT MIXTRAIN_ABI_MODE STREQUAL "digest")
+    mixtrain_abi_check_history("${MIXTRAIN_ABI_RECORD}" "${MIXTRAIN_ABI_HISTORY_SINCE}")
   endif()
 
   mixtrain_abi_subjects("${MIXTRAIN_SDK_HEADERS}" abi)
@@ -273,7 +320,6 @@ if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
       list(APPEND failures "${key} is below the highest recorded version ${max} of ${what} and has no record: versions only go up")
     elseif(MIXTRAIN_ABI_MODE STREQUAL "update")
       file(APPEND "${MIXTRAIN_ABI_RECORD}" "${key} ${digest}\n")
-      file(APPEND "${MIXTRAIN_ABI_SEAL}" "${key} ${digest}\n")
       message(STATUS "recorded ${key}: ${digest}")
     else()
       list(APPEND failures "${key} has no record in ${MIXTRAIN_ABI_RECORD}: run ${_mixtrain_abi_update_command} to record its declarations")
