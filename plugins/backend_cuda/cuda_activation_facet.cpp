@@ -1,5 +1,6 @@
 // CudaActivation: validation and launch of the activation, axpy and bias-gradient kernels.
 #include "cuda_activation_facet.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -56,5 +57,8 @@ void CudaActivation::axpy(float alpha, TensorView x, TensorView y) {
       kernels::axpy(alpha, x.data, elem_of(x.dtype), y.as<float>(), x.numel(), context_.stream),
       "axpy", "kernel launch");
 }
+
+// The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).
+const sdk::FacetRegistration<CudaContext, sdk::ActivationFacet, CudaActivation> kCudaActivationRegistration;
 
 }  // namespace mixtrain::backend_cuda

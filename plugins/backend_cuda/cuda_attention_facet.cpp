@@ -2,6 +2,7 @@
 // (cuda_attention.cu). Its GEMMs (QKᵀ, PV) are gemm_strided_batched, one cuBLASLt strided-batched
 // GEMM each.
 #include "cuda_attention_facet.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 #include "cuda_access.h"
 #include "cuda_attention.h"
 #include "cuda_facet_checks.h"
@@ -57,5 +58,8 @@ void CudaAttention::softmax_backward(TensorView probs, TensorView dprobs,
                                        shape.causal, scale, context_.stream),
              op, "kernel launch");
 }
+
+// The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).
+const sdk::FacetRegistration<CudaContext, sdk::AttentionFacet, CudaAttention> kCudaAttentionRegistration;
 
 }  // namespace mixtrain::backend_cuda

@@ -24,34 +24,12 @@ sdk::OptionSchema CudaBackend::option_schema() {
 }
 
 CudaBackend::CudaBackend(int device, bool fp8_fast_accumulation, int gemm_autotune)
-    : context_(device, fp8_fast_accumulation, gemm_autotune) {
-  facets_ = {
-      entry<sdk::GemmFacet>(gemm_),
-      entry<sdk::ActivationFacet>(activation_),
-      entry<sdk::GradientCheckFacet>(gradient_check_),
-      entry<sdk::ForeachFacet>(foreach_),
-      entry<sdk::LayerNormFacet>(layer_norm_),
-      entry<sdk::BatchNormFacet>(batch_norm_),
-#ifdef MIXTRAIN_HAVE_CUDNN
-      entry<sdk::ConvolutionFacet>(convolution_),
-#endif
-      entry<sdk::LossFacet>(loss_),
-      entry<sdk::OptimizerFacet>(optimizer_),
-      entry<sdk::ResidualFacet>(residual_),
-      entry<sdk::AttentionFacet>(attention_),
-      entry<sdk::EmbeddingFacet>(embedding_),
-      entry<sdk::DropoutFacet>(dropout_),
-      entry<sdk::StepGraphFacet>(step_graph_),
-      entry<sdk::NativeStreamFacet>(native_stream_),
-  };
-}
+    : context_(device, fp8_fast_accumulation, gemm_autotune), facets_(sdk::make_facets(context_)) {}
 
 CudaBackend::~CudaBackend() = default;
 
 sdk::Facet* CudaBackend::find_facet(std::string_view name) {
-  for (const FacetEntry& e : facets_)
-    if (e.name == name) return e.facet;
-  return nullptr;
+  return facets_.find(name);
 }
 
 std::size_t CudaBackend::cached_gemm_plans() const noexcept {

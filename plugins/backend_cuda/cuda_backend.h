@@ -1,12 +1,14 @@
 // CudaBackend: the CUDA DeviceBackend. It is the required core (memory, copies, cast, fill,
 // synchronize) over a CudaContext (cuda_context.h: device, stream, allocator, cuBLASLt engine,
-// scratch) and owns one object per facet, each its own class over that context
-// (cuda_<facet>_facet.h): GEMMs on Tensor Cores through cuBLASLt (cuda_gemm.h), convolutions
+// scratch) and owns one object per facet, each its own class over that context that registers
+// itself from its own file (cuda_<facet>_facet.cpp or .cu; sdk/support/facet_registry.h), so the
+// backend names none of them: GEMMs on Tensor Cores through cuBLASLt (cuda_gemm.h), convolutions
 // through cuDNN's graph API (cuda_conv_plans.h; only when the build found cuDNN 9:
 // MIXTRAIN_HAVE_CUDNN), every other op a CUDA kernel of this plugin (cuda_<facet>.cu).
 //
 // Contract (in addition to sdk/device_backend.h)
-// - find_facet(name) answers from a table built once by the constructor: gemm, activation,
+// - find_facet(name) answers from the facet objects the constructor made over the context, one
+//   per registration linked into the module: gemm, activation,
 //   gradient_check, foreach, layer_norm, batch_norm, convolution (cuDNN builds only), loss,
 //   optimizer, residual, attention, embedding, dropout, step_graph (the host asks for it only
 //   under run.step_graphs) and native_stream (the one stream, for plugins that order their own
@@ -38,27 +40,10 @@
 #include <string_view>
 #include <vector>
 
-#include "cuda_activation_facet.h"
-#include "cuda_attention_facet.h"
-#include "cuda_batch_norm_facet.h"
 #include "cuda_context.h"
-#include "cuda_dropout_facet.h"
-#include "cuda_embedding_facet.h"
-#include "cuda_foreach_facet.h"
-#include "cuda_gemm_facet.h"
-#include "cuda_gradient_check_facet.h"
-#include "cuda_layer_norm_facet.h"
-#include "cuda_loss_facet.h"
-#include "cuda_native_stream_facet.h"
-#include "cuda_optimizer_facet.h"
-#include "cuda_residual_facet.h"
-#include "cuda_step_graph_facet.h"
-#ifdef MIXTRAIN_HAVE_CUDNN
-#include "cuda_convolution_facet.h"
-#endif
 #include "mixtrain/sdk/device_backend.h"
-#include "mixtrain/sdk/facet_list.h"
 #include "mixtrain/sdk/options.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 namespace mixtrain::backend_cuda {
 
@@ -104,37 +89,9 @@ class CudaBackend final : public sdk::DeviceBackend {
   sdk::Facet* find_facet(std::string_view name) override;
 
  private:
-  struct FacetEntry {
-    std::string_view name;
-    sdk::Facet* facet;
-  };
-  // The entry of facet interface F, served by `impl`: named by F's own kName, and converted from
-  // F so that sdk::facet<F> may cast it back.
-  template <class F>
-  static FacetEntry entry(F& impl) {
-    return {F::kName, static_cast<sdk::Facet*>(&impl)};
-  }
-
-  // First member: constructed before and destroyed after every facet below.
+  // First member: constructed before and destroyed after the facet objects made over it.
   CudaContext context_;
-  CudaGemm gemm_{context_};
-  CudaActivation activation_{context_};
-  CudaGradientCheck gradient_check_{context_};
-  CudaForeach foreach_{context_};
-  CudaLayerNorm layer_norm_{context_};
-  CudaBatchNorm batch_norm_{context_};
-#ifdef MIXTRAIN_HAVE_CUDNN
-  CudaConvolution convolution_{context_};
-#endif
-  CudaLoss loss_{context_};
-  CudaOptimizer optimizer_{context_};
-  CudaResidual residual_{context_};
-  CudaAttention attention_{context_};
-  CudaEmbedding embedding_{context_};
-  CudaDropout dropout_{context_};
-  CudaStepGraph step_graph_{context_};
-  CudaNativeStream native_stream_{context_};
-  std::vector<FacetEntry> facets_;  // find_facet's table, filled by the constructor
+  sdk::FacetSet facets_;
 };
 
 }  // namespace mixtrain::backend_cuda

@@ -20,6 +20,7 @@
 #include "cuda_access.h"
 #include "cuda_batch_norm.h"
 #include "cuda_batch_norm_facet.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 namespace mixtrain::backend_cuda {
 
@@ -203,5 +204,8 @@ void CudaBatchNorm::batchnorm_backward_elementwise(
                                        coeff, context_.stream),
       op, "kernel launch");
 }
+
+// The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).
+const sdk::FacetRegistration<CudaContext, sdk::BatchNormFacet, CudaBatchNorm> kCudaBatchNormRegistration;
 
 }  // namespace mixtrain::backend_cuda

@@ -27,6 +27,7 @@
 #include "cuda_conv_rules.h"
 #include "cuda_convolution.h"
 #include "cuda_convolution_facet.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 #include "cuda_gemm_kernels.h"
 #include "cuda_layer_checks.h"
 
@@ -319,5 +320,8 @@ void CudaConvolution::to_channels_first(TensorView src, std::int64_t channels, s
                                      images, height * width, channels, context_.stream),
              op, "kernel launch");
 }
+
+// The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).
+const sdk::FacetRegistration<CudaContext, sdk::ConvolutionFacet, CudaConvolution> kCudaConvolutionRegistration;
 
 }  // namespace mixtrain::backend_cuda

@@ -365,24 +365,8 @@ MIXTRAIN_HD float embedding_accumulate(float acc, float x) {
   return acc + x;
 }
 
-// sdk/backend_dropout.h's mask, mirrored here because the kernels' C++17 cannot include that
-// header (C++20); test_cuda_element_math checks it against sdk::dropout_keeps bit for bit.
-// dropout_state(seed, stream) is computed once per call; element i is kept when
-// dropout_keeps_at(state, i, threshold).
-MIXTRAIN_HD std::uint64_t dropout_mix(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-MIXTRAIN_HD std::uint64_t dropout_state(std::uint64_t seed, std::uint64_t stream) {
-  return dropout_mix(seed ^ dropout_mix(stream + 0x9E3779B97F4A7C15ull));
-}
-MIXTRAIN_HD bool dropout_keeps_at(std::uint64_t state, std::uint64_t index,
-                                  std::uint32_t threshold) {
-  const std::uint64_t bits = dropout_mix(state + (index + 1) * 0x9E3779B97F4A7C15ull);
-  return static_cast<std::uint32_t>(bits >> 32) >= threshold;
-}
-// A kept element times 1 / (1 - p) in FP32 (scale: sdk::dropout_scale(p)), a dropped one +0.
+// Dropout's value rule: a kept element (the mask is sdk::dropout_keeps itself, compiled for the
+// device) times 1 / (1 - p) in FP32 (scale: sdk::dropout_scale(p)), a dropped one +0.
 MIXTRAIN_HD float dropout_value(float x, bool keep, float scale) {
   return keep ? x * scale : 0.0f;
 }

@@ -7,6 +7,7 @@
 #include "cuda_access.h"
 #include "cuda_embedding.h"
 #include "cuda_embedding_facet.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 #include "cuda_facet_checks.h"
 
 namespace mixtrain::backend_cuda {
@@ -64,5 +65,8 @@ void CudaEmbedding::scatter_add(TensorView ids, TensorView dy, TensorView dtable
                  s.rows, s.vocab, s.width, beta == 0.0f, scratch, bytes, rec, context_.stream),
              op, "kernel launch");
 }
+
+// The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).
+const sdk::FacetRegistration<CudaContext, sdk::EmbeddingFacet, CudaEmbedding> kCudaEmbeddingRegistration;
 
 }  // namespace mixtrain::backend_cuda

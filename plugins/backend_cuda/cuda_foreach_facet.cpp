@@ -1,5 +1,6 @@
 // CudaForeach: validation of the tensor lists and one multi-tensor launch per call.
 #include "cuda_foreach_facet.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 #include <string>
 #include <vector>
@@ -69,5 +70,8 @@ void CudaForeach::foreach_clamp(std::span<const TensorView> self, float lo, floa
          "pass lo <= hi");
   launch("foreach_clamp", kernels::ForeachKind::clamp, self, {}, {}, lo, hi, 0);
 }
+
+// The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).
+const sdk::FacetRegistration<CudaContext, sdk::ForeachFacet, CudaForeach> kCudaForeachRegistration;
 
 }  // namespace mixtrain::backend_cuda

@@ -1,5 +1,6 @@
 // CudaGemm: GEMMs through the context's cuBLASLt engine (cuda_gemm.cpp).
 #include "cuda_gemm_facet.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 #include "cuda_access.h"
 #include "cuda_gemm.h"
@@ -25,5 +26,8 @@ void CudaGemm::gemm_strided_batched(const sdk::GemmBatchedArgs& args) {
 bool CudaGemm::supports(sdk::GemmOp op, std::span<const DType> dtypes) const {
   return gemm_supported(context_.capabilities(), op, dtypes);
 }
+
+// The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).
+const sdk::FacetRegistration<CudaContext, sdk::GemmFacet, CudaGemm> kCudaGemmRegistration;
 
 }  // namespace mixtrain::backend_cuda

@@ -1,6 +1,7 @@
 // CudaGradientCheck: the unscale / inf-NaN check, sum-of-squares and first-non-finite kernels
 // over multi-tensor tables, and the read back of their answers.
 #include "cuda_gradient_check_facet.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 #include <cstring>
 #include <string>
@@ -133,5 +134,8 @@ int CudaGradientCheck::first_nonfinite(std::span<const TensorView> tensors) {
     if (host[t] != 0) return static_cast<int>(t);
   return -1;
 }
+
+// The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).
+const sdk::FacetRegistration<CudaContext, sdk::GradientCheckFacet, CudaGradientCheck> kCudaGradientCheckRegistration;
 
 }  // namespace mixtrain::backend_cuda

@@ -1,5 +1,6 @@
 // CudaLayerNorm: validation and launch of the layernorm kernels.
 #include "cuda_layer_norm_facet.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -52,5 +53,8 @@ void CudaLayerNorm::layernorm_backward(TensorView dy, TensorView x, TensorView g
                  context_.stream),
              op, "kernel launch");
 }
+
+// The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).
+const sdk::FacetRegistration<CudaContext, sdk::LayerNormFacet, CudaLayerNorm> kCudaLayerNormRegistration;
 
 }  // namespace mixtrain::backend_cuda

@@ -1,6 +1,7 @@
 // CudaLoss: validation and launch of the softmax cross-entropy kernels; the label check's
 // record is the context's.
 #include "cuda_loss_facet.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 #include <climits>
 #include <cstdint>
@@ -34,5 +35,8 @@ void CudaLoss::softmax_cross_entropy(TensorView logits, TensorView labels, float
       op, "kernel launch");
   context_.labels_pending = true;
 }
+
+// The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).
+const sdk::FacetRegistration<CudaContext, sdk::LossFacet, CudaLoss> kCudaLossRegistration;
 
 }  // namespace mixtrain::backend_cuda

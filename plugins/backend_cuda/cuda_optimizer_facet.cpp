@@ -1,5 +1,6 @@
 // CudaOptimizer: validation of the parameter lists and launch of the fused SGD / AdamW kernels.
 #include "cuda_optimizer_facet.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 #include <cmath>
 #include <string>
@@ -86,5 +87,8 @@ void CudaOptimizer::adamw_update(const sdk::AdamWHyper& h,
   check_cuda(kernels::adamw_update(args, dev_refs, dev_chunks, count, context_.stream), op,
              "kernel launch");
 }
+
+// The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).
+const sdk::FacetRegistration<CudaContext, sdk::OptimizerFacet, CudaOptimizer> kCudaOptimizerRegistration;
 
 }  // namespace mixtrain::backend_cuda

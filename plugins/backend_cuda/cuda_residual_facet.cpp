@@ -6,6 +6,7 @@
 #include "cuda_access.h"
 #include "cuda_residual.h"
 #include "cuda_residual_facet.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 namespace mixtrain::backend_cuda {
 
@@ -45,5 +46,8 @@ void CudaResidual::add(std::span<const TensorView> xs, bool relu, TensorView y) 
         op, "kernel launch");
   }
 }
+
+// The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).
+const sdk::FacetRegistration<CudaContext, sdk::ResidualFacet, CudaResidual> kCudaResidualRegistration;
 
 }  // namespace mixtrain::backend_cuda

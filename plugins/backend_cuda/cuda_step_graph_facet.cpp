@@ -10,6 +10,7 @@
 
 #include "cuda_access.h"
 #include "cuda_step_graph_facet.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 namespace mixtrain::backend_cuda {
 
@@ -87,5 +88,8 @@ void CudaStepGraph::release(int graph) noexcept {
   }
   graphs_[graph].exec = nullptr;
 }
+
+// The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).
+const sdk::FacetRegistration<CudaContext, sdk::StepGraphFacet, CudaStepGraph> kCudaStepGraphRegistration;
 
 }  // namespace mixtrain::backend_cuda

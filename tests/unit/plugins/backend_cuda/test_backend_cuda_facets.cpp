@@ -5,11 +5,29 @@
 // (its exp is not oneDNN's; double sums in another order); GEMMs to the input format's rounding.
 #include <algorithm>
 #include <numeric>
+#include <string>
 #include <type_traits>
 #include <vector>
 
+#include "cuda_activation_facet.h"
+#include "cuda_attention_facet.h"
+#include "cuda_batch_norm_facet.h"
+#include "cuda_embedding_facet.h"
+#include "cuda_foreach_facet.h"
+#include "cuda_gemm_facet.h"
+#include "cuda_gradient_check_facet.h"
+#include "cuda_layer_norm_facet.h"
+#include "cuda_loss_facet.h"
+#include "cuda_native_stream_facet.h"
+#include "cuda_optimizer_facet.h"
+#include "cuda_residual_facet.h"
+#include "cuda_step_graph_facet.h"
 #include "cuda_test_util.h"
+#ifdef MIXTRAIN_HAVE_CUDNN
+#include "cuda_convolution_facet.h"
+#endif
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 namespace mixtrain::backend_cuda::testing {
 namespace {
@@ -43,13 +61,31 @@ TEST(backend_cuda_facet_classes, EachFacetIsAFinalClassOverTheContext) {
   static_assert(is_facet_class<CudaResidual, sdk::ResidualFacet>);
   static_assert(is_facet_class<CudaAttention, sdk::AttentionFacet>);
   static_assert(is_facet_class<CudaEmbedding, sdk::EmbeddingFacet>);
-  static_assert(is_facet_class<CudaDropout, sdk::DropoutFacet>);
   static_assert(is_facet_class<CudaStepGraph, sdk::StepGraphFacet>);
   static_assert(is_facet_class<CudaNativeStream, sdk::NativeStreamFacet>);
   // The facet classes answer with their interfaces' names.
   EXPECT_EQ(CudaGemm::kName, "gemm");
   EXPECT_EQ(CudaGradientCheck::kName, "gradient_check");
   EXPECT_EQ(CudaNativeStream::kName, "native_stream");
+}
+
+// Host-only: the facet objects a CudaBackend makes are the registrations linked into this binary
+// (each facet's own file registers it; sdk/support/facet_registry.h), one per facet, every one a
+// facet of the SDK's list; a facet whose class lives in its file alone (dropout) is among them.
+TEST(backend_cuda_facet_classes, EveryFacetFileRegistersItsFacetOnce) {
+  std::vector<std::string> names;
+  for (const auto& entry : sdk::FacetRegistry<CudaContext>::entries())
+    names.emplace_back(entry.name);
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> expected = {"activation", "attention",  "batch_norm", "dropout",
+                                       "embedding",  "foreach",    "gemm",       "gradient_check",
+                                       "layer_norm", "loss",       "native_stream", "optimizer",
+                                       "residual",   "step_graph"};
+#ifdef MIXTRAIN_HAVE_CUDNN
+  expected.push_back("convolution");
+  std::sort(expected.begin(), expected.end());
+#endif
+  EXPECT_EQ(names, expected);
 }
 
 TEST_F(backend_cuda_vs_cpu, FacetsAreOffered) {

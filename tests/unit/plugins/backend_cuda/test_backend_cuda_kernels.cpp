@@ -4,6 +4,7 @@
 // agree to ~1e-5 relative and 16-bit outputs to one unit of their format.
 #include <limits>
 
+#include "cuda_gradient_check_facet.h"
 #include "cuda_test_util.h"
 #include "mixtrain/sdk/error.h"
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda_backend.h"
+#include "cuda_native_stream_facet.h"
 #include "mixtrain/sdk/backend_native_stream.h"
 
 namespace mixtrain::backend_cuda {

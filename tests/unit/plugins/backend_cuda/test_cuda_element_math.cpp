@@ -14,7 +14,7 @@
 //   backend's rules; the SGD and AdamW element steps against cpu_optimizers.cpp, bit for bit.
 // - The new facets' kernels modelled on the host from the same element functions, in the
 //   kernels' order (lane partials and xor-shuffle trees included), against the CPU backend run
-//   on the same inputs: residual add, dropout (and the mask mirror against sdk::dropout_keeps),
+//   on the same inputs: residual add, dropout (its mask is sdk::dropout_keeps on both),
 //   embedding gather and scatter_add bit for bit in fp32/bf16/fp16; the attention softmax
 //   backward within 1 ulp (double sums in another order), the forward within 4 ulps (exp_nonpos
 //   is not oneDNN's exp; exp_nonpos itself within 2 ulps of the correctly rounded exp).
@@ -603,20 +603,6 @@ TEST(cuda_element_math, ResidualAddModelMatchesTheCpuBackendBitForBit) {
         }
 }
 
-TEST(cuda_element_math, DropoutMaskMirrorsTheSdkBitForBit) {
-  std::mt19937_64 rng(7);
-  for (int trial = 0; trial < 200; ++trial) {
-    const sdk::DropoutKey key{rng(), trial % 3 == 0 ? trial : rng()};
-    const float p = trial == 0 ? 0.0f : static_cast<float>(trial % 10) / 10.0f + 0.05f;
-    const std::uint32_t threshold = sdk::dropout_threshold(p);
-    const std::uint64_t state = el::dropout_state(key.seed, key.stream);
-    const std::uint64_t base = trial % 2 == 0 ? 0 : rng() >> 1;
-    for (std::uint64_t i = base; i < base + 2000; ++i)
-      ASSERT_EQ(el::dropout_keeps_at(state, i, threshold), sdk::dropout_keeps(key, i, threshold))
-          << "key " << key.seed << "/" << key.stream << " index " << i << " p " << p;
-  }
-}
-
 TEST(cuda_element_math, DropoutModelMatchesTheCpuBackendBitForBit) {
   mixtrain::backend_cpu::CpuBackend cpu(1);
   constexpr std::int64_t n = 5000;
@@ -627,12 +613,11 @@ TEST(cuda_element_math, DropoutModelMatchesTheCpuBackendBitForBit) {
         HostTensor x(cpu, ti, sdk::Shape{n}), y(cpu, to, sdk::Shape{n});
         x.set_all(test_values(n, 11));
         cpu.dropout_forward(x, y, p, key);
-        const std::uint64_t state = el::dropout_state(key.seed, key.stream);
         const std::uint32_t threshold = sdk::dropout_threshold(p);
         std::vector<float> model(n);
         for (std::int64_t i = 0; i < n; ++i)
           model[static_cast<std::size_t>(i)] = el::dropout_value(
-              x.get(i), el::dropout_keeps_at(state, static_cast<std::uint64_t>(i), threshold),
+              x.get(i), sdk::dropout_keeps(key, static_cast<std::uint64_t>(i), threshold),
               sdk::dropout_scale(p));
         EXPECT_EQ(stored(model, to), y.bytes()) << dtypes_text({ti, to}) << "p " << p;
       }
