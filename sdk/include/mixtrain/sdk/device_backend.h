@@ -100,7 +100,8 @@ class MIXTRAIN_SDK_API DeviceBackend : public Component {
   // --- facets --------------------------------------------------------------------------------
   // The facet named `name` (a facet's kName), converted from that facet's own class (so that
   // sdk::facet<F> may cast it back), or nullptr when the backend has none. It lives as long as
-  // the backend (usually it is the backend itself: see facet_among in facet.h).
+  // the backend (an object it owns, made over its device context: support/facet_registry.h; or
+  // the backend itself, through facet_among in facet.h).
   virtual Facet* find_facet(std::string_view /*name*/) { return nullptr; }
 };
 
