@@ -4,8 +4,10 @@
 # tested too), and runs each README command in its own pristine copy of that root, in a chroot.
 # Prints one PASS or FAIL line per command; the logs stay beside the roots.
 #
-#   sudo bash tests/fresh_machine/run.sh [--work DIR] [--mirror URL] [--keep]
+#   sudo bash tests/fresh_machine/run.sh [--work DIR] [--mirror URL] [--keep] [--only 1|2]
 #
+# --only N runs the README's command N alone (each command starts from its own pristine root, so
+# either proves itself without the other).
 # Not part of .ci/run: it downloads about 1 GiB of packages, so its time depends on the mirror.
 # Needs root (debootstrap, chroot, bind mounts) and about 8 GiB of disk under --work.
 set -euo pipefail
@@ -13,12 +15,15 @@ set -euo pipefail
 work=/var/tmp/mixtrain-fresh-machine
 mirror=http://deb.debian.org/debian
 keep=0
+only=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --work) work=$2; shift 2 ;;
     --mirror) mirror=$2; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --only) only=$2; shift 2
+            [[ $only == 1 || $only == 2 ]] || { echo "fresh_machine: --only takes 1 or 2, not '$only'" >&2; exit 2; } ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "fresh_machine: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -74,6 +79,7 @@ snapshot="$work/src.tar"
 results=()
 status=0
 for i in 0 1; do
+  [[ -z $only || $only == $((i + 1)) ]] || continue
   root="$work/cmd$((i + 1))"
   log="$work/cmd$((i + 1)).log"
   remove_root "$root"
