@@ -20,9 +20,9 @@
 //   and, with `overlap`, starts the bucket's collective as soon as the bucket is complete, calling
 //   progress() as backward goes on; finish_gradients() starts what is left and waits for every
 //   bucket. The buckets then hold SUMS over the ranks: the caller folds 1/N into the unscale. The
-//   hook (and the batch-norm statistics reducer) is off while set_hook_enabled(false): the
-//   non-finite replay, which runs on one rank's batch only, inside DataParallelReducer's
-//   local_only() scope (distributed/reducer.h).
+//   hook (and the batch-norm statistics reducer) is off while a local_only() scope lives: the
+//   non-finite replay, which runs on one rank's batch only (DataParallelReducer opens it for the
+//   Reducer's own local_only(), distributed/reducer.h).
 // - reduce_totals(): one host all-reduce per step of found_inf, Σg² and the loss, so every rank
 //   skips, clips and logs identically.
 // - gather_masters() (sharded, after an applied step): the updated masters all-gathered into
@@ -92,7 +92,20 @@ class DataParallel {
 
   void attach(Model& model, std::vector<sdk::Parameter>& params,
               std::vector<sdk::TensorView>& grads);
-  void set_hook_enabled(bool on) { hook_enabled_ = on; }
+
+  // While it lives, the gradient-ready hook and the statistics reducer communicate nothing; they
+  // are on again when it ends. Neither copied nor moved: it lives where it was opened.
+  class LocalOnly {
+   public:
+    explicit LocalOnly(DataParallel& dp) : dp_(dp) { dp_.hook_enabled_ = false; }
+    ~LocalOnly() { dp_.hook_enabled_ = true; }
+    LocalOnly(const LocalOnly&) = delete;
+    LocalOnly& operator=(const LocalOnly&) = delete;
+
+   private:
+    DataParallel& dp_;
+  };
+  [[nodiscard]] LocalOnly local_only() { return LocalOnly(*this); }
 
   void begin_step();
   void finish_gradients();

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "distributed/data_parallel.h"
 #include "distributed/reducer.h"
@@ -47,13 +48,19 @@ class DataParallelReducer final : public Reducer {
                   sdk::Logger& log) override;
 
  protected:
-  void set_communicating(bool on) override { dp_.set_hook_enabled(on); }
+  void set_communicating(bool on) override {
+    if (on)
+      local_.reset();
+    else
+      local_.emplace(dp_);
+  }
 
  private:
   std::shared_ptr<sdk::Communicator> comm_;
   std::shared_ptr<sdk::DeviceBackend> backend_;
   DataParallel dp_;
   CommunicationTiming run_timing_;  // summed over the logged windows
+  std::optional<DataParallel::LocalOnly> local_;  // open inside the Reducer's local_only()
 };
 
 }  // namespace mixtrain::core

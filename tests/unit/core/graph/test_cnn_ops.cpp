@@ -370,7 +370,7 @@ TEST(CnnOps, DataParallelInstallsSynchronizedBatchNormOnEveryBatchNormLayer) {
       EXPECT_NEAR(running[1][i][j], 0.9 + 0.1 * var * 2.0 * n / (2.0 * n - 1.0), 1e-6)
           << plain.buffers()[i]->name;
     }
-  dp.set_hook_enabled(false);
+  const auto alone = dp.local_only();
   synced.forward(batch);
   EXPECT_EQ(comm->host_reductions, 4) << "the replay communicates nothing";
 }
