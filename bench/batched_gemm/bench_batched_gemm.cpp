@@ -65,7 +65,9 @@ class Operands {
   Operands(const Operands&) = delete;
   Operands& operator=(const Operands&) = delete;
 
-  void batched() { mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(be_)->gemm_strided_batched(args_); }
+  void batched() {
+    mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(be_)->gemm_strided_batched(args_);
+  }
   void loop() {
     mixtrain::sdk::GemmArgs g = args_.gemm;
     for (std::int64_t i = 0; i < args_.batch; ++i) {

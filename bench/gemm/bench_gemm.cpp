@@ -135,9 +135,12 @@ double mlp_steps_per_second(CpuBackend& be, int steps) {
       g.c = z[l];
       g.bias = b[l];
       mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(be)->gemm(g);
-      if (l + 1 < layers) mixtrain::sdk::facet<mixtrain::sdk::ActivationFacet>(be)->activation_forward(mixtrain::sdk::Activation::relu, z[l], h[l]);
+      if (l + 1 < layers)
+        mixtrain::sdk::facet<mixtrain::sdk::ActivationFacet>(be)->activation_forward(
+            mixtrain::sdk::Activation::relu, z[l], h[l]);
     }
-    mixtrain::sdk::facet<mixtrain::sdk::LossFacet>(be)->softmax_cross_entropy(z[layers - 1], labels, 1.0f, 0.0f, loss, correct, dz[layers - 1]);
+    mixtrain::sdk::facet<mixtrain::sdk::LossFacet>(be)->softmax_cross_entropy(
+        z[layers - 1], labels, 1.0f, 0.0f, loss, correct, dz[layers - 1]);
     for (std::size_t l = layers; l-- > 0;) {
       mixtrain::sdk::GemmArgs g;  // dW = dZ^T * H_prev
       g.a = {dz[l], true};
@@ -151,10 +154,13 @@ double mlp_steps_per_second(CpuBackend& be, int steps) {
         gx.b = {w[l], false};
         gx.c = dz[l - 1];
         mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(be)->gemm(gx);
-        mixtrain::sdk::facet<mixtrain::sdk::ActivationFacet>(be)->activation_backward(mixtrain::sdk::Activation::relu, z[l - 1], dz[l - 1], dz[l - 1]);
+        mixtrain::sdk::facet<mixtrain::sdk::ActivationFacet>(be)->activation_backward(
+            mixtrain::sdk::Activation::relu, z[l - 1], dz[l - 1], dz[l - 1]);
       }
     }
-    if (mixtrain::sdk::facet<mixtrain::sdk::GradientCheckFacet>(be)->unscale_and_check_finite(grads, 1.0f)) std::printf("non-finite gradient!\n");
+    if (mixtrain::sdk::facet<mixtrain::sdk::GradientCheckFacet>(be)->unscale_and_check_finite(grads,
+                                                                                              1.0f))
+      std::printf("non-finite gradient!\n");
     hyper.step = t;
     mixtrain::sdk::facet<mixtrain::sdk::OptimizerFacet>(be)->adamw_update(hyper, params);
   };
@@ -218,7 +224,8 @@ void run_mixed(int threads, double seconds) {
       args.b = {make(in, c.trans_b ? Shape{c.n, c.k} : Shape{c.k, c.n}, true), c.trans_b};
       args.c = make(out, Shape{c.m, c.n}, false);
       args.compute = in;
-      const Timing t = time_calls([&] { mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(be)->gemm(args); }, seconds);
+      const Timing t = time_calls(
+          [&] { mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(be)->gemm(args); }, seconds);
       totals[ci].median += t.median;
       totals[ci].best += t.best;
       std::printf(" %6.1f / %6.1f |", flop / t.median * 1e-9, flop / t.best * 1e-9);
@@ -314,7 +321,9 @@ int main(int argc, char** argv) {
       t_dnnl = time_calls(
           [&] {
             mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(backend)->gemm(args);
-            if (with_relu) mixtrain::sdk::facet<mixtrain::sdk::ActivationFacet>(backend)->activation_forward(mixtrain::sdk::Activation::relu, args.c, args.c);
+            if (with_relu)
+              mixtrain::sdk::facet<mixtrain::sdk::ActivationFacet>(backend)->activation_forward(
+                  mixtrain::sdk::Activation::relu, args.c, args.c);
           },
           seconds);
       onednn_total.median += t_dnnl.median;
@@ -328,7 +337,9 @@ int main(int argc, char** argv) {
             cblas_sgemm(CblasRowMajor, c.trans_a ? CblasTrans : CblasNoTrans,
                         c.trans_b ? CblasTrans : CblasNoTrans, c.m, c.n, c.k, 1.0f, a, lda, b, ldb,
                         0.0f, out, c.n);
-            if (with_relu) mixtrain::sdk::facet<mixtrain::sdk::ActivationFacet>(backend)->activation_forward(mixtrain::sdk::Activation::relu, c_view, c_view);
+            if (with_relu)
+              mixtrain::sdk::facet<mixtrain::sdk::ActivationFacet>(backend)->activation_forward(
+                  mixtrain::sdk::Activation::relu, c_view, c_view);
           },
           seconds);
       openblas_total.median += t_blas.median;

@@ -41,13 +41,13 @@ sdk::BackendCapabilities CpuBackend::capabilities() const {
        "emulated: A and B rounded to tf32 (RNE, 10 mantissa bits) + " + fp32_gemm});
   const std::string bf16_impl = context_.gemm().bf16_implementation();
   if (context_.gemm().bf16_native())
-    caps.gemm_inputs.push_back(
-        {DType::bf16, true,
-         "oneDNN bf16 matmul (" + bf16_impl + "), fp32 accumulation (" + context_.gemm().bf16_note() + ")"});
+    caps.gemm_inputs.push_back({DType::bf16, true,
+                                "oneDNN bf16 matmul (" + bf16_impl + "), fp32 accumulation (" +
+                                    context_.gemm().bf16_note() + ")"});
   else
-    caps.gemm_inputs.push_back(
-        {DType::bf16, false,
-         "emulated: exact bf16 -> fp32 decode + " + fp32_gemm + " (" + context_.gemm().bf16_note() + ")"});
+    caps.gemm_inputs.push_back({DType::bf16, false,
+                                "emulated: exact bf16 -> fp32 decode + " + fp32_gemm + " (" +
+                                    context_.gemm().bf16_note() + ")"});
   caps.gemm_inputs.push_back(
       {DType::fp16, false, "emulated: exact fp16 -> fp32 decode + " + fp32_gemm});
   for (DType t : {DType::fp8_e4m3, DType::fp8_e5m2})

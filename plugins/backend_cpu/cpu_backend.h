@@ -26,9 +26,9 @@
 //   op) and cached (cpu_primitive_cache.h); activations are channels-last (nhwc) end to end, and
 //   weights are reordered from PyTorch's OIHW into the layout the primitive prefers by a cached
 //   reorder. bf16 convolutions run natively where the CPU has bf16 dot products (see
-//   bf16_conv_native()), everything else on the exact fp32 values (facets/cpu_convolution.cpp). With
-//   conv_algorithm = winograd, eligible pure fp32 3x3 convolutions run oneDNN's Winograd F(4,3)
-//   with their activations reordered to and from oneDNN's blocked layout around the call.
+//   bf16_conv_native()), everything else on the exact fp32 values (facets/cpu_convolution.cpp).
+//   With conv_algorithm = winograd, eligible pure fp32 3x3 convolutions run oneDNN's Winograd
+//   F(4,3) with their activations reordered to and from oneDNN's blocked layout around the call.
 // - gemm_strided_batched runs one cached 3-D oneDNN matmul where one can express the call
 //   (cpu_gemm.h) and a loop over gemm() otherwise.
 // - Errors: sdk::BackendError naming the op, the offending tensor, its dtype/shape, and a fix.

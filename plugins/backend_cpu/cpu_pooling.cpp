@@ -137,9 +137,8 @@ std::size_t pooling_workspace_bytes(CpuContext& context, const sdk::Pool2dGeomet
   return forward_entry(context.prims(), op, geometry, dt, true).ws_md.get_size();
 }
 
-void pooling_forward(CpuContext& context, const sdk::Pool2dGeometry& g, TensorView x,
-                     TensorView y,
-                                TensorView workspace) {
+void pooling_forward(CpuContext& context, const sdk::Pool2dGeometry& g, TensorView x, TensorView y,
+                     TensorView workspace) {
   constexpr std::string_view op = "pool2d_forward";
   context.use_threads();
   checks().pool2d_forward(g, x, y);
@@ -160,8 +159,7 @@ void pooling_forward(CpuContext& context, const sdk::Pool2dGeometry& g, TensorVi
 }
 
 void pooling_backward(CpuContext& context, const sdk::Pool2dGeometry& g, TensorView dy,
-                      TensorView x,
-                                 TensorView y, TensorView workspace, TensorView dx) {
+                      TensorView x, TensorView y, TensorView workspace, TensorView dx) {
   constexpr std::string_view op = "pool2d_backward";
   (void)y;  // the indices come from the workspace or from x
   context.use_threads();
@@ -177,17 +175,19 @@ void pooling_backward(CpuContext& context, const sdk::Pool2dGeometry& g, TensorV
     const void* src = as_input(context.prims(), x, dt, Slot::extra_a);
     void* y_tmp = context.prims().scratch<char>(Slot::weights, f.dst_md.get_size());
     void* ws_tmp = context.prims().scratch<char>(Slot::extra_b, f.ws_md.get_size());
-    context.prims().execute(f.primitive, {{DNNL_ARG_SRC, context.prims().wrap(f.src_md, src)},
-                                  {DNNL_ARG_DST, context.prims().wrap(f.dst_md, y_tmp)},
-                                  {DNNL_ARG_WORKSPACE, context.prims().wrap(f.ws_md, ws_tmp)}});
+    context.prims().execute(f.primitive,
+                            {{DNNL_ARG_SRC, context.prims().wrap(f.src_md, src)},
+                             {DNNL_ARG_DST, context.prims().wrap(f.dst_md, y_tmp)},
+                             {DNNL_ARG_WORKSPACE, context.prims().wrap(f.ws_md, ws_tmp)}});
     ws = ws_tmp;
   } else if (max) {
     checks().pool2d_workspace(op, workspace, e.ws_md.get_size());
   }
   const void* diff_dst = as_input(context.prims(), dy, dt, Slot::src);
   void* diff_src = as_output(context.prims(), dx, dt, Slot::dst);
-  std::unordered_map<int, memory> exec{{DNNL_ARG_DIFF_DST, context.prims().wrap(e.dst_md, diff_dst)},
-                                       {DNNL_ARG_DIFF_SRC, context.prims().wrap(e.src_md, diff_src)}};
+  std::unordered_map<int, memory> exec{
+      {DNNL_ARG_DIFF_DST, context.prims().wrap(e.dst_md, diff_dst)},
+      {DNNL_ARG_DIFF_SRC, context.prims().wrap(e.src_md, diff_src)}};
   if (max) exec.emplace(DNNL_ARG_WORKSPACE, context.prims().wrap(e.ws_md, ws));
   context.prims().execute(e.primitive, exec);
   if (diff_src != dx.data) encode_tensor(dx, static_cast<const float*>(diff_src), dx.numel());

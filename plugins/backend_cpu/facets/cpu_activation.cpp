@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "cpu_access.h"
-#include "cpu_context.h"
 #include "cpu_activation_kernels.h"
+#include "cpu_context.h"
 #include "mixtrain/sdk/backend_activation.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 

@@ -93,7 +93,7 @@ void CpuAttention::merge_heads(TensorView y, const sdk::HeadLayout& layout, Tens
 }
 
 void CpuAttention::softmax_forward(TensorView scores, const sdk::SoftmaxShape& shape, float scale,
-                                 TensorView probs) {
+                                   TensorView probs) {
   context_.use_threads();
   const std::int64_t total = checks().softmax_forward(scores, shape, probs);
   const std::int64_t rows = shape.rows, cols = shape.cols, n_rows = shape.batch * rows;
@@ -133,7 +133,8 @@ void CpuAttention::softmax_forward(TensorView scores, const sdk::SoftmaxShape& s
 }
 
 void CpuAttention::softmax_backward(TensorView probs, TensorView dprobs,
-                                  const sdk::SoftmaxShape& shape, float scale, TensorView dscores) {
+                                    const sdk::SoftmaxShape& shape, float scale,
+                                    TensorView dscores) {
   context_.use_threads();
   const std::int64_t total = checks().softmax_backward(probs, dprobs, shape, dscores);
   const std::int64_t rows = shape.rows, cols = shape.cols;

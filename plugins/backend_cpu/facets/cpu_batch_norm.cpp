@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "cpu_access.h"
-#include "cpu_context.h"
 #include "cpu_batchnorm_kernels.h"
+#include "cpu_context.h"
 #include "cpu_primitive_cache.h"
 #include "mixtrain/sdk/backend_batch_norm.h"
 #include "mixtrain/sdk/support/facet_registry.h"
@@ -132,16 +132,17 @@ const sdk::FacetRegistration<CpuContext, sdk::BatchNormFacet, CpuBatchNorm> kReg
 
 }  // namespace
 
-std::size_t CpuBatchNorm::batchnorm_workspace_bytes(const sdk::BatchNormShape& shape, DType x) const {
+std::size_t CpuBatchNorm::batchnorm_workspace_bytes(const sdk::BatchNormShape& shape,
+                                                    DType x) const {
   checks().batchnorm_workspace_args(shape, x);
   return workspace_bytes(shape);
 }
 
 void CpuBatchNorm::batchnorm_forward_training(TensorView x, TensorView gamma, TensorView beta,
-                                            const sdk::BatchNormShape& shape, float momentum,
-                                            TensorView y, TensorView save_mean, TensorView save_var,
-                                            TensorView running_mean, TensorView running_var,
-                                            TensorView workspace) {
+                                              const sdk::BatchNormShape& shape, float momentum,
+                                              TensorView y, TensorView save_mean,
+                                              TensorView save_var, TensorView running_mean,
+                                              TensorView running_var, TensorView workspace) {
   context_.use_threads();
   const bool keep = checks().batchnorm_forward_training(x, gamma, beta, shape, y, save_mean,
                                                         save_var, running_mean, running_var,
@@ -184,8 +185,8 @@ void CpuBatchNorm::batchnorm_forward_training(TensorView x, TensorView gamma, Te
 }
 
 void CpuBatchNorm::batchnorm_forward_inference(TensorView x, TensorView gamma, TensorView beta,
-                                             TensorView running_mean, TensorView running_var,
-                                             const sdk::BatchNormShape& shape, TensorView y) {
+                                               TensorView running_mean, TensorView running_var,
+                                               const sdk::BatchNormShape& shape, TensorView y) {
   context_.use_threads();
   checks().batchnorm_forward_inference(x, gamma, beta, running_mean, running_var, shape, y);
   const std::int64_t c = shape.channels;
@@ -202,10 +203,10 @@ void CpuBatchNorm::batchnorm_forward_inference(TensorView x, TensorView gamma, T
 }
 
 void CpuBatchNorm::batchnorm_backward(TensorView dy, TensorView x, TensorView y, TensorView gamma,
-                                    TensorView save_mean, TensorView save_var,
-                                    const sdk::BatchNormShape& shape, TensorView workspace,
-                                    TensorView dx, TensorView dgamma, TensorView dbeta,
-                                    bool accumulate) {
+                                      TensorView save_mean, TensorView save_var,
+                                      const sdk::BatchNormShape& shape, TensorView workspace,
+                                      TensorView dx, TensorView dgamma, TensorView dbeta,
+                                      bool accumulate) {
   context_.use_threads();
   const bool from_workspace =
       checks().batchnorm_backward(dy, x, y, gamma, save_mean, save_var, shape, workspace,
@@ -272,7 +273,7 @@ void CpuBatchNorm::batchnorm_backward(TensorView dy, TensorView x, TensorView y,
 namespace mixtrain::backend_cpu {
 
 void CpuBatchNorm::batchnorm_statistics(TensorView x, const sdk::BatchNormShape& shape,
-                                      TensorView mean, TensorView var) {
+                                        TensorView mean, TensorView var) {
   context_.use_threads();
   checks().batchnorm_statistics(x, shape, mean, var);
   with_typed(context_.prims(), {&x}, {}, [&](auto t, auto& in, auto&) {
@@ -284,9 +285,9 @@ void CpuBatchNorm::batchnorm_statistics(TensorView x, const sdk::BatchNormShape&
 }
 
 void CpuBatchNorm::batchnorm_backward_reduce(TensorView dy, TensorView x, TensorView y,
-                                           TensorView mean, TensorView var,
-                                           const sdk::BatchNormShape& shape, TensorView sum_dy,
-                                           TensorView sum_dy_xhat) {
+                                             TensorView mean, TensorView var,
+                                             const sdk::BatchNormShape& shape, TensorView sum_dy,
+                                             TensorView sum_dy_xhat) {
   context_.use_threads();
   checks().batchnorm_backward_reduce(dy, x, y, mean, var, shape, sum_dy, sum_dy_xhat);
   const auto cs = static_cast<std::size_t>(shape.channels);
@@ -311,9 +312,9 @@ void CpuBatchNorm::batchnorm_backward_reduce(TensorView dy, TensorView x, Tensor
 }
 
 void CpuBatchNorm::batchnorm_backward_elementwise(TensorView dy, TensorView x, TensorView y,
-                                                TensorView gamma, TensorView mean, TensorView var,
-                                                TensorView mean_dy, TensorView mean_dy_xhat,
-                                                const sdk::BatchNormShape& shape, TensorView dx) {
+                                                  TensorView gamma, TensorView mean, TensorView var,
+                                                  TensorView mean_dy, TensorView mean_dy_xhat,
+                                                  const sdk::BatchNormShape& shape, TensorView dx) {
   context_.use_threads();
   checks().batchnorm_backward_elementwise(dy, x, y, gamma, mean, var, mean_dy, mean_dy_xhat, shape,
                                           dx);

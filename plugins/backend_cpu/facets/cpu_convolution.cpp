@@ -47,9 +47,9 @@
 #include "cpu_context.h"
 #include "cpu_conv_algorithm.h"
 #include "cpu_conv_primitives.h"
+#include "cpu_features.h"
 #include "cpu_permute.h"
 #include "cpu_pooling.h"
-#include "cpu_features.h"
 #include "cpu_primitive_cache.h"
 #include "mixtrain/sdk/backend_convolution.h"
 #include "mixtrain/sdk/support/facet_registry.h"
@@ -244,25 +244,30 @@ void CpuConvolution::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
   // With an fp8 scale the bias is added after it (y = s·conv + b), outside the primitive.
   const float scale = fp8_scale(args.x) * fp8_scale(args.w);
   const bool bias_inside = has_bias && scale == 1.0f;
-  Route r = route_of(args.x.view.dtype, args.w.view.dtype, args.compute, context_.bf16_conv_native());
-  const dnnl::algorithm alg =
-      algorithm_for(context_.winograd_on(), context_.conv_algorithm() == ConvAlgorithm::winograd_everywhere,
-                    Direction::forward, g, r, args.x.view.dtype, args.w.view.dtype);
+  Route r =
+      route_of(args.x.view.dtype, args.w.view.dtype, args.compute, context_.bf16_conv_native());
+  const dnnl::algorithm alg = algorithm_for(
+      context_.winograd_on(), context_.conv_algorithm() == ConvAlgorithm::winograd_everywhere,
+      Direction::forward, g, r, args.x.view.dtype, args.w.view.dtype);
   ForwardEntry* e = &pick_entry(
       r, alg, [&](const Route& rr, dnnl::algorithm a) -> auto& {
-        return forward_entry(context_.prims(), op, g, rr.dt, out_type(rr, args.y, scale), bias_inside, a);
+        return forward_entry(context_.prims(), op, g, rr.dt, out_type(rr, args.y, scale),
+                             bias_inside, a);
       });
 
   const void* src =
-      to_primitive(context_.prims(), e->src, prepare(context_.prims(), args.x.view, r, Slot::src), Slot::blocked_a);
+      to_primitive(context_.prims(), e->src, prepare(context_.prims(), args.x.view, r, Slot::src),
+                   Slot::blocked_a);
   const void* wei = prepare_weights(context_.prims(), args.w.view, r, e->weights);
   const bool direct = writes_directly(r, args.y, scale);
-  void* dst = direct ? args.y.data
-                     : context_.prims().scratch<float>(Slot::dst, static_cast<std::size_t>(args.y.numel()));
+  void* dst =
+      direct ? args.y.data
+             : context_.prims().scratch<float>(Slot::dst, static_cast<std::size_t>(args.y.numel()));
   void* written = primitive_output(context_.prims(), e->dst, dst, Slot::blocked_b);
-  std::unordered_map<int, memory> exec{{DNNL_ARG_SRC, context_.prims().wrap(e->src.primitive_md, src)},
-                                       {DNNL_ARG_WEIGHTS, context_.prims().wrap(e->weights.blocked_md, wei)},
-                                       {DNNL_ARG_DST, context_.prims().wrap(e->dst.primitive_md, written)}};
+  std::unordered_map<int, memory> exec{
+      {DNNL_ARG_SRC, context_.prims().wrap(e->src.primitive_md, src)},
+      {DNNL_ARG_WEIGHTS, context_.prims().wrap(e->weights.blocked_md, wei)},
+      {DNNL_ARG_DST, context_.prims().wrap(e->dst.primitive_md, written)}};
   if (bias_inside) exec.emplace(DNNL_ARG_BIAS, context_.prims().wrap(e->bias_md, args.bias.data));
   context_.prims().execute(e->primitive, exec);
   from_primitive(context_.prims(), e->dst, written, dst);
@@ -284,26 +289,29 @@ void CpuConvolution::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& arg
   checks().conv2d_backward_data(args);
 
   const float scale = fp8_scale(args.dy) * fp8_scale(args.w);
-  Route r = route_of(args.dy.view.dtype, args.w.view.dtype, args.compute, context_.bf16_conv_native());
-  const dnnl::algorithm alg =
-      algorithm_for(context_.winograd_on(), context_.conv_algorithm() == ConvAlgorithm::winograd_everywhere,
-                    Direction::backward_data, g, r, args.dy.view.dtype, args.w.view.dtype);
+  Route r =
+      route_of(args.dy.view.dtype, args.w.view.dtype, args.compute, context_.bf16_conv_native());
+  const dnnl::algorithm alg = algorithm_for(
+      context_.winograd_on(), context_.conv_algorithm() == ConvAlgorithm::winograd_everywhere,
+      Direction::backward_data, g, r, args.dy.view.dtype, args.w.view.dtype);
   BackwardDataEntry* e = &pick_entry(
       r, alg, [&](const Route& rr, dnnl::algorithm a) -> auto& {
         return backward_data_entry(context_.prims(), op, g, rr.dt, out_type(rr, args.dx, scale), a);
       });
-  const void* diff_dst = to_primitive(
-      context_.prims(), e->diff_dst, prepare(context_.prims(), args.dy.view, r, Slot::src), Slot::blocked_a);
+  const void* diff_dst =
+      to_primitive(context_.prims(), e->diff_dst,
+                   prepare(context_.prims(), args.dy.view, r, Slot::src), Slot::blocked_a);
   const void* wei = prepare_weights(context_.prims(), args.w.view, r, e->weights);
   const bool direct = writes_directly(r, args.dx, scale);
-  void* diff_src =
-      direct ? args.dx.data
-             : context_.prims().scratch<float>(Slot::dst, static_cast<std::size_t>(args.dx.numel()));
+  void* diff_src = direct ? args.dx.data
+                          : context_.prims().scratch<float>(
+                                Slot::dst, static_cast<std::size_t>(args.dx.numel()));
   void* written = primitive_output(context_.prims(), e->diff_src, diff_src, Slot::blocked_b);
-  context_.prims().execute(e->primitive,
-                  {{DNNL_ARG_DIFF_DST, context_.prims().wrap(e->diff_dst.primitive_md, diff_dst)},
-                   {DNNL_ARG_WEIGHTS, context_.prims().wrap(e->weights.blocked_md, wei)},
-                   {DNNL_ARG_DIFF_SRC, context_.prims().wrap(e->diff_src.primitive_md, written)}});
+  context_.prims().execute(
+      e->primitive,
+      {{DNNL_ARG_DIFF_DST, context_.prims().wrap(e->diff_dst.primitive_md, diff_dst)},
+       {DNNL_ARG_WEIGHTS, context_.prims().wrap(e->weights.blocked_md, wei)},
+       {DNNL_ARG_DIFF_SRC, context_.prims().wrap(e->diff_src.primitive_md, written)}});
   from_primitive(context_.prims(), e->diff_src, written, diff_src);
   context_.record_conv_implementation(e->implementation);
   if (!direct)
@@ -323,28 +331,31 @@ void CpuConvolution::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArg
 
   const float w_scale = fp8_scale(args.x) * fp8_scale(args.dy);
   const float b_scale = fp8_scale(args.dy);
-  Route r = route_of(args.x.view.dtype, args.dy.view.dtype, args.compute, context_.bf16_conv_native());
-  const dnnl::algorithm alg =
-      algorithm_for(context_.winograd_on(), context_.conv_algorithm() == ConvAlgorithm::winograd_everywhere,
-                    Direction::backward_weights, g, r, args.x.view.dtype, args.dy.view.dtype);
+  Route r =
+      route_of(args.x.view.dtype, args.dy.view.dtype, args.compute, context_.bf16_conv_native());
+  const dnnl::algorithm alg = algorithm_for(
+      context_.winograd_on(), context_.conv_algorithm() == ConvAlgorithm::winograd_everywhere,
+      Direction::backward_weights, g, r, args.x.view.dtype, args.dy.view.dtype);
   BackwardWeightsEntry* e = &pick_entry(
       r, alg, [&](const Route& rr, dnnl::algorithm a) -> auto& {
         return backward_weights_entry(context_.prims(), op, g, rr.dt, has_bias, a);
       });
   const void* src =
-      to_primitive(context_.prims(), e->src, prepare(context_.prims(), args.x.view, r, Slot::src), Slot::blocked_a);
-  const void* diff_dst = to_primitive(
-      context_.prims(), e->diff_dst, prepare(context_.prims(), args.dy.view, r, Slot::extra_b), Slot::blocked_b);
+      to_primitive(context_.prims(), e->src, prepare(context_.prims(), args.x.view, r, Slot::src),
+                   Slot::blocked_a);
+  const void* diff_dst =
+      to_primitive(context_.prims(), e->diff_dst,
+                   prepare(context_.prims(), args.dy.view, r, Slot::extra_b), Slot::blocked_b);
   const bool acc = args.accumulate;
   const bool w_direct = e->plain && !acc && w_scale == 1.0f;
-  void* diff_w = w_direct
-                     ? args.dw.data
-                     : context_.prims().scratch<char>(Slot::diff_blocked, e->diff_weights_md.get_size());
+  void* diff_w =
+      w_direct ? args.dw.data
+               : context_.prims().scratch<char>(Slot::diff_blocked, e->diff_weights_md.get_size());
   const bool b_direct = !acc && b_scale == 1.0f;
-  float* diff_b =
-      !has_bias  ? nullptr
-      : b_direct ? args.dbias.as<float>()
-                 : context_.prims().scratch<float>(Slot::extra_a, static_cast<std::size_t>(g.out_channels));
+  float* diff_b = !has_bias  ? nullptr
+                  : b_direct ? args.dbias.as<float>()
+                             : context_.prims().scratch<float>(
+                                   Slot::extra_a, static_cast<std::size_t>(g.out_channels));
   std::unordered_map<int, memory> exec{
       {DNNL_ARG_SRC, context_.prims().wrap(e->src.primitive_md, src)},
       {DNNL_ARG_DIFF_DST, context_.prims().wrap(e->diff_dst.primitive_md, diff_dst)},
@@ -364,8 +375,9 @@ void CpuConvolution::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArg
       const float* plain = static_cast<const float*>(diff_w);
       if (!e->plain) {
         float* tmp = context_.prims().scratch<float>(Slot::weights, static_cast<std::size_t>(n));
-        context_.prims().execute(e->to_plain,
-                        {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, context_.prims().wrap(e->plain_md, tmp)}});
+        context_.prims().execute(
+            e->to_plain,
+            {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, context_.prims().wrap(e->plain_md, tmp)}});
         plain = tmp;
       }
       scale_into(plain, args.dw.as<float>(), n, w_scale, acc);
@@ -377,7 +389,7 @@ void CpuConvolution::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArg
 }
 
 std::size_t CpuConvolution::pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry,
-                                                    DType x) const {
+                                                   DType x) const {
   return pooling_workspace_bytes(context_, geometry, x);
 }
 

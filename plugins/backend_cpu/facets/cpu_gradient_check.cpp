@@ -34,7 +34,8 @@ const sdk::FacetRegistration<CpuContext, sdk::GradientCheckFacet, CpuGradientChe
 
 }  // namespace
 
-bool CpuGradientCheck::unscale_and_check_finite(std::span<const TensorView> grads, float inv_scale) {
+bool CpuGradientCheck::unscale_and_check_finite(std::span<const TensorView> grads,
+                                                float inv_scale) {
   context_.use_threads();
   for (std::size_t i = 0; i < grads.size(); ++i)
     require_fp32("unscale_and_check_finite", "grads[" + std::to_string(i) + "]", grads[i]);
@@ -42,7 +43,8 @@ bool CpuGradientCheck::unscale_and_check_finite(std::span<const TensorView> grad
   const std::int64_t count = static_cast<std::int64_t>(pieces.size());
   int found = 0;
 #pragma omp parallel for schedule(static) if (parallel_worth(total_len(pieces))) \
-    reduction(| : found)
+    reduction(|                                                                  \
+              : found)
   for (std::int64_t k = 0; k < count; ++k) {
     const Piece& pc = pieces[static_cast<std::size_t>(k)];
     float* g = grads[pc.tensor].as<float>() + pc.begin;

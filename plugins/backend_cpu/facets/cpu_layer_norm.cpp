@@ -60,7 +60,7 @@ const sdk::FacetRegistration<CpuContext, sdk::LayerNormFacet, CpuLayerNorm> kReg
 }  // namespace
 
 void CpuLayerNorm::layernorm_forward(TensorView x, TensorView gamma, TensorView beta, float eps,
-                                   TensorView y, TensorView mean, TensorView rstd) {
+                                     TensorView y, TensorView mean, TensorView rstd) {
   context_.use_threads();
   const auto shape = checks().layernorm_forward_shape(x, gamma, beta, y, mean, rstd);
   const std::int64_t rows = shape.rows, n = shape.cols;
@@ -98,9 +98,9 @@ void CpuLayerNorm::layernorm_forward(TensorView x, TensorView gamma, TensorView 
   }
 }
 
-void CpuLayerNorm::layernorm_backward(TensorView dy, TensorView x, TensorView gamma, TensorView mean,
-                                    TensorView rstd, TensorView dx, TensorView dgamma,
-                                    TensorView dbeta, bool accumulate) {
+void CpuLayerNorm::layernorm_backward(TensorView dy, TensorView x, TensorView gamma,
+                                      TensorView mean, TensorView rstd, TensorView dx,
+                                      TensorView dgamma, TensorView dbeta, bool accumulate) {
   context_.use_threads();
   const auto shape = checks().layernorm_backward_shape(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
   const std::int64_t rows = shape.rows, n = shape.cols;

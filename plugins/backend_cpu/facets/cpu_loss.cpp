@@ -33,8 +33,8 @@ const sdk::FacetRegistration<CpuContext, sdk::LossFacet, CpuLoss> kRegistration;
 }  // namespace
 
 void CpuLoss::softmax_cross_entropy(TensorView logits, TensorView labels, float grad_scale,
-                                       float label_smoothing, TensorView loss, TensorView correct,
-                                       TensorView dlogits) {
+                                    float label_smoothing, TensorView loss, TensorView correct,
+                                    TensorView dlogits) {
   context_.use_threads();
   constexpr const char* op = "softmax_cross_entropy";
   const auto shape =

@@ -111,11 +111,14 @@ void CpuOptimizer::sgd_update(const sdk::SgdHyper& h, std::span<const sdk::Param
   }
 }
 
-void CpuOptimizer::adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params) {
+void CpuOptimizer::adamw_update(const sdk::AdamWHyper& h,
+                                std::span<const sdk::ParamTensors> params) {
   context_.use_threads();
   if (h.step < 1)
-    fail("adamw_update", "step = " + std::to_string(h.step) + " but it is the 1-based count of "
-                         "applied steps",
+    fail("adamw_update",
+         "step = " + std::to_string(h.step) +
+             " but it is the 1-based count of "
+             "applied steps",
          "pass step >= 1 (1 on the first update)");
   for (std::size_t i = 0; i < params.size(); ++i)
     validate_param("adamw_update", i, params[i], true, true);

@@ -148,24 +148,31 @@ TEST(backend_cpu_attention, PermuteArgumentErrors) {
   DeviceTensor y(be, DType::bf16, lay.y_shape());
   DeviceTensor short_y(be, DType::bf16, Shape{lay.y_shape().numel() - 1});
   DeviceTensor ints(be, DType::int32, lay.x_shape());
-  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(x, lay.l, short_y); }, "backend_cpu.split_heads: y");
-  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->merge_heads(short_y, lay.l, x); }, "backend_cpu.merge_heads: y");
-  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(ints, lay.l, y); }, "int32");
+  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(x, lay.l, short_y); },
+                       "backend_cpu.split_heads: y");
+  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->merge_heads(short_y, lay.l, x); },
+                       "backend_cpu.merge_heads: y");
+  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(ints, lay.l, y); },
+                       "int32");
   sdk::HeadLayout past = lay.l;
   past.head_offset = 5;  // 5 + 3 tokens > 7
-  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(x, past, y); }, "head_offset");
+  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(x, past, y); },
+                       "head_offset");
   sdk::HeadLayout small = lay.l;
   small.head_tokens = 2;  // below tokens
-  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(x, small, y); }, "head_tokens");
+  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(x, small, y); },
+                       "head_tokens");
   sdk::HeadLayout no_heads = lay.l;
   no_heads.heads = 0;
-  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(x, no_heads, y); }, "layout");
+  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(x, no_heads, y); },
+                       "layout");
   // A permute cannot run in place.
   sdk::HeadLayout flat;
   flat.tokens = 4;
   flat.head_dim = 3;
   DeviceTensor same(be, DType::fp32, Shape{12});
-  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(same, flat, same); }, "overlap");
+  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(same, flat, same); },
+                       "overlap");
 }
 
 // Double-precision softmax of one row of `scale * s` over its first `visible` entries.
@@ -227,7 +234,8 @@ TEST(backend_cpu_attention, SoftmaxIsStableAndRunsInPlace) {
   DeviceTensor apart(be, DType::fp32, s);
   sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(in, shape, 1.0f, apart);
   for (float v : apart.get()) ASSERT_TRUE(std::isfinite(v));
-  sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(in, shape, 1.0f, in);  // probs aliases scores
+  sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(in, shape, 1.0f,
+                                                       in);  // probs aliases scores
   const auto a = apart.get(), b = in.get();
   ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
   // The first row of a 3x6 causal block sees 4 keys.
@@ -296,8 +304,16 @@ TEST(backend_cpu_attention, SoftmaxArgumentErrors) {
         sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(half, {2, 3, 4, true}, 1.0f, y);
       },
       "backend_cpu.softmax_forward: scores");
-  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(x, {2, 3, 4, true}, 1.0f, small); }, "probs");
-  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->softmax_backward(x, y, {2, 3, 4, true}, 1.0f, half); }, "dscores");
+  expect_backend_error(
+      [&] {
+        sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(x, {2, 3, 4, true}, 1.0f, small);
+      },
+      "probs");
+  expect_backend_error(
+      [&] {
+        sdk::facet<sdk::AttentionFacet>(be)->softmax_backward(x, y, {2, 3, 4, true}, 1.0f, half);
+      },
+      "dscores");
   expect_backend_error(
       [&] {
         sdk::facet<sdk::AttentionFacet>(be)->softmax_backward(x, y, {2, 3, 4, true}, 1.0f, x);
@@ -310,7 +326,8 @@ TEST(backend_cpu_attention, SoftmaxArgumentErrors) {
   shifted.data = x.view().as<float>() + 1;
   expect_backend_error(
       [&] {
-        sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(front, {2, 3, 3, false}, 1.0f, shifted);
+        sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(front, {2, 3, 3, false}, 1.0f,
+                                                             shifted);
       },
       "partly overlap");
 }

@@ -255,7 +255,8 @@ TEST(backend_cpu_batched_gemm, ArgumentErrorsAreBackendErrors) {
   args.gemm.c = c.view();
   args.batch = 2;
   args.stride_c = 16;
-  EXPECT_THROW(sdk::facet<sdk::GemmFacet>(be)->gemm_strided_batched(args), sdk::BackendError);  // int32 B
+  EXPECT_THROW(sdk::facet<sdk::GemmFacet>(be)->gemm_strided_batched(args),
+               sdk::BackendError);  // int32 B
   args.gemm.b = {a.view(), true};
   args.stride_c = 8;  // overlapping outputs
   EXPECT_THROW(sdk::facet<sdk::GemmFacet>(be)->gemm_strided_batched(args), sdk::BackendError);

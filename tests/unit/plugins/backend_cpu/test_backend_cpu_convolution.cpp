@@ -72,27 +72,32 @@ TEST(BackendCpuConvolution, BadGeometriesAndShapesNameTheOpAndTheExpectation) {
                 "[N, H, W, C] = [2, 8, 8, 3]", "to_channels_last"});
   f.x.view = x;
   f.geometry.groups = 2;
-  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); }, {"conv2d_forward", "groups = 2 must divide"});
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); },
+               {"conv2d_forward", "groups = 2 must divide"});
   f.geometry = g;
   f.geometry.kernel_h = 11;
-  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); }, {"conv2d_forward", "does not fit"});
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); },
+               {"conv2d_forward", "does not fit"});
   f.geometry = g;
   f.geometry.stride_w = 0;
-  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); }, {"geometry.stride_w = 0 must be at least 1"});
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); },
+               {"geometry.stride_w = 0 must be at least 1"});
   f.geometry = g;
   f.geometry.out_channels = 5;
   expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); },
                {"w is fp32 [4, 3, 3, 3]", "[O, C/groups, KH, KW] = [5, 3, 3, 3]"});
   f.geometry = g;
   f.compute = DType::bf16;
-  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); }, {"compute = bf16"});
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); },
+               {"compute = bf16"});
   f.compute = DType::fp32;
   f.w.transpose = true;
   expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); }, {"transpose"});
   f.w.transpose = false;
   DeviceTensor bias(be, DType::fp32, Shape{3});
   f.bias = bias;
-  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); }, {"bias", "4 are needed"});
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); },
+               {"bias", "4 are needed"});
 
   DeviceTensor dw16(be, DType::bf16, w_shape(g));
   sdk::Conv2dBackwardWeightsArgs bw;
@@ -123,9 +128,11 @@ TEST(BackendCpuConvolution, BadGeometriesAndShapesNameTheOpAndTheExpectation) {
                {"backend_cpu.pool2d_forward", "more than half the kernel"});
   p.pad_h = 0;
   DeviceTensor tiny_ws(be, DType::int32, Shape{1});
-  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, px, py, tiny_ws); }, {"workspace", "bytes are needed"});
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, px, py, tiny_ws); },
+               {"workspace", "bytes are needed"});
   DeviceTensor py16(be, DType::fp16, Shape{2, 4, 4, 3});
-  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, px, py16, {}); }, {"pooling keeps one dtype"});
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, px, py16, {}); },
+               {"pooling keeps one dtype"});
   expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, py, px, {}); },
                {"x is fp32 [2, 4, 4, 3]", "[N, H, W, C] = [2, 8, 8, 3]"});
 
@@ -137,32 +144,43 @@ TEST(BackendCpuConvolution, BadGeometriesAndShapesNameTheOpAndTheExpectation) {
   DeviceTensor stat2(be, DType::fp32, Shape{4});
   expect_error(
       [&] {
-        sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(bx_wrong, {}, {}, s, 0.1f, by, stat, stat2, {}, {}, {});
+        sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(
+            bx_wrong, {}, {}, s, 0.1f, by, stat, stat2, {}, {}, {});
       },
       {"backend_cpu.batchnorm_forward_training", "x is fp32 [4, 12]", "[rows, C] = [12, 4]"});
   expect_error(
-      [&] { sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(bx, stat, {}, s, 0.1f, by, stat, stat2, {}, {}, {}); },
+      [&] {
+        sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(bx, stat, {}, s, 0.1f, by,
+                                                                        stat, stat2, {}, {}, {});
+      },
       {"gamma and beta must be both given"});
   sdk::BatchNormShape one{1, 4, 1e-5f, false};
   DeviceTensor row(be, DType::fp32, Shape{1, 4}), row_y(be, DType::fp32, Shape{1, 4});
   expect_error(
       [&] {
-        sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(row, {}, {}, one, 0.1f, row_y, stat, stat2, {}, {}, {});
+        sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(
+            row, {}, {}, one, 0.1f, row_y, stat, stat2, {}, {}, {});
       },
       {"more than one value per channel"});
   sdk::BatchNormShape relu = s;
   relu.relu = true;
   DeviceTensor bdx(be, DType::fp32, Shape{12, 4});
   expect_error(
-      [&] { sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_backward(by, bx, {}, {}, stat, stat2, relu, {}, bdx, {}, {}, false); },
+      [&] {
+        sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_backward(by, bx, {}, {}, stat, stat2, relu,
+                                                                {}, bdx, {}, {}, false);
+      },
       {"backend_cpu.batchnorm_backward", "workspace or y"});
 
   DeviceTensor first(be, DType::fp32, Shape{2, 3, 4, 5});
   DeviceTensor last(be, DType::fp32, Shape{2, 4, 5, 3});
-  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->to_channels_last(first, 7, 4, 5, last); },
-               {"backend_cpu.to_channels_last", "not a whole number of 7x4x5 images"});
+  expect_error(
+      [&] { sdk::facet<sdk::ConvolutionFacet>(be)->to_channels_last(first, 7, 4, 5, last); },
+      {"backend_cpu.to_channels_last", "not a whole number of 7x4x5 images"});
   DeviceTensor short_last(be, DType::fp32, Shape{2, 4, 5, 2});
-  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->to_channels_last(first, 3, 4, 5, short_last); }, {"dst", "120 are needed"});
+  expect_error(
+      [&] { sdk::facet<sdk::ConvolutionFacet>(be)->to_channels_last(first, 3, 4, 5, short_last); },
+      {"dst", "120 are needed"});
 }
 
 TEST(BackendCpuConvolution, PrimitivesAreCreatedOncePerGeometry) {
@@ -217,7 +235,8 @@ TEST(BackendCpuConvolution, PrimitivesAreCreatedOncePerGeometry) {
   DeviceTensor px(be, DType::fp32, Shape{2, 8, 8, 16}, random_values(2 * 8 * 8 * 16, 3));
   DeviceTensor py(be, DType::fp32, Shape{2, 4, 4, 16});
   DeviceTensor pdx(be, DType::fp32, Shape{2, 8, 8, 16});
-  const std::size_t ws_bytes = sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_workspace_bytes(p, DType::fp32);
+  const std::size_t ws_bytes =
+      sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_workspace_bytes(p, DType::fp32);
   DeviceTensor ws(be, DType::int32, Shape{static_cast<std::int64_t>((ws_bytes + 3) / 4)});
   auto run_pool = [&] {
     sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, px, py, ws);
@@ -236,12 +255,15 @@ TEST(BackendCpuConvolution, PrimitivesAreCreatedOncePerGeometry) {
   DeviceTensor beta(be, DType::fp32, Shape{16}, random_values(16, 6));
   DeviceTensor mean(be, DType::fp32, Shape{16}), var(be, DType::fp32, Shape{16});
   DeviceTensor dg(be, DType::fp32, Shape{16}), dbeta(be, DType::fp32, Shape{16});
-  const std::size_t bn_ws_bytes = sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_workspace_bytes(s, DType::fp32);
+  const std::size_t bn_ws_bytes =
+      sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_workspace_bytes(s, DType::fp32);
   EXPECT_GT(bn_ws_bytes, 0u);
   DeviceTensor bn_ws(be, DType::int32, Shape{static_cast<std::int64_t>((bn_ws_bytes + 3) / 4)});
   auto run_bn = [&] {
-    sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(bx, gamma, beta, s, 0.1f, by, mean, var, {}, {}, bn_ws);
-    sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_backward(by, bx, by, gamma, mean, var, s, bn_ws, bdx, dg, dbeta, false);
+    sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(bx, gamma, beta, s, 0.1f, by,
+                                                                    mean, var, {}, {}, bn_ws);
+    sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_backward(by, bx, by, gamma, mean, var, s, bn_ws,
+                                                            bdx, dg, dbeta, false);
   };
   run_bn();
   const std::size_t with_bn = be.cached_dnnl_primitives();
@@ -704,16 +726,19 @@ TEST(BackendCpuConvolution, BatchNormBackwardIsTheGradientOfTheTrainingForward) 
     DeviceTensor x(be, DType::fp32, shape, xv), y(be, DType::fp32, shape);
     DeviceTensor gamma(be, DType::fp32, Shape{3}, gv), beta(be, DType::fp32, Shape{3}, bv);
     DeviceTensor mean(be, DType::fp32, Shape{3}), var(be, DType::fp32, Shape{3});
-    sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(x, gamma, beta, s, 0.1f, y, mean, var, {}, {}, {});
+    sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(x, gamma, beta, s, 0.1f, y,
+                                                                    mean, var, {}, {}, {});
     return loss(y.get(), rv);
   };
   DeviceTensor x(be, DType::fp32, shape, xv), y(be, DType::fp32, shape);
   DeviceTensor gamma(be, DType::fp32, Shape{3}, gv), beta(be, DType::fp32, Shape{3}, bv);
   DeviceTensor mean(be, DType::fp32, Shape{3}), var(be, DType::fp32, Shape{3});
-  sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(x, gamma, beta, s, 0.1f, y, mean, var, {}, {}, {});
+  sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(x, gamma, beta, s, 0.1f, y, mean,
+                                                                  var, {}, {}, {});
   DeviceTensor r(be, DType::fp32, shape, rv), dx(be, DType::fp32, shape);
   DeviceTensor dg(be, DType::fp32, Shape{3}), db(be, DType::fp32, Shape{3});
-  sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_backward(r, x, y, gamma, mean, var, s, {}, dx, dg, db, false);
+  sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_backward(r, x, y, gamma, mean, var, s, {}, dx, dg,
+                                                          db, false);
   // h = 1e-2: truncation O(h²) and FP32 rounding of y over 2h both stay below 1e-3.
   expect_gradient(xv, forward, dx.get(), 1e-2f, 2e-3, "dL/dx");
   expect_gradient(gv, forward, dg.get(), 1e-2f, 2e-3, "dL/dgamma");

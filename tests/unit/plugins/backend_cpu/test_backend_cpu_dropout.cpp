@@ -80,26 +80,38 @@ TEST(CpuDropout, BadArgumentsRaiseBackendErrorsNamingTheOpAndTheTensor) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(x, y, 1.0f, kKey); }, "p = 1");
-  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(x, y, -0.25f, kKey); }, "outside [0, 1)");
-  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_backward(x, y, std::nanf(""), kKey); }, "outside [0, 1)");
-  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(ids, y, 0.5f, kKey); }, "int32");
-  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_backward(x, fp8, 0.5f, kKey); }, "fp8");
-  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(x, short_y, 0.5f, kKey); }, "dropout_forward");
+  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(x, y, 1.0f, kKey); },
+               "p = 1");
+  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(x, y, -0.25f, kKey); },
+               "outside [0, 1)");
+  expect_error(
+      [&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_backward(x, y, std::nanf(""), kKey); },
+      "outside [0, 1)");
+  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(ids, y, 0.5f, kKey); },
+               "int32");
+  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_backward(x, fp8, 0.5f, kKey); },
+               "fp8");
+  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(x, short_y, 0.5f, kKey); },
+               "dropout_forward");
   // A partial overlap: y starts in the middle of x.
   TensorView shifted = x.view();
   shifted.data = x.view().as<float>() + 8;
   shifted.shape = Shape{56};
   TensorView head = x.view();
   head.shape = Shape{56};
-  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(head, shifted, 0.5f, kKey); }, "dropout_forward");
+  expect_error(
+      [&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(head, shifted, 0.5f, kKey); },
+      "dropout_forward");
   // supports() is the SDK's table: storage floats only.
   const DType fp8_fp32[] = {DType::fp8_e4m3, DType::fp32};
   const DType int_fp32[] = {DType::int32, DType::fp32};
   const DType bf16_fp16[] = {DType::bf16, DType::fp16};
-  EXPECT_FALSE(sdk::facet<sdk::DropoutFacet>(b)->supports(sdk::DropoutOp::dropout_forward, fp8_fp32));
-  EXPECT_FALSE(sdk::facet<sdk::DropoutFacet>(b)->supports(sdk::DropoutOp::dropout_backward, int_fp32));
-  EXPECT_TRUE(sdk::facet<sdk::DropoutFacet>(b)->supports(sdk::DropoutOp::dropout_forward, bf16_fp16));
+  EXPECT_FALSE(
+      sdk::facet<sdk::DropoutFacet>(b)->supports(sdk::DropoutOp::dropout_forward, fp8_fp32));
+  EXPECT_FALSE(
+      sdk::facet<sdk::DropoutFacet>(b)->supports(sdk::DropoutOp::dropout_backward, int_fp32));
+  EXPECT_TRUE(
+      sdk::facet<sdk::DropoutFacet>(b)->supports(sdk::DropoutOp::dropout_forward, bf16_fp16));
 }
 
 }  // namespace

@@ -146,10 +146,12 @@ TEST(backend_cpu_embedding, OutOfRangeIdsNameTheIdAndTheRowAndWriteNothing) {
         std::pair{std::vector<float>{-1, 0, 0, 0},
                   std::string("id -1 at row 0 is outside [0, 5)")}}) {
     DeviceTensor id(be, DType::int32, Shape{4}, bad);
-    expect_backend_error([&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, table, out, false); },
-                         "backend_cpu.gather: " + needle);
-    expect_backend_error([&] { sdk::facet<sdk::EmbeddingFacet>(be)->scatter_add(id, dy, table, 0.0f); },
-                         "backend_cpu.scatter_add: " + needle);
+    expect_backend_error(
+        [&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, table, out, false); },
+        "backend_cpu.gather: " + needle);
+    expect_backend_error(
+        [&] { sdk::facet<sdk::EmbeddingFacet>(be)->scatter_add(id, dy, table, 0.0f); },
+        "backend_cpu.scatter_add: " + needle);
     EXPECT_EQ(out.get(), out_before);
     EXPECT_EQ(table.get(), table_before);
   }
@@ -166,16 +168,30 @@ TEST(backend_cpu_embedding, ShapeAndDtypeMismatchesAreErrors) {
   DeviceTensor dy_wide(be, DType::fp32, Shape{4, 5});
   DeviceTensor out_short(be, DType::fp32, Shape{3, 4});
   DeviceTensor out_int(be, DType::int32, Shape{4, 4});
-  expect_backend_error([&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id_f, table, dy, false); }, "ids is fp32");
-  expect_backend_error([&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, flat_table, dy, false); }, "[V, C]");
-  expect_backend_error([&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, table, out_short, false); }, "out is fp32 [3, 4]");
-  expect_backend_error([&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, table, out_int, false); }, "out is int32");
+  expect_backend_error([&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id_f, table, dy, false); },
+                       "ids is fp32");
+  expect_backend_error(
+      [&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, flat_table, dy, false); }, "[V, C]");
+  expect_backend_error(
+      [&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, table, out_short, false); },
+      "out is fp32 [3, 4]");
+  expect_backend_error(
+      [&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, table, out_int, false); },
+      "out is int32");
   TensorView into_table = table.view();  // the table's first four rows as out
   into_table.shape = Shape{4, 4};
-  expect_backend_error([&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, table, into_table, false); }, "overlaps");
-  expect_backend_error([&] { sdk::facet<sdk::EmbeddingFacet>(be)->scatter_add(id, dy, table_bf16, 0.0f); }, "must be fp32");
-  expect_backend_error([&] { sdk::facet<sdk::EmbeddingFacet>(be)->scatter_add(id, dy_wide, table, 0.0f); }, "dy is fp32 [4, 5]");
-  expect_backend_error([&] { sdk::facet<sdk::EmbeddingFacet>(be)->scatter_add(id, dy, table, 0.5f); }, "neither 0 nor 1");
+  expect_backend_error(
+      [&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, table, into_table, false); },
+      "overlaps");
+  expect_backend_error(
+      [&] { sdk::facet<sdk::EmbeddingFacet>(be)->scatter_add(id, dy, table_bf16, 0.0f); },
+      "must be fp32");
+  expect_backend_error(
+      [&] { sdk::facet<sdk::EmbeddingFacet>(be)->scatter_add(id, dy_wide, table, 0.0f); },
+      "dy is fp32 [4, 5]");
+  expect_backend_error(
+      [&] { sdk::facet<sdk::EmbeddingFacet>(be)->scatter_add(id, dy, table, 0.5f); },
+      "neither 0 nor 1");
 }
 
 TEST(backend_cpu_embedding, SupportsAnswersTheHeaderDtypes) {

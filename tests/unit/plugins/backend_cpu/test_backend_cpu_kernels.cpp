@@ -119,7 +119,8 @@ TEST(backend_cpu_kernels, LayerNormForwardAndBackwardAgainstFiniteDifferences) {
   DeviceTensor y(be, DType::fp32, {rows, n});
   DeviceTensor mean(be, DType::fp32, {rows});
   DeviceTensor rstd(be, DType::fp32, {rows});
-  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_forward(x, gamma, beta, static_cast<float>(eps), y, mean, rstd);
+  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_forward(x, gamma, beta, static_cast<float>(eps), y,
+                                                         mean, rstd);
 
   const std::vector<double> g(gv.begin(), gv.end()), b(bv.begin(), bv.end());
   std::vector<double> y_ref, mean_ref, rstd_ref, dx_ref, dgamma_ref(static_cast<std::size_t>(n)),
@@ -166,12 +167,14 @@ TEST(backend_cpu_kernels, LayerNormForwardAndBackwardAgainstFiniteDifferences) {
   DeviceTensor dx(be, DType::fp32, {rows, n});
   DeviceTensor dgamma(be, DType::fp32, {n});
   DeviceTensor dbeta(be, DType::fp32, {n});
-  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, false);
+  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma,
+                                                          dbeta, false);
   expect_close(dx.get(), dx_ref, 1e-4, 1e-4, "layernorm dx");
   expect_close(dgamma.get(), dgamma_ref, 1e-4, 1e-4, "layernorm dgamma");
   expect_close(dbeta.get(), dbeta_ref, 1e-4, 1e-4, "layernorm dbeta");
   // Accumulation adds to what is there.
-  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, true);
+  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma,
+                                                          dbeta, true);
   std::vector<double> twice(dgamma_ref);
   for (auto& v : twice) v *= 2.0;
   expect_close(dgamma.get(), twice, 1e-4, 1e-4, "layernorm dgamma accumulated");
@@ -179,7 +182,8 @@ TEST(backend_cpu_kernels, LayerNormForwardAndBackwardAgainstFiniteDifferences) {
   // bf16 activations with fp32 statistics.
   DeviceTensor x16(be, DType::bf16, {rows, n}, xv);
   DeviceTensor y16(be, DType::bf16, {rows, n});
-  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_forward(x16, gamma, beta, static_cast<float>(eps), y16, mean, rstd);
+  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_forward(x16, gamma, beta, static_cast<float>(eps),
+                                                         y16, mean, rstd);
   std::vector<double> y16_ref;
   const auto x16v = x16.get();
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -203,7 +207,8 @@ TEST(backend_cpu_kernels, SoftmaxCrossEntropyLossGradAndCorrect) {
   DeviceTensor correct(be, DType::int32, {1});
   DeviceTensor dz(be, DType::fp32, {rows, classes});
   const float grad_scale = 8.0f;
-  sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, lab, grad_scale, 0.0f, loss, correct, dz);
+  sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, lab, grad_scale, 0.0f, loss, correct,
+                                                        dz);
 
   double loss_ref = 0.0;
   int correct_ref = 0;
@@ -242,7 +247,8 @@ TEST(backend_cpu_kernels, SoftmaxCrossEntropyLossGradAndCorrect) {
     EXPECT_NE(std::string(e.what()).find("row 2"), std::string::npos) << e.what();
   }
   DeviceTensor negative(be, DType::int32, {rows}, {-1, 0, 1, 5, 5, 1, 7});
-  EXPECT_THROW(sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, negative, 1.0f, 0.0f, loss, correct, dz),
+  EXPECT_THROW(sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, negative, 1.0f, 0.0f, loss,
+                                                                     correct, dz),
                sdk::BackendError);
 }
 
@@ -260,7 +266,8 @@ TEST(backend_cpu_kernels, SoftmaxCrossEntropyWithLabelSmoothing) {
   DeviceTensor dz(be, DType::fp32, {rows, classes});
   const float grad_scale = 4.0f;
   for (const float eps : {0.1f, 0.35f, 1.0f}) {
-    sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, lab, grad_scale, eps, loss, correct, dz);
+    sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, lab, grad_scale, eps, loss, correct,
+                                                          dz);
     double loss_ref = 0.0;
     std::vector<double> dz_ref;
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -286,7 +293,8 @@ TEST(backend_cpu_kernels, SoftmaxCrossEntropyWithLabelSmoothing) {
   DeviceTensor confident(be, DType::fp32, {1, 3}, {8.0f, 0.0f, 0.0f});
   DeviceTensor first(be, DType::int32, {1}, {0});
   DeviceTensor plain(be, DType::fp32, {1});
-  sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(confident, first, 1.0f, 0.0f, plain, {}, {});
+  sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(confident, first, 1.0f, 0.0f, plain, {},
+                                                        {});
   sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(confident, first, 1.0f, 0.1f, loss, {}, {});
   EXPECT_LT(plain.get()[0], loss.get()[0]);
   for (const float bad : {-0.01f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
@@ -357,8 +365,10 @@ TEST(backend_cpu_kernels, SixteenBitStorageMatchesFp32OnRepresentableInputs) {
   DeviceTensor dy32(be, DType::fp32, {rows, n}, dyv), dy16(be, DType::bf16, {rows, n}, dyv);
   DeviceTensor dx32(be, DType::fp32, {rows, n}), dx16(be, DType::fp16, {rows, n});
   DeviceTensor dg32(be, DType::fp32, {n}), dg16(be, DType::fp32, {n});
-  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_backward(dy32, z32, {}, mean, rstd, dx32, dg32, {}, false);
-  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_backward(dy16, z16, {}, mean, rstd, dx16, dg16, {}, false);
+  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_backward(dy32, z32, {}, mean, rstd, dx32, dg32, {},
+                                                          false);
+  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_backward(dy16, z16, {}, mean, rstd, dx16, dg16, {},
+                                                          false);
   const auto dx32v = dx32.get();
   const auto dx16v = dx16.get();
   for (std::size_t i = 0; i < dx32v.size(); ++i)

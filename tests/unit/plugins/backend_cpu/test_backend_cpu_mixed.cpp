@@ -333,7 +333,8 @@ TEST(backend_cpu_mixed_kernels, ActivationsWithSixteenBitXAndYMatchFp32RoundedOn
     DeviceTensor x32(be, DType::fp32, {numel}, xv), g32(be, DType::fp32, {numel}, gv);
     DeviceTensor y32(be, DType::fp32, {numel}), dx32(be, DType::fp32, {numel});
     sdk::facet<sdk::ActivationFacet>(be)->activation_forward(sdk::Activation::relu, x32, y32);
-    sdk::facet<sdk::ActivationFacet>(be)->activation_backward(sdk::Activation::relu, x32, g32, dx32);
+    sdk::facet<sdk::ActivationFacet>(be)->activation_backward(sdk::Activation::relu, x32, g32,
+                                                              dx32);
     const auto y_ref = y32.get();
     const auto dx_ref = dx32.get();
     for (const auto& [xd, yd] : {std::pair{DType::bf16, DType::bf16}, std::pair{DType::bf16, DType::fp32},

@@ -248,8 +248,8 @@ TEST_F(backend_cuda_layers, BatchNormMatchesTheCpu) {
                 sdk::facet<sdk::BatchNormFacet>(cpu())->batchnorm_workspace_bytes(s, dt));
       gpu<sdk::BatchNormFacet>().batchnorm_forward_training(xg, gg, bg, s, 0.1f, yg, mg, vg, rmg,
                                                             rvg, relu ? wsg.view() : TensorView{});
-      sdk::facet<sdk::BatchNormFacet>(cpu())->batchnorm_forward_training(xc, gc, bc, s, 0.1f, yc, mc, vc, rmc, rvc,
-                                       relu ? wsc.view() : TensorView{});
+      sdk::facet<sdk::BatchNormFacet>(cpu())->batchnorm_forward_training(
+          xc, gc, bc, s, 0.1f, yc, mc, vc, rmc, rvc, relu ? wsc.view() : TensorView{});
       expect_close(mg.get(), mc.get(), 1e-6, 1e-7, "save_mean " + what);
       expect_close(vg.get(), vc.get(), 1e-5, 1e-7, "save_var " + what);
       expect_close(rmg.get(), rmc.get(), 1e-6, 1e-7, "running_mean " + what);
@@ -257,7 +257,8 @@ TEST_F(backend_cuda_layers, BatchNormMatchesTheCpu) {
       expect_close(yg.get(), yc.get(), 2 * ulp_rel(dt), 1e-5, "training y " + what);
       Tensor yig(gpu(), dt, Shape{rows, c}), yic(cpu(), dt, Shape{rows, c});
       gpu<sdk::BatchNormFacet>().batchnorm_forward_inference(xg, gg, bg, rmg, rvg, s, yig);
-      sdk::facet<sdk::BatchNormFacet>(cpu())->batchnorm_forward_inference(xc, gc, bc, rmc, rvc, s, yic);
+      sdk::facet<sdk::BatchNormFacet>(cpu())->batchnorm_forward_inference(xc, gc, bc, rmc, rvc, s,
+                                                                          yic);
       expect_close(yig.get(), yic.get(), 2 * ulp_rel(dt), 1e-5, "inference y " + what);
       Tensor dyg(gpu(), dt, Shape{rows, c}, dyv), dyc(cpu(), dt, Shape{rows, c}, dyv);
       for (bool acc : {false, true}) {
@@ -266,8 +267,8 @@ TEST_F(backend_cuda_layers, BatchNormMatchesTheCpu) {
         Tensor dbg(gpu(), DType::fp32, Shape{c}, bv), dbc(cpu(), DType::fp32, Shape{c}, bv);
         gpu<sdk::BatchNormFacet>().batchnorm_backward(
             dyg, xg, yg, gg, mg, vg, s, relu ? wsg.view() : TensorView{}, dxg, dgg, dbg, acc);
-        sdk::facet<sdk::BatchNormFacet>(cpu())->batchnorm_backward(dyc, xc, yc, gc, mc, vc, s, relu ? wsc.view() : TensorView{}, dxc,
-                                 dgc, dbc, acc);
+        sdk::facet<sdk::BatchNormFacet>(cpu())->batchnorm_backward(
+            dyc, xc, yc, gc, mc, vc, s, relu ? wsc.view() : TensorView{}, dxc, dgc, dbc, acc);
         expect_close_norm(dxg.get(), dxc.get(), 4 * ulp_rel(dt) + 1e-5, "dx " + what);
         expect_close(dgg.get(), dgc.get(), 1e-4, 1e-5, "dgamma " + what);
         expect_close(dbg.get(), dbc.get(), 1e-4, 1e-5, "dbeta " + what);

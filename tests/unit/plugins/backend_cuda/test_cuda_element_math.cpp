@@ -236,7 +236,8 @@ TEST(cuda_element_math, Fp32ClampAndInt32Stores) {
 
 // --- activations -------------------------------------------------------------------------------------
 
-// cpu_activation_kernels.cpp's portable formulas (its anonymous namespace; copied operation for operation).
+// cpu_activation_kernels.cpp's portable formulas (its anonymous namespace; copied operation for
+// operation).
 constexpr float kGeluK = 0.7978845608028654f;
 constexpr float kGeluC = 0.044715f;
 float cpu_gelu(float x) {
