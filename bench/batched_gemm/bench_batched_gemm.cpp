@@ -65,14 +65,16 @@ class Operands {
   Operands(const Operands&) = delete;
   Operands& operator=(const Operands&) = delete;
 
-  void batched() { be_.gemm_strided_batched(args_); }
+  void batched() {
+    mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(be_)->gemm_strided_batched(args_);
+  }
   void loop() {
     mixtrain::sdk::GemmArgs g = args_.gemm;
     for (std::int64_t i = 0; i < args_.batch; ++i) {
       g.a.view = moved(args_.gemm.a.view, i * args_.stride_a);
       g.b.view = moved(args_.gemm.b.view, i * args_.stride_b);
       g.c = moved(args_.gemm.c, i * args_.stride_c);
-      be_.gemm(g);
+      mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(be_)->gemm(g);
     }
   }
 

@@ -95,11 +95,18 @@ Times run(CpuBackend& be, const Conv2dGeometry& g, int reps) {
   bw.dy.view = dy;
   bw.dw = dw;
   Times r{};
-  r.fwd = best_ms([&] { be.conv2d_forward(f); }, reps);
+  r.fwd = best_ms(
+      [&] { mixtrain::sdk::facet<mixtrain::sdk::ConvolutionFacet>(be)->conv2d_forward(f); }, reps);
   r.impl_fwd = be.last_conv_implementation();
-  r.bwd_d = best_ms([&] { be.conv2d_backward_data(bd); }, reps);
+  r.bwd_d = best_ms(
+      [&] { mixtrain::sdk::facet<mixtrain::sdk::ConvolutionFacet>(be)->conv2d_backward_data(bd); },
+      reps);
   r.impl_bwd_d = be.last_conv_implementation();
-  r.bwd_w = best_ms([&] { be.conv2d_backward_weights(bw); }, reps);
+  r.bwd_w = best_ms(
+      [&] {
+        mixtrain::sdk::facet<mixtrain::sdk::ConvolutionFacet>(be)->conv2d_backward_weights(bw);
+      },
+      reps);
   r.impl_bwd_w = be.last_conv_implementation();
   return r;
 }

@@ -134,29 +134,35 @@ double mlp_steps_per_second(CpuBackend& be, int steps) {
       g.b = {w[l], true};
       g.c = z[l];
       g.bias = b[l];
-      be.gemm(g);
-      if (l + 1 < layers) be.activation_forward(mixtrain::sdk::Activation::relu, z[l], h[l]);
+      mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(be)->gemm(g);
+      if (l + 1 < layers)
+        mixtrain::sdk::facet<mixtrain::sdk::ActivationFacet>(be)->activation_forward(
+            mixtrain::sdk::Activation::relu, z[l], h[l]);
     }
-    be.softmax_cross_entropy(z[layers - 1], labels, 1.0f, 0.0f, loss, correct, dz[layers - 1]);
+    mixtrain::sdk::facet<mixtrain::sdk::LossFacet>(be)->softmax_cross_entropy(
+        z[layers - 1], labels, 1.0f, 0.0f, loss, correct, dz[layers - 1]);
     for (std::size_t l = layers; l-- > 0;) {
       mixtrain::sdk::GemmArgs g;  // dW = dZ^T * H_prev
       g.a = {dz[l], true};
       g.b = {l == 0 ? x : h[l - 1], false};
       g.c = dw[l];
-      be.gemm(g);
-      be.bias_grad(dz[l], db[l], false);
+      mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(be)->gemm(g);
+      mixtrain::sdk::facet<mixtrain::sdk::ActivationFacet>(be)->bias_grad(dz[l], db[l], false);
       if (l > 0) {
         mixtrain::sdk::GemmArgs gx;  // dH_prev = dZ * W, then through the ReLU in place
         gx.a = {dz[l], false};
         gx.b = {w[l], false};
         gx.c = dz[l - 1];
-        be.gemm(gx);
-        be.activation_backward(mixtrain::sdk::Activation::relu, z[l - 1], dz[l - 1], dz[l - 1]);
+        mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(be)->gemm(gx);
+        mixtrain::sdk::facet<mixtrain::sdk::ActivationFacet>(be)->activation_backward(
+            mixtrain::sdk::Activation::relu, z[l - 1], dz[l - 1], dz[l - 1]);
       }
     }
-    if (be.unscale_and_check_finite(grads, 1.0f)) std::printf("non-finite gradient!\n");
+    if (mixtrain::sdk::facet<mixtrain::sdk::GradientCheckFacet>(be)->unscale_and_check_finite(grads,
+                                                                                              1.0f))
+      std::printf("non-finite gradient!\n");
     hyper.step = t;
-    be.adamw_update(hyper, params);
+    mixtrain::sdk::facet<mixtrain::sdk::OptimizerFacet>(be)->adamw_update(hyper, params);
   };
   step(1);  // warm-up: creates every primitive
   const auto t0 = std::chrono::steady_clock::now();
@@ -218,7 +224,8 @@ void run_mixed(int threads, double seconds) {
       args.b = {make(in, c.trans_b ? Shape{c.n, c.k} : Shape{c.k, c.n}, true), c.trans_b};
       args.c = make(out, Shape{c.m, c.n}, false);
       args.compute = in;
-      const Timing t = time_calls([&] { be.gemm(args); }, seconds);
+      const Timing t = time_calls(
+          [&] { mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(be)->gemm(args); }, seconds);
       totals[ci].median += t.median;
       totals[ci].best += t.best;
       std::printf(" %6.1f / %6.1f |", flop / t.median * 1e-9, flop / t.best * 1e-9);
@@ -313,8 +320,10 @@ int main(int argc, char** argv) {
       args.c = TensorView{out, DType::fp32, {c.m, c.n}};
       t_dnnl = time_calls(
           [&] {
-            backend.gemm(args);
-            if (with_relu) backend.activation_forward(mixtrain::sdk::Activation::relu, args.c, args.c);
+            mixtrain::sdk::facet<mixtrain::sdk::GemmFacet>(backend)->gemm(args);
+            if (with_relu)
+              mixtrain::sdk::facet<mixtrain::sdk::ActivationFacet>(backend)->activation_forward(
+                  mixtrain::sdk::Activation::relu, args.c, args.c);
           },
           seconds);
       onednn_total.median += t_dnnl.median;
@@ -328,7 +337,9 @@ int main(int argc, char** argv) {
             cblas_sgemm(CblasRowMajor, c.trans_a ? CblasTrans : CblasNoTrans,
                         c.trans_b ? CblasTrans : CblasNoTrans, c.m, c.n, c.k, 1.0f, a, lda, b, ldb,
                         0.0f, out, c.n);
-            if (with_relu) backend.activation_forward(mixtrain::sdk::Activation::relu, c_view, c_view);
+            if (with_relu)
+              mixtrain::sdk::facet<mixtrain::sdk::ActivationFacet>(backend)->activation_forward(
+                  mixtrain::sdk::Activation::relu, c_view, c_view);
           },
           seconds);
       openblas_total.median += t_blas.median;

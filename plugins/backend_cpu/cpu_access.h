@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/error.h"
@@ -133,6 +134,30 @@ inline void commit_chunk(const sdk::TensorView& v, std::int64_t begin, std::int6
       return;
     }
   }
+}
+
+// Whole rows of [rows, n] tensors (layer norm, the loss): the same rules a row at a time.
+// fp32 view of a whole row [n]: the row itself for fp32 storage, else converted into `buf`.
+inline const float* read_row(const sdk::TensorView& v, std::int64_t row, std::int64_t n,
+                             std::vector<float>& buf) {
+  if (is_fp32_storage(v.dtype)) return v.as<const float>() + row * n;
+  buf.resize(static_cast<std::size_t>(n));
+  for (std::int64_t c0 = 0; c0 < n; c0 += kChunk)
+    read_chunk(v, row * n + c0, std::min(kChunk, n - c0), buf.data() + c0);
+  return buf.data();
+}
+
+inline float* row_target(const sdk::TensorView& v, std::int64_t row, std::int64_t n,
+                         std::vector<float>& buf) {
+  if (is_fp32_storage(v.dtype)) return v.as<float>() + row * n;
+  buf.resize(static_cast<std::size_t>(n));
+  return buf.data();
+}
+
+inline void commit_row(const sdk::TensorView& v, std::int64_t row, std::int64_t n,
+                       const float* values) {
+  if (is_fp32_storage(v.dtype)) return;  // written in place
+  commit_chunk(v, row * n, n, values);
 }
 
 // dst[d_at, d_at + n) = src[s_at, s_at + n) for any two storage dtypes: a memcpy when they

@@ -1,21 +1,17 @@
-// CpuBackend: construction, capabilities, memory, copies, GEMM and cast.
-// Layer kernels live in cpu_kernels.cpp, optimizer and mixed-precision machinery in
-// cpu_optimizers.cpp.
+// CpuBackend: construction, capabilities, copies, cast, fill and the diagnostics. Memory and the
+// shared engines are the context's (cpu_context.cpp), the facets are facets/*.cpp.
 #include "cpu_backend.h"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 
 #include "cpu_access.h"
-#include "cpu_eltwise.h"
 #include "cpu_features.h"
 #include "cpu_gemm.h"
 #include "cpu_primitive_cache.h"
+#include "cpu_sum_of_squares.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -24,51 +20,34 @@ using sdk::TensorView;
 
 CpuBackend::CpuBackend(int threads, Bf16GemmPath bf16_gemm, Bf16ConvPath bf16_conv,
                        ConvAlgorithm conv_algorithm)
-    : threads_(threads > 0 ? threads : std::max(1, omp_get_num_procs())),
-      gemm_(std::make_unique<GemmEngine>(bf16_gemm)),
-      eltwise_(std::make_unique<EltwiseEngine>()),
-      prims_(std::make_unique<PrimitiveCache>()),
-      bf16_conv_request_(bf16_conv),
-      conv_algorithm_(conv_algorithm) {
-  if (threads < 0)
-    fail("create", "threads = " + std::to_string(threads) + " is negative",
-         "use 0 for all cores or a positive thread count");
-  use_threads();
-}
+    : context_(threads, bf16_gemm, bf16_conv, conv_algorithm) {}
 
-CpuBackend::~CpuBackend() {
-  std::lock_guard lock(memory_mutex_);
-  for (auto& [ptr, bytes] : live_) std::free(ptr);
-}
-
-void CpuBackend::use_threads() const {
-  if (omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
-}
+CpuBackend::~CpuBackend() = default;
 
 sdk::BackendCapabilities CpuBackend::capabilities() const {
   const CpuInfo cpu = detect_cpu();
   sdk::BackendCapabilities caps;
   caps.kind = "cpu";
-  caps.device_name = cpu.model_name + " (" + std::to_string(threads_) + " threads)";
+  caps.device_name = cpu.model_name + " (" + std::to_string(context_.threads()) + " threads)";
   caps.memory_bytes = cpu.memory_bytes;
-  caps.threads = threads_;
+  caps.threads = context_.threads();
   caps.features = cpu.features;
-  use_threads();
-  const std::string impl = gemm_->fp32_implementation();
+  context_.use_threads();
+  const std::string impl = context_.gemm().fp32_implementation();
   const std::string fp32_gemm = "oneDNN fp32 matmul (" + impl + ")";
   caps.gemm_inputs.push_back({DType::fp32, true, "oneDNN matmul (" + impl + ")"});
   caps.gemm_inputs.push_back(
       {DType::tf32, false,
        "emulated: A and B rounded to tf32 (RNE, 10 mantissa bits) + " + fp32_gemm});
-  const std::string bf16_impl = gemm_->bf16_implementation();
-  if (gemm_->bf16_native())
-    caps.gemm_inputs.push_back(
-        {DType::bf16, true,
-         "oneDNN bf16 matmul (" + bf16_impl + "), fp32 accumulation (" + gemm_->bf16_note() + ")"});
+  const std::string bf16_impl = context_.gemm().bf16_implementation();
+  if (context_.gemm().bf16_native())
+    caps.gemm_inputs.push_back({DType::bf16, true,
+                                "oneDNN bf16 matmul (" + bf16_impl + "), fp32 accumulation (" +
+                                    context_.gemm().bf16_note() + ")"});
   else
-    caps.gemm_inputs.push_back(
-        {DType::bf16, false,
-         "emulated: exact bf16 -> fp32 decode + " + fp32_gemm + " (" + gemm_->bf16_note() + ")"});
+    caps.gemm_inputs.push_back({DType::bf16, false,
+                                "emulated: exact bf16 -> fp32 decode + " + fp32_gemm + " (" +
+                                    context_.gemm().bf16_note() + ")"});
   caps.gemm_inputs.push_back(
       {DType::fp16, false, "emulated: exact fp16 -> fp32 decode + " + fp32_gemm});
   for (DType t : {DType::fp8_e4m3, DType::fp8_e5m2})
@@ -78,37 +57,7 @@ sdk::BackendCapabilities CpuBackend::capabilities() const {
   return caps;
 }
 
-// --- memory ------------------------------------------------------------------------------------
-
-void* CpuBackend::allocate(std::size_t bytes) {
-  const std::size_t rounded = std::max<std::size_t>(64, (bytes + 63) / 64 * 64);
-  void* p = rounded < bytes ? nullptr : std::aligned_alloc(64, rounded);
-  if (p == nullptr)
-    throw sdk::BackendError("backend_cpu.allocate: cannot allocate " + std::to_string(bytes) +
-                                " bytes (" + std::to_string(available_memory_bytes()) +
-                                " bytes available on the host)",
-                            "reduce the batch size or the model, or free host memory");
-  std::lock_guard lock(memory_mutex_);
-  live_.emplace(p, bytes);
-  current_bytes_ += bytes;
-  peak_bytes_ = std::max(peak_bytes_, current_bytes_);
-  return p;
-}
-
-void CpuBackend::deallocate(void* ptr) noexcept {
-  if (ptr == nullptr) return;
-  std::lock_guard lock(memory_mutex_);
-  const auto it = live_.find(ptr);
-  if (it == live_.end()) return;  // not ours (or freed twice): never free what we did not allocate
-  current_bytes_ -= it->second;
-  live_.erase(it);
-  std::free(ptr);
-}
-
-sdk::MemoryStats CpuBackend::memory_stats() const {
-  std::lock_guard lock(memory_mutex_);
-  return {current_bytes_, peak_bytes_, live_.size()};
-}
+// --- copies -----------------------------------------------------------------------------------
 
 void CpuBackend::copy_from_host(TensorView dst, const void* src) {
   require_present("copy_from_host", "dst", dst);
@@ -125,34 +74,22 @@ void CpuBackend::copy(TensorView dst, TensorView src) {
   if (dst.bytes() != 0 && dst.data != src.data) std::memmove(dst.data, src.data, dst.bytes());
 }
 
-// --- GEMM and cast -----------------------------------------------------------------------------
+// --- diagnostics -------------------------------------------------------------------------------
 
 std::size_t CpuBackend::cached_gemm_primitives() const noexcept {
-  return gemm_->cached_primitives();
+  return context_.gemm().cached_primitives();
 }
 std::string CpuBackend::last_gemm_implementation() const {
-  return gemm_->last_implementation();
+  return context_.gemm().last_implementation();
 }
-
-void CpuBackend::gemm(const sdk::GemmArgs& args) {
-  use_threads();
-  gemm_->run(args,
-             [this](sdk::Activation act, const TensorView& z) { activation_forward(act, z, z); });
-  account_scratch();
-}
-
 std::size_t CpuBackend::cached_dnnl_primitives() const noexcept {
-  return prims_->size();
+  return context_.prims().size();
+}
+double CpuBackend::sum_of_squares(std::span<const TensorView> tensors) const {
+  return backend_cpu::sum_of_squares(context_, tensors);
 }
 
-void CpuBackend::account_scratch() {
-  const std::size_t now = gemm_->scratch_bytes() + prims_->scratch_bytes();
-  if (now == scratch_bytes_) return;  // the steady state: scratch is grow-only
-  std::lock_guard lock(memory_mutex_);
-  current_bytes_ = current_bytes_ - scratch_bytes_ + now;
-  scratch_bytes_ = now;
-  peak_bytes_ = std::max(peak_bytes_, current_bytes_);
-}
+// --- cast and fill -----------------------------------------------------------------------------
 
 namespace {
 
@@ -200,7 +137,7 @@ void encode_chunk(const float* in, const TensorView& dst, std::int64_t begin, st
 }  // namespace
 
 void CpuBackend::cast(TensorView src, TensorView dst, const sdk::CastArgs& args) {
-  use_threads();
+  context_.use_threads();
   checks().cast_args(src, dst, args);
   const bool has_amax = !args.amax.empty();
   const std::int64_t total = src.numel();
@@ -232,6 +169,28 @@ void CpuBackend::cast(TensorView src, TensorView dst, const sdk::CastArgs& args)
       slot = std::numeric_limits<float>::quiet_NaN();
     else
       slot = std::max(slot, amax);
+  }
+}
+
+void CpuBackend::fill(TensorView x, float value) {
+  context_.use_threads();
+  require_present("fill", "x", x);
+  const std::int64_t total = x.numel();
+  if (x.dtype == DType::int32) {
+    auto* p = x.as<std::int32_t>();
+    const auto v = static_cast<std::int32_t>(value);
+#pragma omp parallel for simd schedule(static) if (parallel_worth(total))
+    for (std::int64_t i = 0; i < total; ++i) p[i] = v;
+    return;
+  }
+  require_storage("fill", "x", x);
+#pragma omp parallel for schedule(static) if (parallel_worth(total))
+  for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
+    const std::int64_t len = std::min(kChunk, total - c0);
+    float buf[kChunk];
+    float* out = write_target(x, c0, buf);
+    for (std::int64_t i = 0; i < len; ++i) out[i] = value;
+    commit_chunk(x, c0, len, out);
   }
 }
 

@@ -46,7 +46,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "cpu_backend.h"
+#include "cpu_context.h"
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/facet_list.h"
 #include "mixtrain/sdk/support/gemm_plan_key.h"

@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "cpu_access.h"
-#include "cpu_backend.h"
+#include "cpu_permute.h"
 #include "cpu_primitive_cache.h"
 
 namespace mixtrain::backend_cpu {
@@ -78,18 +78,12 @@ void permute(std::string_view op, PrimitiveCache& cache, TensorView src, std::in
 
 }  // namespace
 
-void CpuBackend::to_channels_last(TensorView src, std::int64_t channels, std::int64_t height,
-                                  std::int64_t width, TensorView dst) {
-  use_threads();
-  permute("to_channels_last", *prims_, src, channels, height, width, dst, true);
-  account_scratch();
-}
-
-void CpuBackend::to_channels_first(TensorView src, std::int64_t channels, std::int64_t height,
-                                   std::int64_t width, TensorView dst) {
-  use_threads();
-  permute("to_channels_first", *prims_, src, channels, height, width, dst, false);
-  account_scratch();
+void permute_channels(CpuContext& context, std::string_view op, TensorView src,
+                      std::int64_t channels, std::int64_t height, std::int64_t width,
+                      TensorView dst, bool to_last) {
+  context.use_threads();
+  permute(op, context.prims(), src, channels, height, width, dst, to_last);
+  context.account_scratch();
 }
 
 }  // namespace mixtrain::backend_cpu

@@ -20,7 +20,7 @@
 #include <string_view>
 
 #include "cpu_access.h"
-#include "cpu_backend.h"
+#include "cpu_pooling.h"
 #include "cpu_primitive_cache.h"
 
 namespace mixtrain::backend_cpu {
@@ -128,67 +128,70 @@ memory::data_type pool_type(PrimitiveCache& cache, std::string_view op,
 
 }  // namespace
 
-std::size_t CpuBackend::pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry, DType x) const {
+std::size_t pooling_workspace_bytes(CpuContext& context, const sdk::Pool2dGeometry& geometry,
+                                    DType x) {
   constexpr std::string_view op = "pool2d_workspace_bytes";
   if (!checks().pool2d_workspace_args(geometry, x)) return 0;
-  use_threads();
-  const auto dt = pool_type(*prims_, op, geometry, x);
-  return forward_entry(*prims_, op, geometry, dt, true).ws_md.get_size();
+  context.use_threads();
+  const auto dt = pool_type(context.prims(), op, geometry, x);
+  return forward_entry(context.prims(), op, geometry, dt, true).ws_md.get_size();
 }
 
-void CpuBackend::pool2d_forward(const sdk::Pool2dGeometry& g, TensorView x, TensorView y,
-                                TensorView workspace) {
+void pooling_forward(CpuContext& context, const sdk::Pool2dGeometry& g, TensorView x, TensorView y,
+                     TensorView workspace) {
   constexpr std::string_view op = "pool2d_forward";
-  use_threads();
+  context.use_threads();
   checks().pool2d_forward(g, x, y);
   const bool training = g.kind == sdk::PoolKind::max && !workspace.empty();
-  const auto dt = pool_type(*prims_, op, g, x.dtype);
-  PoolEntry& e = forward_entry(*prims_, op, g, dt, training);
-  const void* src = as_input(*prims_, x, dt, Slot::src);
-  void* dst = as_output(*prims_, y, dt, Slot::dst);
-  std::unordered_map<int, memory> exec{{DNNL_ARG_SRC, prims_->wrap(e.src_md, src)},
-                                       {DNNL_ARG_DST, prims_->wrap(e.dst_md, dst)}};
+  const auto dt = pool_type(context.prims(), op, g, x.dtype);
+  PoolEntry& e = forward_entry(context.prims(), op, g, dt, training);
+  const void* src = as_input(context.prims(), x, dt, Slot::src);
+  void* dst = as_output(context.prims(), y, dt, Slot::dst);
+  std::unordered_map<int, memory> exec{{DNNL_ARG_SRC, context.prims().wrap(e.src_md, src)},
+                                       {DNNL_ARG_DST, context.prims().wrap(e.dst_md, dst)}};
   if (training) {
     checks().pool2d_workspace(op, workspace, e.ws_md.get_size());
-    exec.emplace(DNNL_ARG_WORKSPACE, prims_->wrap(e.ws_md, workspace.data));
+    exec.emplace(DNNL_ARG_WORKSPACE, context.prims().wrap(e.ws_md, workspace.data));
   }
-  prims_->execute(e.primitive, exec);
+  context.prims().execute(e.primitive, exec);
   if (dst != y.data) encode_tensor(y, static_cast<const float*>(dst), y.numel());
-  account_scratch();
+  context.account_scratch();
 }
 
-void CpuBackend::pool2d_backward(const sdk::Pool2dGeometry& g, TensorView dy, TensorView x,
-                                 TensorView y, TensorView workspace, TensorView dx) {
+void pooling_backward(CpuContext& context, const sdk::Pool2dGeometry& g, TensorView dy,
+                      TensorView x, TensorView y, TensorView workspace, TensorView dx) {
   constexpr std::string_view op = "pool2d_backward";
   (void)y;  // the indices come from the workspace or from x
-  use_threads();
+  context.use_threads();
   checks().pool2d_backward(g, dy, x, workspace, dx);
   const bool max = g.kind == sdk::PoolKind::max;
-  const auto dt = pool_type(*prims_, op, g, dy.dtype);
-  PoolEntry& e = backward_entry(*prims_, op, g, dt);
+  const auto dt = pool_type(context.prims(), op, g, dy.dtype);
+  PoolEntry& e = backward_entry(context.prims(), op, g, dt);
 
   const void* ws = workspace.data;
   if (max && workspace.empty()) {
     // No workspace: recompute the argmax indices from x (a training forward into scratch).
-    PoolEntry& f = forward_entry(*prims_, op, g, dt, true);
-    const void* src = as_input(*prims_, x, dt, Slot::extra_a);
-    void* y_tmp = prims_->scratch<char>(Slot::weights, f.dst_md.get_size());
-    void* ws_tmp = prims_->scratch<char>(Slot::extra_b, f.ws_md.get_size());
-    prims_->execute(f.primitive, {{DNNL_ARG_SRC, prims_->wrap(f.src_md, src)},
-                                  {DNNL_ARG_DST, prims_->wrap(f.dst_md, y_tmp)},
-                                  {DNNL_ARG_WORKSPACE, prims_->wrap(f.ws_md, ws_tmp)}});
+    PoolEntry& f = forward_entry(context.prims(), op, g, dt, true);
+    const void* src = as_input(context.prims(), x, dt, Slot::extra_a);
+    void* y_tmp = context.prims().scratch<char>(Slot::weights, f.dst_md.get_size());
+    void* ws_tmp = context.prims().scratch<char>(Slot::extra_b, f.ws_md.get_size());
+    context.prims().execute(f.primitive,
+                            {{DNNL_ARG_SRC, context.prims().wrap(f.src_md, src)},
+                             {DNNL_ARG_DST, context.prims().wrap(f.dst_md, y_tmp)},
+                             {DNNL_ARG_WORKSPACE, context.prims().wrap(f.ws_md, ws_tmp)}});
     ws = ws_tmp;
   } else if (max) {
     checks().pool2d_workspace(op, workspace, e.ws_md.get_size());
   }
-  const void* diff_dst = as_input(*prims_, dy, dt, Slot::src);
-  void* diff_src = as_output(*prims_, dx, dt, Slot::dst);
-  std::unordered_map<int, memory> exec{{DNNL_ARG_DIFF_DST, prims_->wrap(e.dst_md, diff_dst)},
-                                       {DNNL_ARG_DIFF_SRC, prims_->wrap(e.src_md, diff_src)}};
-  if (max) exec.emplace(DNNL_ARG_WORKSPACE, prims_->wrap(e.ws_md, ws));
-  prims_->execute(e.primitive, exec);
+  const void* diff_dst = as_input(context.prims(), dy, dt, Slot::src);
+  void* diff_src = as_output(context.prims(), dx, dt, Slot::dst);
+  std::unordered_map<int, memory> exec{
+      {DNNL_ARG_DIFF_DST, context.prims().wrap(e.dst_md, diff_dst)},
+      {DNNL_ARG_DIFF_SRC, context.prims().wrap(e.src_md, diff_src)}};
+  if (max) exec.emplace(DNNL_ARG_WORKSPACE, context.prims().wrap(e.ws_md, ws));
+  context.prims().execute(e.primitive, exec);
   if (diff_src != dx.data) encode_tensor(dx, static_cast<const float*>(diff_src), dx.numel());
-  account_scratch();
+  context.account_scratch();
 }
 
 }  // namespace mixtrain::backend_cpu

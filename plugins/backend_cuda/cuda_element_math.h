@@ -223,8 +223,8 @@ MIXTRAIN_HD float tanh_f32(float x) {
   return float_of(bits_of(r) | sign);
 }
 
-// GELU, tanh approximation: the CPU reference's formula (cpu_kernels.cpp), operation for operation,
-// with tanh_f32 in place of std::tanh.
+// GELU, tanh approximation: the CPU reference's formula (cpu_activation_kernels.cpp), operation
+// for operation, with tanh_f32 in place of std::tanh.
 inline constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
 inline constexpr float kGeluC = 0.044715f;
 
@@ -278,7 +278,7 @@ MIXTRAIN_HD bool argmax_beats(float z1, long long j1, float z2, long long j2) {
   return z1 > z2 || (z1 == z2 && j1 < j2);
 }
 
-// --- softmax cross-entropy's label smoothing (cpu_kernels.cpp's expressions) ---------------------
+// --- softmax cross-entropy's label smoothing (facets/cpu_loss.cpp's expressions) ---------------
 
 // The smoothed target t = (1 - eps)·onehot + eps / classes, in fp32: `off` for every class but the
 // label, `on` for the label; eps = 0 gives exactly 0 and 1, so the gradient is plain
@@ -371,7 +371,7 @@ MIXTRAIN_HD float dropout_value(float x, bool keep, float scale) {
   return keep ? x * scale : 0.0f;
 }
 
-// --- fused optimizer steps (cpu_optimizers.cpp, operation for operation)
+// --- fused optimizer steps (facets/cpu_optimizer.cpp, operation for operation)
 // ----------------------------
 
 // --- batch norm (cpu_batchnorm.cpp and cpu_batchnorm_kernels.cpp, operation for operation) -------
@@ -456,7 +456,7 @@ MIXTRAIN_HD typename Dst::T convert(typename Src::T v) {
   return Dst::store(Src::load(v), false);
 }
 
-// --- fused optimizer steps (cpu_optimizers.cpp, operation for operation)
+// --- fused optimizer steps (facets/cpu_optimizer.cpp, operation for operation)
 // ----------------------------
 
 // torch.optim.SGD on one element; h: kernels::SgdArgs (lr, momentum, dampening, weight_decay,

@@ -40,7 +40,7 @@ Result cpu_loss(const std::vector<float>& logits, const std::vector<std::int32_t
   cpu.copy_from_host(z32, logits.data());
   if (dtype != DType::fp32) cpu.cast(z32, z);
   cpu.copy_from_host(y, labels.data());
-  cpu.softmax_cross_entropy(z, y, grad_scale, eps, loss, {}, dz);
+  sdk::facet<sdk::LossFacet>(cpu)->softmax_cross_entropy(z, y, grad_scale, eps, loss, {}, dz);
   Result r;
   cpu.copy_to_host(&r.loss, loss);
   r.grad.resize(static_cast<std::size_t>(rows * classes));

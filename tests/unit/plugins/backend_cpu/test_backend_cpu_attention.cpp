@@ -58,7 +58,7 @@ TEST(backend_cpu_attention, SplitHeadsWritesTheWindowAndLeavesCacheRowsAlone) {
       const float sentinel = 42.0f;
       DeviceTensor y(be, yt, lay.y_shape(),
                      std::vector<float>(static_cast<std::size_t>(lay.y_shape().numel()), sentinel));
-      be.split_heads(x, l, y);
+      sdk::facet<sdk::AttentionFacet>(be)->split_heads(x, l, y);
       const auto got = y.get();
       std::vector<bool> written(got.size(), false);
       for (std::int64_t n = 0; n < l.batch; ++n)
@@ -93,8 +93,8 @@ TEST(backend_cpu_attention, SplitThenMergeRoundTrips) {
         DeviceTensor x(be, xt, lay.x_shape(), values);
         DeviceTensor y(be, yt, lay.y_shape());
         DeviceTensor back(be, xt, lay.x_shape());
-        be.split_heads(x, lay.l, y);
-        be.merge_heads(y, lay.l, back);
+        sdk::facet<sdk::AttentionFacet>(be)->split_heads(x, lay.l, y);
+        sdk::facet<sdk::AttentionFacet>(be)->merge_heads(y, lay.l, back);
         const auto before = x.get(), after = back.get();
         for (std::size_t i = 0; i < before.size(); ++i) {
           // Exact when y holds every x value (same dtype or fp32), else x rounded through y.
@@ -121,7 +121,7 @@ TEST(backend_cpu_attention, MergeHeadsOfALargeLayoutMatchesTheIndexFormula) {
   const auto values = random_values(static_cast<std::size_t>(lay.y_shape().numel()), 3);
   DeviceTensor y(be, DType::fp32, lay.y_shape(), values);
   DeviceTensor x(be, DType::bf16, lay.x_shape());
-  be.merge_heads(y, l, x);
+  sdk::facet<sdk::AttentionFacet>(be)->merge_heads(y, l, x);
   const auto got = x.get();
   for (std::int64_t n = 0; n < l.batch; ++n)
     for (std::int64_t t = 0; t < l.tokens; ++t)
@@ -148,24 +148,31 @@ TEST(backend_cpu_attention, PermuteArgumentErrors) {
   DeviceTensor y(be, DType::bf16, lay.y_shape());
   DeviceTensor short_y(be, DType::bf16, Shape{lay.y_shape().numel() - 1});
   DeviceTensor ints(be, DType::int32, lay.x_shape());
-  expect_backend_error([&] { be.split_heads(x, lay.l, short_y); }, "backend_cpu.split_heads: y");
-  expect_backend_error([&] { be.merge_heads(short_y, lay.l, x); }, "backend_cpu.merge_heads: y");
-  expect_backend_error([&] { be.split_heads(ints, lay.l, y); }, "int32");
+  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(x, lay.l, short_y); },
+                       "backend_cpu.split_heads: y");
+  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->merge_heads(short_y, lay.l, x); },
+                       "backend_cpu.merge_heads: y");
+  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(ints, lay.l, y); },
+                       "int32");
   sdk::HeadLayout past = lay.l;
   past.head_offset = 5;  // 5 + 3 tokens > 7
-  expect_backend_error([&] { be.split_heads(x, past, y); }, "head_offset");
+  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(x, past, y); },
+                       "head_offset");
   sdk::HeadLayout small = lay.l;
   small.head_tokens = 2;  // below tokens
-  expect_backend_error([&] { be.split_heads(x, small, y); }, "head_tokens");
+  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(x, small, y); },
+                       "head_tokens");
   sdk::HeadLayout no_heads = lay.l;
   no_heads.heads = 0;
-  expect_backend_error([&] { be.split_heads(x, no_heads, y); }, "layout");
+  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(x, no_heads, y); },
+                       "layout");
   // A permute cannot run in place.
   sdk::HeadLayout flat;
   flat.tokens = 4;
   flat.head_dim = 3;
   DeviceTensor same(be, DType::fp32, Shape{12});
-  expect_backend_error([&] { be.split_heads(same, flat, same); }, "overlap");
+  expect_backend_error([&] { sdk::facet<sdk::AttentionFacet>(be)->split_heads(same, flat, same); },
+                       "overlap");
 }
 
 // Double-precision softmax of one row of `scale * s` over its first `visible` entries.
@@ -194,7 +201,7 @@ TEST(backend_cpu_attention, SoftmaxRowsSumToOneAndMaskedEntriesAreExactlyZero) {
     const auto scores = random_values(static_cast<std::size_t>(s.numel()), 4, -10.0f, 10.0f);
     DeviceTensor in(be, DType::fp32, s, scores);
     DeviceTensor out(be, DType::fp32, s);
-    be.softmax_forward(in, shape, 0.3f, out);
+    sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(in, shape, 0.3f, out);
     const auto p = out.get();
     for (std::int64_t b = 0; b < c.batch; ++b)
       for (std::int64_t i = 0; i < c.rows; ++i) {
@@ -225,9 +232,10 @@ TEST(backend_cpu_attention, SoftmaxIsStableAndRunsInPlace) {
   for (auto& v : scores) v = v * 1e4f + 3e4f;  // exp(3e4) overflows without max subtraction
   DeviceTensor in(be, DType::fp32, s, scores);
   DeviceTensor apart(be, DType::fp32, s);
-  be.softmax_forward(in, shape, 1.0f, apart);
+  sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(in, shape, 1.0f, apart);
   for (float v : apart.get()) ASSERT_TRUE(std::isfinite(v));
-  be.softmax_forward(in, shape, 1.0f, in);  // probs aliases scores
+  sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(in, shape, 1.0f,
+                                                       in);  // probs aliases scores
   const auto a = apart.get(), b = in.get();
   ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
   // The first row of a 3x6 causal block sees 4 keys.
@@ -248,13 +256,13 @@ TEST(backend_cpu_attention, SoftmaxBackwardEqualsAFiniteDifferenceOfTheForward) 
     DeviceTensor p(be, DType::fp32, s);
     DeviceTensor w(be, DType::fp32, s, weights);
     DeviceTensor grad(be, DType::fp32, s);
-    be.softmax_forward(x, shape, scale, p);
-    be.softmax_backward(p, w, shape, scale, grad);
+    sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(x, shape, scale, p);
+    sdk::facet<sdk::AttentionFacet>(be)->softmax_backward(p, w, shape, scale, grad);
     const auto g = grad.get();
     auto loss = [&](const std::vector<float>& at) {
       DeviceTensor xi(be, DType::fp32, s, at);
       DeviceTensor pi(be, DType::fp32, s);
-      be.softmax_forward(xi, shape, scale, pi);
+      sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(xi, shape, scale, pi);
       double l = 0.0;
       const auto probs = pi.get();
       for (std::size_t i = 0; i < n; ++i) l += static_cast<double>(weights[i]) * probs[i];
@@ -273,7 +281,7 @@ TEST(backend_cpu_attention, SoftmaxBackwardEqualsAFiniteDifferenceOfTheForward) 
       for (std::int64_t i = 0; i < 3; ++i)
         for (std::int64_t j = causal ? i + 3 : 5; j < 5; ++j)
           EXPECT_EQ(g[static_cast<std::size_t>((b * 3 + i) * 5 + j)], 0.0f);
-    be.softmax_backward(p, w, shape, scale, w);
+    sdk::facet<sdk::AttentionFacet>(be)->softmax_backward(p, w, shape, scale, w);
     const auto in_place = w.get();
     EXPECT_EQ(std::memcmp(in_place.data(), g.data(), n * sizeof(float)), 0);
   }
@@ -288,19 +296,27 @@ TEST(backend_cpu_attention, SoftmaxArgumentErrors) {
   DeviceTensor small(be, DType::fp32, Shape{2, 3, 3});
   expect_backend_error(
       [&] {
-        be.softmax_forward(x, {2, 4, 3, true}, 1.0f, x);
+        sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(x, {2, 4, 3, true}, 1.0f, x);
       },
       "rows = 4 > cols = 3");
   expect_backend_error(
       [&] {
-        be.softmax_forward(half, {2, 3, 4, true}, 1.0f, y);
+        sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(half, {2, 3, 4, true}, 1.0f, y);
       },
       "backend_cpu.softmax_forward: scores");
-  expect_backend_error([&] { be.softmax_forward(x, {2, 3, 4, true}, 1.0f, small); }, "probs");
-  expect_backend_error([&] { be.softmax_backward(x, y, {2, 3, 4, true}, 1.0f, half); }, "dscores");
   expect_backend_error(
       [&] {
-        be.softmax_backward(x, y, {2, 3, 4, true}, 1.0f, x);
+        sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(x, {2, 3, 4, true}, 1.0f, small);
+      },
+      "probs");
+  expect_backend_error(
+      [&] {
+        sdk::facet<sdk::AttentionFacet>(be)->softmax_backward(x, y, {2, 3, 4, true}, 1.0f, half);
+      },
+      "dscores");
+  expect_backend_error(
+      [&] {
+        sdk::facet<sdk::AttentionFacet>(be)->softmax_backward(x, y, {2, 3, 4, true}, 1.0f, x);
       },
       "overlaps probs");
   // A view one element into x is neither x nor disjoint from it.
@@ -310,7 +326,8 @@ TEST(backend_cpu_attention, SoftmaxArgumentErrors) {
   shifted.data = x.view().as<float>() + 1;
   expect_backend_error(
       [&] {
-        be.softmax_forward(front, {2, 3, 3, false}, 1.0f, shifted);
+        sdk::facet<sdk::AttentionFacet>(be)->softmax_forward(front, {2, 3, 3, false}, 1.0f,
+                                                             shifted);
       },
       "partly overlap");
 }

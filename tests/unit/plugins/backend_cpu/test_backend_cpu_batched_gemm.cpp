@@ -88,14 +88,14 @@ Outcome batched_and_loop(const Batched& g, const Route& r, float alpha, float be
     args.stride_b = l.sb;
     args.stride_c = l.sc;
     if (batched) {
-      be.gemm_strided_batched(args);
+      sdk::facet<sdk::GemmFacet>(be)->gemm_strided_batched(args);
     } else {
       sdk::GemmArgs one = args.gemm;
       for (std::int64_t i = 0; i < g.batch; ++i) {
         one.a.view = moved(args.gemm.a.view, i * l.sa);
         one.b.view = moved(args.gemm.b.view, i * l.sb);
         one.c = moved(args.gemm.c, i * l.sc);
-        be.gemm(one);
+        sdk::facet<sdk::GemmFacet>(be)->gemm(one);
       }
     }
     (batched ? out.batched : out.loop) = c.get();
@@ -200,7 +200,7 @@ TEST(backend_cpu_batched_gemm, MatchesADoubleReference) {
   args.stride_a = k * m;
   args.stride_b = 0;
   args.stride_c = m * n;
-  be.gemm_strided_batched(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm_strided_batched(args);
   std::vector<double> want(c0.size());
   for (std::int64_t q = 0; q < batch; ++q)
     for (std::int64_t i = 0; i < m; ++i)
@@ -231,16 +231,16 @@ TEST(backend_cpu_batched_gemm, OnePrimitivePerShapeIsCreatedAndReused) {
   args.stride_b = l.b.numel();
   args.stride_c = l.c.numel();
   ASSERT_EQ(be.cached_gemm_primitives(), 0u);
-  be.gemm_strided_batched(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm_strided_batched(args);
   EXPECT_EQ(be.cached_gemm_primitives(), 1u);
-  be.gemm_strided_batched(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm_strided_batched(args);
   EXPECT_EQ(be.cached_gemm_primitives(), 1u) << "the batched primitive is reused";
   // The batched call did not go through gemm(): its 2-D primitive is new.
-  be.gemm(args.gemm);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args.gemm);
   EXPECT_EQ(be.cached_gemm_primitives(), 2u);
   // An overlapping stride is the loop over that 2-D primitive: nothing new is created.
   args.stride_a = 8;
-  be.gemm_strided_batched(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm_strided_batched(args);
   EXPECT_EQ(be.cached_gemm_primitives(), 2u);
 }
 
@@ -255,10 +255,11 @@ TEST(backend_cpu_batched_gemm, ArgumentErrorsAreBackendErrors) {
   args.gemm.c = c.view();
   args.batch = 2;
   args.stride_c = 16;
-  EXPECT_THROW(be.gemm_strided_batched(args), sdk::BackendError);  // int32 B
+  EXPECT_THROW(sdk::facet<sdk::GemmFacet>(be)->gemm_strided_batched(args),
+               sdk::BackendError);  // int32 B
   args.gemm.b = {a.view(), true};
   args.stride_c = 8;  // overlapping outputs
-  EXPECT_THROW(be.gemm_strided_batched(args), sdk::BackendError);
+  EXPECT_THROW(sdk::facet<sdk::GemmFacet>(be)->gemm_strided_batched(args), sdk::BackendError);
 }
 
 }  // namespace

@@ -115,17 +115,20 @@ TEST(BackendCpuBatchNorm, KernelsMatchADoubleReferenceAcrossWidthsDtypesAndThrea
             DeviceTensor gamma(be, DType::fp32, Shape{c}, gv), beta(be, DType::fp32, Shape{c}, bv);
             DeviceTensor mean(be, DType::fp32, Shape{c}), var(be, DType::fp32, Shape{c});
             DeviceTensor dg(be, DType::fp32, Shape{c}), db(be, DType::fp32, Shape{c});
-            const std::size_t ws_bytes = be.batchnorm_workspace_bytes(s, dt);
+            const std::size_t ws_bytes =
+                sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_workspace_bytes(s, dt);
             EXPECT_EQ(ws_bytes, relu ? 2 * static_cast<std::size_t>(c) * sizeof(float) : 0u);
             DeviceTensor ws(be, DType::fp32, Shape{std::max<std::int64_t>(1, c * 2)});
             const TensorView ws_view = relu && with_workspace ? ws.view() : TensorView{};
-            be.batchnorm_forward_training(x, gamma, beta, s, 0.1f, y, mean, var, {}, {}, ws_view);
+            sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(
+                x, gamma, beta, s, 0.1f, y, mean, var, {}, {}, ws_view);
             EXPECT_LE(relative_error(mean.get(), want.mean), 1e-6) << "mean, " << what;
             EXPECT_LE(relative_error(var.get(), want.var), 1e-5) << "var, " << what;
             const double out_tol = dt == DType::fp32 ? 1e-5 : dt == DType::bf16 ? 8e-3 : 1e-3;
             EXPECT_LE(relative_error(y.get(), want.y), out_tol) << "y, " << what;
 
-            be.batchnorm_backward(r, x, y, gamma, mean, var, s, ws_view, dx, dg, db, false);
+            sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_backward(r, x, y, gamma, mean, var, s,
+                                                                    ws_view, dx, dg, db, false);
             EXPECT_LE(relative_error(dx.get(), want.dx), dt == DType::fp32 ? 1e-5 : 1e-2)
                 << "dx, " << what;
             EXPECT_LE(relative_error(dg.get(), want.dgamma), dt == DType::fp32 ? 1e-4 : 2e-2)
@@ -151,7 +154,8 @@ TEST(BackendCpuBatchNorm, WorkspaceMaskCutsExactlyWhereTheForwardCut) {
   DeviceTensor beta(be, DType::fp32, Shape{c});
   DeviceTensor mean(be, DType::fp32, Shape{c}), var(be, DType::fp32, Shape{c});
   DeviceTensor ws(be, DType::fp32, Shape{2 * c});
-  be.batchnorm_forward_training(x, gamma, beta, s, 0.1f, y, mean, var, {}, {}, ws);
+  sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(x, gamma, beta, s, 0.1f, y, mean,
+                                                                  var, {}, {}, ws);
   const auto yv = y.get();
   std::vector<float> on_cut(yv.size()), on_kept(yv.size());
   std::vector<float> kept(static_cast<std::size_t>(c), 0.0f);
@@ -163,11 +167,13 @@ TEST(BackendCpuBatchNorm, WorkspaceMaskCutsExactlyWhereTheForwardCut) {
   DeviceTensor dx(be, DType::bf16, shape), dg(be, DType::fp32, Shape{c}),
       db(be, DType::fp32, Shape{c});
   DeviceTensor r_cut(be, DType::bf16, shape, on_cut);
-  be.batchnorm_backward(r_cut, x, {}, gamma, mean, var, s, ws, dx, dg, db, false);
+  sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_backward(r_cut, x, {}, gamma, mean, var, s, ws, dx,
+                                                          dg, db, false);
   for (const float v : dx.get()) ASSERT_EQ(v, 0.0f);
   for (const float v : db.get()) EXPECT_EQ(v, 0.0f);
   DeviceTensor r_kept(be, DType::bf16, shape, on_kept);
-  be.batchnorm_backward(r_kept, x, {}, gamma, mean, var, s, ws, dx, dg, db, false);
+  sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_backward(r_kept, x, {}, gamma, mean, var, s, ws,
+                                                          dx, dg, db, false);
   EXPECT_EQ(db.get(), kept);
 }
 

@@ -67,32 +67,37 @@ TEST(BackendCpuConvolution, BadGeometriesAndShapesNameTheOpAndTheExpectation) {
   f.x.view = x_first;
   f.w.view = w;
   f.y = y;
-  expect_error([&] { be.conv2d_forward(f); },
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); },
                {"backend_cpu.conv2d_forward", "x is fp32 [2, 3, 8, 8]",
                 "[N, H, W, C] = [2, 8, 8, 3]", "to_channels_last"});
   f.x.view = x;
   f.geometry.groups = 2;
-  expect_error([&] { be.conv2d_forward(f); }, {"conv2d_forward", "groups = 2 must divide"});
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); },
+               {"conv2d_forward", "groups = 2 must divide"});
   f.geometry = g;
   f.geometry.kernel_h = 11;
-  expect_error([&] { be.conv2d_forward(f); }, {"conv2d_forward", "does not fit"});
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); },
+               {"conv2d_forward", "does not fit"});
   f.geometry = g;
   f.geometry.stride_w = 0;
-  expect_error([&] { be.conv2d_forward(f); }, {"geometry.stride_w = 0 must be at least 1"});
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); },
+               {"geometry.stride_w = 0 must be at least 1"});
   f.geometry = g;
   f.geometry.out_channels = 5;
-  expect_error([&] { be.conv2d_forward(f); },
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); },
                {"w is fp32 [4, 3, 3, 3]", "[O, C/groups, KH, KW] = [5, 3, 3, 3]"});
   f.geometry = g;
   f.compute = DType::bf16;
-  expect_error([&] { be.conv2d_forward(f); }, {"compute = bf16"});
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); },
+               {"compute = bf16"});
   f.compute = DType::fp32;
   f.w.transpose = true;
-  expect_error([&] { be.conv2d_forward(f); }, {"transpose"});
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); }, {"transpose"});
   f.w.transpose = false;
   DeviceTensor bias(be, DType::fp32, Shape{3});
   f.bias = bias;
-  expect_error([&] { be.conv2d_forward(f); }, {"bias", "4 are needed"});
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f); },
+               {"bias", "4 are needed"});
 
   DeviceTensor dw16(be, DType::bf16, w_shape(g));
   sdk::Conv2dBackwardWeightsArgs bw;
@@ -100,14 +105,14 @@ TEST(BackendCpuConvolution, BadGeometriesAndShapesNameTheOpAndTheExpectation) {
   bw.x.view = x;
   bw.dy.view = y;
   bw.dw = dw16;
-  expect_error([&] { be.conv2d_backward_weights(bw); },
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_backward_weights(bw); },
                {"backend_cpu.conv2d_backward_weights", "dw", "must be fp32"});
   sdk::Conv2dBackwardDataArgs bd;
   bd.geometry = g;
   bd.dy.view = x;  // the input's shape where the output's is expected
   bd.w.view = w;
   bd.dx = x;
-  expect_error([&] { be.conv2d_backward_data(bd); },
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_backward_data(bd); },
                {"backend_cpu.conv2d_backward_data", "dy", "[N, OH, OW, O] = [2, 8, 8, 4]"});
 
   sdk::Pool2dGeometry p;
@@ -119,14 +124,16 @@ TEST(BackendCpuConvolution, BadGeometriesAndShapesNameTheOpAndTheExpectation) {
   p.pad_h = 2;
   DeviceTensor px(be, DType::fp32, Shape{2, 8, 8, 3});
   DeviceTensor py(be, DType::fp32, Shape{2, 4, 4, 3});
-  expect_error([&] { be.pool2d_forward(p, px, py, {}); },
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, px, py, {}); },
                {"backend_cpu.pool2d_forward", "more than half the kernel"});
   p.pad_h = 0;
   DeviceTensor tiny_ws(be, DType::int32, Shape{1});
-  expect_error([&] { be.pool2d_forward(p, px, py, tiny_ws); }, {"workspace", "bytes are needed"});
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, px, py, tiny_ws); },
+               {"workspace", "bytes are needed"});
   DeviceTensor py16(be, DType::fp16, Shape{2, 4, 4, 3});
-  expect_error([&] { be.pool2d_forward(p, px, py16, {}); }, {"pooling keeps one dtype"});
-  expect_error([&] { be.pool2d_forward(p, py, px, {}); },
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, px, py16, {}); },
+               {"pooling keeps one dtype"});
+  expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, py, px, {}); },
                {"x is fp32 [2, 4, 4, 3]", "[N, H, W, C] = [2, 8, 8, 3]"});
 
   sdk::BatchNormShape s{12, 4, 1e-5f, false};
@@ -137,32 +144,43 @@ TEST(BackendCpuConvolution, BadGeometriesAndShapesNameTheOpAndTheExpectation) {
   DeviceTensor stat2(be, DType::fp32, Shape{4});
   expect_error(
       [&] {
-        be.batchnorm_forward_training(bx_wrong, {}, {}, s, 0.1f, by, stat, stat2, {}, {}, {});
+        sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(
+            bx_wrong, {}, {}, s, 0.1f, by, stat, stat2, {}, {}, {});
       },
       {"backend_cpu.batchnorm_forward_training", "x is fp32 [4, 12]", "[rows, C] = [12, 4]"});
   expect_error(
-      [&] { be.batchnorm_forward_training(bx, stat, {}, s, 0.1f, by, stat, stat2, {}, {}, {}); },
+      [&] {
+        sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(bx, stat, {}, s, 0.1f, by,
+                                                                        stat, stat2, {}, {}, {});
+      },
       {"gamma and beta must be both given"});
   sdk::BatchNormShape one{1, 4, 1e-5f, false};
   DeviceTensor row(be, DType::fp32, Shape{1, 4}), row_y(be, DType::fp32, Shape{1, 4});
   expect_error(
       [&] {
-        be.batchnorm_forward_training(row, {}, {}, one, 0.1f, row_y, stat, stat2, {}, {}, {});
+        sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(
+            row, {}, {}, one, 0.1f, row_y, stat, stat2, {}, {}, {});
       },
       {"more than one value per channel"});
   sdk::BatchNormShape relu = s;
   relu.relu = true;
   DeviceTensor bdx(be, DType::fp32, Shape{12, 4});
   expect_error(
-      [&] { be.batchnorm_backward(by, bx, {}, {}, stat, stat2, relu, {}, bdx, {}, {}, false); },
+      [&] {
+        sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_backward(by, bx, {}, {}, stat, stat2, relu,
+                                                                {}, bdx, {}, {}, false);
+      },
       {"backend_cpu.batchnorm_backward", "workspace or y"});
 
   DeviceTensor first(be, DType::fp32, Shape{2, 3, 4, 5});
   DeviceTensor last(be, DType::fp32, Shape{2, 4, 5, 3});
-  expect_error([&] { be.to_channels_last(first, 7, 4, 5, last); },
-               {"backend_cpu.to_channels_last", "not a whole number of 7x4x5 images"});
+  expect_error(
+      [&] { sdk::facet<sdk::ConvolutionFacet>(be)->to_channels_last(first, 7, 4, 5, last); },
+      {"backend_cpu.to_channels_last", "not a whole number of 7x4x5 images"});
   DeviceTensor short_last(be, DType::fp32, Shape{2, 4, 5, 2});
-  expect_error([&] { be.to_channels_last(first, 3, 4, 5, short_last); }, {"dst", "120 are needed"});
+  expect_error(
+      [&] { sdk::facet<sdk::ConvolutionFacet>(be)->to_channels_last(first, 3, 4, 5, short_last); },
+      {"dst", "120 are needed"});
 }
 
 TEST(BackendCpuConvolution, PrimitivesAreCreatedOncePerGeometry) {
@@ -180,22 +198,22 @@ TEST(BackendCpuConvolution, PrimitivesAreCreatedOncePerGeometry) {
     f.w.view = w;
     f.bias = db;
     f.y = y;
-    be.conv2d_forward(f);
+    sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f);
     sdk::Conv2dBackwardDataArgs bd;
     bd.geometry = g;
     bd.dy.view = y;
     bd.w.view = w;
     bd.dx = dx;
-    be.conv2d_backward_data(bd);
+    sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_backward_data(bd);
     sdk::Conv2dBackwardWeightsArgs bw;
     bw.geometry = g;
     bw.x.view = x;
     bw.dy.view = y;
     bw.dw = dw;
     bw.dbias = db;
-    be.conv2d_backward_weights(bw);
+    sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_backward_weights(bw);
     bw.accumulate = true;
-    be.conv2d_backward_weights(bw);
+    sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_backward_weights(bw);
   };
   const auto g = geometry(4, 16, 8, 8, 16, 3, 3, 1, 1);
   EXPECT_EQ(be.cached_dnnl_primitives(), 0u);
@@ -217,11 +235,12 @@ TEST(BackendCpuConvolution, PrimitivesAreCreatedOncePerGeometry) {
   DeviceTensor px(be, DType::fp32, Shape{2, 8, 8, 16}, random_values(2 * 8 * 8 * 16, 3));
   DeviceTensor py(be, DType::fp32, Shape{2, 4, 4, 16});
   DeviceTensor pdx(be, DType::fp32, Shape{2, 8, 8, 16});
-  const std::size_t ws_bytes = be.pool2d_workspace_bytes(p, DType::fp32);
+  const std::size_t ws_bytes =
+      sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_workspace_bytes(p, DType::fp32);
   DeviceTensor ws(be, DType::int32, Shape{static_cast<std::int64_t>((ws_bytes + 3) / 4)});
   auto run_pool = [&] {
-    be.pool2d_forward(p, px, py, ws);
-    be.pool2d_backward(p, py, px, py, ws, pdx);
+    sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, px, py, ws);
+    sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_backward(p, py, px, py, ws, pdx);
   };
   run_pool();
   const std::size_t with_pool = be.cached_dnnl_primitives();
@@ -236,12 +255,15 @@ TEST(BackendCpuConvolution, PrimitivesAreCreatedOncePerGeometry) {
   DeviceTensor beta(be, DType::fp32, Shape{16}, random_values(16, 6));
   DeviceTensor mean(be, DType::fp32, Shape{16}), var(be, DType::fp32, Shape{16});
   DeviceTensor dg(be, DType::fp32, Shape{16}), dbeta(be, DType::fp32, Shape{16});
-  const std::size_t bn_ws_bytes = be.batchnorm_workspace_bytes(s, DType::fp32);
+  const std::size_t bn_ws_bytes =
+      sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_workspace_bytes(s, DType::fp32);
   EXPECT_GT(bn_ws_bytes, 0u);
   DeviceTensor bn_ws(be, DType::int32, Shape{static_cast<std::int64_t>((bn_ws_bytes + 3) / 4)});
   auto run_bn = [&] {
-    be.batchnorm_forward_training(bx, gamma, beta, s, 0.1f, by, mean, var, {}, {}, bn_ws);
-    be.batchnorm_backward(by, bx, by, gamma, mean, var, s, bn_ws, bdx, dg, dbeta, false);
+    sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(bx, gamma, beta, s, 0.1f, by,
+                                                                    mean, var, {}, {}, bn_ws);
+    sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_backward(by, bx, by, gamma, mean, var, s, bn_ws,
+                                                            bdx, dg, dbeta, false);
   };
   run_bn();
   const std::size_t with_bn = be.cached_dnnl_primitives();
@@ -276,23 +298,23 @@ TEST(BackendCpuConvolution, NativeBf16AgreesWithExactEmulation) {
       f.x.view = x;
       f.w.view = w;
       f.y = y32;
-      be.conv2d_forward(f);
+      sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f);
       Out out;
       out.impl = be.last_conv_implementation();
       f.y = y16;
-      be.conv2d_forward(f);
+      sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f);
       sdk::Conv2dBackwardDataArgs bd;
       bd.geometry = g;
       bd.dy.view = dy;
       bd.w.view = w;
       bd.dx = dx;
-      be.conv2d_backward_data(bd);
+      sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_backward_data(bd);
       sdk::Conv2dBackwardWeightsArgs bw;
       bw.geometry = g;
       bw.x.view = x;
       bw.dy.view = dy;
       bw.dw = dw;
-      be.conv2d_backward_weights(bw);
+      sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_backward_weights(bw);
       out.y32 = y32.get();
       out.y16 = y16.get();
       out.dx = dx.get();
@@ -401,21 +423,21 @@ ConvOutputs run_fp32_conv(CpuBackend& be, const sdk::Conv2dGeometry& g,
   f.x.view = x;
   f.w.view = w;
   f.y = y;
-  be.conv2d_forward(f);
+  sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f);
   out.impl_fwd = be.last_conv_implementation();
   out.y = y.get();
   f.bias = b;
-  be.conv2d_forward(f);
+  sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f);
   out.y_bias = y.get();
   f.y = y16;  // a bf16 y: the fp32 result encoded once
-  be.conv2d_forward(f);
+  sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f);
   out.y16 = y16.get();
   sdk::Conv2dBackwardDataArgs bd;
   bd.geometry = g;
   bd.dy.view = dy;
   bd.w.view = w;
   bd.dx = dx;
-  be.conv2d_backward_data(bd);
+  sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_backward_data(bd);
   out.impl_bwd_data = be.last_conv_implementation();
   out.dx = dx.get();
   sdk::Conv2dBackwardWeightsArgs bw;
@@ -424,7 +446,7 @@ ConvOutputs run_fp32_conv(CpuBackend& be, const sdk::Conv2dGeometry& g,
   bw.dy.view = dy;
   bw.dw = dw;
   bw.dbias = db;
-  be.conv2d_backward_weights(bw);
+  sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_backward_weights(bw);
   out.impl_bwd_weights = be.last_conv_implementation();
   out.dw = dw.get();
   out.db = db.get();
@@ -432,7 +454,7 @@ ConvOutputs run_fp32_conv(CpuBackend& be, const sdk::Conv2dGeometry& g,
   dw.set(random_values(dw.view().numel(), 31));
   db.set(random_values(static_cast<std::size_t>(g.out_channels), 32));
   bw.accumulate = true;
-  be.conv2d_backward_weights(bw);
+  sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_backward_weights(bw);
   out.dw_acc = dw.get();
   out.db_acc = db.get();
   return out;
@@ -615,7 +637,7 @@ TEST(BackendCpuConvolution, WinogradLeavesEverythingElseBitIdenticalToDirect) {
     f.w.view = w;
     f.y = y;
     f.compute = DType::tf32;
-    be.conv2d_forward(f);
+    sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f);
     EXPECT_EQ(be.last_conv_implementation().find("wino"), std::string::npos);
     return y.get();
   };
@@ -665,7 +687,7 @@ TEST(BackendCpuConvolution, ConvBackwardIsTheGradientOfTheForward) {
       f.w.view = w;
       f.bias = b;
       f.y = y;
-      be.conv2d_forward(f);
+      sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_forward(f);
       return loss(y.get(), rv);
     };
     DeviceTensor x(be, DType::fp32, x_shape(g), xv), w(be, DType::fp32, w_shape(g), wv);
@@ -677,14 +699,14 @@ TEST(BackendCpuConvolution, ConvBackwardIsTheGradientOfTheForward) {
     bd.dy.view = r;
     bd.w.view = w;
     bd.dx = dx;
-    be.conv2d_backward_data(bd);
+    sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_backward_data(bd);
     sdk::Conv2dBackwardWeightsArgs bw;
     bw.geometry = g;
     bw.x.view = x;
     bw.dy.view = r;
     bw.dw = dw;
     bw.dbias = db;
-    be.conv2d_backward_weights(bw);
+    sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_backward_weights(bw);
     // L is linear in x, w and b: the differences are exact up to the FP32 rounding of y.
     expect_gradient(xv, forward, dx.get(), 0.1f, 1e-4, "dL/dx");
     expect_gradient(wv, forward, dw.get(), 0.1f, 1e-4, "dL/dw");
@@ -704,16 +726,19 @@ TEST(BackendCpuConvolution, BatchNormBackwardIsTheGradientOfTheTrainingForward) 
     DeviceTensor x(be, DType::fp32, shape, xv), y(be, DType::fp32, shape);
     DeviceTensor gamma(be, DType::fp32, Shape{3}, gv), beta(be, DType::fp32, Shape{3}, bv);
     DeviceTensor mean(be, DType::fp32, Shape{3}), var(be, DType::fp32, Shape{3});
-    be.batchnorm_forward_training(x, gamma, beta, s, 0.1f, y, mean, var, {}, {}, {});
+    sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(x, gamma, beta, s, 0.1f, y,
+                                                                    mean, var, {}, {}, {});
     return loss(y.get(), rv);
   };
   DeviceTensor x(be, DType::fp32, shape, xv), y(be, DType::fp32, shape);
   DeviceTensor gamma(be, DType::fp32, Shape{3}, gv), beta(be, DType::fp32, Shape{3}, bv);
   DeviceTensor mean(be, DType::fp32, Shape{3}), var(be, DType::fp32, Shape{3});
-  be.batchnorm_forward_training(x, gamma, beta, s, 0.1f, y, mean, var, {}, {}, {});
+  sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_forward_training(x, gamma, beta, s, 0.1f, y, mean,
+                                                                  var, {}, {}, {});
   DeviceTensor r(be, DType::fp32, shape, rv), dx(be, DType::fp32, shape);
   DeviceTensor dg(be, DType::fp32, Shape{3}), db(be, DType::fp32, Shape{3});
-  be.batchnorm_backward(r, x, y, gamma, mean, var, s, {}, dx, dg, db, false);
+  sdk::facet<sdk::BatchNormFacet>(be)->batchnorm_backward(r, x, y, gamma, mean, var, s, {}, dx, dg,
+                                                          db, false);
   // h = 1e-2: truncation O(h²) and FP32 rounding of y over 2h both stay below 1e-3.
   expect_gradient(xv, forward, dx.get(), 1e-2f, 2e-3, "dL/dx");
   expect_gradient(gv, forward, dg.get(), 1e-2f, 2e-3, "dL/dgamma");

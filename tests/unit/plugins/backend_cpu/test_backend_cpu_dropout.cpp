@@ -28,8 +28,8 @@ TEST(CpuDropout, EveryDtypePairIsTheSdkMaskTimesTheScaleRoundedOnce) {
   for (DType xt : kFloats)
     for (DType yt : kFloats) {
       DeviceTensor x(b, xt, Shape{n}, xv), y(b, yt, Shape{n}), dx(b, yt, Shape{n});
-      b.dropout_forward(x, y, p, kKey);
-      b.dropout_backward(x, dx, p, kKey);
+      sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(x, y, p, kKey);
+      sdk::facet<sdk::DropoutFacet>(b)->dropout_backward(x, dx, p, kKey);
       const auto in = x.get(), got = y.get(), grad = dx.get();
       std::int64_t bad = 0;
       for (std::int64_t i = 0; i < n; ++i) {
@@ -49,7 +49,7 @@ TEST(CpuDropout, TheMaskDoesNotDependOnTheThreadCount) {
   for (int threads : {1, 2, 4}) {
     CpuBackend b(threads);
     DeviceTensor x(b, DType::fp32, Shape{1024, 1024}, xv), y(b, DType::bf16, Shape{1024, 1024});
-    b.dropout_forward(x, y, 0.5f, kKey);
+    sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(x, y, 0.5f, kKey);
     outs.push_back(y.get());
   }
   EXPECT_EQ(bits_of(outs[0]), bits_of(outs[1])) << "1 vs 2 threads";
@@ -61,8 +61,8 @@ TEST(CpuDropout, InPlaceEqualsOutOfPlace) {
   const auto xv = random_values(40000, 9);
   for (DType t : kFloats) {
     DeviceTensor x(b, t, Shape{40000}, xv), y(b, t, Shape{40000}), z(b, t, Shape{40000}, xv);
-    b.dropout_forward(x, y, 0.2f, kKey);
-    b.dropout_forward(z, z, 0.2f, kKey);
+    sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(x, y, 0.2f, kKey);
+    sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(z, z, 0.2f, kKey);
     EXPECT_EQ(bits_of(y.get()), bits_of(z.get())) << sdk::dtype_name(t);
   }
 }
@@ -80,26 +80,38 @@ TEST(CpuDropout, BadArgumentsRaiseBackendErrorsNamingTheOpAndTheTensor) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect_error([&] { b.dropout_forward(x, y, 1.0f, kKey); }, "p = 1");
-  expect_error([&] { b.dropout_forward(x, y, -0.25f, kKey); }, "outside [0, 1)");
-  expect_error([&] { b.dropout_backward(x, y, std::nanf(""), kKey); }, "outside [0, 1)");
-  expect_error([&] { b.dropout_forward(ids, y, 0.5f, kKey); }, "int32");
-  expect_error([&] { b.dropout_backward(x, fp8, 0.5f, kKey); }, "fp8");
-  expect_error([&] { b.dropout_forward(x, short_y, 0.5f, kKey); }, "dropout_forward");
+  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(x, y, 1.0f, kKey); },
+               "p = 1");
+  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(x, y, -0.25f, kKey); },
+               "outside [0, 1)");
+  expect_error(
+      [&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_backward(x, y, std::nanf(""), kKey); },
+      "outside [0, 1)");
+  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(ids, y, 0.5f, kKey); },
+               "int32");
+  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_backward(x, fp8, 0.5f, kKey); },
+               "fp8");
+  expect_error([&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(x, short_y, 0.5f, kKey); },
+               "dropout_forward");
   // A partial overlap: y starts in the middle of x.
   TensorView shifted = x.view();
   shifted.data = x.view().as<float>() + 8;
   shifted.shape = Shape{56};
   TensorView head = x.view();
   head.shape = Shape{56};
-  expect_error([&] { b.dropout_forward(head, shifted, 0.5f, kKey); }, "dropout_forward");
+  expect_error(
+      [&] { sdk::facet<sdk::DropoutFacet>(b)->dropout_forward(head, shifted, 0.5f, kKey); },
+      "dropout_forward");
   // supports() is the SDK's table: storage floats only.
   const DType fp8_fp32[] = {DType::fp8_e4m3, DType::fp32};
   const DType int_fp32[] = {DType::int32, DType::fp32};
   const DType bf16_fp16[] = {DType::bf16, DType::fp16};
-  EXPECT_FALSE(b.sdk::DropoutFacet::supports(sdk::DropoutOp::dropout_forward, fp8_fp32));
-  EXPECT_FALSE(b.sdk::DropoutFacet::supports(sdk::DropoutOp::dropout_backward, int_fp32));
-  EXPECT_TRUE(b.sdk::DropoutFacet::supports(sdk::DropoutOp::dropout_forward, bf16_fp16));
+  EXPECT_FALSE(
+      sdk::facet<sdk::DropoutFacet>(b)->supports(sdk::DropoutOp::dropout_forward, fp8_fp32));
+  EXPECT_FALSE(
+      sdk::facet<sdk::DropoutFacet>(b)->supports(sdk::DropoutOp::dropout_backward, int_fp32));
+  EXPECT_TRUE(
+      sdk::facet<sdk::DropoutFacet>(b)->supports(sdk::DropoutOp::dropout_forward, bf16_fp16));
 }
 
 }  // namespace

@@ -58,11 +58,11 @@ TEST(backend_cpu_embedding, ScatterAddHasTheSameBitsOnOneAndTwoThreads) {
       DeviceTensor id(be, DType::int32, Shape{rows}, ids);
       DeviceTensor dy(be, dy_t, Shape{rows, width}, dy_values);
       DeviceTensor table(be, DType::fp32, Shape{vocab, width}, start);
-      be.scatter_add(id, dy, table, 0.0f);
+      sdk::facet<sdk::EmbeddingFacet>(be)->scatter_add(id, dy, table, 0.0f);
       const auto overwritten = table.get();
       EXPECT_EQ(bits(overwritten), bits(reference_scatter_add(ids, dy_stored, start, width, 0.0f)))
           << sdk::dtype_name(dy_t) << " beta 0, " << threads << " threads";
-      be.scatter_add(id, dy, table, 1.0f);
+      sdk::facet<sdk::EmbeddingFacet>(be)->scatter_add(id, dy, table, 1.0f);
       const auto added = table.get();
       EXPECT_EQ(bits(added), bits(reference_scatter_add(ids, dy_stored, overwritten, width, 1.0f)))
           << sdk::dtype_name(dy_t) << " beta 1, " << threads << " threads";
@@ -82,7 +82,7 @@ TEST(backend_cpu_embedding, ScatterAddOverwritesRowsNoIdNamesOnlyWithBetaZero) {
   DeviceTensor dy(be, DType::fp32, Shape{2, 2, width}, dy_values);
   for (float beta : {0.0f, 1.0f}) {
     DeviceTensor table(be, DType::fp32, Shape{vocab, width}, start);
-    be.scatter_add(id, dy, table, beta);
+    sdk::facet<sdk::EmbeddingFacet>(be)->scatter_add(id, dy, table, beta);
     const auto got = table.get();
     for (std::int64_t v : {0, 2, 3, 5})
       for (std::int64_t j = 0; j < width; ++j) {
@@ -105,7 +105,7 @@ TEST(backend_cpu_embedding, GatherRoundsOnceInEveryDtypePair) {
         DeviceTensor id(be, DType::int32, Shape{rows}, ids);
         DeviceTensor table(be, tt, Shape{vocab, width}, table_values);
         DeviceTensor out(be, ot, Shape{rows, width}, old_values);
-        be.gather(id, table, out, accumulate);
+        sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, table, out, accumulate);
         const auto got = out.get();
         for (std::int64_t r = 0; r < rows; ++r)
           for (std::int64_t j = 0; j < width; ++j) {
@@ -146,10 +146,12 @@ TEST(backend_cpu_embedding, OutOfRangeIdsNameTheIdAndTheRowAndWriteNothing) {
         std::pair{std::vector<float>{-1, 0, 0, 0},
                   std::string("id -1 at row 0 is outside [0, 5)")}}) {
     DeviceTensor id(be, DType::int32, Shape{4}, bad);
-    expect_backend_error([&] { be.gather(id, table, out, false); },
-                         "backend_cpu.gather: " + needle);
-    expect_backend_error([&] { be.scatter_add(id, dy, table, 0.0f); },
-                         "backend_cpu.scatter_add: " + needle);
+    expect_backend_error(
+        [&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, table, out, false); },
+        "backend_cpu.gather: " + needle);
+    expect_backend_error(
+        [&] { sdk::facet<sdk::EmbeddingFacet>(be)->scatter_add(id, dy, table, 0.0f); },
+        "backend_cpu.scatter_add: " + needle);
     EXPECT_EQ(out.get(), out_before);
     EXPECT_EQ(table.get(), table_before);
   }
@@ -166,16 +168,30 @@ TEST(backend_cpu_embedding, ShapeAndDtypeMismatchesAreErrors) {
   DeviceTensor dy_wide(be, DType::fp32, Shape{4, 5});
   DeviceTensor out_short(be, DType::fp32, Shape{3, 4});
   DeviceTensor out_int(be, DType::int32, Shape{4, 4});
-  expect_backend_error([&] { be.gather(id_f, table, dy, false); }, "ids is fp32");
-  expect_backend_error([&] { be.gather(id, flat_table, dy, false); }, "[V, C]");
-  expect_backend_error([&] { be.gather(id, table, out_short, false); }, "out is fp32 [3, 4]");
-  expect_backend_error([&] { be.gather(id, table, out_int, false); }, "out is int32");
+  expect_backend_error([&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id_f, table, dy, false); },
+                       "ids is fp32");
+  expect_backend_error(
+      [&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, flat_table, dy, false); }, "[V, C]");
+  expect_backend_error(
+      [&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, table, out_short, false); },
+      "out is fp32 [3, 4]");
+  expect_backend_error(
+      [&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, table, out_int, false); },
+      "out is int32");
   TensorView into_table = table.view();  // the table's first four rows as out
   into_table.shape = Shape{4, 4};
-  expect_backend_error([&] { be.gather(id, table, into_table, false); }, "overlaps");
-  expect_backend_error([&] { be.scatter_add(id, dy, table_bf16, 0.0f); }, "must be fp32");
-  expect_backend_error([&] { be.scatter_add(id, dy_wide, table, 0.0f); }, "dy is fp32 [4, 5]");
-  expect_backend_error([&] { be.scatter_add(id, dy, table, 0.5f); }, "neither 0 nor 1");
+  expect_backend_error(
+      [&] { sdk::facet<sdk::EmbeddingFacet>(be)->gather(id, table, into_table, false); },
+      "overlaps");
+  expect_backend_error(
+      [&] { sdk::facet<sdk::EmbeddingFacet>(be)->scatter_add(id, dy, table_bf16, 0.0f); },
+      "must be fp32");
+  expect_backend_error(
+      [&] { sdk::facet<sdk::EmbeddingFacet>(be)->scatter_add(id, dy_wide, table, 0.0f); },
+      "dy is fp32 [4, 5]");
+  expect_backend_error(
+      [&] { sdk::facet<sdk::EmbeddingFacet>(be)->scatter_add(id, dy, table, 0.5f); },
+      "neither 0 nor 1");
 }
 
 TEST(backend_cpu_embedding, SupportsAnswersTheHeaderDtypes) {

@@ -54,12 +54,12 @@ TEST_P(backend_cpu_gemm, MatchesDoubleReferenceOnOddShapes) {
     args.alpha = alpha;
     args.beta = beta;
     if (with_bias) args.bias = bias_t;
-    be.gemm(args);
+    sdk::facet<sdk::GemmFacet>(be)->gemm(args);
     const auto expected = reference_gemm(a, ta, b, tb, c0, bias, m, n, k, alpha, beta);
     expect_close(c.get(), expected, 1e-5, 1e-5 * static_cast<double>(k), "C");
     // The cached primitive is reused on the second call with the same key.
     c.set(c0);
-    be.gemm(args);
+    sdk::facet<sdk::GemmFacet>(be)->gemm(args);
     expect_close(c.get(), expected, 1e-5, 1e-5 * static_cast<double>(k), "C (cached)");
   }
 }
@@ -87,7 +87,7 @@ TEST(backend_cpu_gemm_output, Bf16AndFp16OutputsAreRoundedResults) {
     args.c = c;
     args.beta = 0.5f;
     args.bias = bias_t;
-    be.gemm(args);
+    sdk::facet<sdk::GemmFacet>(be)->gemm(args);
     const auto expected = reference_gemm(a, false, b, true, c0, bias, m, n, k, 1.0, 0.5);
     const double ulp = out == DType::bf16 ? 0x1p-8 : 0x1p-11;
     expect_close(c.get(), expected, ulp, 1e-5, "16-bit C");
@@ -109,7 +109,7 @@ TEST(backend_cpu_gemm_tf32, RoundsInputsToTenMantissaBits) {
   args.b = {bt, false};
   args.c = c;
   args.compute = DType::tf32;
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   std::vector<float> ar(a), br(b);
   for (auto& x : ar) x = round_to_tf32(x);
   for (auto& x : br) x = round_to_tf32(x);
@@ -129,7 +129,7 @@ TEST(backend_cpu_gemm_tf32, RoundsInputsToTenMantissaBits) {
   flagged.compute = DType::fp32;
   flagged.a.view.dtype = DType::tf32;
   flagged.c = c2;
-  be.gemm(flagged);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(flagged);
   EXPECT_EQ(c2.get(), got);
 }
 
@@ -144,7 +144,7 @@ TEST(backend_cpu_gemm_errors, UnsupportedDtypesAndShapesRaiseBackendError) {
   args.b = {a, false};
   args.c = c;
   try {
-    be.gemm(args);
+    sdk::facet<sdk::GemmFacet>(be)->gemm(args);
     FAIL() << "int32 inputs must be rejected";
   } catch (const sdk::BackendError& e) {
     for (const char* listed : {"fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"})
@@ -152,13 +152,13 @@ TEST(backend_cpu_gemm_errors, UnsupportedDtypesAndShapesRaiseBackendError) {
   }
   args.a = {a, false};
   args.c = labels;  // int32 C
-  EXPECT_THROW(be.gemm(args), sdk::BackendError);
+  EXPECT_THROW(sdk::facet<sdk::GemmFacet>(be)->gemm(args), sdk::BackendError);
   args.c = c;
   args.a = {a, false};
   args.b = {b, false};  // k mismatch: 4 vs 5
-  EXPECT_THROW(be.gemm(args), sdk::BackendError);
+  EXPECT_THROW(sdk::facet<sdk::GemmFacet>(be)->gemm(args), sdk::BackendError);
   args.b = {b, true};  // op(B) = [4, 5] but C is [4, 4]
-  EXPECT_THROW(be.gemm(args), sdk::BackendError);
+  EXPECT_THROW(sdk::facet<sdk::GemmFacet>(be)->gemm(args), sdk::BackendError);
 }
 
 TEST(backend_cpu_gemm_cache, OnePrimitivePerKeyReusedAcrossCalls) {
@@ -171,17 +171,17 @@ TEST(backend_cpu_gemm_cache, OnePrimitivePerKeyReusedAcrossCalls) {
   args.a = {a, false};
   args.b = {b, false};
   args.c = c;
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   args.a = {a2, false};  // other data, same key
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   EXPECT_EQ(be.cached_gemm_primitives(), 1u);
   args.alpha = 3.0f;  // alpha != 1 is part of the key; its value is a run-time scale
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   args.alpha = 5.0f;
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   EXPECT_EQ(be.cached_gemm_primitives(), 2u);
   args.beta = 0.5f;  // beta is baked into the sum post-op
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   EXPECT_EQ(be.cached_gemm_primitives(), 3u);
   const auto expected = reference_gemm(random_values(128, 43), false, random_values(64, 42), false,
                                        std::vector<float>(32), {}, 8, 4, 16, 5.0, 0.0);
@@ -201,7 +201,7 @@ TEST(backend_cpu_gemm_edge, LeadingDimensionsOfRank3ViewsAreFolded) {
   args.a = {at, false};
   args.b = {bt, true};
   args.c = c;
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   const auto expected =
       reference_gemm(a, false, b, true, std::vector<float>(24), {}, 6, 4, 5, 1.0, 0.0);
   expect_close(c.get(), expected, 1e-6, 1e-6, "rank-3 C");
@@ -219,7 +219,7 @@ TEST(backend_cpu_gemm_edge, EmptyInnerDimensionGivesBetaCPlusBias) {
   args.c = c;
   args.beta = 2.0f;
   args.bias = bias;
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   EXPECT_EQ(c.get(), (std::vector<float>{12, 24, 16, 28, 20, 32}));
 }
 
@@ -250,9 +250,9 @@ TEST(backend_cpu_gemm_epilogue, FusedActivationRoundsOnceAndKeepsThePreActivatio
         ref.alpha = 0.75f;
         ref.beta = beta;
         ref.bias = bias_t;
-        be.gemm(ref);
+        sdk::facet<sdk::GemmFacet>(be)->gemm(ref);
         DeviceTensor y(be, DType::fp32, {m, n});
-        be.activation_forward(act, z, y);
+        sdk::facet<sdk::ActivationFacet>(be)->activation_forward(act, z, y);
         DeviceTensor want_c(be, out, {m, n});
         DeviceTensor want_pre(be, out, {m, n});
         be.cast(y, want_c);
@@ -265,7 +265,7 @@ TEST(backend_cpu_gemm_epilogue, FusedActivationRoundsOnceAndKeepsThePreActivatio
         fused.has_activation = true;
         fused.activation = act;
         fused.pre_activation = pre;
-        be.gemm(fused);
+        sdk::facet<sdk::GemmFacet>(be)->gemm(fused);
         EXPECT_EQ(c.get(), want_c.get());
         EXPECT_EQ(pre.get(), want_pre.get());
 
@@ -273,7 +273,7 @@ TEST(backend_cpu_gemm_epilogue, FusedActivationRoundsOnceAndKeepsThePreActivatio
         DeviceTensor c2(be, out, {m, n}, c0);
         fused.c = c2;
         fused.pre_activation = {};
-        be.gemm(fused);
+        sdk::facet<sdk::GemmFacet>(be)->gemm(fused);
         EXPECT_EQ(c2.get(), want_c.get());
       }
 }
@@ -294,12 +294,12 @@ TEST(backend_cpu_gemm_epilogue, SixteenBitOutputRoundsOnceNotTwice) {
   g.a = {at, false};
   g.b = {bt, false};
   g.c = twice_z;
-  be.gemm(g);
-  be.activation_forward(sdk::Activation::gelu, twice_z, twice_c);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(g);
+  sdk::facet<sdk::ActivationFacet>(be)->activation_forward(sdk::Activation::gelu, twice_z, twice_c);
   g.c = fused_c;
   g.has_activation = true;
   g.activation = sdk::Activation::gelu;
-  be.gemm(g);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(g);
   const auto f = fused_c.get(), t = twice_c.get(), z = twice_z.get();
   std::size_t differ = 0;
   for (std::size_t i = 0; i < f.size(); ++i) {
@@ -328,7 +328,7 @@ TEST(backend_cpu_gemm_epilogue, EmptyInnerDimensionAppliesTheActivationToBetaCPl
   args.has_activation = true;
   args.activation = sdk::Activation::relu;
   args.pre_activation = pre;
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   EXPECT_EQ(c.get(), (std::vector<float>{1.5f, 0.0f, 3.5f, 0.0f}));
   EXPECT_EQ(pre.get(), (std::vector<float>{1.5f, -1.0f, 3.5f, -3.0f}));
 }
@@ -346,21 +346,21 @@ TEST(backend_cpu_gemm_epilogue, BadPreActivationArgumentsRaiseBackendError) {
   args.c = c;
   DeviceTensor pre(be, DType::fp32, {4, 5});
   args.pre_activation = pre;  // without an activation
-  EXPECT_THROW(be.gemm(args), sdk::BackendError);
+  EXPECT_THROW(sdk::facet<sdk::GemmFacet>(be)->gemm(args), sdk::BackendError);
   args.has_activation = true;
   args.pre_activation = wrong;  // wrong shape
-  EXPECT_THROW(be.gemm(args), sdk::BackendError);
+  EXPECT_THROW(sdk::facet<sdk::GemmFacet>(be)->gemm(args), sdk::BackendError);
   args.pre_activation = labels;  // not a float
-  EXPECT_THROW(be.gemm(args), sdk::BackendError);
+  EXPECT_THROW(sdk::facet<sdk::GemmFacet>(be)->gemm(args), sdk::BackendError);
   args.pre_activation = c;  // overlaps C
   try {
-    be.gemm(args);
+    sdk::facet<sdk::GemmFacet>(be)->gemm(args);
     FAIL() << "an overlapping pre_activation must be rejected";
   } catch (const sdk::BackendError& e) {
     EXPECT_NE(std::string(e.what()).find("overlap"), std::string::npos) << e.what();
   }
   args.pre_activation = pre;
-  EXPECT_NO_THROW(be.gemm(args));
+  EXPECT_NO_THROW(sdk::facet<sdk::GemmFacet>(be)->gemm(args));
 }
 
 }  // namespace

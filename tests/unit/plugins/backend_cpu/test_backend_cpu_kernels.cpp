@@ -34,14 +34,14 @@ TEST(backend_cpu_kernels, BiasGrad) {
     const auto yv = representable(y0, dt);
     DeviceTensor y(be, dt, {rows, n}, yv);
     DeviceTensor db(be, DType::fp32, {n}, bias);
-    be.bias_grad(y, db, /*accumulate=*/true);
+    sdk::facet<sdk::ActivationFacet>(be)->bias_grad(y, db, /*accumulate=*/true);
     const auto ydev = y.get();
     std::vector<double> sums(static_cast<std::size_t>(n));
     for (std::size_t i = 0; i < ydev.size(); ++i) sums[i % static_cast<std::size_t>(n)] += ydev[i];
     std::vector<double> accumulated(sums);
     for (std::size_t j = 0; j < sums.size(); ++j) accumulated[j] += bias[j];
     expect_close(db.get(), accumulated, 1e-6, 1e-6, "bias_grad accumulate");
-    be.bias_grad(y, db, /*accumulate=*/false);
+    sdk::facet<sdk::ActivationFacet>(be)->bias_grad(y, db, /*accumulate=*/false);
     expect_close(db.get(), sums, 1e-6, 1e-6, "bias_grad overwrite");
   }
 }
@@ -61,7 +61,7 @@ TEST(backend_cpu_kernels, ActivationsForwardAndBackwardAgainstFiniteDifferences)
       const double rel = dt == DType::fp32 ? 1e-5 : (dt == DType::bf16 ? 0x1p-7 : 0x1p-10);
       DeviceTensor x(be, dt, {rows, n}, x_in);
       DeviceTensor y(be, dt, {rows, n});
-      be.activation_forward(act, x, y);
+      sdk::facet<sdk::ActivationFacet>(be)->activation_forward(act, x, y);
       std::vector<double> expected(x_in.size()), grad(x_in.size());
       for (std::size_t i = 0; i < x_in.size(); ++i) {
         expected[i] = f(x_in[i]);
@@ -70,19 +70,19 @@ TEST(backend_cpu_kernels, ActivationsForwardAndBackwardAgainstFiniteDifferences)
       expect_close(y.get(), expected, rel, 1e-5, "activation_forward");
       DeviceTensor dy(be, dt, {rows, n}, dy_in);
       DeviceTensor dx(be, dt, {rows, n});
-      be.activation_backward(act, x, dy, dx);
+      sdk::facet<sdk::ActivationFacet>(be)->activation_backward(act, x, dy, dx);
       expect_close(dx.get(), grad, rel, 1e-4, "activation_backward");
       // In place: dx aliases dy, y aliases x.
-      be.activation_backward(act, x, dy, dy);
+      sdk::facet<sdk::ActivationFacet>(be)->activation_backward(act, x, dy, dy);
       expect_close(dy.get(), grad, rel, 1e-4, "activation_backward in place");
-      be.activation_forward(act, x, x);
+      sdk::facet<sdk::ActivationFacet>(be)->activation_forward(act, x, x);
       expect_close(x.get(), expected, rel, 1e-5, "activation_forward in place");
     }
   }
   // Mixed storage (bf16 in, fp32 out) takes the portable path.
   DeviceTensor x(be, DType::bf16, {3}, {-1.0f, 0.5f, 2.0f});
   DeviceTensor y(be, DType::fp32, {3});
-  be.activation_forward(sdk::Activation::gelu, x, y);
+  sdk::facet<sdk::ActivationFacet>(be)->activation_forward(sdk::Activation::gelu, x, y);
   expect_close(y.get(), {gelu_ref(-1.0), gelu_ref(0.5), gelu_ref(2.0)}, 1e-6, 1e-6, "mixed");
 }
 
@@ -119,7 +119,8 @@ TEST(backend_cpu_kernels, LayerNormForwardAndBackwardAgainstFiniteDifferences) {
   DeviceTensor y(be, DType::fp32, {rows, n});
   DeviceTensor mean(be, DType::fp32, {rows});
   DeviceTensor rstd(be, DType::fp32, {rows});
-  be.layernorm_forward(x, gamma, beta, static_cast<float>(eps), y, mean, rstd);
+  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_forward(x, gamma, beta, static_cast<float>(eps), y,
+                                                         mean, rstd);
 
   const std::vector<double> g(gv.begin(), gv.end()), b(bv.begin(), bv.end());
   std::vector<double> y_ref, mean_ref, rstd_ref, dx_ref, dgamma_ref(static_cast<std::size_t>(n)),
@@ -166,12 +167,14 @@ TEST(backend_cpu_kernels, LayerNormForwardAndBackwardAgainstFiniteDifferences) {
   DeviceTensor dx(be, DType::fp32, {rows, n});
   DeviceTensor dgamma(be, DType::fp32, {n});
   DeviceTensor dbeta(be, DType::fp32, {n});
-  be.layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, false);
+  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma,
+                                                          dbeta, false);
   expect_close(dx.get(), dx_ref, 1e-4, 1e-4, "layernorm dx");
   expect_close(dgamma.get(), dgamma_ref, 1e-4, 1e-4, "layernorm dgamma");
   expect_close(dbeta.get(), dbeta_ref, 1e-4, 1e-4, "layernorm dbeta");
   // Accumulation adds to what is there.
-  be.layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, true);
+  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma,
+                                                          dbeta, true);
   std::vector<double> twice(dgamma_ref);
   for (auto& v : twice) v *= 2.0;
   expect_close(dgamma.get(), twice, 1e-4, 1e-4, "layernorm dgamma accumulated");
@@ -179,7 +182,8 @@ TEST(backend_cpu_kernels, LayerNormForwardAndBackwardAgainstFiniteDifferences) {
   // bf16 activations with fp32 statistics.
   DeviceTensor x16(be, DType::bf16, {rows, n}, xv);
   DeviceTensor y16(be, DType::bf16, {rows, n});
-  be.layernorm_forward(x16, gamma, beta, static_cast<float>(eps), y16, mean, rstd);
+  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_forward(x16, gamma, beta, static_cast<float>(eps),
+                                                         y16, mean, rstd);
   std::vector<double> y16_ref;
   const auto x16v = x16.get();
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -203,7 +207,8 @@ TEST(backend_cpu_kernels, SoftmaxCrossEntropyLossGradAndCorrect) {
   DeviceTensor correct(be, DType::int32, {1});
   DeviceTensor dz(be, DType::fp32, {rows, classes});
   const float grad_scale = 8.0f;
-  be.softmax_cross_entropy(z, lab, grad_scale, 0.0f, loss, correct, dz);
+  sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, lab, grad_scale, 0.0f, loss, correct,
+                                                        dz);
 
   double loss_ref = 0.0;
   int correct_ref = 0;
@@ -231,18 +236,19 @@ TEST(backend_cpu_kernels, SoftmaxCrossEntropyLossGradAndCorrect) {
   expect_close(dz.get(), dz_ref, 1e-5, 1e-6, "dlogits");
 
   // Optional outputs may be omitted.
-  be.softmax_cross_entropy(z, lab, 1.0f, 0.0f, loss, {}, {});
+  sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, lab, 1.0f, 0.0f, loss, {}, {});
   EXPECT_NEAR(loss.get()[0], loss_ref, 1e-5 * std::fabs(loss_ref));
 
   DeviceTensor bad(be, DType::int32, {rows}, {3, 0, 13, 5, 5, 1, 7});
   try {
-    be.softmax_cross_entropy(z, bad, 1.0f, 0.0f, loss, correct, dz);
+    sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, bad, 1.0f, 0.0f, loss, correct, dz);
     FAIL() << "label 13 of 13 classes must be rejected";
   } catch (const sdk::BackendError& e) {
     EXPECT_NE(std::string(e.what()).find("row 2"), std::string::npos) << e.what();
   }
   DeviceTensor negative(be, DType::int32, {rows}, {-1, 0, 1, 5, 5, 1, 7});
-  EXPECT_THROW(be.softmax_cross_entropy(z, negative, 1.0f, 0.0f, loss, correct, dz),
+  EXPECT_THROW(sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, negative, 1.0f, 0.0f, loss,
+                                                                     correct, dz),
                sdk::BackendError);
 }
 
@@ -260,7 +266,8 @@ TEST(backend_cpu_kernels, SoftmaxCrossEntropyWithLabelSmoothing) {
   DeviceTensor dz(be, DType::fp32, {rows, classes});
   const float grad_scale = 4.0f;
   for (const float eps : {0.1f, 0.35f, 1.0f}) {
-    be.softmax_cross_entropy(z, lab, grad_scale, eps, loss, correct, dz);
+    sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, lab, grad_scale, eps, loss, correct,
+                                                          dz);
     double loss_ref = 0.0;
     std::vector<double> dz_ref;
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -286,12 +293,13 @@ TEST(backend_cpu_kernels, SoftmaxCrossEntropyWithLabelSmoothing) {
   DeviceTensor confident(be, DType::fp32, {1, 3}, {8.0f, 0.0f, 0.0f});
   DeviceTensor first(be, DType::int32, {1}, {0});
   DeviceTensor plain(be, DType::fp32, {1});
-  be.softmax_cross_entropy(confident, first, 1.0f, 0.0f, plain, {}, {});
-  be.softmax_cross_entropy(confident, first, 1.0f, 0.1f, loss, {}, {});
+  sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(confident, first, 1.0f, 0.0f, plain, {},
+                                                        {});
+  sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(confident, first, 1.0f, 0.1f, loss, {}, {});
   EXPECT_LT(plain.get()[0], loss.get()[0]);
   for (const float bad : {-0.01f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
     try {
-      be.softmax_cross_entropy(z, lab, 1.0f, bad, loss, {}, dz);
+      sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, lab, 1.0f, bad, loss, {}, dz);
       ADD_FAILURE() << "label_smoothing " << bad << " must be refused";
     } catch (const sdk::BackendError& e) {
       EXPECT_NE(std::string(e.what()).find("label_smoothing"), std::string::npos) << e.what();
@@ -311,11 +319,11 @@ TEST(backend_cpu_kernels, SmoothedCrossEntropyGradientMatchesFiniteDifferences) 
   for (const float eps : {0.0f, 0.2f, 0.9f}) {
     DeviceTensor z(be, DType::fp32, {rows, classes}, zv);
     DeviceTensor dz(be, DType::fp32, {rows, classes});
-    be.softmax_cross_entropy(z, lab, 1.0f, eps, loss, {}, dz);
+    sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, lab, 1.0f, eps, loss, {}, dz);
     const auto analytic = dz.get();
     auto loss_at = [&](std::vector<float> v) {
       DeviceTensor zz(be, DType::fp32, {rows, classes}, v);
-      be.softmax_cross_entropy(zz, lab, 1.0f, eps, loss, {}, {});
+      sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(zz, lab, 1.0f, eps, loss, {}, {});
       return static_cast<double>(loss.get()[0]);
     };
     const float h = 1e-2f;
@@ -343,8 +351,8 @@ TEST(backend_cpu_kernels, SixteenBitStorageMatchesFp32OnRepresentableInputs) {
   DeviceTensor loss32(be, DType::fp32, {1}), loss16(be, DType::fp32, {1});
   DeviceTensor z32(be, DType::fp32, {rows, n}, xv), z16(be, DType::bf16, {rows, n}, xv);
   DeviceTensor d32(be, DType::fp32, {rows, n}), d16(be, DType::bf16, {rows, n});
-  be.softmax_cross_entropy(z32, lab, 1.0f, 0.0f, loss32, {}, d32);
-  be.softmax_cross_entropy(z16, lab, 1.0f, 0.0f, loss16, {}, d16);
+  sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z32, lab, 1.0f, 0.0f, loss32, {}, d32);
+  sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z16, lab, 1.0f, 0.0f, loss16, {}, d16);
   EXPECT_EQ(loss16.get()[0], loss32.get()[0]);
   const auto d32v = d32.get();
   const auto d16v = d16.get();
@@ -353,12 +361,14 @@ TEST(backend_cpu_kernels, SixteenBitStorageMatchesFp32OnRepresentableInputs) {
 
   DeviceTensor mean(be, DType::fp32, {rows}), rstd(be, DType::fp32, {rows});
   DeviceTensor y32(be, DType::fp32, {rows, n});
-  be.layernorm_forward(z32, {}, {}, 1e-5f, y32, mean, rstd);
+  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_forward(z32, {}, {}, 1e-5f, y32, mean, rstd);
   DeviceTensor dy32(be, DType::fp32, {rows, n}, dyv), dy16(be, DType::bf16, {rows, n}, dyv);
   DeviceTensor dx32(be, DType::fp32, {rows, n}), dx16(be, DType::fp16, {rows, n});
   DeviceTensor dg32(be, DType::fp32, {n}), dg16(be, DType::fp32, {n});
-  be.layernorm_backward(dy32, z32, {}, mean, rstd, dx32, dg32, {}, false);
-  be.layernorm_backward(dy16, z16, {}, mean, rstd, dx16, dg16, {}, false);
+  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_backward(dy32, z32, {}, mean, rstd, dx32, dg32, {},
+                                                          false);
+  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_backward(dy16, z16, {}, mean, rstd, dx16, dg16, {},
+                                                          false);
   const auto dx32v = dx32.get();
   const auto dx16v = dx16.get();
   for (std::size_t i = 0; i < dx32v.size(); ++i)
@@ -376,20 +386,20 @@ TEST(backend_cpu_kernels, FillMulScalarAxpy) {
   be.fill(x, 1.5f);
   EXPECT_EQ(x.get(), std::vector<float>(15, 1.5f));
   const sdk::TensorView xs[] = {x};
-  be.foreach_mul_scalar(xs, -2.0f);
+  sdk::facet<sdk::ForeachFacet>(be)->foreach_mul_scalar(xs, -2.0f);
   EXPECT_EQ(x.get(), std::vector<float>(15, -3.0f));
   DeviceTensor h(be, DType::fp16, {5, 3});
   be.fill(h, 0.1f);
   EXPECT_EQ(h.get()[14], fp16_to_float(float_to_fp16(0.1f)));
   const auto yv = random_values(15, 10);
   DeviceTensor y(be, DType::fp32, {5, 3}, yv);
-  be.axpy(0.25f, h, y);
+  sdk::facet<sdk::ActivationFacet>(be)->axpy(0.25f, h, y);
   std::vector<double> expected(15);
   for (std::size_t i = 0; i < 15; ++i)
     expected[i] = yv[i] + 0.25 * fp16_to_float(float_to_fp16(0.1f));
   expect_close(y.get(), expected, 1e-7, 1e-7, "axpy");
   DeviceTensor wrong(be, DType::fp32, {4});
-  EXPECT_THROW(be.axpy(1.0f, wrong, y), sdk::BackendError);
+  EXPECT_THROW(sdk::facet<sdk::ActivationFacet>(be)->axpy(1.0f, wrong, y), sdk::BackendError);
 }
 
 // `v` rounded once (RNE) into `t`'s storage, as the SDK encodes.
@@ -438,18 +448,18 @@ TEST(backend_cpu_kernels, AddSumsInFp32RoundsOnceAndKeepsNaN) {
           }
         };
         const sdk::TensorView three[] = {a, b, c};
-        be.add(three, relu, y);
+        sdk::facet<sdk::ResidualFacet>(be)->add(three, relu, y);
         expect_all(y.get(), true, what);
         const sdk::TensorView two[] = {a, b};
-        be.add(two, relu, a);  // in place: y is the first input
+        sdk::facet<sdk::ResidualFacet>(be)->add(two, relu, a);  // in place: y is the first input
         expect_all(a.get(), false, what + " in place");
       }
   DeviceTensor x(be, DType::fp32, Shape{4}), z(be, DType::fp32, Shape{4}),
       short_y(be, DType::fp32, Shape{3});
   const sdk::TensorView one[] = {x};
-  EXPECT_THROW(be.add(one, false, z), sdk::BackendError);
+  EXPECT_THROW(sdk::facet<sdk::ResidualFacet>(be)->add(one, false, z), sdk::BackendError);
   const sdk::TensorView two[] = {x, z};
-  EXPECT_THROW(be.add(two, false, short_y), sdk::BackendError);
+  EXPECT_THROW(sdk::facet<sdk::ResidualFacet>(be)->add(two, false, short_y), sdk::BackendError);
   EXPECT_TRUE(sdk::facet<sdk::ResidualFacet>(be)->supports(
       sdk::ResidualOp::add, std::vector<DType>{DType::bf16, DType::fp32}));
   EXPECT_FALSE(sdk::facet<sdk::ResidualFacet>(be)->supports(

@@ -61,7 +61,7 @@ TEST_P(backend_cpu_mixed_gemm, MatchesDoubleReferenceOnDecodedOperands) {
       args.b = {bt, tb, b_scale_inv};
       args.c = c32;
       args.compute = a_dt;
-      be.gemm(args);
+      sdk::facet<sdk::GemmFacet>(be)->gemm(args);
       const auto expected = reference(a, ta, b, tb, m, n, k, a_scale_inv, b_scale_inv);
       // Exact products, fp32 accumulation of k terms of magnitude <= 8*0.5*scales.
       const double abs_tol = 4e-6 * static_cast<double>(k) * a_scale_inv * b_scale_inv * 4.0;
@@ -70,7 +70,7 @@ TEST_P(backend_cpu_mixed_gemm, MatchesDoubleReferenceOnDecodedOperands) {
       for (DType c_dt : {DType::bf16, DType::fp16}) {
         DeviceTensor c16(be, c_dt, {m, n});
         args.c = c16;
-        be.gemm(args);
+        sdk::facet<sdk::GemmFacet>(be)->gemm(args);
         const auto want = c32.get();
         const auto got = c16.get();
         for (std::size_t i = 0; i < want.size(); ++i)
@@ -116,7 +116,7 @@ TEST(backend_cpu_mixed_gemm_bf16, OnednnAndEmulatedPathsAgree) {
     args.beta = 1.0f;
     args.bias = bias_t;
     args.compute = DType::bf16;
-    be->gemm(args);
+    sdk::facet<sdk::GemmFacet>(*be)->gemm(args);
     results.push_back(c.get());
   }
   auto expected = reference(a, false, b, true, m, n, k, 1.0, 1.0);
@@ -148,9 +148,9 @@ TEST(backend_cpu_mixed_gemm_edge, AlphaBetaBiasWith16BitCAreRoundedOnce) {
   args.bias = bias_t;
   args.compute = DType::fp16;
   args.c = c32;
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   args.c = c16;
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   const auto want = c32.get();
   const auto got = c16.get();
   for (std::size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], stored_value(want[i], DType::bf16)) << i;
@@ -166,7 +166,7 @@ TEST(backend_cpu_mixed_gemm_edge, Fp16OverflowAndSubnormalsBehaveAsTheFormat) {
   args.a = {a, false};
   args.b = {b, false};
   args.c = c32;
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   EXPECT_EQ(c32.get()[0], 0x1p-14f + 0x1p-20f);
   DeviceTensor big_a(be, DType::fp16, {1, 2}, {256.0f, 256.0f});
   DeviceTensor big_b(be, DType::fp16, {2, 1}, {128.0f, 128.0f});  // 65536 > fp16 max
@@ -174,7 +174,7 @@ TEST(backend_cpu_mixed_gemm_edge, Fp16OverflowAndSubnormalsBehaveAsTheFormat) {
   args.a = {big_a, false};
   args.b = {big_b, false};
   args.c = c16;
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   EXPECT_EQ(c16.get()[0], kInf);
 }
 
@@ -189,10 +189,10 @@ TEST(backend_cpu_mixed_gemm_edge, Tf32ComputeLeaves16BitOperandsExact) {
   args.a = {at, false};
   args.b = {bt, false};
   args.c = c1;
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   args.c = c2;
   args.compute = DType::tf32;
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   EXPECT_EQ(c1.get(), c2.get());
 }
 
@@ -206,13 +206,13 @@ TEST(backend_cpu_mixed_gemm_memory, ScratchIsReusedAndCountedInBytesNotAllocatio
   args.a = {a, false};
   args.b = {b, false};
   args.c = c;
-  be.gemm(args);
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   const auto after = be.memory_stats();
   EXPECT_EQ(after.allocations, before.allocations);
   // Decoded A and B plus the fp32 C, at least.
   EXPECT_GE(after.current_bytes, before.current_bytes + (2048 + 512 + 1024) * 4);
   EXPECT_GE(after.peak_bytes, after.current_bytes);
-  be.gemm(args);  // same sizes: nothing grows
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);  // same sizes: nothing grows
   EXPECT_EQ(be.memory_stats().current_bytes, after.current_bytes);
 }
 
@@ -332,24 +332,25 @@ TEST(backend_cpu_mixed_kernels, ActivationsWithSixteenBitXAndYMatchFp32RoundedOn
     const auto gv = representable(random_values(static_cast<std::size_t>(numel), 102), DType::bf16);
     DeviceTensor x32(be, DType::fp32, {numel}, xv), g32(be, DType::fp32, {numel}, gv);
     DeviceTensor y32(be, DType::fp32, {numel}), dx32(be, DType::fp32, {numel});
-    be.activation_forward(sdk::Activation::relu, x32, y32);
-    be.activation_backward(sdk::Activation::relu, x32, g32, dx32);
+    sdk::facet<sdk::ActivationFacet>(be)->activation_forward(sdk::Activation::relu, x32, y32);
+    sdk::facet<sdk::ActivationFacet>(be)->activation_backward(sdk::Activation::relu, x32, g32,
+                                                              dx32);
     const auto y_ref = y32.get();
     const auto dx_ref = dx32.get();
     for (const auto& [xd, yd] : {std::pair{DType::bf16, DType::bf16}, std::pair{DType::bf16, DType::fp32},
                                  std::pair{DType::fp32, DType::fp16}, std::pair{DType::bf16, DType::fp16}}) {
       DeviceTensor x(be, xd, {numel}, xv), y(be, yd, {numel});
-      be.activation_forward(sdk::Activation::relu, x, y);
+      sdk::facet<sdk::ActivationFacet>(be)->activation_forward(sdk::Activation::relu, x, y);
       const auto got = y.get();
       for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], stored_value(y_ref[i], yd)) << i;
       DeviceTensor g(be, xd, {numel}, gv), dx(be, yd, {numel});
-      be.activation_backward(sdk::Activation::relu, x, g, dx);
+      sdk::facet<sdk::ActivationFacet>(be)->activation_backward(sdk::Activation::relu, x, g, dx);
       const auto dgot = dx.get();
       for (std::size_t i = 0; i < dgot.size(); ++i) ASSERT_EQ(dgot[i], stored_value(dx_ref[i], yd)) << i;
     }
     // In place on bf16, x == y.
     DeviceTensor xy(be, DType::bf16, {numel}, xv);
-    be.activation_forward(sdk::Activation::relu, xy, xy);
+    sdk::facet<sdk::ActivationFacet>(be)->activation_forward(sdk::Activation::relu, xy, xy);
     EXPECT_EQ(xy.get(), y_ref);
   }
 }
@@ -364,12 +365,12 @@ TEST(backend_cpu_mixed_kernels, SoftmaxCrossEntropyReadsHalfLogitsAndWritesHalfG
   DeviceTensor lab(be, DType::int32, {rows}, {0, 6, 3, 3, 1, 2});
   DeviceTensor z32(be, DType::fp32, {rows, classes}, zv), d32(be, DType::fp32, {rows, classes});
   DeviceTensor loss32(be, DType::fp32, {1}), loss16(be, DType::fp32, {1});
-  be.softmax_cross_entropy(z32, lab, 1024.0f, 0.0f, loss32, {}, d32);
+  sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z32, lab, 1024.0f, 0.0f, loss32, {}, d32);
   const auto d_ref = d32.get();
   for (DType logits_dt : {DType::bf16, DType::fp16}) {
     for (DType grad_dt : {DType::bf16, DType::fp16}) {
       DeviceTensor z(be, logits_dt, {rows, classes}, zv), d(be, grad_dt, {rows, classes});
-      be.softmax_cross_entropy(z, lab, 1024.0f, 0.0f, loss16, {}, d);
+      sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, lab, 1024.0f, 0.0f, loss16, {}, d);
       EXPECT_EQ(loss16.get()[0], loss32.get()[0]);
       const auto got = d.get();
       for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], stored_value(d_ref[i], grad_dt)) << i;
@@ -388,8 +389,8 @@ TEST(backend_cpu_mixed_kernels, SmallAndLargeTensorsGiveTheSameNumbers) {
   DeviceTensor ys(be, DType::bf16, {4, n}), yb(be, DType::bf16, {4096, n});
   DeviceTensor ms(be, DType::fp32, {4}), rs(be, DType::fp32, {4});
   DeviceTensor mb(be, DType::fp32, {4096}), rb(be, DType::fp32, {4096});
-  be.layernorm_forward(xs, {}, {}, 1e-5f, ys, ms, rs);
-  be.layernorm_forward(xb, {}, {}, 1e-5f, yb, mb, rb);
+  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_forward(xs, {}, {}, 1e-5f, ys, ms, rs);
+  sdk::facet<sdk::LayerNormFacet>(be)->layernorm_forward(xb, {}, {}, 1e-5f, yb, mb, rb);
   const auto a = ys.get();
   const auto b = yb.get();
   for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;
@@ -405,13 +406,13 @@ TEST(backend_cpu_mixed_optimizers, Fp16WorkingCopyIsTheMasterRoundedOnce) {
     DeviceTensor working(be, wd, {n});
     const sdk::ParamTensors params[] = {{master, grad, working, m, v}};
     sdk::AdamWHyper h;
-    be.adamw_update(h, params);
+    sdk::facet<sdk::OptimizerFacet>(be)->adamw_update(h, params);
     const auto mv = master.get();
     const auto wv = working.get();
     for (std::size_t i = 0; i < mv.size(); ++i) ASSERT_EQ(wv[i], stored_value(mv[i], wd)) << i;
     sdk::SgdHyper s;
     s.momentum = 0.0f;
-    be.sgd_update(s, params);
+    sdk::facet<sdk::OptimizerFacet>(be)->sgd_update(s, params);
     const auto mv2 = master.get();
     const auto wv2 = working.get();
     for (std::size_t i = 0; i < mv2.size(); ++i) ASSERT_EQ(wv2[i], stored_value(mv2[i], wd)) << i;
@@ -450,7 +451,7 @@ TEST(backend_cpu_gemm_threads, ShapesAroundTheSingleThreadBoundaryMatchTheRefere
           args.bias = bias_t;
           for (int call = 0; call < 2; ++call) {
             c.set(c0);
-            be.gemm(args);
+            sdk::facet<sdk::GemmFacet>(be)->gemm(args);
             auto expected = reference(a, ta, b, tb, m, n, k, 1.0, 1.0);
             for (std::size_t i = 0; i < expected.size(); ++i)
               expected[i] += beta * c0[i] + bias[i % static_cast<std::size_t>(n)];

@@ -20,32 +20,32 @@ TEST(backend_cpu_mixed_precision, UnscaleAndCheckFiniteScalesEverythingAndFindsL
   std::vector<float> c0(7, 3.0f);
   DeviceTensor c(be, DType::fp32, {7}, c0);
   std::vector<TensorView> grads = {a, b, c};
-  EXPECT_FALSE(be.unscale_and_check_finite(grads, 0.25f));
+  EXPECT_FALSE(sdk::facet<sdk::GradientCheckFacet>(be)->unscale_and_check_finite(grads, 0.25f));
   EXPECT_EQ(a.get()[999], a0[999] * 0.25f);
   EXPECT_EQ(b.get()[69999], b0[69999] * 0.25f);
   EXPECT_EQ(c.get()[6], 0.75f);
 
   c0[6] = kInf;
   c.set(c0);
-  EXPECT_TRUE(be.unscale_and_check_finite(grads, 0.5f));
+  EXPECT_TRUE(sdk::facet<sdk::GradientCheckFacet>(be)->unscale_and_check_finite(grads, 0.5f));
   c0[6] = kNaN;
   c.set(c0);
-  EXPECT_TRUE(be.unscale_and_check_finite(grads, 1.0f));
+  EXPECT_TRUE(sdk::facet<sdk::GradientCheckFacet>(be)->unscale_and_check_finite(grads, 1.0f));
   // Scale 1 (no loss scaler) is a read-only check: values untouched, a late inf still found.
   c0[6] = 3.0f;
   c.set(c0);
   const float before = b.get()[123];
-  EXPECT_FALSE(be.unscale_and_check_finite(grads, 1.0f));
+  EXPECT_FALSE(sdk::facet<sdk::GradientCheckFacet>(be)->unscale_and_check_finite(grads, 1.0f));
   EXPECT_EQ(b.get()[123], before);
   auto b1 = b.get();
   b1[69998] = -kInf;
   b.set(b1);
-  EXPECT_TRUE(be.unscale_and_check_finite(grads, 1.0f));
+  EXPECT_TRUE(sdk::facet<sdk::GradientCheckFacet>(be)->unscale_and_check_finite(grads, 1.0f));
   b.set(b0);
   // Finite before, inf after scaling counts too.
   c0[6] = 3e38f;
   c.set(c0);
-  EXPECT_TRUE(be.unscale_and_check_finite(grads, 4.0f));
+  EXPECT_TRUE(sdk::facet<sdk::GradientCheckFacet>(be)->unscale_and_check_finite(grads, 4.0f));
 }
 
 TEST(backend_cpu_mixed_precision, SumOfSquaresInDoubleAndFirstNonfinite) {
@@ -57,13 +57,13 @@ TEST(backend_cpu_mixed_precision, SumOfSquaresInDoubleAndFirstNonfinite) {
   double expected = 14.0;
   for (float v : a0) expected += static_cast<double>(v) * v;
   EXPECT_NEAR(be.sum_of_squares(ts), expected, 1e-9 * expected);
-  EXPECT_EQ(be.first_nonfinite(ts), -1);
+  EXPECT_EQ(sdk::facet<sdk::GradientCheckFacet>(be)->first_nonfinite(ts), -1);
   b.set({1.0f, kNaN, 3.0f});
   EXPECT_TRUE(std::isnan(be.sum_of_squares(ts)));
-  EXPECT_EQ(be.first_nonfinite(ts), 1);
+  EXPECT_EQ(sdk::facet<sdk::GradientCheckFacet>(be)->first_nonfinite(ts), 1);
   b.set({1.0f, kInf, 3.0f});
   EXPECT_TRUE(std::isinf(be.sum_of_squares(ts)));
-  EXPECT_EQ(be.first_nonfinite(ts), 1);
+  EXPECT_EQ(sdk::facet<sdk::GradientCheckFacet>(be)->first_nonfinite(ts), 1);
 }
 
 struct Param {
@@ -87,13 +87,13 @@ TEST(backend_cpu_optimizers, SgdMomentumDampeningWeightDecayFirstAndSecondStep) 
   h.weight_decay = 0.01f;
   h.first_step = true;
   std::vector<sdk::ParamTensors> ps = {prm.tensors()};
-  be.sgd_update(h, ps);
+  sdk::facet<sdk::OptimizerFacet>(be)->sgd_update(h, ps);
   // Step 1: g = 0.5 + 0.01*1 = 0.51; buf = g (no dampening on the first step); p = 1 - 0.051.
   EXPECT_FLOAT_EQ(prm.state1.get()[0], 0.51f);
   EXPECT_FLOAT_EQ(prm.master.get()[0], 0.949f);
   EXPECT_EQ(prm.working.get()[2], bf16_to_float(float_to_bf16(prm.master.get()[2])));
   h.first_step = false;
-  be.sgd_update(h, ps);
+  sdk::facet<sdk::OptimizerFacet>(be)->sgd_update(h, ps);
   // Step 2: g = 0.5 + 0.01*0.949 = 0.50949; buf = 0.9*0.51 + 0.9*0.50949 = 0.917541;
   // p = 0.949 - 0.1*0.917541 = 0.8572459.
   EXPECT_NEAR(prm.state1.get()[1], 0.917541, 1e-6);
@@ -109,12 +109,12 @@ TEST(backend_cpu_optimizers, SgdNesterovPlainAndGradScale) {
   h.weight_decay = 0.01f;
   h.nesterov = true;
   std::vector<sdk::ParamTensors> ps = {prm.tensors()};
-  be.sgd_update(h, ps);
+  sdk::facet<sdk::OptimizerFacet>(be)->sgd_update(h, ps);
   // g = 0.51; buf = 0.51; nesterov g = 0.51 + 0.9*0.51 = 0.969; p = 1 - 0.0969 = 0.9031.
   EXPECT_NEAR(prm.master.get()[0], 0.9031, 1e-6);
   EXPECT_EQ(prm.working.get()[0], fp16_to_float(float_to_fp16(prm.master.get()[0])));
   h.first_step = false;
-  be.sgd_update(h, ps);
+  sdk::facet<sdk::OptimizerFacet>(be)->sgd_update(h, ps);
   // g = 0.5 + 0.009031 = 0.509031; buf = 0.9*0.51 + 0.509031 = 0.968031;
   // g = 0.509031 + 0.9*0.968031 = 1.3802589; p = 0.9031 - 0.13802589 = 0.76507411.
   EXPECT_NEAR(prm.master.get()[0], 0.76507411, 2e-6);
@@ -129,13 +129,13 @@ TEST(backend_cpu_optimizers, SgdNesterovPlainAndGradScale) {
   hp.grad_scale = 0.25f;
   hp.weight_decay = 0.1f;
   std::vector<sdk::ParamTensors> pps = {t};
-  be.sgd_update(hp, pps);
+  sdk::facet<sdk::OptimizerFacet>(be)->sgd_update(hp, pps);
   // g = 1*0.25 + 0.1*2 = 0.45; p = 2 - 0.225 = 1.775.
   EXPECT_FLOAT_EQ(plain.master.get()[0], 1.775f);
 
   // Momentum without a state buffer is a caller error.
   hp.momentum = 0.9f;
-  EXPECT_THROW(be.sgd_update(hp, pps), sdk::BackendError);
+  EXPECT_THROW(sdk::facet<sdk::OptimizerFacet>(be)->sgd_update(hp, pps), sdk::BackendError);
 }
 
 TEST(backend_cpu_optimizers, AdamWBiasCorrectionAtStepsOneAndTwoAndDecoupledDecay) {
@@ -149,7 +149,7 @@ TEST(backend_cpu_optimizers, AdamWBiasCorrectionAtStepsOneAndTwoAndDecoupledDeca
   h.weight_decay = 0.01f;
   h.step = 1;
   std::vector<sdk::ParamTensors> ps = {prm.tensors()};
-  be.adamw_update(h, ps);
+  sdk::facet<sdk::OptimizerFacet>(be)->adamw_update(h, ps);
   // Step 1: p = 1*(1 - 0.001) = 0.999; m = 0.05; v = 0.00025; m^ = 0.5; v^ = 0.25;
   // p = 0.999 - 0.1 * 0.5 / (0.5 + 1e-8) = 0.899 (+2e-9).
   EXPECT_NEAR(prm.state1.get()[0], 0.05, 0.05 * 1e-5);  // fp32 (1 - beta) rounding
@@ -157,7 +157,7 @@ TEST(backend_cpu_optimizers, AdamWBiasCorrectionAtStepsOneAndTwoAndDecoupledDeca
   EXPECT_NEAR(prm.master.get()[0], 0.899, 1e-6);
   EXPECT_EQ(prm.working.get()[0], bf16_to_float(float_to_bf16(prm.master.get()[0])));
   h.step = 2;
-  be.adamw_update(h, ps);
+  sdk::facet<sdk::OptimizerFacet>(be)->adamw_update(h, ps);
   // Step 2: p = 0.899*0.999 = 0.898101; m = 0.095; v = 0.00049975;
   // m^ = 0.095/0.19 = 0.5; v^ = 0.00049975/0.001999 = 0.25; p = 0.898101 - 0.1 = 0.798101.
   EXPECT_NEAR(prm.state1.get()[1], 0.095, 0.095 * 1e-5);
@@ -168,23 +168,23 @@ TEST(backend_cpu_optimizers, AdamWBiasCorrectionAtStepsOneAndTwoAndDecoupledDeca
   Param still(be, 2.0f, 0.0f);
   std::vector<sdk::ParamTensors> sp = {still.tensors()};
   h.step = 1;
-  be.adamw_update(h, sp);
+  sdk::facet<sdk::OptimizerFacet>(be)->adamw_update(h, sp);
   EXPECT_NEAR(still.master.get()[0], 2.0 * (1.0 - 0.1 * 0.01), 1e-7);
 
   // grad_scale applies before the moments: g = 2 * 0.25 = 0.5 gives the step-1 result.
   Param scaled(be, 1.0f, 2.0f);
   std::vector<sdk::ParamTensors> scp = {scaled.tensors()};
   h.grad_scale = 0.25f;
-  be.adamw_update(h, scp);
+  sdk::facet<sdk::OptimizerFacet>(be)->adamw_update(h, scp);
   EXPECT_NEAR(scaled.master.get()[0], 0.899, 1e-6);
 
   h.step = 0;
-  EXPECT_THROW(be.adamw_update(h, scp), sdk::BackendError);
+  EXPECT_THROW(sdk::facet<sdk::OptimizerFacet>(be)->adamw_update(h, scp), sdk::BackendError);
   sdk::ParamTensors missing = scaled.tensors();
   missing.state2 = {};
   std::vector<sdk::ParamTensors> mp = {missing};
   h.step = 3;
-  EXPECT_THROW(be.adamw_update(h, mp), sdk::BackendError);
+  EXPECT_THROW(sdk::facet<sdk::OptimizerFacet>(be)->adamw_update(h, mp), sdk::BackendError);
 }
 
 }  // namespace

@@ -124,7 +124,7 @@ TEST_F(backend_cuda_vs_cpu, ResidualAddBitForBit) {
         Tensor gy(gpu(), ty, {n}), cy(cpu(), ty, {n});
         const TensorView gx[] = {g1, g2}, cx[] = {c1, c2};
         gpu<sdk::ResidualFacet>().add(gx, relu, gy);
-        cpu().add(cx, relu, cy);
+        sdk::facet<sdk::ResidualFacet>(cpu())->add(cx, relu, cy);
         EXPECT_EQ(gy.raw(), cy.raw()) << what << (relu ? " relu" : "");
       }
   // Eleven inputs (more than one launch takes), the output one of them.
@@ -138,7 +138,7 @@ TEST_F(backend_cuda_vs_cpu, ResidualAddBitForBit) {
     cv.push_back(*cs.back());
   }
   gpu<sdk::ResidualFacet>().add(gv, true, gv[4]);
-  cpu().add(cv, true, cv[4]);
+  sdk::facet<sdk::ResidualFacet>(cpu())->add(cv, true, cv[4]);
   EXPECT_EQ(gs[4]->raw(), cs[4]->raw()) << "eleven inputs, in place";
 }
 
@@ -153,11 +153,11 @@ TEST_F(backend_cuda_vs_cpu, HeadPermutesWithCacheOffsetsBitForBit) {
       Tensor gx(gpu(), xt, {x_n}, xv), cx(cpu(), xt, {x_n}, xv);
       Tensor gy(gpu(), yt, {y_n}, yv), cy(cpu(), yt, {y_n}, yv);  // rows outside stay
       gpu<sdk::AttentionFacet>().split_heads(gx, l, gy);
-      cpu().split_heads(cx, l, cy);
+      sdk::facet<sdk::AttentionFacet>(cpu())->split_heads(cx, l, cy);
       EXPECT_EQ(gy.raw(), cy.raw()) << "split_heads " << what;
       Tensor gb(gpu(), xt, {x_n}), cb(cpu(), xt, {x_n});
       gpu<sdk::AttentionFacet>().merge_heads(gy, l, gb);
-      cpu().merge_heads(cy, l, cb);
+      sdk::facet<sdk::AttentionFacet>(cpu())->merge_heads(cy, l, cb);
       EXPECT_EQ(gb.raw(), cb.raw()) << "merge_heads " << what;
     }
 }
@@ -178,7 +178,7 @@ TEST_F(backend_cuda_vs_cpu, SoftmaxForwardBackwardMaskedAndReproducible) {
     Tensor gs(gpu(), DType::fp32, {n}, s), cs(cpu(), DType::fp32, {n}, s);
     Tensor gp(gpu(), DType::fp32, {n}), cp(cpu(), DType::fp32, {n});
     gpu<sdk::AttentionFacet>().softmax_forward(gs, shape, scale, gp);
-    cpu().softmax_forward(cs, shape, scale, cp);
+    sdk::facet<sdk::AttentionFacet>(cpu())->softmax_forward(cs, shape, scale, cp);
     const auto probs = gp.get();
     expect_close(probs, cp.get(), 5e-7, 1e-37, "softmax_forward " + what);
     for (std::int64_t q = 0; q < k.batch * k.rows; ++q)  // masked: exact +0
@@ -191,7 +191,7 @@ TEST_F(backend_cuda_vs_cpu, SoftmaxForwardBackwardMaskedAndReproducible) {
     Tensor gd(gpu(), DType::fp32, {n}, dp), cd(cpu(), DType::fp32, {n}, dp);
     Tensor gds(gpu(), DType::fp32, {n}), cds(cpu(), DType::fp32, {n});
     gpu<sdk::AttentionFacet>().softmax_backward(gp, gd, shape, scale, gds);
-    cpu().softmax_backward(cp, cd, shape, scale, cds);
+    sdk::facet<sdk::AttentionFacet>(cpu())->softmax_backward(cp, cd, shape, scale, cds);
     expect_close(gds.get(), cds.get(), 2e-7, 1e-30, "softmax_backward " + what);
     gpu<sdk::AttentionFacet>().softmax_backward(gp, gd, shape, scale,
                                                 gd);  // dscores aliasing dprobs
@@ -217,7 +217,7 @@ TEST_F(backend_cuda_vs_cpu, EmbeddingGatherAndScatterAddBitForBit) {
         Tensor gt(gpu(), tt, {vocab, width}, tv), ct(cpu(), tt, {vocab, width}, tv);
         Tensor go(gpu(), ot, {rows, width}, ov), co(cpu(), ot, {rows, width}, ov);
         gpu<sdk::EmbeddingFacet>().gather(gi, gt, go, accumulate);
-        cpu().gather(ci, ct, co, accumulate);
+        sdk::facet<sdk::EmbeddingFacet>(cpu())->gather(ci, ct, co, accumulate);
         EXPECT_EQ(go.raw(), co.raw()) << "gather " << name_of(tt) << " -> " << name_of(ot);
       }
   for (DType dt : kStorage)
@@ -226,7 +226,7 @@ TEST_F(backend_cuda_vs_cpu, EmbeddingGatherAndScatterAddBitForBit) {
       Tensor gdy(gpu(), dt, {rows, width}, dyv), cdy(cpu(), dt, {rows, width}, dyv);
       Tensor gt(gpu(), DType::fp32, {vocab, width}, tv), ct(cpu(), DType::fp32, {vocab, width}, tv);
       gpu<sdk::EmbeddingFacet>().scatter_add(gi, gdy, gt, beta);
-      cpu().scatter_add(ci, cdy, ct, beta);
+      sdk::facet<sdk::EmbeddingFacet>(cpu())->scatter_add(ci, cdy, ct, beta);
       EXPECT_EQ(gt.raw(), ct.raw()) << "scatter_add " << name_of(dt) << " beta " << beta;
     }
 }
@@ -274,11 +274,11 @@ TEST_F(backend_cuda_vs_cpu, DropoutBitForBit) {
         Tensor gx(gpu(), it, {n}, x), cx(cpu(), it, {n}, x);
         Tensor gy(gpu(), ot, {n}), cy(cpu(), ot, {n});
         gpu<sdk::DropoutFacet>().dropout_forward(gx, gy, p, key);
-        cpu().dropout_forward(cx, cy, p, key);
+        sdk::facet<sdk::DropoutFacet>(cpu())->dropout_forward(cx, cy, p, key);
         EXPECT_EQ(gy.raw(), cy.raw())
             << "forward " << name_of(it) << " -> " << name_of(ot) << " p " << p;
         gpu<sdk::DropoutFacet>().dropout_backward(gx, gy, p, key);
-        cpu().dropout_backward(cx, cy, p, key);
+        sdk::facet<sdk::DropoutFacet>(cpu())->dropout_backward(cx, cy, p, key);
         EXPECT_EQ(gy.raw(), cy.raw()) << "backward " << name_of(it) << " -> " << name_of(ot);
       }
 }
@@ -307,7 +307,7 @@ TEST_F(backend_cuda_vs_cpu, GemmStridedBatchedIsOneCublasLtMatmul) {
       const std::size_t plans_before = gpu().cached_gemm_plans();
       const std::vector<std::string> report_before = gpu().gemm_plan_report();
       gpu<sdk::GemmFacet>().gemm_strided_batched(args(gq, gk, gs));
-      cpu().gemm_strided_batched(args(cq, ck, cs));
+      sdk::facet<sdk::GemmFacet>(cpu())->gemm_strided_batched(args(cq, ck, cs));
       const double rel = c_t == DType::fp32 ? 1e-5 : ulp_rel(c_t);
       expect_close(gs.get(), cs.get(), rel, 1e-5 * d + (g == DType::fp32 ? 0 : 1e-3), what);
       // At most a plan per route tried, and the one that ran (its line's run count changed) is
@@ -348,26 +348,26 @@ TEST_F(backend_cuda_vs_cpu, ForeachOpsOverManyTensorsInOneLaunch) {
   const auto gx = views(g0), ga = views(g1), gb = views(g2);
   const auto cx = views(c0), ca = views(c1), cb = views(c2);
   gpu<sdk::ForeachFacet>().foreach_mul_scalar(gx, 0.7f);
-  cpu().foreach_mul_scalar(cx, 0.7f);
+  sdk::facet<sdk::ForeachFacet>(cpu())->foreach_mul_scalar(cx, 0.7f);
   gpu<sdk::ForeachFacet>().foreach_add(gx, ga, -0.3f);
-  cpu().foreach_add(cx, ca, -0.3f);
+  sdk::facet<sdk::ForeachFacet>(cpu())->foreach_add(cx, ca, -0.3f);
   gpu<sdk::ForeachFacet>().foreach_addcmul(gx, ga, gb, 0.25f);
-  cpu().foreach_addcmul(cx, ca, cb, 0.25f);
+  sdk::facet<sdk::ForeachFacet>(cpu())->foreach_addcmul(cx, ca, cb, 0.25f);
   gpu<sdk::ForeachFacet>().foreach_lerp(gx, gb, 0.1f);
-  cpu().foreach_lerp(cx, cb, 0.1f);
+  sdk::facet<sdk::ForeachFacet>(cpu())->foreach_lerp(cx, cb, 0.1f);
   gpu<sdk::ForeachFacet>().foreach_clamp(gx, -1.0f, 2.0f);
-  cpu().foreach_clamp(cx, -1.0f, 2.0f);
+  sdk::facet<sdk::ForeachFacet>(cpu())->foreach_clamp(cx, -1.0f, 2.0f);
   gpu<sdk::ForeachFacet>().foreach_mul(gx, ga);
-  cpu().foreach_mul(cx, ca);
+  sdk::facet<sdk::ForeachFacet>(cpu())->foreach_mul(cx, ca);
   gpu<sdk::ForeachFacet>().foreach_add_scalar(gx, 1.5f);
-  cpu().foreach_add_scalar(cx, 1.5f);
+  sdk::facet<sdk::ForeachFacet>(cpu())->foreach_add_scalar(cx, 1.5f);
   gpu<sdk::ForeachFacet>().foreach_sqrt(gx);
-  cpu().foreach_sqrt(cx);
+  sdk::facet<sdk::ForeachFacet>(cpu())->foreach_sqrt(cx);
   for (std::size_t i = 0; i < g0.size(); ++i)
     expect_close(g0[i]->get(), c0[i]->get(), 1e-6, 1e-7,
                  "foreach chain, tensor " + std::to_string(i));
   gpu<sdk::ForeachFacet>().foreach_sign(ga);
-  cpu().foreach_sign(ca);
+  sdk::facet<sdk::ForeachFacet>(cpu())->foreach_sign(ca);
   for (std::size_t i = 0; i < g1.size(); ++i)
     expect_same_values(g1[i]->get(), c1[i]->get(), "foreach_sign, tensor " + std::to_string(i));
 }

@@ -27,7 +27,7 @@ TEST_F(backend_cuda_vs_cpu, BiasGrad) {
       for (bool accumulate : {true, false}) {
         Tensor gd(gpu(), DType::fp32, {n}, bias), cd(cpu(), DType::fp32, {n}, bias);
         gpu<sdk::ActivationFacet>().bias_grad(gy, gd, accumulate);
-        cpu().bias_grad(cy, cd, accumulate);
+        sdk::facet<sdk::ActivationFacet>(cpu())->bias_grad(cy, cd, accumulate);
         expect_close(gd.get(), cd.get(), 1e-5, 1e-5 * std::sqrt(static_cast<double>(rows)),
                      "bias_grad " + what);
         // Fixed partition and order: bit-reproducible.
@@ -52,13 +52,13 @@ TEST_F(backend_cuda_vs_cpu, ActivationsForwardAndBackwardIncludingInPlace) {
       Tensor gx(gpu(), dt, {rows, n}, xv), gy(gpu(), dt, {rows, n});
       Tensor cx(cpu(), dt, {rows, n}, xv), cy(cpu(), dt, {rows, n});
       gpu<sdk::ActivationFacet>().activation_forward(act, gx, gy);
-      cpu().activation_forward(act, cx, cy);
+      sdk::facet<sdk::ActivationFacet>(cpu())->activation_forward(act, cx, cy);
       expect_close(gy.get(), cy.get(), rel, 1e-6, "forward " + what);
 
       Tensor gdy(gpu(), dt, {rows, n}, dyv), gdx(gpu(), dt, {rows, n});
       Tensor cdy(cpu(), dt, {rows, n}, dyv), cdx(cpu(), dt, {rows, n});
       gpu<sdk::ActivationFacet>().activation_backward(act, gx, gdy, gdx);
-      cpu().activation_backward(act, cx, cdy, cdx);
+      sdk::facet<sdk::ActivationFacet>(cpu())->activation_backward(act, cx, cdy, cdx);
       expect_close(gdx.get(), cdx.get(), rel, 1e-6, "backward " + what);
       gpu<sdk::ActivationFacet>().activation_backward(act, gx, gdy, gdy);  // dx aliases dy
       expect_close(gdy.get(), cdx.get(), rel, 1e-6, "backward in place " + what);
@@ -69,7 +69,7 @@ TEST_F(backend_cuda_vs_cpu, ActivationsForwardAndBackwardIncludingInPlace) {
   Tensor gx(gpu(), DType::bf16, {rows, n}, xv), gy(gpu(), DType::fp32, {rows, n});
   Tensor cx(cpu(), DType::bf16, {rows, n}, xv), cy(cpu(), DType::fp32, {rows, n});
   gpu<sdk::ActivationFacet>().activation_forward(sdk::Activation::gelu, gx, gy);
-  cpu().activation_forward(sdk::Activation::gelu, cx, cy);
+  sdk::facet<sdk::ActivationFacet>(cpu())->activation_forward(sdk::Activation::gelu, cx, cy);
   expect_close(gy.get(), cy.get(), 2e-5, 1e-6, "gelu bf16 -> fp32");
 }
 
@@ -180,12 +180,12 @@ TEST_F(backend_cuda_vs_cpu, FillMulScalarAxpy) {
     if (dt == DType::fp32) {  // the foreach ops are fp32
       const TensorView gxs[] = {gx}, cxs[] = {cx};
       gpu<sdk::ForeachFacet>().foreach_mul_scalar(gxs, 0.3f);
-      cpu().foreach_mul_scalar(cxs, 0.3f);
+      sdk::facet<sdk::ForeachFacet>(cpu())->foreach_mul_scalar(cxs, 0.3f);
       expect_same_values(gx.get(), cx.get(), "foreach_mul_scalar");
     }
     Tensor gy(gpu(), DType::fp32, {1001}, v), cy(cpu(), DType::fp32, {1001}, v);
     gpu<sdk::ActivationFacet>().axpy(-1.7f, gx, gy);
-    cpu().axpy(-1.7f, cx, cy);
+    sdk::facet<sdk::ActivationFacet>(cpu())->axpy(-1.7f, cx, cy);
     expect_close(gy.get(), cy.get(), 1e-6, 1e-7, "axpy");  // FMA contraction may differ
     gpu().fill(gx, 2.5f);
     EXPECT_EQ(gx.get(), std::vector<float>(1001, 2.5f));
@@ -214,7 +214,7 @@ TEST_F(backend_cuda_vs_cpu, UnscaleSumOfSquaresFirstNonfinite) {
   for (auto& t : g) gv.push_back(*t);
   for (auto& t : c) cv.push_back(*t);
   EXPECT_FALSE(gpu<sdk::GradientCheckFacet>().unscale_and_check_finite(gv, 0.125f));
-  EXPECT_FALSE(cpu().unscale_and_check_finite(cv, 0.125f));
+  EXPECT_FALSE(sdk::facet<sdk::GradientCheckFacet>(cpu())->unscale_and_check_finite(cv, 0.125f));
   for (std::size_t t = 0; t < g.size(); ++t) expect_same_values(g[t]->get(), c[t]->get(), "unscaled");
   const double gs = gpu<CudaGradientCheck>().sum_of_squares(gv), cs = cpu().sum_of_squares(cv);
   EXPECT_NEAR(gs, cs, 1e-12 * cs);
@@ -299,7 +299,7 @@ TEST_F(backend_cuda_vs_cpu, SgdUpdateMatchesTheCpu) {
           cp.push_back(tensors_of(c[i], i != 1));
         }
         gpu<sdk::OptimizerFacet>().sgd_update(h, gp);
-        cpu().sgd_update(h, cp);
+        sdk::facet<sdk::OptimizerFacet>(cpu())->sgd_update(h, cp);
       }
       for (std::size_t i = 0; i < g.size(); ++i) expect_params_close(g[i], c[i], working, what);
     }
@@ -328,7 +328,7 @@ TEST_F(backend_cuda_vs_cpu, AdamWUpdateMatchesTheCpu) {
         cp.push_back(tensors_of(c[i], true));
       }
       gpu<sdk::OptimizerFacet>().adamw_update(h, gp);
-      cpu().adamw_update(h, cp);
+      sdk::facet<sdk::OptimizerFacet>(cpu())->adamw_update(h, cp);
     }
     for (std::size_t i = 0; i < g.size(); ++i)
       expect_params_close(g[i], c[i], working, "adamw " + std::string(sdk::dtype_name(working)));

@@ -104,7 +104,7 @@ TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
         f.w = {wc, false, 1.0f};
         f.bias = bc;
         f.y = yc;
-        cpu().conv2d_forward(f);
+        sdk::facet<sdk::ConvolutionFacet>(cpu())->conv2d_forward(f);
         expect_close_norm(yg.get(), yc.get(), tol, "fprop " + what);
         // backward data
         Tensor dxg(gpu(), dt, xs), dxc(cpu(), dt, xs);
@@ -118,7 +118,7 @@ TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
         d.dy = {dyc, false, 1.0f};
         d.w = {wc, false, 1.0f};
         d.dx = dxc;
-        cpu().conv2d_backward_data(d);
+        sdk::facet<sdk::ConvolutionFacet>(cpu())->conv2d_backward_data(d);
         expect_close_norm(dxg.get(), dxc.get(), tol, "dgrad " + what);
         // backward weights, twice: overwrite then accumulate
         Tensor dwg(gpu(), DType::fp32, ws), dwc(cpu(), DType::fp32, ws);
@@ -138,7 +138,7 @@ TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
           b.dy = {dyc, false, 1.0f};
           b.dw = dwc;
           b.dbias = dbc;
-          cpu().conv2d_backward_weights(b);
+          sdk::facet<sdk::ConvolutionFacet>(cpu())->conv2d_backward_weights(b);
           const double wtol = compute == DType::tf32 ? 4e-3 : 1e-4;
           expect_close_norm(dwg.get(), dwc.get(), wtol,
                             "wgrad " + what + (acc ? " accumulate" : ""));
@@ -188,7 +188,7 @@ TEST_F(backend_cuda_layers, PoolingMatchesTheCpu) {
       Tensor dyg(gpu(), dt, ys, dyv), dyc(cpu(), dt, ys, dyv);
       Tensor yg(gpu(), dt, ys), yc(cpu(), dt, ys), dxg(gpu(), dt, xs), dxc(cpu(), dt, xs);
       const auto wsb_g = gpu<sdk::ConvolutionFacet>().pool2d_workspace_bytes(p, dt);
-      const auto wsb_c = cpu().pool2d_workspace_bytes(p, dt);
+      const auto wsb_c = sdk::facet<sdk::ConvolutionFacet>(cpu())->pool2d_workspace_bytes(p, dt);
       Tensor wsg(gpu(), DType::int32, Shape{std::max<std::int64_t>(1, (wsb_g + 3) / 4)});
       Tensor wsc(cpu(), DType::int32, Shape{std::max<std::int64_t>(1, (wsb_c + 3) / 4)});
       for (bool with_ws : {true, false}) {
@@ -197,10 +197,10 @@ TEST_F(backend_cuda_layers, PoolingMatchesTheCpu) {
         const TensorView wg = with_ws && wsb_g > 0 ? wsg.view() : TensorView{};
         const TensorView wc = with_ws && wsb_c > 0 ? wsc.view() : TensorView{};
         gpu<sdk::ConvolutionFacet>().pool2d_forward(p, xg, yg, wg);
-        cpu().pool2d_forward(p, xc, yc, wc);
+        sdk::facet<sdk::ConvolutionFacet>(cpu())->pool2d_forward(p, xc, yc, wc);
         expect_close(yg.get(), yc.get(), kind == 0 ? 0.0 : ulp_rel(dt), 0.0, "pool fwd " + what);
         gpu<sdk::ConvolutionFacet>().pool2d_backward(p, dyg, xg, yg, wg, dxg);
-        cpu().pool2d_backward(p, dyc, xc, yc, wc, dxc);
+        sdk::facet<sdk::ConvolutionFacet>(cpu())->pool2d_backward(p, dyc, xc, yc, wc, dxc);
         expect_close(dxg.get(), dxc.get(), kind == 0 ? 0.0 : 2 * ulp_rel(dt), 1e-6,
                      "pool bwd " + what);
       }
@@ -215,11 +215,11 @@ TEST_F(backend_cuda_layers, PermutesMatchTheCpuExactly) {
       Tensor sg(gpu(), from, Shape{n, c, h, w}, v), sc(cpu(), from, Shape{n, c, h, w}, v);
       Tensor dg(gpu(), to, Shape{n, h, w, c}), dc(cpu(), to, Shape{n, h, w, c});
       gpu<sdk::ConvolutionFacet>().to_channels_last(sg, c, h, w, dg);
-      cpu().to_channels_last(sc, c, h, w, dc);
+      sdk::facet<sdk::ConvolutionFacet>(cpu())->to_channels_last(sc, c, h, w, dc);
       expect_same_values(dg.get(), dc.get(), "to_channels_last");
       Tensor bg(gpu(), from, Shape{n, c, h, w}), bc(cpu(), from, Shape{n, c, h, w});
       gpu<sdk::ConvolutionFacet>().to_channels_first(dg, c, h, w, bg);
-      cpu().to_channels_first(dc, c, h, w, bc);
+      sdk::facet<sdk::ConvolutionFacet>(cpu())->to_channels_first(dc, c, h, w, bc);
       expect_same_values(bg.get(), bc.get(), "to_channels_first");
     }
 }
@@ -245,11 +245,11 @@ TEST_F(backend_cuda_layers, BatchNormMatchesTheCpu) {
       Tensor rvg(gpu(), DType::fp32, Shape{c}, rv0), rvc(cpu(), DType::fp32, Shape{c}, rv0);
       Tensor wsg(gpu(), DType::fp32, Shape{2 * c}), wsc(cpu(), DType::fp32, Shape{2 * c});
       EXPECT_EQ(gpu<sdk::BatchNormFacet>().batchnorm_workspace_bytes(s, dt),
-                cpu().batchnorm_workspace_bytes(s, dt));
+                sdk::facet<sdk::BatchNormFacet>(cpu())->batchnorm_workspace_bytes(s, dt));
       gpu<sdk::BatchNormFacet>().batchnorm_forward_training(xg, gg, bg, s, 0.1f, yg, mg, vg, rmg,
                                                             rvg, relu ? wsg.view() : TensorView{});
-      cpu().batchnorm_forward_training(xc, gc, bc, s, 0.1f, yc, mc, vc, rmc, rvc,
-                                       relu ? wsc.view() : TensorView{});
+      sdk::facet<sdk::BatchNormFacet>(cpu())->batchnorm_forward_training(
+          xc, gc, bc, s, 0.1f, yc, mc, vc, rmc, rvc, relu ? wsc.view() : TensorView{});
       expect_close(mg.get(), mc.get(), 1e-6, 1e-7, "save_mean " + what);
       expect_close(vg.get(), vc.get(), 1e-5, 1e-7, "save_var " + what);
       expect_close(rmg.get(), rmc.get(), 1e-6, 1e-7, "running_mean " + what);
@@ -257,7 +257,8 @@ TEST_F(backend_cuda_layers, BatchNormMatchesTheCpu) {
       expect_close(yg.get(), yc.get(), 2 * ulp_rel(dt), 1e-5, "training y " + what);
       Tensor yig(gpu(), dt, Shape{rows, c}), yic(cpu(), dt, Shape{rows, c});
       gpu<sdk::BatchNormFacet>().batchnorm_forward_inference(xg, gg, bg, rmg, rvg, s, yig);
-      cpu().batchnorm_forward_inference(xc, gc, bc, rmc, rvc, s, yic);
+      sdk::facet<sdk::BatchNormFacet>(cpu())->batchnorm_forward_inference(xc, gc, bc, rmc, rvc, s,
+                                                                          yic);
       expect_close(yig.get(), yic.get(), 2 * ulp_rel(dt), 1e-5, "inference y " + what);
       Tensor dyg(gpu(), dt, Shape{rows, c}, dyv), dyc(cpu(), dt, Shape{rows, c}, dyv);
       for (bool acc : {false, true}) {
@@ -266,8 +267,8 @@ TEST_F(backend_cuda_layers, BatchNormMatchesTheCpu) {
         Tensor dbg(gpu(), DType::fp32, Shape{c}, bv), dbc(cpu(), DType::fp32, Shape{c}, bv);
         gpu<sdk::BatchNormFacet>().batchnorm_backward(
             dyg, xg, yg, gg, mg, vg, s, relu ? wsg.view() : TensorView{}, dxg, dgg, dbg, acc);
-        cpu().batchnorm_backward(dyc, xc, yc, gc, mc, vc, s, relu ? wsc.view() : TensorView{}, dxc,
-                                 dgc, dbc, acc);
+        sdk::facet<sdk::BatchNormFacet>(cpu())->batchnorm_backward(
+            dyc, xc, yc, gc, mc, vc, s, relu ? wsc.view() : TensorView{}, dxc, dgc, dbc, acc);
         expect_close_norm(dxg.get(), dxc.get(), 4 * ulp_rel(dt) + 1e-5, "dx " + what);
         expect_close(dgg.get(), dgc.get(), 1e-4, 1e-5, "dgamma " + what);
         expect_close(dbg.get(), dbc.get(), 1e-4, 1e-5, "dbeta " + what);

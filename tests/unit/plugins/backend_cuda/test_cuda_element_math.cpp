@@ -11,7 +11,7 @@
 //   quiet / signalling / negative NaNs: bit for bit against the SDK.
 // - tanh, gelu, gelu_grad against the CPU backend's formula with std::tanh, within stated ulps.
 // - relu, the fp32 clamp, int32 stores, the amax fold and the softmax argmax against the CPU
-//   backend's rules; the SGD and AdamW element steps against cpu_optimizers.cpp, bit for bit.
+//   backend's rules; the SGD and AdamW element steps against facets/cpu_optimizer.cpp, bit for bit.
 // - The new facets' kernels modelled on the host from the same element functions, in the
 //   kernels' order (lane partials and xor-shuffle trees included), against the CPU backend run
 //   on the same inputs: residual add, dropout (its mask is sdk::dropout_keeps on both),
@@ -236,7 +236,8 @@ TEST(cuda_element_math, Fp32ClampAndInt32Stores) {
 
 // --- activations -------------------------------------------------------------------------------------
 
-// cpu_kernels.cpp's portable formulas (its anonymous namespace; copied operation for operation).
+// cpu_activation_kernels.cpp's portable formulas (its anonymous namespace; copied operation for
+// operation).
 constexpr float kGeluK = 0.7978845608028654f;
 constexpr float kGeluC = 0.044715f;
 float cpu_gelu(float x) {
@@ -392,7 +393,7 @@ TEST(cuda_element_math, ArgmaxOfAWarpMatchesTheCpuScan) {
       const unsigned r = rng() % 10;
       v = r == 0 ? nan : (r == 1 ? INFINITY : static_cast<float>(static_cast<int>(rng() % 7) - 3));
     }
-    // cpu_kernels.cpp's scan.
+    // facets/cpu_loss.cpp's scan.
     float max_z = z[0];
     int cpu_arg = 0;
     for (int j = 1; j < classes; ++j)
@@ -449,7 +450,7 @@ TEST(cuda_element_math, OptimizerStepsMatchTheCpuBitForBit) {
   for (int trial = 0; trial < 200000; ++trial) {
     const float p = u(rng), grad = u(rng) * 100.0f, buf0 = u(rng), m0 = u(rng) * 0.1f,
                 v0 = std::fabs(u(rng)) * 0.01f;
-    // cpu_optimizers.cpp sgd_piece.
+    // facets/cpu_optimizer.cpp sgd_piece.
     const float dampening = trial % 3 == 0 ? 0.1f : 0.0f;
     const Sgd h{0.05f, 0.9f, dampening, 1e-4f, 0.5f, dampening == 0.0f && trial % 2 == 0,
                 trial % 5 == 0, true};
@@ -463,7 +464,7 @@ TEST(cuda_element_math, OptimizerStepsMatchTheCpuBitForBit) {
     float unused = 0.0f;
     EXPECT_EQ(bits(el::sgd_step<false>(h, p, grad, unused)),
               bits(p - h.lr * (grad * h.grad_scale + h.weight_decay * p)));
-    // cpu_optimizers.cpp adamw_piece, with the host's bias corrections.
+    // facets/cpu_optimizer.cpp adamw_piece, with the host's bias corrections.
     const int step = 1 + trial % 50;
     const double bc1 = 1.0 - std::pow(0.9, step), bc2 = 1.0 - std::pow(0.999, step);
     const AdamW a{0.9f, 0.999f, 1e-8f, 0.25f, 1.0f - 1e-3f * 0.01f,
@@ -589,7 +590,7 @@ TEST(cuda_element_math, ResidualAddModelMatchesTheCpuBackendBitForBit) {
           x2.set_all(test_values(n, 2));
           x3.set_all(test_values(n, 3));
           const TensorView xs[] = {x1, x2, x3};
-          cpu.add(xs, relu, y);
+          sdk::facet<sdk::ResidualFacet>(cpu)->add(xs, relu, y);
           // cuda_residual.cu's kernel: decode each input, sum in order, residual_output, store.
           std::vector<float> model(n);
           for (std::int64_t i = 0; i < n; ++i) {
@@ -612,7 +613,7 @@ TEST(cuda_element_math, DropoutModelMatchesTheCpuBackendBitForBit) {
       for (float p : {0.0f, 0.1f, 0.5f, 0.9f}) {
         HostTensor x(cpu, ti, sdk::Shape{n}), y(cpu, to, sdk::Shape{n});
         x.set_all(test_values(n, 11));
-        cpu.dropout_forward(x, y, p, key);
+        sdk::facet<sdk::DropoutFacet>(cpu)->dropout_forward(x, y, p, key);
         const std::uint32_t threshold = sdk::dropout_threshold(p);
         std::vector<float> model(n);
         for (std::int64_t i = 0; i < n; ++i)
@@ -645,7 +646,7 @@ TEST(cuda_element_math, EmbeddingModelsMatchTheCpuBackendBitForBit) {
             model[r * width + c] =
                 accumulate ? el::embedding_accumulate(out.get(r * width + c), t) : t;
           }
-        cpu.gather(ids, table, out, accumulate);
+        sdk::facet<sdk::EmbeddingFacet>(cpu)->gather(ids, table, out, accumulate);
         EXPECT_EQ(stored(model, to), out.bytes())
             << "gather " << dtypes_text({tt, to}) << accumulate;
       }
@@ -670,7 +671,7 @@ TEST(cuda_element_math, EmbeddingModelsMatchTheCpuBackendBitForBit) {
           model[v * width + c] =
               el::embedding_accumulate(model[v * width + c], dy.get(r * width + c));
       }
-      cpu.scatter_add(ids, dy, dtable, beta);
+      sdk::facet<sdk::EmbeddingFacet>(cpu)->scatter_add(ids, dy, dtable, beta);
       EXPECT_EQ(stored(model, DType::fp32), dtable.bytes())
           << "scatter_add " << dtypes_text({dt}) << "beta " << beta;
     }
@@ -733,7 +734,7 @@ TEST(cuda_element_math, SoftmaxModelsMatchTheCpuBackend) {
         if (!std::isfinite(v) || std::fabs(v) > 100.0f) v = 7.0f;  // finite rows here
       sv[3] = -0.0f;
       s.set_all(sv);
-      cpu.softmax_forward(s, shape, scale, p);
+      sdk::facet<sdk::AttentionFacet>(cpu)->softmax_forward(s, shape, scale, p);
       // cuda_attention.cu's forward for every row.
       std::int64_t worst = 0;
       for (std::int64_t q = 0; q < batch * rows; ++q) {
@@ -769,7 +770,7 @@ TEST(cuda_element_math, SoftmaxModelsMatchTheCpuBackend) {
       for (auto& v : dpv)
         if (!std::isfinite(v) || std::fabs(v) > 100.0f) v = -1.5f;
       dp.set_all(dpv);
-      cpu.softmax_backward(p, dp, shape, scale, ds);
+      sdk::facet<sdk::AttentionFacet>(cpu)->softmax_backward(p, dp, shape, scale, ds);
       std::int64_t worst_back = 0, equal = 0, compared = 0;
       for (std::int64_t q = 0; q < batch * rows; ++q) {
         const std::int64_t visible = el::softmax_visible(rows, cols, q % rows, causal);
@@ -835,7 +836,7 @@ TEST(cuda_element_math, CrossEntropySmoothingFollowsTheCpuBackend) {
   cpu.copy_from_host(y, ids.data());
   for (const float eps : {0.0f, 0.1f, 0.3f, 1.0f}) {
     const float grad_scale = 64.0f;
-    cpu.softmax_cross_entropy(z, y, grad_scale, eps, loss, {}, dz);
+    sdk::facet<sdk::LossFacet>(cpu)->softmax_cross_entropy(z, y, grad_scale, eps, loss, {}, dz);
     const float factor = grad_scale / static_cast<float>(rows);
     const float on = el::xent_target_on(eps, classes), off = el::xent_target_off(eps, classes);
     double loss_sum = 0.0;

@@ -112,8 +112,8 @@ TEST_F(cuda_layer_math, BatchNormInferenceMatchesTheCpuBitForBit) {
         rm.set(uniform(c, 4, -0.2f, 0.2f));
         rv.set(uniform(c, 5, 0.3f, 2.0f));
         const sdk::BatchNormShape s{rows, c, 1e-5f, relu};
-        cpu.batchnorm_forward_inference(x.v, affine ? g.v : TensorView{},
-                                        affine ? b.v : TensorView{}, rm.v, rv.v, s, y.v);
+        sdk::facet<sdk::BatchNormFacet>(cpu)->batchnorm_forward_inference(
+            x.v, affine ? g.v : TensorView{}, affine ? b.v : TensorView{}, rm.v, rv.v, s, y.v);
         for (std::int64_t i = 0; i < rows * c; ++i) {
           const auto j = static_cast<std::size_t>(i % c);
           const auto ss = el::bn_scale_shift(rv.at(j), s.eps, affine, g.at(j), b.at(j));
@@ -143,8 +143,8 @@ TEST_F(cuda_layer_math, BatchNormTrainingYWorkspaceAndRunningStatsMatchTheCpu) {
       rm.set(rm0);
       rv.set(rv0);
       const sdk::BatchNormShape s{rows, c, 1e-5f, relu};
-      cpu.batchnorm_forward_training(x.v, g.v, b.v, s, momentum, y.v, mean.v, var.v, rm.v, rv.v,
-                                     relu ? ws.v : TensorView{});
+      sdk::facet<sdk::BatchNormFacet>(cpu)->batchnorm_forward_training(
+          x.v, g.v, b.v, s, momentum, y.v, mean.v, var.v, rm.v, rv.v, relu ? ws.v : TensorView{});
       const double unbiased = static_cast<double>(rows) / static_cast<double>(rows - 1);
       for (std::int64_t j = 0; j < c; ++j) {
         const auto k = static_cast<std::size_t>(j);
@@ -183,10 +183,11 @@ TEST_F(cuda_layer_math, BatchNormBackwardMatchesTheCpuWhereTheSumsAreExact) {
         dg.set(dg0);
         db.set(db0);
         const sdk::BatchNormShape s{rows, c, 1e-5f, relu};
-        cpu.batchnorm_forward_training(x.v, g.v, b.v, s, 0.1f, y.v, mean.v, var.v, {}, {},
-                                       relu ? ws.v : TensorView{});
-        cpu.batchnorm_backward(dy.v, x.v, y.v, g.v, mean.v, var.v, s, relu ? ws.v : TensorView{},
-                               dx.v, dg.v, db.v, accumulate);
+        sdk::facet<sdk::BatchNormFacet>(cpu)->batchnorm_forward_training(
+            x.v, g.v, b.v, s, 0.1f, y.v, mean.v, var.v, {}, {}, relu ? ws.v : TensorView{});
+        sdk::facet<sdk::BatchNormFacet>(cpu)->batchnorm_backward(dy.v, x.v, y.v, g.v, mean.v, var.v,
+                                                                 s, relu ? ws.v : TensorView{},
+                                                                 dx.v, dg.v, db.v, accumulate);
         for (std::int64_t j = 0; j < c; ++j) {
           const auto k = static_cast<std::size_t>(j);
           auto masked = [&](std::size_t i) {
@@ -236,12 +237,13 @@ TEST_F(cuda_layer_math, BatchNormSplitOpsMatchTheCpuWhereTheSumsAreExact) {
       mdy.set(uniform(c, 25, -0.2f, 0.2f));
       mdyx.set(uniform(c, 26, -0.2f, 0.2f));
       const sdk::BatchNormShape s{rows, c, 1e-5f, relu};
-      cpu.batchnorm_statistics(x.v, s, mean.v, var.v);
-      cpu.batchnorm_forward_inference(x.v, g.v, b.v, mean.v, var.v, s, y.v);
-      cpu.batchnorm_backward_reduce(dy.v, x.v, relu ? y.v : TensorView{}, mean.v, var.v, s, sdy.v,
-                                    sdyx.v);
-      cpu.batchnorm_backward_elementwise(dy.v, x.v, relu ? y.v : TensorView{}, g.v, mean.v, var.v,
-                                         mdy.v, mdyx.v, s, dx.v);
+      sdk::facet<sdk::BatchNormFacet>(cpu)->batchnorm_statistics(x.v, s, mean.v, var.v);
+      sdk::facet<sdk::BatchNormFacet>(cpu)->batchnorm_forward_inference(x.v, g.v, b.v, mean.v,
+                                                                        var.v, s, y.v);
+      sdk::facet<sdk::BatchNormFacet>(cpu)->batchnorm_backward_reduce(
+          dy.v, x.v, relu ? y.v : TensorView{}, mean.v, var.v, s, sdy.v, sdyx.v);
+      sdk::facet<sdk::BatchNormFacet>(cpu)->batchnorm_backward_elementwise(
+          dy.v, x.v, relu ? y.v : TensorView{}, g.v, mean.v, var.v, mdy.v, mdyx.v, s, dx.v);
       for (std::int64_t j = 0; j < c; ++j) {
         const auto k = static_cast<std::size_t>(j);
         auto masked = [&](std::size_t i) { return relu && !(y.at(i) > 0.0f) ? 0.0f : dy.at(i); };
@@ -280,7 +282,7 @@ TEST_F(cuda_layer_math, AveragePoolIsOneDivideOfTheWindowSum) {
     const std::int64_t oh = p.out_height(), ow = p.out_width();
     HostTensor x(cpu, DType::fp32, {2, 7, 7, 3}), y(cpu, DType::fp32, {2, oh, ow, 3});
     x.set(dyadic(2 * 7 * 7 * 3, 17));
-    cpu.pool2d_forward(p, x.v, y.v, {});
+    sdk::facet<sdk::ConvolutionFacet>(cpu)->pool2d_forward(p, x.v, y.v, {});
     for (std::int64_t n = 0; n < 2; ++n)
       for (std::int64_t a = 0; a < oh; ++a)
         for (std::int64_t b = 0; b < ow; ++b)
@@ -310,7 +312,7 @@ TEST_F(cuda_layer_math, PermutesRoundEachValueOnceAsTheCpu) {
     for (DType to : kDtypes) {
       HostTensor src(cpu, from, {n, ch, h, w}), dst(cpu, to, {n, h, w, ch});
       src.set(values);
-      cpu.to_channels_last(src.v, ch, h, w, dst.v);
+      sdk::facet<sdk::ConvolutionFacet>(cpu)->to_channels_last(src.v, ch, h, w, dst.v);
       for (std::int64_t i = 0; i < n; ++i)
         for (std::int64_t c = 0; c < ch; ++c)
           for (std::int64_t p = 0; p < h * w; ++p) {

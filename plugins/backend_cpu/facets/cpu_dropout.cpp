@@ -1,4 +1,5 @@
-// CpuBackend's DropoutFacet: the mask of sdk/backend_dropout.h, element by element.
+// CpuDropout: the CPU backend's DropoutFacet, the mask of sdk/backend_dropout.h element by
+// element. The whole facet (class, kernel, registration) is this file.
 //
 // - OpenMP over chunks of kChunk elements; element i's keep bit is dropout_keeps(key, i, ...), a
 //   function of the key and i alone, so the output has the same bits for any thread count and
@@ -11,7 +12,9 @@
 #include <string>
 
 #include "cpu_access.h"
-#include "cpu_backend.h"
+#include "cpu_context.h"
+#include "mixtrain/sdk/backend_dropout.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -41,16 +44,25 @@ void apply_mask(std::string_view op, std::string_view in_name, const TensorView&
   }
 }
 
+class CpuDropout final : public sdk::DropoutFacet {
+ public:
+  explicit CpuDropout(CpuContext& context) : context_(context) {}
+
+  void dropout_forward(TensorView x, TensorView y, float p, sdk::DropoutKey key) override {
+    context_.use_threads();
+    apply_mask("dropout_forward", "x", x, "y", y, p, key);
+  }
+  void dropout_backward(TensorView dy, TensorView dx, float p, sdk::DropoutKey key) override {
+    context_.use_threads();
+    apply_mask("dropout_backward", "dy", dy, "dx", dx, p, key);
+  }
+
+ private:
+  CpuContext& context_;
+};
+
+const sdk::FacetRegistration<CpuContext, sdk::DropoutFacet, CpuDropout> kRegistration;
+
 }  // namespace
-
-void CpuBackend::dropout_forward(TensorView x, TensorView y, float p, sdk::DropoutKey key) {
-  use_threads();
-  apply_mask("dropout_forward", "x", x, "y", y, p, key);
-}
-
-void CpuBackend::dropout_backward(TensorView dy, TensorView dx, float p, sdk::DropoutKey key) {
-  use_threads();
-  apply_mask("dropout_backward", "dy", dy, "dx", dx, p, key);
-}
 
 }  // namespace mixtrain::backend_cpu

@@ -22,9 +22,11 @@
 #include <vector>
 
 #include "cpu_access.h"
-#include "cpu_backend.h"
 #include "cpu_batchnorm_kernels.h"
+#include "cpu_context.h"
 #include "cpu_primitive_cache.h"
+#include "mixtrain/sdk/backend_batch_norm.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -87,17 +89,61 @@ std::size_t workspace_bytes(const sdk::BatchNormShape& shape) {
 
 }  // namespace
 
-std::size_t CpuBackend::batchnorm_workspace_bytes(const sdk::BatchNormShape& shape, DType x) const {
+namespace {
+
+class CpuBatchNorm final : public sdk::BatchNormFacet {
+ public:
+  explicit CpuBatchNorm(CpuContext& context) : context_(context) {}
+
+  std::size_t batchnorm_workspace_bytes(const sdk::BatchNormShape& shape,
+                                        sdk::DType x) const override;
+  void batchnorm_forward_training(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta,
+                                  const sdk::BatchNormShape& shape, float momentum,
+                                  sdk::TensorView y, sdk::TensorView save_mean,
+                                  sdk::TensorView save_var, sdk::TensorView running_mean,
+                                  sdk::TensorView running_var, sdk::TensorView workspace) override;
+  void batchnorm_forward_inference(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta,
+                                   sdk::TensorView running_mean, sdk::TensorView running_var,
+                                   const sdk::BatchNormShape& shape, sdk::TensorView y) override;
+  void batchnorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView y,
+                          sdk::TensorView gamma, sdk::TensorView save_mean,
+                          sdk::TensorView save_var, const sdk::BatchNormShape& shape,
+                          sdk::TensorView workspace, sdk::TensorView dx, sdk::TensorView dgamma,
+                          sdk::TensorView dbeta, bool accumulate) override;
+  // Version 2: synchronized batch norm's split ops (contract in backend_batch_norm.h).
+  void batchnorm_statistics(sdk::TensorView x, const sdk::BatchNormShape& shape,
+                            sdk::TensorView mean, sdk::TensorView var) override;
+  void batchnorm_backward_reduce(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView y,
+                                 sdk::TensorView mean, sdk::TensorView var,
+                                 const sdk::BatchNormShape& shape, sdk::TensorView sum_dy,
+                                 sdk::TensorView sum_dy_xhat) override;
+  void batchnorm_backward_elementwise(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView y,
+                                      sdk::TensorView gamma, sdk::TensorView mean,
+                                      sdk::TensorView var, sdk::TensorView mean_dy,
+                                      sdk::TensorView mean_dy_xhat,
+                                      const sdk::BatchNormShape& shape,
+                                      sdk::TensorView dx) override;
+
+ private:
+  CpuContext& context_;
+};
+
+const sdk::FacetRegistration<CpuContext, sdk::BatchNormFacet, CpuBatchNorm> kRegistration;
+
+}  // namespace
+
+std::size_t CpuBatchNorm::batchnorm_workspace_bytes(const sdk::BatchNormShape& shape,
+                                                    DType x) const {
   checks().batchnorm_workspace_args(shape, x);
   return workspace_bytes(shape);
 }
 
-void CpuBackend::batchnorm_forward_training(TensorView x, TensorView gamma, TensorView beta,
-                                            const sdk::BatchNormShape& shape, float momentum,
-                                            TensorView y, TensorView save_mean, TensorView save_var,
-                                            TensorView running_mean, TensorView running_var,
-                                            TensorView workspace) {
-  use_threads();
+void CpuBatchNorm::batchnorm_forward_training(TensorView x, TensorView gamma, TensorView beta,
+                                              const sdk::BatchNormShape& shape, float momentum,
+                                              TensorView y, TensorView save_mean,
+                                              TensorView save_var, TensorView running_mean,
+                                              TensorView running_var, TensorView workspace) {
+  context_.use_threads();
   const bool keep = checks().batchnorm_forward_training(x, gamma, beta, shape, y, save_mean,
                                                         save_var, running_mean, running_var,
                                                         workspace, workspace_bytes(shape));
@@ -115,14 +161,14 @@ void CpuBackend::batchnorm_forward_training(TensorView x, TensorView gamma, Tens
   }
   float* shift = scale + c;
   // One pass for the statistics, one for y, over x as decoded once (fp16) or as stored.
-  with_typed(*prims_, {&x}, {&y}, [&](auto t, auto& in, auto& out) {
+  with_typed(context_.prims(), {&x}, {&y}, [&](auto t, auto& in, auto& out) {
     using T = decltype(t);
     const auto* xs = static_cast<const T*>(in[0]);
     channel_moments(xs, shape.rows, c, mean, var);
     scale_and_shift(var, gamma, beta, c, shape.eps, scale, shift);
     channel_affine(xs, static_cast<T*>(out[0]), shape.rows, c, mean, scale, shift, shape.relu);
   });
-  account_scratch();
+  context_.account_scratch();
 
   const double m = momentum;
   const double unbiased = static_cast<double>(shape.rows) / static_cast<double>(shape.rows - 1);
@@ -138,30 +184,30 @@ void CpuBackend::batchnorm_forward_training(TensorView x, TensorView gamma, Tens
   }
 }
 
-void CpuBackend::batchnorm_forward_inference(TensorView x, TensorView gamma, TensorView beta,
-                                             TensorView running_mean, TensorView running_var,
-                                             const sdk::BatchNormShape& shape, TensorView y) {
-  use_threads();
+void CpuBatchNorm::batchnorm_forward_inference(TensorView x, TensorView gamma, TensorView beta,
+                                               TensorView running_mean, TensorView running_var,
+                                               const sdk::BatchNormShape& shape, TensorView y) {
+  context_.use_threads();
   checks().batchnorm_forward_inference(x, gamma, beta, running_mean, running_var, shape, y);
   const std::int64_t c = shape.channels;
 
   std::vector<float> coefficients(static_cast<std::size_t>(2 * c));
   float* scale = coefficients.data();
   scale_and_shift(running_var.as<const float>(), gamma, beta, c, shape.eps, scale, scale + c);
-  with_typed(*prims_, {&x}, {&y}, [&](auto t, auto& in, auto& out) {
+  with_typed(context_.prims(), {&x}, {&y}, [&](auto t, auto& in, auto& out) {
     using T = decltype(t);
     channel_affine(static_cast<const T*>(in[0]), static_cast<T*>(out[0]), shape.rows, c,
                    running_mean.as<const float>(), scale, scale + c, shape.relu);
   });
-  account_scratch();
+  context_.account_scratch();
 }
 
-void CpuBackend::batchnorm_backward(TensorView dy, TensorView x, TensorView y, TensorView gamma,
-                                    TensorView save_mean, TensorView save_var,
-                                    const sdk::BatchNormShape& shape, TensorView workspace,
-                                    TensorView dx, TensorView dgamma, TensorView dbeta,
-                                    bool accumulate) {
-  use_threads();
+void CpuBatchNorm::batchnorm_backward(TensorView dy, TensorView x, TensorView y, TensorView gamma,
+                                      TensorView save_mean, TensorView save_var,
+                                      const sdk::BatchNormShape& shape, TensorView workspace,
+                                      TensorView dx, TensorView dgamma, TensorView dbeta,
+                                      bool accumulate) {
+  context_.use_threads();
   const bool from_workspace =
       checks().batchnorm_backward(dy, x, y, gamma, save_mean, save_var, shape, workspace,
                                   workspace_bytes(shape), dx, dgamma, dbeta);
@@ -204,7 +250,7 @@ void CpuBackend::batchnorm_backward(TensorView dy, TensorView x, TensorView y, T
     }
   };
   const TensorView* mask_y = mask.kind == ReluMask::Kind::from_y ? &y : nullptr;
-  with_typed(*prims_, {&x, &dy, mask_y}, {&dx}, [&](auto t, auto& in, auto& out) {
+  with_typed(context_.prims(), {&x, &dy, mask_y}, {&dx}, [&](auto t, auto& in, auto& out) {
     using T = decltype(t);
     ReluMask typed = mask;
     typed.y = in[2];
@@ -214,7 +260,7 @@ void CpuBackend::batchnorm_backward(TensorView dy, TensorView x, TensorView y, T
     finish_sums();
     channel_grad_input(xs, dys, typed, static_cast<T*>(out[0]), shape.rows, c, mean, ka, kb, kd);
   });
-  account_scratch();
+  context_.account_scratch();
 }
 
 }  // namespace mixtrain::backend_cpu
@@ -226,37 +272,37 @@ void CpuBackend::batchnorm_backward(TensorView dy, TensorView x, TensorView y, T
 
 namespace mixtrain::backend_cpu {
 
-void CpuBackend::batchnorm_statistics(TensorView x, const sdk::BatchNormShape& shape,
-                                      TensorView mean, TensorView var) {
-  use_threads();
+void CpuBatchNorm::batchnorm_statistics(TensorView x, const sdk::BatchNormShape& shape,
+                                        TensorView mean, TensorView var) {
+  context_.use_threads();
   checks().batchnorm_statistics(x, shape, mean, var);
-  with_typed(*prims_, {&x}, {}, [&](auto t, auto& in, auto&) {
+  with_typed(context_.prims(), {&x}, {}, [&](auto t, auto& in, auto&) {
     using T = decltype(t);
     channel_moments(static_cast<const T*>(in[0]), shape.rows, shape.channels, mean.as<float>(),
                     var.as<float>());
   });
-  account_scratch();
+  context_.account_scratch();
 }
 
-void CpuBackend::batchnorm_backward_reduce(TensorView dy, TensorView x, TensorView y,
-                                           TensorView mean, TensorView var,
-                                           const sdk::BatchNormShape& shape, TensorView sum_dy,
-                                           TensorView sum_dy_xhat) {
-  use_threads();
+void CpuBatchNorm::batchnorm_backward_reduce(TensorView dy, TensorView x, TensorView y,
+                                             TensorView mean, TensorView var,
+                                             const sdk::BatchNormShape& shape, TensorView sum_dy,
+                                             TensorView sum_dy_xhat) {
+  context_.use_threads();
   checks().batchnorm_backward_reduce(dy, x, y, mean, var, shape, sum_dy, sum_dy_xhat);
   const auto cs = static_cast<std::size_t>(shape.channels);
   ReluMask mask;
   if (shape.relu) mask.kind = ReluMask::Kind::from_y;
   std::vector<double> sums(2 * cs);
   const TensorView* mask_y = shape.relu ? &y : nullptr;
-  with_typed(*prims_, {&x, &dy, mask_y}, {}, [&](auto t, auto& in, auto&) {
+  with_typed(context_.prims(), {&x, &dy, mask_y}, {}, [&](auto t, auto& in, auto&) {
     using T = decltype(t);
     ReluMask typed = mask;
     typed.y = in[2];
     channel_grad_sums(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), typed, shape.rows,
                       shape.channels, mean.as<const float>(), sums.data(), sums.data() + cs);
   });
-  account_scratch();
+  context_.account_scratch();
   const float* v = var.as<const float>();
   for (std::size_t j = 0; j < cs; ++j) {
     const double inv = 1.0 / std::sqrt(static_cast<double>(v[j]) + static_cast<double>(shape.eps));
@@ -265,11 +311,11 @@ void CpuBackend::batchnorm_backward_reduce(TensorView dy, TensorView x, TensorVi
   }
 }
 
-void CpuBackend::batchnorm_backward_elementwise(TensorView dy, TensorView x, TensorView y,
-                                                TensorView gamma, TensorView mean, TensorView var,
-                                                TensorView mean_dy, TensorView mean_dy_xhat,
-                                                const sdk::BatchNormShape& shape, TensorView dx) {
-  use_threads();
+void CpuBatchNorm::batchnorm_backward_elementwise(TensorView dy, TensorView x, TensorView y,
+                                                  TensorView gamma, TensorView mean, TensorView var,
+                                                  TensorView mean_dy, TensorView mean_dy_xhat,
+                                                  const sdk::BatchNormShape& shape, TensorView dx) {
+  context_.use_threads();
   checks().batchnorm_backward_elementwise(dy, x, y, gamma, mean, var, mean_dy, mean_dy_xhat, shape,
                                           dx);
   const std::int64_t c = shape.channels;
@@ -290,14 +336,14 @@ void CpuBackend::batchnorm_backward_elementwise(TensorView dy, TensorView x, Ten
   ReluMask mask;
   if (shape.relu) mask.kind = ReluMask::Kind::from_y;
   const TensorView* mask_y = shape.relu ? &y : nullptr;
-  with_typed(*prims_, {&x, &dy, mask_y}, {&dx}, [&](auto t, auto& in, auto& out) {
+  with_typed(context_.prims(), {&x, &dy, mask_y}, {&dx}, [&](auto t, auto& in, auto& out) {
     using T = decltype(t);
     ReluMask typed = mask;
     typed.y = in[2];
     channel_grad_input(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), typed,
                        static_cast<T*>(out[0]), shape.rows, c, mean.as<const float>(), ka, kb, kd);
   });
-  account_scratch();
+  context_.account_scratch();
 }
 
 }  // namespace mixtrain::backend_cpu

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "cpu_access.h"
-#include "cpu_backend.h"
+#include "cpu_context.h"
+#include "mixtrain/sdk/backend_foreach.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -50,8 +52,36 @@ void for_pieces(std::span<const TensorView> self, std::span<const TensorView> a,
 
 }  // namespace
 
-void CpuBackend::foreach_mul_scalar(std::span<const TensorView> self, float scalar) {
-  use_threads();
+namespace {
+
+class CpuForeach final : public sdk::ForeachFacet {
+ public:
+  explicit CpuForeach(CpuContext& context) : context_(context) {}
+
+  void foreach_mul_scalar(std::span<const sdk::TensorView> self, float scalar) override;
+  void foreach_mul(std::span<const sdk::TensorView> self,
+                   std::span<const sdk::TensorView> other) override;
+  void foreach_add_scalar(std::span<const sdk::TensorView> self, float scalar) override;
+  void foreach_add(std::span<const sdk::TensorView> self, std::span<const sdk::TensorView> other,
+                   float alpha = 1.0f) override;
+  void foreach_addcmul(std::span<const sdk::TensorView> self, std::span<const sdk::TensorView> t1,
+                       std::span<const sdk::TensorView> t2, float value = 1.0f) override;
+  void foreach_sqrt(std::span<const sdk::TensorView> self) override;
+  void foreach_sign(std::span<const sdk::TensorView> self) override;
+  void foreach_lerp(std::span<const sdk::TensorView> self, std::span<const sdk::TensorView> end,
+                    float weight) override;
+  void foreach_clamp(std::span<const sdk::TensorView> self, float lo, float hi) override;
+
+ private:
+  CpuContext& context_;
+};
+
+const sdk::FacetRegistration<CpuContext, sdk::ForeachFacet, CpuForeach> kRegistration;
+
+}  // namespace
+
+void CpuForeach::foreach_mul_scalar(std::span<const TensorView> self, float scalar) {
+  context_.use_threads();
   checks().foreach_lists("foreach_mul_scalar", self);
   for_pieces(self, {}, {}, [scalar](float* x, const float*, const float*, std::int64_t n) {
 #pragma omp simd
@@ -59,8 +89,8 @@ void CpuBackend::foreach_mul_scalar(std::span<const TensorView> self, float scal
   });
 }
 
-void CpuBackend::foreach_mul(std::span<const TensorView> self, std::span<const TensorView> other) {
-  use_threads();
+void CpuForeach::foreach_mul(std::span<const TensorView> self, std::span<const TensorView> other) {
+  context_.use_threads();
   checks().foreach_lists("foreach_mul", self, {other});
   for_pieces(self, other, {}, [](float* x, const float* o, const float*, std::int64_t n) {
 #pragma omp simd
@@ -68,8 +98,8 @@ void CpuBackend::foreach_mul(std::span<const TensorView> self, std::span<const T
   });
 }
 
-void CpuBackend::foreach_add_scalar(std::span<const TensorView> self, float scalar) {
-  use_threads();
+void CpuForeach::foreach_add_scalar(std::span<const TensorView> self, float scalar) {
+  context_.use_threads();
   checks().foreach_lists("foreach_add_scalar", self);
   for_pieces(self, {}, {}, [scalar](float* x, const float*, const float*, std::int64_t n) {
 #pragma omp simd
@@ -77,9 +107,9 @@ void CpuBackend::foreach_add_scalar(std::span<const TensorView> self, float scal
   });
 }
 
-void CpuBackend::foreach_add(std::span<const TensorView> self, std::span<const TensorView> other,
+void CpuForeach::foreach_add(std::span<const TensorView> self, std::span<const TensorView> other,
                              float alpha) {
-  use_threads();
+  context_.use_threads();
   checks().foreach_lists("foreach_add", self, {other});
   for_pieces(self, other, {}, [alpha](float* x, const float* o, const float*, std::int64_t n) {
 #pragma omp simd
@@ -87,9 +117,9 @@ void CpuBackend::foreach_add(std::span<const TensorView> self, std::span<const T
   });
 }
 
-void CpuBackend::foreach_addcmul(std::span<const TensorView> self, std::span<const TensorView> t1,
+void CpuForeach::foreach_addcmul(std::span<const TensorView> self, std::span<const TensorView> t1,
                                  std::span<const TensorView> t2, float value) {
-  use_threads();
+  context_.use_threads();
   checks().foreach_lists("foreach_addcmul", self, {t1, t2});
   for_pieces(self, t1, t2, [value](float* x, const float* a, const float* b, std::int64_t n) {
 #pragma omp simd
@@ -97,8 +127,8 @@ void CpuBackend::foreach_addcmul(std::span<const TensorView> self, std::span<con
   });
 }
 
-void CpuBackend::foreach_sqrt(std::span<const TensorView> self) {
-  use_threads();
+void CpuForeach::foreach_sqrt(std::span<const TensorView> self) {
+  context_.use_threads();
   checks().foreach_lists("foreach_sqrt", self);
   for_pieces(self, {}, {}, [](float* x, const float*, const float*, std::int64_t n) {
 #pragma omp simd
@@ -106,8 +136,8 @@ void CpuBackend::foreach_sqrt(std::span<const TensorView> self) {
   });
 }
 
-void CpuBackend::foreach_sign(std::span<const TensorView> self) {
-  use_threads();
+void CpuForeach::foreach_sign(std::span<const TensorView> self) {
+  context_.use_threads();
   checks().foreach_lists("foreach_sign", self);
   for_pieces(self, {}, {}, [](float* x, const float*, const float*, std::int64_t n) {
   // ±0 and NaN are returned as they are: x > 0 and x < 0 are both false for them.
@@ -116,9 +146,9 @@ void CpuBackend::foreach_sign(std::span<const TensorView> self) {
   });
 }
 
-void CpuBackend::foreach_lerp(std::span<const TensorView> self, std::span<const TensorView> end,
+void CpuForeach::foreach_lerp(std::span<const TensorView> self, std::span<const TensorView> end,
                               float weight) {
-  use_threads();
+  context_.use_threads();
   checks().foreach_lists("foreach_lerp", self, {end});
   for_pieces(self, end, {}, [weight](float* x, const float* e, const float*, std::int64_t n) {
 #pragma omp simd
@@ -126,8 +156,8 @@ void CpuBackend::foreach_lerp(std::span<const TensorView> self, std::span<const 
   });
 }
 
-void CpuBackend::foreach_clamp(std::span<const TensorView> self, float lo, float hi) {
-  use_threads();
+void CpuForeach::foreach_clamp(std::span<const TensorView> self, float lo, float hi) {
+  context_.use_threads();
   if (!(lo <= hi))
     fail("foreach_clamp", "lo = " + std::to_string(lo) + " is above hi = " + std::to_string(hi),
          "pass lo <= hi");

@@ -44,11 +44,15 @@
 #include <string_view>
 
 #include "cpu_access.h"
-#include "cpu_backend.h"
+#include "cpu_context.h"
 #include "cpu_conv_algorithm.h"
 #include "cpu_conv_primitives.h"
 #include "cpu_features.h"
+#include "cpu_permute.h"
+#include "cpu_pooling.h"
 #include "cpu_primitive_cache.h"
+#include "mixtrain/sdk/backend_convolution.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -196,99 +200,39 @@ auto& pick_entry(Route& r, dnnl::algorithm alg, Make&& make) {
   return *e;
 }
 
-// A ResNet-like 3x3 convolution (batch 8, 64 channels, 16x16) to ask oneDNN which kernel it runs.
-sdk::Conv2dGeometry probe_geometry() {
-  sdk::Conv2dGeometry g;
-  g.batch = 8;
-  g.in_channels = g.out_channels = 64;
-  g.height = g.width = 16;
-  g.kernel_h = g.kernel_w = 3;
-  g.pad_h = g.pad_w = 1;
-  return g;
-}
+}  // namespace
+
+namespace {
+
+class CpuConvolution final : public sdk::ConvolutionFacet {
+ public:
+  explicit CpuConvolution(CpuContext& context) : context_(context) {}
+
+  void conv2d_forward(const sdk::Conv2dForwardArgs& args) override;
+  void conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) override;
+  void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) override;
+  std::size_t pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry,
+                                     sdk::DType x) const override;
+  void pool2d_forward(const sdk::Pool2dGeometry& geometry, sdk::TensorView x, sdk::TensorView y,
+                      sdk::TensorView workspace) override;
+  void pool2d_backward(const sdk::Pool2dGeometry& geometry, sdk::TensorView dy, sdk::TensorView x,
+                       sdk::TensorView y, sdk::TensorView workspace, sdk::TensorView dx) override;
+  void to_channels_last(sdk::TensorView src, std::int64_t channels, std::int64_t height,
+                        std::int64_t width, sdk::TensorView dst) override;
+  void to_channels_first(sdk::TensorView src, std::int64_t channels, std::int64_t height,
+                         std::int64_t width, sdk::TensorView dst) override;
+
+ private:
+  CpuContext& context_;
+};
+
+const sdk::FacetRegistration<CpuContext, sdk::ConvolutionFacet, CpuConvolution> kRegistration;
 
 }  // namespace
 
-bool CpuBackend::bf16_conv_native() const {
-  if (bf16_conv_state_ >= 0) return bf16_conv_state_ == 1;
-  // What oneDNN runs for a ResNet-like bf16 3x3 convolution here; none means no bf16 kernel.
-  std::string impl;
-  try {
-    impl = forward_pd(prims_->engine(), probe_geometry(), memory::data_type::bf16,
-                      memory::data_type::f32, false, kDirect)
-               .impl_info_str();
-  } catch (const dnnl::error&) {
-    impl.clear();
-  }
-  const bool usable = !impl.empty() && !is_reference_kernel(impl);
-  bool native = false;
-  switch (bf16_conv_request_) {
-    case Bf16ConvPath::emulated:
-      bf16_conv_note_ = "bf16_conv = emulated";
-      break;
-    case Bf16ConvPath::onednn:
-      native = !impl.empty();
-      bf16_conv_note_ = native ? "bf16_conv = onednn (" + impl + ")"
-                               : "oneDNN has no bf16 convolution on this CPU";
-      break;
-    case Bf16ConvPath::automatic: {
-      const CpuInfo cpu = detect_cpu();
-      native = usable && onednn_bf16_preferred(cpu);
-      if (impl.empty())
-        bf16_conv_note_ = "oneDNN has no bf16 convolution on this CPU";
-      else if (!usable)
-        bf16_conv_note_ = "oneDNN's bf16 convolution here is a reference kernel (" + impl + ")";
-      else if (!native)
-        bf16_conv_note_ = "oneDNN's " + impl +
-                          " is not preferred on this CPU (bf16 kernels run natively with AMX-BF16, "
-                          "or AVX512-BF16 on AMD); bf16_conv = \"onednn\" forces it";
-      else
-        bf16_conv_note_ = impl + (cpu.has("amx_bf16") ? " (AMX-BF16)" : " (AVX512-BF16, AMD)");
-      break;
-    }
-  }
-  bf16_conv_state_ = native ? 1 : 0;
-  return native;
-}
-
-std::string CpuBackend::bf16_conv_note() const {
-  bf16_conv_native();
-  return bf16_conv_note_;
-}
-
-bool CpuBackend::conv_winograd_available() const {
-  if (winograd_state_ >= 0) return winograd_state_ == 1;
-  // What oneDNN runs for a ResNet-like fp32 3x3 Winograd convolution here.
-  bool usable = false;
-  try {
-    winograd_impl_ = forward_pd(prims_->engine(), probe_geometry(), memory::data_type::f32,
-                                memory::data_type::f32, false, kWinograd)
-                         .impl_info_str();
-    usable = !is_reference_kernel(winograd_impl_);
-    if (!usable) winograd_impl_ = "only a reference kernel (" + winograd_impl_ + ")";
-  } catch (const dnnl::error& e) {
-    winograd_impl_ = std::string("no kernel: ") + e.what();
-  }
-  winograd_state_ = usable ? 1 : 0;
-  return usable;
-}
-
-std::string CpuBackend::conv_algorithm_note() const {
-  if (conv_algorithm_ == ConvAlgorithm::direct) return "conv_algorithm = direct";
-  if (!conv_winograd_available())
-    return "conv_algorithm = winograd, but oneDNN has no fp32 Winograd convolution on this CPU (" +
-           winograd_impl_ + "; it needs AVX-512): every convolution runs direct";
-  if (conv_algorithm_ == ConvAlgorithm::winograd_everywhere)
-    return "conv_algorithm = winograd everywhere (no rule): oneDNN's " + winograd_impl_ +
-           " for every fp32 3x3 stride-1 convolution it computes, direct elsewhere";
-  return "conv_algorithm = winograd: oneDNN's " + winograd_impl_ +
-         " for fp32 3x3 stride-1 convolutions with N*OH*OW*C*O >= 2^23 and C, O >= 16 "
-         "(forward: C >= 32; backward-data: O >= 32), direct elsewhere";
-}
-
-void CpuBackend::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
+void CpuConvolution::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
   constexpr std::string_view op = "conv2d_forward";
-  use_threads();
+  context_.use_threads();
   const sdk::Conv2dGeometry& g = args.geometry;
   check_operand(op, "x", args.x);
   check_operand(op, "w", args.w);
@@ -300,38 +244,43 @@ void CpuBackend::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
   // With an fp8 scale the bias is added after it (y = s·conv + b), outside the primitive.
   const float scale = fp8_scale(args.x) * fp8_scale(args.w);
   const bool bias_inside = has_bias && scale == 1.0f;
-  Route r = route_of(args.x.view.dtype, args.w.view.dtype, args.compute, bf16_conv_native());
-  const dnnl::algorithm alg =
-      algorithm_for(winograd_on(), conv_algorithm_ == ConvAlgorithm::winograd_everywhere,
-                    Direction::forward, g, r, args.x.view.dtype, args.w.view.dtype);
+  Route r =
+      route_of(args.x.view.dtype, args.w.view.dtype, args.compute, context_.bf16_conv_native());
+  const dnnl::algorithm alg = algorithm_for(
+      context_.winograd_on(), context_.conv_algorithm() == ConvAlgorithm::winograd_everywhere,
+      Direction::forward, g, r, args.x.view.dtype, args.w.view.dtype);
   ForwardEntry* e = &pick_entry(
       r, alg, [&](const Route& rr, dnnl::algorithm a) -> auto& {
-        return forward_entry(*prims_, op, g, rr.dt, out_type(rr, args.y, scale), bias_inside, a);
+        return forward_entry(context_.prims(), op, g, rr.dt, out_type(rr, args.y, scale),
+                             bias_inside, a);
       });
 
   const void* src =
-      to_primitive(*prims_, e->src, prepare(*prims_, args.x.view, r, Slot::src), Slot::blocked_a);
-  const void* wei = prepare_weights(*prims_, args.w.view, r, e->weights);
+      to_primitive(context_.prims(), e->src, prepare(context_.prims(), args.x.view, r, Slot::src),
+                   Slot::blocked_a);
+  const void* wei = prepare_weights(context_.prims(), args.w.view, r, e->weights);
   const bool direct = writes_directly(r, args.y, scale);
-  void* dst = direct ? args.y.data
-                     : prims_->scratch<float>(Slot::dst, static_cast<std::size_t>(args.y.numel()));
-  void* written = primitive_output(*prims_, e->dst, dst, Slot::blocked_b);
-  std::unordered_map<int, memory> exec{{DNNL_ARG_SRC, prims_->wrap(e->src.primitive_md, src)},
-                                       {DNNL_ARG_WEIGHTS, prims_->wrap(e->weights.blocked_md, wei)},
-                                       {DNNL_ARG_DST, prims_->wrap(e->dst.primitive_md, written)}};
-  if (bias_inside) exec.emplace(DNNL_ARG_BIAS, prims_->wrap(e->bias_md, args.bias.data));
-  prims_->execute(e->primitive, exec);
-  from_primitive(*prims_, e->dst, written, dst);
-  last_conv_impl_ = e->implementation;
+  void* dst =
+      direct ? args.y.data
+             : context_.prims().scratch<float>(Slot::dst, static_cast<std::size_t>(args.y.numel()));
+  void* written = primitive_output(context_.prims(), e->dst, dst, Slot::blocked_b);
+  std::unordered_map<int, memory> exec{
+      {DNNL_ARG_SRC, context_.prims().wrap(e->src.primitive_md, src)},
+      {DNNL_ARG_WEIGHTS, context_.prims().wrap(e->weights.blocked_md, wei)},
+      {DNNL_ARG_DST, context_.prims().wrap(e->dst.primitive_md, written)}};
+  if (bias_inside) exec.emplace(DNNL_ARG_BIAS, context_.prims().wrap(e->bias_md, args.bias.data));
+  context_.prims().execute(e->primitive, exec);
+  from_primitive(context_.prims(), e->dst, written, dst);
+  context_.record_conv_implementation(e->implementation);
   if (!direct)
     finish_output(static_cast<const float*>(dst), args.y, g.out_channels, scale,
                   has_bias && !bias_inside ? args.bias.as<const float>() : nullptr);
-  account_scratch();
+  context_.account_scratch();
 }
 
-void CpuBackend::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) {
+void CpuConvolution::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) {
   constexpr std::string_view op = "conv2d_backward_data";
-  use_threads();
+  context_.use_threads();
   const sdk::Conv2dGeometry& g = args.geometry;
   check_operand(op, "dy", args.dy);
   check_operand(op, "w", args.w);
@@ -340,36 +289,39 @@ void CpuBackend::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) {
   checks().conv2d_backward_data(args);
 
   const float scale = fp8_scale(args.dy) * fp8_scale(args.w);
-  Route r = route_of(args.dy.view.dtype, args.w.view.dtype, args.compute, bf16_conv_native());
-  const dnnl::algorithm alg =
-      algorithm_for(winograd_on(), conv_algorithm_ == ConvAlgorithm::winograd_everywhere,
-                    Direction::backward_data, g, r, args.dy.view.dtype, args.w.view.dtype);
+  Route r =
+      route_of(args.dy.view.dtype, args.w.view.dtype, args.compute, context_.bf16_conv_native());
+  const dnnl::algorithm alg = algorithm_for(
+      context_.winograd_on(), context_.conv_algorithm() == ConvAlgorithm::winograd_everywhere,
+      Direction::backward_data, g, r, args.dy.view.dtype, args.w.view.dtype);
   BackwardDataEntry* e = &pick_entry(
       r, alg, [&](const Route& rr, dnnl::algorithm a) -> auto& {
-        return backward_data_entry(*prims_, op, g, rr.dt, out_type(rr, args.dx, scale), a);
+        return backward_data_entry(context_.prims(), op, g, rr.dt, out_type(rr, args.dx, scale), a);
       });
-  const void* diff_dst = to_primitive(
-      *prims_, e->diff_dst, prepare(*prims_, args.dy.view, r, Slot::src), Slot::blocked_a);
-  const void* wei = prepare_weights(*prims_, args.w.view, r, e->weights);
+  const void* diff_dst =
+      to_primitive(context_.prims(), e->diff_dst,
+                   prepare(context_.prims(), args.dy.view, r, Slot::src), Slot::blocked_a);
+  const void* wei = prepare_weights(context_.prims(), args.w.view, r, e->weights);
   const bool direct = writes_directly(r, args.dx, scale);
-  void* diff_src =
-      direct ? args.dx.data
-             : prims_->scratch<float>(Slot::dst, static_cast<std::size_t>(args.dx.numel()));
-  void* written = primitive_output(*prims_, e->diff_src, diff_src, Slot::blocked_b);
-  prims_->execute(e->primitive,
-                  {{DNNL_ARG_DIFF_DST, prims_->wrap(e->diff_dst.primitive_md, diff_dst)},
-                   {DNNL_ARG_WEIGHTS, prims_->wrap(e->weights.blocked_md, wei)},
-                   {DNNL_ARG_DIFF_SRC, prims_->wrap(e->diff_src.primitive_md, written)}});
-  from_primitive(*prims_, e->diff_src, written, diff_src);
-  last_conv_impl_ = e->implementation;
+  void* diff_src = direct ? args.dx.data
+                          : context_.prims().scratch<float>(
+                                Slot::dst, static_cast<std::size_t>(args.dx.numel()));
+  void* written = primitive_output(context_.prims(), e->diff_src, diff_src, Slot::blocked_b);
+  context_.prims().execute(
+      e->primitive,
+      {{DNNL_ARG_DIFF_DST, context_.prims().wrap(e->diff_dst.primitive_md, diff_dst)},
+       {DNNL_ARG_WEIGHTS, context_.prims().wrap(e->weights.blocked_md, wei)},
+       {DNNL_ARG_DIFF_SRC, context_.prims().wrap(e->diff_src.primitive_md, written)}});
+  from_primitive(context_.prims(), e->diff_src, written, diff_src);
+  context_.record_conv_implementation(e->implementation);
   if (!direct)
     finish_output(static_cast<const float*>(diff_src), args.dx, g.in_channels, scale, nullptr);
-  account_scratch();
+  context_.account_scratch();
 }
 
-void CpuBackend::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) {
+void CpuConvolution::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) {
   constexpr std::string_view op = "conv2d_backward_weights";
-  use_threads();
+  context_.use_threads();
   const sdk::Conv2dGeometry& g = args.geometry;
   check_operand(op, "x", args.x);
   check_operand(op, "dy", args.dy);
@@ -379,49 +331,53 @@ void CpuBackend::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& a
 
   const float w_scale = fp8_scale(args.x) * fp8_scale(args.dy);
   const float b_scale = fp8_scale(args.dy);
-  Route r = route_of(args.x.view.dtype, args.dy.view.dtype, args.compute, bf16_conv_native());
-  const dnnl::algorithm alg =
-      algorithm_for(winograd_on(), conv_algorithm_ == ConvAlgorithm::winograd_everywhere,
-                    Direction::backward_weights, g, r, args.x.view.dtype, args.dy.view.dtype);
+  Route r =
+      route_of(args.x.view.dtype, args.dy.view.dtype, args.compute, context_.bf16_conv_native());
+  const dnnl::algorithm alg = algorithm_for(
+      context_.winograd_on(), context_.conv_algorithm() == ConvAlgorithm::winograd_everywhere,
+      Direction::backward_weights, g, r, args.x.view.dtype, args.dy.view.dtype);
   BackwardWeightsEntry* e = &pick_entry(
       r, alg, [&](const Route& rr, dnnl::algorithm a) -> auto& {
-        return backward_weights_entry(*prims_, op, g, rr.dt, has_bias, a);
+        return backward_weights_entry(context_.prims(), op, g, rr.dt, has_bias, a);
       });
   const void* src =
-      to_primitive(*prims_, e->src, prepare(*prims_, args.x.view, r, Slot::src), Slot::blocked_a);
-  const void* diff_dst = to_primitive(
-      *prims_, e->diff_dst, prepare(*prims_, args.dy.view, r, Slot::extra_b), Slot::blocked_b);
+      to_primitive(context_.prims(), e->src, prepare(context_.prims(), args.x.view, r, Slot::src),
+                   Slot::blocked_a);
+  const void* diff_dst =
+      to_primitive(context_.prims(), e->diff_dst,
+                   prepare(context_.prims(), args.dy.view, r, Slot::extra_b), Slot::blocked_b);
   const bool acc = args.accumulate;
   const bool w_direct = e->plain && !acc && w_scale == 1.0f;
-  void* diff_w = w_direct
-                     ? args.dw.data
-                     : prims_->scratch<char>(Slot::diff_blocked, e->diff_weights_md.get_size());
+  void* diff_w =
+      w_direct ? args.dw.data
+               : context_.prims().scratch<char>(Slot::diff_blocked, e->diff_weights_md.get_size());
   const bool b_direct = !acc && b_scale == 1.0f;
-  float* diff_b =
-      !has_bias  ? nullptr
-      : b_direct ? args.dbias.as<float>()
-                 : prims_->scratch<float>(Slot::extra_a, static_cast<std::size_t>(g.out_channels));
+  float* diff_b = !has_bias  ? nullptr
+                  : b_direct ? args.dbias.as<float>()
+                             : context_.prims().scratch<float>(
+                                   Slot::extra_a, static_cast<std::size_t>(g.out_channels));
   std::unordered_map<int, memory> exec{
-      {DNNL_ARG_SRC, prims_->wrap(e->src.primitive_md, src)},
-      {DNNL_ARG_DIFF_DST, prims_->wrap(e->diff_dst.primitive_md, diff_dst)},
-      {DNNL_ARG_DIFF_WEIGHTS, prims_->wrap(e->diff_weights_md, diff_w)}};
-  if (has_bias) exec.emplace(DNNL_ARG_DIFF_BIAS, prims_->wrap(e->diff_bias_md, diff_b));
-  prims_->execute(e->primitive, exec);
-  last_conv_impl_ = e->implementation;
+      {DNNL_ARG_SRC, context_.prims().wrap(e->src.primitive_md, src)},
+      {DNNL_ARG_DIFF_DST, context_.prims().wrap(e->diff_dst.primitive_md, diff_dst)},
+      {DNNL_ARG_DIFF_WEIGHTS, context_.prims().wrap(e->diff_weights_md, diff_w)}};
+  if (has_bias) exec.emplace(DNNL_ARG_DIFF_BIAS, context_.prims().wrap(e->diff_bias_md, diff_b));
+  context_.prims().execute(e->primitive, exec);
+  context_.record_conv_implementation(e->implementation);
 
   if (!w_direct) {
-    const memory from = prims_->wrap(e->diff_weights_md, diff_w);
+    const memory from = context_.prims().wrap(e->diff_weights_md, diff_w);
     if (w_scale == 1.0f) {
-      prims_->execute(
+      context_.prims().execute(
           acc ? e->add_to_plain : e->to_plain,
-          {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, prims_->wrap(e->plain_md, args.dw.data)}});
+          {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, context_.prims().wrap(e->plain_md, args.dw.data)}});
     } else {
       const std::int64_t n = args.dw.numel();
       const float* plain = static_cast<const float*>(diff_w);
       if (!e->plain) {
-        float* tmp = prims_->scratch<float>(Slot::weights, static_cast<std::size_t>(n));
-        prims_->execute(e->to_plain,
-                        {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, prims_->wrap(e->plain_md, tmp)}});
+        float* tmp = context_.prims().scratch<float>(Slot::weights, static_cast<std::size_t>(n));
+        context_.prims().execute(
+            e->to_plain,
+            {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, context_.prims().wrap(e->plain_md, tmp)}});
         plain = tmp;
       }
       scale_into(plain, args.dw.as<float>(), n, w_scale, acc);
@@ -429,7 +385,33 @@ void CpuBackend::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& a
   }
   if (has_bias && !b_direct)
     scale_into(diff_b, args.dbias.as<float>(), g.out_channels, b_scale, acc);
-  account_scratch();
+  context_.account_scratch();
+}
+
+std::size_t CpuConvolution::pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry,
+                                                   DType x) const {
+  return pooling_workspace_bytes(context_, geometry, x);
+}
+
+void CpuConvolution::pool2d_forward(const sdk::Pool2dGeometry& geometry, TensorView x, TensorView y,
+                                    TensorView workspace) {
+  pooling_forward(context_, geometry, x, y, workspace);
+}
+
+void CpuConvolution::pool2d_backward(const sdk::Pool2dGeometry& geometry, TensorView dy,
+                                     TensorView x, TensorView y, TensorView workspace,
+                                     TensorView dx) {
+  pooling_backward(context_, geometry, dy, x, y, workspace, dx);
+}
+
+void CpuConvolution::to_channels_last(TensorView src, std::int64_t channels, std::int64_t height,
+                                      std::int64_t width, TensorView dst) {
+  permute_channels(context_, "to_channels_last", src, channels, height, width, dst, true);
+}
+
+void CpuConvolution::to_channels_first(TensorView src, std::int64_t channels, std::int64_t height,
+                                       std::int64_t width, TensorView dst) {
+  permute_channels(context_, "to_channels_first", src, channels, height, width, dst, false);
 }
 
 }  // namespace mixtrain::backend_cpu

@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "cpu_access.h"
-#include "cpu_backend.h"
+#include "cpu_context.h"
+#include "mixtrain/sdk/backend_embedding.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -41,8 +43,27 @@ void check_id_values(std::string_view op, const TensorView& ids, std::int64_t vo
 
 }  // namespace
 
-void CpuBackend::gather(TensorView ids, TensorView table, TensorView out, bool accumulate) {
-  use_threads();
+namespace {
+
+class CpuEmbedding final : public sdk::EmbeddingFacet {
+ public:
+  explicit CpuEmbedding(CpuContext& context) : context_(context) {}
+
+  void gather(sdk::TensorView ids, sdk::TensorView table, sdk::TensorView out,
+              bool accumulate) override;
+  void scatter_add(sdk::TensorView ids, sdk::TensorView dy, sdk::TensorView dtable,
+                   float beta) override;
+
+ private:
+  CpuContext& context_;
+};
+
+const sdk::FacetRegistration<CpuContext, sdk::EmbeddingFacet, CpuEmbedding> kRegistration;
+
+}  // namespace
+
+void CpuEmbedding::gather(TensorView ids, TensorView table, TensorView out, bool accumulate) {
+  context_.use_threads();
   const auto shape = checks().embedding_gather(ids, table, out);
   check_id_values("gather", ids, shape.vocab);
   const std::int64_t rows = shape.rows;
@@ -69,8 +90,8 @@ void CpuBackend::gather(TensorView ids, TensorView table, TensorView out, bool a
   }
 }
 
-void CpuBackend::scatter_add(TensorView ids, TensorView dy, TensorView dtable, float beta) {
-  use_threads();
+void CpuEmbedding::scatter_add(TensorView ids, TensorView dy, TensorView dtable, float beta) {
+  context_.use_threads();
   const auto shape = checks().embedding_scatter_add(ids, dy, dtable, beta);
   check_id_values("scatter_add", ids, shape.vocab);
   const std::int64_t rows = shape.rows;

@@ -16,8 +16,10 @@
 #include <limits>
 
 #include "cpu_access.h"
-#include "cpu_backend.h"
+#include "cpu_context.h"
 #include "cpu_eltwise.h"
+#include "mixtrain/sdk/backend_attention.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -56,21 +58,43 @@ inline std::int64_t visible_keys(const sdk::SoftmaxShape& s, std::int64_t i) {
 
 }  // namespace
 
-void CpuBackend::split_heads(TensorView x, const sdk::HeadLayout& layout, TensorView y) {
-  use_threads();
+namespace {
+
+class CpuAttention final : public sdk::AttentionFacet {
+ public:
+  explicit CpuAttention(CpuContext& context) : context_(context) {}
+
+  void split_heads(sdk::TensorView x, const sdk::HeadLayout& layout, sdk::TensorView y) override;
+  void merge_heads(sdk::TensorView y, const sdk::HeadLayout& layout, sdk::TensorView x) override;
+  void softmax_forward(sdk::TensorView scores, const sdk::SoftmaxShape& shape, float scale,
+                       sdk::TensorView probs) override;
+  void softmax_backward(sdk::TensorView probs, sdk::TensorView dprobs,
+                        const sdk::SoftmaxShape& shape, float scale,
+                        sdk::TensorView dscores) override;
+
+ private:
+  CpuContext& context_;
+};
+
+const sdk::FacetRegistration<CpuContext, sdk::AttentionFacet, CpuAttention> kRegistration;
+
+}  // namespace
+
+void CpuAttention::split_heads(TensorView x, const sdk::HeadLayout& layout, TensorView y) {
+  context_.use_threads();
   checks().head_permute("split_heads", x, layout, y);
   permute(x, layout, y, true);
 }
 
-void CpuBackend::merge_heads(TensorView y, const sdk::HeadLayout& layout, TensorView x) {
-  use_threads();
+void CpuAttention::merge_heads(TensorView y, const sdk::HeadLayout& layout, TensorView x) {
+  context_.use_threads();
   checks().head_permute("merge_heads", x, layout, y);
   permute(x, layout, y, false);
 }
 
-void CpuBackend::softmax_forward(TensorView scores, const sdk::SoftmaxShape& shape, float scale,
-                                 TensorView probs) {
-  use_threads();
+void CpuAttention::softmax_forward(TensorView scores, const sdk::SoftmaxShape& shape, float scale,
+                                   TensorView probs) {
+  context_.use_threads();
   const std::int64_t total = checks().softmax_forward(scores, shape, probs);
   const std::int64_t rows = shape.rows, cols = shape.cols, n_rows = shape.batch * rows;
   const float* in = scores.as<const float>();
@@ -90,7 +114,7 @@ void CpuBackend::softmax_forward(TensorView scores, const sdk::SoftmaxShape& sha
     for (std::int64_t j = 0; j < visible; ++j) z[j] = scale * s[j] - max_z;  // NaN stays NaN
     std::fill(z + visible, z + cols, -std::numeric_limits<float>::infinity());
   }
-  if (!eltwise_->try_exp(out, total)) {
+  if (!context_.eltwise().try_exp(out, total)) {
 #pragma omp parallel for schedule(static) if (parallel_worth(total))
     for (std::int64_t i = 0; i < total; ++i) out[i] = std::exp(out[i]);
   }
@@ -108,9 +132,10 @@ void CpuBackend::softmax_forward(TensorView scores, const sdk::SoftmaxShape& sha
   }
 }
 
-void CpuBackend::softmax_backward(TensorView probs, TensorView dprobs,
-                                  const sdk::SoftmaxShape& shape, float scale, TensorView dscores) {
-  use_threads();
+void CpuAttention::softmax_backward(TensorView probs, TensorView dprobs,
+                                    const sdk::SoftmaxShape& shape, float scale,
+                                    TensorView dscores) {
+  context_.use_threads();
   const std::int64_t total = checks().softmax_backward(probs, dprobs, shape, dscores);
   const std::int64_t rows = shape.rows, cols = shape.cols;
   const float* p_all = probs.as<const float>();

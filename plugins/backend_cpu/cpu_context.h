@@ -1,0 +1,111 @@
+// CpuContext: what the CPU backend's facet objects share (FacetRegistry's Context for
+// backend_cpu): the thread count, the oneDNN engines and primitive caches, the bf16-convolution
+// and Winograd decisions, and the memory accounting.
+//
+// Contract
+// - One per CpuBackend, owned by it and declared before its facet objects, which hold a
+//   reference to it and must not outlive it. Not copyable or movable (the facets point at it).
+// - use_threads() makes the calling thread's OpenMP team (shared by oneDNN) threads() wide; every
+//   facet op calls it first, as ops run synchronously on the caller's thread.
+// - Memory: allocate() returns 64-byte aligned host memory and records it; deallocate() frees
+//   only what allocate() returned (anything else, nullptr included, is ignored). account_scratch()
+//   folds growth of the GEMM, convolution and batch-norm scratch (grow-only) into current / peak
+//   bytes, not into the allocation count; the facets that use scratch call it after each op.
+//   Statistics are guarded by a mutex; the destructor frees what is still allocated.
+// - The bf16-convolution and Winograd decisions are probed once (lazily, on first use) by asking
+//   oneDNN which kernel a ResNet-like convolution runs (cpu_conv_decisions.cpp).
+// - Errors: sdk::BackendError (a negative thread count; an allocation the host cannot serve).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "mixtrain/sdk/device_backend.h"
+
+namespace mixtrain::backend_cpu {
+
+class GemmEngine;      // cpu_gemm.h
+class EltwiseEngine;   // cpu_eltwise.h
+class PrimitiveCache;  // cpu_primitive_cache.h
+
+// How bf16 x bf16 GEMMs run: `automatic` decides from the CPU's features at run time.
+enum class Bf16GemmPath { automatic, onednn, emulated };
+// How bf16 convolutions (x and w, or dy and w, or x and dy both bf16) run: `automatic` uses
+// oneDNN's bf16 convolution where the CPU has bf16 dot-product instructions (AVX512-BF16 or
+// AMX-BF16) and oneDNN has a JIT kernel for it; `emulated` decodes to fp32 exactly.
+enum class Bf16ConvPath { automatic, onednn, emulated };
+// Which algorithm pure fp32 convolutions use. `direct` (the default and the reference) always
+// runs oneDNN's direct convolution. `winograd` runs oneDNN's Winograd F(4,3) for the fp32
+// 3x3 / stride 1 / dilation 1 / groups 1 convolutions where the static rule of
+// cpu_conv_algorithm.h says it pays (per direction and shape) and oneDNN has a JIT kernel for it;
+// everything else stays direct. Winograd rounds differently from a direct sum (its transforms
+// add terms of other magnitudes), so it is opt-in. `winograd_everywhere` (C++ only, not a plugin
+// option) skips the rule: Winograd for every shape it can compute; for the measurements behind
+// the rule.
+enum class ConvAlgorithm { direct, winograd, winograd_everywhere };
+
+class CpuContext {
+ public:
+  CpuContext(int threads, Bf16GemmPath bf16_gemm, Bf16ConvPath bf16_conv,
+             ConvAlgorithm conv_algorithm);
+  ~CpuContext();
+  CpuContext(const CpuContext&) = delete;
+  CpuContext& operator=(const CpuContext&) = delete;
+
+  int threads() const noexcept { return threads_; }
+  // Makes this thread's OpenMP team size (shared by oneDNN) equal to threads().
+  void use_threads() const;
+
+  GemmEngine& gemm() const noexcept { return *gemm_; }
+  EltwiseEngine& eltwise() const noexcept { return *eltwise_; }
+  // Convolution, pooling and batch-norm primitives and their scratch.
+  PrimitiveCache& prims() const noexcept { return *prims_; }
+
+  // --- convolution decisions (cpu_conv_decisions.cpp) ------------------------------------------
+  // True when bf16 convolutions run in oneDNN's bf16 kernels, false when emulated; and why.
+  bool bf16_conv_native() const;
+  std::string bf16_conv_note() const;
+  ConvAlgorithm conv_algorithm() const noexcept { return conv_algorithm_; }
+  // Whether oneDNN has a (non-reference) fp32 Winograd convolution on this CPU.
+  bool conv_winograd_available() const;
+  std::string conv_algorithm_note() const;
+  // conv_algorithm is winograd (or winograd_everywhere) and oneDNN has a Winograd kernel here.
+  bool winograd_on() const {
+    return conv_algorithm_ != ConvAlgorithm::direct && conv_winograd_available();
+  }
+  // oneDNN's implementation of the last convolution primitive run.
+  const std::string& last_conv_implementation() const noexcept { return last_conv_impl_; }
+  void record_conv_implementation(const std::string& implementation) {
+    last_conv_impl_ = implementation;
+  }
+
+  // --- memory ----------------------------------------------------------------------------------
+  void* allocate(std::size_t bytes);
+  void deallocate(void* ptr) noexcept;
+  sdk::MemoryStats memory_stats() const;
+  void account_scratch();
+
+ private:
+  int threads_;
+  std::unique_ptr<GemmEngine> gemm_;
+  std::unique_ptr<EltwiseEngine> eltwise_;
+  std::unique_ptr<PrimitiveCache> prims_;  // conv, pooling; scratch (mutable through const)
+  Bf16ConvPath bf16_conv_request_;
+  mutable int bf16_conv_state_ = -1;  // -1 undecided, 0 emulated, 1 oneDNN
+  mutable std::string bf16_conv_note_;
+  ConvAlgorithm conv_algorithm_;
+  mutable int winograd_state_ = -1;    // -1 unprobed, 0 unavailable, 1 available
+  mutable std::string winograd_impl_;  // the probe's implementation name, or why none
+  std::string last_conv_impl_;
+
+  mutable std::mutex memory_mutex_;
+  std::unordered_map<void*, std::size_t> live_;
+  std::size_t current_bytes_ = 0;
+  std::size_t peak_bytes_ = 0;
+  std::size_t scratch_bytes_ = 0;
+};
+
+}  // namespace mixtrain::backend_cpu

@@ -1,0 +1,107 @@
+// CpuContext's convolution decisions: whether bf16 convolutions run in oneDNN's bf16 kernels,
+// and whether oneDNN has an fp32 Winograd kernel here. Each is probed once, on first use, by
+// asking oneDNN which kernel it would run for a ResNet-like convolution.
+#include <string>
+
+#include "cpu_context.h"
+#include "cpu_conv_primitives.h"
+#include "cpu_features.h"
+#include "cpu_primitive_cache.h"
+
+namespace mixtrain::backend_cpu {
+
+using dnnl::memory;
+
+namespace {
+
+// A ResNet-like 3x3 convolution (batch 8, 64 channels, 16x16) to ask oneDNN which kernel it runs.
+sdk::Conv2dGeometry probe_geometry() {
+  sdk::Conv2dGeometry g;
+  g.batch = 8;
+  g.in_channels = g.out_channels = 64;
+  g.height = g.width = 16;
+  g.kernel_h = g.kernel_w = 3;
+  g.pad_h = g.pad_w = 1;
+  return g;
+}
+
+}  // namespace
+
+bool CpuContext::bf16_conv_native() const {
+  if (bf16_conv_state_ >= 0) return bf16_conv_state_ == 1;
+  // What oneDNN runs for a ResNet-like bf16 3x3 convolution here; none means no bf16 kernel.
+  std::string impl;
+  try {
+    impl = forward_pd(prims_->engine(), probe_geometry(), memory::data_type::bf16,
+                      memory::data_type::f32, false, kDirect)
+               .impl_info_str();
+  } catch (const dnnl::error&) {
+    impl.clear();
+  }
+  const bool usable = !impl.empty() && !is_reference_kernel(impl);
+  bool native = false;
+  switch (bf16_conv_request_) {
+    case Bf16ConvPath::emulated:
+      bf16_conv_note_ = "bf16_conv = emulated";
+      break;
+    case Bf16ConvPath::onednn:
+      native = !impl.empty();
+      bf16_conv_note_ = native ? "bf16_conv = onednn (" + impl + ")"
+                               : "oneDNN has no bf16 convolution on this CPU";
+      break;
+    case Bf16ConvPath::automatic: {
+      const CpuInfo cpu = detect_cpu();
+      native = usable && onednn_bf16_preferred(cpu);
+      if (impl.empty())
+        bf16_conv_note_ = "oneDNN has no bf16 convolution on this CPU";
+      else if (!usable)
+        bf16_conv_note_ = "oneDNN's bf16 convolution here is a reference kernel (" + impl + ")";
+      else if (!native)
+        bf16_conv_note_ = "oneDNN's " + impl +
+                          " is not preferred on this CPU (bf16 kernels run natively with AMX-BF16, "
+                          "or AVX512-BF16 on AMD); bf16_conv = \"onednn\" forces it";
+      else
+        bf16_conv_note_ = impl + (cpu.has("amx_bf16") ? " (AMX-BF16)" : " (AVX512-BF16, AMD)");
+      break;
+    }
+  }
+  bf16_conv_state_ = native ? 1 : 0;
+  return native;
+}
+
+std::string CpuContext::bf16_conv_note() const {
+  bf16_conv_native();
+  return bf16_conv_note_;
+}
+
+bool CpuContext::conv_winograd_available() const {
+  if (winograd_state_ >= 0) return winograd_state_ == 1;
+  // What oneDNN runs for a ResNet-like fp32 3x3 Winograd convolution here.
+  bool usable = false;
+  try {
+    winograd_impl_ = forward_pd(prims_->engine(), probe_geometry(), memory::data_type::f32,
+                                memory::data_type::f32, false, kWinograd)
+                         .impl_info_str();
+    usable = !is_reference_kernel(winograd_impl_);
+    if (!usable) winograd_impl_ = "only a reference kernel (" + winograd_impl_ + ")";
+  } catch (const dnnl::error& e) {
+    winograd_impl_ = std::string("no kernel: ") + e.what();
+  }
+  winograd_state_ = usable ? 1 : 0;
+  return usable;
+}
+
+std::string CpuContext::conv_algorithm_note() const {
+  if (conv_algorithm_ == ConvAlgorithm::direct) return "conv_algorithm = direct";
+  if (!conv_winograd_available())
+    return "conv_algorithm = winograd, but oneDNN has no fp32 Winograd convolution on this CPU (" +
+           winograd_impl_ + "; it needs AVX-512): every convolution runs direct";
+  if (conv_algorithm_ == ConvAlgorithm::winograd_everywhere)
+    return "conv_algorithm = winograd everywhere (no rule): oneDNN's " + winograd_impl_ +
+           " for every fp32 3x3 stride-1 convolution it computes, direct elsewhere";
+  return "conv_algorithm = winograd: oneDNN's " + winograd_impl_ +
+         " for fp32 3x3 stride-1 convolutions with N*OH*OW*C*O >= 2^23 and C, O >= 16 "
+         "(forward: C >= 32; backward-data: O >= 32), direct elsewhere";
+}
+
+}  // namespace mixtrain::backend_cpu

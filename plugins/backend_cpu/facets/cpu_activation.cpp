@@ -1,0 +1,86 @@
+// CpuActivation: the CPU backend's ActivationFacet. The bias gradient is a column sum in double
+// over fp32 / bf16 / fp16 storage; the activations are cpu_activation_kernels.h's (shared with
+// the GEMM's fused epilogue); axpy adds into an fp32 accumulator.
+#include <algorithm>
+
+#include "cpu_access.h"
+#include "cpu_activation_kernels.h"
+#include "cpu_context.h"
+#include "mixtrain/sdk/backend_activation.h"
+#include "mixtrain/sdk/support/facet_registry.h"
+
+namespace mixtrain::backend_cpu {
+
+using sdk::Activation;
+using sdk::TensorView;
+
+namespace {
+
+class CpuActivation final : public sdk::ActivationFacet {
+ public:
+  explicit CpuActivation(CpuContext& context) : context_(context) {}
+
+  void bias_grad(sdk::TensorView dy, sdk::TensorView dbias, bool accumulate) override;
+  void activation_forward(sdk::Activation act, sdk::TensorView x, sdk::TensorView y) override;
+  void activation_backward(sdk::Activation act, sdk::TensorView x, sdk::TensorView dy,
+                           sdk::TensorView dx) override;
+  void axpy(float alpha, sdk::TensorView x, sdk::TensorView y) override;
+
+ private:
+  CpuContext& context_;
+};
+
+const sdk::FacetRegistration<CpuContext, sdk::ActivationFacet, CpuActivation> kRegistration;
+
+}  // namespace
+
+void CpuActivation::bias_grad(TensorView dy, TensorView dbias, bool accumulate) {
+  context_.use_threads();
+  // Plain variables, not structured bindings: clang 14 cannot capture those in OpenMP regions.
+  const auto shape = checks().bias_grad_shape(dy, dbias);
+  const std::int64_t rows = shape.rows, n = shape.cols;
+  constexpr std::int64_t kBlock = 256;
+  float* out = dbias.as<float>();
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * n))
+  for (std::int64_t c0 = 0; c0 < n; c0 += kBlock) {
+    const std::int64_t len = std::min(kBlock, n - c0);
+    double acc[kBlock] = {};
+    float buf[kBlock];
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* row = read_chunk(dy, r * n + c0, len, buf);
+#pragma omp simd
+      for (std::int64_t j = 0; j < len; ++j) acc[j] += row[j];
+    }
+    for (std::int64_t j = 0; j < len; ++j)
+      out[c0 + j] = static_cast<float>((accumulate ? out[c0 + j] : 0.0) + acc[j]);
+  }
+}
+
+void CpuActivation::activation_forward(Activation act, TensorView x, TensorView y) {
+  apply_activation(context_, act, x, y);
+}
+
+void CpuActivation::activation_backward(Activation act, TensorView x, TensorView dy,
+                                        TensorView dx) {
+  apply_activation_grad(context_, act, x, dy, dx);
+}
+
+void CpuActivation::axpy(float alpha, TensorView x, TensorView y) {
+  context_.use_threads();
+  require_storage("axpy", "x", x);
+  require_fp32("axpy", "y", y);
+  require_numel("axpy", "y", y, x.numel());
+  const std::int64_t total = x.numel();
+  float* out = y.as<float>();
+#pragma omp parallel for schedule(static) if (parallel_worth(total))
+  for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
+    const std::int64_t len = std::min(kChunk, total - c0);
+    float buf[kChunk];
+    const float* in = read_chunk(x, c0, len, buf);
+    float* o = out + c0;
+#pragma omp simd
+    for (std::int64_t i = 0; i < len; ++i) o[i] += alpha * in[i];
+  }
+}
+
+}  // namespace mixtrain::backend_cpu

@@ -1,0 +1,65 @@
+// CpuGemm: the CPU backend's GemmFacet on the shared GemmEngine (cpu_gemm.h): cached oneDNN
+// matmul primitives with FP32 accumulation, the fused epilogue's activation from
+// cpu_activation_kernels.h, and the strided-batched GEMM as one 3-D matmul where one can express
+// the call, else a loop over gemm().
+#include <cstdint>
+
+#include "cpu_activation_kernels.h"
+#include "cpu_context.h"
+#include "cpu_gemm.h"
+#include "mixtrain/sdk/backend_gemm.h"
+#include "mixtrain/sdk/support/facet_registry.h"
+
+namespace mixtrain::backend_cpu {
+
+using sdk::TensorView;
+
+namespace {
+
+class CpuGemm final : public sdk::GemmFacet {
+ public:
+  explicit CpuGemm(CpuContext& context) : context_(context) {}
+
+  void gemm(const sdk::GemmArgs& args) override;
+  // One cached 3-D oneDNN matmul (batch, m, k) x (batch, k, n), same dtype routing as gemm();
+  // a loop over gemm() for what that cannot express (cpu_gemm.h).
+  void gemm_strided_batched(const sdk::GemmBatchedArgs& args) override;
+
+ private:
+  CpuContext& context_;
+};
+
+const sdk::FacetRegistration<CpuContext, sdk::GemmFacet, CpuGemm> kRegistration;
+
+}  // namespace
+
+void CpuGemm::gemm(const sdk::GemmArgs& args) {
+  context_.use_threads();
+  context_.gemm().run(args, [this](sdk::Activation act, const TensorView& z) {
+    apply_activation(context_, act, z, z);
+  });
+  context_.account_scratch();
+}
+
+void CpuGemm::gemm_strided_batched(const sdk::GemmBatchedArgs& args) {
+  context_.use_threads();
+  const bool done = context_.gemm().run_batched(args);  // checks the arguments
+  context_.account_scratch();
+  if (done) return;
+  // What one 3-D primitive cannot express (see cpu_gemm.h): batch i's operands are batch 0's
+  // views moved by i strides, each through gemm() and its cached 2-D primitive.
+  auto moved = [](sdk::TensorView v, std::int64_t elements) {
+    v.data =
+        static_cast<char*>(v.data) + elements * static_cast<std::int64_t>(sdk::dtype_size(v.dtype));
+    return v;
+  };
+  sdk::GemmArgs g = args.gemm;
+  for (std::int64_t i = 0; i < args.batch; ++i) {
+    g.a.view = moved(args.gemm.a.view, i * args.stride_a);
+    g.b.view = moved(args.gemm.b.view, i * args.stride_b);
+    g.c = moved(args.gemm.c, i * args.stride_c);
+    gemm(g);
+  }
+}
+
+}  // namespace mixtrain::backend_cpu

@@ -1,0 +1,101 @@
+// CpuGradientCheck: the CPU backend's GradientCheckFacet: the fused unscale + finite check, the
+// sum of squares (cpu_sum_of_squares.h) and the first non-finite tensor. Each works on a flat
+// list of pieces (cpu_pieces.h) so many small tensors and a few huge ones share one parallel
+// region.
+#include <string>
+
+#include "cpu_access.h"
+#include "cpu_context.h"
+#include "cpu_pieces.h"
+#include "cpu_sum_of_squares.h"
+#include "mixtrain/sdk/backend_gradient_check.h"
+#include "mixtrain/sdk/support/facet_registry.h"
+
+namespace mixtrain::backend_cpu {
+
+using sdk::TensorView;
+
+namespace {
+
+class CpuGradientCheck final : public sdk::GradientCheckFacet {
+ public:
+  explicit CpuGradientCheck(CpuContext& context) : context_(context) {}
+
+  bool unscale_and_check_finite(std::span<const sdk::TensorView> grads, float inv_scale) override;
+  GradientCheck unscale_check_and_sum_squares(std::span<const sdk::TensorView> grads,
+                                              float inv_scale) override;
+  int first_nonfinite(std::span<const sdk::TensorView> tensors) override;
+
+ private:
+  CpuContext& context_;
+};
+
+const sdk::FacetRegistration<CpuContext, sdk::GradientCheckFacet, CpuGradientCheck> kRegistration;
+
+}  // namespace
+
+bool CpuGradientCheck::unscale_and_check_finite(std::span<const TensorView> grads,
+                                                float inv_scale) {
+  context_.use_threads();
+  for (std::size_t i = 0; i < grads.size(); ++i)
+    require_fp32("unscale_and_check_finite", "grads[" + std::to_string(i) + "]", grads[i]);
+  const auto pieces = split(grads.size(), [&](std::size_t t) { return grads[t].numel(); });
+  const std::int64_t count = static_cast<std::int64_t>(pieces.size());
+  int found = 0;
+#pragma omp parallel for schedule(static) if (parallel_worth(total_len(pieces))) \
+    reduction(|                                                                  \
+              : found)
+  for (std::int64_t k = 0; k < count; ++k) {
+    const Piece& pc = pieces[static_cast<std::size_t>(k)];
+    float* g = grads[pc.tensor].as<float>() + pc.begin;
+    int local = 0;
+    if (inv_scale == 1.0f) {
+      // No loss scale to remove: a read-only pass, half the memory traffic.
+#pragma omp simd reduction(| : local)
+      for (std::int64_t i = 0; i < pc.len; ++i) local |= nonfinite_flag(g[i]);
+    } else {
+#pragma omp simd reduction(| : local)
+      for (std::int64_t i = 0; i < pc.len; ++i) {
+        // inf or NaN before scaling stays inf/NaN after (inf*0 is NaN), so one check suffices.
+        const float v = g[i] * inv_scale;
+        g[i] = v;
+        local |= nonfinite_flag(v);
+      }
+    }
+    found |= local;
+  }
+  return found != 0;
+}
+
+sdk::GradientCheckFacet::GradientCheck CpuGradientCheck::unscale_check_and_sum_squares(
+    std::span<const TensorView> grads, float inv_scale) {
+  // Synchronous backend: the two passes in turn wait no more than one fused pass would.
+  GradientCheck r;
+  r.found_inf = unscale_and_check_finite(grads, inv_scale);
+  r.sum_of_squares = sum_of_squares(context_, grads);
+  return r;
+}
+
+int CpuGradientCheck::first_nonfinite(std::span<const TensorView> tensors) {
+  context_.use_threads();
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const TensorView& v = tensors[t];
+    require_storage("first_nonfinite", "tensors[" + std::to_string(t) + "]", v);
+    const std::int64_t total = v.numel();
+    int found = 0;
+#pragma omp parallel for schedule(static) if (parallel_worth(total)) reduction(| : found)
+    for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
+      const std::int64_t len = std::min(kChunk, total - c0);
+      float buf[kChunk];
+      const float* x = read_chunk(v, c0, len, buf);
+      int local = 0;
+#pragma omp simd reduction(| : local)
+      for (std::int64_t i = 0; i < len; ++i) local |= nonfinite_flag(x[i]);
+      found |= local;
+    }
+    if (found != 0) return static_cast<int>(t);
+  }
+  return -1;
+}
+
+}  // namespace mixtrain::backend_cpu

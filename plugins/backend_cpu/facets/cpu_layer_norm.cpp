@@ -1,0 +1,175 @@
+// CpuLayerNorm: the CPU backend's LayerNormFacet over rows of fp32 / bf16 / fp16 storage: a
+// two-pass mean and variance in double per row, fp32 normalisation, one rounding per output;
+// the backward's parameter gradients are summed in double per thread, then across threads.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu_access.h"
+#include "cpu_context.h"
+#include "mixtrain/sdk/backend_layer_norm.h"
+#include "mixtrain/sdk/support/facet_registry.h"
+
+namespace mixtrain::backend_cpu {
+
+using sdk::TensorView;
+
+namespace {
+
+// A small fp32 vector ([n] parameters such as bias or gamma): the tensor itself when fp32,
+// else a converted copy. An empty view yields `fallback` everywhere.
+class Fp32Vector {
+ public:
+  Fp32Vector(const TensorView& v, std::int64_t n, float fallback) {
+    if (!v.empty() && is_fp32_storage(v.dtype)) {
+      ptr_ = v.as<const float>();
+      return;
+    }
+    copy_.assign(static_cast<std::size_t>(n), fallback);
+    if (!v.empty())
+      for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
+        const std::int64_t len = std::min(kChunk, n - c0);
+        const float* src = read_chunk(v, c0, len, copy_.data() + c0);
+        (void)src;  // 16-bit storage: converted straight into copy_
+      }
+    ptr_ = copy_.data();
+  }
+  const float* data() const { return ptr_; }
+
+ private:
+  const float* ptr_ = nullptr;
+  std::vector<float> copy_;
+};
+
+class CpuLayerNorm final : public sdk::LayerNormFacet {
+ public:
+  explicit CpuLayerNorm(CpuContext& context) : context_(context) {}
+
+  void layernorm_forward(sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView beta, float eps,
+                         sdk::TensorView y, sdk::TensorView mean, sdk::TensorView rstd) override;
+  void layernorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView gamma,
+                          sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
+                          sdk::TensorView dgamma, sdk::TensorView dbeta, bool accumulate) override;
+
+ private:
+  CpuContext& context_;
+};
+
+const sdk::FacetRegistration<CpuContext, sdk::LayerNormFacet, CpuLayerNorm> kRegistration;
+
+}  // namespace
+
+void CpuLayerNorm::layernorm_forward(TensorView x, TensorView gamma, TensorView beta, float eps,
+                                     TensorView y, TensorView mean, TensorView rstd) {
+  context_.use_threads();
+  const auto shape = checks().layernorm_forward_shape(x, gamma, beta, y, mean, rstd);
+  const std::int64_t rows = shape.rows, n = shape.cols;
+  const Fp32Vector g(gamma, n, 1.0f);
+  const Fp32Vector b(beta, n, 0.0f);
+  const float* gp = g.data();
+  const float* bp = b.data();
+  float* mean_out = mean.as<float>();
+  float* rstd_out = rstd.as<float>();
+#pragma omp parallel if (parallel_worth(rows * n))
+  {
+    std::vector<float> in_buf, out_buf;
+#pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* in = read_row(x, r, n, in_buf);
+      double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+      for (std::int64_t j = 0; j < n; ++j) sum += in[j];
+      const float mu = static_cast<float>(sum / static_cast<double>(n));
+      double sq = 0.0;  // two-pass variance: no cancellation for large means
+#pragma omp simd reduction(+ : sq)
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float d = in[j] - mu;
+        sq += static_cast<double>(d) * d;
+      }
+      const float rs = static_cast<float>(
+          1.0 / std::sqrt(sq / static_cast<double>(n) + static_cast<double>(eps)));
+      mean_out[r] = mu;
+      rstd_out[r] = rs;
+      float* out = row_target(y, r, n, out_buf);  // may alias `in` when y == x: element-wise
+#pragma omp simd
+      for (std::int64_t j = 0; j < n; ++j) out[j] = (in[j] - mu) * rs * gp[j] + bp[j];
+      commit_row(y, r, n, out);
+    }
+  }
+}
+
+void CpuLayerNorm::layernorm_backward(TensorView dy, TensorView x, TensorView gamma,
+                                      TensorView mean, TensorView rstd, TensorView dx,
+                                      TensorView dgamma, TensorView dbeta, bool accumulate) {
+  context_.use_threads();
+  const auto shape = checks().layernorm_backward_shape(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  const std::int64_t rows = shape.rows, n = shape.cols;
+  const bool want_dgamma = !dgamma.empty();
+  const bool want_dbeta = !dbeta.empty();
+  const Fp32Vector g(gamma, n, 1.0f);
+  const float* gp = g.data();
+  const float* mean_in = mean.as<const float>();
+  const float* rstd_in = rstd.as<const float>();
+  std::vector<double> dgamma_sum(static_cast<std::size_t>(n), 0.0);
+  std::vector<double> dbeta_sum(static_cast<std::size_t>(n), 0.0);
+#pragma omp parallel if (parallel_worth(rows * n))
+  {
+    std::vector<float> x_buf, dy_buf, out_buf;
+    std::vector<double> dgamma_part(want_dgamma ? static_cast<std::size_t>(n) : 0, 0.0);
+    std::vector<double> dbeta_part(want_dbeta ? static_cast<std::size_t>(n) : 0, 0.0);
+#pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* xs = read_row(x, r, n, x_buf);
+      const float* gy = read_row(dy, r, n, dy_buf);
+      const float mu = mean_in[r];
+      const float rs = rstd_in[r];
+      double sum_g = 0.0, sum_gx = 0.0;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float xhat = (xs[j] - mu) * rs;
+        const float gj = gy[j] * gp[j];
+        sum_g += gj;
+        sum_gx += static_cast<double>(gj) * xhat;
+      }
+      if (want_dgamma) {
+        double* part = dgamma_part.data();
+#pragma omp simd
+        for (std::int64_t j = 0; j < n; ++j)
+          part[j] += static_cast<double>(gy[j]) * ((xs[j] - mu) * rs);
+      }
+      if (want_dbeta) {
+        double* part = dbeta_part.data();
+#pragma omp simd
+        for (std::int64_t j = 0; j < n; ++j) part[j] += gy[j];
+      }
+      const float mean_g = static_cast<float>(sum_g / static_cast<double>(n));
+      const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(n));
+      float* out = row_target(dx, r, n, out_buf);  // dx may alias dy: element-wise after sums
+#pragma omp simd
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float xhat = (xs[j] - mu) * rs;
+        out[j] = rs * (gy[j] * gp[j] - mean_g - xhat * mean_gx);
+      }
+      commit_row(dx, r, n, out);
+    }
+#pragma omp critical
+    {
+      for (std::size_t j = 0; j < dgamma_part.size(); ++j) dgamma_sum[j] += dgamma_part[j];
+      for (std::size_t j = 0; j < dbeta_part.size(); ++j) dbeta_sum[j] += dbeta_part[j];
+    }
+  }
+  if (want_dgamma) {
+    float* out = dgamma.as<float>();
+    for (std::int64_t j = 0; j < n; ++j)
+      out[j] =
+          static_cast<float>((accumulate ? out[j] : 0.0) + dgamma_sum[static_cast<std::size_t>(j)]);
+  }
+  if (want_dbeta) {
+    float* out = dbeta.as<float>();
+    for (std::int64_t j = 0; j < n; ++j)
+      out[j] =
+          static_cast<float>((accumulate ? out[j] : 0.0) + dbeta_sum[static_cast<std::size_t>(j)]);
+  }
+}
+
+}  // namespace mixtrain::backend_cpu

@@ -1,0 +1,104 @@
+// CpuLoss: the CPU backend's LossFacet: softmax cross-entropy (optionally label-smoothed) per
+// row, log-sum-exp in double, the mean loss, the count of correct argmaxes and the gradient.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cpu_access.h"
+#include "cpu_context.h"
+#include "mixtrain/sdk/backend_loss.h"
+#include "mixtrain/sdk/support/facet_registry.h"
+
+namespace mixtrain::backend_cpu {
+
+using sdk::TensorView;
+
+namespace {
+
+class CpuLoss final : public sdk::LossFacet {
+ public:
+  explicit CpuLoss(CpuContext& context) : context_(context) {}
+
+  void softmax_cross_entropy(sdk::TensorView logits, sdk::TensorView labels, float grad_scale,
+                             float label_smoothing, sdk::TensorView loss, sdk::TensorView correct,
+                             sdk::TensorView dlogits) override;
+
+ private:
+  CpuContext& context_;
+};
+
+const sdk::FacetRegistration<CpuContext, sdk::LossFacet, CpuLoss> kRegistration;
+
+}  // namespace
+
+void CpuLoss::softmax_cross_entropy(TensorView logits, TensorView labels, float grad_scale,
+                                    float label_smoothing, TensorView loss, TensorView correct,
+                                    TensorView dlogits) {
+  context_.use_threads();
+  constexpr const char* op = "softmax_cross_entropy";
+  const auto shape =
+      checks().softmax_cross_entropy_shape(logits, labels, label_smoothing, loss, correct, dlogits);
+  const std::int64_t rows = shape.rows, classes = shape.cols;
+  const bool want_correct = !correct.empty();
+  const bool want_grad = !dlogits.empty();
+  const auto* label = labels.as<const std::int32_t>();
+  for (std::int64_t r = 0; r < rows; ++r)  // validate before writing anything
+    if (label[r] < 0 || label[r] >= classes)
+      fail(op,
+           "label " + std::to_string(label[r]) + " at row " + std::to_string(r) +
+               " is outside [0, " + std::to_string(classes) + ")",
+           "check the dataset's labels against the model's number of classes");
+
+  const float grad_factor = grad_scale / static_cast<float>(rows);
+  // The smoothed target: `on` at the label, `off` elsewhere (exactly 1 and 0 without smoothing).
+  // These expressions, and the row loss's below, are the CUDA backend's (cuda_element_math.h,
+  // xent_*), checked against this code on the host.
+  const float eps = label_smoothing;
+  const float off = eps / static_cast<float>(classes);
+  const float on = (1.0f - eps) + off;
+  double loss_sum = 0.0;
+  std::int64_t correct_count = 0;
+#pragma omp parallel if (parallel_worth(rows * classes)) reduction(+ : loss_sum, correct_count)
+  {
+    std::vector<float> in_buf, out_buf;
+#pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* z = read_row(logits, r, classes, in_buf);
+      float max_z = z[0];
+      std::int64_t arg = 0;
+      for (std::int64_t j = 1; j < classes; ++j)
+        if (z[j] > max_z) {
+          max_z = z[j];
+          arg = j;
+        }
+      double sum_exp = 0.0;
+      for (std::int64_t j = 0; j < classes; ++j) sum_exp += std::exp(z[j] - max_z);
+      const double lse = static_cast<double>(max_z) + std::log(sum_exp);
+      const std::int32_t y = label[r];
+      if (eps == 0.0f) {
+        loss_sum += lse - static_cast<double>(z[y]);
+      } else {
+        // -Σ_j t_j (z_j - lse) = lse - (1 - ε) z_y - ε / classes · Σ_j z_j
+        double z_sum = 0.0;
+        for (std::int64_t j = 0; j < classes; ++j) z_sum += static_cast<double>(z[j]);
+        const double e = static_cast<double>(eps);
+        loss_sum +=
+            lse - (1.0 - e) * static_cast<double>(z[y]) - e / static_cast<double>(classes) * z_sum;
+      }
+      correct_count += arg == y ? 1 : 0;
+      if (want_grad) {
+        float* out = row_target(dlogits, r, classes, out_buf);
+        for (std::int64_t j = 0; j < classes; ++j) {
+          const float p = static_cast<float>(std::exp(static_cast<double>(z[j]) - lse));
+          out[j] = (p - (j == y ? on : off)) * grad_factor;
+        }
+        commit_row(dlogits, r, classes, out);
+      }
+    }
+  }
+  *loss.as<float>() = static_cast<float>(loss_sum / static_cast<double>(rows));
+  if (want_correct) *correct.as<std::int32_t>() = static_cast<std::int32_t>(correct_count);
+}
+
+}  // namespace mixtrain::backend_cpu

@@ -1,0 +1,54 @@
+// CpuResidual: the CPU backend's ResidualFacet: the n-ary residual add in one pass (fp32 sum,
+// optional ReLU, one rounding into y).
+#include <algorithm>
+
+#include "cpu_access.h"
+#include "cpu_context.h"
+#include "mixtrain/sdk/backend_residual.h"
+#include "mixtrain/sdk/support/facet_registry.h"
+
+namespace mixtrain::backend_cpu {
+
+using sdk::TensorView;
+
+namespace {
+
+class CpuResidual final : public sdk::ResidualFacet {
+ public:
+  explicit CpuResidual(CpuContext& context) : context_(context) {}
+
+  void add(std::span<const sdk::TensorView> xs, bool relu, sdk::TensorView y) override;
+
+ private:
+  CpuContext& context_;
+};
+
+const sdk::FacetRegistration<CpuContext, sdk::ResidualFacet, CpuResidual> kRegistration;
+
+}  // namespace
+
+void CpuResidual::add(std::span<const TensorView> xs, bool relu, TensorView y) {
+  context_.use_threads();
+  const std::int64_t total = checks().residual_add(xs, y);
+  // One pass: each chunk of every input is read (decoded) once, summed in FP32, rectified and
+  // rounded once into y; y may be an input, whose chunk is read before it is written.
+#pragma omp parallel for schedule(static) if (parallel_worth(total))
+  for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
+    const std::int64_t len = std::min(kChunk, total - c0);
+    float sum[kChunk], buf[kChunk];
+    const float* first = read_chunk(xs[0], c0, len, buf);
+    std::copy(first, first + len, sum);
+    for (std::size_t k = 1; k < xs.size(); ++k) {
+      const float* in = read_chunk(xs[k], c0, len, buf);
+#pragma omp simd
+      for (std::int64_t i = 0; i < len; ++i) sum[i] += in[i];
+    }
+    if (relu) {
+#pragma omp simd
+      for (std::int64_t i = 0; i < len; ++i) sum[i] = sum[i] < 0.0f ? 0.0f : sum[i];  // NaN stays
+    }
+    commit_chunk(y, c0, len, sum);
+  }
+}
+
+}  // namespace mixtrain::backend_cpu
