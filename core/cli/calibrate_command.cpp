@@ -30,13 +30,9 @@ fs::path default_calibration_output(const std::string& config) {
 }  // namespace
 
 int run_calibrate(const ConfigArgs& cfg, const CalibrateArgs& args) {
-  if (args.steps < 1)
-    throw sdk::UserError("--steps is " + std::to_string(args.steps) +
-                             ": calibration needs at least one training step",
-                         "give --steps N with N >= 1 (the default is 50)");
   const fs::path out =
       args.output.empty() ? default_calibration_output(cfg.config) : fs::path(args.output);
-  check_output_file(out, cfg.config, args.force);
+  check_output_file(out, config_inputs(cfg), args.force);
 
   auto config = load_config(cfg);
   auto registry = make_registry(&config);

@@ -39,10 +39,15 @@ int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::st
 // first run's folder).
 int run_compare(const std::vector<std::string>& run_dirs, const std::string& out_dir);
 
+// A million bytes of text per `sample` call: generation streams, but a typo's 10^12 would run
+// for days.
+inline constexpr std::int64_t kMaxSampleTokens = 1'000'000;
+
 struct SampleArgs {
   std::string checkpoint;  // a file, or a run's checkpoints/ folder (its newest)
   std::string prompt;
-  std::int64_t tokens = 256;
+  std::int64_t tokens = 256;  // [0, kMaxSampleTokens]; the integer flags are range-checked as
+                              // they are parsed (integer_flag.h)
   double temperature = 1.0;  // 0: greedy
   std::int64_t top_k = 0;    // 0: the whole vocabulary
   std::uint64_t seed = 0;
@@ -58,7 +63,7 @@ struct ExportArgs {
   bool initial = false;           // the config's weights as training starts, not a checkpoint's
   std::vector<std::string> sets;  // the config's --set lines (`initial` only)
   std::string format;  // the checkpoint_format to write, e.g. "safetensors"; empty: none given
-                       // (safetensors with layout hf, else an error)
+                       // (safetensors with layout hf or `initial`, else an error)
   std::string from;    // the format to read; empty: chosen by the checkpoint's extension
   std::string dtype;   // the writer's `dtype` option when given
   std::string out;     // empty: the checkpoint's name with the writer's extension (layout hf:
@@ -72,7 +77,8 @@ struct ExportArgs {
 // `initial` the weights step 1 of `train` starts from (seeded initialisation, then
 // checkpoint.init_from), taken from the Trainer as its checkpoints take them: the tensor names
 // and metadata (step 0) of a checkpoint's export. Never overwrites an existing file without
-// `force`. An existing output, a missing output folder, `initial` without `out` or with `from`,
+// `force`, nor its input (the checkpoint, the config, checkpoint.init_from) with it. An existing
+// output, a missing output folder, `initial` without `out` or with `from`,
 // and `sets` without `initial` are sdk::UserError before anything is read. Layout gpt2 writes the
 // weights of a gpt-preset model as GPT2Model's state dict (core/gpt2_layout.h) with its sizes in
 // the metadata (n_layer, n_head, n_embd, vocab_size, n_positions); any other model is refused,
@@ -97,20 +103,22 @@ struct PredictArgs {
 // Runs the config's model, loaded from `checkpoint`, in evaluation mode over the inputs and
 // writes its predictions (core/predict/prediction_file.h); prints one JSON line: the file, its
 // shape and, with labelled inputs, the loss and accuracy (`eval`'s numbers on the same data).
-// Refuses, before loading anything, an --out in a missing folder or an existing one without
-// `force`; then a --top-k above the classes, a checkpoint of another model and inputs the
-// model cannot read, each naming the fix.
+// Refuses, before loading anything, an --out in a missing folder, an existing one without `force`
+// or one of its inputs (config, --merge, --input, --labels, --checkpoint; with or without
+// `force`); then the newest checkpoint of a --checkpoint folder as --out, a --top-k above the
+// classes, a checkpoint of another model and inputs the model cannot read, each naming the fix.
 int run_predict(const ConfigArgs& cfg, const PredictArgs& args);
 
 struct CalibrateArgs {
-  std::int64_t steps = 50;  // FP32 training steps measured (>= 1)
+  std::int64_t steps = 50;  // FP32 training steps measured (>= 1, checked as --steps is parsed)
   std::string output;       // the TOML to write; empty: <config stem>.precision.toml here
   bool force = false;       // overwrite an existing output file
 };
 // Trains `steps` FP32 steps of the config (precision/calibration.h), prints the range of every
 // op's tensors and the recommendation (precision/calibration_table.h), and writes the
 // recommended precision block (precision/recommendation.h) for `mixtrain train --merge`.
-// Refuses, before loading anything, steps < 1 and an output that check_output_file refuses.
+// Refuses, before loading anything, an output that check_output_file refuses (one of its inputs,
+// the config or a --merge file, even with `force`).
 int run_calibrate(const ConfigArgs& cfg, const CalibrateArgs& args);
 
 }  // namespace mixtrain::cli

@@ -76,11 +76,12 @@ bool hf_layout(const ExportArgs& args) {
 }
 
 // The output, checked before anything is read: a folder for --layout hf, else a file.
-void check_output(const ExportArgs& args, const fs::path& out, const fs::path& input) {
+void check_output(const ExportArgs& args, const fs::path& out, const CommandInput& input) {
   if (hf_layout(args))
-    check_output_folder(out, input, args.force);
+    check_output_folder(out, {std::string(core::kHfWeightsFile), std::string(core::kHfConfigFile)},
+                        {input}, args.force);
   else
-    check_output_file(out, input, args.force);
+    check_output_file(out, {input}, args.force);
 }
 
 // A Hugging Face model folder: model.safetensors (the writer's own atomic write), then
@@ -170,7 +171,7 @@ int export_checkpoint(const ExportArgs& args) {
     default_out.replace_extension(writer->file_extension());
   const fs::path out =
       args.out.empty() ? core::run_folder_of(source) / default_out : fs::path(args.out);
-  check_output(args, out, source);
+  check_output(args, out, {"source", source});
 
   auto state = reader->read(source);
   // Anything but a mixtrain checkpoint (e.g. another safetensors file) keeps its metadata.
@@ -194,13 +195,15 @@ int export_initial(const ExportArgs& args) {
         "export --initial needs --out: a config's weights have no run folder to go beside",
         hf_layout(args) ? "name the output folder, e.g. --out initial-hf"
                         : "name the output file, e.g. --out initial.safetensors");
-  check_output(args, out, config);
+  check_output(args, out, {"config", config});
 
   auto session = open_model_session({args.source, args.sets, {}}, SessionWeights::as_training_starts);
+  const auto& init_from = session.experiment.checkpoint.init_from;
+  // The init_from file is an input too, known once the config is read.
+  check_output(args, out, {"checkpoint.init_from", init_from});
   auto writer = create_writer(*session.registry, args);
   auto state = session.trainer->training_state(/*weights_only=*/true);
   state.metadata = exported_metadata(state.metadata);
-  const auto& init_from = session.experiment.checkpoint.init_from;
   write_export(args, *writer, std::move(state), config, out,
                "initial weights of " + config.string() + ", run.seed " +
                    std::to_string(session.experiment.run.seed) +
@@ -212,9 +215,10 @@ int export_initial(const ExportArgs& args) {
 
 int run_export(const ExportArgs& input) {
   ExportArgs args = input;
-  // A Hugging Face folder's weights are model.safetensors; any other --format needs a name.
+  // A Hugging Face folder's weights are model.safetensors, and so are a config's initial weights
+  // by default (for PyTorch); a checkpoint's conversion needs the format named.
+  if (args.format.empty() && (hf_layout(args) || args.initial)) args.format = "safetensors";
   if (hf_layout(args)) {
-    if (args.format.empty()) args.format = "safetensors";
     if (args.format != "safetensors")
       throw sdk::UserError(
           "--layout hf writes a Hugging Face folder, whose weights are "

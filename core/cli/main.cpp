@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "integer_flag.h"
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/sdk/error.h"
 
@@ -36,6 +37,9 @@ struct CommandLine {
            *eval = nullptr, *compare = nullptr, *exp = nullptr, *calibrate = nullptr,
            *sample = nullptr, *predict = nullptr;
 };
+
+using mixtrain::cli::integer_flag;
+using mixtrain::cli::unsigned_flag;
 
 CLI::IsMember weight_layouts() {
   return CLI::IsMember({"native", "gpt2"});
@@ -117,15 +121,16 @@ void add_export(CLI::App& app, CommandLine& a) {
                    "checkpoint file, or a run folder or its checkpoints/ folder (newest "
                    "checkpoint); with --initial, a config file")
       ->required();
-  a.exp->add_flag("--initial", a.export_args.initial,
-                  "write the weights `train` starts from: the seeded initialisation (run.seed), "
-                  "then checkpoint.init_from; needs --out");
+  a.exp->add_flag(
+      "--initial", a.export_args.initial,
+      "write the weights `train` starts from: the seeded initialisation (run.seed), "
+      "then checkpoint.init_from; needs --out; safetensors unless --format says otherwise");
   a.exp->add_option("--set", a.export_args.sets,
                     "with --initial: override a config value: key=value (repeatable)");
   a.exp->add_option(
       "--format", a.export_args.format,
-      "checkpoint format to write, e.g. safetensors (required, except with --layout hf, "
-      "whose weights are safetensors)");
+      "checkpoint format to write, e.g. safetensors (required to convert a checkpoint; "
+      "safetensors by default with --initial and with --layout hf)");
   a.exp->add_option("--from", a.export_args.from,
                     "checkpoint format to read (default: chosen by the file's extension)");
   a.exp->add_option("--dtype", a.export_args.dtype,
@@ -155,6 +160,7 @@ void add_calibrate(CLI::App& app, CommandLine& a) {
   a.calibrate->add_option("--merge", a.cfg.merges, kMergeHelp);
   a.calibrate->add_option("--set", a.cfg.sets, "override a config value: key=value (repeatable)");
   a.calibrate->add_option("--steps", a.calibrate_args.steps, "FP32 training steps to measure")
+      ->check(integer_flag(1))
       ->capture_default_str();
   a.calibrate->add_option("-o,--output,--out", a.calibrate_args.output,
                           "the TOML file to write (default: <config name>.precision.toml in the "
@@ -171,13 +177,19 @@ void add_sample(CLI::App& app, CommandLine& a) {
                    "checkpoint file or checkpoints/ folder")
       ->required();
   a.sample->add_option("--prompt", a.sample_args.prompt, "text to continue")->required();
-  a.sample->add_option("--tokens", a.sample_args.tokens, "tokens to generate")
+  a.sample
+      ->add_option("--tokens", a.sample_args.tokens,
+                   "tokens to generate (at most a million per call: continue from the output for "
+                   "more)")
+      ->check(integer_flag(0, mixtrain::cli::kMaxSampleTokens))
       ->capture_default_str();
   a.sample->add_option("--temperature", a.sample_args.temperature, "0: greedy; higher: more random")
       ->capture_default_str();
   a.sample->add_option("--top-k", a.sample_args.top_k, "sample among the k likeliest (0: all)")
+      ->check(integer_flag(0))
       ->capture_default_str();
   a.sample->add_option("--seed", a.sample_args.seed, "random seed of the draws")
+      ->check(unsigned_flag())
       ->capture_default_str();
   a.sample->add_option("--set", a.cfg.sets, "override a config value: key=value (repeatable)");
   a.sample->add_option("--merge", a.cfg.merges, kMergeHelp);
@@ -212,6 +224,7 @@ void add_predict(CLI::App& app, CommandLine& a) {
   a.predict
       ->add_option("--top-k", a.predict_args.top_k,
                    "keep the k best classes per prediction, as fields class and score (0: all)")
+      ->check(integer_flag(0))
       ->capture_default_str();
   a.predict
       ->add_option("--positions", a.predict_args.positions,
@@ -226,6 +239,7 @@ void add_predict(CLI::App& app, CommandLine& a) {
   a.predict
       ->add_option("--stride", a.predict_args.stride,
                    "language models: tokens between window starts (0: the block size)")
+      ->check(integer_flag(0))
       ->capture_default_str();
   a.predict->add_option("--set", a.cfg.sets, "override a config value: key=value (repeatable)");
   a.predict->add_option("--merge", a.cfg.merges, kMergeHelp);

@@ -2,6 +2,7 @@
 
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "mixtrain/sdk/error.h"
 
@@ -23,11 +24,9 @@ void check_parent(const fs::path& out) {
 
 }  // namespace
 
-void check_output_file(const fs::path& out, const fs::path& input, bool force) {
+void check_output_file(const fs::path& out, const CommandInputs& inputs, bool force) {
   std::error_code ec;
-  if (fs::equivalent(out, input, ec))
-    throw sdk::UserError(out.string() + " is the input " + input.string(),
-                         "write to another file with --out");
+  refuse_input_as_output("--out", out, inputs);
   if (fs::is_directory(out, ec))
     throw sdk::UserError(out.string() + " is a folder",
                          "give a file name, e.g. --out " + (out / "out.npy").string());
@@ -37,11 +36,11 @@ void check_output_file(const fs::path& out, const fs::path& input, bool force) {
   check_parent(out);
 }
 
-void check_output_folder(const fs::path& out, const fs::path& input, bool force) {
+void check_output_folder(const fs::path& out, const std::vector<std::string>& files,
+                         const CommandInputs& inputs, bool force) {
   std::error_code ec;
-  if (fs::equivalent(out, input, ec))
-    throw sdk::UserError(out.string() + " is the input " + input.string(),
-                         "write to another folder with --out");
+  refuse_input_as_output("--out", out, inputs);
+  for (const auto& file : files) refuse_input_as_output("--out", out / file, inputs);
   if (fs::exists(out, ec) && !fs::is_directory(out, ec))
     throw sdk::UserError(out.string() + " is a file, but this output is a folder",
                          "give a folder name, e.g. --out " + out.string() + "-hf");

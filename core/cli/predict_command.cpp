@@ -67,10 +67,10 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
     if (!path.empty() && !fs::is_regular_file(path))
       throw sdk::DataError(option + " " + path + " is not a file",
                            "check the path; predict reads one file of inputs (and one of labels)");
-  check_output_file(out, input, args.force);
-  if (args.top_k < 0)
-    throw sdk::UserError("--top-k " + std::to_string(args.top_k) + " is negative",
-                         "give 0 (every class) or the number of classes to keep");
+  CommandInputs inputs = config_inputs(cfg);
+  inputs.insert(inputs.end(),
+                {{"--input", input}, {"--labels", args.labels}, {"--checkpoint", args.checkpoint}});
+  check_output_file(out, inputs, args.force);
   core::PredictionFormat format;
   format.values = args.values == "probabilities" ? core::PredictionValues::probabilities
                                                  : core::PredictionValues::logits;
@@ -90,7 +90,10 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
         "--positions all is for language models; this model makes one "
         "prediction per input row",
         "leave out --positions");
-  trainer.load_checkpoint(session.checkpoint_path(args.checkpoint), /*weights_only=*/true,
+  // A run or checkpoints/ folder is a file only now: its newest checkpoint.
+  const fs::path checkpoint = session.checkpoint_path(args.checkpoint);
+  refuse_input_as_output("--out", out, {{"--checkpoint", checkpoint}});
+  trainer.load_checkpoint(checkpoint, /*weights_only=*/true,
                           core::parse_weight_layout(args.layout));
 
   core::PredictionInputSpec spec;

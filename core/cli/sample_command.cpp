@@ -12,21 +12,8 @@
 
 namespace mixtrain::cli {
 
-namespace {
-// A million bytes of text per call: generation streams, but a typo's 10^12 would run for days.
-constexpr std::int64_t kMaxSampleTokens = 1'000'000;
-}  // namespace
-
 int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
   // The arguments first: a typo costs nothing to report, loading the data and model does.
-  if (args.tokens < 0 || args.tokens > kMaxSampleTokens)
-    throw sdk::UserError("--tokens " + std::to_string(args.tokens) + " is outside [0, " +
-                             std::to_string(kMaxSampleTokens) + "]",
-                         "ask for at most " + std::to_string(kMaxSampleTokens) +
-                             " tokens per call (continue from the output for more)");
-  if (args.top_k < 0)
-    throw sdk::UserError("--top-k " + std::to_string(args.top_k) + " is negative",
-                         "use 0 (every token) or a positive k");
   if (!std::isfinite(args.temperature) || args.temperature < 0.0)
     throw sdk::UserError(
         "--temperature " + std::to_string(args.temperature) + " is not a finite number >= 0",

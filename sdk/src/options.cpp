@@ -132,30 +132,6 @@ std::string OptionSpec::range_text() const {
   return {};
 }
 
-std::string closest_match(std::string_view word, const std::vector<std::string>& candidates) {
-  std::string best;
-  std::size_t best_d = std::string::npos;
-  for (const auto& c : candidates) {
-    // Levenshtein distance, O(|a|·|b|) with two rows.
-    std::vector<std::size_t> prev(c.size() + 1), cur(c.size() + 1);
-    for (std::size_t j = 0; j <= c.size(); ++j) prev[j] = j;
-    for (std::size_t i = 1; i <= word.size(); ++i) {
-      cur[0] = i;
-      for (std::size_t j = 1; j <= c.size(); ++j) {
-        std::size_t sub = prev[j - 1] + (word[i - 1] == c[j - 1] ? 0 : 1);
-        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
-      }
-      std::swap(prev, cur);
-    }
-    if (prev[c.size()] < best_d) {
-      best_d = prev[c.size()];
-      best = c;
-    }
-  }
-  std::size_t limit = std::max<std::size_t>(2, word.size() / 3);
-  return best_d <= limit ? best : std::string{};
-}
-
 Options Options::resolve(std::string table, const OptionSchema& schema,
                          const std::vector<RawOption>& raw, SourceLocation table_where,
                          const std::vector<std::string>& host_keys) {

@@ -175,7 +175,7 @@ TEST_F(Calibrate, BadInputExitsTwoNamingTheProblem) {
   for (const std::string steps : {"0", "-4"}) {
     const auto r = run("calibrate " + demo_ + " --steps " + steps + " --output " + out.string());
     EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_TRUE(has(r.err, "--steps is " + steps)) << r.err;
+    EXPECT_TRUE(has(r.err, "--steps: " + steps + " is out of range")) << r.err;
     EXPECT_TRUE(has(r.err, "HINT")) << r.err;
   }
 

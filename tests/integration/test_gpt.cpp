@@ -81,9 +81,9 @@ TEST_F(CliGpt, SampleArgumentsOutOfRangeExit2BeforeAnythingLoads) {
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
            {"--temperature nan", "--temperature nan is not a finite number"},
            {"--temperature -1", "is not a finite number >= 0"},
-           {"--tokens 10000000000", "--tokens 10000000000 is outside [0, 1000000]"},
-           {"--tokens -3", "is outside [0, 1000000]"},
-           {"--top-k -1", "--top-k -1 is negative"}}) {
+           {"--tokens 10000000000", "--tokens: 10000000000 is out of range"},
+           {"--tokens -3", "give a whole number from 0 to 1000000"},
+           {"--top-k -1", "--top-k: -1 is out of range"}}) {
     auto r = run(base + args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     EXPECT_NE(r.err.find(says), std::string::npos) << args << ": " << r.err;

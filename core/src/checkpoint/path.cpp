@@ -4,6 +4,7 @@
 #include <charconv>
 #include <utility>
 
+#include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -47,6 +48,13 @@ fs::path resolve_checkpoint_path(const fs::path& path, const std::string& extens
     const fs::path folder =
         fs::is_directory(path / "checkpoints", ec) ? path / "checkpoints" : path;
     const auto all = step_checkpoints(folder, extension);
+    // A Hugging Face model folder holds no step-N checkpoint, but weights mixtrain reads.
+    if (all.empty() && fs::is_regular_file(path / kHfConfigFile, ec) &&
+        fs::is_regular_file(path / kHfWeightsFile, ec))
+      throw sdk::CheckpointError(
+          path.string() + " is a Hugging Face model folder, not a mixtrain run",
+          "pass its weights with their layout: --checkpoint " + (path / kHfWeightsFile).string() +
+              " --layout gpt2");
     if (all.empty())
       throw sdk::CheckpointError("no checkpoint (step-*" + extension + ") in " + folder.string(),
                                  "pass a checkpoint file, a run folder or its checkpoints/ folder");

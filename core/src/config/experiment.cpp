@@ -6,6 +6,7 @@
 #include <set>
 
 #include "config/data_section.h"
+#include "config/misplaced_key.h"
 #include "config/model_section.h"
 #include "config/reading.h"
 #include "distributed/launch.h"
@@ -517,9 +518,7 @@ void check_keep_best(const sdk::Options& ck, const Experiment& e) {
         "set run.eval_every to the steps between the evaluations it compares");
 }
 
-}  // namespace
-
-Experiment parse_experiment(const Config& config, const PluginRegistry& registry) {
+Experiment read_experiment(const Config& config, const PluginRegistry& registry) {
   Experiment e;
   e.source_name = config.source_name();
   check_top_level_tables(config);
@@ -544,6 +543,17 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   read_early_stopping(run, e);
   check_keep_best(checkpoint, e);
   return e;
+}
+
+}  // namespace
+
+Experiment parse_experiment(const Config& config, const PluginRegistry& registry) {
+  try {
+    return read_experiment(config, registry);
+  } catch (const sdk::ConfigError& e) {
+    if (auto pointed = with_owner_hint(e, registry)) throw *pointed;
+    throw;
+  }
 }
 
 Components create_components(const Experiment& e, const PluginRegistry& registry) {

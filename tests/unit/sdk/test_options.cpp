@@ -375,4 +375,15 @@ TEST(sdk_ClosestMatch, SuggestsNearMissesOnly) {
             "weight_decay");
 }
 
+TEST(sdk_ClosestMatch, PrefersAliasesAndShortenedNamesAndNeverRewritesAWord) {
+  // Another tool's name for a key: no edits lead from one to the other.
+  EXPECT_EQ(sdk::closest_match("learning_rate", {"lr", "weight_decay", "beta1"}), "lr");
+  EXPECT_EQ(sdk::closest_match("learning_rate", {"weight_decay"}), "") << "lr is not here";
+  // A choice shortened to its first part beats one two edits away.
+  EXPECT_EQ(sdk::closest_match("fp16", {"fp32", "bf16-mixed", "fp16-mixed"}), "fp16-mixed");
+  EXPECT_EQ(sdk::closest_match("fp8", {"fp8-e4m3", "fp8-e5m2"}), "") << "ambiguous";
+  // Two edits of a two-letter word leave nothing of it.
+  EXPECT_EQ(sdk::closest_match("lr", {"name", "seed", "dir", "steps"}), "");
+}
+
 }  // namespace

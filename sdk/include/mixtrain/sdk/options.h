@@ -98,7 +98,10 @@ class Options {
   SourceLocation table_where_;
 };
 
-// Levenshtein-closest candidate within a small distance, or empty.
+// The candidate a mistyped `word` most likely means, or empty: first a known alias (the name
+// another tool gives it, e.g. learning_rate for lr), then the one candidate that `word` begins
+// (fp16 for fp16-mixed), then the Levenshtein-closest within a small distance that leaves some
+// of the word standing (lr is not dir).
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);
 
 }  // namespace mixtrain::sdk

@@ -1,0 +1,48 @@
+#include "config/misplaced_key.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/config/section_catalog.h"
+
+namespace mixtrain::core {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+std::optional<sdk::ConfigError> with_owner_hint(const sdk::ConfigError& e,
+                                                const PluginRegistry& registry) {
+  if (!ends_with(e.what(), ": unknown key") || e.hint().find("did you mean") != std::string::npos)
+    return std::nullopt;
+  const auto dot = e.key().rfind('.');
+  if (dot == std::string::npos) return std::nullopt;
+  const std::string table = e.key().substr(0, dot), name = e.key().substr(dot + 1);
+  const auto sections = config_sections(registry);
+  std::vector<std::string> owners, defaults;
+  for (const auto& section : sections) {
+    if (section.name == table) continue;
+    for (const auto& key : section.keys)
+      if (key.name == name) owners.push_back(section.name);
+    if (!section.selector_default.empty())
+      defaults.push_back(section.name + "." + section.selector_default);
+  }
+  if (owners.empty()) return std::nullopt;
+  // The default component's table first (optimizer.adamw's lr before optimizer.sgd's).
+  std::stable_partition(owners.begin(), owners.end(), [&](const std::string& owner) {
+    return std::find(defaults.begin(), defaults.end(), owner) != defaults.end();
+  });
+  std::string hint = "'" + name + "' is a key of [" + owners.front() + "]";
+  if (owners.size() > 1)
+    hint += " and " + std::to_string(owners.size() - 1) + " other section" +
+            (owners.size() > 2 ? "s" : "") + " (`mixtrain describe` lists them)";
+  hint += ": did you mean " + owners.front() + "." + name + "? " + e.hint();
+  return sdk::ConfigError(e.where(), e.key(), "unknown key", hint);
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,21 @@
+// The hint of a key written in the wrong table (`run.lr` for the optimizer's lr): an unknown key
+// with no near name in its own table is looked up in every other section of the config
+// (section_catalog.h), so the error points where the key lives instead of saying nothing.
+//
+// Contract: for a ConfigError "unknown key" whose hint has no "did you mean", and whose last
+// component is a key of other sections, the same error (location, key, message) with a hint
+// naming those sections first (a section's default component first); any other error gives
+// std::nullopt, for the caller to rethrow unchanged.
+#pragma once
+
+#include <optional>
+
+#include "mixtrain/core/plugins/registry.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::core {
+
+std::optional<sdk::ConfigError> with_owner_hint(const sdk::ConfigError& e,
+                                                const PluginRegistry& registry);
+
+}  // namespace mixtrain::core

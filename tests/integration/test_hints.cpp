@@ -1,0 +1,42 @@
+// The hints of common mistakes point at what the user meant: a shortened choice, another tool's
+// key name, a key in the wrong table, a Hugging Face folder given as a checkpoint.
+#include "cli_test_support.h"
+
+namespace mixtrain::test {
+namespace {
+
+using Hints = CliTest;
+
+TEST_F(Hints, ConfigMistakesSuggestWhatWasMeant) {
+  const std::string check = "check " + quickstart() + " --set ";
+  auto r = run(check + "precision.policy=fp16");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.err, "did you mean 'fp16-mixed'")) << r.err;
+  r = run(check + "optimizer.adamw.learning_rate=0.1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.err, "did you mean 'lr'")) << r.err;
+  r = run(check + "run.lr=0.1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.err, "did you mean optimizer.adamw.lr")) << r.err;
+  EXPECT_FALSE(has(r.err, "'dir'")) << r.err;
+}
+
+TEST_F(Hints, AHuggingFaceFolderAsCheckpointNamesItsWeightsAndLayout) {
+  fs::create_directory(dir_ / "hf");
+  write_file("hf/config.json", "{}");
+  write_file("hf/model.safetensors", "x");
+  const auto r = run("eval " + quickstart() + " --checkpoint hf", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "hf is a Hugging Face model folder")) << r.err;
+  EXPECT_TRUE(has(r.err, "--checkpoint hf/model.safetensors --layout gpt2")) << r.err;
+}
+
+TEST_F(Hints, ExportInitialWritesSafetensorsWithoutFormat) {
+  const auto r = run("export " + quickstart() + " --initial --out init.safetensors", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "(safetensors, initial weights")) << r.out;
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "init.safetensors"));
+}
+
+}  // namespace
+}  // namespace mixtrain::test

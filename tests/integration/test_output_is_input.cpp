@@ -1,0 +1,128 @@
+// Every command that writes a file (predict, calibrate, export) refuses an output that is one of
+// its own inputs, with --force too: exit 2, one error naming the flag, the input and the fix, and
+// the input left as it was. A symlink to an input is that input; a new file is never one.
+#include <random>
+
+#include "cli_test_support.h"
+#include "npy_test_support.h"
+
+namespace mixtrain::test {
+namespace {
+
+const char* kMlp = R"(
+[run]
+name = "mlp"
+seed = 3
+steps = 2
+[backend]
+type = "cpu"
+threads = 1
+[precision]
+policy = "fp32"
+[optimizer]
+type = "adamw"
+[model]
+layers = [ { type = "linear", out = 4 }, { type = "relu" }, { type = "linear", out = 3 } ]
+[data]
+source = "npy"
+batch_size = 8
+eval_fraction = 0.0
+[data.npy]
+features = "x.npy"
+labels = "y.npy"
+[checkpoint]
+fsync = false
+)";
+
+class OutputIsInput : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    std::mt19937 rng(1);
+    std::normal_distribution<float> noise(0.0f, 1.0f);
+    std::vector<float> x;
+    std::vector<std::int64_t> y;
+    for (int r = 0; r < 24; ++r) {
+      y.push_back(r % 3);
+      for (int f = 0; f < 4; ++f) x.push_back(noise(rng));
+    }
+    write_npy(dir_ / "x.npy", "<f4", {24, 4}, x);
+    write_npy(dir_ / "y.npy", "<i8", {24}, y);
+    cfg_ = write_file("mlp.toml", kMlp).string();
+    write_file("merge.toml", "[run]\nseed = 4\n");
+  }
+
+  // Runs `args` and expects the refusal: exit 2, the input named, the fix, `input` unchanged.
+  void expect_refused(const std::string& args, const std::string& input_argument,
+                      const fs::path& input) {
+    const std::string before = slurp(input);
+    ASSERT_FALSE(before.empty()) << input;
+    const auto r = run(args, dir_);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, "is the input " + input_argument)) << args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, "choose another --out")) << r.err;
+    EXPECT_TRUE(has(r.err, "--force or not")) << r.err;
+    EXPECT_EQ(slurp(input), before) << input << " was overwritten by: " << args;
+  }
+
+  fs::path newest_checkpoint(const fs::path& run_dir) {
+    fs::path newest;
+    for (const auto& e : fs::directory_iterator(run_dir / "checkpoints"))
+      if (e.path().extension() == ".mxt" && e.path() > newest) newest = e.path();
+    return newest;
+  }
+
+  std::string cfg_;
+};
+
+TEST_F(OutputIsInput, PredictRefusesEachOfItsInputsWithForce) {
+  ASSERT_EQ(run("train " + cfg_ + " --run-dir run", dir_).exit_code, 0);
+  const fs::path ckpt = newest_checkpoint(dir_ / "run");
+  ASSERT_FALSE(ckpt.empty());
+  const std::string base = "predict " + cfg_ + " --merge merge.toml --input x.npy --labels y.npy ";
+  // The newest checkpoint of the run folder --checkpoint names: known only once resolved.
+  expect_refused(base + "--checkpoint run --force --out " + ckpt.string(), "--checkpoint", ckpt);
+  expect_refused(base + "--checkpoint " + ckpt.string() + " --force --out " + ckpt.string(),
+                 "--checkpoint", ckpt);
+  expect_refused(base + "--checkpoint run --force --out x.npy", "--input", dir_ / "x.npy");
+  expect_refused(base + "--checkpoint run --force --out y.npy", "--labels", dir_ / "y.npy");
+  expect_refused(base + "--checkpoint run --force --out mlp.toml", "config", cfg_);
+  expect_refused(base + "--checkpoint run --force --out merge.toml", "--merge",
+                 dir_ / "merge.toml");
+  // Through a symlink, and without --force: the same refusal, not "already exists".
+  fs::create_symlink(dir_ / "y.npy", dir_ / "link.npy");
+  expect_refused(base + "--checkpoint run --out link.npy", "--labels", dir_ / "y.npy");
+  // A new file is no input.
+  const auto r = run(base + "--checkpoint run --out p.npy", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST_F(OutputIsInput, CalibrateRefusesItsConfigAndMergeFilesWithForce) {
+  const std::string base = "calibrate " + cfg_ + " --merge merge.toml --steps 1 --force ";
+  expect_refused(base + "--out merge.toml", "--merge", dir_ / "merge.toml");
+  expect_refused(base + "--out mlp.toml", "config", cfg_);
+  // The default output, <config name>.precision.toml here, given as a --merge file too.
+  write_file("mlp.precision.toml", "[precision]\npolicy = \"fp32\"\n");
+  expect_refused("calibrate " + cfg_ + " --merge mlp.precision.toml --steps 1 --force", "--merge",
+                 dir_ / "mlp.precision.toml");
+}
+
+TEST_F(OutputIsInput, ExportRefusesItsCheckpointConfigAndInitFromWithForce) {
+  ASSERT_EQ(run("train " + cfg_ + " --run-dir run", dir_).exit_code, 0);
+  const fs::path ckpt = newest_checkpoint(dir_ / "run");
+  expect_refused("export " + ckpt.string() + " --format safetensors --force --out " + ckpt.string(),
+                 "source", ckpt);
+  expect_refused("export run --format safetensors --force --out " + ckpt.string(), "source", ckpt);
+  expect_refused("export " + cfg_ + " --initial --format safetensors --force --out mlp.toml",
+                 "config", cfg_);
+  // checkpoint.init_from is read too: known once the config is.
+  auto r = run("export " + cfg_ + " --initial --format safetensors --out init.safetensors", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_refused("export " + cfg_ +
+                     " --initial --set checkpoint.init_from=init.safetensors --format "
+                     "safetensors --force --out init.safetensors",
+                 "checkpoint.init_from", dir_ / "init.safetensors");
+}
+
+}  // namespace
+}  // namespace mixtrain::test
