@@ -1,4 +1,5 @@
 // Integration tests: drive the real `mixtrain` executable and read what it writes.
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -322,6 +323,19 @@ TEST_F(Cli, ResumingAnEarlierCheckpointInPlaceMovesTheLaterOnesAside) {
   EXPECT_EQ(names(dir / "checkpoints.discarded-after-step-20"),
             (std::set<std::string>{"step-00000040.mxt", "step-00000060.mxt"}));
   EXPECT_TRUE(fs::exists(dir / "metrics.discarded-after-step-20.jsonl"));
+  // Said once, with what moved and where.
+  const std::string said = r2.out + r2.err;
+  std::ifstream side(dir / "metrics.discarded-after-step-20.jsonl");
+  std::int64_t records = 0;
+  for (std::string l; std::getline(side, l);) records += l.empty() ? 0 : 1;
+  ASSERT_GT(records, 0);
+  const std::string line = "2 checkpoints and " + std::to_string(records) +
+                           " metrics records from after step 20 moved aside";
+  ASSERT_NE(said.find(line), std::string::npos) << said;
+  EXPECT_EQ(said.find(line, said.find(line) + 1), std::string::npos) << said;
+  EXPECT_NE(said.find("checkpoints.discarded-after-step-20/"), std::string::npos) << said;
+  // A fresh run says nothing of the kind.
+  EXPECT_EQ((r.out + r.err).find("moved aside"), std::string::npos);
 }
 
 TEST_F(Cli, CheckPrintsThePlanAndPluginsListsComponents) {

@@ -69,13 +69,20 @@ void abandon_csv_after_step(const fs::path& dir, std::int64_t step, const std::s
   write_run_file(file, header + '\n' + keep, "metrics table");
 }
 
-void abandon_after_step(const fs::path& dir, std::int64_t step, const std::string& extension) {
+// Returns what it moved, as one sentence, or "" when the folder held nothing after `step`.
+std::string abandon_after_step(const fs::path& dir, std::int64_t step,
+                               const std::string& extension) {
   const std::string suffix = "discarded-after-step-" + std::to_string(step);
   abandon_csv_after_step(dir, step, suffix);
   std::ifstream in(dir / "metrics.jsonl");
   std::string keep, discarded, line;
-  while (std::getline(in, line))
-    if (!line.empty()) (after_step(line, step) ? discarded : keep) += line + '\n';
+  std::int64_t records = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const bool after = after_step(line, step);
+    (after ? discarded : keep) += line + '\n';
+    records += after ? 1 : 0;
+  }
   in.close();
   if (!discarded.empty()) {
     std::ofstream side(dir / ("metrics." + suffix + ".jsonl"), std::ios::app);
@@ -88,6 +95,7 @@ void abandon_after_step(const fs::path& dir, std::int64_t step, const std::strin
   write_run_file(dir / "metrics.jsonl", keep, "metrics");
 
   const fs::path aside = dir / ("checkpoints." + suffix);
+  std::int64_t checkpoints = 0;
   for (const auto& file : step_checkpoints(dir / "checkpoints", extension)) {
     if (checkpoint_step(file, extension).value_or(0) <= step) continue;
     std::error_code ec;
@@ -97,7 +105,16 @@ void abandon_after_step(const fs::path& dir, std::int64_t step, const std::strin
       throw sdk::UserError("cannot move " + file.string() + " aside: " + ec.message(),
                            "it belongs to the abandoned continuation after step " +
                                std::to_string(step) + "; move or delete it, then resume");
+    ++checkpoints;
   }
+  if (records == 0 && checkpoints == 0) return {};
+  auto count = [](std::int64_t n, const char* what) {
+    return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+  };
+  return count(checkpoints, "checkpoint") + " and " + count(records, "metrics record") +
+         " from after step " + std::to_string(step) + " moved aside to " + aside.string() +
+         "/ and " + (dir / ("metrics." + suffix)).string() +
+         ".* (resuming an earlier checkpoint abandons its later continuation; nothing is deleted)";
 }
 
 }  // namespace
@@ -108,7 +125,8 @@ void write_run_file(const fs::path& file, const std::string& text, const std::st
   out.commit();
 }
 
-fs::path prepare_run_folder(const RunFolderRequest& r, const std::string& resolved_config) {
+PreparedRunFolder prepare_run_folder(const RunFolderRequest& r,
+                                     const std::string& resolved_config) {
   const fs::path resumed_run =
       r.resumed_from.empty() ? fs::path() : r.resumed_from.parent_path().parent_path();
   fs::path requested = r.run_dir;
@@ -128,8 +146,10 @@ fs::path prepare_run_folder(const RunFolderRequest& r, const std::string& resolv
     throw sdk::UserError("cannot create run folder " + dir.string() + ": " + ec.message(),
                          "choose a writable --run-dir");
   write_run_file(dir / "config.toml", resolved_config, "resolved config");
-  if (continuing) abandon_after_step(dir, r.resumed_step, r.checkpoint_extension);
-  return dir;
+  PreparedRunFolder prepared{dir, {}};
+  if (continuing)
+    prepared.moved_aside = abandon_after_step(dir, r.resumed_step, r.checkpoint_extension);
+  return prepared;
 }
 
 }  // namespace mixtrain::core

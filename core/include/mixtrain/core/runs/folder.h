@@ -14,7 +14,8 @@
 //   metrics.csv likewise to metrics.discarded-after-step-N.csv, and
 //   checkpoints above N to checkpoints.discarded-after-step-N/. Left in place, keep-pruning would
 //   count those checkpoints as the newest and a later --resume would pick them up. A record whose
-//   step is not a JSON integer (an edited file) stays.
+//   step is not a JSON integer (an edited file) stays. What moved is reported (moved_aside) so
+//   the run can say it in one line.
 // - It creates checkpoints/ and writes config.toml atomically. Errors are sdk::UserError naming
 //   the folder or file, with a hint.
 #pragma once
@@ -40,8 +41,16 @@ struct RunFolderRequest {
 void write_run_file(const std::filesystem::path& file, const std::string& text,
                     const std::string& what);
 
+struct PreparedRunFolder {
+  std::filesystem::path dir;
+  // Empty, or one sentence: what continuing moved aside and where ("2 checkpoints and 4 metrics
+  // records from after step 20 moved to checkpoints.discarded-after-step-20/ and
+  // metrics.discarded-after-step-20.*").
+  std::string moved_aside;
+};
+
 // The folder, ready: checkpoints/ exists and config.toml holds `resolved_config`.
-std::filesystem::path prepare_run_folder(const RunFolderRequest& request,
-                                         const std::string& resolved_config);
+PreparedRunFolder prepare_run_folder(const RunFolderRequest& request,
+                                     const std::string& resolved_config);
 
 }  // namespace mixtrain::core
