@@ -15,6 +15,7 @@
 #include "mixtrain/core/distributed/config_agreement.h"
 #include "mixtrain/core/graph/model_summary.h"
 #include "mixtrain/core/plugins/registry.h"
+#include "mixtrain/core/precision/loss_scaling_advice.h"
 #include "mixtrain/core/precision/tensor_core_lint.h"
 #include "mixtrain/core/profiling/profiling_backend.h"
 #include "mixtrain/core/runs/comparison.h"
@@ -139,6 +140,11 @@ int train_with(core::Experiment& experiment, core::Components components,
   core::Trainer trainer(experiment, std::move(components), opt);
   auto s = trainer.run();
   if (!speaks) return s.interrupted ? core::kInterruptedExitCode : s.diverged ? kExitDiverged : 0;
+  if (s.already_complete) {  // the trainer said why; nothing was trained or written
+    std::printf("nothing to do: the run is already at step %lld\nrun folder: %s\n",
+                static_cast<long long>(s.steps), s.run_dir.string().c_str());
+    return 0;
+  }
   std::printf("%s: %lld steps (%lld skipped), final loss %.5f, ",
               s.interrupted     ? "interrupted"
               : s.diverged      ? "diverged"
@@ -177,7 +183,6 @@ int run_check(const ConfigArgs& cfg) {
   auto session = open_model_session(cfg, SessionWeights::as_training_starts);
   const auto& experiment = session.experiment;
   const auto& trainer = *session.trainer;
-  const bool needs_scaling = session.policy->needs_loss_scaling();  // after adapt_to() ("auto")
 
   std::cout << core::resolved_toml(experiment) << "\n";
   // Without held-out rows, evaluation reads the training rows (Trainer::evaluate): say so.
@@ -191,10 +196,9 @@ int run_check(const ConfigArgs& cfg) {
   std::cout << core::render_model_summary(
       core::summarize_model(trainer.model(), experiment.data.batch_size));
   std::vector<std::string> warnings = core::tensor_core_warnings(trainer.model());
-  if (needs_scaling && experiment.scaler_type == "none")
-    warnings.push_back("policy '" + experiment.policy_name +
-                       "' stores gradients in a narrow format but scaler.type = \"none\": small "
-                       "gradients will flush to zero; set scaler.type = \"dynamic\"");
+  // The session adapted the policy to the model ("auto" resolved), as training would.
+  if (auto w = core::unscaled_narrow_gradients(experiment, *session.policy))
+    warnings.push_back(std::move(*w));
   for (const auto& w : warnings) core::core_logger("check").warn(w);
   std::cout << "# config OK" << (warnings.empty() ? "" : " (with warnings)") << "\n";
   return 0;

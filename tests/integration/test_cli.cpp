@@ -338,6 +338,49 @@ TEST_F(Cli, ResumingAnEarlierCheckpointInPlaceMovesTheLaterOnesAside) {
   EXPECT_EQ((r.out + r.err).find("moved aside"), std::string::npos);
 }
 
+// A run resumed at its own run.steps has nothing to train: it says so, how to go on, and leaves
+// every file of the finished run as it was (the final checkpoint's metadata included).
+TEST_F(Cli, ResumingARunAlreadyAtItsStepsSaysSoAndWritesNothing) {
+  const auto dir = dir_ / "done";
+  const std::string args = " --set run.steps=20 --set run.log_every=10 --set checkpoint.every=10";
+  auto r = run("train " + quickstart() + args + " --run-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto snapshot = [&] {
+    std::map<std::string, std::string> files;
+    for (const auto& f : fs::recursive_directory_iterator(dir))
+      if (f.is_regular_file()) {
+        std::ifstream in(f.path(), std::ios::binary);
+        files[fs::relative(f.path(), dir).string()] =
+            std::string(std::istreambuf_iterator<char>(in), {});
+      }
+    return files;
+  };
+  const auto before = snapshot();
+  auto again = run("train --resume " + dir.string());
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  const std::string said = again.out + again.err;
+  EXPECT_NE(said.find("already at step 20 of run.steps = 20"), std::string::npos) << said;
+  EXPECT_NE(said.find("--set run.steps=N, N > 20"), std::string::npos) << said;
+  EXPECT_NE(said.find("nothing to do"), std::string::npos) << said;
+  EXPECT_EQ(snapshot(), before) << "a finished run's files were rewritten";
+}
+
+// fp16 gradients without a loss scaler are warned of when training starts, as check does.
+TEST_F(Cli, TrainWarnsOfFp16GradientsWithoutALossScaler) {
+  const std::string args = " --set run.steps=2 --set precision.policy=fp16-mixed";
+  auto none = run("train " + quickstart() + args + " --set scaler.type=none --run-dir " +
+                  (dir_ / "none").string());
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  const std::string warning = "scaler.type = \"none\": small gradients will flush to zero";
+  const std::string said = none.out + none.err;
+  ASSERT_NE(said.find(warning), std::string::npos) << said;
+  EXPECT_EQ(said.find(warning, said.find(warning) + 1), std::string::npos) << "said once";
+  auto scaled = run("train " + quickstart() + args + " --set scaler.type=dynamic --run-dir " +
+                    (dir_ / "scaled").string());
+  ASSERT_EQ(scaled.exit_code, 0) << scaled.err;
+  EXPECT_EQ((scaled.out + scaled.err).find(warning), std::string::npos);
+}
+
 TEST_F(Cli, CheckPrintsThePlanAndPluginsListsComponents) {
   auto c = run("check " + quickstart());
   ASSERT_EQ(c.exit_code, 0) << c.err;

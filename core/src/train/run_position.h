@@ -5,6 +5,8 @@
 // - step: the last step run (0 before the first); applied + skipped == step for a run that
 //   started at 0 (a resumed run restores all three).
 // - resumed_from: the checkpoint file this run resumed from; empty for a fresh run.
+// - complete_on_resume: the resumed checkpoint is already at (or past) run.steps, so the run has
+//   nothing to train and writes nothing: not its folder's config, metrics, checkpoints or summary.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@ struct RunPosition {
   std::int64_t applied = 0;  // steps whose update the optimizer applied
   std::int64_t skipped = 0;  // steps the scaler skipped (non-finite gradients)
   std::filesystem::path resumed_from;
+  bool complete_on_resume = false;
 };
 
 }  // namespace mixtrain::core

@@ -16,6 +16,7 @@
 #include "mixtrain/core/console/progress_report.h"
 #include "mixtrain/core/distributed/config_agreement.h"
 #include "mixtrain/core/graph/model_summary.h"
+#include "mixtrain/core/precision/loss_scaling_advice.h"
 #include "mixtrain/core/runs/folder.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "train/planned_model.h"
@@ -419,6 +420,22 @@ void report_end(Trainer::State& s, const RunEnd& end, const fs::path& last_check
                                         : "; continue with --resume " + last_checkpoint.string()));
 }
 
+// A resume of a checkpoint at or past run.steps: says so and how to go on; trains and writes
+// nothing (the final checkpoint, its metrics and summary stay as the finished run left them).
+TrainSummary already_complete(Trainer::State& s, TrainSummary& sum) {
+  sum.already_complete = true;
+  sum.steps = s.position.step;
+  sum.applied_steps = s.position.applied;
+  sum.skipped_steps = s.position.skipped;
+  sum.resumed_from = s.position.resumed_from;
+  s.log.info("the run is already at step " + std::to_string(s.position.step) + " of run.steps = " +
+             std::to_string(s.e.run.steps) + " (" + s.position.resumed_from.string() +
+             "): nothing to train, nothing written; to train on, resume with a larger "
+             "run.steps (--set run.steps=N, N > " +
+             std::to_string(s.position.step) + ")");
+  return sum;
+}
+
 }  // namespace
 
 Trainer::Trainer(const Experiment& experiment, Components components, const TrainOptions& options)
@@ -445,8 +462,12 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     s.position.resumed_from =
         resolve_checkpoint_path(*options.resume, s.c.checkpoint_format->file_extension());
     load_checkpoint(s.position.resumed_from, /*weights_only=*/false);
+    s.position.complete_on_resume = s.position.step >= e.run.steps;
   }
-  if (s.writes) open_run_folder(s);
+  if (s.position.complete_on_resume)
+    s.run_dir = s.position.resumed_from.parent_path().parent_path();  // read, never written
+  else if (s.writes)
+    open_run_folder(s);
 }
 
 Trainer::~Trainer() = default;
@@ -477,12 +498,14 @@ TrainSummary Trainer::run() {
   const std::int64_t bs = e.data.batch_size * e.run.accumulate;
   TrainSummary sum;
   sum.run_dir = s.run_dir;
+  if (s.position.complete_on_resume) return already_complete(s, sum);
   s.reducer->announce(s.log, e.data.batch_size);
   s.log.info(
       "run '" + e.run.name + "': " + std::to_string(s.model->parameter_count()) +
       " parameters, policy " + e.policy_name + ", scaler " + e.scaler_type + ", optimizer " +
       e.optimizer_type + ", backend " + s.c.backend->capabilities().device_name +
       (s.run_dir.empty() ? std::string(" (no run folder)") : ", folder " + s.run_dir.string()));
+  if (const auto warning = unscaled_narrow_gradients(e, *s.c.policy)) s.log.warn(*warning);
   RunEnd end;
   const auto t_start = Clock::now();
   ThroughputWindow window{t_start};

@@ -74,6 +74,8 @@ struct TrainSummary {
   };
   std::map<std::string, GemmInput> gemm_inputs;
   std::filesystem::path resumed_from;  // empty: a fresh run
+  // The resumed checkpoint was already at run.steps: nothing was trained and nothing written.
+  bool already_complete = false;
   std::filesystem::path run_dir;
   bool diverged = false;
   std::string divergence;  // why it diverged, one sentence; empty when it did not
