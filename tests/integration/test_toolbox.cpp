@@ -141,6 +141,24 @@ TEST_F(Toolbox, KeysTheScheduleDoesNotReadAreWarnedAboutAndTheResolvedConfigRoun
 
 // Every step is applied (fp32, no scaler), so step s runs at lr_at(s - 1): warm-up over 2 steps,
 // then the milestones 3 and 6 of the schedule's own clock.
+// A multistep milestone the run never reaches (warm-up counted) is valid but likely a slip: check
+// and train warn of it, naming the entry, where it was set, and the step it would fall on.
+TEST_F(Toolbox, AMilestoneBeyondRunStepsIsWarnedAbout) {
+  const std::string sets =
+      " --set optimizer.schedule=multistep --set optimizer.warmup_steps=20"
+      " --set optimizer.milestones=[10,100] --set run.steps=100";
+  auto r = run("check " + quickstart() + sets);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "optimizer.milestones (--set optimizer.milestones=[10,100]): entry 1 "
+                  "(100, after 20 warm-up steps: step 120) is beyond run.steps = 100"))
+      << r.err;
+  EXPECT_FALSE(has(r.err, "entry 0")) << r.err;  // step 30 is reached
+  auto reached = run("check " + quickstart() + sets + " --set run.steps=120");
+  ASSERT_EQ(reached.exit_code, 0) << reached.err;
+  EXPECT_FALSE(has(reached.err, "beyond run.steps")) << reached.err;
+}
+
 TEST_F(Toolbox, MultistepRunLogsTheRatesOfItsMilestones) {
   auto r = run("train " + quickstart() + tiny(12) +
                " --set run.log_every=1 --set run.eval_every=0 --set optimizer.schedule=multistep"

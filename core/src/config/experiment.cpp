@@ -111,6 +111,24 @@ void check_milestones(const sdk::Options& o, const ScheduleSettings& s) {
   }
 }
 
+// multistep: a milestone the run never reaches (they count after warm-up) is valid, and a resumed
+// run may raise run.steps to reach it, but it is more likely a typo: warn, naming it.
+void warn_of_unreached_milestones(const sdk::Options& o, Experiment& e) {
+  const auto& s = e.schedule;
+  for (std::size_t i = 0; i < s.milestones.size(); ++i) {
+    const std::int64_t at = s.warmup_steps + s.milestones[i];
+    if (at <= e.run.steps) continue;
+    e.config_warnings.push_back(
+        "optimizer.milestones (" + o.where("milestones").to_string() + "): entry " +
+        std::to_string(i) + " (" + std::to_string(s.milestones[i]) +
+        (s.warmup_steps > 0 ? ", after " + std::to_string(s.warmup_steps) +
+                                  " warm-up steps: step " + std::to_string(at)
+                            : std::string()) +
+        ") is beyond run.steps = " + std::to_string(e.run.steps) +
+        ": that decay never happens; lower it or raise run.steps");
+  }
+}
+
 // onecycle: a rising phase of more than one step, and none of the keys it has counterparts of.
 void check_onecycle(const sdk::Options& o, const ScheduleSettings& s, std::int64_t steps) {
   if (s.pct_start >= 1.0)
@@ -176,7 +194,10 @@ void read_schedule(const Config& config, const sdk::Options& o, Experiment& e) {
   s.div_factor = o.get_double("div_factor");
   s.final_div_factor = o.get_double("final_div_factor");
   s.clip_grad_norm = o.get_double("clip_grad_norm");
-  if (s.schedule == LrScheduleKind::multistep) check_milestones(o, s);
+  if (s.schedule == LrScheduleKind::multistep) {
+    check_milestones(o, s);
+    warn_of_unreached_milestones(o, e);
+  }
   if (s.schedule == LrScheduleKind::onecycle) check_onecycle(o, s, e.run.steps);
   if (s.schedule == LrScheduleKind::inverse_sqrt && s.warmup_steps < 1)
     o.fail("warmup_steps", "is 0" + with_schedule(s),

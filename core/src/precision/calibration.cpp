@@ -148,7 +148,8 @@ Experiment fp32_experiment(const Experiment& experiment, const PluginRegistry& r
   fp32.scaler_options = default_options(registry, sdk::ComponentKind::scaler, "none", "scaler");
   fp32.overrides.clear();
   fp32.escalate = {};  // nothing to promote in fp32, and the plan must stay the measured one
-  fp32.unused_keys.clear();
+  fp32.unused_keys.clear();  // said once, by the config's own run
+  fp32.config_warnings.clear();
   fp32.run.eval_every = 0;
   fp32.run.underflow_every = 0;
   fp32.run.early_stopping_patience = 0;

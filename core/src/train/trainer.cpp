@@ -452,6 +452,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
       std::make_unique<BatchSampler>(s.train.rows, e.data.batch_size, e.data.shuffle, e.run.seed);
   s.schedule = schedule_of(e, s.c.optimizer->base_lr());
   for (const auto& unused : e.unused_keys) s.log.warn(unused + "; ignored");
+  for (const auto& warning : e.config_warnings) s.log.warn(warning);
   if (e.run.early_stopping_patience > 0)
     s.metrics.early_stopping.emplace(e.run.early_stopping_metric, e.run.early_stopping_min_delta);
   if (!e.checkpoint.keep_best.empty()) s.metrics.keep_best.emplace(e.checkpoint.keep_best, 0.0);

@@ -206,6 +206,9 @@ struct Experiment {
   // Keys given that the rest of the config leaves unread (a schedule's keys after a --set
   // optimizer.schedule=... swap, say), each naming its location: the trainer warns about them.
   std::vector<std::string> unused_keys;
+  // Values that are valid but likely not what was meant (a multistep milestone after run.steps),
+  // each a sentence naming its location and the fix: the trainer warns about them.
+  std::vector<std::string> config_warnings;
 };
 
 struct Components {
