@@ -381,6 +381,29 @@ TEST_F(Cli, TrainWarnsOfFp16GradientsWithoutALossScaler) {
   EXPECT_EQ((scaled.out + scaled.err).find(warning), std::string::npos);
 }
 
+// A run killed before its first checkpoint (a second Ctrl-C) leaves metrics and no checkpoint or
+// summary: resuming it says why there is nothing to resume and how to start again, once.
+TEST_F(Cli, ResumingARunKilledBeforeItsFirstCheckpointSaysWhy) {
+  const auto dir = dir_ / "killed";
+  auto r = run("train " + quickstart() + " --set run.steps=20 --set run.log_every=5" +
+               " --run-dir " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // What the killed run would have left: its config and metrics, no checkpoint, no summary.
+  fs::remove_all(dir / "checkpoints");
+  fs::create_directories(dir / "checkpoints");
+  fs::remove(dir / "summary.json");
+  auto again = run("train --resume " + dir.string());
+  EXPECT_EQ(again.exit_code, 2) << again.err;
+  const std::string why =
+      "logged up to step 20 and ended without finishing, before its first "
+      "checkpoint";
+  ASSERT_NE(again.err.find(why), std::string::npos) << again.err;
+  EXPECT_EQ(again.err.find(why, again.err.find(why) + 1), std::string::npos) << "said once";
+  EXPECT_NE(again.err.find("a second Ctrl-C"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("mixtrain train " + (dir / "config.toml").string()), std::string::npos)
+      << again.err;
+}
+
 TEST_F(Cli, CheckPrintsThePlanAndPluginsListsComponents) {
   auto c = run("check " + quickstart());
   ASSERT_EQ(c.exit_code, 0) << c.err;

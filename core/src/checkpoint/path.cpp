@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <fstream>
 #include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/sdk/error.h"
@@ -42,6 +45,34 @@ std::vector<fs::path> step_checkpoints(const fs::path& folder, const std::string
   return out;
 }
 
+namespace {
+
+// Why a run folder holds no checkpoint, read from what the run left: the last step its
+// metrics.jsonl logged, and whether it wrote summary.json (a run that ends, even by one Ctrl-C,
+// writes a final checkpoint and its summary). Empty when `run` holds no run.
+std::string why_no_checkpoint(const fs::path& run) {
+  std::ifstream in(run / "metrics.jsonl");
+  if (!in) return {};
+  std::int64_t last = -1;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer())
+      last = std::max(last, j["step"].get<std::int64_t>());
+  }
+  std::error_code ec;
+  const std::string logged =
+      last < 0 ? "the run in " + run.string() + " logged no step"
+               : "the run in " + run.string() + " logged up to step " + std::to_string(last);
+  if (fs::exists(run / "summary.json", ec))
+    return ": " + logged + " and finished, but its checkpoints were removed";
+  return ": " + logged +
+         " and ended without finishing, before its first checkpoint (checkpoint.every): it was "
+         "killed (a second Ctrl-C ends a run at once, without the checkpoint a single one writes) "
+         "or failed";
+}
+
+}  // namespace
+
 fs::path resolve_checkpoint_path(const fs::path& path, const std::string& extension) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
@@ -55,9 +86,15 @@ fs::path resolve_checkpoint_path(const fs::path& path, const std::string& extens
           path.string() + " is a Hugging Face model folder, not a mixtrain run",
           "pass its weights with their layout: --checkpoint " + (path / kHfWeightsFile).string() +
               " --layout gpt2");
-    if (all.empty())
-      throw sdk::CheckpointError("no checkpoint (step-*" + extension + ") in " + folder.string(),
-                                 "pass a checkpoint file, a run folder or its checkpoints/ folder");
+    if (all.empty()) {
+      const std::string why = why_no_checkpoint(run_folder_of(folder));
+      throw sdk::CheckpointError(
+          "no checkpoint (step-*" + extension + ") in " + folder.string() + why,
+          why.empty() ? "pass a checkpoint file, a run folder or its checkpoints/ folder"
+                      : "train it again from its config.toml (mixtrain train " +
+                            (run_folder_of(folder) / "config.toml").string() +
+                            "); a single Ctrl-C stops a run with a checkpoint to resume");
+    }
     return all.back();
   }
   if (!fs::exists(path, ec))

@@ -5,9 +5,11 @@
 // "step-N" file with the format's extension whose N is largest, compared as numbers (names stop
 // sorting by step once N outgrows the zero padding). A run folder — one that holds a
 // checkpoints/ folder — means the newest checkpoint in it. Otherwise sdk::CheckpointError names
-// the path and says what to pass. Files whose name is not "step-" + decimal digits + extension
-// (a negative step, a temp file, "step-final.mxt", checkpoint.keep_best's "best.mxt") are not
-// step checkpoints of a run: folders never resolve to them and keep-pruning never removes them.
+// the path and says what to pass; for a run folder without a checkpoint it also says why, from
+// what the run left (the last step metrics.jsonl logged, whether summary.json exists). Files whose
+// name is not "step-" + decimal digits + extension (a negative step, a temp file, "step-final.mxt",
+// checkpoint.keep_best's "best.mxt") are not step checkpoints of a run: folders never resolve to
+// them and keep-pruning never removes them.
 #pragma once
 
 #include <cstdint>
