@@ -131,6 +131,18 @@ TEST_F(CliImages, CifarFilesTrain) {
   const json travelled = json::parse(exported.metadata["normalization"].get<std::string>());
   EXPECT_EQ(travelled["mean"], kept["mean"]);
   EXPECT_EQ(travelled["std"], kept["std"]);
+  // Resumed with the normalisation it was trained on: nothing said. Without it: a warning naming
+  // both, since the model would see inputs unlike those it learned from.
+  const std::string warning = "was trained on inputs with mean [";
+  r = run("train --resume " + (dir_ / "run").string() + " --set run.steps=4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ((r.out + r.err).find(warning), std::string::npos) << r.err;
+  r = run("train --resume " + (dir_ / "run").string() +
+          " --set run.steps=5 --set data.normalize.from_training=false" +
+          " --set 'data.normalize.mean=[0.5,0.5,0.5]' --set 'data.normalize.std=[0.25,0.25,0.25]'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE((r.out + r.err).find(warning), std::string::npos) << r.err;
+  EXPECT_NE((r.out + r.err).find("and this run gives it mean [0.5"), std::string::npos) << r.err;
 }
 
 const char* const kImages =

@@ -7,6 +7,7 @@
 // plain "<node>.<param>" / "<node>.<buffer>" (safetensors exported for or by other tools), and,
 // in the gpt2 layout (checkpoint.init_layout), Hugging Face GPT-2 state dicts
 // (checkpoint/gpt2_layout.h).
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <optional>
@@ -339,6 +340,41 @@ void restore_escalation(Trainer::State& s, const CheckpointFile& file, bool weig
   }
 }
 
+// The checkpoint records the normalisation its weights were trained on (metadata
+// "normalization"); a run or a prediction that normalises its inputs otherwise feeds the model
+// inputs it never saw. Not an error (new data may be meant), but said: resume, eval, predict.
+// checkpoint.init_from starts a new run, whose data may rightly differ: nothing is said.
+void warn_on_changed_normalization(Trainer::State& s, const CheckpointFile& file,
+                                   bool weights_only) {
+  if (weights_only && s.opt.write_outputs) return;
+  ChannelStats trained;
+  if (const auto it = file.st.metadata.find("normalization"); it != file.st.metadata.end()) {
+    const auto j = json::parse(it->second, nullptr, false);
+    if (!j.is_object() || !j.contains("mean") || !j.contains("std")) return;  // not ours to judge
+    try {
+      trained.mean = j["mean"].get<std::vector<double>>();
+      trained.std = j["std"].get<std::vector<double>>();
+    } catch (const json::exception&) {
+      return;
+    }
+  }
+  auto close = [](const std::vector<double>& a, const std::vector<double>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (std::abs(a[i] - b[i]) > 1e-9 * std::max(1.0, std::abs(b[i]))) return false;
+    return true;
+  };
+  const ChannelStats& now = s.normalization;
+  if (close(trained.mean, now.mean) && close(trained.std, now.std)) return;
+  auto text = [](const ChannelStats& c) {
+    return c.mean.empty() ? std::string("no normalisation") : describe_normalization(c);
+  };
+  s.log.warn(file.path.string() + " was trained on inputs with " + text(trained) + ", and this " +
+             (weights_only ? "session" : "run") + " gives it " + text(now) +
+             ": the model sees inputs unlike those it learned from; set [data.normalize] as the "
+             "run that wrote it did (its normalization.json)");
+}
+
 [[noreturn]] void throw_missing_parameter(const CheckpointFile& file, const std::string& name) {
   const auto& st = file.st;
   std::string have;
@@ -532,6 +568,7 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
   auto& s = *s_;
   const CheckpointFile file = read_checkpoint_file(s, path, weights_only, layout);
   restore_escalation(s, file, weights_only);
+  warn_on_changed_normalization(s, file, weights_only);
   std::set<const sdk::HostTensor*> used;
   load_parameters(s, file, weights_only, layout, used);
   load_buffers(s, file, used);
