@@ -72,6 +72,8 @@ int train_with(core::Experiment& experiment, core::Components components,
 
 int run_train(const ConfigArgs& given, const std::string& run_dir,
               const std::optional<std::string>& resume, bool profile) {
+  // Rank 1's lines carry "rank 1" from the first, before the communicator confirms the rank.
+  core::set_log_rank_from_launcher();
   ConfigArgs cfg = given;
   if (cfg.config.empty() && resume) {
     cfg.config = run_config_of(*resume).string();

@@ -1,4 +1,5 @@
 // Integration tests: drive the real `mixtrain` executable and read what it writes.
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -402,6 +403,29 @@ TEST_F(Cli, ResumingARunKilledBeforeItsFirstCheckpointSaysWhy) {
   EXPECT_NE(again.err.find("a second Ctrl-C"), std::string::npos) << again.err;
   EXPECT_NE(again.err.find("mixtrain train " + (dir / "config.toml").string()), std::string::npos)
       << again.err;
+}
+
+// A process an MPI launcher started as rank 1 tags its lines "rank 1" from the first one (before
+// any communicator exists) and, as every rank but 0, logs warnings and errors only.
+TEST_F(Cli, ALaunchedRankTagsItsLinesFromTheFirst) {
+  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  ::setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  auto r = run("train " + quickstart() +
+               " --set run.steps=2 --set optimizer.schedule=multistep"
+               " --set optimizer.milestones=[500] --run-dir " +
+               (dir_ / "r1").string());
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  ::unsetenv("OMPI_COMM_WORLD_RANK");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("[warning] rank 1 [trainer] optimizer.milestones"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("[info]"), std::string::npos) << r.err;
+  // Without a launcher: rank 0's lines, untagged.
+  auto plain =
+      run("train " + quickstart() + " --set run.steps=2 --run-dir " + (dir_ / "r0").string());
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.err.find("[info]"), std::string::npos) << plain.err;
+  EXPECT_EQ(plain.err.find("rank 1"), std::string::npos) << plain.err;
 }
 
 TEST_F(Cli, CheckPrintsThePlanAndPluginsListsComponents) {

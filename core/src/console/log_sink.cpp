@@ -3,6 +3,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "distributed/launch.h"
 #include "mixtrain/core/console/live_line.h"
 #include "mixtrain/sdk/error.h"
 
@@ -76,6 +77,10 @@ void set_log_rank(int rank) {
   rank_prefix_text() = "rank " + std::to_string(rank) + ": ";
   sink().logger().set_pattern("%^[%H:%M:%S.%e] [%l]%$ rank " + std::to_string(rank) + " %v");
   if (sink().logger().level() < spdlog::level::warn) sink().logger().set_level(spdlog::level::warn);
+}
+
+void set_log_rank_from_launcher() {
+  if (const MpiLaunch launch = detect_mpi_launch(); launch.detected) set_log_rank(launch.rank);
 }
 
 const std::string& rank_prefix() {

@@ -19,6 +19,9 @@ sdk::Logger core_logger(const std::string& component);
 // "rank N"; rank_prefix() is that prefix ("rank N: ", or "" for rank 0 and one process), which
 // the CLI puts before its final error line too.
 void set_log_rank(int rank);
+// set_log_rank() with the rank an MPI launcher gave this process (its environment), for the lines
+// a training process logs before its communicator exists (config, plugins); nothing without one.
+void set_log_rank_from_launcher();
 const std::string& rank_prefix();
 
 }  // namespace mixtrain::core
