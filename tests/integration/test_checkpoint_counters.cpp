@@ -263,11 +263,13 @@ TEST_F(CheckpointCounters, NewestCheckpointAndKeepPruningGoByStepNumber) {
         j["position"] = (step - 1) % kBatchesPerEpoch + 1;
       })(m);
     });
+  // One more step: the newest by number (1000000000) is resumed, and keep = 1 prunes by number.
   auto r = run("train " + quickstart() + common_ +
-               " --set run.steps=1000000000 --set checkpoint.keep=1 --resume " + run_dir.string());
+               " --set run.steps=1000000001 --set checkpoint.keep=1 --resume " + run_dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("at step 1000000000"), std::string::npos) << r.err;
-  EXPECT_TRUE(fs::exists(folder / "step-1000000000.mxt"));
+  EXPECT_TRUE(fs::exists(folder / "step-1000000001.mxt"));
+  EXPECT_FALSE(fs::exists(folder / "step-1000000000.mxt"));
   EXPECT_FALSE(fs::exists(folder / "step-999999999.mxt"));
 }
 

@@ -5,8 +5,9 @@
 // - step: the last step run (0 before the first); applied + skipped == step for a run that
 //   started at 0 (a resumed run restores all three).
 // - resumed_from: the checkpoint file this run resumed from; empty for a fresh run.
-// - complete_on_resume: the resumed checkpoint is already at (or past) run.steps, so the run has
-//   nothing to train and writes nothing: not its folder's config, metrics, checkpoints or summary.
+// - complete_on_resume: the checkpoint resumed in place (no other run folder asked for) is already
+//   at (or past) run.steps, so the run has nothing to train and writes nothing: not its folder's
+//   config, metrics, checkpoints or summary.
 #pragma once
 
 #include <cstdint>
