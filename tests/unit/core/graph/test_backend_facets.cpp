@@ -240,8 +240,8 @@ TEST(BackendFacets, TheProfilerTimesEveryFacetCallMadeThroughTheBinding) {
 }
 
 // supports() now answers from the SDK's signature table; every answer must be the one the CPU
-// backend gave when it wrote its own rules (copied here from the CPU backend before the SDK took the table),
-// for every op and every dtype list of up to four entries.
+// backend gave when it wrote its own rules (copied here from the CPU backend before the SDK took
+// the table), for every op and every dtype list of up to four entries.
 namespace old_cpu {
 
 bool storage(DType t) {
