@@ -36,6 +36,29 @@ TEST(ConfigAgreement, ALineWithoutACommonKeyIsNamedByItsNumber) {
             "line 2: `(nothing)` against `seed = 1`");
 }
 
+TEST(ConfigAgreement, CommentsAndBlankLinesAreNoDifference) {
+  // The resolved config's first line names the file it came from: a relative and an absolute
+  // path to one file, or a copy, are the same config.
+  const std::string a =
+      "# mixtrain resolved config: every effective value. Source: mlp.toml\n[run]\nseed = 1\n";
+  const std::string b =
+      "# mixtrain resolved config: every effective value. Source: /home/u/mlp.toml\n\n[run]\n"
+      "seed = 1\n";
+  EXPECT_EQ(first_config_difference(a, b), "");
+  // ... and a difference after them is still found, named by its line in rank 0's text.
+  EXPECT_EQ(first_config_difference(a + "steps = 2\n", b + "x = 2\n"),
+            "line 4: `steps = 2` against `x = 2`");
+}
+
+TEST(ConfigAgreement, NamesTheEntryOfAnArrayOfTables) {
+  const std::string a =
+      "[[model.layers]]\ntype = \"linear\"\nout = 16\n[[model.layers]]\ntype = \"relu\"\n"
+      "[[model.layers]]\ntype = \"linear\"\nout = 3\n";
+  std::string b = a;
+  b.replace(b.rfind("out = 3"), 7, "out = 4");
+  EXPECT_EQ(first_config_difference(a, b), "model.layers[2].out: `3` against `4`");
+}
+
 // Restores an environment variable when the test ends.
 class ScopedEnv {
  public:

@@ -5,8 +5,11 @@
 // Contract: check_config_agreement(comm, resolved) is collective. Rank 0's resolved config (the
 // text resolved_toml() writes, which holds every effective value) is broadcast; each rank compares
 // it with its own, and when any differs, every rank throws ConfigDisagreement with the same
-// message: the lowest differing rank, the first differing key ("run.seed") and both values. A
-// difference outside any key (a reordered table) names the line instead.
+// message: the lowest differing rank, the first differing key ("run.seed", an array-of-tables
+// entry as "model.layers[0].out") and both values. A difference outside any key (a reordered
+// table) names the line instead. Effective values only: comments and blank lines (the header
+// naming the file the config came from) never count, so one config reached by two paths, or a
+// byte-identical copy, agrees.
 #pragma once
 
 #include <string>
@@ -24,7 +27,8 @@ class ConfigDisagreement : public sdk::UserError {
 
 void check_config_agreement(sdk::Communicator& comm, const std::string& resolved);
 
-// The first difference between two resolved configs, as "key: `a` against `b`"; "" when equal.
+// The first difference between two resolved configs, as "key: `a` against `b`"; "" when their
+// effective values are equal.
 std::string first_config_difference(const std::string& a, const std::string& b);
 
 }  // namespace mixtrain::core
