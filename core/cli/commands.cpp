@@ -75,13 +75,17 @@ int run_train(const ConfigArgs& given, const std::string& run_dir,
   // Rank 1's lines carry "rank 1" from the first, before the communicator confirms the rank.
   core::set_log_rank_from_launcher();
   ConfigArgs cfg = given;
-  if (cfg.config.empty() && resume) {
+  const bool own_config = cfg.config.empty() && resume;
+  if (own_config) {
     cfg.config = run_config_of(*resume).string();
     core::core_logger("train").info("config: " + cfg.config + " (the resumed run's own)");
   }
   auto config = load_config(cfg);
   auto registry = make_registry(&config);
   auto experiment = core::parse_experiment(config, *registry);
+  if (own_config)
+    if (const auto alone = core::follow_the_launch_on_resume(experiment); !alone.empty())
+      core::core_logger("train").info(alone);
   auto components = core::create_components(experiment, *registry);
   components.communicator =
       core::create_communicator(experiment, *registry, *components.backend, cfg.config);

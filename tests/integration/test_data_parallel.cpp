@@ -134,6 +134,38 @@ eval_fraction = 0.125
 
 // 2 ranks × 32 rows against 1 rank × 64 rows, same data order, fp32: per-step losses agree to
 // 1e-5 relative for 50 steps, unsharded and with the optimizer state sharded.
+// `train --resume RUN` works on any launch. A run that mpirun made data-parallel without a
+// [distributed] table records the launch as a comment, not a table, so a resume follows its own
+// launch; a run whose config has the table continues in one process when no launcher started it.
+TEST_F(DataParallelTest, ARunResumesOnAnyLaunch) {
+  const std::string tiny = " --set backend.threads=1 --set run.log_every=2 --set run.eval_every=0";
+  const auto a = dir_ / "from-launch";
+  auto r =
+      run_ranks(2, "train " + quickstart() + tiny + " --set run.steps=4 --run-dir " + a.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string written = slurp(a / "config.toml");
+  EXPECT_EQ(written.find("\n[distributed"), std::string::npos) << written;
+  EXPECT_NE(written.find("# [distributed] type = \"mpi\" came from the launch (2 ranks)"),
+            std::string::npos)
+      << written;
+  auto alone = run("train --resume " + a.string() + " --set run.steps=6");
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  EXPECT_NE(alone.out.find("done: 6 steps"), std::string::npos) << alone.out;
+  auto again = run_ranks(2, "train --resume " + a.string() + " --set run.steps=8");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("done: 8 steps"), std::string::npos) << again.out;
+
+  const auto b = dir_ / "from-table";
+  r = run_ranks(2, "train " + quickstart() + tiny +
+                       " --set distributed.type=mpi --set run.steps=4 --run-dir " + b.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_NE(slurp(b / "config.toml").find("\n[distributed]"), std::string::npos);
+  alone = run("train --resume " + b.string() + " --set run.steps=6");
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  EXPECT_NE(alone.err.find("so it continues in one process"), std::string::npos) << alone.err;
+  EXPECT_NE(alone.out.find("done: 6 steps"), std::string::npos) << alone.out;
+}
+
 TEST_F(DataParallelTest, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
   const auto single = mlp_config("single.toml", "");
   auto base =

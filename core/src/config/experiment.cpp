@@ -499,6 +499,16 @@ void read_distributed(const PluginSections& plugins, Experiment& e) {
   e.distributed.bucket_mb = host.get_double("bucket_mb");
   e.distributed.overlap = host.get_bool("overlap");
   e.distributed.batch_norm = parse_choice(host, "batch_norm", kBatchNormStats);
+  if (e.distributed.from_launch) {
+    // Chosen by this launch, not by the config: the resolved config records it as a comment, so
+    // that a resume of the run follows its own launch (one process, or mpirun with any N).
+    if (!e.core_sections.empty())
+      e.core_sections.front().comments.push_back(
+          "[distributed] type = \"" + e.distributed.type + "\" came from the launch (" +
+          std::to_string(launch.world_size) +
+          " ranks), not from the config: not written, so a resume follows its own launch");
+    return;
+  }
   push_component(e.core_sections, "distributed", "type", e.distributed.type, host,
                  e.communicator_options);
 }
@@ -607,6 +617,17 @@ Components create_components(const Experiment& e, const PluginRegistry& registry
   return c;
 }
 
+std::string follow_the_launch_on_resume(Experiment& e) {
+  if (!e.distributed.enabled() || detect_mpi_launch().detected) return {};
+  const std::string type = e.distributed.type;
+  e.distributed = DistributedSettings{};
+  std::erase_if(e.core_sections,
+                [](const ResolvedSection& s) { return s.name.rfind("distributed", 0) == 0; });
+  return "the run trained under [distributed] type = \"" + type +
+         "\"; this process was not started by an MPI launcher, so it continues in one process (a "
+         "checkpoint resumes on any number of ranks; launch with mpirun to continue on several)";
+}
+
 std::shared_ptr<sdk::Communicator> create_communicator(const Experiment& e,
                                                        const PluginRegistry& registry,
                                                        sdk::DeviceBackend& backend,
@@ -628,11 +649,11 @@ std::shared_ptr<sdk::Communicator> create_communicator(const Experiment& e,
 
 std::string resolved_toml(const Experiment& e) {
   std::vector<ResolvedSection> sections = e.core_sections;
-  if (!sections.empty())
-    sections.front().comments = {
-        "mixtrain resolved config: every effective value, defaults "
-        "included. Source: " +
-        e.source_name};
+  if (!sections.empty())  // the header first, then what the sections noted themselves
+    sections.front().comments.insert(sections.front().comments.begin(),
+                                     "mixtrain resolved config: every effective value, defaults "
+                                     "included. Source: " +
+                                         e.source_name);
   std::string out = render_toml(sections);
   if (!e.plugin_paths.empty()) {
     out += "\n[plugins]\npaths = [";

@@ -231,6 +231,10 @@ std::vector<std::filesystem::path> config_plugin_paths(const Config& config);
 
 Experiment parse_experiment(const Config& config, const PluginRegistry& registry);
 Components create_components(const Experiment& e, const PluginRegistry& registry);
+// For `train --resume RUN` with the run's own config.toml: a [distributed] table the run was
+// trained under gives way to one process when no MPI launcher started this one (a checkpoint
+// resumes on any number of ranks). Returns the line that says so, or "" when nothing changed.
+std::string follow_the_launch_on_resume(Experiment& e);
 // [distributed]: the communicator, bound to `backend`. Only `train` makes one (it joins the other
 // ranks). A type given without an MPI launch is sdk::ConfigError at distributed.type, with the
 // mpirun line that launches the config.
