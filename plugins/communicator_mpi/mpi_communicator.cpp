@@ -1,8 +1,12 @@
 #include "mpi_communicator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include "mixtrain/sdk/error.h"
@@ -151,6 +155,55 @@ sdk::OptionSchema MpiCommunicator::option_schema() {
               .one_of({"test", "thread"})};
 }
 
+namespace {
+
+// Ends the process when the start-up call it watches has not returned after `timeout_s`: MPI's
+// start-up waits for every rank inside MPI_Init_thread / MPI_Comm_dup, which nothing can
+// interrupt, and a rank that exited before starting MPI never arrives. Rank from the launcher's
+// environment (MPI cannot be asked yet).
+class StartupWatchdog {
+ public:
+  StartupWatchdog(const char* call, double timeout_s) : call_(call), timeout_s_(timeout_s) {
+    thread_ = std::thread([this] { watch(); });
+  }
+  ~StartupWatchdog() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    done_cv_.notify_all();
+    thread_.join();
+  }
+  StartupWatchdog(const StartupWatchdog&) = delete;
+  StartupWatchdog& operator=(const StartupWatchdog&) = delete;
+
+ private:
+  void watch() {
+    std::unique_lock lock(mutex_);
+    if (done_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s_), [&] { return done_; }))
+      return;
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (rank == nullptr) rank = std::getenv("PMI_RANK");
+    std::fprintf(stderr,
+                 "\nerror: rank %s: MPI start-up (%s) waited %s s (distributed.mpi.timeout_s) for "
+                 "the other ranks: one of them exited or never started MPI\n  HINT: look for an "
+                 "earlier error or an early exit of another rank; raise distributed.mpi.timeout_s "
+                 "if start-up is legitimately slow\n",
+                 rank != nullptr ? rank : "?", call_, seconds_text(timeout_s_).c_str());
+    std::fflush(stderr);
+    std::_Exit(1);  // MPI is mid-call: no destructor, no MPI_Finalize can run safely now
+  }
+
+  const char* call_;
+  double timeout_s_;
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
 MpiCommunicator::MpiCommunicator(const sdk::Options& options, const sdk::PluginContext& context)
     : log_(context.logger),
       timeout_s_(options.get_double("timeout_s")),
@@ -159,7 +212,12 @@ MpiCommunicator::MpiCommunicator(const sdk::Options& options, const sdk::PluginC
   int initialised = 0, provided = 0;
   MPI_Initialized(&initialised);
   if (!initialised) {
-    if (MPI_Init_thread(nullptr, nullptr, wanted, &provided) != MPI_SUCCESS)
+    int code = MPI_SUCCESS;
+    {
+      const StartupWatchdog watchdog("MPI_Init_thread", timeout_s_);
+      code = MPI_Init_thread(nullptr, nullptr, wanted, &provided);
+    }
+    if (code != MPI_SUCCESS)
       throw sdk::CommunicationError("MPI_Init_thread failed",
                                     "launch with mpirun; check the Open MPI installation");
     owns_mpi_ = true;
@@ -170,14 +228,16 @@ MpiCommunicator::MpiCommunicator(const sdk::Options& options, const sdk::PluginC
     throw sdk::CommunicationError(
         "progress = \"thread\" needs MPI_THREAD_MULTIPLE, which this MPI does not provide",
         "use progress = \"test\", or an MPI built with thread support");
-  MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
-  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-  if (comm_thread_) {
-    // The thread's collectives and the host thread's must never interleave on one communicator:
-    // MPI matches collectives by order per communicator.
-    MPI_Comm_dup(MPI_COMM_WORLD, &thread_comm_);
-    MPI_Comm_set_errhandler(thread_comm_, MPI_ERRORS_RETURN);
+  {
+    const StartupWatchdog watchdog("MPI_Comm_dup", timeout_s_);
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    if (comm_thread_)
+      // The thread's collectives and the host thread's must never interleave on one
+      // communicator: MPI matches collectives by order per communicator.
+      MPI_Comm_dup(MPI_COMM_WORLD, &thread_comm_);
   }
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  if (comm_thread_) MPI_Comm_set_errhandler(thread_comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &world_);
   char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};

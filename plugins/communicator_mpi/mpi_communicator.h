@@ -20,6 +20,10 @@
 //   README.md has the measurement behind the default.
 // - Every wait polls its request until `timeout_s` (option) has passed, then throws
 //   sdk::CommunicationError naming the operation and its size.
+// - Start-up is bounded too: MPI_Init_thread and the communicator duplicates wait for every rank
+//   and cannot be interrupted, so a watchdog ends the process after `timeout_s` with one line
+//   naming this rank, the call and the option (exit 1; mpirun then ends the others). A rank that
+//   exits before it starts MPI would otherwise keep the others waiting forever.
 // - abort() is MPI_Abort on the world: mpirun then ends every rank.
 #pragma once
 

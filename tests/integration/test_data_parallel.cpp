@@ -44,7 +44,8 @@ class DataParallelTest : public CliTest {
   CliResult run_mpmd(const std::vector<std::string>& args_per_rank) {
     CliResult r;
     auto out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    std::string cmd = "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1";
+    // timeout(1): a hang fails the test (exit 124) instead of stalling the suite.
+    std::string cmd = "timeout 600 mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1";
     for (std::size_t i = 0; i < args_per_rank.size(); ++i)
       cmd += std::string(i ? " :" : "") + " -np 1 " + MIXTRAIN_EXE + " " + args_per_rank[i];
     cmd += " >" + out.string() + " 2>" + err.string() + " </dev/null";
@@ -164,6 +165,23 @@ TEST_F(DataParallelTest, ARunResumesOnAnyLaunch) {
   ASSERT_EQ(alone.exit_code, 0) << alone.err;
   EXPECT_NE(alone.err.find("so it continues in one process"), std::string::npos) << alone.err;
   EXPECT_NE(alone.out.find("done: 6 steps"), std::string::npos) << alone.out;
+}
+
+// No rank waits forever: rank 1 exits 0 before it starts MPI (here `mixtrain --version`), and
+// rank 0, waiting for it inside MPI's start-up, ends after distributed.mpi.timeout_s with one
+// line naming its rank, the call and the option, and a non-zero exit; no run folder is written.
+TEST_F(DataParallelTest, ARankThatExitsBeforeStartingMpiEndsTheOthersAfterTheTimeout) {
+  const auto cfg = mlp_config("dp.toml", "[distributed]\ntype = \"mpi\"\n");
+  auto r = run_mpmd({"train " + cfg.string() +
+                         " --set distributed.mpi.timeout_s=3 --set run.steps=2 --run-dir " +
+                         (dir_ / "r").string(),
+                     "--version"});
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "error: rank 0: MPI start-up (MPI_Init_thread) waited 3 s "
+                  "(distributed.mpi.timeout_s)"))
+      << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "r" / "checkpoints" / "step-00000002.mxt"));
 }
 
 TEST_F(DataParallelTest, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
