@@ -145,8 +145,8 @@ class MpiCommunicator::ThreadHandle final : public sdk::CommunicationHandle {
 
 sdk::OptionSchema MpiCommunicator::option_schema() {
   return {sdk::OptionSpec::number("timeout_s", 300.0,
-                                  "seconds a collective may wait for the other ranks before the "
-                                  "run ends with an error naming it")
+                                  "seconds a collective, or MPI's start-up, may wait for the other "
+                                  "ranks before the run ends with an error naming it")
               .greater_than(0.0),
           sdk::OptionSpec::string("progress", "thread",
                                   "how collectives overlap backward: \"thread\", MPI's "
