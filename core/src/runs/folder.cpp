@@ -125,21 +125,29 @@ void write_run_file(const fs::path& file, const std::string& text, const std::st
   out.commit();
 }
 
+std::optional<fs::path> continued_run_folder(const fs::path& run_dir,
+                                             const fs::path& resumed_from) {
+  if (resumed_from.empty()) return std::nullopt;
+  const fs::path resumed_run = resumed_from.parent_path().parent_path();
+  const fs::path requested = run_dir.empty() ? resumed_run : run_dir;
+  // exists() first: equivalent() needs both paths to exist.
+  if (!fs::exists(requested / "metrics.jsonl") || !fs::equivalent(requested, resumed_run))
+    return std::nullopt;
+  return requested;
+}
+
 PreparedRunFolder prepare_run_folder(const RunFolderRequest& r,
                                      const std::string& resolved_config) {
-  const fs::path resumed_run =
-      r.resumed_from.empty() ? fs::path() : r.resumed_from.parent_path().parent_path();
+  const auto continued = continued_run_folder(r.run_dir, r.resumed_from);
   fs::path requested = r.run_dir;
   bool explicit_dir = !requested.empty();
-  if (requested.empty() && !resumed_run.empty()) {
-    requested = resumed_run;
+  if (requested.empty() && !r.resumed_from.empty()) {
+    requested = r.resumed_from.parent_path().parent_path();  // the resumed run's folder
     explicit_dir = true;
   }
   if (requested.empty())
     requested = r.config_dir.empty() ? fs::path("runs") / r.run_name : fs::path(r.config_dir);
-  const bool continuing = !resumed_run.empty() && fs::exists(requested / "metrics.jsonl") &&
-                          fs::equivalent(requested, resumed_run);
-  const fs::path dir = continuing ? requested : claim_run_dir(requested, explicit_dir);
+  const fs::path dir = continued ? *continued : claim_run_dir(requested, explicit_dir);
   std::error_code ec;
   fs::create_directories(dir / "checkpoints", ec);
   if (ec)
@@ -147,7 +155,7 @@ PreparedRunFolder prepare_run_folder(const RunFolderRequest& r,
                          "choose a writable --run-dir");
   write_run_file(dir / "config.toml", resolved_config, "resolved config");
   PreparedRunFolder prepared{dir, {}};
-  if (continuing)
+  if (continued)
     prepared.moved_aside = abandon_after_step(dir, r.resumed_step, r.checkpoint_extension);
   return prepared;
 }

@@ -464,16 +464,13 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
         resolve_checkpoint_path(*options.resume, s.c.checkpoint_format->file_extension());
     load_checkpoint(s.position.resumed_from, /*weights_only=*/false);
     // Continuing in place only: resumed into another folder, the finished run is copied there.
-    std::error_code ec;
-    const fs::path resumed_run = run_folder_of(s.position.resumed_from);
-    s.position.complete_on_resume =
-        s.position.step >= e.run.steps &&
-        (options.run_dir.empty() || fs::equivalent(options.run_dir, resumed_run, ec));
+    if (s.position.step >= e.run.steps)
+      if (const auto in_place = continued_run_folder(options.run_dir, s.position.resumed_from)) {
+        s.position.complete_on_resume = true;
+        s.run_dir = *in_place;  // read, never written
+      }
   }
-  if (s.position.complete_on_resume)
-    s.run_dir = run_folder_of(s.position.resumed_from);  // read, never written
-  else if (s.writes)
-    open_run_folder(s);
+  if (!s.position.complete_on_resume && s.writes) open_run_folder(s);
 }
 
 Trainer::~Trainer() = default;

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 namespace mixtrain::core {
@@ -48,6 +49,13 @@ struct PreparedRunFolder {
   // metrics.discarded-after-step-20.*").
   std::string moved_aside;
 };
+
+// The run folder a resume continues in place: the resumed checkpoint's run (…/<run>/checkpoints/
+// step-N.<ext> → …/<run>) when it holds a run's metrics.jsonl and `run_dir` (--run-dir) is empty
+// or that same folder; nullopt for a fresh run or a resume into another folder. What
+// prepare_run_folder() continues, and what a finished run's resume leaves untouched.
+std::optional<std::filesystem::path> continued_run_folder(
+    const std::filesystem::path& run_dir, const std::filesystem::path& resumed_from);
 
 // The folder, ready: checkpoints/ exists and config.toml holds `resolved_config`.
 PreparedRunFolder prepare_run_folder(const RunFolderRequest& request,
