@@ -72,8 +72,8 @@ void run(const Shape& s, const char* dtype, int reps) {
   mask.scale = scale.data();
   mask.shift = shift.data();
   using namespace mixtrain::backend_cpu;
-  const double stats = best_ms([&] { channel_moments(x.data(), rows, c, mean.data(), var.data()); },
-                               reps);
+  const double stats =
+      best_ms([&] { channel_moments(x.data(), rows, c, mean.data(), var.data()); }, reps);
   const double affine = best_ms(
       [&] {
         channel_affine(x.data(), y.data(), rows, c, mean.data(), scale.data(), shift.data(), true);
@@ -119,9 +119,9 @@ int main(int argc, char** argv) {
   std::printf("threads %d, best of %d calls, ms\n", threads, reps);
   std::printf("%-9s %4s %5s %7s %-5s %8s %8s %8s %8s\n", "net", "N", "C", "HxW", "dtype", "stats",
               "affine", "sums", "dx");
-  const Shape shapes[] = {{"resnet20", 128, 16, 32},  {"resnet20", 128, 32, 16},
-                          {"resnet20", 128, 64, 8},   {"resnet50", 32, 64, 56},
-                          {"resnet50", 32, 256, 14},  {"resnet50", 32, 512, 7},
+  const Shape shapes[] = {{"resnet20", 128, 16, 32}, {"resnet20", 128, 32, 16},
+                          {"resnet20", 128, 64, 8},  {"resnet50", 32, 64, 56},
+                          {"resnet50", 32, 256, 14}, {"resnet50", 32, 512, 7},
                           {"resnet50", 32, 2048, 7}};
   for (const Shape& s : shapes) {
     run<float>(s, "fp32", reps);

@@ -7,9 +7,10 @@
 // the one-pass variance free of cancellation for data far from zero (it cancels only against
 // (mean - x0)², of the order of the variance). Bit-reproducible: no atomics, fixed orders.
 // The backward's sums Σg and Σg·(x - mean) use the same partition, in double from the stored
-// values on (the difference too), so a channel whose sums cancel keeps its digits (docs/model-graph.md, batch norm).
-// Per element (normalise, affine, ReLU, the backward's dx) is cuda_element_math.h's batch-norm
-// section, operation for operation the CPU backend's (including its fused multiply-adds).
+// values on (the difference too), so a channel whose sums cancel keeps its digits
+// (docs/model-graph.md, batch norm). Per element (normalise, affine, ReLU, the backward's dx) is
+// cuda_element_math.h's batch-norm section, operation for operation the CPU backend's (including
+// its fused multiply-adds).
 #include <algorithm>
 
 #include "cuda_batch_norm.h"

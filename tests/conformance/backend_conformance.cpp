@@ -1881,11 +1881,12 @@ TEST_P(Conformance, BatchNormSumsOfACancellingChannelMatchADoubleReference) {
     }
     auto dy = upload(dyv, xs, dt);
     const auto dy_real = widen(tested_values(dy));
-    const auto want = naive_batchnorm(rows, c, 1e-5, false, x_real, &g_real, nullptr, &m_real,
-                                      &v_real, dy_real);
+    const auto want =
+        naive_batchnorm(rows, c, 1e-5, false, x_real, &g_real, nullptr, &m_real, &v_real, dy_real);
     // How hard channel 0 cancels: Σ |dy| against |Σ dy| (> 1e4 even where bf16 rounds dy).
     double abs_sum = 0.0;
-    for (std::int64_t i = 0; i < rows; ++i) abs_sum += std::abs(dy_real[static_cast<std::size_t>(i) * C]);
+    for (std::int64_t i = 0; i < rows; ++i)
+      abs_sum += std::abs(dy_real[static_cast<std::size_t>(i) * C]);
     ASSERT_GT(abs_sum, 1e4 * std::abs(want.dbeta[0])) << what;
 
     auto dx = zeros(xs, dt), dg = zeros(Shape{c}), db = zeros(Shape{c});

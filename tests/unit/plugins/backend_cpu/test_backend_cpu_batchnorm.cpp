@@ -223,9 +223,8 @@ TEST(BackendCpuBatchNorm, BackwardSumsOfCancellingChannelsAreDoubleAccurate) {
         double abs_sum = 0.0;
         for (std::size_t i = j; i < n; i += C) abs_sum += std::abs(dyv[i]);
         ASSERT_GT(abs_sum, 1e5 * std::abs(want.dbeta[j])) << "channel " << j << " cancels";
-        const std::string what =
-            "channel " + std::to_string(j) + " of " + std::to_string(c) + ", threads " +
-            std::to_string(threads);
+        const std::string what = "channel " + std::to_string(j) + " of " + std::to_string(c) +
+                                 ", threads " + std::to_string(threads);
         // 1e-4: the kernel's x − mean uses the saved fp32 mean, the reference the double one;
         // that moves Σ dy·x̂ by (their difference)·Σ dy, ~1e-5 of it where it cancels the most.
         EXPECT_NEAR(got_db[j], want.dbeta[j], 1e-5 * std::abs(want.dbeta[j])) << "dbeta, " << what;
