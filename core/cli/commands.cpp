@@ -33,6 +33,11 @@ namespace {
 // checkpoints/ folder, or a checkpoint file inside that.
 fs::path run_config_of(const fs::path& resume) {
   std::error_code ec;
+  // A path that is not there is the mistake to name, not the config its parent folder lacks.
+  if (!fs::exists(resume, ec))
+    throw sdk::UserError("--resume " + resume.string() + ": no such run folder or checkpoint",
+                         "pass a run folder (runs/NAME), its checkpoints/ folder or a checkpoint "
+                         "file; `ls runs/` lists the runs");
   const fs::path folder = core::run_folder_of(resume);
   const fs::path config = folder / "config.toml";
   if (!fs::is_regular_file(config, ec))

@@ -238,15 +238,16 @@ template <ReluMask::Kind kMask, class T>
       constexpr int kW = decltype(width)::value;
       const std::int64_t w = kW > 0 ? kW : w_rt;
       constexpr int kU = kLanes<kW>;
-      alignas(64) float m[kSlice], s[kSlice], t[kSlice], a1[kU][kSlice] = {}, a2[kU][kSlice] = {};
+      alignas(64) float m[kSlice], s[kSlice], t[kSlice];
+      alignas(64) double a1[kU][kSlice] = {}, a2[kU][kSlice] = {};
       mask_constants<kMask>(mask, mean, c0, w, m, s, t);
       auto row = [&](std::int64_t i, int u) MIXTRAIN_INLINE {
         const std::int64_t base = i * channels + c0;
 #pragma omp simd
         for (std::int64_t c = 0; c < w; ++c) {
-          const float g = masked<kMask>(x, dy, y, base + c, m[c], s[c], t[c]);
+          const double g = masked<kMask>(x, dy, y, base + c, m[c], s[c], t[c]);
           a1[u][c] += g;
-          a2[u][c] = std::fma(g, load(x, base + c) - m[c], a2[u][c]);
+          a2[u][c] = std::fma(g, static_cast<double>(load(x, base + c)) - m[c], a2[u][c]);
         }
       };
       std::int64_t i = r;
@@ -255,8 +256,8 @@ template <ReluMask::Kind kMask, class T>
       for (; i < r + nr; ++i) row(i, 0);
       for (std::int64_t c = 0; c < w; ++c)
         for (int u = 0; u < kU; ++u) {
-          sum_g[c0 + c] += static_cast<double>(a1[u][c]);
-          sum_gx[c0 + c] += static_cast<double>(a2[u][c]);
+          sum_g[c0 + c] += a1[u][c];
+          sum_gx[c0 + c] += a2[u][c];
         }
     });
   }

@@ -8,6 +8,9 @@
 // - Statistics are computed in FP32 within blocks of rows that fit in L1 (block mean, then the
 //   block's sum of squared deviations from it) and merged in double across blocks and threads
 //   (Chan et al.'s pairwise update): one pass over memory, no E[x²] − E[x]² cancellation.
+// - The backward's sums (channel_grad_sums) accumulate g and g·(x − mean) in double from the
+//   stored values, the difference included: a channel whose sums cancel keeps its digits
+//   (docs/model-graph.md, batch norm's reductions).
 // - Results depend on the thread count (the merge order), as oneDNN's do; for one thread count
 //   they are deterministic.
 // - The fused ReLU's mask is recomputed, not stored: v = (x − mean)·scale + shift is computed by

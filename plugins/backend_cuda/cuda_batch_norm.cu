@@ -6,9 +6,11 @@
 // order: mean = x0 + Σd/n, var = (Σd² - (Σd)²/n)/n. The shift by the channel's first value keeps
 // the one-pass variance free of cancellation for data far from zero (it cancels only against
 // (mean - x0)², of the order of the variance). Bit-reproducible: no atomics, fixed orders.
-// The backward's sums Σg and Σg·(x - mean) use the same partition.
-// Per element (normalise, affine, ReLU, the backward's dx) is cuda_element_math.h's batch-norm
-// section, operation for operation the CPU backend's (including its fused multiply-adds).
+// The backward's sums Σg and Σg·(x - mean) use the same partition, in double from the stored
+// values on (the difference too), so a channel whose sums cancel keeps its digits
+// (docs/model-graph.md, batch norm). Per element (normalise, affine, ReLU, the backward's dx) is
+// cuda_element_math.h's batch-norm section, operation for operation the CPU backend's (including
+// its fused multiply-adds).
 #include <algorithm>
 
 #include "cuda_batch_norm.h"
@@ -155,7 +157,9 @@ __global__ void __launch_bounds__(kTileC* kLanes)
       const std::int64_t i = r * a.channels + c;
       const float g = bn_masked<S>(a, x, dy, y, i, c);
       s1 += g;
-      s2 += static_cast<double>(g) * static_cast<double>(S::load(x[i]) - m);
+      // x - mean in double too: an fp32 difference rounds each term by up to half an ulp, which
+      // a channel whose Σg·(x - mean) cancels would not survive.
+      s2 += static_cast<double>(g) * (static_cast<double>(S::load(x[i])) - static_cast<double>(m));
     }
   }
   double* out = partial + static_cast<std::int64_t>(blockIdx.y) * 2 * a.channels;

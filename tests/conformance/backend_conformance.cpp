@@ -1824,6 +1824,98 @@ TEST_P(Conformance, BatchNormSplitOpsEqualTheFusedOnes) {
   if (ran == 0) GTEST_SKIP() << "backend '" << GetParam().name << "' has no batch norm v2 ops";
 }
 
+// A channel whose backward sums cancel: dy is a random gradient with its mean and its projection on
+// x − mean taken out (in double, then rounded to the storage dtype), so Σ dy and Σ dy·x̂ are a
+// millionth of Σ |dy| and Σ |dy·x̂|. Summed in fp32 they would be off by about the size of the
+// answer (each partial sum's rounding is ~1e-7 of Σ |dy|); the backend's reductions must return
+// them as a double sum of the stored values does, per channel, through the fused backward and the
+// synchronized batch norm's reduce. The other channels are plain random gradients.
+TEST_P(Conformance, BatchNormSumsOfACancellingChannelMatchADoubleReference) {
+  MIXTRAIN_FACETS(batch_norm, BatchNormFacet);
+  using N = sdk::BatchNormOp;
+  const Shape xs{4, 28, 28, 16};  // [N, H, W, C]: rows = 3136, the 16 channels of a ResNet stage
+  const std::int64_t rows = 3136, c = 16;
+  const auto C = static_cast<std::size_t>(c);
+  const auto n = static_cast<std::size_t>(xs.numel());
+  const auto xv = random_values(n, 100, -1.f, 3.f);
+  const auto uv = random_values(n, 101);
+  const auto gv = random_values(C, 102, 0.5f, 1.5f);
+  const auto bv = random_values(C, 103, -0.5f, 0.5f);
+  const auto g_real = widen(gv);
+  std::size_t ran = 0;
+  for (DType dt : kStorageFloats) {
+    const std::vector<DType> d{dt};
+    if (!tested_batch_norm->supports(N::batchnorm_forward_training, d) ||
+        !tested_batch_norm->supports(N::batchnorm_backward, d))
+      continue;
+    ++ran;
+    auto* bn = tested_batch_norm;
+    const sdk::BatchNormShape s{rows, c, 1e-5f, false};
+    const std::string what(sdk::dtype_name(dt));
+    auto x = upload(xv, xs, dt), y = zeros(xs, dt);
+    auto gamma = upload(gv, Shape{c}), beta = upload(bv, Shape{c});
+    auto mean = zeros(Shape{c}), var = zeros(Shape{c});
+    bn->batchnorm_forward_training(x.tested->view(), gamma.tested->view(), beta.tested->view(), s,
+                                   0.1f, y.tested->view(), mean.tested->view(), var.tested->view(),
+                                   {}, {}, {});
+    const auto x_real = widen(tested_values(x));
+    const auto m_real = widen(tested_values(mean)), v_real = widen(tested_values(var));
+
+    // Channel 0's dy = u − α − β·(x − mean), least squares in double.
+    std::vector<float> dyv = uv;
+    double su = 0, sd = 0, sdd = 0, sud = 0;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const auto k = static_cast<std::size_t>(i) * C;
+      const double dx0 = x_real[k] - m_real[0];
+      su += uv[k];
+      sd += dx0;
+      sdd += dx0 * dx0;
+      sud += uv[k] * dx0;
+    }
+    const double r = static_cast<double>(rows);
+    const double beta_fit = (sud - su * sd / r) / (sdd - sd * sd / r);
+    const double alpha_fit = (su - beta_fit * sd) / r;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const auto k = static_cast<std::size_t>(i) * C;
+      dyv[k] = static_cast<float>(uv[k] - alpha_fit - beta_fit * (x_real[k] - m_real[0]));
+    }
+    auto dy = upload(dyv, xs, dt);
+    const auto dy_real = widen(tested_values(dy));
+    const auto want =
+        naive_batchnorm(rows, c, 1e-5, false, x_real, &g_real, nullptr, &m_real, &v_real, dy_real);
+    // How hard channel 0 cancels: Σ |dy| against |Σ dy| (> 1e4 even where bf16 rounds dy).
+    double abs_sum = 0.0;
+    for (std::int64_t i = 0; i < rows; ++i)
+      abs_sum += std::abs(dy_real[static_cast<std::size_t>(i) * C]);
+    ASSERT_GT(abs_sum, 1e4 * std::abs(want.dbeta[0])) << what;
+
+    auto dx = zeros(xs, dt), dg = zeros(Shape{c}), db = zeros(Shape{c});
+    bn->batchnorm_backward(dy.tested->view(), x.tested->view(), y.tested->view(),
+                           gamma.tested->view(), mean.tested->view(), var.tested->view(), s, {},
+                           dx.tested->view(), dg.tested->view(), db.tested->view(), false);
+    std::vector<std::pair<std::string, std::vector<float>>> dbeta{{"dbeta", tested_values(db)}},
+        dgamma{{"dgamma", tested_values(dg)}};
+    if (tested_batch_norm->supports(N::batchnorm_backward_reduce, d)) {
+      auto sum_dy = zeros(Shape{c}), sum_dy_xhat = zeros(Shape{c});
+      bn->batchnorm_backward_reduce(dy.tested->view(), x.tested->view(), TensorView{},
+                                    mean.tested->view(), var.tested->view(), s,
+                                    sum_dy.tested->view(), sum_dy_xhat.tested->view());
+      dbeta.emplace_back("sum_dy", tested_values(sum_dy));
+      dgamma.emplace_back("sum_dy_xhat", tested_values(sum_dy_xhat));
+    }
+    // dgamma = Σ dy·x̂ is γ-free (x̂ from the saved statistics), as naive_batchnorm's.
+    for (std::size_t j = 0; j < C; ++j) {
+      for (const auto& [name, got] : dbeta)
+        EXPECT_NEAR(got[j], want.dbeta[j], 1e-5 * std::abs(want.dbeta[j]))
+            << name << " of channel " << j << ", " << what;
+      for (const auto& [name, got] : dgamma)
+        EXPECT_NEAR(got[j], want.dgamma[j], 1e-5 * std::abs(want.dgamma[j]))
+            << name << " of channel " << j << ", " << what;
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "backend '" << GetParam().name << "' has no batch norm";
+}
+
 TEST_P(Conformance, BatchNormSplitOpsRejectBadArguments) {
   MIXTRAIN_FACETS(batch_norm, BatchNormFacet);
   if (!tested_batch_norm->supports(sdk::BatchNormOp::batchnorm_statistics,

@@ -294,9 +294,17 @@ TEST_F(Cli, ResumeOfARunFolderWithoutAConfigUsesTheRunsOwn) {
   auto r = run("train --resume " + dir.string());
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("the resumed run's own"), std::string::npos) << r.err;
+  // A folder without its config.toml, and a path that is not there: each named as it is.
+  fs::create_directories(dir_ / "empty");
+  r = run("train --resume " + (dir_ / "empty").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("no config.toml in " + (dir_ / "empty").string()), std::string::npos)
+      << r.err;
   r = run("train --resume " + (dir_ / "nowhere").string());
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("no config.toml"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find((dir_ / "nowhere").string() + ": no such run folder or checkpoint"),
+            std::string::npos)
+      << r.err;
 }
 
 // Resuming an earlier checkpoint in its own run folder abandons what came after it: those

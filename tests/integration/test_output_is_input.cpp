@@ -124,5 +124,17 @@ TEST_F(OutputIsInput, ExportRefusesItsCheckpointConfigAndInitFromWithForce) {
                  "checkpoint.init_from", dir_ / "init.safetensors");
 }
 
+// --layout hf writes a folder: its model.safetensors is refused when it is what the command reads
+// (a GPT started from that folder's weights, re-exported into the folder).
+TEST_F(OutputIsInput, HfFolderExportRefusesTheFolderItReadsWithForce) {
+  const std::string gpt = config("gpt-tiny-fp32.toml");
+  auto r = run("export " + gpt + " --initial --layout hf --out hf", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_refused("export " + gpt +
+                     " --initial --set checkpoint.init_from=hf/model.safetensors"
+                     " --set checkpoint.init_layout=gpt2 --layout hf --force --out hf",
+                 "checkpoint.init_from", dir_ / "hf" / "model.safetensors");
+}
+
 }  // namespace
 }  // namespace mixtrain::test

@@ -11,6 +11,10 @@
 //   (`[distributed] batch_norm = "sync"`) runs between its all-reduces: batchnorm_statistics,
 //   batchnorm_backward_reduce and batchnorm_backward_elementwise (introduced_in says so); the
 //   normalisation with given (global) statistics is 1.0's batchnorm_forward_inference.
+// - Accuracy: the backward's per-channel sums Σg and Σg·(x − mean) (batchnorm_backward's dbeta and
+//   dgamma, batchnorm_backward_reduce's outputs) equal a double sum of the stored values to a few
+//   fp32 ulps of the result, even when they cancel (Σg a millionth of Σ|g|): accumulate in double
+//   or compensate. The conformance kit checks it on such a channel.
 #pragma once
 
 #include "mixtrain/sdk/export.h"

@@ -177,6 +177,64 @@ TEST(BackendCpuBatchNorm, WorkspaceMaskCutsExactlyWhereTheForwardCut) {
   EXPECT_EQ(db.get(), kept);
 }
 
+// Every channel's gradient cancels: dy has its mean and its projection on x − mean taken out
+// (least squares in double, then rounded to fp32), so Σ dy and Σ dy·x̂ are a millionth of their
+// terms' magnitudes. The sums must still be the double sums of the stored values, per channel, on
+// the kernels' every width (the runtime one, 16, a 64-slice with a remainder, 256) and with one
+// and two threads. (The conformance case checks the same through the facet on every backend.)
+TEST(BackendCpuBatchNorm, BackwardSumsOfCancellingChannelsAreDoubleAccurate) {
+  for (const int threads : {1, 2}) {
+    CpuBackend be(threads);
+    for (const std::int64_t c : {6, 16, 80, 256}) {
+      const std::int64_t rows = 6272;  // 32 images of 14x14
+      const auto C = static_cast<std::size_t>(c);
+      const auto n = static_cast<std::size_t>(rows * c);
+      const auto xv = random_values(n, 21, -1.0f, 3.0f);
+      auto dyv = random_values(n, 22);
+      for (std::size_t j = 0; j < C; ++j) {
+        double sx = 0, su = 0;
+        for (std::size_t i = j; i < n; i += C) {
+          sx += xv[i];
+          su += dyv[i];
+        }
+        const double mx = sx / static_cast<double>(rows), mu = su / static_cast<double>(rows);
+        double sdd = 0, sud = 0;
+        for (std::size_t i = j; i < n; i += C) {
+          sdd += (xv[i] - mx) * (xv[i] - mx);
+          sud += (dyv[i] - mu) * (xv[i] - mx);
+        }
+        for (std::size_t i = j; i < n; i += C)
+          dyv[i] = static_cast<float>(dyv[i] - mu - sud / sdd * (xv[i] - mx));
+      }
+      const std::vector<float> gv(C, 1.0f), bv(C, 0.0f);
+      const Reference want = reference(xv, gv, bv, dyv, rows, c, 1e-5, false);
+      const sdk::BatchNormShape s{rows, c, 1e-5f, false};
+      const Shape shape{rows, c};
+      DeviceTensor x(be, DType::fp32, shape, xv), y(be, DType::fp32, shape),
+          dy(be, DType::fp32, shape, dyv), dx(be, DType::fp32, shape);
+      DeviceTensor gamma(be, DType::fp32, Shape{c}, gv), beta(be, DType::fp32, Shape{c}, bv);
+      DeviceTensor mean(be, DType::fp32, Shape{c}), var(be, DType::fp32, Shape{c});
+      DeviceTensor dg(be, DType::fp32, Shape{c}), db(be, DType::fp32, Shape{c});
+      auto* bn = sdk::facet<sdk::BatchNormFacet>(be);
+      bn->batchnorm_forward_training(x, gamma, beta, s, 0.1f, y, mean, var, {}, {}, {});
+      bn->batchnorm_backward(dy, x, y, gamma, mean, var, s, {}, dx, dg, db, false);
+      const auto got_db = db.get(), got_dg = dg.get();
+      for (std::size_t j = 0; j < C; ++j) {
+        double abs_sum = 0.0;
+        for (std::size_t i = j; i < n; i += C) abs_sum += std::abs(dyv[i]);
+        ASSERT_GT(abs_sum, 1e5 * std::abs(want.dbeta[j])) << "channel " << j << " cancels";
+        const std::string what = "channel " + std::to_string(j) + " of " + std::to_string(c) +
+                                 ", threads " + std::to_string(threads);
+        // 1e-4: the kernel's x − mean uses the saved fp32 mean, the reference the double one;
+        // that moves Σ dy·x̂ by (their difference)·Σ dy, ~1e-5 of it where it cancels the most.
+        EXPECT_NEAR(got_db[j], want.dbeta[j], 1e-5 * std::abs(want.dbeta[j])) << "dbeta, " << what;
+        EXPECT_NEAR(got_dg[j], want.dgamma[j], 1e-4 * std::abs(want.dgamma[j]))
+            << "dgamma, " << what;
+      }
+    }
+  }
+}
+
 // The kernels' in-loop bf16 encode is the SDK's (RNE, overflow to inf, NaN quieted with its
 // sign), bit for bit: every exponent with random mantissas, the rounding ties and the specials.
 TEST(BackendCpuBatchNorm, InLoopBf16EncodeIsTheSdksBitForBit) {
