@@ -562,12 +562,16 @@ float decode_fp8_e5m2(std::uint8_t bits) noexcept { return decode_scalar<E5M2>(b
 std::uint8_t encode_fp4_e2m1(float x) noexcept {
   return static_cast<std::uint8_t>(format_rules::encode<E2M1>(x, true));
 }
-float decode_fp4_e2m1(std::uint8_t bits) noexcept { return decode_scalar<E2M1>(bits); }
+float decode_fp4_e2m1(std::uint8_t bits) noexcept {
+  return decode_scalar<E2M1>(bits);
+}
 
 std::uint8_t encode_e8m0(float x) noexcept {
   return static_cast<std::uint8_t>(format_rules::encode_e8m0(x));
 }
-float decode_e8m0(std::uint8_t bits) noexcept { return format_rules::decode_e8m0(bits); }
+float decode_e8m0(std::uint8_t bits) noexcept {
+  return format_rules::decode_e8m0(bits);
+}
 
 float round_to_tf32(float x, Overflow overflow) noexcept {
   return std::bit_cast<float>(encode_scalar<Tf32>(x, overflow) << 13);

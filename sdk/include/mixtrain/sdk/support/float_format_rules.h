@@ -199,8 +199,7 @@ MIXTRAIN_SDK_HOST_DEVICE float decode<Bf16>(u32 v) {
   return decode_bf16(static_cast<std::uint16_t>(v));
 }
 
-
-// ---- E8M0: the OCP MX scale format ----------------------------------------------------------------
+// ---- E8M0: the OCP MX scale format ---------------------------------------------------------
 // Unsigned, exponent only: code c is 2^(c - 127) for c in 0..254 (2^-127 is an fp32 subnormal),
 // 0xFF is NaN; no zero, no infinity, no sign.
 inline constexpr u32 kE8M0Nan = 0xFF;
@@ -229,7 +228,7 @@ MIXTRAIN_SDK_HOST_DEVICE float decode_e8m0(u32 v) {
   return float_of(v == 0 ? 0x00400000u : v << 23);
 }
 
-// ---- Scaled encodes and stochastic rounding -------------------------------------------------------
+// ---- Scaled encodes and stochastic rounding ------------------------------------------------
 
 // A finite non-zero fp32 magnitude `a` (bits) as sig·2^(e - 23) with sig in [2^23, 2^24): fp32
 // subnormals are normalised, so a later shift of the exponent keeps every bit.
@@ -258,7 +257,8 @@ MIXTRAIN_SDK_HOST_DEVICE int floor_log2(u32 a) {
 
 // v >> s rounded stochastically: up with probability rem / 2^s (rem = the bits shifted out) when
 // s <= 32, exactly; for s > 32, v < 2^32 and the probability is rem / 2^s truncated to a multiple
-// of 2^-32. rbits must be 32 uniform random bits; a value already on the grid (rem = 0) never moves.
+// of 2^-32. rbits must be 32 uniform random bits; a value already on the grid (rem = 0) never
+// moves.
 MIXTRAIN_SDK_HOST_DEVICE u32 stochastic_shift(u32 v, unsigned s, u32 rbits) {
   if (s == 0) return v;
   if (s >= 32) {
@@ -338,7 +338,7 @@ MIXTRAIN_SDK_HOST_DEVICE u32 random_bits(std::uint64_t seed, std::uint64_t index
   return static_cast<u32>(z >> 32);
 }
 
-// ---- Power-of-two (E8M0) block scales -------------------------------------------------------------
+// ---- Power-of-two (E8M0) block scales ------------------------------------------------------
 
 // floor(log2 of F's largest finite value): the OCP MX spec's emax_elem (E4M3 8, E5M2 15, E2M1 2).
 template <class F>
@@ -369,8 +369,8 @@ MIXTRAIN_SDK_HOST_DEVICE int mx_scale_exponent_round_up(u32 amax) {
   // F's max is max_sig·2^(emax_elem - kM) with max_sig in [2^kM, 2^(kM+1)); compare significands
   // on one scale: amax / 2^e = sig / 2^23 against max / 2^emax_elem = max_sig / 2^kM.
   constexpr u32 max_sig = (u32{1} << F::kM) | (F::kMax & ((u32{1} << F::kM) - 1));
-  const bool above = (static_cast<std::uint64_t>(sig) << F::kM) >
-                     (static_cast<std::uint64_t>(max_sig) << 23);
+  const bool above =
+      (static_cast<std::uint64_t>(sig) << F::kM) > (static_cast<std::uint64_t>(max_sig) << 23);
   const int k = e - emax_elem<F>() + (above ? 1 : 0);
   return k < -kE8M0Bias ? -kE8M0Bias : (k > kE8M0Bias ? kE8M0Bias : k);
 }
