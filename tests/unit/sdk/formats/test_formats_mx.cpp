@@ -38,8 +38,7 @@ namespace fs = std::filesystem;
 
 const float kInfF = std::numeric_limits<float>::infinity();
 
-// OCP MX v1.0's FP4 (E2M1) values, by magnitude code.
-constexpr double kE2M1[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+const std::vector<double>& kE2M1 = e2m1_values();
 
 // What encode_fp4_e2m1 must give: the nearest value, a tie to the even code, saturating at 6, the
 // sign kept (-0 too); a NaN gives the zero of the opposite sign (ml_dtypes' choice).
@@ -75,8 +74,8 @@ std::vector<float> sweep() {
   std::uniform_int_distribution<std::uint32_t> mantissa(0, 0x7FFFFF);
   for (std::uint32_t s = 0; s < 2; ++s)
     for (std::uint32_t e = 0; e < 256; ++e) {
-      for (std::uint32_t m : {0x0u, 0x1u, 0x200000u, 0x3FFFFFu, 0x400000u, 0x400001u, 0x600000u,
-                              0x7FFFFFu})
+      for (std::uint32_t m :
+           {0x0u, 0x1u, 0x200000u, 0x3FFFFFu, 0x400000u, 0x400001u, 0x600000u, 0x7FFFFFu})
         xs.push_back(from_bits(s << 31 | e << 23 | m));
       for (int i = 0; i < 64; ++i) xs.push_back(from_bits(s << 31 | e << 23 | mantissa(rng)));
     }
@@ -198,9 +197,9 @@ TEST(FormatsMx, CommittedMlDtypesTableAgreesBitForBit) {
 }
 
 struct TempDir {
-  fs::path path = fs::temp_directory_path() /
-                  ("mixtrain_formats_mx_" + std::to_string(::getpid()) + "_" +
-                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::path path =
+      fs::temp_directory_path() / ("mixtrain_formats_mx_" + std::to_string(::getpid()) + "_" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
   TempDir() { fs::create_directories(path); }
   ~TempDir() {
     std::error_code ec;
@@ -227,8 +226,8 @@ with np.errstate(all='ignore'):
     x.astype(ml_dtypes.float4_e2m1fn).view(np.uint8).tofile(d + '/e2m1.u8')
     x.astype(ml_dtypes.float8_e8m0fnu).view(np.uint8).tofile(d + '/e8m0.u8')
 )";
-  const std::string cmd = mixtrain::test::peers_python() + " " + (tmp.path / "convert.py").string() +
-                          " " + tmp.path.string();
+  const std::string cmd = mixtrain::test::peers_python() + " " +
+                          (tmp.path / "convert.py").string() + " " + tmp.path.string();
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto read = [&](const char* name) {
     std::vector<std::uint8_t> v(xs.size());
@@ -249,22 +248,7 @@ with np.errstate(all='ignore'):
   EXPECT_EQ(bad_e8m0, 0u) << "of " << xs.size();
 }
 
-// ---- encode_scaled: x·2^k rounded once ------------------------------------------------------------
-
-// The nearest code to a finite magnitude a (exact, in double) on F's grid, ties to even; beyond
-// the overflow threshold (half a step above max) the overflow code.
-std::uint32_t nearest_code(const std::vector<double>& values, double a, std::uint32_t overflow) {
-  const std::size_t top = values.size() - 1;
-  const double beyond = values[top] + (values[top] - values[top - 1]);
-  if (a >= beyond) return overflow;
-  std::size_t i = 0;
-  while (i < top && values[i + 1] <= a) ++i;
-  if (values[i] == a) return static_cast<std::uint32_t>(i);
-  const double hi = i < top ? values[i + 1] : beyond;
-  const double dlo = a - values[i], dhi = hi - a;
-  const std::size_t code = (dhi < dlo || (dhi == dlo && i % 2 == 1)) ? i + 1 : i;
-  return code > top ? overflow : static_cast<std::uint32_t>(code);
-}
+// ---- encode_scaled: x·2^k rounded once -------------------------------------------------------
 
 struct ScaledCase {
   const char* name;
@@ -280,8 +264,8 @@ std::vector<ScaledCase> scaled_cases() {
        &fr::encode_scaled_stochastic<fr::E4M3>},
       {"e5m2", positive_values(kE5M2), 0x80, 0x7B, 0x7C, &fr::encode_scaled<fr::E5M2>,
        &fr::encode_scaled_stochastic<fr::E5M2>},
-      {"e2m1", std::vector<double>(std::begin(kE2M1), std::end(kE2M1)), 0x8, 0x7, 0x7,
-       &fr::encode_scaled<fr::E2M1>, &fr::encode_scaled_stochastic<fr::E2M1>},
+      {"e2m1", e2m1_values(), 0x8, 0x7, 0x7, &fr::encode_scaled<fr::E2M1>,
+       &fr::encode_scaled_stochastic<fr::E2M1>},
   };
 }
 
@@ -297,7 +281,8 @@ TEST(FormatsMx, EncodeScaledRoundsTheExactProductOnce) {
       const double a = std::ldexp(std::fabs(static_cast<double>(x)), k);  // exact
       const std::uint32_t sign = std::signbit(x) ? f.sign : 0;
       for (bool saturate : {true, false}) {
-        const std::uint32_t want = sign | nearest_code(f.values, a, saturate ? f.max : f.overflow_inf);
+        const std::uint32_t want =
+            sign | nearest_code(f.values, a, saturate ? f.max : f.overflow_inf);
         const std::uint32_t got = f.encode(x, k, saturate);
         ++checked;
         if (got != want && ++bad <= 5)
@@ -341,7 +326,7 @@ TEST(FormatsMx, EncodeScaledEdges) {
   EXPECT_EQ(fr::encode_scaled<fr::E4M3>(from_bits(0xFFC00000), 3, true), 0xFFu);
 }
 
-// ---- stochastic rounding ---------------------------------------------------------------------------
+// ---- stochastic rounding ---------------------------------------------------------------------
 
 TEST(FormatsMx, StochasticShiftRoundsUpForExactlyRemOver2ToTheSRandomValues) {
   // Up iff rbits < rem·2^(32-s): check the threshold itself for several shifts and remainders.
@@ -406,24 +391,11 @@ TEST(FormatsMx, StochasticEncodePicksANeighbourWithTheRightFrequency) {
   }
 }
 
-// ---- power-of-two block scales ---------------------------------------------------------------------
+// ---- power-of-two block scales ---------------------------------------------------------------
 
 template <class F>
 double max_of() {
   return static_cast<double>(fr::decode<F>(F::kMax));
-}
-
-// The definitions: floor(log2 amax) - emax_elem, and the least k with amax <= max·2^k, both
-// clamped to [-127, 127], amax 0 -> -127.
-int floor_definition(double amax, int emax) {
-  if (amax == 0) return -127;
-  return std::clamp(std::ilogb(amax) - emax, -127, 127);
-}
-int round_up_definition(double amax, double max) {
-  if (amax == 0) return -127;
-  int k = std::ilogb(amax) - std::ilogb(max) - 1;
-  while (amax > std::ldexp(max, k)) ++k;
-  return std::clamp(k, -127, 127);
 }
 
 // Transformer Engine's MXFP8 scale: amax·(1/max) in fp32, then its E8M0 rounded up (its CUDA
@@ -456,9 +428,9 @@ void check_mx_rules(const char* name) {
   for (float a : amaxes) {
     if (!std::isfinite(a)) continue;
     const std::uint32_t bits = bits_of(a);
-    ASSERT_EQ(fr::mx_scale_exponent_floor<F>(bits), floor_definition(a, emax))
+    ASSERT_EQ(fr::mx_scale_exponent_floor<F>(bits), mx_floor_definition(a, emax))
         << name << " amax=" << a;
-    ASSERT_EQ(fr::mx_scale_exponent_round_up<F>(bits), round_up_definition(a, max))
+    ASSERT_EQ(fr::mx_scale_exponent_round_up<F>(bits), mx_round_up_definition(a, max))
         << name << " amax=" << a;
     // The header's claim: for normal amax (and a normal product) TE's fp32 route is this rule.
     if (a >= 0x1p-100f) {
