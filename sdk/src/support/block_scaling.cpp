@@ -121,7 +121,7 @@ struct BlockEncoding {
   int pow2_shift = 0;
 };
 
-bool finite(float x) {
+bool is_finite(float x) {
   return std::isfinite(x);
 }
 
@@ -234,7 +234,7 @@ BlockScaledTensor quantize_block_scaled(std::span<const float> x, std::int64_t r
       const float v = x[static_cast<std::size_t>(r * cols + c)];
       BlockStats& b = stats[static_cast<std::size_t>((r / layout.block_rows) * grid.cols +
                                                      c / layout.block_cols)];
-      b.finite = b.finite && finite(v);
+      b.finite = b.finite && is_finite(v);
       b.amax = std::max(b.amax, std::fabs(v));
     }
 
