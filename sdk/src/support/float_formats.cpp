@@ -31,6 +31,7 @@ using u32 = std::uint32_t;
 // The formats and their scalar rules are float_format_rules.h's, shared with the CUDA kernels.
 using format_rules::abs_bits;
 using format_rules::Bf16;
+using format_rules::E2M1;
 using format_rules::E4M3;
 using format_rules::E5M2;
 using format_rules::Fp16;
@@ -557,6 +558,20 @@ std::uint8_t encode_fp8_e5m2(float x, Overflow overflow) noexcept {
   return static_cast<std::uint8_t>(encode_scalar<E5M2>(x, overflow));
 }
 float decode_fp8_e5m2(std::uint8_t bits) noexcept { return decode_scalar<E5M2>(bits); }
+
+std::uint8_t encode_fp4_e2m1(float x) noexcept {
+  return static_cast<std::uint8_t>(format_rules::encode<E2M1>(x, true));
+}
+float decode_fp4_e2m1(std::uint8_t bits) noexcept {
+  return decode_scalar<E2M1>(bits);
+}
+
+std::uint8_t encode_e8m0(float x) noexcept {
+  return static_cast<std::uint8_t>(format_rules::encode_e8m0(x));
+}
+float decode_e8m0(std::uint8_t bits) noexcept {
+  return format_rules::decode_e8m0(bits);
+}
 
 float round_to_tf32(float x, Overflow overflow) noexcept {
   return std::bit_cast<float>(encode_scalar<Tf32>(x, overflow) << 13);

@@ -159,4 +159,40 @@ inline std::vector<float> stress_sample(std::size_t n, std::uint64_t seed) {
   return out;
 }
 
+// OCP MX v1.0's FP4 (E2M1) values, by magnitude code.
+inline const std::vector<double>& e2m1_values() {
+  static const std::vector<double> v = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+  return v;
+}
+
+// The nearest code to a finite magnitude a (exact, in double) on a grid of positive values by
+// code, ties to the even code; from the overflow threshold (half a step above the last value) on,
+// `overflow`.
+inline std::uint32_t nearest_code(const std::vector<double>& values, double a,
+                                  std::uint32_t overflow) {
+  const std::size_t top = values.size() - 1;
+  const double beyond = values[top] + (values[top] - values[top - 1]);
+  if (a >= beyond) return overflow;
+  std::size_t i = 0;
+  while (i < top && values[i + 1] <= a) ++i;
+  if (values[i] == a) return static_cast<std::uint32_t>(i);
+  const double hi = i < top ? values[i + 1] : beyond;
+  const double dlo = a - values[i], dhi = hi - a;
+  const std::size_t code = (dhi < dlo || (dhi == dlo && i % 2 == 1)) ? i + 1 : i;
+  return code > top ? overflow : static_cast<std::uint32_t>(code);
+}
+
+// The MX block-scale exponents by their definitions: floor(log2 amax) - emax_elem, and the least
+// k with amax <= max·2^k; both clamped to [-127, 127], amax 0 -> -127.
+inline int mx_floor_definition(double amax, int emax_elem) {
+  if (amax == 0) return -127;
+  return std::clamp(std::ilogb(amax) - emax_elem, -127, 127);
+}
+inline int mx_round_up_definition(double amax, double max) {
+  if (amax == 0) return -127;
+  int k = std::ilogb(amax) - std::ilogb(max) - 1;
+  while (amax > std::ldexp(max, k)) ++k;
+  return std::clamp(k, -127, 127);
+}
+
 }  // namespace formats_test

@@ -29,6 +29,20 @@
 // Decodes (narrow -> fp32) are exact: every narrow value is representable in fp32. NaNs decode to
 // quiet fp32 NaNs of the same sign with the payload shifted up (what F16C's vcvtph2ps does).
 //
+// The microscaling formats (OCP Microscaling Formats (MX) v1.0), with ml_dtypes' float4_e2m1fn and
+// float8_e8m0fnu as the reference they match bit for bit (tests/unit/sdk/formats):
+// - fp4_e2m1 = 1.2.1, bias 1: ±{0, 0.5, 1, 1.5, 2, 3, 4, 6}, no inf, no NaN. One code per byte,
+//   in the low nibble (sign at bit 3); decodes ignore the high nibble. Encodes round to nearest
+//   even (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 5 -> 4), keep the sign of zero, and always saturate:
+//   anything above 6 in magnitude, ±inf included, gives ±6. A NaN gives the zero of the opposite
+//   sign (+NaN -> 0x8, -NaN -> 0x0): the MX spec leaves NaN to the implementation, and this is
+//   ml_dtypes' choice.
+// - e8m0 = 8 exponent bits, bias 127, unsigned: 2^-127 … 2^127, code 0xFF is NaN; no zero, inf
+//   or sign. It is the MX block-scale format. Encodes round to the nearer power of two with ties
+//   upwards (3 -> 4, 1.5 -> 2, 0.3 -> 0.25), and NaN, ±inf, ±0, negative inputs and x >= 1.5·2^127
+//   give NaN; fp32 subnormals give 2^-127 up to 2^-127 itself and 2^-126 above it
+//   (float_format_rules.h, encode_e8m0, states the rule in full).
+//
 // Bulk functions compute exactly what the scalar functions compute, element by element, bit for bit;
 // at run time they pick the widest instruction set the CPU offers (F16C, AVX2, AVX-512,
 // AVX512-BF16), never assuming one. Optional scaling is one fp32 multiply per element before
@@ -54,6 +68,8 @@ inline constexpr std::uint16_t kFp16MaxBits = 0x7BFF;  // 65504
 inline constexpr std::uint16_t kBf16MaxBits = 0x7F7F;  // 3.3895314e38
 inline constexpr std::uint8_t kFp8E4M3MaxBits = 0x7E;  // 448
 inline constexpr std::uint8_t kFp8E5M2MaxBits = 0x7B;  // 57344
+inline constexpr std::uint8_t kFp4E2M1MaxBits = 0x7;   // 6
+inline constexpr std::uint8_t kE8M0NanBits = 0xFF;     // E8M0's only special code
 
 // ---- Scalar reference conversions -------------------------------------------------------------
 std::uint16_t encode_fp16(float x, Overflow overflow = Overflow::to_inf_or_nan) noexcept;
@@ -68,6 +84,14 @@ float decode_fp8_e4m3(std::uint8_t bits) noexcept;
 
 std::uint8_t encode_fp8_e5m2(float x, Overflow overflow) noexcept;
 float decode_fp8_e5m2(std::uint8_t bits) noexcept;
+
+// Saturating always (fp4 has neither inf nor NaN); the code is in the low nibble.
+std::uint8_t encode_fp4_e2m1(float x) noexcept;
+float decode_fp4_e2m1(std::uint8_t bits) noexcept;
+
+// Non-saturating, as ml_dtypes: what E8M0 cannot hold is NaN (0xFF).
+std::uint8_t encode_e8m0(float x) noexcept;
+float decode_e8m0(std::uint8_t bits) noexcept;
 
 // fp32 -> fp32 rounded to 10 mantissa bits (RNE; note CUDA's cvt.rna.tf32.f32 rounds ties away).
 float round_to_tf32(float x, Overflow overflow = Overflow::to_inf_or_nan) noexcept;

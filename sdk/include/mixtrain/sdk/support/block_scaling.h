@@ -1,0 +1,146 @@
+// Block-scaled tensor encodings — narrow elements (fp8 E4M3 / E5M2, fp4 E2M1) that share one
+// scale per block — and their host reference quantize / dequantize: exact to the definitions
+// below, written for clarity, not speed (the kernels that implement them are tested against it).
+//
+// Layout. A tensor is rows × cols, row-major (cols contiguous). A block is block_rows × block_cols
+// elements; 1×N blocks run along the columns, N×1 along the rows, N×N are 2-D (weights). The
+// blocks tile the tensor from (0, 0); a trailing partial block holds the elements that are there,
+// and is quantized exactly as the full block the tensor zero-padded to a multiple would give (as
+// Transformer Engine pads): the scale grid is ceil(rows / block_rows) × ceil(cols / block_cols),
+// row-major. block_along() places a 1×N block along a GEMM operand's reduction dimension.
+//
+// The encodings (element, scale):
+// - FP8 block scaling (Transformer Engine's Float8BlockScaling, DeepSeek-V3's 1×128 / 128×128
+//   tiles): E4M3 or E5M2 elements, fp32 scales. Per block, with fp32 arithmetic (each step one
+//   IEEE operation rounded to nearest even): s = max_elem / amax (amax 0: s = 1; an infinite s
+//   becomes FLT_MAX); fp32_pow2 then rounds s down to a power of two. The stored (decode) scale is
+//   1 / s, the element codes encode(x·s), saturating.
+// - MX (OCP Microscaling Formats (MX) v1.0: MXFP8, MXFP4): E4M3, E5M2 or E2M1 elements, one E8M0
+//   scale 2^k per block (the spec's block is 1×32), codes encode(x·2^-k) with x·2^-k exact,
+//   saturating. e8m0: the spec's k = floor(log2 amax) - emax_elem (E4M3 8, E5M2 15, E2M1 2), so a
+//   block's amax lands in the element format's top binade, and values between its max and
+//   2^(emax_elem + 1) saturate (the spec's conversion, section 6.3, clamps them to the element
+//   format's max). e8m0_round_up: the
+//   smallest k with amax <= max_elem·2^k, no element saturating (Transformer Engine's MXFP8). Both
+//   clamp k to [-127, 127]; amax 0 gives k = -127 (code 0x00).
+// - NVFP4: E2M1 elements, E4M3 scales (1×16 activations, 16×16 weights), and with tensor_scale the
+//   second level, one fp32 scale per tensor. In fp32 arithmetic, as Transformer Engine's kernels:
+//     S_enc = 6·448 / global_amax (the largest amax of the tensor's finite blocks; 0 gives
+//             S_enc = 1; an infinite quotient FLT_MAX), S_enc = 1 without tensor_scale;
+//     stored tensor scale S_dec = 1 / S_enc;
+//     block scale d = E4M3(amax · (S_enc · (1/6))), rounded to nearest even, saturating at 448;
+//     element codes E2M1(x · e), e = min(1 / (d · S_dec), FLT_MAX) — or e = 0 when d is 0, so a
+//     block whose scale underflows stores signed zeros (Transformer Engine's kernels would
+//     multiply by FLT_MAX and store ±6, which dequantize to 0 all the same).
+//   Without tensor_scale a block with amax above 6·448 saturates its scale, then its elements.
+// Rounding of elements: to nearest even, or stochastic (BlockQuantizeOptions), for every encoding.
+//
+// Special blocks: a block holding a NaN or an infinity has a NaN scale (fp32 quiet NaN, E8M0
+// 0xFF, E4M3 0x7F) and all-zero codes, so every element of it dequantizes to NaN — as Microsoft's
+// microxcaling, the MX spec's reference code, computes (the shared exponent of an infinite or NaN
+// amax is NaN; Transformer Engine's FP8 block reference ends with NaNs there too). Its values
+// take no part in the tensor's global amax: the other blocks quantize exactly as they would with
+// that block zeroed. A block of zeros has scale 1 (fp32), 2^-127 (E8M0) or 0 (E4M3), and codes
+// that are (signed) zeros.
+//
+// Dequantize: each element is code value × block scale × tensor scale, the exact product rounded
+// once to fp32 (nearest even).
+//
+// Codes: one element per byte, row-major; E2M1 in the low nibble (pack_e2m1 stores two per byte).
+// Errors: std::invalid_argument, naming the problem, for a layout outside the combinations above
+// or with a block extent < 1, a size mismatch, a tensor whose element count overflows, or (on
+// dequantize) a code or scale buffer that does not fit its layout. The fp32 steps assume the
+// default floating-point environment (no FTZ / DAZ), which the tests run in.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace mixtrain::sdk {
+
+enum class BlockElement : std::uint8_t { e4m3, e5m2, e2m1 };
+
+// How each block's scale is chosen and stored; see the header comment for each rule.
+enum class BlockScale : std::uint8_t {
+  fp32,           // fp32, s = max_elem / amax (FP8 block scaling)
+  fp32_pow2,      // fp32, s rounded down to a power of two
+  e8m0,           // E8M0, the OCP MX rule (floor)
+  e8m0_round_up,  // E8M0, the smallest power of two that saturates nothing
+  e4m3,           // E4M3, NVFP4's rule
+};
+
+struct BlockScaledLayout {
+  BlockElement element = BlockElement::e4m3;
+  BlockScale scale = BlockScale::fp32;
+  std::int64_t block_rows = 1;    // block extent along dim 0
+  std::int64_t block_cols = 128;  // along dim 1, the contiguous one
+  bool tensor_scale = false;      // NVFP4's second level; e4m3 scales only
+
+  bool operator==(const BlockScaledLayout&) const = default;
+};
+
+// Which dimension of a row-major operand a GEMM reduces over.
+enum class ReductionAxis : std::uint8_t { cols, rows };
+
+// A 1×n block along `axis`: {1, n} for cols, {n, 1} for rows (the rows of the transpose).
+struct BlockExtent {
+  std::int64_t rows, cols;
+};
+BlockExtent block_along(ReductionAxis axis, std::int64_t n);
+
+// The recipes' layouts. FP8 block scaling: 1×128 activations / gradients, 128×128 weights.
+BlockScaledLayout fp8_block_layout(ReductionAxis axis, BlockElement element = BlockElement::e4m3,
+                                   bool power_of_two_scales = false);
+BlockScaledLayout fp8_block_weight_layout(BlockElement element = BlockElement::e4m3,
+                                          bool power_of_two_scales = false);
+// MX: 1×32 along the reduction dimension, E8M0 scales by the OCP rule.
+BlockScaledLayout mx_layout(ReductionAxis axis, BlockElement element);
+// NVFP4 with its per-tensor scale: 1×16 activations / gradients, 16×16 weights.
+BlockScaledLayout nvfp4_layout(ReductionAxis axis);
+BlockScaledLayout nvfp4_weight_layout();
+
+// Throws std::invalid_argument unless the layout is one of the combinations above.
+void check_layout(const BlockScaledLayout& layout);
+// "e2m1 1x16 e4m3 scales + fp32 tensor scale", for messages.
+std::string describe(const BlockScaledLayout& layout);
+
+// The number of blocks along each dimension (ceil division); checks the layout and the sizes.
+BlockExtent block_grid(const BlockScaledLayout& layout, std::int64_t rows, std::int64_t cols);
+
+struct BlockScaledTensor {
+  BlockScaledLayout layout;
+  std::int64_t rows = 0, cols = 0;
+  std::vector<std::uint8_t> codes;  // rows·cols element codes
+  // One scale per block of block_grid(): fp32 / fp32_pow2 layouts fill `scales` (decode scales),
+  // e8m0 / e4m3 layouts `scale_codes`; the other stays empty.
+  std::vector<float> scales;
+  std::vector<std::uint8_t> scale_codes;
+  float tensor_scale = 1.0f;  // S_dec with tensor_scale, else 1
+};
+
+struct BlockQuantizeOptions {
+  // Stochastic rounding of the elements (NVFP4's gradients): element (r, c) rounds with the bits
+  // format_rules::random_bits(seed, r·cols + c), so a seed fixes the result, on any device.
+  // Scales always round to nearest even.
+  std::optional<std::uint64_t> stochastic_rounding_seed;
+};
+
+// x: rows·cols fp32 values, row-major. Returns codes and scales as defined above.
+BlockScaledTensor quantize_block_scaled(std::span<const float> x, std::int64_t rows,
+                                        std::int64_t cols, const BlockScaledLayout& layout,
+                                        const BlockQuantizeOptions& options = {});
+// rows·cols fp32 values; checks that codes and scales fit the layout first.
+std::vector<float> dequantize_block_scaled(const BlockScaledTensor& t);
+// The decoded scale of block (block_row, block_col), the tensor scale not applied.
+float block_scale_value(const BlockScaledTensor& t, std::int64_t block_row, std::int64_t block_col);
+
+// Two E2M1 codes per byte, element 2i in the low nibble (Transformer Engine's and CUDA's fp4x2
+// order); an odd count leaves the last high nibble 0. Codes must be < 16.
+std::vector<std::uint8_t> pack_e2m1(std::span<const std::uint8_t> codes);
+// The first `count` codes of packed storage; packed must hold ceil(count / 2) bytes.
+std::vector<std::uint8_t> unpack_e2m1(std::span<const std::uint8_t> packed, std::size_t count);
+
+}  // namespace mixtrain::sdk

@@ -1,0 +1,412 @@
+// The host reference of block_scaling.h: one block at a time, each rule written as its definition
+// says. Element and power-of-two rules are float_format_rules.h's (integer arithmetic, the ones
+// kernels share); the fp32 scale arithmetic is plain IEEE fp32, one operation per step, and this
+// file builds with -ffp-contract=off so no step is fused into another.
+#include "mixtrain/sdk/support/block_scaling.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "mixtrain/sdk/support/float_format_rules.h"
+
+namespace mixtrain::sdk {
+namespace {
+
+namespace fr = format_rules;
+using u32 = std::uint32_t;
+
+const char* element_name(BlockElement e) {
+  switch (e) {
+    case BlockElement::e4m3:
+      return "e4m3";
+    case BlockElement::e5m2:
+      return "e5m2";
+    case BlockElement::e2m1:
+      return "e2m1";
+  }
+  return "?";
+}
+
+const char* scale_name(BlockScale s) {
+  switch (s) {
+    case BlockScale::fp32:
+      return "fp32";
+    case BlockScale::fp32_pow2:
+      return "fp32_pow2";
+    case BlockScale::e8m0:
+      return "e8m0";
+    case BlockScale::e8m0_round_up:
+      return "e8m0_round_up";
+    case BlockScale::e4m3:
+      return "e4m3";
+  }
+  return "?";
+}
+
+bool known_element(BlockElement e) {
+  return e == BlockElement::e4m3 || e == BlockElement::e5m2 || e == BlockElement::e2m1;
+}
+
+bool fp32_scales(BlockScale s) {
+  return s == BlockScale::fp32 || s == BlockScale::fp32_pow2;
+}
+
+[[noreturn]] void fail(const BlockScaledLayout& layout, const std::string& why) {
+  throw std::invalid_argument("block-scaled layout " + describe(layout) + ": " + why);
+}
+
+std::int64_t checked_count(const BlockScaledLayout& layout, std::int64_t rows, std::int64_t cols) {
+  if (rows < 0 || cols < 0)
+    fail(layout, "a tensor of " + std::to_string(rows) + " x " + std::to_string(cols) +
+                     " elements: sizes must be >= 0");
+  if (cols != 0 && rows > std::numeric_limits<std::int64_t>::max() / cols)
+    fail(layout, "a tensor of " + std::to_string(rows) + " x " + std::to_string(cols) +
+                     " elements overflows a 64-bit count");
+  return rows * cols;
+}
+
+// Everything that differs between the element formats, resolved once per tensor.
+struct ElementRules {
+  float max;  // largest finite value
+  u32 (*encode_scaled)(float, int, bool);
+  u32 (*encode_scaled_stochastic)(float, int, bool, u32);
+  float (*decode)(u32);
+};
+
+template <class F>
+ElementRules rules_of() {
+  return {fr::decode<F>(F::kMax), &fr::encode_scaled<F>, &fr::encode_scaled_stochastic<F>,
+          &fr::decode<F>};
+}
+
+ElementRules element_rules(BlockElement e) {
+  switch (e) {
+    case BlockElement::e4m3:
+      return rules_of<fr::E4M3>();
+    case BlockElement::e5m2:
+      return rules_of<fr::E5M2>();
+    case BlockElement::e2m1:
+      return rules_of<fr::E2M1>();
+  }
+  throw std::invalid_argument("unknown block element format");
+}
+
+int mx_exponent(const BlockScaledLayout& layout, float amax) {
+  const u32 a = fr::bits_of(amax);
+  const bool floor_rule = layout.scale == BlockScale::e8m0;
+  switch (layout.element) {
+    case BlockElement::e4m3:
+      return floor_rule ? fr::mx_scale_exponent_floor<fr::E4M3>(a)
+                        : fr::mx_scale_exponent_round_up<fr::E4M3>(a);
+    case BlockElement::e5m2:
+      return floor_rule ? fr::mx_scale_exponent_floor<fr::E5M2>(a)
+                        : fr::mx_scale_exponent_round_up<fr::E5M2>(a);
+    case BlockElement::e2m1:
+      return floor_rule ? fr::mx_scale_exponent_floor<fr::E2M1>(a)
+                        : fr::mx_scale_exponent_round_up<fr::E2M1>(a);
+  }
+  throw std::invalid_argument("unknown block element format");
+}
+
+// How the elements of one block are encoded: x·encode_scale, then a further exact 2^pow2_shift.
+// fp32 and NVFP4 blocks use the fp32 product (pow2_shift 0); MX blocks the exact power of two
+// (encode_scale 1), which no fp32 product could give for every element (x·2^-k may fall outside
+// fp32's normal range and round on its own).
+struct BlockEncoding {
+  float encode_scale = 1.0f;
+  int pow2_shift = 0;
+};
+
+bool is_finite(float x) {
+  return std::isfinite(x);
+}
+
+}  // namespace
+
+BlockExtent block_along(ReductionAxis axis, std::int64_t n) {
+  return axis == ReductionAxis::rows ? BlockExtent{n, 1} : BlockExtent{1, n};
+}
+
+BlockScaledLayout fp8_block_layout(ReductionAxis axis, BlockElement element,
+                                   bool power_of_two_scales) {
+  const BlockExtent b = block_along(axis, 128);
+  return {element, power_of_two_scales ? BlockScale::fp32_pow2 : BlockScale::fp32, b.rows, b.cols,
+          false};
+}
+
+BlockScaledLayout fp8_block_weight_layout(BlockElement element, bool power_of_two_scales) {
+  return {element, power_of_two_scales ? BlockScale::fp32_pow2 : BlockScale::fp32, 128, 128, false};
+}
+
+BlockScaledLayout mx_layout(ReductionAxis axis, BlockElement element) {
+  const BlockExtent b = block_along(axis, 32);
+  return {element, BlockScale::e8m0, b.rows, b.cols, false};
+}
+
+BlockScaledLayout nvfp4_layout(ReductionAxis axis) {
+  const BlockExtent b = block_along(axis, 16);
+  return {BlockElement::e2m1, BlockScale::e4m3, b.rows, b.cols, true};
+}
+
+BlockScaledLayout nvfp4_weight_layout() {
+  return {BlockElement::e2m1, BlockScale::e4m3, 16, 16, true};
+}
+
+std::string describe(const BlockScaledLayout& layout) {
+  std::string s = std::string(element_name(layout.element)) + " " +
+                  std::to_string(layout.block_rows) + "x" + std::to_string(layout.block_cols) +
+                  " " + scale_name(layout.scale) + " scales";
+  if (layout.tensor_scale) s += " + fp32 tensor scale";
+  return s;
+}
+
+void check_layout(const BlockScaledLayout& layout) {
+  if (!known_element(layout.element)) fail(layout, "unknown element format");
+  if (layout.block_rows < 1 || layout.block_cols < 1)
+    fail(layout, "block extents must be >= 1 (got " + std::to_string(layout.block_rows) + " x " +
+                     std::to_string(layout.block_cols) + ")");
+  switch (layout.scale) {
+    case BlockScale::fp32:
+    case BlockScale::fp32_pow2:
+      if (layout.element == BlockElement::e2m1)
+        fail(layout,
+             "fp32 block scales go with fp8 elements (e4m3, e5m2); e2m1 takes e8m0 (MXFP4) "
+             "or e4m3 (NVFP4) scales");
+      break;
+    case BlockScale::e8m0:
+    case BlockScale::e8m0_round_up:
+      break;
+    case BlockScale::e4m3:
+      if (layout.element != BlockElement::e2m1)
+        fail(layout,
+             "e4m3 block scales are NVFP4's and go with e2m1 elements; fp8 elements take "
+             "fp32 or e8m0 scales");
+      break;
+    default:
+      fail(layout, "unknown scale format");
+  }
+  if (layout.tensor_scale && layout.scale != BlockScale::e4m3)
+    fail(layout,
+         "a per-tensor scale is NVFP4's second level and needs e4m3 block scales; fp32 and "
+         "e8m0 scales span the range alone");
+}
+
+BlockExtent block_grid(const BlockScaledLayout& layout, std::int64_t rows, std::int64_t cols) {
+  check_layout(layout);
+  checked_count(layout, rows, cols);
+  return {rows / layout.block_rows + (rows % layout.block_rows != 0 ? 1 : 0),
+          cols / layout.block_cols + (cols % layout.block_cols != 0 ? 1 : 0)};
+}
+
+BlockScaledTensor quantize_block_scaled(std::span<const float> x, std::int64_t rows,
+                                        std::int64_t cols, const BlockScaledLayout& layout,
+                                        const BlockQuantizeOptions& options) {
+  const BlockExtent grid = block_grid(layout, rows, cols);
+  const std::int64_t n = checked_count(layout, rows, cols);
+  if (static_cast<std::uint64_t>(x.size()) != static_cast<std::uint64_t>(n))
+    fail(layout, "quantize of a " + std::to_string(rows) + " x " + std::to_string(cols) +
+                     " tensor was given " + std::to_string(x.size()) + " values");
+
+  const ElementRules er = element_rules(layout.element);
+  BlockScaledTensor t;
+  t.layout = layout;
+  t.rows = rows;
+  t.cols = cols;
+  t.codes.assign(static_cast<std::size_t>(n), 0);
+  const auto blocks = static_cast<std::size_t>(grid.rows * grid.cols);
+  if (fp32_scales(layout.scale))
+    t.scales.assign(blocks, 0.0f);
+  else
+    t.scale_codes.assign(blocks, 0);
+
+  // First pass: each block's amax, and whether all its values are finite.
+  struct BlockStats {
+    float amax = 0.0f;
+    bool finite = true;
+  };
+  std::vector<BlockStats> stats(blocks);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const float v = x[static_cast<std::size_t>(r * cols + c)];
+      BlockStats& b = stats[static_cast<std::size_t>((r / layout.block_rows) * grid.cols +
+                                                     c / layout.block_cols)];
+      b.finite = b.finite && is_finite(v);
+      b.amax = std::max(b.amax, std::fabs(v));
+    }
+
+  // NVFP4's first level: S_enc from the amax of the finite blocks. A non-finite block is NaN on
+  // its own and must not shrink every other block's range.
+  float s_enc = 1.0f;
+  if (layout.tensor_scale) {
+    float global_amax = 0.0f;
+    for (const BlockStats& b : stats)
+      if (b.finite) global_amax = std::max(global_amax, b.amax);
+    if (global_amax > 0.0f) {
+      s_enc = (6.0f * 448.0f) / global_amax;
+      if (std::isinf(s_enc)) s_enc = FLT_MAX;
+    }
+    t.tensor_scale = 1.0f / s_enc;
+  }
+  const float s_dec = t.tensor_scale;
+  const float e4m3_multiplier = s_enc * (1.0f / 6.0f);  // as the kernels fold 1/6 into S_enc
+
+  for (std::int64_t bi = 0; bi < grid.rows; ++bi) {
+    for (std::int64_t bj = 0; bj < grid.cols; ++bj) {
+      const std::int64_t r0 = bi * layout.block_rows, c0 = bj * layout.block_cols;
+      const std::int64_t r1 = std::min(rows, r0 + layout.block_rows);
+      const std::int64_t c1 = std::min(cols, c0 + layout.block_cols);
+      const auto block = static_cast<std::size_t>(bi * grid.cols + bj);
+      const float amax = stats[block].amax;
+      if (!stats[block].finite) {
+        // Codes stay 0; the scale alone makes the block NaN.
+        if (fp32_scales(layout.scale))
+          t.scales[block] = std::numeric_limits<float>::quiet_NaN();
+        else
+          t.scale_codes[block] =
+              static_cast<std::uint8_t>(layout.scale == BlockScale::e4m3 ? 0x7Fu : fr::kE8M0Nan);
+        continue;
+      }
+
+      BlockEncoding enc;
+      switch (layout.scale) {
+        case BlockScale::fp32:
+        case BlockScale::fp32_pow2: {
+          float s = 1.0f;
+          if (amax > 0.0f) {
+            s = er.max / amax;
+            if (std::isinf(s)) s = FLT_MAX;
+            // s >= 448 / FLT_MAX is a normal fp32: clearing the mantissa is 2^floor(log2 s).
+            if (layout.scale == BlockScale::fp32_pow2)
+              s = fr::float_of(fr::bits_of(s) & 0xFF800000u);
+          }
+          t.scales[block] = 1.0f / s;
+          enc.encode_scale = s;
+          break;
+        }
+        case BlockScale::e8m0:
+        case BlockScale::e8m0_round_up: {
+          const int k = mx_exponent(layout, amax);
+          t.scale_codes[block] = static_cast<std::uint8_t>(k + fr::kE8M0Bias);
+          enc.pow2_shift = -k;
+          break;
+        }
+        case BlockScale::e4m3: {
+          const u32 d = fr::encode<fr::E4M3>(amax * e4m3_multiplier, true);
+          t.scale_codes[block] = static_cast<std::uint8_t>(d);
+          const float d_value = fr::decode<fr::E4M3>(d);
+          if (d_value == 0.0f) {
+            enc.encode_scale = 0.0f;
+          } else {
+            const float denominator = d_value * s_dec;
+            enc.encode_scale = std::min(1.0f / denominator, FLT_MAX);
+          }
+          break;
+        }
+      }
+
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t c = c0; c < c1; ++c) {
+          const auto i = static_cast<std::size_t>(r * cols + c);
+          const float v = enc.encode_scale == 1.0f ? x[i] : x[i] * enc.encode_scale;
+          const u32 code = options.stochastic_rounding_seed
+                               ? er.encode_scaled_stochastic(
+                                     v, enc.pow2_shift, true,
+                                     fr::random_bits(*options.stochastic_rounding_seed, i))
+                               : er.encode_scaled(v, enc.pow2_shift, true);
+          t.codes[i] = static_cast<std::uint8_t>(code);
+        }
+    }
+  }
+  return t;
+}
+
+float block_scale_value(const BlockScaledTensor& t, std::int64_t block_row,
+                        std::int64_t block_col) {
+  const BlockExtent grid = block_grid(t.layout, t.rows, t.cols);
+  if (block_row < 0 || block_row >= grid.rows || block_col < 0 || block_col >= grid.cols)
+    fail(t.layout, "block (" + std::to_string(block_row) + ", " + std::to_string(block_col) +
+                       ") is outside the " + std::to_string(grid.rows) + " x " +
+                       std::to_string(grid.cols) + " grid");
+  const auto i = static_cast<std::size_t>(block_row * grid.cols + block_col);
+  const auto count = static_cast<std::size_t>(grid.rows * grid.cols);
+  if (fp32_scales(t.layout.scale)) {
+    if (t.scales.size() != count) fail(t.layout, "the fp32 scales do not match the block grid");
+    return t.scales[i];
+  }
+  if (t.scale_codes.size() != count) fail(t.layout, "the scale codes do not match the block grid");
+  return t.layout.scale == BlockScale::e4m3 ? fr::decode<fr::E4M3>(t.scale_codes[i])
+                                            : fr::decode_e8m0(t.scale_codes[i]);
+}
+
+std::vector<float> dequantize_block_scaled(const BlockScaledTensor& t) {
+  const BlockScaledLayout& layout = t.layout;
+  const BlockExtent grid = block_grid(layout, t.rows, t.cols);
+  const std::int64_t n = checked_count(layout, t.rows, t.cols);
+  const auto blocks = static_cast<std::size_t>(grid.rows * grid.cols);
+  if (t.codes.size() != static_cast<std::size_t>(n))
+    fail(layout, "holds " + std::to_string(t.codes.size()) + " codes for a " +
+                     std::to_string(t.rows) + " x " + std::to_string(t.cols) + " tensor");
+  const std::size_t want_fp32 = fp32_scales(layout.scale) ? blocks : 0;
+  const std::size_t want_codes = fp32_scales(layout.scale) ? 0 : blocks;
+  if (t.scales.size() != want_fp32 || t.scale_codes.size() != want_codes)
+    fail(layout, "holds " + std::to_string(t.scales.size()) + " fp32 scales and " +
+                     std::to_string(t.scale_codes.size()) + " scale codes; its " +
+                     std::to_string(grid.rows) + " x " + std::to_string(grid.cols) +
+                     " blocks need " + std::to_string(blocks) + " " +
+                     (fp32_scales(layout.scale) ? "fp32 scales" : "scale codes") + " only");
+  if (!layout.tensor_scale && t.tensor_scale != 1.0f)
+    fail(layout, "has a tensor scale of " + std::to_string(t.tensor_scale) +
+                     " but the layout has no second level");
+  if (layout.element == BlockElement::e2m1)
+    for (std::uint8_t c : t.codes)
+      if (c > 0xF) fail(layout, "holds an e2m1 code above 0xF: " + std::to_string(c));
+
+  std::vector<float> block_scales(blocks);
+  for (std::size_t b = 0; b < blocks; ++b)
+    block_scales[b] = fp32_scales(layout.scale)          ? t.scales[b]
+                      : layout.scale == BlockScale::e4m3 ? fr::decode<fr::E4M3>(t.scale_codes[b])
+                                                         : fr::decode_e8m0(t.scale_codes[b]);
+
+  const ElementRules er = element_rules(layout.element);
+  std::vector<float> out(static_cast<std::size_t>(n));
+  for (std::int64_t r = 0; r < t.rows; ++r)
+    for (std::int64_t c = 0; c < t.cols; ++c) {
+      const auto i = static_cast<std::size_t>(r * t.cols + c);
+      const float scale = block_scales[static_cast<std::size_t>(
+          (r / layout.block_rows) * grid.cols + c / layout.block_cols)];
+      // code (<= 4 significant bits) × scale (<= 24) × tensor scale (24) is exact in double
+      // (52 bits, and far from double's range limits): one rounding, to fp32.
+      const double v = static_cast<double>(er.decode(t.codes[i])) * static_cast<double>(scale) *
+                       static_cast<double>(t.tensor_scale);
+      out[i] = static_cast<float>(v);
+    }
+  return out;
+}
+
+std::vector<std::uint8_t> pack_e2m1(std::span<const std::uint8_t> codes) {
+  std::vector<std::uint8_t> packed((codes.size() + 1) / 2, 0);
+  for (std::size_t i = 0; i < codes.size(); ++i) {
+    if (codes[i] > 0xF)
+      throw std::invalid_argument("pack_e2m1: code " + std::to_string(codes[i]) + " at index " +
+                                  std::to_string(i) + " is not a 4-bit e2m1 code");
+    packed[i / 2] = static_cast<std::uint8_t>(packed[i / 2] | (codes[i] << (4 * (i % 2))));
+  }
+  return packed;
+}
+
+std::vector<std::uint8_t> unpack_e2m1(std::span<const std::uint8_t> packed, std::size_t count) {
+  if (packed.size() != (count + 1) / 2)
+    throw std::invalid_argument("unpack_e2m1: " + std::to_string(count) + " codes take " +
+                                std::to_string((count + 1) / 2) + " bytes, not " +
+                                std::to_string(packed.size()));
+  std::vector<std::uint8_t> codes(count);
+  for (std::size_t i = 0; i < count; ++i)
+    codes[i] = static_cast<std::uint8_t>((packed[i / 2] >> (4 * (i % 2))) & 0xF);
+  return codes;
+}
+
+}  // namespace mixtrain::sdk
