@@ -302,6 +302,8 @@ TEST_F(FromPretrained, ABadFolderOrAContradictingKeyExits2AndLeavesNoRunFolder) 
       {"other-vocab",
        config_json([](json& c) { c["vocab_size"] = 100; }),
        {"vocab_size = 100 but the data's vocab_size is 64"}},
+      {"fewer-positions", config_json([](json& c) { c["n_positions"] = c["n_ctx"] = 8; }),
+       {"the data's block_size = 16 is longer than", "n_positions = 8"}},
       {"init-from",
        nullptr,
        {"'checkpoint.init_from': init_from = \"w.safetensors\" and model.from_pretrained",

@@ -450,6 +450,13 @@ void read_pretrained_gpt(const Config& config, Experiment& e, const sdk::Options
                            "the model predicts the folder's tokens: train on token data in its "
                            "vocabulary (data.source = \"tokens\" with vocab_size = " +
                                std::to_string(p.vocab_size) + ")");
+  if (e.data.block_size > p.block_size)
+    throw sdk::ConfigError(at, "model.from_pretrained",
+                           "the data's block_size = " + std::to_string(e.data.block_size) +
+                               " is longer than " + pretrained.config_file.string() +
+                               "'s n_positions = " + std::to_string(p.block_size) +
+                               ", the positions the model has learned",
+                           "set data.block_size to at most " + std::to_string(p.block_size));
   e.model.layers = gpt_preset(p);
   e.model.graph = true;
   e.from_pretrained = {folder, pretrained.weights_file, at};

@@ -16,7 +16,7 @@
 // - `from_pretrained = "DIR"` (a Hugging Face GPT-2 folder, checkpoint/hf_folder.h) builds the
 //   gpt preset (preset may be absent or "gpt"; no layers/nodes) with DIR/config.json's sizes;
 //   a size [model.gpt] also gives must equal it, and bias must stay true. The data's vocab_size
-//   must be the folder's. Experiment::from_pretrained keeps the folder and its model.safetensors
+//   must be the folder's, and its block_size at most the folder's n_positions. Experiment::from_pretrained keeps the folder and its model.safetensors
 //   for read_checkpoint; fields the preset accepts without modelling them (dropout) become
 //   config_warnings. The resolved config writes preset = "gpt" with every size, each commented
 //   with its source, and from_pretrained = "". The folder's errors are sdk::ConfigError at the

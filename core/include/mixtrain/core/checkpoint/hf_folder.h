@@ -35,9 +35,11 @@
 //   preset trains without it. Fields GPT-2 ignores when computing logits (architectures,
 //   initializer_range, token ids, use_cache, ...) are not read.
 // - open_hf_gpt2_folder() checks a folder holds what from_pretrained reads: config.json (parsed
-//   as above) and model.safetensors. sdk::UserError naming the path: no such folder, no
-//   config.json, weights only in pytorch_model.bin (a pickle, never unpickled here: the hint
-//   says how to re-save as safetensors), only sharded safetensors, or no weights at all.
+//   as above, its refusals as above) and model.safetensors. sdk::UserError naming the path: no
+//   such folder, no config.json, weights only in pytorch_model.bin (a pickle, never unpickled
+//   here: the hint says how to re-save as safetensors), only sharded safetensors, or no weights
+//   at all. The weights themselves are read, and checked tensor by tensor, by the loader
+//   (checkpoint.init_from in the gpt2 layout).
 #pragma once
 
 #include <cstdint>
