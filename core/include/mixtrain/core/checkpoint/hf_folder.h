@@ -32,8 +32,9 @@
 //   null or 4·n_embd, and each fixed field above, GPT2Config's default standing in for an
 //   absent one). Dropout is training noise, not the function: a non-zero attn_pdrop, embd_pdrop
 //   or resid_pdrop (GPT2Config's 0.1 when absent) is accepted and named in `notes`, since the
-//   preset trains without it. Fields GPT-2 ignores when computing logits (architectures,
-//   initializer_range, token ids, use_cache, ...) are not read.
+//   preset trains without it. Fields that do not change the logits' function are not read:
+//   architectures, initializer_range, token ids, use_cache, reorder_and_upcast_attn (the same
+//   attention, computed in another order and width), ...
 // - open_hf_gpt2_folder() checks a folder holds what from_pretrained reads: config.json (parsed
 //   as above, its refusals as above) and model.safetensors. sdk::UserError naming the path: no
 //   such folder, no config.json, weights only in pytorch_model.bin (a pickle, never unpickled
