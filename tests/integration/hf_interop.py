@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""mixtrain's exports as the Python ecosystem loads them, for test_hf_export.cpp.
+"""mixtrain's exports as the Python ecosystem loads them, and the folders it writes for
+mixtrain to start from, for test_hf_export.cpp and test_from_pretrained.cpp.
 
   gpt2    --folder DIR --tokens eval.bin --block-size T --logits-out F.npy
           transformers.GPT2LMHeadModel.from_pretrained(DIR): the loading report (missing,
@@ -7,6 +8,11 @@
           config it read, and its logits of every held-out window of the llm.c token file at
           stride T (gpt_reference.py's windows, mixtrain's `predict --positions all`), float32
           [W, T, V], with their mean cross-entropy. Needs the peers venv (transformers).
+  make-gpt2 --out DIR --n-layer L --n-head H --n-embd C --n-positions T --vocab-size V --seed S
+          GPT2LMHeadModel(GPT2Config(those sizes, the rest GPT2Config's defaults)) with noise on
+          every parameter (so that biases and LayerNorms count too), written by
+          save_pretrained(DIR, safe_serialization=True): the folder mixtrain's [model]
+          from_pretrained reads. Prints the files written. Needs the peers venv (transformers).
   resnet  --weights F.safetensors --classes K --images x.npy --logits-out F.npy
           torchvision.models.resnet18(num_classes=K).load_state_dict(file, strict=True), then
           its eval-mode logits of the [N, 3, H, W] images in [0, 1] behind the Normalize whose
@@ -56,6 +62,19 @@ def gpt2(a):
 
 
 @torch.no_grad()
+def make_gpt2(a):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(a.seed)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=a.n_layer, n_head=a.n_head, n_embd=a.n_embd,
+                                       n_positions=a.n_positions, vocab_size=a.vocab_size))
+    # GPT-2's init leaves biases at 0 and LayerNorms at 1, which a misplaced one would not show.
+    for p in model.parameters():
+        p.add_(0.05 * torch.randn_like(p))
+    model.save_pretrained(a.out, safe_serialization=True)
+    print(json.dumps({"files": sorted(os.listdir(a.out))}))
+
+
+@torch.no_grad()
 def resnet(a):
     import torchvision
     tensors, metadata = read_safetensors(a.weights)
@@ -88,6 +107,10 @@ def main():
     g.add_argument("--tokens", required=True)
     g.add_argument("--block-size", type=int, required=True)
     g.add_argument("--logits-out", required=True)
+    m = sub.add_parser("make-gpt2")
+    m.add_argument("--out", required=True)
+    for size in ("n-layer", "n-head", "n-embd", "n-positions", "vocab-size", "seed"):
+        m.add_argument("--" + size, type=int, required=True)
     r = sub.add_parser("resnet")
     r.add_argument("--weights", required=True)
     r.add_argument("--classes", type=int, required=True)
@@ -95,7 +118,7 @@ def main():
     r.add_argument("--logits-out", required=True)
     a = ap.parse_args()
     torch.set_num_threads(1)
-    {"gpt2": gpt2, "resnet": resnet}[a.command](a)
+    {"gpt2": gpt2, "make-gpt2": make_gpt2, "resnet": resnet}[a.command](a)
 
 
 if __name__ == "__main__":

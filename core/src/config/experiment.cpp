@@ -437,6 +437,28 @@ void read_optimizer(const PluginSections& plugins, Experiment& e) {
     }
 }
 
+// [model] from_pretrained's weights are the run's initial ones: checkpoint.init_from in the gpt2
+// layout, so neither key may say otherwise.
+void take_pretrained_weights(const sdk::Options& ck, Experiment& e) {
+  const auto& pretrained = e.from_pretrained;
+  const std::string folder =
+      "model.from_pretrained = " + sdk::option_value_to_string(pretrained.folder.string()) + " (" +
+      pretrained.where.to_string() + ")";
+  if (!e.checkpoint.init_from.empty())
+    ck.fail("init_from",
+            "init_from = " + sdk::option_value_to_string(e.checkpoint.init_from) + " and " +
+                folder + " both name the initial weights",
+            "keep one: from_pretrained starts from " + pretrained.weights.string());
+  if (e.checkpoint.init_layout != WeightLayout::gpt2 && ck.was_set("init_layout"))
+    ck.fail("init_layout",
+            "init_layout = " + sdk::option_value_to_string(ck.get_string("init_layout")) +
+                " contradicts " + folder + ", whose weights are in the gpt2 layout",
+            "remove init_layout: from_pretrained reads " + pretrained.weights.string() +
+                " in the gpt2 layout");
+  e.checkpoint.init_from = pretrained.weights.string();
+  e.checkpoint.init_layout = WeightLayout::gpt2;
+}
+
 // [checkpoint]; the host's options come back for keep_best, checked once [eval] is read.
 sdk::Options read_checkpoint(const PluginSections& plugins, Experiment& e) {
   const Config& config = plugins.config;
@@ -448,16 +470,22 @@ sdk::Options read_checkpoint(const PluginSections& plugins, Experiment& e) {
   e.checkpoint.init_from = ck.get_string("init_from");
   e.checkpoint.init_layout = parse_weight_layout(ck.get_string("init_layout"));
   e.checkpoint.keep_best = ck.get_string("keep_best");
+  if (e.from_pretrained.enabled()) take_pretrained_weights(ck, e);
   if (e.checkpoint.init_layout != WeightLayout::native && e.checkpoint.init_from.empty())
     throw sdk::ConfigError(ck.where("init_layout"), "checkpoint.init_layout",
                            "checkpoint.init_layout = \"" + ck.get_string("init_layout") +
                                "\" but there is no checkpoint.init_from to read in it",
                            "set checkpoint.init_from to the weights file, or remove init_layout");
-  if (!e.checkpoint.init_from.empty())
+  if (!e.checkpoint.init_from.empty() && !e.from_pretrained.enabled())
     e.checkpoint.init_from =
         config_path(config, "checkpoint.init_from", e.checkpoint.init_from).string();
   ResolvedSection ck_section = section_of("checkpoint", {{"format", e.checkpoint.format}}, ck);
   show_resolved(ck_section, "init_from", e.checkpoint.init_from);
+  if (e.from_pretrained.enabled()) {
+    show_resolved(ck_section, "init_layout", "gpt2");
+    ck_section.comments.push_back("init_from: the weights of model.from_pretrained (" +
+                                  e.from_pretrained.where.to_string() + ")");
+  }
   e.core_sections.push_back(ck_section);
   if (!e.checkpoint_options.effective().empty())
     e.core_sections.push_back(

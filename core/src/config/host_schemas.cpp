@@ -488,6 +488,10 @@ sdk::OptionSchema model_schema() {
                              "\"gpt\" (sizes in [model.gpt]) or \"resnet\" (sizes in "
                              "[model.resnet])")
               .one_of(choice_names(kModelPresets)),
+          OptionSpec::string("from_pretrained", "",
+                             "a Hugging Face GPT-2 folder (config.json, model.safetensors): the "
+                             "gpt preset sized by its config.json, starting from its weights; "
+                             "relative to this file"),
           OptionSpec::boolean("fuse_epilogues", true,
                               "run each relu/gelu that follows a linear layer as that GEMM's "
                               "epilogue (one rounding, one pass less)")};

@@ -19,6 +19,7 @@
 #include "checkpoint/state.h"
 #include "graph/ops/op_support.h"
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
+#include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/version.h"
@@ -296,6 +297,9 @@ struct CheckpointFile {
   sdk::TrainingState st;
   bool gpt2 = false;
   std::vector<std::string> file_names;
+  // Why a tensor would not fit, when the file says more than "another model": [model]
+  // from_pretrained's weights were sized by their own folder's config.json.
+  std::string misfit_hint;
 
   std::string name_in_file(const sdk::HostTensor& t) const {
     return gpt2 ? file_names[static_cast<std::size_t>(&t - st.tensors.data())] : t.name;
@@ -310,8 +314,23 @@ CheckpointFile read_checkpoint_file(Trainer::State& s, const fs::path& path, boo
   file.st =
       weights_only ? weights_format_for(s.c, path).read(path) : s.c.checkpoint_format->read(path);
   file.gpt2 = layout == WeightLayout::gpt2;
+  if (s.e.from_pretrained.enabled() && path == s.e.from_pretrained.weights)
+    file.misfit_hint = "the model is sized by " +
+                       (s.e.from_pretrained.folder / kHfConfigFile).string() +
+                       ", and these weights do not fit it: the folder's config.json and "
+                       "model.safetensors are of different models; save both again with "
+                       "save_pretrained";
   if (file.gpt2) {
-    auto imported = from_gpt2_layout(std::move(file.st.tensors), path.string());
+    Gpt2Import imported;
+    try {
+      imported = from_gpt2_layout(std::move(file.st.tensors), path.string());
+    } catch (const sdk::CheckpointError& e) {
+      if (file.misfit_hint.empty()) throw;
+      throw sdk::CheckpointError(e.what(),
+                                 "from_pretrained reads GPT2LMHeadModel's weights as "
+                                 "save_pretrained writes them: transformer.wte, .wpe, .h.<i>.*, "
+                                 ".ln_f, and an lm_head.weight only when tied to wte");
+    }
     file.st.tensors = std::move(imported.tensors);
     file.file_names = std::move(imported.file_names);
     for (const auto& name : imported.dropped)
@@ -390,8 +409,9 @@ void warn_on_changed_normalization(Trainer::State& s, const CheckpointFile& file
       hf_names ? "the file holds 'transformer." + name +
                      "', a Hugging Face GPT-2 state dict: load it in the gpt2 layout "
                      "(checkpoint.init_layout = \"gpt2\"; eval and sample: --layout gpt2)"
-               : "the file belongs to a different model; it holds: " +
-                     (have.empty() ? "no tensors" : have));
+      : !file.misfit_hint.empty() ? file.misfit_hint
+                                  : "the file belongs to a different model; it holds: " +
+                                        (have.empty() ? "no tensors" : have));
 }
 
 [[noreturn]] void throw_misshapen_parameter(const CheckpointFile& file, const sdk::HostTensor& t,
@@ -400,14 +420,15 @@ void warn_on_changed_normalization(Trainer::State& s, const CheckpointFile& file
                                             bool weights_only, WeightLayout layout) {
   const bool transposed = file.gpt2 && is_conv1d_weight(t.name);
   const auto stored = transposed ? std::vector<std::int64_t>{t.shape[1], t.shape[0]} : t.shape;
-  throw sdk::CheckpointError(file.path.string() + ": tensor '" + file.name_in_file(t) +
-                                 "' has shape " + ops::shape_text(stored) +
-                                 (transposed ? " (the gpt2 layout reads it as Conv1D [in, out]: " +
-                                                   ops::shape_text(t.shape) + " as [out, in])"
-                                             : std::string()) +
-                                 " but parameter '" + name + "' expects " +
-                                 ops::shape_text(expected),
-                             shape_hint(t, name, expected, weights_only, layout));
+  throw sdk::CheckpointError(
+      file.path.string() + ": tensor '" + file.name_in_file(t) + "' has shape " +
+          ops::shape_text(stored) +
+          (transposed ? " (the gpt2 layout reads it as Conv1D [in, out]: " +
+                            ops::shape_text(t.shape) + " as [out, in])"
+                      : std::string()) +
+          " but parameter '" + name + "' expects " + ops::shape_text(expected),
+      file.misfit_hint.empty() ? shape_hint(t, name, expected, weights_only, layout)
+                               : file.misfit_hint);
 }
 
 // Weights are "param/<layer>.<weight|bias>" in mixtrain's checkpoints and plain
@@ -456,8 +477,10 @@ void check_whole_gpt2(const CheckpointFile& file, const std::set<const sdk::Host
       throw sdk::CheckpointError(
           file.path.string() + ": tensor '" + file.name_in_file(t) +
               "' matches no parameter of the model (reading the gpt2 layout)",
-          "the file holds a different GPT: match [model.gpt] (n_layer, n_embd, bias) and the "
-          "vocabulary and block size to it");
+          !file.misfit_hint.empty()
+              ? file.misfit_hint
+              : "the file holds a different GPT: match [model.gpt] (n_layer, n_embd, bias) and "
+                "the vocabulary and block size to it");
 }
 
 void finish_initial_weights(Trainer::State& s, const CheckpointFile& file,
