@@ -227,9 +227,10 @@ TEST_F(DataParallelTest, FrozenParametersAreNeitherReducedNorUpdated) {
       run("train " + single.string() + " --set run.steps=20 --run-dir " + (dir_ / "r1").string());
   ASSERT_EQ(base.exit_code, 0) << base.err;
   for (const std::string shard : {"false", "true"}) {
-    const auto cfg = mlp_config("dp-" + shard + ".toml",
-                                frozen + "[distributed]\ntype = \"mpi\"\nshard_optimizer = " +
-                                    shard + "\nbucket_mb = 0.002\n");
+    const auto cfg =
+        mlp_config("dp-" + shard + ".toml",
+                   frozen + "[distributed]\ntype = \"mpi\"\nshard_optimizer = " + shard +
+                       "\nbucket_mb = 0.002\n");
     const auto dir = dir_ / ("r2-" + shard);
     auto r =
         run_ranks(2, "train " + cfg.string() + " --set run.steps=20 --run-dir " + dir.string());

@@ -195,8 +195,8 @@ TEST_F(Freezing, FrozenParametersHaveNoMasterNoGradientAndNoOptimizerState) {
       EXPECT_NE(tensor.name.find("head."), std::string::npos) << tensor.name;
     }
   }
-  for (const std::string p : {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "head.weight",
-                              "head.bias"})
+  for (const std::string p :
+       {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "head.weight", "head.bias"})
     EXPECT_TRUE(names.count("param/" + p)) << p;
   EXPECT_TRUE(names.count("ema/head.weight"));
   EXPECT_TRUE(names.count("optimizer/head.weight.exp_avg"));
@@ -262,12 +262,14 @@ batch_size = 8
 eval_fraction = 0.1
 
 [data.text]
-path = ")" + (dir_ / "text.txt").string() + R"("
+path = "@TEXT@"
 
 [train]
 trainable = ["h.*.attn.*"]
 )";
-  auto e = experiment({}, gpt);
+  const std::string config = gpt.substr(0, gpt.find("@TEXT@")) + (dir_ / "text.txt").string() +
+                             gpt.substr(gpt.find("@TEXT@") + 6);
+  auto e = experiment({}, config);
   core::Trainer t(e, core::create_components(e, test::built_plugins()), options("gpt"));
   const Tensors initial = fp32_tensors(t.training_state(true));
   t.run();
@@ -300,8 +302,7 @@ TEST_F(Freezing, PatternsThatMatchNothingOrFreezeEverythingAreRefusedAtTheirLine
     const auto entry = base.find("\"fc3\"");
     const auto line = std::count(base.begin(), base.begin() + static_cast<long>(entry), '\n') + 1;
     const auto column = entry - base.rfind('\n', entry);
-    const std::string where =
-        "freeze.toml:" + std::to_string(line) + ":" + std::to_string(column);
+    const std::string where = "freeze.toml:" + std::to_string(line) + ":" + std::to_string(column);
     EXPECT_NE(m.find(where), std::string::npos) << where << "\n" << m;
     EXPECT_NE(m.find("'fc3' matches no parameter"), std::string::npos) << m;
     EXPECT_NE(err.hint().find("the closest: fc1.weight"), std::string::npos) << err.hint();
