@@ -548,6 +548,36 @@ void read_ema(const Config& config, Experiment& e) {
   e.core_sections.push_back(section_of("ema", {}, ema));
 }
 
+// [train]: which parameters train (graph/freezing.h), lists of patterns that the model's plan
+// resolves against its parameters. Each pattern keeps its own location, which a pattern that
+// matches nothing is reported at.
+void read_train(const Config& config, Experiment& e) {
+  const std::vector<std::string> lists = {"trainable", "frozen"};
+  const auto train = sdk::Options::resolve(
+      "train", train_schema(), config.table_options("train", lists), config.location("train"), {});
+  ResolvedSection section = section_of("train", {}, train);
+  section.values.clear();
+  for (const auto& list : lists) {
+    const std::string key = "train." + list;
+    const auto patterns = config.string_array(key);
+    auto& out = list == "trainable" ? e.model.freeze.trainable : e.model.freeze.frozen;
+    std::string text = "[";
+    for (std::size_t i = 0; i < patterns.size(); ++i) {
+      const bool array = config.is_array(key);
+      const auto where =
+          array ? config.location(key + "." + std::to_string(i)) : config.location(key);
+      if (patterns[i].empty())
+        throw sdk::ConfigError(where, key, "an empty pattern names no parameter",
+                               "write a parameter name (\"fc1.weight\"), a node name (\"fc1\") "
+                               "or a glob (\"h.*.attn.*\")");
+      out.push_back({patterns[i], where, array ? key + "[" + std::to_string(i) + "]" : key});
+      text += (i ? ", " : "") + sdk::option_value_to_string(patterns[i]);
+    }
+    section.raw_values.emplace_back(list, text + "]");
+  }
+  e.core_sections.push_back(section);
+}
+
 // [eval], after [ema]: EMA weights need an EMA.
 void read_eval(const Config& config, Experiment& e) {
   auto eval = sdk::Options::resolve("eval", eval_schema(), config.table_options("eval"),
@@ -582,7 +612,7 @@ Experiment read_experiment(const Config& config, const PluginRegistry& registry)
   e.source_name = config.source_name();
   check_top_level_tables(config);
   e.plugin_paths = config_plugin_paths(config);
-  for (const auto& t : {"run", "plugins", "ema", "eval"}) reject_nested(config, t);
+  for (const auto& t : {"run", "plugins", "ema", "eval", "train"}) reject_nested(config, t);
   const auto overrides = config.table_array("precision.override");
   for (std::size_t i = 0; i < overrides.size(); ++i)
     reject_nested(config, "precision.override." + std::to_string(i));
@@ -599,6 +629,7 @@ Experiment read_experiment(const Config& config, const PluginRegistry& registry)
   read_distributed(plugins, e);
   read_ema(config, e);
   read_eval(config, e);
+  read_train(config, e);
   read_early_stopping(run, e);
   check_keep_best(checkpoint, e);
   return e;

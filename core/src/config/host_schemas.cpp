@@ -122,6 +122,19 @@ sdk::OptionSchema ema_schema() {
   };
 }
 
+sdk::OptionSchema train_schema() {
+  // Lists of patterns, read beside the schema (as run.metrics); "" is the empty list.
+  return {
+      OptionSpec::string("trainable", "",
+                         "the parameters that train, as names or fnmatch globs over "
+                         "\"<node>.<param>\" or node names, e.g. [\"h.*.attn.*\"]; [] = all"),
+      OptionSpec::string("frozen", "",
+                         "parameters taken out of trainable: no weight gradient, no FP32 master, "
+                         "no optimizer state; gradients still flow through them, e.g. "
+                         "[\"embed\", \"h.0.*\"]"),
+  };
+}
+
 sdk::OptionSchema eval_schema() {
   return {
       OptionSpec::string("weights", "master",

@@ -2,11 +2,13 @@
 // save_checkpoint; its weights part for `export --initial`) and back in (load_checkpoint: a full
 // resume, or weights only for checkpoint.init_from).
 //
-// Tensor names: "param/<node>.<param>" (FP32 masters), "buffer/<node>.<buffer>" (non-trainable
-// state), "optimizer/<slot>", "ema/<node>.<param>" (with [ema]). Weights-only loads also accept
-// plain "<node>.<param>" / "<node>.<buffer>" (safetensors exported for or by other tools), and,
-// in the gpt2 layout (checkpoint.init_layout), Hugging Face GPT-2 state dicts
+// Tensor names: "param/<node>.<param>" (FP32: the masters, and a frozen parameter's one copy
+// widened), "buffer/<node>.<buffer>" (non-trainable state), "optimizer/<slot>" and
+// "ema/<node>.<param>" (with [ema]), both of trainable parameters only. Weights-only loads also
+// accept plain "<node>.<param>" / "<node>.<buffer>" (safetensors exported for or by other tools),
+// and, in the gpt2 layout (checkpoint.init_layout), Hugging Face GPT-2 state dicts
 // (checkpoint/gpt2_layout.h).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -38,15 +40,27 @@ nlohmann::json normalization_json(const ChannelStats& stats) {
   return {{"mean", stats.mean}, {"std", stats.std}};
 }
 
-void from_host(sdk::DeviceBackend& b, const sdk::HostTensor& h, sdk::TensorView v,
-               const fs::path& file) {
-  if (h.dtype != v.dtype || h.shape != v.shape.to_vector() || h.bytes.size() != v.bytes())
+// h holds what v expects: its dtype, shape and bytes.
+void check_host_tensor(const sdk::HostTensor& h, sdk::DType dtype, const sdk::Shape& shape,
+                       const fs::path& file) {
+  if (h.dtype != dtype || h.shape != shape.to_vector() ||
+      h.bytes.size() != static_cast<std::size_t>(shape.numel()) * sdk::dtype_size(dtype))
     throw sdk::CheckpointError(
         file.string() + ": tensor '" + h.name + "' is " + std::string(sdk::dtype_name(h.dtype)) +
             " " + sdk::Shape::from_vector(h.shape).to_string() + " but the model expects " +
-            std::string(sdk::dtype_name(v.dtype)) + " " + v.shape.to_string(),
+            std::string(sdk::dtype_name(dtype)) + " " + shape.to_string(),
         "the checkpoint belongs to a different model; use the config it was trained with");
+}
+
+void from_host(sdk::DeviceBackend& b, const sdk::HostTensor& h, sdk::TensorView v,
+               const fs::path& file) {
+  check_host_tensor(h, v.dtype, v.shape, file);
   b.copy_from_host(v, h.bytes.data());
+}
+
+// Weights are FP32 in a file whatever the parameter's stored dtype.
+void check_fp32_weights(const sdk::HostTensor& h, sdk::TensorView v, const fs::path& file) {
+  check_host_tensor(h, sdk::DType::fp32, v.shape, file);
 }
 
 // The watched metrics' state from a checkpoint's optional "watch" entry (checkpoint/state.h).
@@ -80,13 +94,24 @@ void restore_watch(Trainer::State& s, const std::map<std::string, std::string>& 
   restore(s.metrics.keep_best, "keep_best", "checkpoint.keep_best");
 }
 
+// The frozen parameters' names, sorted: what a resume must freeze again.
+std::vector<std::string> frozen_names(Model& model) {
+  std::vector<std::string> out;
+  for (const ModelParameter* p : model.parameters())
+    if (p->frozen) out.push_back(p->name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 // The training state on the host, as a checkpoint holds it; weights_only: the masters and
 // buffers (with the metadata), what `export --initial` writes.
 sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   auto& b = *s.c.backend;
   sdk::TrainingState st;
-  const auto params = s.model->parameters();
-  for (auto* p : params) st.tensors.push_back(to_host(b, "param/" + p->name, p->master.view()));
+  // Frozen parameters leave as FP32 too (their one copy widened): a checkpoint's weights read
+  // the same whatever trained.
+  for (auto* p : s.model->parameters())
+    st.tensors.push_back(to_host_fp32(s.c.backend, "param/" + p->name, p->value()));
   for (auto* buf : s.model->buffers())
     st.tensors.push_back(to_host(b, "buffer/" + buf->name, buf->value.view()));
   if (!weights_only) {
@@ -96,8 +121,9 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
       t.name = "optimizer/" + t.name;
       st.tensors.push_back(std::move(t));
     }
+    const auto trainable = s.model->trainable_parameters();
     for (std::size_t i = 0; i < s.ema.size(); ++i)
-      st.tensors.push_back(to_host(b, "ema/" + params[i]->name, s.ema[i].view()));
+      st.tensors.push_back(to_host(b, "ema/" + trainable[i]->name, s.ema[i].view()));
   }
   auto cursor = s.data.sampler->cursor();
   st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
@@ -118,9 +144,9 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   // The preprocessing the weights expect, for whoever runs them elsewhere (export carries it).
   if (!s.normalization.mean.empty())
     st.metadata["normalization"] = normalization_json(s.normalization).dump();
-  st.metadata["resume"] =
-      resume_terms_to_json({s.e.data.batch_size, s.e.run.accumulate, s.schedule.total_steps})
-          .dump();
+  st.metadata["resume"] = resume_terms_to_json({s.e.data.batch_size, s.e.run.accumulate,
+                                                s.schedule.total_steps, frozen_names(*s.model)})
+                              .dump();
   json watch = json::object();
   if (s.metrics.early_stopping)
     watch["early_stopping"] = watched_metric_to_json(s.metrics.early_stopping->state);
@@ -441,10 +467,16 @@ void load_parameters(Trainer::State& s, const CheckpointFile& file, bool weights
     const auto* t = file.gpt2 ? nullptr : st.find("param/" + p->name);
     if (t == nullptr) t = st.find(p->name);
     if (t == nullptr) throw_missing_parameter(file, p->name);
-    const auto expected = p->master.view().shape.to_vector();
+    const sdk::TensorView value = p->value();
+    const auto expected = value.shape.to_vector();
     if (t->shape != expected)
       throw_misshapen_parameter(file, *t, p->name, expected, weights_only, layout);
-    from_host(*s.c.backend, *t, p->master.view(), file.path);
+    if (p->master.empty()) {  // frozen, stored narrower: the file's FP32 rounded into it
+      check_fp32_weights(*t, value, file.path);
+      set_parameter_from_fp32(s.c.backend, *p, reinterpret_cast<const float*>(t->bytes.data()));
+    } else {
+      from_host(*s.c.backend, *t, p->master.view(), file.path);
+    }
     used.insert(t);
   }
 }
@@ -520,7 +552,7 @@ void check_same_data(const Trainer::State& s, const json& sampler, const fs::pat
 // The EMA continues where it was; a run that starts keeping one on resume starts it at the
 // resumed masters.
 void restore_ema(Trainer::State& s, const CheckpointFile& file) {
-  const auto params = s.model->parameters();
+  const auto params = s.model->trainable_parameters();
   for (std::size_t i = 0; i < s.ema.size(); ++i) {
     const auto* h = file.st.find("ema/" + params[i]->name);
     if (h == nullptr) {
@@ -558,8 +590,8 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
   const fs::path& path = file.path;
   auto progress = read_progress(metadata_entry(file, "progress"), s.e.run.steps, path);
   // Before the sampler's cursor, whose check a changed batch size would fail less clearly.
-  keep_resume_terms(read_resume_terms(file.st.metadata, path), s.e, s.schedule, progress.applied,
-                    s.log, path);
+  keep_resume_terms(read_resume_terms(file.st.metadata, path), s.e, frozen_names(*s.model),
+                    s.schedule, progress.applied, s.log, path);
   auto sampler = metadata_entry(file, "sampler");
   check_same_data(s, sampler, path);
   s.reducer->load_optimizer_state(

@@ -14,13 +14,13 @@ void update_ema(Trainer::State& s) {
   const float decay = static_cast<float>(s.e.ema.decay);
   std::vector<sdk::TensorView> ema, masters;
   for (std::size_t i = 0; i < s.ema.size(); ++i) ema.push_back(s.ema[i].view());
-  for (auto* p : s.model->parameters()) masters.push_back(p->master.view());
+  for (auto* p : s.model->trainable_parameters()) masters.push_back(p->master.view());
   s.model->facets().call(sdk::ForeachOp::foreach_mul_scalar)->foreach_mul_scalar(ema, decay);
   s.model->facets().call(sdk::ForeachOp::foreach_add)->foreach_add(ema, masters, 1.0f - decay);
 }
 
 void reset_ema(Trainer::State& s) {
-  const auto params = s.model->parameters();
+  const auto params = s.model->trainable_parameters();
   for (std::size_t i = 0; i < s.ema.size(); ++i)
     s.c.backend->copy(s.ema[i].view(), params[i]->master.view());
 }

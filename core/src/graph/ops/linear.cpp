@@ -9,7 +9,6 @@
 namespace mixtrain::core {
 
 using ops::fill_uniform;
-using ops::needs_working_copy;
 using ops::storage_of;
 using sdk::DType;
 using sdk::TensorView;
@@ -41,11 +40,8 @@ void LinearLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
                            std::int64_t max_rows) {
   Layer::allocate(backend, max_rows);
   params_.clear();
-  if (tie_weight_.empty()) {
-    params_.push_back(make_parameter("weight", sdk::Shape{out_, in_}, true));
-    if (needs_working_copy(precision_.weight))
-      params_.back().working = Tensor(backend, precision_.weight, sdk::Shape{out_, in_});
-  }
+  if (tie_weight_.empty())
+    params_.push_back(make_parameter("weight", sdk::Shape{out_, in_}, true, precision_.weight));
   if (bias_) params_.push_back(make_parameter("bias", sdk::Shape{out_}, false));
 }
 
@@ -54,7 +50,7 @@ void LinearLayer::init_parameters(std::uint64_t seed) {
   if (init_std_ > 0.0) {
     // GPT-2 / nanoGPT: weight N(0, std²), bias 0.
     if (tie_weight_.empty())
-      ops::fill_normal(*backend_, params_[0].master, init_std_,
+      ops::fill_normal(backend_, params_[0], init_std_,
                        derive_seed(seed, (name_ + ".weight").c_str()));
     if (bias_) backend_->fill(bias().master.view(), 0.0f);
     return;
@@ -62,10 +58,8 @@ void LinearLayer::init_parameters(std::uint64_t seed) {
   // PyTorch nn.Linear: kaiming_uniform(a=√5) → U(-1/√in, 1/√in) for weight and bias.
   const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
   if (tie_weight_.empty())
-    fill_uniform(*backend_, params_[0].master, bound,
-                 derive_seed(seed, (name_ + ".weight").c_str()));
-  if (bias_)
-    fill_uniform(*backend_, bias().master, bound, derive_seed(seed, (name_ + ".bias").c_str()));
+    fill_uniform(backend_, params_[0], bound, derive_seed(seed, (name_ + ".weight").c_str()));
+  if (bias_) fill_uniform(backend_, bias(), bound, derive_seed(seed, (name_ + ".bias").c_str()));
 }
 
 TensorView LinearLayer::weight_operand() {
@@ -73,7 +67,7 @@ TensorView LinearLayer::weight_operand() {
   const TensorView view = w.compute_view();
   const DType want = storage_of(precision_.weight);
   if (tied() == nullptr || view.dtype == want) return view;
-  return as_dtype(w.master.view(), want, w_scratch_);
+  return as_dtype(w.value(), want, w_scratch_);
 }
 
 bool LinearLayer::fuse_reader(Layer& reader) {
@@ -152,19 +146,21 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
     w_g = scaler_.last(sdk::OperandRole::weight, sdk::Shape{out_, in_});
   } else {
     dy_g.view = as_dtype(dy, in_storage, dy_scratch_);
-    x_g.view = as_dtype(x, in_storage, x_scratch_);
+    if (!weight().frozen) x_g.view = as_dtype(x, in_storage, x_scratch_);  // dW's operand only
     w_g.view = weight_operand();
   }
-  // dW[out, in] (+)= dyᵀ[out, rows] · x[rows, in]
-  sdk::GemmArgs gw;
-  gw.a = dy_g;
-  gw.a.transpose = true;
-  gw.b = x_g;
-  gw.c = weight().grad.view();
-  gw.beta = weight().take_grad_beta();
-  gw.compute = precision_.gemm_input;
-  facets().call(sdk::GemmOp::gemm)->gemm(gw);
-  if (bias_)
+  if (!weight().frozen) {
+    // dW[out, in] (+)= dyᵀ[out, rows] · x[rows, in]
+    sdk::GemmArgs gw;
+    gw.a = dy_g;
+    gw.a.transpose = true;
+    gw.b = x_g;
+    gw.c = weight().grad.view();
+    gw.beta = weight().take_grad_beta();
+    gw.compute = precision_.gemm_input;
+    facets().call(sdk::GemmOp::gemm)->gemm(gw);
+  }
+  if (bias_ && !bias().frozen)
     facets()
         .call(sdk::ActivationOp::bias_grad)
         ->bias_grad(dy, bias().grad.view(), bias().take_grad_beta() != 0.0f);

@@ -28,8 +28,8 @@
 //   underflow measurement) and parameter gradients by their take_grad_beta() rule. A tensor
 //   read once gets its reader's contribution directly; one read several times sums its
 //   contributions in FP32 (the first overwrites). `visit` sees each node after its backward with
-//   its input gradients as written. The gradient-ready hook runs for each parameter whose
-//   gradient is final after that node — only when last_micro_batch.
+//   its input gradients as written. The gradient-ready hook runs for each trainable parameter
+//   whose gradient is final after that node — only when last_micro_batch (a frozen one has none).
 // - start_gradients() makes every parameter's next contribution overwrite (a new optimizer step).
 #pragma once
 
@@ -124,8 +124,8 @@ class Executor {
   bool fp32_reserved_ = false;
   std::vector<Tensor> scratch_;  // contributions that need a cast or an add
   GradientReadyHook grad_ready_;
-  // Per node: the parameters whose gradient is final after its backward (their first user in
-  // forward order is this node).
+  // Per node: the trainable parameters whose gradient is final after its backward (their first
+  // user in forward order is this node).
   std::vector<std::vector<ModelParameter*>> ready_after_;
 };
 

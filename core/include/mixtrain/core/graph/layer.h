@@ -20,6 +20,10 @@
 //   backward reads, views, pass-through gradients, FLOPs, owned and shared parameter shapes) is
 //   filled by the op's constructor and by the graph rewrites it takes part in (fuse_reader,
 //   take_relu, set_fusion), before the plans read it.
+// - Freezing (graph/freezing.h): freeze(suffix) before allocate() makes that parameter frozen.
+//   Its backward then skips that parameter's gradient work (a GEMM, a reduction, a scatter-add),
+//   reading `frozen` of the parameters it uses, a tied one included; the input gradient is still
+//   written when dx is given.
 // - Buffers: non-trainable FP32 state an op keeps across steps (batch norm's running statistics),
 //   named "<layer>.<buffer>", saved in checkpoints and exported beside the parameters. Never
 //   touched by the optimizer; an op updates them itself, usually in training mode only.
@@ -53,16 +57,21 @@
 
 namespace mixtrain::core {
 
+// A frozen parameter (graph/freezing.h) has no grad and is stored once, in the dtype its op
+// computes with: in `working` when it has a low-precision copy (master empty), else in `master`.
 struct ModelParameter {
   std::string name;  // "<layer>.weight"
-  Tensor master;     // fp32
-  Tensor grad;       // fp32
+  Tensor master;     // fp32; empty for a frozen parameter stored in `working`
+  Tensor grad;       // fp32; empty when frozen
   Tensor working;    // low-precision copy; empty when the weight dtype is fp32 / tf32
   bool weight_decay = true;
+  bool frozen = false;
   // Whether grad holds a contribution of the current optimizer step (Model::begin_micro_batch
   // clears it): the next write adds to it instead of overwriting.
   bool grad_started = false;
   sdk::TensorView compute_view() const { return working.empty() ? master.view() : working.view(); }
+  // The weights as stored: the master, or a frozen parameter's one copy.
+  sdk::TensorView value() const { return master.empty() ? working.view() : master.view(); }
   // The beta (0: overwrite, 1: add) for a kernel writing the next contribution into grad; marks
   // the gradient started.
   float take_grad_beta() {
@@ -71,6 +80,11 @@ struct ModelParameter {
     return beta;
   }
 };
+
+// Writes FP32 host values (value().numel() floats) into p: its master, or a frozen parameter's
+// one copy, rounded there as refresh_working_copies rounds a master into its working copy.
+void set_parameter_from_fp32(const std::shared_ptr<sdk::DeviceBackend>& backend, ModelParameter& p,
+                             const float* host);
 
 // Non-trainable state of an op, kept in FP32 on the device.
 struct ModelBuffer {
@@ -277,6 +291,10 @@ class Layer {
     forward_inputs(xs, rows);
   }
 
+  // Marks the parameter "<name>.<suffix>" frozen; before allocate() (see the contract).
+  void freeze(const std::string& suffix);
+  bool frozen(const std::string& suffix) const;
+
   // Binds a parameter another node owns to this op's `suffix` slot, after allocate(): `source`
   // outlives this op (both belong to one model).
   void bind_shared_parameter(const std::string& suffix, ModelParameter& source);
@@ -292,7 +310,10 @@ class Layer {
   const std::vector<ModelBuffer>& buffers() const { return buffers_; }
 
  protected:
-  ModelParameter make_parameter(const std::string& suffix, sdk::Shape shape, bool decay);
+  // An FP32 master and gradient, and a working copy in `weight` when that is narrower than FP32
+  // (nullopt: none); frozen, only the copy its op reads (see ModelParameter).
+  ModelParameter make_parameter(const std::string& suffix, sdk::Shape shape, bool decay,
+                                std::optional<sdk::DType> weight = std::nullopt);
   // An FP32 buffer "<layer>.<suffix>" filled with `value` (call from allocate()).
   ModelBuffer make_buffer(const std::string& suffix, sdk::Shape shape, float value);
   virtual void on_mode(bool /*training*/) {}
@@ -319,6 +340,7 @@ class Layer {
   void* deferred_output_ = nullptr;  // in the executor's deferred-output arena, when planned
   std::vector<ModelParameter> params_;
   std::vector<ModelBuffer> buffers_;
+  std::vector<std::string> frozen_;  // suffixes of the frozen parameters (freeze())
   bool training_ = true;
   std::int64_t step_ = 0, micro_batch_ = 0;  // the last begin_micro_batch()'s
   bool epilogue_fused_ = false;  // runs a reader as its epilogue now (fuse_reader, set_fusion)
