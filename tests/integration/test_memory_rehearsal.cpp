@@ -1,7 +1,8 @@
 // Trainer::memory_report in process, on the quickstart: its items add up to the allocator's
 // count — held + step buffers + scratch + freed = the peak, to the byte — whether or not the
-// backend reports its scratch apart (a wrapper hides the CPU backend's scratch facet), and it
-// rehearses the underflow measurement exactly when the plan stores gradients narrower than fp32.
+// backend reports its scratch apart (a wrapper hides the CPU backend's scratch facet), it
+// rehearses the underflow measurement exactly when the plan stores gradients narrower than fp32,
+// and that measurement keeps none of its casts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -120,6 +121,15 @@ TEST(MemoryRehearsal, RehearsesTheUnderflowMeasurementWhereGradientsAreNarrow) {
       EXPECT_TRUE(rehearsed(*r, path)) << path;
   EXPECT_FALSE(rehearsed(fp32, "underflow measurement"));
   EXPECT_TRUE(rehearsed(bf16, "underflow measurement"));
+}
+
+TEST(MemoryRehearsal, TheUnderflowMeasurementKeepsNoneOfItsCasts) {
+  // bf16-mixed: the pass hands each linear its gradient in fp32, which it casts to bf16; the
+  // casts live while that op's backward runs, and none is held after.
+  const auto r = rehearse("bf16-mixed", false);
+  ASSERT_TRUE(rehearsed(r, "underflow measurement"));
+  for (const auto& g : r.step_growth) EXPECT_NE(g.where, "underflow measurement") << g.bytes;
+  EXPECT_GT(r.transient_bytes, 0u);
 }
 
 }  // namespace
