@@ -67,6 +67,27 @@ class GrowthWatch final : public StepObserver {
   std::size_t allocated_ = 0, scratch_bytes_ = 0;
 };
 
+// For the rehearsal's scope: the trainer logs nothing (the underflow line, a replay's findings)
+// and `watch` is its step observer.
+class RehearsalScope {
+ public:
+  RehearsalScope(Trainer::State& s, StepObserver& watch)
+      : s_(s), observer_(std::exchange(s.opt.observer, &watch)) {
+    std::swap(s_.log, log_);
+  }
+  ~RehearsalScope() {
+    s_.opt.observer = observer_;
+    std::swap(s_.log, log_);
+  }
+  RehearsalScope(const RehearsalScope&) = delete;
+  RehearsalScope& operator=(const RehearsalScope&) = delete;
+
+ private:
+  Trainer::State& s_;
+  StepObserver* observer_;
+  sdk::Logger log_;  // a Logger without a sink: silent
+};
+
 // The first `rows` rows of `d` (evaluation reads them from the start).
 Dataset first_rows(const Dataset& d, std::int64_t rows) {
   Dataset out;
@@ -164,13 +185,10 @@ MemoryReport Trainer::memory_report(bool rehearse) {
     return r;
   }
 
-  // Quiet: a rehearsal's step logs nothing (the underflow line, a replay's findings).
-  sdk::Logger quiet;
-  std::swap(s.log, quiet);
   GrowthWatch watch(b, scratch, r);
-  StepObserver* observer = std::exchange(s.opt.observer, &watch);
-  try {
-    ++s.position.step;
+  {
+    RehearsalScope scope(s, watch);
+    ++s.position.step;  // as run() numbers its first step (dropout keys its masks on it)
     run_each_step_path(s, [&](std::string_view path) {
       r.rehearsed.emplace_back(path);
       watch.after_path(path);
@@ -184,13 +202,7 @@ MemoryReport Trainer::memory_report(bool rehearse) {
     const std::string eval = "evaluation batch";
     r.rehearsed.push_back(eval);
     watch.after_path(eval);
-  } catch (...) {
-    s.opt.observer = observer;
-    std::swap(s.log, quiet);
-    throw;
   }
-  s.opt.observer = observer;
-  std::swap(s.log, quiet);
 
   const sdk::MemoryStats after = b.memory_stats();
   const std::size_t scratch_after = scratch != nullptr ? scratch->scratch_bytes() : 0;
