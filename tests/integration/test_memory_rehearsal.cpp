@@ -45,9 +45,11 @@ class NoScratchFacet final : public sdk::DeviceBackend {
   std::shared_ptr<sdk::DeviceBackend> in_;
 };
 
-core::MemoryReport rehearse(const std::string& policy, bool hide_scratch) {
-  auto config = core::Config::from_string(kEmbeddedQuickstartToml, "quickstart.toml",
-                                          {"precision.policy=" + policy, "backend.threads=1"});
+core::MemoryReport rehearse(const std::string& policy, bool hide_scratch,
+                            std::vector<std::string> sets = {}) {
+  sets.push_back("precision.policy=" + policy);
+  sets.push_back("backend.threads=1");
+  auto config = core::Config::from_string(kEmbeddedQuickstartToml, "quickstart.toml", sets);
   static core::PluginRegistry registry(&core::host_log_sink());
   static bool scanned = false;
   if (!scanned) {
@@ -83,6 +85,27 @@ TEST(MemoryRehearsal, TheItemsAddUpToThePeakToTheByte) {
     for (const auto& g : r.scratch_growth) grew += g.bytes;
     EXPECT_EQ(grew, *r.scratch_bytes) << policy;  // a fresh backend: all of it grew here
   }
+}
+
+TEST(MemoryRehearsal, FrozenWeightsAreOneItemStoredOnceAndTheSumsStillHold) {
+  const auto all = rehearse("bf16-mixed", false);
+  const auto frozen = rehearse("bf16-mixed", false, {"train.frozen=[\"fc1\"]"});
+  auto item = [](const core::MemoryReport& r, const std::string& what) -> std::size_t {
+    for (const auto& i : r.held)
+      if (i.what == what) return i.bytes;
+    return 0;
+  };
+  // fc1 is 32 -> 128 (weight and bias): its fp32 master and gradient go, its bf16 copy stays,
+  // counted as the frozen weights'.
+  const std::size_t fc1 = (32 * 128 + 128) * 4;
+  EXPECT_EQ(item(frozen, "fp32 master weights"), item(all, "fp32 master weights") - fc1);
+  EXPECT_EQ(item(frozen, "fp32 weight gradients"), item(all, "fp32 weight gradients") - fc1);
+  EXPECT_GT(item(frozen, "frozen weights"), 0u);
+  EXPECT_EQ(item(all, "frozen weights"), 0u);
+  EXPECT_EQ(sum(frozen.held), frozen.held_bytes);
+  ASSERT_TRUE(frozen.scratch_bytes);
+  EXPECT_EQ(frozen.held_bytes + frozen.step_bytes + *frozen.scratch_bytes + frozen.transient_bytes,
+            frozen.peak_bytes);
 }
 
 TEST(MemoryRehearsal, Fp16EmulationKeepsFp32CopiesOfTheGemmOperands) {

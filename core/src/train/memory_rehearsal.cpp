@@ -118,9 +118,13 @@ std::vector<MemoryItem> held_items(Trainer::State& s) {
   auto add = [&](std::string what, std::size_t bytes, std::string note = {}) {
     if (bytes > 0) items.push_back({std::move(what), bytes, std::move(note)});
   };
-  std::size_t masters = 0, grads = 0;
+  std::size_t masters = 0, grads = 0, frozen = 0;
   std::map<DType, std::size_t> working;
   for (auto* p : s.model->parameters()) {
+    if (p->frozen) {  // one copy, in the dtype its op computes with
+      frozen += bytes_of(p->master) + bytes_of(p->working);
+      continue;
+    }
     masters += bytes_of(p->master);
     grads += bytes_of(p->grad);
     if (!p->working.empty()) working[p->working.dtype()] += p->working.bytes();
@@ -129,6 +133,7 @@ std::vector<MemoryItem> held_items(Trainer::State& s) {
   add("fp32 weight gradients", grads);
   for (const auto& [dtype, bytes] : working)
     add(std::string(sdk::dtype_name(dtype)) + " working copies of the weights", bytes);
+  add("frozen weights", frozen, "stored once, in their ops' dtype");
   std::size_t buffers = 0;
   for (auto* b : s.model->buffers()) buffers += bytes_of(b->value);
   add("buffers (running statistics)", buffers);
