@@ -173,6 +173,26 @@ TEST_F(Lora, ARunFromAPretrainedFolderStartsAtTheBaseModelsLoss) {
   EXPECT_NEAR(fine[0], plain[0], 1e-6 * plain[0]);
 }
 
+TEST_F(Lora, CheckMeasuresTheAdaptersShareOfAFullFineTune) {
+  // A block of GPT-2 small (768 wide, 12 heads) with rank-8 adapters on its four projections:
+  // 8 · (768 + 2304 + 768 + 768 + 768 + 3072 + 3072 + 768) = 98,304 adapter parameters.
+  std::string text = std::string(kGpt) +
+                     "[model.lora]\nr = 8\nalpha = 16\n"
+                     "targets = [\"h.*.attn.c_attn\", \"h.*.attn.c_proj\", \"h.*.mlp.c_fc\", "
+                     "\"h.*.mlp.c_proj\"]\n";
+  const std::string sizes = "n_layer = 2\nn_head = 2\nn_embd = 32\n";
+  text.replace(text.find(sizes), sizes.size(), "n_layer = 1\nn_head = 12\nn_embd = 768\n");
+  const auto r = run("check " + write_file("small.toml", text).string(), dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto at = r.out.find("# LoRA: 98304 trainable parameters of ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const auto pct = r.out.find("MiB, ", at);
+  ASSERT_NE(pct, std::string::npos) << r.out;
+  const double share = std::stod(r.out.substr(pct + 5));
+  EXPECT_GT(share, 0.5);
+  EXPECT_LT(share, 5.0) << r.out.substr(at, 200);
+}
+
 TEST_F(Lora, BadSettingsExitTwoAtTheirLine) {
   struct Case {
     std::string lora, key_line, message;
