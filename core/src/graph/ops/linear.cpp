@@ -50,9 +50,10 @@ void LinearLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
 
 void LinearLayer::init_parameters(std::uint64_t seed) {
   if (zero_init_) {
-    // LoRA's B: the adapter starts as the identity change.
-    if (tie_weight_.empty()) backend_->fill(params_[0].master.view(), 0.0f);
-    if (bias_) backend_->fill(bias().master.view(), 0.0f);
+    // LoRA's B: the adapter adds nothing until it has trained. value(): a frozen weight may have
+    // no master.
+    if (tie_weight_.empty()) backend_->fill(params_[0].value(), 0.0f);
+    if (bias_) backend_->fill(bias().value(), 0.0f);
     return;
   }
   // A tied weight is initialised by its owner.

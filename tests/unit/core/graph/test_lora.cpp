@@ -213,6 +213,25 @@ TEST(LoraModel, StartsAsTheBaseModelAndOnlyTheAdaptersTrain) {
   }
 }
 
+TEST(LoraModel, AFrozenBStartsAtZeroInItsOneBf16Copy) {
+  ModelSpec spec = mlp();
+  apply_lora(spec, lora({"fc1", "fc2"}));
+  ParameterPattern frozen;
+  frozen.pattern = "fc1.lora_B";
+  spec.freeze.frozen.push_back(frozen);
+  Model m(cpu(), spec, 12, 5);
+  sdk::OpPrecision bf16;
+  bf16.weight = bf16.gemm_input = bf16.activation = bf16.activation_grad = sdk::DType::bf16;
+  for (auto& l : m.layers()) l->set_precision(bf16);
+  m.allocate(4);
+  // Whatever the arena held before: the init writes the zeros.
+  ModelParameter& b = parameter(m, "fc1.lora_B.weight");
+  ASSERT_TRUE(b.master.empty());
+  cpu()->fill(b.value(), 1.0f);
+  m.init_parameters(5);
+  for (float v : read(b.value())) EXPECT_EQ(v, 0.0f);
+}
+
 TEST(LoraModel, ComputesTheBasePlusTheScaledLowRankProductAndItsGradients) {
   constexpr std::int64_t rows = 4, in = 12, out = 16, r = 3;
   constexpr double alpha = 6.0;
