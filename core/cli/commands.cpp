@@ -225,11 +225,11 @@ std::string lora_share_line(const core::Trainer& trainer) {
 
 }  // namespace
 
-int run_check(const ConfigArgs& cfg) {
+int run_check(const ConfigArgs& cfg, bool rehearse) {
   // Checking a config opens everything training would, init_from included.
   auto session = open_model_session(cfg, SessionWeights::as_training_starts);
   const auto& experiment = session.experiment;
-  const auto& trainer = *session.trainer;
+  auto& trainer = *session.trainer;
 
   std::cout << core::resolved_toml(experiment) << "\n";
   // Without held-out rows, evaluation reads the training rows (Trainer::evaluate): say so.
@@ -243,6 +243,9 @@ int run_check(const ConfigArgs& cfg) {
   std::cout << core::render_model_summary(
       core::summarize_model(trainer.model(), experiment.data.batch_size));
   if (experiment.model.lora.enabled()) std::cout << lora_share_line(trainer);
+  // A rehearsal moves the trainer one step on; what follows reads only the plan.
+  std::cout << core::render_memory_report(trainer.memory_report(rehearse));
+  if (!rehearse) std::cout << "# (check without --skip-rehearsal predicts the peak)\n";
   std::vector<std::string> warnings = core::tensor_core_warnings(trainer.model());
   // The session adapted the policy to the model ("auto" resolved), as training would.
   if (auto w = core::unscaled_narrow_gradients(experiment, *session.policy))

@@ -117,6 +117,16 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
              [&] { grad_arena_ = arena(backend_, std::max<std::size_t>(grad_bytes, 4)); });
 }
 
+ExecutorMemory Executor::memory() const {
+  ExecutorMemory m;
+  m.input = input_.bytes() + labels_.bytes() + loss_.bytes() + correct_.bytes();
+  m.activations = act_arena_.bytes();
+  m.deferred_outputs = deferred_arena_.bytes();
+  m.gradients = grad_arena_.bytes();
+  m.gradients_fp32 = fp32_reserved_;
+  return m;
+}
+
 void Executor::bind_ties() {
   for (const WeightTie& t : plan_.ties())
     for (auto& l : ops_)

@@ -148,11 +148,22 @@ std::vector<ModelParameter*> Layer::used_parameters() {
   return out;
 }
 
+TensorView Layer::scratch_tensor(Tensor& scratch, DType dtype, sdk::Shape shape) {
+  if (scratch.empty() || scratch.dtype() != dtype || scratch.shape().numel() < shape.numel()) {
+    if (pass_scratch_ && scratch.empty()) pass_made_.push_back(&scratch);
+    scratch = Tensor(backend_, dtype, shape);
+  }
+  return {scratch.view().data, dtype, shape};
+}
+
+void Layer::release_pass_scratch() {
+  for (Tensor* t : pass_made_) *t = Tensor();
+  pass_made_.clear();
+}
+
 TensorView Layer::as_dtype(TensorView x, DType dtype, Tensor& scratch) {
   if (x.dtype == dtype) return x;
-  if (scratch.empty() || scratch.dtype() != dtype || scratch.shape().numel() < x.numel())
-    scratch = Tensor(backend_, dtype, x.shape);
-  TensorView dst{scratch.view().data, dtype, x.shape};
+  const TensorView dst = scratch_tensor(scratch, dtype, x.shape);
   sdk::CastArgs args;
   args.saturate = sdk::is_fp8(dtype);  // unscaled FP8 (an override): clamp rather than NaN
   backend_->cast(x, dst, args);

@@ -140,11 +140,15 @@ std::string render_model_summary(const ModelSummary& s) {
                            ? 100.0 * (1.0 - static_cast<double>(s.activation_bytes) /
                                                 static_cast<double>(s.activation_bytes_fp32))
                            : 0.0;
+  // Activations alone: a run's whole memory (optimizer state, the step's buffers, the backend's
+  // scratch) is `check`'s memory report, train/memory_report.h.
   std::snprintf(line, sizeof line,
-                "# planned activation memory: %s under this policy (%s in fp32, %.0f%% saved; "
-                "%s without reuse); parameters, gradients and working copies: %s\n",
-                bytes_text(s.activation_bytes).c_str(), bytes_text(s.activation_bytes_fp32).c_str(),
-                saved, bytes_text(s.activation_bytes_unplanned).c_str(),
+                "# planned activation memory (activations alone, batch %lld): %s under this "
+                "policy (%s in fp32, %.0f%% saved; %s without reuse); weights, their gradients "
+                "and working copies: %s\n",
+                static_cast<long long>(s.batch_rows), bytes_text(s.activation_bytes).c_str(),
+                bytes_text(s.activation_bytes_fp32).c_str(), saved,
+                bytes_text(s.activation_bytes_unplanned).c_str(),
                 bytes_text(s.parameter_bytes).c_str());
   out += line;
   if (!s.frozen.names.empty()) {

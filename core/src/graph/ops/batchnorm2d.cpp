@@ -144,9 +144,8 @@ void BatchNorm2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::i
   const TensorView out = output(rows);
   // The facet writes dx in x's dtype, channels-last; anything else goes through a scratch.
   const bool direct = !dx.empty() && dx.dtype == d && !input_.plain();
-  if (!direct && (dx_scratch_.empty() || dx_scratch_.shape().numel() < flat.numel()))
-    dx_scratch_ = Tensor(backend_, d, sdk::Shape{flat.numel()});
-  const TensorView target{direct ? dx.data : dx_scratch_.view().data, d, flat};
+  const TensorView target{
+      direct ? dx.data : scratch_tensor(dx_scratch_, d, sdk::Shape{flat.numel()}).data, d, flat};
   bool accumulate = false;
   if (affine_)
     // weight and bias are written together, so they start a step together; dx needs the sums

@@ -10,7 +10,8 @@
 //   for the batch (arenas, parameters, batch), what the backend held and the device's memory, and
 //   how to need less (graph/allocation_error.h); nothing has run then. The outputs an op writes
 //   only when it runs unfused (the non-finite replay) have their own arena from their own plan
-//   (plan_deferred_outputs), allocated here too: running unfused allocates nothing.
+//   (plan_deferred_outputs), allocated here too: running unfused allocates nothing. memory() says
+//   what allocate() placed, in the bytes the backend counted (the memory report's items).
 // - Tensors are addressed by TensorId for one pass's Extent (a batch of samples, or a decode step
 //   of tokens): activation(t, e) and gradient(t, e, buffers) are [rows, cols] device views.
 // - forward(e, visit) runs every computing node in forward order; `visit` (optional) sees each
@@ -54,6 +55,15 @@ struct LossValues {
   std::int32_t correct = 0;  // labels the argmax matched (rows × labels_per_sample in all)
 };
 
+// What allocate() placed, in bytes as the backend counted them.
+struct ExecutorMemory {
+  std::size_t input = 0;             // the batch, its labels, the loss and the correct count
+  std::size_t activations = 0;       // the activation arena
+  std::size_t deferred_outputs = 0;  // the arena of outputs written only unfused
+  std::size_t gradients = 0;         // the gradient arena
+  bool gradients_fp32 = false;       // laid out for the all-FP32 pass as well
+};
+
 // Where one backward writes its input gradients: the step's arena in the planned dtypes, or an
 // arena laid out for every gradient in FP32.
 struct GradientBuffers {
@@ -76,6 +86,7 @@ class Executor {
 
   void allocate(std::int64_t max_rows, bool reserve_fp32_gradients);
   std::int64_t max_rows() const { return max_rows_; }
+  ExecutorMemory memory() const;
 
   sdk::TensorView input(std::int64_t rows) const { return input_.rows(rows); }
   sdk::TensorView labels(std::int64_t rows) const;  // [rows · labels_per_sample]

@@ -269,6 +269,14 @@ class Layer {
   std::size_t planned_output_bytes(std::int64_t max_rows,
                                    std::optional<sdk::DType> as_dtype = std::nullopt) const;
 
+  // While on, a scratch tensor that as_dtype() or scratch_tensor() makes where the op held none
+  // belongs to the pass that asked for it, and release_pass_scratch() frees it: the all-FP32
+  // underflow measurement casts every gradient into each op's dtype, and no step reads those
+  // casts again, so each op's go when its backward is done instead of staying for the run.
+  // Scratch the op already held (a step's own) is never freed.
+  void set_pass_scratch(bool on) { pass_scratch_ = on; }
+  void release_pass_scratch();
+
   // Training (the default) or evaluation mode; ops whose behaviour differs override on_mode().
   void set_training(bool training) {
     training_ = training;
@@ -320,6 +328,9 @@ class Layer {
   void materialise_output();
   // `x` as `dtype`: x itself when it already is, else a cast into `scratch` (grown on demand).
   sdk::TensorView as_dtype(sdk::TensorView x, sdk::DType dtype, Tensor& scratch);
+  // `scratch` viewed as `shape` of `dtype`, made anew when it is empty, smaller or of another
+  // dtype.
+  sdk::TensorView scratch_tensor(Tensor& scratch, sdk::DType dtype, sdk::Shape shape);
   // The parameter bound to `suffix` by bind_shared_parameter, or nullptr.
   ModelParameter* shared_parameter(const std::string& suffix) const;
   // Registers the op's FP8 operand scaler (a member of the op; nullptr: none).
@@ -350,6 +361,8 @@ class Layer {
  private:
   std::vector<std::pair<std::string, ModelParameter*>> shared_;  // bound shared parameters
   OperandScaler* operand_scaler_ = nullptr;
+  bool pass_scratch_ = false;
+  std::vector<Tensor*> pass_made_;  // members scratch_tensor() made for the pass
 };
 
 }  // namespace mixtrain::core
