@@ -72,7 +72,9 @@ struct ExportArgs {
                        // required with `initial`
   bool force = false;  // overwrite an existing output file / write into a non-empty folder
   std::string layout = "native";  // gpt2: Hugging Face GPT-2 names and Conv1D weights; hf: a
-                                  // Hugging Face model folder (core/checkpoint/hf_folder.h)
+                                  // Hugging Face model folder (core/checkpoint/hf_folder.h);
+                                  // peft: a PEFT adapter folder (lora_export.h)
+  bool merge_lora = false;        // merge [model.lora]'s adapters into the base weights first
 };
 // Writes a checkpoint's weights in another format (weights for other tools: safetensors), or with
 // `initial` the weights step 1 of `train` starts from (seeded initialisation, then

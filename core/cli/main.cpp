@@ -151,9 +151,14 @@ void add_export(CLI::App& app, CommandLine& a) {
                    "native (mixtrain's names, [out, in] linears), gpt2 (Hugging Face GPT-2's "
                    "state dict, Conv1D [in, out] weights; gpt-preset models) or hf (a Hugging "
                    "Face model folder, config.json + model.safetensors, that "
-                   "GPT2LMHeadModel.from_pretrained loads; gpt-preset models)")
-      ->check(CLI::IsMember({"native", "gpt2", "hf"}))
+                   "GPT2LMHeadModel.from_pretrained loads; gpt-preset models) or peft (a PEFT "
+                   "adapter folder, adapter_config.json + adapter_model.safetensors, that "
+                   "PeftModel.from_pretrained loads; models with [model.lora])")
+      ->check(CLI::IsMember({"native", "gpt2", "hf", "peft"}))
       ->capture_default_str();
+  a.exp->add_flag("--merge-lora", a.export_args.merge_lora,
+                  "merge the [model.lora] adapters into the base weights (W + alpha/r·B·A), "
+                  "writing the plain model (e.g. with --layout hf)");
 }
 
 void add_calibrate(CLI::App& app, CommandLine& a) {

@@ -135,6 +135,23 @@ sdk::OptionSchema train_schema() {
   };
 }
 
+sdk::OptionSchema lora_schema() {
+  // targets is a list of globs, read beside the schema (as train.trainable).
+  return {
+      OptionSpec::integer("r", 8, "the adapters' rank: lora_A is [r, in], lora_B [out, r]")
+          .at_least(1)
+          .at_most(65536),
+      OptionSpec::number("alpha", 8.0, "lora_B's output is scaled by alpha / r (PEFT's lora_alpha)")
+          .greater_than(0.0),
+      OptionSpec::number("dropout", 0.0, "dropout on the adapters' input, in [0, 1)")
+          .at_least(0.0)
+          .at_most(1.0),
+      OptionSpec::string("targets", "",
+                         "the linear nodes that get adapters, as names or fnmatch globs over node "
+                         "names, e.g. [\"h.*.attn.c_attn\", \"h.*.mlp.*\"]"),
+  };
+}
+
 sdk::OptionSchema eval_schema() {
   return {
       OptionSpec::string("weights", "master",

@@ -584,7 +584,7 @@ void push_resolved_layers(Experiment& e, bool has_blocks) {
 }  // namespace
 
 void read_model_config(const Config& config, Experiment& e) {
-  reject_nested(config, "model", {"layers", "nodes", "blocks", "gpt", "resnet"});
+  reject_nested(config, "model", {"layers", "nodes", "blocks", "gpt", "resnet", "lora"});
   // The sequential form (`layers`, each reads the one before) or the graph form (`nodes`, each
   // names its inputs); a node's inputs and a reshape's shape are arrays.
   auto node_entries = config.table_array("model.nodes", kArrayKeys);

@@ -121,6 +121,10 @@ void add_model_sections(std::vector<ConfigSection>& out) {
                       {"widths", "integer list", "(required)", "",
                        "channels per stage (a bottleneck's output is 4x): [64, 128, 256, 512]"}});
   out.push_back(std::move(resnet));
+  out.push_back(plain("model.lora",
+                      "LoRA adapters beside linear nodes, as PEFT's; the rest of the model is "
+                      "frozen",
+                      section_keys(lora_schema(), {{"targets", "string"}})));
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/checkpoint/path.h"
+#include "mixtrain/core/graph/lora.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/version.h"
 #include "train/planned_model.h"
@@ -144,9 +145,10 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   // The preprocessing the weights expect, for whoever runs them elsewhere (export carries it).
   if (!s.normalization.mean.empty())
     st.metadata["normalization"] = normalization_json(s.normalization).dump();
-  st.metadata["resume"] = resume_terms_to_json({s.e.data.batch_size, s.e.run.accumulate,
-                                                s.schedule.total_steps, frozen_names(*s.model)})
-                              .dump();
+  st.metadata["resume"] =
+      resume_terms_to_json({s.e.data.batch_size, s.e.run.accumulate, s.schedule.total_steps,
+                            frozen_names(*s.model), lora_terms(s.e.model.lora)})
+          .dump();
   json watch = json::object();
   if (s.metrics.early_stopping)
     watch["early_stopping"] = watched_metric_to_json(s.metrics.early_stopping->state);
@@ -466,6 +468,10 @@ void load_parameters(Trainer::State& s, const CheckpointFile& file, bool weights
   for (auto* p : s.model->parameters()) {
     const auto* t = file.gpt2 ? nullptr : st.find("param/" + p->name);
     if (t == nullptr) t = st.find(p->name);
+    // A base model's weights (checkpoint.init_from, from_pretrained) have no adapters: they keep
+    // their init, B = 0, so the run starts from the base model's outputs.
+    if (t == nullptr && weights_only && s.e.model.lora.enabled() && is_lora_parameter(p->name))
+      continue;
     if (t == nullptr) throw_missing_parameter(file, p->name);
     const sdk::TensorView value = p->value();
     const auto expected = value.shape.to_vector();
@@ -622,6 +628,7 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
         "load_checkpoint: a resumed training state is in the native layout");
   auto& s = *s_;
   const CheckpointFile file = read_checkpoint_file(s, path, weights_only, layout);
+  if (!weights_only) keep_lora_terms(read_resume_terms(file.st.metadata, path), s.e, path);
   restore_escalation(s, file, weights_only);
   warn_on_changed_normalization(s, file, weights_only);
   std::set<const sdk::HostTensor*> used;

@@ -10,6 +10,7 @@
 
 #include "checkpoint/state.h"
 #include "mixtrain/core/config/config.h"
+#include "mixtrain/core/graph/lora.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -59,6 +60,7 @@ nlohmann::json resume_terms_to_json(const ResumeTerms& terms) {
                       {"schedule_steps", terms.schedule_steps}};
   // Only when something is frozen: a run without freezing writes what it wrote before.
   if (terms.frozen && !terms.frozen->empty()) j["frozen"] = *terms.frozen;
+  if (terms.lora && *terms.lora != "none") j["lora"] = *terms.lora;
   return j;
 }
 
@@ -95,6 +97,13 @@ ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata
       }
       std::sort(t.frozen->begin(), t.frozen->end());
     }
+    t.lora = "none";
+    if (j.contains("lora")) {
+      if (!j.at("lora").is_string())
+        throw sdk::CheckpointError(file.string() + ": resume.lora is not a string",
+                                   "the checkpoint is damaged; use an earlier one");
+      t.lora = j.at("lora").get<std::string>();
+    }
     return t;
   }
   // Written before the entry existed: the run's resolved config says the same.
@@ -109,7 +118,22 @@ ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata
     return {};  // a config this build cannot read: nothing to check against
   }
   t.frozen.emplace();  // written before parameters could be frozen
+  t.lora = "none";     // or have adapters
   return t;
+}
+
+void keep_lora_terms(const ResumeTerms& terms, const Experiment& e,
+                     const std::filesystem::path& file) {
+  auto lora_text = [](const std::string& t) {
+    return t == "none" ? std::string("no LoRA") : "LoRA " + t;
+  };
+  if (const std::string now = lora_terms(e.model.lora); terms.lora && *terms.lora != now)
+    throw sdk::CheckpointError(
+        file.string() + ": the run was trained with " + lora_text(*terms.lora) + ", this one has " +
+            lora_text(now),
+        "a resumed run keeps its adapters: resume with the [model.lora] the run was trained with "
+        "(its config.toml holds it), or start a new run from these weights "
+        "(checkpoint.init_from = the checkpoint)");
 }
 
 void keep_resume_terms(const ResumeTerms& terms, const Experiment& e,

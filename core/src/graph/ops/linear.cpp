@@ -19,10 +19,13 @@ constexpr sdk::OperandRole kRoles[3] = {sdk::OperandRole::input, sdk::OperandRol
 }  // namespace
 
 LinearLayer::LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias,
-                         std::string tie_weight, sdk::SourceLocation tie_where, double init_std)
+                         std::string tie_weight, sdk::SourceLocation tie_where, double init_std,
+                         double scale, bool zero_init)
     : Layer(std::move(name), "linear", in, out),
       bias_(bias),
       init_std_(init_std),
+      scale_(scale),
+      zero_init_(zero_init),
       tie_weight_(std::move(tie_weight)),
       tie_where_(std::move(tie_where)),
       scaler_(name_, kGemm) {
@@ -46,6 +49,13 @@ void LinearLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
 }
 
 void LinearLayer::init_parameters(std::uint64_t seed) {
+  if (zero_init_) {
+    // LoRA's B: the adapter adds nothing until it has trained. value(): a frozen weight may have
+    // no master.
+    if (tie_weight_.empty()) backend_->fill(params_[0].value(), 0.0f);
+    if (bias_) backend_->fill(bias().value(), 0.0f);
+    return;
+  }
   // A tied weight is initialised by its owner.
   if (init_std_ > 0.0) {
     // GPT-2 / nanoGPT: weight N(0, std²), bias 0.
@@ -130,6 +140,7 @@ void LinearLayer::forward(TensorView x, std::int64_t rows) {
     g.c = output(rows);
   }
   if (bias_) g.bias = bias().master.view();
+  g.alpha = static_cast<float>(scale_);
   g.compute = precision_.gemm_input;
   facets().call(sdk::GemmOp::gemm)->gemm(g);
 }
@@ -156,6 +167,7 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
     gw.a.transpose = true;
     gw.b = x_g;
     gw.c = weight().grad.view();
+    gw.alpha = static_cast<float>(scale_);
     gw.beta = weight().take_grad_beta();
     gw.compute = precision_.gemm_input;
     facets().call(sdk::GemmOp::gemm)->gemm(gw);
@@ -171,6 +183,7 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
     gx.a.transpose = false;
     gx.b = w_g;
     gx.c = dx;
+    gx.alpha = static_cast<float>(scale_);
     gx.compute = precision_.gemm_input;
     facets().call(sdk::GemmOp::gemm)->gemm(gx);
   }
@@ -195,7 +208,12 @@ OpDefinition linear_op() {
         sdk::OptionSpec::number("init_std", 0.0,
                                 "0: PyTorch's nn.Linear init; > 0: weight N(0, std²) and bias 0 "
                                 "(GPT-2 uses 0.02)")
-            .at_least(0.0)};
+            .at_least(0.0),
+        sdk::OptionSpec::number("scale", 1.0,
+                                "y = scale · x Wᵀ + b (LoRA's alpha / r on its B adapter)")
+            .greater_than(0.0),
+        sdk::OptionSpec::boolean("zero_init", false,
+                                 "start the weight and bias at 0 (LoRA's B adapter)")};
   };
   op.build = [](const OpNode& node) {
     const auto& in = node.inputs;
@@ -205,7 +223,8 @@ OpDefinition linear_op() {
     return BuiltOp{std::make_unique<LinearLayer>(
                        node.name, in[0].back(), out, node.options.get_bool("bias"),
                        node.options.get_string("tie_weight"), node.options.where("tie_weight"),
-                       node.options.get_double("init_std")),
+                       node.options.get_double("init_std"), node.options.get_double("scale"),
+                       node.options.get_bool("zero_init")),
                    shape};
   };
   return op;

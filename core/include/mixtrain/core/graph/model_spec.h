@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mixtrain/core/graph/freezing.h"
+#include "mixtrain/core/graph/lora.h"
 #include "mixtrain/sdk/dtype.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/options.h"
@@ -49,6 +50,9 @@ struct ModelSpec {
   // [train] trainable / frozen (graph/freezing.h): the plan resolves them, since which nodes need
   // a gradient follows from what trains.
   FreezeSpec freeze;
+  // [model.lora] (graph/lora.h), as apply_lora() put it into `layers` and `freeze`; kept for the
+  // resume's comparison and the PEFT export.
+  LoraSpec lora;
   sdk::SourceLocation where;
 };
 
