@@ -241,9 +241,11 @@ TEST(HfFolder, AConfigThePresetCannotBuildIsRefusedNamingTheFieldAndValue) {
       {[](Json& c) { c["add_cross_attention"] = true; }, "'add_cross_attention': is true"},
       {[](Json& c) { c["resid_pdrop"] = "none"; }, "'resid_pdrop': expected a number"},
   };
-  for (const auto& [edit, expected] : cases) {
+  // Not a structured binding: clang 14 cannot capture one in a lambda.
+  for (const auto& edit_case : cases) {
+    const auto& edit = edit_case.first;
     const auto e = config_error_of([&] { parse_hf_gpt2_config(edited(edit), "hf/config.json"); });
-    EXPECT_TRUE(contains(e, "hf/config.json: " + expected)) << e;
+    EXPECT_TRUE(contains(e, "hf/config.json: " + edit_case.second)) << e;
   }
   auto e = config_error_of([] { parse_hf_gpt2_config("{\"model_type\": ", "hf/config.json"); });
   EXPECT_TRUE(contains(e, "hf/config.json: not valid JSON")) << e;
