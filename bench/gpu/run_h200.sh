@@ -217,6 +217,9 @@ if [ -n "\${MIXTRAIN_NO_WERROR:-}" ]; then exec "$real_cxx" "\$@" -Wno-error; fi
 exec "$real_cxx" "\$@"
 EOF
   chmod +x "$DEBROOT/wrap/c++"
+  # GoogleTest discovery runs each test program; at build time it would load the plugins without
+  # the prefix's libraries (libdnnl's libOpenCL is found only through MIX_LD_PATH) and fail on a
+  # bare machine, so it runs when ctest does (PRE_TEST), under the test stage's MIX_LD_PATH.
   # The build's one generator, protoc (core/proto), runs from the prefix with the prefix's
   # libprotoc/libprotobuf: never the image's protoc, whose version need not match the headers.
   cat >"$DEBROOT/wrap/protoc" <<EOF
@@ -236,6 +239,7 @@ EOF
     ${cudnn_root:+-DMIXTRAIN_CUDNN_ROOT="$cudnn_root"} \
     -DCMAKE_CXX_COMPILER="$DEBROOT/wrap/c++" -DCMAKE_CUDA_HOST_COMPILER="$real_cxx" \
     -DProtobuf_PROTOC_EXECUTABLE="$DEBROOT/wrap/protoc" \
+    -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST \
     -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS" -DMIXTRAIN_WITH_CUDA=ON \
     -DCMAKE_PREFIX_PATH="$DEBROOT/usr;$LIBDIR/cmake" \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DCMAKE_MAKE_PROGRAM="$(command -v ninja)" ${CMAKE_EXTRA_ARGS:-}
