@@ -8,16 +8,21 @@
 #                                        in a venv
 #   bash cmake/setup-debian.sh --ci      --tests, plus clang 14 with its sanitizer and libFuzzer
 #                                        runtimes for .ci/run's sanitizer and fuzz legs
+#   bash cmake/setup-debian.sh --print-build-packages
+#                                        prints the build's packages (the first list), one per
+#                                        line, and installs nothing: bench/gpu/fetch_debs.sh
+#                                        fetches the GPU kit's packages from it
 #
 # MIXTRAIN_SETUP_BENCH=1 is the older spelling of --tests (bench/ uses the same peer).
 set -euo pipefail
 
-with_tests=0 with_ci=0
+with_tests=0 with_ci=0 print_build=0
 for arg in "$@"; do
   case "$arg" in
     --tests) with_tests=1 ;;
     --ci) with_tests=1 with_ci=1 ;;
-    *) echo "setup: unknown argument '$arg' (known: --tests, --ci)" >&2; exit 2 ;;
+    --print-build-packages) print_build=1 ;;
+    *) echo "setup: unknown argument '$arg' (known: --tests, --ci, --print-build-packages)" >&2; exit 2 ;;
   esac
 done
 [[ "${MIXTRAIN_SETUP_BENCH:-0}" == "1" ]] && with_tests=1
@@ -37,6 +42,7 @@ packages=(
   # 2-rank tests launch with its mpirun.
   libopenmpi-dev openmpi-bin
 )
+if [[ $print_build == 1 ]]; then printf '%s\n' "${packages[@]}"; exit 0; fi
 # tests/sanitize/run.sh and tests/fuzz/run.sh: clang 14, its ASan/UBSan/libFuzzer runtimes, the
 # OpenMP runtime clang links (the CPU backend uses OpenMP) and llvm-symbolizer for readable stacks.
 if [[ $with_ci == 1 ]]; then packages+=(clang-14 libclang-rt-14-dev libomp-14-dev llvm-14); fi

@@ -4,16 +4,17 @@
 # bench/gpu/run_h200.sh, which unpacks them with `dpkg -x` into a private prefix there. Run it
 # HERE, on the Debian 12 development machine (amd64), before the GPU session: see bench/gpu/README.md.
 #
-# Packages: the -dev packages cmake/setup-debian.sh installs for the build (toml++, spdlog + fmt,
-# Boost headers + Boost.Filesystem/System, GoogleTest + GoogleMock, oneDNN, CLI11, nlohmann-json,
-# zlib), the OpenCL headers and loader (Debian's oneDNN is built with its OpenCL GPU runtime, and
-# its CMake package requires OpenCL) and ninja, each with the runtime libraries it depends on,
-# resolved with apt-cache (first alternative of each "a | b"). Never fetched: the base system any
-# machine with a C++ compiler has (libc, libstdc++, libgcc, libgomp) and dependencies the build
-# never reads (catch2 via libspdlog-dev, googletest's sources via libgtest-dev).
+# Packages: the build's list in cmake/setup-debian.sh (`--print-build-packages`), so the two
+# cannot drift, less the ones a GPU build does not need, each named in `not_fetched` below with
+# its reason (tests/gpu_kit/check_fetch_list.sh holds the exclusions to that list), each with the
+# runtime libraries it depends on, resolved with apt-cache (first alternative of each "a | b").
+# Never fetched: the base system any machine with a C++ compiler has (libc, libstdc++, libgcc,
+# libgomp) and dependencies the build never reads (catch2 via libspdlog-dev, googletest's sources
+# via libgtest-dev).
 # Not fetched unless asked, because the GPU build does not need them:
 #   FETCH_OPENBLAS=1  OpenBLAS (only the CPU bench_gemm links it; ~12 MiB with libgfortran5)
 #   FETCH_CMAKE=1     Debian's cmake 3.25 and its libraries (the GPU image has CMake)
+#   --print-top       prints the top-level list and exits, without apt (the check's input)
 # Environment: DEBS_DIR (default <repo>/.debs), MAX_MIB (default 48: the GPU call carries at most
 # 64 MiB, working tree included).
 # Prints the resolved package list, each size and the total; exits 1 when the total exceeds
@@ -24,11 +25,28 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 DEST=${DEBS_DIR:-$ROOT/.debs}
 MAX_MIB=${MAX_MIB:-48}
 
-top=(libtomlplusplus-dev libspdlog-dev libfmt-dev libboost1.74-dev libboost-filesystem1.74-dev
-     libboost-system1.74-dev libgtest-dev libgmock-dev libdnnl-dev libcli11-dev nlohmann-json3-dev
-     zlib1g-dev ocl-icd-opencl-dev ninja-build)
+# The build's packages that a GPU build does not need, with the reason (one line each; the check
+# reads "name: reason").
+not_fetched='
+build-essential: the GPU image has the C++ compiler that nvcc uses as its host compiler
+cmake: the GPU image has CMake (FETCH_CMAKE=1 fetches Debian'"'"'s)
+ccache: a one-off build has nothing to cache
+pkg-config: no CMake file of the build calls pkg-config
+libbenchmark-dev: only the CPU benchmarks use Google Benchmark; the kit builds none of them
+libopenblas-dev: only the CPU bench_gemm links OpenBLAS (FETCH_OPENBLAS=1 fetches it)
+python3-numpy: the image'"'"'s own Python, the one with PyTorch, runs the peers
+python3-venv: the image'"'"'s own Python, the one with PyTorch, runs the peers
+libopenmpi-dev: the kit runs one GPU in one process; the mpi communicator is not built
+openmpi-bin: the kit runs one GPU in one process; the mpi communicator is not built
+'
+top=()
+while read -r p; do
+  grep -q "^$p:" <<<"$not_fetched" || top+=("$p")
+done < <(bash "$ROOT/cmake/setup-debian.sh" --print-build-packages)
 [[ ${FETCH_OPENBLAS:-0} == 1 ]] && top+=(libopenblas-dev)
 [[ ${FETCH_CMAKE:-0} == 1 ]] && top+=(cmake)
+if [[ ${1:-} == --print-top ]]; then printf '%s\n' "${top[@]}"; exit 0; fi
+[[ $# -eq 0 ]] || { echo "fetch_debs: unknown argument '$1' (known: --print-top)" >&2; exit 2; }
 skip=" libc6 libc6-dev libc-dev libgcc-s1 libstdc++6 libstdc++-12-dev gcc-12-base libgomp1 catch2 googletest "
 
 command -v apt-get >/dev/null && command -v apt-cache >/dev/null ||

@@ -12,7 +12,8 @@
 #         cublasGemmEx, PyTorch's path) and torch_gemm.py --sweep, bf16 and fp16, at the square
 #         shape and the wide MLP's fwd/dgrad/wgrad GEMMs, one timing method for all
 #                                                                  -> $OUT/gemm_sweep.txt
-#   test  ctest -R "backend_cuda|conformance" --output-on-failure  -> $OUT/conformance.log
+#   test  ctest -L gpu_kit --output-on-failure (the tests of the programs the CMakeLists mark
+#         for the kit)                                             -> $OUT/conformance.log
 #   wide  the wide-MLP training benchmark, mixtrain under fp32, tf32, bf16-mixed, fp16-mixed and
 #         fp8-delayed (configs/mlp-*.toml, --set backend.type=cuda) against PyTorch FP32 eager and
 #         AMP bf16 (torch.autocast("cuda", torch.bfloat16)), same model, batch and GPU
@@ -28,8 +29,8 @@
 #   STAGES ["env debs configure build test gemm gemmsweep wide"]  any subset (always run in this order)
 #   DEBS [.debs]  DEBROOT [/tmp/debroot]  BUILD_DIR [build-h200]  JOBS [nproc]  CUDA_ARCHS [90]
 #   CMAKE_EXTRA_ARGS  more -D options for the configure stage (word-split)
-#   BUILD_TARGETS  [mixtrain, the plugins, test_backend_cuda, test_conformance, bench_gemm_cuda,
-#                   bench_gemm_cuda_sweep]
+#   BUILD_TARGETS  [gpu_kit: mixtrain, the plugins and every test and benchmark the CMakeLists
+#                   mark with mixtrain_gpu_kit (cmake/MixtrainGpuKit.cmake)]
 #   PYTHON [python3: the interpreter with PyTorch]   MIXTRAIN_BIN [$BUILD_DIR/bin/mixtrain]
 #   GEMM_SIZE [8192]  GEMM_SECONDS [1]  GEMM_AUTOTUNE [8: the gemm stage's tuned run]  SWEEP_ROUNDS [5]  SWEEP_CANDIDATES [8]  (the sweep's wide
 #   cases use WIDE_BATCH and WIDE_HIDDEN)
@@ -63,7 +64,7 @@ export DEBROOT=${DEBROOT:-/tmp/debroot}
 export BUILD=${BUILD_DIR:-$ROOT/build-h200}
 export JOBS=${JOBS:-$(nproc)}
 export CUDA_ARCHS=${CUDA_ARCHS:-90}
-export BUILD_TARGETS=${BUILD_TARGETS:-mixtrain mixtrain_backend_cpu mixtrain_backend_cuda mixtrain_policies mixtrain_fp8 mixtrain_scalers mixtrain_optimizers mixtrain_checkpoint_native test_backend_cuda test_backend_cuda_training test_conformance bench_gemm_cuda bench_gemm_cuda_sweep}
+export BUILD_TARGETS=${BUILD_TARGETS:-gpu_kit}
 export PYTHON=${PYTHON:-python3}
 export MIXTRAIN_BIN=${MIXTRAIN_BIN:-$BUILD/bin/mixtrain}
 export GEMM_SIZE=${GEMM_SIZE:-8192} GEMM_SECONDS=${GEMM_SECONDS:-1} GEMM_AUTOTUNE=${GEMM_AUTOTUNE:-8}
@@ -195,7 +196,8 @@ PY
   done < <(find "$DEBROOT" -type l)
   for f in usr/include/toml++/toml.h usr/include/boost/dll.hpp usr/include/spdlog/spdlog.h \
            usr/include/gtest/gtest.h usr/include/CLI/CLI.hpp usr/include/nlohmann/json.hpp \
-           usr/lib/x86_64-linux-gnu/libdnnl.so usr/lib/x86_64-linux-gnu/cmake/dnnl; do
+           usr/lib/x86_64-linux-gnu/libdnnl.so usr/lib/x86_64-linux-gnu/cmake/dnnl \
+           usr/bin/protoc usr/include/google/protobuf/message.h usr/lib/x86_64-linux-gnu/libprotobuf.so; do
     [[ -e $DEBROOT/$f ]] || { echo "missing after unpacking: $DEBROOT/$f"; exit 1; }
   done
   echo "unpacked ${#debs[@]} packages into $DEBROOT ($(du -sh "$DEBROOT" | cut -f1))"
@@ -215,6 +217,17 @@ if [ -n "\${MIXTRAIN_NO_WERROR:-}" ]; then exec "$real_cxx" "\$@" -Wno-error; fi
 exec "$real_cxx" "\$@"
 EOF
   chmod +x "$DEBROOT/wrap/c++"
+  # GoogleTest discovery runs each test program; at build time it would load the plugins without
+  # the prefix's libraries (libdnnl's libOpenCL is found only through MIX_LD_PATH) and fail on a
+  # bare machine, so it runs when ctest does (PRE_TEST), under the test stage's MIX_LD_PATH.
+  # The build's one generator, protoc (core/proto), runs from the prefix with the prefix's
+  # libprotoc/libprotobuf: never the image's protoc, whose version need not match the headers.
+  cat >"$DEBROOT/wrap/protoc" <<EOF
+#!/bin/sh
+LD_LIBRARY_PATH="$LIBDIR\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "$DEBROOT/usr/bin/protoc" "\$@"
+EOF
+  chmod +x "$DEBROOT/wrap/protoc"
+  echo "protoc: $("$DEBROOT/wrap/protoc" --version)"
   # cuDNN (the convolution facet): the toolkit's, else the one PyTorch's wheel nvidia-cudnn-cu13
   # carries (include/ and lib/ under site-packages/nvidia/cudnn).
   local cudnn_root=${MIXTRAIN_CUDNN_ROOT:-}
@@ -225,6 +238,8 @@ EOF
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     ${cudnn_root:+-DMIXTRAIN_CUDNN_ROOT="$cudnn_root"} \
     -DCMAKE_CXX_COMPILER="$DEBROOT/wrap/c++" -DCMAKE_CUDA_HOST_COMPILER="$real_cxx" \
+    -DProtobuf_PROTOC_EXECUTABLE="$DEBROOT/wrap/protoc" \
+    -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST \
     -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS" -DMIXTRAIN_WITH_CUDA=ON \
     -DCMAKE_PREFIX_PATH="$DEBROOT/usr;$LIBDIR/cmake" \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DCMAKE_MAKE_PROGRAM="$(command -v ninja)" ${CMAKE_EXTRA_ARGS:-}
@@ -306,7 +321,7 @@ stage_gemmsweep() {
 }
 
 stage_test() {
-  LD_LIBRARY_PATH=$MIX_LD_PATH ctest --test-dir "$BUILD" -R "backend_cuda|conformance" --output-on-failure \
+  LD_LIBRARY_PATH=$MIX_LD_PATH ctest --test-dir "$BUILD" -L gpu_kit --output-on-failure \
     -j 4 --timeout $((STAGE_CAP > 30 ? STAGE_CAP - 10 : STAGE_CAP)) 2>&1 | tee "$OUT/conformance.log"
   local rc=${PIPESTATUS[0]} skipped
   skipped=$(grep -cE '\*\*\*Skipped|Not Run.*Skipped' "$OUT/conformance.log")

@@ -1184,6 +1184,25 @@ std::vector<double> widen(const std::vector<float>& v) {
   return {v.begin(), v.end()};
 }
 
+std::vector<double> absolute(std::vector<double> v) {
+  for (double& x : v) x = std::abs(x);
+  return v;
+}
+
+// A tf32 result's normwise tolerance against the reference, which rounds each fp32 operand to
+// tf32 to nearest. Hardware may truncate instead: one tf32 unit (2^-10 relative) per operand, so
+// each product a·b moves by up to 2^-9·|a·b|, and the sum by 2^-9·Σ|a||b| (`abs_sums`, the same
+// computation over absolute values), on top of the FP32 accumulation's `fp32_tol`.
+double tf32_tolerance(const std::vector<double>& abs_sums, const std::vector<double>& want,
+                      double fp32_tol) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    num += abs_sums[i] * abs_sums[i];
+    den += want[i] * want[i];
+  }
+  return fp32_tol + (den == 0 ? 0.0 : 0x1p-9 * std::sqrt(num / den));
+}
+
 // The values an operand stands for: stored (decoded) × scale_inv, tf32-rounded when asked.
 std::vector<double> real_operand(const std::vector<float>& stored_values, float scale_inv,
                                  bool tf32) {
@@ -1338,11 +1357,17 @@ TEST_P(Conformance, Conv2dEveryDtypeAndGeometryMatchesADoubleReference) {
           f.compute = rt.compute;
           facet(which)->conv2d_forward(f);
         }
-        const auto want = naive_conv(g, real_operand(tested_values(x), inv_a, tf32),
-                                     real_operand(tested_values(w), inv_b, tf32), {},
-                                     geo.bias ? &bias_real : nullptr);
-        EXPECT_LE(relative_to(tested_values(y), want.y), tol) << "conv2d_forward " << what;
-        expect_close(y, tol, "conv2d_forward vs the reference backend, " + what);
+        const auto xr = real_operand(tested_values(x), inv_a, tf32);
+        const auto wr = real_operand(tested_values(w), inv_b, tf32);
+        const auto want = naive_conv(g, xr, wr, {}, geo.bias ? &bias_real : nullptr);
+        const std::vector<double> bias_abs = absolute(bias_real);
+        const double y_tol = tf32 ? tf32_tolerance(naive_conv(g, absolute(xr), absolute(wr), {},
+                                                              geo.bias ? &bias_abs : nullptr)
+                                                       .y,
+                                                   want.y, tol)
+                                  : tol;
+        EXPECT_LE(relative_to(tested_values(y), want.y), y_tol) << "conv2d_forward " << what;
+        expect_close(y, y_tol, "conv2d_forward vs the reference backend, " + what);
       }
       if (tested_convolution->supports(C::conv2d_backward_data,
                                        std::vector<DType>{rt.a, rt.b, rt.out})) {
@@ -1358,17 +1383,26 @@ TEST_P(Conformance, Conv2dEveryDtypeAndGeometryMatchesADoubleReference) {
           b.compute = rt.compute;
           facet(which)->conv2d_backward_data(b);
         }
-        const auto want = naive_conv(g, {}, real_operand(tested_values(w), inv_b, tf32),
-                                     real_operand(tested_values(dy), inv_a, tf32), nullptr);
-        EXPECT_LE(relative_to(tested_values(dx), want.dx), tol) << "conv2d_backward_data " << what;
-        expect_close(dx, tol, "conv2d_backward_data vs the reference backend, " + what);
+        const auto wr = real_operand(tested_values(w), inv_b, tf32);
+        const auto dyr = real_operand(tested_values(dy), inv_a, tf32);
+        const auto want = naive_conv(g, {}, wr, dyr, nullptr);
+        const double dx_tol =
+            tf32 ? tf32_tolerance(naive_conv(g, {}, absolute(wr), absolute(dyr), nullptr).dx,
+                                  want.dx, tol)
+                 : tol;
+        EXPECT_LE(relative_to(tested_values(dx), want.dx), dx_tol)
+            << "conv2d_backward_data " << what;
+        expect_close(dx, dx_tol, "conv2d_backward_data vs the reference backend, " + what);
       }
       if (tested_convolution->supports(C::conv2d_backward_weights,
                                        std::vector<DType>{rt.a, rt.b})) {
         auto x = upload(xv, xs, rt.a, rt.scale_a);
         auto dy = upload(dyv, ys, rt.b, rt.scale_b);
-        const auto want = naive_conv(g, real_operand(tested_values(x), inv_a, tf32), {},
-                                     real_operand(tested_values(dy), inv_b, tf32), nullptr);
+        const auto xr = real_operand(tested_values(x), inv_a, tf32);
+        const auto dyr = real_operand(tested_values(dy), inv_b, tf32);
+        const auto want = naive_conv(g, xr, {}, dyr, nullptr);
+        // dw and dbias are fp32: FP32 accumulation over N·OH·OW products (and tf32's operands).
+        const auto abs_want = naive_conv(g, absolute(xr), {}, absolute(dyr), nullptr);
         // dbias = Σ dy: its real values are dy's.
         for (bool accumulate : {false, true}) {
           const auto dw0 = random_values(static_cast<std::size_t>(ws.numel()), 64);
@@ -1391,13 +1425,24 @@ TEST_P(Conformance, Conv2dEveryDtypeAndGeometryMatchesADoubleReference) {
           for (std::size_t i = 0; i < want_db.size(); ++i)
             want_db[i] = geo.bias ? want_db[i] + (accumulate ? db0[i] : 0.0) : db0[i];
           const std::string w_what = what + (accumulate ? ", accumulate" : "");
-          // dw and dbias are fp32: FP32 accumulation over N·OH·OW products.
-          EXPECT_LE(relative_to(tested_values(dw), want_dw), 2e-5)
+          double dw_tol = 2e-5, db_tol = 2e-5;
+          if (tf32) {
+            std::vector<double> abs_dw = abs_want.dw, abs_db = abs_want.dbias;
+            for (std::size_t i = 0; i < abs_dw.size(); ++i)
+              abs_dw[i] += accumulate ? std::abs(dw0[i]) : 0.0;
+            for (std::size_t i = 0; i < abs_db.size(); ++i)
+              abs_db[i] =
+                  geo.bias ? abs_db[i] + (accumulate ? std::abs(db0[i]) : 0.0) : std::abs(db0[i]);
+            dw_tol = tf32_tolerance(abs_dw, want_dw, dw_tol);
+            db_tol = tf32_tolerance(abs_db, want_db, db_tol);
+          }
+          EXPECT_LE(relative_to(tested_values(dw), want_dw), dw_tol)
               << "conv2d_backward_weights dw " << w_what;
-          EXPECT_LE(relative_to(tested_values(db), want_db), 2e-5)
+          EXPECT_LE(relative_to(tested_values(db), want_db), db_tol)
               << "conv2d_backward_weights dbias " << w_what;
-          expect_close(dw, 2e-5, "conv2d_backward_weights dw vs the reference backend, " + w_what);
-          expect_close(db, 2e-5,
+          expect_close(dw, dw_tol,
+                       "conv2d_backward_weights dw vs the reference backend, " + w_what);
+          expect_close(db, db_tol,
                        "conv2d_backward_weights dbias vs the reference backend, " + w_what);
         }
       }

@@ -2,9 +2,12 @@
 // reference. Skipped without a device (cuda_test_util.h's fixture).
 // Tolerances: conv outputs accumulate in FP32 in another order (and with TF32 only where allowed),
 // so fp32 results agree to ~1e-4 relative of the sum's magnitude, 16-bit outputs to one unit of
-// their format; pooling's max is exact; batch norm's statistics are FP32 from double sums.
+// their format, a tf32 dbias to the tf32 rounding of its terms; pooling's max forward is exact and
+// its backward is the fp32 window-order sum rounded once; batch norm's statistics are FP32 from
+// double sums.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -142,7 +145,26 @@ TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
           const double wtol = compute == DType::tf32 ? 4e-3 : 1e-4;
           expect_close_norm(dwg.get(), dwc.get(), wtol,
                             "wgrad " + what + (acc ? " accumulate" : ""));
-          expect_close_norm(dbg.get(), dbc.get(), 1e-5, "dbias " + what);
+          if (compute != DType::tf32) {
+            expect_close_norm(dbg.get(), dbc.get(), 1e-5, "dbias " + what);
+            continue;
+          }
+          // Under tf32 cuDNN may sum dy as tf32 operands: each dy then loses up to one tf32 unit
+          // (2^-10 relative, truncated), so dbias_c moves by up to 2^-10·Σ|dy_c|, plus FP32
+          // accumulation over the N·OH·OW terms; twice that after the accumulating call.
+          const auto got_g = dbg.get(), got_c = dbc.get();
+          const auto dy_vals = dyc.get();
+          const auto terms = static_cast<double>(g.batch * g.out_height() * g.out_width());
+          for (std::int64_t c = 0; c < g.out_channels; ++c) {
+            double abs_sum = 0;
+            for (std::size_t i = static_cast<std::size_t>(c); i < dy_vals.size();
+                 i += static_cast<std::size_t>(g.out_channels))
+              abs_sum += std::fabs(dy_vals[i]);
+            const double bound = (acc ? 2 : 1) * (0x1p-10 + terms * 0x1p-24) * abs_sum;
+            const auto k = static_cast<std::size_t>(c);
+            EXPECT_LE(std::fabs(static_cast<double>(got_g[k]) - got_c[k]), bound)
+                << "dbias " << what << (acc ? " accumulate" : "") << ": channel " << c;
+          }
         }
       }
   const auto report = gpu().conv_plan_report();
@@ -168,6 +190,47 @@ TEST_F(backend_cuda_layers, Fp32ComputeRunsNoTensorCoreEngine) {
       EXPECT_EQ(line.find("TENSOR_CORE"), std::string::npos) << line;
     }
   }
+}
+
+// Max pooling's dx: each input element gets the dy of every window whose first maximum (row-major
+// window order, in-image elements only) it is; in double, and in fp32 in window order (oh, then
+// ow: the CUDA kernel's order). Also Σ|dy| and the number of windows summed per element, for the
+// rounding bound of a backend that accumulates in the storage format.
+struct MaxPoolGradient {
+  std::vector<double> dx, abs_sum;
+  std::vector<float> dx32;
+  std::vector<int> terms;
+};
+MaxPoolGradient max_pool_gradient(const sdk::Pool2dGeometry& p, const std::vector<float>& x,
+                                  const std::vector<float>& dy) {
+  const std::int64_t oh_n = p.out_height(), ow_n = p.out_width(), c_n = p.channels;
+  MaxPoolGradient r;
+  r.dx.assign(x.size(), 0.0);
+  r.dx32.assign(x.size(), 0.0f);
+  r.abs_sum.assign(x.size(), 0.0);
+  r.terms.assign(x.size(), 0);
+  for (std::int64_t n = 0; n < p.batch; ++n)
+    for (std::int64_t oh = 0; oh < oh_n; ++oh)
+      for (std::int64_t ow = 0; ow < ow_n; ++ow)
+        for (std::int64_t c = 0; c < c_n; ++c) {
+          std::int64_t best = -1;
+          for (std::int64_t kh = 0; kh < p.kernel_h; ++kh)
+            for (std::int64_t kw = 0; kw < p.kernel_w; ++kw) {
+              const std::int64_t h = oh * p.stride_h - p.pad_h + kh;
+              const std::int64_t w = ow * p.stride_w - p.pad_w + kw;
+              if (h < 0 || h >= p.height || w < 0 || w >= p.width) continue;
+              const std::int64_t i = ((n * p.height + h) * p.width + w) * c_n + c;
+              if (best < 0 || x[static_cast<std::size_t>(i)] > x[static_cast<std::size_t>(best)])
+                best = i;
+            }
+          const double g = dy[static_cast<std::size_t>(((n * oh_n + oh) * ow_n + ow) * c_n + c)];
+          const auto b = static_cast<std::size_t>(best);
+          r.dx[b] += g;
+          r.dx32[b] += static_cast<float>(g);
+          r.abs_sum[b] += std::fabs(g);
+          ++r.terms[b];
+        }
+  return r;
 }
 
 TEST_F(backend_cuda_layers, PoolingMatchesTheCpu) {
@@ -201,8 +264,32 @@ TEST_F(backend_cuda_layers, PoolingMatchesTheCpu) {
         expect_close(yg.get(), yc.get(), kind == 0 ? 0.0 : ulp_rel(dt), 0.0, "pool fwd " + what);
         gpu<sdk::ConvolutionFacet>().pool2d_backward(p, dyg, xg, yg, wg, dxg);
         sdk::facet<sdk::ConvolutionFacet>(cpu())->pool2d_backward(p, dyc, xc, yc, wc, dxc);
-        expect_close(dxg.get(), dxc.get(), kind == 0 ? 0.0 : 2 * ulp_rel(dt), 1e-6,
-                     "pool bwd " + what);
+        if (kind != 0) {
+          expect_close(dxg.get(), dxc.get(), 2 * ulp_rel(dt), 1e-6, "pool bwd " + what);
+          continue;
+        }
+        // Max: an input element of overlapping windows sums up to four dy. The CUDA kernel sums
+        // in fp32 in window order and rounds once into the format: bit for bit that computation.
+        // oneDNN's native bf16 backward may round after each addition: up to terms − 1 roundings
+        // of a partial sum and the final one, each within u·Σ|dy| (u = 2^-8 bf16, 2^-11 fp16,
+        // 2^-24 fp32) of the exact sum.
+        const auto ref = max_pool_gradient(p, xg.get(), dyg.get());
+        const auto once = decode(encode(ref.dx32, dt), dt);
+        const auto got_g = dxg.get(), got_c = dxc.get();
+        const double u = dt == DType::bf16 ? 0x1p-8 : dt == DType::fp16 ? 0x1p-11 : 0x1p-24;
+        int reported = 0;
+        for (std::size_t i = 0; i < once.size() && reported < 5; ++i) {
+          const double per_rounding = u * ref.abs_sum[i];
+          const bool gpu_ok = got_g[i] == once[i];
+          const double cpu_bound = ref.terms[i] * per_rounding;
+          const bool cpu_ok = std::fabs(got_c[i] - ref.dx[i]) <= cpu_bound;
+          if (!gpu_ok || !cpu_ok) {
+            ++reported;
+            ADD_FAILURE() << "pool bwd " << what << ": element " << i << " (" << ref.terms[i]
+                          << " windows) gpu " << got_g[i] << " cpu " << got_c[i]
+                          << " fp32 sum rounded once " << once[i] << " exact " << ref.dx[i];
+          }
+        }
       }
     }
 }
