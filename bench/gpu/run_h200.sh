@@ -4,21 +4,27 @@
 # peaks, the name is historical): unpack the Debian packages that
 # bench/gpu/fetch_debs.sh fetched into .debs/ into a private prefix, build mixtrain with the CUDA
 # backend for sm_90, then
+#   test  ctest -L gpu_kit --output-on-failure (the tests of the programs the CMakeLists mark
+#         for the kit)
 #   gemm  GEMM TFLOP/s per dtype at 8192^3: bench_gemm_cuda (CudaGemm::gemm, cuBLASLt) with
 #         the default algorithm and again with gemm_autotune (bf16, fp16, fp8), and PyTorch's
-#         matmul on the same GPU for reference                      -> $OUT/gemm.txt
+#         matmul on the same GPU for reference
+#   resnet50, gpt2  the models against PyTorch eager (AMP bf16, FP32), images/s or tokens/s
+#   profile  where the time goes: `mixtrain train --profile` on ResNet-50 and GPT-2 small, and
+#         torch.profiler on the same PyTorch peers (top PROFILE_TOP kernels by GPU time)
+#   wide  the wide-MLP training benchmark, mixtrain under fp32, tf32, bf16-mixed, fp16-mixed and
+#         fp8-delayed (configs/mlp-*.toml, --set backend.type=cuda) against PyTorch FP32 eager and
+#         AMP bf16 (torch.autocast("cuda", torch.bfloat16)), same model, batch and GPU
 #   gemmsweep  why a 16-bit GEMM trails PyTorch: bench_gemm_cuda_sweep (the backend's GemmEngine
 #         as it is, with 4/64 MiB workspaces, each of the top-8 heuristic results, autotuned, and
 #         cublasGemmEx, PyTorch's path) and torch_gemm.py --sweep, bf16 and fp16, at the square
 #         shape and the wide MLP's fwd/dgrad/wgrad GEMMs, one timing method for all
-#                                                                  -> $OUT/gemm_sweep.txt
-#   test  ctest -L gpu_kit --output-on-failure (the tests of the programs the CMakeLists mark
-#         for the kit)                                             -> $OUT/conformance.log
-#   wide  the wide-MLP training benchmark, mixtrain under fp32, tf32, bf16-mixed, fp16-mixed and
-#         fp8-delayed (configs/mlp-*.toml, --set backend.type=cuda) against PyTorch FP32 eager and
-#         AMP bf16 (torch.autocast("cuda", torch.bfloat16)), same model, batch and GPU
-#                                                                  -> $OUT/wide_mlp.md (+ raw runs)
-# and a summary of every stage (ok / FAILED / TIMEOUT / skipped, seconds) -> $OUT/summary.txt.
+# $OUT holds at most 7 files, none in a folder (the device tool brings back a flat, short list),
+# rewritten after every stage so a run cut short still returns what it measured:
+#   summary.txt  every stage's status (ok / FAILED / TIMEOUT / skipped), seconds, the GPU
+#   build.log    the configure and build output          tests.log   the test stage's ctest
+#   gemm.txt     the gemm and gemmsweep stages            models.md   resnet50, gpt2, wide tables
+#   profile.md   mixtrain's and PyTorch's profiles        runs.tar.gz every run's raw files
 # Every stage runs under `timeout`, clamped to what is left of BUDGET_S; a failed stage never
 # stops the next one (stages that need the build are skipped when it failed; PyTorch rows still run).
 #
@@ -26,7 +32,9 @@
 # Environment (defaults in brackets):
 #   OUT [build-gpu-out]  results folder (the device tool sets it)
 #   BUDGET_S [560]       wall-clock budget of the whole script, seconds
-#   STAGES ["env debs configure build test gemm gemmsweep wide"]  any subset (always run in this order)
+#   STAGES ["env debs configure build test gemm resnet50 gpt2 profile wide gemmsweep"]  any subset
+#          (always run in this order)
+#   PROFILE_STEPS [8: mixtrain's profiled steps; PyTorch profiles 3 after its warmup]  PROFILE_TOP [30]
 #   DEBS [.debs]  DEBROOT [/tmp/debroot]  BUILD_DIR [build-h200]  JOBS [nproc]  CUDA_ARCHS [90]
 #   CMAKE_EXTRA_ARGS  more -D options for the configure stage (word-split)
 #   BUILD_TARGETS  [gpu_kit: mixtrain, the plugins and every test and benchmark the CMakeLists
@@ -58,7 +66,7 @@ if [[ ${DRY_RUN:-0} == 1 ]]; then
 fi
 export OUT=${OUT:-$ROOT/build-gpu-out}
 export BUDGET_S=${BUDGET_S:-560}
-STAGES=${STAGES:-env debs configure build test gemm resnet50 gpt2 wide gemmsweep}
+STAGES=${STAGES:-env debs configure build test gemm resnet50 gpt2 profile wide gemmsweep}
 export DEBS=${DEBS:-$ROOT/.debs}
 export DEBROOT=${DEBROOT:-/tmp/debroot}
 export BUILD=${BUILD_DIR:-$ROOT/build-h200}
@@ -81,9 +89,11 @@ export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HE
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-30} GPT_LOG_EVERY=${GPT_LOG_EVERY:-5}
 export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 bf16+graphs bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
 export ROOT HERE
+export PROFILE_STEPS=${PROFILE_STEPS:-8} PROFILE_TOP=${PROFILE_TOP:-30}
 export STATE=/tmp/mixtrain-gpu-state
+export PARTS=$STATE/parts  # each stage's report, gathered into $OUT by collect
 rm -rf "$STATE"
-mkdir -p "$OUT" "$STATE"
+mkdir -p "$OUT" "$STATE" "$PARTS"
 export LIBDIR=$DEBROOT/usr/lib/x86_64-linux-gnu
 # The unpacked libraries, for mixtrain's processes only (the build's RPATHs point there as well);
 # never for python3/PyTorch, whose own libraries (zlib, ...) must not be shadowed.
@@ -126,6 +136,7 @@ run_stage() {
   names+=("$name") statuses+=("$status") secs+=($(($(date +%s) - start)))
   echo "=== stage $name: $status ==="
   [[ $status == ok* ]] && touch "$STATE/ok-$name"
+  collect
   return 0
 }
 needs() {  # needs STAGE REASON...: marks the given later stages skipped unless STAGE succeeded
@@ -282,9 +293,9 @@ stage_gemm() {
     echo
     timeout -k 5 $((cap / 3)) "$PYTHON" "$HERE/torch_gemm.py" --size "$GEMM_SIZE"
     echo "(exit $?)"
-  } 2>&1 | tee "$OUT/gemm.txt"
-  rc1=$(grep -m1 -oE '^\(exit [0-9]+\)' "$OUT/gemm.txt" | grep -oE '[0-9]+')
-  rc2=$(grep -oE '^\(exit [0-9]+\)' "$OUT/gemm.txt" | tail -1 | grep -oE '[0-9]+')
+  } 2>&1 | tee "$PARTS/gemm.txt"
+  rc1=$(grep -m1 -oE '^\(exit [0-9]+\)' "$PARTS/gemm.txt" | grep -oE '[0-9]+')
+  rc2=$(grep -oE '^\(exit [0-9]+\)' "$PARTS/gemm.txt" | tail -1 | grep -oE '[0-9]+')
   [[ $rc1 == 0 && $rc2 == 0 ]] ||
     echo "bench_gemm_cuda exit $rc1, torch_gemm.py exit $rc2 (2: no CUDA device)" >"$STATE/gemm.note"
   [[ $rc1 == 0 ]]
@@ -309,12 +320,12 @@ stage_gemmsweep() {
     timeout -k 5 $((cap / 4)) "$PYTHON" "$HERE/torch_gemm.py" --sweep --size "$GEMM_SIZE" --batch "$WIDE_BATCH" \
       --hidden "$WIDE_HIDDEN" --rounds "$SWEEP_ROUNDS"
     echo "(exit $?)"
-  } 2>&1 | tee "$OUT/gemm_sweep.txt"
+  } 2>&1 | tee "$PARTS/gemm_sweep.txt"
   echo
-  "$PYTHON" "$HERE/gemm_sweep_table.py" "$OUT/gemm_sweep.txt" 2>&1 | tee "$STATE/gemm_sweep_table.md" |
-    tee -a "$OUT/gemm_sweep.txt"
-  rc1=$(grep -m1 -oE '^\(exit [0-9]+\)' "$OUT/gemm_sweep.txt" | grep -oE '[0-9]+')
-  rc2=$(grep -oE '^\(exit [0-9]+\)' "$OUT/gemm_sweep.txt" | tail -1 | grep -oE '[0-9]+')
+  "$PYTHON" "$HERE/gemm_sweep_table.py" "$PARTS/gemm_sweep.txt" 2>&1 | tee "$STATE/gemm_sweep_table.md" |
+    tee -a "$PARTS/gemm_sweep.txt"
+  rc1=$(grep -m1 -oE '^\(exit [0-9]+\)' "$PARTS/gemm_sweep.txt" | grep -oE '[0-9]+')
+  rc2=$(grep -oE '^\(exit [0-9]+\)' "$PARTS/gemm_sweep.txt" | tail -1 | grep -oE '[0-9]+')
   [[ $rc1 == 0 && $rc2 == 0 ]] ||
     echo "bench_gemm_cuda_sweep exit $rc1, torch_gemm.py --sweep exit $rc2 (2: no CUDA device)" >"$STATE/gemmsweep.note"
   [[ $rc1 == 0 ]]
@@ -322,10 +333,10 @@ stage_gemmsweep() {
 
 stage_test() {
   LD_LIBRARY_PATH=$MIX_LD_PATH ctest --test-dir "$BUILD" -L gpu_kit --output-on-failure \
-    -j 4 --timeout $((STAGE_CAP > 30 ? STAGE_CAP - 10 : STAGE_CAP)) 2>&1 | tee "$OUT/conformance.log"
+    -j 4 --timeout $((STAGE_CAP > 30 ? STAGE_CAP - 10 : STAGE_CAP)) 2>&1 | tee "$PARTS/tests.log"
   local rc=${PIPESTATUS[0]} skipped
-  skipped=$(grep -cE '\*\*\*Skipped|Not Run.*Skipped' "$OUT/conformance.log")
-  echo "$(grep -m1 -E 'tests passed' "$OUT/conformance.log")${skipped:+; $skipped skipped}" >"$STATE/test.note"
+  skipped=$(grep -cE '\*\*\*Skipped|Not Run.*Skipped' "$PARTS/tests.log")
+  echo "$(grep -m1 -E 'tests passed' "$PARTS/tests.log")${skipped:+; $skipped skipped}" >"$STATE/test.note"
   return "$rc"
 }
 
@@ -394,10 +405,9 @@ stage_wide() {
     cat "$W/table.md"
     [[ -s $W/table.err ]] && { echo; echo '```'; cat "$W/table.err"; echo '```'; }
     [[ -f $W/note.txt ]] && { echo; echo "Notes:"; sed 's/^/- /' "$W/note.txt"; }
-  } >"$OUT/wide_mlp.md"
-  cat "$OUT/wide_mlp.md"
-  tar -czf "$OUT/wide_mlp_runs.tar.gz" -C "$W" . 2>/dev/null
-  [[ $rc == 0 ]] && ! grep -qE '^\| [^|]+ \| +failed +\|' "$OUT/wide_mlp.md"
+  } >"$PARTS/wide_mlp.md"
+  cat "$PARTS/wide_mlp.md"
+  [[ $rc == 0 ]] && ! grep -qE '^\| [^|]+ \| +failed +\|' "$PARTS/wide_mlp.md"
 }
 # model_run MODEL JOB CAP CONFIG OVERRIDES...: one mixtrain run (mixtrain:<policy>) or one PyTorch
 # run (torch:<mode>) of a model stage into $W; the PyTorch arguments come from $TORCH_ARGS.
@@ -472,29 +482,34 @@ model_stage() {
     cat "$W/table.md"
     [[ -s $W/table.err ]] && { echo; echo '```'; cat "$W/table.err"; echo '```'; }
     [[ -f $W/note.txt ]] && { echo; echo "Notes:"; sed 's/^/- /' "$W/note.txt"; }
-  } >"$OUT/$name.md"
-  cat "$OUT/$name.md"
+  } >"$PARTS/$name.md"
+  cat "$PARTS/$name.md"
   for p in $policies; do tail -n 40 "$W/mixtrain-$p.log" >"$W/mixtrain-$p.tail" 2>/dev/null; done
-  tar -czf "$OUT/${name}_runs.tar.gz" -C "$W" --exclude '*.bin' . 2>/dev/null
   return $rc
 }
 
-stage_resnet50() {
-  local rows=$((RN_BATCH * 2 + 64))
-  export TORCH_ARGS="--model resnet50 --batch $RN_BATCH --image $RN_IMAGE --classes 1000 --warmup 5 --windows $((RN_STEPS / RN_LOG_EVERY - 1)) --steps-per-window $RN_LOG_EVERY"
-  model_stage resnet50 "$ROOT/configs/resnet50-bf16.toml" "$RN_POLICIES" "$RN_TORCH" \
-    "--model resnet50 --batch $RN_BATCH --image $RN_IMAGE --classes 1000" \
-    --set "backend.type=$MODEL_BACKEND" --set "data.batch_size=$RN_BATCH" --set "data.eval_batch_size=$RN_BATCH" \
-    --set "data.synthetic.rows=$rows" \
-    --set "data.synthetic.height=$RN_IMAGE" --set "data.synthetic.width=$RN_IMAGE" --set "data.synthetic.max_shift=$((RN_IMAGE / 10))" \
-    --set data.synthetic.num_classes=1000 --set model.resnet.classes=1000 --set "run.steps=$RN_STEPS" \
-    --set "run.log_every=$RN_LOG_EVERY" --set run.eval_every=0 --set run.underflow_every=0 --set checkpoint.every=0
+# The models' mixtrain overrides, one argument per line (resnet50_sets, gpt2_sets), shared by
+# their stages and the profile stage. gpt2_tokens writes the random token file they train on.
+resnet50_sets() {
+  printf '%s\n' --set "backend.type=$MODEL_BACKEND" --set "data.batch_size=$RN_BATCH" \
+    --set "data.eval_batch_size=$RN_BATCH" --set "data.synthetic.rows=$((RN_BATCH * 2 + 64))" \
+    --set "data.synthetic.height=$RN_IMAGE" --set "data.synthetic.width=$RN_IMAGE" \
+    --set "data.synthetic.max_shift=$((RN_IMAGE / 10))" --set data.synthetic.num_classes=1000 \
+    --set model.resnet.classes=1000 --set "run.log_every=$RN_LOG_EVERY" --set run.eval_every=0 \
+    --set run.underflow_every=0 --set checkpoint.every=0
 }
-
-stage_gpt2() {
-  local tokens=$STATE/gpt2-tokens.bin
+gpt2_sets() {
+  printf '%s\n' --set "backend.type=$MODEL_BACKEND" --set "model.gpt.n_layer=$GPT_LAYERS" \
+    --set "model.gpt.n_head=$GPT_HEADS" --set "model.gpt.n_embd=$GPT_WIDTH" --set data.source=tokens \
+    --set "data.tokens.train=$STATE/gpt2-tokens.bin" --set "data.tokens.vocab_size=$GPT_VOCAB" \
+    --set "data.block_size=$GPT_TOKENS" --set "data.batch_size=$GPT_BATCH" \
+    --set "data.eval_batch_size=$GPT_BATCH" --set "run.log_every=$GPT_LOG_EVERY" --set run.eval_every=0 \
+    --set run.underflow_every=0 --set checkpoint.every=0
+}
+gpt2_tokens() {
+  [[ -s $STATE/gpt2-tokens.bin ]] && return 0
   # llm.c's token file: 256 int32 header (magic 20240520, version 1, count), then uint16 ids.
-  "$PYTHON" - "$tokens" "$GPT_VOCAB" <<'PY' || return 1
+  "$PYTHON" - "$STATE/gpt2-tokens.bin" "$GPT_VOCAB" <<'PY'
 import random, struct, sys
 n = 1 << 21
 random.seed(0)
@@ -503,17 +518,109 @@ with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
     f.write(struct.pack(f"<{n}H", *ids))
 PY
-  export TORCH_ARGS="--model gpt2 --batch $GPT_BATCH --layers $GPT_LAYERS --heads $GPT_HEADS --width $GPT_WIDTH --tokens $GPT_TOKENS --vocab $GPT_VOCAB --warmup 3 --windows $((GPT_STEPS / GPT_LOG_EVERY - 1)) --steps-per-window $GPT_LOG_EVERY"
+}
+RN_TORCH_SHAPE='--model resnet50 --batch $RN_BATCH --image $RN_IMAGE --classes 1000'
+GPT_TORCH_SHAPE='--model gpt2 --batch $GPT_BATCH --layers $GPT_LAYERS --heads $GPT_HEADS --width $GPT_WIDTH --tokens $GPT_TOKENS --vocab $GPT_VOCAB'
+export RN_TORCH_SHAPE GPT_TORCH_SHAPE
+
+stage_resnet50() {
+  local sets shape
+  mapfile -t sets < <(resnet50_sets)
+  shape=$(eval echo "$RN_TORCH_SHAPE")
+  export TORCH_ARGS="$shape --warmup 5 --windows $((RN_STEPS / RN_LOG_EVERY - 1)) --steps-per-window $RN_LOG_EVERY"
+  model_stage resnet50 "$ROOT/configs/resnet50-bf16.toml" "$RN_POLICIES" "$RN_TORCH" \
+    "--model resnet50 --batch $RN_BATCH --image $RN_IMAGE --classes 1000" \
+    "${sets[@]}" --set "run.steps=$RN_STEPS"
+}
+
+stage_gpt2() {
+  local sets shape
+  gpt2_tokens || return 1
+  mapfile -t sets < <(gpt2_sets)
+  shape=$(eval echo "$GPT_TORCH_SHAPE")
+  export TORCH_ARGS="$shape --warmup 3 --windows $((GPT_STEPS / GPT_LOG_EVERY - 1)) --steps-per-window $GPT_LOG_EVERY"
   model_stage gpt2 "$ROOT/configs/gpt-tiny-bf16.toml" "$GPT_POLICIES" "$GPT_TORCH" \
     "--model gpt2 --batch $GPT_BATCH --layers $GPT_LAYERS --width $GPT_WIDTH --tokens $GPT_TOKENS --vocab $GPT_VOCAB" \
-    --set "backend.type=$MODEL_BACKEND" --set "model.gpt.n_layer=$GPT_LAYERS" --set "model.gpt.n_head=$GPT_HEADS" \
-    --set "model.gpt.n_embd=$GPT_WIDTH" --set data.source=tokens --set "data.tokens.train=$tokens" \
-    --set "data.tokens.vocab_size=$GPT_VOCAB" --set "data.block_size=$GPT_TOKENS" --set "data.batch_size=$GPT_BATCH" --set "data.eval_batch_size=$GPT_BATCH" \
-    --set "run.steps=$GPT_STEPS" --set "run.log_every=$GPT_LOG_EVERY" --set run.eval_every=0 \
-    --set run.underflow_every=0 --set checkpoint.every=0
+    "${sets[@]}" --set "run.steps=$GPT_STEPS"
+}
+
+# Where the time goes, both sides, bf16 (AMP for PyTorch): mixtrain's `train --profile` table
+# (every backend op timed one by one, grouped by caller; README, "train --profile") and
+# torch.profiler's top PROFILE_TOP kernels by GPU time, for ResNet-50 and GPT-2 small at the
+# model stages' shapes.
+stage_profile() {
+  local P=$STATE/profile model config sets shape cap end rc=0
+  rm -rf "$P"; mkdir -p "$P"
+  gpt2_tokens || return 1
+  end=$(($(date +%s) + STAGE_CAP - 5))
+  for model in resnet50 gpt2; do
+    if [[ $model == resnet50 ]]; then
+      config=$ROOT/configs/resnet50-bf16.toml; mapfile -t sets < <(resnet50_sets); shape=$(eval echo "$RN_TORCH_SHAPE")
+    else
+      config=$ROOT/configs/gpt-tiny-bf16.toml; mapfile -t sets < <(gpt2_sets); shape=$(eval echo "$GPT_TORCH_SHAPE")
+    fi
+    cap=$(((end - $(date +%s)) / 2))
+    if [[ -x $MIXTRAIN_BIN ]] && ((cap >= 10)); then
+      LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" \
+        "${sets[@]}" --set precision.policy=bf16-mixed --set "run.steps=$PROFILE_STEPS" --profile \
+        --run-dir "$P/mixtrain-$model" >"$P/mixtrain-$model.log" 2>&1 || rc=1
+      rm -rf "$P/mixtrain-$model/checkpoints"
+    else
+      echo "no mixtrain build or no time left: not run" >"$P/mixtrain-$model.log"; rc=1
+    fi
+    cap=$((end - $(date +%s)))
+    [[ $model == resnet50 ]] && cap=$((cap / 2))
+    if ((cap >= 10)); then
+      # shellcheck disable=SC2086
+      timeout -k 5 "$cap" "$PYTHON" "$HERE/torch_models.py" --device "$TORCH_DEVICE" --precision bf16 $shape \
+        --warmup 3 --profile-steps 3 --profile-top "$PROFILE_TOP" --profile-out "$P/torch-$model.txt" \
+        >"$P/torch-$model.json" 2>"$P/torch-$model.log" || rc=1
+    fi
+  done
+  {
+    echo "# Profiles on $( (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo "no GPU") | head -1), $(date -u +%FT%TZ)"
+    echo
+    echo "bf16 (mixtrain bf16-mixed, PyTorch AMP bf16), the model stages' shapes. mixtrain: \`train --profile\`,"
+    echo "$PROFILE_STEPS steps (timed from the end of the first; each op waited for, so GPU ops are timed one by one)."
+    echo "PyTorch: torch.profiler over 3 steps after 3 warm-up steps, top $PROFILE_TOP by GPU (self) time."
+    for model in resnet50 gpt2; do
+      echo
+      echo "## $model: mixtrain"
+      echo
+      echo '```'
+      sed -n '/^profile: /,$p' "$P/mixtrain-$model.log" 2>/dev/null | head -n 80
+      grep -m3 -iE 'error|exit' "$P/mixtrain-$model.log" 2>/dev/null
+      echo '```'
+      echo
+      echo "## $model: PyTorch"
+      echo
+      echo '```'
+      if [[ -s $P/torch-$model.txt ]]; then cat "$P/torch-$model.txt"; else tail -n 5 "$P/torch-$model.log" 2>/dev/null; fi
+      echo '```'
+    done
+  } >"$PARTS/profile.md"
+  cat "$PARTS/profile.md"
+  return $rc
+}
+
+# Gathers the stages' reports into $OUT's seven files (see the top); runs after every stage.
+collect() {
+  local f
+  [[ -f $PARTS/tests.log ]] && cp "$PARTS/tests.log" "$OUT/tests.log"
+  for f in gemm.txt gemm_sweep.txt; do [[ -f $PARTS/$f ]] && cat "$PARTS/$f"; done >"$STATE/gemm.all"
+  [[ -s $STATE/gemm.all ]] && cp "$STATE/gemm.all" "$OUT/gemm.txt"
+  for f in resnet50.md gpt2.md wide_mlp.md; do [[ -f $PARTS/$f ]] && { cat "$PARTS/$f"; echo; }; done >"$STATE/models.all"
+  [[ -s $STATE/models.all ]] && cp "$STATE/models.all" "$OUT/models.md"
+  [[ -f $PARTS/profile.md ]] && cp "$PARTS/profile.md" "$OUT/profile.md"
+  local runs=()
+  for f in wide resnet50 gpt2 profile; do [[ -d $STATE/$f ]] && runs+=("$f"); done
+  ((${#runs[@]})) && tar -czf "$OUT/runs.tar.gz" -C "$STATE" --exclude '*.bin' "${runs[@]}" 2>/dev/null
+  { for f in configure build; do [[ -f $STATE/$f.log ]] && { echo "=== $f ==="; tail -c 3000000 "$STATE/$f.log"; }; done; } >"$STATE/build.all"
+  [[ -s $STATE/build.all ]] && cp "$STATE/build.all" "$OUT/build.log"
+  return 0
 }
 export -f stage_env stage_debs stage_configure stage_build stage_gemm stage_gemmsweep stage_test stage_wide \
-  stage_resnet50 stage_gpt2 model_stage model_run policy_name
+  stage_resnet50 stage_gpt2 stage_profile model_stage model_run policy_name resnet50_sets gpt2_sets gpt2_tokens
 
 # --- the run --------------------------------------------------------------------------------------
 echo "run_h200.sh: budget ${BUDGET_S} s, stages: $STAGES; results in $OUT"
@@ -531,10 +638,12 @@ run_stage gemm 60 100
 # at MODEL_RUN_CAP; then the wide MLP; the GEMM sweep (~25 s on an H200) last, with what is left.
 run_stage resnet50 320 40
 run_stage gpt2 240 30
+# Then where the time goes, both sides (8 + 3 profiled steps per model and side).
+run_stage profile 150 25
 run_stage wide 180 5
 run_stage gemmsweep 70 0
-# Build and configure logs: the tail, which is where errors are.
-{ for s in configure build; do [[ -f $STATE/$s.log ]] && { echo "=== $s ==="; tail -c 3000000 "$STATE/$s.log"; }; done; } >"$OUT/build.log"
+# Everything once more (the build log included), then the summary.
+collect
 
 {
   echo "run_h200.sh summary ($(date -u +%FT%TZ), $(($(date +%s) - T0)) s of ${BUDGET_S} s)"

@@ -23,6 +23,10 @@ Timed windows are bracketed by a device synchronize; steps/s is the median over 
 --warmup steps. Peak memory: torch.cuda.max_memory_allocated() (cuda), ru_maxrss (cpu).
 Prints one JSON object (the kit's model_table.py reads it); {"error": ...} and exit 2 when the
 device asked for is missing.
+
+--profile-steps N (the kit's profile stage): instead of the timed windows, N steps after the
+warm-up under torch.profiler; --profile-out FILE gets its table of the top --profile-top kernels
+and ops by self GPU time (self CPU time on the CPU), and the JSON the per-step totals.
 """
 import argparse
 import json
@@ -144,6 +148,46 @@ def gpt(torch, a):
     return GPT(), ("sdpa" if sdpa else "math")
 
 
+def profile(torch, a, meta, step, sync, cuda):
+    """--profile-steps: the steps under torch.profiler; writes the top table, returns totals."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with torch_profile(activities=activities) as prof:
+        for _ in range(a.profile_steps):
+            loss = step()
+        sync()
+    events = prof.key_averages()
+    table = None
+    # PyTorch 2.4+ names device time "device"; 1.13 and 2.0-2.3 "cuda".
+    keys = ["self_device_time_total", "self_cuda_time_total"] if cuda else ["self_cpu_time_total"]
+    for key in keys:
+        try:
+            table = events.table(sort_by=key, row_limit=a.profile_top)
+            break
+        except (AttributeError, KeyError, ValueError, RuntimeError):
+            continue
+    if table is None:
+        table = events.table(row_limit=a.profile_top)
+    head = (f"torch.profiler: {meta['model']} {a.precision} batch {a.batch}, {a.profile_steps} steps, "
+            f"sorted by {key}\n")
+    if a.profile_out:
+        with open(a.profile_out, "w") as f:
+            f.write(head + table + "\n")
+    else:
+        print(head + table, file=sys.stderr)
+
+    def total(attr_names):
+        for n in attr_names:
+            try:
+                return sum(getattr(e, n) for e in events) / 1000.0 / a.profile_steps
+            except AttributeError:
+                continue
+        return None
+    return dict(meta, profiled_steps=a.profile_steps, final_loss=float(loss),
+                self_device_ms_per_step=total(["self_device_time_total", "self_cuda_time_total"]) if cuda else None,
+                self_cpu_ms_per_step=total(["self_cpu_time_total"]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=["resnet50", "gpt2"], required=True)
@@ -154,6 +198,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--windows", type=int, default=5)
     ap.add_argument("--steps-per-window", type=int, default=5)
+    ap.add_argument("--profile-steps", type=int, default=0,
+                    help="profile this many steps with torch.profiler instead of timing windows")
+    ap.add_argument("--profile-top", type=int, default=30)
+    ap.add_argument("--profile-out", default="", help="the profile's table (default: stderr)")
     # resnet50
     ap.add_argument("--image", type=int, default=224)
     ap.add_argument("--classes", type=int, default=1000)
@@ -243,6 +291,9 @@ def main():
     for _ in range(a.warmup):
         step()
     sync()
+    if a.profile_steps > 0:
+        print(json.dumps(profile(torch, a, meta, step, sync, cuda)))
+        return 0
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     windows, loss = [], None
