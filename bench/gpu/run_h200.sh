@@ -10,6 +10,8 @@
 #         the default algorithm and again with gemm_autotune (bf16, fp16, fp8), and PyTorch's
 #         matmul on the same GPU for reference
 #   resnet50, gpt2  the models against PyTorch eager (AMP bf16, FP32), images/s or tokens/s
+#   gpt2medium  the gpt2 stage at GPT-2 medium's shape (24 layers, 16 heads, 1024 wide), where
+#         FP8 has more GEMM to win; last, with what the budget leaves (or alone in a second call)
 #   profile  where the time goes: `mixtrain train --profile` on ResNet-50 and GPT-2 small, and
 #         torch.profiler on the same PyTorch peers (top PROFILE_TOP kernels by GPU time)
 #   wide  the wide-MLP training benchmark, mixtrain under fp32, tf32, bf16-mixed, fp16-mixed and
@@ -23,7 +25,7 @@
 # rewritten after every stage so a run cut short still returns what it measured:
 #   summary.txt  every stage's status (ok / FAILED / TIMEOUT / skipped), seconds, the GPU
 #   build.log    the configure and build output          tests.log   the test stage's ctest
-#   gemm.txt     the gemm and gemmsweep stages            models.md   resnet50, gpt2, wide tables
+#   gemm.txt     the gemm and gemmsweep stages            models.md   the model stages' tables
 #   profile.md   mixtrain's and PyTorch's profiles        runs.tar.gz every run's raw files
 # Every stage runs under `timeout`, clamped to what is left of BUDGET_S; a failed stage never
 # stops the next one (stages that need the build are skipped when it failed; PyTorch rows still run).
@@ -32,7 +34,7 @@
 # Environment (defaults in brackets):
 #   OUT [build-gpu-out]  results folder (the device tool sets it)
 #   BUDGET_S [560]       wall-clock budget of the whole script, seconds
-#   STAGES ["env debs configure build test gemm resnet50 gpt2 profile wide gemmsweep"]  any subset
+#   STAGES ["env debs configure build test gemm resnet50 gpt2 profile wide gemmsweep gpt2medium"]  any subset
 #          (always run in this order)
 #   PROFILE_STEPS [8: mixtrain's profiled steps; PyTorch profiles 3 after its warmup]  PROFILE_TOP [30]
 #   DEBS [.debs]  DEBROOT [/tmp/debroot]  BUILD_DIR [build-h200]  JOBS [nproc]  CUDA_ARCHS [90]
@@ -62,11 +64,12 @@ if [[ ${DRY_RUN:-0} == 1 ]]; then
   : "${BUILD_DIR:=$ROOT/build-h200-dry}" "${OUT:=$ROOT/build-gpu-out-dry}"
   : "${MODEL_BACKEND:=cpu}" "${RN_BATCH:=2}" "${RN_IMAGE:=32}" "${RN_STEPS:=6}" "${RN_LOG_EVERY:=2}"
   : "${GPT_BATCH:=2}" "${GPT_LAYERS:=2}" "${GPT_HEADS:=2}" "${GPT_WIDTH:=64}" "${GPT_TOKENS:=64}"
+  : "${GPT2M_LAYERS:=3}" "${GPT2M_HEADS:=2}" "${GPT2M_WIDTH:=64}" "${GPT2M_BATCH:=2}" "${GPT2M_POLICIES:=bf16}"
   : "${GPT_STEPS:=6}" "${GPT_LOG_EVERY:=2}" "${GPT_POLICIES:=bf16}" "${MODEL_RUN_CAP:=300}"
 fi
 export OUT=${OUT:-$ROOT/build-gpu-out}
 export BUDGET_S=${BUDGET_S:-560}
-STAGES=${STAGES:-env debs configure build test gemm resnet50 gpt2 profile wide gemmsweep}
+STAGES=${STAGES:-env debs configure build test gemm resnet50 gpt2 profile wide gemmsweep gpt2medium}
 export DEBS=${DEBS:-$ROOT/.debs}
 export DEBROOT=${DEBROOT:-/tmp/debroot}
 export BUILD=${BUILD_DIR:-$ROOT/build-h200}
@@ -88,6 +91,8 @@ export RN_POLICIES=${RN_POLICIES:-bf16 fp32 bf16+tune} RN_TORCH=${RN_TORCH:-bf16
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-30} GPT_LOG_EVERY=${GPT_LOG_EVERY:-5}
 export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 bf16+graphs bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
+export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
+export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8}
 export ROOT HERE
 export PROFILE_STEPS=${PROFILE_STEPS:-8} PROFILE_TOP=${PROFILE_TOP:-30}
 export STATE=/tmp/mixtrain-gpu-state
@@ -539,9 +544,15 @@ stage_gpt2() {
   mapfile -t sets < <(gpt2_sets)
   shape=$(eval echo "$GPT_TORCH_SHAPE")
   export TORCH_ARGS="$shape --warmup 3 --windows $((GPT_STEPS / GPT_LOG_EVERY - 1)) --steps-per-window $GPT_LOG_EVERY"
-  model_stage gpt2 "$ROOT/configs/gpt-tiny-bf16.toml" "$GPT_POLICIES" "$GPT_TORCH" \
+  model_stage "${STAGE_NAME:-gpt2}" "$ROOT/configs/gpt-tiny-bf16.toml" "$GPT_POLICIES" "$GPT_TORCH" \
     "--model gpt2 --batch $GPT_BATCH --layers $GPT_LAYERS --width $GPT_WIDTH --tokens $GPT_TOKENS --vocab $GPT_VOCAB" \
     "${sets[@]}" --set "run.steps=$GPT_STEPS"
+}
+
+# GPT-2 medium: the gpt2 stage with GPT2M_* in place of the shape (batch GPT2M_BATCH), same policies.
+stage_gpt2medium() {
+  GPT_LAYERS=$GPT2M_LAYERS GPT_HEADS=$GPT2M_HEADS GPT_WIDTH=$GPT2M_WIDTH GPT_BATCH=$GPT2M_BATCH \
+    GPT_POLICIES=$GPT2M_POLICIES STAGE_NAME=gpt2medium stage_gpt2
 }
 
 # Where the time goes, both sides, bf16 (AMP for PyTorch): mixtrain's `train --profile` table
@@ -609,18 +620,18 @@ collect() {
   [[ -f $PARTS/tests.log ]] && cp "$PARTS/tests.log" "$OUT/tests.log"
   for f in gemm.txt gemm_sweep.txt; do [[ -f $PARTS/$f ]] && cat "$PARTS/$f"; done >"$STATE/gemm.all"
   [[ -s $STATE/gemm.all ]] && cp "$STATE/gemm.all" "$OUT/gemm.txt"
-  for f in resnet50.md gpt2.md wide_mlp.md; do [[ -f $PARTS/$f ]] && { cat "$PARTS/$f"; echo; }; done >"$STATE/models.all"
+  for f in resnet50.md gpt2.md gpt2medium.md wide_mlp.md; do [[ -f $PARTS/$f ]] && { cat "$PARTS/$f"; echo; }; done >"$STATE/models.all"
   [[ -s $STATE/models.all ]] && cp "$STATE/models.all" "$OUT/models.md"
   [[ -f $PARTS/profile.md ]] && cp "$PARTS/profile.md" "$OUT/profile.md"
   local runs=()
-  for f in wide resnet50 gpt2 profile; do [[ -d $STATE/$f ]] && runs+=("$f"); done
+  for f in wide resnet50 gpt2 gpt2medium profile; do [[ -d $STATE/$f ]] && runs+=("$f"); done
   ((${#runs[@]})) && tar -czf "$OUT/runs.tar.gz" -C "$STATE" --exclude '*.bin' "${runs[@]}" 2>/dev/null
   { for f in configure build; do [[ -f $STATE/$f.log ]] && { echo "=== $f ==="; tail -c 3000000 "$STATE/$f.log"; }; done; } >"$STATE/build.all"
   [[ -s $STATE/build.all ]] && cp "$STATE/build.all" "$OUT/build.log"
   return 0
 }
 export -f stage_env stage_debs stage_configure stage_build stage_gemm stage_gemmsweep stage_test stage_wide \
-  stage_resnet50 stage_gpt2 stage_profile model_stage model_run policy_name resnet50_sets gpt2_sets gpt2_tokens
+  stage_resnet50 stage_gpt2 stage_gpt2medium stage_profile model_stage model_run policy_name resnet50_sets gpt2_sets gpt2_tokens
 
 # --- the run --------------------------------------------------------------------------------------
 echo "run_h200.sh: budget ${BUDGET_S} s, stages: $STAGES; results in $OUT"
@@ -642,6 +653,7 @@ run_stage gpt2 240 30
 run_stage profile 150 25
 run_stage wide 180 5
 run_stage gemmsweep 70 0
+run_stage gpt2medium 240 0
 # Everything once more (the build log included), then the summary.
 collect
 
