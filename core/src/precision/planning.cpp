@@ -134,6 +134,21 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
     for (auto& layer : model.layers())
       if (layer->has_gemm() && sdk::is_fp8(layer->precision().gemm_input))
         layer->set_operand_scaling(&policy);
+  // Block-scaled operands likewise, where the final plan keeps the policy's fp8 mark; an op with
+  // such GEMMs but no block-scaled path is refused here rather than run some other way.
+  if (const auto* blocks = dynamic_cast<const sdk::BlockScalingFacet*>(&policy))
+    for (std::size_t i = 0; i < model.layers().size(); ++i) {
+      Layer& layer = *model.layers()[i];
+      if (!layer.has_gemm() || !sdk::is_fp8(layer.precision().gemm_input)) continue;
+      if (layer.set_block_scaling(blocks)) continue;
+      const PlannedNode& node = model.plan().node(i);
+      throw sdk::ConfigError(
+          node.where, node.key,
+          "node '" + layer.name() + "' (" + layer.type() +
+              ") has no block-scaled GEMM path, which the precision policy plans for it",
+          "keep it out of block scaling: [[precision.override]] layers = \"" + layer.name() +
+              "\" gemm_input = \"bf16\"");
+    }
 }
 
 }  // namespace mixtrain::core
