@@ -4,7 +4,8 @@
 #
 #   bash cmake/setup-debian.sh           build and train (the README's first command)
 #   bash cmake/setup-debian.sh --tests   also the PyTorch peer of the parity tests (the second), and
-#                                        the PyPI peers (tensorboard, transformers, ml_dtypes) in a venv
+#                                        the PyPI peers (tensorboard, transformers, ml_dtypes, peft)
+#                                        in a venv
 #   bash cmake/setup-debian.sh --ci      --tests, plus clang 14 with its sanitizer and libFuzzer
 #                                        runtimes for .ci/run's sanitizer and fuzz legs
 #
@@ -58,26 +59,33 @@ for p in "${optional[@]}"; do is_installed "$p" || missing_optional+=("$p"); don
 # own event reader (the metrics sink's test), transformers 4.30.2, the last to support torch
 # 1.13 (GPT2LMHeadModel.from_pretrained on `export --layout hf`), and ml_dtypes 0.5.1 (numpy
 # >= 1.23.3, Debian's 1.24 does), whose float4_e2m1fn / float8_e8m0fnu check the SDK's fp4 and E8M0
-# encodes and its block-scaled quantizers. Optional everywhere: without PyPI those tests fall back
+# encodes and its block-scaled quantizers, and peft 0.4.0 with accelerate 0.21.0 (LoRA's parity:
+# `export --layout peft` and --merge-lora). Those two go in with --no-deps: their requirement
+# torch >= 1.13.0 is not met by Debian's 1.13.0a0 (a pre-release), and pip would replace it; every
+# other dependency (numpy, psutil, pyyaml, safetensors, packaging) is Debian's or transformers'.
+# Optional everywhere: without PyPI those tests fall back
 # to the protobuf definitions, the documented names and a committed table of ml_dtypes' answers,
 # saying so. tests/integration/python_peers.h finds the venv at the same path.
 peers_venv="${MIXTRAIN_PEERS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/mixtrain/peers}"
 install_peers() {
   [[ $with_tests == 1 ]] || return 0
   local py="$peers_venv/bin/python"
-  if [[ -x "$py" ]] && "$py" -c 'import tensorboard, transformers, torch, ml_dtypes' 2>/dev/null; then
+  if [[ -x "$py" ]] &&
+    "$py" -c 'import tensorboard, transformers, torch, ml_dtypes, peft' 2>/dev/null; then
     echo "setup: PyPI peers present in $peers_venv"
     return 0
   fi
-  echo "setup: installing the PyPI peers (tensorboard, transformers==4.30.2, ml_dtypes==0.5.1)" \
-    "into $peers_venv"
+  echo "setup: installing the PyPI peers (tensorboard, transformers==4.30.2, ml_dtypes==0.5.1," \
+    "peft==0.4.0) into $peers_venv"
   if /usr/bin/python3 -m venv --system-site-packages "$peers_venv" &&
     "$py" -m pip install -q --disable-pip-version-check tensorboard 'transformers==4.30.2' \
-      'ml_dtypes==0.5.1'; then
+      'ml_dtypes==0.5.1' 'psutil' 'pyyaml' &&
+    "$py" -m pip install -q --disable-pip-version-check --no-deps 'peft==0.4.0' \
+      'accelerate==0.21.0'; then
     return 0
   fi
-  echo "setup: warning: could not install the PyPI peers; the TensorBoard, Hugging Face and" \
-    "ml_dtypes interop tests fall back to their offline checks" >&2
+  echo "setup: warning: could not install the PyPI peers; the TensorBoard, Hugging Face," \
+    "ml_dtypes and PEFT interop tests fall back to their offline checks (or skip)" >&2
 }
 
 if [[ ${#missing[@]} -eq 0 && ${#missing_optional[@]} -eq 0 ]]; then

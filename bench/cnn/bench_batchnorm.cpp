@@ -18,25 +18,14 @@
 #include <string>
 #include <vector>
 
+#include "best_call_time.h"
 #include "cpu_batchnorm_kernels.h"
 
 namespace {
 
+using mixtrain::bench::best_ms;
 using mixtrain::backend_cpu::Bf16Bits;
 using mixtrain::backend_cpu::ReluMask;
-
-double best_ms(const std::function<void()>& call, int reps) {
-  call();
-  call();
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const auto a = std::chrono::steady_clock::now();
-    call();
-    const auto b = std::chrono::steady_clock::now();
-    best = std::min(best, std::chrono::duration<double, std::milli>(b - a).count());
-  }
-  return best;
-}
 
 struct Shape {
   const char* net;

@@ -20,10 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "best_call_time.h"
 #include "cpu_backend.h"
 
 namespace {
 
+using mixtrain::bench::best_ms;
 using mixtrain::backend_cpu::Bf16ConvPath;
 using mixtrain::backend_cpu::Bf16GemmPath;
 using mixtrain::backend_cpu::ConvAlgorithm;
@@ -50,19 +52,6 @@ struct Tensors {
     for (void* p : owned) be.deallocate(p);
   }
 };
-
-double best_ms(const std::function<void()>& call, int reps) {
-  call();
-  call();
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const auto a = std::chrono::steady_clock::now();
-    call();
-    const auto b = std::chrono::steady_clock::now();
-    best = std::min(best, std::chrono::duration<double, std::milli>(b - a).count());
-  }
-  return best;
-}
 
 struct Times {
   double fwd, bwd_d, bwd_w;

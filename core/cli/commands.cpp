@@ -189,11 +189,47 @@ int train_with(core::Experiment& experiment, core::Components components,
 
 }  // namespace
 
-int run_check(const ConfigArgs& cfg) {
+namespace {
+
+std::string mib_text(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024.0));
+  return buf;
+}
+
+// With [model.lora]: what the adapters' FP32 masters and optimizer state take, measured on the
+// bound optimizer, against a full fine-tune's (every parameter a master and the same state per
+// parameter): the memory LoRA exists to save.
+std::string lora_share_line(const core::Trainer& trainer) {
+  std::int64_t adapters = 0, all = 0;
+  for (const auto& layer : trainer.model().layers())
+    for (const auto& p : layer->parameters()) {
+      all += p.value().numel();
+      if (!p.frozen) adapters += p.value().numel();
+    }
+  double state = 0;
+  for (const auto& t : trainer.training_state(/*weights_only=*/false).tensors)
+    if (t.name.rfind("optimizer/", 0) == 0) state += static_cast<double>(t.bytes.size());
+  if (adapters == 0 || all == 0) return {};
+  const double per_parameter = 4.0 + state / static_cast<double>(adapters);
+  const double lora = per_parameter * static_cast<double>(adapters);
+  const double full = per_parameter * static_cast<double>(all);
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "# LoRA: %lld trainable parameters of %lld; FP32 masters and optimizer state %s, "
+                "%.2f%% of a full fine-tune's %s\n",
+                static_cast<long long>(adapters), static_cast<long long>(all),
+                mib_text(lora).c_str(), 100.0 * lora / full, mib_text(full).c_str());
+  return line;
+}
+
+}  // namespace
+
+int run_check(const ConfigArgs& cfg, bool rehearse) {
   // Checking a config opens everything training would, init_from included.
   auto session = open_model_session(cfg, SessionWeights::as_training_starts);
   const auto& experiment = session.experiment;
-  const auto& trainer = *session.trainer;
+  auto& trainer = *session.trainer;
 
   std::cout << core::resolved_toml(experiment) << "\n";
   // Without held-out rows, evaluation reads the training rows (Trainer::evaluate): say so.
@@ -206,6 +242,10 @@ int run_check(const ConfigArgs& cfg) {
   std::cout << "# precision policy: " << experiment.policy_name << "\n";
   std::cout << core::render_model_summary(
       core::summarize_model(trainer.model(), experiment.data.batch_size));
+  if (experiment.model.lora.enabled()) std::cout << lora_share_line(trainer);
+  // A rehearsal moves the trainer one step on; what follows reads only the plan.
+  std::cout << core::render_memory_report(trainer.memory_report(rehearse));
+  if (!rehearse) std::cout << "# (check without --skip-rehearsal predicts the peak)\n";
   std::vector<std::string> warnings = core::tensor_core_warnings(trainer.model());
   // The session adapted the policy to the model ("auto" resolved), as training would.
   if (auto w = core::unscaled_narrow_gradients(experiment, *session.policy))

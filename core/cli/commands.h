@@ -25,7 +25,8 @@ inline constexpr int kExitDiverged = 3;
 // With `resume` and no config, the resumed run's own config.toml (in its folder) is the config.
 int run_train(const ConfigArgs& cfg, const std::string& run_dir,
               const std::optional<std::string>& resume, bool profile = false);
-int run_check(const ConfigArgs& cfg);
+// rehearse: the memory section rehearses a training step (Trainer::memory_report).
+int run_check(const ConfigArgs& cfg, bool rehearse);
 // Lists components, failed libraries and the search path (a missing entry is a warning); with
 // a non-empty `describe` (NAME or KIND/NAME), prints that component's option schema instead;
 // data/NAME and host/TABLE print the section as run_describe() does.
@@ -71,7 +72,9 @@ struct ExportArgs {
                        // required with `initial`
   bool force = false;  // overwrite an existing output file / write into a non-empty folder
   std::string layout = "native";  // gpt2: Hugging Face GPT-2 names and Conv1D weights; hf: a
-                                  // Hugging Face model folder (core/checkpoint/hf_folder.h)
+                                  // Hugging Face model folder (core/checkpoint/hf_folder.h);
+                                  // peft: a PEFT adapter folder (lora_export.h)
+  bool merge_lora = false;        // merge [model.lora]'s adapters into the base weights first
 };
 // Writes a checkpoint's weights in another format (weights for other tools: safetensors), or with
 // `initial` the weights step 1 of `train` starts from (seeded initialisation, then

@@ -10,6 +10,7 @@
 #include "cli_registry.h"
 #include "commands.h"
 #include "exported_weights.h"
+#include "lora_export.h"
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/checkpoint/path.h"
@@ -75,13 +76,43 @@ bool hf_layout(const ExportArgs& args) {
   return args.layout == "hf";
 }
 
-// The output, checked before anything is read: a folder for --layout hf, else a file.
+bool peft_layout(const ExportArgs& args) {
+  return args.layout == "peft";
+}
+
+// The output, checked before anything is read: a folder for --layout hf and peft, else a file.
 void check_output(const ExportArgs& args, const fs::path& out, const CommandInput& input) {
   if (hf_layout(args))
     check_output_folder(out, {std::string(core::kHfWeightsFile), std::string(core::kHfConfigFile)},
                         {input}, args.force);
+  else if (peft_layout(args))
+    check_output_folder(out, {kPeftWeightsFile, kPeftConfigFile}, {input}, args.force);
   else
     check_output_file(out, {input}, args.force);
+}
+
+void create_folder(const fs::path& out) {
+  std::error_code ec;
+  fs::create_directory(out, ec);
+  if (ec)
+    throw sdk::UserError("cannot create the folder " + out.string() + ": " + ec.message(),
+                         "choose another --out");
+}
+
+// A PEFT adapter folder: adapter_model.safetensors (the writer's own atomic write), then
+// adapter_config.json (atomic too), so a folder with the config is complete.
+void write_peft_folder(const sdk::CheckpointFormat& writer, sdk::TrainingState state,
+                       const fs::path& source, const fs::path& out, const std::string& from) {
+  auto peft = in_peft_layout(std::move(state), source);
+  create_folder(out);
+  writer.write(out / kPeftWeightsFile, peft.state);
+  sdk::AtomicFileWriter config(out / kPeftConfigFile, /*durable=*/true, "PEFT adapter config");
+  config.write(peft.config_json.data(), peft.config_json.size());
+  if (const auto warning = config.commit(); !warning.empty())
+    std::cerr << "warning: " << warning << std::endl;
+  std::cout << "wrote " << out.string() << " (PEFT LoRA adapter folder: " << kPeftConfigFile << ", "
+            << kPeftWeightsFile << "; " << from << ", " << peft.adapters << " adapted modules, "
+            << peft.state.tensors.size() << " tensors, fp32)" << std::endl;
 }
 
 // A Hugging Face model folder: model.safetensors (the writer's own atomic write), then
@@ -93,11 +124,7 @@ void write_hf_folder(const ExportArgs& args, const sdk::CheckpointFormat& writer
                                 ? sdk::DType::fp32
                                 : sdk::parse_dtype(args.dtype).value_or(sdk::DType::fp32);
   auto folder = in_hf_folder(std::move(state), source, stored);
-  std::error_code ec;
-  fs::create_directory(out, ec);
-  if (ec)
-    throw sdk::UserError("cannot create the folder " + out.string() + ": " + ec.message(),
-                         "choose another --out");
+  create_folder(out);
   writer.write(out / core::kHfWeightsFile, folder.state);
   sdk::AtomicFileWriter config(out / core::kHfConfigFile, /*durable=*/true, "Hugging Face config");
   config.write(folder.config_json.data(), folder.config_json.size());
@@ -117,6 +144,19 @@ void write_hf_folder(const ExportArgs& args, const sdk::CheckpointFormat& writer
 void write_export(const ExportArgs& args, const sdk::CheckpointFormat& writer,
                   sdk::TrainingState state, const fs::path& source, const fs::path& out,
                   const std::string& from) {
+  if (peft_layout(args)) return write_peft_folder(writer, std::move(state), source, out, from);
+  if (args.merge_lora) {
+    if (!has_lora_adapters(state))
+      throw sdk::UserError("--merge-lora: " + source.string() + " holds no LoRA adapters",
+                           "drop --merge-lora; it merges the adapters of a run with [model.lora]");
+    state = merge_lora(std::move(state), source);
+  } else if (args.layout != "native" && has_lora_adapters(state)) {
+    throw sdk::UserError(
+        "--layout " + args.layout + ": " + source.string() +
+            " holds LoRA adapters, which a Hugging Face GPT-2 has no place for",
+        "add --merge-lora to merge them into the base weights, or write them apart with "
+        "--layout peft");
+  }
   if (hf_layout(args)) return write_hf_folder(args, writer, std::move(state), source, out, from);
   const bool gpt2 = core::parse_weight_layout(args.layout) == core::WeightLayout::gpt2;
   if (gpt2) state = in_gpt2_layout(std::move(state), source);
@@ -165,8 +205,8 @@ int export_checkpoint(const ExportArgs& args) {
 
   // By default beside the run, never inside checkpoints/ (the trainer's rotation owns that).
   fs::path default_out = source.filename();
-  if (hf_layout(args))
-    default_out = default_out.replace_extension().string() + "-hf";
+  if (hf_layout(args) || peft_layout(args))
+    default_out = default_out.replace_extension().string() + "-" + args.layout;
   else
     default_out.replace_extension(writer->file_extension());
   const fs::path out =
@@ -193,8 +233,9 @@ int export_initial(const ExportArgs& args) {
   if (args.out.empty())
     throw sdk::UserError(
         "export --initial needs --out: a config's weights have no run folder to go beside",
-        hf_layout(args) ? "name the output folder, e.g. --out initial-hf"
-                        : "name the output file, e.g. --out initial.safetensors");
+        hf_layout(args) || peft_layout(args)
+            ? "name the output folder, e.g. --out initial-" + args.layout
+            : std::string("name the output file, e.g. --out initial.safetensors"));
   check_output(args, out, {"config", config});
 
   auto session = open_model_session({args.source, args.sets, {}}, SessionWeights::as_training_starts);
@@ -217,14 +258,21 @@ int run_export(const ExportArgs& input) {
   ExportArgs args = input;
   // A Hugging Face folder's weights are model.safetensors, and so are a config's initial weights
   // by default (for PyTorch); a checkpoint's conversion needs the format named.
-  if (args.format.empty() && (hf_layout(args) || args.initial)) args.format = "safetensors";
-  if (hf_layout(args)) {
+  if (args.format.empty() && (hf_layout(args) || peft_layout(args) || args.initial))
+    args.format = "safetensors";
+  if (peft_layout(args) && args.merge_lora)
+    throw sdk::UserError("--merge-lora writes the merged model; --layout peft the adapters apart",
+                         "drop one: --merge-lora with --layout hf, or --layout peft alone");
+  if (peft_layout(args) && !args.dtype.empty() && args.dtype != "fp32")
+    throw sdk::UserError("--layout peft writes the adapters in fp32, not --dtype " + args.dtype,
+                         "drop --dtype");
+  if (hf_layout(args) || peft_layout(args)) {
     if (args.format != "safetensors")
-      throw sdk::UserError(
-          "--layout hf writes a Hugging Face folder, whose weights are "
-          "safetensors, not --format " +
-              args.format,
-          "drop --format, or pass --format safetensors");
+      throw sdk::UserError("--layout " + args.layout + " writes a " +
+                               (hf_layout(args) ? "Hugging Face" : "PEFT adapter") +
+                               " folder, whose weights are safetensors, not --format " +
+                               args.format,
+                           "drop --format, or pass --format safetensors");
   } else if (args.format.empty()) {
     throw sdk::UserError("export needs --format: the format to write",
                          "e.g. --format safetensors (PyTorch, Hugging Face), or --layout hf for a "

@@ -25,6 +25,7 @@ struct CommandLine {
   std::string run_dir, checkpoint;
   std::optional<std::string> resume;
   bool profile = false;
+  bool skip_rehearsal = false;
   std::string describe, describe_section;
   std::string eval_layout = "native";
   std::vector<std::string> compare_dirs;
@@ -65,6 +66,10 @@ void add_check(CLI::App& app, CommandLine& a) {
   a.check->add_option("config", a.cfg.config, "config file")->required();
   a.check->add_option("--set", a.cfg.sets, "override a config value: key=value (repeatable)");
   a.check->add_option("--merge", a.cfg.merges, kMergeHelp);
+  a.check->add_flag("--skip-rehearsal", a.skip_rehearsal,
+                    "do not rehearse a training step: quicker, but the memory section then lists "
+                    "only what is allocated before the first step, without the step's buffers, "
+                    "the backend's scratch and the predicted peak");
 }
 
 void add_plugins(CLI::App& app, CommandLine& a) {
@@ -146,9 +151,14 @@ void add_export(CLI::App& app, CommandLine& a) {
                    "native (mixtrain's names, [out, in] linears), gpt2 (Hugging Face GPT-2's "
                    "state dict, Conv1D [in, out] weights; gpt-preset models) or hf (a Hugging "
                    "Face model folder, config.json + model.safetensors, that "
-                   "GPT2LMHeadModel.from_pretrained loads; gpt-preset models)")
-      ->check(CLI::IsMember({"native", "gpt2", "hf"}))
+                   "GPT2LMHeadModel.from_pretrained loads; gpt-preset models) or peft (a PEFT "
+                   "adapter folder, adapter_config.json + adapter_model.safetensors, that "
+                   "PeftModel.from_pretrained loads; models with [model.lora])")
+      ->check(CLI::IsMember({"native", "gpt2", "hf", "peft"}))
       ->capture_default_str();
+  a.exp->add_flag("--merge-lora", a.export_args.merge_lora,
+                  "merge the [model.lora] adapters into the base weights (W + alpha/r·B·A), "
+                  "writing the plain model (e.g. with --layout hf)");
 }
 
 void add_calibrate(CLI::App& app, CommandLine& a) {
@@ -290,7 +300,7 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
 int run_command(const CommandLine& a) {
   namespace cli = mixtrain::cli;
   if (a.train->parsed()) return cli::run_train(a.cfg, a.run_dir, a.resume, a.profile);
-  if (a.check->parsed()) return cli::run_check(a.cfg);
+  if (a.check->parsed()) return cli::run_check(a.cfg, !a.skip_rehearsal);
   if (a.calibrate->parsed()) return cli::run_calibrate(a.cfg, a.calibrate_args);
   if (a.eval->parsed()) return cli::run_eval(a.cfg, a.checkpoint, a.eval_layout);
   if (a.compare->parsed()) return cli::run_compare(a.compare_dirs, a.compare_out);

@@ -8,18 +8,19 @@
 //   exact decoding (tf32: RNE rounding) into scratch + the fp32 matmul. A bf16/fp16 C is the fp32
 //   result rounded once (RNE). capabilities() says which is which and names oneDNN's kernels.
 // - Every format conversion is sdk/float_formats.h (one definition of each format).
-// - memory_stats() includes the GEMM's grow-only scratch (decoded operands, fp32 C) in
-//   current/peak bytes, not in the allocation count; oneDNN's own scratchpad is not counted.
+// - memory_stats() includes the grow-only scratch of the GEMM (decoded operands, fp32 C) and of
+//   the convolution, pooling and batch-norm kernels in current/peak bytes, not in the allocation
+//   count; the scratch facet reports that part alone. oneDNN's own scratchpad is not counted.
 // - Kernels on small tensors (< kParallelMin elements, cpu_access.h) run on the calling thread.
 // - Element-wise kernels accept fp32 / bf16 / fp16 storage where the SDK says "storage dtype"
 //   and compute in fp32; reductions are fp32 or double.
 // - Threading: one OpenMP pool shared with oneDNN; `threads` (0 = all cores) is applied with
 //   omp_set_num_threads on the calling thread before every op. Ops run synchronously, so
 //   synchronize() is a no-op.
-// - Facets: all thirteen (gemm, activation, residual, gradient_check, foreach, layer_norm,
-//   batch_norm, loss, optimizer, attention, embedding, convolution, dropout), each an object
-//   of its own source file under facets/ made over the backend's CpuContext (cpu_context.h) and
-//   registered with sdk/support/facet_registry.h; find_facet answers from that set. supports()
+// - Facets: all fourteen (gemm, activation, residual, gradient_check, foreach, layer_norm,
+//   batch_norm, loss, optimizer, attention, embedding, convolution, dropout, scratch), each an
+//   object of its own source file under facets/ made over the backend's CpuContext (cpu_context.h)
+//   and registered with sdk/support/facet_registry.h; find_facet answers from that set. supports()
 //   is the SDK's table (op_signatures.h) unnarrowed: every dtype it lists runs, natively or
 //   emulated (which one is capabilities()' business, not supports()').
 // - Convolution and pooling run oneDNN primitives created once per (geometry, dtypes,

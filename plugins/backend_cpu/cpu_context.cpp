@@ -67,6 +67,11 @@ sdk::MemoryStats CpuContext::memory_stats() const {
   return {current_bytes_, peak_bytes_, live_.size()};
 }
 
+std::size_t CpuContext::scratch_bytes() const {
+  std::lock_guard lock(memory_mutex_);
+  return scratch_bytes_;
+}
+
 void CpuContext::account_scratch() {
   const std::size_t now = gemm_->scratch_bytes() + prims_->scratch_bytes();
   if (now == scratch_bytes_) return;  // the steady state: scratch is grow-only

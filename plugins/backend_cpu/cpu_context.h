@@ -11,6 +11,7 @@
 //   only what allocate() returned (anything else, nullptr included, is ignored). account_scratch()
 //   folds growth of the GEMM, convolution and batch-norm scratch (grow-only) into current / peak
 //   bytes, not into the allocation count; the facets that use scratch call it after each op.
+//   scratch_bytes() is that scratch as last folded in (what the scratch facet reports).
 //   Statistics are guarded by a mutex; the destructor frees what is still allocated.
 // - The bf16-convolution and Winograd decisions are probed once (lazily, on first use) by asking
 //   oneDNN which kernel a ResNet-like convolution runs (cpu_conv_decisions.cpp).
@@ -87,6 +88,7 @@ class CpuContext {
   void deallocate(void* ptr) noexcept;
   sdk::MemoryStats memory_stats() const;
   void account_scratch();
+  std::size_t scratch_bytes() const;
 
  private:
   int threads_;

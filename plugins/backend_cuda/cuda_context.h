@@ -19,7 +19,7 @@
 //   it as sdk::BackendError after waiting for the stream.
 // - Memory statistics: account_buffers() folds growth of the context's own buffers (grow-only
 //   scratch, the convolution's workspace) into the allocator's count; the fixed cuBLASLt workspace
-//   is not counted.
+//   is not counted. buffer_bytes() is what was folded in, the scratch facet's figure.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -62,6 +62,8 @@ class CudaContext {
   void sync(const char* op);
   // Folds growth of the context's own buffers into the memory statistics.
   void account_buffers();
+  // The own buffers as last folded in (what the scratch facet reports).
+  std::size_t buffer_bytes() const { return buffer_bytes_; }
   // The device as sdk::BackendCapabilities describes it (GEMM input dtypes, features).
   sdk::BackendCapabilities capabilities() const;
 

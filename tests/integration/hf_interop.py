@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""mixtrain's exports as the Python ecosystem loads them, for test_hf_export.cpp.
+"""mixtrain's exports as the Python ecosystem loads them, and the folders it writes for
+mixtrain to start from, for test_hf_export.cpp and test_from_pretrained.cpp.
 
   gpt2    --folder DIR --tokens eval.bin --block-size T --logits-out F.npy
           transformers.GPT2LMHeadModel.from_pretrained(DIR): the loading report (missing,
@@ -7,6 +8,24 @@
           config it read, and its logits of every held-out window of the llm.c token file at
           stride T (gpt_reference.py's windows, mixtrain's `predict --positions all`), float32
           [W, T, V], with their mean cross-entropy. Needs the peers venv (transformers).
+  make-gpt2 --out DIR --n-layer L --n-head H --n-embd C --n-positions T --vocab-size V --seed S
+          GPT2LMHeadModel(GPT2Config(those sizes, the rest GPT2Config's defaults)) with noise on
+          every parameter (so that biases and LayerNorms count too), written by
+          save_pretrained(DIR, safe_serialization=True): the folder mixtrain's [model]
+          from_pretrained reads. Prints the files written. Needs the peers venv (transformers).
+  peft-train --folder DIR --adapter A --tokens train.bin --block-size T --batch B --steps N
+          --lr LR --weight-decay WD --save F.safetensors
+          PeftModel.from_pretrained(GPT2LMHeadModel.from_pretrained(DIR, dropout 0), A,
+          is_trainable=True), then N steps of torch.optim.AdamW (betas 0.9, 0.999, eps 1e-8) on
+          its trainable parameters over gpt_reference.py's batches (mixtrain's sampler with
+          shuffle = false): the per-step losses, the trainable parameters' names, whether the
+          adapter file's tensors are exactly what PEFT loaded, and the trained adapters (PEFT's
+          get_peft_model_state_dict) written to F. Needs peft 0.4.0.
+  peft-logits --folder DIR --adapter A --tokens eval.bin --block-size T --logits-out F.npy
+          --merged-out M.safetensors
+          The same model in eval mode: its logits of every held-out window (as gpt2), then
+          merge_and_unload()'s state dict (GPT2LMHeadModel's names, Conv1D [in, out]) written to
+          M. Needs peft 0.4.0.
   resnet  --weights F.safetensors --classes K --images x.npy --logits-out F.npy
           torchvision.models.resnet18(num_classes=K).load_state_dict(file, strict=True), then
           its eval-mode logits of the [N, 3, H, W] images in [0, 1] behind the Normalize whose
@@ -25,8 +44,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_reference import heldout_windows, read_tokens  # noqa: E402
-from safetensors_interop import read_safetensors  # noqa: E402
+from gpt_reference import heldout_windows, read_tokens, training_batch  # noqa: E402
+from safetensors_interop import read_safetensors, write_safetensors  # noqa: E402
 
 
 @torch.no_grad()
@@ -53,6 +72,78 @@ def gpt2(a):
         "loss": float(loss),
         "windows": int(windows.shape[0]),
     }))
+
+
+@torch.no_grad()
+def make_gpt2(a):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(a.seed)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=a.n_layer, n_head=a.n_head, n_embd=a.n_embd,
+                                       n_positions=a.n_positions, vocab_size=a.vocab_size))
+    # GPT-2's init leaves biases at 0 and LayerNorms at 1, which a misplaced one would not show.
+    for p in model.parameters():
+        p.add_(0.05 * torch.randn_like(p))
+    model.save_pretrained(a.out, safe_serialization=True)
+    print(json.dumps({"files": sorted(os.listdir(a.out))}))
+
+
+def peft_model(a, trainable):
+    from peft import PeftModel
+    from transformers import GPT2LMHeadModel
+    base = GPT2LMHeadModel.from_pretrained(a.folder, resid_pdrop=0.0, embd_pdrop=0.0,
+                                           attn_pdrop=0.0)
+    return PeftModel.from_pretrained(base, a.adapter, is_trainable=trainable)
+
+
+# Whether the adapter file's tensors are, name for name and bit for bit, what PEFT loaded: its
+# loader is strict=False, so a misnamed tensor would be skipped without a word.
+def adapter_loaded(model, adapter):
+    from peft import get_peft_model_state_dict
+    loaded = get_peft_model_state_dict(model)
+    given, _ = read_safetensors(os.path.join(adapter, "adapter_model.safetensors"))
+    return sorted(loaded) == sorted(given) and all(
+        torch.equal(loaded[k].float(), given[k]) for k in given)
+
+
+def peft_train(a):
+    from peft import get_peft_model_state_dict
+    model = peft_model(a, trainable=True)
+    loaded = adapter_loaded(model, a.adapter)
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=a.lr,
+                            betas=(0.9, 0.999), eps=1e-8, weight_decay=a.weight_decay)
+    tokens = read_tokens(a.tokens)
+    model.train()
+    losses = []
+    for step in range(a.steps):
+        inputs, targets = training_batch(tokens, a.block_size, a.batch, step)
+        logits = model(input_ids=inputs).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 targets.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    trained = {k: v.detach().float().contiguous() for k, v in
+               get_peft_model_state_dict(model).items()}
+    write_safetensors(a.save, trained, {})
+    print(json.dumps({"losses": losses, "trainable": names, "adapter_loaded": loaded,
+                      "saved": sorted(trained)}))
+
+
+@torch.no_grad()
+def peft_logits(a):
+    model = peft_model(a, trainable=False)
+    loaded = adapter_loaded(model, a.adapter)
+    model.eval()
+    windows = heldout_windows(read_tokens(a.tokens), a.block_size)
+    logits = model(input_ids=windows[:, :-1]).logits.float()
+    np.save(a.logits_out, logits.numpy())
+    merged = model.merge_and_unload()
+    state = {k: v.float().contiguous() for k, v in merged.state_dict().items()
+             if not k.endswith(".attn.bias") and not k.endswith(".attn.masked_bias")}
+    write_safetensors(a.merged_out, state, {})
+    print(json.dumps({"adapter_loaded": loaded, "merged": sorted(state)}))
 
 
 @torch.no_grad()
@@ -88,6 +179,21 @@ def main():
     g.add_argument("--tokens", required=True)
     g.add_argument("--block-size", type=int, required=True)
     g.add_argument("--logits-out", required=True)
+    m = sub.add_parser("make-gpt2")
+    m.add_argument("--out", required=True)
+    for size in ("n-layer", "n-head", "n-embd", "n-positions", "vocab-size", "seed"):
+        m.add_argument("--" + size, type=int, required=True)
+    t = sub.add_parser("peft-train")
+    for key in ("folder", "adapter", "tokens", "save"):
+        t.add_argument("--" + key, required=True)
+    for key in ("block-size", "batch", "steps"):
+        t.add_argument("--" + key, type=int, required=True)
+    t.add_argument("--lr", type=float, required=True)
+    t.add_argument("--weight-decay", type=float, required=True)
+    lg = sub.add_parser("peft-logits")
+    for key in ("folder", "adapter", "tokens", "logits-out", "merged-out"):
+        lg.add_argument("--" + key, required=True)
+    lg.add_argument("--block-size", type=int, required=True)
     r = sub.add_parser("resnet")
     r.add_argument("--weights", required=True)
     r.add_argument("--classes", type=int, required=True)
@@ -95,7 +201,8 @@ def main():
     r.add_argument("--logits-out", required=True)
     a = ap.parse_args()
     torch.set_num_threads(1)
-    {"gpt2": gpt2, "resnet": resnet}[a.command](a)
+    {"gpt2": gpt2, "make-gpt2": make_gpt2, "peft-train": peft_train, "peft-logits": peft_logits,
+     "resnet": resnet}[a.command](a)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 // The PyPI peers of the interop tests: a venv made by `cmake/setup-debian.sh --tests` that sees
-// Debian's torch and numpy and adds tensorboard, transformers 4.30.2 and ml_dtypes 0.5.1. Its
-// path is the setup script's: $MIXTRAIN_PEERS_VENV, else $XDG_CACHE_HOME/mixtrain/peers, else
-// ~/.cache/mixtrain/peers. Tests that need a peer fall back to an offline check when it is
-// missing and say so (peers_missing_message).
+// Debian's torch and numpy and adds tensorboard, transformers 4.30.2, ml_dtypes 0.5.1 and peft
+// 0.4.0. Its path is the setup script's: $MIXTRAIN_PEERS_VENV, else
+// $XDG_CACHE_HOME/mixtrain/peers, else ~/.cache/mixtrain/peers. Tests that need a peer fall back
+// to an offline check (or skip) when it is missing and say so (peers_missing_message).
 #pragma once
 
 #include <cstdlib>

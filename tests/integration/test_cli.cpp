@@ -452,6 +452,24 @@ TEST_F(Cli, CheckPrintsThePlanAndPluginsListsComponents) {
     EXPECT_NE(p.out.find(name), std::string::npos) << name << "\n" << p.out;
 }
 
+TEST_F(Cli, CheckListsWhatTrainsAndABadFreezePatternExits2AtItsLine) {
+  auto c = run("check " + quickstart() + " --set 'train.frozen=[\"fc1\", \"fc2.weight\"]'");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("# trainable: "), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("fc2.bias, head.weight, head.bias"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("# frozen: "), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("fc1.weight, fc1.bias, fc2.weight"), std::string::npos) << c.out;
+  // Everything trains: no such lines.
+  auto plain = run("check " + quickstart());
+  EXPECT_EQ(plain.out.find("# frozen: "), std::string::npos) << plain.out;
+  auto cfg = write_file("freeze.toml", "[train]\ntrainable = [\"head\", \"fc3\"]\n");
+  auto bad = run("check " + quickstart() + " --merge " + cfg.string());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find(cfg.string() + ":2:22"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("'fc3' matches no parameter"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("the closest: fc1.weight"), std::string::npos) << bad.err;
+}
+
 // --log-level is accepted after the subcommand too, as users type it last.
 TEST_F(Cli, LogLevelAfterTheSubcommand) {
   const std::string train = "train " + quickstart() + " --set run.steps=3 --run-dir ";

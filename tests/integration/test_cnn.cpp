@@ -39,7 +39,8 @@ TEST_F(Cnn, SmallCnnLearnsItsImagesUnderEveryPolicy) {
 
 TEST_F(Cnn, CheckWarnsAboutUnalignedConvolutionChannelsUnder16BitPolicies) {
   // The first convolution reads 3 RGB channels: reported, as the usual exception.
-  auto r = run("check " + config("resnet20-bf16.toml") + " --set data.synthetic.rows=512");
+  auto r = run("check " + config("resnet20-bf16.toml") +
+               " --skip-rehearsal --set data.synthetic.rows=512");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("'conv1' (conv2d): input channels 3 is not a multiple of 8"),
             std::string::npos)
@@ -48,7 +49,8 @@ TEST_F(Cnn, CheckWarnsAboutUnalignedConvolutionChannelsUnder16BitPolicies) {
   // Every other convolution of ResNet-20 has 16, 32 or 64 channels.
   EXPECT_EQ(r.err.find("'layer"), std::string::npos) << r.err;
   // FP8 wants multiples of 16; in FP32 nothing is said.
-  r = run("check " + config("resnet20-fp32.toml") + " --set data.synthetic.rows=512");
+  r = run("check " + config("resnet20-fp32.toml") +
+          " --skip-rehearsal --set data.synthetic.rows=512");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err.find("not a multiple of"), std::string::npos) << r.err;
   // A 12-channel convolution inside the network is named without the exception.
@@ -236,9 +238,12 @@ TEST_F(Cnn, ReducedResNet50LearnsAtSmallResolutionInFp32AndBf16Mixed) {
 TEST_F(Cnn, ShippedResNet50ChecksAsTorchvisionsResNet50) {
   // configs/resnet50-bf16.toml as shipped, less data (64 synthetic rows, drawn in a moment), at
   // torchvision's 1000 classes: its parameter count, the v1.5 stride and the block names.
-  auto r = run("check " + config("resnet50-bf16.toml") +
-               " --set data.synthetic.rows=64 --set data.synthetic.num_classes=1000"
-               " --set model.resnet.classes=1000");
+  // No step is rehearsed for its memory: a full-size one takes tens of seconds on two cores
+  // (test_memory_plan.cpp holds a smaller copy's figures to its run).
+  auto r =
+      run("check " + config("resnet50-bf16.toml") +
+          " --skip-rehearsal --set data.synthetic.rows=64 --set data.synthetic.num_classes=1000"
+          " --set model.resnet.classes=1000");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("25.56M parameters (25557032)"), std::string::npos) << r.out;
   for (const char* row : {"layer1.0.downsample.0", "layer4.2.relu3", "policy = \"bf16-mixed\""})

@@ -6,17 +6,10 @@
 
 #include "cli_test_support.h"
 #include "npy_test_support.h"
+#include "shipped_configs.h"
 
 namespace mixtrain::test {
 namespace {
-
-std::vector<std::string> shipped_configs() {
-  std::vector<std::string> out;
-  for (const auto& entry : fs::directory_iterator(MIXTRAIN_CONFIGS_DIR))
-    if (entry.path().extension() == ".toml") out.push_back(entry.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 // Component names of one kind, from `mixtrain plugins` (so a new policy or scaler joins the
 // cross product by itself): rows look like "  policy      fp8-delayed   (libmixtrain_fp8.so) ...".
@@ -56,35 +49,18 @@ TEST_P(ConfigSwaps, EveryPolicyAndScalerChecksWithNoEdit) {
   // rows, the wide MLPs' two 4096-wide hidden layers at 512 (on 1024 rows), the ResNets at 1/8 of
   // their widths on 512 images (ResNet-50's at 64×64: 0.8 s a check against 47) — with the same
   // layers, blocks, strides and data source. The config as shipped is checked once, with its own
-  // components (test_cnn.cpp checks ResNet-50's full size).
-  auto cfg = config(GetParam());
-  std::string smaller = " --set data.synthetic.rows=4096";
+  // components (test_cnn.cpp checks ResNet-50's full size). None rehearses a step for its memory
+  // figures (test_memory_plan.cpp holds those to the runs): --skip-rehearsal.
   const auto& name = GetParam();
-  if (name.rfind("mlp-", 0) == 0)
-    smaller +=
-        " --set model.layers.0.out=512 --set model.layers.2.out=512"
-        " --set data.synthetic.rows=1024";
-  if (name.rfind("resnet20-", 0) == 0)
-    smaller += " --set 'model.resnet.widths=[2, 4, 8]' --set data.synthetic.rows=512";
-  if (name == "resnet18-bf16.toml")
-    smaller += " --set 'model.resnet.widths=[8, 16, 32, 64]' --set data.synthetic.rows=512";
-  if (name == "resnet50-bf16.toml")
-    smaller +=
-        " --set 'model.resnet.widths=[8, 16, 32, 64]' --set data.synthetic.rows=512"
-        " --set data.synthetic.height=64 --set data.synthetic.width=64"
-        " --set data.synthetic.max_shift=8";
-  // own-images.toml reads the user's files (../data/*.npy): small ones of that layout here.
-  if (name == "own-images.toml") {
-    write_cifar_layout_images(dir_ / "images.npy", dir_ / "labels.npy", 160);
-    cfg += " --set data.npy.features=" + (dir_ / "images.npy").string() +
-           " --set data.npy.labels=" + (dir_ / "labels.npy").string();
-    smaller.clear();
-  }
+  auto cfg = config(name) + " --skip-rehearsal";
+  const std::string smaller = smaller_copy(name, dir_);
+  // own-images.toml as shipped reads data files that are not there: the copy's are its own.
+  if (name == "own-images.toml") cfg += smaller;
   if (name != "resnet50-bf16.toml") {
     const auto shipped = run("check " + cfg);
     EXPECT_EQ(shipped.exit_code, 0) << name << " as shipped:\n" << shipped.err;
   }
-  cfg += smaller;
+  if (name != "own-images.toml") cfg += smaller;
   for (const auto& policy : policies)
     for (const auto& scaler : scalers) {
       const auto r = run("check " + cfg + " --set precision.policy=" + policy +

@@ -218,6 +218,35 @@ TEST_F(DataParallelTest, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
   EXPECT_GE(half.get<double>(), full.get<double>() * 0.5 - 64.0);
 }
 
+// Frozen parameters ([train]) have no gradient: the buckets hold the trainable ones alone, the
+// optimizer state is theirs, and two ranks still match one process.
+TEST_F(DataParallelTest, FrozenParametersAreNeitherReducedNorUpdated) {
+  const std::string frozen = "[train]\ntrainable = [\"head\"]\n";
+  const auto single = mlp_config("single.toml", frozen);
+  auto base =
+      run("train " + single.string() + " --set run.steps=20 --run-dir " + (dir_ / "r1").string());
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  for (const std::string shard : {"false", "true"}) {
+    const auto cfg =
+        mlp_config("dp-" + shard + ".toml",
+                   frozen + "[distributed]\ntype = \"mpi\"\nshard_optimizer = " + shard +
+                       "\nbucket_mb = 0.002\n");
+    const auto dir = dir_ / ("r2-" + shard);
+    auto r =
+        run_ranks(2, "train " + cfg.string() + " --set run.steps=20 --run-dir " + dir.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_same_losses(dir_ / "r1", dir, 1e-5);
+    const auto d = summary(dir)["distributed"];
+    EXPECT_TRUE(d["ranks_identical"].get<bool>());
+    // The head's 32·4 + 4 gradients fit one bucket of bucket_mb = 0.002 (524 floats); the whole
+    // MLP's 1732 would take four.
+    EXPECT_EQ(d["buckets"].get<int>(), 1);
+    if (shard == "false") {  // AdamW's two FP32 slots of the head's 132 parameters
+      EXPECT_EQ(d["optimizer_state_bytes_per_rank"].get<std::int64_t>(), 2 * 132 * 4);
+    }
+  }
+}
+
 // Gradient accumulation: the micro-batches add up locally and only the step's last one
 // communicates, so each bucket is reduced once per optimizer step.
 TEST_F(DataParallelTest, GradientAccumulationCommunicatesOnTheLastMicroBatchOnly) {

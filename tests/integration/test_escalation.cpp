@@ -4,7 +4,8 @@
 //   the step of the same run without escalation;
 // - the promotion stands in the checkpoint: a resume after it, and a resume between two blames
 //   (the count goes on), continue bit for bit as the uninterrupted run;
-// - metrics.jsonl records it, and `compare` shows it.
+// - metrics.jsonl records it, and `compare` shows it;
+// - a frozen node it promotes keeps its weights through the rebuild.
 // Every comparison is between runs made in the test.
 #include <gtest/gtest.h>
 
@@ -155,6 +156,28 @@ TEST_F(Escalation, AResumeAfterThePromotionOrBetweenBlamesContinuesBitForBit) {
     EXPECT_EQ(a.tensors[i].bytes, b.tensors[i].bytes) << a.tensors[i].name;
   }
   EXPECT_EQ(a.metadata.at("escalation"), b.metadata.at("escalation"));
+}
+
+// A frozen node ([train] frozen) that escalation promotes is rebuilt with the weights it had: its
+// fp16 copy goes through the host as FP32 and becomes its FP32 copy, exactly, and stays put.
+TEST_F(Escalation, AFrozenNodeIsPromotedWithTheWeightsItHad) {
+  auto sets = kEscalate;
+  sets.insert(sets.end(), {"train.frozen=[\"proj\"]", "checkpoint.every=2", "checkpoint.keep=10"});
+  const auto s = train("frozen", sets);
+  EXPECT_EQ(s.skipped_steps, 3);
+  const auto events = escalations(metrics("frozen"));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["node"], "proj");
+  auto c = core::create_components(
+      core::parse_experiment(
+          core::Config::from_file(fs::path(MIXTRAIN_CONFIGS_DIR) / "overflow-demo.toml", kFp16),
+          plugins()),
+      plugins());
+  const auto before = c.checkpoint_format->read(checkpoint("frozen", 2));
+  const auto after = c.checkpoint_format->read(checkpoint("frozen", 12));
+  for (const std::string name : {"param/proj.weight", "param/proj.bias"})
+    EXPECT_EQ(before.find(name)->bytes, after.find(name)->bytes) << name;
+  EXPECT_NE(before.find("param/fc1.weight")->bytes, after.find("param/fc1.weight")->bytes);
 }
 
 // eval, predict, sample and export (a Trainer that writes nothing) run a checkpoint under the plan

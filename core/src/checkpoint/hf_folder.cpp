@@ -1,8 +1,10 @@
 #include "mixtrain/core/checkpoint/hf_folder.h"
 
 #include <exception>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <variant>
 
@@ -11,6 +13,7 @@
 #include "config/model_presets.h"
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/config/config.h"
+#include "mixtrain/core/config/host_schemas.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -20,9 +23,70 @@ namespace {
 // GPT2LMHeadModel keeps GPT2Model under this attribute; save_pretrained prefixes its names.
 constexpr std::string_view kPrefix = "transformer.";
 
-// The preset's gelu node is the tanh approximation (graph/ops/activation.h), which transformers
-// calls "gelu_new" (NewGELUActivation); its "gelu" is the exact erf form.
-constexpr const char* kGeluTanh = "gelu_new";
+using Json = nlohmann::ordered_json;
+
+// The preset's sizes under GPT2Config's names: what config_json writes of them and what
+// parse_hf_gpt2_config reads back. [model.gpt]'s block_size is GPT-2's n_positions.
+struct SizeField {
+  const char* key;    // [model.gpt]
+  const char* field;  // config.json
+};
+constexpr SizeField kSizeFields[] = {{"n_layer", "n_layer"},
+                                     {"n_head", "n_head"},
+                                     {"n_embd", "n_embd"},
+                                     {"vocab_size", "vocab_size"},
+                                     {"block_size", "n_positions"}};
+
+// What the preset fixes rather than configures, as GPT2Config fields: written as the preset's
+// value, and read back only when equal to it (GPT2Config's default stands in for an absent
+// field), since any other value computes another function.
+struct FixedField {
+  const char* field;
+  Json preset;       // the preset's value
+  Json absent;       // GPT2Config's default
+  const char* what;  // what the preset computes, for the refusal
+};
+
+const std::vector<FixedField>& fixed_fields() {
+  // The preset's gelu node is the tanh approximation (graph/ops/activation.h), which
+  // transformers calls "gelu_new" (NewGELUActivation); its "gelu" is the exact erf form.
+  static const std::vector<FixedField> fields = {
+      {"activation_function", "gelu_new", "gelu_new",
+       "the tanh approximation of GELU, transformers' \"gelu_new\""},
+      {"layer_norm_epsilon", kGptLayerNormEps, 1e-5, "LayerNorms with eps = 1e-05"},
+      {"scale_attn_weights", true, true, "attention scores scaled by 1/sqrt(head size)"},
+      {"scale_attn_by_inverse_layer_idx", false, false,
+       "the same attention scaling in every layer"},
+      {"tie_word_embeddings", true, true, "lm_head tied to wte.weight"},
+      {"add_cross_attention", false, false, "decoder blocks without cross-attention"},
+  };
+  return fields;
+}
+
+// The dropout probabilities GPT2Config has (0.1 when absent); the preset has none.
+constexpr const char* kDropoutFields[] = {"attn_pdrop", "embd_pdrop", "resid_pdrop"};
+constexpr double kGpt2ConfigDropout = 0.1;
+
+// config.json of a gpt-preset model: the fields that mean something to it (the sizes, what the
+// preset fixes, no dropout), the token ids and the dtype; transformers fills the rest with
+// GPT2Config's defaults.
+std::string config_json(const std::map<std::string, std::int64_t>& sizes, const char* torch_dtype) {
+  Json c;
+  c["architectures"] = {"GPT2LMHeadModel"};
+  c["model_type"] = "gpt2";
+  for (const auto& f : kSizeFields) c[f.field] = sizes.at(f.key);
+  c["n_ctx"] = sizes.at("block_size");  // older configs' name of n_positions
+  c["n_inner"] = 4 * sizes.at("n_embd");
+  for (const auto& f : fixed_fields()) c[f.field] = f.preset;
+  for (const char* f : kDropoutFields) c[f] = kGptDropout;
+  // GPT-2's <|endoftext|> (50256) only where the vocabulary has it; a byte-level or smaller
+  // model has no such token, and null keeps generate() from assuming one.
+  const bool gpt2_vocab = sizes.at("vocab_size") > 50256;
+  c["bos_token_id"] = gpt2_vocab ? Json(50256) : nullptr;
+  c["eos_token_id"] = gpt2_vocab ? Json(50256) : nullptr;
+  c["torch_dtype"] = torch_dtype;
+  return c.dump(2) + "\n";
+}
 
 const char* torch_dtype_name(sdk::DType t) {
   switch (t) {
@@ -49,9 +113,6 @@ std::vector<std::int64_t> bias_shape(const sdk::HostTensor& weight) {
 HfGpt2Model hf_gpt2_model(const std::map<std::string, std::string>& metadata,
                           const std::string& origin) {
   HfGpt2Model m;
-  m.layer_norm_epsilon = kGptLayerNormEps;
-  m.activation_function = kGeluTanh;
-  m.dropout = kGptDropout;
   // An export's config, or a mixtrain checkpoint's own (another tool's "config" is not ours).
   auto it = metadata.find("mixtrain.config");
   if (it == metadata.end() && metadata.count("mixtrain.state_version"))
@@ -119,10 +180,8 @@ HfGpt2Folder hf_gpt2_folder(std::vector<sdk::HostTensor> gpt2_tensors, const HfG
   // keeps the model's order.
   std::set<std::string> names;
   for (const auto& t : gpt2_tensors) names.insert(t.name);
-  std::int64_t n_inner = 4 * sizes.n_embd;
   for (auto& t : gpt2_tensors) {
     const std::string name = t.name;
-    if (name.ends_with("mlp.c_fc.weight") && t.shape.size() == 2) n_inner = t.shape[1];
     const bool weight = name.ends_with(".weight") && name != "wte.weight" && name != "wpe.weight";
     const std::string bias =
         weight ? name.substr(0, name.size() - std::string_view(".weight").size()) + ".bias" : "";
@@ -143,33 +202,153 @@ HfGpt2Folder hf_gpt2_folder(std::vector<sdk::HostTensor> gpt2_tensors, const HfG
     }
   }
 
-  // The keys save_pretrained writes for a GPT2LMHeadModel that mean something to this model;
-  // transformers fills the rest (GPT2Config's defaults).
-  nlohmann::ordered_json c;
-  c["architectures"] = {"GPT2LMHeadModel"};
-  c["model_type"] = "gpt2";
-  c["vocab_size"] = sizes.vocab_size;
-  c["n_positions"] = sizes.n_positions;
-  c["n_ctx"] = sizes.n_positions;  // older configs' name of n_positions
-  c["n_embd"] = sizes.n_embd;
-  c["n_layer"] = sizes.n_layer;
-  c["n_head"] = model.n_head;
-  c["n_inner"] = n_inner;
-  c["activation_function"] = model.activation_function;
-  c["layer_norm_epsilon"] = model.layer_norm_epsilon;
-  c["attn_pdrop"] = model.dropout;
-  c["embd_pdrop"] = model.dropout;
-  c["resid_pdrop"] = model.dropout;
-  c["scale_attn_weights"] = true;  // softmax(q·k / sqrt(head size)), as the attention op
-  c["tie_word_embeddings"] = true;
-  // GPT-2's <|endoftext|> (50256) only where the vocabulary has it; a byte-level or smaller
-  // model has no such token, and null keeps generate() from assuming one.
-  const bool gpt2_vocab = sizes.vocab_size > 50256;
-  c["bos_token_id"] = gpt2_vocab ? nlohmann::ordered_json(50256) : nullptr;
-  c["eos_token_id"] = gpt2_vocab ? nlohmann::ordered_json(50256) : nullptr;
-  c["torch_dtype"] = torch_dtype;
-  out.config_json = c.dump(2) + "\n";
+  out.config_json = config_json({{"n_layer", sizes.n_layer},
+                                 {"n_head", model.n_head},
+                                 {"n_embd", sizes.n_embd},
+                                 {"vocab_size", sizes.vocab_size},
+                                 {"block_size", sizes.n_positions}},
+                                torch_dtype);
   return out;
+}
+
+namespace {
+
+// A size as GPT2Config holds it: an integer >= 1 within [model.gpt]'s range for `key`.
+std::int64_t read_size(const Json& c, const SizeField& f, const sdk::SourceLocation& at) {
+  const auto it = c.find(f.field);
+  if (it == c.end())
+    throw sdk::ConfigError(at, f.field, "absent",
+                           "a GPT-2 config.json states n_layer, n_head, n_embd, vocab_size and "
+                           "n_positions; save it with transformers' save_pretrained");
+  if (!it->is_number_integer() ||
+      (it->is_number_unsigned() && it->get<std::uint64_t>() > std::uint64_t(INT64_MAX)))
+    throw sdk::ConfigError(at, f.field, "expected an integer, got " + it->dump());
+  const auto value = it->get<std::int64_t>();
+  if (value < 1)
+    throw sdk::ConfigError(at, f.field, "is " + std::to_string(value) + ", expected at least 1");
+  // [model.gpt]'s own bounds, under config.json's name.
+  for (auto spec : gpt_preset_schema())
+    if (spec.name == f.key) {
+      spec.name = f.field;
+      sdk::Options::resolve("", {spec}, {{f.field, value, at}}, at);
+    }
+  return value;
+}
+
+}  // namespace
+
+HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& origin) {
+  const sdk::SourceLocation at{origin, 0, 0};
+  Json c;
+  try {
+    c = Json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw sdk::ConfigError(at, "", std::string("not valid JSON: ") + e.what(),
+                           "a Hugging Face config.json is a JSON object (save_pretrained writes "
+                           "it)");
+  }
+  if (!c.is_object())
+    throw sdk::ConfigError(at, "", "expected a JSON object, got " + std::string(c.type_name()),
+                           "a Hugging Face config.json is a JSON object of GPT2Config's fields");
+  const auto type = c.find("model_type");
+  if (type == c.end() || *type != "gpt2")
+    throw sdk::ConfigError(
+        at, "model_type",
+        (type == c.end() ? std::string("absent") : "is " + type->dump()) +
+            ": from_pretrained reads GPT-2 folders (model_type \"gpt2\") only",
+        "start from a GPT-2 model's folder (GPT2LMHeadModel.save_pretrained), or describe this "
+        "model's graph in [model] nodes");
+
+  HfGpt2Config out;
+  std::map<std::string, std::int64_t> sizes;
+  for (const auto& f : kSizeFields) {
+    sizes[f.key] = read_size(c, f, at);
+    out.sizes.push_back({f.key, f.field, sizes[f.key]});
+  }
+  const std::int64_t n_embd = sizes["n_embd"], n_head = sizes["n_head"];
+  if (n_embd % n_head != 0)
+    throw sdk::ConfigError(at, "n_head",
+                           "n_embd = " + std::to_string(n_embd) +
+                               " is not divisible by n_head = " + std::to_string(n_head),
+                           "the gpt preset's heads are n_embd / n_head wide; this is not a model "
+                           "it can build");
+  if (const auto ctx = c.find("n_ctx"); ctx != c.end() && *ctx != sizes["block_size"])
+    throw sdk::ConfigError(
+        at, "n_ctx",
+        "is " + ctx->dump() + " but n_positions is " + std::to_string(sizes["block_size"]),
+        "n_ctx is the older name of n_positions: make them agree or drop n_ctx");
+  if (const auto inner = c.find("n_inner");
+      inner != c.end() && !inner->is_null() && *inner != 4 * n_embd)
+    throw sdk::ConfigError(at, "n_inner",
+                           "is " + inner->dump() + ": the gpt preset's MLP is 4·n_embd = " +
+                               std::to_string(4 * n_embd) + " wide",
+                           "the gpt preset cannot build this model; remove n_inner (null means "
+                           "4·n_embd) only if the weights are 4·n_embd wide");
+  for (const auto& f : fixed_fields()) {
+    const auto it = c.find(f.field);
+    const Json& value = it == c.end() ? f.absent : *it;
+    if (value != f.preset)
+      throw sdk::ConfigError(
+          at, f.field,
+          "is " + value.dump() + (it == c.end() ? " (GPT2Config's default)" : "") +
+              ", but the gpt preset computes " + f.what + " (" + f.field + " = " + f.preset.dump() +
+              ")",
+          "the gpt preset cannot build this model; from_pretrained builds only what it computes "
+          "exactly");
+  }
+  for (const char* f : kDropoutFields) {
+    const auto it = c.find(f);
+    if (it != c.end() && !it->is_number())
+      throw sdk::ConfigError(at, f, "expected a number, got " + it->dump());
+    const double p = it == c.end() ? kGpt2ConfigDropout : it->get<double>();
+    if (p != kGptDropout)
+      out.notes.push_back(origin + ": " + f + " = " + Json(p).dump() +
+                          (it == c.end() ? " (GPT2Config's default)" : "") +
+                          " is not applied: the gpt preset trains without dropout");
+  }
+  return out;
+}
+
+HfGpt2Pretrained open_hf_gpt2_folder(const std::filesystem::path& folder) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec))
+    throw sdk::UserError(
+        folder.string() + (fs::exists(folder, ec) ? " is not a folder" : " does not exist"),
+        "name a Hugging Face GPT-2 folder (config.json and model.safetensors, "
+        "as save_pretrained writes it)");
+  HfGpt2Pretrained out;
+  out.config_file = folder / kHfConfigFile;
+  out.weights_file = folder / kHfWeightsFile;
+  if (!fs::is_regular_file(out.config_file, ec))
+    throw sdk::UserError(folder.string() + " has no " + std::string(kHfConfigFile),
+                         "a Hugging Face model folder holds config.json beside its weights "
+                         "(GPT2LMHeadModel.save_pretrained writes both)");
+  std::ifstream in(out.config_file, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) throw sdk::UserError("cannot read " + out.config_file.string(), "check its permissions");
+  out.config = parse_hf_gpt2_config(text.str(), out.config_file.string());
+  if (fs::is_regular_file(out.weights_file, ec)) return out;
+  const std::string resave =
+      "load it with transformers and save it again as safetensors: "
+      "GPT2LMHeadModel.from_pretrained(\"" +
+      folder.string() + "\").save_pretrained(\"<new folder>\", safe_serialization=True" +
+      std::string(fs::exists(folder / kHfShardIndexFile, ec) ? ", max_shard_size=\"100GB\"" : "") +
+      ") (in the Python peers venv, ~/.cache/mixtrain/peers)";
+  if (fs::exists(folder / kHfShardIndexFile, ec))
+    throw sdk::UserError(folder.string() + " holds its weights in several safetensors shards (" +
+                             std::string(kHfShardIndexFile) + "); from_pretrained reads one " +
+                             std::string(kHfWeightsFile),
+                         resave);
+  if (fs::exists(folder / kHfPickleWeightsFile, ec))
+    throw sdk::UserError(
+        folder.string() + " holds its weights only in " + std::string(kHfPickleWeightsFile) +
+            ", a Python pickle, which mixtrain does not read (unpickling runs arbitrary code)",
+        resave);
+  throw sdk::UserError(folder.string() + " has no " + std::string(kHfWeightsFile),
+                       "from_pretrained reads the weights from model.safetensors beside "
+                       "config.json; save them with save_pretrained(..., safe_serialization=True)");
 }
 
 }  // namespace mixtrain::core

@@ -437,6 +437,28 @@ void read_optimizer(const PluginSections& plugins, Experiment& e) {
     }
 }
 
+// [model] from_pretrained's weights are the run's initial ones: checkpoint.init_from in the gpt2
+// layout, so neither key may say otherwise.
+void take_pretrained_weights(const sdk::Options& ck, Experiment& e) {
+  const auto& pretrained = e.from_pretrained;
+  const std::string folder =
+      "model.from_pretrained = " + sdk::option_value_to_string(pretrained.folder.string()) + " (" +
+      pretrained.where.to_string() + ")";
+  if (!e.checkpoint.init_from.empty())
+    ck.fail("init_from",
+            "init_from = " + sdk::option_value_to_string(e.checkpoint.init_from) + " and " +
+                folder + " both name the initial weights",
+            "keep one: from_pretrained starts from " + pretrained.weights.string());
+  if (e.checkpoint.init_layout != WeightLayout::gpt2 && ck.was_set("init_layout"))
+    ck.fail("init_layout",
+            "init_layout = " + sdk::option_value_to_string(ck.get_string("init_layout")) +
+                " contradicts " + folder + ", whose weights are in the gpt2 layout",
+            "remove init_layout: from_pretrained reads " + pretrained.weights.string() +
+                " in the gpt2 layout");
+  e.checkpoint.init_from = pretrained.weights.string();
+  e.checkpoint.init_layout = WeightLayout::gpt2;
+}
+
 // [checkpoint]; the host's options come back for keep_best, checked once [eval] is read.
 sdk::Options read_checkpoint(const PluginSections& plugins, Experiment& e) {
   const Config& config = plugins.config;
@@ -448,16 +470,22 @@ sdk::Options read_checkpoint(const PluginSections& plugins, Experiment& e) {
   e.checkpoint.init_from = ck.get_string("init_from");
   e.checkpoint.init_layout = parse_weight_layout(ck.get_string("init_layout"));
   e.checkpoint.keep_best = ck.get_string("keep_best");
+  if (e.from_pretrained.enabled()) take_pretrained_weights(ck, e);
   if (e.checkpoint.init_layout != WeightLayout::native && e.checkpoint.init_from.empty())
     throw sdk::ConfigError(ck.where("init_layout"), "checkpoint.init_layout",
                            "checkpoint.init_layout = \"" + ck.get_string("init_layout") +
                                "\" but there is no checkpoint.init_from to read in it",
                            "set checkpoint.init_from to the weights file, or remove init_layout");
-  if (!e.checkpoint.init_from.empty())
+  if (!e.checkpoint.init_from.empty() && !e.from_pretrained.enabled())
     e.checkpoint.init_from =
         config_path(config, "checkpoint.init_from", e.checkpoint.init_from).string();
   ResolvedSection ck_section = section_of("checkpoint", {{"format", e.checkpoint.format}}, ck);
   show_resolved(ck_section, "init_from", e.checkpoint.init_from);
+  if (e.from_pretrained.enabled()) {
+    show_resolved(ck_section, "init_layout", "gpt2");
+    ck_section.comments.push_back("init_from: the weights of model.from_pretrained (" +
+                                  e.from_pretrained.where.to_string() + ")");
+  }
   e.core_sections.push_back(ck_section);
   if (!e.checkpoint_options.effective().empty())
     e.core_sections.push_back(
@@ -520,6 +548,79 @@ void read_ema(const Config& config, Experiment& e) {
   e.core_sections.push_back(section_of("ema", {}, ema));
 }
 
+// [train]: which parameters train (graph/freezing.h), lists of patterns that the model's plan
+// resolves against its parameters. Each pattern keeps its own location, which a pattern that
+// matches nothing is reported at.
+void read_train(const Config& config, Experiment& e) {
+  const std::vector<std::string> lists = {"trainable", "frozen"};
+  const auto train = sdk::Options::resolve(
+      "train", train_schema(), config.table_options("train", lists), config.location("train"), {});
+  ResolvedSection section = section_of("train", {}, train);
+  section.values.clear();
+  for (const auto& list : lists) {
+    const std::string key = "train." + list;
+    const auto patterns = config.string_array(key);
+    auto& out = list == "trainable" ? e.model.freeze.trainable : e.model.freeze.frozen;
+    std::string text = "[";
+    for (std::size_t i = 0; i < patterns.size(); ++i) {
+      const bool array = config.is_array(key);
+      const auto where =
+          array ? config.location(key + "." + std::to_string(i)) : config.location(key);
+      if (patterns[i].empty())
+        throw sdk::ConfigError(where, key, "an empty pattern names no parameter",
+                               "write a parameter name (\"fc1.weight\"), a node name (\"fc1\") "
+                               "or a glob (\"h.*.attn.*\")");
+      out.push_back({patterns[i], where, array ? key + "[" + std::to_string(i) + "]" : key});
+      text += (i ? ", " : "") + sdk::option_value_to_string(patterns[i]);
+    }
+    section.raw_values.emplace_back(list, text + "]");
+  }
+  e.core_sections.push_back(section);
+}
+
+// [model.lora], after [train]: the adapters join train.trainable (graph/lora.h). Without the
+// table the model is left as it is.
+void read_lora(const Config& config, Experiment& e) {
+  if (!config.has_table("model.lora")) return;
+  reject_nested(config, "model.lora");
+  const std::vector<std::string> lists = {"targets"};
+  const sdk::SourceLocation table = config.location("model.lora");
+  const auto o = sdk::Options::resolve("model.lora", lora_schema(),
+                                       config.table_options("model.lora", lists), table, {});
+  LoraSpec lora;
+  lora.r = o.get_int("r");
+  lora.alpha = o.get_double("alpha");
+  lora.dropout = o.get_double("dropout");
+  lora.where = table;
+  if (lora.dropout >= 1.0)
+    o.fail("dropout", "= 1 would zero the adapters' every input",
+           "use a dropout in [0, 1) (PEFT's lora_dropout; 0 for none)");
+  const std::string key = "model.lora.targets";
+  const auto globs = config.string_array(key);
+  const bool array = config.is_array(key);
+  ResolvedSection section = section_of("model.lora", {}, o);
+  std::string text = "[";
+  for (std::size_t i = 0; i < globs.size(); ++i) {
+    const auto where =
+        array ? config.location(key + "." + std::to_string(i)) : config.location(key);
+    if (globs[i].empty())
+      throw sdk::ConfigError(where, key, "an empty target names no node",
+                             "write a linear node's name (\"h.0.attn.c_attn\") or a glob "
+                             "(\"h.*.attn.c_attn\")");
+    lora.targets.push_back({globs[i], where, array ? key + "[" + std::to_string(i) + "]" : key});
+    text += (i ? ", " : "") + sdk::option_value_to_string(globs[i]);
+  }
+  if (lora.targets.empty())
+    throw sdk::ConfigError(array ? config.location(key) : table, key,
+                           "LoRA needs the linear nodes to adapt",
+                           "name them: targets = [\"h.*.attn.c_attn\"] (globs over node names; "
+                           "`mixtrain check` lists the nodes)");
+  std::erase_if(section.values, [](const auto& kv) { return kv.first == "targets"; });
+  section.raw_values.emplace_back("targets", text + "]");
+  apply_lora(e.model, lora);
+  e.core_sections.push_back(section);
+}
+
 // [eval], after [ema]: EMA weights need an EMA.
 void read_eval(const Config& config, Experiment& e) {
   auto eval = sdk::Options::resolve("eval", eval_schema(), config.table_options("eval"),
@@ -554,7 +655,7 @@ Experiment read_experiment(const Config& config, const PluginRegistry& registry)
   e.source_name = config.source_name();
   check_top_level_tables(config);
   e.plugin_paths = config_plugin_paths(config);
-  for (const auto& t : {"run", "plugins", "ema", "eval"}) reject_nested(config, t);
+  for (const auto& t : {"run", "plugins", "ema", "eval", "train"}) reject_nested(config, t);
   const auto overrides = config.table_array("precision.override");
   for (std::size_t i = 0; i < overrides.size(); ++i)
     reject_nested(config, "precision.override." + std::to_string(i));
@@ -571,6 +672,8 @@ Experiment read_experiment(const Config& config, const PluginRegistry& registry)
   read_distributed(plugins, e);
   read_ema(config, e);
   read_eval(config, e);
+  read_train(config, e);
+  read_lora(config, e);
   read_early_stopping(run, e);
   check_keep_best(checkpoint, e);
   return e;

@@ -122,6 +122,36 @@ sdk::OptionSchema ema_schema() {
   };
 }
 
+sdk::OptionSchema train_schema() {
+  // Lists of patterns, read beside the schema (as run.metrics); "" is the empty list.
+  return {
+      OptionSpec::string("trainable", "",
+                         "the parameters that train, as names or fnmatch globs over "
+                         "\"<node>.<param>\" or node names, e.g. [\"h.*.attn.*\"]; [] = all"),
+      OptionSpec::string("frozen", "",
+                         "parameters taken out of trainable: no weight gradient, no FP32 master, "
+                         "no optimizer state; gradients still flow through them, e.g. "
+                         "[\"embed\", \"h.0.*\"]"),
+  };
+}
+
+sdk::OptionSchema lora_schema() {
+  // targets is a list of globs, read beside the schema (as train.trainable).
+  return {
+      OptionSpec::integer("r", 8, "the adapters' rank: lora_A is [r, in], lora_B [out, r]")
+          .at_least(1)
+          .at_most(65536),
+      OptionSpec::number("alpha", 8.0, "lora_B's output is scaled by alpha / r (PEFT's lora_alpha)")
+          .greater_than(0.0),
+      OptionSpec::number("dropout", 0.0, "dropout on the adapters' input, in [0, 1)")
+          .at_least(0.0)
+          .at_most(1.0),
+      OptionSpec::string("targets", "",
+                         "the linear nodes that get adapters, as names or fnmatch globs over node "
+                         "names, e.g. [\"h.*.attn.c_attn\", \"h.*.mlp.*\"]"),
+  };
+}
+
 sdk::OptionSchema eval_schema() {
   return {
       OptionSpec::string("weights", "master",
@@ -488,6 +518,10 @@ sdk::OptionSchema model_schema() {
                              "\"gpt\" (sizes in [model.gpt]) or \"resnet\" (sizes in "
                              "[model.resnet])")
               .one_of(choice_names(kModelPresets)),
+          OptionSpec::string("from_pretrained", "",
+                             "a Hugging Face GPT-2 folder (config.json, model.safetensors): the "
+                             "gpt preset sized by its config.json, starting from its weights; "
+                             "relative to this file"),
           OptionSpec::boolean("fuse_epilogues", true,
                               "run each relu/gelu that follows a linear layer as that GEMM's "
                               "epilogue (one rounding, one pass less)")};

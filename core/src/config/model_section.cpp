@@ -8,6 +8,7 @@
 #include "config/model_presets.h"
 #include "config/reading.h"
 #include "graph/ops/op_registry.h"
+#include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/config/host_schemas.h"
 
 namespace mixtrain::core {
@@ -327,22 +328,20 @@ class ModelExpansion {
 namespace {
 
 // A preset builds every node: its table has no nested tables, and the model no layers/nodes list.
-void reject_preset_with_nodes(const Config& config, const std::string& preset) {
+// `what` names what chose the preset ("preset = \"gpt\"").
+void reject_preset_with_nodes(const Config& config, const std::string& preset,
+                              const std::string& what) {
   reject_nested(config, "model." + preset);
   for (const char* list : {"model.layers", "model.nodes"})
     if (!config.table_array(list, kArrayKeys).empty())
-      throw sdk::ConfigError(
-          config.location(list), list,
-          "the model has both preset = \"" + preset + "\" and " + std::string(list),
-          "remove one: the preset builds every node");
+      throw sdk::ConfigError(config.location(list), list,
+                             "the model has both " + what + " and " + std::string(list),
+                             "remove one: the preset builds every node");
 }
 
-// [model] preset = "gpt": the nodes come from [model.gpt]; the resolved config keeps the preset.
-void read_gpt_preset(const Config& config, Experiment& e, const sdk::Options& model) {
-  reject_preset_with_nodes(config, "gpt");
-  const auto raw = config.table_options("model.gpt");
-  const sdk::SourceLocation where = raw.empty() ? e.model.where : config.location("model.gpt");
-  const auto o = sdk::Options::resolve("model.gpt", gpt_preset_schema(), raw, where, {});
+// The gpt preset of resolved [model.gpt] options; what they leave at 0 comes from the data.
+GptPreset gpt_preset_of(const sdk::Options& o, const sdk::SourceLocation& where,
+                        const Experiment& e) {
   GptPreset p;
   p.n_layer = o.get_int("n_layer");
   p.n_head = o.get_int("n_head");
@@ -363,15 +362,124 @@ void read_gpt_preset(const Config& config, Experiment& e, const sdk::Options& mo
                            "the gpt preset needs a vocabulary size and the data gives none",
                            "use a token data source (data.source = \"tokens\" or \"text\") or set "
                            "vocab_size in [model.gpt]");
-  e.model.layers = gpt_preset(p);
+  return p;
+}
+
+// [model] preset = "gpt": the nodes come from [model.gpt]; the resolved config keeps the preset.
+void read_gpt_preset(const Config& config, Experiment& e, const sdk::Options& model) {
+  reject_preset_with_nodes(config, "gpt", "preset = \"gpt\"");
+  const auto raw = config.table_options("model.gpt");
+  const sdk::SourceLocation where = raw.empty() ? e.model.where : config.location("model.gpt");
+  const auto o = sdk::Options::resolve("model.gpt", gpt_preset_schema(), raw, where, {});
+  e.model.layers = gpt_preset(gpt_preset_of(o, where, e));
   e.model.graph = true;
   e.core_sections.push_back(section_of("model", {}, model));
   e.core_sections.push_back(section_of("model.gpt", {}, o));
 }
 
+// The folder from_pretrained names, opened; its errors point at the key too.
+HfGpt2Pretrained open_pretrained(const std::filesystem::path& folder,
+                                 const sdk::SourceLocation& at) {
+  try {
+    return open_hf_gpt2_folder(folder);
+  } catch (const sdk::UserError& err) {
+    throw sdk::ConfigError(at, "model.from_pretrained", err.what(), err.hint());
+  }
+}
+
+// [model.gpt]'s options with config.json's sizes in: a size the table also gives must agree.
+// `sources` gets, per size, where its value came from (for the resolved config's comments).
+std::vector<sdk::RawOption> sizes_with_pretrained(const Config& config,
+                                                  const HfGpt2Pretrained& pretrained,
+                                                  std::vector<std::string>& sources) {
+  auto raw = config.table_options("model.gpt");
+  const std::string file = pretrained.config_file.string();
+  for (const auto& size : pretrained.config.sizes) {
+    const std::string taken =
+        size.key + " = " + std::to_string(size.value) + " (its " + size.field + ")";
+    const auto given = std::find_if(raw.begin(), raw.end(),
+                                    [&](const sdk::RawOption& r) { return r.key == size.key; });
+    if (given == raw.end()) {
+      raw.push_back({size.key, size.value, {file, 0, 0}});
+      sources.push_back(taken);
+      continue;
+    }
+    if (given->value != sdk::OptionValue{size.value})
+      throw sdk::ConfigError(
+          given->where, "model.gpt." + size.key,
+          size.key + " = " + sdk::option_value_to_string(given->value) + " disagrees with " + file +
+              "'s " + size.field + " = " + std::to_string(size.value),
+          "from_pretrained takes the sizes from config.json: remove " + size.key +
+              " from [model.gpt] (or set it to " + std::to_string(size.value) + ")");
+    sources.push_back(taken + ", also given at " + given->where.to_string());
+  }
+  return raw;
+}
+
+// [model] from_pretrained = "DIR": the gpt preset sized by DIR/config.json, starting from
+// DIR/model.safetensors (read_checkpoint makes it checkpoint.init_from). The resolved config
+// writes what it became, preset = "gpt" with every size, so a run's config.toml (and a resume
+// of it) no longer reads the folder.
+void read_pretrained_gpt(const Config& config, Experiment& e, const sdk::Options& model) {
+  const sdk::SourceLocation at = model.where("from_pretrained");
+  if (parse_choice(model, "preset", kModelPresets) == ModelPreset::resnet)
+    throw sdk::ConfigError(model.where("preset"), "model.preset",
+                           "preset = \"resnet\" beside from_pretrained, which builds the gpt "
+                           "preset (a GPT-2 folder)",
+                           "remove one of them (from_pretrained implies preset = \"gpt\")");
+  reject_preset_with_nodes(config, "gpt", "from_pretrained");
+  const auto folder =
+      config_path(config, "model.from_pretrained", model.get_string("from_pretrained"));
+  const auto pretrained = open_pretrained(folder, at);
+  std::vector<std::string> sources;
+  const auto raw = sizes_with_pretrained(config, pretrained, sources);
+  const sdk::SourceLocation where =
+      config.has_table("model.gpt") ? config.location("model.gpt") : at;
+  const auto o = sdk::Options::resolve("model.gpt", gpt_preset_schema(), raw, where, {});
+  if (!o.get_bool("bias"))
+    o.fail("bias", "is false, but a GPT-2 folder's linears have biases",
+           "remove bias from [model.gpt]: from_pretrained builds GPT-2's biases (" +
+               pretrained.weights_file.string() + " holds them)");
+  // The nodes point at the key that sized them.
+  const GptPreset p = gpt_preset_of(o, at, e);
+  if (e.data.vocab_size > 0 && e.data.vocab_size != p.vocab_size)
+    throw sdk::ConfigError(at, "model.from_pretrained",
+                           pretrained.config_file.string() +
+                               "'s vocab_size = " + std::to_string(p.vocab_size) +
+                               " but the data's vocab_size is " + std::to_string(e.data.vocab_size),
+                           "the model predicts the folder's tokens: train on token data in its "
+                           "vocabulary (data.source = \"tokens\" with vocab_size = " +
+                               std::to_string(p.vocab_size) + ")");
+  if (e.data.block_size > p.block_size)
+    throw sdk::ConfigError(at, "model.from_pretrained",
+                           "the data's block_size = " + std::to_string(e.data.block_size) +
+                               " is longer than " + pretrained.config_file.string() +
+                               "'s n_positions = " + std::to_string(p.block_size) +
+                               ", the positions the model has learned",
+                           "set data.block_size to at most " + std::to_string(p.block_size));
+  e.model.layers = gpt_preset(p);
+  e.model.graph = true;
+  e.from_pretrained = {folder, pretrained.weights_file, at};
+  for (const auto& note : pretrained.config.notes) e.config_warnings.push_back(note);
+
+  ResolvedSection m = section_of("model", {}, model);
+  show_resolved(m, "preset", "gpt");
+  show_resolved(m, "from_pretrained", "");
+  m.comments.push_back("from_pretrained = " + sdk::option_value_to_string(folder.string()) + " (" +
+                       at.to_string() +
+                       ") is written out: the gpt preset sized by its config.json, starting "
+                       "from its model.safetensors ([checkpoint] init_from, init_layout = "
+                       "\"gpt2\")");
+  e.core_sections.push_back(std::move(m));
+  ResolvedSection g = section_of("model.gpt", {}, o);
+  g.comments.push_back("sizes from " + pretrained.config_file.string() + ":");
+  for (const auto& source : sources) g.comments.push_back("  " + source);
+  e.core_sections.push_back(std::move(g));
+}
+
 // [model] preset = "resnet": the nodes come from [model.resnet].
 void read_resnet_preset(const Config& config, Experiment& e, const sdk::Options& model) {
-  reject_preset_with_nodes(config, "resnet");
+  reject_preset_with_nodes(config, "resnet", "preset = \"resnet\"");
   const std::vector<std::string> arrays = {"blocks", "widths"};
   const auto raw = config.table_options("model.resnet", arrays);
   const sdk::SourceLocation where = config.is_array("model.resnet.blocks") || !raw.empty()
@@ -476,7 +584,7 @@ void push_resolved_layers(Experiment& e, bool has_blocks) {
 }  // namespace
 
 void read_model_config(const Config& config, Experiment& e) {
-  reject_nested(config, "model", {"layers", "nodes", "blocks", "gpt", "resnet"});
+  reject_nested(config, "model", {"layers", "nodes", "blocks", "gpt", "resnet", "lora"});
   // The sequential form (`layers`, each reads the one before) or the graph form (`nodes`, each
   // names its inputs); a node's inputs and a reshape's shape are arrays.
   auto node_entries = config.table_array("model.nodes", kArrayKeys);
@@ -498,6 +606,7 @@ void read_model_config(const Config& config, Experiment& e) {
   e.model.loss = model.get_string("loss");
   e.model.fuse_epilogues = model.get_bool("fuse_epilogues");
   e.model.label_smoothing = model.get_double("label_smoothing");
+  if (!model.get_string("from_pretrained").empty()) return read_pretrained_gpt(config, e, model);
   switch (parse_choice(model, "preset", kModelPresets)) {
     case ModelPreset::gpt:
       return read_gpt_preset(config, e, model);

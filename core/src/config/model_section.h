@@ -13,6 +13,14 @@
 //   as "res.*.fc1" select them; other nodes name the instance to read its output. Blocks nest.
 // - The model is expanded here: ModelSpec holds only op nodes (blocks gone, graph form when a
 //   block is used), and the resolved config writes that expanded form back.
+// - `from_pretrained = "DIR"` (a Hugging Face GPT-2 folder, checkpoint/hf_folder.h) builds the
+//   gpt preset (preset may be absent or "gpt"; no layers/nodes) with DIR/config.json's sizes;
+//   a size [model.gpt] also gives must equal it, and bias must stay true. The data's vocab_size
+//   must be the folder's, and its block_size at most the folder's n_positions. Experiment::from_pretrained keeps the folder and its model.safetensors
+//   for read_checkpoint; fields the preset accepts without modelling them (dropout) become
+//   config_warnings. The resolved config writes preset = "gpt" with every size, each commented
+//   with its source, and from_pretrained = "". The folder's errors are sdk::ConfigError at the
+//   key, quoting the folder's own message (path, field, value).
 // - Errors are sdk::ConfigError at the entry's file:line:col: an unknown block (with a "did you
 //   mean"), a block that uses itself, repeat < 1, a repeated block with several inputs, `set` for
 //   a node the block lacks, a block node without a name or with a '.' in it.

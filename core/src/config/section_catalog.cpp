@@ -121,14 +121,18 @@ void add_model_sections(std::vector<ConfigSection>& out) {
                       {"widths", "integer list", "(required)", "",
                        "channels per stage (a bottleneck's output is 4x): [64, 128, 256, 512]"}});
   out.push_back(std::move(resnet));
+  out.push_back(plain("model.lora",
+                      "LoRA adapters beside linear nodes, as PEFT's; the rest of the model is "
+                      "frozen",
+                      section_keys(lora_schema(), {{"targets", "string"}})));
 }
 
 }  // namespace
 
 const std::vector<std::string>& config_top_level_tables() {
   static const std::vector<std::string> tables = {
-      "run",        "data",    "model", "precision", "scaler",  "optimizer",
-      "checkpoint", "backend", "ema",   "eval",      "plugins", "distributed"};
+      "run",     "data", "model", "precision", "scaler",  "optimizer",  "checkpoint",
+      "backend", "ema",  "eval",  "train",     "plugins", "distributed"};
   return tables;
 }
 
@@ -197,6 +201,11 @@ std::vector<ConfigSection> config_sections(const PluginRegistry& registry) {
                       section_keys(ema_schema())));
   out.push_back(
       plain("eval", "how evaluation runs and what it reports", section_keys(eval_schema())));
+  out.push_back(
+      plain("train",
+            "which parameters train: trainable selects (default all), frozen removes; "
+            "patterns are names or globs over \"<node>.<param>\" and node names",
+            section_keys(train_schema(), {{"trainable", "string"}, {"frozen", "string"}})));
   out.push_back(plain("plugins", "where plugin libraries are searched for",
                       {{"paths", "string list", "[]", "",
                         "folders searched for plugin libraries before MIXTRAIN_PLUGIN_PATH and "

@@ -70,7 +70,7 @@ void DataParallel::attach(Model& model, std::vector<sdk::Parameter>& params,
                           std::vector<sdk::TensorView>& grads) {
   buckets_.clear();
   pieces_.clear();
-  params_ = model.parameters();
+  params_ = model.trainable_parameters();  // a frozen parameter has no gradient to reduce
   index_.clear();
   std::vector<std::int64_t> numels;
   for (std::size_t i = 0; i < params_.size(); ++i) {

@@ -16,14 +16,18 @@ using sdk::TensorView;
 
 namespace {
 
-// Elements of an op's own parameters: each has an fp32 master and gradient (8 bytes) and, under
-// a narrower weight dtype, a working copy.
-std::size_t owned_parameter_numel(const Layer& op) {
+// Bytes of an op's own parameters, at most: each has an fp32 master and gradient (8 bytes) and,
+// under a narrower weight dtype (when counted), a working copy; a frozen one only the copy it is
+// stored in (4 bytes at most).
+std::size_t owned_parameter_bytes(const Layer& op, bool count_working) {
+  const DType weight = op.precision().weight;
+  const std::size_t working =
+      count_working && weight != DType::fp32 ? sdk::dtype_size(ops::storage_of(weight)) : 0;
   std::size_t total = 0;
   for (const auto& p : op.traits().parameters) {
     std::size_t numel = 1;
     for (std::int64_t d : p.shape) numel *= static_cast<std::size_t>(d);
-    total += numel;
+    total += numel * (op.frozen(p.suffix) ? 4 : 8 + working);
   }
   return total;
 }
@@ -39,12 +43,7 @@ MemoryForecast forecast_memory(const GraphPlan& plan, const Ops& ops, std::int64
       static_cast<std::size_t>(max_rows * in.labels_per_sample) * 4;
   forecast.activations = activations;
   forecast.gradients = gradients;
-  for (const auto& op : ops) {
-    const DType weight = op->precision().weight;
-    forecast.parameters +=
-        owned_parameter_numel(*op) *
-        (8 + (weight == DType::fp32 ? 0 : sdk::dtype_size(ops::storage_of(weight))));
-  }
+  for (const auto& op : ops) forecast.parameters += owned_parameter_bytes(*op, true);
   return forecast;
 }
 
@@ -108,7 +107,7 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
         deferred
             ? static_cast<std::byte*>(deferred_arena_.view().data) + deferred_plan_.plan.offset[d++]
             : nullptr);
-    const std::size_t own = owned_parameter_numel(*ops_[i]) * 8;
+    const std::size_t own = owned_parameter_bytes(*ops_[i], false);
     allocating("the parameters, gradients and buffers of node '" + ops_[i]->name() + "' (" +
                    ops_[i]->type() + ")",
                own, [&] { ops_[i]->allocate(backend_, rows); });
@@ -116,6 +115,16 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
   bind_ties();
   allocating("the gradient arena", grad_bytes,
              [&] { grad_arena_ = arena(backend_, std::max<std::size_t>(grad_bytes, 4)); });
+}
+
+ExecutorMemory Executor::memory() const {
+  ExecutorMemory m;
+  m.input = input_.bytes() + labels_.bytes() + loss_.bytes() + correct_.bytes();
+  m.activations = act_arena_.bytes();
+  m.deferred_outputs = deferred_arena_.bytes();
+  m.gradients = grad_arena_.bytes();
+  m.gradients_fp32 = fp32_reserved_;
+  return m;
 }
 
 void Executor::bind_ties() {
@@ -128,7 +137,7 @@ void Executor::bind_ties() {
   std::set<const ModelParameter*> seen;
   for (std::size_t i = 0; i < ops_.size(); ++i)
     for (ModelParameter* p : ops_[i]->used_parameters())
-      if (seen.insert(p).second) ready_after_[i].push_back(p);
+      if (!p->frozen && seen.insert(p).second) ready_after_[i].push_back(p);
 }
 
 TensorView Executor::labels(std::int64_t rows) const {

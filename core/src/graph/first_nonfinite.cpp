@@ -56,7 +56,7 @@ NonfiniteSite locate_first_nonfinite(Model& model, std::int64_t rows, float grad
   exec.backward(e, grads, /*last_micro_batch=*/false,
                 [&](std::size_t i, std::span<const TensorView> dxs) {
                   for (ModelParameter* p : ops[i]->used_parameters())
-                    if (bad(p->grad.view())) {
+                    if (!p->frozen && bad(p->grad.view())) {
                       found = {"backward " + p->name + ".grad", ops[i]->name()};
                       return false;
                     }

@@ -25,6 +25,25 @@ bool flushes_to_zero(float v, DType dt) {
   }
 }
 
+// Every op's scratch is the pass's while it lives (Layer::set_pass_scratch), and freed after.
+class PassScratch {
+ public:
+  explicit PassScratch(const std::vector<std::unique_ptr<Layer>>& ops) : ops_(ops) {
+    for (const auto& op : ops_) op->set_pass_scratch(true);
+  }
+  ~PassScratch() {
+    for (const auto& op : ops_) {
+      op->release_pass_scratch();
+      op->set_pass_scratch(false);
+    }
+  }
+  PassScratch(const PassScratch&) = delete;
+  PassScratch& operator=(const PassScratch&) = delete;
+
+ private:
+  const std::vector<std::unique_ptr<Layer>>& ops_;
+};
+
 }  // namespace
 
 std::vector<UnderflowCount> measure_gradient_underflow(Model& model, std::int64_t rows,
@@ -47,7 +66,10 @@ std::vector<UnderflowCount> measure_gradient_underflow(Model& model, std::int64_
   const GraphPlan& plan = model.plan();
   const auto& ops = model.layers();
   // Every gradient in FP32 for this pass, counted against the dtype the plan stores it in. The
-  // pass's parameter gradients are discarded: the step's real backward overwrites them.
+  // pass's parameter gradients are discarded: the step's real backward overwrites them. Each op
+  // casts its FP32 gradient into its own dtype: those casts are freed as its backward ends, so
+  // the pass holds one op's at a time, not every op's for the rest of the run.
+  PassScratch pass(ops);
   Tensor storage;
   const GradientBuffers fp32 = exec.fp32_gradients(storage);
   exec.start_gradients();
@@ -59,6 +81,7 @@ std::vector<UnderflowCount> measure_gradient_underflow(Model& model, std::int64_
                   for (const TensorView& dx : dxs)
                     if (!dx.empty())
                       count(ops[i]->name() + " input gradient", dx, contribution_dtype(ops, i));
+                  ops[i]->release_pass_scratch();
                   return true;
                 });
   exec.start_gradients();

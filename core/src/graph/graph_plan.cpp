@@ -286,9 +286,50 @@ void plan_node(const GraphContext& g, const std::string& list, std::size_t pos,
   node.root = TensorId::node(pos);
   if (ops.back()->is_view())
     node.root = node.inputs[0].is_batch() ? node.inputs[0] : nodes[node.inputs[0].position()].root;
+  // Its own parameters' need for now; what lies upstream joins it once freezing is resolved
+  // (propagate_gradient_needs).
   node.needs_grad = site.op.has_parameters;
-  for (TensorId t : node.inputs)
-    if (t.is_node() && nodes[t.position()].needs_grad) node.needs_grad = true;
+}
+
+// [train] trainable / frozen: each frozen parameter marked on its owner. Returns the frozen
+// parameters' names, sorted.
+std::vector<std::string> apply_freezing(const FreezeSpec& freeze,
+                                        std::vector<std::unique_ptr<Layer>>& ops) {
+  if (freeze.empty()) return {};
+  std::vector<NamedParameter> parameters;
+  for (const auto& op : ops)
+    for (const auto& p : op->traits().parameters)
+      parameters.push_back({op->name(), op->name() + "." + p.suffix});
+  std::vector<std::string> frozen = resolve_frozen(freeze, parameters);
+  for (auto& op : ops)
+    for (const auto& p : op->traits().parameters)
+      if (std::binary_search(frozen.begin(), frozen.end(), op->name() + "." + p.suffix))
+        op->freeze(p.suffix);
+  return frozen;
+}
+
+// A node needs a gradient when a trainable parameter lies upstream or here. One whose parameters
+// (owned and tied) are all frozen has nothing of its own to learn; an op that declares parameters
+// it may not have (a batch norm without affine) keeps its declared need.
+void propagate_gradient_needs(std::vector<PlannedNode>& nodes, const std::vector<WeightTie>& ties,
+                              const std::vector<std::string>& frozen,
+                              const std::vector<std::unique_ptr<Layer>>& ops) {
+  for (std::size_t pos = 0; pos < nodes.size(); ++pos) {
+    PlannedNode& node = nodes[pos];
+    bool uses_any = false, all_frozen = true;
+    for (const auto& p : ops[pos]->traits().parameters) {
+      uses_any = true;
+      all_frozen = all_frozen && ops[pos]->frozen(p.suffix);
+    }
+    for (const WeightTie& t : ties)
+      if (t.user == pos) {
+        uses_any = true;
+        all_frozen = all_frozen && std::binary_search(frozen.begin(), frozen.end(), t.source);
+      }
+    if (uses_any && all_frozen) node.needs_grad = false;
+    for (TensorId t : node.inputs)
+      if (t.is_node() && nodes[t.position()].needs_grad) node.needs_grad = true;
+  }
 }
 
 // Epilogue fusion, as a rewrite: a linear read only by a relu/gelu runs it as its epilogue.
@@ -339,6 +380,8 @@ GraphPlan GraphPlan::build(const ModelSpec& spec, std::int64_t input_features, s
     plan_node(context, list, pos, plan.nodes_, ops);
   check_logits(spec, list, topo, graph, plan.nodes_.back(), classes, input);
   plan.ties_ = resolve_ties(list, topo, graph, ops);
+  const std::vector<std::string> frozen = apply_freezing(spec.freeze, ops);
+  propagate_gradient_needs(plan.nodes_, plan.ties_, frozen, ops);
   fuse_epilogues(spec, topo, ops);
   return plan;
 }

@@ -1,5 +1,7 @@
 #include "mixtrain/core/graph/layer.h"
 
+#include <algorithm>
+
 #include "graph/ops/op_support.h"
 #include "graph/ops/operand_scaler.h"
 
@@ -94,14 +96,41 @@ std::size_t Layer::planned_output_bytes(std::int64_t max_rows,
          sdk::dtype_size(storage_of(as_dtype.value_or(precision_.activation)));
 }
 
-ModelParameter Layer::make_parameter(const std::string& suffix, sdk::Shape shape, bool decay) {
+void Layer::freeze(const std::string& suffix) {
+  if (!frozen(suffix)) frozen_.push_back(suffix);
+}
+
+bool Layer::frozen(const std::string& suffix) const {
+  return std::find(frozen_.begin(), frozen_.end(), suffix) != frozen_.end();
+}
+
+ModelParameter Layer::make_parameter(const std::string& suffix, sdk::Shape shape, bool decay,
+                                     std::optional<DType> weight) {
   ModelParameter p;
   p.name = name_ + "." + suffix;
-  p.master = Tensor(backend_, DType::fp32, shape);
-  p.grad = Tensor(backend_, DType::fp32, shape);
-  backend_->fill(p.grad.view(), 0.0f);
   p.weight_decay = decay;
+  p.frozen = frozen(suffix);
+  const bool narrow = weight && ops::needs_working_copy(*weight);
+  if (narrow) p.working = Tensor(backend_, *weight, shape);
+  if (!(p.frozen && narrow)) p.master = Tensor(backend_, DType::fp32, shape);
+  if (!p.frozen) {
+    p.grad = Tensor(backend_, DType::fp32, shape);
+    backend_->fill(p.grad.view(), 0.0f);
+  }
   return p;
+}
+
+void set_parameter_from_fp32(const std::shared_ptr<sdk::DeviceBackend>& backend, ModelParameter& p,
+                             const float* host) {
+  if (!p.master.empty()) {
+    backend->copy_from_host(p.master.view(), host);
+    return;
+  }
+  // The same cast refresh_working_copies applies to a master, so a frozen copy holds the bits
+  // a trained parameter's working copy would.
+  const Tensor wide(backend, DType::fp32, p.working.shape());
+  backend->copy_from_host(wide.view(), host);
+  backend->cast(wide.view(), p.working.view());
 }
 
 ModelBuffer Layer::make_buffer(const std::string& suffix, sdk::Shape shape, float value) {
@@ -119,11 +148,22 @@ std::vector<ModelParameter*> Layer::used_parameters() {
   return out;
 }
 
+TensorView Layer::scratch_tensor(Tensor& scratch, DType dtype, sdk::Shape shape) {
+  if (scratch.empty() || scratch.dtype() != dtype || scratch.shape().numel() < shape.numel()) {
+    if (pass_scratch_ && scratch.empty()) pass_made_.push_back(&scratch);
+    scratch = Tensor(backend_, dtype, shape);
+  }
+  return {scratch.view().data, dtype, shape};
+}
+
+void Layer::release_pass_scratch() {
+  for (Tensor* t : pass_made_) *t = Tensor();
+  pass_made_.clear();
+}
+
 TensorView Layer::as_dtype(TensorView x, DType dtype, Tensor& scratch) {
   if (x.dtype == dtype) return x;
-  if (scratch.empty() || scratch.dtype() != dtype || scratch.shape().numel() < x.numel())
-    scratch = Tensor(backend_, dtype, x.shape);
-  TensorView dst{scratch.view().data, dtype, x.shape};
+  const TensorView dst = scratch_tensor(scratch, dtype, x.shape);
   sdk::CastArgs args;
   args.saturate = sdk::is_fp8(dtype);  // unscaled FP8 (an override): clamp rather than NaN
   backend_->cast(x, dst, args);

@@ -47,7 +47,8 @@ void Model::init_parameters(std::uint64_t seed) {
 void Model::refresh_working_copies() {
   for (auto& l : ops_)
     for (auto& p : l->parameters())
-      if (!p.working.empty()) backend_->cast(p.master.view(), p.working.view());
+      if (!p.working.empty() && !p.master.empty())  // a frozen copy has no master to follow
+        backend_->cast(p.master.view(), p.working.view());
 }
 
 void Model::compute_loss(std::int64_t rows, float grad_scale, bool with_grad) {
@@ -103,6 +104,13 @@ std::vector<ModelParameter*> Model::parameters() {
   return out;
 }
 
+std::vector<ModelParameter*> Model::trainable_parameters() {
+  std::vector<ModelParameter*> out;
+  for (ModelParameter* p : parameters())
+    if (!p->frozen) out.push_back(p);
+  return out;
+}
+
 std::vector<ModelBuffer*> Model::buffers() {
   std::vector<ModelBuffer*> out;
   for (auto& l : ops_)
@@ -113,7 +121,7 @@ std::vector<ModelBuffer*> Model::buffers() {
 std::int64_t Model::parameter_count() const {
   std::int64_t n = 0;
   for (const auto& l : ops_)
-    for (const auto& p : l->parameters()) n += p.master.shape().numel();
+    for (const auto& p : l->parameters()) n += p.value().numel();
   return n;
 }
 

@@ -39,6 +39,26 @@ std::string bytes_text(std::size_t bytes) {
   return buf;
 }
 
+// "# trainable: 330 parameters in 2 tensors, 2.58 KiB <what>:" and the tensors' names, wrapped.
+std::string share_lines(const char* what, const ModelSummary::Share& share,
+                        const std::string& bytes_are) {
+  std::string out = "# " + std::string(what) + ": " +
+                    count_text(static_cast<double>(share.parameters)) + " parameters in " +
+                    std::to_string(share.names.size()) + " tensor" +
+                    (share.names.size() == 1 ? "" : "s") + ", " + bytes_text(share.bytes) + " " +
+                    bytes_are + ":\n";
+  std::string line = "#  ";
+  for (std::size_t i = 0; i < share.names.size(); ++i) {
+    const std::string name = " " + share.names[i] + (i + 1 < share.names.size() ? "," : "");
+    if (line.size() + name.size() > 100 && line.size() > 3) {
+      out += line + "\n";
+      line = "#  ";
+    }
+    line += name;
+  }
+  return out + line + "\n";
+}
+
 }  // namespace
 
 ModelSummary summarize_model(const Model& model, std::int64_t batch_rows) {
@@ -62,10 +82,17 @@ ModelSummary summarize_model(const Model& model, std::int64_t batch_rows) {
       rows_per_sample *= n.output_shape[d];
     n.forward_flops_per_sample = l.forward_flops_per_row() * rows_per_sample;
     for (const auto& p : l.parameters()) {
-      const auto numel = p.master.view().numel();
+      const auto numel = p.value().numel();
       n.parameters += numel;
-      s.parameter_bytes +=
-          static_cast<std::size_t>(numel) * 8 + (p.working.empty() ? 0 : p.working.bytes());
+      // A frozen parameter is its one stored copy; a trainable one adds a master and a gradient.
+      const std::size_t bytes = p.frozen ? p.value().bytes()
+                                         : static_cast<std::size_t>(numel) * 8 +
+                                               (p.working.empty() ? 0 : p.working.bytes());
+      s.parameter_bytes += bytes;
+      ModelSummary::Share& share = p.frozen ? s.frozen : s.trainable;
+      share.names.push_back(p.name);
+      share.parameters += numel;
+      share.bytes += bytes;
     }
     n.precision = l.precision();
     s.parameters += n.parameters;
@@ -113,13 +140,24 @@ std::string render_model_summary(const ModelSummary& s) {
                            ? 100.0 * (1.0 - static_cast<double>(s.activation_bytes) /
                                                 static_cast<double>(s.activation_bytes_fp32))
                            : 0.0;
+  // Activations alone: a run's whole memory (optimizer state, the step's buffers, the backend's
+  // scratch) is `check`'s memory report, train/memory_report.h.
   std::snprintf(line, sizeof line,
-                "# planned activation memory: %s under this policy (%s in fp32, %.0f%% saved; "
-                "%s without reuse); parameters, gradients and working copies: %s\n",
-                bytes_text(s.activation_bytes).c_str(), bytes_text(s.activation_bytes_fp32).c_str(),
-                saved, bytes_text(s.activation_bytes_unplanned).c_str(),
+                "# planned activation memory (activations alone, batch %lld): %s under this "
+                "policy (%s in fp32, %.0f%% saved; %s without reuse); weights, their gradients "
+                "and working copies: %s\n",
+                static_cast<long long>(s.batch_rows), bytes_text(s.activation_bytes).c_str(),
+                bytes_text(s.activation_bytes_fp32).c_str(), saved,
+                bytes_text(s.activation_bytes_unplanned).c_str(),
                 bytes_text(s.parameter_bytes).c_str());
   out += line;
+  if (!s.frozen.names.empty()) {
+    out += share_lines("trainable", s.trainable,
+                       "of FP32 masters, gradients and working copies, plus the optimizer's state");
+    out += share_lines("frozen", s.frozen,
+                       "stored once in the dtype their ops compute with; no weight gradient, FP32 "
+                       "master or optimizer state");
+  }
   return out;
 }
 

@@ -66,7 +66,7 @@ class TensorObserver final : public StepObserver {
       record(node, CalibratedTensor::gemm_input, false);
       host_.clear();
       for (ModelParameter* p : op.used_parameters())
-        if (p->master.view().shape.rank >= 2) append(model, p->master.view());
+        if (p->value().shape.rank >= 2) append(model, p->value());
       record(node, CalibratedTensor::weight, false);
     }
     const TensorView out = exec.activation(TensorId::node(node), e);

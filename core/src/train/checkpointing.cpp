@@ -2,11 +2,13 @@
 // save_checkpoint; its weights part for `export --initial`) and back in (load_checkpoint: a full
 // resume, or weights only for checkpoint.init_from).
 //
-// Tensor names: "param/<node>.<param>" (FP32 masters), "buffer/<node>.<buffer>" (non-trainable
-// state), "optimizer/<slot>", "ema/<node>.<param>" (with [ema]). Weights-only loads also accept
-// plain "<node>.<param>" / "<node>.<buffer>" (safetensors exported for or by other tools), and,
-// in the gpt2 layout (checkpoint.init_layout), Hugging Face GPT-2 state dicts
+// Tensor names: "param/<node>.<param>" (FP32: the masters, and a frozen parameter's one copy
+// widened), "buffer/<node>.<buffer>" (non-trainable state), "optimizer/<slot>" and
+// "ema/<node>.<param>" (with [ema]), both of trainable parameters only. Weights-only loads also
+// accept plain "<node>.<param>" / "<node>.<buffer>" (safetensors exported for or by other tools),
+// and, in the gpt2 layout (checkpoint.init_layout), Hugging Face GPT-2 state dicts
 // (checkpoint/gpt2_layout.h).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -19,7 +21,9 @@
 #include "checkpoint/state.h"
 #include "graph/ops/op_support.h"
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
+#include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/checkpoint/path.h"
+#include "mixtrain/core/graph/lora.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/version.h"
 #include "train/planned_model.h"
@@ -37,15 +41,27 @@ nlohmann::json normalization_json(const ChannelStats& stats) {
   return {{"mean", stats.mean}, {"std", stats.std}};
 }
 
-void from_host(sdk::DeviceBackend& b, const sdk::HostTensor& h, sdk::TensorView v,
-               const fs::path& file) {
-  if (h.dtype != v.dtype || h.shape != v.shape.to_vector() || h.bytes.size() != v.bytes())
+// h holds what v expects: its dtype, shape and bytes.
+void check_host_tensor(const sdk::HostTensor& h, sdk::DType dtype, const sdk::Shape& shape,
+                       const fs::path& file) {
+  if (h.dtype != dtype || h.shape != shape.to_vector() ||
+      h.bytes.size() != static_cast<std::size_t>(shape.numel()) * sdk::dtype_size(dtype))
     throw sdk::CheckpointError(
         file.string() + ": tensor '" + h.name + "' is " + std::string(sdk::dtype_name(h.dtype)) +
             " " + sdk::Shape::from_vector(h.shape).to_string() + " but the model expects " +
-            std::string(sdk::dtype_name(v.dtype)) + " " + v.shape.to_string(),
+            std::string(sdk::dtype_name(dtype)) + " " + shape.to_string(),
         "the checkpoint belongs to a different model; use the config it was trained with");
+}
+
+void from_host(sdk::DeviceBackend& b, const sdk::HostTensor& h, sdk::TensorView v,
+               const fs::path& file) {
+  check_host_tensor(h, v.dtype, v.shape, file);
   b.copy_from_host(v, h.bytes.data());
+}
+
+// Weights are FP32 in a file whatever the parameter's stored dtype.
+void check_fp32_weights(const sdk::HostTensor& h, sdk::TensorView v, const fs::path& file) {
+  check_host_tensor(h, sdk::DType::fp32, v.shape, file);
 }
 
 // The watched metrics' state from a checkpoint's optional "watch" entry (checkpoint/state.h).
@@ -79,13 +95,24 @@ void restore_watch(Trainer::State& s, const std::map<std::string, std::string>& 
   restore(s.metrics.keep_best, "keep_best", "checkpoint.keep_best");
 }
 
+// The frozen parameters' names, sorted: what a resume must freeze again.
+std::vector<std::string> frozen_names(Model& model) {
+  std::vector<std::string> out;
+  for (const ModelParameter* p : model.parameters())
+    if (p->frozen) out.push_back(p->name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 // The training state on the host, as a checkpoint holds it; weights_only: the masters and
 // buffers (with the metadata), what `export --initial` writes.
 sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   auto& b = *s.c.backend;
   sdk::TrainingState st;
-  const auto params = s.model->parameters();
-  for (auto* p : params) st.tensors.push_back(to_host(b, "param/" + p->name, p->master.view()));
+  // Frozen parameters leave as FP32 too (their one copy widened): a checkpoint's weights read
+  // the same whatever trained.
+  for (auto* p : s.model->parameters())
+    st.tensors.push_back(to_host_fp32(s.c.backend, "param/" + p->name, p->value()));
   for (auto* buf : s.model->buffers())
     st.tensors.push_back(to_host(b, "buffer/" + buf->name, buf->value.view()));
   if (!weights_only) {
@@ -95,8 +122,9 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
       t.name = "optimizer/" + t.name;
       st.tensors.push_back(std::move(t));
     }
+    const auto trainable = s.model->trainable_parameters();
     for (std::size_t i = 0; i < s.ema.size(); ++i)
-      st.tensors.push_back(to_host(b, "ema/" + params[i]->name, s.ema[i].view()));
+      st.tensors.push_back(to_host(b, "ema/" + trainable[i]->name, s.ema[i].view()));
   }
   auto cursor = s.data.sampler->cursor();
   st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
@@ -118,7 +146,8 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   if (!s.normalization.mean.empty())
     st.metadata["normalization"] = normalization_json(s.normalization).dump();
   st.metadata["resume"] =
-      resume_terms_to_json({s.e.data.batch_size, s.e.run.accumulate, s.schedule.total_steps})
+      resume_terms_to_json({s.e.data.batch_size, s.e.run.accumulate, s.schedule.total_steps,
+                            frozen_names(*s.model), lora_terms(s.e.model.lora)})
           .dump();
   json watch = json::object();
   if (s.metrics.early_stopping)
@@ -296,6 +325,9 @@ struct CheckpointFile {
   sdk::TrainingState st;
   bool gpt2 = false;
   std::vector<std::string> file_names;
+  // Why a tensor would not fit, when the file says more than "another model": [model]
+  // from_pretrained's weights were sized by their own folder's config.json.
+  std::string misfit_hint;
 
   std::string name_in_file(const sdk::HostTensor& t) const {
     return gpt2 ? file_names[static_cast<std::size_t>(&t - st.tensors.data())] : t.name;
@@ -310,8 +342,23 @@ CheckpointFile read_checkpoint_file(Trainer::State& s, const fs::path& path, boo
   file.st =
       weights_only ? weights_format_for(s.c, path).read(path) : s.c.checkpoint_format->read(path);
   file.gpt2 = layout == WeightLayout::gpt2;
+  if (s.e.from_pretrained.enabled() && path == s.e.from_pretrained.weights)
+    file.misfit_hint = "the model is sized by " +
+                       (s.e.from_pretrained.folder / kHfConfigFile).string() +
+                       ", and these weights do not fit it: the folder's config.json and "
+                       "model.safetensors are of different models; save both again with "
+                       "save_pretrained";
   if (file.gpt2) {
-    auto imported = from_gpt2_layout(std::move(file.st.tensors), path.string());
+    Gpt2Import imported;
+    try {
+      imported = from_gpt2_layout(std::move(file.st.tensors), path.string());
+    } catch (const sdk::CheckpointError& e) {
+      if (file.misfit_hint.empty()) throw;
+      throw sdk::CheckpointError(e.what(),
+                                 "from_pretrained reads GPT2LMHeadModel's weights as "
+                                 "save_pretrained writes them: transformer.wte, .wpe, .h.<i>.*, "
+                                 ".ln_f, and an lm_head.weight only when tied to wte");
+    }
     file.st.tensors = std::move(imported.tensors);
     file.file_names = std::move(imported.file_names);
     for (const auto& name : imported.dropped)
@@ -390,8 +437,9 @@ void warn_on_changed_normalization(Trainer::State& s, const CheckpointFile& file
       hf_names ? "the file holds 'transformer." + name +
                      "', a Hugging Face GPT-2 state dict: load it in the gpt2 layout "
                      "(checkpoint.init_layout = \"gpt2\"; eval and sample: --layout gpt2)"
-               : "the file belongs to a different model; it holds: " +
-                     (have.empty() ? "no tensors" : have));
+      : !file.misfit_hint.empty() ? file.misfit_hint
+                                  : "the file belongs to a different model; it holds: " +
+                                        (have.empty() ? "no tensors" : have));
 }
 
 [[noreturn]] void throw_misshapen_parameter(const CheckpointFile& file, const sdk::HostTensor& t,
@@ -400,14 +448,15 @@ void warn_on_changed_normalization(Trainer::State& s, const CheckpointFile& file
                                             bool weights_only, WeightLayout layout) {
   const bool transposed = file.gpt2 && is_conv1d_weight(t.name);
   const auto stored = transposed ? std::vector<std::int64_t>{t.shape[1], t.shape[0]} : t.shape;
-  throw sdk::CheckpointError(file.path.string() + ": tensor '" + file.name_in_file(t) +
-                                 "' has shape " + ops::shape_text(stored) +
-                                 (transposed ? " (the gpt2 layout reads it as Conv1D [in, out]: " +
-                                                   ops::shape_text(t.shape) + " as [out, in])"
-                                             : std::string()) +
-                                 " but parameter '" + name + "' expects " +
-                                 ops::shape_text(expected),
-                             shape_hint(t, name, expected, weights_only, layout));
+  throw sdk::CheckpointError(
+      file.path.string() + ": tensor '" + file.name_in_file(t) + "' has shape " +
+          ops::shape_text(stored) +
+          (transposed ? " (the gpt2 layout reads it as Conv1D [in, out]: " +
+                            ops::shape_text(t.shape) + " as [out, in])"
+                      : std::string()) +
+          " but parameter '" + name + "' expects " + ops::shape_text(expected),
+      file.misfit_hint.empty() ? shape_hint(t, name, expected, weights_only, layout)
+                               : file.misfit_hint);
 }
 
 // Weights are "param/<layer>.<weight|bias>" in mixtrain's checkpoints and plain
@@ -419,11 +468,21 @@ void load_parameters(Trainer::State& s, const CheckpointFile& file, bool weights
   for (auto* p : s.model->parameters()) {
     const auto* t = file.gpt2 ? nullptr : st.find("param/" + p->name);
     if (t == nullptr) t = st.find(p->name);
+    // A base model's weights (checkpoint.init_from, from_pretrained) have no adapters: they keep
+    // their init, B = 0, so the run starts from the base model's outputs.
+    if (t == nullptr && weights_only && s.e.model.lora.enabled() && is_lora_parameter(p->name))
+      continue;
     if (t == nullptr) throw_missing_parameter(file, p->name);
-    const auto expected = p->master.view().shape.to_vector();
+    const sdk::TensorView value = p->value();
+    const auto expected = value.shape.to_vector();
     if (t->shape != expected)
       throw_misshapen_parameter(file, *t, p->name, expected, weights_only, layout);
-    from_host(*s.c.backend, *t, p->master.view(), file.path);
+    if (p->master.empty()) {  // frozen, stored narrower: the file's FP32 rounded into it
+      check_fp32_weights(*t, value, file.path);
+      set_parameter_from_fp32(s.c.backend, *p, reinterpret_cast<const float*>(t->bytes.data()));
+    } else {
+      from_host(*s.c.backend, *t, p->master.view(), file.path);
+    }
     used.insert(t);
   }
 }
@@ -456,8 +515,10 @@ void check_whole_gpt2(const CheckpointFile& file, const std::set<const sdk::Host
       throw sdk::CheckpointError(
           file.path.string() + ": tensor '" + file.name_in_file(t) +
               "' matches no parameter of the model (reading the gpt2 layout)",
-          "the file holds a different GPT: match [model.gpt] (n_layer, n_embd, bias) and the "
-          "vocabulary and block size to it");
+          !file.misfit_hint.empty()
+              ? file.misfit_hint
+              : "the file holds a different GPT: match [model.gpt] (n_layer, n_embd, bias) and "
+                "the vocabulary and block size to it");
 }
 
 void finish_initial_weights(Trainer::State& s, const CheckpointFile& file,
@@ -497,7 +558,7 @@ void check_same_data(const Trainer::State& s, const json& sampler, const fs::pat
 // The EMA continues where it was; a run that starts keeping one on resume starts it at the
 // resumed masters.
 void restore_ema(Trainer::State& s, const CheckpointFile& file) {
-  const auto params = s.model->parameters();
+  const auto params = s.model->trainable_parameters();
   for (std::size_t i = 0; i < s.ema.size(); ++i) {
     const auto* h = file.st.find("ema/" + params[i]->name);
     if (h == nullptr) {
@@ -535,8 +596,8 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
   const fs::path& path = file.path;
   auto progress = read_progress(metadata_entry(file, "progress"), s.e.run.steps, path);
   // Before the sampler's cursor, whose check a changed batch size would fail less clearly.
-  keep_resume_terms(read_resume_terms(file.st.metadata, path), s.e, s.schedule, progress.applied,
-                    s.log, path);
+  keep_resume_terms(read_resume_terms(file.st.metadata, path), s.e, frozen_names(*s.model),
+                    s.schedule, progress.applied, s.log, path);
   auto sampler = metadata_entry(file, "sampler");
   check_same_data(s, sampler, path);
   s.reducer->load_optimizer_state(
@@ -567,6 +628,7 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
         "load_checkpoint: a resumed training state is in the native layout");
   auto& s = *s_;
   const CheckpointFile file = read_checkpoint_file(s, path, weights_only, layout);
+  if (!weights_only) keep_lora_terms(read_resume_terms(file.st.metadata, path), s.e, path);
   restore_escalation(s, file, weights_only);
   warn_on_changed_normalization(s, file, weights_only);
   std::set<const sdk::HostTensor*> used;

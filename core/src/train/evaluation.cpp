@@ -23,7 +23,7 @@ class EmaWeights {
  private:
   void swap() {
     auto& b = *s_.c.backend;
-    const auto params = s_.model->parameters();
+    const auto params = s_.model->trainable_parameters();  // the EMA's order (trainer_state.h)
     for (std::size_t i = 0; i < params.size(); ++i) {
       const sdk::TensorView master = params[i]->master.view();
       if (tmp_.empty() || tmp_.shape().numel() < master.numel())

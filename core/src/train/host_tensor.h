@@ -2,6 +2,7 @@
 // training state, the replicas' agreement check. Waits for the copy. Internal to the core.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "mixtrain/sdk/device_backend.h"
@@ -9,5 +10,9 @@
 namespace mixtrain::core {
 
 sdk::HostTensor to_host(sdk::DeviceBackend& b, const std::string& name, sdk::TensorView v);
+// The same as FP32 whatever v's dtype (a frozen parameter's one copy, widened exactly): weights
+// leave in FP32 on every path.
+sdk::HostTensor to_host_fp32(const std::shared_ptr<sdk::DeviceBackend>& b, const std::string& name,
+                             sdk::TensorView v);
 
 }  // namespace mixtrain::core

@@ -53,7 +53,8 @@ void build_model(Trainer::State& s) {
       /*reserve_fp32_gradients=*/e.run.underflow_every > 0 && s.precision.underflow_watch);
   s.params.clear();
   s.grads.clear();
-  for (auto* p : s.model->parameters()) {
+  // Frozen parameters are no business of the optimizer's, nor of the gradient checks'.
+  for (auto* p : s.model->trainable_parameters()) {
     sdk::Parameter sp;
     sp.name = p->name;
     sp.tensors.master = p->master.view();
@@ -86,7 +87,8 @@ void replan_model(Trainer::State& s) {
   // The training state through the host: the old model's memory is freed before the new one is
   // allocated, so a replan never needs room for two models.
   std::vector<sdk::HostTensor> masters, buffers, slots;
-  for (auto* p : s.model->parameters()) masters.push_back(to_host(b, p->name, p->master.view()));
+  for (auto* p : s.model->parameters())
+    masters.push_back(to_host_fp32(s.c.backend, p->name, p->value()));
   for (auto* buf : s.model->buffers()) buffers.push_back(to_host(b, buf->name, buf->value.view()));
   for (const auto& t : s.c.optimizer->state_tensors()) slots.push_back(to_host(b, t.name, t.view));
   const auto optimizer_scalars = s.c.optimizer->save_state();
@@ -102,7 +104,8 @@ void replan_model(Trainer::State& s) {
       state.size() != slots.size())
     throw std::logic_error("replan_model: the rebuilt model holds other parameters");
   for (std::size_t i = 0; i < params.size(); ++i)
-    b.copy_from_host(params[i]->master.view(), masters[i].bytes.data());
+    set_parameter_from_fp32(s.c.backend, *params[i],
+                            reinterpret_cast<const float*>(masters[i].bytes.data()));
   for (std::size_t i = 0; i < bufs.size(); ++i)
     b.copy_from_host(bufs[i]->value.view(), buffers[i].bytes.data());
   for (std::size_t i = 0; i < state.size(); ++i)

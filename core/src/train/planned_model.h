@@ -5,11 +5,13 @@
 // Contract
 // - build_model(s): a new Model for the experiment, planned under the policy with the config's
 //   [[precision.override]] entries and then the escalation's overrides (which beat them), checked
-//   against the backend, allocated, its parameters handed to s.params / s.grads, the optimizer
+//   against the backend, allocated, its trainable parameters handed to s.params / s.grads, the
+//   optimizer
 //   bound (its state zeroed) and the step graph set up. Weights are not initialised.
 // - replan_model(s): build_model() for the current plan while keeping the training state: the
 //   FP32 masters, the buffers and the optimizer's state go through the host and come back into the
-//   new model bit for bit, and the working copies are cast from the masters again. Both the old
+//   new model bit for bit, and the working copies are cast from the masters again (a frozen
+//   parameter goes through as FP32 and is stored again in its op's dtype). Both the old
 //   and the new model are never held at once.
 // - escalate_after_step(s, step, outcome): hands the step to the escalation (when enabled); on a
 //   promotion or demotion it logs why, records it in the metrics (a record with "escalation"),

@@ -1,6 +1,8 @@
 #include "train/resume_terms.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <variant>
@@ -8,6 +10,7 @@
 
 #include "checkpoint/state.h"
 #include "mixtrain/core/config/config.h"
+#include "mixtrain/core/graph/lora.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -28,12 +31,37 @@ std::string lr_text(double lr) {
   return text;
 }
 
+// A list of parameter names for a message: all of them up to a screenful, then a count.
+std::string names_text(const std::vector<std::string>& names) {
+  constexpr std::size_t kShown = 8;
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < kShown; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > kShown) out += ", ... (" + std::to_string(names.size()) + " in all)";
+  return out;
+}
+
+std::string frozen_text(const std::vector<std::string>& names) {
+  return names.empty() ? "no frozen parameters" : "frozen parameters [" + names_text(names) + "]";
+}
+
+// The names in `a` that are not in `b` (both sorted).
+std::vector<std::string> missing_from(const std::vector<std::string>& a,
+                                      const std::vector<std::string>& b) {
+  std::vector<std::string> out;
+  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json resume_terms_to_json(const ResumeTerms& terms) {
-  return {{"batch_size", terms.batch_size},
-          {"accumulate", terms.accumulate},
-          {"schedule_steps", terms.schedule_steps}};
+  nlohmann::json j = {{"batch_size", terms.batch_size},
+                      {"accumulate", terms.accumulate},
+                      {"schedule_steps", terms.schedule_steps}};
+  // Only when something is frozen: a run without freezing writes what it wrote before.
+  if (terms.frozen && !terms.frozen->empty()) j["frozen"] = *terms.frozen;
+  if (terms.lora && *terms.lora != "none") j["lora"] = *terms.lora;
+  return j;
 }
 
 ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata,
@@ -54,6 +82,28 @@ ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata
     t.batch_size = field("batch_size");
     t.accumulate = field("accumulate");
     t.schedule_steps = field("schedule_steps");
+    t.frozen.emplace();
+    if (j.contains("frozen")) {
+      const auto& list = j.at("frozen");
+      if (!list.is_array())
+        throw sdk::CheckpointError(file.string() + ": resume.frozen is not a list of names",
+                                   "the checkpoint is damaged; use an earlier one");
+      for (const auto& name : list) {
+        if (!name.is_string())
+          throw sdk::CheckpointError(
+              file.string() + ": resume.frozen holds " + name.dump() + ", not a parameter name",
+              "the checkpoint is damaged; use an earlier one");
+        t.frozen->push_back(name.get<std::string>());
+      }
+      std::sort(t.frozen->begin(), t.frozen->end());
+    }
+    t.lora = "none";
+    if (j.contains("lora")) {
+      if (!j.at("lora").is_string())
+        throw sdk::CheckpointError(file.string() + ": resume.lora is not a string",
+                                   "the checkpoint is damaged; use an earlier one");
+      t.lora = j.at("lora").get<std::string>();
+    }
     return t;
   }
   // Written before the entry existed: the run's resolved config says the same.
@@ -67,10 +117,27 @@ ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata
   } catch (const std::exception&) {
     return {};  // a config this build cannot read: nothing to check against
   }
+  t.frozen.emplace();  // written before parameters could be frozen
+  t.lora = "none";     // or have adapters
   return t;
 }
 
-void keep_resume_terms(const ResumeTerms& terms, const Experiment& e, LrSchedule& schedule,
+void keep_lora_terms(const ResumeTerms& terms, const Experiment& e,
+                     const std::filesystem::path& file) {
+  auto lora_text = [](const std::string& t) {
+    return t == "none" ? std::string("no LoRA") : "LoRA " + t;
+  };
+  if (const std::string now = lora_terms(e.model.lora); terms.lora && *terms.lora != now)
+    throw sdk::CheckpointError(
+        file.string() + ": the run was trained with " + lora_text(*terms.lora) + ", this one has " +
+            lora_text(now),
+        "a resumed run keeps its adapters: resume with the [model.lora] the run was trained with "
+        "(its config.toml holds it), or start a new run from these weights "
+        "(checkpoint.init_from = the checkpoint)");
+}
+
+void keep_resume_terms(const ResumeTerms& terms, const Experiment& e,
+                       const std::vector<std::string>& frozen, LrSchedule& schedule,
                        std::int64_t applied, sdk::Logger& log, const std::filesystem::path& file) {
   auto refuse = [&](const std::string& key, std::int64_t was, std::int64_t now) {
     throw sdk::CheckpointError(
@@ -83,6 +150,20 @@ void keep_resume_terms(const ResumeTerms& terms, const Experiment& e, LrSchedule
     refuse("data.batch_size", terms.batch_size, e.data.batch_size);
   if (terms.accumulate > 0 && terms.accumulate != e.run.accumulate)
     refuse("run.accumulate", terms.accumulate, e.run.accumulate);
+  if (terms.frozen && *terms.frozen != frozen) {
+    std::string change;
+    if (const auto now = missing_from(frozen, *terms.frozen); !now.empty())
+      change += "; frozen now, trained then: " + names_text(now);
+    if (const auto then = missing_from(*terms.frozen, frozen); !then.empty())
+      change += "; trained now, frozen then: " + names_text(then);
+    throw sdk::CheckpointError(
+        file.string() + ": the run was trained with " + frozen_text(*terms.frozen) +
+            ", this one has " + frozen_text(frozen) + change,
+        "a resumed run keeps what trains (the optimizer's state is per trainable parameter): "
+        "resume with the [train] trainable / frozen the run was trained with (its config.toml "
+        "holds them), or start a new run from these weights (checkpoint.init_from = the "
+        "checkpoint)");
+  }
   if (terms.schedule_steps == 0 || terms.schedule_steps == e.run.steps) return;
 
   LrSchedule kept = schedule, stretched = schedule;

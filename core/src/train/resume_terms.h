@@ -1,23 +1,30 @@
 // What a run promises its resume (README, "The command line": --resume): the rows of each
-// optimizer step and the learning-rate schedule's horizon. Internal to the core.
+// optimizer step, the learning-rate schedule's horizon and which parameters train. Internal to the
+// core.
 //
 // Contract
 // - A checkpoint's "resume" metadata entry is {"batch_size", "accumulate", "schedule_steps"},
-//   JSON integers >= 1 (resume_terms_to_json writes it). A checkpoint from before the entry gives
-//   the same from its "config" entry (the run's resolved TOML: data.batch_size, run.accumulate,
-//   run.steps); with neither, or an unreadable one, every term is 0: unknown, nothing checked.
-//   A malformed "resume" entry is sdk::CheckpointError naming the file and the field.
+//   JSON integers >= 1, and "frozen", the sorted names of the frozen parameters, written only when
+//   there are any (resume_terms_to_json writes it; without it, nothing was frozen), and "lora",
+//   graph/lora.h's lora_terms() of the run, written only with [model.lora] (without it: none). A
+//   checkpoint from before the entry gives the same from its "config" entry (the run's resolved
+//   TOML: data.batch_size, run.accumulate, run.steps; nothing frozen); with neither, or an
+//   unreadable one, every term is unknown (0, nullopt): nothing checked. A malformed "resume" entry
+//   is sdk::CheckpointError naming the file and the field.
 // - keep_resume_terms: a data.batch_size or run.accumulate that differs from the checkpoint's is
 //   sdk::CheckpointError naming both values (the sampler's order and the step's rows would
-//   change). A run.steps that differs from the schedule's horizon keeps the horizon, or with
-//   run.stretch_schedule re-plans the schedule over the new run.steps; a warning says which,
-//   with the learning rate the next step gets and the one the other choice would give.
+//   change); so is another set of frozen parameters, naming both sets (the optimizer's state is
+//   kept per trainable parameter). A run.steps that differs from the schedule's horizon keeps the
+//   horizon, or with run.stretch_schedule re-plans the schedule over the new run.steps; a warning
+//   says which, with the learning rate the next step gets and the one the other choice would give.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +36,8 @@ namespace mixtrain::core {
 
 struct ResumeTerms {
   std::int64_t batch_size = 0, accumulate = 0, schedule_steps = 0;  // 0: unknown
+  std::optional<std::vector<std::string>> frozen;                   // sorted; nullopt: unknown
+  std::optional<std::string> lora;  // lora_terms(); "none" without LoRA; nullopt: unknown
 };
 
 nlohmann::json resume_terms_to_json(const ResumeTerms& terms);
@@ -36,8 +45,16 @@ nlohmann::json resume_terms_to_json(const ResumeTerms& terms);
 ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata,
                               const std::filesystem::path& file);
 
-// `schedule` is the run's (total_steps = run.steps); `applied` the checkpoint's applied steps.
-void keep_resume_terms(const ResumeTerms& terms, const Experiment& e, LrSchedule& schedule,
+// `schedule` is the run's (total_steps = run.steps); `applied` the checkpoint's applied steps;
+// `frozen` this run's frozen parameters, sorted.
+// - keep_lora_terms: other LoRA settings than the checkpoint's are sdk::CheckpointError naming
+//   both; checked before any tensor is read, since they change the adapters' shapes and places
+//   (and so also what is frozen).
+void keep_lora_terms(const ResumeTerms& terms, const Experiment& e,
+                     const std::filesystem::path& file);
+
+void keep_resume_terms(const ResumeTerms& terms, const Experiment& e,
+                       const std::vector<std::string>& frozen, LrSchedule& schedule,
                        std::int64_t applied, sdk::Logger& log, const std::filesystem::path& file);
 
 }  // namespace mixtrain::core

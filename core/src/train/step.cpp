@@ -14,13 +14,13 @@ void update_ema(Trainer::State& s) {
   const float decay = static_cast<float>(s.e.ema.decay);
   std::vector<sdk::TensorView> ema, masters;
   for (std::size_t i = 0; i < s.ema.size(); ++i) ema.push_back(s.ema[i].view());
-  for (auto* p : s.model->parameters()) masters.push_back(p->master.view());
+  for (auto* p : s.model->trainable_parameters()) masters.push_back(p->master.view());
   s.model->facets().call(sdk::ForeachOp::foreach_mul_scalar)->foreach_mul_scalar(ema, decay);
   s.model->facets().call(sdk::ForeachOp::foreach_add)->foreach_add(ema, masters, 1.0f - decay);
 }
 
 void reset_ema(Trainer::State& s) {
-  const auto params = s.model->parameters();
+  const auto params = s.model->trainable_parameters();
   for (std::size_t i = 0; i < s.ema.size(); ++i)
     s.c.backend->copy(s.ema[i].view(), params[i]->master.view());
 }
@@ -198,6 +198,36 @@ SkipBlame skip_update(Trainer::State& s, const sdk::ScalerDecision& decision) {
 }
 
 }  // namespace
+
+void run_each_step_path(Trainer::State& s, const std::function<void(std::string_view)>& after) {
+  auto& model = *s.model;
+  const StepRequest request{/*wants_norm=*/true, /*statistics=*/false, /*read_loss=*/true};
+  const float seed = loss_seed(s.c.scaler->scale(), s.e.run.accumulate);
+  s.reducer->begin_step();
+  s.data.micro_batches.resize(static_cast<std::size_t>(s.e.run.accumulate));
+  s.data.micro_batch_numbers.resize(static_cast<std::size_t>(s.e.run.accumulate));
+  // A statistics step's FP8 operand diagnostics cast each operand back through a temporary.
+  if (s.c.policy->uses_scaled_operands() && s.e.run.underflow_every > 0)
+    for (auto& l : model.layers()) l->collect_operand_stats(true);
+  // The other micro-batches of run.accumulate take the same path over the same buffers.
+  feed_micro_batch(s, 0);
+  forward_backward(s, request, 0, seed);
+  after("forward and backward");
+  if (s.e.run.underflow_every > 0 && s.precision.underflow_watch) {
+    measure_gradient_underflow(model, s.rank_batch, seed);
+    after("underflow measurement");
+  }
+  s.reducer->finish_gradients();
+  const StepTotals totals = check_gradients(s, request, s.c.scaler->scale());
+  if (s.c.policy->uses_scaled_operands()) s.reducer->flush_operand_amaxes(model);
+  apply_update(s, request, totals.sum_squares, s.schedule.lr_at(s.position.applied));
+  after("gradient check and update");
+  {
+    const auto alone = s.reducer->local_only();
+    locate_first_nonfinite(model, s.rank_batch, seed);
+  }
+  after("skipped-step replay");
+}
 
 StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   const std::int64_t micro = s.e.run.accumulate;

@@ -20,7 +20,9 @@
 // the request asks; the step's own record is the caller's (it knows the window's throughput).
 #pragma once
 
+#include <functional>
 #include <limits>
+#include <string_view>
 
 #include "train/skip_blame.h"
 #include "train/trainer_state.h"
@@ -42,5 +44,14 @@ struct StepOutcome {
 };
 
 StepOutcome run_training_step(Trainer::State& s, const StepRequest& request);
+
+// Every path a step may take, each once whatever the data decides, for the memory rehearsal
+// (Trainer::memory_report): one micro-batch's forward and backward (watched node by node by
+// s.opt.observer; with a statistics step's FP8 operand diagnostics when the policy scales
+// operands), the underflow measurement when run.underflow_every asks for one, the gradient
+// check with the norm, the update, and a skipped step's checked replay; after(path) is called
+// after each. It writes no records and tells the scaler nothing; the weights, the optimizer state
+// and the data position move on as after an applied step.
+void run_each_step_path(Trainer::State& s, const std::function<void(std::string_view)>& after);
 
 }  // namespace mixtrain::core

@@ -104,7 +104,7 @@ std::vector<std::byte> replica_state(Trainer::State& s) {
     const auto host = to_host(*s.c.backend, {}, v);
     out.insert(out.end(), host.bytes.begin(), host.bytes.end());
   };
-  for (auto* p : s.model->parameters()) append_view(p->master.view());
+  for (auto* p : s.model->parameters()) append_view(p->value());
   for (const std::string& text :
        {component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump(),
         component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump(),
@@ -167,8 +167,8 @@ void build_initial_model(Trainer::State& s) {
   build_model(s);
   s.model->init_parameters(e.run.seed);
   if (e.run.accumulate > 1) s.loss_sum = Tensor(s.c.backend, sdk::DType::fp32, sdk::Shape{1});
-  if (e.ema.enabled())
-    for (auto* p : s.model->parameters())
+  if (e.ema.enabled())  // a frozen parameter's average is itself
+    for (auto* p : s.model->trainable_parameters())
       s.ema.emplace_back(s.c.backend, sdk::DType::fp32, p->master.view().shape);
   reset_ema(s);
 }
@@ -503,9 +503,13 @@ TrainSummary Trainer::run() {
   sum.run_dir = s.run_dir;
   if (s.position.complete_on_resume) return already_complete(s, sum);
   s.reducer->announce(s.log, e.data.batch_size);
+  std::int64_t trainable = 0;
+  for (const auto* p : s.model->trainable_parameters()) trainable += p->value().numel();
+  const std::int64_t total = s.model->parameter_count();
   s.log.info(
-      "run '" + e.run.name + "': " + std::to_string(s.model->parameter_count()) +
-      " parameters, policy " + e.policy_name + ", scaler " + e.scaler_type + ", optimizer " +
+      "run '" + e.run.name + "': " + std::to_string(total) + " parameters" +
+      (trainable == total ? std::string() : " (" + std::to_string(trainable) + " trainable)") +
+      ", policy " + e.policy_name + ", scaler " + e.scaler_type + ", optimizer " +
       e.optimizer_type + ", backend " + s.c.backend->capabilities().device_name +
       (s.run_dir.empty() ? std::string(" (no run folder)") : ", folder " + s.run_dir.string()));
   if (const auto warning = unscaled_narrow_gradients(e, *s.c.policy)) s.log.warn(*warning);

@@ -49,7 +49,8 @@ struct Trainer::State {
   // Gradient accumulation (run.accumulate > 1): the mean loss of the step's micro-batches, summed
   // on the device.
   Tensor loss_sum;
-  // [ema]: an FP32 copy per parameter (model.parameters() order), updated after applied steps.
+  // [ema]: an FP32 copy per trainable parameter (model.trainable_parameters() order), updated
+  // after applied steps.
   std::vector<Tensor> ema;
   // Forward, loss and backward recorded and replayed where the backend and the step allow.
   std::unique_ptr<StepGraph> step_graph;
@@ -78,7 +79,7 @@ void save_best_checkpoint(Trainer::State& s);
 // is a warning (the next improvement writes one).
 void reconcile_best_checkpoint(Trainer::State& s);
 
-// ema = decay * ema + (1 - decay) * master, on the device, for every parameter.
+// ema = decay * ema + (1 - decay) * master, on the device, for every trainable parameter.
 void update_ema(Trainer::State& s);
 // ema = master (a fresh EMA: at initialisation, or after loading initial weights).
 void reset_ema(Trainer::State& s);

@@ -87,6 +87,9 @@ TensorView BatchNorm2dLayer::gamma() const {
 TensorView BatchNorm2dLayer::beta() const {
   return affine_ ? params_[1].master.view() : TensorView{};
 }
+TensorView BatchNorm2dLayer::parameter_grad(std::size_t k) const {
+  return affine_ && !params_[k].frozen ? params_[k].grad.view() : TensorView{};
+}
 
 std::vector<BackendNeed> BatchNorm2dLayer::synchronized_needs() const {
   const DType d = dtype();
@@ -141,15 +144,14 @@ void BatchNorm2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::i
   const TensorView out = output(rows);
   // The facet writes dx in x's dtype, channels-last; anything else goes through a scratch.
   const bool direct = !dx.empty() && dx.dtype == d && !input_.plain();
-  if (!direct && (dx_scratch_.empty() || dx_scratch_.shape().numel() < flat.numel()))
-    dx_scratch_ = Tensor(backend_, d, sdk::Shape{flat.numel()});
-  const TensorView target{direct ? dx.data : dx_scratch_.view().data, d, flat};
+  const TensorView target{
+      direct ? dx.data : scratch_tensor(dx_scratch_, d, sdk::Shape{flat.numel()}).data, d, flat};
   bool accumulate = false;
-  if (affine_) {
-    // weight and bias are written together, so they start a step together.
-    accumulate = params_[0].take_grad_beta() != 0.0f;
-    params_[1].take_grad_beta();
-  }
+  if (affine_)
+    // weight and bias are written together, so they start a step together; dx needs the sums
+    // either way, so a frozen one only goes unwritten.
+    for (ModelParameter& p : params_)
+      if (!p.frozen) accumulate = p.take_grad_beta() != 0.0f;
   if (synchronized())
     backward_synchronized(dys, {x_cl_.data, x_cl_.dtype, flat}, {out.data, out.dtype, flat}, shape,
                           target, accumulate);
@@ -158,8 +160,7 @@ void BatchNorm2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::i
         .call(sdk::BatchNormOp::batchnorm_backward)
         ->batchnorm_backward(dys, {x_cl_.data, x_cl_.dtype, flat}, {out.data, out.dtype, flat},
                              gamma(), save_mean_.view(), save_var_.view(), shape, workspace_.view(),
-                             target, affine_ ? params_[0].grad.view() : TensorView{},
-                             affine_ ? params_[1].grad.view() : TensorView{}, accumulate);
+                             target, parameter_grad(0), parameter_grad(1), accumulate);
   if (dx.empty() || direct) return;
   if (input_.plain())  // the permute rounds into dx's dtype once
     input_.finish_grad(facets(), target, dx);
@@ -237,18 +238,15 @@ void BatchNorm2dLayer::backward_synchronized(TensorView dys, TensorView xs, Tens
   const std::vector<float> sum_dy = to_host_floats(*backend_, sum_dy_.view());
   const std::vector<float> sum_dy_xhat = to_host_floats(*backend_, sum_dy_xhat_.view());
   // This rank's sums are its dbeta and dgamma: data parallel averages those afterwards.
-  if (affine_) {
-    std::vector<float> dgamma = sum_dy_xhat, dbeta = sum_dy;
+  for (std::size_t k = 0; k < 2; ++k) {
+    const TensorView grad = parameter_grad(k);
+    if (grad.empty()) continue;
+    std::vector<float> sums = k == 0 ? sum_dy_xhat : sum_dy;
     if (accumulate) {
-      const std::vector<float> g0 = to_host_floats(*backend_, params_[0].grad.view());
-      const std::vector<float> b0 = to_host_floats(*backend_, params_[1].grad.view());
-      for (std::size_t j = 0; j < c; ++j) {
-        dgamma[j] += g0[j];
-        dbeta[j] += b0[j];
-      }
+      const std::vector<float> before = to_host_floats(*backend_, grad);
+      for (std::size_t j = 0; j < c; ++j) sums[j] += before[j];
     }
-    backend_->copy_from_host(params_[0].grad.view(), dgamma.data());
-    backend_->copy_from_host(params_[1].grad.view(), dbeta.data());
+    backend_->copy_from_host(grad, sums.data());
   }
   std::vector<double> sums(2 * c);
   for (std::size_t j = 0; j < c; ++j) {

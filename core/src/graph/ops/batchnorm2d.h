@@ -63,6 +63,8 @@ class BatchNorm2dLayer final : public Layer {
   sdk::BatchNormShape shape_at(std::int64_t batch) const;
   sdk::TensorView gamma() const;
   sdk::TensorView beta() const;
+  // Parameter k's gradient (0: weight, 1: bias); empty when not affine or frozen.
+  sdk::TensorView parameter_grad(std::size_t k) const;
   void forward_synchronized(sdk::TensorView xs, sdk::TensorView y, const sdk::BatchNormShape& s);
   void backward_synchronized(sdk::TensorView dys, sdk::TensorView xs, sdk::TensorView y,
                              const sdk::BatchNormShape& s, sdk::TensorView dx, bool accumulate);

@@ -8,7 +8,6 @@
 
 namespace mixtrain::core {
 
-using ops::needs_working_copy;
 using ops::storage_of;
 using sdk::DType;
 using sdk::TensorView;
@@ -55,9 +54,7 @@ void Conv2dLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
   Layer::allocate(backend, max_rows);
   params_.clear();
   const sdk::Shape w = sdk::Shape::from_vector(weight_shape());
-  params_.push_back(make_parameter("weight", w, true));
-  if (needs_working_copy(precision_.weight))
-    params_.back().working = Tensor(backend, precision_.weight, w);
+  params_.push_back(make_parameter("weight", w, true, precision_.weight));
   if (bias_) params_.push_back(make_parameter("bias", sdk::Shape{geometry_.out_channels}, false));
 }
 
@@ -67,15 +64,15 @@ void Conv2dLayer::init_parameters(std::uint64_t seed) {
   if (init_ == Init::kaiming_normal) {
     // torchvision's ResNet: kaiming_normal_(mode="fan_out", nonlinearity="relu").
     const double fan_out = static_cast<double>(g.out_channels * g.kernel_h * g.kernel_w);
-    ops::fill_normal(*backend_, params_[0].master, std::sqrt(2.0 / fan_out),
+    ops::fill_normal(backend_, params_[0], std::sqrt(2.0 / fan_out),
                      derive_seed(seed, (name_ + ".weight").c_str()));
   } else {
     // PyTorch's nn.Conv2d: kaiming_uniform(a=√5) → U(-1/√fan_in, 1/√fan_in), bias likewise.
-    ops::fill_uniform(*backend_, params_[0].master, 1.0 / std::sqrt(fan_in),
+    ops::fill_uniform(backend_, params_[0], 1.0 / std::sqrt(fan_in),
                       derive_seed(seed, (name_ + ".weight").c_str()));
   }
   if (bias_)
-    ops::fill_uniform(*backend_, params_[1].master, 1.0 / std::sqrt(fan_in),
+    ops::fill_uniform(backend_, params_[1], 1.0 / std::sqrt(fan_in),
                       derive_seed(seed, (name_ + ".bias").c_str()));
 }
 
@@ -86,6 +83,8 @@ std::vector<BackendNeed> Conv2dLayer::backend_needs(DType input) const {
   std::vector<BackendNeed> needs = {{sdk::ConvolutionOp::conv2d_forward, {g, g, act}},
                                     {sdk::ConvolutionOp::conv2d_backward_weights, {g, g}},
                                     {sdk::ConvolutionOp::conv2d_backward_data, {g, g, grad}}};
+  if (bias_ && frozen("weight") && !frozen("bias"))
+    needs.push_back({sdk::ActivationOp::bias_grad, {grad, DType::fp32}});
   if (input_.plain()) {
     // FP8 operands are scaled from the permuted input, which keeps the input's dtype.
     needs.push_back(
@@ -133,19 +132,30 @@ void Conv2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
         as_dtype({dy.data, dy.dtype, y_shape}, storage_of(precision_.gemm_input), dy_scratch_);
     w_op.view = params_[0].compute_view();
   }
-  sdk::Conv2dBackwardWeightsArgs bw;
-  bw.geometry = geo;
-  bw.x = {x_operand_, false, x_scale_inv_};
-  bw.dy = dy_op;
-  bw.dw = params_[0].grad.view();
-  bw.accumulate = params_[0].take_grad_beta() != 0.0f;
-  if (bias_) {
-    bw.dbias = params_[1].grad.view();
-    // weight and bias are written together, so they start a step together.
-    params_[1].take_grad_beta();
+  const bool bias_trains = bias_ && !params_[1].frozen;
+  if (!params_[0].frozen) {
+    sdk::Conv2dBackwardWeightsArgs bw;
+    bw.geometry = geo;
+    bw.x = {x_operand_, false, x_scale_inv_};
+    bw.dy = dy_op;
+    bw.dw = params_[0].grad.view();
+    bw.accumulate = params_[0].take_grad_beta() != 0.0f;
+    if (bias_trains) {
+      bw.dbias = params_[1].grad.view();
+      // weight and bias are written together, so they start a step together.
+      params_[1].take_grad_beta();
+    }
+    bw.compute = compute();
+    facets().call(sdk::ConvolutionOp::conv2d_backward_weights)->conv2d_backward_weights(bw);
+  } else if (bias_trains) {
+    // A frozen weight's wgrad is not computed: the bias alone is dy's sum per output channel,
+    // dy being channels-last [N·OH·OW, O].
+    facets()
+        .call(sdk::ActivationOp::bias_grad)
+        ->bias_grad(
+            {dy.data, dy.dtype, sdk::Shape{y_shape.numel() / geo.out_channels, geo.out_channels}},
+            params_[1].grad.view(), params_[1].take_grad_beta() != 0.0f);
   }
-  bw.compute = compute();
-  facets().call(sdk::ConvolutionOp::conv2d_backward_weights)->conv2d_backward_weights(bw);
   if (dx.empty()) return;
   sdk::Conv2dBackwardDataArgs bd;
   bd.geometry = geo;

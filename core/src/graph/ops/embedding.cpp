@@ -29,8 +29,7 @@ void EmbeddingLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend
 }
 
 void EmbeddingLayer::init_parameters(std::uint64_t seed) {
-  ops::fill_normal(*backend_, params_[0].master, init_std_,
-                   derive_seed(seed, (name_ + ".weight").c_str()));
+  ops::fill_normal(backend_, params_[0], init_std_, derive_seed(seed, (name_ + ".weight").c_str()));
 }
 
 std::vector<BackendNeed> EmbeddingLayer::backend_needs(DType) const {
@@ -46,8 +45,9 @@ void EmbeddingLayer::forward(TensorView x, std::int64_t rows) {
 
 void EmbeddingLayer::backward(TensorView x, TensorView dy, TensorView, std::int64_t rows) {
   // dW[v] (+)= Σ_{r: ids[r] = v} dy[r]; a tied LM head may have written the first contribution.
-  const TensorView ids{x.data, DType::int32, sdk::Shape{rows}};
   ModelParameter& w = params_[0];
+  if (w.frozen) return;  // its table is the op's only gradient
+  const TensorView ids{x.data, DType::int32, sdk::Shape{rows}};
   facets().call(sdk::EmbeddingOp::scatter_add)->scatter_add(ids, dy, w.grad.view(), w.take_grad_beta());
 }
 
@@ -77,8 +77,7 @@ void PositionEmbeddingLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>&
 }
 
 void PositionEmbeddingLayer::init_parameters(std::uint64_t seed) {
-  ops::fill_normal(*backend_, params_[0].master, init_std_,
-                   derive_seed(seed, (name_ + ".weight").c_str()));
+  ops::fill_normal(backend_, params_[0], init_std_, derive_seed(seed, (name_ + ".weight").c_str()));
 }
 
 std::vector<BackendNeed> PositionEmbeddingLayer::backend_needs(DType) const {
@@ -140,7 +139,10 @@ void PositionEmbeddingLayer::add_positions(TensorView x, TensorView ids, std::in
 
 void PositionEmbeddingLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
   ModelParameter& w = params_[0];
-  facets().call(sdk::EmbeddingOp::scatter_add)->scatter_add(ids_for(rows), dy, w.grad.view(), w.take_grad_beta());
+  if (!w.frozen)
+    facets()
+        .call(sdk::EmbeddingOp::scatter_add)
+        ->scatter_add(ids_for(rows), dy, w.grad.view(), w.take_grad_beta());
   if (dx.empty()) return;
   if (dx.dtype == dy.dtype)
     backend_->copy(dx, dy);

@@ -51,14 +51,17 @@ void LayerNormLayer::backward(TensorView x, TensorView dy, TensorView dx, std::i
     unused = Tensor(backend_, DType::fp32, sdk::Shape{rows, in_});
     dx_target = unused.view();
   }
-  // weight and bias are written together, so they start a step together.
-  const bool accumulate = params_[0].take_grad_beta() != 0.0f;
-  params_[1].take_grad_beta();
+  // weight and bias are written together, so they start a step together; a frozen one's
+  // gradient is left out (an empty view), and the facet skips its sum.
+  ModelParameter &gamma = params_[0], &beta = params_[1];
+  bool accumulate = false;
+  for (ModelParameter* p : {&gamma, &beta})
+    if (!p->frozen) accumulate = p->take_grad_beta() != 0.0f;
   facets()
       .call(sdk::LayerNormOp::layernorm_backward)
-      ->layernorm_backward(dy, x, params_[0].master.view(), prefix(mean_, rows),
-                           prefix(rstd_, rows), dx_target, params_[0].grad.view(),
-                           params_[1].grad.view(), accumulate);
+      ->layernorm_backward(dy, x, gamma.master.view(), prefix(mean_, rows), prefix(rstd_, rows),
+                           dx_target, gamma.frozen ? TensorView{} : gamma.grad.view(),
+                           beta.frozen ? TensorView{} : beta.grad.view(), accumulate);
 }
 
 // --- Definition ----------------------------------------------------------------------------------

@@ -9,7 +9,6 @@
 namespace mixtrain::core {
 
 using ops::fill_uniform;
-using ops::needs_working_copy;
 using ops::storage_of;
 using sdk::DType;
 using sdk::TensorView;
@@ -20,10 +19,13 @@ constexpr sdk::OperandRole kRoles[3] = {sdk::OperandRole::input, sdk::OperandRol
 }  // namespace
 
 LinearLayer::LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias,
-                         std::string tie_weight, sdk::SourceLocation tie_where, double init_std)
+                         std::string tie_weight, sdk::SourceLocation tie_where, double init_std,
+                         double scale, bool zero_init)
     : Layer(std::move(name), "linear", in, out),
       bias_(bias),
       init_std_(init_std),
+      scale_(scale),
+      zero_init_(zero_init),
       tie_weight_(std::move(tie_weight)),
       tie_where_(std::move(tie_where)),
       scaler_(name_, kGemm),
@@ -42,21 +44,25 @@ void LinearLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
                            std::int64_t max_rows) {
   Layer::allocate(backend, max_rows);
   params_.clear();
-  if (tie_weight_.empty()) {
-    params_.push_back(make_parameter("weight", sdk::Shape{out_, in_}, true));
-    if (needs_working_copy(precision_.weight))
-      params_.back().working = Tensor(backend, precision_.weight, sdk::Shape{out_, in_});
-  }
+  if (tie_weight_.empty())
+    params_.push_back(make_parameter("weight", sdk::Shape{out_, in_}, true, precision_.weight));
   if (bias_) params_.push_back(make_parameter("bias", sdk::Shape{out_}, false));
 }
 
 void LinearLayer::init_parameters(std::uint64_t seed) {
   run_seed_ = seed;
+  if (zero_init_) {
+    // LoRA's B: the adapter adds nothing until it has trained. value(): a frozen weight may have
+    // no master.
+    if (tie_weight_.empty()) backend_->fill(params_[0].value(), 0.0f);
+    if (bias_) backend_->fill(bias().value(), 0.0f);
+    return;
+  }
   // A tied weight is initialised by its owner.
   if (init_std_ > 0.0) {
     // GPT-2 / nanoGPT: weight N(0, std²), bias 0.
     if (tie_weight_.empty())
-      ops::fill_normal(*backend_, params_[0].master, init_std_,
+      ops::fill_normal(backend_, params_[0], init_std_,
                        derive_seed(seed, (name_ + ".weight").c_str()));
     if (bias_) backend_->fill(bias().master.view(), 0.0f);
     return;
@@ -64,10 +70,8 @@ void LinearLayer::init_parameters(std::uint64_t seed) {
   // PyTorch nn.Linear: kaiming_uniform(a=√5) → U(-1/√in, 1/√in) for weight and bias.
   const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
   if (tie_weight_.empty())
-    fill_uniform(*backend_, params_[0].master, bound,
-                 derive_seed(seed, (name_ + ".weight").c_str()));
-  if (bias_)
-    fill_uniform(*backend_, bias().master, bound, derive_seed(seed, (name_ + ".bias").c_str()));
+    fill_uniform(backend_, params_[0], bound, derive_seed(seed, (name_ + ".weight").c_str()));
+  if (bias_) fill_uniform(backend_, bias(), bound, derive_seed(seed, (name_ + ".bias").c_str()));
 }
 
 TensorView LinearLayer::weight_operand() {
@@ -75,7 +79,7 @@ TensorView LinearLayer::weight_operand() {
   const TensorView view = w.compute_view();
   const DType want = storage_of(precision_.weight);
   if (tied() == nullptr || view.dtype == want) return view;
-  return as_dtype(w.master.view(), want, w_scratch_);
+  return as_dtype(w.value(), want, w_scratch_);
 }
 
 bool LinearLayer::fuse_reader(Layer& reader) {
@@ -158,6 +162,7 @@ void LinearLayer::forward(TensorView x, std::int64_t rows) {
     g.c = output(rows);
   }
   if (bias_) g.bias = bias().master.view();
+  g.alpha = static_cast<float>(scale_);
   g.compute = precision_.gemm_input;
   facets().call(sdk::GemmOp::gemm)->gemm(g);
 }
@@ -175,19 +180,22 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
     w_g = scaler_.last(sdk::OperandRole::weight, sdk::Shape{out_, in_});
   } else {
     dy_g.view = as_dtype(dy, in_storage, dy_scratch_);
-    x_g.view = as_dtype(x, in_storage, x_scratch_);
+    if (!weight().frozen) x_g.view = as_dtype(x, in_storage, x_scratch_);  // dW's operand only
     w_g.view = weight_operand();
   }
-  // dW[out, in] (+)= dyᵀ[out, rows] · x[rows, in]
-  sdk::GemmArgs gw;
-  gw.a = dy_g;
-  gw.a.transpose = true;
-  gw.b = x_g;
-  gw.c = weight().grad.view();
-  gw.beta = weight().take_grad_beta();
-  gw.compute = precision_.gemm_input;
-  facets().call(sdk::GemmOp::gemm)->gemm(gw);
-  if (bias_)
+  if (!weight().frozen) {
+    // dW[out, in] (+)= dyᵀ[out, rows] · x[rows, in]
+    sdk::GemmArgs gw;
+    gw.a = dy_g;
+    gw.a.transpose = true;
+    gw.b = x_g;
+    gw.c = weight().grad.view();
+    gw.alpha = static_cast<float>(scale_);
+    gw.beta = weight().take_grad_beta();
+    gw.compute = precision_.gemm_input;
+    facets().call(sdk::GemmOp::gemm)->gemm(gw);
+  }
+  if (bias_ && !bias().frozen)
     facets()
         .call(sdk::ActivationOp::bias_grad)
         ->bias_grad(dy, bias().grad.view(), bias().take_grad_beta() != 0.0f);
@@ -198,6 +206,7 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
     gx.a.transpose = false;
     gx.b = w_g;
     gx.c = dx;
+    gx.alpha = static_cast<float>(scale_);
     gx.compute = precision_.gemm_input;
     facets().call(sdk::GemmOp::gemm)->gemm(gx);
   }
@@ -277,7 +286,12 @@ OpDefinition linear_op() {
         sdk::OptionSpec::number("init_std", 0.0,
                                 "0: PyTorch's nn.Linear init; > 0: weight N(0, std²) and bias 0 "
                                 "(GPT-2 uses 0.02)")
-            .at_least(0.0)};
+            .at_least(0.0),
+        sdk::OptionSpec::number("scale", 1.0,
+                                "y = scale · x Wᵀ + b (LoRA's alpha / r on its B adapter)")
+            .greater_than(0.0),
+        sdk::OptionSpec::boolean("zero_init", false,
+                                 "start the weight and bias at 0 (LoRA's B adapter)")};
   };
   op.build = [](const OpNode& node) {
     const auto& in = node.inputs;
@@ -287,7 +301,8 @@ OpDefinition linear_op() {
     return BuiltOp{std::make_unique<LinearLayer>(
                        node.name, in[0].back(), out, node.options.get_bool("bias"),
                        node.options.get_string("tie_weight"), node.options.where("tie_weight"),
-                       node.options.get_double("init_std")),
+                       node.options.get_double("init_std"), node.options.get_double("scale"),
+                       node.options.get_bool("zero_init")),
                    shape};
   };
   return op;

@@ -14,6 +14,9 @@
 //   accumulates into that parameter (an [out, in] matrix, e.g. a token embedding [vocab, C] for
 //   an LM head with in = C, out = vocab). When the owner's working copy is not in this layer's
 //   planned weight dtype, the layer casts the master itself each forward.
+// - scale s (default 1) multiplies the product and not the bias, y = s·x·Wᵀ + b, as the GEMMs'
+//   alpha: dx = s·dy·W and dW = s·dyᵀ·x. LoRA's B adapter carries alpha/r this way, so its output
+//   is PEFT's lora_B(·)·scaling with no extra op. zero_init starts W and b at 0 (LoRA's B).
 #pragma once
 
 #include <memory>
@@ -38,7 +41,7 @@ class LinearLayer final : public Layer {
 
   LinearLayer(std::string name, std::int64_t in, std::int64_t out, bool bias,
               std::string tie_weight = {}, sdk::SourceLocation tie_where = {},
-              double init_std = 0.0);
+              double init_std = 0.0, double scale = 1.0, bool zero_init = false);
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
@@ -64,6 +67,8 @@ class LinearLayer final : public Layer {
 
   bool bias_;
   double init_std_;         // 0: PyTorch's nn.Linear init
+  double scale_;            // the GEMMs' alpha
+  bool zero_init_;
   std::string tie_weight_;  // "<node>.<param>" when the weight is another node's
   sdk::SourceLocation tie_where_;
   Tensor x_scratch_, dy_scratch_, w_scratch_;

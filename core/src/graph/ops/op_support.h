@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "mixtrain/core/data/dataset.h"
+#include "mixtrain/core/graph/layer.h"
 #include "mixtrain/core/graph/random.h"
 #include "mixtrain/core/graph/tensor.h"
 #include "mixtrain/sdk/device_backend.h"
@@ -23,22 +24,23 @@ inline bool needs_working_copy(sdk::DType weight) {
 inline sdk::TensorView prefix(const Tensor& t, std::int64_t n) {
   return {t.view().data, t.dtype(), sdk::Shape{n}};
 }
-// U(-bound, bound) from `seed`, drawn on the host so every backend starts from the same values.
-inline void fill_uniform(sdk::DeviceBackend& backend, const Tensor& t, double bound,
-                         std::uint64_t seed) {
+// U(-bound, bound) from `seed`, drawn on the host so every backend starts from the same values,
+// into a parameter's stored weights (a frozen one's one copy included).
+inline void fill_uniform(const std::shared_ptr<sdk::DeviceBackend>& backend, ModelParameter& p,
+                         double bound, std::uint64_t seed) {
   SplitMix64 rng(seed);
-  std::vector<float> host(static_cast<std::size_t>(t.shape().numel()));
+  std::vector<float> host(static_cast<std::size_t>(p.value().numel()));
   for (auto& v : host) v = static_cast<float>(rng.uniform(-bound, bound));
-  backend.copy_from_host(t.view(), host.data());
+  set_parameter_from_fp32(backend, p, host.data());
 }
 
 // N(0, std²) from `seed`, drawn on the host (DataRng's portable Box–Muller) for the same reason.
-inline void fill_normal(sdk::DeviceBackend& backend, const Tensor& t, double std,
-                        std::uint64_t seed) {
+inline void fill_normal(const std::shared_ptr<sdk::DeviceBackend>& backend, ModelParameter& p,
+                        double std, std::uint64_t seed) {
   DataRng rng(seed);
-  std::vector<float> host(static_cast<std::size_t>(t.shape().numel()));
+  std::vector<float> host(static_cast<std::size_t>(p.value().numel()));
   for (auto& v : host) v = static_cast<float>(std * rng.normal());
-  backend.copy_from_host(t.view(), host.data());
+  set_parameter_from_fp32(backend, p, host.data());
 }
 
 // Largest size a config may give one dimension (int32 range, as the backends index).

@@ -85,7 +85,7 @@ class MIXTRAIN_SDK_API BatchNormFacet : public Facet {
                                            const BatchNormShape& shape, TensorView y) = 0;
   // dx (overwritten, x's dtype) from dy, x, the saved statistics and (relu) y or the workspace;
   // dgamma, dbeta fp32 [C] accumulated when `accumulate`, else overwritten (empty when not
-  // affine).
+  // affine; either may be empty beside a given gamma, a frozen parameter's: left unwritten).
   virtual void batchnorm_backward(TensorView dy, TensorView x, TensorView y, TensorView gamma,
                                   TensorView save_mean, TensorView save_var,
                                   const BatchNormShape& shape, TensorView workspace, TensorView dx,

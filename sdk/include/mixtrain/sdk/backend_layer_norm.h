@@ -44,6 +44,7 @@ class MIXTRAIN_SDK_API LayerNormFacet : public Facet {
   virtual void layernorm_forward(TensorView x, TensorView gamma, TensorView beta, float eps,
                                  TensorView y, TensorView mean, TensorView rstd) = 0;
   // dx (overwritten); dgamma, dbeta fp32 [n] accumulated when `accumulate`, else overwritten.
+  // Either may be empty (a frozen parameter's): that sum is not computed.
   virtual void layernorm_backward(TensorView dy, TensorView x, TensorView gamma, TensorView mean,
                                   TensorView rstd, TensorView dx, TensorView dgamma,
                                   TensorView dbeta, bool accumulate) = 0;

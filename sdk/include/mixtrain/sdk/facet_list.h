@@ -29,6 +29,7 @@
 #include "mixtrain/sdk/backend_native_stream.h"
 #include "mixtrain/sdk/backend_optimizer_updates.h"
 #include "mixtrain/sdk/backend_residual.h"
+#include "mixtrain/sdk/backend_scratch.h"
 #include "mixtrain/sdk/backend_step_graph.h"
 
 namespace mixtrain::sdk {
@@ -61,6 +62,7 @@ using Facets = FacetList<GemmFacet,           //
                          DropoutFacet,        //
                          StepGraphFacet,      //
                          NativeStreamFacet,   //
-                         CallObserverFacet>;
+                         CallObserverFacet,   //
+                         ScratchFacet>;
 
 }  // namespace mixtrain::sdk

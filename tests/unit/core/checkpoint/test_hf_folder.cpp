@@ -1,11 +1,14 @@
 // A Hugging Face GPT-2 folder (core/checkpoint/hf_folder.h) from named host tensors:
 // save_pretrained's names, zero biases for a bias-free model in its dtype, the config.json keys,
 // and what is refused: a model that is not the gpt preset, metadata without a head count, heads
-// that do not divide the width, a dtype torch has no name for.
+// that do not divide the width, a dtype torch has no name for. And back: config.json read as the
+// preset's sizes, every field the preset cannot compute refused by name.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -79,8 +82,6 @@ bool contains(const std::string& s, const std::string& part) {
 TEST(HfFolder, NamesAreSavePretrainedsAndTheConfigStatesTheModel) {
   const auto model = hf_gpt2_model(metadata_of(kGptConfig), "ckpt");
   EXPECT_EQ(model.n_head, 2);
-  EXPECT_EQ(model.activation_function, "gelu_new");
-  EXPECT_EQ(model.layer_norm_epsilon, 1e-5);
   const auto weights = gpt2_weights(2, 8, true);
   const auto folder = hf_gpt2_folder(weights, model, sdk::DType::fp32, "ckpt");
   ASSERT_EQ(folder.tensors.size(), weights.size());
@@ -101,6 +102,9 @@ TEST(HfFolder, NamesAreSavePretrainedsAndTheConfigStatesTheModel) {
   EXPECT_EQ(c["n_ctx"], 6);
   EXPECT_EQ(c["vocab_size"], 10);
   EXPECT_EQ(c["tie_word_embeddings"], true);
+  EXPECT_EQ(c["activation_function"], "gelu_new");
+  EXPECT_EQ(c["layer_norm_epsilon"], 1e-5);
+  EXPECT_EQ(c["scale_attn_by_inverse_layer_idx"], false);
   EXPECT_EQ(c["torch_dtype"], "float32");
   EXPECT_EQ(c["resid_pdrop"], 0.0);
 }
@@ -149,6 +153,104 @@ TEST(HfFolder, OtherModelsMissingHeadsAndMisfitsAreUserErrors) {
   e = user_error_of(
       [&] { hf_gpt2_folder(gpt2_weights(1, 8, true), two, sdk::DType::fp8_e4m3, "c"); });
   EXPECT_TRUE(contains(e, "not fp8_e4m3")) << e;
+}
+
+// ---- config.json -> [model.gpt] sizes -----------------------------------------------------
+
+std::string config_of(std::int64_t n_head) {
+  HfGpt2Model model;
+  model.n_head = n_head;
+  return hf_gpt2_folder(gpt2_weights(3, 8, true), model, sdk::DType::fp32, "ckpt").config_json;
+}
+
+// config_of(2) with `edit` applied to its JSON.
+template <typename Edit>
+std::string edited(Edit&& edit) {
+  auto c = nlohmann::json::parse(config_of(2));
+  edit(c);
+  return c.dump();
+}
+
+template <typename F>
+std::string config_error_of(F&& f) {
+  try {
+    f();
+  } catch (const sdk::ConfigError& e) {
+    return e.full_message();
+  }
+  ADD_FAILURE() << "no sdk::ConfigError";
+  return {};
+}
+
+TEST(HfFolder, ReadingAWrittenConfigGivesBackTheSizesUnderPresetNames) {
+  const auto config = parse_hf_gpt2_config(config_of(4), "hf/config.json");
+  const std::vector<std::tuple<std::string, std::string, std::int64_t>> expected = {
+      {"n_layer", "n_layer", 3},
+      {"n_head", "n_head", 4},
+      {"n_embd", "n_embd", 8},
+      {"vocab_size", "vocab_size", 10},
+      {"block_size", "n_positions", 6}};
+  ASSERT_EQ(config.sizes.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(config.sizes[i].key, std::get<0>(expected[i]));
+    EXPECT_EQ(config.sizes[i].field, std::get<1>(expected[i]));
+    EXPECT_EQ(config.sizes[i].value, std::get<2>(expected[i])) << config.sizes[i].key;
+  }
+  EXPECT_TRUE(config.notes.empty());
+}
+
+TEST(HfFolder, GPT2ConfigsDefaultsStandInForAbsentFieldsAndDropoutIsOnlyNoted) {
+  // What save_pretrained leaves out when it equals PretrainedConfig's default, and a GPT-2
+  // checkpoint's dropout.
+  const auto config = parse_hf_gpt2_config(
+      edited([](nlohmann::json& c) {
+        for (const char* f : {"n_ctx", "n_inner", "tie_word_embeddings", "add_cross_attention",
+                              "activation_function", "layer_norm_epsilon", "embd_pdrop"})
+          c.erase(f);
+        c["attn_pdrop"] = 0.1;
+      }),
+      "hf/config.json");
+  EXPECT_EQ(config.sizes[2].value, 8);
+  ASSERT_EQ(config.notes.size(), 2u);
+  EXPECT_TRUE(contains(config.notes[0], "attn_pdrop = 0.1 is not applied")) << config.notes[0];
+  EXPECT_TRUE(contains(config.notes[1], "embd_pdrop = 0.1 (GPT2Config's default)"))
+      << config.notes[1];
+}
+
+TEST(HfFolder, AConfigThePresetCannotBuildIsRefusedNamingTheFieldAndValue) {
+  using Json = nlohmann::json;
+  const std::vector<std::pair<std::function<void(Json&)>, std::string>> cases = {
+      {[](Json& c) { c["model_type"] = "gpt_neo"; }, "'model_type': is \"gpt_neo\""},
+      {[](Json& c) { c.erase("model_type"); }, "'model_type': absent"},
+      {[](Json& c) { c.erase("n_embd"); }, "'n_embd': absent"},
+      {[](Json& c) { c["n_layer"] = "3"; }, "'n_layer': expected an integer, got \"3\""},
+      {[](Json& c) { c["n_layer"] = 3.5; }, "'n_layer': expected an integer, got 3.5"},
+      {[](Json& c) { c["vocab_size"] = 0; }, "'vocab_size': is 0, expected at least 1"},
+      {[](Json& c) { c["n_layer"] = 5000; }, "'n_layer': value 5000 is out of range"},
+      {[](Json& c) { c["n_positions"] = 4000000; }, "'n_positions': value 4000000 is out"},
+      {[](Json& c) { c["n_head"] = 3; }, "'n_head': n_embd = 8 is not divisible by n_head = 3"},
+      {[](Json& c) { c["n_ctx"] = 12; }, "'n_ctx': is 12 but n_positions is 6"},
+      {[](Json& c) { c["n_inner"] = 16; },
+       "'n_inner': is 16: the gpt preset's MLP is 4·n_embd = 32"},
+      {[](Json& c) { c["activation_function"] = "gelu"; }, "'activation_function': is \"gelu\""},
+      {[](Json& c) { c["layer_norm_epsilon"] = 1e-6; }, "'layer_norm_epsilon': is 1e-06"},
+      {[](Json& c) { c["scale_attn_by_inverse_layer_idx"] = true; },
+       "'scale_attn_by_inverse_layer_idx': is true"},
+      {[](Json& c) { c["scale_attn_weights"] = false; }, "'scale_attn_weights': is false"},
+      {[](Json& c) { c["tie_word_embeddings"] = false; }, "'tie_word_embeddings': is false"},
+      {[](Json& c) { c["add_cross_attention"] = true; }, "'add_cross_attention': is true"},
+      {[](Json& c) { c["resid_pdrop"] = "none"; }, "'resid_pdrop': expected a number"},
+  };
+  // Not a structured binding: clang 14 cannot capture one in a lambda.
+  for (const auto& edit_case : cases) {
+    const auto& edit = edit_case.first;
+    const auto e = config_error_of([&] { parse_hf_gpt2_config(edited(edit), "hf/config.json"); });
+    EXPECT_TRUE(contains(e, "hf/config.json: " + edit_case.second)) << e;
+  }
+  auto e = config_error_of([] { parse_hf_gpt2_config("{\"model_type\": ", "hf/config.json"); });
+  EXPECT_TRUE(contains(e, "hf/config.json: not valid JSON")) << e;
+  e = config_error_of([] { parse_hf_gpt2_config("[2]", "hf/config.json"); });
+  EXPECT_TRUE(contains(e, "hf/config.json: expected a JSON object, got array")) << e;
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The CPU backend's facets as registered objects: find_facet serves every facet its source files
-// registered (all thirteen of the header's contract, each at the version the host asks for), and
+// registered (all fourteen of the header's contract, each at the version the host asks for), and
 // FacetSet refuses a second registration of one facet name, naming it.
 #include <gtest/gtest.h>
 
@@ -7,9 +7,11 @@
 #include <string_view>
 #include <vector>
 
+#include "backend_test_util.h"
 #include "cpu_backend.h"
 #include "cpu_context.h"
 #include "mixtrain/sdk/backend_dropout.h"
+#include "mixtrain/sdk/backend_scratch.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 
@@ -34,13 +36,13 @@ TEST(CpuFacets, FindFacetServesEveryRegisteredFacet) {
   const std::vector<std::string_view> all = {
       "gemm",       "activation",  "residual", "gradient_check", "foreach",
       "layer_norm", "batch_norm",  "loss",     "optimizer",      "attention",
-      "embedding",  "convolution", "dropout"};
+      "embedding",  "convolution", "dropout",  "scratch"};
   EXPECT_EQ(registered.size(), all.size());
-  const auto served =
-      facets_served<sdk::GemmFacet, sdk::ActivationFacet, sdk::ResidualFacet,
-                    sdk::GradientCheckFacet, sdk::ForeachFacet, sdk::LayerNormFacet,
-                    sdk::BatchNormFacet, sdk::LossFacet, sdk::OptimizerFacet, sdk::AttentionFacet,
-                    sdk::EmbeddingFacet, sdk::ConvolutionFacet, sdk::DropoutFacet>(backend);
+  const auto served = facets_served<sdk::GemmFacet, sdk::ActivationFacet, sdk::ResidualFacet,
+                                    sdk::GradientCheckFacet, sdk::ForeachFacet, sdk::LayerNormFacet,
+                                    sdk::BatchNormFacet, sdk::LossFacet, sdk::OptimizerFacet,
+                                    sdk::AttentionFacet, sdk::EmbeddingFacet, sdk::ConvolutionFacet,
+                                    sdk::DropoutFacet, sdk::ScratchFacet>(backend);
   EXPECT_EQ(served, all);
   EXPECT_EQ(backend.find_facet("no_such_facet"), nullptr);
   EXPECT_EQ(sdk::facet<sdk::StepGraphFacet>(backend), nullptr);  // a CUDA-only facet
@@ -82,6 +84,38 @@ TEST(CpuFacets, FacetSetServesItsOneRegistration) {
   EXPECT_EQ(static_cast<sdk::Facet*>(static_cast<sdk::DropoutFacet*>(&set.get<FakeDropout<3>>())),
             set.find("dropout"));
   EXPECT_THROW((void)set.get<FakeDropout<1>>(), sdk::BackendError);
+}
+
+// The scratch facet is the emulation's memory: an fp16 GEMM decodes A and B to fp32 and stages
+// the fp32 product of its fp16 C, each in a grow-only buffer; that is all memory_stats() counts
+// beyond the caller's tensors, and a second GEMM of the same shape, or an fp32 one, adds nothing.
+TEST(CpuFacets, ScratchFacetReportsTheFp32CopiesOfAnEmulatedGemm) {
+  CpuBackend backend(1);
+  auto* scratch = sdk::facet<sdk::ScratchFacet>(backend);
+  auto* gemm = sdk::facet<sdk::GemmFacet>(backend);
+  ASSERT_NE(scratch, nullptr);
+  ASSERT_NE(gemm, nullptr);
+  EXPECT_EQ(scratch->scratch_bytes(), 0u);
+  const std::int64_t m = 64, n = 32, k = 48;  // every buffer a multiple of 64 bytes
+  auto run = [&](DType in, DType out) {
+    DeviceTensor a(backend, in, Shape{m, k}, std::vector<float>(m * k, 0.5f));
+    DeviceTensor b(backend, in, Shape{k, n}, std::vector<float>(k * n, 0.25f));
+    DeviceTensor c(backend, out, Shape{m, n});
+    sdk::GemmArgs g;
+    g.a.view = a.view();
+    g.b.view = b.view();
+    g.c = c.view();
+    gemm->gemm(g);
+    const std::size_t callers = a.view().bytes() + b.view().bytes() + c.view().bytes();
+    EXPECT_EQ(backend.memory_stats().current_bytes, callers + scratch->scratch_bytes());
+  };
+  run(DType::fp16, DType::fp16);
+  const std::size_t decoded = (m * k + k * n + m * n) * sizeof(float);
+  EXPECT_EQ(scratch->scratch_bytes(), decoded);
+  run(DType::fp16, DType::fp16);
+  run(DType::fp32, DType::fp32);
+  EXPECT_EQ(scratch->scratch_bytes(), decoded);
+  EXPECT_EQ(backend.memory_stats().current_bytes, decoded);
 }
 
 }  // namespace

@@ -1,29 +1,50 @@
 // A Hugging Face model folder of a gpt-preset model: the config.json and the weights that
 // transformers' GPT2LMHeadModel.from_pretrained(folder) loads as its own save_pretrained wrote
-// them. No model is built; it works on a resolved config and named host tensors.
+// them, and the way back: such a folder read as the gpt preset's sizes ([model] from_pretrained).
+// No model is built; it works on a resolved config, named host tensors and config.json.
 //
 // Contract
 // - hf_gpt2_model() reads what the weights cannot say from a file's metadata: n_head of
 //   [model.gpt] in the resolved config a mixtrain export or checkpoint carries
 //   ("mixtrain.config", or "config" beside "mixtrain.state_version"); else, for a file written
 //   elsewhere, an "n_head" entry. The config's model must be the gpt preset: any other model
-//   (layers, a ResNet) is sdk::UserError naming what it is, as is metadata with neither. LayerNorm
-//   eps, the GELU and dropout are the preset's own (config/model_presets.h), not options.
+//   (layers, a ResNet) is sdk::UserError naming what it is, as is metadata with neither.
 // - hf_gpt2_folder() takes the weights in the gpt2 layout (to_gpt2_layout()'s output) and
 //   returns the tensors under GPT2LMHeadModel's names ("transformer." + the GPT2Model name),
 //   with no lm_head.weight (the head is tied: save_pretrained leaves it out in safetensors and
 //   from_pretrained ties it to transformer.wte.weight) and no attention-mask buffers (also not
 //   saved). GPT-2 always has biases: each one the tensors lack (a bias = false model) is added as
 //   zeros in its weight's dtype and named in `zero_biases`. config_json states architectures,
-//   model_type, n_layer, n_head, n_embd, n_inner, n_positions (= n_ctx), vocab_size,
-//   layer_norm_epsilon, activation_function, the dropout probabilities, tie_word_embeddings,
-//   bos/eos_token_id (GPT-2's 50256 only when the vocabulary reaches it, else null) and
-//   torch_dtype (`stored`: the dtype the weights are written in). sdk::UserError when n_embd is
-//   not a multiple of n_head or `stored` has no torch dtype. The tensors are taken as a GPT-2's
-//   (to_gpt2_layout() has checked them); sizes are read as gpt2_sizes() reads them.
+//   model_type, the sizes (n_layer, n_head, n_embd, vocab_size, n_positions = n_ctx), what the
+//   preset fixes (n_inner = 4·n_embd, activation_function "gelu_new", layer_norm_epsilon 1e-5,
+//   scale_attn_weights, no scale_attn_by_inverse_layer_idx, tie_word_embeddings, no
+//   add_cross_attention), the dropout probabilities (0), bos/eos_token_id (GPT-2's 50256 only
+//   when the vocabulary reaches it, else null) and torch_dtype (`stored`: the dtype the weights
+//   are written in). sdk::UserError when n_embd is not a multiple of n_head or `stored` has no
+//   torch dtype. The tensors are taken as a GPT-2's (to_gpt2_layout() has checked them); sizes
+//   are read as gpt2_sizes() reads them.
+// - parse_hf_gpt2_config() is the inverse of config_json: the [model.gpt] sizes a config.json
+//   states, each with the field it came from. The same list of fields serves both directions.
+//   Refused, as sdk::ConfigError at `origin` naming the field and its value: text that is not a
+//   JSON object; a model_type other than "gpt2" (or none); a size that is absent, not an
+//   integer, below 1 or above [model.gpt]'s range; n_embd not a multiple of n_head; n_ctx other
+//   than n_positions; and any field whose value the preset cannot compute (n_inner other than
+//   null or 4·n_embd, and each fixed field above, GPT2Config's default standing in for an
+//   absent one). Dropout is training noise, not the function: a non-zero attn_pdrop, embd_pdrop
+//   or resid_pdrop (GPT2Config's 0.1 when absent) is accepted and named in `notes`, since the
+//   preset trains without it. Fields that do not change the logits' function are not read:
+//   architectures, initializer_range, token ids, use_cache, reorder_and_upcast_attn (the same
+//   attention, computed in another order and width), ...
+// - open_hf_gpt2_folder() checks a folder holds what from_pretrained reads: config.json (parsed
+//   as above, its refusals as above) and model.safetensors. sdk::UserError naming the path: no
+//   such folder, no config.json, weights only in pytorch_model.bin (a pickle, never unpickled
+//   here: the hint says how to re-save as safetensors), only sharded safetensors, or no weights
+//   at all. The weights themselves are read, and checked tensor by tensor, by the loader
+//   (checkpoint.init_from in the gpt2 layout).
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <string_view>
@@ -34,15 +55,16 @@
 
 namespace mixtrain::core {
 
-// The files of the folder, as from_pretrained looks for them.
+// The files of the folder, as from_pretrained looks for them; the last two it refuses.
 inline constexpr std::string_view kHfConfigFile = "config.json";
 inline constexpr std::string_view kHfWeightsFile = "model.safetensors";
+inline constexpr std::string_view kHfPickleWeightsFile = "pytorch_model.bin";
+inline constexpr std::string_view kHfShardIndexFile = "model.safetensors.index.json";
 
+// What the weights do not say: the head count. Everything else config.json states is either a
+// size the weights have or fixed by the preset.
 struct HfGpt2Model {
   std::int64_t n_head = 0;
-  double layer_norm_epsilon = 0;
-  std::string activation_function;  // transformers' name of the preset's GELU
-  double dropout = 0;               // attn_pdrop = embd_pdrop = resid_pdrop
 };
 
 // `origin` names the file in messages.
@@ -57,5 +79,29 @@ struct HfGpt2Folder {
 
 HfGpt2Folder hf_gpt2_folder(std::vector<sdk::HostTensor> gpt2_tensors, const HfGpt2Model& model,
                             sdk::DType stored, const std::string& origin);
+
+// One [model.gpt] size as config.json states it.
+struct HfGpt2Size {
+  std::string key;    // [model.gpt]'s name: "block_size"
+  std::string field;  // config.json's: "n_positions"
+  std::int64_t value = 0;
+};
+
+struct HfGpt2Config {
+  // n_layer, n_head, n_embd, vocab_size, block_size: every size of [model.gpt], in that order.
+  std::vector<HfGpt2Size> sizes;
+  // Fields read and accepted that the preset does not model, each a sentence naming it.
+  std::vector<std::string> notes;
+};
+
+HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& origin);
+
+struct HfGpt2Pretrained {
+  HfGpt2Config config;
+  std::filesystem::path config_file;   // <folder>/config.json
+  std::filesystem::path weights_file;  // <folder>/model.safetensors
+};
+
+HfGpt2Pretrained open_hf_gpt2_folder(const std::filesystem::path& folder);
 
 }  // namespace mixtrain::core

@@ -185,6 +185,16 @@ struct CheckpointSettings {
   std::string keep_best = schema_default_string(checkpoint_core_schema(), "keep_best");
 };
 
+// [model] from_pretrained (README, "Language models"): the Hugging Face GPT-2 folder whose
+// config.json gave the gpt preset's sizes; its model.safetensors is checkpoint.init_from, read in
+// the gpt2 layout. The resolved config records those instead (sizes, init_from, init_layout), so
+// a run's config.toml no longer reads the folder.
+struct PretrainedSource {
+  std::filesystem::path folder, weights;  // absolute; empty: no from_pretrained
+  sdk::SourceLocation where;              // of the from_pretrained key
+  bool enabled() const { return !folder.empty(); }
+};
+
 struct Experiment {
   std::string source_name;
   RunSettings run;
@@ -194,6 +204,7 @@ struct Experiment {
   EmaSettings ema;
   EvalSettings eval;
   ModelSpec model;
+  PretrainedSource from_pretrained;
   std::vector<PrecisionOverride> overrides;
   EscalationSettings escalate;
   DistributedSettings distributed;

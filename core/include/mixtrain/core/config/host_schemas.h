@@ -39,6 +39,9 @@ sdk::OptionSchema run_schema();
 const std::vector<std::string>& metrics_sinks();
 sdk::OptionSchema ema_schema();   // [ema]
 sdk::OptionSchema eval_schema();  // [eval]
+// [train]: trainable and frozen, lists of parameter patterns (graph/freezing.h).
+sdk::OptionSchema train_schema();
+sdk::OptionSchema lora_schema();  // [model.lora] (graph/lora.h)
 sdk::OptionSchema data_common_schema();
 const std::vector<std::string>& data_sources();  // the names of kDataSources
 sdk::OptionSchema data_source_schema(DataSource source);

@@ -17,6 +17,8 @@
 //   would round to zero when stored (still multiplied by grad_scale) in the planned dtype. It
 //   overwrites parameter gradients; call it before the first micro-batch's backward. The FP32
 //   arena it needs is the model's own when reserved (Model::allocate), else allocated per call.
+//   The casts of those FP32 gradients into each op's dtype are freed as that op's backward ends
+//   (Layer::set_pass_scratch): the pass holds one op's at a time, and keeps none.
 // - Neither fires the gradient-ready hook.
 #pragma once
 

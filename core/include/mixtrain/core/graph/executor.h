@@ -10,7 +10,8 @@
 //   for the batch (arenas, parameters, batch), what the backend held and the device's memory, and
 //   how to need less (graph/allocation_error.h); nothing has run then. The outputs an op writes
 //   only when it runs unfused (the non-finite replay) have their own arena from their own plan
-//   (plan_deferred_outputs), allocated here too: running unfused allocates nothing.
+//   (plan_deferred_outputs), allocated here too: running unfused allocates nothing. memory() says
+//   what allocate() placed, in the bytes the backend counted (the memory report's items).
 // - Tensors are addressed by TensorId for one pass's Extent (a batch of samples, or a decode step
 //   of tokens): activation(t, e) and gradient(t, e, buffers) are [rows, cols] device views.
 // - forward(e, visit) runs every computing node in forward order; `visit` (optional) sees each
@@ -28,8 +29,8 @@
 //   underflow measurement) and parameter gradients by their take_grad_beta() rule. A tensor
 //   read once gets its reader's contribution directly; one read several times sums its
 //   contributions in FP32 (the first overwrites). `visit` sees each node after its backward with
-//   its input gradients as written. The gradient-ready hook runs for each parameter whose
-//   gradient is final after that node — only when last_micro_batch.
+//   its input gradients as written. The gradient-ready hook runs for each trainable parameter
+//   whose gradient is final after that node — only when last_micro_batch (a frozen one has none).
 // - start_gradients() makes every parameter's next contribution overwrite (a new optimizer step).
 #pragma once
 
@@ -54,6 +55,15 @@ struct LossValues {
   std::int32_t correct = 0;  // labels the argmax matched (rows × labels_per_sample in all)
 };
 
+// What allocate() placed, in bytes as the backend counted them.
+struct ExecutorMemory {
+  std::size_t input = 0;             // the batch, its labels, the loss and the correct count
+  std::size_t activations = 0;       // the activation arena
+  std::size_t deferred_outputs = 0;  // the arena of outputs written only unfused
+  std::size_t gradients = 0;         // the gradient arena
+  bool gradients_fp32 = false;       // laid out for the all-FP32 pass as well
+};
+
 // Where one backward writes its input gradients: the step's arena in the planned dtypes, or an
 // arena laid out for every gradient in FP32.
 struct GradientBuffers {
@@ -76,6 +86,7 @@ class Executor {
 
   void allocate(std::int64_t max_rows, bool reserve_fp32_gradients);
   std::int64_t max_rows() const { return max_rows_; }
+  ExecutorMemory memory() const;
 
   sdk::TensorView input(std::int64_t rows) const { return input_.rows(rows); }
   sdk::TensorView labels(std::int64_t rows) const;  // [rows · labels_per_sample]
@@ -124,8 +135,8 @@ class Executor {
   bool fp32_reserved_ = false;
   std::vector<Tensor> scratch_;  // contributions that need a cast or an add
   GradientReadyHook grad_ready_;
-  // Per node: the parameters whose gradient is final after its backward (their first user in
-  // forward order is this node).
+  // Per node: the trainable parameters whose gradient is final after its backward (their first
+  // user in forward order is this node).
   std::vector<std::vector<ModelParameter*>> ready_after_;
 };
 

@@ -8,6 +8,9 @@
 //   duplicate names, dangling inputs, cycles, two outputs, the logits not [classes] or
 //   [T, classes], a tie to a missing parameter or of another shape) raise sdk::ConfigError at
 //   the node's file:line:col.
+// - Freezing: build() resolves ModelSpec::freeze (graph/freezing.h) over the ops' parameters,
+//   marks the frozen ones on their owners (Layer::freeze) and plans needs_grad from what trains;
+//   a pattern that matches nothing is a ConfigError at its line.
 // - Shapes are per sample (batch excluded). A node's output [d1..dk] is seen by row-wise ops as
 //   rows_per_sample = d1·..·d(k-1) rows of dk; shape_of() gives a tensor's [rows, cols] for one
 //   pass (Extent: a batch of samples, or a decode step).
@@ -37,7 +40,7 @@ struct PlannedNode {
   std::int64_t rows_per_sample = 1;   // product of shape[0..k-2]
   bool channels_last = false;         // an image stored [H, W, C] per sample
   TensorId root = TensorId::batch();  // the tensor whose memory this output is
-  bool needs_grad = false;            // some parameter lies upstream (or here)
+  bool needs_grad = false;            // some trainable parameter lies upstream (or here)
   sdk::SourceLocation where;          // the node's table in the config, for plan-time errors
   std::string key;                    // "model.nodes[3]"
 };

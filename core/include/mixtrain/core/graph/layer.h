@@ -20,6 +20,10 @@
 //   backward reads, views, pass-through gradients, FLOPs, owned and shared parameter shapes) is
 //   filled by the op's constructor and by the graph rewrites it takes part in (fuse_reader,
 //   take_relu, set_fusion), before the plans read it.
+// - Freezing (graph/freezing.h): freeze(suffix) before allocate() makes that parameter frozen.
+//   Its backward then skips that parameter's gradient work (a GEMM, a reduction, a scatter-add),
+//   reading `frozen` of the parameters it uses, a tied one included; the input gradient is still
+//   written when dx is given.
 // - Buffers: non-trainable FP32 state an op keeps across steps (batch norm's running statistics),
 //   named "<layer>.<buffer>", saved in checkpoints and exported beside the parameters. Never
 //   touched by the optimizer; an op updates them itself, usually in training mode only.
@@ -54,16 +58,21 @@
 
 namespace mixtrain::core {
 
+// A frozen parameter (graph/freezing.h) has no grad and is stored once, in the dtype its op
+// computes with: in `working` when it has a low-precision copy (master empty), else in `master`.
 struct ModelParameter {
   std::string name;  // "<layer>.weight"
-  Tensor master;     // fp32
-  Tensor grad;       // fp32
+  Tensor master;     // fp32; empty for a frozen parameter stored in `working`
+  Tensor grad;       // fp32; empty when frozen
   Tensor working;    // low-precision copy; empty when the weight dtype is fp32 / tf32
   bool weight_decay = true;
+  bool frozen = false;
   // Whether grad holds a contribution of the current optimizer step (Model::begin_micro_batch
   // clears it): the next write adds to it instead of overwriting.
   bool grad_started = false;
   sdk::TensorView compute_view() const { return working.empty() ? master.view() : working.view(); }
+  // The weights as stored: the master, or a frozen parameter's one copy.
+  sdk::TensorView value() const { return master.empty() ? working.view() : master.view(); }
   // The beta (0: overwrite, 1: add) for a kernel writing the next contribution into grad; marks
   // the gradient started.
   float take_grad_beta() {
@@ -72,6 +81,11 @@ struct ModelParameter {
     return beta;
   }
 };
+
+// Writes FP32 host values (value().numel() floats) into p: its master, or a frozen parameter's
+// one copy, rounded there as refresh_working_copies rounds a master into its working copy.
+void set_parameter_from_fp32(const std::shared_ptr<sdk::DeviceBackend>& backend, ModelParameter& p,
+                             const float* host);
 
 // Non-trainable state of an op, kept in FP32 on the device.
 struct ModelBuffer {
@@ -260,6 +274,14 @@ class Layer {
   std::size_t planned_output_bytes(std::int64_t max_rows,
                                    std::optional<sdk::DType> as_dtype = std::nullopt) const;
 
+  // While on, a scratch tensor that as_dtype() or scratch_tensor() makes where the op held none
+  // belongs to the pass that asked for it, and release_pass_scratch() frees it: the all-FP32
+  // underflow measurement casts every gradient into each op's dtype, and no step reads those
+  // casts again, so each op's go when its backward is done instead of staying for the run.
+  // Scratch the op already held (a step's own) is never freed.
+  void set_pass_scratch(bool on) { pass_scratch_ = on; }
+  void release_pass_scratch();
+
   // Training (the default) or evaluation mode; ops whose behaviour differs override on_mode().
   void set_training(bool training) {
     training_ = training;
@@ -282,6 +304,10 @@ class Layer {
     forward_inputs(xs, rows);
   }
 
+  // Marks the parameter "<name>.<suffix>" frozen; before allocate() (see the contract).
+  void freeze(const std::string& suffix);
+  bool frozen(const std::string& suffix) const;
+
   // Binds a parameter another node owns to this op's `suffix` slot, after allocate(): `source`
   // outlives this op (both belong to one model).
   void bind_shared_parameter(const std::string& suffix, ModelParameter& source);
@@ -297,13 +323,19 @@ class Layer {
   const std::vector<ModelBuffer>& buffers() const { return buffers_; }
 
  protected:
-  ModelParameter make_parameter(const std::string& suffix, sdk::Shape shape, bool decay);
+  // An FP32 master and gradient, and a working copy in `weight` when that is narrower than FP32
+  // (nullopt: none); frozen, only the copy its op reads (see ModelParameter).
+  ModelParameter make_parameter(const std::string& suffix, sdk::Shape shape, bool decay,
+                                std::optional<sdk::DType> weight = std::nullopt);
   // An FP32 buffer "<layer>.<suffix>" filled with `value` (call from allocate()).
   ModelBuffer make_buffer(const std::string& suffix, sdk::Shape shape, float value);
   virtual void on_mode(bool /*training*/) {}
   void materialise_output();
   // `x` as `dtype`: x itself when it already is, else a cast into `scratch` (grown on demand).
   sdk::TensorView as_dtype(sdk::TensorView x, sdk::DType dtype, Tensor& scratch);
+  // `scratch` viewed as `shape` of `dtype`, made anew when it is empty, smaller or of another
+  // dtype.
+  sdk::TensorView scratch_tensor(Tensor& scratch, sdk::DType dtype, sdk::Shape shape);
   // The parameter bound to `suffix` by bind_shared_parameter, or nullptr.
   ModelParameter* shared_parameter(const std::string& suffix) const;
   // Registers the op's FP8 operand scaler (a member of the op; nullptr: none).
@@ -324,6 +356,7 @@ class Layer {
   void* deferred_output_ = nullptr;  // in the executor's deferred-output arena, when planned
   std::vector<ModelParameter> params_;
   std::vector<ModelBuffer> buffers_;
+  std::vector<std::string> frozen_;  // suffixes of the frozen parameters (freeze())
   bool training_ = true;
   std::int64_t step_ = 0, micro_batch_ = 0;  // the last begin_micro_batch()'s
   bool epilogue_fused_ = false;  // runs a reader as its epilogue now (fuse_reader, set_fusion)
@@ -333,6 +366,8 @@ class Layer {
  private:
   std::vector<std::pair<std::string, ModelParameter*>> shared_;  // bound shared parameters
   OperandScaler* operand_scaler_ = nullptr;
+  bool pass_scratch_ = false;
+  std::vector<Tensor*> pass_made_;  // members scratch_tensor() made for the pass
 };
 
 }  // namespace mixtrain::core

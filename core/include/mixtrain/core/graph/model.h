@@ -41,6 +41,9 @@
 // - Shared parameters: a node may use another node's parameter (a linear's tie_weight). The
 //   parameter appears once in parameters() (its owner's), both users accumulate into its one FP32
 //   gradient, and the hook fires after its last user's backward.
+// - Freezing: ModelSpec::freeze names parameters that do not train (graph/freezing.h). They get
+//   no gradient, so a node needs one only when a trainable parameter lies upstream or here, and
+//   the gradient-ready hook never fires for them.
 // - State: buffers() lists every op's non-trainable FP32 buffers; set_mode() puts every op in
 //   training or evaluation mode (training after construction).
 // - Spec errors (unknown op, bad sizes or shapes, duplicate names, dangling inputs, cycles, the
@@ -131,6 +134,8 @@ class Model {
 
   // Every parameter once, in forward order of their owners; tied users do not repeat it.
   std::vector<ModelParameter*> parameters();
+  // The same, less the frozen ones (graph/freezing.h): what the optimizer updates.
+  std::vector<ModelParameter*> trainable_parameters();
   std::int64_t parameter_count() const;
   // Every op's buffers, in forward order.
   std::vector<ModelBuffer*> buffers();

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/core/graph/freezing.h"
+#include "mixtrain/core/graph/lora.h"
 #include "mixtrain/sdk/dtype.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/options.h"
@@ -45,6 +47,12 @@ struct ModelSpec {
   // (1 - ε)·onehot + ε / classes. Evaluation reports plain cross-entropy whatever ε is.
   double label_smoothing = 0.0;
   bool fuse_epilogues = true;  // Linear + relu/gelu as one GEMM with an activation epilogue
+  // [train] trainable / frozen (graph/freezing.h): the plan resolves them, since which nodes need
+  // a gradient follows from what trains.
+  FreezeSpec freeze;
+  // [model.lora] (graph/lora.h), as apply_lora() put it into `layers` and `freeze`; kept for the
+  // resume's comparison and the PEFT export.
+  LoraSpec lora;
   sdk::SourceLocation where;
 };
 

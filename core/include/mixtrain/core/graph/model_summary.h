@@ -10,7 +10,11 @@
 //   = two GEMMs per forward GEMM), times the batch.
 // - Memory is bytes for `batch_rows` rows: the activation arena from the liveness plan
 //   (Model::plan_activations), parameters with their FP32 masters and gradients plus working
-//   copies. Optimizer state is not included (it depends on the optimizer).
+//   copies, a frozen one (graph/freezing.h) its one stored copy. Optimizer state is not included
+//   (it depends on the optimizer; frozen parameters have none).
+// - With frozen parameters the summary also splits them from the trainable ones: names, counts
+//   and bytes of each, which render_model_summary() prints after the totals (and leaves out when
+//   everything trains).
 // - render_model_summary() formats it as '#'-prefixed text lines (TOML comments).
 #pragma once
 
@@ -41,6 +45,14 @@ struct ModelSummary {
   std::size_t activation_bytes_fp32 = 0;       // the same plan with every output in fp32
   std::size_t activation_bytes_unplanned = 0;  // every stored output, no reuse
   std::size_t parameter_bytes = 0;             // masters + gradients (fp32) + working copies
+  // What trains and what is frozen: parameter tensors by name, elements, and their bytes as
+  // parameter_bytes counts them.
+  struct Share {
+    std::vector<std::string> names;
+    std::int64_t parameters = 0;
+    std::size_t bytes = 0;
+  };
+  Share trainable, frozen;
 };
 
 ModelSummary summarize_model(const Model& model, std::int64_t batch_rows);

@@ -49,6 +49,7 @@
 #include "mixtrain/core/data/dataset.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/core/runs/summary.h"
+#include "mixtrain/core/train/memory_report.h"
 #include "mixtrain/sdk/checkpoint_format.h"
 
 namespace mixtrain::core {
@@ -126,6 +127,15 @@ class Trainer {
   // The per-channel normalisation applied to the data (given, or computed from the training
   // split); empty when there is none.
   const ChannelStats& normalization() const;
+  // What run() will hold in the backend's memory at its peak (train/memory_report.h), in the
+  // allocator's own count, so it cannot drift from what run() reports. Without `rehearse`, what
+  // is allocated before the first step, item by item; nothing runs. With it, also what the step
+  // adds, measured by rehearsing every path a step may take once (train/step.h,
+  // run_each_step_path) and one evaluation batch of data.eval_batch_size rows, on the first
+  // training batch and the first evaluation rows: quietly (no log lines, no records), but the
+  // Trainer is then one step on — weights, optimizer state, data position — so that is for a
+  // Trainer that will not train (`check`). Not covered: a model rebuilt by [precision.escalate].
+  MemoryReport memory_report(bool rehearse);
 
   // Opaque outside the core (core/src/train/trainer_state.h), named here so the files that
   // implement the trainer (one per job) can share it.

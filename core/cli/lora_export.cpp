@@ -1,0 +1,207 @@
+// LoRA adapters out of mixtrain: see lora_export.h for the contract.
+#include "lora_export.h"
+
+#include <cstring>
+#include <map>
+#include <set>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mixtrain/core/config/config.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::cli {
+
+namespace {
+
+constexpr std::string_view kA = ".lora_A.weight", kB = ".lora_B.weight";
+
+std::string plain_name(const std::string& name) {
+  return name.rfind("param/", 0) == 0 ? name.substr(6) : name;
+}
+
+// The node an adapter tensor belongs beside ("h.0.attn.c_attn"), or empty.
+std::string target_of(const std::string& name, std::string_view suffix) {
+  const std::string plain = plain_name(name);
+  if (name.find('/') != std::string::npos && name.rfind("param/", 0) != 0) return {};
+  if (plain.size() <= suffix.size() ||
+      plain.compare(plain.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return {};
+  return plain.substr(0, plain.size() - suffix.size());
+}
+
+struct LoraSettings {
+  std::int64_t r = 0;
+  double alpha = 0, dropout = 0;
+  bool gpt = false;  // the gpt preset: GPT2LMHeadModel's module names
+  std::string base;  // the folder the run started from, when it did
+};
+
+double number(const sdk::OptionValue& v) {
+  if (const auto* d = std::get_if<double>(&v)) return *d;
+  if (const auto* i = std::get_if<std::int64_t>(&v)) return static_cast<double>(*i);
+  return 0.0;
+}
+
+LoraSettings settings_of(const sdk::TrainingState& state, const std::filesystem::path& source) {
+  const auto it = state.metadata.find("mixtrain.config");
+  const std::string hint =
+      "export a checkpoint (or --initial config) of a run with [model.lora] adapters";
+  if (it == state.metadata.end())
+    throw sdk::UserError(source.string() + " carries no config, so its LoRA settings are unknown",
+                         hint);
+  const auto config = core::Config::from_string(it->second, source.string() + " (its config)");
+  LoraSettings s;
+  for (const auto& o : config.table_options("model.lora", {"targets"})) {
+    if (o.key == "r") s.r = static_cast<std::int64_t>(number(o.value));
+    if (o.key == "alpha") s.alpha = number(o.value);
+    if (o.key == "dropout") s.dropout = number(o.value);
+  }
+  if (s.r < 1 || s.alpha <= 0)
+    throw sdk::UserError(source.string() + "'s config has no [model.lora]: no adapters to export",
+                         hint);
+  for (const auto& o : config.table_options("model"))
+    if (o.key == "preset" && std::holds_alternative<std::string>(o.value))
+      s.gpt = std::get<std::string>(o.value) == "gpt";
+  for (const auto& o : config.table_options("checkpoint"))
+    if (o.key == "init_from" && std::holds_alternative<std::string>(o.value)) {
+      const std::filesystem::path from = std::get<std::string>(o.value);
+      if (from.filename() == "model.safetensors") s.base = from.parent_path().string();
+    }
+  return s;
+}
+
+// GPT2LMHeadModel's module for a gpt-preset node: its blocks, embeddings and final norm live in
+// `transformer`, the head beside it.
+std::string module_of(const std::string& node, bool gpt) {
+  return gpt && node != "lm_head" ? "transformer." + node : node;
+}
+
+std::vector<float> floats(const sdk::HostTensor& t, const std::filesystem::path& source) {
+  if (t.dtype != sdk::DType::fp32)
+    throw sdk::CheckpointError(source.string() + ": '" + t.name + "' is not fp32",
+                               "LoRA exports read mixtrain's FP32 weights; export a checkpoint");
+  std::vector<float> v(static_cast<std::size_t>(t.numel()));
+  std::memcpy(v.data(), t.bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+// Each target's A and B, checked against each other.
+struct Adapter {
+  const sdk::HostTensor *a = nullptr, *b = nullptr;
+};
+
+std::map<std::string, Adapter> adapters_of(const sdk::TrainingState& state,
+                                           const std::filesystem::path& source) {
+  std::map<std::string, Adapter> out;
+  for (const auto& t : state.tensors) {
+    if (auto n = target_of(t.name, kA); !n.empty()) out[n].a = &t;
+    if (auto n = target_of(t.name, kB); !n.empty()) out[n].b = &t;
+  }
+  for (const auto& [node, ad] : out)
+    if (ad.a == nullptr || ad.b == nullptr || ad.a->shape.size() != 2 || ad.b->shape.size() != 2 ||
+        ad.a->shape[0] != ad.b->shape[1])
+      throw sdk::CheckpointError(
+          source.string() + ": the adapters of '" + node + "' are not a pair lora_A [r, in], " +
+              "lora_B [out, r]",
+          "the file is damaged or not mixtrain's; export the run's own checkpoint");
+  if (out.empty())
+    throw sdk::UserError(source.string() + " holds no LoRA adapters (no <node>.lora_A.weight)",
+                         "export a checkpoint of a run with [model.lora]");
+  return out;
+}
+
+}  // namespace
+
+bool has_lora_adapters(const sdk::TrainingState& state) {
+  for (const auto& t : state.tensors)
+    if (!target_of(t.name, kA).empty()) return true;
+  return false;
+}
+
+PeftExport in_peft_layout(sdk::TrainingState state, const std::filesystem::path& source) {
+  const LoraSettings s = settings_of(state, source);
+  const auto adapters = adapters_of(state, source);
+  PeftExport out;
+  std::vector<std::string> modules;
+  for (const auto& [node, ad] : adapters) {
+    const std::string module = module_of(node, s.gpt);
+    modules.push_back(module);
+    for (const sdk::HostTensor* t : {ad.a, ad.b}) {
+      floats(*t, source);  // FP32 or an error
+      sdk::HostTensor copy = *t;
+      copy.name = "base_model.model." + module + (t == ad.a ? ".lora_A.weight" : ".lora_B.weight");
+      out.state.tensors.push_back(std::move(copy));
+    }
+  }
+  out.state.metadata["format"] = "pt";
+  for (const char* key : {"mixtrain.version", "step", "mixtrain.config"})
+    if (auto it = state.metadata.find(key); it != state.metadata.end())
+      out.state.metadata[key] = it->second;
+  // PEFT keeps the alpha of its LoraConfig as given; an integral one is written as an integer.
+  const nlohmann::json alpha = s.alpha == static_cast<double>(static_cast<std::int64_t>(s.alpha))
+                                   ? nlohmann::json(static_cast<std::int64_t>(s.alpha))
+                                   : nlohmann::json(s.alpha);
+  nlohmann::json config = {
+      {"peft_type", "LORA"},
+      {"task_type", s.gpt ? nlohmann::json("CAUSAL_LM") : nlohmann::json(nullptr)},
+      {"base_model_name_or_path",
+       s.base.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.base)},
+      {"revision", nullptr},
+      {"inference_mode", true},
+      {"r", s.r},
+      {"lora_alpha", alpha},
+      {"lora_dropout", s.dropout},
+      {"fan_in_fan_out", s.gpt},
+      {"bias", "none"},
+      {"target_modules", modules},
+      {"modules_to_save", nullptr},
+      {"init_lora_weights", true},
+      {"layers_to_transform", nullptr},
+      {"layers_pattern", nullptr},
+  };
+  out.config_json = config.dump(2) + "\n";
+  out.adapters = adapters.size();
+  return out;
+}
+
+sdk::TrainingState merge_lora(sdk::TrainingState state, const std::filesystem::path& source) {
+  const LoraSettings s = settings_of(state, source);
+  const double scale = s.alpha / static_cast<double>(s.r);
+  const auto adapters = adapters_of(state, source);
+  std::set<std::string> dropped;
+  for (const auto& [node, ad] : adapters) {
+    sdk::HostTensor* w = nullptr;
+    for (auto& t : state.tensors)
+      if (t.name == "param/" + node + ".weight" || t.name == node + ".weight") w = &t;
+    const std::int64_t r = ad.a->shape[0], in = ad.a->shape[1], out = ad.b->shape[0];
+    if (w == nullptr || w->shape != std::vector<std::int64_t>{out, in})
+      throw sdk::CheckpointError(
+          source.string() + ": no weight [" + std::to_string(out) + ", " + std::to_string(in) +
+              "] for the adapters of '" + node + "' to merge into",
+          "the file is damaged or not mixtrain's; export the run's own checkpoint");
+    const auto a = floats(*ad.a, source), b = floats(*ad.b, source);
+    auto merged = floats(*w, source);
+    for (std::int64_t o = 0; o < out; ++o)
+      for (std::int64_t i = 0; i < in; ++i) {
+        double sum = 0;
+        for (std::int64_t k = 0; k < r; ++k) sum += double(b[o * r + k]) * a[k * in + i];
+        auto& v = merged[static_cast<std::size_t>(o * in + i)];
+        v = static_cast<float>(double(v) + scale * sum);
+      }
+    std::memcpy(w->bytes.data(), merged.data(), merged.size() * sizeof(float));
+    dropped.insert(node + ".lora_A.weight");
+    dropped.insert(node + ".lora_B.weight");
+  }
+  // The adapters go, and whatever else names them (optimizer state, EMA).
+  std::erase_if(state.tensors, [&](const sdk::HostTensor& t) {
+    for (const auto& d : dropped)
+      if (t.name.size() >= d.size() && t.name.find(d) != std::string::npos) return true;
+    return false;
+  });
+  return state;
+}
+
+}  // namespace mixtrain::cli

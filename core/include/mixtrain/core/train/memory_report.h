@@ -1,0 +1,65 @@
+// MemoryReport: what a training run holds in its backend's memory at its peak, item by item — the
+// figure `mixtrain train` reports as peak memory (the backend allocator's high-water mark,
+// memory_stats().peak_bytes), predicted by `mixtrain check` (Trainer::memory_report).
+//
+// Contract
+// - held: what the model, the optimizer and the step keep from construction on, each item the
+//   bytes of the tensors themselves; the items sum to held_bytes, the backend's count before the
+//   first step less its scratch (the last item, "op buffers and the rest", is that remainder:
+//   workspaces, saved statistics, data-parallel buckets).
+// - rehearsed: the paths run, in order; empty when no step was rehearsed, and then step_bytes,
+//   the scratch and transient_bytes are 0, the growth lists empty, and peak_bytes the count so
+//   far (a lower bound of the run's).
+// - step_bytes: allocated during the rehearsed step paths and still held (casts, layout
+//   conversions, a pass's own buffers). scratch_bytes: the backend's own scratch
+//   (sdk/backend_scratch.h) after them; nullopt when the backend does not report it apart, and
+//   then it is in step_bytes. transient_bytes: freed again before the rehearsal ended.
+//   held + step + scratch + transient = peak_bytes, exactly.
+// - scratch_growth, step_growth: where the scratch and the step's buffers grew (a node's forward
+//   or backward, or a path), in the order they grew, with the node's compute format; the scratch
+//   is empty without the scratch facet (step_growth then holds it).
+// - emulated: the GEMM input formats the backend reports as emulated (capabilities()).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mixtrain/sdk/device_backend.h"
+
+namespace mixtrain::core {
+
+struct MemoryItem {
+  std::string what;  // "fp32 master weights"
+  std::size_t bytes = 0;
+  std::string note;  // "" or a short qualification: "128 rows", "62.07 MiB in fp32"
+};
+
+struct MemoryGrowth {
+  std::string where;                 // "bn1 backward", "evaluation batch"
+  std::optional<sdk::DType> format;  // the node's compute format; nullopt for a path
+  std::size_t bytes = 0;
+};
+
+struct MemoryReport {
+  std::string backend;  // capabilities().kind
+  std::vector<MemoryItem> held;
+  std::size_t held_bytes = 0;
+  std::size_t step_bytes = 0;
+  std::optional<std::size_t> scratch_bytes;
+  std::vector<MemoryGrowth> scratch_growth;
+  std::vector<MemoryGrowth> step_growth;
+  std::size_t transient_bytes = 0;
+  std::size_t peak_bytes = 0;
+  std::vector<std::string> rehearsed;
+  std::vector<sdk::DTypeSupport> emulated;
+};
+
+// "# memory ..." comment lines for `mixtrain check`: the items, the step's buffers, the scratch
+// with where it grew and which emulated format it serves, and the predicted peak in MiB and bytes
+// (without a rehearsed step: the items and what they come to before the first step).
+std::string render_memory_report(const MemoryReport& report);
+
+}  // namespace mixtrain::core

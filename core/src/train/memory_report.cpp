@@ -1,0 +1,88 @@
+// render_memory_report: the memory report as `mixtrain check` prints it; see memory_report.h.
+#include "mixtrain/core/train/memory_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "graph/allocation_error.h"
+
+namespace mixtrain::core {
+
+namespace {
+
+// "#   <what, padded> <bytes, right-aligned>  <note>"
+std::string item_line(const std::string& what, std::size_t bytes, const std::string& note) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "#   %-40s %12s", what.c_str(), memory_text(bytes).c_str());
+  std::string line = buf;
+  if (!note.empty()) line += "  " + note;
+  return line + "\n";
+}
+
+// "bn1 backward 48.0 MiB, conv1 forward 16.0 MiB and 3 more": the largest first.
+std::string growth_text(std::vector<MemoryGrowth> growth) {
+  constexpr std::size_t kShown = 4;
+  std::stable_sort(growth.begin(), growth.end(),
+                   [](const auto& a, const auto& b) { return a.bytes > b.bytes; });
+  std::string out;
+  for (std::size_t i = 0; i < growth.size() && i < kShown; ++i) {
+    const auto& g = growth[i];
+    out += (i ? ", " : "") + g.where;
+    if (g.format) out += " (" + std::string(sdk::dtype_name(*g.format)) + ")";
+    out += " " + memory_text(g.bytes);
+  }
+  if (growth.size() > kShown) out += " and " + std::to_string(growth.size() - kShown) + " more";
+  return out.empty() ? out : "grew at " + out;
+}
+
+// One line per emulated format the scratch grew for: how the backend emulates it and how much of
+// the scratch grew at nodes computing in it.
+std::string emulation_lines(const MemoryReport& r) {
+  std::map<sdk::DType, std::size_t> by_format;
+  for (const auto& g : r.scratch_growth)
+    if (g.format) by_format[*g.format] += g.bytes;
+  std::string out;
+  for (const auto& d : r.emulated) {
+    const auto it = by_format.find(d.dtype);
+    if (it == by_format.end()) continue;
+    const std::string name(sdk::dtype_name(d.dtype));
+    std::string how = d.how;
+    if (how.rfind("emulated: ", 0) == 0) how.erase(0, 10);
+    out += "# " + name + " is emulated on this " + r.backend + " backend (GEMM: " + how +
+           "): " + memory_text(it->second) + " of the scratch grew at " + name +
+           " nodes, the fp32 copies it decodes into\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string render_memory_report(const MemoryReport& r) {
+  std::string out = "# memory: what `train` reports as peak memory (the " + r.backend +
+                    " backend's allocator; the process's resident set adds the data, the code and "
+                    "the libraries' own scratch)\n";
+  for (const auto& item : r.held) out += item_line(item.what, item.bytes, item.note);
+  if (r.rehearsed.empty()) {
+    if (r.scratch_bytes.value_or(0) > 0) out += item_line("backend scratch", *r.scratch_bytes, "");
+    return out + item_line("before the first step", r.peak_bytes,
+                           "no step rehearsed: the step's buffers, the backend's scratch and so "
+                           "the peak are not known");
+  }
+  if (r.scratch_bytes) {
+    out += item_line("step buffers", r.step_bytes, growth_text(r.step_growth));
+    out += item_line("backend scratch", *r.scratch_bytes, growth_text(r.scratch_growth));
+  } else {
+    out +=
+        item_line("step buffers and backend scratch", r.step_bytes,
+                  "(the backend does not report its scratch apart) " + growth_text(r.step_growth));
+  }
+  if (r.transient_bytes > 0) out += item_line("freed again within the step", r.transient_bytes, "");
+  std::string paths;
+  for (const auto& p : r.rehearsed) paths += (paths.empty() ? "" : ", ") + p;
+  out += item_line("predicted peak", r.peak_bytes,
+                   "(" + std::to_string(r.peak_bytes) + " bytes), rehearsed: " + paths);
+  return out + emulation_lines(r);
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,159 @@
+// Trainer::memory_report in process, on the quickstart: its items add up to the allocator's
+// count — held + step buffers + scratch + freed = the peak, to the byte — whether or not the
+// backend reports its scratch apart (a wrapper hides the CPU backend's scratch facet), it
+// rehearses the underflow measurement exactly when the plan stores gradients narrower than fp32,
+// and that measurement keeps none of its casts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "embedded_quickstart.h"
+#include "mixtrain/core/config/config.h"
+#include "mixtrain/core/config/experiment.h"
+#include "mixtrain/core/console/log_sink.h"
+#include "mixtrain/core/plugins/registry.h"
+#include "mixtrain/core/train/trainer.h"
+#include "mixtrain/sdk/backend_scratch.h"
+
+namespace mixtrain {
+namespace {
+
+using sdk::TensorView;
+
+// Forwards everything to the inner backend but the scratch facet, which it does not offer.
+class NoScratchFacet final : public sdk::DeviceBackend {
+ public:
+  explicit NoScratchFacet(std::shared_ptr<sdk::DeviceBackend> inner) : in_(std::move(inner)) {}
+  sdk::BackendCapabilities capabilities() const override { return in_->capabilities(); }
+  void* allocate(std::size_t bytes) override { return in_->allocate(bytes); }
+  void deallocate(void* p) noexcept override { in_->deallocate(p); }
+  sdk::MemoryStats memory_stats() const override { return in_->memory_stats(); }
+  void copy_from_host(TensorView dst, const void* src) override { in_->copy_from_host(dst, src); }
+  void copy_to_host(void* dst, TensorView src) override { in_->copy_to_host(dst, src); }
+  void copy(TensorView dst, TensorView src) override { in_->copy(dst, src); }
+  void synchronize() override { in_->synchronize(); }
+  void cast(TensorView s, TensorView d, const sdk::CastArgs& a) override { in_->cast(s, d, a); }
+  void fill(TensorView x, float v) override { in_->fill(x, v); }
+  sdk::Facet* find_facet(std::string_view name) override {
+    return name == sdk::ScratchFacet::kName ? nullptr : in_->find_facet(name);
+  }
+
+ private:
+  std::shared_ptr<sdk::DeviceBackend> in_;
+};
+
+core::MemoryReport rehearse(const std::string& policy, bool hide_scratch,
+                            std::vector<std::string> sets = {}) {
+  sets.push_back("precision.policy=" + policy);
+  sets.push_back("backend.threads=1");
+  auto config = core::Config::from_string(kEmbeddedQuickstartToml, "quickstart.toml", sets);
+  static core::PluginRegistry registry(&core::host_log_sink());
+  static bool scanned = false;
+  if (!scanned) {
+    registry.scan({MIXTRAIN_PLUGIN_DIR});
+    scanned = true;
+  }
+  auto e = core::parse_experiment(config, registry);
+  auto c = core::create_components(e, registry);
+  if (hide_scratch) c.backend = std::make_shared<NoScratchFacet>(c.backend);
+  core::TrainOptions opt;
+  opt.write_outputs = false;
+  return core::Trainer(e, std::move(c), opt).memory_report(/*rehearse=*/true);
+}
+
+std::size_t sum(const std::vector<core::MemoryItem>& items) {
+  std::size_t total = 0;
+  for (const auto& i : items) total += i.bytes;
+  return total;
+}
+
+bool rehearsed(const core::MemoryReport& r, const std::string& path) {
+  return std::find(r.rehearsed.begin(), r.rehearsed.end(), path) != r.rehearsed.end();
+}
+
+TEST(MemoryRehearsal, TheItemsAddUpToThePeakToTheByte) {
+  for (const std::string policy : {"fp32", "fp16-mixed"}) {
+    const auto r = rehearse(policy, /*hide_scratch=*/false);
+    EXPECT_EQ(sum(r.held), r.held_bytes) << policy;
+    ASSERT_TRUE(r.scratch_bytes) << policy;
+    EXPECT_EQ(r.held_bytes + r.step_bytes + *r.scratch_bytes + r.transient_bytes, r.peak_bytes)
+        << policy;
+    std::size_t grew = 0;
+    for (const auto& g : r.scratch_growth) grew += g.bytes;
+    EXPECT_EQ(grew, *r.scratch_bytes) << policy;  // a fresh backend: all of it grew here
+  }
+}
+
+TEST(MemoryRehearsal, FrozenWeightsAreOneItemStoredOnceAndTheSumsStillHold) {
+  const auto all = rehearse("bf16-mixed", false);
+  const auto frozen = rehearse("bf16-mixed", false, {"train.frozen=[\"fc1\"]"});
+  auto item = [](const core::MemoryReport& r, const std::string& what) -> std::size_t {
+    for (const auto& i : r.held)
+      if (i.what == what) return i.bytes;
+    return 0;
+  };
+  // fc1 is 32 -> 128 (weight and bias): its fp32 master and gradient go, its bf16 copy stays,
+  // counted as the frozen weights'.
+  const std::size_t fc1 = (32 * 128 + 128) * 4;
+  EXPECT_EQ(item(frozen, "fp32 master weights"), item(all, "fp32 master weights") - fc1);
+  EXPECT_EQ(item(frozen, "fp32 weight gradients"), item(all, "fp32 weight gradients") - fc1);
+  EXPECT_GT(item(frozen, "frozen weights"), 0u);
+  EXPECT_EQ(item(all, "frozen weights"), 0u);
+  EXPECT_EQ(sum(frozen.held), frozen.held_bytes);
+  ASSERT_TRUE(frozen.scratch_bytes);
+  EXPECT_EQ(frozen.held_bytes + frozen.step_bytes + *frozen.scratch_bytes + frozen.transient_bytes,
+            frozen.peak_bytes);
+}
+
+TEST(MemoryRehearsal, Fp16EmulationKeepsFp32CopiesOfTheGemmOperands) {
+  const auto fp32 = rehearse("fp32", false);
+  const auto fp16 = rehearse("fp16-mixed", false);
+  ASSERT_TRUE(fp32.scratch_bytes && fp16.scratch_bytes);
+  // The quickstart is linear layers: in fp32 the CPU backend's GEMM reads them as they are.
+  EXPECT_EQ(*fp32.scratch_bytes, 0u);
+  EXPECT_GT(*fp16.scratch_bytes, 0u);
+  for (const auto& g : fp16.scratch_growth) {
+    ASSERT_TRUE(g.format) << g.where;  // each growth is at a node's GEMM
+    EXPECT_EQ(*g.format, sdk::DType::fp16) << g.where;
+  }
+  EXPECT_TRUE(std::any_of(fp16.emulated.begin(), fp16.emulated.end(),
+                          [](const auto& d) { return d.dtype == sdk::DType::fp16; }));
+}
+
+TEST(MemoryRehearsal, WithoutTheScratchFacetTheStepBuffersHoldTheScratch) {
+  const auto with = rehearse("fp16-mixed", false);
+  const auto without = rehearse("fp16-mixed", true);
+  ASSERT_TRUE(with.scratch_bytes);
+  EXPECT_FALSE(without.scratch_bytes);
+  EXPECT_TRUE(without.scratch_growth.empty());
+  EXPECT_EQ(without.peak_bytes, with.peak_bytes);
+  EXPECT_EQ(without.held_bytes, with.held_bytes);
+  EXPECT_EQ(without.step_bytes, with.step_bytes + *with.scratch_bytes);
+  EXPECT_EQ(without.held_bytes + without.step_bytes + without.transient_bytes, without.peak_bytes);
+}
+
+TEST(MemoryRehearsal, RehearsesTheUnderflowMeasurementWhereGradientsAreNarrow) {
+  const auto fp32 = rehearse("fp32", false);
+  const auto bf16 = rehearse("bf16-mixed", false);
+  for (const auto* r : {&fp32, &bf16})
+    for (const char* path : {"forward and backward", "gradient check and update",
+                             "skipped-step replay", "evaluation batch"})
+      EXPECT_TRUE(rehearsed(*r, path)) << path;
+  EXPECT_FALSE(rehearsed(fp32, "underflow measurement"));
+  EXPECT_TRUE(rehearsed(bf16, "underflow measurement"));
+}
+
+TEST(MemoryRehearsal, TheUnderflowMeasurementKeepsNoneOfItsCasts) {
+  // bf16-mixed: the pass hands each linear its gradient in fp32, which it casts to bf16; the
+  // casts live while that op's backward runs, and none is held after.
+  const auto r = rehearse("bf16-mixed", false);
+  ASSERT_TRUE(rehearsed(r, "underflow measurement"));
+  for (const auto& g : r.step_growth) EXPECT_NE(g.where, "underflow measurement") << g.bytes;
+  EXPECT_GT(r.transient_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace mixtrain

@@ -1,0 +1,386 @@
+// Freezing parameters (graph/freezing.h): which patterns freeze what, the errors of patterns that
+// match nothing or leave nothing to train, and what a frozen parameter costs a step: its weight
+// gradient's kernels are not called (counted through a call observer), nodes with nothing to
+// learn upstream run no backward, and the gradients that do flow are the unfrozen model's, bit
+// for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/model_presets.h"
+#include "cpu_test_backend.h"
+#include "layer_gradient_check.h"
+#include "mixtrain/core/graph/freezing.h"
+#include "mixtrain/core/graph/model.h"
+#include "mixtrain/sdk/backend_call_observer.h"
+
+namespace mixtrain::core {
+namespace {
+
+using sdk::DType;
+using test_support::cpu;
+using test_support::op;
+using test_support::random_vector;
+using test_support::read;
+using test_support::write;
+
+// --- resolve_frozen ------------------------------------------------------------------------------
+
+const std::vector<NamedParameter> kParams = {{"fc1", "fc1.weight"},   {"fc1", "fc1.bias"},
+                                             {"fc2", "fc2.weight"},   {"fc2", "fc2.bias"},
+                                             {"head", "head.weight"}, {"head", "head.bias"}};
+
+ParameterPattern at(std::string pattern, std::uint32_t line, const char* key) {
+  return {std::move(pattern), {"train.toml", line, 11}, key};
+}
+
+FreezeSpec freeze(std::vector<std::string> frozen, std::vector<std::string> trainable = {}) {
+  FreezeSpec spec;
+  std::uint32_t line = 1;
+  for (auto& p : trainable) spec.trainable.push_back(at(p, line++, "train.trainable[0]"));
+  for (auto& p : frozen) spec.frozen.push_back(at(p, line++, "train.frozen[0]"));
+  return spec;
+}
+
+TEST(Freezing, PatternsMatchParameterNamesNodeNamesAndGlobs) {
+  EXPECT_EQ(resolve_frozen({}, kParams), std::vector<std::string>{});
+  EXPECT_EQ(resolve_frozen(freeze({"fc1"}), kParams),
+            (std::vector<std::string>{"fc1.bias", "fc1.weight"}));
+  EXPECT_EQ(resolve_frozen(freeze({"fc2.weight"}), kParams),
+            std::vector<std::string>{"fc2.weight"});
+  EXPECT_EQ(resolve_frozen(freeze({"fc*"}), kParams),
+            (std::vector<std::string>{"fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"}));
+  EXPECT_EQ(resolve_frozen(freeze({"*.bias"}), kParams),
+            (std::vector<std::string>{"fc1.bias", "fc2.bias", "head.bias"}));
+}
+
+TEST(Freezing, TrainableSelectsAndFrozenSubtractsFromIt) {
+  // trainable alone: everything it does not match is frozen.
+  EXPECT_EQ(resolve_frozen(freeze({}, {"head"}), kParams),
+            (std::vector<std::string>{"fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"}));
+  // Both: frozen takes out of what trainable selects.
+  EXPECT_EQ(resolve_frozen(freeze({"fc1.bias"}, {"fc*"}), kParams),
+            (std::vector<std::string>{"fc1.bias", "head.bias", "head.weight"}));
+}
+
+TEST(Freezing, APatternThatMatchesNothingNamesItsLineAndTheClosestParameters) {
+  try {
+    resolve_frozen(freeze({"fc1", "fc3.weight"}), kParams);
+    FAIL() << "no error";
+  } catch (const sdk::ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("train.toml:2:11"), std::string::npos) << m;
+    EXPECT_NE(m.find("'fc3.weight' matches no parameter"), std::string::npos) << m;
+    // The closest names first: what "fc3.weight" most likely meant.
+    EXPECT_EQ(e.hint().find("the closest: fc1.weight, fc2.weight"), e.hint().find("the closest"))
+        << e.hint();
+    EXPECT_NE(e.hint().find("the closest: fc1.weight, fc2.weight"), std::string::npos) << e.hint();
+  }
+  // A trainable pattern is checked the same way.
+  EXPECT_THROW(resolve_frozen(freeze({}, {"hed"}), kParams), sdk::ConfigError);
+}
+
+TEST(Freezing, FreezingEverythingIsAnErrorAtTheFirstFrozenPattern) {
+  for (const auto& spec : {freeze({"*"}), freeze({"fc1", "head"}, {"fc1", "head"})}) {
+    try {
+      resolve_frozen(spec, kParams);
+      FAIL() << "no error";
+    } catch (const sdk::ConfigError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("nothing would train"), std::string::npos) << m;
+      EXPECT_NE(m.find("train.toml:" + std::to_string(spec.trainable.size() + 1)),
+                std::string::npos)
+          << m;
+    }
+  }
+}
+
+// --- what a frozen parameter costs a step -----------------------------------------------------
+
+// The CPU backend with a call observer that counts facet calls by op name.
+class CountingBackend final : public test_support::ForwardingBackend,
+                              public sdk::CallObserverFacet {
+ public:
+  sdk::Facet* find_facet(std::string_view name) override {
+    if (name == sdk::CallObserverFacet::kName) return static_cast<sdk::CallObserverFacet*>(this);
+    return in_->find_facet(name);
+  }
+  void begin_facet_call() noexcept override {}
+  void end_facet_call(std::string_view op) noexcept override {
+    if (counting) ++calls[std::string(op)];
+  }
+  bool counting = false;
+  std::map<std::string, int> calls;
+};
+
+ModelSpec mlp(std::vector<std::string> frozen) {
+  ModelSpec spec;
+  spec.layers = {op("linear", "fc1", {{"out", 16}}), op("relu", "relu1"),
+                 op("linear", "fc2", {{"out", 16}}), op("relu", "relu2"),
+                 op("linear", "fc3", {{"out", 5}})};
+  for (auto& p : frozen) spec.freeze.frozen.push_back(at(p, 1, "train.frozen"));
+  return spec;
+}
+
+void feed_features(Model& m, std::int64_t batch, unsigned seed) {
+  write(m.input(batch),
+        random_vector(static_cast<std::size_t>(batch * m.input_features()), seed, -2.f, 2.f));
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(batch * m.labels_per_sample()));
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    labels[i] = static_cast<std::int32_t>((i * 7 + seed) % static_cast<unsigned>(m.classes()));
+  cpu()->copy_from_host(m.labels(batch), labels.data());
+}
+
+// One forward, loss and backward; the calls each facet op got in backward.
+std::map<std::string, int> backward_calls(const ModelSpec& spec, const sdk::OpPrecision& p = {}) {
+  auto backend = std::make_shared<CountingBackend>();
+  Model m(backend, spec, 12, 5);
+  for (auto& l : m.layers()) l->set_precision(p);
+  m.allocate(8);
+  m.init_parameters(3);
+  feed_features(m, 8, 1);
+  m.forward(8);
+  m.compute_loss(8, 1.0f, true);
+  backend->counting = true;
+  m.backward(8);
+  return backend->calls;
+}
+
+TEST(Freezing, AFrozenLinearSkipsItsWeightGradientGemmAndBiasReduction) {
+  // Unfrozen: fc3 and fc2 run dW and dx, fc1 dW only (its input is the batch); one bias
+  // reduction each.
+  auto all = backward_calls(mlp({}));
+  EXPECT_EQ(all["gemm"], 5);
+  EXPECT_EQ(all["bias_grad"], 3);
+  // fc2 frozen: its dx still flows to fc1, its dW and bias reduction are not run.
+  auto frozen = backward_calls(mlp({"fc2"}));
+  EXPECT_EQ(frozen["gemm"], 4);
+  EXPECT_EQ(frozen["bias_grad"], 2);
+  // Only fc2's bias frozen: the dW GEMM runs, one reduction fewer.
+  auto bias_only = backward_calls(mlp({"fc2.bias"}));
+  EXPECT_EQ(bias_only["gemm"], 5);
+  EXPECT_EQ(bias_only["bias_grad"], 2);
+  // The same in bf16: the GEMMs are the plan's, the count the same.
+  sdk::OpPrecision bf16;
+  bf16.weight = bf16.gemm_input = bf16.activation = bf16.activation_grad = DType::bf16;
+  EXPECT_EQ(backward_calls(mlp({"fc2"}), bf16)["gemm"], 4);
+}
+
+TEST(Freezing, NodesWithNothingToLearnUpstreamRunNoBackward) {
+  // fc1 and fc2 frozen: only fc3's dW is computed; no activation gradient goes below fc3.
+  auto calls = backward_calls(mlp({"fc1", "fc2"}));
+  EXPECT_EQ(calls["gemm"], 1);
+  EXPECT_EQ(calls["bias_grad"], 1);
+  EXPECT_EQ(calls["activation_backward"], 0);
+  Model frozen(cpu(), mlp({"fc1", "fc2"}), 12, 5), all(cpu(), mlp({}), 12, 5);
+  for (Model* m : {&frozen, &all}) {
+    for (auto& l : m->layers()) l->set_precision({});
+    m->allocate(8);
+  }
+  EXPECT_FALSE(frozen.plan().node(2).needs_grad);  // fc2
+  EXPECT_TRUE(frozen.plan().node(4).needs_grad);   // fc3
+  EXPECT_LT(frozen.gradient_plan().arena_bytes, all.gradient_plan().arena_bytes);
+}
+
+// Every trainable parameter's gradient after one step, by name.
+std::map<std::string, std::vector<float>> gradients(Model& m) {
+  std::map<std::string, std::vector<float>> out;
+  for (auto* p : m.trainable_parameters()) out[p->name] = read(p->grad.view());
+  return out;
+}
+
+std::map<std::string, std::vector<float>> step_gradients(Model& m, const sdk::OpPrecision& p,
+                                                         std::int64_t batch,
+                                                         void (*feed)(Model&, std::int64_t,
+                                                                      unsigned)) {
+  for (auto& l : m.layers()) l->set_precision(p);
+  m.allocate(batch);
+  m.init_parameters(7);
+  feed(m, batch, 2);
+  m.forward(batch);
+  m.compute_loss(batch, 4.0f, true);
+  m.backward(batch);
+  return gradients(m);
+}
+
+// Frozen or not, the gradients of what trains are the same numbers: a frozen op's input gradient
+// is computed as before, only its own parameters' sums are left out.
+void expect_trainable_gradients_unchanged(const ModelSpec& frozen_spec, const ModelSpec& spec,
+                                          std::int64_t features, std::int32_t classes,
+                                          const InputSpec& input, const sdk::OpPrecision& p,
+                                          void (*feed)(Model&, std::int64_t, unsigned),
+                                          std::size_t expected_frozen) {
+  Model frozen(cpu(), frozen_spec, features, classes, input);
+  Model all(cpu(), spec, features, classes, input);
+  const auto got = step_gradients(frozen, p, 4, feed);
+  const auto want = step_gradients(all, p, 4, feed);
+  std::size_t frozen_count = 0;
+  for (auto* param : frozen.parameters()) {
+    if (!param->frozen) continue;
+    ++frozen_count;
+    EXPECT_TRUE(param->grad.empty()) << param->name;
+  }
+  EXPECT_EQ(frozen_count, expected_frozen);
+  ASSERT_FALSE(got.empty());
+  for (const auto& [name, g] : got) {
+    ASSERT_TRUE(want.count(name)) << name;
+    EXPECT_EQ(g, want.at(name)) << name;
+  }
+}
+
+ModelSpec with_frozen(ModelSpec spec, std::vector<std::string> frozen) {
+  for (auto& p : frozen) spec.freeze.frozen.push_back(at(p, 1, "train.frozen"));
+  return spec;
+}
+
+ModelSpec norm_mlp() {
+  ModelSpec spec;
+  spec.layers = {op("linear", "fc1", {{"out", 16}}),
+                 op("layernorm", "ln"),
+                 op("gelu", "act"),
+                 op("linear", "fc2", {{"out", 16}}),
+                 op("relu", "relu2"),
+                 op("linear", "head", {{"out", 5}})};
+  return spec;
+}
+
+TEST(Freezing, GradientsFlowThroughFrozenLinearsAndLayerNormsUnchanged) {
+  const ModelSpec spec = norm_mlp();
+  expect_trainable_gradients_unchanged(with_frozen(spec, {"ln", "fc2"}), spec, 12, 5, {}, {},
+                                       feed_features, 4);
+  expect_trainable_gradients_unchanged(with_frozen(spec, {"ln.weight"}), spec, 12, 5, {}, {},
+                                       feed_features, 1);
+  sdk::OpPrecision bf16;
+  bf16.weight = bf16.gemm_input = bf16.activation = bf16.activation_grad = DType::bf16;
+  expect_trainable_gradients_unchanged(with_frozen(spec, {"fc2"}), spec, 12, 5, {}, bf16,
+                                       feed_features, 2);
+}
+
+TEST(Freezing, AFrozenWeightIsStoredOnceInTheDtypeItsOpComputesWith) {
+  sdk::OpPrecision bf16;
+  bf16.weight = bf16.gemm_input = bf16.activation = bf16.activation_grad = DType::bf16;
+  Model frozen(cpu(), with_frozen(norm_mlp(), {"fc2", "ln"}), 12, 5);
+  Model all(cpu(), norm_mlp(), 12, 5);
+  for (Model* m : {&frozen, &all}) {
+    for (auto& l : m->layers()) l->set_precision(bf16);
+    m->allocate(4);
+    m->init_parameters(7);
+  }
+  const auto f = frozen.parameters(), a = all.parameters();
+  ASSERT_EQ(f.size(), a.size());
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    const ModelParameter &p = *f[i], &q = *a[i];
+    if (p.name == "fc2.weight") {
+      // No FP32 master and no gradient: the bf16 copy alone, the bits the trained model's working
+      // copy holds.
+      EXPECT_TRUE(p.master.empty());
+      EXPECT_TRUE(p.grad.empty());
+      ASSERT_EQ(p.value().dtype, DType::bf16);
+      EXPECT_EQ(read(p.value()), read(q.working.view()));
+    } else if (p.frozen) {
+      // A bias or a norm's scale is read in FP32 by its kernels: that is its one copy.
+      EXPECT_TRUE(p.grad.empty()) << p.name;
+      EXPECT_TRUE(p.working.empty()) << p.name;
+      EXPECT_EQ(p.value().dtype, DType::fp32) << p.name;
+      EXPECT_EQ(read(p.value()), read(q.master.view())) << p.name;
+    } else {
+      EXPECT_FALSE(p.master.empty()) << p.name;
+      EXPECT_FALSE(p.grad.empty()) << p.name;
+    }
+  }
+  EXPECT_EQ(frozen.parameter_count(), all.parameter_count());
+  EXPECT_EQ(frozen.trainable_parameters().size(), a.size() - 4);
+}
+
+// Images: conv, batch norm (+ relu) and pooling.
+InputSpec image() {
+  InputSpec in;
+  in.sample_shape = {3, 6, 6};
+  return in;
+}
+
+ModelSpec cnn() {
+  ModelSpec spec;
+  spec.graph = true;
+  spec.layers = {op("conv2d", "conv1", {{"out", 8}, {"kernel", 3}, {"padding", 1}}, {"input"}),
+                 op("batchnorm2d", "bn1", {}, {"conv1"}),
+                 op("relu", "relu1", {}, {"bn1"}),
+                 op("conv2d", "conv2", {{"out", 8}, {"kernel", 3}, {"padding", 1}}, {"relu1"}),
+                 op("global_avgpool", "pool", {}, {"conv2"}),
+                 op("linear", "head", {{"out", 5}}, {"pool"})};
+  return spec;
+}
+
+TEST(Freezing, GradientsFlowThroughFrozenConvolutionsAndBatchNormsUnchanged) {
+  expect_trainable_gradients_unchanged(with_frozen(cnn(), {"bn1", "conv2"}), cnn(), 108, 5, image(),
+                                       {}, feed_features, 4);
+  // A frozen conv weight beside a trainable bias: the bias alone is summed, by bias_grad
+  // instead of the weight-gradient kernel, so it is compared within rounding.
+  Model frozen(cpu(), with_frozen(cnn(), {"conv2.weight"}), 108, 5, image());
+  Model all(cpu(), cnn(), 108, 5, image());
+  const auto got = step_gradients(frozen, {}, 4, feed_features);
+  const auto want = step_gradients(all, {}, 4, feed_features);
+  ASSERT_EQ(got.count("conv2.weight"), 0u);
+  const auto& bias = got.at("conv2.bias");
+  const auto& ref = want.at("conv2.bias");
+  ASSERT_EQ(bias.size(), ref.size());
+  double largest = 0;
+  for (std::size_t i = 0; i < bias.size(); ++i) {
+    EXPECT_NEAR(bias[i], ref[i], 1e-5 * std::max(1.0f, std::abs(ref[i]))) << i;
+    largest = std::max(largest, static_cast<double>(std::abs(ref[i])));
+  }
+  EXPECT_GT(largest, 1e-4);  // a gradient that is not all zeros
+  EXPECT_EQ(got.at("conv1.weight"), want.at("conv1.weight"));
+}
+
+// Tokens: a 2-layer GPT from the preset, vocab 11, T 5, its LM head tied to wte.
+ModelSpec tiny_gpt() {
+  GptPreset p;
+  p.n_layer = 2;
+  p.n_head = 2;
+  p.n_embd = 8;
+  p.vocab_size = 11;
+  ModelSpec spec;
+  spec.layers = gpt_preset(p);
+  spec.graph = true;
+  return spec;
+}
+
+void feed_tokens(Model& m, std::int64_t batch, unsigned seed) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * 5)), next(ids.size());
+  std::uint32_t s = seed;
+  for (auto& v : ids) v = static_cast<std::int32_t>((s = s * 1664525u + 1013904223u) >> 28) % 11;
+  for (std::size_t i = 0; i < ids.size(); ++i) next[i] = ids[(i + 1) % ids.size()];
+  cpu()->copy_from_host(m.input(batch), ids.data());
+  cpu()->copy_from_host(m.labels(batch), next.data());
+}
+
+TEST(Freezing, GradientsFlowThroughFrozenEmbeddingsAndTheTiedHeadUnchanged) {
+  const InputSpec tokens{DType::int32, 5, {}};
+  // wte frozen: neither the LM head (tied to it) nor the embedding adds to its gradient.
+  expect_trainable_gradients_unchanged(with_frozen(tiny_gpt(), {"wte"}), tiny_gpt(), 5, 11, tokens,
+                                       {}, feed_tokens, 1);
+  // Everything but the attention frozen.
+  ModelSpec attention_only = tiny_gpt();
+  attention_only.freeze.trainable.push_back(at("h.*.attn.*", 1, "train.trainable"));
+  expect_trainable_gradients_unchanged(attention_only, tiny_gpt(), 5, 11, tokens, {}, feed_tokens,
+                                       2 + 2 * 8 + 2);
+  auto backend = std::make_shared<CountingBackend>();
+  Model m(backend, with_frozen(tiny_gpt(), {"wte", "wpe"}), 5, 11, tokens);
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(4);
+  m.init_parameters(1);
+  feed_tokens(m, 4, 3);
+  m.forward(4);
+  m.compute_loss(4, 1.0f, true);
+  backend->counting = true;
+  m.backward(4);
+  EXPECT_EQ(backend->calls["scatter_add"], 0);
+}
+
+}  // namespace
+}  // namespace mixtrain::core
