@@ -59,7 +59,8 @@ std::uint64_t BlockQuantizer::seed(std::uint64_t run_seed, const sdk::OperandSlo
 
 void BlockQuantizer::quantize(const std::shared_ptr<sdk::DeviceBackend>& backend,
                               sdk::GemmFacet& gemm, sdk::TensorView src, OperandRole role,
-                              std::uint64_t run_seed, std::int64_t step, std::int64_t micro_batch) {
+                              std::uint64_t run_seed, std::int64_t step, std::int64_t micro_batch,
+                              bool both_passes) {
   const int r = role_index(role);
   const sdk::OperandSlot& slot = slots_[static_cast<std::size_t>(r)];
   const std::int64_t rows = src.shape.rows(), cols = src.shape.cols();
@@ -75,7 +76,7 @@ void BlockQuantizer::quantize(const std::shared_ptr<sdk::DeviceBackend>& backend
   // One call rounds its outputs alike, with one seed: a stochastically rounded pass has a call
   // of its own (its own bits), the nearest-even ones share one read of src.
   const bool one_call = !plans[0].stochastic_rounding && !plans[1].stochastic_rounding;
-  for (int p = 0; p < (shared_[r] ? 1 : 2); ++p) {
+  for (int p = 0; p < (shared_[r] || !both_passes ? 1 : 2); ++p) {
     Buffers& b = buffers_[r][p];
     const sdk::BlockExtent grid = sdk::block_grid(plans[p].layout, rows, cols);
     if (b.codes.empty() || b.codes.shape().numel() < rows * cols)

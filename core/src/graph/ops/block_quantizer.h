@@ -13,8 +13,9 @@
 // - Stochastic rounding (where the plan asks for it) draws its bits from seed(): the run's seed,
 //   the slot, the pass, the optimizer step and the micro-batch, so a resumed run rounds as the
 //   uninterrupted one did, and a replay of a step rounds as the step did.
-// - operand() views the last quantization of a role for a pass; valid until the next quantize()
-//   of that role. Non-owning: the facet is the policy's and outlives the op.
+// - operand() views the last quantization of a role for a pass that quantize() covered; valid
+//   until the next quantize() of that role. Non-owning: the facet is the policy's and outlives the
+//   op.
 #pragma once
 
 #include <cstdint>
@@ -34,11 +35,12 @@ class BlockQuantizer {
   void set_facet(const sdk::BlockScalingFacet* facet) { facet_ = facet; }
   bool active() const { return facet_ != nullptr; }
 
-  // Quantizes src [rows, cols] for both passes of `role`. `run_seed`, `step` and `micro_batch`
-  // key stochastic rounding.
+  // Quantizes src [rows, cols] for both passes of `role` (the first only, when !both_passes: the
+  // input of a frozen weight, which has no wgrad). `run_seed`, `step` and `micro_batch` key
+  // stochastic rounding.
   void quantize(const std::shared_ptr<sdk::DeviceBackend>& backend, sdk::GemmFacet& gemm,
                 sdk::TensorView src, sdk::OperandRole role, std::uint64_t run_seed,
-                std::int64_t step, std::int64_t micro_batch);
+                std::int64_t step, std::int64_t micro_batch, bool both_passes = true);
   sdk::BlockScaledOperand operand(sdk::OperandRole role, sdk::GemmPass pass) const;
 
   // The seed of one quantization's stochastic rounding.

@@ -216,8 +216,10 @@ void LinearLayer::forward_block_scaled(TensorView x, std::int64_t rows) {
   using sdk::GemmPass;
   using sdk::OperandRole;
   sdk::GemmFacet& gemm = *facets().call(sdk::GemmOp::quantize_block_scaled);
-  // x for forward and (its second quantization, along the batch) wgrad; W for forward and dgrad.
-  blocks_.quantize(backend_, gemm, x, OperandRole::input, run_seed_, step_, micro_batch_);
+  // x for forward and (its second quantization, along the batch) wgrad — a frozen weight has no
+  // wgrad, so x is quantized once; W for forward and dgrad.
+  blocks_.quantize(backend_, gemm, x, OperandRole::input, run_seed_, step_, micro_batch_,
+                   !weight().frozen);
   blocks_.quantize(backend_, gemm, weight_operand(), OperandRole::weight, run_seed_, step_,
                    micro_batch_);
   sdk::BlockScaledGemmArgs g;
@@ -236,7 +238,8 @@ void LinearLayer::forward_block_scaled(TensorView x, std::int64_t rows) {
     materialise_output();
     g.c = output(rows);
   }
-  if (bias_) g.bias = bias().master.view();
+  if (bias_) g.bias = bias().value();
+  g.alpha = static_cast<float>(scale_);
   facets().call(sdk::GemmOp::gemm_block_scaled)->gemm_block_scaled(g);
 }
 
@@ -245,15 +248,18 @@ void LinearLayer::backward_block_scaled(TensorView dy, TensorView dx) {
   using sdk::OperandRole;
   blocks_.quantize(backend_, *facets().call(sdk::GemmOp::quantize_block_scaled), dy,
                    OperandRole::grad_output, run_seed_, step_, micro_batch_);
-  // dW[out, in] (+)= dyᵀ[out, rows] · x[rows, in], both blocked along the batch.
-  sdk::BlockScaledGemmArgs gw;
-  gw.a = blocks_.operand(OperandRole::grad_output, GemmPass::wgrad);
-  gw.a.transpose = true;
-  gw.b = blocks_.operand(OperandRole::input, GemmPass::wgrad);
-  gw.c = weight().grad.view();
-  gw.beta = weight().take_grad_beta();
-  facets().call(sdk::GemmOp::gemm_block_scaled)->gemm_block_scaled(gw);
-  if (bias_)
+  if (!weight().frozen) {
+    // dW[out, in] (+)= dyᵀ[out, rows] · x[rows, in], both blocked along the batch.
+    sdk::BlockScaledGemmArgs gw;
+    gw.a = blocks_.operand(OperandRole::grad_output, GemmPass::wgrad);
+    gw.a.transpose = true;
+    gw.b = blocks_.operand(OperandRole::input, GemmPass::wgrad);
+    gw.c = weight().grad.view();
+    gw.alpha = static_cast<float>(scale_);
+    gw.beta = weight().take_grad_beta();
+    facets().call(sdk::GemmOp::gemm_block_scaled)->gemm_block_scaled(gw);
+  }
+  if (bias_ && !bias().frozen)
     facets()
         .call(sdk::ActivationOp::bias_grad)
         ->bias_grad(dy, bias().grad.view(), bias().take_grad_beta() != 0.0f);
@@ -263,6 +269,7 @@ void LinearLayer::backward_block_scaled(TensorView dy, TensorView dx) {
     gx.a = blocks_.operand(OperandRole::grad_output, GemmPass::dgrad);
     gx.b = blocks_.operand(OperandRole::weight, GemmPass::dgrad);
     gx.c = dx;
+    gx.alpha = static_cast<float>(scale_);
     facets().call(sdk::GemmOp::gemm_block_scaled)->gemm_block_scaled(gx);
   }
 }
