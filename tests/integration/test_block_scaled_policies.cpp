@@ -54,7 +54,20 @@ eval_fraction = 0.0625
 [data.synthetic]
 )";
 
-class block_scaled_policies : public CliTest {};
+class block_scaled_policies : public CliTest {
+ protected:
+  // The losses of a run of `cfg` with `extra` arguments, in folder dir_/name.
+  std::vector<double> losses_of(const fs::path& cfg, const std::string& name,
+                                const std::string& extra) {
+    const auto r =
+        run("train " + cfg.string() + " --run-dir " + (dir_ / name).string() + extra, dir_);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::vector<double> losses;
+    for (const auto& rec : records(dir_ / name / "metrics.jsonl"))
+      if (rec.contains("loss")) losses.push_back(rec["loss"].get<double>());
+    return losses;
+  }
+};
 
 // --- Two training steps against the NumPy reference ---------------------------------------------
 
@@ -278,14 +291,108 @@ TEST_F(block_scaled_policies, Nvfp4StochasticRoundingRepeatsWithTheSeedAndChange
   EXPECT_NE(a, rtn);
 }
 
-TEST_F(block_scaled_policies, AnOverrideTakesANodeOutOfBlockScaling) {
-  const auto cfg = write_file("tiny.toml", std::string(kTinyMlp) + R"(
+TEST_F(block_scaled_policies, AnOverrideTakesItsNodesOutOfBlockScalingAndTheRestStayIn) {
+  // Every linear overridden to bf16 GEMMs: the policy's bf16-mixed base alone, step for step.
+  const auto all = write_file("all.toml", std::string(kTinyMlp) + R"(
+[[precision.override]]
+layers = "*"
+gemm_input = "bf16"
+)");
+  const auto some = write_file("some.toml", std::string(kTinyMlp) + R"(
 [[precision.override]]
 layers = "head"
 gemm_input = "bf16"
 )");
-  const auto r = run("train " + cfg.string() + " --set precision.policy=fp8-block");
+  const auto tiny = write_file("tiny.toml", kTinyMlp);
+  const auto bf16 = losses_of(tiny, "bf16", " --set precision.policy=bf16-mixed");
+  const auto none = losses_of(all, "none", " --set precision.policy=nvfp4");
+  const auto head = losses_of(some, "head", " --set precision.policy=nvfp4");
+  const auto every = losses_of(tiny, "every", " --set precision.policy=nvfp4");
+  ASSERT_EQ(bf16.size(), 3u);
+  EXPECT_EQ(none, bf16);
+  // Only head out: fc1 and fc2 still block-scaled, so neither the all-bf16 nor the all-nvfp4 run.
+  ASSERT_EQ(head.size(), 3u);
+  EXPECT_NE(head, bf16);
+  EXPECT_NE(head, every);
+}
+
+TEST_F(block_scaled_policies, APolicyOptionOutOfRangeExits2AtItsLine) {
+  const auto cfg = write_file("tiny.toml", std::string(kTinyMlp) + R"(
+[precision.mxfp8]
+fp8_format = "e2m1"
+)");
+  const auto r = run("train " + cfg.string() + " --set precision.policy=mxfp8", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "tiny.toml:36:") && has(r.err, "fp8_format") && has(r.err, "hybrid"))
+      << r.err;
+  const auto plain = write_file("plain.toml", kTinyMlp);
+  const auto s = run("train " + plain.string() + " --set precision.policy=nvfp4" +
+                         " --set precision.nvfp4.stochastic_rounding=3",
+                     dir_);
+  EXPECT_EQ(s.exit_code, 2) << s.err;
+  EXPECT_TRUE(has(s.err, "stochastic_rounding")) << s.err;
+}
+
+TEST_F(block_scaled_policies, ABackendWithoutTheBlockScaledOpsIsRefusedAtPlanTimeByNode) {
+  const auto cfg =
+      write_file("tiny.toml", std::string("[plugins]\npaths = [\"") + MIXTRAIN_TEST_PLUGIN_DIR +
+                                  "/cpu_without_block_scaling\"]\n" + kTinyMlp);
+  const auto r =
+      run("train " + cfg.string() + " --set backend.type=test_cpu_without_block_scaling" +
+              " --set precision.policy=fp8-block",
+          dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  // fc1's config line (the [model] layers entry), the op it lacks.
+  EXPECT_TRUE(has(r.err, "tiny.toml:23:") && has(r.err, "'fc1'") &&
+              has(r.err, "quantize_block_scaled") && has(r.err, "does not provide"))
+      << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "runs" / "tiny" / "metrics.jsonl"));
+  // The same backend runs the model under an ordinary policy.
+  const auto ok =
+      run("train " + cfg.string() + " --set backend.type=test_cpu_without_block_scaling" +
+              " --set precision.policy=bf16-mixed --set run.name=plain",
+          dir_);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+TEST_F(block_scaled_policies, AReductionDimTheBlockDoesNotDivideIsPaddedAndSaidOnce) {
+  // fc2 reads 40 features and head 24: neither a multiple of mxfp8's 32 (the exactness of the
+  // padding is the NumPy reference test's; here, that the plan says so, once).
+  const auto cfg = write_file("tiny.toml", kTinyMlp);
+  const auto r = run("train " + cfg.string() + " --set precision.policy=mxfp8", dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string log = r.out + r.err;
+  EXPECT_TRUE(has(log, "zero-pad") && has(log, "fc2 forward in=40 by 32") &&
+              has(log, "head forward in=24 by 32, dgrad out=10 by 32"))
+      << log;
+  EXPECT_EQ(log.find("zero-pad"), log.rfind("zero-pad")) << "said more than once:\n" << log;
+  // fc1 reads the batch, whose gradient nobody needs: no dgrad, so nothing said of its out.
+  EXPECT_FALSE(has(log, "fc1 dgrad")) << log;
+}
+
+TEST_F(block_scaled_policies, AResumeUnderAnotherPolicyNeedsAnExplicitSet) {
+  const auto cfg = write_file("tiny.toml", kTinyMlp);
+  auto r = run("train " + cfg.string() + " --set precision.policy=fp8-block --set run.steps=2" +
+               " --run-dir " + (dir_ / "run").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The config itself names another policy: refused, naming both and the way to switch.
+  std::string other = kTinyMlp;
+  other.replace(other.find("policy = \"fp32\""), 15, "policy = \"mxfp8\"");
+  const auto edited = write_file("edited.toml", other);
+  r = run("train " + edited.string() + " --resume " + (dir_ / "run").string() +
+          " --set run.steps=3");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "'fp8-block'") && has(r.err, "'mxfp8'") && has(r.err, "edited.toml:") &&
+              has(r.err, "--set precision.policy=mxfp8"))
+      << r.err;
+  // Named on the command line: a deliberate switch, with a warning, and the run goes on.
+  r = run("train --resume " + (dir_ / "run").string() +
+          " --set run.steps=3 --set precision.policy=mxfp8");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out + r.err, "was trained under precision policy 'fp8-block'")) << r.err;
+  // The same policy resumes as always.
+  r = run("train --resume " + (dir_ / "run").string() + " --set run.steps=4");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 TEST_F(block_scaled_policies, AnOpWithoutABlockScaledPathIsRefusedAtPlanTimeByName) {
@@ -301,7 +408,8 @@ TEST_F(block_scaled_policies, AnOptionNotImplementedIsRefusedNamingIt) {
   const auto cfg = write_file("tiny.toml", kTinyMlp);
   const auto r =
       run("train " + cfg.string() +
-          " --set precision.policy=nvfp4 --set precision.nvfp4.random_hadamard_transform=true");
+              " --set precision.policy=nvfp4 --set precision.nvfp4.random_hadamard_transform=true",
+          dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "random_hadamard_transform")) << r.err;
 }
