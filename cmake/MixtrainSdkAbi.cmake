@@ -2,22 +2,25 @@
 #
 # Two kinds of record in sdk/abi/declarations.txt (docs/architecture.md, "Plugins and the ABI"):
 #   core <kSdkAbiVersion> <sha256>     every public header under sdk/include/mixtrain/sdk but the
-#                                      facets' (backend_*.h), the facet list and support/: the
+#                                      facets' (backend_*.h, policy_*.h), the facet list and
+#                                      support/: the
 #                                      descriptor, the factories, the component interfaces and the
 #                                      types they use. A change breaks every plugin.
-#   facet <kName> <major.minor> <sha256>  one facet header (backend_<facet>.h): its kName and
+#   facet <kName> <major.minor> <sha256>  one facet header (backend_<facet>.h, or policy_<facet>.h
+#                                      for a facet a precision policy offers): its kName and
 #                                      kVersion are read from it. A change is a minor step (methods
 #                                      appended) or a major one (anything else), for that facet only.
 # support/ (helpers a plugin compiles in) and facet_list.h are in no record. Lines of the form
 # "<n> <sha256>" are the records of the scheme before core 14 (one digest of every header), kept.
 # The record is append-only, and its own git history holds it to that: every version of it
-# committed since the scheme began (MIXTRAIN_ABI_HISTORY_SINCE, 0fc9ddf) must be a prefix of the
-# record checked, so a rewritten or removed line fails even when no header asks for its digest.
+# committed since the scheme began (MIXTRAIN_ABI_HISTORY_SINCE, 0fc9ddf) must be in the record
+# checked, its lines in its order (a prefix, unless a merge put another branch's appended lines
+# between them), so a rewritten or removed line fails even when no header asks for its digest.
 # Outside a git checkout (a tarball) that part is skipped, saying so.
 #
 # Script mode (cmake -P); MIXTRAIN_ABI_MODE picks what it does:
 #   check   (default) every subject's digest is the one recorded for its version, and every
-#           committed version of the record is a prefix of it. Fails, saying which version step to
+#           committed version of the record is in it, in order. Fails, saying which version step to
 #           take or which line was rewritten, otherwise.
 #   update  appends a record for each subject whose version has none. Refuses to
 #           rewrite a recorded version, and a version not above that subject's recorded ones.
@@ -27,7 +30,7 @@
 #
 # MIXTRAIN_SDK_HEADERS (the folder holding mixtrain/sdk) and MIXTRAIN_ABI_RECORD default to this
 # checkout's; the guard's own test points them at an edited copy in a git repository of its own.
-# MIXTRAIN_ABI_HISTORY_SINCE: the oldest commit whose record must still be a prefix (empty: every
+# MIXTRAIN_ABI_HISTORY_SINCE: the oldest commit whose record must still be held (empty: every
 # commit that touched the record).
 #
 # Normalisation: comments become whitespace (string and character literals are kept verbatim, so
@@ -124,7 +127,7 @@ function(mixtrain_abi_subjects headers out)
   foreach(file IN LISTS all)
     if(file MATCHES "^support/" OR file STREQUAL "facet_list.h")
       continue()
-    elseif(file MATCHES "^backend_[a-z_]+\\.h$")
+    elseif(file MATCHES "^(backend|policy)_[a-z_]+\\.h$")
       mixtrain_abi_normalise("${sdk_dir}/${file}" text)
       if(NOT text MATCHES "kName=\"([a-z_]+)\"")
         message(FATAL_ERROR "${sdk_dir}/${file}: a facet header declares kName = \"<name>\"")
@@ -214,9 +217,13 @@ function(mixtrain_abi_step_advice subject version out_var)
   endif()
 endfunction()
 
-# Every committed version of `record` since `since` (and the working tree's against HEAD) is a
-# prefix of `record` now, line for line: a recorded line is never rewritten or removed. Git's
-# history is the record's seal; without git or a repository the check is skipped with a note.
+# Every committed version of `record` since `since` is in `record` now, line for line and in its
+# order: a recorded line is never rewritten or removed. On one line of history that makes each
+# version a prefix; where two branches each appended a record and merged, the merged record holds
+# both in turn (the target's first), so neither branch's versions are prefixes of it, and each is
+# held to its lines in order instead. Every commit that touched the record counts (git log
+# --full-history: a merge that took one side's record must not hide the other side's commits).
+# Git's history is the record's seal; without git or a repository the check is skipped with a note.
 function(mixtrain_abi_check_history record since)
   find_program(MIXTRAIN_GIT git)
   get_filename_component(dir "${record}" DIRECTORY)
@@ -233,7 +240,7 @@ function(mixtrain_abi_check_history record since)
   file(REAL_PATH "${record}" real_record)
   file(REAL_PATH "${top}" real_top)
   file(RELATIVE_PATH rel "${real_top}" "${real_record}")
-  execute_process(COMMAND "${MIXTRAIN_GIT}" -C "${top}" log --format=%h HEAD -- "${rel}"
+  execute_process(COMMAND "${MIXTRAIN_GIT}" -C "${top}" log --full-history --format=%h HEAD -- "${rel}"
                   RESULT_VARIABLE rc OUTPUT_VARIABLE commits ERROR_QUIET)
   if(NOT rc EQUAL 0)
     message(STATUS "append-only check skipped: the repository at ${top} has no commits")
@@ -253,16 +260,29 @@ function(mixtrain_abi_check_history record since)
       string(REPLACE ";" "\\;" text "${text}")
       string(REPLACE "\n" ";" then "${text}")
       list(FILTER then INCLUDE REGEX "^[a-z0-9]")
+      # The commit's lines, in order, among the record's: lines another branch appended may sit
+      # between them once the two branches merged, but none of the commit's is rewritten or gone.
       set(i 0)
       foreach(line IN LISTS then)
-        if(i GREATER_EQUAL n_now)
-          message(FATAL_ERROR "${record} lost records: commit ${commit} holds '${line}' as record ${i}, the record now ends before it; restore it (the record is append-only)")
+        set(found FALSE)
+        while(i LESS n_now)
+          list(GET now ${i} actual)
+          math(EXPR i "${i} + 1")
+          if(actual STREQUAL line)
+            set(found TRUE)
+            break()
+          endif()
+        endwhile()
+        if(NOT found)
+          string(REGEX REPLACE " [0-9a-f]+$" "" key "${line}")
+          foreach(actual IN LISTS now)
+            string(FIND "${actual}" "${key} " at)
+            if(at EQUAL 0)
+              message(FATAL_ERROR "${record} record '${key}' was rewritten: commit ${commit} recorded '${line}', the record now says '${actual}'; restore it (plugins built against that version rely on its declarations) and record a new version instead")
+            endif()
+          endforeach()
+          message(FATAL_ERROR "${record} lost records: commit ${commit} holds '${line}', which the record no longer has after that commit's earlier lines; restore it (the record is append-only)")
         endif()
-        list(GET now ${i} actual)
-        if(NOT actual STREQUAL line)
-          message(FATAL_ERROR "${record} record ${i} was rewritten: commit ${commit} recorded '${line}', the record now says '${actual}'; restore it (plugins built against that version rely on its declarations) and record a new version instead")
-        endif()
-        math(EXPR i "${i} + 1")
       endforeach()
       math(EXPR checked "${checked} + 1")
     endif()

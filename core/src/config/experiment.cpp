@@ -402,6 +402,7 @@ void read_precision(const PluginSections& plugins, const std::vector<TableEntry>
                             {"override", "escalate"}},
                            e.policy_name, e.policy_options);
   push_component(e.core_sections, "precision", "policy", e.policy_name, host, e.policy_options);
+  e.policy_where = plugins.config.location("precision.policy");
   for (const auto& entry : overrides) e.overrides.push_back(read_override(entry, e.core_sections));
   read_escalation(plugins.config, e);
 }

@@ -21,6 +21,39 @@ std::string dtypes_of(const sdk::OpPrecision& p) {
          std::string(sdk::dtype_name(p.activation_grad));
 }
 
+// " fc2 forward in=48 by 128, dgrad out=10 by 128" for the weight GEMMs of `op` whose forward
+// (over in) or dgrad (over out, when the op computes its input's gradient) reduction dim the
+// policy's blocks do not divide; "" otherwise.
+std::string padded_reductions(const sdk::OpDescription& op, const sdk::BlockScalingFacet& blocks,
+                              bool dgrad) {
+  std::string out;
+  for (const auto& gemm : op.gemms) {
+    if (!gemm.reads_weight()) continue;
+    const struct {
+      sdk::OperandRole role;
+      sdk::GemmPass pass;
+      const char* dim;
+      std::int64_t k;
+    } uses[] = {{sdk::OperandRole::input, sdk::GemmPass::forward, "in", op.in_features},
+                {sdk::OperandRole::grad_output, sdk::GemmPass::dgrad, "out", op.out_features}};
+    std::string these;
+    for (const auto& u : uses) {
+      if (u.pass == sdk::GemmPass::dgrad && !dgrad) continue;
+      const sdk::OperandSlot slot(op.name, gemm.name, u.role);
+      const std::int64_t block =
+          blocks.operand_plan(slot, u.pass, sdk::ReductionAxis::cols).layout.block_cols;
+      if (block > 1 && u.k % block != 0)
+        these += std::string(these.empty() ? " " : ", ") +
+                 std::string(sdk::gemm_pass_name(u.pass)) + " " + u.dim + "=" +
+                 std::to_string(u.k) + " by " + std::to_string(block);
+    }
+    if (!these.empty())
+      out += std::string(out.empty() ? " " : "; ") + op.name +
+             (op.gemms.size() > 1 ? "." + gemm.name : "") + these;
+  }
+  return out;
+}
+
 bool all_fp32(const sdk::OpPrecision& p) {
   return p.weight == sdk::DType::fp32 && p.gemm_input == sdk::DType::fp32 &&
          p.activation == sdk::DType::fp32 && p.activation_grad == sdk::DType::fp32;
@@ -134,6 +167,34 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
     for (auto& layer : model.layers())
       if (layer->has_gemm() && sdk::is_fp8(layer->precision().gemm_input))
         layer->set_operand_scaling(&policy);
+  // Block-scaled operands likewise, where the final plan keeps the policy's fp8 mark; an op with
+  // such GEMMs but no block-scaled path is refused here rather than run some other way.
+  if (const auto* blocks = dynamic_cast<const sdk::BlockScalingFacet*>(&policy)) {
+    std::string padded;
+    for (std::size_t i = 0; i < model.layers().size(); ++i) {
+      Layer& layer = *model.layers()[i];
+      if (!layer.has_gemm() || !sdk::is_fp8(layer.precision().gemm_input)) continue;
+      if (layer.set_block_scaling(blocks)) {
+        const auto& inputs = model.plan().node(i).inputs;
+        const std::string these = padded_reductions(
+            layer.description(), *blocks, !inputs.empty() && model.plan().needs_grad(inputs[0]));
+        if (!these.empty()) padded += (padded.empty() ? "" : ";") + these;
+        continue;
+      }
+      const PlannedNode& node = model.plan().node(i);
+      throw sdk::ConfigError(
+          node.where, node.key,
+          "node '" + layer.name() + "' (" + layer.type() +
+              ") has no block-scaled GEMM path, which the precision policy plans for it",
+          "keep it out of block scaling: [[precision.override]] layers = \"" + layer.name() +
+              "\" gemm_input = \"bf16\"");
+    }
+    if (!padded.empty())
+      log.info(
+          "block-scaled GEMMs zero-pad the last block of a reduction dim the block does not "
+          "divide (exact, as Transformer Engine pads, at the cost of the padding):" +
+          padded + "; the wgrad GEMMs reduce over the batch rows and pad them alike");
+  }
 }
 
 }  // namespace mixtrain::core

@@ -590,6 +590,33 @@ void restore_component(const CheckpointFile& file, const char* what, const std::
   }
 }
 
+// The policy's state, or — when this run names another policy by a --set, a deliberate switch —
+// none: the new policy starts from its initial state (FP8 scales and histories are the old
+// policy's), and a warning says so. Another policy named any other way (an edited config, a
+// --merge) is a CheckpointError naming both and the --set that would switch.
+void restore_policy(Trainer::State& s, const CheckpointFile& file,
+                    const TrainingProgress& progress) {
+  const json saved = metadata_entry(file, "policy");
+  const std::string before =
+      saved.is_object() && saved.contains("component") && saved["component"].is_string()
+          ? saved["component"].get<std::string>()
+          : std::string();
+  if (before.empty() || before == s.e.policy_name)
+    return restore_component(file, "policy", s.e.policy_name, progress, *s.c.policy);
+  if (s.e.policy_where.file.rfind("--set ", 0) == 0) {
+    s.log.warn(file.path.string() + " was trained under precision policy '" + before + "'; " +
+               s.e.policy_where.file + " switches to '" + s.e.policy_name +
+               "', which starts from its initial state (the old policy's state is not carried)");
+    return;
+  }
+  throw sdk::CheckpointError(
+      file.path.string() + ": the policy state was written by '" + before +
+          "' but this run uses '" + s.e.policy_name + "' (" + s.e.policy_where.to_string() + ")",
+      "resume with the run's policy (its config.toml), or switch deliberately on the command "
+      "line: --set precision.policy=" +
+          s.e.policy_name);
+}
+
 // Everything of a full training state besides the weights: the counters, the optimizer's
 // slots, the EMA, the components' states, the sampler's cursor and the watched metrics.
 void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
@@ -609,7 +636,7 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
   restore_ema(s, file);
   restore_component(file, "optimizer", s.e.optimizer_type, progress, *s.c.optimizer);
   restore_component(file, "scaler", s.e.scaler_type, progress, *s.c.scaler);
-  restore_component(file, "policy", s.e.policy_name, progress, *s.c.policy);
+  restore_policy(s, file, progress);
   // Each step draws run.accumulate batches.
   s.data.sampler->set_cursor(read_sampler_cursor(sampler, progress.step * s.e.run.accumulate,
                                                  s.data.sampler->batches_per_epoch(), path));

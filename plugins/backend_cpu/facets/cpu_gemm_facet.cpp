@@ -1,10 +1,12 @@
 // CpuGemm: the CPU backend's GemmFacet on the shared GemmEngine (cpu_gemm.h): cached oneDNN
 // matmul primitives with FP32 accumulation, the fused epilogue's activation from
 // cpu_activation_kernels.h, and the strided-batched GEMM as one 3-D matmul where one can express
-// the call, else a loop over gemm().
+// the call, else a loop over gemm(); the block-scaled ops on the exact simulator
+// (cpu_block_scaled.h).
 #include <cstdint>
 
 #include "cpu_activation_kernels.h"
+#include "cpu_block_scaled.h"
 #include "cpu_context.h"
 #include "cpu_gemm.h"
 #include "mixtrain/sdk/backend_gemm.h"
@@ -24,6 +26,10 @@ class CpuGemm final : public sdk::GemmFacet {
   // One cached 3-D oneDNN matmul (batch, m, k) x (batch, k, n), same dtype routing as gemm();
   // a loop over gemm() for what that cannot express (cpu_gemm.h).
   void gemm_strided_batched(const sdk::GemmBatchedArgs& args) override;
+  // The SDK's table, and the block-scaled ops on fp32 / bf16 / fp16 (src; C).
+  bool supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const override;
+  void quantize_block_scaled(const sdk::BlockQuantizeArgs& args) override;
+  void gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) override;
 
  private:
   CpuContext& context_;
@@ -36,6 +42,27 @@ const sdk::FacetRegistration<CpuContext, sdk::GemmFacet, CpuGemm> kRegistration;
 void CpuGemm::gemm(const sdk::GemmArgs& args) {
   context_.use_threads();
   context_.gemm().run(args, [this](sdk::Activation act, const TensorView& z) {
+    apply_activation(context_, act, z, z);
+  });
+  context_.account_scratch();
+}
+
+bool CpuGemm::supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const {
+  if (op != sdk::GemmOp::quantize_block_scaled && op != sdk::GemmOp::gemm_block_scaled)
+    return GemmFacet::supports(op, dtypes);
+  if (dtypes.size() > 1) return false;
+  for (sdk::DType t : dtypes)
+    if (t != sdk::DType::fp32 && t != sdk::DType::bf16 && t != sdk::DType::fp16) return false;
+  return true;
+}
+
+void CpuGemm::quantize_block_scaled(const sdk::BlockQuantizeArgs& args) {
+  quantize_block_scaled_cpu(args);
+  context_.account_scratch();
+}
+
+void CpuGemm::gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) {
+  gemm_block_scaled_cpu(args, [this](sdk::Activation act, const TensorView& z) {
     apply_activation(context_, act, z, z);
   });
   context_.account_scratch();

@@ -1,6 +1,7 @@
 // GemmFacet (backend_gemm.h): its out-of-line anchor, its ops' names in messages, their rows
 // of the signature table and the default supports() that answers from them.
 #include "mixtrain/sdk/backend_gemm.h"
+#include "mixtrain/sdk/error.h"
 #include "signature_classes.h"
 
 namespace mixtrain::sdk {
@@ -15,6 +16,10 @@ std::string_view op_name(GemmOp op) noexcept {
       return "gemm_strided_batched";
     case GemmOp::gemm_grouped:
       return "gemm_grouped";
+    case GemmOp::quantize_block_scaled:
+      return "quantize_block_scaled";
+    case GemmOp::gemm_block_scaled:
+      return "gemm_block_scaled";
   }
   return "?";
 }
@@ -24,12 +29,29 @@ void GemmFacet::gemm_grouped(std::span<const GemmArgs> group) {
   for (const GemmArgs& args : group) gemm(args);
 }
 
+// Block-scaled ops are offered only by a backend that overrides them (and supports()).
+void GemmFacet::quantize_block_scaled(const BlockQuantizeArgs&) {
+  throw BackendError("this backend's gemm facet has no quantize_block_scaled",
+                     "run block-scaled precision policies on the CPU backend's simulator "
+                     "(--set backend.type=cpu)");
+}
+
+void GemmFacet::gemm_block_scaled(const BlockScaledGemmArgs&) {
+  throw BackendError("this backend's gemm facet has no gemm_block_scaled",
+                     "run block-scaled precision policies on the CPU backend's simulator "
+                     "(--set backend.type=cpu)");
+}
+
+// The block-scaled ops have no row: no backend runs them unless it answers for them itself.
 OpSignature op_signature(GemmOp op) noexcept {
   switch (op) {
     case GemmOp::gemm:
     case GemmOp::gemm_strided_batched:
     case GemmOp::gemm_grouped:
       return {kOperandx2Out};  // {A, B, C}
+    case GemmOp::quantize_block_scaled:
+    case GemmOp::gemm_block_scaled:
+      return {};
   }
   return {};
 }

@@ -2,7 +2,8 @@
 # record, in a git repository of its own: comment and layout edits pass; a core declaration edit
 # asks for a kSdkAbiVersion bump, a facet's for a step of that facet alone; support/ is outside
 # every record; the update refuses to rewrite a recorded version and records a stepped one; a
-# committed record line rewritten or removed fails (without git that last part is skipped).
+# committed record line rewritten or removed fails, also across a merge of two branches that each
+# appended one (without git that last part is skipped).
 #
 #   cmake -D MIXTRAIN_SOURCE_DIR=<checkout> -D WORK_DIR=<scratch folder> -P test_sdk_abi_guard.cmake
 
@@ -180,3 +181,25 @@ file(WRITE "${record}" "${removed}")
 expect("a removed record line" check fail "lost records: commit ")
 file(WRITE "${record}" "${text}")
 expect("the record restored" check pass "append-only: the record extends each of its 1 committed versions")
+
+# Two branches that each appended a record, merged: the merged record holds both (the target's
+# first), so the branch's committed version is no prefix of it, yet no line of it is gone. A merge
+# that drops either branch's line fails.
+git(commit -q --allow-empty -m "the records restored")
+git(checkout -q -b side)
+file(APPEND "${record}" "facet merged_side 1.0 aaaa\n")
+git(commit -q -a -m "the side branch appends a record")
+git(checkout -q -)
+file(APPEND "${record}" "facet merged_main 1.0 bbbb\n")
+git(commit -q -a -m "the target appends a record")
+# The merge commit keeps the target's record, so what holds the side's line below is the side
+# branch's own commit; the working tree then holds the merged record.
+git(merge -q -s ours -m "merge the side branch" side)
+file(WRITE "${record}" "${text}facet merged_main 1.0 bbbb\nfacet merged_side 1.0 aaaa\n")
+expect("two branches' records merged" check pass "append-only: the record extends each of its 4 committed versions")
+file(WRITE "${record}" "${text}facet merged_main 1.0 bbbb\n")
+expect("a merge that drops the branch's record" check fail "lost records: commit ")
+file(WRITE "${record}" "${text}facet merged_side 1.0 aaaa\n")
+expect("a merge that drops the target's record" check fail "lost records: commit ")
+file(WRITE "${record}" "${text}facet merged_main 1.0 bbbb\nfacet merged_side 1.0 cccc\n")
+expect("a merge that rewrites the branch's record" check fail "recorded 'facet merged_side 1.0 aaaa'")

@@ -28,7 +28,8 @@ LinearLayer::LinearLayer(std::string name, std::int64_t in, std::int64_t out, bo
       zero_init_(zero_init),
       tie_weight_(std::move(tie_weight)),
       tie_where_(std::move(tie_where)),
-      scaler_(name_, kGemm) {
+      scaler_(name_, kGemm),
+      blocks_(name_, kGemm) {
   use_operand_scaler(&scaler_);
   traits_.gemms = {{kGemm, {kRoles[0], kRoles[1], kRoles[2]}}};
   traits_.forward_flops_per_row = 2 * in_ * out_ + (bias_ ? out_ : 0);
@@ -49,6 +50,7 @@ void LinearLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
 }
 
 void LinearLayer::init_parameters(std::uint64_t seed) {
+  run_seed_ = seed;
   if (zero_init_) {
     // LoRA's B: the adapter adds nothing until it has trained. value(): a frozen weight may have
     // no master.
@@ -96,15 +98,34 @@ void LinearLayer::update_fusion() {
   traits_.output_deferred = epilogue_fused_ && fused_->activation() == sdk::Activation::relu;
 }
 
+bool LinearLayer::set_block_scaling(const sdk::BlockScalingFacet* facet) {
+  blocks_.set_facet(facet);
+  return true;
+}
+
 void LinearLayer::set_fusion(bool on) {
   fusion_on_ = on;
   update_fusion();
 }
 
-std::vector<BackendNeed> LinearLayer::backend_needs(DType) const {
+std::vector<BackendNeed> LinearLayer::backend_needs(DType input) const {
   // The input is cast to the GEMM's dtype first (casts are the backend's core), so the GEMMs see
   // the plan's dtypes: y = x·Wᵀ into the activation, dW into fp32, dx into the input's gradient.
   const DType g = precision_.gemm_input;
+  if (blocks_.active()) {
+    // Each operand is quantized from its own storage; the GEMMs write the plan's dtypes.
+    std::vector<BackendNeed> needs = {
+        {sdk::GemmOp::quantize_block_scaled, {storage_of(input)}},
+        {sdk::GemmOp::quantize_block_scaled, {storage_of(precision_.weight)}},
+        {sdk::GemmOp::quantize_block_scaled, {storage_of(precision_.activation)}},
+        {sdk::GemmOp::gemm_block_scaled, {storage_of(precision_.activation)}},
+        {sdk::GemmOp::gemm_block_scaled, {DType::fp32}},
+        {sdk::GemmOp::gemm_block_scaled, {storage_of(precision_.activation_grad)}}};
+    if (bias_)
+      needs.push_back(
+          {sdk::ActivationOp::bias_grad, {storage_of(precision_.activation), DType::fp32}});
+    return needs;
+  }
   std::vector<BackendNeed> needs = {
       {sdk::GemmOp::gemm, {g, g, storage_of(precision_.activation)}},
       {sdk::GemmOp::gemm, {g, g, DType::fp32}},
@@ -116,6 +137,7 @@ std::vector<BackendNeed> LinearLayer::backend_needs(DType) const {
 }
 
 void LinearLayer::forward(TensorView x, std::int64_t rows) {
+  if (blocks_.active()) return forward_block_scaled(x, rows);
   const DType in_storage = storage_of(precision_.gemm_input);
   sdk::GemmArgs g;
   if (scaler_.active()) {
@@ -147,6 +169,7 @@ void LinearLayer::forward(TensorView x, std::int64_t rows) {
 
 void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
   (void)rows;
+  if (blocks_.active()) return backward_block_scaled(dy, dx);
   const DType in_storage = storage_of(precision_.gemm_input);
   sdk::GemmOperand dy_g, x_g, w_g;
   if (scaler_.active()) {
@@ -186,6 +209,68 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
     gx.alpha = static_cast<float>(scale_);
     gx.compute = precision_.gemm_input;
     facets().call(sdk::GemmOp::gemm)->gemm(gx);
+  }
+}
+
+void LinearLayer::forward_block_scaled(TensorView x, std::int64_t rows) {
+  using sdk::GemmPass;
+  using sdk::OperandRole;
+  sdk::GemmFacet& gemm = *facets().call(sdk::GemmOp::quantize_block_scaled);
+  // x for forward and (its second quantization, along the batch) wgrad — a frozen weight has no
+  // wgrad, so x is quantized once; W for forward and dgrad.
+  blocks_.quantize(backend_, gemm, x, OperandRole::input, run_seed_, step_, micro_batch_,
+                   !weight().frozen);
+  blocks_.quantize(backend_, gemm, weight_operand(), OperandRole::weight, run_seed_, step_,
+                   micro_batch_);
+  sdk::BlockScaledGemmArgs g;
+  g.a = blocks_.operand(OperandRole::input, GemmPass::forward);
+  g.b = blocks_.operand(OperandRole::weight, GemmPass::forward);
+  g.b.transpose = true;
+  if (fused()) {
+    g.c = fused_->output(rows);
+    g.has_activation = true;
+    g.activation = fused_->activation();
+    if (g.activation != sdk::Activation::relu) {
+      materialise_output();
+      g.pre_activation = output(rows);
+    }
+  } else {
+    materialise_output();
+    g.c = output(rows);
+  }
+  if (bias_) g.bias = bias().value();
+  g.alpha = static_cast<float>(scale_);
+  facets().call(sdk::GemmOp::gemm_block_scaled)->gemm_block_scaled(g);
+}
+
+void LinearLayer::backward_block_scaled(TensorView dy, TensorView dx) {
+  using sdk::GemmPass;
+  using sdk::OperandRole;
+  blocks_.quantize(backend_, *facets().call(sdk::GemmOp::quantize_block_scaled), dy,
+                   OperandRole::grad_output, run_seed_, step_, micro_batch_);
+  if (!weight().frozen) {
+    // dW[out, in] (+)= dyᵀ[out, rows] · x[rows, in], both blocked along the batch.
+    sdk::BlockScaledGemmArgs gw;
+    gw.a = blocks_.operand(OperandRole::grad_output, GemmPass::wgrad);
+    gw.a.transpose = true;
+    gw.b = blocks_.operand(OperandRole::input, GemmPass::wgrad);
+    gw.c = weight().grad.view();
+    gw.alpha = static_cast<float>(scale_);
+    gw.beta = weight().take_grad_beta();
+    facets().call(sdk::GemmOp::gemm_block_scaled)->gemm_block_scaled(gw);
+  }
+  if (bias_ && !bias().frozen)
+    facets()
+        .call(sdk::ActivationOp::bias_grad)
+        ->bias_grad(dy, bias().grad.view(), bias().take_grad_beta() != 0.0f);
+  if (!dx.empty()) {
+    // dx[rows, in] = dy[rows, out] · W[out, in], both blocked along out.
+    sdk::BlockScaledGemmArgs gx;
+    gx.a = blocks_.operand(OperandRole::grad_output, GemmPass::dgrad);
+    gx.b = blocks_.operand(OperandRole::weight, GemmPass::dgrad);
+    gx.c = dx;
+    gx.alpha = static_cast<float>(scale_);
+    facets().call(sdk::GemmOp::gemm_block_scaled)->gemm_block_scaled(gx);
   }
 }
 

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/ops/block_quantizer.h"
 #include "graph/ops/operand_scaler.h"
 #include "mixtrain/core/graph/layer.h"
 
@@ -50,6 +51,9 @@ class LinearLayer final : public Layer {
   // Takes a relu/gelu reader as this GEMM's epilogue (non-owning; both belong to one model).
   bool fuse_reader(Layer& reader) override;
   void set_fusion(bool on) override;
+  // Block-scaled GEMMs (block_quantizer.h): no fused epilogue change, the three GEMMs become
+  // gemm_block_scaled on operands quantized per pass.
+  bool set_block_scaling(const sdk::BlockScalingFacet* facet) override;
 
  private:
   ModelParameter* tied() const { return shared_parameter("weight"); }
@@ -58,6 +62,8 @@ class LinearLayer final : public Layer {
   // The weight as this layer's GEMMs read it: the (owner's) working copy, or a cast of the master
   // when a tied owner keeps its working copy in another dtype.
   sdk::TensorView weight_operand();
+  void forward_block_scaled(sdk::TensorView x, std::int64_t rows);
+  void backward_block_scaled(sdk::TensorView dy, sdk::TensorView dx);
 
   bool bias_;
   double init_std_;         // 0: PyTorch's nn.Linear init
@@ -67,6 +73,8 @@ class LinearLayer final : public Layer {
   sdk::SourceLocation tie_where_;
   Tensor x_scratch_, dy_scratch_, w_scratch_;
   OperandScaler scaler_;  // FP8 operands, when the policy scales them
+  BlockQuantizer blocks_;       // block-scaled operands, when the policy block-scales them
+  std::uint64_t run_seed_ = 0;  // init_parameters()'s: keys stochastic rounding
   ActivationLayer* fused_ = nullptr;
   bool fusion_on_ = true;
   void update_fusion();  // epilogue_fused_ and output_deferred from fused_ and fusion_on_

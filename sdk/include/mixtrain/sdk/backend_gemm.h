@@ -8,6 +8,10 @@
 //   this backend's memory. A call the backend cannot run raises BackendError listing what it can.
 // - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
 //   minor step only appends methods). 1.1 appended gemm_grouped (with a default: a loop of gemm).
+//   1.2 appended the block-scaled ops, quantize_block_scaled and gemm_block_scaled, with the
+//   types they take; their defaults refuse (supports() false, the call a BackendError), so only a
+//   backend that implements them offers them, and the host refuses a block-scaled plan on any
+//   other at plan time, naming the node.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -63,22 +67,107 @@ struct GemmBatchedArgs {
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // in elements
 };
 
+// --- 1.2: block-scaled operands ------------------------------------------------------------------
+// Element and scale encodings of a block-scaled tensor; their exact definitions and the host
+// reference quantizer are support/block_scaling.h's.
+enum class BlockElement : std::uint8_t { e4m3, e5m2, e2m1 };
+
+// How each block's scale is chosen and stored.
+enum class BlockScale : std::uint8_t {
+  fp32,           // fp32, s = max_elem / amax (FP8 block scaling)
+  fp32_pow2,      // fp32, s rounded down to a power of two
+  e8m0,           // E8M0, the OCP MX rule (floor)
+  e8m0_round_up,  // E8M0, the smallest power of two that saturates nothing
+  e4m3,           // E4M3, NVFP4's rule
+};
+
+struct BlockScaledLayout {
+  BlockElement element = BlockElement::e4m3;
+  BlockScale scale = BlockScale::fp32;
+  std::int64_t block_rows = 1;    // block extent along dim 0
+  std::int64_t block_cols = 128;  // along dim 1, the contiguous one
+  bool tensor_scale = false;      // NVFP4's second level; e4m3 scales only
+
+  bool operator==(const BlockScaledLayout&) const = default;
+};
+
+// Which dimension of a row-major operand a GEMM reduces over.
+enum class ReductionAxis : std::uint8_t { cols, rows };
+
+// A block-scaled tensor in the backend's memory, stored [rows, cols] row-major as its source was.
+// codes: one element code per byte (view dtype fp8_e4m3 as 1-byte storage whatever the element;
+// E2M1 in the low nibble); scales: fp32 [ceil(rows / block_rows), ceil(cols / block_cols)], each
+// block's decode scale as a value (E8M0 and E4M3 scales decode exactly to fp32); tensor_scale: fp32
+// [1], the per-tensor decode scale when layout.tensor_scale, else empty (read as 1).
+// `transpose` is op() as for GemmOperand: the GEMM reads the transpose of the stored tensor.
+struct BlockScaledOperand {
+  TensorView codes;
+  TensorView scales;
+  TensorView tensor_scale;
+  BlockScaledLayout layout;
+  bool transpose = false;
+};
+
+// Quantizes src [rows, cols] (fp32, bf16 or fp16) into each output with codes.data != nullptr, all
+// read in one pass over src (a backend may fuse them with the cast): output 0 typically with its
+// blocks along one GEMM's reduction dim, output 1 along the other dim for the GEMM that reduces
+// over it (the transposed use). Each output's codes/scales/tensor_scale views must fit its layout
+// and src's shape; the values written are exactly support/block_scaling.h's
+// quantize_block_scaled(). With `stochastic_rounding`, elements round stochastically with
+// random_bits(seed, r·cols + c), the same bits on every backend.
+struct BlockQuantizeArgs {
+  TensorView src;
+  BlockScaledOperand outputs[2];
+  bool stochastic_rounding = false;
+  std::uint64_t seed = 0;
+};
+
+// C = alpha · Σ_k op(A)[m,k] · op(B)[k,n] · tensor scales + beta · C (+ bias[n]), C fp32, bf16 or
+// fp16, bias fp32 [n] or empty, with the activation epilogue of GemmArgs. Both operands must block
+// the reduction dim k alike: their block extent along k is equal (B), so the k-blocks of A and B
+// pair up. The result: for each k-block j, p_j = (the dot product of the two blocks' element
+// values, exact or rounded once) rounded to fp32, then acc += p_j · (scale_a · scale_b) in fp32,
+// j ascending; z = alpha · (acc · (tensor_scale_a · tensor_scale_b)) + beta · C + bias, in fp32.
+// A partial last block (k not a multiple of B) holds the elements there are (the quantizer treats
+// it as zero-padded). Raises BackendError for operands that do not pair up or fit.
+struct BlockScaledGemmArgs {
+  BlockScaledOperand a, b;
+  TensorView c;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  TensorView bias;
+  bool has_activation = false;
+  Activation activation = Activation::relu;
+  TensorView pre_activation;
+};
+
 enum class GemmOp {
   gemm,                  // {A, B, C}
   gemm_strided_batched,  // {A, B, C}
   // 1.1
   gemm_grouped,  // {A, B, C}, the same for every GEMM of the group
+  // 1.2
+  quantize_block_scaled,  // {src}
+  gemm_block_scaled,      // {C}
 };
 MIXTRAIN_SDK_API std::string_view op_name(GemmOp op) noexcept;
 constexpr std::uint16_t introduced_in(GemmOp op) noexcept {
-  return op == GemmOp::gemm_grouped ? 1 : 0;
+  switch (op) {
+    case GemmOp::gemm_grouped:
+      return 1;
+    case GemmOp::quantize_block_scaled:
+    case GemmOp::gemm_block_scaled:
+      return 2;
+    default:
+      return 0;
+  }
 }
 MIXTRAIN_SDK_API OpSignature op_signature(GemmOp op) noexcept;
 
 class MIXTRAIN_SDK_API GemmFacet : public Facet {
  public:
   using Op = GemmOp;
-  static constexpr FacetVersion kVersion{1, 1};
+  static constexpr FacetVersion kVersion{1, 2};
   static constexpr std::string_view kName = "gemm";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
@@ -95,6 +184,12 @@ class MIXTRAIN_SDK_API GemmFacet : public Facet {
   // output may overlap another GEMM's operands. The default runs gemm() on each in order, so
   // every backend has it; a backend overrides it to launch the group at once.
   virtual void gemm_grouped(std::span<const GemmArgs> group);
+
+  // --- 1.2 ---------------------------------------------------------------------------------------
+  // Block-scaled operands (the structs above). The defaults raise BackendError, and the default
+  // supports() answers false for both ops: a backend offers them by overriding all three.
+  virtual void quantize_block_scaled(const BlockQuantizeArgs& args);
+  virtual void gemm_block_scaled(const BlockScaledGemmArgs& args);
 
  protected:
   ~GemmFacet() override;  // not owned through the facet: the backend is

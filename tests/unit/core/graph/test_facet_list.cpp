@@ -3,6 +3,7 @@
 // docs/architecture.md's facet table says what the list and the headers say.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -108,8 +109,16 @@ std::vector<std::vector<std::string>> facet_table() {
   return rows;
 }
 
+// The backend facets' rows (the policy facets' headers are policy_*.h).
+std::vector<std::vector<std::string>> backend_facet_rows() {
+  std::vector<std::vector<std::string>> rows;
+  for (auto& row : facet_table())
+    if (row[1].rfind("policy_", 0) != 0) rows.push_back(row);
+  return rows;
+}
+
 TEST(FacetList, TheArchitectureTableListsEveryFacetWithItsHeaderAndVersion) {
-  const auto rows = facet_table();
+  const auto rows = backend_facet_rows();
   const auto facets = listed(sdk::Facets{});
   ASSERT_EQ(rows.size(), facets.size()) << "docs/architecture.md's facet table has " << rows.size()
                                         << " rows, sdk/facet_list.h " << facets.size() << " facets";
@@ -124,6 +133,37 @@ TEST(FacetList, TheArchitectureTableListsEveryFacetWithItsHeaderAndVersion) {
     EXPECT_NE(text.str().find("kName = \"" + facets[i].name + "\""), std::string::npos)
         << rows[i][1] << " does not declare facet " << facets[i].name;
   }
+}
+
+// Policy facets (policy_*.h, found on the policy by dynamic_cast) are in no list: each header
+// under sdk/ named policy_*.h has one row in the policy facet table, with its kName and kVersion.
+TEST(FacetList, TheArchitectureTableListsEveryPolicyFacetWithItsHeaderAndVersion) {
+  std::map<std::string, std::vector<std::string>> rows;  // header -> {name, version}
+  for (const auto& row : facet_table())
+    if (row[1].rfind("policy_", 0) == 0) rows[row[1]] = {row[0], row[2]};
+  const std::filesystem::path sdk =
+      std::filesystem::path(MIXTRAIN_TEST_SOURCE_DIR) / "sdk/include/mixtrain/sdk";
+  std::size_t headers = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(sdk)) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind("policy_", 0) != 0 || entry.path().extension() != ".h") continue;
+    ++headers;
+    ASSERT_TRUE(rows.count(file)) << "docs/architecture.md's policy facet table has no row for "
+                                  << file;
+    std::ifstream h(entry.path());
+    std::stringstream text;
+    text << h.rdbuf();
+    const std::string name = rows[file][0], version = rows[file][1];
+    EXPECT_NE(text.str().find("kName = \"" + name + "\""), std::string::npos)
+        << file << " does not declare facet " << name;
+    const auto dot = version.find('.');
+    EXPECT_NE(text.str().find("kVersion{" + version.substr(0, dot) + ", " +
+                              version.substr(dot + 1) + "}"),
+              std::string::npos)
+        << file << " is not at version " << version;
+  }
+  EXPECT_EQ(rows.size(), headers) << "a policy facet row names a header that does not exist";
+  EXPECT_GE(headers, 1u);
 }
 
 }  // namespace

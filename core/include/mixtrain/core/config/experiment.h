@@ -211,6 +211,9 @@ struct Experiment {
   std::vector<std::filesystem::path> plugin_paths;
 
   std::string backend_type, policy_name, scaler_type, optimizer_type;
+  // Where precision.policy was given: a resume may change the policy only by a --set
+  // (train/checkpointing.cpp), a deliberate choice, never by an edited or merged file.
+  sdk::SourceLocation policy_where;
   sdk::Options backend_options, policy_options, scaler_options, optimizer_options,
       checkpoint_options, communicator_options;
   std::vector<ResolvedSection> core_sections;  // run, data, model, ... in resolved form

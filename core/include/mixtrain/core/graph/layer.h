@@ -53,6 +53,7 @@
 #include "mixtrain/core/graph/bound_facets.h"
 #include "mixtrain/core/graph/tensor.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/policy_block_scaling.h"
 #include "mixtrain/sdk/precision_policy.h"
 
 namespace mixtrain::core {
@@ -196,6 +197,10 @@ class Layer {
   // reports the amax back. Non-owning; the policy outlives the model. Ops without a scaler ignore
   // it.
   void set_operand_scaling(sdk::PrecisionPolicy* policy);
+  // For policies with block-scaled GEMM operands (policy_block_scaling.h): an op with a
+  // block-scaled path takes the policy's facet and returns true; any other op returns false, and
+  // the host refuses the plan naming it. Non-owning; the policy outlives the model.
+  virtual bool set_block_scaling(const sdk::BlockScalingFacet* /*facet*/) { return false; }
   // Delayed FP8 scaling: hands the amaxes measured by this step's casts to the policy.
   void flush_operand_amaxes();
   // flush_operand_amaxes in two halves, for a reduction between them (OperandScaler's).

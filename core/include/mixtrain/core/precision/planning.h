@@ -20,6 +20,10 @@
 //   the policy's own error stands. Either way nothing has been allocated or run.
 // - Layers whose final plan computes their GEMMs in FP8 get the policy as their operand scaler;
 //   an override that keeps a layer in 16-bit takes it out of the policy's scaling.
+// - A policy with block-scaled operands (sdk/policy_block_scaling.h) is handed likewise to each
+//   layer whose final plan keeps its fp8 mark; a layer without a block-scaled path is a
+//   ConfigError at its node. One info line names the forward and dgrad reduction dims the blocks
+//   do not divide: those GEMMs zero-pad their last block (exact, never a wrong answer).
 #pragma once
 
 #include <optional>

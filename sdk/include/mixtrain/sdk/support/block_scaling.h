@@ -59,31 +59,12 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/sdk/backend_gemm.h"
+
 namespace mixtrain::sdk {
 
-enum class BlockElement : std::uint8_t { e4m3, e5m2, e2m1 };
-
-// How each block's scale is chosen and stored; see the header comment for each rule.
-enum class BlockScale : std::uint8_t {
-  fp32,           // fp32, s = max_elem / amax (FP8 block scaling)
-  fp32_pow2,      // fp32, s rounded down to a power of two
-  e8m0,           // E8M0, the OCP MX rule (floor)
-  e8m0_round_up,  // E8M0, the smallest power of two that saturates nothing
-  e4m3,           // E4M3, NVFP4's rule
-};
-
-struct BlockScaledLayout {
-  BlockElement element = BlockElement::e4m3;
-  BlockScale scale = BlockScale::fp32;
-  std::int64_t block_rows = 1;    // block extent along dim 0
-  std::int64_t block_cols = 128;  // along dim 1, the contiguous one
-  bool tensor_scale = false;      // NVFP4's second level; e4m3 scales only
-
-  bool operator==(const BlockScaledLayout&) const = default;
-};
-
-// Which dimension of a row-major operand a GEMM reduces over.
-enum class ReductionAxis : std::uint8_t { cols, rows };
+// BlockElement, BlockScale, BlockScaledLayout and ReductionAxis are declared with the GEMM facet
+// (backend_gemm.h), whose block-scaled operands carry them.
 
 // A 1×n block along `axis`: {1, n} for cols, {n, 1} for rows (the rows of the transpose).
 struct BlockExtent {

@@ -1,0 +1,115 @@
+#include "graph/ops/block_quantizer.h"
+
+#include <array>
+#include <string>
+
+#include "mixtrain/core/graph/random.h"
+#include "mixtrain/sdk/support/block_scaling.h"
+
+namespace mixtrain::core {
+
+using sdk::DType;
+using sdk::GemmPass;
+using sdk::OperandRole;
+using sdk::ReductionAxis;
+
+namespace {
+
+int role_index(OperandRole role) {
+  switch (role) {
+    case OperandRole::input:
+      return 0;
+    case OperandRole::weight:
+      return 1;
+    default:
+      return 2;
+  }
+}
+
+struct PassAxis {
+  GemmPass pass;
+  ReductionAxis axis;
+};
+
+// The two passes that read a role and the operand dim each reduces over (the header's table).
+std::array<PassAxis, 2> passes_of(OperandRole role) {
+  switch (role) {
+    case OperandRole::input:
+      return {{{GemmPass::forward, ReductionAxis::cols}, {GemmPass::wgrad, ReductionAxis::rows}}};
+    case OperandRole::weight:
+      return {{{GemmPass::forward, ReductionAxis::cols}, {GemmPass::dgrad, ReductionAxis::rows}}};
+    default:
+      return {{{GemmPass::dgrad, ReductionAxis::cols}, {GemmPass::wgrad, ReductionAxis::rows}}};
+  }
+}
+
+}  // namespace
+
+BlockQuantizer::BlockQuantizer(const std::string& node, const std::string& gemm) {
+  for (auto role : {OperandRole::input, OperandRole::weight, OperandRole::grad_output})
+    slots_.emplace_back(node, gemm, role);
+}
+
+std::uint64_t BlockQuantizer::seed(std::uint64_t run_seed, const sdk::OperandSlot& slot,
+                                   GemmPass pass, std::int64_t step, std::int64_t micro_batch) {
+  const std::string key = slot.name() + "." + std::string(sdk::gemm_pass_name(pass)) + ".step" +
+                          std::to_string(step) + ".micro" + std::to_string(micro_batch);
+  return derive_seed(run_seed, key.c_str());
+}
+
+void BlockQuantizer::quantize(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                              sdk::GemmFacet& gemm, sdk::TensorView src, OperandRole role,
+                              std::uint64_t run_seed, std::int64_t step, std::int64_t micro_batch,
+                              bool both_passes) {
+  const int r = role_index(role);
+  const sdk::OperandSlot& slot = slots_[static_cast<std::size_t>(r)];
+  const std::int64_t rows = src.shape.rows(), cols = src.shape.cols();
+  const auto passes = passes_of(role);
+  sdk::BlockScaledOperandPlan plans[2];
+  for (int p = 0; p < 2; ++p) plans[p] = facet_->operand_plan(slot, passes[p].pass, passes[p].axis);
+  // Stochastic rounding draws per pass, so only two nearest-even quantizations of one layout
+  // are the same tensor.
+  shared_[r] = plans[0].layout == plans[1].layout && !plans[0].stochastic_rounding &&
+               !plans[1].stochastic_rounding;
+  sdk::BlockQuantizeArgs args;
+  args.src = src;
+  // One call rounds its outputs alike, with one seed: a stochastically rounded pass has a call
+  // of its own (its own bits), the nearest-even ones share one read of src.
+  const bool one_call = !plans[0].stochastic_rounding && !plans[1].stochastic_rounding;
+  for (int p = 0; p < (shared_[r] || !both_passes ? 1 : 2); ++p) {
+    Buffers& b = buffers_[r][p];
+    const sdk::BlockExtent grid = sdk::block_grid(plans[p].layout, rows, cols);
+    if (b.codes.empty() || b.codes.shape().numel() < rows * cols)
+      b.codes = Tensor(backend, DType::fp8_e4m3, sdk::Shape{rows, cols});
+    if (b.scales.empty() || b.scales.shape().numel() < grid.rows * grid.cols)
+      b.scales = Tensor(backend, DType::fp32, sdk::Shape{grid.rows, grid.cols});
+    if (b.tensor_scale.empty()) b.tensor_scale = Tensor(backend, DType::fp32, sdk::Shape{1});
+    b.view.codes = sdk::TensorView{b.codes.view().data, DType::fp8_e4m3, sdk::Shape{rows, cols}};
+    b.view.scales =
+        sdk::TensorView{b.scales.view().data, DType::fp32, sdk::Shape{grid.rows, grid.cols}};
+    b.view.tensor_scale = plans[p].layout.tensor_scale ? b.tensor_scale.view() : sdk::TensorView{};
+    b.view.layout = plans[p].layout;
+    b.view.transpose = false;
+    if (one_call) {
+      args.outputs[p] = b.view;
+    } else {
+      sdk::BlockQuantizeArgs single;
+      single.src = src;
+      single.outputs[0] = b.view;
+      single.stochastic_rounding = plans[p].stochastic_rounding;
+      if (single.stochastic_rounding)
+        single.seed = seed(run_seed, slot, passes[p].pass, step, micro_batch);
+      gemm.quantize_block_scaled(single);
+    }
+  }
+  if (one_call) gemm.quantize_block_scaled(args);
+}
+
+sdk::BlockScaledOperand BlockQuantizer::operand(OperandRole role, GemmPass pass) const {
+  const int r = role_index(role);
+  const auto passes = passes_of(role);
+  const int p = (shared_[r] || passes[0].pass == pass) ? 0 : 1;
+  return buffers_[r][p].view;
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,61 @@
+// Block-scaled operands of one GEMM-like product of an op (a linear's matmul): each operand is
+// quantized, in one backend call, into the layout of every pass that reads it, as the precision
+// policy's block-scaling facet (policy_block_scaling.h) plans it.
+//
+// Contract
+// - Passes and reduction dims, for y = x·Wᵀ with x [rows, in], W [out, in], dy [rows, out]:
+//     input x:        forward along cols (in),   wgrad along rows (the batch);
+//     weight W:       forward along cols (in),   dgrad along rows (out);
+//     grad_output dy: dgrad along cols (out),    wgrad along rows (the batch).
+//   Each operand is quantized twice (the second quantization of the transposed use) unless the
+//   two layouts are equal — 2-D blocks (128×128, 16×16 weights) serve both passes, so the weight
+//   is quantized once. Both quantizations are one quantize_block_scaled call: one read of src.
+// - Stochastic rounding (where the plan asks for it) draws its bits from seed(): the run's seed,
+//   the slot, the pass, the optimizer step and the micro-batch, so a resumed run rounds as the
+//   uninterrupted one did, and a replay of a step rounds as the step did.
+// - operand() views the last quantization of a role for a pass that quantize() covered; valid
+//   until the next quantize() of that role. Non-owning: the facet is the policy's and outlives the
+//   op.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/core/graph/tensor.h"
+#include "mixtrain/sdk/backend_gemm.h"
+#include "mixtrain/sdk/policy_block_scaling.h"
+
+namespace mixtrain::core {
+
+class BlockQuantizer {
+ public:
+  BlockQuantizer(const std::string& node, const std::string& gemm);
+  void set_facet(const sdk::BlockScalingFacet* facet) { facet_ = facet; }
+  bool active() const { return facet_ != nullptr; }
+
+  // Quantizes src [rows, cols] for both passes of `role` (the first only, when !both_passes: the
+  // input of a frozen weight, which has no wgrad). `run_seed`, `step` and `micro_batch` key
+  // stochastic rounding.
+  void quantize(const std::shared_ptr<sdk::DeviceBackend>& backend, sdk::GemmFacet& gemm,
+                sdk::TensorView src, sdk::OperandRole role, std::uint64_t run_seed,
+                std::int64_t step, std::int64_t micro_batch, bool both_passes = true);
+  sdk::BlockScaledOperand operand(sdk::OperandRole role, sdk::GemmPass pass) const;
+
+  // The seed of one quantization's stochastic rounding.
+  static std::uint64_t seed(std::uint64_t run_seed, const sdk::OperandSlot& slot,
+                            sdk::GemmPass pass, std::int64_t step, std::int64_t micro_batch);
+
+ private:
+  struct Buffers {
+    Tensor codes, scales, tensor_scale;
+    sdk::BlockScaledOperand view;
+  };
+  const sdk::BlockScalingFacet* facet_ = nullptr;
+  std::vector<sdk::OperandSlot> slots_;     // per role: input, weight, grad_output
+  Buffers buffers_[3][2];                   // per role, per pass of it (first, second)
+  bool shared_[3] = {false, false, false};  // the second pass reads the first's quantization
+};
+
+}  // namespace mixtrain::core

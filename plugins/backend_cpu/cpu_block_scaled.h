@@ -1,0 +1,30 @@
+// The CPU backend's block-scaled ops (GemmFacet 1.2): the exact simulator of block-scaled
+// quantization and GEMMs.
+//
+// Contract
+// - quantize_block_scaled_cpu: the outputs are exactly sdk/support/block_scaling.h's reference
+//   quantize_block_scaled() of src (decoded to fp32 exactly first), its scale codes decoded to fp32
+//   values, for each output that has codes. Checks every view against its layout and src's shape.
+// - gemm_block_scaled_cpu: backend_gemm.h's definition of BlockScaledGemmArgs, with these choices
+//   where it leaves one: each k-block's dot product of element values is summed in double in
+//   ascending k (exact for E4M3·E4M3 and E2M1·E2M1 blocks: their products span fewer than 53 bits
+//   even summed over 128 elements; E5M2 products of extreme exponents may round there, once), then
+//   rounded to fp32; every later step is one fp32 operation, in the order the header gives.
+//   `activation` applies the epilogue (act on the fp32 z, pre_activation z rounded to its dtype).
+// - Errors: sdk::BackendError naming the operand and what does not fit.
+// - Single-threaded: written for exactness and clarity, for tests and small runs.
+#pragma once
+
+#include <functional>
+
+#include "mixtrain/sdk/backend_gemm.h"
+
+namespace mixtrain::backend_cpu {
+
+void quantize_block_scaled_cpu(const sdk::BlockQuantizeArgs& args);
+// `activation(act, z)` applies act in place to an fp32 view (the backend's own kernel).
+void gemm_block_scaled_cpu(
+    const sdk::BlockScaledGemmArgs& args,
+    const std::function<void(sdk::Activation, const sdk::TensorView&)>& activation);
+
+}  // namespace mixtrain::backend_cpu
