@@ -82,10 +82,10 @@ ModelSummary summarize_model(const Model& model, std::int64_t batch_rows) {
       rows_per_sample *= n.output_shape[d];
     n.forward_flops_per_sample = l.forward_flops_per_row() * rows_per_sample;
     for (const auto& p : l.parameters()) {
-      const auto numel = p.value().numel();
+      const auto numel = p.numel();
       n.parameters += numel;
       // A frozen parameter is its one stored copy; a trainable one adds a master and a gradient.
-      const std::size_t bytes = p.frozen ? p.value().bytes()
+      const std::size_t bytes = p.frozen ? p.stored_bytes()
                                          : static_cast<std::size_t>(numel) * 8 +
                                                (p.working.empty() ? 0 : p.working.bytes());
       s.parameter_bytes += bytes;
