@@ -14,6 +14,7 @@
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/distributed/config_agreement.h"
 #include "mixtrain/core/graph/model_summary.h"
+#include "mixtrain/core/graph/parameter_memory.h"
 #include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/core/precision/loss_scaling_advice.h"
 #include "mixtrain/core/precision/tensor_core_lint.h"
@@ -200,16 +201,13 @@ std::string mib_text(double bytes) {
 // With [model.lora]: what the adapters' FP32 masters and optimizer state take, measured on the
 // bound optimizer, against a full fine-tune's (every parameter a master and the same state per
 // parameter): the memory LoRA exists to save.
-std::string lora_share_line(const core::Trainer& trainer) {
+std::string lora_share_line(const core::Trainer& trainer, double state) {
   std::int64_t adapters = 0, all = 0;
   for (const auto& layer : trainer.model().layers())
     for (const auto& p : layer->parameters()) {
-      all += p.value().numel();
-      if (!p.frozen) adapters += p.value().numel();
+      all += p.numel();
+      if (!p.frozen) adapters += p.numel();
     }
-  double state = 0;
-  for (const auto& t : trainer.training_state(/*weights_only=*/false).tensors)
-    if (t.name.rfind("optimizer/", 0) == 0) state += static_cast<double>(t.bytes.size());
   if (adapters == 0 || all == 0) return {};
   const double per_parameter = 4.0 + state / static_cast<double>(adapters);
   const double lora = per_parameter * static_cast<double>(adapters);
@@ -224,6 +222,14 @@ std::string lora_share_line(const core::Trainer& trainer) {
 }
 
 }  // namespace
+
+// The bound optimizer's state, in bytes, as a checkpoint holds it.
+std::size_t optimizer_state_bytes(const core::Trainer& trainer) {
+  std::size_t state = 0;
+  for (const auto& t : trainer.training_state(/*weights_only=*/false).tensors)
+    if (t.name.rfind("optimizer/", 0) == 0) state += t.bytes.size();
+  return state;
+}
 
 int run_check(const ConfigArgs& cfg, bool rehearse) {
   // Checking a config opens everything training would, init_from included.
@@ -242,7 +248,15 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
   std::cout << "# precision policy: " << experiment.policy_name << "\n";
   std::cout << core::render_model_summary(
       core::summarize_model(trainer.model(), experiment.data.batch_size));
-  if (experiment.model.lora.enabled()) std::cout << lora_share_line(trainer);
+  // With frozen parameters: bytes per parameter of the frozen base and of what trains, measured
+  // on the allocated tensors and the bound optimizer's state.
+  if (!experiment.model.freeze.empty()) {
+    const std::size_t state = optimizer_state_bytes(trainer);
+    if (experiment.model.lora.enabled())
+      std::cout << lora_share_line(trainer, static_cast<double>(state));
+    const auto memory = core::measure_parameter_memory(trainer.model(), state);
+    if (memory.frozen > 0) std::cout << core::parameter_memory_line(memory);
+  }
   // A rehearsal moves the trainer one step on; what follows reads only the plan.
   std::cout << core::render_memory_report(trainer.memory_report(rehearse));
   if (!rehearse) std::cout << "# (check without --skip-rehearsal predicts the peak)\n";

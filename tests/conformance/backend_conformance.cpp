@@ -28,6 +28,7 @@
 #include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/core/train/trainer.h"
 #include "mixtrain/sdk/support/float_formats.h"
+#include "mixtrain/sdk/support/nf4.h"
 
 namespace mixtrain::conformance {
 
@@ -1086,6 +1087,47 @@ TEST_P(Conformance, MemoryStatsTrackAllocations) {
     EXPECT_GE(during.peak_bytes, during.current_bytes);
   }
   EXPECT_LE(tested_->memory_stats().current_bytes, before.current_bytes + 4096);
+}
+
+// NF4 decoding (quantized_weight facet): the codes and absmax of the SDK's reference quantizer,
+// decoded into every storage dtype the backend declares, equal the reference's fp32 values
+// rounded once into that dtype, bit for bit: whole and partial blocks, a zero block, odd counts.
+// A short absmax or a null code pointer is a BackendError.
+TEST_P(Conformance, Nf4DequantizeIsTheSdkReferenceRoundedOnce) {
+  MIXTRAIN_FACETS(quantized_weight, QuantizedWeightFacet);
+  for (const std::int64_t block : {64, 48})
+    for (const Shape shape : {Shape{24, 40}, Shape{7, 37}, Shape{1, 1}}) {
+      auto x = random_values(static_cast<std::size_t>(shape.numel()), 62, -0.1f, 0.1f);
+      for (std::size_t i = 0; i < x.size() && i < 64; ++i) x[i] = 0.0f;  // a zero block
+      const auto q = sdk::nf4_quantize(x, block);
+      const auto want = sdk::nf4_dequantize(q);
+      DeviceTensor codes(*tested_, DType::fp8_e4m3,
+                         Shape{static_cast<std::int64_t>(q.codes.size())});
+      tested_->copy_from_host(codes.view(), q.codes.data());
+      auto absmax = make_on(*tested_, q.absmax, Shape{static_cast<std::int64_t>(q.absmax.size())},
+                            DType::fp32, 1.0f);
+      for (DType dt : kStorageFloats) {
+        if (!tested_quantized_weight->supports(sdk::QuantizedWeightOp::dequantize_nf4,
+                                               std::vector<DType>{DType::fp32, dt}))
+          continue;
+        const auto expected = upload(want, shape, dt);
+        DeviceTensor out(*tested_, dt, shape);
+        tested_quantized_weight->dequantize_nf4(codes.view().data, absmax->view(), block,
+                                                out.view());
+        const auto got = download(*tested_, out.view());
+        const auto ref = ref_values(expected);
+        EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)), 0)
+            << sdk::dtype_name(dt) << " " << shape.numel() << " elements, block " << block;
+      }
+    }
+  DeviceTensor codes(*tested_, DType::fp8_e4m3, Shape{50});
+  DeviceTensor absmax(*tested_, DType::fp32, Shape{1});  // 100 elements in blocks of 64 need 2
+  DeviceTensor out(*tested_, DType::fp32, Shape{10, 10});
+  EXPECT_THROW(
+      tested_quantized_weight->dequantize_nf4(codes.view().data, absmax.view(), 64, out.view()),
+      sdk::BackendError);
+  EXPECT_THROW(tested_quantized_weight->dequantize_nf4(nullptr, absmax.view(), 128, out.view()),
+               sdk::BackendError);
 }
 
 // The scratch facet reports the part of memory_stats() the backend keeps for itself: with every

@@ -556,8 +556,14 @@ void read_train(const Config& config, Experiment& e) {
   const std::vector<std::string> lists = {"trainable", "frozen"};
   const auto train = sdk::Options::resolve(
       "train", train_schema(), config.table_options("train", lists), config.location("train"), {});
+  e.model.freeze.format =
+      train.get_string("frozen_format") == "nf4" ? FrozenFormat::nf4 : FrozenFormat::compute;
+  e.model.freeze.block = train.get_int("frozen_block_size");
+  e.model.freeze.format_where = train.where("frozen_format");
   ResolvedSection section = section_of("train", {}, train);
-  section.values.clear();
+  std::erase_if(section.values, [&](const auto& kv) {
+    return std::find(lists.begin(), lists.end(), kv.first) != lists.end();
+  });
   for (const auto& list : lists) {
     const std::string key = "train." + list;
     const auto patterns = config.string_array(key);

@@ -99,4 +99,9 @@ std::vector<std::string> resolve_frozen(const FreezeSpec& spec,
   return frozen;
 }
 
+std::string frozen_format_terms(const FreezeSpec& spec) {
+  if (spec.format == FrozenFormat::compute) return "compute";
+  return "nf4 (blocks of " + std::to_string(spec.block) + ")";
+}
+
 }  // namespace mixtrain::core

@@ -1,9 +1,13 @@
 #include "mixtrain/core/graph/layer.h"
 
 #include <algorithm>
+#include <span>
+#include <stdexcept>
 
 #include "graph/ops/op_support.h"
 #include "graph/ops/operand_scaler.h"
+#include "mixtrain/sdk/backend_quantized_weight.h"
+#include "mixtrain/sdk/support/nf4.h"
 
 namespace mixtrain::core {
 
@@ -104,12 +108,47 @@ bool Layer::frozen(const std::string& suffix) const {
   return std::find(frozen_.begin(), frozen_.end(), suffix) != frozen_.end();
 }
 
+void Layer::quantize_frozen(const std::string& suffix, std::int64_t block,
+                            std::shared_ptr<Tensor> scratch) {
+  if (!frozen(suffix) || !can_quantize(suffix))
+    throw std::logic_error("quantize_frozen: " + name_ + "." + suffix +
+                           " is not a frozen parameter this op can store as NF4");
+  if (!quantized(suffix)) quantized_.push_back(suffix);
+  nf4_block_ = block;
+  dequant_scratch_ = std::move(scratch);
+}
+
+bool Layer::quantized(const std::string& suffix) const {
+  return std::find(quantized_.begin(), quantized_.end(), suffix) != quantized_.end();
+}
+
+TensorView Layer::dequantized(const ModelParameter& p, DType dtype) {
+  const sdk::Shape shape = p.nf4.shape;
+  Tensor& scratch = *dequant_scratch_;
+  if (scratch.empty() || scratch.dtype() != dtype || scratch.shape().numel() < shape.numel())
+    scratch = Tensor(backend_, dtype, sdk::Shape{shape.numel()});
+  const TensorView out{scratch.view().data, dtype, shape};
+  facets()
+      .call(sdk::QuantizedWeightOp::dequantize_nf4)
+      ->dequantize_nf4(p.nf4.codes.view().data, p.nf4.absmax.view(), p.nf4.block, out);
+  return out;
+}
+
 ModelParameter Layer::make_parameter(const std::string& suffix, sdk::Shape shape, bool decay,
                                      std::optional<DType> weight) {
   ModelParameter p;
   p.name = name_ + "." + suffix;
   p.weight_decay = decay;
   p.frozen = frozen(suffix);
+  if (p.frozen && quantized(suffix)) {
+    // Codes as bytes: a 1-byte dtype holds them, nothing decodes it as that dtype.
+    p.nf4.codes = Tensor(backend_, DType::fp8_e4m3, sdk::Shape{sdk::nf4_code_bytes(shape.numel())});
+    p.nf4.absmax =
+        Tensor(backend_, DType::fp32, sdk::Shape{sdk::nf4_block_count(shape.numel(), nf4_block_)});
+    p.nf4.shape = shape;
+    p.nf4.block = nf4_block_;
+    return p;
+  }
   const bool narrow = weight && ops::needs_working_copy(*weight);
   if (narrow) p.working = Tensor(backend_, *weight, shape);
   if (!(p.frozen && narrow)) p.master = Tensor(backend_, DType::fp32, shape);
@@ -122,6 +161,13 @@ ModelParameter Layer::make_parameter(const std::string& suffix, sdk::Shape shape
 
 void set_parameter_from_fp32(const std::shared_ptr<sdk::DeviceBackend>& backend, ModelParameter& p,
                              const float* host) {
+  if (p.quantized()) {
+    const auto q =
+        sdk::nf4_quantize(std::span(host, static_cast<std::size_t>(p.numel())), p.nf4.block);
+    backend->copy_from_host(p.nf4.codes.view(), q.codes.data());
+    backend->copy_from_host(p.nf4.absmax.view(), q.absmax.data());
+    return;
+  }
   if (!p.master.empty()) {
     backend->copy_from_host(p.master.view(), host);
     return;
@@ -131,6 +177,24 @@ void set_parameter_from_fp32(const std::shared_ptr<sdk::DeviceBackend>& backend,
   const Tensor wide(backend, DType::fp32, p.working.shape());
   backend->copy_from_host(wide.view(), host);
   backend->cast(wide.view(), p.working.view());
+}
+
+std::vector<float> parameter_to_host_fp32(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                                          const ModelParameter& p) {
+  if (p.quantized()) {
+    sdk::Nf4Tensor t;
+    t.numel = p.numel();
+    t.block = p.nf4.block;
+    t.codes.resize(p.nf4.codes.bytes());
+    t.absmax.resize(static_cast<std::size_t>(p.nf4.absmax.shape().numel()));
+    backend->copy_to_host(t.codes.data(), p.nf4.codes.view());
+    backend->copy_to_host(t.absmax.data(), p.nf4.absmax.view());
+    return sdk::nf4_dequantize(t);
+  }
+  std::vector<float> out(static_cast<std::size_t>(p.numel()));
+  Tensor scratch;
+  copy_to_host_fp32(backend, p.value(), out.data(), scratch);
+  return out;
 }
 
 ModelBuffer Layer::make_buffer(const std::string& suffix, sdk::Shape shape, float value) {

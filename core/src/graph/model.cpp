@@ -121,7 +121,7 @@ std::vector<ModelBuffer*> Model::buffers() {
 std::int64_t Model::parameter_count() const {
   std::int64_t n = 0;
   for (const auto& l : ops_)
-    for (const auto& p : l->parameters()) n += p.value().numel();
+    for (const auto& p : l->parameters()) n += p.numel();
   return n;
 }
 

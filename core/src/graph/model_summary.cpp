@@ -82,10 +82,10 @@ ModelSummary summarize_model(const Model& model, std::int64_t batch_rows) {
       rows_per_sample *= n.output_shape[d];
     n.forward_flops_per_sample = l.forward_flops_per_row() * rows_per_sample;
     for (const auto& p : l.parameters()) {
-      const auto numel = p.value().numel();
+      const auto numel = p.numel();
       n.parameters += numel;
       // A frozen parameter is its one stored copy; a trainable one adds a master and a gradient.
-      const std::size_t bytes = p.frozen ? p.value().bytes()
+      const std::size_t bytes = p.frozen ? p.stored_bytes()
                                          : static_cast<std::size_t>(numel) * 8 +
                                                (p.working.empty() ? 0 : p.working.bytes());
       s.parameter_bytes += bytes;
@@ -93,6 +93,7 @@ ModelSummary summarize_model(const Model& model, std::int64_t batch_rows) {
       share.names.push_back(p.name);
       share.parameters += numel;
       share.bytes += bytes;
+      if (p.quantized()) s.nf4_parameters += numel;
     }
     n.precision = l.precision();
     s.parameters += n.parameters;
@@ -155,8 +156,13 @@ std::string render_model_summary(const ModelSummary& s) {
     out += share_lines("trainable", s.trainable,
                        "of FP32 masters, gradients and working copies, plus the optimizer's state");
     out += share_lines("frozen", s.frozen,
-                       "stored once in the dtype their ops compute with; no weight gradient, FP32 "
-                       "master or optimizer state");
+                       s.nf4_parameters > 0
+                           ? "stored once, linear weights as NF4 (" +
+                                 std::to_string(s.nf4_parameters) +
+                                 " parameters), the rest in the dtype their ops compute with; no "
+                                 "weight gradient, FP32 master or optimizer state"
+                           : "stored once in the dtype their ops compute with; no weight "
+                             "gradient, FP32 master or optimizer state");
   }
   return out;
 }

@@ -53,6 +53,8 @@ void write_run_summary(const std::filesystem::path& file, const TrainSummary& s)
             {"diverged", s.diverged},
             {"interrupted", s.interrupted},
             {"stopped_early", s.stopped_early}};
+  if (s.parameter_memory.frozen > 0)
+    j["parameter_memory"] = parameter_memory_json(s.parameter_memory);
   json gemms = json::object();
   for (const auto& [dtype, g] : s.gemm_inputs)
     gemms[dtype] = {{"native", g.native}, {"how", g.how}};

@@ -59,9 +59,9 @@ void from_host(sdk::DeviceBackend& b, const sdk::HostTensor& h, sdk::TensorView 
   b.copy_from_host(v, h.bytes.data());
 }
 
-// Weights are FP32 in a file whatever the parameter's stored dtype.
-void check_fp32_weights(const sdk::HostTensor& h, sdk::TensorView v, const fs::path& file) {
-  check_host_tensor(h, sdk::DType::fp32, v.shape, file);
+// Weights are FP32 in a file whatever the parameter's stored dtype (NF4 included).
+void check_fp32_weights(const sdk::HostTensor& h, const ModelParameter& p, const fs::path& file) {
+  check_host_tensor(h, sdk::DType::fp32, p.shape(), file);
 }
 
 // The watched metrics' state from a checkpoint's optional "watch" entry (checkpoint/state.h).
@@ -109,10 +109,12 @@ std::vector<std::string> frozen_names(Model& model) {
 sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   auto& b = *s.c.backend;
   sdk::TrainingState st;
-  // Frozen parameters leave as FP32 too (their one copy widened): a checkpoint's weights read
-  // the same whatever trained.
+  // Frozen parameters leave as FP32 too (their one copy widened, an NF4 weight decoded): a
+  // checkpoint's weights read the same whatever trained, and an NF4 weight quantizes back to the
+  // same codes on resume (its block's absmax decodes exactly, every other element within an ulp
+  // of its code value).
   for (auto* p : s.model->parameters())
-    st.tensors.push_back(to_host_fp32(s.c.backend, "param/" + p->name, p->value()));
+    st.tensors.push_back(parameter_to_host(s.c.backend, "param/" + p->name, *p));
   for (auto* buf : s.model->buffers())
     st.tensors.push_back(to_host(b, "buffer/" + buf->name, buf->value.view()));
   if (!weights_only) {
@@ -147,7 +149,8 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
     st.metadata["normalization"] = normalization_json(s.normalization).dump();
   st.metadata["resume"] =
       resume_terms_to_json({s.e.data.batch_size, s.e.run.accumulate, s.schedule.total_steps,
-                            frozen_names(*s.model), lora_terms(s.e.model.lora)})
+                            frozen_names(*s.model), lora_terms(s.e.model.lora),
+                            frozen_format_terms(s.e.model.freeze)})
           .dump();
   json watch = json::object();
   if (s.metrics.early_stopping)
@@ -473,13 +476,20 @@ void load_parameters(Trainer::State& s, const CheckpointFile& file, bool weights
     if (t == nullptr && weights_only && s.e.model.lora.enabled() && is_lora_parameter(p->name))
       continue;
     if (t == nullptr) throw_missing_parameter(file, p->name);
-    const sdk::TensorView value = p->value();
-    const auto expected = value.shape.to_vector();
+    const auto expected = p->shape().to_vector();
     if (t->shape != expected)
       throw_misshapen_parameter(file, *t, p->name, expected, weights_only, layout);
     if (p->master.empty()) {  // frozen, stored narrower: the file's FP32 rounded into it
-      check_fp32_weights(*t, value, file.path);
-      set_parameter_from_fp32(s.c.backend, *p, reinterpret_cast<const float*>(t->bytes.data()));
+      check_fp32_weights(*t, *p, file.path);
+      try {
+        set_parameter_from_fp32(s.c.backend, *p, reinterpret_cast<const float*>(t->bytes.data()));
+      } catch (const std::invalid_argument& e) {  // NF4 refuses a non-finite weight
+        throw sdk::CheckpointError(
+            file.path.string() + ": tensor '" + file.name_in_file(*t) + "' cannot be stored as " +
+                "NF4 for parameter '" + p->name + "': " + e.what(),
+            "NF4 encodes finite weights only: use a checkpoint without infinities or NaNs, or "
+            "train.frozen_format = \"compute\"");
+      }
     } else {
       from_host(*s.c.backend, *t, p->master.view(), file.path);
     }
@@ -655,7 +665,11 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
         "load_checkpoint: a resumed training state is in the native layout");
   auto& s = *s_;
   const CheckpointFile file = read_checkpoint_file(s, path, weights_only, layout);
-  if (!weights_only) keep_lora_terms(read_resume_terms(file.st.metadata, path), s.e, path);
+  if (!weights_only) {
+    const ResumeTerms terms = read_resume_terms(file.st.metadata, path);
+    keep_lora_terms(terms, s.e, path);
+    keep_frozen_format(terms, s.e, path);
+  }
   restore_escalation(s, file, weights_only);
   warn_on_changed_normalization(s, file, weights_only);
   std::set<const sdk::HostTensor*> used;

@@ -9,10 +9,16 @@
 
 namespace mixtrain::core {
 
+struct ModelParameter;
+
 sdk::HostTensor to_host(sdk::DeviceBackend& b, const std::string& name, sdk::TensorView v);
 // The same as FP32 whatever v's dtype (a frozen parameter's one copy, widened exactly): weights
 // leave in FP32 on every path.
 sdk::HostTensor to_host_fp32(const std::shared_ptr<sdk::DeviceBackend>& b, const std::string& name,
                              sdk::TensorView v);
+// A parameter's stored weights as FP32, whatever their storage (an NF4 weight decoded):
+// parameter_to_host_fp32 (graph/layer.h), named `name`.
+sdk::HostTensor parameter_to_host(const std::shared_ptr<sdk::DeviceBackend>& b,
+                                  const std::string& name, const ModelParameter& p);
 
 }  // namespace mixtrain::core

@@ -88,7 +88,7 @@ void replan_model(Trainer::State& s) {
   // allocated, so a replan never needs room for two models.
   std::vector<sdk::HostTensor> masters, buffers, slots;
   for (auto* p : s.model->parameters())
-    masters.push_back(to_host_fp32(s.c.backend, p->name, p->value()));
+    masters.push_back(parameter_to_host(s.c.backend, p->name, *p));
   for (auto* buf : s.model->buffers()) buffers.push_back(to_host(b, buf->name, buf->value.view()));
   for (const auto& t : s.c.optimizer->state_tensors()) slots.push_back(to_host(b, t.name, t.view));
   const auto optimizer_scalars = s.c.optimizer->save_state();

@@ -61,6 +61,8 @@ nlohmann::json resume_terms_to_json(const ResumeTerms& terms) {
   // Only when something is frozen: a run without freezing writes what it wrote before.
   if (terms.frozen && !terms.frozen->empty()) j["frozen"] = *terms.frozen;
   if (terms.lora && *terms.lora != "none") j["lora"] = *terms.lora;
+  if (terms.frozen_format && *terms.frozen_format != "compute")
+    j["frozen_format"] = *terms.frozen_format;
   return j;
 }
 
@@ -104,6 +106,13 @@ ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata
                                    "the checkpoint is damaged; use an earlier one");
       t.lora = j.at("lora").get<std::string>();
     }
+    t.frozen_format = "compute";
+    if (j.contains("frozen_format")) {
+      if (!j.at("frozen_format").is_string())
+        throw sdk::CheckpointError(file.string() + ": resume.frozen_format is not a string",
+                                   "the checkpoint is damaged; use an earlier one");
+      t.frozen_format = j.at("frozen_format").get<std::string>();
+    }
     return t;
   }
   // Written before the entry existed: the run's resolved config says the same.
@@ -119,6 +128,7 @@ ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata
   }
   t.frozen.emplace();  // written before parameters could be frozen
   t.lora = "none";     // or have adapters
+  t.frozen_format = "compute";  // or be stored as NF4
   return t;
 }
 
@@ -134,6 +144,18 @@ void keep_lora_terms(const ResumeTerms& terms, const Experiment& e,
         "a resumed run keeps its adapters: resume with the [model.lora] the run was trained with "
         "(its config.toml holds it), or start a new run from these weights "
         "(checkpoint.init_from = the checkpoint)");
+}
+
+void keep_frozen_format(const ResumeTerms& terms, const Experiment& e,
+                        const std::filesystem::path& file) {
+  const std::string now = frozen_format_terms(e.model.freeze);
+  if (!terms.frozen_format || *terms.frozen_format == now) return;
+  throw sdk::CheckpointError(
+      file.string() + ": the run was trained with train.frozen_format = " + *terms.frozen_format +
+          ", this one has train.frozen_format = " + now,
+      "a resumed run keeps its frozen base as it was stored: resume with the [train] "
+      "frozen_format and frozen_block_size the run was trained with (its config.toml holds "
+      "them), or start a new run from these weights (checkpoint.init_from = the checkpoint)");
 }
 
 void keep_resume_terms(const ResumeTerms& terms, const Experiment& e,

@@ -6,7 +6,9 @@
 // - A checkpoint's "resume" metadata entry is {"batch_size", "accumulate", "schedule_steps"},
 //   JSON integers >= 1, and "frozen", the sorted names of the frozen parameters, written only when
 //   there are any (resume_terms_to_json writes it; without it, nothing was frozen), and "lora",
-//   graph/lora.h's lora_terms() of the run, written only with [model.lora] (without it: none). A
+//   graph/lora.h's lora_terms() of the run, written only with [model.lora] (without it: none), and
+//   "frozen_format", graph/freezing.h's frozen_format_terms(), written only when it is not
+//   "compute" (without it: compute). A
 //   checkpoint from before the entry gives the same from its "config" entry (the run's resolved
 //   TOML: data.batch_size, run.accumulate, run.steps; nothing frozen); with neither, or an
 //   unreadable one, every term is unknown (0, nullopt): nothing checked. A malformed "resume" entry
@@ -38,6 +40,8 @@ struct ResumeTerms {
   std::int64_t batch_size = 0, accumulate = 0, schedule_steps = 0;  // 0: unknown
   std::optional<std::vector<std::string>> frozen;                   // sorted; nullopt: unknown
   std::optional<std::string> lora;  // lora_terms(); "none" without LoRA; nullopt: unknown
+  // frozen_format_terms(); "compute" when the entry has none; nullopt: unknown
+  std::optional<std::string> frozen_format;
 };
 
 nlohmann::json resume_terms_to_json(const ResumeTerms& terms);
@@ -52,6 +56,12 @@ ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata
 //   (and so also what is frozen).
 void keep_lora_terms(const ResumeTerms& terms, const Experiment& e,
                      const std::filesystem::path& file);
+
+// - keep_frozen_format: another train.frozen_format or frozen_block_size than the checkpoint's is
+//   sdk::CheckpointError naming both (the base the adapters trained against would change: NF4's
+//   rounding of it is part of the model).
+void keep_frozen_format(const ResumeTerms& terms, const Experiment& e,
+                        const std::filesystem::path& file);
 
 void keep_resume_terms(const ResumeTerms& terms, const Experiment& e,
                        const std::vector<std::string>& frozen, LrSchedule& schedule,

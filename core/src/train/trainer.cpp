@@ -104,7 +104,14 @@ std::vector<std::byte> replica_state(Trainer::State& s) {
     const auto host = to_host(*s.c.backend, {}, v);
     out.insert(out.end(), host.bytes.begin(), host.bytes.end());
   };
-  for (auto* p : s.model->parameters()) append_view(p->value());
+  for (auto* p : s.model->parameters()) {
+    if (!p->quantized()) {
+      append_view(p->value());
+      continue;
+    }
+    append_view(p->nf4.codes.view());
+    append_view(p->nf4.absmax.view());
+  }
   for (const std::string& text :
        {component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump(),
         component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump(),
@@ -395,6 +402,9 @@ void summarize_run(Trainer::State& s, TrainSummary& sum, const RunEnd& end,
   sum.samples_per_s = wall > 0 ? static_cast<double>(measured.trained_rows) / wall : 0.0;
   sum.wall_seconds = wall;
   sum.parameters = s.model->parameter_count();
+  std::size_t state_bytes = 0;
+  for (const auto& t : s.c.optimizer->state_tensors()) state_bytes += t.view.bytes();
+  sum.parameter_memory = measure_parameter_memory(*s.model, state_bytes);
   sum.policy = e.policy_name;
   sum.scaler = e.scaler_type;
   sum.optimizer = e.optimizer_type;
@@ -504,7 +514,7 @@ TrainSummary Trainer::run() {
   if (s.position.complete_on_resume) return already_complete(s, sum);
   s.reducer->announce(s.log, e.data.batch_size);
   std::int64_t trainable = 0;
-  for (const auto* p : s.model->trainable_parameters()) trainable += p->value().numel();
+  for (const auto* p : s.model->trainable_parameters()) trainable += p->numel();
   const std::int64_t total = s.model->parameter_count();
   s.log.info(
       "run '" + e.run.name + "': " + std::to_string(total) + " parameters" +

@@ -5,6 +5,7 @@
 #include "graph/ops/activation.h"
 #include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
+#include "mixtrain/sdk/backend_quantized_weight.h"
 
 namespace mixtrain::core {
 
@@ -54,7 +55,12 @@ void LinearLayer::init_parameters(std::uint64_t seed) {
   if (zero_init_) {
     // LoRA's B: the adapter adds nothing until it has trained. value(): a frozen weight may have
     // no master.
-    if (tie_weight_.empty()) backend_->fill(params_[0].value(), 0.0f);
+    if (tie_weight_.empty() && params_[0].quantized()) {
+      const std::vector<float> zeros(static_cast<std::size_t>(params_[0].numel()), 0.0f);
+      set_parameter_from_fp32(backend_, params_[0], zeros.data());
+    } else if (tie_weight_.empty()) {
+      backend_->fill(params_[0].value(), 0.0f);
+    }
     if (bias_) backend_->fill(bias().value(), 0.0f);
     return;
   }
@@ -76,6 +82,7 @@ void LinearLayer::init_parameters(std::uint64_t seed) {
 
 TensorView LinearLayer::weight_operand() {
   ModelParameter& w = weight();
+  if (w.quantized()) return dequantized(w, storage_of(precision_.weight));
   const TensorView view = w.compute_view();
   const DType want = storage_of(precision_.weight);
   if (tied() == nullptr || view.dtype == want) return view;
@@ -133,6 +140,9 @@ std::vector<BackendNeed> LinearLayer::backend_needs(DType input) const {
   if (bias_)
     needs.push_back(
         {sdk::ActivationOp::bias_grad, {storage_of(precision_.activation), DType::fp32}});
+  if (quantized("weight"))
+    needs.push_back(
+        {sdk::QuantizedWeightOp::dequantize_nf4, {DType::fp32, storage_of(precision_.weight)}});
   return needs;
 }
 

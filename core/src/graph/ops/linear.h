@@ -17,6 +17,10 @@
 // - scale s (default 1) multiplies the product and not the bias, y = s·x·Wᵀ + b, as the GEMMs'
 //   alpha: dx = s·dy·W and dW = s·dyᵀ·x. LoRA's B adapter carries alpha/r this way, so its output
 //   is PEFT's lora_B(·)·scaling with no extra op. zero_init starts W and b at 0 (LoRA's B).
+// - NF4 base (train.frozen_format = "nf4"): a frozen own weight may be stored as NF4
+//   (can_quantize); each GEMM that reads it (forward, and backward's dx) first decodes it into
+//   the model's shared working copy in the weight's compute dtype, through the backend's
+//   quantized_weight facet, which backend_needs() then asks for.
 #pragma once
 
 #include <memory>
@@ -48,6 +52,9 @@ class LinearLayer final : public Layer {
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
+  bool can_quantize(const std::string& suffix) const override {
+    return suffix == "weight" && tie_weight_.empty();
+  }
   // Takes a relu/gelu reader as this GEMM's epilogue (non-owning; both belong to one model).
   bool fuse_reader(Layer& reader) override;
   void set_fusion(bool on) override;

@@ -29,7 +29,7 @@ inline sdk::TensorView prefix(const Tensor& t, std::int64_t n) {
 inline void fill_uniform(const std::shared_ptr<sdk::DeviceBackend>& backend, ModelParameter& p,
                          double bound, std::uint64_t seed) {
   SplitMix64 rng(seed);
-  std::vector<float> host(static_cast<std::size_t>(p.value().numel()));
+  std::vector<float> host(static_cast<std::size_t>(p.numel()));
   for (auto& v : host) v = static_cast<float>(rng.uniform(-bound, bound));
   set_parameter_from_fp32(backend, p, host.data());
 }
@@ -38,7 +38,7 @@ inline void fill_uniform(const std::shared_ptr<sdk::DeviceBackend>& backend, Mod
 inline void fill_normal(const std::shared_ptr<sdk::DeviceBackend>& backend, ModelParameter& p,
                         double std, std::uint64_t seed) {
   DataRng rng(seed);
-  std::vector<float> host(static_cast<std::size_t>(p.value().numel()));
+  std::vector<float> host(static_cast<std::size_t>(p.numel()));
   for (auto& v : host) v = static_cast<float>(std * rng.normal());
   set_parameter_from_fp32(backend, p, host.data());
 }

@@ -28,6 +28,7 @@
 #include "mixtrain/sdk/backend_loss.h"
 #include "mixtrain/sdk/backend_native_stream.h"
 #include "mixtrain/sdk/backend_optimizer_updates.h"
+#include "mixtrain/sdk/backend_quantized_weight.h"
 #include "mixtrain/sdk/backend_residual.h"
 #include "mixtrain/sdk/backend_scratch.h"
 #include "mixtrain/sdk/backend_step_graph.h"
@@ -63,6 +64,7 @@ using Facets = FacetList<GemmFacet,           //
                          StepGraphFacet,      //
                          NativeStreamFacet,   //
                          CallObserverFacet,   //
-                         ScratchFacet>;
+                         ScratchFacet,        //
+                         QuantizedWeightFacet>;
 
 }  // namespace mixtrain::sdk

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,8 @@
 #include "mixtrain/core/graph/freezing.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/sdk/backend_call_observer.h"
+#include "mixtrain/sdk/backend_quantized_weight.h"
+#include "mixtrain/sdk/support/nf4.h"
 
 namespace mixtrain::core {
 namespace {
@@ -294,6 +298,108 @@ TEST(Freezing, AFrozenWeightIsStoredOnceInTheDtypeItsOpComputesWith) {
   }
   EXPECT_EQ(frozen.parameter_count(), all.parameter_count());
   EXPECT_EQ(frozen.trainable_parameters().size(), a.size() - 4);
+}
+
+// --- train.frozen_format = "nf4" ----------------------------------------------------------------
+
+ModelSpec as_nf4(ModelSpec spec, std::int64_t block = 64) {
+  spec.freeze.format = FrozenFormat::nf4;
+  spec.freeze.block = block;
+  spec.freeze.format_where = {"train.toml", 3, 17};
+  return spec;
+}
+
+ModelParameter& parameter(Model& m, const std::string& name) {
+  for (auto* p : m.parameters())
+    if (p->name == name) return *p;
+  throw std::logic_error("no parameter " + name);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// An NF4 weight holds the SDK's quantization of the weight it would have had (codes and absmax
+// alone), and the step reads it decoded: the model's gradients are those of the same model whose
+// fc2 holds the decoded values as plain weights, bit for bit, under fp32 and under bf16.
+TEST(Freezing, AnNf4WeightIsItsQuantizationDecodedBeforeEachGemm) {
+  sdk::OpPrecision bf16;
+  bf16.weight = bf16.gemm_input = bf16.activation = bf16.activation_grad = DType::bf16;
+  for (const sdk::OpPrecision& precision : {sdk::OpPrecision{}, bf16})
+    for (const std::int64_t block : {64, 100}) {  // 16·16 = 256 elements: 100 leaves 56
+      Model q(cpu(), as_nf4(with_frozen(norm_mlp(), {"fc2", "ln"}), block), 12, 5);
+      Model plain(cpu(), with_frozen(norm_mlp(), {"fc2", "ln"}), 12, 5);
+      for (Model* m : {&q, &plain}) {
+        for (auto& l : m->layers()) l->set_precision({});  // fp32 masters to read the init from
+        m->allocate(4);
+        m->init_parameters(7);
+      }
+      ModelParameter& w = parameter(q, "fc2.weight");
+      ASSERT_TRUE(w.quantized());
+      EXPECT_TRUE(w.master.empty() && w.working.empty() && w.grad.empty());
+      EXPECT_EQ(w.stored_bytes(), 128u + 4u * static_cast<std::size_t>((256 + block - 1) / block));
+      EXPECT_FALSE(parameter(q, "fc2.bias").quantized()) << "a bias keeps its dtype";
+      EXPECT_FALSE(parameter(q, "fc1.weight").quantized()) << "fc1 trains";
+      const auto init = read(parameter(plain, "fc2.weight").value());
+      const auto decoded = sdk::nf4_dequantize(sdk::nf4_quantize(init, block));
+      EXPECT_TRUE(same_bits(parameter_to_host_fp32(cpu(), w), decoded));
+      EXPECT_FALSE(same_bits(decoded, init)) << "4 bits cannot hold the fp32 init";
+
+      // The same models again under `precision`, the reference's fc2 set to the decoded values.
+      Model q2(cpu(), as_nf4(with_frozen(norm_mlp(), {"fc2", "ln"}), block), 12, 5);
+      const auto got = step_gradients(q2, precision, 4, feed_features);
+      Model r2(cpu(), with_frozen(norm_mlp(), {"fc2", "ln"}), 12, 5);
+      for (auto& l : r2.layers()) l->set_precision(precision);
+      r2.allocate(4);
+      r2.init_parameters(7);
+      set_parameter_from_fp32(cpu(), parameter(r2, "fc2.weight"), decoded.data());
+      feed_features(r2, 4, 2);
+      r2.forward(4);
+      r2.compute_loss(4, 4.0f, true);
+      r2.backward(4);
+      const auto want = gradients(r2);
+      ASSERT_EQ(got.size(), want.size());
+      for (const auto& [name, g] : got) EXPECT_EQ(g, want.at(name)) << name << " block " << block;
+    }
+}
+
+TEST(Freezing, Nf4WithoutAFrozenLinearWeightIsAnErrorAtTheKey) {
+  for (const auto& frozen : std::vector<std::vector<std::string>>{{}, {"ln", "fc2.bias"}}) {
+    try {
+      Model m(cpu(), as_nf4(with_frozen(norm_mlp(), frozen)), 12, 5);
+      FAIL() << "nf4 with nothing to store was accepted";
+    } catch (const sdk::ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("train.toml:3:17"), std::string::npos) << what;
+      EXPECT_NE(what.find("no frozen parameter is a linear node's weight"), std::string::npos)
+          << what;
+    }
+  }
+}
+
+// A backend with every facet of the CPU's but quantized_weight (the CUDA backend, today): an NF4
+// model stops at plan time naming the node, the op and the way out.
+class NoQuantizedWeightBackend final : public test_support::ForwardingBackend {
+ public:
+  sdk::Facet* find_facet(std::string_view name) override {
+    return name == sdk::QuantizedWeightFacet::kName ? nullptr : in_->find_facet(name);
+  }
+};
+
+TEST(Freezing, ABackendWithoutNf4DecodingStopsAtPlanTime) {
+  auto backend = std::make_shared<NoQuantizedWeightBackend>();
+  Model m(backend, as_nf4(with_frozen(norm_mlp(), {"fc2"})), 12, 5);
+  for (auto& l : m.layers()) l->set_precision({});
+  try {
+    m.allocate(4);
+    FAIL() << "the plan accepted a backend that cannot decode NF4";
+  } catch (const sdk::ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("node 'fc2' (linear) stores its frozen weight as NF4"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("quantized_weight.dequantize_nf4"), std::string::npos) << what;
+    EXPECT_NE(e.hint().find("train.frozen_format = \"compute\""), std::string::npos) << e.hint();
+  }
 }
 
 // Images: conv, batch norm (+ relu) and pooling.

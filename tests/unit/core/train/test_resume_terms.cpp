@@ -18,7 +18,8 @@ namespace {
 using Metadata = std::map<std::string, std::string>;
 
 TEST(ResumeTerms, TheEntryRoundTrips) {
-  const ResumeTerms t{64, 2, 300, std::vector<std::string>{"fc1.bias", "fc1.weight"}, "none"};
+  const ResumeTerms t{64,     2,        300, std::vector<std::string>{"fc1.bias", "fc1.weight"},
+                      "none", "compute"};
   const auto back =
       read_resume_terms(Metadata{{"resume", resume_terms_to_json(t).dump()}}, "c.mxt");
   EXPECT_EQ(back.batch_size, 64);
@@ -30,7 +31,7 @@ TEST(ResumeTerms, TheEntryRoundTrips) {
 TEST(ResumeTerms, NothingFrozenWritesTheEntryAsBeforeAndReadsBackAsKnown) {
   // A run without frozen parameters writes no "frozen" key (its checkpoints stay as they were);
   // reading one back, or a checkpoint from before the key, says nothing was frozen.
-  const auto entry = resume_terms_to_json({8, 1, 5, std::vector<std::string>{}, "none"});
+  const auto entry = resume_terms_to_json({8, 1, 5, std::vector<std::string>{}, "none", "compute"});
   EXPECT_FALSE(entry.contains("frozen")) << entry.dump();
   const auto back = read_resume_terms(Metadata{{"resume", entry.dump()}}, "c.mxt");
   ASSERT_TRUE(back.frozen.has_value());
@@ -49,11 +50,12 @@ TEST(ResumeTerms, AnotherSetOfFrozenParametersIsRefusedNamingBoth) {
   LrSchedule schedule;
   schedule.total_steps = 5;
   auto log = core_logger("test");
-  const ResumeTerms trained{8, 1, 5, std::vector<std::string>{"fc1.bias", "fc1.weight"}, "none"};
+  const ResumeTerms trained{8,      1,        5, std::vector<std::string>{"fc1.bias", "fc1.weight"},
+                            "none", "compute"};
   // The same set resumes; so does a checkpoint whose set is unknown.
   keep_resume_terms(trained, e, {"fc1.bias", "fc1.weight"}, schedule, 3, log, "c.mxt");
-  keep_resume_terms(ResumeTerms{8, 1, 5, std::nullopt, std::nullopt}, e, {"head.weight"}, schedule,
-                    3, log, "c.mxt");
+  keep_resume_terms(ResumeTerms{8, 1, 5, std::nullopt, std::nullopt, std::nullopt}, e,
+                    {"head.weight"}, schedule, 3, log, "c.mxt");
   for (const auto& now : std::vector<std::vector<std::string>>{
            {}, {"fc1.weight"}, {"fc1.bias", "fc1.weight", "x.w"}}) {
     try {
@@ -86,7 +88,7 @@ TEST(ResumeTerms, AnOlderCheckpointGivesThemFromItsResolvedConfig) {
 
 TEST(ResumeTerms, OtherLoraSettingsAreRefusedNamingBoth) {
   // Without LoRA the entry is as before; with it, the settings round-trip.
-  const auto plain = resume_terms_to_json({8, 1, 5, std::vector<std::string>{}, "none"});
+  const auto plain = resume_terms_to_json({8, 1, 5, std::vector<std::string>{}, "none", "compute"});
   EXPECT_FALSE(plain.contains("lora")) << plain.dump();
   EXPECT_EQ(read_resume_terms(Metadata{{"resume", plain.dump()}}, "c.mxt").lora, "none");
   EXPECT_EQ(read_resume_terms(Metadata{{"config", "[run]\nsteps = 5\n"}}, "c.mxt").lora, "none");
@@ -100,7 +102,7 @@ TEST(ResumeTerms, OtherLoraSettingsAreRefusedNamingBoth) {
   target.pattern = "h.*.attn.c_attn";
   e.model.lora.targets.push_back(target);
   const std::string now = lora_terms(e.model.lora);
-  const auto entry = resume_terms_to_json({8, 1, 5, std::vector<std::string>{}, now});
+  const auto entry = resume_terms_to_json({8, 1, 5, std::vector<std::string>{}, now, "compute"});
   const auto back = read_resume_terms(Metadata{{"resume", entry.dump()}}, "c.mxt");
   EXPECT_EQ(back.lora, now);
   LrSchedule schedule;
@@ -113,7 +115,7 @@ TEST(ResumeTerms, OtherLoraSettingsAreRefusedNamingBoth) {
            {"r = 4, alpha = 16, dropout = 0, targets = [\"h.*.attn.c_attn\"]",
             "trained with LoRA r = 4, alpha = 16, dropout = 0, targets = [\"h.*.attn.c_attn\"], "
             "this one has LoRA r = 8, alpha = 16, dropout = 0, targets = [\"h.*.attn.c_attn\"]"}}) {
-    ResumeTerms t{8, 1, 5, std::vector<std::string>{}, was};
+    ResumeTerms t{8, 1, 5, std::vector<std::string>{}, was, "compute"};
     try {
       keep_lora_terms(t, e, "c.mxt");
       ADD_FAILURE() << was;
@@ -123,6 +125,46 @@ TEST(ResumeTerms, OtherLoraSettingsAreRefusedNamingBoth) {
       EXPECT_NE(std::string(error.hint()).find("[model.lora]"), std::string::npos) << error.hint();
     }
   }
+}
+
+TEST(ResumeTerms, AnotherFrozenFormatIsRefusedNamingBoth) {
+  // A compute-dtype base writes nothing new; an NF4 one records its block, and both read back.
+  const auto plain = resume_terms_to_json({8, 1, 5, std::vector<std::string>{}, "none", "compute"});
+  EXPECT_FALSE(plain.contains("frozen_format")) << plain.dump();
+  EXPECT_EQ(read_resume_terms(Metadata{{"resume", plain.dump()}}, "c.mxt").frozen_format,
+            "compute");
+  EXPECT_EQ(read_resume_terms(Metadata{{"config", "[run]\nsteps = 5\n"}}, "c.mxt").frozen_format,
+            "compute");
+  Experiment e;
+  e.model.freeze.format = FrozenFormat::nf4;
+  e.model.freeze.block = 64;
+  EXPECT_EQ(frozen_format_terms(e.model.freeze), "nf4 (blocks of 64)");
+  const auto entry = resume_terms_to_json(
+      {8, 1, 5, std::vector<std::string>{}, "none", frozen_format_terms(e.model.freeze)});
+  const auto back = read_resume_terms(Metadata{{"resume", entry.dump()}}, "c.mxt");
+  EXPECT_EQ(back.frozen_format, "nf4 (blocks of 64)");
+  keep_frozen_format(back, e, "c.mxt");
+  for (const auto& [was, now] : std::vector<std::pair<std::string, std::int64_t>>{
+           {"compute", 64}, {"nf4 (blocks of 64)", 32}}) {
+    e.model.freeze.block = now;
+    try {
+      keep_frozen_format(ResumeTerms{8, 1, 5, std::vector<std::string>{}, "none", was}, e, "c.mxt");
+      ADD_FAILURE() << was;
+    } catch (const sdk::CheckpointError& error) {
+      const std::string m = error.what();
+      EXPECT_NE(m.find("c.mxt: the run was trained with train.frozen_format = " + was +
+                       ", this one has train.frozen_format = nf4 (blocks of " +
+                       std::to_string(now) + ")"),
+                std::string::npos)
+          << m;
+      EXPECT_NE(std::string(error.hint()).find("frozen_format"), std::string::npos);
+    }
+  }
+  EXPECT_THROW(read_resume_terms(
+                   Metadata{{"resume", R"({"batch_size": 8, "accumulate": 1, "schedule_steps": 5, )"
+                                       R"("frozen_format": 4})"}},
+                   "c.mxt"),
+               sdk::CheckpointError);
 }
 
 TEST(ResumeTerms, AMalformedEntryNamesTheFileAndTheField) {

@@ -1,5 +1,5 @@
 // The CPU backend's facets as registered objects: find_facet serves every facet its source files
-// registered (all fourteen of the header's contract, each at the version the host asks for), and
+// registered (all fifteen of the header's contract, each at the version the host asks for), and
 // FacetSet refuses a second registration of one facet name, naming it.
 #include <gtest/gtest.h>
 
@@ -11,6 +11,7 @@
 #include "cpu_backend.h"
 #include "cpu_context.h"
 #include "mixtrain/sdk/backend_dropout.h"
+#include "mixtrain/sdk/backend_quantized_weight.h"
 #include "mixtrain/sdk/backend_scratch.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/facet_registry.h"
@@ -36,13 +37,14 @@ TEST(CpuFacets, FindFacetServesEveryRegisteredFacet) {
   const std::vector<std::string_view> all = {
       "gemm",       "activation",  "residual", "gradient_check", "foreach",
       "layer_norm", "batch_norm",  "loss",     "optimizer",      "attention",
-      "embedding",  "convolution", "dropout",  "scratch"};
+      "embedding",  "convolution", "dropout",  "scratch",        "quantized_weight"};
   EXPECT_EQ(registered.size(), all.size());
-  const auto served = facets_served<sdk::GemmFacet, sdk::ActivationFacet, sdk::ResidualFacet,
-                                    sdk::GradientCheckFacet, sdk::ForeachFacet, sdk::LayerNormFacet,
-                                    sdk::BatchNormFacet, sdk::LossFacet, sdk::OptimizerFacet,
-                                    sdk::AttentionFacet, sdk::EmbeddingFacet, sdk::ConvolutionFacet,
-                                    sdk::DropoutFacet, sdk::ScratchFacet>(backend);
+  const auto served =
+      facets_served<sdk::GemmFacet, sdk::ActivationFacet, sdk::ResidualFacet,
+                    sdk::GradientCheckFacet, sdk::ForeachFacet, sdk::LayerNormFacet,
+                    sdk::BatchNormFacet, sdk::LossFacet, sdk::OptimizerFacet, sdk::AttentionFacet,
+                    sdk::EmbeddingFacet, sdk::ConvolutionFacet, sdk::DropoutFacet,
+                    sdk::ScratchFacet, sdk::QuantizedWeightFacet>(backend);
   EXPECT_EQ(served, all);
   EXPECT_EQ(backend.find_facet("no_such_facet"), nullptr);
   EXPECT_EQ(sdk::facet<sdk::StepGraphFacet>(backend), nullptr);  // a CUDA-only facet

@@ -12,8 +12,16 @@
 // - resolve_frozen() throws sdk::ConfigError at the pattern's file:line:col when a pattern matches
 //   no parameter (naming the closest names), and at the first pattern when nothing is left to
 //   train. It returns the frozen parameters' names, sorted.
+// - format (train.frozen_format): how frozen linear weights are stored. compute (the default):
+//   in the dtype their op computes with, as above. nf4: QLoRA's 4-bit NormalFloat
+//   (sdk/support/nf4.h), blocks of `block` elements with one fp32 absmax each, decoded by the
+//   backend into the compute dtype right before each GEMM (graph/layer.h, ModelParameter). Only a
+//   linear node's own weight takes it: biases, layer norms, embeddings and a weight another node
+//   ties to stay in the compute dtype. The graph's build throws sdk::ConfigError at format_where
+//   when nf4 finds no frozen linear weight to store.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,10 +35,18 @@ struct ParameterPattern {
   std::string key;  // "train.frozen[1]", for messages
 };
 
+enum class FrozenFormat : std::uint8_t { compute, nf4 };
+
 struct FreezeSpec {
   std::vector<ParameterPattern> trainable, frozen;
+  FrozenFormat format = FrozenFormat::compute;
+  std::int64_t block = 64;           // NF4's block (train.frozen_block_size)
+  sdk::SourceLocation format_where;  // train.frozen_format
   bool empty() const { return trainable.empty() && frozen.empty(); }
 };
+
+// "compute", or "nf4 (blocks of 64)": what a resume compares with the checkpoint's.
+std::string frozen_format_terms(const FreezeSpec& spec);
 
 // A parameter as a built graph names it: its owner node and its full name ("fc1", "fc1.weight").
 struct NamedParameter {

@@ -53,6 +53,7 @@ struct ModelSummary {
     std::size_t bytes = 0;
   };
   Share trainable, frozen;
+  std::int64_t nf4_parameters = 0;  // of the frozen ones, stored as NF4 (train.frozen_format)
 };
 
 ModelSummary summarize_model(const Model& model, std::int64_t batch_rows);

@@ -24,6 +24,8 @@
 #include <string>
 #include <string_view>
 
+#include "mixtrain/core/graph/parameter_memory.h"
+
 namespace mixtrain::core {
 
 struct EvalResult {
@@ -64,6 +66,8 @@ struct TrainSummary {
   double samples_per_s = 0.0;
   double wall_seconds = 0.0;
   std::int64_t parameters = 0;
+  // "parameter_memory" in summary.json, written when something is frozen (graph/parameter_memory.h)
+  ParameterMemory parameter_memory;
   std::string policy, scaler, optimizer, backend;
   // "precision" in summary.json: the policy that applied (`auto` resolved) and, per GEMM input
   // dtype the plan uses, whether the backend runs it natively and how.
