@@ -60,6 +60,10 @@ def write(path, tokens):
 
 def encode(text, folder):
     """The ids of `text` under the tokenizer of the model folder `folder`."""
+    import os
+    # A name that is no folder would send transformers to the Hugging Face Hub.
+    if not os.path.isdir(folder):
+        raise ValueError("no such folder (a Hugging Face model folder with its tokenizer files)")
     from transformers import AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(folder)
     # The whole text is one sequence: no model's length limit applies to a token file.

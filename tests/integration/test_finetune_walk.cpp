@@ -119,5 +119,21 @@ TEST_F(FinetuneWalk, TheReadmeWalkRunsAsWrittenAndPeftAgrees) {
   EXPECT_GT(results[3].out.size(), std::string("This License\n").size()) << results[3].out;
 }
 
+// make_token_file.py --tokenizer with a folder that is not there: exit 2 naming it, before
+// transformers could take the name for one on the Hugging Face Hub (so no peers are needed).
+TEST_F(FinetuneWalk, TokenFileWithAMissingTokenizerFolderExits2NamingIt) {
+  const std::string script =
+      (fs::path(MIXTRAIN_SOURCE_DIR) / "samples" / "data_tools" / "make_token_file.py").string();
+  write_file("text.txt", "some text\n");
+  const int status = std::system(("cd '" + dir_.string() + "' && /usr/bin/python3 " + script +
+                                  " text.txt --tokenizer no-such-folder --out t.bin >out.txt "
+                                  "2>err.txt </dev/null")
+                                     .c_str());
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2);
+  const auto err = slurp(dir_ / "err.txt");
+  EXPECT_TRUE(has(err, "--tokenizer no-such-folder: no such folder")) << err;
+  EXPECT_FALSE(fs::exists(dir_ / "t.bin"));
+}
+
 }  // namespace
 }  // namespace mixtrain::test
