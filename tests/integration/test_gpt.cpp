@@ -141,6 +141,12 @@ TEST_F(CliGpt, SampleArgumentsOutOfRangeExit2BeforeAnythingLoads) {
     EXPECT_NE(r.err.find(says), std::string::npos) << args << ": " << r.err;
     EXPECT_EQ(r.err.find("missing"), std::string::npos) << args << ": " << r.err;
   }
+  // Neither --prompt nor --prompt-ids: there is nothing to continue.
+  auto r = run(base + "--tokens 3");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "sample needs a prompt to continue")) << r.err;
+  EXPECT_TRUE(has(r.err, "--prompt-ids ID,ID,...")) << r.err;
+  EXPECT_EQ(r.err.find("missing"), std::string::npos) << r.err;
 }
 
 TEST_F(CliGpt, WidthNotDivisibleByHeadsExits2AtTheConfigLine) {
