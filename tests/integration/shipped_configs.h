@@ -69,10 +69,9 @@ vocab_size = 512
 block_size = 64
 )";
   const auto folder = dir / "walk-gpt2";
-  const std::string export_folder = std::string(MIXTRAIN_EXE) + " export " +
-                                    (dir / "walk-base.toml").string() +
-                                    " --initial --layout hf --out " + folder.string() +
-                                    " >/dev/null 2>&1";
+  const std::string export_folder =
+      std::string(MIXTRAIN_EXE) + " export " + (dir / "walk-base.toml").string() +
+      " --initial --layout hf --out " + folder.string() + " >/dev/null 2>&1";
   if (std::system(export_folder.c_str()) != 0) return " --set model.from_pretrained=export-failed";
   return " --set model.from_pretrained=" + folder.string() +
          " --set data.train=" + (dir / "walk-train.bin").string() +
