@@ -11,6 +11,7 @@
 #include "integer_flag.h"
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/sdk/error.h"
+#include "token_ids.h"
 
 namespace {
 
@@ -186,7 +187,17 @@ void add_sample(CLI::App& app, CommandLine& a) {
       ->add_option("--checkpoint", a.sample_args.checkpoint,
                    "checkpoint file or checkpoints/ folder")
       ->required();
-  a.sample->add_option("--prompt", a.sample_args.prompt, "text to continue")->required();
+  auto* prompt = a.sample->add_option(
+      "--prompt", a.sample_args.prompt,
+      "text to continue, its bytes the token ids (a byte-level model, vocabulary 256)");
+  a.sample
+      ->add_option("--prompt-ids", a.sample_args.prompt_ids,
+                   "the prompt as token ids, comma-separated (from the model's own tokenizer)")
+      ->check(mixtrain::cli::token_ids_flag())
+      ->excludes(prompt);
+  a.sample->add_flag("--print-ids", a.sample_args.print_ids,
+                     "print the prompt's and the generated tokens' ids, comma-separated, not "
+                     "bytes (what a model of any vocabulary can print)");
   a.sample
       ->add_option("--tokens", a.sample_args.tokens,
                    "tokens to generate (at most a million per call: continue from the output for "

@@ -1,5 +1,7 @@
 // `mixtrain sample`: continues a prompt with a trained language model, token by token over a KV
-// cache (core/include/mixtrain/core/generate/text_generation.h).
+// cache (core/include/mixtrain/core/generate/text_generation.h). Text in and out only for a
+// byte-level model; any other vocabulary takes and prints token ids (token_ids.h), which the
+// model's own tokenizer makes and reads outside mixtrain (README, "Tokens for a pretrained GPT-2").
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -9,8 +11,38 @@
 #include "commands.h"
 #include "mixtrain/core/generate/text_generation.h"
 #include "model_session.h"
+#include "token_ids.h"
 
 namespace mixtrain::cli {
+
+namespace {
+
+constexpr std::int64_t kByteVocabulary = 256;
+constexpr const char* kTokensSection =
+    "README, \"Tokens for a pretrained GPT-2\", has the one-line encode and decode";
+
+// The vocabulary decides what the prompt and the output may be; checked before any weight loads.
+void check_prompt_fits(const SampleArgs& args, std::int64_t vocab,
+                       const std::vector<std::int32_t>& prompt) {
+  const bool bytes = vocab == kByteVocabulary;
+  if (args.prompt && !bytes)
+    throw sdk::UserError(
+        "--prompt is read as bytes, the token ids of a byte-level model (a vocabulary of 256), "
+        "but this model's vocabulary has " +
+            std::to_string(vocab) + " tokens",
+        "give the prompt as ids from the model's tokenizer: --prompt-ids ID,ID,... --print-ids (" +
+            std::string(kTokensSection) + ")");
+  check_in_vocabulary(prompt, vocab, args.prompt ? "--prompt" : "--prompt-ids");
+  if (!args.print_ids && !bytes)
+    throw sdk::UserError(
+        "sample prints text only for a byte-level model (a vocabulary of 256), but this model's "
+        "vocabulary has " +
+            std::to_string(vocab) + " tokens",
+        "add --print-ids and decode the ids with the model's tokenizer (" +
+            std::string(kTokensSection) + ")");
+}
+
+}  // namespace
 
 int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
   // The arguments first: a typo costs nothing to report, loading the data and model does.
@@ -18,30 +50,39 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
     throw sdk::UserError(
         "--temperature " + std::to_string(args.temperature) + " is not a finite number >= 0",
         "use 0 (greedy) or a positive temperature such as 0.8");
+  if (!args.prompt && !args.prompt_ids)
+    throw sdk::UserError("sample needs a prompt to continue",
+                         "give --prompt TEXT (a byte-level model) or --prompt-ids ID,ID,... (the "
+                         "ids of the model's own tokenizer)");
+  std::vector<std::int32_t> prompt;
+  if (args.prompt)
+    for (unsigned char c : *args.prompt) prompt.push_back(c);
+  else
+    prompt = parse_token_ids(*args.prompt_ids, "--prompt-ids");
+
   auto session = open_model_session(cfg, SessionWeights::from_checkpoint);
   auto& trainer = *session.trainer;
-  const auto& model = trainer.model();
-  // Byte-level models read the prompt's bytes as ids; a larger vocabulary needs its tokenizer,
-  // which mixtrain does not ship.
-  if (model.classes() != 256)
-    throw sdk::UserError(
-        "sample reads the prompt as bytes (a vocabulary of 256), but this model's "
-        "vocabulary has " +
-            std::to_string(model.classes()) + " tokens",
-        "sample from a byte-level model (data.source = \"text\")");
+  check_prompt_fits(args, trainer.model().classes(), prompt);
   trainer.load_checkpoint(session.checkpoint_path(args.checkpoint),
                           /*weights_only=*/true, core::parse_weight_layout(args.layout));
-  std::vector<std::int32_t> prompt;
-  for (unsigned char c : args.prompt) prompt.push_back(c);
   core::SamplingOptions o;
   o.tokens = args.tokens;
   o.temperature = args.temperature;
   o.top_k = args.top_k;
   o.seed = args.seed;
-  std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
+  // Ids come out in --prompt-ids' own form, so an output continues as the next call's prompt.
+  const bool ids = args.print_ids;
+  if (ids) {
+    std::fputs(format_token_ids(prompt).c_str(), stdout);
+  } else {
+    for (std::int32_t id : prompt) std::fputc(static_cast<unsigned char>(id), stdout);
+  }
   // The model as loaded: a checkpoint of a run that escalated replans it (a new Model object).
-  core::generate(trainer.model(), prompt, o, [](std::int32_t id) {
-    std::fputc(static_cast<unsigned char>(id), stdout);
+  core::generate(trainer.model(), prompt, o, [ids](std::int32_t id) {
+    if (ids)
+      std::fprintf(stdout, ",%d", static_cast<int>(id));
+    else
+      std::fputc(static_cast<unsigned char>(id), stdout);
     std::fflush(stdout);
   });
   std::fputc('\n', stdout);

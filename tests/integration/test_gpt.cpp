@@ -56,6 +56,54 @@ TEST_F(CliGpt, SamplesTheSameTextForTheSameSeedOverAKvCache) {
                 " --prompt 'the ' --tokens 40 --temperature 0 --seed 2");
   ASSERT_EQ(g1.exit_code, 0) << g1.err;
   EXPECT_EQ(g1.out, g2.out);
+
+  // The same prompt as ids (the bytes of "This Licen") gives the same draws, printed as ids: the
+  // prompt's, then one per generated token, each the byte the text output shows.
+  auto ids = run("sample " + cfg + " --checkpoint " + run_dir.string() +
+                 " --prompt-ids '84,104, 105,115,32,76,105,99,101,110' --print-ids --tokens 100 "
+                 "--top-k 20 --seed 7");
+  ASSERT_EQ(ids.exit_code, 0) << ids.err;
+  std::string expected;
+  for (unsigned char c : a.out.substr(0, a.out.size() - 1))
+    expected += (expected.empty() ? "" : ",") + std::to_string(c);
+  EXPECT_EQ(ids.out, expected + "\n");
+  // Ids printed are a prompt: the output continues from itself.
+  auto more = run("sample " + cfg + " --checkpoint " + run_dir.string() + " --prompt-ids " +
+                  expected + " --print-ids --tokens 5 --temperature 0");
+  ASSERT_EQ(more.exit_code, 0) << more.err;
+  EXPECT_EQ(more.out.rfind(expected + ",", 0), 0u) << more.out;
+}
+
+// A vocabulary other than bytes (300: the byte-level data, the output layer padded) takes and
+// prints ids only; an id outside it, or a malformed list, exits 2 naming it.
+TEST_F(CliGpt, SampleTakesAndPrintsIdsOfAnyVocabularyAndRefusesIdsOutsideIt) {
+  const auto run_dir = dir_ / "run";
+  auto r = run("train " + config("gpt-tiny-fp32.toml") + kSmall +
+               " --set data.vocab_size=300 --set run.steps=2 --set run.eval_every=0 --run-dir " +
+               run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string base =
+      "sample " + (run_dir / "config.toml").string() + " --checkpoint " + run_dir.string();
+  r = run(base + " --prompt-ids 299,0,17 --print-ids --tokens 4 --temperature 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.out.rfind("299,0,17,", 0), 0u) << r.out;
+  int count = 0;
+  for (std::size_t at = 0; at != std::string::npos; at = r.out.find(',', at + 1)) ++count;
+  EXPECT_EQ(count, 3 + 4) << r.out;
+
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--prompt-ids 5,300 --print-ids",
+            "--prompt-ids: token id 300 (item 2) is outside this model's vocabulary of 300 "
+            "tokens (ids 0 to 299)"},
+           {"--prompt 'the ' --print-ids",
+            "--prompt is read as bytes, the token ids of a byte-level model (a vocabulary of "
+            "256), but this model's vocabulary has 300 tokens"},
+           {"--prompt-ids 5,6", "add --print-ids"}}) {
+    r = run(base + " " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out << r.err;
+    EXPECT_TRUE(has(r.err, says)) << args << ": " << r.err;
+    EXPECT_EQ(r.out, "") << args;  // nothing printed before the refusal
+  }
 }
 
 TEST_F(CliGpt, SampleWithAnotherModelsCheckpointExits2NamingTheMismatch) {
@@ -76,19 +124,29 @@ TEST_F(CliGpt, SampleWithAnotherModelsCheckpointExits2NamingTheMismatch) {
 
 TEST_F(CliGpt, SampleArgumentsOutOfRangeExit2BeforeAnythingLoads) {
   // The checkpoint does not exist: the arguments are refused before it is looked for.
-  const std::string base =
-      "sample " + config("gpt-tiny-fp32.toml") + " --checkpoint missing --prompt x ";
+  const std::string base = "sample " + config("gpt-tiny-fp32.toml") + " --checkpoint missing ";
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
            {"--temperature nan", "--temperature nan is not a finite number"},
            {"--temperature -1", "is not a finite number >= 0"},
            {"--tokens 10000000000", "--tokens: 10000000000 is out of range"},
            {"--tokens -3", "give a whole number from 0 to 1000000"},
-           {"--top-k -1", "--top-k: -1 is out of range"}}) {
-    auto r = run(base + args);
+           {"--top-k -1", "--top-k: -1 is out of range"},
+           {"--prompt-ids 12,,3", "--prompt-ids: item 2 of '12,,3' is empty"},
+           {"--prompt-ids 12,x7", "--prompt-ids: item 2 of '12,x7', 'x7', is not a whole number"},
+           {"--prompt-ids 12,-1", "-1, is out of range: a token id is from 0 to 2147483647"},
+           {"--prompt-ids 4294967296", "4294967296, is out of range"}}) {
+    // --prompt-ids replaces the prompt (the two exclude each other).
+    auto r = run(base + (has(args, "--prompt-ids") ? "" : "--prompt x ") + args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     EXPECT_NE(r.err.find(says), std::string::npos) << args << ": " << r.err;
     EXPECT_EQ(r.err.find("missing"), std::string::npos) << args << ": " << r.err;
   }
+  // Neither --prompt nor --prompt-ids: there is nothing to continue.
+  auto r = run(base + "--tokens 3");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "sample needs a prompt to continue")) << r.err;
+  EXPECT_TRUE(has(r.err, "--prompt-ids ID,ID,...")) << r.err;
+  EXPECT_EQ(r.err.find("missing"), std::string::npos) << r.err;
 }
 
 TEST_F(CliGpt, WidthNotDivisibleByHeadsExits2AtTheConfigLine) {
