@@ -32,6 +32,18 @@ TEST_P(ConfigSwaps, EveryPolicyAndScalerChecksWithNoEdit) {
   const auto listing = run("plugins");
   ASSERT_EQ(listing.exit_code, 0) << listing.err;
   const auto policies = components_of(listing.out, "policy");
+  std::set<std::string> block_scaled;
+  {
+    std::istringstream in(listing.out);
+    std::string line;
+    while (std::getline(in, line))
+      if (line.find("libmixtrain_block_scaling") != std::string::npos) {
+        std::istringstream words(line);
+        std::string kind, name;
+        words >> kind >> name;
+        if (kind == "policy") block_scaled.insert(name);
+      }
+  }
   const auto scalers = components_of(listing.out, "scaler");
   // The shipped ones at least: the listing's format is what this test reads.
   for (const std::string p :
@@ -67,6 +79,13 @@ TEST_P(ConfigSwaps, EveryPolicyAndScalerChecksWithNoEdit) {
     for (const auto& scaler : scalers) {
       const auto r = run("check " + cfg + " --set precision.policy=" + policy +
                          " --set scaler.type=" + scaler);
+      // The block-scaled policies (plugin block_scaling) have a GEMM path for linear nodes only:
+      // on a convolutional graph they refuse at plan time, naming the node and the override that
+      // keeps it out (plugins/block_scaling/README.md). That refusal is the documented answer.
+      if (block_scaled.count(policy) != 0 && r.exit_code == 2 &&
+          r.err.find("(conv2d) has no block-scaled GEMM path") != std::string::npos &&
+          r.err.find("[[precision.override]]") != std::string::npos)
+        continue;
       EXPECT_EQ(r.exit_code, 0) << GetParam() << " with policy " << policy << " and scaler "
                                 << scaler << ":\n"
                                 << r.err;
