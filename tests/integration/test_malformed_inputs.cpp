@@ -985,11 +985,22 @@ std::vector<Case> component_state_cases() {
   add_value("IntervalZero", "policy", "interval", {{"int", 0}});
   // issue 10 items 3 and 5: an applied-step count far beyond progress.step.
   add_value("AppliedStepsInt64Max", "policy", "applied_steps", {{"int", big}});
-  add("PolicyOtherComponent", [](json& h) {
-    auto state = json::parse(h["metadata"]["policy"].get<std::string>());
-    state["component"] = "fp8-current";
-    h["metadata"]["policy"] = state.dump();
-  });
+  // A policy state written by another policy, resumed with a config that names this one (here a
+  // --merge file): refused naming both. Only a --set precision.policy switches deliberately
+  // (test_block_scaled_policies), so this case names the policy through a file, not kFp8Sets.
+  cs.push_back({"native", "Fp8PolicyOtherComponent", [](Base& base, const fs::path& dir) {
+                  auto f = read_native(base.checkpoint_with(kFp8Sets));
+                  auto state = json::parse(f.header["metadata"]["policy"].get<std::string>());
+                  state["component"] = "fp8-current";
+                  f.header["metadata"]["policy"] = state.dump();
+                  const auto file = dir / "bad.mxt";
+                  spit(file, encode_native(f.header.dump(), f.data));
+                  const auto policy = dir / "policy.toml";
+                  spit(policy, "[precision]\npolicy = \"fp8-delayed\"\n");
+                  return Invocation{train_with(Base::quickstart(), dir, {"run.steps=7"}) +
+                                    std::vector<std::string>{"--merge", policy.string(), "--resume",
+                                                             file.string()}};
+                }});
   return cs;
 }
 
