@@ -12,8 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -235,8 +235,7 @@ TEST(Nf4, NumpyAgreesBitForBit) {
   if (!fs::exists(python) ||
       std::system((std::string(python) + " -c 'import numpy' >/dev/null 2>&1").c_str()) != 0)
     GTEST_SKIP() << python << " with numpy is not available";
-  const fs::path dir =
-      fs::temp_directory_path() / ("mixtrain_nf4_" + std::to_string(::getpid()));
+  const fs::path dir = fs::temp_directory_path() / ("mixtrain_nf4_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   auto x = normal_weights(64 * 30 + 21, 8, 0.03f);
   for (std::size_t i = 128; i < 192; ++i) x[i] = 0.0f;  // a zero block
@@ -248,15 +247,16 @@ TEST(Nf4, NumpyAgreesBitForBit) {
   std::ofstream(dir / "nf4.py") << R"(import sys, numpy as np
 d = sys.argv[1]
 x = np.fromfile(d + "/x.bin", dtype=np.float32)
-levels = np.array([)" << [] {
-    std::string s;
-    char buf[40];
-    for (const double v : kListed) {
-      std::snprintf(buf, sizeof buf, "%.17g, ", v);
-      s += buf;
-    }
-    return s;
-  }() << R"(], dtype=np.float32)
+levels = np.array([)" <<
+      [] {
+        std::string s;
+        char buf[40];
+        for (const double v : kListed) {
+          std::snprintf(buf, sizeof buf, "%.17g, ", v);
+          s += buf;
+        }
+        return s;
+      }() << R"(], dtype=np.float32)
 block = 64
 codes, absmax = [], []
 for b0 in range(0, len(x), block):
