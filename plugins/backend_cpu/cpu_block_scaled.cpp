@@ -83,25 +83,6 @@ void check_operand(const sdk::BlockScaledOperand& op, std::int64_t rows, std::in
     fail(who + "a layout with a tensor scale needs an fp32 [1] tensor_scale");
 }
 
-std::array<float, 256> value_table(sdk::BlockElement element) {
-  std::array<float, 256> t{};
-  for (int c = 0; c < 256; ++c) {
-    const auto code = static_cast<std::uint8_t>(c);
-    switch (element) {
-      case sdk::BlockElement::e4m3:
-        t[static_cast<std::size_t>(c)] = sdk::decode_fp8_e4m3(code);
-        break;
-      case sdk::BlockElement::e5m2:
-        t[static_cast<std::size_t>(c)] = sdk::decode_fp8_e5m2(code);
-        break;
-      case sdk::BlockElement::e2m1:
-        t[static_cast<std::size_t>(c)] = sdk::decode_fp4_e2m1(static_cast<std::uint8_t>(c & 0xF));
-        break;
-    }
-  }
-  return t;
-}
-
 // op(X)[i][kk] of an operand, its block indices and values, as the GEMM reads them.
 struct OperandReader {
   const std::uint8_t* codes;
@@ -114,7 +95,7 @@ struct OperandReader {
   OperandReader(const sdk::BlockScaledOperand& op, std::int64_t cols_stored)
       : codes(static_cast<const std::uint8_t*>(op.codes.data)),
         scales(static_cast<const float*>(op.scales.data)),
-        values(value_table(op.layout.element)),
+        values(block_element_values(op.layout.element)),
         cols(cols_stored),
         grid_cols((cols_stored + op.layout.block_cols - 1) / op.layout.block_cols),
         block_rows(op.layout.block_rows),
@@ -136,6 +117,25 @@ struct OperandReader {
 };
 
 }  // namespace
+
+std::array<float, 256> block_element_values(sdk::BlockElement element) {
+  std::array<float, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    const auto code = static_cast<std::uint8_t>(c);
+    switch (element) {
+      case sdk::BlockElement::e4m3:
+        t[static_cast<std::size_t>(c)] = sdk::decode_fp8_e4m3(code);
+        break;
+      case sdk::BlockElement::e5m2:
+        t[static_cast<std::size_t>(c)] = sdk::decode_fp8_e5m2(code);
+        break;
+      case sdk::BlockElement::e2m1:
+        t[static_cast<std::size_t>(c)] = sdk::decode_fp4_e2m1(static_cast<std::uint8_t>(c & 0xF));
+        break;
+    }
+  }
+  return t;
+}
 
 void quantize_block_scaled_cpu(const sdk::BlockQuantizeArgs& args) {
   std::int64_t rows = 0, cols = 0;

@@ -11,15 +11,20 @@
 //   even summed over 128 elements; E5M2 products of extreme exponents may round there, once), then
 //   rounded to fp32; every later step is one fp32 operation, in the order the header gives.
 //   `activation` applies the epilogue (act on the fp32 z, pre_activation z rounded to its dtype).
+// - block_element_values: the SDK's decoders, tabulated (exact).
 // - Errors: sdk::BackendError naming the operand and what does not fit.
 // - Single-threaded: written for exactness and clarity, for tests and small runs.
 #pragma once
 
+#include <array>
 #include <functional>
 
 #include "mixtrain/sdk/backend_gemm.h"
 
 namespace mixtrain::backend_cpu {
+
+// The fp32 value of each of the 256 byte codes of an element format (E2M1: the low nibble's).
+std::array<float, 256> block_element_values(sdk::BlockElement element);
 
 void quantize_block_scaled_cpu(const sdk::BlockQuantizeArgs& args);
 // `activation(act, z)` applies act in place to an fp32 view (the backend's own kernel).
