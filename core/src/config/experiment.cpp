@@ -14,8 +14,11 @@
 #include "mixtrain/core/config/component_section.h"
 #include "mixtrain/core/config/host_schemas.h"
 #include "mixtrain/core/config/section_catalog.h"
+#include "mixtrain/core/graph/quantized_weight.h"
 #include "mixtrain/core/runs/summary.h"
 #include "mixtrain/core/train/lr_schedule.h"
+#include "mixtrain/sdk/support/block_scaling.h"
+#include "mixtrain/sdk/support/nf4.h"
 
 namespace mixtrain::core {
 
@@ -556,10 +559,24 @@ void read_train(const Config& config, Experiment& e) {
   const std::vector<std::string> lists = {"trainable", "frozen"};
   const auto train = sdk::Options::resolve(
       "train", train_schema(), config.table_options("train", lists), config.location("train"), {});
-  e.model.freeze.format =
-      train.get_string("frozen_format") == "nf4" ? FrozenFormat::nf4 : FrozenFormat::compute;
+  const std::string format = train.get_string("frozen_format");
+  e.model.freeze.format = format == "nf4"         ? FrozenFormat::nf4
+                          : format == "fp8-block" ? FrozenFormat::fp8_block
+                          : format == "mxfp8"     ? FrozenFormat::mxfp8
+                                                  : FrozenFormat::compute;
   e.model.freeze.block = train.get_int("frozen_block_size");
   e.model.freeze.format_where = train.where("frozen_format");
+  // A block size given for a format whose blocks are fixed would be silently ignored. (The default
+  // is let through: a run's resolved config.toml writes every [train] value.)
+  if (train.was_set("frozen_block_size") && e.model.freeze.block != sdk::kNf4BlockSize &&
+      e.model.freeze.format != FrozenFormat::nf4)
+    throw sdk::ConfigError(
+        train.where("frozen_block_size"), "train.frozen_block_size",
+        "sets NF4's block size, but train.frozen_format = \"" + format + "\"" +
+            (format == "compute"
+                 ? std::string(" stores no block format")
+                 : " has fixed blocks (" + sdk::describe(base_layout(e.model.freeze.format)) + ")"),
+        "remove frozen_block_size, or set frozen_format = \"nf4\"");
   ResolvedSection section = section_of("train", {}, train);
   std::erase_if(section.values, [&](const auto& kv) {
     return std::find(lists.begin(), lists.end(), kv.first) != lists.end();

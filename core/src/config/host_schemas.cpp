@@ -132,16 +132,19 @@ sdk::OptionSchema train_schema() {
                          "parameters taken out of trainable: no weight gradient, no FP32 master, "
                          "no optimizer state; gradients still flow through them, e.g. "
                          "[\"embed\", \"h.0.*\"]"),
-      OptionSpec::string("frozen_format", "compute",
-                         "how frozen linear weights are stored: compute (in their op's compute "
-                         "dtype) or nf4 (QLoRA's 4-bit NormalFloat, bitsandbytes' "
-                         "bnb_4bit_quant_type = \"nf4\": decoded into the compute dtype before "
-                         "each GEMM); biases, norms and embeddings stay as they are")
-          .one_of({"compute", "nf4"}),
+      OptionSpec::string(
+          "frozen_format", "compute",
+          "how frozen linear weights are stored: compute (in their op's compute "
+          "dtype), nf4 (QLoRA's 4-bit NormalFloat, bitsandbytes' "
+          "bnb_4bit_quant_type = \"nf4\"), fp8-block (E4M3 in 128x128 blocks, "
+          "power-of-two fp32 scales) or mxfp8 (E4M3 in 1x32 blocks along the "
+          "inputs, E8M0 scales that saturate nothing); each decoded into the compute dtype before "
+          "each GEMM; biases, norms and embeddings stay as they are")
+          .one_of({"compute", "nf4", "fp8-block", "mxfp8"}),
       OptionSpec::integer("frozen_block_size", 64,
                           "elements per NF4 block, each with one fp32 absmax (QLoRA's and "
                           "bitsandbytes' 64); a weight it does not divide ends in a partial "
-                          "block")
+                          "block; nf4 only (the FP8 block formats' blocks are fixed)")
           .at_least(1)
           .at_most(1 << 20),
   };

@@ -13,14 +13,18 @@ void check_backend(const GraphPlan& plan, const Ops& ops, sdk::DeviceBackend& ba
   auto stop = [&](std::size_t i, const std::string& who, const BackendNeed& need,
                   const std::string& why) {
     const PlannedNode& node = plan.node(i);
-    if (std::holds_alternative<sdk::QuantizedWeightOp>(need.op))  // an NF4 base's decoding
+    if (const auto* op = std::get_if<sdk::QuantizedWeightOp>(&need.op)) {  // a quantized base
+      const bool nf4 = *op == sdk::QuantizedWeightOp::dequantize_nf4;
       throw sdk::ConfigError(
           node.where, node.key,
-          who + " stores its frozen weight as NF4 (train.frozen_format = \"nf4\") and needs " +
-              need_op_name(need) + " on " + need_dtypes(need) + ", which backend '" + kind +
-              "' does not provide: " + why,
+          who + " stores its frozen weight as " +
+              (nf4 ? std::string("NF4 (train.frozen_format = \"nf4\")")
+                   : std::string("an FP8 block format (train.frozen_format)")) +
+              " and needs " + need_op_name(need) + " on " + need_dtypes(need) +
+              ", which backend '" + kind + "' does not provide: " + why,
           "set train.frozen_format = \"compute\", or use a backend that offers the "
           "quantized_weight facet (backend.type = \"cpu\"; `mixtrain plugins` lists them)");
+    }
     throw sdk::ConfigError(node.where, node.key,
                            who + " needs " + need_op_name(need) + " on " + need_dtypes(need) +
                                ", which backend '" + kind + "' does not provide: " + why,

@@ -99,9 +99,23 @@ std::vector<std::string> resolve_frozen(const FreezeSpec& spec,
   return frozen;
 }
 
+std::string frozen_format_name(FrozenFormat format) {
+  switch (format) {
+    case FrozenFormat::compute:
+      return "compute";
+    case FrozenFormat::nf4:
+      return "nf4";
+    case FrozenFormat::fp8_block:
+      return "fp8-block";
+    case FrozenFormat::mxfp8:
+      return "mxfp8";
+  }
+  return "?";
+}
+
 std::string frozen_format_terms(const FreezeSpec& spec) {
-  if (spec.format == FrozenFormat::compute) return "compute";
-  return "nf4 (blocks of " + std::to_string(spec.block) + ")";
+  if (spec.format == FrozenFormat::nf4) return "nf4 (blocks of " + std::to_string(spec.block) + ")";
+  return frozen_format_name(spec.format);
 }
 
 }  // namespace mixtrain::core

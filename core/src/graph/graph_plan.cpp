@@ -291,10 +291,10 @@ void plan_node(const GraphContext& g, const std::string& list, std::size_t pos,
   node.needs_grad = site.op.has_parameters;
 }
 
-// train.frozen_format = "nf4": every frozen parameter an op can store as NF4 (a linear's own
-// weight) is, unless another node ties to it (that node reads it as a plain tensor); they share
-// one decoding scratch.
-void store_frozen_as_nf4(const FreezeSpec& freeze, std::vector<std::unique_ptr<Layer>>& ops) {
+// A quantized train.frozen_format (nf4, fp8-block, mxfp8): every frozen parameter an op can store
+// so (a linear's own weight) is, unless another node ties to it (that node reads it as a plain
+// tensor); they share one decoding scratch.
+void store_frozen_quantized(const FreezeSpec& freeze, std::vector<std::unique_ptr<Layer>>& ops) {
   std::set<std::string> tied;
   for (const auto& op : ops)
     for (const auto& t : op->shared_parameters()) tied.insert(t.source);
@@ -304,13 +304,14 @@ void store_frozen_as_nf4(const FreezeSpec& freeze, std::vector<std::unique_ptr<L
     for (const auto& p : op->traits().parameters)
       if (op->frozen(p.suffix) && op->can_quantize(p.suffix) &&
           !tied.count(op->name() + "." + p.suffix)) {
-        op->quantize_frozen(p.suffix, freeze.block, scratch);
+        op->quantize_frozen(p.suffix, freeze.format, freeze.block, scratch);
         ++stored;
       }
   if (stored == 0)
     throw sdk::ConfigError(freeze.format_where, "train.frozen_format",
-                           "= \"nf4\" but no frozen parameter is a linear node's weight: NF4 "
-                           "stores frozen linear weights only",
+                           "= \"" + frozen_format_name(freeze.format) +
+                               "\" but no frozen parameter is a linear node's weight: it stores "
+                               "frozen linear weights only",
                            "freeze the linear layers ([train] frozen, or [model.lora], which "
                            "freezes everything but its adapters), or set frozen_format = "
                            "\"compute\"");
@@ -321,7 +322,7 @@ void store_frozen_as_nf4(const FreezeSpec& freeze, std::vector<std::unique_ptr<L
 std::vector<std::string> apply_freezing(const FreezeSpec& freeze,
                                         std::vector<std::unique_ptr<Layer>>& ops) {
   if (freeze.empty()) {
-    if (freeze.format == FrozenFormat::nf4) store_frozen_as_nf4(freeze, ops);  // refuses: none
+    if (freeze.format != FrozenFormat::compute) store_frozen_quantized(freeze, ops);  // refuses
     return {};
   }
   std::vector<NamedParameter> parameters;
@@ -333,7 +334,7 @@ std::vector<std::string> apply_freezing(const FreezeSpec& freeze,
     for (const auto& p : op->traits().parameters)
       if (std::binary_search(frozen.begin(), frozen.end(), op->name() + "." + p.suffix))
         op->freeze(p.suffix);
-  if (freeze.format == FrozenFormat::nf4) store_frozen_as_nf4(freeze, ops);
+  if (freeze.format != FrozenFormat::compute) store_frozen_quantized(freeze, ops);
   return frozen;
 }
 

@@ -7,7 +7,6 @@
 #include "graph/ops/op_support.h"
 #include "graph/ops/operand_scaler.h"
 #include "mixtrain/sdk/backend_quantized_weight.h"
-#include "mixtrain/sdk/support/nf4.h"
 
 namespace mixtrain::core {
 
@@ -108,13 +107,14 @@ bool Layer::frozen(const std::string& suffix) const {
   return std::find(frozen_.begin(), frozen_.end(), suffix) != frozen_.end();
 }
 
-void Layer::quantize_frozen(const std::string& suffix, std::int64_t block,
+void Layer::quantize_frozen(const std::string& suffix, FrozenFormat format, std::int64_t block,
                             std::shared_ptr<Tensor> scratch) {
-  if (!frozen(suffix) || !can_quantize(suffix))
+  if (!frozen(suffix) || !can_quantize(suffix) || format == FrozenFormat::compute)
     throw std::logic_error("quantize_frozen: " + name_ + "." + suffix +
-                           " is not a frozen parameter this op can store as NF4");
+                           " is not a frozen parameter this op can store quantized");
   if (!quantized(suffix)) quantized_.push_back(suffix);
-  nf4_block_ = block;
+  quant_format_ = format;
+  quant_block_ = block;
   dequant_scratch_ = std::move(scratch);
 }
 
@@ -123,14 +123,12 @@ bool Layer::quantized(const std::string& suffix) const {
 }
 
 TensorView Layer::dequantized(const ModelParameter& p, DType dtype) {
-  const sdk::Shape shape = p.nf4.shape;
+  const sdk::Shape shape = p.quant.shape;
   Tensor& scratch = *dequant_scratch_;
   if (scratch.empty() || scratch.dtype() != dtype || scratch.shape().numel() < shape.numel())
     scratch = Tensor(backend_, dtype, sdk::Shape{shape.numel()});
   const TensorView out{scratch.view().data, dtype, shape};
-  facets()
-      .call(sdk::QuantizedWeightOp::dequantize_nf4)
-      ->dequantize_nf4(p.nf4.codes.view().data, p.nf4.absmax.view(), p.nf4.block, out);
+  decode(facets(), p.quant, out);
   return out;
 }
 
@@ -141,12 +139,7 @@ ModelParameter Layer::make_parameter(const std::string& suffix, sdk::Shape shape
   p.weight_decay = decay;
   p.frozen = frozen(suffix);
   if (p.frozen && quantized(suffix)) {
-    // Codes as bytes: a 1-byte dtype holds them, nothing decodes it as that dtype.
-    p.nf4.codes = Tensor(backend_, DType::fp8_e4m3, sdk::Shape{sdk::nf4_code_bytes(shape.numel())});
-    p.nf4.absmax =
-        Tensor(backend_, DType::fp32, sdk::Shape{sdk::nf4_block_count(shape.numel(), nf4_block_)});
-    p.nf4.shape = shape;
-    p.nf4.block = nf4_block_;
+    p.quant = make_quantized_weight(backend_, quant_format_, shape, quant_block_);
     return p;
   }
   const bool narrow = weight && ops::needs_working_copy(*weight);
@@ -161,13 +154,7 @@ ModelParameter Layer::make_parameter(const std::string& suffix, sdk::Shape shape
 
 void set_parameter_from_fp32(const std::shared_ptr<sdk::DeviceBackend>& backend, ModelParameter& p,
                              const float* host) {
-  if (p.quantized()) {
-    const auto q =
-        sdk::nf4_quantize(std::span(host, static_cast<std::size_t>(p.numel())), p.nf4.block);
-    backend->copy_from_host(p.nf4.codes.view(), q.codes.data());
-    backend->copy_from_host(p.nf4.absmax.view(), q.absmax.data());
-    return;
-  }
+  if (p.quantized()) return quantize_from_host(*backend, p.quant, host);
   if (!p.master.empty()) {
     backend->copy_from_host(p.master.view(), host);
     return;
@@ -181,16 +168,7 @@ void set_parameter_from_fp32(const std::shared_ptr<sdk::DeviceBackend>& backend,
 
 std::vector<float> parameter_to_host_fp32(const std::shared_ptr<sdk::DeviceBackend>& backend,
                                           const ModelParameter& p) {
-  if (p.quantized()) {
-    sdk::Nf4Tensor t;
-    t.numel = p.numel();
-    t.block = p.nf4.block;
-    t.codes.resize(p.nf4.codes.bytes());
-    t.absmax.resize(static_cast<std::size_t>(p.nf4.absmax.shape().numel()));
-    backend->copy_to_host(t.codes.data(), p.nf4.codes.view());
-    backend->copy_to_host(t.absmax.data(), p.nf4.absmax.view());
-    return sdk::nf4_dequantize(t);
-  }
+  if (p.quantized()) return dequantize_to_host(*backend, p.quant);
   std::vector<float> out(static_cast<std::size_t>(p.numel()));
   Tensor scratch;
   copy_to_host_fp32(backend, p.value(), out.data(), scratch);

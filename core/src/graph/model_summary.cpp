@@ -93,7 +93,10 @@ ModelSummary summarize_model(const Model& model, std::int64_t batch_rows) {
       share.names.push_back(p.name);
       share.parameters += numel;
       share.bytes += bytes;
-      if (p.quantized()) s.nf4_parameters += numel;
+      if (p.quantized()) {
+        s.quantized_parameters += numel;
+        s.quantized_label = format_label(p.quant.format);
+      }
     }
     n.precision = l.precision();
     s.parameters += n.parameters;
@@ -156,9 +159,9 @@ std::string render_model_summary(const ModelSummary& s) {
     out += share_lines("trainable", s.trainable,
                        "of FP32 masters, gradients and working copies, plus the optimizer's state");
     out += share_lines("frozen", s.frozen,
-                       s.nf4_parameters > 0
-                           ? "stored once, linear weights as NF4 (" +
-                                 std::to_string(s.nf4_parameters) +
+                       s.quantized_parameters > 0
+                           ? "stored once, linear weights as " + s.quantized_label + " (" +
+                                 std::to_string(s.quantized_parameters) +
                                  " parameters), the rest in the dtype their ops compute with; no "
                                  "weight gradient, FP32 master or optimizer state"
                            : "stored once in the dtype their ops compute with; no weight "

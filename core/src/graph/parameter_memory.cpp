@@ -1,10 +1,12 @@
 #include "mixtrain/core/graph/parameter_memory.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
 
 #include "mixtrain/core/graph/model.h"
+#include "mixtrain/core/graph/quantized_weight.h"
 
 namespace mixtrain::core {
 
@@ -23,9 +25,10 @@ ParameterMemory measure_parameter_memory(const Model& model, std::size_t optimiz
         m.frozen += p.numel();
         m.frozen_bytes += p.stored_bytes();
         if (p.quantized()) {
-          m.nf4 += p.numel();
-          m.nf4_bytes += p.stored_bytes();
-          m.nf4_block = p.nf4.block;
+          m.quantized += p.numel();
+          m.quantized_bytes += p.stored_bytes();
+          m.quantized_format = p.quant.format;
+          m.quantized_detail = format_detail(p.quant);
         }
         continue;
       }
@@ -39,11 +42,11 @@ ParameterMemory measure_parameter_memory(const Model& model, std::size_t optimiz
 
 std::string parameter_memory_line(const ParameterMemory& m) {
   using P = ParameterMemory;
-  char nf4[160] = "";
-  if (m.nf4 > 0)
-    std::snprintf(nf4, sizeof nf4, "; %lld of them NF4 at %.4f (blocks of %lld)",
-                  static_cast<long long>(m.nf4), P::per(m.nf4_bytes, m.nf4),
-                  static_cast<long long>(m.nf4_block));
+  char quantized[200] = "";
+  if (m.quantized > 0)
+    std::snprintf(quantized, sizeof quantized, "; %lld of them %s at %.4f (%s)",
+                  static_cast<long long>(m.quantized), format_label(m.quantized_format).c_str(),
+                  P::per(m.quantized_bytes, m.quantized), m.quantized_detail.c_str());
   const double full = m.full_fine_tune_bytes();
   char line[640];
   std::snprintf(
@@ -51,7 +54,7 @@ std::string parameter_memory_line(const ParameterMemory& m) {
       "# bytes per parameter: frozen base %.4f (%lld parameters%s); trainable %lld: masters %.2f, "
       "gradients %.2f, working copies %.2f, optimizer state %.2f; masters and optimizer state "
       "%.2f%% of a full fine-tune's\n",
-      P::per(m.frozen_bytes, m.frozen), static_cast<long long>(m.frozen), nf4,
+      P::per(m.frozen_bytes, m.frozen), static_cast<long long>(m.frozen), quantized,
       static_cast<long long>(m.trainable), P::per(m.master_bytes, m.trainable),
       P::per(m.gradient_bytes, m.trainable), P::per(m.working_bytes, m.trainable),
       P::per(m.optimizer_state_bytes, m.trainable),
@@ -64,8 +67,6 @@ nlohmann::json parameter_memory_json(const ParameterMemory& m) {
   const double full = m.full_fine_tune_bytes();
   nlohmann::json j = {{"frozen_parameters", m.frozen},
                       {"frozen_bytes", m.frozen_bytes},
-                      {"nf4_parameters", m.nf4},
-                      {"nf4_bytes", m.nf4_bytes},
                       {"trainable_parameters", m.trainable},
                       {"master_bytes", m.master_bytes},
                       {"gradient_bytes", m.gradient_bytes},
@@ -80,7 +81,14 @@ nlohmann::json parameter_memory_json(const ParameterMemory& m) {
                       {"full_fine_tune_masters_and_state_bytes", full},
                       {"masters_and_state_share_of_full_fine_tune",
                        full > 0 ? static_cast<double>(m.masters_and_state_bytes()) / full : 1.0}};
-  if (m.nf4 > 0) j["bytes_per_parameter"]["nf4"] = P::per(m.nf4_bytes, m.nf4);
+  if (m.quantized > 0) {
+    // The format's key: "nf4", "fp8_block", "mxfp8".
+    std::string key = frozen_format_name(m.quantized_format);
+    std::replace(key.begin(), key.end(), '-', '_');
+    j[key + "_parameters"] = m.quantized;
+    j[key + "_bytes"] = m.quantized_bytes;
+    j["bytes_per_parameter"][key] = P::per(m.quantized_bytes, m.quantized);
+  }
   return j;
 }
 

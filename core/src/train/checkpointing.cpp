@@ -109,10 +109,9 @@ std::vector<std::string> frozen_names(Model& model) {
 sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   auto& b = *s.c.backend;
   sdk::TrainingState st;
-  // Frozen parameters leave as FP32 too (their one copy widened, an NF4 weight decoded): a
-  // checkpoint's weights read the same whatever trained, and an NF4 weight quantizes back to the
-  // same codes on resume (its block's absmax decodes exactly, every other element within an ulp
-  // of its code value).
+  // Frozen parameters leave as FP32 too (their one copy widened, a quantized weight decoded): a
+  // checkpoint's weights read the same whatever trained, and a quantized weight quantizes back to
+  // the same decoded values on resume (graph/quantized_weight.h, "Round trip").
   for (auto* p : s.model->parameters())
     st.tensors.push_back(parameter_to_host(s.c.backend, "param/" + p->name, *p));
   for (auto* buf : s.model->buffers())
@@ -483,12 +482,14 @@ void load_parameters(Trainer::State& s, const CheckpointFile& file, bool weights
       check_fp32_weights(*t, *p, file.path);
       try {
         set_parameter_from_fp32(s.c.backend, *p, reinterpret_cast<const float*>(t->bytes.data()));
-      } catch (const std::invalid_argument& e) {  // NF4 refuses a non-finite weight
+      } catch (const std::invalid_argument& e) {  // a quantized base refuses a non-finite weight
+        const std::string format = format_label(p->quant.format);
         throw sdk::CheckpointError(
             file.path.string() + ": tensor '" + file.name_in_file(*t) + "' cannot be stored as " +
-                "NF4 for parameter '" + p->name + "': " + e.what(),
-            "NF4 encodes finite weights only: use a checkpoint without infinities or NaNs, or "
-            "train.frozen_format = \"compute\"");
+                format + " for parameter '" + p->name + "': " + e.what(),
+            format +
+                " encodes finite weights only: use a checkpoint without infinities or NaNs, "
+                "or train.frozen_format = \"compute\"");
       }
     } else {
       from_host(*s.c.backend, *t, p->master.view(), file.path);

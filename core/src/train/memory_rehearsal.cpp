@@ -118,13 +118,13 @@ std::vector<MemoryItem> held_items(Trainer::State& s) {
   auto add = [&](std::string what, std::size_t bytes, std::string note = {}) {
     if (bytes > 0) items.push_back({std::move(what), bytes, std::move(note)});
   };
-  std::size_t masters = 0, grads = 0, frozen = 0, nf4 = 0;
-  std::int64_t nf4_block = 0;
+  std::size_t masters = 0, grads = 0, frozen = 0, quantized = 0;
+  const QuantizedWeight* quantized_example = nullptr;
   std::map<DType, std::size_t> working;
   for (auto* p : s.model->parameters()) {
-    if (p->quantized()) {  // codes and absmax; decoded into a shared scratch per GEMM
-      nf4 += p->stored_bytes();
-      nf4_block = p->nf4.block;
+    if (p->quantized()) {  // codes and scales; decoded into a shared scratch per GEMM
+      quantized += p->stored_bytes();
+      quantized_example = &p->quant;
       continue;
     }
     if (p->frozen) {  // one copy, in the dtype its op computes with
@@ -140,9 +140,13 @@ std::vector<MemoryItem> held_items(Trainer::State& s) {
   for (const auto& [dtype, bytes] : working)
     add(std::string(sdk::dtype_name(dtype)) + " working copies of the weights", bytes);
   add("frozen weights", frozen, "stored once, in their ops' dtype");
-  add("frozen NF4 weights", nf4,
-      "4-bit codes and an fp32 absmax per " + std::to_string(nf4_block) +
-          " elements, decoded per GEMM into one shared working copy");
+  if (quantized_example != nullptr)
+    add("frozen " + format_label(quantized_example->format) + " weights", quantized,
+        (quantized_example->format == FrozenFormat::nf4
+             ? "4-bit codes and an fp32 absmax per " + std::to_string(quantized_example->block) +
+                   " elements"
+             : format_detail(*quantized_example) + ", a code byte per element") +
+            ", decoded per GEMM into one shared working copy");
   std::size_t buffers = 0;
   for (auto* b : s.model->buffers()) buffers += bytes_of(b->value);
   add("buffers (running statistics)", buffers);

@@ -109,8 +109,8 @@ std::vector<std::byte> replica_state(Trainer::State& s) {
       append_view(p->value());
       continue;
     }
-    append_view(p->nf4.codes.view());
-    append_view(p->nf4.absmax.view());
+    append_view(p->quant.codes.view());
+    append_view(p->quant.scales.view());
   }
   for (const std::string& text :
        {component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump(),

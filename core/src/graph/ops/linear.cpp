@@ -115,6 +115,16 @@ void LinearLayer::set_fusion(bool on) {
   update_fusion();
 }
 
+// A quantized frozen weight is decoded into the weight's dtype before the GEMMs read it.
+void LinearLayer::add_decoding_need(std::vector<BackendNeed>& needs) const {
+  if (!quantized("weight")) return;
+  const DType w = storage_of(precision_.weight);
+  if (quant_format_ == FrozenFormat::nf4)
+    needs.push_back({sdk::QuantizedWeightOp::dequantize_nf4, {DType::fp32, w}});
+  else
+    needs.push_back({sdk::QuantizedWeightOp::dequantize_block_scaled, {w}});
+}
+
 std::vector<BackendNeed> LinearLayer::backend_needs(DType input) const {
   // The input is cast to the GEMM's dtype first (casts are the backend's core), so the GEMMs see
   // the plan's dtypes: y = x·Wᵀ into the activation, dW into fp32, dx into the input's gradient.
@@ -131,6 +141,7 @@ std::vector<BackendNeed> LinearLayer::backend_needs(DType input) const {
     if (bias_)
       needs.push_back(
           {sdk::ActivationOp::bias_grad, {storage_of(precision_.activation), DType::fp32}});
+    add_decoding_need(needs);
     return needs;
   }
   std::vector<BackendNeed> needs = {
@@ -140,9 +151,7 @@ std::vector<BackendNeed> LinearLayer::backend_needs(DType input) const {
   if (bias_)
     needs.push_back(
         {sdk::ActivationOp::bias_grad, {storage_of(precision_.activation), DType::fp32}});
-  if (quantized("weight"))
-    needs.push_back(
-        {sdk::QuantizedWeightOp::dequantize_nf4, {DType::fp32, storage_of(precision_.weight)}});
+  add_decoding_need(needs);
   return needs;
 }
 

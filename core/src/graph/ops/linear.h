@@ -17,8 +17,8 @@
 // - scale s (default 1) multiplies the product and not the bias, y = s·x·Wᵀ + b, as the GEMMs'
 //   alpha: dx = s·dy·W and dW = s·dyᵀ·x. LoRA's B adapter carries alpha/r this way, so its output
 //   is PEFT's lora_B(·)·scaling with no extra op. zero_init starts W and b at 0 (LoRA's B).
-// - NF4 base (train.frozen_format = "nf4"): a frozen own weight may be stored as NF4
-//   (can_quantize); each GEMM that reads it (forward, and backward's dx) first decodes it into
+// - Quantized base (train.frozen_format = "nf4", "fp8-block", "mxfp8"): a frozen own weight may be
+//   stored so (can_quantize); each GEMM that reads it (forward, and backward's dx) decodes it into
 //   the model's shared working copy in the weight's compute dtype, through the backend's
 //   quantized_weight facet, which backend_needs() then asks for.
 #pragma once
@@ -63,6 +63,7 @@ class LinearLayer final : public Layer {
   bool set_block_scaling(const sdk::BlockScalingFacet* facet) override;
 
  private:
+  void add_decoding_need(std::vector<BackendNeed>& needs) const;
   ModelParameter* tied() const { return shared_parameter("weight"); }
   ModelParameter& weight() { return tied() != nullptr ? *tied() : params_[0]; }
   ModelParameter& bias() { return params_.back(); }

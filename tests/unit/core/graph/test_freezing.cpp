@@ -7,8 +7,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -18,8 +20,10 @@
 #include "layer_gradient_check.h"
 #include "mixtrain/core/graph/freezing.h"
 #include "mixtrain/core/graph/model.h"
+#include "mixtrain/core/graph/quantized_weight.h"
 #include "mixtrain/sdk/backend_call_observer.h"
 #include "mixtrain/sdk/backend_quantized_weight.h"
+#include "mixtrain/sdk/support/block_scaling.h"
 #include "mixtrain/sdk/support/nf4.h"
 
 namespace mixtrain::core {
@@ -399,6 +403,134 @@ TEST(Freezing, ABackendWithoutNf4DecodingStopsAtPlanTime) {
         << what;
     EXPECT_NE(what.find("quantized_weight.dequantize_nf4"), std::string::npos) << what;
     EXPECT_NE(e.hint().find("train.frozen_format = \"compute\""), std::string::npos) << e.hint();
+  }
+}
+
+// --- train.frozen_format = "fp8-block" / "mxfp8" ----------------------------------------------
+
+ModelSpec as_format(ModelSpec spec, FrozenFormat format) {
+  spec.freeze.format = format;
+  spec.freeze.format_where = {"train.toml", 3, 17};
+  return spec;
+}
+
+// The SDK's quantize-then-decode of [rows, cols] values in a base format's layout.
+std::vector<float> block_decoded(const std::vector<float>& x, std::int64_t rows, std::int64_t cols,
+                                 FrozenFormat format) {
+  return sdk::dequantize_block_scaled(
+      sdk::quantize_block_scaled(x, rows, cols, base_layout(format)));
+}
+
+// A weight in an FP8 block format holds the SDK's block quantization of the weight it would have
+// had (a code byte per element, a scale per block: fc2 is 16x16, one partial 128x128 block, or 16
+// rows of one partial 1x32 block), and the step reads it decoded: the gradients equal those of a
+// model whose fc2 holds the decoded values as plain weights, bit for bit, under fp32 and bf16.
+TEST(Freezing, ABlockFormatWeightIsItsQuantizationDecodedBeforeEachGemm) {
+  sdk::OpPrecision bf16;
+  bf16.weight = bf16.gemm_input = bf16.activation = bf16.activation_grad = DType::bf16;
+  for (const FrozenFormat format : {FrozenFormat::fp8_block, FrozenFormat::mxfp8})
+    for (const sdk::OpPrecision& precision : {sdk::OpPrecision{}, bf16}) {
+      const std::string what = frozen_format_name(format);
+      Model q(cpu(), as_format(with_frozen(norm_mlp(), {"fc2", "ln"}), format), 12, 5);
+      Model plain(cpu(), with_frozen(norm_mlp(), {"fc2", "ln"}), 12, 5);
+      for (Model* m : {&q, &plain}) {
+        for (auto& l : m->layers()) l->set_precision({});
+        m->allocate(4);
+        m->init_parameters(7);
+      }
+      ModelParameter& w = parameter(q, "fc2.weight");
+      ASSERT_TRUE(w.quantized()) << what;
+      EXPECT_TRUE(w.master.empty() && w.working.empty() && w.grad.empty()) << what;
+      // 256 code bytes; fp8-block: one fp32 scale; mxfp8: an E8M0 byte for each of 16 rows.
+      EXPECT_EQ(w.stored_bytes(), 256u + (format == FrozenFormat::fp8_block ? 4u : 16u)) << what;
+      EXPECT_FALSE(parameter(q, "fc2.bias").quantized()) << what;
+      const auto init = read(parameter(plain, "fc2.weight").value());
+      const auto decoded = block_decoded(init, 16, 16, format);
+      EXPECT_TRUE(same_bits(parameter_to_host_fp32(cpu(), w), decoded)) << what;
+      EXPECT_FALSE(same_bits(decoded, init)) << what << ": E4M3 cannot hold the fp32 init";
+
+      Model q2(cpu(), as_format(with_frozen(norm_mlp(), {"fc2", "ln"}), format), 12, 5);
+      const auto got = step_gradients(q2, precision, 4, feed_features);
+      Model r2(cpu(), with_frozen(norm_mlp(), {"fc2", "ln"}), 12, 5);
+      for (auto& l : r2.layers()) l->set_precision(precision);
+      r2.allocate(4);
+      r2.init_parameters(7);
+      set_parameter_from_fp32(cpu(), parameter(r2, "fc2.weight"), decoded.data());
+      feed_features(r2, 4, 2);
+      r2.forward(4);
+      r2.compute_loss(4, 4.0f, true);
+      r2.backward(4);
+      const auto want = gradients(r2);
+      ASSERT_EQ(got.size(), want.size());
+      for (const auto& [name, g] : got) EXPECT_EQ(g, want.at(name)) << name << " " << what;
+    }
+}
+
+// A checkpoint holds the decoded weights and a resume quantizes them again
+// (graph/quantized_weight.h, "Round trip"): the decoded values come back bit for bit, for
+// weights over twelve decades, with zero rows, exact powers of two, and the edge where a block's
+// largest code is 224 (fp8-block's 128x128 block (1, 0) and mxfp8's 1x32 block at row 130: the
+// scale moves by 2, no value does). A non-finite weight is refused naming its index.
+TEST(Freezing, ABlockFormatBaseSurvivesTheCheckpointRoundTrip) {
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20), sign(0, 1);
+  const std::int64_t rows = 150, cols = 200;  // partial blocks along both dims
+  std::vector<float> x(static_cast<std::size_t>(rows * cols));
+  for (auto& v : x) v = (sign(gen) ? -1.0f : 1.0f) * std::ldexp(mantissa(gen), exponent(gen));
+  for (std::int64_t c = 0; c < cols; ++c) x[static_cast<std::size_t>(3 * cols + c)] = 0.0f;
+  x[7] = 0.25f;
+  // Block (1, 0) of the 128x128 grid: its amax·s lands just above 224, so its largest code is 224.
+  for (std::int64_t r = 128; r < rows; ++r)
+    for (std::int64_t c = 0; c < 128; ++c)
+      x[static_cast<std::size_t>(r * cols + c)] = 0.001f * static_cast<float>((r * 7 + c) % 13);
+  x[static_cast<std::size_t>(130 * cols + 5)] = 224.2f / 256.0f;  // s = 256: amax·s = 224.2
+  for (const FrozenFormat format : {FrozenFormat::fp8_block, FrozenFormat::mxfp8}) {
+    const std::string what = frozen_format_name(format);
+    auto w = make_quantized_weight(cpu(), format, sdk::Shape{rows, cols}, 0);
+    quantize_from_host(*cpu(), w, x.data());
+    const auto once = dequantize_to_host(*cpu(), w);
+    EXPECT_TRUE(same_bits(once, block_decoded(x, rows, cols, format))) << what;
+    quantize_from_host(*cpu(), w, once.data());
+    EXPECT_TRUE(same_bits(dequantize_to_host(*cpu(), w), once)) << what;
+    auto bad = x;
+    bad[1234] = std::numeric_limits<float>::infinity();
+    try {
+      quantize_from_host(*cpu(), w, bad.data());
+      ADD_FAILURE() << what << " stored an infinity";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("element 1234"), std::string::npos) << e.what();
+    }
+  }
+  // The fp32 scales left out of the base formats do drift (the reason they are left out): among
+  // one-element blocks 1 + k/1024, some decode to another value after a round trip (1/s and
+  // 448·(1/s) each round in fp32; about 3% of amax values move).
+  const auto fp32_layout = sdk::fp8_block_weight_layout();
+  auto round_trip = [&](float v) {
+    return sdk::dequantize_block_scaled(
+        sdk::quantize_block_scaled(std::vector<float>{v}, 1, 1, fp32_layout))[0];
+  };
+  bool drifted = false;
+  for (int k = 0; k < 1000 && !drifted; ++k) {
+    const float once = round_trip(1.0f + static_cast<float>(k) / 1024.0f);
+    drifted = round_trip(once) != once;
+  }
+  EXPECT_TRUE(drifted) << "fp32 block scales round-trip exactly after all";
+}
+
+TEST(Freezing, ABackendWithoutBlockDecodingStopsAtPlanTime) {
+  auto backend = std::make_shared<NoQuantizedWeightBackend>();
+  Model m(backend, as_format(with_frozen(norm_mlp(), {"fc2"}), FrozenFormat::mxfp8), 12, 5);
+  for (auto& l : m.layers()) l->set_precision({});
+  try {
+    m.allocate(4);
+    FAIL() << "the plan accepted a backend that cannot decode mxfp8";
+  } catch (const sdk::ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("node 'fc2' (linear) stores its frozen weight as an FP8 block format"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("quantized_weight.dequantize_block_scaled"), std::string::npos) << what;
   }
 }
 

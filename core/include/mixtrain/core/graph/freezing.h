@@ -14,11 +14,12 @@
 //   train. It returns the frozen parameters' names, sorted.
 // - format (train.frozen_format): how frozen linear weights are stored. compute (the default):
 //   in the dtype their op computes with, as above. nf4: QLoRA's 4-bit NormalFloat
-//   (sdk/support/nf4.h), blocks of `block` elements with one fp32 absmax each, decoded by the
+//   (sdk/support/nf4.h), blocks of `block` elements with one fp32 absmax each. fp8_block, mxfp8:
+//   the FP8 block formats (graph/quantized_weight.h has their layouts). Each is decoded by the
 //   backend into the compute dtype right before each GEMM (graph/layer.h, ModelParameter). Only a
-//   linear node's own weight takes it: biases, layer norms, embeddings and a weight another node
+//   linear node's own weight takes one: biases, layer norms, embeddings and a weight another node
 //   ties to stay in the compute dtype. The graph's build throws sdk::ConfigError at format_where
-//   when nf4 finds no frozen linear weight to store.
+//   when the format finds no frozen linear weight to store.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +36,7 @@ struct ParameterPattern {
   std::string key;  // "train.frozen[1]", for messages
 };
 
-enum class FrozenFormat : std::uint8_t { compute, nf4 };
+enum class FrozenFormat : std::uint8_t { compute, nf4, fp8_block, mxfp8 };
 
 struct FreezeSpec {
   std::vector<ParameterPattern> trainable, frozen;
@@ -45,7 +46,10 @@ struct FreezeSpec {
   bool empty() const { return trainable.empty() && frozen.empty(); }
 };
 
-// "compute", or "nf4 (blocks of 64)": what a resume compares with the checkpoint's.
+// "compute", "nf4", "fp8-block", "mxfp8": train.frozen_format's spelling.
+std::string frozen_format_name(FrozenFormat format);
+// "compute", "nf4 (blocks of 64)", "fp8-block" or "mxfp8": what a resume compares with the
+// checkpoint's.
 std::string frozen_format_terms(const FreezeSpec& spec);
 
 // A parameter as a built graph names it: its owner node and its full name ("fc1", "fc1.weight").

@@ -51,6 +51,8 @@
 
 #include "mixtrain/core/graph/backend_needs.h"
 #include "mixtrain/core/graph/bound_facets.h"
+#include "mixtrain/core/graph/freezing.h"
+#include "mixtrain/core/graph/quantized_weight.h"
 #include "mixtrain/core/graph/tensor.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/policy_block_scaling.h"
@@ -58,42 +60,30 @@
 
 namespace mixtrain::core {
 
-// A frozen weight stored as NF4 (graph/freezing.h, FrozenFormat::nf4; sdk/support/nf4.h): its
-// packed codes and one fp32 absmax per block of `block` elements, the tensor read flat.
-struct Nf4Storage {
-  Tensor codes;   // nf4_code_bytes(numel) bytes, held as a 1-byte dtype (no arithmetic reads it)
-  Tensor absmax;  // fp32 [nf4_block_count(numel, block)]
-  sdk::Shape shape;
-  std::int64_t block = 0;
-  bool empty() const { return codes.empty(); }
-};
-
 // A frozen parameter (graph/freezing.h) has no grad and is stored once, in the dtype its op
 // computes with: in `working` when it has a low-precision copy (master empty), else in `master`;
-// or, a frozen linear weight under train.frozen_format = "nf4", in `nf4` alone (master and
+// or, a frozen linear weight under a quantized train.frozen_format, in `quant` alone (master and
 // working empty): its op decodes it into a working copy before each GEMM (Layer::dequantized).
 struct ModelParameter {
   std::string name;  // "<layer>.weight"
   Tensor master;     // fp32; empty for a frozen parameter stored in `working`
   Tensor grad;       // fp32; empty when frozen
   Tensor working;    // low-precision copy; empty when the weight dtype is fp32 / tf32
-  Nf4Storage nf4;    // a frozen weight stored as NF4; empty otherwise
+  QuantizedWeight quant;  // a frozen weight stored quantized (NF4, an FP8 block format); else empty
   bool weight_decay = true;
   bool frozen = false;
   // Whether grad holds a contribution of the current optimizer step (Model::begin_micro_batch
   // clears it): the next write adds to it instead of overwriting.
   bool grad_started = false;
   sdk::TensorView compute_view() const { return working.empty() ? master.view() : working.view(); }
-  // The weights as stored: the master, or a frozen parameter's one copy; not for an NF4 weight,
+  // The weights as stored: the master, or a frozen parameter's one copy; not for a quantized one,
   // which has no such view (parameter_to_host_fp32 reads every kind).
   sdk::TensorView value() const { return master.empty() ? working.view() : master.view(); }
-  bool quantized() const { return !nf4.empty(); }
-  sdk::Shape shape() const { return quantized() ? nf4.shape : value().shape; }
+  bool quantized() const { return !quant.empty(); }
+  sdk::Shape shape() const { return quantized() ? quant.shape : value().shape; }
   std::int64_t numel() const { return shape().numel(); }
   // Device bytes of its stored weights (not its gradient or working copies).
-  std::size_t stored_bytes() const {
-    return quantized() ? nf4.codes.bytes() + nf4.absmax.bytes() : value().bytes();
-  }
+  std::size_t stored_bytes() const { return quantized() ? quant.bytes() : value().bytes(); }
   // The beta (0: overwrite, 1: add) for a kernel writing the next contribution into grad; marks
   // the gradient started.
   float take_grad_beta() {
@@ -104,12 +94,12 @@ struct ModelParameter {
 };
 
 // Writes FP32 host values (numel() floats) into p: its master, or a frozen parameter's one copy,
-// rounded there as refresh_working_copies rounds a master into its working copy, or quantized to
-// NF4 on the host (sdk/support/nf4.h; a non-finite value is std::invalid_argument).
+// rounded there as refresh_working_copies rounds a master into its working copy, or quantized on
+// the host (graph/quantized_weight.h; a non-finite value is std::invalid_argument).
 void set_parameter_from_fp32(const std::shared_ptr<sdk::DeviceBackend>& backend, ModelParameter& p,
                              const float* host);
-// p's stored weights as FP32 on the host: a master as it is, a narrower copy widened exactly, an
-// NF4 weight decoded by the SDK's reference (bit for bit what the backend decodes in fp32).
+// p's stored weights as FP32 on the host: a master as it is, a narrower copy widened exactly, a
+// quantized weight decoded by the SDK's reference (bit for bit what the backend decodes in fp32).
 std::vector<float> parameter_to_host_fp32(const std::shared_ptr<sdk::DeviceBackend>& backend,
                                           const ModelParameter& p);
 
@@ -333,11 +323,12 @@ class Layer {
   // Marks the parameter "<name>.<suffix>" frozen; before allocate() (see the contract).
   void freeze(const std::string& suffix);
   bool frozen(const std::string& suffix) const;
-  // Whether the frozen parameter `suffix` may be stored as NF4 (a linear's own weight), and
-  // storing it so, in blocks of `block`, decoding into `scratch`: one working copy that every NF4
-  // weight of the model shares, since ops run one at a time. Before allocate(), after freeze().
+  // Whether the frozen parameter `suffix` may be stored quantized (a linear's own weight), and
+  // storing it so, in `format` (NF4 in blocks of `block`), decoding into `scratch`: one working
+  // copy that every quantized weight of the model shares, since ops run one at a time. Before
+  // allocate(), after freeze().
   virtual bool can_quantize(const std::string& /*suffix*/) const { return false; }
-  void quantize_frozen(const std::string& suffix, std::int64_t block,
+  void quantize_frozen(const std::string& suffix, FrozenFormat format, std::int64_t block,
                        std::shared_ptr<Tensor> scratch);
   bool quantized(const std::string& suffix) const;
 
@@ -371,7 +362,7 @@ class Layer {
   sdk::TensorView scratch_tensor(Tensor& scratch, sdk::DType dtype, sdk::Shape shape);
   // The parameter bound to `suffix` by bind_shared_parameter, or nullptr.
   ModelParameter* shared_parameter(const std::string& suffix) const;
-  // An NF4 parameter decoded into the shared scratch as `dtype` (the backend's
+  // A quantized parameter decoded into the shared scratch as `dtype` (the backend's
   // quantized_weight facet), valid until the next op decodes; p is quantized().
   sdk::TensorView dequantized(const ModelParameter& p, sdk::DType dtype);
   // Registers the op's FP8 operand scaler (a member of the op; nullptr: none).
@@ -393,9 +384,10 @@ class Layer {
   std::vector<ModelParameter> params_;
   std::vector<ModelBuffer> buffers_;
   std::vector<std::string> frozen_;  // suffixes of the frozen parameters (freeze())
-  std::vector<std::string> quantized_;  // of those, the ones stored as NF4 (quantize_frozen())
-  std::int64_t nf4_block_ = 0;
-  std::shared_ptr<Tensor> dequant_scratch_;  // shared by the model's NF4 weights
+  std::vector<std::string> quantized_;  // of those, the ones stored quantized (quantize_frozen())
+  FrozenFormat quant_format_ = FrozenFormat::compute;
+  std::int64_t quant_block_ = 0;
+  std::shared_ptr<Tensor> dequant_scratch_;  // shared by the model's quantized weights
   bool training_ = true;
   std::int64_t step_ = 0, micro_batch_ = 0;  // the last begin_micro_batch()'s
   bool epilogue_fused_ = false;  // runs a reader as its epilogue now (fuse_reader, set_fusion)

@@ -53,7 +53,9 @@ struct ModelSummary {
     std::size_t bytes = 0;
   };
   Share trainable, frozen;
-  std::int64_t nf4_parameters = 0;  // of the frozen ones, stored as NF4 (train.frozen_format)
+  // Of the frozen ones, those stored quantized (train.frozen_format), and the format's label.
+  std::int64_t quantized_parameters = 0;
+  std::string quantized_label;
 };
 
 ModelSummary summarize_model(const Model& model, std::int64_t batch_rows);

@@ -1,5 +1,5 @@
-// [train] frozen_format = "nf4" (QLoRA's frozen base) through the `mixtrain` executable, on a
-// 2-layer GPT with LoRA adapters:
+// [train] frozen_format = "nf4" (QLoRA's frozen base), "fp8-block" and "mxfp8" through the
+// `mixtrain` executable, on a 2-layer GPT with LoRA adapters. NF4:
 // - the frozen linear weights hold NF4 values (per block of frozen_block_size: every element is a
 //   code book level times the block's absmax), also where the block does not divide the weight;
 //   biases, layer norms and the embedding keep their values; the adapters train and the loss
@@ -9,6 +9,9 @@
 // - `check` and summary.json give bytes per parameter (NF4: 0.5 + 4 / 64 = 0.5625);
 // - bad settings exit 2 at their file:line:col: an unknown format, a block < 1, NF4 with no frozen
 //   linear weight.
+// fp8-block and mxfp8: the base holds the SDK's block quantization of the plain init, bit for bit;
+// the run resumes bit for bit; bytes per parameter; another format refused on resume; a
+// frozen_block_size (NF4's) beside them exits 2.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "gpt_torch_support.h"
+#include "mixtrain/sdk/support/block_scaling.h"
 #include "safetensors_test_support.h"
 
 namespace mixtrain::test {
@@ -120,7 +124,7 @@ std::vector<double> losses(const std::vector<json>& records) {
   return out;
 }
 
-class Nf4Base : public CliTest {
+class QuantizedBase : public CliTest {
  protected:
   void SetUp() override {
     CliTest::SetUp();
@@ -133,10 +137,20 @@ class Nf4Base : public CliTest {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return read_st(dir_ / out);
   }
+  // Losses of `run` resumed from its step-2 checkpoint in a new folder `half`.
+  std::vector<double> resumed_losses(const std::string& run_dir, const std::string& half) {
+    fs::create_directories(dir_ / half / "checkpoints");
+    fs::copy(dir_ / run_dir / "config.toml", dir_ / half / "config.toml");
+    fs::copy(dir_ / run_dir / "checkpoints" / "step-00000002.mxt",
+             dir_ / half / "checkpoints" / "step-00000002.mxt");
+    const auto r = run("train --resume " + half, dir_);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return losses(records(dir_ / half / "metrics.jsonl"));
+  }
   std::string config_;
 };
 
-TEST_F(Nf4Base, LoraTrainsOnAnNf4BaseThatLeavesAsItEnteredAndResumesBitForBit) {
+TEST_F(QuantizedBase, LoraTrainsOnAnNf4BaseThatLeavesAsItEnteredAndResumesBitForBit) {
   auto r = run("export " + config_ + " --initial --out initial.safetensors", dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   r = run(
@@ -206,7 +220,7 @@ TEST_F(Nf4Base, LoraTrainsOnAnNf4BaseThatLeavesAsItEnteredAndResumesBitForBit) {
   EXPECT_TRUE(has(r.err, "this one has train.frozen_format = nf4 (blocks of 32)")) << r.err;
 }
 
-TEST_F(Nf4Base, ABlockThatDoesNotDivideAWeightEndsInAPartialBlock) {
+TEST_F(QuantizedBase, ABlockThatDoesNotDivideAWeightEndsInAPartialBlock) {
   // 100 divides none of the weights (32·96, 32·32, 32·128, 128·32 elements).
   const auto r = run("export " + config_ + " --initial --out odd.safetensors" +
                          " --set train.frozen_block_size=100",
@@ -222,7 +236,7 @@ TEST_F(Nf4Base, ABlockThatDoesNotDivideAWeightEndsInAPartialBlock) {
   }
 }
 
-TEST_F(Nf4Base, CheckGivesBytesPerParameter) {
+TEST_F(QuantizedBase, CheckGivesBytesPerParameter) {
   const auto r = run("check " + config_ + " --skip-rehearsal", dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // 8 NF4 weights of 2 · (32·96 + 32·32 + 32·128 + 128·32) = 24576 parameters; 4 bits each and an
@@ -234,7 +248,7 @@ TEST_F(Nf4Base, CheckGivesBytesPerParameter) {
   EXPECT_TRUE(has(r.out, "linear weights as NF4 (24576 parameters)")) << r.out;
 }
 
-TEST_F(Nf4Base, BadSettingsExitTwoAtTheirLine) {
+TEST_F(QuantizedBase, BadSettingsExitTwoAtTheirLine) {
   struct Case {
     std::string train, key_line, message;
     bool lora = true;
@@ -264,6 +278,100 @@ TEST_F(Nf4Base, BadSettingsExitTwoAtTheirLine) {
     EXPECT_TRUE(has(r.err, c.message)) << c.train << r.err;
     EXPECT_FALSE(fs::exists(dir_ / "bad")) << c.train;
   }
+}
+
+// The block formats' layouts, as graph/quantized_weight.h gives them (an outside reader's copy).
+sdk::BlockScaledLayout layout_of(const std::string& format) {
+  if (format == "fp8-block") return sdk::fp8_block_weight_layout(sdk::BlockElement::e4m3, true);
+  auto mx = sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e4m3);
+  mx.scale = sdk::BlockScale::e8m0_round_up;
+  return mx;
+}
+
+TEST_F(QuantizedBase, Fp8BlockFormatBasesHoldTheirQuantizationAndResumeBitForBit) {
+  auto r = run(
+      "export " + write_file("plain.toml", kGpt).string() + " --initial --out plain.safetensors",
+      dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  StFile plain = read_st(dir_ / "plain.safetensors");
+  // 8 weights of 2 · (96·32 + 32·32 + 128·32 + 32·128) = 24576 parameters, each under one partial
+  // 128x128 block (a 4-byte scale) or in rows of 32-wide blocks (a scale byte per 32).
+  const std::vector<std::pair<std::string, std::string>> formats = {
+      {"fp8-block", "24576 of them fp8-block at 1.0013 (e4m3 128x128 fp32_pow2 scales)"},
+      {"mxfp8", "24576 of them mxfp8 at 1.0312 (e4m3 1x32 e8m0_round_up scales)"}};
+  for (const auto& [format, memory_line] : formats) {
+    const std::string config =
+        write_file(format + ".toml",
+                   std::string(kGpt) + "[train]\nfrozen_format = \"" + format + "\"\n")
+            .string();
+    r = run("export " + config + " --initial --out " + format + ".safetensors", dir_);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    StFile initial = read_st(dir_ / (format + ".safetensors"));
+    std::size_t quantized = 0;
+    for (const auto& t : initial.tensors) {
+      const StTensor* unquantized = plain.find(t.name);
+      ASSERT_NE(unquantized, nullptr) << t.name;
+      if (!is_base_linear_weight(t.name)) {
+        EXPECT_EQ(t.bytes, unquantized->bytes) << format << " " << t.name;
+        continue;
+      }
+      ++quantized;
+      ASSERT_EQ(t.shape.size(), 2u) << t.name;
+      const auto want = sdk::dequantize_block_scaled(sdk::quantize_block_scaled(
+          floats(*unquantized), t.shape[0], t.shape[1], layout_of(format)));
+      EXPECT_EQ(floats(t), want) << format << " " << t.name;
+      EXPECT_NE(t.bytes, unquantized->bytes) << format << " " << t.name;
+    }
+    EXPECT_EQ(quantized, 8u) << format;
+
+    const std::string run_dir = "run-" + format;
+    r = run("train " + config + " --run-dir " + run_dir, dir_);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto full = losses(records(dir_ / run_dir / "metrics.jsonl"));
+    ASSERT_EQ(full.size(), 6u);
+    EXPECT_LT((full[3] + full[4] + full[5]) / 3, full[0]) << format;
+    const auto resumed = resumed_losses(run_dir, "half-" + format);
+    ASSERT_EQ(resumed.size(), 4u) << format;
+    for (std::size_t i = 0; i < 4; ++i)
+      EXPECT_EQ(resumed[i], full[i + 2]) << format << " step " << i + 3;
+    StFile trained = tensors(run_dir + "/checkpoints/step-00000006.mxt", format + "-a.safetensors");
+    StFile again =
+        tensors("half-" + format + "/checkpoints/step-00000006.mxt", format + "-b.safetensors");
+    ASSERT_EQ(again.tensors.size(), trained.tensors.size());
+    for (std::size_t i = 0; i < again.tensors.size(); ++i)
+      EXPECT_EQ(again.tensors[i].bytes, trained.tensors[i].bytes) << again.tensors[i].name;
+
+    const json s = summary(dir_ / run_dir);
+    const std::string key = format == "fp8-block" ? "fp8_block" : "mxfp8";
+    EXPECT_EQ(s["parameter_memory"][key + "_parameters"].get<std::int64_t>(), 24576) << s.dump();
+    EXPECT_EQ(s["parameter_memory"]["bytes_per_parameter"][key].get<double>(),
+              format == "fp8-block" ? (24576.0 + 8 * 4) / 24576 : 1.0 + 1.0 / 32)
+        << s.dump();
+    r = run("check " + config + " --skip-rehearsal", dir_);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(has(r.out, memory_line)) << r.out;
+    EXPECT_TRUE(has(r.out, "frozen " + format + " weights")) << r.out;
+  }
+  r = run("train --resume run-fp8-block --set run.steps=8 --set train.frozen_format=\"mxfp8\"",
+          dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "trained with train.frozen_format = fp8-block, this one has "
+                  "train.frozen_format = mxfp8"))
+      << r.err;
+}
+
+TEST_F(QuantizedBase, ABlockSizeBesideAFixedBlockFormatExitsTwoAtItsLine) {
+  const std::string text =
+      std::string(kGpt) + "[train]\nfrozen_format = \"mxfp8\"\nfrozen_block_size = 32\n";
+  const auto config = write_file("fixed.toml", text);
+  const auto r = run("train " + config.string() + " --run-dir fixed", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  const auto line =
+      std::count(text.begin(), text.begin() + text.find("frozen_block_size"), '\n') + 1;
+  EXPECT_TRUE(has(r.err, config.string() + ":" + std::to_string(line) + ":")) << r.err;
+  EXPECT_TRUE(has(r.err, "has fixed blocks (e4m3 1x32 e8m0_round_up scales)")) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "fixed"));
 }
 
 }  // namespace
