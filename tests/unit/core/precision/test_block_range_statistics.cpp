@@ -93,23 +93,42 @@ TEST(BlockRangeStatistics, PerBlockCountsMatchTheReferenceQuantizer) {
   EXPECT_GT(reference_counts(x, rows, cols, ocp).saturated, 0);
 }
 
-// One row a thousand times the others' scale: one per-tensor scale flushes the rest, 1-D blocks
-// along the row keep each row to itself.
+// One outlier row: one per-tensor scale flushes the other rows, 1-D blocks along the row keep
+// each row to itself. The rows span half a decade, which E2M1's elements (6 down to 0.25 within a
+// block) hold too. NVFP4's E4M3 block scales span 448 / 2^-9 under the tensor's amax: an outlier
+// 1e5 times the rest fits, one 1e6 times does not, and then the other rows' scales flush.
+std::vector<float> outlier_row(std::int64_t rows, std::int64_t cols, float factor) {
+  std::vector<float> x = wide(static_cast<std::size_t>(rows * cols), -0.5, 0.0, 5);
+  for (std::int64_t c = 0; c < cols; ++c) x[static_cast<std::size_t>(3 * cols + c)] *= factor;
+  return x;
+}
+
 TEST(BlockRangeStatistics, AnOutlierRowFlushesPerTensorNotPerBlock) {
   const std::int64_t rows = 64, cols = 256;
-  std::vector<float> x = wide(static_cast<std::size_t>(rows * cols), -2.0, 0.0, 5);
-  for (std::int64_t c = 0; c < cols; ++c) x[static_cast<std::size_t>(3 * cols + c)] *= 1e5f;
-  const BlockRangeStatistics s = measure_blocks(x, rows, cols, BlockRole::activation);
-  EXPECT_EQ(s.nonzero, rows * cols);
-  for (std::size_t f = 0; f < kBlockFormats.size(); ++f) {
-    const auto layout = block_layout(kBlockFormats[f], BlockRole::activation);
-    expect_counts(s.per_block[f], reference_counts(x, rows, cols, layout),
-                  block_format_name(kBlockFormats[f]));
-    EXPECT_GT(s.share(s.per_tensor[f].flushed), 0.5) << block_format_name(kBlockFormats[f]);
-    EXPECT_LT(s.share(s.per_block[f].flushed), 0.01) << block_format_name(kBlockFormats[f]);
+  const std::size_t nvfp4 = 2;
+  for (const float factor : {1e5f, 1e6f}) {
+    const std::vector<float> x = outlier_row(rows, cols, factor);
+    const BlockRangeStatistics s = measure_blocks(x, rows, cols, BlockRole::activation);
+    EXPECT_EQ(s.nonzero, rows * cols);
+    for (std::size_t f = 0; f < kBlockFormats.size(); ++f) {
+      const auto layout = block_layout(kBlockFormats[f], BlockRole::activation);
+      expect_counts(s.per_block[f], reference_counts(x, rows, cols, layout),
+                    block_format_name(kBlockFormats[f]));
+    }
+    // fp8-block's fp32 scales put each block's amax on 448: nothing saturates.
+    EXPECT_EQ(s.per_block[0].saturated, 0);
+    if (factor == 1e5f) {
+      // E4M3 per tensor: the other rows land on subnormals, most of them not yet on 0.
+      EXPECT_GT(s.share(s.per_tensor[nvfp4].flushed), 0.9);
+      EXPECT_LT(s.share(s.per_block[nvfp4].flushed), 0.01);
+    } else {
+      for (std::size_t f : {std::size_t{0}, std::size_t{1}}) {
+        EXPECT_GT(s.share(s.per_tensor[f].flushed), 0.9) << block_format_name(kBlockFormats[f]);
+        EXPECT_LT(s.share(s.per_block[f].flushed), 0.01) << block_format_name(kBlockFormats[f]);
+      }
+      EXPECT_GT(s.share(s.per_block[nvfp4].flushed), 0.9);
+    }
   }
-  // fp8-block's fp32 scales put each block's amax on 448: nothing saturates.
-  EXPECT_EQ(s.per_block[0].saturated, 0);
 }
 
 // A weight with one hot 128 x 128 tile: the 2-D layouts isolate it.

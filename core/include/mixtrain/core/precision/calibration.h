@@ -55,7 +55,7 @@ bool is_gradient(CalibratedTensor t);
 struct TensorCalibration {
   CalibratedTensor tensor;
   RangeStatistics stats;
-  std::optional<BlockRangeStatistics> blocks;  // with the block report, see above
+  std::optional<BlockRangeStatistics> blocks = std::nullopt;  // with the block report, see above
 };
 
 struct OpCalibration {
