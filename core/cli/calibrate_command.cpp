@@ -38,7 +38,7 @@ int run_calibrate(const ConfigArgs& cfg, const CalibrateArgs& args) {
   auto registry = make_registry(&config);
   const auto experiment = core::parse_experiment(config, *registry);
   const core::Calibration calibration =
-      core::calibrate(experiment, *registry, core::CalibrationOptions{args.steps});
+      core::calibrate(experiment, *registry, core::CalibrationOptions{args.steps, args.blocks});
   const core::Recommendation recommendation = core::recommend(calibration);
   std::printf("%s\n", core::calibration_table(calibration, recommendation).c_str());
 

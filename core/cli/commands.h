@@ -122,6 +122,7 @@ struct CalibrateArgs {
   std::int64_t steps = 50;  // FP32 training steps measured (>= 1, checked as --steps is parsed)
   std::string output;       // the TOML to write; empty: <config stem>.precision.toml here
   bool force = false;       // overwrite an existing output file
+  bool blocks = false;      // the block report under any policy (precision/calibration.h)
 };
 // Trains `steps` FP32 steps of the config (precision/calibration.h), prints the range of every
 // op's tensors and the recommendation (precision/calibration_table.h), and writes the

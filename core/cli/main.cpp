@@ -177,6 +177,10 @@ void add_calibrate(CLI::App& app, CommandLine& a) {
                           "the TOML file to write (default: <config name>.precision.toml in the "
                           "current folder)");
   a.calibrate->add_flag("--force", a.calibrate_args.force, "overwrite an existing output file");
+  a.calibrate->add_flag("--blocks", a.calibrate_args.blocks,
+                        "report what per-block scaling (fp8-block, mxfp8, nvfp4) does to the "
+                        "linears' GEMM operands under any policy (on by default under FP8 and "
+                        "block-scaled policies)");
 }
 
 void add_sample(CLI::App& app, CommandLine& a) {

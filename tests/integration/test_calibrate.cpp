@@ -153,6 +153,149 @@ labels = "y.npy"
   EXPECT_TRUE(has(checked.out, "layers = \"wide_in\"")) << checked.out;
 }
 
+// Inputs in ±1 except every 16th row, 1e5 times larger: FP8 with one scale per tensor flushes
+// the ordinary rows of every GEMM input, 1x128 blocks keep each row to itself. Under fp8-current
+// the report shows the reduction and the file names fp8-block; a convolution in the model keeps
+// it from being named.
+class CalibrateBlocks : public Calibrate {
+ protected:
+  std::filesystem::path outlier_config(const std::string& policy, const std::string& layers) {
+    std::vector<float> x;
+    std::vector<std::int64_t> y;
+    std::uint32_t state = 3;
+    for (int i = 0; i < 256 * 16; ++i) {
+      state = state * 1664525u + 1013904223u;
+      const float v = static_cast<float>(state >> 8) / 8388608.0f - 1.0f;
+      x.push_back((i / 16) % 16 == 0 ? v * 1e5f : v);
+    }
+    for (int i = 0; i < 256; ++i) y.push_back(i % 4);
+    write_npy(dir_ / "x.npy", "<f4", {256, 16}, x);
+    write_npy(dir_ / "y.npy", "<i8", {256}, y);
+    return write_file(policy + ".toml", R"([run]
+steps = 20
+[precision]
+policy = ")" + policy + R"("
+[optimizer]
+type = "adamw"
+[model]
+layers = [
+)" + layers + R"(
+]
+[data]
+source = "npy"
+batch_size = 32
+[data.npy]
+features = "x.npy"
+labels = "y.npy"
+)");
+  }
+};
+
+TEST_F(CalibrateBlocks, AnOutlierRowUnderFp8NamesFp8Block) {
+  const auto cfg =
+      outlier_config("fp8-current", R"(  { type = "linear", name = "wide_in", out = 32 },
+  { type = "relu", name = "act" },
+  { type = "linear", name = "head", out = 4 },)");
+  const auto out = dir_ / "blocks.precision.toml";
+  const auto r = run("calibrate " + cfg.string() + " --steps 2 --output " + out.string(), dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "block scaling, 2 sampled steps")) << r.out;
+  // The table's line for the first GEMM input in fp8-block: flushed per tensor, not per block.
+  bool reduced = false;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("wide_in ", 0) == 0 && has(line, "gemm_input") &&
+        has(line, "fp8-block (e4m3)")) {
+      std::istringstream cells(line);
+      std::vector<std::string> words;
+      for (std::string w; cells >> w;) words.push_back(w);
+      // node tensor format (elem) flush N% ok reduction
+      ASSERT_GE(words.size(), 7u) << line;
+      EXPECT_EQ(words[4], "flush") << line;
+      EXPECT_EQ(words[6], "ok") << line;
+      reduced = words[7] != "-" && words[7] != "worse";
+    }
+  EXPECT_TRUE(reduced) << r.out;
+  EXPECT_TRUE(has(r.out, "block policy: policy fp8-block: fp8-current raises wide_in off fp8"))
+      << r.out;
+  // The file names the block policy, with the machine-readable counts as comments.
+  const std::string text = slurp(out);
+  EXPECT_TRUE(has(text, "# block wide_in gemm_input fp8-block nonzero=")) << text;
+  EXPECT_TRUE(has(text, " per_block_flushed=0 ")) << text;
+  const auto rec = core::Config::from_file(out);
+  EXPECT_EQ(string_option(rec, "precision", "policy"), "fp8-block") << text;
+  EXPECT_TRUE(rec.table_array("precision.override").empty()) << text;
+  // The config takes the file: fp8-block plans the model on this backend.
+  const auto checked = run("check " + cfg.string() + " --merge " + out.string(), dir_);
+  ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  EXPECT_TRUE(has(checked.out, "# precision policy: fp8-block")) << checked.out;
+
+  // Calibrating under fp8-block itself judges the GEMMs per block: nothing is raised.
+  const auto under_block =
+      outlier_config("fp8-block", R"(  { type = "linear", name = "wide_in", out = 32 },
+  { type = "relu", name = "act" },
+  { type = "linear", name = "head", out = 4 },)");
+  const auto out2 = dir_ / "under_block.toml";
+  const auto b =
+      run("calibrate " + under_block.string() + " --steps 2 --output " + out2.string(), dir_);
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const auto rec2 = core::Config::from_file(out2);
+  EXPECT_EQ(string_option(rec2, "precision", "policy"), "fp8-block");
+  EXPECT_TRUE(rec2.table_array("precision.override").empty()) << slurp(out2);
+}
+
+TEST_F(CalibrateBlocks, ReportOnlyUnderOtherPoliciesAndNeverWithAConvolution) {
+  // bf16-mixed: no block report unless asked; with --blocks the report, but the file keeps the
+  // policy.
+  const std::string mlp = R"(  { type = "linear", name = "wide_in", out = 32 },
+  { type = "relu", name = "act" },
+  { type = "linear", name = "head", out = 4 },)";
+  const auto cfg = outlier_config("bf16-mixed", mlp);
+  auto r =
+      run("calibrate " + cfg.string() + " --steps 1 --output " + (dir_ / "a.toml").string(), dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.out, "block scaling")) << r.out;
+  EXPECT_FALSE(has(slurp(dir_ / "a.toml"), "# block ")) << slurp(dir_ / "a.toml");
+  r = run(
+      "calibrate " + cfg.string() + " --steps 1 --blocks --output " + (dir_ / "b.toml").string(),
+      dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "block scaling, 1 sampled step")) << r.out;
+  EXPECT_TRUE(has(r.out, "fp8-block would be safe")) << r.out;
+  EXPECT_EQ(string_option(core::Config::from_file(dir_ / "b.toml"), "precision", "policy"),
+            "bf16-mixed");
+
+  // A convolution: the block policies refuse the model at plan time, so none is named.
+  const auto conv = write_file("conv.toml", R"([run]
+steps = 5
+[precision]
+policy = "fp8-current"
+[model]
+nodes = [
+  { type = "conv2d", name = "conv", inputs = ["input"], out = 4, kernel = 3, padding = 1 },
+  { type = "relu", name = "act", inputs = ["conv"] },
+  { type = "global_avgpool", name = "gap", inputs = ["act"] },
+  { type = "linear", name = "head", inputs = ["gap"], out = 2 },
+]
+[data]
+source = "synthetic"
+batch_size = 16
+[data.synthetic]
+kind = "images"
+rows = 64
+channels = 1
+height = 8
+width = 8
+num_classes = 2
+)");
+  r = run("calibrate " + conv.string() + " --steps 1 --output " + (dir_ / "c.toml").string(), dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "refused")) << r.out;
+  EXPECT_TRUE(has(r.out, "no block policy named")) << r.out;
+  EXPECT_EQ(string_option(core::Config::from_file(dir_ / "c.toml"), "precision", "policy"),
+            "fp8-current");
+}
+
 TEST_F(Calibrate, TwoRunsWriteTheSameFile) {
   const auto out = dir_ / "same.toml";
   const std::string args = "calibrate " + demo_ +
@@ -177,6 +320,13 @@ TEST_F(Calibrate, BadInputExitsTwoNamingTheProblem) {
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_TRUE(has(r.err, "--steps: " + steps + " is out of range")) << r.err;
     EXPECT_TRUE(has(r.err, "HINT")) << r.err;
+  }
+
+  // --blocks is a flag: a value it cannot read is refused.
+  {
+    const auto r = run("calibrate " + demo_ + " --blocks=maybe --output " + out.string());
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_TRUE(has(r.err, "--blocks")) << r.err;
   }
 
   const auto broken = write_file("broken.toml", "[run\nsteps = 3\n");

@@ -1,15 +1,18 @@
 // calibrate: FP32 training steps with every op's tensors measured; see calibration.h.
 #include "mixtrain/core/precision/calibration.h"
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/core/precision/planning.h"
 #include "mixtrain/core/train/trainer.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/policy_block_scaling.h"
 
 namespace mixtrain::core {
 
@@ -61,17 +64,19 @@ class TensorObserver final : public StepObserver {
     Layer& op = *model.layers()[node];
     Executor& exec = model.executor();
     if (op.has_gemm()) {
-      host_.clear();
+      clear();
       for (TensorId t : model.plan().node(node).inputs) append(model, exec.activation(t, e));
       record(node, CalibratedTensor::gemm_input, false);
-      host_.clear();
+      record_blocks(node, CalibratedTensor::gemm_input, BlockRole::activation);
+      clear();
       for (ModelParameter* p : op.used_parameters())
         if (p->value().shape.rank >= 2) append(model, p->value());
       record(node, CalibratedTensor::weight, false);
+      record_blocks(node, CalibratedTensor::weight, BlockRole::weight);
     }
     const TensorView out = exec.activation(TensorId::node(node), e);
     if (out.data != nullptr) {
-      host_.clear();
+      clear();
       append(model, out);
       record(node, CalibratedTensor::activation, false);
     }
@@ -79,19 +84,21 @@ class TensorObserver final : public StepObserver {
 
   void after_backward(Model& model, std::size_t node, Extent e,
                       std::span<const TensorView> input_grads) override {
-    host_.clear();
+    clear();
     for (const TensorView& dx : input_grads)
       if (!dx.empty()) append(model, dx);
     record(node, CalibratedTensor::activation_grad, true);
     if (model.layers()[node]->has_gemm()) {
       Executor& exec = model.executor();
-      host_.clear();
+      clear();
       append(model, exec.gradient(TensorId::node(node), e, exec.planned_gradients()));
       record(node, CalibratedTensor::output_grad, true);
+      record_blocks(node, CalibratedTensor::output_grad, BlockRole::activation);
     }
   }
 
   void after_step(std::int64_t /*step*/) override {
+    ++steps_done_;
     for (auto& [node, slots] : step_)
       for (std::size_t k = 0; k < kTensorKinds; ++k) {
         auto& s = slots[k];
@@ -109,16 +116,59 @@ class TensorObserver final : public StepObserver {
   const std::optional<RangeStatistics>& total(std::size_t node, CalibratedTensor t) {
     return total_[node][static_cast<std::size_t>(t)];
   }
+  const std::optional<BlockRangeStatistics>& blocks(std::size_t node, CalibratedTensor t) {
+    return blocks_[node][static_cast<std::size_t>(t)];
+  }
+
+  // Measures the block statistics of these nodes' GEMM operands on every `stride`-th step,
+  // the first included.
+  void measure_blocks_of(std::set<std::size_t> nodes, std::int64_t stride) {
+    block_nodes_ = std::move(nodes);
+    block_stride_ = std::max<std::int64_t>(stride, 1);
+  }
+  std::int64_t block_steps() const { return block_steps_; }
 
  private:
   using Slots = std::array<std::optional<RangeStatistics>, kTensorKinds>;
+  using BlockSlots = std::array<std::optional<BlockRangeStatistics>, kTensorKinds>;
 
+  // Appends the view's values to host_, and its shape as a GEMM operand (leading dims folded).
   void append(Model& model, const TensorView& v) {
     if (v.data == nullptr || v.dtype != DType::fp32) return;
     const std::size_t at = host_.size();
     host_.resize(at + static_cast<std::size_t>(v.numel()));
     model.backend().copy_to_host(host_.data() + at, v);
+    shapes_.push_back({at, v.shape.rows(), v.shape.cols()});
   }
+
+  void clear() {
+    host_.clear();
+    shapes_.clear();
+  }
+
+  // Each appended view is its own tensor to the block statistics (its own per-tensor scale).
+  void record_blocks(std::size_t node, CalibratedTensor t, BlockRole role) {
+    if (!block_nodes_.count(node) || steps_done_ % block_stride_ != 0) return;
+    if (last_block_step_ != steps_done_) {
+      ++block_steps_;
+      last_block_step_ = steps_done_;
+    }
+    auto& slot = blocks_[node][static_cast<std::size_t>(t)];
+    for (const OperandShape& v : shapes_) {
+      const std::span<const float> values(host_.data() + v.offset,
+                                          static_cast<std::size_t>(v.rows * v.cols));
+      BlockRangeStatistics measured = measure_blocks(values, v.rows, v.cols, role);
+      if (slot)
+        merge(*slot, measured);
+      else
+        slot = measured;
+    }
+  }
+
+  struct OperandShape {
+    std::size_t offset;
+    std::int64_t rows, cols;
+  };
 
   void record(std::size_t node, CalibratedTensor t, bool loss_scales) {
     if (host_.empty()) return;
@@ -131,7 +181,11 @@ class TensorObserver final : public StepObserver {
   }
 
   std::vector<float> host_;
+  std::vector<OperandShape> shapes_;
   std::map<std::size_t, Slots> step_, total_;
+  std::map<std::size_t, BlockSlots> blocks_;
+  std::set<std::size_t> block_nodes_;
+  std::int64_t block_stride_ = 1, steps_done_ = 0, block_steps_ = 0, last_block_step_ = -1;
 };
 
 }  // namespace
@@ -175,6 +229,9 @@ void plan_ops(const Experiment& experiment, const PluginRegistry& registry, Trai
   Model planned(backend, experiment.model, m.input_features(), m.classes(), input);
   plan_precision(planned, *policy, backend->capabilities(), {}, log);
   out.policy_needs_loss_scaling = policy->needs_loss_scaling();
+  if (dynamic_cast<const sdk::BlockScalingFacet*>(policy.get()) != nullptr)
+    for (BlockFormat f : kBlockFormats)
+      if (experiment.policy_name == block_format_name(f)) out.block_format = f;
   for (const auto& l : planned.layers()) {
     if (l->is_view()) continue;
     OpCalibration op;
@@ -183,12 +240,48 @@ void plan_ops(const Experiment& experiment, const PluginRegistry& registry, Trai
     op.precision_sensitive = l->precision_sensitive();
     op.has_gemm = l->has_gemm();
     op.planned = l->precision();
+    // The probe hands no facet (inactive); the model is this function's and goes with it.
+    op.block_path =
+        l->has_gemm() && l->description().has_weight_gemm() && l->set_block_scaling(nullptr);
     out.ops.push_back(std::move(op));
+  }
+}
+
+// Each block-scaled policy's plan of the model, with its default options, as the trainer would
+// make it (its plan-time refusals included), or the refusal.
+void plan_block_policies(const Experiment& experiment, const PluginRegistry& registry,
+                         const Trainer& trainer, const std::shared_ptr<sdk::DeviceBackend>& backend,
+                         Calibration& out) {
+  const Model& m = trainer.model();
+  InputSpec input;
+  input.dtype = m.input_dtype();
+  input.labels_per_sample = m.labels_per_sample();
+  input.sample_shape = trainer.train_data().sample_shape;
+  for (BlockFormat f : kBlockFormats) {
+    const std::string name = block_format_name(f);
+    if (registry.find(sdk::ComponentKind::policy, name) == nullptr) continue;
+    BlockPolicyPlan plan;
+    plan.format = f;
+    try {
+      auto policy = registry.create<sdk::PrecisionPolicy>(
+          registry.require(sdk::ComponentKind::policy, name),
+          default_options(registry, sdk::ComponentKind::policy, name, "precision"));
+      Model planned(backend, experiment.model, m.input_features(), m.classes(), input);
+      plan_precision(planned, *policy, backend->capabilities(), {}, {});
+      planned.check_backend();
+      for (const auto& l : planned.layers())
+        if (!l->is_view()) plan.planned.push_back(l->precision());
+    } catch (const sdk::UserError& e) {
+      plan.refused = e.what();
+      plan.planned.clear();
+    }
+    out.block_policies.push_back(std::move(plan));
   }
 }
 
 // Each node's measured tensors, beside its plan.
 void record_tensors(const Trainer& trainer, TensorObserver& observer, Calibration& out) {
+  out.block_steps = observer.block_steps();
   const auto& layers = trainer.model().layers();
   std::size_t listed = 0;
   for (std::size_t i = 0; i < layers.size(); ++i) {
@@ -196,7 +289,8 @@ void record_tensors(const Trainer& trainer, TensorObserver& observer, Calibratio
     OpCalibration& op = out.ops.at(listed++);
     for (std::size_t k = 0; k < kTensorKinds; ++k) {
       const auto t = static_cast<CalibratedTensor>(k);
-      if (const auto& s = observer.total(i, t)) op.tensors.push_back({t, *s});
+      if (const auto& s = observer.total(i, t))
+        op.tensors.push_back({t, *s, observer.blocks(i, t)});
     }
   }
 }
@@ -238,6 +332,23 @@ Calibration calibrate(const Experiment& experiment, const PluginRegistry& regist
 
   Calibration out;
   plan_ops(experiment, registry, trainer, backend, log, out);
+  bool fp8_gemm = false;
+  for (const auto& op : out.ops)
+    fp8_gemm = fp8_gemm || (op.has_gemm && sdk::is_fp8(op.planned.gemm_input));
+  out.block_report = options.blocks || fp8_gemm;
+  if (out.block_report) {
+    plan_block_policies(experiment, registry, trainer, backend, out);
+    std::set<std::size_t> nodes;
+    const auto& layers = trainer.model().layers();
+    std::size_t listed = 0;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      if (layers[i]->is_view()) continue;
+      if (out.ops.at(listed++).block_path) nodes.insert(i);
+    }
+    const std::int64_t steps = std::min(options.steps, experiment.run.steps);
+    observer.measure_blocks_of(std::move(nodes),
+                               (steps + kBlockSampleSteps - 1) / kBlockSampleSteps);
+  }
 
   out.steps = trainer.run().steps;
   record_tensors(trainer, observer, out);

@@ -49,6 +49,52 @@ std::string render(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
+std::string block_cell(std::int64_t nonzero, const BlockCounts& c) {
+  RangeStatistics base;  // for its share(): the block counts share the same base
+  base.nonzero = nonzero;
+  return risk(base, c.flushed, c.saturated);
+}
+
+// The share of the per-tensor scale's losses (flushed + saturated) that per-block scales avoid.
+std::string reduction_cell(const BlockTensorRow& row) {
+  const std::int64_t t = row.per_tensor.flushed + row.per_tensor.saturated;
+  const std::int64_t b = row.per_block.flushed + row.per_block.saturated;
+  if (t == 0) return b == 0 ? "-" : "worse";
+  if (b > t) return "worse";
+  return format_share(static_cast<double>(t - b) / static_cast<double>(t));
+}
+
+std::string block_report(const BlockRecommendation& b) {
+  std::string out = "\nblock scaling, " + std::to_string(b.steps) + " sampled step" +
+                    (b.steps == 1 ? "" : "s") +
+                    " (the linears' GEMM operands; per-tensor: one scale from the tensor's amax, "
+                    "same elements; reduction: the share of the per-tensor losses that per-block "
+                    "scales avoid):\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"node", "tensor", "format", "per-tensor", "per-block", "reduction"}};
+  for (const auto& row : b.rows)
+    rows.push_back(
+        {row.node, calibrated_tensor_name(row.tensor),
+         std::string(block_format_name(row.format)) + " (" + block_element_name(row.format) + ")",
+         block_cell(row.nonzero, row.per_tensor), block_cell(row.nonzero, row.per_block),
+         reduction_cell(row)});
+  out += render(rows);
+  for (const auto& v : b.formats) {
+    out += std::string("  ") + block_format_name(v.format) + ": ";
+    if (!v.available) {
+      out += "not loaded\n";
+      continue;
+    }
+    out +=
+        "per tensor " + (v.per_tensor_unsafe.empty() ? std::string("safe") : v.per_tensor_unsafe);
+    out += "; per block " + (v.per_block_unsafe.empty() ? std::string("safe") : v.per_block_unsafe);
+    if (!v.refused.empty()) out += "; refused: " + v.refused;
+    out += "\n";
+  }
+  out += "block policy: " + b.reason + "\n";
+  return out;
+}
+
 }  // namespace
 
 std::string calibration_table(const Calibration& c, const Recommendation& r) {
@@ -96,6 +142,7 @@ std::string calibration_table(const Calibration& c, const Recommendation& r) {
     recs.push_back({o.node, rung(o.planned), rung(o.recommended), o.reason});
   out += render(recs);
   if (r.scaler.applies) out += "\nscaler: " + r.scaler.reason + "\n";
+  if (r.blocks.applies) out += block_report(r.blocks);
   return out;
 }
 

@@ -107,10 +107,40 @@ std::optional<std::string> check_fp8(const TensorCalibration& t, DType format) {
   return std::nullopt;
 }
 
-// The first reason the op is unsafe under precision `q`, or nullopt.
+// Why counts of a tensor's values are unsafe (" saturates 1.0% in nvfp4 (per block)"), or
+// nullopt.
+std::optional<std::string> check_counts(const BlockRangeStatistics& s, const BlockCounts& c,
+                                        const std::string& in) {
+  if (c.saturated > 0) return " saturates " + format_share(s.share(c.saturated)) + in;
+  if (s.share(c.flushed) > kMaxFlushShare)
+    return " flushes " + format_share(s.share(c.flushed)) + " to zero" + in;
+  return std::nullopt;
+}
+
+std::size_t block_index(BlockFormat f) {
+  for (std::size_t i = 0; i < kBlockFormats.size(); ++i)
+    if (kBlockFormats[i] == f) return i;
+  return 0;
+}
+
+// Why a tensor is unsafe as a block-scaled GEMM operand in `format`, or nullopt (also when it was
+// not measured).
+std::optional<std::string> check_block(const TensorCalibration& t, BlockFormat format) {
+  if (!t.blocks) return std::nullopt;
+  const auto why = check_counts(*t.blocks, t.blocks->per_block[block_index(format)],
+                                std::string(" in ") + block_format_name(format) + " (per block)");
+  if (!why) return std::nullopt;
+  return calibrated_tensor_name(t.tensor) + *why;
+}
+
+// The first reason the op is unsafe under precision `q`, or nullopt. `blocks`: the FP8 GEMM is
+// block-scaled in that format.
 std::optional<std::string> check_op(const OpCalibration& op, const sdk::OpPrecision& q,
-                                    int scale_log2) {
+                                    int scale_log2, std::optional<BlockFormat> blocks) {
   const bool fp8_gemm = op.has_gemm && sdk::is_fp8(q.gemm_input);
+  auto fp8 = [&](const TensorCalibration& t, DType format) {
+    return blocks && op.block_path ? check_block(t, *blocks) : check_fp8(t, format);
+  };
   auto stored = [&](const TensorCalibration& t, DType d) -> std::optional<std::string> {
     if (d == DType::fp16 || d == DType::bf16) return check_16bit(t, d, scale_log2);
     return std::nullopt;  // fp32, tf32 (fp32's range); fp8 is a GEMM's cast, checked below
@@ -119,11 +149,11 @@ std::optional<std::string> check_op(const OpCalibration& op, const sdk::OpPrecis
     std::optional<std::string> why;
     switch (t.tensor) {
       case CalibratedTensor::gemm_input:
-        why = fp8_gemm ? check_fp8(t, DType::fp8_e4m3) : stored(t, q.gemm_input);
+        why = fp8_gemm ? fp8(t, DType::fp8_e4m3) : stored(t, q.gemm_input);
         break;
       case CalibratedTensor::weight:
         why = stored(t, q.weight);
-        if (!why && fp8_gemm) why = check_fp8(t, DType::fp8_e4m3);
+        if (!why && fp8_gemm) why = fp8(t, DType::fp8_e4m3);
         if (!why && !fp8_gemm) why = stored(t, q.gemm_input);
         break;
       case CalibratedTensor::activation:
@@ -133,7 +163,7 @@ std::optional<std::string> check_op(const OpCalibration& op, const sdk::OpPrecis
         why = stored(t, q.activation_grad);
         break;
       case CalibratedTensor::output_grad:
-        if (fp8_gemm) why = check_fp8(t, DType::fp8_e5m2);
+        if (fp8_gemm) why = fp8(t, DType::fp8_e5m2);
         break;
     }
     if (why) return why;
@@ -218,32 +248,36 @@ std::string format_share(double share) {
   return ">99%";
 }
 
-Recommendation recommend(const Calibration& c) {
-  Recommendation r;
-  r.policy = c.policy;
-  r.steps = c.steps;
-  r.scaler = recommend_scaler(c);
-  const int scale_log2 = r.scaler.needed ? r.scaler.scale_log2 : 0;
-  for (const auto& op : c.ops) {
+namespace {
+
+// The ladder for every op under `plans` (one per op; the calibration's own when null), its FP8
+// GEMMs block-scaled in `blocks` when set.
+std::vector<OpRecommendation> recommend_ops(const Calibration& c,
+                                            const std::vector<sdk::OpPrecision>* plans,
+                                            std::optional<BlockFormat> blocks, int scale_log2) {
+  std::vector<OpRecommendation> ops;
+  for (std::size_t i = 0; i < c.ops.size(); ++i) {
+    OpCalibration op = c.ops[i];
+    if (plans != nullptr) op.planned = plans->at(i);
     OpRecommendation o;
     o.node = op.node;
     o.planned = planned_rung(op);
     o.recommended = o.planned;
     if (op.precision_sensitive) {
       o.reason = "precision-sensitive: always fp32";
-      r.ops.push_back(std::move(o));
+      ops.push_back(std::move(o));
       continue;
     }
     if (o.planned == DType::fp32) {
       o.reason = "planned fp32";
-      r.ops.push_back(std::move(o));
+      ops.push_back(std::move(o));
       continue;
     }
     std::string why;
     for (std::optional<DType> rung = o.planned; rung; rung = next_rung(*rung)) {
       o.recommended = *rung;
       if (*rung == DType::fp32) break;
-      const auto unsafe = check_op(op, precision_at(op.planned, *rung), scale_log2);
+      const auto unsafe = check_op(op, precision_at(op.planned, *rung), scale_log2, blocks);
       if (!unsafe) break;
       why += (why.empty() ? "" : "; ") + std::string(rung_name(*rung)) + ": " + *unsafe;
     }
@@ -266,7 +300,115 @@ Recommendation recommend(const Calibration& c) {
             o.fields.emplace_back(changed[i].first, changed[i].second);
       }
     }
-    r.ops.push_back(std::move(o));
+    ops.push_back(std::move(o));
+  }
+  return ops;
+}
+
+BlockRecommendation recommend_blocks(const Calibration& c,
+                                     const std::vector<OpRecommendation>& ops) {
+  BlockRecommendation b;
+  b.applies = c.block_report;
+  b.steps = c.block_steps;
+  if (!b.applies) return b;
+  for (const auto& op : c.ops)
+    for (const auto& t : op.tensors)
+      if (t.blocks)
+        for (std::size_t f = 0; f < kBlockFormats.size(); ++f)
+          b.rows.push_back({op.node, t.tensor, kBlockFormats[f], t.blocks->nonzero,
+                            t.blocks->per_tensor[f], t.blocks->per_block[f]});
+  for (std::size_t f = 0; f < kBlockFormats.size(); ++f) {
+    BlockFormatVerdict v;
+    v.format = kBlockFormats[f];
+    for (const auto& p : c.block_policies)
+      if (p.format == v.format) {
+        v.available = true;
+        v.refused = p.refused;
+      }
+    const std::string element = std::string(" in ") + block_element_name(v.format);
+    for (const auto& op : c.ops)
+      for (const auto& t : op.tensors) {
+        if (!t.blocks) continue;
+        const std::string name = op.node + " " + calibrated_tensor_name(t.tensor);
+        if (v.per_tensor_unsafe.empty())
+          if (const auto why =
+                  check_counts(*t.blocks, t.blocks->per_tensor[f], element + " per tensor"))
+            v.per_tensor_unsafe = name + *why;
+        if (v.per_block_unsafe.empty())
+          if (const auto why = check_counts(*t.blocks, t.blocks->per_block[f], " per block"))
+            v.per_block_unsafe = name + *why;
+      }
+    b.formats.push_back(std::move(v));
+  }
+  // The per-tensor FP8 recipe's verdict: the first op with a block-scaled path it raised off fp8.
+  std::string raised;
+  for (std::size_t i = 0; i < c.ops.size() && i < ops.size(); ++i)
+    if (c.ops[i].block_path && sdk::is_fp8(ops[i].planned) && !sdk::is_fp8(ops[i].recommended)) {
+      raised = ops[i].node;
+      break;
+    }
+  const bool per_tensor_fp8 = !c.block_format && !c.policy_needs_loss_scaling && [&] {
+    for (const auto& op : c.ops)
+      if (op.has_gemm && sdk::is_fp8(op.planned.gemm_input)) return true;
+    return false;
+  }();
+  const BlockFormatVerdict* best = nullptr;
+  for (const auto& v : b.formats)
+    if (v.available && v.refused.empty() && v.per_block_unsafe.empty() &&
+        !v.per_tensor_unsafe.empty()) {
+      best = &v;
+      break;
+    }
+  if (best == nullptr) {
+    std::string why;
+    for (const auto& v : b.formats) {
+      std::string one = block_format_name(v.format) + std::string(": ");
+      if (!v.available)
+        one += "not loaded";
+      else if (!v.refused.empty())
+        one += "refused at plan time (" + v.refused + ")";
+      else if (!v.per_block_unsafe.empty())
+        one += v.per_block_unsafe;
+      else
+        one += "no gain: safe with a per-tensor scale too";
+      why += (why.empty() ? "" : "; ") + one;
+    }
+    b.reason = "no block policy named: " + why;
+    return b;
+  }
+  const std::string name = block_format_name(best->format);
+  const std::string gain = "per-tensor " + best->per_tensor_unsafe + ", while per-block " + name +
+                           " scaling keeps every block-scaled operand within the thresholds";
+  if (!per_tensor_fp8) {
+    b.reason = name + " would be safe (" + gain + "); named in the file only when calibrating a " +
+               "per-tensor FP8 policy: calibrate with --set precision.policy=" + name;
+    return b;
+  }
+  if (raised.empty()) {
+    b.reason = name + " would be safe (" + gain + "), but the per-tensor FP8 policy " + c.policy +
+               " keeps every op in fp8 as it is: no change";
+    return b;
+  }
+  b.named = best->format;
+  b.reason = "policy " + name + ": " + c.policy + " raises " + raised + " off fp8; " + gain;
+  return b;
+}
+
+}  // namespace
+
+Recommendation recommend(const Calibration& c) {
+  Recommendation r;
+  r.policy = c.policy;
+  r.steps = c.steps;
+  r.scaler = recommend_scaler(c);
+  const int scale_log2 = r.scaler.needed ? r.scaler.scale_log2 : 0;
+  r.ops = recommend_ops(c, nullptr, c.block_format, scale_log2);
+  r.blocks = recommend_blocks(c, r.ops);
+  if (r.blocks.named) {
+    for (const auto& p : c.block_policies)
+      if (p.format == *r.blocks.named) r.ops = recommend_ops(c, &p.planned, p.format, 0);
+    r.policy = block_format_name(*r.blocks.named);
+    r.scaler = {};  // the block-scaled policies need no loss scaling
   }
   return r;
 }
@@ -278,6 +420,22 @@ std::string recommendation_toml(const Recommendation& r, const std::vector<std::
   precision.comments = header;
   // A scaler that is not needed is left as the config has it: the comment says why.
   if (r.scaler.applies && !r.scaler.needed) precision.comments.push_back(r.scaler.reason);
+  if (r.blocks.applies) {
+    precision.comments.push_back(
+        "block report, " + std::to_string(r.blocks.steps) + " sampled step" +
+        (r.blocks.steps == 1 ? "" : "s") +
+        ": per operand and block format, non-zero values, then those flushed to zero and "
+        "saturated with one per-tensor scale and with the format's per-block scales");
+    for (const auto& row : r.blocks.rows)
+      precision.comments.push_back(
+          "block " + row.node + " " + calibrated_tensor_name(row.tensor) + " " +
+          block_format_name(row.format) + " nonzero=" + std::to_string(row.nonzero) +
+          " per_tensor_flushed=" + std::to_string(row.per_tensor.flushed) +
+          " per_tensor_saturated=" + std::to_string(row.per_tensor.saturated) +
+          " per_block_flushed=" + std::to_string(row.per_block.flushed) +
+          " per_block_saturated=" + std::to_string(row.per_block.saturated));
+    precision.comments.push_back(r.blocks.reason);
+  }
   precision.values.emplace_back("policy", r.policy);
   sections.push_back(std::move(precision));
   for (const auto& o : r.ops) {

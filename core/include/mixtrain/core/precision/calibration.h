@@ -20,6 +20,15 @@
 // - `planned` is each listed node's OpPrecision under the experiment's policy as the trainer
 //   plans it (plan_precision on the same model and backend, without the config's overrides,
 //   which a recommendation replaces).
+// - Block report (block_range_statistics.h), when CalibrationOptions::blocks asks for it or the
+//   policy plans an FP8 GEMM (the FP8 and block-scaled policies): for each op with a
+//   block-scaled path (a linear), its gemm_input, weight and output_grad get `blocks`, measured on
+//   at most kBlockSampleSteps optimizer steps spread evenly over the run (the first, then every
+//   ceil(steps / kBlockSampleSteps)-th), every micro-batch of those. `block_policies` holds, per
+//   block-scaled policy the registry has, its plan of every listed op with default options, or
+//   the plan-time refusal (a convolution, a backend without the block-scaled GEMM ops) in the
+//   words `train` would print. `block_format` is set when the experiment's own policy is one of
+//   them.
 // - Errors: steps < 1 is sdk::UserError; a model the backend cannot run in FP32 is an
 //   sdk::UserError saying calibration runs FP32, with Model::check_backend's message (the node,
 //   its config line, the op, the backend) and hint; the config's policy failing to plan is its
@@ -27,11 +36,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/plugins/registry.h"
+#include "mixtrain/core/precision/block_range_statistics.h"
 #include "mixtrain/core/precision/range_statistics.h"
 #include "mixtrain/sdk/precision_policy.h"
 
@@ -44,26 +55,42 @@ bool is_gradient(CalibratedTensor t);
 struct TensorCalibration {
   CalibratedTensor tensor;
   RangeStatistics stats;
+  std::optional<BlockRangeStatistics> blocks = std::nullopt;  // with the block report, see above
 };
 
 struct OpCalibration {
   std::string node, type;
   bool precision_sensitive = false;
   bool has_gemm = false;
+  bool block_path = false;                 // a block-scaled policy would quantize its GEMMs
   sdk::OpPrecision planned;                // under the experiment's policy
   std::vector<TensorCalibration> tensors;  // in CalibratedTensor order, those measured
   const TensorCalibration* find(CalibratedTensor t) const;
 };
 
+// A block-scaled policy's plan of the same model, or why it refuses it.
+struct BlockPolicyPlan {
+  BlockFormat format = BlockFormat::fp8_block;
+  std::string refused;                    // the plan-time error; empty when it plans
+  std::vector<sdk::OpPrecision> planned;  // per op of Calibration::ops (empty when refused)
+};
+
 struct Calibration {
   std::string policy;  // the experiment's policy, as the config names it
   bool policy_needs_loss_scaling = false;
+  std::optional<BlockFormat> block_format;  // the policy is this block-scaled one
   std::int64_t steps = 0;          // optimizer steps that ran
   std::vector<OpCalibration> ops;  // forward order
+  bool block_report = false;       // the block statistics were measured
+  std::int64_t block_steps = 0;    // optimizer steps they were measured on
+  std::vector<BlockPolicyPlan> block_policies;
 };
+
+inline constexpr std::int64_t kBlockSampleSteps = 8;
 
 struct CalibrationOptions {
   std::int64_t steps = 50;
+  bool blocks = false;  // measure the block report under any policy
 };
 
 Calibration calibrate(const Experiment& experiment, const PluginRegistry& registry,

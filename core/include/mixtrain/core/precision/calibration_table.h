@@ -10,6 +10,9 @@
 //   unscaled; "fp16@2^S" is fp16 at the recommended loss scale (gradients only; shown when a loss
 //   scale is recommended); e4m3/t and e5m2/t are with per-tensor scaling (range_statistics.h);
 //   "jump" is the largest step-to-step amax growth (recommendation.h, largest_amax_jump).
+// - With the block report (recommendation.h, BlockRecommendation): one line per operand and block
+//   format (per-tensor cell, per-block cell, the share of the per-tensor losses per-block scaling
+//   avoids), a verdict per format and the block-policy line.
 // - Pure text, deterministic; columns padded to the widest cell.
 #pragma once
 

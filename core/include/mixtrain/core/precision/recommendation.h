@@ -20,6 +20,18 @@
 //   (largest gradient amax) · 2^s · 2^kLossScaleMarginLog2 < 65504. A dynamic scaler with
 //   init_scale S is recommended when some gradient stored in fp16 flushes more than
 //   kMaxFlushShare at scale 1; otherwise no loss scale is needed and S = 1 for the rules.
+// - Under a block-scaled policy (Calibration::block_format) an FP8 GEMM's operands are judged by
+//   their per-block counts in that policy's format instead (gemm_input, weight, output_grad:
+//   unsafe if a value saturates or more than kMaxFlushShare flush); no amax-growth rule, as
+//   every block's scale comes from its own current amax.
+// - Block policies (with the block report): per format, the first tensor unsafe with a
+//   per-tensor scale and the first unsafe with per-block scales (same thresholds), and the
+//   policy's plan-time refusal. A block policy is named in the file (its [precision] policy, the
+//   ops' rungs redone under its plan with its per-block rule) when the calibrated policy is a
+//   per-tensor FP8 one needing no loss scale, some op with a block-scaled path was raised off
+//   fp8, the policy plans the model (no refusal), every measured operand is safe per block, and
+//   some is unsafe per tensor; the first such in kBlockFormats order. Otherwise the report says
+//   which policy would qualify and why not, and the file is as without the report.
 // - recommendation_toml() renders [precision] policy, one [[precision.override]] per op whose
 //   rung changes (compute = "fp32", or the individual fields that change), and, when a loss
 //   scale is needed, [scaler] type = "dynamic" with [scaler.dynamic] init_scale = S (when none
@@ -28,6 +40,7 @@
 //   gives the same bytes.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,11 +72,38 @@ struct ScalerRecommendation {
   std::string reason;
 };
 
+// One measured operand in one block format.
+struct BlockTensorRow {
+  std::string node;
+  CalibratedTensor tensor = CalibratedTensor::gemm_input;
+  BlockFormat format = BlockFormat::fp8_block;
+  std::int64_t nonzero = 0;
+  BlockCounts per_tensor, per_block;
+};
+
+struct BlockFormatVerdict {
+  BlockFormat format = BlockFormat::fp8_block;
+  bool available = false;         // the registry has the policy
+  std::string refused;            // its plan-time refusal
+  std::string per_tensor_unsafe;  // the first operand unsafe per tensor, why; empty: none
+  std::string per_block_unsafe;   // the first operand unsafe per block, why; empty: none
+};
+
+struct BlockRecommendation {
+  bool applies = false;  // the block report was measured
+  std::int64_t steps = 0;
+  std::vector<BlockTensorRow> rows;
+  std::vector<BlockFormatVerdict> formats;
+  std::optional<BlockFormat> named;  // the block policy the file names
+  std::string reason;                // why it is named, or why none is
+};
+
 struct Recommendation {
   std::string policy;
   std::int64_t steps = 0;
   std::vector<OpRecommendation> ops;  // every op of the calibration, in order
   ScalerRecommendation scaler;
+  BlockRecommendation blocks;
 };
 
 Recommendation recommend(const Calibration& calibration);

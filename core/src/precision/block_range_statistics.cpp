@@ -1,0 +1,242 @@
+// measure_blocks: exact counts of what block-scaled quantization does to a tensor; see
+// block_range_statistics.h. The scales follow quantize_block_scaled's definitions step by step
+// (sdk/support/block_scaling.h); the elements are classified with the same rounding rule
+// (format_rules::round_scaled_magnitude), which tells an overflow apart from the max that a
+// saturating encode returns for both.
+#include "mixtrain/core/precision/block_range_statistics.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mixtrain/sdk/support/float_format_rules.h"
+
+namespace mixtrain::core {
+
+namespace fr = sdk::format_rules;
+using sdk::BlockElement;
+using sdk::BlockScale;
+using sdk::BlockScaledLayout;
+
+namespace {
+
+// How one value was encoded: its fp32 product with the block's scale, then an exact 2^k.
+template <class F>
+void classify(float v, int k, BlockCounts& c) {
+  const fr::u32 a = fr::bits_of(v) & 0x7FFFFFFFu;
+  if (a == 0) {
+    ++c.flushed;  // x·scale underflowed fp32 itself, or the block's scale is 0 (nvfp4)
+    return;
+  }
+  if (a >= 0x7F800000u) {
+    ++c.saturated;
+    return;
+  }
+  const fr::u32 m = fr::round_scaled_magnitude<F, false>(a, k, 0);
+  if (m == 0)
+    ++c.flushed;
+  else if (m > F::kMax)
+    ++c.saturated;
+}
+
+bool finite_nonzero(float x) {
+  return std::isfinite(x) && x != 0.0f;
+}
+
+template <class F>
+float element_max() {
+  return fr::decode<F>(F::kMax);
+}
+
+template <class F>
+int mx_exponent(BlockScale rule, float amax) {
+  return rule == BlockScale::e8m0 ? fr::mx_scale_exponent_floor<F>(fr::bits_of(amax))
+                                  : fr::mx_scale_exponent_round_up<F>(fr::bits_of(amax));
+}
+
+template <class F>
+BlockCounts per_block(std::span<const float> x, std::int64_t rows, std::int64_t cols,
+                      const BlockScaledLayout& layout) {
+  const sdk::BlockExtent grid = sdk::block_grid(layout, rows, cols);
+  const auto blocks = static_cast<std::size_t>(grid.rows * grid.cols);
+  std::vector<float> amax(blocks, 0.0f);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      float& a = amax[static_cast<std::size_t>((r / layout.block_rows) * grid.cols +
+                                               c / layout.block_cols)];
+      a = std::max(a, std::fabs(x[static_cast<std::size_t>(r * cols + c)]));
+    }
+  // NVFP4's first level, as quantize_block_scaled computes it (every block is finite here).
+  float s_enc = 1.0f;
+  if (layout.tensor_scale) {
+    const float global_amax = *std::max_element(amax.begin(), amax.end());
+    if (global_amax > 0.0f) {
+      s_enc = (6.0f * 448.0f) / global_amax;
+      if (std::isinf(s_enc)) s_enc = FLT_MAX;
+    }
+  }
+  const float s_dec = layout.tensor_scale ? 1.0f / s_enc : 1.0f;
+  const float e4m3_multiplier = s_enc * (1.0f / 6.0f);
+  const float max = element_max<F>();
+
+  BlockCounts counts;
+  for (std::int64_t bi = 0; bi < grid.rows; ++bi)
+    for (std::int64_t bj = 0; bj < grid.cols; ++bj) {
+      const float a = amax[static_cast<std::size_t>(bi * grid.cols + bj)];
+      float scale = 1.0f;
+      int k = 0;
+      switch (layout.scale) {
+        case BlockScale::fp32:
+        case BlockScale::fp32_pow2:
+          if (a > 0.0f) {
+            scale = max / a;
+            if (std::isinf(scale)) scale = FLT_MAX;
+            if (layout.scale == BlockScale::fp32_pow2)
+              scale = fr::float_of(fr::bits_of(scale) & 0xFF800000u);
+          }
+          break;
+        case BlockScale::e8m0:
+        case BlockScale::e8m0_round_up:
+          k = -mx_exponent<F>(layout.scale, a);
+          break;
+        case BlockScale::e4m3: {
+          const float d = fr::decode<fr::E4M3>(fr::encode<fr::E4M3>(a * e4m3_multiplier, true));
+          scale = d == 0.0f ? 0.0f : std::min(1.0f / (d * s_dec), FLT_MAX);
+          break;
+        }
+      }
+      const std::int64_t r0 = bi * layout.block_rows, c0 = bj * layout.block_cols;
+      const std::int64_t r1 = std::min(rows, r0 + layout.block_rows);
+      const std::int64_t c1 = std::min(cols, c0 + layout.block_cols);
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t c = c0; c < c1; ++c) {
+          const float v = x[static_cast<std::size_t>(r * cols + c)];
+          if (v == 0.0f) continue;
+          classify<F>(scale == 1.0f ? v : v * scale, k, counts);
+        }
+    }
+  return counts;
+}
+
+template <class F>
+BlockCounts per_tensor(std::span<const float> x) {
+  float amax = 0.0f;
+  for (float v : x)
+    if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
+  float scale = 1.0f;
+  if (amax > 0.0f) {
+    const double s = static_cast<double>(element_max<F>()) / static_cast<double>(amax);
+    scale = static_cast<float>(
+        std::clamp(s, static_cast<double>(FLT_MIN), static_cast<double>(FLT_MAX)));
+  }
+  BlockCounts counts;
+  for (float v : x)
+    if (finite_nonzero(v)) classify<F>(v * scale, 0, counts);
+  return counts;
+}
+
+void check_size(std::span<const float> x, std::int64_t rows, std::int64_t cols) {
+  if (rows < 0 || cols < 0 ||
+      static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(cols) !=
+          static_cast<std::uint64_t>(x.size()))
+    throw std::invalid_argument("block range statistics: a " + std::to_string(rows) + " x " +
+                                std::to_string(cols) + " tensor was given " +
+                                std::to_string(x.size()) + " values");
+}
+
+}  // namespace
+
+const char* block_format_name(BlockFormat f) {
+  switch (f) {
+    case BlockFormat::fp8_block:
+      return "fp8-block";
+    case BlockFormat::mxfp8:
+      return "mxfp8";
+    case BlockFormat::nvfp4:
+      return "nvfp4";
+  }
+  return "?";
+}
+
+const char* block_element_name(BlockFormat f) {
+  return f == BlockFormat::nvfp4 ? "e2m1" : "e4m3";
+}
+
+BlockScaledLayout block_layout(BlockFormat f, BlockRole role) {
+  const bool weight = role == BlockRole::weight;
+  switch (f) {
+    case BlockFormat::fp8_block:
+      return weight ? sdk::fp8_block_weight_layout()
+                    : sdk::fp8_block_layout(sdk::ReductionAxis::cols);
+    case BlockFormat::mxfp8: {
+      // The policy's default scale_rule, round_up (mx_layout gives the OCP floor rule).
+      BlockScaledLayout l = sdk::mx_layout(sdk::ReductionAxis::cols, BlockElement::e4m3);
+      l.scale = BlockScale::e8m0_round_up;
+      return l;
+    }
+    case BlockFormat::nvfp4:
+      return weight ? sdk::nvfp4_weight_layout() : sdk::nvfp4_layout(sdk::ReductionAxis::cols);
+  }
+  throw std::invalid_argument("block range statistics: unknown block format");
+}
+
+BlockCounts count_per_block(std::span<const float> x, std::int64_t rows, std::int64_t cols,
+                            const BlockScaledLayout& layout) {
+  check_size(x, rows, cols);
+  switch (layout.element) {
+    case BlockElement::e4m3:
+      return per_block<fr::E4M3>(x, rows, cols, layout);
+    case BlockElement::e5m2:
+      return per_block<fr::E5M2>(x, rows, cols, layout);
+    case BlockElement::e2m1:
+      return per_block<fr::E2M1>(x, rows, cols, layout);
+  }
+  throw std::invalid_argument("block range statistics: unknown element format");
+}
+
+BlockCounts count_per_tensor(std::span<const float> x, BlockElement element) {
+  switch (element) {
+    case BlockElement::e4m3:
+      return per_tensor<fr::E4M3>(x);
+    case BlockElement::e5m2:
+      return per_tensor<fr::E5M2>(x);
+    case BlockElement::e2m1:
+      return per_tensor<fr::E2M1>(x);
+  }
+  throw std::invalid_argument("block range statistics: unknown element format");
+}
+
+BlockRangeStatistics measure_blocks(std::span<const float> x, std::int64_t rows, std::int64_t cols,
+                                    BlockRole role) {
+  check_size(x, rows, cols);
+  BlockRangeStatistics s;
+  for (float v : x)
+    if (!std::isfinite(v)) {
+      s.skipped = 1;
+      return s;
+    }
+  for (float v : x) s.nonzero += v != 0.0f ? 1 : 0;
+  if (s.nonzero == 0) return s;
+  for (std::size_t f = 0; f < kBlockFormats.size(); ++f) {
+    const BlockScaledLayout layout = block_layout(kBlockFormats[f], role);
+    s.per_tensor[f] = count_per_tensor(x, layout.element);
+    s.per_block[f] = count_per_block(x, rows, cols, layout);
+  }
+  return s;
+}
+
+void merge(BlockRangeStatistics& into, const BlockRangeStatistics& step) {
+  into.nonzero += step.nonzero;
+  into.skipped += step.skipped;
+  for (std::size_t f = 0; f < kBlockFormats.size(); ++f) {
+    into.per_tensor[f].flushed += step.per_tensor[f].flushed;
+    into.per_tensor[f].saturated += step.per_tensor[f].saturated;
+    into.per_block[f].flushed += step.per_block[f].flushed;
+    into.per_block[f].saturated += step.per_block[f].saturated;
+  }
+}
+
+}  // namespace mixtrain::core
