@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# LoRA on an NF4 base against LoRA on a bf16 base (QLoRA's claim: the 4-bit base costs next to
-# nothing in fine-tuning loss). The tiny GPT of configs/gpt-tiny-bf16.toml is pretrained for its
+# LoRA on a quantized base (NF4, and the FP8 block formats fp8-block and mxfp8) against LoRA on a
+# bf16 base (QLoRA's claim: the 4-bit base costs next to nothing in fine-tuning loss). The tiny GPT of configs/gpt-tiny-bf16.toml is pretrained for its
 # 300 steps on five licence texts; from its checkpoint, rank-8 adapters on every attention and MLP
 # projection (c_attn, c_proj, c_fc, mlp.c_proj) train for 200 steps on two other texts, once with
-# the frozen base in bf16 (train.frozen_format = "compute") and once as NF4 (blocks of 64).
-# Prints the CPU, the commands, both runs' final and held-out losses, the relative gap, and
+# the frozen base in bf16 (train.frozen_format = "compute"), as NF4 (blocks of 64), as fp8-block
+# and as mxfp8.
+# Prints the CPU, the commands, every run's final and held-out losses, the relative gap, and
 # check's bytes per parameter; leaves the runs and compare.{md,json,svg} in the work folder.
 #
 #   bash bench/qlora/run.sh [BUILD_DIR] [WORK_DIR]
@@ -37,15 +38,23 @@ base=$(ls runs/base/checkpoints/*.mxt | tail -n 1)
 lora=(--merge lora.toml --set "data.text.path=$finetune" --set run.steps=200
       --set "checkpoint.init_from=\"$work/$base\"")
 step train "$config" "${lora[@]}" --run-dir runs/lora-bf16
-step train "$config" "${lora[@]}" --set 'train.frozen_format="nf4"' --run-dir runs/lora-nf4
-"$mixtrain" compare runs/lora-bf16 runs/lora-nf4 --out compare >/dev/null
+for format in nf4 fp8-block mxfp8; do
+  step train "$config" "${lora[@]}" --set "train.frozen_format=\"$format\"" \
+    --run-dir "runs/lora-$format"
+done
+"$mixtrain" compare runs/lora-bf16 runs/lora-nf4 runs/lora-fp8-block runs/lora-mxfp8 \
+  --out compare >/dev/null
 python3 - <<'PY'
 import json
-s = {k: json.load(open(f"runs/lora-{k}/summary.json")) for k in ("bf16", "nf4")}
+formats = ("bf16", "nf4", "fp8-block", "mxfp8")
+s = {k: json.load(open(f"runs/lora-{k}/summary.json")) for k in formats}
 for key in ("final_loss", "eval_loss"):
-    a, b = s["bf16"][key], s["nf4"][key]
-    print(f"{key}: bf16 base {a:.4f}, nf4 base {b:.4f}, nf4 - bf16 = {b - a:+.4f} ({100 * (b - a) / a:+.2f}%)")
-for k in ("bf16", "nf4"):
+    a = s["bf16"][key]
+    for k in formats[1:]:
+        b = s[k][key]
+        print(f"{key}: bf16 base {a:.5f}, {k} base {b:.5f}, {k} - bf16 = {b - a:+.5f} "
+              f"({100 * (b - a) / a:+.2f}%)")
+for k in formats:
     m = s[k]["parameter_memory"]
     print(f"{k} base: bytes/parameter {json.dumps(m['bytes_per_parameter'])}, masters + optimizer "
           f"state {100 * m['masters_and_state_share_of_full_fine_tune']:.2f}% of a full fine-tune's, "
