@@ -323,6 +323,22 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// One step's gradients of the frozen norm MLP whose fc2 holds `fc2` as plain weights: the
+// reference a quantized fc2 is held to.
+std::map<std::string, std::vector<float>> gradients_with_plain_fc2(
+    const sdk::OpPrecision& precision, const std::vector<float>& fc2) {
+  Model r(cpu(), with_frozen(norm_mlp(), {"fc2", "ln"}), 12, 5);
+  for (auto& l : r.layers()) l->set_precision(precision);
+  r.allocate(4);
+  r.init_parameters(7);
+  set_parameter_from_fp32(cpu(), parameter(r, "fc2.weight"), fc2.data());
+  feed_features(r, 4, 2);
+  r.forward(4);
+  r.compute_loss(4, 4.0f, true);
+  r.backward(4);
+  return gradients(r);
+}
+
 // An NF4 weight holds the SDK's quantization of the weight it would have had (codes and absmax
 // alone), and the step reads it decoded: the model's gradients are those of the same model whose
 // fc2 holds the decoded values as plain weights, bit for bit, under fp32 and under bf16.
@@ -352,16 +368,7 @@ TEST(Freezing, AnNf4WeightIsItsQuantizationDecodedBeforeEachGemm) {
       // The same models again under `precision`, the reference's fc2 set to the decoded values.
       Model q2(cpu(), as_nf4(with_frozen(norm_mlp(), {"fc2", "ln"}), block), 12, 5);
       const auto got = step_gradients(q2, precision, 4, feed_features);
-      Model r2(cpu(), with_frozen(norm_mlp(), {"fc2", "ln"}), 12, 5);
-      for (auto& l : r2.layers()) l->set_precision(precision);
-      r2.allocate(4);
-      r2.init_parameters(7);
-      set_parameter_from_fp32(cpu(), parameter(r2, "fc2.weight"), decoded.data());
-      feed_features(r2, 4, 2);
-      r2.forward(4);
-      r2.compute_loss(4, 4.0f, true);
-      r2.backward(4);
-      const auto want = gradients(r2);
+      const auto want = gradients_with_plain_fc2(precision, decoded);
       ASSERT_EQ(got.size(), want.size());
       for (const auto& [name, g] : got) EXPECT_EQ(g, want.at(name)) << name << " block " << block;
     }
@@ -451,16 +458,7 @@ TEST(Freezing, ABlockFormatWeightIsItsQuantizationDecodedBeforeEachGemm) {
 
       Model q2(cpu(), as_format(with_frozen(norm_mlp(), {"fc2", "ln"}), format), 12, 5);
       const auto got = step_gradients(q2, precision, 4, feed_features);
-      Model r2(cpu(), with_frozen(norm_mlp(), {"fc2", "ln"}), 12, 5);
-      for (auto& l : r2.layers()) l->set_precision(precision);
-      r2.allocate(4);
-      r2.init_parameters(7);
-      set_parameter_from_fp32(cpu(), parameter(r2, "fc2.weight"), decoded.data());
-      feed_features(r2, 4, 2);
-      r2.forward(4);
-      r2.compute_loss(4, 4.0f, true);
-      r2.backward(4);
-      const auto want = gradients(r2);
+      const auto want = gradients_with_plain_fc2(precision, decoded);
       ASSERT_EQ(got.size(), want.size());
       for (const auto& [name, g] : got) EXPECT_EQ(g, want.at(name)) << name << " " << what;
     }
