@@ -1,6 +1,6 @@
 // measure_blocks: exact counts of what block-scaled quantization does to a tensor; see
-// block_range_statistics.h. The scales follow quantize_block_scaled's definitions step by step
-// (sdk/support/block_scaling.h); the elements are classified with the same rounding rule
+// block_range_statistics.h. The blocks' scales are quantize_block_scaled's own
+// (sdk::block_encodings); the elements are classified with the same rounding rule
 // (format_rules::round_scaled_magnitude), which tells an overflow apart from the max that a
 // saturating encode returns for both.
 #include "mixtrain/core/precision/block_range_statistics.h"
@@ -52,62 +52,15 @@ float element_max() {
 }
 
 template <class F>
-int mx_exponent(BlockScale rule, float amax) {
-  return rule == BlockScale::e8m0 ? fr::mx_scale_exponent_floor<F>(fr::bits_of(amax))
-                                  : fr::mx_scale_exponent_round_up<F>(fr::bits_of(amax));
-}
-
-template <class F>
 BlockCounts per_block(std::span<const float> x, std::int64_t rows, std::int64_t cols,
                       const BlockScaledLayout& layout) {
   const sdk::BlockExtent grid = sdk::block_grid(layout, rows, cols);
-  const auto blocks = static_cast<std::size_t>(grid.rows * grid.cols);
-  std::vector<float> amax(blocks, 0.0f);
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c) {
-      float& a = amax[static_cast<std::size_t>((r / layout.block_rows) * grid.cols +
-                                               c / layout.block_cols)];
-      a = std::max(a, std::fabs(x[static_cast<std::size_t>(r * cols + c)]));
-    }
-  // NVFP4's first level, as quantize_block_scaled computes it (every block is finite here).
-  float s_enc = 1.0f;
-  if (layout.tensor_scale) {
-    const float global_amax = *std::max_element(amax.begin(), amax.end());
-    if (global_amax > 0.0f) {
-      s_enc = (6.0f * 448.0f) / global_amax;
-      if (std::isinf(s_enc)) s_enc = FLT_MAX;
-    }
-  }
-  const float s_dec = layout.tensor_scale ? 1.0f / s_enc : 1.0f;
-  const float e4m3_multiplier = s_enc * (1.0f / 6.0f);
-  const float max = element_max<F>();
-
+  const sdk::BlockEncodings encodings = sdk::block_encodings(x, rows, cols, layout);
   BlockCounts counts;
   for (std::int64_t bi = 0; bi < grid.rows; ++bi)
     for (std::int64_t bj = 0; bj < grid.cols; ++bj) {
-      const float a = amax[static_cast<std::size_t>(bi * grid.cols + bj)];
-      float scale = 1.0f;
-      int k = 0;
-      switch (layout.scale) {
-        case BlockScale::fp32:
-        case BlockScale::fp32_pow2:
-          if (a > 0.0f) {
-            scale = max / a;
-            if (std::isinf(scale)) scale = FLT_MAX;
-            if (layout.scale == BlockScale::fp32_pow2)
-              scale = fr::float_of(fr::bits_of(scale) & 0xFF800000u);
-          }
-          break;
-        case BlockScale::e8m0:
-        case BlockScale::e8m0_round_up:
-          k = -mx_exponent<F>(layout.scale, a);
-          break;
-        case BlockScale::e4m3: {
-          const float d = fr::decode<fr::E4M3>(fr::encode<fr::E4M3>(a * e4m3_multiplier, true));
-          scale = d == 0.0f ? 0.0f : std::min(1.0f / (d * s_dec), FLT_MAX);
-          break;
-        }
-      }
+      const sdk::BlockEncoding& enc =
+          encodings.blocks[static_cast<std::size_t>(bi * grid.cols + bj)];
       const std::int64_t r0 = bi * layout.block_rows, c0 = bj * layout.block_cols;
       const std::int64_t r1 = std::min(rows, r0 + layout.block_rows);
       const std::int64_t c1 = std::min(cols, c0 + layout.block_cols);
@@ -115,7 +68,8 @@ BlockCounts per_block(std::span<const float> x, std::int64_t rows, std::int64_t 
         for (std::int64_t c = c0; c < c1; ++c) {
           const float v = x[static_cast<std::size_t>(r * cols + c)];
           if (v == 0.0f) continue;
-          classify<F>(scale == 1.0f ? v : v * scale, k, counts);
+          classify<F>(enc.encode_scale == 1.0f ? v : v * enc.encode_scale, enc.pow2_shift,
+                      counts);
         }
     }
   return counts;

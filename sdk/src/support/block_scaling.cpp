@@ -112,15 +112,6 @@ int mx_exponent(const BlockScaledLayout& layout, float amax) {
   throw std::invalid_argument("unknown block element format");
 }
 
-// How the elements of one block are encoded: x·encode_scale, then a further exact 2^pow2_shift.
-// fp32 and NVFP4 blocks use the fp32 product (pow2_shift 0); MX blocks the exact power of two
-// (encode_scale 1), which no fp32 product could give for every element (x·2^-k may fall outside
-// fp32's normal range and round on its own).
-struct BlockEncoding {
-  float encode_scale = 1.0f;
-  int pow2_shift = 0;
-};
-
 bool is_finite(float x) {
   return std::isfinite(x);
 }
@@ -202,9 +193,8 @@ BlockExtent block_grid(const BlockScaledLayout& layout, std::int64_t rows, std::
           cols / layout.block_cols + (cols % layout.block_cols != 0 ? 1 : 0)};
 }
 
-BlockScaledTensor quantize_block_scaled(std::span<const float> x, std::int64_t rows,
-                                        std::int64_t cols, const BlockScaledLayout& layout,
-                                        const BlockQuantizeOptions& options) {
+BlockEncodings block_encodings(std::span<const float> x, std::int64_t rows, std::int64_t cols,
+                               const BlockScaledLayout& layout) {
   const BlockExtent grid = block_grid(layout, rows, cols);
   const std::int64_t n = checked_count(layout, rows, cols);
   if (static_cast<std::uint64_t>(x.size()) != static_cast<std::uint64_t>(n))
@@ -212,16 +202,9 @@ BlockScaledTensor quantize_block_scaled(std::span<const float> x, std::int64_t r
                      " tensor was given " + std::to_string(x.size()) + " values");
 
   const ElementRules er = element_rules(layout.element);
-  BlockScaledTensor t;
-  t.layout = layout;
-  t.rows = rows;
-  t.cols = cols;
-  t.codes.assign(static_cast<std::size_t>(n), 0);
   const auto blocks = static_cast<std::size_t>(grid.rows * grid.cols);
-  if (fp32_scales(layout.scale))
-    t.scales.assign(blocks, 0.0f);
-  else
-    t.scale_codes.assign(blocks, 0);
+  BlockEncodings encodings;
+  encodings.blocks.resize(blocks);
 
   // First pass: each block's amax, and whether all its values are finite.
   struct BlockStats {
@@ -249,64 +232,85 @@ BlockScaledTensor quantize_block_scaled(std::span<const float> x, std::int64_t r
       s_enc = (6.0f * 448.0f) / global_amax;
       if (std::isinf(s_enc)) s_enc = FLT_MAX;
     }
-    t.tensor_scale = 1.0f / s_enc;
+    encodings.tensor_scale = 1.0f / s_enc;
   }
-  const float s_dec = t.tensor_scale;
+  const float s_dec = encodings.tensor_scale;
   const float e4m3_multiplier = s_enc * (1.0f / 6.0f);  // as the kernels fold 1/6 into S_enc
 
+  for (std::size_t block = 0; block < blocks; ++block) {
+    BlockEncoding& enc = encodings.blocks[block];
+    const float amax = stats[block].amax;
+    if (!stats[block].finite) {
+      // Codes stay 0; the scale alone makes the block NaN.
+      enc.finite = false;
+      enc.scale = std::numeric_limits<float>::quiet_NaN();
+      enc.scale_code =
+          static_cast<std::uint8_t>(layout.scale == BlockScale::e4m3 ? 0x7Fu : fr::kE8M0Nan);
+      continue;
+    }
+    switch (layout.scale) {
+      case BlockScale::fp32:
+      case BlockScale::fp32_pow2: {
+        float s = 1.0f;
+        if (amax > 0.0f) {
+          s = er.max / amax;
+          if (std::isinf(s)) s = FLT_MAX;
+          // s >= 448 / FLT_MAX is a normal fp32: clearing the mantissa is 2^floor(log2 s).
+          if (layout.scale == BlockScale::fp32_pow2)
+            s = fr::float_of(fr::bits_of(s) & 0xFF800000u);
+        }
+        enc.scale = 1.0f / s;
+        enc.encode_scale = s;
+        break;
+      }
+      case BlockScale::e8m0:
+      case BlockScale::e8m0_round_up: {
+        const int k = mx_exponent(layout, amax);
+        enc.scale_code = static_cast<std::uint8_t>(k + fr::kE8M0Bias);
+        enc.pow2_shift = -k;
+        break;
+      }
+      case BlockScale::e4m3: {
+        const u32 d = fr::encode<fr::E4M3>(amax * e4m3_multiplier, true);
+        enc.scale_code = static_cast<std::uint8_t>(d);
+        const float d_value = fr::decode<fr::E4M3>(d);
+        if (d_value == 0.0f) {
+          enc.encode_scale = 0.0f;
+        } else {
+          const float denominator = d_value * s_dec;
+          enc.encode_scale = std::min(1.0f / denominator, FLT_MAX);
+        }
+        break;
+      }
+    }
+  }
+  return encodings;
+}
+
+BlockScaledTensor quantize_block_scaled(std::span<const float> x, std::int64_t rows,
+                                        std::int64_t cols, const BlockScaledLayout& layout,
+                                        const BlockQuantizeOptions& options) {
+  const BlockEncodings encodings = block_encodings(x, rows, cols, layout);
+  const BlockExtent grid = block_grid(layout, rows, cols);
+  const ElementRules er = element_rules(layout.element);
+  BlockScaledTensor t;
+  t.layout = layout;
+  t.rows = rows;
+  t.cols = cols;
+  t.codes.assign(x.size(), 0);
+  if (layout.tensor_scale) t.tensor_scale = encodings.tensor_scale;
+  for (const BlockEncoding& enc : encodings.blocks)
+    if (fp32_scales(layout.scale))
+      t.scales.push_back(enc.scale);
+    else
+      t.scale_codes.push_back(enc.scale_code);
   for (std::int64_t bi = 0; bi < grid.rows; ++bi) {
     for (std::int64_t bj = 0; bj < grid.cols; ++bj) {
       const std::int64_t r0 = bi * layout.block_rows, c0 = bj * layout.block_cols;
       const std::int64_t r1 = std::min(rows, r0 + layout.block_rows);
       const std::int64_t c1 = std::min(cols, c0 + layout.block_cols);
-      const auto block = static_cast<std::size_t>(bi * grid.cols + bj);
-      const float amax = stats[block].amax;
-      if (!stats[block].finite) {
-        // Codes stay 0; the scale alone makes the block NaN.
-        if (fp32_scales(layout.scale))
-          t.scales[block] = std::numeric_limits<float>::quiet_NaN();
-        else
-          t.scale_codes[block] =
-              static_cast<std::uint8_t>(layout.scale == BlockScale::e4m3 ? 0x7Fu : fr::kE8M0Nan);
-        continue;
-      }
-
-      BlockEncoding enc;
-      switch (layout.scale) {
-        case BlockScale::fp32:
-        case BlockScale::fp32_pow2: {
-          float s = 1.0f;
-          if (amax > 0.0f) {
-            s = er.max / amax;
-            if (std::isinf(s)) s = FLT_MAX;
-            // s >= 448 / FLT_MAX is a normal fp32: clearing the mantissa is 2^floor(log2 s).
-            if (layout.scale == BlockScale::fp32_pow2)
-              s = fr::float_of(fr::bits_of(s) & 0xFF800000u);
-          }
-          t.scales[block] = 1.0f / s;
-          enc.encode_scale = s;
-          break;
-        }
-        case BlockScale::e8m0:
-        case BlockScale::e8m0_round_up: {
-          const int k = mx_exponent(layout, amax);
-          t.scale_codes[block] = static_cast<std::uint8_t>(k + fr::kE8M0Bias);
-          enc.pow2_shift = -k;
-          break;
-        }
-        case BlockScale::e4m3: {
-          const u32 d = fr::encode<fr::E4M3>(amax * e4m3_multiplier, true);
-          t.scale_codes[block] = static_cast<std::uint8_t>(d);
-          const float d_value = fr::decode<fr::E4M3>(d);
-          if (d_value == 0.0f) {
-            enc.encode_scale = 0.0f;
-          } else {
-            const float denominator = d_value * s_dec;
-            enc.encode_scale = std::min(1.0f / denominator, FLT_MAX);
-          }
-          break;
-        }
-      }
+      const BlockEncoding& enc = encodings.blocks[static_cast<std::size_t>(bi * grid.cols + bj)];
+      if (!enc.finite) continue;
 
       for (std::int64_t r = r0; r < r1; ++r)
         for (std::int64_t c = c0; c < c1; ++c) {

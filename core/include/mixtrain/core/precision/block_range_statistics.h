@@ -60,7 +60,8 @@ struct BlockRangeStatistics {
   }
 };
 
-// One format's counts with the recipe's per-block scales, for any layout block_scaling.h accepts.
+// One format's counts with the recipe's per-block scales (block_encodings, the quantizer's own),
+// for any layout block_scaling.h accepts; x finite (measure_blocks skips a tensor that is not).
 BlockCounts count_per_block(std::span<const float> x, std::int64_t rows, std::int64_t cols,
                             const sdk::BlockScaledLayout& layout);
 // One format's counts with a single per-tensor scale; `element` e4m3, e5m2 or e2m1.

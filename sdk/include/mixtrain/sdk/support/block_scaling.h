@@ -109,6 +109,29 @@ struct BlockQuantizeOptions {
   std::optional<std::uint64_t> stochastic_rounding_seed;
 };
 
+// How quantize_block_scaled encodes one block, from its amax (and NVFP4's tensor amax): each
+// element's code is the element format's encode of x·encode_scale, then an exact 2^pow2_shift,
+// saturating. fp32 and NVFP4 blocks use the fp32 product (pow2_shift 0); MX blocks the exact power
+// of two (encode_scale 1), which no fp32 product could give for every element (x·2^-k may fall
+// outside fp32's normal range and round on its own). The stored scale is `scale` (the decode
+// scale, fp32 / fp32_pow2 layouts) or `scale_code` (E8M0 / E4M3). A block holding a non-finite
+// value has finite false, a NaN scale and codes left 0.
+struct BlockEncoding {
+  float encode_scale = 1.0f;
+  int pow2_shift = 0;
+  float scale = 0.0f;
+  std::uint8_t scale_code = 0;
+  bool finite = true;
+};
+struct BlockEncodings {
+  std::vector<BlockEncoding> blocks;  // one per block of block_grid(), row-major
+  float tensor_scale = 1.0f;          // S_dec with tensor_scale, else 1
+};
+// Every block's encoding of x (rows·cols fp32 values, row-major): the first half of
+// quantize_block_scaled, for a caller that classifies the elements itself.
+BlockEncodings block_encodings(std::span<const float> x, std::int64_t rows, std::int64_t cols,
+                               const BlockScaledLayout& layout);
+
 // x: rows·cols fp32 values, row-major. Returns codes and scales as defined above.
 BlockScaledTensor quantize_block_scaled(std::span<const float> x, std::int64_t rows,
                                         std::int64_t cols, const BlockScaledLayout& layout,
