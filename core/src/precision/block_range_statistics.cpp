@@ -68,8 +68,7 @@ BlockCounts per_block(std::span<const float> x, std::int64_t rows, std::int64_t 
         for (std::int64_t c = c0; c < c1; ++c) {
           const float v = x[static_cast<std::size_t>(r * cols + c)];
           if (v == 0.0f) continue;
-          classify<F>(enc.encode_scale == 1.0f ? v : v * enc.encode_scale, enc.pow2_shift,
-                      counts);
+          classify<F>(enc.encode_scale == 1.0f ? v : v * enc.encode_scale, enc.pow2_shift, counts);
         }
     }
   return counts;

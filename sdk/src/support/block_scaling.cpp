@@ -256,8 +256,7 @@ BlockEncodings block_encodings(std::span<const float> x, std::int64_t rows, std:
           s = er.max / amax;
           if (std::isinf(s)) s = FLT_MAX;
           // s >= 448 / FLT_MAX is a normal fp32: clearing the mantissa is 2^floor(log2 s).
-          if (layout.scale == BlockScale::fp32_pow2)
-            s = fr::float_of(fr::bits_of(s) & 0xFF800000u);
+          if (layout.scale == BlockScale::fp32_pow2) s = fr::float_of(fr::bits_of(s) & 0xFF800000u);
         }
         enc.scale = 1.0f / s;
         enc.encode_scale = s;
