@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cpu_access.h"  // kChunk, parallel_worth
+#include "cpu_isa.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -295,56 +296,11 @@ template <ReluMask::Kind kMask, class T>
   }
 }
 
-// Each range kernel is compiled three times: for x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and
-// the baseline; the CPU's features pick one at run time (clang 14 has no target_clones for
-// templates, hence the explicit variants).
-enum class Isa { v4, v3, baseline };
-Isa best_isa() {
-  static const Isa isa = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("fma"))
-      return Isa::v4;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::v3;
-    return Isa::baseline;
-  }();
-  return isa;
-}
-
-#define MIXTRAIN_ISA_VARIANTS(kernel)                                                           \
-  template <class... A>                                                                         \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi2"))) void kernel##_v4( \
-      A... a) {                                                                                 \
-    kernel(a...);                                                                               \
-  }                                                                                             \
-  template <class... A>                                                                         \
-  __attribute__((target("avx2,fma,bmi2"))) void kernel##_v3(A... a) {                           \
-    kernel(a...);                                                                               \
-  }                                                                                             \
-  template <class... A>                                                                         \
-  void kernel##_baseline(A... a) {                                                              \
-    kernel(a...);                                                                               \
-  }                                                                                             \
-  template <class... A>                                                                         \
-  void kernel##_best(A... a) {                                                                  \
-    switch (best_isa()) {                                                                       \
-      case Isa::v4:                                                                             \
-        kernel##_v4(a...);                                                                      \
-        return;                                                                                 \
-      case Isa::v3:                                                                             \
-        kernel##_v3(a...);                                                                      \
-        return;                                                                                 \
-      case Isa::baseline:                                                                       \
-        kernel##_baseline(a...);                                                                \
-        return;                                                                                 \
-    }                                                                                           \
-  }
+// Each range kernel is compiled for x86-64-v4, x86-64-v3 and the baseline (cpu_isa.h).
 MIXTRAIN_ISA_VARIANTS(range_moments)
 MIXTRAIN_ISA_VARIANTS(range_affine)
 MIXTRAIN_ISA_VARIANTS(range_grad_sums)
 MIXTRAIN_ISA_VARIANTS(range_grad_input)
-#undef MIXTRAIN_ISA_VARIANTS
 
 // Calls body(thread, first_row, end_row) on each thread's contiguous share of the rows, or once
 // on the calling thread when the tensor is small.

@@ -1,11 +1,17 @@
 #include "cpu_block_scaled.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "cpu_block_gemm_kernel.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/block_scaling.h"
 #include "mixtrain/sdk/support/float_formats.h"
@@ -16,6 +22,9 @@ using sdk::DType;
 using sdk::TensorView;
 
 namespace {
+
+// Quantizations of fewer elements run on the calling thread.
+constexpr std::int64_t kParallelElements = std::int64_t{1} << 16;
 
 [[noreturn]] void fail(const std::string& what) {
   throw sdk::BackendError(what, "a host bug: the block-scaled operands do not fit their layout");
@@ -146,14 +155,31 @@ void quantize_block_scaled_cpu(const sdk::BlockQuantizeArgs& args) {
   for (const sdk::BlockScaledOperand& out : args.outputs) {
     if (out.codes.empty()) continue;
     check_operand(out, rows, cols, "output");
-    const sdk::BlockScaledTensor q = sdk::quantize_block_scaled(x, rows, cols, out.layout, options);
-    std::memcpy(out.codes.data, q.codes.data(), q.codes.size());
+    const sdk::BlockEncodings encodings = sdk::block_encodings(x, rows, cols, out.layout);
+    const std::span<std::uint8_t> codes(static_cast<std::uint8_t*>(out.codes.data),
+                                        static_cast<std::size_t>(rows * cols));
+    // The element pass, split by rows over the team: each code depends on its own value, its
+    // block's encoding and (stochastic rounding) its index alone.
+    std::exception_ptr error;
+#pragma omp parallel if (rows * cols >= kParallelElements)
+    {
+      const std::int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
+      const std::int64_t per = (rows + team - 1) / team;
+      const std::int64_t r0 = std::min(rows, t * per), r1 = std::min(rows, r0 + per);
+      try {
+        sdk::encode_block_rows(x, rows, cols, out.layout, encodings, options, r0, r1, codes);
+      } catch (...) {
+#pragma omp critical
+        error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
     const sdk::BlockExtent grid = sdk::block_grid(out.layout, rows, cols);
     auto* scales = static_cast<float*>(out.scales.data);
-    for (std::int64_t br = 0; br < grid.rows; ++br)
-      for (std::int64_t bc = 0; bc < grid.cols; ++bc)
-        scales[br * grid.cols + bc] = sdk::block_scale_value(q, br, bc);
-    if (out.layout.tensor_scale) std::memcpy(out.tensor_scale.data, &q.tensor_scale, sizeof(float));
+    for (std::int64_t b = 0; b < grid.rows * grid.cols; ++b)
+      scales[b] = sdk::block_scale_value(out.layout, encodings.blocks[static_cast<std::size_t>(b)]);
+    if (out.layout.tensor_scale)
+      std::memcpy(out.tensor_scale.data, &encodings.tensor_scale, sizeof(float));
   }
 }
 
@@ -186,22 +212,33 @@ void gemm_block_scaled_cpu(
       args.beta != 0.0f ? read_fp32(args.c) : std::vector<float>(static_cast<std::size_t>(m * n));
   const float* bias = static_cast<const float*>(args.bias.data);
   const float tensor_scale = a.tensor_scale * b.tensor_scale;
+  // acc[i][j] is the fp32 sum of the scaled k-block dots, k-blocks in ascending order.
+  std::vector<float> acc(static_cast<std::size_t>(m * n), 0.0f);
+  std::vector<double> a_block(static_cast<std::size_t>(m * block));  // [m, kb]
+  std::vector<double> b_block(static_cast<std::size_t>(block * n));  // [kb, n]
+  std::vector<float> a_scale(static_cast<std::size_t>(m)), b_scale(static_cast<std::size_t>(n));
+  for (std::int64_t k0 = 0; k0 < k; k0 += block) {
+    const std::int64_t kb = std::min(k, k0 + block) - k0;
+    for (std::int64_t i = 0; i < m; ++i) {
+      a_scale[static_cast<std::size_t>(i)] = a.scale(i, k0);
+      for (std::int64_t t = 0; t < kb; ++t)
+        a_block[static_cast<std::size_t>(i * kb + t)] = a.value(i, k0 + t);
+    }
+    for (std::int64_t j = 0; j < n; ++j) b_scale[static_cast<std::size_t>(j)] = b.scale(j, k0);
+    for (std::int64_t t = 0; t < kb; ++t)
+      for (std::int64_t j = 0; j < n; ++j)
+        b_block[static_cast<std::size_t>(t * n + j)] = b.value(j, k0 + t);
+    accumulate_k_block(a_block.data(), b_block.data(), a_scale.data(), b_scale.data(), acc.data(),
+                       m, n, kb);
+  }
   std::vector<float> z(static_cast<std::size_t>(m * n));
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < n; ++j) {
-      float acc = 0.0f;
-      for (std::int64_t k0 = 0; k0 < k; k0 += block) {
-        const std::int64_t k1 = std::min(k, k0 + block);
-        double dot = 0.0;
-        for (std::int64_t kk = k0; kk < k1; ++kk)
-          dot += static_cast<double>(a.value(i, kk)) * static_cast<double>(b.value(j, kk));
-        const float scale = a.scale(i, k0) * b.scale(j, k0);
-        acc += static_cast<float>(dot) * scale;
-      }
-      float v = args.alpha * (acc * tensor_scale);
-      if (args.beta != 0.0f) v += args.beta * c_old[static_cast<std::size_t>(i * n + j)];
+      const std::size_t ij = static_cast<std::size_t>(i * n + j);
+      float v = args.alpha * (acc[ij] * tensor_scale);
+      if (args.beta != 0.0f) v += args.beta * c_old[ij];
       if (bias != nullptr) v += bias[j];
-      z[static_cast<std::size_t>(i * n + j)] = v;
+      z[ij] = v;
     }
   if (!args.has_activation) {
     write_fp32(z, args.c);

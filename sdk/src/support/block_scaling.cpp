@@ -95,6 +95,39 @@ ElementRules element_rules(BlockElement e) {
   throw std::invalid_argument("unknown block element format");
 }
 
+// encode_block_rows for one element format: the encoder inlined into the loop (through
+// ElementRules' pointers the call cost as much as the rounding).
+template <class F>
+void encode_rows_as(std::span<const float> x, std::int64_t cols, const BlockScaledLayout& layout,
+                    const BlockEncodings& encodings, const BlockExtent& grid,
+                    const BlockQuantizeOptions& options, std::int64_t row_begin,
+                    std::int64_t row_end, std::span<std::uint8_t> codes) {
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
+    const BlockEncoding* row_blocks =
+        encodings.blocks.data() + static_cast<std::size_t>((r / layout.block_rows) * grid.cols);
+    // Block by block along the row: no division per element.
+    for (std::int64_t bc = 0; bc < grid.cols; ++bc) {
+      const BlockEncoding& enc = row_blocks[bc];
+      const std::int64_t c0 = bc * layout.block_cols;
+      const std::int64_t c1 = std::min(cols, c0 + layout.block_cols);
+      for (std::int64_t c = c0; c < c1; ++c) {
+        const auto i = static_cast<std::size_t>(r * cols + c);
+        if (!enc.finite) {
+          codes[i] = 0;
+          continue;
+        }
+        const float v = enc.encode_scale == 1.0f ? x[i] : x[i] * enc.encode_scale;
+        const u32 code = options.stochastic_rounding_seed
+                             ? fr::encode_scaled_stochastic<F>(
+                                   v, enc.pow2_shift, true,
+                                   fr::random_bits(*options.stochastic_rounding_seed, i))
+                             : fr::encode_scaled<F>(v, enc.pow2_shift, true);
+        codes[i] = static_cast<std::uint8_t>(code);
+      }
+    }
+  }
+}
+
 int mx_exponent(const BlockScaledLayout& layout, float amax) {
   const u32 a = fr::bits_of(amax);
   const bool floor_rule = layout.scale == BlockScale::e8m0;
@@ -212,14 +245,19 @@ BlockEncodings block_encodings(std::span<const float> x, std::int64_t rows, std:
     bool finite = true;
   };
   std::vector<BlockStats> stats(blocks);
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const float v = x[static_cast<std::size_t>(r * cols + c)];
-      BlockStats& b = stats[static_cast<std::size_t>((r / layout.block_rows) * grid.cols +
-                                                     c / layout.block_cols)];
-      b.finite = b.finite && is_finite(v);
-      b.amax = std::max(b.amax, std::fabs(v));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    BlockStats* row_blocks =
+        stats.data() + static_cast<std::size_t>((r / layout.block_rows) * grid.cols);
+    for (std::int64_t bc = 0; bc < grid.cols; ++bc) {
+      BlockStats& b = row_blocks[bc];
+      const std::int64_t c1 = std::min(cols, (bc + 1) * layout.block_cols);
+      for (std::int64_t c = bc * layout.block_cols; c < c1; ++c) {
+        const float v = x[static_cast<std::size_t>(r * cols + c)];
+        b.finite = b.finite && is_finite(v);
+        b.amax = std::max(b.amax, std::fabs(v));
+      }
     }
+  }
 
   // NVFP4's first level: S_enc from the amax of the finite blocks. A non-finite block is NaN on
   // its own and must not shrink every other block's range.
@@ -286,12 +324,36 @@ BlockEncodings block_encodings(std::span<const float> x, std::int64_t rows, std:
   return encodings;
 }
 
+void encode_block_rows(std::span<const float> x, std::int64_t rows, std::int64_t cols,
+                       const BlockScaledLayout& layout, const BlockEncodings& encodings,
+                       const BlockQuantizeOptions& options, std::int64_t row_begin,
+                       std::int64_t row_end, std::span<std::uint8_t> codes) {
+  const BlockExtent grid = block_grid(layout, rows, cols);
+  const std::int64_t n = checked_count(layout, rows, cols);
+  if (static_cast<std::int64_t>(x.size()) != n || static_cast<std::int64_t>(codes.size()) != n ||
+      encodings.blocks.size() != static_cast<std::size_t>(grid.rows * grid.cols) || row_begin < 0 ||
+      row_begin > row_end || row_end > rows)
+    fail(layout, "encode_block_rows: x, codes and encodings must hold the " + std::to_string(rows) +
+                     " x " + std::to_string(cols) +
+                     " tensor's values and blocks, and the rows lie in it");
+  switch (layout.element) {
+    case BlockElement::e4m3:
+      return encode_rows_as<fr::E4M3>(x, cols, layout, encodings, grid, options, row_begin, row_end,
+                                      codes);
+    case BlockElement::e5m2:
+      return encode_rows_as<fr::E5M2>(x, cols, layout, encodings, grid, options, row_begin, row_end,
+                                      codes);
+    case BlockElement::e2m1:
+      return encode_rows_as<fr::E2M1>(x, cols, layout, encodings, grid, options, row_begin, row_end,
+                                      codes);
+  }
+  throw std::invalid_argument("unknown block element format");
+}
+
 BlockScaledTensor quantize_block_scaled(std::span<const float> x, std::int64_t rows,
                                         std::int64_t cols, const BlockScaledLayout& layout,
                                         const BlockQuantizeOptions& options) {
   const BlockEncodings encodings = block_encodings(x, rows, cols, layout);
-  const BlockExtent grid = block_grid(layout, rows, cols);
-  const ElementRules er = element_rules(layout.element);
   BlockScaledTensor t;
   t.layout = layout;
   t.rows = rows;
@@ -303,28 +365,14 @@ BlockScaledTensor quantize_block_scaled(std::span<const float> x, std::int64_t r
       t.scales.push_back(enc.scale);
     else
       t.scale_codes.push_back(enc.scale_code);
-  for (std::int64_t bi = 0; bi < grid.rows; ++bi) {
-    for (std::int64_t bj = 0; bj < grid.cols; ++bj) {
-      const std::int64_t r0 = bi * layout.block_rows, c0 = bj * layout.block_cols;
-      const std::int64_t r1 = std::min(rows, r0 + layout.block_rows);
-      const std::int64_t c1 = std::min(cols, c0 + layout.block_cols);
-      const BlockEncoding& enc = encodings.blocks[static_cast<std::size_t>(bi * grid.cols + bj)];
-      if (!enc.finite) continue;
-
-      for (std::int64_t r = r0; r < r1; ++r)
-        for (std::int64_t c = c0; c < c1; ++c) {
-          const auto i = static_cast<std::size_t>(r * cols + c);
-          const float v = enc.encode_scale == 1.0f ? x[i] : x[i] * enc.encode_scale;
-          const u32 code = options.stochastic_rounding_seed
-                               ? er.encode_scaled_stochastic(
-                                     v, enc.pow2_shift, true,
-                                     fr::random_bits(*options.stochastic_rounding_seed, i))
-                               : er.encode_scaled(v, enc.pow2_shift, true);
-          t.codes[i] = static_cast<std::uint8_t>(code);
-        }
-    }
-  }
+  encode_block_rows(x, rows, cols, layout, encodings, options, 0, rows, t.codes);
   return t;
+}
+
+float block_scale_value(const BlockScaledLayout& layout, const BlockEncoding& encoding) {
+  if (fp32_scales(layout.scale)) return encoding.scale;
+  return layout.scale == BlockScale::e4m3 ? fr::decode<fr::E4M3>(encoding.scale_code)
+                                          : fr::decode_e8m0(encoding.scale_code);
 }
 
 float block_scale_value(const BlockScaledTensor& t, std::int64_t block_row,

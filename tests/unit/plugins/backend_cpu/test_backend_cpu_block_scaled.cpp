@@ -2,10 +2,13 @@
 // bit for bit against the SDK's reference quantizer (both outputs of one call), and
 // gemm_block_scaled against a double-precision GEMM of the dequantized operands, within the fp32
 // accumulation bound, for every recipe's layouts, transposes and a partial last block.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <string>
 
 #include "backend_test_util.h"
 #include "mixtrain/sdk/error.h"
@@ -90,12 +93,11 @@ std::vector<LayoutPair> recipe_layouts() {
   };
 }
 
-TEST(backend_cpu_block_scaled, QuantizeEqualsTheReferenceForBothOutputsOfOneCall) {
-  CpuBackend be(1);
-  auto* gemm = sdk::facet<sdk::GemmFacet>(be);
-  ASSERT_NE(gemm, nullptr);
+// Quantizes [rows, cols] values into every recipe's two layouts at once, with and without
+// stochastic rounding, and checks each output against the SDK's reference bit for bit.
+void quantize_every_layout(CpuBackend& be, sdk::GemmFacet& gemm, std::int64_t rows,
+                           std::int64_t cols) {
   for (DType src_dtype : {DType::fp32, DType::bf16}) {
-    const std::int64_t rows = 37, cols = 150;  // partial blocks both ways
     const auto values = representable(spread_values(rows * cols, 11), src_dtype);
     DeviceTensor src(be, src_dtype, Shape{rows, cols}, values);
     for (const auto& pair : recipe_layouts())
@@ -109,10 +111,24 @@ TEST(backend_cpu_block_scaled, QuantizeEqualsTheReferenceForBothOutputsOfOneCall
         args.outputs[1] = b.op;
         args.stochastic_rounding = seed.has_value();
         args.seed = seed.value_or(0);
-        gemm->quantize_block_scaled(args);
+        gemm.quantize_block_scaled(args);
         expect_matches_reference(a, values, rows, cols, seed);
         expect_matches_reference(b, values, rows, cols, seed);
       }
+  }
+}
+
+TEST(backend_cpu_block_scaled, QuantizeEqualsTheReferenceForBothOutputsOfOneCall) {
+  // 37 x 150: partial blocks both ways, on the calling thread; 300 x 260 splits its rows over a
+  // team of two (stochastic rounding's bits are keyed by the element, not the thread).
+  const std::vector<std::array<std::int64_t, 3>> runs = {{1, 37, 150}, {2, 300, 260}};
+  for (const auto& run : runs) {
+    CpuBackend be(static_cast<int>(run[0]));
+    auto* gemm = sdk::facet<sdk::GemmFacet>(be);
+    ASSERT_NE(gemm, nullptr);
+    const std::int64_t rows = run[1], cols = run[2];
+    SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols));
+    quantize_every_layout(be, *gemm, rows, cols);
   }
 }
 
@@ -218,6 +234,86 @@ TEST(backend_cpu_block_scaled, GemmMatchesADoubleGemmOfTheDequantizedBlocks) {
             (0.5 * magnitude + std::abs(c_old[idx]) + std::abs(bias[static_cast<std::size_t>(j)]));
         EXPECT_NEAR(got[idx], want, bound) << "at " << i << "," << j;
       }
+  }
+}
+
+// The contract's sums, written out: per k-block a double dot of element values in ascending k,
+// rounded to fp32, times the product of the two block scales, summed over k-blocks in fp32.
+// op(A) is A [m, k]; op(B) is B [n, k] transposed (tb) or B [k, n].
+std::vector<float> contract_gemm(const sdk::BlockScaledTensor& a, const sdk::BlockScaledTensor& b,
+                                 bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                                 std::int64_t block) {
+  const auto value = [](const sdk::BlockScaledTensor& t, std::int64_t r, std::int64_t c) {
+    const std::uint8_t code = t.codes[static_cast<std::size_t>(r * t.cols + c)];
+    return t.layout.element == sdk::BlockElement::e5m2 ? sdk::decode_fp8_e5m2(code)
+                                                       : sdk::decode_fp8_e4m3(code);
+  };
+  const auto scale = [](const sdk::BlockScaledTensor& t, std::int64_t r, std::int64_t c) {
+    return sdk::block_scale_value(t, r / t.layout.block_rows, c / t.layout.block_cols);
+  };
+  std::vector<float> out(static_cast<std::size_t>(m * n));
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (std::int64_t k0 = 0; k0 < k; k0 += block) {
+        double dot = 0.0;
+        for (std::int64_t kk = k0; kk < std::min(k, k0 + block); ++kk)
+          dot += static_cast<double>(value(a, i, kk)) *
+                 static_cast<double>(tb ? value(b, j, kk) : value(b, kk, j));
+        const float s = scale(a, i, k0) * (tb ? scale(b, j, k0) : scale(b, k0, j));
+        acc += static_cast<float>(dot) * s;
+      }
+      out[static_cast<std::size_t>(i * n + j)] = acc;
+    }
+  return out;
+}
+
+TEST(backend_cpu_block_scaled, GemmIsTheContractsSumsBitForBitOnOneThreadAndTwo) {
+  using sdk::BlockElement;
+  // Every k-block (mxfp8's 32 included) holds enough multiply-adds to run on the team; m and n
+  // leave ragged tiles (the kernel's 4 x 16).
+  const std::int64_t m = 263, n = 259, k = 300;
+  const std::vector<GemmCase> cases = {
+      {"fp8 forward", sdk::fp8_block_layout(ReductionAxis::cols), sdk::fp8_block_weight_layout(),
+       false, true},
+      {"mxfp8 dgrad e5m2 x e4m3", sdk::mx_layout(ReductionAxis::cols, BlockElement::e5m2),
+       sdk::mx_layout(ReductionAxis::rows, BlockElement::e4m3), false, false},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::int64_t br = c.tb ? n : k, bc = c.tb ? k : n;
+    // Magnitudes spread over 2^18 within a block, so element values and scales vary per block.
+    const auto av = spread_values(static_cast<std::size_t>(m * k), 21);
+    const auto bv = spread_values(static_cast<std::size_t>(br * bc), 22);
+    const auto qa = sdk::quantize_block_scaled(av, m, k, c.a_layout);
+    const auto qb = sdk::quantize_block_scaled(bv, br, bc, c.b_layout);
+    const std::int64_t block = c.a_layout.block_cols;
+    const std::vector<float> want = contract_gemm(qa, qb, c.tb, m, n, k, block);
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads");
+      CpuBackend be(threads);
+      auto* gemm = sdk::facet<sdk::GemmFacet>(be);
+      DeviceTensor a_src(be, DType::fp32, Shape{m, k}, av),
+          b_src(be, DType::fp32, Shape{br, bc}, bv);
+      DeviceBlocks a(be, c.a_layout, m, k), b(be, c.b_layout, br, bc);
+      sdk::BlockQuantizeArgs q;
+      q.src = a_src.view();
+      q.outputs[0] = a.op;
+      gemm->quantize_block_scaled(q);
+      q.src = b_src.view();
+      q.outputs[0] = b.op;
+      gemm->quantize_block_scaled(q);
+      DeviceTensor out(be, DType::fp32, Shape{m, n});
+      sdk::BlockScaledGemmArgs g;
+      g.a = a.op;
+      g.b = b.op;
+      g.b.transpose = c.tb;
+      g.c = out.view();
+      gemm->gemm_block_scaled(g);
+      const std::vector<float> got = out.get();
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+    }
   }
 }
 

@@ -132,6 +132,17 @@ struct BlockEncodings {
 BlockEncodings block_encodings(std::span<const float> x, std::int64_t rows, std::int64_t cols,
                                const BlockScaledLayout& layout);
 
+// The second half: quantize_block_scaled's codes of rows [row_begin, row_end) of x, written to
+// those rows of `codes` (rows·cols bytes, indexed as x), from block_encodings(x, ...). The rows
+// are independent, so a backend splits them over threads. Throws std::invalid_argument when the
+// sizes do not fit.
+void encode_block_rows(std::span<const float> x, std::int64_t rows, std::int64_t cols,
+                       const BlockScaledLayout& layout, const BlockEncodings& encodings,
+                       const BlockQuantizeOptions& options, std::int64_t row_begin,
+                       std::int64_t row_end, std::span<std::uint8_t> codes);
+// The decoded scale of one block's encoding (what block_scale_value returns for it).
+float block_scale_value(const BlockScaledLayout& layout, const BlockEncoding& encoding);
+
 // x: rows·cols fp32 values, row-major. Returns codes and scales as defined above.
 BlockScaledTensor quantize_block_scaled(std::span<const float> x, std::int64_t rows,
                                         std::int64_t cols, const BlockScaledLayout& layout,
