@@ -93,8 +93,8 @@ sdk::BlockScaledOperandPlan BlockScaledPolicy::operand_plan(const sdk::OperandSl
       break;
     case Recipe::mxfp8:
       plan.layout = sdk::mx_layout(
-          axis, gradient && e5m2_gradients_ ? BlockElement::e5m2 : BlockElement::e4m3);
-      if (!ocp_scale_rule_) plan.layout.scale = sdk::BlockScale::e8m0_round_up;
+          axis, gradient && e5m2_gradients_ ? BlockElement::e5m2 : BlockElement::e4m3,
+          ocp_scale_rule_ ? sdk::MxScaleRule::ocp : sdk::MxScaleRule::round_up);
       break;
     case Recipe::nvfp4:
       plan.layout = weight ? sdk::nvfp4_weight_layout() : sdk::nvfp4_layout(axis);

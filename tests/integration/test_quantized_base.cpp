@@ -283,9 +283,8 @@ TEST_F(QuantizedBase, BadSettingsExitTwoAtTheirLine) {
 // The block formats' layouts, as graph/quantized_weight.h gives them (an outside reader's copy).
 sdk::BlockScaledLayout layout_of(const std::string& format) {
   if (format == "fp8-block") return sdk::fp8_block_weight_layout(sdk::BlockElement::e4m3, true);
-  auto mx = sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e4m3);
-  mx.scale = sdk::BlockScale::e8m0_round_up;
-  return mx;
+  return sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e4m3,
+                        sdk::MxScaleRule::round_up);
 }
 
 TEST_F(QuantizedBase, Fp8BlockFormatBasesHoldTheirQuantizationAndResumeBitForBit) {

@@ -41,9 +41,8 @@ sdk::BlockScaledLayout base_layout(FrozenFormat format) {
   if (format == FrozenFormat::fp8_block)
     return sdk::fp8_block_weight_layout(sdk::BlockElement::e4m3, /*power_of_two_scales=*/true);
   // The scale that saturates nothing: the OCP rule's floor would clamp a block's top binade.
-  sdk::BlockScaledLayout mx = sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e4m3);
-  mx.scale = sdk::BlockScale::e8m0_round_up;
-  return mx;
+  return sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e4m3,
+                        sdk::MxScaleRule::round_up);
 }
 
 std::string format_label(FrozenFormat format) {

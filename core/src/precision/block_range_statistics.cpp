@@ -124,12 +124,9 @@ BlockScaledLayout block_layout(BlockFormat f, BlockRole role) {
     case BlockFormat::fp8_block:
       return weight ? sdk::fp8_block_weight_layout()
                     : sdk::fp8_block_layout(sdk::ReductionAxis::cols);
-    case BlockFormat::mxfp8: {
-      // The policy's default scale_rule, round_up (mx_layout gives the OCP floor rule).
-      BlockScaledLayout l = sdk::mx_layout(sdk::ReductionAxis::cols, BlockElement::e4m3);
-      l.scale = BlockScale::e8m0_round_up;
-      return l;
-    }
+    case BlockFormat::mxfp8:  // the policy's default scale_rule
+      return sdk::mx_layout(sdk::ReductionAxis::cols, BlockElement::e4m3,
+                            sdk::MxScaleRule::round_up);
     case BlockFormat::nvfp4:
       return weight ? sdk::nvfp4_weight_layout() : sdk::nvfp4_layout(sdk::ReductionAxis::cols);
   }

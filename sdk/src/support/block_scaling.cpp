@@ -166,9 +166,10 @@ BlockScaledLayout fp8_block_weight_layout(BlockElement element, bool power_of_tw
   return {element, power_of_two_scales ? BlockScale::fp32_pow2 : BlockScale::fp32, 128, 128, false};
 }
 
-BlockScaledLayout mx_layout(ReductionAxis axis, BlockElement element) {
+BlockScaledLayout mx_layout(ReductionAxis axis, BlockElement element, MxScaleRule rule) {
   const BlockExtent b = block_along(axis, 32);
-  return {element, BlockScale::e8m0, b.rows, b.cols, false};
+  const BlockScale scale = rule == MxScaleRule::ocp ? BlockScale::e8m0 : BlockScale::e8m0_round_up;
+  return {element, scale, b.rows, b.cols, false};
 }
 
 BlockScaledLayout nvfp4_layout(ReductionAxis axis) {

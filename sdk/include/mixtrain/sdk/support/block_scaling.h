@@ -77,8 +77,11 @@ BlockScaledLayout fp8_block_layout(ReductionAxis axis, BlockElement element = Bl
                                    bool power_of_two_scales = false);
 BlockScaledLayout fp8_block_weight_layout(BlockElement element = BlockElement::e4m3,
                                           bool power_of_two_scales = false);
-// MX: 1×32 along the reduction dimension, E8M0 scales by the OCP rule.
-BlockScaledLayout mx_layout(ReductionAxis axis, BlockElement element);
+// MX: 1×32 along the reduction dimension, E8M0 scales by the OCP rule (floor) or rounded up
+// (Transformer Engine's MXFP8 default: the scale that saturates nothing).
+enum class MxScaleRule { ocp, round_up };
+BlockScaledLayout mx_layout(ReductionAxis axis, BlockElement element,
+                            MxScaleRule rule = MxScaleRule::ocp);
 // NVFP4 with its per-tensor scale: 1×16 activations / gradients, 16×16 weights.
 BlockScaledLayout nvfp4_layout(ReductionAxis axis);
 BlockScaledLayout nvfp4_weight_layout();
