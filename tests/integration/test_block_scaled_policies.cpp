@@ -267,6 +267,15 @@ TEST_F(block_scaled_policies, EachPolicyTrainsATinyMlpOnTheCpuSimulator) {
       if (rec.contains("loss")) last = rec["loss"].get<double>();
     EXPECT_TRUE(std::isfinite(last) && last > 0.0);
     losses.push_back(last);
+    // summary.json names the block-scaled GEMMs' route, not the per-tensor fp8_e4m3 one that
+    // marks them in the plan: compare's throughput note reads it.
+    std::ifstream summary_file(dir_ / "runs" / policy / "summary.json");
+    const json gemm_inputs = json::parse(summary_file)["precision"]["gemm_inputs"];
+    ASSERT_TRUE(gemm_inputs.contains("block-scaled")) << gemm_inputs.dump();
+    EXPECT_FALSE(gemm_inputs["block-scaled"]["native"].get<bool>());
+    EXPECT_NE(gemm_inputs["block-scaled"]["how"].get<std::string>().find("simulator"),
+              std::string::npos);
+    EXPECT_FALSE(gemm_inputs.contains("fp8_e4m3")) << gemm_inputs.dump();
   }
   // Three formats of different precision give three different trajectories.
   EXPECT_NE(losses[0], losses[1]);

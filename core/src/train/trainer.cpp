@@ -39,10 +39,20 @@ std::size_t peak_rss_bytes() {
 
 // summary.json's "precision": the policy that applied (`auto` resolved) and, per GEMM input dtype
 // the plan uses, whether the backend runs it natively; `compare` labels runs and throughput by it.
+// Block-scaled GEMMs are one entry of their own: their fp8_e4m3 mark is not the per-tensor route.
 void record_precision(TrainSummary& sum, const Model& model, const sdk::PrecisionPolicy& policy,
                       const sdk::BackendCapabilities& caps) {
   for (const auto& l : model.layers()) {
     if (!l->has_gemm()) continue;
+    if (l->block_scaled()) {
+      const bool simulated = caps.kind == "cpu";
+      sum.gemm_inputs["block-scaled"] = {
+          !simulated, simulated ? "emulated: the exact block-scaled GEMM simulator (element values "
+                                  "decoded exactly, each k-block's dot product in double, scaled "
+                                  "and summed in fp32)"
+                                : "block-scaled GEMMs of the " + caps.kind + " backend"};
+      continue;
+    }
     const auto dt = l->precision().gemm_input;
     const auto* support = caps.find(dt);
     sum.gemm_inputs[std::string(sdk::dtype_name(dt))] = {support != nullptr && support->native,

@@ -61,6 +61,7 @@ class LinearLayer final : public Layer {
   // Block-scaled GEMMs (block_quantizer.h): no fused epilogue change, the three GEMMs become
   // gemm_block_scaled on operands quantized per pass.
   bool set_block_scaling(const sdk::BlockScalingFacet* facet) override;
+  bool block_scaled() const override { return blocks_.active(); }
 
  private:
   void add_decoding_need(std::vector<BackendNeed>& needs) const;

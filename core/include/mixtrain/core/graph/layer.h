@@ -217,6 +217,8 @@ class Layer {
   // block-scaled path takes the policy's facet and returns true; any other op returns false, and
   // the host refuses the plan naming it. Non-owning; the policy outlives the model.
   virtual bool set_block_scaling(const sdk::BlockScalingFacet* /*facet*/) { return false; }
+  // Whether this op's GEMMs run on block-scaled operands (set_block_scaling took a facet).
+  virtual bool block_scaled() const { return false; }
   // Delayed FP8 scaling: hands the amaxes measured by this step's casts to the policy.
   void flush_operand_amaxes();
   // flush_operand_amaxes in two halves, for a reduction between them (OperandScaler's).
