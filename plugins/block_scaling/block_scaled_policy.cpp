@@ -38,7 +38,8 @@ sdk::OptionSchema BlockScaledPolicy::option_schema(Recipe recipe) {
           "round the gradients' E2M1 elements stochastically (bits from the run's seed)"));
       schema.push_back(OptionSpec::boolean(
           "random_hadamard_transform", false,
-          "random Hadamard transform of the wgrad GEMM's inputs (not implemented yet)"));
+          "multiply the wgrad GEMM's inputs by a random 16x16 Hadamard transform along the batch "
+          "before quantizing them (spreads outliers; the product is unchanged)"));
       break;
   }
   return schema;
@@ -58,11 +59,7 @@ BlockScaledPolicy::BlockScaledPolicy(Recipe recipe, const sdk::Options& options,
       break;
     case Recipe::nvfp4:
       stochastic_rounding_ = options.get_bool("stochastic_rounding");
-      if (options.get_bool("random_hadamard_transform"))
-        throw sdk::ConfigError(options.where("random_hadamard_transform"),
-                               "precision.random_hadamard_transform",
-                               "nvfp4's random Hadamard transform is not implemented in this build",
-                               "set random_hadamard_transform = false (the default)");
+      random_hadamard_ = options.get_bool("random_hadamard_transform");
       break;
   }
 }
@@ -77,6 +74,10 @@ sdk::OpPrecision BlockScaledPolicy::plan(const sdk::OpDescription& op) const {
   p.activation = base;
   p.activation_grad = base;
   return p;
+}
+
+bool BlockScaledPolicy::random_hadamard_transform(const sdk::OperandSlot& /*gemm*/) const {
+  return random_hadamard_;
 }
 
 sdk::BlockScaledOperandPlan BlockScaledPolicy::operand_plan(const sdk::OperandSlot& slot,

@@ -7,8 +7,9 @@
 //              "ocp" (the MX spec's floor rule).
 //   nvfp4      E2M1 elements, E4M3 block scales (16×16 weights, 1×16 activations and gradients)
 //              and an fp32 per-tensor scale, round to nearest even; stochastic_rounding rounds the
-//              gradients' elements stochastically (bits keyed by the run's seed: resume-exact).
-//              random_hadamard_transform is declared and refused: not implemented yet.
+//              gradients' elements stochastically (bits keyed by the run's seed: resume-exact);
+//              random_hadamard_transform multiplies the wgrad GEMM's inputs by a random 16×16
+//              Hadamard transform along the batch first (policy_block_scaling.h 1.1).
 //
 // Contract
 // - plan(): ops with a weight GEMM get gemm_input = fp8_e4m3, the mark by which the host routes
@@ -17,8 +18,7 @@
 //   (bf16-mixed or fp32). Deterministic.
 // - operand_plan(): the recipe's layout for the slot's role, its 1-D blocks along `axis`.
 // - Stateless (no amax history): save_state() is empty. No loss scaling is needed.
-// - Construction throws sdk::ConfigError at the option's config location for an option value this
-//   build does not implement (random_hadamard_transform = true), naming it and the fix.
+// - Options out of range are refused by the schema, at their config location.
 #pragma once
 
 #include <string>
@@ -42,6 +42,7 @@ class BlockScaledPolicy : public sdk::PrecisionPolicy, public sdk::BlockScalingF
   bool needs_loss_scaling() const override { return false; }
   sdk::BlockScaledOperandPlan operand_plan(const sdk::OperandSlot& slot, sdk::GemmPass pass,
                                            sdk::ReductionAxis axis) const override;
+  bool random_hadamard_transform(const sdk::OperandSlot& gemm) const override;
 
  private:
   Recipe recipe_;
@@ -50,6 +51,7 @@ class BlockScaledPolicy : public sdk::PrecisionPolicy, public sdk::BlockScalingF
   bool e5m2_gradients_ = false;       // mxfp8 hybrid
   bool ocp_scale_rule_ = false;       // mxfp8
   bool stochastic_rounding_ = false;  // nvfp4
+  bool random_hadamard_ = false;      // nvfp4
 };
 
 // One factory per recipe, for the plugin descriptor.

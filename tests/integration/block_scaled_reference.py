@@ -10,8 +10,14 @@ batch rows — so x and dy are quantized once per pass that reads them, and 2-D 
 The GEMMs multiply the dequantized blocks in float64; their fp32 outputs, the loss (fp32 logits,
 float64 softmax cross-entropy) and SGD (fp32) are the base recipe "fp32".
 
+NVFP4's random Hadamard transform (a case with "hadamard"): before the wgrad GEMM, dy and x are
+each multiplied along the batch rows, per 16 rows (zero-padded), by the 16x16 matrix the case gives
+for that layer and step (H.D/4, its signs drawn by mixtrain from the run's seed; the matrix is
+data here), in float64 rounded to fp32, and then quantized.
+
 Reads a JSON file {x: [N, IN], labels: [N], weights: {fc1.weight, fc1.bias, head.weight, head.bias},
-head_scale, lr, steps, cases: [{name, recipe, options, frozen}]} and prints
+head_scale, lr, steps, cases: [{name, recipe, options, frozen, hadamard?: [per step {fc1, head:
+256 values}]}]} and prints
 {"results": [{"name", "losses", "weights", "weights_unquantized"}]}: per case the loss of each step
 and the weights after the last, with quantization and without it (the same steps in fp32).
 """
@@ -93,6 +99,16 @@ def quantize(x, block, element, scale, power_of_two=False):
     raise ValueError(scale)
 
 
+def hadamard_rows(t, m):
+    """M.t per 16 rows of t [R, C], the rows zero-padded to a multiple of 16: fp32 [R16, C]."""
+    r, c = t.shape
+    r16 = -(-r // 16) * 16
+    p = np.zeros((r16, c), dtype=np.float64)
+    p[:r] = t
+    out = np.einsum("ij,bjc->bic", m.astype(np.float64), p.reshape(r16 // 16, 16, c))
+    return out.reshape(r16, c).astype(f32)
+
+
 class Recipe:
     """The layout of each operand in each pass: q(role, pass, tensor) -> dequantized float64."""
 
@@ -132,8 +148,16 @@ def train(d, case, recipe):
     alpha, lr = f32(d["head_scale"]), f32(d["lr"])
     frozen = set(case.get("frozen", []))
     q = recipe.q
+    hadamard = case.get("hadamard") if isinstance(recipe, Recipe) else None
     losses = []
-    for _ in range(d["steps"]):
+    for step in range(d["steps"]):
+        def wgrad(layer, dy, inp):
+            if hadamard is None:
+                return q("grad_output", "wgrad", dy).T @ q("input", "wgrad", inp)
+            m = np.array(hadamard[step][layer], dtype=np.float64).reshape(16, 16)
+            return (q("grad_output", "wgrad", hadamard_rows(dy, m)).T
+                    @ q("input", "wgrad", hadamard_rows(inp, m)))
+
         w1, b1, w2, b2 = w["fc1.weight"], w["fc1.bias"], w["head.weight"], w["head.bias"]
         # forward: y = alpha * (x . W^T) + b, fp32 outputs; relu on fc1
         z1 = (q("input", "forward", x) @ q("weight", "forward", w1).T).astype(f32) + b1
@@ -150,11 +174,11 @@ def train(d, case, recipe):
         # head: dgrad over out, wgrad over the batch
         dh = (float(alpha) * (q("grad_output", "dgrad", dz2) @ q("weight", "dgrad", w2))).astype(f32)
         g = {
-            "head.weight": (float(alpha) * (q("grad_output", "wgrad", dz2).T @ q("input", "wgrad", h))),
+            "head.weight": float(alpha) * wgrad("head", dz2, h),
             "head.bias": dz2.astype(np.float64).sum(axis=0),
         }
         dz1 = np.where(h > 0, dh, f32(0)).astype(f32)
-        g["fc1.weight"] = q("grad_output", "wgrad", dz1).T @ q("input", "wgrad", x)
+        g["fc1.weight"] = wgrad("fc1", dz1, x)
         g["fc1.bias"] = dz1.astype(np.float64).sum(axis=0)
         for k in w:
             if k not in frozen:

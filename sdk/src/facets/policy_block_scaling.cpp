@@ -6,6 +6,10 @@ namespace mixtrain::sdk {
 
 BlockScalingFacet::~BlockScalingFacet() = default;
 
+bool BlockScalingFacet::random_hadamard_transform(const OperandSlot& /*gemm*/) const {
+  return false;
+}
+
 std::string_view gemm_pass_name(GemmPass pass) noexcept {
   switch (pass) {
     case GemmPass::forward:

@@ -5,6 +5,7 @@
 #include "mixtrain/sdk/support/block_scaling.h"
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -437,6 +438,18 @@ std::vector<float> dequantize_block_scaled(const BlockScaledTensor& t) {
       out[i] = static_cast<float>(v);
     }
   return out;
+}
+
+std::array<float, 256> hadamard16(std::uint64_t sign_seed) {
+  std::array<float, 256> m{};
+  for (int j = 0; j < 16; ++j) {
+    const bool negative = (fr::random_bits(sign_seed, static_cast<std::uint64_t>(j)) & 1u) != 0;
+    for (int i = 0; i < 16; ++i) {
+      const bool odd = (std::popcount(static_cast<unsigned>(i & j)) & 1) != 0;
+      m[static_cast<std::size_t>(i * 16 + j)] = (odd != negative) ? -0.25f : 0.25f;
+    }
+  }
+  return m;
 }
 
 std::vector<std::uint8_t> pack_e2m1(std::span<const std::uint8_t> codes) {

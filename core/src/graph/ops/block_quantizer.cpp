@@ -1,6 +1,7 @@
 #include "graph/ops/block_quantizer.h"
 
 #include <array>
+#include <cstdint>
 #include <string>
 
 #include "mixtrain/core/graph/random.h"
@@ -45,9 +46,60 @@ std::array<PassAxis, 2> passes_of(OperandRole role) {
 
 }  // namespace
 
-BlockQuantizer::BlockQuantizer(const std::string& node, const std::string& gemm) {
+BlockQuantizer::BlockQuantizer(const std::string& node, const std::string& gemm)
+    : gemm_key_(node + "." + gemm) {
   for (auto role : {OperandRole::input, OperandRole::weight, OperandRole::grad_output})
     slots_.emplace_back(node, gemm, role);
+}
+
+bool BlockQuantizer::hadamard_on(OperandRole role) const {
+  if (role == OperandRole::weight) return false;
+  // The host calls only what the policy's minor declares (policy_block_scaling.h).
+  if (facet_->version() < sdk::FacetVersion{1, 1}) return false;
+  return facet_->random_hadamard_transform(slots_[0]);
+}
+
+std::uint64_t BlockQuantizer::hadamard_seed(std::uint64_t run_seed, std::int64_t step,
+                                            std::int64_t micro_batch) const {
+  const std::string key = gemm_key_ + ".wgrad.hadamard.step" + std::to_string(step) + ".micro" +
+                          std::to_string(micro_batch);
+  return derive_seed(run_seed, key.c_str());
+}
+
+// src [rows, cols] → M·src per 16 rows, fp32 [rows16, cols], rows16 = rows rounded up to 16: the
+// padding rows are zero before the transform (as the wgrad GEMM pads the batch; both of its inputs
+// are padded and transformed alike, so dyᵀ·x keeps its value). One strided-batched GEMM with M
+// broadcast: out_b[16, cols] = M[16, 16] · src_b[16, cols].
+sdk::TensorView BlockQuantizer::hadamard_rows(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                                              sdk::GemmFacet& gemm, sdk::TensorView src, int r,
+                                              std::uint64_t sign_seed) {
+  const std::int64_t rows = src.shape.rows(), cols = src.shape.cols();
+  const std::int64_t rows16 = (rows + 15) / 16 * 16;
+  Hadamard& h = hadamard_[r];
+  if (h.matrix.empty()) h.matrix = Tensor(backend, DType::fp32, sdk::Shape{16, 16});
+  const std::array<float, 256> m = sdk::hadamard16(sign_seed);
+  backend->copy_from_host(h.matrix.view(), m.data());
+  sdk::TensorView in = src;
+  if (rows16 != rows) {
+    if (h.padded.empty() || h.padded.shape().numel() < rows16 * cols)
+      h.padded = Tensor(backend, DType::fp32, sdk::Shape{rows16, cols});
+    in = sdk::TensorView{h.padded.view().data, DType::fp32, sdk::Shape{rows16, cols}};
+    backend->fill(in, 0.0f);
+    backend->cast(src, sdk::TensorView{in.data, DType::fp32, sdk::Shape{rows, cols}});
+  }
+  if (h.out.empty() || h.out.shape().numel() < rows16 * cols)
+    h.out = Tensor(backend, DType::fp32, sdk::Shape{rows16, cols});
+  const sdk::TensorView out{h.out.view().data, DType::fp32, sdk::Shape{rows16, cols}};
+  sdk::GemmBatchedArgs g;
+  g.gemm.a.view = h.matrix.view();
+  g.gemm.b.view = sdk::TensorView{in.data, in.dtype, sdk::Shape{16, cols}};
+  g.gemm.c = sdk::TensorView{out.data, DType::fp32, sdk::Shape{16, cols}};
+  g.batch = rows16 / 16;
+  g.stride_a = 0;
+  g.stride_b = 16 * cols;
+  g.stride_c = 16 * cols;
+  gemm.gemm_strided_batched(g);
+  return out;
 }
 
 std::uint64_t BlockQuantizer::seed(std::uint64_t run_seed, const sdk::OperandSlot& slot,
@@ -63,20 +115,25 @@ void BlockQuantizer::quantize(const std::shared_ptr<sdk::DeviceBackend>& backend
                               bool both_passes) {
   const int r = role_index(role);
   const sdk::OperandSlot& slot = slots_[static_cast<std::size_t>(r)];
-  const std::int64_t rows = src.shape.rows(), cols = src.shape.cols();
   const auto passes = passes_of(role);
   sdk::BlockScaledOperandPlan plans[2];
   for (int p = 0; p < 2; ++p) plans[p] = facet_->operand_plan(slot, passes[p].pass, passes[p].axis);
+  // The wgrad pass (the second of x and dy) may read the Hadamard transform of src instead.
+  sdk::TensorView sources[2] = {src, src};
+  const bool hadamard = both_passes && hadamard_on(role);
+  if (hadamard)
+    sources[1] = hadamard_rows(backend, gemm, src, r, hadamard_seed(run_seed, step, micro_batch));
   // Stochastic rounding draws per pass, so only two nearest-even quantizations of one layout
-  // are the same tensor.
-  shared_[r] = plans[0].layout == plans[1].layout && !plans[0].stochastic_rounding &&
+  // (of one source) are the same tensor.
+  shared_[r] = !hadamard && plans[0].layout == plans[1].layout && !plans[0].stochastic_rounding &&
                !plans[1].stochastic_rounding;
   sdk::BlockQuantizeArgs args;
   args.src = src;
   // One call rounds its outputs alike, with one seed: a stochastically rounded pass has a call
   // of its own (its own bits), the nearest-even ones share one read of src.
-  const bool one_call = !plans[0].stochastic_rounding && !plans[1].stochastic_rounding;
+  const bool one_call = !hadamard && !plans[0].stochastic_rounding && !plans[1].stochastic_rounding;
   for (int p = 0; p < (shared_[r] || !both_passes ? 1 : 2); ++p) {
+    const std::int64_t rows = sources[p].shape.rows(), cols = sources[p].shape.cols();
     Buffers& b = buffers_[r][p];
     const sdk::BlockExtent grid = sdk::block_grid(plans[p].layout, rows, cols);
     if (b.codes.empty() || b.codes.shape().numel() < rows * cols)
@@ -94,7 +151,7 @@ void BlockQuantizer::quantize(const std::shared_ptr<sdk::DeviceBackend>& backend
       args.outputs[p] = b.view;
     } else {
       sdk::BlockQuantizeArgs single;
-      single.src = src;
+      single.src = sources[p];
       single.outputs[0] = b.view;
       single.stochastic_rounding = plans[p].stochastic_rounding;
       if (single.stochastic_rounding)

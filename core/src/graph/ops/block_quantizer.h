@@ -13,6 +13,12 @@
 // - Stochastic rounding (where the plan asks for it) draws its bits from seed(): the run's seed,
 //   the slot, the pass, the optimizer step and the micro-batch, so a resumed run rounds as the
 //   uninterrupted one did, and a replay of a step rounds as the step did.
+// - Random Hadamard transform (BlockScalingFacet 1.1, when the policy's minor has it and turns it
+//   on): the wgrad quantizations of x and dy read M·src per 16 rows (support/block_scaling.h's
+//   hadamard16()), computed by the backend's strided-batched GEMM in fp32, the batch rows padded
+//   with zeros to a multiple of 16; both wgrad operands are then [rows16, cols]. The signs come
+//   from the run's seed, the GEMM, the optimizer step and the micro-batch: one M for both inputs
+//   of a step's wgrad, and a resumed run transforms as the uninterrupted one did.
 // - operand() views the last quantization of a role for a pass that quantize() covered; valid
 //   until the next quantize() of that role. Non-owning: the facet is the policy's and outlives the
 //   op.
@@ -52,8 +58,20 @@ class BlockQuantizer {
     Tensor codes, scales, tensor_scale;
     sdk::BlockScaledOperand view;
   };
+  struct Hadamard {
+    Tensor matrix, padded, out;  // M [16, 16]; src padded to [rows16, cols]; M·src
+  };
+  bool hadamard_on(sdk::OperandRole role) const;
+  std::uint64_t hadamard_seed(std::uint64_t run_seed, std::int64_t step,
+                              std::int64_t micro_batch) const;
+  sdk::TensorView hadamard_rows(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                                sdk::GemmFacet& gemm, sdk::TensorView src, int r,
+                                std::uint64_t sign_seed);
+
   const sdk::BlockScalingFacet* facet_ = nullptr;
+  std::string gemm_key_;                    // "<node>.<gemm>": keys the transform's signs
   std::vector<sdk::OperandSlot> slots_;     // per role: input, weight, grad_output
+  Hadamard hadamard_[3];                    // per role (x and dy use theirs)
   Buffers buffers_[3][2];                   // per role, per pass of it (first, second)
   bool shared_[3] = {false, false, false};  // the second pass reads the first's quantization
 };

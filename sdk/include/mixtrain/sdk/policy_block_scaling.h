@@ -44,13 +44,23 @@ struct BlockScaledOperandPlan {
 
 class MIXTRAIN_SDK_API BlockScalingFacet : public Facet {
  public:
-  static constexpr FacetVersion kVersion{1, 0};
+  static constexpr FacetVersion kVersion{1, 1};
   static constexpr std::string_view kName = "block_scaling";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
 
   virtual BlockScaledOperandPlan operand_plan(const OperandSlot& slot, GemmPass pass,
                                               ReductionAxis axis) const = 0;
+
+  // --- 1.1 ---------------------------------------------------------------------------------------
+  // Whether the wgrad GEMM of `gemm` (dW = dyᵀ·x, the slot's role ignored) multiplies both its
+  // inputs by a random Hadamard transform along the batch rows before they are quantized:
+  // per 16 rows M = H·D/4, H the 16×16 Walsh–Hadamard matrix (Sylvester's ±1), D a diagonal of
+  // random signs (support/block_scaling.h's hadamard16(); the host draws the signs from the run's
+  // seed, the GEMM, the optimizer step and the micro-batch, one D for both inputs). MᵀM = I, so
+  // dyᵀ·x is unchanged in exact arithmetic while outliers spread over their 16 rows. Default:
+  // false.
+  virtual bool random_hadamard_transform(const OperandSlot& gemm) const;
 
  protected:
   ~BlockScalingFacet() override;  // not owned through the facet: the policy is

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -800,6 +801,47 @@ TEST(BlockScaling, NumpyAndMlDtypesAgreeBitForBit) {
   }
   EXPECT_EQ(total_bad, 0u) << "mismatches over " << total << " codes in " << layouts.size()
                            << " layouts";
+}
+
+// NVFP4's random Hadamard transform: Sylvester's 16×16 matrix (built here by doubling
+// [[1, 1], [1, -1]], independently of the popcount rule), its columns signed by the seed's bits,
+// scaled by 1/4; orthogonal exactly; the same seed gives the same signs, others differ.
+TEST(BlockScaling, Hadamard16IsSylvestersMatrixWithRandomColumnSignsAndOrthogonal) {
+  std::vector<std::vector<int>> h = {{1}};
+  while (h.size() < 16) {
+    const std::size_t n = h.size();
+    std::vector<std::vector<int>> g(2 * n, std::vector<int>(2 * n));
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j) {
+        g[i][j] = g[i][j + n] = g[i + n][j] = h[i][j];
+        g[i + n][j + n] = -h[i][j];
+      }
+    h = g;
+  }
+  std::vector<std::array<float, 256>> seen;
+  for (std::uint64_t seed : {1ull, 2ull, 99ull, 123456789ull}) {
+    SCOPED_TRACE(seed);
+    const auto m = mixtrain::sdk::hadamard16(seed);
+    EXPECT_EQ(m, mixtrain::sdk::hadamard16(seed));
+    for (int j = 0; j < 16; ++j) {
+      // Column j is ±(column j of H)/4, one sign for the whole column.
+      const float sign = m[static_cast<std::size_t>(j)] * 4.0f * static_cast<float>(h[0][j]);
+      ASSERT_TRUE(sign == 1.0f || sign == -1.0f);
+      for (int i = 0; i < 16; ++i)
+        EXPECT_EQ(m[static_cast<std::size_t>(i * 16 + j)],
+                  sign * 0.25f * static_cast<float>(h[i][j]));
+    }
+    // MᵀM = I, in fp32 with no rounding (every product is ±1/16).
+    for (int a = 0; a < 16; ++a)
+      for (int b = 0; b < 16; ++b) {
+        float dot = 0.0f;
+        for (int i = 0; i < 16; ++i)
+          dot += m[static_cast<std::size_t>(i * 16 + a)] * m[static_cast<std::size_t>(i * 16 + b)];
+        EXPECT_EQ(dot, a == b ? 1.0f : 0.0f) << a << "," << b;
+      }
+    for (const auto& other : seen) EXPECT_NE(m, other);
+    seen.push_back(m);
+  }
 }
 
 }  // namespace

@@ -53,6 +53,7 @@
 // default floating-point environment (no FTZ / DAZ), which the tests run in.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -154,6 +155,12 @@ BlockScaledTensor quantize_block_scaled(std::span<const float> x, std::int64_t r
 std::vector<float> dequantize_block_scaled(const BlockScaledTensor& t);
 // The decoded scale of block (block_row, block_col), the tensor scale not applied.
 float block_scale_value(const BlockScaledTensor& t, std::int64_t block_row, std::int64_t block_col);
+
+// The random Hadamard transform of NVFP4's wgrad inputs (policy_block_scaling.h 1.1): the 16×16
+// matrix M = H·D/4, row-major, H Sylvester's Walsh–Hadamard matrix (H[i][j] = (−1)^popcount(i&j)),
+// D = diag(s_0 … s_15) with s_j = −1 when bit 0 of format_rules::random_bits(sign_seed, j) is set.
+// Every entry is ±1/4, so M is exact in any float format and MᵀM = I exactly.
+std::array<float, 256> hadamard16(std::uint64_t sign_seed);
 
 // Two E2M1 codes per byte, element 2i in the low nibble (Transformer Engine's and CUDA's fp4x2
 // order); an odd count leaves the last high nibble 0. Codes must be < 16.
