@@ -18,7 +18,6 @@ namespace mixtrain::core {
 
 namespace fr = sdk::format_rules;
 using sdk::BlockElement;
-using sdk::BlockScale;
 using sdk::BlockScaledLayout;
 
 namespace {
