@@ -395,6 +395,10 @@ TEST_F(block_scaled_policies, ABackendWithoutTheBlockScaledOpsIsRefusedAtPlanTim
   EXPECT_TRUE(has(r.err, "tiny.toml:23:") && has(r.err, "'fc1'") &&
               has(r.err, "quantize_block_scaled") && has(r.err, "does not provide"))
       << r.err;
+  // It names the device and the way to run the recipe: the CPU's simulator.
+  EXPECT_TRUE(has(r.err, "is block-scaled by the precision policy") &&
+              has(r.err, "--set backend.type=cpu"))
+      << r.err;
   EXPECT_FALSE(fs::exists(dir_ / "runs" / "tiny" / "metrics.jsonl"));
   // The same backend runs the model under an ordinary policy.
   const auto ok =

@@ -9,7 +9,8 @@ namespace mixtrain::core {
 using sdk::DType;
 
 void check_backend(const GraphPlan& plan, const Ops& ops, sdk::DeviceBackend& backend) {
-  const std::string kind = backend.capabilities().kind;
+  const sdk::BackendCapabilities caps = backend.capabilities();
+  const std::string& kind = caps.kind;
   auto stop = [&](std::size_t i, const std::string& who, const BackendNeed& need,
                   const std::string& why) {
     const PlannedNode& node = plan.node(i);
@@ -24,6 +25,20 @@ void check_backend(const GraphPlan& plan, const Ops& ops, sdk::DeviceBackend& ba
               ", which backend '" + kind + "' does not provide: " + why,
           "set train.frozen_format = \"compute\", or use a backend that offers the "
           "quantized_weight facet (backend.type = \"cpu\"; `mixtrain plugins` lists them)");
+    }
+    const auto* gemm_op = std::get_if<sdk::GemmOp>(&need.op);
+    if (gemm_op != nullptr && (*gemm_op == sdk::GemmOp::quantize_block_scaled ||
+                               *gemm_op == sdk::GemmOp::gemm_block_scaled)) {
+      // A block-scaled recipe on a backend (or device) without block-scaled GEMMs: never run
+      // something else in its place; name the device and the simulator that runs the recipe.
+      throw sdk::ConfigError(
+          node.where, node.key,
+          who + " is block-scaled by the precision policy and needs " + need_op_name(need) +
+              " on " + need_dtypes(need) + ", which backend '" + kind + "' on " + caps.device_name +
+              " does not provide: " + why,
+          "run the recipe on the CPU backend's exact simulator (--set backend.type=cpu), keep "
+          "the node out of block scaling with [[precision.override]] layers = \"" +
+              ops[i]->name() + "\", gemm_input = \"bf16\", or choose another precision.policy");
     }
     throw sdk::ConfigError(node.where, node.key,
                            who + " needs " + need_op_name(need) + " on " + need_dtypes(need) +
