@@ -16,7 +16,8 @@
 // - block_element_values: the SDK's decoders, tabulated (exact).
 // - Errors: sdk::BackendError naming the operand and what does not fit.
 // - The GEMM runs on the OpenMP team (about a tenth of the speed of a bf16 GEMM: it multiplies in
-//   double); the quantizer is single-threaded.
+//   double); so does the quantizer's element pass (sdk::encode_block_rows, split by rows), after
+//   one serial pass for the blocks' encodings.
 #pragma once
 
 #include <array>
