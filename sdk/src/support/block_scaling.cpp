@@ -371,10 +371,16 @@ BlockScaledTensor quantize_block_scaled(std::span<const float> x, std::int64_t r
   return t;
 }
 
+namespace {
+// The value of a stored scale code (E4M3 or E8M0 layouts).
+float decode_scale_code(const BlockScaledLayout& layout, std::uint8_t code) {
+  return layout.scale == BlockScale::e4m3 ? fr::decode<fr::E4M3>(code) : fr::decode_e8m0(code);
+}
+}  // namespace
+
 float block_scale_value(const BlockScaledLayout& layout, const BlockEncoding& encoding) {
   if (fp32_scales(layout.scale)) return encoding.scale;
-  return layout.scale == BlockScale::e4m3 ? fr::decode<fr::E4M3>(encoding.scale_code)
-                                          : fr::decode_e8m0(encoding.scale_code);
+  return decode_scale_code(layout, encoding.scale_code);
 }
 
 float block_scale_value(const BlockScaledTensor& t, std::int64_t block_row,
@@ -391,8 +397,7 @@ float block_scale_value(const BlockScaledTensor& t, std::int64_t block_row,
     return t.scales[i];
   }
   if (t.scale_codes.size() != count) fail(t.layout, "the scale codes do not match the block grid");
-  return t.layout.scale == BlockScale::e4m3 ? fr::decode<fr::E4M3>(t.scale_codes[i])
-                                            : fr::decode_e8m0(t.scale_codes[i]);
+  return decode_scale_code(t.layout, t.scale_codes[i]);
 }
 
 std::vector<float> dequantize_block_scaled(const BlockScaledTensor& t) {
@@ -420,9 +425,8 @@ std::vector<float> dequantize_block_scaled(const BlockScaledTensor& t) {
 
   std::vector<float> block_scales(blocks);
   for (std::size_t b = 0; b < blocks; ++b)
-    block_scales[b] = fp32_scales(layout.scale)          ? t.scales[b]
-                      : layout.scale == BlockScale::e4m3 ? fr::decode<fr::E4M3>(t.scale_codes[b])
-                                                         : fr::decode_e8m0(t.scale_codes[b]);
+    block_scales[b] =
+        fp32_scales(layout.scale) ? t.scales[b] : decode_scale_code(layout, t.scale_codes[b]);
 
   const ElementRules er = element_rules(layout.element);
   std::vector<float> out(static_cast<std::size_t>(n));
