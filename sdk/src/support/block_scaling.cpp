@@ -117,7 +117,7 @@ void encode_rows_as(std::span<const float> x, std::int64_t cols, const BlockScal
           codes[i] = 0;
           continue;
         }
-        const float v = enc.encode_scale == 1.0f ? x[i] : x[i] * enc.encode_scale;
+        const float v = fr::block_scaled_value(x[i], enc.encode_scale);
         const u32 code = options.stochastic_rounding_seed
                              ? fr::encode_scaled_stochastic<F>(
                                    v, enc.pow2_shift, true,
@@ -291,14 +291,10 @@ BlockEncodings block_encodings(std::span<const float> x, std::int64_t rows, std:
     switch (layout.scale) {
       case BlockScale::fp32:
       case BlockScale::fp32_pow2: {
-        float s = 1.0f;
-        if (amax > 0.0f) {
-          s = er.max / amax;
-          if (std::isinf(s)) s = FLT_MAX;
-          // s >= 448 / FLT_MAX is a normal fp32: clearing the mantissa is 2^floor(log2 s).
-          if (layout.scale == BlockScale::fp32_pow2) s = fr::float_of(fr::bits_of(s) & 0xFF800000u);
-        }
-        enc.scale = 1.0f / s;
+        // The rule the CUDA kernel shares (float_format_rules.h).
+        const float s =
+            fr::fp32_block_encode_scale(amax, er.max, layout.scale == BlockScale::fp32_pow2);
+        enc.scale = fr::fp32_block_decode_scale(s);
         enc.encode_scale = s;
         break;
       }

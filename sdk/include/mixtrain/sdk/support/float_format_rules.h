@@ -12,7 +12,8 @@
 //   them. decode_bf16 is decode<Bf16>; encode_e8m0 / decode_e8m0 are float_formats.h's.
 // - Only integer operations and one exact fp32 product (a subnormal's code times a power of two,
 //   whose result is a normal fp32): no rounding mode, FTZ / DAZ, FMA contraction or fast-math flag
-//   changes a result, on the host or the device.
+//   changes a result, on the host or the device. The exception is the last section, FP8 block
+//   scaling's fp32 scale rule, which is fp32 division and multiplication by its definition.
 // - Format descriptors: kE exponent bits, kM mantissa bits, kBias, kMax the largest finite
 //   magnitude code, kOverflow the code an overflow gives without saturation (inf, or E4M3's only
 //   NaN; E2M1, which has neither, saturates), kHasInf, kHasNan; the sign sits at bit kE + kM.
@@ -373,6 +374,51 @@ MIXTRAIN_SDK_HOST_DEVICE int mx_scale_exponent_round_up(u32 amax) {
       (static_cast<std::uint64_t>(sig) << F::kM) > (static_cast<std::uint64_t>(max_sig) << 23);
   const int k = e - emax_elem<F>() + (above ? 1 : 0);
   return k < -kE8M0Bias ? -kE8M0Bias : (k > kE8M0Bias ? kE8M0Bias : k);
+}
+
+// ---- FP8 block scaling's fp32 block scales (block_scaling.h) -------------------------------
+// The only rules here with fp32 arithmetic: each step is one IEEE operation rounded to nearest
+// even, spelled with the round-to-nearest intrinsics on the device so no compiler flag (fast
+// math, FMA contraction) changes it; on the host the callers build without contraction. Both
+// assume no FTZ / DAZ (a decode scale 1 / s can be an fp32 subnormal).
+
+MIXTRAIN_SDK_HOST_DEVICE float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+MIXTRAIN_SDK_HOST_DEVICE float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// The encode scale s of a block whose largest magnitude is amax (finite, >= 0), for elements
+// whose largest finite value is max_elem: s = max_elem / amax; amax 0 gives 1 and an infinite
+// quotient FLT_MAX; pow2 then rounds s down to a power of two by clearing its mantissa (s >=
+// 448 / FLT_MAX is a normal fp32, so that is 2^floor(log2 s)).
+MIXTRAIN_SDK_HOST_DEVICE float fp32_block_encode_scale(float amax, float max_elem, bool pow2) {
+  if (amax == 0.0f) return 1.0f;
+  float s = div_rn(max_elem, amax);
+  if (bits_of(s) == 0x7F800000u) s = float_of(0x7F7FFFFFu);
+  if (pow2) s = float_of(bits_of(s) & 0xFF800000u);
+  return s;
+}
+
+// The stored (decode) scale of a block encoded with s: 1 / s.
+MIXTRAIN_SDK_HOST_DEVICE float fp32_block_decode_scale(float s) {
+  return div_rn(1.0f, s);
+}
+
+// The value a block-scaled element encodes: x · encode_scale as one fp32 product, x itself when
+// the scale is 1 (a zero block, MX's power-of-two path).
+MIXTRAIN_SDK_HOST_DEVICE float block_scaled_value(float x, float encode_scale) {
+  return encode_scale == 1.0f ? x : mul_rn(x, encode_scale);
 }
 
 }  // namespace mixtrain::sdk::format_rules
