@@ -42,6 +42,11 @@ void GemmFacet::gemm_block_scaled(const BlockScaledGemmArgs&) {
                      "(--set backend.type=cpu)");
 }
 
+// A backend that offers the block-scaled ops runs every layout unless it says otherwise (1.3).
+std::string GemmFacet::block_layout_refusal(const BlockScaledLayout&) const {
+  return {};
+}
+
 // The block-scaled ops have no row: no backend runs them unless it answers for them itself.
 OpSignature op_signature(GemmOp op) noexcept {
   switch (op) {

@@ -11,13 +11,15 @@
 //   1.2 appended the block-scaled ops, quantize_block_scaled and gemm_block_scaled, with the
 //   types they take; their defaults refuse (supports() false, the call a BackendError), so only a
 //   backend that implements them offers them, and the host refuses a block-scaled plan on any
-//   other at plan time, naming the node.
+//   other at plan time, naming the node. 1.3 appended block_layout_refusal, which narrows them to
+//   the layouts a backend runs on its device (default: every layout).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "mixtrain/sdk/facet.h"
@@ -167,7 +169,7 @@ MIXTRAIN_SDK_API OpSignature op_signature(GemmOp op) noexcept;
 class MIXTRAIN_SDK_API GemmFacet : public Facet {
  public:
   using Op = GemmOp;
-  static constexpr FacetVersion kVersion{1, 2};
+  static constexpr FacetVersion kVersion{1, 3};
   static constexpr std::string_view kName = "gemm";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
@@ -190,6 +192,15 @@ class MIXTRAIN_SDK_API GemmFacet : public Facet {
   // supports() answers false for both ops: a backend offers them by overriding all three.
   virtual void quantize_block_scaled(const BlockQuantizeArgs& args);
   virtual void gemm_block_scaled(const BlockScaledGemmArgs& args);
+
+  // --- 1.3 ---------------------------------------------------------------------------------------
+  // Whether the block-scaled ops run operands of `layout` (quantize outputs and GEMM operands) on
+  // this backend's device: "" when they do, else why not in one sentence naming what is missing
+  // (the device, a library version) and where the layout does run. supports() cannot tell, as it
+  // sees dtypes only; the host asks for every layout a block-scaled node plans, after supports()
+  // answered for the ops, and refuses the plan with this text, naming the node. Default: "" (every
+  // layout block_scaling.h defines, as the CPU backend's simulator runs them).
+  virtual std::string block_layout_refusal(const BlockScaledLayout& layout) const;
 
  protected:
   ~GemmFacet() override;  // not owned through the facet: the backend is
