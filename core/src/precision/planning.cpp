@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/sdk/support/block_scaling.h"
+
 namespace mixtrain::core {
 
 namespace {
@@ -52,6 +54,50 @@ std::string padded_reductions(const sdk::OpDescription& op, const sdk::BlockScal
              (op.gemms.size() > 1 ? "." + gemm.name : "") + these;
   }
   return out;
+}
+
+// Refuses a block-scaled node whose planned layouts the backend's device does not run (gemm facet
+// 1.3's block_layout_refusal: the backend's reason names the device or library), as a ConfigError
+// at the node. A backend without the 1.2 ops, or of an older minor, is left to check_backend
+// (supports() and the facet's version).
+void check_block_layouts(Model& model, std::size_t i, const sdk::BlockScalingFacet& blocks,
+                         bool dgrad) {
+  sdk::Facet* found = model.backend().find_facet(sdk::GemmFacet::kName);
+  if (found == nullptr || found->name() != sdk::GemmFacet::kName) return;
+  const sdk::FacetVersion v = found->version();
+  if (v.major != sdk::GemmFacet::kVersion.major || v.minor < 3) return;
+  const auto& gemm = static_cast<const sdk::GemmFacet&>(*found);
+  const Layer& layer = *model.layers()[i];
+  const sdk::OpDescription op = layer.description();
+  const struct {
+    sdk::OperandRole role;
+    sdk::GemmPass pass;
+    sdk::ReductionAxis axis;
+  } uses[] = {{sdk::OperandRole::input, sdk::GemmPass::forward, sdk::ReductionAxis::cols},
+              {sdk::OperandRole::weight, sdk::GemmPass::forward, sdk::ReductionAxis::cols},
+              {sdk::OperandRole::grad_output, sdk::GemmPass::wgrad, sdk::ReductionAxis::rows},
+              {sdk::OperandRole::input, sdk::GemmPass::wgrad, sdk::ReductionAxis::rows},
+              {sdk::OperandRole::grad_output, sdk::GemmPass::dgrad, sdk::ReductionAxis::cols},
+              {sdk::OperandRole::weight, sdk::GemmPass::dgrad, sdk::ReductionAxis::rows}};
+  for (const auto& g : op.gemms) {
+    if (!g.reads_weight()) continue;
+    for (const auto& u : uses) {
+      if (u.pass == sdk::GemmPass::dgrad && !dgrad) continue;
+      const sdk::OperandSlot slot(op.name, g.name, u.role);
+      const sdk::BlockScaledLayout layout = blocks.operand_plan(slot, u.pass, u.axis).layout;
+      const std::string why = gemm.block_layout_refusal(layout);
+      if (why.empty()) continue;
+      const PlannedNode& node = model.plan().node(i);
+      throw sdk::ConfigError(
+          node.where, node.key,
+          "node '" + layer.name() + "' (" + layer.type() + "): the precision policy block-scales " +
+              slot.name() + " in " + std::string(sdk::gemm_pass_name(u.pass)) + " as " +
+              sdk::describe(layout) + ", which backend '" + model.backend().capabilities().kind +
+              "' does not run here: " + why,
+          "run this policy on the CPU backend's exact simulator (--set backend.type=cpu), or "
+          "choose a precision.policy this device runs natively");
+    }
+  }
 }
 
 bool all_fp32(const sdk::OpPrecision& p) {
@@ -176,8 +222,9 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
       if (!layer.has_gemm() || !sdk::is_fp8(layer.precision().gemm_input)) continue;
       if (layer.set_block_scaling(blocks)) {
         const auto& inputs = model.plan().node(i).inputs;
-        const std::string these = padded_reductions(
-            layer.description(), *blocks, !inputs.empty() && model.plan().needs_grad(inputs[0]));
+        const bool dgrad = !inputs.empty() && model.plan().needs_grad(inputs[0]);
+        check_block_layouts(model, i, *blocks, dgrad);
+        const std::string these = padded_reductions(layer.description(), *blocks, dgrad);
         if (!these.empty()) padded += (padded.empty() ? "" : ";") + these;
         continue;
       }

@@ -4,13 +4,18 @@
 // FP8 scaling slots named per GEMM, "<node>.<gemm>.<role>".
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <set>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cpu_test_backend.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/core/precision/planning.h"
+#include "mixtrain/sdk/policy_block_scaling.h"
+#include "mixtrain/sdk/support/block_scaling.h"
 #include "plugin_test_support.h"
 
 namespace mixtrain::core {
@@ -190,6 +195,84 @@ TEST(PrecisionPlanning, Fp8OperandSlotsAreNamedPerGemm) {
   for (const auto& l : m->layers())
     for (const auto& st : l->operand_stats()) stats.insert(st.slot);
   EXPECT_EQ(stats, expected) << "the FP8 statistics use the policy's slot names";
+}
+
+// A block-scaled policy with fp8-block's layouts (1x128 along each pass's reduction dim, 128x128
+// weights), everything else fp32.
+class Fp8BlockPolicy final : public sdk::PrecisionPolicy, public sdk::BlockScalingFacet {
+ public:
+  sdk::OpPrecision plan(const sdk::OpDescription& op) const override {
+    return {DType::fp32, op.has_gemm() ? DType::fp8_e4m3 : DType::fp32, DType::fp32, DType::fp32};
+  }
+  bool needs_loss_scaling() const override { return false; }
+  sdk::BlockScaledOperandPlan operand_plan(const sdk::OperandSlot& slot, sdk::GemmPass,
+                                           sdk::ReductionAxis axis) const override {
+    return {slot.role() == OperandRole::weight ? sdk::fp8_block_weight_layout()
+                                                : sdk::fp8_block_layout(axis),
+            false};
+  }
+};
+
+// The CPU backend with a gemm facet whose device runs no 128x128 layout (facet 1.3's refusal),
+// as a GPU without them answers.
+class GemmWithout2dBlocks final : public sdk::GemmFacet {
+ public:
+  explicit GemmWithout2dBlocks(sdk::GemmFacet* in) : in_(in) {}
+  bool supports(sdk::GemmOp op, std::span<const DType> dtypes) const override {
+    return in_->supports(op, dtypes);
+  }
+  void gemm(const sdk::GemmArgs& args) override { in_->gemm(args); }
+  void gemm_strided_batched(const sdk::GemmBatchedArgs& args) override {
+    in_->gemm_strided_batched(args);
+  }
+  void quantize_block_scaled(const sdk::BlockQuantizeArgs& args) override {
+    in_->quantize_block_scaled(args);
+  }
+  void gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) override {
+    in_->gemm_block_scaled(args);
+  }
+  std::string block_layout_refusal(const sdk::BlockScaledLayout& layout) const override {
+    return layout.block_rows == 128 && layout.block_cols == 128
+               ? "Test GPU (sm_80) has no 128x128 block scales"
+               : "";
+  }
+
+ private:
+  sdk::GemmFacet* in_;
+};
+
+class CpuWithout2dBlocks final : public test_support::ForwardingBackend {
+ public:
+  CpuWithout2dBlocks()
+      : gemm_(static_cast<sdk::GemmFacet*>(in_->find_facet(sdk::GemmFacet::kName))) {}
+  sdk::Facet* find_facet(std::string_view name) override {
+    return name == sdk::GemmFacet::kName ? &gemm_ : in_->find_facet(name);
+  }
+
+ private:
+  GemmWithout2dBlocks gemm_;
+};
+
+TEST(PrecisionPlanning, ABlockLayoutTheBackendDoesNotRunIsRefusedAtTheNodeWithItsReason) {
+  ModelSpec spec;
+  spec.layers = {test_support::op("linear", "fc1", {{"out", 8}}, {}, {"model.toml", 4, 3}),
+                 test_support::op("linear", "head", {{"out", 3}}, {}, {"model.toml", 5, 3})};
+  Fp8BlockPolicy policy;
+  {
+    Model runs(cpu(), spec, 8, 3);  // the CPU simulator runs every layout
+    EXPECT_NO_THROW(plan_precision(runs, policy, cpu()->capabilities(), {}));
+  }
+  auto backend = std::make_shared<CpuWithout2dBlocks>();
+  Model m(backend, spec, 8, 3);
+  try {
+    plan_precision(m, policy, backend->capabilities(), {});
+    FAIL() << "the plan was accepted";
+  } catch (const sdk::ConfigError& e) {
+    const std::string what = e.full_message();
+    for (const char* part : {"model.toml:4:3", "'fc1'", "fc1.matmul.weight", "128x128",
+                             "Test GPU (sm_80) has no 128x128 block scales", "backend.type=cpu"})
+      EXPECT_NE(what.find(part), std::string::npos) << part << " not in: " << what;
+  }
 }
 
 }  // namespace
