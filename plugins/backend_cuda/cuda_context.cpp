@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 
+#include "cuda_block_scaled_gemm.h"
 #include "cuda_cast_fill.h"
 #include "cuda_gemm.h"
 #ifdef MIXTRAIN_HAVE_CUDNN
@@ -88,11 +89,16 @@ CudaContext::CudaContext(int device_index, bool fp8_fast_accumulation, int gemm_
     };
     gemm->set_out_of_memory_hook(give_back_cache);
     gemm->set_graph_guard(&live_graphs);
+    block_gemm = std::make_unique<BlockScaledGemmEngine>(gemm->handle(), gemm->workspace(),
+                                                         gemm->workspace_bytes(), stream);
+    block_gemm->set_out_of_memory_hook(give_back_cache);
+    block_gemm->set_graph_guard(&live_graphs);
     for (DeviceScratch* s : {&tables, &partial, &partial2, &flags})
       s->set_out_of_memory_hook(give_back_cache);
     for (DeviceScratch* s : {&tables, &partial, &partial2, &flags, &id_check})
       s->set_graph_guard(&live_graphs);
   } catch (...) {
+    block_gemm.reset();
     gemm.reset();
     if (pinned_ != nullptr) cudaFreeHost(pinned_);
     if (label_record != nullptr) cudaFree(label_record);
@@ -112,6 +118,7 @@ CudaContext::~CudaContext() {
 #ifdef MIXTRAIN_HAVE_CUDNN
   conv.reset();
 #endif
+  block_gemm.reset();
   gemm.reset();
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
   if (label_record != nullptr) cudaFree(label_record);
@@ -133,7 +140,8 @@ std::size_t CudaContext::conv_bytes() const {
 void CudaContext::account_buffers() {
   // The fixed cuBLASLt workspace is not counted (like a library's own handle state); grow-only
   // scratch is, as the CPU backend counts its GEMM scratch.
-  const std::size_t now = gemm->device_bytes() - gemm->workspace_bytes() + tables.capacity() +
+  const std::size_t now = gemm->device_bytes() - gemm->workspace_bytes() +
+                          block_gemm->device_bytes() + tables.capacity() +
                           partial.capacity() + partial2.capacity() + flags.capacity() +
                           conv_bytes();
   if (now == buffer_bytes_) return;
@@ -219,6 +227,7 @@ void CudaContext::check_id_errors() {
 
 void CudaContext::free_retired_scratch() noexcept {
   gemm->free_retired_scratch();
+  block_gemm->free_retired_scratch();
   for (DeviceScratch* s : {&tables, &partial, &partial2, &flags, &id_check}) s->free_retired();
 #ifdef MIXTRAIN_HAVE_CUDNN
   if (conv)

@@ -41,7 +41,8 @@
 
 namespace mixtrain::backend_cuda {
 
-class GemmEngine;  // cuda_gemm.h
+class GemmEngine;             // cuda_gemm.h
+class BlockScaledGemmEngine;  // cuda_block_scaled_gemm.h
 struct ConvState;  // cuda_conv_plans.h
 
 class CudaContext {
@@ -101,6 +102,7 @@ class CudaContext {
   cudaStream_t stream = nullptr;  // every op is enqueued on it, in call order
   CachingAllocator allocator;
   std::unique_ptr<GemmEngine> gemm;
+  std::unique_ptr<BlockScaledGemmEngine> block_gemm;  // shares gemm's handle and workspace
   DeviceScratch tables, partial, partial2, flags;
   HostStaging staging;  // copy_from_host through pinned slots: no wait on the stream
   kernels::ErrorRecord* label_record = nullptr;  // device

@@ -131,6 +131,10 @@ class GemmEngine {
   // Workspace plus scratch, for the memory statistics.
   std::size_t device_bytes() const;
   std::size_t workspace_bytes() const { return tuning_.workspace_bytes; }
+  // The handle and workspace, which the block-scaled engine (cuda_block_scaled_gemm.h) shares on
+  // the same stream.
+  cublasLtHandle_t handle() const { return handle_; }
+  void* workspace() const { return workspace_; }
 
  private:
   // m, n, k and the transposes are cuBLASLt's (m and n swapped, its A is our B).

@@ -1,14 +1,60 @@
-// CudaGemm: GEMMs through the context's cuBLASLt engine (cuda_gemm.cpp).
+// CudaGemm: GEMMs through the context's cuBLASLt engine (cuda_gemm.cpp), block-scaled ones through
+// its block-scaled engine (cuda_block_scaled_gemm.cpp) and the fp8-block quantize kernel.
 #include "cuda_gemm_facet.h"
-#include "mixtrain/sdk/support/facet_registry.h"
+
+#include <cublasLt.h>
+#include <cublas_api.h>
+
+#include <stdexcept>
 
 #include "cuda_access.h"
+#include "cuda_block_quantize.h"
+#include "cuda_block_scaled_gemm.h"
 #include "cuda_gemm.h"
 #include "cuda_gemm_routes.h"
+#include "mixtrain/sdk/support/block_scaling.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 namespace mixtrain::backend_cuda {
 
 using sdk::DType;
+
+namespace {
+
+constexpr const char* kQuantize = "quantize_block_scaled";
+
+// One quantize output as the kernel takes it, after checking its views against src's shape.
+kernels::BlockQuantizeOutput output_of(const sdk::BlockScaledOperand& out, std::int64_t rows,
+                                       std::int64_t cols, const BlockScaledDevice& device) {
+  const std::string refusal = block_layout_refusal(device, out.layout);
+  if (!refusal.empty())
+    fail(kQuantize, refusal, "run this policy on the CPU backend's simulator (--set backend.type=cpu)");
+  sdk::BlockExtent grid{};
+  try {
+    grid = sdk::block_grid(out.layout, rows, cols);
+  } catch (const std::invalid_argument& e) {
+    fail(kQuantize, e.what(), "a host bug: the quantize output does not fit its layout");
+  }
+  if (sdk::dtype_size(out.codes.dtype) != 1 || out.codes.numel() != rows * cols ||
+      out.scales.data == nullptr || out.scales.dtype != DType::fp32 ||
+      out.scales.numel() != grid.rows * grid.cols)
+    fail(kQuantize,
+         "an output for " + sdk::describe(out.layout) + " of a [" + std::to_string(rows) + ", " +
+             std::to_string(cols) + "] source needs 1-byte codes of that shape and fp32 scales [" +
+             std::to_string(grid.rows) + ", " + std::to_string(grid.cols) + "]; got codes " +
+             describe(out.codes) + ", scales " + describe(out.scales),
+         "a host bug: the quantize output does not fit its layout");
+  kernels::BlockQuantizeOutput k;
+  k.codes = static_cast<std::uint8_t*>(out.codes.data);
+  k.scales = static_cast<float*>(out.scales.data);
+  k.block_rows = static_cast<int>(out.layout.block_rows);
+  k.block_cols = static_cast<int>(out.layout.block_cols);
+  k.e5m2 = out.layout.element == sdk::BlockElement::e5m2;
+  k.pow2 = out.layout.scale == sdk::BlockScale::fp32_pow2;
+  return k;
+}
+
+}  // namespace
 
 void CudaGemm::gemm(const sdk::GemmArgs& args) {
   context_.activate();
@@ -23,8 +69,50 @@ void CudaGemm::gemm_strided_batched(const sdk::GemmBatchedArgs& args) {
   context_.account_buffers();
 }
 
+BlockScaledDevice CudaGemm::block_device() const {
+  return {context_.sm, context_.device_name, static_cast<int>(cublasLtGetVersion()),
+          CUBLAS_VERSION};
+}
+
 bool CudaGemm::supports(sdk::GemmOp op, std::span<const DType> dtypes) const {
-  return gemm_supported(context_.capabilities(), op, dtypes);
+  if (op != sdk::GemmOp::quantize_block_scaled && op != sdk::GemmOp::gemm_block_scaled)
+    return gemm_supported(context_.capabilities(), op, dtypes);
+  if (dtypes.size() != 1 || !is_storage_float(dtypes[0]) || dtypes[0] == DType::tf32)
+    return false;
+  return block_scaled_ops_available(block_device());
+}
+
+std::string CudaGemm::block_layout_refusal(const sdk::BlockScaledLayout& layout) const {
+  return backend_cuda::block_layout_refusal(block_device(), layout);
+}
+
+void CudaGemm::quantize_block_scaled(const sdk::BlockQuantizeArgs& args) {
+  context_.activate();
+  const sdk::TensorView& src = args.src;
+  if (src.data == nullptr && src.numel() != 0)
+    fail(kQuantize, "src has no data", "a host bug");
+  if (!is_storage_float(src.dtype) || src.dtype == DType::tf32)
+    fail(kQuantize, "src " + describe(src) + " must be fp32, bf16 or fp16",
+         "cast it first (backend.cast)");
+  const std::int64_t cols = src.shape.cols();
+  const std::int64_t rows = cols == 0 ? 0 : src.numel() / cols;
+  const BlockScaledDevice device = block_device();
+  kernels::BlockQuantizeOutput outs[2];
+  for (int i = 0; i < 2; ++i)
+    if (!args.outputs[i].codes.empty()) outs[i] = output_of(args.outputs[i], rows, cols, device);
+  if ((rows + 127) / 128 > 65535)
+    fail(kQuantize, "src " + describe(src) + " has more than 65535 x 128 rows",
+         "quantize it in pieces of fewer rows");
+  check_cuda(kernels::quantize_fp8_blocks(src.data, elem_of(src.dtype), rows, cols, outs[0],
+                                          outs[1], args.stochastic_rounding, args.seed,
+                                          context_.stream),
+             kQuantize, "fp8-block quantize kernel");
+}
+
+void CudaGemm::gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) {
+  context_.activate();
+  context_.block_gemm->run(args);
+  context_.account_buffers();
 }
 
 // The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).

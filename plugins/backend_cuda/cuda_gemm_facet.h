@@ -1,16 +1,24 @@
 // CudaGemm: the CUDA backend's GemmFacet (sdk/backend_gemm.h): single and strided-batched GEMMs
-// through the context's cuBLASLt engine (cuda_gemm.h), on Tensor Cores.
+// through the context's cuBLASLt engine (cuda_gemm.h), on Tensor Cores, and the block-scaled ops
+// of fp8-block on sm_90.
 //
 // Contract (in addition to sdk/backend_gemm.h)
 // - supports() is the SDK's table narrowed to the A/B dtypes the device's capabilities() declare
-//   (FP8 only on sm_89+).
+//   (FP8 only on sm_89+); the block-scaled ops on fp32 / bf16 / fp16 (src; C) only where some
+//   layout runs (cuda_block_scaled_rules.h: sm_90 with cuBLASLt 12.9+), and
+//   block_layout_refusal() names the device and library for each layout that does not.
 // - gemm_strided_batched is one cuBLASLt strided-batched matmul where cuBLASLt takes the layouts
 //   (GemmEngine::run_batched), else one GEMM per batch.
-// - Scratch the engine grows is folded into the backend's memory statistics after each call.
+// - quantize_block_scaled: the fp8-block quantize kernel (cuda_block_quantize.h), both outputs
+//   from one read of src; gemm_block_scaled: BlockScaledGemmEngine (cuda_block_scaled_gemm.h).
+//   Both check their views and raise BackendError for a layout they do not run.
+// - Scratch the engines grow is folded into the backend's memory statistics after each call.
 #pragma once
 
 #include <span>
+#include <string>
 
+#include "cuda_block_scaled_rules.h"
 #include "cuda_context.h"
 #include "mixtrain/sdk/backend_gemm.h"
 
@@ -23,8 +31,13 @@ class CudaGemm final : public sdk::GemmFacet {
   bool supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const override;
   void gemm(const sdk::GemmArgs& args) override;
   void gemm_strided_batched(const sdk::GemmBatchedArgs& args) override;
+  void quantize_block_scaled(const sdk::BlockQuantizeArgs& args) override;
+  void gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) override;
+  std::string block_layout_refusal(const sdk::BlockScaledLayout& layout) const override;
 
  private:
+  BlockScaledDevice block_device() const;
+
   CudaContext& context_;
 };
 

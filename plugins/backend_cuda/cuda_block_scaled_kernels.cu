@@ -1,0 +1,112 @@
+// Operand packing, scale arrangement and the epilogue of the block-scaled GEMM (contract in
+// cuda_block_scaled_kernels.h).
+#include "cuda_block_scaled_kernels.h"
+#include "cuda_device.cuh"
+
+namespace mixtrain::backend_cuda::kernels {
+
+namespace {
+
+namespace bs = block_scales;
+
+constexpr int kSide = 32;  // a 32 x 32 tile of codes per block of 32 x 8 threads
+constexpr int kRowsPerPass = 8;
+
+// out is [outer_pad, k_pad]; the grid covers it in 32 x 32 tiles (x along k, y along outer).
+__global__ void __launch_bounds__(kSide * kRowsPerPass)
+    pack_kernel(const std::uint8_t* codes, std::int64_t stored_cols, bool transpose,
+                std::int64_t outer, std::int64_t k, std::int64_t outer_pad, std::int64_t k_pad,
+                std::uint8_t* out) {
+  __shared__ std::uint8_t tile[kSide][kSide + 1];  // [o][kk]
+  const std::int64_t o0 = static_cast<std::int64_t>(blockIdx.y) * kSide;
+  const std::int64_t k0 = static_cast<std::int64_t>(blockIdx.x) * kSide;
+  const int x = static_cast<int>(threadIdx.x);
+  // Reads walk the stored rows (coalesced), writes walk k.
+  for (int j = static_cast<int>(threadIdx.y); j < kSide; j += kRowsPerPass) {
+    if (transpose) {
+      const std::int64_t kk = k0 + j, o = o0 + x;
+      tile[x][j] = o < outer && kk < k ? codes[kk * stored_cols + o] : std::uint8_t{0};
+    } else {
+      const std::int64_t o = o0 + j, kk = k0 + x;
+      tile[j][x] = o < outer && kk < k ? codes[o * stored_cols + kk] : std::uint8_t{0};
+    }
+  }
+  __syncthreads();
+  for (int j = static_cast<int>(threadIdx.y); j < kSide; j += kRowsPerPass) {
+    const std::int64_t o = o0 + j, kk = k0 + x;
+    if (o < outer_pad && kk < k_pad) out[o * k_pad + kk] = tile[j][x];
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    arrange_kernel(const float* scales, bs::ScaleSource source, bool two_d, std::int64_t outer,
+                   std::int64_t k, float* out) {
+  const std::int64_t L = (k + 127) / 128;
+  const std::int64_t count = two_d ? bs::blk128_count(outer, L) : bs::vec128_count(outer, L);
+  for (std::int64_t i = global_thread(); i < count; i += grid_threads()) {
+    float v = 0.0f;
+    if (two_d) {
+      const std::int64_t l4 = bs::round_up(L, 4), ob = i / l4, l = i % l4;
+      if (l < L) v = scales[bs::sdk_scale_index(source, ob * 128, l * 128)];
+    } else {
+      const std::int64_t pad = bs::round_up(outer, 4), l = i / pad, o = i % pad;
+      if (o < outer) v = scales[bs::sdk_scale_index(source, o, l * 128)];
+    }
+    out[i] = v;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    epilogue_kernel(const float* d, std::int64_t ldd, std::int64_t m, std::int64_t n, void* c,
+                    Elem c_elem, float beta, const float* bias, bool has_activation, int act,
+                    void* pre, Elem pre_elem) {
+  for (std::int64_t i = global_thread(); i < m * n; i += grid_threads()) {
+    const std::int64_t row = i / n, col = i % n;
+    float z = d[row * ldd + col];
+    if (beta != 0.0f) z += beta * load(c, c_elem, i);
+    if (bias != nullptr) z += bias[col];
+    if (pre != nullptr) store(pre, pre_elem, i, z);
+    const float y = !has_activation ? z
+                    : act == 0      ? element::activation<0>(z)
+                                    : element::activation<1>(z);
+    store(c, c_elem, i, y);
+  }
+}
+
+}  // namespace
+
+cudaError_t pack_codes_k_major(const std::uint8_t* codes, std::int64_t stored_cols, bool transpose,
+                               std::int64_t outer, std::int64_t k, std::int64_t outer_pad,
+                               std::int64_t k_pad, std::uint8_t* out, cudaStream_t stream) {
+  if (outer_pad <= 0 || k_pad <= 0) return cudaSuccess;
+  const std::int64_t gy = (outer_pad + kSide - 1) / kSide, gx = (k_pad + kSide - 1) / kSide;
+  if (gy > 65535 || gx > INT32_MAX) return cudaErrorInvalidValue;
+  pack_kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)),
+                dim3(kSide, kRowsPerPass), 0, stream>>>(codes, stored_cols, transpose, outer, k,
+                                                        outer_pad, k_pad, out);
+  return cudaGetLastError();
+}
+
+cudaError_t arrange_fp32_scales(const float* scales, const block_scales::ScaleSource& source,
+                                bool two_d, std::int64_t outer, std::int64_t k, float* out,
+                                cudaStream_t stream) {
+  const std::int64_t L = (k + 127) / 128;
+  const std::int64_t count =
+      two_d ? block_scales::blk128_count(outer, L) : block_scales::vec128_count(outer, L);
+  if (count == 0) return cudaSuccess;
+  arrange_kernel<<<grid_for(count), kThreads, 0, stream>>>(scales, source, two_d, outer, k, out);
+  return cudaGetLastError();
+}
+
+cudaError_t block_gemm_epilogue(const float* d, std::int64_t ldd, std::int64_t m, std::int64_t n,
+                                void* c, Elem c_elem, float beta, const float* bias,
+                                bool has_activation, int act, void* pre_activation, Elem pre_elem,
+                                cudaStream_t stream) {
+  if (m * n == 0) return cudaSuccess;
+  epilogue_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(d, ldd, m, n, c, c_elem, beta, bias,
+                                                            has_activation, act, pre_activation,
+                                                            pre_elem);
+  return cudaGetLastError();
+}
+
+}  // namespace mixtrain::backend_cuda::kernels
