@@ -27,7 +27,7 @@ import os
 import statistics
 
 NAMES = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16-mixed", "fp16": "fp16-mixed",
-         "fp8": "fp8-delayed"}
+         "fp8": "fp8-delayed", "fp8-block": "fp8-block"}
 MiB = 1024.0 ** 2
 
 
