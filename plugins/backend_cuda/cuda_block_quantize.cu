@@ -73,17 +73,18 @@ __global__ void __launch_bounds__(kQuantizeThreads)
     if (out.codes == nullptr) continue;
     const Shape shape = shape_of(out);
     if (t < kTile) {
-      const bq::BlockStats s = shape == Shape::rows_1x128   ? bq::BlockStats{row_amax[t], row_finite[t]}
-                               : shape == Shape::cols_128x1 ? bq::BlockStats{col_amax[t], col_finite[t]}
-                                                            : whole;
+      const bq::BlockStats s =
+          shape == Shape::rows_1x128   ? bq::BlockStats{row_amax[t], row_finite[t]}
+          : shape == Shape::cols_128x1 ? bq::BlockStats{col_amax[t], col_finite[t]}
+                                       : whole;
       const bq::Fp32Encoding e = bq::encode_block(s, out.e5m2, out.pow2);
       encode_scale[t] = e.encode_scale;
       encode_finite[t] = e.finite;
       if (shape == Shape::rows_1x128) {
         if (r0 + t < rows) out.scales[(r0 + t) * grid_cols + blockIdx.x] = e.decode_scale;
       } else if (shape == Shape::cols_128x1) {
-        if (c0 + t < cols) out.scales[static_cast<std::int64_t>(blockIdx.y) * cols + c0 + t] =
-            e.decode_scale;
+        if (c0 + t < cols)
+          out.scales[static_cast<std::int64_t>(blockIdx.y) * cols + c0 + t] = e.decode_scale;
       } else if (t == 0) {
         out.scales[static_cast<std::int64_t>(blockIdx.y) * grid_cols + blockIdx.x] = e.decode_scale;
       }
@@ -106,8 +107,8 @@ __global__ void __launch_bounds__(kQuantizeThreads)
 
 bool valid(const BlockQuantizeOutput& o) {
   if (o.codes == nullptr) return true;
-  const bool one_d = (o.block_rows == 1 && o.block_cols == kTile) ||
-                     (o.block_rows == kTile && o.block_cols == 1);
+  const bool one_d =
+      (o.block_rows == 1 && o.block_cols == kTile) || (o.block_rows == kTile && o.block_cols == 1);
   return o.scales != nullptr && (one_d || (o.block_rows == kTile && o.block_cols == kTile));
 }
 

@@ -68,8 +68,7 @@ MIXTRAIN_SDK_HOST_DEVICE std::int64_t blk128_count(std::int64_t outer, std::int6
 }
 
 // VEC32_UE8M0 / VEC16_UE4M3 (one byte per scale): the 128 x 4 tiled layout.
-MIXTRAIN_SDK_HOST_DEVICE std::int64_t tiled_offset(std::int64_t o, std::int64_t l,
-                                                   std::int64_t L) {
+MIXTRAIN_SDK_HOST_DEVICE std::int64_t tiled_offset(std::int64_t o, std::int64_t l, std::int64_t L) {
   const std::int64_t tiles_per_row = round_up(L, 4) / 4;
   const std::int64_t tile = (o / 128) * tiles_per_row + l / 4;
   return tile * 512 + (o % 32) * 16 + ((o % 128) / 32) * 4 + l % 4;

@@ -88,9 +88,10 @@ LtOperand prepare(const sdk::BlockScaledOperand& op, bool frame_transpose, std::
   r.two_d = along_k == 128 && along_outer == 128;
   if (!r.two_d && !(along_k == 128 && along_outer == 1))
     fail(kOp,
-         who + ": cuBLASLt scales 1x128 blocks along the reduction dim or 128x128 blocks; these "
-               "are " + std::to_string(along_outer) + "x" + std::to_string(along_k) +
-             " (outer x reduction)",
+         who +
+             ": cuBLASLt scales 1x128 blocks along the reduction dim or 128x128 blocks; these "
+             "are " +
+             std::to_string(along_outer) + "x" + std::to_string(along_k) + " (outer x reduction)",
          hint);
   r.type = l.element == sdk::BlockElement::e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
   const auto* codes = static_cast<const std::uint8_t*>(op.codes.data);
@@ -101,8 +102,8 @@ LtOperand prepare(const sdk::BlockScaledOperand& op, bool frame_transpose, std::
   } else {
     auto* packed = static_cast<std::uint8_t*>(
         codes_scratch.get(static_cast<std::size_t>(outer_pad * k_pad), stream, kOp));
-    check_cuda(kernels::pack_codes_k_major(codes, cols, frame_transpose, outer, k, outer_pad,
-                                           k_pad, packed, stream),
+    check_cuda(kernels::pack_codes_k_major(codes, cols, frame_transpose, outer, k, outer_pad, k_pad,
+                                           packed, stream),
                kOp, "operand packing kernel");
     r.codes = packed;
   }
@@ -110,8 +111,8 @@ LtOperand prepare(const sdk::BlockScaledOperand& op, bool frame_transpose, std::
   const std::int64_t count = r.two_d ? bs::blk128_count(outer, L) : bs::vec128_count(outer, L);
   auto* arranged = static_cast<float*>(
       scales_scratch.get(static_cast<std::size_t>(count) * sizeof(float), stream, kOp));
-  const bs::ScaleSource source{(cols + l.block_cols - 1) / l.block_cols, l.block_rows,
-                               l.block_cols, frame_transpose};
+  const bs::ScaleSource source{(cols + l.block_cols - 1) / l.block_cols, l.block_rows, l.block_cols,
+                               frame_transpose};
   check_cuda(kernels::arrange_fp32_scales(static_cast<const float*>(op.scales.data), source,
                                           r.two_d, outer, k, arranged, stream),
              kOp, "scale arrangement kernel");
@@ -155,12 +156,12 @@ void BlockScaledGemmEngine::free_retired_scratch() noexcept {
 }
 
 std::size_t BlockScaledGemmEngine::device_bytes() const {
-  return codes_a_.capacity() + codes_b_.capacity() + scales_a_.capacity() +
-         scales_b_.capacity() + d_.capacity();
+  return codes_a_.capacity() + codes_b_.capacity() + scales_a_.capacity() + scales_b_.capacity() +
+         d_.capacity();
 }
 
 BlockScaledGemmEngine::Plan& BlockScaledGemmEngine::plan_for(const Key& key,
-                                                              const void* scale_placeholder) {
+                                                             const void* scale_placeholder) {
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   Plan& plan = plans_[key];
 #if CUBLAS_VERSION >= 120900
@@ -173,34 +174,30 @@ BlockScaledGemmEngine::Plan& BlockScaledGemmEngine::plan_for(const Key& key,
   }
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;  // "TN": k contiguous in both
   const std::int32_t modes[2] = {a_mode, b_mode};
-  bool ok =
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ==
-          CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ==
-          CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &modes[0],
-                                     sizeof modes[0]) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &modes[1],
-                                     sizeof modes[1]) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                     &scale_placeholder,
-                                     sizeof scale_placeholder) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                     &scale_placeholder,
-                                     sizeof scale_placeholder) == CUBLAS_STATUS_SUCCESS;
+  bool ok = cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                           sizeof ta) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                           sizeof tb) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &modes[0],
+                                           sizeof modes[0]) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &modes[1],
+                                           sizeof modes[1]) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                           &scale_placeholder,
+                                           sizeof scale_placeholder) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                           &scale_placeholder,
+                                           sizeof scale_placeholder) == CUBLAS_STATUS_SUCCESS;
   // cuBLASLt's A is [k, m_lt] and its B [k, n_lt], column-major, k contiguous; D [m_lt, n_lt].
-  ok = ok && cublasLtMatrixLayoutCreate(&plan.a, static_cast<cudaDataType_t>(a_type),
-                                        static_cast<std::uint64_t>(k),
-                                        static_cast<std::uint64_t>(m_lt), k) ==
-                 CUBLAS_STATUS_SUCCESS;
-  ok = ok && cublasLtMatrixLayoutCreate(&plan.b, static_cast<cudaDataType_t>(b_type),
-                                        static_cast<std::uint64_t>(k),
-                                        static_cast<std::uint64_t>(n_lt), k) ==
-                 CUBLAS_STATUS_SUCCESS;
-  ok = ok && cublasLtMatrixLayoutCreate(&plan.d, static_cast<cudaDataType_t>(d_type),
-                                        static_cast<std::uint64_t>(m_lt),
-                                        static_cast<std::uint64_t>(n_lt), ldd) ==
-                 CUBLAS_STATUS_SUCCESS;
+  ok = ok && cublasLtMatrixLayoutCreate(
+                 &plan.a, static_cast<cudaDataType_t>(a_type), static_cast<std::uint64_t>(k),
+                 static_cast<std::uint64_t>(m_lt), k) == CUBLAS_STATUS_SUCCESS;
+  ok = ok && cublasLtMatrixLayoutCreate(
+                 &plan.b, static_cast<cudaDataType_t>(b_type), static_cast<std::uint64_t>(k),
+                 static_cast<std::uint64_t>(n_lt), k) == CUBLAS_STATUS_SUCCESS;
+  ok = ok && cublasLtMatrixLayoutCreate(
+                 &plan.d, static_cast<cudaDataType_t>(d_type), static_cast<std::uint64_t>(m_lt),
+                 static_cast<std::uint64_t>(n_lt), ldd) == CUBLAS_STATUS_SUCCESS;
   if (!ok) return plan;
   cublasLtMatmulPreference_t pref = nullptr;
   if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return plan;
@@ -237,17 +234,18 @@ void BlockScaledGemmEngine::run(const sdk::BlockScaledGemmArgs& args) {
              std::to_string(kb) + ", " + std::to_string(n) + "]",
          kHostBugHint);
   if (!is_storage_float(args.c.dtype) || args.c.numel() != m * n)
-    fail(kOp, "C must be fp32, bf16 or fp16 [m, n] = [" + std::to_string(m) + ", " +
-                  std::to_string(n) + "], not " + describe(args.c),
+    fail(kOp,
+         "C must be fp32, bf16 or fp16 [m, n] = [" + std::to_string(m) + ", " + std::to_string(n) +
+             "], not " + describe(args.c),
          kHostBugHint);
   const bool has_bias = !args.bias.empty();
   if (has_bias && (args.bias.dtype != DType::fp32 || args.bias.numel() != n))
     fail(kOp, "bias must be fp32 [n], not " + describe(args.bias), kHostBugHint);
   const bool has_pre = args.has_activation && !args.pre_activation.empty();
-  if (has_pre && (!is_storage_float(args.pre_activation.dtype) ||
-                  args.pre_activation.numel() != m * n))
-    fail(kOp, "pre_activation must be fp32, bf16 or fp16 [m, n], not " +
-                  describe(args.pre_activation),
+  if (has_pre &&
+      (!is_storage_float(args.pre_activation.dtype) || args.pre_activation.numel() != m * n))
+    fail(kOp,
+         "pre_activation must be fp32, bf16 or fp16 [m, n], not " + describe(args.pre_activation),
          kHostBugHint);
   if (m == 0 || n == 0) return;
 #if CUBLAS_VERSION >= 120900
@@ -263,10 +261,10 @@ void BlockScaledGemmEngine::run(const sdk::BlockScaledGemmArgs& args) {
   const std::int64_t m_lt = direct ? n : bs::round_up(n, 4);
   const std::int64_t n_lt = direct ? m : bs::round_up(m, 4);
   if (k == 0) {  // no products: z = beta * C + bias
-    auto* d = static_cast<float*>(
-        d_.get(static_cast<std::size_t>(m * n) * sizeof(float), stream_, kOp));
-    check_cuda(cudaMemsetAsync(d, 0, static_cast<std::size_t>(m * n) * sizeof(float), stream_),
-               kOp, "cudaMemsetAsync");
+    auto* d =
+        static_cast<float*>(d_.get(static_cast<std::size_t>(m * n) * sizeof(float), stream_, kOp));
+    check_cuda(cudaMemsetAsync(d, 0, static_cast<std::size_t>(m * n) * sizeof(float), stream_), kOp,
+               "cudaMemsetAsync");
     check_cuda(kernels::block_gemm_epilogue(d, n, m, n, args.c.data, c_elem, args.beta, bias,
                                             args.has_activation, act, pre, pre_elem, stream_),
                kOp, "epilogue kernel");
@@ -274,8 +272,8 @@ void BlockScaledGemmEngine::run(const sdk::BlockScaledGemmArgs& args) {
   }
   const std::int64_t k_pad = bs::round_up(k, 128);
   // cuBLASLt's A is our B (op-frame op(B)^T, [n, k]: stored (kk, j) unless B is transposed).
-  const LtOperand lt_a = prepare(args.b, !args.b.transpose, n, k, m_lt, k_pad, codes_b_, scales_b_,
-                                 "B", stream_);
+  const LtOperand lt_a =
+      prepare(args.b, !args.b.transpose, n, k, m_lt, k_pad, codes_b_, scales_b_, "B", stream_);
   const LtOperand lt_b =
       prepare(args.a, args.a.transpose, m, k, n_lt, k_pad, codes_a_, scales_a_, "A", stream_);
   if (lt_a.two_d && lt_b.two_d)
@@ -316,13 +314,12 @@ void BlockScaledGemmEngine::run(const sdk::BlockScaledGemmArgs& args) {
                                               &lt_b.scales, sizeof lt_b.scales),
                "setting the B scale pointer");
   void* d = args.c.data;
-  if (!direct)
-    d = d_.get(static_cast<std::size_t>(m_lt * n_lt) * sizeof(float), stream_, kOp);
+  if (!direct) d = d_.get(static_cast<std::size_t>(m_lt * n_lt) * sizeof(float), stream_, kOp);
   const float alpha = args.alpha;
-  check_cublas(cublasLtMatmul(handle_, plan.desc, &alpha, lt_a.codes, plan.a, lt_b.codes, plan.b,
-                              &beta, d, plan.d, d, plan.d, &plan.algo, workspace_,
-                              workspace_bytes_, stream_),
-               "cublasLtMatmul (block-scaled)");
+  check_cublas(
+      cublasLtMatmul(handle_, plan.desc, &alpha, lt_a.codes, plan.a, lt_b.codes, plan.b, &beta, d,
+                     plan.d, d, plan.d, &plan.algo, workspace_, workspace_bytes_, stream_),
+      "cublasLtMatmul (block-scaled)");
   if (!direct)
     check_cuda(kernels::block_gemm_epilogue(static_cast<const float*>(d), ldd, m, n, args.c.data,
                                             c_elem, args.beta, bias, args.has_activation, act, pre,

@@ -13,7 +13,7 @@ constexpr int kSide = 32;  // a 32 x 32 tile of codes per block of 32 x 8 thread
 constexpr int kRowsPerPass = 8;
 
 // out is [outer_pad, k_pad]; the grid covers it in 32 x 32 tiles (x along k, y along outer).
-__global__ void __launch_bounds__(kSide * kRowsPerPass)
+__global__ void __launch_bounds__(kSide* kRowsPerPass)
     pack_kernel(const std::uint8_t* codes, std::int64_t stored_cols, bool transpose,
                 std::int64_t outer, std::int64_t k, std::int64_t outer_pad, std::int64_t k_pad,
                 std::uint8_t* out) {
@@ -103,9 +103,8 @@ cudaError_t block_gemm_epilogue(const float* d, std::int64_t ldd, std::int64_t m
                                 bool has_activation, int act, void* pre_activation, Elem pre_elem,
                                 cudaStream_t stream) {
   if (m * n == 0) return cudaSuccess;
-  epilogue_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(d, ldd, m, n, c, c_elem, beta, bias,
-                                                            has_activation, act, pre_activation,
-                                                            pre_elem);
+  epilogue_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(
+      d, ldd, m, n, c, c_elem, beta, bias, has_activation, act, pre_activation, pre_elem);
   return cudaGetLastError();
 }
 

@@ -19,8 +19,7 @@ std::string version_text(int v) {
 }
 
 std::string device_text(const BlockScaledDevice& d) {
-  return (d.name.empty() ? std::string("this GPU") : d.name) + " (sm_" + std::to_string(d.sm) +
-         ")";
+  return (d.name.empty() ? std::string("this GPU") : d.name) + " (sm_" + std::to_string(d.sm) + ")";
 }
 
 bool fp32_scales(const BlockScaledLayout& l) {
@@ -43,10 +42,10 @@ std::string library_shortfall(const BlockScaledDevice& d, int needed, const char
 }  // namespace
 
 std::string block_recipe_name(const BlockScaledLayout& layout) {
-  const char* recipe = fp32_scales(layout)              ? "fp8-block"
-                       : layout.scale == BlockScale::e4m3 ? "nvfp4"
+  const char* recipe = fp32_scales(layout)                    ? "fp8-block"
+                       : layout.scale == BlockScale::e4m3     ? "nvfp4"
                        : layout.element == BlockElement::e2m1 ? "mxfp4"
-                                                            : "mxfp8";
+                                                              : "mxfp8";
   return std::string("\"") + recipe + "\" (" + sdk::describe(layout) + ")";
 }
 
@@ -63,14 +62,16 @@ BlockScaledRoute block_scaled_route(const BlockScaledDevice& device,
     }
     const bool one_d = lo == 1 && hi == 128, two_d = lo == 128 && hi == 128;
     if (!one_d && !two_d) {
-      r.refusal = what + " has blocks cuBLASLt does not scale: its fp32 block scales are 1x128 "
-                         "along the reduction dim (VEC128_32F) or 128x128 (BLK128x128_32F)";
+      r.refusal = what +
+                  " has blocks cuBLASLt does not scale: its fp32 block scales are 1x128 "
+                  "along the reduction dim (VEC128_32F) or 128x128 (BLK128x128_32F)";
       return r;
     }
     if (device.sm / 10 != 9) {
-      r.refusal = what + " runs natively only on Hopper (sm_90): cuBLAS documents its fp32 block "
-                         "scale modes (VEC128_32F, BLK128x128_32F) for compute capability 9.0 "
-                         "alone, and this device is " +
+      r.refusal = what +
+                  " runs natively only on Hopper (sm_90): cuBLAS documents its fp32 block "
+                  "scale modes (VEC128_32F, BLK128x128_32F) for compute capability 9.0 "
+                  "alone, and this device is " +
                   device_text(device) +
                   (device.sm >= 100 ? " (on Blackwell the recipe to run natively is mxfp8)" : "");
       return r;
@@ -88,8 +89,9 @@ BlockScaledRoute block_scaled_route(const BlockScaledDevice& device,
   const bool mx_shape = mx && lo == 1 && hi == 32 && layout.element != BlockElement::e2m1;
   const bool nv_shape = nv && ((lo == 1 && hi == 16) || (lo == 16 && hi == 16));
   if (!mx_shape && !nv_shape) {
-    r.refusal = what + " has no cuBLASLt scale mode: cuBLASLt scales fp8 elements by E8M0 per 1x32 "
-                       "(VEC32_UE8M0) and e2m1 elements by E4M3 per 1x16 (VEC16_UE4M3)";
+    r.refusal = what +
+                " has no cuBLASLt scale mode: cuBLASLt scales fp8 elements by E8M0 per 1x32 "
+                "(VEC32_UE8M0) and e2m1 elements by E4M3 per 1x16 (VEC16_UE4M3)";
     return r;
   }
   const char* mode_name = mx_shape ? "VEC32_UE8M0" : "VEC16_UE4M3";
@@ -111,12 +113,12 @@ bool implemented(BlockScaleMode mode) {
   return mode == BlockScaleMode::vec128_fp32 || mode == BlockScaleMode::blk128x128_fp32;
 }
 
-std::string block_layout_refusal(const BlockScaledDevice& device,
-                                 const BlockScaledLayout& layout) {
+std::string block_layout_refusal(const BlockScaledDevice& device, const BlockScaledLayout& layout) {
   const BlockScaledRoute r = block_scaled_route(device, layout);
   if (r.mode == BlockScaleMode::none) return r.refusal;
   if (implemented(r.mode)) return {};
-  return block_recipe_name(layout) + " would run on " + device_text(device) + " through cuBLASLt's " +
+  return block_recipe_name(layout) + " would run on " + device_text(device) +
+         " through cuBLASLt's " +
          (r.mode == BlockScaleMode::vec32_ue8m0 ? "VEC32_UE8M0" : "VEC16_UE4M3") +
          ", which this backend does not implement yet";
 }

@@ -29,18 +29,18 @@ inline constexpr int kCublasFp32BlockScales = 120900;  // VEC128_32F, BLK128x128
 inline constexpr int kCublasMxScales = 120800;         // VEC32_UE8M0, VEC16_UE4M3
 
 struct BlockScaledDevice {
-  int sm = 0;                 // 90 for sm_90
-  std::string name;           // "NVIDIA H200"
-  int cublaslt_runtime = 0;   // cublasLtGetVersion()
-  int cublaslt_headers = 0;   // CUBLAS_VERSION this backend was built against
+  int sm = 0;                // 90 for sm_90
+  std::string name;          // "NVIDIA H200"
+  int cublaslt_runtime = 0;  // cublasLtGetVersion()
+  int cublaslt_headers = 0;  // CUBLAS_VERSION this backend was built against
 };
 
 enum class BlockScaleMode {
-  none,               // refused
-  vec128_fp32,        // CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
-  blk128x128_fp32,    // CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
-  vec32_ue8m0,        // CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0
-  vec16_ue4m3,        // CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3
+  none,             // refused
+  vec128_fp32,      // CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+  blk128x128_fp32,  // CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+  vec32_ue8m0,      // CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0
+  vec16_ue4m3,      // CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3
 };
 
 struct BlockScaledRoute {

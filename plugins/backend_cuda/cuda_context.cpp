@@ -141,9 +141,8 @@ void CudaContext::account_buffers() {
   // The fixed cuBLASLt workspace is not counted (like a library's own handle state); grow-only
   // scratch is, as the CPU backend counts its GEMM scratch.
   const std::size_t now = gemm->device_bytes() - gemm->workspace_bytes() +
-                          block_gemm->device_bytes() + tables.capacity() +
-                          partial.capacity() + partial2.capacity() + flags.capacity() +
-                          conv_bytes();
+                          block_gemm->device_bytes() + tables.capacity() + partial.capacity() +
+                          partial2.capacity() + flags.capacity() + conv_bytes();
   if (now == buffer_bytes_) return;
   allocator.account_external(static_cast<std::ptrdiff_t>(now) -
                              static_cast<std::ptrdiff_t>(buffer_bytes_));

@@ -28,7 +28,8 @@ kernels::BlockQuantizeOutput output_of(const sdk::BlockScaledOperand& out, std::
                                        std::int64_t cols, const BlockScaledDevice& device) {
   const std::string refusal = block_layout_refusal(device, out.layout);
   if (!refusal.empty())
-    fail(kQuantize, refusal, "run this policy on the CPU backend's simulator (--set backend.type=cpu)");
+    fail(kQuantize, refusal,
+         "run this policy on the CPU backend's simulator (--set backend.type=cpu)");
   sdk::BlockExtent grid{};
   try {
     grid = sdk::block_grid(out.layout, rows, cols);
@@ -77,8 +78,7 @@ BlockScaledDevice CudaGemm::block_device() const {
 bool CudaGemm::supports(sdk::GemmOp op, std::span<const DType> dtypes) const {
   if (op != sdk::GemmOp::quantize_block_scaled && op != sdk::GemmOp::gemm_block_scaled)
     return gemm_supported(context_.capabilities(), op, dtypes);
-  if (dtypes.size() != 1 || !is_storage_float(dtypes[0]) || dtypes[0] == DType::tf32)
-    return false;
+  if (dtypes.size() != 1 || !is_storage_float(dtypes[0]) || dtypes[0] == DType::tf32) return false;
   return block_scaled_ops_available(block_device());
 }
 
@@ -89,8 +89,7 @@ std::string CudaGemm::block_layout_refusal(const sdk::BlockScaledLayout& layout)
 void CudaGemm::quantize_block_scaled(const sdk::BlockQuantizeArgs& args) {
   context_.activate();
   const sdk::TensorView& src = args.src;
-  if (src.data == nullptr && src.numel() != 0)
-    fail(kQuantize, "src has no data", "a host bug");
+  if (src.data == nullptr && src.numel() != 0) fail(kQuantize, "src has no data", "a host bug");
   if (!is_storage_float(src.dtype) || src.dtype == DType::tf32)
     fail(kQuantize, "src " + describe(src) + " must be fp32, bf16 or fp16",
          "cast it first (backend.cast)");
@@ -103,10 +102,10 @@ void CudaGemm::quantize_block_scaled(const sdk::BlockQuantizeArgs& args) {
   if ((rows + 127) / 128 > 65535)
     fail(kQuantize, "src " + describe(src) + " has more than 65535 x 128 rows",
          "quantize it in pieces of fewer rows");
-  check_cuda(kernels::quantize_fp8_blocks(src.data, elem_of(src.dtype), rows, cols, outs[0],
-                                          outs[1], args.stochastic_rounding, args.seed,
-                                          context_.stream),
-             kQuantize, "fp8-block quantize kernel");
+  check_cuda(
+      kernels::quantize_fp8_blocks(src.data, elem_of(src.dtype), rows, cols, outs[0], outs[1],
+                                   args.stochastic_rounding, args.seed, context_.stream),
+      kQuantize, "fp8-block quantize kernel");
 }
 
 void CudaGemm::gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) {

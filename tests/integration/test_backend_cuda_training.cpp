@@ -166,7 +166,8 @@ TEST_F(CudaFp8Block, TwoStepsFollowTheCpuSimulatorOrThePlanIsRefusedNamingTheGpu
     }
     ASSERT_EQ(r.exit_code, 0) << backends[b] << ": " << r.err;
     for (const auto& rec : records(run_dir / "metrics.jsonl"))
-      if (rec.contains("loss") && rec.contains("step")) loss[b].push_back(rec["loss"].get<double>());
+      if (rec.contains("loss") && rec.contains("step"))
+        loss[b].push_back(rec["loss"].get<double>());
   }
   ASSERT_EQ(loss[0].size(), 2u);
   ASSERT_EQ(loss[1].size(), 2u);

@@ -208,7 +208,7 @@ class Fp8BlockPolicy final : public sdk::PrecisionPolicy, public sdk::BlockScali
   sdk::BlockScaledOperandPlan operand_plan(const sdk::OperandSlot& slot, sdk::GemmPass,
                                            sdk::ReductionAxis axis) const override {
     return {slot.role() == OperandRole::weight ? sdk::fp8_block_weight_layout()
-                                                : sdk::fp8_block_layout(axis),
+                                               : sdk::fp8_block_layout(axis),
             false};
   }
 };

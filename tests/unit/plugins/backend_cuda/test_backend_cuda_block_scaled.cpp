@@ -125,7 +125,8 @@ TEST_F(backend_cuda_block_scaled, QuantizeGivesTheSdkReferenceBitForBit) {
       }
 }
 
-// --- gemm_block_scaled against the CPU simulator --------------------------------------------------
+// --- gemm_block_scaled against the CPU simulator
+// --------------------------------------------------
 
 // The bound. Both backends compute z = alpha * sum_j p_j * (s_a,j * s_b,j) (+ beta C + bias) with
 // p_j the dot product of k-block j's element values. The CPU simulator takes p_j exactly and
@@ -140,8 +141,8 @@ TEST_F(backend_cuda_block_scaled, QuantizeGivesTheSdkReferenceBitForBit) {
 struct GemmCase {
   const char* name;
   std::int64_t m, n, k;
-  bool a_t, b_t;              // op(A) = A^T, op(B) = B^T
-  BlockScaledLayout la, lb;   // as stored
+  bool a_t, b_t;             // op(A) = A^T, op(B) = B^T
+  BlockScaledLayout la, lb;  // as stored
   DType c;
   bool bias, gelu;
   float alpha, beta;
@@ -154,9 +155,10 @@ std::vector<GemmCase> cases() {
   const auto w2 = sdk::fp8_block_weight_layout(BlockElement::e4m3, true);
   return {
       // forward y = x W^T: 128-multiples (D is C) and a shape padded on every dim.
-      {"forward_aligned", 256, 384, 512, false, true, cols, w, DType::bf16, false, false, 1.0f, 0.0f},
-      {"forward_padded_bias_gelu", 40, 48, 160, false, true, cols, w2, DType::bf16, true, true, 0.5f,
+      {"forward_aligned", 256, 384, 512, false, true, cols, w, DType::bf16, false, false, 1.0f,
        0.0f},
+      {"forward_padded_bias_gelu", 40, 48, 160, false, true, cols, w2, DType::bf16, true, true,
+       0.5f, 0.0f},
       // dgrad dx = dy W: W read along its rows (packed).
       {"dgrad", 64, 200, 256, false, false, cols, w, DType::fp32, false, false, 1.0f, 0.0f},
       // wgrad dW (+)= dy^T x: both second quantizations, blocked along the batch.

@@ -251,8 +251,8 @@ std::vector<float> awkward_tensor(std::int64_t rows, std::int64_t cols) {
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) {
       float v = std::ldexp(u(rng), (r / 16) % 2 == 0 ? e(rng) / 8 : e(rng));
-      if (r < 128 && c < 128) v = 0.0f;                           // a zero tile
-      if (r >= 130 && r < 140 && c >= 250) v *= 1e-39f;           // subnormals
+      if (r < 128 && c < 128) v = 0.0f;                  // a zero tile
+      if (r >= 130 && r < 140 && c >= 250) v *= 1e-39f;  // subnormals
       x[static_cast<std::size_t>(r * cols + c)] = v;
     }
   x[static_cast<std::size_t>(3 * cols + 200)] = std::nanf("");
