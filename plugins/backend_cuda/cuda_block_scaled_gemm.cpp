@@ -55,10 +55,6 @@ void check_operand(const sdk::BlockScaledOperand& op, std::int64_t rows, std::in
          kHostBugHint);
 }
 
-bool aligned16(const void* p) {
-  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
-}
-
 // One operand as cuBLASLt reads it: op(X) [outer, k] with k contiguous, and its scales.
 struct LtOperand {
   const void* codes = nullptr;
@@ -68,6 +64,10 @@ struct LtOperand {
 };
 
 #if CUBLAS_VERSION >= 120900
+bool aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+
 // frame_transpose: op-frame (o, kk) is stored (kk, o). outer_pad / k_pad: the extents cuBLASLt
 // is given.
 LtOperand prepare(const sdk::BlockScaledOperand& op, bool frame_transpose, std::int64_t outer,
