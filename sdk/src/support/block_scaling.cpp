@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cfloat>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -268,14 +267,10 @@ BlockEncodings block_encodings(std::span<const float> x, std::int64_t rows, std:
     float global_amax = 0.0f;
     for (const BlockStats& b : stats)
       if (b.finite) global_amax = std::max(global_amax, b.amax);
-    if (global_amax > 0.0f) {
-      s_enc = (6.0f * 448.0f) / global_amax;
-      if (std::isinf(s_enc)) s_enc = FLT_MAX;
-    }
-    encodings.tensor_scale = 1.0f / s_enc;
+    s_enc = fr::nvfp4_tensor_encode_scale(global_amax);
+    encodings.tensor_scale = fr::nvfp4_tensor_decode_scale(s_enc);
   }
   const float s_dec = encodings.tensor_scale;
-  const float e4m3_multiplier = s_enc * (1.0f / 6.0f);  // as the kernels fold 1/6 into S_enc
 
   for (std::size_t block = 0; block < blocks; ++block) {
     BlockEncoding& enc = encodings.blocks[block];
@@ -306,15 +301,10 @@ BlockEncodings block_encodings(std::span<const float> x, std::int64_t rows, std:
         break;
       }
       case BlockScale::e4m3: {
-        const u32 d = fr::encode<fr::E4M3>(amax * e4m3_multiplier, true);
+        // The rules the CUDA kernel shares (float_format_rules.h).
+        const u32 d = fr::nvfp4_block_scale_code(amax, s_enc);
         enc.scale_code = static_cast<std::uint8_t>(d);
-        const float d_value = fr::decode<fr::E4M3>(d);
-        if (d_value == 0.0f) {
-          enc.encode_scale = 0.0f;
-        } else {
-          const float denominator = d_value * s_dec;
-          enc.encode_scale = std::min(1.0f / denominator, FLT_MAX);
-        }
+        enc.encode_scale = fr::nvfp4_block_encode_scale(fr::decode<fr::E4M3>(d), s_dec);
         break;
       }
     }

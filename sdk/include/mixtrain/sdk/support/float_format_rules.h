@@ -421,4 +421,32 @@ MIXTRAIN_SDK_HOST_DEVICE float block_scaled_value(float x, float encode_scale) {
   return encode_scale == 1.0f ? x : mul_rn(x, encode_scale);
 }
 
+// ---- NVFP4's two-level scales (block_scaling.h) --------------------------------------------
+// fp32 arithmetic as the section above (one IEEE operation per step, round to nearest even).
+// Level one, per tensor: S_enc = 6 · 448 / amax over the finite blocks (1 for amax 0, FLT_MAX for
+// an infinite quotient), stored as S_dec = 1 / S_enc. Level two, per block: the E4M3 code of
+// amax_block · (S_enc · (1/6)) (1/6 folded into S_enc as the kernels do), and the elements of a
+// block scaled by 1 / (that E4M3 value · S_dec), at most FLT_MAX, 0 for a zero scale.
+
+MIXTRAIN_SDK_HOST_DEVICE float nvfp4_tensor_encode_scale(float global_amax) {
+  if (global_amax == 0.0f) return 1.0f;
+  const float s = div_rn(6.0f * 448.0f, global_amax);
+  return bits_of(s) == 0x7F800000u ? float_of(0x7F7FFFFFu) : s;
+}
+
+MIXTRAIN_SDK_HOST_DEVICE float nvfp4_tensor_decode_scale(float tensor_encode_scale) {
+  return div_rn(1.0f, tensor_encode_scale);
+}
+
+MIXTRAIN_SDK_HOST_DEVICE u32 nvfp4_block_scale_code(float block_amax, float tensor_encode_scale) {
+  return encode<E4M3>(mul_rn(block_amax, mul_rn(tensor_encode_scale, 1.0f / 6.0f)), true);
+}
+
+MIXTRAIN_SDK_HOST_DEVICE float nvfp4_block_encode_scale(float block_decode_scale,
+                                                        float tensor_decode_scale) {
+  if (block_decode_scale == 0.0f) return 0.0f;
+  const float q = div_rn(1.0f, mul_rn(block_decode_scale, tensor_decode_scale));
+  return bits_of(q) == 0x7F800000u ? float_of(0x7F7FFFFFu) : q;
+}
+
 }  // namespace mixtrain::sdk::format_rules
