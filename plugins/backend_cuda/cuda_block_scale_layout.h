@@ -104,4 +104,19 @@ MIXTRAIN_SDK_HOST_DEVICE bool ue4m3_scale_byte(float v, std::uint8_t& out) {
   return true;
 }
 
+// The byte a cuBLASLt MX / NVFP4 scale slot holds for decode scale v: its exact E8M0 or UE4M3
+// byte, or the format's NaN for a value it cannot hold (never produced by the SDK's quantizers; a
+// NaN makes the broken block visible in the result instead of silently wrong).
+MIXTRAIN_SDK_HOST_DEVICE std::uint8_t scale_byte_or_nan(float v, bool e8m0) {
+  std::uint8_t out = 0;
+  if (e8m0) return e8m0_scale_byte(v, out) ? out : std::uint8_t{0xFF};
+  return ue4m3_scale_byte(v, out) ? out : std::uint8_t{0x7F};
+}
+
+// Two E2M1 codes in one byte as CUDA_R_4F_E2M1 stores them: the first (lower k) in the low nibble
+// (sdk::pack_e2m1's order).
+MIXTRAIN_SDK_HOST_DEVICE std::uint8_t e2m1_pair(std::uint8_t first, std::uint8_t second) {
+  return static_cast<std::uint8_t>((first & 0x0Fu) | ((second & 0x0Fu) << 4));
+}
+
 }  // namespace mixtrain::backend_cuda::block_scales

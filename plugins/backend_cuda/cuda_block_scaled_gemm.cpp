@@ -1,4 +1,4 @@
-// gemm_block_scaled through cuBLASLt's block-scaled FP8 matmul (contract in the header).
+// gemm_block_scaled through cuBLASLt's block-scaled matmul (contract in the header).
 #include "cuda_block_scaled_gemm.h"
 
 #include <cublas_api.h>
@@ -55,15 +55,33 @@ void check_operand(const sdk::BlockScaledOperand& op, std::int64_t rows, std::in
          kHostBugHint);
 }
 
+// The scale family of a layout: the cuBLASLt scale modes it maps to.
+enum class Family { fp32, mx, nvfp4, other };
+
+Family family_of(const sdk::BlockScaledLayout& l) {
+  if (l.scale == sdk::BlockScale::fp32 || l.scale == sdk::BlockScale::fp32_pow2)
+    return l.tensor_scale || l.element == sdk::BlockElement::e2m1 ? Family::other : Family::fp32;
+  if (l.scale == sdk::BlockScale::e8m0 || l.scale == sdk::BlockScale::e8m0_round_up)
+    return l.tensor_scale || l.element == sdk::BlockElement::e2m1 ? Family::other : Family::mx;
+  return l.element == sdk::BlockElement::e2m1 ? Family::nvfp4 : Family::other;
+}
+
 // One operand as cuBLASLt reads it: op(X) [outer, k] with k contiguous, and its scales.
 struct LtOperand {
   const void* codes = nullptr;
-  const float* scales = nullptr;
+  const void* scales = nullptr;
+  const float* tensor_scale = nullptr;  // NVFP4's S_dec, folded into alpha
   cudaDataType_t type = CUDA_R_8F_E4M3;
+  int mode = 0;  // cublasLtMatmulMatrixScale_t
   bool two_d = false;
 };
 
 #if CUBLAS_VERSION >= 120900
+// The block extent along k each family's scale mode takes.
+std::int64_t k_block_of(Family f) {
+  return f == Family::fp32 ? 128 : f == Family::mx ? 32 : 16;
+}
+
 bool aligned16(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
 }
@@ -78,26 +96,42 @@ LtOperand prepare(const sdk::BlockScaledOperand& op, bool frame_transpose, std::
   const std::string who = std::string("operand ") + which + " (" + sdk::describe(l) + ")";
   const char* hint =
       "run this layout on the CPU backend's simulator (--set backend.type=cpu); the CUDA backend "
-      "runs fp8-block (1x128 activations and gradients, 128x128 weights) on sm_90";
-  if ((l.scale != sdk::BlockScale::fp32 && l.scale != sdk::BlockScale::fp32_pow2) ||
-      l.tensor_scale || l.element == sdk::BlockElement::e2m1)
-    fail(kOp, who + ": only fp32-scaled E4M3 / E5M2 blocks run here", hint);
+      "runs fp8-block (1x128 activations and gradients, 128x128 weights) on sm_90 and mxfp8 "
+      "(1x32) / nvfp4 (1x16, 16x16 weights) on sm_100+";
+  const Family family = family_of(l);
+  if (family == Family::other) fail(kOp, who + ": not a layout of fp8-block, mxfp8 or nvfp4", hint);
+  const std::int64_t kb = k_block_of(family);
   const std::int64_t along_k = frame_transpose ? l.block_rows : l.block_cols;
   const std::int64_t along_outer = frame_transpose ? l.block_cols : l.block_rows;
   LtOperand r;
-  r.two_d = along_k == 128 && along_outer == 128;
-  if (!r.two_d && !(along_k == 128 && along_outer == 1))
+  // A 16 x 16 NVFP4 block is sixteen 1 x 16 blocks with one scale: VEC16 takes it as they are.
+  r.two_d = family == Family::fp32 && along_k == 128 && along_outer == 128;
+  const bool one_d = along_k == kb && along_outer == 1;
+  const bool square16 = family == Family::nvfp4 && along_k == 16 && along_outer == 16;
+  if (!r.two_d && !one_d && !square16)
     fail(kOp,
-         who +
-             ": cuBLASLt scales 1x128 blocks along the reduction dim or 128x128 blocks; these "
-             "are " +
-             std::to_string(along_outer) + "x" + std::to_string(along_k) + " (outer x reduction)",
+         who + ": cuBLASLt scales blocks of " + std::to_string(kb) + " along the reduction dim" +
+             (family == Family::fp32    ? " or 128x128"
+              : family == Family::nvfp4 ? " or 16x16"
+                                        : "") +
+             "; these are " + std::to_string(along_outer) + "x" + std::to_string(along_k) +
+             " (outer x reduction)",
          hint);
-  r.type = l.element == sdk::BlockElement::e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+  r.type = family == Family::nvfp4                ? CUDA_R_4F_E2M1
+           : l.element == sdk::BlockElement::e5m2 ? CUDA_R_8F_E5M2
+                                                  : CUDA_R_8F_E4M3;
   const auto* codes = static_cast<const std::uint8_t*>(op.codes.data);
   std::int64_t rows = 0, cols = 0;
   stored_shape(op.codes, rows, cols);
-  if (!frame_transpose && outer_pad == outer && k_pad == k && aligned16(codes)) {
+  if (family == Family::nvfp4) {
+    // The SDK stores one E2M1 code per byte; cuBLASLt reads two per byte.
+    auto* packed = static_cast<std::uint8_t*>(
+        codes_scratch.get(static_cast<std::size_t>(outer_pad * (k_pad / 2)), stream, kOp));
+    check_cuda(kernels::pack_e2m1_k_major(codes, cols, frame_transpose, outer, k, outer_pad, k_pad,
+                                          packed, stream),
+               kOp, "E2M1 packing kernel");
+    r.codes = packed;
+  } else if (!frame_transpose && outer_pad == outer && k_pad == k && aligned16(codes)) {
     r.codes = codes;
   } else {
     auto* packed = static_cast<std::uint8_t*>(
@@ -107,16 +141,37 @@ LtOperand prepare(const sdk::BlockScaledOperand& op, bool frame_transpose, std::
                kOp, "operand packing kernel");
     r.codes = packed;
   }
-  const std::int64_t L = (k + 127) / 128;
-  const std::int64_t count = r.two_d ? bs::blk128_count(outer, L) : bs::vec128_count(outer, L);
-  auto* arranged = static_cast<float*>(
-      scales_scratch.get(static_cast<std::size_t>(count) * sizeof(float), stream, kOp));
   const bs::ScaleSource source{(cols + l.block_cols - 1) / l.block_cols, l.block_rows, l.block_cols,
                                frame_transpose};
-  check_cuda(kernels::arrange_fp32_scales(static_cast<const float*>(op.scales.data), source,
-                                          r.two_d, outer, k, arranged, stream),
-             kOp, "scale arrangement kernel");
-  r.scales = arranged;
+  const auto* sdk_scales = static_cast<const float*>(op.scales.data);
+  const std::int64_t L = (k + kb - 1) / kb;
+  if (family == Family::fp32) {
+    const std::int64_t count = r.two_d ? bs::blk128_count(outer, L) : bs::vec128_count(outer, L);
+    auto* arranged = static_cast<float*>(
+        scales_scratch.get(static_cast<std::size_t>(count) * sizeof(float), stream, kOp));
+    check_cuda(
+        kernels::arrange_fp32_scales(sdk_scales, source, r.two_d, outer, k, arranged, stream), kOp,
+        "scale arrangement kernel");
+    r.scales = arranged;
+    r.mode = r.two_d ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                     : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  } else {
+    const std::int64_t count = bs::tiled_count(outer, L);
+    auto* arranged = static_cast<std::uint8_t*>(
+        scales_scratch.get(static_cast<std::size_t>(count), stream, kOp));
+    check_cuda(kernels::arrange_byte_scales(sdk_scales, source, kb, family == Family::mx, outer, k,
+                                            arranged, stream),
+               kOp, "scale arrangement kernel");
+    r.scales = arranged;
+    r.mode = family == Family::mx ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0
+                                  : CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
+    if (family == Family::nvfp4) {
+      if (op.tensor_scale.data == nullptr || op.tensor_scale.dtype != DType::fp32 ||
+          op.tensor_scale.numel() != 1)
+        fail(kOp, who + ": an NVFP4 operand needs its fp32 tensor scale [1]", kHostBugHint);
+      r.tensor_scale = static_cast<const float*>(op.tensor_scale.data);
+    }
+  }
   return r;
 }
 
@@ -142,22 +197,23 @@ BlockScaledGemmEngine::~BlockScaledGemmEngine() {
 }
 
 void BlockScaledGemmEngine::set_out_of_memory_hook(const std::function<void()>& hook) {
-  for (DeviceScratch* s : {&codes_a_, &codes_b_, &scales_a_, &scales_b_, &d_})
+  for (DeviceScratch* s : {&codes_a_, &codes_b_, &scales_a_, &scales_b_, &d_, &scalars_})
     s->set_out_of_memory_hook(hook);
 }
 
 void BlockScaledGemmEngine::set_graph_guard(const int* live_graphs) {
-  for (DeviceScratch* s : {&codes_a_, &codes_b_, &scales_a_, &scales_b_, &d_})
+  for (DeviceScratch* s : {&codes_a_, &codes_b_, &scales_a_, &scales_b_, &d_, &scalars_})
     s->set_graph_guard(live_graphs);
 }
 
 void BlockScaledGemmEngine::free_retired_scratch() noexcept {
-  for (DeviceScratch* s : {&codes_a_, &codes_b_, &scales_a_, &scales_b_, &d_}) s->free_retired();
+  for (DeviceScratch* s : {&codes_a_, &codes_b_, &scales_a_, &scales_b_, &d_, &scalars_})
+    s->free_retired();
 }
 
 std::size_t BlockScaledGemmEngine::device_bytes() const {
   return codes_a_.capacity() + codes_b_.capacity() + scales_a_.capacity() + scales_b_.capacity() +
-         d_.capacity();
+         d_.capacity() + scalars_.capacity();
 }
 
 BlockScaledGemmEngine::Plan& BlockScaledGemmEngine::plan_for(const Key& key,
@@ -165,7 +221,8 @@ BlockScaledGemmEngine::Plan& BlockScaledGemmEngine::plan_for(const Key& key,
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   Plan& plan = plans_[key];
 #if CUBLAS_VERSION >= 120900
-  const auto [m_lt, n_lt, k, a_type, b_type, a_mode, b_mode, d_type, ldd, beta_nonzero] = key;
+  const auto [m_lt, n_lt, k, a_type, b_type, a_mode, b_mode, d_type, ldd, beta_nonzero,
+              device_scalars] = key;
   (void)beta_nonzero;
   if (cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) !=
       CUBLAS_STATUS_SUCCESS) {
@@ -188,6 +245,11 @@ BlockScaledGemmEngine::Plan& BlockScaledGemmEngine::plan_for(const Key& key,
             cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                            &scale_placeholder,
                                            sizeof scale_placeholder) == CUBLAS_STATUS_SUCCESS;
+  const cublasLtPointerMode_t pointer_mode =
+      device_scalars ? CUBLASLT_POINTER_MODE_DEVICE : CUBLASLT_POINTER_MODE_HOST;
+  ok = ok &&
+       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pointer_mode,
+                                      sizeof pointer_mode) == CUBLAS_STATUS_SUCCESS;
   // cuBLASLt's A is [k, m_lt] and its B [k, n_lt], column-major, k contiguous; D [m_lt, n_lt].
   ok = ok && cublasLtMatrixLayoutCreate(
                  &plan.a, static_cast<cudaDataType_t>(a_type), static_cast<std::uint64_t>(k),
@@ -247,6 +309,12 @@ void BlockScaledGemmEngine::run(const sdk::BlockScaledGemmArgs& args) {
     fail(kOp,
          "pre_activation must be fp32, bf16 or fp16 [m, n], not " + describe(args.pre_activation),
          kHostBugHint);
+  const Family family = family_of(args.a.layout);
+  if (family_of(args.b.layout) != family)
+    fail(kOp,
+         "operand A is " + sdk::describe(args.a.layout) + " but B is " +
+             sdk::describe(args.b.layout) + ": cuBLASLt pairs only operands of one recipe",
+         kHostBugHint);
   if (m == 0 || n == 0) return;
 #if CUBLAS_VERSION >= 120900
   const kernels::Elem c_elem = elem_of(args.c.dtype);
@@ -255,11 +323,15 @@ void BlockScaledGemmEngine::run(const sdk::BlockScaledGemmArgs& args) {
   const kernels::Elem pre_elem = has_pre ? elem_of(args.pre_activation.dtype) : kernels::Elem::f32;
   const auto* bias = has_bias ? static_cast<const float*>(args.bias.data) : nullptr;
   // cuBLASLt: D[m_lt = n, n_lt = m] (column-major) is our C [m, n] (row-major).
-  const bool direct = !has_bias && !args.has_activation && m % 4 == 0 && n % 4 == 0 &&
+  // The outer dims cuBLASLt takes: multiples of 4 for the fp32 scale modes, of 16 for the MX /
+  // NVFP4 ones (their 16-byte rows of packed FP4 codes and tiled scales).
+  const std::int64_t outer_multiple = family == Family::fp32 ? 4 : 16;
+  const bool direct = !has_bias && !args.has_activation && m % outer_multiple == 0 &&
+                      n % outer_multiple == 0 &&
                       (n * static_cast<std::int64_t>(sdk::dtype_size(args.c.dtype))) % 16 == 0 &&
                       aligned16(args.c.data);
-  const std::int64_t m_lt = direct ? n : bs::round_up(n, 4);
-  const std::int64_t n_lt = direct ? m : bs::round_up(m, 4);
+  const std::int64_t m_lt = direct ? n : bs::round_up(n, outer_multiple);
+  const std::int64_t n_lt = direct ? m : bs::round_up(m, outer_multiple);
   if (k == 0) {  // no products: z = beta * C + bias
     auto* d =
         static_cast<float*>(d_.get(static_cast<std::size_t>(m * n) * sizeof(float), stream_, kOp));
@@ -286,22 +358,23 @@ void BlockScaledGemmEngine::run(const sdk::BlockScaledGemmArgs& args) {
   const cudaDataType_t d_type = direct ? d_type_of(args.c.dtype) : CUDA_R_32F;
   const std::int64_t ldd = m_lt;
   const float beta = direct ? args.beta : 0.0f;
+  // NVFP4's tensor scales live on the device: alpha and beta go to cuBLASLt by device pointer.
+  const bool device_scalars = lt_a.tensor_scale != nullptr || lt_b.tensor_scale != nullptr;
   const Key key{m_lt,
                 n_lt,
                 k_pad,
                 static_cast<int>(lt_a.type),
                 static_cast<int>(lt_b.type),
-                lt_a.two_d ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
-                           : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
-                lt_b.two_d ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
-                           : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+                lt_a.mode,
+                lt_b.mode,
                 static_cast<int>(d_type),
                 ldd,
-                beta != 0.0f};
+                beta != 0.0f,
+                device_scalars};
   Plan& plan = plan_for(key, lt_a.scales);
   if (!plan.ok)
     fail(kOp,
-         "cuBLASLt offers no block-scaled FP8 kernel for m=" + std::to_string(m) +
+         "cuBLASLt offers no block-scaled kernel for m=" + std::to_string(m) +
              " n=" + std::to_string(n) + " k=" + std::to_string(k) + " (A " +
              sdk::describe(args.a.layout) + ", B " + sdk::describe(args.b.layout) + ")",
          "report this shape; run it on the CPU backend's simulator (--set backend.type=cpu) "
@@ -316,10 +389,20 @@ void BlockScaledGemmEngine::run(const sdk::BlockScaledGemmArgs& args) {
   void* d = args.c.data;
   if (!direct) d = d_.get(static_cast<std::size_t>(m_lt * n_lt) * sizeof(float), stream_, kOp);
   const float alpha = args.alpha;
-  check_cublas(
-      cublasLtMatmul(handle_, plan.desc, &alpha, lt_a.codes, plan.a, lt_b.codes, plan.b, &beta, d,
-                     plan.d, d, plan.d, &plan.algo, workspace_, workspace_bytes_, stream_),
-      "cublasLtMatmul (block-scaled)");
+  const float* alpha_ptr = &alpha;
+  const float* beta_ptr = &beta;
+  if (device_scalars) {
+    auto* scalars = static_cast<float*>(scalars_.get(2 * sizeof(float), stream_, kOp));
+    check_cuda(kernels::block_gemm_scalars(alpha, beta, lt_b.tensor_scale, lt_a.tensor_scale,
+                                           scalars, stream_),
+               kOp, "alpha kernel");
+    alpha_ptr = scalars;
+    beta_ptr = scalars + 1;
+  }
+  check_cublas(cublasLtMatmul(handle_, plan.desc, alpha_ptr, lt_a.codes, plan.a, lt_b.codes, plan.b,
+                              beta_ptr, d, plan.d, d, plan.d, &plan.algo, workspace_,
+                              workspace_bytes_, stream_),
+               "cublasLtMatmul (block-scaled)");
   if (!direct)
     check_cuda(kernels::block_gemm_epilogue(static_cast<const float*>(d), ldd, m, n, args.c.data,
                                             c_elem, args.beta, bias, args.has_activation, act, pre,
@@ -328,7 +411,7 @@ void BlockScaledGemmEngine::run(const sdk::BlockScaledGemmArgs& args) {
 #else
   fail(kOp,
        "this backend was built against cuBLAS headers older than 12.9, which lack the block-scaled "
-       "FP8 scale modes",
+       "scale modes",
        "rebuild it with CUDA 12.9 or later, or run on the CPU backend (--set backend.type=cpu)");
 #endif
 }

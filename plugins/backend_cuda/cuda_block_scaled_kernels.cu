@@ -56,6 +56,44 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// out is [outer_pad, k_pad / 2] bytes; one thread per byte.
+__global__ void __launch_bounds__(kThreads)
+    pack_e2m1_kernel(const std::uint8_t* codes, std::int64_t stored_cols, bool transpose,
+                     std::int64_t outer, std::int64_t k, std::int64_t outer_pad, std::int64_t k_pad,
+                     std::uint8_t* out) {
+  const std::int64_t half = k_pad / 2;
+  for (std::int64_t i = global_thread(); i < outer_pad * half; i += grid_threads()) {
+    const std::int64_t o = i / half, kk = i % half * 2;
+    std::uint8_t pair[2] = {0, 0};
+    for (int j = 0; j < 2; ++j)
+      if (o < outer && kk + j < k)
+        pair[j] = transpose ? codes[(kk + j) * stored_cols + o] : codes[o * stored_cols + kk + j];
+    out[i] = bs::e2m1_pair(pair[0], pair[1]);
+  }
+}
+
+// One thread per (o, l) of the padded [round_up(outer, 128), round_up(L, 4)] grid: tiled_offset is
+// a bijection onto [0, tiled_count), so every slot is written once.
+__global__ void __launch_bounds__(kThreads)
+    arrange_bytes_kernel(const float* scales, bs::ScaleSource source, std::int64_t k_block,
+                         bool e8m0, std::int64_t outer, std::int64_t L, std::uint8_t* out) {
+  const std::int64_t l4 = bs::round_up(L, 4), count = bs::round_up(outer, 128) * l4;
+  for (std::int64_t i = global_thread(); i < count; i += grid_threads()) {
+    const std::int64_t o = i / l4, l = i % l4;
+    out[bs::tiled_offset(o, l, L)] =
+        o < outer && l < L
+            ? bs::scale_byte_or_nan(scales[bs::sdk_scale_index(source, o, l * k_block)], e8m0)
+            : std::uint8_t{0};
+  }
+}
+
+__global__ void scalars_kernel(float alpha, float beta, const float* ta, const float* tb,
+                               float* out) {
+  const float a = ta != nullptr ? *ta : 1.0f, b = tb != nullptr ? *tb : 1.0f;
+  out[0] = __fmul_rn(alpha, __fmul_rn(a, b));
+  out[1] = beta;
+}
+
 __global__ void __launch_bounds__(kThreads)
     epilogue_kernel(const float* d, std::int64_t ldd, std::int64_t m, std::int64_t n, void* c,
                     Elem c_elem, float beta, const float* bias, bool has_activation, int act,
@@ -95,6 +133,34 @@ cudaError_t arrange_fp32_scales(const float* scales, const block_scales::ScaleSo
       two_d ? block_scales::blk128_count(outer, L) : block_scales::vec128_count(outer, L);
   if (count == 0) return cudaSuccess;
   arrange_kernel<<<grid_for(count), kThreads, 0, stream>>>(scales, source, two_d, outer, k, out);
+  return cudaGetLastError();
+}
+
+cudaError_t pack_e2m1_k_major(const std::uint8_t* codes, std::int64_t stored_cols, bool transpose,
+                              std::int64_t outer, std::int64_t k, std::int64_t outer_pad,
+                              std::int64_t k_pad, std::uint8_t* out, cudaStream_t stream) {
+  if (k_pad % 2 != 0) return cudaErrorInvalidValue;
+  if (outer_pad <= 0 || k_pad <= 0) return cudaSuccess;
+  pack_e2m1_kernel<<<grid_for(outer_pad * (k_pad / 2)), kThreads, 0, stream>>>(
+      codes, stored_cols, transpose, outer, k, outer_pad, k_pad, out);
+  return cudaGetLastError();
+}
+
+cudaError_t arrange_byte_scales(const float* scales, const block_scales::ScaleSource& source,
+                                std::int64_t k_block, bool e8m0, std::int64_t outer, std::int64_t k,
+                                std::uint8_t* out, cudaStream_t stream) {
+  if (k_block < 1) return cudaErrorInvalidValue;
+  const std::int64_t L = (k + k_block - 1) / k_block;
+  const std::int64_t count = block_scales::tiled_count(outer, L);
+  if (count == 0) return cudaSuccess;
+  arrange_bytes_kernel<<<grid_for(count), kThreads, 0, stream>>>(scales, source, k_block, e8m0,
+                                                                 outer, L, out);
+  return cudaGetLastError();
+}
+
+cudaError_t block_gemm_scalars(float alpha, float beta, const float* tensor_scale_a,
+                               const float* tensor_scale_b, float* out, cudaStream_t stream) {
+  scalars_kernel<<<1, 1, 0, stream>>>(alpha, beta, tensor_scale_a, tensor_scale_b, out);
   return cudaGetLastError();
 }
 

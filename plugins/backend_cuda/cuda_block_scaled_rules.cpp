@@ -26,12 +26,14 @@ bool fp32_scales(const BlockScaledLayout& l) {
   return l.scale == BlockScale::fp32 || l.scale == BlockScale::fp32_pow2;
 }
 
-// The older of the headers this backend was built against and the library it loaded.
+// The headers this backend was built against (its block-scaled engine compiles only against
+// cuBLAS 12.9+ headers, whatever the mode) and the library it loaded (needed: the mode's).
 std::string library_shortfall(const BlockScaledDevice& d, int needed, const char* modes) {
-  if (d.cublaslt_headers < needed)
+  if (d.cublaslt_headers < kCublasBlockScaledEngine)
     return std::string("this backend was built against cuBLAS ") +
-           version_text(d.cublaslt_headers) + " headers, which lack " + modes + " (cuBLAS " +
-           version_text(needed) + "+): rebuild it with CUDA 12.9 or later";
+           version_text(d.cublaslt_headers) + " headers, older than the " +
+           version_text(kCublasBlockScaledEngine) + " its block-scaled GEMMs (" + modes +
+           ") need: rebuild it with CUDA 12.9 or later";
   if (d.cublaslt_runtime < needed)
     return std::string("the cuBLASLt library loaded is ") + version_text(d.cublaslt_runtime) +
            ", older than the " + version_text(needed) + " that has " + modes +
@@ -109,22 +111,16 @@ BlockScaledRoute block_scaled_route(const BlockScaledDevice& device,
   return r;
 }
 
-bool implemented(BlockScaleMode mode) {
-  return mode == BlockScaleMode::vec128_fp32 || mode == BlockScaleMode::blk128x128_fp32;
-}
-
 std::string block_layout_refusal(const BlockScaledDevice& device, const BlockScaledLayout& layout) {
-  const BlockScaledRoute r = block_scaled_route(device, layout);
-  if (r.mode == BlockScaleMode::none) return r.refusal;
-  if (implemented(r.mode)) return {};
-  return block_recipe_name(layout) + " would run on " + device_text(device) +
-         " through cuBLASLt's " +
-         (r.mode == BlockScaleMode::vec32_ue8m0 ? "VEC32_UE8M0" : "VEC16_UE4M3") +
-         ", which this backend does not implement yet";
+  return block_scaled_route(device, layout).refusal;
 }
 
 bool block_scaled_ops_available(const BlockScaledDevice& device) {
-  return block_layout_refusal(device, sdk::fp8_block_layout(sdk::ReductionAxis::cols)).empty();
+  for (const BlockScaledLayout& l : {sdk::fp8_block_layout(sdk::ReductionAxis::cols),
+                                     sdk::mx_layout(sdk::ReductionAxis::cols, BlockElement::e4m3),
+                                     sdk::nvfp4_layout(sdk::ReductionAxis::cols)})
+    if (block_layout_refusal(device, l).empty()) return true;
+  return false;
 }
 
 }  // namespace mixtrain::backend_cuda

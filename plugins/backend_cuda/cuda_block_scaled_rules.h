@@ -12,8 +12,10 @@
 //   (Transformer Engine emulates this recipe with MXFP8 on Blackwell, other numbers).
 // - mxfp8 (E8M0 scales, 1 x 32) and nvfp4 (E2M1, E4M3 scales, 1 x 16 and 16 x 16, tensor scale)
 //   map to VEC32_UE8M0 / VEC16_UE4M3, compute capability 10.0+ from cuBLAS 12.8 (a 16 x 16 block's
-//   scale repeats over its 16 rows of 1 x 16 blocks, exactly). This backend does not implement
-//   those GEMMs yet: the route is named, and implemented() is false, so every device refuses them.
+//   scale repeats over its 16 rows of 1 x 16 blocks, exactly). Built and host-checked; no
+//   Blackwell GPU has run them yet (plugins/backend_cuda/README.md).
+// - Every mode needs cuBLAS 12.9+ headers at build time (the block-scaled engine compiles only
+//   against them) and, at run time, a cuBLASLt that has the mode.
 // - A refusal is one sentence naming the layout's recipe, the device and library versions, and
 //   where the layout does run; the host adds the node and the fix (the CPU simulator).
 #pragma once
@@ -27,6 +29,7 @@ namespace mixtrain::backend_cuda {
 // cublasLtGetVersion() / CUBLAS_VERSION numbering: major * 10000 + minor * 100 + patch.
 inline constexpr int kCublasFp32BlockScales = 120900;  // VEC128_32F, BLK128x128_32F
 inline constexpr int kCublasMxScales = 120800;         // VEC32_UE8M0, VEC16_UE4M3
+inline constexpr int kCublasBlockScaledEngine = 120900;  // the headers BlockScaledGemmEngine needs
 
 struct BlockScaledDevice {
   int sm = 0;                // 90 for sm_90
@@ -45,7 +48,7 @@ enum class BlockScaleMode {
 
 struct BlockScaledRoute {
   BlockScaleMode mode = BlockScaleMode::none;
-  std::string refusal;  // empty when mode != none and implemented
+  std::string refusal;  // empty exactly when mode != none
 };
 
 // "\"fp8-block\" (e4m3 1x128 fp32 scales)", for messages: the recipe a layout belongs to.
@@ -57,15 +60,13 @@ std::string block_recipe_name(const sdk::BlockScaledLayout& layout);
 BlockScaledRoute block_scaled_route(const BlockScaledDevice& device,
                                     const sdk::BlockScaledLayout& layout);
 
-// Whether this backend has the GEMM for a mode (fp8-block's two; not yet the MX / NVFP4 ones).
-bool implemented(BlockScaleMode mode);
-
-// block_layout_refusal's answer: "" when the route exists and is implemented, else the reason.
+// block_layout_refusal's answer: "" when the route exists, else the reason.
 std::string block_layout_refusal(const BlockScaledDevice& device,
                                  const sdk::BlockScaledLayout& layout);
 
-// supports() for the block-scaled ops: some layout runs on this device (fp8-block on sm_90 with a
-// new enough cuBLASLt); the per-layout answer is block_layout_refusal's.
+// supports() for the block-scaled ops: some recipe's layout runs on this device (fp8-block on
+// sm_90, mxfp8 / nvfp4 on sm_100+, each with a new enough cuBLASLt); the per-layout answer is
+// block_layout_refusal's.
 bool block_scaled_ops_available(const BlockScaledDevice& device);
 
 }  // namespace mixtrain::backend_cuda

@@ -1,5 +1,6 @@
 // CudaGemm: GEMMs through the context's cuBLASLt engine (cuda_gemm.cpp), block-scaled ones through
-// its block-scaled engine (cuda_block_scaled_gemm.cpp) and the fp8-block quantize kernel.
+// its block-scaled engine (cuda_block_scaled_gemm.cpp) and the quantize kernels (fp8-block:
+// cuda_block_quantize.h; MXFP8 / NVFP4: cuda_byte_scaled_quantize.h).
 #include "cuda_gemm_facet.h"
 
 #include <cublasLt.h>
@@ -10,6 +11,7 @@
 #include "cuda_access.h"
 #include "cuda_block_quantize.h"
 #include "cuda_block_scaled_gemm.h"
+#include "cuda_byte_scaled_quantize.h"
 #include "cuda_gemm.h"
 #include "cuda_gemm_routes.h"
 #include "mixtrain/sdk/support/block_scaling.h"
@@ -23,9 +25,13 @@ namespace {
 
 constexpr const char* kQuantize = "quantize_block_scaled";
 
-// One quantize output as the kernel takes it, after checking its views against src's shape.
-kernels::BlockQuantizeOutput output_of(const sdk::BlockScaledOperand& out, std::int64_t rows,
-                                       std::int64_t cols, const BlockScaledDevice& device) {
+bool fp32_scaled(const sdk::BlockScaledLayout& l) {
+  return l.scale == sdk::BlockScale::fp32 || l.scale == sdk::BlockScale::fp32_pow2;
+}
+
+// Checks one quantize output's views against src's shape and the device's layouts.
+void check_output(const sdk::BlockScaledOperand& out, std::int64_t rows, std::int64_t cols,
+                  const BlockScaledDevice& device) {
   const std::string refusal = block_layout_refusal(device, out.layout);
   if (!refusal.empty())
     fail(kQuantize, refusal,
@@ -36,15 +42,23 @@ kernels::BlockQuantizeOutput output_of(const sdk::BlockScaledOperand& out, std::
   } catch (const std::invalid_argument& e) {
     fail(kQuantize, e.what(), "a host bug: the quantize output does not fit its layout");
   }
+  const bool tensor_scale_ok = !out.layout.tensor_scale || (out.tensor_scale.data != nullptr &&
+                                                            out.tensor_scale.dtype == DType::fp32 &&
+                                                            out.tensor_scale.numel() == 1);
   if (sdk::dtype_size(out.codes.dtype) != 1 || out.codes.numel() != rows * cols ||
       out.scales.data == nullptr || out.scales.dtype != DType::fp32 ||
-      out.scales.numel() != grid.rows * grid.cols)
+      out.scales.numel() != grid.rows * grid.cols || !tensor_scale_ok)
     fail(kQuantize,
          "an output for " + sdk::describe(out.layout) + " of a [" + std::to_string(rows) + ", " +
              std::to_string(cols) + "] source needs 1-byte codes of that shape and fp32 scales [" +
-             std::to_string(grid.rows) + ", " + std::to_string(grid.cols) + "]; got codes " +
+             std::to_string(grid.rows) + ", " + std::to_string(grid.cols) + "]" +
+             (out.layout.tensor_scale ? " and an fp32 tensor scale [1]" : "") + "; got codes " +
              describe(out.codes) + ", scales " + describe(out.scales),
          "a host bug: the quantize output does not fit its layout");
+}
+
+// An fp8-block output as the tile kernel takes it.
+kernels::BlockQuantizeOutput fp32_scaled_output(const sdk::BlockScaledOperand& out) {
   kernels::BlockQuantizeOutput k;
   k.codes = static_cast<std::uint8_t*>(out.codes.data);
   k.scales = static_cast<float*>(out.scales.data);
@@ -52,6 +66,24 @@ kernels::BlockQuantizeOutput output_of(const sdk::BlockScaledOperand& out, std::
   k.block_cols = static_cast<int>(out.layout.block_cols);
   k.e5m2 = out.layout.element == sdk::BlockElement::e5m2;
   k.pow2 = out.layout.scale == sdk::BlockScale::fp32_pow2;
+  return k;
+}
+
+// An MX / NVFP4 output as the byte-scaled kernels take it.
+kernels::ByteScaledQuantizeOutput byte_scaled_output(const sdk::BlockScaledOperand& out) {
+  namespace bq = block_quantize;
+  kernels::ByteScaledQuantizeOutput k;
+  k.codes = static_cast<std::uint8_t*>(out.codes.data);
+  k.scales = static_cast<float*>(out.scales.data);
+  k.tensor_scale = out.layout.tensor_scale ? static_cast<float*>(out.tensor_scale.data) : nullptr;
+  k.block_rows = static_cast<int>(out.layout.block_rows);
+  k.block_cols = static_cast<int>(out.layout.block_cols);
+  k.element = out.layout.element == sdk::BlockElement::e5m2   ? bq::ByteElement::e5m2
+              : out.layout.element == sdk::BlockElement::e2m1 ? bq::ByteElement::e2m1
+                                                              : bq::ByteElement::e4m3;
+  k.rule = out.layout.scale == sdk::BlockScale::e4m3            ? bq::ByteScaleRule::nvfp4
+           : out.layout.scale == sdk::BlockScale::e8m0_round_up ? bq::ByteScaleRule::e8m0_round_up
+                                                                : bq::ByteScaleRule::e8m0_floor;
   return k;
 }
 
@@ -96,16 +128,34 @@ void CudaGemm::quantize_block_scaled(const sdk::BlockQuantizeArgs& args) {
   const std::int64_t cols = src.shape.cols();
   const std::int64_t rows = cols == 0 ? 0 : src.numel() / cols;
   const BlockScaledDevice device = block_device();
-  kernels::BlockQuantizeOutput outs[2];
+  for (const sdk::BlockScaledOperand& out : args.outputs)
+    if (!out.codes.empty()) check_output(out, rows, cols, device);
+  // fp8-block outputs share one read of src in the tile kernel; MX / NVFP4 ones run one by one.
+  kernels::BlockQuantizeOutput tiles[2];
+  bool any_tiles = false;
   for (int i = 0; i < 2; ++i)
-    if (!args.outputs[i].codes.empty()) outs[i] = output_of(args.outputs[i], rows, cols, device);
-  if ((rows + 127) / 128 > 65535)
-    fail(kQuantize, "src " + describe(src) + " has more than 65535 x 128 rows",
-         "quantize it in pieces of fewer rows");
-  check_cuda(
-      kernels::quantize_fp8_blocks(src.data, elem_of(src.dtype), rows, cols, outs[0], outs[1],
-                                   args.stochastic_rounding, args.seed, context_.stream),
-      kQuantize, "fp8-block quantize kernel");
+    if (!args.outputs[i].codes.empty() && fp32_scaled(args.outputs[i].layout)) {
+      tiles[i] = fp32_scaled_output(args.outputs[i]);
+      any_tiles = true;
+    }
+  if (any_tiles) {
+    if ((rows + 127) / 128 > 65535)
+      fail(kQuantize, "src " + describe(src) + " has more than 65535 x 128 rows",
+           "quantize it in pieces of fewer rows");
+    check_cuda(
+        kernels::quantize_fp8_blocks(src.data, elem_of(src.dtype), rows, cols, tiles[0], tiles[1],
+                                     args.stochastic_rounding, args.seed, context_.stream),
+        kQuantize, "fp8-block quantize kernel");
+  }
+  for (const sdk::BlockScaledOperand& out : args.outputs) {
+    if (out.codes.empty() || fp32_scaled(out.layout)) continue;
+    auto* global_amax = context_.flags.as<std::uint32_t>(1, context_.stream, kQuantize);
+    check_cuda(kernels::quantize_byte_scaled_blocks(
+                   src.data, elem_of(src.dtype), rows, cols, byte_scaled_output(out),
+                   args.stochastic_rounding, args.seed, global_amax, context_.stream),
+               kQuantize, "MXFP8 / NVFP4 quantize kernels");
+  }
+  context_.account_buffers();
 }
 
 void CudaGemm::gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) {

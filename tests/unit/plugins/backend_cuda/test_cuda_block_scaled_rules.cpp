@@ -1,10 +1,12 @@
 // The CUDA backend's block-scaled pieces that run on the host: which layouts run on which device
 // and cuBLASLt (cuda_block_scaled_rules.h, with a fake sm and version), where cuBLASLt reads each
 // block scale (cuda_block_scale_layout.h), the exact E8M0 / UE4M3 scale bytes, and the fp8-block
-// quantize kernel's per-block and per-element math (cuda_block_quantize_math.h) compiled for the
-// host, walked in the kernel's partition, against sdk::quantize_block_scaled bit for bit.
+// and MXFP8 / NVFP4 quantize kernels' per-block and per-element math (cuda_block_quantize_math.h)
+// compiled for the host, walked in the kernels' partition, against sdk::quantize_block_scaled bit
+// for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -58,7 +60,8 @@ TEST(CudaBlockScaledRules, Fp8BlockIsRefusedOffHopperNamingTheDevice) {
     EXPECT_TRUE(has(why, "fp8-block") && has(why, "sm_" + std::to_string(sm)) &&
                 has(why, "Test GPU") && has(why, "sm_90"))
         << why;
-    EXPECT_FALSE(block_scaled_ops_available(device(sm, 130100))) << sm;
+    // Blackwell offers the block-scaled ops for mxfp8 / nvfp4; the GPUs before Hopper none.
+    EXPECT_EQ(block_scaled_ops_available(device(sm, 130100)), sm >= 100) << sm;
   }
   EXPECT_TRUE(has(block_layout_refusal(device(100, 130100), l), "mxfp8"));
 }
@@ -74,16 +77,19 @@ TEST(CudaBlockScaledRules, Fp8BlockNeedsCublas129InTheHeadersAndTheLibrary) {
   EXPECT_FALSE(block_scaled_ops_available(device(90, 120800)));
 }
 
-TEST(CudaBlockScaledRules, MxAndNvfp4MapToBlackwellModesThisBackendDoesNotImplementYet) {
+TEST(CudaBlockScaledRules, MxAndNvfp4RunOnBlackwellThroughItsModesAndAreRefusedBefore) {
   const BlockScaledLayout mx = sdk::mx_layout(ReductionAxis::cols, BlockElement::e4m3);
+  const BlockScaledLayout mx_rows = sdk::mx_layout(ReductionAxis::rows, BlockElement::e5m2);
   const BlockScaledLayout nv = sdk::nvfp4_layout(ReductionAxis::rows);
   const BlockScaledLayout nvw = sdk::nvfp4_weight_layout();
   EXPECT_EQ(block_scaled_route(device(100, 130100), mx).mode, BlockScaleMode::vec32_ue8m0);
+  EXPECT_EQ(block_scaled_route(device(100, 130100), mx_rows).mode, BlockScaleMode::vec32_ue8m0);
   EXPECT_EQ(block_scaled_route(device(100, 130100), nv).mode, BlockScaleMode::vec16_ue4m3);
   EXPECT_EQ(block_scaled_route(device(120, 130100), nvw).mode, BlockScaleMode::vec16_ue4m3);
-  for (const BlockScaledLayout& l : {mx, nv, nvw}) {
-    const std::string blackwell = block_layout_refusal(device(100, 130100), l);
-    EXPECT_TRUE(has(blackwell, "not implement") && has(blackwell, "sm_100")) << blackwell;
+  for (const BlockScaledLayout& l : {mx, mx_rows, nv, nvw}) {
+    EXPECT_EQ(block_layout_refusal(device(100, 130100), l), "") << sdk::describe(l);
+    // A cuBLASLt of 12.8 has the modes; the engine still needs 12.9 headers to be built.
+    EXPECT_EQ(block_layout_refusal(device(100, 120800, 120900), l), "") << sdk::describe(l);
     for (int sm : {80, 90}) {
       const std::string before = block_layout_refusal(device(sm, 130100), l);
       EXPECT_TRUE(has(before, "Blackwell") && has(before, "sm_" + std::to_string(sm))) << before;
@@ -91,9 +97,14 @@ TEST(CudaBlockScaledRules, MxAndNvfp4MapToBlackwellModesThisBackendDoesNotImplem
     }
   }
   const std::string old = block_layout_refusal(device(100, 120700), mx);
-  EXPECT_TRUE(has(old, "12.7.0") && has(old, "12.8.0")) << old;
-  EXPECT_FALSE(implemented(BlockScaleMode::vec32_ue8m0));
-  EXPECT_FALSE(implemented(BlockScaleMode::vec16_ue4m3));
+  EXPECT_TRUE(has(old, "12.7.0") && has(old, "12.8.0") && has(old, "library")) << old;
+  const std::string old_headers = block_layout_refusal(device(100, 130100, 120800), nv);
+  EXPECT_TRUE(has(old_headers, "12.8.0") && has(old_headers, "rebuild")) << old_headers;
+  // supports(): some recipe runs. Blackwell runs mxfp8 / nvfp4 though fp8-block is refused there.
+  EXPECT_TRUE(block_scaled_ops_available(device(100, 130100)));
+  EXPECT_TRUE(block_scaled_ops_available(device(90, 130100)));
+  EXPECT_FALSE(block_scaled_ops_available(device(89, 130100)));
+  EXPECT_FALSE(block_scaled_ops_available(device(100, 120700)));
 }
 
 TEST(CudaBlockScaledRules, LayoutsWithoutACublasModeAreRefusedSayingWhichBlocksItTakes) {
@@ -298,6 +309,119 @@ TEST(CudaBlockQuantizeMath, SpecialBlocksEncodeAsTheSdkDefines) {
   EXPECT_EQ(zero.encode_scale, 1.0f);
   EXPECT_EQ(zero.decode_scale, 1.0f);
   EXPECT_EQ(bq::element_code(-0.0f, zero, false, false, 0), 0x80);
+}
+
+// --- the MXFP8 / NVFP4 quantize kernels' math ---------------------------------------------------
+
+// The three kernels of cuda_byte_scaled_quantize.cu walked on the host: each block's statistics
+// into its scale slot (and the finite blocks' amax into the tensor's, an integer max), each
+// block's decode scale over them, then every element's code from its block's scale.
+sdk::BlockScaledTensor byte_scaled_kernel_model(const std::vector<float>& x, std::int64_t rows,
+                                                std::int64_t cols, const BlockScaledLayout& layout,
+                                                bool stochastic, std::uint64_t seed) {
+  namespace bq = block_quantize;
+  const bq::ByteElement element = layout.element == BlockElement::e5m2   ? bq::ByteElement::e5m2
+                                  : layout.element == BlockElement::e2m1 ? bq::ByteElement::e2m1
+                                                                         : bq::ByteElement::e4m3;
+  const bq::ByteScaleRule rule = layout.scale == sdk::BlockScale::e4m3 ? bq::ByteScaleRule::nvfp4
+                                 : layout.scale == sdk::BlockScale::e8m0_round_up
+                                     ? bq::ByteScaleRule::e8m0_round_up
+                                     : bq::ByteScaleRule::e8m0_floor;
+  const sdk::BlockExtent grid = sdk::block_grid(layout, rows, cols);
+  std::vector<std::uint32_t> stats(static_cast<std::size_t>(grid.rows * grid.cols));
+  std::uint32_t global_amax = 0;
+  for (std::int64_t b = 0; b < grid.rows * grid.cols; ++b) {
+    const std::int64_t r0 = b / grid.cols * layout.block_rows;
+    const std::int64_t c0 = b % grid.cols * layout.block_cols;
+    bq::BlockStats st = bq::empty_stats();
+    for (std::int64_t r = r0; r < std::min(rows, r0 + layout.block_rows); ++r)
+      for (std::int64_t c = c0; c < std::min(cols, c0 + layout.block_cols); ++c)
+        bq::add(st, x[static_cast<std::size_t>(r * cols + c)]);
+    stats[static_cast<std::size_t>(b)] = bq::packed_stats(st);
+    if (layout.tensor_scale && st.finite) global_amax = std::max(global_amax, st.amax_bits);
+  }
+  const float s_enc =
+      layout.tensor_scale ? bq::fr::nvfp4_tensor_encode_scale(bq::fr::float_of(global_amax)) : 1.0f;
+  sdk::BlockScaledTensor t;
+  t.layout = layout;
+  t.rows = rows;
+  t.cols = cols;
+  if (layout.tensor_scale) t.tensor_scale = bq::fr::nvfp4_tensor_decode_scale(s_enc);
+  std::vector<float> scales;
+  for (std::uint32_t st : stats)
+    scales.push_back(bq::byte_scaled_decode_scale(st, element, rule, s_enc));
+  for (float v : scales) {
+    std::uint8_t byte = 0;
+    const bool exact = layout.scale == sdk::BlockScale::e4m3
+                           ? block_scales::ue4m3_scale_byte(v, byte)
+                           : block_scales::e8m0_scale_byte(v, byte);
+    EXPECT_TRUE(exact) << "decode scale " << v << " has no exact scale byte";
+    t.scale_codes.push_back(byte);
+  }
+  t.codes.resize(x.size());
+  for (std::int64_t i = 0; i < rows * cols; ++i) {
+    const std::int64_t r = i / cols, c = i % cols;
+    const float scale =
+        scales[static_cast<std::size_t>(r / layout.block_rows * grid.cols + c / layout.block_cols)];
+    const std::uint32_t bits =
+        stochastic ? bq::fr::random_bits(seed, static_cast<std::uint64_t>(i)) : 0u;
+    t.codes[static_cast<std::size_t>(i)] = bq::byte_scaled_element_code(
+        x[static_cast<std::size_t>(i)], scale, t.tensor_scale, element, rule, stochastic, bits);
+  }
+  return t;
+}
+
+TEST(CudaByteScaledQuantizeMath, TheKernelsWalkGivesTheSdkReferenceBitForBit) {
+  constexpr std::int64_t rows = 200, cols = 300;  // partial blocks both ways for every layout
+  const std::vector<float> x = awkward_tensor(rows, cols);
+  std::vector<BlockScaledLayout> layouts;
+  for (BlockElement element : {BlockElement::e4m3, BlockElement::e5m2})
+    for (sdk::MxScaleRule rule : {sdk::MxScaleRule::ocp, sdk::MxScaleRule::round_up})
+      for (ReductionAxis axis : {ReductionAxis::cols, ReductionAxis::rows})
+        layouts.push_back(sdk::mx_layout(axis, element, rule));
+  layouts.push_back(sdk::nvfp4_layout(ReductionAxis::cols));
+  layouts.push_back(sdk::nvfp4_layout(ReductionAxis::rows));
+  layouts.push_back(sdk::nvfp4_weight_layout());
+  for (const BlockScaledLayout& layout : layouts)
+    for (bool stochastic : {false, true}) {
+      const std::string what = sdk::describe(layout) + (stochastic ? " stochastic" : "");
+      sdk::BlockQuantizeOptions options;
+      if (stochastic) options.stochastic_rounding_seed = 7;
+      const sdk::BlockScaledTensor want =
+          sdk::quantize_block_scaled(x, rows, cols, layout, options);
+      const sdk::BlockScaledTensor got =
+          byte_scaled_kernel_model(x, rows, cols, layout, stochastic, 7);
+      ASSERT_EQ(got.codes, want.codes) << what;
+      ASSERT_EQ(got.scale_codes, want.scale_codes) << what;
+      ASSERT_EQ(bits(got.tensor_scale), bits(want.tensor_scale)) << what;
+    }
+}
+
+TEST(CudaByteScaledQuantizeMath, TheTensorScaleIgnoresNonFiniteBlocksAndZeroTensorsScaleByOne) {
+  // NVFP4: a block holding an infinity is NaN on its own and leaves the other blocks' range alone.
+  std::vector<float> x(32, 0.5f);
+  x[20] = INFINITY;
+  const BlockScaledLayout nv = sdk::nvfp4_layout(ReductionAxis::cols);
+  const sdk::BlockScaledTensor got = byte_scaled_kernel_model(x, 1, 32, nv, false, 0);
+  EXPECT_EQ(got.scale_codes[1], 0x7F);
+  EXPECT_EQ(bits(got.tensor_scale), bits(sdk::quantize_block_scaled(x, 1, 32, nv).tensor_scale));
+  EXPECT_EQ(got.tensor_scale, 1.0f / (6.0f * 448.0f / 0.5f));
+  const std::vector<float> zeros(32, 0.0f);
+  EXPECT_EQ(byte_scaled_kernel_model(zeros, 1, 32, nv, false, 0).tensor_scale, 1.0f);
+}
+
+TEST(CudaBlockScaleLayout, ScaleSlotsAndFp4PairsFollowTheSdksEncodings) {
+  EXPECT_EQ(block_scales::scale_byte_or_nan(0.25f, true), 125);  // 2^-2: 127 - 2
+  EXPECT_EQ(block_scales::scale_byte_or_nan(3.0f, true), 0xFF);  // no E8M0 value: NaN, not 4
+  EXPECT_EQ(block_scales::scale_byte_or_nan(448.0f, false), 0x7E);
+  EXPECT_EQ(block_scales::scale_byte_or_nan(0.3f, false), 0x7F);  // not an E4M3 value
+  EXPECT_EQ(block_scales::scale_byte_or_nan(std::nanf(""), false), 0x7F);
+  const std::vector<std::uint8_t> codes = {1, 2, 15, 0, 7, 9, 3};
+  const std::vector<std::uint8_t> want = sdk::pack_e2m1(codes);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const std::uint8_t second = 2 * i + 1 < codes.size() ? codes[2 * i + 1] : 0;
+    EXPECT_EQ(block_scales::e2m1_pair(codes[2 * i], second), want[i]) << i;
+  }
 }
 
 }  // namespace
