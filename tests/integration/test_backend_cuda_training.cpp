@@ -6,8 +6,9 @@
 // drift over 30 steps, and the CUDA run must learn.
 //
 // `mixtrain predict` of one CPU-trained ResNet-20 checkpoint on either backend gives the same
-// logits within FP32 reduction-order differences. fp8-block (the block_scaling plugin) follows the
-// CPU simulator for two steps on sm_90, and is refused at plan time naming the GPU elsewhere.
+// logits within FP32 reduction-order differences. The block-scaled recipes (the block_scaling
+// plugin) follow the CPU simulator for two steps where the GPU runs them (fp8-block on sm_90,
+// mxfp8 and nvfp4 on sm_100+), and are refused at plan time naming the GPU elsewhere.
 //
 // Skips (saying why) when this machine has no CUDA device; the kit (bench/gpu/run_h200.sh, stage
 // test) runs it on a GPU.
@@ -99,20 +100,19 @@ TEST_P(CudaTraining, LossFollowsTheCpuRun) {
 INSTANTIATE_TEST_SUITE_P(Models, CudaTraining, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
-// fp8-block on the CUDA backend against the CPU backend's exact simulator: two SGD steps of a small
-// MLP, same seed and data. fc1 (256 -> 256) runs every operand in place and the head (256 -> 10)
-// pads its outer dim; dgrad and wgrad read transposed codes. Step 1's loss differs only by the
-// GEMMs' accumulation order (cuda_block_scaled_gemm.h); the bf16 activations between the GEMMs can
-// round a value the other way, which can move a block's amax, so the bound is bf16's. On a GPU
-// without fp8-block (not sm_90) the run must stop at plan time naming the device and the fix.
-const char* kFp8BlockMlp = R"([run]
-name = "fp8-block"
+// Each block-scaled recipe on the CUDA backend against the CPU backend's exact simulator: two SGD
+// steps of a small MLP, same seed and data. fc1 (256 -> 256) runs every operand in place
+// (fp8-block, mxfp8) and the head (256 -> 10) pads its outer dim; dgrad and wgrad read transposed
+// codes. Step 1's loss differs only by the GEMMs' accumulation order (cuda_block_scaled_gemm.h);
+// the bf16 activations between the GEMMs can round a value the other way, which can move a block's
+// amax, so the bound is bf16's. On a GPU that does not run the recipe the run must stop at plan
+// time naming the device and the fix.
+const char* kBlockScaledMlp = R"([run]
+name = "block-scaled"
 seed = 3
 steps = 2
 log_every = 1
 eval_every = 0
-[precision]
-policy = "fp8-block"
 [scaler]
 type = "none"
 [optimizer]
@@ -140,24 +140,31 @@ num_classes = 10
 every = 0
 )";
 
-using CudaFp8Block = CliTest;
+struct BlockRecipe {
+  const char* policy;
+  bool (*runs_on)(int major);  // the compute capability's major that runs it natively
+  friend void PrintTo(const BlockRecipe& r, std::ostream* os) { *os << r.policy; }
+};
 
-TEST_F(CudaFp8Block, TwoStepsFollowTheCpuSimulatorOrThePlanIsRefusedNamingTheGpu) {
+class CudaBlockScaled : public CliTest, public ::testing::WithParamInterface<BlockRecipe> {};
+
+TEST_P(CudaBlockScaled, TwoStepsFollowTheCpuSimulatorOrThePlanIsRefusedNamingTheGpu) {
+  const BlockRecipe recipe = GetParam();
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
-    GTEST_SKIP() << "no CUDA device here: fp8-block on the CUDA backend needs a GPU";
+    GTEST_SKIP() << "no CUDA device here: " << recipe.policy << " on the CUDA backend needs a GPU";
   cudaDeviceProp prop{};
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
-  const auto cfg = write_file("fp8-block.toml", kFp8BlockMlp);
+  const auto cfg = write_file("block-scaled.toml", kBlockScaledMlp);
   std::vector<double> loss[2];
   const char* backends[2] = {"cpu", "cuda"};
   for (int b = 0; b < 2; ++b) {
     const auto run_dir = dir_ / backends[b];
-    auto r = run("train " + cfg.string() + " --set backend.type=" + backends[b] + " --run-dir " +
-                 run_dir.string());
-    if (b == 1 && prop.major != 9) {
+    auto r = run("train " + cfg.string() + " --set precision.policy=" + recipe.policy +
+                 " --set backend.type=" + backends[b] + " --run-dir " + run_dir.string());
+    if (b == 1 && !recipe.runs_on(prop.major)) {
       EXPECT_EQ(r.exit_code, 2) << r.err;
-      EXPECT_TRUE(r.err.find("fp8-block") != std::string::npos &&
+      EXPECT_TRUE(r.err.find(recipe.policy) != std::string::npos &&
                   r.err.find("sm_" + std::to_string(prop.major * 10 + prop.minor)) !=
                       std::string::npos &&
                   r.err.find("backend.type=cpu") != std::string::npos)
@@ -175,6 +182,17 @@ TEST_F(CudaFp8Block, TwoStepsFollowTheCpuSimulatorOrThePlanIsRefusedNamingTheGpu
     EXPECT_NEAR(loss[1][i], loss[0][i], (i == 0 ? 1e-2 : 2e-2) * std::max(1.0, loss[0][i]))
         << "step " << i + 1;
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Recipes, CudaBlockScaled,
+    ::testing::Values(BlockRecipe{"fp8-block", [](int major) { return major == 9; }},
+                      BlockRecipe{"mxfp8", [](int major) { return major >= 10; }},
+                      BlockRecipe{"nvfp4", [](int major) { return major >= 10; }}),
+    [](const auto& info) {
+      std::string name = info.param.policy;
+      name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
+      return name;
+    });
 
 using CudaPredict = CliTest;
 

@@ -1,19 +1,22 @@
-// The CUDA backend's block-scaled ops (fp8-block on sm_90) against the SDK's reference and the CPU
-// backend's exact simulator: the quantize kernel bit for bit, gemm_block_scaled within a bound
-// derived from fp32 accumulation (below), the refusals. Device tests: they skip without a GPU, and
-// on a GPU that is not sm_90 (or a cuBLASLt before 12.9) all but the refusal test skip, saying so.
+// The CUDA backend's block-scaled ops (fp8-block on sm_90; mxfp8 and nvfp4 on sm_100+) against the
+// SDK's reference and the CPU backend's exact simulator: the quantize kernels bit for bit,
+// gemm_block_scaled within a bound derived from fp32 accumulation (below), the refusals. Device
+// tests: they skip without a GPU, and each recipe's cases skip, saying why, on a GPU (or cuBLASLt)
+// that does not run it; the refusal test runs on every GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
 #include "mixtrain/sdk/backend_gemm.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/block_scaling.h"
+#include "mixtrain/sdk/support/float_format_rules.h"
 
 namespace mixtrain::backend_cuda::testing {
 namespace {
@@ -24,34 +27,32 @@ using sdk::ReductionAxis;
 
 class backend_cuda_block_scaled : public backend_cuda_vs_cpu {
  protected:
-  void SetUp() override {
-    backend_cuda_vs_cpu::SetUp();
-    if (IsSkipped()) return;
-    const std::string why =
-        gpu<sdk::GemmFacet>().block_layout_refusal(sdk::fp8_block_layout(ReductionAxis::cols));
-    fp8_block_runs_ = why.empty();
-    refusal_ = why;
+  bool runs(const BlockScaledLayout& layout) {
+    return gpu<sdk::GemmFacet>().block_layout_refusal(layout).empty();
   }
-  void require_fp8_block() {
-    if (!fp8_block_runs_) GTEST_SKIP() << "fp8-block does not run on this device: " << refusal_;
-  }
-  bool fp8_block_runs_ = false;
-  std::string refusal_;
 };
 
-// One block-scaled operand on a backend: codes [rows, cols] and fp32 scales of the layout's grid.
+// The layouts of the three recipes, an activation's (blocks along cols).
+const BlockScaledLayout kFp8Block = sdk::fp8_block_layout(ReductionAxis::cols);
+const BlockScaledLayout kMxfp8 = sdk::mx_layout(ReductionAxis::cols, BlockElement::e4m3);
+const BlockScaledLayout kNvfp4 = sdk::nvfp4_layout(ReductionAxis::cols);
+
+// One block-scaled operand on a backend: codes [rows, cols], fp32 scales of the layout's grid and,
+// for NVFP4, the fp32 tensor scale.
 struct Quantized {
   Quantized(sdk::DeviceBackend& backend, const BlockScaledLayout& layout, std::int64_t rows,
             std::int64_t cols)
       : grid(sdk::block_grid(layout, rows, cols)),
         codes(backend, DType::fp8_e4m3, Shape{rows, cols}),
-        scales(backend, DType::fp32, Shape{grid.rows, grid.cols}) {
+        scales(backend, DType::fp32, Shape{grid.rows, grid.cols}),
+        tensor_scale(backend, DType::fp32, Shape{1}, std::vector<float>{1.0f}) {
     op.codes = codes.view();
     op.scales = scales.view();
+    if (layout.tensor_scale) op.tensor_scale = tensor_scale.view();
     op.layout = layout;
   }
   sdk::BlockExtent grid;
-  Tensor codes, scales;
+  Tensor codes, scales, tensor_scale;
   sdk::BlockScaledOperand op;
 };
 
@@ -80,13 +81,23 @@ void expect_like_reference(const Quantized& q, const sdk::BlockScaledTensor& wan
   const std::vector<std::uint8_t> codes = q.codes.raw();
   ASSERT_EQ(codes, want.codes) << what;
   const std::vector<float> scales = q.scales.get();
-  ASSERT_EQ(scales.size(), want.scales.size()) << what;
-  for (std::size_t i = 0; i < scales.size(); ++i)
-    ASSERT_EQ(bits(scales[i]), bits(want.scales[i])) << what << " scale " << i;
+  ASSERT_EQ(static_cast<std::int64_t>(scales.size()), q.grid.rows * q.grid.cols) << what;
+  // The op stores decode scales as fp32 for every layout; the reference keeps 8-bit ones as codes.
+  for (std::size_t i = 0; i < scales.size(); ++i) {
+    const auto bi = static_cast<std::int64_t>(i) / q.grid.cols;
+    const auto bj = static_cast<std::int64_t>(i) % q.grid.cols;
+    ASSERT_EQ(bits(scales[i]), bits(sdk::block_scale_value(want, bi, bj)))
+        << what << " scale " << i;
+  }
+  if (want.layout.tensor_scale) {
+    ASSERT_EQ(bits(q.tensor_scale.get()[0]), bits(want.tensor_scale)) << what << " tensor scale";
+  }
 }
 
-TEST_F(backend_cuda_block_scaled, QuantizeGivesTheSdkReferenceBitForBit) {
-  require_fp8_block();
+TEST_F(backend_cuda_block_scaled, Fp8BlockQuantizeGivesTheSdkReferenceBitForBit) {
+  if (!runs(kFp8Block)) {
+    GTEST_SKIP() << "not on this device: " << gpu<sdk::GemmFacet>().block_layout_refusal(kFp8Block);
+  }
   // 300 x 260: partial tiles both ways; one call makes both quantizations of an activation.
   constexpr std::int64_t rows = 300, cols = 260;
   const std::vector<float> x = awkward(rows, cols, 3);
@@ -125,6 +136,46 @@ TEST_F(backend_cuda_block_scaled, QuantizeGivesTheSdkReferenceBitForBit) {
       }
 }
 
+TEST_F(backend_cuda_block_scaled, MxAndNvfp4QuantizeGivesTheSdkReferenceBitForBit) {
+  // 300 x 260: partial blocks both ways; both quantizations of an activation, stochastic for a
+  // gradient's, the 16 x 16 weight blocks.
+  constexpr std::int64_t rows = 300, cols = 260;
+  const std::vector<float> x = awkward(rows, cols, 4);
+  std::vector<std::pair<BlockScaledLayout, bool>> layouts;  // (layout, stochastic)
+  for (BlockElement e : {BlockElement::e4m3, BlockElement::e5m2})
+    for (ReductionAxis axis : {ReductionAxis::cols, ReductionAxis::rows})
+      layouts.push_back({sdk::mx_layout(axis, e), axis == ReductionAxis::rows});
+  layouts.push_back(
+      {sdk::mx_layout(ReductionAxis::cols, BlockElement::e4m3, sdk::MxScaleRule::round_up), false});
+  for (ReductionAxis axis : {ReductionAxis::cols, ReductionAxis::rows})
+    layouts.push_back({sdk::nvfp4_layout(axis), axis == ReductionAxis::rows});
+  layouts.push_back({sdk::nvfp4_weight_layout(), false});
+  int ran = 0;
+  for (const auto& [layout, stochastic] : layouts) {
+    if (!runs(layout)) continue;
+    ++ran;
+    for (DType src_dtype : {DType::fp32, DType::bf16}) {
+      Tensor src(gpu(), src_dtype, Shape{rows, cols}, x);
+      const std::vector<float> stored = src.get();
+      Quantized q(gpu(), layout, rows, cols);
+      sdk::BlockQuantizeArgs args;
+      args.src = src.view();
+      args.outputs[0] = q.op;
+      args.stochastic_rounding = stochastic;
+      args.seed = 77;
+      gpu<sdk::GemmFacet>().quantize_block_scaled(args);
+      sdk::BlockQuantizeOptions options;
+      if (stochastic) options.stochastic_rounding_seed = 77;
+      expect_like_reference(q, sdk::quantize_block_scaled(stored, rows, cols, layout, options),
+                            std::string(sdk::dtype_name(src_dtype)) + " " + sdk::describe(layout));
+    }
+  }
+  if (ran == 0) {
+    GTEST_SKIP() << "mxfp8 / nvfp4 do not run on this device: "
+                 << gpu<sdk::GemmFacet>().block_layout_refusal(kMxfp8);
+  }
+}
+
 // --- gemm_block_scaled against the CPU simulator
 // --------------------------------------------------
 
@@ -153,6 +204,12 @@ std::vector<GemmCase> cases() {
   const auto rows = sdk::fp8_block_layout(ReductionAxis::rows);
   const auto w = sdk::fp8_block_weight_layout();
   const auto w2 = sdk::fp8_block_weight_layout(BlockElement::e4m3, true);
+  const auto mx_cols = sdk::mx_layout(ReductionAxis::cols, BlockElement::e4m3);
+  const auto mx_rows = sdk::mx_layout(ReductionAxis::rows, BlockElement::e4m3);
+  const auto mx_rows_e5m2 = sdk::mx_layout(ReductionAxis::rows, BlockElement::e5m2);
+  const auto nv_cols = sdk::nvfp4_layout(ReductionAxis::cols);
+  const auto nv_rows = sdk::nvfp4_layout(ReductionAxis::rows);
+  const auto nv_w = sdk::nvfp4_weight_layout();
   return {
       // forward y = x W^T: 128-multiples (D is C) and a shape padded on every dim.
       {"forward_aligned", 256, 384, 512, false, true, cols, w, DType::bf16, false, false, 1.0f,
@@ -164,13 +221,30 @@ std::vector<GemmCase> cases() {
       // wgrad dW (+)= dy^T x: both second quantizations, blocked along the batch.
       {"wgrad_accumulate", 96, 160, 300, true, false, rows, rows, DType::fp32, false, false, 1.0f,
        1.0f},
+      // mxfp8: the weight 1 x 32 along its k in forward, 32 x 1 (its second quantization) in
+      // dgrad; wgrad with an e5m2 gradient.
+      {"mxfp8_forward", 128, 256, 512, false, true, mx_cols, mx_cols, DType::bf16, false, false,
+       1.0f, 0.0f},
+      {"mxfp8_dgrad_padded_bias_gelu", 40, 72, 96, false, false, mx_cols, mx_rows, DType::fp32,
+       true, true, 1.0f, 0.0f},
+      {"mxfp8_wgrad_e5m2", 64, 96, 200, true, false, mx_rows_e5m2, mx_rows, DType::fp32, false,
+       false, 1.0f, 1.0f},
+      // nvfp4: 16 x 16 weight blocks read along either dim, the tensor scales in alpha.
+      {"nvfp4_forward", 128, 256, 512, false, true, nv_cols, nv_w, DType::bf16, false, false, 1.0f,
+       0.0f},
+      {"nvfp4_dgrad_padded_bias", 40, 72, 96, false, false, nv_cols, nv_w, DType::fp32, true, false,
+       0.5f, 0.0f},
+      {"nvfp4_wgrad", 64, 96, 200, true, false, nv_rows, nv_rows, DType::fp32, false, false, 1.0f,
+       1.0f},
   };
 }
 
 TEST_F(backend_cuda_block_scaled, GemmMatchesTheCpuSimulatorWithinFp32AccumulationError) {
-  require_fp8_block();
   sdk::GemmFacet& cpu_gemm = facet_of<sdk::GemmFacet>(cpu());
+  int ran = 0;
   for (const GemmCase& g : cases()) {
+    if (!runs(g.la) || !runs(g.lb)) continue;
+    ++ran;
     const std::int64_t ar = g.a_t ? g.k : g.m, ac = g.a_t ? g.m : g.k;
     const std::int64_t br = g.b_t ? g.n : g.k, bc = g.b_t ? g.k : g.n;
     const std::vector<float> a = random_values(static_cast<std::size_t>(ar * ac), 5, -2.0f, 2.0f);
@@ -191,6 +265,8 @@ TEST_F(backend_cuda_block_scaled, GemmMatchesTheCpuSimulatorWithinFp32Accumulati
     gpu().copy_from_host(gb.codes.view(), qb.codes.raw().data());
     ga.scales.set(qa.scales.get());
     gb.scales.set(qb.scales.get());
+    ga.tensor_scale.set(qa.tensor_scale.get());
+    gb.tensor_scale.set(qb.tensor_scale.get());
 
     auto run = [&](sdk::DeviceBackend& backend, Quantized& x, Quantized& y, Tensor& c, Tensor& pre,
                    Tensor& bias_t) {
@@ -222,11 +298,24 @@ TEST_F(backend_cuda_block_scaled, GemmMatchesTheCpuSimulatorWithinFp32Accumulati
       t.rows = r;
       t.cols = cl;
       t.codes = q.codes.raw();
-      t.scales = q.scales.get();
+      const std::vector<float> scales = q.scales.get();
+      if (l.scale == sdk::BlockScale::fp32 || l.scale == sdk::BlockScale::fp32_pow2) {
+        t.scales = scales;
+      } else {  // the op's fp32 decode scales as the 8-bit codes the reference stores
+        const bool e8m0 = l.scale != sdk::BlockScale::e4m3;
+        for (float v : scales)
+          t.scale_codes.push_back(
+              e8m0 ? static_cast<std::uint8_t>(sdk::format_rules::encode_e8m0(v))
+                   : static_cast<std::uint8_t>(
+                         sdk::format_rules::encode<sdk::format_rules::E4M3>(v, false)));
+      }
+      if (l.tensor_scale) t.tensor_scale = q.tensor_scale.get()[0];
       return sdk::dequantize_block_scaled(t);
     };
     const std::vector<float> da = deq(qa, ar, ac, g.la), db = deq(qb, br, bc, g.lb);
-    const double L = static_cast<double>((g.k + 127) / 128);
+    // k-blocks: 128 (fp8-block), 32 (mxfp8) or 16 (nvfp4), the operands' common extent along k.
+    const std::int64_t k_block = g.a_t ? g.la.block_rows : g.la.block_cols;
+    const double L = static_cast<double>((g.k + k_block - 1) / k_block);
     const double gamma = std::ldexp(1.0, -13) + (L + 3) * std::ldexp(1.0, -23);
     const std::vector<float> got = c_gpu.get(), want = c_cpu.get();
     const std::vector<float> got_pre = p_gpu.get(), want_pre = p_cpu.get();
@@ -250,29 +339,40 @@ TEST_F(backend_cuda_block_scaled, GemmMatchesTheCpuSimulatorWithinFp32Accumulati
             << g.name << " C (" << i << ", " << j << ") gpu " << got[at] << " cpu " << want[at];
       }
   }
+  if (ran == 0) {
+    GTEST_SKIP() << "no block-scaled recipe runs on this device: "
+                 << gpu<sdk::GemmFacet>().block_layout_refusal(kFp8Block);
+  }
 }
 
 // --- refusals ------------------------------------------------------------------------------------
 
 TEST_F(backend_cuda_block_scaled, LayoutsThisDeviceDoesNotRunAreRefusedNamingIt) {
   sdk::GemmFacet& gemm = gpu<sdk::GemmFacet>();
-  const std::string mx =
-      gemm.block_layout_refusal(sdk::mx_layout(ReductionAxis::cols, BlockElement::e4m3));
-  EXPECT_NE(mx.find("mxfp8"), std::string::npos) << mx;
-  EXPECT_NE(mx.find("sm_"), std::string::npos) << mx;
-  // The quantize op raises the same refusal for an output of such a layout.
-  Tensor src(gpu(), DType::fp32, Shape{4, 64}, random_values(256, 1));
-  Quantized q(gpu(), sdk::mx_layout(ReductionAxis::cols, BlockElement::e4m3), 4, 64);
-  sdk::BlockQuantizeArgs args;
-  args.src = src.view();
-  args.outputs[0] = q.op;
-  EXPECT_THROW(gemm.quantize_block_scaled(args), sdk::BackendError);
+  bool any_runs = false;
+  for (const BlockScaledLayout& layout : {kFp8Block, kMxfp8, kNvfp4}) {
+    const std::string why = gemm.block_layout_refusal(layout);
+    if (why.empty()) {
+      any_runs = true;
+      continue;
+    }
+    EXPECT_NE(why.find("sm_"), std::string::npos) << why;
+    // The quantize op raises the same refusal for an output of such a layout.
+    Tensor src(gpu(), DType::fp32, Shape{4, 64}, random_values(256, 1));
+    Quantized q(gpu(), layout, 4, 64);
+    sdk::BlockQuantizeArgs args;
+    args.src = src.view();
+    args.outputs[0] = q.op;
+    EXPECT_THROW(gemm.quantize_block_scaled(args), sdk::BackendError) << sdk::describe(layout);
+  }
   EXPECT_EQ(gemm.supports(sdk::GemmOp::gemm_block_scaled, std::vector<DType>{DType::bf16}),
-            fp8_block_runs_);
+            any_runs);
 }
 
 TEST_F(backend_cuda_block_scaled, OperandsThatDoNotPairUpRaiseBackendError) {
-  require_fp8_block();
+  if (!runs(kFp8Block)) {
+    GTEST_SKIP() << "not on this device: " << gpu<sdk::GemmFacet>().block_layout_refusal(kFp8Block);
+  }
   const auto w = sdk::fp8_block_weight_layout();
   Quantized a(gpu(), w, 128, 256), b(gpu(), w, 128, 256);
   Tensor c(gpu(), DType::fp32, Shape{128, 128});
