@@ -59,6 +59,17 @@ bool BlockQuantizer::hadamard_on(OperandRole role) const {
   return facet_->random_hadamard_transform(slots_[0]);
 }
 
+bool BlockQuantizer::varies_per_step() const {
+  if (facet_ == nullptr) return false;
+  if (hadamard_on(OperandRole::input)) return true;
+  for (OperandRole role : {OperandRole::input, OperandRole::weight, OperandRole::grad_output})
+    for (const PassAxis& p : passes_of(role))
+      if (facet_->operand_plan(slots_[static_cast<std::size_t>(role_index(role))], p.pass, p.axis)
+              .stochastic_rounding)
+        return true;
+  return false;
+}
+
 std::uint64_t BlockQuantizer::hadamard_seed(std::uint64_t run_seed, std::int64_t step,
                                             std::int64_t micro_batch) const {
   const std::string key = gemm_key_ + ".wgrad.hadamard.step" + std::to_string(step) + ".micro" +

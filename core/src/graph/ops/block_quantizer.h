@@ -40,6 +40,9 @@ class BlockQuantizer {
   BlockQuantizer(const std::string& node, const std::string& gemm);
   void set_facet(const sdk::BlockScalingFacet* facet) { facet_ = facet; }
   bool active() const { return facet_ != nullptr; }
+  // Whether a quantization draws per step (stochastic rounding or the Hadamard transform's signs,
+  // both keyed by the step): a recorded step graph would replay the first step's bits.
+  bool varies_per_step() const;
 
   // Quantizes src [rows, cols] for both passes of `role` (the first only, when !both_passes: the
   // input of a frozen weight, which has no wgrad). `run_seed`, `step` and `micro_batch` key

@@ -107,6 +107,7 @@ void LinearLayer::update_fusion() {
 
 bool LinearLayer::set_block_scaling(const sdk::BlockScalingFacet* facet) {
   blocks_.set_facet(facet);
+  traits_.varies_per_step = blocks_.varies_per_step();
   return true;
 }
 
@@ -265,8 +266,9 @@ void LinearLayer::forward_block_scaled(TensorView x, std::int64_t rows) {
 void LinearLayer::backward_block_scaled(TensorView dy, TensorView dx) {
   using sdk::GemmPass;
   using sdk::OperandRole;
+  // A frozen weight has no wgrad: dy is quantized for dgrad only.
   blocks_.quantize(backend_, *facets().call(sdk::GemmOp::quantize_block_scaled), dy,
-                   OperandRole::grad_output, run_seed_, step_, micro_batch_);
+                   OperandRole::grad_output, run_seed_, step_, micro_batch_, !weight().frozen);
   if (!weight().frozen) {
     // dW[out, in] (+)= dyᵀ[out, rows] · x[rows, in], both blocked along the batch.
     sdk::BlockScaledGemmArgs gw;

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cpu_test_backend.h"
@@ -272,6 +273,40 @@ TEST(PrecisionPlanning, ABlockLayoutTheBackendDoesNotRunIsRefusedAtTheNodeWithIt
     for (const char* part : {"model.toml:4:3", "'fc1'", "fc1.matmul.weight", "128x128",
                              "Test GPU (sm_80) has no 128x128 block scales", "backend.type=cpu"})
       EXPECT_NE(what.find(part), std::string::npos) << part << " not in: " << what;
+  }
+}
+
+// A block-scaled policy whose quantizations draw per step: dy rounded stochastically (nvfp4's
+// gradients) and / or the wgrad inputs through the random Hadamard transform.
+class DrawingBlockPolicy final : public sdk::PrecisionPolicy, public sdk::BlockScalingFacet {
+ public:
+  DrawingBlockPolicy(bool stochastic, bool hadamard)
+      : stochastic_(stochastic), hadamard_(hadamard) {}
+  sdk::OpPrecision plan(const sdk::OpDescription& op) const override {
+    return {DType::fp32, op.has_gemm() ? DType::fp8_e4m3 : DType::fp32, DType::fp32, DType::fp32};
+  }
+  bool needs_loss_scaling() const override { return false; }
+  sdk::BlockScaledOperandPlan operand_plan(const sdk::OperandSlot& slot, sdk::GemmPass,
+                                           sdk::ReductionAxis axis) const override {
+    return {sdk::fp8_block_layout(axis), stochastic_ && slot.role() == OperandRole::grad_output};
+  }
+  bool random_hadamard_transform(const sdk::OperandSlot&) const override { return hadamard_; }
+
+ private:
+  bool stochastic_, hadamard_;
+};
+
+TEST(PrecisionPlanning, ALinearWhoseBlockQuantizationDrawsPerStepIsNoStaticStep) {
+  // Its bits are keyed by the step: a recorded step graph would replay the first step's.
+  ModelSpec spec;
+  spec.layers = {test_support::op("linear", "fc1", {{"out", 3}}, {}, {"model.toml", 4, 3})};
+  for (auto [stochastic, hadamard] :
+       {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
+    DrawingBlockPolicy policy(stochastic, hadamard);
+    Model m(cpu(), spec, 8, 3);
+    plan_precision(m, policy, cpu()->capabilities(), {});
+    EXPECT_EQ(m.layers()[0]->traits().varies_per_step, stochastic || hadamard)
+        << "stochastic " << stochastic << ", hadamard " << hadamard;
   }
 }
 
