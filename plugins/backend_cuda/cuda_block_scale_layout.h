@@ -113,6 +113,18 @@ MIXTRAIN_SDK_HOST_DEVICE std::uint8_t scale_byte_or_nan(float v, bool e8m0) {
   return ue4m3_scale_byte(v, out) ? out : std::uint8_t{0x7F};
 }
 
+// The byte cuBLASLt's MX / NVFP4 modes read at (o, l) of an operand op(X) [outer, k] whose
+// k-blocks are k_block wide: the decode scale of the SDK block covering (o, l * k_block) as its
+// E8M0 / UE4M3 byte; 0 for a padding row (o >= outer) or k-block (l * k_block >= k). The tiled
+// layout's L is that of the padded k cuBLASLt is given (k_pad / k_block), not ceil(k / k_block).
+MIXTRAIN_SDK_HOST_DEVICE std::uint8_t tiled_scale_byte(const float* scales, const ScaleSource& s,
+                                                       std::int64_t k_block, bool e8m0,
+                                                       std::int64_t outer, std::int64_t k,
+                                                       std::int64_t o, std::int64_t l) {
+  if (o >= outer || l * k_block >= k) return 0;
+  return scale_byte_or_nan(scales[sdk_scale_index(s, o, l * k_block)], e8m0);
+}
+
 // Two E2M1 codes in one byte as CUDA_R_4F_E2M1 stores them: the first (lower k) in the low nibble
 // (sdk::pack_e2m1's order).
 MIXTRAIN_SDK_HOST_DEVICE std::uint8_t e2m1_pair(std::uint8_t first, std::uint8_t second) {

@@ -156,11 +156,12 @@ LtOperand prepare(const sdk::BlockScaledOperand& op, bool frame_transpose, std::
     r.mode = r.two_d ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
                      : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
   } else {
-    const std::int64_t count = bs::tiled_count(outer, L);
+    // The tiled layout covers the k cuBLASLt is given: k_pad / kb blocks, not L.
+    const std::int64_t count = bs::tiled_count(outer, k_pad / kb);
     auto* arranged = static_cast<std::uint8_t*>(
         scales_scratch.get(static_cast<std::size_t>(count), stream, kOp));
     check_cuda(kernels::arrange_byte_scales(sdk_scales, source, kb, family == Family::mx, outer, k,
-                                            arranged, stream),
+                                            k_pad, arranged, stream),
                kOp, "scale arrangement kernel");
     r.scales = arranged;
     r.mode = family == Family::mx ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0

@@ -76,14 +76,13 @@ __global__ void __launch_bounds__(kThreads)
 // a bijection onto [0, tiled_count), so every slot is written once.
 __global__ void __launch_bounds__(kThreads)
     arrange_bytes_kernel(const float* scales, bs::ScaleSource source, std::int64_t k_block,
-                         bool e8m0, std::int64_t outer, std::int64_t L, std::uint8_t* out) {
+                         bool e8m0, std::int64_t outer, std::int64_t k, std::int64_t L,
+                         std::uint8_t* out) {
   const std::int64_t l4 = bs::round_up(L, 4), count = bs::round_up(outer, 128) * l4;
   for (std::int64_t i = global_thread(); i < count; i += grid_threads()) {
     const std::int64_t o = i / l4, l = i % l4;
     out[bs::tiled_offset(o, l, L)] =
-        o < outer && l < L
-            ? bs::scale_byte_or_nan(scales[bs::sdk_scale_index(source, o, l * k_block)], e8m0)
-            : std::uint8_t{0};
+        bs::tiled_scale_byte(scales, source, k_block, e8m0, outer, k, o, l);
   }
 }
 
@@ -148,13 +147,13 @@ cudaError_t pack_e2m1_k_major(const std::uint8_t* codes, std::int64_t stored_col
 
 cudaError_t arrange_byte_scales(const float* scales, const block_scales::ScaleSource& source,
                                 std::int64_t k_block, bool e8m0, std::int64_t outer, std::int64_t k,
-                                std::uint8_t* out, cudaStream_t stream) {
-  if (k_block < 1) return cudaErrorInvalidValue;
-  const std::int64_t L = (k + k_block - 1) / k_block;
+                                std::int64_t k_pad, std::uint8_t* out, cudaStream_t stream) {
+  if (k_block < 1 || k_pad < k || k_pad % (4 * k_block) != 0) return cudaErrorInvalidValue;
+  const std::int64_t L = k_pad / k_block;
   const std::int64_t count = block_scales::tiled_count(outer, L);
   if (count == 0) return cudaSuccess;
   arrange_bytes_kernel<<<grid_for(count), kThreads, 0, stream>>>(scales, source, k_block, e8m0,
-                                                                 outer, L, out);
+                                                                 outer, k, L, out);
   return cudaGetLastError();
 }
 

@@ -44,11 +44,12 @@ cudaError_t pack_e2m1_k_major(const std::uint8_t* codes, std::int64_t stored_col
                               std::int64_t k_pad, std::uint8_t* out, cudaStream_t stream);
 
 // arrange_byte_scales: the operand's fp32 decode scales as the bytes of VEC32_UE8M0 (e8m0, k_block
-// 32) or VEC16_UE4M3 (k_block 16) in cuBLASLt's 128 x 4 tiled layout (block_scales::tiled_offset),
-// L = ceil(k / k_block); every slot of tiled_count(outer, L) written, the padding ones 0.
+// 32) or VEC16_UE4M3 (k_block 16) in cuBLASLt's 128 x 4 tiled layout for the padded k it is given
+// (block_scales::tiled_offset with L = k_pad / k_block; k_pad >= k, a multiple of 4 * k_block):
+// every slot of tiled_count(outer, L) written, by block_scales::tiled_scale_byte.
 cudaError_t arrange_byte_scales(const float* scales, const block_scales::ScaleSource& source,
                                 std::int64_t k_block, bool e8m0, std::int64_t outer, std::int64_t k,
-                                std::uint8_t* out, cudaStream_t stream);
+                                std::int64_t k_pad, std::uint8_t* out, cudaStream_t stream);
 
 // block_gemm_scalars: out[0] = alpha * (tensor_scale_a * tensor_scale_b) (a null tensor scale is
 // 1), out[1] = beta: the device-side alpha and beta of an NVFP4 GEMM.

@@ -410,6 +410,52 @@ TEST(CudaByteScaledQuantizeMath, TheTensorScaleIgnoresNonFiniteBlocksAndZeroTens
   EXPECT_EQ(byte_scaled_kernel_model(zeros, 1, 32, nv, false, 0).tensor_scale, 1.0f);
 }
 
+// arrange_bytes_kernel's walk on the host: slot (o, l) of the tiled layout for the padded k the
+// GEMM gives cuBLASLt. k = 64 pads to 128: NVFP4 then has 8 k-blocks per row, not ceil(64 / 16) = 4
+// rounded up to 4, so the layout has two 4-block tiles per 128 rows and the second holds zeros.
+TEST(CudaBlockScaleLayout, TiledScaleBytesCoverThePaddedReductionDim) {
+  struct Case {
+    BlockScaledLayout layout;
+    std::int64_t k_block;
+  };
+  for (const Case& c :
+       {Case{sdk::nvfp4_layout(ReductionAxis::cols), 16}, Case{sdk::nvfp4_weight_layout(), 16},
+        Case{sdk::mx_layout(ReductionAxis::cols, BlockElement::e4m3), 32}}) {
+    constexpr std::int64_t outer = 40, k = 64, k_pad = 128;
+    std::vector<float> x(static_cast<std::size_t>(outer * k));
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    for (float& v : x) v = std::ldexp(u(rng), static_cast<int>(rng() % 9) - 4);
+    const sdk::BlockScaledTensor t = sdk::quantize_block_scaled(x, outer, k, c.layout);
+    const sdk::BlockExtent grid = sdk::block_grid(c.layout, outer, k);
+    std::vector<float> scales;  // the op's fp32 decode scales
+    for (std::int64_t i = 0; i < grid.rows * grid.cols; ++i)
+      scales.push_back(sdk::block_scale_value(t, i / grid.cols, i % grid.cols));
+    const block_scales::ScaleSource source{grid.cols, c.layout.block_rows, c.layout.block_cols,
+                                           false};
+    const bool e8m0 = c.layout.scale != sdk::BlockScale::e4m3;
+    const std::int64_t L = k_pad / c.k_block;
+    std::vector<int> slots(static_cast<std::size_t>(block_scales::tiled_count(outer, L)), -1);
+    for (std::int64_t o = 0; o < block_scales::round_up(outer, 128); ++o)
+      for (std::int64_t l = 0; l < block_scales::round_up(L, 4); ++l)
+        slots[static_cast<std::size_t>(block_scales::tiled_offset(o, l, L))] =
+            block_scales::tiled_scale_byte(scales.data(), source, c.k_block, e8m0, outer, k, o, l);
+    const std::string what = sdk::describe(c.layout);
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (std::int64_t l = 0; l < L; ++l) {
+        const int byte = slots[static_cast<std::size_t>(block_scales::tiled_offset(o, l, L))];
+        if (l * c.k_block >= k) {
+          ASSERT_EQ(byte, 0) << what << " padding k-block " << l;
+          continue;
+        }
+        const std::uint8_t want = t.scale_codes[static_cast<std::size_t>(
+            o / c.layout.block_rows * grid.cols + l * c.k_block / c.layout.block_cols)];
+        ASSERT_EQ(byte, want) << what << " (" << o << ", " << l << ")";
+      }
+    for (int v : slots) ASSERT_GE(v, 0) << what << ": a slot was never written";
+  }
+}
+
 TEST(CudaBlockScaleLayout, ScaleSlotsAndFp4PairsFollowTheSdksEncodings) {
   EXPECT_EQ(block_scales::scale_byte_or_nan(0.25f, true), 125);  // 2^-2: 127 - 2
   EXPECT_EQ(block_scales::scale_byte_or_nan(3.0f, true), 0xFF);  // no E8M0 value: NaN, not 4
