@@ -82,14 +82,18 @@ std::uint64_t BlockQuantizer::hadamard_seed(std::uint64_t run_seed, std::int64_t
 // are padded and transformed alike, so dyᵀ·x keeps its value). One strided-batched GEMM with M
 // broadcast: out_b[16, cols] = M[16, 16] · src_b[16, cols].
 sdk::TensorView BlockQuantizer::hadamard_rows(const std::shared_ptr<sdk::DeviceBackend>& backend,
-                                              sdk::GemmFacet& gemm, sdk::TensorView src, int r,
+                                              sdk::GemmFacet& gemm, sdk::TensorView src,
                                               std::uint64_t sign_seed) {
   const std::int64_t rows = src.shape.rows(), cols = src.shape.cols();
   const std::int64_t rows16 = (rows + 15) / 16 * 16;
-  Hadamard& h = hadamard_[r];
+  Hadamard& h = hadamard_;
   if (h.matrix.empty()) h.matrix = Tensor(backend, DType::fp32, sdk::Shape{16, 16});
-  const std::array<float, 256> m = sdk::hadamard16(sign_seed);
-  backend->copy_from_host(h.matrix.view(), m.data());
+  // x and dy of one wgrad share M: it is uploaded once per (step, micro-batch).
+  if (h.matrix_seed != sign_seed) {
+    const std::array<float, 256> m = sdk::hadamard16(sign_seed);
+    backend->copy_from_host(h.matrix.view(), m.data());
+    h.matrix_seed = sign_seed;
+  }
   sdk::TensorView in = src;
   if (rows16 != rows) {
     if (h.padded.empty() || h.padded.shape().numel() < rows16 * cols)
@@ -133,7 +137,7 @@ void BlockQuantizer::quantize(const std::shared_ptr<sdk::DeviceBackend>& backend
   sdk::TensorView sources[2] = {src, src};
   const bool hadamard = both_passes && hadamard_on(role);
   if (hadamard)
-    sources[1] = hadamard_rows(backend, gemm, src, r, hadamard_seed(run_seed, step, micro_batch));
+    sources[1] = hadamard_rows(backend, gemm, src, hadamard_seed(run_seed, step, micro_batch));
   // Stochastic rounding draws per pass, so only two nearest-even quantizations of one layout
   // (of one source) are the same tensor.
   shared_[r] = !hadamard && plans[0].layout == plans[1].layout && !plans[0].stochastic_rounding &&

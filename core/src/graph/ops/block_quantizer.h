@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,20 +62,21 @@ class BlockQuantizer {
     Tensor codes, scales, tensor_scale;
     sdk::BlockScaledOperand view;
   };
+  // Scratch shared by x and dy: each transform is quantized before the next one is made.
   struct Hadamard {
     Tensor matrix, padded, out;  // M [16, 16]; src padded to [rows16, cols]; M·src
+    std::optional<std::uint64_t> matrix_seed;  // the signs M holds now
   };
   bool hadamard_on(sdk::OperandRole role) const;
   std::uint64_t hadamard_seed(std::uint64_t run_seed, std::int64_t step,
                               std::int64_t micro_batch) const;
   sdk::TensorView hadamard_rows(const std::shared_ptr<sdk::DeviceBackend>& backend,
-                                sdk::GemmFacet& gemm, sdk::TensorView src, int r,
-                                std::uint64_t sign_seed);
+                                sdk::GemmFacet& gemm, sdk::TensorView src, std::uint64_t sign_seed);
 
   const sdk::BlockScalingFacet* facet_ = nullptr;
   std::string gemm_key_;                    // "<node>.<gemm>": keys the transform's signs
   std::vector<sdk::OperandSlot> slots_;     // per role: input, weight, grad_output
-  Hadamard hadamard_[3];                    // per role (x and dy use theirs)
+  Hadamard hadamard_;
   Buffers buffers_[3][2];                   // per role, per pass of it (first, second)
   bool shared_[3] = {false, false, false};  // the second pass reads the first's quantization
 };
