@@ -2,8 +2,8 @@
 // the CPU backend's simulator: two SGD steps of each recipe equal a NumPy reference written from
 // the recipes (block_scaled_reference.py); a tiny MLP trains, an override takes a node out of
 // block scaling, an op without a block-scaled path and an option not implemented are refused at
-// plan time (exit 2, naming what and the fix), and nvfp4's stochastic rounding repeats exactly
-// with the run's seed.
+// plan time (exit 2, naming what and the fix), escalation promotes a blamed node out of block
+// scaling, and nvfp4's stochastic rounding repeats exactly with the run's seed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -363,6 +363,28 @@ gemm_input = "bf16"
   ASSERT_EQ(head.size(), 3u);
   EXPECT_NE(head, bf16);
   EXPECT_NE(head, every);
+}
+
+TEST_F(block_scaled_policies, EscalationPromotesABlamedNodeOutOfBlockScalingRungByRung) {
+  // configs/overflow-demo.toml's projection fed features near 1e37 with AdamW at lr 10: after one
+  // step its outputs pass fp32's range, so every forward is non-finite at 'proj'. Blamed twice, it
+  // leaves block scaling (its gemm_input fp8 -> bf16, an ordinary GEMM from then on), then goes
+  // to fp32; after that escalation says the cause is elsewhere, and the run goes on throughout.
+  const auto r = run("train " + (fs::path(MIXTRAIN_CONFIGS_DIR) / "overflow-demo.toml").string() +
+                     " --set precision.policy=fp8-block --set precision.escalate.after=2"
+                     " --set run.steps=8 --set run.eval_every=0 --set run.log_every=1"
+                     " --set optimizer.adamw.lr=10 --set data.feature_scale=1e37 --set "
+                     "checkpoint.every=0 --run-dir " +
+                     (dir_ / "escalated").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string log = r.out + r.err;
+  const auto first = log.find("precision escalation at step 3: node 'proj'");
+  ASSERT_NE(first, std::string::npos) << log;
+  const std::string line = log.substr(first, log.find('\n', first) - first);
+  EXPECT_NE(line.find("gemm_input=fp8_e4m3"), std::string::npos) << line;
+  EXPECT_NE(line.find("-> weight=fp32 gemm_input=bf16"), std::string::npos) << line;
+  EXPECT_NE(log.find("precision escalation at step 5: node 'proj'"), std::string::npos) << log;
+  EXPECT_NE(log.find("already runs in fp32, the widest format"), std::string::npos) << log;
 }
 
 TEST_F(block_scaled_policies, APolicyOptionOutOfRangeExits2AtItsLine) {
