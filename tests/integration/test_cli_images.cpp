@@ -227,4 +227,30 @@ TEST_F(CliImages, AnAugmentedRunResumesBitForBit) {
   EXPECT_NE(full_loss[2], plain_loss[2]);
 }
 
+// data.prefetch (on by default) prepares the next batch on a loader thread; it guesses the
+// sampler's next batch, so across epoch ends, micro-batches and augmentation the steps must see
+// exactly the batches of a run without it.
+TEST_F(CliImages, TheLoaderThreadChangesNoBatch) {
+  auto cfg = write_file("images.toml", std::string(kImages) +
+                                           "[data.augment]
+crop_padding = 2
+"
+                                           "horizontal_flip = true
+");
+  const std::string common =
+      " --set run.steps=20 --set run.accumulate=2 --set run.log_every=1 --set run.eval_every=0"
+      " --set checkpoint.every=0";
+  std::map<int, double> loss[2];
+  for (int prefetch = 0; prefetch < 2; ++prefetch) {
+    const auto folder = dir_ / (prefetch ? "loader" : "inline");
+    auto r = run("train " + cfg.string() + common + " --set data.prefetch=" +
+                 (prefetch ? "true" : "false") + " --run-dir " + folder.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const auto& j : records(folder / "metrics.jsonl"))
+      if (j.contains("loss")) loss[prefetch][j["step"].get<int>()] = j["loss"].get<double>();
+  }
+  ASSERT_EQ(loss[0].size(), 20u);
+  EXPECT_EQ(loss[1], loss[0]);
+}
+
 }  // namespace

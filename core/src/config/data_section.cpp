@@ -291,6 +291,7 @@ void read_data_config(const Config& config, Experiment& e) {
   e.data.eval_batch_size = common.get_int("eval_batch_size");
   if (e.data.eval_batch_size == 0) e.data.eval_batch_size = e.data.batch_size;
   e.data.shuffle = common.get_bool("shuffle");
+  e.data.prefetch = common.get_bool("prefetch");
   e.data.eval_fraction = common.get_double("eval_fraction");
   e.data.classes = static_cast<std::int32_t>(common.get_int("classes"));
   read_source_options(config, r, e);

@@ -188,6 +188,9 @@ sdk::OptionSchema data_common_schema() {
           .at_least(0)
           .at_most(kMaxDim),
       OptionSpec::boolean("shuffle", true, "reshuffle the training rows every epoch (seeded)"),
+      OptionSpec::boolean("prefetch", true,
+                          "gather and augment the next training batch on a loader thread while "
+                          "the step computes (the same batches either way)"),
       OptionSpec::number("eval_fraction", 0.1,
                          "share of rows held out for evaluation (tokens, text: of the tokens, "
                          "from the end)")

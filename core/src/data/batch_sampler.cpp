@@ -27,28 +27,45 @@ BatchSampler::BatchSampler(std::int64_t rows, std::int64_t batch_size, bool shuf
   batches_per_epoch_ = rows / batch_size;
 }
 
-void BatchSampler::build_order(std::int64_t epoch) {
-  if (order_epoch_ == epoch) return;
-  order_.resize(static_cast<std::size_t>(rows_));
-  std::iota(order_.begin(), order_.end(), std::int64_t{0});
+void BatchSampler::fill_order(std::int64_t epoch, std::vector<std::int64_t>& order) const {
+  order.resize(static_cast<std::size_t>(rows_));
+  std::iota(order.begin(), order.end(), std::int64_t{0});
   if (shuffle_) {
     // Stream e+1: stream 0 of the same seed is what split_holdout uses.
     DataRng rng(seed_, static_cast<std::uint64_t>(epoch) + 1);
-    seeded_shuffle(order_, rng);
+    seeded_shuffle(order, rng);
   }
+}
+
+void BatchSampler::build_order(std::int64_t epoch) {
+  if (order_epoch_ == epoch) return;
+  fill_order(epoch, order_);
   order_epoch_ = epoch;
 }
 
+BatchSampler::Cursor BatchSampler::upcoming() const {
+  if (position_ < batches_per_epoch_) return {epoch_, position_};
+  // Unreachable from a checked checkpoint (epoch <= step <= run.steps), but a cursor set by any
+  // caller must not overflow.
+  if (epoch_ == std::numeric_limits<std::int64_t>::max())
+    throw sdk::DataError("batch sampler: the epoch counter is at its maximum",
+                         "the sampler state is damaged; resume from another checkpoint");
+  return {epoch_ + 1, 0};
+}
+
+std::vector<std::int64_t> BatchSampler::peek() const {
+  const Cursor at = upcoming();
+  const auto begin = static_cast<std::ptrdiff_t>(at.position * batch_size_);
+  std::vector<std::int64_t> aside;
+  if (order_epoch_ != at.epoch) fill_order(at.epoch, aside);
+  const std::vector<std::int64_t>& order = order_epoch_ == at.epoch ? order_ : aside;
+  return {order.begin() + begin, order.begin() + begin + static_cast<std::ptrdiff_t>(batch_size_)};
+}
+
 std::span<const std::int64_t> BatchSampler::next() {
-  if (position_ == batches_per_epoch_) {
-    // Unreachable from a checked checkpoint (epoch <= step <= run.steps), but a cursor set by
-    // any caller must not overflow.
-    if (epoch_ == std::numeric_limits<std::int64_t>::max())
-      throw sdk::DataError("batch sampler: the epoch counter is at its maximum",
-                           "the sampler state is damaged; resume from another checkpoint");
-    ++epoch_;
-    position_ = 0;
-  }
+  const Cursor at = upcoming();
+  epoch_ = at.epoch;
+  position_ = at.position;
   build_order(epoch_);
   const auto begin = static_cast<std::size_t>(position_ * batch_size_);
   ++position_;

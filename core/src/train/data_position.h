@@ -7,10 +7,12 @@
 // - micro_batches[k], micro_batch_numbers[k]: the rows this rank computes in micro-batch k of the
 //   current step and that batch's number (epoch · batches_per_epoch + position, augmentation's
 //   key); kept so a skipped step can replay them. run.accumulate entries after a step.
-// - Host staging, sized for the model's largest batch (Model::max_rows rows): x_host, a table's
-//   or images' features [rows, F] in FP32; ids_host, token windows' ids [rows, T]; y_host, the
-//   labels [rows · labels_per_row]. After a batch is fed, y_host holds its labels (evaluation's
-//   top-k reads them).
+// - Host staging `host`, sized for the model's largest batch (Model::max_rows rows) and grown by
+//   a larger one: x, a table's or images' features [rows, F] in FP32; ids, token windows' ids
+//   [rows, T]; y, the labels [rows · labels_per_row]. After a batch is fed, host.y holds its
+//   labels (evaluation's top-k reads them).
+// - prefetcher: with data.prefetch, the loader thread that prepares the next training batch
+//   (train/batch_prefetcher.h) while a step computes; its buffers are swapped into `host`.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "mixtrain/core/data/batch_sampler.h"
+#include "train/batch_prefetcher.h"
 
 namespace mixtrain::core {
 
@@ -25,9 +28,8 @@ struct DataPosition {
   std::unique_ptr<BatchSampler> sampler;
   std::vector<std::vector<std::int64_t>> micro_batches;
   std::vector<std::uint64_t> micro_batch_numbers;
-  std::vector<float> x_host;
-  std::vector<std::int32_t> ids_host;
-  std::vector<std::int32_t> y_host;
+  HostBatch host;
+  std::unique_ptr<BatchPrefetcher> prefetcher;
 };
 
 }  // namespace mixtrain::core

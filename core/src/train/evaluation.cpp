@@ -50,7 +50,7 @@ struct EvalMode {
 
 // Loss and accuracy are means over all labels (a language model's: over every labelled next
 // token, so the loss is in nats per token). Top-k accuracy ([eval] top_k) is counted on the
-// host from each batch's FP32 logits and the labels feed_batch left in y_host.
+// host from each batch's FP32 logits and the labels feed_batch left in host.y.
 EvalResult Trainer::evaluate() {
   auto& s = *s_;
   const Dataset& d = s.eval.rows > 0 ? s.eval : s.train;
@@ -60,7 +60,7 @@ EvalResult Trainer::evaluate() {
   std::int64_t hits = 0;
   EvalResult r = predict(d, d.rows, [&](const PredictionBatch& batch) {
     const auto labels = static_cast<std::size_t>(batch.rows * per_row);
-    hits += top_k_hits(batch.logits, {s.data.y_host.data(), labels}, classes, k);
+    hits += top_k_hits(batch.logits, {s.data.host.y.data(), labels}, classes, k);
   });
   r.top_k = k;
   const double labels = static_cast<double>(d.rows) * static_cast<double>(per_row);

@@ -25,21 +25,70 @@ void reset_ema(Trainer::State& s) {
     s.c.backend->copy(s.ema[i].view(), params[i]->master.view());
 }
 
+namespace {
+
+// What a batch's host side reads besides its rows: fixed for a run, so a loader thread can hold
+// a copy (train/batch_prefetcher.h).
+struct BatchRecipe {
+  const Dataset* data;
+  AugmentSpec augment;
+  std::vector<float> black;
+  std::uint64_t seed;
+};
+
+BatchRecipe recipe_of(const Trainer::State& s, const Dataset& d) {
+  return {&d, s.e.data.augment.spec, s.black, s.e.run.seed};
+}
+
+// The host side of a batch: `rows` of the data gathered into `out` (grown as needed), and a
+// training batch (its batch number given) augmented.
+void prepare_host_batch(const BatchRecipe& r, std::span<const std::int64_t> rows,
+                        std::optional<std::uint64_t> training_batch, HostBatch& out) {
+  const Dataset& d = *r.data;
+  const auto n = static_cast<std::int64_t>(rows.size());
+  const auto grow = [](auto& v, std::int64_t size) {
+    if (static_cast<std::int64_t>(v.size()) < size) v.resize(static_cast<std::size_t>(size));
+  };
+  grow(out.y, n * d.labels_per_row());
+  if (d.is_tokens()) {
+    grow(out.ids, n * d.features);
+    gather_tokens(d, rows, out.ids.data(), out.y.data());
+    return;
+  }
+  grow(out.x, n * d.features);
+  gather_batch(d, rows, out.x.data(), out.y.data());
+  if (training_batch && r.augment.enabled())
+    augment_batch(r.augment, d.sample_shape, r.black, out.x.data(), n, r.seed, *training_batch);
+}
+
+void upload_batch(Trainer::State& s, const Dataset& d, std::int64_t n, const HostBatch& h) {
+  auto& b = *s.c.backend;
+  b.copy_from_host(s.model->input(n), d.is_tokens() ? static_cast<const void*>(h.ids.data())
+                                                    : static_cast<const void*>(h.x.data()));
+  b.copy_from_host(s.model->labels(n), h.y.data());
+}
+
+// This rank's share of a global batch the sampler drew, and its batch number.
+PrefetchJob rank_share(const Trainer::State& s, std::span<const std::int64_t> drawn,
+                       BatchSampler::Cursor at) {
+  const std::int64_t bs = s.rank_batch;
+  // The sampler draws the global batch whatever the world size; rank r takes its r-th share,
+  // so the data each step sees does not depend on how many ranks share it.
+  const auto first = static_cast<std::ptrdiff_t>(s.reducer->rank() * bs);
+  PrefetchJob job;
+  job.rows.assign(drawn.begin() + first, drawn.begin() + first + bs);
+  job.number = static_cast<std::uint64_t>(at.epoch) *
+                   static_cast<std::uint64_t>(s.data.sampler->batches_per_epoch()) +
+               static_cast<std::uint64_t>(at.position);
+  return job;
+}
+
+}  // namespace
+
 void feed_batch(Trainer::State& s, const Dataset& d, std::span<const std::int64_t> rows,
                 std::optional<std::uint64_t> training_batch) {
-  auto& b = *s.c.backend;
-  const auto n = static_cast<std::int64_t>(rows.size());
-  if (d.is_tokens()) {
-    gather_tokens(d, rows, s.data.ids_host.data(), s.data.y_host.data());
-    b.copy_from_host(s.model->input(n), s.data.ids_host.data());
-  } else {
-    gather_batch(d, rows, s.data.x_host.data(), s.data.y_host.data());
-    if (training_batch && s.e.data.augment.spec.enabled())
-      augment_batch(s.e.data.augment.spec, d.sample_shape, s.black, s.data.x_host.data(), n,
-                    s.e.run.seed, *training_batch);
-    b.copy_from_host(s.model->input(n), s.data.x_host.data());
-  }
-  b.copy_from_host(s.model->labels(n), s.data.y_host.data());
+  prepare_host_batch(recipe_of(s, d), rows, training_batch, s.data.host);
+  upload_batch(s, d, static_cast<std::int64_t>(rows.size()), s.data.host);
 }
 
 namespace {
@@ -52,22 +101,31 @@ float loss_seed(float scale, std::int64_t micro) {
 
 // Draws micro-batch k's global batch, keeps this rank's share of it (and its batch number, for
 // a replay) and feeds it to the model.
+//
+// With a loader thread (data.prefetch), the batch is usually ready: the previous feed started
+// preparing the sampler's next batch. A guess that no longer holds (a resume moved the cursor) is
+// dropped and the batch prepared here, so the data are the same either way.
 void feed_micro_batch(Trainer::State& s, std::int64_t k) {
-  const std::int64_t bs = s.rank_batch;
-  auto& idx = s.data.micro_batches[static_cast<std::size_t>(k)];
-  const auto cursor = s.data.sampler->cursor();
-  const auto number = static_cast<std::uint64_t>(cursor.epoch) *
-                          static_cast<std::uint64_t>(s.data.sampler->batches_per_epoch()) +
-                      static_cast<std::uint64_t>(cursor.position);
-  s.data.micro_batch_numbers[static_cast<std::size_t>(k)] = number;
-  const auto drawn = s.data.sampler->next();
-  // The sampler draws the global batch whatever the world size; rank r takes its r-th share,
-  // so the data each step sees does not depend on how many ranks share it.
-  const auto first = static_cast<std::size_t>(s.reducer->rank() * bs);
-  idx.assign(drawn.begin() + static_cast<std::ptrdiff_t>(first),
-             drawn.begin() + static_cast<std::ptrdiff_t>(first + static_cast<std::size_t>(bs)));
+  const auto at = static_cast<std::size_t>(k);
+  const BatchSampler::Cursor cursor = s.data.sampler->cursor();
+  PrefetchJob job = rank_share(s, s.data.sampler->next(), cursor);
+  s.data.micro_batch_numbers[at] = job.number;
+  s.data.micro_batches[at] = job.rows;
   ProfileScope scope("data");
-  feed_batch(s, s.train, idx, number);
+  BatchPrefetcher* loader = s.data.prefetcher.get();
+  if (loader == nullptr || !loader->take(job, s.data.host))
+    prepare_host_batch(recipe_of(s, s.train), job.rows, job.number, s.data.host);
+  upload_batch(s, s.train, s.rank_batch, s.data.host);
+  if (loader == nullptr) return;
+  // The next batch the sampler will draw, prepared while this one computes.
+  const BatchSampler::Cursor next_at = s.data.sampler->cursor();
+  PrefetchJob next = rank_share(s, s.data.sampler->peek(), next_at);
+  std::vector<std::int64_t> rows = next.rows;
+  const std::uint64_t number = next.number;
+  loader->start(std::move(next),
+                [recipe = recipe_of(s, s.train), rows = std::move(rows), number](HostBatch& out) {
+                  prepare_host_batch(recipe, rows, number, out);
+                });
 }
 
 // Forward, loss and backward of micro-batch k (into the step's FP32 gradients); recorded once and

@@ -210,10 +210,10 @@ LrSchedule schedule_of(const Experiment& e, double base_lr) {
 void allocate_host_staging(Trainer::State& s) {
   const std::int64_t max_rows = s.model->max_rows();
   if (s.train.is_tokens())
-    s.data.ids_host.resize(static_cast<std::size_t>(max_rows * s.train.features));
+    s.data.host.ids.resize(static_cast<std::size_t>(max_rows * s.train.features));
   else
-    s.data.x_host.resize(static_cast<std::size_t>(max_rows * s.train.features));
-  s.data.y_host.resize(static_cast<std::size_t>(max_rows * s.train.labels_per_row()));
+    s.data.host.x.resize(static_cast<std::size_t>(max_rows * s.train.features));
+  s.data.host.y.resize(static_cast<std::size_t>(max_rows * s.train.labels_per_row()));
 }
 
 // Statistics computed from the training split exist nowhere else on disk: the run keeps them so
@@ -477,6 +477,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     s.metrics.early_stopping.emplace(e.run.early_stopping_metric, e.run.early_stopping_min_delta);
   if (!e.checkpoint.keep_best.empty()) s.metrics.keep_best.emplace(e.checkpoint.keep_best, 0.0);
   allocate_host_staging(s);
+  if (e.data.prefetch) s.data.prefetcher = std::make_unique<BatchPrefetcher>();
   if (!e.checkpoint.init_from.empty() && !options.resume)
     load_checkpoint(e.checkpoint.init_from, /*weights_only=*/true, e.checkpoint.init_layout);
   if (options.resume) {

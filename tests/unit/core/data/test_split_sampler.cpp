@@ -194,6 +194,24 @@ TEST(BatchSampler, CursorResumeReproducesTheUninterruptedSequence) {
   EXPECT_EQ(at_end.cursor(), (BatchSampler::Cursor{2, 1}));
 }
 
+TEST(BatchSampler, PeekIsTheNextBatchAndMovesNothing) {
+  // Across epoch ends (7 batches of 7 in 50 rows), from a fresh sampler and after set_cursor.
+  BatchSampler s(50, 7, true, 9);
+  for (int i = 0; i < 23; ++i) {
+    const auto before = s.cursor();
+    const std::vector<std::int64_t> peeked = s.peek();
+    EXPECT_EQ(s.cursor(), before) << i;
+    EXPECT_EQ(s.peek(), peeked) << i;
+    const auto batch = s.next();
+    ASSERT_EQ(std::vector<std::int64_t>(batch.begin(), batch.end()), peeked) << "batch " << i;
+  }
+  BatchSampler jumped(50, 7, true, 9);
+  jumped.set_cursor({3, 7});
+  const std::vector<std::int64_t> peeked = jumped.peek();
+  const auto batch = jumped.next();
+  EXPECT_EQ(std::vector<std::int64_t>(batch.begin(), batch.end()), peeked);
+}
+
 TEST(BatchSampler, BadArgumentsThrowDataError) {
   test::expect_data_error([] { BatchSampler(0, 1, true, 0); }, "batch sampler");
   test::expect_data_error([] { BatchSampler(10, 0, true, 0); }, "batch sampler");

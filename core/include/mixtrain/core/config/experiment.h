@@ -127,6 +127,8 @@ struct DataSettings {
   // 0 in the config means batch_size, which the reader writes in.
   std::int64_t eval_batch_size = schema_default_int(data_common_schema(), "eval_batch_size");
   bool shuffle = schema_default_bool(data_common_schema(), "shuffle");
+  // Prepare the next training batch on a loader thread while a step computes.
+  bool prefetch = schema_default_bool(data_common_schema(), "prefetch");
   // tokens / text: the tail, unless eval_paths are given.
   double eval_fraction = schema_default_number(data_common_schema(), "eval_fraction");
   // 0: infer from the labels (tables only).

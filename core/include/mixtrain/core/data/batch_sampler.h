@@ -26,6 +26,9 @@ class BatchSampler {
 
   // Indices of the next batch; moves to the next epoch (a new permutation) when exhausted.
   std::span<const std::int64_t> next();
+  // A copy of what next() would return, without moving (at an epoch's end the next epoch's
+  // permutation is built on the side): a loader thread prepares that batch ahead.
+  std::vector<std::int64_t> peek() const;
 
   struct Cursor {
     std::int64_t epoch = 0, position = 0;
@@ -40,6 +43,9 @@ class BatchSampler {
 
  private:
   void build_order(std::int64_t epoch);
+  void fill_order(std::int64_t epoch, std::vector<std::int64_t>& order) const;
+  // next()'s epoch and position once an exhausted epoch has rolled over.
+  Cursor upcoming() const;
 
   std::int64_t rows_, batch_size_, batches_per_epoch_;
   bool shuffle_;

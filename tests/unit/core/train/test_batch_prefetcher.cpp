@@ -1,0 +1,90 @@
+// The loader thread of the training batches (train/batch_prefetcher.h): a taken job hands over its
+// buffers, any other job is waited for and dropped, failures reach the caller only for the batch
+// it asked for, and nothing is left running.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+#include "train/batch_prefetcher.h"
+
+namespace mixtrain::core {
+namespace {
+
+PrefetchJob job(std::vector<std::int64_t> rows, std::uint64_t number) {
+  PrefetchJob j;
+  j.rows = std::move(rows);
+  j.number = number;
+  return j;
+}
+
+TEST(BatchPrefetcher, TheJobAskedForHandsOverItsBuffers) {
+  BatchPrefetcher loader;
+  HostBatch into;
+  EXPECT_FALSE(loader.take(job({1, 2}, 0), into)) << "nothing was started";
+  loader.start(job({4, 7}, 3), [](HostBatch& out) {
+    out.x.assign({1.5f, 2.5f});
+    out.y.assign({4, 7});
+  });
+  ASSERT_TRUE(loader.take(job({4, 7}, 3), into));
+  EXPECT_EQ(into.x, (std::vector<float>{1.5f, 2.5f}));
+  EXPECT_EQ(into.y, (std::vector<std::int32_t>{4, 7}));
+  EXPECT_FALSE(loader.in_flight());
+  EXPECT_EQ(loader.taken(), 1);
+  EXPECT_EQ(loader.dropped(), 0);
+}
+
+TEST(BatchPrefetcher, AnotherJobIsWaitedForAndDroppedLeavingTheCallersBuffers) {
+  for (const PrefetchJob& asked : {job({4, 8}, 3), job({4, 7}, 4)}) {
+    BatchPrefetcher loader;
+    std::atomic<bool> finished{false};
+    loader.start(job({4, 7}, 3), [&](HostBatch& out) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      out.x.assign({9.0f});
+      finished = true;
+    });
+    HostBatch into;
+    into.x.assign({1.0f});
+    EXPECT_FALSE(loader.take(asked, into));
+    EXPECT_TRUE(finished) << "take() returned while the dropped job still wrote";
+    EXPECT_EQ(into.x, (std::vector<float>{1.0f}));
+    EXPECT_EQ(loader.dropped(), 1);
+  }
+}
+
+TEST(BatchPrefetcher, AFailureReachesTheCallerOnlyForTheBatchItAskedFor) {
+  BatchPrefetcher loader;
+  HostBatch into;
+  const auto fail = [](HostBatch&) { throw std::runtime_error("row 12 is unreadable"); };
+  loader.start(job({12}, 0), fail);
+  EXPECT_FALSE(loader.take(job({13}, 0), into)) << "another batch's failure is not this one's";
+  loader.start(job({12}, 0), fail);
+  try {
+    loader.take(job({12}, 0), into);
+    FAIL() << "the failure of the batch asked for was swallowed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "row 12 is unreadable");
+  }
+  EXPECT_FALSE(loader.in_flight());
+}
+
+TEST(BatchPrefetcher, StartingAgainOrDestroyingWaitsForTheJobInFlight) {
+  std::atomic<int> finished{0};
+  const auto slow = [&](HostBatch&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ++finished;
+  };
+  {
+    BatchPrefetcher loader;
+    loader.start(job({1}, 0), slow);
+    loader.start(job({2}, 1), slow);  // the first is dropped, after it finished
+    EXPECT_EQ(finished, 1);
+    EXPECT_EQ(loader.dropped(), 1);
+  }
+  EXPECT_EQ(finished, 2) << "destruction left a job running";
+}
+
+}  // namespace
+}  // namespace mixtrain::core
