@@ -232,11 +232,8 @@ TEST_F(CliImages, AnAugmentedRunResumesBitForBit) {
 // exactly the batches of a run without it.
 TEST_F(CliImages, TheLoaderThreadChangesNoBatch) {
   auto cfg = write_file("images.toml", std::string(kImages) +
-                                           "[data.augment]
-crop_padding = 2
-"
-                                           "horizontal_flip = true
-");
+                                           "[data.augment]\ncrop_padding = 2\n"
+                                           "horizontal_flip = true\n");
   const std::string common =
       " --set run.steps=20 --set run.accumulate=2 --set run.log_every=1 --set run.eval_every=0"
       " --set checkpoint.every=0";
@@ -246,6 +243,13 @@ crop_padding = 2
     auto r = run("train " + cfg.string() + common + " --set data.prefetch=" +
                  (prefetch ? "true" : "false") + " --run-dir " + folder.string());
     ASSERT_EQ(r.exit_code, 0) << r.err;
+    // 40 micro-batches: every one after the first came from the loader, none was guessed wrong.
+    const bool said =
+        (r.out + r.err)
+            .find(
+                "data.prefetch: 39 training batches came ready from "
+                "the loader thread, 0 prepared ahead were dropped") != std::string::npos;
+    EXPECT_EQ(said, prefetch == 1) << r.out << r.err;
     for (const auto& j : records(folder / "metrics.jsonl"))
       if (j.contains("loss")) loss[prefetch][j["step"].get<int>()] = j["loss"].get<double>();
   }

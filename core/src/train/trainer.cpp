@@ -430,6 +430,10 @@ void summarize_run(Trainer::State& s, TrainSummary& sum, const RunEnd& end,
 }
 
 void report_end(Trainer::State& s, const RunEnd& end, const fs::path& last_checkpoint) {
+  if (const BatchPrefetcher* loader = s.data.prefetcher.get(); loader != nullptr)
+    s.log.info("data.prefetch: " + std::to_string(loader->taken()) +
+               " training batches came ready from the loader thread, " +
+               std::to_string(loader->dropped()) + " prepared ahead were dropped");
   if (!end.stopped_early.empty())
     s.log.info("stopped early at step " + std::to_string(s.position.step) + ": " +
                end.stopped_early);

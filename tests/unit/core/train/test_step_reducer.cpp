@@ -121,8 +121,8 @@ struct StepFixture {
     build_model(s);
     s.model->init_parameters(1);
     s.data.sampler = std::make_unique<BatchSampler>(s.train.rows, s.e.data.batch_size, false, 1);
-    s.data.x_host.resize(static_cast<std::size_t>(s.model->max_rows() * s.train.features));
-    s.data.y_host.resize(static_cast<std::size_t>(s.model->max_rows()));
+    s.data.host.x.resize(static_cast<std::size_t>(s.model->max_rows() * s.train.features));
+    s.data.host.y.resize(static_cast<std::size_t>(s.model->max_rows()));
   }
 
   StepOutcome step(const StepRequest& request = {}) {
