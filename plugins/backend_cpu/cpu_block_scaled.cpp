@@ -125,6 +125,13 @@ struct OperandReader {
   std::int64_t block_along_k() const { return transpose ? block_rows : block_cols; }
 };
 
+// out [cols, rows] = in [rows, cols] transposed.
+template <class T>
+void transpose_into(const T* in, std::int64_t rows, std::int64_t cols, T* out) {
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+}
+
 }  // namespace
 
 std::array<float, 256> block_element_values(sdk::BlockElement element) {
@@ -152,8 +159,24 @@ void quantize_block_scaled_cpu(const sdk::BlockQuantizeArgs& args) {
   const std::vector<float> x = read_fp32(args.src);
   sdk::BlockQuantizeOptions options;
   if (args.stochastic_rounding) options.stochastic_rounding_seed = args.seed;
-  for (const sdk::BlockScaledOperand& out : args.outputs) {
-    if (out.codes.empty()) continue;
+  for (const sdk::BlockScaledOperand& given : args.outputs) {
+    if (given.codes.empty()) continue;
+    // A transposed output (facet 1.4) is src quantized under the transposed layout, then
+    // transposed: the same blocks, encodings and stochastic bits (keyed by src's index).
+    sdk::BlockScaledOperand out = given;
+    std::vector<std::uint8_t> staged;
+    std::vector<float> staged_scales;
+    if (given.transpose) {
+      check_operand(given, cols, rows, "output (transposed)");
+      std::swap(out.layout.block_rows, out.layout.block_cols);
+      staged.resize(static_cast<std::size_t>(rows * cols));
+      const sdk::BlockExtent g = sdk::block_grid(out.layout, rows, cols);
+      staged_scales.resize(static_cast<std::size_t>(g.rows * g.cols));
+      out.codes.data = staged.data();
+      out.codes.shape = sdk::Shape{rows, cols};
+      out.scales.data = staged_scales.data();
+      out.scales.shape = sdk::Shape{g.rows, g.cols};
+    }
     check_operand(out, rows, cols, "output");
     const sdk::BlockEncodings encodings = sdk::block_encodings(x, rows, cols, out.layout);
     const std::span<std::uint8_t> codes(static_cast<std::uint8_t*>(out.codes.data),
@@ -180,6 +203,11 @@ void quantize_block_scaled_cpu(const sdk::BlockQuantizeArgs& args) {
       scales[b] = sdk::block_scale_value(out.layout, encodings.blocks[static_cast<std::size_t>(b)]);
     if (out.layout.tensor_scale)
       std::memcpy(out.tensor_scale.data, &encodings.tensor_scale, sizeof(float));
+    if (given.transpose) {
+      transpose_into(staged.data(), rows, cols, static_cast<std::uint8_t*>(given.codes.data));
+      transpose_into(staged_scales.data(), grid.rows, grid.cols,
+                     static_cast<float*>(given.scales.data));
+    }
   }
 }
 

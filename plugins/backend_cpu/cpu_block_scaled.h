@@ -5,6 +5,10 @@
 // - quantize_block_scaled_cpu: the outputs are exactly sdk/support/block_scaling.h's reference
 //   quantize_block_scaled() of src (decoded to fp32 exactly first), its scale codes decoded to fp32
 //   values, for each output that has codes. Checks every view against its layout and src's shape.
+//   An output with `transpose` (gemm facet 1.4) gets srcᵀ's quantization as the facet defines it:
+//   src quantized under the transposed layout, codes and scale grid transposed after. The CPU's
+//   GEMM is indifferent to storage, so the backend does not ask for them (quantizes_transposed()
+//   false), but takes them, as the reference the CUDA kernels are checked against.
 // - gemm_block_scaled_cpu: backend_gemm.h's definition of BlockScaledGemmArgs, with these choices
 //   where it leaves one: each k-block's dot product of element values is summed in double in
 //   ascending k (exact for E4M3·E4M3 and E2M1·E2M1 blocks: their products span fewer than 53 bits

@@ -47,6 +47,11 @@ std::string GemmFacet::block_layout_refusal(const BlockScaledLayout&) const {
   return {};
 }
 
+// Stored as their sources unless a backend says otherwise (1.4).
+bool GemmFacet::quantizes_transposed() const {
+  return false;
+}
+
 // The block-scaled ops have no row: no backend runs them unless it answers for them itself.
 OpSignature op_signature(GemmOp op) noexcept {
   switch (op) {

@@ -12,7 +12,9 @@
 //   types they take; their defaults refuse (supports() false, the call a BackendError), so only a
 //   backend that implements them offers them, and the host refuses a block-scaled plan on any
 //   other at plan time, naming the node. 1.3 appended block_layout_refusal, which narrows them to
-//   the layouts a backend runs on its device (default: every layout).
+//   the layouts a backend runs on its device (default: every layout). 1.4 appended
+//   quantizes_transposed: quantize outputs stored as the transpose of their source, which the
+//   host asks for only from a backend that says it takes them (default: none).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -117,6 +119,12 @@ struct BlockScaledOperand {
 // and src's shape; the values written are exactly support/block_scaling.h's
 // quantize_block_scaled(). With `stochastic_rounding`, elements round stochastically with
 // random_bits(seed, r·cols + c), the same bits on every backend.
+// An output with `transpose` (gemm facet 1.4, only to a backend whose quantizes_transposed() is
+// true) holds srcᵀ quantized: codes [cols, rows] row-major, its layout and scales those of srcᵀ's
+// dims, each element's stochastic bits still keyed by its index r·cols + c in src. It is exactly
+// the transpose of src quantized under the transposed layout, so a GEMM that wants an operand's
+// reduction dim contiguous reads it in place instead of transposing its codes (Transformer
+// Engine's fused cast + transpose).
 struct BlockQuantizeArgs {
   TensorView src;
   BlockScaledOperand outputs[2];
@@ -169,7 +177,7 @@ MIXTRAIN_SDK_API OpSignature op_signature(GemmOp op) noexcept;
 class MIXTRAIN_SDK_API GemmFacet : public Facet {
  public:
   using Op = GemmOp;
-  static constexpr FacetVersion kVersion{1, 3};
+  static constexpr FacetVersion kVersion{1, 4};
   static constexpr std::string_view kName = "gemm";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
@@ -201,6 +209,13 @@ class MIXTRAIN_SDK_API GemmFacet : public Facet {
   // answered for the ops, and refuses the plan with this text, naming the node. Default: "" (every
   // layout block_scaling.h defines, as the CPU backend's simulator runs them).
   virtual std::string block_layout_refusal(const BlockScaledLayout& layout) const;
+
+  // --- 1.4 ---------------------------------------------------------------------------------------
+  // Whether quantize_block_scaled takes outputs with `transpose` (BlockQuantizeArgs) and this
+  // backend's block-scaled GEMM prefers them: the host then quantizes an operand that a GEMM
+  // reduces along its rows (wgrad's x and dy) as its transpose, which such a GEMM reads in place.
+  // Default: false (outputs with `transpose` are the caller's bug there).
+  virtual bool quantizes_transposed() const;
 
  protected:
   ~GemmFacet() override;  // not owned through the facet: the backend is

@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "backend_test_util.h"
 #include "mixtrain/sdk/error.h"
@@ -130,6 +131,53 @@ TEST(backend_cpu_block_scaled, QuantizeEqualsTheReferenceForBothOutputsOfOneCall
     SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols));
     quantize_every_layout(be, *gemm, rows, cols);
   }
+}
+
+// A transposed output (gemm facet 1.4) is srcᵀ's quantization: the reference quantization of src
+// under the transposed layout, its codes and scale grid transposed, the stochastic bits keyed by
+// src's index. 37 x 150: partial blocks both ways.
+TEST(backend_cpu_block_scaled, ATransposedOutputIsTheReferenceTransposed) {
+  CpuBackend be(1);
+  auto* gemm = sdk::facet<sdk::GemmFacet>(be);
+  ASSERT_NE(gemm, nullptr);
+  constexpr std::int64_t rows = 37, cols = 150;
+  const auto values = spread_values(rows * cols, 5);
+  DeviceTensor src(be, DType::fp32, Shape{rows, cols}, values);
+  for (const auto& pair : recipe_layouts())
+    for (std::optional<std::uint64_t> seed :
+         {std::optional<std::uint64_t>{}, std::optional<std::uint64_t>{9}}) {
+      SCOPED_TRACE(pair.name);
+      // srcᵀ [cols, rows] blocked as the source's `along_rows` layout transposed.
+      BlockScaledLayout layout_t = pair.along_rows;
+      std::swap(layout_t.block_rows, layout_t.block_cols);
+      DeviceBlocks t(be, layout_t, cols, rows);
+      t.op.transpose = true;
+      sdk::BlockQuantizeArgs args;
+      args.src = src.view();
+      args.outputs[0] = t.op;
+      args.stochastic_rounding = seed.has_value();
+      args.seed = seed.value_or(0);
+      gemm->quantize_block_scaled(args);
+      sdk::BlockQuantizeOptions options;
+      options.stochastic_rounding_seed = seed;
+      const auto ref = sdk::quantize_block_scaled(values, rows, cols, pair.along_rows, options);
+      const auto codes = code_bytes(t);
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(codes[static_cast<std::size_t>(c * rows + r)],
+                    ref.codes[static_cast<std::size_t>(r * cols + c)])
+              << "(" << r << ", " << c << ")";
+      const sdk::BlockExtent grid = sdk::block_grid(pair.along_rows, rows, cols);
+      const auto scales = t.scales.get();
+      for (std::int64_t bi = 0; bi < grid.rows; ++bi)
+        for (std::int64_t bj = 0; bj < grid.cols; ++bj)
+          ASSERT_EQ(scales[static_cast<std::size_t>(bj * grid.rows + bi)],
+                    sdk::block_scale_value(ref, bi, bj))
+              << "block (" << bi << ", " << bj << ")";
+      if (layout_t.tensor_scale) {
+        EXPECT_EQ(t.tensor_scale.get()[0], ref.tensor_scale);
+      }
+    }
 }
 
 TEST(backend_cpu_block_scaled, QuantizeMarksANonFiniteBlockNaNAndKeepsTheOthers) {
