@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "mixtrain/core/graph/random.h"
 #include "mixtrain/sdk/support/block_scaling.h"
@@ -138,19 +139,30 @@ void BlockQuantizer::quantize(const std::shared_ptr<sdk::DeviceBackend>& backend
   const bool hadamard = both_passes && hadamard_on(role);
   if (hadamard)
     sources[1] = hadamard_rows(backend, gemm, src, hadamard_seed(run_seed, step, micro_batch));
+  // A pass reducing along the rows is stored transposed where the backend asks for it (facet
+  // 1.4; the host calls only what the backend's minor declares).
+  const bool transposing = gemm.version() >= sdk::FacetVersion{1, 4} && gemm.quantizes_transposed();
+  bool transposed[2];
+  for (int p = 0; p < 2; ++p)
+    transposed[p] = transposing && passes[p].axis == sdk::ReductionAxis::rows;
   // Stochastic rounding draws per pass, so only two nearest-even quantizations of one layout
-  // (of one source) are the same tensor.
+  // (of one source, stored alike) are the same tensor.
   shared_[r] = !hadamard && plans[0].layout == plans[1].layout && !plans[0].stochastic_rounding &&
-               !plans[1].stochastic_rounding;
+               !plans[1].stochastic_rounding && transposed[0] == transposed[1];
   sdk::BlockQuantizeArgs args;
   args.src = src;
   // One call rounds its outputs alike, with one seed: a stochastically rounded pass has a call
   // of its own (its own bits), the nearest-even ones share one read of src.
   const bool one_call = !hadamard && !plans[0].stochastic_rounding && !plans[1].stochastic_rounding;
   for (int p = 0; p < (shared_[r] || !both_passes ? 1 : 2); ++p) {
-    const std::int64_t rows = sources[p].shape.rows(), cols = sources[p].shape.cols();
+    // The stored tensor: the source, or its transpose with the layout transposed alike.
+    const bool t = transposed[p];
+    const std::int64_t rows = t ? sources[p].shape.cols() : sources[p].shape.rows();
+    const std::int64_t cols = t ? sources[p].shape.rows() : sources[p].shape.cols();
+    sdk::BlockScaledLayout layout = plans[p].layout;
+    if (t) std::swap(layout.block_rows, layout.block_cols);
     Buffers& b = buffers_[r][p];
-    const sdk::BlockExtent grid = sdk::block_grid(plans[p].layout, rows, cols);
+    const sdk::BlockExtent grid = sdk::block_grid(layout, rows, cols);
     if (b.codes.empty() || b.codes.shape().numel() < rows * cols)
       b.codes = Tensor(backend, DType::fp8_e4m3, sdk::Shape{rows, cols});
     if (b.scales.empty() || b.scales.shape().numel() < grid.rows * grid.cols)
@@ -159,9 +171,9 @@ void BlockQuantizer::quantize(const std::shared_ptr<sdk::DeviceBackend>& backend
     b.view.codes = sdk::TensorView{b.codes.view().data, DType::fp8_e4m3, sdk::Shape{rows, cols}};
     b.view.scales =
         sdk::TensorView{b.scales.view().data, DType::fp32, sdk::Shape{grid.rows, grid.cols}};
-    b.view.tensor_scale = plans[p].layout.tensor_scale ? b.tensor_scale.view() : sdk::TensorView{};
-    b.view.layout = plans[p].layout;
-    b.view.transpose = false;
+    b.view.tensor_scale = layout.tensor_scale ? b.tensor_scale.view() : sdk::TensorView{};
+    b.view.layout = layout;
+    b.view.transpose = t;
     if (one_call) {
       args.outputs[p] = b.view;
     } else {
@@ -177,11 +189,16 @@ void BlockQuantizer::quantize(const std::shared_ptr<sdk::DeviceBackend>& backend
   if (one_call) gemm.quantize_block_scaled(args);
 }
 
-sdk::BlockScaledOperand BlockQuantizer::operand(OperandRole role, GemmPass pass) const {
+sdk::BlockScaledOperand BlockQuantizer::operand(OperandRole role, GemmPass pass,
+                                                bool op_transpose) const {
   const int r = role_index(role);
   const auto passes = passes_of(role);
   const int p = (shared_[r] || passes[0].pass == pass) ? 0 : 1;
-  return buffers_[r][p].view;
+  sdk::BlockScaledOperand view = buffers_[r][p].view;
+  // The quantize output's `transpose` said how it is stored; the GEMM's says op(): transposing a
+  // transposed storage reads it as stored.
+  view.transpose = op_transpose != view.transpose;
+  return view;
 }
 
 }  // namespace mixtrain::core

@@ -19,9 +19,14 @@
 //   with zeros to a multiple of 16; both wgrad operands are then [rows16, cols]. The signs come
 //   from the run's seed, the GEMM, the optimizer step and the micro-batch: one M for both inputs
 //   of a step's wgrad, and a resumed run transforms as the uninterrupted one did.
-// - operand() views the last quantization of a role for a pass that quantize() covered; valid
-//   until the next quantize() of that role. Non-owning: the facet is the policy's and outlives the
-//   op.
+// - Storage: codes row-major as their source, except where the backend's gemm facet (1.4) says
+//   quantizes_transposed(): then a pass that reduces its operand along the rows (wgrad's x and
+//   dy, dgrad's W) is quantized as the operand's transpose, so a GEMM that wants the reduction dim
+//   contiguous reads it in place. The numbers are the same either way (backend_gemm.h).
+// - operand(role, pass, op_transpose) views the last quantization of a role for a pass that
+//   quantize() covered, for a GEMM that reads op(X) = Xᵀ of the source X when op_transpose (the
+//   view's `transpose` accounts for a transposed storage); valid until the next quantize() of that
+//   role. Non-owning: the facet is the policy's and outlives the op.
 #pragma once
 
 #include <cstdint>
@@ -51,7 +56,8 @@ class BlockQuantizer {
   void quantize(const std::shared_ptr<sdk::DeviceBackend>& backend, sdk::GemmFacet& gemm,
                 sdk::TensorView src, sdk::OperandRole role, std::uint64_t run_seed,
                 std::int64_t step, std::int64_t micro_batch, bool both_passes = true);
-  sdk::BlockScaledOperand operand(sdk::OperandRole role, sdk::GemmPass pass) const;
+  sdk::BlockScaledOperand operand(sdk::OperandRole role, sdk::GemmPass pass,
+                                  bool op_transpose) const;
 
   // The seed of one quantization's stochastic rounding.
   static std::uint64_t seed(std::uint64_t run_seed, const sdk::OperandSlot& slot,

@@ -243,9 +243,8 @@ void LinearLayer::forward_block_scaled(TensorView x, std::int64_t rows) {
   blocks_.quantize(backend_, gemm, weight_operand(), OperandRole::weight, run_seed_, step_,
                    micro_batch_);
   sdk::BlockScaledGemmArgs g;
-  g.a = blocks_.operand(OperandRole::input, GemmPass::forward);
-  g.b = blocks_.operand(OperandRole::weight, GemmPass::forward);
-  g.b.transpose = true;
+  g.a = blocks_.operand(OperandRole::input, GemmPass::forward, false);
+  g.b = blocks_.operand(OperandRole::weight, GemmPass::forward, true);
   if (fused()) {
     g.c = fused_->output(rows);
     g.has_activation = true;
@@ -272,9 +271,8 @@ void LinearLayer::backward_block_scaled(TensorView dy, TensorView dx) {
   if (!weight().frozen) {
     // dW[out, in] (+)= dyᵀ[out, rows] · x[rows, in], both blocked along the batch.
     sdk::BlockScaledGemmArgs gw;
-    gw.a = blocks_.operand(OperandRole::grad_output, GemmPass::wgrad);
-    gw.a.transpose = true;
-    gw.b = blocks_.operand(OperandRole::input, GemmPass::wgrad);
+    gw.a = blocks_.operand(OperandRole::grad_output, GemmPass::wgrad, true);
+    gw.b = blocks_.operand(OperandRole::input, GemmPass::wgrad, false);
     gw.c = weight().grad.view();
     gw.alpha = static_cast<float>(scale_);
     gw.beta = weight().take_grad_beta();
@@ -287,8 +285,8 @@ void LinearLayer::backward_block_scaled(TensorView dy, TensorView dx) {
   if (!dx.empty()) {
     // dx[rows, in] = dy[rows, out] · W[out, in], both blocked along out.
     sdk::BlockScaledGemmArgs gx;
-    gx.a = blocks_.operand(OperandRole::grad_output, GemmPass::dgrad);
-    gx.b = blocks_.operand(OperandRole::weight, GemmPass::dgrad);
+    gx.a = blocks_.operand(OperandRole::grad_output, GemmPass::dgrad, false);
+    gx.b = blocks_.operand(OperandRole::weight, GemmPass::dgrad, false);
     gx.c = dx;
     gx.alpha = static_cast<float>(scale_);
     facets().call(sdk::GemmOp::gemm_block_scaled)->gemm_block_scaled(gx);

@@ -310,5 +310,86 @@ TEST(PrecisionPlanning, ALinearWhoseBlockQuantizationDrawsPerStepIsNoStaticStep)
   }
 }
 
+// The CPU backend with a gemm facet that asks for transposed quantizations (facet 1.4), as the
+// CUDA backend does, and counts the outputs it got so stored.
+class GemmQuantizingTransposed final : public sdk::GemmFacet {
+ public:
+  explicit GemmQuantizingTransposed(sdk::GemmFacet* in) : in_(in) {}
+  bool supports(sdk::GemmOp op, std::span<const DType> dtypes) const override {
+    return in_->supports(op, dtypes);
+  }
+  void gemm(const sdk::GemmArgs& args) override { in_->gemm(args); }
+  void gemm_strided_batched(const sdk::GemmBatchedArgs& args) override {
+    in_->gemm_strided_batched(args);
+  }
+  void quantize_block_scaled(const sdk::BlockQuantizeArgs& args) override {
+    for (const auto& out : args.outputs)
+      if (!out.codes.empty() && out.transpose) ++transposed_outputs;
+    in_->quantize_block_scaled(args);
+  }
+  void gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) override {
+    in_->gemm_block_scaled(args);
+  }
+  bool quantizes_transposed() const override { return true; }
+  int transposed_outputs = 0;
+
+ private:
+  sdk::GemmFacet* in_;
+};
+
+class CpuQuantizingTransposed final : public test_support::ForwardingBackend {
+ public:
+  CpuQuantizingTransposed()
+      : gemm_(static_cast<sdk::GemmFacet*>(in_->find_facet(sdk::GemmFacet::kName))) {}
+  sdk::Facet* find_facet(std::string_view name) override {
+    return name == sdk::GemmFacet::kName ? &gemm_ : in_->find_facet(name);
+  }
+  GemmQuantizingTransposed gemm_;
+};
+
+// One forward, loss and backward of a 3-layer MLP under `policy`: the loss and every gradient.
+std::vector<std::vector<float>> block_scaled_step(const std::shared_ptr<sdk::DeviceBackend>& b,
+                                                  sdk::PrecisionPolicy& policy) {
+  ModelSpec spec;
+  spec.layers = {test_support::op("linear", "fc1", {{"out", 40}}), test_support::op("relu", "r"),
+                 test_support::op("linear", "fc2", {{"out", 24}}), test_support::op("relu", "r2"),
+                 test_support::op("linear", "head", {{"out", 5}})};
+  Model m(b, spec, 72, 5);
+  plan_precision(m, policy, b->capabilities(), {});
+  const std::int64_t batch = 48;
+  m.allocate(batch);
+  m.init_parameters(7);
+  std::vector<float> x(static_cast<std::size_t>(batch * 72));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>((i * 37) % 101) / 25.0f - 2.0f;
+  b->copy_from_host(m.input(batch), x.data());
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i % 5);
+  b->copy_from_host(m.labels(batch), labels.data());
+  m.forward(batch);
+  const LossValues loss = m.loss(batch, 1.0f, true);
+  m.backward(batch);
+  std::vector<std::vector<float>> out = {{loss.loss}};
+  for (auto* p : m.parameters()) out.push_back(test_support::read(p->grad.view()));
+  return out;
+}
+
+TEST(PrecisionPlanning, TransposedQuantizationsGiveTheSameStepBitForBit) {
+  // fp8-block's layouts, and with dy rounded stochastically (its bits keyed by src's index).
+  Fp8BlockPolicy plain;
+  DrawingBlockPolicy stochastic(true, false);
+  for (sdk::PrecisionPolicy* policy : {static_cast<sdk::PrecisionPolicy*>(&plain),
+                                       static_cast<sdk::PrecisionPolicy*>(&stochastic)}) {
+    auto transposing = std::make_shared<CpuQuantizingTransposed>();
+    const auto want = block_scaled_step(cpu(), *policy);
+    const auto got = block_scaled_step(transposing, *policy);
+    // x and dy of three linears stored transposed for wgrad, and fp8-block's 128x128 weights for
+    // dgrad (no longer shared with forward).
+    EXPECT_EQ(transposing->gemm_.transposed_outputs, 9);
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "entry " << i;
+  }
+}
+
 }  // namespace
 }  // namespace mixtrain::core
