@@ -80,26 +80,34 @@ __global__ void __launch_bounds__(kQuantizeThreads)
       const bq::Fp32Encoding e = bq::encode_block(s, out.e5m2, out.pow2);
       encode_scale[t] = e.encode_scale;
       encode_finite[t] = e.finite;
-      if (shape == Shape::rows_1x128) {
-        if (r0 + t < rows) out.scales[(r0 + t) * grid_cols + blockIdx.x] = e.decode_scale;
-      } else if (shape == Shape::cols_128x1) {
-        if (c0 + t < cols)
-          out.scales[static_cast<std::int64_t>(blockIdx.y) * cols + c0 + t] = e.decode_scale;
-      } else if (t == 0) {
-        out.scales[static_cast<std::int64_t>(blockIdx.y) * grid_cols + blockIdx.x] = e.decode_scale;
+      // The block's place in src's grid (bi, bj), or in srcᵀ's (bj, bi) for a transposed output.
+      const std::int64_t grid_rows = (rows + kTile - 1) / kTile;
+      std::int64_t bi = -1, bj = 0, gr_count = 0, gc_count = 0;
+      if (shape == Shape::rows_1x128 && r0 + t < rows) {
+        bi = r0 + t, bj = blockIdx.x, gr_count = rows, gc_count = grid_cols;
+      } else if (shape == Shape::cols_128x1 && c0 + t < cols) {
+        bi = blockIdx.y, bj = c0 + t, gr_count = grid_rows, gc_count = cols;
+      } else if (shape == Shape::tile_128x128 && t == 0) {
+        bi = blockIdx.y, bj = blockIdx.x, gr_count = grid_rows, gc_count = grid_cols;
       }
+      if (bi >= 0)
+        out.scales[out.transposed ? bj * gr_count + bi : bi * gc_count + bj] = e.decode_scale;
     }
     __syncthreads();
     for (int i = t; i < kTile * kTile; i += kQuantizeThreads) {
-      const int r = i / kTile, c = i % kTile;
+      // Consecutive threads write consecutive bytes: along a row of src, or of srcᵀ (a column of
+      // the tile; the padded pitch keeps those shared-memory reads conflict-free).
+      const int r = out.transposed ? i % kTile : i / kTile;
+      const int c = out.transposed ? i / kTile : i % kTile;
       const std::int64_t gr = r0 + r, gc = c0 + c;
       if (gr >= rows || gc >= cols) continue;
       const int b = shape == Shape::rows_1x128 ? r : (shape == Shape::cols_128x1 ? c : 0);
       const bq::Fp32Encoding e{encode_scale[b], 0.0f, encode_finite[b]};
-      const std::int64_t index = gr * cols + gc;
+      const std::int64_t index = gr * cols + gc;  // src's: it keys the stochastic bits
       const std::uint32_t bits =
           stochastic ? bq::fr::random_bits(seed, static_cast<std::uint64_t>(index)) : 0u;
-      out.codes[index] = bq::element_code(tile[r * kPitch + c], e, out.e5m2, stochastic, bits);
+      out.codes[out.transposed ? gc * rows + gr : index] =
+          bq::element_code(tile[r * kPitch + c], e, out.e5m2, stochastic, bits);
     }
     __syncthreads();  // the next output rewrites encode_scale
   }

@@ -6,14 +6,13 @@
 // Contract (in addition to sdk/backend_gemm.h's BlockScaledGemmArgs)
 // - Row-major onto cuBLASLt's column-major API as GemmEngine does (cuda_gemm.h): cuBLASLt's A is
 //   our B (its m is our n), its B our A. cuBLASLt's block-scaled kernels take only "TN": both
-//   operands with the reduction dim k contiguous. An operand stored that way (forward's x and W;
-//   dgrad's dy) is read in place; the others — dgrad's W (read along its rows) and wgrad's dy and
-//   x (their second quantizations, blocks along the batch rows, stored row-major as the SDK
-//   defines codes) — are transposed into scratch first (pack_codes_k_major), one pass over their
-//   1-byte codes. So are operands whose k is not a multiple of 128 (zero codes pad the last
-//   block: exact) or whose outer dim is not a multiple of 4 (fp32 scale modes) or 16 (MX /
-//   NVFP4); the padded rows are dropped. NVFP4 codes are always packed, two E2M1 codes per byte
-//   (pack_e2m1_k_major), as CUDA_R_4F_E2M1 stores them.
+//   operands with the reduction dim k contiguous. The host stores dgrad's W and wgrad's dy and x
+//   transposed (gemm facet 1.4: this backend quantizes_transposed()), so every operand arrives
+//   that way and is read in place; one stored as its source (a 1.3 host) is transposed into
+//   scratch first (pack_codes_k_major), one pass over its 1-byte codes. So are operands whose k
+//   is not a multiple of 128 (zero codes pad the last block: exact) or whose outer dim is not a
+//   multiple of 4 (fp32 scale modes) or 16 (MX / NVFP4); the padded rows are dropped. NVFP4 codes
+//   are always packed, two E2M1 codes per byte (pack_e2m1_k_major), as CUDA_R_4F_E2M1 stores them.
 // - Scales: the SDK's row-major fp32 grids are rearranged into cuBLASLt's layouts in scratch
 //   (arrange_fp32_scales, arrange_byte_scales; cuda_block_scale_layout.h states them), every
 //   call. A 16 x 16 NVFP4 block's scale fills the slots of its sixteen 1 x 16 blocks: exact.

@@ -10,6 +10,13 @@ namespace {
 namespace bq = block_quantize;
 namespace fr = bq::fr;
 
+// The scale slot of src's block (bi, bj): row-major in src's grid, or in srcᵀ's.
+__device__ __forceinline__ std::int64_t slot(const ByteScaledQuantizeOutput& out, std::int64_t bi,
+                                             std::int64_t bj, std::int64_t grid_rows,
+                                             std::int64_t grid_cols) {
+  return out.transposed ? bj * grid_rows + bi : bi * grid_cols + bj;
+}
+
 // One thread per block of the output's grid [grid_rows, grid_cols]: its statistics go into its
 // scale slot as bits until block_scales_kernel replaces them with the decode scale.
 template <class S>
@@ -18,6 +25,7 @@ __global__ void __launch_bounds__(kThreads)
                        ByteScaledQuantizeOutput out, std::int64_t grid_cols, std::int64_t blocks,
                        std::uint32_t* global_amax) {
   auto* stats = reinterpret_cast<std::uint32_t*>(out.scales);
+  const std::int64_t grid_rows = blocks / grid_cols;
   for (std::int64_t b = global_thread(); b < blocks; b += grid_threads()) {
     const std::int64_t r0 = b / grid_cols * out.block_rows, c0 = b % grid_cols * out.block_cols;
     const std::int64_t r1 = r0 + out.block_rows < rows ? r0 + out.block_rows : rows;
@@ -25,7 +33,7 @@ __global__ void __launch_bounds__(kThreads)
     bq::BlockStats s = bq::empty_stats();
     for (std::int64_t r = r0; r < r1; ++r)
       for (std::int64_t c = c0; c < c1; ++c) bq::add(s, S::load(src[r * cols + c]));
-    stats[b] = bq::packed_stats(s);
+    stats[slot(out, b / grid_cols, b % grid_cols, grid_rows, grid_cols)] = bq::packed_stats(s);
     // Only finite blocks set NVFP4's tensor range (block_scaling.h); amax bits order as values.
     if (out.tensor_scale != nullptr && s.finite) atomicMax(global_amax, s.amax_bits);
   }
@@ -50,12 +58,17 @@ __global__ void __launch_bounds__(kThreads)
                  ByteScaledQuantizeOutput out, std::int64_t grid_cols, bool stochastic,
                  std::uint64_t seed) {
   const float s_dec = out.tensor_scale != nullptr ? *out.tensor_scale : 1.0f;
-  for (std::int64_t i = global_thread(); i < rows * cols; i += grid_threads()) {
-    const std::int64_t r = i / cols, c = i % cols;
-    const float scale = out.scales[r / out.block_rows * grid_cols + c / out.block_cols];
+  const std::int64_t grid_rows = (rows + out.block_rows - 1) / out.block_rows;
+  // j walks the output in its storage order (src's, or srcᵀ's), so writes are contiguous.
+  for (std::int64_t j = global_thread(); j < rows * cols; j += grid_threads()) {
+    const std::int64_t r = out.transposed ? j % rows : j / cols;
+    const std::int64_t c = out.transposed ? j / rows : j % cols;
+    const std::int64_t i = r * cols + c;  // src's index: it keys the stochastic bits
+    const float scale =
+        out.scales[slot(out, r / out.block_rows, c / out.block_cols, grid_rows, grid_cols)];
     const std::uint32_t bits =
         stochastic ? fr::random_bits(seed, static_cast<std::uint64_t>(i)) : 0u;
-    out.codes[i] = bq::byte_scaled_element_code(S::load(src[i]), scale, s_dec, out.element,
+    out.codes[j] = bq::byte_scaled_element_code(S::load(src[i]), scale, s_dec, out.element,
                                                 out.rule, stochastic, bits);
   }
 }

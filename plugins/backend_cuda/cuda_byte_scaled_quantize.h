@@ -6,7 +6,9 @@
 // - src [rows, cols] (fp32, bf16 or fp16, row-major); one output per call: codes [rows, cols], one
 //   byte per element (E4M3 / E5M2 / E2M1 code in the low bits, as the SDK stores them), scales
 //   the row-major grid of fp32 decode scales [ceil(rows / block_rows), ceil(cols / block_cols)]
-//   (2^k for E8M0, the E4M3 value for NVFP4), and for NVFP4 tensor_scale, one fp32 S_dec.
+//   (2^k for E8M0, the E4M3 value for NVFP4), and for NVFP4 tensor_scale, one fp32 S_dec. A
+//   `transposed` output holds srcᵀ's: codes [cols, rows] and the transposed grid (backend_gemm.h,
+//   1.4); the stochastic bits stay keyed by src's index.
 // - Three kernels in stream order, src read twice: each block's statistics (held in the block's
 //   scale slot as bits; NVFP4 also folds the finite blocks' amax into *global_amax with an
 //   integer atomicMax, order-free), then each block's decode scale over them, then every code.
@@ -30,7 +32,8 @@ struct ByteScaledQuantizeOutput {
   std::uint8_t* codes = nullptr;
   float* scales = nullptr;
   float* tensor_scale = nullptr;  // NVFP4 only
-  int block_rows = 1, block_cols = 32;
+  int block_rows = 1, block_cols = 32;  // src's block extents, also for a transposed output
+  bool transposed = false;              // stored as srcᵀ (gemm facet 1.4)
   block_quantize::ByteElement element = block_quantize::ByteElement::e4m3;
   block_quantize::ByteScaleRule rule = block_quantize::ByteScaleRule::e8m0_floor;
 };

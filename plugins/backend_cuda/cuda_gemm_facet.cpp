@@ -29,9 +29,12 @@ bool fp32_scaled(const sdk::BlockScaledLayout& l) {
   return l.scale == sdk::BlockScale::fp32 || l.scale == sdk::BlockScale::fp32_pow2;
 }
 
-// Checks one quantize output's views against src's shape and the device's layouts.
-void check_output(const sdk::BlockScaledOperand& out, std::int64_t rows, std::int64_t cols,
+// Checks one quantize output's views against src's shape (srcᵀ's for a transposed output) and the
+// device's layouts.
+void check_output(const sdk::BlockScaledOperand& out, std::int64_t src_rows, std::int64_t src_cols,
                   const BlockScaledDevice& device) {
+  const std::int64_t rows = out.transpose ? src_cols : src_rows;
+  const std::int64_t cols = out.transpose ? src_rows : src_cols;
   const std::string refusal = block_layout_refusal(device, out.layout);
   if (!refusal.empty())
     fail(kQuantize, refusal,
@@ -57,27 +60,29 @@ void check_output(const sdk::BlockScaledOperand& out, std::int64_t rows, std::in
          "a host bug: the quantize output does not fit its layout");
 }
 
-// An fp8-block output as the tile kernel takes it.
+// An fp8-block output as the tile kernel takes it: block extents relative to src.
 kernels::BlockQuantizeOutput fp32_scaled_output(const sdk::BlockScaledOperand& out) {
   kernels::BlockQuantizeOutput k;
   k.codes = static_cast<std::uint8_t*>(out.codes.data);
   k.scales = static_cast<float*>(out.scales.data);
-  k.block_rows = static_cast<int>(out.layout.block_rows);
-  k.block_cols = static_cast<int>(out.layout.block_cols);
+  k.transposed = out.transpose;
+  k.block_rows = static_cast<int>(out.transpose ? out.layout.block_cols : out.layout.block_rows);
+  k.block_cols = static_cast<int>(out.transpose ? out.layout.block_rows : out.layout.block_cols);
   k.e5m2 = out.layout.element == sdk::BlockElement::e5m2;
   k.pow2 = out.layout.scale == sdk::BlockScale::fp32_pow2;
   return k;
 }
 
-// An MX / NVFP4 output as the byte-scaled kernels take it.
+// An MX / NVFP4 output as the byte-scaled kernels take it: block extents relative to src.
 kernels::ByteScaledQuantizeOutput byte_scaled_output(const sdk::BlockScaledOperand& out) {
   namespace bq = block_quantize;
   kernels::ByteScaledQuantizeOutput k;
   k.codes = static_cast<std::uint8_t*>(out.codes.data);
   k.scales = static_cast<float*>(out.scales.data);
   k.tensor_scale = out.layout.tensor_scale ? static_cast<float*>(out.tensor_scale.data) : nullptr;
-  k.block_rows = static_cast<int>(out.layout.block_rows);
-  k.block_cols = static_cast<int>(out.layout.block_cols);
+  k.transposed = out.transpose;
+  k.block_rows = static_cast<int>(out.transpose ? out.layout.block_cols : out.layout.block_rows);
+  k.block_cols = static_cast<int>(out.transpose ? out.layout.block_rows : out.layout.block_cols);
   k.element = out.layout.element == sdk::BlockElement::e5m2   ? bq::ByteElement::e5m2
               : out.layout.element == sdk::BlockElement::e2m1 ? bq::ByteElement::e2m1
                                                               : bq::ByteElement::e4m3;
@@ -112,6 +117,10 @@ bool CudaGemm::supports(sdk::GemmOp op, std::span<const DType> dtypes) const {
     return gemm_supported(context_.capabilities(), op, dtypes);
   if (dtypes.size() != 1 || !is_storage_float(dtypes[0]) || dtypes[0] == DType::tf32) return false;
   return block_scaled_ops_available(block_device());
+}
+
+bool CudaGemm::quantizes_transposed() const {
+  return true;
 }
 
 std::string CudaGemm::block_layout_refusal(const sdk::BlockScaledLayout& layout) const {

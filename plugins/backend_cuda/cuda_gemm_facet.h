@@ -10,7 +10,10 @@
 // - gemm_strided_batched is one cuBLASLt strided-batched matmul where cuBLASLt takes the layouts
 //   (GemmEngine::run_batched), else one GEMM per batch.
 // - quantize_block_scaled: the fp8-block quantize kernel (cuda_block_quantize.h), both outputs
-//   from one read of src; gemm_block_scaled: BlockScaledGemmEngine (cuda_block_scaled_gemm.h).
+//   from one read of src, or the MX / NVFP4 kernels (cuda_byte_scaled_quantize.h); outputs stored
+//   transposed (facet 1.4, quantizes_transposed() true) are written so by the same kernels, so
+//   wgrad's operands reach the GEMM with their reduction dim contiguous; gemm_block_scaled:
+//   BlockScaledGemmEngine (cuda_block_scaled_gemm.h).
 //   Both check their views and raise BackendError for a layout they do not run.
 // - Scratch the engines grow is folded into the backend's memory statistics after each call.
 #pragma once
@@ -34,6 +37,7 @@ class CudaGemm final : public sdk::GemmFacet {
   void quantize_block_scaled(const sdk::BlockQuantizeArgs& args) override;
   void gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) override;
   std::string block_layout_refusal(const sdk::BlockScaledLayout& layout) const override;
+  bool quantizes_transposed() const override;
 
  private:
   BlockScaledDevice block_device() const;

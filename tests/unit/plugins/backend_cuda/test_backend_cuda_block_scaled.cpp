@@ -94,6 +94,44 @@ void expect_like_reference(const Quantized& q, const sdk::BlockScaledTensor& wan
   }
 }
 
+// Quantizes src [rows, cols] on the GPU into an output stored transposed (gemm facet 1.4) under
+// `layout` (src's), and checks it against the SDK's reference of src, transposed.
+void expect_transposed_like_reference(sdk::DeviceBackend& gpu, sdk::GemmFacet& gemm,
+                                      const Tensor& src, const std::vector<float>& stored,
+                                      std::int64_t rows, std::int64_t cols,
+                                      const BlockScaledLayout& layout, bool stochastic,
+                                      const std::string& what) {
+  BlockScaledLayout layout_t = layout;
+  std::swap(layout_t.block_rows, layout_t.block_cols);
+  Quantized q(gpu, layout_t, cols, rows);
+  q.op.transpose = true;
+  sdk::BlockQuantizeArgs args;
+  args.src = src.view();
+  args.outputs[0] = q.op;
+  args.stochastic_rounding = stochastic;
+  args.seed = 31;
+  gemm.quantize_block_scaled(args);
+  sdk::BlockQuantizeOptions options;
+  if (stochastic) options.stochastic_rounding_seed = 31;
+  const auto ref = sdk::quantize_block_scaled(stored, rows, cols, layout, options);
+  const std::vector<std::uint8_t> codes = q.codes.raw();
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(codes[static_cast<std::size_t>(c * rows + r)],
+                ref.codes[static_cast<std::size_t>(r * cols + c)])
+          << what << " transposed (" << r << ", " << c << ")";
+  const sdk::BlockExtent grid = sdk::block_grid(layout, rows, cols);
+  const std::vector<float> scales = q.scales.get();
+  for (std::int64_t bi = 0; bi < grid.rows; ++bi)
+    for (std::int64_t bj = 0; bj < grid.cols; ++bj)
+      ASSERT_EQ(bits(scales[static_cast<std::size_t>(bj * grid.rows + bi)]),
+                bits(sdk::block_scale_value(ref, bi, bj)))
+          << what << " transposed scale (" << bi << ", " << bj << ")";
+  if (layout.tensor_scale) {
+    ASSERT_EQ(bits(q.tensor_scale.get()[0]), bits(ref.tensor_scale)) << what;
+  }
+}
+
 TEST_F(backend_cuda_block_scaled, Fp8BlockQuantizeGivesTheSdkReferenceBitForBit) {
   if (!runs(kFp8Block)) {
     GTEST_SKIP() << "not on this device: " << gpu<sdk::GemmFacet>().block_layout_refusal(kFp8Block);
@@ -133,6 +171,10 @@ TEST_F(backend_cuda_block_scaled, Fp8BlockQuantizeGivesTheSdkReferenceBitForBit)
         sr.stochastic_rounding_seed = 1234;
         expect_like_reference(qw, sdk::quantize_block_scaled(stored, rows, cols, weight, sr),
                               what + " 128x128 stochastic");
+        // Stored transposed (facet 1.4): wgrad's operands and dgrad's weight.
+        for (const BlockScaledLayout& l : {along_rows, weight})
+          expect_transposed_like_reference(gpu(), gpu<sdk::GemmFacet>(), src, stored, rows, cols, l,
+                                           pow2, what + " " + sdk::describe(l));
       }
 }
 
@@ -168,6 +210,9 @@ TEST_F(backend_cuda_block_scaled, MxAndNvfp4QuantizeGivesTheSdkReferenceBitForBi
       if (stochastic) options.stochastic_rounding_seed = 77;
       expect_like_reference(q, sdk::quantize_block_scaled(stored, rows, cols, layout, options),
                             std::string(sdk::dtype_name(src_dtype)) + " " + sdk::describe(layout));
+      expect_transposed_like_reference(
+          gpu(), gpu<sdk::GemmFacet>(), src, stored, rows, cols, layout, stochastic,
+          std::string(sdk::dtype_name(src_dtype)) + " " + sdk::describe(layout));
     }
   }
   if (ran == 0) {
