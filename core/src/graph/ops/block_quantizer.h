@@ -8,8 +8,9 @@
 //     weight W:       forward along cols (in),   dgrad along rows (out);
 //     grad_output dy: dgrad along cols (out),    wgrad along rows (the batch).
 //   Each operand is quantized twice (the second quantization of the transposed use) unless the
-//   two layouts are equal — 2-D blocks (128×128, 16×16 weights) serve both passes, so the weight
-//   is quantized once. Both quantizations are one quantize_block_scaled call: one read of src.
+//   two layouts are equal and stored alike — 2-D blocks (128×128, 16×16 weights) serve both
+//   passes, so the weight is quantized once where dgrad's is not stored transposed (below). Both
+//   quantizations are one quantize_block_scaled call: one read of src.
 // - Stochastic rounding (where the plan asks for it) draws its bits from seed(): the run's seed,
 //   the slot, the pass, the optimizer step and the micro-batch, so a resumed run rounds as the
 //   uninterrupted one did, and a replay of a step rounds as the step did.
