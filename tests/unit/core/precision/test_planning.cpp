@@ -214,11 +214,11 @@ class Fp8BlockPolicy final : public sdk::PrecisionPolicy, public sdk::BlockScali
   }
 };
 
-// The CPU backend with a gemm facet whose device runs no 128x128 layout (facet 1.3's refusal),
-// as a GPU without them answers.
-class GemmWithout2dBlocks final : public sdk::GemmFacet {
+// The CPU backend's gemm facet, forwarded: a test facet derives from it and overrides what it
+// answers differently.
+class ForwardingGemm : public sdk::GemmFacet {
  public:
-  explicit GemmWithout2dBlocks(sdk::GemmFacet* in) : in_(in) {}
+  explicit ForwardingGemm(sdk::GemmFacet* in) : in_(in) {}
   bool supports(sdk::GemmOp op, std::span<const DType> dtypes) const override {
     return in_->supports(op, dtypes);
   }
@@ -232,27 +232,34 @@ class GemmWithout2dBlocks final : public sdk::GemmFacet {
   void gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) override {
     in_->gemm_block_scaled(args);
   }
-  std::string block_layout_refusal(const sdk::BlockScaledLayout& layout) const override {
-    return layout.block_rows == 128 && layout.block_cols == 128
-               ? "Test GPU (sm_80) has no 128x128 block scales"
-               : "";
-  }
 
  private:
   sdk::GemmFacet* in_;
 };
 
-class CpuWithout2dBlocks final : public test_support::ForwardingBackend {
+// The CPU backend with gemm facet G (a ForwardingGemm) standing in for its own.
+template <class G>
+class CpuWithGemm final : public test_support::ForwardingBackend {
  public:
-  CpuWithout2dBlocks()
-      : gemm_(static_cast<sdk::GemmFacet*>(in_->find_facet(sdk::GemmFacet::kName))) {}
+  CpuWithGemm() : gemm_(static_cast<sdk::GemmFacet*>(in_->find_facet(sdk::GemmFacet::kName))) {}
   sdk::Facet* find_facet(std::string_view name) override {
     return name == sdk::GemmFacet::kName ? &gemm_ : in_->find_facet(name);
   }
-
- private:
-  GemmWithout2dBlocks gemm_;
+  G gemm_;
 };
+
+// A gemm facet whose device runs no 128x128 layout (facet 1.3's refusal), as a GPU without them
+// answers.
+class GemmWithout2dBlocks final : public ForwardingGemm {
+ public:
+  using ForwardingGemm::ForwardingGemm;
+  std::string block_layout_refusal(const sdk::BlockScaledLayout& layout) const override {
+    return layout.block_rows == 128 && layout.block_cols == 128
+               ? "Test GPU (sm_80) has no 128x128 block scales"
+               : "";
+  }
+};
+using CpuWithout2dBlocks = CpuWithGemm<GemmWithout2dBlocks>;
 
 TEST(PrecisionPlanning, ABlockLayoutTheBackendDoesNotRunIsRefusedAtTheNodeWithItsReason) {
   ModelSpec spec;
@@ -310,42 +317,20 @@ TEST(PrecisionPlanning, ALinearWhoseBlockQuantizationDrawsPerStepIsNoStaticStep)
   }
 }
 
-// The CPU backend with a gemm facet that asks for transposed quantizations (facet 1.4), as the
-// CUDA backend does, and counts the outputs it got so stored.
-class GemmQuantizingTransposed final : public sdk::GemmFacet {
+// A gemm facet that asks for transposed quantizations (facet 1.4), as the CUDA backend's does,
+// and counts the outputs it got so stored.
+class GemmQuantizingTransposed final : public ForwardingGemm {
  public:
-  explicit GemmQuantizingTransposed(sdk::GemmFacet* in) : in_(in) {}
-  bool supports(sdk::GemmOp op, std::span<const DType> dtypes) const override {
-    return in_->supports(op, dtypes);
-  }
-  void gemm(const sdk::GemmArgs& args) override { in_->gemm(args); }
-  void gemm_strided_batched(const sdk::GemmBatchedArgs& args) override {
-    in_->gemm_strided_batched(args);
-  }
+  using ForwardingGemm::ForwardingGemm;
   void quantize_block_scaled(const sdk::BlockQuantizeArgs& args) override {
     for (const auto& out : args.outputs)
       if (!out.codes.empty() && out.transpose) ++transposed_outputs;
-    in_->quantize_block_scaled(args);
-  }
-  void gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) override {
-    in_->gemm_block_scaled(args);
+    ForwardingGemm::quantize_block_scaled(args);
   }
   bool quantizes_transposed() const override { return true; }
   int transposed_outputs = 0;
-
- private:
-  sdk::GemmFacet* in_;
 };
-
-class CpuQuantizingTransposed final : public test_support::ForwardingBackend {
- public:
-  CpuQuantizingTransposed()
-      : gemm_(static_cast<sdk::GemmFacet*>(in_->find_facet(sdk::GemmFacet::kName))) {}
-  sdk::Facet* find_facet(std::string_view name) override {
-    return name == sdk::GemmFacet::kName ? &gemm_ : in_->find_facet(name);
-  }
-  GemmQuantizingTransposed gemm_;
-};
+using CpuQuantizingTransposed = CpuWithGemm<GemmQuantizingTransposed>;
 
 // One forward, loss and backward of a 3-layer MLP under `policy`: the loss and every gradient.
 std::vector<std::vector<float>> block_scaled_step(const std::shared_ptr<sdk::DeviceBackend>& b,
