@@ -542,7 +542,14 @@ sdk::OptionSchema model_schema() {
                              "relative to this file"),
           OptionSpec::boolean("fuse_epilogues", true,
                               "run each relu/gelu that follows a linear layer as that GEMM's "
-                              "epilogue (one rounding, one pass less)")};
+                              "epilogue (one rounding, one pass less)"),
+          OptionSpec::integer("loss_chunk_rows", 1024,
+                              "compute the classifier (a language model's LM head) and the loss "
+                              "this many rows at a time, so the whole [rows, classes] logits and "
+                              "their gradient never exist; 0 = the whole batch at once; unset: "
+                              "1024 for a model of 4096 classes or more, else 0")
+              .at_least(0)
+              .at_most(2147483647)};
 }
 
 sdk::OptionSchema gpt_preset_schema() {

@@ -606,6 +606,7 @@ void read_model_config(const Config& config, Experiment& e) {
   e.model.loss = model.get_string("loss");
   e.model.fuse_epilogues = model.get_bool("fuse_epilogues");
   e.model.label_smoothing = model.get_double("label_smoothing");
+  if (model.was_set("loss_chunk_rows")) e.model.loss_chunk_rows = model.get_int("loss_chunk_rows");
   if (!model.get_string("from_pretrained").empty()) return read_pretrained_gpt(config, e, model);
   switch (parse_choice(model, "preset", kModelPresets)) {
     case ModelPreset::gpt:

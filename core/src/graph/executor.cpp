@@ -58,9 +58,40 @@ Executor::Executor(std::shared_ptr<sdk::DeviceBackend> backend, const GraphPlan&
                    std::vector<std::unique_ptr<Layer>>& ops)
     : backend_(std::move(backend)), facets_(*backend_), plan_(plan), ops_(ops) {}
 
-void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
+Executor::LossChunking Executor::decide_loss_chunking(std::int64_t max_rows,
+                                                      std::int64_t asked) const {
+  LossChunking c;
+  for (auto& op : ops_) op->set_loss_chunk_rows(0);
+  const TensorId root = plan_.root(plan_.logits());
+  if (asked <= 0 || !root.is_node()) return c;
+  const std::size_t node = root.position();
+  const Layer& head = *ops_[node];
+  // Blocks pay only where the batch has more rows than one block.
+  if (max_rows * plan_.node(node).rows_per_sample <= asked) return c;
+  c.refusal = head.row_block_refusal();
+  if (c.refusal.empty() && plan_.logits() != root)
+    c.refusal = "the logits are a view of node '" + head.name() + "'";
+  if (c.refusal.empty() && plan_.node(node).inputs.size() != 1)
+    c.refusal = "node '" + head.name() + "' reads several inputs";
+  // Each block writes its rows of the input gradient straight into the buffer. No other node
+  // adds to it: every node but the logits is read, so a second reader of the logits node's one
+  // input would have to lead back into that input.
+  if (c.refusal.empty()) c.rows = asked;
+  return c;
+}
+
+void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
+                        std::int64_t loss_chunk_rows) {
   max_rows_ = max_rows;
   const InputSpec& in = plan_.input();
+  chunking_ = decide_loss_chunking(max_rows, loss_chunk_rows);
+  const TensorId logits_root = plan_.root(plan_.logits());
+  if (chunking_.rows > 0) {
+    chunked_node_ = logits_root.position();
+    ops_[chunked_node_]->set_loss_chunk_rows(chunking_.rows);
+  }
+  last_loss_blocks_ = 0;
+  logits_stale_ = false;
   // The plans first (pure), so a refused allocation can be reported against the whole of them.
   act_plan_ = plan_activations(plan_, ops_, max_rows);
   deferred_plan_ = plan_deferred_outputs(plan_, ops_, max_rows);
@@ -112,6 +143,28 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
                    ops_[i]->type() + ")",
                own, [&] { ops_[i]->allocate(backend_, rows); });
   }
+  blocks_ = LossBlockMemory{};
+  if (chunking_.rows > 0) {
+    // The blocks are the activation plan's last two buffers (memory_plan.h).
+    const ChunkedLogits c = chunked_logits(plan_, ops_, max_rows);
+    const Layer& head = *ops_[chunked_node_];
+    const std::size_t last = act_plan_.offset.size();
+    auto* base = static_cast<std::byte*>(act_arena_.view().data);
+    const sdk::Shape block{c.rows, head.out_features()};
+    blocks_.rows = c.rows;
+    blocks_.logits = {base + act_plan_.offset[last - 2],
+                      ops::storage_of(head.precision().activation), block};
+    blocks_.logits_grad = {base + act_plan_.offset[last - 1], logits_grad_dtype(plan_, ops_),
+                           block};
+    const std::int64_t count =
+        (max_rows * plan_.node(chunked_node_).rows_per_sample + c.rows - 1) / c.rows;
+    allocating("the loss's per-block values", static_cast<std::size_t>(count) * 8, [&] {
+      loss_parts_ = Tensor(backend_, DType::fp32, sdk::Shape{count});
+      correct_parts_ = Tensor(backend_, DType::int32, sdk::Shape{count});
+    });
+    blocks_.loss_parts = loss_parts_.view();
+    blocks_.correct_parts = correct_parts_.view();
+  }
   bind_ties();
   allocating("the gradient arena", grad_bytes,
              [&] { grad_arena_ = arena(backend_, std::max<std::size_t>(grad_bytes, 4)); });
@@ -119,7 +172,8 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
 
 ExecutorMemory Executor::memory() const {
   ExecutorMemory m;
-  m.input = input_.bytes() + labels_.bytes() + loss_.bytes() + correct_.bytes();
+  m.input = input_.bytes() + labels_.bytes() + loss_.bytes() + correct_.bytes() +
+            loss_parts_.bytes() + correct_parts_.bytes();
   m.activations = act_arena_.bytes();
   m.deferred_outputs = deferred_arena_.bytes();
   m.gradients = grad_arena_.bytes();
@@ -193,6 +247,10 @@ void Executor::forward(Extent e, const ForwardVisitor& visit) {
   std::vector<TensorView> xs;
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     if (ops_[i]->is_view()) continue;  // a view computes nothing
+    if (chunking_.rows > 0 && i == chunked_node_) {
+      logits_stale_ = true;  // computed in blocks by compute_loss
+      continue;
+    }
     gather_inputs(i, e, xs);
     ProfileScope scope(profile_scope(i));
     ops_[i]->forward_inputs(xs, plan_.rows(TensorId::node(i), e));
@@ -212,8 +270,40 @@ void Executor::decode(std::int64_t start, std::int64_t tokens,
   }
 }
 
+TensorView Executor::logits(Extent e) {
+  if (logits_stale_) {
+    std::vector<TensorView> xs;
+    gather_inputs(chunked_node_, e, xs);
+    ProfileScope scope(profile_scope(chunked_node_));
+    ops_[chunked_node_]->forward_inputs(xs, plan_.rows(TensorId::node(chunked_node_), e));
+    logits_stale_ = false;
+  }
+  return activation(plan_.logits(), e);
+}
+
 void Executor::compute_loss(std::int64_t rows, float grad_scale, float label_smoothing,
-                            std::optional<GradientBuffers> gradients) {
+                            std::optional<GradientBuffers> gradients,
+                            const LossBlockVisitor& visit) {
+  if (chunking_.rows > 0) {
+    const Extent e = Extent::batch_of(rows);
+    const TensorId x = plan_.node(chunked_node_).inputs[0];
+    LossBlockPass pass;
+    pass.x = activation(x, e);
+    pass.x = {pass.x.data, pass.x.dtype, sdk::Shape{pass.x.shape.rows(), pass.x.shape.cols()}};
+    pass.labels = labels(rows);
+    pass.grad_scale = grad_scale;
+    pass.label_smoothing = label_smoothing;
+    pass.with_grad = gradients.has_value();
+    if (gradients && plan_.needs_grad(plan_.root(x))) {
+      const TensorView dx = gradient(x, e, *gradients);
+      pass.dx = {dx.data, dx.dtype, sdk::Shape{dx.shape.rows(), dx.shape.cols()}};
+    }
+    ProfileScope scope("classifier");
+    last_loss_blocks_ = compute_loss_in_blocks(*ops_[chunked_node_], *backend_, facets_, blocks_,
+                                               pass, loss_.view(), visit);
+    return;
+  }
+  last_loss_blocks_ = 0;
   TensorView dlogits;
   if (gradients) dlogits = gradient(plan_.logits(), Extent::batch_of(rows), *gradients);
   ProfileScope scope("classifier");
@@ -225,7 +315,15 @@ void Executor::compute_loss(std::int64_t rows, float grad_scale, float label_smo
 LossValues Executor::read_loss() {
   LossValues v;
   backend_->copy_to_host(&v.loss, loss_.view());
-  backend_->copy_to_host(&v.correct, correct_.view());
+  if (last_loss_blocks_ == 0) {
+    backend_->copy_to_host(&v.correct, correct_.view());
+    return v;
+  }
+  // The chunked loss counted per block.
+  std::vector<std::int32_t> parts(static_cast<std::size_t>(last_loss_blocks_));
+  backend_->copy_to_host(parts.data(),
+                         {correct_parts_.view().data, DType::int32, sdk::Shape{last_loss_blocks_}});
+  for (std::int32_t c : parts) v.correct += c;
   return v;
 }
 
@@ -239,7 +337,7 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
   // The loss wrote the logits' gradient: its root has had its first contribution.
   std::vector<int> written(ops_.size(), 0);
   const TensorId sink_root = plan_.root(plan_.logits());
-  if (sink_root.is_node()) written[sink_root.position()] = 1;
+  if (sink_root.is_node() && chunking_.rows == 0) written[sink_root.position()] = 1;
   std::vector<TensorView> xs, dxs;
   struct Pending {
     std::size_t slot;
@@ -251,6 +349,21 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
     const PlannedNode& node = plan_.node(i);
     Layer& op = *ops_[i];
     if (op.is_view() || !node.needs_grad) continue;
+    if (chunking_.rows > 0 && i == chunked_node_) {
+      // compute_loss ran this node's backward block by block: its input gradient is written.
+      dxs.clear();
+      const TensorId t = node.inputs[0];
+      if (plan_.needs_grad(plan_.root(t))) {
+        dxs.push_back(gradient(t, e, buffers));
+        ++written[plan_.root(t).position()];
+      } else {
+        dxs.emplace_back();
+      }
+      if (grad_ready_ && last_micro_batch)
+        for (ModelParameter* p : ready_after_[i]) grad_ready_(*p);
+      if (visit && !visit(i, dxs)) return;
+      continue;
+    }
     const TensorView dy = gradient(TensorId::node(i), e, buffers);
     xs.clear();
     dxs.clear();

@@ -1,5 +1,6 @@
 // locate_first_nonfinite: a checked replay of one step; see diagnostics.h for the contract.
 #include <cmath>
+#include <string>
 
 #include "mixtrain/core/graph/backend_needs.h"
 #include "mixtrain/core/graph/diagnostics.h"
@@ -49,10 +50,27 @@ NonfiniteSite locate_first_nonfinite(Model& model, std::int64_t rows, float grad
     return false;
   });
   if (!found.where.empty()) return found;
-  exec.compute_loss(rows, grad_scale, model.label_smoothing(), grads);
-  if (!std::isfinite(exec.read_loss().loss)) return {"loss", ""};
-  if (bad(exec.gradient(plan.logits(), e, grads)))
-    return {"backward loss gradient (logits)", ops[plan.logits().position()]->name()};
+  const std::string& head = ops[plan.root(plan.logits()).position()]->name();
+  if (exec.loss_chunking().rows > 0) {
+    // The chunked loss: each block's logits, then its gradient, before the next block.
+    exec.compute_loss(rows, grad_scale, model.label_smoothing(), grads,
+                      [&](LossBlockPart part, std::int64_t first, TensorView block) {
+                        if (!bad(block)) return true;
+                        const std::string at =
+                            " (the loss block from row " + std::to_string(first) + ")";
+                        found = part == LossBlockPart::logits
+                                    ? NonfiniteSite{"forward " + head + ".output" + at, head}
+                                    : NonfiniteSite{"backward loss gradient (logits)" + at, head};
+                        return false;
+                      });
+    if (!found.where.empty()) return found;
+    if (!std::isfinite(exec.read_loss().loss)) return {"loss", ""};
+  } else {
+    exec.compute_loss(rows, grad_scale, model.label_smoothing(), grads);
+    if (!std::isfinite(exec.read_loss().loss)) return {"loss", ""};
+    if (bad(exec.gradient(plan.logits(), e, grads)))
+      return {"backward loss gradient (logits)", head};
+  }
   exec.backward(e, grads, /*last_micro_batch=*/false,
                 [&](std::size_t i, std::span<const TensorView> dxs) {
                   for (ModelParameter* p : ops[i]->used_parameters())

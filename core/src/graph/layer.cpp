@@ -73,7 +73,7 @@ void Layer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::in
   facets_ = BoundFacets(*backend_);
   max_rows_ = max_rows;
   output_ = Tensor();
-  if (!traits_.output_deferred) materialise_output();
+  if (!traits_.output_deferred && loss_chunk_rows_ == 0) materialise_output();
 }
 
 void Layer::materialise_output() {
@@ -94,7 +94,7 @@ TensorView Layer::output(std::int64_t rows) const {
 
 std::size_t Layer::planned_output_bytes(std::int64_t max_rows,
                                         std::optional<DType> as_dtype) const {
-  if (traits_.view || traits_.output_deferred) return 0;
+  if (traits_.view || traits_.output_deferred || loss_chunk_rows_ > 0) return 0;
   return static_cast<std::size_t>(max_rows * out_) *
          sdk::dtype_size(storage_of(as_dtype.value_or(precision_.activation)));
 }

@@ -63,7 +63,28 @@ LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_
         ops[i]->planned_output_bytes(max_rows * plan.node(i).rows_per_sample, as_dtype);
     if (bytes > 0) lives.push_back({ops[i]->name(), bytes, static_cast<int>(i), last[i]});
   }
+  // The chunked loss's two blocks (the logits and their gradient) live at the loss step only.
+  if (const ChunkedLogits c = chunked_logits(plan, ops, max_rows); c.rows > 0) {
+    const Layer& head = *ops[c.node];
+    const int loss_step = static_cast<int>(ops.size());
+    const auto elements = static_cast<std::size_t>(c.rows * head.out_features());
+    const DType act = storage_of(as_dtype.value_or(head.precision().activation));
+    const DType grad = as_dtype ? storage_of(*as_dtype) : logits_grad_dtype(plan, ops);
+    lives.push_back(
+        {head.name() + " (loss block)", elements * sdk::dtype_size(act), loss_step, loss_step});
+    lives.push_back({head.name() + " (loss block gradient)", elements * sdk::dtype_size(grad),
+                     loss_step, loss_step});
+  }
   return plan_liveness(lives);
+}
+
+ChunkedLogits chunked_logits(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows) {
+  const TensorId root = plan.root(plan.logits());
+  if (!root.is_node()) return {};
+  const std::size_t node = root.position();
+  const std::int64_t block = ops[node]->loss_chunk_rows();
+  if (block <= 0) return {};
+  return {node, std::min(block, max_rows * plan.node(node).rows_per_sample)};
 }
 
 DeferredOutputPlan plan_deferred_outputs(const GraphPlan& plan, const Ops& ops,
@@ -100,11 +121,15 @@ GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t 
     g.dtype = dtype;  // the reader's dtype; FP32 below when there are several readers
     first[root.position()] = std::min(first[root.position()], step);
   };
-  contribute(plan.logits(), logits_grad_dtype(plan, ops), 0);
+  // The chunked loss writes no logits gradient, and the logits node's input gradients at the
+  // loss step, block by block.
+  const ChunkedLogits chunked = chunked_logits(plan, ops, max_rows);
+  if (chunked.rows == 0) contribute(plan.logits(), logits_grad_dtype(plan, ops), 0);
   for (std::size_t p = 0; p < n; ++p) {
     if (ops[p]->is_view()) continue;
+    const bool in_loss = chunked.rows > 0 && p == chunked.node;
     for (TensorId t : plan.node(p).inputs)
-      contribute(t, contribution_dtype(ops, p), static_cast<int>(n - p));
+      contribute(t, contribution_dtype(ops, p), in_loss ? 0 : static_cast<int>(n - p));
   }
   for (auto& g : slots)
     if (g.reads > 1) g.dtype = DType::fp32;

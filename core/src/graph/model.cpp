@@ -11,7 +11,9 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
     : backend_(std::move(backend)),
       plan_(GraphPlan::build(spec, input_features, classes, input, ops_)),
       executor_(backend_, plan_, ops_),
-      label_smoothing_(static_cast<float>(spec.label_smoothing)) {}
+      label_smoothing_(static_cast<float>(spec.label_smoothing)),
+      loss_chunk_rows_(
+          spec.loss_chunk_rows.value_or(classes >= kLossChunkClasses ? kLossChunkRows : 0)) {}
 
 void Model::check_backend() const {
   core::check_backend(plan_, ops_, *backend_);
@@ -19,7 +21,7 @@ void Model::check_backend() const {
 
 void Model::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
   check_backend();
-  executor_.allocate(max_rows, reserve_fp32_gradients);
+  executor_.allocate(max_rows, reserve_fp32_gradients, loss_chunk_rows_);
   set_mode(mode_);
 }
 

@@ -1,11 +1,27 @@
 #include "train/planned_model.h"
 
 #include <algorithm>
+#include <string>
 
 #include "mixtrain/core/graph/backend_needs.h"
 #include "mixtrain/core/precision/planning.h"
 
 namespace mixtrain::core {
+
+namespace {
+
+// Says once per plan what the chunked loss does (graph/chunked_loss.h), or why it does not.
+void report_loss_chunking(Trainer::State& s) {
+  const auto& c = s.model->loss_chunking();
+  if (c.rows > 0)
+    s.log.info("loss: the logits node and the loss run " + std::to_string(c.rows) +
+               " rows at a time (model.loss_chunk_rows); the whole logits are never stored");
+  else if (!c.refusal.empty())
+    s.log.info("loss: the logits are computed whole, not in blocks of model.loss_chunk_rows: " +
+               c.refusal);
+}
+
+}  // namespace
 
 void build_model(Trainer::State& s) {
   const auto& e = s.e;
@@ -48,9 +64,12 @@ void build_model(Trainer::State& s) {
   for (const auto& l : s.model->layers())
     if (sdk::dtype_size(l->precision().activation_grad) < 4) s.precision.underflow_watch = true;
   const std::int64_t max_rows = std::max(s.rank_batch, e.data.eval_batch_size);
+  // Top-k reads every evaluation batch's whole logits: blocks would save nothing then.
+  if (e.eval.top_k > 0) s.model->set_loss_chunk_rows(0);
   s.model->allocate(
       max_rows,
       /*reserve_fp32_gradients=*/e.run.underflow_every > 0 && s.precision.underflow_watch);
+  report_loss_chunking(s);
   s.params.clear();
   s.grads.clear();
   // Frozen parameters are no business of the optimizer's, nor of the gradient checks'.

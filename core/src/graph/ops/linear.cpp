@@ -187,6 +187,27 @@ void LinearLayer::forward(TensorView x, std::int64_t rows) {
   facets().call(sdk::GemmOp::gemm)->gemm(g);
 }
 
+std::string LinearLayer::row_block_refusal() const {
+  if (scaler_.active()) return "its FP8 operands are scaled by one amax over the whole batch";
+  if (blocks_.active()) return "its operands are block-scaled over the whole batch";
+  if (fused_ != nullptr) return "it runs an activation as its epilogue";
+  return "";
+}
+
+void LinearLayer::forward_rows(TensorView x, TensorView y) {
+  if (!row_block_refusal().empty())
+    throw std::logic_error("forward_rows: node '" + name_ + "': " + row_block_refusal());
+  sdk::GemmArgs g;
+  g.a.view = as_dtype(x, storage_of(precision_.gemm_input), x_scratch_);
+  g.b.view = weight_operand();
+  g.b.transpose = true;
+  g.c = y;
+  if (bias_) g.bias = bias().master.view();
+  g.alpha = static_cast<float>(scale_);
+  g.compute = precision_.gemm_input;
+  facets().call(sdk::GemmOp::gemm)->gemm(g);
+}
+
 void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
   (void)rows;
   if (blocks_.active()) return backward_block_scaled(dy, dx);

@@ -62,6 +62,11 @@ class LinearLayer final : public Layer {
   // gemm_block_scaled on operands quantized per pass.
   bool set_block_scaling(const sdk::BlockScalingFacet* facet) override;
   bool block_scaled() const override { return blocks_.active(); }
+  // The chunked loss (layer.h): a linear under a 16/32-bit GEMM computes any block of rows on its
+  // own; FP8 operand scaling (one amax over the whole batch), block scaling and an epilogue are
+  // refused.
+  std::string row_block_refusal() const override;
+  void forward_rows(sdk::TensorView x, sdk::TensorView y) override;
 
  private:
   void add_decoding_need(std::vector<BackendNeed>& needs) const;

@@ -11,14 +11,17 @@
 //   producer for the loss gradient), empty for the input batch and the loss: what automatic
 //   escalation promotes. It overwrites parameter gradients: call it only for a step that will not
 //   be applied. It allocates nothing: what running unfused writes is in the memory plan (the
-//   deferred outputs, memory_plan.h), and the rest is what a training step already uses.
+//   deferred outputs, memory_plan.h), and the rest is what a training step already uses. Under
+//   the chunked loss (chunked_loss.h) each block's logits and then its gradient are checked in
+//   block order, and the name says from which row the block starts.
 // - measure_gradient_underflow replays the loss and backward of the last forward with every
 //   activation gradient kept in FP32, and counts for each layer boundary the non-zero values that
 //   would round to zero when stored (still multiplied by grad_scale) in the planned dtype. It
 //   overwrites parameter gradients; call it before the first micro-batch's backward. The FP32
 //   arena it needs is the model's own when reserved (Model::allocate), else allocated per call.
 //   The casts of those FP32 gradients into each op's dtype are freed as that op's backward ends
-//   (Layer::set_pass_scratch): the pass holds one op's at a time, and keeps none.
+//   (Layer::set_pass_scratch): the pass holds one op's at a time, and keeps none. Under the
+//   chunked loss there is no whole FP32 logits gradient, and it is not counted.
 // - Neither fires the gradient-ready hook.
 #pragma once
 

@@ -24,6 +24,13 @@
 // - compute_loss enqueues softmax-cross-entropy of the logits against labels(rows), smoothed by
 //   label_smoothing (sdk/backend_loss.h); with gradients it also writes the logits' gradient,
 //   scaled by grad_scale. read_loss() waits.
+// - The chunked loss (graph/chunked_loss.h): allocate(…, loss_chunk_rows > 0) makes the logits
+//   node compute its output inside compute_loss, a block of rows at a time, when that node can
+//   (loss_chunking() says whether, or why not) and the batch has more rows than one block. Then
+//   forward() skips that node, compute_loss also runs its backward (its input gradients and its
+//   parameters'), and backward() only reports it to the visitor and the gradient-ready hook. The
+//   whole logits exist only when asked for: logits(e) runs the node (after a forward that skipped
+//   it), and its output is allocated then, as a decode step does.
 // - backward(e, buffers, last_micro_batch, visit) runs every node that needs a gradient in reverse
 //   order, writing input gradients into `buffers` (the planned dtypes, or all FP32 for the
 //   underflow measurement) and parameter gradients by their take_grad_beta() rule. A tensor
@@ -39,9 +46,11 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "mixtrain/core/graph/bound_facets.h"
+#include "mixtrain/core/graph/chunked_loss.h"
 #include "mixtrain/core/graph/graph_plan.h"
 #include "mixtrain/core/graph/layer.h"
 #include "mixtrain/core/graph/liveness_plan.h"
@@ -84,7 +93,15 @@ class Executor {
   Executor(std::shared_ptr<sdk::DeviceBackend> backend, const GraphPlan& plan,
            std::vector<std::unique_ptr<Layer>>& ops);
 
-  void allocate(std::int64_t max_rows, bool reserve_fp32_gradients);
+  void allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
+                std::int64_t loss_chunk_rows = 0);
+  // The chunked loss as allocate() decided it: rows per block (0: the logits are computed whole),
+  // and why not when blocks were asked for and the logits node cannot compute them ("" else).
+  struct LossChunking {
+    std::int64_t rows = 0;
+    std::string refusal;
+  };
+  const LossChunking& loss_chunking() const { return chunking_; }
   std::int64_t max_rows() const { return max_rows_; }
   ExecutorMemory memory() const;
 
@@ -102,8 +119,11 @@ class Executor {
   void forward(Extent e, const ForwardVisitor& visit = {});
   void decode(std::int64_t start, std::int64_t tokens,
               std::span<const std::unique_ptr<DecodeState>> states);
+  // The logits of the last forward (run now when that forward skipped their node).
+  sdk::TensorView logits(Extent e);
+  // `visit` sees the chunked loss's blocks (chunked_loss.h); it is not called otherwise.
   void compute_loss(std::int64_t rows, float grad_scale, float label_smoothing,
-                    std::optional<GradientBuffers> gradients);
+                    std::optional<GradientBuffers> gradients, const LossBlockVisitor& visit = {});
   LossValues read_loss();
   void backward(Extent e, const GradientBuffers& buffers, bool last_micro_batch,
                 const BackwardVisitor& visit = {});
@@ -117,6 +137,7 @@ class Executor {
 
  private:
   const char* profile_scope(std::size_t node) const;
+  LossChunking decide_loss_chunking(std::int64_t max_rows, std::int64_t asked) const;
   // Node i's inputs for a pass of extent e, into xs.
   void gather_inputs(std::size_t i, Extent e, std::vector<sdk::TensorView>& xs) const;
   sdk::TensorView scratch(std::size_t slot, sdk::DType dtype, std::int64_t rows, std::int64_t cols);
@@ -128,6 +149,12 @@ class Executor {
   std::vector<std::unique_ptr<Layer>>& ops_;
   std::int64_t max_rows_ = 0;
   Tensor input_, labels_, loss_, correct_;
+  LossChunking chunking_;
+  std::size_t chunked_node_ = 0;  // the logits node, when chunking_.rows > 0
+  LossBlockMemory blocks_;        // in the activation arena and loss_parts_ / correct_parts_
+  Tensor loss_parts_, correct_parts_;
+  std::int64_t last_loss_blocks_ = 0;  // blocks of the last compute_loss; 0: computed whole
+  bool logits_stale_ = false;          // the last forward skipped the chunked logits node
   LivenessPlan act_plan_;
   DeferredOutputPlan deferred_plan_;
   GradientPlan grads_;

@@ -45,6 +45,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -280,6 +281,24 @@ class Layer {
   bool fused() const { return epilogue_fused_; }
   virtual bool take_relu() { return false; }
 
+  // The chunked loss (graph/chunked_loss.h): the logits node may compute its output a block of
+  // rows at a time inside the loss, so that the whole logits never exist.
+  // - row_block_refusal(): why this op cannot ("" when it can); asked under its precision plan.
+  // - forward_rows(x, y): y [rows, out] for x [rows, in], into the caller's memory; the op's own
+  //   output is not written. The block's backward is backward() on the same rows: parameter
+  //   gradients follow take_grad_beta(), so the blocks of one pass sum.
+  // - set_loss_chunk_rows(r), by the executor before allocate(): r > 0 leaves the output
+  //   unplanned and unallocated until something asks for the whole logits (a prediction, a
+  //   decode step), when forward() materialises it; 0 (the default) is the ordinary op.
+  virtual std::string row_block_refusal() const {
+    return "a " + type_ + " node computes its output whole";
+  }
+  virtual void forward_rows(sdk::TensorView /*x*/, sdk::TensorView /*y*/) {
+    throw std::logic_error("forward_rows: node '" + name_ + "' has no row-block forward");
+  }
+  void set_loss_chunk_rows(std::int64_t rows) { loss_chunk_rows_ = rows; }
+  std::int64_t loss_chunk_rows() const { return loss_chunk_rows_; }
+
   // The model's activation plan places this op's output in its arena (non-owning; set before
   // allocate()). Without it the layer allocates its own output.
   void use_output_storage(void* data) { planned_output_ = data; }
@@ -382,6 +401,7 @@ class Layer {
   std::int64_t max_rows_ = 0;
   Tensor output_;
   void* planned_output_ = nullptr;   // in the model's activation arena, when planned
+  std::int64_t loss_chunk_rows_ = 0;  // set_loss_chunk_rows()
   void* deferred_output_ = nullptr;  // in the executor's deferred-output arena, when planned
   std::vector<ModelParameter> params_;
   std::vector<ModelBuffer> buffers_;

@@ -17,6 +17,11 @@
 //   liveness plan of their own, over the same schedule, beside the activation plan: reserved up
 //   front, so the replay allocates nothing, and left out of the activation plan, which is what a
 //   fused step uses (and `mixtrain check` reports).
+// - The chunked loss (graph/chunked_loss.h): when the logits node computes its output in blocks
+//   of rows inside the loss (Layer::loss_chunk_rows() > 0), its output takes no bytes, the logits
+//   need no gradient buffer, its input gradients are written at the loss step, and the activation
+//   plan ends with two buffers live at the loss step only: one block of logits and one of their
+//   gradient, in that order.
 // - Pure functions of the plan and the ops' precision; they allocate nothing.
 #pragma once
 
@@ -41,6 +46,14 @@ sdk::DType contribution_dtype(const Ops& ops, std::size_t reader);
 sdk::DType logits_grad_dtype(const GraphPlan& plan, const Ops& ops);
 // The storage dtype of a tensor's activation (the batch's is the input dtype).
 sdk::DType activation_dtype(const GraphPlan& plan, const Ops& ops, TensorId t);
+
+// The logits node computing in blocks, and the rows of one block; rows 0 when the logits are
+// computed whole.
+struct ChunkedLogits {
+  std::size_t node = 0;
+  std::int64_t rows = 0;
+};
+ChunkedLogits chunked_logits(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows);
 
 // `as_dtype` sizes every output in that dtype instead of its planned one.
 LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,

@@ -89,6 +89,10 @@ class Model {
   // reserve_fp32_gradients the gradient arena is also sized for the all-FP32 pass of
   // measure_gradient_underflow (diagnostics.h), which then reuses it.
   void allocate(std::int64_t max_rows, bool reserve_fp32_gradients = false);
+  // The chunked loss's block (ModelSpec::loss_chunk_rows unless set here, before allocate(); 0
+  // computes the logits whole), and what allocate() decided (Executor::loss_chunking()).
+  void set_loss_chunk_rows(std::int64_t rows) { loss_chunk_rows_ = rows; }
+  const Executor::LossChunking& loss_chunking() const { return executor_.loss_chunking(); }
   // Asks the backend, before anything runs, for every facet op each node will call under its
   // precision plan, and for the loss; throws ConfigError at the first node it cannot run, naming
   // the node, the op, the dtypes and the backend, with the node's config location.
@@ -98,9 +102,8 @@ class Model {
 
   sdk::TensorView input(std::int64_t rows) const { return executor_.input(rows); }
   sdk::TensorView labels(std::int64_t rows) const { return executor_.labels(rows); }
-  sdk::TensorView logits(std::int64_t rows) const {
-    return executor_.activation(plan_.logits(), Extent::batch_of(rows));
-  }
+  // The last forward's logits, computed now when the chunked loss left them out of it.
+  sdk::TensorView logits(std::int64_t rows) { return executor_.logits(Extent::batch_of(rows)); }
 
   // `visit` (optional) sees each node as it runs (Executor::forward / backward).
   void forward(std::int64_t rows, const Executor::ForwardVisitor& visit = {}) {
@@ -174,6 +177,7 @@ class Model {
   Executor executor_;
   Mode mode_ = Mode::train;
   float label_smoothing_ = 0.0f;
+  std::int64_t loss_chunk_rows_ = 0;
   // The micro-batch begin_micro_batch() opened, until its backward.
   struct MicroBatch {
     bool last = true;

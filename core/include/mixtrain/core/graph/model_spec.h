@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,8 @@ sdk::Options layer_options(const LayerSpec& layer, const std::string& table = "m
 
 inline constexpr const char* kGraphInput = "input";
 
+inline constexpr std::int64_t kLossChunkRows = 1024, kLossChunkClasses = 4096;
+
 struct ModelSpec {
   std::vector<LayerSpec> layers;  // the nodes, in declaration order
   bool graph = false;             // true: each node names its inputs (model.nodes)
@@ -47,6 +50,11 @@ struct ModelSpec {
   // (1 - ε)·onehot + ε / classes. Evaluation reports plain cross-entropy whatever ε is.
   double label_smoothing = 0.0;
   bool fuse_epilogues = true;  // Linear + relu/gelu as one GEMM with an activation epilogue
+  // [model] loss_chunk_rows: the logits node and the loss run this many rows at a time (graph/
+  // chunked_loss.h); 0 computes the logits whole. Unset: kLossChunkRows for a model of at least
+  // kLossChunkClasses classes (a language model's vocabulary), else 0: the logits of a few
+  // classes are small, and blocks would only change the order of the weight gradient's sums.
+  std::optional<std::int64_t> loss_chunk_rows;
   // [train] trainable / frozen (graph/freezing.h): the plan resolves them, since which nodes need
   // a gradient follows from what trains.
   FreezeSpec freeze;

@@ -1,0 +1,192 @@
+// The chunked loss (graph/chunked_loss.h): the LM head and the cross-entropy a block of rows at a
+// time give the whole-logits loss, correct count and every gradient, without the logits or their
+// gradient in the memory plan; the whole logits still come when asked for; the non-finite replay
+// names the block; a logits node that cannot compute blocks says why and runs whole.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "config/model_presets.h"
+#include "cpu_test_backend.h"
+#include "layer_gradient_check.h"
+#include "mixtrain/core/graph/diagnostics.h"
+#include "mixtrain/core/graph/model.h"
+
+namespace mixtrain::core {
+namespace {
+
+using sdk::DType;
+using test_support::cpu;
+using test_support::op;
+using test_support::random_vector;
+using test_support::read;
+using test_support::write;
+
+constexpr std::int64_t kTokens = 6, kVocab = 37, kBatch = 3;  // 18 rows: blocks of 5, 5, 5, 3
+
+// A 1-layer GPT (tied LM head) from the preset, the loss in blocks of `block` rows (0: whole),
+// with the same weights for every `block`.
+std::unique_ptr<Model> tiny_gpt(std::int64_t block, float label_smoothing = 0.0f) {
+  GptPreset p;
+  p.n_layer = 1;
+  p.n_head = 2;
+  p.n_embd = 8;
+  p.vocab_size = kVocab;
+  ModelSpec spec;
+  spec.layers = gpt_preset(p);
+  spec.graph = true;
+  spec.label_smoothing = label_smoothing;
+  spec.loss_chunk_rows = block;
+  auto m = std::make_unique<Model>(cpu(), spec, kTokens, static_cast<std::int32_t>(kVocab),
+                                   InputSpec{DType::int32, kTokens, {}});
+  for (auto& l : m->layers()) l->set_precision({});
+  m->allocate(kBatch);
+  m->init_parameters(5);
+  for (auto* param : m->parameters()) {
+    auto v = read(param->master.view());
+    const auto noise = random_vector(v.size(), 17, -0.3f, 0.3f);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] += noise[i];
+    write(param->master.view(), v);
+  }
+  return m;
+}
+
+void feed(Model& m, std::uint32_t seed) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(kBatch * kTokens)), labels(ids.size());
+  const auto r = random_vector(2 * ids.size(), seed, 0.0f, static_cast<float>(kVocab) - 0.01f);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<std::int32_t>(r[i]);
+    labels[i] = static_cast<std::int32_t>(r[ids.size() + i]);
+  }
+  cpu()->copy_from_host(m.input(kBatch), ids.data());
+  cpu()->copy_from_host(m.labels(kBatch), labels.data());
+}
+
+// Largest |a - b| relative to the largest |b|.
+double relative_gap(const std::vector<float>& a, const std::vector<float>& b) {
+  double gap = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    gap = std::max(gap, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+  }
+  return scale > 0 ? gap / scale : gap;
+}
+
+TEST(ChunkedLoss, BlocksGiveTheWholeLogitsLossCountAndGradients) {
+  for (const float smoothing : {0.0f, 0.1f}) {
+    auto whole = tiny_gpt(0, smoothing), blocks = tiny_gpt(5, smoothing);
+    ASSERT_EQ(whole->loss_chunking().rows, 0);
+    ASSERT_EQ(blocks->loss_chunking().rows, 5);
+    // Two micro-batches into one step's gradients: the blocks of the second add to the first's.
+    std::vector<LossValues> got[2];
+    Model* models[2] = {whole.get(), blocks.get()};
+    for (int k = 0; k < 2; ++k)
+      for (int which = 0; which < 2; ++which) {
+        Model& m = *models[which];
+        feed(m, 40 + static_cast<std::uint32_t>(k));
+        m.begin_micro_batch(k, 2);
+        m.forward(kBatch);
+        got[which].push_back(m.loss(kBatch, 8.0f, true));
+        m.backward(kBatch);
+      }
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_NEAR(got[1][k].loss, got[0][k].loss, 2e-6 * std::abs(got[0][k].loss));
+      EXPECT_EQ(got[1][k].correct, got[0][k].correct);
+    }
+    const auto pw = whole->parameters(), pb = blocks->parameters();
+    ASSERT_EQ(pw.size(), pb.size());
+    for (std::size_t i = 0; i < pw.size(); ++i)
+      EXPECT_LT(relative_gap(read(pb[i]->grad.view()), read(pw[i]->grad.view())), 1e-5)
+          << pw[i]->name << " with label smoothing " << smoothing;
+  }
+}
+
+TEST(ChunkedLoss, TheLogitsAndTheirGradientLeaveTheMemoryPlan) {
+  auto whole = tiny_gpt(0), blocks = tiny_gpt(5);
+  const std::size_t logits = kBatch * kTokens * kVocab * 4, block = 5 * kVocab * 4;
+  // The activations lose the logits and gain two blocks (logits, gradient); the gradients lose
+  // the logits' gradient. Buffers are 64-byte aligned, hence the slack.
+  EXPECT_LE(blocks->activation_plan().sum_bytes + logits,
+            whole->activation_plan().sum_bytes + 2 * block + 3 * 64);
+  EXPECT_GE(blocks->activation_plan().sum_bytes + logits + 3 * 64,
+            whole->activation_plan().sum_bytes + 2 * block);
+  EXPECT_LE(blocks->gradient_plan().sum_bytes + logits, whole->gradient_plan().sum_bytes + 64);
+}
+
+TEST(ChunkedLoss, TheWholeLogitsComeWhenAskedFor) {
+  auto whole = tiny_gpt(0), blocks = tiny_gpt(5);
+  for (Model* m : {whole.get(), blocks.get()}) {
+    feed(*m, 7);
+    m->forward(kBatch);
+  }
+  const auto want = read(whole->logits(kBatch)), got = read(blocks->logits(kBatch));
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(kBatch * kTokens * kVocab));
+  EXPECT_EQ(got, want);
+  // Evaluation's loss after that (no gradient) is the blocks' again.
+  EXPECT_NEAR(blocks->evaluation_loss(kBatch).loss, whole->evaluation_loss(kBatch).loss, 2e-6);
+}
+
+// A classifier of 6 rows, its loss in blocks of 2.
+std::unique_ptr<Model> tiny_classifier(std::vector<LayerSpec> layers) {
+  ModelSpec spec;
+  spec.graph = true;
+  spec.loss_chunk_rows = 2;
+  spec.layers = std::move(layers);
+  auto m = std::make_unique<Model>(cpu(), spec, 3, 4);
+  for (auto& l : m->layers()) l->set_precision({});
+  m->allocate(6);
+  m->init_parameters(1);
+  const std::vector<std::int32_t> y = {0, 1, 2, 3, 0, 1};
+  write(m->input(6), random_vector(18, 2, -1.0f, 1.0f));
+  cpu()->copy_from_host(m->labels(6), y.data());
+  return m;
+}
+
+TEST(ChunkedLoss, TheReplayNamesTheFirstBlockWithANonFiniteValue) {
+  auto m = tiny_classifier(
+      {op("linear", "fc1", {{"out", 5}}, {"input"}), op("linear", "head", {{"out", 4}}, {"fc1"})});
+  ASSERT_EQ(m->loss_chunking().rows, 2);
+  m->forward(6);
+  EXPECT_EQ(locate_first_nonfinite(*m, 6, 1.0f).where, "");
+  // Row 4's input at 1e30: fc1's output stays finite (about 1e30), the head's product with
+  // weights of 1e10 overflows — in the block of rows 4 and 5 only.
+  std::vector<float> x = read(m->input(6));
+  x[12] = 1e30f;
+  write(m->input(6), x);
+  for (auto* p : m->parameters())
+    if (p->name == "head.weight") write(p->master.view(), std::vector<float>(20, 1e10f));
+  const NonfiniteSite site = locate_first_nonfinite(*m, 6, 1.0f);
+  EXPECT_EQ(site.where, "forward head.output (the loss block from row 4)");
+  EXPECT_EQ(site.node, "head");
+}
+
+TEST(ChunkedLoss, ALogitsNodeWithoutBlocksSaysWhyAndRunsWhole) {
+  // The logits are an add's output: an add computes its output whole.
+  auto m = tiny_classifier({op("linear", "a", {{"out", 4}}, {"input"}),
+                            op("linear", "b", {{"out", 4}}, {"input"}),
+                            op("add", "sum", {}, {"a", "b"})});
+  EXPECT_EQ(m->loss_chunking().rows, 0);
+  EXPECT_EQ(m->loss_chunking().refusal, "a add node computes its output whole");
+  m->forward(6);
+  EXPECT_TRUE(std::isfinite(m->loss(6, 1.0f, true).loss));
+  m->backward(6);
+}
+
+// Unset, the block is 1024 rows for a model of 4096 classes or more (a vocabulary), and the
+// logits of fewer classes are computed whole.
+TEST(ChunkedLoss, UnsetBlocksOnlyAVocabularyOfLogits) {
+  for (const std::int32_t classes : {4095, 4096}) {
+    ModelSpec spec;
+    spec.layers = {op("linear", "head", {{"out", static_cast<int>(classes)}})};
+    Model m(cpu(), spec, 2, classes);
+    for (auto& l : m.layers()) l->set_precision({});
+    m.allocate(1025);
+    EXPECT_EQ(m.loss_chunking().rows, classes == 4096 ? kLossChunkRows : 0) << classes;
+  }
+}
+
+}  // namespace
+}  // namespace mixtrain::core
