@@ -60,7 +60,7 @@ def gpt_forward_flops_per_token(layers, width, tokens, vocab):
 def mixtrain_row(work, p, per_sample):
     run = os.path.join(work, f"mixtrain-{p}")
     base, *extras = p.split("+")
-    what = {"graphs": "step graphs", "tune": "gemm_autotune 8"}
+    what = {"graphs": "step graphs", "tune": "gemm_autotune 8", "whole": "whole logits"}
     name = f"mixtrain {NAMES.get(base, base)}" + "".join(f" + {what.get(x, x)}" for x in extras)
     try:
         s = json.load(open(os.path.join(run, "summary.json")))

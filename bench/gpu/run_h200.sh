@@ -90,7 +90,7 @@ export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-
 export RN_POLICIES=${RN_POLICIES:-bf16 fp32 bf16+tune} RN_TORCH=${RN_TORCH:-bf16 fp32}
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-30} GPT_LOG_EVERY=${GPT_LOG_EVERY:-5}
-export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block bf16+graphs bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
+export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block bf16+whole bf16+graphs bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
 export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8}
 export ROOT HERE
@@ -421,11 +421,14 @@ model_run() {
   shift 3
   case $job in
     mixtrain:*)
-      # <policy>[+graphs][+tune]: run.step_graphs = true; the cuda backend's gemm_autotune = 8.
+      # <policy>[+graphs][+tune][+whole]: run.step_graphs = true; the cuda backend's
+      # gemm_autotune = 8; the logits computed whole (model.loss_chunk_rows = 0: the chunked
+      # loss's A/B).
       p=${job#mixtrain:}
       local variant=() base=${p%%+*}
       [[ $p == *+graphs* ]] && variant+=(--set run.step_graphs=true)
       [[ $p == *+tune* ]] && variant+=(--set backend.cuda.gemm_autotune=8)
+      [[ $p == *+whole* ]] && variant+=(--set model.loss_chunk_rows=0)
       LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 20 "$MIXTRAIN_BIN" check "$config" "$@" "${variant[@]}" \
         --set "precision.policy=$(policy_name "$base")" >"$W/check-$p.txt" 2>&1
       LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" "$@" \
