@@ -108,6 +108,22 @@ TEST(MemoryRehearsal, FrozenWeightsAreOneItemStoredOnceAndTheSumsStillHold) {
             frozen.peak_bytes);
 }
 
+// The chunked loss (the quickstart's head in blocks of 16 rows): the items still add up to the
+// byte, and the peak is no higher than with the whole logits.
+TEST(MemoryRehearsal, TheChunkedLossKeepsTheSumsAndNeedsNoMore) {
+  for (const std::string policy : {"fp32", "bf16-mixed"}) {
+    const auto whole = rehearse(policy, false, {"model.loss_chunk_rows=0"});
+    const auto blocks = rehearse(policy, false, {"model.loss_chunk_rows=16"});
+    EXPECT_EQ(sum(blocks.held), blocks.held_bytes) << policy;
+    ASSERT_TRUE(blocks.scratch_bytes) << policy;
+    EXPECT_EQ(
+        blocks.held_bytes + blocks.step_bytes + *blocks.scratch_bytes + blocks.transient_bytes,
+        blocks.peak_bytes)
+        << policy;
+    EXPECT_LE(blocks.peak_bytes, whole.peak_bytes) << policy;
+  }
+}
+
 TEST(MemoryRehearsal, Fp16EmulationKeepsFp32CopiesOfTheGemmOperands) {
   const auto fp32 = rehearse("fp32", false);
   const auto fp16 = rehearse("fp16-mixed", false);

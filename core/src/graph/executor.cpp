@@ -144,6 +144,8 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
                own, [&] { ops_[i]->allocate(backend_, rows); });
   }
   blocks_ = LossBlockMemory{};
+  loss_parts_ = Tensor();
+  correct_parts_ = Tensor();
   if (chunking_.rows > 0) {
     // The blocks are the activation plan's last two buffers (memory_plan.h).
     const ChunkedLogits c = chunked_logits(plan_, ops_, max_rows);
@@ -172,8 +174,8 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
 
 ExecutorMemory Executor::memory() const {
   ExecutorMemory m;
-  m.input = input_.bytes() + labels_.bytes() + loss_.bytes() + correct_.bytes() +
-            loss_parts_.bytes() + correct_parts_.bytes();
+  m.input = input_.bytes() + labels_.bytes() + loss_.bytes() + correct_.bytes();
+  if (!loss_parts_.empty()) m.input += loss_parts_.bytes() + correct_parts_.bytes();
   m.activations = act_arena_.bytes();
   m.deferred_outputs = deferred_arena_.bytes();
   m.gradients = grad_arena_.bytes();
