@@ -40,6 +40,10 @@ sdk::GemmOperand OperandScaler::scale(const std::shared_ptr<sdk::DeviceBackend>&
   }
   const int slot = role_slot(role);
   ScaledOperand& dst = copies_[slot];
+  const bool weight = role == sdk::OperandRole::weight;
+  if (weight && stats == nullptr && micro_batch_ > 0 && weight_source_ == src.data &&
+      weight_numel_ == src.numel())
+    return {TensorView{dst.data.view().data, dst.data.dtype(), src.shape}, false, dst.scale_inv};
   const sdk::OperandSlot& operand = slots_[static_cast<std::size_t>(slot)];
   const TensorView amax_slot{static_cast<float*>(amax_.view().data) + slot, DType::fp32,
                              sdk::Shape{1}};
@@ -78,6 +82,10 @@ sdk::GemmOperand OperandScaler::scale(const std::shared_ptr<sdk::DeviceBackend>&
   }
   backend->cast(src, out, args);
   dst.scale_inv = s.scale_inv;
+  if (weight) {
+    weight_source_ = src.data;
+    weight_numel_ = src.numel();
+  }
   if (stats != nullptr) {
     // Diagnostics only: what saturated and what flushed to zero in this cast.
     float amax = measured;
@@ -113,6 +121,7 @@ void OperandScaler::pending_amaxes(sdk::DeviceBackend& backend, std::vector<floa
 }
 
 std::size_t OperandScaler::record_amaxes(std::span<const float> values) {
+  weight_source_ = nullptr;  // the step's casts are done: the optimizer may change the weights
   if (policy_ == nullptr || amax_.empty()) return 0;
   std::size_t taken = 0;
   for (int i = 0; i < 3; ++i) {
@@ -124,6 +133,7 @@ std::size_t OperandScaler::record_amaxes(std::span<const float> values) {
 }
 
 void OperandScaler::flush(sdk::DeviceBackend& backend) {
+  weight_source_ = nullptr;  // the step's casts are done: the optimizer may change the weights
   if (policy_ == nullptr || amax_.empty()) return;
   if (!amax_pending_[0] && !amax_pending_[1] && !amax_pending_[2]) return;
   float host[3] = {0.0f, 0.0f, 0.0f};

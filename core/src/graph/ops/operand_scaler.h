@@ -8,8 +8,14 @@
 // - Current scaling: the amax is measured and read before the scale is asked for (one host wait
 //   per operand).
 // - scale() keeps the last scaled copy per role; last() views it again (the backward reuses the
-//   forward's input and weight casts). `stats`, when given, receives what the cast saturated and
-//   flushed to zero (diagnostics; reads the tensors back).
+//   forward's input and weight casts).
+// - A weight is cast once per optimizer step: the micro-batches after the first (index > 0 since
+//   begin_micro_batch(0)) reuse the copy of the same source tensor as it is, scale and amax
+//   included, since neither the weight nor its scale changes within a step (Transformer Engine
+//   keeps a weight's FP8 copy across micro-batches likewise). flush() or record_amaxes(), once
+//   per step before the optimizer runs, ends that reuse. Asking for statistics casts anew. `stats`,
+//   when given, receives what the cast saturated and flushed to zero (diagnostics; reads the
+//   tensors back).
 // - Non-owning: the policy outlives the op; the backend is the op's.
 #pragma once
 
@@ -28,7 +34,10 @@ class OperandScaler {
   OperandScaler(const std::string& node, const std::string& gemm);
   void set_policy(sdk::PrecisionPolicy* policy) { policy_ = policy; }
   bool active() const { return policy_ != nullptr; }
-  void begin_micro_batch(std::int64_t index) { micro_batch_ = index; }
+  void begin_micro_batch(std::int64_t index) {
+    micro_batch_ = index;
+    if (index == 0) weight_source_ = nullptr;  // a new step: the weights may have changed
+  }
 
   sdk::GemmOperand scale(const std::shared_ptr<sdk::DeviceBackend>& backend, sdk::TensorView src,
                          sdk::OperandRole role,
@@ -54,6 +63,9 @@ class OperandScaler {
   Tensor amax_;  // fp32 [3]: the last cast's amax per role
   bool amax_pending_[3] = {false, false, false};
   std::int64_t micro_batch_ = 0;
+  // The weight this step's copy was cast from (its data and size); null: none cast this step.
+  const void* weight_source_ = nullptr;
+  std::int64_t weight_numel_ = 0;
 };
 
 }  // namespace mixtrain::core

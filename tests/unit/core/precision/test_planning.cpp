@@ -4,6 +4,7 @@
 // FP8 scaling slots named per GEMM, "<node>.<gemm>.<role>".
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <set>
 #include <span>
@@ -40,6 +41,7 @@ class RecordingPolicy final : public sdk::PrecisionPolicy {
   bool uses_scaled_operands() const override { return fp8_; }
   sdk::OperandScaling operand_scaling(const sdk::OperandSlot& slot) override {
     asked.insert(slot.name());
+    ++asks[slot.name()];
     EXPECT_EQ(slot.name(), slot.node() + "." + slot.gemm() + "." +
                                std::string(sdk::operand_role_name(slot.role())));
     return {slot.role() == OperandRole::grad_output ? DType::fp8_e5m2 : DType::fp8_e4m3, 1.0f,
@@ -52,6 +54,7 @@ class RecordingPolicy final : public sdk::PrecisionPolicy {
 
   mutable std::vector<sdk::OpDescription> seen;
   std::set<std::string> asked, recorded;
+  std::map<std::string, int> asks;  // casts per slot
 
  private:
   bool fp8_;
@@ -196,6 +199,59 @@ TEST(PrecisionPlanning, Fp8OperandSlotsAreNamedPerGemm) {
   for (const auto& l : m->layers())
     for (const auto& st : l->operand_stats()) stats.insert(st.slot);
   EXPECT_EQ(stats, expected) << "the FP8 statistics use the policy's slot names";
+}
+
+// A weight is cast to FP8 once per optimizer step: the second micro-batch reuses the first's copy
+// (and sums the same gradient again, exactly), while inputs and gradients are cast every time;
+// after the step's flush the next forward casts the weights anew, so an evaluation between steps
+// sees the updated ones.
+TEST(PrecisionPlanning, AWeightIsCastToFp8OncePerStepAcrossItsMicroBatches) {
+  auto accumulated = small_model(), single = small_model();
+  RecordingPolicy policy(/*fp8=*/true), single_policy(/*fp8=*/true);
+  plan_precision(*accumulated, policy, cpu()->capabilities(), {});
+  plan_precision(*single, single_policy, cpu()->capabilities(), {});
+  std::vector<float> x(4 * 8);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  const std::vector<std::int32_t> y = {0, 1, 2, 0};
+  for (Model* m : {accumulated.get(), single.get()}) {
+    m->allocate(4);
+    m->init_parameters(7);
+    test_support::write(m->input(4), x);
+    cpu()->copy_from_host(m->labels(4), y.data());
+  }
+  auto micro_batch = [&](Model& m, std::int64_t k, std::int64_t count) {
+    m.begin_micro_batch(k, count);
+    m.forward(4);
+    m.compute_loss(4, 1.0f, true);
+    m.backward(4);
+  };
+  micro_batch(*accumulated, 0, 2);
+  micro_batch(*accumulated, 1, 2);
+  micro_batch(*single, 0, 1);
+  EXPECT_EQ(policy.asks["fc1.matmul.weight"], 1);
+  EXPECT_EQ(policy.asks["head.matmul.weight"], 1);
+  EXPECT_EQ(policy.asks["fc1.matmul.input"], 2);
+  EXPECT_EQ(policy.asks["head.matmul.grad_output"], 2);
+  const auto twice = test_support::read(accumulated->parameters()[0]->grad.view());
+  const auto once = test_support::read(single->parameters()[0]->grad.view());
+  ASSERT_EQ(twice.size(), once.size());
+  for (std::size_t i = 0; i < once.size(); ++i) EXPECT_EQ(twice[i], 2.0f * once[i]) << i;
+  accumulated->flush_operand_amaxes();
+  single->flush_operand_amaxes();
+  // The optimizer's turn: new weights in both models, then an evaluation forward.
+  for (Model* m : {accumulated.get(), single.get()}) {
+    auto w = test_support::read(m->parameters()[0]->master.view());
+    for (float& v : w) v *= -0.5f;
+    test_support::write(m->parameters()[0]->master.view(), w);
+    m->refresh_working_copies();
+    m->forward(4);
+  }
+  EXPECT_EQ(policy.asks["fc1.matmul.weight"], 2);
+  std::vector<float> got(4 * 3), want(got.size());
+  Tensor scratch;
+  copy_to_host_fp32(cpu(), accumulated->logits(4), got.data(), scratch);
+  copy_to_host_fp32(cpu(), single->logits(4), want.data(), scratch);
+  EXPECT_EQ(got, want);
 }
 
 // A block-scaled policy with fp8-block's layouts (1x128 along each pass's reduction dim, 128x128
