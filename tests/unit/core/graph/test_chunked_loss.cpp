@@ -9,11 +9,11 @@
 #include <memory>
 #include <vector>
 
-#include "config/model_presets.h"
 #include "cpu_test_backend.h"
 #include "layer_gradient_check.h"
 #include "mixtrain/core/graph/diagnostics.h"
 #include "mixtrain/core/graph/model.h"
+#include "tiny_gpt.h"
 
 namespace mixtrain::core {
 namespace {
@@ -30,14 +30,7 @@ constexpr std::int64_t kTokens = 6, kVocab = 37, kBatch = 3;  // 18 rows: blocks
 // A 1-layer GPT (tied LM head) from the preset, the loss in blocks of `block` rows (0: whole),
 // with the same weights for every `block`.
 std::unique_ptr<Model> tiny_gpt(std::int64_t block, float label_smoothing = 0.0f) {
-  GptPreset p;
-  p.n_layer = 1;
-  p.n_head = 2;
-  p.n_embd = 8;
-  p.vocab_size = kVocab;
-  ModelSpec spec;
-  spec.layers = gpt_preset(p);
-  spec.graph = true;
+  ModelSpec spec = test_support::tiny_gpt_spec(1, 2, 8, kVocab);
   spec.label_smoothing = label_smoothing;
   spec.loss_chunk_rows = block;
   auto m = std::make_unique<Model>(cpu(), spec, kTokens, static_cast<std::int32_t>(kVocab),

@@ -8,11 +8,11 @@
 #include <memory>
 #include <vector>
 
-#include "config/model_presets.h"
 #include "cpu_test_backend.h"
 #include "layer_gradient_check.h"
 #include "mixtrain/core/graph/decoder.h"
 #include "mixtrain/core/graph/model.h"
+#include "tiny_gpt.h"
 
 namespace mixtrain::core {
 namespace {
@@ -28,14 +28,7 @@ constexpr std::int64_t kTokens = 6, kVocab = 11, kBatch = 2;
 // A 2-layer GPT from the preset (width 8 in 2 heads) with weights large enough that the logits
 // differ clearly from one token to the next (GPT-2's 0.02 gives near-uniform ones).
 std::unique_ptr<Model> tiny_gpt() {
-  GptPreset p;
-  p.n_layer = 2;
-  p.n_head = 2;
-  p.n_embd = 8;
-  p.vocab_size = kVocab;
-  ModelSpec spec;
-  spec.layers = gpt_preset(p);
-  spec.graph = true;
+  const ModelSpec spec = test_support::tiny_gpt_spec(2, 2, 8, kVocab);
   auto m = std::make_unique<Model>(cpu(), spec, kTokens, static_cast<std::int32_t>(kVocab),
                                    InputSpec{DType::int32, kTokens, {}});
   for (auto& l : m->layers()) l->set_precision({});

@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "config/model_presets.h"
 #include "cpu_test_backend.h"
 #include "layer_gradient_check.h"
 #include "mixtrain/core/graph/freezing.h"
@@ -25,6 +24,7 @@
 #include "mixtrain/sdk/backend_quantized_weight.h"
 #include "mixtrain/sdk/support/block_scaling.h"
 #include "mixtrain/sdk/support/nf4.h"
+#include "tiny_gpt.h"
 
 namespace mixtrain::core {
 namespace {
@@ -575,15 +575,7 @@ TEST(Freezing, GradientsFlowThroughFrozenConvolutionsAndBatchNormsUnchanged) {
 
 // Tokens: a 2-layer GPT from the preset, vocab 11, T 5, its LM head tied to wte.
 ModelSpec tiny_gpt() {
-  GptPreset p;
-  p.n_layer = 2;
-  p.n_head = 2;
-  p.n_embd = 8;
-  p.vocab_size = 11;
-  ModelSpec spec;
-  spec.layers = gpt_preset(p);
-  spec.graph = true;
-  return spec;
+  return test_support::tiny_gpt_spec();
 }
 
 void feed_tokens(Model& m, std::int64_t batch, unsigned seed) {

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "config/model_presets.h"
 #include "cpu_test_backend.h"
 #include "layer_gradient_check.h"
 #include "mixtrain/core/graph/lora.h"
 #include "mixtrain/core/graph/model.h"
+#include "tiny_gpt.h"
 
 namespace mixtrain::core {
 namespace {
@@ -46,15 +46,7 @@ LoraSpec lora(std::vector<std::string> globs, std::int64_t r = 2, double alpha =
 }
 
 ModelSpec tiny_gpt() {
-  GptPreset p;
-  p.n_layer = 2;
-  p.n_head = 2;
-  p.n_embd = 8;
-  p.vocab_size = 11;
-  ModelSpec spec;
-  spec.layers = gpt_preset(p);
-  spec.graph = true;
-  return spec;
+  return test_support::tiny_gpt_spec();
 }
 
 const LayerSpec& node(const ModelSpec& spec, const std::string& name) {

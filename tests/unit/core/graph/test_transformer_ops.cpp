@@ -12,6 +12,7 @@
 #include "graph/ops/embedding.h"
 #include "layer_gradient_check.h"
 #include "mixtrain/core/graph/model.h"
+#include "tiny_gpt.h"
 
 namespace mixtrain::core {
 namespace {
@@ -103,15 +104,7 @@ TEST(TransformerOps, EmbeddingGathersRowsAndScattersGradientsOfRepeatedIds) {
 
 // A 2-layer GPT from the preset: vocab 11, T 5, width 8 in 2 heads.
 ModelSpec tiny_gpt(std::int64_t n_layer = 2, std::int64_t n_head = 2, std::int64_t n_embd = 8) {
-  GptPreset p;
-  p.n_layer = n_layer;
-  p.n_head = n_head;
-  p.n_embd = n_embd;
-  p.vocab_size = 11;
-  ModelSpec spec;
-  spec.layers = gpt_preset(p);
-  spec.graph = true;
-  return spec;
+  return test_support::tiny_gpt_spec(n_layer, n_head, n_embd);
 }
 
 const InputSpec kTokens{DType::int32, 5, {}};
