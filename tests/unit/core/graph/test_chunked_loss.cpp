@@ -33,18 +33,7 @@ std::unique_ptr<Model> tiny_gpt(std::int64_t block, float label_smoothing = 0.0f
   ModelSpec spec = test_support::tiny_gpt_spec(1, 2, 8, kVocab);
   spec.label_smoothing = label_smoothing;
   spec.loss_chunk_rows = block;
-  auto m = std::make_unique<Model>(cpu(), spec, kTokens, static_cast<std::int32_t>(kVocab),
-                                   InputSpec{DType::int32, kTokens, {}});
-  for (auto& l : m->layers()) l->set_precision({});
-  m->allocate(kBatch);
-  m->init_parameters(5);
-  for (auto* param : m->parameters()) {
-    auto v = read(param->master.view());
-    const auto noise = random_vector(v.size(), 17, -0.3f, 0.3f);
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] += noise[i];
-    write(param->master.view(), v);
-  }
-  return m;
+  return test_support::tiny_gpt_model(spec, kTokens, kVocab, kBatch, 0.3f);
 }
 
 void feed(Model& m, std::uint32_t seed) {

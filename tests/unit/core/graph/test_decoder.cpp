@@ -28,19 +28,8 @@ constexpr std::int64_t kTokens = 6, kVocab = 11, kBatch = 2;
 // A 2-layer GPT from the preset (width 8 in 2 heads) with weights large enough that the logits
 // differ clearly from one token to the next (GPT-2's 0.02 gives near-uniform ones).
 std::unique_ptr<Model> tiny_gpt() {
-  const ModelSpec spec = test_support::tiny_gpt_spec(2, 2, 8, kVocab);
-  auto m = std::make_unique<Model>(cpu(), spec, kTokens, static_cast<std::int32_t>(kVocab),
-                                   InputSpec{DType::int32, kTokens, {}});
-  for (auto& l : m->layers()) l->set_precision({});
-  m->allocate(kBatch);
-  m->init_parameters(5);
-  for (auto* param : m->parameters()) {
-    auto v = read(param->master.view());
-    const auto noise = random_vector(v.size(), 17, -0.4f, 0.4f);
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] += noise[i];
-    write(param->master.view(), v);
-  }
-  return m;
+  return test_support::tiny_gpt_model(test_support::tiny_gpt_spec(2, 2, 8, kVocab), kTokens, kVocab,
+                                      kBatch, 0.4f);
 }
 
 // The logits after `prefix` without a cache: the whole sequence through a training-layout

@@ -1,10 +1,15 @@
-// The gpt preset's graph at test sizes, for the core's unit tests: n_layer blocks of width n_embd
-// in n_head heads over a vocabulary of `vocab`, its LM head tied to wte (config/model_presets.h).
+// The gpt preset at test sizes, for the core's unit tests: its graph (n_layer blocks of width
+// n_embd in n_head heads over a vocabulary of `vocab`, the LM head tied to wte;
+// config/model_presets.h), and a model of it on the test CPU backend in FP32.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "config/model_presets.h"
+#include "cpu_test_backend.h"
+#include "layer_gradient_check.h"
+#include "mixtrain/core/graph/model.h"
 #include "mixtrain/core/graph/model_spec.h"
 
 namespace mixtrain::core::test_support {
@@ -20,6 +25,26 @@ inline ModelSpec tiny_gpt_spec(std::int64_t n_layer = 2, std::int64_t n_head = 2
   spec.layers = gpt_preset(p);
   spec.graph = true;
   return spec;
+}
+
+// `spec` over `tokens` token ids per sample, allocated for `batch` samples, every op in FP32,
+// initialised from seed 5 and then moved by uniform noise in [-noise, noise] (seed 17): weights
+// large enough that the logits differ clearly from one token to the next, which GPT-2's 0.02
+// does not give.
+inline std::unique_ptr<Model> tiny_gpt_model(const ModelSpec& spec, std::int64_t tokens,
+                                             std::int64_t vocab, std::int64_t batch, float noise) {
+  auto m = std::make_unique<Model>(cpu(), spec, tokens, static_cast<std::int32_t>(vocab),
+                                   InputSpec{sdk::DType::int32, tokens, {}});
+  for (auto& l : m->layers()) l->set_precision({});
+  m->allocate(batch);
+  m->init_parameters(5);
+  for (auto* param : m->parameters()) {
+    auto v = read(param->master.view());
+    const auto moves = random_vector(v.size(), 17, -noise, noise);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] += moves[i];
+    write(param->master.view(), v);
+  }
+  return m;
 }
 
 }  // namespace mixtrain::core::test_support
