@@ -911,13 +911,14 @@ TEST_P(Conformance, FlashAttentionForwardAndBackwardAgainstADoubleReference) {
       tested_attention->flash_backward(qkv.tested->view(), out.tested->view(), dout.tested->view(),
                                        lse.tested->view(), l, scale, dqkv.tested->view());
       // One rounding of the output (half an ulp of dt) over FP32 sums of about T + D terms; the
-      // gradients add a rounding of their own, and D_i = Σ dO·O reads the rounded output.
+      // gradients add a rounding of their own, and D_i = Σ dO·O reads the rounded output (half
+      // an ulp each), over a chain of four such sums.
       const double fp32_sums = static_cast<double>(c.tokens + c.head_dim) * 0x1p-24;
-      EXPECT_LE(relative_difference(tested_values(out), want.out), ulp(dt) + fp32_sums)
+      EXPECT_LE(relative_difference(tested_values(out), want.out), ulp(dt) / 2 + fp32_sums)
           << "flash_forward out, " << what;
       EXPECT_LE(relative_difference(tested_values(lse), want.lse), 1e-6 + fp32_sums)
           << "flash_forward lse, " << what;
-      EXPECT_LE(relative_difference(tested_values(dqkv), want.dqkv), 2 * ulp(dt) + 4 * fp32_sums)
+      EXPECT_LE(relative_difference(tested_values(dqkv), want.dqkv), ulp(dt) + 4 * fp32_sums)
           << "flash_backward dqkv, " << what;
       // Deterministic: the same call again gives the same bits.
       auto again = zeros(qkv_shape, dt);
