@@ -245,7 +245,8 @@ TEST_F(CliGpt, BadTokenFilesExit2NamingTheFileAndTheOffset) {
 // Flash attention (the CPU backend's, the default) and the unfused attention
 // (model.gpt.fused_attention = false) train the same model: each step's loss agrees within FP32
 // summation order in fp32, and within a bf16 ulp in bf16 (the unfused path rounds P to bf16
-// before P·v, flash keeps it in FP32: the attention outputs differ by about one bf16 rounding). The profiles show which path each run took.
+// before P·v, flash keeps it in FP32: the attention outputs differ by about one bf16 rounding). The
+// profiles show which path each run took.
 TEST_F(CliGpt, FlashAndUnfusedAttentionTrainTheSameLosses) {
   for (const std::string name : {"fp32", "bf16"}) {
     const std::string args = "train " + config("gpt-tiny-" + name + ".toml") + kSmall +
