@@ -5,8 +5,9 @@
 // Contract
 // - Arguments as backend_attention.h states them, already checked (BackendArgumentChecks).
 // - Forward: per (sequence, head, block of query rows), S = scale·q·kᵀ one key tile at a time (key
-//   tiles wholly above the diagonal are skipped), an online softmax in FP32 (running max and sum)
-//   and O accumulated in FP32, rounded once into out; lse = max + log(sum) per row.
+//   tiles wholly above the diagonal are skipped), an online softmax in FP32 (running max and sum;
+//   exponentials by a vectorised Cephes expf, within 1 ulp) and O accumulated in FP32, rounded
+//   once into out; lse = max + log(sum) per row.
 // - Backward: per (sequence, head), D_i = Σ dO_i·O_i, then per key tile and every query tile at or
 //   below it P = exp(scale·S − lse), dV += Pᵀ·dO, dP = dO·vᵀ, dS = P∘(dP − D)·scale, dQ += dS·k,
 //   dK += dSᵀ·q, all in FP32, each of dq, dk, dv rounded once into dqkv.
