@@ -164,12 +164,18 @@ void AttentionLayer::flash_backward(TensorView x, TensorView dy, TensorView dx, 
   // The cast of forward, made again: scratch the forward made may have been another pass's.
   const TensorView qkv = as_dtype(x, gemm_dtype(), x_cast_);
   const TensorView lse{lse_.view().data, DType::fp32, sdk::Shape{n * heads_ * tokens_}};
-  const bool direct = dx.dtype == dy.dtype;
-  const TensorView dqkv = direct ? dx : scratch_tensor(dx_scratch_, dy.dtype, dx.shape);
+  // dy comes in the planned gradient dtype, which allocate() checked, except in passes that keep
+  // every gradient in FP32 (the underflow measurement): cast it where the backend refuses that.
+  TensorView dout = dy;
+  const DType bwd[] = {qkv.dtype, dy.dtype};
+  if (!facets().find<sdk::AttentionFacet>()->supports(sdk::AttentionOp::flash_backward, bwd))
+    dout = as_dtype(dy, storage_of(precision_.activation_grad), dy_cast_);
+  const bool direct = dx.dtype == dout.dtype;
+  const TensorView dqkv = direct ? dx : scratch_tensor(dx_scratch_, dout.dtype, dx.shape);
   facets()
       .call(sdk::AttentionOp::flash_backward)
-      ->flash_backward(qkv, output(rows), dy, lse, {n, tokens_, heads_, head_dim_, 3, 0, 0}, scale_,
-                       dqkv);
+      ->flash_backward(qkv, output(rows), dout, lse, {n, tokens_, heads_, head_dim_, 3, 0, 0},
+                       scale_, dqkv);
   if (!direct) backend_->cast(dqkv, dx);
 }
 

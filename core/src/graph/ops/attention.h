@@ -12,7 +12,7 @@
 //     Taken when `fused` (the node option, default true), the facet is 1.1 or later and supports
 //     both ops on the GEMM dtype, and the activations are stored in that dtype. An input of
 //     another dtype is cast into scratch; an input gradient of another dtype than dy is written
-//     in dy's and cast.
+//     in dy's and cast (as is a dy the backend refuses, into the planned gradient dtype).
 //   - unfused (`fused = false`, or any condition above unmet, logged once per run with the
 //     reason): split_heads permutes qkv into head-major q, k, v [N·H, T, D] in the GEMM dtype;
 //     the scores q·kᵀ and the context P·v are strided-batched GEMMs; the softmax (forward and
@@ -66,6 +66,7 @@ class AttentionLayer final : public Layer {
   bool flash_ = false;  // what allocate() chose
   Tensor lse_;          // flash: fp32 [N, H, T]
   Tensor x_cast_;       // flash: qkv cast into the GEMM dtype, when its producer stores another
+  Tensor dy_cast_;      // flash: dy cast into the planned gradient dtype (see flash_backward)
   Tensor dx_scratch_;   // flash: dqkv in dy's dtype, when dx is stored in another
   Tensor qkv_heads_;   // [3, N, H, T, D] in the GEMM dtype
   Tensor probs_;       // fp32 [N·H, T, T]
