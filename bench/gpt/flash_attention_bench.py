@@ -34,7 +34,7 @@ def cpu_name():
     return "unknown"
 
 
-def run(a, shape, precision, fused, tmp):
+def run(a, shape, precision, fused, tmp, index):
     s = SHAPES[shape]
     spw = a.steps_per_window
     warmup = -(-max(a.warmup, 1) // spw) * spw
@@ -47,7 +47,7 @@ def run(a, shape, precision, fused, tmp):
         "data.text.path": "/usr/share/common-licenses/GPL-3", "data.block_size": s["block"],
         "data.batch_size": s["batch"], "data.eval_batch_size": s["batch"],
     }
-    run_dir = os.path.join(tmp, f"{shape}-{precision}-{fused}")
+    run_dir = os.path.join(tmp, f"{shape}-{precision}-{index}")
     cmd = [a.mixtrain, "train", os.path.join(ROOT, "configs", "gpt-tiny-fp32.toml"),
            "--run-dir", run_dir, "--log-level", "warn"]
     for k, v in sets.items():
@@ -82,8 +82,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for shape in a.shapes.split(","):
             for precision in a.precisions.split(","):
-                for fused in (True, False, False, True):
-                    r = run(a, shape, precision, fused, tmp)
+                for index, fused in enumerate((True, False, False, True)):
+                    r = run(a, shape, precision, fused, tmp, index)
                     print(json.dumps(r), flush=True)
                     print(f"# {shape:<5} {precision:<5} {r['attention']:<9} "
                           f"{r['ms_per_step']:>8.1f} {r['device_peak_mib']:>8.1f} "
