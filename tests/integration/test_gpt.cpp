@@ -250,7 +250,7 @@ TEST_F(CliGpt, BadTokenFilesExit2NamingTheFileAndTheOffset) {
 TEST_F(CliGpt, FlashAndUnfusedAttentionTrainTheSameLosses) {
   for (const std::string name : {"fp32", "bf16"}) {
     const std::string args = "train " + config("gpt-tiny-" + name + ".toml") + kSmall +
-                             " --set run.steps=8 --set run.eval_every=0 --set run.log_every=1"
+                             " --set run.steps=5 --set run.eval_every=0 --set run.log_every=1"
                              " --profile";
     const auto flash_dir = dir_ / (name + "-flash"), unfused_dir = dir_ / (name + "-unfused");
     auto flash = run(args + " --run-dir " + flash_dir.string());
@@ -265,8 +265,8 @@ TEST_F(CliGpt, FlashAndUnfusedAttentionTrainTheSameLosses) {
       return v;
     };
     const auto a = losses(flash_dir), b = losses(unfused_dir);
-    ASSERT_EQ(a.size(), 8u) << name;
-    ASSERT_EQ(b.size(), 8u) << name;
+    ASSERT_EQ(a.size(), 5u) << name;
+    ASSERT_EQ(b.size(), 5u) << name;
     const double tol = name == "fp32" ? 1e-5 : 0x1p-7;  // relative; bf16: one of its ulps
     for (std::size_t i = 0; i < a.size(); ++i)
       EXPECT_NEAR(a[i], b[i], tol * std::abs(b[i])) << name << " step " << i + 1;
@@ -280,6 +280,16 @@ TEST_F(CliGpt, FlashAndUnfusedAttentionTrainTheSameLosses) {
     EXPECT_EQ(calls(flash_dir, "softmax_forward"), 0) << name;
     EXPECT_EQ(calls(unfused_dir, "flash_forward"), 0) << name;
     EXPECT_GT(calls(unfused_dir, "softmax_forward"), 0) << name;
+    // Decoding runs the unfused method either way (a flash node's KV cache holds its own score
+    // scratch): greedy samples of one checkpoint are the same text.
+    const std::string sample = "sample " + (flash_dir / "config.toml").string() +
+                               " --checkpoint " + flash_dir.string() +
+                               " --prompt 'This Lic' --tokens 20 --temperature 0";
+    auto a_text = run(sample);
+    auto b_text = run(sample + " --set model.gpt.fused_attention=false");
+    ASSERT_EQ(a_text.exit_code, 0) << a_text.err;
+    ASSERT_EQ(b_text.exit_code, 0) << b_text.err;
+    EXPECT_EQ(a_text.out, b_text.out) << name;
   }
 }
 
