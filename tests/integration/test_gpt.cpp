@@ -282,8 +282,8 @@ TEST_F(CliGpt, FlashAndUnfusedAttentionTrainTheSameLosses) {
     EXPECT_GT(calls(unfused_dir, "softmax_forward"), 0) << name;
     // Decoding runs the unfused method either way (a flash node's KV cache holds its own score
     // scratch): greedy samples of one checkpoint are the same text.
-    const std::string sample = "sample " + (flash_dir / "config.toml").string() +
-                               " --checkpoint " + flash_dir.string() +
+    const std::string sample = "sample " + (flash_dir / "config.toml").string() + " --checkpoint " +
+                               flash_dir.string() +
                                " --prompt 'This Lic' --tokens 20 --temperature 0";
     auto a_text = run(sample);
     auto b_text = run(sample + " --set model.gpt.fused_attention=false");
