@@ -794,6 +794,176 @@ TEST_P(Conformance, AttentionSoftmaxForwardAndBackward) {
   }
 }
 
+// Flash attention (attention facet 1.1) against a double-precision reference of the same causal
+// attention, from the values each dtype stores. Several heads and sequences, T past one tile of
+// 64 and not a multiple of it, T = 1, an odd-sized head.
+struct FlashCase {
+  std::int64_t batch, tokens, heads, head_dim;
+};
+
+// What flash_forward and flash_backward should give, in double: out [N, T, H, D], lse [N, H, T],
+// dqkv [N, T, 3, H, D].
+struct FlashReference {
+  std::vector<float> out, lse, dqkv;
+};
+
+FlashReference flash_reference(const FlashCase& c, const std::vector<double>& qkv,
+                               const std::vector<double>& dout, double scale) {
+  const std::int64_t t_len = c.tokens, h_n = c.heads, d = c.head_dim;
+  auto at = [&](std::int64_t n, std::int64_t t, std::int64_t p, std::int64_t h, std::int64_t e) {
+    return static_cast<std::size_t>((((n * t_len + t) * 3 + p) * h_n + h) * d + e);
+  };
+  auto o_at = [&](std::int64_t n, std::int64_t t, std::int64_t h, std::int64_t e) {
+    return static_cast<std::size_t>(((n * t_len + t) * h_n + h) * d + e);
+  };
+  FlashReference r;
+  r.out.resize(static_cast<std::size_t>(c.batch * t_len * h_n * d));
+  r.lse.resize(static_cast<std::size_t>(c.batch * h_n * t_len));
+  std::vector<double> dqkv(qkv.size(), 0.0);
+  const auto tn = static_cast<std::size_t>(t_len);
+  for (std::int64_t n = 0; n < c.batch; ++n)
+    for (std::int64_t h = 0; h < h_n; ++h) {
+      std::vector<double> p(tn * tn, 0.0), dp(tn * tn, 0.0);
+      for (std::int64_t i = 0; i < t_len; ++i) {
+        double mx = -std::numeric_limits<double>::infinity(), sum = 0.0;
+        std::vector<double> s(tn, 0.0);
+        for (std::int64_t j = 0; j <= i; ++j) {
+          double dot = 0.0;
+          for (std::int64_t e = 0; e < d; ++e)
+            dot += qkv[at(n, i, 0, h, e)] * qkv[at(n, j, 1, h, e)];
+          s[static_cast<std::size_t>(j)] = scale * dot;
+          mx = std::max(mx, scale * dot);
+        }
+        for (std::int64_t j = 0; j <= i; ++j) sum += std::exp(s[static_cast<std::size_t>(j)] - mx);
+        r.lse[static_cast<std::size_t>((n * h_n + h) * t_len + i)] =
+            static_cast<float>(mx + std::log(sum));
+        for (std::int64_t j = 0; j <= i; ++j)
+          p[static_cast<std::size_t>(i) * tn + static_cast<std::size_t>(j)] =
+              std::exp(s[static_cast<std::size_t>(j)] - mx) / sum;
+        for (std::int64_t e = 0; e < d; ++e) {
+          double o = 0.0;
+          for (std::int64_t j = 0; j <= i; ++j)
+            o += p[static_cast<std::size_t>(i) * tn + static_cast<std::size_t>(j)] *
+                 qkv[at(n, j, 2, h, e)];
+          r.out[o_at(n, i, h, e)] = static_cast<float>(o);
+        }
+      }
+      // dP = dO·vᵀ, dS = P∘(dP − rowsum(P∘dP))·scale, dq = dS·k, dk = dSᵀ·q, dv = Pᵀ·dO.
+      for (std::int64_t i = 0; i < t_len; ++i) {
+        double delta = 0.0;
+        for (std::int64_t j = 0; j <= i; ++j) {
+          double dot = 0.0;
+          for (std::int64_t e = 0; e < d; ++e)
+            dot += dout[o_at(n, i, h, e)] * qkv[at(n, j, 2, h, e)];
+          const std::size_t ij = static_cast<std::size_t>(i) * tn + static_cast<std::size_t>(j);
+          dp[ij] = dot;
+          delta += p[ij] * dot;
+        }
+        for (std::int64_t j = 0; j <= i; ++j) {
+          const std::size_t ij = static_cast<std::size_t>(i) * tn + static_cast<std::size_t>(j);
+          const double ds = p[ij] * (dp[ij] - delta) * scale;
+          for (std::int64_t e = 0; e < d; ++e) {
+            dqkv[at(n, i, 0, h, e)] += ds * qkv[at(n, j, 1, h, e)];
+            dqkv[at(n, j, 1, h, e)] += ds * qkv[at(n, i, 0, h, e)];
+            dqkv[at(n, j, 2, h, e)] += p[ij] * dout[o_at(n, i, h, e)];
+          }
+        }
+      }
+    }
+  r.dqkv.assign(dqkv.begin(), dqkv.end());
+  return r;
+}
+
+TEST_P(Conformance, FlashAttentionForwardAndBackwardAgainstADoubleReference) {
+  MIXTRAIN_FACETS(attention, AttentionFacet);
+  if (tested_attention->version() < sdk::FacetVersion{1, 1})
+    GTEST_SKIP() << "attention facet " << sdk::to_string(tested_attention->version())
+                 << " predates flash attention (1.1)";
+  for (const FlashCase c :
+       {FlashCase{2, 70, 3, 24}, FlashCase{1, 1, 2, 8}, FlashCase{1, 129, 1, 16}})
+    for (DType dt : kStorageFloats) {
+      const std::vector<DType> fwd{dt}, bwd{dt, dt};
+      if (!tested_attention->supports(sdk::AttentionOp::flash_forward, fwd) ||
+          !tested_attention->supports(sdk::AttentionOp::flash_backward, bwd))
+        continue;
+      const std::string what = std::string(sdk::dtype_name(dt)) + " N " + std::to_string(c.batch) +
+                               " T " + std::to_string(c.tokens) + " H " + std::to_string(c.heads) +
+                               " D " + std::to_string(c.head_dim);
+      const std::int64_t rows = c.batch * c.tokens, width = c.heads * c.head_dim;
+      const Shape qkv_shape{c.batch, c.tokens, 3 * width}, out_shape{c.batch, c.tokens, width};
+      const auto qkv_values =
+          random_values(static_cast<std::size_t>(rows * 3 * width), 71, -2.f, 2.f);
+      const auto dout_values = random_values(static_cast<std::size_t>(rows * width), 72);
+      std::vector<double> q_stored(qkv_values.size()), g_stored(dout_values.size());
+      for (std::size_t i = 0; i < q_stored.size(); ++i) q_stored[i] = stored(qkv_values[i], dt);
+      for (std::size_t i = 0; i < g_stored.size(); ++i) g_stored[i] = stored(dout_values[i], dt);
+      const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+      const auto want = flash_reference(c, q_stored, g_stored, scale);
+
+      auto qkv = upload(qkv_values, qkv_shape, dt);
+      auto dout = upload(dout_values, out_shape, dt);
+      auto out = zeros(out_shape, dt);
+      auto lse = zeros(Shape{c.batch, c.heads, c.tokens});
+      auto dqkv = zeros(qkv_shape, dt);
+      const sdk::HeadLayout l{c.batch, c.tokens, c.heads, c.head_dim, 3, 0, 0};
+      tested_attention->flash_forward(qkv.tested->view(), l, scale, out.tested->view(),
+                                      lse.tested->view());
+      tested_attention->flash_backward(qkv.tested->view(), out.tested->view(), dout.tested->view(),
+                                       lse.tested->view(), l, scale, dqkv.tested->view());
+      // One rounding of the output (half an ulp of dt) over FP32 sums of about T + D terms; the
+      // gradients add a rounding of their own, and D_i = Σ dO·O reads the rounded output (half
+      // an ulp each), over a chain of four such sums.
+      const double fp32_sums = static_cast<double>(c.tokens + c.head_dim) * 0x1p-24;
+      EXPECT_LE(relative_difference(tested_values(out), want.out), ulp(dt) / 2 + fp32_sums)
+          << "flash_forward out, " << what;
+      EXPECT_LE(relative_difference(tested_values(lse), want.lse), 1e-6 + fp32_sums)
+          << "flash_forward lse, " << what;
+      EXPECT_LE(relative_difference(tested_values(dqkv), want.dqkv), ulp(dt) + 4 * fp32_sums)
+          << "flash_backward dqkv, " << what;
+      // Deterministic: the same call again gives the same bits.
+      auto again = zeros(qkv_shape, dt);
+      tested_attention->flash_backward(qkv.tested->view(), out.tested->view(), dout.tested->view(),
+                                       lse.tested->view(), l, scale, again.tested->view());
+      EXPECT_EQ(tested_values(again), tested_values(dqkv)) << "flash_backward again, " << what;
+    }
+}
+
+TEST_P(Conformance, FlashAttentionRejectsMisshapenArguments) {
+  MIXTRAIN_FACETS(attention, AttentionFacet);
+  if (tested_attention->version() < sdk::FacetVersion{1, 1} ||
+      !tested_attention->supports(sdk::AttentionOp::flash_forward,
+                                  std::vector<DType>{DType::fp32}) ||
+      !tested_attention->supports(sdk::AttentionOp::flash_backward,
+                                  std::vector<DType>{DType::fp32, DType::fp32}))
+    GTEST_SKIP() << "the attention facet does not offer fp32 flash attention";
+  const sdk::HeadLayout l{2, 5, 2, 4, 3, 0, 0};
+  auto qkv = zeros(Shape{2, 5, 24});
+  auto out = zeros(Shape{2, 5, 8});
+  auto lse = zeros(Shape{2, 2, 5});
+  auto dqkv = zeros(Shape{2, 5, 24});
+  auto short_out = zeros(Shape{2, 5, 7});
+  auto bf16_out = zeros(Shape{2, 5, 8}, DType::bf16);
+  auto bf16_lse = zeros(Shape{2, 2, 5}, DType::bf16);
+  auto bf16_dqkv = zeros(Shape{2, 5, 24}, DType::bf16);
+  auto* f = tested_attention;
+  const TensorView q = qkv.tested->view(), o = out.tested->view(), s = lse.tested->view();
+  EXPECT_NO_THROW(f->flash_forward(q, l, 0.5f, o, s));
+  sdk::HeadLayout two_parts = l;
+  two_parts.parts = 2;
+  sdk::HeadLayout cached = l;
+  cached.head_tokens = 9;
+  EXPECT_THROW(f->flash_forward(q, two_parts, 0.5f, o, s), sdk::BackendError);
+  EXPECT_THROW(f->flash_forward(q, cached, 0.5f, o, s), sdk::BackendError);
+  EXPECT_THROW(f->flash_forward(q, l, 0.5f, short_out.tested->view(), s), sdk::BackendError);
+  EXPECT_THROW(f->flash_forward(q, l, 0.5f, bf16_out.tested->view(), s), sdk::BackendError);
+  EXPECT_THROW(f->flash_forward(q, l, 0.5f, o, bf16_lse.tested->view()), sdk::BackendError);
+  EXPECT_THROW(f->flash_forward(q, l, 0.5f, q, s), sdk::BackendError);  // out overlaps qkv
+  EXPECT_NO_THROW(f->flash_backward(q, o, o, s, l, 0.5f, dqkv.tested->view()));
+  // dqkv in another dtype than dout, or over qkv itself.
+  EXPECT_THROW(f->flash_backward(q, o, o, s, l, 0.5f, bf16_dqkv.tested->view()), sdk::BackendError);
+  EXPECT_THROW(f->flash_backward(q, o, o, s, l, 0.5f, q), sdk::BackendError);
+}
+
 TEST_P(Conformance, EmbeddingGatherWithAndWithoutAccumulate) {
   MIXTRAIN_FACETS(embedding, EmbeddingFacet);
   const std::int64_t vocab = 37, width = 24, rows = 29;

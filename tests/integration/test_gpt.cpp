@@ -1,5 +1,8 @@
 // The byte-level GPT of configs/gpt-tiny-*.toml through the real executable: it learns, it
 // samples (deterministically per seed, over a KV cache), and bad models or checkpoints exit 2.
+#include <algorithm>
+#include <iterator>
+
 #include "gpt_torch_support.h"
 
 namespace {
@@ -220,15 +223,17 @@ TEST_F(CliGpt, ProfileBreaksTheStepDownByOpAndChangesNothing) {
       if (e["scope"] == scope && e["op"] == op) return e["calls"].get<std::int64_t>();
     return 0;
   };
-  // Two layers, five steps: one causal softmax forward and backward per layer and step, the
-  // loss once per step, AdamW over its decayed and undecayed groups every step.
-  EXPECT_EQ(calls("attention", "softmax_forward"), 10);
-  EXPECT_EQ(calls("attention", "softmax_backward"), 10);
+  // Two layers, five steps: one flash attention forward and backward per layer and step (the
+  // CPU backend offers it, so no softmax or batched GEMM of attention runs), the loss once per
+  // step, AdamW over its decayed and undecayed groups every step.
+  EXPECT_EQ(calls("attention", "flash_forward"), 10);
+  EXPECT_EQ(calls("attention", "flash_backward"), 10);
+  EXPECT_EQ(calls("attention", "softmax_forward"), 0);
+  EXPECT_EQ(calls("attention", "gemm_strided_batched"), 0);
   EXPECT_EQ(calls("classifier", "softmax_cross_entropy"), 5);
   EXPECT_EQ(calls("optimizer", "adamw_update"), 10);
   EXPECT_EQ(calls("embedding", "scatter_add"), 5);
   EXPECT_GT(calls("linear", "gemm"), 0);
-  EXPECT_GT(calls("attention", "gemm_strided_batched"), 0);
   double in_ops = 0;
   for (const auto& e : p["entries"]) in_ops += e["seconds"].get<double>();
   EXPECT_GT(in_ops, 0.0);
@@ -272,4 +277,73 @@ TEST_F(CliGpt, BadTokenFilesExit2NamingTheFileAndTheOffset) {
           " --set data.block_size=1000");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("eval.bin"), std::string::npos) << r.err;
+}
+
+// Flash attention (the CPU backend's, the default) and the unfused attention
+// (model.gpt.fused_attention = false) train the same model: each step's loss agrees within FP32
+// summation order in fp32, and within a bf16 ulp in bf16 (the unfused path rounds P to bf16
+// before P·v, flash keeps it in FP32: the attention outputs differ by about one bf16 rounding). The
+// profiles show which path each run took.
+TEST_F(CliGpt, FlashAndUnfusedAttentionTrainTheSameLosses) {
+  for (const std::string name : {"fp32", "bf16"}) {
+    const std::string args = "train " + config("gpt-tiny-" + name + ".toml") + kSmall +
+                             " --set run.steps=5 --set run.eval_every=0 --set run.log_every=1"
+                             " --profile";
+    const auto flash_dir = dir_ / (name + "-flash"), unfused_dir = dir_ / (name + "-unfused");
+    auto flash = run(args + " --run-dir " + flash_dir.string());
+    auto unfused =
+        run(args + " --set model.gpt.fused_attention=false --run-dir " + unfused_dir.string());
+    ASSERT_EQ(flash.exit_code, 0) << flash.err;
+    ASSERT_EQ(unfused.exit_code, 0) << unfused.err;
+    auto losses = [&](const std::filesystem::path& d) {
+      std::vector<double> v;
+      for (const auto& rec : records(d / "metrics.jsonl"))
+        if (rec.contains("loss")) v.push_back(rec["loss"].get<double>());
+      return v;
+    };
+    const auto a = losses(flash_dir), b = losses(unfused_dir);
+    ASSERT_EQ(a.size(), 5u) << name;
+    ASSERT_EQ(b.size(), 5u) << name;
+    const double tol = name == "fp32" ? 1e-5 : 0x1p-7;  // relative; bf16: one of its ulps
+    for (std::size_t i = 0; i < a.size(); ++i)
+      EXPECT_NEAR(a[i], b[i], tol * std::abs(b[i])) << name << " step " << i + 1;
+    auto calls = [&](const std::filesystem::path& d, const std::string& op) -> std::int64_t {
+      const json p = json::parse(slurp(d / "profile.json"));
+      for (const auto& e : p["entries"])
+        if (e["scope"] == "attention" && e["op"] == op) return e["calls"].get<std::int64_t>();
+      return 0;
+    };
+    EXPECT_GT(calls(flash_dir, "flash_forward"), 0) << name;
+    EXPECT_EQ(calls(flash_dir, "softmax_forward"), 0) << name;
+    EXPECT_EQ(calls(unfused_dir, "flash_forward"), 0) << name;
+    EXPECT_GT(calls(unfused_dir, "softmax_forward"), 0) << name;
+    // Decoding runs the unfused method either way (a flash node's KV cache holds its own score
+    // scratch): greedy samples of one checkpoint are the same text.
+    const std::string sample = "sample " + (flash_dir / "config.toml").string() + " --checkpoint " +
+                               flash_dir.string() +
+                               " --prompt 'This Lic' --tokens 20 --temperature 0";
+    auto a_text = run(sample);
+    auto b_text = run(sample + " --set model.gpt.fused_attention=false");
+    ASSERT_EQ(a_text.exit_code, 0) << a_text.err;
+    ASSERT_EQ(b_text.exit_code, 0) << b_text.err;
+    EXPECT_EQ(a_text.out, b_text.out) << name;
+  }
+}
+
+// The switch is a boolean of [model.gpt]: anything else exits 2 at its line of the file.
+TEST_F(CliGpt, FusedAttentionTakesABooleanOnly) {
+  std::ifstream in(config("gpt-tiny-fp32.toml"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string table = "[model.gpt]\n";
+  const auto at = text.find(table);
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at + table.size(), "fused_attention = \"yes\"\n");
+  const auto line =
+      std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n') + 2;
+  const auto file = write_file("bad.toml", text);
+  auto r = run("check " + file.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("fused_attention"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(file.string() + ":" + std::to_string(line) + ":"), std::string::npos)
+      << r.err;
 }

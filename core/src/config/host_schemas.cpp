@@ -570,7 +570,11 @@ sdk::OptionSchema gpt_preset_schema() {
                               "positions the model learns (wpe rows); 0: the data's block_size")
               .at_least(0)
               .at_most(1048576),
-          OptionSpec::boolean("bias", true, "biases in the linear layers (GPT-2 has them)")};
+          OptionSpec::boolean("bias", true, "biases in the linear layers (GPT-2 has them)"),
+          OptionSpec::boolean("fused_attention", true,
+                              "flash attention where the backend offers it (no [T, T] tensor "
+                              "kept for the backward); false: the unfused attention, for "
+                              "comparison (the attention node's `fused` option)")};
 }
 
 sdk::OptionSchema resnet_preset_schema() {

@@ -52,7 +52,9 @@ std::vector<LayerSpec> gpt_preset(const GptPreset& p) {
     };
     nodes.add("layernorm", h + "ln_1", {stream}, {{"eps", V{kGptLayerNormEps}}});
     linear("attn.c_attn", h + "ln_1", 3 * c, std_init);
-    nodes.add("attention", h + "attn", {h + "attn.c_attn"}, {{"heads", V{p.n_head}}});
+    std::vector<std::pair<std::string, V>> attention{{"heads", V{p.n_head}}};
+    if (!p.fused_attention) attention.push_back({"fused", V{false}});
+    nodes.add("attention", h + "attn", {h + "attn.c_attn"}, std::move(attention));
     linear("attn.c_proj", h + "attn", c, std_residual);
     nodes.add("add", h + "residual_1", {stream, h + "attn.c_proj"});
     nodes.add("layernorm", h + "ln_2", {h + "residual_1"}, {{"eps", V{kGptLayerNormEps}}});

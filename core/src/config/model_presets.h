@@ -30,6 +30,7 @@ struct GptPreset {
   std::int64_t vocab_size = 0;
   std::int64_t block_size = 0;  // positions of wpe; 0: the data's block_size
   bool bias = true;
+  bool fused_attention = true;  // false: every attention node gets fused = false
   sdk::SourceLocation where;
 };
 

@@ -349,6 +349,7 @@ GptPreset gpt_preset_of(const sdk::Options& o, const sdk::SourceLocation& where,
   p.vocab_size = o.get_int("vocab_size");
   p.block_size = o.get_int("block_size");
   p.bias = o.get_bool("bias");
+  p.fused_attention = o.get_bool("fused_attention");
   p.where = where;
   if (p.n_embd % p.n_head != 0)
     throw sdk::ConfigError(o.where("n_head"), "model.gpt.n_head",

@@ -18,6 +18,8 @@ std::string profile_group(const ProfileEntry& e) {
   if (op == "gemm" || op == "gemm_strided_batched") return "GEMMs";
   if (s == "attention" && (op == "softmax_forward" || op == "softmax_backward"))
     return "attention softmax";
+  if (s == "attention" && (op == "flash_forward" || op == "flash_backward"))
+    return "attention (flash)";
   if (s == "attention") return "attention head permutes";
   if (s == "layernorm") return "layer norm";
   if (op.starts_with("conv2d_")) return "convolutions";

@@ -8,6 +8,8 @@
 //   gradients) are written as exact zeros, never computed.
 // - OpenMP over rows (batch * rows for the softmax, P * N * H * T for the permutes), each row
 //   written by one thread: results do not depend on the thread count.
+// - flash_forward / flash_backward (facet 1.1) are cpu_flash_attention.h's; supports() answers
+//   for them from the SDK's table, as for the other ops.
 #include <omp.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include "cpu_access.h"
 #include "cpu_context.h"
 #include "cpu_eltwise.h"
+#include "cpu_flash_attention.h"
 #include "mixtrain/sdk/backend_attention.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 
@@ -64,6 +67,11 @@ class CpuAttention final : public sdk::AttentionFacet {
  public:
   explicit CpuAttention(CpuContext& context) : context_(context) {}
 
+  // Every op of the SDK's table, the flash ones included (the base answers false for those).
+  bool supports(sdk::AttentionOp op, std::span<const DType> dtypes) const override {
+    return sdk::signature_accepts(op, dtypes);
+  }
+
   void split_heads(sdk::TensorView x, const sdk::HeadLayout& layout, sdk::TensorView y) override;
   void merge_heads(sdk::TensorView y, const sdk::HeadLayout& layout, sdk::TensorView x) override;
   void softmax_forward(sdk::TensorView scores, const sdk::SoftmaxShape& shape, float scale,
@@ -71,6 +79,11 @@ class CpuAttention final : public sdk::AttentionFacet {
   void softmax_backward(sdk::TensorView probs, sdk::TensorView dprobs,
                         const sdk::SoftmaxShape& shape, float scale,
                         sdk::TensorView dscores) override;
+  void flash_forward(sdk::TensorView qkv, const sdk::HeadLayout& layout, float scale,
+                     sdk::TensorView out, sdk::TensorView lse) override;
+  void flash_backward(sdk::TensorView qkv, sdk::TensorView out, sdk::TensorView dout,
+                      sdk::TensorView lse, const sdk::HeadLayout& layout, float scale,
+                      sdk::TensorView dqkv) override;
 
  private:
   CpuContext& context_;
@@ -156,6 +169,20 @@ void CpuAttention::softmax_backward(TensorView probs, TensorView dprobs,
       ds[j] = static_cast<float>(static_cast<double>(scale) * p[j] * (dp[j] - dot));
     std::fill(ds + visible, ds + cols, 0.0f);
   }
+}
+
+void CpuAttention::flash_forward(TensorView qkv, const sdk::HeadLayout& layout, float scale,
+                                 TensorView out, TensorView lse) {
+  context_.use_threads();
+  checks().flash_forward(qkv, layout, out, lse);
+  flash_attention_forward(qkv, layout, scale, out, lse);
+}
+
+void CpuAttention::flash_backward(TensorView qkv, TensorView out, TensorView dout, TensorView lse,
+                                  const sdk::HeadLayout& layout, float scale, TensorView dqkv) {
+  context_.use_threads();
+  checks().flash_backward(qkv, out, dout, lse, layout, dqkv);
+  flash_attention_backward(qkv, out, dout, lse, layout, scale, dqkv);
 }
 
 }  // namespace mixtrain::backend_cpu

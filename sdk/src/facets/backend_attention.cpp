@@ -1,6 +1,7 @@
 // AttentionFacet (backend_attention.h): its out-of-line anchor, its ops' names in messages, their rows
 // of the signature table and the default supports() that answers from them.
 #include "mixtrain/sdk/backend_attention.h"
+#include "mixtrain/sdk/error.h"
 #include "signature_classes.h"
 
 namespace mixtrain::sdk {
@@ -17,6 +18,10 @@ std::string_view op_name(AttentionOp op) noexcept {
       return "softmax_forward";
     case AttentionOp::softmax_backward:
       return "softmax_backward";
+    case AttentionOp::flash_forward:
+      return "flash_forward";
+    case AttentionOp::flash_backward:
+      return "flash_backward";
   }
   return "?";
 }
@@ -29,12 +34,35 @@ OpSignature op_signature(AttentionOp op) noexcept {
     case AttentionOp::softmax_forward:
     case AttentionOp::softmax_backward:
       return {kF32};  // the softmax is FP32 whatever the policy
+    case AttentionOp::flash_forward:
+      return {kStore};  // {qkv}
+    case AttentionOp::flash_backward:
+      return {kStorex2};  // {qkv, dout}
   }
   return {};
 }
 
+// The flash ops (1.1) are offered only by a backend that implements them and says so.
 bool AttentionFacet::supports(AttentionOp op, std::span<const DType> dtypes) const {
+  if (op == AttentionOp::flash_forward || op == AttentionOp::flash_backward) return false;
   return signature_accepts(op, dtypes);
+}
+
+void AttentionFacet::flash_forward(TensorView, const HeadLayout&, float, TensorView, TensorView) {
+  throw BackendError(
+      "this backend does not offer flash attention (attention facet 1.1's "
+      "flash_forward)",
+      "run the unfused attention (the host does when supports() says no), or use "
+      "a backend that offers it (the CPU backend)");
+}
+
+void AttentionFacet::flash_backward(TensorView, TensorView, TensorView, TensorView,
+                                    const HeadLayout&, float, TensorView) {
+  throw BackendError(
+      "this backend does not offer flash attention (attention facet 1.1's "
+      "flash_backward)",
+      "run the unfused attention (the host does when supports() says no), or use "
+      "a backend that offers it (the CPU backend)");
 }
 
 }  // namespace mixtrain::sdk

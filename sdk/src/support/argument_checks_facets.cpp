@@ -63,6 +63,68 @@ void BackendArgumentChecks::head_permute(std::string_view op, const TensorView& 
 
 namespace {
 
+// A flash op's layout is the fused QKV projection's output as it is; returns N·T·H·D.
+std::int64_t flash_layout(const BackendArgumentChecks& c, std::string_view op,
+                          const HeadLayout& l) {
+  if (l.batch < 0 || l.tokens < 0 || l.heads < 1 || l.head_dim < 1)
+    c.fail(op, "layout " + layout_text(l) + " has a negative dimension or no heads or width",
+           "batch and tokens >= 0; heads and head_dim >= 1");
+  if (l.parts != 3 || l.capacity() != l.tokens || l.head_offset != 0)
+    c.fail(op,
+           "layout " + layout_text(l) + " is not qkv token-major [N, T, 3, H, D] without a cache",
+           "pass parts = 3, head_tokens = 0, head_offset = 0 (a KV cache decodes unfused)");
+  return c.checked_product(op, "out", {l.batch, l.tokens, l.heads, l.head_dim});
+}
+
+// qkv [N, T, 3, H, D], out [N, T, H, D] of qkv's dtype, lse fp32 [N, H, T]; out and lse disjoint
+// from each other and from qkv.
+void flash_tensors(const BackendArgumentChecks& c, std::string_view op, const TensorView& qkv,
+                   const HeadLayout& l, std::int64_t per_part, const TensorView& out,
+                   const TensorView& lse) {
+  c.require_storage(op, "qkv", qkv);
+  c.require_numel(op, "qkv", qkv, c.checked_product(op, "qkv", {3, per_part}));
+  c.require_storage(op, "out", out);
+  c.require_same_storage(op, "out", out, "qkv", qkv, "out is in qkv's dtype");
+  c.require_numel(op, "out", out, per_part);
+  c.require_fp32(op, "lse", lse);
+  c.require_numel(op, "lse", lse, c.checked_product(op, "lse", {l.batch, l.heads, l.tokens}));
+}
+
+}  // namespace
+
+std::int64_t BackendArgumentChecks::flash_forward(const TensorView& qkv, const HeadLayout& layout,
+                                                  const TensorView& out,
+                                                  const TensorView& lse) const {
+  constexpr std::string_view op = "flash_forward";
+  const std::int64_t per_part = flash_layout(*this, op, layout);
+  flash_tensors(*this, op, qkv, layout, per_part, out, lse);
+  require_disjoint(op, "out", out, "qkv", qkv);
+  require_disjoint(op, "lse", lse, "qkv", qkv);
+  require_disjoint(op, "lse", lse, "out", out);
+  return per_part;
+}
+
+std::int64_t BackendArgumentChecks::flash_backward(const TensorView& qkv, const TensorView& out,
+                                                   const TensorView& dout, const TensorView& lse,
+                                                   const HeadLayout& layout,
+                                                   const TensorView& dqkv) const {
+  constexpr std::string_view op = "flash_backward";
+  const std::int64_t per_part = flash_layout(*this, op, layout);
+  flash_tensors(*this, op, qkv, layout, per_part, out, lse);
+  require_storage(op, "dout", dout);
+  require_numel(op, "dout", dout, per_part);
+  require_storage(op, "dqkv", dqkv);
+  require_same_storage(op, "dqkv", dqkv, "dout", dout, "dqkv is in dout's dtype");
+  require_numel(op, "dqkv", dqkv, 3 * per_part);
+  require_disjoint(op, "dqkv", dqkv, "qkv", qkv);
+  require_disjoint(op, "dqkv", dqkv, "out", out);
+  require_disjoint(op, "dqkv", dqkv, "dout", dout);
+  require_disjoint(op, "dqkv", dqkv, "lse", lse);
+  return per_part;
+}
+
+namespace {
+
 // The softmax's shape is sane and its causal mask leaves every row a key.
 void softmax_shape(const BackendArgumentChecks& c, std::string_view op, const SoftmaxShape& s) {
   if (s.batch < 0 || s.rows < 0 || s.cols < 0)

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
+#include <set>
 
 #include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
+#include "mixtrain/core/console/log_sink.h"
 
 namespace mixtrain::core {
 
@@ -45,22 +48,41 @@ void batched(const BoundFacets& facets, DType compute, TensorView a, bool ta, st
 Tensor widest(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t count) {
   return Tensor(backend, DType::fp32, sdk::Shape{std::max<std::int64_t>(count, 1)});
 }
+
+// One line per reason per process: every attention node of a model (and every replan of it)
+// falls back for the same reason, which a run states once.
+void log_unfused_once(const std::string& reason) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  std::lock_guard lock(mutex);
+  if (!said.insert(reason).second) return;
+  core_logger("attention")
+      .info(
+          "attention runs unfused (head permutes, batched GEMMs and a [T, T] softmax kept for "
+          "the backward): " +
+          reason);
+}
 }  // namespace
 
 AttentionLayer::AttentionLayer(std::string name, std::int64_t tokens, std::int64_t width,
-                               std::int64_t heads)
+                               std::int64_t heads, bool fused)
     : Layer(std::move(name), "attention", 3 * width, width),
       tokens_(tokens),
       heads_(heads),
       head_dim_(width / heads),
-      scale_(static_cast<float>(1.0 / std::sqrt(static_cast<double>(width / heads)))) {
+      scale_(static_cast<float>(1.0 / std::sqrt(static_cast<double>(width / heads)))),
+      fused_(fused) {
   // Both products multiply activations: q·kᵀ reads two inputs, P·v likewise; their gradients
   // read grad_output with an input. No weight operand.
   traits_.gemms = {{kScores, {sdk::OperandRole::input, sdk::OperandRole::grad_output}},
                    {kContext, {sdk::OperandRole::input, sdk::OperandRole::grad_output}}};
   // q·kᵀ and P·v: 2·T·C multiply-adds each per row (the causal half is still computed).
   traits_.forward_flops_per_row = 4 * tokens_ * out_;
-  traits_.backward_reads_inputs = false;
+  // The flash backward recomputes the scores from qkv and reads the output; the unfused one keeps
+  // its own head-major copies. The liveness plan reads these before allocate() chooses, so a
+  // fused node whose backend then falls back keeps them live for nothing (a logged case).
+  traits_.backward_reads_inputs = fused_;
+  traits_.backward_reads_output = fused_;
 }
 
 DType AttentionLayer::gemm_dtype() const {
@@ -83,11 +105,42 @@ std::vector<BackendNeed> AttentionLayer::backend_needs(DType input) const {
           {sdk::GemmOp::gemm_strided_batched, {gc, gc, grad}}};
 }
 
+std::string AttentionLayer::unfused_reason() const {
+  if (!fused_) return "the node asks for it (fused = false)";
+  const sdk::AttentionFacet* f = facets().find<sdk::AttentionFacet>();
+  if (f == nullptr) return "the backend has no attention facet";
+  if (f->version() < sdk::FacetVersion{1, 1})
+    return "the backend's attention facet is " + sdk::to_string(f->version()) +
+           "; flash attention needs 1.1";
+  const DType g = gemm_dtype();
+  const DType act = storage_of(precision_.activation);
+  const DType grad = storage_of(precision_.activation_grad);
+  const DType fwd[] = {g}, bwd[] = {g, grad};
+  if (!f->supports(sdk::AttentionOp::flash_forward, fwd) ||
+      !f->supports(sdk::AttentionOp::flash_backward, bwd))
+    return "the backend does not offer flash attention on " + std::string(sdk::dtype_name(g)) +
+           " (gradients " + std::string(sdk::dtype_name(grad)) + ")";
+  if (act != g)
+    return "its activations are stored in " + std::string(sdk::dtype_name(act)) +
+           " but its GEMMs read " + std::string(sdk::dtype_name(g)) +
+           " (flash attention reads and writes one dtype)";
+  return {};
+}
+
 void AttentionLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
                               std::int64_t max_rows) {
   Layer::allocate(backend, max_rows);
   const std::int64_t n = max_rows / tokens_;  // sequences
   const std::int64_t bh = n * heads_;
+  const std::string reason = unfused_reason();
+  flash_ = reason.empty();
+  for (Tensor* t : {&qkv_heads_, &probs_, &probs_gemm_, &context_, &dprobs_, &dqkv_heads_, &lse_})
+    *t = Tensor();
+  if (flash_) {
+    lse_ = Tensor(backend, DType::fp32, sdk::Shape{std::max<std::int64_t>(bh * tokens_, 1)});
+    return;
+  }
+  if (fused_) log_unfused_once(reason);
   qkv_heads_ = widest(backend, 3 * max_rows * out_);
   probs_ = Tensor(backend, DType::fp32, sdk::Shape{bh * tokens_ * tokens_});
   probs_gemm_ = widest(backend, bh * tokens_ * tokens_);
@@ -96,7 +149,38 @@ void AttentionLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend
   dqkv_heads_ = widest(backend, 3 * max_rows * out_);
 }
 
+void AttentionLayer::flash_forward(TensorView x, std::int64_t rows) {
+  const std::int64_t n = rows / tokens_;
+  const TensorView qkv = as_dtype(x, gemm_dtype(), x_cast_);
+  const TensorView lse{lse_.view().data, DType::fp32, sdk::Shape{n * heads_ * tokens_}};
+  facets()
+      .call(sdk::AttentionOp::flash_forward)
+      ->flash_forward(qkv, {n, tokens_, heads_, head_dim_, 3, 0, 0}, scale_, output(rows), lse);
+}
+
+void AttentionLayer::flash_backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
+  if (dx.data == nullptr) return;  // no parameters: nothing else to compute
+  const std::int64_t n = rows / tokens_;
+  // The cast of forward, made again: scratch the forward made may have been another pass's.
+  const TensorView qkv = as_dtype(x, gemm_dtype(), x_cast_);
+  const TensorView lse{lse_.view().data, DType::fp32, sdk::Shape{n * heads_ * tokens_}};
+  // dy comes in the planned gradient dtype, which allocate() checked, except in passes that keep
+  // every gradient in FP32 (the underflow measurement): cast it where the backend refuses that.
+  TensorView dout = dy;
+  const DType bwd[] = {qkv.dtype, dy.dtype};
+  if (!facets().find<sdk::AttentionFacet>()->supports(sdk::AttentionOp::flash_backward, bwd))
+    dout = as_dtype(dy, storage_of(precision_.activation_grad), dy_cast_);
+  const bool direct = dx.dtype == dout.dtype;
+  const TensorView dqkv = direct ? dx : scratch_tensor(dx_scratch_, dout.dtype, dx.shape);
+  facets()
+      .call(sdk::AttentionOp::flash_backward)
+      ->flash_backward(qkv, output(rows), dout, lse, {n, tokens_, heads_, head_dim_, 3, 0, 0},
+                       scale_, dqkv);
+  if (!direct) backend_->cast(dqkv, dx);
+}
+
 void AttentionLayer::forward(TensorView x, std::int64_t rows) {
+  if (flash_) return flash_forward(x, rows);
   // x is qkv [N, T, 3C]; q, k, v are [N·H, T, D] head-major; S and P are [N·H, T, T].
   const std::int64_t n = rows / tokens_, bh = n * heads_, t = tokens_, d = head_dim_;
   const DType g = gemm_dtype();
@@ -124,7 +208,8 @@ void AttentionLayer::forward(TensorView x, std::int64_t rows) {
   facets().call(sdk::AttentionOp::merge_heads)->merge_heads({context_.view().data, act, sdk::Shape{part}}, ctx, output(rows));
 }
 
-void AttentionLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
+void AttentionLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
+  if (flash_) return flash_backward(x, dy, dx, rows);
   // dy is [N, T, C]; dO, dq, dk, dv are [N·H, T, D]; dP, dS are [N·H, T, T] in FP32.
   const std::int64_t n = rows / tokens_, bh = n * heads_, t = tokens_, d = head_dim_;
   const DType g = gemm_dtype();
@@ -162,16 +247,20 @@ void AttentionLayer::backward(TensorView, TensorView dy, TensorView dx, std::int
 
 namespace {
 // One sequence's KV cache: [3, 1, H, capacity, D] in the GEMM dtype (q, k, v: split_heads writes
-// all three parts; q's rows hold only the newest tokens).
+// all three parts; q's rows hold only the newest tokens). Under the flash path the layer keeps no
+// [T, T] buffers, so the cache holds a step's scores, their GEMM-dtype copy and the head-major
+// context itself, sized for a step of `capacity` new tokens.
 struct KvCache final : DecodeState {
   Tensor qkv;
+  Tensor probs, probs_gemm, context;  // flash path only; else the layer's own
   std::int64_t capacity = 0;
 };
 }  // namespace
 
 std::unique_ptr<DecodeState> AttentionLayer::make_decode_state(std::int64_t capacity) const {
-  // A step's scores, at most capacity new queries against capacity positions, fit the training
-  // pass's probs_ and probs_gemm_ ([N·H, T, T], N >= 1, capacity <= T): the cache is all it adds.
+  // Unfused, a step's scores, at most capacity new queries against capacity positions, fit the
+  // training pass's probs_ and probs_gemm_ ([N·H, T, T], N >= 1, capacity <= T): the cache is all
+  // it adds.
   if (capacity > tokens_)
     throw sdk::UserError("a KV cache of " + std::to_string(capacity) +
                              " positions is longer than the " + std::to_string(tokens_) +
@@ -180,6 +269,14 @@ std::unique_ptr<DecodeState> AttentionLayer::make_decode_state(std::int64_t capa
   auto cache = std::make_unique<KvCache>();
   cache->qkv = widest(backend_, 3 * heads_ * capacity * head_dim_);
   cache->capacity = capacity;
+  if (flash_) {
+    const std::int64_t scores = heads_ * capacity * capacity;
+    cache->probs = Tensor(backend_, DType::fp32, sdk::Shape{std::max<std::int64_t>(scores, 1)});
+    if (gemm_dtype() != DType::fp32)
+      cache->probs_gemm =
+          Tensor(backend_, gemm_dtype(), sdk::Shape{std::max<std::int64_t>(scores, 1)});
+    cache->context = widest(backend_, capacity * out_);
+  }
   return cache;
 }
 
@@ -187,8 +284,12 @@ void AttentionLayer::decode_forward(std::span<const TensorView> xs, std::int64_t
                                     std::int64_t rows, DecodeState* state) {
   // x is qkv [1, n, 3C] for positions [L, L + n); the cache holds q, k, v [3, 1, H, cap, D].
   const TensorView x = xs[0];
-  const Tensor& cache = static_cast<KvCache&>(*state).qkv;
-  const std::int64_t cap = static_cast<KvCache&>(*state).capacity;
+  const KvCache& kv = static_cast<KvCache&>(*state);
+  const Tensor& cache = kv.qkv;
+  const std::int64_t cap = kv.capacity;
+  const Tensor& probs = flash_ ? kv.probs : probs_;
+  const Tensor& probs_gemm = flash_ ? kv.probs_gemm : probs_gemm_;
+  const Tensor& context = flash_ ? kv.context : context_;
   const std::int64_t nt = rows, len = start + rows, d = head_dim_;
   if (len > cap)
     throw std::logic_error("attention node '" + name_ + "': the KV cache holds " +
@@ -201,21 +302,23 @@ void AttentionLayer::decode_forward(std::span<const TensorView> xs, std::int64_t
                    {cache.view().data, g, sdk::Shape{3 * part}});
   const TensorView q = at(cache, g, start * d, nt, d), k = at(cache, g, part, len, d),
                    v = at(cache, g, 2 * part, len, d);
-  const TensorView s = at(probs_, DType::fp32, 0, nt, len);
+  const TensorView s = at(probs, DType::fp32, 0, nt, len);
   batched(facets(), precision_.gemm_input, q, false, cap * d, k, true, cap * d, s, nt * len,
           heads_);
-  const TensorView all_s{probs_.view().data, DType::fp32, sdk::Shape{heads_ * nt * len}};
+  const TensorView all_s{probs.view().data, DType::fp32, sdk::Shape{heads_ * nt * len}};
   facets().call(sdk::AttentionOp::softmax_forward)->softmax_forward(all_s, {heads_, nt, len, true}, scale_, all_s);
   TensorView p = s;
   if (g != DType::fp32) {
-    backend_->cast(all_s, {probs_gemm_.view().data, g, sdk::Shape{heads_ * nt * len}});
-    p = at(probs_gemm_, g, 0, nt, len);
+    backend_->cast(all_s, {probs_gemm.view().data, g, sdk::Shape{heads_ * nt * len}});
+    p = at(probs_gemm, g, 0, nt, len);
   }
-  const TensorView o = at(context_, act, 0, nt, d);
+  const TensorView o = at(context, act, 0, nt, d);
   batched(facets(), precision_.gemm_input, p, false, nt * len, v, false, cap * d, o, nt * d,
           heads_);
-  facets().call(sdk::AttentionOp::merge_heads)->merge_heads({context_.view().data, act, sdk::Shape{heads_ * nt * d}},
-                   {1, nt, heads_, d, 1, 0, 0}, output(rows));
+  facets()
+      .call(sdk::AttentionOp::merge_heads)
+      ->merge_heads({context.view().data, act, sdk::Shape{heads_ * nt * d}},
+                    {1, nt, heads_, d, 1, 0, 0}, output(rows));
 }
 
 // --- Definition ----------------------------------------------------------------------------------
@@ -228,11 +331,16 @@ OpDefinition attention_op() {
     return sdk::OptionSchema{
         sdk::OptionSpec::required("heads", sdk::OptionType::integer, "attention heads")
             .at_least(1)
-            .at_most(static_cast<double>(ops::kMaxDim))};
+            .at_most(static_cast<double>(ops::kMaxDim)),
+        sdk::OptionSpec::boolean("fused", true,
+                                 "flash attention (the backend's fused kernel, no [T, T] tensor "
+                                 "kept) where the backend offers it; false: the unfused "
+                                 "permutes, batched GEMMs and softmax")};
   };
   op.build = [](const OpNode& node) {
     const auto& in = node.inputs[0];
     const std::int64_t heads = node.options.get_int("heads");
+    const bool fused = node.options.get_bool("fused");
     if (in.size() != 2)
       throw OpSpecError("", "takes qkv [T, 3C] per sample, but its input is " + ops::shape_text(in),
                         "feed it a linear with out = 3 * width on a [T, C] sequence");
@@ -247,7 +355,7 @@ OpDefinition attention_op() {
                         "width " + std::to_string(width) +
                             " is not divisible by heads = " + std::to_string(heads),
                         "choose heads so that it divides the width (n_embd % n_head == 0)");
-    return BuiltOp{std::make_unique<AttentionLayer>(node.name, in[0], width, heads),
+    return BuiltOp{std::make_unique<AttentionLayer>(node.name, in[0], width, heads, fused),
                    PerSampleShape{in[0], width}};
   };
   return op;

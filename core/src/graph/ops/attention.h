@@ -4,17 +4,28 @@
 // Contract
 // - Input qkv [N, T, 3C] (q, k, v in that order, each [H, D] with C = H·D, as a fused c_attn
 //   linear produces them); output [N, T, C] = concat over heads of softmax(q·kᵀ/√D, causal)·v.
-// - Layout: split_heads permutes qkv into head-major q, k, v [N·H, T, D] in the GEMM dtype; the
-//   scores q·kᵀ and the context P·v are strided-batched GEMMs; the softmax (forward and backward)
-//   is FP32 whatever the policy (the scores come out of their GEMM in FP32 and the probabilities
-//   are kept in FP32 for the backward; P is rounded to the GEMM dtype only as the operand of P·v).
+// - Two paths, chosen once at allocate():
+//   - flash (the default): the attention facet's flash_forward / flash_backward (facet 1.1) read
+//     qkv where the QKV projection wrote it and write the context token-major; the softmax is FP32
+//     and only its row log-sum-exp (fp32 [N, H, T]) is kept. Saved for backward: the input qkv
+//     and the output themselves (traits: backward reads both) and the lse; no [T, T] tensor.
+//     Taken when `fused` (the node option, default true), the facet is 1.1 or later and supports
+//     both ops on the GEMM dtype, and the activations are stored in that dtype. An input of
+//     another dtype is cast into scratch; an input gradient of another dtype than dy is written
+//     in dy's and cast (as is a dy the backend refuses, into the planned gradient dtype).
+//   - unfused (`fused = false`, or any condition above unmet, logged once per run with the
+//     reason): split_heads permutes qkv into head-major q, k, v [N·H, T, D] in the GEMM dtype;
+//     the scores q·kᵀ and the context P·v are strided-batched GEMMs; the softmax (forward and
+//     backward) is FP32 whatever the policy (the scores come out of their GEMM in FP32 and the
+//     probabilities are kept in FP32 for the backward; P is rounded to the GEMM dtype only as
+//     the operand of P·v). Saved for backward: q, k, v head-major and P.
 // - Precision: the op's two GEMMs ("scores", "context") multiply activations only, so an FP8
 //   policy leaves them in its 16-bit base (Transformer Engine does the same).
-// - Saved for backward: q, k, v head-major and P; the input qkv itself is not read again.
 // - Decoding (KV cache, `mixtrain sample`): make_decode_state(capacity) makes the cache of one
 //   sequence, k and v of every position decoded so far, which the Decoder owns; each
 //   decode_forward takes rows = new tokens at positions [start, start + rows) and attends to the
-//   cache's first start + rows positions. Training forward and backward work as ever in between.
+//   cache's first start + rows positions, always by the unfused method, with the cache's own
+//   score scratch (sized for its capacity). Training forward and backward work as ever in between.
 #pragma once
 
 #include <memory>
@@ -27,8 +38,11 @@ namespace mixtrain::core {
 
 class AttentionLayer final : public Layer {
  public:
-  AttentionLayer(std::string name, std::int64_t tokens, std::int64_t width, std::int64_t heads);
+  AttentionLayer(std::string name, std::int64_t tokens, std::int64_t width, std::int64_t heads,
+                 bool fused = true);
   std::int64_t heads() const { return heads_; }
+  // Whether allocate() chose the flash path (see the contract).
+  bool flash() const { return flash_; }
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
@@ -41,9 +55,19 @@ class AttentionLayer final : public Layer {
 
  private:
   sdk::DType gemm_dtype() const;
+  // Why the flash path cannot run under this plan on `backend`'s facets; empty when it can.
+  std::string unfused_reason() const;
+  void flash_forward(sdk::TensorView x, std::int64_t rows);
+  void flash_backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx, std::int64_t rows);
 
   std::int64_t tokens_, heads_, head_dim_;
   float scale_;
+  bool fused_;          // the node option: flash when the backend and the plan allow it
+  bool flash_ = false;  // what allocate() chose
+  Tensor lse_;          // flash: fp32 [N, H, T]
+  Tensor x_cast_;       // flash: qkv cast into the GEMM dtype, when its producer stores another
+  Tensor dy_cast_;      // flash: dy cast into the planned gradient dtype (see flash_backward)
+  Tensor dx_scratch_;   // flash: dqkv in dy's dtype, when dx is stored in another
   Tensor qkv_heads_;   // [3, N, H, T, D] in the GEMM dtype
   Tensor probs_;       // fp32 [N·H, T, T]
   Tensor probs_gemm_;  // [N·H, T, T] in the GEMM dtype (P, then dS, as GEMM operands)

@@ -12,6 +12,13 @@
 // - Shapes are checked against the layout; a mismatch raises BackendError.
 // - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
 //   minor step only appends methods).
+// - 1.1 appended fused ("flash") attention, flash_forward / flash_backward: q, k, v read where the
+//   QKV projection wrote them, no [T, T] tensor kept (only the row log-sum-exp). Their defaults
+//   raise BackendError and the base supports() answers false for them, so only a backend that
+//   overrides both offers them; the host calls them only when version() >= 1.1 and supports()
+//   says yes, and otherwise runs the permutes, batched GEMMs and softmax above. dtypes:
+//   flash_forward {qkv}, flash_backward {qkv, dout} (fp32, bf16, fp16); lse and the softmax math
+//   are FP32.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -42,9 +49,20 @@ struct HeadLayout {
   std::int64_t capacity() const { return head_tokens == 0 ? tokens : head_tokens; }
 };
 
-enum class AttentionOp { split_heads, merge_heads, softmax_forward, softmax_backward };
+enum class AttentionOp {
+  split_heads,
+  merge_heads,
+  softmax_forward,
+  softmax_backward,
+  // 1.1
+  flash_forward,   // {qkv}; out shares it
+  flash_backward,  // {qkv, dout}; out shares qkv's, dqkv dout's
+};
 MIXTRAIN_SDK_API std::string_view op_name(AttentionOp op) noexcept;
 MIXTRAIN_SDK_API OpSignature op_signature(AttentionOp op) noexcept;
+constexpr std::uint16_t introduced_in(AttentionOp op) noexcept {
+  return op >= AttentionOp::flash_forward ? 1 : 0;
+}
 
 // Scores of `batch` independent attention matrices [batch, rows, cols] (batch = N·H; rows are
 // queries, cols keys). causal: query i sees keys j <= i + (cols - rows) (bottom-right aligned, so
@@ -57,11 +75,12 @@ struct SoftmaxShape {
 class MIXTRAIN_SDK_API AttentionFacet : public Facet {
  public:
   using Op = AttentionOp;
-  static constexpr FacetVersion kVersion{1, 0};
+  static constexpr FacetVersion kVersion{1, 1};
   static constexpr std::string_view kName = "attention";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
-  // Default: the SDK's table (op_signatures.h); a backend overrides it only to narrow it.
+  // Default: the SDK's table (op_signatures.h) for the 1.0 ops, false for flash_forward and
+  // flash_backward (a backend that implements them answers for them itself).
   virtual bool supports(AttentionOp op, std::span<const DType> dtypes) const;
 
   // y [P, N, H, T', D] rows [offset, offset + T) of each (p, n, h) = x [N, T, P, H, D]; the other
@@ -80,6 +99,23 @@ class MIXTRAIN_SDK_API AttentionFacet : public Facet {
   // exactly 0 because their probs are.
   virtual void softmax_backward(TensorView probs, TensorView dprobs, const SoftmaxShape& shape,
                                 float scale, TensorView dscores) = 0;
+
+  // --- 1.1 ---------------------------------------------------------------------------------------
+  // Causal attention in one op. qkv [N, T, 3, H, D] token-major (layout.parts == 3, head_tokens 0,
+  // head_offset 0: the fused QKV projection's output as it is); query i sees keys j <= i.
+  // out [N, T, H, D] in qkv's dtype = softmax(scale·q·kᵀ)·v, computed in FP32 and rounded once;
+  // lse fp32 [N, H, T] = log Σ_{j<=i} exp(scale·q_i·k_j) (natural log, the row max folded in),
+  // all the backward keeps of the softmax. out and lse overlap nothing.
+  // Default: BackendError (this backend does not offer flash attention).
+  virtual void flash_forward(TensorView qkv, const HeadLayout& layout, float scale, TensorView out,
+                             TensorView lse);
+  // The gradient of flash_forward: dqkv [N, T, 3, H, D] in dout's dtype (dq, dk, dv interleaved
+  // as in qkv), from qkv, out and lse as flash_forward left them and dout [N, T, H, D] (any
+  // storage float). dqkv overlaps no input. Deterministic: the same inputs give the same bits on
+  // every run, whatever the thread count (no atomics, no order that depends on scheduling).
+  // Default: BackendError.
+  virtual void flash_backward(TensorView qkv, TensorView out, TensorView dout, TensorView lse,
+                              const HeadLayout& layout, float scale, TensorView dqkv);
 
  protected:
   ~AttentionFacet() override;  // not owned through the facet: the backend is

@@ -31,6 +31,104 @@ TEST(TransformerOps, AttentionGradientsMatchFiniteDifferences) {
   check_layer(attn, 10, -2.f, 2.f);
 }
 
+TEST(TransformerOps, UnfusedAttentionGradientsMatchFiniteDifferences) {
+  AttentionLayer attn("attn", 5, 8, 2, /*fused=*/false);
+  check_layer(attn, 10, -2.f, 2.f);
+  EXPECT_FALSE(attn.flash());
+}
+
+TEST(TransformerOps, FlashAttentionGradientsMatchFiniteDifferencesOverTwoTiles) {
+  // 70 tokens: a full tile of 64 and a partial one.
+  AttentionLayer attn("attn", 70, 4, 2);
+  check_layer(attn, 70, -2.f, 2.f);
+  EXPECT_TRUE(attn.flash());
+}
+
+// Forward output and input gradient of one attention layer on `backend`, fp32.
+struct AttentionPass {
+  std::vector<float> y, dx;
+};
+AttentionPass attention_pass(AttentionLayer& attn, const std::shared_ptr<sdk::DeviceBackend>& be,
+                             std::int64_t rows) {
+  attn.allocate(be, rows);
+  Tensor x(be, DType::fp32, sdk::Shape{rows, attn.in_features()});
+  Tensor dy(be, DType::fp32, sdk::Shape{rows, attn.out_features()});
+  Tensor dx(be, DType::fp32, sdk::Shape{rows, attn.in_features()});
+  write(x.view(), random_vector(static_cast<std::size_t>(x.shape().numel()), 21, -2.f, 2.f));
+  write(dy.view(), random_vector(static_cast<std::size_t>(dy.shape().numel()), 22));
+  attn.forward(x.view(), rows);
+  attn.backward(x.view(), dy.view(), dx.view(), rows);
+  return {read(attn.output(rows)), read(dx.view())};
+}
+
+void expect_near_all(const std::vector<float>& a, const std::vector<float>& b, double tol,
+                     const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+  EXPECT_LE(worst, tol) << what;
+}
+
+TEST(TransformerOps, FlashAndUnfusedAttentionAgree) {
+  // 2 sequences of 80 tokens, width 48 in 3 heads (D = 16).
+  AttentionLayer flash("attn", 80, 48, 3), unfused("attn", 80, 48, 3, false);
+  const AttentionPass a = attention_pass(flash, cpu(), 160);
+  const AttentionPass b = attention_pass(unfused, cpu(), 160);
+  ASSERT_TRUE(flash.flash());
+  ASSERT_FALSE(unfused.flash());
+  expect_near_all(a.y, b.y, 1e-5, "output");
+  expect_near_all(a.dx, b.dx, 1e-5, "input gradient");
+}
+
+// The CPU backend with an attention facet that forwards the 1.0 ops and keeps the SDK's defaults
+// for the flash ones (supports() false): a backend that predates flash attention.
+class NoFlashAttention final : public sdk::AttentionFacet {
+ public:
+  explicit NoFlashAttention(sdk::AttentionFacet& in) : in_(in) {}
+  void split_heads(sdk::TensorView x, const sdk::HeadLayout& l, sdk::TensorView y) override {
+    in_.split_heads(x, l, y);
+  }
+  void merge_heads(sdk::TensorView y, const sdk::HeadLayout& l, sdk::TensorView x) override {
+    in_.merge_heads(y, l, x);
+  }
+  void softmax_forward(sdk::TensorView s, const sdk::SoftmaxShape& shape, float scale,
+                       sdk::TensorView p) override {
+    in_.softmax_forward(s, shape, scale, p);
+  }
+  void softmax_backward(sdk::TensorView p, sdk::TensorView dp, const sdk::SoftmaxShape& shape,
+                        float scale, sdk::TensorView ds) override {
+    in_.softmax_backward(p, dp, shape, scale, ds);
+  }
+
+ private:
+  sdk::AttentionFacet& in_;
+};
+class NoFlashBackend final : public test_support::ForwardingBackend {
+ public:
+  sdk::Facet* find_facet(std::string_view name) override {
+    return name == sdk::AttentionFacet::kName ? &facet_ : in_->find_facet(name);
+  }
+
+ private:
+  NoFlashAttention facet_{*sdk::facet<sdk::AttentionFacet>(*cpu())};
+};
+
+TEST(TransformerOps, AttentionRunsUnfusedOnABackendWithoutFlash) {
+  auto be = std::make_shared<NoFlashBackend>();
+  const std::vector<DType> fp32{DType::fp32};
+  EXPECT_FALSE(
+      sdk::facet<sdk::AttentionFacet>(*be)->supports(sdk::AttentionOp::flash_forward, fp32));
+  EXPECT_THROW(sdk::facet<sdk::AttentionFacet>(*be)->flash_forward({}, {}, 1.0f, {}, {}),
+               sdk::BackendError);
+  AttentionLayer fallback("attn", 7, 8, 2), unfused("attn", 7, 8, 2, false);
+  const AttentionPass a = attention_pass(fallback, be, 14);
+  const AttentionPass b = attention_pass(unfused, cpu(), 14);
+  EXPECT_FALSE(fallback.flash());
+  EXPECT_EQ(a.y, b.y);
+  EXPECT_EQ(a.dx, b.dx);
+}
+
 TEST(TransformerOps, AttentionWithOneHeadAndOneToken) {
   AttentionLayer attn("attn", 1, 4, 1);
   check_layer(attn, 3);

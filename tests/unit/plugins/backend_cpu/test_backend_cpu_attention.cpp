@@ -1,7 +1,8 @@
 // The attention facet of CpuBackend: head permutes (every dtype pair, KV-cache offset, round
 // trips, untouched cache rows), the masked softmax (rows sum to 1, masked entries exactly 0,
 // stability, in place) and its backward against a finite difference of the forward, and the
-// argument errors.
+// argument errors; flash attention (facet 1.1): its backward against a finite difference of its
+// forward, the same bits on one thread and on two, and supports().
 #include <bit>
 #include <cstring>
 #include <functional>
@@ -346,6 +347,85 @@ TEST(backend_cpu_attention, SupportsAnswersTheHeaderDtypes) {
   EXPECT_FALSE(f.supports(sdk::AttentionOp::softmax_forward, std::vector<DType>{DType::bf16}));
   EXPECT_FALSE(
       f.supports(sdk::AttentionOp::softmax_backward, std::vector<DType>{DType::fp32, DType::fp32}));
+  EXPECT_GE(f.version(), (sdk::FacetVersion{1, 1}));
+  for (DType a : kFloats) {
+    EXPECT_TRUE(f.supports(sdk::AttentionOp::flash_forward, std::vector<DType>{a}));
+    for (DType b : kFloats)
+      EXPECT_TRUE(f.supports(sdk::AttentionOp::flash_backward, std::vector<DType>{a, b}));
+  }
+  EXPECT_FALSE(f.supports(sdk::AttentionOp::flash_forward, std::vector<DType>{DType::fp8_e4m3}));
+}
+
+// One causal attention of qkv [N, T, 3, H, D] on `be`: out, lse, and dqkv for dout.
+struct FlashRun {
+  std::vector<float> out, lse, dqkv;
+};
+FlashRun run_flash(CpuBackend& be, const sdk::HeadLayout& l, DType dt,
+                   const std::vector<float>& qkv_values, const std::vector<float>& dout_values,
+                   float scale) {
+  const std::int64_t width = l.heads * l.head_dim;
+  DeviceTensor qkv(be, dt, Shape{l.batch, l.tokens, 3 * width}, qkv_values);
+  DeviceTensor dout(be, dt, Shape{l.batch, l.tokens, width}, dout_values);
+  DeviceTensor out(be, dt, Shape{l.batch, l.tokens, width});
+  DeviceTensor lse(be, DType::fp32, Shape{l.batch, l.heads, l.tokens});
+  DeviceTensor dqkv(be, dt, Shape{l.batch, l.tokens, 3 * width});
+  sdk::AttentionFacet& f = *sdk::facet<sdk::AttentionFacet>(be);
+  f.flash_forward(qkv, l, scale, out, lse);
+  f.flash_backward(qkv, out, dout, lse, l, scale, dqkv);
+  return {out.get(), lse.get(), dqkv.get()};
+}
+
+TEST(backend_cpu_attention, FlashBackwardEqualsAFiniteDifferenceOfTheForward) {
+  // T = 70 spans two tiles of 64 (the second partial), so the online softmax rescales and the
+  // backward visits tiles below the diagonal; L = Σ w ∘ out.
+  CpuBackend be(1);
+  const sdk::HeadLayout l{1, 70, 2, 3, 3, 0, 0};
+  const std::int64_t width = l.heads * l.head_dim;
+  const auto qkv = random_values(static_cast<std::size_t>(l.tokens * 3 * width), 81, -2.f, 2.f);
+  const auto w = random_values(static_cast<std::size_t>(l.tokens * width), 82);
+  const float scale = 0.7f;
+  const FlashRun run = run_flash(be, l, DType::fp32, qkv, w, scale);
+  auto loss = [&](const std::vector<float>& at) {
+    DeviceTensor x(be, DType::fp32, Shape{l.batch, l.tokens, 3 * width}, at);
+    DeviceTensor out(be, DType::fp32, Shape{l.batch, l.tokens, width});
+    DeviceTensor lse(be, DType::fp32, Shape{l.batch, l.heads, l.tokens});
+    sdk::facet<sdk::AttentionFacet>(be)->flash_forward(x, l, scale, out, lse);
+    double sum = 0.0;
+    const auto o = out.get();
+    for (std::size_t i = 0; i < o.size(); ++i) sum += static_cast<double>(w[i]) * o[i];
+    return sum;
+  };
+  double max_err = 0.0, max_fd = 0.0;
+  for (std::size_t i = 0; i < qkv.size(); ++i) {
+    auto up = qkv, down = qkv;
+    up[i] += 1e-2f;
+    down[i] -= 1e-2f;
+    const double fd = (loss(up) - loss(down)) / (static_cast<double>(up[i]) - down[i]);
+    max_err = std::max(max_err, std::abs(fd - run.dqkv[i]));
+    max_fd = std::max(max_fd, std::abs(fd));
+  }
+  EXPECT_GT(max_fd, 0.1);  // the check compares real gradients, not zeros
+  EXPECT_LE(max_err, 2e-3 * max_fd) << "largest |fd - dqkv|";
+}
+
+TEST(backend_cpu_attention, FlashGivesTheSameBitsOnOneThreadAndOnTwo) {
+  // Several sequences and heads, T past one tile: two threads share the (sequence, head) tasks
+  // differently from one, and every sum still runs in the same order.
+  CpuBackend one(1), two(2);
+  const sdk::HeadLayout l{2, 100, 3, 16, 3, 0, 0};
+  const std::int64_t width = l.heads * l.head_dim;
+  const auto qkv = random_values(static_cast<std::size_t>(l.batch * l.tokens * 3 * width), 83);
+  const auto dout = random_values(static_cast<std::size_t>(l.batch * l.tokens * width), 84);
+  for (DType dt : kFloats) {
+    const FlashRun a = run_flash(one, l, dt, qkv, dout, 0.25f);
+    const FlashRun b = run_flash(two, l, dt, qkv, dout, 0.25f);
+    const FlashRun c = run_flash(two, l, dt, qkv, dout, 0.25f);
+    const std::string what(sdk::dtype_name(dt));
+    EXPECT_EQ(a.out, b.out) << what;
+    EXPECT_EQ(a.lse, b.lse) << what;
+    EXPECT_EQ(a.dqkv, b.dqkv) << what;
+    EXPECT_EQ(b.dqkv, c.dqkv) << what << ", second run";
+  }
 }
 
 }  // namespace

@@ -151,6 +151,18 @@ class BackendArgumentChecks {
   std::int64_t softmax_backward(const TensorView& probs, const TensorView& dprobs,
                                 const SoftmaxShape& shape, const TensorView& dscores) const;
 
+  // flash_forward: a layout of qkv as the QKV projection writes it (parts 3, head_tokens 0 or
+  // tokens, head_offset 0, batch and tokens >= 0, heads and head_dim >= 1); qkv a storage float
+  // [N, T, 3, H, D], out [N, T, H, D] of qkv's dtype, lse fp32 [N, H, T]; out and lse overlap
+  // nothing. Returns N·T·H·D.
+  std::int64_t flash_forward(const TensorView& qkv, const HeadLayout& layout, const TensorView& out,
+                             const TensorView& lse) const;
+  // flash_backward: qkv, out and lse as flash_forward takes them; dout a storage float
+  // [N, T, H, D]; dqkv [N, T, 3, H, D] of dout's dtype, overlapping no input. Returns N·T·H·D.
+  std::int64_t flash_backward(const TensorView& qkv, const TensorView& out, const TensorView& dout,
+                              const TensorView& lse, const HeadLayout& layout,
+                              const TensorView& dqkv) const;
+
   struct EmbeddingShape {
     std::int64_t rows = 0, vocab = 0, width = 0;
   };

@@ -1,0 +1,284 @@
+#include "cpu_flash_attention.h"
+
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cpu_access.h"
+
+namespace mixtrain::backend_cpu {
+
+using sdk::TensorView;
+
+namespace {
+
+// Rows of an fp32 matrix: `ld` elements from one row to the next.
+struct Rows {
+  const float* p;
+  std::int64_t ld;
+};
+
+// `count` rows of `d` elements of v, the first at element `first` and `stride` apart, as FP32:
+// the tensor itself when it is fp32 storage, else decoded exactly into buf [count, d].
+Rows fp32_rows(const TensorView& v, std::int64_t first, std::int64_t stride, std::int64_t count,
+               std::int64_t d, float* buf) {
+  if (is_fp32_storage(v.dtype)) return {v.as<const float>() + first, stride};
+  for (std::int64_t r = 0; r < count; ++r) decode_into(v, first + r * stride, d, buf + r * d);
+  return {buf, d};
+}
+
+// v's rows (`count` of `d`, the first at `first`, `stride` apart) = src [count, d] rounded once.
+void store_rows(const TensorView& v, std::int64_t first, std::int64_t stride, std::int64_t count,
+                std::int64_t d, const float* src) {
+  for (std::int64_t r = 0; r < count; ++r) commit_chunk(v, first + r * stride, d, src + r * d);
+}
+
+// C = alpha·op(A)·op(B) + beta·C, row-major, on the calling thread (the caller's team is over
+// tasks; each task's products are sequential, so their sums do not depend on the team's size).
+// Returns false when oneDNN refused the call.
+bool sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+           const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+           std::int64_t ldc) {
+  return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) ==
+         dnnl_success;
+}
+
+// The first exception a task raised (or a refused sgemm), rethrown after the parallel region.
+class TaskErrors {
+ public:
+  template <class F>
+  void run(F&& f) {
+    try {
+      if (!f())
+        fail_once(std::make_exception_ptr(
+            sdk::BackendError("backend_cpu.flash attention: oneDNN's sgemm refused a tile product",
+                              "report this: the tile shapes are valid by construction")));
+    } catch (...) {
+      fail_once(std::current_exception());
+    }
+  }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void fail_once(std::exception_ptr e) {
+    std::lock_guard lock(mutex_);
+    if (!error_) error_ = std::move(e);
+  }
+  std::mutex mutex_;
+  std::exception_ptr error_;
+};
+
+// Element offsets: qkv [N, T, 3, H, D], out / dout [N, T, H, D], lse [N, H, T].
+struct Index {
+  std::int64_t t, h, d;
+  std::int64_t qkv(std::int64_t n, std::int64_t tok, std::int64_t part, std::int64_t head) const {
+    return (((n * t + tok) * 3 + part) * h + head) * d;
+  }
+  std::int64_t qkv_stride() const { return 3 * h * d; }
+  std::int64_t out(std::int64_t n, std::int64_t tok, std::int64_t head) const {
+    return ((n * t + tok) * h + head) * d;
+  }
+  std::int64_t out_stride() const { return h * d; }
+  std::int64_t lse(std::int64_t n, std::int64_t head) const { return (n * h + head) * t; }
+};
+
+// e^z for the shifted scores (z <= 0 up to rounding): Cephes' expf, z = k·ln2 + r with a two-part
+// ln2, a degree-6 polynomial in r, times 2^k built in the exponent bits (the CUDA backend's softmax
+// uses the same scheme). Branch-free, so `omp simd` vectorises it where glibc's expf is a scalar
+// call per score. Within 1 ulp of e^z on every float of [−87, 0] (measured against double exp);
+// e^z below 2^-126 (z < −87) is +0, which no row sum can notice; −inf gives +0, NaN stays NaN.
+#pragma omp declare simd notinbranch
+inline float exp_shifted(float z) {
+  const float x = z == z ? std::min(std::max(z, -87.0f), 88.0f) : 0.0f;  // NaN: returned below
+  // k = round(x / ln2) by the 1.5·2^23 trick (no rounding instruction needed), then r.
+  const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (x - k * 0.693359375f) - k * -2.12194440e-4f;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r * r + r + 1.0f;
+  const float scale = std::bit_cast<float>(static_cast<std::int32_t>(k + 127.0f) << 23);
+  const float e = z < -87.0f ? 0.0f : y * scale;
+  return z == z ? e : z;
+}
+
+// Keys row i sees in the key tile starting at j0 (bk keys): j0 <= i always holds for the tiles
+// visited, so at least one.
+inline std::int64_t visible(std::int64_t i, std::int64_t j0, std::int64_t bk) {
+  return std::min(bk, i - j0 + 1);
+}
+
+}  // namespace
+
+void flash_attention_forward(const TensorView& qkv, const sdk::HeadLayout& l, float scale,
+                             const TensorView& out, const TensorView& lse) {
+  const std::int64_t t_len = l.tokens, d = l.head_dim, bh = l.batch * l.heads;
+  if (bh == 0 || t_len == 0) return;
+  const Index ix{t_len, l.heads, d};
+  const std::int64_t blocks = (t_len + kFlashBlock - 1) / kFlashBlock, tasks = bh * blocks;
+  const std::int64_t tile = kFlashBlock * std::max(kFlashBlock, d);
+  float* lse_all = lse.as<float>();
+  TaskErrors errors;
+#pragma omp parallel if (tasks > 1 && parallel_worth(bh * t_len * t_len * d / 2))
+  {
+    omp_set_num_threads(1);  // the tile products run on this thread (see sgemm above)
+    std::vector<float> qbuf(tile), kbuf(tile), vbuf(tile), s(tile), o(tile);
+    std::vector<float> m(kFlashBlock), sum(kFlashBlock);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t task = 0; task < tasks; ++task) {
+      errors.run([&] {
+        // The last query tiles see the most keys: dynamic scheduling balances them.
+        const std::int64_t nh = task / blocks, n = nh / l.heads, h = nh % l.heads;
+        const std::int64_t i0 = (task % blocks) * kFlashBlock;
+        const std::int64_t bq = std::min(kFlashBlock, t_len - i0);
+        const Rows q = fp32_rows(qkv, ix.qkv(n, i0, 0, h), ix.qkv_stride(), bq, d, qbuf.data());
+        std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+        std::fill(sum.begin(), sum.end(), 0.0f);
+        std::fill(o.begin(), o.begin() + bq * d, 0.0f);
+        // Key tiles from 0 up to the one holding key i0 + bq − 1; none lies above the diagonal.
+        for (std::int64_t j0 = 0; j0 < i0 + bq; j0 += kFlashBlock) {
+          const std::int64_t bk = std::min(kFlashBlock, i0 + bq - j0);
+          const Rows k = fp32_rows(qkv, ix.qkv(n, j0, 1, h), ix.qkv_stride(), bk, d, kbuf.data());
+          const Rows v = fp32_rows(qkv, ix.qkv(n, j0, 2, h), ix.qkv_stride(), bk, d, vbuf.data());
+          if (!sgemm(false, true, bq, bk, d, scale, q.p, q.ld, k.p, k.ld, 0.0f, s.data(), bk))
+            return false;
+          for (std::int64_t r = 0; r < bq; ++r) {
+            float* row = s.data() + r * bk;
+            const std::int64_t seen = visible(i0 + r, j0, bk);
+            float top = m[static_cast<std::size_t>(r)];
+#pragma omp simd reduction(max : top)
+            for (std::int64_t j = 0; j < seen; ++j) top = std::max(top, row[j]);
+            // Rescale what earlier tiles summed to the new running max (exp(−inf) = 0 at first).
+            const float shrink = exp_shifted(m[static_cast<std::size_t>(r)] - top);
+            float add = 0.0f;
+#pragma omp simd reduction(+ : add)
+            for (std::int64_t j = 0; j < seen; ++j) {
+              row[j] = exp_shifted(row[j] - top);
+              add += row[j];
+            }
+            std::fill(row + seen, row + bk, 0.0f);
+            sum[static_cast<std::size_t>(r)] = sum[static_cast<std::size_t>(r)] * shrink + add;
+            m[static_cast<std::size_t>(r)] = top;
+            if (shrink != 1.0f)
+              for (std::int64_t c = 0; c < d; ++c) o[static_cast<std::size_t>(r * d + c)] *= shrink;
+          }
+          if (!sgemm(false, false, bq, d, bk, 1.0f, s.data(), bk, v.p, v.ld, 1.0f, o.data(), d))
+            return false;
+        }
+        float* lse_row = lse_all + ix.lse(n, h) + i0;
+        for (std::int64_t r = 0; r < bq; ++r) {
+          const float total = sum[static_cast<std::size_t>(r)];
+          for (std::int64_t c = 0; c < d; ++c) o[static_cast<std::size_t>(r * d + c)] /= total;
+          lse_row[r] = m[static_cast<std::size_t>(r)] + std::log(total);
+        }
+        store_rows(out, ix.out(n, i0, h), ix.out_stride(), bq, d, o.data());
+        return true;
+      });
+    }
+  }
+  errors.rethrow();
+}
+
+void flash_attention_backward(const TensorView& qkv, const TensorView& out, const TensorView& dout,
+                              const TensorView& lse, const sdk::HeadLayout& l, float scale,
+                              const TensorView& dqkv) {
+  const std::int64_t t_len = l.tokens, d = l.head_dim, bh = l.batch * l.heads;
+  if (bh == 0 || t_len == 0) return;
+  const Index ix{t_len, l.heads, d};
+  const std::int64_t tile = kFlashBlock * std::max(kFlashBlock, d);
+  const float* lse_all = lse.as<const float>();
+  TaskErrors errors;
+  // One (sequence, head) per task: every sum into dq, dk and dv of that head runs in one fixed
+  // order on one thread, so the bits do not depend on the thread count.
+#pragma omp parallel if (bh > 1 && parallel_worth(bh * t_len * t_len * d))
+  {
+    omp_set_num_threads(1);  // the tile products run on this thread (see sgemm above)
+    std::vector<float> qbuf(tile), kbuf(tile), vbuf(tile), dobuf(tile), obuf(tile);
+    std::vector<float> p(tile), dp(tile), dk(tile), dv(tile);
+    std::vector<float> dq, delta;
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t nh = 0; nh < bh; ++nh) {
+      errors.run([&] {
+        const std::int64_t n = nh / l.heads, h = nh % l.heads;
+        const float* lse_head = lse_all + ix.lse(n, h);
+        // D_i = Σ_c dO_ic·O_ic (O as flash_forward rounded it), in double.
+        delta.assign(static_cast<std::size_t>(t_len), 0.0f);
+        for (std::int64_t i0 = 0; i0 < t_len; i0 += kFlashBlock) {
+          const std::int64_t bq = std::min(kFlashBlock, t_len - i0);
+          const Rows o = fp32_rows(out, ix.out(n, i0, h), ix.out_stride(), bq, d, obuf.data());
+          const Rows g = fp32_rows(dout, ix.out(n, i0, h), ix.out_stride(), bq, d, dobuf.data());
+          for (std::int64_t r = 0; r < bq; ++r) {
+            double dot = 0.0;
+            for (std::int64_t c = 0; c < d; ++c)
+              dot += static_cast<double>(o.p[r * o.ld + c]) * g.p[r * g.ld + c];
+            delta[static_cast<std::size_t>(i0 + r)] = static_cast<float>(dot);
+          }
+        }
+        dq.assign(static_cast<std::size_t>(t_len * d), 0.0f);
+        for (std::int64_t j0 = 0; j0 < t_len; j0 += kFlashBlock) {
+          const std::int64_t bk = std::min(kFlashBlock, t_len - j0);
+          const Rows k = fp32_rows(qkv, ix.qkv(n, j0, 1, h), ix.qkv_stride(), bk, d, kbuf.data());
+          const Rows v = fp32_rows(qkv, ix.qkv(n, j0, 2, h), ix.qkv_stride(), bk, d, vbuf.data());
+          std::fill(dk.begin(), dk.begin() + bk * d, 0.0f);
+          std::fill(dv.begin(), dv.begin() + bk * d, 0.0f);
+          // Query tiles at or below the diagonal: the tiles above it see none of these keys.
+          for (std::int64_t i0 = j0; i0 < t_len; i0 += kFlashBlock) {
+            const std::int64_t bq = std::min(kFlashBlock, t_len - i0);
+            const Rows q = fp32_rows(qkv, ix.qkv(n, i0, 0, h), ix.qkv_stride(), bq, d, qbuf.data());
+            const Rows g = fp32_rows(dout, ix.out(n, i0, h), ix.out_stride(), bq, d, dobuf.data());
+            // P = exp(scale·q·kᵀ − lse), exact 0 above the diagonal.
+            if (!sgemm(false, true, bq, bk, d, scale, q.p, q.ld, k.p, k.ld, 0.0f, p.data(), bk))
+              return false;
+            for (std::int64_t r = 0; r < bq; ++r) {
+              float* row = p.data() + r * bk;
+              const std::int64_t seen = visible(i0 + r, j0, bk);
+              const float shift = lse_head[i0 + r];
+#pragma omp simd
+              for (std::int64_t j = 0; j < seen; ++j) row[j] = exp_shifted(row[j] - shift);
+              std::fill(row + seen, row + bk, 0.0f);
+            }
+            // dV += Pᵀ·dO; dP = dO·vᵀ; dS = P∘(dP − D)·scale in dp.
+            if (!sgemm(true, false, bk, d, bq, 1.0f, p.data(), bk, g.p, g.ld, 1.0f, dv.data(), d))
+              return false;
+            if (!sgemm(false, true, bq, bk, d, 1.0f, g.p, g.ld, v.p, v.ld, 0.0f, dp.data(), bk))
+              return false;
+            for (std::int64_t r = 0; r < bq; ++r) {
+              const float di = delta[static_cast<std::size_t>(i0 + r)];
+              float* ds = dp.data() + r * bk;
+              const float* pr = p.data() + r * bk;
+              for (std::int64_t j = 0; j < bk; ++j) ds[j] = pr[j] * (ds[j] - di) * scale;
+            }
+            // dQ += dS·k; dK += dSᵀ·q.
+            if (!sgemm(false, false, bq, d, bk, 1.0f, dp.data(), bk, k.p, k.ld, 1.0f,
+                       dq.data() + i0 * d, d))
+              return false;
+            if (!sgemm(true, false, bk, d, bq, 1.0f, dp.data(), bk, q.p, q.ld, 1.0f, dk.data(), d))
+              return false;
+          }
+          store_rows(dqkv, ix.qkv(n, j0, 1, h), ix.qkv_stride(), bk, d, dk.data());
+          store_rows(dqkv, ix.qkv(n, j0, 2, h), ix.qkv_stride(), bk, d, dv.data());
+        }
+        store_rows(dqkv, ix.qkv(n, 0, 0, h), ix.qkv_stride(), t_len, d, dq.data());
+        return true;
+      });
+    }
+  }
+  errors.rethrow();
+}
+
+}  // namespace mixtrain::backend_cpu

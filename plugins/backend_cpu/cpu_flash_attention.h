@@ -1,0 +1,39 @@
+// Causal flash attention on the CPU (AttentionFacet 1.1's flash_forward / flash_backward), in the
+// manner of FlashAttention-2: q, k and v are read where the QKV projection wrote them, in tiles of
+// kFlashBlock tokens, and no [T, T] tensor exists beyond one tile per thread.
+//
+// Contract
+// - Arguments as backend_attention.h states them, already checked (BackendArgumentChecks).
+// - Forward: per (sequence, head, block of query rows), S = scale·q·kᵀ one key tile at a time (key
+//   tiles wholly above the diagonal are skipped), an online softmax in FP32 (running max and sum;
+//   exponentials by a vectorised Cephes expf, within 1 ulp) and O accumulated in FP32, rounded
+//   once into out; lse = max + log(sum) per row.
+// - Backward: per (sequence, head), D_i = Σ dO_i·O_i, then per key tile and every query tile at or
+//   below it P = exp(scale·S − lse), dV += Pᵀ·dO, dP = dO·vᵀ, dS = P∘(dP − D)·scale, dQ += dS·k,
+//   dK += dSᵀ·q, all in FP32, each of dq, dk, dv rounded once into dqkv.
+// - Tile products are oneDNN's sgemm (BLAS semantics, row-major), one thread each: the OpenMP
+//   team is over the tasks above and each task sums in a fixed order, so results do not depend
+//   on the thread count. 16-bit inputs are decoded exactly into FP32 tiles; fp32 ones are read in
+//   place.
+// - Scratch per thread: a few kFlashBlock × max(kFlashBlock, D) fp32 tiles, plus, in the
+//   backward, the head's dQ accumulator [T, D] and D_i [T] in FP32 (heap, freed on return).
+#pragma once
+
+#include <cstdint>
+
+#include "mixtrain/sdk/backend_attention.h"
+#include "mixtrain/sdk/tensor_view.h"
+
+namespace mixtrain::backend_cpu {
+
+inline constexpr std::int64_t kFlashBlock = 64;
+
+void flash_attention_forward(const sdk::TensorView& qkv, const sdk::HeadLayout& layout, float scale,
+                             const sdk::TensorView& out, const sdk::TensorView& lse);
+
+void flash_attention_backward(const sdk::TensorView& qkv, const sdk::TensorView& out,
+                              const sdk::TensorView& dout, const sdk::TensorView& lse,
+                              const sdk::HeadLayout& layout, float scale,
+                              const sdk::TensorView& dqkv);
+
+}  // namespace mixtrain::backend_cpu
