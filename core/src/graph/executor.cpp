@@ -84,6 +84,7 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
                         std::int64_t loss_chunk_rows) {
   max_rows_ = max_rows;
   const InputSpec& in = plan_.input();
+  for (auto& op : ops_) op->choose_kernels(*backend_);  // what the plans below depend on
   chunking_ = decide_loss_chunking(max_rows, loss_chunk_rows);
   const TensorId logits_root = plan_.root(plan_.logits());
   if (chunking_.rows > 0) {

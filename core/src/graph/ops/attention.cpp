@@ -78,11 +78,19 @@ AttentionLayer::AttentionLayer(std::string name, std::int64_t tokens, std::int64
                    {kContext, {sdk::OperandRole::input, sdk::OperandRole::grad_output}}};
   // q·kᵀ and P·v: 2·T·C multiply-adds each per row (the causal half is still computed).
   traits_.forward_flops_per_row = 4 * tokens_ * out_;
-  // The flash backward recomputes the scores from qkv and reads the output; the unfused one keeps
-  // its own head-major copies. The liveness plan reads these before allocate() chooses, so a
-  // fused node whose backend then falls back keeps them live for nothing (a logged case).
-  traits_.backward_reads_inputs = fused_;
-  traits_.backward_reads_output = fused_;
+  // The unfused backward keeps its own head-major copies; choose_kernels() says what a flash one
+  // reads.
+  traits_.backward_reads_inputs = false;
+}
+
+void AttentionLayer::choose_kernels(sdk::DeviceBackend& backend) {
+  const std::string reason = unfused_reason(backend);
+  flash_ = reason.empty();
+  chosen_ = true;
+  if (!flash_ && fused_) log_unfused_once(reason);
+  // The flash backward recomputes the scores from qkv and reads the output.
+  traits_.backward_reads_inputs = flash_;
+  traits_.backward_reads_output = flash_;
 }
 
 DType AttentionLayer::gemm_dtype() const {
@@ -105,9 +113,9 @@ std::vector<BackendNeed> AttentionLayer::backend_needs(DType input) const {
           {sdk::GemmOp::gemm_strided_batched, {gc, gc, grad}}};
 }
 
-std::string AttentionLayer::unfused_reason() const {
+std::string AttentionLayer::unfused_reason(sdk::DeviceBackend& backend) const {
   if (!fused_) return "the node asks for it (fused = false)";
-  const sdk::AttentionFacet* f = facets().find<sdk::AttentionFacet>();
+  const sdk::AttentionFacet* f = sdk::facet<sdk::AttentionFacet>(backend, 0);
   if (f == nullptr) return "the backend has no attention facet";
   if (f->version() < sdk::FacetVersion{1, 1})
     return "the backend's attention facet is " + sdk::to_string(f->version()) +
@@ -132,15 +140,14 @@ void AttentionLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend
   Layer::allocate(backend, max_rows);
   const std::int64_t n = max_rows / tokens_;  // sequences
   const std::int64_t bh = n * heads_;
-  const std::string reason = unfused_reason();
-  flash_ = reason.empty();
+  if (!chosen_) choose_kernels(*backend);  // an op allocated outside an executor
+  chosen_ = false;
   for (Tensor* t : {&qkv_heads_, &probs_, &probs_gemm_, &context_, &dprobs_, &dqkv_heads_, &lse_})
     *t = Tensor();
   if (flash_) {
     lse_ = Tensor(backend, DType::fp32, sdk::Shape{std::max<std::int64_t>(bh * tokens_, 1)});
     return;
   }
-  if (fused_) log_unfused_once(reason);
   qkv_heads_ = widest(backend, 3 * max_rows * out_);
   probs_ = Tensor(backend, DType::fp32, sdk::Shape{bh * tokens_ * tokens_});
   probs_gemm_ = widest(backend, bh * tokens_ * tokens_);

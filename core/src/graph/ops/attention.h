@@ -4,11 +4,13 @@
 // Contract
 // - Input qkv [N, T, 3C] (q, k, v in that order, each [H, D] with C = H·D, as a fused c_attn
 //   linear produces them); output [N, T, C] = concat over heads of softmax(q·kᵀ/√D, causal)·v.
-// - Two paths, chosen once at allocate():
+// - Two paths, chosen once by choose_kernels() (before the memory plans, which then keep what
+//   the chosen backward reads; allocate() without it chooses too):
 //   - flash (the default): the attention facet's flash_forward / flash_backward (facet 1.1) read
 //     qkv where the QKV projection wrote it and write the context token-major; the softmax is FP32
 //     and only its row log-sum-exp (fp32 [N, H, T]) is kept. Saved for backward: the input qkv
 //     and the output themselves (traits: backward reads both) and the lse; no [T, T] tensor.
+//     The unfused path keeps neither (its own head-major copies instead).
 //     Taken when `fused` (the node option, default true), the facet is 1.1 or later and supports
 //     both ops on the GEMM dtype, and the activations are stored in that dtype. An input of
 //     another dtype is cast into scratch; an input gradient of another dtype than dy is written
@@ -41,8 +43,9 @@ class AttentionLayer final : public Layer {
   AttentionLayer(std::string name, std::int64_t tokens, std::int64_t width, std::int64_t heads,
                  bool fused = true);
   std::int64_t heads() const { return heads_; }
-  // Whether allocate() chose the flash path (see the contract).
+  // Whether choose_kernels() chose the flash path (see the contract).
   bool flash() const { return flash_; }
+  void choose_kernels(sdk::DeviceBackend& backend) override;
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
@@ -56,14 +59,15 @@ class AttentionLayer final : public Layer {
  private:
   sdk::DType gemm_dtype() const;
   // Why the flash path cannot run under this plan on `backend`'s facets; empty when it can.
-  std::string unfused_reason() const;
+  std::string unfused_reason(sdk::DeviceBackend& backend) const;
   void flash_forward(sdk::TensorView x, std::int64_t rows);
   void flash_backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx, std::int64_t rows);
 
   std::int64_t tokens_, heads_, head_dim_;
   float scale_;
   bool fused_;          // the node option: flash when the backend and the plan allow it
-  bool flash_ = false;  // what allocate() chose
+  bool flash_ = false;  // what choose_kernels() chose
+  bool chosen_ = false;  // choose_kernels() ran since the last allocate()
   Tensor lse_;          // flash: fp32 [N, H, T]
   Tensor x_cast_;       // flash: qkv cast into the GEMM dtype, when its producer stores another
   Tensor dy_cast_;      // flash: dy cast into the planned gradient dtype (see flash_backward)

@@ -127,6 +127,15 @@ TEST(TransformerOps, AttentionRunsUnfusedOnABackendWithoutFlash) {
   EXPECT_FALSE(fallback.flash());
   EXPECT_EQ(a.y, b.y);
   EXPECT_EQ(a.dx, b.dx);
+  // The memory plans keep qkv and the output for a flash backward only: the kernels are chosen
+  // before them (choose_kernels), so a fallback keeps nothing it does not read.
+  EXPECT_FALSE(fallback.backward_reads_inputs());
+  EXPECT_FALSE(fallback.backward_reads_output());
+  AttentionLayer flash("attn", 7, 8, 2);
+  flash.choose_kernels(*cpu());
+  EXPECT_TRUE(flash.flash());
+  EXPECT_TRUE(flash.backward_reads_inputs());
+  EXPECT_TRUE(flash.backward_reads_output());
 }
 
 TEST(TransformerOps, AttentionWithOneHeadAndOneToken) {

@@ -281,6 +281,11 @@ class Layer {
   bool fused() const { return epilogue_fused_; }
   virtual bool take_relu() { return false; }
 
+  // Called by the executor before its memory plans, with the backend the op will run on and its
+  // precision plan set: an op whose kernels (and so what its backward keeps) depend on what the
+  // backend offers chooses them here and sets its traits to match (attention: flash or not).
+  virtual void choose_kernels(sdk::DeviceBackend& /*backend*/) {}
+
   // The chunked loss (graph/chunked_loss.h): the logits node may compute its output a block of
   // rows at a time inside the loss, so that the whole logits never exist.
   // - row_block_refusal(): why this op cannot ("" when it can); asked under its precision plan.
