@@ -64,8 +64,9 @@ void build_model(Trainer::State& s) {
   for (const auto& l : s.model->layers())
     if (sdk::dtype_size(l->precision().activation_grad) < 4) s.precision.underflow_watch = true;
   const std::int64_t max_rows = std::max(s.rank_batch, e.data.eval_batch_size);
-  // Top-k reads every evaluation batch's whole logits: blocks would save nothing then.
-  if (e.eval.top_k > 0) s.model->set_loss_chunk_rows(0);
+  // Top-k reads every evaluation batch's whole logits, and a step observer (calibration) every
+  // node's output after its forward: the logits are computed whole for them.
+  if (e.eval.top_k > 0 || s.opt.observer != nullptr) s.model->set_loss_chunk_rows(0);
   s.model->allocate(
       max_rows,
       /*reserve_fp32_gradients=*/e.run.underflow_every > 0 && s.precision.underflow_watch);
