@@ -15,29 +15,20 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from gpt_bench_runs import POLICY, ROOT, cpu_name, timed_run, train, warmup_steps
+
 SHAPES = {
     "tiny": dict(n_layer=4, n_head=4, n_embd=128, block=128, batch=16),
     "long": dict(n_layer=4, n_head=4, n_embd=256, block=256, batch=8),
 }
-POLICY = {"fp32": "fp32", "bf16": "bf16-mixed"}
-
-
-def cpu_name():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def run(a, shape, precision, fused, tmp, index):
     s = SHAPES[shape]
     spw = a.steps_per_window
-    warmup = -(-max(a.warmup, 1) // spw) * spw
+    warmup = warmup_steps(a.warmup, spw)
     sets = {
         "run.steps": warmup + a.windows * spw, "run.log_every": spw, "run.eval_every": 0,
         "checkpoint.every": 0, "precision.policy": POLICY[precision], "scaler.type": "none",
@@ -48,16 +39,8 @@ def run(a, shape, precision, fused, tmp, index):
         "data.batch_size": s["batch"], "data.eval_batch_size": s["batch"],
     }
     run_dir = os.path.join(tmp, f"{shape}-{precision}-{index}")
-    cmd = [a.mixtrain, "train", os.path.join(ROOT, "configs", "gpt-tiny-fp32.toml"),
-           "--run-dir", run_dir, "--log-level", "warn"]
-    for k, v in sets.items():
-        cmd += ["--set", f"{k}={v}"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}\n{p.stderr}")
-    records = [json.loads(l) for l in open(f"{run_dir}/metrics.jsonl") if '"loss"' in l]
-    windows = [r["samples_per_s"] for r in records if r["step"] > warmup]
-    summary = json.load(open(f"{run_dir}/summary.json"))
+    train(a.mixtrain, sets, run_dir)
+    records, windows, summary = timed_run(run_dir, warmup)
     return {"shape": shape, "precision": precision, "attention": "flash" if fused else "unfused",
             "ms_per_step": round(1e3 * s["batch"] / statistics.median(windows), 1),
             "device_peak_mib": round(records[-1]["device_peak_memory_bytes"] / 2**20, 1),

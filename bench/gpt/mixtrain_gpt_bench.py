@@ -16,25 +16,18 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from gpt_bench_runs import POLICY, ROOT, cpu_name, timed_run, train, warmup_steps
+
 SHAPES = {  # torch_gpt_bench.py's
     "tiny": dict(n_layer=4, n_head=4, n_embd=128, block=128, batch=16),
     "wide": dict(n_layer=4, n_head=8, n_embd=512, block=256, batch=8),
 }
-POLICY = {"fp32": "fp32", "bf16": "bf16-mixed"}
-GROUPS = ["GEMMs", "attention softmax", "layer norm", "classifier", "optimizer", "other"]
-
-
-def cpu_name():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
+GROUPS = ["GEMMs", "attention softmax", "attention (flash)", "layer norm", "classifier",
+          "optimizer", "other"]
+LABEL = {"attention softmax": "softmax", "attention (flash)": "flash"}  # table headers
 
 
 def run_mixtrain(a, shape, precision, steps, log_every, profile, run_dir):
@@ -52,16 +45,7 @@ def run_mixtrain(a, shape, precision, steps, log_every, profile, run_dir):
         "optimizer.adamw.lr": 3e-4, "optimizer.adamw.beta1": 0.9, "optimizer.adamw.beta2": 0.95,
         "optimizer.adamw.eps": 1e-8, "optimizer.adamw.weight_decay": 0.1,
     }
-    cmd = [a.mixtrain, "train", os.path.join(ROOT, "configs", "gpt-tiny-fp32.toml"),
-           "--run-dir", run_dir, "--log-level", "warn"]
-    for k, v in sets.items():
-        cmd += ["--set", f"{k}={v}"]
-    if profile:
-        cmd.append("--profile")
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}\n{p.stderr}")
-    return p.stdout
+    return train(a.mixtrain, sets, run_dir, profile)
 
 
 def measure(a, shape, precision):
@@ -69,12 +53,10 @@ def measure(a, shape, precision):
     with tempfile.TemporaryDirectory() as tmp:
         # The warm-up is whole windows, so every metrics record after it closes a timed window.
         spw = a.steps_per_window
-        warmup = -(-max(a.warmup, 1) // spw) * spw
+        warmup = warmup_steps(a.warmup, spw)
         steps = warmup + a.windows * spw
         run_mixtrain(a, shape, precision, steps, spw, False, f"{tmp}/timed")
-        records = [json.loads(l) for l in open(f"{tmp}/timed/metrics.jsonl") if '"loss"' in l]
-        windows = [r["samples_per_s"] for r in records if r["step"] > warmup]
-        summary = json.load(open(f"{tmp}/timed/summary.json"))
+        _, windows, summary = timed_run(f"{tmp}/timed", warmup)
         run_mixtrain(a, shape, precision, a.profile_steps + 1, a.profile_steps + 1, True,
                      f"{tmp}/profiled")
         prof = json.load(open(f"{tmp}/profiled/profile.json"))
@@ -120,7 +102,8 @@ def main():
                 if r.get("kind") == "best":
                     torch_best[(r["shape"], r["precision"])] = r
     print(f"# {'shape':<5} {'prec':<5} {'tokens/s':>9} {'ms/step':>8} {'RSS MiB':>7} "
-          + " ".join(f"{g[:8]:>8}" for g in GROUPS) + "   (breakdown: % of a profiled step)",
+          + " ".join(f"{LABEL.get(g, g)[:8]:>8}" for g in GROUPS)
+          + "   (breakdown: % of a profiled step)",
           flush=True)
     results = []
     for shape in a.shapes.split(","):
