@@ -61,7 +61,6 @@ Executor::Executor(std::shared_ptr<sdk::DeviceBackend> backend, const GraphPlan&
 Executor::LossChunking Executor::decide_loss_chunking(std::int64_t max_rows,
                                                       std::int64_t asked) const {
   LossChunking c;
-  for (auto& op : ops_) op->set_loss_chunk_rows(0);
   const TensorId root = plan_.root(plan_.logits());
   if (asked <= 0 || !root.is_node()) return c;
   const std::size_t node = root.position();
@@ -84,7 +83,10 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
                         std::int64_t loss_chunk_rows) {
   max_rows_ = max_rows;
   const InputSpec& in = plan_.input();
-  for (auto& op : ops_) op->choose_kernels(*backend_);  // what the plans below depend on
+  for (auto& op : ops_) {  // what the plans below depend on
+    op->choose_kernels(*backend_);
+    op->set_loss_chunk_rows(0);
+  }
   chunking_ = decide_loss_chunking(max_rows, loss_chunk_rows);
   const TensorId logits_root = plan_.root(plan_.logits());
   if (chunking_.rows > 0) {

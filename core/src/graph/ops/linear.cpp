@@ -156,19 +156,26 @@ std::vector<BackendNeed> LinearLayer::backend_needs(DType input) const {
   return needs;
 }
 
-void LinearLayer::forward(TensorView x, std::int64_t rows) {
-  if (blocks_.active()) return forward_block_scaled(x, rows);
-  const DType in_storage = storage_of(precision_.gemm_input);
+sdk::GemmArgs LinearLayer::forward_args(TensorView x) {
   sdk::GemmArgs g;
   if (scaler_.active()) {
     auto* stats = collect_stats_ ? &stats_ : nullptr;
     g.a = scaler_.scale(backend_, x, sdk::OperandRole::input, stats);
     g.b = scaler_.scale(backend_, weight_operand(), sdk::OperandRole::weight, stats);
   } else {
-    g.a.view = as_dtype(x, in_storage, x_scratch_);
+    g.a.view = as_dtype(x, storage_of(precision_.gemm_input), x_scratch_);
     g.b.view = weight_operand();
   }
   g.b.transpose = true;
+  if (bias_) g.bias = bias().master.view();
+  g.alpha = static_cast<float>(scale_);
+  g.compute = precision_.gemm_input;
+  return g;
+}
+
+void LinearLayer::forward(TensorView x, std::int64_t rows) {
+  if (blocks_.active()) return forward_block_scaled(x, rows);
+  sdk::GemmArgs g = forward_args(x);
   if (fused()) {
     g.c = fused_->output(rows);
     g.has_activation = true;
@@ -181,9 +188,6 @@ void LinearLayer::forward(TensorView x, std::int64_t rows) {
     materialise_output();  // a deferred output, the first time this layer runs unfused
     g.c = output(rows);
   }
-  if (bias_) g.bias = bias().master.view();
-  g.alpha = static_cast<float>(scale_);
-  g.compute = precision_.gemm_input;
   facets().call(sdk::GemmOp::gemm)->gemm(g);
 }
 
@@ -195,16 +199,10 @@ std::string LinearLayer::row_block_refusal() const {
 }
 
 void LinearLayer::forward_rows(TensorView x, TensorView y) {
-  if (!row_block_refusal().empty())
+  if (scaler_.active() || blocks_.active() || fused_ != nullptr)
     throw std::logic_error("forward_rows: node '" + name_ + "': " + row_block_refusal());
-  sdk::GemmArgs g;
-  g.a.view = as_dtype(x, storage_of(precision_.gemm_input), x_scratch_);
-  g.b.view = weight_operand();
-  g.b.transpose = true;
+  sdk::GemmArgs g = forward_args(x);
   g.c = y;
-  if (bias_) g.bias = bias().master.view();
-  g.alpha = static_cast<float>(scale_);
-  g.compute = precision_.gemm_input;
   facets().call(sdk::GemmOp::gemm)->gemm(g);
 }
 

@@ -76,6 +76,8 @@ class LinearLayer final : public Layer {
   // The weight as this layer's GEMMs read it: the (owner's) working copy, or a cast of the master
   // when a tied owner keeps its working copy in another dtype.
   sdk::TensorView weight_operand();
+  // forward's GEMM but its output: x (cast, or FP8-scaled) times Wᵀ, the bias, alpha, compute.
+  sdk::GemmArgs forward_args(sdk::TensorView x);
   void forward_block_scaled(sdk::TensorView x, std::int64_t rows);
   void backward_block_scaled(sdk::TensorView dy, sdk::TensorView dx);
 
