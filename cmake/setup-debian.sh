@@ -94,9 +94,47 @@ install_peers() {
     "ml_dtypes and PEFT interop tests fall back to their offline checks (or skip)" >&2
 }
 
+# The cuDNN frontend's C++ headers (header-only), for the CUDA backend's flash attention (cuDNN's
+# SDPA graphs): only where the CUDA backend is built (nvcc found, as CMake's AUTO finds it). They
+# ship in the PyPI wheel nvidia-cudnn-frontend, under include/; its version is pinned, and CMake
+# (plugins/backend_cuda/CMakeLists.txt) looks in the same folder. Optional: without them the CUDA
+# backend builds without flash attention and says so.
+cudnn_frontend_version=1.32.0
+cudnn_frontend_dir="${XDG_CACHE_HOME:-$HOME/.cache}/mixtrain/cudnn-frontend-$cudnn_frontend_version"
+install_cudnn_frontend() {
+  command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || return 0
+  if [[ -f "$cudnn_frontend_dir/include/cudnn_frontend.h" ]]; then
+    echo "setup: cuDNN frontend $cudnn_frontend_version headers present in $cudnn_frontend_dir"
+    return 0
+  fi
+  echo "setup: fetching the cuDNN frontend $cudnn_frontend_version headers (PyPI" \
+    "nvidia-cudnn-frontend) into $cudnn_frontend_dir"
+  local tmp
+  tmp=$(mktemp -d)
+  # A throwaway venv for its pip: Debian's python3 has none without python3-pip.
+  if /usr/bin/python3 -m venv "$tmp/venv" &&
+    "$tmp/venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps \
+      --only-binary=:all: -d "$tmp/wheel" "nvidia-cudnn-frontend==$cudnn_frontend_version" &&
+    /usr/bin/python3 - "$tmp/wheel" "$tmp/out" <<'PY'
+import pathlib, sys, zipfile
+wheel = next(pathlib.Path(sys.argv[1]).glob("*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])
+PY
+  then
+    mkdir -p "$(dirname "$cudnn_frontend_dir")"
+    rm -rf "$cudnn_frontend_dir" && mv "$tmp/out" "$cudnn_frontend_dir"
+  else
+    echo "setup: warning: could not fetch the cuDNN frontend; the CUDA backend builds without" \
+      "flash attention" >&2
+  fi
+  rm -rf "$tmp"
+}
+
 if [[ ${#missing[@]} -eq 0 && ${#missing_optional[@]} -eq 0 ]]; then
   echo "setup: all $(( ${#packages[@]} + ${#optional[@]} )) Debian packages present"
   install_peers
+  install_cudnn_frontend
   exit 0
 fi
 echo "setup: installing ${missing[*]} ${missing_optional[*]}"
@@ -118,3 +156,4 @@ if [[ ${#missing_optional[@]} -gt 0 ]]; then
     echo "setup: warning: could not install ${missing_optional[*]}; the PyTorch parity tests will skip" >&2
 fi
 install_peers
+install_cudnn_frontend

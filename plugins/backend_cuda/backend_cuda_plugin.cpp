@@ -67,7 +67,8 @@ std::unique_ptr<sdk::Component> create_cuda_backend(const sdk::Options& options,
   void* raw =
       runtime_entry()(static_cast<int>(options.get_int("device")),
                       options.get_bool("fp8_fast_accumulation") ? 1 : 0,
-                      static_cast<int>(options.get_int("gemm_autotune")), error, hint, 1024);
+                      static_cast<int>(options.get_int("gemm_autotune")),
+                      options.get_bool("deterministic_attention") ? 1 : 0, error, hint, 1024);
   if (raw == nullptr) throw sdk::BackendError(error, hint);
   std::unique_ptr<sdk::Component> backend(static_cast<sdk::DeviceBackend*>(raw));
   context.logger.debug("cuda backend on " +

@@ -1,11 +1,27 @@
 // CudaAttention: the head-layout permutes and the masked scaled softmax
-// (cuda_attention.cu). Its GEMMs (QKᵀ, PV) are gemm_strided_batched, one cuBLASLt strided-batched
-// GEMM each.
+// (cuda_attention.cu), whose GEMMs (QKᵀ, PV) are gemm_strided_batched, one cuBLASLt
+// strided-batched GEMM each; flash attention through cuDNN's SDPA graphs (cuda_sdpa_graphs.h).
+//
+// Why cuDNN's SDPA rather than a kernel of our own: on Hopper its kernels use the warp-group MMA
+// and the tensor memory accelerator (FlashAttention-3's design), which a hand-written
+// FlashAttention-2 kernel on mma.sync does not reach, and its backward has a deterministic mode;
+// it reads q, k, v and writes dq, dk, dv at any strides, so the QKV projection's output is read
+// where it is (no permutes) and nothing [T, T] is kept. It takes fp16 and bf16 only; fp32 runs
+// the unfused path, as it must keep FP32 products.
 #include "cuda_attention_facet.h"
-#include "mixtrain/sdk/support/facet_registry.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
 #include "cuda_access.h"
 #include "cuda_attention.h"
 #include "cuda_facet_checks.h"
+#include "cuda_sdpa_rules.h"
+#include "mixtrain/sdk/support/facet_registry.h"
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+#include "cuda_sdpa_graphs.h"
+#endif
 
 namespace mixtrain::backend_cuda {
 
@@ -57,6 +73,112 @@ void CudaAttention::softmax_backward(TensorView probs, TensorView dprobs,
                                        dscores.as<float>(), shape.batch, shape.rows, shape.cols,
                                        shape.causal, scale, context_.stream),
              op, "kernel launch");
+}
+
+bool CudaAttention::supports(sdk::AttentionOp op, std::span<const sdk::DType> dtypes) const {
+  if (op != sdk::AttentionOp::flash_forward && op != sdk::AttentionOp::flash_backward)
+    return sdk::AttentionFacet::supports(op, dtypes);
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+  // {qkv} or {qkv, dout}: one 16-bit dtype throughout (cuDNN's graph has one io type).
+  const std::size_t want = op == sdk::AttentionOp::flash_forward ? 1 : 2;
+  if (dtypes.size() != want || context_.sm < 80) return false;
+  for (sdk::DType t : dtypes)
+    if (t != dtypes[0] || (t != sdk::DType::bf16 && t != sdk::DType::fp16)) return false;
+  return true;
+#else
+  return false;  // built without the cuDNN frontend
+#endif
+}
+
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+namespace {
+
+sdpa::Key sdpa_key(const sdk::HeadLayout& l, sdk::DType dtype, float scale, bool deterministic) {
+  return {l.batch, l.tokens, l.heads, l.head_dim, dtype, scale, deterministic};
+}
+
+void require_aligned(const char* op, const char* name, const void* p) {
+  if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
+    fail(op, std::string(name) + " is not 16-byte aligned, which cuDNN's flash attention needs",
+         "pass whole tensors from the backend's allocator (they are 256-byte aligned)");
+}
+
+}  // namespace
+#endif
+
+void CudaAttention::flash_forward(TensorView qkv, const sdk::HeadLayout& layout, float scale,
+                                  TensorView out, TensorView lse) {
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+  context_.activate();
+  constexpr const char* op = "flash_forward";
+  checks().flash_forward(qkv, layout, out, lse);
+  if (layout.batch == 0 || layout.tokens == 0) return;
+  const std::string why =
+      sdpa::static_refusal(layout.tokens, layout.head_dim, qkv.dtype, context_.sm);
+  if (!why.empty()) fail(op, why, "run the attention unfused (node option fused = false)");
+  require_aligned(op, "qkv", qkv.data);
+  require_aligned(op, "out", out.data);
+  SdpaState& st = context_.sdpa_state();
+  cudnnHandle_t handle = st.handle.get(context_.stream, op);
+  const sdpa::Key key = sdpa_key(layout, qkv.dtype, scale, context_.deterministic_attention);
+  const auto bytes = static_cast<std::size_t>(st.graphs.workspace_bytes(key, handle, op));
+  void* ws = bytes > 0 ? st.workspace.get(bytes, context_.stream, op) : nullptr;
+  context_.account_buffers();
+  st.graphs.forward(key, handle, qkv.data, out.data, lse.as<float>(), ws, op);
+#else
+  sdk::AttentionFacet::flash_forward(qkv, layout, scale, out, lse);
+#endif
+}
+
+void CudaAttention::flash_backward(TensorView qkv, TensorView out, TensorView dout, TensorView lse,
+                                   const sdk::HeadLayout& layout, float scale, TensorView dqkv) {
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+  context_.activate();
+  constexpr const char* op = "flash_backward";
+  checks().flash_backward(qkv, out, dout, lse, layout, dqkv);
+  if (layout.batch == 0 || layout.tokens == 0) return;
+  if (dout.dtype != qkv.dtype)
+    fail(op,
+         "dout is " + std::string(sdk::dtype_name(dout.dtype)) + " but qkv is " +
+             std::string(sdk::dtype_name(qkv.dtype)) + ": cuDNN's graph reads one dtype",
+         "cast dout to qkv's dtype first (supports() answers no for mixed dtypes)");
+  const std::string why =
+      sdpa::static_refusal(layout.tokens, layout.head_dim, qkv.dtype, context_.sm);
+  if (!why.empty()) fail(op, why, "run the attention unfused (node option fused = false)");
+  require_aligned(op, "qkv", qkv.data);
+  require_aligned(op, "out", out.data);
+  require_aligned(op, "dout", dout.data);
+  require_aligned(op, "dqkv", dqkv.data);
+  SdpaState& st = context_.sdpa_state();
+  cudnnHandle_t handle = st.handle.get(context_.stream, op);
+  const sdpa::Key key = sdpa_key(layout, qkv.dtype, scale, context_.deterministic_attention);
+  const auto bytes = static_cast<std::size_t>(st.graphs.workspace_bytes(key, handle, op));
+  void* ws = bytes > 0 ? st.workspace.get(bytes, context_.stream, op) : nullptr;
+  context_.account_buffers();
+  st.graphs.backward(key, handle, qkv.data, out.data, dout.data, lse.as<const float>(), dqkv.data,
+                     ws, op);
+#else
+  sdk::AttentionFacet::flash_backward(qkv, out, dout, lse, layout, scale, dqkv);
+#endif
+}
+
+std::string CudaAttention::flash_refusal(const sdk::HeadLayout& layout, sdk::DType dtype) const {
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+  std::string why = sdpa::static_refusal(layout.tokens, layout.head_dim, dtype, context_.sm);
+  if (!why.empty()) return why;
+  // Whether cuDNN builds both graphs, for one sequence (batch 0): its kernels' limits are in the
+  // sequence length and head shape, not the batch. The scale is the one the host uses, 1/√D.
+  constexpr const char* op = "flash_refusal";
+  SdpaState& st = context_.sdpa_state();
+  const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(layout.head_dim)));
+  why = st.graphs.refusal(sdpa_key(layout, dtype, scale, context_.deterministic_attention),
+                          st.handle.get(context_.stream, op));
+  return why.empty() ? why : "cuDNN declines its SDPA graphs: " + why;
+#else
+  (void)layout;
+  (void)dtype;
+  return "the CUDA backend was built without the cuDNN frontend";
+#endif
 }
 
 // The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).

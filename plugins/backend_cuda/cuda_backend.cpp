@@ -23,8 +23,10 @@ sdk::OptionSchema CudaBackend::option_schema() {
   return cuda_backend_option_schema();
 }
 
-CudaBackend::CudaBackend(int device, bool fp8_fast_accumulation, int gemm_autotune)
-    : context_(device, fp8_fast_accumulation, gemm_autotune), facets_(sdk::make_facets(context_)) {}
+CudaBackend::CudaBackend(int device, bool fp8_fast_accumulation, int gemm_autotune,
+                         bool deterministic_attention)
+    : context_(device, fp8_fast_accumulation, gemm_autotune, deterministic_attention),
+      facets_(sdk::make_facets(context_)) {}
 
 CudaBackend::~CudaBackend() = default;
 

@@ -52,7 +52,8 @@ class CudaBackend final : public sdk::DeviceBackend {
   // fp8_fast_accumulation: CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 GEMMs (option of the
   // same name). gemm_autotune: GemmTuning::autotune_candidates (option of the same name; 0 or 1:
   // off).
-  explicit CudaBackend(int device = 0, bool fp8_fast_accumulation = false, int gemm_autotune = 0);
+  explicit CudaBackend(int device = 0, bool fp8_fast_accumulation = false, int gemm_autotune = 0,
+                       bool deterministic_attention = true);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;

@@ -21,18 +21,25 @@ inline sdk::OptionSchema cuda_backend_option_schema() {
               "2: at a shape's first run, time the heuristic's first N algorithms on the real "
               "operands and keep the fastest (like cudnn.benchmark; 8 is a good N)")
               .at_least(0)
-              .at_most(64)};
+              .at_most(64),
+          sdk::OptionSpec::boolean(
+              "deterministic_attention", true,
+              "flash attention's backward (cuDNN's SDPA) on its deterministic kernels: the same "
+              "bits on every run, which bit-exact resume needs; false lets cuDNN pick its "
+              "faster kernels that accumulate dq with atomics")};
 }
 
-// The runtime library's entry point: builds a CudaBackend on `device` (fp8_fast_accumulation: 0 or
-// 1; gemm_autotune: the option's value), or returns null and writes the reason (CUDA's error text)
-// and a hint into `error` and `hint` (each `size` bytes, NUL-terminated, truncated). C linkage and
-// no exceptions across the dlopen boundary; the module and the runtime library are built
-// together, so this signature is private. The symbol's name changes with the signature, so a
-// stale runtime library is refused by name instead of being called with the wrong arguments.
+// The runtime library's entry point: builds a CudaBackend on `device` (fp8_fast_accumulation and
+// deterministic_attention: 0 or 1; gemm_autotune: the option's value), or returns null and writes
+// the reason (CUDA's error text) and a hint into `error` and `hint` (each `size` bytes,
+// NUL-terminated, truncated). C linkage and no exceptions across the dlopen boundary; the module
+// and the runtime library are built together, so this signature is private. The symbol's name
+// changes with the signature, so a stale runtime library is refused by name instead of being called
+// with the wrong arguments.
 using CreateCudaBackendFn = void* (*)(int device, int fp8_fast_accumulation, int gemm_autotune,
-                                      char* error, char* hint, unsigned long size);
-inline constexpr const char* kCreateCudaBackendSymbol = "mixtrain_backend_cuda_create_v2";
+                                      int deterministic_attention, char* error, char* hint,
+                                      unsigned long size);
+inline constexpr const char* kCreateCudaBackendSymbol = "mixtrain_backend_cuda_create_v3";
 inline constexpr const char* kCudaRuntimeLibrary = "backend_cuda/libmixtrain_backend_cuda_runtime.so";
 
 }  // namespace mixtrain::backend_cuda

@@ -12,6 +12,9 @@
 #ifdef MIXTRAIN_HAVE_CUDNN
 #include "cuda_conv_plans.h"
 #endif
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+#include "cuda_sdpa_graphs.h"
+#endif
 
 namespace mixtrain::backend_cuda {
 
@@ -42,8 +45,9 @@ int CudaContext::device_count() {
   return count;
 }
 
-CudaContext::CudaContext(int device_index, bool fp8_fast_accumulation, int gemm_autotune)
-    : device(device_index) {
+CudaContext::CudaContext(int device_index, bool fp8_fast_accumulation, int gemm_autotune,
+                         bool deterministic_attention_option)
+    : device(device_index), deterministic_attention(deterministic_attention_option) {
   if (device < 0)
     fail("create", "device = " + std::to_string(device) + " is negative",
          "use a device index >= 0 (0 is the first GPU)");
@@ -115,6 +119,9 @@ CudaContext::~CudaContext() {
   activate();
   if (stream != nullptr) cudaStreamSynchronize(stream);
   staging.release();
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+  sdpa.reset();
+#endif
 #ifdef MIXTRAIN_HAVE_CUDNN
   conv.reset();
 #endif
@@ -130,11 +137,15 @@ void CudaContext::activate() const {
   if (cudaGetDevice(&current) != cudaSuccess || current != device) cudaSetDevice(device);
 }
 
-std::size_t CudaContext::conv_bytes() const {
+std::size_t CudaContext::cudnn_bytes() const {
+  std::size_t bytes = 0;
 #ifdef MIXTRAIN_HAVE_CUDNN
-  if (conv) return conv->device_bytes();
+  if (conv) bytes += conv->device_bytes();
 #endif
-  return 0;
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+  if (sdpa) bytes += sdpa->device_bytes();
+#endif
+  return bytes;
 }
 
 void CudaContext::account_buffers() {
@@ -142,7 +153,7 @@ void CudaContext::account_buffers() {
   // scratch is, as the CPU backend counts its GEMM scratch.
   const std::size_t now = gemm->device_bytes() - gemm->workspace_bytes() +
                           block_gemm->device_bytes() + tables.capacity() + partial.capacity() +
-                          partial2.capacity() + flags.capacity() + conv_bytes();
+                          partial2.capacity() + flags.capacity() + cudnn_bytes();
   if (now == buffer_bytes_) return;
   allocator.account_external(static_cast<std::ptrdiff_t>(now) -
                              static_cast<std::ptrdiff_t>(buffer_bytes_));
@@ -232,6 +243,9 @@ void CudaContext::free_retired_scratch() noexcept {
   if (conv)
     for (DeviceScratch* s : {&conv->workspace, &conv->a, &conv->b, &conv->out}) s->free_retired();
 #endif
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+  if (sdpa) sdpa->workspace.free_retired();
+#endif
 }
 
 #ifdef MIXTRAIN_HAVE_CUDNN
@@ -248,6 +262,20 @@ ConvState& CudaContext::conv_state() {
     }
   }
   return *conv;
+}
+#endif
+
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+SdpaState& CudaContext::sdpa_state() {
+  if (!sdpa) {
+    sdpa = std::make_unique<SdpaState>();
+    sdpa->workspace.set_out_of_memory_hook([this] {
+      cudaStreamSynchronize(stream);
+      allocator.release_cached();
+    });
+    sdpa->workspace.set_graph_guard(&live_graphs);
+  }
+  return *sdpa;
 }
 #endif
 
@@ -292,6 +320,11 @@ sdk::BackendCapabilities CudaContext::capabilities() const {
   caps.features.push_back("cuda_driver_" + std::to_string(driver / 1000) + "." +
                           std::to_string(driver % 1000 / 10));
   caps.features.push_back("cublasLt_" + std::to_string(cublasLtGetVersion()));
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+  // The frontend is header-only: its version is the one built against.
+  if (sm >= 80)
+    caps.features.push_back("flash_attention_cudnn_frontend_" MIXTRAIN_CUDNN_FRONTEND_VERSION);
+#endif
   return caps;
 }
 

@@ -1,7 +1,8 @@
 // CudaContext: the device state every part of the CUDA backend shares — the device and what it
 // is, the one stream, the caching allocator, the cuBLASLt engine, grow-only scratch, the pinned
 // staging slots, the device-side error records of the label and id checks, and the cuDNN state of
-// the convolutions. CudaBackend owns one; each facet object holds a reference to it.
+// the convolutions and of flash attention. CudaBackend owns one; each facet object holds a
+// reference to it.
 //
 // Contract
 // - Construction selects `device` and throws sdk::BackendError carrying CUDA's own error text when
@@ -18,8 +19,9 @@
 //   scatter_add) leaves it in a device record and sets labels_pending / ids_pending; sync() raises
 //   it as sdk::BackendError after waiting for the stream.
 // - Memory statistics: account_buffers() folds growth of the context's own buffers (grow-only
-//   scratch, the convolution's workspace) into the allocator's count; the fixed cuBLASLt workspace
-//   is not counted. buffer_bytes() is what was folded in, the scratch facet's figure.
+//   scratch, the convolution's and flash attention's workspaces) into the allocator's count; the
+//   fixed cuBLASLt workspace is not counted. buffer_bytes() is what was folded in, the scratch
+//   facet's figure.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -44,11 +46,14 @@ namespace mixtrain::backend_cuda {
 class GemmEngine;             // cuda_gemm.h
 class BlockScaledGemmEngine;  // cuda_block_scaled_gemm.h
 struct ConvState;  // cuda_conv_plans.h
+struct SdpaState;  // cuda_sdpa_graphs.h
 
 class CudaContext {
  public:
-  // fp8_fast_accumulation and gemm_autotune configure the GEMM engine (options of the same names).
-  CudaContext(int device, bool fp8_fast_accumulation, int gemm_autotune);
+  // fp8_fast_accumulation and gemm_autotune configure the GEMM engine, deterministic_attention
+  // flash attention's backward (options of the same names).
+  CudaContext(int device, bool fp8_fast_accumulation, int gemm_autotune,
+              bool deterministic_attention = true);
   ~CudaContext();
   CudaContext(const CudaContext&) = delete;
   CudaContext& operator=(const CudaContext&) = delete;
@@ -84,11 +89,15 @@ class CudaContext {
   kernels::ErrorRecord* id_record(const char* op);
   // Frees scratch that recorded graphs kept alive; call with the stream idle and no graph left.
   void free_retired_scratch() noexcept;
-  // The convolution's scratch (0 before the first convolution).
-  std::size_t conv_bytes() const;
+  // cuDNN scratch: the convolution's and flash attention's (0 before either runs).
+  std::size_t cudnn_bytes() const;
 #ifdef MIXTRAIN_HAVE_CUDNN
   // Created by the first convolution (cuDNN's handle loads its engine libraries).
   ConvState& conv_state();
+#endif
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+  // Created by the first flash-attention call or plan-time check.
+  SdpaState& sdpa_state();
 #endif
 
   // --- the device --------------------------------------------------------------------------
@@ -97,6 +106,7 @@ class CudaContext {
   int multiprocessors = 0;
   std::string device_name;
   std::size_t total_memory = 0;
+  const bool deterministic_attention;
 
   // --- shared state (declaration order is destruction order, reversed) ---------------------
   cudaStream_t stream = nullptr;  // every op is enqueued on it, in call order
@@ -114,6 +124,9 @@ class CudaContext {
   int live_graphs = 0;
 #ifdef MIXTRAIN_HAVE_CUDNN
   std::unique_ptr<ConvState> conv;
+#endif
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+  std::unique_ptr<SdpaState> sdpa;
 #endif
 
  private:

@@ -886,6 +886,10 @@ TEST_P(Conformance, FlashAttentionForwardAndBackwardAgainstADoubleReference) {
       if (!tested_attention->supports(sdk::AttentionOp::flash_forward, fwd) ||
           !tested_attention->supports(sdk::AttentionOp::flash_backward, bwd))
         continue;
+      // 1.2: a shape the backend's fused kernel has no variant for (the host runs it unfused).
+      if (tested_attention->version() >= sdk::FacetVersion{1, 2} &&
+          !tested_attention->flash_refusal({0, c.tokens, c.heads, c.head_dim, 3, 0, 0}, dt).empty())
+        continue;
       const std::string what = std::string(sdk::dtype_name(dt)) + " N " + std::to_string(c.batch) +
                                " T " + std::to_string(c.tokens) + " H " + std::to_string(c.heads) +
                                " D " + std::to_string(c.head_dim);
@@ -910,15 +914,21 @@ TEST_P(Conformance, FlashAttentionForwardAndBackwardAgainstADoubleReference) {
                                       lse.tested->view());
       tested_attention->flash_backward(qkv.tested->view(), out.tested->view(), dout.tested->view(),
                                        lse.tested->view(), l, scale, dqkv.tested->view());
-      // One rounding of the output (half an ulp of dt) over FP32 sums of about T + D terms; the
-      // gradients add a rounding of their own, and D_i = Σ dO·O reads the rounded output (half
-      // an ulp each), over a chain of four such sums.
+      // One rounding of the output (half an ulp of dt) over FP32 sums of about T + D terms, and
+      // one of the probabilities before P·v, which the contract lets a Tensor Core kernel make
+      // (FlashAttention does; exact for fp32, half an ulp of dt otherwise). The gradients add a
+      // rounding of their own and one of the score gradient before its products with q and k,
+      // and D_i = Σ dO·O reads the rounded output (half an ulp each), over a chain of four such
+      // sums.
       const double fp32_sums = static_cast<double>(c.tokens + c.head_dim) * 0x1p-24;
-      EXPECT_LE(relative_difference(tested_values(out), want.out), ulp(dt) / 2 + fp32_sums)
+      const double intermediate = dt == DType::fp32 ? 0.0 : ulp(dt) / 2;
+      EXPECT_LE(relative_difference(tested_values(out), want.out),
+                ulp(dt) / 2 + intermediate + fp32_sums)
           << "flash_forward out, " << what;
       EXPECT_LE(relative_difference(tested_values(lse), want.lse), 1e-6 + fp32_sums)
           << "flash_forward lse, " << what;
-      EXPECT_LE(relative_difference(tested_values(dqkv), want.dqkv), ulp(dt) + 4 * fp32_sums)
+      EXPECT_LE(relative_difference(tested_values(dqkv), want.dqkv),
+                ulp(dt) + 2 * intermediate + 4 * fp32_sums)
           << "flash_backward dqkv, " << what;
       // Deterministic: the same call again gives the same bits.
       auto again = zeros(qkv_shape, dt);

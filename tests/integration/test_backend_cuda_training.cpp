@@ -223,5 +223,53 @@ TEST_F(CudaPredict, GivesTheCpuLogitsOfOneCheckpoint) {
     EXPECT_NEAR(gpu.values[i], cpu.values[i], 1e-4 * scale) << "logit " << i;
 }
 
+// Flash attention on the CUDA backend (cuDNN's SDPA) against its unfused attention (head permutes,
+// batched GEMMs, an FP32 softmax), 30 bf16-mixed steps of the tiny GPT (head dimension 32): the
+// two round differently (flash rounds P to bf16 before P·v inside cuDNN, the unfused path before
+// its batched GEMM; the sums run in other orders), so each loss agrees within what bf16 rounding
+// lets drift, as CudaTraining's bound for the tiny GPT in bf16. The profile shows each run took
+// its path, and the deterministic backward (the default) gives the same losses on a second run,
+// bit for bit.
+using CudaFlashAttention = CliTest;
+
+TEST_F(CudaFlashAttention, TrainsTheUnfusedLossesAndRepeatsItself) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+    GTEST_SKIP() << "no CUDA device here: cuDNN's flash attention needs a GPU";
+  const std::string args = "train " + config("gpt-tiny-bf16.toml") +
+                           " --set backend.type=cuda --set run.steps=30 --set run.log_every=1"
+                           " --set run.eval_every=0 --set run.underflow_every=0"
+                           " --set checkpoint.every=0 --profile --run-dir ";
+  auto losses = [&](const std::string& name, const std::string& sets) {
+    auto r = run(args + (dir_ / name).string() + sets);
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    std::vector<double> out;
+    for (const auto& rec : records(dir_ / name / "metrics.jsonl"))
+      if (rec.contains("loss") && rec.contains("step")) out.push_back(rec["loss"].get<double>());
+    return out;
+  };
+  auto calls = [&](const std::string& name, const std::string& op) -> std::int64_t {
+    const json p = json::parse(slurp(dir_ / name / "profile.json"));
+    for (const auto& e : p["entries"])
+      if (e["scope"] == "attention" && e["op"] == op) return e["calls"].get<std::int64_t>();
+    return 0;
+  };
+  const auto flash = losses("flash", "");
+  const auto again = losses("again", "");
+  const auto unfused = losses("unfused", " --set model.gpt.fused_attention=false");
+  ASSERT_EQ(flash.size(), 30u);
+  ASSERT_EQ(unfused.size(), 30u);
+  EXPECT_GT(calls("flash", "flash_forward"), 0) << "the CUDA run did not take flash attention";
+  EXPECT_GT(calls("flash", "flash_backward"), 0);
+  EXPECT_EQ(calls("flash", "softmax_forward"), 0);
+  EXPECT_GT(calls("unfused", "softmax_forward"), 0);
+  for (std::size_t i = 0; i < flash.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(flash[i])) << "step " << i + 1;
+    const double tol = (i < 5 ? 1e-2 : 5e-2) * std::max(1.0, std::abs(unfused[i]));
+    EXPECT_NEAR(flash[i], unfused[i], tol) << "step " << i + 1;
+  }
+  EXPECT_EQ(again, flash) << "the deterministic flash backward gave other losses on a second run";
+}
+
 }  // namespace
 }  // namespace mixtrain::test

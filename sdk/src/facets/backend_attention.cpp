@@ -65,4 +65,8 @@ void AttentionFacet::flash_backward(TensorView, TensorView, TensorView, TensorVi
       "a backend that offers it (the CPU backend)");
 }
 
+std::string AttentionFacet::flash_refusal(const HeadLayout&, DType) const {
+  return {};
+}
+
 }  // namespace mixtrain::sdk

@@ -132,6 +132,14 @@ std::string AttentionLayer::unfused_reason(sdk::DeviceBackend& backend) const {
     return "its activations are stored in " + std::string(sdk::dtype_name(act)) +
            " but its GEMMs read " + std::string(sdk::dtype_name(g)) +
            " (flash attention reads and writes one dtype)";
+  // 1.2: a shape the backend's fused kernel has no variant for (batch 0: any batch).
+  if (f->version() >= sdk::FacetVersion{1, 2}) {
+    const std::string refusal = f->flash_refusal({0, tokens_, heads_, head_dim_, 3, 0, 0}, g);
+    if (!refusal.empty())
+      return "the backend's flash attention cannot take " + std::to_string(tokens_) +
+             " tokens of " + std::to_string(heads_) + " heads of " + std::to_string(head_dim_) +
+             " in " + std::string(sdk::dtype_name(g)) + ": " + refusal;
+  }
   return {};
 }
 

@@ -19,12 +19,16 @@
 //   says yes, and otherwise runs the permutes, batched GEMMs and softmax above. dtypes:
 //   flash_forward {qkv}, flash_backward {qkv, dout} (fp32, bf16, fp16); lse and the softmax math
 //   are FP32.
+// - 1.2 appended flash_refusal: the shapes (head dimension, sequence length) a backend's fused
+//   kernel has no variant for, asked at plan time; the default refuses none. The host calls it
+//   only when version() >= 1.2.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "mixtrain/sdk/facet.h"
@@ -75,7 +79,7 @@ struct SoftmaxShape {
 class MIXTRAIN_SDK_API AttentionFacet : public Facet {
  public:
   using Op = AttentionOp;
-  static constexpr FacetVersion kVersion{1, 1};
+  static constexpr FacetVersion kVersion{1, 2};
   static constexpr std::string_view kName = "attention";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
@@ -103,7 +107,11 @@ class MIXTRAIN_SDK_API AttentionFacet : public Facet {
   // --- 1.1 ---------------------------------------------------------------------------------------
   // Causal attention in one op. qkv [N, T, 3, H, D] token-major (layout.parts == 3, head_tokens 0,
   // head_offset 0: the fused QKV projection's output as it is); query i sees keys j <= i.
-  // out [N, T, H, D] in qkv's dtype = softmax(scale·q·kᵀ)·v, computed in FP32 and rounded once;
+  // out [N, T, H, D] in qkv's dtype = softmax(scale·q·kᵀ)·v, the scores and sums in FP32,
+  // rounded once into out; a 16-bit qkv's Tensor Core kernel may also round the probabilities to
+  // qkv's dtype before their product with v (and the backward the score gradient before its
+  // products with q and k), as FlashAttention does: one more rounding per product, which the
+  // conformance suite's bound allows;
   // lse fp32 [N, H, T] = log Σ_{j<=i} exp(scale·q_i·k_j) (natural log, the row max folded in),
   // all the backward keeps of the softmax. out and lse overlap nothing.
   // Default: BackendError (this backend does not offer flash attention).
@@ -116,6 +124,16 @@ class MIXTRAIN_SDK_API AttentionFacet : public Facet {
   // Default: BackendError.
   virtual void flash_backward(TensorView qkv, TensorView out, TensorView dout, TensorView lse,
                               const HeadLayout& layout, float scale, TensorView dqkv);
+
+  // --- 1.2 ---------------------------------------------------------------------------------------
+  // Why flash_forward / flash_backward cannot take attention of `layout` (its tokens, heads and
+  // head_dim; parts 3; batch 0, meaning any batch) with qkv and dout in `dtype`, or "" when they
+  // can. The host asks once per attention node at plan time, after supports() said yes for the
+  // dtypes, and runs the unfused path when the answer is not empty, logging it once: a head
+  // dimension or sequence length the fused kernel has no variant for is a fallback, never an
+  // error. May do one-time work (a backend may build its kernels' plans for the shape to know).
+  // Default: "" (every layout the 1.1 ops accept).
+  virtual std::string flash_refusal(const HeadLayout& layout, DType dtype) const;
 
  protected:
   ~AttentionFacet() override;  // not owned through the facet: the backend is

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "config/model_presets.h"
@@ -136,6 +138,85 @@ TEST(TransformerOps, AttentionRunsUnfusedOnABackendWithoutFlash) {
   EXPECT_TRUE(flash.flash());
   EXPECT_TRUE(flash.backward_reads_inputs());
   EXPECT_TRUE(flash.backward_reads_output());
+}
+
+// The CPU backend whose flash attention (attention facet 1.2) has no kernel for a head dimension
+// above 4: a fused kernel with a shape limit, as cuDNN's has.
+class HeadDimLimitedAttention final : public sdk::AttentionFacet {
+ public:
+  explicit HeadDimLimitedAttention(sdk::AttentionFacet& in) : in_(in) {}
+  bool supports(sdk::AttentionOp op, std::span<const DType> dtypes) const override {
+    return in_.supports(op, dtypes);
+  }
+  void split_heads(sdk::TensorView x, const sdk::HeadLayout& l, sdk::TensorView y) override {
+    in_.split_heads(x, l, y);
+  }
+  void merge_heads(sdk::TensorView y, const sdk::HeadLayout& l, sdk::TensorView x) override {
+    in_.merge_heads(y, l, x);
+  }
+  void softmax_forward(sdk::TensorView s, const sdk::SoftmaxShape& shape, float scale,
+                       sdk::TensorView p) override {
+    in_.softmax_forward(s, shape, scale, p);
+  }
+  void softmax_backward(sdk::TensorView p, sdk::TensorView dp, const sdk::SoftmaxShape& shape,
+                        float scale, sdk::TensorView ds) override {
+    in_.softmax_backward(p, dp, shape, scale, ds);
+  }
+  void flash_forward(sdk::TensorView qkv, const sdk::HeadLayout& l, float scale,
+                     sdk::TensorView out, sdk::TensorView lse) override {
+    in_.flash_forward(qkv, l, scale, out, lse);
+  }
+  void flash_backward(sdk::TensorView qkv, sdk::TensorView out, sdk::TensorView dout,
+                      sdk::TensorView lse, const sdk::HeadLayout& l, float scale,
+                      sdk::TensorView dqkv) override {
+    in_.flash_backward(qkv, out, dout, lse, l, scale, dqkv);
+  }
+  std::string flash_refusal(const sdk::HeadLayout& l, DType dtype) const override {
+    asked.push_back(l);
+    asked_dtype = dtype;
+    return l.head_dim > 4 ? "no kernel for a head dimension above 4" : "";
+  }
+  mutable std::vector<sdk::HeadLayout> asked;
+  mutable DType asked_dtype = DType::bf16;
+
+ private:
+  sdk::AttentionFacet& in_;
+};
+class HeadDimLimitedBackend final : public test_support::ForwardingBackend {
+ public:
+  sdk::Facet* find_facet(std::string_view name) override {
+    return name == sdk::AttentionFacet::kName ? &facet : in_->find_facet(name);
+  }
+  HeadDimLimitedAttention facet{*sdk::facet<sdk::AttentionFacet>(*cpu())};
+};
+
+TEST(TransformerOps, AShapeTheFlashKernelRefusesRunsUnfused) {
+  auto be = std::make_shared<HeadDimLimitedBackend>();
+  // Width 8 in 2 heads (D = 4): fused. Width 16 in 2 heads (D = 8): refused, so unfused, with the
+  // same values as the unfused path.
+  AttentionLayer fits("attn", 7, 8, 2);
+  fits.choose_kernels(*be);
+  EXPECT_TRUE(fits.flash());
+  ASSERT_EQ(be->facet.asked.size(), 1u);
+  const sdk::HeadLayout asked = be->facet.asked[0];
+  EXPECT_EQ(asked.batch, 0);  // any batch: the plan has no batch yet
+  EXPECT_EQ(asked.tokens, 7);
+  EXPECT_EQ(asked.heads, 2);
+  EXPECT_EQ(asked.head_dim, 4);
+  EXPECT_EQ(asked.parts, 3);
+  EXPECT_EQ(be->facet.asked_dtype, DType::fp32);
+  AttentionLayer refused("attn", 7, 16, 2), unfused("attn", 7, 16, 2, false);
+  const AttentionPass a = attention_pass(refused, be, 14);
+  const AttentionPass b = attention_pass(unfused, cpu(), 14);
+  EXPECT_FALSE(refused.flash());
+  EXPECT_FALSE(refused.backward_reads_inputs());
+  EXPECT_EQ(a.y, b.y);
+  EXPECT_EQ(a.dx, b.dx);
+  // A node that asks for the unfused path never asks the backend.
+  be->facet.asked.clear();
+  AttentionLayer off("attn", 7, 8, 2, false);
+  off.choose_kernels(*be);
+  EXPECT_TRUE(be->facet.asked.empty());
 }
 
 TEST(TransformerOps, AttentionWithOneHeadAndOneToken) {
