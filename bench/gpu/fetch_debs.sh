@@ -115,8 +115,21 @@ mv "$WORK"/debs/*.deb "$DEST"/
       $(( $(stat -c %s "$f") / 1024 ))
   done
 } >"$DEST/MANIFEST.txt"
+# The cuDNN frontend's headers (flash attention; not a Debian package): the copy
+# cmake/setup-debian.sh unpacked from the PyPI wheel, carried as they are. run_h200.sh points CMake
+# at them; without them the kit builds the CUDA backend without flash attention, as CMake says.
+fe_src=$(ls -d "${XDG_CACHE_HOME:-$HOME/.cache}"/mixtrain/cudnn-frontend-* 2>/dev/null | sort -V | tail -1 || true)
+rm -rf "$DEST/cudnn-frontend"
+if [[ -n $fe_src && -f $fe_src/include/cudnn_frontend.h ]]; then
+  cp -r "$fe_src" "$DEST/cudnn-frontend"
+  echo "cudnn-frontend (headers)                 ${fe_src##*cudnn-frontend-}                   $(( $(du -sb "$DEST/cudnn-frontend" | cut -f1) / 1024 )) KiB" >>"$DEST/MANIFEST.txt"
+else
+  echo "fetch_debs: WARNING: no cuDNN frontend headers under ${XDG_CACHE_HOME:-$HOME/.cache}/mixtrain" \
+    "(bash cmake/setup-debian.sh fetches them): the kit builds without flash attention" >&2
+fi
 cat "$DEST/MANIFEST.txt"
 total=$(du -cb "$DEST"/*.deb | tail -1 | cut -f1)
+[[ -d $DEST/cudnn-frontend ]] && total=$((total + $(du -sb "$DEST/cudnn-frontend" | cut -f1)))
 unpacked=$(du -sb "$WORK/root" | cut -f1)
 awk -v n="$(ls "$DEST"/*.deb | wc -l)" -v t="$total" -v u="$unpacked" -v d="$DEST" -v m="$MAX_MIB" \
   'BEGIN { printf "fetch_debs: %d .debs, %.1f MiB in %s (unpacked %.0f MiB); limit %d MiB\n", n, t / 1048576, d, u / 1048576, m }'
