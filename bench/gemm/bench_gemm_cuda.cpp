@@ -169,7 +169,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<CudaBackend> owned;
   try {
     CudaBackend::device_count();  // throws with CUDA's own text when there is no usable device
-    owned = std::make_unique<CudaBackend>(device, fp8_fast_accum, gemm_autotune);
+    owned = std::make_unique<CudaBackend>(mixtrain::backend_cuda::CudaOptions{
+        .device = device, .fp8_fast_accumulation = fp8_fast_accum, .gemm_autotune = gemm_autotune});
   } catch (const std::exception& e) {
     std::string reason = e.what();
     for (char& c : reason)

@@ -90,7 +90,7 @@ export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-
 export RN_POLICIES=${RN_POLICIES:-bf16 fp32 bf16+tune} RN_TORCH=${RN_TORCH:-bf16 fp32}
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-30} GPT_LOG_EVERY=${GPT_LOG_EVERY:-5}
-export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block bf16+whole bf16+graphs bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
+export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+graphs bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
 export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8}
 export ROOT HERE
@@ -251,15 +251,20 @@ EOF
     cudnn_root=$("$PYTHON" -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null || true)
   fi
   echo "cuDNN root hint: ${cudnn_root:-none (the toolkit's and the system's directories only)}"
+  # The cuDNN frontend's headers (flash attention), carried in .debs by fetch_debs.sh.
+  local fe_root=""
+  [[ -f $DEBS/cudnn-frontend/include/cudnn_frontend.h ]] && fe_root="$DEBS/cudnn-frontend"
+  echo "cuDNN frontend: ${fe_root:-not carried (the CUDA backend builds without flash attention)}"
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     ${cudnn_root:+-DMIXTRAIN_CUDNN_ROOT="$cudnn_root"} \
+    ${fe_root:+-DMIXTRAIN_CUDNN_FRONTEND_ROOT="$fe_root"} \
     -DCMAKE_CXX_COMPILER="$DEBROOT/wrap/c++" -DCMAKE_CUDA_HOST_COMPILER="$real_cxx" \
     -DProtobuf_PROTOC_EXECUTABLE="$DEBROOT/wrap/protoc" \
     -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST \
     -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS" -DMIXTRAIN_WITH_CUDA=ON \
     -DCMAKE_PREFIX_PATH="$DEBROOT/usr;$LIBDIR/cmake" \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DCMAKE_MAKE_PROGRAM="$(command -v ninja)" ${CMAKE_EXTRA_ARGS:-}
-  grep -i "cudnn" "$STATE/configure.log" 2>/dev/null | tail -2
+  grep -i "cudnn" "$STATE/configure.log" 2>/dev/null | tail -3
   echo "--- where each package was found:"
   grep -E '^[A-Za-z0-9_]+_(DIR|INCLUDE_DIR|LIBRARY|LIBRARY_RELEASE):[A-Z]+=' "$BUILD/CMakeCache.txt" |
     grep -vE '^(CUDA_|CUDAToolkit_|CMAKE_)' || true
@@ -421,14 +426,19 @@ model_run() {
   shift 3
   case $job in
     mixtrain:*)
-      # <policy>[+graphs][+tune][+whole]: run.step_graphs = true; the cuda backend's
-      # gemm_autotune = 8; the logits computed whole (model.loss_chunk_rows = 0: the chunked
-      # loss's A/B).
+      # <policy>[+graphs][+tune][+whole][+unfused][+nondet][+realign]: run.step_graphs = true;
+      # the cuda backend's gemm_autotune = 8; the logits computed whole (model.loss_chunk_rows =
+      # 0: the chunked loss's A/B); the unfused attention (flash's A/B); cuDNN's non-deterministic
+      # flash backward (deterministic_attention = false: what determinism costs); the LM head's
+      # GEMMs on padded rows (gemm_realign = true).
       p=${job#mixtrain:}
       local variant=() base=${p%%+*}
       [[ $p == *+graphs* ]] && variant+=(--set run.step_graphs=true)
       [[ $p == *+tune* ]] && variant+=(--set backend.cuda.gemm_autotune=8)
       [[ $p == *+whole* ]] && variant+=(--set model.loss_chunk_rows=0)
+      [[ $p == *+unfused* ]] && variant+=(--set model.gpt.fused_attention=false)
+      [[ $p == *+nondet* ]] && variant+=(--set backend.cuda.deterministic_attention=false)
+      [[ $p == *+realign* ]] && variant+=(--set backend.cuda.gemm_realign=true)
       LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 20 "$MIXTRAIN_BIN" check "$config" "$@" "${variant[@]}" \
         --set "precision.policy=$(policy_name "$base")" >"$W/check-$p.txt" 2>&1
       LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" "$@" \

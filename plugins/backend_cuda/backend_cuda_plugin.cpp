@@ -64,11 +64,13 @@ std::unique_ptr<sdk::Component> create_cuda_backend(const sdk::Options& options,
                                                     const sdk::PluginContext& context) {
   char error[1024] = {};
   char hint[1024] = {};
-  void* raw =
-      runtime_entry()(static_cast<int>(options.get_int("device")),
-                      options.get_bool("fp8_fast_accumulation") ? 1 : 0,
-                      static_cast<int>(options.get_int("gemm_autotune")),
-                      options.get_bool("deterministic_attention") ? 1 : 0, error, hint, 1024);
+  backend_cuda::CudaOptions cuda;
+  cuda.device = static_cast<int>(options.get_int("device"));
+  cuda.fp8_fast_accumulation = options.get_bool("fp8_fast_accumulation");
+  cuda.gemm_autotune = static_cast<int>(options.get_int("gemm_autotune"));
+  cuda.gemm_realign = options.get_bool("gemm_realign");
+  cuda.deterministic_attention = options.get_bool("deterministic_attention");
+  void* raw = runtime_entry()(&cuda, error, hint, 1024);
   if (raw == nullptr) throw sdk::BackendError(error, hint);
   std::unique_ptr<sdk::Component> backend(static_cast<sdk::DeviceBackend*>(raw));
   context.logger.debug("cuda backend on " +

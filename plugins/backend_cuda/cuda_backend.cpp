@@ -23,10 +23,10 @@ sdk::OptionSchema CudaBackend::option_schema() {
   return cuda_backend_option_schema();
 }
 
-CudaBackend::CudaBackend(int device, bool fp8_fast_accumulation, int gemm_autotune,
-                         bool deterministic_attention)
-    : context_(device, fp8_fast_accumulation, gemm_autotune, deterministic_attention),
-      facets_(sdk::make_facets(context_)) {}
+CudaBackend::CudaBackend(int device) : CudaBackend(CudaOptions{.device = device}) {}
+
+CudaBackend::CudaBackend(const CudaOptions& options)
+    : context_(options), facets_(sdk::make_facets(context_)) {}
 
 CudaBackend::~CudaBackend() = default;
 

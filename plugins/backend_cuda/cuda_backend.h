@@ -40,6 +40,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cuda_backend_options.h"
 #include "cuda_context.h"
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/options.h"
@@ -49,11 +50,9 @@ namespace mixtrain::backend_cuda {
 
 class CudaBackend final : public sdk::DeviceBackend {
  public:
-  // fp8_fast_accumulation: CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 GEMMs (option of the
-  // same name). gemm_autotune: GemmTuning::autotune_candidates (option of the same name; 0 or 1:
-  // off).
-  explicit CudaBackend(int device = 0, bool fp8_fast_accumulation = false, int gemm_autotune = 0,
-                       bool deterministic_attention = true);
+  // The options (cuda_backend_options.h); the first form takes the defaults on `device`.
+  explicit CudaBackend(int device = 0);
+  explicit CudaBackend(const CudaOptions& options);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;

@@ -26,18 +26,30 @@ inline sdk::OptionSchema cuda_backend_option_schema() {
               "deterministic_attention", true,
               "flash attention's backward (cuDNN's SDPA) on its deterministic kernels: the same "
               "bits on every run, which bit-exact resume needs; false lets cuDNN pick its "
-              "faster kernels that accumulate dq with atomics")};
+              "faster kernels that accumulate dq with atomics"),
+          sdk::OptionSpec::boolean(
+              "gemm_realign", false,
+              "large 16-bit GEMMs whose rows are not 16 bytes apart (the LM head's odd "
+              "vocabulary, 50257) run on copies with padded rows, so cuBLASLt takes its Tensor "
+              "Core kernels; off until measured on a GPU (bench/gpu, variant +realign)")};
 }
 
-// The runtime library's entry point: builds a CudaBackend on `device` (fp8_fast_accumulation and
-// deterministic_attention: 0 or 1; gemm_autotune: the option's value), or returns null and writes
-// the reason (CUDA's error text) and a hint into `error` and `hint` (each `size` bytes,
+// The options' values as the runtime library takes them.
+struct CudaOptions {
+  int device = 0;
+  bool fp8_fast_accumulation = false;  // CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 GEMMs
+  int gemm_autotune = 0;               // GemmTuning::autotune_candidates; 0 or 1: off
+  bool gemm_realign = false;           // GemmTuning::realign
+  bool deterministic_attention = true;
+};
+
+// The runtime library's entry point: builds a CudaBackend from `options`, or returns null and
+// writes the reason (CUDA's error text) and a hint into `error` and `hint` (each `size` bytes,
 // NUL-terminated, truncated). C linkage and no exceptions across the dlopen boundary; the module
-// and the runtime library are built together, so this signature is private. The symbol's name
-// changes with the signature, so a stale runtime library is refused by name instead of being called
-// with the wrong arguments.
-using CreateCudaBackendFn = void* (*)(int device, int fp8_fast_accumulation, int gemm_autotune,
-                                      int deterministic_attention, char* error, char* hint,
+// and the runtime library are built together, so this signature (CudaOptions included) is private.
+// The symbol's name changes with the signature, so a stale runtime library is refused by name
+// instead of being called with the wrong arguments.
+using CreateCudaBackendFn = void* (*)(const CudaOptions* options, char* error, char* hint,
                                       unsigned long size);
 inline constexpr const char* kCreateCudaBackendSymbol = "mixtrain_backend_cuda_create_v3";
 inline constexpr const char* kCudaRuntimeLibrary = "backend_cuda/libmixtrain_backend_cuda_runtime.so";

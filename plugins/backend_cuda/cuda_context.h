@@ -36,6 +36,7 @@
 
 #include "cuda_access.h"
 #include "cuda_allocator.h"
+#include "cuda_backend_options.h"
 #include "cuda_host_staging.h"
 #include "cuda_kernel_types.h"
 #include "cuda_scratch.h"
@@ -50,10 +51,9 @@ struct SdpaState;  // cuda_sdpa_graphs.h
 
 class CudaContext {
  public:
-  // fp8_fast_accumulation and gemm_autotune configure the GEMM engine, deterministic_attention
-  // flash attention's backward (options of the same names).
-  CudaContext(int device, bool fp8_fast_accumulation, int gemm_autotune,
-              bool deterministic_attention = true);
+  // On options.device; the other options configure the GEMM engine and flash attention
+  // (cuda_backend_options.h).
+  explicit CudaContext(const CudaOptions& options);
   ~CudaContext();
   CudaContext(const CudaContext&) = delete;
   CudaContext& operator=(const CudaContext&) = delete;

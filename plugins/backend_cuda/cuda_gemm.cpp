@@ -44,6 +44,20 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
+// The route question for one GEMM of `args` whose A and B enter cuBLASLt as `input`.
+GemmRouteQuery route_query(const sdk::GemmArgs& args, DType input, std::int64_t n) {
+  GemmRouteQuery q;
+  q.input = input;
+  q.c = storage_of(args.c.dtype);
+  q.bias = !args.bias.empty();
+  q.activation = args.has_activation;
+  q.act = args.activation;
+  q.pre_activation = !args.pre_activation.empty();
+  q.pre_activation_dtype = storage_of(args.pre_activation.dtype);
+  q.n = n;
+  return q;
+}
+
 int alignment_of(const void* p) {
   const auto v = reinterpret_cast<std::uintptr_t>(p);
   if (v == 0) return 256;
@@ -130,24 +144,25 @@ GemmEngine::~GemmEngine() {
 }
 
 void GemmEngine::set_out_of_memory_hook(const std::function<void()>& hook) {
-  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_, &scratch_tune_})
+  for (DeviceScratch* s :
+       {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_, &scratch_tune_, &scratch_c_})
     s->set_out_of_memory_hook(hook);
 }
 
 void GemmEngine::set_graph_guard(const int* live_graphs) {
   // Not scratch_tune_: autotuning never runs while the stream is captured.
-  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_})
+  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_, &scratch_c_})
     s->set_graph_guard(live_graphs);
 }
 
 void GemmEngine::free_retired_scratch() noexcept {
-  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_})
+  for (DeviceScratch* s : {&scratch_a_, &scratch_b_, &scratch_d_, &scratch_bias_, &scratch_c_})
     s->free_retired();
 }
 
 std::size_t GemmEngine::device_bytes() const {
   return tuning_.workspace_bytes + scratch_a_.capacity() + scratch_b_.capacity() +
-         scratch_d_.capacity() + scratch_bias_.capacity();
+         scratch_d_.capacity() + scratch_bias_.capacity() + scratch_c_.capacity();
 }
 
 GemmEngine::Plan& GemmEngine::plan_for(const Key& key) {
@@ -208,16 +223,16 @@ GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
   const std::int64_t b_rows = key.trans_b ? key.n : key.k, b_cols = key.trans_b ? key.k : key.n;
   bool ok = cublasLtMatrixLayoutCreate(&plan.a, static_cast<cudaDataType_t>(key.a_type),
                                        static_cast<std::uint64_t>(a_rows),
-                                       static_cast<std::uint64_t>(a_cols), a_rows) ==
-            CUBLAS_STATUS_SUCCESS;
+                                       static_cast<std::uint64_t>(a_cols),
+                                       key.ld_a != 0 ? key.ld_a : a_rows) == CUBLAS_STATUS_SUCCESS;
   ok = ok && cublasLtMatrixLayoutCreate(&plan.b, static_cast<cudaDataType_t>(key.b_type),
                                         static_cast<std::uint64_t>(b_rows),
-                                        static_cast<std::uint64_t>(b_cols), b_rows) ==
-                 CUBLAS_STATUS_SUCCESS;
+                                        static_cast<std::uint64_t>(b_cols),
+                                        key.ld_b != 0 ? key.ld_b : b_rows) == CUBLAS_STATUS_SUCCESS;
   ok = ok && cublasLtMatrixLayoutCreate(&plan.d, static_cast<cudaDataType_t>(key.d_type),
                                         static_cast<std::uint64_t>(key.m),
-                                        static_cast<std::uint64_t>(key.n), key.m) ==
-                 CUBLAS_STATUS_SUCCESS;
+                                        static_cast<std::uint64_t>(key.n),
+                                        key.ld_d != 0 ? key.ld_d : key.m) == CUBLAS_STATUS_SUCCESS;
   if (ok && key.batch > 1) {
     // One matmul over every batch: each layout steps by its stride (elements) from batch to batch.
     const auto count = static_cast<std::int32_t>(key.batch);
@@ -301,6 +316,9 @@ std::vector<GemmEngine::PlanInfo> GemmEngine::plan_infos() const {
     if (key.batch > 1)
       line += " batch=" + std::to_string(key.batch) + " strides=" + std::to_string(key.stride_a) +
               "," + std::to_string(key.stride_b) + "," + std::to_string(key.stride_d);
+    if (key.ld_a != 0 || key.ld_b != 0 || key.ld_d != 0)  // realigned rows (0: packed)
+      line += " realigned-ld=" + std::to_string(key.ld_a) + "/" + std::to_string(key.ld_b) + "/" +
+              std::to_string(key.ld_d);
     PlanInfo info;
     info.problem = std::move(line);
     info.usable = plan.ok;
@@ -402,6 +420,7 @@ GemmEngine::Operand GemmEngine::decoded(const Operand& in, DType to,
   r.data = out;
   r.dtype = to;
   r.scale_inv = 1.0f;
+  r.ld = 0;
   return r;
 }
 
@@ -416,12 +435,62 @@ GemmEngine::Operand GemmEngine::transposed(const Operand& in, DeviceScratch& scr
   r.rows = in.cols;
   r.cols = in.rows;
   r.transpose = !in.transpose;
+  r.ld = 0;
   return r;
+}
+
+GemmEngine::Operand GemmEngine::padded(const Operand& in, DeviceScratch& scratch) {
+  const auto size = static_cast<std::int64_t>(sdk::dtype_size(in.dtype));
+  const std::int64_t ld = aligned_ld(in.cols, in.dtype);
+  void* out = scratch.get(static_cast<std::size_t>(in.rows * ld * size), stream_, "gemm");
+  // The padding columns stay as they are: cuBLASLt reads cols of every ld.
+  check_cuda(cudaMemcpy2DAsync(
+                 out, static_cast<std::size_t>(ld * size), in.data,
+                 static_cast<std::size_t>(in.cols * size), static_cast<std::size_t>(in.cols * size),
+                 static_cast<std::size_t>(in.rows), cudaMemcpyDeviceToDevice, stream_),
+             "gemm", "operand realignment copy");
+  Operand r = in;
+  r.data = out;
+  r.ld = ld;
+  return r;
+}
+
+bool GemmEngine::run_realigned(const sdk::GemmArgs& args, const Operand& a, const Operand& b,
+                               const Realign& realign, bool tf32, std::int64_t m, std::int64_t n,
+                               std::int64_t k) {
+  const Operand x = realign.a ? padded(a, scratch_a_) : a;
+  const Operand y = realign.b ? padded(b, scratch_b_) : b;
+  const DType c_dtype = storage_of(args.c.dtype);
+  const auto c_size = static_cast<std::int64_t>(sdk::dtype_size(c_dtype));
+  sdk::GemmArgs g = args;
+  std::int64_t ldc = 0;
+  if (realign.c) {
+    ldc = aligned_ld(n, c_dtype);
+    g.c.data = scratch_c_.get(static_cast<std::size_t>(m * ldc * c_size), stream_, "gemm");
+    if (args.beta != 0.0f)
+      check_cuda(cudaMemcpy2DAsync(g.c.data, static_cast<std::size_t>(ldc * c_size), args.c.data,
+                                   static_cast<std::size_t>(n * c_size),
+                                   static_cast<std::size_t>(n * c_size),
+                                   static_cast<std::size_t>(m), cudaMemcpyDeviceToDevice, stream_),
+                 "gemm", "C realignment copy");
+  }
+  for (const GemmRoute& route : gemm_routes(route_query(args, x.dtype, n))) {
+    if (realign.c && !route_writes_c_directly(route)) continue;
+    if (!try_run(g, x, y, args.alpha, tf32, false, route, m, n, k, Batch{}, ldc)) continue;
+    if (realign.c)
+      check_cuda(cudaMemcpy2DAsync(args.c.data, static_cast<std::size_t>(n * c_size), g.c.data,
+                                   static_cast<std::size_t>(ldc * c_size),
+                                   static_cast<std::size_t>(n * c_size),
+                                   static_cast<std::size_t>(m), cudaMemcpyDeviceToDevice, stream_),
+                 "gemm", "C copy back from its realigned rows");
+    return true;
+  }
+  return false;
 }
 
 bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Operand& b, float alpha,
                          bool tf32, bool fp8_scales, const GemmRoute& route, std::int64_t m,
-                         std::int64_t n, std::int64_t k, const Batch& batch) {
+                         std::int64_t n, std::int64_t k, const Batch& batch, std::int64_t ldc) {
   const DType c_dtype = storage_of(args.c.dtype);
   const cublasLtEpilogue_t epilogue = epilogue_for(route.bias_in_epilogue, route.activation_in_epilogue,
                                                    args.activation, route.aux_in_epilogue);
@@ -465,7 +534,10 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                 batched ? batch.count : 1,
                 batched ? batch.stride_b : 0,  // cuBLASLt's A is our B
                 batched ? batch.stride_a : 0,
-                stride_d};
+                stride_d,
+                b.ld,  // cuBLASLt's A is our B
+                a.ld,
+                ldc};
   Plan& plan = plan_for(key);
   if (!plan.ok) return false;
   if (route.bias_in_epilogue && route.bias_dtype != DType::fp32) {
@@ -695,16 +767,7 @@ void GemmEngine::run_impl(const sdk::GemmArgs& args, const Batch& batch) {
 
   // Output strategies in order of preference for given input types.
   auto attempt = [&](const Operand& x, const Operand& y, float alpha, bool fp8_scales) {
-    GemmRouteQuery q;
-    q.input = x.dtype;
-    q.c = c_dtype;
-    q.bias = has_bias;
-    q.activation = args.has_activation;
-    q.act = args.activation;
-    q.pre_activation = !args.pre_activation.empty();
-    q.pre_activation_dtype = storage_of(args.pre_activation.dtype);
-    q.n = n;
-    for (const GemmRoute& route : gemm_routes(q))
+    for (const GemmRoute& route : gemm_routes(route_query(args, x.dtype, n)))
       if (try_run(args, x, y, alpha, tf32, fp8_scales, route, m, n, k, batch)) return true;
     return false;
   };
@@ -716,6 +779,10 @@ void GemmEngine::run_impl(const sdk::GemmArgs& args, const Batch& batch) {
          "use a bf16-mixed policy on this GPU, or run FP8 on an sm_89+ GPU (or the CPU backend, "
          "which emulates FP8 exactly)");
   if (a.dtype == b.dtype && !sdk::is_fp8(a.dtype)) {
+    if (tuning_.realign && batch.count <= 1) {
+      const Realign r = realign_for({a.dtype, a.cols, b.cols, c_dtype, m, n, k, false});
+      if (r.any() && run_realigned(args, a, b, r, tf32, m, n, k)) return;
+    }
     if (attempt(a, b, args.alpha, false)) return;
   }
   if (batch.count > 1) {

@@ -45,6 +45,10 @@
 //   backend.
 // - Alignment: the heuristic's MIN_ALIGNMENT_{A,B,C,D}_BYTES preferences are each operand's own
 //   pointer alignment (up to 256; a D in fp32 scratch is 256-byte aligned), part of the plan key.
+//   With GemmTuning::realign, a large 16-bit GEMM whose rows are not 16 bytes apart (the LM head's
+//   odd vocabulary) runs on copies with padded rows (cuda_gemm_routes.h's realign_for; the leading
+//   dimensions are part of the plan key), C copied back after the matmul; routes that would run a
+//   kernel on C after it are not taken then, and if none is left the GEMM runs as it is.
 // - Algorithm: cuBLASLt's first heuristic result by default, so a shape always runs the same
 //   kernel (bitwise-reproducible results). GemmTuning can take the i-th result instead (for
 //   benchmarks: each candidate's speed) or, with autotune_candidates = N > 1, time the first N
@@ -89,6 +93,9 @@ struct GemmTuning {
   int autotune_rounds = 5;
   // A later candidate must be faster than the current choice by more than this fraction.
   float autotune_tolerance = 0.005f;
+  // Copy operands (and C) whose rows are not 16-byte aligned into padded scratch first
+  // (cuda_gemm_routes.h, realign_for): the backend option gemm_realign.
+  bool realign = false;
 };
 
 class GemmEngine {
@@ -104,6 +111,7 @@ class GemmEngine {
   void run_batched(const sdk::GemmBatchedArgs& args);
 
   bool fp8_native() const { return sm_ >= 89; }
+  bool realigns() const { return tuning_.realign; }
   // Runs when a scratch buffer cannot grow (the backend frees its allocator's cached blocks).
   void set_out_of_memory_hook(const std::function<void()>& hook);
   // The backend's count of live step graphs: scratch they point into outlives its growth
@@ -149,11 +157,14 @@ class GemmEngine {
     int epilogue_alignment;  // of the bias and aux pointers: their placeholders' alignment
     // Strided batch (cuBLASLt's A, B, D; elements): batch 1 is a plain GEMM (strides 0).
     std::int64_t batch, stride_a, stride_b, stride_d;
+    // Leading dimensions of cuBLASLt's A, B and D in elements; 0: packed (a realigned copy's
+    // padded rows otherwise).
+    std::int64_t ld_a = 0, ld_b = 0, ld_d = 0;
     bool operator==(const Key&) const = default;
     auto fields() const {
       return std::tie(a_type, b_type, d_type, compute, epilogue, bias_type, beta_nonzero,
-                      fp8_scales, a_alignment, b_alignment, d_alignment, epilogue_alignment,
-                      batch, stride_a, stride_b, stride_d);
+                      fp8_scales, a_alignment, b_alignment, d_alignment, epilogue_alignment, batch,
+                      stride_a, stride_b, stride_d, ld_a, ld_b, ld_d);
     }
   };
   // Our strided batch (elements between consecutive A, B, C matrices); count 1: one GEMM.
@@ -180,14 +191,22 @@ class GemmEngine {
     bool transpose;
     std::int64_t rows, cols;  // stored shape (row-major)
     float scale_inv;          // fp8 only
+    std::int64_t ld = 0;      // elements from row to row; 0: cols (packed)
   };
 
   Plan& plan_for(const Key& key);
   Plan create_plan(const Key& key);
   // Tries one strategy; false when cuBLASLt declines it (nothing was written then).
+  // ldc: C's leading dimension when it is a realigned scratch (0: packed).
   bool try_run(const sdk::GemmArgs& args, const Operand& a, const Operand& b, float alpha,
                bool tf32, bool fp8_scales, const GemmRoute& route, std::int64_t m, std::int64_t n,
-               std::int64_t k, const Batch& batch);
+               std::int64_t k, const Batch& batch, std::int64_t ldc = 0);
+  // One 16-bit GEMM on realigned copies (GemmTuning::realign); false when no route ran.
+  bool run_realigned(const sdk::GemmArgs& args, const Operand& a, const Operand& b,
+                     const Realign& realign, bool tf32, std::int64_t m, std::int64_t n,
+                     std::int64_t k);
+  // `in` copied into `scratch` with its rows padded to 16 bytes (aligned_ld).
+  Operand padded(const Operand& in, DeviceScratch& scratch);
   // run() for one GEMM (batch.count 1) or, when run_batched chose it, a native strided batch.
   void run_impl(const sdk::GemmArgs& args, const Batch& batch);
   Operand decoded(const Operand& in, sdk::DType to, bool apply_scale,
@@ -211,6 +230,7 @@ class GemmEngine {
   float* scales_ = nullptr;
   std::unordered_map<Key, Plan, sdk::GemmPlanKeyHash> plans_;
   DeviceScratch scratch_a_, scratch_b_, scratch_d_, scratch_bias_;
+  DeviceScratch scratch_c_;     // a realigned C
   DeviceScratch scratch_tune_;  // autotuning's D for beta != 0 plans, released after each tuning
 };
 

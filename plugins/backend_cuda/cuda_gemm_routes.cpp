@@ -69,4 +69,30 @@ std::vector<GemmRoute> gemm_routes(const GemmRouteQuery& q) {
   return routes;
 }
 
+std::int64_t aligned_ld(std::int64_t cols, sdk::DType t) {
+  const auto per16 = static_cast<std::int64_t>(16 / sdk::dtype_size(t));
+  return (cols + per16 - 1) / per16 * per16;
+}
+
+Realign realign_for(const RealignQuery& q) {
+  Realign r;
+  const bool sixteen_bit = q.input == sdk::DType::bf16 || q.input == sdk::DType::fp16;
+  if (!sixteen_bit || q.batched || q.m <= 0 || q.n <= 0 || q.k <= 0) return r;
+  // Overflow-safe m·n·k >= kRealignMinMacs.
+  if (static_cast<double>(q.m) * static_cast<double>(q.n) * static_cast<double>(q.k) <
+      static_cast<double>(kRealignMinMacs))
+    return r;
+  r.a = aligned_ld(q.a_cols, q.input) != q.a_cols;
+  r.b = aligned_ld(q.b_cols, q.input) != q.b_cols;
+  r.c = aligned_ld(q.n, q.c) != q.n;
+  return r;
+}
+
+bool route_writes_c_directly(const GemmRoute& r) {
+  return (r.output == GemmRoute::Output::direct ||
+          r.output == GemmRoute::Output::direct_narrow_bias) &&
+         !r.bias_by_kernel && !r.aux_in_epilogue && !r.pre_activation_by_kernel &&
+         !r.activation_by_kernel && !r.encode_by_kernel;
+}
+
 }  // namespace mixtrain::backend_cuda

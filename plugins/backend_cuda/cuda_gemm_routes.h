@@ -60,4 +60,33 @@ bool gemm_direct_output(sdk::DType input, sdk::DType c);
 
 std::vector<GemmRoute> gemm_routes(const GemmRouteQuery& q);
 
+// --- realigned rows -----------------------------------------------------------------------------
+// A row-major operand whose rows do not start 16 bytes apart (cols · size not a multiple of 16:
+// 50257 bf16 logits) keeps cuBLASLt off its vectorised Tensor Core kernels. With the backend's
+// `gemm_realign` option, run() copies such an operand into scratch whose rows are padded to the
+// next 16 bytes (the same values, the leading dimension aligned_ld()), and computes such a C in a
+// padded scratch copied back after the matmul: what llm.c's padded vocabulary buys, done inside the
+// backend, so the model, checkpoints and exports keep their true shapes. Only where it pays: one
+// 16-bit GEMM (not a batch) of at least kRealignMinMacs multiply-adds, A and B of one dtype, and
+// only routes where cuBLASLt writes C itself (routes_write_c_directly), else the GEMM runs as it
+// is.
+inline constexpr std::int64_t kRealignMinMacs = std::int64_t{1} << 27;
+// cols rounded up to a multiple of 16 bytes of `t`.
+std::int64_t aligned_ld(std::int64_t cols, sdk::DType t);
+struct RealignQuery {
+  sdk::DType input = sdk::DType::bf16;  // A and B (one dtype)
+  std::int64_t a_cols = 0, b_cols = 0;  // stored row-major shapes' cols
+  sdk::DType c = sdk::DType::bf16;
+  std::int64_t m = 0, n = 0, k = 0;
+  bool batched = false;
+};
+struct Realign {
+  bool a = false, b = false, c = false;
+  bool any() const { return a || b || c; }
+};
+Realign realign_for(const RealignQuery& q);
+// Whether a route leaves C to cuBLASLt alone (no kernel after the matmul, no aux): the only ones a
+// padded C takes, since the kernels after it read and write C packed.
+bool route_writes_c_directly(const GemmRoute& r);
+
 }  // namespace mixtrain::backend_cuda

@@ -18,13 +18,13 @@ void copy_text(char* dst, const char* src, unsigned long size) {
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) void* mixtrain_backend_cuda_create_v3(
-    int device, int fp8_fast_accumulation, int gemm_autotune, int deterministic_attention,
-    char* error, char* hint, unsigned long size) {
+    const mixtrain::backend_cuda::CudaOptions* options, char* error, char* hint,
+    unsigned long size) {
   static_assert(std::is_same_v<decltype(&mixtrain_backend_cuda_create_v3),
                                mixtrain::backend_cuda::CreateCudaBackendFn>);
   try {
-    return static_cast<mixtrain::sdk::DeviceBackend*>(new mixtrain::backend_cuda::CudaBackend(
-        device, fp8_fast_accumulation != 0, gemm_autotune, deterministic_attention != 0));
+    return static_cast<mixtrain::sdk::DeviceBackend*>(
+        new mixtrain::backend_cuda::CudaBackend(*options));
   } catch (const mixtrain::sdk::UserError& e) {
     copy_text(error, e.what(), size);
     copy_text(hint, e.hint().c_str(), size);

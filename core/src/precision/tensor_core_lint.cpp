@@ -2,10 +2,15 @@
 
 #include <algorithm>
 
+#include "mixtrain/sdk/support/backend_features.h"
+
 namespace mixtrain::core {
 
 std::vector<std::string> tensor_core_warnings(const Model& model) {
   std::vector<std::string> warnings;
+  const auto features = model.backend_ptr()->capabilities().features;
+  const bool realigns =
+      std::find(features.begin(), features.end(), sdk::kFeatureGemmRealignsRows) != features.end();
   const auto& layers = model.layers();
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const Layer& l = *layers[i];
@@ -20,6 +25,11 @@ std::vector<std::string> tensor_core_warnings(const Model& model) {
       std::string w = "layer '" + l.name() + "' (" + l.type() + "): " + d.what + " " +
                       std::to_string(d.size) + " is not a multiple of " + std::to_string(multiple) +
                       "; Tensor Cores run such shapes padded or not at all";
+      // A GEMM dimension whose rows the backend pads itself (sdk/support/backend_features.h): the
+      // lint says what the backend does about it instead of leaving it as a cost.
+      if (realigns && l.type() == "linear")
+        w += " (the backend copies operands whose rows this leaves unaligned into padded scratch "
+             "before its Tensor Core kernels: a copy per large GEMM, not the slow kernels)";
       if (reads_batch && d.input_channels)
         w += " (the usual exception: the first convolution reads the image's " +
              std::to_string(d.size) +

@@ -210,6 +210,37 @@ TEST_F(backend_cuda_vs_cpu, GemmLargerShapeAndPlanCache) {
   EXPECT_EQ(gpu().cached_gemm_plans(), plans) << "the same GEMM key must reuse its plan";
 }
 
+// gemm_realign: an LM head's GEMMs with an odd vocabulary (1001 here, 50257 in GPT-2), whose rows
+// are not 16 bytes apart, run on padded copies and still give the CPU's results: the forward
+// (C [rows, V]), the input gradient (A [rows, V], k = V) and the weight gradient (A read
+// transposed, accumulating); m·n·k above the realignment threshold. The plan report shows the
+// padded leading dimensions.
+TEST_F(backend_cuda_vs_cpu, GemmRealignedRowsMatchTheCpu) {
+  CudaBackend realigned(CudaOptions{.device = 0, .gemm_realign = true});
+  std::uint32_t seed = 900;
+  for (DType out : {DType::bf16, DType::fp32}) {
+    run_case(realigned, cpu(), {DType::bf16, DType::bf16, out, false, true, 1024, 1001, 256},
+             seed++);
+    run_case(realigned, cpu(),
+             {DType::bf16, DType::bf16, out, false, true, 1024, 1001, 256, 1.0f, 1.0f}, seed++);
+    run_case(realigned, cpu(), {DType::bf16, DType::bf16, out, false, false, 1024, 256, 1001},
+             seed++);
+    run_case(realigned, cpu(),
+             {DType::bf16, DType::bf16, out, true, false, 1001, 256, 1024, 1.0f, 1.0f}, seed++);
+  }
+  int padded = 0;
+  for (const std::string& line : realigned.gemm_plan_report())
+    if (line.find("realigned-ld=") != std::string::npos &&
+        line.find(": usable") != std::string::npos)
+      ++padded;
+  EXPECT_GE(padded, 4) << "no GEMM ran on realigned rows";
+  // Off (the default), the same shapes run as they are.
+  run_case(gpu(), cpu(), {DType::bf16, DType::bf16, DType::bf16, false, true, 1024, 1001, 256},
+           950);
+  for (const std::string& line : gpu().gemm_plan_report())
+    EXPECT_EQ(line.find("realigned-ld="), std::string::npos) << line;
+}
+
 TEST_F(backend_cuda_vs_cpu, GemmEmptyDimensions) {
   // k = 0: C = beta*C + bias.
   run_case(gpu(), cpu(), {DType::fp32, DType::fp32, DType::fp32, false, false, 4, 6, 0, 1.0f, 0.5f, true}, 800);

@@ -175,5 +175,72 @@ TEST(GemmSupported, IsTheSdkTableNarrowedToTheDeclaredInputs) {
   EXPECT_TRUE(gemm_supported(caps_for(true), sdk::GemmOp::gemm, fp8_gemm));
 }
 
+// Realigned rows (gemm_realign): a row is padded to the next 16 bytes of its dtype, only where it
+// is not aligned already, only for one large 16-bit GEMM.
+TEST(cuda_gemm_routes, RealignsOnlyLargeSixteenBitGemmsWithUnalignedRows) {
+  EXPECT_EQ(aligned_ld(50257, DType::bf16), 50264);
+  EXPECT_EQ(aligned_ld(50257, DType::fp32), 50260);
+  EXPECT_EQ(aligned_ld(768, DType::bf16), 768);
+  EXPECT_EQ(aligned_ld(1, DType::fp16), 8);
+  // GPT-2's LM head, one block of 1024 rows: forward C [1024, 50257] (A = x [1024, 768], B = W
+  // [50257, 768] read transposed), the input gradient A = dlogits [1024, 50257] (k = V), the weight
+  // gradient A = dlogits read transposed (its stored cols are V).
+  const Realign forward =
+      realign_for({DType::bf16, 768, 768, DType::bf16, 1024, 50257, 768, false});
+  EXPECT_FALSE(forward.a);
+  EXPECT_FALSE(forward.b);
+  EXPECT_TRUE(forward.c);
+  const Realign dgrad =
+      realign_for({DType::bf16, 50257, 768, DType::bf16, 1024, 768, 50257, false});
+  EXPECT_TRUE(dgrad.a);
+  EXPECT_FALSE(dgrad.b);
+  EXPECT_FALSE(dgrad.c);
+  const Realign wgrad =
+      realign_for({DType::bf16, 50257, 768, DType::fp32, 50257, 768, 1024, false});
+  EXPECT_TRUE(wgrad.a);
+  EXPECT_FALSE(wgrad.c);
+  // An fp32 C of odd width is realigned too (4 bytes a column).
+  EXPECT_TRUE(realign_for({DType::bf16, 768, 768, DType::fp32, 1024, 50257, 768, false}).c);
+  // Not: aligned rows, fp32 inputs (no 16-bit Tensor Core kernel to reach), a batch, a small GEMM.
+  EXPECT_FALSE(realign_for({DType::bf16, 768, 768, DType::bf16, 1024, 50264, 768, false}).any());
+  EXPECT_FALSE(realign_for({DType::fp32, 768, 768, DType::fp32, 1024, 50257, 768, false}).any());
+  EXPECT_FALSE(realign_for({DType::bf16, 768, 768, DType::bf16, 1024, 50257, 768, true}).any());
+  EXPECT_FALSE(realign_for({DType::bf16, 37, 53, DType::bf16, 29, 37, 53, false}).any());
+  // The threshold is m·n·k >= 2^27, computed without overflow.
+  EXPECT_TRUE(realign_for({DType::fp16, 1, 1, DType::fp16, 1 << 9, 1 << 9, 1 << 9, false}).any());
+  EXPECT_FALSE(
+      realign_for({DType::fp16, 1, 1, DType::fp16, 1 << 9, 1 << 9, (1 << 9) - 1, false}).any());
+  EXPECT_TRUE(
+      realign_for({DType::bf16, 9, 9, DType::bf16, std::int64_t{1} << 40, 9, 1 << 20, false})
+          .any());
+}
+
+// A padded C takes only the routes that leave C to cuBLASLt: no kernel reads or writes it packed
+// afterwards, and no aux (pre_activation) laid out like it.
+TEST(cuda_gemm_routes, APaddedOutputTakesOnlyRoutesThatWriteItDirectly) {
+  GemmRouteQuery q;
+  q.input = DType::bf16;
+  q.c = DType::bf16;
+  q.n = 50257;
+  const auto plain = gemm_routes(q);
+  ASSERT_FALSE(plain.empty());
+  EXPECT_TRUE(route_writes_c_directly(plain.front()));
+  q.bias = true;
+  q.activation = true;
+  q.act = sdk::Activation::gelu;
+  q.pre_activation = true;
+  q.pre_activation_dtype = DType::bf16;
+  for (const GemmRoute& r : gemm_routes(q)) {
+    const bool kernel_after = r.bias_by_kernel || r.pre_activation_by_kernel ||
+                              r.activation_by_kernel || r.encode_by_kernel || r.aux_in_epilogue;
+    EXPECT_EQ(
+        route_writes_c_directly(r),
+        !kernel_after && (r.output == Output::direct || r.output == Output::direct_narrow_bias));
+  }
+  GemmRoute scratch;
+  scratch.output = Output::fp32_epilogue;
+  EXPECT_FALSE(route_writes_c_directly(scratch));
+}
+
 }  // namespace
 }  // namespace mixtrain::backend_cuda

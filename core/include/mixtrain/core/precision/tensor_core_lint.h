@@ -5,6 +5,9 @@
 // Contract
 // - Reads each layer's tensor_core_dims() (linear: in and out features; conv2d: input and output
 //   channels) when its plan's GEMM input dtype is not fp32 / tf32.
+// - A linear layer's dimension on a backend that declares kFeatureGemmRealignsRows
+//   (sdk/support/backend_features.h: its GEMM facet copies unaligned rows into padded scratch)
+//   is still reported, saying so: what the backend did about it, and what it costs.
 // - A convolution reading the batch itself (the first layer, typically 3 RGB channels) is still
 //   reported, with a note that this is the usual exception (frameworks pad it; it is one layer).
 #pragma once
