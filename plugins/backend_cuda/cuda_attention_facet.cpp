@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <string>
 
 #include "cuda_access.h"
@@ -168,11 +169,17 @@ std::string CudaAttention::flash_refusal(const sdk::HeadLayout& layout, sdk::DTy
   if (!why.empty()) return why;
   // Whether cuDNN builds both graphs, for one sequence (batch 0): its kernels' limits are in the
   // sequence length and head shape, not the batch. The scale is the one the host uses, 1/√D.
+  // A plan-time question: whatever fails here (cuDNN's handle, a graph) is a reason to run the
+  // node unfused, never an error.
   constexpr const char* op = "flash_refusal";
-  SdpaState& st = context_.sdpa_state();
-  const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(layout.head_dim)));
-  why = st.graphs.refusal(sdpa_key(layout, dtype, scale, context_.deterministic_attention),
-                          st.handle.get(context_.stream, op));
+  try {
+    SdpaState& st = context_.sdpa_state();
+    const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(layout.head_dim)));
+    why = st.graphs.refusal(sdpa_key(layout, dtype, scale, context_.deterministic_attention),
+                            st.handle.get(context_.stream, op));
+  } catch (const std::exception& e) {
+    return std::string("cuDNN could not be asked: ") + e.what();
+  }
   return why.empty() ? why : "cuDNN declines its SDPA graphs: " + why;
 #else
   (void)layout;

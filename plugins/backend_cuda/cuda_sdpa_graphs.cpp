@@ -6,6 +6,7 @@
 #include <cudnn_frontend.h>
 
 #include <algorithm>
+#include <exception>
 #include <unordered_map>
 #include <utility>
 
@@ -127,23 +128,30 @@ struct SdpaGraphs::Impl {
     auto it = entries.find(k);
     if (it != entries.end()) return it->second;
     Entry e;
-    auto fwd = forward_graph(k);
-    e.why = build(*fwd, handle);
-    if (!e.why.empty()) {
-      e.why = "forward graph, " + e.why;
-    } else {
-      auto bwd = backward_graph(k);
-      e.why = build(*bwd, handle);
-      if (!e.why.empty()) e.why = "backward graph, " + e.why;
-      std::int64_t wf = 0, wb = 0;
-      if (e.why.empty() && fwd->get_workspace_size(wf).is_good() &&
-          bwd->get_workspace_size(wb).is_good()) {
-        e.forward = std::move(fwd);
-        e.backward = std::move(bwd);
-        e.workspace = std::max(wf, wb);
-      } else if (e.why.empty()) {
-        e.why = "get_workspace_size failed";
+    // The frontend reports through error_t, but may also throw (an attribute it rejects while
+    // the graph is assembled): either declines the key, remembered like a failed build.
+    try {
+      auto fwd = forward_graph(k);
+      e.why = build(*fwd, handle);
+      if (!e.why.empty()) {
+        e.why = "forward graph, " + e.why;
+      } else {
+        auto bwd = backward_graph(k);
+        e.why = build(*bwd, handle);
+        if (!e.why.empty()) e.why = "backward graph, " + e.why;
+        std::int64_t wf = 0, wb = 0;
+        if (e.why.empty() && fwd->get_workspace_size(wf).is_good() &&
+            bwd->get_workspace_size(wb).is_good()) {
+          e.forward = std::move(fwd);
+          e.backward = std::move(bwd);
+          e.workspace = std::max(wf, wb);
+        } else if (e.why.empty()) {
+          e.why = "get_workspace_size failed";
+        }
       }
+    } catch (const std::exception& ex) {
+      e = Entry{};
+      e.why = std::string("the cuDNN frontend threw: ") + ex.what();
     }
     return entries.emplace(k, std::move(e)).first->second;
   }
