@@ -605,8 +605,10 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
       // Every timing call would accumulate into C again: they write a scratch D instead.
       void* out = nullptr;
       try {
-        // D's whole extent: count matrices stride_d apart (one when not batched).
-        const std::int64_t d_elems = batched ? stride_d * (batch.count - 1) + m * n : m * n;
+        // D's whole extent: count matrices stride_d apart (one when not batched), each m rows of
+        // its leading dimension (a realigned C's padded rows).
+        const std::int64_t d_elems =
+            batched ? stride_d * (batch.count - 1) + m * n : m * (ldc != 0 ? ldc : n);
         out = scratch_tune_.get(static_cast<std::size_t>(d_elems) * sdk::dtype_size(route.d_dtype),
                                 stream_, "gemm");
       } catch (const sdk::BackendError&) {
