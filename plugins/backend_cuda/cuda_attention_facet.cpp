@@ -104,6 +104,24 @@ void require_aligned(const char* op, const char* name, const void* p) {
          "pass whole tensors from the backend's allocator (they are 256-byte aligned)");
 }
 
+// What one flash call runs on: the cuDNN handle on the backend's stream, and cuDNN's workspace
+// for the key's graphs (built on the key's first call), after the shape checks of the support
+// matrix.
+struct SdpaCall {
+  cudnnHandle_t handle;
+  void* workspace;
+};
+SdpaCall prepare_sdpa(CudaContext& context, const sdpa::Key& key, const char* op) {
+  const std::string why = sdpa::static_refusal(key.tokens, key.head_dim, key.dtype, context.sm);
+  if (!why.empty()) fail(op, why, "run the attention unfused (node option fused = false)");
+  SdpaState& st = context.sdpa_state();
+  cudnnHandle_t handle = st.handle.get(context.stream, op);
+  const auto bytes = static_cast<std::size_t>(st.graphs.workspace_bytes(key, handle, op));
+  void* ws = bytes > 0 ? st.workspace.get(bytes, context.stream, op) : nullptr;
+  context.account_buffers();
+  return {handle, ws};
+}
+
 }  // namespace
 #endif
 
@@ -114,18 +132,12 @@ void CudaAttention::flash_forward(TensorView qkv, const sdk::HeadLayout& layout,
   constexpr const char* op = "flash_forward";
   checks().flash_forward(qkv, layout, out, lse);
   if (layout.batch == 0 || layout.tokens == 0) return;
-  const std::string why =
-      sdpa::static_refusal(layout.tokens, layout.head_dim, qkv.dtype, context_.sm);
-  if (!why.empty()) fail(op, why, "run the attention unfused (node option fused = false)");
   require_aligned(op, "qkv", qkv.data);
   require_aligned(op, "out", out.data);
-  SdpaState& st = context_.sdpa_state();
-  cudnnHandle_t handle = st.handle.get(context_.stream, op);
   const sdpa::Key key = sdpa_key(layout, qkv.dtype, scale, context_.deterministic_attention);
-  const auto bytes = static_cast<std::size_t>(st.graphs.workspace_bytes(key, handle, op));
-  void* ws = bytes > 0 ? st.workspace.get(bytes, context_.stream, op) : nullptr;
-  context_.account_buffers();
-  st.graphs.forward(key, handle, qkv.data, out.data, lse.as<float>(), ws, op);
+  const SdpaCall call = prepare_sdpa(context_, key, op);
+  context_.sdpa->graphs.forward(key, call.handle, qkv.data, out.data, lse.as<float>(),
+                                call.workspace, op);
 #else
   sdk::AttentionFacet::flash_forward(qkv, layout, scale, out, lse);
 #endif
@@ -143,21 +155,14 @@ void CudaAttention::flash_backward(TensorView qkv, TensorView out, TensorView do
          "dout is " + std::string(sdk::dtype_name(dout.dtype)) + " but qkv is " +
              std::string(sdk::dtype_name(qkv.dtype)) + ": cuDNN's graph reads one dtype",
          "cast dout to qkv's dtype first (supports() answers no for mixed dtypes)");
-  const std::string why =
-      sdpa::static_refusal(layout.tokens, layout.head_dim, qkv.dtype, context_.sm);
-  if (!why.empty()) fail(op, why, "run the attention unfused (node option fused = false)");
   require_aligned(op, "qkv", qkv.data);
   require_aligned(op, "out", out.data);
   require_aligned(op, "dout", dout.data);
   require_aligned(op, "dqkv", dqkv.data);
-  SdpaState& st = context_.sdpa_state();
-  cudnnHandle_t handle = st.handle.get(context_.stream, op);
   const sdpa::Key key = sdpa_key(layout, qkv.dtype, scale, context_.deterministic_attention);
-  const auto bytes = static_cast<std::size_t>(st.graphs.workspace_bytes(key, handle, op));
-  void* ws = bytes > 0 ? st.workspace.get(bytes, context_.stream, op) : nullptr;
-  context_.account_buffers();
-  st.graphs.backward(key, handle, qkv.data, out.data, dout.data, lse.as<const float>(), dqkv.data,
-                     ws, op);
+  const SdpaCall call = prepare_sdpa(context_, key, op);
+  context_.sdpa->graphs.backward(key, call.handle, qkv.data, out.data, dout.data,
+                                 lse.as<const float>(), dqkv.data, call.workspace, op);
 #else
   sdk::AttentionFacet::flash_backward(qkv, out, dout, lse, layout, scale, dqkv);
 #endif

@@ -83,11 +83,11 @@ TEST(TransformerOps, FlashAndUnfusedAttentionAgree) {
   expect_near_all(a.dx, b.dx, 1e-5, "input gradient");
 }
 
-// The CPU backend with an attention facet that forwards the 1.0 ops and keeps the SDK's defaults
-// for the flash ones (supports() false): a backend that predates flash attention.
-class NoFlashAttention final : public sdk::AttentionFacet {
+// An attention facet that forwards the 1.0 ops to `in` and keeps the SDK's defaults for the rest:
+// on its own, a backend that predates flash attention (supports() false for it).
+class UnfusedAttention : public sdk::AttentionFacet {
  public:
-  explicit NoFlashAttention(sdk::AttentionFacet& in) : in_(in) {}
+  explicit UnfusedAttention(sdk::AttentionFacet& in) : in_(in) {}
   void split_heads(sdk::TensorView x, const sdk::HeadLayout& l, sdk::TensorView y) override {
     in_.split_heads(x, l, y);
   }
@@ -103,7 +103,7 @@ class NoFlashAttention final : public sdk::AttentionFacet {
     in_.softmax_backward(p, dp, shape, scale, ds);
   }
 
- private:
+ protected:
   sdk::AttentionFacet& in_;
 };
 class NoFlashBackend final : public test_support::ForwardingBackend {
@@ -113,7 +113,7 @@ class NoFlashBackend final : public test_support::ForwardingBackend {
   }
 
  private:
-  NoFlashAttention facet_{*sdk::facet<sdk::AttentionFacet>(*cpu())};
+  UnfusedAttention facet_{*sdk::facet<sdk::AttentionFacet>(*cpu())};
 };
 
 TEST(TransformerOps, AttentionRunsUnfusedOnABackendWithoutFlash) {
@@ -142,25 +142,11 @@ TEST(TransformerOps, AttentionRunsUnfusedOnABackendWithoutFlash) {
 
 // The CPU backend whose flash attention (attention facet 1.2) has no kernel for a head dimension
 // above 4: a fused kernel with a shape limit, as cuDNN's has.
-class HeadDimLimitedAttention final : public sdk::AttentionFacet {
+class HeadDimLimitedAttention final : public UnfusedAttention {
  public:
-  explicit HeadDimLimitedAttention(sdk::AttentionFacet& in) : in_(in) {}
+  using UnfusedAttention::UnfusedAttention;
   bool supports(sdk::AttentionOp op, std::span<const DType> dtypes) const override {
     return in_.supports(op, dtypes);
-  }
-  void split_heads(sdk::TensorView x, const sdk::HeadLayout& l, sdk::TensorView y) override {
-    in_.split_heads(x, l, y);
-  }
-  void merge_heads(sdk::TensorView y, const sdk::HeadLayout& l, sdk::TensorView x) override {
-    in_.merge_heads(y, l, x);
-  }
-  void softmax_forward(sdk::TensorView s, const sdk::SoftmaxShape& shape, float scale,
-                       sdk::TensorView p) override {
-    in_.softmax_forward(s, shape, scale, p);
-  }
-  void softmax_backward(sdk::TensorView p, sdk::TensorView dp, const sdk::SoftmaxShape& shape,
-                        float scale, sdk::TensorView ds) override {
-    in_.softmax_backward(p, dp, shape, scale, ds);
   }
   void flash_forward(sdk::TensorView qkv, const sdk::HeadLayout& l, float scale,
                      sdk::TensorView out, sdk::TensorView lse) override {
@@ -178,9 +164,6 @@ class HeadDimLimitedAttention final : public sdk::AttentionFacet {
   }
   mutable std::vector<sdk::HeadLayout> asked;
   mutable DType asked_dtype = DType::bf16;
-
- private:
-  sdk::AttentionFacet& in_;
 };
 class HeadDimLimitedBackend final : public test_support::ForwardingBackend {
  public:
