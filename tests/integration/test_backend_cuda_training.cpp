@@ -271,5 +271,35 @@ TEST_F(CudaFlashAttention, TrainsTheUnfusedLossesAndRepeatsItself) {
   EXPECT_EQ(again, flash) << "the deterministic flash backward gave other losses on a second run";
 }
 
+// A head dimension cuDNN's flash attention has no kernel for (12: not a multiple of 8) is refused
+// at plan time (attention facet 1.2's flash_refusal): the run trains on the unfused attention and
+// says why, once; it never fails and never runs flash.
+TEST_F(CudaFlashAttention, AHeadDimensionCudnnCannotTakeRunsUnfusedAndSaysWhy) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+    GTEST_SKIP() << "no CUDA device here: cuDNN's flash attention needs a GPU";
+  const auto run_dir = dir_ / "d12";
+  auto r = run("--log-level info train " + config("gpt-tiny-bf16.toml") +
+               " --set backend.type=cuda --set model.gpt.n_embd=96 --set model.gpt.n_head=8"
+               " --set run.steps=3 --set run.log_every=1 --set run.eval_every=0"
+               " --set checkpoint.every=0 --profile --run-dir " +
+               run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string all = r.out + r.err, said = "attention runs unfused";
+  const auto at = all.find(said);
+  ASSERT_NE(at, std::string::npos) << all;
+  EXPECT_NE(all.find("multiple of 8", at), std::string::npos) << all;
+  EXPECT_EQ(all.find(said, at + 1), std::string::npos) << "said more than once: " << all;
+  const json p = json::parse(slurp(run_dir / "profile.json"));
+  std::int64_t flash = 0, unfused = 0;
+  for (const auto& e : p["entries"]) {
+    if (e["scope"] != "attention") continue;
+    if (e["op"] == "flash_forward") flash += e["calls"].get<std::int64_t>();
+    if (e["op"] == "softmax_forward") unfused += e["calls"].get<std::int64_t>();
+  }
+  EXPECT_EQ(flash, 0);
+  EXPECT_GT(unfused, 0);
+}
+
 }  // namespace
 }  // namespace mixtrain::test
