@@ -70,6 +70,7 @@ std::unique_ptr<sdk::Component> create_cuda_backend(const sdk::Options& options,
   cuda.gemm_autotune = static_cast<int>(options.get_int("gemm_autotune"));
   cuda.gemm_realign = options.get_bool("gemm_realign");
   cuda.deterministic_attention = options.get_bool("deterministic_attention");
+  cuda.deterministic_convolutions = options.get_bool("deterministic_convolutions");
   void* raw = runtime_entry()(&cuda, error, hint, 1024);
   if (raw == nullptr) throw sdk::BackendError(error, hint);
   std::unique_ptr<sdk::Component> backend(static_cast<sdk::DeviceBackend*>(raw));

@@ -31,7 +31,12 @@ inline sdk::OptionSchema cuda_backend_option_schema() {
               "gemm_realign", false,
               "large 16-bit GEMMs whose rows are not 16 bytes apart (the LM head's odd "
               "vocabulary, 50257) run on copies with padded rows, so cuBLASLt takes its Tensor "
-              "Core kernels; off until measured on a GPU (bench/gpu, variant +realign)")};
+              "Core kernels; off until measured on a GPU (bench/gpu, variant +realign)"),
+          sdk::OptionSpec::boolean(
+              "deterministic_convolutions", true,
+              "convolutions on cuDNN's deterministic engines first (the same bits on every "
+              "run, which bit-exact resume needs); false takes cuDNN's heuristic order, "
+              "non-deterministic engines included, as PyTorch does by default")};
 }
 
 // The options' values as the runtime library takes them.
@@ -41,6 +46,7 @@ struct CudaOptions {
   int gemm_autotune = 0;               // GemmTuning::autotune_candidates; 0 or 1: off
   bool gemm_realign = false;           // GemmTuning::realign
   bool deterministic_attention = true;
+  bool deterministic_convolutions = true;
 };
 
 // The runtime library's entry point: builds a CudaBackend from `options`, or returns null and

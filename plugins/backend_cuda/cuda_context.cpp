@@ -47,7 +47,9 @@ int CudaContext::device_count() {
 }
 
 CudaContext::CudaContext(const CudaOptions& options)
-    : device(options.device), deterministic_attention(options.deterministic_attention) {
+    : device(options.device),
+      deterministic_attention(options.deterministic_attention),
+      deterministic_convolutions(options.deterministic_convolutions) {
   if (device < 0)
     fail("create", "device = " + std::to_string(device) + " is negative",
          "use a device index >= 0 (0 is the first GPU)");
@@ -252,7 +254,7 @@ void CudaContext::free_retired_scratch() noexcept {
 #ifdef MIXTRAIN_HAVE_CUDNN
 ConvState& CudaContext::conv_state() {
   if (!conv) {
-    conv = std::make_unique<ConvState>();
+    conv = std::make_unique<ConvState>(deterministic_convolutions);
     auto give_back_cache = [this] {
       cudaStreamSynchronize(stream);
       allocator.release_cached();

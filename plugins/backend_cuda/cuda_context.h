@@ -107,6 +107,7 @@ class CudaContext {
   std::string device_name;
   std::size_t total_memory = 0;
   const bool deterministic_attention;
+  const bool deterministic_convolutions;
 
   // --- shared state (declaration order is destruction order, reversed) ---------------------
   cudaStream_t stream = nullptr;  // every op is enqueued on it, in call order

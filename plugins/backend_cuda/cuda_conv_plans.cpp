@@ -290,7 +290,7 @@ ConvPlans::Entry ConvPlans::build(const PlanKey& key, cudnnHandle_t handle, std:
   // has no deterministic engine that finalizes).
   std::array<std::vector<Descriptor>, 2> configs;
   std::array<bool, 2> queried{false, false};
-  for (const conv::SearchPass pass : conv::search_passes()) {
+  for (const conv::SearchPass pass : conv::search_passes(deterministic_first_)) {
     const std::size_t m = pass.fallback_heuristics ? 1 : 0;
     const cudnnBackendHeurMode_t mode = m == 1 ? CUDNN_HEUR_MODE_FALLBACK : CUDNN_HEUR_MODE_A;
     if (!queried[m]) {
@@ -302,15 +302,15 @@ ConvPlans::Entry ConvPlans::build(const PlanKey& key, cudnnHandle_t handle, std:
       std::vector<int> notes;
       std::int64_t index = -1;
       if (!engine_of(config, notes, index)) {
-        if (pass.deterministic) why += "an engine configuration without a readable engine; ";
+        if (!pass.retry_only) why += "an engine configuration without a readable engine; ";
         continue;
       }
-      // The non-deterministic pass retries only what the deterministic one refused for that.
-      if (!pass.deterministic && conv::engine_allowed(notes, strict)) continue;
+      // A retrying pass takes only what a deterministic one refused for its determinism.
+      if (pass.retry_only && conv::engine_allowed(notes, strict)) continue;
       const std::string engine = "engine " + std::to_string(index) + " (" + notes_text(notes) + ")";
       const std::string refusal = conv::engine_refusal(notes, policy);
       if (!refusal.empty()) {
-        if (pass.deterministic) why += engine + ": " + refusal + "; ";
+        if (!pass.retry_only) why += engine + ": " + refusal + "; ";
         continue;
       }
       auto plan = std::make_unique<Plan>();
@@ -331,7 +331,7 @@ ConvPlans::Entry ConvPlans::build(const PlanKey& key, cudnnHandle_t handle, std:
         why += engine + ": " + ps.text() + "; ";
         continue;
       }
-      plan->engine = engine + (pass.deterministic ? "" : ", non-deterministic fallback") + ", " +
+      plan->engine = engine + (pass.retry_only ? ", non-deterministic fallback" : "") + ", " +
                      (mode == CUDNN_HEUR_MODE_A ? "heuristics mode A" : "fallback heuristics");
       // What the plan was built from stays alive with it (the frontend keeps the same chain).
       plan->keep = std::move(keep);

@@ -10,7 +10,8 @@
 //   CUDNN_HEUR_MODE_FALLBACK when A offers nothing usable): the first engine configuration the
 //   numerics policy accepts (conv::engine_refusal on its engine's numerical notes) and that
 //   finalizes into an execution plan wins; deterministic engines of both heuristics lists are
-//   tried before any non-deterministic one (conv::search_passes). A key no
+//   tried before any non-deterministic one (conv::search_passes), unless the backend option
+//   deterministic_convolutions = false asks for mode A's order whatever the determinism. A key no
 //   configuration serves is cached as declined (nullptr), with each configuration's reason.
 // - run() executes a plan with a variant pack: uid 1 = x / dx, 2 = w / dw, 3 = y / dy; the
 //   caller provides at least plan.workspace bytes of workspace.
@@ -34,6 +35,10 @@ namespace mixtrain::backend_cuda {
 
 class ConvPlans {
  public:
+  // deterministic_first: conv::search_passes' order (the backend option
+  // deterministic_convolutions).
+  explicit ConvPlans(bool deterministic_first = true) : deterministic_first_(deterministic_first) {}
+
   struct Plan {
     // The descriptors the plan was built from (tensors, convolution, operation, operation graph,
     // engine configuration): declared first, so destroyed after the plan that references them.
@@ -59,12 +64,14 @@ class ConvPlans {
   };
   Entry build(const conv::PlanKey& key, cudnnHandle_t handle, std::string_view op);
   std::unordered_map<conv::PlanKey, Entry, conv::PlanKeyHash> entries_;
+  bool deterministic_first_ = true;
 };
 
 // The backend's convolution state, created on the first convolution: the cuDNN handle, the plans,
 // and grow-only scratch (cuDNN's workspace, decoded operands, the channels-last weights, FP32
 // outputs before their finish).
 struct ConvState {
+  explicit ConvState(bool deterministic_first) : plans(deterministic_first) {}
   CudnnHandle handle;
   ConvPlans plans;
   DeviceScratch workspace, a, b, out;

@@ -116,14 +116,19 @@ struct NumericsPolicy {
   bool fp32_data = true;      // the data cuDNN reads are fp32
   bool deterministic = true;  // refuse NONDETERMINISTIC engines
 };
-// The plan search's passes, in order: every deterministic pass (heuristics mode A, then the
+// The plan search's passes, in order. deterministic_first (the backend option
+// deterministic_convolutions, the default): every deterministic pass (heuristics mode A, then the
 // fallback heuristics) before any that accepts a NONDETERMINISTIC engine, so a deterministic
-// engine of the fallback list wins over a non-deterministic one of mode A.
+// engine of the fallback list wins over a non-deterministic one of mode A; those later passes
+// retry only the engines the deterministic ones refused for their determinism. Otherwise mode A's
+// list in its own order, whatever the determinism (cuDNN's fastest guess, as PyTorch's default
+// takes), then the fallback list likewise.
 struct SearchPass {
   bool fallback_heuristics = false;  // CUDNN_HEUR_MODE_FALLBACK (else CUDNN_HEUR_MODE_A)
   bool deterministic = true;         // NumericsPolicy::deterministic of the pass
+  bool retry_only = false;  // only engines a deterministic pass refused as non-deterministic
 };
-std::array<SearchPass, 4> search_passes();
+std::vector<SearchPass> search_passes(bool deterministic_first = true);
 // Empty when an engine with these notes (cudnnBackendNumericalNote_t values) is allowed, else
 // why not ("TENSOR_CORE on fp32 data: TF32 not allowed").
 std::string engine_refusal(std::span<const int> notes, const NumericsPolicy& policy);

@@ -95,6 +95,27 @@ TEST(cuda_conv_rules, EveryDeterministicPassComesBeforeAnyNondeterministicOne) {
   EXPECT_EQ(deterministic_fallback, 1);
   EXPECT_EQ(nondeterministic, 2);
   EXPECT_FALSE(passes[0].fallback_heuristics);  // mode A first: the fallback list is queried lazily
+  // The non-deterministic passes only retry what a deterministic pass refused for its determinism.
+  for (const auto& p : passes) EXPECT_EQ(p.retry_only, !p.deterministic);
+}
+
+// deterministic_convolutions = false: mode A's list in its own order whatever the determinism,
+// then the fallback list; no pass skips an engine a deterministic pass would have taken.
+TEST(cuda_conv_rules, WithoutDeterminismModeAsOrderWins) {
+  const auto passes = conv::search_passes(false);
+  ASSERT_EQ(passes.size(), 2u);
+  EXPECT_FALSE(passes[0].fallback_heuristics);
+  EXPECT_TRUE(passes[1].fallback_heuristics);
+  for (const auto& p : passes) {
+    EXPECT_FALSE(p.deterministic);
+    EXPECT_FALSE(p.retry_only);
+  }
+  // Such a pass takes a non-deterministic Tensor Core engine on 16-bit data, and still refuses
+  // what the numerics policy forbids.
+  const std::vector<int> nd_tc{n(NumericalNote::nondeterministic), n(NumericalNote::tensor_core)};
+  EXPECT_TRUE(conv::engine_allowed(nd_tc, {false, false, false}));
+  const std::vector<int> narrow{n(NumericalNote::reduced_precision_reduction)};
+  EXPECT_FALSE(conv::engine_allowed(narrow, {false, false, false}));
 }
 
 // --- descriptors
