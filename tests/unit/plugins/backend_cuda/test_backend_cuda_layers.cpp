@@ -62,7 +62,9 @@ TEST_F(backend_cuda_layers, ConvolutionFacetIsOfferedWithoutFp8) {
                               std::vector<DType>{DType::fp8_e4m3, DType::fp8_e4m3, DType::fp32}));
 }
 
-TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
+// Every convolution op of `gpu` against the CPU backend: four geometries, every storage dtype, fp32
+// and tf32 compute; prints the plans cuDNN chose.
+void convolutions_match_the_cpu(CudaBackend& gpu, backend_cpu::CpuBackend& cpu) {
   struct Case {
     const char* name;
     sdk::Conv2dGeometry g;
@@ -88,13 +90,13 @@ TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
         const auto dyv = random_values(static_cast<std::size_t>(ys.numel()), 3);
         const auto bv = random_values(static_cast<std::size_t>(g.out_channels), 4);
         const double tol = compute == DType::tf32 ? 4e-3 : conv_tol(dt);
-        Tensor xg(gpu(), dt, xs, xv), xc(cpu(), dt, xs, xv);
-        Tensor wg(gpu(), dt, ws, wv), wc(cpu(), dt, ws, wv);
-        Tensor dyg(gpu(), dt, ys, dyv), dyc(cpu(), dt, ys, dyv);
-        Tensor bg(gpu(), DType::fp32, Shape{g.out_channels}, bv),
-            bc(cpu(), DType::fp32, Shape{g.out_channels}, bv);
+        Tensor xg(gpu, dt, xs, xv), xc(cpu, dt, xs, xv);
+        Tensor wg(gpu, dt, ws, wv), wc(cpu, dt, ws, wv);
+        Tensor dyg(gpu, dt, ys, dyv), dyc(cpu, dt, ys, dyv);
+        Tensor bg(gpu, DType::fp32, Shape{g.out_channels}, bv),
+            bc(cpu, DType::fp32, Shape{g.out_channels}, bv);
         // forward with bias
-        Tensor yg(gpu(), dt, ys), yc(cpu(), dt, ys);
+        Tensor yg(gpu, dt, ys), yc(cpu, dt, ys);
         sdk::Conv2dForwardArgs f;
         f.geometry = g;
         f.compute = compute;
@@ -102,31 +104,31 @@ TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
         f.w = {wg, false, 1.0f};
         f.bias = bg;
         f.y = yg;
-        gpu<sdk::ConvolutionFacet>().conv2d_forward(f);
+        facet_of<sdk::ConvolutionFacet>(gpu).conv2d_forward(f);
         f.x = {xc, false, 1.0f};
         f.w = {wc, false, 1.0f};
         f.bias = bc;
         f.y = yc;
-        sdk::facet<sdk::ConvolutionFacet>(cpu())->conv2d_forward(f);
+        sdk::facet<sdk::ConvolutionFacet>(cpu)->conv2d_forward(f);
         expect_close_norm(yg.get(), yc.get(), tol, "fprop " + what);
         // backward data
-        Tensor dxg(gpu(), dt, xs), dxc(cpu(), dt, xs);
+        Tensor dxg(gpu, dt, xs), dxc(cpu, dt, xs);
         sdk::Conv2dBackwardDataArgs d;
         d.geometry = g;
         d.compute = compute;
         d.dy = {dyg, false, 1.0f};
         d.w = {wg, false, 1.0f};
         d.dx = dxg;
-        gpu<sdk::ConvolutionFacet>().conv2d_backward_data(d);
+        facet_of<sdk::ConvolutionFacet>(gpu).conv2d_backward_data(d);
         d.dy = {dyc, false, 1.0f};
         d.w = {wc, false, 1.0f};
         d.dx = dxc;
-        sdk::facet<sdk::ConvolutionFacet>(cpu())->conv2d_backward_data(d);
+        sdk::facet<sdk::ConvolutionFacet>(cpu)->conv2d_backward_data(d);
         expect_close_norm(dxg.get(), dxc.get(), tol, "dgrad " + what);
         // backward weights, twice: overwrite then accumulate
-        Tensor dwg(gpu(), DType::fp32, ws), dwc(cpu(), DType::fp32, ws);
-        Tensor dbg(gpu(), DType::fp32, Shape{g.out_channels}),
-            dbc(cpu(), DType::fp32, Shape{g.out_channels});
+        Tensor dwg(gpu, DType::fp32, ws), dwc(cpu, DType::fp32, ws);
+        Tensor dbg(gpu, DType::fp32, Shape{g.out_channels}),
+            dbc(cpu, DType::fp32, Shape{g.out_channels});
         for (bool acc : {false, true}) {
           sdk::Conv2dBackwardWeightsArgs b;
           b.geometry = g;
@@ -136,12 +138,12 @@ TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
           b.dy = {dyg, false, 1.0f};
           b.dw = dwg;
           b.dbias = dbg;
-          gpu<sdk::ConvolutionFacet>().conv2d_backward_weights(b);
+          facet_of<sdk::ConvolutionFacet>(gpu).conv2d_backward_weights(b);
           b.x = {xc, false, 1.0f};
           b.dy = {dyc, false, 1.0f};
           b.dw = dwc;
           b.dbias = dbc;
-          sdk::facet<sdk::ConvolutionFacet>(cpu())->conv2d_backward_weights(b);
+          sdk::facet<sdk::ConvolutionFacet>(cpu)->conv2d_backward_weights(b);
           const double wtol = compute == DType::tf32 ? 4e-3 : 1e-4;
           expect_close_norm(dwg.get(), dwc.get(), wtol,
                             "wgrad " + what + (acc ? " accumulate" : ""));
@@ -167,9 +169,20 @@ TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
           }
         }
       }
-  const auto report = gpu().conv_plan_report();
+  const auto report = gpu.conv_plan_report();
   EXPECT_FALSE(report.empty());
   for (const auto& line : report) std::printf("  %s\n", line.c_str());
+}
+
+TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
+  convolutions_match_the_cpu(gpu(), cpu());
+}
+
+// deterministic_convolutions = false: cuDNN's heuristic order, non-deterministic engines
+// included, within the same bounds.
+TEST_F(backend_cuda_layers, Conv2dWithoutDeterminismMatchesTheCpuToo) {
+  CudaBackend fastest(CudaOptions{.device = 0, .deterministic_convolutions = false});
+  convolutions_match_the_cpu(fastest, cpu());
 }
 
 TEST_F(backend_cuda_layers, Fp32ComputeRunsNoTensorCoreEngine) {
