@@ -438,7 +438,9 @@ model_run() {
       [[ $p == *+tune* ]] && variant+=(--set backend.cuda.gemm_autotune=8)
       [[ $p == *+whole* ]] && variant+=(--set model.loss_chunk_rows=0)
       [[ $p == *+unfused* ]] && variant+=(--set model.gpt.fused_attention=false)
-      [[ $p == *+nondet* ]] && variant+=(--set backend.cuda.deterministic_attention=false)
+      # +nondet alone, not the +nondet of +nondetconv.
+      [[ $p == *+nondet || $p == *+nondet+* ]] &&
+        variant+=(--set backend.cuda.deterministic_attention=false)
       [[ $p == *+realign* ]] && variant+=(--set backend.cuda.gemm_realign=true)
       [[ $p == *+nondetconv* ]] && variant+=(--set backend.cuda.deterministic_convolutions=false)
       LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 20 "$MIXTRAIN_BIN" check "$config" "$@" "${variant[@]}" \
