@@ -34,6 +34,8 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join(ROOT, "bench", "cnn")
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from host_cpu import cpu_name  # noqa: E402
 REFERENCE = os.path.join(ROOT, "tests", "integration", "resnet_reference.py")
 CONFIG = {"fp32": "resnet20-fp32.toml", "fp32-winograd": "resnet20-fp32.toml",
           "bf16": "resnet20-bf16.toml"}
@@ -42,14 +44,6 @@ BACKEND_SETS = {"fp32-winograd": {"backend.conv_algorithm": "winograd"}}
 TORCH_CONFIGS = {"fp32": ("fp32", "fp32-cl"), "fp32-winograd": ("fp32", "fp32-cl"),
                  "bf16": ("bf16", "bf16-cl")}
 GROUPS = ["convolutions", "batch norm", "pooling", "layout permutes", "optimizer", "other"]
-
-
-def cpu_name():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def write_images(folder, rows):

@@ -4,17 +4,12 @@ overrides, timed by whole windows of metrics records after a warm-up of whole wi
 import json
 import os
 import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from host_cpu import cpu_name  # noqa: E402,F401  (re-exported to the GPT benchmarks)
 POLICY = {"fp32": "fp32", "bf16": "bf16-mixed"}
-
-
-def cpu_name():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def warmup_steps(warmup, steps_per_window):
