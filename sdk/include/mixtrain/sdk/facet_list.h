@@ -24,6 +24,7 @@
 #include "mixtrain/sdk/backend_foreach.h"
 #include "mixtrain/sdk/backend_gemm.h"
 #include "mixtrain/sdk/backend_gradient_check.h"
+#include "mixtrain/sdk/backend_image_input.h"
 #include "mixtrain/sdk/backend_layer_norm.h"
 #include "mixtrain/sdk/backend_loss.h"
 #include "mixtrain/sdk/backend_native_stream.h"
@@ -48,23 +49,24 @@ struct FacetList {
   }
 };
 
-using Facets = FacetList<GemmFacet,           //
-                         ActivationFacet,     //
-                         ResidualFacet,       //
-                         GradientCheckFacet,  //
-                         ForeachFacet,        //
-                         LayerNormFacet,      //
-                         BatchNormFacet,      //
-                         LossFacet,           //
-                         OptimizerFacet,      //
-                         AttentionFacet,      //
-                         EmbeddingFacet,      //
-                         ConvolutionFacet,    //
-                         DropoutFacet,        //
-                         StepGraphFacet,      //
-                         NativeStreamFacet,   //
-                         CallObserverFacet,   //
-                         ScratchFacet,        //
-                         QuantizedWeightFacet>;
+using Facets = FacetList<GemmFacet,             //
+                         ActivationFacet,       //
+                         ResidualFacet,         //
+                         GradientCheckFacet,    //
+                         ForeachFacet,          //
+                         LayerNormFacet,        //
+                         BatchNormFacet,        //
+                         LossFacet,             //
+                         OptimizerFacet,        //
+                         AttentionFacet,        //
+                         EmbeddingFacet,        //
+                         ConvolutionFacet,      //
+                         DropoutFacet,          //
+                         StepGraphFacet,        //
+                         NativeStreamFacet,     //
+                         CallObserverFacet,     //
+                         ScratchFacet,          //
+                         QuantizedWeightFacet,  //
+                         ImageInputFacet>;
 
 }  // namespace mixtrain::sdk
