@@ -249,6 +249,23 @@ void read_source_options(const Config& config, const ResolvedComponentSection& r
   }
 }
 
+// data.pixels = "uint8" where the config alone shows there are no images to hold as bytes; a
+// file that holds float pixels is refused when loaded (load_data).
+void read_pixels(const sdk::Options& common, Experiment& e) {
+  if (e.data.pixels != "uint8") return;
+  if (const std::string why = not_images(e.data); !why.empty())
+    common.fail("pixels", "= \"uint8\" keeps image pixels as bytes, but " + why,
+                "remove data.pixels");
+  if (e.data.source == DataSource::synthetic) {
+    if (e.data.synthetic.feature_scale != 1.0)
+      common.fail("pixels",
+                  "= \"uint8\" rounds synthetic images to bytes of [0, 1], which "
+                  "data.synthetic.feature_scale would scale",
+                  "remove data.synthetic.feature_scale, or data.pixels");
+    e.data.synthetic.byte_pixels = true;
+  }
+}
+
 // [data] and [data.<source>] as the run uses them: paths absolute, text's file lists as TOML
 // arrays.
 void push_resolved_data(const Config& config, const ResolvedComponentSection& r, Experiment& e) {
@@ -292,9 +309,12 @@ void read_data_config(const Config& config, Experiment& e) {
   if (e.data.eval_batch_size == 0) e.data.eval_batch_size = e.data.batch_size;
   e.data.shuffle = common.get_bool("shuffle");
   e.data.prefetch = common.get_bool("prefetch");
+  e.data.pixels = common.get_string("pixels");
+  e.data.pixels_where = common.where("pixels");
   e.data.eval_fraction = common.get_double("eval_fraction");
   e.data.classes = static_cast<std::int32_t>(common.get_int("classes"));
   read_source_options(config, r, e);
+  read_pixels(common, e);
   push_resolved_data(config, r, e);
   read_normalize(config, e);
   read_augment(config, e);

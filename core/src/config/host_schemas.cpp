@@ -191,6 +191,12 @@ sdk::OptionSchema data_common_schema() {
       OptionSpec::boolean("prefetch", true,
                           "gather and augment the next training batch on a loader thread while "
                           "the step computes (the same batches either way)"),
+      OptionSpec::string("pixels", "auto",
+                         "how image pixels are held and sent to the device: uint8 (as image "
+                         "files store them, decoded on the device; synthetic images rounded to "
+                         "bytes), float32 (decoded when loaded), auto (uint8 where the source "
+                         "stores bytes)")
+          .one_of({"auto", "uint8", "float32"}),
       OptionSpec::number("eval_fraction", 0.1,
                          "share of rows held out for evaluation (tokens, text: of the tokens, "
                          "from the end)")

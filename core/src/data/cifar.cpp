@@ -5,9 +5,11 @@
 // Every file's size is checked before anything is allocated; the records are then read in pieces,
 // so memory holds the float images and one piece, never a second copy of the files.
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "data/byte_images.h"
 #include "data/file_support.h"
 #include "mixtrain/core/data/dataset.h"
 #include "mixtrain/sdk/error.h"
@@ -46,7 +48,7 @@ std::uint64_t record_count(const fs::path& file, const FileReader& in) {
 
 }  // namespace
 
-Dataset load_cifar10(std::span<const fs::path> files) {
+Dataset load_cifar10(std::span<const fs::path> files, bool keep_bytes) {
   if (files.empty())
     throw sdk::DataError("CIFAR-10: no batch files given",
                          "set data.cifar10.path to the cifar-10-batches-bin folder, or list the "
@@ -64,7 +66,7 @@ Dataset load_cifar10(std::span<const fs::path> files) {
   data.classes = kClasses;
   data.sample_shape = {static_cast<std::int64_t>(kChannels), static_cast<std::int64_t>(kSide),
                        static_cast<std::int64_t>(kSide)};
-  data.x.resize(static_cast<std::size_t>(total * kPixels));
+  std::vector<std::uint8_t> pixels(static_cast<std::size_t>(total * kPixels));
   data.y.resize(static_cast<std::size_t>(total));
   std::vector<unsigned char> piece;
   std::uint64_t row = 0;
@@ -86,12 +88,11 @@ Dataset load_cifar10(std::span<const fs::path> files) {
                "this is not a CIFAR-10 file (CIFAR-100's binary records have two label bytes); " +
                    std::string(kCifarHint));
         data.y[static_cast<std::size_t>(row)] = record[0];
-        float* out = data.x.data() + row * kPixels;
-        for (std::uint64_t i = 0; i < kPixels; ++i)
-          out[i] = static_cast<float>(record[1 + i]) / 255.0f;
+        std::memcpy(pixels.data() + row * kPixels, record + 1, kPixels);
       }
     }
   }
+  store_image_bytes(data, std::move(pixels), keep_bytes);
   check_dataset(data,
                 "CIFAR-10 file '" + files.front().string() + "'" +
                     (files.size() > 1 ? " + " + std::to_string(files.size() - 1) + " more files"

@@ -193,6 +193,24 @@ void check_token_dataset(const Dataset& data, std::string_view origin) {
            "raise data.vocab_size to the tokenizer's vocabulary size (GPT-2: 50257)");
 }
 
+// The byte-image form's invariants (see Dataset): images, no floats beside the bytes, one finite
+// table row of 256 values per channel.
+void check_byte_images(const Dataset& data, std::string_view origin) {
+  if (!data.is_image() || !data.x.empty() ||
+      data.pixel_values.size() != static_cast<std::size_t>(data.channels()) * 256)
+    fail(origin,
+         "byte images need [C, H, W] samples, no float features and a table of C x 256 values "
+         "(found " +
+             std::to_string(data.pixel_values.size()) + " values)",
+         "this is a bug in whatever built the dataset");
+  for (std::size_t i = 0; i < data.pixel_values.size(); ++i)
+    if (!std::isfinite(data.pixel_values[i]))
+      fail(origin,
+           "byte " + std::to_string(i % 256) + " of channel " + std::to_string(i / 256) +
+               " decodes to a value that is not finite",
+           "check the normalisation's mean and std");
+}
+
 }  // namespace
 
 void check_dataset(const Dataset& data, std::string_view origin) {
@@ -233,10 +251,12 @@ void check_dataset(const Dataset& data, std::string_view origin) {
                " features per row (expected [C, H, W] with C·H·W = features)",
            "this is a bug in whatever built the dataset");
   }
+  if (data.is_bytes()) check_byte_images(data, origin);
+  const std::size_t held = data.is_bytes() ? data.pixels.size() : data.x.size();
   if (data.features > static_cast<std::int64_t>(data.x.max_size()) / data.rows ||
-      data.x.size() != static_cast<std::size_t>(data.rows * data.features))
+      held != static_cast<std::size_t>(data.rows * data.features))
     fail(origin,
-         "features hold " + std::to_string(data.x.size()) + " values, expected rows x features = " +
+         "features hold " + std::to_string(held) + " values, expected rows x features = " +
              std::to_string(data.rows) + " x " + std::to_string(data.features),
          "this is a bug in whatever built the dataset");
   if (data.y.size() != static_cast<std::size_t>(data.rows))
@@ -265,6 +285,39 @@ void check_dataset(const Dataset& data, std::string_view origin) {
 }
 
 // ---- split and gather -----------------------------------------------------------------------
+
+namespace {
+
+// Row j of `values` [n, width] (and label j) becomes row source[j], in place: the permutation's
+// cycles are followed with one row of scratch.
+template <class T>
+void permute_rows(std::vector<T>& values, std::vector<std::int32_t>& labels,
+                  std::span<const std::int64_t> source, std::size_t width) {
+  const std::size_t n = source.size();
+  std::vector<bool> done(n, false);
+  std::vector<T> row(width);
+  const auto at = [&](std::size_t r) {
+    return values.begin() + static_cast<std::ptrdiff_t>(r * width);
+  };
+  for (std::size_t start = 0; start < n; ++start) {
+    if (done[start]) continue;
+    std::copy_n(at(start), width, row.begin());
+    const std::int32_t label = labels[start];
+    std::size_t j = start;
+    while (true) {
+      done[j] = true;
+      const auto from = static_cast<std::size_t>(source[j]);
+      if (from == start) break;
+      std::copy_n(at(from), width, at(j));
+      labels[j] = labels[from];
+      j = from;
+    }
+    std::copy_n(row.begin(), width, at(j));
+    labels[j] = label;
+  }
+}
+
+}  // namespace
 
 std::pair<Dataset, Dataset> split_holdout(Dataset all, double eval_fraction, std::uint64_t seed) {
   if (all.is_tokens())
@@ -302,9 +355,16 @@ std::pair<Dataset, Dataset> split_holdout(Dataset all, double eval_fraction, std
     part.features = all.features;
     part.classes = all.classes;
     part.sample_shape = all.sample_shape;
-    part.x.resize(rows.size() * static_cast<std::size_t>(all.features));
     part.y.resize(rows.size());
-    if (!rows.empty()) gather_batch(all, rows, part.x.data(), part.y.data());
+    const std::size_t values = rows.size() * static_cast<std::size_t>(all.features);
+    if (all.is_bytes()) {
+      part.pixel_values = all.pixel_values;
+      part.pixels.resize(values);
+      if (!rows.empty()) gather_pixels(all, rows, part.pixels.data(), part.y.data());
+    } else {
+      part.x.resize(values);
+      if (!rows.empty()) gather_batch(all, rows, part.x.data(), part.y.data());
+    }
     return part;
   };
   const auto split_at = static_cast<std::size_t>(eval_rows);
@@ -318,29 +378,20 @@ std::pair<Dataset, Dataset> split_holdout(Dataset all, double eval_fraction, std
   std::copy(order.begin() + static_cast<std::ptrdiff_t>(split_at), order.end(), source.begin());
   std::copy(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(split_at),
             source.begin() + static_cast<std::ptrdiff_t>(n - split_at));
-  std::vector<bool> done(n, false);
-  std::vector<float> row(width);
-  for (std::size_t start = 0; start < n; ++start) {
-    if (done[start]) continue;
-    std::copy_n(all.x.begin() + static_cast<std::ptrdiff_t>(start * width), width, row.begin());
-    const std::int32_t label = all.y[start];
-    std::size_t j = start;
-    while (true) {
-      done[j] = true;
-      const auto from = static_cast<std::size_t>(source[j]);
-      if (from == start) break;
-      std::copy_n(all.x.begin() + static_cast<std::ptrdiff_t>(from * width), width,
-                  all.x.begin() + static_cast<std::ptrdiff_t>(j * width));
-      all.y[j] = all.y[from];
-      j = from;
-    }
-    std::copy_n(row.begin(), width, all.x.begin() + static_cast<std::ptrdiff_t>(j * width));
-    all.y[j] = label;
-  }
+  if (all.is_bytes())
+    permute_rows(all.pixels, all.y, source, width);
+  else
+    permute_rows(all.x, all.y, source, width);
   Dataset train = std::move(all);
   train.rows = static_cast<std::int64_t>(n - split_at);
-  train.x.resize(static_cast<std::size_t>(train.rows) * width);
-  train.x.shrink_to_fit();
+  const auto kept = static_cast<std::size_t>(train.rows) * width;
+  if (train.is_bytes()) {
+    train.pixels.resize(kept);
+    train.pixels.shrink_to_fit();
+  } else {
+    train.x.resize(kept);
+    train.x.shrink_to_fit();
+  }
   train.y.resize(static_cast<std::size_t>(train.rows));
   train.y.shrink_to_fit();
   return {std::move(train), std::move(eval)};
@@ -357,7 +408,14 @@ void gather_batch(const Dataset& data, std::span<const std::int64_t> rows, float
       throw std::out_of_range("gather_batch: row " + std::to_string(row) + " outside [0, " +
                               std::to_string(data.rows) + ")");
     const auto r = static_cast<std::size_t>(row);
-    std::memcpy(x_out + i * width, data.x.data() + r * width, width * sizeof(float));
+    if (data.is_bytes()) {
+      const std::size_t plane = width / static_cast<std::size_t>(data.channels());
+      const std::uint8_t* in = data.pixels.data() + r * width;
+      for (std::size_t k = 0; k < width; ++k)
+        x_out[i * width + k] = data.pixel_values[(k / plane) * 256 + in[k]];
+    } else {
+      std::memcpy(x_out + i * width, data.x.data() + r * width, width * sizeof(float));
+    }
     if (y_out != nullptr) y_out[i] = data.y[r];
   }
 }

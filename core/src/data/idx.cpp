@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "data/byte_images.h"
 #include "data/file_support.h"
 #include "data/gzip_reader.h"
 #include "mixtrain/core/data/dataset.h"
@@ -175,13 +176,13 @@ IdxArray read_idx(const fs::path& file, bool for_labels) {
   return array;
 }
 
-// The images of `fx` as float32 in [0, 1], channels-first (y left empty).
-Dataset idx_images(const IdxArray& fx) {
+// The images of `fx`, channels-first (y left empty): bytes (keep_bytes) or float32 in [0, 1].
+Dataset idx_images(const IdxArray& fx, bool keep_bytes) {
   Dataset data;
   data.rows = static_cast<std::int64_t>(fx.shape[0]);
   data.features = static_cast<std::int64_t>(fx.bytes.size() / fx.shape[0]);
-  data.x.resize(fx.bytes.size());
   const auto& shape = fx.shape;
+  std::vector<std::uint8_t> pixels(fx.bytes.begin(), fx.bytes.end());
   if (shape.size() == 4) {
     // [N, H, W, C] channels-last → [N, C, H, W]: pixel (h, w, c) moves to c·H·W + h·W + w.
     const auto H = shape[1], W = shape[2], C = shape[3];
@@ -190,33 +191,31 @@ Dataset idx_images(const IdxArray& fx) {
     const std::size_t width = static_cast<std::size_t>(data.features);
     for (std::size_t r = 0; r < static_cast<std::size_t>(data.rows); ++r) {
       const unsigned char* in = fx.bytes.data() + r * width;
-      float* out = data.x.data() + r * width;
+      std::uint8_t* out = pixels.data() + r * width;
       for (std::uint64_t h = 0; h < H; ++h)
         for (std::uint64_t w = 0; w < W; ++w)
-          for (std::uint64_t c = 0; c < C; ++c)
-            out[(c * H + h) * W + w] = static_cast<float>(in[(h * W + w) * C + c]) / 255.0f;
+          for (std::uint64_t c = 0; c < C; ++c) out[(c * H + h) * W + w] = in[(h * W + w) * C + c];
     }
-  } else {
-    if (shape.size() == 3)
-      data.sample_shape = {1, static_cast<std::int64_t>(shape[1]),
-                           static_cast<std::int64_t>(shape[2])};
-    for (std::size_t i = 0; i < fx.bytes.size(); ++i)
-      data.x[i] = static_cast<float>(fx.bytes[i]) / 255.0f;
+  } else if (shape.size() == 3) {
+    data.sample_shape = {1, static_cast<std::int64_t>(shape[1]),
+                         static_cast<std::int64_t>(shape[2])};
   }
+  store_image_bytes(data, std::move(pixels), keep_bytes);
   return data;
 }
 
 }  // namespace
 
 Dataset load_idx_images(const fs::path& images) {
-  return idx_images(read_idx(images, /*for_labels=*/false));
+  return idx_images(read_idx(images, /*for_labels=*/false), /*keep_bytes=*/false);
 }
 
-Dataset load_idx(const fs::path& images, const fs::path& labels, std::int32_t classes) {
+Dataset load_idx(const fs::path& images, const fs::path& labels, std::int32_t classes,
+                 bool keep_bytes) {
   IdxArray fx = read_idx(images, /*for_labels=*/false);
   IdxArray fy = read_idx(labels, /*for_labels=*/true);
   check_row_counts(images, fx.shape[0], labels, fy.shape[0]);
-  Dataset data = idx_images(fx);
+  Dataset data = idx_images(fx, keep_bytes);
   data.y.assign(fy.bytes.begin(), fy.bytes.end());
   set_classes(labels, data, classes);
   finish(images, labels, data);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "data/byte_images.h"
 #include "mixtrain/core/data/dataset.h"
 #include "mixtrain/sdk/error.h"
 
@@ -49,23 +50,26 @@ ChannelStats channel_statistics(const Dataset& data) {
   stats.mean.assign(channels, 0.0);
   stats.std.assign(channels, 0.0);
   if (rows == 0) return stats;
+  // Each pixel's value, read from x or decoded from a byte image's table: the same sums, in the
+  // same order, so both forms of the same data give the same statistics.
+  const auto value = [&](std::size_t r, std::size_t c, std::size_t i) {
+    const std::size_t at = r * width + c * plane + i;
+    return static_cast<double>(data.is_bytes() ? data.pixel_values[c * 256 + data.pixels[at]]
+                                               : data.x[at]);
+  };
   const double count = static_cast<double>(rows) * static_cast<double>(plane);
   // Two passes (mean, then squared deviations): no cancellation for pixels far from zero.
   for (std::size_t c = 0; c < channels; ++c) {
     double sum = 0.0;
-    for (std::size_t r = 0; r < rows; ++r) {
-      const float* p = data.x.data() + r * width + c * plane;
-      for (std::size_t i = 0; i < plane; ++i) sum += static_cast<double>(p[i]);
-    }
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t i = 0; i < plane; ++i) sum += value(r, c, i);
     const double mean = sum / count;
     double squares = 0.0;
-    for (std::size_t r = 0; r < rows; ++r) {
-      const float* p = data.x.data() + r * width + c * plane;
+    for (std::size_t r = 0; r < rows; ++r)
       for (std::size_t i = 0; i < plane; ++i) {
-        const double d = static_cast<double>(p[i]) - mean;
+        const double d = value(r, c, i) - mean;
         squares += d * d;
       }
-    }
     stats.mean[c] = mean;
     stats.std[c] = std::sqrt(squares / count);
   }
@@ -83,15 +87,42 @@ void normalize_channels(Dataset& data, const ChannelStats& stats) {
   for (const double s : stats.std)
     if (!(s > 0.0) || !std::isfinite(s))
       throw std::invalid_argument("normalize_channels: a standard deviation is not > 0");
+  const auto normalized = [&](float v, std::size_t c) {
+    return static_cast<float>((static_cast<double>(v) - stats.mean[c]) / stats.std[c]);
+  };
+  if (data.is_bytes()) {
+    for (std::size_t c = 0; c < channels; ++c)
+      for (std::size_t b = 0; b < 256; ++b)
+        data.pixel_values[c * 256 + b] = normalized(data.pixel_values[c * 256 + b], c);
+    return;
+  }
   const auto plane = static_cast<std::size_t>(data.height() * data.width());
   const auto width = static_cast<std::size_t>(data.features);
   for (std::size_t r = 0; r < static_cast<std::size_t>(data.rows); ++r)
     for (std::size_t c = 0; c < channels; ++c) {
       float* p = data.x.data() + r * width + c * plane;
-      for (std::size_t i = 0; i < plane; ++i)
-        p[i] = static_cast<float>((static_cast<double>(p[i]) - stats.mean[c]) / stats.std[c]);
+      for (std::size_t i = 0; i < plane; ++i) p[i] = normalized(p[i], c);
     }
 }
+
+namespace {
+
+// x is [rows, H, W, C] per row; each row becomes [C, H, W]: pixel (h, w, c) moves to c·H·W + h·W +
+// w.
+template <class T>
+void permute_rows_to_channels_first(T* x, std::size_t rows, std::size_t H, std::size_t W,
+                                    std::size_t C) {
+  std::vector<T> sample(H * W * C);
+  for (std::size_t r = 0; r < rows; ++r) {
+    T* row = x + r * sample.size();
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t w = 0; w < W; ++w)
+        for (std::size_t c = 0; c < C; ++c) sample[(c * H + h) * W + w] = row[(h * W + w) * C + c];
+    std::copy(sample.begin(), sample.end(), row);
+  }
+}
+
+}  // namespace
 
 void channels_last_to_first(Dataset& data) {
   if (data.sample_shape.size() != 3)
@@ -99,16 +130,16 @@ void channels_last_to_first(Dataset& data) {
   const auto H = static_cast<std::size_t>(data.sample_shape[0]);
   const auto W = static_cast<std::size_t>(data.sample_shape[1]);
   const auto C = static_cast<std::size_t>(data.sample_shape[2]);
-  const auto width = static_cast<std::size_t>(data.features);
-  std::vector<float> sample(width);
-  for (std::size_t r = 0; r < static_cast<std::size_t>(data.rows); ++r) {
-    float* x = data.x.data() + r * width;
-    // x is [H, W, C]; sample becomes [C, H, W]: pixel (h, w, c) moves to c·H·W + h·W + w.
-    for (std::size_t h = 0; h < H; ++h)
-      for (std::size_t w = 0; w < W; ++w)
-        for (std::size_t c = 0; c < C; ++c) sample[(c * H + h) * W + w] = x[(h * W + w) * C + c];
-    std::copy(sample.begin(), sample.end(), x);
-  }
+  const auto rows = static_cast<std::size_t>(data.rows);
+  if (data.is_bytes()) {
+    // The table is per channel, so it must still be the loaders' (the same for every channel):
+    // the permute comes before any normalisation.
+    if (data.pixel_values != unit_byte_values(static_cast<std::int64_t>(H)))
+      throw std::logic_error("channels_last_to_first: byte images normalised before the permute");
+    permute_rows_to_channels_first(data.pixels.data(), rows, H, W, C);
+    data.pixel_values = unit_byte_values(static_cast<std::int64_t>(C));
+  } else
+    permute_rows_to_channels_first(data.x.data(), rows, H, W, C);
   data.sample_shape = {static_cast<std::int64_t>(C), static_cast<std::int64_t>(H),
                        static_cast<std::int64_t>(W)};
 }
@@ -139,9 +170,12 @@ std::uint64_t augment_stream(std::uint64_t batch_index, std::uint64_t position) 
   return mix64(mix64(batch_index ^ kAugmentDomain) + position);
 }
 
-void augment_batch(const AugmentSpec& spec, std::span<const std::int64_t> shape,
-                   std::span<const float> fill, float* x, std::int64_t rows, std::uint64_t seed,
-                   std::uint64_t batch_index) {
+namespace {
+
+template <class T>
+void augment_rows(const AugmentSpec& spec, std::span<const std::int64_t> shape,
+                  std::span<const T> fill, T* x, std::int64_t rows, std::uint64_t seed,
+                  std::uint64_t batch_index) {
   if (shape.size() != 3 || shape[0] < 1 || shape[1] < 1 || shape[2] < 1)
     throw std::invalid_argument("augment_batch: the sample shape is not [C, H, W]");
   if (spec.crop_padding < 0) throw std::invalid_argument("augment_batch: crop_padding is negative");
@@ -153,7 +187,7 @@ void augment_batch(const AugmentSpec& spec, std::span<const std::int64_t> shape,
   const std::int64_t H = shape[1], W = shape[2], pad = spec.crop_padding;
   const auto plane = static_cast<std::size_t>(H * W);
   const std::size_t width = channels * plane;
-  std::vector<float> source(width);
+  std::vector<T> source(width);
   for (std::int64_t i = 0; i < rows; ++i) {
     DataRng rng(seed, augment_stream(batch_index, static_cast<std::uint64_t>(i)));
     std::int64_t dy = 0, dx = 0;  // the window's top-left corner in the image (may be < 0)
@@ -164,11 +198,11 @@ void augment_batch(const AugmentSpec& spec, std::span<const std::int64_t> shape,
     }
     const bool flip = spec.horizontal_flip && rng.uniform() < 0.5;
     if (dy == 0 && dx == 0 && !flip) continue;
-    float* image = x + static_cast<std::size_t>(i) * width;
+    T* image = x + static_cast<std::size_t>(i) * width;
     std::copy(image, image + width, source.begin());
     for (std::size_t c = 0; c < channels; ++c) {
-      const float* in = source.data() + c * plane;
-      float* out = image + c * plane;
+      const T* in = source.data() + c * plane;
+      T* out = image + c * plane;
       for (std::int64_t y = 0; y < H; ++y) {
         const std::int64_t sy = y + dy;
         for (std::int64_t col = 0; col < W; ++col) {
@@ -178,6 +212,21 @@ void augment_batch(const AugmentSpec& spec, std::span<const std::int64_t> shape,
       }
     }
   }
+}
+
+}  // namespace
+
+void augment_batch(const AugmentSpec& spec, std::span<const std::int64_t> shape,
+                   std::span<const float> fill, float* x, std::int64_t rows, std::uint64_t seed,
+                   std::uint64_t batch_index) {
+  augment_rows(spec, shape, fill, x, rows, seed, batch_index);
+}
+
+void augment_batch(const AugmentSpec& spec, std::span<const std::int64_t> shape, std::uint8_t* x,
+                   std::int64_t rows, std::uint64_t seed, std::uint64_t batch_index) {
+  const std::vector<std::uint8_t> black(
+      shape.empty() || shape[0] < 1 ? 0 : static_cast<std::size_t>(shape[0]), 0);
+  augment_rows(spec, shape, std::span<const std::uint8_t>(black), x, rows, seed, batch_index);
 }
 
 }  // namespace mixtrain::core

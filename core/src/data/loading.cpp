@@ -55,11 +55,11 @@ std::pair<Dataset, Dataset> load_cifar10_splits(const DataSettings& settings, st
     if (train_files.empty()) train_files = std::move(dir_train);
     if (eval_files.empty()) eval_files = std::move(dir_eval);
   }
-  Dataset train = load_cifar10(train_files);
+  Dataset train = load_cifar10(train_files, settings.keep_bytes());
   if (settings.classes > 0) train.classes = std::max(train.classes, settings.classes);
   if (eval_files.empty()) return split_holdout(std::move(train), settings.eval_fraction, seed);
   // A separate held-out file: every training record trains, eval_fraction is unused.
-  Dataset eval = load_cifar10(eval_files);
+  Dataset eval = load_cifar10(eval_files, settings.keep_bytes());
   eval.classes = train.classes;
   return {std::move(train), std::move(eval)};
 }
@@ -139,13 +139,14 @@ Dataset load_table(const DataSettings& settings) {
       return make_synthetic(settings.synthetic);
     case DataSource::npy: {
       Dataset all = load_npy(settings.features_path, settings.labels_path, settings.classes,
-                             settings.npy_channels_last);
+                             settings.npy_channels_last, settings.keep_bytes());
       check_image_plausible(all, settings.features_path.string(), settings.npy_channels_last,
                             settings.npy_layout_where, "data.npy.layout");
       return all;
     }
     case DataSource::idx:
-      return load_idx(settings.images_path, settings.labels_path, settings.classes);
+      return load_idx(settings.images_path, settings.labels_path, settings.classes,
+                      settings.keep_bytes());
     case DataSource::cifar10:
     case DataSource::tokens:
     case DataSource::text:
@@ -167,6 +168,13 @@ LoadedData load_data(const DataSettings& settings, std::uint64_t seed) {
     if (settings.classes > 0) all.classes = std::max(all.classes, settings.classes);
     std::tie(out.train, out.eval) = split_holdout(std::move(all), settings.eval_fraction, seed);
   }
+  if (settings.pixels == "uint8" && !out.train.is_bytes())
+    throw sdk::ConfigError(
+        settings.pixels_where, "data.pixels",
+        "= \"uint8\" keeps image pixels as bytes, but the data " +
+            (out.train.is_image() ? std::string("hold float pixels")
+                                  : "are not images (sample shape " + shape_text(out.train) + ")"),
+        "remove data.pixels (or save the images as uint8)");
   if (settings.normalize.enabled())
     out.normalization = normalize_splits(settings, out.train, out.eval);
   if (settings.augment.spec.enabled() && !out.train.is_image())

@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include "data/byte_images.h"
 #include "data/file_support.h"
 #include "mixtrain/core/data/dataset.h"
 #include "mixtrain/sdk/error.h"
@@ -280,7 +281,7 @@ NpyArray read_npy(const fs::path& file, bool for_labels) {
 }
 
 // The features of `fx`, checked and converted to float32 (y left empty).
-Dataset npy_features(const fs::path& features, const NpyArray& fx) {
+Dataset npy_features(const fs::path& features, const NpyArray& fx, bool keep_bytes) {
   if (fx.shape.size() < 2)
     fail(features,
          "features have rank " + std::to_string(fx.shape.size()) + " (shape " +
@@ -297,7 +298,6 @@ Dataset npy_features(const fs::path& features, const NpyArray& fx) {
   data.rows = static_cast<std::int64_t>(fx.shape[0]);
   data.features = static_cast<std::int64_t>(width);
   const std::size_t values = static_cast<std::size_t>(fx.shape[0] * width);
-  data.x.resize(values);
   const unsigned char* src = fx.bytes.data();
   if (fx.shape.size() == 3)
     data.sample_shape = {1, static_cast<std::int64_t>(fx.shape[1]),
@@ -307,8 +307,11 @@ Dataset npy_features(const fs::path& features, const NpyArray& fx) {
                          static_cast<std::int64_t>(fx.shape[2]),
                          static_cast<std::int64_t>(fx.shape[3])};
   if (fx.dtype.kind == 'u') {
-    for (std::size_t i = 0; i < values; ++i) data.x[i] = static_cast<float>(src[i]) / 255.0f;
-  } else if (fx.dtype.item_size == 4) {
+    store_image_bytes(data, std::vector<std::uint8_t>(src, src + values), keep_bytes);
+    return data;  // bytes are finite
+  }
+  data.x.resize(values);
+  if (fx.dtype.item_size == 4) {
     for (std::size_t i = 0; i < values; ++i)
       data.x[i] = std::bit_cast<float>(static_cast<std::uint32_t>(load_le(src + 4 * i, 4)));
   } else {
@@ -334,13 +337,13 @@ Dataset npy_features(const fs::path& features, const NpyArray& fx) {
 // ---- .npy -----------------------------------------------------------------------------------
 
 Dataset load_npy_features(const fs::path& features) {
-  return npy_features(features, read_npy(features, /*for_labels=*/false));
+  return npy_features(features, read_npy(features, /*for_labels=*/false), /*keep_bytes=*/false);
 }
 
 Dataset load_npy(const fs::path& features, const fs::path& labels, std::int32_t classes,
-                 bool channels_last) {
+                 bool channels_last, bool keep_bytes) {
   NpyArray fx = read_npy(features, /*for_labels=*/false);
-  Dataset data = npy_features(features, fx);
+  Dataset data = npy_features(features, fx, keep_bytes);
   if (channels_last && fx.shape.size() == 4) channels_last_to_first(data);
   NpyArray fy = read_npy(labels, /*for_labels=*/true);
   if (!(fy.shape.size() == 1 || (fy.shape.size() == 2 && fy.shape[1] == 1)))

@@ -1,4 +1,5 @@
 // Seeded synthetic classification data ("clusters", "teacher", "images").
+#include "data/byte_images.h"
 #include "mixtrain/core/data/dataset.h"
 
 #include "mixtrain/sdk/error.h"
@@ -66,6 +67,13 @@ void validate(const SyntheticSpec& spec) {
              "or \"images\" (shifted stroke templates)");
   if (spec.rows <= 0) bad_spec("rows", "must be >= 1, found " + std::to_string(spec.rows));
   if (spec.kind == "images") validate_images(spec);
+  if (spec.byte_pixels && spec.kind != "images")
+    bad_spec("pixels", "= \"uint8\" needs kind = \"images\", found \"" + spec.kind + "\"",
+             "remove data.pixels, or set data.synthetic.kind = \"images\"");
+  if (spec.byte_pixels && spec.feature_scale != 1.0)
+    bad_spec("feature_scale",
+             "must be 1 for byte pixels, found " + std::to_string(spec.feature_scale),
+             "remove data.synthetic.feature_scale, or data.pixels = \"uint8\"");
   const std::int64_t features = spec.kind == "images" ? image_features(spec) : spec.features;
   if (features <= 0) bad_spec("features", "must be >= 1, found " + std::to_string(features));
   if (spec.classes < 2)
@@ -293,6 +301,14 @@ Dataset make_synthetic(const SyntheticSpec& spec) {
   }
   if (spec.feature_scale != 1.0)
     for (float& v : data.x) v = static_cast<float>(v * spec.feature_scale);
+  if (spec.byte_pixels) {
+    // round(clamp(v, 0, 1)·255): exact in double, then the bytes decode as b / 255.
+    std::vector<std::uint8_t> bytes(data.x.size());
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+      bytes[i] = static_cast<std::uint8_t>(
+          std::floor(std::clamp(static_cast<double>(data.x[i]), 0.0, 1.0) * 255.0 + 0.5));
+    store_image_bytes(data, std::move(bytes), /*keep_bytes=*/true);
+  }
   check_dataset(data, "synthetic data (" + spec.kind + ")");
   return data;
 }

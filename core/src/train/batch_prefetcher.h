@@ -24,9 +24,10 @@
 
 namespace mixtrain::core {
 
-// One batch's host staging: features or token ids, and the labels.
+// One batch's host staging: features, byte images' pixels or token ids, and the labels.
 struct HostBatch {
   std::vector<float> x;
+  std::vector<std::uint8_t> pixels;
   std::vector<std::int32_t> ids;
   std::vector<std::int32_t> y;
 };

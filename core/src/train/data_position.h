@@ -8,7 +8,8 @@
 //   current step and that batch's number (epoch · batches_per_epoch + position, augmentation's
 //   key); kept so a skipped step can replay them. run.accumulate entries after a step.
 // - Host staging `host`, sized for the model's largest batch (Model::max_rows rows) and grown by
-//   a larger one: x, a table's or images' features [rows, F] in FP32; ids, token windows' ids
+//   a larger one: x, a table's or images' features [rows, F] in FP32; pixels, byte images
+//   decoded on the device [rows, F] as bytes; ids, token windows' ids
 //   [rows, T]; y, the labels [rows · labels_per_row]. After a batch is fed, host.y holds its
 //   labels (evaluation's top-k reads them).
 // - prefetcher: with data.prefetch, the loader thread that prepares the next training batch

@@ -34,10 +34,17 @@ struct BatchRecipe {
   AugmentSpec augment;
   std::vector<float> black;
   std::uint64_t seed;
+  bool bytes;  // byte images gathered as bytes, for the device to decode
 };
 
+// The device's decode table of `d`, or nullptr when its batches travel as floats.
+const Tensor* pixel_table(const Trainer::State& s, const Dataset& d) {
+  const Tensor& table = &d == &s.train ? s.train_pixel_table : s.eval_pixel_table;
+  return d.is_bytes() && !table.empty() ? &table : nullptr;
+}
+
 BatchRecipe recipe_of(const Trainer::State& s, const Dataset& d) {
-  return {&d, s.e.data.augment.spec, s.black, s.e.run.seed};
+  return {&d, s.e.data.augment.spec, s.black, s.e.run.seed, pixel_table(s, d) != nullptr};
 }
 
 // The host side of a batch: `rows` of the data gathered into `out` (grown as needed), and a
@@ -55,6 +62,14 @@ void prepare_host_batch(const BatchRecipe& r, std::span<const std::int64_t> rows
     gather_tokens(d, rows, out.ids.data(), out.y.data());
     return;
   }
+  if (r.bytes) {
+    // Augmented as bytes, filled with byte 0: decoded, the float batch below exactly.
+    grow(out.pixels, n * d.features);
+    gather_pixels(d, rows, out.pixels.data(), out.y.data());
+    if (training_batch && r.augment.enabled())
+      augment_batch(r.augment, d.sample_shape, out.pixels.data(), n, r.seed, *training_batch);
+    return;
+  }
   grow(out.x, n * d.features);
   gather_batch(d, rows, out.x.data(), out.y.data());
   if (training_batch && r.augment.enabled())
@@ -63,8 +78,16 @@ void prepare_host_batch(const BatchRecipe& r, std::span<const std::int64_t> rows
 
 void upload_batch(Trainer::State& s, const Dataset& d, std::int64_t n, const HostBatch& h) {
   auto& b = *s.c.backend;
-  b.copy_from_host(s.model->input(n), d.is_tokens() ? static_cast<const void*>(h.ids.data())
-                                                    : static_cast<const void*>(h.x.data()));
+  if (const Tensor* table = pixel_table(s, d)) {
+    const std::int64_t channels = d.channels();
+    const sdk::ByteImages images{h.pixels.data(), n, channels, d.features / channels};
+    s.model->facets()
+        .call(sdk::ImageInputOp::decode_images)
+        ->decode_images(images, table->view(), s.model->input(n));
+  } else {
+    b.copy_from_host(s.model->input(n), d.is_tokens() ? static_cast<const void*>(h.ids.data())
+                                                      : static_cast<const void*>(h.x.data()));
+  }
   b.copy_from_host(s.model->labels(n), h.y.data());
 }
 

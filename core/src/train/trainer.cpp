@@ -207,10 +207,39 @@ LrSchedule schedule_of(const Experiment& e, double base_lr) {
 }
 
 // The host staging buffers, sized for the model's largest batch.
+// Byte images travel as bytes when the backend decodes them for the model's input dtype
+// (sdk/backend_image_input.h): each split's table goes to the device once. Otherwise the host
+// decodes each batch (gather_batch), with the same values.
+void prepare_pixel_tables(Trainer::State& s) {
+  if (!s.train.is_bytes()) return;
+  const sdk::DType input = s.model->input_dtype();
+  const sdk::ImageInputFacet* facet = s.model->facets().find<sdk::ImageInputFacet>();
+  const sdk::DType dtypes[] = {sdk::DType::fp32, input};
+  if (facet == nullptr || !facet->supports(sdk::ImageInputOp::decode_images, dtypes)) {
+    s.log.info("data: byte images, decoded on the host: the backend has no image_input facet for " +
+               std::string(sdk::dtype_name(input)) + " input");
+    return;
+  }
+  const auto upload = [&](const Dataset& d, Tensor& table) {
+    if (!d.is_bytes()) return;
+    table = Tensor(s.c.backend, sdk::DType::fp32, sdk::Shape{d.channels(), 256});
+    s.c.backend->copy_from_host(table.view(), d.pixel_values.data());
+  };
+  upload(s.train, s.train_pixel_table);
+  upload(s.eval, s.eval_pixel_table);
+  s.log.info("data: images travel to the device as bytes (" +
+             std::to_string(s.e.data.batch_size * s.train.features >> 10) +
+             " KiB a batch instead of " +
+             std::to_string(s.e.data.batch_size * s.train.features * 4 >> 10) +
+             " as fp32) and are decoded there");
+}
+
 void allocate_host_staging(Trainer::State& s) {
   const std::int64_t max_rows = s.model->max_rows();
   if (s.train.is_tokens())
     s.data.host.ids.resize(static_cast<std::size_t>(max_rows * s.train.features));
+  else if (!s.train_pixel_table.empty())
+    s.data.host.pixels.resize(static_cast<std::size_t>(max_rows * s.train.features));
   else
     s.data.host.x.resize(static_cast<std::size_t>(max_rows * s.train.features));
   s.data.host.y.resize(static_cast<std::size_t>(max_rows * s.train.labels_per_row()));
@@ -480,6 +509,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   if (e.run.early_stopping_patience > 0)
     s.metrics.early_stopping.emplace(e.run.early_stopping_metric, e.run.early_stopping_min_delta);
   if (!e.checkpoint.keep_best.empty()) s.metrics.keep_best.emplace(e.checkpoint.keep_best, 0.0);
+  prepare_pixel_tables(s);
   allocate_host_staging(s);
   if (e.data.prefetch) s.data.prefetcher = std::make_unique<BatchPrefetcher>();
   if (!e.checkpoint.init_from.empty() && !options.resume)

@@ -35,6 +35,10 @@ struct Trainer::State {
   // Image data: what a raw 0 pixel is after normalisation, per channel (crop padding's fill).
   std::vector<float> black;
   ChannelStats normalization;  // [data.normalize] as applied; empty: none
+  // Byte images decoded on the device (sdk/backend_image_input.h): each split's table, fp32
+  // [C, 256] in the backend's memory. Empty when the host decodes: float images, or a backend
+  // without the image_input facet for the model's input dtype.
+  Tensor train_pixel_table, eval_pixel_table;
   std::unique_ptr<Model> model;
   // What the optimizer is bound to and what the step unscales and checks (the reducer may have
   // moved the gradients: distributed/reducer.h).
@@ -63,7 +67,8 @@ struct Trainer::State {
   bool writes = true;
 };
 
-// Copies the given rows of `d` (features or token ids, and their labels) into the model's batch.
+// Copies the given rows of `d` (features or token ids, and their labels) into the model's batch;
+// byte images travel as bytes and are decoded on the device when `d`'s table is there.
 // A training batch passes its batch number — the sampler's count of batches drawn before it,
 // epoch · batches_per_epoch + position, which a resumed run restores — and gets [data.augment]
 // (augment_batch with the run seed); evaluation passes none and is never augmented.

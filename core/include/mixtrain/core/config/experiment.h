@@ -129,6 +129,12 @@ struct DataSettings {
   bool shuffle = schema_default_bool(data_common_schema(), "shuffle");
   // Prepare the next training batch on a loader thread while a step computes.
   bool prefetch = schema_default_bool(data_common_schema(), "prefetch");
+  // Image pixels: "uint8" kept as bytes (synthetic images rounded to bytes), "float32" decoded
+  // when loaded, "auto" bytes where the source stores bytes. `pixels_where` is where a source
+  // that cannot give bytes points.
+  std::string pixels = schema_default_string(data_common_schema(), "pixels");
+  sdk::SourceLocation pixels_where;
+  bool keep_bytes() const { return pixels != "float32"; }
   // tokens / text: the tail, unless eval_paths are given.
   double eval_fraction = schema_default_number(data_common_schema(), "eval_fraction");
   // 0: infer from the labels (tables only).

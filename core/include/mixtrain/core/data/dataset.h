@@ -14,6 +14,12 @@
 //     features = block size T. Row r is the window tokens[r·stride, r·stride + T + 1): its
 //     inputs are the first T tokens, its targets (next-token labels) the last T, so
 //     rows = (tokens.size() − T − 1) / stride + 1. sample_shape is empty.
+//   byte images: a table of images whose pixels are bytes keeps them so (a quarter of the
+//     memory, and a batch travels to the device as bytes: sdk/backend_image_input.h): `pixels`
+//     uint8 [rows, features] in x's layout, x empty, and `pixel_values` fp32 [C, 256], the value
+//     byte b of channel c stands for (b / 255 when loaded; normalize_channels rewrites this
+//     table, never the pixels). Every function below that reads features decodes through it, so
+//     gather_batch() gives the same floats as the same data held as floats.
 //   Every Dataset returned below passes check_dataset() (rows > 0, features > 0, sizes
 //   consistent, sample_shape's dimensions >= 1 with product = features, labels / tokens in
 //   range, every feature finite) — except a deliberately empty
@@ -53,6 +59,8 @@ struct Dataset {
   std::vector<float> x;                 // table: [rows, features], row-major
   std::vector<std::int32_t> y;          // table: [rows]
   std::vector<std::int32_t> tokens;     // token form: the stream the windows are cut from
+  std::vector<std::uint8_t> pixels;     // byte images: [rows, features], row-major
+  std::vector<float> pixel_values;      // byte images: [C, 256], what each byte stands for
   std::int64_t stride = 0;              // token form: > 0, tokens between window starts
   // The shape of one sample of x, channels-first: {} = [features]; {C, H, W} an image (NCHW x).
   // Models read it to shape their input node; its product is `features` when non-empty.
@@ -60,6 +68,7 @@ struct Dataset {
 
   bool is_tokens() const { return stride > 0; }
   bool is_image() const { return sample_shape.size() == 3; }
+  bool is_bytes() const { return !pixel_values.empty(); }
   // Image dimensions (valid when is_image()).
   std::int64_t channels() const { return sample_shape[0]; }
   std::int64_t height() const { return sample_shape[1]; }
@@ -123,6 +132,9 @@ struct SyntheticSpec {
   // Every kind: multiplies each feature after the labels are drawn (raw, unnormalised
   // measurements: 1e4 puts them in the tens of thousands, past what fp16 can hold).
   double feature_scale = 1.0;
+  // images: each pixel rounded to a byte, round(clamp(v, 0, 1)·255), and kept as bytes (the
+  // byte-image form), as image files hold them; feature_scale must then be 1.
+  bool byte_pixels = false;
 };
 
 // Throws sdk::DataError on an unknown kind or out-of-range field.
@@ -139,8 +151,9 @@ Dataset make_synthetic(const SyntheticSpec& spec);
 // offset in the labels file).
 // `channels_last`: a rank-4 features array is [N, H, W, C] (sample_shape {C, H, W} after the
 // permutation to channels-first); other ranks are unaffected.
+// `keep_bytes`: uint8 images stay bytes (the byte-image form above) instead of floats.
 Dataset load_npy(const std::filesystem::path& features, const std::filesystem::path& labels,
-                 std::int32_t classes = 0, bool channels_last = false);
+                 std::int32_t classes = 0, bool channels_last = false, bool keep_bytes = false);
 // The features half of load_npy (the same dtypes, shapes and checks) for data without labels
 // (`mixtrain predict`): y is empty and classes 0, so the result is not a complete Dataset until
 // the caller gives it labels.
@@ -152,8 +165,9 @@ Dataset load_npy_features(const std::filesystem::path& features);
 // 0x00000801). `classes` as for load_npy. A gzip-compressed file (recognised by its magic bytes
 // 1f 8b, whatever its name) is decompressed while read, never beyond the data size its IDX
 // header declares.
+// `keep_bytes`: images ([N, H, W] or [N, H, W, C]) stay bytes (the byte-image form above).
 Dataset load_idx(const std::filesystem::path& images, const std::filesystem::path& labels,
-                 std::int32_t classes = 0);
+                 std::int32_t classes = 0, bool keep_bytes = false);
 // The images half of load_idx, for data without labels: y empty, classes 0 (as load_npy_features).
 Dataset load_idx_images(const std::filesystem::path& images);
 
@@ -164,7 +178,8 @@ Dataset load_idx_images(const std::filesystem::path& images);
 // of records is accepted. Errors name the file: missing, empty, a size that is not a multiple
 // of 3073 (with the offset where the partial record starts), a label >= 10 (with the record
 // index and its byte offset); an empty list names what was looked for.
-Dataset load_cifar10(std::span<const std::filesystem::path> files);
+// `keep_bytes`: the pixels stay bytes (the byte-image form above).
+Dataset load_cifar10(std::span<const std::filesystem::path> files, bool keep_bytes = false);
 
 // The CIFAR-10 files in `dir`: (the data_batch_1.bin … data_batch_5.bin present, in that order;
 // test_batch.bin). Throws sdk::DataError naming the folder and the file names looked for when
@@ -181,7 +196,9 @@ struct ChannelStats {
 };
 ChannelStats channel_statistics(const Dataset& data);
 
-// x = (x − mean[c]) / std[c] for every pixel of channel c (computed in double, stored as float).
+// x = (x − mean[c]) / std[c] for every pixel of channel c (computed in double, stored as float);
+// byte images get the same function applied to their table, so their pixels decode to the same
+// floats.
 // std::invalid_argument unless data is an image dataset with one mean and one std > 0 per
 // channel (callers validate user input first); an empty dataset is left as it is.
 void normalize_channels(Dataset& data, const ChannelStats& stats);
@@ -221,6 +238,10 @@ struct AugmentSpec {
 void augment_batch(const AugmentSpec& spec, std::span<const std::int64_t> shape,
                    std::span<const float> fill, float* x, std::int64_t rows, std::uint64_t seed,
                    std::uint64_t batch_index);
+// The same on a batch of byte images [rows, C, H, W], filling with byte 0 (what decodes to a raw 0
+// pixel normalised): decoded afterwards, it equals the float batch augmented above.
+void augment_batch(const AugmentSpec& spec, std::span<const std::int64_t> shape, std::uint8_t* x,
+                   std::int64_t rows, std::uint64_t seed, std::uint64_t batch_index);
 std::uint64_t augment_stream(std::uint64_t batch_index, std::uint64_t position);
 
 // ---- splitting and batching -----------------------------------------------------------------
@@ -236,8 +257,16 @@ std::pair<Dataset, Dataset> split_holdout(Dataset all, double eval_fraction, std
 // Copies the given rows of a table dataset into x_out [rows.size(), features] and y_out
 // [rows.size()] (y_out may be null). Throws std::out_of_range on an index outside [0, data.rows)
 // and std::logic_error on a token dataset (use gather_tokens) — caller bugs.
+// Byte images are decoded through their table.
 void gather_batch(const Dataset& data, std::span<const std::int64_t> rows, float* x_out,
                   std::int32_t* y_out);
+// The bytes of the given rows of byte images into pixels_out [rows.size(), features], with y_out
+// as gather_batch's. std::logic_error unless data.is_bytes().
+void gather_pixels(const Dataset& data, std::span<const std::int64_t> rows,
+                   std::uint8_t* pixels_out, std::int32_t* y_out);
+// Byte images decoded in place into the float form (pixels and table dropped); any other form is
+// left as it is. What data.pixels = "float32" does at load.
+void decode_pixels(Dataset& data);
 
 // ---- token data (language models) -----------------------------------------------------------
 
