@@ -11,8 +11,9 @@
 //   per registration linked into the module: gemm, activation,
 //   gradient_check, foreach, layer_norm, batch_norm, convolution (cuDNN builds only), loss,
 //   optimizer, residual, attention, embedding, dropout, step_graph (the host asks for it only
-//   under run.step_graphs) and native_stream (the one stream, for plugins that order their own
-//   device work against it, e.g. the NCCL communicator). Each lives as long as the backend.
+//   under run.step_graphs), native_stream (the one stream, for plugins that order their own
+//   device work against it, e.g. the NCCL communicator), scratch and image_input. Each lives as
+//   long as the backend.
 // - Construction selects `device` and throws sdk::BackendError carrying CUDA's own error text when
 //   there is no usable device (no driver, no GPU, index out of range). Nothing else is touched
 //   then.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda_block_scaled_gemm.h"
+#include "cuda_byte_upload.h"
 #include "cuda_cast_fill.h"
 #include "cuda_gemm.h"
 #include "mixtrain/sdk/support/backend_features.h"
@@ -121,6 +122,7 @@ CudaContext::CudaContext(const CudaOptions& options)
 CudaContext::~CudaContext() {
   activate();
   if (stream != nullptr) cudaStreamSynchronize(stream);
+  bytes_in.reset();  // waits for the copy stream, which may still read a staging slot
   staging.release();
 #ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
   sdpa.reset();
@@ -156,7 +158,8 @@ void CudaContext::account_buffers() {
   // scratch is, as the CPU backend counts its GEMM scratch.
   const std::size_t now = gemm->device_bytes() - gemm->workspace_bytes() +
                           block_gemm->device_bytes() + tables.capacity() + partial.capacity() +
-                          partial2.capacity() + flags.capacity() + cudnn_bytes();
+                          partial2.capacity() + flags.capacity() + cudnn_bytes() +
+                          (bytes_in ? bytes_in->device_bytes() : 0);
   if (now == buffer_bytes_) return;
   allocator.account_external(static_cast<std::ptrdiff_t>(now) -
                              static_cast<std::ptrdiff_t>(buffer_bytes_));
@@ -249,6 +252,17 @@ void CudaContext::free_retired_scratch() noexcept {
 #ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
   if (sdpa) sdpa->workspace.free_retired();
 #endif
+}
+
+ByteUpload& CudaContext::byte_upload(const char* op) {
+  if (!bytes_in)
+    bytes_in = std::make_unique<ByteUpload>(
+        [this] {
+          cudaStreamSynchronize(stream);
+          allocator.release_cached();
+        },
+        op);
+  return *bytes_in;
 }
 
 #ifdef MIXTRAIN_HAVE_CUDNN

@@ -1,15 +1,16 @@
 // CudaContext: the device state every part of the CUDA backend shares — the device and what it
 // is, the one stream, the caching allocator, the cuBLASLt engine, grow-only scratch, the pinned
-// staging slots, the device-side error records of the label and id checks, and the cuDNN state of
-// the convolutions and of flash attention. CudaBackend owns one; each facet object holds a
-// reference to it.
+// staging slots, the image input's copy stream and byte slots, the device-side error records of
+// the label and id checks, and the cuDNN state of the convolutions and of flash attention.
+// CudaBackend owns one; each facet object holds a reference to it.
 //
 // Contract
 // - Construction selects `device` and throws sdk::BackendError carrying CUDA's own error text when
 //   there is no usable device (no driver, no GPU, index out of range, no machine code for it);
 //   nothing stays allocated then.
 // - Lifetime: created before and destroyed after every facet object of its backend. Destruction
-//   waits for the stream first.
+//   waits for the stream first, then for the copy stream (ByteUpload) before the staging slots
+//   it may still read go.
 // - Threading: one host thread at a time; activate() makes the device current on the calling
 //   thread and every call of a facet starts with it.
 // - Scratch (tables, partial, partial2, flags, id_check) is shared by the facets: its contents are
@@ -19,9 +20,9 @@
 //   scatter_add) leaves it in a device record and sets labels_pending / ids_pending; sync() raises
 //   it as sdk::BackendError after waiting for the stream.
 // - Memory statistics: account_buffers() folds growth of the context's own buffers (grow-only
-//   scratch, the convolution's and flash attention's workspaces) into the allocator's count; the
-//   fixed cuBLASLt workspace is not counted. buffer_bytes() is what was folded in, the scratch
-//   facet's figure.
+//   scratch, the convolution's and flash attention's workspaces, the image input's byte slots)
+//   into the allocator's count; the fixed cuBLASLt workspace is not counted. buffer_bytes() is
+//   what was folded in, the scratch facet's figure.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -46,6 +47,7 @@ namespace mixtrain::backend_cuda {
 
 class GemmEngine;             // cuda_gemm.h
 class BlockScaledGemmEngine;  // cuda_block_scaled_gemm.h
+class ByteUpload;             // cuda_byte_upload.h
 struct ConvState;  // cuda_conv_plans.h
 struct SdpaState;  // cuda_sdpa_graphs.h
 
@@ -91,6 +93,8 @@ class CudaContext {
   void free_retired_scratch() noexcept;
   // cuDNN scratch: the convolution's and flash attention's (0 before either runs).
   std::size_t cudnn_bytes() const;
+  // The image input's copy stream and two byte slots, created by the first decode_images.
+  ByteUpload& byte_upload(const char* op);
 #ifdef MIXTRAIN_HAVE_CUDNN
   // Created by the first convolution (cuDNN's handle loads its engine libraries).
   ConvState& conv_state();
@@ -123,6 +127,7 @@ class CudaContext {
   // Graphs recorded and not released (CudaStepGraph): while > 0 the scratch buffers keep every
   // address a graph holds, e.g. when an eval batch larger than the training one grows partial.
   int live_graphs = 0;
+  std::unique_ptr<ByteUpload> bytes_in;  // decode_images' upload (nullptr before the first)
 #ifdef MIXTRAIN_HAVE_CUDNN
   std::unique_ptr<ConvState> conv;
 #endif

@@ -10,10 +10,7 @@ namespace mixtrain::backend_cuda {
 void HostStaging::copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream,
                        const char* op) {
   if (bytes == 0) return;
-  if (recording_)
-    // The recorded copy would read the slot at every replay, long after the host reused it.
-    fail(op, "a host upload cannot be part of a recorded step graph",
-         "run this op outside the recording (the trainer then runs the step op by op)");
+  require_not_recording(op);
   if (bytes > kMaxStaged) {
     // Rare (weights at load time, not a step's batch): the driver's pageable path, which has read
     // `src` when it returns.
@@ -51,6 +48,13 @@ void HostStaging::copy(void* dst, const void* src, std::size_t bytes, cudaStream
     check_cuda(recorded, op, "cudaEventRecord");
   }
   slot.in_flight = true;
+}
+
+void HostStaging::require_not_recording(const char* op) const {
+  if (recording_)
+    // The recorded copy would read the slot at every replay, long after the host reused it.
+    fail(op, "a host upload cannot be part of a recorded step graph",
+         "run this op outside the recording (the trainer then runs the step op by op)");
 }
 
 void HostStaging::release() noexcept {

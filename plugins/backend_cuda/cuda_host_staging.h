@@ -37,6 +37,8 @@ class HostStaging {
   // While the stream records a step graph, copy() raises BackendError instead (the step-graph
   // facet's rule: a host upload cannot be recorded).
   void set_recording(bool on) noexcept { recording_ = on; }
+  // That BackendError, for an upload that does not go through copy() alone (decode_images).
+  void require_not_recording(const char* op) const;
   void release() noexcept;
 
  private:

@@ -1,7 +1,7 @@
 // CudaScratch: the CUDA backend's ScratchFacet (sdk/backend_scratch.h), whole in one file. Its
 // scratch is the context's own buffers as account_buffers() last folded them into the allocator's
-// statistics: the grow-only scratch and the convolution's workspace (the fixed cuBLASLt
-// workspace is counted in neither).
+// statistics: the grow-only scratch, the convolution's workspace and the image input's byte slots
+// (the fixed cuBLASLt workspace is counted in neither).
 #include "cuda_context.h"
 #include "mixtrain/sdk/backend_scratch.h"
 #include "mixtrain/sdk/support/facet_registry.h"

@@ -77,10 +77,10 @@ TEST(backend_cuda_facet_classes, EveryFacetFileRegistersItsFacetOnce) {
   for (const auto& entry : sdk::FacetRegistry<CudaContext>::entries())
     names.emplace_back(entry.name);
   std::sort(names.begin(), names.end());
-  std::vector<std::string> expected = {"activation", "attention", "batch_norm",    "dropout",
-                                       "embedding",  "foreach",   "gemm",          "gradient_check",
-                                       "layer_norm", "loss",      "native_stream", "optimizer",
-                                       "residual",   "scratch",   "step_graph"};
+  std::vector<std::string> expected = {"activation",  "attention",  "batch_norm", "dropout",
+                                       "embedding",   "foreach",    "gemm",       "gradient_check",
+                                       "image_input", "layer_norm", "loss",       "native_stream",
+                                       "optimizer",   "residual",   "scratch",    "step_graph"};
 #ifdef MIXTRAIN_HAVE_CUDNN
   expected.push_back("convolution");
   std::sort(expected.begin(), expected.end());
@@ -94,7 +94,7 @@ TEST_F(backend_cuda_vs_cpu, FacetsAreOffered) {
   std::vector<const sdk::Facet*> seen;
   for (const char* facet : {"gemm", "activation", "gradient_check", "foreach", "layer_norm",
                             "batch_norm", "loss", "optimizer", "residual", "attention", "embedding",
-                            "dropout", "step_graph", "native_stream", "scratch"}) {
+                            "dropout", "step_graph", "native_stream", "scratch", "image_input"}) {
     const sdk::Facet* f = gpu().find_facet(facet);
     ASSERT_NE(f, nullptr) << facet;
     EXPECT_EQ(f->name(), facet);
