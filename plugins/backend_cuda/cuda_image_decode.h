@@ -2,7 +2,7 @@
 // launcher header (cuda_kernel_types.h).
 //
 // Contract: enqueues on `stream` only, validates nothing (the facet did:
-// cuda_image_input_rules.h), returns the launch status.
+// BackendArgumentChecks::decode_images), returns the launch status.
 // - pixels is [rows, channels, plane] bytes in device memory, passed as planes = rows·channels
 //   planes of `plane` pixels (plane q holds channel q % channels); table is fp32 [channels, 256]
 //   in device memory; y is [rows, channels, plane] in yt (f32, bf16 or f16), overlapping neither.

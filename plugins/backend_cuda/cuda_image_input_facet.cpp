@@ -4,7 +4,8 @@
 // into y's dtype (cuda_image_decode.h: bit for bit the host's round to nearest even).
 //
 // How a call runs, and why
-// - The arguments are checked first (cuda_image_input_rules.h): nothing is enqueued for a bad one.
+// - The arguments are checked first (BackendArgumentChecks::decode_images): nothing is enqueued for
+// a bad one.
 // - The bytes go through the context's pinned staging slots on a copy stream of the context's own
 //   into one of two device byte slots (cuda_byte_upload.h): the caller may refill its buffer when
 //   the call returns, the host does not wait for the device, and the copy of the next batch runs
@@ -19,7 +20,6 @@
 #include "cuda_byte_upload.h"
 #include "cuda_context.h"
 #include "cuda_image_decode.h"
-#include "cuda_image_input_rules.h"
 #include "mixtrain/sdk/backend_image_input.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 
@@ -35,16 +35,17 @@ class CudaImageInput final : public sdk::ImageInputFacet {
                      sdk::TensorView y) override {
     context_.activate();
     constexpr const char* op = "decode_images";
-    const image_input::DecodeSizes n = image_input::check_decode_images(images, table, y);
-    if (n.bytes == 0) return;  // nothing to upload or decode (y has no elements)
+    const std::int64_t pixels = checks().decode_images(images, table, y);
+    if (pixels == 0) return;  // nothing to upload or decode (y has no elements)
+    const auto bytes = static_cast<std::size_t>(pixels);
     context_.staging.require_not_recording(op);
     ByteUpload& upload = context_.byte_upload(op);
     const std::uint8_t* pixels =
-        upload.upload(images.pixels, n.bytes, context_.staging, context_.stream, op);
+        upload.upload(images.pixels, bytes, context_.staging, context_.stream, op);
     context_.account_buffers();
-    const cudaError_t launched =
-        kernels::decode_images(pixels, table.as<const float>(), y.data, elem_of(y.dtype), n.planes,
-                               n.channels, n.plane, context_.stream);
+    const cudaError_t launched = kernels::decode_images(
+        pixels, table.as<const float>(), y.data, elem_of(y.dtype), images.rows * images.channels,
+        images.channels, images.plane, context_.stream);
     // Recorded whatever the launch did: the slot's next copy must not overtake a decode that runs.
     upload.consumed(context_.stream, op);
     check_cuda(launched, op, "kernel launch");

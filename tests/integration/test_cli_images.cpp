@@ -145,6 +145,71 @@ TEST_F(CliImages, CifarFilesTrain) {
   EXPECT_NE((r.out + r.err).find("and this run gives it mean [0.5"), std::string::npos) << r.err;
 }
 
+// data.pixels: CIFAR-10's bytes, kept as bytes (the default), travel to the backend as bytes and
+// are decoded there through a table with the normalisation folded in; decoded when loaded
+// (float32), or decoded on the host by a backend without the image_input facet, every step and
+// every evaluation sees the same values, so the losses agree bit for bit.
+TEST_F(CliImages, BytePixelsTrainAsTheirFloats) {
+  std::ofstream(dir_ / "a.bin", std::ios::binary) << cifar_records(64);
+  std::ofstream(dir_ / "b.bin", std::ios::binary) << cifar_records(16);
+  const std::string common =
+      "train " + quickstart() + " --set run.steps=6 --set run.log_every=1 --set run.eval_every=3" +
+      " --set data.source=cifar10 --set 'data.cifar10.train=[\"" + (dir_ / "a.bin").string() +
+      "\"]' --set data.cifar10.eval=" + (dir_ / "b.bin").string() +
+      " --set data.batch_size=16 --set data.normalize.from_training=true" +
+      " --set data.augment.crop_padding=4 --set data.augment.horizontal_flip=true" +
+      " --set 'plugins.paths=[\"" + MIXTRAIN_TEST_PLUGIN_DIR + "/cpu_without_layer_norm\"]'";
+  const std::string on_device = "travel to the device as bytes", on_host = "decoded on the host";
+  std::map<std::string, std::map<std::string, double>> losses;
+  for (const std::string way : {"bytes", "float32", "host"}) {
+    const std::string set = way == "float32" ? " --set data.pixels=float32 --set backend.threads=1"
+                            : way == "host"  ? " --set backend.type=test_cpu_without_image_input"
+                                             : " --set backend.threads=1";
+    auto r = run(common + set + " --run-dir " + (dir_ / way).string());
+    ASSERT_EQ(r.exit_code, 0) << way << ": " << r.err;
+    const std::string said = r.out + r.err;
+    EXPECT_EQ(said.find(on_device) != std::string::npos, way == "bytes") << way << ": " << said;
+    EXPECT_EQ(said.find(on_host) != std::string::npos, way == "host") << way << ": " << said;
+    for (const auto& j : records(dir_ / way / "metrics.jsonl"))
+      for (const char* key : {"loss", "eval_loss"})
+        if (j.contains(key))
+          losses[way][std::string(key) + "@" + std::to_string(j["step"].get<int>())] =
+              j[key].get<double>();
+  }
+  ASSERT_EQ(losses["bytes"].size(), 8u);  // 6 training losses, 2 evaluations
+  EXPECT_EQ(losses["float32"], losses["bytes"]);
+  EXPECT_EQ(losses["host"], losses["bytes"]);
+}
+
+// data.pixels = "uint8" where there are no byte images to keep exits 2 at the key's line: plain
+// synthetic features (known from the config), a float32 .npy of images (known when read).
+TEST_F(CliImages, BytePixelsWithoutByteImagesPointAtTheConfig) {
+  const auto cfg = write_file("clusters.toml", slurp(quickstart()) + "\n");
+  auto r = run("train " + cfg.string() + " --set data.pixels=uint8 --run-dir " +
+               (dir_ / "clusters").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("data.pixels"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("plain features"), std::string::npos) << r.err;
+  r = run("train " + cfg.string() + " --set data.pixels=int8 --run-dir " +
+          (dir_ / "int8").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("auto, uint8, float32"), std::string::npos) << r.err;
+
+  std::vector<float> images(8 * 3 * 4 * 4, 0.5f);
+  std::vector<std::int64_t> labels(8, 1);
+  write_npy(dir_ / "x.npy", "<f4", {8, 3, 4, 4}, images);
+  write_npy(dir_ / "y.npy", "<i8", {8}, labels);
+  const auto npy = write_file("npy.toml",
+                              "[run]\nsteps = 1\n[model]\nlayers = [ { type = "
+                              "\"linear\", out = 2 } ]\n[data]\nsource = \"npy\"\n"
+                              "batch_size = 4\npixels = \"uint8\"\n[data.npy]\n"
+                              "features = \"x.npy\"\nlabels = \"y.npy\"\n");
+  r = run("train " + npy.string() + " --run-dir " + (dir_ / "npy").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("npy.toml:8:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hold float pixels"), std::string::npos) << r.err;
+}
+
 const char* const kImages =
     "[model]\n"
     "layers = [ { type = \"linear\", out = 32 }, { type = \"relu\" }, { type = \"linear\", out = 4 "

@@ -1,9 +1,11 @@
-// BackendArgumentChecks of the residual, attention, embedding and dropout facets (contract in
-// backend_argument_checks.h).
+// BackendArgumentChecks of the residual, image input, attention, embedding and dropout facets
+// (contract in backend_argument_checks.h).
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "mixtrain/sdk/backend_attention.h"
+#include "mixtrain/sdk/backend_image_input.h"
 #include "mixtrain/sdk/support/backend_argument_checks.h"
 
 namespace mixtrain::sdk {
@@ -34,6 +36,40 @@ std::int64_t BackendArgumentChecks::residual_add(std::span<const TensorView> xs,
     require_same_or_disjoint(op, name, xs[k], "y", y);
   }
   return total;
+}
+
+std::int64_t BackendArgumentChecks::decode_images(const ByteImages& images, const TensorView& table,
+                                                  const TensorView& y) const {
+  constexpr std::string_view op = "decode_images";
+  for (const auto& [name, value] : {std::pair<const char*, std::int64_t>{"rows", images.rows},
+                                    {"channels", images.channels},
+                                    {"plane", images.plane}})
+    if (value < 0)
+      fail(op, std::string("images.") + name + " = " + std::to_string(value) + " is negative",
+           "describe the batch as rows images of channels planes of plane pixels, each >= 0");
+  const std::int64_t pixels = checked_product(op, "the batch (rows·channels·plane pixels)",
+                                              {images.rows, images.channels, images.plane});
+  if (!is_fp32_storage(table.dtype) || table.shape.rank != 2 || table.shape[0] != images.channels ||
+      table.shape[1] != 256)
+    fail(op,
+         "table is " + describe(table) + " but must be fp32 [" + std::to_string(images.channels) +
+             ", 256]: one row of 256 values per channel",
+         "pass the decode table as fp32 [channels, 256] (entry [c, b] is what byte b of channel c "
+         "stands for)");
+  require_present(op, "table", table);
+  require_storage(op, "y", y);
+  if (y.numel() != pixels)
+    fail(op,
+         "y is " + describe(y) + " (" + std::to_string(y.numel()) +
+             " elements) but the batch has rows·channels·plane = " + std::to_string(images.rows) +
+             "·" + std::to_string(images.channels) + "·" + std::to_string(images.plane) + " = " +
+             std::to_string(pixels) + " pixels",
+         "allocate y as [rows, channels·plane], one element per pixel");
+  require_disjoint(op, "y", y, "table", table);
+  if (images.pixels == nullptr && images.rows > 0)
+    fail(op, "images.pixels is null but images.rows = " + std::to_string(images.rows),
+         "point pixels at the batch's rows·channels·plane bytes in host memory");
+  return pixels;
 }
 
 void BackendArgumentChecks::head_permute(std::string_view op, const TensorView& x,

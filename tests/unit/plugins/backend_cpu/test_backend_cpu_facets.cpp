@@ -35,16 +35,16 @@ TEST(CpuFacets, FindFacetServesEveryRegisteredFacet) {
     EXPECT_EQ(f->name(), entry.name);
   }
   const std::vector<std::string_view> all = {
-      "gemm",       "activation",  "residual", "gradient_check", "foreach",
-      "layer_norm", "batch_norm",  "loss",     "optimizer",      "attention",
-      "embedding",  "convolution", "dropout",  "scratch",        "quantized_weight"};
+      "gemm",       "activation", "residual",         "gradient_check", "foreach",   "layer_norm",
+      "batch_norm", "loss",       "optimizer",        "attention",      "embedding", "convolution",
+      "dropout",    "scratch",    "quantized_weight", "image_input"};
   EXPECT_EQ(registered.size(), all.size());
   const auto served =
       facets_served<sdk::GemmFacet, sdk::ActivationFacet, sdk::ResidualFacet,
                     sdk::GradientCheckFacet, sdk::ForeachFacet, sdk::LayerNormFacet,
                     sdk::BatchNormFacet, sdk::LossFacet, sdk::OptimizerFacet, sdk::AttentionFacet,
                     sdk::EmbeddingFacet, sdk::ConvolutionFacet, sdk::DropoutFacet,
-                    sdk::ScratchFacet, sdk::QuantizedWeightFacet>(backend);
+                    sdk::ScratchFacet, sdk::QuantizedWeightFacet, sdk::ImageInputFacet>(backend);
   EXPECT_EQ(served, all);
   EXPECT_EQ(backend.find_facet("no_such_facet"), nullptr);
   EXPECT_EQ(sdk::facet<sdk::StepGraphFacet>(backend), nullptr);  // a CUDA-only facet

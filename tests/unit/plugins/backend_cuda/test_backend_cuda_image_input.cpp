@@ -3,7 +3,7 @@
 // that are and are not a multiple of 4; the host buffer free on return and each batch its own
 // device slot while the compute stream lags behind the copies; the slots counted in the memory
 // statistics; bad arguments and a step-graph recording refused before anything is enqueued. The
-// argument rule itself is host-tested (test_cuda_image_input_rules).
+// argument rule itself is host-tested (test_sdk, DecodeImagesChecks).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

@@ -38,6 +38,7 @@ constexpr bool is_storage_float(DType t) {
 // Whether the bytes of two views intersect; a view without data overlaps nothing.
 bool overlaps(const TensorView& a, const TensorView& b);
 
+struct ByteImages;
 struct HeadLayout;
 struct SoftmaxShape;
 struct Conv2dGeometry;
@@ -131,11 +132,19 @@ class BackendArgumentChecks {
   void foreach_lists(std::string_view op, std::span<const TensorView> self,
                      std::initializer_list<std::span<const TensorView>> others = {}) const;
 
-  // --- Facets (backend_residual.h, backend_attention.h, backend_embedding.h, backend_dropout.h)
+  // --- Facets (backend_residual.h, backend_image_input.h, backend_attention.h,
+  // backend_embedding.h, backend_dropout.h)
 
   // ResidualFacet::add: two or more inputs, each a storage float of y's numel, each y itself or
   // disjoint from it; y a storage float. Returns y's numel.
   std::int64_t residual_add(std::span<const TensorView> xs, const TensorView& y) const;
+
+  // ImageInputFacet::decode_images (backend_image_input.h): rows, channels and plane >= 0 with a
+  // product that fits 64 bits; table fp32 [channels, 256] with data; y a storage float of
+  // rows·channels·plane elements (any shape) disjoint from the table; pixels not null when
+  // rows > 0. Returns the pixel count (0: nothing to upload or decode).
+  std::int64_t decode_images(const ByteImages& images, const TensorView& table,
+                             const TensorView& y) const;
 
   // split_heads / merge_heads (`op`): a sane layout, x [N, T, P, H, D] and y [P, N, H, T', D]
   // storage floats that do not overlap.

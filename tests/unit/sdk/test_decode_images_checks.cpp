@@ -1,6 +1,6 @@
-// decode_images' argument rule (cuda_image_input_rules.h), on the host: no GPU, the views' data is
-// never read. Every bad argument raises BackendError "backend_cuda.decode_images: ..." naming it;
-// good ones return the sizes the upload and the kernel use.
+// decode_images' argument checks (BackendArgumentChecks::decode_images), shared by every backend:
+// the views' data is never read. Every bad argument raises BackendError
+// "backend_test.decode_images: ..." naming it; good ones return the pixel count.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "cuda_image_input_rules.h"
+#include "mixtrain/sdk/backend_image_input.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/support/backend_argument_checks.h"
 
 namespace {
 
 namespace sdk = mixtrain::sdk;
-namespace image_input = mixtrain::backend_cuda::image_input;
 using sdk::DType;
 using sdk::Shape;
 using sdk::TensorView;
@@ -29,6 +29,13 @@ void* y_data() {
 }
 
 const std::uint8_t kPixels[1] = {0};
+
+const sdk::BackendArgumentChecks kChecks("backend_test");
+
+std::int64_t check_decode_images(const sdk::ByteImages& images, const TensorView& table,
+                                 const TensorView& y) {
+  return kChecks.decode_images(images, table, y);
+}
 
 sdk::ByteImages images(std::int64_t rows, std::int64_t channels, std::int64_t plane) {
   return {kPixels, rows, channels, plane};
@@ -54,74 +61,54 @@ std::string error_of(F&& f) {
 
 // The message is decode_images' and mentions every one of `parts`.
 void expect_error(const std::string& message, std::initializer_list<const char*> parts) {
-  EXPECT_EQ(message.rfind("backend_cuda.decode_images: ", 0), 0u) << message;
+  EXPECT_EQ(message.rfind("backend_test.decode_images: ", 0), 0) << message;
   for (const char* part : parts)
     EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
 }
 
-TEST(cuda_image_input_rules, SizesOfAGoodBatch) {
-  const auto n = image_input::check_decode_images(images(4, 3, 50), table_of(3), y_of({4, 150}));
-  EXPECT_EQ(n.planes, 12);
-  EXPECT_EQ(n.channels, 3);
-  EXPECT_EQ(n.plane, 50);
-  EXPECT_EQ(n.bytes, 600u);
+TEST(DecodeImagesChecks, SizesOfAGoodBatch) {
+  EXPECT_EQ(check_decode_images(images(4, 3, 50), table_of(3), y_of({4, 150})), 600);
 }
 
-TEST(cuda_image_input_rules, YMayHaveAnyShapeOfItsElementCountAndAnyStorageDtype) {
+TEST(DecodeImagesChecks, YMayHaveAnyShapeOfItsElementCountAndAnyStorageDtype) {
   for (DType t : {DType::fp32, DType::tf32, DType::bf16, DType::fp16}) {
-    EXPECT_EQ(
-        image_input::check_decode_images(images(2, 3, 20), table_of(3), y_of({2, 60}, t)).bytes,
-        120u)
+    EXPECT_EQ(check_decode_images(images(2, 3, 20), table_of(3), y_of({2, 60}, t)), 120)
         << sdk::dtype_name(t);
-    EXPECT_EQ(image_input::check_decode_images(images(2, 3, 20), table_of(3), y_of({2, 3, 4, 5}, t))
-                  .bytes,
-              120u)
+    EXPECT_EQ(check_decode_images(images(2, 3, 20), table_of(3), y_of({2, 3, 4, 5}, t)), 120)
         << sdk::dtype_name(t);
   }
   // A tf32 view of the table is fp32 storage.
-  EXPECT_EQ(
-      image_input::check_decode_images(images(1, 1, 4), table_of(1, DType::tf32), y_of({1, 4}))
-          .bytes,
-      4u);
+  EXPECT_EQ(check_decode_images(images(1, 1, 4), table_of(1, DType::tf32), y_of({1, 4})), 4);
 }
 
-TEST(cuda_image_input_rules, EmptyBatchesNeedNoPixels) {
+TEST(DecodeImagesChecks, EmptyBatchesNeedNoPixels) {
   // rows = 0: null pixels and a y without data are fine, nothing to do.
   const TensorView no_y{nullptr, DType::fp32, Shape{0, 150}};
-  const auto none = image_input::check_decode_images({nullptr, 0, 3, 50}, table_of(3), no_y);
-  EXPECT_EQ(none.bytes, 0u);
-  EXPECT_EQ(none.planes, 0);
+  EXPECT_EQ(check_decode_images({nullptr, 0, 3, 50}, table_of(3), no_y), 0);
   // An empty plane or no channels: no bytes either (pixels given, as rows > 0 requires).
-  EXPECT_EQ(image_input::check_decode_images(images(5, 3, 0), table_of(3), y_of({5, 0})).bytes, 0u);
+  EXPECT_EQ(check_decode_images(images(5, 3, 0), table_of(3), y_of({5, 0})), 0);
   const TensorView no_table{nullptr, DType::fp32, Shape{0, 256}};
-  EXPECT_EQ(image_input::check_decode_images(images(5, 0, 7), no_table, y_of({5, 0})).bytes, 0u);
+  EXPECT_EQ(check_decode_images(images(5, 0, 7), no_table, y_of({5, 0})), 0);
 }
 
-TEST(cuda_image_input_rules, NegativeSizesAreNamed) {
-  expect_error(
-      error_of([] { image_input::check_decode_images(images(-1, 3, 4), table_of(3), y_of({0})); }),
-      {"images.rows = -1", "negative"});
-  expect_error(
-      error_of([] { image_input::check_decode_images(images(1, -3, 4), table_of(3), y_of({0})); }),
-      {"images.channels = -3"});
-  expect_error(
-      error_of([] { image_input::check_decode_images(images(1, 3, -4), table_of(3), y_of({0})); }),
-      {"images.plane = -4"});
+TEST(DecodeImagesChecks, NegativeSizesAreNamed) {
+  expect_error(error_of([] { check_decode_images(images(-1, 3, 4), table_of(3), y_of({0})); }),
+               {"images.rows = -1", "negative"});
+  expect_error(error_of([] { check_decode_images(images(1, -3, 4), table_of(3), y_of({0})); }),
+               {"images.channels = -3"});
+  expect_error(error_of([] { check_decode_images(images(1, 3, -4), table_of(3), y_of({0})); }),
+               {"images.plane = -4"});
 }
 
-TEST(cuda_image_input_rules, ABatchBeyondInt64IsRefused) {
+TEST(DecodeImagesChecks, ABatchBeyondInt64IsRefused) {
   const std::int64_t big = std::int64_t{1} << 40;
-  expect_error(error_of([&] {
-                 image_input::check_decode_images(images(big, 3, big), table_of(3), y_of({1}));
-               }),
+  expect_error(error_of([&] { check_decode_images(images(big, 3, big), table_of(3), y_of({1})); }),
                {"64 bits"});
 }
 
-TEST(cuda_image_input_rules, TheTableMustBeFp32ChannelsBy256) {
+TEST(DecodeImagesChecks, TheTableMustBeFp32ChannelsBy256) {
   const auto bad_table = [](TensorView table) {
-    return error_of([&] {
-      image_input::check_decode_images(images(2, 3, 10), table, y_of({2, 30}));
-    });
+    return error_of([&] { check_decode_images(images(2, 3, 10), table, y_of({2, 30})); });
   };
   expect_error(bad_table(table_of(3, DType::bf16)), {"table is bf16 [3, 256]", "fp32 [3, 256]"});
   expect_error(bad_table(table_of(3, DType::fp16)), {"table is fp16"});
@@ -133,9 +120,9 @@ TEST(cuda_image_input_rules, TheTableMustBeFp32ChannelsBy256) {
   expect_error(bad_table({nullptr, DType::fp32, Shape{3, 256}}), {"table is empty"});
 }
 
-TEST(cuda_image_input_rules, YMustBeAStorageFloatOfEveryPixel) {
+TEST(DecodeImagesChecks, YMustBeAStorageFloatOfEveryPixel) {
   const auto bad_y = [](TensorView y) {
-    return error_of([&] { image_input::check_decode_images(images(2, 3, 10), table_of(3), y); });
+    return error_of([&] { check_decode_images(images(2, 3, 10), table_of(3), y); });
   };
   expect_error(bad_y(y_of({2, 30}, DType::int32)), {"y is int32 [2, 30]", "fp32, bf16 or fp16"});
   expect_error(bad_y(y_of({2, 30}, DType::fp8_e4m3)), {"y is fp8_e4m3"});
@@ -146,21 +133,21 @@ TEST(cuda_image_input_rules, YMustBeAStorageFloatOfEveryPixel) {
   expect_error(bad_y({table_data(), DType::fp32, Shape{2, 30}}), {"y overlaps table"});
 }
 
-TEST(cuda_image_input_rules, NullPixelsWithRowsAreRefused) {
+TEST(DecodeImagesChecks, NullPixelsWithRowsAreRefused) {
   expect_error(error_of([] {
-                 image_input::check_decode_images({nullptr, 2, 3, 10}, table_of(3), y_of({2, 30}));
+                 check_decode_images({nullptr, 2, 3, 10}, table_of(3), y_of({2, 30}));
                }),
                {"images.pixels is null", "rows = 2"});
   // Also when the rows hold no pixels: the contract asks for pixels whenever rows > 0.
   expect_error(error_of([] {
-                 image_input::check_decode_images({nullptr, 2, 3, 0}, table_of(3), y_of({2, 0}));
+                 check_decode_images({nullptr, 2, 3, 0}, table_of(3), y_of({2, 0}));
                }),
                {"images.pixels is null"});
 }
 
-TEST(cuda_image_input_rules, MessagesCarryAHint) {
+TEST(DecodeImagesChecks, MessagesCarryAHint) {
   try {
-    image_input::check_decode_images(images(2, 3, 10), table_of(3, DType::bf16), y_of({2, 30}));
+    check_decode_images(images(2, 3, 10), table_of(3, DType::bf16), y_of({2, 30}));
     FAIL() << "no error";
   } catch (const sdk::BackendError& e) {
     EXPECT_NE(e.hint().find("[channels, 256]"), std::string::npos) << e.hint();
