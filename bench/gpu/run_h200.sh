@@ -87,7 +87,7 @@ export WIDE_BACKEND=${WIDE_BACKEND:-cuda} TORCH_DEVICE=${TORCH_DEVICE:-cuda} TOR
 export PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
 export MODEL_BACKEND=${MODEL_BACKEND:-cuda} MODEL_RUN_CAP=${MODEL_RUN_CAP:-60}
 export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-30} RN_LOG_EVERY=${RN_LOG_EVERY:-5}
-export RN_POLICIES=${RN_POLICIES:-bf16 fp32 bf16+nondetconv bf16+tune} RN_TORCH=${RN_TORCH:-bf16 fp32}
+export RN_POLICIES=${RN_POLICIES:-bf16 fp32 bf16+floatpixels bf16+nondetconv bf16+tune} RN_TORCH=${RN_TORCH:-bf16 fp32}
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-30} GPT_LOG_EVERY=${GPT_LOG_EVERY:-5}
 export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+graphs bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
@@ -431,7 +431,9 @@ model_run() {
       # 0: the chunked loss's A/B); the unfused attention (flash's A/B); cuDNN's non-deterministic
       # flash backward (deterministic_attention = false: what determinism costs); the LM head's
       # GEMMs on padded rows (gemm_realign = true); +nondetconv: cuDNN's heuristic order for the
-      # convolutions, non-deterministic engines included (deterministic_convolutions = false).
+      # convolutions, non-deterministic engines included (deterministic_convolutions = false);
+      # +floatpixels: the images decoded on the host and sent as fp32 (data.pixels = float32, the
+      # A/B of sending bytes and decoding them on the device).
       p=${job#mixtrain:}
       local variant=() base=${p%%+*}
       [[ $p == *+graphs* ]] && variant+=(--set run.step_graphs=true)
@@ -443,6 +445,7 @@ model_run() {
         variant+=(--set backend.cuda.deterministic_attention=false)
       [[ $p == *+realign* ]] && variant+=(--set backend.cuda.gemm_realign=true)
       [[ $p == *+nondetconv* ]] && variant+=(--set backend.cuda.deterministic_convolutions=false)
+      [[ $p == *+floatpixels* ]] && variant+=(--set data.pixels=float32)
       LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 20 "$MIXTRAIN_BIN" check "$config" "$@" "${variant[@]}" \
         --set "precision.policy=$(policy_name "$base")" >"$W/check-$p.txt" 2>&1
       LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" "$@" \
@@ -517,7 +520,8 @@ resnet50_sets() {
     --set "data.eval_batch_size=$RN_BATCH" --set "data.synthetic.rows=$((RN_BATCH * 2 + 64))" \
     --set "data.synthetic.height=$RN_IMAGE" --set "data.synthetic.width=$RN_IMAGE" \
     --set "data.synthetic.max_shift=$((RN_IMAGE / 10))" --set data.synthetic.num_classes=1000 \
-    --set model.resnet.classes=1000 --set "run.log_every=$RN_LOG_EVERY" --set run.eval_every=0 \
+    --set model.resnet.classes=1000 --set data.pixels=uint8 --set "run.log_every=$RN_LOG_EVERY" \
+    --set run.eval_every=0 \
     --set run.underflow_every=0 --set checkpoint.every=0
 }
 gpt2_sets() {

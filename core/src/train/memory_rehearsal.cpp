@@ -102,7 +102,13 @@ Dataset first_rows(const Dataset& d, std::int64_t rows) {
     out.tokens.assign(d.tokens.begin(), d.tokens.begin() + static_cast<std::ptrdiff_t>(
                                                                std::min(need, d.tokens.size())));
   } else {
-    out.x.assign(d.x.begin(), d.x.begin() + static_cast<std::ptrdiff_t>(rows * d.features));
+    const auto values = static_cast<std::ptrdiff_t>(rows * d.features);
+    if (d.is_bytes()) {
+      out.pixels.assign(d.pixels.begin(), d.pixels.begin() + values);
+      out.pixel_values = d.pixel_values;
+    } else {
+      out.x.assign(d.x.begin(), d.x.begin() + values);
+    }
     out.y.assign(d.y.begin(), d.y.begin() + static_cast<std::ptrdiff_t>(rows));
   }
   return out;

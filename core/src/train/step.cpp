@@ -37,10 +37,15 @@ struct BatchRecipe {
   bool bytes;  // byte images gathered as bytes, for the device to decode
 };
 
-// The device's decode table of `d`, or nullptr when its batches travel as floats.
+// The device's decode table of `d` (a split, or rows copied from one: the same table), or nullptr
+// when its batches travel as floats.
 const Tensor* pixel_table(const Trainer::State& s, const Dataset& d) {
-  const Tensor& table = &d == &s.train ? s.train_pixel_table : s.eval_pixel_table;
-  return d.is_bytes() && !table.empty() ? &table : nullptr;
+  if (!d.is_bytes()) return nullptr;
+  for (const auto& [split, table] :
+       {std::pair<const Dataset*, const Tensor*>{&s.train, &s.train_pixel_table},
+        {&s.eval, &s.eval_pixel_table}})
+    if (!table->empty() && d.pixel_values == split->pixel_values) return table;
+  return nullptr;
 }
 
 BatchRecipe recipe_of(const Trainer::State& s, const Dataset& d) {
