@@ -35,9 +35,9 @@ class CudaImageInput final : public sdk::ImageInputFacet {
                      sdk::TensorView y) override {
     context_.activate();
     constexpr const char* op = "decode_images";
-    const std::int64_t pixels = checks().decode_images(images, table, y);
-    if (pixels == 0) return;  // nothing to upload or decode (y has no elements)
-    const auto bytes = static_cast<std::size_t>(pixels);
+    const std::int64_t count = checks().decode_images(images, table, y);
+    if (count == 0) return;  // nothing to upload or decode (y has no elements)
+    const auto bytes = static_cast<std::size_t>(count);
     context_.staging.require_not_recording(op);
     ByteUpload& upload = context_.byte_upload(op);
     const std::uint8_t* pixels =
