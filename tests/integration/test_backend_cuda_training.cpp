@@ -354,5 +354,40 @@ TEST_F(CudaByteImages, TrainAsTheirFloatsBitForBit) {
   EXPECT_EQ(decodes[1], 0);
 }
 
+// Step graphs on a CNN: ResNet-20's forward, loss and backward, batch norm's running statistics
+// included, recorded once and replayed (run.step_graphs) train to the eager run's losses bit for
+// bit, and evaluate alike (evaluation reads the running statistics the replays updated); the run
+// never turns graphs off.
+using CudaStepGraphs = CliTest;
+
+TEST_F(CudaStepGraphs, AResNetStepReplaysAsItRunsEagerly) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+    GTEST_SKIP() << "no CUDA device here: step graphs need a GPU";
+  const std::string args = "--log-level info train " + config("resnet20-bf16.toml") +
+                           " --set backend.type=cuda --set run.steps=10 --set run.log_every=1"
+                           " --set run.eval_every=5 --set run.underflow_every=0"
+                           " --set checkpoint.every=0 --set data.synthetic.rows=640"
+                           " --set data.batch_size=32 --set data.eval_batch_size=32 --run-dir ";
+  std::vector<double> losses[2];
+  for (int graphs = 0; graphs < 2; ++graphs) {
+    const auto folder = dir_ / (graphs ? "graphs" : "eager");
+    auto r = run(args + folder.string() + " --set run.step_graphs=" + (graphs ? "true" : "false"));
+    ASSERT_EQ(r.exit_code, 0) << folder << ": " << r.err;
+    const std::string said = r.out + r.err;
+    if (graphs) {
+      EXPECT_NE(said.find("run.step_graphs: forward, loss and backward are recorded"),
+                std::string::npos)
+          << said;
+      EXPECT_EQ(said.find("step graphs off"), std::string::npos) << said;
+    }
+    for (const auto& rec : records(folder / "metrics.jsonl"))
+      for (const char* key : {"loss", "eval_loss"})
+        if (rec.contains(key)) losses[graphs].push_back(rec[key].get<double>());
+  }
+  ASSERT_EQ(losses[0].size(), 12u);  // 10 steps, 2 evaluations
+  EXPECT_EQ(losses[1], losses[0]);
+}
+
 }  // namespace
 }  // namespace mixtrain::test
