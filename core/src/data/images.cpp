@@ -107,8 +107,7 @@ void normalize_channels(Dataset& data, const ChannelStats& stats) {
 
 namespace {
 
-// x is [rows, H, W, C] per row; each row becomes [C, H, W]: pixel (h, w, c) moves to c·H·W + h·W +
-// w.
+// Each row of x, [H, W, C], becomes [C, H, W]: pixel (h, w, c) moves to c·H·W + h·W + w.
 template <class T>
 void permute_rows_to_channels_first(T* x, std::size_t rows, std::size_t H, std::size_t W,
                                     std::size_t C) {
@@ -138,8 +137,9 @@ void channels_last_to_first(Dataset& data) {
       throw std::logic_error("channels_last_to_first: byte images normalised before the permute");
     permute_rows_to_channels_first(data.pixels.data(), rows, H, W, C);
     data.pixel_values = unit_byte_values(static_cast<std::int64_t>(C));
-  } else
+  } else {
     permute_rows_to_channels_first(data.x.data(), rows, H, W, C);
+  }
   data.sample_shape = {static_cast<std::int64_t>(C), static_cast<std::int64_t>(H),
                        static_cast<std::int64_t>(W)};
 }

@@ -206,7 +206,6 @@ LrSchedule schedule_of(const Experiment& e, double base_lr) {
   return schedule;
 }
 
-// The host staging buffers, sized for the model's largest batch.
 // Byte images travel as bytes when the backend decodes them for the model's input dtype
 // (sdk/backend_image_input.h): each split's table goes to the device once. Otherwise the host
 // decodes each batch (gather_batch), with the same values.
@@ -234,6 +233,7 @@ void prepare_pixel_tables(Trainer::State& s) {
              " as fp32) and are decoded there");
 }
 
+// The host staging buffers, sized for the model's largest batch.
 void allocate_host_staging(Trainer::State& s) {
   const std::int64_t max_rows = s.model->max_rows();
   if (s.train.is_tokens())
