@@ -77,7 +77,8 @@ def mixtrain_row(work, p, per_sample):
 
 
 def torch_row(work, m, unit):
-    name = "PyTorch FP32 eager" if m == "fp32" else "PyTorch AMP bf16 (autocast)"
+    name = {"fp32": "PyTorch FP32 eager (TF32 off)", "tf32": "PyTorch FP32 eager, TF32 allowed"}.get(
+        m, "PyTorch AMP bf16 (autocast)")
     try:
         t = json.load(open(os.path.join(work, f"torch-{m}.json")))
     except (OSError, ValueError) as e:
@@ -163,6 +164,11 @@ def main():
           f"{ratio(mbf16 and mbf16['rate'], tbf16 and tbf16['rate'])}")
     print(f"- peak memory, mixtrain bf16-mixed vs PyTorch AMP bf16: "
           f"{ratio(mbf16 and mbf16.get('peak'), tbf16 and tbf16.get('peak'))}")
+    # Issue 36's fp32 targets: each FP32 mode against PyTorch's same mode.
+    for p in ("fp32", "tf32"):
+        m, t = find("mixtrain", p), find("pytorch", p)
+        if m and t:
+            print(f"- mixtrain {p} vs {t['name']}, {unit}/s: {ratio(m['rate'], t['rate'])}")
     for p in a.policies.split():
         r = find("mixtrain", p)
         if p != "bf16" and r:

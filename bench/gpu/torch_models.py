@@ -15,7 +15,8 @@
   --precision fp32  FP32 everywhere, TF32 off for matmuls AND cuDNN convolutions (PyTorch allows
                     TF32 convolutions by default; mixtrain's fp32 policy never uses TF32, so the
                     peer must not either); bf16: torch.autocast(device, torch.bfloat16) around
-                    forward + loss, FP32 weights (PyTorch AMP).
+                    forward + loss, FP32 weights (PyTorch AMP); tf32: FP32 with TF32 allowed in
+                    matmuls and cuDNN convolutions (the peer of mixtrain's tf32 policy).
 
 Inputs are one random batch resident on the device (labels/tokens too): the peer pays no data
 loading, which favours it (mixtrain's synthetic/token sources run its host pipeline every step).
@@ -192,7 +193,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=["resnet50", "gpt2"], required=True)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="bf16")
     ap.add_argument("--batch", type=int, required=True)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave)")
     ap.add_argument("--warmup", type=int, default=5)
@@ -225,9 +226,10 @@ def main():
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     dev = torch.device(a.device)
-    # fp32 means fp32: no TF32 in matmuls or in cuDNN convolutions (on by default for the latter).
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    # fp32 means fp32: no TF32 in matmuls or in cuDNN convolutions (on by default for the latter);
+    # tf32 allows both.
+    torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
     torch.backends.cudnn.benchmark = True  # what a PyTorch CNN user turns on for fixed shapes
     torch.manual_seed(0)
     meta = {"model": a.model, "device": a.device, "precision": a.precision, "batch": a.batch,
