@@ -8,11 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "backend_error_text.h"
 #include "mixtrain/sdk/backend_image_input.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/backend_argument_checks.h"
 
 namespace {
+
+using mixtrain::test::backend_error_of;
 
 namespace sdk = mixtrain::sdk;
 using sdk::DType;
@@ -49,16 +52,6 @@ TensorView y_of(Shape shape, DType dtype = DType::bf16) {
   return {y_data(), dtype, shape};
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const sdk::BackendError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 // The message is decode_images' and mentions every one of `parts`.
 void expect_error(const std::string& message, std::initializer_list<const char*> parts) {
   EXPECT_EQ(message.rfind("backend_test.decode_images: ", 0), 0) << message;
@@ -92,23 +85,27 @@ TEST(DecodeImagesChecks, EmptyBatchesNeedNoPixels) {
 }
 
 TEST(DecodeImagesChecks, NegativeSizesAreNamed) {
-  expect_error(error_of([] { check_decode_images(images(-1, 3, 4), table_of(3), y_of({0})); }),
-               {"images.rows = -1", "negative"});
-  expect_error(error_of([] { check_decode_images(images(1, -3, 4), table_of(3), y_of({0})); }),
-               {"images.channels = -3"});
-  expect_error(error_of([] { check_decode_images(images(1, 3, -4), table_of(3), y_of({0})); }),
-               {"images.plane = -4"});
+  expect_error(
+      backend_error_of([] { check_decode_images(images(-1, 3, 4), table_of(3), y_of({0})); }),
+      {"images.rows = -1", "negative"});
+  expect_error(
+      backend_error_of([] { check_decode_images(images(1, -3, 4), table_of(3), y_of({0})); }),
+      {"images.channels = -3"});
+  expect_error(
+      backend_error_of([] { check_decode_images(images(1, 3, -4), table_of(3), y_of({0})); }),
+      {"images.plane = -4"});
 }
 
 TEST(DecodeImagesChecks, ABatchBeyondInt64IsRefused) {
   const std::int64_t big = std::int64_t{1} << 40;
-  expect_error(error_of([&] { check_decode_images(images(big, 3, big), table_of(3), y_of({1})); }),
-               {"64 bits"});
+  expect_error(
+      backend_error_of([&] { check_decode_images(images(big, 3, big), table_of(3), y_of({1})); }),
+      {"64 bits"});
 }
 
 TEST(DecodeImagesChecks, TheTableMustBeFp32ChannelsBy256) {
   const auto bad_table = [](TensorView table) {
-    return error_of([&] { check_decode_images(images(2, 3, 10), table, y_of({2, 30})); });
+    return backend_error_of([&] { check_decode_images(images(2, 3, 10), table, y_of({2, 30})); });
   };
   expect_error(bad_table(table_of(3, DType::bf16)), {"table is bf16 [3, 256]", "fp32 [3, 256]"});
   expect_error(bad_table(table_of(3, DType::fp16)), {"table is fp16"});
@@ -122,7 +119,7 @@ TEST(DecodeImagesChecks, TheTableMustBeFp32ChannelsBy256) {
 
 TEST(DecodeImagesChecks, YMustBeAStorageFloatOfEveryPixel) {
   const auto bad_y = [](TensorView y) {
-    return error_of([&] { check_decode_images(images(2, 3, 10), table_of(3), y); });
+    return backend_error_of([&] { check_decode_images(images(2, 3, 10), table_of(3), y); });
   };
   expect_error(bad_y(y_of({2, 30}, DType::int32)), {"y is int32 [2, 30]", "fp32, bf16 or fp16"});
   expect_error(bad_y(y_of({2, 30}, DType::fp8_e4m3)), {"y is fp8_e4m3"});
@@ -134,12 +131,12 @@ TEST(DecodeImagesChecks, YMustBeAStorageFloatOfEveryPixel) {
 }
 
 TEST(DecodeImagesChecks, NullPixelsWithRowsAreRefused) {
-  expect_error(error_of([] {
+  expect_error(backend_error_of([] {
                  check_decode_images({nullptr, 2, 3, 10}, table_of(3), y_of({2, 30}));
                }),
                {"images.pixels is null", "rows = 2"});
   // Also when the rows hold no pixels: the contract asks for pixels whenever rows > 0.
-  expect_error(error_of([] {
+  expect_error(backend_error_of([] {
                  check_decode_images({nullptr, 2, 3, 0}, table_of(3), y_of({2, 0}));
                }),
                {"images.pixels is null"});

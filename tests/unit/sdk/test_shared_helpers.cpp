@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend_error_text.h"
 #include "mixtrain/sdk/backend_attention.h"
 #include "mixtrain/sdk/backend_batch_norm.h"
 #include "mixtrain/sdk/backend_convolution.h"
@@ -23,6 +24,8 @@
 namespace sdk = mixtrain::sdk;
 
 namespace {
+
+using mixtrain::test::backend_error_of;
 
 bool fd_open(int fd) {
   return ::fcntl(fd, F_GETFD) != -1 || errno != EBADF;
@@ -121,17 +124,6 @@ TEST(sdk_BackendArgumentChecks, CastArgs) {
                sdk::BackendError);
 }
 
-// The message of the BackendError `f` throws, or "(no error)".
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const sdk::BackendError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 // The facets' and layers' shared checks: the backend's name and the op start every message, the
 // layout and geometry are spelled out, and in-place aliasing is told from partial overlap.
 TEST(sdk_BackendArgumentChecks, FacetAndLayerChecksNameBackendOpAndLayout) {
@@ -145,7 +137,7 @@ TEST(sdk_BackendArgumentChecks, FacetAndLayerChecksNameBackendOpAndLayout) {
 
   sdk::HeadLayout l{2, 3, 4, 5, 3, 0, 0};
   l.head_tokens = 2;
-  std::string e = error_of([&] {
+  std::string e = backend_error_of([&] {
     checks.head_permute("split_heads", at(0, DType::fp32, Shape{360}), l,
                         at(1024, DType::fp32, Shape{240}));
   });
@@ -156,7 +148,7 @@ TEST(sdk_BackendArgumentChecks, FacetAndLayerChecksNameBackendOpAndLayout) {
 
   const sdk::TensorView x = at(0, DType::bf16, Shape{8});
   EXPECT_NO_THROW(checks.dropout("dropout_forward", "x", x, "y", x, 0.5f));  // in place
-  e = error_of(
+  e = backend_error_of(
       [&] { checks.dropout("dropout_forward", "x", x, "y", at(2, DType::bf16, Shape{8}), 0.5f); });
   EXPECT_NE(e.find("backend_test.dropout_forward: x bf16 [8] and y bf16 [8] partly overlap"),
             std::string::npos)
@@ -168,7 +160,7 @@ TEST(sdk_BackendArgumentChecks, FacetAndLayerChecksNameBackendOpAndLayout) {
   c.geometry.height = c.geometry.width = 2;
   c.geometry.out_channels = 2;
   c.geometry.kernel_h = c.geometry.kernel_w = 3;
-  e = error_of([&] { checks.conv2d_forward(c); });
+  e = backend_error_of([&] { checks.conv2d_forward(c); });
   EXPECT_NE(e.find("backend_test.conv2d_forward: the kernel 3x3 (dilation 1x1) does not fit in "
                    "the 2x2 image padded by 0x0"),
             std::string::npos)
@@ -177,7 +169,7 @@ TEST(sdk_BackendArgumentChecks, FacetAndLayerChecksNameBackendOpAndLayout) {
   const sdk::BatchNormShape bn{4, 2, 1e-5f, true};
   const sdk::TensorView act = at(0, DType::fp32, Shape{4, 2});
   const sdk::TensorView stat = at(64, DType::fp32, Shape{2}), stat2 = at(72, DType::fp32, Shape{2});
-  e = error_of([&] {
+  e = backend_error_of([&] {
     checks.batchnorm_backward(act, at(8, DType::fp32, Shape{4, 2}), {}, {}, stat, stat2, bn,
                               at(128, DType::fp32, Shape{1}), 16, act, {}, {});
   });
@@ -187,7 +179,7 @@ TEST(sdk_BackendArgumentChecks, FacetAndLayerChecksNameBackendOpAndLayout) {
       << e;
   EXPECT_TRUE(checks.batchnorm_backward(act, at(8, DType::fp32, Shape{4, 2}), {}, {}, stat, stat2,
                                         bn, at(128, DType::fp32, Shape{4}), 16, act, {}, {}));
-  e = error_of([&] {
+  e = backend_error_of([&] {
     checks.batchnorm_backward(at(8, DType::fp32, Shape{4, 2}), act, {}, {}, stat, stat2, bn,
                               at(128, DType::fp32, Shape{4}), 16, at(4, DType::fp32, Shape{4, 2}),
                               {}, {});

@@ -5,6 +5,7 @@
 // statistics; bad arguments and a step-graph recording refused before anything is enqueued. The
 // argument rule itself is host-tested (test_sdk, DecodeImagesChecks).
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_error_text.h"
 #include "cuda_test_util.h"
 #include "mixtrain/sdk/backend_image_input.h"
 #include "mixtrain/sdk/backend_scratch.h"
@@ -27,12 +29,6 @@ using sdk::ByteImages;
 using sdk::ImageInputFacet;
 
 const DType kOutputs[] = {DType::fp32, DType::bf16, DType::fp16};
-
-float float_bits(std::uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 // Random rows, every one also holding the values that decide a rounding: ties of bf16 (1 + 2^-8
 // rounds down to even, 1 + 3·2^-8 up) and of fp16 (1 + 2^-11), fp16 overflow (65520 -> inf, 65519
@@ -54,8 +50,8 @@ std::vector<float> decode_table(std::int64_t channels, std::uint32_t seed) {
                             -0.0f,
                             std::numeric_limits<float>::infinity(),
                             -std::numeric_limits<float>::infinity(),
-                            float_bits(0x7FC00001u),
-                            float_bits(0xFFA12345u),
+                            std::bit_cast<float>(0x7FC00001u),
+                            std::bit_cast<float>(0xFFA12345u),
                             3.4e38f};
   for (std::int64_t c = 0; c < channels; ++c)
     for (std::size_t k = 0; k < std::size(specials); ++k)
@@ -213,12 +209,7 @@ TEST_F(backend_cuda_vs_cpu, DecodeImagesRejectsBadArgumentsBeforeEnqueuingAnythi
   const auto pixels = random_pixels(60, 22);
   const ByteImages good{pixels.data(), 2, 3, 10};
   auto message = [&](const ByteImages& images, const TensorView& t, const TensorView& out) {
-    try {
-      facet.decode_images(images, t, out);
-    } catch (const sdk::BackendError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
+    return mixtrain::test::backend_error_of([&] { facet.decode_images(images, t, out); });
   };
   EXPECT_NE(message(good, bf16_table, y).find("table is bf16 [3, 256]"), std::string::npos);
   EXPECT_NE(message(good, narrow_table, y).find("table is fp32 [3, 255]"), std::string::npos);

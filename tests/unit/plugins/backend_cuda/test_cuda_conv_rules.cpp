@@ -9,12 +9,15 @@
 #include <unordered_set>
 #include <vector>
 
+#include "backend_error_text.h"
 #include "cuda_access.h"
 #include "cuda_conv_rules.h"
 #include "cuda_layer_checks.h"
 #include "mixtrain/sdk/error.h"
 
 namespace {
+
+using mixtrain::test::backend_error_of;
 
 namespace conv = mixtrain::backend_cuda::conv;
 namespace checks = mixtrain::backend_cuda::layer_checks;
@@ -279,16 +282,6 @@ sdk::TensorView fake(DType dt, sdk::Shape shape, std::uintptr_t address) {
   return {reinterpret_cast<void*>(address), dt, shape};
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const sdk::BackendError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(cuda_layer_checks, ConvShapeMismatchNamesOpTensorDtypeAndShape) {
   const auto g = resnet_like();
   sdk::Conv2dForwardArgs a;
@@ -298,7 +291,7 @@ TEST(cuda_layer_checks, ConvShapeMismatchNamesOpTensorDtypeAndShape) {
   a.y = fake(DType::bf16, {8, 16, 12, 32}, 0x300000);
   EXPECT_NO_THROW(checks::conv_forward(a));
   a.x.view = fake(DType::bf16, {8, 64, 16, 12}, 0x10000);  // channels-first by mistake
-  const std::string e = error_of([&] { checks::conv_forward(a); });
+  const std::string e = backend_error_of([&] { checks::conv_forward(a); });
   EXPECT_NE(e.find("backend_cuda.conv2d_forward"), std::string::npos) << e;
   EXPECT_NE(e.find("x is bf16 [8, 64, 16, 12]"), std::string::npos) << e;
   EXPECT_NE(e.find("[N, H, W, C] = [8, 16, 12, 64]"), std::string::npos) << e;
@@ -311,16 +304,16 @@ TEST(cuda_layer_checks, ConvRefusesFp8AndBadGeometryBeforeLaunching) {
   a.dy = {fake(DType::fp8_e4m3, {8, 16, 12, 32}, 0x10000), false, 0.5f};
   a.w = {fake(DType::bf16, {32, 64, 3, 3}, 0x200000), false, 1.0f};
   a.dx = fake(DType::bf16, {8, 16, 12, 64}, 0x300000);
-  std::string e = error_of([&] { checks::conv_backward_data(a); });
+  std::string e = backend_error_of([&] { checks::conv_backward_data(a); });
   EXPECT_NE(e.find("backend_cuda.conv2d_backward_data: dy is fp8_e4m3"), std::string::npos) << e;
   a.dy.view.dtype = DType::bf16;
   EXPECT_NO_THROW(checks::conv_backward_data(a));
   a.geometry.groups = 3;
-  e = error_of([&] { checks::conv_backward_data(a); });
+  e = backend_error_of([&] { checks::conv_backward_data(a); });
   EXPECT_NE(e.find("groups = 3 must divide"), std::string::npos) << e;
   a.geometry = g;
   a.compute = DType::bf16;
-  e = error_of([&] { checks::conv_backward_data(a); });
+  e = backend_error_of([&] { checks::conv_backward_data(a); });
   EXPECT_NE(e.find("compute = bf16"), std::string::npos) << e;
 }
 
@@ -334,11 +327,11 @@ TEST(cuda_layer_checks, WeightGradientMustBeFp32InPytorchLayout) {
   a.dbias = fake(DType::fp32, {32}, 0x400000);
   EXPECT_NO_THROW(checks::conv_backward_weights(a));
   a.dw = fake(DType::fp32, {32, 3, 3, 64}, 0x300000);
-  std::string e = error_of([&] { checks::conv_backward_weights(a); });
+  std::string e = backend_error_of([&] { checks::conv_backward_weights(a); });
   EXPECT_NE(e.find("dw is fp32 [32, 3, 3, 64]"), std::string::npos) << e;
   EXPECT_NE(e.find("[O, C/groups, KH, KW]"), std::string::npos) << e;
   a.dw = fake(DType::bf16, {32, 64, 3, 3}, 0x300000);
-  e = error_of([&] { checks::conv_backward_weights(a); });
+  e = backend_error_of([&] { checks::conv_backward_weights(a); });
   EXPECT_NE(e.find("dw"), std::string::npos) << e;
   EXPECT_NE(e.find("bf16"), std::string::npos) << e;
 }
@@ -354,20 +347,21 @@ TEST(cuda_layer_checks, PoolingPermuteAndBatchNormChecks) {
   const auto x = fake(DType::fp16, {2, 7, 7, 5}, 0x10000);
   const auto y = fake(DType::fp16, {2, 4, 4, 5}, 0x20000);
   EXPECT_NO_THROW(checks::pool_forward(p, x, y, {}, 0));
-  std::string e = error_of([&] {
+  std::string e = backend_error_of([&] {
     checks::pool_forward(p, x, fake(DType::bf16, {2, 4, 4, 5}, 0x20000), {}, 0);
   });
   EXPECT_NE(e.find("backend_cuda.pool2d_forward"), std::string::npos) << e;
   EXPECT_NE(e.find("y is bf16 [2, 4, 4, 5]"), std::string::npos) << e;
-  e = error_of([&] { checks::pool_forward(p, x, y, fake(DType::int32, {10}, 0x30000), 160); });
+  e = backend_error_of(
+      [&] { checks::pool_forward(p, x, y, fake(DType::int32, {10}, 0x30000), 160); });
   EXPECT_NE(e.find("160 bytes are needed"), std::string::npos) << e;
   p.pad_h = 2;
-  e = error_of([&] { checks::pool_forward(p, x, y, {}, 0); });
+  e = backend_error_of([&] { checks::pool_forward(p, x, y, {}, 0); });
   EXPECT_NE(e.find("more than half the kernel"), std::string::npos) << e;
 
   // The permutes and batch norm run the SDK's shared checks only.
   const sdk::BackendArgumentChecks& shared = mixtrain::backend_cuda::checks();
-  e = error_of([&] {
+  e = backend_error_of([&] {
     shared.channel_permute("to_channels_last", fake(DType::fp32, {2, 3, 4, 5}, 0x10000), 3, 4, 6,
                            fake(DType::bf16, {120}, 0x20000));
   });
@@ -380,18 +374,18 @@ TEST(cuda_layer_checks, PoolingPermuteAndBatchNormChecks) {
   const sdk::BatchNormShape s{70, 6, 1e-5f, true};
   const auto bx = fake(DType::bf16, {2, 5, 7, 6}, 0x10000);
   const auto mean = fake(DType::fp32, {6}, 0x30000), var = fake(DType::fp32, {6}, 0x40000);
-  e = error_of([&] {
+  e = backend_error_of([&] {
     shared.batchnorm_forward_training(bx, {}, {}, s, fake(DType::bf16, {70, 5}, 0x20000), mean, var,
                                       {}, {}, {}, 48);
   });
   EXPECT_NE(e.find("backend_cuda.batchnorm_forward_training"), std::string::npos) << e;
   EXPECT_NE(e.find("y is bf16 [70, 5]"), std::string::npos) << e;
-  e = error_of([&] {
+  e = backend_error_of([&] {
     shared.batchnorm_forward_training(bx, fake(DType::fp32, {6}, 0x50000), {}, s, bx, mean, var, {},
                                       {}, {}, 48);
   });
   EXPECT_NE(e.find("both given"), std::string::npos) << e;
-  e = error_of([&] {
+  e = backend_error_of([&] {
     shared.batchnorm_backward(bx, bx, {}, {}, mean, var, s, {}, 48,
                               fake(DType::bf16, {70, 6}, 0x50000), {}, {});
   });

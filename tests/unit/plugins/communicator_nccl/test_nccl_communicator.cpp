@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_error_text.h"
 #include "cuda_backend.h"
 #include "forwarding_backend.h"
 #include "mixtrain/sdk/support/float_formats.h"
@@ -22,6 +23,8 @@
 
 namespace mixtrain::communicator_nccl {
 namespace {
+
+using mixtrain::test::backend_error_of;
 
 using sdk::DType;
 using sdk::TensorView;
@@ -35,16 +38,6 @@ std::string no_device_reason() {
   }
   if (count == 0) return "cudaGetDeviceCount reports 0 devices";
   return {};
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const sdk::BackendError& e) {
-    return e.what();
-  }
-  return "(no BackendError)";
 }
 
 TensorView view(void* data, DType dtype, std::int64_t n) {
@@ -65,7 +58,7 @@ TEST(nccl_rules, ReducedDtypesMapToNcclTypesBitForBit) {
 
 TEST(nccl_rules, ReductionsOfOtherDtypesNameTheDtypeAndWhatIsSupported) {
   for (DType t : {DType::fp8_e4m3, DType::fp8_e5m2, DType::int32}) {
-    const std::string what = error_of([&] { reduce_type(t, "reduce_scatter"); });
+    const std::string what = backend_error_of([&] { reduce_type(t, "reduce_scatter"); });
     EXPECT_NE(what.find("nccl.reduce_scatter"), std::string::npos) << what;
     EXPECT_NE(what.find(std::string(sdk::dtype_name(t))), std::string::npos) << what;
     EXPECT_NE(what.find("fp32, tf32, bf16 and fp16"), std::string::npos) << what;
@@ -117,31 +110,33 @@ TEST(nccl_rules, SizeChecksFollowTheContract) {
   // Empty tensors are allowed without data (NCCL does nothing for a count of 0).
   EXPECT_EQ(check_all_reduce(view(nullptr, DType::fp32, 0)), 0u);
 
-  std::string what =
-      error_of([&] { check_reduce_scatter(view(a, DType::fp32, 23), view(b, DType::fp32, 6), 4); });
+  std::string what = backend_error_of(
+      [&] { check_reduce_scatter(view(a, DType::fp32, 23), view(b, DType::fp32, 6), 4); });
   EXPECT_NE(what.find("nccl.reduce_scatter"), std::string::npos) << what;
   EXPECT_NE(what.find("send (fp32, 23 elements)"), std::string::npos) << what;
   EXPECT_NE(what.find("recv (fp32, 6 elements)"), std::string::npos) << what;
   EXPECT_NE(what.find("24 elements"), std::string::npos) << what;
-  what =
-      error_of([&] { check_reduce_scatter(view(a, DType::fp32, 24), view(b, DType::bf16, 6), 4); });
+  what = backend_error_of(
+      [&] { check_reduce_scatter(view(a, DType::fp32, 24), view(b, DType::bf16, 6), 4); });
   EXPECT_NE(what.find("send (fp32, 24 elements)"), std::string::npos) << what;
   EXPECT_NE(what.find("recv (bf16, 6 elements)"), std::string::npos) << what;
 
-  what = error_of([&] { check_all_gather(view(a, DType::fp16, 6), view(b, DType::fp16, 20), 4); });
+  what = backend_error_of(
+      [&] { check_all_gather(view(a, DType::fp16, 6), view(b, DType::fp16, 20), 4); });
   EXPECT_NE(what.find("nccl.all_gather"), std::string::npos) << what;
   EXPECT_NE(what.find("recv (fp16, 20 elements)"), std::string::npos) << what;
   EXPECT_NE(what.find("send (fp16, 6 elements)"), std::string::npos) << what;
-  what = error_of([&] { check_all_gather(view(a, DType::fp16, 6), view(b, DType::fp32, 24), 4); });
+  what = backend_error_of(
+      [&] { check_all_gather(view(a, DType::fp16, 6), view(b, DType::fp32, 24), 4); });
   EXPECT_NE(what.find("nccl.all_gather"), std::string::npos) << what;
 
-  what = error_of([&] { check_broadcast(view(a, DType::fp32, 4), 4, 4); });
+  what = backend_error_of([&] { check_broadcast(view(a, DType::fp32, 4), 4, 4); });
   EXPECT_NE(what.find("nccl.broadcast: root 4"), std::string::npos) << what;
   EXPECT_NE(what.find("ranks 0..3"), std::string::npos) << what;
-  what = error_of([&] { check_broadcast(view(a, DType::fp32, 4), -1, 4); });
+  what = backend_error_of([&] { check_broadcast(view(a, DType::fp32, 4), -1, 4); });
   EXPECT_NE(what.find("root -1"), std::string::npos) << what;
 
-  what = error_of([&] { check_all_reduce(view(nullptr, DType::fp32, 8)); });
+  what = backend_error_of([&] { check_all_reduce(view(nullptr, DType::fp32, 8)); });
   EXPECT_NE(what.find("nccl.all_reduce: data (fp32, 8 elements) has no data pointer"),
             std::string::npos)
       << what;
@@ -163,12 +158,12 @@ TEST(nccl_rules, DeviceIsLocalRankModuloDeviceCount) {
   EXPECT_EQ(choose_device(3, 8), 3);
   EXPECT_EQ(choose_device(3, 2), 1);
   EXPECT_EQ(choose_device(8, 8), 0);
-  std::string what = error_of([] { choose_device(0, 0); });
+  std::string what = backend_error_of([] { choose_device(0, 0); });
   EXPECT_NE(what.find("the nccl communicator needs a CUDA device; none is visible "
                       "(cudaGetDeviceCount reports 0 devices)"),
             std::string::npos)
       << what;
-  what = error_of([] { choose_device(1, 0, "cudaErrorNoDevice: no CUDA-capable device"); });
+  what = backend_error_of([] { choose_device(1, 0, "cudaErrorNoDevice: no CUDA-capable device"); });
   EXPECT_NE(what.find("none is visible (cudaErrorNoDevice: no CUDA-capable device)"),
             std::string::npos)
       << what;
@@ -209,7 +204,7 @@ TEST(nccl_rules, ReadmeTableMatchesTheSchema) {
 
 TEST(nccl_communicator, WithoutADeviceConstructionIsBackendError) {
   if (no_device_reason().empty()) GTEST_SKIP() << "a CUDA device is visible: nothing to refuse";
-  const std::string what = error_of([] { NcclCommunicator comm(5.0, sdk::Logger{}); });
+  const std::string what = backend_error_of([] { NcclCommunicator comm(5.0, sdk::Logger{}); });
   EXPECT_NE(what.find("the nccl communicator needs a CUDA device; none is visible ("),
             std::string::npos)
       << what;
@@ -350,7 +345,8 @@ TEST_F(nccl_one_rank, CollectivesAreOrderedWithTheBackendsStream) {
 TEST_F(nccl_one_rank, ContractViolationsAreBackendErrors) {
   TensorView send = upload(kValues, DType::fp32);
   TensorView recv = upload({0.0f, 0.0f}, DType::fp32);
-  const std::string what = error_of([&] { comm_->reduce_scatter(send, recv, sdk::ReduceOp::sum); });
+  const std::string what =
+      backend_error_of([&] { comm_->reduce_scatter(send, recv, sdk::ReduceOp::sum); });
   EXPECT_NE(what.find("nccl.reduce_scatter"), std::string::npos) << what;
   TensorView bytes{backend_->allocate(8), DType::fp8_e4m3, {8}};
   owned_.push_back(bytes.data);
@@ -363,7 +359,7 @@ TEST_F(nccl_one_rank, ContractViolationsAreBackendErrors) {
       return name == sdk::NativeStreamFacet::kName ? nullptr : in_->find_facet(name);
     }
   } hidden(backend_);
-  const std::string refused = error_of([&] { comm_->bind(hidden); });
+  const std::string refused = backend_error_of([&] { comm_->bind(hidden); });
   EXPECT_NE(refused.find("needs the CUDA backend; backend 'cuda'"), std::string::npos) << refused;
   // Still usable after the refusals.
   comm_->all_reduce(send, sdk::ReduceOp::sum);
