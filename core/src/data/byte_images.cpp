@@ -4,6 +4,7 @@
 // scaling and the normalisation, so decoding is one lookup, on the host or on the device
 // (sdk/backend_image_input.h), and gives the floats the float form holds, bit for bit.
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -47,13 +48,10 @@ void gather_pixels(const Dataset& data, std::span<const std::int64_t> rows,
 
 void decode_pixels(Dataset& data) {
   if (!data.is_bytes()) return;
-  const auto width = static_cast<std::size_t>(data.features);
-  const auto plane = width / static_cast<std::size_t>(data.channels());
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(data.rows));
+  std::iota(rows.begin(), rows.end(), std::int64_t{0});
   data.x.resize(data.pixels.size());
-  for (std::size_t i = 0; i < data.pixels.size(); ++i) {
-    const std::size_t c = (i % width) / plane;
-    data.x[i] = data.pixel_values[c * 256 + data.pixels[i]];
-  }
+  gather_batch(data, rows, data.x.data(), nullptr);  // decodes through the table
   data.pixels.clear();
   data.pixels.shrink_to_fit();
   data.pixel_values.clear();
