@@ -28,6 +28,11 @@
 namespace mixtrain::test {
 namespace {
 
+bool has_cuda_device() {
+  int devices = 0;
+  return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+}
+
 struct Case {
   const char* name;
   const char* config;
@@ -79,8 +84,7 @@ class CudaTraining : public CliTest, public ::testing::WithParamInterface<Case> 
 };
 
 TEST_P(CudaTraining, LossFollowsTheCpuRun) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+  if (!has_cuda_device())
     GTEST_SKIP() << "no CUDA device here: the CUDA-vs-CPU training runs need a GPU";
   const Case& c = GetParam();
   const auto cpu = losses(c, "cpu");
@@ -151,8 +155,7 @@ class CudaBlockScaled : public CliTest, public ::testing::WithParamInterface<Blo
 
 TEST_P(CudaBlockScaled, TwoStepsFollowTheCpuSimulatorOrThePlanIsRefusedNamingTheGpu) {
   const BlockRecipe recipe = GetParam();
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+  if (!has_cuda_device())
     GTEST_SKIP() << "no CUDA device here: " << recipe.policy << " on the CUDA backend needs a GPU";
   cudaDeviceProp prop{};
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
@@ -198,8 +201,7 @@ INSTANTIATE_TEST_SUITE_P(
 using CudaPredict = CliTest;
 
 TEST_F(CudaPredict, GivesTheCpuLogitsOfOneCheckpoint) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+  if (!has_cuda_device())
     GTEST_SKIP() << "no CUDA device here: predict on the CUDA backend needs a GPU";
   const std::string small = " --set data.synthetic.rows=400 --set data.batch_size=32";
   auto r = run("train " + config("resnet20-fp32.toml") + small +
@@ -234,8 +236,7 @@ TEST_F(CudaPredict, GivesTheCpuLogitsOfOneCheckpoint) {
 using CudaFlashAttention = CliTest;
 
 TEST_F(CudaFlashAttention, TrainsTheUnfusedLossesAndRepeatsItself) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+  if (!has_cuda_device())
     GTEST_SKIP() << "no CUDA device here: cuDNN's flash attention needs a GPU";
   const std::string args = "train " + config("gpt-tiny-bf16.toml") +
                            " --set backend.type=cuda --set run.steps=30 --set run.log_every=1"
@@ -276,8 +277,7 @@ TEST_F(CudaFlashAttention, TrainsTheUnfusedLossesAndRepeatsItself) {
 // at plan time (attention facet 1.2's flash_refusal): the run trains on the unfused attention and
 // says why, once; it never fails and never runs flash.
 TEST_F(CudaFlashAttention, AHeadDimensionCudnnCannotTakeRunsUnfusedAndSaysWhy) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+  if (!has_cuda_device())
     GTEST_SKIP() << "no CUDA device here: cuDNN's flash attention needs a GPU";
   const auto run_dir = dir_ / "d12";
   auto r = run("--log-level info train " + config("gpt-tiny-bf16.toml") +
@@ -310,8 +310,7 @@ TEST_F(CudaFlashAttention, AHeadDimensionCudnnCannotTakeRunsUnfusedAndSaysWhy) {
 using CudaByteImages = CliTest;
 
 TEST_F(CudaByteImages, TrainAsTheirFloatsBitForBit) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+  if (!has_cuda_device())
     GTEST_SKIP() << "no CUDA device here: decoding images on the device needs a GPU";
   const auto cifar = [](int n, int salt) {
     std::string out;
@@ -361,9 +360,7 @@ TEST_F(CudaByteImages, TrainAsTheirFloatsBitForBit) {
 using CudaStepGraphs = CliTest;
 
 TEST_F(CudaStepGraphs, AResNetStepReplaysAsItRunsEagerly) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
-    GTEST_SKIP() << "no CUDA device here: step graphs need a GPU";
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device here: step graphs need a GPU";
   const std::string args = "--log-level info train " + config("resnet20-bf16.toml") +
                            " --set backend.type=cuda --set run.steps=10 --set run.log_every=1"
                            " --set run.eval_every=5 --set run.underflow_every=0"
