@@ -165,10 +165,12 @@ template <class T>
   return std::fma(x - mean, scale, shift);
 }
 
+// y = act(affine(x) + residual), residual nullptr: none; the sum in FP32, rounded once.
 template <class T>
-[[gnu::always_inline]] inline void range_affine(const T* x, T* y, std::int64_t r0, std::int64_t r1,
-                                                std::int64_t channels, const float* mean,
-                                                const float* scale, const float* shift, bool relu) {
+[[gnu::always_inline]] inline void range_affine(const T* x, const T* residual, T* y, std::int64_t r0,
+                                                std::int64_t r1, std::int64_t channels,
+                                                const float* mean, const float* scale,
+                                                const float* shift, bool relu) {
   const std::int64_t step = block_rows(channels);
   for (std::int64_t r = r0; r < r1; r += step) {
     const std::int64_t nr = std::min(step, r1 - r);
@@ -183,7 +185,18 @@ template <class T>
       }
       for (std::int64_t i = r; i < r + nr; ++i) {
         const std::int64_t base = i * channels + c0;
-        if (relu) {
+        if (residual != nullptr && relu) {
+#pragma omp simd
+          for (std::int64_t c = 0; c < w; ++c) {
+            const float v = affine(load(x, base + c), m[c], s[c], t[c]) + load(residual, base + c);
+            store(y, base + c, v < 0.0f ? 0.0f : v);  // NaN stays
+          }
+        } else if (residual != nullptr) {
+#pragma omp simd
+          for (std::int64_t c = 0; c < w; ++c)
+            store(y, base + c,
+                  affine(load(x, base + c), m[c], s[c], t[c]) + load(residual, base + c));
+        } else if (relu) {
 #pragma omp simd
           for (std::int64_t c = 0; c < w; ++c) {
             const float v = affine(load(x, base + c), m[c], s[c], t[c]);
@@ -350,8 +363,16 @@ void channel_moments(const T* x, std::int64_t rows, std::int64_t channels, float
 template <class T>
 void channel_affine(const T* x, T* y, std::int64_t rows, std::int64_t channels, const float* mean,
                     const float* scale, const float* shift, bool relu) {
+  channel_affine_add(x, static_cast<const T*>(nullptr), y, rows, channels, mean, scale, shift,
+                     relu);
+}
+
+template <class T>
+void channel_affine_add(const T* x, const T* residual, T* y, std::int64_t rows,
+                        std::int64_t channels, const float* mean, const float* scale,
+                        const float* shift, bool relu) {
   for_row_ranges(rows, channels, [&](int, std::int64_t r0, std::int64_t r1) {
-    range_affine_best(x, y, r0, r1, channels, mean, scale, shift, relu);
+    range_affine_best(x, residual, y, r0, r1, channels, mean, scale, shift, relu);
   });
 }
 
@@ -406,6 +427,8 @@ void channel_grad_input(const T* x, const T* dy, const ReluMask& mask, T* dx, st
   template void channel_moments<T>(const T*, std::int64_t, std::int64_t, float*, float*);     \
   template void channel_affine<T>(const T*, T*, std::int64_t, std::int64_t, const float*,     \
                                   const float*, const float*, bool);                          \
+  template void channel_affine_add<T>(const T*, const T*, T*, std::int64_t, std::int64_t,     \
+                                      const float*, const float*, const float*, bool);        \
   template void channel_grad_sums<T>(const T*, const T*, const ReluMask&, std::int64_t,       \
                                      std::int64_t, const float*, double*, double*);           \
   template void channel_grad_input<T>(const T*, const T*, const ReluMask&, T*, std::int64_t,  \

@@ -50,6 +50,14 @@ template <class T>
 void channel_affine(const T* x, T* y, std::int64_t rows, std::int64_t channels, const float* mean,
                     const float* scale, const float* shift, bool relu);
 
+// y = (x − mean)·scale + shift + residual per channel, then max(0, ·) when `relu`: the affine
+// value is never rounded, the sum rounded once into y (batch norm + add + ReLU); y may be the
+// residual (each element is read before it is written), not x.
+template <class T>
+void channel_affine_add(const T* x, const T* residual, T* y, std::int64_t rows,
+                        std::int64_t channels, const float* mean, const float* scale,
+                        const float* shift, bool relu);
+
 // Which elements of dy pass the fused ReLU's backward.
 struct ReluMask {
   enum class Kind { none, recompute, from_y } kind = Kind::none;

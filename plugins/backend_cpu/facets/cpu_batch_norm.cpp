@@ -12,6 +12,8 @@
 //   normalised value from x with them and masks dy where it was not positive, exactly where the
 //   forward's ReLU cut. Without a workspace it masks dy where y is not positive (the same
 //   elements but for a value that rounds to zero in y's dtype).
+// - Batch norm + add + ReLU (1.2, batchnorm_add_forward): the training forward's statistics and
+//   scale, then one pass y = act(affine(x) + residual), rounded once.
 // - Running statistics (PyTorch's BatchNorm2d): r = (1 − momentum)·r + momentum·s, with the
 //   unbiased variance s = var·rows/(rows − 1) for running_var, computed in double and rounded
 //   once to fp32. As in PyTorch, training needs more than one row.
@@ -83,6 +85,24 @@ void scale_and_shift(const float* var, const TensorView& gamma, const TensorView
   }
 }
 
+// PyTorch's BatchNorm2d momentum rule for the running statistics, from the batch's mean and
+// biased variance (rows of them).
+void update_running(TensorView running_mean, TensorView running_var, const float* mean,
+                    const float* var, std::int64_t channels, std::int64_t rows, float momentum) {
+  const double m = momentum;
+  const double unbiased = static_cast<double>(rows) / static_cast<double>(rows - 1);
+  for (std::int64_t j = 0; j < channels; ++j) {
+    if (!running_mean.empty()) {
+      float& r = running_mean.as<float>()[j];
+      r = static_cast<float>((1.0 - m) * r + m * mean[j]);
+    }
+    if (!running_var.empty()) {
+      float& r = running_var.as<float>()[j];
+      r = static_cast<float>((1.0 - m) * r + m * unbiased * var[j]);
+    }
+  }
+}
+
 std::size_t workspace_bytes(const sdk::BatchNormShape& shape) {
   return shape.relu ? 2 * static_cast<std::size_t>(shape.channels) * sizeof(float) : 0;
 }
@@ -123,6 +143,8 @@ class CpuBatchNorm final : public sdk::BatchNormFacet {
                                       sdk::TensorView mean_dy_xhat,
                                       const sdk::BatchNormShape& shape,
                                       sdk::TensorView dx) override;
+  // 1.2: batch norm + add + ReLU.
+  void batchnorm_add_forward(const sdk::BatchNormAddArgs& args) override;
 
  private:
   CpuContext& context_;
@@ -169,19 +191,31 @@ void CpuBatchNorm::batchnorm_forward_training(TensorView x, TensorView gamma, Te
     channel_affine(xs, static_cast<T*>(out[0]), shape.rows, c, mean, scale, shift, shape.relu);
   });
   context_.account_scratch();
+  update_running(running_mean, running_var, mean, var, c, shape.rows, momentum);
+}
 
-  const double m = momentum;
-  const double unbiased = static_cast<double>(shape.rows) / static_cast<double>(shape.rows - 1);
-  for (std::int64_t j = 0; j < c; ++j) {
-    if (!running_mean.empty()) {
-      float& r = running_mean.as<float>()[j];
-      r = static_cast<float>((1.0 - m) * r + m * mean[j]);
-    }
-    if (!running_var.empty()) {
-      float& r = running_var.as<float>()[j];
-      r = static_cast<float>((1.0 - m) * r + m * unbiased * var[j]);
-    }
-  }
+void CpuBatchNorm::batchnorm_add_forward(const sdk::BatchNormAddArgs& a) {
+  context_.use_threads();
+  checks().batchnorm_add_forward(a);
+  const sdk::BatchNormShape& shape = a.shape;
+  const std::int64_t c = shape.channels;
+  std::vector<float> coefficients(static_cast<std::size_t>(2 * c));
+  float* scale = coefficients.data();
+  float* shift = scale + c;
+  const float* mean = a.training ? a.save_mean.as<float>() : a.running_mean.as<const float>();
+  with_typed(context_.prims(), {&a.x, &a.residual}, {&a.y}, [&](auto t, auto& in, auto& out) {
+    using T = decltype(t);
+    const auto* xs = static_cast<const T*>(in[0]);
+    if (a.training) channel_moments(xs, shape.rows, c, a.save_mean.as<float>(), a.save_var.as<float>());
+    const float* var = a.training ? a.save_var.as<const float>() : a.running_var.as<const float>();
+    scale_and_shift(var, a.gamma, a.beta, c, shape.eps, scale, shift);
+    channel_affine_add(xs, static_cast<const T*>(in[1]), static_cast<T*>(out[0]), shape.rows, c,
+                       mean, scale, shift, shape.relu);
+  });
+  context_.account_scratch();
+  if (a.training)
+    update_running(a.running_mean, a.running_var, a.save_mean.as<const float>(),
+                   a.save_var.as<const float>(), c, shape.rows, a.momentum);
 }
 
 void CpuBatchNorm::batchnorm_forward_inference(TensorView x, TensorView gamma, TensorView beta,

@@ -1,6 +1,9 @@
 // CpuResidual: the CPU backend's ResidualFacet: the n-ary residual add in one pass (fp32 sum,
-// optional ReLU, one rounding into y).
+// optional ReLU, one rounding into y), and its backward, every input's gradient from one read of
+// dy (and y).
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 
 #include "cpu_access.h"
 #include "cpu_context.h"
@@ -18,6 +21,8 @@ class CpuResidual final : public sdk::ResidualFacet {
   explicit CpuResidual(CpuContext& context) : context_(context) {}
 
   void add(std::span<const sdk::TensorView> xs, bool relu, sdk::TensorView y) override;
+  void add_backward(sdk::TensorView dy, sdk::TensorView y, bool relu,
+                    std::span<const sdk::TensorView> dxs) override;
 
  private:
   CpuContext& context_;
@@ -48,6 +53,33 @@ void CpuResidual::add(std::span<const TensorView> xs, bool relu, TensorView y) {
       for (std::int64_t i = 0; i < len; ++i) sum[i] = sum[i] < 0.0f ? 0.0f : sum[i];  // NaN stays
     }
     commit_chunk(y, c0, len, sum);
+  }
+}
+
+void CpuResidual::add_backward(TensorView dy, TensorView y, bool relu,
+                               std::span<const TensorView> dxs) {
+  context_.use_threads();
+  const std::int64_t total = checks().residual_add_backward(dy, y, relu, dxs);
+  // One pass: each chunk of dy (and y) is read once, masked into g, and g is rounded once into
+  // every gradient; a gradient that is dy itself is written after g is complete.
+#pragma omp parallel for schedule(static) if (parallel_worth(total))
+  for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
+    const std::int64_t len = std::min(kChunk, total - c0);
+    float g[kChunk], buf[kChunk];
+    const float* d = read_chunk(dy, c0, len, buf);
+    std::copy(d, d + len, g);
+    if (relu) {
+      const float* out = read_chunk(y, c0, len, buf);
+      // dy where y > 0, else +0 (y NaN too), as activation_backward's relu: a bit mask, so it
+      // vectorises.
+#pragma omp simd
+      for (std::int64_t i = 0; i < len; ++i) {
+        const std::uint32_t keep = out[i] > 0.0f ? 0xffffffffu : 0u;
+        g[i] = std::bit_cast<float>(std::bit_cast<std::uint32_t>(g[i]) & keep);
+      }
+    }
+    for (const TensorView& dx : dxs)
+      if (!dx.empty()) commit_chunk(dx, c0, len, g);
   }
 }
 

@@ -21,6 +21,8 @@ std::string_view op_name(BatchNormOp op) noexcept {
       return "batchnorm_backward_reduce";
     case BatchNormOp::batchnorm_backward_elementwise:
       return "batchnorm_backward_elementwise";
+    case BatchNormOp::batchnorm_add_forward:
+      return "batchnorm_add_forward";
   }
   return "?";
 }
@@ -33,6 +35,7 @@ OpSignature op_signature(BatchNormOp op) noexcept {
     case BatchNormOp::batchnorm_statistics:
     case BatchNormOp::batchnorm_backward_reduce:
     case BatchNormOp::batchnorm_backward_elementwise:
+    case BatchNormOp::batchnorm_add_forward:
       return {kStore};  // {x}
   }
   return {};

@@ -11,6 +11,8 @@ std::string_view op_name(ResidualOp op) noexcept {
   switch (op) {
     case ResidualOp::add:
       return "add";
+    case ResidualOp::add_backward:
+      return "add_backward";
   }
   return "?";
 }
@@ -19,6 +21,8 @@ OpSignature op_signature(ResidualOp op) noexcept {
   switch (op) {
     case ResidualOp::add:
       return {kStorex2};  // {x, y}
+    case ResidualOp::add_backward:
+      return {kStorex2};  // {dy, dx}
   }
   return {};
 }

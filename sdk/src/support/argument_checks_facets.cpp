@@ -38,6 +38,31 @@ std::int64_t BackendArgumentChecks::residual_add(std::span<const TensorView> xs,
   return total;
 }
 
+std::int64_t BackendArgumentChecks::residual_add_backward(const TensorView& dy, const TensorView& y,
+                                                          bool relu,
+                                                          std::span<const TensorView> dxs) const {
+  constexpr std::string_view op = "add_backward";
+  require_storage(op, "dy", dy);
+  const std::int64_t total = dy.numel();
+  if (relu) {
+    require_storage(op, "y", y);
+    require_numel(op, "y", y, total);
+  }
+  if (dxs.empty()) fail(op, "got no gradients to write", "pass each input's gradient (empty: none)");
+  for (std::size_t k = 0; k < dxs.size(); ++k) {
+    const TensorView& dx = dxs[k];
+    if (dx.empty()) continue;
+    const std::string name = "dx" + std::to_string(k + 1);
+    require_storage(op, name, dx);
+    require_numel(op, name, dx, total);
+    require_same_or_disjoint(op, name, dx, "dy", dy);
+    if (relu) require_disjoint(op, name, dx, "y", y);
+    for (std::size_t j = 0; j < k; ++j)
+      if (!dxs[j].empty()) require_disjoint(op, name, dx, "dx" + std::to_string(j + 1), dxs[j]);
+  }
+  return total;
+}
+
 std::int64_t BackendArgumentChecks::decode_images(const ByteImages& images, const TensorView& table,
                                                   const TensorView& y) const {
   constexpr std::string_view op = "decode_images";

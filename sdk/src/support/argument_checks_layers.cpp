@@ -360,6 +360,34 @@ void BackendArgumentChecks::batchnorm_forward_inference(
   channel_vector(*this, op, "running_var", running_var, s.channels);
 }
 
+void BackendArgumentChecks::batchnorm_add_forward(const BatchNormAddArgs& a) const {
+  constexpr std::string_view op = "batchnorm_add_forward";
+  const BatchNormShape& s = a.shape;
+  batchnorm_forward(*this, op, s, a.x, a.y, a.gamma, a.beta);
+  if (!a.x.empty() && a.x.data == a.y.data)
+    fail(op, "y is x", "write the sum to its own tensor or into the residual; x is read twice");
+  batchnorm_data(*this, op, "residual", a.residual, s);
+  require_same_storage(op, "residual", a.residual, "x", a.x, kOneDtype);
+  require_same_or_disjoint(op, "residual", a.residual, "y", a.y);
+  require_disjoint(op, "residual", a.residual, "x", a.x);
+  const std::int64_t c = s.channels;
+  if (!a.training) {
+    channel_vector(*this, op, "running_mean", a.running_mean, c);
+    channel_vector(*this, op, "running_var", a.running_var, c);
+    return;
+  }
+  channel_vector(*this, op, "save_mean", a.save_mean, c);
+  channel_vector(*this, op, "save_var", a.save_var, c);
+  if (!a.running_mean.empty()) channel_vector(*this, op, "running_mean", a.running_mean, c);
+  if (!a.running_var.empty()) channel_vector(*this, op, "running_var", a.running_var, c);
+  if (!(a.momentum >= 0.0f && a.momentum <= 1.0f))
+    fail(op, "momentum = " + std::to_string(a.momentum) + " is outside [0, 1]",
+         "pass the running statistics' step, PyTorch's BatchNorm2d momentum (0.1 by default)");
+  if (s.rows < 2)
+    fail(op, "training needs more than one value per channel (rows = 1)",
+         "use a batch of at least two, or training = false");
+}
+
 void BackendArgumentChecks::batchnorm_statistics(const TensorView& x, const BatchNormShape& s,
                                                  const TensorView& mean,
                                                  const TensorView& var) const {

@@ -10,7 +10,8 @@
 //   minor step only appends methods). 1.1 appended the split ops that synchronized batch norm
 //   (`[distributed] batch_norm = "sync"`) runs between its all-reduces: batchnorm_statistics,
 //   batchnorm_backward_reduce and batchnorm_backward_elementwise (introduced_in says so); the
-//   normalisation with given (global) statistics is 1.0's batchnorm_forward_inference.
+//   normalisation with given (global) statistics is 1.0's batchnorm_forward_inference. 1.2
+//   appended batchnorm_add_forward: batch norm, a residual add and the ReLU in one pass.
 // - Accuracy: the backward's per-channel sums Σg and Σg·(x − mean) (batchnorm_backward's dbeta and
 //   dgamma, batchnorm_backward_reduce's outputs) equal a double sum of the stored values to a few
 //   fp32 ulps of the result, even when they cancel (Σg a millionth of Σ|g|): accumulate in double
@@ -38,11 +39,15 @@ enum class BatchNormOp {
   batchnorm_statistics,            // {x}
   batchnorm_backward_reduce,       // {x}; dy and y share it
   batchnorm_backward_elementwise,  // {x}; dy, y and dx share it
+  // 1.2
+  batchnorm_add_forward,  // {x}; residual and y share it
 };
 MIXTRAIN_SDK_API std::string_view op_name(BatchNormOp op) noexcept;
 MIXTRAIN_SDK_API OpSignature op_signature(BatchNormOp op) noexcept;
 constexpr std::uint16_t introduced_in(BatchNormOp op) noexcept {
-  return op >= BatchNormOp::batchnorm_statistics ? 1 : 0;
+  return op >= BatchNormOp::batchnorm_add_forward ? 2
+         : op >= BatchNormOp::batchnorm_statistics ? 1
+                                                   : 0;
 }
 
 // Batch norm over channels-last activations: x, y [rows, C] with rows = N·H·W for images
@@ -56,10 +61,31 @@ struct BatchNormShape {
   bool relu = false;
 };
 
+// 1.2: the end of a ResNet bottleneck, y = max(0, BN(x) + residual), with BN(x) = (x − mean) /
+// sqrt(var + eps) · gamma + beta computed in FP32 and never stored: the sum is rounded once into
+// y's dtype (one rounding fewer than batch norm, then add). The statistics are this batch's when
+// `training` (written to save_mean / save_var and moved into the running ones, exactly as
+// batchnorm_forward_training does), the running ones otherwise. shape.relu: the ReLU after the
+// add. Nothing is kept for a backward: the add's gradient is g = dy masked where y is not positive
+// (the residual's gradient), and batch norm's backward is batchnorm_backward of g with relu off.
+struct BatchNormAddArgs {
+  TensorView x;            // [rows, C], fp32, bf16 or fp16 storage
+  TensorView residual;     // [rows, C], x's dtype; may be y itself
+  TensorView gamma, beta;  // fp32 [C] both, or both empty (not affine)
+  BatchNormShape shape;
+  bool training = true;
+  float momentum = 0.1f;  // training: the running statistics' step
+  TensorView y;           // [rows, C], x's dtype, disjoint from x
+  // Training: written (the batch's mean and biased variance). Evaluation: unused.
+  TensorView save_mean, save_var;
+  // Training: updated when given. Evaluation: read (required).
+  TensorView running_mean, running_var;
+};
+
 class MIXTRAIN_SDK_API BatchNormFacet : public Facet {
  public:
   using Op = BatchNormOp;
-  static constexpr FacetVersion kVersion{1, 1};
+  static constexpr FacetVersion kVersion{1, 2};
   static constexpr std::string_view kName = "batch_norm";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
@@ -117,6 +143,12 @@ class MIXTRAIN_SDK_API BatchNormFacet : public Facet {
                                               TensorView gamma, TensorView mean, TensorView var,
                                               TensorView mean_dy, TensorView mean_dy_xhat,
                                               const BatchNormShape& shape, TensorView dx) = 0;
+
+  // --- 1.2: batch norm + add + ReLU ------------------------------------------------------------
+  // Why: at the end of a bottleneck, batch norm's output is read once, by the add; fused, it is
+  // never written (a write and a read of the block's widest tensor saved) and the add reads only
+  // the residual. Contract at BatchNormAddArgs.
+  virtual void batchnorm_add_forward(const BatchNormAddArgs& args) = 0;
 
  protected:
   ~BatchNormFacet() override;  // not owned through the facet: the backend is

@@ -217,6 +217,9 @@ class NoSplitBatchNorm final : public sdk::BatchNormFacet {
                                       sdk::TensorView) override {
     ADD_FAILURE() << "called an op it does not support";
   }
+  void batchnorm_add_forward(const sdk::BatchNormAddArgs& a) override {
+    in_.batchnorm_add_forward(a);
+  }
 
  private:
   sdk::BatchNormFacet& in_;

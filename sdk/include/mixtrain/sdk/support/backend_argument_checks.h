@@ -47,6 +47,7 @@ struct Conv2dBackwardDataArgs;
 struct Conv2dBackwardWeightsArgs;
 struct Pool2dGeometry;
 struct BatchNormShape;
+struct BatchNormAddArgs;
 
 class BackendArgumentChecks {
  public:
@@ -138,6 +139,11 @@ class BackendArgumentChecks {
   // ResidualFacet::add: two or more inputs, each a storage float of y's numel, each y itself or
   // disjoint from it; y a storage float. Returns y's numel.
   std::int64_t residual_add(std::span<const TensorView> xs, const TensorView& y) const;
+  // add_backward: dy storage; y storage of dy's numel when `relu`; dxs not empty, each empty or a
+  // storage float of dy's numel, dy itself (same view) or disjoint from dy, y and the others.
+  // Returns the numel.
+  std::int64_t residual_add_backward(const TensorView& dy, const TensorView& y, bool relu,
+                                     std::span<const TensorView> dxs) const;
 
   // ImageInputFacet::decode_images (backend_image_input.h): rows, channels and plane >= 0 with a
   // product that fits 64 bits; table fp32 [channels, 256] with data; y a storage float of
@@ -256,6 +262,12 @@ class BackendArgumentChecks {
                           const TensorView& workspace, std::size_t workspace_bytes,
                           const TensorView& dx, const TensorView& dgamma,
                           const TensorView& dbeta) const;
+
+  // 1.2's batchnorm_add_forward: as the training forward (rows >= 2, save_mean and save_var
+  // required) or the inference one (running statistics required) for x, y, gamma, beta; y
+  // disjoint from x; residual storage [rows, C] of x's dtype, y itself or disjoint from it and x;
+  // momentum in [0, 1] when training.
+  void batchnorm_add_forward(const BatchNormAddArgs& a) const;
 
   // Version 2's split ops. batchnorm_statistics: the shape; x storage [rows, C]; mean and var
   // fp32 [C].
