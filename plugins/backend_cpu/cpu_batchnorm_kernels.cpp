@@ -167,10 +167,10 @@ template <class T>
 
 // y = act(affine(x) + residual), residual nullptr: none; the sum in FP32, rounded once.
 template <class T>
-[[gnu::always_inline]] inline void range_affine(const T* x, const T* residual, T* y, std::int64_t r0,
-                                                std::int64_t r1, std::int64_t channels,
-                                                const float* mean, const float* scale,
-                                                const float* shift, bool relu) {
+[[gnu::always_inline]] inline void range_affine(const T* x, const T* residual, T* y,
+                                                std::int64_t r0, std::int64_t r1,
+                                                std::int64_t channels, const float* mean,
+                                                const float* scale, const float* shift, bool relu) {
   const std::int64_t step = block_rows(channels);
   for (std::int64_t r = r0; r < r1; r += step) {
     const std::int64_t nr = std::min(step, r1 - r);

@@ -2417,6 +2417,206 @@ TEST_P(Conformance, BatchNormSplitOpsRejectBadArguments) {
       v3.tested->view(), v4.tested->view(), s, dx.tested->view()));
 }
 
+// 1.2's batch norm + add + ReLU against batch norm in double plus the residual, rounded once:
+// training (its statistics and running statistics as the training forward's) and evaluation,
+// with and without the ReLU, the residual a tensor of its own or y itself.
+TEST_P(Conformance, BatchNormAddForwardIsBatchNormPlusTheResidualRoundedOnce) {
+  MIXTRAIN_FACETS(batch_norm, BatchNormFacet);
+  using N = sdk::BatchNormOp;
+  if (tested_batch_norm->version() < sdk::FacetVersion{1, 2})
+    GTEST_SKIP() << "backend '" << GetParam().name << "' has batch norm "
+                 << sdk::to_string(tested_batch_norm->version()) << " (the fused add is 1.2)";
+  const Shape xs{2, 5, 7, 6};  // [N, H, W, C]: rows = 70
+  const std::int64_t rows = 70, c = 6;
+  const float momentum = 0.1f;
+  const auto xv = random_values(static_cast<std::size_t>(xs.numel()), 180, -1.f, 3.f);
+  const auto rv_values = random_values(static_cast<std::size_t>(xs.numel()), 181, -2.f, 2.f);
+  const auto gv = random_values(static_cast<std::size_t>(c), 182, 0.5f, 1.5f);
+  const auto bv = random_values(static_cast<std::size_t>(c), 183, -0.5f, 0.5f);
+  const auto rm0 = random_values(static_cast<std::size_t>(c), 184, -0.1f, 0.1f);
+  const auto rv0 = random_values(static_cast<std::size_t>(c), 185, 0.5f, 1.5f);
+  const auto g_real = widen(gv), b_real = widen(bv);
+  for (DType dt : kStorageFloats) {
+    if (!tested_batch_norm->supports(N::batchnorm_add_forward, std::vector<DType>{dt})) continue;
+    const double tol = output_tolerance(dt);
+    for (bool training : {true, false})
+      for (bool relu : {false, true})
+        for (bool into_residual : {false, true}) {
+          const std::string what = std::string(sdk::dtype_name(dt)) +
+                                   (training ? " training" : " evaluation") +
+                                   (relu ? " relu" : "") + (into_residual ? ", y = residual" : "");
+          auto x = upload(xv, xs, dt);
+          auto r = upload(rv_values, xs, dt);
+          auto y = zeros(xs, dt);
+          auto gamma = upload(gv, Shape{c}), beta = upload(bv, Shape{c});
+          auto mean = zeros(Shape{c}), var = zeros(Shape{c});
+          auto rm = upload(rm0, Shape{c}), rv = upload(rv0, Shape{c});
+          const auto x_real = widen(tested_values(x)), r_real = widen(tested_values(r));
+          for (int which : {0, 1}) {
+            auto on = [&](const Pair& p) { return which == 0 ? p.ref->view() : p.tested->view(); };
+            sdk::BatchNormAddArgs a;
+            a.x = on(x);
+            a.residual = on(r);
+            a.gamma = on(gamma);
+            a.beta = on(beta);
+            a.shape = {rows, c, 1e-5f, relu};
+            a.training = training;
+            a.momentum = momentum;
+            a.y = into_residual ? on(r) : on(y);
+            a.save_mean = on(mean);
+            a.save_var = on(var);
+            a.running_mean = on(rm);
+            a.running_var = on(rv);
+            (which == 0 ? ref_batch_norm : tested_batch_norm)->batchnorm_add_forward(a);
+          }
+          const Pair& out = into_residual ? r : y;
+          std::vector<double> use_mean = widen(rm0), use_var = widen(rv0);
+          const BatchNormReference bn =
+              naive_batchnorm(rows, c, 1e-5, false, x_real, &g_real, &b_real,
+                              training ? nullptr : &use_mean, training ? nullptr : &use_var, {});
+          std::vector<double> want(bn.y.size());
+          for (std::size_t i = 0; i < want.size(); ++i) {
+            const double v = bn.y[i] + r_real[i];
+            want[i] = relu && v < 0.0 ? 0.0 : v;
+          }
+          EXPECT_LE(relative_to(tested_values(out), want), tol) << "y, " << what;
+          expect_close(out, tol, "y vs the reference backend, " + what);
+          if (!training) {
+            EXPECT_EQ(tested_values(rm), rm0) << "evaluation moved running_mean, " << what;
+            continue;
+          }
+          EXPECT_LE(relative_to(tested_values(mean), bn.mean), 1e-6) << "save_mean, " << what;
+          EXPECT_LE(relative_to(tested_values(var), bn.var), 1e-5) << "save_var, " << what;
+          std::vector<double> want_rm(rm0.size()), want_rv(rv0.size());
+          for (std::size_t j = 0; j < want_rm.size(); ++j) {
+            want_rm[j] = (1.0 - momentum) * rm0[j] + double{momentum} * bn.mean[j];
+            want_rv[j] = (1.0 - momentum) * rv0[j] +
+                         double{momentum} * bn.var[j] * static_cast<double>(rows) / (rows - 1.0);
+          }
+          EXPECT_LE(relative_to(tested_values(rm), want_rm), 1e-6) << "running_mean, " << what;
+          EXPECT_LE(relative_to(tested_values(rv), want_rv), 1e-6) << "running_var, " << what;
+        }
+  }
+}
+
+TEST_P(Conformance, BatchNormAddForwardRejectsBadArguments) {
+  MIXTRAIN_FACETS(batch_norm, BatchNormFacet);
+  if (tested_batch_norm->version() < sdk::FacetVersion{1, 2})
+    GTEST_SKIP() << "backend '" << GetParam().name << "' has no batch norm + add";
+  const std::int64_t rows = 8, c = 3;
+  auto x = upload(random_values(24, 195), Shape{rows, c});
+  auto r = upload(random_values(24, 196), Shape{rows, c});
+  auto r_bf16 = zeros(Shape{rows, c}, DType::bf16);
+  auto y = zeros(Shape{rows, c});
+  auto m = zeros(Shape{c}), v = zeros(Shape{c});
+  sdk::BatchNormAddArgs a;
+  a.x = x.tested->view();
+  a.residual = r.tested->view();
+  a.shape = {rows, c, 1e-5f, true};
+  a.y = y.tested->view();
+  a.save_mean = m.tested->view();
+  a.save_var = v.tested->view();
+  auto rejects = [&](sdk::BatchNormAddArgs bad, const std::string& why) {
+    try {
+      tested_batch_norm->batchnorm_add_forward(bad);
+      ADD_FAILURE() << "accepted " << why;
+    } catch (const sdk::BackendError& e) {
+      EXPECT_NE(std::string(e.what()).find("batchnorm_add_forward"), std::string::npos) << e.what();
+    }
+  };
+  sdk::BatchNormAddArgs bad = a;
+  bad.y = a.x;
+  rejects(bad, "y = x");
+  bad = a;
+  bad.residual = r_bf16.tested->view();
+  rejects(bad, "a bf16 residual for fp32 x");
+  bad = a;
+  bad.save_mean = {};
+  rejects(bad, "training without save_mean");
+  bad = a;
+  bad.training = false;
+  rejects(bad, "evaluation without running statistics");
+  bad = a;
+  bad.momentum = 1.5f;
+  rejects(bad, "momentum 1.5");
+  EXPECT_NO_THROW(tested_batch_norm->batchnorm_add_forward(a));
+}
+
+// Residual 1.1's backward: every input's gradient is dy masked where y is not positive (+0 there,
+// NaN in y masks, NaN in dy passes), rounded once into its own dtype, from one call; a gradient
+// that is dy itself is masked in place, an empty one is skipped.
+TEST_P(Conformance, AddBackwardWritesEveryInputsMaskedGradientInOneCall) {
+  MIXTRAIN_FACETS(residual, ResidualFacet);
+  if (tested_residual->version() < sdk::FacetVersion{1, 1})
+    GTEST_SKIP() << "backend '" << GetParam().name << "' has residual "
+                 << sdk::to_string(tested_residual->version()) << " (add_backward is 1.1)";
+  const std::int64_t n = 4099;
+  auto dyv = random_values(static_cast<std::size_t>(n), 190, -3.f, 3.f);
+  auto yv = random_values(static_cast<std::size_t>(n), 191, -1.f, 1.f);
+  yv[5] = std::numeric_limits<float>::quiet_NaN();
+  yv[6] = 0.0f;
+  yv[9] = 0.5f;
+  dyv[9] = std::numeric_limits<float>::quiet_NaN();
+  for (DType gt : kStorageFloats)
+    for (DType xt : kStorageFloats) {
+      const std::vector<DType> sig{gt, xt};
+      if (!tested_residual->supports(sdk::ResidualOp::add_backward, sig)) continue;
+      for (bool relu : {false, true}) {
+        const std::string what = std::string(sdk::dtype_name(gt)) + " -> " +
+                                 std::string(sdk::dtype_name(xt)) + (relu ? " relu" : "");
+        auto dy = upload(dyv, Shape{n}, gt);
+        auto y = upload(yv, Shape{n}, gt);
+        auto d1 = zeros(Shape{n}, xt), d2 = zeros(Shape{n}, DType::fp32);
+        const auto dy_real = tested_values(dy), y_real = tested_values(y);
+        for (int which : {0, 1}) {
+          auto on = [&](const Pair& p) { return which == 0 ? p.ref->view() : p.tested->view(); };
+          const TensorView dxs[] = {on(d1), TensorView{}, on(d2)};
+          (which == 0 ? ref_residual : tested_residual)
+              ->add_backward(on(dy), relu ? on(y) : TensorView{}, relu, dxs);
+        }
+        const auto got1 = tested_values(d1), got2 = tested_values(d2);
+        for (std::size_t i = 0; i < got1.size(); ++i) {
+          const bool pass = !relu || y_real[i] > 0.0f;
+          const float g = pass ? dy_real[i] : 0.0f;
+          if (std::isnan(g)) {
+            EXPECT_TRUE(std::isnan(got1[i]) && std::isnan(got2[i])) << what << " element " << i;
+            continue;
+          }
+          ASSERT_EQ(got1[i], stored(g, xt)) << what << " element " << i;
+          ASSERT_EQ(got2[i], g) << what << " (fp32) element " << i;
+          if (!pass) {
+            ASSERT_FALSE(std::signbit(got1[i])) << what << ": a masked element is +0, " << i;
+          }
+        }
+        if (xt != gt) continue;
+        // In place: dy's own memory is one of the gradients.
+        for (int which : {0, 1}) {
+          auto on = [&](const Pair& p) { return which == 0 ? p.ref->view() : p.tested->view(); };
+          const TensorView dxs[] = {on(dy), on(d2)};
+          (which == 0 ? ref_residual : tested_residual)
+              ->add_backward(on(dy), relu ? on(y) : TensorView{}, relu, dxs);
+        }
+        const auto in_place = tested_values(dy);
+        for (std::size_t i = 0; i < in_place.size(); ++i)
+          if (!std::isnan(got1[i])) {
+            ASSERT_EQ(in_place[i], got1[i]) << what << " in place, " << i;
+          }
+      }
+    }
+  // Bad arguments: no gradients, a gradient of another size, one overlapping y.
+  auto dy = upload(dyv, Shape{n});
+  auto y = upload(yv, Shape{n});
+  auto small = zeros(Shape{n - 1});
+  EXPECT_THROW(tested_residual->add_backward(dy.tested->view(), y.tested->view(), true, {}),
+               sdk::BackendError);
+  const TensorView wrong[] = {small.tested->view()};
+  EXPECT_THROW(tested_residual->add_backward(dy.tested->view(), y.tested->view(), true, wrong),
+               sdk::BackendError);
+  const TensorView onto_y[] = {y.tested->view()};
+  EXPECT_THROW(tested_residual->add_backward(dy.tested->view(), y.tested->view(), true, onto_y),
+               sdk::BackendError);
+}
+
 TEST_P(Conformance, ImagePermutesEveryDtypePair) {
   MIXTRAIN_FACETS(convolution, ConvolutionFacet);
   using C = sdk::ConvolutionOp;

@@ -362,13 +362,22 @@ void propagate_gradient_needs(std::vector<PlannedNode>& nodes, const std::vector
   }
 }
 
-// Epilogue fusion, as a rewrite: a linear read only by a relu/gelu runs it as its epilogue.
+// Epilogue fusion, as a rewrite: a linear read only by a relu/gelu runs it as its epilogue; an
+// add whose input is a batch norm read by it alone runs that batch norm in its pass.
 void fuse_epilogues(const ModelSpec& spec, const GraphTopology& topo,
+                    const std::vector<PlannedNode>& nodes,
                     std::vector<std::unique_ptr<Layer>>& ops) {
   for (std::size_t pos = 0; pos < ops.size(); ++pos) {
     const auto& readers = topo.consumers[topo.order[pos]];
     if (readers.size() == 1) ops[pos]->fuse_reader(*ops[topo.position[readers[0]]]);
   }
+  for (std::size_t pos = 0; pos < ops.size(); ++pos)
+    for (std::size_t k = 0; k < nodes[pos].inputs.size(); ++k) {
+      const TensorId t = nodes[pos].inputs[k];
+      if (!t.is_node() || ops[t.position()]->is_view()) continue;
+      if (topo.consumers[topo.order[t.position()]].size() == 1)
+        ops[pos]->fuse_input(k, *ops[t.position()]);
+    }
   for (auto& op : ops) op->set_fusion(spec.fuse_epilogues);
 }
 
@@ -412,7 +421,7 @@ GraphPlan GraphPlan::build(const ModelSpec& spec, std::int64_t input_features, s
   plan.ties_ = resolve_ties(list, topo, graph, ops);
   const std::vector<std::string> frozen = apply_freezing(spec.freeze, ops);
   propagate_gradient_needs(plan.nodes_, plan.ties_, frozen, ops);
-  fuse_epilogues(spec, topo, ops);
+  fuse_epilogues(spec, topo, plan.nodes_, ops);
   return plan;
 }
 

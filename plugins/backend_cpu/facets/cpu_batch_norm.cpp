@@ -206,7 +206,8 @@ void CpuBatchNorm::batchnorm_add_forward(const sdk::BatchNormAddArgs& a) {
   with_typed(context_.prims(), {&a.x, &a.residual}, {&a.y}, [&](auto t, auto& in, auto& out) {
     using T = decltype(t);
     const auto* xs = static_cast<const T*>(in[0]);
-    if (a.training) channel_moments(xs, shape.rows, c, a.save_mean.as<float>(), a.save_var.as<float>());
+    if (a.training)
+      channel_moments(xs, shape.rows, c, a.save_mean.as<float>(), a.save_var.as<float>());
     const float* var = a.training ? a.save_var.as<const float>() : a.running_var.as<const float>();
     scale_and_shift(var, a.gamma, a.beta, c, shape.eps, scale, shift);
     channel_affine_add(xs, static_cast<const T*>(in[1]), static_cast<T*>(out[0]), shape.rows, c,

@@ -48,7 +48,8 @@ std::int64_t BackendArgumentChecks::residual_add_backward(const TensorView& dy, 
     require_storage(op, "y", y);
     require_numel(op, "y", y, total);
   }
-  if (dxs.empty()) fail(op, "got no gradients to write", "pass each input's gradient (empty: none)");
+  if (dxs.empty())
+    fail(op, "got no gradients to write", "pass each input's gradient (empty: none)");
   for (std::size_t k = 0; k < dxs.size(); ++k) {
     const TensorView& dx = dxs[k];
     if (dx.empty()) continue;

@@ -1,5 +1,9 @@
 #include "graph/ops/add.h"
 
+#include <algorithm>
+#include <vector>
+
+#include "graph/ops/batchnorm2d.h"
 #include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
 
@@ -19,6 +23,14 @@ AddLayer::AddLayer(std::string name, std::size_t inputs, std::int64_t features)
 bool AddLayer::take_relu() {
   relu_ = true;
   traits_.backward_reads_output = true;  // the ReLU's mask
+  return true;
+}
+
+bool AddLayer::fuse_input(std::size_t k, Layer& input) {
+  auto* bn = dynamic_cast<BatchNorm2dLayer*>(&input);
+  if (bn_ != nullptr || inputs_ != 2 || bn == nullptr || !bn->defer_into_reader()) return false;
+  bn_ = bn;
+  bn_input_ = k;
   return true;
 }
 
@@ -48,6 +60,14 @@ void AddLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t
 void AddLayer::forward_inputs(std::span<const TensorView> xs, std::int64_t rows) {
   // x is [rows, features] per input.
   const TensorView y = output(rows);
+  std::vector<TensorView> read(xs.begin(), xs.end());
+  if (bn_ != nullptr && bn_->fused()) {
+    if (bn_->forward_with_residual(xs[1 - bn_input_], relu_, y, rows)) return;
+    // It wrote its own output instead: read it from there.
+    const TensorView out = bn_->output(rows);
+    read[bn_input_] = {out.data, xs[bn_input_].dtype, xs[bn_input_].shape};
+    xs = read;
+  }
   if (one_pass_ < 0) {
     const sdk::ResidualFacet* residual = facets().find<sdk::ResidualFacet>();
     one_pass_ = residual != nullptr ? 1 : 0;
@@ -81,8 +101,32 @@ void AddLayer::forward_by_axpy(std::span<const TensorView> xs, TensorView y, std
         ->activation_forward(sdk::Activation::relu, y, y);
 }
 
+bool AddLayer::backward_in_one_pass(TensorView dy, TensorView y, std::span<const TensorView> dxs) {
+  const sdk::ResidualFacet* residual = facets().find<sdk::ResidualFacet>();
+  if (residual == nullptr || residual->version() < sdk::FacetVersion{1, 1}) return false;
+  std::vector<TensorView> write;
+  for (const TensorView& dx : dxs) {
+    // Without the relu an input whose gradient is dy's memory is already written.
+    const bool done = !relu_ && dx.data == dy.data && dx.dtype == dy.dtype;
+    if (dx.empty() || done) {
+      write.emplace_back();
+      continue;
+    }
+    if (!residual->supports(sdk::ResidualOp::add_backward, std::vector<DType>{dy.dtype, dx.dtype}))
+      return false;
+    write.push_back(dx);
+  }
+  if (std::all_of(write.begin(), write.end(), [](const TensorView& v) { return v.empty(); }))
+    return true;
+  facets()
+      .call(sdk::ResidualOp::add_backward)
+      ->add_backward(dy, relu_ ? y : TensorView{}, relu_, write);
+  return true;
+}
+
 void AddLayer::backward_inputs(std::span<const TensorView>, TensorView dy,
                                std::span<const TensorView> dxs, std::int64_t rows) {
+  if (backward_in_one_pass(dy, output(rows), dxs)) return;
   // An input whose gradient the model placed at dy's address (same dtype) is written last: with
   // the relu in, its masking in place must not come before the others read dy.
   const TensorView* aliased = nullptr;

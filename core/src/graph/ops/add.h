@@ -13,12 +13,20 @@ namespace mixtrain::core {
 // taken in (take_relu; the relu node becomes a view of y, as after batch norm). The sum is FP32,
 // rounded once into y's dtype: one pass through the backend's add where it has one, else a
 // copy (or cast) into an FP32 sum, axpys, a cast and an in-place relu. Each input's gradient is
-// dy, masked where y is not positive when the relu is in (relu'(s) = [s > 0] = [y > 0]).
+// dy, masked where y is not positive when the relu is in (relu'(s) = [s > 0] = [y > 0]), all
+// written from one read of dy where the backend's residual facet has add_backward (1.1), else
+// one activation_backward (or copy, or cast) per input.
+// BN + add + ReLU: a two-input add takes in a batch norm input that it alone reads (fuse_input);
+// while that pair is fused (BatchNorm2dLayer::fused()) the forward is the batch norm's
+// forward_with_residual, with the other input as the residual, and nothing else changes.
+class BatchNorm2dLayer;
+
 class AddLayer final : public Layer {
  public:
   AddLayer(std::string name, std::size_t inputs, std::int64_t features);
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   bool take_relu() override;
+  bool fuse_input(std::size_t k, Layer& input) override;
   bool relu() const { return relu_; }
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
@@ -31,8 +39,15 @@ class AddLayer final : public Layer {
   // The pre-fusion path: an FP32 sum of axpys (and the relu in place).
   void forward_by_axpy(std::span<const sdk::TensorView> xs, sdk::TensorView y, std::int64_t rows);
 
+  // The backward's gradients from one read of dy (the residual facet's add_backward), when the
+  // backend has it for these dtypes; false: the caller writes them one by one.
+  bool backward_in_one_pass(sdk::TensorView dy, sdk::TensorView y,
+                            std::span<const sdk::TensorView> dxs);
+
   std::size_t inputs_;
   bool relu_ = false;
+  BatchNorm2dLayer* bn_ = nullptr;  // a batch norm input it runs in its pass (fuse_input)
+  std::size_t bn_input_ = 0;        // which input bn_ is
   int one_pass_ = -1;  // whether the backend has add for these dtypes (asked at the first call)
   Tensor sum_;         // fp32 [max_rows, features] when y is not fp32 and the backend has no add
 };

@@ -1,11 +1,17 @@
 #include "graph/ops/batchnorm2d.h"
 
 #include <algorithm>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "graph/ops/image_options.h"
 #include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
+#include "mixtrain/core/console/log_sink.h"
+#include "mixtrain/core/graph/backend_needs.h"
 
 namespace mixtrain::core {
 
@@ -34,6 +40,46 @@ void BatchNorm2dLayer::set_statistics_reducer(StatisticsReducer reducer) {
   reducer_ = std::move(reducer);
   // The reductions go through the host between the passes: a step graph cannot capture them.
   traits_.varies_per_step = static_cast<bool>(reducer_);
+  update_fusion();
+}
+
+bool BatchNorm2dLayer::defer_into_reader() {
+  if (relu_) return false;
+  into_reader_ = true;
+  update_fusion();
+  return true;
+}
+
+void BatchNorm2dLayer::set_fusion(bool on) {
+  fusion_on_ = on;
+  update_fusion();
+}
+
+namespace {
+void log_unfused_once(const std::string& node, const std::string& reason) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  std::lock_guard lock(mutex);
+  if (!said.insert(reason).second) return;
+  core_logger("batchnorm2d")
+      .info("batch norm + add runs unfused (node '" + node +
+            "' and the nodes like it write their output and the add reads it back): " + reason);
+}
+}  // namespace
+
+void BatchNorm2dLayer::choose_kernels(sdk::DeviceBackend& backend) {
+  if (!into_reader_) return;
+  const std::optional<std::string> why =
+      unmet(backend, {sdk::BatchNormOp::batchnorm_add_forward, {dtype()}});
+  backend_offers_ = !why.has_value();
+  if (why && fusion_on_ && !synchronized()) log_unfused_once(name(), "the backend " + *why);
+  update_fusion();
+}
+
+void BatchNorm2dLayer::update_fusion() {
+  // Synchronized batch norm reduces its statistics on the host between passes: never fused.
+  epilogue_fused_ = into_reader_ && fusion_on_ && backend_offers_ && !synchronized();
+  traits_.output_deferred = epilogue_fused_;
 }
 
 bool BatchNorm2dLayer::take_relu() {
@@ -117,7 +163,45 @@ void BatchNorm2dLayer::forward(TensorView x, std::int64_t rows) {
   const std::int64_t batch = rows / (channels_ * height_);
   const sdk::BatchNormShape shape = shape_at(batch);
   x_cl_ = input_.forward(backend_, facets(), x, batch, dtype());
-  const TensorView xs{x_cl_.data, x_cl_.dtype, sdk::Shape{shape.rows, channels_}};
+  if (fused()) return;  // the add that reads this output runs it (forward_with_residual)
+  forward_into_output({x_cl_.data, x_cl_.dtype, sdk::Shape{shape.rows, channels_}}, rows, shape);
+}
+
+bool BatchNorm2dLayer::forward_with_residual(TensorView residual, bool relu, TensorView y,
+                                             std::int64_t rows) {
+  const std::int64_t batch = rows / (channels_ * height_);
+  sdk::BatchNormShape shape = shape_at(batch);
+  const sdk::Shape flat{shape.rows, channels_};
+  const TensorView xs{x_cl_.data, x_cl_.dtype, flat};
+  const DType d = dtype();
+  if (residual.dtype != d || y.dtype != d) {
+    log_unfused_once(name(), "the residual is " + std::string(sdk::dtype_name(residual.dtype)) +
+                                 " and the sum " + std::string(sdk::dtype_name(y.dtype)) +
+                                 " where batch norm writes " + std::string(sdk::dtype_name(d)));
+    forward_into_output(xs, rows, shape);
+    return false;
+  }
+  shape.relu = relu;
+  sdk::BatchNormAddArgs a;
+  a.x = xs;
+  a.residual = {residual.data, residual.dtype, flat};
+  a.gamma = gamma();
+  a.beta = beta();
+  a.shape = shape;
+  a.training = training();
+  a.momentum = momentum_;
+  a.y = {y.data, y.dtype, flat};
+  a.save_mean = save_mean_.view();
+  a.save_var = save_var_.view();
+  a.running_mean = buffers_[0].value.view();
+  a.running_var = buffers_[1].value.view();
+  facets().call(sdk::BatchNormOp::batchnorm_add_forward)->batchnorm_add_forward(a);
+  return true;
+}
+
+void BatchNorm2dLayer::forward_into_output(TensorView xs, std::int64_t rows,
+                                           const sdk::BatchNormShape& shape) {
+  materialise_output();  // deferred while fused: made the first time the op runs unfused
   const TensorView out = output(rows);
   const TensorView y{out.data, out.dtype, sdk::Shape{shape.rows, channels_}};
   if (training() && synchronized())
@@ -152,15 +236,16 @@ void BatchNorm2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::i
     // either way, so a frozen one only goes unwritten.
     for (ModelParameter& p : params_)
       if (!p.frozen) accumulate = p.take_grad_beta() != 0.0f;
+  // y is read only for the ReLU's mask; without one it may never have been written (fused).
+  const TensorView y = relu_ ? TensorView{out.data, out.dtype, flat} : TensorView{};
   if (synchronized())
-    backward_synchronized(dys, {x_cl_.data, x_cl_.dtype, flat}, {out.data, out.dtype, flat}, shape,
-                          target, accumulate);
+    backward_synchronized(dys, {x_cl_.data, x_cl_.dtype, flat}, y, shape, target, accumulate);
   else
     facets()
         .call(sdk::BatchNormOp::batchnorm_backward)
-        ->batchnorm_backward(dys, {x_cl_.data, x_cl_.dtype, flat}, {out.data, out.dtype, flat},
-                             gamma(), save_mean_.view(), save_var_.view(), shape, workspace_.view(),
-                             target, parameter_grad(0), parameter_grad(1), accumulate);
+        ->batchnorm_backward(dys, {x_cl_.data, x_cl_.dtype, flat}, y, gamma(), save_mean_.view(),
+                             save_var_.view(), shape, workspace_.view(), target, parameter_grad(0),
+                             parameter_grad(1), accumulate);
   if (dx.empty() || direct) return;
   if (input_.plain())  // the permute rounds into dx's dtype once
     input_.finish_grad(facets(), target, dx);

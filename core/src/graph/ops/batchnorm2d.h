@@ -11,6 +11,14 @@
 //   variance), used in evaluation mode, saved in checkpoints and exports.
 // - A relu that is its only reader is taken in (take_relu): forward applies it, backward masks
 //   with it, and the relu node is a view of this output.
+// - BN + add + ReLU: an add that alone reads this output runs this batch norm inside its own pass
+//   (AddLayer::fuse_input, forward_with_residual: the backend's batchnorm_add_forward, BatchNorm
+//   facet 1.2): y_add = act(BN(x) + residual), BN(x) never stored. forward() then only keeps x
+//   for the backward, and the output stays deferred (written only when the pair runs unfused:
+//   set_fusion(false), the non-finite replay). The backward is unchanged: the add writes this
+//   output's gradient (masked by its ReLU). Unfused, with the reason logged once, when the
+//   backend lacks the op (choose_kernels), under synchronized batch norm, or for a residual of
+//   another dtype.
 // - Layout: channels-last output; a plain input is permuted first (ops/image_input.h).
 // - Synchronized batch norm (`[distributed] batch_norm = "sync"`, PyTorch's SyncBatchNorm):
 //   with a statistics reducer installed (set_statistics_reducer; data parallel installs one that
@@ -52,6 +60,16 @@ class BatchNorm2dLayer final : public Layer {
   std::vector<BackendNeed> synchronized_needs() const override;
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   bool take_relu() override;
+  // The add `reader` will run this batch norm in its pass (BN + add + ReLU), when fusion is on
+  // and the backend offers it; false when this op cannot (its ReLU taken in).
+  bool defer_into_reader();
+  void set_fusion(bool on) override;
+  void choose_kernels(sdk::DeviceBackend& backend) override;
+  // Fused: y = act(BN(the x of the last forward) + residual) into the add's output y, rows of
+  // the add; relu: the add's ReLU. Returns false (and has written its own output instead, for the
+  // add to read) when the pair cannot run fused now: a residual or y of another dtype.
+  bool forward_with_residual(sdk::TensorView residual, bool relu, sdk::TensorView y,
+                             std::int64_t rows);
   void allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t max_rows) override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
@@ -61,6 +79,9 @@ class BatchNorm2dLayer final : public Layer {
  private:
   sdk::DType dtype() const;  // what x, y, dy and dx are in for the facet
   sdk::BatchNormShape shape_at(std::int64_t batch) const;
+  void update_fusion();  // fused() and output_deferred from what decides them
+  // The unfused forward of x (channels-last) into this op's own output.
+  void forward_into_output(sdk::TensorView xs, std::int64_t rows, const sdk::BatchNormShape& s);
   sdk::TensorView gamma() const;
   sdk::TensorView beta() const;
   // Parameter k's gradient (0: weight, 1: bias); empty when not affine or frozen.
@@ -73,6 +94,9 @@ class BatchNorm2dLayer final : public Layer {
   float eps_, momentum_;
   bool affine_;
   bool relu_ = false;
+  bool into_reader_ = false;    // an add reads it alone and takes it in (defer_into_reader)
+  bool fusion_on_ = true;       // set_fusion
+  bool backend_offers_ = true;  // batchnorm_add_forward (choose_kernels)
   ChannelsLastInput input_;
   sdk::TensorView x_cl_;  // the forward's input, channels-last, for backward
   Tensor save_mean_, save_var_;

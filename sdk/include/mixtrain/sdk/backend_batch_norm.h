@@ -45,7 +45,7 @@ enum class BatchNormOp {
 MIXTRAIN_SDK_API std::string_view op_name(BatchNormOp op) noexcept;
 MIXTRAIN_SDK_API OpSignature op_signature(BatchNormOp op) noexcept;
 constexpr std::uint16_t introduced_in(BatchNormOp op) noexcept {
-  return op >= BatchNormOp::batchnorm_add_forward ? 2
+  return op >= BatchNormOp::batchnorm_add_forward  ? 2
          : op >= BatchNormOp::batchnorm_statistics ? 1
                                                    : 0;
 }

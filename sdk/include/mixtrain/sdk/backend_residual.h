@@ -51,7 +51,7 @@ class MIXTRAIN_SDK_API ResidualFacet : public Facet {
   // or more tensors of y's numel in any storage dtype; y may be one of them (same dtype).
   virtual void add(std::span<const TensorView> xs, bool relu, TensorView y) = 0;
 
-  // --- 1.1 ----------------------------------------------------------------------------------------
+  // --- 1.1 --------------------------------------------------------------------------------
   // Every input's gradient of y = Σ xs (then ReLU), in one pass over dy: dx_k = dy, masked to 0
   // where y is not positive when `relu` (relu'(s) = [s > 0] = [y > 0]), rounded once into dx_k's
   // dtype. dy and y: tensors of one numel in any storage dtype (y is read only when `relu`; it may

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -17,6 +18,7 @@
 #include "distributed/data_parallel.h"
 #include "graph/ops/batchnorm2d.h"
 #include "layer_gradient_check.h"
+#include "mixtrain/core/graph/diagnostics.h"
 #include "mixtrain/core/graph/model.h"
 
 namespace mixtrain::core {
@@ -172,15 +174,14 @@ TEST(CnnOps, SynchronizedBatchNormOnOneRankIsPlainBatchNorm) {
   check_model_gradients(checked, batch, 2e-3f);
 }
 
-// The CPU's batch norm without version 2's split ops (what an older backend's answer looks like
-// to the plan), every other facet the CPU's.
-class NoSplitBatchNorm final : public sdk::BatchNormFacet {
+// The CPU's batch norm refusing some of its ops (what an older backend's answer looks like to the
+// plan), every other facet the CPU's.
+class NarrowedBatchNorm final : public sdk::BatchNormFacet {
  public:
-  explicit NoSplitBatchNorm(sdk::BatchNormFacet& in) : in_(in) {}
+  NarrowedBatchNorm(sdk::BatchNormFacet& in, std::vector<sdk::BatchNormOp> refused)
+      : in_(in), refused_(std::move(refused)) {}
   bool supports(sdk::BatchNormOp op, std::span<const DType> d) const override {
-    return op != sdk::BatchNormOp::batchnorm_statistics &&
-           op != sdk::BatchNormOp::batchnorm_backward_reduce &&
-           op != sdk::BatchNormOp::batchnorm_backward_elementwise && in_.supports(op, d);
+    return !refuses(op) && in_.supports(op, d);
   }
   std::size_t batchnorm_workspace_bytes(const sdk::BatchNormShape& s, DType x) const override {
     return in_.batchnorm_workspace_bytes(s, x);
@@ -202,41 +203,63 @@ class NoSplitBatchNorm final : public sdk::BatchNormFacet {
                           sdk::TensorView dg, sdk::TensorView db, bool acc) override {
     in_.batchnorm_backward(dy, x, y, g, m, v, s, ws, dx, dg, db, acc);
   }
-  void batchnorm_statistics(sdk::TensorView, const sdk::BatchNormShape&, sdk::TensorView,
-                            sdk::TensorView) override {
-    ADD_FAILURE() << "called an op it does not support";
+  void batchnorm_statistics(sdk::TensorView x, const sdk::BatchNormShape& s, sdk::TensorView m,
+                            sdk::TensorView v) override {
+    if (refused_call(sdk::BatchNormOp::batchnorm_statistics)) return;
+    in_.batchnorm_statistics(x, s, m, v);
   }
-  void batchnorm_backward_reduce(sdk::TensorView, sdk::TensorView, sdk::TensorView, sdk::TensorView,
-                                 sdk::TensorView, const sdk::BatchNormShape&, sdk::TensorView,
-                                 sdk::TensorView) override {
-    ADD_FAILURE() << "called an op it does not support";
+  void batchnorm_backward_reduce(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView y,
+                                 sdk::TensorView m, sdk::TensorView v, const sdk::BatchNormShape& s,
+                                 sdk::TensorView sd, sdk::TensorView sdx) override {
+    if (refused_call(sdk::BatchNormOp::batchnorm_backward_reduce)) return;
+    in_.batchnorm_backward_reduce(dy, x, y, m, v, s, sd, sdx);
   }
-  void batchnorm_backward_elementwise(sdk::TensorView, sdk::TensorView, sdk::TensorView,
-                                      sdk::TensorView, sdk::TensorView, sdk::TensorView,
-                                      sdk::TensorView, sdk::TensorView, const sdk::BatchNormShape&,
-                                      sdk::TensorView) override {
-    ADD_FAILURE() << "called an op it does not support";
+  void batchnorm_backward_elementwise(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView y,
+                                      sdk::TensorView g, sdk::TensorView m, sdk::TensorView v,
+                                      sdk::TensorView md, sdk::TensorView mdx,
+                                      const sdk::BatchNormShape& s, sdk::TensorView dx) override {
+    if (refused_call(sdk::BatchNormOp::batchnorm_backward_elementwise)) return;
+    in_.batchnorm_backward_elementwise(dy, x, y, g, m, v, md, mdx, s, dx);
   }
   void batchnorm_add_forward(const sdk::BatchNormAddArgs& a) override {
+    if (refused_call(sdk::BatchNormOp::batchnorm_add_forward)) return;
     in_.batchnorm_add_forward(a);
   }
 
  private:
+  bool refuses(sdk::BatchNormOp op) const {
+    return std::find(refused_.begin(), refused_.end(), op) != refused_.end();
+  }
+  bool refused_call(sdk::BatchNormOp op) const {
+    if (refuses(op)) ADD_FAILURE() << "called " << sdk::op_name(op) << ", which it refuses";
+    return refuses(op);
+  }
+
   sdk::BatchNormFacet& in_;
+  std::vector<sdk::BatchNormOp> refused_;
 };
 
-class NoSplitBatchNormBackend final : public test_support::ForwardingBackend {
+class NarrowedBatchNormBackend final : public test_support::ForwardingBackend {
  public:
+  explicit NarrowedBatchNormBackend(std::vector<sdk::BatchNormOp> refused)
+      : bn_(*sdk::facet<sdk::BatchNormFacet>(*cpu()), std::move(refused)) {}
   sdk::Facet* find_facet(std::string_view name) override {
     return name == sdk::BatchNormFacet::kName ? &bn_ : in_->find_facet(name);
   }
 
  private:
-  NoSplitBatchNorm bn_{*sdk::facet<sdk::BatchNormFacet>(*cpu())};
+  NarrowedBatchNorm bn_;
 };
 
+// What an older backend (batch norm 1.0) offers.
+std::shared_ptr<sdk::DeviceBackend> no_split_batch_norm() {
+  return std::make_shared<NarrowedBatchNormBackend>(std::vector<sdk::BatchNormOp>{
+      sdk::BatchNormOp::batchnorm_statistics, sdk::BatchNormOp::batchnorm_backward_reduce,
+      sdk::BatchNormOp::batchnorm_backward_elementwise});
+}
+
 TEST(CnnOps, SynchronizedBatchNormOnABackendWithoutTheSplitOpsStopsAtPlanTime) {
-  auto backend = std::make_shared<NoSplitBatchNormBackend>();
+  auto backend = no_split_batch_norm();
   auto make = [&] {
     return Model(
         backend,
@@ -379,7 +402,7 @@ TEST(CnnOps, DataParallelInstallsSynchronizedBatchNormOnEveryBatchNormLayer) {
 }
 
 TEST(CnnOps, DataParallelSyncBatchNormOnABackendWithoutTheSplitOpsNamesTheNode) {
-  auto backend = std::make_shared<NoSplitBatchNormBackend>();
+  auto backend = no_split_batch_norm();
   Model m(backend,
           graph({op("conv2d", "c1", {{"out", 2}, {"kernel", 1}, {"bias", false}}, {"input"}),
                  op("batchnorm2d", "bn7", {}, {"c1"}), op("global_avgpool", "gap", {}, {"bn7"}),
@@ -551,6 +574,126 @@ TEST(CnnOps, ResidualAddTakesItsReluAndMatchesTheUnfusedStepBitForBit) {
   EXPECT_EQ(fused, plain);
 }
 
+// One training step of a small Bottleneck ResNet (two blocks, the first with a projection
+// shortcut), then an evaluation forward: the loss, every gradient, the running statistics and the
+// evaluation logits, flattened.
+struct BottleneckStep {
+  std::vector<float> values;
+  std::int64_t fused_pairs = 0;
+  std::size_t activation_bytes = 0;
+  std::vector<std::string> unwritten;  // nodes whose output was never written (fused into the add)
+};
+
+BottleneckStep bottleneck_step(std::shared_ptr<sdk::DeviceBackend> backend, bool fuse,
+                               DType dtype) {
+  ResNetPreset p;
+  p.blocks = {1, 1};
+  p.widths = {4, 8};
+  p.block = ResNetBlock::bottleneck;
+  p.classes = 3;
+  ModelSpec spec = graph(resnet_preset(p));
+  spec.fuse_epilogues = fuse;
+  Model m(std::move(backend), spec, 3 * 8 * 8, 3, image(3, 8, 8));
+  sdk::OpPrecision precision;
+  precision.weight = precision.gemm_input = precision.activation = precision.activation_grad =
+      dtype;
+  for (auto& l : m.layers()) l->set_precision(precision);
+  m.allocate(4);
+  m.init_parameters(5);
+  feed(m, 4, 2);
+  m.forward(4);
+  BottleneckStep out;
+  out.values.push_back(m.loss(4, 1.0f, true).loss);
+  m.backward(4);
+  for (auto* t : m.parameters()) {
+    const auto g = read(t->grad.view());
+    out.values.insert(out.values.end(), g.begin(), g.end());
+  }
+  for (auto* b : m.buffers()) {
+    const auto v = read(b->value.view());
+    out.values.insert(out.values.end(), v.begin(), v.end());
+  }
+  for (auto& l : m.layers())
+    if (!l->is_view() && l->output(4).data == nullptr) out.unwritten.push_back(l->name());
+  m.set_mode(Model::Mode::eval);
+  m.forward(4);
+  const auto logits = read(m.logits(4));
+  out.values.insert(out.values.end(), logits.begin(), logits.end());
+  out.fused_pairs = m.fused_pairs();
+  out.activation_bytes = m.activation_plan().sum_bytes;
+  return out;
+}
+
+TEST(CnnOps, BatchNormAddReluRunsInTheAddsPassAndMatchesTheUnfusedStepBitForBit) {
+  const BottleneckStep fused = bottleneck_step(cpu(), true, DType::fp32);
+  const BottleneckStep plain = bottleneck_step(cpu(), false, DType::fp32);
+  // Each block's bn3 runs inside its add (the projection block's add reads two batch norms and
+  // takes in the first); their outputs are never written, so the activation plan holds less.
+  EXPECT_EQ(fused.fused_pairs, 2);
+  EXPECT_EQ(plain.fused_pairs, 0);
+  EXPECT_EQ(fused.unwritten, (std::vector<std::string>{"layer1.0.bn3", "layer2.0.bn3"}));
+  EXPECT_TRUE(plain.unwritten.empty());
+  EXPECT_LT(fused.activation_bytes, plain.activation_bytes);
+  // In fp32 batch norm's unrounded value is what the unfused op stores: the same sums, the same
+  // gradients (the add's one-pass backward included), statistics and evaluation logits.
+  ASSERT_EQ(fused.values.size(), plain.values.size());
+  EXPECT_EQ(fused.values, plain.values);
+}
+
+TEST(CnnOps, BatchNormAddReluInBf16RoundsOnceAndTracksTheUnfusedStep) {
+  const BottleneckStep fused = bottleneck_step(cpu(), true, DType::bf16);
+  const BottleneckStep plain = bottleneck_step(cpu(), false, DType::bf16);
+  EXPECT_EQ(fused.fused_pairs, 2);
+  ASSERT_EQ(fused.values.size(), plain.values.size());
+  // Fused, batch norm's output is not rounded to bf16 before the add: the two runs differ by
+  // bf16 roundings (2^-8 relative) carried through one step, not by a wrong sum.
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < fused.values.size(); ++i) {
+    diff += (fused.values[i] - plain.values[i]) * (fused.values[i] - plain.values[i]);
+    norm += plain.values[i] * plain.values[i];
+  }
+  EXPECT_GT(norm, 0.0);
+  EXPECT_LT(std::sqrt(diff / norm), 3e-2) << "relative distance " << std::sqrt(diff / norm);
+  EXPECT_NEAR(fused.values[0], plain.values[0], 2e-2 * std::abs(plain.values[0]));
+  EXPECT_NE(fused.values, plain.values) << "the fused sum was rounded twice, as unfused";
+}
+
+TEST(CnnOps, BatchNormAddOnABackendWithoutItRunsUnfusedWithTheSameResults) {
+  auto narrowed = std::make_shared<NarrowedBatchNormBackend>(
+      std::vector<sdk::BatchNormOp>{sdk::BatchNormOp::batchnorm_add_forward});
+  const BottleneckStep fallback = bottleneck_step(narrowed, true, DType::fp32);
+  const BottleneckStep fused = bottleneck_step(cpu(), true, DType::fp32);
+  EXPECT_EQ(fallback.fused_pairs, 0);
+  EXPECT_TRUE(fallback.unwritten.empty());
+  EXPECT_EQ(fallback.values, fused.values);
+}
+
+TEST(CnnOps, TheNonFiniteReplayOfAFusedBatchNormAddNamesTheBatchNorm) {
+  ResNetPreset p;
+  p.blocks = {1, 1};
+  p.widths = {4, 8};
+  p.block = ResNetBlock::bottleneck;
+  p.classes = 3;
+  Model m(cpu(), graph(resnet_preset(p)), 3 * 8 * 8, 3, image(3, 8, 8));
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(4);
+  m.init_parameters(5);
+  feed(m, 4, 2);
+  ASSERT_EQ(m.fused_pairs(), 2);
+  for (auto* t : m.parameters())
+    if (t->name == "layer2.0.bn3.weight") {
+      std::vector<float> w = read(t->master.view());
+      w[1] = std::numeric_limits<float>::infinity();
+      write(t->master.view(), w);
+    }
+  // Fused, the first bad tensor would be the add's output; the replay runs the pair unfused and
+  // names batch norm's, then fuses it again.
+  const NonfiniteSite site = locate_first_nonfinite(m, 4, 1.0f);
+  EXPECT_EQ(site.where, "forward layer2.0.bn3.output");
+  EXPECT_EQ(site.node, "layer2.0.bn3");
+  EXPECT_EQ(m.fused_pairs(), 2);
+}
+
 // torchvision's resnet50(): parameter and buffer names in state_dict order, less
 // num_batches_tracked (not kept), written out from torchvision's definition, not from the preset.
 std::vector<std::string> torchvision_resnet50_names() {
@@ -682,6 +825,7 @@ TEST(CnnOps, BottleneckResNetGradientsMatchFiniteDifferences) {
   Model m(cpu(), graph(resnet_preset(p)), 3 * hw * hw, 3, image(3, hw, hw));
   for (auto& l : m.layers()) l->set_precision({});
   m.allocate(batch);
+  ASSERT_EQ(m.fused_pairs(), 2);  // each bn3 runs in its add: the fused backward is checked
   m.init_parameters(3);
   feed(m, batch, 1);
   m.forward(batch);

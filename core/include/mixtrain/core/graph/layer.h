@@ -276,7 +276,11 @@ class Layer {
   // - take_relu: a relu as part of this op (batch norm + ReLU, add + ReLU), forward and backward:
   //   offered to an op whose only reader is a relu; answering true applies it for good, and the
   //   relu node becomes a view of this op's output.
+  // - fuse_input: the plan offers each op each input k whose producer it alone reads (directly,
+  //   not through a view); an op that can run that producer inside its own pass (an add and the
+  //   batch norm before it: BN + add + ReLU) takes it, and set_fusion switches it as above.
   virtual bool fuse_reader(Layer& /*reader*/) { return false; }
+  virtual bool fuse_input(std::size_t /*k*/, Layer& /*input*/) { return false; }
   virtual void set_fusion(bool /*on*/) {}
   bool fused() const { return epilogue_fused_; }
   virtual bool take_relu() { return false; }
