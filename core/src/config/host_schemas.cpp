@@ -548,7 +548,8 @@ sdk::OptionSchema model_schema() {
                              "relative to this file"),
           OptionSpec::boolean("fuse_epilogues", true,
                               "run each relu/gelu that follows a linear layer as that GEMM's "
-                              "epilogue (one rounding, one pass less)"),
+                              "epilogue, and each batch norm read only by an add inside the "
+                              "add (one rounding, one pass less)"),
           OptionSpec::integer("loss_chunk_rows", 1024,
                               "compute the classifier (a language model's LM head) and the loss "
                               "this many rows at a time, so the whole [rows, classes] logits and "
