@@ -130,17 +130,20 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
     allocating("the outputs written only unfused (the non-finite replay)",
                deferred_plan_.plan.arena_bytes,
                [&] { deferred_arena_ = arena(backend_, deferred_plan_.plan.arena_bytes); });
-  for (std::size_t i = 0, k = 0, d = 0; i < ops_.size(); ++i) {
+  // Each planned output's place in the arena (an op's unfused output may live in its reader's).
+  std::vector<std::byte*> planned_at(ops_.size(), nullptr);
+  for (std::size_t i = 0, k = 0; i < ops_.size(); ++i)
+    if (ops_[i]->planned_output_bytes(max_rows * plan_.node(i).rows_per_sample) > 0)
+      planned_at[i] = static_cast<std::byte*>(act_arena_.view().data) + act_plan_.offset[k++];
+  for (std::size_t i = 0, d = 0; i < ops_.size(); ++i) {
     const std::int64_t rows = max_rows * plan_.node(i).rows_per_sample;
-    const bool planned = ops_[i]->planned_output_bytes(rows) > 0;
-    ops_[i]->use_output_storage(planned ? static_cast<std::byte*>(act_arena_.view().data) +
-                                              act_plan_.offset[k++]
-                                        : nullptr);
+    ops_[i]->use_output_storage(planned_at[i]);
     const bool deferred = d < deferred_plan_.nodes.size() && deferred_plan_.nodes[d] == i;
-    ops_[i]->use_deferred_output_storage(
-        deferred
-            ? static_cast<std::byte*>(deferred_arena_.view().data) + deferred_plan_.plan.offset[d++]
-            : nullptr);
+    std::byte* unfused_at = deferred ? static_cast<std::byte*>(deferred_arena_.view().data) +
+                                           deferred_plan_.plan.offset[d++]
+                                     : nullptr;
+    if (const auto home = output_home(plan_, ops_, i, max_rows)) unfused_at = planned_at[*home];
+    ops_[i]->use_deferred_output_storage(unfused_at);
     const std::size_t own = owned_parameter_bytes(*ops_[i], false);
     allocating("the parameters, gradients and buffers of node '" + ops_[i]->name() + "' (" +
                    ops_[i]->type() + ")",

@@ -54,14 +54,42 @@ std::vector<int> last_reads(const GraphPlan& plan, const Ops& ops) {
 
 }  // namespace
 
+std::optional<std::size_t> output_home(const GraphPlan& plan, const Ops& ops, std::size_t i,
+                                       std::int64_t max_rows) {
+  const Layer& op = *ops[i];
+  if (op.is_view() || !op.traits().output_deferred || !op.traits().output_in_reader) return {};
+  std::optional<std::size_t> reader;
+  for (std::size_t q = i + 1; q < ops.size(); ++q)
+    for (TensorId t : plan.node(q).inputs)
+      if (t == TensorId::node(i)) {
+        if (reader && *reader != q) return {};  // read twice: no single home
+        reader = q;
+      }
+  if (!reader) return {};
+  const Layer& r = *ops[*reader];
+  const std::int64_t rows = max_rows * plan.node(i).rows_per_sample;
+  const std::size_t mine = static_cast<std::size_t>(rows * op.out_features()) *
+                           sdk::dtype_size(storage_of(op.precision().activation));
+  if (r.planned_output_bytes(max_rows * plan.node(*reader).rows_per_sample) != mine ||
+      storage_of(r.precision().activation) != storage_of(op.precision().activation))
+    return {};
+  return reader;
+}
+
 LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
                               std::optional<DType> as_dtype) {
   const std::vector<int> last = last_reads(plan, ops);
+  // An output that is also home to an earlier op's unfused output lives from that op's forward.
+  std::vector<int> first(ops.size());
+  for (std::size_t i = 0; i < ops.size(); ++i) first[i] = static_cast<int>(i);
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (const auto home = output_home(plan, ops, i, max_rows))
+      first[*home] = std::min(first[*home], static_cast<int>(i));
   std::vector<BufferLife> lives;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const std::size_t bytes =
         ops[i]->planned_output_bytes(max_rows * plan.node(i).rows_per_sample, as_dtype);
-    if (bytes > 0) lives.push_back({ops[i]->name(), bytes, static_cast<int>(i), last[i]});
+    if (bytes > 0) lives.push_back({ops[i]->name(), bytes, first[i], last[i]});
   }
   // The chunked loss's two blocks (the logits and their gradient) live at the loss step only.
   if (const ChunkedLogits c = chunked_logits(plan, ops, max_rows); c.rows > 0) {
@@ -94,7 +122,8 @@ DeferredOutputPlan plan_deferred_outputs(const GraphPlan& plan, const Ops& ops,
   std::vector<BufferLife> lives;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const Layer& op = *ops[i];
-    if (op.is_view() || !op.traits().output_deferred) continue;
+    if (op.is_view() || !op.traits().output_deferred || output_home(plan, ops, i, max_rows))
+      continue;
     // What Layer::materialise_output would allocate: max_rows rows in the activation dtype.
     const std::int64_t rows = max_rows * plan.node(i).rows_per_sample;
     const std::size_t bytes = static_cast<std::size_t>(rows * op.out_features()) *

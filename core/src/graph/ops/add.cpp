@@ -60,12 +60,20 @@ void AddLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t
 void AddLayer::forward_inputs(std::span<const TensorView> xs, std::int64_t rows) {
   // x is [rows, features] per input.
   const TensorView y = output(rows);
-  std::vector<TensorView> read(xs.begin(), xs.end());
+  std::vector<TensorView> read;
   if (bn_ != nullptr && bn_->fused()) {
     if (bn_->forward_with_residual(xs[1 - bn_input_], relu_, y, rows)) return;
+    read.assign(xs.begin(), xs.end());
     // It wrote its own output instead: read it from there.
     const TensorView out = bn_->output(rows);
     read[bn_input_] = {out.data, xs[bn_input_].dtype, xs[bn_input_].shape};
+    xs = read;
+  }
+  // An input in y's memory (batch norm's unfused output, memory_plan.h's output_home) goes first:
+  // the axpy path starts its sum by copying input 1 into y. Two terms commute exactly.
+  if (xs.size() == 2 && xs[1].data == y.data) {
+    if (read.empty()) read.assign(xs.begin(), xs.end());
+    std::swap(read[0], read[1]);
     xs = read;
   }
   if (one_pass_ < 0) {
@@ -88,10 +96,13 @@ void AddLayer::forward_by_axpy(std::span<const TensorView> xs, TensorView y, std
     if (sum_.empty()) sum_ = Tensor(backend_, DType::fp32, sdk::Shape{max_rows_, out_});
     acc = sum_.rows(rows);
   }
-  if (xs[0].dtype == DType::fp32)
-    backend_->copy(acc, xs[0]);
-  else
-    backend_->cast(xs[0], acc);
+  // Input 1 may be y itself (fp32): the sum then starts there.
+  if (xs[0].data != acc.data) {
+    if (xs[0].dtype == DType::fp32)
+      backend_->copy(acc, xs[0]);
+    else
+      backend_->cast(xs[0], acc);
+  }
   for (std::size_t i = 1; i < xs.size(); ++i)
     facets().call(sdk::ActivationOp::axpy)->axpy(1.0f, xs[i], acc);
   if (acc.data != y.data) backend_->cast(acc, y);

@@ -80,6 +80,8 @@ void BatchNorm2dLayer::update_fusion() {
   // Synchronized batch norm reduces its statistics on the host between passes: never fused.
   epilogue_fused_ = into_reader_ && fusion_on_ && backend_offers_ && !synchronized();
   traits_.output_deferred = epilogue_fused_;
+  // Unfused (the replay), the add sums in place onto batch norm's output.
+  traits_.output_in_reader = epilogue_fused_;
 }
 
 bool BatchNorm2dLayer::take_relu() {

@@ -582,6 +582,7 @@ struct BottleneckStep {
   std::int64_t fused_pairs = 0;
   std::size_t activation_bytes = 0;
   std::vector<std::string> unwritten;  // nodes whose output was never written (fused into the add)
+  std::size_t deferred_buffers = 0;    // the replay's own buffers (memory_plan.h)
 };
 
 BottleneckStep bottleneck_step(std::shared_ptr<sdk::DeviceBackend> backend, bool fuse,
@@ -621,6 +622,7 @@ BottleneckStep bottleneck_step(std::shared_ptr<sdk::DeviceBackend> backend, bool
   out.values.insert(out.values.end(), logits.begin(), logits.end());
   out.fused_pairs = m.fused_pairs();
   out.activation_bytes = m.activation_plan().sum_bytes;
+  out.deferred_buffers = m.executor().deferred_output_plan().nodes.size();
   return out;
 }
 
@@ -634,6 +636,9 @@ TEST(CnnOps, BatchNormAddReluRunsInTheAddsPassAndMatchesTheUnfusedStepBitForBit)
   EXPECT_EQ(fused.unwritten, (std::vector<std::string>{"layer1.0.bn3", "layer2.0.bn3"}));
   EXPECT_TRUE(plain.unwritten.empty());
   EXPECT_LT(fused.activation_bytes, plain.activation_bytes);
+  // Unfused (the replay), batch norm writes into the add's output, which the add then sums onto:
+  // no buffer of the replay's own.
+  EXPECT_EQ(fused.deferred_buffers, 0u);
   // In fp32 batch norm's unrounded value is what the unfused op stores: the same sums, the same
   // gradients (the add's one-pass backward included), statistics and evaluation logits.
   ASSERT_EQ(fused.values.size(), plain.values.size());
@@ -668,30 +673,63 @@ TEST(CnnOps, BatchNormAddOnABackendWithoutItRunsUnfusedWithTheSameResults) {
   EXPECT_EQ(fallback.values, fused.values);
 }
 
-TEST(CnnOps, TheNonFiniteReplayOfAFusedBatchNormAddNamesTheBatchNorm) {
+// The CPU backend without its residual facet: adds join by axpy.
+class NoResidualBackend final : public test_support::ForwardingBackend {
+ public:
+  sdk::Facet* find_facet(std::string_view name) override {
+    return name == sdk::ResidualFacet::kName ? nullptr : in_->find_facet(name);
+  }
+};
+
+// The replay runs the pair unfused: batch norm writes into the add's output and the add sums onto
+// it in place, by the residual facet or by axpys.
+void expect_the_replay_names_the_batch_norm(std::shared_ptr<sdk::DeviceBackend> backend) {
   ResNetPreset p;
   p.blocks = {1, 1};
   p.widths = {4, 8};
   p.block = ResNetBlock::bottleneck;
   p.classes = 3;
-  Model m(cpu(), graph(resnet_preset(p)), 3 * 8 * 8, 3, image(3, 8, 8));
+  Model m(std::move(backend), graph(resnet_preset(p)), 3 * 8 * 8, 3, image(3, 8, 8));
   for (auto& l : m.layers()) l->set_precision({});
   m.allocate(4);
   m.init_parameters(5);
   feed(m, 4, 2);
   ASSERT_EQ(m.fused_pairs(), 2);
+  auto gradients = [&] {
+    std::vector<float> all;
+    for (auto* t : m.parameters()) {
+      const auto g = read(t->grad.view());
+      all.insert(all.end(), g.begin(), g.end());
+    }
+    return all;
+  };
+  m.forward(4);
+  const float fused_loss = m.loss(4, 1.0f, true).loss;
+  m.backward(4);
+  const std::vector<float> fused = gradients();
+  // A clean replay: every tensor finite, the unfused step's gradients (which the replay leaves)
+  // those of the fused one bit for bit in fp32, and the fused step after it computes what it did.
+  EXPECT_EQ(locate_first_nonfinite(m, 4, 1.0f).where, "");
+  EXPECT_EQ(gradients(), fused);
+  m.forward(4);
+  EXPECT_EQ(m.loss(4, 1.0f, false).loss, fused_loss);
   for (auto* t : m.parameters())
     if (t->name == "layer2.0.bn3.weight") {
       std::vector<float> w = read(t->master.view());
       w[1] = std::numeric_limits<float>::infinity();
       write(t->master.view(), w);
     }
-  // Fused, the first bad tensor would be the add's output; the replay runs the pair unfused and
-  // names batch norm's, then fuses it again.
+  // Fused, the first bad tensor would be the add's output; the replay names batch norm's, then
+  // fuses the pair again.
   const NonfiniteSite site = locate_first_nonfinite(m, 4, 1.0f);
   EXPECT_EQ(site.where, "forward layer2.0.bn3.output");
   EXPECT_EQ(site.node, "layer2.0.bn3");
   EXPECT_EQ(m.fused_pairs(), 2);
+}
+
+TEST(CnnOps, TheNonFiniteReplayOfAFusedBatchNormAddNamesTheBatchNorm) {
+  expect_the_replay_names_the_batch_norm(cpu());
+  expect_the_replay_names_the_batch_norm(std::make_shared<NoResidualBackend>());
 }
 
 // torchvision's resnet50(): parameter and buffer names in state_dict order, less

@@ -16,7 +16,10 @@
 //   epilogue) writes one when it runs unfused, as the non-finite replay does. Those outputs have a
 //   liveness plan of their own, over the same schedule, beside the activation plan: reserved up
 //   front, so the replay allocates nothing, and left out of the activation plan, which is what a
-//   fused step uses (and `mixtrain check` reports).
+//   fused step uses (and `mixtrain check` reports). A deferred output whose op says
+//   output_in_reader goes, instead, into its one reader's output when that is the same bytes:
+//   the reader's output then lives from the op's forward on, and the replay needs no buffer of
+//   its own for it (output_home).
 // - The chunked loss (graph/chunked_loss.h): when the logits node computes its output in blocks
 //   of rows inside the loss (Layer::loss_chunk_rows() > 0), its output takes no bytes, the logits
 //   need no gradient buffer, its input gradients are written at the loss step, and the activation
@@ -58,6 +61,12 @@ ChunkedLogits chunked_logits(const GraphPlan& plan, const Ops& ops, std::int64_t
 // `as_dtype` sizes every output in that dtype instead of its planned one.
 LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
                               std::optional<sdk::DType> as_dtype = std::nullopt);
+
+// The node whose output memory node i's deferred output uses when it materialises: its one
+// reader, when i's op says output_in_reader and the reader's output is a planned buffer of the
+// same bytes; nullopt otherwise (the deferred-output plan holds it).
+std::optional<std::size_t> output_home(const GraphPlan& plan, const Ops& ops, std::size_t i,
+                                       std::int64_t max_rows);
 
 struct DeferredOutputPlan {
   std::vector<std::size_t> nodes;  // the ops' forward positions, one per buffer of `plan`
