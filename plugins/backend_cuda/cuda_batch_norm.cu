@@ -8,9 +8,9 @@
 // (mean - x0)², of the order of the variance). Bit-reproducible: no atomics, fixed orders.
 // The backward's sums Σg and Σg·(x - mean) use the same partition, in double from the stored
 // values on (the difference too), so a channel whose sums cancel keeps its digits
-// (docs/model-graph.md, batch norm). Per element (normalise, affine, ReLU, the backward's dx) is
-// cuda_element_math.h's batch-norm section, operation for operation the CPU backend's (including
-// its fused multiply-adds).
+// (docs/model-graph.md, batch norm). Per element (normalise, affine, the optional residual add,
+// ReLU, the backward's dx) is cuda_element_math.h's batch-norm section, operation for operation
+// the CPU backend's (including its fused multiply-adds).
 #include <algorithm>
 
 #include "cuda_batch_norm.h"
@@ -113,16 +113,29 @@ __global__ void bn_inference_coefficients_kernel(const float* running_var, const
   scale_shift[channels + c] = ss.shift;
 }
 
+// y = act((x - mean)·scale + shift [+ residual]), rounded once. residual nullable; it may be y:
+// the thread that writes y[i] has read residual[i] first.
 template <class S>
 __global__ void __launch_bounds__(kThreads)
-    bn_apply_kernel(const elem_t<S>* x, elem_t<S>* y, std::int64_t n, std::int64_t channels,
-                    const float* mean, const float* scale_shift, bool relu) {
+    bn_apply_kernel(const elem_t<S>* x, const elem_t<S>* residual, elem_t<S>* y, std::int64_t n,
+                    std::int64_t channels, const float* mean, const float* scale_shift, bool relu) {
   for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
     const std::int64_t c = i % channels;
-    y[i] = S::store(element::bn_forward(S::load(x[i]), mean[c], scale_shift[c],
-                                        scale_shift[channels + c], relu),
-                    false);
+    const float m = mean[c], scale = scale_shift[c], shift = scale_shift[channels + c];
+    const float v =
+        residual != nullptr
+            ? element::bn_add_forward(S::load(x[i]), S::load(residual[i]), m, scale, shift, relu)
+            : element::bn_forward(S::load(x[i]), m, scale, shift, relu);
+    y[i] = S::store(v, false);
   }
+}
+
+template <class S>
+void launch_apply(const BnForward& a, const float* mean, const float* scale_shift,
+                  cudaStream_t stream) {
+  bn_apply_kernel<S><<<grid_for(a.rows * a.channels), kThreads, 0, stream>>>(
+      static_cast<const elem_t<S>*>(a.x), static_cast<const elem_t<S>*>(a.residual),
+      static_cast<elem_t<S>*>(a.y), a.rows * a.channels, a.channels, mean, scale_shift, a.relu);
 }
 
 // g: dy masked by the fused ReLU.
@@ -260,9 +273,7 @@ cudaError_t bn_forward_training(const BnForward& a, float momentum, float* save_
     using S = decltype(s);
     launch_moments<S>(a, a.gamma, a.beta, momentum, save_mean, save_var, running_mean, running_var,
                       scale_shift, partial, stream);
-    bn_apply_kernel<S><<<grid_for(a.rows * a.channels), kThreads, 0, stream>>>(
-        static_cast<const elem_t<S>*>(a.x), static_cast<elem_t<S>*>(a.y), a.rows * a.channels,
-        a.channels, save_mean, scale_shift, a.relu);
+    launch_apply<S>(a, save_mean, scale_shift, stream);
   });
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
@@ -275,9 +286,7 @@ cudaError_t bn_forward_inference(const BnForward& a, const float* running_mean,
     using S = decltype(s);
     bn_inference_coefficients_kernel<<<grid_for(a.channels), kThreads, 0, stream>>>(
         running_var, a.gamma, a.beta, a.eps, a.channels, scale_shift);
-    bn_apply_kernel<S><<<grid_for(a.rows * a.channels), kThreads, 0, stream>>>(
-        static_cast<const elem_t<S>*>(a.x), static_cast<elem_t<S>*>(a.y), a.rows * a.channels,
-        a.channels, running_mean, scale_shift, a.relu);
+    launch_apply<S>(a, running_mean, scale_shift, stream);
   });
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }

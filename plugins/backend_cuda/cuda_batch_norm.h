@@ -21,6 +21,10 @@ std::size_t bn_partial_doubles(std::int64_t rows, std::int64_t channels);
 struct BnForward {
   const void* x;
   void* y;
+  // Nullable: [rows, C] of t added to the normalised value in FP32 before the ReLU, the sum
+  // rounded once (batch norm + add + ReLU); may be y (each element is read, then written, by one
+  // thread).
+  const void* residual;
   Elem t;
   const float* gamma;  // nullable (not affine: 1 and beta 0)
   const float* beta;
@@ -30,11 +34,11 @@ struct BnForward {
 };
 // Batch statistics (one pass over x, sums of x - x[0, c] and its square in double), save_mean /
 // save_var (biased), running stats (nullable) moved by `momentum` with the unbiased variance,
-// scale_shift [2C] (the workspace or scratch), then y.
+// scale_shift [2C] (the workspace or scratch), then y (with a.residual when given).
 cudaError_t bn_forward_training(const BnForward& a, float momentum, float* save_mean,
                                 float* save_var, float* running_mean, float* running_var,
                                 float* scale_shift, double* partial, cudaStream_t stream);
-// y from the running statistics; scale_shift: scratch of 2C floats.
+// y (with a.residual when given) from the running statistics; scale_shift: scratch of 2C floats.
 cudaError_t bn_forward_inference(const BnForward& a, const float* running_mean,
                                  const float* running_var, float* scale_shift, cudaStream_t stream);
 
@@ -57,8 +61,8 @@ cudaError_t bn_backward(const BnBackward& a, float* dgamma, float* dbeta, bool a
                         float* coeff, double* partial, cudaStream_t stream);
 
 // Synchronized batch norm's split ops (BatchNormFacet v2), the fused ops' kernels reused.
-// Statistics: mean and biased var [C] of x (a.y, a.gamma, a.beta unused); scale_shift: scratch of
-// 2C floats.
+// Statistics: mean and biased var [C] of x (a.y, a.residual, a.gamma, a.beta unused);
+// scale_shift: scratch of 2C floats.
 cudaError_t bn_statistics(const BnForward& a, float* mean, float* var, float* scale_shift,
                           double* partial, cudaStream_t stream);
 // Σ g and Σ g·x_hat [C] (overwritten) with a.save_mean / a.save_var the given statistics, a.mask 0

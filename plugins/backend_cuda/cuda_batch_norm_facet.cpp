@@ -14,7 +14,8 @@
 // Semantics as the CPU backend (cpu_batchnorm.cpp): save_var is the biased variance; the running
 // variance moves with the unbiased one (rows / (rows - 1)); the fused ReLU's backward recomputes
 // the forward's value from x with the forward's scale and shift (the workspace, 2·C floats) or
-// masks where y > 0; dgamma / dbeta written or accumulated.
+// masks where y > 0; dgamma / dbeta written or accumulated. Batch norm + add + ReLU (1.2) is the
+// training or inference forward with the residual added in the apply pass, rounded once.
 #include <algorithm>
 
 #include "cuda_access.h"
@@ -36,12 +37,25 @@ std::size_t workspace_bytes(const sdk::BatchNormShape& s) {
 const float* ptr_or_null(const TensorView& v) {
   return v.empty() ? nullptr : v.as<const float>();
 }
+float* mutable_or_null(const TensorView& v) {
+  return v.empty() ? nullptr : v.as<float>();
+}
 
 // The forward kernels' common arguments (training and inference differ in the statistics only).
+// residual: batch norm + add + ReLU's (empty: none).
 kernels::BnForward forward_args(const TensorView& x, const TensorView& y, const TensorView& gamma,
-                                const TensorView& beta, const sdk::BatchNormShape& shape) {
-  return {x.data,    y.data,     elem_of(x.dtype), ptr_or_null(gamma), ptr_or_null(beta),
-          shape.eps, shape.relu, shape.rows,       shape.channels};
+                                const TensorView& beta, const sdk::BatchNormShape& shape,
+                                const TensorView& residual = {}) {
+  return {.x = x.data,
+          .y = y.data,
+          .residual = residual.empty() ? nullptr : residual.data,
+          .t = elem_of(x.dtype),
+          .gamma = ptr_or_null(gamma),
+          .beta = ptr_or_null(beta),
+          .eps = shape.eps,
+          .relu = shape.relu,
+          .rows = shape.rows,
+          .channels = shape.channels};
 }
 }  // namespace
 
@@ -128,6 +142,36 @@ void CudaBatchNorm::batchnorm_backward(TensorView dy, TensorView x, TensorView y
              op, "kernel launch");
 }
 
+// 1.2: the training or the inference forward's kernels, the apply pass reading the residual too.
+// The scale and shift go to scratch: nothing is kept for a backward.
+void CudaBatchNorm::batchnorm_add_forward(const sdk::BatchNormAddArgs& args) {
+  context_.activate();
+  constexpr const char* op = "batchnorm_add_forward";
+  checks().batchnorm_add_forward(args);
+  const sdk::BatchNormShape& shape = args.shape;
+  const std::int64_t c = shape.channels;
+  float* scale_shift =
+      context_.partial2.as<float>(2 * static_cast<std::size_t>(c), context_.stream, op);
+  double* partial = nullptr;
+  if (args.training)
+    partial = context_.partial.as<double>(kernels::bn_partial_doubles(shape.rows, c),
+                                          context_.stream, op);
+  context_.account_buffers();
+  const kernels::BnForward a =
+      forward_args(args.x, args.y, args.gamma, args.beta, shape, args.residual);
+  if (args.training)
+    check_cuda(kernels::bn_forward_training(
+                   a, args.momentum, args.save_mean.as<float>(), args.save_var.as<float>(),
+                   mutable_or_null(args.running_mean), mutable_or_null(args.running_var),
+                   scale_shift, partial, context_.stream),
+               op, "kernel launch");
+  else
+    check_cuda(kernels::bn_forward_inference(a, args.running_mean.as<const float>(),
+                                             args.running_var.as<const float>(), scale_shift,
+                                             context_.stream),
+               op, "kernel launch");
+}
+
 // --- Version 2: synchronized batch norm's split ops (the fused ops' kernels, cuda_batch_norm.cu)
 
 namespace {
@@ -162,8 +206,9 @@ void CudaBatchNorm::batchnorm_statistics(TensorView x, const sdk::BatchNormShape
   float* scale_shift =
       context_.partial2.as<float>(2 * static_cast<std::size_t>(c), context_.stream, op);
   context_.account_buffers();
-  const kernels::BnForward a{x.data,    nullptr, elem_of(x.dtype), nullptr,       nullptr,
-                             shape.eps, false,   shape.rows,       shape.channels};
+  sdk::BatchNormShape plain = shape;
+  plain.relu = false;
+  const kernels::BnForward a = forward_args(x, {}, {}, {}, plain);
   check_cuda(kernels::bn_statistics(a, mean.as<float>(), var.as<float>(), scale_shift, partial,
                                     context_.stream),
              op, "kernel launch");

@@ -1,12 +1,14 @@
-// CudaBatchNorm: the CUDA backend's BatchNormFacet (sdk/backend_batch_norm.h, version 2 with
-// synchronized batch norm's split ops): CUDA kernels (cuda_batch_norm.cu) with FP32 statistics
-// and fixed-order reductions; always offered (it needs no cuDNN).
+// CudaBatchNorm: the CUDA backend's BatchNormFacet (sdk/backend_batch_norm.h, 1.2: synchronized
+// batch norm's split ops and batch norm + add + ReLU): CUDA kernels (cuda_batch_norm.cu) with
+// FP32 statistics and fixed-order reductions; always offered (it needs no cuDNN).
 //
 // Contract (in addition to sdk/backend_batch_norm.h)
 // - Semantics as the CPU backend: save_var is the biased variance; the running variance moves
 //   with the unbiased one (rows / (rows - 1)); the fused ReLU's backward recomputes the forward's
 //   value from x with the forward's scale and shift (the workspace, 2·C floats) or masks where
 //   y > 0; dgamma / dbeta written or accumulated.
+// - batchnorm_add_forward: no host sync and no allocation beyond the shared grow-only scratch
+//   (partial, partial2), like the other forwards, so a step graph may record it.
 #pragma once
 
 #include <cstddef>
@@ -47,6 +49,8 @@ class CudaBatchNorm final : public sdk::BatchNormFacet {
                                       sdk::TensorView mean_dy_xhat,
                                       const sdk::BatchNormShape& shape,
                                       sdk::TensorView dx) override;
+  // 1.2: batch norm + add + ReLU, the forward kernels with the residual read by the apply pass.
+  void batchnorm_add_forward(const sdk::BatchNormAddArgs& args) override;
 
  private:
   CudaContext& context_;

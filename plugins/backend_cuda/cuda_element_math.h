@@ -1,9 +1,9 @@
 // Per-element math of the CUDA backend's kernels, callable from host and device: storage decodes
 // and encodes (sdk/float_format_rules.h, the SDK's own definition of sdk/float_formats.h), tf32
 // rounding, the fp32 clamp, relu / gelu and their gradients, the amax and argmax combines, the
-// attention softmax's steps, the cross-entropy's label smoothing, the residual / embedding /
-// dropout element rules, batch norm's per-element steps, the average pool's divide, and the fused
-// optimizer steps.
+// attention softmax's steps, the cross-entropy's label smoothing, the residual join's (and its
+// backward's) / embedding / dropout element rules, batch norm's per-element steps (with the
+// residual add), the average pool's divide, and the fused optimizer steps.
 //
 // Contract
 // - One source for host and device, built only from integer operations and fp32 / fp64 operations
@@ -359,6 +359,13 @@ MIXTRAIN_HD float residual_output(float sum, bool relu_after) {
   return relu_after ? relu(sum) : sum;
 }
 
+// The residual join's backward (add_backward), one input's gradient before its one rounding: dy
+// where y > 0 (relu'(s) = [s > 0] = [y > 0]), else +0, also where y is NaN; dy unchanged without
+// the ReLU. The CPU masks dy's bits with all-ones or zero: the same bits as this select.
+MIXTRAIN_HD float residual_grad(float dy, float y, bool relu_after) {
+  return !relu_after || y > 0.0f ? dy : 0.0f;
+}
+
 // One contribution folded into an embedding accumulator in FP32: gather's out + table, and
 // scatter_add's table-row sum, which adds its rows' dy in ascending row order.
 MIXTRAIN_HD float embedding_accumulate(float acc, float x) {
@@ -394,6 +401,13 @@ MIXTRAIN_HD float bn_affine(float x, float mean, float scale, float shift) {
 }
 MIXTRAIN_HD float bn_forward(float x, float mean, float scale, float shift, bool relu_after) {
   const float v = bn_affine(x, mean, scale, shift);
+  return relu_after ? relu(v) : v;  // NaN stays
+}
+// Batch norm + add + ReLU (batchnorm_add_forward): the affine value, never rounded, plus the
+// residual in FP32, then the ReLU; the caller rounds once into y.
+MIXTRAIN_HD float bn_add_forward(float x, float residual, float mean, float scale, float shift,
+                                 bool relu_after) {
+  const float v = bn_affine(x, mean, scale, shift) + residual;
   return relu_after ? relu(v) : v;  // NaN stays
 }
 

@@ -1,5 +1,6 @@
-// The residual join's kernel: one grid-stride pass over the elements, every input decoded once,
-// summed in FP32 in input order, rectified and rounded once into y (cuda_residual.h).
+// The residual join's kernels: one grid-stride pass over the elements, every input decoded once,
+// summed in FP32 in input order, rectified and rounded once into y; and its backward, dy (and y)
+// decoded once, masked and rounded once into every gradient (cuda_residual.h).
 #include "cuda_device.cuh"
 #include "cuda_residual.h"
 
@@ -18,6 +19,17 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// dy, y [n] (y read only when relu); every dxs.data[k] [n] in its own dtype. The value is decoded
+// once and written to each gradient: a gradient that is dy gets it after dy[i] was read.
+__global__ void __launch_bounds__(kThreads)
+    residual_backward_kernel(const void* dy, Elem dyt, const void* y, Elem yt, bool relu,
+                             ResidualGrads dxs, std::int64_t n) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float g = element::residual_grad(load(dy, dyt, i), relu ? load(y, yt, i) : 0.0f, relu);
+    for (int k = 0; k < dxs.count; ++k) store(dxs.data[k], dxs.type[k], i, g);
+  }
+}
+
 }  // namespace
 
 cudaError_t residual_add(const ResidualInputs& xs, bool relu, void* y, Elem yt, std::int64_t n,
@@ -30,6 +42,14 @@ cudaError_t residual_add(const ResidualInputs& xs, bool relu, void* y, Elem yt, 
         <<<grid_for(n), kThreads, 0, stream>>>(xs, relu, static_cast<elem_t<S>*>(y), n);
   });
   return known ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t residual_add_backward(const void* dy, Elem dyt, const void* y, Elem yt, bool relu,
+                                  const ResidualGrads& dxs, std::int64_t n, cudaStream_t stream) {
+  if (n == 0 || dxs.count == 0) return cudaSuccess;
+  if (dxs.count < 0 || dxs.count > kResidualInputs) return cudaErrorInvalidValue;
+  residual_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(dy, dyt, y, yt, relu, dxs, n);
+  return cudaGetLastError();
 }
 
 }  // namespace mixtrain::backend_cuda::kernels

@@ -1,5 +1,5 @@
-// CudaResidual: y = Σ xs (then ReLU), summed in FP32 and rounded once into y, by
-// cuda_residual.cu's kernel.
+// CudaResidual: y = Σ xs (then ReLU), summed in FP32 and rounded once into y, and its backward,
+// by cuda_residual.cu's kernels.
 #include <algorithm>
 #include <cstddef>
 
@@ -45,6 +45,39 @@ void CudaResidual::add(std::span<const TensorView> xs, bool relu, TensorView y) 
              : kernels::residual_add(in, false, partial, kernels::Elem::f32, n, context_.stream),
         op, "kernel launch");
   }
+}
+
+void CudaResidual::add_backward(TensorView dy, TensorView y, bool relu,
+                                std::span<const TensorView> dxs) {
+  context_.activate();
+  constexpr const char* op = "add_backward";
+  const std::int64_t n = checks().residual_add_backward(dy, y, relu, dxs);
+  if (n == 0) return;
+  const kernels::Elem dyt = elem_of(dy.dtype);
+  const kernels::Elem yt = relu ? elem_of(y.dtype) : kernels::Elem::f32;
+  const void* y_data = relu ? y.data : nullptr;
+  kernels::ResidualGrads out{};
+  auto flush = [&] {
+    if (out.count == 0) return;
+    check_cuda(
+        kernels::residual_add_backward(dy.data, dyt, y_data, yt, relu, out, n, context_.stream), op,
+        "kernel launch");
+    out = {};
+  };
+  auto take = [&](const TensorView& dx) {
+    if (out.count == kernels::kResidualInputs) flush();
+    out.data[out.count] = dx.data;
+    out.type[out.count] = elem_of(dx.dtype);
+    ++out.count;
+  };
+  // The gradient that is dy itself (the checks allow one) goes last: with more than one launch,
+  // the earlier ones still read dy unmasked. Within a launch each thread reads an element before
+  // it writes it.
+  for (const TensorView& dx : dxs)
+    if (!dx.empty() && dx.data != dy.data) take(dx);
+  for (const TensorView& dx : dxs)
+    if (!dx.empty() && dx.data == dy.data) take(dx);
+  flush();
 }
 
 // The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).

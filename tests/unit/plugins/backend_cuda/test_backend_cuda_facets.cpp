@@ -1,8 +1,9 @@
-// CudaBackend's residual, attention, embedding and dropout facets, the strided-batched GEMM and
-// the multi-tensor foreach ops against the CPU reference (skipped without a device). The element
-// steps are cuda_element_math.h's, host-checked against the CPU in test_cuda_element_math, so
-// residual, permutes, embedding and dropout must match bit for bit; the softmax within a few ulps
-// (its exp is not oneDNN's; double sums in another order); GEMMs to the input format's rounding.
+// CudaBackend's residual (add and add_backward), attention, embedding and dropout facets, the
+// strided-batched GEMM and the multi-tensor foreach ops against the CPU reference (skipped without
+// a device). The element steps are cuda_element_math.h's, host-checked against the CPU in
+// test_cuda_element_math, so residual, permutes, embedding and dropout must match bit for bit;
+// the softmax within a few ulps (its exp is not oneDNN's; double sums in another order); GEMMs to
+// the input format's rounding.
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -140,6 +141,64 @@ TEST_F(backend_cuda_vs_cpu, ResidualAddBitForBit) {
   gpu<sdk::ResidualFacet>().add(gv, true, gv[4]);
   sdk::facet<sdk::ResidualFacet>(cpu())->add(cv, true, cv[4]);
   EXPECT_EQ(gs[4]->raw(), cs[4]->raw()) << "eleven inputs, in place";
+}
+
+// add_backward: every gradient bit for bit the CPU's, for each dtype of dy, y and dx (with NaN,
+// -0 and negative y, a NaN dy on either side of the mask), an empty gradient skipped, dy masked in
+// place, and more gradients than one launch takes with the in-place one among them.
+TEST_F(backend_cuda_vs_cpu, ResidualAddBackwardBitForBit) {
+  const std::int64_t n = 3001;
+  auto dyv = random_values(n, 41, -3, 3), yv = random_values(n, 42, -3, 3);
+  dyv[5] = dyv[6] = NAN;
+  yv[5] = 1.0f;
+  yv[9] = NAN;
+  yv[10] = -0.0f;
+  yv[11] = 0.0f;
+  for (DType tdy : kStorage)
+    for (DType ty : kStorage)
+      for (DType tdx : kStorage)
+        for (bool relu : {false, true}) {
+          const std::string what = "add_backward dy " + name_of(tdy) + " y " + name_of(ty) +
+                                   " dx " + name_of(tdx) + (relu ? " relu" : "");
+          Tensor gdy(gpu(), tdy, {n}, dyv), cdy(cpu(), tdy, {n}, dyv);
+          Tensor gy(gpu(), ty, {n}, yv), cy(cpu(), ty, {n}, yv);
+          Tensor gdx(gpu(), tdx, {n}), cdx(cpu(), tdx, {n});
+          Tensor gdx2(gpu(), DType::bf16, {n}), cdx2(cpu(), DType::bf16, {n});
+          const TensorView gdxs[] = {gdx, TensorView{}, gdx2}, cdxs[] = {cdx, TensorView{}, cdx2};
+          gpu<sdk::ResidualFacet>().add_backward(gdy, relu ? gy.view() : TensorView{}, relu, gdxs);
+          sdk::facet<sdk::ResidualFacet>(cpu())->add_backward(cdy, relu ? cy.view() : TensorView{},
+                                                              relu, cdxs);
+          EXPECT_EQ(gdx.raw(), cdx.raw()) << what;
+          EXPECT_EQ(gdx2.raw(), cdx2.raw()) << what << " (bf16 dx2)";
+          EXPECT_EQ(gdy.raw(), cdy.raw()) << what << " (dy untouched)";
+          // In place: dy masked where it lies, beside a second gradient.
+          const TensorView gin[] = {gdx2, gdy}, cin[] = {cdx2, cdy};
+          gpu<sdk::ResidualFacet>().add_backward(gdy, gy, relu, gin);
+          sdk::facet<sdk::ResidualFacet>(cpu())->add_backward(cdy, cy, relu, cin);
+          EXPECT_EQ(gdy.raw(), cdy.raw()) << what << " in place";
+          EXPECT_EQ(gdx2.raw(), cdx2.raw()) << what << " in place (bf16 dx2)";
+        }
+  // Eleven gradients (more than one launch takes), dy itself the third.
+  Tensor gdy(gpu(), DType::bf16, {n}, dyv), cdy(cpu(), DType::bf16, {n}, dyv);
+  Tensor gy(gpu(), DType::fp16, {n}, yv), cy(cpu(), DType::fp16, {n}, yv);
+  std::vector<std::unique_ptr<Tensor>> gs, cs;
+  std::vector<TensorView> gv, cv;
+  for (int k = 0; k < 11; ++k) {
+    if (k == 2) {
+      gv.push_back(gdy);
+      cv.push_back(cdy);
+      continue;
+    }
+    gs.push_back(std::make_unique<Tensor>(gpu(), kStorage[k % 3], Shape{n}));
+    cs.push_back(std::make_unique<Tensor>(cpu(), kStorage[k % 3], Shape{n}));
+    gv.push_back(*gs.back());
+    cv.push_back(*cs.back());
+  }
+  gpu<sdk::ResidualFacet>().add_backward(gdy, gy, true, gv);
+  sdk::facet<sdk::ResidualFacet>(cpu())->add_backward(cdy, cy, true, cv);
+  EXPECT_EQ(gdy.raw(), cdy.raw()) << "eleven gradients, dy in place";
+  for (std::size_t k = 0; k < gs.size(); ++k)
+    EXPECT_EQ(gs[k]->raw(), cs[k]->raw()) << "eleven gradients, gradient " << k;
 }
 
 TEST_F(backend_cuda_vs_cpu, HeadPermutesWithCacheOffsetsBitForBit) {

@@ -1,5 +1,5 @@
-// Convolution (cuDNN), pooling, the permutes and batch norm on the CUDA backend against the CPU
-// reference. Skipped without a device (cuda_test_util.h's fixture).
+// Convolution (cuDNN), pooling, the permutes and batch norm (and batch norm + add + ReLU) on the
+// CUDA backend against the CPU reference. Skipped without a device (cuda_test_util.h's fixture).
 // Tolerances: conv outputs accumulate in FP32 in another order (and with TF32 only where allowed),
 // so fp32 results agree to ~1e-4 relative of the sum's magnitude, 16-bit outputs to one unit of
 // their format, a tf32 dbias to the tf32 rounding of its terms; pooling's max forward is exact and
@@ -374,6 +374,68 @@ TEST_F(backend_cuda_layers, BatchNormMatchesTheCpu) {
         expect_close(dbg.get(), dbc.get(), 1e-4, 1e-5, "dbeta " + what);
       }
     }
+}
+
+// Batch norm + add + ReLU against the CPU's, training (the batch's statistics, the running ones
+// moved) and evaluation, the residual its own tensor or y itself; a NaN and a -inf residual pass
+// through as on the CPU. The batch-norm test's tolerances.
+TEST_F(backend_cuda_layers, BatchNormAddForwardMatchesTheCpu) {
+  const std::int64_t rows = 2 * 6 * 7, c = 24;
+  const auto xv = random_values(rows * c, 20, -1.0f, 3.0f);
+  auto resv = random_values(rows * c, 21, -2.0f, 2.0f);
+  resv[7] = NAN;
+  resv[30] = -INFINITY;
+  const auto gv = random_values(c, 22, 0.5f, 1.5f), bv = random_values(c, 23, -0.5f, 0.5f);
+  const auto rm0 = random_values(c, 24, -0.1f, 0.1f), rv0 = random_values(c, 25, 0.5f, 1.5f);
+  for (DType dt : {DType::fp32, DType::bf16, DType::fp16})
+    for (bool training : {true, false})
+      for (bool relu : {false, true})
+        for (bool in_place : {false, true}) {
+          const std::string what = std::string(sdk::dtype_name(dt)) +
+                                   (training ? " training" : " evaluation") +
+                                   (relu ? " relu" : "") + (in_place ? " residual = y" : "");
+          Tensor xg(gpu(), dt, Shape{rows, c}, xv), xc(cpu(), dt, Shape{rows, c}, xv);
+          Tensor rg(gpu(), dt, Shape{rows, c}, resv), rc(cpu(), dt, Shape{rows, c}, resv);
+          Tensor yg(gpu(), dt, Shape{rows, c}, resv), yc(cpu(), dt, Shape{rows, c}, resv);
+          Tensor gg(gpu(), DType::fp32, Shape{c}, gv), gc(cpu(), DType::fp32, Shape{c}, gv);
+          Tensor bg(gpu(), DType::fp32, Shape{c}, bv), bc(cpu(), DType::fp32, Shape{c}, bv);
+          Tensor mg(gpu(), DType::fp32, Shape{c}), mc(cpu(), DType::fp32, Shape{c});
+          Tensor vg(gpu(), DType::fp32, Shape{c}), vc(cpu(), DType::fp32, Shape{c});
+          Tensor rmg(gpu(), DType::fp32, Shape{c}, rm0), rmc(cpu(), DType::fp32, Shape{c}, rm0);
+          Tensor rvg(gpu(), DType::fp32, Shape{c}, rv0), rvc(cpu(), DType::fp32, Shape{c}, rv0);
+          auto args = [&](const Tensor& x, const Tensor& r, const Tensor& y, const Tensor& g,
+                          const Tensor& b, const Tensor& m, const Tensor& v, const Tensor& rm,
+                          const Tensor& rv) {
+            sdk::BatchNormAddArgs a;
+            a.x = x;
+            a.residual = in_place ? y.view() : r.view();
+            a.gamma = g;
+            a.beta = b;
+            a.shape = {rows, c, 1e-5f, relu};
+            a.training = training;
+            a.momentum = 0.1f;
+            a.y = y;
+            if (training) {
+              a.save_mean = m;
+              a.save_var = v;
+            }
+            a.running_mean = rm;
+            a.running_var = rv;
+            return a;
+          };
+          gpu<sdk::BatchNormFacet>().batchnorm_add_forward(
+              args(xg, rg, yg, gg, bg, mg, vg, rmg, rvg));
+          sdk::facet<sdk::BatchNormFacet>(cpu())->batchnorm_add_forward(
+              args(xc, rc, yc, gc, bc, mc, vc, rmc, rvc));
+          if (training) {
+            expect_close(mg.get(), mc.get(), 1e-6, 1e-7, "save_mean " + what);
+            expect_close(vg.get(), vc.get(), 1e-5, 1e-7, "save_var " + what);
+          }
+          expect_close(rmg.get(), rmc.get(), 1e-6, 1e-7, "running_mean " + what);
+          expect_close(rvg.get(), rvc.get(), 1e-6, 1e-7, "running_var " + what);
+          expect_close(yg.get(), yc.get(), 2 * ulp_rel(dt), 1e-5, "y " + what);
+          if (!in_place) expect_same_values(rg.get(), rc.get(), "residual untouched " + what);
+        }
 }
 
 }  // namespace

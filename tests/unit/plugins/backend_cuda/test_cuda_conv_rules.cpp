@@ -392,4 +392,50 @@ TEST(cuda_layer_checks, PoolingPermuteAndBatchNormChecks) {
   EXPECT_NE(e.find("needs the forward's workspace or y"), std::string::npos) << e;
 }
 
+TEST(cuda_layer_checks, BatchNormAddForwardChecks) {
+  const sdk::BackendArgumentChecks& shared = mixtrain::backend_cuda::checks();
+  sdk::BatchNormAddArgs a;
+  a.x = fake(DType::bf16, {2, 5, 7, 6}, 0x10000);
+  a.residual = fake(DType::bf16, {70, 6}, 0x20000);
+  a.y = a.residual;  // in place
+  a.shape = {70, 6, 1e-5f, true};
+  a.save_mean = fake(DType::fp32, {6}, 0x30000);
+  a.save_var = fake(DType::fp32, {6}, 0x40000);
+  EXPECT_NO_THROW(shared.batchnorm_add_forward(a));
+  auto error = [&](const sdk::BatchNormAddArgs& b) {
+    return backend_error_of([&] { shared.batchnorm_add_forward(b); });
+  };
+  sdk::BatchNormAddArgs b = a;
+  b.residual = fake(DType::fp16, {70, 6}, 0x20000);
+  std::string e = error(b);
+  EXPECT_NE(e.find("backend_cuda.batchnorm_add_forward"), std::string::npos) << e;
+  EXPECT_NE(e.find("residual is fp16 [70, 6]"), std::string::npos) << e;
+  b = a;
+  b.residual = fake(DType::bf16, {70, 6}, 0x10000 + 64);
+  b.y = fake(DType::bf16, {70, 6}, 0x50000);
+  e = error(b);
+  EXPECT_NE(e.find("residual overlaps x"), std::string::npos) << e;
+  b = a;
+  b.y = a.x;
+  e = error(b);
+  EXPECT_NE(e.find("y is x"), std::string::npos) << e;
+  b = a;
+  b.save_var = {};
+  e = error(b);
+  EXPECT_NE(e.find("save_var"), std::string::npos) << e;
+  b = a;
+  b.training = false;  // evaluation reads the running statistics
+  e = error(b);
+  EXPECT_NE(e.find("running_mean"), std::string::npos) << e;
+  b.running_mean = fake(DType::fp32, {6}, 0x60000);
+  b.running_var = fake(DType::fp32, {6}, 0x70000);
+  EXPECT_NO_THROW(shared.batchnorm_add_forward(b));
+  b = a;
+  b.shape.rows = 1;
+  b.x = fake(DType::bf16, {1, 6}, 0x10000);
+  b.residual = b.y = fake(DType::bf16, {1, 6}, 0x20000);
+  e = error(b);
+  EXPECT_NE(e.find("more than one value per channel"), std::string::npos) << e;
+}
+
 }  // namespace

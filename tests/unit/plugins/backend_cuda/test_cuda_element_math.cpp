@@ -14,10 +14,11 @@
 //   backend's rules; the SGD and AdamW element steps against facets/cpu_optimizer.cpp, bit for bit.
 // - The new facets' kernels modelled on the host from the same element functions, in the
 //   kernels' order (lane partials and xor-shuffle trees included), against the CPU backend run
-//   on the same inputs: residual add, dropout (its mask is sdk::dropout_keeps on both),
-//   embedding gather and scatter_add bit for bit in fp32/bf16/fp16; the attention softmax
-//   backward within 1 ulp (double sums in another order), the forward within 4 ulps (exp_nonpos
-//   is not oneDNN's exp; exp_nonpos itself within 2 ulps of the correctly rounded exp).
+//   on the same inputs: residual add and its backward (the mask, the in-place gradient), dropout
+//   (its mask is sdk::dropout_keeps on both), embedding gather and scatter_add bit for bit in
+//   fp32/bf16/fp16; the attention softmax backward within 1 ulp (double sums in another order),
+//   the forward within 4 ulps (exp_nonpos is not oneDNN's exp; exp_nonpos itself within 2 ulps of
+//   the correctly rounded exp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -602,6 +603,55 @@ TEST(cuda_element_math, ResidualAddModelMatchesTheCpuBackendBitForBit) {
           EXPECT_EQ(stored(model, ty), y.bytes())
               << dtypes_text({t1, t2, DType::bf16, ty}) << (relu ? "relu" : "");
         }
+}
+
+// residual_grad's mask: dy where y > 0, else +0 (y NaN, -0, negative); payloads and signs of dy
+// kept where it passes and without the ReLU.
+TEST(cuda_element_math, ResidualGradMasksToPositiveZeroAndKeepsDyBits) {
+  const float nan_payload = from_bits(0xFFC12345u);
+  EXPECT_EQ(bits(el::residual_grad(-3.0f, NAN, true)), 0u);
+  EXPECT_EQ(bits(el::residual_grad(-3.0f, -0.0f, true)), 0u);
+  EXPECT_EQ(bits(el::residual_grad(-3.0f, 0.0f, true)), 0u);
+  EXPECT_EQ(bits(el::residual_grad(nan_payload, -1.0f, true)), 0u);
+  EXPECT_EQ(bits(el::residual_grad(-0.0f, 2.0f, true)), bits(-0.0f));
+  EXPECT_EQ(bits(el::residual_grad(nan_payload, 1e-40f, true)), 0xFFC12345u);
+  EXPECT_EQ(bits(el::residual_grad(-3.0f, INFINITY, true)), bits(-3.0f));
+  EXPECT_EQ(bits(el::residual_grad(nan_payload, NAN, false)), 0xFFC12345u);
+  EXPECT_EQ(bits(el::residual_grad(-3.0f, -1.0f, false)), bits(-3.0f));
+}
+
+// cuda_residual.cu's backward kernel on the host: decode dy (and y) once, residual_grad, store
+// into every gradient in its dtype; against the CPU's add_backward, with an empty gradient in the
+// list and, in place, one gradient that is dy itself.
+TEST(cuda_element_math, ResidualAddBackwardModelMatchesTheCpuBackendBitForBit) {
+  mixtrain::backend_cpu::CpuBackend cpu(1);
+  constexpr std::int64_t n = 1000;
+  const std::vector<float> dy_values = test_values(n, 31);
+  std::vector<float> y_values = test_values(n, 32);
+  // Off the specials' slots of dy: NaN dy meets a positive y, NaN y a finite dy.
+  std::rotate(y_values.begin(), y_values.begin() + 3, y_values.end());
+  for (DType tdy : kStorage)
+    for (DType ty : kStorage)
+      for (DType tdx : kStorage)
+        for (bool relu : {false, true})
+          for (bool in_place : {false, true}) {
+            HostTensor dy(cpu, tdy, sdk::Shape{n}), y(cpu, ty, sdk::Shape{n});
+            HostTensor dx(cpu, tdx, sdk::Shape{n}), dx_bf16(cpu, DType::bf16, sdk::Shape{n});
+            dy.set_all(dy_values);
+            y.set_all(y_values);
+            // The model reads dy before the CPU masks it in place.
+            std::vector<float> model(n);
+            for (std::int64_t i = 0; i < n; ++i)
+              model[static_cast<std::size_t>(i)] = el::residual_grad(dy.get(i), y.get(i), relu);
+            const TensorView dxs[] = {in_place ? dy.view() : dx.view(), TensorView{}, dx_bf16};
+            sdk::facet<sdk::ResidualFacet>(cpu)->add_backward(dy, relu ? y.view() : TensorView{},
+                                                              relu, dxs);
+            const std::string what =
+                dtypes_text({tdy, ty, tdx}) + (relu ? "relu " : "") + (in_place ? "in place" : "");
+            EXPECT_EQ(stored(model, in_place ? tdy : tdx), in_place ? dy.bytes() : dx.bytes())
+                << what;
+            EXPECT_EQ(stored(model, DType::bf16), dx_bf16.bytes()) << what;
+          }
 }
 
 TEST(cuda_element_math, DropoutModelMatchesTheCpuBackendBitForBit) {

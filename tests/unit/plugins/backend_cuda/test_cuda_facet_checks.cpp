@@ -1,6 +1,6 @@
-// The residual, attention, embedding and dropout facets' argument checks (the SDK's shared ones
-// through checks(), and cuda_facet_checks.h's launch limits on top), run without a device: every
-// CudaBackend facet method calls them before it enqueues anything,
+// The residual (add and add_backward), attention, embedding and dropout facets' argument checks
+// (the SDK's shared ones through checks(), and cuda_facet_checks.h's launch limits on top), run
+// without a device: every CudaBackend facet method calls them before it enqueues anything,
 // so these are the messages a bad call gets on a GPU machine. Each names "backend_cuda.<op>", the
 // tensor and its dtype/shape. The views point at host bytes that are never read.
 #include <gtest/gtest.h>
@@ -61,6 +61,36 @@ TEST(cuda_facet_checks, ResidualAdd) {
   expect_error([&] { checks().residual_add(int_input, y); }, {"backend_cuda.add", "x2", "int32"});
   const TensorView partial[] = {a, v.at(2 * kMiB + 2, DType::fp16, Shape{32})};
   expect_error([&] { checks().residual_add(partial, y); }, {"backend_cuda.add", "overlap"});
+}
+
+TEST(cuda_facet_checks, ResidualAddBackward) {
+  Views v;
+  const TensorView dy = v.at(0, DType::bf16, Shape{4, 8}), y = v.at(kMiB, DType::fp32, Shape{32});
+  const TensorView dx = v.at(2 * kMiB, DType::fp16, Shape{4, 8});
+  const TensorView in_place[] = {dy, TensorView{}, dx};
+  EXPECT_EQ(checks().residual_add_backward(dy, y, true, in_place), 32);
+  const TensorView one[] = {dx};
+  EXPECT_EQ(checks().residual_add_backward(dy, TensorView{}, false, one), 32);
+  expect_error([&] { checks().residual_add_backward(dy, y, true, {}); },
+               {"backend_cuda.add_backward", "no gradients"});
+  const TensorView wrong_size[] = {dx, v.at(3 * kMiB, DType::fp32, Shape{31})};
+  expect_error([&] { checks().residual_add_backward(dy, y, true, wrong_size); },
+               {"backend_cuda.add_backward", "dx2", "fp32 [31]"});
+  const TensorView int_grad[] = {v.at(3 * kMiB, DType::int32, Shape{32})};
+  expect_error([&] { checks().residual_add_backward(dy, y, true, int_grad); },
+               {"backend_cuda.add_backward", "dx1", "int32"});
+  const TensorView onto_y[] = {v.at(kMiB + 8, DType::fp16, Shape{32})};
+  expect_error([&] { checks().residual_add_backward(dy, y, true, onto_y); },
+               {"backend_cuda.add_backward", "dx1 overlaps y"});
+  const TensorView part_of_dy[] = {v.at(2, DType::bf16, Shape{32})};
+  expect_error([&] { checks().residual_add_backward(dy, y, true, part_of_dy); },
+               {"backend_cuda.add_backward", "dx1", "dy", "partly overlap"});
+  const TensorView twice[] = {dx, TensorView{}, v.at(2 * kMiB + 16, DType::fp16, Shape{32})};
+  expect_error([&] { checks().residual_add_backward(dy, y, true, twice); },
+               {"backend_cuda.add_backward", "dx3 overlaps dx1"});
+  expect_error(
+      [&] { checks().residual_add_backward(dy, v.at(kMiB, DType::fp32, Shape{16}), true, one); },
+      {"backend_cuda.add_backward", "y is fp32 [16]"});
 }
 
 TEST(cuda_facet_checks, HeadPermutes) {

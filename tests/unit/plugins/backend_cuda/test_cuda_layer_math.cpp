@@ -3,9 +3,11 @@
 // like nvcc's --fmad=false) checked on the host, bit for bit, against what the CPU backend
 // writes. No GPU needed.
 // - Batch norm: the inference forward and the training forward's y, workspace (scale, shift) and
-//   running statistics from the CPU's own saved statistics; the backward's dx, dgamma and dbeta
-//   (with the fused ReLU's recomputed mask and accumulation) where the per-channel sums are exact
-//   in any order (dyadic data), so the only difference left would be the per-element formula.
+//   running statistics from the CPU's own saved statistics; batch norm + add + ReLU's y
+//   (training and evaluation, the residual in y itself) and running statistics; the backward's
+//   dx, dgamma and dbeta (with the fused ReLU's recomputed mask and accumulation) where the
+//   per-channel sums are exact in any order (dyadic data), so the only difference left would be
+//   the per-element formula.
 // - Average pooling: the CPU's output equals pool_average(window sum, divisor) where the window
 //   sums are exact (dyadic data): one fp32 division, as oneDNN's (checked, not assumed).
 // - Permutes: each value decoded and encoded once (element::convert), as the CPU's.
@@ -162,6 +164,83 @@ TEST_F(cuda_layer_math, BatchNormTrainingYWorkspaceAndRunningStatsMatchTheCpu) {
         }
       }
     }
+}
+
+// Batch norm + add + ReLU: with the statistics the CPU used (its save_mean / save_var when
+// training, the running ones in evaluation), every y is bn_add_forward rounded once, bit for bit,
+// with NaN, infinite and negative residuals, and the residual in y itself; the running statistics
+// move as bn_running_mean / bn_running_var say.
+TEST_F(cuda_layer_math, BatchNormAddForwardMatchesTheCpuBitForBit) {
+  const std::int64_t rows = 90, c = 7;
+  const float momentum = 0.1f;
+  const auto xv = uniform(rows * c, 21, -1.0f, 3.0f);
+  auto res = uniform(rows * c, 22, -3.0f, 2.0f);
+  res[5] = NAN;
+  res[11] = -INFINITY;
+  res[17] = INFINITY;
+  res[23] = -0.0f;
+  const auto rm0 = uniform(c, 23, -0.2f, 0.2f), rvar0 = uniform(c, 24, 0.3f, 2.0f);
+  for (DType dt : kDtypes)
+    for (bool training : {true, false})
+      for (bool relu : {false, true})
+        for (bool affine : {false, true})
+          for (bool in_place : {false, true}) {
+            HostTensor x(cpu, dt, {rows, c}), y(cpu, dt, {rows, c}), r(cpu, dt, {rows, c});
+            HostTensor g(cpu, DType::fp32, {c}), b(cpu, DType::fp32, {c});
+            HostTensor mean(cpu, DType::fp32, {c}), var(cpu, DType::fp32, {c});
+            HostTensor rm(cpu, DType::fp32, {c}), rvar(cpu, DType::fp32, {c});
+            x.set(xv);
+            (in_place ? y : r).set(res);
+            g.set(uniform(c, 25, 0.5f, 1.5f));
+            b.set(uniform(c, 26, -0.5f, 0.5f));
+            rm.set(rm0);
+            rvar.set(rvar0);
+            std::vector<float> residual(static_cast<std::size_t>(rows * c));
+            for (std::size_t i = 0; i < residual.size(); ++i)
+              residual[i] = in_place ? y.at(i) : r.at(i);
+            sdk::BatchNormAddArgs a;
+            a.x = x.v;
+            a.residual = in_place ? y.v : r.v;
+            if (affine) {
+              a.gamma = g.v;
+              a.beta = b.v;
+            }
+            a.shape = {rows, c, 1e-5f, relu};
+            a.training = training;
+            a.momentum = momentum;
+            a.y = y.v;
+            if (training) {
+              a.save_mean = mean.v;
+              a.save_var = var.v;
+            }
+            a.running_mean = rm.v;
+            a.running_var = rvar.v;
+            sdk::facet<sdk::BatchNormFacet>(cpu)->batchnorm_add_forward(a);
+            const std::string what =
+                std::string(sdk::dtype_name(dt)) + (training ? " training" : " evaluation") +
+                (relu ? " relu" : "") + (affine ? " affine" : "") + (in_place ? " in place" : "");
+            const double unbiased = static_cast<double>(rows) / static_cast<double>(rows - 1);
+            for (std::int64_t j = 0; j < c; ++j) {
+              const auto k = static_cast<std::size_t>(j);
+              const float m = training ? mean.at(k) : rm0[k];
+              const float v = training ? var.at(k) : rvar0[k];
+              if (training) {
+                EXPECT_EQ(el::bn_running_mean(rm0[k], momentum, m), rm.at(k)) << what << j;
+                EXPECT_EQ(el::bn_running_var(rvar0[k], momentum, unbiased, v), rvar.at(k))
+                    << what << j;
+              } else {
+                EXPECT_EQ(rm0[k], rm.at(k)) << what << j;
+                EXPECT_EQ(rvar0[k], rvar.at(k)) << what << j;
+              }
+              const auto ss = el::bn_scale_shift(v, 1e-5f, affine, g.at(k), b.at(k));
+              for (std::int64_t row = 0; row < rows; ++row) {
+                const auto i = static_cast<std::size_t>(row * c + j);
+                const float out =
+                    el::bn_add_forward(x.at(i), residual[i], m, ss.scale, ss.shift, relu);
+                ASSERT_EQ(store_bits(out, dt), y.bits(i)) << what << " element " << i;
+              }
+            }
+          }
 }
 
 TEST_F(cuda_layer_math, BatchNormBackwardMatchesTheCpuWhereTheSumsAreExact) {
