@@ -17,7 +17,7 @@ namespace mixtrain::core {
 // written from one read of dy where the backend's residual facet has add_backward (1.1), else
 // one activation_backward (or copy, or cast) per input.
 // BN + add + ReLU: a two-input add takes in a batch norm input that it alone reads (fuse_input);
-// while that pair is fused (BatchNorm2dLayer::fused()) the forward is the batch norm's
+// while that pair is fused (the batch norm's Layer::fused()) the forward is its
 // forward_with_residual, with the other input as the residual, and nothing else changes.
 class BatchNorm2dLayer;
 
