@@ -103,6 +103,9 @@ void LinearLayer::update_fusion() {
   if (fused_ != nullptr) fused_->fused_ = fusion_on_;
   // A fused relu's backward reads the activation's output, so z is never needed.
   traits_.output_deferred = epilogue_fused_ && fused_->activation() == sdk::Activation::relu;
+  // Unfused (the replay), z goes into the relu's output and the relu rectifies it in place; its
+  // backward's mask [relu(z) > 0] is [z > 0].
+  traits_.output_in_reader = traits_.output_deferred;
 }
 
 bool LinearLayer::set_block_scaling(const sdk::BlockScalingFacet* facet) {

@@ -6,8 +6,9 @@
 //   layer's output, rounded once, and z into its own output only where the backward needs it
 //   (gelu); the activation layer's forward does nothing and its relu backward reads its own
 //   output (relu(z) > 0 exactly where z > 0). A Linear fused with a relu therefore writes no
-//   output until it first runs unfused, and then into memory the executor reserved for it (the
-//   deferred outputs of memory_plan.h); until then output() is a view without data.
+//   output until it first runs unfused, and then into the relu's output, which the relu then
+//   rectifies in place (memory_plan.h's output_home); until then output() is a view without
+//   data.
 //   set_fusion(false) runs the pair unfused again (the non-finite replay names every tensor that
 //   way).
 // - Weight tying: with tie_weight = "<node>.<param>" the linear owns no weight; it reads and

@@ -161,7 +161,8 @@ struct OpTraits {
   bool output_deferred = false;
   // A deferred output that, when it materialises, may be written into the output of its one
   // reader, which then works in place (a batch norm that an add runs in its pass: unfused, batch
-  // norm writes into the add's output and the add adds the residual to it). memory_plan.h.
+  // norm writes into the add's output and the add adds the residual to it; a linear's z, which
+  // its relu rectifies in place). memory_plan.h.
   bool output_in_reader = false;
   // Its forward or backward passes the backend an argument that changes from step to step (a
   // dropout mask's key): a recorded step graph would replay a stale one, so a model with such an

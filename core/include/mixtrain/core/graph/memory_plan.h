@@ -13,7 +13,8 @@
 //   chain of adds shares one buffer. The same lives are also planned all in FP32 (the underflow
 //   measurement's pass).
 // - Deferred outputs: an op that writes no output while it runs fused (a linear whose relu is its
-//   epilogue) writes one when it runs unfused, as the non-finite replay does. Those outputs have a
+//   epilogue, a batch norm an add runs) writes one when it runs unfused, as the non-finite replay
+//   does. Those outputs have a
 //   liveness plan of their own, over the same schedule, beside the activation plan: reserved up
 //   front, so the replay allocates nothing, and left out of the activation plan, which is what a
 //   fused step uses (and `mixtrain check` reports). A deferred output whose op says
