@@ -2,12 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
-#include <set>
 
 #include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
-#include "mixtrain/core/console/log_sink.h"
 
 namespace mixtrain::core {
 
@@ -49,18 +46,12 @@ Tensor widest(const std::shared_ptr<sdk::DeviceBackend>& backend, std::int64_t c
   return Tensor(backend, DType::fp32, sdk::Shape{std::max<std::int64_t>(count, 1)});
 }
 
-// One line per reason per process: every attention node of a model (and every replan of it)
-// falls back for the same reason, which a run states once.
+// One line per reason per process (ops::log_once).
 void log_unfused_once(const std::string& reason) {
-  static std::mutex mutex;
-  static std::set<std::string> said;
-  std::lock_guard lock(mutex);
-  if (!said.insert(reason).second) return;
-  core_logger("attention")
-      .info(
-          "attention runs unfused (head permutes, batched GEMMs and a [T, T] softmax kept for "
-          "the backward): " +
-          reason);
+  ops::log_once("attention", reason,
+                "attention runs unfused (head permutes, batched GEMMs and a [T, T] softmax kept "
+                "for the backward): " +
+                    reason);
 }
 }  // namespace
 

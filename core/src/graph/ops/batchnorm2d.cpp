@@ -1,16 +1,13 @@
 #include "graph/ops/batchnorm2d.h"
 
 #include <algorithm>
-#include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "graph/ops/image_options.h"
 #include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
-#include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/graph/backend_needs.h"
 
 namespace mixtrain::core {
@@ -57,13 +54,10 @@ void BatchNorm2dLayer::set_fusion(bool on) {
 
 namespace {
 void log_unfused_once(const std::string& node, const std::string& reason) {
-  static std::mutex mutex;
-  static std::set<std::string> said;
-  std::lock_guard lock(mutex);
-  if (!said.insert(reason).second) return;
-  core_logger("batchnorm2d")
-      .info("batch norm + add runs unfused (node '" + node +
-            "' and the nodes like it write their output and the add reads it back): " + reason);
+  ops::log_once(
+      "batchnorm2d", reason,
+      "batch norm + add runs unfused (node '" + node +
+          "' and the nodes like it write their output and the add reads it back): " + reason);
 }
 }  // namespace
 

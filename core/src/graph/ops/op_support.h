@@ -2,9 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/data/dataset.h"
 #include "mixtrain/core/graph/layer.h"
 #include "mixtrain/core/graph/random.h"
@@ -12,6 +16,20 @@
 #include "mixtrain/sdk/device_backend.h"
 
 namespace mixtrain::core::ops {
+
+// Logs `message` at info under `component` the first time this process sees (component, key):
+// a fallback that every node of a model (and every replan of it) takes for the same reason is
+// stated once per run.
+inline void log_once(const std::string& component, const std::string& key,
+                     const std::string& message) {
+  static std::mutex mutex;
+  static std::set<std::pair<std::string, std::string>> said;
+  {
+    std::lock_guard lock(mutex);
+    if (!said.emplace(component, key).second) return;
+  }
+  core_logger(component).info(message);
+}
 
 // tf32 is fp32 storage rounded inside the GEMM; every other dtype is its own storage.
 inline sdk::DType storage_of(sdk::DType t) {
