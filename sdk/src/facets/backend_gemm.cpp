@@ -20,6 +20,8 @@ std::string_view op_name(GemmOp op) noexcept {
       return "quantize_block_scaled";
     case GemmOp::gemm_block_scaled:
       return "gemm_block_scaled";
+    case GemmOp::gemm_gradient:
+      return "gemm_gradient";
   }
   return "?";
 }
@@ -52,7 +54,14 @@ bool GemmFacet::quantizes_transposed() const {
   return false;
 }
 
-// The block-scaled ops have no row: no backend runs them unless it answers for them itself.
+// Offered only by a backend that overrides it (and supports()); the host then runs the unfused ops.
+void GemmFacet::gemm_gradient(const GemmGradientArgs&) {
+  throw BackendError("this backend's gemm facet has no gemm_gradient",
+                     "report this: the host asks supports(gemm_gradient) before it calls it and "
+                     "runs gemm, activation_backward and bias_grad where the answer is false");
+}
+
+// The block-scaled ops and gemm_gradient have no row: no backend runs them unless it answers for them itself.
 OpSignature op_signature(GemmOp op) noexcept {
   switch (op) {
     case GemmOp::gemm:
@@ -61,6 +70,7 @@ OpSignature op_signature(GemmOp op) noexcept {
       return {kOperandx2Out};  // {A, B, C}
     case GemmOp::quantize_block_scaled:
     case GemmOp::gemm_block_scaled:
+    case GemmOp::gemm_gradient:
       return {};
   }
   return {};

@@ -318,6 +318,56 @@ BackendArgumentChecks::GemmShape BackendArgumentChecks::gemm_batched_shape(
   return s;
 }
 
+BackendArgumentChecks::GemmShape BackendArgumentChecks::gemm_gradient_shape(
+    const GemmGradientArgs& args) const {
+  constexpr std::string_view op = "gemm_gradient";
+  const GemmArgs& g = args.gemm;
+  if (!g.bias.empty() || g.has_activation || !g.pre_activation.empty())
+    fail(op, "a bias, forward activation or its pre_activation was given",
+         "a backward GEMM takes has_activation_grad and its pre_activation, and the bias "
+         "gradients as c_column_sums / a_row_sums");
+  const GemmShape s = gemm_shape(g);
+  if (args.has_activation_grad) {
+    if (args.activation != Activation::gelu)
+      fail(op, "the activation gradient is defined for gelu only",
+           "run activation_backward after the GEMM for relu");
+    require_present(op, "pre_activation", args.pre_activation);
+    require_storage(op, "pre_activation", args.pre_activation);
+    if (args.pre_activation.shape.cols() != s.n || args.pre_activation.numel() != s.m * s.n)
+      fail(op,
+           "pre_activation is " + describe(args.pre_activation) + " but C is [" +
+               std::to_string(s.m) + ", " + std::to_string(s.n) + "]",
+           "pass the forward's z, which has C's shape");
+    if (overlaps(args.c, args.pre_activation))
+      fail(op, "pre_activation and C overlap",
+           "give C its own buffer (pre_activation is read while C is written)");
+  } else if (!args.pre_activation.empty()) {
+    fail(op, "pre_activation " + describe(args.pre_activation) + " is given without an activation",
+         "set has_activation_grad, or leave pre_activation empty");
+  }
+  if (!args.c_column_sums.empty()) {
+    require_fp32(op, "c_column_sums", args.c_column_sums);
+    require_numel(op, "c_column_sums", args.c_column_sums, s.n);
+    if (overlaps(args.c, args.c_column_sums))
+      fail(op, "c_column_sums and C overlap", "give the sums their own buffer");
+  }
+  if (!args.a_row_sums.empty()) {
+    require_fp32(op, "a_row_sums", args.a_row_sums);
+    require_numel(op, "a_row_sums", args.a_row_sums, s.m);
+    if (!g.a.transpose)
+      fail(op, "a_row_sums asks for A's sums but A is not transposed",
+           "a_row_sums serves wgrad (A = dy stored [k, m], transposed); sum other layouts with "
+           "bias_grad");
+    const DType at = g.a.view.dtype;
+    if (at != DType::fp32 && at != DType::bf16 && at != DType::fp16)
+      fail(op, "a_row_sums asks for the sums of A " + describe(g.a.view),
+           "sum a 16/32-bit A only (an fp8 A's values need its scale): use bias_grad");
+    if (overlaps(args.c, args.a_row_sums))
+      fail(op, "a_row_sums and C overlap", "give the sums their own buffer");
+  }
+  return s;
+}
+
 void BackendArgumentChecks::foreach_lists(
     std::string_view op, std::span<const TensorView> self,
     std::initializer_list<std::span<const TensorView>> others) const {

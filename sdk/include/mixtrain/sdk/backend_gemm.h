@@ -14,7 +14,9 @@
 //   other at plan time, naming the node. 1.3 appended block_layout_refusal, which narrows them to
 //   the layouts a backend runs on its device (default: every layout). 1.4 appended
 //   quantizes_transposed: quantize outputs stored as the transpose of their source, which the
-//   host asks for only from a backend that says it takes them (default: none).
+//   host asks for only from a backend that says it takes them (default: none). 1.5 appended
+//   gemm_gradient, a GEMM of a backward pass with the epilogues that pass needs (an activation's
+//   gradient, bias gradients); its default refuses like the block-scaled ops'.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -151,6 +153,34 @@ struct BlockScaledGemmArgs {
   TensorView pre_activation;
 };
 
+// --- 1.5: backward epilogues -------------------------------------------------------------------
+// A GEMM of a backward pass with the element-wise work that would otherwise re-read its operands
+// or its result (cuBLASLt's DGELU and BGRAD epilogues). `gemm` is as for gemm(), except that its
+// bias, has_activation and pre_activation must be unset. Then, in this order:
+//   z = alpha·op(A)·op(B) + beta·C in FP32;
+//   with `has_activation_grad`: z = z · act'(pre_activation), act'(·) in FP32 from the stored
+//     pre_activation [m, n] (fp32, bf16 or fp16; gelu's input z of the forward). Only gelu is
+//     defined; relu raises BackendError. This is the dgrad of the layer after a fused activation:
+//     its result is the gradient of the activation's input, rounded once;
+//   C = z rounded once into C's dtype;
+//   c_column_sums (fp32 [n], optional) (+)= the column sums of C as stored: the bias gradient of
+//     the layer before the activation, the same sums activation facet's bias_grad takes of C;
+//   a_row_sums (fp32 [m], optional) (+)= Σ_k op(A)[m, k] of A as stored (unscaled by alpha, before
+//     any tf32 rounding): wgrad's bias gradient, op(A) = dyᵀ. Only with a.transpose (A stored
+//     [k, m]) and A in fp32, bf16 or fp16, else BackendError.
+// Each sum accumulates when its flag is set, else overwrites. Neither sum nor pre_activation may
+// overlap C. BackendArgumentChecks::gemm_gradient_shape checks all of this.
+struct GemmGradientArgs {
+  GemmArgs gemm;
+  bool has_activation_grad = false;
+  Activation activation = Activation::gelu;  // read only when has_activation_grad
+  TensorView pre_activation;
+  TensorView c_column_sums;
+  bool accumulate_c_column_sums = false;
+  TensorView a_row_sums;
+  bool accumulate_a_row_sums = false;
+};
+
 enum class GemmOp {
   gemm,                  // {A, B, C}
   gemm_strided_batched,  // {A, B, C}
@@ -159,6 +189,8 @@ enum class GemmOp {
   // 1.2
   quantize_block_scaled,  // {src}
   gemm_block_scaled,      // {C}
+  // 1.5
+  gemm_gradient,  // {A, B, C}
 };
 MIXTRAIN_SDK_API std::string_view op_name(GemmOp op) noexcept;
 constexpr std::uint16_t introduced_in(GemmOp op) noexcept {
@@ -168,6 +200,8 @@ constexpr std::uint16_t introduced_in(GemmOp op) noexcept {
     case GemmOp::quantize_block_scaled:
     case GemmOp::gemm_block_scaled:
       return 2;
+    case GemmOp::gemm_gradient:
+      return 5;
     default:
       return 0;
   }
@@ -177,7 +211,7 @@ MIXTRAIN_SDK_API OpSignature op_signature(GemmOp op) noexcept;
 class MIXTRAIN_SDK_API GemmFacet : public Facet {
  public:
   using Op = GemmOp;
-  static constexpr FacetVersion kVersion{1, 4};
+  static constexpr FacetVersion kVersion{1, 5};
   static constexpr std::string_view kName = "gemm";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
@@ -216,6 +250,12 @@ class MIXTRAIN_SDK_API GemmFacet : public Facet {
   // reduces along its rows (wgrad's x and dy) as its transpose, which such a GEMM reads in place.
   // Default: false (outputs with `transpose` are the caller's bug there).
   virtual bool quantizes_transposed() const;
+
+  // --- 1.5 ---------------------------------------------------------------------------------------
+  // A backward GEMM with its epilogues (GemmGradientArgs). The default raises BackendError and the
+  // default supports() answers false for it: a backend offers it by overriding both, and the host
+  // runs the unfused ops (gemm, activation_backward, bias_grad) on any other.
+  virtual void gemm_gradient(const GemmGradientArgs& args);
 
  protected:
   ~GemmFacet() override;  // not owned through the facet: the backend is

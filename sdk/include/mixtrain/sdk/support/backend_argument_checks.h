@@ -93,6 +93,11 @@ class BackendArgumentChecks {
   // activation or pre_activation; output batches that do not overlap (|stride_c| >= m*n when
   // batch > 1). Returns batch 0's shape.
   GemmShape gemm_batched_shape(const GemmBatchedArgs& args) const;
+  // gemm_gradient's arguments (gemm facet 1.5): the GEMM as gemm_shape() checks it, with no bias,
+  // forward activation or its pre_activation; with has_activation_grad, activation gelu and a
+  // storage-float pre_activation [m, n] that does not overlap C; c_column_sums fp32 [n], a_row_sums fp32 [m] with A transposed and 16/32-bit, neither
+  // overlapping C. Returns the shape.
+  GemmShape gemm_gradient_shape(const GemmGradientArgs& args) const;
 
   // layernorm_forward's arguments: x, y storage of equal size; gamma, beta (optional) [n];
   // mean, rstd fp32 [rows]; n > 0. Returns {rows, n}.
