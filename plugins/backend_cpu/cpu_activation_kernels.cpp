@@ -99,4 +99,23 @@ void apply_activation_grad(const CpuContext& context, Activation act, TensorView
   }
 }
 
+void sum_columns(const CpuContext& context, TensorView x, std::int64_t rows, std::int64_t n,
+                 float* sums, bool accumulate) {
+  context.use_threads();
+  constexpr std::int64_t kBlock = 256;
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * n))
+  for (std::int64_t c0 = 0; c0 < n; c0 += kBlock) {
+    const std::int64_t len = std::min(kBlock, n - c0);
+    double acc[kBlock] = {};
+    float buf[kBlock];
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* row = read_chunk(x, r * n + c0, len, buf);
+#pragma omp simd
+      for (std::int64_t j = 0; j < len; ++j) acc[j] += row[j];
+    }
+    for (std::int64_t j = 0; j < len; ++j)
+      sums[c0 + j] = static_cast<float>((accumulate ? sums[c0 + j] : 0.0) + acc[j]);
+  }
+}
+
 }  // namespace mixtrain::backend_cpu

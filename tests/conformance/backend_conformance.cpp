@@ -559,6 +559,129 @@ TEST_P(Conformance, FusedOptimizerUpdates) {
   expect_close(master, 1e-6, "sgd master");
 }
 
+// gemm facet 1.5's backward epilogues against the reference backend's unfused ops: the GEMM in
+// fp32, gelu's gradient in fp32, one rounding into C, then bias_grad of C as stored (dgrad of the
+// layer after a gelu); and wgrad with the bias gradient as the row sums of op(A) = dyᵀ.
+TEST_P(Conformance, GemmGradientIsTheUnfusedOpsRoundedOnce) {
+  MIXTRAIN_FACETS(gemm, GemmFacet);
+  MIXTRAIN_FACETS(activation, ActivationFacet);
+  if (tested_gemm->version() < sdk::FacetVersion{1, 5})
+    GTEST_SKIP() << "backend '" << GetParam().name << "' has gemm facet "
+                 << sdk::to_string(tested_gemm->version());
+  const std::int64_t m = 37, k = 48;
+  for (std::int64_t n : {std::int64_t{64}, std::int64_t{29}})
+    for (DType dt : {DType::fp32, DType::bf16}) {
+      if (!tested_->capabilities().supports(dt)) continue;
+      if (!tested_gemm->supports(sdk::GemmOp::gemm_gradient, std::vector<DType>{dt, dt, dt}))
+        continue;
+      // gelu's tanh may be a hardware approximation on a GPU (~2^-11 relative, see
+      // GemmActivationEpilogue); in bf16 one rounding of C dominates.
+      const double tol = dt == DType::fp32 ? 1e-4 : 4e-3;
+      const std::string what = std::string(sdk::dtype_name(dt)) + " n " + std::to_string(n);
+      for (bool accumulate : {false, true}) {
+        // dgrad: dz[m, n] = (dy[m, k] · W[k, n]) · gelu'(z), sums[n] (+)= Σ_m dz.
+        auto dy = upload(random_values(static_cast<std::size_t>(m * k), 40), Shape{m, k}, dt);
+        auto w = upload(random_values(static_cast<std::size_t>(k * n), 41), Shape{k, n}, dt);
+        auto z =
+            upload(random_values(static_cast<std::size_t>(m * n), 42, -3.f, 3.f), Shape{m, n}, dt);
+        auto dz = zeros(Shape{m, n}, dt);
+        auto dz32 = zeros(Shape{m, n});
+        auto sums = upload(random_values(static_cast<std::size_t>(n), 43), Shape{n});
+        sdk::GemmGradientArgs g;
+        g.gemm.a.view = dy.tested->view();
+        g.gemm.b.view = w.tested->view();
+        g.gemm.c = dz.tested->view();
+        g.gemm.alpha = 0.5f;
+        g.gemm.compute = dt;
+        g.has_activation_grad = true;
+        g.pre_activation = z.tested->view();
+        g.c_column_sums = sums.tested->view();
+        g.accumulate_c_column_sums = accumulate;
+        tested_gemm->gemm_gradient(g);
+        sdk::GemmArgs r;
+        r.a.view = dy.ref->view();
+        r.b.view = w.ref->view();
+        r.c = dz32.ref->view();
+        r.alpha = 0.5f;
+        r.compute = dt;
+        ref_gemm->gemm(r);
+        ref_activation->activation_backward(sdk::Activation::gelu, z.ref->view(), dz32.ref->view(),
+                                            dz32.ref->view());
+        ref_->cast(dz32.ref->view(), dz.ref->view());
+        ref_activation->bias_grad(dz.ref->view(), sums.ref->view(), accumulate);
+        expect_close(dz, tol, "dgrad with gelu's gradient, " + what);
+        expect_close(sums, tol, "its column sums, " + what + (accumulate ? ", accumulated" : ""));
+
+        // wgrad: dW[k, n] = dyᵀ · x, with dy [m, k] stored as A (transposed); sums[k] (+)= Σ_m dy.
+        auto x = upload(random_values(static_cast<std::size_t>(m * n), 44), Shape{m, n}, dt);
+        auto dw = upload(random_values(static_cast<std::size_t>(k * n), 45), Shape{k, n});
+        auto dbias = upload(random_values(static_cast<std::size_t>(k), 46), Shape{k});
+        sdk::GemmGradientArgs gw;
+        gw.gemm.a.view = dy.tested->view();
+        gw.gemm.a.transpose = true;
+        gw.gemm.b.view = x.tested->view();
+        gw.gemm.c = dw.tested->view();
+        gw.gemm.beta = accumulate ? 1.0f : 0.0f;
+        gw.gemm.compute = dt;
+        gw.a_row_sums = dbias.tested->view();
+        gw.accumulate_a_row_sums = accumulate;
+        tested_gemm->gemm_gradient(gw);
+        sdk::GemmArgs rw = gw.gemm;
+        rw.a.view = dy.ref->view();
+        rw.b.view = x.ref->view();
+        rw.c = dw.ref->view();
+        ref_gemm->gemm(rw);
+        ref_activation->bias_grad(dy.ref->view(), dbias.ref->view(), accumulate);
+        expect_close(dw, 2e-5, "wgrad, " + what);
+        expect_close(dbias, 1e-6, "wgrad's row sums of dyᵀ, " + what);
+      }
+    }
+}
+
+TEST_P(Conformance, GemmGradientRejectsBadArguments) {
+  MIXTRAIN_FACETS(gemm, GemmFacet);
+  if (tested_gemm->version() < sdk::FacetVersion{1, 5} ||
+      !tested_gemm->supports(sdk::GemmOp::gemm_gradient,
+                             std::vector<DType>{DType::fp32, DType::fp32, DType::fp32}))
+    GTEST_SKIP() << "backend '" << GetParam().name << "' has no gemm_gradient";
+  auto a = upload(random_values(12, 50), Shape{3, 4});
+  auto b = upload(random_values(20, 51), Shape{4, 5});
+  auto c = zeros(Shape{3, 5});
+  auto pre = zeros(Shape{3, 5});
+  auto sums = zeros(Shape{5});
+  auto good = [&] {
+    sdk::GemmGradientArgs g;
+    g.gemm.a.view = a.tested->view();
+    g.gemm.b.view = b.tested->view();
+    g.gemm.c = c.tested->view();
+    g.has_activation_grad = true;
+    g.pre_activation = pre.tested->view();
+    return g;
+  };
+  EXPECT_NO_THROW(tested_gemm->gemm_gradient(good()));
+  auto relu = good();
+  relu.activation = sdk::Activation::relu;
+  EXPECT_THROW(tested_gemm->gemm_gradient(relu), sdk::BackendError) << "relu is not defined";
+  auto no_pre = good();
+  no_pre.pre_activation = {};
+  EXPECT_THROW(tested_gemm->gemm_gradient(no_pre), sdk::BackendError) << "gelu without z";
+  auto short_pre = good();
+  short_pre.pre_activation.shape = Shape{3, 4};
+  EXPECT_THROW(tested_gemm->gemm_gradient(short_pre), sdk::BackendError) << "z of another shape";
+  auto in_place = good();
+  in_place.pre_activation = c.tested->view();
+  EXPECT_THROW(tested_gemm->gemm_gradient(in_place), sdk::BackendError) << "z overlapping C";
+  auto forward_bias = good();
+  forward_bias.gemm.bias = sums.tested->view();
+  EXPECT_THROW(tested_gemm->gemm_gradient(forward_bias), sdk::BackendError) << "a forward bias";
+  auto row_sums = good();
+  row_sums.a_row_sums = {sums.tested->view().data, DType::fp32, Shape{3}};
+  EXPECT_THROW(tested_gemm->gemm_gradient(row_sums), sdk::BackendError) << "A not transposed";
+  auto column_sums = good();
+  column_sums.c_column_sums = {sums.tested->view().data, DType::fp32, Shape{4}};
+  EXPECT_THROW(tested_gemm->gemm_gradient(column_sums), sdk::BackendError) << "sums of [4]";
+}
+
 TEST_P(Conformance, GemmStridedBatchedEqualsOneGemmPerBatch) {
   MIXTRAIN_FACETS(gemm, GemmFacet);
   // Batch 3 of [m, k]·[n, k]ᵀ with a shared weight (stride_b = 0), checked against the reference

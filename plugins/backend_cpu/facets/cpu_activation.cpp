@@ -1,6 +1,6 @@
-// CpuActivation: the CPU backend's ActivationFacet. The bias gradient is a column sum in double
-// over fp32 / bf16 / fp16 storage; the activations are cpu_activation_kernels.h's (shared with
-// the GEMM's fused epilogue); axpy adds into an fp32 accumulator.
+// CpuActivation: the CPU backend's ActivationFacet. The bias gradient (a column sum in double
+// over fp32 / bf16 / fp16 storage) and the activations are cpu_activation_kernels.h's, shared
+// with the GEMM facet's epilogues; axpy adds into an fp32 accumulator.
 #include <algorithm>
 
 #include "cpu_access.h"
@@ -35,25 +35,8 @@ const sdk::FacetRegistration<CpuContext, sdk::ActivationFacet, CpuActivation> kR
 }  // namespace
 
 void CpuActivation::bias_grad(TensorView dy, TensorView dbias, bool accumulate) {
-  context_.use_threads();
-  // Plain variables, not structured bindings: clang 14 cannot capture those in OpenMP regions.
   const auto shape = checks().bias_grad_shape(dy, dbias);
-  const std::int64_t rows = shape.rows, n = shape.cols;
-  constexpr std::int64_t kBlock = 256;
-  float* out = dbias.as<float>();
-#pragma omp parallel for schedule(static) if (parallel_worth(rows * n))
-  for (std::int64_t c0 = 0; c0 < n; c0 += kBlock) {
-    const std::int64_t len = std::min(kBlock, n - c0);
-    double acc[kBlock] = {};
-    float buf[kBlock];
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* row = read_chunk(dy, r * n + c0, len, buf);
-#pragma omp simd
-      for (std::int64_t j = 0; j < len; ++j) acc[j] += row[j];
-    }
-    for (std::int64_t j = 0; j < len; ++j)
-      out[c0 + j] = static_cast<float>((accumulate ? out[c0 + j] : 0.0) + acc[j]);
-  }
+  sum_columns(context_, dy, shape.rows, shape.cols, dbias.as<float>(), accumulate);
 }
 
 void CpuActivation::activation_forward(Activation act, TensorView x, TensorView y) {

@@ -2,9 +2,12 @@
 // matmul primitives with FP32 accumulation, the fused epilogue's activation from
 // cpu_activation_kernels.h, and the strided-batched GEMM as one 3-D matmul where one can express
 // the call, else a loop over gemm(); the block-scaled ops on the exact simulator
-// (cpu_block_scaled.h).
+// (cpu_block_scaled.h); gemm_gradient as gemm() whose epilogue multiplies the FP32 product by the
+// activation's gradient before its one rounding, then the bias-gradient sums of
+// cpu_activation_kernels.h, the activation facet's own, over C and A as stored.
 #include <cstdint>
 
+#include "cpu_access.h"
 #include "cpu_activation_kernels.h"
 #include "cpu_block_scaled.h"
 #include "cpu_context.h"
@@ -30,6 +33,7 @@ class CpuGemm final : public sdk::GemmFacet {
   bool supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const override;
   void quantize_block_scaled(const sdk::BlockQuantizeArgs& args) override;
   void gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) override;
+  void gemm_gradient(const sdk::GemmGradientArgs& args) override;
 
  private:
   CpuContext& context_;
@@ -48,12 +52,33 @@ void CpuGemm::gemm(const sdk::GemmArgs& args) {
 }
 
 bool CpuGemm::supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const {
+  if (op == sdk::GemmOp::gemm_gradient) return GemmFacet::supports(sdk::GemmOp::gemm, dtypes);
   if (op != sdk::GemmOp::quantize_block_scaled && op != sdk::GemmOp::gemm_block_scaled)
     return GemmFacet::supports(op, dtypes);
   if (dtypes.size() > 1) return false;
   for (sdk::DType t : dtypes)
     if (t != sdk::DType::fp32 && t != sdk::DType::bf16 && t != sdk::DType::fp16) return false;
   return true;
+}
+
+void CpuGemm::gemm_gradient(const sdk::GemmGradientArgs& args) {
+  context_.use_threads();
+  const auto shape = checks().gemm_gradient_shape(args);
+  const std::int64_t m = shape.m, n = shape.n;
+  // The engine's activation hook runs on the FP32 product before its one rounding into C: here it
+  // applies the activation's gradient, dz = z · act'(pre_activation), in place.
+  sdk::GemmArgs g = args.gemm;
+  g.has_activation = args.has_activation_grad;
+  context_.gemm().run(g, [&](sdk::Activation, const TensorView& z) {
+    apply_activation_grad(context_, args.activation, args.pre_activation, z, z);
+  });
+  context_.account_scratch();
+  if (!args.c_column_sums.empty())
+    sum_columns(context_, g.c, m, n, args.c_column_sums.as<float>(), args.accumulate_c_column_sums);
+  // A is stored [k, m] (transposed, checked): Σ_k op(A)[m, k] is the sum of its columns.
+  if (!args.a_row_sums.empty())
+    sum_columns(context_, g.a.view, g.a.view.shape.rows(), m, args.a_row_sums.as<float>(),
+                args.accumulate_a_row_sums);
 }
 
 void CpuGemm::quantize_block_scaled(const sdk::BlockQuantizeArgs& args) {

@@ -312,6 +312,129 @@ TEST(backend_cpu_gemm_epilogue, SixteenBitOutputRoundsOnceNotTwice) {
                            "twice-rounded unfused ones";
 }
 
+// gemm_gradient (gemm facet 1.5) is the unfused ops' arithmetic in one call: the same GEMM
+// primitive's FP32 product, the activation facet's gelu gradient on it, one rounding into C, and
+// the activation facet's own column sums. So it equals, bit for bit, the unfused ops run with an
+// FP32 C and the result cast once.
+TEST(backend_cpu_gemm_gradient, DgradWithGeluGradientIsTheUnfusedOpsRoundedOnce) {
+  CpuBackend be(2);
+  auto& gemm = *sdk::facet<sdk::GemmFacet>(be);
+  auto& act = *sdk::facet<sdk::ActivationFacet>(be);
+  const std::int64_t m = 19, n = 40, k = 33;
+  const auto dy = random_values(static_cast<std::size_t>(m * k), 61);
+  const auto w = random_values(static_cast<std::size_t>(k * n), 62);
+  auto z = random_values(static_cast<std::size_t>(m * n), 63);
+  for (float& v : z) v *= 3.0f;
+  const auto sums0 = random_values(static_cast<std::size_t>(n), 64);
+  for (DType dt : {DType::fp32, DType::bf16, DType::fp16})
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(std::string(sdk::dtype_name(dt)) + (accumulate ? " accumulate" : ""));
+      DeviceTensor dy_t(be, dt, {m, k}, dy);
+      DeviceTensor w_t(be, dt, {k, n}, w);
+      DeviceTensor z_t(be, dt, {m, n}, z);
+      // Unfused, with one rounding: FP32 product, gelu's gradient in place, cast, column sums.
+      DeviceTensor dh(be, DType::fp32, {m, n});
+      sdk::GemmArgs g;
+      g.a = {dy_t, false};
+      g.b = {w_t, false};
+      g.c = dh;
+      g.alpha = 0.75f;
+      g.compute = dt;
+      gemm.gemm(g);
+      act.activation_backward(sdk::Activation::gelu, z_t, dh, dh);
+      DeviceTensor want(be, dt, {m, n});
+      be.cast(dh, want);
+      DeviceTensor want_sums(be, DType::fp32, {n}, sums0);
+      act.bias_grad(want, want_sums, accumulate);
+
+      DeviceTensor dz(be, dt, {m, n});
+      DeviceTensor sums(be, DType::fp32, {n}, sums0);
+      sdk::GemmGradientArgs gg;
+      gg.gemm = g;
+      gg.gemm.c = dz;
+      gg.has_activation_grad = true;
+      gg.pre_activation = z_t;
+      gg.c_column_sums = sums;
+      gg.accumulate_c_column_sums = accumulate;
+      gemm.gemm_gradient(gg);
+      EXPECT_EQ(dz.get(), want.get());
+      EXPECT_EQ(sums.get(), want_sums.get());
+    }
+}
+
+TEST(backend_cpu_gemm_gradient, WgradRowSumsOfTheTransposedOperandAreTheBiasGradient) {
+  CpuBackend be(2);
+  auto& gemm = *sdk::facet<sdk::GemmFacet>(be);
+  auto& act = *sdk::facet<sdk::ActivationFacet>(be);
+  const std::int64_t rows = 23, out = 18, in = 27;
+  const auto dy = random_values(static_cast<std::size_t>(rows * out), 71);
+  const auto x = random_values(static_cast<std::size_t>(rows * in), 72);
+  const auto dw0 = random_values(static_cast<std::size_t>(out * in), 73);
+  const auto db0 = random_values(static_cast<std::size_t>(out), 74);
+  for (DType dt : {DType::fp32, DType::bf16})
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(std::string(sdk::dtype_name(dt)) + (accumulate ? " accumulate" : ""));
+      DeviceTensor dy_t(be, dt, {rows, out}, dy);
+      DeviceTensor x_t(be, dt, {rows, in}, x);
+      sdk::GemmArgs g;  // dW[out, in] (+)= dyᵀ · x
+      g.a = {dy_t, true};
+      g.b = {x_t, false};
+      g.alpha = 0.5f;  // LoRA's scale: the weight's gradient only, never the bias's
+      g.beta = accumulate ? 1.0f : 0.0f;
+      g.compute = dt;
+      DeviceTensor want_dw(be, DType::fp32, {out, in}, dw0);
+      DeviceTensor want_db(be, DType::fp32, {out}, db0);
+      g.c = want_dw;
+      gemm.gemm(g);
+      act.bias_grad(dy_t, want_db, accumulate);
+
+      DeviceTensor dw(be, DType::fp32, {out, in}, dw0);
+      DeviceTensor db(be, DType::fp32, {out}, db0);
+      sdk::GemmGradientArgs gg;
+      gg.gemm = g;
+      gg.gemm.c = dw;
+      gg.a_row_sums = db;
+      gg.accumulate_a_row_sums = accumulate;
+      gemm.gemm_gradient(gg);
+      EXPECT_EQ(dw.get(), want_dw.get());
+      EXPECT_EQ(db.get(), want_db.get());
+    }
+}
+
+TEST(backend_cpu_gemm_gradient, SixteenBitDgradRoundsOnceNotTwice) {
+  // The unfused ops round dy·W into dx's dtype and then dz again; the epilogue rounds dz once.
+  CpuBackend be(1);
+  auto& gemm = *sdk::facet<sdk::GemmFacet>(be);
+  const std::int64_t m = 64, n = 64, k = 32;
+  DeviceTensor dy(be, DType::bf16, {m, k}, random_values(static_cast<std::size_t>(m * k), 81));
+  DeviceTensor w(be, DType::bf16, {k, n}, random_values(static_cast<std::size_t>(k * n), 82));
+  DeviceTensor z(be, DType::bf16, {m, n}, random_values(static_cast<std::size_t>(m * n), 83));
+  DeviceTensor dh(be, DType::bf16, {m, n});
+  DeviceTensor twice(be, DType::bf16, {m, n});
+  DeviceTensor once(be, DType::bf16, {m, n});
+  sdk::GemmArgs g;
+  g.a = {dy, false};
+  g.b = {w, false};
+  g.c = dh;
+  g.compute = DType::bf16;
+  gemm.gemm(g);
+  sdk::facet<sdk::ActivationFacet>(be)->activation_backward(sdk::Activation::gelu, z, dh, twice);
+  sdk::GemmGradientArgs gg;
+  gg.gemm = g;
+  gg.gemm.c = once;
+  gg.has_activation_grad = true;
+  gg.pre_activation = z;
+  gemm.gemm_gradient(gg);
+  const auto o = once.get(), t = twice.get(), h = dh.get();
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < o.size(); ++i) {
+    differ += o[i] != t[i];
+    // Only by the extra rounding: half a bf16 step of dy·W times |gelu'| (< 1.13), plus a step.
+    EXPECT_LE(std::abs(o[i] - t[i]), 0x1p-8f * (std::abs(t[i]) + 1.13f * std::abs(h[i]))) << i;
+  }
+  EXPECT_GT(differ, 0u) << "one rounding should differ from two somewhere";
+}
+
 TEST(backend_cpu_gemm_epilogue, EmptyInnerDimensionAppliesTheActivationToBetaCPlusBias) {
   CpuBackend be(1);
   DeviceTensor a(be, DType::fp32, {2, 0});
