@@ -1,5 +1,7 @@
 #include "graph/ops/activation.h"
 
+#include "graph/ops/linear.h"
+
 #include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
 
@@ -29,8 +31,21 @@ void ActivationLayer::forward(TensorView x, std::int64_t rows) {
   facets().call(sdk::ActivationOp::activation_forward)->activation_forward(act_, x, output(rows));
 }
 
+bool ActivationLayer::gradient_in_reader() const {
+  return grad_reader_ != nullptr && grad_reader_->input_gradient_done_;
+}
+
 void ActivationLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
   if (dx.empty()) return;
+  if (gradient_in_reader()) {
+    // The reader's dgrad wrote dz where dy lies: the plan usually made that dx's memory too.
+    if (dx.data == dy.data && dx.dtype == dy.dtype) return;
+    if (dx.dtype == dy.dtype)
+      backend_->copy(dx, dy);
+    else
+      backend_->cast(dy, dx);
+    return;
+  }
   // Fused relu: z was not stored; relu'(z) = [z > 0] = [relu(z) > 0], so the output serves.
   const TensorView in = fused_ && act_ == sdk::Activation::relu ? output(rows) : x;
   facets().call(sdk::ActivationOp::activation_backward)->activation_backward(act_, in, dy, dx);

@@ -92,10 +92,49 @@ TensorView LinearLayer::weight_operand() {
 bool LinearLayer::fuse_reader(Layer& reader) {
   auto* next = dynamic_cast<ActivationLayer*>(&reader);
   if (next == nullptr) return false;
-  if (fused_ != nullptr) fused_->fused_ = false;
+  if (fused_ != nullptr) {
+    fused_->fused_ = false;
+    fused_->producer_ = nullptr;
+  }
   fused_ = next;
+  fused_->producer_ = this;
   update_fusion();
   return true;
+}
+
+bool LinearLayer::fuse_input(std::size_t k, Layer& input) {
+  auto* act = dynamic_cast<ActivationLayer*>(&input);
+  // gemm_gradient defines gelu's gradient only; relu's mask is cheap beside its own pass.
+  if (k != 0 || act == nullptr || act->activation() != sdk::Activation::gelu ||
+      act->producer_ == nullptr)
+    return false;
+  grad_input_ = act;
+  act->grad_reader_ = this;
+  update_fusion();
+  return true;
+}
+
+void LinearLayer::choose_kernels(sdk::DeviceBackend& backend) {
+  // wgrad writes fp32, dgrad the input's gradient dtype (gelu's gradient: the activation's).
+  const DType g = precision_.gemm_input;
+  gradient_gemm_ =
+      !unmet(backend, {sdk::GemmOp::gemm_gradient, {g, g, DType::fp32}}) &&
+      !unmet(backend, {sdk::GemmOp::gemm_gradient, {g, g, storage_of(precision_.activation_grad)}});
+  if (!gradient_gemm_ && fusion_on_ && (bias_ || grad_input_ != nullptr))
+    ops::log_once("linear", "gemm_gradient",
+                  "the backend has no gemm_gradient (gemm facet 1.5) for node '" + name_ +
+                      "' and the linears like it: their backward runs the bias gradients and "
+                      "gelu's gradient as separate passes");
+  update_fusion();
+}
+
+bool LinearLayer::input_gradient_fusable() const {
+  return grad_input_ != nullptr && fusion_on_ && gradient_gemm_ && !scaler_.active() &&
+         !blocks_.active() && loss_chunk_rows() == 0;
+}
+
+bool LinearLayer::bias_grad_in_reader() const {
+  return fused_ != nullptr && fused_->gradient_in_reader();
 }
 
 void LinearLayer::update_fusion() {
@@ -106,6 +145,10 @@ void LinearLayer::update_fusion() {
   // Unfused (the replay), z goes into the relu's output and the relu rectifies it in place; its
   // backward's mask [relu(z) > 0] is [z > 0].
   traits_.output_in_reader = traits_.output_deferred;
+  // The gelu whose gradient this dgrad writes where the gelu's output gradient lies asks the plan
+  // for one buffer for both (activation.h).
+  if (grad_input_ != nullptr)
+    grad_input_->traits_.passes_gradient_through = fusion_on_ && gradient_gemm_;
 }
 
 bool LinearLayer::set_block_scaling(const sdk::BlockScalingFacet* facet) {
@@ -210,7 +253,7 @@ void LinearLayer::forward_rows(TensorView x, TensorView y) {
 }
 
 void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
-  (void)rows;
+  input_gradient_done_ = false;
   if (blocks_.active()) return backward_block_scaled(dy, dx);
   const DType in_storage = storage_of(precision_.gemm_input);
   sdk::GemmOperand dy_g, x_g, w_g;
@@ -225,6 +268,11 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
     if (!weight().frozen) x_g.view = as_dtype(x, in_storage, x_scratch_);  // dW's operand only
     w_g.view = weight_operand();
   }
+  const bool bias_grad = bias_ && !bias().frozen && !bias_grad_in_reader();
+  // wgrad sums the bias gradient as its epilogue when it reads dy as stored (the same terms).
+  const bool bias_in_wgrad = bias_grad && !weight().frozen && gradient_gemm_ && fusion_on_ &&
+                             !scaler_.active() && dy_g.view.data == dy.data &&
+                             dy_g.view.dtype == dy.dtype;
   if (!weight().frozen) {
     // dW[out, in] (+)= dyᵀ[out, rows] · x[rows, in]
     sdk::GemmArgs gw;
@@ -235,23 +283,52 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
     gw.alpha = static_cast<float>(scale_);
     gw.beta = weight().take_grad_beta();
     gw.compute = precision_.gemm_input;
-    facets().call(sdk::GemmOp::gemm)->gemm(gw);
+    if (bias_in_wgrad) {
+      // dbias[out] (+)= Σ_rows dy[rows, out], the row sums of op(A) = dyᵀ
+      sdk::GemmGradientArgs gg;
+      gg.gemm = gw;
+      gg.a_row_sums = bias().grad.view();
+      gg.accumulate_a_row_sums = bias().take_grad_beta() != 0.0f;
+      facets().call(sdk::GemmOp::gemm_gradient)->gemm_gradient(gg);
+    } else {
+      facets().call(sdk::GemmOp::gemm)->gemm(gw);
+    }
   }
-  if (bias_ && !bias().frozen)
+  if (bias_grad && !bias_in_wgrad)
     facets()
         .call(sdk::ActivationOp::bias_grad)
         ->bias_grad(dy, bias().grad.view(), bias().take_grad_beta() != 0.0f);
-  if (!dx.empty()) {
-    // dx[rows, in] = dy[rows, out] · W[out, in]
-    sdk::GemmArgs gx;
-    gx.a = dy_g;
-    gx.a.transpose = false;
-    gx.b = w_g;
-    gx.c = dx;
-    gx.alpha = static_cast<float>(scale_);
-    gx.compute = precision_.gemm_input;
+  if (!dx.empty()) dgrad(dy_g, w_g, dx, rows);
+}
+
+void LinearLayer::dgrad(const sdk::GemmOperand& dy, const sdk::GemmOperand& w, TensorView dx,
+                        std::int64_t rows) {
+  // dx[rows, in] = dy[rows, out] · W[out, in]
+  sdk::GemmArgs gx;
+  gx.a = dy;
+  gx.a.transpose = false;
+  gx.b = w;
+  gx.c = dx;
+  gx.alpha = static_cast<float>(scale_);
+  gx.compute = precision_.gemm_input;
+  if (!input_gradient_fusable()) {
     facets().call(sdk::GemmOp::gemm)->gemm(gx);
+    return;
   }
+  // The gelu before this linear: dz[rows, in] = dx · gelu'(z), z its producer's output, and the
+  // producer's bias gradient Σ_rows dz, all in this GEMM's epilogue.
+  LinearLayer& producer = *grad_input_->producer_;
+  sdk::GemmGradientArgs gg;
+  gg.gemm = gx;
+  gg.has_activation_grad = true;
+  gg.activation = sdk::Activation::gelu;
+  gg.pre_activation = producer.output(rows);
+  if (producer.bias_ && !producer.bias().frozen) {
+    gg.c_column_sums = producer.bias().grad.view();
+    gg.accumulate_c_column_sums = producer.bias().take_grad_beta() != 0.0f;
+  }
+  facets().call(sdk::GemmOp::gemm_gradient)->gemm_gradient(gg);
+  input_gradient_done_ = true;
 }
 
 void LinearLayer::forward_block_scaled(TensorView x, std::int64_t rows) {
@@ -300,7 +377,7 @@ void LinearLayer::backward_block_scaled(TensorView dy, TensorView dx) {
     gw.beta = weight().take_grad_beta();
     facets().call(sdk::GemmOp::gemm_block_scaled)->gemm_block_scaled(gw);
   }
-  if (bias_ && !bias().frozen)
+  if (bias_ && !bias().frozen && !bias_grad_in_reader())
     facets()
         .call(sdk::ActivationOp::bias_grad)
         ->bias_grad(dy, bias().grad.view(), bias().take_grad_beta() != 0.0f);

@@ -11,6 +11,15 @@
 //   data.
 //   set_fusion(false) runs the pair unfused again (the non-finite replay names every tensor that
 //   way).
+// - Backward epilogues (gemm facet 1.5's gemm_gradient, where the backend offers it for this
+//   layer's dtypes and its operands are not FP8- or block-scaled):
+//   - the bias gradient is summed by the wgrad GEMM when that GEMM reads dy as stored;
+//   - a linear whose input is a gelu that another linear runs as its epilogue, and that it alone
+//     reads (fuse_input), computes that gelu's gradient in its dgrad, dz = (dy·W)·gelu'(z) rounded
+//     once, and the producer's bias gradient from dz; the gelu's backward and the producer's
+//     bias_grad then do nothing (activation.h). In FP32 the results are the unfused ones bit for
+//     bit; in 16-bit dz is rounded once where the unfused ops round dy·W and then dz.
+//   set_fusion(false) and model.fuse_epilogues = false run them unfused too.
 // - Weight tying: with tie_weight = "<node>.<param>" the linear owns no weight; it reads and
 //   accumulates into that parameter (an [out, in] matrix, e.g. a token embedding [vocab, C] for
 //   an LM head with in = C, out = vocab). When the owner's working copy is not in this layer's
@@ -58,7 +67,11 @@ class LinearLayer final : public Layer {
   }
   // Takes a relu/gelu reader as this GEMM's epilogue (non-owning; both belong to one model).
   bool fuse_reader(Layer& reader) override;
+  // Takes a gelu input (k = 0) that another linear runs as its epilogue: see the contract above.
+  bool fuse_input(std::size_t k, Layer& input) override;
   void set_fusion(bool on) override;
+  // Asks the backend for gemm_gradient (the backward epilogues) in this layer's dtypes.
+  void choose_kernels(sdk::DeviceBackend& backend) override;
   // Block-scaled GEMMs (block_quantizer.h): no fused epilogue change, the three GEMMs become
   // gemm_block_scaled on operands quantized per pass.
   bool set_block_scaling(const sdk::BlockScalingFacet* facet) override;
@@ -95,6 +108,18 @@ class LinearLayer final : public Layer {
   ActivationLayer* fused_ = nullptr;
   bool fusion_on_ = true;
   void update_fusion();  // epilogue_fused_ and output_deferred from fused_ and fusion_on_
+  // Backward epilogues. gradient_gemm_: the backend runs gemm_gradient for this layer's dtypes;
+  // grad_input_: the gelu input whose gradient this dgrad may compute; input_gradient_done_:
+  // whether the last backward did (the gelu and its producer, whose backwards come after this
+  // one's, read it).
+  friend class ActivationLayer;
+  bool gradient_gemm_ = false;
+  ActivationLayer* grad_input_ = nullptr;
+  bool input_gradient_done_ = false;
+  bool input_gradient_fusable() const;
+  bool bias_grad_in_reader() const;  // the reader's dgrad summed this bias's gradient
+  void dgrad(const sdk::GemmOperand& dy, const sdk::GemmOperand& w, sdk::TensorView dx,
+             std::int64_t rows);
 };
 
 }  // namespace mixtrain::core

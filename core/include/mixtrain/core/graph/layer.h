@@ -283,7 +283,8 @@ class Layer {
   //   relu node becomes a view of this op's output.
   // - fuse_input: the plan offers each op each input k whose producer it alone reads (directly,
   //   not through a view); an op that can run that producer inside its own pass (an add and the
-  //   batch norm before it: BN + add + ReLU) takes it, and set_fusion switches it as above.
+  //   batch norm before it: BN + add + ReLU; a linear and the gelu before it, whose gradient its
+  //   dgrad computes) takes it, and set_fusion switches it as above.
   virtual bool fuse_reader(Layer& /*reader*/) { return false; }
   virtual bool fuse_input(std::size_t /*k*/, Layer& /*input*/) { return false; }
   virtual void set_fusion(bool /*on*/) {}
