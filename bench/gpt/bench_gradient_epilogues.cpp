@@ -1,0 +1,135 @@
+// bench_gradient_epilogues: GPT-2 small's MLP backward (c_fc → gelu → c_proj, C = 768) on the
+// CPU backend, unfused against gemm facet 1.5's gemm_gradient (docs/model-graph.md, "Backward
+// epilogues"), through the facets the model calls:
+// - c_proj's dgrad: gemm into dh [rows, 4C], activation_backward (gelu) into dz, bias_grad of dz
+//   (c_fc's bias), against one gemm_gradient with gelu's gradient and the column sums;
+// - c_proj's wgrad: gemm into dW [C, 4C], bias_grad of dy (c_proj's bias), against one
+//   gemm_gradient with the row sums of dyᵀ.
+// bf16 (GEMM operands and activations) and fp32.
+//
+// Usage: bench_gradient_epilogues [--threads N] [--reps R] [--rows B·T]
+// Per case: 2 warm-up calls, then R calls; the fastest call in ms (best_call_time.h).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "../cnn/best_call_time.h"
+#include "cpu_backend.h"
+#include "mixtrain/sdk/backend_activation.h"
+#include "mixtrain/sdk/backend_gemm.h"
+#include "mixtrain/sdk/support/float_formats.h"
+
+namespace {
+
+using mixtrain::backend_cpu::CpuBackend;
+using mixtrain::bench::best_ms;
+using mixtrain::sdk::DType;
+using mixtrain::sdk::Shape;
+using mixtrain::sdk::TensorView;
+namespace sdk = mixtrain::sdk;
+
+// Backend memory of random values in `dt`, freed with the arena.
+class Arena {
+ public:
+  explicit Arena(CpuBackend& be) : be_(be) {}
+  ~Arena() {
+    for (void* p : owned_) be_.deallocate(p);
+  }
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  TensorView make(DType dt, Shape shape, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> values(static_cast<std::size_t>(shape.numel()));
+    for (auto& v : values) v = dist(rng);
+    TensorView t{nullptr, dt, shape};
+    t.data = be_.allocate(t.bytes());
+    owned_.push_back(t.data);
+    if (dt == DType::fp32)
+      std::memcpy(t.data, values.data(), t.bytes());
+    else
+      sdk::convert(values, std::span(t.as<std::uint16_t>(), values.size()), dt);
+    return t;
+  }
+
+ private:
+  CpuBackend& be_;
+  std::vector<void*> owned_;
+};
+
+void run(CpuBackend& be, std::int64_t rows, DType dt, int reps) {
+  constexpr std::int64_t c = 768, h = 4 * c;
+  Arena a(be);
+  // dy [rows, C]: c_proj's output gradient; W [C, 4C]: c_proj's weight; z [rows, 4C]: c_fc's
+  // output (gelu's input); x [rows, 4C]: gelu's output, c_proj's input.
+  const TensorView dy = a.make(dt, {rows, c}, 1), w = a.make(dt, {c, h}, 2);
+  const TensorView z = a.make(dt, {rows, h}, 3), x = a.make(dt, {rows, h}, 4);
+  const TensorView dh = a.make(dt, {rows, h}, 5), dz = a.make(dt, {rows, h}, 6);
+  const TensorView dw = a.make(DType::fp32, {c, h}, 7);
+  const TensorView fc_bias = a.make(DType::fp32, {h}, 8), proj_bias = a.make(DType::fp32, {c}, 9);
+  auto* gemm = sdk::facet<sdk::GemmFacet>(be);
+  auto* act = sdk::facet<sdk::ActivationFacet>(be);
+
+  sdk::GemmArgs dgrad;  // dh[rows, 4C] = dy[rows, C] · W[C, 4C]
+  dgrad.a.view = dy;
+  dgrad.b.view = w;
+  dgrad.c = dh;
+  dgrad.compute = dt;
+  const double unfused_dgrad = best_ms(
+      [&] {
+        gemm->gemm(dgrad);
+        act->activation_backward(sdk::Activation::gelu, z, dh, dz);
+        act->bias_grad(dz, fc_bias, false);
+      },
+      reps);
+  sdk::GemmGradientArgs fused;
+  fused.gemm = dgrad;
+  fused.gemm.c = dz;
+  fused.has_activation_grad = true;
+  fused.pre_activation = z;
+  fused.c_column_sums = fc_bias;
+  const double fused_dgrad = best_ms([&] { gemm->gemm_gradient(fused); }, reps);
+
+  sdk::GemmArgs wgrad;  // dW[C, 4C] = dyᵀ[C, rows] · x[rows, 4C]
+  wgrad.a.view = dy;
+  wgrad.a.transpose = true;
+  wgrad.b.view = x;
+  wgrad.c = dw;
+  wgrad.compute = dt;
+  const double unfused_wgrad = best_ms(
+      [&] {
+        gemm->gemm(wgrad);
+        act->bias_grad(dy, proj_bias, false);
+      },
+      reps);
+  sdk::GemmGradientArgs summed;
+  summed.gemm = wgrad;
+  summed.a_row_sums = proj_bias;
+  const double fused_wgrad = best_ms([&] { gemm->gemm_gradient(summed); }, reps);
+  std::printf("%6lld %-5s %10.2f %10.2f %6.3fx %10.2f %10.2f %6.3fx\n",
+              static_cast<long long>(rows), sdk::dtype_name(dt).data(), unfused_dgrad, fused_dgrad,
+              unfused_dgrad / fused_dgrad, unfused_wgrad, fused_wgrad, unfused_wgrad / fused_wgrad);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"GPT-2 small's MLP backward, unfused against gemm_gradient's epilogues"};
+  int threads = 2, reps = 10;
+  std::int64_t rows = 2048;
+  app.add_option("--threads", threads, "CPU backend threads")->check(CLI::Range(1, 1024));
+  app.add_option("--reps", reps, "timed calls per case")->check(CLI::Range(1, 100000));
+  app.add_option("--rows", rows, "B·T, the rows of the MLP's activations")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  CLI11_PARSE(app, argc, argv);
+  CpuBackend be(threads);
+  std::printf("threads %d, C 768, best of %d calls, ms\n", threads, reps);
+  std::printf("%6s %-5s %10s %10s %7s %10s %10s %7s\n", "rows", "dtype", "dgrad+3", "fused", "gain",
+              "wgrad+1", "fused", "gain");
+  for (DType dt : {DType::bf16, DType::fp32}) run(be, rows, dt, reps);
+  return 0;
+}
