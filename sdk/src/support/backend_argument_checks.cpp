@@ -338,7 +338,7 @@ BackendArgumentChecks::GemmShape BackendArgumentChecks::gemm_gradient_shape(
            "pre_activation is " + describe(args.pre_activation) + " but C is [" +
                std::to_string(s.m) + ", " + std::to_string(s.n) + "]",
            "pass the forward's z, which has C's shape");
-    if (overlaps(args.c, args.pre_activation))
+    if (overlaps(g.c, args.pre_activation))
       fail(op, "pre_activation and C overlap",
            "give C its own buffer (pre_activation is read while C is written)");
   } else if (!args.pre_activation.empty()) {
@@ -348,7 +348,7 @@ BackendArgumentChecks::GemmShape BackendArgumentChecks::gemm_gradient_shape(
   if (!args.c_column_sums.empty()) {
     require_fp32(op, "c_column_sums", args.c_column_sums);
     require_numel(op, "c_column_sums", args.c_column_sums, s.n);
-    if (overlaps(args.c, args.c_column_sums))
+    if (overlaps(g.c, args.c_column_sums))
       fail(op, "c_column_sums and C overlap", "give the sums their own buffer");
   }
   if (!args.a_row_sums.empty()) {
@@ -362,7 +362,7 @@ BackendArgumentChecks::GemmShape BackendArgumentChecks::gemm_gradient_shape(
     if (at != DType::fp32 && at != DType::bf16 && at != DType::fp16)
       fail(op, "a_row_sums asks for the sums of A " + describe(g.a.view),
            "sum a 16/32-bit A only (an fp8 A's values need its scale): use bias_grad");
-    if (overlaps(args.c, args.a_row_sums))
+    if (overlaps(g.c, args.a_row_sums))
       fail(op, "a_row_sums and C overlap", "give the sums their own buffer");
   }
   return s;
