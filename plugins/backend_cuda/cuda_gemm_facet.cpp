@@ -1,14 +1,14 @@
 // CudaGemm: GEMMs through the context's cuBLASLt engine (cuda_gemm.cpp), block-scaled ones through
 // its block-scaled engine (cuda_block_scaled_gemm.cpp) and the quantize kernels (fp8-block:
-// cuda_block_quantize.h; MXFP8 / NVFP4: cuda_byte_scaled_quantize.h).
+// cuda_block_quantize.h; MXFP8 / NVFP4: cuda_byte_scaled_quantize.h); gemm_gradient through the
+// cuBLASLt engine and the column-sum kernel of bias_grad (cuda_activation.h).
 #include "cuda_gemm_facet.h"
 
 #include <cublasLt.h>
 #include <cublas_api.h>
 
-#include <stdexcept>
-
 #include <algorithm>
+#include <stdexcept>
 
 #include "cuda_access.h"
 #include "cuda_activation.h"
