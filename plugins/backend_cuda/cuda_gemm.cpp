@@ -44,8 +44,10 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
-// The route question for one GEMM of `args` whose A and B enter cuBLASLt as `input`.
-GemmRouteQuery route_query(const sdk::GemmArgs& args, DType input, std::int64_t n) {
+// The route question for one GEMM of `args` whose A and B enter cuBLASLt as `input`; grad_pre:
+// gemm_gradient's pre_activation for gelu's gradient, or null.
+GemmRouteQuery route_query(const sdk::GemmArgs& args, DType input, std::int64_t n,
+                           const sdk::TensorView* grad_pre) {
   GemmRouteQuery q;
   q.input = input;
   q.c = storage_of(args.c.dtype);
@@ -55,6 +57,11 @@ GemmRouteQuery route_query(const sdk::GemmArgs& args, DType input, std::int64_t 
   q.pre_activation = !args.pre_activation.empty();
   q.pre_activation_dtype = storage_of(args.pre_activation.dtype);
   q.n = n;
+  if (grad_pre != nullptr) {
+    q.activation_grad = true;
+    q.pre_activation_dtype = storage_of(grad_pre->dtype);
+    q.beta_nonzero = args.beta != 0.0f;
+  }
   return q;
 }
 
@@ -70,7 +77,8 @@ bool epilogue_has_bias(cublasLtEpilogue_t e) {
 }
 
 bool epilogue_has_aux(cublasLtEpilogue_t e) {
-  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+         e == CUBLASLT_EPILOGUE_DGELU;
 }
 
 // The cuBLASLt epilogue for a bias, an activation and a gelu aux output, each optional.
@@ -198,7 +206,8 @@ GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
                                      sizeof placeholder);
     }
     if (epilogue_has_aux(epi)) {
-      const std::int64_t aux_ld = key.m;  // the aux matrix is laid out like D
+      // The aux matrix (GELU_AUX's output, DGELU's input) is laid out like D.
+      const std::int64_t aux_ld = key.m;
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                      &placeholder, sizeof placeholder);
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
@@ -457,7 +466,7 @@ GemmEngine::Operand GemmEngine::padded(const Operand& in, DeviceScratch& scratch
 
 bool GemmEngine::run_realigned(const sdk::GemmArgs& args, const Operand& a, const Operand& b,
                                const Realign& realign, bool tf32, std::int64_t m, std::int64_t n,
-                               std::int64_t k) {
+                               std::int64_t k, const sdk::TensorView* grad_pre) {
   const Operand x = realign.a ? padded(a, scratch_a_) : a;
   const Operand y = realign.b ? padded(b, scratch_b_) : b;
   const DType c_dtype = storage_of(args.c.dtype);
@@ -474,9 +483,10 @@ bool GemmEngine::run_realigned(const sdk::GemmArgs& args, const Operand& a, cons
                                    static_cast<std::size_t>(m), cudaMemcpyDeviceToDevice, stream_),
                  "gemm", "C realignment copy");
   }
-  for (const GemmRoute& route : gemm_routes(route_query(args, x.dtype, n))) {
+  for (const GemmRoute& route : gemm_routes(route_query(args, x.dtype, n, grad_pre))) {
     if (realign.c && !route_writes_c_directly(route)) continue;
-    if (!try_run(g, x, y, args.alpha, tf32, false, route, m, n, k, Batch{}, ldc)) continue;
+    if (!try_run(g, x, y, args.alpha, tf32, false, route, m, n, k, Batch{}, ldc, grad_pre))
+      continue;
     if (realign.c)
       check_cuda(cudaMemcpy2DAsync(args.c.data, static_cast<std::size_t>(n * c_size), g.c.data,
                                    static_cast<std::size_t>(ldc * c_size),
@@ -490,10 +500,17 @@ bool GemmEngine::run_realigned(const sdk::GemmArgs& args, const Operand& a, cons
 
 bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Operand& b, float alpha,
                          bool tf32, bool fp8_scales, const GemmRoute& route, std::int64_t m,
-                         std::int64_t n, std::int64_t k, const Batch& batch, std::int64_t ldc) {
+                         std::int64_t n, std::int64_t k, const Batch& batch, std::int64_t ldc,
+                         const sdk::TensorView* grad_pre) {
   const DType c_dtype = storage_of(args.c.dtype);
-  const cublasLtEpilogue_t epilogue = epilogue_for(route.bias_in_epilogue, route.activation_in_epilogue,
-                                                   args.activation, route.aux_in_epilogue);
+  const cublasLtEpilogue_t epilogue =
+      route.dgelu_in_epilogue ? CUBLASLT_EPILOGUE_DGELU
+                              : epilogue_for(route.bias_in_epilogue, route.activation_in_epilogue,
+                                             args.activation, route.aux_in_epilogue);
+  // The aux matrix: the forward's pre_activation (written) or gemm_gradient's (read).
+  const void* aux_ptr = route.aux_in_epilogue     ? args.pre_activation.data
+                        : route.dgelu_in_epilogue ? grad_pre->data
+                                                  : nullptr;
   const bool compute_tf32 = tf32 && a.dtype == DType::fp32 && b.dtype == DType::fp32;
   // A narrowed bias lives in scratch_bias_ (256-byte aligned); it is written below, once the plan
   // is known to be usable.
@@ -515,7 +532,7 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
   int epi_align = 256;
   if (route.bias_in_epilogue && route.bias_dtype == DType::fp32)
     epi_align = std::min(epi_align, alignment_of(bias_ptr));
-  if (route.aux_in_epilogue) epi_align = std::min(epi_align, alignment_of(args.pre_activation.data));
+  if (aux_ptr != nullptr) epi_align = std::min(epi_align, alignment_of(aux_ptr));
   const Key key{{n, m, k, b.transpose, a.transpose},
                 static_cast<int>(cuda_type(b.dtype)),
                 static_cast<int>(cuda_type(a.dtype)),
@@ -577,12 +594,11 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
     check_cublas(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                 &bias_ptr, sizeof bias_ptr),
                  "setting the bias pointer");
-  if (route.aux_in_epilogue) {
-    void* aux = args.pre_activation.data;
-    check_cublas(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                                &aux, sizeof aux),
-                 "setting the pre_activation (aux) pointer");
-  }
+  if (aux_ptr != nullptr)
+    check_cublas(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                       &aux_ptr, sizeof aux_ptr),
+        "setting the pre_activation (aux) pointer");
   if (fp8_scales) {
     float host_scales[kScaleStride + 1] = {};
     host_scales[0] = b.scale_inv;  // cuBLASLt's A is our B
@@ -651,6 +667,12 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
     check_cuda(kernels::activation_forward(activation_code(args.activation), d, kernels::Elem::f32,
                                            args.c.data, elem_of(c_dtype), m * n, stream_),
                "gemm", "activation epilogue kernel");
+  // z (fp32 D; C itself when C is fp32, read and written in place) times gelu'(pre), one rounding.
+  if (route.activation_grad_by_kernel)
+    check_cuda(kernels::activation_backward(activation_code(sdk::Activation::gelu), grad_pre->data,
+                                            elem_of(grad_pre->dtype), d, kernels::Elem::f32,
+                                            args.c.data, elem_of(c_dtype), m * n, stream_),
+               "gemm_gradient", "activation gradient kernel");
   if (route.encode_by_kernel)
     per_batch(d, [&](void* c, void* dd, std::int64_t count) {
       check_cuda(kernels::cast(dd, kernels::Elem::f32, c, elem_of(c_dtype), false, count, 1.0f,
@@ -704,7 +726,12 @@ void GemmEngine::run_batched(const sdk::GemmBatchedArgs& args) {
   }
 }
 
-void GemmEngine::run_impl(const sdk::GemmArgs& args, const Batch& batch) {
+void GemmEngine::run_gradient(const sdk::GemmGradientArgs& args) {
+  run_impl(args.gemm, Batch{}, args.has_activation_grad ? &args.pre_activation : nullptr);
+}
+
+void GemmEngine::run_impl(const sdk::GemmArgs& args, const Batch& batch,
+                          const sdk::TensorView* grad_pre) {
   const auto& av = args.a.view;
   const auto& bv = args.b.view;
   if (!is_gemm_input(av.dtype) || !is_gemm_input(bv.dtype))
@@ -725,7 +752,8 @@ void GemmEngine::run_impl(const sdk::GemmArgs& args, const Batch& batch) {
     // once, as the CPU reference does.
     void* z = args.c.data;
     kernels::Elem z_elem = c_elem;
-    const bool via_fp32 = args.has_activation || c_elem != kernels::Elem::f32;
+    const bool via_fp32 =
+        args.has_activation || grad_pre != nullptr || c_elem != kernels::Elem::f32;
     if (via_fp32) {
       z = scratch_d_.get(static_cast<std::size_t>(m * n) * sizeof(float), stream_, "gemm");
       z_elem = kernels::Elem::f32;
@@ -743,7 +771,12 @@ void GemmEngine::run_impl(const sdk::GemmArgs& args, const Batch& batch) {
     if (has_bias)
       check_cuda(kernels::add_bias(z, z_elem, args.bias.data, kernels::Elem::f32, m, n, stream_),
                  "gemm", "bias kernel");
-    if (args.has_activation) {
+    if (grad_pre != nullptr) {
+      check_cuda(kernels::activation_backward(activation_code(sdk::Activation::gelu),
+                                              grad_pre->data, elem_of(grad_pre->dtype), z, z_elem,
+                                              args.c.data, c_elem, m * n, stream_),
+                 "gemm_gradient", "activation gradient kernel");
+    } else if (args.has_activation) {
       if (!args.pre_activation.empty())
         check_cuda(kernels::cast(z, z_elem, args.pre_activation.data,
                                  elem_of(args.pre_activation.dtype), false, m * n, 1.0f, false,
@@ -769,8 +802,9 @@ void GemmEngine::run_impl(const sdk::GemmArgs& args, const Batch& batch) {
 
   // Output strategies in order of preference for given input types.
   auto attempt = [&](const Operand& x, const Operand& y, float alpha, bool fp8_scales) {
-    for (const GemmRoute& route : gemm_routes(route_query(args, x.dtype, n)))
-      if (try_run(args, x, y, alpha, tf32, fp8_scales, route, m, n, k, batch)) return true;
+    for (const GemmRoute& route : gemm_routes(route_query(args, x.dtype, n, grad_pre)))
+      if (try_run(args, x, y, alpha, tf32, fp8_scales, route, m, n, k, batch, 0, grad_pre))
+        return true;
     return false;
   };
 
@@ -783,7 +817,7 @@ void GemmEngine::run_impl(const sdk::GemmArgs& args, const Batch& batch) {
   if (a.dtype == b.dtype && !sdk::is_fp8(a.dtype)) {
     if (tuning_.realign && batch.count <= 1) {
       const Realign r = realign_for({a.dtype, a.cols, b.cols, c_dtype, m, n, k, false});
-      if (r.any() && run_realigned(args, a, b, r, tf32, m, n, k)) return;
+      if (r.any() && run_realigned(args, a, b, r, tf32, m, n, k, grad_pre)) return;
     }
     if (attempt(a, b, args.alpha, false)) return;
   }
@@ -799,7 +833,7 @@ void GemmEngine::run_impl(const sdk::GemmArgs& args, const Batch& batch) {
       g.a.view.data = at(av.data, av.dtype, batch.stride_a);
       g.b.view.data = at(bv.data, bv.dtype, batch.stride_b);
       g.c.data = at(args.c.data, args.c.dtype, batch.stride_c);
-      run_impl(g, Batch{});
+      run_impl(g, Batch{}, grad_pre);
     }
     return;
   } else if (sdk::is_fp8(a.dtype) && sdk::is_fp8(b.dtype)) {

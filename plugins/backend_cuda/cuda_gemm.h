@@ -26,6 +26,14 @@
 //   kernels write pre_activation and act(z) into C, still rounding once; a 16-bit C is never
 //   written as z first, so a fused GEMM never rounds twice. The routes, in order, and what each
 //   leaves to kernels are cuda_gemm_routes.h's (host-tested).
+// - Backward epilogues (run_gradient, gemm facet 1.5): with gelu's gradient, z (FP32, after
+//   alpha and beta) times gelu'(pre_activation) rides CUBLASLT_EPILOGUE_DGELU (aux pointer = the
+//   pre_activation, aux ld = our n) where cuBLASLt can take it: 16/32-bit inputs, beta == 0, the
+//   pre_activation in D's dtype, n % 8 == 0 (D is C, or fp32 scratch with an fp32 pre_activation,
+//   encoded once into C). Otherwise (FP8 operands, beta != 0, another pre_activation dtype, odd n,
+//   or a DGELU plan cuBLASLt declines) D is fp32 (C itself when fp32, else scratch) and one kernel
+//   (kernels::activation_backward) multiplies it by gelu' in FP32 and rounds once into C. The
+//   column / row sums are the facet's (cuda_gemm_facet.h), never cuBLASLt's BGRAD epilogues.
 // - Strided-batched GEMMs (run_batched) are one cuBLASLt matmul over every batch:
 //   CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and STRIDED_BATCH_OFFSET on the A, B and D layouts, when A
 //   and B share a non-FP8 dtype (fp32/tf32, bf16, fp16: attention's QKᵀ and PV) and the strides
@@ -75,6 +83,7 @@
 
 #include "cuda_gemm_routes.h"
 #include "cuda_scratch.h"
+#include "mixtrain/sdk/backend_gemm.h"
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/facet_list.h"
 #include "mixtrain/sdk/support/gemm_plan_key.h"
@@ -109,6 +118,9 @@ class GemmEngine {
   void run(const sdk::GemmArgs& args);
   // gemm_strided_batched; the caller has checked the arguments (gemm_batched_shape).
   void run_batched(const sdk::GemmBatchedArgs& args);
+  // gemm_gradient's GEMM and activation gradient (not its sums); the caller has checked the
+  // arguments (gemm_gradient_shape).
+  void run_gradient(const sdk::GemmGradientArgs& args);
 
   bool fp8_native() const { return sm_ >= 89; }
   bool realigns() const { return tuning_.realign; }
@@ -198,17 +210,21 @@ class GemmEngine {
   Plan create_plan(const Key& key);
   // Tries one strategy; false when cuBLASLt declines it (nothing was written then).
   // ldc: C's leading dimension when it is a realigned scratch (0: packed).
+  // grad_pre: gemm_gradient's pre_activation when it asks for gelu's gradient, else null.
   bool try_run(const sdk::GemmArgs& args, const Operand& a, const Operand& b, float alpha,
                bool tf32, bool fp8_scales, const GemmRoute& route, std::int64_t m, std::int64_t n,
-               std::int64_t k, const Batch& batch, std::int64_t ldc = 0);
+               std::int64_t k, const Batch& batch, std::int64_t ldc = 0,
+               const sdk::TensorView* grad_pre = nullptr);
   // One 16-bit GEMM on realigned copies (GemmTuning::realign); false when no route ran.
   bool run_realigned(const sdk::GemmArgs& args, const Operand& a, const Operand& b,
                      const Realign& realign, bool tf32, std::int64_t m, std::int64_t n,
-                     std::int64_t k);
+                     std::int64_t k, const sdk::TensorView* grad_pre);
   // `in` copied into `scratch` with its rows padded to 16 bytes (aligned_ld).
   Operand padded(const Operand& in, DeviceScratch& scratch);
-  // run() for one GEMM (batch.count 1) or, when run_batched chose it, a native strided batch.
-  void run_impl(const sdk::GemmArgs& args, const Batch& batch);
+  // run() for one GEMM (batch.count 1) or, when run_batched chose it, a native strided batch;
+  // run_gradient() with grad_pre.
+  void run_impl(const sdk::GemmArgs& args, const Batch& batch,
+                const sdk::TensorView* grad_pre = nullptr);
   Operand decoded(const Operand& in, sdk::DType to, bool apply_scale,
                   DeviceScratch& scratch);
   Operand transposed(const Operand& in, DeviceScratch& scratch);

@@ -1,14 +1,17 @@
 // CudaGemm: GEMMs through the context's cuBLASLt engine (cuda_gemm.cpp), block-scaled ones through
 // its block-scaled engine (cuda_block_scaled_gemm.cpp) and the quantize kernels (fp8-block:
-// cuda_block_quantize.h; MXFP8 / NVFP4: cuda_byte_scaled_quantize.h).
+// cuda_block_quantize.h; MXFP8 / NVFP4: cuda_byte_scaled_quantize.h); gemm_gradient through the
+// cuBLASLt engine and the column-sum kernel of bias_grad (cuda_activation.h).
 #include "cuda_gemm_facet.h"
 
 #include <cublasLt.h>
 #include <cublas_api.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "cuda_access.h"
+#include "cuda_activation.h"
 #include "cuda_block_quantize.h"
 #include "cuda_block_scaled_gemm.h"
 #include "cuda_byte_scaled_quantize.h"
@@ -104,6 +107,33 @@ void CudaGemm::gemm_strided_batched(const sdk::GemmBatchedArgs& args) {
   context_.activate();
   checks().gemm_batched_shape(args);
   context_.gemm->run_batched(args);
+  context_.account_buffers();
+}
+
+void CudaGemm::gemm_gradient(const sdk::GemmGradientArgs& args) {
+  context_.activate();
+  const auto [m, n, k] = checks().gemm_gradient_shape(args);
+  context_.gemm->run_gradient(args);
+  const bool c_sums = !args.c_column_sums.empty(), a_sums = !args.a_row_sums.empty();
+  if (c_sums || a_sums) {
+    // One scratch for both: the second reduction reuses it after the first on the same stream.
+    std::size_t floats = 1;
+    if (c_sums) floats = std::max(floats, kernels::column_sum_scratch(m, n));
+    if (a_sums) floats = std::max(floats, kernels::column_sum_scratch(k, m));
+    float* partial = context_.partial.as<float>(floats, context_.stream, "gemm_gradient");
+    // C is [m, n] as stored (after its single rounding).
+    if (c_sums)
+      check_cuda(kernels::bias_grad(args.gemm.c.data, elem_of(args.gemm.c.dtype),
+                                    args.c_column_sums.as<float>(), m, n,
+                                    args.accumulate_c_column_sums, partial, context_.stream),
+                 "gemm_gradient", "column sums of C");
+    // A is stored [k, m] (transposed, checked): Σ_k op(A)[i, k] is the column sum of its column i.
+    if (a_sums)
+      check_cuda(kernels::bias_grad(args.gemm.a.view.data, elem_of(args.gemm.a.view.dtype),
+                                    args.a_row_sums.as<float>(), k, m, args.accumulate_a_row_sums,
+                                    partial, context_.stream),
+                 "gemm_gradient", "row sums of op(A)");
+  }
   context_.account_buffers();
 }
 

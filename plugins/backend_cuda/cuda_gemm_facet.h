@@ -15,6 +15,13 @@
 //   wgrad's operands reach the GEMM with their reduction dim contiguous; gemm_block_scaled:
 //   BlockScaledGemmEngine (cuda_block_scaled_gemm.h).
 //   Both check their views and raise BackendError for a layout they do not run.
+// - gemm_gradient (facet 1.5) answers supports() as gemm does (the same triples run). Its GEMM and
+//   gelu's gradient are GemmEngine::run_gradient's (cuda_gemm.h: DGELU or an fp32 GEMM and one
+//   gradient kernel, rounding once); then c_column_sums are the column sums of C as stored and
+//   a_row_sums the column sums of the stored A [k, m], each by the reproducible column-sum kernel
+//   the activation facet's bias_grad runs (cuda_column_sums.h), so they equal bias_grad on C and
+//   on A bit for bit. Not cuBLASLt's BGRAD epilogues: their order of summation and whether they
+//   accumulate are not the contract's, and they would not equal bias_grad.
 // - Scratch the engines grow is folded into the backend's memory statistics after each call.
 #pragma once
 
@@ -36,6 +43,7 @@ class CudaGemm final : public sdk::GemmFacet {
   void gemm_strided_batched(const sdk::GemmBatchedArgs& args) override;
   void quantize_block_scaled(const sdk::BlockQuantizeArgs& args) override;
   void gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) override;
+  void gemm_gradient(const sdk::GemmGradientArgs& args) override;
   std::string block_layout_refusal(const sdk::BlockScaledLayout& layout) const override;
   bool quantizes_transposed() const override;
 

@@ -10,6 +10,8 @@ using sdk::DType;
 
 bool gemm_supported(const sdk::BackendCapabilities& caps, sdk::GemmOp op,
                     std::span<const DType> dtypes) {
+  // gemm_gradient runs its GEMM through the same engine routes as gemm (cuda_gemm.h).
+  if (op == sdk::GemmOp::gemm_gradient) op = sdk::GemmOp::gemm;
   if (!sdk::signature_accepts(op, dtypes)) return false;
   for (std::size_t i = 0; i < dtypes.size() && i < 2; ++i)
     if (!caps.supports(dtypes[i])) return false;
@@ -52,10 +54,38 @@ std::optional<GemmRoute> route(const GemmRouteQuery& q, GemmRoute::Output output
   return r;
 }
 
+// gemm_gradient with gelu's gradient: DGELU where cuBLASLt takes it (D = C, then D in fp32), then
+// a plain GEMM into fp32 and the gradient kernel.
+std::vector<GemmRoute> gradient_routes(const GemmRouteQuery& q) {
+  using Output = GemmRoute::Output;
+  const bool sixteen_or_32 =
+      q.input == DType::fp32 || q.input == DType::bf16 || q.input == DType::fp16;
+  const bool dgelu = sixteen_or_32 && !q.beta_nonzero && q.n % 8 == 0;
+  std::vector<GemmRoute> routes;
+  auto add_dgelu = [&](Output output, DType d) {
+    if (!dgelu || q.pre_activation_dtype != d) return;
+    GemmRoute r;
+    r.output = output;
+    r.d_dtype = d;
+    r.dgelu_in_epilogue = true;
+    r.encode_by_kernel = d != q.c;
+    routes.push_back(r);
+  };
+  if (gemm_direct_output(q.input, q.c)) add_dgelu(Output::direct, q.c);
+  if (q.c != DType::fp32) add_dgelu(Output::fp32_epilogue, DType::fp32);
+  GemmRoute last;  // D is an fp32 C itself (the kernel runs in place), else fp32 scratch
+  last.output = q.c == DType::fp32 ? Output::direct : Output::fp32_epilogue;
+  last.d_dtype = DType::fp32;
+  last.activation_grad_by_kernel = true;
+  routes.push_back(last);
+  return routes;
+}
+
 }  // namespace
 
 std::vector<GemmRoute> gemm_routes(const GemmRouteQuery& q) {
   using Output = GemmRoute::Output;
+  if (q.activation_grad) return gradient_routes(q);
   std::vector<Output> outputs;
   if (gemm_direct_output(q.input, q.c)) {
     outputs.push_back(Output::direct);
@@ -92,7 +122,8 @@ bool route_writes_c_directly(const GemmRoute& r) {
   return (r.output == GemmRoute::Output::direct ||
           r.output == GemmRoute::Output::direct_narrow_bias) &&
          !r.bias_by_kernel && !r.aux_in_epilogue && !r.pre_activation_by_kernel &&
-         !r.activation_by_kernel && !r.encode_by_kernel;
+         !r.activation_by_kernel && !r.encode_by_kernel && !r.dgelu_in_epilogue &&
+         !r.activation_grad_by_kernel;
 }
 
 }  // namespace mixtrain::backend_cuda

@@ -10,6 +10,13 @@
 //   and n % 8 == 0 (cuBLASLt's aux leading-dimension rule).
 // - The last route uses no cuBLASLt epilogue (plain GEMM into fp32 or into an fp32 C), so a GEMM
 //   whose inputs cuBLASLt runs at all always has a route that runs.
+// - gemm_gradient's routes (activation_grad): z = alpha*op(A)op(B) + beta*C in FP32, times
+//   gelu'(pre) in FP32, rounded once into C. DGELU rides cuBLASLt only with 16/32-bit inputs (FP8
+//   aux types have their own rules), beta == 0 (cublasLt.h applies the gradient to the "matmul
+//   output" without saying whether beta*C is in it), the pre_activation in D's dtype (cuBLASLt's
+//   default aux type) and n % 8 == 0 (the aux leading-dimension rule); the last route is a plain
+//   GEMM into fp32 and a kernel (activation_backward) that multiplies by gelu' and rounds once
+//   into C. No BGRAD epilogue: the sums are the facet's (cuda_gemm_facet.h).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +30,7 @@ namespace mixtrain::backend_cuda {
 
 // CudaGemm's answer to GemmFacet::supports: the SDK's signature and, for A and B, a dtype
 // `caps` (the device's capabilities()) lists — no FP8 before sm_89, where emulating it would only
-// be slower than bf16.
+// be slower than bf16. gemm_gradient (no SDK row) answers as gemm: every triple gemm runs, it runs.
 bool gemm_supported(const sdk::BackendCapabilities& caps, sdk::GemmOp op,
                     std::span<const sdk::DType> dtypes);
 
@@ -42,6 +49,10 @@ struct GemmRoute {
   bool pre_activation_by_kernel = false;     // a cast kernel writes z (fp32 D) into pre_activation
   bool activation_by_kernel = false;         // a kernel writes act(z) from fp32 D into C
   bool encode_by_kernel = false;             // a cast kernel rounds fp32 D into a 16-bit C
+  // gemm_gradient: DGELU multiplies z by gelu'(pre_activation) in cuBLASLt's epilogue; or a kernel
+  // multiplies the fp32 D by gelu'(pre_activation) and rounds once into C.
+  bool dgelu_in_epilogue = false;
+  bool activation_grad_by_kernel = false;
 };
 
 struct GemmRouteQuery {
@@ -53,6 +64,10 @@ struct GemmRouteQuery {
   bool pre_activation = false;
   sdk::DType pre_activation_dtype = sdk::DType::fp32;
   std::int64_t n = 0;
+  // gemm_gradient with has_activation_grad: gelu's gradient from a pre_activation of
+  // pre_activation_dtype (bias, activation and pre_activation unset then).
+  bool activation_grad = false;
+  bool beta_nonzero = false;
 };
 
 // Output types cuBLASLt offers for an input type with FP32 compute (cuBLASLt's type table).
@@ -85,8 +100,8 @@ struct Realign {
   bool any() const { return a || b || c; }
 };
 Realign realign_for(const RealignQuery& q);
-// Whether a route leaves C to cuBLASLt alone (no kernel after the matmul, no aux): the only ones a
-// padded C takes, since the kernels after it read and write C packed.
+// Whether a route leaves C to cuBLASLt alone (no kernel after the matmul, no aux, no DGELU): the
+// only ones a padded C takes, since the kernels after it read and write C packed.
 bool route_writes_c_directly(const GemmRoute& r);
 
 }  // namespace mixtrain::backend_cuda

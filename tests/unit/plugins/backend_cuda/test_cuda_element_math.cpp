@@ -340,6 +340,61 @@ TEST(cuda_element_math, ReluKeepsTheCpuComparisons) {
   }
 }
 
+// gemm_gradient's fallback (plugins/backend_cuda/cuda_gemm.h): an fp32 GEMM result z, then the
+// activation-gradient kernel (kernels::activation_backward, dy = z in fp32) stores z · gelu'(pre)
+// rounded once into C. Its element rule, composed as act_bwd_kernel composes it, against the CPU
+// formula's z · gelu'(pre) rounded once by the SDK: not bit for bit (tanh_f32 is not std::tanh),
+// but within the gelu_grad bound above (4 ulps at the terms' scale, times |z|) plus the product's
+// rounding; a 16-bit C is the CPU's value or one unit of its format from it, and nearly always
+// the same bits.
+template <class Pre, class C>
+void check_gradient_fallback(sdk::DType pre_t, sdk::DType c_t) {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> zs(-4.0f, 4.0f), xs(-6.0f, 6.0f);
+  constexpr int kSamples = 20000;
+  int same_bits = 0;
+  for (int i = 0; i < kSamples; ++i) {
+    const typename Pre::T pre = Pre::store(xs(rng), false);  // the pre_activation as stored
+    const float x = Pre::load(pre), z = zs(rng);
+    const typename C::T stored = C::store(el::activation_grad<1>(x, st::F32::load(z)), false);
+    const float got = C::load(stored);
+    const float product = z * cpu_gelu_grad(x);
+    const float want = c_t == sdk::DType::bf16   ? sdk::decode_bf16(sdk::encode_bf16(product))
+                       : c_t == sdk::DType::fp16 ? sdk::decode_fp16(sdk::encode_fp16(product))
+                                                 : product;
+    const double ax = std::fabs(static_cast<double>(x));
+    const double terms = 0.5 * (1.0 + ax * kGeluK * (1.0 + 3.0 * kGeluC * ax * ax));
+    const double fp32_bound =
+        std::fabs(z) * 4.0 * ulp_at(terms) + ulp_at(static_cast<double>(product));
+    // One unit of C's format at the result (bf16: 8 significant bits, fp16: 11, subnormal 2^-24).
+    const double unit = c_t == sdk::DType::bf16   ? ulp_at(want) * 0x1p16
+                        : c_t == sdk::DType::fp16 ? std::max(ulp_at(want) * 0x1p13, 0x1p-24)
+                                                  : 0.0;
+    ASSERT_LE(std::fabs(static_cast<double>(got) - want), fp32_bound + unit)
+        << "pre " << sdk::dtype_name(pre_t) << " C " << sdk::dtype_name(c_t) << ": x " << x << " z "
+        << z << " got " << got << " want " << want;
+    same_bits += bits(got) == bits(want);
+  }
+  std::printf("gemm_gradient fallback, pre %s, C %s: %d of %d the CPU's bits\n",
+              std::string(sdk::dtype_name(pre_t)).c_str(),
+              std::string(sdk::dtype_name(c_t)).c_str(), same_bits, kSamples);
+  if (c_t != sdk::DType::fp32) {
+    EXPECT_GE(same_bits, kSamples - kSamples / 100);
+  }
+}
+
+TEST(cuda_element_math, GemmGradientFallbackRoundsTheProductOnceNearTheCpu) {
+  check_gradient_fallback<st::F32, st::F32>(sdk::DType::fp32, sdk::DType::fp32);
+  check_gradient_fallback<st::F32, st::Bf16>(sdk::DType::fp32, sdk::DType::bf16);
+  check_gradient_fallback<st::F32, st::F16>(sdk::DType::fp32, sdk::DType::fp16);
+  check_gradient_fallback<st::Bf16, st::F32>(sdk::DType::bf16, sdk::DType::fp32);
+  check_gradient_fallback<st::Bf16, st::Bf16>(sdk::DType::bf16, sdk::DType::bf16);
+  check_gradient_fallback<st::Bf16, st::F16>(sdk::DType::bf16, sdk::DType::fp16);
+  check_gradient_fallback<st::F16, st::F32>(sdk::DType::fp16, sdk::DType::fp32);
+  check_gradient_fallback<st::F16, st::Bf16>(sdk::DType::fp16, sdk::DType::bf16);
+  check_gradient_fallback<st::F16, st::F16>(sdk::DType::fp16, sdk::DType::fp16);
+}
+
 // --- reductions' element rules ---------------------------------------------------------------------
 
 // cpu_backend.cpp's cast amax: chunk maxima of |x| (NaN if any), folded into the slot.

@@ -1,6 +1,7 @@
 // The GEMM engine's routes (cuda_gemm_routes.h) over every combination of input dtype, C dtype,
-// bias, activation and pre_activation: the rules that keep every route's result the same hold
-// without a GPU, since choosing a route calls no CUDA.
+// bias, activation and pre_activation, and gemm_gradient's (gelu's gradient: DGELU or the gradient
+// kernel) over input, C and pre_activation dtypes, beta and n: the rules that keep every route's
+// result the same hold without a GPU, since choosing a route calls no CUDA.
 #include <gtest/gtest.h>
 
 #include <span>
@@ -240,6 +241,168 @@ TEST(cuda_gemm_routes, APaddedOutputTakesOnlyRoutesThatWriteItDirectly) {
   GemmRoute scratch;
   scratch.output = Output::fp32_epilogue;
   EXPECT_FALSE(route_writes_c_directly(scratch));
+}
+
+// --- gemm_gradient
+// ---------------------------------------------------------------------------------
+
+bool dgelu_input(DType t) {
+  return t == DType::fp32 || t == DType::bf16 || t == DType::fp16;
+}
+
+GemmRouteQuery gradient_query(DType input, DType c, DType pre, bool beta_nonzero, std::int64_t n) {
+  GemmRouteQuery q;
+  q.input = input;
+  q.c = c;
+  q.activation_grad = true;
+  q.pre_activation_dtype = pre;
+  q.beta_nonzero = beta_nonzero;
+  q.n = n;
+  return q;
+}
+
+// gelu' is applied exactly once (DGELU or the kernel), z is rounded once into C, DGELU only where
+// cuBLASLt can take it, and the last route always runs: for every query gemm_gradient can make.
+TEST(cuda_gemm_routes, GradientRoutesApplyGeluGradOnceAndRoundOnce) {
+  int queries = 0;
+  for (DType input : {DType::fp32, DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2})
+    for (DType c : {DType::fp32, DType::bf16, DType::fp16})
+      for (DType pre : {DType::fp32, DType::bf16, DType::fp16})
+        for (bool beta : {false, true})
+          for (std::int64_t n : {std::int64_t{64}, std::int64_t{30}}) {
+            ++queries;
+            const GemmRouteQuery q = gradient_query(input, c, pre, beta, n);
+            SCOPED_TRACE(std::string(sdk::dtype_name(input)) + " -> " +
+                         std::string(sdk::dtype_name(c)) + ", pre " +
+                         std::string(sdk::dtype_name(pre)) + (beta ? ", beta" : "") + ", n " +
+                         std::to_string(n));
+            const auto routes = gemm_routes(q);
+            ASSERT_FALSE(routes.empty());
+            int dgelu_routes = 0;
+            for (const GemmRoute& r : routes) {
+              const bool d_is_c = r.output == Output::direct;
+              EXPECT_TRUE(r.output == Output::direct || r.output == Output::fp32_epilogue);
+              EXPECT_EQ(r.d_dtype, d_is_c ? c : DType::fp32);
+              EXPECT_TRUE(!d_is_c || gemm_direct_output(input, c));
+              // Nothing of the forward's epilogues.
+              EXPECT_FALSE(r.bias_in_epilogue || r.bias_by_kernel || r.activation_in_epilogue ||
+                           r.activation_by_kernel || r.aux_in_epilogue ||
+                           r.pre_activation_by_kernel);
+              EXPECT_EQ(r.dgelu_in_epilogue + r.activation_grad_by_kernel, 1);
+              if (r.dgelu_in_epilogue) {
+                ++dgelu_routes;
+                // cuBLASLt's aux is in D's dtype, its ld (our n) a multiple of 8; no beta·C, no
+                // FP8.
+                EXPECT_EQ(pre, r.d_dtype);
+                EXPECT_EQ(n % 8, 0);
+                EXPECT_FALSE(beta);
+                EXPECT_TRUE(dgelu_input(input));
+                // D = C, or fp32 D encoded once.
+                EXPECT_EQ(r.encode_by_kernel, r.d_dtype != c);
+              } else {
+                // The kernel reads z in fp32 and is the one rounding into C.
+                EXPECT_EQ(r.d_dtype, DType::fp32);
+                EXPECT_FALSE(r.encode_by_kernel);
+              }
+              // A padded C (realigned rows) takes none of them.
+              EXPECT_FALSE(route_writes_c_directly(r));
+            }
+            // DGELU is offered wherever its conditions hold, into C or into fp32 scratch.
+            const bool can = dgelu_input(input) && !beta && n % 8 == 0;
+            const int want = can ? (pre == c && gemm_direct_output(input, c) ? 1 : 0) +
+                                       (pre == DType::fp32 && c != DType::fp32 ? 1 : 0)
+                                 : 0;
+            EXPECT_EQ(dgelu_routes, want);
+            // The last route has no epilogue: it runs wherever cuBLASLt runs the inputs at all.
+            EXPECT_TRUE(routes.back().activation_grad_by_kernel);
+            EXPECT_FALSE(routes.back().dgelu_in_epilogue);
+          }
+  EXPECT_EQ(queries, 5 * 3 * 3 * 2 * 2);
+}
+
+TEST(cuda_gemm_routes, GradientRoutesForRepresentativeCalls) {
+  // GPT-2's MLP dgrad in bf16: dy [*, 768] · W_projᵀ into the gelu input's gradient [*, 3072],
+  // pre_activation bf16: DGELU straight into C first, the fp32 kernel route last.
+  auto routes = gemm_routes(gradient_query(DType::bf16, DType::bf16, DType::bf16, false, 3072));
+  ASSERT_EQ(routes.size(), 2u);
+  EXPECT_EQ(routes[0].output, Output::direct);
+  EXPECT_TRUE(routes[0].dgelu_in_epilogue);
+  EXPECT_FALSE(routes[0].encode_by_kernel);
+  EXPECT_EQ(routes[1].output, Output::fp32_epilogue);
+  EXPECT_TRUE(routes[1].activation_grad_by_kernel);
+
+  // An fp32 pre_activation with a bf16 C: DGELU into fp32 scratch (aux in D's dtype), then one
+  // encode.
+  routes = gemm_routes(gradient_query(DType::bf16, DType::bf16, DType::fp32, false, 3072));
+  ASSERT_EQ(routes.size(), 2u);
+  EXPECT_EQ(routes[0].output, Output::fp32_epilogue);
+  EXPECT_TRUE(routes[0].dgelu_in_epilogue && routes[0].encode_by_kernel);
+  EXPECT_TRUE(routes[1].activation_grad_by_kernel);
+
+  // fp32 throughout: DGELU into C, else the kernel on C in place.
+  routes = gemm_routes(gradient_query(DType::fp32, DType::fp32, DType::fp32, false, 64));
+  ASSERT_EQ(routes.size(), 2u);
+  EXPECT_TRUE(routes[0].dgelu_in_epilogue);
+  EXPECT_EQ(routes[1].output, Output::direct);
+  EXPECT_EQ(routes[1].d_dtype, DType::fp32);
+  EXPECT_TRUE(routes[1].activation_grad_by_kernel);
+
+  // The fallback alone: a misaligned aux ld (n % 8 != 0), beta != 0, a pre_activation in neither
+  // C's dtype nor fp32's place, FP8 operands.
+  for (const GemmRouteQuery& q :
+       {gradient_query(DType::bf16, DType::bf16, DType::bf16, false, 30),
+        gradient_query(DType::bf16, DType::bf16, DType::bf16, true, 3072),
+        gradient_query(DType::bf16, DType::bf16, DType::fp16, false, 3072),
+        gradient_query(DType::fp32, DType::bf16, DType::bf16, false, 3072),
+        gradient_query(DType::fp8_e4m3, DType::bf16, DType::bf16, false, 3072)}) {
+    routes = gemm_routes(q);
+    ASSERT_EQ(routes.size(), 1u);
+    EXPECT_TRUE(routes[0].activation_grad_by_kernel);
+    EXPECT_EQ(routes[0].d_dtype, DType::fp32);
+    EXPECT_EQ(routes[0].output, Output::fp32_epilogue);
+  }
+
+  // Without the activation gradient gemm_gradient's GEMM is gemm's: the same routes.
+  GemmRouteQuery plain;
+  plain.input = DType::bf16;
+  plain.c = DType::bf16;
+  plain.n = 3072;
+  GemmRouteQuery beta_only = plain;
+  beta_only.beta_nonzero = true;
+  const auto a = gemm_routes(plain), b = gemm_routes(beta_only);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].output, b[i].output);
+    EXPECT_FALSE(a[i].dgelu_in_epilogue || a[i].activation_grad_by_kernel);
+  }
+}
+
+// supports(gemm_gradient, {A, B, C}) is supports(gemm, {A, B, C}) for every list of up to three
+// dtypes, with and without FP8 inputs declared.
+TEST(GemmSupported, GemmGradientAnswersAsGemm) {
+  for (bool fp8 : {false, true}) {
+    sdk::BackendCapabilities caps;
+    for (DType t : {DType::fp32, DType::tf32, DType::bf16, DType::fp16})
+      caps.gemm_inputs.push_back({t, true, ""});
+    if (fp8)
+      for (DType t : {DType::fp8_e4m3, DType::fp8_e5m2}) caps.gemm_inputs.push_back({t, true, ""});
+    int accepted = 0;
+    std::vector<DType> d;
+    auto rec = [&](auto& self, std::size_t depth) -> void {
+      const bool gemm = gemm_supported(caps, sdk::GemmOp::gemm, d);
+      EXPECT_EQ(gemm_supported(caps, sdk::GemmOp::gemm_gradient, d), gemm)
+          << fp8 << " " << d.size();
+      accepted += gemm;
+      if (depth == 3) return;
+      for (DType t : sdk::kAllDTypes) {
+        d.push_back(t);
+        self(self, depth + 1);
+        d.pop_back();
+      }
+    };
+    rec(rec, 0);
+    EXPECT_GT(accepted, 0);
+  }
 }
 
 }  // namespace
