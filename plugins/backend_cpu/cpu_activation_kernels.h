@@ -6,6 +6,14 @@
 //   approximation, the same path at every size, so its numbers never depend on the tensor size.
 // - apply_activation_grad: dx = dy · act'(x) with the same storage rules (ReLU: dy where x > 0,
 //   else +0, NaN x included).
+// - apply_activation_grad_into: C = round(z · act'(x)) into C's storage dtype, z fp32 [numel]
+//   (overwritten: a GEMM's product in scratch, or C itself when C is fp32), x any float storage.
+//   It runs in blocks of kEpilogueBlock elements, each decoded (x), differentiated (the fp32
+//   path of apply_activation_grad, oneDNN's where it has one) and rounded while in cache, with
+//   the numbers of apply_activation_grad on the decoded x with an fp32 dy. 2^20 elements (4 MiB
+//   of z): GPT-2's MLP dgrad measured 0.89x the unfused ops with 2^16 (a parallel launch per
+//   pass per block costs more than the cache saves), 0.94x with 2^18, 1.06x with 2^20
+//   (bench/gpt/bench_gradient_epilogues, 4096 rows, bf16).
 // - sum_columns: sums[n] (fp32) = (accumulate ? sums : 0) + Σ_rows x[rows, n], x fp32 / bf16 /
 //   fp16 storage, summed in double per column (the bias gradient; the GEMM facet's gradient
 //   epilogue sums with it too, so fused and unfused bias gradients are the same bits).
@@ -23,6 +31,9 @@ void apply_activation(const CpuContext& context, sdk::Activation act, sdk::Tenso
                       sdk::TensorView y);
 void apply_activation_grad(const CpuContext& context, sdk::Activation act, sdk::TensorView x,
                            sdk::TensorView dy, sdk::TensorView dx);
+inline constexpr std::int64_t kEpilogueBlock = std::int64_t{1} << 20;
+void apply_activation_grad_into(const CpuContext& context, sdk::Activation act, sdk::TensorView x,
+                                sdk::TensorView z, sdk::TensorView c);
 void sum_columns(const CpuContext& context, sdk::TensorView x, std::int64_t rows, std::int64_t n,
                  float* sums, bool accumulate);
 

@@ -258,6 +258,18 @@ void GemmEngine::execute(Entry& e, const Key& key, const void* a, const void* b,
 }
 
 void GemmEngine::run(const sdk::GemmArgs& args, const ActivateInPlace& activate) {
+  run_product(args, activate, {});
+}
+
+void GemmEngine::run_into(const sdk::GemmArgs& args, const EpilogueIntoC& into_c) {
+  if (args.has_activation)
+    fail("gemm", "run_into was given a forward activation as well as its own epilogue",
+         "report this: gemm_gradient passes its GEMM without has_activation");
+  run_product(args, {}, into_c);
+}
+
+void GemmEngine::run_product(const sdk::GemmArgs& args, const ActivateInPlace& activate,
+                             const EpilogueIntoC& into_c) {
   const auto& av = args.a.view;
   const auto& bv = args.b.view;
   const auto [m, n, k] = checks().gemm_shape(args);
@@ -303,6 +315,10 @@ void GemmEngine::run(const sdk::GemmArgs& args, const ActivateInPlace& activate)
 
   // z is in fp32 at c_ptr (C itself, or scratch).
   float* z = static_cast<float*>(c_ptr);
+  if (into_c) {
+    into_c(sdk::TensorView{z, DType::fp32, sdk::Shape{m, n}}, args.c);
+    return;
+  }
   if (args.has_activation) {
     if (!args.pre_activation.empty()) encode_tensor(args.pre_activation, z, total);
     activate(args.activation, sdk::TensorView{z, DType::fp32, sdk::Shape{m, n}});

@@ -80,6 +80,11 @@ class GemmEngine {
   // epilogue then computes exactly what GEMM-to-fp32 followed by that activation computes.
   using ActivateInPlace = std::function<void(sdk::Activation, const sdk::TensorView&)>;
   void run(const sdk::GemmArgs& args, const ActivateInPlace& activate = {});
+  // The same GEMM (args.has_activation must be false), its FP32 product z [m, n] then handed to
+  // `into_c`, which writes C from it (z is C itself when C is fp32, else scratch it may
+  // overwrite): an epilogue that rounds into C once, in the same pass (gemm_gradient's).
+  using EpilogueIntoC = std::function<void(const sdk::TensorView& z, const sdk::TensorView& c)>;
+  void run_into(const sdk::GemmArgs& args, const EpilogueIntoC& into_c);
   // The strided-batched GEMM as one primitive; false (nothing written) when it declines.
   bool run_batched(const sdk::GemmBatchedArgs& args);
 
@@ -128,6 +133,10 @@ class GemmEngine {
     dnnl::memory::data_type a_dt, b_dt;
   };
 
+  // run() and run_into(): the product into fp32, then the activation and one rounding into C, or
+  // into_c's epilogue.
+  void run_product(const sdk::GemmArgs& args, const ActivateInPlace& activate,
+                   const EpilogueIntoC& into_c);
   Operands prepare_operands(const sdk::GemmArgs& args, std::int64_t a_numel, std::int64_t b_numel);
   const float* operand_fp32(const sdk::GemmOperand& op, std::int64_t numel, bool tf32,
                             ScratchBuffer& scratch);

@@ -65,13 +65,15 @@ void CpuGemm::gemm_gradient(const sdk::GemmGradientArgs& args) {
   context_.use_threads();
   const auto shape = checks().gemm_gradient_shape(args);
   const std::int64_t m = shape.m, n = shape.n;
-  // The engine's activation hook runs on the FP32 product before its one rounding into C: here it
-  // applies the activation's gradient, dz = z · act'(pre_activation), in place.
-  sdk::GemmArgs g = args.gemm;
-  g.has_activation = args.has_activation_grad;
-  context_.gemm().run(g, [&](sdk::Activation, const TensorView& z) {
-    apply_activation_grad(context_, args.activation, args.pre_activation, z, z);
-  });
+  const sdk::GemmArgs& g = args.gemm;
+  // The product's epilogue multiplies by the activation's gradient and rounds once into C, a
+  // block at a time (cpu_activation_kernels.h).
+  if (args.has_activation_grad)
+    context_.gemm().run_into(args.gemm, [&](const TensorView& z, const TensorView& c) {
+      apply_activation_grad_into(context_, args.activation, args.pre_activation, z, c);
+    });
+  else
+    context_.gemm().run(args.gemm);
   context_.account_scratch();
   if (!args.c_column_sums.empty())
     sum_columns(context_, g.c, m, n, args.c_column_sums.as<float>(), args.accumulate_c_column_sums);

@@ -313,9 +313,10 @@ TEST(backend_cpu_gemm_epilogue, SixteenBitOutputRoundsOnceNotTwice) {
 }
 
 // gemm_gradient (gemm facet 1.5) is the unfused ops' arithmetic in one call: the same GEMM
-// primitive's FP32 product, the activation facet's gelu gradient on it, one rounding into C, and
-// the activation facet's own column sums. So it equals, bit for bit, the unfused ops run with an
-// FP32 C and the result cast once.
+// primitive's FP32 product, the activation facet's gelu gradient on it (of z's decoded values),
+// one rounding into C, and the activation facet's own column sums. So it equals, bit for bit, the
+// unfused ops run in FP32 and the result cast once. 40 x 19 elements is under one epilogue block;
+// the bench's shapes and the graph tests run several.
 TEST(backend_cpu_gemm_gradient, DgradWithGeluGradientIsTheUnfusedOpsRoundedOnce) {
   CpuBackend be(2);
   auto& gemm = *sdk::facet<sdk::GemmFacet>(be);
@@ -341,7 +342,9 @@ TEST(backend_cpu_gemm_gradient, DgradWithGeluGradientIsTheUnfusedOpsRoundedOnce)
       g.alpha = 0.75f;
       g.compute = dt;
       gemm.gemm(g);
-      act.activation_backward(sdk::Activation::gelu, z_t, dh, dh);
+      DeviceTensor z32(be, DType::fp32, {m, n});  // z's values: the epilogue decodes them
+      be.cast(z_t, z32);
+      act.activation_backward(sdk::Activation::gelu, z32, dh, dh);
       DeviceTensor want(be, dt, {m, n});
       be.cast(dh, want);
       DeviceTensor want_sums(be, DType::fp32, {n}, sums0);
@@ -360,6 +363,35 @@ TEST(backend_cpu_gemm_gradient, DgradWithGeluGradientIsTheUnfusedOpsRoundedOnce)
       EXPECT_EQ(dz.get(), want.get());
       EXPECT_EQ(sums.get(), want_sums.get());
     }
+}
+
+TEST(backend_cpu_gemm_gradient, EpilogueBlocksGiveTheWholeTensorsNumbers) {
+  // 1100 x 1000 elements: a whole epilogue block and a partial one (kEpilogueBlock = 2^20).
+  CpuBackend be(2);
+  const std::int64_t m = 1100, n = 1000, k = 8;
+  DeviceTensor dy(be, DType::bf16, {m, k}, random_values(static_cast<std::size_t>(m * k), 91));
+  DeviceTensor w(be, DType::bf16, {k, n}, random_values(static_cast<std::size_t>(k * n), 92));
+  DeviceTensor z(be, DType::bf16, {m, n}, random_values(static_cast<std::size_t>(m * n), 93));
+  DeviceTensor z32(be, DType::fp32, {m, n});
+  be.cast(z, z32);
+  DeviceTensor dh(be, DType::fp32, {m, n});
+  sdk::GemmArgs g;
+  g.a = {dy, false};
+  g.b = {w, false};
+  g.c = dh;
+  g.compute = DType::bf16;
+  sdk::facet<sdk::GemmFacet>(be)->gemm(g);
+  sdk::facet<sdk::ActivationFacet>(be)->activation_backward(sdk::Activation::gelu, z32, dh, dh);
+  DeviceTensor want(be, DType::bf16, {m, n});
+  be.cast(dh, want);
+  DeviceTensor dz(be, DType::bf16, {m, n});
+  sdk::GemmGradientArgs gg;
+  gg.gemm = g;
+  gg.gemm.c = dz;
+  gg.has_activation_grad = true;
+  gg.pre_activation = z;
+  sdk::facet<sdk::GemmFacet>(be)->gemm_gradient(gg);
+  EXPECT_EQ(dz.get(), want.get());
 }
 
 TEST(backend_cpu_gemm_gradient, WgradRowSumsOfTheTransposedOperandAreTheBiasGradient) {
