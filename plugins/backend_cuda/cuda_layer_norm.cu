@@ -41,7 +41,7 @@ __global__ void layernorm_forward_kernel(const void* x, Elem xt, const void* gam
 __global__ void layernorm_backward_kernel(const void* dy, Elem dyt, const void* x, Elem xt,
                                           const void* gamma, Elem gt, const float* mean,
                                           const float* rstd, void* dx, Elem dxt, std::int64_t rows,
-                                          std::int64_t n) {
+                                          std::int64_t n, bool add_into_dx) {
   const std::int64_t row =
       static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
@@ -60,7 +60,11 @@ __global__ void layernorm_backward_kernel(const void* dy, Elem dyt, const void* 
   for (std::int64_t j = lane; j < n; j += 32) {  // dx may alias dy: each lane rewrites its own
     const float xhat = (load(x, xt, base + j) - mu) * rs;
     const float g = load(dy, dyt, base + j) * (gamma != nullptr ? load(gamma, gt, j) : 1.0f);
-    store(dx, dxt, base + j, rs * (g - mean_g - xhat * mean_gx));
+    const float v = rs * (g - mean_g - xhat * mean_gx);
+    if (add_into_dx)
+      static_cast<float*>(dx)[base + j] += v;  // fp32, apart from dy and x: the host's sum
+    else
+      store(dx, dxt, base + j, v);
   }
 }
 
@@ -78,7 +82,8 @@ cudaError_t layernorm_forward(const void* x, Elem xt, const void* gamma, Elem gt
 cudaError_t layernorm_backward(const void* dy, Elem dyt, const void* x, Elem xt, const void* gamma,
                                Elem gt, const float* mean, const float* rstd, void* dx, Elem dxt,
                                float* dgamma, float* dbeta, bool accumulate, std::int64_t rows,
-                               std::int64_t n, float* partial, cudaStream_t stream) {
+                               std::int64_t n, float* partial, cudaStream_t stream,
+                               bool add_into_dx) {
   if (n == 0) return cudaSuccess;
   // Column sums first: dx may alias dy.
   if (dgamma != nullptr || dbeta != nullptr)
@@ -86,7 +91,7 @@ cudaError_t layernorm_backward(const void* dy, Elem dyt, const void* x, Elem xt,
                        stream);
   if (rows > 0)
     layernorm_backward_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-        dy, dyt, x, xt, gamma, gt, mean, rstd, dx, dxt, rows, n);
+        dy, dyt, x, xt, gamma, gt, mean, rstd, dx, dxt, rows, n, add_into_dx);
   return cudaGetLastError();
 }
 

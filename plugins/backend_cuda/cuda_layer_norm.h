@@ -15,10 +15,12 @@ namespace mixtrain::backend_cuda::kernels {
 cudaError_t layernorm_forward(const void* x, Elem xt, const void* gamma, Elem gt, const void* beta,
                               Elem bt, float eps, void* y, Elem yt, float* mean, float* rstd,
                               std::int64_t rows, std::int64_t n, cudaStream_t stream);
-// dgamma/dbeta nullable; partial: 2 * column_sum_scratch(rows, n) floats.
+// dgamma/dbeta nullable; partial: 2 * column_sum_scratch(rows, n) floats. add_into_dx: dx is an
+// fp32 sum apart from dy and x, and each element's gradient is added to it (layer norm 1.1).
 cudaError_t layernorm_backward(const void* dy, Elem dyt, const void* x, Elem xt, const void* gamma,
                                Elem gt, const float* mean, const float* rstd, void* dx, Elem dxt,
                                float* dgamma, float* dbeta, bool accumulate, std::int64_t rows,
-                               std::int64_t n, float* partial, cudaStream_t stream);
+                               std::int64_t n, float* partial, cudaStream_t stream,
+                               bool add_into_dx = false);
 
 }  // namespace mixtrain::backend_cuda::kernels

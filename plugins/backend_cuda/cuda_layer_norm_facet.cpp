@@ -32,13 +32,33 @@ void CudaLayerNorm::layernorm_forward(TensorView x, TensorView gamma, TensorView
              op, "kernel launch");
 }
 
+bool CudaLayerNorm::supports(sdk::LayerNormOp op, std::span<const sdk::DType> dtypes) const {
+  if (op == sdk::LayerNormOp::layernorm_backward_accumulate)
+    return LayerNormFacet::supports(sdk::LayerNormOp::layernorm_backward, dtypes);
+  return LayerNormFacet::supports(op, dtypes);
+}
+
 void CudaLayerNorm::layernorm_backward(TensorView dy, TensorView x, TensorView gamma,
                                        TensorView mean, TensorView rstd, TensorView dx,
                                        TensorView dgamma, TensorView dbeta, bool accumulate) {
+  checks().layernorm_backward_shape(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, accumulate, false);
+}
+
+void CudaLayerNorm::layernorm_backward_accumulate(TensorView dy, TensorView x, TensorView gamma,
+                                                  TensorView mean, TensorView rstd, TensorView dx,
+                                                  TensorView dgamma, TensorView dbeta,
+                                                  bool accumulate) {
+  checks().layernorm_backward_accumulate_shape(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, accumulate, true);
+}
+
+void CudaLayerNorm::backward(TensorView dy, TensorView x, TensorView gamma, TensorView mean,
+                             TensorView rstd, TensorView dx, TensorView dgamma, TensorView dbeta,
+                             bool accumulate, bool add_into_dx) {
   context_.activate();
   constexpr const char* op = "layernorm_backward";
-  const auto [rows, n] =
-      checks().layernorm_backward_shape(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  const std::int64_t rows = x.shape.rows(), n = x.shape.cols();
   float* partial = nullptr;
   if (!dgamma.empty() || !dbeta.empty()) {
     partial = context_.partial.as<float>(
@@ -50,7 +70,7 @@ void CudaLayerNorm::layernorm_backward(TensorView dy, TensorView x, TensorView g
                  elem_of(gamma.dtype), mean.as<const float>(), rstd.as<const float>(), dx.data,
                  elem_of(dx.dtype), dgamma.empty() ? nullptr : dgamma.as<float>(),
                  dbeta.empty() ? nullptr : dbeta.as<float>(), accumulate, rows, n, partial,
-                 context_.stream),
+                 context_.stream, add_into_dx),
              op, "kernel launch");
 }
 

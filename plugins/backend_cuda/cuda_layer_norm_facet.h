@@ -1,7 +1,10 @@
 // CudaLayerNorm: the CUDA backend's LayerNormFacet (sdk/backend_layer_norm.h): one warp per row,
 // statistics in double (two-pass variance) as the CPU reference, dgamma / dbeta as reproducible
-// column reductions (fixed split of the rows, FP32 partials, double across splits).
+// column reductions (fixed split of the rows, FP32 partials, double across splits); 1.1's
+// layernorm_backward_accumulate is the same row kernel adding into an fp32 dx.
 #pragma once
+
+#include <span>
 
 #include "cuda_context.h"
 #include "mixtrain/sdk/backend_layer_norm.h"
@@ -17,8 +20,17 @@ class CudaLayerNorm final : public sdk::LayerNormFacet {
   void layernorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView gamma,
                           sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
                           sdk::TensorView dgamma, sdk::TensorView dbeta, bool accumulate) override;
+  void layernorm_backward_accumulate(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView gamma,
+                                     sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
+                                     sdk::TensorView dgamma, sdk::TensorView dbeta,
+                                     bool accumulate) override;
+  // layernorm_backward_accumulate as layernorm_backward; the rest as the SDK's table.
+  bool supports(sdk::LayerNormOp op, std::span<const sdk::DType> dtypes) const override;
 
  private:
+  void backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView mean,
+                sdk::TensorView rstd, sdk::TensorView dx, sdk::TensorView dgamma,
+                sdk::TensorView dbeta, bool accumulate, bool add_into_dx);
   CudaContext& context_;
 };
 

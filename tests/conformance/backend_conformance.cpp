@@ -392,6 +392,68 @@ TEST_P(Conformance, LayerKernels) {
   expect_close(dbeta, 1e-6, "layernorm dbeta");
 }
 
+// layer norm 1.1: the input gradient added into an fp32 sum is the reference's gradient written
+// apart and added by axpy (the host's sum without it), for x and dy of each storage dtype.
+TEST_P(Conformance, LayerNormBackwardAccumulateAddsTheGradientIntoAnFp32Sum) {
+  MIXTRAIN_FACETS(activation, ActivationFacet);
+  MIXTRAIN_FACETS(layer_norm, LayerNormFacet);
+  if (tested_layer_norm->version() < sdk::FacetVersion{1, 1})
+    GTEST_SKIP() << "backend '" << GetParam().name << "' has layer_norm facet "
+                 << sdk::to_string(tested_layer_norm->version());
+  const std::int64_t rows = 29, cols = 96;
+  for (DType dt : {DType::fp32, DType::bf16}) {
+    if (!tested_->capabilities().supports(dt) ||
+        !tested_layer_norm->supports(sdk::LayerNormOp::layernorm_backward_accumulate,
+                                     std::vector<DType>{dt}))
+      continue;
+    const std::string what = std::string(sdk::dtype_name(dt));
+    auto x = upload(random_values(rows * cols, 60, -3.f, 3.f), Shape{rows, cols}, dt);
+    auto dy = upload(random_values(rows * cols, 61), Shape{rows, cols}, dt);
+    auto gamma = upload(random_values(cols, 62, 0.5f, 1.5f), Shape{cols});
+    auto beta = upload(random_values(cols, 63), Shape{cols});
+    auto y = zeros(Shape{rows, cols}, dt);
+    auto mean = zeros(Shape{rows}), rstd = zeros(Shape{rows});
+    for (int which : {0, 1}) {
+      auto side = [&](const Pair& p) { return which == 0 ? p.ref->view() : p.tested->view(); };
+      (which == 0 ? ref_layer_norm : tested_layer_norm)
+          ->layernorm_forward(side(x), side(gamma), side(beta), 1e-5f, side(y), side(mean),
+                              side(rstd));
+    }
+    for (bool accumulate : {false, true}) {
+      auto sum = upload(random_values(rows * cols, 64), Shape{rows, cols});  // the other reader's
+      auto scratch = zeros(Shape{rows, cols});
+      auto dg = upload(random_values(cols, 65), Shape{cols});
+      auto db = upload(random_values(cols, 66), Shape{cols});
+      tested_layer_norm->layernorm_backward_accumulate(
+          dy.tested->view(), x.tested->view(), gamma.tested->view(), mean.tested->view(),
+          rstd.tested->view(), sum.tested->view(), dg.tested->view(), db.tested->view(),
+          accumulate);
+      ref_layer_norm->layernorm_backward(dy.ref->view(), x.ref->view(), gamma.ref->view(),
+                                         mean.ref->view(), rstd.ref->view(), scratch.ref->view(),
+                                         dg.ref->view(), db.ref->view(), accumulate);
+      ref_activation->axpy(1.0f, scratch.ref->view(), sum.ref->view());
+      const std::string where = what + (accumulate ? ", parameters accumulated" : "");
+      expect_close(sum, 1e-5, "the sum, " + where);
+      expect_close(dg, 1e-5, "dgamma, " + where);
+      expect_close(db, 1e-6, "dbeta, " + where);
+    }
+    // dx must be the fp32 sum, apart from dy and x.
+    auto dx16 = zeros(Shape{rows, cols}, DType::bf16);
+    EXPECT_THROW(tested_layer_norm->layernorm_backward_accumulate(
+                     dy.tested->view(), x.tested->view(), gamma.tested->view(), mean.tested->view(),
+                     rstd.tested->view(), dx16.tested->view(), {}, {}, false),
+                 sdk::BackendError)
+        << "a bf16 dx, " << what;
+    if (dt == DType::fp32) {
+      EXPECT_THROW(tested_layer_norm->layernorm_backward_accumulate(
+                       dy.tested->view(), x.tested->view(), gamma.tested->view(),
+                       mean.tested->view(), rstd.tested->view(), dy.tested->view(), {}, {}, false),
+                   sdk::BackendError)
+          << "dx on dy";
+    }
+  }
+}
+
 TEST_P(Conformance, SoftmaxCrossEntropy) {
   MIXTRAIN_FACETS(loss, LossFacet);
   const std::int64_t rows = 41, classes = 13;

@@ -1,8 +1,10 @@
 // CpuLayerNorm: the CPU backend's LayerNormFacet over rows of fp32 / bf16 / fp16 storage: a
 // two-pass mean and variance in double per row, fp32 normalisation, one rounding per output;
-// the backward's parameter gradients are summed in double per thread, then across threads.
+// the backward's parameter gradients are summed in double per thread, then across threads; its
+// input gradient is written, or added into an fp32 sum (1.1's layernorm_backward_accumulate).
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "cpu_access.h"
@@ -50,8 +52,17 @@ class CpuLayerNorm final : public sdk::LayerNormFacet {
   void layernorm_backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView gamma,
                           sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
                           sdk::TensorView dgamma, sdk::TensorView dbeta, bool accumulate) override;
+  // layernorm_backward with dx fp32 added to: the same row pass, its last loop adding.
+  void layernorm_backward_accumulate(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView gamma,
+                                     sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
+                                     sdk::TensorView dgamma, sdk::TensorView dbeta,
+                                     bool accumulate) override;
+  bool supports(sdk::LayerNormOp op, std::span<const sdk::DType> dtypes) const override;
 
  private:
+  void backward(sdk::TensorView dy, sdk::TensorView x, sdk::TensorView gamma, sdk::TensorView mean,
+                sdk::TensorView rstd, sdk::TensorView dx, sdk::TensorView dgamma,
+                sdk::TensorView dbeta, bool accumulate, bool add_into_dx);
   CpuContext& context_;
 };
 
@@ -98,12 +109,32 @@ void CpuLayerNorm::layernorm_forward(TensorView x, TensorView gamma, TensorView 
   }
 }
 
+bool CpuLayerNorm::supports(sdk::LayerNormOp op, std::span<const sdk::DType> dtypes) const {
+  if (op == sdk::LayerNormOp::layernorm_backward_accumulate)
+    return LayerNormFacet::supports(sdk::LayerNormOp::layernorm_backward, dtypes);
+  return LayerNormFacet::supports(op, dtypes);
+}
+
 void CpuLayerNorm::layernorm_backward(TensorView dy, TensorView x, TensorView gamma,
                                       TensorView mean, TensorView rstd, TensorView dx,
                                       TensorView dgamma, TensorView dbeta, bool accumulate) {
+  checks().layernorm_backward_shape(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, accumulate, false);
+}
+
+void CpuLayerNorm::layernorm_backward_accumulate(TensorView dy, TensorView x, TensorView gamma,
+                                                 TensorView mean, TensorView rstd, TensorView dx,
+                                                 TensorView dgamma, TensorView dbeta,
+                                                 bool accumulate) {
+  checks().layernorm_backward_accumulate_shape(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, accumulate, true);
+}
+
+void CpuLayerNorm::backward(TensorView dy, TensorView x, TensorView gamma, TensorView mean,
+                            TensorView rstd, TensorView dx, TensorView dgamma, TensorView dbeta,
+                            bool accumulate, bool add_into_dx) {
   context_.use_threads();
-  const auto shape = checks().layernorm_backward_shape(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
-  const std::int64_t rows = shape.rows, n = shape.cols;
+  const std::int64_t rows = x.shape.rows(), n = x.shape.cols();
   const bool want_dgamma = !dgamma.empty();
   const bool want_dbeta = !dbeta.empty();
   const Fp32Vector g(gamma, n, 1.0f);
@@ -144,6 +175,16 @@ void CpuLayerNorm::layernorm_backward(TensorView dy, TensorView x, TensorView ga
       }
       const float mean_g = static_cast<float>(sum_g / static_cast<double>(n));
       const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(n));
+      if (add_into_dx) {
+        // dx is fp32 and apart from dy and x (checked): the host's sum, added to as its axpy would.
+        float* sum = dx.as<float>() + r * n;
+#pragma omp simd
+        for (std::int64_t j = 0; j < n; ++j) {
+          const float xhat = (xs[j] - mu) * rs;
+          sum[j] += rs * (gy[j] * gp[j] - mean_g - xhat * mean_gx);
+        }
+        continue;
+      }
       float* out = row_target(dx, r, n, out_buf);  // dx may alias dy: element-wise after sums
 #pragma omp simd
       for (std::int64_t j = 0; j < n; ++j) {

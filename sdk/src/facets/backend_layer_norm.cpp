@@ -1,6 +1,7 @@
 // LayerNormFacet (backend_layer_norm.h): its out-of-line anchor, its ops' names in messages, their rows
 // of the signature table and the default supports() that answers from them.
 #include "mixtrain/sdk/backend_layer_norm.h"
+#include "mixtrain/sdk/error.h"
 #include "signature_classes.h"
 
 namespace mixtrain::sdk {
@@ -13,6 +14,8 @@ std::string_view op_name(LayerNormOp op) noexcept {
       return "layernorm_forward";
     case LayerNormOp::layernorm_backward:
       return "layernorm_backward";
+    case LayerNormOp::layernorm_backward_accumulate:
+      return "layernorm_backward_accumulate";
   }
   return "?";
 }
@@ -22,8 +25,18 @@ OpSignature op_signature(LayerNormOp op) noexcept {
     case LayerNormOp::layernorm_forward:
     case LayerNormOp::layernorm_backward:
       return {kStore};  // {x}
+    case LayerNormOp::layernorm_backward_accumulate:
+      return {};  // no row: offered only by a backend that answers for it (1.1)
   }
   return {};
+}
+
+void LayerNormFacet::layernorm_backward_accumulate(TensorView, TensorView, TensorView, TensorView,
+                                                   TensorView, TensorView, TensorView, TensorView,
+                                                   bool) {
+  throw BackendError("this backend's layer_norm facet has no layernorm_backward_accumulate",
+                     "report this: the host asks supports(layernorm_backward_accumulate) before "
+                     "it calls it and runs layernorm_backward and a sum where the answer is false");
 }
 
 bool LayerNormFacet::supports(LayerNormOp op, std::span<const DType> dtypes) const {

@@ -214,6 +214,19 @@ BackendArgumentChecks::RowsCols BackendArgumentChecks::layernorm_backward_shape(
   return s;
 }
 
+BackendArgumentChecks::RowsCols BackendArgumentChecks::layernorm_backward_accumulate_shape(
+    const TensorView& dy, const TensorView& x, const TensorView& gamma, const TensorView& mean,
+    const TensorView& rstd, const TensorView& dx, const TensorView& dgamma,
+    const TensorView& dbeta) const {
+  constexpr const char* op = "layernorm_backward_accumulate";
+  const RowsCols s = layernorm_backward_shape(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  require_fp32(op, "dx", dx);
+  if (overlaps(dx, dy) || overlaps(dx, x))
+    fail(op, "dx " + describe(dx) + " overlaps dy or x",
+         "accumulate into a buffer of its own (dx is read and written while dy and x are read)");
+  return s;
+}
+
 BackendArgumentChecks::RowsCols BackendArgumentChecks::softmax_cross_entropy_shape(
     const TensorView& logits, const TensorView& labels, float label_smoothing,
     const TensorView& loss, const TensorView& correct, const TensorView& dlogits) const {

@@ -7,7 +7,8 @@
 //   fp32 whatever the activations' dtype: the mixed-precision recipes keep norm statistics in
 //   FP32, and so does every backend.
 // - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
-//   minor step only appends methods).
+//   minor step only appends methods). 1.1 appended layernorm_backward_accumulate (refused by
+//   default: supports() false, the call a BackendError).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -25,14 +26,19 @@ namespace mixtrain::sdk {
 enum class LayerNormOp {
   layernorm_forward,   // {x}
   layernorm_backward,  // {x}
+  // 1.1
+  layernorm_backward_accumulate,  // {x}
 };
 MIXTRAIN_SDK_API std::string_view op_name(LayerNormOp op) noexcept;
+constexpr std::uint16_t introduced_in(LayerNormOp op) noexcept {
+  return op == LayerNormOp::layernorm_backward_accumulate ? 1 : 0;
+}
 MIXTRAIN_SDK_API OpSignature op_signature(LayerNormOp op) noexcept;
 
 class MIXTRAIN_SDK_API LayerNormFacet : public Facet {
  public:
   using Op = LayerNormOp;
-  static constexpr FacetVersion kVersion{1, 0};
+  static constexpr FacetVersion kVersion{1, 1};
   static constexpr std::string_view kName = "layer_norm";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
@@ -48,6 +54,17 @@ class MIXTRAIN_SDK_API LayerNormFacet : public Facet {
   virtual void layernorm_backward(TensorView dy, TensorView x, TensorView gamma, TensorView mean,
                                   TensorView rstd, TensorView dx, TensorView dgamma,
                                   TensorView dbeta, bool accumulate) = 0;
+
+  // --- 1.1 ---------------------------------------------------------------------------------------
+  // layernorm_backward that adds the input gradient into an fp32 dx instead of overwriting it:
+  // dx += (the gradient in FP32), never rounded into a narrower dtype first. The host's sum of a
+  // tensor read by several ops (the residual stream, read by a layer norm and by the next add)
+  // then needs no scratch and no separate pass adding it. dx must be fp32 and overlap neither dy
+  // nor x; dgamma, dbeta and `accumulate` are layernorm_backward's. Default: BackendError, and
+  // supports() false; a backend offers it by overriding both.
+  virtual void layernorm_backward_accumulate(TensorView dy, TensorView x, TensorView gamma,
+                                             TensorView mean, TensorView rstd, TensorView dx,
+                                             TensorView dgamma, TensorView dbeta, bool accumulate);
 
  protected:
   ~LayerNormFacet() override;  // not owned through the facet: the backend is

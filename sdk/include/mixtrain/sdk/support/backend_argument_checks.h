@@ -114,6 +114,13 @@ class BackendArgumentChecks {
                                     const TensorView& gamma, const TensorView& mean,
                                     const TensorView& rstd, const TensorView& dx,
                                     const TensorView& dgamma, const TensorView& dbeta) const;
+  // layernorm_backward_accumulate's (layer norm 1.1): as layernorm_backward_shape's, with dx fp32
+  // and overlapping neither dy nor x.
+  RowsCols layernorm_backward_accumulate_shape(const TensorView& dy, const TensorView& x,
+                                               const TensorView& gamma, const TensorView& mean,
+                                               const TensorView& rstd, const TensorView& dx,
+                                               const TensorView& dgamma,
+                                               const TensorView& dbeta) const;
 
   // softmax_cross_entropy's arguments: logits storage [rows, classes] (both > 0), labels int32
   // [rows], label_smoothing in [0, 1], loss fp32 [1], correct (optional) int32 [1], dlogits
