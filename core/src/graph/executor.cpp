@@ -376,6 +376,7 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
     xs.clear();
     dxs.clear();
     pending.clear();
+    std::vector<bool> accumulate(node.inputs.size(), false);
     // A pass-through op's (an add's) contribution is its output's gradient itself: it keeps that
     // dtype rather than being rounded to the op's activation_grad dtype on its way into an FP32
     // sum (ResNet's shortcuts: FP32 straight into the accumulator, no bf16 scratch and cast).
@@ -396,13 +397,26 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
           (written[r] == 0 && dtype == DType::fp32 && g.dtype == DType::fp32)) {
         dxs.push_back(g);  // the only contribution, or the first in FP32: straight into the buffer
         ++written[r];
+      } else if (written[r] > 0 && g.dtype == DType::fp32 && !visit && !buffers.all_fp32 &&
+                 op.can_accumulate_input_gradient(k)) {
+        // A later contribution that the op adds into the FP32 sum itself (layer.h). Its scratch is
+        // still grown: a backward with a visitor (the non-finite replay) writes it apart there,
+        // and must find it allocated.
+        static_cast<void>(scratch(k, dtype, g.shape.rows(), g.shape.cols()));
+        dxs.push_back(g);
+        accumulate[k] = true;
+        ++written[r];
       } else {
         dxs.push_back(scratch(k, dtype, g.shape.rows(), g.shape.cols()));
         pending.push_back({k, r, g});
       }
     }
     ProfileScope scope(profile_scope(i));
+    const bool accumulates =
+        std::find(accumulate.begin(), accumulate.end(), true) != accumulate.end();
+    if (accumulates) op.set_input_gradient_accumulation(accumulate);
     op.backward_inputs(xs, dy, dxs, plan_.rows(TensorId::node(i), e));
+    if (accumulates) op.set_input_gradient_accumulation({});
     for (const Pending& p : pending) {
       // Several readers: the gradient is FP32; the first contribution overwrites, later ones add.
       auto& w = written[p.root];

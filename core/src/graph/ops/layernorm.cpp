@@ -2,6 +2,7 @@
 
 #include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
+#include "mixtrain/core/graph/backend_needs.h"
 
 namespace mixtrain::core {
 
@@ -57,11 +58,28 @@ void LayerNormLayer::backward(TensorView x, TensorView dy, TensorView dx, std::i
   bool accumulate = false;
   for (ModelParameter* p : {&gamma, &beta})
     if (!p->frozen) accumulate = p->take_grad_beta() != 0.0f;
+  const TensorView dgamma = gamma.frozen ? TensorView{} : gamma.grad.view();
+  const TensorView dbeta = beta.frozen ? TensorView{} : beta.grad.view();
+  if (accumulate_input_gradient(0) && !dx.empty()) {
+    facets()
+        .call(sdk::LayerNormOp::layernorm_backward_accumulate)
+        ->layernorm_backward_accumulate(dy, x, gamma.master.view(), prefix(mean_, rows),
+                                        prefix(rstd_, rows), dx, dgamma, dbeta, accumulate);
+    return;
+  }
   facets()
       .call(sdk::LayerNormOp::layernorm_backward)
       ->layernorm_backward(dy, x, gamma.master.view(), prefix(mean_, rows), prefix(rstd_, rows),
-                           dx_target, gamma.frozen ? TensorView{} : gamma.grad.view(),
-                           beta.frozen ? TensorView{} : beta.grad.view(), accumulate);
+                           dx_target, dgamma, dbeta, accumulate);
+}
+
+void LayerNormLayer::choose_kernels(sdk::DeviceBackend& backend) {
+  // Asked for every storage dtype its input may have: the plan gives the input's dtype to
+  // backend_needs(), not here.
+  accumulate_offered_ = true;
+  for (DType t : {DType::fp32, DType::bf16, DType::fp16})
+    if (unmet(backend, {sdk::LayerNormOp::layernorm_backward_accumulate, {t}}))
+      accumulate_offered_ = false;
 }
 
 // --- Definition ----------------------------------------------------------------------------------

@@ -133,6 +133,12 @@ bool LinearLayer::input_gradient_fusable() const {
          !blocks_.active() && loss_chunk_rows() == 0;
 }
 
+bool LinearLayer::can_accumulate_input_gradient(std::size_t k) const {
+  // dgrad's C is then the FP32 sum with beta = 1: {g, g, fp32}, the GEMM wgrad needs anyway.
+  return k == 0 && fusion_on_ && !scaler_.active() && !blocks_.active() &&
+         !input_gradient_fusable();
+}
+
 bool LinearLayer::bias_grad_in_reader() const {
   return fused_ != nullptr && fused_->gradient_in_reader();
 }
@@ -310,6 +316,7 @@ void LinearLayer::dgrad(const sdk::GemmOperand& dy, const sdk::GemmOperand& w, T
   gx.b = w;
   gx.c = dx;
   gx.alpha = static_cast<float>(scale_);
+  gx.beta = accumulate_input_gradient(0) ? 1.0f : 0.0f;  // dx is then the FP32 sum (layer.h)
   gx.compute = precision_.gemm_input;
   if (!input_gradient_fusable()) {
     facets().call(sdk::GemmOp::gemm)->gemm(gx);

@@ -20,6 +20,9 @@
 //     bias_grad then do nothing (activation.h). In FP32 the results are the unfused ones bit for
 //     bit; in 16-bit dz is rounded once where the unfused ops round dy·W and then dz.
 //   set_fusion(false) and model.fuse_epilogues = false run them unfused too.
+// - An input read by other ops as well (LoRA's A and its base read one x): the dgrad adds its
+//   contribution into the FP32 sum as the GEMM's beta = 1 (layer.h), when fusion is on and the
+//   operands are 16/32-bit.
 // - Weight tying: with tie_weight = "<node>.<param>" the linear owns no weight; it reads and
 //   accumulates into that parameter (an [out, in] matrix, e.g. a token embedding [vocab, C] for
 //   an LM head with in = C, out = vocab). When the owner's working copy is not in this layer's
@@ -72,6 +75,7 @@ class LinearLayer final : public Layer {
   void set_fusion(bool on) override;
   // Asks the backend for gemm_gradient (the backward epilogues) in this layer's dtypes.
   void choose_kernels(sdk::DeviceBackend& backend) override;
+  bool can_accumulate_input_gradient(std::size_t k) const override;
   // Block-scaled GEMMs (block_quantizer.h): no fused epilogue change, the three GEMMs become
   // gemm_block_scaled on operands quantized per pass.
   bool set_block_scaling(const sdk::BlockScalingFacet* facet) override;

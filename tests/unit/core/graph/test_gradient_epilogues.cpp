@@ -1,11 +1,14 @@
 // The backward epilogues of linear layers (linear.h, gemm facet 1.5's gemm_gradient): wgrad sums
 // the bias gradient, and the dgrad of the linear after a fused gelu computes the gelu's gradient
-// and its producer's bias gradient. Against the unfused ops from the same weights: bit for bit
-// in FP32, within one bf16 rounding in bf16, with gradient accumulation, a frozen bias, a backend
+// and its producer's bias gradient. And input gradients that their op adds into the FP32 sum of a
+// tensor read several times (layer.h): a linear's dgrad with beta = 1, a layer norm's
+// layernorm_backward_accumulate. Against the unfused ops from the same weights: bit for bit in
+// FP32, within one bf16 rounding in bf16, with gradient accumulation, a frozen bias, a backend
 // without the op and the non-finite replay.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -226,6 +229,99 @@ TEST(GradientEpilogues, TheNonfiniteReplayRunsUnfusedAndTheNextStepIsFusedAgain)
   m.backward(kRows);
   EXPECT_EQ(gradients(), step);
   EXPECT_EQ(backend->gemm.activation_grad_calls, 2) << "fused again after the replay";
+}
+
+// The CPU backend with a call observer counting facet calls by op name.
+class ObservedBackend final : public test_support::ForwardingBackend,
+                              public sdk::CallObserverFacet {
+ public:
+  sdk::Facet* find_facet(std::string_view name) override {
+    if (name == sdk::CallObserverFacet::kName) return static_cast<sdk::CallObserverFacet*>(this);
+    return in_->find_facet(name);
+  }
+  void begin_facet_call() noexcept override {}
+  void end_facet_call(std::string_view op) noexcept override { ++calls[std::string(op)]; }
+  std::map<std::string, int> calls;
+};
+
+// Two tensors read twice: fc's output by a layer norm and a residual add (GPT's residual stream),
+// and the add's output by two linears (LoRA's base and A read one x).
+ModelSpec two_readers(bool fuse) {
+  ModelSpec spec;
+  spec.graph = true;
+  spec.layers = {
+      op("linear", "fc", {{"out", 16}}, {"input"}), op("layernorm", "ln", {}, {"fc"}),
+      op("linear", "mix", {{"out", 16}}, {"ln"}),   op("add", "sum", {}, {"mix", "fc"}),
+      op("linear", "l1", {{"out", 16}}, {"sum"}),   op("linear", "l2", {{"out", 16}}, {"sum"}),
+      op("add", "join", {}, {"l1", "l2"}),          op("linear", "head", {{"out", 5}}, {"join"})};
+  spec.fuse_epilogues = fuse;
+  return spec;
+}
+
+struct Observed {
+  std::vector<float> values;  // the loss, then every parameter gradient
+  std::map<std::string, int> calls;
+};
+
+Observed observe(const ModelSpec& spec, const sdk::OpPrecision& precision = {}) {
+  auto backend = std::make_shared<ObservedBackend>();
+  Model m(backend, spec, 12, 5);
+  for (auto& l : m.layers()) l->set_precision(precision);
+  m.allocate(kRows);
+  m.init_parameters(7);
+  std::vector<float> x(kRows * 12);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.29f * static_cast<float>(i)) * 2.0f;
+  std::vector<std::int32_t> y = {0, 1, 2, 3, 4, 0, 1, 2, 3};
+  backend->copy_from_host(m.input(kRows), x.data());
+  backend->copy_from_host(m.labels(kRows), y.data());
+  Observed o;
+  m.forward(kRows);
+  o.values.push_back(m.loss(kRows, 4.0f, true).loss);
+  backend->calls.clear();
+  m.backward(kRows);
+  o.calls = backend->calls;
+  for (auto* p : m.parameters()) {
+    const auto g = test_support::read(p->grad.view());
+    o.values.insert(o.values.end(), g.begin(), g.end());
+  }
+  return o;
+}
+
+TEST(GradientEpilogues, ALaterContributionIsAddedIntoTheFp32SumByItsOwnOp) {
+  const Observed fused = observe(two_readers(true));
+  const Observed unfused = observe(two_readers(false));
+  ASSERT_EQ(fused.values.size(), unfused.values.size());
+  EXPECT_EQ(fused.values, unfused.values);
+  // The layer norm adds into fc's gradient, l1's dgrad into sum's (beta = 1): no axpy is left.
+  auto count = [](const Observed& o, const char* op) {
+    const auto it = o.calls.find(op);
+    return it == o.calls.end() ? 0 : it->second;
+  };
+  EXPECT_EQ(count(fused, "layernorm_backward_accumulate"), 1);
+  EXPECT_EQ(count(fused, "layernorm_backward"), 0);
+  EXPECT_EQ(count(fused, "axpy"), 0);
+  EXPECT_EQ(count(unfused, "layernorm_backward_accumulate"), 0);
+  EXPECT_EQ(count(unfused, "axpy"), 2);
+}
+
+TEST(GradientEpilogues, Bf16ContributionsAddedInFp32TrackTheRoundedOnes) {
+  sdk::OpPrecision bf16;
+  bf16.weight = DType::bf16;
+  bf16.gemm_input = DType::bf16;
+  bf16.activation = DType::bf16;
+  bf16.activation_grad = DType::bf16;
+  const Observed fused = observe(two_readers(true), bf16);
+  const Observed unfused = observe(two_readers(false), bf16);
+  ASSERT_EQ(fused.values.size(), unfused.values.size());
+  // l1's contribution reaches the sum unrounded instead of through a bf16 scratch.
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < fused.values.size(); ++i) {
+    const double d = static_cast<double>(fused.values[i]) - unfused.values[i];
+    num += d * d;
+    den += static_cast<double>(unfused.values[i]) * unfused.values[i];
+  }
+  EXPECT_EQ(fused.values[0], unfused.values[0]) << "the same forward";
+  EXPECT_LT(std::sqrt(num / den), 1e-2);
 }
 
 }  // namespace

@@ -35,7 +35,9 @@
 //   order, writing input gradients into `buffers` (the planned dtypes, or all FP32 for the
 //   underflow measurement) and parameter gradients by their take_grad_beta() rule. A tensor
 //   read once gets its reader's contribution directly; one read several times sums its
-//   contributions in FP32 (the first overwrites). `visit` sees each node after its backward with
+//   contributions in FP32 (the first overwrites; a later one is added by its op itself where the
+//   op can, layer.h's can_accumulate_input_gradient, and the backward has no visitor, else
+//   written apart and added). `visit` sees each node after its backward with
 //   its input gradients as written. The gradient-ready hook runs for each trainable parameter
 //   whose gradient is final after that node — only when last_micro_batch (a frozen one has none).
 // - start_gradients() makes every parameter's next contribution overwrite (a new optimizer step).

@@ -261,6 +261,19 @@ class Layer {
                                std::span<const sdk::TensorView> dxs, std::int64_t rows) {
     backward(xs[0], dy, dxs[0], rows);
   }
+  // Input gradients added in place. A tensor read by several ops has one FP32 gradient, the sum
+  // of their contributions: the first overwrites it, the others are written apart and added by
+  // the executor (a cast or an axpy over the whole tensor). An op that can add its contribution
+  // for input k into an fp32 buffer in its own pass (a GEMM's beta = 1, a kernel that adds)
+  // answers can_accumulate_input_gradient(k) true, asked after choose_kernels; the executor then
+  // hands it the sum itself as that dx, with accumulate_input_gradient(k) true for that one
+  // backward call (never in a backward with a visitor, which reads each contribution apart: the
+  // non-finite replay, the underflow measurement, a step observer).
+  virtual bool can_accumulate_input_gradient(std::size_t /*k*/) const { return false; }
+  bool accumulate_input_gradient(std::size_t k) const {
+    return k < accumulate_dx_.size() && accumulate_dx_[k];
+  }
+  void set_input_gradient_accumulation(std::vector<bool> on) { accumulate_dx_ = std::move(on); }
   // Host-side initialisation of parameters from a seed (PyTorch's defaults for the layer type),
   // and of buffers to their starting values.
   virtual void init_parameters(std::uint64_t /*seed*/) {}
@@ -417,6 +430,7 @@ class Layer {
   Tensor output_;
   void* planned_output_ = nullptr;   // in the model's activation arena, when planned
   std::int64_t loss_chunk_rows_ = 0;  // set_loss_chunk_rows()
+  std::vector<bool> accumulate_dx_;   // set_input_gradient_accumulation(), by the executor
   void* deferred_output_ = nullptr;  // in the executor's deferred-output arena, when planned
   std::vector<ModelParameter> params_;
   std::vector<ModelBuffer> buffers_;
