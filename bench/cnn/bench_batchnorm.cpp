@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "best_call_time.h"
+#include "../support/best_call_time.h"
 #include "cpu_batchnorm_kernels.h"
 
 namespace {

@@ -19,7 +19,8 @@
 #include <span>
 #include <vector>
 
-#include "best_call_time.h"
+#include "../support/best_call_time.h"
+#include "../support/cpu_arena.h"
 #include "cpu_backend.h"
 #include "mixtrain/sdk/backend_activation.h"
 #include "mixtrain/sdk/backend_batch_norm.h"
@@ -29,40 +30,12 @@
 namespace {
 
 using mixtrain::backend_cpu::CpuBackend;
+using mixtrain::bench::Arena;
 using mixtrain::bench::best_ms;
 using mixtrain::sdk::DType;
 using mixtrain::sdk::Shape;
 using mixtrain::sdk::TensorView;
 namespace sdk = mixtrain::sdk;
-
-// Backend memory of `numel` random values in `dt`, freed with the arena.
-class Arena {
- public:
-  explicit Arena(CpuBackend& be) : be_(be) {}
-  ~Arena() {
-    for (void* p : owned_) be_.deallocate(p);
-  }
-  Arena(const Arena&) = delete;
-  Arena& operator=(const Arena&) = delete;
-  TensorView make(DType dt, Shape shape, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> values(static_cast<std::size_t>(shape.numel()));
-    for (auto& v : values) v = dist(rng);
-    TensorView t{nullptr, dt, shape};
-    t.data = be_.allocate(t.bytes());
-    owned_.push_back(t.data);
-    if (dt == DType::fp32)
-      std::memcpy(t.data, values.data(), t.bytes());
-    else
-      sdk::convert(values, std::span(t.as<std::uint16_t>(), values.size()), dt);
-    return t;
-  }
-
- private:
-  CpuBackend& be_;
-  std::vector<void*> owned_;
-};
 
 struct Stage {
   std::int64_t size, channels;

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "best_call_time.h"
+#include "../support/best_call_time.h"
 #include "cpu_backend.h"
 
 namespace {

@@ -17,7 +17,8 @@
 #include <span>
 #include <vector>
 
-#include "../cnn/best_call_time.h"
+#include "../support/best_call_time.h"
+#include "../support/cpu_arena.h"
 #include "cpu_backend.h"
 #include "mixtrain/sdk/backend_activation.h"
 #include "mixtrain/sdk/backend_gemm.h"
@@ -26,40 +27,12 @@
 namespace {
 
 using mixtrain::backend_cpu::CpuBackend;
+using mixtrain::bench::Arena;
 using mixtrain::bench::best_ms;
 using mixtrain::sdk::DType;
 using mixtrain::sdk::Shape;
 using mixtrain::sdk::TensorView;
 namespace sdk = mixtrain::sdk;
-
-// Backend memory of random values in `dt`, freed with the arena.
-class Arena {
- public:
-  explicit Arena(CpuBackend& be) : be_(be) {}
-  ~Arena() {
-    for (void* p : owned_) be_.deallocate(p);
-  }
-  Arena(const Arena&) = delete;
-  Arena& operator=(const Arena&) = delete;
-  TensorView make(DType dt, Shape shape, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    std::vector<float> values(static_cast<std::size_t>(shape.numel()));
-    for (auto& v : values) v = dist(rng);
-    TensorView t{nullptr, dt, shape};
-    t.data = be_.allocate(t.bytes());
-    owned_.push_back(t.data);
-    if (dt == DType::fp32)
-      std::memcpy(t.data, values.data(), t.bytes());
-    else
-      sdk::convert(values, std::span(t.as<std::uint16_t>(), values.size()), dt);
-    return t;
-  }
-
- private:
-  CpuBackend& be_;
-  std::vector<void*> owned_;
-};
 
 void run(CpuBackend& be, std::int64_t rows, DType dt, int reps) {
   constexpr std::int64_t c = 768, h = 4 * c;

@@ -4,13 +4,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "cpu_backend.h"
 #include "forwarding_backend.h"
 #include "mixtrain/core/graph/model.h"
+#include "mixtrain/sdk/backend_call_observer.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::core::test_support {
@@ -25,6 +28,27 @@ inline std::shared_ptr<sdk::DeviceBackend> cpu() {
 class ForwardingBackend : public test::ForwardingBackend {
  public:
   ForwardingBackend() : test::ForwardingBackend(cpu()) {}
+};
+
+// The shared CPU backend with a call observer (sdk/backend_call_observer.h) counting the facet
+// calls by op name while `counting` is set.
+class CallCountingBackend final : public ForwardingBackend, public sdk::CallObserverFacet {
+ public:
+  sdk::Facet* find_facet(std::string_view name) override {
+    if (name == sdk::CallObserverFacet::kName) return static_cast<sdk::CallObserverFacet*>(this);
+    return in_->find_facet(name);
+  }
+  void begin_facet_call() noexcept override {}
+  void end_facet_call(std::string_view op) noexcept override {
+    if (counting) ++calls[std::string(op)];
+  }
+  // The calls of `op` counted so far.
+  int count(std::string_view op) const {
+    const auto it = calls.find(std::string(op));
+    return it == calls.end() ? 0 : it->second;
+  }
+  bool counting = false;
+  std::map<std::string, int> calls;
 };
 
 // The values of a device view, read as fp32.

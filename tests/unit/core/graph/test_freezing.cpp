@@ -109,21 +109,7 @@ TEST(Freezing, FreezingEverythingIsAnErrorAtTheFirstFrozenPattern) {
 
 // --- what a frozen parameter costs a step -----------------------------------------------------
 
-// The CPU backend with a call observer that counts facet calls by op name.
-class CountingBackend final : public test_support::ForwardingBackend,
-                              public sdk::CallObserverFacet {
- public:
-  sdk::Facet* find_facet(std::string_view name) override {
-    if (name == sdk::CallObserverFacet::kName) return static_cast<sdk::CallObserverFacet*>(this);
-    return in_->find_facet(name);
-  }
-  void begin_facet_call() noexcept override {}
-  void end_facet_call(std::string_view op) noexcept override {
-    if (counting) ++calls[std::string(op)];
-  }
-  bool counting = false;
-  std::map<std::string, int> calls;
-};
+using test_support::CallCountingBackend;
 
 ModelSpec mlp(std::vector<std::string> frozen) {
   ModelSpec spec;
@@ -145,7 +131,7 @@ void feed_features(Model& m, std::int64_t batch, unsigned seed) {
 
 // One forward, loss and backward; the calls each facet op got in backward.
 std::map<std::string, int> backward_calls(const ModelSpec& spec, const sdk::OpPrecision& p = {}) {
-  auto backend = std::make_shared<CountingBackend>();
+  auto backend = std::make_shared<CallCountingBackend>();
   Model m(backend, spec, 12, 5);
   for (auto& l : m.layers()) l->set_precision(p);
   m.allocate(8);
@@ -609,7 +595,7 @@ TEST(Freezing, GradientsFlowThroughFrozenEmbeddingsAndTheTiedHeadUnchanged) {
   attention_only.freeze.trainable.push_back(at("h.*.attn.*", 1, "train.trainable"));
   expect_trainable_gradients_unchanged(attention_only, tiny_gpt(), 5, 11, tokens, {}, feed_tokens,
                                        2 + 2 * 8 + 2);
-  auto backend = std::make_shared<CountingBackend>();
+  auto backend = std::make_shared<CallCountingBackend>();
   Model m(backend, with_frozen(tiny_gpt(), {"wte", "wpe"}), 5, 11, tokens);
   for (auto& l : m.layers()) l->set_precision({});
   m.allocate(4);

@@ -231,19 +231,6 @@ TEST(GradientEpilogues, TheNonfiniteReplayRunsUnfusedAndTheNextStepIsFusedAgain)
   EXPECT_EQ(backend->gemm.activation_grad_calls, 2) << "fused again after the replay";
 }
 
-// The CPU backend with a call observer counting facet calls by op name.
-class ObservedBackend final : public test_support::ForwardingBackend,
-                              public sdk::CallObserverFacet {
- public:
-  sdk::Facet* find_facet(std::string_view name) override {
-    if (name == sdk::CallObserverFacet::kName) return static_cast<sdk::CallObserverFacet*>(this);
-    return in_->find_facet(name);
-  }
-  void begin_facet_call() noexcept override {}
-  void end_facet_call(std::string_view op) noexcept override { ++calls[std::string(op)]; }
-  std::map<std::string, int> calls;
-};
-
 // Two tensors read twice: fc's output by a layer norm and a residual add (GPT's residual stream),
 // and the add's output by two linears (LoRA's base and A read one x).
 ModelSpec two_readers(bool fuse) {
@@ -264,7 +251,7 @@ struct Observed {
 };
 
 Observed observe(const ModelSpec& spec, const sdk::OpPrecision& precision = {}) {
-  auto backend = std::make_shared<ObservedBackend>();
+  auto backend = std::make_shared<test_support::CallCountingBackend>();
   Model m(backend, spec, 12, 5);
   for (auto& l : m.layers()) l->set_precision(precision);
   m.allocate(kRows);
@@ -277,7 +264,7 @@ Observed observe(const ModelSpec& spec, const sdk::OpPrecision& precision = {}) 
   Observed o;
   m.forward(kRows);
   o.values.push_back(m.loss(kRows, 4.0f, true).loss);
-  backend->calls.clear();
+  backend->counting = true;
   m.backward(kRows);
   o.calls = backend->calls;
   for (auto* p : m.parameters()) {
