@@ -353,6 +353,7 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
     TensorView target;
   };
   std::vector<Pending> pending;
+  std::vector<bool> accumulate;  // per input: its op adds into the FP32 sum (layer.h)
   for (std::size_t i = ops_.size(); i-- > 0;) {
     const PlannedNode& node = plan_.node(i);
     Layer& op = *ops_[i];
@@ -376,7 +377,7 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
     xs.clear();
     dxs.clear();
     pending.clear();
-    std::vector<bool> accumulate(node.inputs.size(), false);
+    accumulate.assign(node.inputs.size(), false);
     // A pass-through op's (an add's) contribution is its output's gradient itself: it keeps that
     // dtype rather than being rounded to the op's activation_grad dtype on its way into an FP32
     // sum (ResNet's shortcuts: FP32 straight into the accumulator, no bf16 scratch and cast).

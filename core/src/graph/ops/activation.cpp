@@ -1,7 +1,6 @@
 #include "graph/ops/activation.h"
 
 #include "graph/ops/linear.h"
-
 #include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
 
