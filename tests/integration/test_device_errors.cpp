@@ -84,6 +84,11 @@ class DeviceLikeBackend final : public sdk::DeviceBackend, public sdk::GemmFacet
     if (fail_gemms) throw out_of_memory("gemm", std::size_t{96} << 20);
     gemm_->gemm_strided_batched(a);
   }
+  // supports() forwards gemm_gradient's answer, so the call is forwarded too (backend_gemm.h).
+  void gemm_gradient(const sdk::GemmGradientArgs& a) override {
+    if (fail_gemms) throw out_of_memory("gemm_gradient", std::size_t{96} << 20);
+    gemm_->gemm_gradient(a);
+  }
 
  private:
   // The shape of the CUDA backend's error (cuda_allocator.cpp, cuda_scratch.h).

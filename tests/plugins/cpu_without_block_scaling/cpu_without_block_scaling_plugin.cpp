@@ -27,6 +27,8 @@ class GemmWithoutBlocks final : public sdk::GemmFacet {
     in_->gemm_strided_batched(args);
   }
   void gemm_grouped(std::span<const sdk::GemmArgs> group) override { in_->gemm_grouped(group); }
+  // supports() forwards gemm_gradient's answer (gemm 1.5), so the call is forwarded too.
+  void gemm_gradient(const sdk::GemmGradientArgs& args) override { in_->gemm_gradient(args); }
 
  private:
   sdk::GemmFacet* in_;

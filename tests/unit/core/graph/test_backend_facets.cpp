@@ -44,6 +44,9 @@ class PartialBackend final : public test_support::ForwardingBackend, public sdk:
   void gemm_strided_batched(const sdk::GemmBatchedArgs& a) override {
     sdk::facet<sdk::GemmFacet>(*in_)->gemm_strided_batched(a);
   }
+  void gemm_gradient(const sdk::GemmGradientArgs& a) override {
+    sdk::facet<sdk::GemmFacet>(*in_)->gemm_gradient(a);
+  }
 
  private:
   bool refuse_bf16_;

@@ -288,6 +288,7 @@ class ForwardingGemm : public sdk::GemmFacet {
   void gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) override {
     in_->gemm_block_scaled(args);
   }
+  void gemm_gradient(const sdk::GemmGradientArgs& args) override { in_->gemm_gradient(args); }
 
  private:
   sdk::GemmFacet* in_;
