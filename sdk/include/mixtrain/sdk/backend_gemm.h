@@ -155,7 +155,7 @@ struct BlockScaledGemmArgs {
 
 // --- 1.5: backward epilogues -------------------------------------------------------------------
 // A GEMM of a backward pass with the element-wise work that would otherwise re-read its operands
-// or its result (cuBLASLt's DGELU and BGRAD epilogues). `gemm` is as for gemm(), except that its
+// or its result (what cuBLASLt's DGELU and BGRAD epilogues compute). `gemm` is as for gemm(), except that its
 // bias, has_activation and pre_activation must be unset. Then, in this order:
 //   z = alpha·op(A)·op(B) + beta·C in FP32;
 //   with `has_activation_grad`: z = z · act'(pre_activation), act'(·) in FP32 from the stored
@@ -164,7 +164,7 @@ struct BlockScaledGemmArgs {
 //     its result is the gradient of the activation's input, rounded once;
 //   C = z rounded once into C's dtype;
 //   c_column_sums (fp32 [n], optional) (+)= the column sums of C as stored: the bias gradient of
-//     the layer before the activation, the same sums activation facet's bias_grad takes of C;
+//     the layer before the activation, the same sums the activation facet's bias_grad takes of C;
 //   a_row_sums (fp32 [m], optional) (+)= Σ_k op(A)[m, k] of A as stored (unscaled by alpha, before
 //     any tf32 rounding): wgrad's bias gradient, op(A) = dyᵀ. Only with a.transpose (A stored
 //     [k, m]) and A in fp32, bf16 or fp16, else BackendError.
@@ -254,7 +254,8 @@ class MIXTRAIN_SDK_API GemmFacet : public Facet {
   // --- 1.5 ---------------------------------------------------------------------------------------
   // A backward GEMM with its epilogues (GemmGradientArgs). The default raises BackendError and the
   // default supports() answers false for it: a backend offers it by overriding both, and the host
-  // runs the unfused ops (gemm, activation_backward, bias_grad) on any other.
+  // runs the unfused ops (gemm, activation_backward, bias_grad) on any other. A facet that
+  // forwards supports() to another one must forward this call too.
   virtual void gemm_gradient(const GemmGradientArgs& args);
 
  protected:

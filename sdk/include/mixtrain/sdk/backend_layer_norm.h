@@ -61,7 +61,8 @@ class MIXTRAIN_SDK_API LayerNormFacet : public Facet {
   // tensor read by several ops (the residual stream, read by a layer norm and by the next add)
   // then needs no scratch and no separate pass adding it. dx must be fp32 and overlap neither dy
   // nor x; dgamma, dbeta and `accumulate` are layernorm_backward's. Default: BackendError, and
-  // supports() false; a backend offers it by overriding both.
+  // supports() false; a backend offers it by overriding both (and a facet that forwards
+  // supports() to another one forwards this call too).
   virtual void layernorm_backward_accumulate(TensorView dy, TensorView x, TensorView gamma,
                                              TensorView mean, TensorView rstd, TensorView dx,
                                              TensorView dgamma, TensorView dbeta, bool accumulate);
