@@ -7,7 +7,7 @@
 //   gemm_gradient with the row sums of dyᵀ.
 // bf16 (GEMM operands and activations) and fp32.
 //
-// Usage: bench_gradient_epilogues [--threads N] [--reps R] [--rows B·T]
+// Usage: bench_gradient_epilogues [--threads N] [--reps R] [--rows B·T] [--width C]
 // Per case: 2 warm-up calls, then R calls; the fastest call in ms (best_call_time.h).
 #include <CLI/CLI.hpp>
 
@@ -34,8 +34,8 @@ using mixtrain::sdk::Shape;
 using mixtrain::sdk::TensorView;
 namespace sdk = mixtrain::sdk;
 
-void run(CpuBackend& be, std::int64_t rows, DType dt, int reps) {
-  constexpr std::int64_t c = 768, h = 4 * c;
+void run(CpuBackend& be, std::int64_t rows, std::int64_t c, DType dt, int reps) {
+  const std::int64_t h = 4 * c;
   Arena a(be);
   // dy [rows, C]: c_proj's output gradient; W [C, 4C]: c_proj's weight; z [rows, 4C]: c_fc's
   // output (gelu's input); x [rows, 4C]: gelu's output, c_proj's input.
@@ -93,16 +93,19 @@ void run(CpuBackend& be, std::int64_t rows, DType dt, int reps) {
 int main(int argc, char** argv) {
   CLI::App app{"GPT-2 small's MLP backward, unfused against gemm_gradient's epilogues"};
   int threads = 2, reps = 10;
-  std::int64_t rows = 2048;
+  std::int64_t rows = 2048, width = 768;
   app.add_option("--threads", threads, "CPU backend threads")->check(CLI::Range(1, 1024));
   app.add_option("--reps", reps, "timed calls per case")->check(CLI::Range(1, 100000));
   app.add_option("--rows", rows, "B·T, the rows of the MLP's activations")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  app.add_option("--width", width, "C, the model's width (GPT-2 small: 768); the MLP is 4C wide")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16));
   CLI11_PARSE(app, argc, argv);
   CpuBackend be(threads);
-  std::printf("threads %d, C 768, best of %d calls, ms\n", threads, reps);
+  std::printf("threads %d, C %lld, best of %d calls, ms\n", threads, static_cast<long long>(width),
+              reps);
   std::printf("%6s %-5s %10s %10s %7s %10s %10s %7s\n", "rows", "dtype", "dgrad+3", "fused", "gain",
               "wgrad+1", "fused", "gain");
-  for (DType dt : {DType::bf16, DType::fp32}) run(be, rows, dt, reps);
+  for (DType dt : {DType::bf16, DType::fp32}) run(be, rows, width, dt, reps);
   return 0;
 }

@@ -10,7 +10,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <vector>
 
 #include "cpu_access.h"
 #include "cpu_eltwise.h"
@@ -102,7 +101,7 @@ void apply_activation_grad(const CpuContext& context, Activation act, TensorView
 }
 
 void apply_activation_grad_into(const CpuContext& context, Activation act, TensorView x,
-                                TensorView z, TensorView c) {
+                                TensorView z, TensorView c, float* decoded) {
   context.use_threads();
   require_storage("gemm_gradient", "pre_activation", x);
   require_fp32("gemm_gradient", "z", z);
@@ -110,17 +109,14 @@ void apply_activation_grad_into(const CpuContext& context, Activation act, Tenso
   require_numel("gemm_gradient", "pre_activation", x, z.numel());
   require_numel("gemm_gradient", "C", c, z.numel());
   const std::int64_t total = z.numel();
-  std::vector<float> decoded;
-  if (x.dtype != DType::fp32)
-    decoded.resize(static_cast<std::size_t>(std::min(kEpilogueBlock, total)));
   float* zs = z.as<float>();
   for (std::int64_t b0 = 0; b0 < total; b0 += kEpilogueBlock) {
     const std::int64_t len = std::min(kEpilogueBlock, total - b0);
-    const float* xs = x.dtype == DType::fp32 ? x.as<const float>() + b0 : decoded.data();
+    const float* xs = x.dtype == DType::fp32 ? x.as<const float>() + b0 : decoded;
     if (x.dtype != DType::fp32) {
 #pragma omp parallel for schedule(static) if (parallel_worth(len))
       for (std::int64_t c0 = 0; c0 < len; c0 += kDecodeChunk)
-        decode_into(x, b0 + c0, std::min(kDecodeChunk, len - c0), decoded.data() + c0);
+        decode_into(x, b0 + c0, std::min(kDecodeChunk, len - c0), decoded + c0);
     }
     const TensorView xb{const_cast<float*>(xs), DType::fp32, sdk::Shape{len}};
     const TensorView zb{zs + b0, DType::fp32, sdk::Shape{len}};

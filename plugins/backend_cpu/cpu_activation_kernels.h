@@ -32,8 +32,10 @@ void apply_activation(const CpuContext& context, sdk::Activation act, sdk::Tenso
 void apply_activation_grad(const CpuContext& context, sdk::Activation act, sdk::TensorView x,
                            sdk::TensorView dy, sdk::TensorView dx);
 inline constexpr std::int64_t kEpilogueBlock = std::int64_t{1} << 20;
+// `decoded`: min(kEpilogueBlock, numel) floats of the caller's scratch (read only when x is not
+// fp32).
 void apply_activation_grad_into(const CpuContext& context, sdk::Activation act, sdk::TensorView x,
-                                sdk::TensorView z, sdk::TensorView c);
+                                sdk::TensorView z, sdk::TensorView c, float* decoded);
 void sum_columns(const CpuContext& context, sdk::TensorView x, std::int64_t rows, std::int64_t n,
                  float* sums, bool accumulate);
 

@@ -102,8 +102,12 @@ class GemmEngine {
   // Primitives created and in use (a batched key oneDNN could not run well is not counted).
   std::size_t cached_primitives() const;
   std::size_t scratch_bytes() const {
-    return scratch_a_.capacity() + scratch_b_.capacity() + scratch_c_.capacity();
+    return scratch_a_.capacity() + scratch_b_.capacity() + scratch_c_.capacity() +
+           scratch_epilogue_.capacity();
   }
+  // `count` floats for a run_into epilogue's own use (gemm_gradient decodes its pre-activation
+  // there a block at a time), grow-only and counted as this engine's scratch.
+  float* epilogue_scratch(std::size_t count) { return scratch_epilogue_.as<float>(count); }
 
  private:
   struct Key : sdk::GemmPlanKey {
@@ -165,6 +169,7 @@ class GemmEngine {
   dnnl::stream stream_;
   std::unordered_map<Key, Entry, sdk::GemmPlanKeyHash> cache_;
   ScratchBuffer scratch_a_, scratch_b_, scratch_c_;
+  ScratchBuffer scratch_epilogue_;  // epilogue_scratch()
   std::string last_implementation_;
 };
 

@@ -5,6 +5,7 @@
 // (cpu_block_scaled.h); gemm_gradient as gemm() whose epilogue multiplies the FP32 product by the
 // activation's gradient before its one rounding, then the bias-gradient sums of
 // cpu_activation_kernels.h, the activation facet's own, over C and A as stored.
+#include <algorithm>
 #include <cstdint>
 
 #include "cpu_access.h"
@@ -68,11 +69,14 @@ void CpuGemm::gemm_gradient(const sdk::GemmGradientArgs& args) {
   const sdk::GemmArgs& g = args.gemm;
   // The product's epilogue multiplies by the activation's gradient and rounds once into C, a
   // block at a time (cpu_activation_kernels.h).
-  if (args.has_activation_grad)
-    context_.gemm().run_into(args.gemm, [&](const TensorView& z, const TensorView& c) {
-      apply_activation_grad_into(context_, args.activation, args.pre_activation, z, c);
+  if (args.has_activation_grad) {
+    GemmEngine& engine = context_.gemm();
+    const auto block = static_cast<std::size_t>(std::min(kEpilogueBlock, m * n));
+    float* decoded = engine.epilogue_scratch(std::max<std::size_t>(block, 1));
+    engine.run_into(args.gemm, [&](const TensorView& z, const TensorView& c) {
+      apply_activation_grad_into(context_, args.activation, args.pre_activation, z, c, decoded);
     });
-  else
+  } else
     context_.gemm().run(args.gemm);
   context_.account_scratch();
   if (!args.c_column_sums.empty())
