@@ -38,11 +38,7 @@ void ActivationLayer::backward(TensorView x, TensorView dy, TensorView dx, std::
   if (dx.empty()) return;
   if (gradient_in_reader()) {
     // The reader's dgrad wrote dz where dy lies: the plan usually made that dx's memory too.
-    if (dx.data == dy.data && dx.dtype == dy.dtype) return;
-    if (dx.dtype == dy.dtype)
-      backend_->copy(dx, dy);
-    else
-      backend_->cast(dy, dx);
+    ops::copy_as(*backend_, dy, dx);
     return;
   }
   // Fused relu: z was not stored; relu'(z) = [z > 0] = [relu(z) > 0], so the output serves.

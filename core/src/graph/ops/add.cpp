@@ -151,10 +151,8 @@ void AddLayer::backward_inputs(std::span<const TensorView>, TensorView dy,
       facets()
           .call(sdk::ActivationOp::activation_backward)
           ->activation_backward(sdk::Activation::relu, output(rows), dy, dx);
-    else if (dx.dtype == dy.dtype)
-      backend_->copy(dx, dy);
     else
-      backend_->cast(dy, dx);
+      ops::copy_as(*backend_, dy, dx);
   }
   if (aliased != nullptr && relu_)
     facets()

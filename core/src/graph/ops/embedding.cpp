@@ -144,10 +144,7 @@ void PositionEmbeddingLayer::backward(TensorView, TensorView dy, TensorView dx, 
         .call(sdk::EmbeddingOp::scatter_add)
         ->scatter_add(ids_for(rows), dy, w.grad.view(), w.take_grad_beta());
   if (dx.empty()) return;
-  if (dx.dtype == dy.dtype)
-    backend_->copy(dx, dy);
-  else
-    backend_->cast(dy, dx);
+  ops::copy_as(*backend_, dy, dx);
 }
 
 // --- Definitions ---------------------------------------------------------------------------------

@@ -32,6 +32,16 @@ inline void log_once(const std::string& component, const std::string& key,
 }
 
 // tf32 is fp32 storage rounded inside the GEMM; every other dtype is its own storage.
+// dst = src in dst's dtype (a gradient passed through): nothing when dst is src itself, a copy in
+// the same dtype, else a cast.
+inline void copy_as(sdk::DeviceBackend& backend, sdk::TensorView src, sdk::TensorView dst) {
+  if (dst.data == src.data && dst.dtype == src.dtype) return;
+  if (dst.dtype == src.dtype)
+    backend.copy(dst, src);
+  else
+    backend.cast(src, dst);
+}
+
 inline sdk::DType storage_of(sdk::DType t) {
   return t == sdk::DType::tf32 ? sdk::DType::fp32 : t;
 }
