@@ -33,7 +33,8 @@ void apply_activation_grad(const CpuContext& context, sdk::Activation act, sdk::
                            sdk::TensorView dy, sdk::TensorView dx);
 inline constexpr std::int64_t kEpilogueBlock = std::int64_t{1} << 20;
 // `decoded`: min(kEpilogueBlock, numel) floats of the caller's scratch (read only when x is not
-// fp32).
+// fp32). The arguments are gemm_gradient's, already checked (gemm_gradient_shape): x and c of z's
+// size, z the engine's fp32 product.
 void apply_activation_grad_into(const CpuContext& context, sdk::Activation act, sdk::TensorView x,
                                 sdk::TensorView z, sdk::TensorView c, float* decoded);
 void sum_columns(const CpuContext& context, sdk::TensorView x, std::int64_t rows, std::int64_t n,
