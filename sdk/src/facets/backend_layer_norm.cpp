@@ -16,6 +16,8 @@ std::string_view op_name(LayerNormOp op) noexcept {
       return "layernorm_backward";
     case LayerNormOp::layernorm_backward_accumulate:
       return "layernorm_backward_accumulate";
+    case LayerNormOp::layernorm_add_forward:
+      return "layernorm_add_forward";
   }
   return "?";
 }
@@ -25,8 +27,9 @@ OpSignature op_signature(LayerNormOp op) noexcept {
     case LayerNormOp::layernorm_forward:
     case LayerNormOp::layernorm_backward:
       return {kStore};  // {x}
-    case LayerNormOp::layernorm_backward_accumulate:
-      return {};  // no row: offered only by a backend that answers for it (1.1)
+    case LayerNormOp::layernorm_backward_accumulate:  // 1.1
+    case LayerNormOp::layernorm_add_forward:          // 1.2
+      return {};  // no row: offered only by a backend that answers for it
   }
   return {};
 }
@@ -37,6 +40,12 @@ void LayerNormFacet::layernorm_backward_accumulate(TensorView, TensorView, Tenso
   throw BackendError("this backend's layer_norm facet has no layernorm_backward_accumulate",
                      "report this: the host asks supports(layernorm_backward_accumulate) before "
                      "it calls it and runs layernorm_backward and a sum where the answer is false");
+}
+
+void LayerNormFacet::layernorm_add_forward(const LayerNormAddArgs&) {
+  throw BackendError("this backend's layer_norm facet has no layernorm_add_forward",
+                     "report this: the host asks supports(layernorm_add_forward) before it calls "
+                     "it and runs the add and the layer norm apart where the answer is false");
 }
 
 bool LayerNormFacet::supports(LayerNormOp op, std::span<const DType> dtypes) const {

@@ -227,6 +227,23 @@ BackendArgumentChecks::RowsCols BackendArgumentChecks::layernorm_backward_accumu
   return s;
 }
 
+BackendArgumentChecks::RowsCols BackendArgumentChecks::layernorm_add_forward_shape(
+    const LayerNormAddArgs& args) const {
+  constexpr const char* op = "layernorm_add_forward";
+  require_storage(op, "sum", args.sum);
+  const RowsCols s =
+      layernorm_forward_shape(args.sum, args.gamma, args.beta, args.y, args.mean, args.rstd);
+  for (const auto& [name, v] : {std::pair{"a", &args.a}, std::pair{"b", &args.b}}) {
+    require_storage(op, name, *v);
+    require_numel(op, name, *v, args.sum.numel());
+    require_same_or_disjoint(op, name, *v, "sum", args.sum);
+  }
+  for (const auto& [name, v] :
+       {std::pair{"a", &args.a}, std::pair{"b", &args.b}, std::pair{"sum", &args.sum}})
+    require_disjoint(op, "y", args.y, name, *v);
+  return s;
+}
+
 BackendArgumentChecks::RowsCols BackendArgumentChecks::softmax_cross_entropy_shape(
     const TensorView& logits, const TensorView& labels, float label_smoothing,
     const TensorView& loss, const TensorView& correct, const TensorView& dlogits) const {

@@ -7,8 +7,9 @@
 //   fp32 whatever the activations' dtype: the mixed-precision recipes keep norm statistics in
 //   FP32, and so does every backend.
 // - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
-//   minor step only appends methods). 1.1 appended layernorm_backward_accumulate (refused by
-//   default: supports() false, the call a BackendError).
+//   minor step only appends methods). 1.1 appended layernorm_backward_accumulate, 1.2
+//   layernorm_add_forward; each is refused by default (supports() false, the call a
+//   BackendError), and a host asks for it only where the facet is that version or later.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -28,17 +29,38 @@ enum class LayerNormOp {
   layernorm_backward,  // {x}
   // 1.1
   layernorm_backward_accumulate,  // {x}
+  // 1.2
+  layernorm_add_forward,  // {a, b, sum, y}
 };
 MIXTRAIN_SDK_API std::string_view op_name(LayerNormOp op) noexcept;
 constexpr std::uint16_t introduced_in(LayerNormOp op) noexcept {
-  return op == LayerNormOp::layernorm_backward_accumulate ? 1 : 0;
+  switch (op) {
+    case LayerNormOp::layernorm_backward_accumulate:
+      return 1;
+    case LayerNormOp::layernorm_add_forward:
+      return 2;
+    default:
+      return 0;
+  }
 }
 MIXTRAIN_SDK_API OpSignature op_signature(LayerNormOp op) noexcept;
+
+// layernorm_add_forward's arguments (1.2): the residual join and the layer norm that reads it.
+struct LayerNormAddArgs {
+  TensorView a, b;   // [rows, n], any storage dtype
+  TensorView sum;    // [rows, n]: a + b in FP32, rounded once into its dtype; may be a or b
+  TensorView gamma;  // fp32 [n], or empty (1)
+  TensorView beta;   // fp32 [n], or empty (0)
+  float eps = 1e-5f;
+  TensorView y;     // [rows, n], any storage dtype; apart from a, b and sum
+  TensorView mean;  // fp32 [rows], written
+  TensorView rstd;  // fp32 [rows], written
+};
 
 class MIXTRAIN_SDK_API LayerNormFacet : public Facet {
  public:
   using Op = LayerNormOp;
-  static constexpr FacetVersion kVersion{1, 1};
+  static constexpr FacetVersion kVersion{1, 2};
   static constexpr std::string_view kName = "layer_norm";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
@@ -66,6 +88,15 @@ class MIXTRAIN_SDK_API LayerNormFacet : public Facet {
   virtual void layernorm_backward_accumulate(TensorView dy, TensorView x, TensorView gamma,
                                              TensorView mean, TensorView rstd, TensorView dx,
                                              TensorView dgamma, TensorView dbeta, bool accumulate);
+
+  // --- 1.2 ---------------------------------------------------------------------------------------
+  // The residual add and the layer norm that reads its sum, in one pass: sum = a + b (FP32, one
+  // rounding, what ResidualFacet::add writes), then layernorm_forward of the sum *as stored* into
+  // y, mean and rstd: the same bits as the two ops one after the other, with one read of the sum
+  // less. Why: in a pre-norm transformer every residual add is read at once by a layer norm, and
+  // both are memory-bound passes over the residual stream. supports({a, b, sum, y}); default:
+  // BackendError, and supports() false (the host then runs the add and the layer norm apart).
+  virtual void layernorm_add_forward(const LayerNormAddArgs& args);
 
  protected:
   ~LayerNormFacet() override;  // not owned through the facet: the backend is

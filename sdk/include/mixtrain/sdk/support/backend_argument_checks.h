@@ -121,6 +121,10 @@ class BackendArgumentChecks {
                                                const TensorView& rstd, const TensorView& dx,
                                                const TensorView& dgamma,
                                                const TensorView& dbeta) const;
+  // layernorm_add_forward's (layer norm 1.2): layernorm_forward_shape's for x = sum; a and b
+  // storage of the sum's size, each either apart from the sum or the sum itself (same data and
+  // dtype); y apart from a, b and the sum.
+  RowsCols layernorm_add_forward_shape(const LayerNormAddArgs& args) const;
 
   // softmax_cross_entropy's arguments: logits storage [rows, classes] (both > 0), labels int32
   // [rows], label_smoothing in [0, 1], loss fp32 [1], correct (optional) int32 [1], dlogits
