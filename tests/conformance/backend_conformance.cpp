@@ -454,6 +454,83 @@ TEST_P(Conformance, LayerNormBackwardAccumulateAddsTheGradientIntoAnFp32Sum) {
   }
 }
 
+// layer norm 1.2: the residual add and the layer norm of its sum in one pass write what the
+// reference's add and layer norm write one after the other (the sum rounded once, then normalised
+// as stored), for a residual stream of each storage dtype, a layer norm output in fp32 or that
+// dtype, and the sum written over its first input.
+TEST_P(Conformance, LayerNormAddForwardIsTheAddThenTheLayerNorm) {
+  MIXTRAIN_FACETS(residual, ResidualFacet);
+  MIXTRAIN_FACETS(layer_norm, LayerNormFacet);
+  if (tested_layer_norm->version() < sdk::FacetVersion{1, 2})
+    GTEST_SKIP() << "backend '" << GetParam().name << "' has layer_norm facet "
+                 << sdk::to_string(tested_layer_norm->version());
+  const std::int64_t rows = 37, cols = 160;
+  for (DType dt : {DType::fp32, DType::bf16, DType::fp16})
+    for (DType yt : {DType::fp32, dt})
+      for (bool in_place : {false, true}) {
+        const std::vector<DType> dtypes{dt, dt, dt, yt};
+        if (!tested_->capabilities().supports(dt) ||
+            !tested_layer_norm->supports(sdk::LayerNormOp::layernorm_add_forward, dtypes))
+          continue;
+        const std::string what = std::string(sdk::dtype_name(dt)) + " into " +
+                                 std::string(sdk::dtype_name(yt)) +
+                                 (in_place ? ", the sum over a" : "");
+        // A large mean against small deviations: the sum's rounding shows in the statistics.
+        auto a = upload(random_values(rows * cols, 70, 20.f, 24.f), Shape{rows, cols}, dt);
+        auto b = upload(random_values(rows * cols, 71, -1.f, 1.f), Shape{rows, cols}, dt);
+        auto gamma = upload(random_values(cols, 72, 0.5f, 1.5f), Shape{cols});
+        auto beta = upload(random_values(cols, 73), Shape{cols});
+        auto sum = zeros(Shape{rows, cols}, dt);
+        auto y = zeros(Shape{rows, cols}, yt);
+        auto mean = zeros(Shape{rows}), rstd = zeros(Shape{rows});
+        const Pair& s = in_place ? a : sum;
+        const TensorView ref_xs[2] = {a.ref->view(), b.ref->view()};
+        ref_residual->add(ref_xs, false, s.ref->view());
+        ref_layer_norm->layernorm_forward(s.ref->view(), gamma.ref->view(), beta.ref->view(), 1e-5f,
+                                          y.ref->view(), mean.ref->view(), rstd.ref->view());
+        sdk::LayerNormAddArgs args;
+        args.a = a.tested->view();
+        args.b = b.tested->view();
+        args.sum = s.tested->view();
+        args.gamma = gamma.tested->view();
+        args.beta = beta.tested->view();
+        args.eps = 1e-5f;
+        args.y = y.tested->view();
+        args.mean = mean.tested->view();
+        args.rstd = rstd.tested->view();
+        tested_layer_norm->layernorm_add_forward(args);
+        expect_close(s, 0.0, "the sum, " + what);
+        expect_close(y, 1e-6, "y, " + what);
+        expect_close(mean, 1e-6, "mean, " + what);
+        expect_close(rstd, 1e-6, "rstd, " + what);
+        if (in_place) continue;
+        // y must be apart from a, b and the sum; a may be the sum but not partly overlap it.
+        sdk::LayerNormAddArgs bad = args;
+        bad.y = {args.a.data, args.a.dtype, args.y.shape};
+        EXPECT_THROW(tested_layer_norm->layernorm_add_forward(bad), sdk::BackendError)
+            << "y over a, " << what;
+        bad = args;
+        bad.y = {args.sum.data, args.sum.dtype, args.y.shape};
+        EXPECT_THROW(tested_layer_norm->layernorm_add_forward(bad), sdk::BackendError)
+            << "y over the sum, " << what;
+        auto two = zeros(Shape{rows + 1, cols}, dt);  // rows [0, rows) and [1, rows + 1)
+        bad = args;
+        bad.sum = {two.tested->view().data, dt, Shape{rows, cols}};
+        bad.a = {static_cast<char*>(two.tested->view().data) + sdk::dtype_size(dt) * cols, dt,
+                 Shape{rows, cols}};
+        EXPECT_THROW(tested_layer_norm->layernorm_add_forward(bad), sdk::BackendError)
+            << "a partly over the sum, " << what;
+        bad = args;
+        bad.b = {args.b.data, dt, Shape{rows - 1, cols}};
+        EXPECT_THROW(tested_layer_norm->layernorm_add_forward(bad), sdk::BackendError)
+            << "b of another size, " << what;
+        bad = args;
+        bad.mean = {};
+        EXPECT_THROW(tested_layer_norm->layernorm_add_forward(bad), sdk::BackendError)
+            << "no mean, " << what;
+      }
+}
+
 TEST_P(Conformance, SoftmaxCrossEntropy) {
   MIXTRAIN_FACETS(loss, LossFacet);
   const std::int64_t rows = 41, classes = 13;

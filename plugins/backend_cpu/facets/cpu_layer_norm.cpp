@@ -1,7 +1,8 @@
 // CpuLayerNorm: the CPU backend's LayerNormFacet over rows of fp32 / bf16 / fp16 storage: a
 // two-pass mean and variance in double per row, fp32 normalisation, one rounding per output;
 // the backward's parameter gradients are summed in double per thread, then across threads; its
-// input gradient is written, or added into an fp32 sum (1.1's layernorm_backward_accumulate).
+// input gradient is written, or added into an fp32 sum (1.1's layernorm_backward_accumulate); the
+// residual add before it can run in the forward's row pass (1.2's layernorm_add_forward).
 #include <algorithm>
 #include <cmath>
 #include <span>
@@ -57,6 +58,8 @@ class CpuLayerNorm final : public sdk::LayerNormFacet {
                                      sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
                                      sdk::TensorView dgamma, sdk::TensorView dbeta,
                                      bool accumulate) override;
+  // The residual add's row summed and rounded into `sum`, then normalised from what was stored.
+  void layernorm_add_forward(const sdk::LayerNormAddArgs& args) override;
   bool supports(sdk::LayerNormOp op, std::span<const sdk::DType> dtypes) const override;
 
  private:
@@ -70,6 +73,35 @@ const sdk::FacetRegistration<CpuContext, sdk::LayerNormFacet, CpuLayerNorm> kReg
 
 }  // namespace
 
+namespace {
+
+// Row r of y = layernorm(in), its mean and rstd: the one row routine both forwards run, so the
+// fused add + layer norm writes the same bits as the layer norm alone.
+void normalize_row(const float* in, std::int64_t r, std::int64_t n, float eps, const float* gp,
+                   const float* bp, const TensorView& y, std::vector<float>& out_buf,
+                   float* mean_out, float* rstd_out) {
+  double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+  for (std::int64_t j = 0; j < n; ++j) sum += in[j];
+  const float mu = static_cast<float>(sum / static_cast<double>(n));
+  double sq = 0.0;  // two-pass variance: no cancellation for large means
+#pragma omp simd reduction(+ : sq)
+  for (std::int64_t j = 0; j < n; ++j) {
+    const float d = in[j] - mu;
+    sq += static_cast<double>(d) * d;
+  }
+  const float rs =
+      static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + static_cast<double>(eps)));
+  mean_out[r] = mu;
+  rstd_out[r] = rs;
+  float* out = row_target(y, r, n, out_buf);  // may alias `in` when y == x: element-wise
+#pragma omp simd
+  for (std::int64_t j = 0; j < n; ++j) out[j] = (in[j] - mu) * rs * gp[j] + bp[j];
+  commit_row(y, r, n, out);
+}
+
+}  // namespace
+
 void CpuLayerNorm::layernorm_forward(TensorView x, TensorView gamma, TensorView beta, float eps,
                                      TensorView y, TensorView mean, TensorView rstd) {
   context_.use_threads();
@@ -77,34 +109,42 @@ void CpuLayerNorm::layernorm_forward(TensorView x, TensorView gamma, TensorView 
   const std::int64_t rows = shape.rows, n = shape.cols;
   const Fp32Vector g(gamma, n, 1.0f);
   const Fp32Vector b(beta, n, 0.0f);
-  const float* gp = g.data();
-  const float* bp = b.data();
   float* mean_out = mean.as<float>();
   float* rstd_out = rstd.as<float>();
 #pragma omp parallel if (parallel_worth(rows * n))
   {
     std::vector<float> in_buf, out_buf;
 #pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r)
+      normalize_row(read_row(x, r, n, in_buf), r, n, eps, g.data(), b.data(), y, out_buf, mean_out,
+                    rstd_out);
+  }
+}
+
+void CpuLayerNorm::layernorm_add_forward(const sdk::LayerNormAddArgs& args) {
+  context_.use_threads();
+  const auto shape = checks().layernorm_add_forward_shape(args);
+  const std::int64_t rows = shape.rows, n = shape.cols;
+  const Fp32Vector g(args.gamma, n, 1.0f);
+  const Fp32Vector b(args.beta, n, 0.0f);
+  float* mean_out = args.mean.as<float>();
+  float* rstd_out = args.rstd.as<float>();
+  // A row at a time, as the layer norm alone: its buffers stay in L1 (blocks of several rows
+  // measured slower, bench/gpt/bench_add_layer_norm).
+#pragma omp parallel if (parallel_worth(rows * n))
+  {
+    std::vector<float> a_buf, b_buf, sum_buf, in_buf, out_buf;
+#pragma omp for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
-      const float* in = read_row(x, r, n, in_buf);
-      double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-      for (std::int64_t j = 0; j < n; ++j) sum += in[j];
-      const float mu = static_cast<float>(sum / static_cast<double>(n));
-      double sq = 0.0;  // two-pass variance: no cancellation for large means
-#pragma omp simd reduction(+ : sq)
-      for (std::int64_t j = 0; j < n; ++j) {
-        const float d = in[j] - mu;
-        sq += static_cast<double>(d) * d;
-      }
-      const float rs = static_cast<float>(
-          1.0 / std::sqrt(sq / static_cast<double>(n) + static_cast<double>(eps)));
-      mean_out[r] = mu;
-      rstd_out[r] = rs;
-      float* out = row_target(y, r, n, out_buf);  // may alias `in` when y == x: element-wise
+      const float* ar = read_row(args.a, r, n, a_buf);
+      const float* br = read_row(args.b, r, n, b_buf);
+      float* s = row_target(args.sum, r, n, sum_buf);  // may be a's or b's row: element-wise
 #pragma omp simd
-      for (std::int64_t j = 0; j < n; ++j) out[j] = (in[j] - mu) * rs * gp[j] + bp[j];
-      commit_row(y, r, n, out);
+      for (std::int64_t j = 0; j < n; ++j) s[j] = ar[j] + br[j];
+      commit_row(args.sum, r, n, s);
+      // The layer norm reads the sum as stored, rounded, as it would read it from memory.
+      const float* in = is_fp32_storage(args.sum.dtype) ? s : read_row(args.sum, r, n, in_buf);
+      normalize_row(in, r, n, args.eps, g.data(), b.data(), args.y, out_buf, mean_out, rstd_out);
     }
   }
 }
@@ -112,6 +152,9 @@ void CpuLayerNorm::layernorm_forward(TensorView x, TensorView gamma, TensorView 
 bool CpuLayerNorm::supports(sdk::LayerNormOp op, std::span<const sdk::DType> dtypes) const {
   if (op == sdk::LayerNormOp::layernorm_backward_accumulate)
     return LayerNormFacet::supports(sdk::LayerNormOp::layernorm_backward, dtypes);
+  if (op == sdk::LayerNormOp::layernorm_add_forward)  // {a, b, sum, y}: any storage float each
+    return dtypes.size() == 4 && std::all_of(dtypes.begin(), dtypes.end(),
+                                             [](sdk::DType t) { return is_storage_float(t); });
   return LayerNormFacet::supports(op, dtypes);
 }
 
