@@ -6,15 +6,11 @@ namespace mixtrain::backend_cuda::kernels {
 
 namespace {
 
-// One warp per row.
-__global__ void layernorm_forward_kernel(const void* x, Elem xt, const void* gamma, Elem gt,
-                                         const void* beta, Elem bt, float eps, void* y, Elem yt,
-                                         float* mean, float* rstd, std::int64_t rows,
-                                         std::int64_t n) {
-  const std::int64_t row =
-      static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
+// Row `row` of y = layernorm(x), its mean and rstd, by one warp: the routine both forward
+// kernels run, so the fused add + layer norm writes the same bits as the layer norm alone.
+__device__ void normalize_row(const void* x, Elem xt, const void* gamma, Elem gt, const void* beta,
+                              Elem bt, float eps, void* y, Elem yt, float* mean, float* rstd,
+                              std::int64_t row, std::int64_t n, int lane) {
   const std::int64_t base = row * n;
   // Statistics in double, as the CPU reference.
   double sum = 0.0;
@@ -36,6 +32,35 @@ __global__ void layernorm_forward_kernel(const void* x, Elem xt, const void* gam
     mean[row] = mu;
     rstd[row] = rs;
   }
+}
+
+// One warp per row.
+__global__ void layernorm_forward_kernel(const void* x, Elem xt, const void* gamma, Elem gt,
+                                         const void* beta, Elem bt, float eps, void* y, Elem yt,
+                                         float* mean, float* rstd, std::int64_t rows,
+                                         std::int64_t n) {
+  const std::int64_t row =
+      static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  normalize_row(x, xt, gamma, gt, beta, bt, eps, y, yt, mean, rstd, row, n, threadIdx.x & 31);
+}
+
+// One warp per row: sum = a + b rounded once, then the row normalised from the sum as stored.
+// Each lane reads back only the elements it wrote (the same j's in every pass), so the stores
+// are visible to it without a fence; sum may be a or b (element-wise).
+__global__ void layernorm_add_forward_kernel(const void* a, Elem at, const void* b, Elem bt_in,
+                                             void* sum, Elem st, const void* gamma, Elem gt,
+                                             const void* beta, Elem bt, float eps, void* y, Elem yt,
+                                             float* mean, float* rstd, std::int64_t rows,
+                                             std::int64_t n) {
+  const std::int64_t row =
+      static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const std::int64_t base = row * n;
+  for (std::int64_t j = lane; j < n; j += 32)  // sum is [rows, n]; a, b of its numel
+    store(sum, st, base + j, load(a, at, base + j) + load(b, bt_in, base + j));
+  normalize_row(sum, st, gamma, gt, beta, bt, eps, y, yt, mean, rstd, row, n, lane);
 }
 
 __global__ void layernorm_backward_kernel(const void* dy, Elem dyt, const void* x, Elem xt,
@@ -76,6 +101,16 @@ cudaError_t layernorm_forward(const void* x, Elem xt, const void* gamma, Elem gt
   if (rows == 0) return cudaSuccess;
   layernorm_forward_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
       x, xt, gamma, gt, beta, bt, eps, y, yt, mean, rstd, rows, n);
+  return cudaGetLastError();
+}
+
+cudaError_t layernorm_add_forward(const void* a, Elem at, const void* b, Elem bt_in, void* sum,
+                                  Elem st, const void* gamma, Elem gt, const void* beta, Elem bt,
+                                  float eps, void* y, Elem yt, float* mean, float* rstd,
+                                  std::int64_t rows, std::int64_t n, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  layernorm_add_forward_kernel<<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+      a, at, b, bt_in, sum, st, gamma, gt, beta, bt, eps, y, yt, mean, rstd, rows, n);
   return cudaGetLastError();
 }
 

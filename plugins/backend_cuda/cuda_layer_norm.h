@@ -15,6 +15,12 @@ namespace mixtrain::backend_cuda::kernels {
 cudaError_t layernorm_forward(const void* x, Elem xt, const void* gamma, Elem gt, const void* beta,
                               Elem bt, float eps, void* y, Elem yt, float* mean, float* rstd,
                               std::int64_t rows, std::int64_t n, cudaStream_t stream);
+// sum = a + b (FP32, rounded once into st; sum may be a or b), then layernorm_forward of the sum
+// as stored (layer norm 1.2).
+cudaError_t layernorm_add_forward(const void* a, Elem at, const void* b, Elem bt_in, void* sum,
+                                  Elem st, const void* gamma, Elem gt, const void* beta, Elem bt,
+                                  float eps, void* y, Elem yt, float* mean, float* rstd,
+                                  std::int64_t rows, std::int64_t n, cudaStream_t stream);
 // dgamma/dbeta nullable; partial: 2 * column_sum_scratch(rows, n) floats. add_into_dx: dx is an
 // fp32 sum apart from dy and x, and each element's gradient is added to it (layer norm 1.1).
 cudaError_t layernorm_backward(const void* dy, Elem dyt, const void* x, Elem xt, const void* gamma,

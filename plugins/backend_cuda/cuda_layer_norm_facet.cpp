@@ -32,9 +32,25 @@ void CudaLayerNorm::layernorm_forward(TensorView x, TensorView gamma, TensorView
              op, "kernel launch");
 }
 
+void CudaLayerNorm::layernorm_add_forward(const sdk::LayerNormAddArgs& args) {
+  context_.activate();
+  constexpr const char* op = "layernorm_add_forward";
+  const auto [rows, n] = checks().layernorm_add_forward_shape(args);
+  check_cuda(kernels::layernorm_add_forward(
+                 args.a.data, elem_of(args.a.dtype), args.b.data, elem_of(args.b.dtype),
+                 args.sum.data, elem_of(args.sum.dtype), ptr_or_null(args.gamma),
+                 elem_of(args.gamma.dtype), ptr_or_null(args.beta), elem_of(args.beta.dtype),
+                 args.eps, args.y.data, elem_of(args.y.dtype), args.mean.as<float>(),
+                 args.rstd.as<float>(), rows, n, context_.stream),
+             op, "kernel launch");
+}
+
 bool CudaLayerNorm::supports(sdk::LayerNormOp op, std::span<const sdk::DType> dtypes) const {
   if (op == sdk::LayerNormOp::layernorm_backward_accumulate)
     return LayerNormFacet::supports(sdk::LayerNormOp::layernorm_backward, dtypes);
+  if (op == sdk::LayerNormOp::layernorm_add_forward)  // {a, b, sum, y}: any storage float each
+    return dtypes.size() == 4 && std::all_of(dtypes.begin(), dtypes.end(),
+                                             [](sdk::DType t) { return sdk::is_storage_float(t); });
   return LayerNormFacet::supports(op, dtypes);
 }
 

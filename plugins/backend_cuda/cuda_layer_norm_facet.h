@@ -1,7 +1,8 @@
 // CudaLayerNorm: the CUDA backend's LayerNormFacet (sdk/backend_layer_norm.h): one warp per row,
 // statistics in double (two-pass variance) as the CPU reference, dgamma / dbeta as reproducible
 // column reductions (fixed split of the rows, FP32 partials, double across splits); 1.1's
-// layernorm_backward_accumulate is the same row kernel adding into an fp32 dx.
+// layernorm_backward_accumulate is the same row kernel adding into an fp32 dx; 1.2's
+// layernorm_add_forward writes the residual sum and normalises it in one warp pass per row.
 #pragma once
 
 #include <span>
@@ -24,7 +25,9 @@ class CudaLayerNorm final : public sdk::LayerNormFacet {
                                      sdk::TensorView mean, sdk::TensorView rstd, sdk::TensorView dx,
                                      sdk::TensorView dgamma, sdk::TensorView dbeta,
                                      bool accumulate) override;
-  // layernorm_backward_accumulate as layernorm_backward; the rest as the SDK's table.
+  void layernorm_add_forward(const sdk::LayerNormAddArgs& args) override;
+  // layernorm_backward_accumulate as layernorm_backward; layernorm_add_forward for any storage
+  // floats {a, b, sum, y}; the rest as the SDK's table.
   bool supports(sdk::LayerNormOp op, std::span<const sdk::DType> dtypes) const override;
 
  private:
