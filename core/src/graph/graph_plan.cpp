@@ -363,7 +363,8 @@ void propagate_gradient_needs(std::vector<PlannedNode>& nodes, const std::vector
 }
 
 // Epilogue fusion, as a rewrite: a linear read only by a relu/gelu runs it as its epilogue; an
-// add whose input is a batch norm read by it alone runs that batch norm in its pass.
+// add whose input is a batch norm read by it alone runs that batch norm in its pass; an add runs
+// a layer norm that reads it in its pass, whoever else reads it.
 void fuse_epilogues(const ModelSpec& spec, const GraphTopology& topo,
                     const std::vector<PlannedNode>& nodes,
                     std::vector<std::unique_ptr<Layer>>& ops) {
@@ -377,6 +378,15 @@ void fuse_epilogues(const ModelSpec& spec, const GraphTopology& topo,
       if (!t.is_node() || ops[t.position()]->is_view()) continue;
       if (topo.consumers[topo.order[t.position()]].size() == 1)
         ops[pos]->fuse_input(k, *ops[t.position()]);
+    }
+  for (std::size_t pos = 0; pos < ops.size(); ++pos)
+    for (std::size_t reader : topo.consumers[topo.order[pos]]) {
+      const std::size_t q = topo.position[reader];
+      if (ops[q]->is_view()) continue;
+      const auto& in = nodes[q].inputs;
+      if (std::find(in.begin(), in.end(), TensorId::node(pos)) != in.end() &&
+          ops[pos]->fuse_one_reader(*ops[q]))
+        break;  // one reader per op
     }
   for (auto& op : ops) op->set_fusion(spec.fuse_epilogues);
 }

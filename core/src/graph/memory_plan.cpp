@@ -85,6 +85,12 @@ LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_
   for (std::size_t i = 0; i < ops.size(); ++i)
     if (const auto home = output_home(plan, ops, i, max_rows))
       first[*home] = std::min(first[*home], static_cast<int>(i));
+  // An output its input's producer writes (add + layer norm) lives from that producer's forward.
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (ops[i]->traits().output_written_by_input && !plan.node(i).inputs.empty()) {
+      const TensorId root = plan.root(plan.node(i).inputs[0]);
+      if (root.is_node()) first[i] = std::min(first[i], static_cast<int>(root.position()));
+    }
   std::vector<BufferLife> lives;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const std::size_t bytes =

@@ -21,7 +21,9 @@ std::string profile_group(const ProfileEntry& e) {
   if (s == "attention" && (op == "flash_forward" || op == "flash_backward"))
     return "attention (flash)";
   if (s == "attention") return "attention head permutes";
-  if (s == "layernorm") return "layer norm";
+  // layernorm_add_forward runs under the add's scope: the residual add it takes in is counted
+  // with it.
+  if (s == "layernorm" || op.starts_with("layernorm_")) return "layer norm";
   if (op.starts_with("conv2d_")) return "convolutions";
   if (op.starts_with("batchnorm_")) return "batch norm";
   if (op.starts_with("pool2d_")) return "pooling";

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "graph/ops/batchnorm2d.h"
+#include "graph/ops/layernorm.h"
 #include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
 
@@ -34,6 +35,14 @@ bool AddLayer::fuse_input(std::size_t k, Layer& input) {
   return true;
 }
 
+bool AddLayer::fuse_one_reader(Layer& reader) {
+  auto* ln = dynamic_cast<LayerNormLayer*>(&reader);
+  if (ln_ != nullptr || bn_ != nullptr || relu_ || inputs_ != 2 || ln == nullptr) return false;
+  ln->defer_into_input();
+  ln_ = ln;
+  return true;
+}
+
 std::vector<BackendNeed> AddLayer::backend_needs(DType input) const {
   // The backend's residual facet is optional (forward_inputs asks for it); the axpy path is the
   // baseline.
@@ -60,6 +69,7 @@ void AddLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t
 void AddLayer::forward_inputs(std::span<const TensorView> xs, std::int64_t rows) {
   // x is [rows, features] per input.
   const TensorView y = output(rows);
+  if (ln_ != nullptr && ln_->forward_with_sum(xs[0], xs[1], y, rows)) return;
   std::vector<TensorView> read;
   if (bn_ != nullptr && bn_->fused()) {
     if (bn_->forward_with_residual(xs[1 - bn_input_], relu_, y, rows)) return;

@@ -19,7 +19,11 @@ namespace mixtrain::core {
 // BN + add + ReLU: a two-input add takes in a batch norm input that it alone reads (fuse_input);
 // while that pair is fused (the batch norm's Layer::fused()) the forward is its
 // forward_with_residual, with the other input as the residual, and nothing else changes.
+// Add + layer norm: a two-input add without relu takes in one layer norm among its readers
+// (fuse_one_reader); while that pair is fused the forward is the layer norm's forward_with_sum,
+// which writes this op's output as well, and nothing else changes.
 class BatchNorm2dLayer;
+class LayerNormLayer;
 
 class AddLayer final : public Layer {
  public:
@@ -27,6 +31,7 @@ class AddLayer final : public Layer {
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   bool take_relu() override;
   bool fuse_input(std::size_t k, Layer& input) override;
+  bool fuse_one_reader(Layer& reader) override;
   bool relu() const { return relu_; }
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
@@ -48,6 +53,7 @@ class AddLayer final : public Layer {
   bool relu_ = false;
   BatchNorm2dLayer* bn_ = nullptr;  // a batch norm input it runs in its pass (fuse_input)
   std::size_t bn_input_ = 0;        // which input bn_ is
+  LayerNormLayer* ln_ = nullptr;    // a layer norm reading it that it runs in its pass
   int one_pass_ = -1;  // whether the backend has add for these dtypes (asked at the first call)
   Tensor sum_;         // fp32 [max_rows, features] when y is not fp32 and the backend has no add
 };

@@ -38,7 +38,54 @@ std::vector<BackendNeed> LayerNormLayer::backend_needs(DType input) const {
           {sdk::LayerNormOp::layernorm_backward, {input}}};
 }
 
+void LayerNormLayer::set_fusion(bool on) {
+  fusion_on_ = on;
+  update_fusion();
+}
+
+void LayerNormLayer::defer_into_input() {
+  into_input_ = true;
+  update_fusion();
+}
+
+void LayerNormLayer::update_fusion() {
+  epilogue_fused_ = into_input_ && fusion_on_ && add_offered_;
+  traits_.output_written_by_input = epilogue_fused_;
+  if (!epilogue_fused_) written_by_add_ = false;
+}
+
+bool LayerNormLayer::forward_with_sum(TensorView a, TensorView b, TensorView sum,
+                                      std::int64_t rows) {
+  if (!fused()) return false;
+  const TensorView y = output(rows);
+  const BackendNeed need{sdk::LayerNormOp::layernorm_add_forward,
+                         {a.dtype, b.dtype, sum.dtype, y.dtype}};
+  if (const std::optional<std::string> why = unmet(*backend_, need)) {
+    ops::log_once("layernorm", *why,
+                  "add + layer norm runs unfused (node '" + name() +
+                      "' and the nodes like it read the add's sum back): the backend " + *why);
+    return false;
+  }
+  sdk::LayerNormAddArgs args;
+  args.a = a;
+  args.b = b;
+  args.sum = sum;
+  args.gamma = params_[0].master.view();
+  args.beta = params_[1].master.view();
+  args.eps = eps_;
+  args.y = y;
+  args.mean = prefix(mean_, rows);
+  args.rstd = prefix(rstd_, rows);
+  facets().call(sdk::LayerNormOp::layernorm_add_forward)->layernorm_add_forward(args);
+  written_by_add_ = true;
+  return true;
+}
+
 void LayerNormLayer::forward(TensorView x, std::int64_t rows) {
+  if (written_by_add_) {  // the add before it ran it (forward_with_sum)
+    written_by_add_ = false;
+    return;
+  }
   facets()
       .call(sdk::LayerNormOp::layernorm_forward)
       ->layernorm_forward(x, params_[0].master.view(), params_[1].master.view(), eps_, output(rows),
@@ -80,6 +127,20 @@ void LayerNormLayer::choose_kernels(sdk::DeviceBackend& backend) {
   for (DType t : {DType::fp32, DType::bf16, DType::fp16})
     if (unmet(backend, {sdk::LayerNormOp::layernorm_backward_accumulate, {t}}))
       accumulate_offered_ = false;
+  // Add + layer norm: asked for a residual stream of each dtype into this op's output dtype; the
+  // forward asks again for the dtypes it meets (forward_with_sum).
+  if (into_input_) {
+    const DType y = ops::storage_of(precision_.activation);
+    std::optional<std::string> why;
+    for (DType t : {DType::fp32, DType::bf16, DType::fp16})
+      if (!why) why = unmet(backend, {sdk::LayerNormOp::layernorm_add_forward, {t, t, t, y}});
+    add_offered_ = !why.has_value();
+    if (why && fusion_on_)
+      ops::log_once("layernorm", *why,
+                    "add + layer norm runs unfused (node '" + name() +
+                        "' and the nodes like it read the add's sum back): the backend " + *why);
+    update_fusion();
+  }
 }
 
 // --- Definition ----------------------------------------------------------------------------------

@@ -15,6 +15,13 @@ namespace mixtrain::core {
 // the FP32 sum itself (layer norm 1.1's layernorm_backward_accumulate, layer.h) where the
 // backend offers it, fusion is on (set_fusion) and the backward has no visitor: no scratch, no
 // axpy. The sum is the same bits as the axpy's.
+// Add + layer norm: when its input is a two-input add's output, the add runs this layer norm in
+// its own pass (AddLayer::fuse_one_reader, forward_with_sum: layer norm 1.2's
+// layernorm_add_forward). The add still writes its sum for its other readers and this op's
+// backward; this op's output is written then, at the add's step (the memory plan's
+// output_written_by_input), and forward() does nothing. The same bits as the two ops apart: the
+// sum is normalised as stored. Unfused, with the reason logged once, where the backend lacks the
+// op, and under set_fusion(false) (the non-finite replay).
 class LayerNormLayer final : public Layer {
  public:
   LayerNormLayer(std::string name, std::int64_t features, float eps);
@@ -25,14 +32,26 @@ class LayerNormLayer final : public Layer {
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
   void choose_kernels(sdk::DeviceBackend& backend) override;
-  void set_fusion(bool on) override { fusion_on_ = on; }
+  void set_fusion(bool on) override;
+  // The add that produces its input will run it in its pass (add + layer norm).
+  void defer_into_input();
+  // Fused: sum = a + b (the add's output, rows of it), then this layer norm of it, in one pass;
+  // false (nothing written) when the pair cannot run fused now: fusion off, or the backend lacks
+  // layernorm_add_forward for these dtypes. forward() then runs as usual.
+  bool forward_with_sum(sdk::TensorView a, sdk::TensorView b, sdk::TensorView sum,
+                        std::int64_t rows);
   bool can_accumulate_input_gradient(std::size_t k) const override {
     return k == 0 && fusion_on_ && accumulate_offered_;
   }
 
  private:
+  void update_fusion();  // fused() and output_written_by_input from what decides them
+
   bool fusion_on_ = true;
   bool accumulate_offered_ = false;  // the backend has layernorm_backward_accumulate
+  bool into_input_ = false;          // an add runs it in its pass (defer_into_input)
+  bool add_offered_ = false;         // the backend has layernorm_add_forward (choose_kernels)
+  bool written_by_add_ = false;      // the last forward_with_sum wrote the output forward() owes
   float eps_;
   Tensor mean_, rstd_;
 };

@@ -164,6 +164,9 @@ struct OpTraits {
   // norm writes into the add's output and the add adds the residual to it; a linear's z, which
   // its relu rectifies in place). memory_plan.h.
   bool output_in_reader = false;
+  // Its output is written during the forward of the op producing its input 0 (a layer norm that
+  // the add before it runs in its pass), so it lives from that op's forward on. memory_plan.h.
+  bool output_written_by_input = false;
   // Its forward or backward passes the backend an argument that changes from step to step (a
   // dropout mask's key): a recorded step graph would replay a stale one, so a model with such an
   // op is never recorded (train/step_graph.h).
@@ -298,7 +301,12 @@ class Layer {
   //   not through a view); an op that can run that producer inside its own pass (an add and the
   //   batch norm before it: BN + add + ReLU; a linear and the gelu before it, whose gradient its
   //   dgrad computes) takes it, and set_fusion switches it as above.
+  // - fuse_one_reader: the plan offers each op each of its direct readers, however many it has;
+  //   an op that can write that reader's output in its own pass while still writing its own for
+  //   the others (an add and the layer norm reading its sum: add + layer norm) takes it, and
+  //   set_fusion switches it as above.
   virtual bool fuse_reader(Layer& /*reader*/) { return false; }
+  virtual bool fuse_one_reader(Layer& /*reader*/) { return false; }
   virtual bool fuse_input(std::size_t /*k*/, Layer& /*input*/) { return false; }
   virtual void set_fusion(bool /*on*/) {}
   bool fused() const { return epilogue_fused_; }

@@ -21,6 +21,9 @@
 //   output_in_reader goes, instead, into its one reader's output when that is the same bytes:
 //   the reader's output then lives from the op's forward on, and the replay needs no buffer of
 //   its own for it (output_home).
+// - An output written by its input's producer (output_written_by_input: the layer norm an add
+//   runs in its pass) lives from that producer's forward, so nothing the producer still reads
+//   shares its bytes.
 // - The chunked loss (graph/chunked_loss.h): when the logits node computes its output in blocks
 //   of rows inside the loss (Layer::loss_chunk_rows() > 0), its output takes no bytes, the logits
 //   need no gradient buffer, its input gradients are written at the loss step, and the activation

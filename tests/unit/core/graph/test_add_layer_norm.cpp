@@ -1,0 +1,251 @@
+// Add + layer norm (layernorm.h, add.h; layer norm 1.2's layernorm_add_forward): a residual add
+// runs the layer norm that reads its sum in its own pass, on a pre-norm residual stack. Against
+// the ops apart from the same weights: the same bits in FP32 and in bf16 (the sum is normalised
+// as stored), the same gradients, the layer norm's output kept apart from what the add reads, a
+// backend without the op, the non-finite replay, and finite differences through the fused pass.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cpu_test_backend.h"
+#include "mixtrain/core/graph/diagnostics.h"
+#include "mixtrain/core/graph/model.h"
+#include "mixtrain/sdk/backend_call_observer.h"
+
+namespace mixtrain::core {
+namespace {
+
+using sdk::DType;
+using sdk::TensorView;
+using test_support::op;
+
+// The CPU backend's layer norm facet, refusing layernorm_add_forward (an older backend's).
+class LayerNormWithoutAdd final : public sdk::LayerNormFacet {
+ public:
+  explicit LayerNormWithoutAdd(sdk::LayerNormFacet& in) : in_(in) {}
+  bool supports(sdk::LayerNormOp op, std::span<const DType> d) const override {
+    return op != sdk::LayerNormOp::layernorm_add_forward && in_.supports(op, d);
+  }
+  void layernorm_forward(TensorView x, TensorView g, TensorView b, float eps, TensorView y,
+                         TensorView mean, TensorView rstd) override {
+    in_.layernorm_forward(x, g, b, eps, y, mean, rstd);
+  }
+  void layernorm_backward(TensorView dy, TensorView x, TensorView g, TensorView mean,
+                          TensorView rstd, TensorView dx, TensorView dg, TensorView db,
+                          bool acc) override {
+    in_.layernorm_backward(dy, x, g, mean, rstd, dx, dg, db, acc);
+  }
+  void layernorm_backward_accumulate(TensorView dy, TensorView x, TensorView g, TensorView mean,
+                                     TensorView rstd, TensorView dx, TensorView dg, TensorView db,
+                                     bool acc) override {
+    in_.layernorm_backward_accumulate(dy, x, g, mean, rstd, dx, dg, db, acc);
+  }
+
+ private:
+  sdk::LayerNormFacet& in_;
+};
+
+// The shared CPU backend, counting facet calls by op name, with or without layernorm_add_forward.
+class Backend final : public test_support::ForwardingBackend, public sdk::CallObserverFacet {
+ public:
+  explicit Backend(bool offer_add) : without_(*sdk::facet<sdk::LayerNormFacet>(*in_)) {
+    offer_add_ = offer_add;
+  }
+  sdk::Facet* find_facet(std::string_view name) override {
+    if (name == sdk::CallObserverFacet::kName) return static_cast<sdk::CallObserverFacet*>(this);
+    if (name == sdk::LayerNormFacet::kName && !offer_add_) return &without_;
+    return in_->find_facet(name);
+  }
+  void begin_facet_call() noexcept override {}
+  void end_facet_call(std::string_view op) noexcept override { ++calls[std::string(op)]; }
+  int count(const std::string& op) const {
+    const auto it = calls.find(op);
+    return it == calls.end() ? 0 : it->second;
+  }
+  std::map<std::string, int> calls;
+
+ private:
+  bool offer_add_ = true;
+  LayerNormWithoutAdd without_;
+};
+
+// A pre-norm residual stack in small, as GPT-2's: two blocks and the final norm. block1's sum is
+// read by ln2 and block2's add; block2's sum by ln_f alone.
+ModelSpec stack(bool fuse) {
+  ModelSpec spec;
+  spec.graph = true;
+  spec.layers = {op("linear", "embed", {{"out", 24}}, {"input"}),
+                 op("layernorm", "ln1", {}, {"embed"}),
+                 op("linear", "mix", {{"out", 24}}, {"ln1"}),
+                 op("add", "block1", {}, {"embed", "mix"}),
+                 op("layernorm", "ln2", {}, {"block1"}),
+                 op("linear", "mlp", {{"out", 24}}, {"ln2"}),
+                 op("gelu", "act", {}, {"mlp"}),
+                 op("add", "block2", {}, {"block1", "act"}),
+                 op("layernorm", "ln_f", {}, {"block2"}),
+                 op("linear", "head", {{"out", 5}}, {"ln_f"})};
+  spec.fuse_epilogues = fuse;
+  return spec;
+}
+
+constexpr std::int64_t kRows = 11;
+
+sdk::OpPrecision bf16_precision() {
+  sdk::OpPrecision p;
+  p.weight = DType::bf16;
+  p.gemm_input = DType::bf16;
+  p.activation = DType::bf16;
+  p.activation_grad = DType::bf16;
+  return p;
+}
+
+struct Trained {
+  std::shared_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  std::map<std::string, int> forward_calls;
+  std::vector<float> values;  // the losses of two steps, then every parameter gradient
+};
+
+void feed(Trained& r, int step) {
+  std::vector<float> x(kRows * 12);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = 3.0f + std::sin(0.41f * static_cast<float>(i) + static_cast<float>(step)) * 2.0f;
+  std::vector<std::int32_t> y = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0};
+  r.backend->copy_from_host(r.model->input(kRows), x.data());
+  r.backend->copy_from_host(r.model->labels(kRows), y.data());
+}
+
+std::vector<float> gradients(Model& m) {
+  std::vector<float> all;
+  for (auto* p : m.parameters()) {
+    const auto g = test_support::read(p->grad.view());
+    all.insert(all.end(), g.begin(), g.end());
+  }
+  return all;
+}
+
+// Two steps of forward, loss and backward (the model's precision sensitive ops in FP32 as the
+// planner pins them: the layer norms write fp32 from a bf16 stream).
+Trained train(bool fuse, bool offer_add, bool bf16) {
+  Trained r;
+  r.backend = std::make_shared<Backend>(offer_add);
+  r.model = std::make_unique<Model>(r.backend, stack(fuse), 12, 5);
+  for (auto& l : r.model->layers())
+    l->set_precision(bf16 && !l->precision_sensitive() ? bf16_precision() : sdk::OpPrecision{});
+  r.model->allocate(kRows);
+  r.model->init_parameters(3);
+  for (int step = 0; step < 2; ++step) {
+    feed(r, step);
+    r.backend->calls.clear();
+    r.model->forward(kRows);
+    if (step == 0) r.forward_calls = r.backend->calls;
+    r.values.push_back(r.model->loss(kRows, 1.0f, true).loss);
+    r.model->backward(kRows);
+  }
+  const auto g = gradients(*r.model);
+  r.values.insert(r.values.end(), g.begin(), g.end());
+  return r;
+}
+
+TEST(AddLayerNorm, RunsInTheAddsPassAndWritesTheSameBitsAsTheOpsApart) {
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 stream" : "fp32");
+    const Trained fused = train(true, true, bf16);
+    // The baseline differs only there: the same rewrites, on a backend without the op.
+    const Trained apart = train(true, false, bf16);
+    ASSERT_EQ(fused.values.size(), apart.values.size());
+    EXPECT_EQ(fused.values, apart.values);
+    // ln2 and ln_f run in their adds' pass (ln1 reads a linear and runs alone), beside mlp's gelu
+    // epilogue.
+    EXPECT_EQ(fused.model->fused_pairs(), 2 + 1);
+    EXPECT_EQ(apart.model->fused_pairs(), 1) << "the backend lacks the op: the pairs run apart";
+    EXPECT_EQ(fused.forward_calls.at("layernorm_add_forward"), 2);
+    EXPECT_EQ(fused.forward_calls.at("layernorm_forward"), 1);
+    EXPECT_EQ(fused.forward_calls.count("add"), 0u);
+    EXPECT_EQ(apart.forward_calls.count("layernorm_add_forward"), 0u);
+    EXPECT_EQ(apart.forward_calls.at("layernorm_forward"), 3);
+    EXPECT_EQ(apart.forward_calls.at("add"), 2);
+  }
+  // In FP32 every rewrite is bit-exact: fuse_epilogues = false gives the same numbers.
+  const Trained fused = train(true, true, false);
+  const Trained none = train(false, true, false);
+  EXPECT_EQ(none.model->fused_pairs(), 0);
+  EXPECT_EQ(fused.values, none.values);
+}
+
+TEST(AddLayerNorm, TheLayerNormOutputSharesNoByteWithWhatTheAddReads) {
+  const Trained fused = train(true, true, false);
+  Model& m = *fused.model;
+  std::map<std::string, TensorView> out;
+  for (auto& l : m.layers()) out[l->name()] = l->output(kRows);
+  auto overlap = [](const TensorView& a, const TensorView& b) {
+    const auto* a0 = static_cast<const char*>(a.data);
+    const auto* b0 = static_cast<const char*>(b.data);
+    return a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
+  };
+  // ln2 is written while block1 reads embed and mix; ln_f while block2 reads block1 and act.
+  for (const char* input : {"embed", "mix", "block1"})
+    EXPECT_FALSE(overlap(out.at("ln2"), out.at(input))) << "ln2 over " << input;
+  for (const char* input : {"block1", "act", "block2"})
+    EXPECT_FALSE(overlap(out.at("ln_f"), out.at(input))) << "ln_f over " << input;
+}
+
+TEST(AddLayerNorm, TheNonfiniteReplayRunsThePairApartAndTheNextStepFusedAgain) {
+  Trained r;
+  r.backend = std::make_shared<Backend>(true);
+  r.model = std::make_unique<Model>(r.backend, stack(true), 12, 5);
+  Model& m = *r.model;
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(kRows);
+  m.init_parameters(3);
+  feed(r, 0);
+  m.forward(kRows);
+  const float loss = m.loss(kRows, 1.0f, true).loss;
+  m.backward(kRows);
+  const std::vector<float> step = gradients(m);
+  r.backend->calls.clear();
+  EXPECT_EQ(locate_first_nonfinite(m, kRows, 1.0f).where, "");
+  EXPECT_EQ(r.backend->count("layernorm_add_forward"), 0) << "the replay runs every op alone";
+  EXPECT_EQ(r.backend->count("layernorm_forward"), 3);
+  EXPECT_EQ(gradients(m), step);
+  r.backend->calls.clear();
+  m.forward(kRows);
+  EXPECT_EQ(m.loss(kRows, 1.0f, true).loss, loss);
+  m.backward(kRows);
+  EXPECT_EQ(gradients(m), step);
+  EXPECT_EQ(r.backend->count("layernorm_add_forward"), 2) << "fused again after the replay";
+}
+
+TEST(AddLayerNorm, GradientsThroughTheFusedPassMatchFiniteDifferences) {
+  Trained r;
+  r.backend = std::make_shared<Backend>(true);
+  r.model = std::make_unique<Model>(r.backend, stack(true), 12, 5);
+  Model& m = *r.model;
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(kRows);
+  m.init_parameters(3);
+  ASSERT_EQ(m.fused_pairs(), 3);
+  feed(r, 0);
+  m.forward(kRows);
+  m.loss(kRows, 1.0f, true);
+  m.backward(kRows);
+  for (auto* p : m.parameters()) {
+    if (p->name != "mix.weight" && p->name != "ln2.weight" && p->name != "ln_f.bias" &&
+        p->name != "embed.bias")
+      continue;
+    SCOPED_TRACE(p->name);
+    const auto analytic = test_support::read(p->grad.view());
+    const auto fd = test_support::finite_difference(m, *p, kRows, analytic, 1e-2f);
+    EXPECT_GT(fd.max_ref, 1e-4) << "a gradient that is all ~0 checks nothing";
+    EXPECT_LT(fd.max_err, 2e-3 * std::max(1.0, fd.max_ref));
+  }
+}
+
+}  // namespace
+}  // namespace mixtrain::core
