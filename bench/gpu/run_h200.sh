@@ -90,7 +90,7 @@ export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-
 export RN_POLICIES=${RN_POLICIES:-bf16 fp32 tf32 bf16+nofuse bf16+floatpixels bf16+graphs bf16+nondetconv bf16+tune} RN_TORCH=${RN_TORCH:-bf16 fp32 tf32}
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-30} GPT_LOG_EVERY=${GPT_LOG_EVERY:-5}
-export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+graphs bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
+export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+graphs bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
 export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8}
 export ROOT HERE
@@ -435,7 +435,9 @@ model_run() {
       # +floatpixels: the images decoded on the host and sent as fp32 (data.pixels = float32, the
       # A/B of sending bytes and decoding them on the device); +nofuse: model.fuse_epilogues =
       # false (batch norm + ReLU, add + ReLU and batch norm + add + ReLU unfused, and the linears'
-      # forward and backward epilogues: gelu, its gradient and the bias gradients; what they gain).
+      # forward and backward epilogues: gelu, its gradient and the bias gradients; what they gain);
+      # +ln2pass: the layer norm's dgamma/dbeta as column sums in a pass of their own
+      # (layernorm_backward_one_pass = false: what the one-pass backward gains).
       p=${job#mixtrain:}
       local variant=() base=${p%%+*}
       [[ $p == *+graphs* ]] && variant+=(--set run.step_graphs=true)
@@ -449,6 +451,7 @@ model_run() {
       [[ $p == *+nondetconv* ]] && variant+=(--set backend.cuda.deterministic_convolutions=false)
       [[ $p == *+floatpixels* ]] && variant+=(--set data.pixels=float32)
       [[ $p == *+nofuse* ]] && variant+=(--set model.fuse_epilogues=false)
+      [[ $p == *+ln2pass* ]] && variant+=(--set backend.cuda.layernorm_backward_one_pass=false)
       LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 20 "$MIXTRAIN_BIN" check "$config" "$@" "${variant[@]}" \
         --set "precision.policy=$(policy_name "$base")" >"$W/check-$p.txt" 2>&1
       LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" "$@" \

@@ -36,7 +36,12 @@ inline sdk::OptionSchema cuda_backend_option_schema() {
               "deterministic_convolutions", true,
               "convolutions on cuDNN's deterministic engines first (the same bits on every "
               "run, which bit-exact resume needs); false takes cuDNN's heuristic order, "
-              "non-deterministic engines included, as PyTorch does by default")};
+              "non-deterministic engines included, as PyTorch does by default"),
+          sdk::OptionSpec::boolean(
+              "layernorm_backward_one_pass", true,
+              "the layer norm's backward sums dgamma and dbeta in the pass that writes dx (one "
+              "read of dy and x); false runs the column sums as a pass of their own first (the "
+              "A/B of bench/gpu, variant +ln2pass); both are deterministic")};
 }
 
 // The options' values as the runtime library takes them.
@@ -47,6 +52,7 @@ struct CudaOptions {
   bool gemm_realign = false;           // GemmTuning::realign
   bool deterministic_attention = true;
   bool deterministic_convolutions = true;
+  bool layernorm_backward_one_pass = true;  // cuda_layer_norm_plan.h
 };
 
 // The runtime library's entry point: builds a CudaBackend from `options`, or returns null and
@@ -57,7 +63,7 @@ struct CudaOptions {
 // instead of being called with the wrong arguments.
 using CreateCudaBackendFn = void* (*)(const CudaOptions* options, char* error, char* hint,
                                       unsigned long size);
-inline constexpr const char* kCreateCudaBackendSymbol = "mixtrain_backend_cuda_create_v3";
+inline constexpr const char* kCreateCudaBackendSymbol = "mixtrain_backend_cuda_create_v4";
 inline constexpr const char* kCudaRuntimeLibrary = "backend_cuda/libmixtrain_backend_cuda_runtime.so";
 
 }  // namespace mixtrain::backend_cuda

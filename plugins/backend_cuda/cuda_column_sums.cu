@@ -96,4 +96,10 @@ void launch_column_sums(const void* dy, Elem dyt, const void* x, Elem xt, const 
   column_finish_kernel<<<grid_for(n), kThreads, 0, stream>>>(partial2, splits, n, out2, accumulate);
 }
 
+void launch_column_finish(const float* partial, std::int64_t splits, std::int64_t n, float* out,
+                          bool accumulate, cudaStream_t stream) {
+  if (out == nullptr || n == 0) return;
+  column_finish_kernel<<<grid_for(n), kThreads, 0, stream>>>(partial, splits, n, out, accumulate);
+}
+
 }  // namespace mixtrain::backend_cuda::kernels

@@ -22,5 +22,10 @@ std::size_t column_sum_scratch(std::int64_t rows, std::int64_t n);
 void launch_column_sums(const void* dy, Elem dyt, const void* x, Elem xt, const float* mean,
                         const float* rstd, std::int64_t rows, std::int64_t n, float* out1,
                         float* out2, bool accumulate, float* partial, cudaStream_t stream);
+// out[j] (+)= Σ_s partial[s, j] over `splits` rows of partial [splits, n], in double and in
+// order: the last step of the reductions above, for a kernel that wrote its own partials (the
+// layer norm's one-pass backward). out nullable (nothing done).
+void launch_column_finish(const float* partial, std::int64_t splits, std::int64_t n, float* out,
+                          bool accumulate, cudaStream_t stream);
 
 }  // namespace mixtrain::backend_cuda::kernels

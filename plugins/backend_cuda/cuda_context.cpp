@@ -50,7 +50,8 @@ int CudaContext::device_count() {
 CudaContext::CudaContext(const CudaOptions& options)
     : device(options.device),
       deterministic_attention(options.deterministic_attention),
-      deterministic_convolutions(options.deterministic_convolutions) {
+      deterministic_convolutions(options.deterministic_convolutions),
+      layernorm_backward_one_pass(options.layernorm_backward_one_pass) {
   if (device < 0)
     fail("create", "device = " + std::to_string(device) + " is negative",
          "use a device index >= 0 (0 is the first GPU)");
@@ -67,6 +68,7 @@ CudaContext::CudaContext(const CudaOptions& options)
   device_name = prop.name;
   total_memory = prop.totalGlobalMem;
   multiprocessors = prop.multiProcessorCount;
+  shared_memory_optin = prop.sharedMemPerBlockOptin;
   try {
     check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "create",
                "cudaStreamCreateWithFlags");

@@ -110,8 +110,10 @@ class CudaContext {
   int multiprocessors = 0;
   std::string device_name;
   std::size_t total_memory = 0;
+  std::size_t shared_memory_optin = 0;  // dynamic shared memory a block may opt in to, bytes
   const bool deterministic_attention;
   const bool deterministic_convolutions;
+  const bool layernorm_backward_one_pass;  // cuda_layer_norm_plan.h
 
   // --- shared state (declaration order is destruction order, reversed) ---------------------
   cudaStream_t stream = nullptr;  // every op is enqueued on it, in call order

@@ -1,6 +1,9 @@
-// The layer norm facet's kernels: one warp per row, statistics in double as the CPU reference.
+// The layer norm facet's kernels: one warp per row, statistics in double as the CPU reference;
+// the backward's parameter sums in the row pass or as column sums (cuda_layer_norm_plan.h).
 #include "cuda_device.cuh"
 #include "cuda_layer_norm.h"
+
+#include <algorithm>
 
 namespace mixtrain::backend_cuda::kernels {
 
@@ -93,6 +96,63 @@ __global__ void layernorm_backward_kernel(const void* dy, Elem dyt, const void* 
   }
 }
 
+// The one-pass backward (cuda_layer_norm_plan.h): block b takes rows [b·16, b·16 + 16), warp w
+// of it every kWarps-th of them from w; per row the warp computes the row's sums and writes dx as
+// layernorm_backward_kernel does, and adds each column's dy·xhat and dy to its own shared slice
+// (lane l owns columns l, l + 32, ...: no two threads touch one float). The block then folds its
+// warps' slices in order into partial1 / partial2 [blocks, n].
+// dy, x, dx are [rows, n]; gamma [n] or null; mean, rstd [rows].
+__global__ void layernorm_backward_one_pass_kernel(const void* dy, Elem dyt, const void* x, Elem xt,
+                                                   const void* gamma, Elem gt, const float* mean,
+                                                   const float* rstd, void* dx, Elem dxt,
+                                                   std::int64_t rows, std::int64_t n,
+                                                   bool add_into_dx, float* partial1,
+                                                   float* partial2) {
+  extern __shared__ float slices[];  // [kWarps][2][n]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float* s1 = slices + static_cast<std::int64_t>(warp) * 2 * n;  // Σ dy·xhat of this warp's rows
+  float* s2 = s1 + n;                                            // Σ dy
+  for (std::int64_t j = lane; j < n; j += 32) s1[j] = s2[j] = 0.0f;
+  const std::int64_t r_begin =
+      static_cast<std::int64_t>(blockIdx.x) * layer_norm_plan::kRowsPerBlock;
+  const std::int64_t r_end = min(rows, r_begin + layer_norm_plan::kRowsPerBlock);
+  for (std::int64_t row = r_begin + warp; row < r_end; row += layer_norm_plan::kWarps) {
+    const std::int64_t base = row * n;
+    const float mu = mean[row], rs = rstd[row];
+    double sum_g = 0.0, sum_gx = 0.0;  // double, as the CPU reference
+    for (std::int64_t j = lane; j < n; j += 32) {
+      const float xhat = (load(x, xt, base + j) - mu) * rs;
+      const float d = load(dy, dyt, base + j);
+      const float g = d * (gamma != nullptr ? load(gamma, gt, j) : 1.0f);
+      sum_g += g;
+      sum_gx += static_cast<double>(g) * xhat;
+      s1[j] += d * xhat;
+      s2[j] += d;
+    }
+    const float mean_g = static_cast<float>(warp_sum(sum_g) / static_cast<double>(n));
+    const float mean_gx = static_cast<float>(warp_sum(sum_gx) / static_cast<double>(n));
+    for (std::int64_t j = lane; j < n; j += 32) {  // dx may alias dy: each lane rewrites its own
+      const float xhat = (load(x, xt, base + j) - mu) * rs;
+      const float g = load(dy, dyt, base + j) * (gamma != nullptr ? load(gamma, gt, j) : 1.0f);
+      const float v = rs * (g - mean_g - xhat * mean_gx);
+      if (add_into_dx)
+        static_cast<float*>(dx)[base + j] += v;  // fp32, apart from dy and x: the host's sum
+      else
+        store(dx, dxt, base + j, v);
+    }
+  }
+  __syncthreads();
+  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    float t1 = 0.0f, t2 = 0.0f;
+    for (int w = 0; w < layer_norm_plan::kWarps; ++w) {
+      t1 += slices[static_cast<std::int64_t>(w) * 2 * n + j];
+      t2 += slices[static_cast<std::int64_t>(w) * 2 * n + n + j];
+    }
+    partial1[static_cast<std::int64_t>(blockIdx.x) * n + j] = t1;
+    partial2[static_cast<std::int64_t>(blockIdx.x) * n + j] = t2;
+  }
+}
+
 }  // namespace
 
 cudaError_t layernorm_forward(const void* x, Elem xt, const void* gamma, Elem gt, const void* beta,
@@ -118,10 +178,31 @@ cudaError_t layernorm_backward(const void* dy, Elem dyt, const void* x, Elem xt,
                                Elem gt, const float* mean, const float* rstd, void* dx, Elem dxt,
                                float* dgamma, float* dbeta, bool accumulate, std::int64_t rows,
                                std::int64_t n, float* partial, cudaStream_t stream,
-                               bool add_into_dx) {
+                               bool add_into_dx, layer_norm_plan::BackwardRoute route) {
   if (n == 0) return cudaSuccess;
+  using layer_norm_plan::BackwardRoute;
+  if (route == BackwardRoute::one_pass) {
+    const std::int64_t blocks = layer_norm_plan::one_pass_blocks(rows);
+    const std::size_t shared = layer_norm_plan::one_pass_shared_bytes(n);
+    // Above the default 48 KiB a kernel must opt in (the route checked the device allows it).
+    if (shared > 48 * 1024) {
+      const cudaError_t set = cudaFuncSetAttribute(layernorm_backward_one_pass_kernel,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(shared));
+      if (set != cudaSuccess) return set;
+    }
+    float* partial2 = partial + std::max<std::int64_t>(1, blocks) * n;
+    if (blocks > 0)
+      layernorm_backward_one_pass_kernel<<<static_cast<unsigned>(blocks),
+                                           32 * layer_norm_plan::kWarps, shared, stream>>>(
+          dy, dyt, x, xt, gamma, gt, mean, rstd, dx, dxt, rows, n, add_into_dx, partial, partial2);
+    // No rows: no partial row, so the sums are zero (or left as they are when accumulating).
+    launch_column_finish(partial, blocks, n, dgamma, accumulate, stream);
+    launch_column_finish(partial2, blocks, n, dbeta, accumulate, stream);
+    return cudaGetLastError();
+  }
   // Column sums first: dx may alias dy.
-  if (dgamma != nullptr || dbeta != nullptr)
+  if (route == BackwardRoute::column_sums_then_rows)
     launch_column_sums(dy, dyt, x, xt, mean, rstd, rows, n, dgamma, dbeta, accumulate, partial,
                        stream);
   if (rows > 0)

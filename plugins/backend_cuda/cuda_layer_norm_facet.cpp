@@ -75,10 +75,16 @@ void CudaLayerNorm::backward(TensorView dy, TensorView x, TensorView gamma, Tens
   context_.activate();
   constexpr const char* op = "layernorm_backward";
   const std::int64_t rows = x.shape.rows(), n = x.shape.cols();
+  const auto route = layer_norm_plan::backward_route(!dgamma.empty() || !dbeta.empty(),
+                                                     context_.layernorm_backward_one_pass, n,
+                                                     context_.shared_memory_optin);
   float* partial = nullptr;
-  if (!dgamma.empty() || !dbeta.empty()) {
-    partial = context_.partial.as<float>(
-        std::max<std::size_t>(1, 2 * kernels::column_sum_scratch(rows, n)), context_.stream, op);
+  if (route != layer_norm_plan::BackwardRoute::rows_only) {
+    const std::size_t floats =
+        route == layer_norm_plan::BackwardRoute::one_pass
+            ? layer_norm_plan::one_pass_scratch_floats(rows, n)
+            : std::max<std::size_t>(1, 2 * kernels::column_sum_scratch(rows, n));
+    partial = context_.partial.as<float>(floats, context_.stream, op);
     context_.account_buffers();
   }
   check_cuda(kernels::layernorm_backward(
@@ -86,7 +92,7 @@ void CudaLayerNorm::backward(TensorView dy, TensorView x, TensorView gamma, Tens
                  elem_of(gamma.dtype), mean.as<const float>(), rstd.as<const float>(), dx.data,
                  elem_of(dx.dtype), dgamma.empty() ? nullptr : dgamma.as<float>(),
                  dbeta.empty() ? nullptr : dbeta.as<float>(), accumulate, rows, n, partial,
-                 context_.stream, add_into_dx),
+                 context_.stream, add_into_dx, route),
              op, "kernel launch");
 }
 

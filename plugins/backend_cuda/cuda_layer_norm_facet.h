@@ -1,6 +1,7 @@
 // CudaLayerNorm: the CUDA backend's LayerNormFacet (sdk/backend_layer_norm.h): one warp per row,
 // statistics in double (two-pass variance) as the CPU reference, dgamma / dbeta as reproducible
-// column reductions (fixed split of the rows, FP32 partials, double across splits); 1.1's
+// reductions (a fixed partition of the rows, FP32 partials, double across them) summed in the
+// backward's one row pass, or as column sums beside it (cuda_layer_norm_plan.h); 1.1's
 // layernorm_backward_accumulate is the same row kernel adding into an fp32 dx; 1.2's
 // layernorm_add_forward writes the residual sum and normalises it in one warp pass per row.
 #pragma once

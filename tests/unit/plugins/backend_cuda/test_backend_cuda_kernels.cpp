@@ -120,6 +120,66 @@ TEST_F(backend_cuda_vs_cpu, LayerNormForwardAndBackward) {
   }
 }
 
+// The one-pass backward (cuda_layer_norm_plan.h) against the column sums beside the row kernel
+// (layernorm_backward_one_pass = false): dx the same bits (the same row math), dgamma and dbeta
+// within FP32 reordering, and the same bits on a second run (a fixed partition). GPT-2 small's
+// width, one beyond the default 48 KiB of shared memory (the opt-in), rows that leave a block
+// part-filled, dx added into an fp32 sum, and the residual sum and layer norm forward on the way.
+TEST_F(backend_cuda_vs_cpu, LayerNormOnePassBackwardMatchesTheColumnSums) {
+  CudaBackend two_pass(CudaOptions{.device = 0, .layernorm_backward_one_pass = false});
+  for (auto [rows, n] : {std::pair<std::int64_t, std::int64_t>{8 * 128 + 5, 768}, {70, 2000}})
+    for (DType dt : {DType::fp32, DType::bf16})
+      for (bool add_into_dx : {false, true}) {
+        const std::string what = "[" + std::to_string(rows) + ", " + std::to_string(n) + "] " +
+                                 std::string(sdk::dtype_name(dt)) +
+                                 (add_into_dx ? " added into dx" : "");
+        const auto av = random_values(static_cast<std::size_t>(rows * n), 30, -3.0f, 5.0f);
+        const auto bv = random_values(av.size(), 31);
+        const auto dyv = random_values(av.size(), 32);
+        const auto gv = random_values(static_cast<std::size_t>(n), 33, 0.5f, 1.5f);
+        auto run = [&](sdk::DeviceBackend& be) {
+          Tensor a(be, dt, {rows, n}, av), b(be, dt, {rows, n}, bv), x(be, dt, {rows, n});
+          Tensor g(be, DType::fp32, {n}, gv), beta(be, DType::fp32, {n}, gv);
+          Tensor y(be, DType::fp32, {rows, n}), mean(be, DType::fp32, {rows}),
+              rstd(be, DType::fp32, {rows});
+          sdk::LayerNormAddArgs fwd;
+          fwd.a = a;
+          fwd.b = b;
+          fwd.sum = x;
+          fwd.gamma = g;
+          fwd.beta = beta;
+          fwd.y = y;
+          fwd.mean = mean;
+          fwd.rstd = rstd;
+          sdk::facet<sdk::LayerNormFacet>(be)->layernorm_add_forward(fwd);
+          Tensor dy(be, dt, {rows, n}, dyv), dg(be, DType::fp32, {n}), db(be, DType::fp32, {n});
+          Tensor dx(be, add_into_dx ? DType::fp32 : dt, {rows, n}, av);
+          auto* norm = sdk::facet<sdk::LayerNormFacet>(be);
+          if (add_into_dx)
+            norm->layernorm_backward_accumulate(dy, x, g, mean, rstd, dx, dg, db, false);
+          else
+            norm->layernorm_backward(dy, x, g, mean, rstd, dx, dg, db, false);
+          return std::vector<std::vector<float>>{x.get(), y.get(), dx.get(), dg.get(), db.get()};
+        };
+        const auto one = run(gpu());
+        const auto again = run(gpu());
+        const auto two = run(two_pass);
+        const auto cpu_ref = run(cpu());
+        for (std::size_t k = 0; k < one.size(); ++k)
+          expect_same_values(one[k], again[k],
+                             "run to run, output " + std::to_string(k) + ", " + what);
+        expect_same_values(one[0], two[0], "the sum " + what);
+        expect_same_values(one[2], two[2], "dx " + what);
+        const double sum_tol = 1e-5 * std::sqrt(static_cast<double>(rows));
+        expect_close(one[3], two[3], 1e-6, sum_tol, "dgamma against the column sums " + what);
+        expect_close(one[4], two[4], 1e-6, sum_tol, "dbeta against the column sums " + what);
+        expect_close(one[1], cpu_ref[1], 1e-5, 1e-5, "y against the cpu " + what);
+        expect_close(one[2], cpu_ref[2], tol_rel(dt), 1e-5, "dx against the cpu " + what);
+        expect_close(one[3], cpu_ref[3], 1e-5, sum_tol, "dgamma against the cpu " + what);
+        expect_close(one[4], cpu_ref[4], 1e-5, sum_tol, "dbeta against the cpu " + what);
+      }
+}
+
 TEST_F(backend_cuda_vs_cpu, SoftmaxCrossEntropy) {
   for (auto [rows, classes] : {std::pair<std::int64_t, std::int64_t>{64, 10}, {5, 1000}, {1, 1}}) {
     const auto zv = random_values(static_cast<std::size_t>(rows * classes), 9, -6.0f, 6.0f);

@@ -1,7 +1,8 @@
-// The CUDA backend's convolution rules and the layer ops' argument checks, on the host (no GPU,
-// no cuDNN call): cuda_conv_rules.h (cuDNN dims/strides of a geometry, routes, plan-cache keys,
-// the numerics policy on engines' numerical notes) and cuda_layer_checks.h (BackendErrors naming
-// op, tensor, dtype and shape before anything is enqueued).
+// The CUDA backend's convolution rules, the layer ops' argument checks and the layer norm
+// backward's plan, on the host (no GPU, no cuDNN call): cuda_conv_rules.h (cuDNN dims/strides of
+// a geometry, routes, plan-cache keys, the numerics policy on engines' numerical notes),
+// cuda_layer_checks.h (BackendErrors naming op, tensor, dtype and shape before anything is
+// enqueued) and cuda_layer_norm_plan.h (its route, partition, shared memory and scratch).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "cuda_access.h"
 #include "cuda_conv_rules.h"
 #include "cuda_layer_checks.h"
+#include "cuda_layer_norm_plan.h"
 #include "mixtrain/sdk/error.h"
 
 namespace {
@@ -436,6 +438,41 @@ TEST(cuda_layer_checks, BatchNormAddForwardChecks) {
   b.residual = b.y = fake(DType::bf16, {1, 6}, 0x20000);
   e = error(b);
   EXPECT_NE(e.find("more than one value per channel"), std::string::npos) << e;
+}
+
+// The one-pass backward where the parameter sums are wanted, the option is on and a block's
+// slices fit; the column sums otherwise; the row kernel alone without sums.
+TEST(cuda_layer_norm_plan, RouteFollowsTheSumsTheOptionAndSharedMemory) {
+  namespace ln = mixtrain::backend_cuda::layer_norm_plan;
+  using ln::BackwardRoute;
+  constexpr std::size_t hopper = 227 * 1024, small = 48 * 1024;
+  EXPECT_EQ(ln::backward_route(true, true, 768, hopper), BackwardRoute::one_pass);
+  EXPECT_EQ(ln::backward_route(true, false, 768, hopper), BackwardRoute::column_sums_then_rows);
+  EXPECT_EQ(ln::backward_route(false, true, 768, hopper), BackwardRoute::rows_only);
+  EXPECT_EQ(ln::backward_route(false, false, 768, hopper), BackwardRoute::rows_only);
+  // GPT-2 small's 768 columns: 4 warps x (dgamma, dbeta) x 768 floats, under the default 48 KiB.
+  EXPECT_EQ(ln::one_pass_shared_bytes(768), 24u * 1024);
+  // GPT-2 XL's 1600 needs the opt-in; a width whose slices exceed the device runs column sums.
+  EXPECT_EQ(ln::backward_route(true, true, 1600, hopper), BackwardRoute::one_pass);
+  EXPECT_EQ(ln::backward_route(true, true, 1600, small), BackwardRoute::column_sums_then_rows);
+  const std::int64_t widest = static_cast<std::int64_t>(hopper / ln::one_pass_shared_bytes(1));
+  EXPECT_EQ(ln::backward_route(true, true, widest, hopper), BackwardRoute::one_pass);
+  EXPECT_EQ(ln::backward_route(true, true, widest + 1, hopper),
+            BackwardRoute::column_sums_then_rows);
+}
+
+TEST(cuda_layer_norm_plan, PartitionAndScratchAreFunctionsOfTheShape) {
+  namespace ln = mixtrain::backend_cuda::layer_norm_plan;
+  EXPECT_EQ(ln::kRowsPerBlock, 16);
+  EXPECT_EQ(ln::one_pass_blocks(0), 0);
+  EXPECT_EQ(ln::one_pass_blocks(1), 1);
+  EXPECT_EQ(ln::one_pass_blocks(16), 1);
+  EXPECT_EQ(ln::one_pass_blocks(17), 2);
+  EXPECT_EQ(ln::one_pass_blocks(8192), 512);  // GPT-2 small's batch of 8 x 1024 tokens
+  // One partial row per block for each sum; at least one row each, so a batch of no rows still
+  // gets a valid pointer.
+  EXPECT_EQ(ln::one_pass_scratch_floats(8192, 768), 2u * 512 * 768);
+  EXPECT_EQ(ln::one_pass_scratch_floats(0, 768), 2u * 768);
 }
 
 }  // namespace
