@@ -22,6 +22,8 @@ std::string_view op_name(AttentionOp op) noexcept {
       return "flash_forward";
     case AttentionOp::flash_backward:
       return "flash_backward";
+    case AttentionOp::flash_decode:
+      return "flash_decode";
   }
   return "?";
 }
@@ -38,13 +40,17 @@ OpSignature op_signature(AttentionOp op) noexcept {
       return {kStore};  // {qkv}
     case AttentionOp::flash_backward:
       return {kStorex2};  // {qkv, dout}
+    case AttentionOp::flash_decode:
+      return {kStorex2};  // {cache, out}
   }
   return {};
 }
 
 // The flash ops (1.1) are offered only by a backend that implements them and says so.
 bool AttentionFacet::supports(AttentionOp op, std::span<const DType> dtypes) const {
-  if (op == AttentionOp::flash_forward || op == AttentionOp::flash_backward) return false;
+  if (op == AttentionOp::flash_forward || op == AttentionOp::flash_backward ||
+      op == AttentionOp::flash_decode)
+    return false;
   return signature_accepts(op, dtypes);
 }
 
@@ -63,6 +69,13 @@ void AttentionFacet::flash_backward(TensorView, TensorView, TensorView, TensorVi
       "flash_backward)",
       "run the unfused attention (the host does when supports() says no), or use "
       "a backend that offers it (the CPU backend)");
+}
+
+void AttentionFacet::flash_decode(TensorView, const HeadLayout&, float, TensorView) {
+  throw BackendError(
+      "this backend does not offer flash_decode (attention facet 1.3)",
+      "report this: the host asks supports(flash_decode) before it calls it and decodes "
+      "unfused where the answer is false");
 }
 
 std::string AttentionFacet::flash_refusal(const HeadLayout&, DType) const {

@@ -185,6 +185,29 @@ std::int64_t BackendArgumentChecks::flash_backward(const TensorView& qkv, const 
   return per_part;
 }
 
+std::int64_t BackendArgumentChecks::flash_decode(const TensorView& cache, const HeadLayout& l,
+                                                 const TensorView& out) const {
+  constexpr std::string_view op = "flash_decode";
+  if (l.batch != 1 || l.parts != 3 || l.tokens < 0 || l.heads < 1 || l.head_dim < 1)
+    fail(op, "layout " + layout_text(l) + " is not one sequence's KV cache [3, 1, H, T', D]",
+         "pass batch = 1, parts = 3, tokens = the new queries, heads and head_dim >= 1");
+  const std::int64_t cap = l.capacity();
+  if (l.head_offset < 0 || l.tokens > cap || l.head_offset > cap - l.tokens)
+    fail(op,
+         "layout " + layout_text(l) +
+             ": the queries [head_offset, head_offset + tokens) do not "
+             "fit the cache's " +
+             std::to_string(cap) + " positions",
+         "head_offset is the first new position; head_offset + tokens <= head_tokens");
+  require_storage(op, "cache", cache);
+  require_numel(op, "cache", cache, checked_product(op, "cache", {3, l.heads, cap, l.head_dim}));
+  require_storage(op, "out", out);
+  const std::int64_t n = checked_product(op, "out", {l.tokens, l.heads, l.head_dim});
+  require_numel(op, "out", out, n);
+  require_disjoint(op, "out", out, "cache", cache);
+  return n;
+}
+
 namespace {
 
 // The softmax's shape is sane and its causal mask leaves every row a key.

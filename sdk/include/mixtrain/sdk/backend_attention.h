@@ -22,6 +22,9 @@
 // - 1.2 appended flash_refusal: the shapes (head dimension, sequence length) a backend's fused
 //   kernel has no variant for, asked at plan time; the default refuses none. The host calls it
 //   only when version() >= 1.2.
+// - 1.3 appended flash_decode: a decode step's attention over a KV cache in one op, no scores
+//   tensor. Refused by default (BackendError; supports() false); the host calls it only when
+//   version() >= 1.3 and supports() says yes, and otherwise runs the unfused decode.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -61,11 +64,13 @@ enum class AttentionOp {
   // 1.1
   flash_forward,   // {qkv}; out shares it
   flash_backward,  // {qkv, dout}; out shares qkv's, dqkv dout's
+  // 1.3
+  flash_decode,  // {cache, out}
 };
 MIXTRAIN_SDK_API std::string_view op_name(AttentionOp op) noexcept;
 MIXTRAIN_SDK_API OpSignature op_signature(AttentionOp op) noexcept;
 constexpr std::uint16_t introduced_in(AttentionOp op) noexcept {
-  return op >= AttentionOp::flash_forward ? 1 : 0;
+  return op == AttentionOp::flash_decode ? 3 : op >= AttentionOp::flash_forward ? 1 : 0;
 }
 
 // Scores of `batch` independent attention matrices [batch, rows, cols] (batch = N·H; rows are
@@ -79,7 +84,7 @@ struct SoftmaxShape {
 class MIXTRAIN_SDK_API AttentionFacet : public Facet {
  public:
   using Op = AttentionOp;
-  static constexpr FacetVersion kVersion{1, 2};
+  static constexpr FacetVersion kVersion{1, 3};
   static constexpr std::string_view kName = "attention";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
@@ -134,6 +139,19 @@ class MIXTRAIN_SDK_API AttentionFacet : public Facet {
   // error. May do one-time work (a backend may build its kernels' plans for the shape to know).
   // Default: "" (every layout the 1.1 ops accept).
   virtual std::string flash_refusal(const HeadLayout& layout, DType dtype) const;
+
+  // --- 1.3 ---------------------------------------------------------------------------------------
+  // A decode step in one op: one sequence's new queries at positions [start, start + rows) attend
+  // causally (query i to keys j <= start + i) to a KV cache's first start + rows positions.
+  // cache [3, 1, H, T', D] head-major as split_heads wrote it (layout: batch 1, parts 3, tokens =
+  // rows, head_tokens = T' the cache's capacity, head_offset = start): q's rows [start, start +
+  // rows), k's and v's rows [0, start + rows). out [1, rows, H, D] token-major, any storage float,
+  // apart from the cache: softmax(scale·q·kᵀ)·v with the scores, probabilities and sums in FP32,
+  // rounded once into out. Why: the unfused decode keeps a [H, rows, T'] score buffer per cache
+  // and permutes the context back; this writes the output where the projection reads it.
+  // Deterministic. supports({cache, out}); default: BackendError, and supports() false.
+  virtual void flash_decode(TensorView cache, const HeadLayout& layout, float scale,
+                            TensorView out);
 
  protected:
   ~AttentionFacet() override;  // not owned through the facet: the backend is

@@ -193,6 +193,12 @@ class BackendArgumentChecks {
   std::int64_t flash_backward(const TensorView& qkv, const TensorView& out, const TensorView& dout,
                               const TensorView& lse, const HeadLayout& layout,
                               const TensorView& dqkv) const;
+  // flash_decode: a layout of one sequence's KV cache (batch 1, parts 3, heads and head_dim >= 1,
+  // tokens >= 0 new queries at head_offset, head_offset + tokens <= the capacity); cache a
+  // storage float [3, 1, H, T', D], out a storage float [1, tokens, H, D] apart from it. Returns
+  // tokens·H·D.
+  std::int64_t flash_decode(const TensorView& cache, const HeadLayout& layout,
+                            const TensorView& out) const;
 
   struct EmbeddingShape {
     std::int64_t rows = 0, vocab = 0, width = 0;
