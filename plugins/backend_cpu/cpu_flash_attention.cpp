@@ -125,16 +125,32 @@ inline std::int64_t visible(std::int64_t i, std::int64_t j0, std::int64_t bk) {
 
 }  // namespace
 
-void flash_attention_forward(const TensorView& qkv, const sdk::HeadLayout& l, float scale,
-                             const TensorView& out, const TensorView& lse) {
-  const std::int64_t t_len = l.tokens, d = l.head_dim, bh = l.batch * l.heads;
-  if (bh == 0 || t_len == 0) return;
-  const Index ix{t_len, l.heads, d};
-  const std::int64_t blocks = (t_len + kFlashBlock - 1) / kFlashBlock, tasks = bh * blocks;
+namespace {
+
+// Where q's, k's and v's rows lie for the forward routine below: row `tok` of part p (0 q, 1 k,
+// 2 v) of sequence n and head h starts at element at(p, n, h, tok) of the source tensor.
+struct QkvRows {
+  std::int64_t part, seq, head, tok;
+  std::int64_t at(std::int64_t p, std::int64_t n, std::int64_t h, std::int64_t t) const {
+    return p * part + n * seq + h * head + t * tok;
+  }
+};
+
+// The causal forward both flash ops run: for each sequence n < batch and head h, queries i <
+// rows, stored at q row `offset + i`, see keys j <= offset + i (offset 0: training's square
+// attention; offset = start: a decode step over a cache). out [batch, rows, H, D] token-major;
+// lse [batch, H, rows] when given.
+void causal_forward(const TensorView& src, const QkvRows& at, std::int64_t batch,
+                    std::int64_t heads, std::int64_t d, std::int64_t rows, std::int64_t offset,
+                    float scale, const TensorView& out, float* lse_all) {
+  const std::int64_t bh = batch * heads;
+  if (bh == 0 || rows == 0) return;
+  const std::int64_t blocks = (rows + kFlashBlock - 1) / kFlashBlock, tasks = bh * blocks;
   const std::int64_t tile = kFlashBlock * std::max(kFlashBlock, d);
-  float* lse_all = lse.as<float>();
+  const std::int64_t keys = offset + rows;  // the last query's
+  const std::int64_t out_stride = heads * d;
   TaskErrors errors;
-#pragma omp parallel if (tasks > 1 && parallel_worth(bh * t_len * t_len * d / 2))
+#pragma omp parallel if (tasks > 1 && parallel_worth(bh * rows * keys * d / 2))
   {
     omp_set_num_threads(1);  // the tile products run on this thread (see sgemm above)
     std::vector<float> qbuf(tile), kbuf(tile), vbuf(tile), s(tile), o(tile);
@@ -143,23 +159,24 @@ void flash_attention_forward(const TensorView& qkv, const sdk::HeadLayout& l, fl
     for (std::int64_t task = 0; task < tasks; ++task) {
       errors.run([&] {
         // The last query tiles see the most keys: dynamic scheduling balances them.
-        const std::int64_t nh = task / blocks, n = nh / l.heads, h = nh % l.heads;
+        const std::int64_t nh = task / blocks, n = nh / heads, h = nh % heads;
         const std::int64_t i0 = (task % blocks) * kFlashBlock;
-        const std::int64_t bq = std::min(kFlashBlock, t_len - i0);
-        const Rows q = fp32_rows(qkv, ix.qkv(n, i0, 0, h), ix.qkv_stride(), bq, d, qbuf.data());
+        const std::int64_t bq = std::min(kFlashBlock, rows - i0);
+        const Rows q = fp32_rows(src, at.at(0, n, h, offset + i0), at.tok, bq, d, qbuf.data());
         std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
         std::fill(sum.begin(), sum.end(), 0.0f);
         std::fill(o.begin(), o.begin() + bq * d, 0.0f);
-        // Key tiles from 0 up to the one holding key i0 + bq − 1; none lies above the diagonal.
-        for (std::int64_t j0 = 0; j0 < i0 + bq; j0 += kFlashBlock) {
-          const std::int64_t bk = std::min(kFlashBlock, i0 + bq - j0);
-          const Rows k = fp32_rows(qkv, ix.qkv(n, j0, 1, h), ix.qkv_stride(), bk, d, kbuf.data());
-          const Rows v = fp32_rows(qkv, ix.qkv(n, j0, 2, h), ix.qkv_stride(), bk, d, vbuf.data());
+        // Key tiles from 0 up to the one holding key offset + i0 + bq − 1; none lies above the
+        // diagonal.
+        for (std::int64_t j0 = 0; j0 < offset + i0 + bq; j0 += kFlashBlock) {
+          const std::int64_t bk = std::min(kFlashBlock, offset + i0 + bq - j0);
+          const Rows k = fp32_rows(src, at.at(1, n, h, j0), at.tok, bk, d, kbuf.data());
+          const Rows v = fp32_rows(src, at.at(2, n, h, j0), at.tok, bk, d, vbuf.data());
           if (!sgemm(false, true, bq, bk, d, scale, q.p, q.ld, k.p, k.ld, 0.0f, s.data(), bk))
             return false;
           for (std::int64_t r = 0; r < bq; ++r) {
             float* row = s.data() + r * bk;
-            const std::int64_t seen = visible(i0 + r, j0, bk);
+            const std::int64_t seen = visible(offset + i0 + r, j0, bk);
             float top = m[static_cast<std::size_t>(r)];
 #pragma omp simd reduction(max : top)
             for (std::int64_t j = 0; j < seen; ++j) top = std::max(top, row[j]);
@@ -180,18 +197,37 @@ void flash_attention_forward(const TensorView& qkv, const sdk::HeadLayout& l, fl
           if (!sgemm(false, false, bq, d, bk, 1.0f, s.data(), bk, v.p, v.ld, 1.0f, o.data(), d))
             return false;
         }
-        float* lse_row = lse_all + ix.lse(n, h) + i0;
         for (std::int64_t r = 0; r < bq; ++r) {
           const float total = sum[static_cast<std::size_t>(r)];
           for (std::int64_t c = 0; c < d; ++c) o[static_cast<std::size_t>(r * d + c)] /= total;
-          lse_row[r] = m[static_cast<std::size_t>(r)] + std::log(total);
+          if (lse_all != nullptr)
+            lse_all[(n * heads + h) * rows + i0 + r] =
+                m[static_cast<std::size_t>(r)] + std::log(total);
         }
-        store_rows(out, ix.out(n, i0, h), ix.out_stride(), bq, d, o.data());
+        store_rows(out, ((n * rows + i0) * heads + h) * d, out_stride, bq, d, o.data());
         return true;
       });
     }
   }
   errors.rethrow();
+}
+
+}  // namespace
+
+void flash_attention_forward(const TensorView& qkv, const sdk::HeadLayout& l, float scale,
+                             const TensorView& out, const TensorView& lse) {
+  // qkv [N, T, 3, H, D]: token-major, the parts interleaved per token.
+  const std::int64_t hd = l.heads * l.head_dim;
+  const QkvRows at{hd, l.tokens * 3 * hd, l.head_dim, 3 * hd};
+  causal_forward(qkv, at, l.batch, l.heads, l.head_dim, l.tokens, 0, scale, out, lse.as<float>());
+}
+
+void flash_attention_decode(const TensorView& cache, const sdk::HeadLayout& l, float scale,
+                            const TensorView& out) {
+  // cache [3, 1, H, T', D]: head-major, a part after another.
+  const std::int64_t cap = l.capacity(), d = l.head_dim;
+  const QkvRows at{l.heads * cap * d, 0, cap * d, d};
+  causal_forward(cache, at, 1, l.heads, d, l.tokens, l.head_offset, scale, out, nullptr);
 }
 
 void flash_attention_backward(const TensorView& qkv, const TensorView& out, const TensorView& dout,

@@ -1,6 +1,7 @@
-// Causal flash attention on the CPU (AttentionFacet 1.1's flash_forward / flash_backward), in the
-// manner of FlashAttention-2: q, k and v are read where the QKV projection wrote them, in tiles of
-// kFlashBlock tokens, and no [T, T] tensor exists beyond one tile per thread.
+// Causal flash attention on the CPU (AttentionFacet 1.1's flash_forward / flash_backward and 1.3's
+// flash_decode), in the manner of FlashAttention-2: q, k and v are read where the QKV projection
+// (or the KV cache) holds them, in tiles of kFlashBlock tokens, and no [T, T] tensor exists beyond
+// one tile per thread.
 //
 // Contract
 // - Arguments as backend_attention.h states them, already checked (BackendArgumentChecks).
@@ -30,6 +31,11 @@ inline constexpr std::int64_t kFlashBlock = 64;
 
 void flash_attention_forward(const sdk::TensorView& qkv, const sdk::HeadLayout& layout, float scale,
                              const sdk::TensorView& out, const sdk::TensorView& lse);
+
+// flash_decode (facet 1.3): the forward's routine with the queries at rows [start, start + rows)
+// of a head-major cache and keys up to each query's position; no lse.
+void flash_attention_decode(const sdk::TensorView& cache, const sdk::HeadLayout& layout,
+                            float scale, const sdk::TensorView& out);
 
 void flash_attention_backward(const sdk::TensorView& qkv, const sdk::TensorView& out,
                               const sdk::TensorView& dout, const sdk::TensorView& lse,

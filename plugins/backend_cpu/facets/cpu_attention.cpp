@@ -8,8 +8,8 @@
 //   gradients) are written as exact zeros, never computed.
 // - OpenMP over rows (batch * rows for the softmax, P * N * H * T for the permutes), each row
 //   written by one thread: results do not depend on the thread count.
-// - flash_forward / flash_backward (facet 1.1) are cpu_flash_attention.h's; supports() answers
-//   for them from the SDK's table, as for the other ops.
+// - flash_forward / flash_backward (facet 1.1) and flash_decode (1.3) are cpu_flash_attention.h's;
+//   supports() answers for them from the SDK's table, as for the other ops.
 #include <omp.h>
 
 #include <algorithm>
@@ -84,6 +84,8 @@ class CpuAttention final : public sdk::AttentionFacet {
   void flash_backward(sdk::TensorView qkv, sdk::TensorView out, sdk::TensorView dout,
                       sdk::TensorView lse, const sdk::HeadLayout& layout, float scale,
                       sdk::TensorView dqkv) override;
+  void flash_decode(sdk::TensorView cache, const sdk::HeadLayout& layout, float scale,
+                    sdk::TensorView out) override;
 
  private:
   CpuContext& context_;
@@ -183,6 +185,13 @@ void CpuAttention::flash_backward(TensorView qkv, TensorView out, TensorView dou
   context_.use_threads();
   checks().flash_backward(qkv, out, dout, lse, layout, dqkv);
   flash_attention_backward(qkv, out, dout, lse, layout, scale, dqkv);
+}
+
+void CpuAttention::flash_decode(TensorView cache, const sdk::HeadLayout& layout, float scale,
+                                TensorView out) {
+  context_.use_threads();
+  checks().flash_decode(cache, layout, out);
+  flash_attention_decode(cache, layout, scale, out);
 }
 
 }  // namespace mixtrain::backend_cpu
