@@ -95,6 +95,78 @@ unsigned row_blocks(std::int64_t batch_rows) {
   return static_cast<unsigned>((batch_rows + kRowsPerBlock - 1) / kRowsPerBlock);
 }
 
+constexpr int kDecodeThreads = 128;  // threads per (head, query) block of flash_decode
+
+// Block reduction of one float per thread (blockDim.x == kDecodeThreads) in a fixed tree order;
+// `max` or sum. Every thread gets the result.
+template <bool kMax>
+__device__ float decode_reduce(float v, float* red) {
+  red[threadIdx.x] = v;
+  __syncthreads();
+  for (int w = kDecodeThreads / 2; w > 0; w >>= 1) {
+    if (static_cast<int>(threadIdx.x) < w) {
+      const float o = red[threadIdx.x + w];
+      red[threadIdx.x] = kMax ? element::softmax_max(red[threadIdx.x], o) : red[threadIdx.x] + o;
+    }
+    __syncthreads();
+  }
+  const float r = red[0];
+  __syncthreads();  // red is reused by the next call
+  return r;
+}
+
+// One block per (query i, head h) of a decode step over the cache [3, 1, H, cap, D] (q at row
+// start + i, keys and values at rows [0, start + i]). Keys go by tiles of kDecodeThreads: thread
+// t scores key j0 + t (q·k in FP32, q in shared memory); the tile's max moves the running max M
+// and rescales the running sum L and the output accumulator o [D] (shared, one dimension per
+// thread), p_j = exp(s_j − M) in FP32, then o[c] += Σ_j p_j·v[j, c] over the tile in key order.
+// out [1, rows, H, D] = o / L, rounded once. Fixed orders throughout: deterministic.
+__global__ void __launch_bounds__(kDecodeThreads)
+    flash_decode_kernel(const void* cache, Elem ct, std::int64_t heads, std::int64_t cap,
+                        std::int64_t d, std::int64_t start, float scale, void* out, Elem ot) {
+  extern __shared__ float sh[];  // q [d], o [d], p [kDecodeThreads], red [kDecodeThreads]
+  float* q = sh;
+  float* o = q + d;
+  float* p = o + d;
+  float* red = p + kDecodeThreads;
+  const std::int64_t i = blockIdx.x, h = blockIdx.y;
+  const std::int64_t part = heads * cap * d;
+  const std::int64_t q_at = (h * cap + start + i) * d;
+  const std::int64_t k_at = part + h * cap * d, v_at = 2 * part + h * cap * d;
+  for (std::int64_t c = threadIdx.x; c < d; c += kDecodeThreads) {
+    q[c] = load(cache, ct, q_at + c);
+    o[c] = 0.0f;
+  }
+  __syncthreads();
+  const std::int64_t keys = start + i + 1;
+  float m = -INFINITY, l = 0.0f;
+  for (std::int64_t j0 = 0; j0 < keys; j0 += kDecodeThreads) {
+    const std::int64_t j = j0 + threadIdx.x;
+    float s = -INFINITY;
+    if (j < keys) {
+      float dot = 0.0f;
+      for (std::int64_t c = 0; c < d; ++c) dot += q[c] * load(cache, ct, k_at + j * d + c);
+      s = scale * dot;
+    }
+    const float top = element::softmax_max(m, decode_reduce<true>(s, red));
+    const float shrink = element::exp_nonpos(m - top);  // exp(−inf) = 0 at the first tile
+    const float e = j < keys ? element::exp_nonpos(s - top) : 0.0f;
+    p[threadIdx.x] = e;
+    l = l * shrink + decode_reduce<false>(e, red);
+    m = top;
+    const std::int64_t tile = min(static_cast<std::int64_t>(kDecodeThreads), keys - j0);
+    for (std::int64_t c = threadIdx.x; c < d; c += kDecodeThreads) {
+      float acc = o[c] * shrink;
+      for (std::int64_t u = 0; u < tile; ++u)
+        acc += p[u] * load(cache, ct, v_at + (j0 + u) * d + c);
+      o[c] = acc;
+    }
+    __syncthreads();  // p is rewritten by the next tile
+  }
+  for (std::int64_t c = threadIdx.x; c < d; c += kDecodeThreads)
+    store(out, ot, (i * heads + h) * d + c, o[c] / l);
+}
+
 }  // namespace
 
 cudaError_t head_permute(const void* x, Elem xt, void* y, Elem yt, const PermuteShape& s,
@@ -137,6 +209,22 @@ cudaError_t softmax_backward(const float* probs, const float* dprobs, float* dsc
   if (batch_rows == 0 || cols == 0) return cudaSuccess;
   softmax_backward_kernel<<<row_blocks(batch_rows), kThreads, 0, stream>>>(
       probs, dprobs, dscores, batch_rows, rows, cols, causal, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t flash_decode(const void* cache, Elem ct, std::int64_t heads, std::int64_t cap,
+                         std::int64_t d, std::int64_t start, std::int64_t rows, float scale,
+                         void* out, Elem ot, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  const std::size_t shared = (2 * static_cast<std::size_t>(d) + 2 * kDecodeThreads) * sizeof(float);
+  if (shared > 48 * 1024) {
+    const cudaError_t set = cudaFuncSetAttribute(
+        flash_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+    if (set != cudaSuccess) return set;
+  }
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads));
+  flash_decode_kernel<<<grid, kDecodeThreads, shared, stream>>>(cache, ct, heads, cap, d, start,
+                                                                scale, out, ot);
   return cudaGetLastError();
 }
 

@@ -13,6 +13,9 @@
 //   and the lanes combined by a fixed xor-shuffle tree, so a row's bits do not depend on the
 //   launch; the per-element steps are cuda_element_math.h's (the CPU's expressions; the exp is
 //   within 2 ulps of the CPU's). Masked entries are written as exact +0.
+// - flash_decode: one block per (new query, head) over a head-major KV cache, the keys in tiles
+//   with a running max and sum (an online softmax in FP32, the exp cuda_element_math.h's), the
+//   output accumulated in FP32 and rounded once; fixed orders, so deterministic.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -40,5 +43,11 @@ cudaError_t softmax_forward(const float* scores, float* probs, std::int64_t batc
 cudaError_t softmax_backward(const float* probs, const float* dprobs, float* dscores,
                              std::int64_t batch, std::int64_t rows, std::int64_t cols, bool causal,
                              float scale, cudaStream_t stream);
+
+// out [1, rows, H, D] = attention of the queries at cache rows [start, start + rows) over keys
+// [0, start + i] each, from cache [3, 1, H, cap, D] (attention facet 1.3's flash_decode).
+cudaError_t flash_decode(const void* cache, Elem ct, std::int64_t heads, std::int64_t cap,
+                         std::int64_t d, std::int64_t start, std::int64_t rows, float scale,
+                         void* out, Elem ot, cudaStream_t stream);
 
 }  // namespace mixtrain::backend_cuda::kernels

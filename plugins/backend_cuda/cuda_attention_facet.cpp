@@ -77,6 +77,9 @@ void CudaAttention::softmax_backward(TensorView probs, TensorView dprobs,
 }
 
 bool CudaAttention::supports(sdk::AttentionOp op, std::span<const sdk::DType> dtypes) const {
+  // flash_decode is a kernel of ours (cuda_attention.cu), with or without cuDNN: {cache, out}
+  // of any storage floats, as the table says.
+  if (op == sdk::AttentionOp::flash_decode) return sdk::signature_accepts(op, dtypes);
   if (op != sdk::AttentionOp::flash_forward && op != sdk::AttentionOp::flash_backward)
     return sdk::AttentionFacet::supports(op, dtypes);
 #ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
@@ -191,6 +194,18 @@ std::string CudaAttention::flash_refusal(const sdk::HeadLayout& layout, sdk::DTy
   (void)dtype;
   return "the CUDA backend was built without the cuDNN frontend";
 #endif
+}
+
+void CudaAttention::flash_decode(TensorView cache, const sdk::HeadLayout& layout, float scale,
+                                 TensorView out) {
+  context_.activate();
+  constexpr const char* op = "flash_decode";
+  checks().flash_decode(cache, layout, out);
+  check_cuda(
+      kernels::flash_decode(cache.data, elem_of(cache.dtype), layout.heads, layout.capacity(),
+                            layout.head_dim, layout.head_offset, layout.tokens, scale, out.data,
+                            elem_of(out.dtype), context_.stream),
+      op, "kernel launch");
 }
 
 // The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).

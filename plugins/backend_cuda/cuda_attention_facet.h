@@ -3,7 +3,8 @@
 // facet's gemm_strided_batched, one cuBLASLt strided-batched GEMM each; and flash attention
 // (1.1, 1.2), cuDNN's fused SDPA kernels (cuda_sdpa_graphs.h) reading q, k and v in place, in
 // fp16 and bf16, where the build found the cuDNN frontend (MIXTRAIN_HAVE_CUDNN_FRONTEND; without
-// it supports() answers no for the flash ops and the host runs the unfused path).
+// it supports() answers no for the flash ops and the host runs the unfused path); and a decode
+// step over a KV cache in one kernel of ours (1.3's flash_decode).
 #pragma once
 
 #include <span>
@@ -32,6 +33,9 @@ class CudaAttention final : public sdk::AttentionFacet {
   void flash_backward(sdk::TensorView qkv, sdk::TensorView out, sdk::TensorView dout,
                       sdk::TensorView lse, const sdk::HeadLayout& layout, float scale,
                       sdk::TensorView dqkv) override;
+  // A kernel of ours (cuda_attention.cu), any storage floats, with or without cuDNN (1.3).
+  void flash_decode(sdk::TensorView cache, const sdk::HeadLayout& layout, float scale,
+                    sdk::TensorView out) override;
   // cuda_sdpa_rules.h's static rules, then whether cuDNN builds both graphs for the shape.
   std::string flash_refusal(const sdk::HeadLayout& layout, sdk::DType dtype) const override;
 
