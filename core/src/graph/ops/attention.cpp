@@ -82,6 +82,12 @@ void AttentionLayer::choose_kernels(sdk::DeviceBackend& backend) {
   // The flash backward recomputes the scores from qkv and reads the output.
   traits_.backward_reads_inputs = flash_;
   traits_.backward_reads_output = flash_;
+  // Decoding in one op (attention 1.3's flash_decode) where the node is fused and the backend
+  // offers it for the cache's and the output's dtypes; whatever training's path.
+  const sdk::AttentionFacet* f = sdk::facet<sdk::AttentionFacet>(backend, 0);
+  const DType decode_dtypes[] = {gemm_dtype(), storage_of(precision_.activation)};
+  flash_decode_ = fused_ && f != nullptr && f->version() >= sdk::FacetVersion{1, 3} &&
+                  f->supports(sdk::AttentionOp::flash_decode, decode_dtypes);
 }
 
 DType AttentionLayer::gemm_dtype() const {
@@ -254,8 +260,8 @@ void AttentionLayer::backward(TensorView x, TensorView dy, TensorView dx, std::i
 namespace {
 // One sequence's KV cache: [3, 1, H, capacity, D] in the GEMM dtype (q, k, v: split_heads writes
 // all three parts; q's rows hold only the newest tokens). Under the flash path the layer keeps no
-// [T, T] buffers, so the cache holds a step's scores, their GEMM-dtype copy and the head-major
-// context itself, sized for a step of `capacity` new tokens.
+// [T, T] buffers, so where the backend has no flash_decode the cache holds a step's scores, their
+// GEMM-dtype copy and the head-major context itself, sized for a step of `capacity` new tokens.
 struct KvCache final : DecodeState {
   Tensor qkv;
   Tensor probs, probs_gemm, context;  // flash path only; else the layer's own
@@ -275,7 +281,7 @@ std::unique_ptr<DecodeState> AttentionLayer::make_decode_state(std::int64_t capa
   auto cache = std::make_unique<KvCache>();
   cache->qkv = widest(backend_, 3 * heads_ * capacity * head_dim_);
   cache->capacity = capacity;
-  if (flash_) {
+  if (flash_ && !flash_decode_) {
     const std::int64_t scores = heads_ * capacity * capacity;
     cache->probs = Tensor(backend_, DType::fp32, sdk::Shape{std::max<std::int64_t>(scores, 1)});
     if (gemm_dtype() != DType::fp32)
@@ -304,8 +310,13 @@ void AttentionLayer::decode_forward(std::span<const TensorView> xs, std::int64_t
   const DType g = gemm_dtype();
   const DType act = storage_of(precision_.activation);
   const std::int64_t part = heads_ * cap * d;
-  facets().call(sdk::AttentionOp::split_heads)->split_heads(x, {1, nt, heads_, d, 3, cap, start},
-                   {cache.view().data, g, sdk::Shape{3 * part}});
+  const sdk::HeadLayout layout{1, nt, heads_, d, 3, cap, start};
+  const TensorView all{cache.view().data, g, sdk::Shape{3 * part}};
+  facets().call(sdk::AttentionOp::split_heads)->split_heads(x, layout, all);
+  if (flash_decode_) {  // no scores, no permute back: the output where the projection reads it
+    facets().call(sdk::AttentionOp::flash_decode)->flash_decode(all, layout, scale_, output(rows));
+    return;
+  }
   const TensorView q = at(cache, g, start * d, nt, d), k = at(cache, g, part, len, d),
                    v = at(cache, g, 2 * part, len, d);
   const TensorView s = at(probs, DType::fp32, 0, nt, len);

@@ -26,8 +26,11 @@
 // - Decoding (KV cache, `mixtrain sample`): make_decode_state(capacity) makes the cache of one
 //   sequence, k and v of every position decoded so far, which the Decoder owns; each
 //   decode_forward takes rows = new tokens at positions [start, start + rows) and attends to the
-//   cache's first start + rows positions, always by the unfused method, with the cache's own
-//   score scratch (sized for its capacity). Training forward and backward work as ever in between.
+//   cache's first start + rows positions. Where the node is fused and the backend's attention
+//   facet has flash_decode (1.3) for the cache's and output's dtypes (choose_kernels), in that
+//   one op: no scores, no permute back, and the cache is all the state holds. Otherwise by the
+//   unfused method, with the cache's own score scratch under the flash path (sized for its
+//   capacity). Training forward and backward work as ever in between.
 #pragma once
 
 #include <memory>
@@ -67,6 +70,7 @@ class AttentionLayer final : public Layer {
   float scale_;
   bool fused_;          // the node option: flash when the backend and the plan allow it
   bool flash_ = false;  // what choose_kernels() chose
+  bool flash_decode_ = false;  // decode_forward in one op (choose_kernels)
   bool chosen_ = false;  // choose_kernels() ran since the last allocate()
   Tensor lse_;          // flash: fp32 [N, H, T]
   Tensor x_cast_;       // flash: qkv cast into the GEMM dtype, when its producer stores another

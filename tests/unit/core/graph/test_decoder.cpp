@@ -132,5 +132,59 @@ TEST(Decoder, TwoDecodersOfOneModelKeepTheirOwnCaches) {
   EXPECT_EQ(first.decode(next), want);
 }
 
+// Decoding in one op (attention 1.3's flash_decode, which the CPU backend offers) against the
+// unfused decode (the preset's fused_attention = false) from the same weights: every step's
+// logits within FP32 reordering and the same greedy tokens, and only the fused model calls
+// flash_decode (with neither scores nor a softmax).
+TEST(Decoder, DecodingInOneOpGivesTheUnfusedDecodesGreedyTokens) {
+  auto model_on = [](bool fused, const std::shared_ptr<sdk::DeviceBackend>& backend) {
+    GptPreset p;
+    p.n_layer = 2;
+    p.n_head = 2;
+    p.n_embd = 8;
+    p.vocab_size = kVocab;
+    p.fused_attention = fused;
+    ModelSpec spec;
+    spec.layers = gpt_preset(p);
+    spec.graph = true;
+    auto m = std::make_unique<Model>(backend, spec, kTokens, static_cast<std::int32_t>(kVocab),
+                                     InputSpec{DType::int32, kTokens, {}});
+    for (auto& l : m->layers()) l->set_precision({});
+    m->allocate(kBatch);
+    m->init_parameters(5);
+    for (auto* param : m->parameters()) {
+      auto v = read(param->master.view());
+      const auto moves = random_vector(v.size(), 17, -0.4f, 0.4f);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] += moves[i];
+      write(param->master.view(), v);
+    }
+    return m;
+  };
+  auto counting = std::make_shared<test_support::CallCountingBackend>();
+  auto flash = model_on(true, counting);
+  auto unfused = model_on(false, cpu());
+  Decoder a(*flash, kTokens), b(*unfused, kTokens);
+  counting->counting = true;
+  std::vector<std::int32_t> prompt = {3, 9, 4};
+  auto la = a.decode(prompt), lb = b.decode(prompt);
+  for (std::int64_t pos = 3; pos < kTokens; ++pos) {
+    ASSERT_EQ(la.size(), lb.size());
+    for (std::size_t k = 0; k < lb.size(); ++k)
+      EXPECT_NEAR(la[k], lb[k], 1e-5f * std::max(1.0f, std::abs(lb[k])))
+          << "position " << pos - 1 << ", logit " << k;
+    ASSERT_EQ(argmax(la), argmax(lb)) << "position " << pos - 1;
+    const std::int32_t next[1] = {argmax(la)};
+    la = a.decode(next);
+    lb = b.decode(next);
+  }
+  for (std::size_t k = 0; k < lb.size(); ++k)
+    EXPECT_NEAR(la[k], lb[k], 1e-5f * std::max(1.0f, std::abs(lb[k]))) << "the last, logit " << k;
+  EXPECT_EQ(argmax(la), argmax(lb)) << "the last position";
+  // Two attention nodes, one call per decode step each: the prompt and three more tokens.
+  EXPECT_EQ(counting->count("flash_decode"), 2 * 4);
+  EXPECT_EQ(counting->count("softmax_forward"), 0);
+  EXPECT_EQ(counting->count("merge_heads"), 0);
+}
+
 }  // namespace
 }  // namespace mixtrain::core
