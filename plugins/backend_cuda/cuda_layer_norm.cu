@@ -66,26 +66,30 @@ __global__ void layernorm_add_forward_kernel(const void* a, Elem at, const void*
   normalize_row(sum, st, gamma, gt, beta, bt, eps, y, yt, mean, rstd, row, n, lane);
 }
 
-__global__ void layernorm_backward_kernel(const void* dy, Elem dyt, const void* x, Elem xt,
-                                          const void* gamma, Elem gt, const float* mean,
-                                          const float* rstd, void* dx, Elem dxt, std::int64_t rows,
-                                          std::int64_t n, bool add_into_dx) {
-  const std::int64_t row =
-      static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
+// Row `row` of dx by one warp, from the row's dy, x, mean and rstd (dx may alias dy: each lane
+// rewrites only the elements it read). With s1 and s2 (the one-pass backward's shared slices of
+// this warp), each column's dy·xhat and dy are added to them on the way.
+__device__ void backward_row(const void* dy, Elem dyt, const void* x, Elem xt, const void* gamma,
+                             Elem gt, const float* mean, const float* rstd, void* dx, Elem dxt,
+                             std::int64_t row, std::int64_t n, int lane, bool add_into_dx,
+                             float* s1, float* s2) {
   const std::int64_t base = row * n;
   const float mu = mean[row], rs = rstd[row];
   double sum_g = 0.0, sum_gx = 0.0;  // double, as the CPU reference
   for (std::int64_t j = lane; j < n; j += 32) {
     const float xhat = (load(x, xt, base + j) - mu) * rs;
-    const float g = load(dy, dyt, base + j) * (gamma != nullptr ? load(gamma, gt, j) : 1.0f);
+    const float d = load(dy, dyt, base + j);
+    const float g = d * (gamma != nullptr ? load(gamma, gt, j) : 1.0f);
     sum_g += g;
     sum_gx += static_cast<double>(g) * xhat;
+    if (s1 != nullptr) {
+      s1[j] += d * xhat;
+      s2[j] += d;
+    }
   }
   const float mean_g = static_cast<float>(warp_sum(sum_g) / static_cast<double>(n));
   const float mean_gx = static_cast<float>(warp_sum(sum_gx) / static_cast<double>(n));
-  for (std::int64_t j = lane; j < n; j += 32) {  // dx may alias dy: each lane rewrites its own
+  for (std::int64_t j = lane; j < n; j += 32) {
     const float xhat = (load(x, xt, base + j) - mu) * rs;
     const float g = load(dy, dyt, base + j) * (gamma != nullptr ? load(gamma, gt, j) : 1.0f);
     const float v = rs * (g - mean_g - xhat * mean_gx);
@@ -94,6 +98,18 @@ __global__ void layernorm_backward_kernel(const void* dy, Elem dyt, const void* 
     else
       store(dx, dxt, base + j, v);
   }
+}
+
+// One warp per row; dgamma / dbeta summed apart (the column sums) or not at all.
+__global__ void layernorm_backward_kernel(const void* dy, Elem dyt, const void* x, Elem xt,
+                                          const void* gamma, Elem gt, const float* mean,
+                                          const float* rstd, void* dx, Elem dxt, std::int64_t rows,
+                                          std::int64_t n, bool add_into_dx) {
+  const std::int64_t row =
+      static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  backward_row(dy, dyt, x, xt, gamma, gt, mean, rstd, dx, dxt, row, n, threadIdx.x & 31,
+               add_into_dx, nullptr, nullptr);
 }
 
 // The one-pass backward (cuda_layer_norm_plan.h): block b takes rows [b·16, b·16 + 16), warp w
@@ -116,31 +132,8 @@ __global__ void layernorm_backward_one_pass_kernel(const void* dy, Elem dyt, con
   const std::int64_t r_begin =
       static_cast<std::int64_t>(blockIdx.x) * layer_norm_plan::kRowsPerBlock;
   const std::int64_t r_end = min(rows, r_begin + layer_norm_plan::kRowsPerBlock);
-  for (std::int64_t row = r_begin + warp; row < r_end; row += layer_norm_plan::kWarps) {
-    const std::int64_t base = row * n;
-    const float mu = mean[row], rs = rstd[row];
-    double sum_g = 0.0, sum_gx = 0.0;  // double, as the CPU reference
-    for (std::int64_t j = lane; j < n; j += 32) {
-      const float xhat = (load(x, xt, base + j) - mu) * rs;
-      const float d = load(dy, dyt, base + j);
-      const float g = d * (gamma != nullptr ? load(gamma, gt, j) : 1.0f);
-      sum_g += g;
-      sum_gx += static_cast<double>(g) * xhat;
-      s1[j] += d * xhat;
-      s2[j] += d;
-    }
-    const float mean_g = static_cast<float>(warp_sum(sum_g) / static_cast<double>(n));
-    const float mean_gx = static_cast<float>(warp_sum(sum_gx) / static_cast<double>(n));
-    for (std::int64_t j = lane; j < n; j += 32) {  // dx may alias dy: each lane rewrites its own
-      const float xhat = (load(x, xt, base + j) - mu) * rs;
-      const float g = load(dy, dyt, base + j) * (gamma != nullptr ? load(gamma, gt, j) : 1.0f);
-      const float v = rs * (g - mean_g - xhat * mean_gx);
-      if (add_into_dx)
-        static_cast<float*>(dx)[base + j] += v;  // fp32, apart from dy and x: the host's sum
-      else
-        store(dx, dxt, base + j, v);
-    }
-  }
+  for (std::int64_t row = r_begin + warp; row < r_end; row += layer_norm_plan::kWarps)
+    backward_row(dy, dyt, x, xt, gamma, gt, mean, rstd, dx, dxt, row, n, lane, add_into_dx, s1, s2);
   __syncthreads();
   for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     float t1 = 0.0f, t2 = 0.0f;

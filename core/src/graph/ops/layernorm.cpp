@@ -56,6 +56,7 @@ void LayerNormLayer::update_fusion() {
 
 bool LayerNormLayer::forward_with_sum(TensorView a, TensorView b, TensorView sum,
                                       std::int64_t rows) {
+  written_by_add_ = false;  // a pass that falls back must not skip this op's forward
   if (!fused()) return false;
   const TensorView y = output(rows);
   const BackendNeed need{sdk::LayerNormOp::layernorm_add_forward,

@@ -130,9 +130,10 @@ std::vector<float> gradients(Model& m) {
   return all;
 }
 
-// Two steps of forward, loss and backward (the model's precision sensitive ops in FP32 as the
-// planner pins them: the layer norms write fp32 from a bf16 stream).
-Trained train(bool fuse, bool offer_add, bool bf16) {
+// The stack on a backend with or without the op, allocated and initialised from seed 3; in bf16,
+// the precision-sensitive ops stay FP32 as the planner pins them (the layer norms write fp32 from
+// a bf16 stream).
+Trained built(bool fuse, bool offer_add, bool bf16) {
   Trained r;
   r.backend = std::make_shared<Backend>(offer_add);
   r.model = std::make_unique<Model>(r.backend, stack(fuse), 12, 5);
@@ -140,6 +141,16 @@ Trained train(bool fuse, bool offer_add, bool bf16) {
     l->set_precision(bf16 && !l->precision_sensitive() ? bf16_precision() : sdk::OpPrecision{});
   r.model->allocate(kRows);
   r.model->init_parameters(3);
+  return r;
+}
+
+Trained fused_fp32_model() {
+  return built(true, true, false);
+}
+
+// Two steps of forward, loss and backward.
+Trained train(bool fuse, bool offer_add, bool bf16) {
+  Trained r = built(fuse, offer_add, bf16);
   for (int step = 0; step < 2; ++step) {
     feed(r, step);
     r.backend->calls.clear();
@@ -197,13 +208,8 @@ TEST(AddLayerNorm, TheLayerNormOutputSharesNoByteWithWhatTheAddReads) {
 }
 
 TEST(AddLayerNorm, TheNonfiniteReplayRunsThePairApartAndTheNextStepFusedAgain) {
-  Trained r;
-  r.backend = std::make_shared<Backend>(true);
-  r.model = std::make_unique<Model>(r.backend, stack(true), 12, 5);
+  Trained r = fused_fp32_model();
   Model& m = *r.model;
-  for (auto& l : m.layers()) l->set_precision({});
-  m.allocate(kRows);
-  m.init_parameters(3);
   feed(r, 0);
   m.forward(kRows);
   const float loss = m.loss(kRows, 1.0f, true).loss;
@@ -223,13 +229,8 @@ TEST(AddLayerNorm, TheNonfiniteReplayRunsThePairApartAndTheNextStepFusedAgain) {
 }
 
 TEST(AddLayerNorm, GradientsThroughTheFusedPassMatchFiniteDifferences) {
-  Trained r;
-  r.backend = std::make_shared<Backend>(true);
-  r.model = std::make_unique<Model>(r.backend, stack(true), 12, 5);
+  Trained r = fused_fp32_model();
   Model& m = *r.model;
-  for (auto& l : m.layers()) l->set_precision({});
-  m.allocate(kRows);
-  m.init_parameters(3);
   ASSERT_EQ(m.fused_pairs(), 3);
   feed(r, 0);
   m.forward(kRows);
