@@ -13,7 +13,8 @@
 #   gpt2medium  the gpt2 stage at GPT-2 medium's shape (24 layers, 16 heads, 1024 wide), where
 #         FP8 has more GEMM to win; last, with what the budget leaves (or alone in a second call)
 #   profile  where the time goes: `mixtrain train --profile` on ResNet-50 and GPT-2 small, and
-#         torch.profiler on the same PyTorch peers (top PROFILE_TOP kernels by GPU time)
+#         torch.profiler on the same PyTorch peers (top PROFILE_TOP kernels by GPU time); then
+#         mixtrain's fp8-delayed on GPT-2 small alone (where FP8's time goes)
 #   wide  the wide-MLP training benchmark, mixtrain under fp32, tf32, bf16-mixed, fp16-mixed and
 #         fp8-delayed (configs/mlp-*.toml, --set backend.type=cuda) against PyTorch FP32 eager and
 #         AMP bf16 (torch.autocast("cuda", torch.bfloat16)), same model, batch and GPU
@@ -587,10 +588,12 @@ stage_gpt2medium() {
 # torch.profiler's top PROFILE_TOP kernels by GPU time, for ResNet-50 and GPT-2 small at the
 # model stages' shapes.
 stage_profile() {
-  local P=$STATE/profile model config sets shape cap end rc=0
+  local P=$STATE/profile model config sets shape cap end rc=0 fp8_end
   rm -rf "$P"; mkdir -p "$P"
   gpt2_tokens || return 1
-  end=$(($(date +%s) + STAGE_CAP - 5))
+  # The last 40 s are fp8-delayed's on GPT-2 small (mixtrain alone: where FP8's time goes).
+  fp8_end=$(($(date +%s) + STAGE_CAP - 5))
+  end=$((fp8_end - 40))
   for model in resnet50 gpt2; do
     if [[ $model == resnet50 ]]; then
       config=$ROOT/configs/resnet50-bf16.toml; mapfile -t sets < <(resnet50_sets); shape=$(eval echo "$RN_TORCH_SHAPE")
@@ -615,6 +618,17 @@ stage_profile() {
         >"$P/torch-$model.json" 2>"$P/torch-$model.log" || rc=1
     fi
   done
+  cap=$((fp8_end - $(date +%s)))
+  if [[ -x $MIXTRAIN_BIN ]] && ((cap >= 15)); then
+    mapfile -t sets < <(gpt2_sets)
+    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train \
+      "$ROOT/configs/gpt-tiny-bf16.toml" "${sets[@]}" --set precision.policy=fp8-delayed \
+      --set "run.steps=$PROFILE_STEPS" --profile --run-dir "$P/mixtrain-gpt2-fp8" \
+      >"$P/mixtrain-gpt2-fp8.log" 2>&1 || rc=1
+    rm -rf "$P/mixtrain-gpt2-fp8/checkpoints"
+  else
+    echo "no mixtrain build or no time left: not run" >"$P/mixtrain-gpt2-fp8.log"; rc=1
+  fi
   {
     echo "# Profiles on $( (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo "no GPU") | head -1), $(date -u +%FT%TZ)"
     echo
@@ -636,6 +650,13 @@ stage_profile() {
       if [[ -s $P/torch-$model.txt ]]; then cat "$P/torch-$model.txt"; else tail -n 5 "$P/torch-$model.log" 2>/dev/null; fi
       echo '```'
     done
+    echo
+    echo "## gpt2: mixtrain fp8-delayed (where FP8's time goes: casts, transposes, GEMMs)"
+    echo
+    echo '```'
+    sed -n '/^profile: /,$p' "$P/mixtrain-gpt2-fp8.log" 2>/dev/null | head -n 80
+    grep -m3 -iE 'error|exit' "$P/mixtrain-gpt2-fp8.log" 2>/dev/null
+    echo '```'
   } >"$PARTS/profile.md"
   cat "$PARTS/profile.md"
   return $rc
@@ -676,8 +697,9 @@ run_stage gemm 60 100
 # at MODEL_RUN_CAP; then the wide MLP; the GEMM sweep (~25 s on an H200) last, with what is left.
 run_stage resnet50 320 40
 run_stage gpt2 240 30
-# Then where the time goes, both sides (8 + 3 profiled steps per model and side).
-run_stage profile 150 25
+# Then where the time goes, both sides (8 + 3 profiled steps per model and side), and
+# fp8-delayed's GPT-2 small profile (mixtrain only).
+run_stage profile 190 25
 run_stage wide 180 5
 run_stage gemmsweep 70 0
 run_stage gpt2medium 240 0
