@@ -136,6 +136,44 @@ bool all_fp32(const sdk::OpPrecision& p) {
     }
   std::rethrow_exception(refused);
 }
+// A precision-sensitive op that may (Layer trait output_may_take_readers_gemm_dtype: a layer
+// norm) stores its output in bf16 when every reader reads it as a bf16 GEMM operand: they round
+// it to bf16 on every read anyway (a cast in the forward and another in the backward), so
+// storing it rounded once gives them the same bits, without the casts and in half the memory.
+// bf16 only: its range is FP32's, so the rounding cannot overflow where FP32 did not (fp16 could,
+// and escalation would then blame the op whose output it is, which has nothing wider to go to).
+// Not for an op that an override names exactly: the user's plan stands.
+void store_outputs_for_gemm_readers(Model& model, const std::vector<PrecisionOverride>& overrides,
+                                    const sdk::Logger& log) {
+  const GraphPlan& plan = model.plan();
+  auto& layers = model.layers();
+  const TensorId logits = plan.root(plan.logits());
+  for (std::size_t p = 0; p < layers.size(); ++p) {
+    Layer& op = *layers[p];
+    if (!op.traits().output_may_take_readers_gemm_dtype || TensorId::node(p) == logits) continue;
+    bool named = false;
+    for (const auto& o : overrides)
+      named = named || (!is_glob(o.pattern) && o.pattern == op.name());
+    if (named) continue;
+    int readers = 0;
+    bool all_bf16_gemms = true;
+    for (std::size_t q = p + 1; q < layers.size(); ++q)
+      for (TensorId t : plan.node(q).inputs)
+        if (t == TensorId::node(p)) {
+          ++readers;
+          const Layer& r = *layers[q];
+          all_bf16_gemms = all_bf16_gemms && r.traits().reads_input_as_gemm_operand &&
+                           r.precision().gemm_input == sdk::DType::bf16;
+        }
+    if (readers == 0 || !all_bf16_gemms || op.precision().activation == sdk::DType::bf16) continue;
+    sdk::OpPrecision stored = op.precision();
+    stored.activation = sdk::DType::bf16;
+    op.set_precision(stored);
+    log.debug("op '" + op.name() + "' (" + op.type() +
+              ") stores its output in bf16, the dtype its readers' GEMMs read it in");
+  }
+}
+
 }  // namespace
 
 void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
@@ -206,6 +244,7 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
                              "layers in this model: " + names);
     }
   }
+  store_outputs_for_gemm_readers(model, overrides, log);
   if (refused) refuse_at_first_node(model, capabilities, refused);
   // Scaled (FP8) operands only where the final plan still computes in FP8: an override that
   // keeps a layer in bf16 takes it out of the policy's scaling.

@@ -13,6 +13,7 @@ using sdk::TensorView;
 LayerNormLayer::LayerNormLayer(std::string name, std::int64_t features, float eps)
     : Layer(std::move(name), "layernorm", features, features), eps_(eps) {
   traits_.precision_sensitive = true;
+  traits_.output_may_take_readers_gemm_dtype = true;
   // mean, variance, normalise, scale, shift: about five per element
   traits_.forward_flops_per_row = 5 * out_;
   traits_.parameters = {{"weight", {in_}}, {"bias", {in_}}};

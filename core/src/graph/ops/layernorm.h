@@ -10,7 +10,10 @@
 namespace mixtrain::core {
 
 // Per-row normalisation with FP32 statistics; gamma/beta are FP32 and never weight-decayed.
-// Precision-sensitive: the host keeps its output and input gradient in FP32 too. Where its input
+// Precision-sensitive: the host keeps its input gradient in FP32 too, and its output, unless every
+// reader reads it as a bf16 GEMM operand (GPT's ln_1 / ln_2 / ln_f before their linears), which
+// would round it to bf16 on every read: then the output is stored in bf16, rounded once here
+// (precision/planning.h; the same bits those readers read, without their casts). Where its input
 // is read by other ops as well (GPT's residual stream), its backward adds its input gradient into
 // the FP32 sum itself (layer norm 1.1's layernorm_backward_accumulate, layer.h) where the
 // backend offers it, fusion is on (set_fusion) and the backward has no visitor: no scratch, no

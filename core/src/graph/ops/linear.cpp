@@ -34,6 +34,7 @@ LinearLayer::LinearLayer(std::string name, std::int64_t in, std::int64_t out, bo
   use_operand_scaler(&scaler_);
   traits_.gemms = {{kGemm, {kRoles[0], kRoles[1], kRoles[2]}}};
   traits_.forward_flops_per_row = 2 * in_ * out_ + (bias_ ? out_ : 0);
+  traits_.reads_input_as_gemm_operand = true;
   if (tie_weight_.empty())
     traits_.parameters.push_back({"weight", {out_, in_}});
   else

@@ -1,7 +1,8 @@
 // Precision planning in the host: what a policy is told about each op (kind, GEMMs with their
 // operand roles, precision sensitivity), the one place precision-sensitive ops are pinned to FP32,
-// how [[precision.override]] meets a pinned op (a glob leaves it, its exact name overrides it), and
-// FP8 scaling slots named per GEMM, "<node>.<gemm>.<role>".
+// how [[precision.override]] meets a pinned op (a glob leaves it, its exact name overrides it), a
+// layer norm's output stored in the bf16 its GEMM readers read, and FP8 scaling slots named per
+// GEMM, "<node>.<gemm>.<role>".
 #include <gtest/gtest.h>
 
 #include <map>
@@ -121,11 +122,109 @@ TEST(PrecisionPlanning, TheHostPinsSensitiveOpsToFp32WhateverThePolicyPlans) {
   RecordingPolicy policy;
   test::CapturingSink sink;
   plan_precision(*m, policy, cpu()->capabilities(), {}, sdk::Logger(&sink, "test"));
-  EXPECT_TRUE(all_fp32(layer(*m, "ln1").precision()));
+  // Pinned, but for its output, which head reads as a bf16 GEMM operand (the next test).
+  const auto& ln = layer(*m, "ln1").precision();
+  EXPECT_EQ(ln.weight, DType::fp32);
+  EXPECT_EQ(ln.gemm_input, DType::fp32);
+  EXPECT_EQ(ln.activation_grad, DType::fp32);
   EXPECT_EQ(layer(*m, "fc1").precision().gemm_input, DType::bf16);
   EXPECT_EQ(layer(*m, "relu1").precision().activation, DType::bf16);
   EXPECT_TRUE(sink.contains(sdk::LogLevel::debug,
                             "op 'ln1' (layernorm) is precision-sensitive: kept in fp32"));
+}
+
+// A layer norm whose every reader reads it as a bf16 GEMM operand stores its output in bf16;
+// one read in FP32 (an override keeping head in fp32), an override naming it, or a reader that
+// is no GEMM keep it in FP32.
+TEST(PrecisionPlanning, ALayerNormReadOnlyByBf16GemmsStoresItsOutputInBf16) {
+  {
+    auto m = small_model();
+    RecordingPolicy policy;
+    test::CapturingSink sink;
+    plan_precision(*m, policy, cpu()->capabilities(), {}, sdk::Logger(&sink, "test"));
+    EXPECT_EQ(layer(*m, "ln1").precision().activation, DType::bf16);
+    EXPECT_TRUE(sink.contains(sdk::LogLevel::debug,
+                              "op 'ln1' (layernorm) stores its output in bf16, the dtype its "
+                              "readers' GEMMs read it in"));
+  }
+  {
+    auto m = small_model();
+    RecordingPolicy policy;
+    plan_precision(*m, policy, cpu()->capabilities(), {override_of("head", DType::fp32)});
+    EXPECT_TRUE(all_fp32(layer(*m, "ln1").precision())) << "head reads it in fp32";
+  }
+  {
+    auto m = small_model();
+    RecordingPolicy policy;
+    plan_precision(*m, policy, cpu()->capabilities(), {override_of("ln1", DType::fp32)});
+    EXPECT_TRUE(all_fp32(layer(*m, "ln1").precision())) << "named by an override";
+  }
+  {
+    ModelSpec spec;
+    spec.graph = true;
+    spec.layers = {test_support::op("linear", "fc1", {{"out", 8}}, {"input"}),
+                   test_support::op("layernorm", "ln1", {}, {"fc1"}),
+                   test_support::op("linear", "mix", {{"out", 8}}, {"ln1"}),
+                   test_support::op("add", "sum", {}, {"mix", "ln1"}),
+                   test_support::op("linear", "head", {{"out", 3}}, {"sum"})};
+    Model m(cpu(), spec, 8, 3);
+    RecordingPolicy policy;
+    plan_precision(m, policy, cpu()->capabilities(), {});
+    EXPECT_TRUE(all_fp32(layer(m, "ln1").precision())) << "an add reads it too";
+  }
+}
+
+// The shared CPU backend, counting its casts.
+class CastCountingBackend final : public test_support::ForwardingBackend {
+ public:
+  void cast(sdk::TensorView s, sdk::TensorView d, const sdk::CastArgs& a) override {
+    ++casts;
+    test_support::ForwardingBackend::cast(s, d, a);
+  }
+  int casts = 0;
+};
+
+// The stored bf16 output is the bits the readers' casts made: a training step gives the same
+// loss and gradients as with the output in FP32, without the casts.
+TEST(PrecisionPlanning, ALayerNormsBf16OutputTrainsAsTheReadersCastsDid) {
+  auto step = [](bool stored_in_bf16) {
+    auto backend = std::make_shared<CastCountingBackend>();
+    ModelSpec spec;
+    spec.layers = {test_support::op("linear", "fc1", {{"out", 8}}),
+                   test_support::op("relu", "relu1"), test_support::op("layernorm", "ln1"),
+                   test_support::op("linear", "head", {{"out", 3}})};
+    Model m(backend, spec, 8, 3);
+    RecordingPolicy policy;
+    plan_precision(m, policy, backend->capabilities(), {});
+    if (!stored_in_bf16) {
+      auto& ln = *m.layers()[2];
+      auto p = ln.precision();
+      p.activation = DType::fp32;
+      ln.set_precision(p);
+    }
+    m.allocate(4);
+    m.init_parameters(7);
+    m.refresh_working_copies();
+    std::vector<float> x(4 * 8);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.37f * static_cast<float>(i % 11) - 1.3f;
+    std::vector<std::int32_t> y = {0, 1, 2, 0};
+    backend->copy_from_host(m.input(4), x.data());
+    backend->copy_from_host(m.labels(4), y.data());
+    backend->casts = 0;
+    m.forward(4);
+    std::vector<float> out = {m.loss(4, 1.0f, true).loss};
+    m.backward(4);
+    for (auto* p : m.parameters()) {
+      const auto g = test_support::read(p->grad.view());
+      out.insert(out.end(), g.begin(), g.end());
+    }
+    return std::pair{out, backend->casts};
+  };
+  const auto [stored, casts_stored] = step(true);
+  const auto [fp32, casts_fp32] = step(false);
+  EXPECT_EQ(stored, fp32);
+  // head cast ln1's fp32 output to bf16 twice, for its forward and for its weight gradient.
+  EXPECT_EQ(casts_fp32 - casts_stored, 2);
 }
 
 TEST(PrecisionPlanning, AGlobOverrideLeavesSensitiveOpsPinned) {

@@ -167,6 +167,13 @@ struct OpTraits {
   // Its output is written during the forward of the op producing its input 0 (a layer norm that
   // the add before it runs in its pass), so it lives from that op's forward on. memory_plan.h.
   bool output_written_by_input = false;
+  // Its input is read only as a GEMM operand, rounded to its plan's gemm_input dtype (a linear:
+  // forward and wgrad).
+  bool reads_input_as_gemm_operand = false;
+  // A precision-sensitive op whose output may be stored in bf16 when every reader reads it as a
+  // bf16 GEMM operand, which rounds it to bf16 on every read anyway (a layer norm before its
+  // linears; precision/planning.h).
+  bool output_may_take_readers_gemm_dtype = false;
   // Its forward or backward passes the backend an argument that changes from step to step (a
   // dropout mask's key): a recorded step graph would replay a stale one, so a model with such an
   // op is never recorded (train/step_graph.h).

@@ -10,6 +10,12 @@
 //   layer name or an fnmatch glob, and every field it sets replaces the plan's. A glob ("*",
 //   "fc*") skips precision-sensitive ops, so they stay fp32; a pattern without wildcards that
 //   names a sensitive op exactly overrides it (the user asked for that op), with a warning.
+// - Then a pinned op that may (Layer trait output_may_take_readers_gemm_dtype: layernorm), and
+//   that no override names exactly, stores its output in bf16 where every reader reads it as a
+//   bf16 GEMM operand (trait reads_input_as_gemm_operand: a linear): those readers round it to
+//   bf16 on every read anyway, so the stored output is the same bits they read, without their
+//   casts and in half the memory. Its statistics, parameters and gradients stay FP32. bf16 only,
+//   whose range is FP32's (fp16 could overflow where FP32 did not).
 // - An override that matches no layer throws sdk::ConfigError at the override's config line,
 //   naming the pattern and the layers that exist; one whose glob matches only sensitive ops
 //   throws too, saying how to name one exactly.
