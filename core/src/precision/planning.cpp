@@ -136,6 +136,7 @@ bool all_fp32(const sdk::OpPrecision& p) {
     }
   std::rethrow_exception(refused);
 }
+
 // A precision-sensitive op that may (Layer trait output_may_take_readers_gemm_dtype: a layer
 // norm) stores its output in bf16 when every reader reads it as a bf16 GEMM operand: they round
 // it to bf16 on every read anyway (a cast in the forward and another in the backward), so

@@ -264,7 +264,12 @@ std::vector<OpRecommendation> recommend_ops(const Calibration& c,
     o.planned = planned_rung(op);
     o.recommended = o.planned;
     if (op.precision_sensitive) {
-      o.reason = "precision-sensitive: always fp32";
+      // Its math is FP32 whatever the plan; a bf16 plan is a layer norm's output stored for its
+      // bf16 GEMM readers (precision/planning.h), the bits they read anyway.
+      o.reason = o.planned == DType::fp32
+                     ? "precision-sensitive: always fp32"
+                     : "precision-sensitive: fp32 math, its output stored in bf16 for its bf16 "
+                       "GEMM readers";
       ops.push_back(std::move(o));
       continue;
     }

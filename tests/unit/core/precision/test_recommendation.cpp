@@ -172,6 +172,12 @@ TEST(CalibrationRecommendation, AnFp8SafeGemmStaysFp8AndOneWithAJumpingAmaxGoesT
   norm.planned = all(DType::fp32);
   add(norm, CalibratedTensor::activation, over_steps({logspace(1e-30, 1e30)}, false));
   c.ops.push_back(norm);
+  // A layer norm whose output the planner stores in bf16 for its bf16 GEMM readers: left as
+  // planned, and the reason says so.
+  OpCalibration stored = norm;
+  stored.node = "stored";
+  stored.planned.activation = DType::bf16;
+  c.ops.push_back(stored);
 
   const Recommendation r = recommend(c);
   EXPECT_EQ(find(r, "steady").planned, DType::fp8_e4m3);
@@ -187,6 +193,11 @@ TEST(CalibrationRecommendation, AnFp8SafeGemmStaysFp8AndOneWithAJumpingAmaxGoesT
   EXPECT_EQ(jumpy.fields[0].second, DType::bf16);
   EXPECT_EQ(find(r, "norm").recommended, DType::fp32);
   EXPECT_TRUE(find(r, "norm").fields.empty());
+  EXPECT_EQ(find(r, "norm").reason, "precision-sensitive: always fp32");
+  EXPECT_EQ(find(r, "stored").recommended, DType::bf16);
+  EXPECT_TRUE(find(r, "stored").fields.empty());
+  EXPECT_EQ(find(r, "stored").reason,
+            "precision-sensitive: fp32 math, its output stored in bf16 for its bf16 GEMM readers");
   EXPECT_FALSE(r.scaler.applies);
 
   const std::string toml = recommendation_toml(r, {"calibrated"});
