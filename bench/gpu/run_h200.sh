@@ -583,6 +583,36 @@ stage_gpt2medium() {
     GPT_POLICIES=$GPT2M_POLICIES STAGE_NAME=gpt2medium stage_gpt2
 }
 
+# profile_mixtrain RUN_DIR CAP MIN_CAP CONFIG POLICY OVERRIDES...: `mixtrain train --profile` for
+# PROFILE_STEPS steps into RUN_DIR (its log beside it, RUN_DIR.log), under timeout CAP; not run
+# (and said so in the log) without a build or with CAP below MIN_CAP. Fails when it did not run
+# or failed.
+profile_mixtrain() {
+  local dir=$1 cap=$2 min=$3 config=$4 policy=$5 rc=0
+  shift 5
+  if [[ -x $MIXTRAIN_BIN ]] && ((cap >= min)); then
+    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" \
+      "$@" --set "precision.policy=$policy" --set "run.steps=$PROFILE_STEPS" --profile \
+      --run-dir "$dir" >"$dir.log" 2>&1 || rc=1
+    rm -rf "$dir/checkpoints"
+  else
+    echo "no mixtrain build or no time left: not run" >"$dir.log"; rc=1
+  fi
+  return $rc
+}
+
+# mixtrain_profile_section TITLE LOG: a profile.md section with LOG's profile table (and its first
+# errors).
+mixtrain_profile_section() {
+  echo
+  echo "## $1"
+  echo
+  echo '```'
+  sed -n '/^profile: /,$p' "$2" 2>/dev/null | head -n 80
+  grep -m3 -iE 'error|exit' "$2" 2>/dev/null
+  echo '```'
+}
+
 # Where the time goes, both sides, bf16 (AMP for PyTorch): mixtrain's `train --profile` table
 # (every backend op timed one by one, grouped by caller; README, "train --profile") and
 # torch.profiler's top PROFILE_TOP kernels by GPU time, for ResNet-50 and GPT-2 small at the
@@ -600,15 +630,8 @@ stage_profile() {
     else
       config=$ROOT/configs/gpt-tiny-bf16.toml; mapfile -t sets < <(gpt2_sets); shape=$(eval echo "$GPT_TORCH_SHAPE")
     fi
-    cap=$(((end - $(date +%s)) / 2))
-    if [[ -x $MIXTRAIN_BIN ]] && ((cap >= 10)); then
-      LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" \
-        "${sets[@]}" --set precision.policy=bf16-mixed --set "run.steps=$PROFILE_STEPS" --profile \
-        --run-dir "$P/mixtrain-$model" >"$P/mixtrain-$model.log" 2>&1 || rc=1
-      rm -rf "$P/mixtrain-$model/checkpoints"
-    else
-      echo "no mixtrain build or no time left: not run" >"$P/mixtrain-$model.log"; rc=1
-    fi
+    profile_mixtrain "$P/mixtrain-$model" $(((end - $(date +%s)) / 2)) 10 "$config" bf16-mixed \
+      "${sets[@]}" || rc=1
     cap=$((end - $(date +%s)))
     [[ $model == resnet50 ]] && cap=$((cap / 2))
     if ((cap >= 10)); then
@@ -618,17 +641,9 @@ stage_profile() {
         >"$P/torch-$model.json" 2>"$P/torch-$model.log" || rc=1
     fi
   done
-  cap=$((fp8_end - $(date +%s)))
-  if [[ -x $MIXTRAIN_BIN ]] && ((cap >= 15)); then
-    mapfile -t sets < <(gpt2_sets)
-    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train \
-      "$ROOT/configs/gpt-tiny-bf16.toml" "${sets[@]}" --set precision.policy=fp8-delayed \
-      --set "run.steps=$PROFILE_STEPS" --profile --run-dir "$P/mixtrain-gpt2-fp8" \
-      >"$P/mixtrain-gpt2-fp8.log" 2>&1 || rc=1
-    rm -rf "$P/mixtrain-gpt2-fp8/checkpoints"
-  else
-    echo "no mixtrain build or no time left: not run" >"$P/mixtrain-gpt2-fp8.log"; rc=1
-  fi
+  mapfile -t sets < <(gpt2_sets)
+  profile_mixtrain "$P/mixtrain-gpt2-fp8" $((fp8_end - $(date +%s))) 15 \
+    "$ROOT/configs/gpt-tiny-bf16.toml" fp8-delayed "${sets[@]}" || rc=1
   {
     echo "# Profiles on $( (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo "no GPU") | head -1), $(date -u +%FT%TZ)"
     echo
@@ -636,13 +651,7 @@ stage_profile() {
     echo "$PROFILE_STEPS steps (timed from the end of the first; each op waited for, so GPU ops are timed one by one)."
     echo "PyTorch: torch.profiler over 3 steps after 3 warm-up steps, top $PROFILE_TOP by GPU (self) time."
     for model in resnet50 gpt2; do
-      echo
-      echo "## $model: mixtrain"
-      echo
-      echo '```'
-      sed -n '/^profile: /,$p' "$P/mixtrain-$model.log" 2>/dev/null | head -n 80
-      grep -m3 -iE 'error|exit' "$P/mixtrain-$model.log" 2>/dev/null
-      echo '```'
+      mixtrain_profile_section "$model: mixtrain" "$P/mixtrain-$model.log"
       echo
       echo "## $model: PyTorch"
       echo
@@ -650,13 +659,8 @@ stage_profile() {
       if [[ -s $P/torch-$model.txt ]]; then cat "$P/torch-$model.txt"; else tail -n 5 "$P/torch-$model.log" 2>/dev/null; fi
       echo '```'
     done
-    echo
-    echo "## gpt2: mixtrain fp8-delayed (where FP8's time goes: casts, transposes, GEMMs)"
-    echo
-    echo '```'
-    sed -n '/^profile: /,$p' "$P/mixtrain-gpt2-fp8.log" 2>/dev/null | head -n 80
-    grep -m3 -iE 'error|exit' "$P/mixtrain-gpt2-fp8.log" 2>/dev/null
-    echo '```'
+    mixtrain_profile_section "gpt2: mixtrain fp8-delayed (where FP8's time goes: casts, transposes, GEMMs)" \
+      "$P/mixtrain-gpt2-fp8.log"
   } >"$PARTS/profile.md"
   cat "$PARTS/profile.md"
   return $rc
@@ -679,7 +683,7 @@ collect() {
   return 0
 }
 export -f stage_env stage_debs stage_configure stage_build stage_gemm stage_gemmsweep stage_test stage_wide \
-  stage_resnet50 stage_gpt2 stage_gpt2medium stage_profile model_stage model_run policy_name resnet50_sets gpt2_sets gpt2_tokens
+  stage_resnet50 stage_gpt2 stage_gpt2medium stage_profile profile_mixtrain mixtrain_profile_section model_stage model_run policy_name resnet50_sets gpt2_sets gpt2_tokens
 
 # --- the run --------------------------------------------------------------------------------------
 echo "run_h200.sh: budget ${BUDGET_S} s, stages: $STAGES; results in $OUT"
