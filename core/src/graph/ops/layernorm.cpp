@@ -39,6 +39,12 @@ std::vector<BackendNeed> LayerNormLayer::backend_needs(DType input) const {
           {sdk::LayerNormOp::layernorm_backward, {input}}};
 }
 
+void LayerNormLayer::log_add_unfused_once(const std::string& why) const {
+  ops::log_once("layernorm", why,
+                "add + layer norm runs unfused (node '" + name() +
+                    "' and the nodes like it read the add's sum back): the backend " + why);
+}
+
 void LayerNormLayer::set_fusion(bool on) {
   fusion_on_ = on;
   update_fusion();
@@ -63,9 +69,7 @@ bool LayerNormLayer::forward_with_sum(TensorView a, TensorView b, TensorView sum
   const BackendNeed need{sdk::LayerNormOp::layernorm_add_forward,
                          {a.dtype, b.dtype, sum.dtype, y.dtype}};
   if (const std::optional<std::string> why = unmet(*backend_, need)) {
-    ops::log_once("layernorm", *why,
-                  "add + layer norm runs unfused (node '" + name() +
-                      "' and the nodes like it read the add's sum back): the backend " + *why);
+    log_add_unfused_once(*why);
     return false;
   }
   sdk::LayerNormAddArgs args;
@@ -137,10 +141,7 @@ void LayerNormLayer::choose_kernels(sdk::DeviceBackend& backend) {
     for (DType t : {DType::fp32, DType::bf16, DType::fp16})
       if (!why) why = unmet(backend, {sdk::LayerNormOp::layernorm_add_forward, {t, t, t, y}});
     add_offered_ = !why.has_value();
-    if (why && fusion_on_)
-      ops::log_once("layernorm", *why,
-                    "add + layer norm runs unfused (node '" + name() +
-                        "' and the nodes like it read the add's sum back): the backend " + *why);
+    if (why && fusion_on_) log_add_unfused_once(*why);
     update_fusion();
   }
 }

@@ -49,6 +49,8 @@ class LayerNormLayer final : public Layer {
 
  private:
   void update_fusion();  // fused() and output_written_by_input from what decides them
+  // Why the add + layer norm pair runs apart, once per reason (`why`: what the backend lacks).
+  void log_add_unfused_once(const std::string& why) const;
 
   bool fusion_on_ = true;
   bool accumulate_offered_ = false;  // the backend has layernorm_backward_accumulate
