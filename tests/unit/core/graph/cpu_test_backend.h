@@ -31,13 +31,16 @@ class ForwardingBackend : public test::ForwardingBackend {
 };
 
 // The shared CPU backend with a call observer (sdk/backend_call_observer.h) counting the facet
-// calls by op name while `counting` is set.
+// calls by op name while `counting` is set; a facet in `stand_ins` (by name, not owned) is found
+// in place of the CPU backend's.
 class CallCountingBackend final : public ForwardingBackend, public sdk::CallObserverFacet {
  public:
   sdk::Facet* find_facet(std::string_view name) override {
     if (name == sdk::CallObserverFacet::kName) return static_cast<sdk::CallObserverFacet*>(this);
+    if (const auto it = stand_ins.find(name); it != stand_ins.end()) return it->second;
     return in_->find_facet(name);
   }
+  std::map<std::string_view, sdk::Facet*> stand_ins;
   void begin_facet_call() noexcept override {}
   void end_facet_call(std::string_view op) noexcept override {
     if (counting) ++calls[std::string(op)];

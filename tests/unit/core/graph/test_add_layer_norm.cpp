@@ -16,7 +16,6 @@
 #include "cpu_test_backend.h"
 #include "mixtrain/core/graph/diagnostics.h"
 #include "mixtrain/core/graph/model.h"
-#include "mixtrain/sdk/backend_call_observer.h"
 
 namespace mixtrain::core {
 namespace {
@@ -51,30 +50,6 @@ class LayerNormWithoutAdd final : public sdk::LayerNormFacet {
   sdk::LayerNormFacet& in_;
 };
 
-// The shared CPU backend, counting facet calls by op name, with or without layernorm_add_forward.
-class Backend final : public test_support::ForwardingBackend, public sdk::CallObserverFacet {
- public:
-  explicit Backend(bool offer_add) : without_(*sdk::facet<sdk::LayerNormFacet>(*in_)) {
-    offer_add_ = offer_add;
-  }
-  sdk::Facet* find_facet(std::string_view name) override {
-    if (name == sdk::CallObserverFacet::kName) return static_cast<sdk::CallObserverFacet*>(this);
-    if (name == sdk::LayerNormFacet::kName && !offer_add_) return &without_;
-    return in_->find_facet(name);
-  }
-  void begin_facet_call() noexcept override {}
-  void end_facet_call(std::string_view op) noexcept override { ++calls[std::string(op)]; }
-  int count(const std::string& op) const {
-    const auto it = calls.find(op);
-    return it == calls.end() ? 0 : it->second;
-  }
-  std::map<std::string, int> calls;
-
- private:
-  bool offer_add_ = true;
-  LayerNormWithoutAdd without_;
-};
-
 // A pre-norm residual stack in small, as GPT-2's: two blocks and the final norm. block1's sum is
 // read by ln2 and block2's add; block2's sum by ln_f alone.
 ModelSpec stack(bool fuse) {
@@ -106,7 +81,9 @@ sdk::OpPrecision bf16_precision() {
 }
 
 struct Trained {
-  std::shared_ptr<Backend> backend;
+  // The layer norm facet without the op, which a backend without it finds (outlives the model).
+  std::unique_ptr<LayerNormWithoutAdd> without;
+  std::shared_ptr<test_support::CallCountingBackend> backend;
   std::unique_ptr<Model> model;
   std::map<std::string, int> forward_calls;
   std::vector<float> values;  // the losses of two steps, then every parameter gradient
@@ -135,7 +112,13 @@ std::vector<float> gradients(Model& m) {
 // a bf16 stream).
 Trained built(bool fuse, bool offer_add, bool bf16) {
   Trained r;
-  r.backend = std::make_shared<Backend>(offer_add);
+  r.backend = std::make_shared<test_support::CallCountingBackend>();
+  r.backend->counting = true;
+  if (!offer_add) {
+    r.without = std::make_unique<LayerNormWithoutAdd>(
+        *sdk::facet<sdk::LayerNormFacet>(*test_support::cpu()));
+    r.backend->stand_ins[sdk::LayerNormFacet::kName] = r.without.get();
+  }
   r.model = std::make_unique<Model>(r.backend, stack(fuse), 12, 5);
   for (auto& l : r.model->layers())
     l->set_precision(bf16 && !l->precision_sensitive() ? bf16_precision() : sdk::OpPrecision{});
