@@ -215,13 +215,17 @@ TEST_F(cli_device_errors, OutOfMemoryWhileAllocatingNamesTheBufferAndThePlannedP
   auto s = rig({"data.batch_size=1024"});
   s.device->allocation_limit = 256 << 10;
   const std::string msg = construction_error(s);
-  EXPECT_NE(msg.find("cannot allocate the activation arena ("), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cannot allocate the arena of the activations and their gradients ("),
+            std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("for batches of 1024 rows"), std::string::npos) << msg;
   // The backend's own text, then the plan.
   EXPECT_NE(msg.find("backend_testgpu.allocate: out of device memory"), std::string::npos) << msg;
   EXPECT_NE(msg.find("the model's memory plan for these batches predicts"), std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("gradient arena"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(the arena of the activations and their gradients 2.0 MiB, parameters"),
+            std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("backend 'testgpu' on Test A100 (sm_80, device 0, 108 SMs) (40.00 GiB)"),
             std::string::npos)
       << msg;

@@ -109,7 +109,8 @@ TEST(MemoryRehearsal, FrozenWeightsAreOneItemStoredOnceAndTheSumsStillHold) {
 }
 
 // The chunked loss (the quickstart's head in blocks of 16 rows): the items still add up to the
-// byte, and the peak is no higher than with the whole logits.
+// byte, and the peak is no higher than with the whole logits, give or take the two blocks'
+// rounding to the plan's 64-byte alignment (ten classes: the logits are too small to save more).
 TEST(MemoryRehearsal, TheChunkedLossKeepsTheSumsAndNeedsNoMore) {
   for (const std::string policy : {"fp32", "bf16-mixed"}) {
     const auto whole = rehearse(policy, false, {"model.loss_chunk_rows=0"});
@@ -120,7 +121,7 @@ TEST(MemoryRehearsal, TheChunkedLossKeepsTheSumsAndNeedsNoMore) {
         blocks.held_bytes + blocks.step_bytes + *blocks.scratch_bytes + blocks.transient_bytes,
         blocks.peak_bytes)
         << policy;
-    EXPECT_LE(blocks.peak_bytes, whole.peak_bytes) << policy;
+    EXPECT_LE(blocks.peak_bytes, whole.peak_bytes + 2 * core::kDefaultBufferAlignment) << policy;
   }
 }
 

@@ -2,6 +2,7 @@
 #include "mixtrain/core/graph/executor.h"
 
 #include <algorithm>
+#include <bit>
 #include <set>
 
 #include "graph/allocation_error.h"
@@ -96,14 +97,14 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
   last_loss_blocks_ = 0;
   logits_stale_ = false;
   // The plans first (pure), so a refused allocation can be reported against the whole of them.
-  act_plan_ = plan_activations(plan_, ops_, max_rows);
+  step_plan_ = plan_step_memory(plan_, ops_, max_rows);
   deferred_plan_ = plan_deferred_outputs(plan_, ops_, max_rows);
-  grads_ = plan_gradients(plan_, ops_, max_rows);
   fp32_reserved_ = reserve_fp32_gradients;
-  std::size_t grad_bytes = grads_.planned.arena_bytes;
-  if (reserve_fp32_gradients) grad_bytes = std::max(grad_bytes, grads_.fp32.arena_bytes);
-  const MemoryForecast forecast = forecast_memory(
-      plan_, ops_, max_rows, act_plan_.arena_bytes + deferred_plan_.plan.arena_bytes, grad_bytes);
+  const std::size_t fp32_bytes = reserve_fp32_gradients ? step_plan_.gradients.fp32.arena_bytes : 0;
+  const MemoryForecast forecast =
+      forecast_memory(plan_, ops_, max_rows,
+                      step_plan_.arena.arena_bytes + deferred_plan_.plan.arena_bytes, fp32_bytes);
+  const LivenessPlan& arena_plan = step_plan_.arena;
   // Allocates through `make`; a BackendError (out of memory, most often) is reported with the
   // buffer, its bytes and the forecast.
   auto allocating = [&](const std::string& what, std::size_t bytes, auto&& make) {
@@ -111,7 +112,7 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
       make();
     } catch (const sdk::BackendError& e) {
       MemoryForecast f = forecast;
-      f.activations_narrow = act_plan_.arena_bytes <
+      f.activations_narrow = step_plan_.activations.arena_bytes <
                              core::plan_activations(plan_, ops_, max_rows, DType::fp32).arena_bytes;
       throw allocation_error(e, what, bytes, f, *backend_);
     }
@@ -122,9 +123,10 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
     loss_ = Tensor(backend_, DType::fp32, sdk::Shape{1});
     correct_ = Tensor(backend_, DType::int32, sdk::Shape{1});
   });
-  // Activations: one arena from their liveness plan, then each op's own buffers.
-  allocating("the activation arena", act_plan_.arena_bytes,
-             [&] { act_arena_ = arena(backend_, act_plan_.arena_bytes); });
+  // Activations and their gradients: one arena from their liveness plan, then each op's own
+  // buffers.
+  allocating("the arena of the activations and their gradients", arena_plan.arena_bytes,
+             [&] { act_arena_ = arena(backend_, arena_plan.arena_bytes); });
   deferred_arena_ = Tensor();
   if (deferred_plan_.plan.arena_bytes > 0)
     allocating("the outputs written only unfused (the non-finite replay)",
@@ -134,7 +136,7 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
   std::vector<std::byte*> planned_at(ops_.size(), nullptr);
   for (std::size_t i = 0, k = 0; i < ops_.size(); ++i)
     if (ops_[i]->planned_output_bytes(max_rows * plan_.node(i).rows_per_sample) > 0)
-      planned_at[i] = static_cast<std::byte*>(act_arena_.view().data) + act_plan_.offset[k++];
+      planned_at[i] = static_cast<std::byte*>(act_arena_.view().data) + arena_plan.offset[k++];
   for (std::size_t i = 0, d = 0; i < ops_.size(); ++i) {
     const std::int64_t rows = max_rows * plan_.node(i).rows_per_sample;
     ops_[i]->use_output_storage(planned_at[i]);
@@ -153,16 +155,16 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
   loss_parts_ = Tensor();
   correct_parts_ = Tensor();
   if (chunking_.rows > 0) {
-    // The blocks are the activation plan's last two buffers (memory_plan.h).
+    // The blocks are the activations' last two buffers (memory_plan.h).
     const ChunkedLogits c = chunked_logits(plan_, ops_, max_rows);
     const Layer& head = *ops_[chunked_node_];
-    const std::size_t last = act_plan_.offset.size();
+    const std::size_t last = step_plan_.activation_buffers;
     auto* base = static_cast<std::byte*>(act_arena_.view().data);
     const sdk::Shape block{c.rows, head.out_features()};
     blocks_.rows = c.rows;
-    blocks_.logits = {base + act_plan_.offset[last - 2],
+    blocks_.logits = {base + arena_plan.offset[last - 2],
                       ops::storage_of(head.precision().activation), block};
-    blocks_.logits_grad = {base + act_plan_.offset[last - 1], logits_grad_dtype(plan_, ops_),
+    blocks_.logits_grad = {base + arena_plan.offset[last - 1], logits_grad_dtype(plan_, ops_),
                            block};
     const std::int64_t count =
         (max_rows * plan_.node(chunked_node_).rows_per_sample + c.rows - 1) / c.rows;
@@ -174,8 +176,11 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
     blocks_.correct_parts = correct_parts_.view();
   }
   bind_ties();
-  allocating("the gradient arena", grad_bytes,
-             [&] { grad_arena_ = arena(backend_, std::max<std::size_t>(grad_bytes, 4)); });
+  grad_arena_ = Tensor();
+  if (reserve_fp32_gradients)
+    allocating("the all-FP32 gradient arena (run.underflow_every)", fp32_bytes,
+               [&] { grad_arena_ = arena(backend_, std::max<std::size_t>(fp32_bytes, 4)); });
+  plan_poisoning();
 }
 
 ExecutorMemory Executor::memory() const {
@@ -184,8 +189,7 @@ ExecutorMemory Executor::memory() const {
   if (!loss_parts_.empty()) m.input += loss_parts_.bytes() + correct_parts_.bytes();
   m.activations = act_arena_.bytes();
   m.deferred_outputs = deferred_arena_.bytes();
-  m.gradients = grad_arena_.bytes();
-  m.gradients_fp32 = fp32_reserved_;
+  m.gradients_fp32 = grad_arena_.empty() ? 0 : grad_arena_.bytes();
   return m;
 }
 
@@ -215,21 +219,36 @@ TensorView Executor::activation(TensorId t, Extent e) const {
 }
 
 GradientBuffers Executor::planned_gradients() const {
-  return {static_cast<std::byte*>(grad_arena_.view().data), false};
+  return {static_cast<std::byte*>(act_arena_.view().data), false};
 }
 
 GradientBuffers Executor::fp32_gradients(Tensor& storage) {
   if (!fp32_reserved_)
-    storage = Tensor(backend_, DType::fp32,
-                     sdk::Shape{static_cast<std::int64_t>(grads_.fp32.arena_bytes / 4 + 1)});
+    storage = Tensor(
+        backend_, DType::fp32,
+        sdk::Shape{static_cast<std::int64_t>(step_plan_.gradients.fp32.arena_bytes / 4 + 1)});
   const Tensor& arena = fp32_reserved_ ? grad_arena_ : storage;
   return {static_cast<std::byte*>(arena.view().data), true};
 }
 
 TensorView Executor::gradient(TensorId t, Extent e, const GradientBuffers& buffers) const {
-  const GradientSlot& g = grads_.slots[plan_.root(t).position()];
+  const GradientSlot& g = step_plan_.gradients.slots[plan_.root(t).position()];
   if (buffers.all_fp32) return {buffers.base + g.offset_fp32, DType::fp32, plan_.shape_of(t, e)};
   return {buffers.base + g.offset, g.dtype, plan_.shape_of(t, e)};
+}
+
+TensorView Executor::contribution_buffer(std::size_t node, std::size_t input, DType dtype,
+                                         const TensorView& gradient, bool all_fp32) {
+  const std::int64_t rows = gradient.shape.rows(), cols = gradient.shape.cols();
+  const auto& planned = step_plan_.contribution[node];
+  const std::size_t k = input < planned.size() ? planned[input] : StepMemoryPlan::kNone;
+  // The all-FP32 pass writes its contributions in FP32, wider than planned: apart, as it reads
+  // the step arena's activations (executor.h).
+  if (all_fp32 || k == StepMemoryPlan::kNone ||
+      step_plan_.lives[k].bytes < static_cast<std::size_t>(rows * cols) * sdk::dtype_size(dtype))
+    return scratch(input, dtype, rows, cols);
+  return {static_cast<std::byte*>(act_arena_.view().data) + step_plan_.arena.offset[k], dtype,
+          sdk::Shape{rows, cols}};
 }
 
 TensorView Executor::scratch(std::size_t slot, DType dtype, std::int64_t rows, std::int64_t cols) {
@@ -251,9 +270,37 @@ void Executor::gather_inputs(std::size_t i, Extent e, std::vector<TensorView>& x
   for (TensorId t : plan_.node(i).inputs) xs.push_back(activation(t, e));
 }
 
+void Executor::plan_poisoning() {
+  const std::vector<BufferLife>& lives = step_plan_.lives;
+  deaths_.resize(lives.size());
+  for (std::size_t k = 0; k < lives.size(); ++k) deaths_[k] = k;
+  std::stable_sort(deaths_.begin(), deaths_.end(), [&](std::size_t a, std::size_t b) {
+    return lives[a].last_step < lives[b].last_step;
+  });
+  next_death_ = 0;
+}
+
+void Executor::poison_through(int step) {
+  if (!poison_) return;
+  const std::vector<BufferLife>& lives = step_plan_.lives;
+  auto* base = static_cast<std::byte*>(act_arena_.view().data);
+  for (; next_death_ < deaths_.size() && lives[deaths_[next_death_]].last_step <= step;
+       ++next_death_) {
+    const std::size_t k = deaths_[next_death_];
+    const std::size_t bytes = aligned_buffer_bytes(lives[k].bytes, kDefaultBufferAlignment);
+    if (bytes == 0) continue;
+    // All ones: a NaN in every float storage dtype (fp32, bf16, fp16, both fp8s).
+    backend_->fill({base + step_plan_.arena.offset[k], DType::fp32,
+                    sdk::Shape{static_cast<std::int64_t>(bytes / 4)}},
+                   std::bit_cast<float>(0xFFFFFFFFu));
+  }
+}
+
 void Executor::forward(Extent e, const ForwardVisitor& visit) {
   std::vector<TensorView> xs;
+  next_death_ = 0;  // a new pass: every buffer is written again before it is read
   for (std::size_t i = 0; i < ops_.size(); ++i) {
+    poison_through(static_cast<int>(i) - 1);
     if (ops_[i]->is_view()) continue;  // a view computes nothing
     if (chunking_.rows > 0 && i == chunked_node_) {
       logits_stale_ = true;  // computed in blocks by compute_loss
@@ -292,6 +339,8 @@ TensorView Executor::logits(Extent e) {
 void Executor::compute_loss(std::int64_t rows, float grad_scale, float label_smoothing,
                             std::optional<GradientBuffers> gradients,
                             const LossBlockVisitor& visit) {
+  // Only the step's own pass poisons: the all-FP32 pass reads the same activations again.
+  if (gradients && !gradients->all_fp32) poison_through(static_cast<int>(ops_.size()) - 1);
   if (chunking_.rows > 0) {
     const Extent e = Extent::batch_of(rows);
     const TensorId x = plan_.node(chunked_node_).inputs[0];
@@ -354,7 +403,9 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
   };
   std::vector<Pending> pending;
   std::vector<bool> accumulate;  // per input: its op adds into the FP32 sum (layer.h)
+  const int n = static_cast<int>(ops_.size());
   for (std::size_t i = ops_.size(); i-- > 0;) {
+    if (!buffers.all_fp32) poison_through(2 * n - static_cast<int>(i) - 1);
     const PlannedNode& node = plan_.node(i);
     Layer& op = *ops_[i];
     if (op.is_view() || !node.needs_grad) continue;
@@ -394,21 +445,19 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
       }
       const std::size_t r = root.position();
       const TensorView g = gradient(t, e, buffers);
-      if (grads_.slots[r].reads == 1 ||
-          (written[r] == 0 && dtype == DType::fp32 && g.dtype == DType::fp32)) {
+      if (contribution_goes_straight(step_plan_.gradients.slots[r].reads, written[r], dtype,
+                                     g.dtype)) {
         dxs.push_back(g);  // the only contribution, or the first in FP32: straight into the buffer
         ++written[r];
       } else if (written[r] > 0 && g.dtype == DType::fp32 && !visit && !buffers.all_fp32 &&
                  op.can_accumulate_input_gradient(k)) {
-        // A later contribution that the op adds into the FP32 sum itself (layer.h). Its scratch is
-        // still grown: a backward with a visitor (the non-finite replay) writes it apart there,
-        // and must find it allocated.
-        static_cast<void>(scratch(k, dtype, g.shape.rows(), g.shape.cols()));
+        // A later contribution that the op adds into the FP32 sum itself (layer.h). A backward
+        // with a visitor (the non-finite replay) writes it apart, in the buffer planned for it.
         dxs.push_back(g);
         accumulate[k] = true;
         ++written[r];
       } else {
-        dxs.push_back(scratch(k, dtype, g.shape.rows(), g.shape.cols()));
+        dxs.push_back(contribution_buffer(i, k, dtype, g, buffers.all_fp32));
         pending.push_back({k, r, g});
       }
     }

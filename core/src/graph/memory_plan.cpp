@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 
 #include "graph/ops/op_support.h"
 
@@ -76,8 +77,11 @@ std::optional<std::size_t> output_home(const GraphPlan& plan, const Ops& ops, st
   return reader;
 }
 
-LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
-                              std::optional<DType> as_dtype) {
+namespace {
+
+// The activation buffers plan_activations places, in its order.
+std::vector<BufferLife> activation_lives(const GraphPlan& plan, const Ops& ops,
+                                         std::int64_t max_rows, std::optional<DType> as_dtype) {
   const std::vector<int> last = last_reads(plan, ops);
   // An output that is also home to an earlier op's unfused output lives from that op's forward.
   std::vector<int> first(ops.size());
@@ -109,7 +113,14 @@ LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_
     lives.push_back({head.name() + " (loss block gradient)", elements * sdk::dtype_size(grad),
                      loss_step, loss_step});
   }
-  return plan_liveness(lives);
+  return lives;
+}
+
+}  // namespace
+
+LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
+                              std::optional<DType> as_dtype) {
+  return plan_liveness(activation_lives(plan, ops, max_rows, as_dtype));
 }
 
 ChunkedLogits chunked_logits(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows) {
@@ -141,10 +152,20 @@ DeferredOutputPlan plan_deferred_outputs(const GraphPlan& plan, const Ops& ops,
   return out;
 }
 
-GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows) {
-  // Backward schedule: the loss is step 0, the node at forward position p is step n - p.
+namespace {
+
+// The gradient buffers: each node's slot (its offsets not placed yet) and the buffers' lives in
+// the backward schedule (the loss is step 0, the node at forward position p is step n - p), in
+// the planned dtypes and all in FP32; node r's gradient is buffer life_of[r] of both lists.
+struct GradientLives {
+  std::vector<GradientSlot> slots;
+  std::vector<BufferLife> planned, fp32;
+  std::vector<std::size_t> life_of;
+};
+
+GradientLives gradient_lives(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows) {
   const std::size_t n = ops.size();
-  GradientPlan out;
+  GradientLives out;
   std::vector<GradientSlot>& slots = out.slots;
   slots.assign(n, GradientSlot{});
   std::vector<int> first(n, std::numeric_limits<int>::max());
@@ -214,13 +235,97 @@ GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t 
     lives.push_back({ops[r]->name() + ".grad", elems * sdk::dtype_size(g.dtype), first[r], last});
     lives_fp32.push_back({ops[r]->name() + ".grad", elems * 4, first[r], last});
   }
-  out.planned = plan_liveness(lives);
-  out.fp32 = plan_liveness(lives_fp32);
-  for (std::size_t r = 0; r < n; ++r) {
-    if (slots[r].reads == 0) continue;
-    slots[r].offset = out.planned.offset[life_of[r]];
-    slots[r].offset_fp32 = out.fp32.offset[life_of[r]];
+  out.planned = std::move(lives);
+  out.fp32 = std::move(lives_fp32);
+  out.life_of = std::move(life_of);
+  return out;
+}
+
+}  // namespace
+
+GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows) {
+  GradientLives g = gradient_lives(plan, ops, max_rows);
+  GradientPlan out;
+  out.planned = plan_liveness(g.planned);
+  out.fp32 = plan_liveness(g.fp32);
+  out.slots = std::move(g.slots);
+  for (std::size_t r = 0; r < out.slots.size(); ++r) {
+    if (out.slots[r].reads == 0) continue;
+    out.slots[r].offset = out.planned.offset[g.life_of[r]];
+    out.slots[r].offset_fp32 = out.fp32.offset[g.life_of[r]];
   }
+  return out;
+}
+
+namespace {
+
+// The contributions a backward writes apart (StepMemoryPlan::contribution), found by walking the
+// backward as Executor::backward does: the same order, the same count of contributions written.
+void plan_contributions(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
+                        StepMemoryPlan& out) {
+  const std::size_t n = ops.size();
+  const std::vector<GradientSlot>& slots = out.gradients.slots;
+  const ChunkedLogits chunked = chunked_logits(plan, ops, max_rows);
+  std::vector<int> written(n, 0);
+  const TensorId sink = plan.root(plan.logits());
+  if (sink.is_node() && chunked.rows == 0) written[sink.position()] = 1;  // the loss wrote it
+  out.contribution.assign(n, {});
+  std::vector<std::size_t> apart;
+  for (std::size_t i = n; i-- > 0;) {
+    const PlannedNode& node = plan.node(i);
+    if (ops[i]->is_view() || !node.needs_grad) continue;
+    out.contribution[i].assign(node.inputs.size(), StepMemoryPlan::kNone);
+    if (chunked.rows > 0 && i == chunked.node) {
+      const TensorId root = plan.root(node.inputs[0]);
+      if (plan.needs_grad(root)) ++written[root.position()];
+      continue;
+    }
+    const DType dtype =
+        ops[i]->passes_gradient_through() ? slots[i].dtype : contribution_dtype(ops, i);
+    const int step = 2 * static_cast<int>(n) - static_cast<int>(i);
+    apart.clear();
+    for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+      const TensorId root = plan.root(node.inputs[k]);
+      if (!plan.needs_grad(root)) continue;
+      const std::size_t r = root.position();
+      if (contribution_goes_straight(slots[r].reads, written[r], dtype, slots[r].dtype)) {
+        ++written[r];
+        continue;
+      }
+      const auto elements = static_cast<std::size_t>(max_rows * plan.node(r).rows_per_sample *
+                                                     plan.node(r).shape.back());
+      out.contribution[i][k] = out.lives.size();
+      out.lives.push_back({ops[i]->name() + " input " + std::to_string(k) + " contribution",
+                           elements * sdk::dtype_size(dtype), step, step});
+      apart.push_back(r);
+    }
+    // Counted after the op, as the executor adds them in; whether the op added one itself instead
+    // changes no later decision (written_before only matters while it is 0).
+    for (std::size_t r : apart) ++written[r];
+  }
+}
+
+}  // namespace
+
+StepMemoryPlan plan_step_memory(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows) {
+  StepMemoryPlan out;
+  out.lives = activation_lives(plan, ops, max_rows, std::nullopt);
+  out.activation_buffers = out.lives.size();
+  out.activations = plan_liveness(out.lives);
+  out.gradients = plan_gradients(plan, ops, max_rows);
+  // A gradient's backward step s is the step schedule's n + s.
+  const GradientLives g = gradient_lives(plan, ops, max_rows);
+  const int n = static_cast<int>(ops.size());
+  for (BufferLife life : g.planned) {
+    life.first_step += n;
+    life.last_step += n;
+    out.lives.push_back(std::move(life));
+  }
+  plan_contributions(plan, ops, max_rows, out);
+  out.arena = plan_liveness(out.lives);
+  for (std::size_t r = 0; r < out.gradients.slots.size(); ++r)
+    if (out.gradients.slots[r].reads > 0)
+      out.gradients.slots[r].offset = out.arena.offset[out.activation_buffers + g.life_of[r]];
   return out;
 }
 

@@ -170,13 +170,18 @@ std::vector<MemoryItem> held_items(Trainer::State& s) {
                                 : std::to_string(rows) + " rows";
   add("input batch and labels", m.input, sized);
   const std::size_t fp32 = s.model->plan_activations(rows, DType::fp32).arena_bytes;
-  add("activations", m.activations,
-      m.activations + 4 < fp32 ? sized + "; " + memory_text(fp32) + " in fp32" : sized);
+  // One arena holds both; what each alone would take says what the sharing saved.
+  const StepMemoryPlan& plan = s.model->executor().step_plan();
+  std::string detail = sized + "; alone " + memory_text(plan.activations.arena_bytes) + " and " +
+                       memory_text(plan.gradients.planned.arena_bytes);
+  if (plan.activations.arena_bytes + 4 < fp32)
+    detail += "; the activations " + memory_text(fp32) + " in fp32";
+  add("activations and their gradients", m.activations, detail);
   // An arena of nothing is one word: "the rest" holds such noise.
   if (m.deferred_outputs >= 1024)
     add("outputs written only unfused", m.deferred_outputs, "the skipped-step replay's");
-  add("activation gradients", m.gradients,
-      m.gradients_fp32 ? "laid out all-fp32 too, for run.underflow_every" : std::string());
+  if (m.gradients_fp32 > 0)
+    add("activation gradients in fp32", m.gradients_fp32, "the run.underflow_every pass's");
   return items;
 }
 

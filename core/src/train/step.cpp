@@ -300,6 +300,9 @@ void run_each_step_path(Trainer::State& s, const std::function<void(std::string_
   forward_backward(s, request, 0, seed);
   after("forward and backward");
   if (s.e.run.underflow_every > 0 && s.precision.underflow_watch) {
+    // The backward wrote gradients over activations it had read for the last time: the pass
+    // reads a forward of its own, as a statistics step's comes before its backward.
+    model.forward(s.rank_batch);
     measure_gradient_underflow(model, s.rank_batch, seed);
     after("underflow measurement");
   }

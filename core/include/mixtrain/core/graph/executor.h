@@ -3,15 +3,19 @@
 //
 // Contract
 // - Built over a GraphPlan and its ops (both owned by the Model, which outlives it).
-//   allocate(max_rows) places every activation and gradient buffer: the ops' outputs in one
-//   activation arena, the gradients in one arena (graph/memory_plan.h), sized for the all-FP32
-//   gradient pass as well when `reserve_fp32_gradients`. A buffer the backend refuses (out of
-//   memory) raises sdk::BackendError naming the buffer and its bytes, the plans' predicted total
-//   for the batch (arenas, parameters, batch), what the backend held and the device's memory, and
-//   how to need less (graph/allocation_error.h); nothing has run then. The outputs an op writes
-//   only when it runs unfused (the non-finite replay) have their own arena from their own plan
-//   (plan_deferred_outputs), allocated here too: running unfused allocates nothing. memory() says
-//   what allocate() placed, in the bytes the backend counted (the memory report's items).
+//   allocate(max_rows) places every activation and gradient buffer: the ops' outputs and the
+//   gradients in their planned dtypes share one arena (plan_step_memory, graph/memory_plan.h), a
+//   gradient reusing the bytes of activations the backward has read for the last time; the
+//   all-FP32 gradient pass gets an arena of its own, up front when `reserve_fp32_gradients`.
+//   So a backward into the planned gradients overwrites activations: a second backward needs a
+//   new forward, and the all-FP32 pass (which writes its own arena) must come before it. A buffer
+//   the backend refuses (out of memory) raises sdk::BackendError naming the buffer and its bytes,
+//   the plans' predicted total for the batch (arenas, parameters, batch), what the backend held and
+//   the device's memory, and how to need less (graph/allocation_error.h); nothing has run then. The
+//   outputs an op writes only when it runs unfused (the non-finite replay) have their own arena
+//   from their own plan (plan_deferred_outputs), allocated here too: running unfused allocates
+//   nothing. memory() says what allocate() placed, in the bytes the backend counted (the memory
+//   report's items).
 // - Tensors are addressed by TensorId for one pass's Extent (a batch of samples, or a decode step
 //   of tokens): activation(t, e) and gradient(t, e, buffers) are [rows, cols] device views.
 // - forward(e, visit) runs every computing node in forward order; `visit` (optional) sees each
@@ -37,7 +41,8 @@
 //   read once gets its reader's contribution directly; one read several times sums its
 //   contributions in FP32 (the first overwrites; a later one is added by its op itself where the
 //   op can, layer.h's can_accumulate_input_gradient, and the backward has no visitor, else
-//   written apart and added). `visit` sees each node after its backward with
+//   written apart, in the step arena's buffer planned for it, and added). `visit` sees each node
+//   after its backward with
 //   its input gradients as written. The gradient-ready hook runs for each trainable parameter
 //   whose gradient is final after that node — only when last_micro_batch (a frozen one has none).
 // - start_gradients() makes every parameter's next contribution overwrite (a new optimizer step).
@@ -69,10 +74,9 @@ struct LossValues {
 // What allocate() placed, in bytes as the backend counted them.
 struct ExecutorMemory {
   std::size_t input = 0;             // the batch, its labels, the loss and the correct count
-  std::size_t activations = 0;       // the activation arena
+  std::size_t activations = 0;       // the step's arena: activations and their gradients
   std::size_t deferred_outputs = 0;  // the arena of outputs written only unfused
-  std::size_t gradients = 0;         // the gradient arena
-  bool gradients_fp32 = false;       // laid out for the all-FP32 pass as well
+  std::size_t gradients_fp32 = 0;    // the all-FP32 gradient arena, when reserved
 };
 
 // Where one backward writes its input gradients: the step's arena in the planned dtypes, or an
@@ -114,8 +118,9 @@ class Executor {
   sdk::TensorView loss_value() const { return loss_.view(); }
 
   GradientBuffers planned_gradients() const;
-  // The all-FP32 gradient arena: the planned arena when it was reserved for it, else `storage`
-  // (allocated here, released by the caller when done).
+  // The all-FP32 gradient arena: the one allocate() reserved, else `storage` (allocated here,
+  // released by the caller when done). Never the step's arena, so the pass leaves the
+  // activations as they were.
   GradientBuffers fp32_gradients(Tensor& storage);
 
   void forward(Extent e, const ForwardVisitor& visit = {});
@@ -133,8 +138,16 @@ class Executor {
   void set_gradient_ready_hook(GradientReadyHook hook) { grad_ready_ = std::move(hook); }
   bool has_gradient_ready_hook() const noexcept { return static_cast<bool>(grad_ready_); }
 
-  const LivenessPlan& activation_plan() const { return act_plan_; }
-  const LivenessPlan& gradient_plan() const { return grads_.planned; }
+  // The step's one arena, and the activations and the gradients each as an arena of their own
+  // would have placed them (for reports and tests).
+  const StepMemoryPlan& step_plan() const { return step_plan_; }
+  const LivenessPlan& activation_plan() const { return step_plan_.activations; }
+  const LivenessPlan& gradient_plan() const { return step_plan_.gradients.planned; }
+  // A check of the plan's lives, for tests: while on, the step's passes (forward, the loss and
+  // a backward into the planned gradients) fill each buffer of the step arena with NaN (all ones)
+  // once its last planned read has passed, so a read the plan did not list gives NaN instead of
+  // a stale value. Off by default; it costs a fill per buffer.
+  void set_poison_dead_buffers(bool on) { poison_ = on; }
   const DeferredOutputPlan& deferred_output_plan() const { return deferred_plan_; }
 
  private:
@@ -143,7 +156,14 @@ class Executor {
   // Node i's inputs for a pass of extent e, into xs.
   void gather_inputs(std::size_t i, Extent e, std::vector<sdk::TensorView>& xs) const;
   sdk::TensorView scratch(std::size_t slot, sdk::DType dtype, std::int64_t rows, std::int64_t cols);
+  // Where node's backward writes input's contribution apart: its planned buffer in the step arena
+  // (StepMemoryPlan::contribution), else (the all-FP32 pass) scratch.
+  sdk::TensorView contribution_buffer(std::size_t node, std::size_t input, sdk::DType dtype,
+                                      const sdk::TensorView& gradient, bool all_fp32);
   void bind_ties();
+  // set_poison_dead_buffers: the buffers in order of their last step, and the pass's cursor.
+  void plan_poisoning();
+  void poison_through(int step);
 
   std::shared_ptr<sdk::DeviceBackend> backend_;
   BoundFacets facets_;  // bound once, by the constructor: the loss and the step's kernels
@@ -157,12 +177,16 @@ class Executor {
   Tensor loss_parts_, correct_parts_;
   std::int64_t last_loss_blocks_ = 0;  // blocks of the last compute_loss; 0: computed whole
   bool logits_stale_ = false;          // the last forward skipped the chunked logits node
-  LivenessPlan act_plan_;
+  StepMemoryPlan step_plan_;
   DeferredOutputPlan deferred_plan_;
-  GradientPlan grads_;
+  // act_arena_: the step's arena (activations and planned gradients); grad_arena_: the all-FP32
+  // gradients', allocated only when reserved.
   Tensor act_arena_, deferred_arena_, grad_arena_;
+  bool poison_ = false;
+  std::vector<std::size_t> deaths_;
+  std::size_t next_death_ = 0;
   bool fp32_reserved_ = false;
-  std::vector<Tensor> scratch_;  // contributions that need a cast or an add
+  std::vector<Tensor> scratch_;  // the all-FP32 pass's contributions that need a cast or an add
   GradientReadyHook grad_ready_;
   // Per node: the trainable parameters whose gradient is final after its backward (their first
   // user in forward order is this node).

@@ -7,7 +7,8 @@
 //   step 2n - p. An output lives from its forward to its last read (a forward read, the backward
 //   of a reader that keeps its inputs, its own backward when that reads it, the loss for the
 //   logits). Views and deferred outputs take no activation bytes.
-// - Gradients: one buffer per root tensor that needs one. A tensor read once gets its reader's
+// - Gradients: one buffer per root tensor that needs one, written first at the backward of its
+//   last reader and read last at its producer's backward. A tensor read once gets its reader's
 //   activation_grad dtype; one read several times keeps an FP32 gradient. A pass-through op (add)
 //   lends its output gradient's buffer to one input read by it alone in the same dtype, so a
 //   chain of adds shares one buffer. The same lives are also planned all in FP32 (the underflow
@@ -29,6 +30,10 @@
 //   need no gradient buffer, its input gradients are written at the loss step, and the activation
 //   plan ends with two buffers live at the loss step only: one block of logits and one of their
 //   gradient, in that order.
+// - The step (plan_step_memory) places both in one arena. Its lives must be the reads the ops
+//   make: a backward that read an activation past its declared last read would read a gradient
+//   written over it. Executor::set_poison_dead_buffers fills every buffer whose life ended with
+//   NaN, so such a read shows (tests/unit/core/graph/test_step_arena.cpp).
 // - Pure functions of the plan and the ops' precision; they allocate nothing.
 #pragma once
 
@@ -93,5 +98,37 @@ struct GradientPlan {
 };
 
 GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows);
+
+// The training step's arena: the activations and the planned-dtype gradients in one liveness
+// plan over one schedule (a gradient's backward step s is step n + s), so a gradient takes the
+// bytes of activations whose last read has passed, as a caching allocator reuses the saved
+// tensors it frees during a backward. The all-FP32 gradients keep an arena of their own.
+struct StepMemoryPlan {
+  // The buffers, in arena.offset's order: plan_activations' (chunked-loss blocks last), then
+  // plan_gradients' planned ones, in the step schedule, then the contributions written apart.
+  std::vector<BufferLife> lives;
+  LivenessPlan arena;
+  std::size_t activation_buffers = 0;  // lives[0, activation_buffers): the activations
+  LivenessPlan activations;            // the activations alone: what an arena of their own took
+  GradientPlan gradients;              // slots[r].offset: in `arena`; its `planned`: alone
+  // contribution[i][k]: the buffer (an index into `lives`) where node i's backward writes input
+  // k's gradient contribution apart, live at that backward's step only; kNone where it goes
+  // straight into the gradient (contribution_goes_straight). Also where the op adds it into the
+  // FP32 sum itself, since a backward with a visitor (the non-finite replay) writes it apart.
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::vector<std::vector<std::size_t>> contribution;
+};
+
+// Whether a backward writes a gradient contribution straight into the tensor's gradient buffer:
+// its only contribution, or the first of several when it and the buffer are both FP32. Otherwise
+// it is written apart, then cast (the first) or added (the rest) into the FP32 sum; the executor
+// and the plan decide it here, alike.
+constexpr bool contribution_goes_straight(int reads, int written_before, sdk::DType contribution,
+                                          sdk::DType buffer) {
+  return reads == 1 ||
+         (written_before == 0 && contribution == sdk::DType::fp32 && buffer == sdk::DType::fp32);
+}
+
+StepMemoryPlan plan_step_memory(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows);
 
 }  // namespace mixtrain::core

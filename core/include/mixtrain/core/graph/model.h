@@ -86,8 +86,8 @@ class Model {
   std::int64_t labels_per_sample() const { return plan_.input().labels_per_sample; }
 
   // Checks the backend first (check_backend), then allocates every buffer once. With
-  // reserve_fp32_gradients the gradient arena is also sized for the all-FP32 pass of
-  // measure_gradient_underflow (diagnostics.h), which then reuses it.
+  // reserve_fp32_gradients the all-FP32 pass of measure_gradient_underflow (diagnostics.h) gets
+  // its gradient arena up front, and reuses it.
   void allocate(std::int64_t max_rows, bool reserve_fp32_gradients = false);
   // The chunked loss's block (ModelSpec::loss_chunk_rows unless set here, before allocate(); 0
   // computes the logits whole), and what allocate() decided (Executor::loss_chunking()).
