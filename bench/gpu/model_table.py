@@ -20,10 +20,13 @@ gradient and weight gradient of every GEMM and convolution; no recomputation cou
             PaLM's and nanoGPT's MFU do not).
 MFU = model FLOP/s ÷ --peak-tflops (default 989.4: H100/H200 SXM dense BF16) for every row.
 Peak memory: mixtrain's summary.json peak_memory_bytes; PyTorch's torch.cuda.max_memory_allocated().
+Predicted: the peak `mixtrain check` predicted for the same run (check-<policy>.txt), so a GPU run
+shows how far the memory plan's forecast is from the device allocator's count.
 """
 import argparse
 import json
 import os
+import re
 import statistics
 
 NAMES = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16-mixed", "fp16": "fp16-mixed",
@@ -57,6 +60,16 @@ def gpt_forward_flops_per_token(layers, width, tokens, vocab):
     return 2 * (12 * layers * width * width + width * vocab) + 4 * layers * tokens * width
 
 
+def predicted_peak(work, p):
+    """The bytes of check-<p>.txt's "predicted peak" line, or None."""
+    try:
+        text = open(os.path.join(work, f"check-{p}.txt")).read()
+    except OSError:
+        return None
+    m = re.search(r"predicted peak\s.*\((\d+) bytes\)", text)
+    return int(m.group(1)) if m else None
+
+
 def mixtrain_row(work, p, per_sample):
     run = os.path.join(work, f"mixtrain-{p}")
     base, *extras = p.split("+")
@@ -73,7 +86,8 @@ def mixtrain_row(work, p, per_sample):
     if not w:
         return {"name": name, "error": "no timed windows in metrics.jsonl"}
     return {"name": name, "fw": "mixtrain", "key": p, "rate": statistics.median(w),
-            "peak": s.get("peak_memory_bytes"), "loss": s.get("final_loss")}
+            "peak": s.get("peak_memory_bytes"), "predicted": predicted_peak(work, p),
+            "loss": s.get("final_loss")}
 
 
 def torch_row(work, m, unit):
@@ -136,17 +150,18 @@ def main():
     print(f"{what}; {flop_per_unit / 1e9:.2f} GFLOP of model math per {unit[:-1]} (training); MFU "
           f"against {a.peak_tflops:g} TFLOP/s.")
     print()
-    cols = ["run", f"{unit}/s", "model TFLOP/s", "MFU", "peak mem MiB", "vs PyTorch AMP bf16",
-            "vs mixtrain bf16", "final loss"]
+    cols = ["run", f"{unit}/s", "model TFLOP/s", "MFU", "peak mem MiB", "predicted MiB",
+            "vs PyTorch AMP bf16", "vs mixtrain bf16", "final loss"]
     table = []
     for r in rows:
         if "error" in r:
-            table.append([r["name"], "failed", "-", "-", "-", "-", "-", r["error"]])
+            table.append([r["name"], "failed", "-", "-", "-", "-", "-", "-", r["error"]])
             continue
         tflops = r["rate"] * flop_per_unit / 1e12
         table.append([r["name"], f"{r['rate']:.0f}", f"{tflops:.1f}",
                       f"{100.0 * tflops / a.peak_tflops:.1f}%",
                       f"{r['peak'] / MiB:.0f}" if r.get("peak") else "-",
+                      f"{r['predicted'] / MiB:.0f}" if r.get("predicted") else "-",
                       ratio(r["rate"], tbf16 and tbf16["rate"]),
                       ratio(r["rate"], mbf16 and mbf16["rate"]),
                       f"{r['loss']:.4f}" if isinstance(r.get("loss"), (int, float)) else "-"])
