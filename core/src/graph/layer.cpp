@@ -35,18 +35,6 @@ void Layer::set_operand_scaling(sdk::PrecisionPolicy* policy) {
   if (operand_scaler_ != nullptr) operand_scaler_->set_policy(policy);
 }
 
-void Layer::flush_operand_amaxes() {
-  if (operand_scaler_ != nullptr) operand_scaler_->flush(*backend_);
-}
-
-void Layer::pending_operand_amaxes(std::vector<float>& out) const {
-  if (operand_scaler_ != nullptr) operand_scaler_->pending_amaxes(*backend_, out);
-}
-
-std::size_t Layer::record_operand_amaxes(std::span<const float> values) {
-  return operand_scaler_ != nullptr ? operand_scaler_->record_amaxes(values) : 0;
-}
-
 void Layer::begin_micro_batch(std::int64_t index, std::int64_t step) {
   step_ = step;
   micro_batch_ = index;

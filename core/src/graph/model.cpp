@@ -2,6 +2,7 @@
 #include "mixtrain/core/graph/model.h"
 
 #include "graph/backend_check.h"
+#include "graph/ops/operand_scaler.h"
 #include "mixtrain/core/graph/memory_plan.h"
 
 namespace mixtrain::core {
@@ -22,6 +23,7 @@ void Model::check_backend() const {
 void Model::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
   check_backend();
   executor_.allocate(max_rows, reserve_fp32_gradients, loss_chunk_rows_);
+  bind_operand_amaxes();
   set_mode(mode_);
 }
 
@@ -87,16 +89,40 @@ std::int64_t Model::fused_pairs() const {
   return n;
 }
 
+void Model::bind_operand_amaxes() {
+  std::vector<OperandScaler*> scalers;
+  for (auto& l : ops_)
+    if (OperandScaler* s = l->operand_scaler()) scalers.push_back(s);
+  operand_amaxes_ = Tensor();
+  if (scalers.empty()) return;
+  const auto count = static_cast<std::int64_t>(scalers.size());
+  operand_amaxes_ = Tensor(backend_, sdk::DType::fp32, sdk::Shape{3 * count});
+  backend_->fill(operand_amaxes_.view(), 0.0f);
+  for (std::size_t i = 0; i < scalers.size(); ++i)
+    scalers[i]->bind_amaxes({static_cast<float*>(operand_amaxes_.view().data) + 3 * i,
+                             sdk::DType::fp32, sdk::Shape{3}});
+}
+
 void Model::flush_operand_amaxes(const std::function<void(std::span<float>)>& reduce) {
-  if (!reduce) {
-    for (auto& l : ops_) l->flush_operand_amaxes();
-    return;
+  std::vector<OperandScaler*> scalers;
+  bool pending = false;
+  for (auto& l : ops_)
+    if (OperandScaler* s = l->operand_scaler()) {
+      scalers.push_back(s);
+      pending = pending || s->amaxes_pending();
+    }
+  // One read of the table for every layer's amaxes: on a GPU each read is a wait.
+  std::vector<float> host, amaxes;
+  if (pending) {
+    host.resize(static_cast<std::size_t>(operand_amaxes_.view().numel()));
+    backend_->copy_to_host(host.data(), operand_amaxes_.view());
+    for (std::size_t i = 0; i < scalers.size(); ++i)
+      scalers[i]->pending_amaxes(host.data() + 3 * i, amaxes);
+    if (reduce) reduce(amaxes);
   }
-  std::vector<float> amaxes;
-  for (auto& l : ops_) l->pending_operand_amaxes(amaxes);
-  reduce(amaxes);
   std::size_t at = 0;
-  for (auto& l : ops_) at += l->record_operand_amaxes(std::span<const float>(amaxes).subspan(at));
+  for (OperandScaler* s : scalers)
+    at += s->record_amaxes(std::span<const float>(amaxes).subspan(at));
 }
 
 std::vector<ModelParameter*> Model::parameters() {

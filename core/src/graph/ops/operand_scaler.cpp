@@ -1,6 +1,7 @@
 #include "graph/ops/operand_scaler.h"
 
 #include <cmath>
+#include <stdexcept>
 
 namespace mixtrain::core {
 
@@ -34,9 +35,10 @@ sdk::GemmOperand OperandScaler::last(sdk::OperandRole role, sdk::Shape shape) co
 sdk::GemmOperand OperandScaler::scale(const std::shared_ptr<sdk::DeviceBackend>& backend,
                                       TensorView src, sdk::OperandRole role,
                                       std::vector<Layer::ScaledOperandStats>* stats) {
-  if (amax_.empty()) {
-    amax_ = Tensor(backend, DType::fp32, sdk::Shape{3});
-    backend->fill(amax_.view(), 0.0f);
+  if (amax_view_.data == nullptr) {
+    own_amax_ = Tensor(backend, DType::fp32, sdk::Shape{3});
+    backend->fill(own_amax_.view(), 0.0f);
+    amax_view_ = own_amax_.view();
   }
   const int slot = role_slot(role);
   ScaledOperand& dst = copies_[slot];
@@ -45,7 +47,7 @@ sdk::GemmOperand OperandScaler::scale(const std::shared_ptr<sdk::DeviceBackend>&
       weight_numel_ == src.numel())
     return {TensorView{dst.data.view().data, dst.data.dtype(), src.shape}, false, dst.scale_inv};
   const sdk::OperandSlot& operand = slots_[static_cast<std::size_t>(slot)];
-  const TensorView amax_slot{static_cast<float*>(amax_.view().data) + slot, DType::fp32,
+  const TensorView amax_slot{static_cast<float*>(amax_view_.data) + slot, DType::fp32,
                              sdk::Shape{1}};
   const bool current = policy_->wants_current_amax();
   float measured = 0.0f;
@@ -111,18 +113,23 @@ sdk::GemmOperand OperandScaler::scale(const std::shared_ptr<sdk::DeviceBackend>&
   return {out, false, s.scale_inv};
 }
 
-void OperandScaler::pending_amaxes(sdk::DeviceBackend& backend, std::vector<float>& out) const {
-  if (policy_ == nullptr || amax_.empty()) return;
-  if (!amax_pending_[0] && !amax_pending_[1] && !amax_pending_[2]) return;
-  float host[3] = {0.0f, 0.0f, 0.0f};
-  backend.copy_to_host(host, amax_.view());
+void OperandScaler::bind_amaxes(TensorView three) {
+  if (three.numel() != 3 || three.dtype != DType::fp32)
+    throw std::logic_error("OperandScaler::bind_amaxes: needs an fp32 [3] view");
+  amax_view_ = three;
+  own_amax_ = Tensor();
+  for (bool& p : amax_pending_) p = false;  // the table starts at zero
+}
+
+void OperandScaler::pending_amaxes(const float* host, std::vector<float>& out) const {
+  if (policy_ == nullptr) return;
   for (int i = 0; i < 3; ++i)
     if (amax_pending_[i]) out.push_back(host[i]);
 }
 
 std::size_t OperandScaler::record_amaxes(std::span<const float> values) {
   weight_source_ = nullptr;  // the step's casts are done: the optimizer may change the weights
-  if (policy_ == nullptr || amax_.empty()) return 0;
+  if (policy_ == nullptr) return 0;
   std::size_t taken = 0;
   for (int i = 0; i < 3; ++i) {
     if (!amax_pending_[i]) continue;
@@ -130,19 +137,6 @@ std::size_t OperandScaler::record_amaxes(std::span<const float> values) {
     policy_->record_amax(slots_[static_cast<std::size_t>(i)], values[taken++]);
   }
   return taken;
-}
-
-void OperandScaler::flush(sdk::DeviceBackend& backend) {
-  weight_source_ = nullptr;  // the step's casts are done: the optimizer may change the weights
-  if (policy_ == nullptr || amax_.empty()) return;
-  if (!amax_pending_[0] && !amax_pending_[1] && !amax_pending_[2]) return;
-  float host[3] = {0.0f, 0.0f, 0.0f};
-  backend.copy_to_host(host, amax_.view());
-  for (int i = 0; i < 3; ++i) {
-    if (!amax_pending_[i]) continue;
-    amax_pending_[i] = false;
-    policy_->record_amax(slots_[static_cast<std::size_t>(i)], host[i]);
-  }
 }
 
 }  // namespace mixtrain::core

@@ -235,11 +235,9 @@ class Layer {
   virtual bool set_block_scaling(const sdk::BlockScalingFacet* /*facet*/) { return false; }
   // Whether this op's GEMMs run on block-scaled operands (set_block_scaling took a facet).
   virtual bool block_scaled() const { return false; }
-  // Delayed FP8 scaling: hands the amaxes measured by this step's casts to the policy.
-  void flush_operand_amaxes();
-  // flush_operand_amaxes in two halves, for a reduction between them (OperandScaler's).
-  void pending_operand_amaxes(std::vector<float>& out) const;
-  std::size_t record_operand_amaxes(std::span<const float> values);
+  // The op's FP8 operand scaler (nullptr: none): the model binds its amaxes into one table and
+  // hands them to the policy (Model::flush_operand_amaxes).
+  OperandScaler* operand_scaler() const { return operand_scaler_; }
   // Called at the start of every micro-batch (index 0 opens an optimizer step `step`): the FP8
   // amax of delayed scaling spans the step, and random ops (dropout) key their draws on
   // (step, index), which a resumed run restores and a replay of the step does not advance.

@@ -130,7 +130,8 @@ class Model {
   void set_epilogue_fusion(bool on);
   std::int64_t fused_pairs() const;
   // Hands the amaxes of this step's delayed-scaling FP8 casts to the precision policy; call once
-  // per step before PrecisionPolicy::on_step_end (it reads a device buffer per FP8 layer).
+  // per step before PrecisionPolicy::on_step_end. Every FP8 layer's amaxes live in one device
+  // table that allocate() binds: one read for all of them, none when no cast is pending.
   // `reduce`, when given, sees every pending amax of the step in one buffer first and may change
   // them (data parallel: the max over the ranks, so every rank's scales stay the same).
   void flush_operand_amaxes(const std::function<void(std::span<float>)>& reduce = {});
@@ -178,6 +179,9 @@ class Model {
   Mode mode_ = Mode::train;
   float label_smoothing_ = 0.0f;
   std::int64_t loss_chunk_rows_ = 0;
+  // fp32 [3 per op with an FP8 operand scaler]: their delayed-scaling amaxes, read at once.
+  Tensor operand_amaxes_;
+  void bind_operand_amaxes();
   // The micro-batch begin_micro_batch() opened, until its backward.
   struct MicroBatch {
     bool last = true;
