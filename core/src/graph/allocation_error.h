@@ -18,10 +18,9 @@ struct MemoryForecast {
   std::int64_t max_rows = 0;
   std::size_t input = 0;            // the batch and its labels
   std::size_t activations = 0;      // the step's arena: activations and their gradients
-  std::size_t gradients = 0;        // the all-FP32 gradient arena, when reserved
   std::size_t parameters = 0;       // FP32 masters and gradients, low-precision working copies
   bool activations_narrow = false;  // the activation plan already stores narrower than fp32
-  std::size_t total() const { return input + activations + gradients + parameters; }
+  std::size_t total() const { return input + activations + parameters; }
 };
 
 // "312.0 MiB", "1.25 GiB", "512 bytes".

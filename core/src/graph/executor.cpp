@@ -35,7 +35,7 @@ std::size_t owned_parameter_bytes(const Layer& op, bool count_working) {
 
 // What the plans predict for batches of max_rows rows, arenas given.
 MemoryForecast forecast_memory(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
-                               std::size_t activations, std::size_t gradients) {
+                               std::size_t activations) {
   const InputSpec& in = plan.input();
   MemoryForecast forecast;
   forecast.max_rows = max_rows;
@@ -43,7 +43,6 @@ MemoryForecast forecast_memory(const GraphPlan& plan, const Ops& ops, std::int64
       static_cast<std::size_t>(max_rows * plan.input_features()) * sdk::dtype_size(in.dtype) +
       static_cast<std::size_t>(max_rows * in.labels_per_sample) * 4;
   forecast.activations = activations;
-  forecast.gradients = gradients;
   for (const auto& op : ops) forecast.parameters += owned_parameter_bytes(*op, true);
   return forecast;
 }
@@ -97,13 +96,11 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
   last_loss_blocks_ = 0;
   logits_stale_ = false;
   // The plans first (pure), so a refused allocation can be reported against the whole of them.
-  step_plan_ = plan_step_memory(plan_, ops_, max_rows);
+  step_plan_ = plan_step_memory(plan_, ops_, max_rows, reserve_fp32_gradients);
   deferred_plan_ = plan_deferred_outputs(plan_, ops_, max_rows);
   fp32_reserved_ = reserve_fp32_gradients;
-  const std::size_t fp32_bytes = reserve_fp32_gradients ? step_plan_.gradients.fp32.arena_bytes : 0;
-  const MemoryForecast forecast =
-      forecast_memory(plan_, ops_, max_rows,
-                      step_plan_.arena.arena_bytes + deferred_plan_.plan.arena_bytes, fp32_bytes);
+  const MemoryForecast forecast = forecast_memory(
+      plan_, ops_, max_rows, step_plan_.arena.arena_bytes + deferred_plan_.plan.arena_bytes);
   const LivenessPlan& arena_plan = step_plan_.arena;
   // Allocates through `make`; a BackendError (out of memory, most often) is reported with the
   // buffer, its bytes and the forecast.
@@ -176,10 +173,6 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
     blocks_.correct_parts = correct_parts_.view();
   }
   bind_ties();
-  grad_arena_ = Tensor();
-  if (reserve_fp32_gradients)
-    allocating("the all-FP32 gradient arena (run.underflow_every)", fp32_bytes,
-               [&] { grad_arena_ = arena(backend_, std::max<std::size_t>(fp32_bytes, 4)); });
   plan_poisoning();
 }
 
@@ -189,7 +182,6 @@ ExecutorMemory Executor::memory() const {
   if (!loss_parts_.empty()) m.input += loss_parts_.bytes() + correct_parts_.bytes();
   m.activations = act_arena_.bytes();
   m.deferred_outputs = deferred_arena_.bytes();
-  m.gradients_fp32 = grad_arena_.empty() ? 0 : grad_arena_.bytes();
   return m;
 }
 
@@ -227,8 +219,10 @@ GradientBuffers Executor::fp32_gradients(Tensor& storage) {
     storage = Tensor(
         backend_, DType::fp32,
         sdk::Shape{static_cast<std::int64_t>(step_plan_.gradients.fp32.arena_bytes / 4 + 1)});
-  const Tensor& arena = fp32_reserved_ ? grad_arena_ : storage;
-  return {static_cast<std::byte*>(arena.view().data), true};
+  if (!fp32_reserved_) return {static_cast<std::byte*>(storage.view().data), true};
+  return {static_cast<std::byte*>(act_arena_.view().data) +
+              step_plan_.arena.offset[step_plan_.fp32_gradients],
+          true};
 }
 
 TensorView Executor::gradient(TensorId t, Extent e, const GradientBuffers& buffers) const {
@@ -238,17 +232,23 @@ TensorView Executor::gradient(TensorId t, Extent e, const GradientBuffers& buffe
 }
 
 TensorView Executor::contribution_buffer(std::size_t node, std::size_t input, DType dtype,
-                                         const TensorView& gradient, bool all_fp32) {
+                                         const TensorView& gradient,
+                                         const GradientBuffers& buffers) {
   const std::int64_t rows = gradient.shape.rows(), cols = gradient.shape.cols();
-  const auto& planned = step_plan_.contribution[node];
-  const std::size_t k = input < planned.size() ? planned[input] : StepMemoryPlan::kNone;
-  // The all-FP32 pass writes its contributions in FP32, wider than planned: apart, as it reads
-  // the step arena's activations (executor.h).
-  if (all_fp32 || k == StepMemoryPlan::kNone ||
-      step_plan_.lives[k].bytes < static_cast<std::size_t>(rows * cols) * sdk::dtype_size(dtype))
-    return scratch(input, dtype, rows, cols);
-  return {static_cast<std::byte*>(act_arena_.view().data) + step_plan_.arena.offset[k], dtype,
-          sdk::Shape{rows, cols}};
+  const sdk::Shape shape{rows, cols};
+  const auto planned_at = [&](const std::vector<std::vector<std::size_t>>& plan) {
+    return input < plan[node].size() ? plan[node][input] : kNoBuffer;
+  };
+  if (buffers.all_fp32) {
+    // In the all-FP32 pass's arena, at the offset its plan gave.
+    const std::size_t at = planned_at(step_plan_.gradients.fp32_contribution);
+    if (at != kNoBuffer) return {buffers.base + at, dtype, shape};
+  } else if (const std::size_t k = planned_at(step_plan_.contribution); k != kNoBuffer) {
+    return {static_cast<std::byte*>(act_arena_.view().data) + step_plan_.arena.offset[k], dtype,
+            shape};
+  }
+  // Unplanned (a contribution the walk of the plan did not foresee): a buffer of its own.
+  return scratch(input, dtype, rows, cols);
 }
 
 TensorView Executor::scratch(std::size_t slot, DType dtype, std::int64_t rows, std::int64_t cols) {
@@ -457,7 +457,7 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
         accumulate[k] = true;
         ++written[r];
       } else {
-        dxs.push_back(contribution_buffer(i, k, dtype, g, buffers.all_fp32));
+        dxs.push_back(contribution_buffer(i, k, dtype, g, buffers));
         pending.push_back({k, r, g});
       }
     }

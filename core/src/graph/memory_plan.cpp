@@ -241,13 +241,86 @@ GradientLives gradient_lives(const GraphPlan& plan, const Ops& ops, std::int64_t
   return out;
 }
 
+// The contributions a backward writes apart, found by walking the backward as
+// Executor::backward does (the same order, the same count of contributions written): apart(i, k,
+// bytes) for node i's input k. all_fp32: the underflow pass's backward, where every contribution
+// and every gradient buffer is FP32.
+template <class Apart>
+void walk_contributions(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
+                        const std::vector<GradientSlot>& slots, bool all_fp32, Apart&& apart) {
+  const std::size_t n = ops.size();
+  const ChunkedLogits chunked = chunked_logits(plan, ops, max_rows);
+  std::vector<int> written(n, 0);
+  const TensorId sink = plan.root(plan.logits());
+  if (sink.is_node() && chunked.rows == 0) written[sink.position()] = 1;  // the loss wrote it
+  std::vector<std::size_t> later;
+  for (std::size_t i = n; i-- > 0;) {
+    const PlannedNode& node = plan.node(i);
+    if (ops[i]->is_view() || !node.needs_grad) continue;
+    if (chunked.rows > 0 && i == chunked.node) {
+      const TensorId root = plan.root(node.inputs[0]);
+      if (plan.needs_grad(root)) ++written[root.position()];
+      continue;
+    }
+    const DType dtype = all_fp32                            ? DType::fp32
+                        : ops[i]->passes_gradient_through() ? slots[i].dtype
+                                                            : contribution_dtype(ops, i);
+    later.clear();
+    for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+      const TensorId root = plan.root(node.inputs[k]);
+      if (!plan.needs_grad(root)) continue;
+      const std::size_t r = root.position();
+      const DType buffer = all_fp32 ? DType::fp32 : slots[r].dtype;
+      if (contribution_goes_straight(slots[r].reads, written[r], dtype, buffer)) {
+        ++written[r];
+        continue;
+      }
+      const auto elements = static_cast<std::size_t>(max_rows * plan.node(r).rows_per_sample *
+                                                     plan.node(r).shape.back());
+      apart(i, k, elements * sdk::dtype_size(dtype));
+      later.push_back(r);
+    }
+    // Counted after the op, as the executor adds them in; whether the op added one itself instead
+    // changes no later decision (written_before only matters while it is 0).
+    for (std::size_t r : later) ++written[r];
+  }
+}
+
+// A buffer per contribution written apart, live at its node's backward step (step_of(i)), into
+// `lives`; its index there in index[i][k], kNoBuffer for the others.
+template <class StepOf>
+void plan_contributions(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
+                        const std::vector<GradientSlot>& slots, bool all_fp32, StepOf step_of,
+                        std::vector<BufferLife>& lives,
+                        std::vector<std::vector<std::size_t>>& index) {
+  index.assign(ops.size(), {});
+  walk_contributions(
+      plan, ops, max_rows, slots, all_fp32, [&](std::size_t i, std::size_t k, std::size_t bytes) {
+        if (index[i].empty()) index[i].assign(plan.node(i).inputs.size(), kNoBuffer);
+        index[i][k] = lives.size();
+        const int step = step_of(i);
+        lives.push_back(
+            {ops[i]->name() + " input " + std::to_string(k) + " contribution", bytes, step, step});
+      });
+}
+
 }  // namespace
 
 GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows) {
   GradientLives g = gradient_lives(plan, ops, max_rows);
   GradientPlan out;
   out.planned = plan_liveness(g.planned);
+  // The all-FP32 pass's contributions written apart live in its arena too.
+  const int n = static_cast<int>(ops.size());
+  std::vector<std::vector<std::size_t>> apart;
+  plan_contributions(
+      plan, ops, max_rows, g.slots, true, [n](std::size_t i) { return n - static_cast<int>(i); },
+      g.fp32, apart);
   out.fp32 = plan_liveness(g.fp32);
+  out.fp32_contribution = std::move(apart);
+  for (auto& node : out.fp32_contribution)
+    for (std::size_t& k : node)
+      if (k != kNoBuffer) k = out.fp32.offset[k];
   out.slots = std::move(g.slots);
   for (std::size_t r = 0; r < out.slots.size(); ++r) {
     if (out.slots[r].reads == 0) continue;
@@ -257,57 +330,8 @@ GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t 
   return out;
 }
 
-namespace {
-
-// The contributions a backward writes apart (StepMemoryPlan::contribution), found by walking the
-// backward as Executor::backward does: the same order, the same count of contributions written.
-void plan_contributions(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
-                        StepMemoryPlan& out) {
-  const std::size_t n = ops.size();
-  const std::vector<GradientSlot>& slots = out.gradients.slots;
-  const ChunkedLogits chunked = chunked_logits(plan, ops, max_rows);
-  std::vector<int> written(n, 0);
-  const TensorId sink = plan.root(plan.logits());
-  if (sink.is_node() && chunked.rows == 0) written[sink.position()] = 1;  // the loss wrote it
-  out.contribution.assign(n, {});
-  std::vector<std::size_t> apart;
-  for (std::size_t i = n; i-- > 0;) {
-    const PlannedNode& node = plan.node(i);
-    if (ops[i]->is_view() || !node.needs_grad) continue;
-    out.contribution[i].assign(node.inputs.size(), StepMemoryPlan::kNone);
-    if (chunked.rows > 0 && i == chunked.node) {
-      const TensorId root = plan.root(node.inputs[0]);
-      if (plan.needs_grad(root)) ++written[root.position()];
-      continue;
-    }
-    const DType dtype =
-        ops[i]->passes_gradient_through() ? slots[i].dtype : contribution_dtype(ops, i);
-    const int step = 2 * static_cast<int>(n) - static_cast<int>(i);
-    apart.clear();
-    for (std::size_t k = 0; k < node.inputs.size(); ++k) {
-      const TensorId root = plan.root(node.inputs[k]);
-      if (!plan.needs_grad(root)) continue;
-      const std::size_t r = root.position();
-      if (contribution_goes_straight(slots[r].reads, written[r], dtype, slots[r].dtype)) {
-        ++written[r];
-        continue;
-      }
-      const auto elements = static_cast<std::size_t>(max_rows * plan.node(r).rows_per_sample *
-                                                     plan.node(r).shape.back());
-      out.contribution[i][k] = out.lives.size();
-      out.lives.push_back({ops[i]->name() + " input " + std::to_string(k) + " contribution",
-                           elements * sdk::dtype_size(dtype), step, step});
-      apart.push_back(r);
-    }
-    // Counted after the op, as the executor adds them in; whether the op added one itself instead
-    // changes no later decision (written_before only matters while it is 0).
-    for (std::size_t r : apart) ++written[r];
-  }
-}
-
-}  // namespace
-
-StepMemoryPlan plan_step_memory(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows) {
+StepMemoryPlan plan_step_memory(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
+                                bool with_fp32_gradients) {
   StepMemoryPlan out;
   out.lives = activation_lives(plan, ops, max_rows, std::nullopt);
   out.activation_buffers = out.lives.size();
@@ -321,7 +345,21 @@ StepMemoryPlan plan_step_memory(const GraphPlan& plan, const Ops& ops, std::int6
     life.last_step += n;
     out.lives.push_back(std::move(life));
   }
-  plan_contributions(plan, ops, max_rows, out);
+  plan_contributions(
+      plan, ops, max_rows, out.gradients.slots, false,
+      [n](std::size_t i) { return 2 * n - static_cast<int>(i); }, out.lives, out.contribution);
+  if (with_fp32_gradients) {
+    // The all-FP32 pass runs after the forward's last op and before the step's own loss: live
+    // at that op's step, beside every activation the backward or the loss reads, and free for
+    // the planned gradients from the loss on. The chunked loss's blocks, which that pass writes
+    // too, then live from that step as well (the activations' last two buffers).
+    out.fp32_gradients = out.lives.size();
+    out.lives.push_back(
+        {"all-fp32 gradients (run.underflow_every)", out.gradients.fp32.arena_bytes, n - 1, n - 1});
+    if (chunked_logits(plan, ops, max_rows).rows > 0)
+      for (std::size_t b = out.activation_buffers - 2; b < out.activation_buffers; ++b)
+        out.lives[b].first_step = n - 1;
+  }
   out.arena = plan_liveness(out.lives);
   for (std::size_t r = 0; r < out.gradients.slots.size(); ++r)
     if (out.gradients.slots[r].reads > 0)

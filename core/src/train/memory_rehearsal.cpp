@@ -176,12 +176,13 @@ std::vector<MemoryItem> held_items(Trainer::State& s) {
                        memory_text(plan.gradients.planned.arena_bytes);
   if (plan.activations.arena_bytes + 4 < fp32)
     detail += "; the activations " + memory_text(fp32) + " in fp32";
+  if (plan.fp32_gradients != StepMemoryPlan::kNone)
+    detail += "; with the run.underflow_every pass's fp32 gradients (" +
+              memory_text(plan.lives[plan.fp32_gradients].bytes) + ")";
   add("activations and their gradients", m.activations, detail);
   // An arena of nothing is one word: "the rest" holds such noise.
   if (m.deferred_outputs >= 1024)
     add("outputs written only unfused", m.deferred_outputs, "the skipped-step replay's");
-  if (m.gradients_fp32 > 0)
-    add("activation gradients in fp32", m.gradients_fp32, "the run.underflow_every pass's");
   return items;
 }
 

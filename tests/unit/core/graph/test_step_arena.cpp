@@ -38,11 +38,12 @@ sdk::OpPrecision every(DType d) {
 
 struct Family {
   std::string name;
-  std::function<std::unique_ptr<Model>()> make;  // allocated, initialised, fed
+  // Allocated (the all-FP32 pass's gradients reserved in the arena when asked), initialised, fed.
+  std::function<std::unique_ptr<Model>(bool reserve_fp32)> make;
   std::int64_t rows;
 };
 
-std::unique_ptr<Model> resnet(ResNetBlock block, bool fuse, DType dtype) {
+std::unique_ptr<Model> resnet(ResNetBlock block, bool fuse, DType dtype, bool reserve = false) {
   ResNetPreset p;
   p.blocks = {1, 1};
   p.widths = {4, 8};
@@ -52,7 +53,7 @@ std::unique_ptr<Model> resnet(ResNetBlock block, bool fuse, DType dtype) {
   spec.fuse_epilogues = fuse;
   auto m = std::make_unique<Model>(cpu(), spec, 3 * 8 * 8, 3, cnn_testing::image(3, 8, 8));
   for (auto& l : m->layers()) l->set_precision(every(dtype));
-  m->allocate(4);
+  m->allocate(4, reserve);
   m->init_parameters(5);
   cnn_testing::feed(*m, 4, 2);
   return m;
@@ -60,11 +61,11 @@ std::unique_ptr<Model> resnet(ResNetBlock block, bool fuse, DType dtype) {
 
 constexpr std::int64_t kTokens = 6, kVocab = 13, kBatch = 3;
 
-std::unique_ptr<Model> gpt(bool fuse, DType dtype, std::int64_t loss_block) {
+std::unique_ptr<Model> gpt(bool fuse, DType dtype, std::int64_t loss_block, bool reserve = false) {
   ModelSpec spec = test_support::tiny_gpt_spec(2, 2, 8, kVocab);
   spec.fuse_epilogues = fuse;
   spec.loss_chunk_rows = loss_block;
-  auto m = test_support::tiny_gpt_model(spec, kTokens, kVocab, kBatch, 0.3f, every(dtype));
+  auto m = test_support::tiny_gpt_model(spec, kTokens, kVocab, kBatch, 0.3f, every(dtype), reserve);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(kBatch * kTokens)), labels(ids.size());
   const auto r = random_vector(2 * ids.size(), 9, 0.0f, static_cast<float>(kVocab) - 0.01f);
   for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -78,7 +79,7 @@ std::unique_ptr<Model> gpt(bool fuse, DType dtype, std::int64_t loss_block) {
 
 // Fan-out (one tensor read by three ops, add(h, h)), a reshape and a flatten: gradients summed
 // in FP32 from several readers, some written apart and added.
-std::unique_ptr<Model> fan_out(DType dtype) {
+std::unique_ptr<Model> fan_out(DType dtype, bool reserve = false) {
   ModelSpec spec;
   spec.graph = true;
   spec.layers = {
@@ -90,7 +91,7 @@ std::unique_ptr<Model> fan_out(DType dtype) {
   spec.layers[6].shape = {2, -1};
   auto m = std::make_unique<Model>(cpu(), spec, 6, 3);
   for (auto& l : m->layers()) l->set_precision(every(dtype));
-  m->allocate(5);
+  m->allocate(5, reserve);
   m->init_parameters(11);
   cnn_testing::feed(*m, 5, 3);
   return m;
@@ -102,23 +103,33 @@ std::vector<Family> families() {
     for (const DType d : {DType::fp32, DType::bf16}) {
       const std::string tag =
           std::string(fuse ? "fused " : "unfused ") + std::string(sdk::dtype_name(d));
-      f.push_back({"basic resnet, " + tag, [=] { return resnet(ResNetBlock::basic, fuse, d); }, 4});
+      f.push_back({"basic resnet, " + tag,
+                   [=](bool r) { return resnet(ResNetBlock::basic, fuse, d, r); }, 4});
       f.push_back({"bottleneck resnet, " + tag,
-                   [=] { return resnet(ResNetBlock::bottleneck, fuse, d); }, 4});
-      f.push_back({"gpt, " + tag, [=] { return gpt(fuse, d, 0); }, kBatch});
-      f.push_back(
-          {"gpt, loss in blocks of 5 rows, " + tag, [=] { return gpt(fuse, d, 5); }, kBatch});
+                   [=](bool r) { return resnet(ResNetBlock::bottleneck, fuse, d, r); }, 4});
+      f.push_back({"gpt, " + tag, [=](bool r) { return gpt(fuse, d, 0, r); }, kBatch});
+      f.push_back({"gpt, loss in blocks of 5 rows, " + tag,
+                   [=](bool r) { return gpt(fuse, d, 5, r); }, kBatch});
     }
-  f.push_back({"fan-out, fp32", [] { return fan_out(DType::fp32); }, 5});
-  f.push_back({"fan-out, bf16", [] { return fan_out(DType::bf16); }, 5});
+  f.push_back({"fan-out, fp32", [](bool r) { return fan_out(DType::fp32, r); }, 5});
+  f.push_back({"fan-out, bf16", [](bool r) { return fan_out(DType::bf16, r); }, 5});
   return f;
 }
 
-// One step: the loss, every parameter gradient and buffer, flattened.
-std::vector<float> step(Model& m, std::int64_t rows, bool poison) {
+// One step: the loss, every parameter gradient and buffer, flattened. With `underflow`, the
+// all-FP32 pass runs between the forward and the loss, as a statistics step's does, and its
+// counts come first.
+std::vector<float> step(Model& m, std::int64_t rows, bool poison, bool underflow = false) {
   m.executor().set_poison_dead_buffers(poison);
   m.forward(rows);
-  std::vector<float> out{m.loss(rows, 1.0f, true).loss};
+  std::vector<float> counts;
+  if (underflow)
+    for (const UnderflowCount& c : measure_gradient_underflow(m, rows, 1.0f)) {
+      counts.push_back(static_cast<float>(c.nonzero));
+      counts.push_back(static_cast<float>(c.flushed));
+    }
+  std::vector<float> out = counts;
+  out.push_back(m.loss(rows, 1.0f, true).loss);
   m.backward(rows);
   for (auto* t : m.parameters()) {
     const auto g = read(t->grad.view());
@@ -140,8 +151,8 @@ bool all_finite(const std::vector<float>& v) {
 TEST(StepArena, EveryReadOfAStepIsOneThePlanListed) {
   for (const Family& f : families()) {
     SCOPED_TRACE(f.name);
-    const auto plain_model = f.make();
-    const auto poisoned_model = f.make();
+    const auto plain_model = f.make(false);
+    const auto poisoned_model = f.make(false);
     const auto plain = step(*plain_model, f.rows, false);
     const auto poisoned = step(*poisoned_model, f.rows, true);
     ASSERT_TRUE(all_finite(plain));
@@ -155,10 +166,32 @@ TEST(StepArena, TheNonfiniteReplayReadsOnlyWhatThePlanListed) {
   // finds nothing, poisoned or not.
   for (const Family& f : families()) {
     SCOPED_TRACE(f.name);
-    const auto m = f.make();
+    const auto m = f.make(false);
     m->executor().set_poison_dead_buffers(true);
     const NonfiniteSite site = locate_first_nonfinite(*m, f.rows, 1.0f);
     EXPECT_TRUE(site.where.empty()) << site.where;
+  }
+}
+
+TEST(StepArena, TheUnderflowPassInTheArenaLeavesTheStepAsItWas) {
+  // The all-FP32 pass's gradients (and its contributions written apart) are a buffer of the arena,
+  // live between the forward and the step's loss. The pass reads the activations the step reads
+  // after it: the step must come out as without the pass, poisoned or not, and the pass's counts
+  // the same both ways.
+  for (const Family& f : families()) {
+    SCOPED_TRACE(f.name);
+    const auto without = f.make(false);
+    const auto plain_model = f.make(true);
+    const auto poisoned_model = f.make(true);
+    const auto alone = step(*without, f.rows, false);
+    const auto plain = step(*plain_model, f.rows, false, true);
+    const auto poisoned = step(*poisoned_model, f.rows, true, true);
+    ASSERT_GT(plain.size(), alone.size());
+    EXPECT_EQ(
+        std::vector<float>(plain.end() - static_cast<std::ptrdiff_t>(alone.size()), plain.end()),
+        alone);
+    EXPECT_EQ(poisoned, plain);
+    EXPECT_NE(plain_model->executor().step_plan().fp32_gradients, StepMemoryPlan::kNone);
   }
 }
 

@@ -28,16 +28,18 @@ inline ModelSpec tiny_gpt_spec(std::int64_t n_layer = 2, std::int64_t n_head = 2
 }
 
 // `spec` over `tokens` token ids per sample, allocated for `batch` samples, every op in
-// `precision` (FP32 unless given), initialised from seed 5 and then moved by uniform noise in
+// `precision` (FP32 unless given; the all-FP32 pass's gradients reserved with reserve_fp32),
+// initialised from seed 5 and then moved by uniform noise in
 // [-noise, noise] (seed 17): weights large enough that the logits differ clearly from one token to
 // the next, which GPT-2's 0.02 does not give.
 inline std::unique_ptr<Model> tiny_gpt_model(const ModelSpec& spec, std::int64_t tokens,
                                              std::int64_t vocab, std::int64_t batch, float noise,
-                                             const sdk::OpPrecision& precision = {}) {
+                                             const sdk::OpPrecision& precision = {},
+                                             bool reserve_fp32 = false) {
   auto m = std::make_unique<Model>(cpu(), spec, tokens, static_cast<std::int32_t>(vocab),
                                    InputSpec{sdk::DType::int32, tokens, {}});
   for (auto& l : m->layers()) l->set_precision(precision);
-  m->allocate(batch);
+  m->allocate(batch, reserve_fp32);
   m->init_parameters(5);
   for (auto* param : m->parameters()) {
     auto v = read(param->master.view());

@@ -5,10 +5,11 @@
 // - Built over a GraphPlan and its ops (both owned by the Model, which outlives it).
 //   allocate(max_rows) places every activation and gradient buffer: the ops' outputs and the
 //   gradients in their planned dtypes share one arena (plan_step_memory, graph/memory_plan.h), a
-//   gradient reusing the bytes of activations the backward has read for the last time; the
-//   all-FP32 gradient pass gets an arena of its own, up front when `reserve_fp32_gradients`.
-//   So a backward into the planned gradients overwrites activations: a second backward needs a
-//   new forward, and the all-FP32 pass (which writes its own arena) must come before it. A buffer
+//   gradient reusing the bytes of activations the backward has read for the last time; with
+//   `reserve_fp32_gradients` the all-FP32 pass's gradients are a buffer of it too, live between
+//   the forward and the step's loss (else allocated when that pass runs). So a backward into the
+//   planned gradients overwrites activations: a second backward needs a new forward, and the
+//   all-FP32 pass must come between the forward and the step's own loss. A buffer
 //   the backend refuses (out of memory) raises sdk::BackendError naming the buffer and its bytes,
 //   the plans' predicted total for the batch (arenas, parameters, batch), what the backend held and
 //   the device's memory, and how to need less (graph/allocation_error.h); nothing has run then. The
@@ -76,7 +77,6 @@ struct ExecutorMemory {
   std::size_t input = 0;             // the batch, its labels, the loss and the correct count
   std::size_t activations = 0;       // the step's arena: activations and their gradients
   std::size_t deferred_outputs = 0;  // the arena of outputs written only unfused
-  std::size_t gradients_fp32 = 0;    // the all-FP32 gradient arena, when reserved
 };
 
 // Where one backward writes its input gradients: the step's arena in the planned dtypes, or an
@@ -118,9 +118,10 @@ class Executor {
   sdk::TensorView loss_value() const { return loss_.view(); }
 
   GradientBuffers planned_gradients() const;
-  // The all-FP32 gradient arena: the one allocate() reserved, else `storage` (allocated here,
-  // released by the caller when done). Never the step's arena, so the pass leaves the
-  // activations as they were.
+  // The all-FP32 gradients: their buffer in the step's arena when allocate() reserved it (live
+  // from the forward's end to the step's loss: the pass runs between them), else `storage`
+  // (allocated here, released by the caller when done). Either way apart from every activation
+  // the backward reads, so the pass leaves them as they were.
   GradientBuffers fp32_gradients(Tensor& storage);
 
   void forward(Extent e, const ForwardVisitor& visit = {});
@@ -156,10 +157,12 @@ class Executor {
   // Node i's inputs for a pass of extent e, into xs.
   void gather_inputs(std::size_t i, Extent e, std::vector<sdk::TensorView>& xs) const;
   sdk::TensorView scratch(std::size_t slot, sdk::DType dtype, std::int64_t rows, std::int64_t cols);
-  // Where node's backward writes input's contribution apart: its planned buffer in the step arena
-  // (StepMemoryPlan::contribution), else (the all-FP32 pass) scratch.
+  // Where node's backward writes input's contribution apart: the buffer its plan gave it, in the
+  // step arena (StepMemoryPlan::contribution) or in the all-FP32 pass's
+  // (GradientPlan::fp32_contribution).
   sdk::TensorView contribution_buffer(std::size_t node, std::size_t input, sdk::DType dtype,
-                                      const sdk::TensorView& gradient, bool all_fp32);
+                                      const sdk::TensorView& gradient,
+                                      const GradientBuffers& buffers);
   void bind_ties();
   // set_poison_dead_buffers: the buffers in order of their last step, and the pass's cursor.
   void plan_poisoning();
@@ -179,14 +182,13 @@ class Executor {
   bool logits_stale_ = false;          // the last forward skipped the chunked logits node
   StepMemoryPlan step_plan_;
   DeferredOutputPlan deferred_plan_;
-  // act_arena_: the step's arena (activations and planned gradients); grad_arena_: the all-FP32
-  // gradients', allocated only when reserved.
-  Tensor act_arena_, deferred_arena_, grad_arena_;
+  // The step's arena: activations, planned gradients and, when reserved, the all-FP32 ones.
+  Tensor act_arena_, deferred_arena_;
   bool poison_ = false;
   std::vector<std::size_t> deaths_;
   std::size_t next_death_ = 0;
   bool fp32_reserved_ = false;
-  std::vector<Tensor> scratch_;  // the all-FP32 pass's contributions that need a cast or an add
+  std::vector<Tensor> scratch_;  // contributions no plan foresaw (none, when the walks agree)
   GradientReadyHook grad_ready_;
   // Per node: the trainable parameters whose gradient is final after its backward (their first
   // user in forward order is this node).

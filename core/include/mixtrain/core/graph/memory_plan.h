@@ -92,9 +92,15 @@ struct GradientSlot {
   std::size_t offset_fp32 = 0;  // in the all-FP32 arena
 };
 
+inline constexpr std::size_t kNoBuffer = static_cast<std::size_t>(-1);
+
 struct GradientPlan {
   std::vector<GradientSlot> slots;  // per node position (used at roots that need a gradient)
   LivenessPlan planned, fp32;
+  // The all-FP32 pass's contributions written apart (Executor::backward), in its arena:
+  // fp32_contribution[i][k] is the byte offset of node i's input k, kNoBuffer where it goes
+  // straight into the gradient (an empty list: none of node i's inputs).
+  std::vector<std::vector<std::size_t>> fp32_contribution;
 };
 
 GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows);
@@ -102,10 +108,15 @@ GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t 
 // The training step's arena: the activations and the planned-dtype gradients in one liveness
 // plan over one schedule (a gradient's backward step s is step n + s), so a gradient takes the
 // bytes of activations whose last read has passed, as a caching allocator reuses the saved
-// tensors it frees during a backward. The all-FP32 gradients keep an arena of their own.
+// tensors it frees during a backward. With `with_fp32_gradients`, the all-FP32 gradients of the
+// underflow measurement are one more buffer of it, live at the forward's last step (the chunked
+// loss's blocks, which that pass writes too, then live from that step): the pass comes between
+// the forward and the step's own loss, so it shares no byte with an activation the loss or the
+// backward reads, and the planned gradients reuse its bytes afterwards.
 struct StepMemoryPlan {
   // The buffers, in arena.offset's order: plan_activations' (chunked-loss blocks last), then
-  // plan_gradients' planned ones, in the step schedule, then the contributions written apart.
+  // plan_gradients' planned ones, in the step schedule, then the contributions written apart,
+  // then the all-FP32 gradients when asked for.
   std::vector<BufferLife> lives;
   LivenessPlan arena;
   std::size_t activation_buffers = 0;  // lives[0, activation_buffers): the activations
@@ -115,8 +126,9 @@ struct StepMemoryPlan {
   // k's gradient contribution apart, live at that backward's step only; kNone where it goes
   // straight into the gradient (contribution_goes_straight). Also where the op adds it into the
   // FP32 sum itself, since a backward with a visitor (the non-finite replay) writes it apart.
-  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  static constexpr std::size_t kNone = kNoBuffer;
   std::vector<std::vector<std::size_t>> contribution;
+  std::size_t fp32_gradients = kNone;  // the all-FP32 pass's buffer in `lives`, when planned
 };
 
 // Whether a backward writes a gradient contribution straight into the tensor's gradient buffer:
@@ -129,6 +141,7 @@ constexpr bool contribution_goes_straight(int reads, int written_before, sdk::DT
          (written_before == 0 && contribution == sdk::DType::fp32 && buffer == sdk::DType::fp32);
 }
 
-StepMemoryPlan plan_step_memory(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows);
+StepMemoryPlan plan_step_memory(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
+                                bool with_fp32_gradients = false);
 
 }  // namespace mixtrain::core
