@@ -215,14 +215,14 @@ GradientBuffers Executor::planned_gradients() const {
 }
 
 GradientBuffers Executor::fp32_gradients(Tensor& storage) {
-  if (!fp32_reserved_)
-    storage = Tensor(
-        backend_, DType::fp32,
-        sdk::Shape{static_cast<std::int64_t>(step_plan_.gradients.fp32.arena_bytes / 4 + 1)});
-  if (!fp32_reserved_) return {static_cast<std::byte*>(storage.view().data), true};
-  return {static_cast<std::byte*>(act_arena_.view().data) +
-              step_plan_.arena.offset[step_plan_.fp32_gradients],
-          true};
+  if (fp32_reserved_)
+    return {static_cast<std::byte*>(act_arena_.view().data) +
+                step_plan_.arena.offset[step_plan_.fp32_gradients],
+            true};
+  storage =
+      Tensor(backend_, DType::fp32,
+             sdk::Shape{static_cast<std::int64_t>(step_plan_.gradients.fp32.arena_bytes / 4 + 1)});
+  return {static_cast<std::byte*>(storage.view().data), true};
 }
 
 TensorView Executor::gradient(TensorId t, Extent e, const GradientBuffers& buffers) const {
