@@ -304,10 +304,9 @@ void plan_contributions(const GraphPlan& plan, const Ops& ops, std::int64_t max_
       });
 }
 
-}  // namespace
-
-GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows) {
-  GradientLives g = gradient_lives(plan, ops, max_rows);
+// The gradient plan from its lives (g.fp32 gains the all-FP32 pass's contributions).
+GradientPlan place_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
+                             GradientLives& g) {
   GradientPlan out;
   out.planned = plan_liveness(g.planned);
   // The all-FP32 pass's contributions written apart live in its arena too.
@@ -321,7 +320,7 @@ GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t 
   for (auto& node : out.fp32_contribution)
     for (std::size_t& k : node)
       if (k != kNoBuffer) k = out.fp32.offset[k];
-  out.slots = std::move(g.slots);
+  out.slots = g.slots;
   for (std::size_t r = 0; r < out.slots.size(); ++r) {
     if (out.slots[r].reads == 0) continue;
     out.slots[r].offset = out.planned.offset[g.life_of[r]];
@@ -330,15 +329,22 @@ GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t 
   return out;
 }
 
+}  // namespace
+
+GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows) {
+  GradientLives g = gradient_lives(plan, ops, max_rows);
+  return place_gradients(plan, ops, max_rows, g);
+}
+
 StepMemoryPlan plan_step_memory(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
                                 bool with_fp32_gradients) {
   StepMemoryPlan out;
   out.lives = activation_lives(plan, ops, max_rows, std::nullopt);
   out.activation_buffers = out.lives.size();
   out.activations = plan_liveness(out.lives);
-  out.gradients = plan_gradients(plan, ops, max_rows);
+  GradientLives g = gradient_lives(plan, ops, max_rows);
+  out.gradients = place_gradients(plan, ops, max_rows, g);
   // A gradient's backward step s is the step schedule's n + s.
-  const GradientLives g = gradient_lives(plan, ops, max_rows);
   const int n = static_cast<int>(ops.size());
   for (BufferLife life : g.planned) {
     life.first_step += n;

@@ -90,27 +90,23 @@ std::int64_t Model::fused_pairs() const {
 }
 
 void Model::bind_operand_amaxes() {
-  std::vector<OperandScaler*> scalers;
+  scalers_.clear();
   for (auto& l : ops_)
-    if (OperandScaler* s = l->operand_scaler()) scalers.push_back(s);
+    if (OperandScaler* s = l->operand_scaler()) scalers_.push_back(s);
   operand_amaxes_ = Tensor();
-  if (scalers.empty()) return;
-  const auto count = static_cast<std::int64_t>(scalers.size());
+  if (scalers_.empty()) return;
+  const auto count = static_cast<std::int64_t>(scalers_.size());
   operand_amaxes_ = Tensor(backend_, sdk::DType::fp32, sdk::Shape{3 * count});
   backend_->fill(operand_amaxes_.view(), 0.0f);
-  for (std::size_t i = 0; i < scalers.size(); ++i)
-    scalers[i]->bind_amaxes({static_cast<float*>(operand_amaxes_.view().data) + 3 * i,
-                             sdk::DType::fp32, sdk::Shape{3}});
+  for (std::size_t i = 0; i < scalers_.size(); ++i)
+    scalers_[i]->bind_amaxes({static_cast<float*>(operand_amaxes_.view().data) + 3 * i,
+                              sdk::DType::fp32, sdk::Shape{3}});
 }
 
 void Model::flush_operand_amaxes(const std::function<void(std::span<float>)>& reduce) {
-  std::vector<OperandScaler*> scalers;
+  const std::vector<OperandScaler*>& scalers = scalers_;
   bool pending = false;
-  for (auto& l : ops_)
-    if (OperandScaler* s = l->operand_scaler()) {
-      scalers.push_back(s);
-      pending = pending || s->amaxes_pending();
-    }
+  for (const OperandScaler* s : scalers) pending = pending || s->amaxes_pending();
   // One read of the table for every layer's amaxes: on a GPU each read is a wait.
   std::vector<float> host, amaxes;
   if (pending) {

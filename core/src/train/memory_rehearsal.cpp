@@ -176,7 +176,7 @@ std::vector<MemoryItem> held_items(Trainer::State& s) {
                        memory_text(plan.gradients.planned.arena_bytes);
   if (plan.activations.arena_bytes + 4 < fp32)
     detail += "; the activations " + memory_text(fp32) + " in fp32";
-  if (plan.fp32_gradients != StepMemoryPlan::kNone)
+  if (plan.fp32_gradients != kNoBuffer)
     detail += "; with the run.underflow_every pass's fp32 gradients (" +
               memory_text(plan.lives[plan.fp32_gradients].bytes) + ")";
   add("activations and their gradients", m.activations, detail);

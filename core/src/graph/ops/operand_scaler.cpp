@@ -35,11 +35,8 @@ sdk::GemmOperand OperandScaler::last(sdk::OperandRole role, sdk::Shape shape) co
 sdk::GemmOperand OperandScaler::scale(const std::shared_ptr<sdk::DeviceBackend>& backend,
                                       TensorView src, sdk::OperandRole role,
                                       std::vector<Layer::ScaledOperandStats>* stats) {
-  if (amax_view_.data == nullptr) {
-    own_amax_ = Tensor(backend, DType::fp32, sdk::Shape{3});
-    backend->fill(own_amax_.view(), 0.0f);
-    amax_view_ = own_amax_.view();
-  }
+  if (amax_view_.data == nullptr)
+    throw std::logic_error("OperandScaler::scale: no amax table bound (Model::allocate binds it)");
   const int slot = role_slot(role);
   ScaledOperand& dst = copies_[slot];
   const bool weight = role == sdk::OperandRole::weight;
@@ -117,7 +114,6 @@ void OperandScaler::bind_amaxes(TensorView three) {
   if (three.numel() != 3 || three.dtype != DType::fp32)
     throw std::logic_error("OperandScaler::bind_amaxes: needs an fp32 [3] view");
   amax_view_ = three;
-  own_amax_ = Tensor();
   for (bool& p : amax_pending_) p = false;  // the table starts at zero
 }
 

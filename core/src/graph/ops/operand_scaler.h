@@ -6,7 +6,8 @@
 // - Delayed scaling: the amax of each cast stays on the device until the model reads every
 //   scaler's at once (Model::flush_operand_amaxes, after the step's found_inf read: one host wait
 //   per step, whatever the number of FP8 layers), maxed over the micro-batches of one optimizer
-//   step. The amaxes live in the model's table (bind_amaxes); an unbound scaler allocates its own.
+//   step. The amaxes live in the model's table (bind_amaxes, which Model::allocate calls before
+//   any cast).
 // - Current scaling: the amax is measured and read before the scale is asked for (one host wait
 //   per operand).
 // - scale() keeps the last scaled copy per role; last() views it again (the backward reuses the
@@ -67,8 +68,7 @@ class OperandScaler {
   sdk::PrecisionPolicy* policy_ = nullptr;
   std::vector<sdk::OperandSlot> slots_;  // per role: input, weight, grad_output
   ScaledOperand copies_[3];
-  Tensor own_amax_;            // fp32 [3], when no table was bound
-  sdk::TensorView amax_view_;  // fp32 [3]: the last cast's amax per role
+  sdk::TensorView amax_view_;  // fp32 [3] in the model's table: the last cast's amax per role
   bool amax_pending_[3] = {false, false, false};
   std::int64_t micro_batch_ = 0;
   // The weight this step's copy was cast from (its data and size); null: none cast this step.

@@ -191,7 +191,7 @@ TEST(StepArena, TheUnderflowPassInTheArenaLeavesTheStepAsItWas) {
         std::vector<float>(plain.end() - static_cast<std::ptrdiff_t>(alone.size()), plain.end()),
         alone);
     EXPECT_EQ(poisoned, plain);
-    EXPECT_NE(plain_model->executor().step_plan().fp32_gradients, StepMemoryPlan::kNone);
+    EXPECT_NE(plain_model->executor().step_plan().fp32_gradients, kNoBuffer);
   }
 }
 

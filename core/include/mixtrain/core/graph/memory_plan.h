@@ -123,13 +123,12 @@ struct StepMemoryPlan {
   LivenessPlan activations;            // the activations alone: what an arena of their own took
   GradientPlan gradients;              // slots[r].offset: in `arena`; its `planned`: alone
   // contribution[i][k]: the buffer (an index into `lives`) where node i's backward writes input
-  // k's gradient contribution apart, live at that backward's step only; kNone where it goes
+  // k's gradient contribution apart, live at that backward's step only; kNoBuffer where it goes
   // straight into the gradient (contribution_goes_straight; an empty list: every input of node
   // i). Also where the op adds it into the FP32 sum itself, since a backward with a visitor (the
   // non-finite replay) writes it apart.
-  static constexpr std::size_t kNone = kNoBuffer;
   std::vector<std::vector<std::size_t>> contribution;
-  std::size_t fp32_gradients = kNone;  // the all-FP32 pass's buffer in `lives`, when planned
+  std::size_t fp32_gradients = kNoBuffer;  // the all-FP32 pass's buffer in `lives`, when planned
 };
 
 // Whether a backward writes a gradient contribution straight into the tensor's gradient buffer:

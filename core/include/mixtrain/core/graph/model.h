@@ -179,8 +179,10 @@ class Model {
   Mode mode_ = Mode::train;
   float label_smoothing_ = 0.0f;
   std::int64_t loss_chunk_rows_ = 0;
-  // fp32 [3 per op with an FP8 operand scaler]: their delayed-scaling amaxes, read at once.
+  // fp32 [3 per op with an FP8 operand scaler]: their delayed-scaling amaxes, read at once;
+  // scalers_[i] holds slice i.
   Tensor operand_amaxes_;
+  std::vector<OperandScaler*> scalers_;
   void bind_operand_amaxes();
   // The micro-batch begin_micro_batch() opened, until its backward.
   struct MicroBatch {
