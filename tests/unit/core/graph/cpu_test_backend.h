@@ -114,4 +114,11 @@ inline LayerSpec op(std::string type, std::string name, std::vector<OptionValueA
   return l;
 }
 
+// An op's plan with its weights, GEMM inputs, activations and activation gradients all in `d`.
+inline sdk::OpPrecision uniform_precision(sdk::DType d) {
+  sdk::OpPrecision p;
+  p.weight = p.gemm_input = p.activation = p.activation_grad = d;
+  return p;
+}
+
 }  // namespace mixtrain::core::test_support

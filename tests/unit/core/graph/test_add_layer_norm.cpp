@@ -71,15 +71,6 @@ ModelSpec stack(bool fuse) {
 
 constexpr std::int64_t kRows = 11;
 
-sdk::OpPrecision bf16_precision() {
-  sdk::OpPrecision p;
-  p.weight = DType::bf16;
-  p.gemm_input = DType::bf16;
-  p.activation = DType::bf16;
-  p.activation_grad = DType::bf16;
-  return p;
-}
-
 struct Trained {
   // The layer norm facet without the op, which a backend without it finds (outlives the model).
   std::unique_ptr<LayerNormWithoutAdd> without;
@@ -121,7 +112,9 @@ Trained built(bool fuse, bool offer_add, bool bf16) {
   }
   r.model = std::make_unique<Model>(r.backend, stack(fuse), 12, 5);
   for (auto& l : r.model->layers())
-    l->set_precision(bf16 && !l->precision_sensitive() ? bf16_precision() : sdk::OpPrecision{});
+    l->set_precision(bf16 && !l->precision_sensitive()
+                         ? test_support::uniform_precision(DType::bf16)
+                         : sdk::OpPrecision{});
   r.model->allocate(kRows);
   r.model->init_parameters(3);
   return r;

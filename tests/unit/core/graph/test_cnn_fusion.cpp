@@ -86,10 +86,7 @@ BottleneckStep bottleneck_step(std::shared_ptr<sdk::DeviceBackend> backend, bool
   ModelSpec spec = graph(resnet_preset(p));
   spec.fuse_epilogues = fuse;
   Model m(std::move(backend), spec, 3 * 8 * 8, 3, image(3, 8, 8));
-  sdk::OpPrecision precision;
-  precision.weight = precision.gemm_input = precision.activation = precision.activation_grad =
-      dtype;
-  for (auto& l : m.layers()) l->set_precision(precision);
+  for (auto& l : m.layers()) l->set_precision(test_support::uniform_precision(dtype));
   m.allocate(4);
   m.init_parameters(5);
   feed(m, 4, 2);

@@ -29,12 +29,7 @@ using test_support::cpu;
 using test_support::op;
 using test_support::random_vector;
 using test_support::read;
-
-sdk::OpPrecision every(DType d) {
-  sdk::OpPrecision p;
-  p.weight = p.gemm_input = p.activation = p.activation_grad = d;
-  return p;
-}
+using test_support::uniform_precision;
 
 struct Family {
   std::string name;
@@ -52,7 +47,7 @@ std::unique_ptr<Model> resnet(ResNetBlock block, bool fuse, DType dtype, bool re
   ModelSpec spec = cnn_testing::graph(resnet_preset(p));
   spec.fuse_epilogues = fuse;
   auto m = std::make_unique<Model>(cpu(), spec, 3 * 8 * 8, 3, cnn_testing::image(3, 8, 8));
-  for (auto& l : m->layers()) l->set_precision(every(dtype));
+  for (auto& l : m->layers()) l->set_precision(uniform_precision(dtype));
   m->allocate(4, reserve);
   m->init_parameters(5);
   cnn_testing::feed(*m, 4, 2);
@@ -65,7 +60,8 @@ std::unique_ptr<Model> gpt(bool fuse, DType dtype, std::int64_t loss_block, bool
   ModelSpec spec = test_support::tiny_gpt_spec(2, 2, 8, kVocab);
   spec.fuse_epilogues = fuse;
   spec.loss_chunk_rows = loss_block;
-  auto m = test_support::tiny_gpt_model(spec, kTokens, kVocab, kBatch, 0.3f, every(dtype), reserve);
+  auto m = test_support::tiny_gpt_model(spec, kTokens, kVocab, kBatch, 0.3f,
+                                        uniform_precision(dtype), reserve);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(kBatch * kTokens)), labels(ids.size());
   const auto r = random_vector(2 * ids.size(), 9, 0.0f, static_cast<float>(kVocab) - 0.01f);
   for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -90,7 +86,7 @@ std::unique_ptr<Model> fan_out(DType dtype, bool reserve = false) {
       op("flatten", "flat", {}, {"mix"}),           op("linear", "head", {{"out", 3}}, {"flat"})};
   spec.layers[6].shape = {2, -1};
   auto m = std::make_unique<Model>(cpu(), spec, 6, 3);
-  for (auto& l : m->layers()) l->set_precision(every(dtype));
+  for (auto& l : m->layers()) l->set_precision(uniform_precision(dtype));
   m->allocate(5, reserve);
   m->init_parameters(11);
   cnn_testing::feed(*m, 5, 3);
