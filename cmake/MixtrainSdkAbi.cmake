@@ -2,12 +2,13 @@
 #
 # Two kinds of record in sdk/abi/declarations.txt (docs/architecture.md, "Plugins and the ABI"):
 #   core <kSdkAbiVersion> <sha256>     every public header under sdk/include/mixtrain/sdk but the
-#                                      facets' (backend_*.h, policy_*.h), the facet list and
-#                                      support/: the
+#                                      facets' (backend_*.h, policy_*.h, optimizer_*.h), the facet
+#                                      list and support/: the
 #                                      descriptor, the factories, the component interfaces and the
 #                                      types they use. A change breaks every plugin.
 #   facet <kName> <major.minor> <sha256>  one facet header (backend_<facet>.h, or policy_<facet>.h
-#                                      for a facet a precision policy offers): its kName and
+#                                      / optimizer_<facet>.h for a facet a precision policy / an
+#                                      optimizer offers): its kName and
 #                                      kVersion are read from it. A change is a minor step (methods
 #                                      appended) or a major one (anything else), for that facet only.
 # support/ (helpers a plugin compiles in) and facet_list.h are in no record. Lines of the form
@@ -127,7 +128,7 @@ function(mixtrain_abi_subjects headers out)
   foreach(file IN LISTS all)
     if(file MATCHES "^support/" OR file STREQUAL "facet_list.h")
       continue()
-    elseif(file MATCHES "^(backend|policy)_[a-z_]+\\.h$")
+    elseif(file MATCHES "^(backend|policy|optimizer)_[a-z_]+\\.h$")
       mixtrain_abi_normalise("${sdk_dir}/${file}" text)
       if(NOT text MATCHES "kName=\"([a-z_]+)\"")
         message(FATAL_ERROR "${sdk_dir}/${file}: a facet header declares kName = \"<name>\"")

@@ -88,10 +88,10 @@ export WIDE_BACKEND=${WIDE_BACKEND:-cuda} TORCH_DEVICE=${TORCH_DEVICE:-cuda} TOR
 export PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
 export MODEL_BACKEND=${MODEL_BACKEND:-cuda} MODEL_RUN_CAP=${MODEL_RUN_CAP:-60}
 export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-30} RN_LOG_EVERY=${RN_LOG_EVERY:-5}
-export RN_POLICIES=${RN_POLICIES:-bf16 fp32 tf32 bf16+nofuse bf16+floatpixels bf16+graphs bf16+nondetconv bf16+tune} RN_TORCH=${RN_TORCH:-bf16 fp32 tf32}
+export RN_POLICIES=${RN_POLICIES:-bf16 fp32 tf32 bf16+nofuse bf16+floatpixels bf16+graphs bf16+waited bf16+nondetconv bf16+tune} RN_TORCH=${RN_TORCH:-bf16 fp32 tf32}
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-30} GPT_LOG_EVERY=${GPT_LOG_EVERY:-5}
-export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+graphs bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
+export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+graphs bf16+waited bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
 export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8}
 export ROOT HERE
@@ -438,7 +438,9 @@ model_run() {
       # false (batch norm + ReLU, add + ReLU and batch norm + add + ReLU unfused, and the linears'
       # forward and backward epilogues: gelu, its gradient and the bias gradients; what they gain);
       # +ln2pass: the layer norm's dgamma/dbeta as column sums in a pass of their own
-      # (layernorm_backward_one_pass = false: what the one-pass backward gains).
+      # (layernorm_backward_one_pass = false: what the one-pass backward gains); +waited: the
+      # host waits for the gradient check before it queues the update (run.gated_update = false:
+      # what the gated update gains).
       p=${job#mixtrain:}
       local variant=() base=${p%%+*}
       [[ $p == *+graphs* ]] && variant+=(--set run.step_graphs=true)
@@ -453,6 +455,7 @@ model_run() {
       [[ $p == *+floatpixels* ]] && variant+=(--set data.pixels=float32)
       [[ $p == *+nofuse* ]] && variant+=(--set model.fuse_epilogues=false)
       [[ $p == *+ln2pass* ]] && variant+=(--set backend.cuda.layernorm_backward_one_pass=false)
+      [[ $p == *+waited* ]] && variant+=(--set run.gated_update=false)
       # The memory plan's forecast, the table's "predicted" column: for each policy as it is, not
       # for every variant (each check rehearses a step, which costs device time); cuDNN's plans
       # for every convolution shape take a while on a fresh GPU, hence the minute.

@@ -123,7 +123,23 @@ __global__ void __launch_bounds__(kThreads)
   if (__syncthreads_or(local) && threadIdx.x == 0) flags[c.tensor] = 1;
 }
 
+__global__ void status_kernel(const int* found, const double* sum, const int* label_flag,
+                              const int* id_flag, StatusRecord* status) {
+  const int deferred =
+      ((label_flag != nullptr && *label_flag != 0) || (id_flag != nullptr && *id_flag != 0)) ? 1
+                                                                                             : 0;
+  status->sum_of_squares = sum != nullptr ? *sum : 0.0;
+  status->found_inf = (*found != 0 || deferred != 0) ? 1 : 0;
+  status->deferred = deferred;
+}
+
 }  // namespace
+
+cudaError_t write_status(const int* found, const double* sum, const int* label_flag,
+                         const int* id_flag, StatusRecord* status, cudaStream_t stream) {
+  status_kernel<<<1, 1, 0, stream>>>(found, sum, label_flag, id_flag, status);
+  return cudaGetLastError();
+}
 
 cudaError_t unscale_and_check(const TensorRef* tensors, const Chunk* chunks, int num_chunks,
                               float inv_scale, int* found, cudaStream_t stream) {

@@ -25,6 +25,20 @@ cudaError_t unscale_and_check(const TensorRef* tensors, const Chunk* chunks, int
 // result[0] = sum of squares in double (partial: num_chunks doubles of scratch).
 cudaError_t sum_of_squares(const TensorRef* tensors, const Chunk* chunks, int num_chunks,
                            double* partial, double* result, cudaStream_t stream);
+// The device side of sdk::GradientStatus (same 16 bytes; the facet static_asserts the layout).
+// deferred: 1 when a label or id error record was set, which also sets found (the update that
+// reads the status must not apply gradients a bad input made meaningless).
+struct StatusRecord {
+  double sum_of_squares;
+  int found_inf;
+  int deferred;
+};
+
+// *status = {sum ? *sum : 0, found | label error | id error, label or id error}, one thread.
+// label_flag / id_flag: the error records' flags, or nullptr when no such check ran.
+cudaError_t write_status(const int* found, const double* sum, const int* label_flag,
+                         const int* id_flag, StatusRecord* status, cudaStream_t stream);
+
 // flags[t] = 1 when tensor t holds an inf/NaN (flags zeroed by the caller).
 cudaError_t find_nonfinite(const TensorRef* tensors, const Chunk* chunks, int num_chunks,
                            int* flags, cudaStream_t stream);

@@ -3,7 +3,9 @@
 #include "cuda_gradient_check_facet.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 
+#include <cstddef>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -112,6 +114,68 @@ sdk::GradientCheckFacet::GradientCheck CudaGradientCheck::unscale_check_and_sum_
   std::memcpy(&flag, host + 1, sizeof flag);
   r.found_inf = flag != 0;
   return r;
+}
+
+static_assert(sizeof(kernels::StatusRecord) == sizeof(sdk::GradientStatus) &&
+              offsetof(kernels::StatusRecord, sum_of_squares) ==
+                  offsetof(sdk::GradientStatus, sum_of_squares) &&
+              offsetof(kernels::StatusRecord, found_inf) ==
+                  offsetof(sdk::GradientStatus, found_inf));
+
+CudaGradientCheck::~CudaGradientCheck() {
+  if (status_copied_ != nullptr) {
+    context_.activate();
+    cudaEventSynchronize(status_copied_);  // the copy into pinned_status_ may still be running
+    cudaEventDestroy(status_copied_);
+  }
+  if (pinned_status_ != nullptr) cudaFreeHost(pinned_status_);
+}
+
+void CudaGradientCheck::queue_unscale_check(std::span<const TensorView> grads, float inv_scale,
+                                            bool sum_squares, TensorView status) {
+  context_.activate();
+  constexpr const char* op = "queue_unscale_check";
+  checks().gradient_status(op, status);
+  if (pinned_status_ == nullptr) {
+    check_cuda(cudaMallocHost(reinterpret_cast<void**>(&pinned_status_), sizeof(*pinned_status_)),
+               op, "cudaMallocHost of the status read back");
+    check_cuda(cudaEventCreateWithFlags(&status_copied_, cudaEventDisableTiming), op,
+               "cudaEventCreateWithFlags");
+  }
+  const TensorTables t = tensor_tables(context_, grads, op, "grads", true);
+  int* found = enqueue_unscale(context_, t, inv_scale, op);
+  const double* sum = sum_squares ? enqueue_sum_of_squares(context_, t, op) : nullptr;
+  queued_labels_ = context_.labels_pending;
+  queued_ids_ = context_.ids_pending;
+  const int* label_flag = queued_labels_ ? &context_.label_record->flag : nullptr;
+  const int* id_flag = queued_ids_ ? &context_.id_record(op)->flag : nullptr;
+  auto* device_status = static_cast<kernels::StatusRecord*>(status.data);
+  check_cuda(kernels::write_status(found, sum, label_flag, id_flag, device_status, context_.stream),
+             op, "status kernel launch");
+  check_cuda(cudaMemcpyAsync(pinned_status_, device_status, sizeof(*pinned_status_),
+                             cudaMemcpyDeviceToHost, context_.stream),
+             op, "cudaMemcpyAsync of the status");
+  check_cuda(cudaEventRecord(status_copied_, context_.stream), op, "cudaEventRecord");
+  queued_ = true;
+}
+
+sdk::GradientCheckFacet::GradientCheck CudaGradientCheck::queued_check_result() {
+  constexpr const char* op = "queued_check_result";
+  if (!queued_)
+    throw std::logic_error(
+        "backend_cuda.queued_check_result: no queue_unscale_check to read (each is read once)");
+  queued_ = false;
+  context_.activate();
+  check_cuda(cudaEventSynchronize(status_copied_), op, "cudaEventSynchronize");
+  const kernels::StatusRecord r = *pinned_status_;
+  if (r.deferred != 0) context_.sync(op);  // raises the label or id error the records hold
+  // The records were read clean as of the check; the next loss or gather sets them pending again.
+  if (queued_labels_) context_.labels_pending = false;
+  if (queued_ids_) context_.ids_pending = false;
+  GradientCheck out;
+  out.found_inf = r.found_inf != 0;
+  out.sum_of_squares = r.sum_of_squares;
+  return out;
 }
 
 int CudaGradientCheck::first_nonfinite(std::span<const TensorView> tensors) {

@@ -4,6 +4,7 @@
 // the CPU backend's optimizer steps operation for operation.
 #include "cuda_device.cuh"
 #include "cuda_optimizer.h"
+#include "mixtrain/sdk/support/gradient_clipping.h"
 
 namespace mixtrain::backend_cuda::kernels {
 
@@ -23,6 +24,16 @@ __device__ __forceinline__ void with_working_storage(Elem t, F&& f) {
       f(storage::F32{});
       return;
   }
+}
+
+// The gate's answer for this launch: false when the step must not apply; else `grad_scale` holds
+// the clipping coefficient that replaces the args' (every thread computes the same double math).
+__device__ __forceinline__ bool gate_open(const UpdateGate& gate, float& grad_scale) {
+  if (gate.status == nullptr) return true;
+  const StatusRecord* st = gate.status;
+  if (st->found_inf != 0) return false;
+  grad_scale = sdk::clip_coefficient(st->sum_of_squares, gate.max_norm);
+  return true;
 }
 
 template <bool kMomentum, class W>
@@ -64,7 +75,8 @@ __device__ __forceinline__ void sgd_chunk(const SgdArgs& h, const ParamRef& p, c
 
 template <bool kMomentum>
 __global__ void __launch_bounds__(kThreads)
-    sgd_kernel(SgdArgs h, const ParamRef* params, const Chunk* chunks) {
+    sgd_kernel(SgdArgs h, UpdateGate gate, const ParamRef* params, const Chunk* chunks) {
+  if (!gate_open(gate, h.grad_scale)) return;
   const Chunk c = chunks[blockIdx.x];
   const ParamRef p = params[c.tensor];
   with_working_storage(p.working_type,
@@ -109,7 +121,8 @@ __device__ __forceinline__ void adamw_chunk(const AdamWArgs& h, const ParamRef& 
 }
 
 __global__ void __launch_bounds__(kThreads)
-    adamw_kernel(AdamWArgs h, const ParamRef* params, const Chunk* chunks) {
+    adamw_kernel(AdamWArgs h, UpdateGate gate, const ParamRef* params, const Chunk* chunks) {
+  if (!gate_open(gate, h.grad_scale)) return;
   const Chunk c = chunks[blockIdx.x];
   const ParamRef p = params[c.tensor];
   with_working_storage(p.working_type, [&](auto tag) { adamw_chunk<decltype(tag)>(h, p, c); });
@@ -117,20 +130,20 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-cudaError_t sgd_update(const SgdArgs& h, const ParamRef* params, const Chunk* chunks,
-                       int num_chunks, cudaStream_t stream) {
+cudaError_t sgd_update(const SgdArgs& h, const UpdateGate& gate, const ParamRef* params,
+                       const Chunk* chunks, int num_chunks, cudaStream_t stream) {
   if (num_chunks == 0) return cudaSuccess;
   if (h.use_momentum)
-    sgd_kernel<true><<<num_chunks, kThreads, 0, stream>>>(h, params, chunks);
+    sgd_kernel<true><<<num_chunks, kThreads, 0, stream>>>(h, gate, params, chunks);
   else
-    sgd_kernel<false><<<num_chunks, kThreads, 0, stream>>>(h, params, chunks);
+    sgd_kernel<false><<<num_chunks, kThreads, 0, stream>>>(h, gate, params, chunks);
   return cudaGetLastError();
 }
 
-cudaError_t adamw_update(const AdamWArgs& h, const ParamRef* params, const Chunk* chunks,
-                         int num_chunks, cudaStream_t stream) {
+cudaError_t adamw_update(const AdamWArgs& h, const UpdateGate& gate, const ParamRef* params,
+                         const Chunk* chunks, int num_chunks, cudaStream_t stream) {
   if (num_chunks == 0) return cudaSuccess;
-  adamw_kernel<<<num_chunks, kThreads, 0, stream>>>(h, params, chunks);
+  adamw_kernel<<<num_chunks, kThreads, 0, stream>>>(h, gate, params, chunks);
   return cudaGetLastError();
 }
 

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda_gradient_check.h"
 #include "cuda_kernel_types.h"
 
 namespace mixtrain::backend_cuda::kernels {
@@ -20,17 +21,26 @@ struct ParamRef {
   int pad;
 };
 
+// A gated update (OptimizerFacet 1.1) reads the check's status on the device: it writes nothing
+// when found_inf is set, else it replaces grad_scale by the clipping coefficient
+// (sdk/support/gradient_clipping.h) of the status's Σ g² at max_norm. status == nullptr: an
+// ungated update with the args' grad_scale.
+struct UpdateGate {
+  const StatusRecord* status;
+  double max_norm;
+};
+
 struct SgdArgs {
   float lr, momentum, dampening, weight_decay, grad_scale;
   bool nesterov, first_step, use_momentum;
 };
-cudaError_t sgd_update(const SgdArgs& h, const ParamRef* params, const Chunk* chunks,
-                       int num_chunks, cudaStream_t stream);
+cudaError_t sgd_update(const SgdArgs& h, const UpdateGate& gate, const ParamRef* params,
+                       const Chunk* chunks, int num_chunks, cudaStream_t stream);
 
 struct AdamWArgs {
   float beta1, beta2, eps, grad_scale, decay, step_size, bc2_sqrt;
 };
-cudaError_t adamw_update(const AdamWArgs& h, const ParamRef* params, const Chunk* chunks,
-                         int num_chunks, cudaStream_t stream);
+cudaError_t adamw_update(const AdamWArgs& h, const UpdateGate& gate, const ParamRef* params,
+                         const Chunk* chunks, int num_chunks, cudaStream_t stream);
 
 }  // namespace mixtrain::backend_cuda::kernels

@@ -30,11 +30,40 @@ kernels::ParamRef param_ref(const sdk::ParamTensors& p) {
           0};
 }
 
+// The gate as the kernels read it: the status checked, and no gate at all for a plain update.
+kernels::UpdateGate device_gate(const char* op, const sdk::UpdateGate& gate) {
+  checks().gradient_status(op, gate.status);
+  return {static_cast<const kernels::StatusRecord*>(gate.status.data), gate.max_norm};
+}
+
+constexpr kernels::UpdateGate kUngated{nullptr, 0.0};
+
 }  // namespace
 
 void CudaOptimizer::sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params) {
+  sgd(h, params, kUngated, "sgd_update");
+}
+
+void CudaOptimizer::sgd_update_gated(const sdk::SgdHyper& h,
+                                     std::span<const sdk::ParamTensors> params,
+                                     const sdk::UpdateGate& gate) {
+  sgd(h, params, device_gate("sgd_update_gated", gate), "sgd_update_gated");
+}
+
+void CudaOptimizer::adamw_update(const sdk::AdamWHyper& h,
+                                 std::span<const sdk::ParamTensors> params) {
+  adamw(h, params, kUngated, "adamw_update");
+}
+
+void CudaOptimizer::adamw_update_gated(const sdk::AdamWHyper& h,
+                                       std::span<const sdk::ParamTensors> params,
+                                       const sdk::UpdateGate& gate) {
+  adamw(h, params, device_gate("adamw_update_gated", gate), "adamw_update_gated");
+}
+
+void CudaOptimizer::sgd(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params,
+                        const kernels::UpdateGate& gate, const char* op) {
   context_.activate();
-  constexpr const char* op = "sgd_update";
   if (h.nesterov && (h.momentum <= 0.0f || h.dampening != 0.0f))
     fail(op,
          "nesterov needs momentum > 0 and dampening = 0 (momentum " + std::to_string(h.momentum) +
@@ -52,14 +81,13 @@ void CudaOptimizer::sgd_update(const sdk::SgdHyper& h, std::span<const sdk::Para
   const int count = context_.upload_tables(refs, numels, &dev_refs, &dev_chunks, op);
   const kernels::SgdArgs args{h.lr,         h.momentum, h.dampening,  h.weight_decay,
                               h.grad_scale, h.nesterov, h.first_step, h.momentum != 0.0f};
-  check_cuda(kernels::sgd_update(args, dev_refs, dev_chunks, count, context_.stream), op,
+  check_cuda(kernels::sgd_update(args, gate, dev_refs, dev_chunks, count, context_.stream), op,
              "kernel launch");
 }
 
-void CudaOptimizer::adamw_update(const sdk::AdamWHyper& h,
-                                 std::span<const sdk::ParamTensors> params) {
+void CudaOptimizer::adamw(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params,
+                          const kernels::UpdateGate& gate, const char* op) {
   context_.activate();
-  constexpr const char* op = "adamw_update";
   if (h.step < 1)
     fail(op, "step = " + std::to_string(h.step) + " but it is the 1-based count of applied steps",
          "pass step >= 1 (1 on the first update)");
@@ -84,7 +112,7 @@ void CudaOptimizer::adamw_update(const sdk::AdamWHyper& h,
   const kernels::ParamRef* dev_refs = nullptr;
   const kernels::Chunk* dev_chunks = nullptr;
   const int count = context_.upload_tables(refs, numels, &dev_refs, &dev_chunks, op);
-  check_cuda(kernels::adamw_update(args, dev_refs, dev_chunks, count, context_.stream), op,
+  check_cuda(kernels::adamw_update(args, gate, dev_refs, dev_chunks, count, context_.stream), op,
              "kernel launch");
 }
 

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "cuda_context.h"
+#include "cuda_optimizer.h"
 #include "mixtrain/sdk/backend_optimizer_updates.h"
 
 namespace mixtrain::backend_cuda {
@@ -17,8 +18,18 @@ class CudaOptimizer final : public sdk::OptimizerFacet {
 
   void sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params) override;
   void adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params) override;
+  void sgd_update_gated(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params,
+                        const sdk::UpdateGate& gate) override;
+  void adamw_update_gated(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params,
+                          const sdk::UpdateGate& gate) override;
 
  private:
+  // The launches behind the plain and gated calls (gate.status == nullptr: plain).
+  void sgd(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params,
+           const kernels::UpdateGate& gate, const char* op);
+  void adamw(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params,
+             const kernels::UpdateGate& gate, const char* op);
+
   CudaContext& context_;
 };
 

@@ -27,7 +27,8 @@ sdk::OptionSchema AdamWOptimizer::option_schema() {
 
 AdamWOptimizer::AdamWOptimizer(const sdk::Options& options, const sdk::PluginContext& context)
     : BackendOptimizer("adamw", options.get_double("lr"), {"exp_avg", "exp_avg_sq"},
-                       sdk::OptimizerOp::adamw_update, context),
+                       sdk::OptimizerOp::adamw_update, sdk::OptimizerOp::adamw_update_gated,
+                       context),
       beta1_(static_cast<float>(options.get_double("beta1"))),
       beta2_(static_cast<float>(options.get_double("beta2"))),
       eps_(static_cast<float>(options.get_double("eps"))),
@@ -44,25 +45,20 @@ AdamWOptimizer::AdamWOptimizer(const sdk::Options& options, const sdk::PluginCon
   logger_.debug(line);
 }
 
-void AdamWOptimizer::step(sdk::DeviceBackend& /*backend: bind() kept its facet*/,
-                          std::span<const sdk::Parameter> params, const sdk::StepContext& ctx) {
-  const auto groups = grouped(params);
+void AdamWOptimizer::update(std::span<const sdk::ParamTensors> group, bool decayed, float lr,
+                            float grad_scale, const sdk::UpdateGate* gate) {
   sdk::AdamWHyper hyper;
-  hyper.lr = ctx.lr;
+  hyper.lr = lr;
   hyper.beta1 = beta1_;
   hyper.beta2 = beta2_;
   hyper.eps = eps_;
   hyper.step = applied_steps() + 1;
-  hyper.grad_scale = ctx.grad_scale;
-  if (!groups.decayed.empty()) {
-    hyper.weight_decay = weight_decay_;
-    kernels()->adamw_update(hyper, groups.decayed);
-  }
-  if (!groups.undecayed.empty()) {
-    hyper.weight_decay = 0.0f;
-    kernels()->adamw_update(hyper, groups.undecayed);
-  }
-  count_applied_step();
+  hyper.grad_scale = grad_scale;
+  hyper.weight_decay = decayed ? weight_decay_ : 0.0f;
+  if (gate != nullptr)
+    kernels(gate)->adamw_update_gated(hyper, group, *gate);
+  else
+    kernels(gate)->adamw_update(hyper, group);
 }
 
 }  // namespace mixtrain::optimizers

@@ -18,10 +18,10 @@ class AdamWOptimizer final : public BackendOptimizer {
 
   AdamWOptimizer(const sdk::Options& options, const sdk::PluginContext& context);
 
-  void step(sdk::DeviceBackend& backend, std::span<const sdk::Parameter> params,
-            const sdk::StepContext& ctx) override;
-
  private:
+  void update(std::span<const sdk::ParamTensors> group, bool decayed, float lr, float grad_scale,
+              const sdk::UpdateGate* gate) override;
+
   float beta1_;
   float beta2_;
   float eps_;

@@ -8,12 +8,13 @@ namespace mixtrain::optimizers {
 
 BackendOptimizer::BackendOptimizer(std::string component, double lr,
                                    std::vector<std::string> slot_names, sdk::OptimizerOp kernel,
-                                   const sdk::PluginContext& context)
+                                   sdk::OptimizerOp gated_kernel, const sdk::PluginContext& context)
     : logger_(context.logger),
       component_(std::move(component)),
       lr_(lr),
       slot_names_(std::move(slot_names)),
-      kernel_(kernel) {
+      kernel_(kernel),
+      gated_kernel_(gated_kernel) {
   if (slot_names_.size() > kMaxSlots)
     throw std::logic_error("optimizer '" + component_ +
                            "' declares more state slots than "
@@ -33,6 +34,8 @@ void BackendOptimizer::release() noexcept {
   backend_ = nullptr;
   kernels_ = nullptr;
   observer_ = nullptr;
+  gated_ = false;
+  awaits_settle_ = false;
 }
 
 void BackendOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Parameter> params) {
@@ -55,6 +58,8 @@ void BackendOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Pa
            ", this plugin needs " + wanted +
            ": rebuild the backend and this plugin against one SDK");
   auto* facet = static_cast<sdk::OptimizerFacet*>(found);
+  // The gated kernel is an option: without it the host waits for the check and calls step().
+  bool gated = sdk::facet_serves<sdk::OptimizerFacet>(found, sdk::introduced_in(gated_kernel_));
   for (const auto& p : params) {
     const sdk::DType dtypes[2] = {p.tensors.master.dtype, p.tensors.working.empty()
                                                               ? sdk::DType::fp32
@@ -62,9 +67,11 @@ void BackendOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Pa
     if (!facet->supports(kernel_, dtypes))
       refuse("it does not support " + kernel + " on " + std::string(sdk::dtype_name(dtypes[0])) +
              ", " + std::string(sdk::dtype_name(dtypes[1])) + " (parameter '" + p.name + "')");
+    gated = gated && facet->supports(gated_kernel_, dtypes);
   }
   backend_ = &backend;
   kernels_ = facet;
+  gated_ = gated;
   observer_ = sdk::facet<sdk::CallObserverFacet>(backend);
   std::size_t bytes = 0;
   for (const auto& p : params) {
@@ -87,10 +94,44 @@ void BackendOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Pa
                 " bytes of fp32 optimizer state");
 }
 
-sdk::FacetCall<sdk::OptimizerFacet> BackendOptimizer::kernels() const {
+sdk::FacetCall<sdk::OptimizerFacet> BackendOptimizer::kernels(const sdk::UpdateGate* gate) const {
   if (kernels_ == nullptr)
     throw std::logic_error("optimizer '" + component_ + "': step() before bind()");
-  return {kernels_, observer_, sdk::op_name(kernel_)};
+  return {kernels_, observer_, sdk::op_name(gate != nullptr ? gated_kernel_ : kernel_)};
+}
+
+void BackendOptimizer::update_groups(std::span<const sdk::Parameter> params, float lr,
+                                     float grad_scale, const sdk::UpdateGate* gate) {
+  if (awaits_settle_)
+    throw std::logic_error("optimizer '" + component_ +
+                           "': a step before the last gated step was settled");
+  const Groups groups = grouped(params);
+  if (!groups.decayed.empty()) update(groups.decayed, true, lr, grad_scale, gate);
+  if (!groups.undecayed.empty()) update(groups.undecayed, false, lr, grad_scale, gate);
+}
+
+void BackendOptimizer::step(sdk::DeviceBackend& /*backend: bind() kept its facet*/,
+                            std::span<const sdk::Parameter> params, const sdk::StepContext& ctx) {
+  update_groups(params, ctx.lr, ctx.grad_scale, nullptr);
+  count_applied_step();
+}
+
+void BackendOptimizer::step_gated(sdk::DeviceBackend& /*backend: bind() kept its facet*/,
+                                  std::span<const sdk::Parameter> params,
+                                  const sdk::GatedStepContext& ctx) {
+  if (!gated_)
+    throw std::logic_error("optimizer '" + component_ +
+                           "': step_gated() where can_gate() is false (or before bind())");
+  const sdk::UpdateGate gate{ctx.status, ctx.max_norm};
+  update_groups(params, ctx.lr, 1.0f, &gate);
+  awaits_settle_ = true;
+}
+
+void BackendOptimizer::settle(bool applied) {
+  if (!awaits_settle_)
+    throw std::logic_error("optimizer '" + component_ + "': settle() without a gated step");
+  awaits_settle_ = false;
+  if (applied) count_applied_step();
 }
 
 BackendOptimizer::Groups BackendOptimizer::grouped(std::span<const sdk::Parameter> params) const {

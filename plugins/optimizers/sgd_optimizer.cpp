@@ -36,7 +36,7 @@ sdk::OptionSchema SgdOptimizer::option_schema() {
 
 SgdOptimizer::SgdOptimizer(const sdk::Options& options, const sdk::PluginContext& context)
     : BackendOptimizer("sgd", options.get_double("lr"), sgd_slots(options),
-                       sdk::OptimizerOp::sgd_update, context),
+                       sdk::OptimizerOp::sgd_update, sdk::OptimizerOp::sgd_update_gated, context),
       momentum_(static_cast<float>(options.get_double("momentum"))),
       dampening_(static_cast<float>(options.get_double("dampening"))),
       weight_decay_(static_cast<float>(options.get_double("weight_decay"))),
@@ -57,25 +57,20 @@ SgdOptimizer::SgdOptimizer(const sdk::Options& options, const sdk::PluginContext
   logger_.debug(line);
 }
 
-void SgdOptimizer::step(sdk::DeviceBackend& /*backend: bind() kept its facet*/,
-                        std::span<const sdk::Parameter> params, const sdk::StepContext& ctx) {
-  const auto groups = grouped(params);
+void SgdOptimizer::update(std::span<const sdk::ParamTensors> group, bool decayed, float lr,
+                          float grad_scale, const sdk::UpdateGate* gate) {
   sdk::SgdHyper hyper;
-  hyper.lr = ctx.lr;
+  hyper.lr = lr;
   hyper.momentum = momentum_;
   hyper.dampening = dampening_;
   hyper.nesterov = nesterov_;
   hyper.first_step = applied_steps() == 0;
-  hyper.grad_scale = ctx.grad_scale;
-  if (!groups.decayed.empty()) {
-    hyper.weight_decay = weight_decay_;
-    kernels()->sgd_update(hyper, groups.decayed);
-  }
-  if (!groups.undecayed.empty()) {
-    hyper.weight_decay = 0.0f;
-    kernels()->sgd_update(hyper, groups.undecayed);
-  }
-  count_applied_step();
+  hyper.grad_scale = grad_scale;
+  hyper.weight_decay = decayed ? weight_decay_ : 0.0f;
+  if (gate != nullptr)
+    kernels(gate)->sgd_update_gated(hyper, group, *gate);
+  else
+    kernels(gate)->sgd_update(hyper, group);
 }
 
 }  // namespace mixtrain::optimizers

@@ -19,10 +19,10 @@ class SgdOptimizer final : public BackendOptimizer {
 
   SgdOptimizer(const sdk::Options& options, const sdk::PluginContext& context);
 
-  void step(sdk::DeviceBackend& backend, std::span<const sdk::Parameter> params,
-            const sdk::StepContext& ctx) override;
-
  private:
+  void update(std::span<const sdk::ParamTensors> group, bool decayed, float lr, float grad_scale,
+              const sdk::UpdateGate* gate) override;
+
   float momentum_;
   float dampening_;
   float weight_decay_;

@@ -104,11 +104,17 @@ sdk::ScalerDecision DynamicLossScaler::update(bool found_inf) {
 
 void DynamicLossScaler::back_off() {
   const float before = scale_;
-  // min_scale <= init_scale <= FLT_MAX, so the result always fits in a float.
-  scale_ = static_cast<float>(std::max(static_cast<double>(scale_) * backoff_factor_, min_scale_));
+  // min_scale <= init_scale <= FLT_MAX, so the result always fits in a float. It stays positive
+  // (the smallest float at least, when min_scale is 0): a scale rounded to 0 would be a state
+  // load_state() refuses, and the host saves and restores the scaler's state around its
+  // decision (docs/architecture.md, "The gated update"). Down there every unscale overflows
+  // either way, so the run skips on as it would at 0.
+  const double floor =
+      std::max(min_scale_, static_cast<double>(std::numeric_limits<float>::denorm_min()));
+  scale_ = static_cast<float>(std::max(static_cast<double>(scale_) * backoff_factor_, floor));
   logger_.info("step " + std::to_string(steps_) + ": non-finite gradients, step skipped; scale " +
                format_scale(before) + " -> " + format_scale(scale_) +
-               (scale_ == before ? " (at min_scale)" : ""));
+               (scale_ == before ? " (at its floor)" : ""));
 }
 
 void DynamicLossScaler::grow() {

@@ -1,9 +1,12 @@
 // The training step's host waits, counted: a backend wrapper forwards every op to the CPU backend
 // and counts the calls that make the host wait for the device (copy_to_host, the fused
-// unscale/check, first_nonfinite, synchronize). On a GPU each is a pipeline
-// stall, so a step may wait once (found_inf) and read more only where it reports.
+// unscale/check, first_nonfinite, synchronize). On a GPU each is a pipeline stall, so a step may
+// read its check once and read more only where it reports. With the gated update the check's
+// read is no stall: the optimizer's update is queued before it, which the wrapper's call log
+// shows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -12,6 +15,7 @@
 #include <unistd.h>
 
 #include "embedded_quickstart.h"
+#include "logging_optimizer_facet.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/console/log_sink.h"
@@ -23,17 +27,22 @@ namespace {
 
 using sdk::TensorView;
 
-// Waits are bucketed by step: bucket i holds what happened after the i-th found_inf read and
-// before the next one (bucket 0: setup and the first step's forward/backward). The gradient-check
-// facet, which holds the waiting calls, is wrapped too; every other facet is the inner backend's
-// (none of their ops waits).
+// Waits are bucketed by step: bucket i holds what happened after the i-th read of the gradient
+// check and before the next one (bucket 0: setup and the first step's forward/backward). The
+// gradient-check facet, which holds the waiting calls, is wrapped too, and the optimizer facet
+// to log its updates; every other facet is the inner backend's (none of their ops waits).
 class WaitCountingBackend final : public sdk::DeviceBackend, public sdk::GradientCheckFacet {
  public:
-  explicit WaitCountingBackend(std::shared_ptr<sdk::DeviceBackend> inner)
-      : in_(std::move(inner)), checks_(sdk::facet<sdk::GradientCheckFacet>(*in_)) {
+  WaitCountingBackend(std::shared_ptr<sdk::DeviceBackend> inner, bool gated)
+      : in_(std::move(inner)),
+        checks_(sdk::facet<sdk::GradientCheckFacet>(*in_)),
+        optimizer_(sdk::facet<sdk::OptimizerFacet>(*in_), calls, gated) {
     waits.push_back(0);
   }
   std::vector<int> waits;
+  // The step's check and update calls in order: "check" (waits), "queue check", "read check",
+  // "update", "gated update".
+  std::vector<std::string> calls;
 
   sdk::BackendCapabilities capabilities() const override { return in_->capabilities(); }
   void* allocate(std::size_t bytes) override { return in_->allocate(bytes); }
@@ -54,6 +63,7 @@ class WaitCountingBackend final : public sdk::DeviceBackend, public sdk::Gradien
 
   sdk::Facet* find_facet(std::string_view name) override {
     if (name == sdk::GradientCheckFacet::kName) return static_cast<sdk::GradientCheckFacet*>(this);
+    if (name == sdk::OptimizerFacet::kName) return &optimizer_;
     return in_->find_facet(name);
   }
 
@@ -62,13 +72,25 @@ class WaitCountingBackend final : public sdk::DeviceBackend, public sdk::Gradien
   }
   bool unscale_and_check_finite(std::span<const TensorView> g, float inv) override {
     const bool found = checks_->unscale_and_check_finite(g, inv);
+    calls.push_back("check");
     waits.push_back(0);  // the step's one allowed wait opens the next bucket
     return found;
   }
   GradientCheck unscale_check_and_sum_squares(std::span<const TensorView> g, float inv) override {
     const auto r = checks_->unscale_check_and_sum_squares(g, inv);
+    calls.push_back("check");
     waits.push_back(0);  // one wait for both results, like unscale_and_check_finite
     return r;
+  }
+  void queue_unscale_check(std::span<const TensorView> g, float inv, bool sum_squares,
+                           TensorView status) override {
+    calls.push_back("queue check");  // no wait: the status stays on the device
+    checks_->queue_unscale_check(g, inv, sum_squares, status);
+  }
+  GradientCheck queued_check_result() override {
+    calls.push_back("read check");
+    waits.push_back(0);  // the step's read of its check opens the next bucket
+    return checks_->queued_check_result();
   }
   int first_nonfinite(std::span<const TensorView> t) override {
     wait();
@@ -79,10 +101,12 @@ class WaitCountingBackend final : public sdk::DeviceBackend, public sdk::Gradien
   void wait() { ++waits.back(); }
   std::shared_ptr<sdk::DeviceBackend> in_;
   sdk::GradientCheckFacet* checks_;
+  test::LoggingOptimizerFacet optimizer_;
 };
 
 // Trains the quickstart for `steps` with log_every = 10 and returns the per-step buckets.
-std::shared_ptr<WaitCountingBackend> train(std::vector<std::string> sets, int steps) {
+std::shared_ptr<WaitCountingBackend> train(std::vector<std::string> sets, int steps,
+                                           bool gated = true) {
   std::vector<std::string> all = {"run.steps=" + std::to_string(steps), "run.log_every=10",
                                   "run.eval_every=0", "checkpoint.every=0"};
   all.insert(all.end(), sets.begin(), sets.end());
@@ -95,7 +119,7 @@ std::shared_ptr<WaitCountingBackend> train(std::vector<std::string> sets, int st
   }
   auto e = core::parse_experiment(config, registry);
   auto c = core::create_components(e, registry);
-  auto counting = std::make_shared<WaitCountingBackend>(c.backend);
+  auto counting = std::make_shared<WaitCountingBackend>(c.backend, gated);
   c.backend = counting;
   core::TrainOptions opt;
   opt.run_dir = std::filesystem::temp_directory_path() /
@@ -120,6 +144,52 @@ TEST(HostSyncs, AnUnloggedStepWaitsOnlyForFoundInf) {
       EXPECT_EQ(b->waits[static_cast<std::size_t>(s)], 0) << "step " << s;
     }
   }
+}
+
+// The log with each run of one call kept once: an optimizer updates its parameter groups (with
+// and without weight decay) in a call each.
+std::vector<std::string> phases(std::vector<std::string> calls) {
+  calls.erase(std::unique(calls.begin(), calls.end()), calls.end());
+  return calls;
+}
+
+// The calls of the check and the update, step by step: "queue check", "gated update", "read
+// check" for every step with the gate, "check", "update" without.
+std::vector<std::string> step_calls(bool gated, int steps) {
+  const std::vector<std::string> one =
+      gated ? std::vector<std::string>{"queue check", "gated update", "read check"}
+            : std::vector<std::string>{"check", "update"};
+  std::vector<std::string> want;
+  for (int s = 0; s < steps; ++s) want.insert(want.end(), one.begin(), one.end());
+  return want;
+}
+
+TEST(HostSyncs, TheUpdateIsQueuedBeforeTheHostReadsTheCheck) {
+  constexpr int kSteps = 12;
+  auto b = train({}, kSteps);
+  EXPECT_EQ(phases(b->calls), step_calls(true, kSteps));
+}
+
+TEST(HostSyncs, WithoutTheGatedKernelTheHostWaitsForTheCheckThenUpdates) {
+  constexpr int kSteps = 12;
+  auto b = train({}, kSteps, /*gated=*/false);
+  EXPECT_EQ(phases(b->calls), step_calls(false, kSteps));
+  for (int s = 1; s < kSteps; ++s) {
+    if (s % 10 == 0) continue;
+    EXPECT_EQ(b->waits[static_cast<std::size_t>(s)], 0) << "step " << s;
+  }
+}
+
+TEST(HostSyncs, ClippingIsGatedToo) {
+  constexpr int kSteps = 12;
+  auto b = train({"optimizer.clip_grad_norm=0.5"}, kSteps);
+  EXPECT_EQ(phases(b->calls), step_calls(true, kSteps));
+}
+
+TEST(HostSyncs, Fp8ScalesKeepTheWaitBeforeTheUpdate) {
+  constexpr int kSteps = 4;
+  auto b = train({"precision.policy=fp8-delayed"}, kSteps);
+  EXPECT_EQ(phases(b->calls), step_calls(false, kSteps));
 }
 
 TEST(HostSyncs, GradientClippingAddsNoWait) {

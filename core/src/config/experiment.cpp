@@ -311,6 +311,7 @@ sdk::Options read_run(const Config& config, Experiment& e) {
   e.run.underflow_every = run.get_int("underflow_every");
   e.run.accumulate = run.get_int("accumulate");
   e.run.step_graphs = run.get_bool("step_graphs");
+  e.run.gated_update = run.get_bool("gated_update");
   e.run.stretch_schedule = run.get_bool("stretch_schedule");
   e.run.early_stopping_patience = run.get_int("early_stopping_patience");
   e.run.early_stopping_metric = run.get_string("early_stopping_metric");

@@ -97,6 +97,12 @@ sdk::OptionSchema run_schema() {
                           "record forward, loss and backward once and replay them with one launch "
                           "(CUDA graphs) where the backend offers it and the step is static: one "
                           "micro-batch, no dropout, no FP8 scaling"),
+      OptionSpec::boolean("gated_update", true,
+                          "queue the optimizer's update before the host reads the gradient check, "
+                          "skipped and clipped on the device from the check's status, where the "
+                          "backend and the optimizer offer it (one process, no FP8 scaling); "
+                          "false: the host waits for the check first (same bits, one drain of "
+                          "the device per step)"),
       // A list (read beside the schema, as optimizer.milestones); each entry is checked against
       // these choices.
       OptionSpec::string("metrics", "jsonl",

@@ -21,6 +21,39 @@ void report_loss_chunking(Trainer::State& s) {
                c.refusal);
 }
 
+// Whether the step may queue the optimizer's update before it reads the gradient check (the
+// gated update), or why not; logged once per plan.
+void plan_gated_update(Trainer::State& s) {
+  auto& backend = *s.c.backend;
+  const std::string optimizer = "optimizer '" + s.e.optimizer_type + "'";
+  auto* facet = dynamic_cast<sdk::GatedStepFacet*>(s.c.optimizer.get());
+  std::string off;
+  if (!s.e.run.gated_update)
+    off = "run.gated_update = false";
+  else if (!sdk::facet_serves<sdk::GatedStepFacet>(facet, 0))
+    off = optimizer + " offers no gated step (sdk/optimizer_gated_step.h)";
+  else if (!facet->can_gate())
+    off = "backend '" + backend.capabilities().kind + "' runs no gated update for " + optimizer;
+  else if (auto why =
+               unmet(backend, {sdk::GradientCheckOp::queue_unscale_check, {sdk::DType::fp32}}))
+    off = "backend '" + backend.capabilities().kind + "' cannot queue the gradient check: " + *why;
+  else if (s.reducer->world() > 1)
+    off = "the replicas agree on found_inf and the gradient norm on the host first";
+  else if (s.c.policy->uses_scaled_operands())
+    off = "precision policy '" + s.e.policy_name + "' reads its FP8 amaxes on the host every step";
+  s.gated_optimizer = off.empty() ? facet : nullptr;
+  if (!off.empty()) {
+    s.log.debug("step: the update waits for the gradient check on the host: " + off);
+    return;
+  }
+  if (s.gradient_status.empty())
+    s.gradient_status =
+        Tensor(s.c.backend, sdk::DType::int32, sdk::Shape{sdk::GradientStatus::kWords});
+  s.log.debug(
+      "step: the optimizer's update is queued behind the gradient check, gated on the "
+      "device; the host reads the check while the update runs");
+}
+
 }  // namespace
 
 void build_model(Trainer::State& s) {
@@ -100,6 +133,7 @@ void build_model(Trainer::State& s) {
         e.run.step_graphs ? sdk::facet<sdk::StepGraphFacet>(backend) : nullptr, e.run.step_graphs,
         static_step, core_logger("step_graph"));
   }
+  plan_gated_update(s);
 }
 
 void replan_model(Trainer::State& s) {

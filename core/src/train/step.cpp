@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "mixtrain/core/graph/diagnostics.h"
+#include "mixtrain/sdk/support/gradient_clipping.h"
 #include "profiling/profile_scope.h"
 #include "train/step_statistics.h"
 
@@ -234,26 +235,76 @@ LossValues step_loss(Trainer::State& s, const StepRequest& request, bool applied
   return *reduced;
 }
 
-// Clips after the unscale, then the optimizer step on the FP32 masters and the EMA update.
-// Returns the gradient norm (NaN unless the request wants it).
-double apply_update(Trainer::State& s, const StepRequest& request, double sum_squares, double lr) {
-  double grad_norm = std::numeric_limits<double>::quiet_NaN();
-  float coef = 1.0f;
-  if (request.wants_norm) {
-    grad_norm = std::sqrt(sum_squares);
-    const double max_norm = s.e.schedule.clip_grad_norm;
-    if (max_norm > 0.0 && grad_norm > max_norm)
-      coef = static_cast<float>(max_norm / (grad_norm + 1e-6));
-  }
+// What follows an applied optimizer step, whoever made it: the replicas' gather, the EMA, the
+// count and the policy's word. Returns the gradient norm (NaN unless the request wants it).
+double finish_applied_step(Trainer::State& s, const StepRequest& request, double sum_squares) {
   {
     ProfileScope scope("optimizer");
-    s.c.optimizer->step(*s.c.backend, s.params, {static_cast<float>(lr), coef});
     s.reducer->after_update(*s.model);
     if (!s.ema.empty()) update_ema(s);
   }
   ++s.position.applied;
   s.c.policy->on_step_end(true);
-  return grad_norm;
+  return request.wants_norm ? std::sqrt(sum_squares) : std::numeric_limits<double>::quiet_NaN();
+}
+
+double max_norm_of(const Trainer::State& s, const StepRequest& request) {
+  return request.wants_norm ? s.e.schedule.clip_grad_norm : 0.0;
+}
+
+// Clips after the unscale, then the optimizer step on the FP32 masters and the EMA update.
+// Returns the gradient norm (NaN unless the request wants it).
+double apply_update(Trainer::State& s, const StepRequest& request, double sum_squares, double lr) {
+  const float coef =
+      request.wants_norm ? sdk::clip_coefficient(sum_squares, max_norm_of(s, request)) : 1.0f;
+  {
+    ProfileScope scope("optimizer");
+    s.c.optimizer->step(*s.c.backend, s.params, {static_cast<float>(lr), coef});
+  }
+  return finish_applied_step(s, request, sum_squares);
+}
+
+// The step's decision with the update queued before the host reads the check (the gated update):
+// the check writes found_inf and Σg² to s.gradient_status, the optimizer's update behind it reads
+// them on the device (it skips on found_inf and clips from Σg²), and the host then waits for the
+// status alone while the update runs. The scaler is asked first what it decides for finite
+// gradients (its state saved): only if it would apply is the update queued; if the gradients
+// were not finite after all, its state is restored and it decides again, and a step it applies
+// anyway is made now, ungated. Returns nullopt, having queued nothing but the check, when the
+// scaler would skip even finite gradients: the caller then decides as without a gate, from
+// `totals`, which this fills in either case.
+std::optional<sdk::ScalerDecision> decide_with_gated_update(Trainer::State& s,
+                                                            const StepRequest& request, float scale,
+                                                            double lr, StepTotals& totals) {
+  const BoundFacets& facets = s.model->facets();
+  auto& scaler = *s.c.scaler;
+  const float unscale = 1.0f / (scale * static_cast<float>(s.reducer->world()));
+  facets.call(sdk::GradientCheckOp::queue_unscale_check)
+      ->queue_unscale_check(s.grads, unscale, request.wants_norm, s.gradient_status.view());
+  const sdk::ComponentState before = scaler.save_state();
+  const sdk::ScalerDecision if_finite = scaler.update(false);
+  const auto read_status = [&] {
+    const auto check =
+        facets.get<sdk::GradientCheckFacet>("queued_check_result")->queued_check_result();
+    totals.found_inf = check.found_inf;
+    if (request.wants_norm) totals.sum_squares = check.sum_of_squares;
+  };
+  if (!if_finite.apply_step) {
+    scaler.load_state(before);
+    read_status();
+    return std::nullopt;
+  }
+  {
+    ProfileScope scope("optimizer");
+    s.gated_optimizer->step_gated(
+        *s.c.backend, s.params,
+        {static_cast<float>(lr), max_norm_of(s, request), s.gradient_status.view()});
+  }
+  read_status();
+  s.gated_optimizer->settle(!totals.found_inf);
+  if (!totals.found_inf) return if_finite;
+  scaler.load_state(before);
+  return scaler.update(true);
 }
 
 // Names the first non-finite tensor by replaying the step with a check after every write,
@@ -337,16 +388,26 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   s.reducer->finish_gradients();
 
   ProfileScope checks_scope("gradient checks");
-  StepTotals totals = check_gradients(s, request, scale);
-  // The device is idle now, so what the host reads next costs no pipeline stall: the delayed
-  // FP8 amaxes of this step's casts, and the loss where this step reports or keeps it.
+  StepOutcome out;
+  out.lr = s.schedule.lr_at(s.position.applied);
+  StepTotals totals;
+  std::optional<sdk::ScalerDecision> gated_decision;
+  if (s.gated_optimizer != nullptr)
+    gated_decision = decide_with_gated_update(s, request, scale, out.lr, totals);
+  else
+    totals = check_gradients(s, request, scale);
+  // The host has waited for the check, so what it reads next costs no pipeline stall, unless a
+  // gated update is running: the delayed FP8 amaxes of this step's casts (never gated), and the
+  // loss where this step reports or keeps it.
   if (policy.uses_scaled_operands()) s.reducer->flush_operand_amaxes(model);
   s.reducer->reduce_totals(totals, [&] { return read_step_loss(s); });
-  StepOutcome out;
-  out.decision = s.c.scaler->update(totals.found_inf);
+  out.decision = gated_decision ? *gated_decision : s.c.scaler->update(totals.found_inf);
   out.loss = step_loss(s, request, out.decision.apply_step, totals.loss);
-  out.lr = s.schedule.lr_at(s.position.applied);
-  if (out.decision.apply_step)
+  // The device applied the gated update exactly when the scaler was asked and the gradients were
+  // finite; any other applied step is made here.
+  if (gated_decision && !totals.found_inf)
+    out.grad_norm = finish_applied_step(s, request, totals.sum_squares);
+  else if (out.decision.apply_step)
     out.grad_norm = apply_update(s, request, totals.sum_squares, out.lr);
   else
     out.blame = skip_update(s, out.decision);

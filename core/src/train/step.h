@@ -5,9 +5,13 @@
 //   plan; loss in FP32, its backward seed multiplied by loss scale / accumulate (the step's loss
 //   is the micro-batches' mean); backward, adding into the FP32 parameter gradients. Then, once
 //   per optimizer step as GradScaler prescribes: one fused unscale + non-finite check (with Σg²
-//   in the same wait when clipping or logging needs the norm); clip after the unscale; then either
-//   the optimizer step on the FP32 masters and the EMA update, or a skip that names the first
-//   non-finite tensor; the scaler and the policy hear the outcome once.
+//   when clipping or logging needs the norm); clip after the unscale; then either the optimizer
+//   step on the FP32 masters and the EMA update, or a skip that names the first non-finite
+//   tensor; the scaler and the policy hear the outcome once.
+//   Where s.gated_optimizer is set (one process, no FP8 scales, a backend and an optimizer with
+//   the gated update), the check is queued and the update queued behind it, gated on the device
+//   by the check's status, and the host reads the status while the update runs: no wait drains
+//   the device. Otherwise the host waits for the check, then updates. Both give the same bits.
 //
 // The replicas (s.reducer; distributed/reducer.h) are called at fixed points, in this order,
 // whether or not there are others: begin_step before the first micro-batch, the gradient-ready

@@ -17,6 +17,7 @@
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/train/lr_schedule.h"
 #include "mixtrain/core/train/trainer.h"
+#include "mixtrain/sdk/optimizer_gated_step.h"
 #include "train/data_position.h"
 #include "train/host_tensor.h"
 #include "train/precision_state.h"
@@ -58,6 +59,12 @@ struct Trainer::State {
   std::vector<Tensor> ema;
   // Forward, loss and backward recorded and replayed where the backend and the step allow.
   std::unique_ptr<StepGraph> step_graph;
+  // The gated update (train/step.cpp; docs/architecture.md, "One training step"): the optimizer's
+  // GatedStepFacet where the step queues the update before it reads the gradient check (null:
+  // the step waits for the check, then updates), and the status the queued check writes and the
+  // update reads on the device (int32 [4], sdk::GradientStatus). Set by build_model.
+  sdk::GatedStepFacet* gated_optimizer = nullptr;
+  Tensor gradient_status;
   // The replicas that share the step (distributed/reducer.h): a LocalReducer in one process.
   // rank_batch is the rows this process computes per micro-batch (data.batch_size / world:
   // data.batch_size is the global batch). Only the leading rank writes files (`writes`); every

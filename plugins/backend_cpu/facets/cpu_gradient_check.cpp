@@ -2,6 +2,9 @@
 // sum of squares (cpu_sum_of_squares.h) and the first non-finite tensor. Each works on a flat
 // list of pieces (cpu_pieces.h) so many small tensors and a few huge ones share one parallel
 // region.
+#include <cstring>
+#include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "cpu_access.h"
@@ -25,9 +28,14 @@ class CpuGradientCheck final : public sdk::GradientCheckFacet {
   GradientCheck unscale_check_and_sum_squares(std::span<const sdk::TensorView> grads,
                                               float inv_scale) override;
   int first_nonfinite(std::span<const sdk::TensorView> tensors) override;
+  void queue_unscale_check(std::span<const sdk::TensorView> grads, float inv_scale,
+                           bool sum_squares, sdk::TensorView status) override;
+  GradientCheck queued_check_result() override;
 
  private:
   CpuContext& context_;
+  // The last queued check's outcome: a synchronous backend has it when the call returns.
+  std::optional<GradientCheck> queued_;
 };
 
 const sdk::FacetRegistration<CpuContext, sdk::GradientCheckFacet, CpuGradientCheck> kRegistration;
@@ -73,6 +81,30 @@ sdk::GradientCheckFacet::GradientCheck CpuGradientCheck::unscale_check_and_sum_s
   GradientCheck r;
   r.found_inf = unscale_and_check_finite(grads, inv_scale);
   r.sum_of_squares = sum_of_squares(context_, grads);
+  return r;
+}
+
+void CpuGradientCheck::queue_unscale_check(std::span<const TensorView> grads, float inv_scale,
+                                           bool sum_squares, TensorView status) {
+  checks().gradient_status("queue_unscale_check", status);
+  GradientCheck r;
+  if (sum_squares)
+    r = unscale_check_and_sum_squares(grads, inv_scale);
+  else
+    r.found_inf = unscale_and_check_finite(grads, inv_scale);
+  sdk::GradientStatus written;
+  written.sum_of_squares = r.sum_of_squares;
+  written.found_inf = r.found_inf ? 1 : 0;
+  std::memcpy(status.data, &written, sizeof written);
+  queued_ = r;
+}
+
+sdk::GradientCheckFacet::GradientCheck CpuGradientCheck::queued_check_result() {
+  if (!queued_)
+    throw std::logic_error(
+        "backend_cpu.queued_check_result: no queue_unscale_check to read (each is read once)");
+  const GradientCheck r = *queued_;
+  queued_.reset();
   return r;
 }
 

@@ -5,13 +5,17 @@
 // still in cache, by the SDK's bulk (vectorised, RNE) encoder: the one definition of bf16/fp16
 // in the project.
 #include <cmath>
+#include <cstring>
+#include <optional>
 #include <string>
 
 #include "cpu_access.h"
 #include "cpu_context.h"
 #include "cpu_pieces.h"
+#include "mixtrain/sdk/backend_gradient_check.h"
 #include "mixtrain/sdk/backend_optimizer_updates.h"
 #include "mixtrain/sdk/support/facet_registry.h"
+#include "mixtrain/sdk/support/gradient_clipping.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -80,6 +84,10 @@ class CpuOptimizer final : public sdk::OptimizerFacet {
 
   void sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params) override;
   void adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params) override;
+  void sgd_update_gated(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params,
+                        const sdk::UpdateGate& gate) override;
+  void adamw_update_gated(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> params,
+                          const sdk::UpdateGate& gate) override;
 
  private:
   CpuContext& context_;
@@ -87,7 +95,38 @@ class CpuOptimizer final : public sdk::OptimizerFacet {
 
 const sdk::FacetRegistration<CpuContext, sdk::OptimizerFacet, CpuOptimizer> kRegistration;
 
+// The gate's answer: nullopt when the step must not apply, else the clipping coefficient that
+// replaces the hyperparameters' grad_scale. The status lies in host memory, written by the
+// synchronous check before this call.
+std::optional<float> gate_scale(std::string_view op, const sdk::UpdateGate& gate) {
+  checks().gradient_status(op, gate.status);
+  sdk::GradientStatus status;
+  std::memcpy(&status, gate.status.data, sizeof status);
+  if (status.found_inf != 0) return std::nullopt;
+  return sdk::clip_coefficient(status.sum_of_squares, gate.max_norm);
+}
+
 }  // namespace
+
+void CpuOptimizer::sgd_update_gated(const sdk::SgdHyper& h,
+                                    std::span<const sdk::ParamTensors> params,
+                                    const sdk::UpdateGate& gate) {
+  const std::optional<float> scale = gate_scale("sgd_update_gated", gate);
+  if (!scale) return;
+  sdk::SgdHyper gated = h;
+  gated.grad_scale = *scale;
+  sgd_update(gated, params);
+}
+
+void CpuOptimizer::adamw_update_gated(const sdk::AdamWHyper& h,
+                                      std::span<const sdk::ParamTensors> params,
+                                      const sdk::UpdateGate& gate) {
+  const std::optional<float> scale = gate_scale("adamw_update_gated", gate);
+  if (!scale) return;
+  sdk::AdamWHyper gated = h;
+  gated.grad_scale = *scale;
+  adamw_update(gated, params);
+}
 
 void CpuOptimizer::sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params) {
   context_.use_threads();

@@ -15,6 +15,8 @@ std::string_view op_name(GradientCheckOp op) noexcept {
       return "unscale_check_and_sum_squares";
     case GradientCheckOp::first_nonfinite:
       return "first_nonfinite";
+    case GradientCheckOp::queue_unscale_check:
+      return "queue_unscale_check";
   }
   return "?";
 }
@@ -23,6 +25,7 @@ OpSignature op_signature(GradientCheckOp op) noexcept {
   switch (op) {
     case GradientCheckOp::unscale_and_check_finite:
     case GradientCheckOp::unscale_check_and_sum_squares:
+    case GradientCheckOp::queue_unscale_check:
       return {kF32};  // {grads}
     case GradientCheckOp::first_nonfinite:
       return {kStore};  // {tensors}

@@ -13,6 +13,10 @@ std::string_view op_name(OptimizerOp op) noexcept {
       return "sgd_update";
     case OptimizerOp::adamw_update:
       return "adamw_update";
+    case OptimizerOp::sgd_update_gated:
+      return "sgd_update_gated";
+    case OptimizerOp::adamw_update_gated:
+      return "adamw_update_gated";
   }
   return "?";
 }
@@ -21,6 +25,8 @@ OpSignature op_signature(OptimizerOp op) noexcept {
   switch (op) {
     case OptimizerOp::sgd_update:
     case OptimizerOp::adamw_update:
+    case OptimizerOp::sgd_update_gated:
+    case OptimizerOp::adamw_update_gated:
       return {kF32Store};  // {master, working}
   }
   return {};

@@ -297,6 +297,15 @@ void BackendArgumentChecks::optimizer_param(std::string_view op, std::size_t ind
   }
 }
 
+void BackendArgumentChecks::gradient_status(std::string_view op, const TensorView& status) const {
+  require_present(op, "status", status);
+  if (status.dtype != DType::int32 || status.numel() != GradientStatus::kWords)
+    fail(op,
+         "status " + describe(status) + " is not int32 [" + std::to_string(GradientStatus::kWords) +
+             "]",
+         "allocate the status as int32 [4] (sdk::GradientStatus) on this backend");
+}
+
 BackendArgumentChecks::RowsCols BackendArgumentChecks::bias_grad_shape(
     const TensorView& dy, const TensorView& dbias) const {
   constexpr const char* op = "bias_grad";

@@ -207,6 +207,12 @@ TEST(sdk_Experiment, PluginOptionOfTheWrongTypeNamesFileLineColumn) {
   ASSERT_TRUE(e.has_value());
   EXPECT_TRUE(contains(e->what(), "--set scaler.growth_interval=1.5")) << e->what();
   EXPECT_TRUE(contains(e->what(), "expected an integer, got a number 1.5")) << e->what();
+
+  // The host's own run options too: run.gated_update takes a boolean only.
+  e = error_of<sdk::ConfigError>(kFull, {"run.gated_update=1"});
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->key(), "run.gated_update");
+  EXPECT_TRUE(contains(e->what(), "expected a boolean")) << e->what();
 }
 
 TEST(sdk_Experiment, OverridesChangeTheExperiment) {

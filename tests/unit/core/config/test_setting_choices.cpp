@@ -61,6 +61,8 @@ TEST(config_Defaults, ABareConfigLeavesRunAtTheDefaultConstructedSettings) {
   EXPECT_EQ(run.dir, d.dir);
   EXPECT_EQ(run.accumulate, d.accumulate);
   EXPECT_EQ(run.step_graphs, d.step_graphs);
+  EXPECT_EQ(run.gated_update, d.gated_update);
+  EXPECT_TRUE(d.gated_update);  // on unless a config turns it off
   EXPECT_EQ(run.stretch_schedule, d.stretch_schedule);
   EXPECT_EQ(run.metrics, d.metrics);
   EXPECT_EQ(run.early_stopping_patience, d.early_stopping_patience);

@@ -1,9 +1,13 @@
 // Fused unscale + finite check, sum of squares, first non-finite, and the fused SGD / AdamW
 // updates against values computed by hand (PyTorch semantics as stated in device_backend.h).
+#include <cmath>
+#include <cstring>
 #include <limits>
+#include <stdexcept>
 
 #include "backend_test_util.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/support/gradient_clipping.h"
 
 namespace mixtrain::backend_cpu::testing {
 namespace {
@@ -185,6 +189,75 @@ TEST(backend_cpu_optimizers, AdamWBiasCorrectionAtStepsOneAndTwoAndDecoupledDeca
   std::vector<sdk::ParamTensors> mp = {missing};
   h.step = 3;
   EXPECT_THROW(sdk::facet<sdk::OptimizerFacet>(be)->adamw_update(h, mp), sdk::BackendError);
+}
+
+sdk::GradientStatus status_of(const DeviceTensor& status) {
+  sdk::GradientStatus out;
+  std::memcpy(&out, TensorView(status).data, sizeof out);
+  return out;
+}
+
+// gradient_check 1.1 and optimizer 1.1: the queued check writes the status that the gated
+// updates read; they clip from it as the host would and write nothing at all on an inf.
+TEST(backend_cpu_optimizers, QueuedCheckWritesTheStatusTheGatedUpdatesRead) {
+  CpuBackend be(2);
+  auto& checks = *sdk::facet<sdk::GradientCheckFacet>(be, 1);
+  auto& updates = *sdk::facet<sdk::OptimizerFacet>(be, 1);
+  DeviceTensor status(be, DType::int32, {4});
+  for (const bool adamw : {false, true}) {
+    Param gated(be, 1.0f, 8.0f), plain(be, 1.0f, 4.0f);
+    const TensorView grads[] = {gated.grad};
+    checks.queue_unscale_check(grads, 0.5f, true, status);
+    // Σg² of the unscaled gradient (three 4s) is 48: at max norm 2 the coefficient clips.
+    EXPECT_EQ(status_of(status).found_inf, 0);
+    EXPECT_EQ(status_of(status).sum_of_squares, 48.0);
+    const float coef = sdk::clip_coefficient(48.0, 2.0);
+    EXPECT_EQ(coef, static_cast<float>(2.0 / (std::sqrt(48.0) + 1e-6)));
+    std::vector<sdk::ParamTensors> gp = {gated.tensors()}, pp = {plain.tensors()};
+    if (adamw) {
+      sdk::AdamWHyper h;
+      updates.adamw_update_gated(h, gp, {status, 2.0});
+      h.grad_scale = coef;
+      updates.adamw_update(h, pp);
+    } else {
+      sdk::SgdHyper h;
+      h.momentum = 0.9f;
+      updates.sgd_update_gated(h, gp, {status, 2.0});
+      h.grad_scale = coef;
+      updates.sgd_update(h, pp);
+    }
+    const auto r = checks.queued_check_result();
+    EXPECT_FALSE(r.found_inf);
+    EXPECT_EQ(r.sum_of_squares, 48.0);
+    EXPECT_EQ(gated.master.get(), plain.master.get()) << (adamw ? "adamw" : "sgd");
+    EXPECT_EQ(gated.state1.get(), plain.state1.get());
+    EXPECT_EQ(gated.working.get(), plain.working.get());
+
+    // An inf: found in the status, and the gated update leaves every tensor as it was.
+    gated.grad.set({1.0f, kInf, 1.0f});
+    checks.queue_unscale_check(grads, 1.0f, false, status);
+    EXPECT_EQ(status_of(status).found_inf, 1);
+    EXPECT_EQ(status_of(status).sum_of_squares, 0.0);  // not asked for
+    const auto master = gated.master.get(), working = gated.working.get();
+    const auto s1 = gated.state1.get(), s2 = gated.state2.get();
+    if (adamw)
+      updates.adamw_update_gated(sdk::AdamWHyper{}, gp, {status, 0.0});
+    else
+      updates.sgd_update_gated(sdk::SgdHyper{}, gp, {status, 0.0});
+    EXPECT_TRUE(checks.queued_check_result().found_inf);
+    EXPECT_EQ(gated.master.get(), master);
+    EXPECT_EQ(gated.working.get(), working);
+    EXPECT_EQ(gated.state1.get(), s1);
+    EXPECT_EQ(gated.state2.get(), s2);
+  }
+  // Each queued check is read once; a status of another dtype or size is refused.
+  EXPECT_THROW(checks.queued_check_result(), std::logic_error);
+  DeviceTensor floats(be, DType::fp32, {4}), short_one(be, DType::int32, {2});
+  for (const DeviceTensor* bad : {&floats, &short_one}) {
+    EXPECT_THROW(checks.queue_unscale_check({}, 1.0f, false, *bad), sdk::BackendError);
+    EXPECT_THROW(updates.sgd_update_gated({}, {}, {*bad, 0.0}), sdk::BackendError);
+    EXPECT_THROW(updates.adamw_update_gated({}, {}, {*bad, 0.0}), sdk::BackendError);
+  }
 }
 
 }  // namespace

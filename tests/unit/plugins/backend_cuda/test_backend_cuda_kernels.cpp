@@ -2,11 +2,13 @@
 // against the CPU reference on random inputs. Both compute in FP32 from the same stored inputs;
 // the remaining differences are summation order and libm (tanhf/expf) ulps, so fp32 outputs
 // agree to ~1e-5 relative and 16-bit outputs to one unit of their format.
+#include <cstring>
 #include <limits>
 
 #include "cuda_gradient_check_facet.h"
 #include "cuda_test_util.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/support/gradient_clipping.h"
 
 namespace mixtrain::backend_cuda::testing {
 namespace {
@@ -401,6 +403,87 @@ TEST_F(backend_cuda_vs_cpu, AdamWUpdateMatchesTheCpu) {
   sdk::ParamTensors t = tensors_of(p, true);
   t.state2 = {};
   EXPECT_THROW(gpu<sdk::OptimizerFacet>().adamw_update(sdk::AdamWHyper{}, std::span(&t, 1)),
+               sdk::BackendError);
+}
+
+sdk::GradientStatus status_of(const Tensor& status) {
+  sdk::GradientStatus out;
+  const auto bytes = status.raw();
+  std::memcpy(&out, bytes.data(), sizeof out);
+  return out;
+}
+
+// The gated update (gradient_check 1.1, optimizer 1.1) against the CPU's: the queued check's
+// status and host read, the clipped update it opens, and the skip it makes on an inf, which
+// writes nothing at all.
+TEST_F(backend_cuda_vs_cpu, QueuedCheckAndGatedUpdatesMatchTheCpu) {
+  const std::int64_t sizes[] = {3, 20'000, 70'001};
+  for (const bool adamw : {false, true}) {
+    const std::string what = adamw ? "adamw gated" : "sgd gated";
+    std::vector<ParamSet> g, c;
+    for (std::size_t i = 0; i < std::size(sizes); ++i) {
+      g.push_back(make_param(gpu(), sizes[i], DType::bf16, 120 + static_cast<std::uint32_t>(i)));
+      c.push_back(make_param(cpu(), sizes[i], DType::bf16, 120 + static_cast<std::uint32_t>(i)));
+    }
+    Tensor gs(gpu(), DType::int32, {4}), cs(cpu(), DType::int32, {4});
+    std::vector<sdk::ParamTensors> gp, cp;
+    std::vector<TensorView> gg, cg;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      gp.push_back(tensors_of(g[i], true));
+      cp.push_back(tensors_of(c[i], true));
+      gg.push_back(*g[i].grad);
+      cg.push_back(*c[i].grad);
+    }
+    const auto step = [&](bool expect_inf) {
+      gpu<sdk::GradientCheckFacet>().queue_unscale_check(gg, 0.5f, true, gs);
+      sdk::facet<sdk::GradientCheckFacet>(cpu())->queue_unscale_check(cg, 0.5f, true, cs);
+      // Clipping at a norm below the gradients': the coefficient comes from the status.
+      const sdk::UpdateGate ggate{gs, 3.0}, cgate{cs, 3.0};
+      if (adamw) {
+        sdk::AdamWHyper h;
+        h.lr = 1e-3f;
+        h.weight_decay = 0.1f;
+        gpu<sdk::OptimizerFacet>().adamw_update_gated(h, gp, ggate);
+        sdk::facet<sdk::OptimizerFacet>(cpu())->adamw_update_gated(h, cp, cgate);
+      } else {
+        sdk::SgdHyper h;
+        h.lr = 0.05f;
+        h.momentum = 0.9f;
+        gpu<sdk::OptimizerFacet>().sgd_update_gated(h, gp, ggate);
+        sdk::facet<sdk::OptimizerFacet>(cpu())->sgd_update_gated(h, cp, cgate);
+      }
+      const auto gr = gpu<sdk::GradientCheckFacet>().queued_check_result();
+      const auto cr = sdk::facet<sdk::GradientCheckFacet>(cpu())->queued_check_result();
+      EXPECT_EQ(gr.found_inf, expect_inf) << what;
+      EXPECT_EQ(cr.found_inf, expect_inf) << what;
+      EXPECT_EQ(status_of(gs).found_inf != 0, expect_inf) << what;
+      if (!expect_inf) {
+        EXPECT_NEAR(gr.sum_of_squares, cr.sum_of_squares, 1e-12 * cr.sum_of_squares) << what;
+        EXPECT_EQ(status_of(gs).sum_of_squares, gr.sum_of_squares) << what;
+        EXPECT_LT(sdk::clip_coefficient(gr.sum_of_squares, 3.0), 1.0f) << "clipping is off";
+      }
+    };
+    step(false);
+    for (std::size_t i = 0; i < g.size(); ++i) expect_params_close(g[i], c[i], DType::bf16, what);
+    // An inf in the last tensor: the gated update writes nothing, on either backend.
+    auto grad = g[2].grad->get();
+    grad.back() = std::numeric_limits<float>::infinity();
+    g[2].grad->set(grad);
+    c[2].grad->set(grad);
+    const auto before_master = g[0].master->raw(), before_working = g[0].working->raw();
+    const auto before_s1 = g[0].s1->raw();
+    step(true);
+    EXPECT_EQ(g[0].master->raw(), before_master) << what;
+    EXPECT_EQ(g[0].working->raw(), before_working) << what;
+    EXPECT_EQ(g[0].s1->raw(), before_s1) << what;
+    for (std::size_t i = 0; i < g.size(); ++i) expect_params_close(g[i], c[i], DType::bf16, what);
+  }
+  // Each queued check is read once; a status of another shape is refused.
+  EXPECT_THROW(gpu<sdk::GradientCheckFacet>().queued_check_result(), std::logic_error);
+  Tensor wrong(gpu(), DType::fp32, {4});
+  EXPECT_THROW(gpu<sdk::GradientCheckFacet>().queue_unscale_check({}, 1.0f, false, wrong),
+               sdk::BackendError);
+  EXPECT_THROW(gpu<sdk::OptimizerFacet>().sgd_update_gated({}, {}, sdk::UpdateGate{wrong, 0.0}),
                sdk::BackendError);
 }
 

@@ -7,6 +7,8 @@
 #include <memory>
 
 #include "cpu_params.h"
+#include "forwarding_backend.h"
+#include "mixtrain/sdk/backend_gradient_check.h"
 #include "plugin_test_support.h"
 #include "sgd_optimizer.h"
 
@@ -169,6 +171,81 @@ TEST_F(optimizers_sgd, StepWithOtherParametersThanBoundIsAnError) {
   auto opt = make({});
   EXPECT_THROW(opt->step(backend, std::span(params.params()).first(1), {0.1f, 1.0f}),
                std::logic_error);
+}
+
+// The gated step (sdk/optimizer_gated_step.h): the update is made on the device's word and
+// counted only when settled as applied, so SGD's first-step momentum waits for the first applied
+// step.
+TEST_F(optimizers_sgd, AGatedStepCountsOnlyWhenSettledAsApplied) {
+  auto opt = make({{"momentum", 0.9}});
+  ASSERT_TRUE(opt->can_gate());
+  sdk::TensorView status{nullptr, sdk::DType::int32, sdk::Shape{4}};
+  status.data = backend.allocate(status.bytes());
+  const auto write_status = [&](int found_inf) {
+    sdk::GradientStatus st;
+    st.found_inf = found_inf;
+    backend.copy_from_host(status, &st);
+  };
+  // A skipped step: nothing moves and nothing is counted.
+  write_status(1);
+  opt->step_gated(backend, params.params(), {0.1f, 0.0, status});
+  EXPECT_THROW(step(*opt), std::logic_error);  // not settled yet
+  opt->settle(false);
+  EXPECT_EQ(opt->applied_steps(), 0);
+  EXPECT_EQ(params.master(0), kW0);
+  // The first applied step initialises the momentum buffer to g, as a first plain step does.
+  write_status(0);
+  opt->step_gated(backend, params.params(), {0.1f, 0.0, status});
+  opt->settle(true);
+  EXPECT_EQ(opt->applied_steps(), 1);
+  EXPECT_FLOATS_NEAR(slot(*opt, "w.momentum_buffer"), kGw1);
+  EXPECT_FLOATS_NEAR(params.master(0), (Floats{0.95f, 2.1f, -3.025f, 3.8f}));
+  EXPECT_THROW(opt->settle(true), std::logic_error);  // one settle per gated step
+  backend.deallocate(status.data);
+}
+
+TEST_F(optimizers_sgd, WithoutTheGatedKernelItCannotGate) {
+  // A backend whose optimizer facet denies the 1.1 kernels binds, but cannot gate.
+  class NoGate final : public sdk::OptimizerFacet {
+   public:
+    explicit NoGate(sdk::OptimizerFacet* in) : in_(in) {}
+    bool supports(sdk::OptimizerOp op, std::span<const sdk::DType> d) const override {
+      return sdk::introduced_in(op) == 0 && in_->supports(op, d);
+    }
+    void sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> p) override {
+      in_->sgd_update(h, p);
+    }
+    void adamw_update(const sdk::AdamWHyper& h, std::span<const sdk::ParamTensors> p) override {
+      in_->adamw_update(h, p);
+    }
+    void sgd_update_gated(const sdk::SgdHyper&, std::span<const sdk::ParamTensors>,
+                          const sdk::UpdateGate&) override {}
+    void adamw_update_gated(const sdk::AdamWHyper&, std::span<const sdk::ParamTensors>,
+                            const sdk::UpdateGate&) override {}
+
+   private:
+    sdk::OptimizerFacet* in_;
+  };
+  class Backend final : public test::ForwardingBackend {
+   public:
+    explicit Backend(std::shared_ptr<sdk::DeviceBackend> in)
+        : ForwardingBackend(std::move(in)), facet_(sdk::facet<sdk::OptimizerFacet>(*in_)) {}
+    sdk::Facet* find_facet(std::string_view name) override {
+      return name == sdk::OptimizerFacet::kName ? &facet_ : in_->find_facet(name);
+    }
+
+   private:
+    NoGate facet_;
+  };
+  Backend denying(std::make_shared<backend_cpu::CpuBackend>(1));
+  auto opt =
+      std::make_unique<SgdOptimizer>(test::resolve("optimizer", SgdOptimizer::option_schema(), {}),
+                                     test::context(&sink, "optimizers", "optimizer", "sgd"));
+  test::CpuParams own(backend);
+  own.add("w", kW0, kGw1);
+  opt->bind(denying, own.params());
+  EXPECT_FALSE(opt->can_gate());
+  EXPECT_THROW(opt->step_gated(denying, own.params(), {}), std::logic_error);
 }
 
 }  // namespace

@@ -129,13 +129,24 @@ TEST_F(scalers_dynamic, MinScaleFloor) {
   const auto t = run(*scaler, {T, T, T});
   EXPECT_EQ(t.scales, (std::vector<float>{1.5f, 1.0f, 1.0f}));
   EXPECT_EQ(t.applied, (std::vector<bool>{F, F, F}));
-  EXPECT_TRUE(sink.contains(sdk::LogLevel::info, "scale 1 -> 1 (at min_scale)"));
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::info, "scale 1 -> 1 (at its floor)"));
 }
 
 TEST_F(scalers_dynamic, NoFloorByDefault) {
   auto scaler = make({{"init_scale", 1.0}});
   run(*scaler, std::vector<bool>(10, T));
   EXPECT_EQ(scaler->scale(), 1.0f / 1024.0f);
+}
+
+// Without min_scale the scale still stays a positive float: backing off from the smallest one
+// keeps it, and that state saves and loads (a scale rounded to 0 would be refused on load).
+TEST_F(scalers_dynamic, BackingOffNeverReachesZeroAndEveryStateItReachesLoads) {
+  auto scaler = make({{"init_scale", 1e-40}});
+  run(*scaler, std::vector<bool>(20, T));
+  EXPECT_EQ(scaler->scale(), std::numeric_limits<float>::denorm_min());
+  auto resumed = make({});
+  resumed->load_state(scaler->save_state());
+  EXPECT_EQ(resumed->scale(), scaler->scale());
 }
 
 TEST_F(scalers_dynamic, MaxScaleCap) {

@@ -55,6 +55,8 @@ struct RunSettings {
   std::int64_t accumulate = schema_default_int(run_schema(), "accumulate");
   // Replay a recorded static step (train/step_graph.h).
   bool step_graphs = schema_default_bool(run_schema(), "step_graphs");
+  // Queue the optimizer's update before reading the gradient check (train/step.cpp).
+  bool gated_update = schema_default_bool(run_schema(), "gated_update");
   // Resume with another run.steps: re-plan the lr schedule.
   bool stretch_schedule = schema_default_bool(run_schema(), "stretch_schedule");
   // Where metric records go; metrics.jsonl is written always.

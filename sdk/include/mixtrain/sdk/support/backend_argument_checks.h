@@ -314,6 +314,9 @@ class BackendArgumentChecks {
   // in a storage dtype, and the fp32 state slots the optimizer needs.
   void optimizer_param(std::string_view op, std::size_t index, const ParamTensors& p,
                        bool needs_state1, bool needs_state2) const;
+  // The status a queued gradient check writes and a gated update reads: present, int32,
+  // GradientStatus::kWords elements.
+  void gradient_status(std::string_view op, const TensorView& status) const;
 
  private:
   std::string backend_;
