@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "built_plugins.h"
+#include "metrics_records.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/console/log_sink.h"
@@ -66,16 +67,7 @@ class Escalation : public ::testing::Test {
   }
   // metrics.jsonl without what measures time or the process.
   std::vector<json> metrics(const std::string& name) {
-    std::ifstream in(dir_ / name / "metrics.jsonl");
-    std::vector<json> out;
-    for (std::string line; std::getline(in, line);) {
-      auto record = json::parse(line);
-      for (const char* key : {"samples_per_s", "device_memory_bytes", "device_peak_memory_bytes",
-                              "host_peak_rss_bytes"})
-        record.erase(key);
-      out.push_back(record);
-    }
-    return out;
+    return test::unmeasured_records(dir_ / name / "metrics.jsonl");
   }
   static std::vector<json> step_records(const std::vector<json>& all) {
     std::vector<json> out;

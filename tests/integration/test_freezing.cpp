@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "built_plugins.h"
+#include "metrics_records.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/graph/model_summary.h"
@@ -117,16 +118,9 @@ class Freezing : public ::testing::Test {
   }
   // Each step's record of metrics.jsonl less its measured fields, as text; `key` alone when given.
   std::vector<std::string> records(const std::string& name, const std::string& key = "") {
-    std::ifstream in(dir_ / name / "metrics.jsonl");
     std::vector<std::string> out;
-    for (std::string line; std::getline(in, line);) {
-      auto r = nlohmann::json::parse(line);
-      if (!r.contains("loss")) continue;
-      for (const char* measured : {"samples_per_s", "device_memory_bytes",
-                                   "device_peak_memory_bytes", "host_peak_rss_bytes"})
-        r.erase(measured);
-      out.push_back(key.empty() ? r.dump() : r.at(key).dump());
-    }
+    for (const auto& r : test::unmeasured_records(dir_ / name / "metrics.jsonl"))
+      if (r.contains("loss")) out.push_back(key.empty() ? r.dump() : r.at(key).dump());
     return out;
   }
 };

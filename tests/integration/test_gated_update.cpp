@@ -18,6 +18,7 @@
 #include "built_plugins.h"
 #include "forwarding_backend.h"
 #include "logging_optimizer_facet.h"
+#include "metrics_records.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/train/trainer.h"
@@ -132,14 +133,8 @@ class GatedUpdate : public ::testing::Test {
     TrainedRun r;
     r.summary = core::Trainer(e, std::move(c), opt).run();
     r.calls = backend->calls;
-    std::ifstream in(opt.run_dir / "metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      auto record = nlohmann::json::parse(line);
-      for (const char* key : {"samples_per_s", "device_memory_bytes", "device_peak_memory_bytes",
-                              "host_peak_rss_bytes"})
-        record.erase(key);
+    for (const auto& record : test::unmeasured_records(opt.run_dir / "metrics.jsonl"))
       r.metrics.push_back(record.dump());
-    }
     r.checkpoint =
         format->read(opt.run_dir / "checkpoints" / ("step-00000010" + format->file_extension()));
     return r;

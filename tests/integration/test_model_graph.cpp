@@ -3,17 +3,10 @@
 // repeated block trains like its nodes written out; override globs reach into blocks; and bad
 // graphs and blocks exit 2 naming the node and the config's line.
 #include "cli_test_support.h"
+#include "metrics_records.h"
 
 namespace mixtrain::test {
 namespace {
-
-// Everything but the timing and the memory measures of a metrics record.
-json without_timing(json r) {
-  for (const char* key :
-       {"samples_per_s", "device_memory_bytes", "device_peak_memory_bytes", "host_peak_rss_bytes"})
-    r.erase(key);
-  return r;
-}
 
 const char* kCommon = R"(
 [run]
@@ -109,7 +102,7 @@ inputs = ["ln"]
   ASSERT_EQ(layers.size(), nodes.size());
   ASSERT_GE(layers.size(), 6u);
   for (std::size_t i = 0; i < layers.size(); ++i)
-    EXPECT_EQ(without_timing(layers[i]), without_timing(nodes[i])) << "record " << i;
+    EXPECT_EQ(without_measures(layers[i]), without_measures(nodes[i])) << "record " << i;
 }
 
 TEST_F(ModelGraph, AResidualGraphWithReshapeTrains) {
@@ -277,7 +270,7 @@ nodes = [
   ASSERT_EQ(blocks.size(), nodes.size());
   ASSERT_GE(blocks.size(), 6u);
   for (std::size_t i = 0; i < blocks.size(); ++i)
-    EXPECT_EQ(without_timing(blocks[i]), without_timing(nodes[i])) << "record " << i;
+    EXPECT_EQ(without_measures(blocks[i]), without_measures(nodes[i])) << "record " << i;
   // The resolved config holds the expanded nodes and trains again.
   const auto again = run("check " + (dir_ / "blocks" / "config.toml").string());
   EXPECT_EQ(again.exit_code, 0) << again.err;

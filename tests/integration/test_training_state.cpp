@@ -20,6 +20,7 @@
 
 #include "built_plugins.h"
 #include "graph/ops/op_registry.h"
+#include "metrics_records.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/console/log_sink.h"
@@ -102,17 +103,9 @@ class TrainingState : public ::testing::Test {
     return out;
   }
   std::vector<std::string> metrics(const std::string& name) {
-    std::ifstream in(dir_ / name / "metrics.jsonl");
     std::vector<std::string> out;
-    for (std::string line; std::getline(in, line);) {
-      // samples_per_s is timing and the memory fields measure the process (a resumed run's host
-      // peak differs); everything else must match.
-      auto record = nlohmann::json::parse(line);
-      for (const char* key : {"samples_per_s", "device_memory_bytes", "device_peak_memory_bytes",
-                              "host_peak_rss_bytes"})
-        record.erase(key);
+    for (const auto& record : test::unmeasured_records(dir_ / name / "metrics.jsonl"))
       out.push_back(record.dump());
-    }
     return out;
   }
 };
