@@ -18,7 +18,9 @@
 #include <random>
 #include <span>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +33,7 @@
 #include "mixtrain/core/train/trainer.h"
 #include "mixtrain/sdk/support/block_scaling.h"
 #include "mixtrain/sdk/support/float_formats.h"
+#include "mixtrain/sdk/support/gradient_clipping.h"
 #include "mixtrain/sdk/support/nf4.h"
 
 namespace mixtrain::conformance {
@@ -696,6 +699,108 @@ TEST_P(Conformance, FusedOptimizerUpdates) {
     tested_optimizer->sgd_update(s, std::span<const sdk::ParamTensors>(&pt, 1));
   }
   expect_close(master, 1e-6, "sgd master");
+}
+
+// gradient_check 1.1 and optimizer 1.1 on the tested backend alone (the gated update, docs/
+// architecture.md "One training step"): the queued check unscales and reports as
+// unscale_check_and_sum_squares does, a gated update equals the plain one given the host's
+// clipping coefficient, bit for bit, and a status with found_inf set makes it write nothing.
+TEST_P(Conformance, GatedUpdatesEqualThePlainOnesWithTheHostsClipping) {
+  MIXTRAIN_FACETS(gradient_check, GradientCheckFacet);
+  MIXTRAIN_FACETS(optimizer, OptimizerFacet);
+  const DType fp32_bf16[] = {DType::fp32, DType::bf16};
+  if (!sdk::facet_serves<sdk::GradientCheckFacet>(tested_gradient_check, 1) ||
+      !sdk::facet_serves<sdk::OptimizerFacet>(tested_optimizer, 1) ||
+      !tested_optimizer->supports(sdk::OptimizerOp::adamw_update_gated, fp32_bf16) ||
+      !tested_optimizer->supports(sdk::OptimizerOp::sgd_update_gated, fp32_bf16))
+    GTEST_SKIP() << "backend '" << GetParam().name << "' has no gated update (1.1)";
+  (void)ref_gradient_check;
+  (void)ref_optimizer;
+  const std::int64_t n = 3001;
+  sdk::DeviceBackend& b = *tested_;
+  DeviceTensor status(b, DType::int32, Shape{4});
+  // Two copies of one parameter: the gated update writes one, the plain update the other.
+  struct Param {
+    std::unique_ptr<DeviceTensor> master, grad, working, m, v;
+    sdk::ParamTensors view() const {
+      return {master->view(), grad->view(), working->view(), m->view(), v->view()};
+    }
+  };
+  const auto make = [&](std::uint32_t seed) {
+    Param p;
+    p.master = make_on(b, random_values(n, seed), Shape{n}, DType::fp32, 1.0f);
+    p.grad = make_on(b, random_values(n, seed + 1, -4.f, 4.f), Shape{n}, DType::fp32, 1.0f);
+    p.working = make_on(b, std::vector<float>(static_cast<std::size_t>(n), 0.0f), Shape{n},
+                        DType::bf16, 1.0f);
+    p.m = make_on(b, random_values(n, seed + 2), Shape{n}, DType::fp32, 1.0f);
+    p.v = make_on(b, random_values(n, seed + 3, 0.f, 1.f), Shape{n}, DType::fp32, 1.0f);
+    return p;
+  };
+  for (const bool adamw : {true, false}) {
+    const std::string what = adamw ? "adamw" : "sgd";
+    Param gated = make(40), plain = make(40);
+    const TensorView gated_grad[] = {gated.grad->view()}, plain_grad[] = {plain.grad->view()};
+    tested_gradient_check->queue_unscale_check(gated_grad, 0.5f, true, status.view());
+    const auto want = tested_gradient_check->unscale_check_and_sum_squares(plain_grad, 0.5f);
+    // Clip at half the norm, so the coefficient is not 1.
+    const double max_norm = 0.5 * std::sqrt(want.sum_of_squares);
+    const float coef = sdk::clip_coefficient(want.sum_of_squares, max_norm);
+    ASSERT_LT(coef, 1.0f);
+    const sdk::ParamTensors gp = gated.view(), pp = plain.view();
+    const auto update = [&](const sdk::ParamTensors& p, float grad_scale,
+                            const sdk::UpdateGate* gate) {
+      const std::span<const sdk::ParamTensors> one(&p, 1);
+      if (adamw) {
+        sdk::AdamWHyper h;
+        h.lr = 1e-2f;
+        h.step = 3;
+        h.grad_scale = grad_scale;
+        if (gate != nullptr)
+          tested_optimizer->adamw_update_gated(h, one, *gate);
+        else
+          tested_optimizer->adamw_update(h, one);
+      } else {
+        sdk::SgdHyper h;
+        h.lr = 0.1f;
+        h.momentum = 0.9f;
+        h.first_step = false;
+        h.grad_scale = grad_scale;
+        if (gate != nullptr)
+          tested_optimizer->sgd_update_gated(h, one, *gate);
+        else
+          tested_optimizer->sgd_update(h, one);
+      }
+    };
+    const sdk::UpdateGate gate{status.view(), max_norm};
+    update(gp, 7.0f, &gate);  // the hyperparameters' grad_scale is replaced by the gate's
+    update(pp, coef, nullptr);
+    const auto got = tested_gradient_check->queued_check_result();
+    EXPECT_EQ(got.found_inf, want.found_inf) << what;
+    EXPECT_FALSE(got.found_inf) << what;
+    EXPECT_EQ(got.sum_of_squares, want.sum_of_squares) << what;
+    for (auto [g, p, name] : {std::tuple{gated.master.get(), plain.master.get(), "master"},
+                              std::tuple{gated.m.get(), plain.m.get(), "state1"},
+                              std::tuple{gated.working.get(), plain.working.get(), "working"}})
+      EXPECT_EQ(download(b, g->view()), download(b, p->view())) << what << " " << name;
+
+    // An inf: found, and the gated update writes nothing.
+    auto bad = download(b, gated.grad->view());
+    bad[7] = std::numeric_limits<float>::infinity();
+    b.copy_from_host(gated.grad->view(), bad.data());
+    tested_gradient_check->queue_unscale_check(gated_grad, 1.0f, false, status.view());
+    const auto master = download(b, gated.master->view()), m = download(b, gated.m->view());
+    const auto working = download(b, gated.working->view());
+    update(gp, 1.0f, &gate);
+    EXPECT_TRUE(tested_gradient_check->queued_check_result().found_inf) << what;
+    EXPECT_EQ(download(b, gated.master->view()), master) << what;
+    EXPECT_EQ(download(b, gated.m->view()), m) << what;
+    EXPECT_EQ(download(b, gated.working->view()), working) << what;
+  }
+  // Each queued check is read once; a status of another dtype is refused.
+  EXPECT_THROW(tested_gradient_check->queued_check_result(), std::logic_error);
+  DeviceTensor wrong(b, DType::fp32, Shape{4});
+  EXPECT_THROW(tested_gradient_check->queue_unscale_check({}, 1.0f, false, wrong.view()),
+               sdk::BackendError);
 }
 
 // gemm facet 1.5's backward epilogues against the reference backend's unfused ops: the GEMM in
