@@ -386,5 +386,42 @@ TEST_F(CudaStepGraphs, AResNetStepReplaysAsItRunsEagerly) {
   EXPECT_EQ(losses[1], losses[0]);
 }
 
+// The gated update on the GPU (docs/architecture.md, "The gated update"): the optimizer queued
+// behind the gradient check and skipped or clipped on the device trains to the bits of the run
+// that waits for the check (run.gated_update = false), through skipped steps (fp16 from a scale
+// that overflows) and clipping; the gated run says it gated.
+using CudaGatedUpdate = CliTest;
+
+TEST_F(CudaGatedUpdate, TrainsTheBitsOfTheWaitedStep) {
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device here: the gated update needs a GPU";
+  const std::string args = "--log-level debug train " + config("gpt-tiny-fp16.toml") +
+                           " --set backend.type=cuda --set run.steps=12 --set run.log_every=1"
+                           " --set run.eval_every=0 --set run.underflow_every=0"
+                           " --set checkpoint.every=0 --set scaler.init_scale=1e9"
+                           " --set optimizer.clip_grad_norm=0.5 --run-dir ";
+  std::vector<std::string> records_of[2];
+  int skipped[2] = {0, 0};
+  for (int gated = 0; gated < 2; ++gated) {
+    const auto folder = dir_ / (gated ? "gated" : "waited");
+    auto r = run(args + folder.string() + " --set run.gated_update=" + (gated ? "true" : "false"));
+    ASSERT_EQ(r.exit_code, 0) << folder << ": " << r.err;
+    const std::string said = r.out + r.err;
+    EXPECT_EQ(said.find("the optimizer's update is queued behind the gradient check") !=
+                  std::string::npos,
+              gated == 1)
+        << said;
+    for (const auto& rec : records(folder / "metrics.jsonl")) {
+      if (!rec.contains("loss")) continue;
+      records_of[gated].push_back(rec["loss"].dump() + " " + rec.value("grad_norm", json()).dump() +
+                                  " " + rec["loss_scale"].dump());
+      if (rec.value("skipped", false)) ++skipped[gated];
+    }
+  }
+  ASSERT_EQ(records_of[0].size(), 12u);
+  EXPECT_GT(skipped[0], 0) << "scale 1e9 should overflow fp16 at first";
+  EXPECT_EQ(skipped[1], skipped[0]);
+  EXPECT_EQ(records_of[1], records_of[0]);
+}
+
 }  // namespace
 }  // namespace mixtrain::test
