@@ -5,6 +5,7 @@
 // bias correction, and a scaler that skips finite steps. Both runs are made in the test.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "embedded_quickstart.h"
+#include "forwarding_backend.h"
 #include "logging_optimizer_facet.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/experiment.h"
@@ -31,10 +32,10 @@ using sdk::TensorView;
 // check and before the next one (bucket 0: setup and the first step's forward/backward). The
 // gradient-check facet, which holds the waiting calls, is wrapped too, and the optimizer facet
 // to log its updates; every other facet is the inner backend's (none of their ops waits).
-class WaitCountingBackend final : public sdk::DeviceBackend, public sdk::GradientCheckFacet {
+class WaitCountingBackend final : public test::ForwardingBackend, public sdk::GradientCheckFacet {
  public:
   WaitCountingBackend(std::shared_ptr<sdk::DeviceBackend> inner, bool gated)
-      : in_(std::move(inner)),
+      : ForwardingBackend(std::move(inner)),
         checks_(sdk::facet<sdk::GradientCheckFacet>(*in_)),
         optimizer_(sdk::facet<sdk::OptimizerFacet>(*in_), calls, gated) {
     waits.push_back(0);
@@ -44,22 +45,14 @@ class WaitCountingBackend final : public sdk::DeviceBackend, public sdk::Gradien
   // "update", "gated update".
   std::vector<std::string> calls;
 
-  sdk::BackendCapabilities capabilities() const override { return in_->capabilities(); }
-  void* allocate(std::size_t bytes) override { return in_->allocate(bytes); }
-  void deallocate(void* p) noexcept override { in_->deallocate(p); }
-  sdk::MemoryStats memory_stats() const override { return in_->memory_stats(); }
-  void copy_from_host(TensorView dst, const void* src) override { in_->copy_from_host(dst, src); }
   void copy_to_host(void* dst, TensorView src) override {
     wait();
     in_->copy_to_host(dst, src);
   }
-  void copy(TensorView dst, TensorView src) override { in_->copy(dst, src); }
   void synchronize() override {
     wait();
     in_->synchronize();
   }
-  void cast(TensorView s, TensorView d, const sdk::CastArgs& a) override { in_->cast(s, d, a); }
-  void fill(TensorView x, float v) override { in_->fill(x, v); }
 
   sdk::Facet* find_facet(std::string_view name) override {
     if (name == sdk::GradientCheckFacet::kName) return static_cast<sdk::GradientCheckFacet*>(this);
@@ -99,7 +92,6 @@ class WaitCountingBackend final : public sdk::DeviceBackend, public sdk::Gradien
 
  private:
   void wait() { ++waits.back(); }
-  std::shared_ptr<sdk::DeviceBackend> in_;
   sdk::GradientCheckFacet* checks_;
   test::LoggingOptimizerFacet optimizer_;
 };

@@ -196,12 +196,17 @@ void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_
   });
 }
 
-// The fused unscale + non-finite check (and Σg² in the same wait). The gradients hold the sum
-// over the replicas, so the unscale also divides by their number.
+// What the check multiplies the gradients by: they hold the sum over the replicas, so the unscale
+// also divides by their number.
+float unscale_of(const Trainer::State& s, float scale) {
+  return 1.0f / (scale * static_cast<float>(s.reducer->world()));
+}
+
+// The fused unscale + non-finite check (and Σg² in the same wait).
 StepTotals check_gradients(Trainer::State& s, const StepRequest& request, float scale) {
   const BoundFacets& facets = s.model->facets();
   StepTotals totals;
-  const float unscale = 1.0f / (scale * static_cast<float>(s.reducer->world()));
+  const float unscale = unscale_of(s, scale);
   if (request.wants_norm) {
     const auto check = facets.call(sdk::GradientCheckOp::unscale_check_and_sum_squares)
                            ->unscale_check_and_sum_squares(s.grads, unscale);
@@ -255,8 +260,8 @@ double max_norm_of(const Trainer::State& s, const StepRequest& request) {
 // Clips after the unscale, then the optimizer step on the FP32 masters and the EMA update.
 // Returns the gradient norm (NaN unless the request wants it).
 double apply_update(Trainer::State& s, const StepRequest& request, double sum_squares, double lr) {
-  const float coef =
-      request.wants_norm ? sdk::clip_coefficient(sum_squares, max_norm_of(s, request)) : 1.0f;
+  // Without the norm there is no clipping: max_norm_of is 0, and the coefficient 1.
+  const float coef = sdk::clip_coefficient(sum_squares, max_norm_of(s, request));
   {
     ProfileScope scope("optimizer");
     s.c.optimizer->step(*s.c.backend, s.params, {static_cast<float>(lr), coef});
@@ -278,9 +283,9 @@ std::optional<sdk::ScalerDecision> decide_with_gated_update(Trainer::State& s,
                                                             double lr, StepTotals& totals) {
   const BoundFacets& facets = s.model->facets();
   auto& scaler = *s.c.scaler;
-  const float unscale = 1.0f / (scale * static_cast<float>(s.reducer->world()));
   facets.call(sdk::GradientCheckOp::queue_unscale_check)
-      ->queue_unscale_check(s.grads, unscale, request.wants_norm, s.gradient_status.view());
+      ->queue_unscale_check(s.grads, unscale_of(s, scale), request.wants_norm,
+                            s.gradient_status.view());
   const sdk::ComponentState before = scaler.save_state();
   const sdk::ScalerDecision if_finite = scaler.update(false);
   const auto read_status = [&] {

@@ -6,7 +6,6 @@
 // in the project.
 #include <cmath>
 #include <cstring>
-#include <optional>
 #include <string>
 
 #include "cpu_access.h"
@@ -95,15 +94,18 @@ class CpuOptimizer final : public sdk::OptimizerFacet {
 
 const sdk::FacetRegistration<CpuContext, sdk::OptimizerFacet, CpuOptimizer> kRegistration;
 
-// The gate's answer: nullopt when the step must not apply, else the clipping coefficient that
-// replaces the hyperparameters' grad_scale. The status lies in host memory, written by the
-// synchronous check before this call.
-std::optional<float> gate_scale(std::string_view op, const sdk::UpdateGate& gate) {
+// Runs `update` (the plain update) with h's grad_scale replaced by the gate's clipping
+// coefficient, or nothing when the status holds found_inf. The status lies in host memory,
+// written by the synchronous check before this call.
+template <class Hyper, class Update>
+void run_gated(std::string_view op, const Hyper& h, const sdk::UpdateGate& gate, Update&& update) {
   checks().gradient_status(op, gate.status);
   sdk::GradientStatus status;
   std::memcpy(&status, gate.status.data, sizeof status);
-  if (status.found_inf != 0) return std::nullopt;
-  return sdk::clip_coefficient(status.sum_of_squares, gate.max_norm);
+  if (status.found_inf != 0) return;
+  Hyper gated = h;
+  gated.grad_scale = sdk::clip_coefficient(status.sum_of_squares, gate.max_norm);
+  update(gated);
 }
 
 }  // namespace
@@ -111,21 +113,14 @@ std::optional<float> gate_scale(std::string_view op, const sdk::UpdateGate& gate
 void CpuOptimizer::sgd_update_gated(const sdk::SgdHyper& h,
                                     std::span<const sdk::ParamTensors> params,
                                     const sdk::UpdateGate& gate) {
-  const std::optional<float> scale = gate_scale("sgd_update_gated", gate);
-  if (!scale) return;
-  sdk::SgdHyper gated = h;
-  gated.grad_scale = *scale;
-  sgd_update(gated, params);
+  run_gated("sgd_update_gated", h, gate, [&](const sdk::SgdHyper& g) { sgd_update(g, params); });
 }
 
 void CpuOptimizer::adamw_update_gated(const sdk::AdamWHyper& h,
                                       std::span<const sdk::ParamTensors> params,
                                       const sdk::UpdateGate& gate) {
-  const std::optional<float> scale = gate_scale("adamw_update_gated", gate);
-  if (!scale) return;
-  sdk::AdamWHyper gated = h;
-  gated.grad_scale = *scale;
-  adamw_update(gated, params);
+  run_gated("adamw_update_gated", h, gate,
+            [&](const sdk::AdamWHyper& g) { adamw_update(g, params); });
 }
 
 void CpuOptimizer::sgd_update(const sdk::SgdHyper& h, std::span<const sdk::ParamTensors> params) {
