@@ -41,7 +41,13 @@ inline sdk::OptionSchema cuda_backend_option_schema() {
               "layernorm_backward_one_pass", true,
               "the layer norm's backward sums dgamma and dbeta in the pass that writes dx (one "
               "read of dy and x); false runs the column sums as a pass of their own first (the "
-              "A/B of bench/gpu, variant +ln2pass); both are deterministic")};
+              "A/B of bench/gpu, variant +ln2pass); both are deterministic"),
+          sdk::OptionSpec::boolean(
+              "fp8_cast_transpose", true,
+              "an FP8 operand's cast also writes its transpose in the same pass (gemm facet "
+              "1.6), so the backward's GEMMs read x, dy and W transposed without a transpose "
+              "kernel each; false casts only and lets each GEMM transpose (the A/B of "
+              "bench/gpu, variant +plaincast); the same bits either way")};
 }
 
 // The options' values as the runtime library takes them.
@@ -53,6 +59,7 @@ struct CudaOptions {
   bool deterministic_attention = true;
   bool deterministic_convolutions = true;
   bool layernorm_backward_one_pass = true;  // cuda_layer_norm_plan.h
+  bool fp8_cast_transpose = true;           // gemm facet 1.6's cast_transpose offered
 };
 
 // The runtime library's entry point: builds a CudaBackend from `options`, or returns null and

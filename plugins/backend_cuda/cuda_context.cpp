@@ -51,7 +51,8 @@ CudaContext::CudaContext(const CudaOptions& options)
     : device(options.device),
       deterministic_attention(options.deterministic_attention),
       deterministic_convolutions(options.deterministic_convolutions),
-      layernorm_backward_one_pass(options.layernorm_backward_one_pass) {
+      layernorm_backward_one_pass(options.layernorm_backward_one_pass),
+      fp8_cast_transpose(options.fp8_cast_transpose) {
   if (device < 0)
     fail("create", "device = " + std::to_string(device) + " is negative",
          "use a device index >= 0 (0 is the first GPU)");

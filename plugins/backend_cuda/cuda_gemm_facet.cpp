@@ -1,7 +1,8 @@
 // CudaGemm: GEMMs through the context's cuBLASLt engine (cuda_gemm.cpp), block-scaled ones through
 // its block-scaled engine (cuda_block_scaled_gemm.cpp) and the quantize kernels (fp8-block:
 // cuda_block_quantize.h; MXFP8 / NVFP4: cuda_byte_scaled_quantize.h); gemm_gradient through the
-// cuBLASLt engine and the column-sum kernel of bias_grad (cuda_activation.h).
+// cuBLASLt engine and the column-sum kernel of bias_grad (cuda_activation.h); cast_transpose
+// through its tile kernel (cuda_cast_transpose.h).
 #include "cuda_gemm_facet.h"
 
 #include <cublasLt.h>
@@ -15,6 +16,7 @@
 #include "cuda_block_quantize.h"
 #include "cuda_block_scaled_gemm.h"
 #include "cuda_byte_scaled_quantize.h"
+#include "cuda_cast_transpose.h"
 #include "cuda_gemm.h"
 #include "cuda_gemm_routes.h"
 #include "mixtrain/sdk/support/block_scaling.h"
@@ -142,7 +144,22 @@ BlockScaledDevice CudaGemm::block_device() const {
           CUBLAS_VERSION};
 }
 
+void CudaGemm::cast_transpose(const sdk::CastTransposeArgs& args) {
+  context_.activate();
+  const auto [rows, cols] = checks().cast_transpose_shape(args);
+  const DType to = args.out.empty() ? args.out_transposed.dtype : args.out.dtype;
+  check_cuda(kernels::cast_transpose(
+                 args.src.data, elem_of(args.src.dtype), args.out.data, args.out_transposed.data,
+                 elem_of(to), rows, cols, args.cast.scale, args.cast.saturate,
+                 args.cast.amax.empty() ? nullptr : args.cast.amax.as<float>(), context_.stream),
+             "cast_transpose", "FP8 cast-transpose kernel");
+}
+
 bool CudaGemm::supports(sdk::GemmOp op, std::span<const DType> dtypes) const {
+  if (op == sdk::GemmOp::cast_transpose)
+    return context_.fp8_cast_transpose && context_.sm >= 89 && dtypes.size() == 2 &&
+           (dtypes[0] == DType::fp32 || dtypes[0] == DType::bf16 || dtypes[0] == DType::fp16) &&
+           sdk::is_fp8(dtypes[1]);
   if (op != sdk::GemmOp::quantize_block_scaled && op != sdk::GemmOp::gemm_block_scaled)
     return gemm_supported(context_.capabilities(), op, dtypes);
   if (dtypes.size() != 1 || !is_storage_float(dtypes[0]) || dtypes[0] == DType::tf32) return false;

@@ -22,6 +22,10 @@
 //   the activation facet's bias_grad runs (cuda_column_sums.h), so they equal bias_grad on C and
 //   on A bit for bit. Not cuBLASLt's BGRAD epilogues: their order of summation and whether they
 //   accumulate are not the contract's, and they would not equal bias_grad.
+// - cast_transpose (facet 1.6): the tile kernel of cuda_cast_transpose.h, both layouts from one
+//   read of src. supports() answers {src fp32 / bf16 / fp16, dst fp8} where the device runs FP8
+//   GEMMs natively (sm_89+: only there do they take operands transposed) and the option
+//   fp8_cast_transpose is on.
 // - Scratch the engines grow is folded into the backend's memory statistics after each call.
 #pragma once
 
@@ -44,6 +48,7 @@ class CudaGemm final : public sdk::GemmFacet {
   void quantize_block_scaled(const sdk::BlockQuantizeArgs& args) override;
   void gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) override;
   void gemm_gradient(const sdk::GemmGradientArgs& args) override;
+  void cast_transpose(const sdk::CastTransposeArgs& args) override;
   std::string block_layout_refusal(const sdk::BlockScaledLayout& layout) const override;
   bool quantizes_transposed() const override;
 

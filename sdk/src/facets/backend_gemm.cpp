@@ -22,6 +22,8 @@ std::string_view op_name(GemmOp op) noexcept {
       return "gemm_block_scaled";
     case GemmOp::gemm_gradient:
       return "gemm_gradient";
+    case GemmOp::cast_transpose:
+      return "cast_transpose";
   }
   return "?";
 }
@@ -61,7 +63,16 @@ void GemmFacet::gemm_gradient(const GemmGradientArgs&) {
                      "runs gemm, activation_backward and bias_grad where the answer is false");
 }
 
-// The block-scaled ops and gemm_gradient have no row: no backend runs them unless it answers for them itself.
+// Offered only by a backend that overrides it (and supports()); the host then casts and the GEMM
+// transposes what it needs.
+void GemmFacet::cast_transpose(const CastTransposeArgs&) {
+  throw BackendError("this backend's gemm facet has no cast_transpose",
+                     "report this: the host asks supports(cast_transpose) before it calls it and "
+                     "casts with DeviceBackend::cast where the answer is false");
+}
+
+// The block-scaled ops, gemm_gradient and cast_transpose have no row: no backend runs them unless
+// it answers for them itself.
 OpSignature op_signature(GemmOp op) noexcept {
   switch (op) {
     case GemmOp::gemm:
@@ -71,6 +82,7 @@ OpSignature op_signature(GemmOp op) noexcept {
     case GemmOp::quantize_block_scaled:
     case GemmOp::gemm_block_scaled:
     case GemmOp::gemm_gradient:
+    case GemmOp::cast_transpose:
       return {};
   }
   return {};

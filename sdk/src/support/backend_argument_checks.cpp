@@ -340,6 +340,50 @@ void BackendArgumentChecks::cast_args(const TensorView& src, const TensorView& d
   }
 }
 
+BackendArgumentChecks::RowsCols BackendArgumentChecks::cast_transpose_shape(
+    const CastTransposeArgs& args) const {
+  constexpr std::string_view op = "cast_transpose";
+  require_present(op, "src", args.src);
+  const DType st = args.src.dtype;
+  if (st != DType::fp32 && st != DType::bf16 && st != DType::fp16)
+    fail(op, "src is " + describe(args.src),
+         "cast an fp32, bf16 or fp16 source (decode anything else with cast first)");
+  if (args.out.empty() && args.out_transposed.empty())
+    fail(op, "neither out nor out_transposed was given", "pass at least one output");
+  const RowsCols rc{args.src.shape.rows(), args.src.shape.cols()};
+  const std::int64_t want[2][2] = {{rc.rows, rc.cols}, {rc.cols, rc.rows}};
+  const char* names[2] = {"out", "out_transposed"};
+  const TensorView* outs[2] = {&args.out, &args.out_transposed};
+  for (int i = 0; i < 2; ++i) {
+    const TensorView& o = *outs[i];
+    if (o.empty()) continue;
+    if (!is_fp8(o.dtype))
+      fail(op, std::string(names[i]) + " is " + describe(o),
+           "cast_transpose writes fp8_e4m3 or fp8_e5m2; cast other dtypes with cast");
+    if (o.shape.rows() != want[i][0] || o.shape.cols() != want[i][1])
+      fail(op,
+           std::string(names[i]) + " is " + describe(o) + " but src " + describe(args.src) +
+               " needs [" + std::to_string(want[i][0]) + ", " + std::to_string(want[i][1]) + "]",
+           i == 0 ? "give out src's shape"
+                  : "give out_transposed src's shape with its two dims swapped");
+    require_disjoint(op, names[i], o, "src", args.src);
+    require_disjoint(op, names[i], o, "amax", args.cast.amax);
+  }
+  if (!args.out.empty() && !args.out_transposed.empty()) {
+    if (args.out.dtype != args.out_transposed.dtype)
+      fail(op,
+           "out is " + describe(args.out) + " but out_transposed is " +
+               describe(args.out_transposed),
+           "write both layouts in one FP8 dtype");
+    require_disjoint(op, "out", args.out, "out_transposed", args.out_transposed);
+  }
+  if (!args.cast.amax.empty()) {
+    require_fp32(op, "amax", args.cast.amax);
+    require_numel(op, "amax", args.cast.amax, 1);
+  }
+  return rc;
+}
+
 BackendArgumentChecks::GemmShape BackendArgumentChecks::gemm_batched_shape(
     const GemmBatchedArgs& args) const {
   constexpr std::string_view op = "gemm_strided_batched";

@@ -16,7 +16,9 @@
 //   quantizes_transposed: quantize outputs stored as the transpose of their source, which the
 //   host asks for only from a backend that says it takes them (default: none). 1.5 appended
 //   gemm_gradient, a GEMM of a backward pass with the epilogues that pass needs (an activation's
-//   gradient, bias gradients); its default refuses like the block-scaled ops'.
+//   gradient, bias gradients); its default refuses like the block-scaled ops'. 1.6 appended
+//   cast_transpose, an FP8 operand cast that also writes the transpose; its default refuses
+//   likewise, and the host then casts and lets the GEMM transpose what it needs.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -26,6 +28,7 @@
 #include <string>
 #include <string_view>
 
+#include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/facet.h"
 #include "mixtrain/sdk/op_signatures.h"
 #include "mixtrain/sdk/tensor_view.h"
@@ -181,6 +184,24 @@ struct GemmGradientArgs {
   bool accumulate_a_row_sums = false;
 };
 
+// --- 1.6: FP8 operands in both layouts --------------------------------------------------------
+// One read of src [rows, cols] (fp32, bf16 or fp16; leading dims folded into rows) writes each
+// given output: `out` [rows, cols] as stored and `out_transposed` [cols, rows], its transpose,
+// both of one FP8 dtype (fp8_e4m3 or fp8_e5m2). Each element is exactly what DeviceBackend::cast
+// writes with `cast`'s scale and saturate, and cast.amax (fp32 [1], optional) folds in max|src| by
+// cast's rule. Either output may be empty, not both; neither may overlap src, the other or amax.
+// Why: FP8 Tensor Cores take both operands with the reduction dim contiguous (cuBLASLt's "TN"),
+// so a linear's dgrad reads Wᵀ and its wgrad reads xᵀ and dyᵀ; writing the transpose during the
+// cast saves a pass over each (Transformer Engine's cast_transpose), and a host that keeps only
+// xᵀ for the backward keeps no more bytes than before. BackendArgumentChecks::cast_transpose_shape
+// checks all of this.
+struct CastTransposeArgs {
+  TensorView src;
+  TensorView out;
+  TensorView out_transposed;
+  CastArgs cast;
+};
+
 enum class GemmOp {
   gemm,                  // {A, B, C}
   gemm_strided_batched,  // {A, B, C}
@@ -191,6 +212,8 @@ enum class GemmOp {
   gemm_block_scaled,      // {C}
   // 1.5
   gemm_gradient,  // {A, B, C}
+  // 1.6
+  cast_transpose,  // {src, FP8 output}
 };
 MIXTRAIN_SDK_API std::string_view op_name(GemmOp op) noexcept;
 constexpr std::uint16_t introduced_in(GemmOp op) noexcept {
@@ -202,6 +225,8 @@ constexpr std::uint16_t introduced_in(GemmOp op) noexcept {
       return 2;
     case GemmOp::gemm_gradient:
       return 5;
+    case GemmOp::cast_transpose:
+      return 6;
     default:
       return 0;
   }
@@ -211,7 +236,7 @@ MIXTRAIN_SDK_API OpSignature op_signature(GemmOp op) noexcept;
 class MIXTRAIN_SDK_API GemmFacet : public Facet {
  public:
   using Op = GemmOp;
-  static constexpr FacetVersion kVersion{1, 5};
+  static constexpr FacetVersion kVersion{1, 6};
   static constexpr std::string_view kName = "gemm";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
@@ -257,6 +282,12 @@ class MIXTRAIN_SDK_API GemmFacet : public Facet {
   // runs the unfused ops (gemm, activation_backward, bias_grad) on any other. A facet that
   // forwards supports() to another one must forward this call too.
   virtual void gemm_gradient(const GemmGradientArgs& args);
+
+  // --- 1.6 ---------------------------------------------------------------------------------------
+  // An FP8 operand in one or both layouts from one read of its source (CastTransposeArgs). The
+  // default raises BackendError and the default supports() answers false for it: a backend
+  // offers it by overriding both, where its FP8 GEMM gains from operands stored transposed.
+  virtual void cast_transpose(const CastTransposeArgs& args);
 
  protected:
   ~GemmFacet() override;  // not owned through the facet: the backend is

@@ -143,6 +143,11 @@ class BackendArgumentChecks {
   // cast's arguments: both present, each a storage float or fp8, the same element count; an amax
   // (when given) fp32 [1].
   void cast_args(const TensorView& src, const TensorView& dst, const CastArgs& args) const;
+  // cast_transpose's arguments (gemm facet 1.6): src fp32, bf16 or fp16, [rows, cols] with its
+  // leading dims folded; out [rows, cols] and out_transposed [cols, rows] (by shape, not only
+  // numel), at least one present, each fp8 and of one dtype; neither overlapping src, the other
+  // or the amax (fp32 [1] when given). Returns {rows, cols}.
+  RowsCols cast_transpose_shape(const CastTransposeArgs& args) const;
 
   // A foreach op's lists: each of `others` as long as `self`; every tensor fp32 and present; the
   // i-th tensors of all lists of equal numel.
