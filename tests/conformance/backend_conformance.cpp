@@ -926,6 +926,166 @@ TEST_P(Conformance, GemmGradientRejectsBadArguments) {
   EXPECT_THROW(tested_gemm->gemm_gradient(column_sums), sdk::BackendError) << "sums of [4]";
 }
 
+// The FP8 codes of a cast_transpose output (or a cast), as bytes.
+std::vector<std::uint8_t> codes_of(sdk::DeviceBackend& b, const TensorView& v) {
+  std::vector<std::uint8_t> h(static_cast<std::size_t>(v.numel()));
+  b.copy_to_host(h.data(), v);
+  return h;
+}
+
+// gemm 1.6: each layout is the backend's own cast of the source, byte for byte (and so the
+// reference's: CastsAgreeBitForBit), the transposed one element (r, c) at (c, r); the amax folds in
+// as cast's does. Shapes around the kernels' tiles and their 4-wide packs, both FP8 formats, with
+// saturating values and a scale.
+TEST_P(Conformance, CastTransposeIsTheCastAndItsTransposeFromOneRead) {
+  MIXTRAIN_FACETS(gemm, GemmFacet);
+  auto offered = [&](DType from, DType to) {
+    return tested_gemm->version() >= sdk::FacetVersion{1, 6} &&
+           tested_gemm->supports(sdk::GemmOp::cast_transpose, std::vector<DType>{from, to});
+  };
+  if (!offered(DType::bf16, DType::fp8_e4m3))
+    GTEST_SKIP() << "backend '" << GetParam().name << "' offers no cast_transpose";
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1},    {4, 8},   {67, 45},
+                                                          {64, 128}, {130, 3}, {3, 130}};
+  unsigned seed = 60;
+  for (const auto& [rows, cols] : shapes)
+    for (DType from : {DType::fp32, DType::bf16, DType::fp16})
+      for (DType to : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+        if (!offered(from, to)) continue;
+        const std::string what = std::string(sdk::dtype_name(from)) + " -> " +
+                                 std::string(sdk::dtype_name(to)) + " [" + std::to_string(rows) +
+                                 ", " + std::to_string(cols) + "]";
+        SCOPED_TRACE(what);
+        auto values = random_values(static_cast<std::size_t>(rows * cols), seed++, -300.f, 300.f);
+        values[0] = 60000.f;  // saturates e4m3 (and e5m2 at scale 2)
+        if (values.size() > 2) values[2] = -0.0f;
+        if (values.size() > 3) values[3] = 1e-7f;  // below both formats' subnormals
+        auto src = upload(values, Shape{rows, cols}, from);
+        const TensorView s = src.tested->view();
+        for (float scale : {1.0f, 2.0f}) {
+          DeviceTensor want(*tested_, to, Shape{rows, cols});
+          DeviceTensor want_ref(*ref_, to, Shape{rows, cols});
+          DeviceTensor out(*tested_, to, Shape{rows, cols});
+          DeviceTensor out_t(*tested_, to, Shape{cols, rows});
+          auto amax = upload({0.0f, 0.0f}, Shape{2});
+          sdk::CastArgs cast;
+          cast.scale = scale;
+          cast.saturate = true;
+          cast.amax = {amax.tested->view().data, DType::fp32, Shape{1}};
+          tested_->cast(s, want.view(), cast);
+          sdk::CastArgs ref_cast = cast;
+          ref_cast.amax = {};
+          ref_->cast(src.ref->view(), want_ref.view(), ref_cast);
+          sdk::CastTransposeArgs both;
+          both.src = s;
+          both.out = out.view();
+          both.out_transposed = out_t.view();
+          both.cast = cast;
+          both.cast.amax = {static_cast<float*>(amax.tested->view().data) + 1, DType::fp32,
+                            Shape{1}};
+          tested_gemm->cast_transpose(both);
+          const auto expected = codes_of(*tested_, want.view());
+          EXPECT_EQ(expected, codes_of(*ref_, want_ref.view())) << "scale " << scale;
+          EXPECT_EQ(codes_of(*tested_, out.view()), expected) << "scale " << scale;
+          const auto transposed = codes_of(*tested_, out_t.view());
+          std::size_t wrong = 0;
+          for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t c = 0; c < cols; ++c)
+              wrong += transposed[static_cast<std::size_t>(c * rows + r)] !=
+                       expected[static_cast<std::size_t>(r * cols + c)];
+          EXPECT_EQ(wrong, 0u) << "scale " << scale;
+          const auto amaxes = tested_values(amax);
+          EXPECT_EQ(amaxes[1], amaxes[0]) << "the amax is cast's";
+          EXPECT_EQ(amaxes[0], std::abs(tested_values(src)[0])) << "60000 as the source stores it";
+        }
+        // One layout alone; an amax that only grows.
+        DeviceTensor only_t(*tested_, to, Shape{cols, rows});
+        DeviceTensor out_ref(*tested_, to, Shape{rows, cols});
+        auto amax = upload({1e6f}, Shape{1});
+        sdk::CastTransposeArgs one;
+        one.src = s;
+        one.out_transposed = only_t.view();
+        one.cast.saturate = true;
+        one.cast.amax = amax.tested->view();
+        tested_gemm->cast_transpose(one);
+        sdk::CastTransposeArgs stored;
+        stored.src = s;
+        stored.out = out_ref.view();
+        stored.cast.saturate = true;
+        tested_gemm->cast_transpose(stored);
+        const auto a = codes_of(*tested_, only_t.view());
+        const auto b = codes_of(*tested_, out_ref.view());
+        std::size_t wrong = 0;
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t c = 0; c < cols; ++c)
+            wrong += a[static_cast<std::size_t>(c * rows + r)] !=
+                     b[static_cast<std::size_t>(r * cols + c)];
+        EXPECT_EQ(wrong, 0u);
+        EXPECT_EQ(tested_values(amax)[0], 1e6f);
+      }
+  // A NaN in the source makes the amax NaN, as cast's does.
+  auto values = random_values(64 * 8, 70);
+  values[77] = std::numeric_limits<float>::quiet_NaN();
+  auto src = upload(values, Shape{64, 8}, DType::bf16);
+  DeviceTensor out_t(*tested_, DType::fp8_e4m3, Shape{8, 64});
+  auto amax = upload({0.0f}, Shape{1});
+  sdk::CastTransposeArgs nan;
+  nan.src = src.tested->view();
+  nan.out_transposed = out_t.view();
+  nan.cast.saturate = true;
+  nan.cast.amax = amax.tested->view();
+  tested_gemm->cast_transpose(nan);
+  EXPECT_TRUE(std::isnan(tested_values(amax)[0]));
+}
+
+TEST_P(Conformance, CastTransposeRejectsBadArguments) {
+  MIXTRAIN_FACETS(gemm, GemmFacet);
+  if (tested_gemm->version() < sdk::FacetVersion{1, 6} ||
+      !tested_gemm->supports(sdk::GemmOp::cast_transpose,
+                             std::vector<DType>{DType::bf16, DType::fp8_e4m3}))
+    GTEST_SKIP() << "backend '" << GetParam().name << "' offers no cast_transpose";
+  auto src = upload(random_values(6 * 10, 71), Shape{6, 10}, DType::bf16);
+  DeviceTensor out(*tested_, DType::fp8_e4m3, Shape{6, 10});
+  DeviceTensor out_t(*tested_, DType::fp8_e4m3, Shape{10, 6});
+  DeviceTensor e5(*tested_, DType::fp8_e5m2, Shape{10, 6});
+  DeviceTensor wide(*tested_, DType::bf16, Shape{10, 6});
+  auto good = [&] {
+    sdk::CastTransposeArgs a;
+    a.src = src.tested->view();
+    a.out = out.view();
+    a.out_transposed = out_t.view();
+    return a;
+  };
+  EXPECT_NO_THROW(tested_gemm->cast_transpose(good()));
+  auto none = good();
+  none.out = {};
+  none.out_transposed = {};
+  EXPECT_THROW(tested_gemm->cast_transpose(none), sdk::BackendError) << "no output";
+  auto unswapped = good();
+  unswapped.out_transposed.shape = Shape{6, 10};
+  EXPECT_THROW(tested_gemm->cast_transpose(unswapped), sdk::BackendError) << "[rows, cols]";
+  auto short_out = good();
+  short_out.out.shape = Shape{6, 9};
+  EXPECT_THROW(tested_gemm->cast_transpose(short_out), sdk::BackendError) << "out [6, 9]";
+  auto mixed = good();
+  mixed.out_transposed = e5.view();
+  EXPECT_THROW(tested_gemm->cast_transpose(mixed), sdk::BackendError) << "e4m3 and e5m2";
+  auto not_fp8 = good();
+  not_fp8.out_transposed = wide.view();
+  EXPECT_THROW(tested_gemm->cast_transpose(not_fp8), sdk::BackendError) << "a bf16 output";
+  auto fp8_src = good();
+  fp8_src.src = out.view();
+  fp8_src.out = {};
+  EXPECT_THROW(tested_gemm->cast_transpose(fp8_src), sdk::BackendError) << "an fp8 source";
+  auto overlapping = good();
+  overlapping.out_transposed = {out.view().data, DType::fp8_e4m3, Shape{10, 6}};
+  EXPECT_THROW(tested_gemm->cast_transpose(overlapping), sdk::BackendError) << "out = out_t";
+  auto amax = upload({0.0f, 0.0f}, Shape{2});
+  auto two = good();
+  two.cast.amax = amax.tested->view();
+  EXPECT_THROW(tested_gemm->cast_transpose(two), sdk::BackendError) << "an amax of [2]";
+}
+
 TEST_P(Conformance, GemmStridedBatchedEqualsOneGemmPerBatch) {
   MIXTRAIN_FACETS(gemm, GemmFacet);
   // Batch 3 of [m, k]·[n, k]ᵀ with a shared weight (stride_b = 0), checked against the reference

@@ -1,6 +1,8 @@
 // Model: the graph plan, its ops and the executor, put together; see model.h for the contract.
 #include "mixtrain/core/graph/model.h"
 
+#include <algorithm>
+
 #include "graph/backend_check.h"
 #include "graph/ops/operand_scaler.h"
 #include "mixtrain/core/graph/memory_plan.h"
@@ -101,6 +103,14 @@ void Model::bind_operand_amaxes() {
   for (std::size_t i = 0; i < scalers_.size(); ++i)
     scalers_[i]->bind_amaxes({static_cast<float*>(operand_amaxes_.view().data) + 3 * i,
                               sdk::DType::fp32, sdk::Shape{3}});
+  // One staging for all: a transient layout lives only from its cast to the GEMMs right after.
+  std::size_t staging = 0;
+  for (const OperandScaler* s : scalers_) staging = std::max(staging, s->transient_bytes());
+  operand_staging_ = Tensor();
+  if (staging > 0)
+    operand_staging_ =
+        Tensor(backend_, sdk::DType::fp8_e4m3, sdk::Shape{static_cast<std::int64_t>(staging)});
+  for (OperandScaler* s : scalers_) s->bind_staging(operand_staging_.view());
 }
 
 void Model::flush_operand_amaxes(const std::function<void(std::span<float>)>& reduce) {

@@ -1,5 +1,6 @@
 #include "graph/ops/linear.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "graph/ops/activation.h"
@@ -45,6 +46,14 @@ LinearLayer::LinearLayer(std::string name, std::int64_t in, std::int64_t out, bo
 void LinearLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
                            std::int64_t max_rows) {
   Layer::allocate(backend, max_rows);
+  if (scaler_.active()) {
+    // The FP8 layouts this linear stages (operand_scaler.h): x for the forward GEMM, or dy and
+    // dyᵀ for the backward's two, each start 256-byte aligned.
+    const auto rows = static_cast<std::size_t>(max_rows);
+    const std::size_t x = rows * static_cast<std::size_t>(in_);
+    const std::size_t dy = rows * static_cast<std::size_t>(out_);
+    scaler_.need_transient_bytes(std::max(x, (dy + 255) / 256 * 256 + dy));
+  }
   params_.clear();
   if (tie_weight_.empty())
     params_.push_back(make_parameter("weight", sdk::Shape{out_, in_}, true, precision_.weight));
@@ -212,14 +221,24 @@ std::vector<BackendNeed> LinearLayer::backend_needs(DType input) const {
 sdk::GemmArgs LinearLayer::forward_args(TensorView x) {
   sdk::GemmArgs g;
   if (scaler_.active()) {
+    // FP8 (operand_scaler.h): x staged for this GEMM and xᵀ kept for the wgrad (x itself kept
+    // where the backend cannot write the transpose in the cast); without a wgrad to come
+    // (evaluation, a frozen weight) x is only staged. W and, for the dgrad, Wᵀ are kept.
     auto* stats = collect_stats_ ? &stats_ : nullptr;
-    g.a = scaler_.scale(backend_, x, sdk::OperandRole::input, stats);
-    g.b = scaler_.scale(backend_, weight_operand(), sdk::OperandRole::weight, stats);
+    const bool wgrad = training() && !weight().frozen;
+    const ScaledLayouts xs =
+        scaler_.scale_layouts(backend_, facets(), x, sdk::OperandRole::input, Keep::transient,
+                              wgrad ? Keep::kept : Keep::no, stats);
+    const ScaledLayouts ws =
+        scaler_.scale_layouts(backend_, facets(), weight_operand(), sdk::OperandRole::weight,
+                              Keep::kept, training() ? Keep::kept : Keep::no, stats);
+    g.a = xs.operand(false, false);
+    g.b = ws.operand(true, true);  // op(B) = Wᵀ
   } else {
     g.a.view = as_dtype(x, storage_of(precision_.gemm_input), x_scratch_);
     g.b.view = weight_operand();
+    g.b.transpose = true;
   }
-  g.b.transpose = true;
   if (bias_) g.bias = bias().master.view();
   g.alpha = static_cast<float>(scale_);
   g.compute = precision_.gemm_input;
@@ -263,15 +282,23 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
   input_gradient_done_ = false;
   if (blocks_.active()) return backward_block_scaled(dy, dx);
   const DType in_storage = storage_of(precision_.gemm_input);
-  sdk::GemmOperand dy_g, x_g, w_g;
+  // The GEMMs' operands: dy_g (op = dy) and w_g (op = W) for dgrad, dyt_g (op = dyᵀ) and x_g
+  // (op = x) for wgrad.
+  sdk::GemmOperand dy_g, dyt_g, x_g, w_g;
   if (scaler_.active()) {
-    // The input and weight operands were cast (and scaled) by the forward of this step.
-    dy_g = scaler_.scale(backend_, dy, sdk::OperandRole::grad_output,
-                         collect_stats_ ? &stats_ : nullptr);
-    x_g = scaler_.last(sdk::OperandRole::input, x.shape);
-    w_g = scaler_.last(sdk::OperandRole::weight, sdk::Shape{out_, in_});
+    // x and W were cast (and scaled) by the forward of this step; dy is cast here, into the
+    // staging (read by the two GEMMs below alone), with its transpose where the backend writes it.
+    const ScaledLayouts dys =
+        scaler_.scale_layouts(backend_, facets(), dy, sdk::OperandRole::grad_output,
+                              Keep::transient, Keep::transient, collect_stats_ ? &stats_ : nullptr);
+    dy_g = dys.operand(false, false);
+    dyt_g = dys.operand(true, false);
+    x_g = scaler_.kept(sdk::OperandRole::input, x.shape).operand(false, true);
+    w_g = scaler_.kept(sdk::OperandRole::weight, sdk::Shape{out_, in_}).operand(false, true);
   } else {
     dy_g.view = as_dtype(dy, in_storage, dy_scratch_);
+    dyt_g = dy_g;
+    dyt_g.transpose = true;
     if (!weight().frozen) x_g.view = as_dtype(x, in_storage, x_scratch_);  // dW's operand only
     w_g.view = weight_operand();
   }
@@ -283,8 +310,7 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
   if (!weight().frozen) {
     // dW[out, in] (+)= dyᵀ[out, rows] · x[rows, in]
     sdk::GemmArgs gw;
-    gw.a = dy_g;
-    gw.a.transpose = true;
+    gw.a = dyt_g;
     gw.b = x_g;
     gw.c = weight().grad.view();
     gw.alpha = static_cast<float>(scale_);
@@ -313,7 +339,6 @@ void LinearLayer::dgrad(const sdk::GemmOperand& dy, const sdk::GemmOperand& w, T
   // dx[rows, in] = dy[rows, out] · W[out, in]
   sdk::GemmArgs gx;
   gx.a = dy;
-  gx.a.transpose = false;
   gx.b = w;
   gx.c = dx;
   gx.alpha = static_cast<float>(scale_);

@@ -1,7 +1,11 @@
 #include "graph/ops/operand_scaler.h"
 
 #include <cmath>
+#include <cstddef>
 #include <stdexcept>
+
+#include "graph/ops/op_support.h"
+#include "mixtrain/sdk/backend_gemm.h"
 
 namespace mixtrain::core {
 
@@ -19,7 +23,20 @@ int role_slot(sdk::OperandRole role) {
       return 2;
   }
 }
+
+sdk::Shape flipped(const sdk::Shape& s) {
+  return sdk::Shape{s.cols(), s.rows()};
+}
 }  // namespace
+
+sdk::GemmOperand ScaledLayouts::operand(bool op_transposed, bool b_slot) const {
+  // The stored layout is read with transpose = op_transposed, the transposed one with the
+  // opposite; A wants the one read without, B the one read with.
+  const bool stored_preferred = op_transposed == b_slot;
+  if (stored.data != nullptr && (stored_preferred || transposed.data == nullptr))
+    return {stored, op_transposed, scale_inv};
+  return {transposed, !op_transposed, scale_inv};
+}
 
 OperandScaler::OperandScaler(const std::string& node, const std::string& gemm) {
   for (auto role :
@@ -29,45 +46,111 @@ OperandScaler::OperandScaler(const std::string& node, const std::string& gemm) {
 
 sdk::GemmOperand OperandScaler::last(sdk::OperandRole role, sdk::Shape shape) const {
   const ScaledOperand& c = copies_[role_slot(role)];
-  return {TensorView{c.data.view().data, c.data.dtype(), shape}, false, c.scale_inv};
+  return {TensorView{c.stored.view().data, c.stored.dtype(), shape}, false, c.scale_inv};
+}
+
+ScaledLayouts OperandScaler::kept(sdk::OperandRole role, sdk::Shape shape) const {
+  const ScaledOperand& c = copies_[role_slot(role)];
+  ScaledLayouts l;
+  l.scale_inv = c.scale_inv;
+  if (c.has_stored) l.stored = {c.stored.view().data, c.stored.dtype(), shape};
+  if (c.has_transposed)
+    l.transposed = {c.transposed.view().data, c.transposed.dtype(), flipped(shape)};
+  return l;
+}
+
+bool OperandScaler::transposes(const BoundFacets& facets, DType src, DType to) {
+  const sdk::GemmFacet* gemm = facets.find<sdk::GemmFacet>();
+  if (gemm == nullptr || gemm->version().minor < sdk::introduced_in(sdk::GemmOp::cast_transpose))
+    return false;
+  const DType dtypes[2] = {src, to};
+  return gemm->supports(sdk::GemmOp::cast_transpose, dtypes);
 }
 
 sdk::GemmOperand OperandScaler::scale(const std::shared_ptr<sdk::DeviceBackend>& backend,
                                       TensorView src, sdk::OperandRole role,
                                       std::vector<Layer::ScaledOperandStats>* stats) {
+  return scale_layouts(backend, BoundFacets{}, src, role, Keep::kept, Keep::no, stats)
+      .operand(false, false);
+}
+
+TensorView OperandScaler::place(const std::shared_ptr<sdk::DeviceBackend>& backend, Keep keep,
+                                Tensor& copy, DType dtype, sdk::Shape shape, std::size_t* staged) {
+  if (keep == Keep::kept) {
+    if (copy.empty() || copy.dtype() != dtype || copy.shape().numel() < shape.numel())
+      copy = Tensor(backend, dtype, shape);
+    return {copy.view().data, dtype, shape};
+  }
+  const std::size_t at = *staged;
+  const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * sdk::dtype_size(dtype);
+  if (staging_.data == nullptr || at + bytes > staging_.bytes())
+    throw std::logic_error("OperandScaler: a transient layout needs bytes [" + std::to_string(at) +
+                           ", " + std::to_string(at + bytes) + ") of the staging, which has " +
+                           std::to_string(staging_.data == nullptr ? 0 : staging_.bytes()) +
+                           " (the op's need_transient_bytes is too small)");
+  *staged = (at + bytes + 255) / 256 * 256;  // the next layout starts aligned for any kernel
+  return {static_cast<std::byte*>(staging_.data) + at, dtype, shape};
+}
+
+ScaledLayouts OperandScaler::scale_layouts(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                                           const BoundFacets& facets, TensorView src,
+                                           sdk::OperandRole role, Keep stored, Keep transposed,
+                                           std::vector<Layer::ScaledOperandStats>* stats) {
   if (amax_view_.data == nullptr)
     throw std::logic_error("OperandScaler::scale: no amax table bound (Model::allocate binds it)");
+  if (stored == Keep::no && transposed == Keep::no)
+    throw std::logic_error("OperandScaler::scale_layouts: no layout asked for");
   const int slot = role_slot(role);
   ScaledOperand& dst = copies_[slot];
   const bool weight = role == sdk::OperandRole::weight;
   if (weight && stats == nullptr && micro_batch_ > 0 && weight_source_ == src.data &&
-      weight_numel_ == src.numel())
-    return {TensorView{dst.data.view().data, dst.data.dtype(), src.shape}, false, dst.scale_inv};
+      weight_numel_ == src.numel() && stored != Keep::transient && transposed != Keep::transient &&
+      stored == dst.asked_stored && transposed == dst.asked_transposed)
+    return kept(role, src.shape);
+  dst.asked_stored = stored;
+  dst.asked_transposed = transposed;
   const sdk::OperandSlot& operand = slots_[static_cast<std::size_t>(slot)];
   const TensorView amax_slot{static_cast<float*>(amax_view_.data) + slot, DType::fp32,
                              sdk::Shape{1}};
+  auto s = policy_->operand_scaling(operand);
+  const DType dtype = s.dtype;  // the slot's for the whole run; only the scale moves
+  if (transposed != Keep::no && !transposes(facets, src.dtype, dtype)) {
+    // No cast_transpose here: the stored layout alone, kept as long as either was asked.
+    ops::log_once("operand_scaler", "cast_transpose",
+                  "the backend's gemm facet has no cast_transpose (1.6) for " +
+                      std::string(sdk::dtype_name(src.dtype)) + " -> " +
+                      std::string(sdk::dtype_name(dtype)) + " (slot '" + operand.name() +
+                      "' and the FP8 operands like it): each is cast alone, and the GEMMs that "
+                      "read it transposed transpose it first");
+    if (transposed == Keep::kept || stored == Keep::no) stored = transposed;
+    transposed = Keep::no;
+  }
+  std::size_t staged = 0;
+  ScaledLayouts out;
+  if (stored != Keep::no)
+    out.stored = place(backend, stored, dst.stored, dtype, src.shape, &staged);
+  if (transposed != Keep::no)
+    out.transposed = place(backend, transposed, dst.transposed, dtype, flipped(src.shape), &staged);
   const bool current = policy_->wants_current_amax();
   float measured = 0.0f;
   if (current) {
     // Current scaling: the scale comes from this very tensor, so its amax is measured (a cast at
-    // scale 1 with a fused amax into the scratch the real cast overwrites next) and read before
-    // the scale is asked for: the one host wait this scaling needs per operand.
-    auto probe = policy_->operand_scaling(operand);
-    if (dst.data.empty() || dst.data.dtype() != probe.dtype ||
-        dst.data.shape().numel() < src.numel())
-      dst.data = Tensor(backend, probe.dtype, src.shape);
+    // scale 1 with a fused amax into memory the real cast overwrites next) and read before the
+    // scale is asked for again: the one host wait this scaling needs per operand.
+    const TensorView probe =
+        out.stored.data != nullptr ? out.stored : TensorView{out.transposed.data, dtype, src.shape};
     backend->fill(amax_slot, 0.0f);
     sdk::CastArgs measure;
     measure.saturate = true;
     measure.amax = amax_slot;
-    backend->cast(src, TensorView{dst.data.view().data, probe.dtype, src.shape}, measure);
+    backend->cast(src, probe, measure);
     backend->copy_to_host(&measured, amax_slot);
     policy_->record_amax(operand, measured);
+    s = policy_->operand_scaling(operand);
+    if (s.dtype != dtype)
+      throw std::logic_error("OperandScaler: the policy changed slot '" + operand.name() +
+                             "''s dtype within a cast");
   }
-  const auto s = policy_->operand_scaling(operand);
-  if (dst.data.empty() || dst.data.dtype() != s.dtype || dst.data.shape().numel() < src.numel())
-    dst.data = Tensor(backend, s.dtype, src.shape);
-  TensorView out{dst.data.view().data, s.dtype, src.shape};
   sdk::CastArgs args;
   args.scale = s.scale;
   args.saturate = true;
@@ -79,35 +162,60 @@ sdk::GemmOperand OperandScaler::scale(const std::shared_ptr<sdk::DeviceBackend>&
     args.amax = amax_slot;
     amax_pending_[slot] = true;
   }
-  backend->cast(src, out, args);
+  if (transposed != Keep::no) {
+    // One read of src for both layouts (gemm facet 1.6).
+    sdk::CastTransposeArgs both;
+    both.src = src;
+    both.out = out.stored;
+    both.out_transposed = out.transposed;
+    both.cast = args;
+    facets.call(sdk::GemmOp::cast_transpose)->cast_transpose(both);
+  } else {
+    backend->cast(src, out.stored, args);
+  }
+  out.scale_inv = s.scale_inv;
   dst.scale_inv = s.scale_inv;
+  dst.has_stored = stored == Keep::kept;
+  dst.has_transposed = transposed == Keep::kept;
   if (weight) {
     weight_source_ = src.data;
     weight_numel_ = src.numel();
   }
   if (stats != nullptr) {
-    // Diagnostics only: what saturated and what flushed to zero in this cast.
     float amax = measured;
     if (!current) backend->copy_to_host(&amax, amax_slot);
-    std::vector<float> in(static_cast<std::size_t>(src.numel())), back(in.size());
-    TensorView as_fp32{nullptr, DType::fp32, src.shape};
-    Tensor tmp(backend, DType::fp32, src.shape);
-    as_fp32.data = tmp.view().data;
-    backend->cast(src, as_fp32);
-    backend->copy_to_host(in.data(), as_fp32);
-    backend->cast(out, as_fp32);
-    backend->copy_to_host(back.data(), as_fp32);
-    const float max_finite = s.dtype == DType::fp8_e5m2 ? 57344.0f : 448.0f;
-    Layer::ScaledOperandStats st{operand.name(), s.dtype, amax, s.scale, src.numel(), 0, 0, 0};
-    for (std::size_t i = 0; i < in.size(); ++i) {
-      if (in[i] == 0.0f) continue;
-      ++st.nonzero;
-      if (std::abs(in[i] * s.scale) > max_finite) ++st.saturated;
-      if (back[i] == 0.0f) ++st.underflowed;
-    }
-    stats->push_back(st);
+    const bool from_stored = out.stored.data != nullptr;
+    collect_stats(backend, operand, src, from_stored ? out.stored : out.transposed, !from_stored, s,
+                  amax, *stats);
   }
-  return {out, false, s.scale_inv};
+  return out;
+}
+
+void OperandScaler::collect_stats(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                                  const sdk::OperandSlot& operand, TensorView src, TensorView codes,
+                                  bool codes_transposed, const sdk::OperandScaling& s, float amax,
+                                  std::vector<Layer::ScaledOperandStats>& stats) const {
+  // Diagnostics only: what saturated and what flushed to zero in this cast.
+  std::vector<float> in(static_cast<std::size_t>(src.numel())), back(in.size());
+  Tensor tmp(backend, DType::fp32, src.shape);
+  const TensorView as_fp32{tmp.view().data, DType::fp32, src.shape};
+  backend->cast(src, as_fp32);
+  backend->copy_to_host(in.data(), as_fp32);
+  backend->cast(codes, TensorView{tmp.view().data, DType::fp32, codes.shape});
+  backend->copy_to_host(back.data(), as_fp32);
+  const std::int64_t rows = src.shape.rows(), cols = src.shape.cols();
+  const float max_finite = s.dtype == DType::fp8_e5m2 ? 57344.0f : 448.0f;
+  Layer::ScaledOperandStats st{operand.name(), s.dtype, amax, s.scale, src.numel(), 0, 0, 0};
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const float v = in[static_cast<std::size_t>(r * cols + c)];
+      if (v == 0.0f) continue;
+      ++st.nonzero;
+      if (std::abs(v * s.scale) > max_finite) ++st.saturated;
+      const std::int64_t at = codes_transposed ? c * rows + r : r * cols + c;
+      if (back[static_cast<std::size_t>(at)] == 0.0f) ++st.underflowed;
+    }
+  stats.push_back(st);
 }
 
 void OperandScaler::bind_amaxes(TensorView three) {

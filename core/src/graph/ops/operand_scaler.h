@@ -10,27 +10,58 @@
 //   any cast).
 // - Current scaling: the amax is measured and read before the scale is asked for (one host wait
 //   per operand).
-// - scale() keeps the last scaled copy per role; last() views it again (the backward reuses the
-//   forward's input and weight casts).
+// - Layouts (scale_layouts): a cast may write the operand as stored [rows, cols] and its
+//   transpose [cols, rows], from one read of the source, where the backend's gemm facet has
+//   cast_transpose (1.6) for {the source's dtype, the slot's FP8 dtype}. Elsewhere it writes the
+//   stored layout alone, kept as long as the longer of the two asked for, and a GEMM that wants
+//   the transpose makes it itself; the first such cast logs that once. Each layout is either kept
+//   (this scaler's own copy of the role, until the role is cast again: kept() views it) or
+//   transient (the model's one staging buffer, shared by every scaler: valid only until the next
+//   transient cast of any of them, i.e. for the GEMMs that follow the cast directly). A linear
+//   keeps only xᵀ for its wgrad and stages x for its forward GEMM, as Transformer Engine does, and
+//   stages both of dy's layouts; it keeps W and Wᵀ (1 byte per FP8 weight element more than one
+//   layout, against rows·out bytes per linear no longer kept for dy).
+// - scale() and last() are the stored layout alone, kept (a convolution's operands).
 // - A weight is cast once per optimizer step: the micro-batches after the first (index > 0 since
-//   begin_micro_batch(0)) reuse the copy of the same source tensor as it is, scale and amax
-//   included, since neither the weight nor its scale changes within a step (Transformer Engine
-//   keeps a weight's FP8 copy across micro-batches likewise). record_amaxes(), once per step
-//   before the optimizer runs, ends that reuse. Asking for statistics casts anew. `stats`,
-//   when given, receives what the cast saturated and flushed to zero (diagnostics; reads the
-//   tensors back).
+//   begin_micro_batch(0)) reuse the kept layouts of the same source tensor as they are, scale and
+//   amax included, since neither the weight nor its scale changes within a step (Transformer
+//   Engine keeps a weight's FP8 copy across micro-batches likewise), unless a layout is asked for
+//   that the first cast did not keep. record_amaxes(), once per step before the optimizer runs,
+//   ends that reuse. Asking for statistics casts anew. `stats`, when given, receives what the
+//   cast saturated and flushed to zero (diagnostics; reads the tensors back).
+// - Staging: the op states the transient bytes its largest cast needs (need_transient_bytes,
+//   from its allocate()); Model::allocate binds one buffer of the largest need to every scaler
+//   (bind_staging). A transient layout beyond the bound bytes is a std::logic_error (a host bug).
 // - Non-owning: the policy outlives the op; the backend is the op's.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "mixtrain/core/graph/bound_facets.h"
 #include "mixtrain/core/graph/layer.h"
 #include "mixtrain/core/graph/tensor.h"
 
 namespace mixtrain::core {
+
+// Where OperandScaler::scale_layouts writes one layout of a cast (see the contract above).
+enum class Keep : std::uint8_t { no, transient, kept };
+
+// One FP8 operand in the layouts a cast wrote: `stored` as its source [rows, cols], `transposed`
+// its transpose [cols, rows]; a layout not written has a view without data. One scale for both.
+struct ScaledLayouts {
+  sdk::TensorView stored, transposed;
+  float scale_inv = 1.0f;
+  // The GEMM operand whose op() is this operand's matrix M (Mᵀ when `op_transposed`), for the
+  // GEMM's A (`b_slot` false) or B. Where both layouts exist it takes the one whose reduction dim
+  // is contiguous, as FP8 Tensor Cores read it (sdk/backend_gemm.h 1.6): A read without a
+  // transpose, B read with one.
+  sdk::GemmOperand operand(bool op_transposed, bool b_slot) const;
+};
 
 class OperandScaler {
  public:
@@ -42,11 +73,27 @@ class OperandScaler {
     if (index == 0) weight_source_ = nullptr;  // a new step: the weights may have changed
   }
 
+  // The stored layout, kept: scale_layouts(..., Keep::kept, Keep::no).operand(false, false).
   sdk::GemmOperand scale(const std::shared_ptr<sdk::DeviceBackend>& backend, sdk::TensorView src,
                          sdk::OperandRole role,
                          std::vector<Layer::ScaledOperandStats>* stats = nullptr);
-  // The last scaled copy of `role`, seen as `shape`.
+  // The last kept stored copy of `role`, seen as `shape`.
   sdk::GemmOperand last(sdk::OperandRole role, sdk::Shape shape) const;
+
+  // Casts src (its leading dims folded into rows) into the layouts asked for (at least one), the
+  // transposed one through `facets`' cast_transpose where it runs (see the contract above).
+  ScaledLayouts scale_layouts(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                              const BoundFacets& facets, sdk::TensorView src, sdk::OperandRole role,
+                              Keep stored, Keep transposed,
+                              std::vector<Layer::ScaledOperandStats>* stats = nullptr);
+  // The kept layouts of role's last cast, the stored one seen as `shape` ([rows, cols]) and the
+  // transposed one as [cols, rows]; a layout that cast did not keep has a view without data.
+  ScaledLayouts kept(sdk::OperandRole role, sdk::Shape shape) const;
+
+  // The op's largest transient need, in bytes (its allocate()); the model's staging covers it.
+  void need_transient_bytes(std::size_t bytes) { transient_need_ = bytes; }
+  std::size_t transient_bytes() const { return transient_need_; }
+  void bind_staging(sdk::TensorView bytes) { staging_ = bytes; }
   // Delayed scaling, after the step's casts: the device slot of the three amaxes (input,
   // weight, grad_output; fp32 [3]) in the model's table, bound once the model has allocated it.
   void bind_amaxes(sdk::TensorView three);
@@ -61,13 +108,30 @@ class OperandScaler {
   std::size_t record_amaxes(std::span<const float> values);
 
  private:
+  // A role's kept copies: the stored layout and the transposed one, each allocated when first
+  // kept; `has_*`: whether the last cast of the role kept that layout.
   struct ScaledOperand {
-    Tensor data;  // fp8 copy of the operand
+    Tensor stored, transposed;
+    bool has_stored = false, has_transposed = false;
     float scale_inv = 1.0f;
+    Keep asked_stored = Keep::no, asked_transposed = Keep::no;  // the last cast's request
   };
+  // Whether `facets` has a gemm facet whose cast_transpose (1.6) runs {src, to}.
+  static bool transposes(const BoundFacets& facets, sdk::DType src, sdk::DType to);
+  // The memory of one layout of `numel` codes of `dtype`: a kept copy (grown as needed) or the
+  // staging at `*staged` bytes (advanced past it, 256-byte aligned).
+  sdk::TensorView place(const std::shared_ptr<sdk::DeviceBackend>& backend, Keep keep, Tensor& copy,
+                        sdk::DType dtype, sdk::Shape shape, std::size_t* staged);
+  void collect_stats(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                     const sdk::OperandSlot& operand, sdk::TensorView src, sdk::TensorView codes,
+                     bool codes_transposed, const sdk::OperandScaling& s, float amax,
+                     std::vector<Layer::ScaledOperandStats>& stats) const;
+
   sdk::PrecisionPolicy* policy_ = nullptr;
   std::vector<sdk::OperandSlot> slots_;  // per role: input, weight, grad_output
   ScaledOperand copies_[3];
+  std::size_t transient_need_ = 0;
+  sdk::TensorView staging_;    // the model's shared staging (bytes), bound by Model::allocate
   sdk::TensorView amax_view_;  // fp32 [3] in the model's table: the last cast's amax per role
   bool amax_pending_[3] = {false, false, false};
   std::int64_t micro_batch_ = 0;

@@ -1,0 +1,231 @@
+// FP8 operands in both layouts (operand_scaler.h, gemm facet 1.6's cast_transpose): a linear's
+// casts write the transpose its backward GEMMs read from the same pass, keep xᵀ (not x) for the
+// wgrad, keep W and Wᵀ once per step across micro-batches, and stage dy's layouts instead of
+// keeping them. Against the same model on a backend whose gemm facet refuses cast_transpose (the
+// casts alone, each GEMM transposing what it needs): the same losses and gradients.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cpu_test_backend.h"
+#include "graph/ops/operand_scaler.h"
+#include "mixtrain/core/graph/model.h"
+#include "mixtrain/core/precision/planning.h"
+#include "plugin_test_support.h"
+
+namespace mixtrain::core {
+namespace {
+
+using sdk::DType;
+using sdk::OperandRole;
+using sdk::TensorView;
+using test_support::op;
+
+// Every GEMM in FP8: inputs and weights e4m3, gradients e5m2, with scales that are not 1 (the
+// delayed-scaling arithmetic without its history: each cast's scale is fixed per role).
+class Fp8Policy final : public sdk::PrecisionPolicy {
+ public:
+  sdk::OpPrecision plan(const sdk::OpDescription& op) const override {
+    return {DType::fp32, op.has_gemm() ? DType::fp8_e4m3 : DType::fp32, DType::fp32, DType::fp32};
+  }
+  bool needs_loss_scaling() const override { return false; }
+  bool uses_scaled_operands() const override { return true; }
+  sdk::OperandScaling operand_scaling(const sdk::OperandSlot& slot) override {
+    ++asks[slot.name()];
+    switch (slot.role()) {
+      case OperandRole::input:
+        return {DType::fp8_e4m3, 64.0f, 1.0f / 64.0f};
+      case OperandRole::weight:
+        return {DType::fp8_e4m3, 128.0f, 1.0f / 128.0f};
+      default:
+        return {DType::fp8_e5m2, 4096.0f, 1.0f / 4096.0f};
+    }
+  }
+  void record_amax(const sdk::OperandSlot& slot, float amax) override {
+    amaxes[slot.name()] = amax;
+  }
+  std::map<std::string, int> asks;
+  std::map<std::string, float> amaxes;
+};
+
+// The CPU backend's gemm facet, counting cast_transpose calls, or refusing it (a gemm 1.5
+// backend, or a device whose FP8 GEMM does not want it).
+class CastTransposeGemm final : public sdk::GemmFacet {
+ public:
+  CastTransposeGemm(sdk::GemmFacet& in, bool offer) : in_(in), offer_(offer) {}
+  bool supports(sdk::GemmOp op, std::span<const DType> d) const override {
+    return (offer_ || op != sdk::GemmOp::cast_transpose) && in_.supports(op, d);
+  }
+  void gemm(const sdk::GemmArgs& a) override {
+    // The layouts the GEMMs read FP8 operands in: A without a transpose, B with one, is the
+    // layout that keeps the reduction dim contiguous.
+    if (sdk::is_fp8(a.a.view.dtype) && !a.a.transpose && a.b.transpose) ++contiguous_gemms;
+    in_.gemm(a);
+  }
+  void gemm_strided_batched(const sdk::GemmBatchedArgs& a) override { in_.gemm_strided_batched(a); }
+  void gemm_gradient(const sdk::GemmGradientArgs& a) override { in_.gemm_gradient(a); }
+  void cast_transpose(const sdk::CastTransposeArgs& a) override {
+    ++cast_transpose_calls;
+    in_.cast_transpose(a);
+  }
+  int cast_transpose_calls = 0, contiguous_gemms = 0;
+
+ private:
+  sdk::GemmFacet& in_;
+  bool offer_;
+};
+
+class LayoutBackend final : public test_support::ForwardingBackend {
+ public:
+  explicit LayoutBackend(bool offer) : gemm(*sdk::facet<sdk::GemmFacet>(*in_), offer) {}
+  sdk::Facet* find_facet(std::string_view name) override {
+    if (name == sdk::GemmFacet::kName) return &gemm;
+    return in_->find_facet(name);
+  }
+  CastTransposeGemm gemm;
+};
+
+constexpr std::int64_t kRows = 12;  // not a multiple of the kernels' tiles
+
+// fc (+gelu) -> proj -> head, every linear in FP8.
+std::unique_ptr<Model> model(const std::shared_ptr<LayoutBackend>& backend, Fp8Policy& policy) {
+  ModelSpec spec;
+  spec.graph = true;
+  spec.layers = {op("linear", "fc", {{"out", 24}}, {"input"}), op("gelu", "gelu", {}, {"fc"}),
+                 op("linear", "proj", {{"out", 20}}, {"gelu"}),
+                 op("linear", "head", {{"out", 5}}, {"proj"})};
+  auto m = std::make_unique<Model>(backend, spec, 12, 5);
+  plan_precision(*m, policy, backend->capabilities(), {});
+  m->allocate(kRows);
+  m->init_parameters(3);
+  return m;
+}
+
+struct Run {
+  std::vector<float> values;  // each micro-batch's loss, then every gradient
+  std::shared_ptr<LayoutBackend> backend;
+  std::unique_ptr<Model> model;
+  Fp8Policy policy;
+};
+
+// One optimizer step of two micro-batches (the second accumulates).
+std::unique_ptr<Run> step(bool offer) {
+  auto r = std::make_unique<Run>();
+  r->backend = std::make_shared<LayoutBackend>(offer);
+  r->model = model(r->backend, r->policy);
+  Model& m = *r->model;
+  for (int micro = 0; micro < 2; ++micro) {
+    std::vector<float> x(kRows * 12);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x[i] = std::sin(0.41f * static_cast<float>(i) + static_cast<float>(micro)) * 3.0f;
+    std::vector<std::int32_t> y(kRows);
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int32_t>((i * 3) % 5);
+    r->backend->copy_from_host(m.input(kRows), x.data());
+    r->backend->copy_from_host(m.labels(kRows), y.data());
+    m.begin_micro_batch(micro, 2);
+    m.forward(kRows);
+    r->values.push_back(m.loss(kRows, 1.0f, true).loss);
+    m.backward(kRows);
+  }
+  for (auto* p : m.parameters()) {
+    const auto g = test_support::read(p->grad.view());
+    r->values.insert(r->values.end(), g.begin(), g.end());
+  }
+  m.flush_operand_amaxes();
+  return r;
+}
+
+// An FP8 view's values, decoded by the backend.
+std::vector<float> decoded(const TensorView& v) {
+  Tensor f32(test_support::cpu(), DType::fp32, v.shape);
+  test_support::cpu()->cast(v, f32.view());
+  return test_support::read(f32.view());
+}
+
+OperandScaler& scaler(Model& m, const std::string& name) {
+  for (auto& l : m.layers())
+    if (l->name() == name) return *l->operand_scaler();
+  throw std::runtime_error("no layer " + name);
+}
+
+TEST(Fp8OperandLayouts, OneCastWritesBothLayoutsAndTheStepIsTheCastsAlones) {
+  const auto both = step(true);
+  const auto alone = step(false);
+  ASSERT_EQ(both->values.size(), alone->values.size());
+  // The same codes reach the GEMMs either way; only the layout a GEMM reads them in differs, so
+  // the sums may round in another order: within a few fp32 ulps of the largest value.
+  float largest = 0.0f;
+  for (float v : alone->values) largest = std::max(largest, std::abs(v));
+  for (std::size_t i = 0; i < both->values.size(); ++i)
+    EXPECT_NEAR(both->values[i], alone->values[i], 1e-5f * largest) << i;
+  // Per linear: x twice (a cast per micro-batch), W once (kept across the micro-batches), dy
+  // twice; the same amaxes go back to the policy.
+  EXPECT_EQ(both->backend->gemm.cast_transpose_calls, 3 * (2 + 1 + 2));
+  EXPECT_EQ(alone->backend->gemm.cast_transpose_calls, 0);
+  EXPECT_EQ(both->policy.amaxes, alone->policy.amaxes);
+  EXPECT_EQ(both->policy.asks["proj.matmul.weight"], 1);
+  // Every FP8 GEMM reads its operands with the reduction dim contiguous: 3 per linear per
+  // micro-batch (forward, dgrad, wgrad), but fc has no dgrad (its input is the data).
+  EXPECT_EQ(both->backend->gemm.contiguous_gemms, 2 * (3 * 3 - 1));
+  EXPECT_LT(alone->backend->gemm.contiguous_gemms, both->backend->gemm.contiguous_gemms);
+}
+
+TEST(Fp8OperandLayouts, XTransposedIsKeptForTheWgradAndDyIsOnlyStaged) {
+  const auto both = step(true);
+  const auto alone = step(false);
+  for (const char* name : {"fc", "proj", "head"}) {
+    SCOPED_TRACE(name);
+    const std::string n = name;
+    const sdk::Shape x_shape{kRows, n == "fc" ? 12 : (n == "proj" ? 24 : 20)};
+    OperandScaler& b = scaler(*both->model, name);
+    const ScaledLayouts bx = b.kept(OperandRole::input, x_shape);
+    EXPECT_EQ(bx.stored.data, nullptr) << "x was only staged";
+    ASSERT_NE(bx.transposed.data, nullptr);
+    EXPECT_EQ(bx.transposed.shape.rows(), x_shape.cols());
+    const ScaledLayouts bw = b.kept(OperandRole::weight, sdk::Shape{1, 1});
+    EXPECT_NE(bw.stored.data, nullptr);
+    EXPECT_NE(bw.transposed.data, nullptr);
+    const ScaledLayouts bdy = b.kept(OperandRole::grad_output, sdk::Shape{kRows, 1});
+    EXPECT_EQ(bdy.stored.data, nullptr);
+    EXPECT_EQ(bdy.transposed.data, nullptr);
+
+    OperandScaler& a = scaler(*alone->model, name);
+    const ScaledLayouts ax = a.kept(OperandRole::input, x_shape);
+    EXPECT_NE(ax.stored.data, nullptr) << "without the transpose, x itself is kept";
+    EXPECT_EQ(ax.transposed.data, nullptr);
+    EXPECT_EQ(a.kept(OperandRole::weight, sdk::Shape{1, 1}).transposed.data, nullptr);
+    EXPECT_EQ(a.kept(OperandRole::grad_output, sdk::Shape{kRows, 1}).stored.data, nullptr);
+  }
+  // xᵀ holds x's codes: decoded, its rows are x's columns, the same values the other model kept
+  // for its wgrad.
+  const sdk::Shape x_shape{kRows, 24};
+  const auto xt =
+      decoded(scaler(*both->model, "proj").kept(OperandRole::input, x_shape).transposed);
+  const auto x = decoded(scaler(*alone->model, "proj").kept(OperandRole::input, x_shape).stored);
+  ASSERT_EQ(xt.size(), x.size());
+  for (std::int64_t r = 0; r < kRows; ++r)
+    for (std::int64_t c = 0; c < 24; ++c)
+      EXPECT_EQ(xt[static_cast<std::size_t>(c * kRows + r)],
+                x[static_cast<std::size_t>(r * 24 + c)])
+          << r << ", " << c;
+}
+
+TEST(Fp8OperandLayouts, AnEvaluationForwardKeepsNoLayoutOfX) {
+  const auto both = step(true);
+  Model& m = *both->model;
+  m.set_mode(Model::Mode::eval);
+  const int before = both->backend->gemm.cast_transpose_calls;
+  m.forward(kRows);
+  EXPECT_EQ(both->backend->gemm.cast_transpose_calls, before) << "no transpose without a backward";
+  const ScaledLayouts x = scaler(m, "proj").kept(OperandRole::input, sdk::Shape{kRows, 24});
+  EXPECT_EQ(x.stored.data, nullptr);
+  EXPECT_EQ(x.transposed.data, nullptr);
+}
+
+}  // namespace
+}  // namespace mixtrain::core
