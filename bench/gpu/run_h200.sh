@@ -91,9 +91,9 @@ export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-
 export RN_POLICIES=${RN_POLICIES:-bf16 fp32 tf32 bf16+nofuse bf16+floatpixels bf16+graphs bf16+waited bf16+nondetconv bf16+tune} RN_TORCH=${RN_TORCH:-bf16 fp32 tf32}
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-30} GPT_LOG_EVERY=${GPT_LOG_EVERY:-5}
-export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+graphs bf16+waited bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
+export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8+plaincast fp8-block bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+graphs bf16+waited bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
 export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
-export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8}
+export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8 fp8+plaincast}
 export ROOT HERE
 export PROFILE_STEPS=${PROFILE_STEPS:-8} PROFILE_TOP=${PROFILE_TOP:-30}
 export STATE=/tmp/mixtrain-gpu-state
@@ -440,7 +440,9 @@ model_run() {
       # +ln2pass: the layer norm's dgamma/dbeta as column sums in a pass of their own
       # (layernorm_backward_one_pass = false: what the one-pass backward gains); +waited: the
       # host waits for the gradient check before it queues the update (run.gated_update = false:
-      # what the gated update gains).
+      # what the gated update gains); +plaincast: FP8 operands cast alone, each GEMM transposing
+      # what it reads transposed (backend.cuda.fp8_cast_transpose = false: what the fused
+      # cast + transpose gains, and its memory).
       p=${job#mixtrain:}
       local variant=() base=${p%%+*}
       [[ $p == *+graphs* ]] && variant+=(--set run.step_graphs=true)
@@ -456,6 +458,7 @@ model_run() {
       [[ $p == *+nofuse* ]] && variant+=(--set model.fuse_epilogues=false)
       [[ $p == *+ln2pass* ]] && variant+=(--set backend.cuda.layernorm_backward_one_pass=false)
       [[ $p == *+waited* ]] && variant+=(--set run.gated_update=false)
+      [[ $p == *+plaincast* ]] && variant+=(--set backend.cuda.fp8_cast_transpose=false)
       # The memory plan's forecast, the table's "predicted" column: for each policy as it is, not
       # for every variant (each check rehearses a step, which costs device time); cuDNN's plans
       # for every convolution shape take a while on a fresh GPU, hence the minute.

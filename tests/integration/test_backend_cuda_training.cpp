@@ -8,7 +8,8 @@
 // `mixtrain predict` of one CPU-trained ResNet-20 checkpoint on either backend gives the same
 // logits within FP32 reduction-order differences. The block-scaled recipes (the block_scaling
 // plugin) follow the CPU simulator for two steps where the GPU runs them (fp8-block on sm_90,
-// mxfp8 and nvfp4 on sm_100+), and are refused at plan time naming the GPU elsewhere.
+// mxfp8 and nvfp4 on sm_100+), and are refused at plan time naming the GPU elsewhere. FP8
+// training with the cast writing each operand's transpose gives the bits of the casts alone.
 //
 // Skips (saying why) when this machine has no CUDA device; the kit (bench/gpu/run_h200.sh, stage
 // test) runs it on a GPU.
@@ -421,6 +422,38 @@ TEST_F(CudaGatedUpdate, TrainsTheBitsOfTheWaitedStep) {
   EXPECT_GT(skipped[0], 0) << "scale 1e9 should overflow fp16 at first";
   EXPECT_EQ(skipped[1], skipped[0]);
   EXPECT_EQ(records_of[1], records_of[0]);
+}
+
+// FP8 operands in both layouts on the GPU (gemm facet 1.6, docs/architecture.md "FP8 operands"):
+// with the cast writing each transpose (fp8_cast_transpose = true) the GEMMs read the very codes
+// and layouts that the casts alone plus the GEMM engine's transposes give them, so the two runs
+// train the same bits; on a GPU without native FP8 GEMMs (below sm_89) the policy is refused
+// either way.
+using CudaFp8Layouts = CliTest;
+
+TEST_F(CudaFp8Layouts, TheCastTransposeTrainsTheBitsOfTheCastsAlone) {
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device here: the FP8 layouts need a GPU";
+  int device = 0, major = 0, minor = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (major * 10 + minor < 89) GTEST_SKIP() << "FP8 GEMMs start at sm_89";
+  const std::string args = "train " + config("gpt-tiny-fp8.toml") +
+                           " --set backend.type=cuda --set run.steps=10 --set run.log_every=1"
+                           " --set run.eval_every=0 --set run.underflow_every=0"
+                           " --set checkpoint.every=0 --run-dir ";
+  std::vector<double> losses[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    const auto folder = dir_ / (fused ? "cast_transpose" : "casts");
+    auto r = run(args + folder.string() +
+                 " --set backend.cuda.fp8_cast_transpose=" + (fused ? "true" : "false"));
+    ASSERT_EQ(r.exit_code, 0) << folder << ": " << r.err;
+    for (const auto& rec : records(folder / "metrics.jsonl"))
+      if (rec.contains("loss") && rec.contains("step"))
+        losses[fused].push_back(rec["loss"].get<double>());
+  }
+  ASSERT_EQ(losses[0].size(), 10u);
+  EXPECT_EQ(losses[1], losses[0]);
 }
 
 }  // namespace
