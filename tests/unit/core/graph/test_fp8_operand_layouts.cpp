@@ -87,7 +87,12 @@ class LayoutBackend final : public test_support::ForwardingBackend {
     if (name == sdk::GemmFacet::kName) return &gemm;
     return in_->find_facet(name);
   }
+  void* allocate(std::size_t bytes) override {
+    if (bytes == refuse_bytes) throw sdk::BackendError("out of memory (test)", "free some");
+    return ForwardingBackend::allocate(bytes);
+  }
   CastTransposeGemm gemm;
+  std::size_t refuse_bytes = 0;  // an allocation of exactly these bytes fails
 };
 
 constexpr std::int64_t kRows = 12;  // not a multiple of the kernels' tiles
@@ -225,6 +230,23 @@ TEST(Fp8OperandLayouts, AnEvaluationForwardKeepsNoLayoutOfX) {
   const ScaledLayouts x = scaler(m, "proj").kept(OperandRole::input, sdk::Shape{kRows, 24});
   EXPECT_EQ(x.stored.data, nullptr);
   EXPECT_EQ(x.transposed.data, nullptr);
+}
+
+// The staging is one buffer for the largest need: fc's dy and dyᵀ, 288 bytes each, the second
+// 256-byte aligned. Out of memory there, the error names it and the ways to need less.
+TEST(Fp8OperandLayouts, OutOfMemoryForTheStagingNamesItAndTheFix) {
+  auto backend = std::make_shared<LayoutBackend>(true);
+  backend->refuse_bytes = 512 + 288;
+  Fp8Policy policy;
+  try {
+    model(backend, policy);
+    FAIL() << "no BackendError";
+  } catch (const sdk::BackendError& e) {
+    const std::string msg = e.full_message();
+    EXPECT_NE(msg.find("the FP8 operand staging (800 bytes"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("out of memory (test)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("lower data.batch_size"), std::string::npos) << msg;
+  }
 }
 
 }  // namespace
