@@ -6,6 +6,8 @@
 //   saturation and amax rules), so out equals cast(src) and out_transposed its transpose, byte for
 //   byte; the amax folds in as cast's does, NaN included.
 // - Tiles of 64 x 64 elements, spread over the OpenMP team when the tensor is large enough.
+// - The gemm facet implements the op with it but does not offer it (supports() false): it is the
+//   reference that host tests put behind a backend that does offer it.
 #pragma once
 
 #include "cpu_context.h"

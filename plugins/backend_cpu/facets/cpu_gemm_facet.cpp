@@ -5,7 +5,8 @@
 // (cpu_block_scaled.h); gemm_gradient as gemm() whose epilogue multiplies the FP32 product by the
 // activation's gradient before its one rounding, then the bias-gradient sums of
 // cpu_activation_kernels.h, the activation facet's own, over C and A as stored; cast_transpose by
-// the tile loop of cpu_cast_transpose.h, whose codes are cast()'s.
+// the tile loop of cpu_cast_transpose.h, whose codes are cast()'s (implemented as the reference,
+// not offered: supports() answers false for it).
 #include <algorithm>
 #include <cstdint>
 
@@ -32,8 +33,7 @@ class CpuGemm final : public sdk::GemmFacet {
   // One cached 3-D oneDNN matmul (batch, m, k) x (batch, k, n), same dtype routing as gemm();
   // a loop over gemm() for what that cannot express (cpu_gemm.h).
   void gemm_strided_batched(const sdk::GemmBatchedArgs& args) override;
-  // The SDK's table, the block-scaled ops on fp32 / bf16 / fp16 (src; C), cast_transpose from
-  // those into fp8.
+  // The SDK's table and the block-scaled ops on fp32 / bf16 / fp16 (src; C); not cast_transpose.
   bool supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const override;
   void quantize_block_scaled(const sdk::BlockQuantizeArgs& args) override;
   void gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) override;
@@ -60,11 +60,10 @@ void CpuGemm::gemm(const sdk::GemmArgs& args) {
 
 bool CpuGemm::supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const {
   if (op == sdk::GemmOp::gemm_gradient) return GemmFacet::supports(sdk::GemmOp::gemm, dtypes);
-  if (op == sdk::GemmOp::cast_transpose)
-    return dtypes.size() == 2 &&
-           (dtypes[0] == sdk::DType::fp32 || dtypes[0] == sdk::DType::bf16 ||
-            dtypes[0] == sdk::DType::fp16) &&
-           sdk::is_fp8(dtypes[1]);
+  // Implemented (cast_transpose below), not offered: this GEMM decodes an FP8 operand to fp32
+  // and reads either layout through oneDNN's strides at the same cost, so the host's casts alone
+  // keep less (no Wᵀ) at the same speed (plugins/backend_cpu/README.md).
+  if (op == sdk::GemmOp::cast_transpose) return false;
   if (op != sdk::GemmOp::quantize_block_scaled && op != sdk::GemmOp::gemm_block_scaled)
     return GemmFacet::supports(op, dtypes);
   if (dtypes.size() > 1) return false;

@@ -53,13 +53,16 @@ class Fp8Policy final : public sdk::PrecisionPolicy {
   std::map<std::string, float> amaxes;
 };
 
-// The CPU backend's gemm facet, counting cast_transpose calls, or refusing it (a gemm 1.5
-// backend, or a device whose FP8 GEMM does not want it).
+// The CPU backend's gemm facet offering its cast_transpose, which the CPU implements but does not
+// offer (a GPU's FP8 GEMM wants the layouts, the CPU's reads either), counting its calls; or
+// refusing it (a gemm 1.5 backend, a device whose FP8 GEMM does not want it).
 class CastTransposeGemm final : public sdk::GemmFacet {
  public:
   CastTransposeGemm(sdk::GemmFacet& in, bool offer) : in_(in), offer_(offer) {}
   bool supports(sdk::GemmOp op, std::span<const DType> d) const override {
-    return (offer_ || op != sdk::GemmOp::cast_transpose) && in_.supports(op, d);
+    if (op == sdk::GemmOp::cast_transpose)
+      return offer_ && d.size() == 2 && !sdk::is_fp8(d[0]) && sdk::is_fp8(d[1]);
+    return in_.supports(op, d);
   }
   void gemm(const sdk::GemmArgs& a) override {
     // The layouts the GEMMs read FP8 operands in: A without a transpose, B with one, is the

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "backend_test_util.h"
+#include "mixtrain/sdk/backend_gemm.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::backend_cpu::testing {
@@ -320,6 +321,56 @@ TEST(backend_cpu_cast_fp8, SaturationAmaxAndLargeParallelTensors) {
   const auto got = e5m2.get();
   for (std::size_t i = 0; i < values.size(); i += 997)
     ASSERT_EQ(got[i], expected_cast(values[i], DType::fp8_e5m2, 100.0f, false)) << i;
+}
+
+// gemm 1.6's cast_transpose, implemented but not offered (cpu_cast_transpose.h): each layout is
+// cast()'s codes, the transposed one at (c, r), from tiles spread over two threads on the larger
+// shapes; the amax is cast's; bad arguments are refused by the shared checks.
+TEST(backend_cpu_cast_transpose, IsTheCastAndItsTransposeAndIsNotOffered) {
+  CpuBackend be(2);
+  auto* gemm = sdk::facet<sdk::GemmFacet>(be);
+  ASSERT_NE(gemm, nullptr);
+  EXPECT_FALSE(gemm->supports(sdk::GemmOp::cast_transpose,
+                              std::vector<DType>{DType::bf16, DType::fp8_e4m3}));
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{3, 130}, {67, 45}, {300, 257}};
+  unsigned seed = 11;
+  for (const auto& [rows, cols] : shapes)
+    for (DType from : {DType::fp32, DType::bf16, DType::fp16})
+      for (DType to : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+        SCOPED_TRACE(std::string(sdk::dtype_name(from)) + " -> " +
+                     std::string(sdk::dtype_name(to)) + " [" + std::to_string(rows) + ", " +
+                     std::to_string(cols) + "]");
+        auto values = random_values(static_cast<std::size_t>(rows * cols), seed++, -300.f, 300.f);
+        values[5] = 60000.f;  // saturates
+        DeviceTensor src(be, from, {rows, cols}, values), want(be, to, {rows, cols});
+        DeviceTensor out(be, to, {rows, cols}), out_t(be, to, {cols, rows});
+        DeviceTensor a1(be, DType::fp32, {1}, {0.0f}), a2(be, DType::fp32, {1}, {0.0f});
+        be.cast(src, want, {2.0f, true, a1});
+        sdk::CastTransposeArgs both;
+        both.src = src;
+        both.out = out;
+        both.out_transposed = out_t;
+        both.cast = {2.0f, true, a2};
+        gemm->cast_transpose(both);
+        const auto w = want.get(), o = out.get(), t = out_t.get();
+        ASSERT_EQ(o.size(), w.size());
+        for (std::size_t i = 0; i < w.size(); ++i) ASSERT_EQ(bits_of(o[i]), bits_of(w[i])) << i;
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t c = 0; c < cols; ++c)
+            ASSERT_EQ(bits_of(t[static_cast<std::size_t>(c * rows + r)]),
+                      bits_of(w[static_cast<std::size_t>(r * cols + c)]))
+                << r << ", " << c;
+        EXPECT_EQ(a2.get()[0], a1.get()[0]);
+      }
+  DeviceTensor src(be, DType::bf16, {6, 10}, random_values(60, 3));
+  DeviceTensor unswapped(be, DType::fp8_e4m3, {6, 10});
+  sdk::CastTransposeArgs none;
+  none.src = src;
+  EXPECT_THROW(gemm->cast_transpose(none), sdk::BackendError);
+  sdk::CastTransposeArgs wrong;
+  wrong.src = src;
+  wrong.out_transposed = unswapped;
+  EXPECT_THROW(gemm->cast_transpose(wrong), sdk::BackendError);
 }
 
 // --- kernels with mixed storage ----------------------------------------------------------------
