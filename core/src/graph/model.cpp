@@ -1,9 +1,6 @@
 // Model: the graph plan, its ops and the executor, put together; see model.h for the contract.
 #include "mixtrain/core/graph/model.h"
 
-#include <algorithm>
-
-#include "graph/allocation_error.h"
 #include "graph/backend_check.h"
 #include "graph/ops/operand_scaler.h"
 #include "mixtrain/core/graph/memory_plan.h"
@@ -105,25 +102,8 @@ void Model::bind_operand_amaxes() {
     scalers_[i]->bind_amaxes({static_cast<float*>(operand_amaxes_.view().data) + 3 * i,
                               sdk::DType::fp32, sdk::Shape{3}});
   // One staging for all: a transient layout lives only from its cast to the GEMMs right after.
-  std::size_t staging = 0;
-  for (const OperandScaler* s : scalers_) staging = std::max(staging, s->transient_bytes());
-  operand_staging_ = Tensor();
-  if (staging > 0) {
-    try {
-      operand_staging_ =
-          Tensor(backend_, sdk::DType::fp8_e4m3, sdk::Shape{static_cast<std::int64_t>(staging)});
-    } catch (const sdk::BackendError& e) {
-      throw sdk::BackendError(
-          "the FP8 operand staging (" + memory_text(staging) +
-              ": the largest FP8 linear's input, or its output gradient in both layouts, for "
-              "the batch) could not be allocated: " +
-              e.what(),
-          "lower data.batch_size, or keep the widest linears out of FP8 with a "
-          "[[precision.override]] (compute = \"bf16\")" +
-              (e.hint().empty() ? std::string() : "; " + e.hint()));
-    }
-  }
-  for (OperandScaler* s : scalers_) s->bind_staging(operand_staging_.view());
+  operand_staging_ = std::make_shared<OperandStaging>();
+  for (OperandScaler* s : scalers_) s->bind_staging(operand_staging_.get());
 }
 
 void Model::flush_operand_amaxes(const std::function<void(std::span<float>)>& reduce) {

@@ -1,6 +1,5 @@
 #include "graph/ops/linear.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "graph/ops/activation.h"
@@ -46,14 +45,6 @@ LinearLayer::LinearLayer(std::string name, std::int64_t in, std::int64_t out, bo
 void LinearLayer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend,
                            std::int64_t max_rows) {
   Layer::allocate(backend, max_rows);
-  if (scaler_.active()) {
-    // The FP8 layouts this linear stages (operand_scaler.h): x for the forward GEMM, or dy and
-    // dyᵀ for the backward's two, each start 256-byte aligned.
-    const auto rows = static_cast<std::size_t>(max_rows);
-    const std::size_t x = rows * static_cast<std::size_t>(in_);
-    const std::size_t dy = rows * static_cast<std::size_t>(out_);
-    scaler_.need_transient_bytes(std::max(x, (dy + 255) / 256 * 256 + dy));
-  }
   params_.clear();
   if (tie_weight_.empty())
     params_.push_back(make_parameter("weight", sdk::Shape{out_, in_}, true, precision_.weight));

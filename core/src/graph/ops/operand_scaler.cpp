@@ -74,8 +74,29 @@ sdk::GemmOperand OperandScaler::scale(const std::shared_ptr<sdk::DeviceBackend>&
       .operand(false, false);
 }
 
+sdk::TensorView OperandStaging::at_least(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                                         std::size_t bytes) {
+  if (buffer_.empty() || buffer_.view().bytes() < bytes) {
+    buffer_ = Tensor();  // its memory goes back first: the new one may reuse it
+    try {
+      buffer_ = Tensor(backend, DType::fp8_e4m3, sdk::Shape{static_cast<std::int64_t>(bytes)});
+    } catch (const sdk::BackendError& e) {
+      throw sdk::BackendError(
+          "the FP8 operand staging (" + std::to_string(bytes) +
+              " bytes: an FP8 linear's input, or its output gradient in both layouts, for the "
+              "batch) could not be allocated: " +
+              e.what(),
+          "lower data.batch_size, or keep the widest linears out of FP8 with a "
+          "[[precision.override]] (compute = \"bf16\")" +
+              (e.hint().empty() ? std::string() : "; " + e.hint()));
+    }
+  }
+  return buffer_.view();
+}
+
 TensorView OperandScaler::place(const std::shared_ptr<sdk::DeviceBackend>& backend, Keep keep,
-                                Tensor& copy, DType dtype, sdk::Shape shape, std::size_t* staged) {
+                                Tensor& copy, DType dtype, sdk::Shape shape, TensorView staging,
+                                std::size_t* staged) {
   if (keep == Keep::kept) {
     if (copy.empty() || copy.dtype() != dtype || copy.shape().numel() < shape.numel())
       copy = Tensor(backend, dtype, shape);
@@ -83,13 +104,8 @@ TensorView OperandScaler::place(const std::shared_ptr<sdk::DeviceBackend>& backe
   }
   const std::size_t at = *staged;
   const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * sdk::dtype_size(dtype);
-  if (staging_.data == nullptr || at + bytes > staging_.bytes())
-    throw std::logic_error("OperandScaler: a transient layout needs bytes [" + std::to_string(at) +
-                           ", " + std::to_string(at + bytes) + ") of the staging, which has " +
-                           std::to_string(staging_.data == nullptr ? 0 : staging_.bytes()) +
-                           " (the op's need_transient_bytes is too small)");
   *staged = (at + bytes + 255) / 256 * 256;  // the next layout starts aligned for any kernel
-  return {static_cast<std::byte*>(staging_.data) + at, dtype, shape};
+  return {static_cast<std::byte*>(staging.data) + at, dtype, shape};
 }
 
 ScaledLayouts OperandScaler::scale_layouts(const std::shared_ptr<sdk::DeviceBackend>& backend,
@@ -125,12 +141,24 @@ ScaledLayouts OperandScaler::scale_layouts(const std::shared_ptr<sdk::DeviceBack
     if (transposed == Keep::kept || stored == Keep::no) stored = transposed;
     transposed = Keep::no;
   }
+  // The staging for the transient layouts: each of src's numel, the second 256-byte aligned.
+  TensorView staging;
+  const int transients =
+      (stored == Keep::transient ? 1 : 0) + (transposed == Keep::transient ? 1 : 0);
+  if (transients > 0) {
+    if (staging_ == nullptr)
+      throw std::logic_error("OperandScaler: no staging bound (Model::allocate binds it)");
+    const std::size_t bytes = static_cast<std::size_t>(src.numel()) * sdk::dtype_size(dtype);
+    staging =
+        staging_->at_least(backend, transients == 1 ? bytes : (bytes + 255) / 256 * 256 + bytes);
+  }
   std::size_t staged = 0;
   ScaledLayouts out;
   if (stored != Keep::no)
-    out.stored = place(backend, stored, dst.stored, dtype, src.shape, &staged);
+    out.stored = place(backend, stored, dst.stored, dtype, src.shape, staging, &staged);
   if (transposed != Keep::no)
-    out.transposed = place(backend, transposed, dst.transposed, dtype, flipped(src.shape), &staged);
+    out.transposed =
+        place(backend, transposed, dst.transposed, dtype, flipped(src.shape), staging, &staged);
   const bool current = policy_->wants_current_amax();
   float measured = 0.0f;
   if (current) {

@@ -29,9 +29,9 @@
 //   that the first cast did not keep. record_amaxes(), once per step before the optimizer runs,
 //   ends that reuse. Asking for statistics casts anew. `stats`, when given, receives what the
 //   cast saturated and flushed to zero (diagnostics; reads the tensors back).
-// - Staging: the op states the transient bytes its largest cast needs (need_transient_bytes,
-//   from its allocate()); Model::allocate binds one buffer of the largest need to every scaler
-//   (bind_staging). A transient layout beyond the bound bytes is a std::logic_error (a host bug).
+// - Staging: Model::allocate binds one OperandStaging to every scaler (bind_staging); it grows to
+//   the largest transient request of the first step and stays there. Out of memory while it grows,
+//   the BackendError names it, its bytes and how to need less.
 // - Non-owning: the policy outlives the op; the backend is the op's.
 #pragma once
 
@@ -47,6 +47,17 @@
 #include "mixtrain/core/graph/tensor.h"
 
 namespace mixtrain::core {
+
+// The model's one buffer for every scaler's transient layouts: grown to the largest request so
+// far, its old contents dropped (they were an earlier cast's, which only GEMMs already queued on
+// the backend's stream read).
+class OperandStaging {
+ public:
+  sdk::TensorView at_least(const std::shared_ptr<sdk::DeviceBackend>& backend, std::size_t bytes);
+
+ private:
+  Tensor buffer_;
+};
 
 // Where OperandScaler::scale_layouts writes one layout of a cast (see the contract above).
 enum class Keep : std::uint8_t { no, transient, kept };
@@ -90,10 +101,7 @@ class OperandScaler {
   // transposed one as [cols, rows]; a layout that cast did not keep has a view without data.
   ScaledLayouts kept(sdk::OperandRole role, sdk::Shape shape) const;
 
-  // The op's largest transient need, in bytes (its allocate()); the model's staging covers it.
-  void need_transient_bytes(std::size_t bytes) { transient_need_ = bytes; }
-  std::size_t transient_bytes() const { return transient_need_; }
-  void bind_staging(sdk::TensorView bytes) { staging_ = bytes; }
+  void bind_staging(OperandStaging* staging) { staging_ = staging; }
   // Delayed scaling, after the step's casts: the device slot of the three amaxes (input,
   // weight, grad_output; fp32 [3]) in the model's table, bound once the model has allocated it.
   void bind_amaxes(sdk::TensorView three);
@@ -118,10 +126,11 @@ class OperandScaler {
   };
   // Whether `facets` has a gemm facet whose cast_transpose (1.6) runs {src, to}.
   static bool transposes(const BoundFacets& facets, sdk::DType src, sdk::DType to);
-  // The memory of one layout of `numel` codes of `dtype`: a kept copy (grown as needed) or the
-  // staging at `*staged` bytes (advanced past it, 256-byte aligned).
-  sdk::TensorView place(const std::shared_ptr<sdk::DeviceBackend>& backend, Keep keep, Tensor& copy,
-                        sdk::DType dtype, sdk::Shape shape, std::size_t* staged);
+  // The memory of one layout of `dtype` codes: a kept copy (grown as needed) or `staging` at
+  // `*staged` bytes (advanced past it, 256-byte aligned).
+  static sdk::TensorView place(const std::shared_ptr<sdk::DeviceBackend>& backend, Keep keep,
+                               Tensor& copy, sdk::DType dtype, sdk::Shape shape,
+                               sdk::TensorView staging, std::size_t* staged);
   void collect_stats(const std::shared_ptr<sdk::DeviceBackend>& backend,
                      const sdk::OperandSlot& operand, sdk::TensorView src, sdk::TensorView codes,
                      bool codes_transposed, const sdk::OperandScaling& s, float amax,
@@ -130,8 +139,7 @@ class OperandScaler {
   sdk::PrecisionPolicy* policy_ = nullptr;
   std::vector<sdk::OperandSlot> slots_;  // per role: input, weight, grad_output
   ScaledOperand copies_[3];
-  std::size_t transient_need_ = 0;
-  sdk::TensorView staging_;    // the model's shared staging (bytes), bound by Model::allocate
+  OperandStaging* staging_ = nullptr;  // the model's, bound by Model::allocate
   sdk::TensorView amax_view_;  // fp32 [3] in the model's table: the last cast's amax per role
   bool amax_pending_[3] = {false, false, false};
   std::int64_t micro_batch_ = 0;

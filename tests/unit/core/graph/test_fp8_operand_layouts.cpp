@@ -235,14 +235,22 @@ TEST(Fp8OperandLayouts, AnEvaluationForwardKeepsNoLayoutOfX) {
   EXPECT_EQ(x.transposed.data, nullptr);
 }
 
-// The staging is one buffer for the largest need: fc's dy and dyᵀ, 288 bytes each, the second
-// 256-byte aligned. Out of memory there, the error names it and the ways to need less.
+// The staging is one buffer grown to the largest transient request: by fc's backward, its dy and
+// dyᵀ, 288 bytes each, the second 256-byte aligned. Out of memory there, the error names it and
+// the ways to need less.
 TEST(Fp8OperandLayouts, OutOfMemoryForTheStagingNamesItAndTheFix) {
   auto backend = std::make_shared<LayoutBackend>(true);
   backend->refuse_bytes = 512 + 288;
   Fp8Policy policy;
+  auto m = model(backend, policy);
+  const std::vector<float> x(kRows * 12, 0.5f);
+  const std::vector<std::int32_t> y(kRows, 1);
+  backend->copy_from_host(m->input(kRows), x.data());
+  backend->copy_from_host(m->labels(kRows), y.data());
+  m->forward(kRows);
+  m->compute_loss(kRows, 1.0f, true);
   try {
-    model(backend, policy);
+    m->backward(kRows);
     FAIL() << "no BackendError";
   } catch (const sdk::BackendError& e) {
     const std::string msg = e.full_message();

@@ -65,6 +65,8 @@
 
 namespace mixtrain::core {
 
+class OperandStaging;  // graph/ops/operand_scaler.h
+
 class Model {
  public:
   Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
@@ -182,9 +184,8 @@ class Model {
   // fp32 [3 per op with an FP8 operand scaler]: their delayed-scaling amaxes, read at once;
   // scalers_[i] holds slice i.
   Tensor operand_amaxes_;
-  // Bytes every FP8 scaler shares for its transient operand layouts (operand_scaler.h): as large as
-  // the largest of their needs, none without FP8 operands.
-  Tensor operand_staging_;
+  // The buffer every FP8 scaler shares for its transient operand layouts (operand_scaler.h).
+  std::shared_ptr<OperandStaging> operand_staging_;
   std::vector<OperandScaler*> scalers_;
   void bind_operand_amaxes();
   // The micro-batch begin_micro_batch() opened, until its backward.
