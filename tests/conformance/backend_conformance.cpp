@@ -933,6 +933,18 @@ std::vector<std::uint8_t> codes_of(sdk::DeviceBackend& b, const TensorView& v) {
   return h;
 }
 
+// How many elements (r, c) of `stored` [rows, cols] are not at (c, r) in `transposed`.
+std::size_t transpose_mismatches(const std::vector<std::uint8_t>& transposed,
+                                 const std::vector<std::uint8_t>& stored, std::int64_t rows,
+                                 std::int64_t cols) {
+  std::size_t wrong = 0;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c)
+      wrong += transposed[static_cast<std::size_t>(c * rows + r)] !=
+               stored[static_cast<std::size_t>(r * cols + c)];
+  return wrong;
+}
+
 // gemm 1.6: each layout is the backend's own cast of the source, byte for byte (and so the
 // reference's: CastsAgreeBitForBit), the transposed one element (r, c) at (c, r); the amax folds in
 // as cast's does. Shapes around the kernels' tiles and their 4-wide packs, both FP8 formats, with
@@ -987,13 +999,9 @@ TEST_P(Conformance, CastTransposeIsTheCastAndItsTransposeFromOneRead) {
           const auto expected = codes_of(*tested_, want.view());
           EXPECT_EQ(expected, codes_of(*ref_, want_ref.view())) << "scale " << scale;
           EXPECT_EQ(codes_of(*tested_, out.view()), expected) << "scale " << scale;
-          const auto transposed = codes_of(*tested_, out_t.view());
-          std::size_t wrong = 0;
-          for (std::int64_t r = 0; r < rows; ++r)
-            for (std::int64_t c = 0; c < cols; ++c)
-              wrong += transposed[static_cast<std::size_t>(c * rows + r)] !=
-                       expected[static_cast<std::size_t>(r * cols + c)];
-          EXPECT_EQ(wrong, 0u) << "scale " << scale;
+          EXPECT_EQ(transpose_mismatches(codes_of(*tested_, out_t.view()), expected, rows, cols),
+                    0u)
+              << "scale " << scale;
           const auto amaxes = tested_values(amax);
           EXPECT_EQ(amaxes[1], amaxes[0]) << "the amax is cast's";
           EXPECT_EQ(amaxes[0], std::abs(tested_values(src)[0])) << "60000 as the source stores it";
@@ -1013,14 +1021,9 @@ TEST_P(Conformance, CastTransposeIsTheCastAndItsTransposeFromOneRead) {
         stored.out = out_ref.view();
         stored.cast.saturate = true;
         tested_gemm->cast_transpose(stored);
-        const auto a = codes_of(*tested_, only_t.view());
-        const auto b = codes_of(*tested_, out_ref.view());
-        std::size_t wrong = 0;
-        for (std::int64_t r = 0; r < rows; ++r)
-          for (std::int64_t c = 0; c < cols; ++c)
-            wrong += a[static_cast<std::size_t>(c * rows + r)] !=
-                     b[static_cast<std::size_t>(r * cols + c)];
-        EXPECT_EQ(wrong, 0u);
+        EXPECT_EQ(transpose_mismatches(codes_of(*tested_, only_t.view()),
+                                       codes_of(*tested_, out_ref.view()), rows, cols),
+                  0u);
         EXPECT_EQ(tested_values(amax)[0], 1e6f);
       }
   // A NaN in the source makes the amax NaN, as cast's does.

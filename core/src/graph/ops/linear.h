@@ -20,6 +20,11 @@
 //     bias_grad then do nothing (activation.h). In FP32 the results are the unfused ones bit for
 //     bit; in 16-bit dz is rounded once where the unfused ops round dy·W and then dz.
 //   set_fusion(false) and model.fuse_epilogues = false run them unfused too.
+// - FP8 operands (a per-tensor-scaled policy, operand_scaler.h): the forward stages x for its GEMM
+//   and keeps xᵀ for the wgrad (x itself where the backend's gemm facet has no cast_transpose;
+//   nothing in evaluation or under a frozen weight), keeps W and Wᵀ once per optimizer step; the
+//   backward stages dy and dyᵀ for its two GEMMs. Each GEMM reads its FP8 operands in the layout
+//   that keeps the reduction dim contiguous where both exist.
 // - An input read by other ops as well (LoRA's A and its base read one x): the dgrad adds its
 //   contribution into the FP32 sum as the GEMM's beta = 1 (layer.h), when fusion is on and the
 //   operands are 16/32-bit.
