@@ -20,7 +20,9 @@ constexpr std::int64_t kTile = 64;
 
 void cast_transpose(CpuContext& context, const sdk::CastTransposeArgs& args) {
   context.use_threads();
-  const auto [rows, cols] = checks().cast_transpose_shape(args);
+  // Plain variables: OpenMP regions may not capture structured bindings (clang).
+  const auto shape = checks().cast_transpose_shape(args);
+  const std::int64_t rows = shape.rows, cols = shape.cols;
   const sdk::DType to = args.out.empty() ? args.out_transposed.dtype : args.out.dtype;
   auto* out = static_cast<std::uint8_t*>(args.out.data);
   auto* out_t = static_cast<std::uint8_t*>(args.out_transposed.data);
