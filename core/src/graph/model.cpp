@@ -38,7 +38,16 @@ void Model::set_mode(Mode mode) {
 }
 
 void Model::begin_micro_batch(std::int64_t index, std::int64_t count, std::int64_t step) {
-  if (index == 0) executor_.start_gradients();
+  if (index == 0) {
+    executor_.start_gradients();
+    // A step's delayed-scaling amaxes start from zero: one fill of the table, not one per cast.
+    bool fp8 = false;
+    for (const OperandScaler* s : scalers_) fp8 = fp8 || s->active();
+    if (fp8) {
+      backend_->fill(operand_amaxes_.view(), 0.0f);
+      for (OperandScaler* s : scalers_) s->table_zeroed();
+    }
+  }
   open_micro_batch_ = MicroBatch{index + 1 == count};
   for (auto& l : ops_) l->begin_micro_batch(index, step);
 }

@@ -186,7 +186,8 @@ ScaledLayouts OperandScaler::scale_layouts(const std::shared_ptr<sdk::DeviceBack
     // Delayed scaling: the amax of this cast feeds later steps' scales only, so it stays on the
     // device until flush_operand_amaxes() (after the step's found_inf read). Micro-batches after
     // the first of a step add to the same measurement: the step's amax is their maximum.
-    if (micro_batch_ == 0 || !amax_pending_[slot]) backend->fill(amax_slot, 0.0f);
+    if ((micro_batch_ == 0 || !amax_pending_[slot]) && !zeroed_[slot])
+      backend->fill(amax_slot, 0.0f);
     args.amax = amax_slot;
     amax_pending_[slot] = true;
   }
@@ -201,6 +202,7 @@ ScaledLayouts OperandScaler::scale_layouts(const std::shared_ptr<sdk::DeviceBack
   } else {
     backend->cast(src, out.stored, args);
   }
+  zeroed_[slot] = false;
   out.scale_inv = s.scale_inv;
   dst.scale_inv = s.scale_inv;
   dst.has_stored = stored == Keep::kept;

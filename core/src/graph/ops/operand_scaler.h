@@ -7,7 +7,9 @@
 //   scaler's at once (Model::flush_operand_amaxes, after the step's found_inf read: one host wait
 //   per step, whatever the number of FP8 layers), maxed over the micro-batches of one optimizer
 //   step. The amaxes live in the model's table (bind_amaxes, which Model::allocate calls before
-//   any cast).
+//   any cast). A cast that starts a slot's measurement zeroes the slot first, unless the model
+//   zeroed the whole table since the slot's last cast (table_zeroed(): one fill per step instead
+//   of one per cast).
 // - Current scaling: the amax is measured and read before the scale is asked for (one host wait
 //   per operand).
 // - Layouts (scale_layouts): a cast may write the operand as stored [rows, cols] and its
@@ -105,6 +107,10 @@ class OperandScaler {
   // Delayed scaling, after the step's casts: the device slot of the three amaxes (input,
   // weight, grad_output; fp32 [3]) in the model's table, bound once the model has allocated it.
   void bind_amaxes(sdk::TensorView three);
+  // The model has just set the whole table to zero (its first micro-batch of a step).
+  void table_zeroed() {
+    for (bool& z : zeroed_) z = true;
+  }
   sdk::TensorView amaxes() const { return amax_view_; }
   bool amaxes_pending() const { return amax_pending_[0] || amax_pending_[1] || amax_pending_[2]; }
   // Appends the pending ones of `host` (the three as read from amaxes()) to `out`, in role order;
@@ -142,6 +148,7 @@ class OperandScaler {
   OperandStaging* staging_ = nullptr;  // the model's, bound by Model::allocate
   sdk::TensorView amax_view_;  // fp32 [3] in the model's table: the last cast's amax per role
   bool amax_pending_[3] = {false, false, false};
+  bool zeroed_[3] = {false, false, false};  // the slot is 0 from table_zeroed(), not cast since
   std::int64_t micro_batch_ = 0;
   // The weight this step's copy was cast from (its data and size); null: none cast this step.
   const void* weight_source_ = nullptr;

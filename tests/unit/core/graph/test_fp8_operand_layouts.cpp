@@ -90,12 +90,17 @@ class LayoutBackend final : public test_support::ForwardingBackend {
     if (name == sdk::GemmFacet::kName) return &gemm;
     return in_->find_facet(name);
   }
+  void fill(TensorView x, float value) override {
+    if (x.dtype == DType::fp32 && value == 0.0f) ++zero_fills[x.numel()];
+    ForwardingBackend::fill(x, value);
+  }
   void* allocate(std::size_t bytes) override {
     if (bytes == refuse_bytes) throw sdk::BackendError("out of memory (test)", "free some");
     return ForwardingBackend::allocate(bytes);
   }
   CastTransposeGemm gemm;
   std::size_t refuse_bytes = 0;  // an allocation of exactly these bytes fails
+  std::map<std::int64_t, int> zero_fills;  // fp32 fills with 0, by numel
 };
 
 constexpr std::int64_t kRows = 12;  // not a multiple of the kernels' tiles
@@ -177,6 +182,10 @@ TEST(Fp8OperandLayouts, OneCastWritesBothLayoutsAndTheStepIsTheCastsAlones) {
   EXPECT_EQ(alone->backend->gemm.cast_transpose_calls, 0);
   EXPECT_EQ(both->policy.amaxes, alone->policy.amaxes);
   EXPECT_EQ(both->policy.asks["proj.matmul.weight"], 1);
+  // The step's amaxes start from one fill of the whole table (3 slots of 3 linears), not a fill
+  // per cast (the table's first fill is at allocation).
+  EXPECT_EQ(both->backend->zero_fills[9], 2);
+  EXPECT_EQ(both->backend->zero_fills[1], 0);
   // Every FP8 GEMM reads its operands with the reduction dim contiguous: 3 per linear per
   // micro-batch (forward, dgrad, wgrad), but fc has no dgrad (its input is the data).
   EXPECT_EQ(both->backend->gemm.contiguous_gemms, 2 * (3 * 3 - 1));
