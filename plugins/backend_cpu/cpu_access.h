@@ -9,15 +9,17 @@
 //   outputs, rounding RNE. Chunks are at most kChunk elements, so buffers live on the stack.
 // - Every conversion is sdk/float_formats.h's bulk convert(): the one definition of each format
 //   in the project, vectorised with the widest ISA the CPU has (checked at run time).
-// - fp8 storage (fp8_e4m3 / fp8_e5m2) is accepted only by gemm() and cast().
+// - fp8 storage (fp8_e4m3 / fp8_e5m2) is accepted only by gemm(), cast() and cast_transpose().
 #pragma once
 
 #include "mixtrain/sdk/support/backend_argument_checks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,6 +57,14 @@ inline bool parallel_worth(std::int64_t work) {
 
 inline sdk::Overflow overflow_rule(bool saturate) {
   return saturate ? sdk::Overflow::saturate : sdk::Overflow::to_inf_or_nan;
+}
+
+// Folds one pass's amax into the fp32 [1] `slot` by cast's rule: `amax` is max |x| over what the
+// pass saw, `nan` whether it saw a NaN. NaN propagates (from the pass or already in the slot), so
+// a policy that tracks amax sees the broken tensor.
+inline void fold_amax(const sdk::TensorView& slot, float amax, bool nan) {
+  float& s = *slot.as<float>();
+  s = nan || std::isnan(s) ? std::numeric_limits<float>::quiet_NaN() : std::max(s, amax);
 }
 
 inline const float* read_chunk(const sdk::TensorView& v, std::int64_t begin, std::int64_t n,

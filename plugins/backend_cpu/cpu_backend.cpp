@@ -162,14 +162,7 @@ void CpuBackend::cast(TensorView src, TensorView dst, const sdk::CastArgs& args)
     else
       amax = std::max(amax, local);
   }
-  if (has_amax) {
-    float& slot = *args.amax.as<float>();
-    // NaN propagates so a policy that tracks amax sees the broken tensor.
-    if (amax_nan != 0 || std::isnan(slot))
-      slot = std::numeric_limits<float>::quiet_NaN();
-    else
-      slot = std::max(slot, amax);
-  }
+  if (has_amax) fold_amax(args.amax, amax, amax_nan != 0);
 }
 
 void CpuBackend::fill(TensorView x, float value) {

@@ -5,10 +5,8 @@
 #include "cpu_cast_transpose.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
 #include "cpu_access.h"
 
@@ -62,14 +60,7 @@ void cast_transpose(CpuContext& context, const sdk::CastTransposeArgs& args) {
         for (std::int64_t r = 0; r < th; ++r) row[r] = codes[r * tw + c];
       }
   }
-  if (has_amax) {
-    float& slot = *args.cast.amax.as<float>();
-    // cast's rule: NaN propagates, so a policy that tracks amax sees the broken tensor.
-    if (amax_nan != 0 || std::isnan(slot))
-      slot = std::numeric_limits<float>::quiet_NaN();
-    else
-      slot = std::max(slot, amax);
-  }
+  if (has_amax) fold_amax(args.cast.amax, amax, amax_nan != 0);
 }
 
 }  // namespace mixtrain::backend_cpu

@@ -78,6 +78,14 @@ class CliTest : public ::testing::Test {
     return out;
   }
 
+  // The training losses a run in `run_dir` logged per step (its records with a step), in order.
+  static std::vector<double> step_losses(const fs::path& run_dir) {
+    std::vector<double> out;
+    for (const auto& rec : records(run_dir / "metrics.jsonl"))
+      if (rec.contains("loss") && rec.contains("step")) out.push_back(rec["loss"].get<double>());
+    return out;
+  }
+
   static json summary(const fs::path& run_dir) { return json::parse(slurp(run_dir / "summary.json")); }
 
   static std::string config(const std::string& name) {

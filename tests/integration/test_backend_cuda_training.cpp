@@ -77,10 +77,7 @@ class CudaTraining : public CliTest, public ::testing::WithParamInterface<Case> 
             " --run-dir " +
             run_dir.string());
     EXPECT_EQ(r.exit_code, 0) << backend << ": " << r.err;
-    std::vector<double> out;
-    for (const auto& rec : records(run_dir / "metrics.jsonl"))
-      if (rec.contains("loss") && rec.contains("step")) out.push_back(rec["loss"].get<double>());
-    return out;
+    return step_losses(run_dir);
   }
 };
 
@@ -177,9 +174,7 @@ TEST_P(CudaBlockScaled, TwoStepsFollowTheCpuSimulatorOrThePlanIsRefusedNamingThe
       return;
     }
     ASSERT_EQ(r.exit_code, 0) << backends[b] << ": " << r.err;
-    for (const auto& rec : records(run_dir / "metrics.jsonl"))
-      if (rec.contains("loss") && rec.contains("step"))
-        loss[b].push_back(rec["loss"].get<double>());
+    loss[b] = step_losses(run_dir);
   }
   ASSERT_EQ(loss[0].size(), 2u);
   ASSERT_EQ(loss[1].size(), 2u);
@@ -246,10 +241,7 @@ TEST_F(CudaFlashAttention, TrainsTheUnfusedLossesAndRepeatsItself) {
   auto losses = [&](const std::string& name, const std::string& sets) {
     auto r = run(args + (dir_ / name).string() + sets);
     EXPECT_EQ(r.exit_code, 0) << name << ": " << r.err;
-    std::vector<double> out;
-    for (const auto& rec : records(dir_ / name / "metrics.jsonl"))
-      if (rec.contains("loss") && rec.contains("step")) out.push_back(rec["loss"].get<double>());
-    return out;
+    return step_losses(dir_ / name);
   };
   auto calls = [&](const std::string& name, const std::string& op) -> std::int64_t {
     const json p = json::parse(slurp(dir_ / name / "profile.json"));
@@ -433,11 +425,9 @@ using CudaFp8Layouts = CliTest;
 
 TEST_F(CudaFp8Layouts, TheCastTransposeTrainsTheBitsOfTheCastsAlone) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device here: the FP8 layouts need a GPU";
-  int device = 0, major = 0, minor = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  if (major * 10 + minor < 89) GTEST_SKIP() << "FP8 GEMMs start at sm_89";
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (prop.major * 10 + prop.minor < 89) GTEST_SKIP() << "FP8 GEMMs start at sm_89";
   const std::string args = "train " + config("gpt-tiny-fp8.toml") +
                            " --set backend.type=cuda --set run.steps=10 --set run.log_every=1"
                            " --set run.eval_every=0 --set run.underflow_every=0"
@@ -448,9 +438,7 @@ TEST_F(CudaFp8Layouts, TheCastTransposeTrainsTheBitsOfTheCastsAlone) {
     auto r = run(args + folder.string() +
                  " --set backend.cuda.fp8_cast_transpose=" + (fused ? "true" : "false"));
     ASSERT_EQ(r.exit_code, 0) << folder << ": " << r.err;
-    for (const auto& rec : records(folder / "metrics.jsonl"))
-      if (rec.contains("loss") && rec.contains("step"))
-        losses[fused].push_back(rec["loss"].get<double>());
+    losses[fused] = step_losses(folder);
   }
   ASSERT_EQ(losses[0].size(), 10u);
   EXPECT_EQ(losses[1], losses[0]);
