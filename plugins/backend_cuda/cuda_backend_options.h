@@ -47,7 +47,13 @@ inline sdk::OptionSchema cuda_backend_option_schema() {
               "an FP8 operand's cast also writes its transpose in the same pass (gemm facet "
               "1.6), so the backward's GEMMs read x, dy and W transposed without a transpose "
               "kernel each; false casts only and lets each GEMM transpose (the A/B of "
-              "bench/gpu, variant +plaincast); the same bits either way")};
+              "bench/gpu, variant +plaincast); the same bits either way"),
+          sdk::OptionSpec::boolean(
+              "conv_dgrad_accumulate", true,
+              "a convolution adds its data gradient into the FP32 sum of a tensor read several "
+              "times (convolution facet 1.1; cuDNN's beta = 1 where an engine takes it, else its "
+              "FP32 output and one add); false writes it apart for the host's axpy (the A/B of "
+              "bench/gpu, variant +convaxpy)")};
 }
 
 // The options' values as the runtime library takes them.
@@ -60,6 +66,7 @@ struct CudaOptions {
   bool deterministic_convolutions = true;
   bool layernorm_backward_one_pass = true;  // cuda_layer_norm_plan.h
   bool fp8_cast_transpose = true;           // gemm facet 1.6's cast_transpose offered
+  bool conv_dgrad_accumulate = true;        // convolution facet 1.1's accumulating dgrad offered
 };
 
 // The runtime library's entry point: builds a CudaBackend from `options`, or returns null and

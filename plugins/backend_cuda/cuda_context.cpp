@@ -52,7 +52,8 @@ CudaContext::CudaContext(const CudaOptions& options)
       deterministic_attention(options.deterministic_attention),
       deterministic_convolutions(options.deterministic_convolutions),
       layernorm_backward_one_pass(options.layernorm_backward_one_pass),
-      fp8_cast_transpose(options.fp8_cast_transpose) {
+      fp8_cast_transpose(options.fp8_cast_transpose),
+      conv_dgrad_accumulate(options.conv_dgrad_accumulate) {
   if (device < 0)
     fail("create", "device = " + std::to_string(device) + " is negative",
          "use a device index >= 0 (0 is the first GPU)");

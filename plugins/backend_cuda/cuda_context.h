@@ -115,6 +115,7 @@ class CudaContext {
   const bool deterministic_convolutions;
   const bool layernorm_backward_one_pass;  // cuda_layer_norm_plan.h
   const bool fp8_cast_transpose;           // the gemm facet offers cast_transpose (1.6)
+  const bool conv_dgrad_accumulate;  // the convolution facet offers its accumulating dgrad (1.1)
 
   // --- shared state (declaration order is destruction order, reversed) ---------------------
   cudaStream_t stream = nullptr;  // every op is enqueued on it, in call order

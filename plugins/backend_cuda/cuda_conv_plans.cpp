@@ -145,7 +145,9 @@ Descriptor operation_graph(const PlanKey& key, cudnnHandle_t handle, std::vector
         "dilations");
   steps(cd.finalize(), "finalize convolution");
 
-  const float alpha = 1.0f, beta = 0.0f;  // the output is overwritten; accumulation is a kernel's
+  // The output is overwritten, or added to by the accumulating dgrad's direct route (beta = 1);
+  // every other accumulation is the finish kernel's.
+  const float alpha = 1.0f, beta = key.beta_one ? 1.0f : 0.0f;
   // The three operations take the same six attributes under their own names. x, w, y are the
   // activation, the filter and the output side: dx, w, dy for dgrad; x, dw, dy for wgrad.
   struct Attributes {

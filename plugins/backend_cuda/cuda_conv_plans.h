@@ -6,13 +6,14 @@
 //   cuDNN reads and writes, the filter layout, whether TF32 is allowed, the pointers' alignment),
 //   building it on the first request: tensor descriptors (NCHW-ordered dims, NHWC strides; the
 //   filter KCRS or KRSC), the convolution descriptor (cross-correlation, FP32 compute), one
-//   convolution operation, its operation graph, then heuristics (CUDNN_HEUR_MODE_A, then
-//   CUDNN_HEUR_MODE_FALLBACK when A offers nothing usable): the first engine configuration the
-//   numerics policy accepts (conv::engine_refusal on its engine's numerical notes) and that
-//   finalizes into an execution plan wins; deterministic engines of both heuristics lists are
-//   tried before any non-deterministic one (conv::search_passes), unless the backend option
-//   deterministic_convolutions = false asks for mode A's order whatever the determinism. A key no
-//   configuration serves is cached as declined (nullptr), with each configuration's reason.
+//   convolution operation (alpha 1, beta 1 for a key with beta_one, else 0), its operation graph,
+//   then heuristics (CUDNN_HEUR_MODE_A, then CUDNN_HEUR_MODE_FALLBACK when A offers nothing
+//   usable): the first engine configuration the numerics policy accepts (conv::engine_refusal on
+//   its engine's numerical notes) and that finalizes into an execution plan wins; deterministic
+//   engines of both heuristics lists are tried before any non-deterministic one
+//   (conv::search_passes), unless the backend option deterministic_convolutions = false asks for
+//   mode A's order whatever the determinism. A key no configuration serves is cached as declined
+//   (nullptr), with each configuration's reason.
 // - run() executes a plan with a variant pack: uid 1 = x / dx, 2 = w / dw, 3 = y / dy; the
 //   caller provides at least plan.workspace bytes of workspace.
 // - report() lists every key: its engine (global index, notes), workspace, runs, or why it was

@@ -63,6 +63,7 @@ std::string route_text(const Route& r) {
   if (r.decode_a || r.decode_b)
     s += std::string(" (decoded:") + (r.decode_a ? " a" : "") + (r.decode_b ? " b" : "") + ")";
   s += std::string(", out ") + data_type_text(r.out) + (r.out_direct ? " direct" : " via scratch");
+  if (r.accumulate) s += r.out_direct ? " (beta 1)" : " + add";
   s += r.tensor_cores ? ", tensor cores" : ", no tf32";
   return s;
 }
@@ -84,6 +85,14 @@ void place_output(Route& r, ConvOp op, DType out, bool extra, FilterLayout layou
     return;
   }
   const bool bias = op == ConvOp::forward && extra;
+  if (op == ConvOp::backward_data && extra) {
+    // dx fp32 += the gradient: cuDNN adds into dx itself (beta = 1); conv_routes adds the
+    // scratch placement after it.
+    r.out = DataType::f32;
+    r.out_direct = true;
+    r.accumulate = true;
+    return;
+  }
   if (sdk::is_fp32_storage(out)) {
     // fp32 y: cuDNN writes it; a bias is then added in place (one fp32 rounding of acc + b, as
     // the CPU's primitive does).
@@ -107,6 +116,11 @@ std::vector<Route> conv_routes(ConvOp op, DType a, DType b, DType out, DType com
   auto add = [&](Route r) {
     place_output(r, op, out, extra, layout);
     routes.push_back(r);
+    if (r.accumulate) {
+      // Where no engine takes beta = 1: the FP32 gradient into scratch, then one add into dx.
+      r.out_direct = false;
+      routes.push_back(r);
+    }
   };
   if (sdk::is_fp32_storage(a) && sdk::is_fp32_storage(b)) {
     add({DataType::f32, false, false, DataType::f32, true, tf32});
@@ -155,6 +169,7 @@ PlanKey plan_key(ConvOp op, const sdk::Conv2dGeometry& g, const Route& route, Fi
   k.layout = layout;
   k.tensor_cores = route.tensor_cores;
   k.alignment = alignment;
+  k.beta_one = route.accumulate && route.out_direct;
   return k;
 }
 
@@ -182,7 +197,8 @@ std::size_t PlanKeyHash::operator()(const PlanKey& k) const noexcept {
                          static_cast<std::int64_t>(k.out),
                          static_cast<std::int64_t>(k.layout),
                          static_cast<std::int64_t>(k.tensor_cores),
-                         k.alignment})
+                         k.alignment,
+                         static_cast<std::int64_t>(k.beta_one)})
     mix(v);
   return h;
 }
@@ -194,7 +210,8 @@ std::string key_text(const PlanKey& k) {
          i(k.stride_w) + " pad " + i(k.pad_h) + "x" + i(k.pad_w) + " dilation " + i(k.dil_h) + "x" +
          i(k.dil_w) + " groups " + i(k.groups) + ", io " + data_type_text(k.io) + ", out " +
          data_type_text(k.out) + ", filter " + layout_text(k.layout) +
-         (k.tensor_cores ? ", tensor cores" : ", no tf32") + ", align " + i(k.alignment);
+         (k.tensor_cores ? ", tensor cores" : ", no tf32") + ", align " + i(k.alignment) +
+         (k.beta_one ? ", beta 1" : "");
 }
 
 std::vector<SearchPass> search_passes(bool deterministic_first) {

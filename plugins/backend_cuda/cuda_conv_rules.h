@@ -20,7 +20,9 @@
 //   as stored; mixed operands decoded to fp32. cuDNN writes the output itself where it can (same
 //   dtype, no bias to add before a rounding, not accumulating), else FP32 scratch that one kernel
 //   finishes (bias added, rounded once into the output's dtype, accumulated, or moved back from
-//   the channels-last filter layout).
+//   the channels-last filter layout). The accumulating data gradient (dx fp32 += ...) offers two
+//   placements per operand route: cuDNN adding into dx itself (beta = 1), then its FP32 output
+//   into scratch and one add.
 #pragma once
 
 #include <array>
@@ -72,13 +74,16 @@ struct Route {
   DataType out = DataType::f32;  // the output tensor cuDNN writes
   bool out_direct = true;        // cuDNN writes the caller's output; else fp32 scratch + a kernel
   bool tensor_cores = false;     // engines with the TENSOR_CORE note allowed
+  // The output's old value is added (the accumulating dgrad): by cuDNN (beta = 1) when
+  // out_direct, else by the finish.
+  bool accumulate = false;
   bool operator==(const Route&) const = default;
 };
 std::string route_text(const Route& r);
 // Candidate routes for `op` on operands a, b (forward: x, w; backward data: dy, w; backward
 // weights: x, dy) with output dtype `out` (fp32 for backward weights). `extra`: a bias to add
-// (forward) or accumulate (backward weights). The filter layout decides for backward weights
-// whether cuDNN can write dw itself (only in KCRS).
+// (forward) or accumulate (backward data, into an fp32 dx; backward weights). The filter layout
+// decides for backward weights whether cuDNN can write dw itself (only in KCRS).
 std::vector<Route> conv_routes(ConvOp op, sdk::DType a, sdk::DType b, sdk::DType out,
                                sdk::DType compute, bool extra, FilterLayout layout);
 
@@ -91,6 +96,7 @@ struct PlanKey {
   FilterLayout layout = FilterLayout::kcrs;
   bool tensor_cores = false;
   std::int64_t alignment = 16;  // bytes every data pointer is aligned to (a power of two <= 16)
+  bool beta_one = false;        // the operation adds into its output (a direct accumulating route)
   bool operator==(const PlanKey&) const = default;
 };
 PlanKey plan_key(ConvOp op, const sdk::Conv2dGeometry& g, const Route& route, FilterLayout layout,

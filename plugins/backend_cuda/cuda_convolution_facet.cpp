@@ -73,6 +73,12 @@ struct ConvCall {
 bool CudaConvolution::supports(sdk::ConvolutionOp op, std::span<const DType> dtypes) const {
   for (DType t : dtypes)
     if (sdk::is_fp8(t)) return false;  // not offered: the cpu backend emulates fp8 exactly
+  if (op == sdk::ConvolutionOp::conv2d_backward_data_accumulate) {
+    // conv2d_backward_data's dtypes with dx fp32 (the sum it adds into); every operand route has
+    // a placement without beta = 1, so the answer needs no engine.
+    return context_.conv_dgrad_accumulate && dtypes.size() == 3 && dtypes[2] == DType::fp32 &&
+           sdk::ConvolutionFacet::supports(sdk::ConvolutionOp::conv2d_backward_data, dtypes);
+  }
   return sdk::ConvolutionFacet::supports(op, dtypes);
 }
 
@@ -159,6 +165,13 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
                      op, "weight gradient finish");
         return true;
       }
+      if (route.accumulate) {
+        // dx fp32 += the gradient: added by cuDNN (beta = 1), or here from its FP32 scratch.
+        if (!route.out_direct)
+          check_cuda(kernels::axpy(1.0f, out, Elem::f32, c.out.as<float>(), c.out.numel(), stream),
+                     op, "data gradient add");
+        return true;
+      }
       const std::int64_t cols = c.op == ConvOp::forward ? g.out_channels : g.in_channels;
       const std::int64_t rows = c.out.numel() / cols;
       if (!route.out_direct)
@@ -211,6 +224,17 @@ void CudaConvolution::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& ar
   layer_checks::conv_backward_data(args);
   const ConvCall call{ConvOp::backward_data, &args.geometry, args.dy.view, args.w.view, args.dx,
                       args.compute,          false,          nullptr};
+  std::string declined;
+  if (!run_conv(context_, context_.conv_state(), context_.stream, call, declined))
+    no_plan(op, args.geometry, declined);
+}
+
+void CudaConvolution::conv2d_backward_data_accumulate(const sdk::Conv2dBackwardDataArgs& args) {
+  context_.activate();
+  constexpr const char* op = "conv2d_backward_data_accumulate";
+  layer_checks::conv_backward_data_accumulate(args);
+  const ConvCall call{ConvOp::backward_data, &args.geometry, args.dy.view, args.w.view, args.dx,
+                      args.compute,          true,           nullptr};
   std::string declined;
   if (!run_conv(context_, context_.conv_state(), context_.stream, call, declined))
     no_plan(op, args.geometry, declined);

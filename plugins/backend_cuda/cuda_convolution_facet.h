@@ -25,6 +25,9 @@ class CudaConvolution final : public sdk::ConvolutionFacet {
   bool supports(sdk::ConvolutionOp op, std::span<const sdk::DType> dtypes) const override;
   void conv2d_forward(const sdk::Conv2dForwardArgs& args) override;
   void conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) override;
+  // dx fp32 += the data gradient (convolution facet 1.1), offered while the option
+  // conv_dgrad_accumulate is on.
+  void conv2d_backward_data_accumulate(const sdk::Conv2dBackwardDataArgs& args) override;
   void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) override;
   std::size_t pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry,
                                      sdk::DType x) const override;

@@ -80,6 +80,15 @@ void conv_backward_data(const sdk::Conv2dBackwardDataArgs& a) {
   conv_limits(op, a.geometry);
 }
 
+void conv_backward_data_accumulate(const sdk::Conv2dBackwardDataArgs& a) {
+  constexpr std::string_view op = "conv2d_backward_data_accumulate";
+  conv_operand(op, "dy", a.dy);
+  conv_operand(op, "w", a.w);
+  conv_compute(op, a.compute);
+  checks().conv2d_backward_data_accumulate(a);
+  conv_limits(op, a.geometry);
+}
+
 void conv_backward_weights(const sdk::Conv2dBackwardWeightsArgs& a) {
   constexpr std::string_view op = "conv2d_backward_weights";
   conv_operand(op, "x", a.x);

@@ -28,6 +28,8 @@ bool is_conv_operand(sdk::DType t);
 // The operands', output's and compute dtypes, then the shared checks, then the 2^31 limit.
 void conv_forward(const sdk::Conv2dForwardArgs& args);
 void conv_backward_data(const sdk::Conv2dBackwardDataArgs& args);
+// The same, with the shared accumulate check (dx fp32) in place of the output's dtype check.
+void conv_backward_data_accumulate(const sdk::Conv2dBackwardDataArgs& args);
 void conv_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args);
 
 // The pooling kernels' 32-bit window, strides and padding.

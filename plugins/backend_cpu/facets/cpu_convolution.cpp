@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <bit>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -210,6 +211,8 @@ class CpuConvolution final : public sdk::ConvolutionFacet {
 
   void conv2d_forward(const sdk::Conv2dForwardArgs& args) override;
   void conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) override;
+  void conv2d_backward_data_accumulate(const sdk::Conv2dBackwardDataArgs& args) override;
+  bool supports(sdk::ConvolutionOp op, std::span<const sdk::DType> dtypes) const override;
   void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) override;
   std::size_t pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry,
                                      sdk::DType x) const override;
@@ -223,6 +226,9 @@ class CpuConvolution final : public sdk::ConvolutionFacet {
                          std::int64_t width, sdk::TensorView dst) override;
 
  private:
+  // dx = (or += when accumulating, dx fp32) the data gradient.
+  void backward_data(const sdk::Conv2dBackwardDataArgs& args, bool accumulate);
+
   CpuContext& context_;
 };
 
@@ -278,15 +284,36 @@ void CpuConvolution::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
   context_.account_scratch();
 }
 
+bool CpuConvolution::supports(sdk::ConvolutionOp op, std::span<const DType> dtypes) const {
+  // The accumulating data gradient is implemented (the reference the host's tests put behind a
+  // facet that offers it) but not offered: oneDNN's backward primitives take no sum post-op, so
+  // it writes an fp32 scratch and adds it, more bytes than the bf16 contribution and axpy it
+  // replaces (docs/model-graph.md, "Input gradients added by their op").
+  if (op == sdk::ConvolutionOp::conv2d_backward_data_accumulate) return false;
+  return sdk::ConvolutionFacet::supports(op, dtypes);
+}
+
 void CpuConvolution::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) {
-  constexpr std::string_view op = "conv2d_backward_data";
+  backward_data(args, false);
+}
+
+void CpuConvolution::conv2d_backward_data_accumulate(const sdk::Conv2dBackwardDataArgs& args) {
+  backward_data(args, true);
+}
+
+void CpuConvolution::backward_data(const sdk::Conv2dBackwardDataArgs& args, bool accumulate) {
+  const std::string_view op =
+      accumulate ? "conv2d_backward_data_accumulate" : "conv2d_backward_data";
   context_.use_threads();
   const sdk::Conv2dGeometry& g = args.geometry;
   check_operand(op, "dy", args.dy);
   check_operand(op, "w", args.w);
   check_output(op, "dx", args.dx);
   check_compute(op, args.compute);
-  checks().conv2d_backward_data(args);
+  if (accumulate)
+    checks().conv2d_backward_data_accumulate(args);
+  else
+    checks().conv2d_backward_data(args);
 
   const float scale = fp8_scale(args.dy) * fp8_scale(args.w);
   Route r =
@@ -296,13 +323,16 @@ void CpuConvolution::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& arg
       Direction::backward_data, g, r, args.dy.view.dtype, args.w.view.dtype);
   BackwardDataEntry* e = &pick_entry(
       r, alg, [&](const Route& rr, dnnl::algorithm a) -> auto& {
-        return backward_data_entry(context_.prims(), op, g, rr.dt, out_type(rr, args.dx, scale), a);
+        // Accumulating, the primitive writes fp32 (dx's old value is added afterwards).
+        return backward_data_entry(
+            context_.prims(), op, g, rr.dt,
+            accumulate ? memory::data_type::f32 : out_type(rr, args.dx, scale), a);
       });
   const void* diff_dst =
       to_primitive(context_.prims(), e->diff_dst,
                    prepare(context_.prims(), args.dy.view, r, Slot::src), Slot::blocked_a);
   const void* wei = prepare_weights(context_.prims(), args.w.view, r, e->weights);
-  const bool direct = writes_directly(r, args.dx, scale);
+  const bool direct = !accumulate && writes_directly(r, args.dx, scale);
   void* diff_src = direct ? args.dx.data
                           : context_.prims().scratch<float>(
                                 Slot::dst, static_cast<std::size_t>(args.dx.numel()));
@@ -314,7 +344,10 @@ void CpuConvolution::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& arg
        {DNNL_ARG_DIFF_SRC, context_.prims().wrap(e->diff_src.primitive_md, written)}});
   from_primitive(context_.prims(), e->diff_src, written, diff_src);
   context_.record_conv_implementation(e->implementation);
-  if (!direct)
+  if (accumulate)
+    scale_into(static_cast<const float*>(diff_src), args.dx.as<float>(), args.dx.numel(), scale,
+               true);
+  else if (!direct)
     finish_output(static_cast<const float*>(diff_src), args.dx, g.in_channels, scale, nullptr);
   context_.account_scratch();
 }

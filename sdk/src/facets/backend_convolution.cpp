@@ -1,6 +1,7 @@
 // ConvolutionFacet (backend_convolution.h): its out-of-line anchor, its ops' names in messages, their rows
 // of the signature table and the default supports() that answers from them.
 #include "mixtrain/sdk/backend_convolution.h"
+#include "mixtrain/sdk/error.h"
 #include "signature_classes.h"
 
 namespace mixtrain::sdk {
@@ -23,6 +24,8 @@ std::string_view op_name(ConvolutionOp op) noexcept {
       return "to_channels_last";
     case ConvolutionOp::to_channels_first:
       return "to_channels_first";
+    case ConvolutionOp::conv2d_backward_data_accumulate:
+      return "conv2d_backward_data_accumulate";
   }
   return "?";
 }
@@ -40,8 +43,17 @@ OpSignature op_signature(ConvolutionOp op) noexcept {
     case ConvolutionOp::to_channels_last:
     case ConvolutionOp::to_channels_first:
       return {kStorex2};  // {src, dst}: either mix, rounded once
+    case ConvolutionOp::conv2d_backward_data_accumulate:  // 1.1
+      return {};  // no row: offered only by a backend that answers for it
   }
   return {};
+}
+
+void ConvolutionFacet::conv2d_backward_data_accumulate(const Conv2dBackwardDataArgs&) {
+  throw BackendError("this backend's convolution facet has no conv2d_backward_data_accumulate",
+                     "report this: the host asks supports(conv2d_backward_data_accumulate) before "
+                     "it calls it and runs conv2d_backward_data and a sum where the answer is "
+                     "false");
 }
 
 bool ConvolutionFacet::supports(ConvolutionOp op, std::span<const DType> dtypes) const {

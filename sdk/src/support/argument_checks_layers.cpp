@@ -133,17 +133,31 @@ void BackendArgumentChecks::conv2d_forward(const Conv2dForwardArgs& a) const {
   require_disjoint(op, "y", a.y, "w", a.w.view);
 }
 
-void BackendArgumentChecks::conv2d_backward_data(const Conv2dBackwardDataArgs& a) const {
-  constexpr std::string_view op = "conv2d_backward_data";
+namespace {
+
+void backward_data_args(const BackendArgumentChecks& c, std::string_view op,
+                        const Conv2dBackwardDataArgs& a) {
   const Conv2dGeometry& g = a.geometry;
-  conv2d_geometry(op, g);
-  untransposed(*this, op, "dy", a.dy);
-  untransposed(*this, op, "w", a.w);
-  tensor_of(*this, op, "dy", a.dy.view, y_dims(g), kOutImage, kImageHint);
-  tensor_of(*this, op, "w", a.w.view, w_dims(g), kWeights, kWeightHint);
-  tensor_of(*this, op, "dx", a.dx, x_dims(g), kImage, kImageHint);
-  require_disjoint(op, "dx", a.dx, "dy", a.dy.view);
-  require_disjoint(op, "dx", a.dx, "w", a.w.view);
+  c.conv2d_geometry(op, g);
+  untransposed(c, op, "dy", a.dy);
+  untransposed(c, op, "w", a.w);
+  tensor_of(c, op, "dy", a.dy.view, y_dims(g), kOutImage, kImageHint);
+  tensor_of(c, op, "w", a.w.view, w_dims(g), kWeights, kWeightHint);
+  tensor_of(c, op, "dx", a.dx, x_dims(g), kImage, kImageHint);
+  c.require_disjoint(op, "dx", a.dx, "dy", a.dy.view);
+  c.require_disjoint(op, "dx", a.dx, "w", a.w.view);
+}
+
+}  // namespace
+
+void BackendArgumentChecks::conv2d_backward_data(const Conv2dBackwardDataArgs& a) const {
+  backward_data_args(*this, "conv2d_backward_data", a);
+}
+
+void BackendArgumentChecks::conv2d_backward_data_accumulate(const Conv2dBackwardDataArgs& a) const {
+  constexpr std::string_view op = "conv2d_backward_data_accumulate";
+  require_fp32(op, "dx", a.dx);
+  backward_data_args(*this, op, a);
 }
 
 void BackendArgumentChecks::conv2d_backward_weights(const Conv2dBackwardWeightsArgs& a) const {

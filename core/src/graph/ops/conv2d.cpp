@@ -1,6 +1,8 @@
 #include "graph/ops/conv2d.h"
 
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "graph/ops/image_options.h"
 #include "graph/ops/op_registry.h"
@@ -94,6 +96,25 @@ std::vector<BackendNeed> Conv2dLayer::backend_needs(DType input) const {
   return needs;
 }
 
+void Conv2dLayer::choose_kernels(sdk::DeviceBackend& backend) {
+  // The operand dtypes of the backward GEMM-like product (tf32 asks for its own support), into
+  // the FP32 sum.
+  const DType g = precision_.gemm_input;
+  const std::optional<std::string> why =
+      unmet(backend, {sdk::ConvolutionOp::conv2d_backward_data_accumulate, {g, g, DType::fp32}});
+  accumulate_offered_ = !why.has_value();
+  if (why && fusion_on_ && !input_.plain() && !sdk::is_fp8(g))
+    ops::log_once("conv2d", "conv2d_backward_data_accumulate",
+                  "the backend cannot add a convolution's input gradient into the FP32 sum of a "
+                  "tensor read several times (node '" +
+                      name_ + "' and the convolutions like it): " + *why +
+                      "; the gradient is written apart and added by an axpy");
+}
+
+bool Conv2dLayer::can_accumulate_input_gradient(std::size_t k) const {
+  return k == 0 && fusion_on_ && accumulate_offered_ && !input_.plain() && !scaler_.active();
+}
+
 void Conv2dLayer::forward(TensorView x, std::int64_t rows) {
   sdk::Conv2dForwardArgs a;
   a.geometry = at_batch(rows);
@@ -163,6 +184,13 @@ void Conv2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
   bd.w = w_op;
   bd.dx = input_.grad_target(backend_, dx, geo.batch);
   bd.compute = compute();
+  if (accumulate_input_gradient(0)) {
+    // dx is the FP32 sum of the input's gradient (channels-last: grad_target is dx itself).
+    facets()
+        .call(sdk::ConvolutionOp::conv2d_backward_data_accumulate)
+        ->conv2d_backward_data_accumulate(bd);
+    return;
+  }
   facets().call(sdk::ConvolutionOp::conv2d_backward_data)->conv2d_backward_data(bd);
   input_.finish_grad(facets(), bd.dx, dx);
 }

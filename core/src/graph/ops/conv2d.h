@@ -11,6 +11,13 @@
 //   a = √5) or, with init = "kaiming_normal", N(0, 2 / (O·KH·KW)) as torchvision's ResNets.
 // - Precision: one GEMM-like product "conv" with operands input, weight and grad_output, planned
 //   by the policy as a linear's matmul; FP8 slots are "<node>.conv.<role>". Accumulation FP32.
+// - Input gradient into a sum: where its input is read by other ops too (a ResNet block's input,
+//   read by the first convolution and by the shortcut) and the executor hands it the FP32 sum
+//   (layer.h, can_accumulate_input_gradient), the data gradient is added into it by the
+//   convolution itself (convolution facet 1.1, conv2d_backward_data_accumulate): no contribution
+//   written apart, no axpy. Only for a channels-last input, operands not FP8-scaled, fusion on
+//   (set_fusion) and a backend that offers the op (choose_kernels, logged once otherwise); the
+//   sum differs from the unfused one only by the contribution's rounding, which it skips.
 #pragma once
 
 #include <memory>
@@ -39,6 +46,9 @@ class Conv2dLayer final : public Layer {
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
+  void choose_kernels(sdk::DeviceBackend& backend) override;
+  void set_fusion(bool on) override { fusion_on_ = on; }
+  bool can_accumulate_input_gradient(std::size_t k) const override;
 
  private:
   sdk::Conv2dGeometry at_batch(std::int64_t rows) const;
@@ -53,6 +63,8 @@ class Conv2dLayer final : public Layer {
   float x_scale_inv_ = 1.0f;
   Tensor dy_scratch_;
   OperandScaler scaler_;
+  bool fusion_on_ = true;
+  bool accumulate_offered_ = false;  // conv2d_backward_data_accumulate (choose_kernels)
 };
 
 }  // namespace mixtrain::core

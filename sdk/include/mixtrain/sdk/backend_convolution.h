@@ -20,7 +20,9 @@
 // - supports(op, dtypes) answers without running anything, for the dtypes listed at each op.
 // - Shapes are checked against the geometry; a mismatch raises BackendError.
 // - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
-//   minor step only appends methods).
+//   minor step only appends methods). 1.1 appended conv2d_backward_data_accumulate, the data
+//   gradient added into an fp32 sum; it is refused by default (supports() false, the call a
+//   BackendError), and a host asks for it only where the facet is 1.1 or later.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -100,14 +102,19 @@ enum class ConvolutionOp {
   pool2d_backward,          // dtypes {dy, dx}: likewise
   to_channels_last,         // dtypes {src, dst}: fp32, bf16, fp16, either mix (rounds once)
   to_channels_first,        // likewise
+  // 1.1
+  conv2d_backward_data_accumulate,  // dtypes {dy, w, dx}: dx fp32
 };
 MIXTRAIN_SDK_API std::string_view op_name(ConvolutionOp op) noexcept;
+constexpr std::uint16_t introduced_in(ConvolutionOp op) noexcept {
+  return op == ConvolutionOp::conv2d_backward_data_accumulate ? 1 : 0;
+}
 MIXTRAIN_SDK_API OpSignature op_signature(ConvolutionOp op) noexcept;
 
 class MIXTRAIN_SDK_API ConvolutionFacet : public Facet {
  public:
   using Op = ConvolutionOp;
-  static constexpr FacetVersion kVersion{1, 0};
+  static constexpr FacetVersion kVersion{1, 1};
   static constexpr std::string_view kName = "convolution";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
@@ -137,6 +144,18 @@ class MIXTRAIN_SDK_API ConvolutionFacet : public Facet {
                                 std::int64_t width, TensorView dst) = 0;
   virtual void to_channels_first(TensorView src, std::int64_t channels, std::int64_t height,
                                  std::int64_t width, TensorView dst) = 0;
+
+  // --- 1.1 ---------------------------------------------------------------------------------------
+  // conv2d_backward_data that adds the data gradient into an fp32 dx instead of overwriting it:
+  // dx += (the gradient, accumulated in FP32), never rounded into a narrower dtype first. Why: a
+  // tensor read by several ops has one FP32 gradient (a ResNet block's input, read by its first
+  // convolution and by the shortcut); without this the convolution writes its contribution apart
+  // and the host adds it in a separate pass over the whole tensor. dy, w, the geometry and compute
+  // are conv2d_backward_data's; dx must be fp32 and overlap neither dy nor w
+  // (BackendArgumentChecks::conv2d_backward_data_accumulate). Default: BackendError, and
+  // supports() false; a backend offers it by overriding both (a facet that forwards supports() to
+  // another one forwards this call too).
+  virtual void conv2d_backward_data_accumulate(const Conv2dBackwardDataArgs& args);
 
  protected:
   ~ConvolutionFacet() override;  // not owned through the facet: the backend is

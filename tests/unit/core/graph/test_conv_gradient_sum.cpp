@@ -1,0 +1,185 @@
+// A convolution adds its input gradient into the FP32 sum of a tensor read several times
+// (conv2d.h, convolution facet 1.1's conv2d_backward_data_accumulate): a Bottleneck block's input
+// is read by its first convolution and by the shortcut. The CPU backend implements the op but does
+// not offer it (its fp32 scratch and add move more bytes than the contribution and axpy it
+// replaces), so here a facet offers the CPU's implementation and counts its calls. Against the
+// CPU as it is (the contribution written apart, added by an axpy): the same step bit for bit in
+// fp32, within bf16 rounding in bf16; no call with fusion off or in the non-finite replay.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "cnn_test_support.h"
+#include "config/model_presets.h"
+#include "cpu_test_backend.h"
+#include "forwarding_backend.h"
+#include "mixtrain/core/graph/diagnostics.h"
+#include "mixtrain/core/graph/model.h"
+#include "mixtrain/sdk/backend_convolution.h"
+
+namespace mixtrain::core {
+namespace {
+
+using namespace cnn_testing;
+using sdk::DType;
+using test_support::cpu;
+using test_support::read;
+
+// The CPU's convolution facet offering (or refusing) its accumulating data gradient.
+class AccumulatingConvolution final : public sdk::ConvolutionFacet {
+ public:
+  AccumulatingConvolution(sdk::ConvolutionFacet& in, bool offer) : in_(in), offer_(offer) {}
+  bool supports(sdk::ConvolutionOp op, std::span<const DType> d) const override {
+    if (op == sdk::ConvolutionOp::conv2d_backward_data_accumulate)
+      return offer_ && d.size() == 3 && d[2] == DType::fp32 &&
+             in_.supports(sdk::ConvolutionOp::conv2d_backward_data, d);
+    return in_.supports(op, d);
+  }
+  void conv2d_forward(const sdk::Conv2dForwardArgs& a) override { in_.conv2d_forward(a); }
+  void conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& a) override {
+    ++apart_calls;
+    in_.conv2d_backward_data(a);
+  }
+  void conv2d_backward_data_accumulate(const sdk::Conv2dBackwardDataArgs& a) override {
+    if (!offer_) ADD_FAILURE() << "called conv2d_backward_data_accumulate, which it refuses";
+    ++accumulate_calls;
+    in_.conv2d_backward_data_accumulate(a);
+  }
+  void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& a) override {
+    in_.conv2d_backward_weights(a);
+  }
+  std::size_t pool2d_workspace_bytes(const sdk::Pool2dGeometry& g, DType x) const override {
+    return in_.pool2d_workspace_bytes(g, x);
+  }
+  void pool2d_forward(const sdk::Pool2dGeometry& g, sdk::TensorView x, sdk::TensorView y,
+                      sdk::TensorView ws) override {
+    in_.pool2d_forward(g, x, y, ws);
+  }
+  void pool2d_backward(const sdk::Pool2dGeometry& g, sdk::TensorView dy, sdk::TensorView x,
+                       sdk::TensorView y, sdk::TensorView ws, sdk::TensorView dx) override {
+    in_.pool2d_backward(g, dy, x, y, ws, dx);
+  }
+  void to_channels_last(sdk::TensorView src, std::int64_t c, std::int64_t h, std::int64_t w,
+                        sdk::TensorView dst) override {
+    in_.to_channels_last(src, c, h, w, dst);
+  }
+  void to_channels_first(sdk::TensorView src, std::int64_t c, std::int64_t h, std::int64_t w,
+                         sdk::TensorView dst) override {
+    in_.to_channels_first(src, c, h, w, dst);
+  }
+  int accumulate_calls = 0, apart_calls = 0;
+
+ private:
+  sdk::ConvolutionFacet& in_;
+  bool offer_;
+};
+
+class ConvolutionBackend final : public test_support::ForwardingBackend {
+ public:
+  explicit ConvolutionBackend(bool offer) : conv(*sdk::facet<sdk::ConvolutionFacet>(*in_), offer) {}
+  sdk::Facet* find_facet(std::string_view name) override {
+    return name == sdk::ConvolutionFacet::kName ? &conv : in_->find_facet(name);
+  }
+  AccumulatingConvolution conv;
+};
+
+std::unique_ptr<Model> bottleneck(std::shared_ptr<sdk::DeviceBackend> backend, bool fuse,
+                                  DType dtype) {
+  ResNetPreset p;
+  p.blocks = {1, 2};  // a projection block and an identity block after it
+  p.widths = {4, 8};
+  p.block = ResNetBlock::bottleneck;
+  p.classes = 3;
+  ModelSpec spec = graph(resnet_preset(p));
+  spec.fuse_epilogues = fuse;
+  auto m = std::make_unique<Model>(std::move(backend), spec, 3 * 8 * 8, 3, image(3, 8, 8));
+  for (auto& l : m->layers()) l->set_precision(test_support::uniform_precision(dtype));
+  m->allocate(4);
+  m->init_parameters(5);
+  feed(*m, 4, 2);
+  return m;
+}
+
+// One training step: the loss and every parameter gradient, flattened.
+std::vector<float> step(Model& m) {
+  m.forward(4);
+  std::vector<float> out{m.loss(4, 1.0f, true).loss};
+  m.backward(4);
+  for (auto* t : m.parameters()) {
+    const auto g = read(t->grad.view());
+    out.insert(out.end(), g.begin(), g.end());
+  }
+  return out;
+}
+
+double relative_distance(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm += b[i] * b[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : 0.0;
+}
+
+// Readers of a block input: the first convolution and the shortcut (a projection convolution, or
+// the add). The backward reaches the shortcut first, so each block's first convolution adds the
+// later contribution: one call per block, 3 here.
+constexpr int kBlocks = 3;
+
+TEST(ConvGradientSum, TheFirstConvolutionOfEachBlockAddsIntoTheSumBitForBitInFp32) {
+  auto offering = std::make_shared<ConvolutionBackend>(true);
+  auto apart = std::make_shared<ConvolutionBackend>(false);
+  auto fused_model = bottleneck(offering, true, DType::fp32);
+  auto apart_model = bottleneck(apart, true, DType::fp32);
+  const std::vector<float> fused = step(*fused_model);
+  const std::vector<float> plain = step(*apart_model);
+  EXPECT_EQ(offering->conv.accumulate_calls, kBlocks);
+  EXPECT_EQ(apart->conv.accumulate_calls, 0);
+  EXPECT_EQ(offering->conv.apart_calls + kBlocks, apart->conv.apart_calls);
+  // In fp32 the contribution the axpy adds is the one the op adds: the same sums.
+  ASSERT_EQ(fused.size(), plain.size());
+  EXPECT_EQ(fused, plain);
+}
+
+TEST(ConvGradientSum, InBf16TheContributionIsNotRoundedAndTheStepTracksTheAxpysOne) {
+  auto offering = std::make_shared<ConvolutionBackend>(true);
+  auto apart = std::make_shared<ConvolutionBackend>(false);
+  const std::vector<float> fused = step(*bottleneck(offering, true, DType::bf16));
+  const std::vector<float> plain = step(*bottleneck(apart, true, DType::bf16));
+  EXPECT_EQ(offering->conv.accumulate_calls, kBlocks);
+  ASSERT_EQ(fused.size(), plain.size());
+  // Apart, the contribution is rounded to bf16 before the FP32 add: one rounding (2^-9 relative)
+  // of one of two terms, carried through the blocks before it.
+  EXPECT_LT(relative_distance(fused, plain), 2e-2);
+  EXPECT_EQ(fused[0], plain[0]) << "the loss precedes every backward";
+  EXPECT_NE(fused, plain) << "the added contribution was rounded to bf16 first, as apart";
+}
+
+TEST(ConvGradientSum, FusionOffAndTheNonFiniteReplayWriteTheContributionApart) {
+  auto offering = std::make_shared<ConvolutionBackend>(true);
+  const std::vector<float> off = step(*bottleneck(offering, false, DType::fp32));
+  EXPECT_EQ(offering->conv.accumulate_calls, 0);
+
+  auto again = std::make_shared<ConvolutionBackend>(true);
+  auto m = bottleneck(again, true, DType::fp32);
+  const std::vector<float> fused = step(*m);
+  EXPECT_EQ(off, fused);
+  const int before = again->conv.accumulate_calls;
+  // The replay reads each contribution apart (a backward with a visitor): no accumulating call,
+  // every tensor finite, and the gradients it leaves those of the step.
+  EXPECT_EQ(locate_first_nonfinite(*m, 4, 1.0f).where, "");
+  EXPECT_EQ(again->conv.accumulate_calls, before);
+  std::vector<float> replayed{fused[0]};
+  for (auto* t : m->parameters()) {
+    const auto g = read(t->grad.view());
+    replayed.insert(replayed.end(), g.begin(), g.end());
+  }
+  EXPECT_EQ(replayed, fused);
+}
+
+}  // namespace
+}  // namespace mixtrain::core
