@@ -2426,6 +2426,95 @@ TEST_P(Conformance, Conv2dEveryDtypeAndGeometryMatchesADoubleReference) {
     }
 }
 
+// convolution 1.1: the accumulating data gradient adds into an fp32 dx what conv2d_backward_data
+// computes, in FP32 without rounding it first: against old dx + the double reference, and against
+// the reference backend's implementation (the CPU implements it whether or not it offers it).
+// Per operand route a backend offers, including the geometries with padding, strides, dilation
+// and groups; then the bad arguments.
+TEST_P(Conformance, Conv2dBackwardDataAccumulateAddsTheGradientIntoAnFp32Sum) {
+  MIXTRAIN_FACETS(convolution, ConvolutionFacet);
+  using C = sdk::ConvolutionOp;
+  if (tested_convolution->version() < sdk::FacetVersion{1, 1})
+    GTEST_SKIP() << "backend '" << GetParam().name << "' has convolution facet "
+                 << sdk::to_string(tested_convolution->version());
+  struct Route {
+    DType a, b, compute;
+  };
+  const std::vector<Route> routes = {{DType::fp32, DType::fp32, DType::fp32},
+                                     {DType::fp32, DType::fp32, DType::tf32},
+                                     {DType::bf16, DType::bf16, DType::fp32},
+                                     {DType::fp16, DType::fp16, DType::fp32}};
+  const std::vector<sdk::Conv2dGeometry> geometries = {
+      conv_geometry(2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1),
+      conv_geometry(2, 4, 9, 8, 6, 3, 2, 2, 1, 1, 0, 1, 2, 2),
+      conv_geometry(2, 16, 8, 8, 8, 1, 1, 2, 2, 0, 0, 1, 1, 1)};
+  int offered = 0;
+  for (const Route& rt : routes) {
+    if (!tested_convolution->supports(C::conv2d_backward_data_accumulate,
+                                      std::vector<DType>{rt.a, rt.b, DType::fp32}))
+      continue;
+    ++offered;
+    const bool tf32 = rt.compute == DType::tf32;
+    for (const auto& g : geometries) {
+      const Shape xs{g.batch, g.height, g.width, g.in_channels};
+      const Shape ys{g.batch, g.out_height(), g.out_width(), g.out_channels};
+      const Shape ws{g.out_channels, g.in_channels / g.groups, g.kernel_h, g.kernel_w};
+      const std::string what =
+          dtypes_text({rt.a, rt.b, DType::fp32}) + (tf32 ? " compute tf32" : "") + ", " +
+          std::to_string(g.in_channels) + " -> " + std::to_string(g.out_channels) + " channels";
+      auto dy = upload(random_values(static_cast<std::size_t>(ys.numel()), 70), ys, rt.a);
+      auto w = upload(random_values(static_cast<std::size_t>(ws.numel()), 71), ws, rt.b);
+      const auto dx0 = random_values(static_cast<std::size_t>(xs.numel()), 72);
+      auto dx = upload(dx0, xs);  // the other reader's contribution, already in the sum
+      for (int which : {0, 1}) {
+        sdk::Conv2dBackwardDataArgs b;
+        b.geometry = g;
+        b.dy.view = which == 0 ? dy.ref->view() : dy.tested->view();
+        b.w.view = which == 0 ? w.ref->view() : w.tested->view();
+        b.dx = which == 0 ? dx.ref->view() : dx.tested->view();
+        b.compute = rt.compute;
+        (which == 0 ? ref_convolution : tested_convolution)->conv2d_backward_data_accumulate(b);
+      }
+      const auto wr = real_operand(tested_values(w), 1.0f, tf32);
+      const auto dyr = real_operand(tested_values(dy), 1.0f, tf32);
+      std::vector<double> want = naive_conv(g, {}, wr, dyr, nullptr).dx;
+      std::vector<double> abs_sums = naive_conv(g, {}, absolute(wr), absolute(dyr), nullptr).dx;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        want[i] += dx0[i];
+        abs_sums[i] += std::abs(dx0[i]);
+      }
+      // FP32 accumulation and one FP32 addition: no 16-bit rounding of the contribution.
+      const double tol = tf32 ? tf32_tolerance(abs_sums, want, 2e-5) : 2e-5;
+      EXPECT_LE(relative_to(tested_values(dx), want), tol) << what;
+      expect_close(dx, tol, "conv2d_backward_data_accumulate vs the reference backend, " + what);
+    }
+  }
+  if (offered == 0)
+    GTEST_SKIP() << "backend '" << GetParam().name << "' offers no conv2d_backward_data_accumulate";
+  EXPECT_FALSE(
+      tested_convolution->supports(C::conv2d_backward_data_accumulate,
+                                   std::vector<DType>{DType::bf16, DType::bf16, DType::bf16}))
+      << "a 16-bit dx is not a sum to add into";
+  // dx must be fp32 and apart from dy and w.
+  const auto g = geometries[0];
+  const Shape xs{g.batch, g.height, g.width, g.in_channels};
+  const Shape ys{g.batch, g.out_height(), g.out_width(), g.out_channels};
+  const Shape ws{g.out_channels, g.in_channels, g.kernel_h, g.kernel_w};
+  auto dy = upload(random_values(static_cast<std::size_t>(ys.numel()), 73), ys);
+  auto w = upload(random_values(static_cast<std::size_t>(ws.numel()), 74), ws);
+  auto dx16 = zeros(xs, DType::bf16);
+  sdk::Conv2dBackwardDataArgs b;
+  b.geometry = g;
+  b.dy.view = dy.tested->view();
+  b.w.view = w.tested->view();
+  b.dx = dx16.tested->view();
+  EXPECT_THROW(tested_convolution->conv2d_backward_data_accumulate(b), sdk::BackendError)
+      << "a bf16 dx";
+  b.dx = {dy.tested->view().data, DType::fp32, xs};  // ys and xs hold as many elements here
+  EXPECT_THROW(tested_convolution->conv2d_backward_data_accumulate(b), sdk::BackendError)
+      << "dx on dy";
+}
+
 // A workspace of at least `bytes` (int32 elements) on one backend.
 std::unique_ptr<DeviceTensor> workspace_on(sdk::DeviceBackend& b, std::size_t bytes) {
   return std::make_unique<DeviceTensor>(

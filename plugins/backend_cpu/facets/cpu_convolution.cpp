@@ -287,8 +287,9 @@ void CpuConvolution::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
 bool CpuConvolution::supports(sdk::ConvolutionOp op, std::span<const DType> dtypes) const {
   // The accumulating data gradient is implemented (the reference the host's tests put behind a
   // facet that offers it) but not offered: oneDNN's backward primitives take no sum post-op, so
-  // it writes an fp32 scratch and adds it, more bytes than the bf16 contribution and axpy it
-  // replaces (docs/model-graph.md, "Input gradients added by their op").
+  // it writes an fp32 scratch and adds it, and offered it measured no faster than the bf16
+  // contribution and axpy it replaces (bench/RESULTS.md; docs/model-graph.md, "Input gradients
+  // added by their op").
   if (op == sdk::ConvolutionOp::conv2d_backward_data_accumulate) return false;
   return sdk::ConvolutionFacet::supports(op, dtypes);
 }

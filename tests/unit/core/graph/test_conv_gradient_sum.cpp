@@ -10,6 +10,7 @@
 #include <cmath>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "mixtrain/core/graph/diagnostics.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/sdk/backend_convolution.h"
+#include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
 namespace {
@@ -179,6 +181,22 @@ TEST(ConvGradientSum, FusionOffAndTheNonFiniteReplayWriteTheContributionApart) {
     replayed.insert(replayed.end(), g.begin(), g.end());
   }
   EXPECT_EQ(replayed, fused);
+}
+
+// A backend built against the SDK before 1.1, or one that does not override the op, keeps the
+// SDK's default: supports() false and a call that names what to do.
+TEST(ConvGradientSum, TheSdksDefaultRefusesTheOp) {
+  sdk::ConvolutionFacet& conv = *sdk::facet<sdk::ConvolutionFacet>(*cpu());
+  EXPECT_FALSE(conv.sdk::ConvolutionFacet::supports(
+      sdk::ConvolutionOp::conv2d_backward_data_accumulate,
+      std::vector<DType>{DType::fp32, DType::fp32, DType::fp32}));
+  try {
+    conv.sdk::ConvolutionFacet::conv2d_backward_data_accumulate({});
+    ADD_FAILURE() << "the default ran";
+  } catch (const sdk::BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("no conv2d_backward_data_accumulate"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

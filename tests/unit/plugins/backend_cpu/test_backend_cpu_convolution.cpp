@@ -714,6 +714,46 @@ TEST(BackendCpuConvolution, ConvBackwardIsTheGradientOfTheForward) {
   }
 }
 
+// convolution 1.1's accumulating data gradient, implemented but not offered (cpu_convolution.cpp):
+// dx + what conv2d_backward_data writes into an fp32 dx, bit for bit (the same primitive into
+// FP32, one fp32 addition), for fp32 operands and for bf16 ones on the native or emulated route;
+// a dx that is not fp32 is refused, and supports() says no.
+TEST(BackendCpuConvolution, AccumulatingDataGradientAddsWhatTheOverwritingOneWrites) {
+  CpuBackend be(2);
+  auto* conv = sdk::facet<sdk::ConvolutionFacet>(be);
+  EXPECT_FALSE(conv->supports(sdk::ConvolutionOp::conv2d_backward_data_accumulate,
+                              std::vector<DType>{DType::bf16, DType::bf16, DType::fp32}));
+  for (DType t : {DType::fp32, DType::bf16})
+    for (const auto& g :
+         {geometry(2, 16, 8, 8, 16, 3, 3, 1, 1), geometry(3, 8, 9, 7, 8, 3, 3, 2, 1, 8)}) {
+      DeviceTensor dy(be, t, y_shape(g), random_values(y_shape(g).numel(), 31));
+      DeviceTensor w(be, t, w_shape(g), random_values(w_shape(g).numel(), 32));
+      const auto dx0 = random_values(x_shape(g).numel(), 33);
+      DeviceTensor apart(be, DType::fp32, x_shape(g)), sum(be, DType::fp32, x_shape(g), dx0);
+      sdk::Conv2dBackwardDataArgs bd;
+      bd.geometry = g;
+      bd.dy.view = dy;
+      bd.w.view = w;
+      bd.dx = apart;
+      conv->conv2d_backward_data(bd);
+      bd.dx = sum;
+      conv->conv2d_backward_data_accumulate(bd);
+      const auto a = apart.get(), got = sum.get();
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i], dx0[i] + a[i]) << sdk::dtype_name(t) << " element " << i;
+    }
+  const auto g = geometry(2, 4, 6, 6, 4, 3, 3, 1, 1);
+  DeviceTensor dy(be, DType::bf16, y_shape(g)), w(be, DType::bf16, w_shape(g));
+  DeviceTensor dx16(be, DType::bf16, x_shape(g));
+  sdk::Conv2dBackwardDataArgs bd;
+  bd.geometry = g;
+  bd.dy.view = dy;
+  bd.w.view = w;
+  bd.dx = dx16;
+  expect_error([&] { conv->conv2d_backward_data_accumulate(bd); },
+               {"conv2d_backward_data_accumulate", "dx", "fp32"});
+}
+
 TEST(BackendCpuConvolution, BatchNormBackwardIsTheGradientOfTheTrainingForward) {
   CpuBackend be(1);
   const sdk::BatchNormShape s{12, 3, 1e-5f, false};  // [N, H, W, C] = [2, 2, 3, 3]

@@ -232,6 +232,46 @@ TEST(cuda_conv_rules, WeightGradientIsWrittenDirectlyOnlyInKcrsWithoutAccumulati
   EXPECT_FALSE(direct(FilterLayout::krsc, false));
 }
 
+// The accumulating data gradient (convolution 1.1): per operand route, cuDNN adding into the fp32
+// dx itself (beta = 1, its own plan key), then its FP32 output into scratch and one add.
+TEST(cuda_conv_rules, AccumulatingDataGradientTriesBetaOneThenScratchAndAddPerOperandRoute) {
+  const auto g = resnet_like();
+  const auto r = conv::conv_routes(conv::ConvOp::backward_data, DType::bf16, DType::bf16,
+                                   DType::fp32, DType::fp32, true, FilterLayout::krsc);
+  ASSERT_EQ(r.size(), 4u);
+  const DataType io[] = {DataType::bf16, DataType::bf16, DataType::f32, DataType::f32};
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    EXPECT_EQ(r[i].io, io[i]) << i;
+    EXPECT_EQ(r[i].out, DataType::f32) << i;
+    EXPECT_TRUE(r[i].accumulate) << i;
+    EXPECT_EQ(r[i].out_direct, i % 2 == 0) << i;
+    EXPECT_EQ(r[i].decode_a, i >= 2) << i;
+    const auto key = conv::plan_key(conv::ConvOp::backward_data, g, r[i], FilterLayout::krsc, 16);
+    EXPECT_EQ(key.beta_one, i % 2 == 0) << i;
+    EXPECT_EQ(conv::key_text(key).find("beta 1") != std::string::npos, i % 2 == 0)
+        << conv::key_text(key);
+  }
+  EXPECT_NE(conv::route_text(r[0]).find("(beta 1)"), std::string::npos) << conv::route_text(r[0]);
+  EXPECT_NE(conv::route_text(r[1]).find("via scratch + add"), std::string::npos)
+      << conv::route_text(r[1]);
+  // The scratch route's plan is the overwriting dgrad's into fp32: one cached plan for both.
+  const auto wide = conv::conv_routes(conv::ConvOp::backward_data, DType::bf16, DType::bf16,
+                                      DType::fp32, DType::fp32, false, FilterLayout::krsc);
+  EXPECT_EQ(conv::plan_key(conv::ConvOp::backward_data, g, r[1], FilterLayout::krsc, 16),
+            conv::plan_key(conv::ConvOp::backward_data, g, wide[0], FilterLayout::krsc, 16));
+  EXPECT_FALSE(wide[0].accumulate);
+  // fp32 operands: as stored, beta 1 then scratch.
+  const auto f32 = conv::conv_routes(conv::ConvOp::backward_data, DType::fp32, DType::fp32,
+                                     DType::fp32, DType::fp32, true, FilterLayout::kcrs);
+  ASSERT_EQ(f32.size(), 2u);
+  EXPECT_TRUE(f32[0].out_direct && f32[0].accumulate && !f32[0].tensor_cores);
+  EXPECT_TRUE(!f32[1].out_direct && f32[1].accumulate);
+  // A forward's bias is not an accumulation.
+  for (const auto& f : conv::conv_routes(conv::ConvOp::forward, DType::bf16, DType::bf16,
+                                         DType::fp32, DType::fp32, true, FilterLayout::krsc))
+    EXPECT_FALSE(f.accumulate);
+}
+
 // --- plan keys
 // -------------------------------------------------------------------------------------
 
@@ -255,6 +295,9 @@ TEST(cuda_conv_rules, PlanKeysDifferInEveryFieldAPlanDependsOn) {
   variants.push_back(conv::plan_key(conv::ConvOp::forward, g, r2, FilterLayout::krsc, 16));
   r2 = route;
   r2.tensor_cores = false;
+  variants.push_back(conv::plan_key(conv::ConvOp::forward, g, r2, FilterLayout::krsc, 16));
+  r2 = route;
+  r2.accumulate = true;  // direct: cuDNN's beta = 1
   variants.push_back(conv::plan_key(conv::ConvOp::forward, g, r2, FilterLayout::krsc, 16));
   for (int field = 0; field < 14; ++field) {
     auto h = g;
@@ -317,6 +360,30 @@ TEST(cuda_layer_checks, ConvRefusesFp8AndBadGeometryBeforeLaunching) {
   a.compute = DType::bf16;
   e = backend_error_of([&] { checks::conv_backward_data(a); });
   EXPECT_NE(e.find("compute = bf16"), std::string::npos) << e;
+}
+
+TEST(cuda_layer_checks, AccumulatingDataGradientAddsIntoAnFp32Dx) {
+  const auto g = resnet_like();
+  sdk::Conv2dBackwardDataArgs a;
+  a.geometry = g;
+  a.dy = {fake(DType::bf16, {8, 16, 12, 32}, 0x10000), false, 1.0f};
+  a.w = {fake(DType::bf16, {32, 64, 3, 3}, 0x200000), false, 1.0f};
+  a.dx = fake(DType::fp32, {8, 16, 12, 64}, 0x300000);
+  EXPECT_NO_THROW(checks::conv_backward_data_accumulate(a));
+  a.dx.dtype = DType::bf16;
+  std::string e = backend_error_of([&] { checks::conv_backward_data_accumulate(a); });
+  EXPECT_NE(e.find("conv2d_backward_data_accumulate"), std::string::npos) << e;
+  EXPECT_NE(e.find("dx"), std::string::npos) << e;
+  a.dx.dtype = DType::fp32;
+  a.dy.view.dtype = DType::fp8_e4m3;
+  e = backend_error_of([&] { checks::conv_backward_data_accumulate(a); });
+  EXPECT_NE(e.find("backend_cuda.conv2d_backward_data_accumulate: dy is fp8_e4m3"),
+            std::string::npos)
+      << e;
+  a.dy.view.dtype = DType::bf16;
+  a.dx = fake(DType::fp32, {8, 16, 12, 64}, 0x10000);  // on dy
+  e = backend_error_of([&] { checks::conv_backward_data_accumulate(a); });
+  EXPECT_NE(e.find("dx"), std::string::npos) << e;
 }
 
 TEST(cuda_layer_checks, WeightGradientMustBeFp32InPytorchLayout) {
