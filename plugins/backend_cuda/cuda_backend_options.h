@@ -52,7 +52,8 @@ inline sdk::OptionSchema cuda_backend_option_schema() {
               "conv_dgrad_accumulate", true,
               "a convolution adds its data gradient into the FP32 sum of a tensor read several "
               "times (convolution facet 1.1; cuDNN's beta = 1 where an engine takes it, else its "
-              "FP32 output and one add); false writes it apart for the host's axpy (the A/B of "
+              "usual dgrad into scratch and one add); false writes it apart for the host's axpy "
+              "(the A/B of "
               "bench/gpu, variant +convaxpy)")};
 }
 

@@ -117,8 +117,11 @@ std::vector<Route> conv_routes(ConvOp op, DType a, DType b, DType out, DType com
     place_output(r, op, out, extra, layout);
     routes.push_back(r);
     if (r.accumulate) {
-      // Where no engine takes beta = 1: the FP32 gradient into scratch, then one add into dx.
+      // Where no engine takes beta = 1: the gradient into scratch, then one add into dx. 16-bit
+      // operands write their own dtype there, the plan and the bits of the overwriting dgrad that
+      // the host's axpy used to add (never more bytes than that path); fp32 ones write fp32.
       r.out_direct = false;
+      if (r.io != DataType::f32) r.out = r.io;
       routes.push_back(r);
     }
   };

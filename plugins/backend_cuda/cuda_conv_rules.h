@@ -21,8 +21,10 @@
 //   dtype, no bias to add before a rounding, not accumulating), else FP32 scratch that one kernel
 //   finishes (bias added, rounded once into the output's dtype, accumulated, or moved back from
 //   the channels-last filter layout). The accumulating data gradient (dx fp32 += ...) offers two
-//   placements per operand route: cuDNN adding into dx itself (beta = 1), then its FP32 output
-//   into scratch and one add.
+//   placements per operand route: cuDNN adding into dx itself (beta = 1, the gradient unrounded),
+//   then its output into scratch and one add: in the operands' 16-bit dtype for 16-bit operands
+//   (the overwriting dgrad's plan, its one rounding, and no more bytes than the host's axpy
+//   path), fp32 for fp32 ones.
 #pragma once
 
 #include <array>

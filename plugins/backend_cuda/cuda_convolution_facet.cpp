@@ -166,9 +166,10 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
         return true;
       }
       if (route.accumulate) {
-        // dx fp32 += the gradient: added by cuDNN (beta = 1), or here from its FP32 scratch.
+        // dx fp32 += the gradient: added by cuDNN (beta = 1), or here from its scratch.
         if (!route.out_direct)
-          check_cuda(kernels::axpy(1.0f, out, Elem::f32, c.out.as<float>(), c.out.numel(), stream),
+          check_cuda(kernels::axpy(1.0f, out, elem_of_io(route.out), c.out.as<float>(),
+                                   c.out.numel(), stream),
                      op, "data gradient add");
         return true;
       }

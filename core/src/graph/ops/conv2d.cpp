@@ -105,10 +105,9 @@ void Conv2dLayer::choose_kernels(sdk::DeviceBackend& backend) {
   accumulate_offered_ = !why.has_value();
   if (why && fusion_on_ && !input_.plain() && !sdk::is_fp8(g))
     ops::log_once("conv2d", "conv2d_backward_data_accumulate",
-                  "the backend cannot add a convolution's input gradient into the FP32 sum of a "
-                  "tensor read several times (node '" +
-                      name_ + "' and the convolutions like it): " + *why +
-                      "; the gradient is written apart and added by an axpy");
+                  "the backend does not add a convolution's input gradient into the FP32 sum "
+                  "of a tensor read several times itself (" +
+                      *why + "): such a gradient is written apart and added by an axpy");
 }
 
 bool Conv2dLayer::can_accumulate_input_gradient(std::size_t k) const {

@@ -147,7 +147,10 @@ class MIXTRAIN_SDK_API ConvolutionFacet : public Facet {
 
   // --- 1.1 ---------------------------------------------------------------------------------------
   // conv2d_backward_data that adds the data gradient into an fp32 dx instead of overwriting it:
-  // dx += (the gradient, accumulated in FP32), never rounded into a narrower dtype first. Why: a
+  // dx += (the gradient, accumulated in FP32), added in FP32. A backend adds it unrounded where
+  // its library can; where it cannot, it may round it once into the 16-bit dtype of 16-bit
+  // operands first (the bits conv2d_backward_data writes there, which the host would otherwise
+  // add), never anything coarser; fp32 operands' gradient is never rounded. Why: a
   // tensor read by several ops has one FP32 gradient (a ResNet block's input, read by its first
   // convolution and by the shortcut); without this the convolution writes its contribution apart
   // and the host adds it in a separate pass over the whole tensor. dy, w, the geometry and compute

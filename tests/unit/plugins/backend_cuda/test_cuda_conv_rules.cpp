@@ -233,7 +233,8 @@ TEST(cuda_conv_rules, WeightGradientIsWrittenDirectlyOnlyInKcrsWithoutAccumulati
 }
 
 // The accumulating data gradient (convolution 1.1): per operand route, cuDNN adding into the fp32
-// dx itself (beta = 1, its own plan key), then its FP32 output into scratch and one add.
+// dx itself (beta = 1, its own plan key), then its output into scratch and one add: the operands'
+// 16-bit dtype for 16-bit operands (the overwriting dgrad's plan), fp32 for fp32 ones.
 TEST(cuda_conv_rules, AccumulatingDataGradientTriesBetaOneThenScratchAndAddPerOperandRoute) {
   const auto g = resnet_like();
   const auto r = conv::conv_routes(conv::ConvOp::backward_data, DType::bf16, DType::bf16,
@@ -242,7 +243,7 @@ TEST(cuda_conv_rules, AccumulatingDataGradientTriesBetaOneThenScratchAndAddPerOp
   const DataType io[] = {DataType::bf16, DataType::bf16, DataType::f32, DataType::f32};
   for (std::size_t i = 0; i < r.size(); ++i) {
     EXPECT_EQ(r[i].io, io[i]) << i;
-    EXPECT_EQ(r[i].out, DataType::f32) << i;
+    EXPECT_EQ(r[i].out, i == 1 ? DataType::bf16 : DataType::f32) << i;
     EXPECT_TRUE(r[i].accumulate) << i;
     EXPECT_EQ(r[i].out_direct, i % 2 == 0) << i;
     EXPECT_EQ(r[i].decode_a, i >= 2) << i;
@@ -254,18 +255,21 @@ TEST(cuda_conv_rules, AccumulatingDataGradientTriesBetaOneThenScratchAndAddPerOp
   EXPECT_NE(conv::route_text(r[0]).find("(beta 1)"), std::string::npos) << conv::route_text(r[0]);
   EXPECT_NE(conv::route_text(r[1]).find("via scratch + add"), std::string::npos)
       << conv::route_text(r[1]);
-  // The scratch route's plan is the overwriting dgrad's into fp32: one cached plan for both.
-  const auto wide = conv::conv_routes(conv::ConvOp::backward_data, DType::bf16, DType::bf16,
-                                      DType::fp32, DType::fp32, false, FilterLayout::krsc);
+  // The 16-bit scratch route's plan is the overwriting dgrad's into bf16 (the step's usual dgrad):
+  // one cached plan for both.
+  const auto usual = conv::conv_routes(conv::ConvOp::backward_data, DType::bf16, DType::bf16,
+                                       DType::bf16, DType::fp32, false, FilterLayout::krsc);
   EXPECT_EQ(conv::plan_key(conv::ConvOp::backward_data, g, r[1], FilterLayout::krsc, 16),
-            conv::plan_key(conv::ConvOp::backward_data, g, wide[0], FilterLayout::krsc, 16));
-  EXPECT_FALSE(wide[0].accumulate);
+            conv::plan_key(conv::ConvOp::backward_data, g, usual[0], FilterLayout::krsc, 16));
+  EXPECT_FALSE(usual[0].accumulate);
+  // Decoded to fp32, the scratch is fp32.
+  EXPECT_EQ(r[3].out, DataType::f32);
   // fp32 operands: as stored, beta 1 then scratch.
   const auto f32 = conv::conv_routes(conv::ConvOp::backward_data, DType::fp32, DType::fp32,
                                      DType::fp32, DType::fp32, true, FilterLayout::kcrs);
   ASSERT_EQ(f32.size(), 2u);
   EXPECT_TRUE(f32[0].out_direct && f32[0].accumulate && !f32[0].tensor_cores);
-  EXPECT_TRUE(!f32[1].out_direct && f32[1].accumulate);
+  EXPECT_TRUE(!f32[1].out_direct && f32[1].accumulate && f32[1].out == DataType::f32);
   // A forward's bias is not an accumulation.
   for (const auto& f : conv::conv_routes(conv::ConvOp::forward, DType::bf16, DType::bf16,
                                          DType::fp32, DType::fp32, true, FilterLayout::krsc))
