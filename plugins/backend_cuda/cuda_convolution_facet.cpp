@@ -219,26 +219,31 @@ void CudaConvolution::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
     no_plan(op, args.geometry, declined);
 }
 
-void CudaConvolution::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) {
-  context_.activate();
-  constexpr const char* op = "conv2d_backward_data";
-  layer_checks::conv_backward_data(args);
+namespace {
+
+// dx = (or, accumulating, dx fp32 +=) the data gradient.
+void backward_data(CudaContext& context, const sdk::Conv2dBackwardDataArgs& args, bool accumulate) {
+  context.activate();
+  if (accumulate)
+    layer_checks::conv_backward_data_accumulate(args);
+  else
+    layer_checks::conv_backward_data(args);
   const ConvCall call{ConvOp::backward_data, &args.geometry, args.dy.view, args.w.view, args.dx,
-                      args.compute,          false,          nullptr};
+                      args.compute,          accumulate,     nullptr};
   std::string declined;
-  if (!run_conv(context_, context_.conv_state(), context_.stream, call, declined))
-    no_plan(op, args.geometry, declined);
+  if (!run_conv(context, context.conv_state(), context.stream, call, declined))
+    no_plan(accumulate ? "conv2d_backward_data_accumulate" : "conv2d_backward_data", args.geometry,
+            declined);
+}
+
+}  // namespace
+
+void CudaConvolution::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) {
+  backward_data(context_, args, false);
 }
 
 void CudaConvolution::conv2d_backward_data_accumulate(const sdk::Conv2dBackwardDataArgs& args) {
-  context_.activate();
-  constexpr const char* op = "conv2d_backward_data_accumulate";
-  layer_checks::conv_backward_data_accumulate(args);
-  const ConvCall call{ConvOp::backward_data, &args.geometry, args.dy.view, args.w.view, args.dx,
-                      args.compute,          true,           nullptr};
-  std::string declined;
-  if (!run_conv(context_, context_.conv_state(), context_.stream, call, declined))
-    no_plan(op, args.geometry, declined);
+  backward_data(context_, args, true);
 }
 
 void CudaConvolution::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) {

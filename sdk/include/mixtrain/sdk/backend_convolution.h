@@ -150,14 +150,14 @@ class MIXTRAIN_SDK_API ConvolutionFacet : public Facet {
   // dx += (the gradient, accumulated in FP32), added in FP32. A backend adds it unrounded where
   // its library can; where it cannot, it may round it once into the 16-bit dtype of 16-bit
   // operands first (the bits conv2d_backward_data writes there, which the host would otherwise
-  // add), never anything coarser; fp32 operands' gradient is never rounded. Why: a
-  // tensor read by several ops has one FP32 gradient (a ResNet block's input, read by its first
-  // convolution and by the shortcut); without this the convolution writes its contribution apart
-  // and the host adds it in a separate pass over the whole tensor. dy, w, the geometry and compute
-  // are conv2d_backward_data's; dx must be fp32 and overlap neither dy nor w
-  // (BackendArgumentChecks::conv2d_backward_data_accumulate). Default: BackendError, and
-  // supports() false; a backend offers it by overriding both (a facet that forwards supports() to
-  // another one forwards this call too).
+  // add), never anything coarser; fp32 operands' gradient is never rounded.
+  // Why: a tensor read by several ops has one FP32 gradient (a ResNet block's input, read by its
+  // first convolution and by the shortcut); without this the convolution writes its contribution
+  // apart and the host adds it in a separate pass over the whole tensor.
+  // dy, w, the geometry and compute are conv2d_backward_data's; dx must be fp32 and overlap
+  // neither dy nor w (BackendArgumentChecks::conv2d_backward_data_accumulate). Default:
+  // BackendError, and supports() false; a backend offers it by overriding both (a facet that
+  // forwards supports() to another one forwards this call too).
   virtual void conv2d_backward_data_accumulate(const Conv2dBackwardDataArgs& args);
 
  protected:
