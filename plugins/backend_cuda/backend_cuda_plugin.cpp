@@ -74,6 +74,7 @@ std::unique_ptr<sdk::Component> create_cuda_backend(const sdk::Options& options,
   cuda.layernorm_backward_one_pass = options.get_bool("layernorm_backward_one_pass");
   cuda.fp8_cast_transpose = options.get_bool("fp8_cast_transpose");
   cuda.conv_dgrad_accumulate = options.get_bool("conv_dgrad_accumulate");
+  cuda.conv_autotune = static_cast<int>(options.get_int("conv_autotune"));
   void* raw = runtime_entry()(&cuda, error, hint, 1024);
   if (raw == nullptr) throw sdk::BackendError(error, hint);
   std::unique_ptr<sdk::Component> backend(static_cast<sdk::DeviceBackend*>(raw));

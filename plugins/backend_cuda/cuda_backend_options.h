@@ -22,6 +22,14 @@ inline sdk::OptionSchema cuda_backend_option_schema() {
               "operands and keep the fastest (like cudnn.benchmark; 8 is a good N)")
               .at_least(0)
               .at_most(64),
+          sdk::OptionSpec::integer(
+              "conv_autotune", 0,
+              "0: every convolution shape runs the first cuDNN engine the search accepts "
+              "(reproducible); N >= 2: at a shape's first run, time the search's first N "
+              "engines on the real operands and keep the fastest (cudnn.benchmark's choice; "
+              "deterministic ones only while deterministic_convolutions is on)")
+              .at_least(0)
+              .at_most(64),
           sdk::OptionSpec::boolean(
               "deterministic_attention", true,
               "flash attention's backward (cuDNN's SDPA) on its deterministic kernels: the same "
@@ -68,6 +76,7 @@ struct CudaOptions {
   bool layernorm_backward_one_pass = true;  // cuda_layer_norm_plan.h
   bool fp8_cast_transpose = true;           // gemm facet 1.6's cast_transpose offered
   bool conv_dgrad_accumulate = true;        // convolution facet 1.1's accumulating dgrad offered
+  int conv_autotune = 0;                    // ConvPlans' candidates timed per key; 0 or 1: off
 };
 
 // The runtime library's entry point: builds a CudaBackend from `options`, or returns null and

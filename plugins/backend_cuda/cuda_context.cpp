@@ -53,7 +53,8 @@ CudaContext::CudaContext(const CudaOptions& options)
       deterministic_convolutions(options.deterministic_convolutions),
       layernorm_backward_one_pass(options.layernorm_backward_one_pass),
       fp8_cast_transpose(options.fp8_cast_transpose),
-      conv_dgrad_accumulate(options.conv_dgrad_accumulate) {
+      conv_dgrad_accumulate(options.conv_dgrad_accumulate),
+      conv_autotune(options.conv_autotune) {
   if (device < 0)
     fail("create", "device = " + std::to_string(device) + " is negative",
          "use a device index >= 0 (0 is the first GPU)");
@@ -272,7 +273,7 @@ ByteUpload& CudaContext::byte_upload(const char* op) {
 #ifdef MIXTRAIN_HAVE_CUDNN
 ConvState& CudaContext::conv_state() {
   if (!conv) {
-    conv = std::make_unique<ConvState>(deterministic_convolutions);
+    conv = std::make_unique<ConvState>(deterministic_convolutions, conv_autotune);
     auto give_back_cache = [this] {
       cudaStreamSynchronize(stream);
       allocator.release_cached();

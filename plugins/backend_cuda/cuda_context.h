@@ -116,6 +116,7 @@ class CudaContext {
   const bool layernorm_backward_one_pass;  // cuda_layer_norm_plan.h
   const bool fp8_cast_transpose;           // the gemm facet offers cast_transpose (1.6)
   const bool conv_dgrad_accumulate;  // the convolution facet offers its accumulating dgrad (1.1)
+  const int conv_autotune;           // candidates ConvPlans times per key (cuda_conv_plans.h)
 
   // --- shared state (declaration order is destruction order, reversed) ---------------------
   cudaStream_t stream = nullptr;  // every op is enqueued on it, in call order

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "cuda_access.h"
+#include "cuda_gemm_autotune.h"
 
 namespace mixtrain::backend_cuda {
 
@@ -289,10 +291,13 @@ ConvPlans::Entry ConvPlans::build(const PlanKey& key, cudnnHandle_t handle, std:
   strict.deterministic = true;
   std::string why;
   // Heuristics per mode, queried when a pass first needs them (the fallback list only when mode A
-  // has no deterministic engine that finalizes).
+  // has no deterministic engine that finalizes, or while autotuning wants more candidates).
   std::array<std::vector<Descriptor>, 2> configs;
   std::array<bool, 2> queried{false, false};
+  const bool tuning = autotune_ >= 2;
+  conv::AutotuneCandidates candidates(autotune_, deterministic_first_);
   for (const conv::SearchPass pass : conv::search_passes(deterministic_first_)) {
+    if (tuning && candidates.full()) break;
     const std::size_t m = pass.fallback_heuristics ? 1 : 0;
     const cudnnBackendHeurMode_t mode = m == 1 ? CUDNN_HEUR_MODE_FALLBACK : CUDNN_HEUR_MODE_A;
     if (!queried[m]) {
@@ -301,6 +306,7 @@ ConvPlans::Entry ConvPlans::build(const PlanKey& key, cudnnHandle_t handle, std:
     }
     policy.deterministic = pass.deterministic;
     for (Descriptor& config : configs[m]) {
+      if (config.get() == nullptr) continue;  // an autotuning candidate of an earlier pass
       std::vector<int> notes;
       std::int64_t index = -1;
       if (!engine_of(config, notes, index)) {
@@ -315,6 +321,7 @@ ConvPlans::Entry ConvPlans::build(const PlanKey& key, cudnnHandle_t handle, std:
         if (!pass.retry_only) why += engine + ": " + refusal + "; ";
         continue;
       }
+      if (tuning && !candidates.wants(pass, engine)) continue;
       auto plan = std::make_unique<Plan>();
       plan->plan = Descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
       Steps ps;
@@ -335,20 +342,121 @@ ConvPlans::Entry ConvPlans::build(const PlanKey& key, cudnnHandle_t handle, std:
       }
       plan->engine = engine + (pass.retry_only ? ", non-deterministic fallback" : "") + ", " +
                      (mode == CUDNN_HEUR_MODE_A ? "heuristics mode A" : "fallback heuristics");
-      // What the plan was built from stays alive with it (the frontend keeps the same chain).
-      plan->keep = std::move(keep);
-      plan->keep.push_back(std::move(graph));
-      plan->keep.push_back(std::move(config));
-      entry.plan = std::move(plan);
-      return entry;
+      if (!tuning) {
+        // What the plan was built from stays alive with it (the frontend keeps the same chain).
+        plan->keep = std::move(keep);
+        plan->keep.push_back(std::move(graph));
+        plan->keep.push_back(std::move(config));
+        entry.plan = std::move(plan);
+        return entry;
+      }
+      candidates.take(pass, engine);
+      if (!entry.plan) {
+        // The first candidate keeps the chain; the others keep their configuration, and live
+        // inside it (destroyed before the graph they were finalized from).
+        plan->keep = std::move(keep);
+        plan->keep.push_back(std::move(config));
+        entry.plan = std::move(plan);
+      } else {
+        plan->keep.push_back(std::move(config));
+        entry.plan->untimed.push_back(std::move(plan));
+      }
+      if (candidates.full()) break;
     }
+  }
+  if (entry.plan) {
+    entry.plan->keep.push_back(std::move(graph));
+    if (entry.plan->untimed.empty()) entry.plan->tuning = "one candidate: nothing to time";
+    return entry;
   }
   entry.why = why.empty() ? "no engine configuration" : why;
   return entry;
 }
 
-const ConvPlans::Plan* ConvPlans::get(const PlanKey& key, cudnnHandle_t handle,
-                                      std::string_view op) {
+std::int64_t ConvPlans::Plan::tuning_workspace() const {
+  std::int64_t bytes = workspace;
+  for (const auto& c : untimed) bytes = std::max(bytes, c->workspace);
+  return bytes;
+}
+
+void ConvPlans::skip_autotune(Plan& plan, std::string why) {
+  plan.untimed.clear();
+  plan.tuning = std::move(why);
+}
+
+void ConvPlans::autotune(Plan& plan, cudnnHandle_t handle, cudaStream_t stream, void* uid1,
+                         void* uid2, void* uid3, void* workspace, std::string_view op) {
+  if (plan.untimed.empty()) return;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
+    skip_autotune(plan, "not autotuned (the stream was being captured)");
+    return;  // timing would break the capture: the first candidate stays
+  }
+  // Candidate 0 is the plan itself; the others follow in the search's order.
+  std::vector<Plan*> all{&plan};
+  for (auto& c : plan.untimed) all.push_back(c.get());
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+    if (start != nullptr) cudaEventDestroy(start);
+    skip_autotune(plan, "not autotuned (no CUDA events)");
+    return;
+  }
+  auto execute = [&](const Plan& p) {
+    try {
+      run(p, handle, uid1, uid2, uid3, workspace, op);
+      return true;
+    } catch (const sdk::BackendError&) {
+      return false;  // an engine that fails at execution is dropped
+    }
+  };
+  // One untimed call each (a first launch may load its kernel), then rounds that time every live
+  // candidate once, interleaved, so a drifting clock touches them alike (as the GEMM engine's).
+  std::vector<bool> live(all.size());
+  for (std::size_t i = 0; i < all.size(); ++i) live[i] = execute(*all[i]);
+  std::vector<std::vector<float>> times(all.size());
+  for (int r = 0; r < rounds_; ++r)
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (!live[i]) continue;
+      float ms = -1.0f;
+      const bool timed = cudaEventRecord(start, stream) == cudaSuccess && execute(*all[i]) &&
+                         cudaEventRecord(stop, stream) == cudaSuccess &&
+                         cudaEventSynchronize(stop) == cudaSuccess &&
+                         cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
+      times[i].push_back(timed ? ms : -1.0f);
+    }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  (void)cudaGetLastError();  // a failed event leaves nothing behind
+  const int pick = pick_autotuned_candidate(times, 0.005f);
+  char text[200];
+  if (pick < 0) {
+    skip_autotune(plan, "autotuning timed no candidate: the first kept");
+    return;
+  }
+  std::snprintf(text, sizeof text, "autotuned over %zu candidates x %d rounds: #%d %.4f ms",
+                all.size(), rounds_, pick,
+                static_cast<double>(autotune_score(times[static_cast<std::size_t>(pick)])));
+  std::string tuned = text;
+  if (pick != 0 && autotune_score(times[0]) >= 0.0f) {
+    std::snprintf(text, sizeof text, ", #0 %.4f ms", static_cast<double>(autotune_score(times[0])));
+    tuned += text;
+  }
+  if (pick > 0) {
+    // The winner's execution plan takes the key's place; its configuration joins the chain the
+    // plan keeps alive, and the old first plan goes with the other candidates.
+    Plan& won = *all[static_cast<std::size_t>(pick)];
+    std::swap(plan.plan, won.plan);
+    plan.workspace = won.workspace;
+    plan.engine = won.engine;
+    for (Descriptor& d : won.keep) plan.keep.push_back(std::move(d));
+    won.keep.clear();
+  }
+  plan.untimed.clear();
+  plan.tuning = tuned;
+}
+
+ConvPlans::Plan* ConvPlans::get(const PlanKey& key, cudnnHandle_t handle, std::string_view op) {
   auto it = entries_.find(key);
   if (it == entries_.end()) it = entries_.emplace(key, build(key, handle, op)).first;
   return it->second.plan.get();
@@ -382,10 +490,11 @@ std::vector<std::string> ConvPlans::report() const {
   std::vector<std::string> lines;
   for (const auto& [key, entry] : entries_) {
     std::string line = conv::key_text(key) + ": ";
-    if (entry.plan)
+    if (entry.plan) {
       line += entry.plan->engine + ", workspace " + std::to_string(entry.plan->workspace) +
               " bytes, runs " + std::to_string(entry.plan->runs);
-    else
+      if (!entry.plan->tuning.empty()) line += "; " + entry.plan->tuning;
+    } else
       line += "declined: " + entry.why;
     lines.push_back(std::move(line));
   }

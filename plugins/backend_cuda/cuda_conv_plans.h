@@ -14,6 +14,14 @@
 //   (conv::search_passes), unless the backend option deterministic_convolutions = false asks for
 //   mode A's order whatever the determinism. A key no configuration serves is cached as declined
 //   (nullptr), with each configuration's reason.
+// - Autotuning (the backend option conv_autotune = N >= 2, like cudnn.benchmark): the search goes
+//   on past the first plan and keeps up to N finalized candidates (conv::AutotuneCandidates:
+//   in its order, each engine once, never a non-deterministic one beside a deterministic one
+//   unless deterministic_convolutions = false). The first run of the key times them
+//   (autotune(): one untimed call each, then `rounds` rounds timing each once with CUDA events,
+//   the median compared by pick_autotuned_candidate with a 0.5% tolerance for the earlier one),
+//   and the plan keeps the fastest from then on; report() says what was measured. Not while the
+//   stream is being captured, nor without the memory to time in: the first candidate stays.
 // - run() executes a plan with a variant pack: uid 1 = x / dx, 2 = w / dw, 3 = y / dy; the
 //   caller provides at least plan.workspace bytes of workspace.
 // - report() lists every key: its engine (global index, notes), workspace, runs, or why it was
@@ -38,7 +46,9 @@ class ConvPlans {
  public:
   // deterministic_first: conv::search_passes' order (the backend option
   // deterministic_convolutions).
-  explicit ConvPlans(bool deterministic_first = true) : deterministic_first_(deterministic_first) {}
+  // autotune: the backend option conv_autotune (0 or 1: the first plan the search finds).
+  explicit ConvPlans(bool deterministic_first = true, int autotune = 0)
+      : deterministic_first_(deterministic_first), autotune_(autotune) {}
 
   struct Plan {
     // The descriptors the plan was built from (tensors, convolution, operation, operation graph,
@@ -48,11 +58,23 @@ class ConvPlans {
     std::int64_t workspace = 0;
     std::string engine;  // "engine 12 (TENSOR_CORE), deterministic"
     std::int64_t runs = 0;
+    // Autotuning's other candidates, until the key's first run times them; then empty.
+    std::vector<std::unique_ptr<Plan>> untimed;
+    std::string tuning;  // what autotuning measured (report())
+    // The workspace every candidate fits in.
+    std::int64_t tuning_workspace() const;
   };
 
-  const Plan* get(const conv::PlanKey& key, cudnnHandle_t handle, std::string_view op);
+  Plan* get(const conv::PlanKey& key, cudnnHandle_t handle, std::string_view op);
   void run(const Plan& plan, cudnnHandle_t handle, void* uid1, void* uid2, void* uid3,
            void* workspace, std::string_view op);
+  // Times `plan`'s candidates on these pointers (the output's may be a scratch: a beta = 1 plan
+  // adds into it at every call) with `workspace` of at least plan.tuning_workspace() bytes, and
+  // keeps the fastest in `plan`. Does nothing without candidates.
+  void autotune(Plan& plan, cudnnHandle_t handle, cudaStream_t stream, void* uid1, void* uid2,
+                void* uid3, void* workspace, std::string_view op);
+  // Marks a plan's candidates as left untimed (`why` goes to the report): the first one runs.
+  static void skip_autotune(Plan& plan, std::string why);
   // Why the last declined key was declined (each engine configuration's reason).
   const std::string& declined(const conv::PlanKey& key) const;
   std::vector<std::string> report() const;
@@ -66,13 +88,15 @@ class ConvPlans {
   Entry build(const conv::PlanKey& key, cudnnHandle_t handle, std::string_view op);
   std::unordered_map<conv::PlanKey, Entry, conv::PlanKeyHash> entries_;
   bool deterministic_first_ = true;
+  int autotune_ = 0;
+  int rounds_ = 3;
 };
 
 // The backend's convolution state, created on the first convolution: the cuDNN handle, the plans,
 // and grow-only scratch (cuDNN's workspace, decoded operands, the channels-last weights, FP32
 // outputs before their finish).
 struct ConvState {
-  explicit ConvState(bool deterministic_first) : plans(deterministic_first) {}
+  ConvState(bool deterministic_first, int autotune) : plans(deterministic_first, autotune) {}
   CudnnHandle handle;
   ConvPlans plans;
   DeviceScratch workspace, a, b, out;

@@ -1,6 +1,7 @@
 // The convolution's host-side rules (contract in the header).
 #include "cuda_conv_rules.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
@@ -215,6 +216,18 @@ std::string key_text(const PlanKey& k) {
          data_type_text(k.out) + ", filter " + layout_text(k.layout) +
          (k.tensor_cores ? ", tensor cores" : ", no tf32") + ", align " + i(k.alignment) +
          (k.beta_one ? ", beta 1" : "");
+}
+
+bool AutotuneCandidates::wants(const SearchPass& pass, const std::string& engine) const {
+  if (full()) return false;
+  if (deterministic_first_ && deterministic_found_ && !pass.deterministic) return false;
+  return std::find(engines_.begin(), engines_.end(), engine) == engines_.end();
+}
+
+void AutotuneCandidates::take(const SearchPass& pass, const std::string& engine) {
+  if (!wants(pass, engine)) return;
+  engines_.push_back(engine);
+  deterministic_found_ = deterministic_found_ || pass.deterministic;
 }
 
 std::vector<SearchPass> search_passes(bool deterministic_first) {

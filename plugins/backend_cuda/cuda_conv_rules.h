@@ -137,6 +137,29 @@ struct SearchPass {
   bool retry_only = false;  // only engines a deterministic pass refused as non-deterministic
 };
 std::vector<SearchPass> search_passes(bool deterministic_first = true);
+// Autotuning's candidates (the backend option conv_autotune = N >= 2): the engine
+// configurations a plan search accepts, in its order, up to N, each engine once. With
+// deterministic_first, once a deterministic pass has given a candidate, the non-deterministic
+// passes give none: autotuning never trades determinism for speed (deterministic_convolutions =
+// false lets them all compete). wants() is asked for each configuration a pass accepts (its
+// engine's text, "engine 12 (TENSOR_CORE)") before it is finalized, take() once it finalized;
+// full() ends the search.
+class AutotuneCandidates {
+ public:
+  AutotuneCandidates(int wanted, bool deterministic_first)
+      : wanted_(wanted < 1 ? 1 : wanted), deterministic_first_(deterministic_first) {}
+  bool wants(const SearchPass& pass, const std::string& engine) const;
+  void take(const SearchPass& pass, const std::string& engine);
+  bool full() const { return static_cast<int>(engines_.size()) >= wanted_; }
+  std::size_t size() const { return engines_.size(); }
+
+ private:
+  int wanted_;
+  bool deterministic_first_;
+  bool deterministic_found_ = false;
+  std::vector<std::string> engines_;
+};
+
 // Empty when an engine with these notes (cudnnBackendNumericalNote_t values) is allowed, else
 // why not ("TENSOR_CORE on fp32 data: TF32 not allowed").
 std::string engine_refusal(std::span<const int> notes, const NumericsPolicy& policy);

@@ -18,6 +18,7 @@
 // divisor must follow count_include_pad; a gather kernel does both in one pass at bandwidth,
 // deterministically (no atomics).
 #include <algorithm>
+#include <array>
 #include <climits>
 
 #include "cuda_access.h"
@@ -111,7 +112,7 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
       const conv::PlanKey key =
           conv::plan_key(c.op, g, route, layout, conv::common_alignment({pa, pb, po}));
       cudnnHandle_t handle = st.handle.get(stream, op);
-      const ConvPlans::Plan* plan = st.plans.get(key, handle, op);
+      ConvPlans::Plan* plan = st.plans.get(key, handle, op);
       if (plan == nullptr) {
         declined += "[" + conv::route_text(route) + ", filter " + conv::layout_text(layout) + "] " +
                     st.plans.declined(key) + " ";
@@ -140,22 +141,39 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
       void* out = route.out_direct
                       ? c.out.data
                       : st.out.get(static_cast<std::size_t>(c.out.numel()) * 4, stream, op);
+      // uid 1 = x / dx, 2 = w / dw, 3 = y / dy.
+      const std::size_t out_uid = c.op == ConvOp::forward         ? 2
+                                  : c.op == ConvOp::backward_data ? 0
+                                                                  : 1;
+      std::array<void*, 3> uids{};
+      uids[out_uid] = out;
+      uids[c.op == ConvOp::backward_data ? 2 : 0] = a;     // x, or dy for backward data
+      uids[c.op == ConvOp::backward_weights ? 2 : 1] = b;  // w, or dy for backward weights
+      if (!plan->untimed.empty()) {
+        // conv_autotune: the key's first run times its candidates (cuda_conv_plans.h). A beta = 1
+        // plan adds into its output at every call, so it is timed on a scratch output.
+        try {
+          void* tune_ws = st.workspace.get(
+              static_cast<std::size_t>(std::max<std::int64_t>(1, plan->tuning_workspace())), stream,
+              op);
+          std::array<void*, 3> tune = uids;
+          if (key.beta_one) {
+            const std::size_t bytes = static_cast<std::size_t>(c.out.numel()) * 4;
+            tune[out_uid] = st.out.get(bytes, stream, op);
+            check_cuda(cudaMemsetAsync(tune[out_uid], 0, bytes, stream), op,
+                       "autotuning's scratch output");
+          }
+          context.account_buffers();
+          st.plans.autotune(*plan, handle, stream, tune[0], tune[1], tune[2], tune_ws, op);
+        } catch (const sdk::BackendError&) {
+          ConvPlans::skip_autotune(*plan, "not autotuned (no device memory to time in)");
+        }
+      }
       void* ws = plan->workspace > 0
                      ? st.workspace.get(static_cast<std::size_t>(plan->workspace), stream, op)
                      : nullptr;
       context.account_buffers();
-      // uid 1 = x / dx, 2 = w / dw, 3 = y / dy.
-      switch (c.op) {
-        case ConvOp::forward:
-          st.plans.run(*plan, handle, a, b, out, ws, op);
-          break;
-        case ConvOp::backward_data:
-          st.plans.run(*plan, handle, out, b, a, ws, op);
-          break;
-        case ConvOp::backward_weights:
-          st.plans.run(*plan, handle, a, out, b, ws, op);
-          break;
-      }
+      st.plans.run(*plan, handle, uids[0], uids[1], uids[2], ws, op);
       // The output's finish.
       if (c.op == ConvOp::backward_weights) {
         if (!route.out_direct)

@@ -123,6 +123,45 @@ TEST(cuda_conv_rules, WithoutDeterminismModeAsOrderWins) {
   EXPECT_FALSE(conv::engine_allowed(narrow, {false, false, false}));
 }
 
+// conv_autotune's candidates: in the search's order, each engine once, up to N; with
+// deterministic_first, no non-deterministic engine once a deterministic pass has given one, but
+// the retry passes' engines where none did; without it, every pass's.
+TEST(cuda_conv_rules, AutotuneCandidatesKeepTheSearchOrderAndItsDeterminism) {
+  const auto passes = conv::search_passes(true);  // A det, fallback det, A retry, fallback retry
+  conv::AutotuneCandidates tune(3, true);
+  EXPECT_TRUE(tune.wants(passes[0], "engine 1"));
+  tune.take(passes[0], "engine 1");
+  EXPECT_FALSE(tune.wants(passes[1], "engine 1")) << "the fallback list repeats an engine";
+  tune.take(passes[1], "engine 1");
+  EXPECT_EQ(tune.size(), 1u);
+  tune.take(passes[1], "engine 7");
+  EXPECT_FALSE(tune.wants(passes[2], "engine 9")) << "a non-deterministic engine beside them";
+  tune.take(passes[2], "engine 9");
+  EXPECT_EQ(tune.size(), 2u);
+  EXPECT_FALSE(tune.full());
+  tune.take(passes[1], "engine 8");
+  EXPECT_TRUE(tune.full());
+  EXPECT_FALSE(tune.wants(passes[0], "engine 2")) << "N reached";
+
+  // No deterministic engine anywhere: the retry passes' engines compete among themselves.
+  conv::AutotuneCandidates fallback(4, true);
+  fallback.take(passes[2], "engine 3");
+  EXPECT_TRUE(fallback.wants(passes[3], "engine 4"));
+
+  // deterministic_convolutions = false: every pass's engines.
+  const auto free_passes = conv::search_passes(false);
+  conv::AutotuneCandidates any(2, false);
+  any.take(free_passes[0], "engine 5");
+  EXPECT_TRUE(any.wants(free_passes[1], "engine 6"));
+  any.take(free_passes[1], "engine 6");
+  EXPECT_TRUE(any.full());
+
+  // N below 2 asks for one: the first plan the search finds, as without autotuning.
+  conv::AutotuneCandidates one(0, true);
+  one.take(passes[0], "engine 1");
+  EXPECT_TRUE(one.full());
+}
+
 // --- descriptors
 // -----------------------------------------------------------------------------------
 
