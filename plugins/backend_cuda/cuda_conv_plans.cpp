@@ -454,6 +454,7 @@ void ConvPlans::autotune(Plan& plan, cudnnHandle_t handle, cudaStream_t stream, 
   }
   plan.untimed.clear();
   plan.tuning = tuned;
+  plan.runs = 0;  // the timing calls are not the model's
 }
 
 ConvPlans::Plan* ConvPlans::get(const PlanKey& key, cudnnHandle_t handle, std::string_view op) {

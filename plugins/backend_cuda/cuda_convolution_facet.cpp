@@ -149,6 +149,10 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
       uids[out_uid] = out;
       uids[c.op == ConvOp::backward_data ? 2 : 0] = a;     // x, or dy for backward data
       uids[c.op == ConvOp::backward_weights ? 2 : 1] = b;  // w, or dy for backward weights
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      if (!plan->untimed.empty() && (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+                                     capture != cudaStreamCaptureStatusNone))
+        ConvPlans::skip_autotune(*plan, "not autotuned (the stream was being captured)");
       if (!plan->untimed.empty()) {
         // conv_autotune: the key's first run times its candidates (cuda_conv_plans.h). A beta = 1
         // plan adds into its output at every call, so it is timed on a scratch output.

@@ -125,6 +125,19 @@ void convolutions_match_the_cpu(CudaBackend& gpu, backend_cpu::CpuBackend& cpu) 
         d.dx = dxc;
         sdk::facet<sdk::ConvolutionFacet>(cpu)->conv2d_backward_data(d);
         expect_close_norm(dxg.get(), dxc.get(), tol, "dgrad " + what);
+        // backward data into an fp32 sum (convolution 1.1; the CPU's implementation, which it
+        // does not offer, is the reference)
+        const auto sum0 = random_values(static_cast<std::size_t>(xs.numel()), 5);
+        Tensor sumg(gpu, DType::fp32, xs, sum0), sumc(cpu, DType::fp32, xs, sum0);
+        d.dy = {dyg, false, 1.0f};
+        d.w = {wg, false, 1.0f};
+        d.dx = sumg;
+        facet_of<sdk::ConvolutionFacet>(gpu).conv2d_backward_data_accumulate(d);
+        d.dy = {dyc, false, 1.0f};
+        d.w = {wc, false, 1.0f};
+        d.dx = sumc;
+        sdk::facet<sdk::ConvolutionFacet>(cpu)->conv2d_backward_data_accumulate(d);
+        expect_close_norm(sumg.get(), sumc.get(), tol, "dgrad into a sum " + what);
         // backward weights, twice: overwrite then accumulate
         Tensor dwg(gpu, DType::fp32, ws), dwc(cpu, DType::fp32, ws);
         Tensor dbg(gpu, DType::fp32, Shape{g.out_channels}),
@@ -183,6 +196,19 @@ TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
 TEST_F(backend_cuda_layers, Conv2dWithoutDeterminismMatchesTheCpuToo) {
   CudaBackend fastest(CudaOptions{.device = 0, .deterministic_convolutions = false});
   convolutions_match_the_cpu(fastest, cpu());
+}
+
+// conv_autotune = 4: every shape's fastest of its first 4 engines, within the same bounds; each
+// plan's report line says what was measured.
+TEST_F(backend_cuda_layers, Conv2dWithAutotuningMatchesTheCpuAndReportsItsTimings) {
+  CudaBackend tuned(CudaOptions{.device = 0, .conv_autotune = 4});
+  convolutions_match_the_cpu(tuned, cpu());
+  for (const auto& line : tuned.conv_plan_report()) {
+    if (line.find("declined") != std::string::npos) continue;
+    EXPECT_TRUE(line.find("autotuned over") != std::string::npos ||
+                line.find("one candidate") != std::string::npos)
+        << line;
+  }
 }
 
 TEST_F(backend_cuda_layers, Fp32ComputeRunsNoTensorCoreEngine) {
