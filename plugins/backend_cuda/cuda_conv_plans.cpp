@@ -245,8 +245,10 @@ std::vector<Descriptor> heuristic_configs(const Descriptor& graph, cudnnBackendH
   return configs;
 }
 
-// The numerical notes and global index of a configuration's engine.
-bool engine_of(const Descriptor& config, std::vector<int>& notes, std::int64_t& index) {
+// The numerical notes and global index of a configuration's engine, and whether cuDNN compiles
+// it at run time (its behavior notes).
+bool engine_of(const Descriptor& config, std::vector<int>& notes, std::int64_t& index,
+               bool& runtime_compiled) {
   Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t raw = engine.get();
   std::int64_t n = 0;
@@ -263,6 +265,14 @@ bool engine_of(const Descriptor& config, std::vector<int>& notes, std::int64_t& 
     notes.push_back(static_cast<int>(buf[static_cast<std::size_t>(i)]));
   index = -1;
   (void)engine.get(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index);
+  std::array<cudnnBackendBehaviorNote_t, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT> behavior{};
+  n = 0;
+  runtime_compiled = false;
+  if (engine.get(CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                 CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &n, behavior.data()) == CUDNN_STATUS_SUCCESS)
+    for (std::int64_t i = 0; i < n && i < CUDNN_BEHAVIOR_NOTE_TYPE_COUNT; ++i)
+      runtime_compiled = runtime_compiled || behavior[static_cast<std::size_t>(i)] ==
+                                                 CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
   return true;
 }
 
@@ -309,7 +319,8 @@ ConvPlans::Entry ConvPlans::build(const PlanKey& key, cudnnHandle_t handle, std:
       if (config.get() == nullptr) continue;  // an autotuning candidate of an earlier pass
       std::vector<int> notes;
       std::int64_t index = -1;
-      if (!engine_of(config, notes, index)) {
+      bool compiled = false;
+      if (!engine_of(config, notes, index, compiled)) {
         if (!pass.retry_only) why += "an engine configuration without a readable engine; ";
         continue;
       }
@@ -321,7 +332,7 @@ ConvPlans::Entry ConvPlans::build(const PlanKey& key, cudnnHandle_t handle, std:
         if (!pass.retry_only) why += engine + ": " + refusal + "; ";
         continue;
       }
-      if (tuning && !candidates.wants(pass, engine)) continue;
+      if (tuning && !candidates.wants(pass, engine, compiled)) continue;
       auto plan = std::make_unique<Plan>();
       plan->plan = Descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
       Steps ps;

@@ -218,8 +218,10 @@ std::string key_text(const PlanKey& k) {
          (k.beta_one ? ", beta 1" : "");
 }
 
-bool AutotuneCandidates::wants(const SearchPass& pass, const std::string& engine) const {
+bool AutotuneCandidates::wants(const SearchPass& pass, const std::string& engine,
+                               bool runtime_compiled) const {
   if (full()) return false;
+  if (runtime_compiled && !engines_.empty()) return false;
   if (deterministic_first_ && deterministic_found_ && !pass.deterministic) return false;
   return std::find(engines_.begin(), engines_.end(), engine) == engines_.end();
 }

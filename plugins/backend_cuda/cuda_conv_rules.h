@@ -141,14 +141,18 @@ std::vector<SearchPass> search_passes(bool deterministic_first = true);
 // configurations a plan search accepts, in its order, up to N, each engine once. With
 // deterministic_first, once a deterministic pass has given a candidate, the non-deterministic
 // passes give none: autotuning never trades determinism for speed (deterministic_convolutions =
-// false lets them all compete). wants() is asked for each configuration a pass accepts (its
-// engine's text, "engine 12 (TENSOR_CORE)") before it is finalized, take() once it finalized;
-// full() ends the search.
+// false lets them all compete). An engine cuDNN compiles at run time (its behavior note
+// RUNTIME_COMPILATION) joins only as the first candidate, which the search would take anyway:
+// compiling more of them could cost seconds per shape, more than a choice at one shape's first
+// run can win back. wants() is asked for each configuration a pass accepts (its engine's text,
+// "engine 12 (TENSOR_CORE)") before it is finalized, take() once it finalized; full() ends the
+// search.
 class AutotuneCandidates {
  public:
   AutotuneCandidates(int wanted, bool deterministic_first)
       : wanted_(wanted < 1 ? 1 : wanted), deterministic_first_(deterministic_first) {}
-  bool wants(const SearchPass& pass, const std::string& engine) const;
+  bool wants(const SearchPass& pass, const std::string& engine,
+             bool runtime_compiled = false) const;
   void take(const SearchPass& pass, const std::string& engine);
   bool full() const { return static_cast<int>(engines_.size()) >= wanted_; }
   std::size_t size() const { return engines_.size(); }

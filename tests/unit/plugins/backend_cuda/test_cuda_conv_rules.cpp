@@ -125,7 +125,8 @@ TEST(cuda_conv_rules, WithoutDeterminismModeAsOrderWins) {
 
 // conv_autotune's candidates: in the search's order, each engine once, up to N; with
 // deterministic_first, no non-deterministic engine once a deterministic pass has given one, but
-// the retry passes' engines where none did; without it, every pass's.
+// the retry passes' engines where none did; without it, every pass's; a runtime-compiled engine
+// only first.
 TEST(cuda_conv_rules, AutotuneCandidatesKeepTheSearchOrderAndItsDeterminism) {
   const auto passes = conv::search_passes(true);  // A det, fallback det, A retry, fallback retry
   conv::AutotuneCandidates tune(3, true);
@@ -155,6 +156,13 @@ TEST(cuda_conv_rules, AutotuneCandidatesKeepTheSearchOrderAndItsDeterminism) {
   EXPECT_TRUE(any.wants(free_passes[1], "engine 6"));
   any.take(free_passes[1], "engine 6");
   EXPECT_TRUE(any.full());
+
+  // An engine cuDNN compiles at run time: the first candidate only.
+  conv::AutotuneCandidates compiled(4, true);
+  EXPECT_TRUE(compiled.wants(passes[0], "engine 30", true));
+  compiled.take(passes[0], "engine 30");
+  EXPECT_FALSE(compiled.wants(passes[0], "engine 31", true));
+  EXPECT_TRUE(compiled.wants(passes[0], "engine 32", false));
 
   // N below 2 asks for one: the first plan the search finds, as without autotuning.
   conv::AutotuneCandidates one(0, true);
