@@ -7,12 +7,12 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "cuda_access.h"
+#include "cuda_candidate_timing.h"
 #include "cuda_gemm_autotune.h"
 
 namespace mixtrain::backend_cuda {
@@ -398,61 +398,28 @@ void ConvPlans::skip_autotune(Plan& plan, std::string why) {
 void ConvPlans::autotune(Plan& plan, cudnnHandle_t handle, cudaStream_t stream, void* uid1,
                          void* uid2, void* uid3, void* workspace, std::string_view op) {
   if (plan.untimed.empty()) return;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone) {
-    skip_autotune(plan, "not autotuned (the stream was being captured)");
-    return;  // timing would break the capture: the first candidate stays
-  }
   // Candidate 0 is the plan itself; the others follow in the search's order.
   std::vector<Plan*> all{&plan};
   for (auto& c : plan.untimed) all.push_back(c.get());
-  cudaEvent_t start = nullptr, stop = nullptr;
-  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
-    if (start != nullptr) cudaEventDestroy(start);
-    skip_autotune(plan, "not autotuned (no CUDA events)");
-    return;
-  }
-  auto execute = [&](const Plan& p) {
+  const auto measured = time_candidates(stream, all.size(), rounds_, [&](std::size_t i) {
     try {
-      run(p, handle, uid1, uid2, uid3, workspace, op);
+      run(*all[i], handle, uid1, uid2, uid3, workspace, op);
       return true;
     } catch (const sdk::BackendError&) {
       return false;  // an engine that fails at execution is dropped
     }
-  };
-  // One untimed call each (a first launch may load its kernel), then rounds that time every live
-  // candidate once, interleaved, so a drifting clock touches them alike (as the GEMM engine's).
-  std::vector<bool> live(all.size());
-  for (std::size_t i = 0; i < all.size(); ++i) live[i] = execute(*all[i]);
-  std::vector<std::vector<float>> times(all.size());
-  for (int r = 0; r < rounds_; ++r)
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      if (!live[i]) continue;
-      float ms = -1.0f;
-      const bool timed = cudaEventRecord(start, stream) == cudaSuccess && execute(*all[i]) &&
-                         cudaEventRecord(stop, stream) == cudaSuccess &&
-                         cudaEventSynchronize(stop) == cudaSuccess &&
-                         cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
-      times[i].push_back(timed ? ms : -1.0f);
-    }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  (void)cudaGetLastError();  // a failed event leaves nothing behind
+  });
+  if (!measured) {
+    skip_autotune(plan, "not autotuned (no CUDA events)");
+    return;
+  }
+  const std::vector<std::vector<float>>& times = *measured;
   const int pick = pick_autotuned_candidate(times, 0.005f);
-  char text[200];
   if (pick < 0) {
     skip_autotune(plan, "autotuning timed no candidate: the first kept");
     return;
   }
-  std::snprintf(text, sizeof text, "autotuned over %zu candidates x %d rounds: #%d %.4f ms",
-                all.size(), rounds_, pick,
-                static_cast<double>(autotune_score(times[static_cast<std::size_t>(pick)])));
-  std::string tuned = text;
-  if (pick != 0 && autotune_score(times[0]) >= 0.0f) {
-    std::snprintf(text, sizeof text, ", #0 %.4f ms", static_cast<double>(autotune_score(times[0])));
-    tuned += text;
-  }
+  const std::string tuned = autotune_summary(times, pick, rounds_);
   if (pick > 0) {
     // The winner's execution plan takes the key's place; its configuration joins the chain the
     // plan keeps alive, and the old first plan goes with the other candidates.

@@ -21,7 +21,9 @@
 //   (autotune(): one untimed call each, then `rounds` rounds timing each once with CUDA events,
 //   the median compared by pick_autotuned_candidate with a 0.5% tolerance for the earlier one),
 //   and the plan keeps the fastest from then on; report() says what was measured. Not while the
-//   stream is being captured, nor without the memory to time in: the first candidate stays.
+//   stream is being captured, nor without the memory to time in: the first candidate stays
+//   (the caller's checks, skip_autotune). The measurement is cuda_candidate_timing.h's, shared
+//   with the GEMM engine.
 // - run() executes a plan with a variant pack: uid 1 = x / dx, 2 = w / dw, 3 = y / dy; the
 //   caller provides at least plan.workspace bytes of workspace.
 // - report() lists every key: its engine (global index, notes), workspace, runs, or why it was
@@ -70,7 +72,8 @@ class ConvPlans {
            void* workspace, std::string_view op);
   // Times `plan`'s candidates on these pointers (the output's may be a scratch: a beta = 1 plan
   // adds into it at every call) with `workspace` of at least plan.tuning_workspace() bytes, and
-  // keeps the fastest in `plan`. Does nothing without candidates.
+  // keeps the fastest in `plan`. Does nothing without candidates. Not during a stream capture:
+  // the caller checks that (stream_capturing) before it asks for the memory to time in.
   void autotune(Plan& plan, cudnnHandle_t handle, cudaStream_t stream, void* uid1, void* uid2,
                 void* uid3, void* workspace, std::string_view op);
   // Marks a plan's candidates as left untimed (`why` goes to the report): the first one runs.

@@ -23,14 +23,15 @@
 
 #include "cuda_access.h"
 #include "cuda_activation.h"
+#include "cuda_candidate_timing.h"
 #include "cuda_cast_fill.h"
 #include "cuda_conv_plans.h"
 #include "cuda_conv_rules.h"
 #include "cuda_convolution.h"
 #include "cuda_convolution_facet.h"
-#include "mixtrain/sdk/support/facet_registry.h"
 #include "cuda_gemm_kernels.h"
 #include "cuda_layer_checks.h"
+#include "mixtrain/sdk/support/facet_registry.h"
 
 namespace mixtrain::backend_cuda {
 
@@ -149,9 +150,7 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
       uids[out_uid] = out;
       uids[c.op == ConvOp::backward_data ? 2 : 0] = a;     // x, or dy for backward data
       uids[c.op == ConvOp::backward_weights ? 2 : 1] = b;  // w, or dy for backward weights
-      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-      if (!plan->untimed.empty() && (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-                                     capture != cudaStreamCaptureStatusNone))
+      if (!plan->untimed.empty() && stream_capturing(stream))
         ConvPlans::skip_autotune(*plan, "not autotuned (the stream was being captured)");
       if (!plan->untimed.empty()) {
         // conv_autotune: the key's first run times its candidates (cuda_conv_plans.h). A beta = 1

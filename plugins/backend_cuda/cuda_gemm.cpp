@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstdio>
 #include <functional>
 #include <utility>
 #include <vector>
 
 #include "cuda_access.h"
 #include "cuda_activation.h"
+#include "cuda_candidate_timing.h"
 #include "cuda_cast_fill.h"
 #include "cuda_gemm_autotune.h"
 #include "cuda_gemm_kernels.h"
@@ -363,40 +363,18 @@ std::vector<std::string> GemmEngine::plan_report() const {
 void GemmEngine::autotune(Plan& plan, void* out, const TimedMatmul& matmul) {
   std::vector<cublasLtMatmulHeuristicResult_t> candidates = std::move(plan.untimed);
   plan.untimed.clear();
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone) {
+  if (stream_capturing(stream_)) {
     plan.tuning = "not autotuned (the stream was being captured)";
     return;  // timing would break the capture: the heuristic's first choice stays
   }
-  cudaEvent_t start = nullptr, stop = nullptr;
-  if (cudaEventCreate(&start) != cudaSuccess) return;
-  if (cudaEventCreate(&stop) != cudaSuccess) {
-    cudaEventDestroy(start);
-    return;
-  }
-  // One untimed call per candidate (its first launch may load the kernel; a candidate cuBLASLt
-  // declines is dropped here), then rounds that time every remaining candidate once each, so a
-  // clock drifting over the tuning (heat, power) touches every candidate alike.
-  std::vector<std::vector<float>> times(candidates.size());
-  std::vector<bool> live(candidates.size(), false);
-  for (std::size_t i = 0; i < candidates.size(); ++i)
-    live[i] = candidates[i].workspaceSize <= tuning_.workspace_bytes &&
-              matmul(candidates[i].algo, out) == CUBLAS_STATUS_SUCCESS;
-  for (int r = 0; r < tuning_.autotune_rounds; ++r)
-    for (std::size_t i = 0; i < candidates.size(); ++i) {
-      if (!live[i]) continue;
-      float ms = -1.0f;
-      const bool timed = cudaEventRecord(start, stream_) == cudaSuccess &&
-                         matmul(candidates[i].algo, out) == CUBLAS_STATUS_SUCCESS &&
-                         cudaEventRecord(stop, stream_) == cudaSuccess &&
-                         cudaEventSynchronize(stop) == cudaSuccess &&
-                         cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
-      times[i].push_back(timed ? ms : -1.0f);
-    }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  (void)cudaGetLastError();  // a failed event or declined call leaves nothing behind
+  // A candidate cuBLASLt declines, or whose workspace is too large, is dropped at its untimed call.
+  const auto measured =
+      time_candidates(stream_, candidates.size(), tuning_.autotune_rounds, [&](std::size_t i) {
+        return candidates[i].workspaceSize <= tuning_.workspace_bytes &&
+               matmul(candidates[i].algo, out) == CUBLAS_STATUS_SUCCESS;
+      });
+  if (!measured) return;
+  const std::vector<std::vector<float>>& times = *measured;
   const int pick = pick_autotuned_candidate(times, tuning_.autotune_tolerance);
   if (pick < 0) {
     plan.tuning = "autotuning timed no candidate: heuristic result 0 kept";
@@ -406,15 +384,7 @@ void GemmEngine::autotune(Plan& plan, void* out, const TimedMatmul& matmul) {
   plan.algo = candidates[chosen].algo;
   plan.algo_workspace = candidates[chosen].workspaceSize;
   plan.candidate = pick;
-  char text[160];
-  std::snprintf(text, sizeof text, "autotuned over %zu candidates x %d rounds: #%d %.4f ms",
-                candidates.size(), tuning_.autotune_rounds, pick,
-                static_cast<double>(autotune_score(times[chosen])));
-  plan.tuning = text;
-  if (pick != 0 && autotune_score(times[0]) >= 0.0f) {
-    std::snprintf(text, sizeof text, ", #0 %.4f ms", static_cast<double>(autotune_score(times[0])));
-    plan.tuning += text;
-  }
+  plan.tuning = autotune_summary(times, pick, tuning_.autotune_rounds);
 }
 
 GemmEngine::Operand GemmEngine::decoded(const Operand& in, DType to,

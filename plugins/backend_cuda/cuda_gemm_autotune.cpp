@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace mixtrain::backend_cuda {
 
@@ -28,6 +29,19 @@ int pick_autotuned_candidate(std::span<const std::vector<float>> times, float to
     }
   }
   return best;
+}
+
+std::string autotune_summary(std::span<const std::vector<float>> times, int pick, int rounds) {
+  char text[160];
+  std::snprintf(text, sizeof text, "autotuned over %zu candidates x %d rounds: #%d %.4f ms",
+                times.size(), rounds, pick,
+                static_cast<double>(autotune_score(times[static_cast<std::size_t>(pick)])));
+  std::string summary = text;
+  if (pick != 0 && autotune_score(times[0]) >= 0.0f) {
+    std::snprintf(text, sizeof text, ", #0 %.4f ms", static_cast<double>(autotune_score(times[0])));
+    summary += text;
+  }
+  return summary;
 }
 
 }  // namespace mixtrain::backend_cuda

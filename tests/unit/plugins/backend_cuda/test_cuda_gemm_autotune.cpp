@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "cuda_gemm_autotune.h"
@@ -70,6 +71,18 @@ TEST(cuda_gemm_autotune, ANearTieWithinTheToleranceKeepsTheEarlierCandidate) {
   // A nonsensical tolerance is treated as 0.
   EXPECT_EQ(pick(near, -1.0f), 1);
   EXPECT_EQ(pick(near, std::numeric_limits<float>::quiet_NaN()), 1);
+}
+
+// The report line both autotuners (GEMM and convolution) write after tuning.
+TEST(cuda_gemm_autotune, TheSummaryNamesTheChoiceAndTheFirstCandidateItBeat) {
+  const Times t{{0.12f, 0.13f, 0.11f}, {0.09f, 0.08f, 0.10f}, {}};
+  EXPECT_EQ(autotune_summary(t, 1, 3),
+            "autotuned over 3 candidates x 3 rounds: #1 0.0900 ms, #0 0.1200 ms");
+  EXPECT_EQ(autotune_summary(t, 0, 3), "autotuned over 3 candidates x 3 rounds: #0 0.1200 ms");
+  // A first candidate without a score is not quoted.
+  const Times dropped{{}, {0.5f}};
+  EXPECT_EQ(autotune_summary(dropped, 1, 1),
+            "autotuned over 2 candidates x 1 rounds: #1 0.5000 ms");
 }
 
 }  // namespace
