@@ -22,6 +22,7 @@
 #include "mixtrain/core/runs/comparison.h"
 #include "mixtrain/core/train/interrupt.h"
 #include "mixtrain/core/train/trainer.h"
+#include "mixtrain/sdk/backend_plan_report.h"
 #include "model_session.h"
 
 namespace mixtrain::cli {
@@ -48,13 +49,15 @@ fs::path run_config_of(const fs::path& resume) {
   return config;
 }
 
-// Prints the profile and writes it as profile.json (entries and the group summary).
-void write_profile(const core::ProfilingBackend& p, std::int64_t steps, const fs::path& dir) {
+// Prints the profile and the plans that ran its ops, and writes both as profile.json (entries,
+// their groups, and the plan reports by library).
+void write_profile(core::ProfilingBackend& p, std::int64_t steps, const fs::path& dir) {
   if (steps < 1) {
     std::printf("profile: nothing recorded (the run needs at least 2 steps)\n");
     return;
   }
   std::printf("%s", core::format_profile(p, steps).c_str());
+  std::printf("%s", core::format_plan_reports(p).c_str());
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& e : p.entries())
     rows.push_back({{"scope", e.scope},
@@ -62,8 +65,13 @@ void write_profile(const core::ProfilingBackend& p, std::int64_t steps, const fs
                     {"group", core::profile_group(e)},
                     {"calls", e.calls},
                     {"seconds", e.seconds}});
-  const nlohmann::json doc = {
-      {"steps", steps}, {"recorded_seconds", p.recorded_seconds()}, {"entries", rows}};
+  nlohmann::json plans = nlohmann::json::object();
+  if (const auto* facet = sdk::facet<sdk::PlanReportFacet>(p))
+    for (const sdk::PlanReport& r : facet->plan_reports()) plans[r.library] = r.plans;
+  const nlohmann::json doc = {{"steps", steps},
+                              {"recorded_seconds", p.recorded_seconds()},
+                              {"entries", rows},
+                              {"plans", plans}};
   std::ofstream(dir / "profile.json") << doc.dump(1) << "\n";
 }
 

@@ -131,14 +131,33 @@ Entry unusable(std::string why) {
   return e;
 }
 
+const char* type_text(memory::data_type dt) {
+  return dt == memory::data_type::bf16 ? "bf16" : "fp32";
+}
+
+std::string geometry_text(const sdk::Conv2dGeometry& g) {
+  auto pair = [](std::int64_t a, std::int64_t b) {
+    return std::to_string(a) + "x" + std::to_string(b);
+  };
+  return "N=" + std::to_string(g.batch) + " C=" + std::to_string(g.in_channels) +
+         " HxW=" + pair(g.height, g.width) + " O=" + std::to_string(g.out_channels) + " kernel " +
+         pair(g.kernel_h, g.kernel_w) + " stride " + pair(g.stride_h, g.stride_w) + " pad " +
+         pair(g.pad_h, g.pad_w) + (g.groups > 1 ? " groups " + std::to_string(g.groups) : "");
+}
+
+// What a cached primitive was made for, as PrimitiveCache::report() lists it.
+std::string problem_text(std::string_view op, const sdk::Conv2dGeometry& g, memory::data_type dt,
+                         memory::data_type out_dt, bool bias, dnnl::algorithm alg) {
+  return std::string(op) + " " + geometry_text(g) + ", " + type_text(dt) + " -> " +
+         type_text(out_dt) + (bias ? ", bias" : "") +
+         (alg == dnnl::algorithm::convolution_winograd ? ", winograd" : "");
+}
+
 [[noreturn]] void creation_failed(std::string_view op, const sdk::Conv2dGeometry& g,
                                   memory::data_type dt, const dnnl::error& e) {
   fail(op,
-       "oneDNN cannot create a " + std::string(dt == memory::data_type::bf16 ? "bf16" : "fp32") +
-           " convolution for N=" + std::to_string(g.batch) + " C=" + std::to_string(g.in_channels) +
-           " HxW=" + std::to_string(g.height) + "x" + std::to_string(g.width) +
-           " O=" + std::to_string(g.out_channels) + " kernel " + std::to_string(g.kernel_h) + "x" +
-           std::to_string(g.kernel_w) + ": " + e.what(),
+       std::string("oneDNN cannot create a ") + type_text(dt) + " convolution for " +
+           geometry_text(g) + ": " + e.what(),
        "report this geometry");
 }
 
@@ -160,35 +179,39 @@ dnnl::convolution_forward::primitive_desc forward_pd(const dnnl::engine& engine,
 ForwardEntry& forward_entry(PrimitiveCache& cache, std::string_view op,
                             const sdk::Conv2dGeometry& g, memory::data_type dt,
                             memory::data_type dst_dt, bool bias, dnnl::algorithm alg) {
-  return cache.get<ForwardEntry>(key_of(kConvForward, g, dt, dst_dt, bias, alg), [&] {
-    try {
-      const auto& engine = cache.engine();
-      const auto pd = forward_pd(engine, g, dt, dst_dt, bias, alg);
-      ForwardEntry e;
-      e.implementation = pd.impl_info_str();
-      if (alg != kDirect && is_reference_kernel(e.implementation))
-        return unusable<ForwardEntry>(e.implementation);
-      e.src = input_layout(engine, activation_md(g.batch, g.in_channels, g.height, g.width, dt),
-                           pd.src_desc());
-      e.dst = output_layout(
-          engine, activation_md(g.batch, g.out_channels, g.out_height(), g.out_width(), dst_dt),
-          pd.dst_desc());
-      e.bias_md = pd.bias_desc();
-      e.weights = weights_reorder(engine, plain_weights_md(g, dt), pd.weights_desc());
-      e.primitive = dnnl::convolution_forward(pd);
-      return e;
-    } catch (const dnnl::error& err) {
-      if (alg != kDirect) return unusable<ForwardEntry>(err.what());
-      creation_failed(op, g, dt, err);
-    }
-  });
+  return cache.get<ForwardEntry>(
+      key_of(kConvForward, g, dt, dst_dt, bias, alg),
+      [&] {
+        try {
+          const auto& engine = cache.engine();
+          const auto pd = forward_pd(engine, g, dt, dst_dt, bias, alg);
+          ForwardEntry e;
+          e.implementation = pd.impl_info_str();
+          if (alg != kDirect && is_reference_kernel(e.implementation))
+            return unusable<ForwardEntry>(e.implementation);
+          e.src = input_layout(engine, activation_md(g.batch, g.in_channels, g.height, g.width, dt),
+                               pd.src_desc());
+          e.dst = output_layout(
+              engine, activation_md(g.batch, g.out_channels, g.out_height(), g.out_width(), dst_dt),
+              pd.dst_desc());
+          e.bias_md = pd.bias_desc();
+          e.weights = weights_reorder(engine, plain_weights_md(g, dt), pd.weights_desc());
+          e.primitive = dnnl::convolution_forward(pd);
+          return e;
+        } catch (const dnnl::error& err) {
+          if (alg != kDirect) return unusable<ForwardEntry>(err.what());
+          creation_failed(op, g, dt, err);
+        }
+      },
+      [&] { return problem_text("conv2d_forward", g, dt, dst_dt, bias, alg); });
 }
 
 BackwardDataEntry& backward_data_entry(PrimitiveCache& cache, std::string_view op,
                                        const sdk::Conv2dGeometry& g, memory::data_type dt,
                                        memory::data_type diff_src_dt, dnnl::algorithm alg) {
   return cache.get<BackwardDataEntry>(
-      key_of(kConvBackwardData, g, dt, diff_src_dt, false, alg), [&] {
+      key_of(kConvBackwardData, g, dt, diff_src_dt, false, alg),
+      [&] {
         try {
           const auto& engine = cache.engine();
           const auto hint = forward_pd(engine, g, dt, dt, false, alg);
@@ -214,14 +237,16 @@ BackwardDataEntry& backward_data_entry(PrimitiveCache& cache, std::string_view o
           if (alg != kDirect) return unusable<BackwardDataEntry>(err.what());
           creation_failed(op, g, dt, err);
         }
-      });
+      },
+      [&] { return problem_text("conv2d_backward_data", g, dt, diff_src_dt, false, alg); });
 }
 
 BackwardWeightsEntry& backward_weights_entry(PrimitiveCache& cache, std::string_view op,
                                              const sdk::Conv2dGeometry& g, memory::data_type dt,
                                              bool bias, dnnl::algorithm alg) {
   return cache.get<BackwardWeightsEntry>(
-      key_of(kConvBackwardWeights, g, dt, memory::data_type::f32, bias, alg), [&] {
+      key_of(kConvBackwardWeights, g, dt, memory::data_type::f32, bias, alg),
+      [&] {
         try {
           const auto& engine = cache.engine();
           const auto hint = forward_pd(engine, g, dt, dt, bias, alg);
@@ -260,6 +285,9 @@ BackwardWeightsEntry& backward_weights_entry(PrimitiveCache& cache, std::string_
           if (alg != kDirect) return unusable<BackwardWeightsEntry>(err.what());
           creation_failed(op, g, dt, err);
         }
+      },
+      [&] {
+        return problem_text("conv2d_backward_weights", g, dt, memory::data_type::f32, bias, alg);
       });
 }
 

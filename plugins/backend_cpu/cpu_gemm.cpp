@@ -219,6 +219,27 @@ GemmEngine::Entry& GemmEngine::entry_for(const Key& key) {
   return cache_.emplace(key, std::move(e)).first->second;
 }
 
+std::vector<std::string> GemmEngine::report() const {
+  auto dt = [](memory::data_type t) { return t == memory::data_type::bf16 ? "bf16" : "fp32"; };
+  std::vector<std::string> lines;
+  lines.reserve(cache_.size());
+  for (const auto& [key, e] : cache_) {
+    std::string line = "m=" + std::to_string(key.m) + " n=" + std::to_string(key.n) +
+                       " k=" + std::to_string(key.k) + " A " + dt(key.a_dt) +
+                       (key.trans_a ? " (T)" : "") + " B " + dt(key.b_dt) +
+                       (key.trans_b ? " (T)" : "");
+    if (key.batch > 0) line += ", batch " + std::to_string(key.batch);
+    const float beta = std::bit_cast<float>(key.beta_bits);
+    if (beta != 0.0f) line += ", beta " + std::to_string(beta);
+    if (key.has_bias) line += ", bias";
+    line += ": " + (e.implementation.empty() ? std::string("not created") : e.implementation);
+    if (!e.usable) line += " (a reference kernel or refused: run as a loop of 2-D GEMMs)";
+    lines.push_back(std::move(line));
+  }
+  std::sort(lines.begin(), lines.end());  // the map's order is not stable across runs
+  return lines;
+}
+
 GemmEngine::Entry* GemmEngine::batched_entry_for(const Key& key) {
   auto it = cache_.find(key);
   if (it == cache_.end()) {

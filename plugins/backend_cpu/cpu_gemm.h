@@ -101,6 +101,10 @@ class GemmEngine {
   const std::string& last_implementation() const { return last_implementation_; }
   // Primitives created and in use (a batched key oneDNN could not run well is not counted).
   std::size_t cached_primitives() const;
+  // Every cached primitive, sorted: the problem as oneDNN runs it (m, n, k, transposes, dtypes,
+  // batch, beta, bias) and its implementation, or why a batched key runs as a loop instead (the
+  // plan_report facet's "oneDNN GEMM").
+  std::vector<std::string> report() const;
   std::size_t scratch_bytes() const {
     return scratch_a_.capacity() + scratch_b_.capacity() + scratch_c_.capacity() +
            scratch_epilogue_.capacity();

@@ -77,43 +77,63 @@ struct PoolEntry {
   std::string implementation;
 };
 
+// What a cached primitive was made for, as PrimitiveCache::report() lists it.
+std::string problem_text(std::string_view op, const sdk::Pool2dGeometry& g, memory::data_type dt) {
+  auto pair = [](std::int64_t a, std::int64_t b) {
+    return std::to_string(a) + "x" + std::to_string(b);
+  };
+  return std::string(op) + (g.kind == sdk::PoolKind::max ? " max" : " average") +
+         " N=" + std::to_string(g.batch) + " C=" + std::to_string(g.channels) +
+         " HxW=" + pair(g.height, g.width) + " kernel " + pair(g.kernel_h, g.kernel_w) +
+         " stride " + pair(g.stride_h, g.stride_w) + " pad " + pair(g.pad_h, g.pad_w) + ", " +
+         (dt == memory::data_type::bf16 ? "bf16" : "fp32");
+}
+
 [[noreturn]] void creation_failed(std::string_view op, const dnnl::error& e) {
   fail(op, std::string("oneDNN cannot create this pooling: ") + e.what(), "report this geometry");
 }
 
 PoolEntry& forward_entry(PrimitiveCache& cache, std::string_view op, const sdk::Pool2dGeometry& g,
                          memory::data_type dt, bool training) {
-  return cache.get<PoolEntry>(key_of(kPoolForward, g, dt, training), [&] {
-    try {
-      const auto pd = forward_pd(cache.engine(), g, dt, training);
-      return PoolEntry{dnnl::pooling_forward(pd), pd.src_desc(), pd.dst_desc(), pd.workspace_desc(),
-                       pd.impl_info_str()};
-    } catch (const dnnl::error& err) {
-      creation_failed(op, err);
-    }
-  });
+  return cache.get<PoolEntry>(
+      key_of(kPoolForward, g, dt, training),
+      [&] {
+        try {
+          const auto pd = forward_pd(cache.engine(), g, dt, training);
+          return PoolEntry{dnnl::pooling_forward(pd), pd.src_desc(), pd.dst_desc(),
+                           pd.workspace_desc(), pd.impl_info_str()};
+        } catch (const dnnl::error& err) {
+          creation_failed(op, err);
+        }
+      },
+      [&] {
+        return problem_text(training ? "pool2d_forward" : "pool2d_forward (inference)", g, dt);
+      });
 }
 
 // src_md / dst_md hold diff_src / diff_dst.
 PoolEntry& backward_entry(PrimitiveCache& cache, std::string_view op, const sdk::Pool2dGeometry& g,
                           memory::data_type dt) {
-  return cache.get<PoolEntry>(key_of(kPoolBackward, g, dt, true), [&] {
-    try {
-      const auto hint = forward_pd(cache.engine(), g, dt, true);
-      const dnnl::pooling_backward::primitive_desc pd({algorithm_of(g),
-                                                       image_md(g, false, dt),
-                                                       image_md(g, true, dt),
-                                                       {g.stride_h, g.stride_w},
-                                                       {g.kernel_h, g.kernel_w},
-                                                       {g.pad_h, g.pad_w},
-                                                       {g.pad_h, g.pad_w}},
-                                                      cache.engine(), hint);
-      return PoolEntry{dnnl::pooling_backward(pd), pd.diff_src_desc(), pd.diff_dst_desc(),
-                       pd.workspace_desc(), pd.impl_info_str()};
-    } catch (const dnnl::error& err) {
-      creation_failed(op, err);
-    }
-  });
+  return cache.get<PoolEntry>(
+      key_of(kPoolBackward, g, dt, true),
+      [&] {
+        try {
+          const auto hint = forward_pd(cache.engine(), g, dt, true);
+          const dnnl::pooling_backward::primitive_desc pd({algorithm_of(g),
+                                                           image_md(g, false, dt),
+                                                           image_md(g, true, dt),
+                                                           {g.stride_h, g.stride_w},
+                                                           {g.kernel_h, g.kernel_w},
+                                                           {g.pad_h, g.pad_w},
+                                                           {g.pad_h, g.pad_w}},
+                                                          cache.engine(), hint);
+          return PoolEntry{dnnl::pooling_backward(pd), pd.diff_src_desc(), pd.diff_dst_desc(),
+                           pd.workspace_desc(), pd.impl_info_str()};
+        } catch (const dnnl::error& err) {
+          creation_failed(op, err);
+        }
+      },
+      [&] { return problem_text("pool2d_backward", g, dt); });
 }
 
 // bf16 natively unless oneDNN only has a reference kernel for it; fp32 storage natively; fp16

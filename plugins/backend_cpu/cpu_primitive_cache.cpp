@@ -1,5 +1,6 @@
 #include "cpu_primitive_cache.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "cpu_access.h"
@@ -19,6 +20,14 @@ std::size_t PrimitiveCache::scratch_bytes() const {
   std::size_t total = 0;
   for (const auto& s : scratch_) total += s.capacity();
   return total;
+}
+
+std::vector<std::string> PrimitiveCache::report() const {
+  std::vector<std::string> lines;
+  lines.reserve(entries_.size());
+  for (const auto& [key, cached] : entries_) lines.push_back(cached.line);
+  std::sort(lines.begin(), lines.end());  // the map's order is not stable across runs
+  return lines;
 }
 
 void PrimitiveCache::execute(const dnnl::primitive& p,

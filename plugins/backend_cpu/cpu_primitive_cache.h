@@ -8,7 +8,8 @@
 //   milliseconds, so no op creates one per call; dnnl::memory objects wrapping the caller's
 //   pointers are made per call (cheap).
 // - size() counts the entries created so far (for tests: a second call with the same key adds
-//   nothing).
+//   nothing). report() lists them, sorted: the problem each was made for, as the caller named it
+//   at creation, and oneDNN's implementation (the plan_report facet's "oneDNN convolution").
 // - Scratch buffers are grow-only, one per Slot, reused across calls; scratch_bytes() is what they
 //   hold (counted in the backend's memory statistics).
 // - Not thread-safe: one cache per backend, used by one host thread at a time.
@@ -57,17 +58,20 @@ class PrimitiveCache {
   dnnl::engine& engine() { return engine_; }
   dnnl::stream& stream() { return stream_; }
 
-  // The entry for `key`, made by `make()` (which returns an Entry) on the first call.
-  template <class Entry, class Make>
-  Entry& get(const Key& key, Make&& make) {
+  // The entry for `key`, made by `make()` (which returns an Entry with a string `implementation`)
+  // on the first call, which also asks `problem()` for the text report() names it by.
+  template <class Entry, class Make, class Problem>
+  Entry& get(const Key& key, Make&& make, Problem&& problem) {
     if (auto it = entries_.find(key); it != entries_.end())
-      return *static_cast<Entry*>(it->second.get());
+      return *static_cast<Entry*>(it->second.entry.get());
     auto entry = std::make_shared<Entry>(std::forward<Make>(make)());
     Entry& ref = *entry;
-    entries_.emplace(key, std::move(entry));
+    entries_.emplace(key, Cached{std::move(entry),
+                                 std::forward<Problem>(problem)() + ": " + ref.implementation});
     return ref;
   }
   std::size_t size() const { return entries_.size(); }
+  std::vector<std::string> report() const;
 
   template <class T>
   T* scratch(Slot slot, std::size_t count) {
@@ -88,7 +92,11 @@ class PrimitiveCache {
   };
   dnnl::engine engine_;
   dnnl::stream stream_;
-  std::unordered_map<Key, std::shared_ptr<void>, KeyHash> entries_;
+  struct Cached {
+    std::shared_ptr<void> entry;
+    std::string line;  // report()'s
+  };
+  std::unordered_map<Key, Cached, KeyHash> entries_;
   std::array<ScratchBuffer, static_cast<std::size_t>(Slot::count)> scratch_;
 };
 

@@ -477,6 +477,7 @@ std::vector<std::string> ConvPlans::report() const {
       line += "declined: " + entry.why;
     lines.push_back(std::move(line));
   }
+  std::sort(lines.begin(), lines.end());  // the map's order is not stable across runs
   return lines;
 }
 

@@ -26,8 +26,9 @@
 //   with the GEMM engine.
 // - run() executes a plan with a variant pack: uid 1 = x / dx, 2 = w / dw, 3 = y / dy; the
 //   caller provides at least plan.workspace bytes of workspace.
-// - report() lists every key: its engine (global index, notes), workspace, runs, or why it was
-//   declined, for tests and benchmarks (CudaBackend::conv_plan_report()).
+// - report() lists every key, sorted by its text: its engine (global index, notes), workspace,
+//   runs, or why it was declined, for tests, benchmarks and the plan_report facet
+//   (CudaBackend::conv_plan_report(), cuda_plan_report_facet.cpp).
 // - Thread safety: one host thread at a time (the backend's).
 #pragma once
 

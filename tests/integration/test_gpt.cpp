@@ -240,6 +240,22 @@ TEST_F(CliGpt, ProfileBreaksTheStepDownByOpAndChangesNothing) {
   for (const auto& e : p["entries"]) in_ops += e["seconds"].get<double>();
   EXPECT_GT(in_ops, 0.0);
   EXPECT_LE(in_ops, p["recorded_seconds"].get<double>());
+
+  // What ran the ops (the backend's plan_report facet): the CPU backend's oneDNN matmuls, each by
+  // its problem and oneDNN's kernel, printed under the table and kept in profile.json. A GPT has
+  // no convolution, so no such section.
+  EXPECT_NE(profiled.out.find("plans: what the backend's libraries ran"), std::string::npos)
+      << profiled.out;
+  ASSERT_TRUE(p["plans"].contains("oneDNN GEMM")) << p["plans"].dump();
+  EXPECT_FALSE(p["plans"].contains("oneDNN convolution and pooling")) << p["plans"].dump();
+  const auto& gemms = p["plans"]["oneDNN GEMM"];
+  EXPECT_FALSE(gemms.empty());
+  for (const auto& line : gemms) {
+    const std::string text = line.get<std::string>();
+    EXPECT_TRUE(text.starts_with("m=")) << text;
+    EXPECT_NE(text.find(": "), std::string::npos) << text;
+    EXPECT_NE(profiled.out.find("    " + text + "\n"), std::string::npos) << text;
+  }
 }
 
 // Bad token data stops the run before training with exit 2, naming the file and the offset.

@@ -29,6 +29,7 @@
 #include "mixtrain/sdk/backend_loss.h"
 #include "mixtrain/sdk/backend_native_stream.h"
 #include "mixtrain/sdk/backend_optimizer_updates.h"
+#include "mixtrain/sdk/backend_plan_report.h"
 #include "mixtrain/sdk/backend_quantized_weight.h"
 #include "mixtrain/sdk/backend_residual.h"
 #include "mixtrain/sdk/backend_scratch.h"
@@ -67,6 +68,7 @@ using Facets = FacetList<GemmFacet,             //
                          CallObserverFacet,     //
                          ScratchFacet,          //
                          QuantizedWeightFacet,  //
-                         ImageInputFacet>;
+                         ImageInputFacet,       //
+                         PlanReportFacet>;
 
 }  // namespace mixtrain::sdk

@@ -10,8 +10,10 @@
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "backend_test_util.h"
+#include "mixtrain/sdk/backend_plan_report.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::backend_cpu::testing {
@@ -246,6 +248,28 @@ TEST(BackendCpuConvolution, PrimitivesAreCreatedOncePerGeometry) {
   const std::size_t with_pool = be.cached_dnnl_primitives();
   run_pool();
   EXPECT_EQ(be.cached_dnnl_primitives(), with_pool);
+
+  // The plan_report facet (what `train --profile` prints) lists each cached primitive once, by
+  // the problem it was made for, with the kernel oneDNN chose for it.
+  const auto* plans = sdk::facet<sdk::PlanReportFacet>(be);
+  ASSERT_NE(plans, nullptr);
+  std::vector<std::string> lines;
+  for (const sdk::PlanReport& r : plans->plan_reports())
+    if (r.library == "oneDNN convolution and pooling") lines = r.plans;
+  EXPECT_EQ(lines.size(), with_pool);
+  EXPECT_TRUE(std::is_sorted(lines.begin(), lines.end()));
+  auto listed = [&](const std::string& problem) {
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& line) {
+      return line.starts_with(problem + ": ") && line.size() > problem.size() + 2;
+    });
+  };
+  EXPECT_EQ(listed("conv2d_forward N=4 C=16 HxW=8x8 O=16 kernel 3x3 stride 1x1 pad 1x1, fp32 -> "
+                   "fp32, bias"),
+            1);
+  EXPECT_EQ(listed("conv2d_backward_weights N=4 C=16 HxW=8x8 O=32 kernel 1x1 stride 2x2 pad 0x0, "
+                   "fp32 -> fp32, bias"),
+            1);
+  EXPECT_EQ(listed("pool2d_backward max N=2 C=16 HxW=8x8 kernel 3x3 stride 2x2 pad 1x1, fp32"), 1);
 
   sdk::BatchNormShape s{128, 16, 1e-5f, true};
   DeviceTensor bx(be, DType::fp32, Shape{2, 8, 8, 16}, random_values(2 * 8 * 8 * 16, 4));

@@ -11,6 +11,7 @@
 #include "cpu_backend.h"
 #include "cpu_context.h"
 #include "mixtrain/sdk/backend_dropout.h"
+#include "mixtrain/sdk/backend_plan_report.h"
 #include "mixtrain/sdk/backend_quantized_weight.h"
 #include "mixtrain/sdk/backend_scratch.h"
 #include "mixtrain/sdk/error.h"
@@ -35,16 +36,16 @@ TEST(CpuFacets, FindFacetServesEveryRegisteredFacet) {
     EXPECT_EQ(f->name(), entry.name);
   }
   const std::vector<std::string_view> all = {
-      "gemm",       "activation", "residual",         "gradient_check", "foreach",   "layer_norm",
-      "batch_norm", "loss",       "optimizer",        "attention",      "embedding", "convolution",
-      "dropout",    "scratch",    "quantized_weight", "image_input"};
+      "gemm",       "activation", "residual",         "gradient_check", "foreach",    "layer_norm",
+      "batch_norm", "loss",       "optimizer",        "attention",      "embedding",  "convolution",
+      "dropout",    "scratch",    "quantized_weight", "image_input",    "plan_report"};
   EXPECT_EQ(registered.size(), all.size());
-  const auto served =
-      facets_served<sdk::GemmFacet, sdk::ActivationFacet, sdk::ResidualFacet,
-                    sdk::GradientCheckFacet, sdk::ForeachFacet, sdk::LayerNormFacet,
-                    sdk::BatchNormFacet, sdk::LossFacet, sdk::OptimizerFacet, sdk::AttentionFacet,
-                    sdk::EmbeddingFacet, sdk::ConvolutionFacet, sdk::DropoutFacet,
-                    sdk::ScratchFacet, sdk::QuantizedWeightFacet, sdk::ImageInputFacet>(backend);
+  const auto served = facets_served<sdk::GemmFacet, sdk::ActivationFacet, sdk::ResidualFacet,
+                                    sdk::GradientCheckFacet, sdk::ForeachFacet, sdk::LayerNormFacet,
+                                    sdk::BatchNormFacet, sdk::LossFacet, sdk::OptimizerFacet,
+                                    sdk::AttentionFacet, sdk::EmbeddingFacet, sdk::ConvolutionFacet,
+                                    sdk::DropoutFacet, sdk::ScratchFacet, sdk::QuantizedWeightFacet,
+                                    sdk::ImageInputFacet, sdk::PlanReportFacet>(backend);
   EXPECT_EQ(served, all);
   EXPECT_EQ(backend.find_facet("no_such_facet"), nullptr);
   EXPECT_EQ(sdk::facet<sdk::StepGraphFacet>(backend), nullptr);  // a CUDA-only facet

@@ -78,10 +78,10 @@ TEST(backend_cuda_facet_classes, EveryFacetFileRegistersItsFacetOnce) {
   for (const auto& entry : sdk::FacetRegistry<CudaContext>::entries())
     names.emplace_back(entry.name);
   std::sort(names.begin(), names.end());
-  std::vector<std::string> expected = {"activation",  "attention",  "batch_norm", "dropout",
-                                       "embedding",   "foreach",    "gemm",       "gradient_check",
-                                       "image_input", "layer_norm", "loss",       "native_stream",
-                                       "optimizer",   "residual",   "scratch",    "step_graph"};
+  std::vector<std::string> expected = {
+      "activation", "attention",      "batch_norm",  "dropout",    "embedding", "foreach",
+      "gemm",       "gradient_check", "image_input", "layer_norm", "loss",      "native_stream",
+      "optimizer",  "plan_report",    "residual",    "scratch",    "step_graph"};
 #ifdef MIXTRAIN_HAVE_CUDNN
   expected.push_back("convolution");
   std::sort(expected.begin(), expected.end());
@@ -93,9 +93,10 @@ TEST_F(backend_cuda_vs_cpu, FacetsAreOffered) {
   // Each facet is an object of its own (not the backend), distinct from the others, that answers
   // to its own name.
   std::vector<const sdk::Facet*> seen;
-  for (const char* facet : {"gemm", "activation", "gradient_check", "foreach", "layer_norm",
-                            "batch_norm", "loss", "optimizer", "residual", "attention", "embedding",
-                            "dropout", "step_graph", "native_stream", "scratch", "image_input"}) {
+  for (const char* facet :
+       {"gemm", "activation", "gradient_check", "foreach", "layer_norm", "batch_norm", "loss",
+        "optimizer", "residual", "attention", "embedding", "dropout", "step_graph", "native_stream",
+        "scratch", "image_input", "plan_report"}) {
     const sdk::Facet* f = gpu().find_facet(facet);
     ASSERT_NE(f, nullptr) << facet;
     EXPECT_EQ(f->name(), facet);

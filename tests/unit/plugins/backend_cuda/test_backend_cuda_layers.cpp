@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "mixtrain/sdk/backend_plan_report.h"
 
 namespace mixtrain::backend_cuda::testing {
 namespace {
@@ -185,6 +186,16 @@ void convolutions_match_the_cpu(CudaBackend& gpu, backend_cpu::CpuBackend& cpu) 
   const auto report = gpu.conv_plan_report();
   EXPECT_FALSE(report.empty());
   for (const auto& line : report) std::printf("  %s\n", line.c_str());
+  // The plan_report facet, what `train --profile` prints, lists the same plans.
+  const auto* plans = sdk::facet<sdk::PlanReportFacet>(gpu);
+  ASSERT_NE(plans, nullptr);
+  int sections = 0;
+  for (const sdk::PlanReport& r : plans->plan_reports())
+    if (r.library == "cuDNN convolution") {
+      ++sections;
+      EXPECT_EQ(r.plans, report);
+    }
+  EXPECT_EQ(sections, 1);
 }
 
 TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {

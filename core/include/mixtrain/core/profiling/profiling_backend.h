@@ -51,6 +51,10 @@ class ProfilingBackend : public sdk::DeviceBackend {
 // layer norm, classifier, optimizer, ...; see profile_group()) over `steps` steps, then every
 // (scope, op) row. Percentages are of recorded_seconds(); "outside backend ops" is the rest.
 std::string format_profile(const ProfilingBackend& p, std::int64_t steps);
+// What ran the ops: the backend's plan reports (sdk/backend_plan_report.h), which `mixtrain train
+// --profile` prints after its table: "plans:", then per library its name and plan count and a
+// line per plan; one line saying so when the backend offers no plan_report facet.
+std::string format_plan_reports(sdk::DeviceBackend& backend);
 // The group a (scope, op) row counts in: "classifier" for the LM head and loss, "optimizer",
 // "gradient checks", "GEMMs" for the other GEMMs, "attention softmax", "layer norm", ...
 std::string profile_group(const ProfileEntry& e);
