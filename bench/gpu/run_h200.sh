@@ -88,7 +88,7 @@ export WIDE_BACKEND=${WIDE_BACKEND:-cuda} TORCH_DEVICE=${TORCH_DEVICE:-cuda} TOR
 export PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
 export MODEL_BACKEND=${MODEL_BACKEND:-cuda} MODEL_RUN_CAP=${MODEL_RUN_CAP:-60}
 export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-30} RN_LOG_EVERY=${RN_LOG_EVERY:-5}
-export RN_POLICIES=${RN_POLICIES:-bf16 fp32 tf32 bf16+convtune bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+graphs bf16+waited bf16+nondetconv bf16+tune} RN_TORCH=${RN_TORCH:-bf16 fp32 tf32}
+export RN_POLICIES=${RN_POLICIES:-bf16 fp32 tf32 bf16+convtune bf16+wgrad16 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+graphs bf16+waited bf16+nondetconv bf16+tune} RN_TORCH=${RN_TORCH:-bf16 fp32 tf32}
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-30} GPT_LOG_EVERY=${GPT_LOG_EVERY:-5}
 export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8+plaincast fp8-block bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+graphs bf16+waited bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
@@ -446,7 +446,10 @@ model_run() {
       # its input gradient apart and an axpy adds it into the sum (conv_dgrad_accumulate = false:
       # what the accumulating dgrad gains); +convtune: each convolution shape's fastest of the
       # search's first 8 cuDNN engines (backend.cuda.conv_autotune = 8: what the engine choice
-      # costs, wgrad's first of all).
+      # costs, wgrad's first of all); +wgrad16: the weight gradient from cuDNN in bf16, rounded
+      # once as PyTorch AMP's is, then added into the FP32 gradient
+      # (backend.cuda.conv_wgrad_in_operand_dtype = true: whether cuDNN's engines for an FP32 dw
+      # from bf16 operands are what makes wgrad slow).
       p=${job#mixtrain:}
       local variant=() base=${p%%+*}
       [[ $p == *+graphs* ]] && variant+=(--set run.step_graphs=true)
@@ -465,6 +468,7 @@ model_run() {
       [[ $p == *+plaincast* ]] && variant+=(--set backend.cuda.fp8_cast_transpose=false)
       [[ $p == *+convaxpy* ]] && variant+=(--set backend.cuda.conv_dgrad_accumulate=false)
       [[ $p == *+convtune* ]] && variant+=(--set backend.cuda.conv_autotune=8)
+      [[ $p == *+wgrad16* ]] && variant+=(--set backend.cuda.conv_wgrad_in_operand_dtype=true)
       # The memory plan's forecast, the table's "predicted" column: for each policy as it is, not
       # for every variant (each check rehearses a step, which costs device time); cuDNN's plans
       # for every convolution shape take a while on a fresh GPU, hence the minute.

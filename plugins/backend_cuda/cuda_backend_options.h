@@ -62,7 +62,13 @@ inline sdk::OptionSchema cuda_backend_option_schema() {
               "times (convolution facet 1.1; cuDNN's beta = 1 where an engine takes it, else its "
               "usual dgrad into scratch and one add); false writes it apart for the host's axpy "
               "(the A/B of "
-              "bench/gpu, variant +convaxpy)")};
+              "bench/gpu, variant +convaxpy)"),
+          sdk::OptionSpec::boolean(
+              "conv_wgrad_in_operand_dtype", false,
+              "a convolution on bf16 or fp16 operands takes its weight gradient from cuDNN in "
+              "that dtype (its FP32 sum rounded once, as PyTorch AMP's dw is) and adds it into "
+              "the FP32 gradient, for cuDNN's engines with a 16-bit output; false keeps it FP32 "
+              "throughout (the A/B of bench/gpu, variant +wgrad16)")};
 }
 
 // The options' values as the runtime library takes them.
@@ -77,6 +83,7 @@ struct CudaOptions {
   bool fp8_cast_transpose = true;           // gemm facet 1.6's cast_transpose offered
   bool conv_dgrad_accumulate = true;        // convolution facet 1.1's accumulating dgrad offered
   int conv_autotune = 0;                    // ConvPlans' candidates timed per key; 0 or 1: off
+  bool conv_wgrad_in_operand_dtype = false;  // conv::conv_routes' 16-bit dw route first
 };
 
 // The runtime library's entry point: builds a CudaBackend from `options`, or returns null and
@@ -87,7 +94,7 @@ struct CudaOptions {
 // instead of being called with the wrong arguments.
 using CreateCudaBackendFn = void* (*)(const CudaOptions* options, char* error, char* hint,
                                       unsigned long size);
-inline constexpr const char* kCreateCudaBackendSymbol = "mixtrain_backend_cuda_create_v4";
+inline constexpr const char* kCreateCudaBackendSymbol = "mixtrain_backend_cuda_create_v5";
 inline constexpr const char* kCudaRuntimeLibrary = "backend_cuda/libmixtrain_backend_cuda_runtime.so";
 
 }  // namespace mixtrain::backend_cuda

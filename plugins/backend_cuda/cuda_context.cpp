@@ -54,7 +54,8 @@ CudaContext::CudaContext(const CudaOptions& options)
       layernorm_backward_one_pass(options.layernorm_backward_one_pass),
       fp8_cast_transpose(options.fp8_cast_transpose),
       conv_dgrad_accumulate(options.conv_dgrad_accumulate),
-      conv_autotune(options.conv_autotune) {
+      conv_autotune(options.conv_autotune),
+      conv_wgrad_in_operand_dtype(options.conv_wgrad_in_operand_dtype) {
   if (device < 0)
     fail("create", "device = " + std::to_string(device) + " is negative",
          "use a device index >= 0 (0 is the first GPU)");

@@ -117,6 +117,7 @@ class CudaContext {
   const bool fp8_cast_transpose;           // the gemm facet offers cast_transpose (1.6)
   const bool conv_dgrad_accumulate;  // the convolution facet offers its accumulating dgrad (1.1)
   const int conv_autotune;           // candidates ConvPlans times per key (cuda_conv_plans.h)
+  const bool conv_wgrad_in_operand_dtype;  // a 16-bit dw route first (conv::conv_routes)
 
   // --- shared state (declaration order is destruction order, reversed) ---------------------
   cudaStream_t stream = nullptr;  // every op is enqueued on it, in call order

@@ -20,14 +20,15 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One thread per dw element [k, c, r, s].
+// One thread per dw element [k, c, r, s]; src decoded exactly.
+template <class Src>
 __global__ void __launch_bounds__(kThreads)
-    filter_from_fp32_kernel(const float* src, bool krsc, float* dw, std::int64_t k, std::int64_t c,
-                            std::int64_t rs, bool accumulate) {
+    filter_gradient_kernel(const elem_t<Src>* src, bool krsc, float* dw, std::int64_t k,
+                           std::int64_t c, std::int64_t rs, bool accumulate) {
   const std::int64_t total = k * c * rs;
   for (std::int64_t i = global_thread(); i < total; i += grid_threads()) {
     const std::int64_t pos = i % rs, ci = i / rs % c, ki = i / (c * rs);
-    const float v = krsc ? src[(ki * rs + pos) * c + ci] : src[i];
+    const float v = Src::load(krsc ? src[(ki * rs + pos) * c + ci] : src[i]);
     dw[i] = accumulate ? dw[i] + v : v;
   }
 }
@@ -60,13 +61,17 @@ cudaError_t filter_to_krsc(const void* src, Elem st, void* dst, Elem dt, std::in
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
-cudaError_t filter_from_fp32(const float* src, bool krsc, float* dw, std::int64_t k, std::int64_t c,
-                             std::int64_t r, std::int64_t s, bool accumulate, cudaStream_t stream) {
+cudaError_t filter_gradient_from(const void* src, Elem st, bool krsc, float* dw, std::int64_t k,
+                                 std::int64_t c, std::int64_t r, std::int64_t s, bool accumulate,
+                                 cudaStream_t stream) {
   const std::int64_t total = k * c * r * s;
   if (total == 0) return cudaSuccess;
-  filter_from_fp32_kernel<<<grid_for(total), kThreads, 0, stream>>>(src, krsc, dw, k, c, r * s,
-                                                                    accumulate);
-  return cudaGetLastError();
+  const bool ok = with_float_storage(st, [&](auto t) {
+    using Src = decltype(t);
+    filter_gradient_kernel<Src><<<grid_for(total), kThreads, 0, stream>>>(
+        static_cast<const elem_t<Src>*>(src), krsc, dw, k, c, r * s, accumulate);
+  });
+  return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 cudaError_t finish_output(const float* acc, const float* bias, void* y, Elem yt, std::int64_t rows,

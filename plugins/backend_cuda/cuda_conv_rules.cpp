@@ -111,7 +111,7 @@ void place_output(Route& r, ConvOp op, DType out, bool extra, FilterLayout layou
 }  // namespace
 
 std::vector<Route> conv_routes(ConvOp op, DType a, DType b, DType out, DType compute, bool extra,
-                               FilterLayout layout) {
+                               FilterLayout layout, bool wgrad_in_operand_dtype) {
   const bool tf32 = compute == DType::tf32 || a == DType::tf32 || b == DType::tf32;
   std::vector<Route> routes;
   auto add = [&](Route r) {
@@ -129,6 +129,11 @@ std::vector<Route> conv_routes(ConvOp op, DType a, DType b, DType out, DType com
   if (sdk::is_fp32_storage(a) && sdk::is_fp32_storage(b)) {
     add({DataType::f32, false, false, DataType::f32, true, tf32});
   } else if (sixteen(a) && a == b) {
+    if (op == ConvOp::backward_weights && wgrad_in_operand_dtype) {
+      // dw in the operands' dtype (cuDNN's FP32 sum rounded once), decoded and moved into the
+      // fp32 dw by the finish.
+      routes.push_back({data_type_of16(a), false, false, data_type_of16(a), false, true});
+    }
     add({data_type_of16(a), false, false, DataType::f32, true, true});
     // Exact fp32 decode: TF32 holds every bf16/fp16 value, so Tensor Cores stay exact.
     add({DataType::f32, true, true, DataType::f32, true, true});

@@ -24,7 +24,8 @@
 //   placements per operand route: cuDNN adding into dx itself (beta = 1, the gradient unrounded),
 //   then its output into scratch and one add: in the operands' 16-bit dtype for 16-bit operands
 //   (the overwriting dgrad's plan, its one rounding, and no more bytes than the host's axpy
-//   path), fp32 for fp32 ones.
+//   path), fp32 for fp32 ones. The weight gradient is written in FP32 unless the backend was
+//   told to take it in the 16-bit operands' dtype (conv_routes' wgrad_in_operand_dtype).
 #pragma once
 
 #include <array>
@@ -86,8 +87,13 @@ std::string route_text(const Route& r);
 // weights: x, dy) with output dtype `out` (fp32 for backward weights). `extra`: a bias to add
 // (forward) or accumulate (backward data, into an fp32 dx; backward weights). The filter layout
 // decides for backward weights whether cuDNN can write dw itself (only in KCRS).
+// `wgrad_in_operand_dtype` (the backend option conv_wgrad_in_operand_dtype): for backward weights
+// on operands of one 16-bit dtype, a route first on which cuDNN writes dw in that dtype (into
+// scratch: its FP32 sum rounded once, as PyTorch AMP's 16-bit dw is) and the finish decodes it
+// into the fp32 dw, for the engines cuDNN has for a 16-bit output; the FP32-output routes follow.
 std::vector<Route> conv_routes(ConvOp op, sdk::DType a, sdk::DType b, sdk::DType out,
-                               sdk::DType compute, bool extra, FilterLayout layout);
+                               sdk::DType compute, bool extra, FilterLayout layout,
+                               bool wgrad_in_operand_dtype = false);
 
 // The plan cache's key: everything a cuDNN execution plan depends on.
 struct PlanKey {

@@ -20,9 +20,11 @@ namespace mixtrain::backend_cuda::kernels {
 // value decoded exactly and encoded once.
 cudaError_t filter_to_krsc(const void* src, Elem st, void* dst, Elem dt, std::int64_t k,
                            std::int64_t c, std::int64_t r, std::int64_t s, cudaStream_t stream);
-// dw [K, C, R, S] = (accumulate ? dw : 0) + src, src fp32 in KRSC order (krsc) or KCRS.
-cudaError_t filter_from_fp32(const float* src, bool krsc, float* dw, std::int64_t k, std::int64_t c,
-                             std::int64_t r, std::int64_t s, bool accumulate, cudaStream_t stream);
+// dw [K, C, R, S] fp32 = (accumulate ? dw : 0) + src, src (st: fp32, or the 16-bit dw cuDNN
+// wrote under conv_wgrad_in_operand_dtype, decoded exactly) in KRSC order (krsc) or KCRS.
+cudaError_t filter_gradient_from(const void* src, Elem st, bool krsc, float* dw, std::int64_t k,
+                                 std::int64_t c, std::int64_t r, std::int64_t s, bool accumulate,
+                                 cudaStream_t stream);
 // y [rows, n] = encode(acc + bias[col]) in y's dtype (bias nullable): one rounding.
 cudaError_t finish_output(const float* acc, const float* bias, void* y, Elem yt, std::int64_t rows,
                           std::int64_t n, cudaStream_t stream);

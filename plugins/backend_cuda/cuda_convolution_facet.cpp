@@ -101,7 +101,8 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
     bool any = false;
     for (FilterLayout layout : {FilterLayout::krsc, FilterLayout::kcrs}) {
       const std::vector<Route> routes =
-          conv::conv_routes(c.op, c.a.dtype, c.b.dtype, c.out.dtype, c.compute, c.extra, layout);
+          conv::conv_routes(c.op, c.a.dtype, c.b.dtype, c.out.dtype, c.compute, c.extra, layout,
+                            context.conv_wgrad_in_operand_dtype);
       if (index >= routes.size()) continue;
       any = true;
       const Route& route = routes[index];
@@ -180,9 +181,9 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
       // The output's finish.
       if (c.op == ConvOp::backward_weights) {
         if (!route.out_direct)
-          check_cuda(kernels::filter_from_fp32(static_cast<const float*>(out),
-                                               layout == FilterLayout::krsc, c.out.as<float>(), k,
-                                               cg, r, s, c.extra, stream),
+          check_cuda(kernels::filter_gradient_from(out, elem_of_io(route.out),
+                                                   layout == FilterLayout::krsc, c.out.as<float>(),
+                                                   k, cg, r, s, c.extra, stream),
                      op, "weight gradient finish");
         return true;
       }

@@ -65,7 +65,11 @@ TEST_F(backend_cuda_layers, ConvolutionFacetIsOfferedWithoutFp8) {
 
 // Every convolution op of `gpu` against the CPU backend: four geometries, every storage dtype, fp32
 // and tf32 compute; prints the plans cuDNN chose.
-void convolutions_match_the_cpu(CudaBackend& gpu, backend_cpu::CpuBackend& cpu) {
+// `wgrad_rounded`: the backend takes a 16-bit operand's weight gradient in that dtype
+// (conv_wgrad_in_operand_dtype), one more rounding of dw: its unit roundoff, relative (2^-8 for
+// bf16, 2^-11 for fp16; the accumulating call adds two such dw, still within it of their sum).
+void convolutions_match_the_cpu(CudaBackend& gpu, backend_cpu::CpuBackend& cpu,
+                                bool wgrad_rounded = false) {
   struct Case {
     const char* name;
     sdk::Conv2dGeometry g;
@@ -158,7 +162,11 @@ void convolutions_match_the_cpu(CudaBackend& gpu, backend_cpu::CpuBackend& cpu) 
           b.dw = dwc;
           b.dbias = dbc;
           sdk::facet<sdk::ConvolutionFacet>(cpu)->conv2d_backward_weights(b);
-          const double wtol = compute == DType::tf32 ? 4e-3 : 1e-4;
+          const double rounding = !wgrad_rounded      ? 0.0
+                                  : dt == DType::bf16 ? 0x1p-8
+                                  : dt == DType::fp16 ? 0x1p-11
+                                                      : 0.0;
+          const double wtol = (compute == DType::tf32 ? 4e-3 : 1e-4) + rounding;
           expect_close_norm(dwg.get(), dwc.get(), wtol,
                             "wgrad " + what + (acc ? " accumulate" : ""));
           if (compute != DType::tf32) {
@@ -207,6 +215,19 @@ TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
 TEST_F(backend_cuda_layers, Conv2dWithoutDeterminismMatchesTheCpuToo) {
   CudaBackend fastest(CudaOptions{.device = 0, .deterministic_convolutions = false});
   convolutions_match_the_cpu(fastest, cpu());
+}
+
+// conv_wgrad_in_operand_dtype: dw from cuDNN in the 16-bit operands' dtype where an engine takes
+// it, within one rounding of it; the plan report says which keys ran so.
+TEST_F(backend_cuda_layers, Conv2dWithTheWeightGradientInTheOperandDtypeMatchesTheCpu) {
+  CudaBackend wgrad16(CudaOptions{.device = 0, .conv_wgrad_in_operand_dtype = true});
+  convolutions_match_the_cpu(wgrad16, cpu(), true);
+  int sixteen_bit_dw = 0;
+  for (const auto& line : wgrad16.conv_plan_report())
+    if (line.starts_with("wgrad") && line.find("declined") == std::string::npos &&
+        (line.find("out bf16") != std::string::npos || line.find("out f16") != std::string::npos))
+      ++sixteen_bit_dw;
+  std::printf("  %d weight-gradient plans write the operands' 16-bit dtype\n", sixteen_bit_dw);
 }
 
 // conv_autotune = 4: every shape's fastest of its first 4 engines, within the same bounds; each

@@ -5,9 +5,11 @@
 // enqueued) and cuda_layer_norm_plan.h (its route, partition, shared memory and scratch).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "backend_error_text.h"
@@ -277,6 +279,44 @@ TEST(cuda_conv_rules, WeightGradientIsWrittenDirectlyOnlyInKcrsWithoutAccumulati
   EXPECT_TRUE(direct(FilterLayout::kcrs, false));
   EXPECT_FALSE(direct(FilterLayout::kcrs, true));
   EXPECT_FALSE(direct(FilterLayout::krsc, false));
+}
+
+// conv_wgrad_in_operand_dtype: for 16-bit operands of one dtype, a route on which cuDNN writes dw
+// in that dtype into scratch comes first (its own plan key: the output dtype differs), then the
+// FP32-output routes as without it; fp32 or mixed operands, and the other ops, are unchanged.
+TEST(cuda_conv_rules, WeightGradientInTheOperandDtypeIsTriedFirstOnlyWhereAsked) {
+  const auto g = resnet_like();
+  for (DType t : {DType::bf16, DType::fp16})
+    for (bool acc : {false, true})
+      for (FilterLayout l : {FilterLayout::krsc, FilterLayout::kcrs}) {
+        const auto plain = conv::conv_routes(conv::ConvOp::backward_weights, t, t, DType::fp32,
+                                             DType::fp32, acc, l);
+        const auto asked = conv::conv_routes(conv::ConvOp::backward_weights, t, t, DType::fp32,
+                                             DType::fp32, acc, l, true);
+        ASSERT_EQ(asked.size(), plain.size() + 1);
+        const DataType io = t == DType::bf16 ? DataType::bf16 : DataType::f16;
+        EXPECT_EQ(asked[0].io, io);
+        EXPECT_EQ(asked[0].out, io);
+        EXPECT_FALSE(asked[0].out_direct);  // the finish decodes it into the fp32 dw
+        EXPECT_FALSE(asked[0].decode_a || asked[0].decode_b);
+        EXPECT_TRUE(asked[0].tensor_cores);
+        EXPECT_TRUE(std::equal(plain.begin(), plain.end(), asked.begin() + 1));
+        for (const auto& r : plain) EXPECT_EQ(r.out, DataType::f32);
+        const auto k16 = conv::plan_key(conv::ConvOp::backward_weights, g, asked[0], l, 16);
+        const auto k32 = conv::plan_key(conv::ConvOp::backward_weights, g, asked[1], l, 16);
+        EXPECT_NE(k16, k32);
+        EXPECT_NE(conv::key_text(k16), conv::key_text(k32));
+      }
+  for (auto [a, b] : {std::pair{DType::fp32, DType::fp32}, std::pair{DType::bf16, DType::fp16}})
+    EXPECT_EQ(conv::conv_routes(conv::ConvOp::backward_weights, a, b, DType::fp32, DType::fp32,
+                                false, FilterLayout::krsc, true),
+              conv::conv_routes(conv::ConvOp::backward_weights, a, b, DType::fp32, DType::fp32,
+                                false, FilterLayout::krsc));
+  for (auto op : {conv::ConvOp::forward, conv::ConvOp::backward_data})
+    EXPECT_EQ(conv::conv_routes(op, DType::bf16, DType::bf16, DType::bf16, DType::fp32, false,
+                                FilterLayout::krsc, true),
+              conv::conv_routes(op, DType::bf16, DType::bf16, DType::bf16, DType::fp32, false,
+                                FilterLayout::krsc));
 }
 
 // The accumulating data gradient (convolution 1.1): per operand route, cuDNN adding into the fp32
