@@ -621,15 +621,18 @@ profile_mixtrain() {
 }
 
 # mixtrain_profile_section TITLE LOG: a profile.md section with LOG's profile table, then the
-# plans that ran its ops (the backend's plan_report: each cuBLASLt, cuDNN convolution and SDPA
-# plan, its engine and notes, runs, and what autotuning measured), and its first errors.
+# device's kernels (the kernel_trace: CUPTI's records, the top 30 by device time, as
+# torch.profiler's table lists PyTorch's), then the plans that ran its ops (the backend's
+# plan_report: each cuBLASLt, cuDNN convolution and SDPA plan, its engine and notes, runs, and
+# what autotuning measured), and its first errors.
 mixtrain_profile_section() {
   echo
   echo "## $1"
   echo
   echo '```'
   sed -n '/^profile: /,/^plans: /p' "$2" 2>/dev/null | grep -v '^plans: ' | head -n 80
-  sed -n '/^plans: /,$p' "$2" 2>/dev/null | grep -E '^(plans: |  )' | head -n 400
+  sed -n '/^kernels: /,$p' "$2" 2>/dev/null | grep -E '^(kernels: |  )' | head -n 40
+  sed -n '/^plans: /,/^kernels: /p' "$2" 2>/dev/null | grep -E '^(plans: |  )' | head -n 400
   grep -m3 -iE 'error|exit' "$2" 2>/dev/null
   echo '```'
 }
@@ -674,7 +677,8 @@ stage_profile() {
     echo
     echo "bf16 (mixtrain bf16-mixed, PyTorch AMP bf16), the model stages' shapes. mixtrain: \`train --profile\`,"
     echo "$PROFILE_STEPS steps (timed from the end of the first; each op waited for, so GPU ops are timed one by one),"
-    echo "then the plans that ran the ops; ResNet-50's convolutions autotuned over 8 engines per shape (conv_autotune = 8)."
+    echo "then the device's kernels as CUPTI traced them (the top 30, to read beside PyTorch's table), then the plans"
+    echo "that ran the ops; ResNet-50's convolutions autotuned over 8 engines per shape (conv_autotune = 8)."
     echo "PyTorch: torch.profiler over 3 steps after 3 warm-up steps, top $PROFILE_TOP by GPU (self) time."
     for model in resnet50 gpt2; do
       mixtrain_profile_section "$model: mixtrain" "$P/mixtrain-$model.log"

@@ -49,8 +49,8 @@ fs::path run_config_of(const fs::path& resume) {
   return config;
 }
 
-// Prints the profile and the plans that ran its ops, and writes both as profile.json (entries,
-// their groups, and the plan reports by library).
+// Prints the profile, the plans that ran its ops and the device's kernels, and writes them as
+// profile.json (entries, their groups, the plan reports by library, the kernel trace).
 void write_profile(core::ProfilingBackend& p, std::int64_t steps, const fs::path& dir) {
   if (steps < 1) {
     std::printf("profile: nothing recorded (the run needs at least 2 steps)\n");
@@ -58,6 +58,8 @@ void write_profile(core::ProfilingBackend& p, std::int64_t steps, const fs::path
   }
   std::printf("%s", core::format_profile(p, steps).c_str());
   std::printf("%s", core::format_plan_reports(p).c_str());
+  const core::KernelTraceResult kernels = p.kernel_trace();
+  std::printf("%s", core::format_kernel_trace(kernels, steps).c_str());
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& e : p.entries())
     rows.push_back({{"scope", e.scope},
@@ -68,10 +70,17 @@ void write_profile(core::ProfilingBackend& p, std::int64_t steps, const fs::path
   nlohmann::json plans = nlohmann::json::object();
   if (const auto* facet = sdk::facet<sdk::PlanReportFacet>(p))
     for (const sdk::PlanReport& r : facet->plan_reports()) plans[r.library] = r.plans;
-  const nlohmann::json doc = {{"steps", steps},
-                              {"recorded_seconds", p.recorded_seconds()},
-                              {"entries", rows},
-                              {"plans", plans}};
+  nlohmann::json doc = {{"steps", steps},
+                        {"recorded_seconds", p.recorded_seconds()},
+                        {"entries", rows},
+                        {"plans", plans}};
+  if (kernels.offered) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& k : kernels.trace.kernels)
+      list.push_back({{"name", k.name}, {"calls", k.calls}, {"seconds", k.device_seconds}});
+    doc["kernels"] = {
+        {"error", kernels.error}, {"dropped", kernels.trace.dropped}, {"kernels", list}};
+  }
   std::ofstream(dir / "profile.json") << doc.dump(1) << "\n";
 }
 

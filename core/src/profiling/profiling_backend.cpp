@@ -4,9 +4,13 @@
 
 #include "mixtrain/core/graph/bound_facets.h"
 #include "mixtrain/sdk/backend_call_observer.h"
+#include "mixtrain/sdk/backend_kernel_trace.h"
 #include "mixtrain/sdk/backend_step_graph.h"
+#include "mixtrain/sdk/error.h"
 
+#include <algorithm>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -40,8 +44,17 @@ class ProfilingBackendImpl final : public ProfilingBackend {
   // --- the profiler ---
   std::vector<ProfileEntry> entries() const override { return rec_.entries(); }
   double recorded_seconds() const override { return rec_.recorded_seconds(); }
-  void set_recording(bool on) override { rec_.set_recording(on); }
-  void reset() override { rec_.reset(); }
+  void set_recording(bool on) override {
+    const bool was = rec_.recording();
+    if (on && !was) start_trace();
+    rec_.set_recording(on);
+    if (!on && was) stop_trace();
+  }
+  void reset() override {
+    rec_.reset();
+    kernels_.trace = {};
+  }
+  KernelTraceResult kernel_trace() const override { return kernels_; }
 
   // --- DeviceBackend ---
   sdk::BackendCapabilities capabilities() const override { return in_->capabilities(); }
@@ -76,9 +89,51 @@ class ProfilingBackendImpl final : public ProfilingBackend {
   }
 
  private:
+  void start_trace() {
+    auto* trace = sdk::facet<sdk::KernelTraceFacet>(*in_);
+    if (trace == nullptr) return;
+    kernels_.offered = true;
+    if (!kernels_.error.empty()) return;  // it failed once; every span would fail alike
+    try {
+      trace->start_kernel_trace();
+      tracing_ = true;
+    } catch (const sdk::BackendError& e) {
+      kernels_.error = std::string(e.what()) + " (" + e.hint() + ")";
+    }
+  }
+  void stop_trace() {
+    if (!tracing_) return;
+    tracing_ = false;
+    try {
+      merge(sdk::facet<sdk::KernelTraceFacet>(*in_)->stop_kernel_trace());
+    } catch (const sdk::BackendError& e) {
+      kernels_.error = std::string(e.what()) + " (" + e.hint() + ")";
+    }
+  }
+  void merge(const sdk::KernelTrace& span) {
+    auto& all = kernels_.trace.kernels;
+    for (const sdk::KernelTime& k : span.kernels) {
+      auto it = std::find_if(all.begin(), all.end(),
+                             [&](const sdk::KernelTime& a) { return a.name == k.name; });
+      if (it == all.end()) {
+        all.push_back(k);
+      } else {
+        it->calls += k.calls;
+        it->device_seconds += k.device_seconds;
+      }
+    }
+    kernels_.trace.dropped += span.dropped;
+    std::stable_sort(all.begin(), all.end(),
+                     [](const sdk::KernelTime& a, const sdk::KernelTime& b) {
+                       return a.device_seconds > b.device_seconds;
+                     });
+  }
+
   std::shared_ptr<sdk::DeviceBackend> in_;
   profiling::Recorder rec_;
   CallTimer timer_;
+  KernelTraceResult kernels_;
+  bool tracing_ = false;
 };
 
 }  // namespace

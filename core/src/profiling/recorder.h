@@ -59,6 +59,7 @@ class Recorder {
               [](const ProfileEntry& a, const ProfileEntry& b) { return a.seconds > b.seconds; });
     return out;
   }
+  bool recording() const { return recording_; }
   double recorded_seconds() const { return recorded_ + (recording_ ? seconds_since(since_) : 0.0); }
   void set_recording(bool on) {
     if (on == recording_) return;

@@ -25,6 +25,7 @@
 #include "mixtrain/sdk/backend_gemm.h"
 #include "mixtrain/sdk/backend_gradient_check.h"
 #include "mixtrain/sdk/backend_image_input.h"
+#include "mixtrain/sdk/backend_kernel_trace.h"
 #include "mixtrain/sdk/backend_layer_norm.h"
 #include "mixtrain/sdk/backend_loss.h"
 #include "mixtrain/sdk/backend_native_stream.h"
@@ -69,6 +70,7 @@ using Facets = FacetList<GemmFacet,             //
                          ScratchFacet,          //
                          QuantizedWeightFacet,  //
                          ImageInputFacet,       //
-                         PlanReportFacet>;
+                         PlanReportFacet,       //
+                         KernelTraceFacet>;
 
 }  // namespace mixtrain::sdk

@@ -5,6 +5,7 @@
 // the softmax within a few ulps (its exp is not oneDNN's; double sums in another order); GEMMs to
 // the input format's rounding.
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 #include <string>
 #include <type_traits>
@@ -27,6 +28,7 @@
 #ifdef MIXTRAIN_HAVE_CUDNN
 #include "cuda_convolution_facet.h"
 #endif
+#include "mixtrain/sdk/backend_kernel_trace.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 
@@ -84,8 +86,11 @@ TEST(backend_cuda_facet_classes, EveryFacetFileRegistersItsFacetOnce) {
       "optimizer",  "plan_report",    "residual",    "scratch",    "step_graph"};
 #ifdef MIXTRAIN_HAVE_CUDNN
   expected.push_back("convolution");
-  std::sort(expected.begin(), expected.end());
 #endif
+#ifdef MIXTRAIN_HAVE_CUPTI
+  expected.push_back("kernel_trace");
+#endif
+  std::sort(expected.begin(), expected.end());
   EXPECT_EQ(names, expected);
 }
 
@@ -109,9 +114,47 @@ TEST_F(backend_cuda_vs_cpu, FacetsAreOffered) {
 #else
   EXPECT_EQ(gpu().find_facet("convolution"), nullptr);
 #endif
+#ifdef MIXTRAIN_HAVE_CUPTI
+  ASSERT_NE(gpu().find_facet("kernel_trace"), nullptr);
+#else
+  EXPECT_EQ(gpu().find_facet("kernel_trace"), nullptr);
+#endif
   EXPECT_EQ(gpu().find_facet("no_such_facet"), nullptr);
   EXPECT_EQ(gpu().find_facet(""), nullptr);
 }
+
+#ifdef MIXTRAIN_HAVE_CUPTI
+// The kernel trace (CUPTI): the kernels of the ops run between start and stop, each under its
+// name with its calls and device time; nothing from before the start; a second start while one
+// runs is refused; a stop without a start is empty.
+TEST_F(backend_cuda_vs_cpu, KernelTraceRecordsTheKernelsRunBetweenStartAndStop) {
+  auto* trace = sdk::facet<sdk::KernelTraceFacet>(gpu());
+  ASSERT_NE(trace, nullptr);
+  EXPECT_TRUE(trace->stop_kernel_trace().kernels.empty());
+  Tensor x(gpu(), DType::fp32, Shape{1 << 20});
+  gpu().fill(x, 1.0f);  // before the trace: not in it
+  gpu().synchronize();
+  trace->start_kernel_trace();
+  EXPECT_THROW(trace->start_kernel_trace(), sdk::BackendError);
+  for (int i = 1; i <= 5; ++i) gpu().fill(x, static_cast<float>(i));
+  const sdk::KernelTrace got = trace->stop_kernel_trace();
+  ASSERT_FALSE(got.kernels.empty());
+  std::int64_t calls = 0;
+  for (const sdk::KernelTime& k : got.kernels) {
+    std::printf("  %lld x %.3f ms  %s\n", static_cast<long long>(k.calls), 1e3 * k.device_seconds,
+                k.name.c_str());
+    EXPECT_GT(k.calls, 0) << k.name;
+    EXPECT_GT(k.device_seconds, 0.0) << k.name;
+    calls += k.calls;
+  }
+  EXPECT_EQ(calls, 5);  // the five fills, one kernel each, and nothing else
+  EXPECT_TRUE(std::is_sorted(got.kernels.begin(), got.kernels.end(),
+                             [](const sdk::KernelTime& a, const sdk::KernelTime& b) {
+                               return a.device_seconds > b.device_seconds;
+                             }));
+  EXPECT_TRUE(trace->stop_kernel_trace().kernels.empty());  // stopped
+}
+#endif
 
 TEST_F(backend_cuda_vs_cpu, ResidualAddBitForBit) {
   const std::int64_t n = 3001;

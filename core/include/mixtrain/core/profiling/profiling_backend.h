@@ -14,6 +14,12 @@
 //   called (core/src/profiling/profile_scope.h: the model names each node's type, the trainer names
 //   the optimizer, gradient checks, data and evaluation), "other" outside any.
 // - Recording is on from construction; set_recording(false) pauses it, reset() clears the table.
+// - Where `inner` offers a kernel_trace facet (sdk/backend_kernel_trace.h), each recording span
+//   that set_recording(true) opens is traced by the device as well, from just before it opens to
+//   just after set_recording(false) closes it (the start and the stop, which waits for the
+//   device, stay outside the recorded time); kernel_trace() merges the spans since the last
+//   reset() by kernel name. A trace that fails to start is reported once (kernel_trace().error)
+//   and not retried; the op table is unaffected either way.
 // - Not thread-safe: one training thread calls the backend (as the Trainer does).
 #pragma once
 
@@ -23,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/sdk/backend_kernel_trace.h"
 #include "mixtrain/sdk/device_backend.h"
 
 namespace mixtrain::core {
@@ -32,6 +39,13 @@ struct ProfileEntry {
   std::string op;     // the backend op, e.g. "gemm", "softmax_forward", "adamw_update"
   std::int64_t calls = 0;
   double seconds = 0.0;
+};
+
+// The device's kernels over the recording spans (sdk::KernelTrace), or why there are none.
+struct KernelTraceResult {
+  bool offered = false;    // the inner backend has a kernel_trace facet
+  std::string error;       // why tracing did not start or stop (the library's reason and fix)
+  sdk::KernelTrace trace;  // merged by name, most device time first
 };
 
 class ProfilingBackend;
@@ -45,6 +59,7 @@ class ProfilingBackend : public sdk::DeviceBackend {
   virtual double recorded_seconds() const = 0;
   virtual void set_recording(bool on) = 0;
   virtual void reset() = 0;
+  virtual KernelTraceResult kernel_trace() const = 0;
 };
 
 // The table `mixtrain train --profile` prints: a summary by group (GEMMs, attention softmax,
@@ -55,6 +70,12 @@ std::string format_profile(const ProfilingBackend& p, std::int64_t steps);
 // --profile` prints after its table: "plans:", then per library its name and plan count and a
 // line per plan; one line saying so when the backend offers no plan_report facet.
 std::string format_plan_reports(sdk::DeviceBackend& backend);
+// The kernel table `mixtrain train --profile` prints last, as torch.profiler's kernel view lists
+// them: the `top` kernels by device time per step over `steps` steps (ms/step, share of all
+// kernels' time, calls/step, name), headed by the total; nothing when the backend offers no
+// kernel trace, one line saying why when it did not run.
+std::string format_kernel_trace(const KernelTraceResult& k, std::int64_t steps,
+                                std::size_t top = 30);
 // The group a (scope, op) row counts in: "classifier" for the LM head and loss, "optimizer",
 // "gradient checks", "GEMMs" for the other GEMMs, "attention softmax", "layer norm", ...
 std::string profile_group(const ProfileEntry& e);

@@ -1,0 +1,120 @@
+// The profiler's kernel trace (profiling_backend.h): over a backend whose kernel_trace facet is a
+// fake, each recording span is traced once (started as it opens, stopped as it closes), the spans
+// since reset() merge by kernel name, a failed start is reported once and not retried, and the
+// table prints the top kernels per step; over a backend without the facet nothing is traced.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cpu_test_backend.h"
+#include "mixtrain/core/profiling/profiling_backend.h"
+#include "mixtrain/sdk/backend_kernel_trace.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::core {
+namespace {
+
+// Each span returns `span`; `refuse` makes start throw as a missing library would.
+class FakeTrace final : public sdk::KernelTraceFacet {
+ public:
+  void start_kernel_trace() override {
+    ++starts;
+    if (refuse) throw sdk::BackendError("kernel_trace: CUPTI not found", "put it on the path");
+    if (running) throw std::logic_error("started twice");
+    running = true;
+  }
+  sdk::KernelTrace stop_kernel_trace() override {
+    ++stops;
+    if (!running) return {};
+    running = false;
+    return span;
+  }
+  sdk::KernelTrace span;
+  bool refuse = false, running = false;
+  int starts = 0, stops = 0;
+};
+
+class TracedBackend final : public test_support::ForwardingBackend {
+ public:
+  sdk::Facet* find_facet(std::string_view name) override {
+    return name == sdk::KernelTraceFacet::kName ? &trace : in_->find_facet(name);
+  }
+  FakeTrace trace;
+};
+
+TEST(ProfilerKernelTrace, EachRecordingSpanIsTracedAndTheSpansMergeByName) {
+  auto inner = std::make_shared<TracedBackend>();
+  inner->trace.span = {{{"wgrad", 2, 0.004}, {"fill", 3, 0.001}}, 1};
+  auto p = make_profiling_backend(inner);
+  // Recording from construction is not a traced span: the trainer pauses it at once.
+  p->set_recording(false);
+  EXPECT_EQ(inner->trace.starts, 0);
+  EXPECT_EQ(inner->trace.stops, 0);
+  p->set_recording(true);
+  p->set_recording(true);  // already on: no second start
+  EXPECT_EQ(inner->trace.starts, 1);
+  EXPECT_TRUE(inner->trace.running);
+  p->set_recording(false);
+  EXPECT_FALSE(inner->trace.running);
+  inner->trace.span = {{{"fill", 1, 0.005}, {"gemm", 4, 0.002}}, 0};
+  p->set_recording(true);
+  p->set_recording(false);
+  const KernelTraceResult k = p->kernel_trace();
+  EXPECT_TRUE(k.offered);
+  EXPECT_TRUE(k.error.empty());
+  ASSERT_EQ(k.trace.kernels.size(), 3u);
+  EXPECT_EQ(k.trace.kernels[0].name, "fill");  // 0.006 s over 4 calls
+  EXPECT_EQ(k.trace.kernels[0].calls, 4);
+  EXPECT_DOUBLE_EQ(k.trace.kernels[0].device_seconds, 0.006);
+  EXPECT_EQ(k.trace.kernels[1].name, "wgrad");
+  EXPECT_EQ(k.trace.kernels[2].name, "gemm");
+  EXPECT_EQ(k.trace.dropped, 1);
+
+  // Two steps: per-step figures, the top 2 of 3, the dropped records said.
+  const std::string table = format_kernel_trace(k, 2, 2);
+  EXPECT_NE(table.find("the top 2 of 3 by device time"), std::string::npos) << table;
+  EXPECT_NE(table.find("6.000 ms/step in all kernels"), std::string::npos) << table;
+  EXPECT_NE(table.find("1 records lost"), std::string::npos) << table;
+  EXPECT_NE(table.find("3.000   50.0%        2.0  fill"), std::string::npos) << table;
+  EXPECT_NE(table.find("wgrad"), std::string::npos) << table;
+  EXPECT_EQ(table.find("gemm"), std::string::npos) << table;  // third: cut
+
+  p->reset();
+  EXPECT_TRUE(p->kernel_trace().trace.kernels.empty());
+}
+
+TEST(ProfilerKernelTrace, AFailedStartIsReportedOnceAndTheOpTableStillRecords) {
+  auto inner = std::make_shared<TracedBackend>();
+  inner->trace.refuse = true;
+  auto p = make_profiling_backend(inner);
+  p->set_recording(false);
+  p->set_recording(true);
+  p->set_recording(false);
+  p->set_recording(true);
+  p->set_recording(false);
+  EXPECT_EQ(inner->trace.starts, 1);  // not retried
+  EXPECT_EQ(inner->trace.stops, 0);   // nothing to stop
+  const KernelTraceResult k = p->kernel_trace();
+  EXPECT_TRUE(k.offered);
+  EXPECT_NE(k.error.find("CUPTI not found"), std::string::npos) << k.error;
+  EXPECT_NE(k.error.find("put it on the path"), std::string::npos) << k.error;
+  EXPECT_EQ(format_kernel_trace(k, 2), "kernels: not traced: " + k.error + "\n");
+  EXPECT_GE(p->recorded_seconds(), 0.0);
+}
+
+TEST(ProfilerKernelTrace, ABackendWithoutTheFacetIsNotTracedAndPrintsNothing) {
+  auto p = make_profiling_backend(test_support::cpu());
+  p->set_recording(false);
+  p->set_recording(true);
+  p->set_recording(false);
+  const KernelTraceResult k = p->kernel_trace();
+  EXPECT_FALSE(k.offered);
+  EXPECT_TRUE(k.trace.kernels.empty());
+  EXPECT_EQ(format_kernel_trace(k, 2), "");
+}
+
+}  // namespace
+}  // namespace mixtrain::core
