@@ -188,7 +188,10 @@ int train_with(core::Experiment& experiment, core::Components components,
               static_cast<double>(s.peak_memory_bytes) / (1 << 20), s.wall_seconds,
               s.run_dir.string().c_str());
   if (s.stopped_early) std::printf("stopped early: %s\n", s.early_stopping_reason.c_str());
-  if (profiler) write_profile(*profiler, last_profiled - first_profiled + 1, s.run_dir);
+  if (profiler) {
+    profiler->set_recording(false);  // an interrupted run never closed its span
+    write_profile(*profiler, last_profiled - first_profiled + 1, s.run_dir);
+  }
   std::fflush(stdout);
   if (s.interrupted) return core::kInterruptedExitCode;
   if (s.diverged) {

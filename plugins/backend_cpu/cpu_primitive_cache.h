@@ -66,8 +66,12 @@ class PrimitiveCache {
       return *static_cast<Entry*>(it->second.entry.get());
     auto entry = std::make_shared<Entry>(std::forward<Make>(make)());
     Entry& ref = *entry;
-    entries_.emplace(key, Cached{std::move(entry),
-                                 std::forward<Problem>(problem)() + ": " + ref.implementation});
+    std::string line = std::forward<Problem>(problem)() + ": " + ref.implementation;
+    // A Winograd entry oneDNN cannot serve keeps the reason in `implementation`; the op runs
+    // direct.
+    if constexpr (requires { ref.usable; })
+      if (!ref.usable) line += " (not usable here: the direct convolution runs)";
+    entries_.emplace(key, Cached{std::move(entry), std::move(line)});
     return ref;
   }
   std::size_t size() const { return entries_.size(); }

@@ -176,8 +176,9 @@ class CudaKernelTrace final : public sdk::KernelTraceFacet {
     mine_ = false;
     c.tracing = false;
     context_.sync(kOp);  // every kernel enqueued so far has run, so its record exists
+    const CUptiResult flushed = c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     const CUptiResult disabled = c.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    c.check(c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+    c.check(flushed, "cuptiActivityFlushAll");
     c.check(disabled, "cuptiActivityDisable");
     const std::lock_guard lock(c.mutex);
     return c.tally.take(c.dropped);

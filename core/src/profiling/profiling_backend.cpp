@@ -40,6 +40,14 @@ class ProfilingBackendImpl final : public ProfilingBackend {
  public:
   explicit ProfilingBackendImpl(std::shared_ptr<sdk::DeviceBackend> inner)
       : in_(std::move(inner)), rec_(*in_), timer_(rec_) {}
+  // A trace still running (a run that stopped before closing its span) is stopped: the device's
+  // tracing library is the process's, and another backend may want it.
+  ~ProfilingBackendImpl() override {
+    try {
+      stop_trace();
+    } catch (...) {  // a destructor reports nothing; the trace is what is lost
+    }
+  }
 
   // --- the profiler ---
   std::vector<ProfileEntry> entries() const override { return rec_.entries(); }
