@@ -57,7 +57,11 @@ void write_profile(core::ProfilingBackend& p, std::int64_t steps, const fs::path
     return;
   }
   std::printf("%s", core::format_profile(p, steps).c_str());
-  std::printf("%s", core::format_plan_reports(p).c_str());
+  // The plan reports are asked for once: printed, then kept in profile.json.
+  const auto* plan_facet = sdk::facet<sdk::PlanReportFacet>(p);
+  const std::vector<sdk::PlanReport> reports =
+      plan_facet != nullptr ? plan_facet->plan_reports() : std::vector<sdk::PlanReport>{};
+  std::printf("%s", core::format_plan_reports(plan_facet != nullptr ? &reports : nullptr).c_str());
   const core::KernelTraceResult kernels = p.kernel_trace();
   std::printf("%s", core::format_kernel_trace(kernels, steps).c_str());
   nlohmann::json rows = nlohmann::json::array();
@@ -68,8 +72,7 @@ void write_profile(core::ProfilingBackend& p, std::int64_t steps, const fs::path
                     {"calls", e.calls},
                     {"seconds", e.seconds}});
   nlohmann::json plans = nlohmann::json::object();
-  if (const auto* facet = sdk::facet<sdk::PlanReportFacet>(p))
-    for (const sdk::PlanReport& r : facet->plan_reports()) plans[r.library] = r.plans;
+  for (const sdk::PlanReport& r : reports) plans[r.library] = r.plans;
   nlohmann::json doc = {{"steps", steps},
                         {"recorded_seconds", p.recorded_seconds()},
                         {"entries", rows},

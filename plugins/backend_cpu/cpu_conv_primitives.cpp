@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "cpu_access.h"
+#include "cpu_problem_text.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -131,32 +132,26 @@ Entry unusable(std::string why) {
   return e;
 }
 
-const char* type_text(memory::data_type dt) {
-  return dt == memory::data_type::bf16 ? "bf16" : "fp32";
-}
-
 std::string geometry_text(const sdk::Conv2dGeometry& g) {
-  auto pair = [](std::int64_t a, std::int64_t b) {
-    return std::to_string(a) + "x" + std::to_string(b);
-  };
   return "N=" + std::to_string(g.batch) + " C=" + std::to_string(g.in_channels) +
-         " HxW=" + pair(g.height, g.width) + " O=" + std::to_string(g.out_channels) + " kernel " +
-         pair(g.kernel_h, g.kernel_w) + " stride " + pair(g.stride_h, g.stride_w) + " pad " +
-         pair(g.pad_h, g.pad_w) + (g.groups > 1 ? " groups " + std::to_string(g.groups) : "");
+         " HxW=" + extent_text(g.height, g.width) + " O=" + std::to_string(g.out_channels) +
+         " kernel " + extent_text(g.kernel_h, g.kernel_w) + " stride " +
+         extent_text(g.stride_h, g.stride_w) + " pad " + extent_text(g.pad_h, g.pad_w) +
+         (g.groups > 1 ? " groups " + std::to_string(g.groups) : "");
 }
 
 // What a cached primitive was made for, as PrimitiveCache::report() lists it.
 std::string problem_text(std::string_view op, const sdk::Conv2dGeometry& g, memory::data_type dt,
                          memory::data_type out_dt, bool bias, dnnl::algorithm alg) {
-  return std::string(op) + " " + geometry_text(g) + ", " + type_text(dt) + " -> " +
-         type_text(out_dt) + (bias ? ", bias" : "") +
+  return std::string(op) + " " + geometry_text(g) + ", " + dnnl_type_text(dt) + " -> " +
+         dnnl_type_text(out_dt) + (bias ? ", bias" : "") +
          (alg == dnnl::algorithm::convolution_winograd ? ", winograd" : "");
 }
 
 [[noreturn]] void creation_failed(std::string_view op, const sdk::Conv2dGeometry& g,
                                   memory::data_type dt, const dnnl::error& e) {
   fail(op,
-       std::string("oneDNN cannot create a ") + type_text(dt) + " convolution for " +
+       std::string("oneDNN cannot create a ") + dnnl_type_text(dt) + " convolution for " +
            geometry_text(g) + ": " + e.what(),
        "report this geometry");
 }

@@ -12,6 +12,7 @@
 
 #include "cpu_access.h"
 #include "cpu_features.h"
+#include "cpu_problem_text.h"
 #include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::backend_cpu {
@@ -220,13 +221,12 @@ GemmEngine::Entry& GemmEngine::entry_for(const Key& key) {
 }
 
 std::vector<std::string> GemmEngine::report() const {
-  auto dt = [](memory::data_type t) { return t == memory::data_type::bf16 ? "bf16" : "fp32"; };
   std::vector<std::string> lines;
   lines.reserve(cache_.size());
   for (const auto& [key, e] : cache_) {
     std::string line = "m=" + std::to_string(key.m) + " n=" + std::to_string(key.n) +
-                       " k=" + std::to_string(key.k) + " A " + dt(key.a_dt) +
-                       (key.trans_a ? " (T)" : "") + " B " + dt(key.b_dt) +
+                       " k=" + std::to_string(key.k) + " A " + dnnl_type_text(key.a_dt) +
+                       (key.trans_a ? " (T)" : "") + " B " + dnnl_type_text(key.b_dt) +
                        (key.trans_b ? " (T)" : "");
     if (key.batch > 0) line += ", batch " + std::to_string(key.batch);
     const float beta = std::bit_cast<float>(key.beta_bits);

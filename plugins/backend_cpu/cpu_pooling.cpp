@@ -22,6 +22,7 @@
 #include "cpu_access.h"
 #include "cpu_pooling.h"
 #include "cpu_primitive_cache.h"
+#include "cpu_problem_text.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -79,14 +80,11 @@ struct PoolEntry {
 
 // What a cached primitive was made for, as PrimitiveCache::report() lists it.
 std::string problem_text(std::string_view op, const sdk::Pool2dGeometry& g, memory::data_type dt) {
-  auto pair = [](std::int64_t a, std::int64_t b) {
-    return std::to_string(a) + "x" + std::to_string(b);
-  };
   return std::string(op) + (g.kind == sdk::PoolKind::max ? " max" : " average") +
          " N=" + std::to_string(g.batch) + " C=" + std::to_string(g.channels) +
-         " HxW=" + pair(g.height, g.width) + " kernel " + pair(g.kernel_h, g.kernel_w) +
-         " stride " + pair(g.stride_h, g.stride_w) + " pad " + pair(g.pad_h, g.pad_w) + ", " +
-         (dt == memory::data_type::bf16 ? "bf16" : "fp32");
+         " HxW=" + extent_text(g.height, g.width) + " kernel " +
+         extent_text(g.kernel_h, g.kernel_w) + " stride " + extent_text(g.stride_h, g.stride_w) +
+         " pad " + extent_text(g.pad_h, g.pad_w) + ", " + dnnl_type_text(dt);
 }
 
 [[noreturn]] void creation_failed(std::string_view op, const dnnl::error& e) {

@@ -7,7 +7,7 @@
 //   library gives it (mangled). Cheap: one map lookup; names are demangled only at take().
 // - take(dropped) returns the runs since the last take(), one entry per demangled name (two
 //   mangled names that demangle alike are summed), most device time first (ties: by name), and
-//   empties the tally. `dropped` is passed through.
+//   empties the tally. `dropped` is passed through. clear() empties it unread.
 // - Not thread-safe: the caller serialises add() and take() (CUPTI delivers buffers on its own
 //   thread).
 #pragma once
@@ -25,6 +25,7 @@ class KernelTally {
  public:
   void add(std::string_view name, std::uint64_t ns);
   sdk::KernelTrace take(std::int64_t dropped);
+  void clear() { by_name_.clear(); }
 
  private:
   struct Sum {

@@ -162,7 +162,7 @@ class CudaKernelTrace final : public sdk::KernelTraceFacet {
     }
     {
       const std::lock_guard lock(c.mutex);
-      (void)c.tally.take(0);  // anything a previous trace left
+      c.tally.clear();  // anything a previous trace's late buffers left
       c.dropped = 0;
     }
     c.check(c.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable");

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "mixtrain/sdk/backend_kernel_trace.h"
+#include "mixtrain/sdk/backend_plan_report.h"
 #include "mixtrain/sdk/device_backend.h"
 
 namespace mixtrain::core {
@@ -66,10 +67,11 @@ class ProfilingBackend : public sdk::DeviceBackend {
 // layer norm, classifier, optimizer, ...; see profile_group()) over `steps` steps, then every
 // (scope, op) row. Percentages are of recorded_seconds(); "outside backend ops" is the rest.
 std::string format_profile(const ProfilingBackend& p, std::int64_t steps);
-// What ran the ops: the backend's plan reports (sdk/backend_plan_report.h), which `mixtrain train
-// --profile` prints after its table: "plans:", then per library its name and plan count and a
-// line per plan; one line saying so when the backend offers no plan_report facet.
-std::string format_plan_reports(sdk::DeviceBackend& backend);
+// What ran the ops: the backend's plan reports (sdk/backend_plan_report.h: `reports`, its
+// plan_report facet's answer, or nullptr when it offers none), as `mixtrain train --profile`
+// prints them after its table: "plans:", then per library its name and plan count and a line per
+// plan; one line saying so when there is no facet.
+std::string format_plan_reports(const std::vector<sdk::PlanReport>* reports);
 // The kernel table `mixtrain train --profile` prints last, as torch.profiler's kernel view lists
 // them: the `top` kernels by device time per step over `steps` steps (ms/step, share of all
 // kernels' time, calls/step, name), headed by the total; nothing when the backend offers no
