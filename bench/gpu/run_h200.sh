@@ -88,7 +88,7 @@ export WIDE_BACKEND=${WIDE_BACKEND:-cuda} TORCH_DEVICE=${TORCH_DEVICE:-cuda} TOR
 export PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
 export MODEL_BACKEND=${MODEL_BACKEND:-cuda} MODEL_RUN_CAP=${MODEL_RUN_CAP:-60}
 export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-30} RN_LOG_EVERY=${RN_LOG_EVERY:-5}
-export RN_POLICIES=${RN_POLICIES:-bf16 fp32 tf32 bf16+convtune bf16+wgrad16 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+graphs bf16+waited bf16+nondetconv bf16+tune} RN_TORCH=${RN_TORCH:-bf16 fp32 tf32}
+export RN_POLICIES=${RN_POLICIES:-bf16 fp32 tf32 bf16+convtune bf16+wgrad16 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+graphs bf16+waited bf16+nondetconv bf16+tune} RN_TORCH=${RN_TORCH:-bf16 fp32 tf32}
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-30} GPT_LOG_EVERY=${GPT_LOG_EVERY:-5}
 export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8+plaincast fp8-block bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+graphs bf16+waited bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
@@ -434,7 +434,9 @@ model_run() {
       # GEMMs on padded rows (gemm_realign = true); +nondetconv: cuDNN's heuristic order for the
       # convolutions, non-deterministic engines included (deterministic_convolutions = false);
       # +floatpixels: the images decoded on the host and sent as fp32 (data.pixels = float32, the
-      # A/B of sending bytes and decoding them on the device); +nofuse: model.fuse_epilogues =
+      # A/B of sending bytes and decoding them on the device); +pageable: the batches in
+      # ordinary memory, copied into the backend's pinned staging on the step's thread
+      # (data.pin_memory = false: what preparing them in page-locked memory gains); +nofuse: model.fuse_epilogues =
       # false (batch norm + ReLU, add + ReLU and batch norm + add + ReLU unfused, and the linears'
       # forward and backward epilogues: gelu, its gradient and the bias gradients; what they gain);
       # +ln2pass: the layer norm's dgamma/dbeta as column sums in a pass of their own
@@ -462,6 +464,7 @@ model_run() {
       [[ $p == *+realign* ]] && variant+=(--set backend.cuda.gemm_realign=true)
       [[ $p == *+nondetconv* ]] && variant+=(--set backend.cuda.deterministic_convolutions=false)
       [[ $p == *+floatpixels* ]] && variant+=(--set data.pixels=float32)
+      [[ $p == *+pageable* ]] && variant+=(--set data.pin_memory=false)
       [[ $p == *+nofuse* ]] && variant+=(--set model.fuse_epilogues=false)
       [[ $p == *+ln2pass* ]] && variant+=(--set backend.cuda.layernorm_backward_one_pass=false)
       [[ $p == *+waited* ]] && variant+=(--set run.gated_update=false)

@@ -8,14 +8,15 @@
 // batch n+1 lands in the slot batch n's decode does not read, and the copy into a slot waits, on
 // the device (an event), only for the last decode that read that slot. The bytes go through the
 // context's pinned staging slots (cuda_host_staging.h), so the caller's buffer is free when
-// upload() returns and the host never waits for the compute stream.
+// upload() returns and the host never waits for the compute stream; bytes already in a
+// host_memory buffer are read in place instead (HostStaging::copy).
 //
 // Contract
 // - upload(src, bytes, staging, compute, op): returns device memory holding a copy of src's
 //   bytes, 256-byte aligned, which the compute stream's next work sees (the compute stream waits
-//   on the copy's event); src is read before return. The memory stays valid until the upload
-//   after next; call consumed(compute, op) once every kernel reading it is enqueued on the compute
-//   stream, so that the slot's next copy waits for them.
+//   on the copy's event); src is read as HostStaging::copy reads it. The memory stays valid until
+//   the upload after next; call consumed(compute, op) once every kernel reading it is enqueued on
+//   the compute stream, so that the slot's next copy waits for them.
 // - Slots grow only, each to the largest batch it carried; device_bytes() is their sum, which
 //   CudaContext::account_buffers() folds into the memory statistics. A slot grows only after both
 //   streams finished with it (its copy and its decodes).

@@ -11,6 +11,13 @@ void HostStaging::copy(void* dst, const void* src, std::size_t bytes, cudaStream
                        const char* op) {
   if (bytes == 0) return;
   require_not_recording(op);
+  if (PinnedBlock* block = pinned.find(src, bytes)) {
+    // Already page-locked: the DMA reads the host's buffer in place, in stream order.
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), op,
+               "cudaMemcpyAsync");
+    block->mark_read(stream, op);
+    return;
+  }
   if (bytes > kMaxStaged) {
     // Rare (weights at load time, not a step's batch): the driver's pageable path, which has read
     // `src` when it returns.

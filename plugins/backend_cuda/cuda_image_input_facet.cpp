@@ -8,9 +8,10 @@
 // a bad one.
 // - The bytes go through the context's pinned staging slots on a copy stream of the context's own
 //   into one of two device byte slots (cuda_byte_upload.h): the caller may refill its buffer when
-//   the call returns, the host does not wait for the device, and the copy of the next batch runs
-//   while this batch's decode and the step's kernels still use the other slot. Events order it:
-//   the copy into a slot waits for the last decode that read the slot; the decode waits for its
+//   the call returns (bytes in a host_memory buffer skip the slot and are read in place, in the
+//   copy stream's order), the host does not wait for the device, and the copy of the next batch
+//   runs while this batch's decode and the step's kernels still use the other slot. Events order
+//   it: the copy into a slot waits for the last decode that read the slot; the decode waits for its
 //   copy. The decoded y is then ordered before every later op, which all run on the one stream.
 // - The slots are the context's grow-only buffers, counted in memory_stats() (account_buffers).
 // - While a step graph is recording, a call with bytes to upload raises BackendError as

@@ -309,6 +309,7 @@ void read_data_config(const Config& config, Experiment& e) {
   if (e.data.eval_batch_size == 0) e.data.eval_batch_size = e.data.batch_size;
   e.data.shuffle = common.get_bool("shuffle");
   e.data.prefetch = common.get_bool("prefetch");
+  e.data.pin_memory = common.get_bool("pin_memory");
   e.data.pixels = common.get_string("pixels");
   e.data.pixels_where = common.where("pixels");
   e.data.eval_fraction = common.get_double("eval_fraction");

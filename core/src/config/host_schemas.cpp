@@ -197,6 +197,10 @@ sdk::OptionSchema data_common_schema() {
       OptionSpec::boolean("prefetch", true,
                           "gather and augment the next training batch on a loader thread while "
                           "the step computes (the same batches either way)"),
+      OptionSpec::boolean("pin_memory", true,
+                          "prepare batches in the backend's page-locked host memory, which its "
+                          "uploads read in place (CUDA; the same batches either way; a backend "
+                          "without it ignores this)"),
       OptionSpec::string("pixels", "auto",
                          "how image pixels are held and sent to the device: uint8 (as image "
                          "files store them, decoded on the device; synthetic images rounded to "

@@ -3,9 +3,12 @@
 // to the core.
 //
 // Contract
+// - Constructed with its spare HostBatch (train/host_batch.h: sized, and in the backend's upload
+//   memory where it has some, by the step's thread).
 // - start(job, prepare): prepare(buffers) runs on a thread of its own, writing the spare
-//   HostBatch; at most one job is in flight (start waits for the previous one first). `job` names
-//   what is prepared: the batch's rows and its batch number (augmentation's key).
+//   HostBatch (prepare calls its prepare_to_write() first: the batch sent from it before may still
+//   be read by its upload); at most one job is in flight (start waits for the previous one first).
+//   `job` names what is prepared: the batch's rows and its batch number (augmentation's key).
 // - take(job, into): when the job in flight is `job` exactly, waits for it and swaps its buffers
 //   with `into`, true; otherwise waits for it (a job is never abandoned while it writes), drops it
 //   and returns false, and the caller prepares the batch itself. So every step sees exactly the
@@ -20,17 +23,12 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <utility>
 #include <vector>
 
-namespace mixtrain::core {
+#include "train/host_batch.h"
 
-// One batch's host staging: features, byte images' pixels or token ids, and the labels.
-struct HostBatch {
-  std::vector<float> x;
-  std::vector<std::uint8_t> pixels;
-  std::vector<std::int32_t> ids;
-  std::vector<std::int32_t> y;
-};
+namespace mixtrain::core {
 
 struct PrefetchJob {
   std::vector<std::int64_t> rows;
@@ -40,7 +38,7 @@ struct PrefetchJob {
 
 class BatchPrefetcher {
  public:
-  BatchPrefetcher() = default;
+  explicit BatchPrefetcher(HostBatch spare) : spare_(std::move(spare)) {}
   ~BatchPrefetcher();
   BatchPrefetcher(const BatchPrefetcher&) = delete;
   BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;

@@ -7,7 +7,10 @@
 // - micro_batches[k], micro_batch_numbers[k]: the rows this rank computes in micro-batch k of the
 //   current step and that batch's number (epoch · batches_per_epoch + position, augmentation's
 //   key); kept so a skipped step can replay them. run.accumulate entries after a step.
-// - Host staging `host`, sized for the model's largest batch (Model::max_rows rows) and grown by
+// - host_memory: where the host batches' arrays come from (train/host_batch.h): the backend's
+//   upload memory with data.pin_memory and a host_memory facet, else ordinary memory. Declared
+//   before the batches, so it outlives them.
+// - Host batch `host`, sized for the model's largest batch (Model::max_rows rows) and grown by
 //   a larger one: x, a table's or images' features [rows, F] in FP32; pixels, byte images
 //   decoded on the device [rows, F] as bytes; ids, token windows' ids
 //   [rows, T]; y, the labels [rows · labels_per_row]. After a batch is fed, host.y holds its
@@ -29,6 +32,7 @@ struct DataPosition {
   std::unique_ptr<BatchSampler> sampler;
   std::vector<std::vector<std::int64_t>> micro_batches;
   std::vector<std::uint64_t> micro_batch_numbers;
+  std::unique_ptr<HostMemory> host_memory;
   HostBatch host;
   std::unique_ptr<BatchPrefetcher> prefetcher;
 };

@@ -57,6 +57,7 @@ BatchRecipe recipe_of(const Trainer::State& s, const Dataset& d) {
 // training batch (its batch number given) augmented.
 void prepare_host_batch(const BatchRecipe& r, std::span<const std::int64_t> rows,
                         std::optional<std::uint64_t> training_batch, HostBatch& out) {
+  out.prepare_to_write();  // the batch sent from these buffers before may still be read
   const Dataset& d = *r.data;
   const auto n = static_cast<std::int64_t>(rows.size());
   const auto grow = [](auto& v, std::int64_t size) {

@@ -233,16 +233,29 @@ void prepare_pixel_tables(Trainer::State& s) {
              " as fp32) and are decoded there");
 }
 
-// The host staging buffers, sized for the model's largest batch.
-void allocate_host_staging(Trainer::State& s) {
+// The host batches (the step's and, with data.prefetch, the loader's spare), sized for the model's
+// largest batch, in the backend's upload memory where it has some (train/host_batch.h).
+void allocate_host_batches(Trainer::State& s) {
+  auto* facet = s.e.data.pin_memory ? sdk::facet<sdk::HostMemoryFacet>(*s.c.backend) : nullptr;
+  s.data.host_memory = std::make_unique<HostMemory>(facet, s.log);
   const std::int64_t max_rows = s.model->max_rows();
-  if (s.train.is_tokens())
-    s.data.host.ids.resize(static_cast<std::size_t>(max_rows * s.train.features));
-  else if (!s.train_pixel_table.empty())
-    s.data.host.pixels.resize(static_cast<std::size_t>(max_rows * s.train.features));
-  else
-    s.data.host.x.resize(static_cast<std::size_t>(max_rows * s.train.features));
-  s.data.host.y.resize(static_cast<std::size_t>(max_rows * s.train.labels_per_row()));
+  const auto sized = [&] {
+    HostBatch b(s.data.host_memory.get());
+    if (s.train.is_tokens())
+      b.ids.resize(static_cast<std::size_t>(max_rows * s.train.features));
+    else if (!s.train_pixel_table.empty())
+      b.pixels.resize(static_cast<std::size_t>(max_rows * s.train.features));
+    else
+      b.x.resize(static_cast<std::size_t>(max_rows * s.train.features));
+    b.y.resize(static_cast<std::size_t>(max_rows * s.train.labels_per_row()));
+    return b;
+  };
+  s.data.host = sized();
+  if (s.e.data.prefetch) s.data.prefetcher = std::make_unique<BatchPrefetcher>(sized());
+  if (s.data.host_memory->pinned())
+    s.log.info(
+        "data.pin_memory: batches are prepared in the backend's page-locked memory and "
+        "uploaded from it in place");
 }
 
 // Statistics computed from the training split exist nowhere else on disk: the run keeps them so
@@ -510,8 +523,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     s.metrics.early_stopping.emplace(e.run.early_stopping_metric, e.run.early_stopping_min_delta);
   if (!e.checkpoint.keep_best.empty()) s.metrics.keep_best.emplace(e.checkpoint.keep_best, 0.0);
   prepare_pixel_tables(s);
-  allocate_host_staging(s);
-  if (e.data.prefetch) s.data.prefetcher = std::make_unique<BatchPrefetcher>();
+  allocate_host_batches(s);
   if (!e.checkpoint.init_from.empty() && !options.resume)
     load_checkpoint(e.checkpoint.init_from, /*weights_only=*/true, e.checkpoint.init_layout);
   if (options.resume) {

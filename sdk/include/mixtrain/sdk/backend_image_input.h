@@ -32,7 +32,7 @@ MIXTRAIN_SDK_API OpSignature op_signature(ImageInputOp op) noexcept;
 // `rows` images of `channels` planes of `plane` pixels each, one byte a pixel, channels-first:
 // pixel p of channel c of image r is byte (r·channels + c)·plane + p.
 struct ByteImages {
-  const std::uint8_t* pixels = nullptr;  // host memory, read before decode_images returns
+  const std::uint8_t* pixels = nullptr;  // host memory, read as decode_images says
   std::int64_t rows = 0, channels = 0, plane = 0;
 };
 
@@ -50,9 +50,9 @@ class MIXTRAIN_SDK_API ImageInputFacet : public Facet {
   // even). table: fp32 [channels, 256] in this backend's memory, what each byte of each channel
   // stands for (the normalisation folded in); y: [rows, channels·plane] in this backend's memory.
   // The bytes are read from host memory before the call returns, so the caller may refill its
-  // buffer at once; the decoded y is ordered before the backend's later ops, as copy_from_host's
-  // upload is. Raises BackendError for a table or y that does not fit `images`, or a null pixels
-  // pointer with rows > 0.
+  // buffer at once (unless they lie in a HostBuffer: backend_host_memory.h); the decoded y is
+  // ordered before the backend's later ops, as copy_from_host's upload is. Raises BackendError for
+  // a table or y that does not fit `images`, or a null pixels pointer with rows > 0.
   virtual void decode_images(const ByteImages& images, TensorView table, TensorView y) = 0;
 
  protected:

@@ -88,7 +88,9 @@ class MIXTRAIN_SDK_API DeviceBackend : public Component {
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void deallocate(void* ptr) noexcept = 0;
   virtual MemoryStats memory_stats() const = 0;
-  virtual void copy_from_host(TensorView dst, const void* src) = 0;  // dst.bytes() bytes
+  // dst.bytes() bytes, read before the call returns; from a HostBuffer (backend_host_memory.h),
+  // in stream order instead.
+  virtual void copy_from_host(TensorView dst, const void* src) = 0;
   virtual void copy_to_host(void* dst, TensorView src) = 0;
   virtual void copy(TensorView dst, TensorView src) = 0;  // same dtype and numel
   virtual void synchronize() = 0;  // waits for every enqueued op (benchmarks time with it)

@@ -24,6 +24,7 @@
 #include "mixtrain/sdk/backend_foreach.h"
 #include "mixtrain/sdk/backend_gemm.h"
 #include "mixtrain/sdk/backend_gradient_check.h"
+#include "mixtrain/sdk/backend_host_memory.h"
 #include "mixtrain/sdk/backend_image_input.h"
 #include "mixtrain/sdk/backend_kernel_trace.h"
 #include "mixtrain/sdk/backend_layer_norm.h"
@@ -71,6 +72,7 @@ using Facets = FacetList<GemmFacet,             //
                          QuantizedWeightFacet,  //
                          ImageInputFacet,       //
                          PlanReportFacet,       //
-                         KernelTraceFacet>;
+                         KernelTraceFacet,      //
+                         HostMemoryFacet>;
 
 }  // namespace mixtrain::sdk

@@ -3,15 +3,29 @@
 // it asked for, and nothing is left running.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <initializer_list>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "train/batch_prefetcher.h"
 
 namespace mixtrain::core {
 namespace {
+
+template <class T>
+void assign(HostArray<T>& a, std::initializer_list<T> values) {
+  a.resize(values.size());
+  std::copy(values.begin(), values.end(), a.data());
+}
+
+template <class T>
+std::vector<T> values(const HostArray<T>& a) {
+  return {a.data(), a.data() + a.size()};
+}
 
 PrefetchJob job(std::vector<std::int64_t> rows, std::uint64_t number) {
   PrefetchJob j;
@@ -21,16 +35,16 @@ PrefetchJob job(std::vector<std::int64_t> rows, std::uint64_t number) {
 }
 
 TEST(BatchPrefetcher, TheJobAskedForHandsOverItsBuffers) {
-  BatchPrefetcher loader;
+  BatchPrefetcher loader{HostBatch{}};
   HostBatch into;
   EXPECT_FALSE(loader.take(job({1, 2}, 0), into)) << "nothing was started";
   loader.start(job({4, 7}, 3), [](HostBatch& out) {
-    out.x.assign({1.5f, 2.5f});
-    out.y.assign({4, 7});
+    assign(out.x, {1.5f, 2.5f});
+    assign(out.y, {4, 7});
   });
   ASSERT_TRUE(loader.take(job({4, 7}, 3), into));
-  EXPECT_EQ(into.x, (std::vector<float>{1.5f, 2.5f}));
-  EXPECT_EQ(into.y, (std::vector<std::int32_t>{4, 7}));
+  EXPECT_EQ(values(into.x), (std::vector<float>{1.5f, 2.5f}));
+  EXPECT_EQ(values(into.y), (std::vector<std::int32_t>{4, 7}));
   EXPECT_FALSE(loader.in_flight());
   EXPECT_EQ(loader.taken(), 1);
   EXPECT_EQ(loader.dropped(), 0);
@@ -38,24 +52,24 @@ TEST(BatchPrefetcher, TheJobAskedForHandsOverItsBuffers) {
 
 TEST(BatchPrefetcher, AnotherJobIsWaitedForAndDroppedLeavingTheCallersBuffers) {
   for (const PrefetchJob& asked : {job({4, 8}, 3), job({4, 7}, 4)}) {
-    BatchPrefetcher loader;
+    BatchPrefetcher loader{HostBatch{}};
     std::atomic<bool> finished{false};
     loader.start(job({4, 7}, 3), [&](HostBatch& out) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      out.x.assign({9.0f});
+      assign(out.x, {9.0f});
       finished = true;
     });
     HostBatch into;
-    into.x.assign({1.0f});
+    assign(into.x, {1.0f});
     EXPECT_FALSE(loader.take(asked, into));
     EXPECT_TRUE(finished) << "take() returned while the dropped job still wrote";
-    EXPECT_EQ(into.x, (std::vector<float>{1.0f}));
+    EXPECT_EQ(values(into.x), (std::vector<float>{1.0f}));
     EXPECT_EQ(loader.dropped(), 1);
   }
 }
 
 TEST(BatchPrefetcher, AFailureReachesTheCallerOnlyForTheBatchItAskedFor) {
-  BatchPrefetcher loader;
+  BatchPrefetcher loader{HostBatch{}};
   HostBatch into;
   const auto fail = [](HostBatch&) { throw std::runtime_error("row 12 is unreadable"); };
   loader.start(job({12}, 0), fail);
@@ -77,7 +91,7 @@ TEST(BatchPrefetcher, StartingAgainOrDestroyingWaitsForTheJobInFlight) {
     ++finished;
   };
   {
-    BatchPrefetcher loader;
+    BatchPrefetcher loader{HostBatch{}};
     loader.start(job({1}, 0), slow);
     loader.start(job({2}, 1), slow);  // the first is dropped, after it finished
     EXPECT_EQ(finished, 1);

@@ -81,9 +81,9 @@ TEST(backend_cuda_facet_classes, EveryFacetFileRegistersItsFacetOnce) {
     names.emplace_back(entry.name);
   std::sort(names.begin(), names.end());
   std::vector<std::string> expected = {
-      "activation", "attention",      "batch_norm",  "dropout",    "embedding", "foreach",
-      "gemm",       "gradient_check", "image_input", "layer_norm", "loss",      "native_stream",
-      "optimizer",  "plan_report",    "residual",    "scratch",    "step_graph"};
+      "activation", "attention",      "batch_norm",  "dropout",    "embedding",  "foreach",
+      "gemm",       "gradient_check", "image_input", "layer_norm", "loss",       "native_stream",
+      "optimizer",  "plan_report",    "residual",    "scratch",    "step_graph", "host_memory"};
 #ifdef MIXTRAIN_HAVE_CUDNN
   expected.push_back("convolution");
 #endif
@@ -101,7 +101,7 @@ TEST_F(backend_cuda_vs_cpu, FacetsAreOffered) {
   for (const char* facet :
        {"gemm", "activation", "gradient_check", "foreach", "layer_norm", "batch_norm", "loss",
         "optimizer", "residual", "attention", "embedding", "dropout", "step_graph", "native_stream",
-        "scratch", "image_input", "plan_report"}) {
+        "scratch", "image_input", "plan_report", "host_memory"}) {
     const sdk::Facet* f = gpu().find_facet(facet);
     ASSERT_NE(f, nullptr) << facet;
     EXPECT_EQ(f->name(), facet);

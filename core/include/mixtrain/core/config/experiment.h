@@ -131,6 +131,8 @@ struct DataSettings {
   bool shuffle = schema_default_bool(data_common_schema(), "shuffle");
   // Prepare the next training batch on a loader thread while a step computes.
   bool prefetch = schema_default_bool(data_common_schema(), "prefetch");
+  // Batches in the backend's page-locked memory where it offers some (train/host_batch.h).
+  bool pin_memory = schema_default_bool(data_common_schema(), "pin_memory");
   // Image pixels: "uint8" kept as bytes (synthetic images rounded to bytes), "float32" decoded
   // when loaded, "auto" bytes where the source stores bytes. `pixels_where` is where a source
   // that cannot give bytes points.
