@@ -66,7 +66,9 @@ struct Cupti {
 };
 
 Cupti& cupti() {
-  static Cupti c;
+  // Never destroyed: CUPTI's thread may still hand back a buffer while the process exits, after
+  // the statics would have gone.
+  static Cupti& c = *new Cupti;
   return c;
 }
 
@@ -150,6 +152,19 @@ Cupti& loaded() {
 class CudaKernelTrace final : public sdk::KernelTraceFacet {
  public:
   explicit CudaKernelTrace(CudaContext& context) : context_(context) {}
+  // A backend that goes while its trace runs (a profiled run that failed) turns CUPTI off: the
+  // trace is the process's, and nothing else could stop it.
+  ~CudaKernelTrace() override {
+    if (!mine_) return;
+    Cupti& c = cupti();
+    context_.activate();
+    cudaDeviceSynchronize();
+    c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    c.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    c.tracing = false;
+  }
+  CudaKernelTrace(const CudaKernelTrace&) = delete;
+  CudaKernelTrace& operator=(const CudaKernelTrace&) = delete;
 
   void start_kernel_trace() override {
     Cupti& c = loaded();
@@ -175,9 +190,15 @@ class CudaKernelTrace final : public sdk::KernelTraceFacet {
     if (!mine_ || !c.tracing) return {};
     mine_ = false;
     c.tracing = false;
-    context_.sync(kOp);  // every kernel enqueued so far has run, so its record exists
+    context_.activate();
+    // Every stream's kernels (the image input's copy stream's, a communicator's, not only the
+    // backend's stream) have run, so their records are complete: CUPTI stops reading a buffer at
+    // its first incomplete record. CUPTI is turned off whatever the wait says; a device error is
+    // raised after that.
+    const cudaError_t synced = cudaDeviceSynchronize();
     const CUptiResult flushed = c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     const CUptiResult disabled = c.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    check_cuda(synced, kOp, "cudaDeviceSynchronize");
     c.check(flushed, "cuptiActivityFlushAll");
     c.check(disabled, "cuptiActivityDisable");
     const std::lock_guard lock(c.mutex);
