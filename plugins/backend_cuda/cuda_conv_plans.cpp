@@ -447,8 +447,8 @@ const std::string& ConvPlans::declined(const PlanKey& key) const {
   return it == entries_.end() ? none : it->second.why;
 }
 
-void ConvPlans::run(const Plan& plan, cudnnHandle_t handle, void* uid1, void* uid2, void* uid3,
-                    void* workspace, std::string_view op) {
+cudnnStatus_t ConvPlans::execute(const Plan& plan, cudnnHandle_t handle, void* uid1, void* uid2,
+                                 void* uid3, void* workspace, std::string_view op) {
   Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
   check_cudnn(pack.status(), op, "cudnnBackendCreateDescriptor(VARIANT_PACK)");
   const std::array<std::int64_t, 3> uids{kUidX, kUidW, kUidY};
@@ -460,9 +460,32 @@ void ConvPlans::run(const Plan& plan, cudnnHandle_t handle, void* uid1, void* ui
   check_cudnn(pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace), op,
               "variant pack workspace");
   check_cudnn(pack.finalize(), op, "finalize variant pack");
-  check_cudnn(cudnnBackendExecute(handle, plan.plan.get(), pack.get()), op,
+  const cudnnStatus_t status = cudnnBackendExecute(handle, plan.plan.get(), pack.get());
+  if (status == CUDNN_STATUS_SUCCESS) ++const_cast<Plan&>(plan).runs;
+  return status;
+}
+
+void ConvPlans::run(const Plan& plan, cudnnHandle_t handle, void* uid1, void* uid2, void* uid3,
+                    void* workspace, std::string_view op) {
+  check_cudnn(execute(plan, handle, uid1, uid2, uid3, workspace, op), op,
               "cudnnBackendExecute (" + plan.engine + ")");
-  ++const_cast<Plan&>(plan).runs;
+}
+
+bool ConvPlans::run_or_decline(const PlanKey& key, cudnnHandle_t handle, void* uid1, void* uid2,
+                               void* uid3, void* workspace, std::string_view op) {
+  const auto it = entries_.find(key);
+  if (it == entries_.end() || !it->second.plan) return false;
+  const Plan& plan = *it->second.plan;
+  const cudnnStatus_t status = execute(plan, handle, uid1, uid2, uid3, workspace, op);
+  // cuDNN 9's NOT_SUPPORTED family (3000-3999): the engine cannot run this call (a beta, the
+  // pointers), so the caller's next route may; any other failure is the device's and raises.
+  if (status / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000 && plan.runs == 0) {
+    it->second.why = plan.engine + " finalized but refused to execute: " + cudnn_error_text(status);
+    it->second.plan.reset();
+    return false;
+  }
+  check_cudnn(status, op, "cudnnBackendExecute (" + plan.engine + ")");
+  return true;
 }
 
 std::vector<std::string> ConvPlans::report() const {

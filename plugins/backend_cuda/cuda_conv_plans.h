@@ -71,6 +71,12 @@ class ConvPlans {
   Plan* get(const conv::PlanKey& key, cudnnHandle_t handle, std::string_view op);
   void run(const Plan& plan, cudnnHandle_t handle, void* uid1, void* uid2, void* uid3,
            void* workspace, std::string_view op);
+  // Runs the key's plan (get() made it); false, with the key declined for good (its reason in
+  // declined(key)), when cuDNN refuses to execute a plan that never ran (a NOT_SUPPORTED status:
+  // an engine that finalized but cannot run this beta or these pointers), so that the caller tries
+  // its next route. Any other failure raises BackendError.
+  bool run_or_decline(const conv::PlanKey& key, cudnnHandle_t handle, void* uid1, void* uid2,
+                      void* uid3, void* workspace, std::string_view op);
   // Times `plan`'s candidates on these pointers (the output's may be a scratch: a beta = 1 plan
   // adds into it at every call) with `workspace` of at least plan.tuning_workspace() bytes, and
   // keeps the fastest in `plan`. Does nothing without candidates. Not during a stream capture:
@@ -90,6 +96,9 @@ class ConvPlans {
     std::string why;
   };
   Entry build(const conv::PlanKey& key, cudnnHandle_t handle, std::string_view op);
+  // The variant pack and cudnnBackendExecute; counts the run when it succeeds.
+  static cudnnStatus_t execute(const Plan& plan, cudnnHandle_t handle, void* uid1, void* uid2,
+                               void* uid3, void* workspace, std::string_view op);
   std::unordered_map<conv::PlanKey, Entry, conv::PlanKeyHash> entries_;
   bool deterministic_first_ = true;
   int autotune_ = 0;

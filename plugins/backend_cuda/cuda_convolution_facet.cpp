@@ -177,7 +177,12 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
                      ? st.workspace.get(static_cast<std::size_t>(plan->workspace), stream, op)
                      : nullptr;
       context.account_buffers();
-      st.plans.run(*plan, handle, uids[0], uids[1], uids[2], ws, op);
+      if (!st.plans.run_or_decline(key, handle, uids[0], uids[1], uids[2], ws, op)) {
+        // Nothing was written: the next route or layout computes the whole op.
+        declined += "[" + conv::route_text(route) + ", filter " + conv::layout_text(layout) + "] " +
+                    st.plans.declined(key) + " ";
+        continue;
+      }
       // The output's finish.
       if (c.op == ConvOp::backward_weights) {
         if (!route.out_direct)
