@@ -84,7 +84,10 @@ __global__ void bn_finish_moments_kernel(const elem_t<S>* x, const double* parti
   }
   const double n = static_cast<double>(rows);
   const double x0 = S::load(x[c]);
-  const double var = max(0.0, (s2 - s1 * s1 / n) / n);
+  // Clamped at 0 against cancellation, but a NaN (an inf or NaN in x) stays NaN, as on the CPU:
+  // max() would turn it into 0 and hide it.
+  const double raw_var = (s2 - s1 * s1 / n) / n;
+  const double var = raw_var < 0.0 ? 0.0 : raw_var;
   const float mean_f = static_cast<float>(x0 + s1 / n);
   const float var_f = static_cast<float>(var);
   save_mean[c] = mean_f;
