@@ -8,7 +8,7 @@
 //   carrying the library's own error name and text ("cudaErrorNoDevice: no CUDA-capable device
 //   is detected").
 // - Storage dtypes are fp32 (tf32 views are fp32 storage), bf16 and fp16; fp8 storage is accepted
-//   only by gemm() and cast().
+//   only by gemm(), cast() and cast_transpose().
 #pragma once
 
 #include "mixtrain/sdk/support/backend_argument_checks.h"

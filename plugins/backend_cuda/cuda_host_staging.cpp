@@ -41,8 +41,17 @@ void HostStaging::copy(void* dst, const void* src, std::size_t bytes, cudaStream
     slot.capacity = 0;
     const std::size_t rounded = (bytes + (std::size_t{64} << 10) - 1) / (std::size_t{64} << 10) *
                                 (std::size_t{64} << 10);
-    check_cuda(cudaMallocHost(&slot.host, rounded), op,
-               "cudaMallocHost of " + std::to_string(rounded) + " bytes of staging memory");
+    const cudaError_t allocated = cudaMallocHost(&slot.host, rounded);
+    if (allocated != cudaSuccess) {
+      (void)cudaGetLastError();
+      slot.host = nullptr;
+      // Page-locked host memory, not device memory: check_cuda's hint would point at the GPU.
+      fail(op,
+           "cudaMallocHost of " + std::to_string(rounded) +
+               " bytes of staging memory (page-locked host memory for uploads) failed: " +
+               cuda_error_text(allocated),
+           "lower data.batch_size, or raise the locked-memory limit (ulimit -l)");
+    }
     slot.capacity = rounded;
   }
   std::memcpy(slot.host, src, bytes);

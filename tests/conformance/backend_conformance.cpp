@@ -957,8 +957,9 @@ TEST_P(Conformance, CastTransposeIsTheCastAndItsTransposeFromOneRead) {
   };
   if (!offered(DType::bf16, DType::fp8_e4m3))
     GTEST_SKIP() << "backend '" << GetParam().name << "' offers no cast_transpose";
-  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1},    {4, 8},   {67, 45},
-                                                          {64, 128}, {130, 3}, {3, 130}};
+  // {132, 68} and {68, 1028}: the 4-wide packs with partial tiles in both directions.
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {
+      {1, 1}, {4, 8}, {67, 45}, {64, 128}, {130, 3}, {3, 130}, {132, 68}, {68, 1028}};
   unsigned seed = 60;
   for (const auto& [rows, cols] : shapes)
     for (DType from : {DType::fp32, DType::bf16, DType::fp16})
