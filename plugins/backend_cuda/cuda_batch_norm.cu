@@ -14,6 +14,7 @@
 #include <algorithm>
 
 #include "cuda_batch_norm.h"
+#include "cuda_channel_walk.h"
 #include "cuda_device.cuh"
 
 namespace mixtrain::backend_cuda::kernels {
@@ -21,6 +22,7 @@ namespace mixtrain::backend_cuda::kernels {
 namespace {
 
 constexpr int kTileC = 32, kLanes = 8;
+constexpr int kUnroll = 4;  // rows a statistics thread loads before it adds them
 
 int bn_splits(std::int64_t rows) {
   const std::int64_t s = (rows + 255) / 256;
@@ -57,7 +59,21 @@ __global__ void __launch_bounds__(kTileC* kLanes)
   double s1 = 0.0, s2 = 0.0;
   if (valid) {
     const double x0 = S::load(x[c]);
-    for (std::int64_t r = r0 + threadIdx.y; r < r1; r += kLanes) {
+    std::int64_t r = r0 + threadIdx.y;
+    // kUnroll rows' loads in flight before their adds, which run in the one-at-a-time order (the
+    // same bits): one 2-byte load per thread at a time would leave most of HBM's bandwidth idle.
+    for (; r + (kUnroll - 1) * kLanes < r1; r += kUnroll * kLanes) {
+      float v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) v[u] = S::load(x[(r + u * kLanes) * channels + c]);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const double d = static_cast<double>(v[u]) - x0;
+        s1 += d;
+        s2 += d * d;
+      }
+    }
+    for (; r < r1; r += kLanes) {
       const double d = static_cast<double>(S::load(x[r * channels + c])) - x0;
       s1 += d;
       s2 += d * d;
@@ -122,8 +138,9 @@ template <class S>
 __global__ void __launch_bounds__(kThreads)
     bn_apply_kernel(const elem_t<S>* x, const elem_t<S>* residual, elem_t<S>* y, std::int64_t n,
                     std::int64_t channels, const float* mean, const float* scale_shift, bool relu) {
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const std::int64_t c = i % channels;
+  ChannelWalk walk(global_thread(), grid_threads(), channels);
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads(), walk.advance()) {
+    const std::int64_t c = walk.c;
     const float m = mean[c], scale = scale_shift[c], shift = scale_shift[channels + c];
     const float v =
         residual != nullptr
@@ -169,13 +186,28 @@ __global__ void __launch_bounds__(kTileC* kLanes)
   double s1 = 0.0, s2 = 0.0;
   if (valid) {
     const float m = a.save_mean[c];
-    for (std::int64_t r = r0 + threadIdx.y; r < r1; r += kLanes) {
-      const std::int64_t i = r * a.channels + c;
-      const float g = bn_masked<S>(a, x, dy, y, i, c);
+    // x - mean in double too: an fp32 difference rounds each term by up to half an ulp, which a
+    // channel whose Σg·(x - mean) cancels would not survive.
+    const auto add = [&](float g, float xv) {
       s1 += g;
-      // x - mean in double too: an fp32 difference rounds each term by up to half an ulp, which
-      // a channel whose Σg·(x - mean) cancels would not survive.
-      s2 += static_cast<double>(g) * (static_cast<double>(S::load(x[i])) - static_cast<double>(m));
+      s2 += static_cast<double>(g) * (static_cast<double>(xv) - static_cast<double>(m));
+    };
+    std::int64_t r = r0 + threadIdx.y;
+    // As bn_moments_kernel: kUnroll rows' loads first, their adds in row order (the same bits).
+    for (; r + (kUnroll - 1) * kLanes < r1; r += kUnroll * kLanes) {
+      float g[kUnroll], xv[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::int64_t i = (r + u * kLanes) * a.channels + c;
+        g[u] = bn_masked<S>(a, x, dy, y, i, c);
+        xv[u] = S::load(x[i]);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) add(g[u], xv[u]);
+    }
+    for (; r < r1; r += kLanes) {
+      const std::int64_t i = r * a.channels + c;
+      add(bn_masked<S>(a, x, dy, y, i, c), S::load(x[i]));
     }
   }
   double* out = partial + static_cast<std::int64_t>(blockIdx.y) * 2 * a.channels;
@@ -209,8 +241,9 @@ __global__ void __launch_bounds__(kThreads) bn_grad_input_kernel(BnBackward a, c
   const auto* y = static_cast<const elem_t<S>*>(a.y);
   auto* dx = static_cast<elem_t<S>*>(a.dx);
   const std::int64_t n = a.rows * a.channels, ch = a.channels;
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const std::int64_t c = i % ch;
+  ChannelWalk walk(global_thread(), grid_threads(), ch);
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads(), walk.advance()) {
+    const std::int64_t c = walk.c;
     const float g = bn_masked<S>(a, x, dy, y, i, c);
     dx[i] = S::store(element::bn_grad_input(g, S::load(x[i]), a.save_mean[c], coeff[c],
                                             coeff[ch + c], coeff[2 * ch + c]),

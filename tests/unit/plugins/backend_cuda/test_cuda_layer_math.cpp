@@ -11,6 +11,7 @@
 // - Average pooling: the CPU's output equals pool_average(window sum, divisor) where the window
 //   sums are exact (dyadic data): one fp32 division, as oneDNN's (checked, not assumed).
 // - Permutes: each value decoded and encoded once (element::convert), as the CPU's.
+// - The batch-norm kernels' channel index (ChannelWalk) against i % C.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "cpu_backend.h"
+#include "cuda_channel_walk.h"
 #include "cuda_element_math.h"
 #include "mixtrain/sdk/support/float_formats.h"
 
@@ -414,6 +416,18 @@ TEST_F(cuda_layer_math, PermutesRoundEachValueOnceAsTheCpu) {
                 << sdk::dtype_name(from) << " -> " << sdk::dtype_name(to) << " element " << s;
           }
     }
+}
+
+// The batch-norm kernels' channel index (cuda_channel_walk.h) is i % C at every step of a
+// grid-stride walk: strides below, equal to and far above C, C = 1, and a start past C.
+TEST(cuda_channel_walk, EveryStepIsTheElementsChannel) {
+  for (std::int64_t ch : {1, 3, 64, 2048})
+    for (std::int64_t stride : {1, 7, 64, 256, 132 * 2048, 1000003})
+      for (std::int64_t first : {std::int64_t{0}, std::int64_t{5}, stride - 1, 3 * ch + 2}) {
+        mixtrain::backend_cuda::ChannelWalk walk(first, stride, ch);
+        for (std::int64_t i = first, k = 0; k < 500; i += stride, ++k, walk.advance())
+          ASSERT_EQ(walk.c, i % ch) << "C " << ch << ", stride " << stride << ", first " << first;
+      }
 }
 
 }  // namespace
