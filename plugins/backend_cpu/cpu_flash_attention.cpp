@@ -117,10 +117,11 @@ inline float exp_shifted(float z) {
   return z == z ? e : z;
 }
 
-// Keys row i sees in the key tile starting at j0 (bk keys): j0 <= i always holds for the tiles
-// visited, so at least one.
+// Keys row i sees in the key tile starting at j0 (bk keys). None when the tile starts past i: in
+// a decode step the query block is shifted by its start, so its first rows may precede the last
+// key tile (queries 50..76 against the tile at 64); a row that sees none keeps its running sums.
 inline std::int64_t visible(std::int64_t i, std::int64_t j0, std::int64_t bk) {
-  return std::min(bk, i - j0 + 1);
+  return std::max<std::int64_t>(0, std::min(bk, i - j0 + 1));
 }
 
 }  // namespace

@@ -181,6 +181,8 @@ std::string CudaAttention::flash_refusal(const sdk::HeadLayout& layout, sdk::DTy
   // node unfused, never an error.
   constexpr const char* op = "flash_refusal";
   try {
+    // The handle and the graphs are this device's, whichever device the caller's thread has.
+    context_.activate();
     SdpaState& st = context_.sdpa_state();
     const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(layout.head_dim)));
     why = st.graphs.refusal(sdpa_key(layout, dtype, scale, context_.deterministic_attention),

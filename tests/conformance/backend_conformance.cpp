@@ -1473,64 +1473,73 @@ TEST_P(Conformance, FlashAttentionForwardAndBackwardAgainstADoubleReference) {
 // attention 1.3: a decode step over a KV cache is the last rows of causal attention over the
 // whole sequence (the double reference above): a prefill (start 0) and steps whose keys cross a
 // tile of 64, from a cache that split_heads filled, into an output of the cache's dtype or fp32;
-// the same bits on a second call; and its argument checks.
+// the same bits on a second call; and its argument checks. Starts 50 and 130 put queries that
+// see nothing of the last key tile beside queries that do (the CPU's tiles of 64); length 203
+// crosses the CUDA kernel's tiles of 128, so its running maximum is rescaled.
 TEST_P(Conformance, FlashDecodeIsTheLastRowsOfCausalAttention) {
   MIXTRAIN_FACETS(attention, AttentionFacet);
   if (tested_attention->version() < sdk::FacetVersion{1, 3})
     GTEST_SKIP() << "attention facet " << sdk::to_string(tested_attention->version())
                  << " predates flash_decode (1.3)";
-  const std::int64_t heads = 3, d = 20, cap = 90, len = 77;
-  const FlashCase whole{1, len, heads, d};
-  const std::int64_t width = heads * d;
-  const auto qkv_values = random_values(static_cast<std::size_t>(len * 3 * width), 81, -2.f, 2.f);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  for (DType dt : kStorageFloats)
-    for (DType ot : {dt, DType::fp32})
-      for (std::int64_t start : {std::int64_t{0}, std::int64_t{70}, std::int64_t{76}}) {
-        const std::vector<DType> dtypes{dt, ot};
-        if (!tested_attention->supports(sdk::AttentionOp::flash_decode, dtypes)) continue;
-        const std::int64_t rows = len - start;
-        const std::string what = std::string(sdk::dtype_name(dt)) + " into " +
-                                 std::string(sdk::dtype_name(ot)) + ", queries [" +
-                                 std::to_string(start) + ", " + std::to_string(len) + ")";
-        std::vector<double> stored_qkv(qkv_values.size());
-        for (std::size_t i = 0; i < stored_qkv.size(); ++i)
-          stored_qkv[i] = stored(qkv_values[i], dt);
-        const auto want_all = flash_reference(
-            whole, stored_qkv, std::vector<double>(static_cast<std::size_t>(len * width)), scale);
-        const std::vector<float> want(want_all.out.begin() + start * width, want_all.out.end());
-        auto qkv = upload(qkv_values, Shape{1, len, 3 * width}, dt);
-        auto cache = zeros(Shape{3 * heads * cap * d}, dt);
-        tested_attention->split_heads(qkv.tested->view(), {1, len, heads, d, 3, cap, 0},
-                                      cache.tested->view());
-        auto out = zeros(Shape{1, rows, width}, ot);
-        const sdk::HeadLayout l{1, rows, heads, d, 3, cap, start};
-        tested_attention->flash_decode(cache.tested->view(), l, scale, out.tested->view());
-        const double fp32_sums = static_cast<double>(len + d) * 0x1p-24;
-        EXPECT_LE(relative_difference(tested_values(out), want), ulp(ot) / 2 + fp32_sums) << what;
-        auto again = zeros(Shape{1, rows, width}, ot);
-        tested_attention->flash_decode(cache.tested->view(), l, scale, again.tested->view());
-        EXPECT_EQ(tested_values(again), tested_values(out)) << "again, " << what;
-        if (start != 70) continue;
-        // Bad arguments: two sequences, queries past the cache, an output over the cache, one of
-        // the wrong size.
-        const TensorView c = cache.tested->view(), o = out.tested->view();
-        EXPECT_THROW(
-            tested_attention->flash_decode(c, {2, rows, heads, d, 3, cap, start}, scale, o),
-            sdk::BackendError)
-            << what;
-        EXPECT_THROW(tested_attention->flash_decode(c, {1, rows, heads, d, 3, cap, cap - rows + 1},
-                                                    scale, o),
-                     sdk::BackendError)
-            << what;
-        EXPECT_THROW(tested_attention->flash_decode(c, l, scale, {c.data, ot, o.shape}),
-                     sdk::BackendError)
-            << what;
-        EXPECT_THROW(
-            tested_attention->flash_decode(c, l, scale, {o.data, ot, Shape{1, rows - 1, width}}),
-            sdk::BackendError)
-            << what;
-      }
+  struct DecodeCase {
+    std::int64_t len, cap;
+    std::vector<std::int64_t> starts;
+  };
+  const DecodeCase cases[] = {{77, 90, {0, 50, 70, 76}}, {203, 210, {0, 130, 190, 202}}};
+  for (const DecodeCase& dc : cases) {
+    const std::int64_t heads = 3, d = 20, cap = dc.cap, len = dc.len;
+    const FlashCase whole{1, len, heads, d};
+    const std::int64_t width = heads * d;
+    const auto qkv_values = random_values(static_cast<std::size_t>(len * 3 * width), 81, -2.f, 2.f);
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+    for (DType dt : kStorageFloats)
+      for (DType ot : {dt, DType::fp32})
+        for (std::int64_t start : dc.starts) {
+          const std::vector<DType> dtypes{dt, ot};
+          if (!tested_attention->supports(sdk::AttentionOp::flash_decode, dtypes)) continue;
+          const std::int64_t rows = len - start;
+          const std::string what = std::string(sdk::dtype_name(dt)) + " into " +
+                                   std::string(sdk::dtype_name(ot)) + ", queries [" +
+                                   std::to_string(start) + ", " + std::to_string(len) + ")";
+          std::vector<double> stored_qkv(qkv_values.size());
+          for (std::size_t i = 0; i < stored_qkv.size(); ++i)
+            stored_qkv[i] = stored(qkv_values[i], dt);
+          const auto want_all = flash_reference(
+              whole, stored_qkv, std::vector<double>(static_cast<std::size_t>(len * width)), scale);
+          const std::vector<float> want(want_all.out.begin() + start * width, want_all.out.end());
+          auto qkv = upload(qkv_values, Shape{1, len, 3 * width}, dt);
+          auto cache = zeros(Shape{3 * heads * cap * d}, dt);
+          tested_attention->split_heads(qkv.tested->view(), {1, len, heads, d, 3, cap, 0},
+                                        cache.tested->view());
+          auto out = zeros(Shape{1, rows, width}, ot);
+          const sdk::HeadLayout l{1, rows, heads, d, 3, cap, start};
+          tested_attention->flash_decode(cache.tested->view(), l, scale, out.tested->view());
+          const double fp32_sums = static_cast<double>(len + d) * 0x1p-24;
+          EXPECT_LE(relative_difference(tested_values(out), want), ulp(ot) / 2 + fp32_sums) << what;
+          auto again = zeros(Shape{1, rows, width}, ot);
+          tested_attention->flash_decode(cache.tested->view(), l, scale, again.tested->view());
+          EXPECT_EQ(tested_values(again), tested_values(out)) << "again, " << what;
+          if (start != 70) continue;
+          // Bad arguments: two sequences, queries past the cache, an output over the cache, one of
+          // the wrong size.
+          const TensorView c = cache.tested->view(), o = out.tested->view();
+          EXPECT_THROW(
+              tested_attention->flash_decode(c, {2, rows, heads, d, 3, cap, start}, scale, o),
+              sdk::BackendError)
+              << what;
+          EXPECT_THROW(tested_attention->flash_decode(
+                           c, {1, rows, heads, d, 3, cap, cap - rows + 1}, scale, o),
+                       sdk::BackendError)
+              << what;
+          EXPECT_THROW(tested_attention->flash_decode(c, l, scale, {c.data, ot, o.shape}),
+                       sdk::BackendError)
+              << what;
+          EXPECT_THROW(
+              tested_attention->flash_decode(c, l, scale, {o.data, ot, Shape{1, rows - 1, width}}),
+              sdk::BackendError)
+              << what;
+        }
+  }
 }
 
 // The flash ops' argument checks, in the first storage dtype the backend's flash attention takes
