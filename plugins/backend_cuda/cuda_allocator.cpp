@@ -40,6 +40,7 @@ std::string CachingAllocator::out_of_memory_text(std::size_t bytes, std::size_t 
 CachingAllocator::~CachingAllocator() {
   release_cached();
   for (auto& [ptr, block] : live_) cudaFree(ptr);
+  for (auto& [ptr, cls] : retired_) cudaFree(ptr);
 }
 
 std::size_t CachingAllocator::size_class(std::size_t bytes) {
@@ -83,6 +84,7 @@ void* CachingAllocator::allocate(std::size_t bytes, const char* op) {
     reserved_ += cls;
   }
   live_.emplace(ptr, Block{bytes, cls});
+  if (recording_) held_.insert(ptr);
   current_ += bytes;
   peak_ = std::max(peak_, current_);
   return ptr;
@@ -93,7 +95,10 @@ bool CachingAllocator::deallocate(void* ptr) noexcept {
   if (it == live_.end()) return false;
   current_ -= it->second.requested;
   try {
-    free_[it->second.size_class].push_back(ptr);
+    if (held_.erase(ptr) != 0)
+      retired_.emplace_back(ptr, it->second.size_class);  // a graph may still touch it
+    else
+      free_[it->second.size_class].push_back(ptr);
   } catch (...) {
     cudaFree(ptr);  // could not remember it: give it back to the driver
     reserved_ -= it->second.size_class;
@@ -113,6 +118,25 @@ std::size_t CachingAllocator::release_cached() noexcept {
   }
   reserved_ -= released;
   return released;
+}
+
+void CachingAllocator::hold_for_recording() {
+  for (const auto& [ptr, block] : live_) held_.insert(ptr);
+  recording_ = true;
+}
+
+void CachingAllocator::release_held() noexcept {
+  for (const auto& [ptr, cls] : retired_) {
+    try {
+      free_[cls].push_back(ptr);
+    } catch (...) {
+      cudaFree(ptr);
+      reserved_ -= cls;
+    }
+  }
+  retired_.clear();
+  held_.clear();
+  recording_ = false;
 }
 
 void CachingAllocator::account_external(std::ptrdiff_t delta) {

@@ -9,6 +9,12 @@
 //   (out_of_memory_text). The core adds which buffer it was and the model's memory plan.
 // - Blocks come back to the cache on deallocate(); because every op of the backend runs on one
 //   stream, a block reused by a later op is only touched after the earlier ops that used it.
+// - Step graphs hold raw addresses of whatever they recorded, so a block a graph may touch must not
+//   be reused or freed while the graph lives. hold_for_recording() (a recording starts) holds every
+//   live block, and every block allocated until end_recording(); a held block that is deallocated
+//   is retired: neither cached for reuse nor freed by release_cached(). release_held() (the last
+//   graph gone and the stream idle, or a recording that made no graph while none lives) returns
+//   the retired blocks to the cache and holds nothing.
 // - Statistics count the bytes callers asked for (live and peak), like the CPU backend; reserved()
 //   is what the cache holds from the driver. Not thread-safe: the backend serialises calls.
 #pragma once
@@ -16,6 +22,8 @@
 #include <cstddef>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace mixtrain::backend_cuda {
@@ -38,6 +46,10 @@ class CachingAllocator {
   std::size_t live_count() const { return live_.size(); }
   std::size_t reserved() const { return reserved_; }
   void reset_peak() { peak_ = current_; }
+  void hold_for_recording();
+  void end_recording() noexcept { recording_ = false; }
+  void release_held() noexcept;
+  std::size_t retired_count() const { return retired_.size(); }
   // Adds (or removes) bytes the backend holds outside the cache (workspaces) to the statistics.
   void account_external(std::ptrdiff_t delta);
 
@@ -57,6 +69,9 @@ class CachingAllocator {
   };
   std::unordered_map<void*, Block> live_;
   std::unordered_map<std::size_t, std::vector<void*>> free_;
+  std::unordered_set<void*> held_;
+  std::vector<std::pair<void*, std::size_t>> retired_;  // block, size class
+  bool recording_ = false;
   std::size_t current_ = 0;
   std::size_t peak_ = 0;
   std::size_t reserved_ = 0;

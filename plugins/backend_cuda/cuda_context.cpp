@@ -248,6 +248,7 @@ void CudaContext::check_id_errors() {
 }
 
 void CudaContext::free_retired_scratch() noexcept {
+  allocator.release_held();
   gemm->free_retired_scratch();
   block_gemm->free_retired_scratch();
   for (DeviceScratch* s : {&tables, &partial, &partial2, &flags, &id_check}) s->free_retired();

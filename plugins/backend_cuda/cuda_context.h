@@ -89,7 +89,8 @@ class CudaContext {
 
   // The embedding ids' error record (allocated and cleared on first use).
   kernels::ErrorRecord* id_record(const char* op);
-  // Frees scratch that recorded graphs kept alive; call with the stream idle and no graph left.
+  // Frees scratch that recorded graphs kept alive and returns the allocator's retired blocks to its
+  // cache; call with the stream idle and no graph left.
   void free_retired_scratch() noexcept;
   // cuDNN scratch: the convolution's and flash attention's (0 before either runs).
   std::size_t cudnn_bytes() const;

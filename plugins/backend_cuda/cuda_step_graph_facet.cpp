@@ -32,6 +32,8 @@ bool CudaStepGraph::begin_capture() {
   // sync() raised or cleared every deferred check, so what the recorded calls arm is theirs.
   recording_ = true;
   context_.staging.set_recording(true);
+  // Every block the recording may touch keeps its address for the graph's life (cuda_allocator.h).
+  context_.allocator.hold_for_recording();
   return true;
 }
 
@@ -40,6 +42,13 @@ int CudaStepGraph::end_capture() {
   if (!recording_) return -1;
   recording_ = false;
   context_.staging.set_recording(false);
+  context_.allocator.end_recording();
+  // No graph came of it and none lives: nothing holds the retired blocks. (The recorded work
+  // never ran; the earlier ops' use of a block is ordered by the one stream, as always.)
+  const auto no_graph = [&] {
+    if (context_.live_graphs == 0) context_.allocator.release_held();
+    return -1;
+  };
   // Nothing recorded has run: no check is pending yet; replay() arms them.
   const bool checks_labels = context_.labels_pending, checks_ids = context_.ids_pending;
   context_.labels_pending = context_.ids_pending = false;
@@ -49,14 +58,14 @@ int CudaStepGraph::end_capture() {
     // An op the capture refused invalidated it; clear the error so the next op does not see it.
     (void)cudaGetLastError();
     if (graph != nullptr) cudaGraphDestroy(graph);
-    return -1;
+    return no_graph();
   }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   if (made != cudaSuccess) {
     (void)cudaGetLastError();
-    return -1;
+    return no_graph();
   }
   graphs_.push_back({exec, checks_labels, checks_ids});
   ++context_.live_graphs;

@@ -67,7 +67,9 @@ void StepGraph::run(const StepGraphKey& key, bool eager, const std::function<voi
   } catch (const sdk::BackendError& e) {
     failure = e.what();
   } catch (...) {
-    (void)facet_->end_capture();  // always end the recording; the error is the caller's
+    // Always end the recording, and free a graph it made: a live graph holds scratch and memory
+    // in the backend. The error is the caller's.
+    if (const int made = facet_->end_capture(); made >= 0) facet_->release(made);
     throw;
   }
   const int graph = facet_->end_capture();
