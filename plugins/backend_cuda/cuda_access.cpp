@@ -1,5 +1,8 @@
 #include "cuda_access.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace mixtrain::backend_cuda {
 
 const sdk::BackendArgumentChecks& checks() {
@@ -43,9 +46,11 @@ void check_cuda(cudaError_t status, std::string_view op, std::string_view what) 
              "outside memory this backend allocated");
 }
 
-
-
-
+int alignment_of(const void* p) {
+  const auto v = reinterpret_cast<std::uintptr_t>(p);
+  if (v == 0) return 256;
+  return static_cast<int>(std::min<std::uintptr_t>(256, v & (~v + 1)));
+}
 
 kernels::Elem elem_of(sdk::DType t) {
   switch (t) {

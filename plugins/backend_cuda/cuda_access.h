@@ -35,6 +35,10 @@ std::string cuda_error_text(cudaError_t status);
 // Throws BackendError "backend_cuda.<op>: <what> failed: <cuda error text>" unless cudaSuccess.
 void check_cuda(cudaError_t status, std::string_view op, std::string_view what);
 
+// The largest power of two up to 256 that divides p's address (256 for nullptr: scratch, which
+// is 256-byte aligned, stands for itself so): what cuBLASLt's MIN_ALIGNMENT preferences take.
+int alignment_of(const void* p);
+
 using sdk::is_fp32_storage;
 using sdk::is_storage_float;
 

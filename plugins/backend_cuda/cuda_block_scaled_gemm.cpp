@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "cuda_access.h"
 #include "cuda_block_scaled_kernels.h"
@@ -166,7 +167,9 @@ LtOperand prepare(const sdk::BlockScaledOperand& op, bool frame_transpose, std::
     r.scales = arranged;
     r.mode = family == Family::mx ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0
                                   : CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
-    if (family == Family::nvfp4) {
+    // NVFP4's second level is optional (S_enc = 1 without it: sdk/backend_gemm.h); a layout
+    // with one needs its fp32 [1].
+    if (family == Family::nvfp4 && l.tensor_scale) {
       if (op.tensor_scale.data == nullptr || op.tensor_scale.dtype != DType::fp32 ||
           op.tensor_scale.numel() != 1)
         fail(kOp, who + ": an NVFP4 operand needs its fp32 tensor scale [1]", kHostBugHint);
@@ -223,7 +226,7 @@ BlockScaledGemmEngine::Plan& BlockScaledGemmEngine::plan_for(const Key& key,
   Plan& plan = plans_[key];
 #if CUBLAS_VERSION >= 120900
   const auto [m_lt, n_lt, k, a_type, b_type, a_mode, b_mode, d_type, ldd, beta_nonzero,
-              device_scalars] = key;
+              device_scalars, a_align, b_align, d_align] = key;
   (void)beta_nonzero;
   if (cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) !=
       CUBLAS_STATUS_SUCCESS) {
@@ -267,6 +270,15 @@ BlockScaledGemmEngine::Plan& BlockScaledGemmEngine::plan_for(const Key& key,
   const std::uint64_t ws = workspace_bytes_;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                        sizeof ws);
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, int> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, a_align},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, b_align},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, d_align},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d_align}};
+  for (const auto& [attr, bytes] : alignments) {
+    const auto align = static_cast<std::uint32_t>(bytes);
+    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
@@ -371,7 +383,10 @@ void BlockScaledGemmEngine::run(const sdk::BlockScaledGemmArgs& args) {
                 static_cast<int>(d_type),
                 ldd,
                 beta != 0.0f,
-                device_scalars};
+                device_scalars,
+                alignment_of(lt_a.codes),
+                alignment_of(lt_b.codes),
+                direct ? alignment_of(args.c.data) : 256};  // scratch D is 256-byte aligned
   Plan& plan = plan_for(key, lt_a.scales);
   if (!plan.ok)
     fail(kOp,

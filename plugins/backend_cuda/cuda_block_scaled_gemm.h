@@ -71,9 +71,11 @@ class BlockScaledGemmEngine {
     cublasLtMatmulAlgo_t algo{};
   };
   // m_lt, n_lt, k, A / B element types, A / B scale modes, D type, D's leading dim, beta != 0,
-  // alpha and beta by device pointer (NVFP4's tensor scales).
+  // alpha and beta by device pointer (NVFP4's tensor scales), and the alignment in bytes of
+  // cuBLASLt's A, B and D (C is D): an algorithm chosen for 256-byte aligned pointers fails on an
+  // activation at a 64-byte offset of the arena.
   using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, int, int, int, int, int,
-                         std::int64_t, bool, bool>;
+                         std::int64_t, bool, bool, int, int, int>;
   Plan& plan_for(const Key& key, const void* scale_placeholder);
 
   cublasLtHandle_t handle_;

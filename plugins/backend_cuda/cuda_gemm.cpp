@@ -65,12 +65,6 @@ GemmRouteQuery route_query(const sdk::GemmArgs& args, DType input, std::int64_t 
   return q;
 }
 
-int alignment_of(const void* p) {
-  const auto v = reinterpret_cast<std::uintptr_t>(p);
-  if (v == 0) return 256;
-  return static_cast<int>(std::min<std::uintptr_t>(256, v & (~v + 1)));
-}
-
 bool epilogue_has_bias(cublasLtEpilogue_t e) {
   return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS ||
          e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
@@ -186,10 +180,18 @@ GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
     plan.desc = nullptr;
     return plan;
   }
+  // Every attribute must take: a refused epilogue or scale pointer would leave a descriptor that
+  // still finds algorithms but computes without it (a wrong result, not a declined plan).
+  bool described = true;
+  const auto set = [&](cublasLtMatmulDescAttributes_t attribute, const void* value,
+                       std::size_t bytes) {
+    described = described && cublasLtMatmulDescSetAttribute(plan.desc, attribute, value, bytes) ==
+                                 CUBLAS_STATUS_SUCCESS;
+  };
   const cublasOperation_t ta = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-  cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+  set(CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+  set(CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
   const auto epi = static_cast<cublasLtEpilogue_t>(key.epilogue);
   if (epi != CUBLASLT_EPILOGUE_DEFAULT) {
     // The heuristic reads only the placeholders' alignment (cublasLt.h, BIAS_POINTER and
@@ -197,34 +199,34 @@ GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
     // ones. workspace_ is 256-byte aligned, so workspace_ + a is aligned to a (a < 256).
     const int a = key.epilogue_alignment;
     const void* placeholder = static_cast<const char*>(workspace_) + (a < 256 ? a : 0);
-    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
     if (epilogue_has_bias(epi)) {
       const auto bias_type = static_cast<cudaDataType_t>(key.bias_type);
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                     sizeof bias_type);
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &placeholder,
-                                     sizeof placeholder);
+      set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
+      set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &placeholder, sizeof placeholder);
     }
     if (epilogue_has_aux(epi)) {
       // The aux matrix (GELU_AUX's output, DGELU's input) is laid out like D.
       const std::int64_t aux_ld = key.m;
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                     &placeholder, sizeof placeholder);
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-                                     sizeof aux_ld);
+      set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &placeholder, sizeof placeholder);
+      set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
     }
   }
   if (key.fp8_scales) {
     const float* scale_a = scales_;      // cuBLASLt's A is our B
     const float* scale_b = scales_ + kScaleStride;  // cuBLASLt's B is our A
-    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a,
-                                   sizeof scale_a);
-    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b,
-                                   sizeof scale_b);
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a, sizeof scale_a);
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b, sizeof scale_b);
     if (fp8_fast_accumulation_) {
       const std::int8_t fast = 1;
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
+      set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
     }
+  }
+  if (!described) {
+    plan.status =
+        "cuBLASLt refused an attribute of the matmul descriptor (epilogue, bias, aux or "
+        "scales)";
+    return plan;
   }
   // cuBLASLt computes D[m_lt, n_lt] = op(A_lt)[m_lt, k] op(B_lt)[k, n_lt], column-major, with
   // m_lt = key.m (our n) and n_lt = key.n (our m). Stored (not transposed) shapes:
@@ -585,8 +587,10 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                           plan.d, out, plan.d, &algo, workspace_, tuning_.workspace_bytes, stream_);
   };
   if (!plan.untimed.empty()) {
-    if (beta == 0.0f) {
-      autotune(plan, d, matmul);  // each timing call rewrites the same D
+    if (beta == 0.0f || stream_capturing(stream_)) {
+      // Each timing call rewrites the same D; while capturing, autotune() times nothing and the
+      // scratch below is not asked for (its cudaMalloc would void the recording).
+      autotune(plan, d, matmul);
     } else {
       // Every timing call would accumulate into C again: they write a scratch D instead.
       void* out = nullptr;
