@@ -184,6 +184,8 @@ BackendArgumentChecks::RowsCols BackendArgumentChecks::layernorm_forward_shape(
   require_fp32(op, "rstd", rstd);
   require_numel(op, "rstd", rstd, s.rows);
   if (s.cols == 0) fail(op, "x " + describe(x) + " has zero columns", "normalise a non-empty axis");
+  // In place is fine (each row is read before it is written); a partial overlap races on a device.
+  require_same_or_disjoint(op, "y", y, "x", x);
   return s;
 }
 
@@ -211,6 +213,9 @@ BackendArgumentChecks::RowsCols BackendArgumentChecks::layernorm_backward_shape(
     require_fp32(op, name, *view);
     require_numel(op, name, *view, s.cols);
   }
+  // dx may be dy or x itself (each row is read before it is written), never part of either.
+  require_same_or_disjoint(op, "dx", dx, "dy", dy);
+  require_same_or_disjoint(op, "dx", dx, "x", x);
   return s;
 }
 

@@ -185,6 +185,27 @@ TEST(sdk_BackendArgumentChecks, FacetAndLayerChecksNameBackendOpAndLayout) {
                               {}, {});
   });
   EXPECT_NE(e.find("partly overlap"), std::string::npos) << e;
+
+  // Layer norm: y in place of x, dx in place of dy or of x; never part of one.
+  const sdk::TensorView rows = at(0, DType::fp32, Shape{4, 8}), moved = at(4, DType::fp32, {4, 8});
+  const sdk::TensorView mean = at(512, DType::fp32, Shape{4}), rstd = at(520, DType::fp32, {4});
+  const sdk::TensorView other = at(1024, DType::fp32, Shape{4, 8});
+  EXPECT_NO_THROW(checks.layernorm_forward_shape(rows, {}, {}, rows, mean, rstd));
+  e = backend_error_of([&] { checks.layernorm_forward_shape(rows, {}, {}, moved, mean, rstd); });
+  EXPECT_NE(e.find("backend_test.layernorm_forward: y fp32 [4, 8] and x fp32 [4, 8] partly "
+                   "overlap"),
+            std::string::npos)
+      << e;
+  EXPECT_NO_THROW(checks.layernorm_backward_shape(other, rows, {}, mean, rstd, other, {}, {}));
+  EXPECT_NO_THROW(checks.layernorm_backward_shape(other, rows, {}, mean, rstd, rows, {}, {}));
+  for (const sdk::TensorView& dy : {rows, other}) {
+    const sdk::TensorView x = dy.data == rows.data ? other : rows;
+    e = backend_error_of(
+        [&] { checks.layernorm_backward_shape(dy, x, {}, mean, rstd, moved, {}, {}); });
+    EXPECT_NE(e.find("backend_test.layernorm_backward: dx fp32 [4, 8] and "), std::string::npos)
+        << e;
+    EXPECT_NE(e.find("partly overlap"), std::string::npos) << e;
+  }
 }
 
 }  // namespace
