@@ -28,7 +28,7 @@ PinnedBlock::PinnedBlock(std::size_t bytes, int device) : device_(device), bytes
     // Page-locked memory is the OS's to give: RLIMIT_MEMLOCK, or what the machine can spare.
     fail(kOp,
          "cudaHostAlloc of " + std::to_string(bytes) +
-             " bytes of page-locked memory for a host batch failed: " + cuda_error_text(allocated),
+             " bytes of page-locked host memory failed: " + cuda_error_text(allocated),
          "set data.pin_memory = false, lower data.batch_size, or raise the locked-memory limit "
          "(ulimit -l)");
   }
@@ -50,6 +50,11 @@ PinnedBlock::~PinnedBlock() {
 }
 
 void PinnedBlock::mark_read(cudaStream_t stream, const char* op) {
+  // One event marks the block: a mark on another stream than the last one must not fire before
+  // that earlier upload has read the block, so this stream waits for it first (on the device).
+  if (queued_.load() && marked_on_ != stream)
+    check_cuda(cudaStreamWaitEvent(stream, read_, 0), op, "cudaStreamWaitEvent");
+  marked_on_ = stream;
   const cudaError_t recorded = cudaEventRecord(read_, stream);
   if (recorded != cudaSuccess) {
     // Without the event nothing would tell when the block is free again: wait for the copy now.

@@ -7,8 +7,11 @@
 //   aligned (cudaHostAlloc gives pages), and an event; throws BackendError naming the block's size,
 //   CUDA's error and the fix (data.pin_memory = false, or a higher locked-memory limit).
 // - mark_read(stream, op): called right after an upload from the block was queued on `stream`;
-//   the block counts as read once the stream passes that point. If the mark cannot be recorded the
-//   stream is waited for, so the block is never written early, and BackendError is raised.
+//   the block counts as read once the stream passes that point and every earlier mark's point
+//   (an upload on another stream: the image input's copy stream, the compute stream's
+//   copy_from_host; the new mark waits for the old one on the device). If the mark cannot be
+//   recorded the stream is waited for, so the block is never written early, and BackendError is
+//   raised.
 // - wait_until_read(): blocks until the last marked upload has read the block (no-op without one).
 // - Destruction waits the same way, then frees the block (errors are swallowed: a destructor).
 // - One thread at a time per block (the host_memory contract: a buffer has one user at a time).
@@ -38,6 +41,7 @@ class PinnedBlock {
   std::size_t bytes_;
   std::byte* host_ = nullptr;
   cudaEvent_t read_ = nullptr;
+  cudaStream_t marked_on_ = nullptr;  // the stream of the last mark (while queued_)
   std::atomic<bool> queued_{false};
 };
 

@@ -191,15 +191,18 @@ std::vector<std::string> with(std::vector<std::string> sets, const std::vector<s
 }
 
 TEST(PinnedBatches, BatchesTravelFromTheBuffersWhichAreNeverWrittenBeforeTheirUploadsRead) {
+  // Two micro-batches a step (run.accumulate = 2) upload twice from the buffers in one step.
+  const std::vector<std::vector<std::string>> modes = {
+      {"data.prefetch=true"}, {"data.prefetch=false"}, {"data.prefetch=true", "run.accumulate=2"}};
   for (const auto& data : {std::vector<std::string>{}, kByteImages}) {
-    for (const char* prefetch : {"data.prefetch=true", "data.prefetch=false"}) {
-      const std::string what =
-          std::string(data.empty() ? "float features" : "byte images") + ", " + prefetch;
-      const Trained pinned = train(with(data, {prefetch}));
-      const Trained plain = train(with(data, {prefetch, "data.pin_memory=false"}));
+    for (const auto& mode : modes) {
+      std::string what = data.empty() ? "float features" : "byte images";
+      for (const auto& m : mode) what += ", " + m;
+      const Trained pinned = train(with(data, mode));
+      const Trained plain = train(with(with(data, mode), {"data.pin_memory=false"}));
       const Ledger& l = pinned.backend->ledger;
       // The step's batch and the loader's spare: each array of both, sized once.
-      EXPECT_EQ(l.allocations, std::string(prefetch) == "data.prefetch=true" ? 4 : 2) << what;
+      EXPECT_EQ(l.allocations, mode[0] == "data.prefetch=true" ? 4 : 2) << what;
       EXPECT_GE(l.in_place, 2 * 8) << what << ": every step's batch and labels, in place";
       EXPECT_GT(l.waits, 0) << what;
       EXPECT_EQ(l.written_before_read, 0)

@@ -15,7 +15,8 @@ std::unique_ptr<sdk::HostBuffer> HostMemory::allocate(std::size_t bytes) const {
     // Only the upload's staging copy is lost; the batches are the same bytes in ordinary memory.
     if (!refused_.exchange(true))
       log_.warn(std::string("data.pin_memory: ") + e.what() +
-                "; batches stay in ordinary memory (the upload copies them once more)");
+                "; batches stay in ordinary memory (the upload copies them once more)" +
+                (e.hint().empty() ? "" : " (" + e.hint() + ")"));
     return nullptr;
   }
 }

@@ -63,8 +63,9 @@ class HostArray {
         pinned_ = std::move(grown);
         plain_ = {};
       } else {
+        std::vector<T> plain(n);  // first: a bad_alloc leaves the array as it was
+        plain_.swap(plain);
         pinned_.reset();
-        plain_.resize(n);
       }
     }
     size_ = n;

@@ -238,8 +238,9 @@ void prepare_pixel_tables(Trainer::State& s) {
 void allocate_host_batches(Trainer::State& s) {
   auto* facet = s.e.data.pin_memory ? sdk::facet<sdk::HostMemoryFacet>(*s.c.backend) : nullptr;
   s.data.host_memory = std::make_unique<HostMemory>(facet, s.log);
-  const std::int64_t max_rows = s.model->max_rows();
-  const auto sized = [&] {
+  // The step's batch also carries evaluation batches (Model::max_rows); the loader's spare only
+  // training batches of this rank.
+  const auto sized = [&](std::int64_t max_rows) {
     HostBatch b(s.data.host_memory.get());
     if (s.train.is_tokens())
       b.ids.resize(static_cast<std::size_t>(max_rows * s.train.features));
@@ -250,8 +251,8 @@ void allocate_host_batches(Trainer::State& s) {
     b.y.resize(static_cast<std::size_t>(max_rows * s.train.labels_per_row()));
     return b;
   };
-  s.data.host = sized();
-  if (s.e.data.prefetch) s.data.prefetcher = std::make_unique<BatchPrefetcher>(sized());
+  s.data.host = sized(s.model->max_rows());
+  if (s.e.data.prefetch) s.data.prefetcher = std::make_unique<BatchPrefetcher>(sized(s.rank_batch));
   if (s.data.host_memory->pinned())
     s.log.info(
         "data.pin_memory: batches are prepared in the backend's page-locked memory and "

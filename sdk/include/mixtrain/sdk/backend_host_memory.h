@@ -23,7 +23,8 @@
 // - Optional: a backend whose uploads gain nothing from it (the CPU's copy is a memcpy either way)
 //   offers no such facet (find_facet answers nullptr).
 // - name() and version() report kName and kVersion as the backend was compiled (facet.h: a minor
-//   step only appends methods).
+//   step only appends methods). HostBuffer is part of this facet's declarations: a method added to
+//   it is a major step (a host would call it on a buffer an older backend made).
 #pragma once
 
 #include "mixtrain/sdk/export.h"
