@@ -7,6 +7,13 @@
 
 namespace mixtrain::backend_cuda::sdpa {
 
+bool Key::operator==(const Key& o) const {
+  return batch == o.batch && tokens == o.tokens && heads == o.heads && head_dim == o.head_dim &&
+         dtype == o.dtype &&
+         std::bit_cast<std::uint32_t>(scale) == std::bit_cast<std::uint32_t>(o.scale) &&
+         deterministic == o.deterministic;
+}
+
 std::size_t KeyHash::operator()(const Key& k) const noexcept {
   std::size_t h = 0;
   auto mix = [&h](std::uint64_t v) {

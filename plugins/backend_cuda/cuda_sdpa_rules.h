@@ -30,7 +30,8 @@ struct Key {
   sdk::DType dtype = sdk::DType::bf16;  // qkv, out, dout, dqkv
   float scale = 1.0f;
   bool deterministic = true;  // the backward's deterministic kernels
-  bool operator==(const Key&) const = default;
+  // The scale by its bits, as KeyHash hashes it: a NaN scale finds its entry, and -0 is not 0.
+  bool operator==(const Key& o) const;
 };
 struct KeyHash {
   std::size_t operator()(const Key& k) const noexcept;

@@ -274,6 +274,11 @@ BackendArgumentChecks::RowsCols BackendArgumentChecks::softmax_cross_entropy_sha
   if (!dlogits.empty()) {
     require_storage(op, "dlogits", dlogits);
     require_numel(op, "dlogits", dlogits, logits.numel());
+    // In place over logits is fine (a row is read before its gradient is written); a partial or
+    // other-dtype alias races on a device, and the labels and the loss must survive the gradient.
+    require_same_or_disjoint(op, "dlogits", dlogits, "logits", logits);
+    require_disjoint(op, "dlogits", dlogits, "labels", labels);
+    require_disjoint(op, "dlogits", dlogits, "loss", loss);
   }
   if (s.rows == 0 || s.cols == 0)
     fail(op, "logits " + describe(logits) + " is empty", "pass at least one row and one class");

@@ -206,6 +206,22 @@ TEST(sdk_BackendArgumentChecks, FacetAndLayerChecksNameBackendOpAndLayout) {
         << e;
     EXPECT_NE(e.find("partly overlap"), std::string::npos) << e;
   }
+
+  // Cross-entropy: dlogits over logits in place, never partly, nor over the labels or the loss.
+  const sdk::TensorView labels{buf.data() + 2048, DType::int32, Shape{4}};
+  const sdk::TensorView loss = at(2056, DType::fp32, Shape{1});
+  EXPECT_NO_THROW(checks.softmax_cross_entropy_shape(rows, labels, 0.0f, loss, {}, rows));
+  EXPECT_NO_THROW(checks.softmax_cross_entropy_shape(rows, labels, 0.0f, loss, {}, other));
+  e = backend_error_of(
+      [&] { checks.softmax_cross_entropy_shape(rows, labels, 0.0f, loss, {}, moved); });
+  EXPECT_NE(e.find("backend_test.softmax_cross_entropy: dlogits fp32 [4, 8] and logits fp32 [4, "
+                   "8] partly overlap"),
+            std::string::npos)
+      << e;
+  const sdk::TensorView over_labels = at(2040, DType::fp32, Shape{4, 8});
+  e = backend_error_of(
+      [&] { checks.softmax_cross_entropy_shape(rows, labels, 0.0f, loss, {}, over_labels); });
+  EXPECT_NE(e.find("dlogits overlaps labels"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <set>
 #include <unordered_set>
 #include <vector>
@@ -119,6 +120,18 @@ TEST(CudaSdpaRules, KeysTellShapesScalesAndDeterminismApart) {
   EXPECT_EQ(keys.size(), 7u);
   EXPECT_EQ(key_text(a), "N 8 T 1024 H 12 D 64 bf16 scale 0.125 deterministic");
   EXPECT_NE(key_text(others[5]).find("non-deterministic"), std::string::npos);
+  // The scale is compared by its bits, as it is hashed: a NaN scale finds its own entry again
+  // (one graph, not one per call), and -0 is not +0.
+  Key nan = a, zero = a, negative_zero = a;
+  nan.scale = std::numeric_limits<float>::quiet_NaN();
+  zero.scale = 0.0f;
+  negative_zero.scale = -0.0f;
+  EXPECT_EQ(nan, nan);
+  keys.insert(nan);
+  keys.insert(nan);
+  keys.insert(zero);
+  keys.insert(negative_zero);
+  EXPECT_EQ(keys.size(), 10u);
 }
 
 }  // namespace
