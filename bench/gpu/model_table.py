@@ -75,11 +75,21 @@ def mixtrain_row(work, p, per_sample):
     base, *extras = p.split("+")
     what = {"graphs": "step graphs", "tune": "gemm_autotune 8", "whole": "whole logits"}
     name = f"mixtrain {NAMES.get(base, base)}" + "".join(f" + {what.get(x, x)}" for x in extras)
+    if not os.path.isdir(run):
+        return {"name": name, "error": "not run (see the stage's notes)"}
     try:
-        s = json.load(open(os.path.join(run, "summary.json")))
         recs = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl")) if l.strip()]
     except (OSError, ValueError) as e:
         return {"name": name, "error": f"no results ({type(e).__name__}: see mixtrain-{p}.log)"}
+    try:
+        s = json.load(open(os.path.join(run, "summary.json")))
+    except (OSError, ValueError):
+        # A run its cap cut short (killed before it wrote its summary): its timed windows still
+        # count; the peak is the last record's, the loss the last logged.
+        peaks = [r["device_peak_memory_bytes"] for r in recs if "device_peak_memory_bytes" in r]
+        losses = [r["loss"] for r in recs if "loss" in r]
+        s = {"peak_memory_bytes": peaks[-1] if peaks else None,
+             "final_loss": f"{losses[-1]:.4f} (cut short)" if losses else None}
     w = [r["samples_per_s"] * per_sample for r in recs if "samples_per_s" in r]
     if len(w) > 1:
         w = w[1:]
@@ -93,6 +103,8 @@ def mixtrain_row(work, p, per_sample):
 def torch_row(work, m, unit):
     name = {"fp32": "PyTorch FP32 eager (TF32 off)", "tf32": "PyTorch FP32 eager, TF32 allowed"}.get(
         m, "PyTorch AMP bf16 (autocast)")
+    if not os.path.exists(os.path.join(work, f"torch-{m}.log")):
+        return {"name": name, "error": "not run (see the stage's notes)"}
     try:
         t = json.load(open(os.path.join(work, f"torch-{m}.json")))
     except (OSError, ValueError) as e:
@@ -155,7 +167,8 @@ def main():
     table = []
     for r in rows:
         if "error" in r:
-            table.append([r["name"], "failed", "-", "-", "-", "-", "-", "-", r["error"]])
+            state = "not run" if r["error"].startswith("not run") else "failed"
+            table.append([r["name"], state, "-", "-", "-", "-", "-", "-", r["error"]])
             continue
         tflops = r["rate"] * flop_per_unit / 1e12
         table.append([r["name"], f"{r['rate']:.0f}", f"{tflops:.1f}",
@@ -164,7 +177,8 @@ def main():
                       f"{r['predicted'] / MiB:.0f}" if r.get("predicted") else "-",
                       ratio(r["rate"], tbf16 and tbf16["rate"]),
                       ratio(r["rate"], mbf16 and mbf16["rate"]),
-                      f"{r['loss']:.4f}" if isinstance(r.get("loss"), (int, float)) else "-"])
+                      f"{r['loss']:.4f}" if isinstance(r.get("loss"), (int, float))
+                      else r["loss"] if isinstance(r.get("loss"), str) else "-"])
     width = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
     last = len(cols) - 1
     fmt = lambda cells: "| " + " | ".join(c.ljust(w) if i in (0, last) else c.rjust(w)
@@ -188,7 +202,8 @@ def main():
         r = find("mixtrain", p)
         if p != "bf16" and r:
             print(f"- mixtrain {NAMES.get(p, p)} vs mixtrain bf16-mixed: {ratio(r['rate'], mbf16 and mbf16['rate'])}")
-    return 1 if any("error" in r for r in rows) else 0
+    # A row the stage's budget left unrun is said so in its table, not a failure of the stage.
+    return 1 if any("error" in r and not r["error"].startswith("not run") for r in rows) else 0
 
 
 if __name__ == "__main__":

@@ -6,15 +6,17 @@
 # backend for sm_90, then
 #   test  ctest -L gpu_kit --output-on-failure (the tests of the programs the CMakeLists mark
 #         for the kit)
+#   resnet50, gpt2  the issues' headline models against PyTorch eager (AMP bf16, FP32, TF32;
+#         AMP bf16), images/s or tokens/s, RN_POLICIES and GPT_POLICIES
+#   profile  where the time goes: `mixtrain train --profile` on ResNet-50 and GPT-2 small, and
+#         torch.profiler on the same PyTorch peers (top PROFILE_TOP kernels by GPU time); then
+#         mixtrain's fp8-delayed on GPT-2 small (where FP8's time goes); last ResNet-50 with its
+#         convolutions autotuned (each shape's default engine beside the fastest of 8)
 #   gemm  GEMM TFLOP/s per dtype at 8192^3: bench_gemm_cuda (CudaGemm::gemm, cuBLASLt) with
 #         the default algorithm and again with gemm_autotune (bf16, fp16, fp8), and PyTorch's
 #         matmul on the same GPU for reference
-#   resnet50, gpt2  the models against PyTorch eager (AMP bf16, FP32), images/s or tokens/s
-#   gpt2medium  the gpt2 stage at GPT-2 medium's shape (24 layers, 16 heads, 1024 wide), where
-#         FP8 has more GEMM to win; last, with what the budget leaves (or alone in a second call)
-#   profile  where the time goes: `mixtrain train --profile` on ResNet-50 and GPT-2 small, and
-#         torch.profiler on the same PyTorch peers (top PROFILE_TOP kernels by GPU time); then
-#         mixtrain's fp8-delayed on GPT-2 small alone (where FP8's time goes)
+#   resnet50v, gpt2v  the A/B variants (RN_VARIANTS, GPT_VARIANTS: one option each), mixtrain
+#         only; their rows join the resnet50 and gpt2 tables
 #   wide  the wide-MLP training benchmark, mixtrain under fp32, tf32, bf16-mixed, fp16-mixed and
 #         fp8-delayed (configs/mlp-*.toml, --set backend.type=cuda) against PyTorch FP32 eager and
 #         AMP bf16 (torch.autocast("cuda", torch.bfloat16)), same model, batch and GPU
@@ -22,8 +24,11 @@
 #         as it is, with 4/64 MiB workspaces, each of the top-8 heuristic results, autotuned, and
 #         cublasGemmEx, PyTorch's path) and torch_gemm.py --sweep, bf16 and fp16, at the square
 #         shape and the wide MLP's fwd/dgrad/wgrad GEMMs, one timing method for all
+#   gpt2medium  the gpt2 stage at GPT-2 medium's shape (24 layers, 16 heads, 1024 wide), where
+#         FP8 has more GEMM to win; last, with what the budget leaves (or alone in a second call)
 # $OUT holds at most 7 files, none in a folder (the device tool brings back a flat, short list),
-# rewritten after every stage so a run cut short still returns what it measured:
+# rewritten after every stage (the model tables and profile.md after every run) so a run cut
+# short still returns what it measured:
 #   summary.txt  every stage's status (ok / FAILED / TIMEOUT / skipped), seconds, the GPU
 #   build.log    the configure and build output          tests.log   the test stage's ctest
 #   gemm.txt     the gemm and gemmsweep stages            models.md   the model stages' tables
@@ -35,7 +40,8 @@
 # Environment (defaults in brackets):
 #   OUT [build-gpu-out]  results folder (the device tool sets it)
 #   BUDGET_S [560]       wall-clock budget of the whole script, seconds
-#   STAGES ["env debs configure build test gemm resnet50 gpt2 profile wide gemmsweep gpt2medium"]  any subset
+#   STAGES ["env debs configure build test resnet50 gpt2 profile gemm resnet50v gpt2v wide gemmsweep
+#           gpt2medium"]  any subset
 #          (always run in this order)
 #   PROFILE_STEPS [8: mixtrain's profiled steps; PyTorch profiles 3 after its warmup]  PROFILE_TOP [30]
 #   DEBS [.debs]  DEBROOT [/tmp/debroot]  BUILD_DIR [build-h200]  JOBS [nproc]  CUDA_ARCHS [90]
@@ -67,10 +73,11 @@ if [[ ${DRY_RUN:-0} == 1 ]]; then
   : "${GPT_BATCH:=2}" "${GPT_LAYERS:=2}" "${GPT_HEADS:=2}" "${GPT_WIDTH:=64}" "${GPT_TOKENS:=64}"
   : "${GPT2M_LAYERS:=3}" "${GPT2M_HEADS:=2}" "${GPT2M_WIDTH:=64}" "${GPT2M_BATCH:=2}" "${GPT2M_POLICIES:=bf16}"
   : "${GPT_STEPS:=6}" "${GPT_LOG_EVERY:=2}" "${GPT_POLICIES:=bf16}" "${MODEL_RUN_CAP:=300}"
+  : "${RN_VARIANTS=bf16+pageable}" "${GPT_VARIANTS=bf16+whole}"
 fi
 export OUT=${OUT:-$ROOT/build-gpu-out}
 export BUDGET_S=${BUDGET_S:-560}
-STAGES=${STAGES:-env debs configure build test gemm resnet50 gpt2 profile wide gemmsweep gpt2medium}
+STAGES=${STAGES:-env debs configure build test resnet50 gpt2 profile gemm resnet50v gpt2v wide gemmsweep gpt2medium}
 export DEBS=${DEBS:-$ROOT/.debs}
 export DEBROOT=${DEBROOT:-/tmp/debroot}
 export BUILD=${BUILD_DIR:-$ROOT/build-h200}
@@ -88,10 +95,12 @@ export WIDE_BACKEND=${WIDE_BACKEND:-cuda} TORCH_DEVICE=${TORCH_DEVICE:-cuda} TOR
 export PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
 export MODEL_BACKEND=${MODEL_BACKEND:-cuda} MODEL_RUN_CAP=${MODEL_RUN_CAP:-60}
 export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-30} RN_LOG_EVERY=${RN_LOG_EVERY:-5}
-export RN_POLICIES=${RN_POLICIES:-bf16 fp32 tf32 bf16+convtune bf16+wgrad16 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+graphs bf16+waited bf16+nondetconv bf16+tune} RN_TORCH=${RN_TORCH:-bf16 fp32 tf32}
+export RN_POLICIES=${RN_POLICIES:-bf16 fp32 tf32} RN_TORCH=${RN_TORCH:-bf16 fp32 tf32}
+export RN_VARIANTS=${RN_VARIANTS-bf16+convtune bf16+wgrad16 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+graphs bf16+waited bf16+nondetconv bf16+tune}
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-30} GPT_LOG_EVERY=${GPT_LOG_EVERY:-5}
-export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8+plaincast fp8-block bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+graphs bf16+waited bf16+tune} GPT_TORCH=${GPT_TORCH:-bf16}
+export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block} GPT_TORCH=${GPT_TORCH:-bf16}
+export GPT_VARIANTS=${GPT_VARIANTS-fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+graphs bf16+waited bf16+tune}
 export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8 fp8+plaincast}
 export ROOT HERE
@@ -166,6 +175,7 @@ stage_env() {
     echo "c++: $(${CXX:-g++} --version 2>&1 | head -1)"
     echo "cmake: $(cmake --version 2>&1 | head -1)   ninja: $(ninja --version 2>&1)"
     echo "python: $(command -v "$PYTHON") $("$PYTHON" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -1)"
+    echo "PyTorch's cuDNN: $("$PYTHON" -c 'import torch; print(torch.backends.cudnn.version())' 2>&1 | tail -1)"
     echo "debs: $(ls "$DEBS"/*.deb 2>/dev/null | wc -l) in $DEBS"
     echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null) $(git -C "$ROOT" status --porcelain 2>/dev/null | wc -l) changed files"
   } | tee "$STATE/env.txt"
@@ -266,6 +276,10 @@ EOF
     -DCMAKE_PREFIX_PATH="$DEBROOT/usr;$LIBDIR/cmake" \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DCMAKE_MAKE_PROGRAM="$(command -v ninja)" ${CMAKE_EXTRA_ARGS:-}
   grep -i "cudnn" "$STATE/configure.log" 2>/dev/null | tail -3
+  # What the build leaves out is said in the summary, not only in build.log.
+  grep -hE "mixtrain: (cuDNN 9 not found|CUPTI's headers not found|cuDNN frontend not found|no flash attention)" \
+    "$STATE/configure.log" 2>/dev/null | sed 's/^-- //' | tr '\n' ' ' >"$STATE/configure.note"
+  [[ -s $STATE/configure.note ]] || rm -f "$STATE/configure.note"
   echo "--- where each package was found:"
   grep -E '^[A-Za-z0-9_]+_(DIR|INCLUDE_DIR|LIBRARY|LIBRARY_RELEASE):[A-Z]+=' "$BUILD/CMakeCache.txt" |
     grep -vE '^(CUDA_|CUDAToolkit_|CMAKE_)' || true
@@ -276,7 +290,17 @@ stage_build() {
   for t in $BUILD_TARGETS; do
     if ninja -C "$BUILD" -t query "$t" >/dev/null 2>&1; then targets+=("$t"); else echo "build: no target $t here, skipped"; fi
   done
-  if cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}"; then return 0; fi
+  if cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}"; then
+    # Which cuDNN, cuBLAS, CUPTI and NVRTC the CUDA backend's runtime will load here (an image's
+    # LD_LIBRARY_PATH comes before the RUNPATH).
+    local so
+    for so in "$BUILD"/lib/mixtrain/plugins/backend_cuda/*.so*; do
+      [[ -f $so ]] || continue
+      echo "--- $(basename "$so") loads:"
+      LD_LIBRARY_PATH=$MIX_LD_PATH ldd "$so" 2>&1 | grep -E 'cudnn|cublas|cupti|nvrtc|cudart|not found'
+    done
+    return 0
+  fi
   echo "=== build failed under the project's -Werror; continuing with -Wno-error appended, to tell warnings from errors ==="
   echo "built only with -Wno-error: this compiler warns where the project's -Werror stops (see build.log)" >"$STATE/build.note"
   MIXTRAIN_NO_WERROR=1 cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}"
@@ -287,22 +311,22 @@ stage_gemm() {
   {
     echo "## mixtrain CudaGemm::gemm (cuBLASLt): $BUILD/bin/bench_gemm_cuda --size $GEMM_SIZE --seconds $GEMM_SECONDS"
     echo
-    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 $((cap * 3 / 8)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS"
+    LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 $((cap * 3 / 8)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS"
     echo "(exit $?)"
     echo
     echo "## The 16-bit and FP8 rows again with gemm_autotune = $GEMM_AUTOTUNE (the backend option: the fastest of cuBLASLt's first $GEMM_AUTOTUNE heuristic algorithms per plan)"
     echo
-    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 $((cap / 6)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS" --only bf16,fp16,fp8 --gemm-autotune "$GEMM_AUTOTUNE"
+    LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 $((cap / 6)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS" --only bf16,fp16,fp8 --gemm-autotune "$GEMM_AUTOTUNE"
     echo "(autotuned exit $?)"
     echo
     echo "## FP8 again with fp8_fast_accumulation = true (CUBLASLT_MATMUL_DESC_FAST_ACCUM)"
     echo
-    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 $((cap / 8)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS" --only fp8 --fp8-fast-accum 1
+    LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 $((cap / 8)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS" --only fp8 --fp8-fast-accum 1
     echo "(fast-accumulation exit $?)"
     echo
     echo "## PyTorch's matmul on the same GPU (reference): bench/gpu/torch_gemm.py --size $GEMM_SIZE"
     echo
-    timeout -k 5 $((cap / 3)) "$PYTHON" "$HERE/torch_gemm.py" --size "$GEMM_SIZE"
+    timeout --foreground -k 5 $((cap / 3)) "$PYTHON" "$HERE/torch_gemm.py" --size "$GEMM_SIZE"
     echo "(exit $?)"
   } 2>&1 | tee "$PARTS/gemm.txt"
   rc1=$(grep -m1 -oE '^\(exit [0-9]+\)' "$PARTS/gemm.txt" | grep -oE '[0-9]+')
@@ -320,7 +344,7 @@ stage_gemmsweep() {
     echo
     echo "## mixtrain GemmEngine variants: $BUILD/bin/bench_gemm_cuda_sweep --size $GEMM_SIZE --batch $WIDE_BATCH --hidden $WIDE_HIDDEN --rounds $SWEEP_ROUNDS --candidates $SWEEP_CANDIDATES"
     echo
-    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 $((cap * 2 / 3)) "$BUILD/bin/bench_gemm_cuda_sweep" --size "$GEMM_SIZE" \
+    LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 $((cap * 2 / 3)) "$BUILD/bin/bench_gemm_cuda_sweep" --size "$GEMM_SIZE" \
       --batch "$WIDE_BATCH" --hidden "$WIDE_HIDDEN" --rounds "$SWEEP_ROUNDS" --candidates "$SWEEP_CANDIDATES"
     echo "(exit $?)"
     echo
@@ -328,7 +352,7 @@ stage_gemmsweep() {
     echo
     echo "## PyTorch on the same cases, timed the same way: bench/gpu/torch_gemm.py --sweep"
     echo
-    timeout -k 5 $((cap / 4)) "$PYTHON" "$HERE/torch_gemm.py" --sweep --size "$GEMM_SIZE" --batch "$WIDE_BATCH" \
+    timeout --foreground -k 5 $((cap / 4)) "$PYTHON" "$HERE/torch_gemm.py" --sweep --size "$GEMM_SIZE" --batch "$WIDE_BATCH" \
       --hidden "$WIDE_HIDDEN" --rounds "$SWEEP_ROUNDS"
     echo "(exit $?)"
   } 2>&1 | tee "$PARTS/gemm_sweep.txt"
@@ -344,7 +368,7 @@ stage_gemmsweep() {
 
 stage_test() {
   LD_LIBRARY_PATH=$MIX_LD_PATH ctest --test-dir "$BUILD" -L gpu_kit --output-on-failure \
-    -j 4 --timeout $((STAGE_CAP > 30 ? STAGE_CAP - 10 : STAGE_CAP)) 2>&1 | tee "$PARTS/tests.log"
+    -j "$((JOBS < 8 ? JOBS : 8))" --timeout $((STAGE_CAP > 30 ? STAGE_CAP - 10 : STAGE_CAP)) 2>&1 | tee "$PARTS/tests.log"
   local rc=${PIPESTATUS[0]} skipped
   skipped=$(grep -cE '\*\*\*Skipped|Not Run.*Skipped' "$PARTS/tests.log")
   echo "$(grep -m1 -E 'tests passed' "$PARTS/tests.log")${skipped:+; $skipped skipped}" >"$STATE/test.note"
@@ -385,16 +409,16 @@ stage_wide() {
         p=${job#mixtrain:}
         ((mix)) || continue
         [[ -f $ROOT/configs/mlp-$p.toml ]] || { echo "configs/mlp-$p.toml not found" | tee -a "$W/note.txt"; continue; }
-        LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 20 "$MIXTRAIN_BIN" check "$ROOT/configs/mlp-$p.toml" "${sets[@]}" \
+        LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 20 "$MIXTRAIN_BIN" check "$ROOT/configs/mlp-$p.toml" "${sets[@]}" \
           >"$W/check-$p.txt" 2>&1
-        LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$ROOT/configs/mlp-$p.toml" \
+        LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$ROOT/configs/mlp-$p.toml" \
           "${sets[@]}" --run-dir "$W/mixtrain-$p" >"$W/mixtrain-$p.log" 2>&1
         rc=$?
         rm -rf "$W/mixtrain-$p/checkpoints"  # GBs of state nobody reads here
         ;;
       torch:*)
         m=${job#torch:}
-        timeout -k 5 "$cap" "$PYTHON" "$ROOT/bench/wide_mlp/torch_wide_mlp.py" --device "$TORCH_DEVICE" \
+        timeout --foreground -k 5 "$cap" "$PYTHON" "$ROOT/bench/wide_mlp/torch_wide_mlp.py" --device "$TORCH_DEVICE" \
           --threads "$(nproc)" --batch "$WIDE_BATCH" --rows "$rows" --layers "$layers" \
           --autocast "$([[ $m == bf16 ]] && echo bf16 || echo none)" --fused "$TORCH_FUSED" --warmup 3 \
           --windows $((WIDE_STEPS / WIDE_LOG_EVERY - 1)) --steps-per-window "$WIDE_LOG_EVERY" \
@@ -475,9 +499,13 @@ model_run() {
       # The memory plan's forecast, the table's "predicted" column: for each policy as it is, not
       # for every variant (each check rehearses a step, which costs device time); cuDNN's plans
       # for every convolution shape take a while on a fresh GPU, hence the minute.
-      [[ $p == "$base" ]] && LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 60 "$MIXTRAIN_BIN" check "$config" "$@" \
+      # The check counts against the job's cap: a third of it at most, the rest trains.
+      [[ $p == "$base" ]] && LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 \
+        $((cap / 3 < 60 ? cap / 3 : 60)) "$MIXTRAIN_BIN" check "$config" "$@" \
         --set "precision.policy=$(policy_name "$base")" >"$W/check-$p.txt" 2>&1
-      LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" "$@" \
+      cap=$((cap - ($(date +%s) - t0)))
+      if ((cap < 10)); then echo "$job: its check left no time to train"; return 0; fi
+      LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 15 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" "$@" \
         "${variant[@]}" --set "precision.policy=$(policy_name "$base")" --run-dir "$W/mixtrain-$p" \
         >"$W/mixtrain-$p.log" 2>&1
       rc=$?
@@ -486,7 +514,7 @@ model_run() {
     torch:*)
       p=${job#torch:}
       # shellcheck disable=SC2086
-      timeout -k 5 "$cap" "$PYTHON" "$HERE/torch_models.py" --device "$TORCH_DEVICE" --precision "$p" \
+      timeout --foreground -k 5 "$cap" "$PYTHON" "$HERE/torch_models.py" --device "$TORCH_DEVICE" --precision "$p" \
         $TORCH_ARGS >"$W/torch-$p.json" 2>"$W/torch-$p.log"
       rc=$?
       ;;
@@ -498,31 +526,51 @@ policy_name() {
 }
 
 # model_stage NAME CONFIG POLICIES TORCH_MODES TABLE_ARGS OVERRIDES...: the mixtrain policies and
-# PyTorch modes interleaved (headline pair first), each capped at MODEL_RUN_CAP, then the table.
+# PyTorch modes interleaved (headline pair first), each capped at MODEL_RUN_CAP, the table rewritten
+# after every job (a stage its timeout cuts keeps what it measured). With TABLE_STAGE (a variant
+# stage: resnet50v, gpt2v), the runs go beside that stage's and its table grows by them: only
+# RUN_POLICIES are run (no PyTorch mode), and the table lists POLICIES (the base stage's and these).
 model_stage() {
-  local name=$1 config=$2 policies=$3 modes=$4 table_args=$5 job cap rc order=() left
+  local name=$1 config=$2 policies=$3 modes=$4 table_args=$5 job cap order=() left run_policies
   shift 5
-  export W=$STATE/$name
-  rm -rf "$W"; mkdir -p "$W"
-  echo "mixtrain: $config $*" | tee "$W/overrides.txt"
-  echo "PyTorch: torch_models.py $TORCH_ARGS" | tee -a "$W/overrides.txt"
-  left=" $modes "
-  for p in $policies; do
+  local table=${TABLE_STAGE:-$name}
+  export W=$STATE/$table
+  if [[ -z ${TABLE_STAGE:-} ]]; then
+    rm -rf "$W"; mkdir -p "$W"
+    echo "mixtrain: $config $*" | tee "$W/overrides.txt"
+    echo "PyTorch: torch_models.py $TORCH_ARGS" | tee -a "$W/overrides.txt"
+    run_policies=$policies left=" $modes "
+  else
+    mkdir -p "$W"
+    run_policies=$RUN_POLICIES left=" "
+  fi
+  for p in $run_policies; do
     order+=("mixtrain:$p")
     [[ $left == *" $p "* ]] && order+=("torch:$p") && left=${left/ $p / }
   done
   for p in $left; do order+=("torch:$p"); done
   local end=$(($(date +%s) + STAGE_CAP - 10)) mix=1
   if [[ " $STAGES " == *" build "* && ! -f $STATE/ok-build ]] || [[ ! -x $MIXTRAIN_BIN ]]; then
-    mix=0; echo "no mixtrain build: mixtrain rows skipped" | tee "$W/note.txt"
+    mix=0; echo "no mixtrain build: mixtrain rows skipped" | tee -a "$W/note.txt"
   fi
   for job in "${order[@]}"; do
     cap=$((end - $(date +%s)))
     ((cap > MODEL_RUN_CAP)) && cap=$MODEL_RUN_CAP
-    if ((cap < 10)); then echo "$job: skipped, stage budget spent" | tee -a "$W/note.txt"; continue; fi
+    if ((cap < 10)); then echo "$job: not run, stage budget spent" | tee -a "$W/note.txt"; continue; fi
     [[ $job == mixtrain:* ]] && ((!mix)) && continue
     model_run "$job" "$cap" "$config" "$@"
+    model_stage_table "$table" "$policies" "$modes" "$table_args" >/dev/null
   done
+  model_stage_table "$table" "$policies" "$modes" "$table_args"
+  local rc=$?
+  for p in $run_policies; do tail -n 40 "$W/mixtrain-$p.log" >"$W/mixtrain-$p.tail" 2>/dev/null; done
+  return $rc
+}
+
+# model_stage_table NAME POLICIES MODES TABLE_ARGS: $PARTS/NAME.md from the runs in $W so far
+# (printed too); fails when a run that ran has no results.
+model_stage_table() {
+  local name=$1 policies=$2 modes=$3 table_args=$4 rc
   # shellcheck disable=SC2086
   "$PYTHON" "$HERE/model_table.py" "$W" --policies "$policies" --torch "$modes" \
     --peak-tflops "$PEAK_TFLOPS" $table_args >"$W/table.md" 2>"$W/table.err"
@@ -538,7 +586,6 @@ model_stage() {
     [[ -f $W/note.txt ]] && { echo; echo "Notes:"; sed 's/^/- /' "$W/note.txt"; }
   } >"$PARTS/$name.md"
   cat "$PARTS/$name.md"
-  for p in $policies; do tail -n 40 "$W/mixtrain-$p.log" >"$W/mixtrain-$p.tail" 2>/dev/null; done
   return $rc
 }
 
@@ -599,6 +646,16 @@ stage_gpt2() {
     "${sets[@]}" --set "run.steps=$GPT_STEPS"
 }
 
+# The variants (A/B of one option each against the base stage's bf16 or fp8 row), after the
+# headline stages and the profiles; their rows join the base stage's table.
+stage_resnet50v() {
+  TABLE_STAGE=resnet50 RUN_POLICIES=$RN_VARIANTS RN_POLICIES="$RN_POLICIES $RN_VARIANTS" \
+    stage_resnet50
+}
+stage_gpt2v() {
+  TABLE_STAGE=gpt2 RUN_POLICIES=$GPT_VARIANTS GPT_POLICIES="$GPT_POLICIES $GPT_VARIANTS" stage_gpt2
+}
+
 # GPT-2 medium: the gpt2 stage with GPT2M_* in place of the shape (batch GPT2M_BATCH), same policies.
 stage_gpt2medium() {
   GPT_LAYERS=$GPT2M_LAYERS GPT_HEADS=$GPT2M_HEADS GPT_WIDTH=$GPT2M_WIDTH GPT_BATCH=$GPT2M_BATCH \
@@ -613,7 +670,7 @@ profile_mixtrain() {
   local dir=$1 cap=$2 min=$3 config=$4 policy=$5 rc=0
   shift 5
   if [[ -x $MIXTRAIN_BIN ]] && ((cap >= min)); then
-    LD_LIBRARY_PATH=$MIX_LD_PATH timeout -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" \
+    LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" \
       "$@" --set "precision.policy=$policy" --set "run.steps=$PROFILE_STEPS" --profile \
       --run-dir "$dir" >"$dir.log" 2>&1 || rc=1
     rm -rf "$dir/checkpoints"
@@ -643,63 +700,83 @@ mixtrain_profile_section() {
 # Where the time goes, both sides, bf16 (AMP for PyTorch): mixtrain's `train --profile` table
 # (every backend op timed one by one, grouped by caller; README, "train --profile") and
 # torch.profiler's top PROFILE_TOP kernels by GPU time, for ResNet-50 and GPT-2 small at the
-# model stages' shapes.
+# model stages' shapes; then mixtrain's fp8-delayed on GPT-2 small (where FP8's time goes); last,
+# with what is left, ResNet-50 again with its convolutions autotuned (conv_autotune = 8: per shape,
+# the default engine's time beside the fastest of 8, where wgrad's time goes; it builds 8 cuDNN
+# plans per shape, so it comes after everything else). profile.md is rewritten after every run.
 stage_profile() {
-  local P=$STATE/profile model config sets shape cap end rc=0 fp8_end
+  local P=$STATE/profile sets shape end rc=0
   rm -rf "$P"; mkdir -p "$P"
   gpt2_tokens || return 1
-  # The last 40 s are fp8-delayed's on GPT-2 small (mixtrain alone: where FP8's time goes).
-  fp8_end=$(($(date +%s) + STAGE_CAP - 5))
-  end=$((fp8_end - 40))
-  for model in resnet50 gpt2; do
-    if [[ $model == resnet50 ]]; then
-      config=$ROOT/configs/resnet50-bf16.toml; mapfile -t sets < <(resnet50_sets); shape=$(eval echo "$RN_TORCH_SHAPE")
-    else
-      config=$ROOT/configs/gpt-tiny-bf16.toml; mapfile -t sets < <(gpt2_sets); shape=$(eval echo "$GPT_TORCH_SHAPE")
-    fi
-    # ResNet-50's convolutions autotuned (conv_autotune = 8): its plan list then gives, per
-    # shape, the time of the engine the search takes first (the default's) beside the fastest
-    # of 8, which is where wgrad's time goes and what the engine choice is worth.
-    [[ $model == resnet50 ]] && sets+=(--set backend.cuda.conv_autotune=8)
-    profile_mixtrain "$P/mixtrain-$model" $(((end - $(date +%s)) / 2)) 10 "$config" bf16-mixed \
-      "${sets[@]}" || rc=1
-    cap=$((end - $(date +%s)))
-    [[ $model == resnet50 ]] && cap=$((cap / 2))
-    if ((cap >= 10)); then
-      # shellcheck disable=SC2086
-      timeout -k 5 "$cap" "$PYTHON" "$HERE/torch_models.py" --device "$TORCH_DEVICE" --precision bf16 $shape \
-        --warmup 3 --profile-steps 3 --profile-top "$PROFILE_TOP" --profile-out "$P/torch-$model.txt" \
-        >"$P/torch-$model.json" 2>"$P/torch-$model.log" || rc=1
-    fi
-  done
+  end=$(($(date +%s) + STAGE_CAP - 10))
+  # share SECONDS: at most that, and never past the stage's end.
+  share() { local c=$((end - $(date +%s))); echo $((c < $1 ? c : $1)); }
+  torch_profile() {  # torch_profile MODEL SHAPE
+    local cap; cap=$(share 35)
+    ((cap >= 10)) || return 1
+    # shellcheck disable=SC2086
+    timeout --foreground -k 5 "$cap" "$PYTHON" "$HERE/torch_models.py" --device "$TORCH_DEVICE" --precision bf16 $2 \
+      --warmup 3 --profile-steps 3 --profile-top "$PROFILE_TOP" --profile-out "$P/torch-$1.txt" \
+      >"$P/torch-$1.json" 2>"$P/torch-$1.log"
+  }
+  mapfile -t sets < <(resnet50_sets)
+  shape=$(eval echo "$RN_TORCH_SHAPE")
+  profile_mixtrain "$P/mixtrain-resnet50" "$(share 50)" 10 "$ROOT/configs/resnet50-bf16.toml" \
+    bf16-mixed "${sets[@]}" || rc=1
+  profile_md
+  torch_profile resnet50 "$shape" || rc=1
+  profile_md
   mapfile -t sets < <(gpt2_sets)
-  profile_mixtrain "$P/mixtrain-gpt2-fp8" $((fp8_end - $(date +%s))) 15 \
-    "$ROOT/configs/gpt-tiny-bf16.toml" fp8-delayed "${sets[@]}" || rc=1
+  shape=$(eval echo "$GPT_TORCH_SHAPE")
+  profile_mixtrain "$P/mixtrain-gpt2" "$(share 45)" 10 "$ROOT/configs/gpt-tiny-bf16.toml" \
+    bf16-mixed "${sets[@]}" || rc=1
+  profile_md
+  torch_profile gpt2 "$shape" || rc=1
+  profile_md
+  profile_mixtrain "$P/mixtrain-gpt2-fp8" "$(share 40)" 15 "$ROOT/configs/gpt-tiny-bf16.toml" \
+    fp8-delayed "${sets[@]}" || rc=1
+  profile_md
+  mapfile -t sets < <(resnet50_sets)
+  profile_mixtrain "$P/mixtrain-resnet50-convtune" "$(share 120)" 30 \
+    "$ROOT/configs/resnet50-bf16.toml" bf16-mixed "${sets[@]}" --set backend.cuda.conv_autotune=8 || rc=1
+  profile_md
+  cat "$PARTS/profile.md"
+  return $rc
+}
+
+# profile_md: $PARTS/profile.md from the profile stage's runs so far.
+profile_md() {
+  local P=$STATE/profile model
   {
     echo "# Profiles on $( (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo "no GPU") | head -1), $(date -u +%FT%TZ)"
     echo
     echo "bf16 (mixtrain bf16-mixed, PyTorch AMP bf16), the model stages' shapes. mixtrain: \`train --profile\`,"
     echo "$PROFILE_STEPS steps (timed from the end of the first; each op waited for, so GPU ops are timed one by one),"
     echo "then the device's kernels as CUPTI traced them (the top 30, to read beside PyTorch's table), then the plans"
-    echo "that ran the ops; ResNet-50's convolutions autotuned over 8 engines per shape (conv_autotune = 8)."
-    echo "PyTorch: torch.profiler over 3 steps after 3 warm-up steps, top $PROFILE_TOP by GPU (self) time."
+    echo "that ran the ops. PyTorch: torch.profiler over 3 steps after 3 warm-up steps, top $PROFILE_TOP by GPU (self) time."
     for model in resnet50 gpt2; do
-      mixtrain_profile_section "$model: mixtrain" "$P/mixtrain-$model.log"
-      echo
-      echo "## $model: PyTorch"
-      echo
-      echo '```'
-      if [[ -s $P/torch-$model.txt ]]; then cat "$P/torch-$model.txt"; else tail -n 5 "$P/torch-$model.log" 2>/dev/null; fi
-      echo '```'
+      [[ -f $P/mixtrain-$model.log ]] && mixtrain_profile_section "$model: mixtrain" "$P/mixtrain-$model.log"
+      if [[ -f $P/torch-$model.log ]]; then
+        echo
+        echo "## $model: PyTorch"
+        echo
+        echo '```'
+        if [[ -s $P/torch-$model.txt ]]; then cat "$P/torch-$model.txt"; else tail -n 5 "$P/torch-$model.log"; fi
+        echo '```'
+      fi
     done
-    mixtrain_profile_section "gpt2: mixtrain fp8-delayed (where FP8's time goes: casts, transposes, GEMMs)" \
-      "$P/mixtrain-gpt2-fp8.log"
+    [[ -f $P/mixtrain-gpt2-fp8.log ]] &&
+      mixtrain_profile_section "gpt2: mixtrain fp8-delayed (where FP8's time goes: casts, transposes, GEMMs)" \
+        "$P/mixtrain-gpt2-fp8.log"
+    [[ -f $P/mixtrain-resnet50-convtune.log ]] &&
+      mixtrain_profile_section "resnet50: mixtrain, convolutions autotuned over 8 cuDNN engines per shape (each plan line: the default engine's time beside the fastest)" \
+        "$P/mixtrain-resnet50-convtune.log"
   } >"$PARTS/profile.md"
-  cat "$PARTS/profile.md"
-  return $rc
+  return 0
 }
 
-# Gathers the stages' reports into $OUT's seven files (see the top); runs after every stage.
+# Gathers the stages' reports into $OUT's seven files (see the top), the summary included; runs
+# after every stage, so a call cut short still returns its status table.
 collect() {
   local f
   [[ -f $PARTS/tests.log ]] && cp "$PARTS/tests.log" "$OUT/tests.log"
@@ -713,10 +790,30 @@ collect() {
   ((${#runs[@]})) && tar -czf "$OUT/runs.tar.gz" -C "$STATE" --exclude '*.bin' "${runs[@]}" 2>/dev/null
   { for f in configure build; do [[ -f $STATE/$f.log ]] && { echo "=== $f ==="; tail -c 3000000 "$STATE/$f.log"; }; done; } >"$STATE/build.all"
   [[ -s $STATE/build.all ]] && cp "$STATE/build.all" "$OUT/build.log"
+  write_summary >"$OUT/summary.txt"
   return 0
 }
+
+write_summary() {
+  local i
+  echo "run_h200.sh summary ($(date -u +%FT%TZ), $(($(date +%s) - T0)) s of ${BUDGET_S} s)"
+  echo
+  printf '| %-10s | %-5s | %s\n' stage secs status
+  for i in "${!names[@]}"; do printf '| %-10s | %5s | %s\n' "${names[$i]}" "${secs[$i]}" "${statuses[$i]}"; done
+  echo
+  if [[ -s $STATE/gemm_sweep_table.md ]]; then
+    echo "gemm sweep (TFLOP/s medians, one timing method; details in gemm_sweep.txt):"
+    cat "$STATE/gemm_sweep_table.md"
+    echo
+  fi
+  cat "$STATE/env.txt" 2>/dev/null
+  echo
+  echo "files in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+}
 export -f stage_env stage_debs stage_configure stage_build stage_gemm stage_gemmsweep stage_test stage_wide \
-  stage_resnet50 stage_gpt2 stage_gpt2medium stage_profile profile_mixtrain mixtrain_profile_section model_stage model_run policy_name resnet50_sets gpt2_sets gpt2_tokens
+  stage_resnet50 stage_gpt2 stage_resnet50v stage_gpt2v stage_gpt2medium stage_profile profile_md \
+  profile_mixtrain mixtrain_profile_section model_stage model_stage_table model_run policy_name \
+  resnet50_sets gpt2_sets gpt2_tokens
 
 # --- the run --------------------------------------------------------------------------------------
 echo "run_h200.sh: budget ${BUDGET_S} s, stages: $STAGES; results in $OUT"
@@ -728,33 +825,21 @@ needs configure build
 run_stage build 400 150
 needs build gemm gemmsweep test
 # The CUDA tests first: whether the backend is right matters more than how fast it is.
-run_stage test 150 200
-run_stage gemm 60 100
-# The issue's headline models next: ResNet-50 (4 runs) and GPT-2 small (3 runs), each run capped
-# at MODEL_RUN_CAP; then the wide MLP; the GEMM sweep (~25 s on an H200) last, with what is left.
-run_stage resnet50 320 40
-run_stage gpt2 240 30
-# Then where the time goes, both sides (8 + 3 profiled steps per model and side), and
-# fp8-delayed's GPT-2 small profile (mixtrain only).
-run_stage profile 190 25
-run_stage wide 180 5
+# The CUDA tests first: whether the backend is right matters more than how fast it is.
+run_stage test 120 200
+# The issues' headline measurements next, before anything can starve them: ResNet-50 and GPT-2
+# small against PyTorch (bf16, fp32, tf32; bf16, fp8, fp8-block), then where their time goes
+# (the profiles). Then the GEMM rates, the A/B variants (their rows join the same tables), the
+# wide MLP, the GEMM sweep and GPT-2 medium, with what is left.
+run_stage resnet50 200 120
+run_stage gpt2 160 80
+run_stage profile 200 0
+run_stage gemm 60 0
+run_stage resnet50v 300 60
+run_stage gpt2v 240 0
+run_stage wide 180 0
 run_stage gemmsweep 70 0
 run_stage gpt2medium 240 0
-# Everything once more (the build log included), then the summary.
+# Everything once more (the build log included), and the summary.
 collect
-
-{
-  echo "run_h200.sh summary ($(date -u +%FT%TZ), $(($(date +%s) - T0)) s of ${BUDGET_S} s)"
-  echo
-  printf '| %-9s | %-5s | %s\n' stage secs status
-  for i in "${!names[@]}"; do printf '| %-9s | %5s | %s\n' "${names[$i]}" "${secs[$i]}" "${statuses[$i]}"; done
-  echo
-  if [[ -s $STATE/gemm_sweep_table.md ]]; then
-    echo "gemm sweep (TFLOP/s medians, one timing method; details in gemm_sweep.txt):"
-    cat "$STATE/gemm_sweep_table.md"
-    echo
-  fi
-  cat "$STATE/env.txt" 2>/dev/null
-  echo
-  echo "files in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
-} | tee "$OUT/summary.txt"
+cat "$OUT/summary.txt"
