@@ -40,9 +40,7 @@ inline float gelu_grad(float x) {
 
 void apply_activation(const CpuContext& context, Activation act, TensorView x, TensorView y) {
   context.use_threads();
-  require_storage("activation_forward", "x", x);
-  require_storage("activation_forward", "y", y);
-  require_numel("activation_forward", "y", y, x.numel());
+  checks().activation_args(x, y);
   const std::int64_t total = x.numel();
   // Small ReLUs stay on this thread (bit-identical to oneDNN's); GELU always takes the same
   // path so its numbers never depend on the tensor size.
@@ -68,11 +66,7 @@ void apply_activation(const CpuContext& context, Activation act, TensorView x, T
 void apply_activation_grad(const CpuContext& context, Activation act, TensorView x, TensorView dy,
                            TensorView dx) {
   context.use_threads();
-  require_storage("activation_backward", "x", x);
-  require_storage("activation_backward", "dy", dy);
-  require_storage("activation_backward", "dx", dx);
-  require_numel("activation_backward", "dy", dy, x.numel());
-  require_numel("activation_backward", "dx", dx, x.numel());
+  checks().activation_grad_args(x, dy, dx);
   const std::int64_t total = x.numel();
   const bool small_relu = act == Activation::relu && !parallel_worth(total);
   if (!small_relu && context.eltwise().try_backward(act, x, dy, dx)) return;

@@ -25,9 +25,7 @@ void CudaActivation::bias_grad(TensorView dy, TensorView dbias, bool accumulate)
 
 void CudaActivation::activation_forward(sdk::Activation act, TensorView x, TensorView y) {
   context_.activate();
-  require_storage("activation_forward", "x", x);
-  require_storage("activation_forward", "y", y);
-  require_numel("activation_forward", "y", y, x.numel());
+  checks().activation_args(x, y);
   check_cuda(
       kernels::activation_forward(act == sdk::Activation::relu ? 0 : 1, x.data, elem_of(x.dtype),
                                   y.data, elem_of(y.dtype), x.numel(), context_.stream),
@@ -37,11 +35,7 @@ void CudaActivation::activation_forward(sdk::Activation act, TensorView x, Tenso
 void CudaActivation::activation_backward(sdk::Activation act, TensorView x, TensorView dy,
                                          TensorView dx) {
   context_.activate();
-  require_storage("activation_backward", "x", x);
-  require_storage("activation_backward", "dy", dy);
-  require_storage("activation_backward", "dx", dx);
-  require_numel("activation_backward", "dy", dy, x.numel());
-  require_numel("activation_backward", "dx", dx, x.numel());
+  checks().activation_grad_args(x, dy, dx);
   check_cuda(kernels::activation_backward(act == sdk::Activation::relu ? 0 : 1, x.data,
                                           elem_of(x.dtype), dy.data, elem_of(dy.dtype), dx.data,
                                           elem_of(dx.dtype), x.numel(), context_.stream),
@@ -50,9 +44,7 @@ void CudaActivation::activation_backward(sdk::Activation act, TensorView x, Tens
 
 void CudaActivation::axpy(float alpha, TensorView x, TensorView y) {
   context_.activate();
-  require_storage("axpy", "x", x);
-  require_fp32("axpy", "y", y);
-  require_numel("axpy", "y", y, x.numel());
+  checks().axpy_args(x, y);
   check_cuda(
       kernels::axpy(alpha, x.data, elem_of(x.dtype), y.as<float>(), x.numel(), context_.stream),
       "axpy", "kernel launch");

@@ -149,7 +149,8 @@ __device__ __forceinline__ double warp_sum(double v) {
 }
 
 // Block sum of one double per thread (blockDim.x == kThreads) in a fixed tree order; the result
-// is valid in thread 0.
+// is valid in thread 0. Once per kernel: it ends without a barrier, so a second call would
+// overwrite the shared sums while other threads still read them.
 __device__ __forceinline__ double block_sum(double v) {
   __shared__ double s[kThreads];
   s[threadIdx.x] = v;
@@ -162,7 +163,8 @@ __device__ __forceinline__ double block_sum(double v) {
 }
 
 // Folds this block's max |x| bits into *amax with element::amax_combine (the CPU's rule). Every
-// thread of the block must call it.
+// thread of a 1-D block of kThreads must call it, once per kernel (its shared slots are reused
+// without a closing barrier).
 __device__ __forceinline__ void fold_amax(float* amax, std::uint32_t m) {
   for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
   __shared__ std::uint32_t warp_max[kThreads / 32];

@@ -50,9 +50,7 @@ void CpuActivation::activation_backward(Activation act, TensorView x, TensorView
 
 void CpuActivation::axpy(float alpha, TensorView x, TensorView y) {
   context_.use_threads();
-  require_storage("axpy", "x", x);
-  require_fp32("axpy", "y", y);
-  require_numel("axpy", "y", y, x.numel());
+  checks().axpy_args(x, y);
   const std::int64_t total = x.numel();
   float* out = y.as<float>();
 #pragma omp parallel for schedule(static) if (parallel_worth(total))

@@ -1,8 +1,10 @@
 #include "mixtrain/sdk/support/backend_argument_checks.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "mixtrain/sdk/error.h"
 
@@ -314,6 +316,10 @@ void BackendArgumentChecks::gradient_status(std::string_view op, const TensorVie
          "status " + describe(status) + " is not int32 [" + std::to_string(GradientStatus::kWords) +
              "]",
          "allocate the status as int32 [4] (sdk::GradientStatus) on this backend");
+  // The record starts with a double (the sum of squares): a device reads it 8 bytes at a time.
+  if (reinterpret_cast<std::uintptr_t>(status.data) % alignof(double) != 0)
+    fail(op, "status " + describe(status) + " is not 8-byte aligned",
+         "allocate the status as a tensor of its own (sdk::GradientStatus), not a slice of one");
 }
 
 BackendArgumentChecks::RowsCols BackendArgumentChecks::bias_grad_shape(
@@ -344,10 +350,44 @@ void BackendArgumentChecks::cast_args(const TensorView& src, const TensorView& d
     fail("cast", "cannot cast " + describe(src) + " to " + describe(dst),
          "cast supports fp32, tf32, bf16, fp16, fp8_e4m3 and fp8_e5m2");
   require_numel("cast", "dst", dst, src.numel());
+  const bool in_place = src.data == dst.data && dtype_size(src.dtype) == dtype_size(dst.dtype);
+  if (!in_place && overlaps(src, dst))
+    fail("cast", "dst " + describe(dst) + " and src " + describe(src) + " partly overlap",
+         "cast in place only between dtypes of one size; otherwise into a separate buffer");
   if (!args.amax.empty()) {
     require_fp32("cast", "amax", args.amax);
     require_numel("cast", "amax", args.amax, 1);
+    require_disjoint("cast", "amax", args.amax, "src", src);
+    require_disjoint("cast", "amax", args.amax, "dst", dst);
   }
+}
+
+void BackendArgumentChecks::activation_args(const TensorView& x, const TensorView& y) const {
+  constexpr const char* op = "activation_forward";
+  require_storage(op, "x", x);
+  require_storage(op, "y", y);
+  require_numel(op, "y", y, x.numel());
+  require_same_or_disjoint(op, "y", y, "x", x);
+}
+
+void BackendArgumentChecks::activation_grad_args(const TensorView& x, const TensorView& dy,
+                                                 const TensorView& dx) const {
+  constexpr const char* op = "activation_backward";
+  require_storage(op, "x", x);
+  require_storage(op, "dy", dy);
+  require_storage(op, "dx", dx);
+  require_numel(op, "dy", dy, x.numel());
+  require_numel(op, "dx", dx, x.numel());
+  require_same_or_disjoint(op, "dx", dx, "dy", dy);
+  require_same_or_disjoint(op, "dx", dx, "x", x);
+}
+
+void BackendArgumentChecks::axpy_args(const TensorView& x, const TensorView& y) const {
+  constexpr const char* op = "axpy";
+  require_storage(op, "x", x);
+  require_fp32(op, "y", y);
+  require_numel(op, "y", y, x.numel());
+  require_same_or_disjoint(op, "y", y, "x", x);
 }
 
 BackendArgumentChecks::RowsCols BackendArgumentChecks::cast_transpose_shape(
@@ -483,7 +523,22 @@ void BackendArgumentChecks::foreach_lists(
       if (other[i].numel() != self[i].numel())
         fail(op, name + " is " + describe(other[i]) + " but self" + at + " is " + describe(self[i]),
              "the i-th tensors of every list need the same number of elements");
+      require_same_or_disjoint(op, name, other[i], "self" + at, self[i]);
     }
+  }
+  // The self tensors in address order: each must end before the next begins.
+  std::vector<std::size_t> order(self.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const auto begin = [&](std::size_t i) { return reinterpret_cast<std::uintptr_t>(self[i].data); };
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return begin(a) < begin(b); });
+  for (std::size_t k = 1; k < order.size(); ++k) {
+    const std::size_t a = order[k - 1], b = order[k];
+    if (self[a].bytes() > 0 && self[b].bytes() > 0 && begin(b) < begin(a) + self[a].bytes())
+      fail(op,
+           "self[" + std::to_string(a) + "] " + describe(self[a]) + " and self[" +
+               std::to_string(b) + "] " + describe(self[b]) + " overlap",
+           "list each tensor once: every one is updated at the same time");
   }
 }
 

@@ -222,6 +222,67 @@ TEST(sdk_BackendArgumentChecks, FacetAndLayerChecksNameBackendOpAndLayout) {
   e = backend_error_of(
       [&] { checks.softmax_cross_entropy_shape(rows, labels, 0.0f, loss, {}, over_labels); });
   EXPECT_NE(e.find("dlogits overlaps labels"), std::string::npos) << e;
+
+  // Activation and axpy: in place, or apart; never partly, nor in place across dtypes.
+  const sdk::TensorView half = {buf.data(), DType::bf16, Shape{4, 8}};
+  EXPECT_NO_THROW(checks.activation_args(rows, rows));
+  EXPECT_NO_THROW(checks.activation_grad_args(other, rows, rows));
+  EXPECT_NO_THROW(checks.activation_grad_args(rows, other, rows));
+  EXPECT_NO_THROW(checks.axpy_args(rows, other));
+  e = backend_error_of([&] { checks.activation_args(rows, moved); });
+  EXPECT_NE(e.find("backend_test.activation_forward: y fp32 [4, 8] and x fp32 [4, 8] partly "
+                   "overlap"),
+            std::string::npos)
+      << e;
+  e = backend_error_of([&] { checks.activation_grad_args(other, rows, half); });
+  EXPECT_NE(e.find("backend_test.activation_backward: dx bf16 [4, 8] and dy fp32 [4, 8] partly "
+                   "overlap"),
+            std::string::npos)
+      << e;
+  e = backend_error_of([&] { checks.axpy_args(moved, rows); });
+  EXPECT_NE(e.find("backend_test.axpy: y fp32 [4, 8] and x fp32 [4, 8] partly overlap"),
+            std::string::npos)
+      << e;
+
+  // Cast: in place between dtypes of one size (fp32 and its tf32 view), never a narrowing one;
+  // the amax apart from both.
+  EXPECT_NO_THROW(checks.cast_args(rows, {rows.data, DType::tf32, rows.shape}, {}));
+  e = backend_error_of([&] { checks.cast_args(rows, half, {}); });
+  EXPECT_NE(e.find("backend_test.cast: dst bf16 [4, 8] and src fp32 [4, 8] partly overlap"),
+            std::string::npos)
+      << e;
+  sdk::CastArgs inside;
+  inside.amax = at(31, DType::fp32, Shape{1});
+  e = backend_error_of([&] { checks.cast_args(rows, other, inside); });
+  EXPECT_NE(e.find("amax overlaps src"), std::string::npos) << e;
+
+  // The gradient status is read 8 bytes at a time.
+  std::vector<std::int32_t> words(6);
+  const auto status_at = [&](std::size_t word) {
+    return sdk::TensorView{words.data() + word, DType::int32, Shape{4}};
+  };
+  const std::size_t even = reinterpret_cast<std::uintptr_t>(words.data()) % 8 == 0 ? 0 : 1;
+  EXPECT_NO_THROW(checks.gradient_status("queue_unscale_check", status_at(even)));
+  e = backend_error_of([&] { checks.gradient_status("queue_unscale_check", status_at(even + 1)); });
+  EXPECT_NE(e.find("is not 8-byte aligned"), std::string::npos) << e;
+
+  // foreach: every self tensor apart from the others; other[i] self[i] itself or apart from it.
+  const sdk::TensorView a = at(0, DType::fp32, Shape{8}), b = at(8, DType::fp32, Shape{8});
+  const sdk::TensorView t3 = at(16, DType::fp32, Shape{8}), into_a = at(4, DType::fp32, Shape{8});
+  EXPECT_NO_THROW(
+      checks.foreach_lists("foreach_add", std::vector{t3, a, b}, {std::vector{t3, a, b}}));
+  e = backend_error_of([&] { checks.foreach_lists("foreach_mul_scalar", std::vector{a, b, a}); });
+  EXPECT_NE(e.find("backend_test.foreach_mul_scalar: self[0] fp32 [8] and self[2] fp32 [8] "
+                   "overlap"),
+            std::string::npos)
+      << e;
+  e = backend_error_of([&] { checks.foreach_lists("foreach_mul_scalar", std::vector{into_a, a}); });
+  EXPECT_NE(e.find("overlap"), std::string::npos) << e;
+  e = backend_error_of([&] {
+    checks.foreach_lists("foreach_add", std::vector{a, t3}, {std::vector{into_a, t3}});
+  });
+  EXPECT_NE(e.find("list 1[0] fp32 [8] and self[0] fp32 [8] partly overlap"), std::string::npos)
+      << e;
 }
 
 }  // namespace

@@ -140,9 +140,19 @@ class BackendArgumentChecks {
   // storage, so they may be copied into each other).
   void copy_args(const TensorView& dst, const TensorView& src) const;
 
-  // cast's arguments: both present, each a storage float or fp8, the same element count; an amax
-  // (when given) fp32 [1].
+  // cast's arguments: both present, each a storage float or fp8, the same element count; dst is
+  // src itself (same address and element size: each element read before it is written) or apart
+  // from it; an amax (when given) fp32 [1], apart from both.
   void cast_args(const TensorView& src, const TensorView& dst, const CastArgs& args) const;
+
+  // ActivationFacet (backend_activation.h): activation_forward's x and y, storage floats of one
+  // numel, y x itself or apart from it; activation_backward's x, dy and dx the same, dx dy or x
+  // itself or apart from both; axpy's x a storage float and y fp32 of its numel, y x itself or
+  // apart from it. A partial overlap would race on a device (one thread writes what another
+  // reads).
+  void activation_args(const TensorView& x, const TensorView& y) const;
+  void activation_grad_args(const TensorView& x, const TensorView& dy, const TensorView& dx) const;
+  void axpy_args(const TensorView& x, const TensorView& y) const;
   // cast_transpose's arguments (gemm facet 1.6): src fp32, bf16 or fp16, [rows, cols] with its
   // leading dims folded; out [rows, cols] and out_transposed [cols, rows] (by shape, not only
   // numel), at least one present, each fp8 and of one dtype; neither overlapping src, the other
@@ -150,7 +160,9 @@ class BackendArgumentChecks {
   RowsCols cast_transpose_shape(const CastTransposeArgs& args) const;
 
   // A foreach op's lists: each of `others` as long as `self`; every tensor fp32 and present; the
-  // i-th tensors of all lists of equal numel.
+  // i-th tensors of all lists of equal numel; the self tensors apart from each other (a device
+  // updates them all at once: a tensor listed twice, or two that overlap, would race), and each
+  // other[i] self[i] itself or apart from it.
   void foreach_lists(std::string_view op, std::span<const TensorView> self,
                      std::initializer_list<std::span<const TensorView>> others = {}) const;
 
