@@ -136,12 +136,14 @@ void CudaGradientCheck::queue_unscale_check(std::span<const TensorView> grads, f
   context_.activate();
   constexpr const char* op = "queue_unscale_check";
   checks().gradient_status(op, status);
-  if (pinned_status_ == nullptr) {
+  // Each made once, and each on its own: a failed event creation is retried at the next call
+  // rather than left null beside an allocated slot.
+  if (pinned_status_ == nullptr)
     check_cuda(cudaMallocHost(reinterpret_cast<void**>(&pinned_status_), sizeof(*pinned_status_)),
                op, "cudaMallocHost of the status read back");
+  if (status_copied_ == nullptr)
     check_cuda(cudaEventCreateWithFlags(&status_copied_, cudaEventDisableTiming), op,
                "cudaEventCreateWithFlags");
-  }
   const TensorTables t = tensor_tables(context_, grads, op, "grads", true);
   int* found = enqueue_unscale(context_, t, inv_scale, op);
   const double* sum = sum_squares ? enqueue_sum_of_squares(context_, t, op) : nullptr;
