@@ -14,14 +14,10 @@
 
 #include <unistd.h>
 
-#include "embedded_quickstart.h"
 #include "forwarding_backend.h"
 #include "logging_optimizer_facet.h"
-#include "mixtrain/core/config/config.h"
-#include "mixtrain/core/config/experiment.h"
-#include "mixtrain/core/console/log_sink.h"
-#include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/core/train/trainer.h"
+#include "quickstart_components.h"
 
 namespace mixtrain {
 namespace {
@@ -102,15 +98,7 @@ std::shared_ptr<WaitCountingBackend> train(std::vector<std::string> sets, int st
   std::vector<std::string> all = {"run.steps=" + std::to_string(steps), "run.log_every=10",
                                   "run.eval_every=0", "checkpoint.every=0"};
   all.insert(all.end(), sets.begin(), sets.end());
-  auto config = core::Config::from_string(kEmbeddedQuickstartToml, "quickstart.toml", all);
-  static core::PluginRegistry registry(&core::host_log_sink());
-  static bool scanned = false;
-  if (!scanned) {
-    registry.scan({MIXTRAIN_PLUGIN_DIR});
-    scanned = true;
-  }
-  auto e = core::parse_experiment(config, registry);
-  auto c = core::create_components(e, registry);
+  auto [e, c] = test::quickstart_components(all);
   auto counting = std::make_shared<WaitCountingBackend>(c.backend, gated);
   c.backend = counting;
   core::TrainOptions opt;

@@ -10,13 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "embedded_quickstart.h"
-#include "mixtrain/core/config/config.h"
-#include "mixtrain/core/config/experiment.h"
-#include "mixtrain/core/console/log_sink.h"
-#include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/core/train/trainer.h"
 #include "mixtrain/sdk/backend_scratch.h"
+#include "quickstart_components.h"
 
 namespace mixtrain {
 namespace {
@@ -49,15 +45,7 @@ core::MemoryReport rehearse(const std::string& policy, bool hide_scratch,
                             std::vector<std::string> sets = {}) {
   sets.push_back("precision.policy=" + policy);
   sets.push_back("backend.threads=1");
-  auto config = core::Config::from_string(kEmbeddedQuickstartToml, "quickstart.toml", sets);
-  static core::PluginRegistry registry(&core::host_log_sink());
-  static bool scanned = false;
-  if (!scanned) {
-    registry.scan({MIXTRAIN_PLUGIN_DIR});
-    scanned = true;
-  }
-  auto e = core::parse_experiment(config, registry);
-  auto c = core::create_components(e, registry);
+  auto [e, c] = test::quickstart_components(sets);
   if (hide_scratch) c.backend = std::make_shared<NoScratchFacet>(c.backend);
   core::TrainOptions opt;
   opt.write_outputs = false;

@@ -20,17 +20,13 @@
 
 #include <unistd.h>
 
-#include "embedded_quickstart.h"
 #include "forwarding_backend.h"
 #include "metrics_records.h"
-#include "mixtrain/core/config/config.h"
-#include "mixtrain/core/config/experiment.h"
-#include "mixtrain/core/console/log_sink.h"
-#include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/core/train/trainer.h"
 #include "mixtrain/sdk/backend_host_memory.h"
 #include "mixtrain/sdk/backend_image_input.h"
 #include "mixtrain/sdk/error.h"
+#include "quickstart_components.h"
 
 namespace mixtrain {
 namespace {
@@ -158,15 +154,7 @@ Trained train(std::vector<std::string> sets, bool refuse = false) {
   std::vector<std::string> all = {"run.steps=8", "run.log_every=1", "run.eval_every=4",
                                   "checkpoint.every=0"};
   all.insert(all.end(), sets.begin(), sets.end());
-  auto config = core::Config::from_string(kEmbeddedQuickstartToml, "quickstart.toml", all);
-  static core::PluginRegistry registry(&core::host_log_sink());
-  static bool scanned = false;
-  if (!scanned) {
-    registry.scan({MIXTRAIN_PLUGIN_DIR});
-    scanned = true;
-  }
-  auto e = core::parse_experiment(config, registry);
-  auto c = core::create_components(e, registry);
+  auto [e, c] = test::quickstart_components(all);
   Trained run;
   run.backend = std::make_shared<PinnedBackend>(c.backend);
   run.backend->memory.refuse = refuse;
