@@ -18,10 +18,10 @@ TEST_F(backend_cuda_vs_cpu, BlocksAGraphMayTouchKeepTheirAddressesWhileItLives) 
   // A size class no other test object uses (multiples of 2 MiB above 1 MiB).
   constexpr std::size_t kBytes = std::size_t{6} << 20;
   const std::int64_t n = static_cast<std::int64_t>(kBytes / 4);
+  void* before = gpu().allocate(kBytes);  // live when the recording starts
   // One block cached beforehand, so the recording can allocate (a cudaMalloc would void it).
   void* cached = gpu().allocate(kBytes);
   gpu().deallocate(cached);
-  void* before = gpu().allocate(kBytes);  // live when the recording starts
   const TensorView out{before, DType::fp32, Shape{n}};
   ASSERT_TRUE(graphs.begin_capture());
   void* during = gpu().allocate(kBytes);  // from the cache
