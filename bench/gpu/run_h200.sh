@@ -828,7 +828,7 @@ run_stage build 400 150
 needs build gemm gemmsweep test
 # The CUDA tests first: whether the backend is right matters more than how fast it is.
 # The CUDA tests first: whether the backend is right matters more than how fast it is.
-run_stage test 120 200
+run_stage test 150 200
 # The issues' headline measurements next, before anything can starve them: ResNet-50 and GPT-2
 # small against PyTorch (bf16, fp32, tf32; bf16, fp8, fp8-block), then where their time goes
 # (the profiles). Then the GEMM rates, the A/B variants (their rows join the same tables), the

@@ -819,8 +819,11 @@ TEST_P(Conformance, GemmGradientIsTheUnfusedOpsRoundedOnce) {
       if (!tested_gemm->supports(sdk::GemmOp::gemm_gradient, std::vector<DType>{dt, dt, dt}))
         continue;
       // gelu's tanh may be a hardware approximation on a GPU (~2^-11 relative, see
-      // GemmActivationEpilogue); in bf16 one rounding of C dominates.
-      const double tol = dt == DType::fp32 ? 1e-4 : 4e-3;
+      // GemmActivationEpilogue), and gelu' magnifies it: over z in [-3, 3] about 2.7·ε
+      // normwise, 1.3e-3 at ε = 2^-11 (cuBLASLt's DGELU epilogue takes the fp32 case at n = 64).
+      // So 2e-3 for fp32's dz and its column sums; in bf16 one rounding of C dominates. The
+      // wgrad below has no gelu and keeps its own bounds.
+      const double tol = dt == DType::fp32 ? 2e-3 : 4e-3;
       const std::string what = std::string(sdk::dtype_name(dt)) + " n " + std::to_string(n);
       for (bool accumulate : {false, true}) {
         // dgrad: dz[m, n] = (dy[m, k] · W[k, n]) · gelu'(z), sums[n] (+)= Σ_m dz.

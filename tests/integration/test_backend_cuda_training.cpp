@@ -296,10 +296,11 @@ TEST_F(CudaFlashAttention, AHeadDimensionCudnnCannotTakeRunsUnfusedAndSaysWhy) {
 }
 
 // Byte images on the CUDA backend: CIFAR-10's bytes sent as bytes and decoded on the device (the
-// image_input facet: pinned staging, the copy stream, two device slots ordered by events) train
-// ResNet-20 to the losses of the same files decoded when loaded and sent as fp32, bit for bit,
-// evaluations included (the convolutions' deterministic mode makes a run repeat itself); the
-// profile shows which way each batch travelled.
+// image_input facet: the copy stream, two device slots ordered by events) train ResNet-20 to the
+// losses of the same files decoded when loaded and sent as fp32, bit for bit, evaluations
+// included (the convolutions' deterministic mode makes a run repeat itself), whether the batches
+// are read in place from page-locked host buffers (data.pin_memory) or copied through the
+// staging slots; the profile shows which way each batch travelled.
 using CudaByteImages = CliTest;
 
 TEST_F(CudaByteImages, TrainAsTheirFloatsBitForBit) {
@@ -323,27 +324,37 @@ TEST_F(CudaByteImages, TrainAsTheirFloatsBitForBit) {
       " --set 'data.cifar10.train=[\"" +
       (dir_ / "a.bin").string() + "\"]' --set data.cifar10.eval=" + (dir_ / "b.bin").string() +
       " --set data.batch_size=32 --set data.eval_batch_size=32 --profile --run-dir ";
-  std::vector<double> losses[2];
-  std::int64_t decodes[2] = {0, 0};
-  for (int floats = 0; floats < 2; ++floats) {
-    const auto folder = dir_ / (floats ? "floats" : "bytes");
-    auto r = run(args + folder.string() + (floats ? " --set data.pixels=float32" : ""));
+  // Bytes from the host_memory facet's page-locked buffers (data.pin_memory, the default), floats,
+  // and bytes from ordinary memory through the staging slots.
+  const char* ways[3] = {"bytes", "floats", "pageable"};
+  std::vector<double> losses[3];
+  std::int64_t decodes[3] = {0, 0, 0};
+  for (int way = 0; way < 3; ++way) {
+    const auto folder = dir_ / ways[way];
+    auto r = run(args + folder.string() +
+                 (way == 1   ? " --set data.pixels=float32"
+                  : way == 2 ? " --set data.pin_memory=false"
+                             : ""));
     ASSERT_EQ(r.exit_code, 0) << folder << ": " << r.err;
-    EXPECT_EQ((r.out + r.err).find("travel to the device as bytes") != std::string::npos,
-              floats == 0)
-        << r.out << r.err;
+    const std::string said = r.out + r.err;
+    EXPECT_EQ(said.find("travel to the device as bytes") != std::string::npos, way != 1) << said;
+    EXPECT_EQ(said.find("prepared in the backend's page-locked memory") != std::string::npos,
+              way != 2)
+        << said;
     for (const auto& rec : records(folder / "metrics.jsonl"))
       for (const char* key : {"loss", "eval_loss"})
-        if (rec.contains(key)) losses[floats].push_back(rec[key].get<double>());
+        if (rec.contains(key)) losses[way].push_back(rec[key].get<double>());
     const json p = json::parse(slurp(folder / "profile.json"));
     for (const auto& e : p["entries"])
       if (e["scope"] == "data" && e["op"] == "decode_images")
-        decodes[floats] = e["calls"].get<std::int64_t>();
+        decodes[way] = e["calls"].get<std::int64_t>();
   }
   ASSERT_EQ(losses[0].size(), 14u);  // 12 steps, 2 evaluations
   EXPECT_EQ(losses[1], losses[0]);
+  EXPECT_EQ(losses[2], losses[0]);
   EXPECT_GT(decodes[0], 0);
   EXPECT_EQ(decodes[1], 0);
+  EXPECT_GT(decodes[2], 0);
 }
 
 // Step graphs on a CNN: ResNet-20's forward, loss and backward, batch norm's running statistics

@@ -230,8 +230,10 @@ TEST_F(backend_cuda_block_scaled, MxAndNvfp4QuantizeGivesTheSdkReferenceBitForBi
 // addition over the L blocks: within (L + 3) * 2^-24 of S = sum_k |a_k| |b_k| (the dequantized
 // magnitudes), relative. cuBLASLt's kernels on Hopper accumulate each block's products on the FP8
 // Tensor Cores with fewer bits before promoting to fp32 (DeepSeek-V3's report measured about 14
-// bits kept): taken as 2^-13 * S, then fp32 steps in an order of their own, again (L + 3) * 2^-24
-// * S. So |gpu - cpu| <= (2^-13 + (L + 3) * 2^-23) * |alpha| * S, plus one rounding of each
+// bits kept; a simulation of these cases truncating to 14 bits per 32-deep step reached 0.65 of
+// 2^-13 * S, to 13 bits 1.8 of it): taken as 2^-11 * S, which a wrong scale or layout (errors of
+// order S) still far exceeds, then fp32 steps in an order of their own, again (L + 3) * 2^-24
+// * S. So |gpu - cpu| <= (2^-11 + (L + 3) * 2^-23) * |alpha| * S, plus one rounding of each
 // stored output to its dtype (ulp_rel(C) * |z|, on either side: twice), with GELU's slope (< 1.13)
 // on the error of an activated output.
 struct GemmCase {
@@ -361,7 +363,7 @@ TEST_F(backend_cuda_block_scaled, GemmMatchesTheCpuSimulatorWithinFp32Accumulati
     // k-blocks: 128 (fp8-block), 32 (mxfp8) or 16 (nvfp4), the operands' common extent along k.
     const std::int64_t k_block = g.a_t ? g.la.block_rows : g.la.block_cols;
     const double L = static_cast<double>((g.k + k_block - 1) / k_block);
-    const double gamma = std::ldexp(1.0, -13) + (L + 3) * std::ldexp(1.0, -23);
+    const double gamma = std::ldexp(1.0, -11) + (L + 3) * std::ldexp(1.0, -23);
     const std::vector<float> got = c_gpu.get(), want = c_cpu.get();
     const std::vector<float> got_pre = p_gpu.get(), want_pre = p_cpu.get();
     for (std::int64_t i = 0; i < g.m; ++i)
@@ -401,7 +403,9 @@ TEST_F(backend_cuda_block_scaled, LayoutsThisDeviceDoesNotRunAreRefusedNamingIt)
       any_runs = true;
       continue;
     }
-    EXPECT_NE(why.find("sm_"), std::string::npos) << why;
+    // The device (sm_...) or the library (a cuBLAS before 12.9) is named.
+    EXPECT_TRUE(why.find("sm_") != std::string::npos || why.find("cuBLAS") != std::string::npos)
+        << why;
     // The quantize op raises the same refusal for an output of such a layout.
     Tensor src(gpu(), DType::fp32, Shape{4, 64}, random_values(256, 1));
     Quantized q(gpu(), layout, 4, 64);

@@ -134,7 +134,13 @@ TEST_F(backend_cuda_vs_cpu, KernelTraceRecordsTheKernelsRunBetweenStartAndStop) 
   Tensor x(gpu(), DType::fp32, Shape{1 << 20});
   gpu().fill(x, 1.0f);  // before the trace: not in it
   gpu().synchronize();
-  trace->start_kernel_trace();
+  try {
+    trace->start_kernel_trace();
+  } catch (const sdk::BackendError& e) {
+    // The machine's CUPTI (missing, another major, a sandbox that refuses activity tracing):
+    // what the profile stage then reports too; not the backend's fault.
+    GTEST_SKIP() << "no kernel trace here: " << e.what();
+  }
   EXPECT_THROW(trace->start_kernel_trace(), sdk::BackendError);
   for (int i = 1; i <= 5; ++i) gpu().fill(x, static_cast<float>(i));
   const sdk::KernelTrace got = trace->stop_kernel_trace();

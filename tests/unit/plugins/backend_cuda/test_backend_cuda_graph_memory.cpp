@@ -43,6 +43,11 @@ TEST_F(backend_cuda_vs_cpu, BlocksAGraphMayTouchKeepTheirAddressesWhileItLives) 
   gpu().copy_to_host(got.data(), {fresh, DType::fp32, Shape{n}});
   EXPECT_EQ(got.front(), -1.0f);
   EXPECT_EQ(got.back(), -1.0f);
+  // And the replay did write where it recorded: `before` (freed, retired, still allocated) holds
+  // the recorded fill.
+  gpu().copy_to_host(got.data(), out);
+  EXPECT_EQ(got.front(), 3.0f);
+  EXPECT_EQ(got.back(), 3.0f);
   gpu().deallocate(fresh);
   graphs.release(graph);
   // No graph left: the held blocks are the cache's again.

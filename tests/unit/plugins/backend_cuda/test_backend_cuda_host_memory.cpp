@@ -58,17 +58,22 @@ TEST_F(backend_cuda_vs_cpu, BatchesWrittenAfterTheirBuffersWereReadArriveIntact)
                                            memory.allocate_host(rows * 4)};
   const std::int64_t busy_n = std::int64_t{1} << 25;
   Tensor busy_a(gpu(), DType::fp32, {busy_n}), busy_b(gpu(), DType::bf16, {busy_n});
+  constexpr int kBatches = 6;
+  // Every batch's bytes made first, so a write follows its wait at once: a wait that returned
+  // early would let it overwrite bytes a queued upload has yet to read.
+  std::vector<std::vector<std::uint8_t>> batches;
+  for (int k = 0; k < kBatches; ++k)
+    batches.push_back(pixels_of(n, 10 + static_cast<std::uint32_t>(k)));
   const auto write = [&](int k) {
     auto& p = *pixels[k % 2];
     auto& l = *labels[k % 2];
     p.wait_until_read();
     l.wait_until_read();
-    const auto values = pixels_of(n, 10 + static_cast<std::uint32_t>(k));
+    const auto& values = batches[static_cast<std::size_t>(k)];
     std::copy(values.begin(), values.end(), reinterpret_cast<std::uint8_t*>(p.data()));
     auto* y = reinterpret_cast<std::int32_t*>(l.data());
     for (std::int64_t r = 0; r < rows; ++r) y[r] = static_cast<std::int32_t>(k * 100 + r);
   };
-  constexpr int kBatches = 6;
   std::vector<std::unique_ptr<Tensor>> ys, ls;
   write(0);
   for (int k = 0; k < kBatches; ++k) {
@@ -76,7 +81,9 @@ TEST_F(backend_cuda_vs_cpu, BatchesWrittenAfterTheirBuffersWereReadArriveIntact)
     auto loader = std::async(std::launch::async, [&, k] {
       if (k + 1 < kBatches) write(k + 1);
     });
-    for (int i = 0; i < 4; ++i) gpu().cast(busy_a, busy_b);  // the compute stream lags
+    // The compute stream lags by milliseconds (about 0.07 ms a cast on an H200), far behind the
+    // host's writes.
+    for (int i = 0; i < 100; ++i) gpu().cast(busy_a, busy_b);
     ys.push_back(std::make_unique<Tensor>(gpu(), DType::fp32, Shape{rows, channels * plane}));
     ls.push_back(std::make_unique<Tensor>(gpu(), DType::int32, Shape{rows}));
     images.decode_images(
@@ -86,7 +93,7 @@ TEST_F(backend_cuda_vs_cpu, BatchesWrittenAfterTheirBuffersWereReadArriveIntact)
     loader.get();
   }
   for (int k = 0; k < kBatches; ++k) {
-    const auto values = pixels_of(n, 10 + static_cast<std::uint32_t>(k));
+    const auto& values = batches[static_cast<std::size_t>(k)];
     const std::vector<float> want(values.begin(), values.end());
     EXPECT_EQ(ys[static_cast<std::size_t>(k)]->get(), want) << "batch " << k;
     std::vector<float> want_labels;
@@ -107,7 +114,7 @@ TEST_F(backend_cuda_vs_cpu, AHostBufferDestroyedWhileItsUploadIsQueuedIsReadFirs
   {
     auto buffer = memory.allocate_host(static_cast<std::size_t>(n) * 4);
     std::copy(want.begin(), want.end(), reinterpret_cast<float*>(buffer->data()));
-    for (int i = 0; i < 8; ++i) gpu().cast(busy_a, busy_b);
+    for (int i = 0; i < 100; ++i) gpu().cast(busy_a, busy_b);
     gpu().copy_from_host(x, buffer->data());
   }
   EXPECT_EQ(x.get(), want);

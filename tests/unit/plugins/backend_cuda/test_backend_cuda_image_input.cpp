@@ -177,7 +177,7 @@ TEST_F(backend_cuda_vs_cpu, DecodeImagesCopiesBeforeReturningAndKeepsEachPending
   std::vector<std::uint8_t> buffer(static_cast<std::size_t>(16 * channels * plane));
   std::vector<std::vector<std::uint8_t>> want;
   for (std::size_t k = 0; k < std::size(rows); ++k) {
-    for (int i = 0; i < 8; ++i) gpu().cast(busy_a, busy_b);
+    for (int i = 0; i < 64; ++i) gpu().cast(busy_a, busy_b);  // milliseconds of lag
     const auto n = static_cast<std::size_t>(rows[k] * channels * plane);
     const auto pixels = random_pixels(n, 100 + static_cast<std::uint32_t>(k));
     std::copy(pixels.begin(), pixels.end(), buffer.begin());

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_element_math.h"
 #include "cuda_test_util.h"
 #include "mixtrain/sdk/backend_plan_report.h"
 
@@ -263,43 +264,56 @@ TEST_F(backend_cuda_layers, Fp32ComputeRunsNoTensorCoreEngine) {
   }
 }
 
-// Max pooling's dx: each input element gets the dy of every window whose first maximum (row-major
-// window order, in-image elements only) it is; in double, and in fp32 in window order (oh, then
-// ow: the CUDA kernel's order). Also Σ|dy| and the number of windows summed per element, for the
-// rounding bound of a backend that accumulates in the storage format.
-struct MaxPoolGradient {
+// Pooling's dx. Max: each input element gets the dy of every window whose first maximum
+// (row-major window order, in-image elements only) it is. Average: each in-image element gets
+// dy / count of every window holding it (count: KH·KW with count_include_pad, else the window's
+// in-image elements; element::pool_average, the kernel's division). In double, and in fp32 in
+// window order (oh, then ow: the CUDA kernel's order). Also Σ|term| and the number of terms per
+// element, for the rounding bound of a backend that accumulates in the storage format.
+struct PoolGradient {
   std::vector<double> dx, abs_sum;
   std::vector<float> dx32;
   std::vector<int> terms;
 };
-MaxPoolGradient max_pool_gradient(const sdk::Pool2dGeometry& p, const std::vector<float>& x,
-                                  const std::vector<float>& dy) {
+PoolGradient pool_gradient(const sdk::Pool2dGeometry& p, const std::vector<float>& x,
+                           const std::vector<float>& dy) {
   const std::int64_t oh_n = p.out_height(), ow_n = p.out_width(), c_n = p.channels;
-  MaxPoolGradient r;
+  PoolGradient r;
   r.dx.assign(x.size(), 0.0);
   r.dx32.assign(x.size(), 0.0f);
   r.abs_sum.assign(x.size(), 0.0);
   r.terms.assign(x.size(), 0);
+  const auto add = [&](std::int64_t i, float term) {
+    const auto b = static_cast<std::size_t>(i);
+    r.dx[b] += term;
+    r.dx32[b] += term;
+    r.abs_sum[b] += std::fabs(term);
+    ++r.terms[b];
+  };
   for (std::int64_t n = 0; n < p.batch; ++n)
     for (std::int64_t oh = 0; oh < oh_n; ++oh)
       for (std::int64_t ow = 0; ow < ow_n; ++ow)
         for (std::int64_t c = 0; c < c_n; ++c) {
-          std::int64_t best = -1;
+          std::vector<std::int64_t> in_image;
           for (std::int64_t kh = 0; kh < p.kernel_h; ++kh)
             for (std::int64_t kw = 0; kw < p.kernel_w; ++kw) {
               const std::int64_t h = oh * p.stride_h - p.pad_h + kh;
               const std::int64_t w = ow * p.stride_w - p.pad_w + kw;
               if (h < 0 || h >= p.height || w < 0 || w >= p.width) continue;
-              const std::int64_t i = ((n * p.height + h) * p.width + w) * c_n + c;
+              in_image.push_back(((n * p.height + h) * p.width + w) * c_n + c);
+            }
+          const float g = dy[static_cast<std::size_t>(((n * oh_n + oh) * ow_n + ow) * c_n + c)];
+          if (p.kind == sdk::PoolKind::max) {
+            std::int64_t best = -1;
+            for (std::int64_t i : in_image)
               if (best < 0 || x[static_cast<std::size_t>(i)] > x[static_cast<std::size_t>(best)])
                 best = i;
-            }
-          const double g = dy[static_cast<std::size_t>(((n * oh_n + oh) * ow_n + ow) * c_n + c)];
-          const auto b = static_cast<std::size_t>(best);
-          r.dx[b] += g;
-          r.dx32[b] += static_cast<float>(g);
-          r.abs_sum[b] += std::fabs(g);
-          ++r.terms[b];
+            add(best, g);
+          } else {
+            const int count = p.count_include_pad ? static_cast<int>(p.kernel_h * p.kernel_w)
+                                                  : static_cast<int>(in_image.size());
+            for (std::int64_t i : in_image) add(i, element::pool_average(g, count));
+          }
         }
   return r;
 }
@@ -335,16 +349,13 @@ TEST_F(backend_cuda_layers, PoolingMatchesTheCpu) {
         expect_close(yg.get(), yc.get(), kind == 0 ? 0.0 : ulp_rel(dt), 0.0, "pool fwd " + what);
         gpu<sdk::ConvolutionFacet>().pool2d_backward(p, dyg, xg, yg, wg, dxg);
         sdk::facet<sdk::ConvolutionFacet>(cpu())->pool2d_backward(p, dyc, xc, yc, wc, dxc);
-        if (kind != 0) {
-          expect_close(dxg.get(), dxc.get(), 2 * ulp_rel(dt), 1e-6, "pool bwd " + what);
-          continue;
-        }
-        // Max: an input element of overlapping windows sums up to four dy. The CUDA kernel sums
-        // in fp32 in window order and rounds once into the format: bit for bit that computation.
-        // oneDNN's native bf16 backward may round after each addition: up to terms − 1 roundings
-        // of a partial sum and the final one, each within u·Σ|dy| (u = 2^-8 bf16, 2^-11 fp16,
-        // 2^-24 fp32) of the exact sum.
-        const auto ref = max_pool_gradient(p, xg.get(), dyg.get());
+        // An input element of overlapping windows sums up to four terms (dy, or dy / count). The
+        // CUDA kernel sums in fp32 in window order and rounds once into the format: bit for bit
+        // that computation. oneDNN's native bf16 backward may round after each addition: up to
+        // terms − 1 roundings of a partial sum and the final one, each within u·Σ|term| (u = 2^-8
+        // bf16, 2^-11 fp16, 2^-24 fp32) of the exact sum; where the terms cancel that is far
+        // from the exact value in relative terms, so the bound is absolute.
+        const auto ref = pool_gradient(p, xg.get(), dyg.get());
         const auto once = decode(encode(ref.dx32, dt), dt);
         const auto got_g = dxg.get(), got_c = dxc.get();
         const double u = dt == DType::bf16 ? 0x1p-8 : dt == DType::fp16 ? 0x1p-11 : 0x1p-24;
