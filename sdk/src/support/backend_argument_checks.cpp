@@ -529,12 +529,13 @@ void BackendArgumentChecks::foreach_lists(
   // The self tensors in address order: each must end before the next begins.
   std::vector<std::size_t> order(self.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  const auto begin = [&](std::size_t i) { return reinterpret_cast<std::uintptr_t>(self[i].data); };
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t a, std::size_t b) { return begin(a) < begin(b); });
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return reinterpret_cast<std::uintptr_t>(self[a].data) <
+           reinterpret_cast<std::uintptr_t>(self[b].data);
+  });
   for (std::size_t k = 1; k < order.size(); ++k) {
     const std::size_t a = order[k - 1], b = order[k];
-    if (self[a].bytes() > 0 && self[b].bytes() > 0 && begin(b) < begin(a) + self[a].bytes())
+    if (overlaps(self[a], self[b]))
       fail(op,
            "self[" + std::to_string(a) + "] " + describe(self[a]) + " and self[" +
                std::to_string(b) + "] " + describe(self[b]) + " overlap",
