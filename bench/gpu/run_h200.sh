@@ -719,20 +719,21 @@ stage_profile() {
       --warmup 3 --profile-steps 3 --profile-top "$PROFILE_TOP" --profile-out "$P/torch-$1.txt" \
       >"$P/torch-$1.json" 2>"$P/torch-$1.log"
   }
-  mapfile -t sets < <(resnet50_sets)
-  shape=$(eval echo "$RN_TORCH_SHAPE")
-  profile_mixtrain "$P/mixtrain-resnet50" "$(share 50)" 10 "$ROOT/configs/resnet50-bf16.toml" \
-    bf16-mixed "${sets[@]}" || rc=1
-  profile_md
-  torch_profile resnet50 "$shape" || rc=1
-  profile_md
+  local model config cap
+  for model in resnet50 gpt2; do
+    if [[ $model == resnet50 ]]; then
+      config=$ROOT/configs/resnet50-bf16.toml cap=$(share 50)
+      mapfile -t sets < <(resnet50_sets); shape=$(eval echo "$RN_TORCH_SHAPE")
+    else
+      config=$ROOT/configs/gpt-tiny-bf16.toml cap=$(share 45)
+      mapfile -t sets < <(gpt2_sets); shape=$(eval echo "$GPT_TORCH_SHAPE")
+    fi
+    profile_mixtrain "$P/mixtrain-$model" "$cap" 10 "$config" bf16-mixed "${sets[@]}" || rc=1
+    profile_md
+    torch_profile "$model" "$shape" || rc=1
+    profile_md
+  done
   mapfile -t sets < <(gpt2_sets)
-  shape=$(eval echo "$GPT_TORCH_SHAPE")
-  profile_mixtrain "$P/mixtrain-gpt2" "$(share 45)" 10 "$ROOT/configs/gpt-tiny-bf16.toml" \
-    bf16-mixed "${sets[@]}" || rc=1
-  profile_md
-  torch_profile gpt2 "$shape" || rc=1
-  profile_md
   profile_mixtrain "$P/mixtrain-gpt2-fp8" "$(share 40)" 15 "$ROOT/configs/gpt-tiny-bf16.toml" \
     fp8-delayed "${sets[@]}" || rc=1
   profile_md
