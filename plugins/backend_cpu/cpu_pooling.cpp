@@ -11,6 +11,10 @@
 // - Ties: oneDNN's max pooling replaces the running maximum only when a later element is strictly
 //   greater, visiting the window row by row (kh outer, kw inner), so the first maximum in row-major
 //   window order wins, as in PyTorch; padding is never chosen.
+// - NaN and -inf: oneDNN drops NaNs and clamps an all -inf window to the lowest finite float;
+//   the forward then restores PyTorch's rule (cpu_max_pool_specials.h) when x holds either. The
+//   backward of a window holding a NaN routes dy by oneDNN's choice (the loss is NaN then, and
+//   the step skipped, so no update depends on it).
 // - Average pooling: pooling_avg_include_padding divides by KH·KW (PyTorch's count_include_pad),
 //   pooling_avg_exclude_padding by the window's in-image elements.
 // - PyTorch's floor arithmetic: the right padding equals the left and oneDNN floors the window
@@ -20,6 +24,7 @@
 #include <string_view>
 
 #include "cpu_access.h"
+#include "cpu_max_pool_specials.h"
 #include "cpu_pooling.h"
 #include "cpu_primitive_cache.h"
 #include "cpu_problem_text.h"
@@ -173,6 +178,8 @@ void pooling_forward(CpuContext& context, const sdk::Pool2dGeometry& g, TensorVi
   }
   context.prims().execute(e.primitive, exec);
   if (dst != y.data) encode_tensor(y, static_cast<const float*>(dst), y.numel());
+  if (g.kind == sdk::PoolKind::max && holds_nan_or_negative_infinity(x))
+    restore_max_pool_specials(g, x, y);
   context.account_scratch();
 }
 

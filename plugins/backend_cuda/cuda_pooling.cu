@@ -3,8 +3,10 @@
 //
 // Forward: one thread per output element (channels innermost: coalesced), the window scanned row
 // by row (kh outer, kw inner) over its in-image elements; max keeps the first maximum (a later
-// element replaces it only when strictly greater: PyTorch's and oneDNN's tie rule) and can leave
-// its window-relative index for the backward; average sums in fp32 in that order and divides
+// element replaces it only when strictly greater: PyTorch's and oneDNN's tie rule, or when it is
+// a NaN: PyTorch's NaN rule, so a window holding a NaN gives NaN, its argmax the last NaN; an all
+// -inf window gives -inf, its argmax the first element) and can leave its window-relative index
+// for the backward; average sums in fp32 in that order and divides
 // once (element::pool_average). Backward: one thread per input element gathers dy of every
 // window that contains it, in window order (oh, then ow), so no atomics and a fixed summation
 // order; max routes only from windows whose argmax is this element (read from the forward's
@@ -18,7 +20,7 @@ namespace mixtrain::backend_cuda::kernels {
 
 namespace {
 
-// The first maximum of window (n, oh, ow, c) as kh*KW + kw, and its value.
+// The first maximum of window (n, oh, ow, c) as kh*KW + kw, and its value; the last NaN if any.
 template <class S>
 __device__ __forceinline__ int window_argmax(const PoolShape& p, const elem_t<S>* x, std::int64_t n,
                                              std::int64_t oh, std::int64_t ow, std::int64_t c,
@@ -33,7 +35,7 @@ __device__ __forceinline__ int window_argmax(const PoolShape& p, const elem_t<S>
       const std::int64_t w = w0 + j;
       if (w < 0 || w >= p.w) continue;
       const float v = S::load(x[((n * p.h + h) * p.w + w) * p.c + c]);
-      if (best < 0 || v > bv) {
+      if (best < 0 || v > bv || v != v) {
         best = i * p.kw + j;
         bv = v;
       }

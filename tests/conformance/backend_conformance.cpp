@@ -2721,6 +2721,92 @@ TEST_P(Conformance, PoolingMaxTiesGoToTheFirstMaximumInTheWindow) {
   }
 }
 
+// PyTorch's max_pool2d on special values (torch 1.13 checked: [NaN, 1] -> NaN, [-inf, -inf] ->
+// -inf): a window holding a NaN gives NaN and an all -inf window gives -inf, with or without a
+// workspace, in every storage dtype. oneDNN alone gives -3.4e38 for both and drops a NaN beside
+// finite values, so this fails on a CPU backend that passes oneDNN's output through. 19 channels:
+// oneDNN's vector body and its tail both run.
+TEST_P(Conformance, PoolingMaxPropagatesNanAndKeepsMinusInfinityAsPyTorch) {
+  MIXTRAIN_FACETS(convolution, ConvolutionFacet);
+  const auto g = pool_geometry(sdk::PoolKind::max, true, 2, 19, 7, 7, 3, 3, 2, 2, 1, 1);
+  const Shape xs{g.batch, g.height, g.width, g.channels};
+  const Shape ys{g.batch, g.out_height(), g.out_width(), g.channels};
+  auto xv = random_values(static_cast<std::size_t>(xs.numel()), 73, -2.f, 2.f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float minus_inf = -std::numeric_limits<float>::infinity();
+  const auto at = [&](std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c) -> float& {
+    return xv[static_cast<std::size_t>(((n * g.height + h) * g.width + w) * g.channels + c)];
+  };
+  at(0, 0, 0, 0) = nan;                 // a window's first element (padding aside)
+  at(0, 3, 4, 7) = nan;                 // the middle of windows, beside finite values
+  at(1, 6, 6, 18) = nan;                // the last channel, the image's corner
+  for (std::int64_t h = 0; h < 2; ++h)  // the top-left window of channel 3 is all -inf
+    for (std::int64_t w = 0; w < 2; ++w) at(1, h, w, 3) = minus_inf;
+  at(0, 5, 5, 11) = minus_inf;  // one -inf among finite values changes nothing
+  for (std::int64_t c = 0; c < g.channels; ++c) at(0, 2, 2, c) = nan;  // a NaN in every channel
+  // The rule in double, from the values as stored in each dtype.
+  const auto want = [&](const std::vector<float>& x) {
+    std::vector<double> y(static_cast<std::size_t>(ys.numel()));
+    for (std::int64_t n = 0; n < g.batch; ++n)
+      for (std::int64_t oh = 0; oh < g.out_height(); ++oh)
+        for (std::int64_t ow = 0; ow < g.out_width(); ++ow)
+          for (std::int64_t c = 0; c < g.channels; ++c) {
+            double best = -std::numeric_limits<double>::infinity();
+            for (std::int64_t kh = 0; kh < g.kernel_h; ++kh)
+              for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
+                const std::int64_t ih = oh * g.stride_h - g.pad_h + kh;
+                const std::int64_t iw = ow * g.stride_w - g.pad_w + kw;
+                if (ih < 0 || ih >= g.height || iw < 0 || iw >= g.width) continue;
+                const double v = x[static_cast<std::size_t>(
+                    ((n * g.height + ih) * g.width + iw) * g.channels + c)];
+                if (std::isnan(v) || v > best) best = v;
+                if (std::isnan(best)) break;
+              }
+            y[static_cast<std::size_t>(
+                ((n * g.out_height() + oh) * g.out_width() + ow) * g.channels + c)] = best;
+          }
+    return y;
+  };
+  for (DType dt : kStorageFloats) {
+    if (!tested_convolution->supports(sdk::ConvolutionOp::pool2d_forward,
+                                      std::vector<DType>{dt, dt}))
+      continue;
+    // upload() saturates 16-bit casts (-inf would arrive as the lowest finite value): cast here.
+    DeviceTensor x32(*tested_, DType::fp32, xs);
+    tested_->copy_from_host(x32.view(), xv.data());
+    DeviceTensor x(*tested_, dt, xs);
+    if (dt == DType::fp32)
+      tested_->copy_from_host(x.view(), xv.data());
+    else
+      tested_->cast(x32.view(), x.view(), sdk::CastArgs{});
+    const auto expected = want(download(*tested_, x.view()));
+    std::size_t nans = 0, minus_infs = 0;
+    for (double v : expected) {
+      nans += std::isnan(v) ? 1 : 0;
+      minus_infs += v == -std::numeric_limits<double>::infinity() ? 1 : 0;
+    }
+    ASSERT_GE(nans, 20u) << "the case must hold NaN windows";
+    ASSERT_EQ(minus_infs, 1u) << "the case must hold one all -inf window, " << sdk::dtype_name(dt);
+    auto ws = workspace_on(*tested_, tested_convolution->pool2d_workspace_bytes(g, dt));
+    for (bool training : {true, false}) {
+      auto y = zeros(ys, dt);
+      tested_convolution->pool2d_forward(g, x.view(), y.tested->view(),
+                                         training ? ws->view() : TensorView{});
+      const auto got = tested_values(y);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        if (std::isnan(expected[i]))
+          ASSERT_TRUE(std::isnan(got[i]))
+              << sdk::dtype_name(dt) << (training ? ", workspace" : ", no workspace") << ": output "
+              << i << " is " << got[i] << ", its window holds a NaN";
+        else
+          ASSERT_EQ(static_cast<double>(got[i]), expected[i])
+              << sdk::dtype_name(dt) << (training ? ", workspace" : ", no workspace") << ": output "
+              << i;
+      }
+    }
+  }
+}
+
 // Batch norm in double over [rows, C]: the batch statistics, y, and the training backward.
 struct BatchNormReference {
   std::vector<double> mean, var, y, dx, dgamma, dbeta;

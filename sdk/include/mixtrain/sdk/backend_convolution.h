@@ -130,7 +130,10 @@ class MIXTRAIN_SDK_API ConvolutionFacet : public Facet {
   // it and passes the same memory to both calls.
   virtual std::size_t pool2d_workspace_bytes(const Pool2dGeometry& geometry, DType x) const = 0;
   // y = pool(x). `workspace` (max, training only; empty in evaluation) receives what backward
-  // needs.
+  // needs. Max follows PyTorch's max_pool2d on special values: a window holding a NaN gives NaN
+  // (a dropped NaN would hide a broken forward pass from the loss scaler), and a window whose
+  // in-image elements are all -inf gives -inf. Where dy comes from such a window the backward may
+  // route it to any of the window's elements (the loss is then NaN).
   virtual void pool2d_forward(const Pool2dGeometry& geometry, TensorView x, TensorView y,
                               TensorView workspace) = 0;
   // dx (overwritten) from dy; max pooling routes each dy to its window's maximum (the first one
