@@ -1,5 +1,5 @@
-// The loss facet's kernels: the label check, one warp per row for the softmax, the loss and
-// dlogits, and one block for the fixed-order mean.
+// The loss facet's kernels: the label check, a warp or a block per row for the softmax, the loss
+// and dlogits, and one block for the fixed-order mean.
 #include "cuda_device.cuh"
 #include "cuda_loss.h"
 
@@ -22,78 +22,121 @@ __global__ void check_labels_kernel(const std::int32_t* labels, std::int64_t row
   }
 }
 
-// One warp per row: max and argmax (the CPU's scan: first maximum; a NaN z[0] stays), log-sum-exp
-// and the row's loss in double (sum of fp32 exponentials, as the CPU reference), dlogits.
-// L and D are the logits' and dlogits' storage (element::storage), so each load is one typed load.
-// Each pass takes kUnroll of a lane's elements (32 apart) per round, their loads first, then works
-// through them in the lane's order: the same operations in the same order as one at a time (the
-// same bits), with kUnroll loads in flight instead of one.
-constexpr int kUnroll = 4;
+// The row kernel's width: kRowThreads threads per row, a warp (8 rows a block) for narrow rows,
+// the whole block for rows of at least kBlockRowClasses classes. A language model's chunked loss
+// runs 1024 rows of 50257 a launch: a warp per row made 128 blocks of 8 warps, one per SM, too few
+// loads in flight to near the memory's bandwidth; a block per row makes 1024 blocks of 256
+// threads, 8 resident per SM.
+constexpr std::int64_t kBlockRowClasses = 512;
 
-template <class L, class D>
+// The row's threads' combined value, the same in every thread of the row: a warp's butterfly
+// (every lane ends with the same value), then, for a block-wide row, the warps' values combined in
+// warp order from shared memory. The trailing barrier lets the next reduction reuse `partial`.
+template <int kRowThreads, class T, class Combine>
+__device__ __forceinline__ T row_reduce(T v, T* partial, Combine&& combine) {
+  for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  if constexpr (kRowThreads == 32) {
+    return v;
+  } else {
+    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+    __syncthreads();
+    T total = partial[0];
+    for (int w = 1; w < kRowThreads / 32; ++w) total = combine(total, partial[w]);
+    __syncthreads();
+    return total;
+  }
+}
+
+// A candidate maximum: the value and its class (-1: none seen).
+struct ArgMax {
+  float value;
+  long long at;
+};
+
+// kRowThreads threads per row: max and argmax (the CPU's scan: first maximum; a NaN z[0] stays),
+// log-sum-exp and the row's loss in double (sum of fp32 exponentials, as the CPU reference),
+// dlogits. L and D are the logits' and dlogits' storage (element::storage), so each load is one
+// typed load. A thread owns the row's elements t, t + kRowThreads, ... (t its index in the row);
+// each pass takes kUnroll of them per round, their loads first, then works through them in order:
+// the same operations in the same order as one at a time (the same bits), with kUnroll loads in
+// flight instead of one. The sums' order is fixed by kRowThreads, so a row's bits are the same run
+// to run.
+template <class L, class D, int kRowThreads>
 __global__ void softmax_xent_rows_kernel(const typename L::T* logits, const std::int32_t* labels,
                                          float grad_factor, float eps, typename D::T* dlogits,
                                          std::int64_t rows, std::int64_t classes, double* row_loss,
                                          int* row_ok, const ErrorRecord* error) {
-  if (error->flag != 0) return;  // a bad label: write nothing, the host raises
+  static_assert(kRowThreads == 32 || kRowThreads == kThreads, "a warp or the block per row");
+  constexpr int kUnroll = kRowThreads == 32 ? 4 : 8;
+  constexpr int kRowsPerBlock = kThreads / kRowThreads;
+  __shared__ double sum_partial[kRowThreads / 32];
+  __shared__ ArgMax max_partial[kRowThreads / 32];
+  if (error->flag != 0) return;  // a bad label: write nothing, the host raises (block-uniform)
   const std::int64_t row =
-      static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
+      static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kRowThreads;
+  const int t = static_cast<int>(threadIdx.x % kRowThreads);
+  // A block-wide row always exists (one block per row); a warp's row may not.
   if (row >= rows) return;
   const typename L::T* z = logits + row * classes;
-  // for_row(f): f(j, z[j]) for this lane's j (lane, lane + 32, ...) in order, kUnroll loads ahead.
+  // for_row(f): f(j, z[j]) for this thread's j (t, t + kRowThreads, ...) in order, kUnroll loads
+  // ahead.
   const auto for_row = [&](auto&& f) {
-    std::int64_t j = lane;
-    for (; j + (kUnroll - 1) * 32 < classes; j += kUnroll * 32) {
+    std::int64_t j = t;
+    for (; j + (kUnroll - 1) * kRowThreads < classes; j += kUnroll * kRowThreads) {
       float v[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) v[u] = L::load(z[j + u * 32]);
+      for (int u = 0; u < kUnroll; ++u) v[u] = L::load(z[j + u * kRowThreads]);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) f(j + u * 32, v[u]);
+      for (int u = 0; u < kUnroll; ++u) f(j + u * kRowThreads, v[u]);
     }
-    for (; j < classes; j += 32) f(j, L::load(z[j]));
+    for (; j < classes; j += kRowThreads) f(j, L::load(z[j]));
   };
-  float best = 0.0f;
-  long long arg = -1;  // -1: no element seen yet (lanes beyond `classes`)
+  ArgMax best{0.0f, -1};
   for_row([&](std::int64_t j, float v) {
-    // A lane's first candidate: z[0] always, else any non-NaN (NaNs past z[0] never win).
-    if (arg < 0 ? (j == 0 || v == v) : element::argmax_beats(v, j, best, arg)) {
-      best = v;
-      arg = j;
-    }
+    // A thread's first candidate: z[0] always, else any non-NaN (NaNs past z[0] never win).
+    if (best.at < 0 ? (j == 0 || v == v) : element::argmax_beats(v, j, best.value, best.at))
+      best = ArgMax{v, j};
   });
-  for (int o = 16; o > 0; o >>= 1) {  // a total order: every lane ends with the same winner
-    const float ob = __shfl_xor_sync(0xFFFFFFFFu, best, o);
-    const long long oa = __shfl_xor_sync(0xFFFFFFFFu, arg, o);
-    if (element::argmax_beats(ob, oa, best, arg)) {
-      best = ob;
-      arg = oa;
-    }
+  // argmax_beats is a total order, so every thread of the row ends with the same winner.
+  const auto better = [](ArgMax a, ArgMax b) {
+    return element::argmax_beats(b.value, b.at, a.value, a.at) ? b : a;
+  };
+  for (int o = 16; o > 0; o >>= 1) {
+    const ArgMax other{__shfl_xor_sync(0xFFFFFFFFu, best.value, o),
+                       __shfl_xor_sync(0xFFFFFFFFu, best.at, o)};
+    best = better(best, other);
   }
-  // z[y] is read by every lane before warp_sum's shuffles, so no lane's dlogits write below can
-  // precede it even when dlogits shares the logits' buffer.
+  if constexpr (kRowThreads > 32) {
+    if ((threadIdx.x & 31) == 0) max_partial[threadIdx.x >> 5] = best;
+    __syncthreads();
+    best = max_partial[0];
+    for (int w = 1; w < kRowThreads / 32; ++w) best = better(best, max_partial[w]);
+  }
+  // z[y] is read by every thread before the sums' shuffles and barriers, so no thread's dlogits
+  // write below can precede it even when dlogits shares the logits' buffer.
   const std::int32_t y = labels[row];
   const float zy = L::load(z[y]);
+  const auto add = [](double a, double b) { return a + b; };
   double sum = 0.0;
-  for_row([&](std::int64_t, float v) { sum += expf(v - best); });
-  const double lse = static_cast<double>(best) + log(warp_sum(sum));
+  for_row([&](std::int64_t, float v) { sum += expf(v - best.value); });
+  const double lse =
+      static_cast<double>(best.value) + log(row_reduce<kRowThreads>(sum, sum_partial, add));
   // Label smoothing's term needs the row's logit sum; without smoothing the pass is skipped (eps
-  // is the same for every lane, so the warp's shuffles stay uniform).
+  // is the same for every thread, so the shuffles and barriers stay uniform).
   double z_sum = 0.0;
   if (eps != 0.0f) {
     for_row([&](std::int64_t, float v) { z_sum += static_cast<double>(v); });
-    z_sum = warp_sum(z_sum);
+    z_sum = row_reduce<kRowThreads>(z_sum, sum_partial, add);
   }
-  if (lane == 0) {
+  if (t == 0) {
     row_loss[row] = element::xent_row_loss(lse, zy, z_sum, eps, classes);
-    row_ok[row] = arg == y ? 1 : 0;
+    row_ok[row] = best.at == y ? 1 : 0;
   }
-  __syncwarp();
   if (dlogits != nullptr) {
     const float on = element::xent_target_on(eps, classes);
     const float off = element::xent_target_off(eps, classes);
     typename D::T* dz = dlogits + row * classes;
-    // Each lane reads its own elements before it writes them: in place over the logits is safe.
+    // Each thread reads its own elements before it writes them: in place over the logits is safe.
     for_row([&](std::int64_t j, float v) {
       const float p = static_cast<float>(exp(static_cast<double>(v) - lse));
       dz[j] = D::store(element::xent_grad(p, j == y ? on : off, grad_factor), false);
@@ -105,9 +148,15 @@ template <class L, class D>
 void launch_rows(const void* logits, const std::int32_t* labels, float grad_factor, float eps,
                  void* dlogits, std::int64_t rows, std::int64_t classes, double* row_loss,
                  int* row_ok, const ErrorRecord* error, cudaStream_t stream) {
-  softmax_xent_rows_kernel<L, D><<<warp_row_blocks(rows), kThreads, 0, stream>>>(
-      static_cast<const typename L::T*>(logits), labels, grad_factor, eps,
-      static_cast<typename D::T*>(dlogits), rows, classes, row_loss, row_ok, error);
+  const auto* z = static_cast<const typename L::T*>(logits);
+  auto* dz = static_cast<typename D::T*>(dlogits);
+  if (classes >= kBlockRowClasses) {
+    softmax_xent_rows_kernel<L, D, kThreads><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+        z, labels, grad_factor, eps, dz, rows, classes, row_loss, row_ok, error);
+  } else {
+    softmax_xent_rows_kernel<L, D, 32><<<warp_row_blocks(rows), kThreads, 0, stream>>>(
+        z, labels, grad_factor, eps, dz, rows, classes, row_loss, row_ok, error);
+  }
 }
 
 // The storage type of a logits or dlogits Elem: fp32, bf16 or fp16 (the facet's dtypes).

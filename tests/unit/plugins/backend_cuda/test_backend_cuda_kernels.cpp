@@ -182,31 +182,54 @@ TEST_F(backend_cuda_vs_cpu, LayerNormOnePassBackwardMatchesTheColumnSums) {
       }
 }
 
+// A warp per row below 512 classes, a block per row from 512 (cuda_loss.cu): both widths, a row
+// of GPT-2's vocabulary (odd: rows at every 2-byte offset), with and without label smoothing.
 TEST_F(backend_cuda_vs_cpu, SoftmaxCrossEntropy) {
-  for (auto [rows, classes] : {std::pair<std::int64_t, std::int64_t>{64, 10}, {5, 1000}, {1, 1}}) {
+  for (auto [rows, classes] : {std::pair<std::int64_t, std::int64_t>{64, 10},
+                               {5, 1000},
+                               {1, 1},
+                               {9, 511},
+                               {7, 512},
+                               {3, 50257}}) {
     const auto zv = random_values(static_cast<std::size_t>(rows * classes), 9, -6.0f, 6.0f);
     std::vector<float> labels(static_cast<std::size_t>(rows));
     for (std::size_t r = 0; r < labels.size(); ++r)
       labels[r] = static_cast<float>((r * 7) % static_cast<std::size_t>(classes));
     for (DType lt : kStorage)
-      for (DType dt : kStorage) {
-        const std::string what = "[" + std::to_string(rows) + ", " + std::to_string(classes) +
-                                 "] " + std::string(sdk::dtype_name(lt)) + " -> " +
-                                 std::string(sdk::dtype_name(dt));
-        auto run = [&](sdk::DeviceBackend& be) {
-          Tensor z(be, lt, {rows, classes}, zv), y(be, DType::int32, {rows}, labels);
-          Tensor loss(be, DType::fp32, {1}), correct(be, DType::int32, {1}),
-              dz(be, dt, {rows, classes});
-          sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, y, 1024.0f, 0.0f, loss, correct,
-                                                                dz);
-          return std::vector<std::vector<float>>{loss.get(), correct.get(), dz.get()};
-        };
-        const auto g = run(gpu());
-        const auto c = run(cpu());
-        expect_close(g[0], c[0], 1e-5, 1e-6, "loss " + what);
-        EXPECT_EQ(g[1], c[1]) << "correct " << what;
-        expect_close(g[2], c[2], tol_rel(dt) * 4, 1e-5, "dlogits " + what);
-      }
+      for (DType dt : kStorage)
+        for (float eps : {0.0f, 0.1f}) {
+          const std::string what = "[" + std::to_string(rows) + ", " + std::to_string(classes) +
+                                   "] " + std::string(sdk::dtype_name(lt)) + " -> " +
+                                   std::string(sdk::dtype_name(dt)) + ", smoothing " +
+                                   std::to_string(eps);
+          auto run = [&](sdk::DeviceBackend& be) {
+            Tensor z(be, lt, {rows, classes}, zv), y(be, DType::int32, {rows}, labels);
+            Tensor loss(be, DType::fp32, {1}), correct(be, DType::int32, {1}),
+                dz(be, dt, {rows, classes});
+            sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, y, 1024.0f, eps, loss, correct,
+                                                                  dz);
+            return std::vector<std::vector<float>>{loss.get(), correct.get(), dz.get()};
+          };
+          const auto g = run(gpu());
+          const auto c = run(cpu());
+          expect_close(g[0], c[0], 1e-5, 1e-6, "loss " + what);
+          EXPECT_EQ(g[1], c[1]) << "correct " << what;
+          expect_close(g[2], c[2], tol_rel(dt) * 4, 1e-5, "dlogits " + what);
+          // The row's sums run in a fixed order: a second run gives the same bits.
+          EXPECT_EQ(run(gpu()), g) << "a second run, " << what;
+        }
+  }
+  // A block-wide row in place (dlogits over the logits): the out-of-place bits.
+  {
+    const std::int64_t rows = 4, classes = 50257;
+    const auto zv = random_values(static_cast<std::size_t>(rows * classes), 13, -6.0f, 6.0f);
+    Tensor y(gpu(), DType::int32, {rows}, {5, 50256, 0, 31});
+    Tensor z(gpu(), DType::bf16, {rows, classes}, zv), dz(gpu(), DType::bf16, {rows, classes});
+    Tensor loss(gpu(), DType::fp32, {1}), loss_in_place(gpu(), DType::fp32, {1});
+    gpu<sdk::LossFacet>().softmax_cross_entropy(z, y, 1024.0f, 0.0f, loss, {}, dz);
+    gpu<sdk::LossFacet>().softmax_cross_entropy(z, y, 1024.0f, 0.0f, loss_in_place, {}, z);
+    EXPECT_EQ(z.get(), dz.get()) << "dlogits written over the logits";
+    EXPECT_EQ(loss_in_place.get(), loss.get());
   }
   // Optional outputs may be empty.
   Tensor z(gpu(), DType::fp32, {4, 3}, random_values(12, 10)), y(gpu(), DType::int32, {4}, {0, 1, 2, 0});
