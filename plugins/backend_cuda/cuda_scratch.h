@@ -6,7 +6,7 @@
 // it); steady state does no allocation; release() gives it back. capacity() feeds the backend's
 // memory statistics. When cudaMalloc runs out of memory, the out-of-memory hook (if set: the
 // backend's allocator giving its cached blocks back) runs once and the allocation is retried
-// before the error is raised.
+// before the error is raised; its message names the buffer and the fix the caller gives.
 // - Recorded step graphs (cuda_step_graph_facet.cpp) hold this buffer's address in their kernels'
 //   arguments. While the counter given to set_graph_guard() is > 0, growth and release() retire
 //   the old buffer instead of freeing it (a replay still reads and writes it); retired buffers are
@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cuda_access.h"
@@ -36,7 +37,10 @@ class DeviceScratch {
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
 
-  void* get(std::size_t bytes, cudaStream_t stream, const char* op) {
+  // `buffer` and `fix` name the buffer and the remedy in the out-of-memory message.
+  void* get(std::size_t bytes, cudaStream_t stream, const char* op,
+            std::string_view buffer = "scratch",
+            std::string_view fix = "reduce the batch size or the model, or free device memory") {
     if (bytes <= capacity_ && data_ != nullptr) return data_;
     const std::size_t rounded = std::max<std::size_t>(256, (bytes + 255) / 256 * 256);
     if (data_ != nullptr) {
@@ -63,10 +67,10 @@ class DeviceScratch {
       (void)cudaGetLastError();
       cudaMemGetInfo(&free_bytes, &total_bytes);
       fail(op,
-           "cannot allocate " + std::to_string(rounded) + " bytes of scratch (" +
-               cuda_error_text(status) + "); the device reports " + std::to_string(free_bytes) +
-               " bytes free of " + std::to_string(total_bytes),
-           "reduce the batch size or the model, or free device memory");
+           "cannot allocate " + std::to_string(rounded) + " bytes of " + std::string(buffer) +
+               " (" + cuda_error_text(status) + "); the device reports " +
+               std::to_string(free_bytes) + " bytes free of " + std::to_string(total_bytes),
+           std::string(fix));
     }
     capacity_ = rounded;
     return data_;
