@@ -1,7 +1,8 @@
 // Launchers of the layer norm facet's kernels (cuda_layer_norm.cu): one warp per row, statistics
 // in double (two-pass variance) as the CPU reference; dgamma / dbeta summed in the row pass or
-// through the reproducible column sums (cuda_layer_norm_plan.h, cuda_column_sums.h). Contract:
-// cuda_kernel_types.h's.
+// through the reproducible column sums (cuda_layer_norm_plan.h, cuda_column_sums.h). A lane loads
+// several of its columns before it works through them in column order: the same bits as one
+// column at a time. Contract: cuda_kernel_types.h's (every tag fp32, bf16 or fp16).
 #pragma once
 
 #include <cuda_runtime_api.h>
