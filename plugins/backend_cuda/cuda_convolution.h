@@ -35,6 +35,9 @@ struct PoolShape {
   int kh, kw, sh, sw, ph, pw;
   bool max, include_pad;
 };
+// Whether every index the pooling kernels form fits in 32 bits: they then run on 32-bit index
+// math (a 64-bit division is several times a 32-bit one, and each element takes several).
+bool pool_index_fits(const PoolShape& p);
 // y = pool(x); argmax (nullable, max only): the window-relative index kh*KW + kw of each output's
 // first maximum, int32 [N, OH, OW, C].
 cudaError_t pool_forward(const PoolShape& p, const void* x, Elem t, void* y, std::int32_t* argmax,
