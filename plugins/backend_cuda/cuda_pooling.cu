@@ -160,6 +160,31 @@ __global__ void permute_kernel(const elem_t<Src>* src, elem_t<Dst>* dst, std::in
   }
 }
 
+// A matrix with a short side (an RGB image's 3 channels): the tiles above would leave most of
+// their threads idle, so one thread per element of the long side moves its whole short line.
+// src is [images, rows, cols]; dst [images, cols, rows]. Each element converted once, as above.
+template <class Src, class Dst>
+__global__ void __launch_bounds__(kThreads)
+    permute_short_side_kernel(const elem_t<Src>* src, elem_t<Dst>* dst, std::int64_t images,
+                              std::int64_t rows, std::int64_t cols) {
+  const bool short_rows = rows <= cols;
+  const std::int64_t long_side = short_rows ? cols : rows, short_side = short_rows ? rows : cols;
+  const std::int64_t total = images * long_side;
+  for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
+    const std::int64_t img = e / long_side, at = e % long_side;
+    const elem_t<Src>* s = src + img * rows * cols;
+    elem_t<Dst>* d = dst + img * rows * cols;
+    // Short rows: column `at` of src (reads coalesced across the warp's columns) becomes row `at`
+    // of dst. Short columns: row `at` of src becomes column `at` of dst.
+    for (std::int64_t k = 0; k < short_side; ++k) {
+      if (short_rows)
+        d[at * rows + k] = Dst::store(Src::load(s[k * cols + at]), false);
+      else
+        d[k * rows + at] = Dst::store(Src::load(s[at * cols + k]), false);
+    }
+  }
+}
+
 }  // namespace
 
 bool pool_index_fits(const PoolShape& p) {
@@ -209,6 +234,20 @@ cudaError_t pool_backward(const PoolShape& p, const void* dy, const void* x,
 cudaError_t permute_images(const void* src, Elem st, void* dst, Elem dt, std::int64_t images,
                            std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
   if (images * rows * cols == 0) return cudaSuccess;
+  if (std::min(rows, cols) <= kShortSide) {
+    bool ok = false;
+    with_float_storage(st, [&](auto s) {
+      using Src = decltype(s);
+      ok = with_float_storage(dt, [&](auto d) {
+        using Dst = decltype(d);
+        permute_short_side_kernel<Src, Dst>
+            <<<grid_for(images * std::max(rows, cols)), kThreads, 0, stream>>>(
+                static_cast<const elem_t<Src>*>(src), static_cast<elem_t<Dst>*>(dst), images, rows,
+                cols);
+      });
+    });
+    return ok ? cudaGetLastError() : cudaErrorInvalidValue;
+  }
   const dim3 grid(static_cast<unsigned>((cols + 31) / 32),
                   static_cast<unsigned>(std::min<std::int64_t>((rows + 31) / 32, 65535)),
                   static_cast<unsigned>(std::min<std::int64_t>(images, 65535)));
