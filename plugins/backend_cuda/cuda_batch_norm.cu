@@ -2,9 +2,10 @@
 //
 // Statistics: one pass over x. Block (32 channels) x (8 row lanes), grid (channel tiles) x (row
 // splits, a function of rows only); each thread sums d = x - x[0, c] and d² in double over its
-// rows, the block folds its 8 lanes in order, and one thread per channel folds the splits in
-// order: mean = x0 + Σd/n, var = (Σd² - (Σd)²/n)/n. The shift by the channel's first value keeps
-// the one-pass variance free of cancellation for data far from zero (it cancels only against
+// rows, the block folds its 8 lanes in order, and one lane per channel folds the splits in
+// order (split_sums, cuda_device.cuh: a block per 32 channels stages them in shared memory):
+// mean = x0 + Σd/n, var = (Σd² - (Σd)²/n)/n. The shift by the channel's first value keeps the
+// one-pass variance free of cancellation for data far from zero (it cancels only against
 // (mean - x0)², of the order of the variance). Bit-reproducible: no atomics, fixed orders.
 // The backward's sums Σg and Σg·(x - mean) use the same partition, in double from the stored
 // values on (the difference too), so a channel whose sums cancel keeps its digits
@@ -83,21 +84,32 @@ __global__ void __launch_bounds__(kTileC* kLanes)
   fold_lanes(s1, s2, out + c, out + channels + c, valid);
 }
 
-// One thread per channel: statistics, running statistics, scale and shift.
+// The splits' sums per channel of partial [splits, 2, C] (Σ d then Σ d² of each split) in split
+// order, with the loads of a block of kThreads per 32 channels (split_sums); the lane holding
+// channel c's totals returns c, every other thread -1.
+__device__ __forceinline__ std::int64_t bn_split_totals(const double* partial, int splits,
+                                                        std::int64_t channels, double& s1,
+                                                        double& s2) {
+  const double* const sums[2] = {partial, partial + channels};
+  double total[2];
+  const std::int64_t c = split_sums(sums, splits, 2 * channels, channels, total);
+  s1 = total[0];
+  s2 = total[1];
+  return c;
+}
+
+// A lane per channel (blocks of kThreads per 32 channels): statistics, running statistics, scale
+// and shift.
 template <class S>
-__global__ void bn_finish_moments_kernel(const elem_t<S>* x, const double* partial, int splits,
-                                         std::int64_t rows, std::int64_t channels,
-                                         const float* gamma, const float* beta, float eps,
-                                         float momentum, float* save_mean, float* save_var,
-                                         float* running_mean, float* running_var,
-                                         float* scale_shift) {
-  const std::int64_t c = global_thread();
-  if (c >= channels) return;
-  double s1 = 0.0, s2 = 0.0;
-  for (int s = 0; s < splits; ++s) {
-    s1 += partial[static_cast<std::int64_t>(s) * 2 * channels + c];
-    s2 += partial[static_cast<std::int64_t>(s) * 2 * channels + channels + c];
-  }
+__global__ void __launch_bounds__(kThreads)
+    bn_finish_moments_kernel(const elem_t<S>* x, const double* partial, int splits,
+                             std::int64_t rows, std::int64_t channels, const float* gamma,
+                             const float* beta, float eps, float momentum, float* save_mean,
+                             float* save_var, float* running_mean, float* running_var,
+                             float* scale_shift) {
+  double s1, s2;
+  const std::int64_t c = bn_split_totals(partial, splits, channels, s1, s2);
+  if (c < 0) return;
   const double n = static_cast<double>(rows);
   const double x0 = S::load(x[c]);
   // Clamped at 0 against cancellation, but a NaN (an inf or NaN in x) stays NaN, as on the CPU:
@@ -214,17 +226,14 @@ __global__ void __launch_bounds__(kTileC* kLanes)
   fold_lanes(s1, s2, out + c, out + a.channels + c, valid);
 }
 
-__global__ void bn_finish_grad_kernel(const double* partial, int splits, std::int64_t rows,
-                                      std::int64_t channels, const float* save_var,
-                                      const float* gamma, float eps, float* coeff, float* dgamma,
-                                      float* dbeta, bool accumulate) {
-  const std::int64_t c = global_thread();
-  if (c >= channels) return;
-  double s1 = 0.0, s2 = 0.0;
-  for (int s = 0; s < splits; ++s) {
-    s1 += partial[static_cast<std::int64_t>(s) * 2 * channels + c];
-    s2 += partial[static_cast<std::int64_t>(s) * 2 * channels + channels + c];
-  }
+// A lane per channel, as bn_finish_moments_kernel: dx's coefficients, dgamma and dbeta.
+__global__ void __launch_bounds__(kThreads)
+    bn_finish_grad_kernel(const double* partial, int splits, std::int64_t rows,
+                          std::int64_t channels, const float* save_var, const float* gamma,
+                          float eps, float* coeff, float* dgamma, float* dbeta, bool accumulate) {
+  double s1, s2;
+  const std::int64_t c = bn_split_totals(partial, splits, channels, s1, s2);
+  if (c < 0) return;
   const auto k = element::bn_grad_coefficients(save_var[c], eps, gamma != nullptr ? gamma[c] : 1.0f,
                                                s1, s2, static_cast<double>(rows));
   coeff[c] = k.a;
@@ -278,7 +287,7 @@ void launch_moments(const BnForward& a, const float* gamma, const float* beta, f
   const auto* x = static_cast<const elem_t<S>*>(a.x);
   bn_moments_kernel<S><<<reduction_grid(a.rows, a.channels), dim3(kTileC, kLanes), 0, stream>>>(
       x, a.rows, a.channels, partial);
-  bn_finish_moments_kernel<S><<<grid_for(a.channels), kThreads, 0, stream>>>(
+  bn_finish_moments_kernel<S><<<split_sum_blocks(a.channels), kThreads, 0, stream>>>(
       x, partial, bn_splits(a.rows), a.rows, a.channels, gamma, beta, a.eps, momentum, mean, var,
       running_mean, running_var, scale_shift);
 }
@@ -290,7 +299,7 @@ void launch_grad_sums(const BnBackward& a, const float* gamma, float* coeff, flo
                       float* dbeta, bool accumulate, double* partial, cudaStream_t stream) {
   bn_grad_sums_kernel<S>
       <<<reduction_grid(a.rows, a.channels), dim3(kTileC, kLanes), 0, stream>>>(a, partial);
-  bn_finish_grad_kernel<<<grid_for(a.channels), kThreads, 0, stream>>>(
+  bn_finish_grad_kernel<<<split_sum_blocks(a.channels), kThreads, 0, stream>>>(
       partial, bn_splits(a.rows), a.rows, a.channels, a.save_var, gamma, a.eps, coeff, dgamma,
       dbeta, accumulate);
 }

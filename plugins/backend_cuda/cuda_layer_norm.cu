@@ -190,8 +190,7 @@ cudaError_t layernorm_backward(const void* dy, Elem dyt, const void* x, Elem xt,
                                            32 * layer_norm_plan::kWarps, shared, stream>>>(
           dy, dyt, x, xt, gamma, gt, mean, rstd, dx, dxt, rows, n, add_into_dx, partial, partial2);
     // No rows: no partial row, so the sums are zero (or left as they are when accumulating).
-    launch_column_finish(partial, blocks, n, dgamma, accumulate, stream);
-    launch_column_finish(partial2, blocks, n, dbeta, accumulate, stream);
+    launch_column_finish(partial, partial2, blocks, n, dgamma, dbeta, accumulate, stream);
     return cudaGetLastError();
   }
   // Column sums first: dx may alias dy.
