@@ -24,8 +24,8 @@ namespace {
 
 constexpr int kTileC = 32, kLanes = 8;
 // Rows a statistics thread loads before it adds them: at C = 64 the split grid is under a wave
-// (512 blocks of 256), so each thread needs many loads in flight (16 of 2 bytes: 8 KB per SM
-// with 4 loads did not cover HBM's latency).
+// (512 blocks of 256), so each thread needs many loads in flight: 4 left about 8 KB in flight per
+// SM, half the ~16 KB that covers HBM's latency at full bandwidth (an estimate, not measured).
 constexpr int kUnroll = 16;
 
 int bn_splits(std::int64_t rows) {
