@@ -147,21 +147,39 @@ __global__ void bn_inference_coefficients_kernel(const float* running_var, const
   scale_shift[channels + c] = ss.shift;
 }
 
+// Elements a thread of the element-wise passes (apply, input gradient) takes a round: their loads
+// are issued together, then each element's math runs as before (the same bits).
+constexpr int kElementUnroll = 4;
+
 // y = act((x - mean)·scale + shift [+ residual]), rounded once. residual nullable; it may be y:
 // the thread that writes y[i] has read residual[i] first.
 template <class S>
 __global__ void __launch_bounds__(kThreads)
     bn_apply_kernel(const elem_t<S>* x, const elem_t<S>* residual, elem_t<S>* y, std::int64_t n,
                     std::int64_t channels, const float* mean, const float* scale_shift, bool relu) {
-  ChannelWalk walk(global_thread(), grid_threads(), channels);
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads(), walk.advance()) {
-    const std::int64_t c = walk.c;
-    const float m = mean[c], scale = scale_shift[c], shift = scale_shift[channels + c];
-    const float v =
-        residual != nullptr
-            ? element::bn_add_forward(S::load(x[i]), S::load(residual[i]), m, scale, shift, relu)
-            : element::bn_forward(S::load(x[i]), m, scale, shift, relu);
-    y[i] = S::store(v, false);
+  const std::int64_t stride = grid_threads();
+  ChannelWalk walk(global_thread(), stride, channels);
+  for (std::int64_t i0 = global_thread(); i0 < n; i0 += kElementUnroll * stride) {
+    std::int64_t c[kElementUnroll];
+    float xv[kElementUnroll], rv[kElementUnroll];
+#pragma unroll
+    for (int u = 0; u < kElementUnroll; ++u) {
+      const std::int64_t i = i0 + u * stride;
+      c[u] = walk.c;
+      walk.advance();
+      xv[u] = i < n ? S::load(x[i]) : 0.0f;
+      rv[u] = residual != nullptr && i < n ? S::load(residual[i]) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kElementUnroll; ++u) {
+      const std::int64_t i = i0 + u * stride;
+      if (i >= n) break;
+      const float m = mean[c[u]], scale = scale_shift[c[u]], shift = scale_shift[channels + c[u]];
+      const float v = residual != nullptr
+                          ? element::bn_add_forward(xv[u], rv[u], m, scale, shift, relu)
+                          : element::bn_forward(xv[u], m, scale, shift, relu);
+      y[i] = S::store(v, false);
+    }
   }
 }
 
@@ -252,14 +270,36 @@ __global__ void __launch_bounds__(kThreads) bn_grad_input_kernel(BnBackward a, c
   const auto* dy = static_cast<const elem_t<S>*>(a.dy);
   const auto* y = static_cast<const elem_t<S>*>(a.y);
   auto* dx = static_cast<elem_t<S>*>(a.dx);
-  const std::int64_t n = a.rows * a.channels, ch = a.channels;
-  ChannelWalk walk(global_thread(), grid_threads(), ch);
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads(), walk.advance()) {
-    const std::int64_t c = walk.c;
-    const float g = bn_masked<S>(a, x, dy, y, i, c);
-    dx[i] = S::store(element::bn_grad_input(g, S::load(x[i]), a.save_mean[c], coeff[c],
-                                            coeff[ch + c], coeff[2 * ch + c]),
-                     false);
+  const std::int64_t n = a.rows * a.channels, ch = a.channels, stride = grid_threads();
+  ChannelWalk walk(global_thread(), stride, ch);
+  for (std::int64_t i0 = global_thread(); i0 < n; i0 += kElementUnroll * stride) {
+    std::int64_t c[kElementUnroll];
+    float gv[kElementUnroll], xv[kElementUnroll], yv[kElementUnroll];
+#pragma unroll
+    for (int u = 0; u < kElementUnroll; ++u) {
+      const std::int64_t i = i0 + u * stride;
+      c[u] = walk.c;
+      walk.advance();
+      const bool in = i < n;
+      gv[u] = in ? S::load(dy[i]) : 0.0f;
+      xv[u] = in ? S::load(x[i]) : 0.0f;
+      yv[u] = in && a.mask == 2 ? S::load(y[i]) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kElementUnroll; ++u) {
+      const std::int64_t i = i0 + u * stride;
+      if (i >= n) break;
+      // bn_masked's rule on the values loaded above.
+      float g = gv[u];
+      if (a.mask == 1)
+        g = element::bn_relu_mask(xv[u], g, a.save_mean[c[u]], a.scale_shift[c[u]],
+                                  a.scale_shift[a.channels + c[u]]);
+      else if (a.mask == 2)
+        g = yv[u] > 0.0f ? g : 0.0f;
+      dx[i] = S::store(element::bn_grad_input(g, xv[u], a.save_mean[c[u]], coeff[c[u]],
+                                              coeff[ch + c[u]], coeff[2 * ch + c[u]]),
+                       false);
+    }
   }
 }
 
