@@ -2,9 +2,10 @@
 //
 // Statistics: one pass over x. Block (32 channels) x (8 row lanes), grid (channel tiles) x (row
 // splits, a function of rows only); each thread sums d = x - x[0, c] and d² in double over its
-// rows, the block folds its 8 lanes in order, and one thread per channel folds the splits in
-// order: mean = x0 + Σd/n, var = (Σd² - (Σd)²/n)/n. The shift by the channel's first value keeps
-// the one-pass variance free of cancellation for data far from zero (it cancels only against
+// rows, the block folds its 8 lanes in order, and one lane per channel folds the splits in
+// order (split_sums, cuda_device.cuh: a block per 32 channels stages them in shared memory):
+// mean = x0 + Σd/n, var = (Σd² - (Σd)²/n)/n. The shift by the channel's first value keeps the
+// one-pass variance free of cancellation for data far from zero (it cancels only against
 // (mean - x0)², of the order of the variance). Bit-reproducible: no atomics, fixed orders.
 // The backward's sums Σg and Σg·(x - mean) use the same partition, in double from the stored
 // values on (the difference too), so a channel whose sums cancel keeps its digits
@@ -22,7 +23,10 @@ namespace mixtrain::backend_cuda::kernels {
 namespace {
 
 constexpr int kTileC = 32, kLanes = 8;
-constexpr int kUnroll = 4;  // rows a statistics thread loads before it adds them
+// Rows a statistics thread loads before it adds them: at C = 64 the split grid is under a wave
+// (512 blocks of 256), so each thread needs many loads in flight: 4 left about 8 KB in flight per
+// SM, half the ~16 KB that covers HBM's latency at full bandwidth (an estimate, not measured).
+constexpr int kUnroll = 16;
 
 int bn_splits(std::int64_t rows) {
   const std::int64_t s = (rows + 255) / 256;
@@ -83,21 +87,32 @@ __global__ void __launch_bounds__(kTileC* kLanes)
   fold_lanes(s1, s2, out + c, out + channels + c, valid);
 }
 
-// One thread per channel: statistics, running statistics, scale and shift.
+// The splits' sums per channel of partial [splits, 2, C] (Σ d then Σ d² of each split) in split
+// order, with the loads of a block of kThreads per 32 channels (split_sums); the lane holding
+// channel c's totals returns c, every other thread -1.
+__device__ __forceinline__ std::int64_t bn_split_totals(const double* partial, int splits,
+                                                        std::int64_t channels, double& s1,
+                                                        double& s2) {
+  const double* const sums[2] = {partial, partial + channels};
+  double total[2];
+  const std::int64_t c = split_sums(sums, splits, 2 * channels, channels, total);
+  s1 = total[0];
+  s2 = total[1];
+  return c;
+}
+
+// A lane per channel (blocks of kThreads per 32 channels): statistics, running statistics, scale
+// and shift.
 template <class S>
-__global__ void bn_finish_moments_kernel(const elem_t<S>* x, const double* partial, int splits,
-                                         std::int64_t rows, std::int64_t channels,
-                                         const float* gamma, const float* beta, float eps,
-                                         float momentum, float* save_mean, float* save_var,
-                                         float* running_mean, float* running_var,
-                                         float* scale_shift) {
-  const std::int64_t c = global_thread();
-  if (c >= channels) return;
-  double s1 = 0.0, s2 = 0.0;
-  for (int s = 0; s < splits; ++s) {
-    s1 += partial[static_cast<std::int64_t>(s) * 2 * channels + c];
-    s2 += partial[static_cast<std::int64_t>(s) * 2 * channels + channels + c];
-  }
+__global__ void __launch_bounds__(kThreads)
+    bn_finish_moments_kernel(const elem_t<S>* x, const double* partial, int splits,
+                             std::int64_t rows, std::int64_t channels, const float* gamma,
+                             const float* beta, float eps, float momentum, float* save_mean,
+                             float* save_var, float* running_mean, float* running_var,
+                             float* scale_shift) {
+  double s1, s2;
+  const std::int64_t c = bn_split_totals(partial, splits, channels, s1, s2);
+  if (c < 0) return;
   const double n = static_cast<double>(rows);
   const double x0 = S::load(x[c]);
   // Clamped at 0 against cancellation, but a NaN (an inf or NaN in x) stays NaN, as on the CPU:
@@ -132,21 +147,39 @@ __global__ void bn_inference_coefficients_kernel(const float* running_var, const
   scale_shift[channels + c] = ss.shift;
 }
 
+// Elements a thread of the element-wise passes (apply, input gradient) takes a round: their loads
+// are issued together, then each element's math runs as before (the same bits).
+constexpr int kElementUnroll = 4;
+
 // y = act((x - mean)·scale + shift [+ residual]), rounded once. residual nullable; it may be y:
 // the thread that writes y[i] has read residual[i] first.
 template <class S>
 __global__ void __launch_bounds__(kThreads)
     bn_apply_kernel(const elem_t<S>* x, const elem_t<S>* residual, elem_t<S>* y, std::int64_t n,
                     std::int64_t channels, const float* mean, const float* scale_shift, bool relu) {
-  ChannelWalk walk(global_thread(), grid_threads(), channels);
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads(), walk.advance()) {
-    const std::int64_t c = walk.c;
-    const float m = mean[c], scale = scale_shift[c], shift = scale_shift[channels + c];
-    const float v =
-        residual != nullptr
-            ? element::bn_add_forward(S::load(x[i]), S::load(residual[i]), m, scale, shift, relu)
-            : element::bn_forward(S::load(x[i]), m, scale, shift, relu);
-    y[i] = S::store(v, false);
+  const std::int64_t stride = grid_threads();
+  ChannelWalk walk(global_thread(), stride, channels);
+  for (std::int64_t i0 = global_thread(); i0 < n; i0 += kElementUnroll * stride) {
+    std::int64_t c[kElementUnroll];
+    float xv[kElementUnroll], rv[kElementUnroll];
+#pragma unroll
+    for (int u = 0; u < kElementUnroll; ++u) {
+      const std::int64_t i = i0 + u * stride;
+      c[u] = walk.c;
+      walk.advance();
+      xv[u] = i < n ? S::load(x[i]) : 0.0f;
+      rv[u] = residual != nullptr && i < n ? S::load(residual[i]) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kElementUnroll; ++u) {
+      const std::int64_t i = i0 + u * stride;
+      if (i >= n) break;
+      const float m = mean[c[u]], scale = scale_shift[c[u]], shift = scale_shift[channels + c[u]];
+      const float v = residual != nullptr
+                          ? element::bn_add_forward(xv[u], rv[u], m, scale, shift, relu)
+                          : element::bn_forward(xv[u], m, scale, shift, relu);
+      y[i] = S::store(v, false);
+    }
   }
 }
 
@@ -214,17 +247,14 @@ __global__ void __launch_bounds__(kTileC* kLanes)
   fold_lanes(s1, s2, out + c, out + a.channels + c, valid);
 }
 
-__global__ void bn_finish_grad_kernel(const double* partial, int splits, std::int64_t rows,
-                                      std::int64_t channels, const float* save_var,
-                                      const float* gamma, float eps, float* coeff, float* dgamma,
-                                      float* dbeta, bool accumulate) {
-  const std::int64_t c = global_thread();
-  if (c >= channels) return;
-  double s1 = 0.0, s2 = 0.0;
-  for (int s = 0; s < splits; ++s) {
-    s1 += partial[static_cast<std::int64_t>(s) * 2 * channels + c];
-    s2 += partial[static_cast<std::int64_t>(s) * 2 * channels + channels + c];
-  }
+// A lane per channel, as bn_finish_moments_kernel: dx's coefficients, dgamma and dbeta.
+__global__ void __launch_bounds__(kThreads)
+    bn_finish_grad_kernel(const double* partial, int splits, std::int64_t rows,
+                          std::int64_t channels, const float* save_var, const float* gamma,
+                          float eps, float* coeff, float* dgamma, float* dbeta, bool accumulate) {
+  double s1, s2;
+  const std::int64_t c = bn_split_totals(partial, splits, channels, s1, s2);
+  if (c < 0) return;
   const auto k = element::bn_grad_coefficients(save_var[c], eps, gamma != nullptr ? gamma[c] : 1.0f,
                                                s1, s2, static_cast<double>(rows));
   coeff[c] = k.a;
@@ -240,14 +270,36 @@ __global__ void __launch_bounds__(kThreads) bn_grad_input_kernel(BnBackward a, c
   const auto* dy = static_cast<const elem_t<S>*>(a.dy);
   const auto* y = static_cast<const elem_t<S>*>(a.y);
   auto* dx = static_cast<elem_t<S>*>(a.dx);
-  const std::int64_t n = a.rows * a.channels, ch = a.channels;
-  ChannelWalk walk(global_thread(), grid_threads(), ch);
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads(), walk.advance()) {
-    const std::int64_t c = walk.c;
-    const float g = bn_masked<S>(a, x, dy, y, i, c);
-    dx[i] = S::store(element::bn_grad_input(g, S::load(x[i]), a.save_mean[c], coeff[c],
-                                            coeff[ch + c], coeff[2 * ch + c]),
-                     false);
+  const std::int64_t n = a.rows * a.channels, ch = a.channels, stride = grid_threads();
+  ChannelWalk walk(global_thread(), stride, ch);
+  for (std::int64_t i0 = global_thread(); i0 < n; i0 += kElementUnroll * stride) {
+    std::int64_t c[kElementUnroll];
+    float gv[kElementUnroll], xv[kElementUnroll], yv[kElementUnroll];
+#pragma unroll
+    for (int u = 0; u < kElementUnroll; ++u) {
+      const std::int64_t i = i0 + u * stride;
+      c[u] = walk.c;
+      walk.advance();
+      const bool in = i < n;
+      gv[u] = in ? S::load(dy[i]) : 0.0f;
+      xv[u] = in ? S::load(x[i]) : 0.0f;
+      yv[u] = in && a.mask == 2 ? S::load(y[i]) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kElementUnroll; ++u) {
+      const std::int64_t i = i0 + u * stride;
+      if (i >= n) break;
+      // bn_masked's rule on the values loaded above.
+      float g = gv[u];
+      if (a.mask == 1)
+        g = element::bn_relu_mask(xv[u], g, a.save_mean[c[u]], a.scale_shift[c[u]],
+                                  a.scale_shift[a.channels + c[u]]);
+      else if (a.mask == 2)
+        g = yv[u] > 0.0f ? g : 0.0f;
+      dx[i] = S::store(element::bn_grad_input(g, xv[u], a.save_mean[c[u]], coeff[c[u]],
+                                              coeff[ch + c[u]], coeff[2 * ch + c[u]]),
+                       false);
+    }
   }
 }
 
@@ -278,7 +330,7 @@ void launch_moments(const BnForward& a, const float* gamma, const float* beta, f
   const auto* x = static_cast<const elem_t<S>*>(a.x);
   bn_moments_kernel<S><<<reduction_grid(a.rows, a.channels), dim3(kTileC, kLanes), 0, stream>>>(
       x, a.rows, a.channels, partial);
-  bn_finish_moments_kernel<S><<<grid_for(a.channels), kThreads, 0, stream>>>(
+  bn_finish_moments_kernel<S><<<split_sum_blocks(a.channels), kThreads, 0, stream>>>(
       x, partial, bn_splits(a.rows), a.rows, a.channels, gamma, beta, a.eps, momentum, mean, var,
       running_mean, running_var, scale_shift);
 }
@@ -290,7 +342,7 @@ void launch_grad_sums(const BnBackward& a, const float* gamma, float* coeff, flo
                       float* dbeta, bool accumulate, double* partial, cudaStream_t stream) {
   bn_grad_sums_kernel<S>
       <<<reduction_grid(a.rows, a.channels), dim3(kTileC, kLanes), 0, stream>>>(a, partial);
-  bn_finish_grad_kernel<<<grid_for(a.channels), kThreads, 0, stream>>>(
+  bn_finish_grad_kernel<<<split_sum_blocks(a.channels), kThreads, 0, stream>>>(
       partial, bn_splits(a.rows), a.rows, a.channels, a.save_var, gamma, a.eps, coeff, dgamma,
       dbeta, accumulate);
 }

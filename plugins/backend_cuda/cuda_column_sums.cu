@@ -1,6 +1,7 @@
 // Column reductions with a fixed partition and order, so results are reproducible run to run:
-// block (32 columns) x (8 row lanes) per split of the rows, the lanes folded in order, then one
-// thread per column sums the splits in double.
+// block (32 columns) x (8 row lanes) per split of the rows, the lanes folded in order, then each
+// column's splits added in order in double (split_sums, cuda_device.cuh: a block per 32 columns
+// stages the partials in shared memory and one lane per column adds them).
 #include "cuda_column_sums.h"
 #include "cuda_device.cuh"
 
@@ -53,16 +54,25 @@ __global__ void column_partial_kernel(const void* dy, Elem dyt, const void* x, E
   }
 }
 
-// Grid-stride over columns: grid_for() caps the grid, and rows can be wider than it covers.
-__global__ void column_finish_kernel(const float* partial, std::int64_t splits, std::int64_t n,
-                                     float* out, bool accumulate) {
-  if (out == nullptr) return;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n;
-       j += stride) {
-    double acc = 0.0;
-    for (std::int64_t s = 0; s < splits; ++s) acc += partial[s * n + j];
-    out[j] = static_cast<float>((accumulate ? static_cast<double>(out[j]) : 0.0) + acc);
+// The finishing partials and outputs of one launch: out[k] (+)= the in-order total of partial[k].
+template <int kOutputs>
+struct FinishColumns {
+  const float* partial[kOutputs];
+  float* out[kOutputs];
+};
+
+// partial[k] is [splits, n]; out[k] is [n]. One block of kThreads per 32 columns (split_sums).
+template <int kOutputs>
+__global__ void __launch_bounds__(kThreads)
+    column_finish_kernel(FinishColumns<kOutputs> sums, std::int64_t splits, std::int64_t n,
+                         bool accumulate) {
+  double total[kOutputs];
+  const std::int64_t j = split_sums(sums.partial, splits, n, n, total);
+  if (j < 0) return;
+#pragma unroll
+  for (int k = 0; k < kOutputs; ++k) {
+    float* out = sums.out[k];
+    out[j] = static_cast<float>((accumulate ? static_cast<double>(out[j]) : 0.0) + total[k]);
   }
 }
 
@@ -84,22 +94,30 @@ void launch_column_sums(const void* dy, Elem dyt, const void* x, Elem xt, const 
     if (splits > 0)
       column_partial_kernel<0><<<grid, dim3(32, kColRows), 0, stream>>>(
           dy, dyt, nullptr, Elem::f32, nullptr, nullptr, rows, n, rps, partial, nullptr);
-    column_finish_kernel<<<grid_for(n), kThreads, 0, stream>>>(partial, splits, n, out1,
-                                                               accumulate);
+    launch_column_finish(partial, nullptr, splits, n, out1, nullptr, accumulate, stream);
     return;
   }
   float* partial2 = partial + column_sum_scratch(rows, n);
   if (splits > 0)
     column_partial_kernel<1><<<grid, dim3(32, kColRows), 0, stream>>>(
         dy, dyt, x, xt, mean, rstd, rows, n, rps, partial, partial2);
-  column_finish_kernel<<<grid_for(n), kThreads, 0, stream>>>(partial, splits, n, out1, accumulate);
-  column_finish_kernel<<<grid_for(n), kThreads, 0, stream>>>(partial2, splits, n, out2, accumulate);
+  launch_column_finish(partial, partial2, splits, n, out1, out2, accumulate, stream);
 }
 
-void launch_column_finish(const float* partial, std::int64_t splits, std::int64_t n, float* out,
-                          bool accumulate, cudaStream_t stream) {
-  if (out == nullptr || n == 0) return;
-  column_finish_kernel<<<grid_for(n), kThreads, 0, stream>>>(partial, splits, n, out, accumulate);
+void launch_column_finish(const float* partial1, const float* partial2, std::int64_t splits,
+                          std::int64_t n, float* out1, float* out2, bool accumulate,
+                          cudaStream_t stream) {
+  if (n == 0) return;
+  const unsigned blocks = split_sum_blocks(n);
+  // Both sums in one launch where both are wanted: each lane's two chains of adds overlap.
+  if (out1 != nullptr && out2 != nullptr) {
+    column_finish_kernel<2><<<blocks, kThreads, 0, stream>>>(
+        FinishColumns<2>{{partial1, partial2}, {out1, out2}}, splits, n, accumulate);
+  } else if (out1 != nullptr || out2 != nullptr) {
+    const FinishColumns<1> one = out1 != nullptr ? FinishColumns<1>{{partial1}, {out1}}
+                                                 : FinishColumns<1>{{partial2}, {out2}};
+    column_finish_kernel<1><<<blocks, kThreads, 0, stream>>>(one, splits, n, accumulate);
+  }
 }
 
 }  // namespace mixtrain::backend_cuda::kernels

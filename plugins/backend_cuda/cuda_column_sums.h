@@ -22,10 +22,12 @@ std::size_t column_sum_scratch(std::int64_t rows, std::int64_t n);
 void launch_column_sums(const void* dy, Elem dyt, const void* x, Elem xt, const float* mean,
                         const float* rstd, std::int64_t rows, std::int64_t n, float* out1,
                         float* out2, bool accumulate, float* partial, cudaStream_t stream);
-// out[j] (+)= Σ_s partial[s, j] over `splits` rows of partial [splits, n], in double and in
-// order: the last step of the reductions above, for a kernel that wrote its own partials (the
-// layer norm's one-pass backward). out nullable (nothing done).
-void launch_column_finish(const float* partial, std::int64_t splits, std::int64_t n, float* out,
-                          bool accumulate, cudaStream_t stream);
+// out1[j] (+)= Σ_s partial1[s, j] and out2[j] (+)= Σ_s partial2[s, j] over `splits` rows of
+// partial1 / partial2 [splits, n], in double and in split order: the last step of the reductions
+// above, for a kernel that wrote its own partials (the layer norm's one-pass backward). out1 /
+// out2 nullable (not written; its partial then unread).
+void launch_column_finish(const float* partial1, const float* partial2, std::int64_t splits,
+                          std::int64_t n, float* out1, float* out2, bool accumulate,
+                          cudaStream_t stream);
 
 }  // namespace mixtrain::backend_cuda::kernels

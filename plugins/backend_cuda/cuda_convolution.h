@@ -35,6 +35,9 @@ struct PoolShape {
   int kh, kw, sh, sw, ph, pw;
   bool max, include_pad;
 };
+// Whether every index the pooling kernels form fits in 32 bits: they then run on 32-bit index
+// math (a 64-bit division is several times a 32-bit one, and each element takes several).
+bool pool_index_fits(const PoolShape& p);
 // y = pool(x); argmax (nullable, max only): the window-relative index kh*KW + kw of each output's
 // first maximum, int32 [N, OH, OW, C].
 cudaError_t pool_forward(const PoolShape& p, const void* x, Elem t, void* y, std::int32_t* argmax,
@@ -44,6 +47,9 @@ cudaError_t pool_forward(const PoolShape& p, const void* x, Elem t, void* y, std
 cudaError_t pool_backward(const PoolShape& p, const void* dy, const void* x,
                           const std::int32_t* argmax, void* dx, Elem t, cudaStream_t stream);
 // Each of `images` matrices [rows, cols] of src becomes [cols, rows] in dst, converted once.
+// Through 32 x 32 shared-memory tiles; a side of at most kShortSide (an RGB image's channels) by
+// one thread per element of the other side instead.
+inline constexpr std::int64_t kShortSide = 8;
 cudaError_t permute_images(const void* src, Elem st, void* dst, Elem dt, std::int64_t images,
                            std::int64_t rows, std::int64_t cols, cudaStream_t stream);
 

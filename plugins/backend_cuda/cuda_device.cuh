@@ -1,7 +1,8 @@
 // Device-only helpers shared by the backend's .cu files: launch geometry, 16-byte vector packs,
 // dispatch of an Elem tag to a storage type (once per launch), run-time per-element loads/stores
-// for the row kernels, warp and block reductions. The per-element numbers themselves live in
-// cuda_element_math.h, which host code (and the host test) includes too.
+// for the row kernels, warp and block reductions, the in-order totals of split partial sums. The
+// per-element numbers themselves live in cuda_element_math.h, which host code (and the host
+// test) includes too.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -187,6 +188,79 @@ __device__ __forceinline__ void fold_amax(float* amax, std::uint32_t m) {
 // Blocks of kThreads / 32 warps for one warp per row.
 inline unsigned warp_row_blocks(std::int64_t rows) {
   return static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32));
+}
+
+// --- in-order totals of per-split partial sums ------------------------------------------------
+// The finish of the split column reductions (column sums, batch norm): each column's total is
+// 0.0 + p[0, j] + p[1, j] + ... + p[splits - 1, j], added from the left in double, whose bits
+// depend on that order. A thread per column running that loop over global memory, a few loads
+// in flight at a time on a handful of blocks, waits an L2 round trip every few splits; here a
+// block of kThreads takes a tile of kSplitSumColumns columns, all its threads stage chunks of the
+// splits into shared memory with many loads in flight, and warp 0 (a lane per column) runs the
+// same additions from there while the next chunk's loads are on their way.
+
+constexpr int kSplitSumColumns = 32;  // a tile: one warp's lanes, and one coalesced row of loads
+
+// Blocks of kThreads for split_sums over `columns` columns: a tile each (no grid-stride loop).
+inline unsigned split_sum_blocks(std::int64_t columns) {
+  const std::int64_t tiles = (columns + kSplitSumColumns - 1) / kSplitSumColumns;
+  return static_cast<unsigned>(tiles < 1 ? 1 : tiles);
+}
+
+// partial[k] is [splits, row_stride] (column j < columns of split s at partial[k][s * row_stride
+// + j]), for kStreams sets of partials summed side by side (independent chains, so their add
+// latencies overlap). Block b's tile is the kSplitSumColumns columns from b * kSplitSumColumns.
+// Returns the column whose totals this thread holds in total[k] (lane l of warp 0 holds the
+// tile's column l), or -1 (another warp, or a lane past `columns`). The additions, their order and
+// type are the serial loop's `double t = 0.0; for (s = 0; s < splits; ++s) t += p[s, j];`, so its
+// bits (the 0.0 start included: 0.0 + -0.0 is +0.0). Every thread of a 1-D block of kThreads must
+// call it; it ends on a barrier, so a kernel may call it again.
+template <int kStreams, class T>
+__device__ __forceinline__ std::int64_t split_sums(const T* const (&partial)[kStreams],
+                                                   std::int64_t splits, std::int64_t row_stride,
+                                                   std::int64_t columns,
+                                                   double (&total)[kStreams]) {
+  constexpr int kWarps = kThreads / 32;
+  // Splits staged at a time: 32 KiB of shared memory (256 fp32 splits of one stream, 64 double
+  // splits of two), 16 to 32 loads in flight per thread.
+  constexpr int kChunk = 32 * 1024 / (kStreams * kSplitSumColumns * static_cast<int>(sizeof(T)));
+  constexpr int kLoadsPerStream = kChunk / kWarps;
+  static_assert(kChunk % kWarps == 0, "each warp loads the same number of rows per chunk");
+  __shared__ T staged[kStreams][kChunk][kSplitSumColumns];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t column = static_cast<std::int64_t>(blockIdx.x) * kSplitSumColumns + lane;
+  const bool in_tile = column < columns;
+  // Warp w loads splits w, w + kWarps, ... of the chunk: a row of the tile per warp load.
+  T loaded[kStreams][kLoadsPerStream];
+  const auto load_chunk = [&](std::int64_t first) {
+#pragma unroll
+    for (int u = 0; u < kLoadsPerStream; ++u) {
+      const std::int64_t s = first + warp + u * kWarps;
+#pragma unroll
+      for (int k = 0; k < kStreams; ++k)
+        loaded[k][u] = in_tile && s < splits ? partial[k][s * row_stride + column] : T(0);
+    }
+  };
+#pragma unroll
+  for (int k = 0; k < kStreams; ++k) total[k] = 0.0;
+  load_chunk(0);
+  for (std::int64_t first = 0; first < splits; first += kChunk) {
+#pragma unroll
+    for (int u = 0; u < kLoadsPerStream; ++u)
+#pragma unroll
+      for (int k = 0; k < kStreams; ++k) staged[k][warp + u * kWarps][lane] = loaded[k][u];
+    __syncthreads();
+    if (first + kChunk < splits) load_chunk(first + kChunk);  // in flight during the adds
+    if (warp == 0) {
+      const int count = static_cast<int>(splits - first < kChunk ? splits - first : kChunk);
+#pragma unroll 16
+      for (int s = 0; s < count; ++s)
+#pragma unroll
+        for (int k = 0; k < kStreams; ++k) total[k] += static_cast<double>(staged[k][s][lane]);
+    }
+    __syncthreads();  // the next chunk's stores overwrite what warp 0 just read
+  }
+  return warp == 0 && in_tile ? column : -1;
 }
 
 // --- multi-tensor chunks ------------------------------------------------------------------------

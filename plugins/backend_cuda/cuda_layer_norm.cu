@@ -433,8 +433,7 @@ cudaError_t layernorm_backward(const void* dy, Elem dyt, const void* x, Elem xt,
         dyt, xt);
     if (launched != cudaSuccess) return launched;
     // No rows: no partial row, so the sums are zero (or left as they are when accumulating).
-    launch_column_finish(partial, blocks, n, dgamma, accumulate, stream);
-    launch_column_finish(partial2, blocks, n, dbeta, accumulate, stream);
+    launch_column_finish(partial, partial2, blocks, n, dgamma, dbeta, accumulate, stream);
     return cudaGetLastError();
   }
   // Column sums first: dx may alias dy.

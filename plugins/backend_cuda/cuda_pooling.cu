@@ -10,7 +10,8 @@
 // once (element::pool_average). Backward: one thread per input element gathers dy of every
 // window that contains it, in window order (oh, then ow), so no atomics and a fixed summation
 // order; max routes only from windows whose argmax is this element (read from the forward's
-// indices or recomputed from x with the same scan).
+// indices or recomputed from x with the same scan). Index math in 32 bits where every index fits
+// (pool_index_fits): each element decomposes its index with several divisions.
 #include <algorithm>
 
 #include "cuda_convolution.h"
@@ -21,20 +22,22 @@ namespace mixtrain::backend_cuda::kernels {
 namespace {
 
 // The first maximum of window (n, oh, ow, c) as kh*KW + kw, and its value; the last NaN if any.
-template <class S>
-__device__ __forceinline__ int window_argmax(const PoolShape& p, const elem_t<S>* x, std::int64_t n,
-                                             std::int64_t oh, std::int64_t ow, std::int64_t c,
-                                             float* value) {
-  const std::int64_t h0 = oh * p.sh - p.ph, w0 = ow * p.sw - p.pw;
+// I is the index type (pool_index_fits: 32-bit where every index fits, its division being a few
+// times cheaper than 64-bit's).
+template <class S, class I>
+__device__ __forceinline__ int window_argmax(const PoolShape& p, const elem_t<S>* x, I n, I oh,
+                                             I ow, I c, float* value) {
+  const I H = static_cast<I>(p.h), W = static_cast<I>(p.w), C = static_cast<I>(p.c);
+  const I h0 = oh * p.sh - p.ph, w0 = ow * p.sw - p.pw;
   int best = -1;
   float bv = 0.0f;
   for (int i = 0; i < p.kh; ++i) {
-    const std::int64_t h = h0 + i;
-    if (h < 0 || h >= p.h) continue;
+    const I h = h0 + i;
+    if (h < 0 || h >= H) continue;
     for (int j = 0; j < p.kw; ++j) {
-      const std::int64_t w = w0 + j;
-      if (w < 0 || w >= p.w) continue;
-      const float v = S::load(x[((n * p.h + h) * p.w + w) * p.c + c]);
+      const I w = w0 + j;
+      if (w < 0 || w >= W) continue;
+      const float v = S::load(x[((n * H + h) * W + w) * C + c]);
       if (best < 0 || v > bv || v != v) {
         best = i * p.kw + j;
         bv = v;
@@ -46,77 +49,85 @@ __device__ __forceinline__ int window_argmax(const PoolShape& p, const elem_t<S>
 }
 
 // The average's divisor for window (oh, ow).
-__device__ __forceinline__ int window_count(const PoolShape& p, std::int64_t oh, std::int64_t ow) {
+template <class I>
+__device__ __forceinline__ int window_count(const PoolShape& p, I oh, I ow) {
   if (p.include_pad) return p.kh * p.kw;
-  const std::int64_t h0 = oh * p.sh - p.ph, w0 = ow * p.sw - p.pw;
-  const std::int64_t hs = h0 > 0 ? h0 : 0, he = h0 + p.kh < p.h ? h0 + p.kh : p.h;
-  const std::int64_t ws = w0 > 0 ? w0 : 0, we = w0 + p.kw < p.w ? w0 + p.kw : p.w;
+  const I H = static_cast<I>(p.h), W = static_cast<I>(p.w);
+  const I h0 = oh * p.sh - p.ph, w0 = ow * p.sw - p.pw;
+  const I hs = h0 > 0 ? h0 : 0, he = h0 + p.kh < H ? h0 + p.kh : H;
+  const I ws = w0 > 0 ? w0 : 0, we = w0 + p.kw < W ? w0 + p.kw : W;
   return static_cast<int>((he - hs) * (we - ws));
 }
 
-template <class S>
+template <class S, class I>
 __global__ void __launch_bounds__(kThreads)
     pool_forward_kernel(PoolShape p, const elem_t<S>* x, elem_t<S>* y, std::int32_t* argmax) {
+  const I H = static_cast<I>(p.h), W = static_cast<I>(p.w), C = static_cast<I>(p.c);
+  const I OH = static_cast<I>(p.oh), OW = static_cast<I>(p.ow);
   const std::int64_t total = p.n * p.oh * p.ow * p.c;
-  for (std::int64_t i = global_thread(); i < total; i += grid_threads()) {
-    const std::int64_t c = i % p.c, ow = i / p.c % p.ow, oh = i / (p.c * p.ow) % p.oh;
-    const std::int64_t n = i / (p.c * p.ow * p.oh);
+  for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
+    const I i = static_cast<I>(e);
+    const I c = i % C, ow = i / C % OW, oh = i / (C * OW) % OH;
+    const I n = i / (C * OW * OH);
     if (p.max) {
       float v = 0.0f;
-      const int k = window_argmax<S>(p, x, n, oh, ow, c, &v);
+      const int k = window_argmax<S, I>(p, x, n, oh, ow, c, &v);
       y[i] = S::store(v, false);
       if (argmax != nullptr) argmax[i] = k;
       continue;
     }
-    const std::int64_t h0 = oh * p.sh - p.ph, w0 = ow * p.sw - p.pw;
+    const I h0 = oh * p.sh - p.ph, w0 = ow * p.sw - p.pw;
     float sum = 0.0f;
     for (int a = 0; a < p.kh; ++a) {
-      const std::int64_t h = h0 + a;
-      if (h < 0 || h >= p.h) continue;
+      const I h = h0 + a;
+      if (h < 0 || h >= H) continue;
       for (int b = 0; b < p.kw; ++b) {
-        const std::int64_t w = w0 + b;
-        if (w < 0 || w >= p.w) continue;
-        sum += S::load(x[((n * p.h + h) * p.w + w) * p.c + c]);
+        const I w = w0 + b;
+        if (w < 0 || w >= W) continue;
+        sum += S::load(x[((n * H + h) * W + w) * C + c]);
       }
     }
-    y[i] = S::store(element::pool_average(sum, window_count(p, oh, ow)), false);
+    y[i] = S::store(element::pool_average(sum, window_count<I>(p, oh, ow)), false);
   }
 }
 
 // Output windows along one axis that contain input position `pos`: [lo, hi] (empty when lo > hi).
-__device__ __forceinline__ void windows_of(std::int64_t pos, int pad, int k, int stride,
-                                           std::int64_t out, std::int64_t* lo, std::int64_t* hi) {
-  const std::int64_t first = pos + pad - k + 1;  // oh*stride >= first
+template <class I>
+__device__ __forceinline__ void windows_of(I pos, int pad, int k, int stride, I out, I* lo, I* hi) {
+  const I first = pos + pad - k + 1;  // oh*stride >= first
   *lo = first <= 0 ? 0 : (first + stride - 1) / stride;
-  const std::int64_t last = (pos + pad) / stride;
+  const I last = (pos + pad) / stride;
   *hi = last < out - 1 ? last : out - 1;
 }
 
-template <class S>
+template <class S, class I>
 __global__ void __launch_bounds__(kThreads)
     pool_backward_kernel(PoolShape p, const elem_t<S>* dy, const elem_t<S>* x,
                          const std::int32_t* argmax, elem_t<S>* dx) {
+  const I H = static_cast<I>(p.h), W = static_cast<I>(p.w), C = static_cast<I>(p.c);
+  const I OH = static_cast<I>(p.oh), OW = static_cast<I>(p.ow);
   const std::int64_t total = p.n * p.h * p.w * p.c;
-  for (std::int64_t i = global_thread(); i < total; i += grid_threads()) {
-    const std::int64_t c = i % p.c, w = i / p.c % p.w, h = i / (p.c * p.w) % p.h;
-    const std::int64_t n = i / (p.c * p.w * p.h);
-    std::int64_t oh0, oh1, ow0, ow1;
-    windows_of(h, p.ph, p.kh, p.sh, p.oh, &oh0, &oh1);
-    windows_of(w, p.pw, p.kw, p.sw, p.ow, &ow0, &ow1);
+  for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
+    const I i = static_cast<I>(e);
+    const I c = i % C, w = i / C % W, h = i / (C * W) % H;
+    const I n = i / (C * W * H);
+    I oh0, oh1, ow0, ow1;
+    windows_of<I>(h, p.ph, p.kh, p.sh, OH, &oh0, &oh1);
+    windows_of<I>(w, p.pw, p.kw, p.sw, OW, &ow0, &ow1);
     float sum = 0.0f;
-    for (std::int64_t oh = oh0; oh <= oh1; ++oh)
-      for (std::int64_t ow = ow0; ow <= ow1; ++ow) {
-        const std::int64_t o = ((n * p.oh + oh) * p.ow + ow) * p.c + c;
+    for (I oh = oh0; oh <= oh1; ++oh)
+      for (I ow = ow0; ow <= ow1; ++ow) {
+        const I o = ((n * OH + oh) * OW + ow) * C + c;
         const float g = S::load(dy[o]);
         if (p.max) {
           const int here =
               static_cast<int>((h - (oh * p.sh - p.ph)) * p.kw + (w - (ow * p.sw - p.pw)));
           float unused = 0.0f;
           const int k =
-              argmax != nullptr ? argmax[o] : window_argmax<S>(p, x, n, oh, ow, c, &unused);
+              argmax != nullptr ? argmax[o] : window_argmax<S, I>(p, x, n, oh, ow, c, &unused);
           if (k == here) sum += g;
         } else {
-          sum += element::pool_average(g, window_count(p, oh, ow));
+          sum += element::pool_average(g, window_count<I>(p, oh, ow));
         }
       }
     dx[i] = S::store(sum, false);
@@ -149,7 +160,42 @@ __global__ void permute_kernel(const elem_t<Src>* src, elem_t<Dst>* dst, std::in
   }
 }
 
+// A matrix with a short side (an RGB image's 3 channels): the tiles above would leave most of
+// their threads idle, so one thread per element of the long side moves its whole short line.
+// src is [images, rows, cols]; dst [images, cols, rows]. Each element converted once, as above.
+template <class Src, class Dst>
+__global__ void __launch_bounds__(kThreads)
+    permute_short_side_kernel(const elem_t<Src>* src, elem_t<Dst>* dst, std::int64_t images,
+                              std::int64_t rows, std::int64_t cols) {
+  const bool short_rows = rows <= cols;
+  const std::int64_t long_side = short_rows ? cols : rows, short_side = short_rows ? rows : cols;
+  const std::int64_t total = images * long_side;
+  for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
+    const std::int64_t img = e / long_side, at = e % long_side;
+    const elem_t<Src>* s = src + img * rows * cols;
+    elem_t<Dst>* d = dst + img * rows * cols;
+    // Short rows: column `at` of src (reads coalesced across the warp's columns) becomes row `at`
+    // of dst. Short columns: row `at` of src becomes column `at` of dst.
+    for (std::int64_t k = 0; k < short_side; ++k) {
+      if (short_rows)
+        d[at * rows + k] = Dst::store(Src::load(s[k * cols + at]), false);
+      else
+        d[k * rows + at] = Dst::store(Src::load(s[at * cols + k]), false);
+    }
+  }
+}
+
 }  // namespace
+
+bool pool_index_fits(const PoolShape& p) {
+  // Every index the kernels form is below the larger tensor's element count, and every partial
+  // product ((n * H + h) * W + w) is below its row's start: both under 2^31 - 1 (with the window's
+  // reach past the edge, at most a kernel's height and width, as margin).
+  constexpr std::int64_t kLimit = 0x7FFFFFFF;
+  const std::int64_t in = p.n * (p.h + p.kh) * (p.w + p.kw) * p.c;
+  const std::int64_t out = p.n * (p.oh + p.kh) * (p.ow + p.kw) * p.c;
+  return in < kLimit && out < kLimit;
+}
 
 cudaError_t pool_forward(const PoolShape& p, const void* x, Elem t, void* y, std::int32_t* argmax,
                          cudaStream_t stream) {
@@ -157,8 +203,12 @@ cudaError_t pool_forward(const PoolShape& p, const void* x, Elem t, void* y, std
   if (total == 0) return cudaSuccess;
   const bool ok = with_float_storage(t, [&](auto s) {
     using S = decltype(s);
-    pool_forward_kernel<S><<<grid_for(total), kThreads, 0, stream>>>(
-        p, static_cast<const elem_t<S>*>(x), static_cast<elem_t<S>*>(y), argmax);
+    if (pool_index_fits(p))
+      pool_forward_kernel<S, std::int32_t><<<grid_for(total), kThreads, 0, stream>>>(
+          p, static_cast<const elem_t<S>*>(x), static_cast<elem_t<S>*>(y), argmax);
+    else
+      pool_forward_kernel<S, std::int64_t><<<grid_for(total), kThreads, 0, stream>>>(
+          p, static_cast<const elem_t<S>*>(x), static_cast<elem_t<S>*>(y), argmax);
   });
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
@@ -169,9 +219,14 @@ cudaError_t pool_backward(const PoolShape& p, const void* dy, const void* x,
   if (total == 0) return cudaSuccess;
   const bool ok = with_float_storage(t, [&](auto s) {
     using S = decltype(s);
-    pool_backward_kernel<S><<<grid_for(total), kThreads, 0, stream>>>(
-        p, static_cast<const elem_t<S>*>(dy), static_cast<const elem_t<S>*>(x), argmax,
-        static_cast<elem_t<S>*>(dx));
+    if (pool_index_fits(p))
+      pool_backward_kernel<S, std::int32_t><<<grid_for(total), kThreads, 0, stream>>>(
+          p, static_cast<const elem_t<S>*>(dy), static_cast<const elem_t<S>*>(x), argmax,
+          static_cast<elem_t<S>*>(dx));
+    else
+      pool_backward_kernel<S, std::int64_t><<<grid_for(total), kThreads, 0, stream>>>(
+          p, static_cast<const elem_t<S>*>(dy), static_cast<const elem_t<S>*>(x), argmax,
+          static_cast<elem_t<S>*>(dx));
   });
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
@@ -179,6 +234,20 @@ cudaError_t pool_backward(const PoolShape& p, const void* dy, const void* x,
 cudaError_t permute_images(const void* src, Elem st, void* dst, Elem dt, std::int64_t images,
                            std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
   if (images * rows * cols == 0) return cudaSuccess;
+  if (std::min(rows, cols) <= kShortSide) {
+    bool ok = false;
+    with_float_storage(st, [&](auto s) {
+      using Src = decltype(s);
+      ok = with_float_storage(dt, [&](auto d) {
+        using Dst = decltype(d);
+        permute_short_side_kernel<Src, Dst>
+            <<<grid_for(images * std::max(rows, cols)), kThreads, 0, stream>>>(
+                static_cast<const elem_t<Src>*>(src), static_cast<elem_t<Dst>*>(dst), images, rows,
+                cols);
+      });
+    });
+    return ok ? cudaGetLastError() : cudaErrorInvalidValue;
+  }
   const dim3 grid(static_cast<unsigned>((cols + 31) / 32),
                   static_cast<unsigned>(std::min<std::int64_t>((rows + 31) / 32, 65535)),
                   static_cast<unsigned>(std::min<std::int64_t>(images, 65535)));

@@ -8,14 +8,39 @@ namespace mixtrain::backend_cuda::kernels {
 
 namespace {
 
+// Each thread takes kUnroll of its grid-stride elements a round and issues their loads (input by
+// input) before any of their arithmetic, so kUnroll loads per input are in flight instead of one:
+// an element's own operations, and their order, are those of one element at a time.
+constexpr int kUnroll = 4;
+
 // xs: count tensors of [n] (any storage dtype each); y [n] in the storage type S.
 template <class S>
 __global__ void __launch_bounds__(kThreads)
     residual_kernel(ResidualInputs xs, bool relu, elem_t<S>* y, std::int64_t n) {
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
-    float sum = load(xs.data[0], xs.type[0], i);
-    for (int k = 1; k < xs.count; ++k) sum = sum + load(xs.data[k], xs.type[k], i);
-    y[i] = S::store(element::residual_output(sum, relu), false);
+  const std::int64_t stride = grid_threads();
+  for (std::int64_t i0 = global_thread(); i0 < n; i0 += kUnroll * stride) {
+    float sum[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t i = i0 + u * stride;
+      sum[u] = i < n ? load(xs.data[0], xs.type[0], i) : 0.0f;
+    }
+    for (int k = 1; k < xs.count; ++k) {
+      float v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::int64_t i = i0 + u * stride;
+        v[u] = i < n ? load(xs.data[k], xs.type[k], i) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) sum[u] = sum[u] + v[u];
+    }
+    // Every input's element was read above by this thread: y may be one of the inputs.
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t i = i0 + u * stride;
+      if (i < n) y[i] = S::store(element::residual_output(sum[u], relu), false);
+    }
   }
 }
 
@@ -24,9 +49,22 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     residual_backward_kernel(const void* dy, Elem dyt, const void* y, Elem yt, bool relu,
                              ResidualGrads dxs, std::int64_t n) {
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const float g = element::residual_grad(load(dy, dyt, i), relu ? load(y, yt, i) : 0.0f, relu);
-    for (int k = 0; k < dxs.count; ++k) store(dxs.data[k], dxs.type[k], i, g);
+  const std::int64_t stride = grid_threads();
+  for (std::int64_t i0 = global_thread(); i0 < n; i0 += kUnroll * stride) {
+    float d[kUnroll], out[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t i = i0 + u * stride;
+      d[u] = i < n ? load(dy, dyt, i) : 0.0f;
+      out[u] = relu && i < n ? load(y, yt, i) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t i = i0 + u * stride;
+      if (i >= n) continue;
+      const float g = element::residual_grad(d[u], out[u], relu);
+      for (int k = 0; k < dxs.count; ++k) store(dxs.data[k], dxs.type[k], i, g);
+    }
   }
 }
 

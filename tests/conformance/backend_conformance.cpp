@@ -3416,9 +3416,11 @@ TEST_P(Conformance, ImagePermutesEveryDtypePair) {
   using C = sdk::ConvolutionOp;
   if (!tested_convolution->supports(C::to_channels_last, std::vector<DType>(2, DType::fp32)))
     ADD_FAILURE() << "the convolution facet must support to_channels_last in fp32";
-  // Odd sizes, and one image wider than a 32x32 tile in both directions.
+  // Odd sizes, one image wider than a 32x32 tile in both directions, and RGB images (a side of
+  // 3, which the CUDA backend moves a line per thread instead of by tiles).
   for (const auto& [n, ch, h, w] :
-       {std::array<std::int64_t, 4>{2, 5, 3, 7}, std::array<std::int64_t, 4>{1, 40, 9, 9}}) {
+       {std::array<std::int64_t, 4>{2, 5, 3, 7}, std::array<std::int64_t, 4>{1, 40, 9, 9},
+        std::array<std::int64_t, 4>{2, 3, 33, 35}}) {
     const Shape first{n, ch, h, w}, last{n, h, w, ch};
     const auto values = random_values(static_cast<std::size_t>(first.numel()), 90, -3.f, 3.f);
     for (DType st : kStorageFloats)

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "cuda_column_sums.h"
 #include "cuda_gradient_check_facet.h"
 #include "cuda_test_util.h"
 #include "mixtrain/sdk/error.h"
@@ -37,6 +38,63 @@ TEST_F(backend_cuda_vs_cpu, BiasGrad) {
         gd.set(bias);
         gpu<sdk::ActivationFacet>().bias_grad(gy, gd, accumulate);
         EXPECT_EQ(gd.get(), first) << "bias_grad not reproducible, " << what;
+      }
+    }
+  }
+}
+
+// The finish of the split column sums (kernels::launch_column_finish over split_sums,
+// cuda_device.cuh) against the serial loop it stands for, bit for bit: per column
+// `double t = 0.0; for (s ...) t += p[s, j];`, then the accumulate and one rounding. Partials of
+// magnitudes 2^-20..2^20 (another order of additions would change the bits), splits on both
+// sides of a staged chunk (256 fp32 splits of one sum, 128 of two), widths that leave a partial
+// tile of 32 columns; one sum, both, and the second alone.
+TEST_F(backend_cuda_vs_cpu, ColumnFinishAddsTheSplitsInOrder) {
+  const auto bits = [](const std::vector<float>& v) {
+    std::vector<std::uint32_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+    return b;
+  };
+  const std::pair<std::int64_t, std::int64_t> splits_by_width[] = {
+      {0, 5}, {1, 33}, {128, 768}, {255, 40}, {256, 31}, {257, 70}, {512, 768}, {600, 65}};
+  for (const auto& [splits, n] : splits_by_width) {
+    // One spare split row, so that zero splits still allocate; the kernel must not read it.
+    std::vector<std::vector<float>> partials;
+    for (std::uint32_t seed : {11u, 12u}) {
+      auto p = random_values(static_cast<std::size_t>((splits + 1) * n), seed);
+      std::mt19937 rng(seed);
+      std::uniform_int_distribution<int> exponent(-20, 20);
+      for (float& v : p) v = std::ldexp(v, exponent(rng));
+      partials.push_back(std::move(p));
+    }
+    const auto init = random_values(static_cast<std::size_t>(n), 13);
+    Tensor gp1(gpu(), DType::fp32, {splits + 1, n}, partials[0]);
+    Tensor gp2(gpu(), DType::fp32, {splits + 1, n}, partials[1]);
+    for (bool accumulate : {false, true}) {
+      for (int which : {1, 2, 3}) {  // bit 0: the first sum, bit 1: the second
+        const std::string what = "splits " + std::to_string(splits) + " n " + std::to_string(n) +
+                                 (accumulate ? " accumulate" : "") + " sums " +
+                                 std::to_string(which);
+        Tensor out1(gpu(), DType::fp32, {n}, init), out2(gpu(), DType::fp32, {n}, init);
+        float* o1 = (which & 1) != 0 ? static_cast<float*>(out1.view().data) : nullptr;
+        float* o2 = (which & 2) != 0 ? static_cast<float*>(out2.view().data) : nullptr;
+        gpu().synchronize();
+        kernels::launch_column_finish(static_cast<const float*>(gp1.view().data),
+                                      static_cast<const float*>(gp2.view().data), splits, n, o1, o2,
+                                      accumulate, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+        for (int k = 0; k < 2; ++k) {
+          const bool wanted = (which & (1 << k)) != 0;
+          std::vector<float> want = init;
+          for (std::int64_t j = 0; wanted && j < n; ++j) {
+            double t = 0.0;
+            for (std::int64_t s = 0; s < splits; ++s)
+              t += static_cast<double>(partials[k][static_cast<std::size_t>(s * n + j)]);
+            want[j] = static_cast<float>((accumulate ? static_cast<double>(init[j]) : 0.0) + t);
+          }
+          EXPECT_EQ(bits((k == 0 ? out1 : out2).get()), bits(want))
+              << what << ": sum " << k + 1 << (wanted ? "" : " written without being asked for");
+        }
       }
     }
   }

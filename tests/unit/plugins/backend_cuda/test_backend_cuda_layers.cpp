@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_convolution.h"
 #include "cuda_element_math.h"
 #include "cuda_test_util.h"
 #include "mixtrain/sdk/backend_plan_report.h"
@@ -316,6 +317,19 @@ PoolGradient pool_gradient(const sdk::Pool2dGeometry& p, const std::vector<float
           }
         }
   return r;
+}
+
+// The pooling kernels' index width (host only): 32-bit where every index fits, ResNet-50's
+// first max pool at batch 128 among them; 64-bit past 2^31 elements.
+TEST(cuda_pool_index, ThirtyTwoBitIndicesOnlyWhereEveryIndexFits) {
+  kernels::PoolShape p{128, 64, 112, 112, 56, 56, 3, 3, 2, 2, 1, 1, true, false};
+  EXPECT_TRUE(kernels::pool_index_fits(p));
+  p.n = 2048;  // 1.64e9 input elements (1.73e9 with the window margin)
+  EXPECT_TRUE(kernels::pool_index_fits(p));
+  p.n = 2600;  // 2.09e9 elements, past 2^31 - 1 with the margin
+  EXPECT_FALSE(kernels::pool_index_fits(p));
+  p.n = 4096;
+  EXPECT_FALSE(kernels::pool_index_fits(p));
 }
 
 TEST_F(backend_cuda_layers, PoolingMatchesTheCpu) {
