@@ -26,7 +26,7 @@ __global__ void check_labels_kernel(const std::int32_t* labels, std::int64_t row
 // the whole block for rows of at least kBlockRowClasses classes. A language model's chunked loss
 // runs 1024 rows of 50257 a launch: a warp per row made 128 blocks of 8 warps, one per SM, too few
 // loads in flight to near the memory's bandwidth; a block per row makes 1024 blocks of 256
-// threads, 8 resident per SM.
+// threads (4 resident per SM at its 56 registers, 8 loads in flight each).
 constexpr std::int64_t kBlockRowClasses = 512;
 
 // The row's threads' combined value, the same in every thread of the row: a warp's butterfly
@@ -132,6 +132,9 @@ __global__ void softmax_xent_rows_kernel(const typename L::T* logits, const std:
     row_loss[row] = element::xent_row_loss(lse, zy, z_sum, eps, classes);
     row_ok[row] = best.at == y ? 1 : 0;
   }
+  // A warp's shuffles order its lanes' registers, not their memory: the barrier orders every
+  // lane's read of z[y] above before the label lane's dlogits write over it (in place).
+  if constexpr (kRowThreads == 32) __syncwarp();
   if (dlogits != nullptr) {
     const float on = element::xent_target_on(eps, classes);
     const float off = element::xent_target_off(eps, classes);
