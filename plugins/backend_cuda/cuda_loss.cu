@@ -29,12 +29,26 @@ __global__ void check_labels_kernel(const std::int32_t* labels, std::int64_t row
 // threads (4 resident per SM at its 56 registers, 8 loads in flight each).
 constexpr std::int64_t kBlockRowClasses = 512;
 
+// A candidate maximum: the value and its class (-1: none seen).
+struct ArgMax {
+  float value;
+  long long at;
+};
+
+// Lane (this lane ^ o)'s value, for row_reduce's butterfly.
+__device__ __forceinline__ double shuffle_xor(double v, int o) {
+  return __shfl_xor_sync(0xFFFFFFFFu, v, o);
+}
+__device__ __forceinline__ ArgMax shuffle_xor(ArgMax v, int o) {
+  return {__shfl_xor_sync(0xFFFFFFFFu, v.value, o), __shfl_xor_sync(0xFFFFFFFFu, v.at, o)};
+}
+
 // The row's threads' combined value, the same in every thread of the row: a warp's butterfly
 // (every lane ends with the same value), then, for a block-wide row, the warps' values combined in
 // warp order from shared memory. The trailing barrier lets the next reduction reuse `partial`.
 template <int kRowThreads, class T, class Combine>
 __device__ __forceinline__ T row_reduce(T v, T* partial, Combine&& combine) {
-  for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  for (int o = 16; o > 0; o >>= 1) v = combine(v, shuffle_xor(v, o));
   if constexpr (kRowThreads == 32) {
     return v;
   } else {
@@ -46,12 +60,6 @@ __device__ __forceinline__ T row_reduce(T v, T* partial, Combine&& combine) {
     return total;
   }
 }
-
-// A candidate maximum: the value and its class (-1: none seen).
-struct ArgMax {
-  float value;
-  long long at;
-};
 
 // kRowThreads threads per row: max and argmax (the CPU's scan: first maximum; a NaN z[0] stays),
 // log-sum-exp and the row's loss in double (sum of fp32 exponentials, as the CPU reference),
@@ -101,17 +109,7 @@ __global__ void softmax_xent_rows_kernel(const typename L::T* logits, const std:
   const auto better = [](ArgMax a, ArgMax b) {
     return element::argmax_beats(b.value, b.at, a.value, a.at) ? b : a;
   };
-  for (int o = 16; o > 0; o >>= 1) {
-    const ArgMax other{__shfl_xor_sync(0xFFFFFFFFu, best.value, o),
-                       __shfl_xor_sync(0xFFFFFFFFu, best.at, o)};
-    best = better(best, other);
-  }
-  if constexpr (kRowThreads > 32) {
-    if ((threadIdx.x & 31) == 0) max_partial[threadIdx.x >> 5] = best;
-    __syncthreads();
-    best = max_partial[0];
-    for (int w = 1; w < kRowThreads / 32; ++w) best = better(best, max_partial[w]);
-  }
+  best = row_reduce<kRowThreads>(best, max_partial, better);
   // z[y] is read by every thread before the sums' shuffles and barriers, so no thread's dlogits
   // write below can precede it even when dlogits shares the logits' buffer.
   const std::int32_t y = labels[row];
