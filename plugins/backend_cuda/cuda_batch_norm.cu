@@ -191,17 +191,24 @@ void launch_apply(const BnForward& a, const float* mean, const float* scale_shif
       static_cast<elem_t<S>*>(a.y), a.rows * a.channels, a.channels, mean, scale_shift, a.relu);
 }
 
-// g: dy masked by the fused ReLU.
+// g: dy masked by the fused ReLU, from the element's decoded dy, x (read for mask 1) and y
+// (mask 2).
+__device__ __forceinline__ float bn_mask_rule(const BnBackward& a, float dy, float x, float y,
+                                              std::int64_t c) {
+  if (a.mask == 1)
+    return element::bn_relu_mask(x, dy, a.save_mean[c], a.scale_shift[c],
+                                 a.scale_shift[a.channels + c]);
+  if (a.mask == 2) return y > 0.0f ? dy : 0.0f;
+  return dy;
+}
+
+// bn_mask_rule on element i, loading only what the mask reads.
 template <class S>
 __device__ __forceinline__ float bn_masked(const BnBackward& a, const elem_t<S>* x,
                                            const elem_t<S>* dy, const elem_t<S>* y, std::int64_t i,
                                            std::int64_t c) {
-  const float g = S::load(dy[i]);
-  if (a.mask == 1)
-    return element::bn_relu_mask(S::load(x[i]), g, a.save_mean[c], a.scale_shift[c],
-                                 a.scale_shift[a.channels + c]);
-  if (a.mask == 2) return S::load(y[i]) > 0.0f ? g : 0.0f;
-  return g;
+  return bn_mask_rule(a, S::load(dy[i]), a.mask == 1 ? S::load(x[i]) : 0.0f,
+                      a.mask == 2 ? S::load(y[i]) : 0.0f, c);
 }
 
 // partial[(split * 2 + 0) * C + c] = Σ g, [.. + 1] = Σ g·(x - mean).
@@ -289,13 +296,7 @@ __global__ void __launch_bounds__(kThreads) bn_grad_input_kernel(BnBackward a, c
     for (int u = 0; u < kElementUnroll; ++u) {
       const std::int64_t i = i0 + u * stride;
       if (i >= n) break;
-      // bn_masked's rule on the values loaded above.
-      float g = gv[u];
-      if (a.mask == 1)
-        g = element::bn_relu_mask(xv[u], g, a.save_mean[c[u]], a.scale_shift[c[u]],
-                                  a.scale_shift[a.channels + c[u]]);
-      else if (a.mask == 2)
-        g = yv[u] > 0.0f ? g : 0.0f;
+      const float g = bn_mask_rule(a, gv[u], xv[u], yv[u], c[u]);
       dx[i] = S::store(element::bn_grad_input(g, xv[u], a.save_mean[c[u]], coeff[c[u]],
                                               coeff[ch + c[u]], coeff[2 * ch + c[u]]),
                        false);
