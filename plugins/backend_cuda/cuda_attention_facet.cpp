@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <exception>
 #include <string>
+#include <string_view>
 
 #include "cuda_access.h"
 #include "cuda_attention.h"
@@ -121,18 +122,24 @@ SdpaCall prepare_sdpa(CudaContext& context, const sdpa::Key& key, const char* op
   cudnnHandle_t handle = st.handle.get(context.stream, op);
   const auto bytes = static_cast<std::size_t>(st.graphs.workspace_bytes(key, handle, op));
   // The plan-time probe (flash_refusal) built one sequence's graphs; the batch's workspace is
-  // first known here, so running out of memory for it is an error that says what to change.
-  const std::string buffer =
-      "cuDNN's flash-attention workspace (batch " + std::to_string(key.batch) + " of " +
-      std::to_string(key.tokens) + " tokens, " + std::to_string(key.heads) + " heads of " +
-      std::to_string(key.head_dim) + (key.deterministic ? ", deterministic backward)" : ")");
-  const std::string fix =
-      key.deterministic
-          ? "reduce the batch size, or set backend.cuda.deterministic_attention = false "
-            "(cuDNN's faster kernels; resume is then no longer bit-exact)"
-          : "reduce the batch size, or set model.fused_attention = false (the unfused "
-            "attention)";
-  void* ws = bytes > 0 ? st.workspace.get(bytes, context.stream, op, buffer, fix) : nullptr;
+  // first known here, so running out of memory for it is an error that says what to change. The
+  // words are made only when the workspace grows, not on every call.
+  void* ws = nullptr;
+  if (bytes > 0 && bytes <= st.workspace.capacity()) {
+    ws = st.workspace.get(bytes, context.stream, op);
+  } else if (bytes > 0) {
+    const std::string buffer =
+        "cuDNN's flash-attention workspace (batch " + std::to_string(key.batch) + " of " +
+        std::to_string(key.tokens) + " tokens, " + std::to_string(key.heads) + " heads of " +
+        std::to_string(key.head_dim) + (key.deterministic ? ", deterministic backward)" : ")");
+    const std::string_view fix =
+        key.deterministic
+            ? "reduce the batch size, or set backend.cuda.deterministic_attention = false "
+              "(cuDNN's faster kernels; resume is then no longer bit-exact)"
+            : "reduce the batch size, or set model.fused_attention = false (the unfused "
+              "attention)";
+    ws = st.workspace.get(bytes, context.stream, op, buffer, fix);
+  }
   context.account_buffers();
   return {handle, ws};
 }
