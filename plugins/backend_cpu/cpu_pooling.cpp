@@ -2,8 +2,9 @@
 // channels-last [N, H, W, C] activations.
 //
 // - fp32 and bf16 run natively in oneDNN's pooling (bf16 results rounded by oneDNN, RNE; a bf16
-//   key whose kernel is a reference kernel takes the fp32 route instead); fp16 goes through fp32
-//   scratch (exact decode, one RNE encode of the result).
+//   key whose kernel is a reference kernel, and every bf16 key on a CPU without AVX-512, where
+//   oneDNN 2.6 has no bf16 pooling, take the fp32 route instead); fp16 goes through fp32 scratch
+//   (exact decode, one RNE encode of the result).
 // - Max pooling's forward in training (a workspace given) keeps oneDNN's argmax indices in the
 //   caller's workspace (pool2d_workspace_bytes: oneDNN's workspace_desc, u8 indices for windows of
 //   fewer than 256 elements); its backward routes dy through them. Without a workspace the
@@ -139,11 +140,34 @@ PoolEntry& backward_entry(PrimitiveCache& cache, std::string_view op, const sdk:
       [&] { return problem_text("pool2d_backward", g, dt); });
 }
 
-// bf16 natively unless oneDNN only has a reference kernel for it; fp32 storage natively; fp16
-// (and a bf16 fallback) through fp32 scratch.
+// Whether oneDNN has bf16 pooling on this CPU at all. oneDNN 2.6 takes bf16 data only where the
+// CPU has AVX-512 (avx512_core): on an AVX2-only CPU every bf16 pooling fails to create. Asked
+// once per process, for a small max pooling.
+bool onednn_has_bf16_pooling(const dnnl::engine& engine) {
+  static const bool has = [&engine] {
+    sdk::Pool2dGeometry g;
+    g.kind = sdk::PoolKind::max;
+    g.batch = 1;
+    g.channels = 16;
+    g.height = g.width = 4;
+    g.kernel_h = g.kernel_w = 2;
+    g.stride_h = g.stride_w = 2;
+    try {
+      (void)forward_pd(engine, g, memory::data_type::bf16, true);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
+// bf16 natively unless oneDNN has no bf16 pooling here or only a reference kernel for it; fp32
+// storage natively; fp16 (and a bf16 fallback) through fp32 scratch.
 memory::data_type pool_type(PrimitiveCache& cache, std::string_view op,
                             const sdk::Pool2dGeometry& g, DType dtype) {
-  if (dtype != DType::bf16) return memory::data_type::f32;
+  if (dtype != DType::bf16 || !onednn_has_bf16_pooling(cache.engine()))
+    return memory::data_type::f32;
   const bool training = g.kind == sdk::PoolKind::max;
   const auto& e = forward_entry(cache, op, g, memory::data_type::bf16, training);
   return is_reference_kernel(e.implementation) ? memory::data_type::f32 : memory::data_type::bf16;
