@@ -2286,6 +2286,12 @@ TEST_P(Conformance, Conv2dEveryDtypeAndGeometryMatchesADoubleReference) {
        conv_geometry(2, 4, 9, 8, 6, 3, 2, 2, 1, 1, 0, 1, 2, 2), true},
       {"depthwise dilation 2", conv_geometry(3, 8, 6, 6, 8, 3, 3, 1, 1, 2, 2, 2, 2, 8), false},
       {"1x1 stride 2", conv_geometry(2, 16, 8, 8, 8, 1, 1, 2, 2, 0, 0, 1, 1, 1), true},
+      // Fewer input channels than a SIMD block (8 with AVX2, 16 with AVX-512): oneDNN 2.6's 1x1
+      // weight-gradient kernels overran their buffers here (cpu_conv_primitives.cpp).
+      {"1x1 stride 2, 4 -> 8 channels", conv_geometry(4, 4, 16, 16, 8, 1, 1, 2, 2, 0, 0, 1, 1, 1),
+       false},
+      {"1x1 stride 2, 12 -> 16 channels",
+       conv_geometry(4, 12, 16, 16, 16, 1, 1, 2, 2, 0, 0, 1, 1, 1), true},
       {"floor: 7x6 stride 2 no pad", conv_geometry(2, 5, 7, 6, 3, 3, 3, 2, 2, 0, 0, 1, 1, 1),
        false},
   };
