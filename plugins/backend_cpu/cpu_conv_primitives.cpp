@@ -153,7 +153,7 @@ std::string problem_text(std::string_view op, const sdk::Conv2dGeometry& g, memo
 // input into a unit-stride buffer first, and that copy runs past the buffer when the input has
 // fewer channels than the kernel's channel block (8 with AVX2, 16 with AVX-512): wrong weight
 // gradients, a spinning thread team, or a corrupted heap (oneDNN issue 6035; probed on AVX2 with
-// 1 to 7 input channels, README.md). Such a convolution takes oneDNN's next implementation.
+// 4 input channels, README.md). Such a convolution takes oneDNN's next implementation.
 bool overruns_its_workspace(const sdk::Conv2dGeometry& g, std::string_view implementation) {
   const bool strided_1x1 = g.kernel_h == 1 && g.kernel_w == 1 && (g.stride_h > 1 || g.stride_w > 1);
   return strided_1x1 && g.in_channels / g.groups < 16 && implementation.starts_with("jit_1x1");

@@ -11,6 +11,9 @@
 // - A Winograd key oneDNN cannot serve (creation fails, or only a reference kernel) gives an
 //   entry with usable = false and the reason in `implementation`: the caller then runs direct. A
 //   direct key that oneDNN cannot create throws BackendError naming the geometry.
+// - A weight gradient never runs oneDNN 2.6's jit_1x1 kernels where they overrun their buffer
+//   (a strided 1x1 convolution with fewer than 16 input channels per group): it takes oneDNN's
+//   next implementation, or throws BackendError when there is none.
 // - to_primitive / primitive_output / from_primitive move an activation into and out of the
 //   entry's layout through the cache's scratch `slot` (no copy when no reorder is needed).
 // - Entries live in the PrimitiveCache as long as the backend; not thread-safe (one backend, one
