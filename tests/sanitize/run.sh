@@ -34,9 +34,13 @@ export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
 # - ResnetParityTorch: ResNet-20 trained for 30 to 200 steps on both sides to compare numerics
 #   with PyTorch; under ASan it would take most of CI's budget, and the same convolution, batch
 #   norm and pooling code runs sanitized in the CnnOps, Cnn and conformance tests.
+# - Precision.UnderflowDemoFailsInFp16AndIsRescuedByTheDynamicScalerAndByBf16: four 400-step
+#   runs of the underflow demo (batch 2048) for their held-out accuracy, about 3 minutes under
+#   ASan; the demo's config, fp16-mixed and the dynamic scaler run sanitized in Calibrate.* and
+#   RunControl.*, and the accuracy claims in the README's test command.
 # - install.samples_out_of_tree: it builds the samples out of tree against the installed SDK,
 #   without the sanitizer flags, so its programs cannot load this build's instrumented
 #   libraries; it tests the install layout, which the README's test command covers.
-exclude='ConfigSwaps|ResnetParityTorch|^install\.samples_out_of_tree$'
+exclude='ConfigSwaps|ResnetParityTorch|^Precision\.UnderflowDemo|^install\.samples_out_of_tree$'
 # --timeout: a hang fails its test after 20 minutes instead of running into CI's 90-minute limit.
 ctest --test-dir "$build" --output-on-failure -j"${JOBS:-2}" -E "$exclude" --timeout 1200
