@@ -29,7 +29,6 @@
 // Skipped, with the reason, where /usr/bin/python3 cannot import torch.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -277,11 +276,9 @@ TEST_F(ResnetParityTorch, Bf16MixedHeldOutAccuracyWithinOnePointOfFp32) {
   // AVX2-only CPU; mixtrain's summary says its bf16 GEMMs are emulated there), PyTorch 1.13's
   // bf16 convolutions take its reference path, about a second a step, and that run alone would
   // take minutes of the suite: it is left out, saying so.
-  std::ifstream summary_file(dir_ / "bf16" / "summary.json");
-  const json summary = json::parse(summary_file, nullptr, false);
-  ASSERT_TRUE(summary.is_object());
-  const json& bf16_gemm = summary["precision"]["gemm_inputs"]["bf16"];
-  ASSERT_TRUE(bf16_gemm.is_object()) << summary["precision"].dump();
+  const json bf16_summary = summary(dir_ / "bf16");
+  const json& bf16_gemm = bf16_summary["precision"]["gemm_inputs"]["bf16"];
+  ASSERT_TRUE(bf16_gemm.is_object()) << bf16_summary["precision"].dump();
   if (!bf16_gemm["native"].get<bool>()) {
     std::cout << "[ NOTE     ] PyTorch's bf16 autocast reference left out: oneDNN has no bf16 "
                  "kernels on this CPU ("
