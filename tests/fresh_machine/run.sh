@@ -30,10 +30,9 @@ done
 [[ $(id -u) -eq 0 ]] || { echo "fresh_machine: needs root (debootstrap and chroot)" >&2; exit 2; }
 src=$(cd "$(dirname "$0")/../.." && pwd)
 
-# The README's two commands: the first line of each of its first two ```sh blocks (.ci/run reads
-# the second the same way: change both together).
-mapfile -t commands < <(awk '/^```sh$/ {getline; print; n++} n == 2 {exit}' "$src/README.md")
-[[ ${#commands[@]} -eq 2 ]] || { echo "fresh_machine: README.md does not start with two \`\`\`sh commands" >&2; exit 2; }
+# The README's two commands, read as .ci/run reads the second (.ci/readme_commands.sh).
+mapfile -t commands < <(bash "$src/.ci/readme_commands.sh" "$src/README.md")
+[[ ${#commands[@]} -eq 2 ]] || exit 2  # readme_commands.sh said why
 
 if ! command -v debootstrap >/dev/null; then
   apt-get update -qq
