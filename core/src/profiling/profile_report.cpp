@@ -6,8 +6,29 @@
 #include <string_view>
 
 #include "mixtrain/core/profiling/profiling_backend.h"
+#include "mixtrain/sdk/backend_gemm.h"
 
 namespace mixtrain::core {
+
+namespace {
+
+// The GEMM facet's ops, as the profiler records them (sdk::op_name): those that multiply count as
+// GEMMs wherever they run (a wgrad with its bias gradient in the epilogue is gemm_gradient), the
+// FP8 quantizations as casts.
+bool is_gemm(std::string_view op) {
+  using sdk::GemmOp;
+  for (const GemmOp g : {GemmOp::gemm, GemmOp::gemm_strided_batched, GemmOp::gemm_grouped,
+                         GemmOp::gemm_block_scaled, GemmOp::gemm_gradient})
+    if (op == sdk::op_name(g)) return true;
+  return false;
+}
+
+bool is_cast(std::string_view op) {
+  return op == "cast" || op == sdk::op_name(sdk::GemmOp::quantize_block_scaled) ||
+         op == sdk::op_name(sdk::GemmOp::cast_transpose);
+}
+
+}  // namespace
 
 std::string profile_group(const ProfileEntry& e) {
   const std::string_view s = e.scope, op = e.op;
@@ -15,7 +36,7 @@ std::string profile_group(const ProfileEntry& e) {
   if (s == "optimizer") return "optimizer";
   if (s == "gradient checks") return "gradient checks (unscale, inf/NaN, norm)";
   if (s == "data") return "data (batch to device)";
-  if (op == "gemm" || op == "gemm_strided_batched") return "GEMMs";
+  if (is_gemm(op)) return "GEMMs";
   if (s == "attention" && (op == "softmax_forward" || op == "softmax_backward"))
     return "attention softmax";
   if (s == "attention" && (op == "flash_forward" || op == "flash_backward"))
@@ -31,7 +52,7 @@ std::string profile_group(const ProfileEntry& e) {
   if (op == "activation_forward" || op == "activation_backward") return "activations";
   if (op.starts_with("dropout_")) return "dropout";
   if (s == "embedding" || s == "position_embedding") return "embeddings";
-  if (op == "cast") return "casts";
+  if (is_cast(op)) return "casts";
   return "other ops";
 }
 

@@ -79,7 +79,9 @@ std::string format_plan_reports(const std::vector<sdk::PlanReport>* reports);
 std::string format_kernel_trace(const KernelTraceResult& k, std::int64_t steps,
                                 std::size_t top = 30);
 // The group a (scope, op) row counts in: "classifier" for the LM head and loss, "optimizer",
-// "gradient checks", "GEMMs" for the other GEMMs, "attention softmax", "layer norm", ...
+// "gradient checks" (by scope, first), "GEMMs" for every other op of the GEMM facet that
+// multiplies (gemm_gradient and gemm_block_scaled included), "casts" for casts and the FP8
+// quantizations, "attention softmax", "layer norm", ..., and "other ops" for the rest.
 std::string profile_group(const ProfileEntry& e);
 
 }  // namespace mixtrain::core
