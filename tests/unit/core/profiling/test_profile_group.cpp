@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "mixtrain/core/profiling/profiling_backend.h"
 #include "mixtrain/sdk/backend_gemm.h"
