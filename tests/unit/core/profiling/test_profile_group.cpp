@@ -21,8 +21,10 @@ ProfileEntry entry(std::string scope, std::string_view op) {
 
 TEST(ProfileGroup, EveryGemmFacetOpIsAGemmOrACast) {
   using sdk::GemmOp;
-  // Every GemmOp up to the newest (backend_gemm.h appends ops at the end of the enum).
-  for (int i = 0; i <= static_cast<int>(GemmOp::cast_transpose); ++i) {
+  // Every GemmOp, an op appended later included: the enum counts up from 0 (backend_gemm.h
+  // appends at its end) and op_name answers "?" past the last (an enum class's values are ints).
+  int i = 0;
+  for (; sdk::op_name(static_cast<GemmOp>(i)) != "?"; ++i) {
     const auto op = static_cast<GemmOp>(i);
     const bool quantizes = op == GemmOp::quantize_block_scaled || op == GemmOp::cast_transpose;
     EXPECT_EQ(profile_group(entry("linear", sdk::op_name(op))), quantizes ? "casts" : "GEMMs")
@@ -30,6 +32,7 @@ TEST(ProfileGroup, EveryGemmFacetOpIsAGemmOrACast) {
     EXPECT_EQ(profile_group(entry("conv", sdk::op_name(op))), quantizes ? "casts" : "GEMMs")
         << sdk::op_name(op);
   }
+  EXPECT_GT(i, static_cast<int>(GemmOp::cast_transpose));  // the walk reached the newest op
   EXPECT_EQ(profile_group(entry("lora", "cast")), "casts");
 }
 
