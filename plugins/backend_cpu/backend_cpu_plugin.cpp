@@ -38,7 +38,8 @@ std::vector<sdk::ComponentInfo> backend_cpu_components() {
            "CPU reference backend: oneDNN fp32/bf16 GEMM and convolution, exact tf32/fp16/fp8 "
            "emulation, OpenMP kernels",
            {sdk::OptionSpec::integer("threads", 0,
-                                     "OpenMP threads for GEMMs and kernels (0 = all cores)")
+                                     "OpenMP threads for GEMMs and kernels (0 = OMP_NUM_THREADS, "
+                                     "else all cores)")
                 .at_least(0)
                 .at_most(4096),
             sdk::OptionSpec::string("bf16_gemm", "auto",

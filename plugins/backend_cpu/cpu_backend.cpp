@@ -28,7 +28,9 @@ sdk::BackendCapabilities CpuBackend::capabilities() const {
   const CpuInfo cpu = detect_cpu();
   sdk::BackendCapabilities caps;
   caps.kind = "cpu";
-  caps.device_name = cpu.model_name + " (" + std::to_string(context_.threads()) + " threads)";
+  const int threads = context_.threads();
+  caps.device_name =
+      cpu.model_name + " (" + std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
   caps.memory_bytes = cpu.memory_bytes;
   caps.threads = context_.threads();
   caps.features = cpu.features;

@@ -14,9 +14,9 @@
 // - Kernels on small tensors (< kParallelMin elements, cpu_access.h) run on the calling thread.
 // - Element-wise kernels accept fp32 / bf16 / fp16 storage where the SDK says "storage dtype"
 //   and compute in fp32; reductions are fp32 or double.
-// - Threading: one OpenMP pool shared with oneDNN; `threads` (0 = all cores) is applied with
-//   omp_set_num_threads on the calling thread before every op. Ops run synchronously, so
-//   synchronize() is a no-op.
+// - Threading: one OpenMP pool shared with oneDNN; `threads` (0 = OMP_NUM_THREADS, else all
+//   cores) is applied with omp_set_num_threads on the calling thread before every op. Ops run
+//   synchronously, so synchronize() is a no-op.
 // - Facets: all fourteen (gemm, activation, residual, gradient_check, foreach, layer_norm,
 //   batch_norm, loss, optimizer, attention, embedding, convolution, dropout, scratch), each an
 //   object of its own source file under facets/ made over the backend's CpuContext (cpu_context.h)

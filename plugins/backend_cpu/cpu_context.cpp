@@ -14,9 +14,18 @@
 
 namespace mixtrain::backend_cpu {
 
+namespace {
+// The OpenMP runtime's starting team size: OMP_NUM_THREADS where it is set, else every core the
+// process may run on (its affinity mask). Read when the plugin loads, before any CpuContext sets
+// its own count with omp_set_num_threads, so that `threads = 0` honours OMP_NUM_THREADS as
+// PyTorch and oneDNN do: two ranks under `mpirun -x OMP_NUM_THREADS=1`, or two test programs
+// side by side, then stop fighting over the same cores.
+const int kRuntimeDefaultThreads = std::max(1, omp_get_max_threads());
+}  // namespace
+
 CpuContext::CpuContext(int threads, Bf16GemmPath bf16_gemm, Bf16ConvPath bf16_conv,
                        ConvAlgorithm conv_algorithm)
-    : threads_(threads > 0 ? threads : std::max(1, omp_get_num_procs())),
+    : threads_(threads > 0 ? threads : kRuntimeDefaultThreads),
       gemm_(std::make_unique<GemmEngine>(bf16_gemm)),
       eltwise_(std::make_unique<EltwiseEngine>()),
       prims_(std::make_unique<PrimitiveCache>()),
@@ -24,7 +33,7 @@ CpuContext::CpuContext(int threads, Bf16GemmPath bf16_gemm, Bf16ConvPath bf16_co
       conv_algorithm_(conv_algorithm) {
   if (threads < 0)
     fail("create", "threads = " + std::to_string(threads) + " is negative",
-         "use 0 for all cores or a positive thread count");
+         "use 0 for OMP_NUM_THREADS (all cores where it is unset) or a positive thread count");
   use_threads();
 }
 

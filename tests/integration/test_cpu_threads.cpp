@@ -1,0 +1,78 @@
+// The CPU backend's thread count through the real executable: `threads = 0` takes
+// OMP_NUM_THREADS where it is set (as PyTorch and oneDNN do), else every core the process may run
+// on, and an explicit `threads` wins over the variable. The count is what the run's log names.
+#include <sched.h>
+
+#include <cstdlib>
+#include <optional>
+
+#include "cli_test_support.h"
+
+namespace {
+
+using namespace mixtrain::test;
+
+// Sets (or, with nullopt, removes) an environment variable for the programs this test starts,
+// and puts the old value back at the end of the scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::optional<std::string>& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      ::setenv(name, value->c_str(), 1);
+    else
+      ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+class CpuThreads : public CliTest {
+ protected:
+  // One training step of the quickstart into this test's folder: its log names the backend.
+  CliResult one_step(const std::string& extra) {
+    return run("train " + quickstart() +
+               " --set run.steps=1 --set run.eval_every=0 --set checkpoint.every=0 --run-dir " +
+               (dir_ / "run").string() + extra);
+  }
+};
+
+std::string threads_text(int n) {
+  return " (" + std::to_string(n) + (n == 1 ? " thread)" : " threads)");
+}
+
+TEST_F(CpuThreads, ZeroTakesOmpNumThreads) {
+  const ScopedEnv env("OMP_NUM_THREADS", "1");
+  const auto r = one_step("");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(threads_text(1) + ", folder"), std::string::npos) << r.err;
+}
+
+TEST_F(CpuThreads, AnExplicitCountWinsOverOmpNumThreads) {
+  const ScopedEnv env("OMP_NUM_THREADS", "1");
+  const auto r = one_step(" --set backend.threads=3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(threads_text(3) + ", folder"), std::string::npos) << r.err;
+}
+
+TEST_F(CpuThreads, ZeroWithoutOmpNumThreadsTakesEveryCoreThisProcessMayUse) {
+  const ScopedEnv env("OMP_NUM_THREADS", std::nullopt);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+  const auto r = one_step("");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(threads_text(CPU_COUNT(&cpus)) + ", folder"), std::string::npos) << r.err;
+}
+
+}  // namespace
