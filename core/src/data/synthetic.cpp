@@ -139,20 +139,48 @@ void make_clusters(const SyntheticSpec& spec, Dataset& data) {
   }
 }
 
+// Rows go through the teacher kBlockRows at a time, transposed so that the innermost loop runs
+// across rows: kBlockRows independent sums, which the compiler keeps in vector registers, where
+// one row at a time was one long chain of dependent additions. Each row still adds its terms
+// in the same order (b, then j = 0, 1, ...), every product and sum rounded on its own, so the
+// labels are bit for bit those of the row-at-a-time loop (Synthetic.GoldenFingerprints). The
+// wide MLP's 16,384 rows of 1,024 features took 1.2 s to draw instead of 2.1 s (AMD EPYC, AVX2,
+// GCC 12 -O3); every `mixtrain check` and `train` of those configs draws them.
+constexpr std::size_t kBlockRows = 8;
+
 struct Teacher {
   std::size_t in, hidden, out;
   std::vector<double> w1, b1, w2, b2;  // [hidden, in], [hidden], [out, hidden], [out]
 
-  void logits(const float* x, std::vector<double>& h, double* z) const {
+  // x is [rows, in] (rows <= kBlockRows), z is [rows, out]. xt and h are scratch:
+  // xt [in, kBlockRows], h [hidden, kBlockRows].
+  void logits(const float* x, std::size_t rows, std::vector<double>& xt, std::vector<double>& h,
+              double* z) const {
+    std::fill(xt.begin(), xt.end(), 0.0);  // rows past `rows` compute on zeros, never read
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < in; ++j)
+        xt[j * kBlockRows + r] = static_cast<double>(x[r * in + j]);
+    double acc[kBlockRows];
+    const double* __restrict xs = xt.data();
     for (std::size_t u = 0; u < hidden; ++u) {
-      double acc = b1[u];
-      for (std::size_t j = 0; j < in; ++j) acc += w1[u * in + j] * static_cast<double>(x[j]);
-      h[u] = acc > 0.0 ? acc : 0.0;
+      const double* __restrict w = w1.data() + u * in;
+      for (std::size_t r = 0; r < kBlockRows; ++r) acc[r] = b1[u];
+      for (std::size_t j = 0; j < in; ++j) {
+        const double wj = w[j];
+        const double* __restrict xj = xs + j * kBlockRows;
+        for (std::size_t r = 0; r < kBlockRows; ++r) acc[r] += wj * xj[r];
+      }
+      for (std::size_t r = 0; r < kBlockRows; ++r)
+        h[u * kBlockRows + r] = acc[r] > 0.0 ? acc[r] : 0.0;
     }
     for (std::size_t c = 0; c < out; ++c) {
-      double acc = b2[c];
-      for (std::size_t u = 0; u < hidden; ++u) acc += w2[c * hidden + u] * h[u];
-      z[c] = acc;
+      const double* w = w2.data() + c * hidden;
+      for (std::size_t r = 0; r < kBlockRows; ++r) acc[r] = b2[c];
+      for (std::size_t u = 0; u < hidden; ++u) {
+        const double* hu = h.data() + u * kBlockRows;
+        for (std::size_t r = 0; r < kBlockRows; ++r) acc[r] += w[u] * hu[r];
+      }
+      for (std::size_t r = 0; r < rows; ++r) z[r * out + c] = acc[r];
     }
   }
 };
@@ -175,17 +203,19 @@ void make_teacher(const SyntheticSpec& spec, Dataset& data) {
   draw(t.w2, t.out * t.hidden, 1.0 / std::sqrt(static_cast<double>(t.hidden)));
   t.b2.assign(t.out, 0.0);
 
-  std::vector<double> h(t.hidden), z(t.out);
+  std::vector<double> xt(t.in * kBlockRows), h(t.hidden * kBlockRows), z(kBlockRows * t.out);
   // Centre each logit over a fixed calibration sample: a raw random teacher lets a few classes
   // win almost everywhere, and the sample is independent of `rows` so labels stay stable.
   {
     DataRng calibration(spec.seed, kCalibrationStream);
-    std::vector<float> x(t.in);
+    std::vector<float> x(kBlockRows * t.in);
     std::vector<double> mean(t.out, 0.0);
-    for (std::int64_t i = 0; i < kTeacherCalibrationRows; ++i) {
-      fill_normal(x, calibration, 1.0);
-      t.logits(x.data(), h, z.data());
-      for (std::size_t c = 0; c < t.out; ++c) mean[c] += z[c];
+    static_assert(kTeacherCalibrationRows % kBlockRows == 0);
+    for (std::int64_t i = 0; i < kTeacherCalibrationRows; i += kBlockRows) {
+      fill_normal(x, calibration, 1.0);  // kBlockRows rows, drawn in row order
+      t.logits(x.data(), kBlockRows, xt, h, z.data());
+      for (std::size_t r = 0; r < kBlockRows; ++r)
+        for (std::size_t c = 0; c < t.out; ++c) mean[c] += z[r * t.out + c];
     }
     for (std::size_t c = 0; c < t.out; ++c)
       t.b2[c] = -mean[c] / static_cast<double>(kTeacherCalibrationRows);
@@ -193,9 +223,14 @@ void make_teacher(const SyntheticSpec& spec, Dataset& data) {
 
   DataRng points(spec.seed, kPointStream);
   fill_normal(data.x, points, 1.0);
-  for (std::size_t i = 0; i < static_cast<std::size_t>(spec.rows); ++i) {
-    t.logits(data.x.data() + i * t.in, h, z.data());
-    data.y[i] = static_cast<std::int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
+  const auto rows = static_cast<std::size_t>(spec.rows);
+  for (std::size_t i = 0; i < rows; i += kBlockRows) {
+    const std::size_t block = std::min(kBlockRows, rows - i);
+    t.logits(data.x.data() + i * t.in, block, xt, h, z.data());
+    for (std::size_t r = 0; r < block; ++r) {
+      const double* zr = z.data() + r * t.out;
+      data.y[i + r] = static_cast<std::int32_t>(std::max_element(zr, zr + t.out) - zr);
+    }
   }
 }
 
