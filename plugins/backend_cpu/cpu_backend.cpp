@@ -32,7 +32,7 @@ sdk::BackendCapabilities CpuBackend::capabilities() const {
   caps.device_name =
       cpu.model_name + " (" + std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
   caps.memory_bytes = cpu.memory_bytes;
-  caps.threads = context_.threads();
+  caps.threads = threads;
   caps.features = cpu.features;
   context_.use_threads();
   const std::string impl = context_.gemm().fp32_implementation();

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <optional>
+#include <string>
 
 #include "cli_test_support.h"
 
