@@ -1,38 +1,19 @@
 // `mixtrain plugins` through the real executable: search path warnings, --describe, and a
 // truncated library in the search path.
-#include <cstdlib>
 #include <fstream>
-#include <optional>
 
 #include "cli_test_support.h"
+#include "scoped_env.h"
 
 namespace {
 
 using namespace mixtrain::test;
 using CliPlugins = CliTest;
 
-// MIXTRAIN_PLUGIN_PATH for the commands a test runs; the previous value comes back afterwards.
-class PluginPathEnv {
- public:
-  explicit PluginPathEnv(const std::string& value) {
-    if (const char* old = std::getenv("MIXTRAIN_PLUGIN_PATH")) old_ = old;
-    ::setenv("MIXTRAIN_PLUGIN_PATH", value.c_str(), 1);
-  }
-  ~PluginPathEnv() {
-    if (old_)
-      ::setenv("MIXTRAIN_PLUGIN_PATH", old_->c_str(), 1);
-    else
-      ::unsetenv("MIXTRAIN_PLUGIN_PATH");
-  }
-
- private:
-  std::optional<std::string> old_;
-};
-
 TEST_F(CliPlugins, MissingSearchPathIsAWarning) {
   const auto nowhere = dir_ / "no-such-plugins";
   {
-    PluginPathEnv env(nowhere.string());
+    const ScopedEnv env("MIXTRAIN_PLUGIN_PATH", nowhere.string().c_str());
     auto r = run("plugins");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.err.find("plugin search path entry " + nowhere.string() + " does not exist"),
@@ -140,7 +121,7 @@ TEST_F(CliPlugins, TruncatedLibraryIsListedAndTheOthersLoad) {
     const auto cut_same = same / "libmixtrain_scalers.so";
     for (const auto& p : {cut_other, cut_same})
       std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(size));
-    PluginPathEnv env(other.string() + ":" + same.string());
+    const ScopedEnv env("MIXTRAIN_PLUGIN_PATH", (other.string() + ":" + same.string()).c_str());
 
     auto r = run("plugins");
     ASSERT_EQ(r.exit_code, 0) << r.err;  // a signal would read as -1

@@ -3,40 +3,14 @@
 // on, and an explicit `threads` wins over the variable. The count is what the run's log names.
 #include <sched.h>
 
-#include <cstdlib>
-#include <optional>
 #include <string>
 
 #include "cli_test_support.h"
+#include "scoped_env.h"
 
 namespace {
 
 using namespace mixtrain::test;
-
-// Sets (or, with nullopt, removes) an environment variable for the programs this test starts,
-// and puts the old value back at the end of the scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::optional<std::string>& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value->c_str(), 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 class CpuThreads : public CliTest {
  protected:
@@ -67,7 +41,7 @@ TEST_F(CpuThreads, AnExplicitCountWinsOverOmpNumThreads) {
 }
 
 TEST_F(CpuThreads, ZeroWithoutOmpNumThreadsTakesEveryCoreThisProcessMayUse) {
-  const ScopedEnv env("OMP_NUM_THREADS", std::nullopt);
+  const ScopedEnv env("OMP_NUM_THREADS", nullptr);
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   ASSERT_EQ(::sched_getaffinity(0, sizeof(cpus), &cpus), 0);

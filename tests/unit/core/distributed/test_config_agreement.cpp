@@ -2,15 +2,16 @@
 // the MPI launch read from the environment (distributed/launch.h).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <optional>
 #include <string>
 
 #include "distributed/launch.h"
 #include "mixtrain/core/distributed/config_agreement.h"
+#include "scoped_env.h"
 
 namespace mixtrain::core {
 namespace {
+
+using test::ScopedEnv;
 
 TEST(ConfigAgreement, EqualConfigsHaveNoDifference) {
   EXPECT_EQ(first_config_difference("[run]\nseed = 1\n", "[run]\nseed = 1\n"), "");
@@ -58,28 +59,6 @@ TEST(ConfigAgreement, NamesTheEntryOfAnArrayOfTables) {
   b.replace(b.rfind("out = 3"), 7, "out = 4");
   EXPECT_EQ(first_config_difference(a, b), "model.layers[2].out: `3` against `4`");
 }
-
-// Restores an environment variable when the test ends.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 TEST(MpiLaunch, ReadsOpenMpisVariables) {
   ScopedEnv size("OMPI_COMM_WORLD_SIZE", "4"), rank("OMPI_COMM_WORLD_RANK", "3");
