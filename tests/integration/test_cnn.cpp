@@ -22,7 +22,7 @@ json summary_of(const fs::path& run_dir) {
 }
 
 TEST_F(Cnn, SmallCnnLearnsItsImagesUnderEveryPolicy) {
-  // cnn-small.toml: > 90% held-out accuracy in about half a second of training on two cores.
+  // cnn-small.toml: > 90% held-out accuracy in about 2 s of training on two cores.
   const std::vector<std::pair<std::string, std::string>> runs = {
       {"fp32", "none"}, {"bf16-mixed", "none"}, {"fp16-mixed", "dynamic"}, {"fp8-delayed", "none"}};
   for (const auto& [policy, scaler] : runs) {
