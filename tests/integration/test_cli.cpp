@@ -5,6 +5,7 @@
 #include <set>
 
 #include "cli_test_support.h"
+#include "scoped_env.h"
 
 namespace {
 
@@ -416,14 +417,14 @@ TEST_F(Cli, ResumingARunKilledBeforeItsFirstCheckpointSaysWhy) {
 // A process an MPI launcher started as rank 1 tags its lines "rank 1" from the first one (before
 // any communicator exists) and, as every rank but 0, logs warnings and errors only.
 TEST_F(Cli, ALaunchedRankTagsItsLinesFromTheFirst) {
-  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-  ::setenv("OMPI_COMM_WORLD_RANK", "1", 1);
-  auto r = run("train " + quickstart() +
-               " --set run.steps=2 --set optimizer.schedule=multistep"
-               " --set optimizer.milestones=[500] --run-dir " +
-               (dir_ / "r1").string());
-  ::unsetenv("OMPI_COMM_WORLD_SIZE");
-  ::unsetenv("OMPI_COMM_WORLD_RANK");
+  CliResult r;
+  {
+    const ScopedEnv size("OMPI_COMM_WORLD_SIZE", "2"), rank("OMPI_COMM_WORLD_RANK", "1");
+    r = run("train " + quickstart() +
+            " --set run.steps=2 --set optimizer.schedule=multistep"
+            " --set optimizer.milestones=[500] --run-dir " +
+            (dir_ / "r1").string());
+  }
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("[warning] rank 1 [trainer] optimizer.milestones"), std::string::npos)
       << r.err;
