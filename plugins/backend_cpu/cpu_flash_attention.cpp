@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cpu_access.h"
+#include "cpu_isa.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -100,7 +101,7 @@ struct Index {
 // call per score. Within 1 ulp of e^z on every float of [−87, 0] (measured against double exp);
 // e^z below 2^-126 (z < −87) is +0, which no row sum can notice; −inf gives +0, NaN stays NaN.
 #pragma omp declare simd notinbranch
-inline float exp_shifted(float z) {
+[[gnu::always_inline]] inline float exp_shifted(float z) {
   const float x = z == z ? std::min(std::max(z, -87.0f), 88.0f) : 0.0f;  // NaN: returned below
   // k = round(x / ln2) by the 1.5·2^23 trick (no rounding instruction needed), then r.
   const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -120,9 +121,77 @@ inline float exp_shifted(float z) {
 // Keys row i sees in the key tile starting at j0 (bk keys). None when the tile starts past i: in
 // a decode step the query block is shifted by its start, so its first rows may precede the last
 // key tile (queries 50..76 against the tile at 64); a row that sees none keeps its running sums.
-inline std::int64_t visible(std::int64_t i, std::int64_t j0, std::int64_t bk) {
+[[gnu::always_inline]] inline std::int64_t visible(std::int64_t i, std::int64_t j0,
+                                                   std::int64_t bk) {
   return std::max<std::int64_t>(0, std::min(bk, i - j0 + 1));
 }
+
+// The element work between the tile products, compiled per ISA (cpu_isa.h): the exponentials are
+// most of it, and the build's baseline (SSE2) runs them 4 to a register where AVX2 runs 8.
+
+// The online softmax's step for one score tile: s [bq, bk] holds scale·q·kᵀ for query rows first,
+// first + 1, ... against keys j0.. (causal: row i sees keys <= i). Each row's running max m and
+// sum are updated, its o [bq, d] accumulator rescaled to the new max, and s overwritten with the
+// unnormalised probabilities (0 past the diagonal), ready for o += s·v.
+[[gnu::always_inline]] inline void softmax_step(float* s, std::int64_t bq, std::int64_t bk,
+                                                std::int64_t first, std::int64_t j0, float* m,
+                                                float* sum, float* o, std::int64_t d) {
+  for (std::int64_t r = 0; r < bq; ++r) {
+    float* row = s + r * bk;
+    const std::int64_t seen = visible(first + r, j0, bk);
+    float top = m[r];
+#pragma omp simd reduction(max : top)
+    for (std::int64_t j = 0; j < seen; ++j) top = std::max(top, row[j]);
+    // Rescale what earlier tiles summed to the new running max (exp(−inf) = 0 at first).
+    const float shrink = exp_shifted(m[r] - top);
+    float add = 0.0f;
+#pragma omp simd reduction(+ : add)
+    for (std::int64_t j = 0; j < seen; ++j) {
+      row[j] = exp_shifted(row[j] - top);
+      add += row[j];
+    }
+    for (std::int64_t j = seen; j < bk; ++j) row[j] = 0.0f;
+    sum[r] = sum[r] * shrink + add;
+    m[r] = top;
+    if (shrink != 1.0f) {
+      float* orow = o + r * d;
+#pragma omp simd
+      for (std::int64_t c = 0; c < d; ++c) orow[c] *= shrink;
+    }
+  }
+}
+
+// The backward's probabilities: p [bq, bk] = exp(scale·q·kᵀ − lse) in place for query rows
+// first.. against keys j0.. (lse [bq] those rows' log-sum-exp), exact 0 past the diagonal.
+[[gnu::always_inline]] inline void probabilities(float* p, std::int64_t bq, std::int64_t bk,
+                                                 std::int64_t first, std::int64_t j0,
+                                                 const float* lse) {
+  for (std::int64_t r = 0; r < bq; ++r) {
+    float* row = p + r * bk;
+    const std::int64_t seen = visible(first + r, j0, bk);
+    const float shift = lse[r];
+#pragma omp simd
+    for (std::int64_t j = 0; j < seen; ++j) row[j] = exp_shifted(row[j] - shift);
+    for (std::int64_t j = seen; j < bk; ++j) row[j] = 0.0f;
+  }
+}
+
+// The scores' gradient: ds [bq, bk] = p∘(dP − D)·scale in place over dP, D [bq] the rows' Σ dO·O.
+[[gnu::always_inline]] inline void score_gradient(float* ds, const float* p, std::int64_t bq,
+                                                  std::int64_t bk, const float* delta,
+                                                  float scale) {
+  for (std::int64_t r = 0; r < bq; ++r) {
+    const float di = delta[r];
+    float* dsr = ds + r * bk;
+    const float* pr = p + r * bk;
+#pragma omp simd
+    for (std::int64_t j = 0; j < bk; ++j) dsr[j] = pr[j] * (dsr[j] - di) * scale;
+  }
+}
+
+MIXTRAIN_ISA_VARIANTS(softmax_step)
+MIXTRAIN_ISA_VARIANTS(probabilities)
+MIXTRAIN_ISA_VARIANTS(score_gradient)
 
 }  // namespace
 
@@ -137,75 +206,77 @@ struct QkvRows {
   }
 };
 
+// Query blocks per forward task: whole heads (each head's k and v decoded once) unless that leaves
+// fewer than 4 tasks a thread, for dynamic scheduling to balance the causal triangle's unequal
+// blocks.
+std::int64_t blocks_per_task(std::int64_t heads_total, std::int64_t blocks) {
+  const std::int64_t want = 4 * static_cast<std::int64_t>(omp_get_max_threads());
+  const std::int64_t groups =
+      std::clamp<std::int64_t>((want + heads_total - 1) / heads_total, 1, blocks);
+  return (blocks + groups - 1) / groups;
+}
+
 // The causal forward both flash ops run: for each sequence n < batch and head h, queries i <
 // rows, stored at q row `offset + i`, see keys j <= offset + i (offset 0: training's square
 // attention; offset = start: a decode step over a cache). out [batch, rows, H, D] token-major;
-// lse [batch, H, rows] when given.
+// lse [batch, H, rows] when given. A task is a run of query blocks of one head; 16-bit k and v
+// rows are decoded once per task, up to the last key its blocks see.
 void causal_forward(const TensorView& src, const QkvRows& at, std::int64_t batch,
                     std::int64_t heads, std::int64_t d, std::int64_t rows, std::int64_t offset,
                     float scale, const TensorView& out, float* lse_all) {
   const std::int64_t bh = batch * heads;
   if (bh == 0 || rows == 0) return;
-  const std::int64_t blocks = (rows + kFlashBlock - 1) / kFlashBlock, tasks = bh * blocks;
+  const std::int64_t blocks = (rows + kFlashBlock - 1) / kFlashBlock;
+  const std::int64_t per_task = blocks_per_task(bh, blocks);
+  const std::int64_t groups = (blocks + per_task - 1) / per_task, tasks = bh * groups;
   const std::int64_t tile = kFlashBlock * std::max(kFlashBlock, d);
   const std::int64_t keys = offset + rows;  // the last query's
   const std::int64_t out_stride = heads * d;
+  const bool decoded = !is_fp32_storage(src.dtype);
   TaskErrors errors;
 #pragma omp parallel if (tasks > 1 && parallel_worth(bh * rows * keys * d / 2))
   {
     omp_set_num_threads(1);  // the tile products run on this thread (see sgemm above)
-    std::vector<float> qbuf(tile), kbuf(tile), vbuf(tile), s(tile), o(tile);
+    std::vector<float> qbuf(tile), s(tile), o(tile);
+    std::vector<float> kbuf(decoded ? static_cast<std::size_t>(keys * d) : 0), vbuf(kbuf.size());
     std::vector<float> m(kFlashBlock), sum(kFlashBlock);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t task = 0; task < tasks; ++task) {
       errors.run([&] {
-        // The last query tiles see the most keys: dynamic scheduling balances them.
-        const std::int64_t nh = task / blocks, n = nh / heads, h = nh % heads;
-        const std::int64_t i0 = (task % blocks) * kFlashBlock;
-        const std::int64_t bq = std::min(kFlashBlock, rows - i0);
-        const Rows q = fp32_rows(src, at.at(0, n, h, offset + i0), at.tok, bq, d, qbuf.data());
-        std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
-        std::fill(sum.begin(), sum.end(), 0.0f);
-        std::fill(o.begin(), o.begin() + bq * d, 0.0f);
-        // Key tiles from 0 up to the one holding key offset + i0 + bq − 1; none lies above the
-        // diagonal.
-        for (std::int64_t j0 = 0; j0 < offset + i0 + bq; j0 += kFlashBlock) {
-          const std::int64_t bk = std::min(kFlashBlock, offset + i0 + bq - j0);
-          const Rows k = fp32_rows(src, at.at(1, n, h, j0), at.tok, bk, d, kbuf.data());
-          const Rows v = fp32_rows(src, at.at(2, n, h, j0), at.tok, bk, d, vbuf.data());
-          if (!sgemm(false, true, bq, bk, d, scale, q.p, q.ld, k.p, k.ld, 0.0f, s.data(), bk))
-            return false;
-          for (std::int64_t r = 0; r < bq; ++r) {
-            float* row = s.data() + r * bk;
-            const std::int64_t seen = visible(offset + i0 + r, j0, bk);
-            float top = m[static_cast<std::size_t>(r)];
-#pragma omp simd reduction(max : top)
-            for (std::int64_t j = 0; j < seen; ++j) top = std::max(top, row[j]);
-            // Rescale what earlier tiles summed to the new running max (exp(−inf) = 0 at first).
-            const float shrink = exp_shifted(m[static_cast<std::size_t>(r)] - top);
-            float add = 0.0f;
-#pragma omp simd reduction(+ : add)
-            for (std::int64_t j = 0; j < seen; ++j) {
-              row[j] = exp_shifted(row[j] - top);
-              add += row[j];
-            }
-            std::fill(row + seen, row + bk, 0.0f);
-            sum[static_cast<std::size_t>(r)] = sum[static_cast<std::size_t>(r)] * shrink + add;
-            m[static_cast<std::size_t>(r)] = top;
-            if (shrink != 1.0f)
-              for (std::int64_t c = 0; c < d; ++c) o[static_cast<std::size_t>(r * d + c)] *= shrink;
+        const std::int64_t nh = task / groups, n = nh / heads, h = nh % heads;
+        const std::int64_t b0 = (task % groups) * per_task, b1 = std::min(blocks, b0 + per_task);
+        // Keys 0 .. the last one the task's last query sees.
+        const std::int64_t seen = offset + std::min(rows, b1 * kFlashBlock);
+        const Rows k = fp32_rows(src, at.at(1, n, h, 0), at.tok, seen, d, kbuf.data());
+        const Rows v = fp32_rows(src, at.at(2, n, h, 0), at.tok, seen, d, vbuf.data());
+        for (std::int64_t i0 = b0 * kFlashBlock; i0 < b1 * kFlashBlock && i0 < rows;
+             i0 += kFlashBlock) {
+          const std::int64_t bq = std::min(kFlashBlock, rows - i0);
+          const Rows q = fp32_rows(src, at.at(0, n, h, offset + i0), at.tok, bq, d, qbuf.data());
+          std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+          std::fill(sum.begin(), sum.end(), 0.0f);
+          std::fill(o.begin(), o.begin() + bq * d, 0.0f);
+          // Key tiles from 0 up to the one holding key offset + i0 + bq − 1; none lies above the
+          // diagonal.
+          for (std::int64_t j0 = 0; j0 < offset + i0 + bq; j0 += kFlashBlock) {
+            const std::int64_t bk = std::min(kFlashBlock, offset + i0 + bq - j0);
+            if (!sgemm(false, true, bq, bk, d, scale, q.p, q.ld, k.p + j0 * k.ld, k.ld, 0.0f,
+                       s.data(), bk))
+              return false;
+            softmax_step_best(s.data(), bq, bk, offset + i0, j0, m.data(), sum.data(), o.data(), d);
+            if (!sgemm(false, false, bq, d, bk, 1.0f, s.data(), bk, v.p + j0 * v.ld, v.ld, 1.0f,
+                       o.data(), d))
+              return false;
           }
-          if (!sgemm(false, false, bq, d, bk, 1.0f, s.data(), bk, v.p, v.ld, 1.0f, o.data(), d))
-            return false;
+          for (std::int64_t r = 0; r < bq; ++r) {
+            const float total = sum[static_cast<std::size_t>(r)];
+            for (std::int64_t c = 0; c < d; ++c) o[static_cast<std::size_t>(r * d + c)] /= total;
+            if (lse_all != nullptr)
+              lse_all[(n * heads + h) * rows + i0 + r] =
+                  m[static_cast<std::size_t>(r)] + std::log(total);
+          }
+          store_rows(out, ((n * rows + i0) * heads + h) * d, out_stride, bq, d, o.data());
         }
-        for (std::int64_t r = 0; r < bq; ++r) {
-          const float total = sum[static_cast<std::size_t>(r)];
-          for (std::int64_t c = 0; c < d; ++c) o[static_cast<std::size_t>(r * d + c)] /= total;
-          if (lse_all != nullptr)
-            lse_all[(n * heads + h) * rows + i0 + r] =
-                m[static_cast<std::size_t>(r)] + std::log(total);
-        }
-        store_rows(out, ((n * rows + i0) * heads + h) * d, out_stride, bq, d, o.data());
         return true;
       });
     }
@@ -240,12 +311,19 @@ void flash_attention_backward(const TensorView& qkv, const TensorView& out, cons
   const std::int64_t tile = kFlashBlock * std::max(kFlashBlock, d);
   const float* lse_all = lse.as<const float>();
   TaskErrors errors;
+  // 16-bit q and dO rows are decoded once per head (every key tile reads them all), k and v
+  // once per key tile.
+  const std::size_t head_rows =
+      static_cast<std::size_t>(t_len * d) * (is_fp32_storage(qkv.dtype) ? 0 : 1);
+  const std::size_t head_grads =
+      static_cast<std::size_t>(t_len * d) * (is_fp32_storage(dout.dtype) ? 0 : 1);
   // One (sequence, head) per task: every sum into dq, dk and dv of that head runs in one fixed
   // order on one thread, so the bits do not depend on the thread count.
 #pragma omp parallel if (bh > 1 && parallel_worth(bh * t_len * t_len * d))
   {
     omp_set_num_threads(1);  // the tile products run on this thread (see sgemm above)
-    std::vector<float> qbuf(tile), kbuf(tile), vbuf(tile), dobuf(tile), obuf(tile);
+    std::vector<float> kbuf(tile), vbuf(tile), obuf(tile);
+    std::vector<float> qbuf(head_rows), dobuf(head_grads);
     std::vector<float> p(tile), dp(tile), dk(tile), dv(tile);
     std::vector<float> dq, delta;
 #pragma omp for schedule(dynamic, 1)
@@ -253,12 +331,16 @@ void flash_attention_backward(const TensorView& qkv, const TensorView& out, cons
       errors.run([&] {
         const std::int64_t n = nh / l.heads, h = nh % l.heads;
         const float* lse_head = lse_all + ix.lse(n, h);
+        const Rows q_all =
+            fp32_rows(qkv, ix.qkv(n, 0, 0, h), ix.qkv_stride(), t_len, d, qbuf.data());
+        const Rows g_all =
+            fp32_rows(dout, ix.out(n, 0, h), ix.out_stride(), t_len, d, dobuf.data());
         // D_i = Σ_c dO_ic·O_ic (O as flash_forward rounded it), in double.
         delta.assign(static_cast<std::size_t>(t_len), 0.0f);
         for (std::int64_t i0 = 0; i0 < t_len; i0 += kFlashBlock) {
           const std::int64_t bq = std::min(kFlashBlock, t_len - i0);
           const Rows o = fp32_rows(out, ix.out(n, i0, h), ix.out_stride(), bq, d, obuf.data());
-          const Rows g = fp32_rows(dout, ix.out(n, i0, h), ix.out_stride(), bq, d, dobuf.data());
+          const Rows g{g_all.p + i0 * g_all.ld, g_all.ld};
           for (std::int64_t r = 0; r < bq; ++r) {
             double dot = 0.0;
             for (std::int64_t c = 0; c < d; ++c)
@@ -276,30 +358,18 @@ void flash_attention_backward(const TensorView& qkv, const TensorView& out, cons
           // Query tiles at or below the diagonal: the tiles above it see none of these keys.
           for (std::int64_t i0 = j0; i0 < t_len; i0 += kFlashBlock) {
             const std::int64_t bq = std::min(kFlashBlock, t_len - i0);
-            const Rows q = fp32_rows(qkv, ix.qkv(n, i0, 0, h), ix.qkv_stride(), bq, d, qbuf.data());
-            const Rows g = fp32_rows(dout, ix.out(n, i0, h), ix.out_stride(), bq, d, dobuf.data());
+            const Rows q{q_all.p + i0 * q_all.ld, q_all.ld};
+            const Rows g{g_all.p + i0 * g_all.ld, g_all.ld};
             // P = exp(scale·q·kᵀ − lse), exact 0 above the diagonal.
             if (!sgemm(false, true, bq, bk, d, scale, q.p, q.ld, k.p, k.ld, 0.0f, p.data(), bk))
               return false;
-            for (std::int64_t r = 0; r < bq; ++r) {
-              float* row = p.data() + r * bk;
-              const std::int64_t seen = visible(i0 + r, j0, bk);
-              const float shift = lse_head[i0 + r];
-#pragma omp simd
-              for (std::int64_t j = 0; j < seen; ++j) row[j] = exp_shifted(row[j] - shift);
-              std::fill(row + seen, row + bk, 0.0f);
-            }
+            probabilities_best(p.data(), bq, bk, i0, j0, lse_head + i0);
             // dV += Pᵀ·dO; dP = dO·vᵀ; dS = P∘(dP − D)·scale in dp.
             if (!sgemm(true, false, bk, d, bq, 1.0f, p.data(), bk, g.p, g.ld, 1.0f, dv.data(), d))
               return false;
             if (!sgemm(false, true, bq, bk, d, 1.0f, g.p, g.ld, v.p, v.ld, 0.0f, dp.data(), bk))
               return false;
-            for (std::int64_t r = 0; r < bq; ++r) {
-              const float di = delta[static_cast<std::size_t>(i0 + r)];
-              float* ds = dp.data() + r * bk;
-              const float* pr = p.data() + r * bk;
-              for (std::int64_t j = 0; j < bk; ++j) ds[j] = pr[j] * (ds[j] - di) * scale;
-            }
+            score_gradient_best(dp.data(), p.data(), bq, bk, delta.data() + i0, scale);
             // dQ += dS·k; dK += dSᵀ·q.
             if (!sgemm(false, false, bq, d, bk, 1.0f, dp.data(), bk, k.p, k.ld, 1.0f,
                        dq.data() + i0 * d, d))

@@ -8,16 +8,23 @@
 // - Forward: per (sequence, head, block of query rows), S = scale·q·kᵀ one key tile at a time (key
 //   tiles wholly above the diagonal are skipped), an online softmax in FP32 (running max and sum;
 //   exponentials by a vectorised Cephes expf, within 1 ulp) and O accumulated in FP32, rounded
-//   once into out; lse = max + log(sum) per row.
+//   once into out; lse = max + log(sum) per row. A task is a run of one head's query blocks
+//   (whole heads when there are at least 4 a thread).
 // - Backward: per (sequence, head), D_i = Σ dO_i·O_i, then per key tile and every query tile at or
 //   below it P = exp(scale·S − lse), dV += Pᵀ·dO, dP = dO·vᵀ, dS = P∘(dP − D)·scale, dQ += dS·k,
 //   dK += dSᵀ·q, all in FP32, each of dq, dk, dv rounded once into dqkv.
 // - Tile products are oneDNN's sgemm (BLAS semantics, row-major), one thread each: the OpenMP
 //   team is over the tasks above and each task sums in a fixed order, so results do not depend
-//   on the thread count. 16-bit inputs are decoded exactly into FP32 tiles; fp32 ones are read in
-//   place.
-// - Scratch per thread: a few kFlashBlock × max(kFlashBlock, D) fp32 tiles, plus, in the
-//   backward, the head's dQ accumulator [T, D] and D_i [T] in FP32 (heap, freed on return).
+//   on the thread count. The element work between them (the online softmax, P, dS) is compiled
+//   for x86-64-v4, v3 and the baseline and picked by cpuid (cpu_isa.h); a CPU's results do not
+//   change between runs, but two ISAs may differ in the last bit of an exponential (FMA).
+// - 16-bit inputs are decoded exactly into FP32, each row once per task: the forward's k and v up
+//   to the task's last key, the backward's q and dO for the whole head (k and v per key tile);
+//   fp32 ones are read in place.
+// - Scratch per thread: a few kFlashBlock × max(kFlashBlock, D) fp32 tiles; the forward's decoded
+//   k and v, 2 × [T, D] FP32 with 16-bit inputs; in the backward, the head's dQ accumulator
+//   [T, D] and D_i [T] in FP32, and with 16-bit inputs its decoded q and dO, 2 × [T, D] (heap,
+//   freed on return).
 #pragma once
 
 #include <cstdint>
