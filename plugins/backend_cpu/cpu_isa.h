@@ -2,7 +2,11 @@
 //
 // Contract
 // - best_isa(): the widest of x86-64-v4 (AVX-512 F/BW/VL/DQ + FMA), x86-64-v3 (AVX2 + FMA) and the
-//   baseline that this CPU runs, from cpuid (__builtin_cpu_supports); decided once per process.
+//   baseline that this CPU runs, from cpuid (__builtin_cpu_supports); decided once per process,
+//   and narrowed by limit_isa().
+// - limit_isa(cap): the variants wider than cap are not run from then on, in the whole process
+//   (limit_isa(Isa::v4) lifts the cap). For tests: every variant is checked on the CPU at hand,
+//   the baseline ones included, which no CPU of today would pick. Returns the ISA now in effect.
 // - MIXTRAIN_ISA_VARIANTS(kernel) defines kernel_v4, kernel_v3, kernel_baseline and kernel_best,
 //   function templates forwarding their arguments to `kernel`, a template or overload set visible
 //   at the expansion; kernel_best calls the variant best_isa() names. Use it in an unnamed
@@ -12,11 +16,19 @@
 //   compiled for their ISA: mark kernel and the lambdas it calls always_inline.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
+
 namespace mixtrain::backend_cpu {
 
-enum class Isa { v4, v3, baseline };
+enum class Isa { v4, v3, baseline };  // widest first
 
-inline Isa best_isa() {
+inline std::atomic<Isa>& isa_cap() {
+  static std::atomic<Isa> cap{Isa::v4};
+  return cap;
+}
+
+inline Isa detected_isa() {
   static const Isa isa = [] {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -27,6 +39,15 @@ inline Isa best_isa() {
     return Isa::baseline;
   }();
   return isa;
+}
+
+inline Isa best_isa() {
+  return std::max(detected_isa(), isa_cap().load(std::memory_order_relaxed));
+}
+
+inline Isa limit_isa(Isa cap) {
+  isa_cap().store(cap, std::memory_order_relaxed);
+  return best_isa();
 }
 
 }  // namespace mixtrain::backend_cpu

@@ -2,7 +2,8 @@
 // trips, untouched cache rows), the masked softmax (rows sum to 1, masked entries exactly 0,
 // stability, in place) and its backward against a finite difference of the forward, and the
 // argument errors; flash attention (facet 1.1): its backward against a finite difference of its
-// forward, the same bits on one thread and on two, and supports().
+// forward on every ISA variant this CPU runs, the variants' agreement, the same bits on one thread
+// and on two, and supports().
 #include <bit>
 #include <cstring>
 #include <functional>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "backend_test_util.h"
+#include "isa_variants.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::backend_cpu::testing {
@@ -375,9 +377,21 @@ FlashRun run_flash(CpuBackend& be, const sdk::HeadLayout& l, DType dt,
   return {out.get(), lse.get(), dqkv.get()};
 }
 
-TEST(backend_cpu_attention, FlashBackwardEqualsAFiniteDifferenceOfTheForward) {
-  // T = 70 spans two tiles of 64 (the second partial), so the online softmax rescales and the
-  // backward visits tiles below the diagonal; L = Σ w ∘ out.
+// max |got − want| over max |want|: one figure for a whole tensor, which per-element ratios near
+// zero would blow up.
+double max_relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+  }
+  return scale > 0.0 ? diff / scale : diff;
+}
+
+// The flash backward on one thread against a central difference of L = Σ w ∘ out, T = 70: two
+// tiles of 64, the second partial, so the online softmax rescales and the backward visits tiles
+// below the diagonal.
+void flash_matches_a_finite_difference() {
   CpuBackend be(1);
   const sdk::HeadLayout l{1, 70, 2, 3, 3, 0, 0};
   const std::int64_t width = l.heads * l.head_dim;
@@ -406,6 +420,39 @@ TEST(backend_cpu_attention, FlashBackwardEqualsAFiniteDifferenceOfTheForward) {
   }
   EXPECT_GT(max_fd, 0.1);  // the check compares real gradients, not zeros
   EXPECT_LE(max_err, 2e-3 * max_fd) << "largest |fd - dqkv|";
+}
+
+TEST(backend_cpu_attention, FlashBackwardEqualsAFiniteDifferenceOfTheForward) {
+  // On every ISA variant of the element kernels this CPU runs.
+  for (const Isa isa : runnable_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    const IsaScope as_isa(isa);
+    flash_matches_a_finite_difference();
+  }
+}
+
+TEST(backend_cpu_attention, FlashAgreesOnEveryIsaVariant) {
+  // The variants differ only in how wide the exponentials run and whether their polynomial is
+  // fused (FMA), by an ulp or two of an exponential: within 16 fp32 ulps of the largest value
+  // (2^-20; 1 ulp measured), and in 16-bit storage within one ulp of the output's largest value
+  // (a rounding that falls the other way: 2^-7 for bf16, 2^-10 for fp16).
+  CpuBackend be(2);
+  const sdk::HeadLayout l{2, 100, 3, 16, 3, 0, 0};
+  const std::int64_t width = l.heads * l.head_dim;
+  const auto qkv = random_values(static_cast<std::size_t>(l.batch * l.tokens * 3 * width), 85);
+  const auto dout = random_values(static_cast<std::size_t>(l.batch * l.tokens * width), 86);
+  for (DType dt : kFloats) {
+    const FlashRun widest = run_flash(be, l, dt, qkv, dout, 0.25f);
+    const double tol = dt == DType::fp32 ? 0x1p-20 : dt == DType::bf16 ? 0x1p-7 : 0x1p-10;
+    for (const Isa isa : runnable_isas()) {
+      const IsaScope as_isa(isa);
+      const FlashRun run = run_flash(be, l, dt, qkv, dout, 0.25f);
+      const std::string what = isa_name(isa) + ", " + std::string(sdk::dtype_name(dt));
+      EXPECT_LE(max_relative_difference(run.out, widest.out), tol) << "out, " << what;
+      EXPECT_LE(max_relative_difference(run.lse, widest.lse), 0x1p-20) << "lse, " << what;
+      EXPECT_LE(max_relative_difference(run.dqkv, widest.dqkv), tol) << "dqkv, " << what;
+    }
+  }
 }
 
 TEST(backend_cpu_attention, FlashGivesTheSameBitsOnOneThreadAndOnTwo) {

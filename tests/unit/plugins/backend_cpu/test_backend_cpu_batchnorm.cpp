@@ -9,10 +9,12 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend_test_util.h"
 #include "cpu_batchnorm_kernels.h"
+#include "isa_variants.h"
 #include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::backend_cpu::testing {
@@ -85,7 +87,12 @@ std::vector<float> zero_at_relu_edges(std::vector<float> dy, const std::vector<f
 }
 
 TEST(BackendCpuBatchNorm, KernelsMatchADoubleReferenceAcrossWidthsDtypesAndThreads) {
-  for (const int threads : {1, 2}) {
+  // One thread on every ISA variant of the kernels this CPU runs (cpu_isa.h), two on the widest.
+  std::vector<std::pair<int, Isa>> runs;
+  for (const Isa isa : runnable_isas()) runs.emplace_back(1, isa);
+  runs.emplace_back(2, runnable_isas().front());
+  for (const auto& [threads, isa] : runs) {
+    const IsaScope as_isa(isa);
     CpuBackend be(threads);
     // 16, 32, 64 and 128 run compile-time widths; 80 is a 64-wide slice and a 16-wide remainder;
     // 6 the runtime width. rows·C ≥ 2^15 runs both threads over many blocks.
@@ -101,9 +108,9 @@ TEST(BackendCpuBatchNorm, KernelsMatchADoubleReferenceAcrossWidthsDtypesAndThrea
         for (const bool relu : {false, true})
           for (const bool with_workspace : {true, false}) {
             if (!relu && !with_workspace) continue;
-            const std::string what = "threads " + std::to_string(threads) + ", C " +
-                                     std::to_string(c) + ", " + std::string(sdk::dtype_name(dt)) +
-                                     (relu ? ", relu" : "") +
+            const std::string what = isa_name(isa) + ", threads " + std::to_string(threads) +
+                                     ", C " + std::to_string(c) + ", " +
+                                     std::string(sdk::dtype_name(dt)) + (relu ? ", relu" : "") +
                                      (with_workspace ? "" : ", mask from y");
             const sdk::BatchNormShape s{rows, c, 1e-5f, relu};
             const Shape shape{rows, c};

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "backend_test_util.h"
+#include "isa_variants.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/block_scaling.h"
 
@@ -337,8 +338,14 @@ TEST(backend_cpu_block_scaled, GemmIsTheContractsSumsBitForBitOnOneThreadAndTwo)
     const auto qb = sdk::quantize_block_scaled(bv, br, bc, c.b_layout);
     const std::int64_t block = c.a_layout.block_cols;
     const std::vector<float> want = contract_gemm(qa, qb, c.tb, m, n, k, block);
-    for (int threads : {1, 2}) {
-      SCOPED_TRACE(std::to_string(threads) + " threads");
+    // Two threads on the widest ISA variant of the tile kernel (cpu_isa.h), one on each this CPU
+    // runs: the same bits from every one.
+    std::vector<std::pair<int, Isa>> runs;
+    for (const Isa isa : runnable_isas()) runs.emplace_back(1, isa);
+    runs.emplace_back(2, runnable_isas().front());
+    for (const auto& [threads, isa] : runs) {
+      SCOPED_TRACE(isa_name(isa) + ", " + std::to_string(threads) + " threads");
+      const IsaScope as_isa(isa);
       CpuBackend be(threads);
       auto* gemm = sdk::facet<sdk::GemmFacet>(be);
       DeviceTensor a_src(be, DType::fp32, Shape{m, k}, av),

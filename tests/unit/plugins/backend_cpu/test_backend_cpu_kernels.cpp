@@ -1,11 +1,13 @@
 // Layer kernels against double references; backward passes against central finite differences
-// of the double forward; memory statistics and capabilities.
+// of the double forward; the ISA variants' limit; memory statistics and capabilities.
+#include <algorithm>
 #include <bit>
 #include <functional>
 #include <limits>
 #include <string>
 
 #include "backend_test_util.h"
+#include "isa_variants.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/float_formats.h"
 
@@ -464,6 +466,18 @@ TEST(backend_cpu_kernels, AddSumsInFp32RoundsOnceAndKeepsNaN) {
       sdk::ResidualOp::add, std::vector<DType>{DType::bf16, DType::fp32}));
   EXPECT_FALSE(sdk::facet<sdk::ResidualFacet>(be)->supports(
       sdk::ResidualOp::add, std::vector<DType>{DType::fp8_e4m3, DType::fp32}));
+}
+
+TEST(backend_cpu_isa, LimitNarrowsTheKernelVariantsAndLiftingItRestoresTheCpus) {
+  // What the ISA-looping tests rely on: a limit is obeyed, never widened past the CPU, and lifted.
+  const Isa cpu = detected_isa();
+  EXPECT_EQ(best_isa(), cpu);
+  EXPECT_EQ(limit_isa(Isa::baseline), Isa::baseline);
+  EXPECT_EQ(best_isa(), Isa::baseline);
+  EXPECT_EQ(limit_isa(Isa::v3), std::max(cpu, Isa::v3));
+  EXPECT_EQ(limit_isa(Isa::v4), cpu);
+  EXPECT_EQ(runnable_isas().front(), cpu);
+  EXPECT_EQ(runnable_isas().back(), Isa::baseline);
 }
 
 TEST(backend_cpu_memory, StatsTrackCurrentPeakAndLiveCount) {
