@@ -10,7 +10,7 @@
 //
 // Tolerances from the formats: FP32 accumulation in another order moves z by k·2^-24 of
 // |alpha|·Σ|a||b| (+ 2^-24 of |beta·c|); gelu' by cuBLASLt's DGELU may use a hardware tanh
-// (~2^-11 relative, as the forward's GELU epilogue: tests/conformance/backend_conformance.cpp),
+// (~2^-11 relative, as the forward's GELU epilogue: tests/conformance/conformance_gemm.cpp),
 // which moves gelu' by up to 2^-10 of its terms' scale, by the gradient kernel 4 ulps at that
 // scale (test_cuda_element_math.cpp), both times |z|; then one rounding into C: a 16-bit C may be
 // one unit of its format (2^-7 relative for bf16) away when the two FP32 values straddle a
