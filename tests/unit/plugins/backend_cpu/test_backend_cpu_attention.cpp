@@ -377,6 +377,19 @@ FlashRun run_flash(CpuBackend& be, const sdk::HeadLayout& l, DType dt,
   return {out.get(), lse.get(), dqkv.get()};
 }
 
+// Several sequences and heads, T = 100 past one tile of 64: qkv and dout drawn from `seed`.
+struct FlashInputs {
+  sdk::HeadLayout l{2, 100, 3, 16, 3, 0, 0};
+  std::vector<float> qkv, dout;
+};
+FlashInputs flash_inputs(unsigned seed) {
+  FlashInputs in;
+  const std::int64_t tokens = in.l.batch * in.l.tokens, width = in.l.heads * in.l.head_dim;
+  in.qkv = random_values(static_cast<std::size_t>(tokens * 3 * width), seed);
+  in.dout = random_values(static_cast<std::size_t>(tokens * width), seed + 1);
+  return in;
+}
+
 // max |got − want| over max |want|: one figure for a whole tensor, which per-element ratios near
 // zero would blow up.
 double max_relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
@@ -437,16 +450,13 @@ TEST(backend_cpu_attention, FlashAgreesOnEveryIsaVariant) {
   // (2^-20; 1 ulp measured), and in 16-bit storage within one ulp of the output's largest value
   // (a rounding that falls the other way: 2^-7 for bf16, 2^-10 for fp16).
   CpuBackend be(2);
-  const sdk::HeadLayout l{2, 100, 3, 16, 3, 0, 0};
-  const std::int64_t width = l.heads * l.head_dim;
-  const auto qkv = random_values(static_cast<std::size_t>(l.batch * l.tokens * 3 * width), 85);
-  const auto dout = random_values(static_cast<std::size_t>(l.batch * l.tokens * width), 86);
+  const FlashInputs in = flash_inputs(85);
   for (DType dt : kFloats) {
-    const FlashRun widest = run_flash(be, l, dt, qkv, dout, 0.25f);
+    const FlashRun widest = run_flash(be, in.l, dt, in.qkv, in.dout, 0.25f);
     const double tol = dt == DType::fp32 ? 0x1p-20 : dt == DType::bf16 ? 0x1p-7 : 0x1p-10;
     for (const Isa isa : runnable_isas()) {
       const IsaScope as_isa(isa);
-      const FlashRun run = run_flash(be, l, dt, qkv, dout, 0.25f);
+      const FlashRun run = run_flash(be, in.l, dt, in.qkv, in.dout, 0.25f);
       const std::string what = isa_name(isa) + ", " + std::string(sdk::dtype_name(dt));
       EXPECT_LE(max_relative_difference(run.out, widest.out), tol) << "out, " << what;
       EXPECT_LE(max_relative_difference(run.lse, widest.lse), 0x1p-20) << "lse, " << what;
@@ -459,14 +469,11 @@ TEST(backend_cpu_attention, FlashGivesTheSameBitsOnOneThreadAndOnTwo) {
   // Several sequences and heads, T past one tile: two threads share the (sequence, head) tasks
   // differently from one, and every sum still runs in the same order.
   CpuBackend one(1), two(2);
-  const sdk::HeadLayout l{2, 100, 3, 16, 3, 0, 0};
-  const std::int64_t width = l.heads * l.head_dim;
-  const auto qkv = random_values(static_cast<std::size_t>(l.batch * l.tokens * 3 * width), 83);
-  const auto dout = random_values(static_cast<std::size_t>(l.batch * l.tokens * width), 84);
+  const FlashInputs in = flash_inputs(83);
   for (DType dt : kFloats) {
-    const FlashRun a = run_flash(one, l, dt, qkv, dout, 0.25f);
-    const FlashRun b = run_flash(two, l, dt, qkv, dout, 0.25f);
-    const FlashRun c = run_flash(two, l, dt, qkv, dout, 0.25f);
+    const FlashRun a = run_flash(one, in.l, dt, in.qkv, in.dout, 0.25f);
+    const FlashRun b = run_flash(two, in.l, dt, in.qkv, in.dout, 0.25f);
+    const FlashRun c = run_flash(two, in.l, dt, in.qkv, in.dout, 0.25f);
     const std::string what(sdk::dtype_name(dt));
     EXPECT_EQ(a.out, b.out) << what;
     EXPECT_EQ(a.lse, b.lse) << what;
