@@ -28,9 +28,6 @@ struct Shape {
   int rank = 0;
 
   Shape() = default;
-  // At most kMaxRank values: a fifth would be written past `dims` (undefined behaviour, unchecked
-  // here; from_vector checks and throws). The check is a core ABI change, so it waits for the next
-  // core version (docs/architecture.md, "Pending for the next core version").
   Shape(std::initializer_list<std::int64_t> d) {
     for (auto v : d) dims[static_cast<std::size_t>(rank++)] = v;
   }
