@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu_isa.h"
@@ -15,6 +16,14 @@ inline std::vector<Isa> runnable_isas() {
   for (Isa isa : {Isa::v4, Isa::v3, Isa::baseline})
     if (isa >= detected_isa()) out.push_back(isa);
   return out;
+}
+
+// The (threads, ISA) pairs a kernel test runs: one thread on each variant, two on the widest.
+inline std::vector<std::pair<int, Isa>> thread_and_isa_runs() {
+  std::vector<std::pair<int, Isa>> runs;
+  for (const Isa isa : runnable_isas()) runs.emplace_back(1, isa);
+  runs.emplace_back(2, runnable_isas().front());
+  return runs;
 }
 
 inline std::string isa_name(Isa isa) {

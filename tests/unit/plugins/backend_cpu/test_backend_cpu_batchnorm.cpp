@@ -9,7 +9,6 @@
 #include <limits>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "backend_test_util.h"
@@ -88,10 +87,7 @@ std::vector<float> zero_at_relu_edges(std::vector<float> dy, const std::vector<f
 
 TEST(BackendCpuBatchNorm, KernelsMatchADoubleReferenceAcrossWidthsDtypesAndThreads) {
   // One thread on every ISA variant of the kernels this CPU runs (cpu_isa.h), two on the widest.
-  std::vector<std::pair<int, Isa>> runs;
-  for (const Isa isa : runnable_isas()) runs.emplace_back(1, isa);
-  runs.emplace_back(2, runnable_isas().front());
-  for (const auto& [threads, isa] : runs) {
+  for (const auto& [threads, isa] : thread_and_isa_runs()) {
     const IsaScope as_isa(isa);
     CpuBackend be(threads);
     // 16, 32, 64 and 128 run compile-time widths; 80 is a 64-wide slice and a 16-wide remainder;

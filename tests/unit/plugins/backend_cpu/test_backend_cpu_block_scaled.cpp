@@ -340,10 +340,7 @@ TEST(backend_cpu_block_scaled, GemmIsTheContractsSumsBitForBitOnOneThreadAndTwo)
     const std::vector<float> want = contract_gemm(qa, qb, c.tb, m, n, k, block);
     // Two threads on the widest ISA variant of the tile kernel (cpu_isa.h), one on each this CPU
     // runs: the same bits from every one.
-    std::vector<std::pair<int, Isa>> runs;
-    for (const Isa isa : runnable_isas()) runs.emplace_back(1, isa);
-    runs.emplace_back(2, runnable_isas().front());
-    for (const auto& [threads, isa] : runs) {
+    for (const auto& [threads, isa] : thread_and_isa_runs()) {
       SCOPED_TRACE(isa_name(isa) + ", " + std::to_string(threads) + " threads");
       const IsaScope as_isa(isa);
       CpuBackend be(threads);
