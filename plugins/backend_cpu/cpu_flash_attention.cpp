@@ -38,6 +38,11 @@ Rows fp32_rows(const TensorView& v, std::int64_t first, std::int64_t stride, std
   return {buf, d};
 }
 
+// The floats fp32_rows needs in `buf` for `count` rows of `d` of v: none when v is read in place.
+std::size_t decode_floats(const TensorView& v, std::int64_t count, std::int64_t d) {
+  return is_fp32_storage(v.dtype) ? 0 : static_cast<std::size_t>(count * d);
+}
+
 // v's rows (`count` of `d`, the first at `first`, `stride` apart) = src [count, d] rounded once.
 void store_rows(const TensorView& v, std::int64_t first, std::int64_t stride, std::int64_t count,
                 std::int64_t d, const float* src) {
@@ -232,25 +237,23 @@ void causal_forward(const TensorView& src, const QkvRows& at, std::int64_t batch
   const std::int64_t tile = kFlashBlock * std::max(kFlashBlock, d);
   const std::int64_t keys = offset + rows;  // the last query's
   const std::int64_t out_stride = heads * d;
-  const bool decoded = !is_fp32_storage(src.dtype);
   TaskErrors errors;
 #pragma omp parallel if (tasks > 1 && parallel_worth(bh * rows * keys * d / 2))
   {
     omp_set_num_threads(1);  // the tile products run on this thread (see sgemm above)
     std::vector<float> qbuf(tile), s(tile), o(tile);
-    std::vector<float> kbuf(decoded ? static_cast<std::size_t>(keys * d) : 0), vbuf(kbuf.size());
+    std::vector<float> kbuf(decode_floats(src, keys, d)), vbuf(kbuf.size());
     std::vector<float> m(kFlashBlock), sum(kFlashBlock);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t task = 0; task < tasks; ++task) {
       errors.run([&] {
         const std::int64_t nh = task / groups, n = nh / heads, h = nh % heads;
         const std::int64_t b0 = (task % groups) * per_task, b1 = std::min(blocks, b0 + per_task);
-        // Keys 0 .. the last one the task's last query sees.
-        const std::int64_t seen = offset + std::min(rows, b1 * kFlashBlock);
+        // Queries [b0, b1) blocks up to `end`; keys 0 .. the last one the last query sees.
+        const std::int64_t end = std::min(rows, b1 * kFlashBlock), seen = offset + end;
         const Rows k = fp32_rows(src, at.at(1, n, h, 0), at.tok, seen, d, kbuf.data());
         const Rows v = fp32_rows(src, at.at(2, n, h, 0), at.tok, seen, d, vbuf.data());
-        for (std::int64_t i0 = b0 * kFlashBlock; i0 < b1 * kFlashBlock && i0 < rows;
-             i0 += kFlashBlock) {
+        for (std::int64_t i0 = b0 * kFlashBlock; i0 < end; i0 += kFlashBlock) {
           const std::int64_t bq = std::min(kFlashBlock, rows - i0);
           const Rows q = fp32_rows(src, at.at(0, n, h, offset + i0), at.tok, bq, d, qbuf.data());
           std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
@@ -311,19 +314,15 @@ void flash_attention_backward(const TensorView& qkv, const TensorView& out, cons
   const std::int64_t tile = kFlashBlock * std::max(kFlashBlock, d);
   const float* lse_all = lse.as<const float>();
   TaskErrors errors;
-  // 16-bit q and dO rows are decoded once per head (every key tile reads them all), k and v
-  // once per key tile.
-  const std::size_t head_rows =
-      static_cast<std::size_t>(t_len * d) * (is_fp32_storage(qkv.dtype) ? 0 : 1);
-  const std::size_t head_grads =
-      static_cast<std::size_t>(t_len * d) * (is_fp32_storage(dout.dtype) ? 0 : 1);
   // One (sequence, head) per task: every sum into dq, dk and dv of that head runs in one fixed
   // order on one thread, so the bits do not depend on the thread count.
 #pragma omp parallel if (bh > 1 && parallel_worth(bh * t_len * t_len * d))
   {
     omp_set_num_threads(1);  // the tile products run on this thread (see sgemm above)
     std::vector<float> kbuf(tile), vbuf(tile), obuf(tile);
-    std::vector<float> qbuf(head_rows), dobuf(head_grads);
+    // 16-bit q and dO rows are decoded once per head (every key tile reads them all), k and v
+    // once per key tile.
+    std::vector<float> qbuf(decode_floats(qkv, t_len, d)), dobuf(decode_floats(dout, t_len, d));
     std::vector<float> p(tile), dp(tile), dk(tile), dv(tile);
     std::vector<float> dq, delta;
 #pragma omp for schedule(dynamic, 1)
