@@ -62,6 +62,23 @@ BatchNormReference naive_batchnorm(std::int64_t rows, std::int64_t c, double eps
   return r;
 }
 
+// The running statistics after one training step, as PyTorch updates them: each moves `momentum`
+// of the way to the batch's mean and to its unbiased variance (var · rows / (rows − 1)).
+struct RunningStats {
+  std::vector<double> mean, var;
+};
+RunningStats updated_running_stats(const std::vector<float>& mean0, const std::vector<float>& var0,
+                                   const BatchNormReference& batch, float momentum,
+                                   std::int64_t rows) {
+  RunningStats r{std::vector<double>(mean0.size()), std::vector<double>(var0.size())};
+  for (std::size_t j = 0; j < r.mean.size(); ++j) {
+    r.mean[j] = (1.0 - momentum) * mean0[j] + double{momentum} * batch.mean[j];
+    r.var[j] = (1.0 - momentum) * var0[j] +
+               double{momentum} * batch.var[j] * static_cast<double>(rows) / (rows - 1.0);
+  }
+  return r;
+}
+
 TEST_P(Conformance, BatchNormTrainingInferenceAndBackwardMatchADoubleReference) {
   MIXTRAIN_FACETS(batch_norm, BatchNormFacet);
   using N = sdk::BatchNormOp;
@@ -118,14 +135,11 @@ TEST_P(Conformance, BatchNormTrainingInferenceAndBackwardMatchADoubleReference) 
         EXPECT_LE(relative_to(tested_values(y), want.y), tol) << "batchnorm training y, " << what;
         EXPECT_LE(relative_to(tested_values(mean), want.mean), 1e-6) << "save_mean, " << what;
         EXPECT_LE(relative_to(tested_values(var), want.var), 1e-5) << "save_var, " << what;
-        std::vector<double> want_rm(rm0.size()), want_rv(rv0.size());
-        for (std::size_t j = 0; j < want_rm.size(); ++j) {
-          want_rm[j] = (1.0 - momentum) * rm0[j] + double{momentum} * want.mean[j];
-          want_rv[j] = (1.0 - momentum) * rv0[j] +
-                       double{momentum} * want.var[j] * static_cast<double>(rows) / (rows - 1.0);
-        }
-        EXPECT_LE(relative_to(tested_values(rm), want_rm), 1e-6) << "running_mean, " << what;
-        EXPECT_LE(relative_to(tested_values(rv), want_rv), 1e-6) << "running_var, " << what;
+        const RunningStats want_running = updated_running_stats(rm0, rv0, want, momentum, rows);
+        EXPECT_LE(relative_to(tested_values(rm), want_running.mean), 1e-6)
+            << "running_mean, " << what;
+        EXPECT_LE(relative_to(tested_values(rv), want_running.var), 1e-6)
+            << "running_var, " << what;
         expect_close(y, tol, "batchnorm training y vs the reference backend, " + what);
         expect_close(var, 1e-5, "save_var vs the reference backend, " + what);
 
@@ -485,14 +499,11 @@ TEST_P(Conformance, BatchNormAddForwardIsBatchNormPlusTheResidualRoundedOnce) {
           }
           EXPECT_LE(relative_to(tested_values(mean), bn.mean), 1e-6) << "save_mean, " << what;
           EXPECT_LE(relative_to(tested_values(var), bn.var), 1e-5) << "save_var, " << what;
-          std::vector<double> want_rm(rm0.size()), want_rv(rv0.size());
-          for (std::size_t j = 0; j < want_rm.size(); ++j) {
-            want_rm[j] = (1.0 - momentum) * rm0[j] + double{momentum} * bn.mean[j];
-            want_rv[j] = (1.0 - momentum) * rv0[j] +
-                         double{momentum} * bn.var[j] * static_cast<double>(rows) / (rows - 1.0);
-          }
-          EXPECT_LE(relative_to(tested_values(rm), want_rm), 1e-6) << "running_mean, " << what;
-          EXPECT_LE(relative_to(tested_values(rv), want_rv), 1e-6) << "running_var, " << what;
+          const RunningStats want_running = updated_running_stats(rm0, rv0, bn, momentum, rows);
+          EXPECT_LE(relative_to(tested_values(rm), want_running.mean), 1e-6)
+              << "running_mean, " << what;
+          EXPECT_LE(relative_to(tested_values(rv), want_running.var), 1e-6)
+              << "running_var, " << what;
         }
   }
 }
