@@ -1,5 +1,7 @@
 // CpuLoss: the CPU backend's LossFacet: softmax cross-entropy (optionally label-smoothed) per
-// row, log-sum-exp in double, the mean loss, the count of correct argmaxes and the gradient.
+// row, log-sum-exp in double, the mean loss, the count of correct argmaxes and the gradient. The
+// per-logit work (max, exponentials, probabilities) is softmax_row's (cpu_softmax_row.h); the
+// loss is the same bits on any number of threads.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -7,6 +9,7 @@
 
 #include "cpu_access.h"
 #include "cpu_context.h"
+#include "cpu_softmax_row.h"
 #include "mixtrain/sdk/backend_loss.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 
@@ -57,46 +60,43 @@ void CpuLoss::softmax_cross_entropy(TensorView logits, TensorView labels, float 
   const float eps = label_smoothing;
   const float off = eps / static_cast<float>(classes);
   const float on = (1.0f - eps) + off;
-  double loss_sum = 0.0;
+  // Each row's loss is kept and the mean summed in row order afterwards, so the loss has the same
+  // bits on any number of threads (a reduction's order would follow the team's partition).
+  std::vector<double> row_loss(static_cast<std::size_t>(rows));
   std::int64_t correct_count = 0;
-#pragma omp parallel if (parallel_worth(rows * classes)) reduction(+ : loss_sum, correct_count)
+#pragma omp parallel if (parallel_worth(rows * classes)) reduction(+ : correct_count)
   {
     std::vector<float> in_buf, out_buf;
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* z = read_row(logits, r, classes, in_buf);
-      float max_z = z[0];
-      std::int64_t arg = 0;
-      for (std::int64_t j = 1; j < classes; ++j)
-        if (z[j] > max_z) {
-          max_z = z[j];
-          arg = j;
-        }
-      double sum_exp = 0.0;
-      for (std::int64_t j = 0; j < classes; ++j) sum_exp += std::exp(z[j] - max_z);
-      const double lse = static_cast<double>(max_z) + std::log(sum_exp);
+      float* out = want_grad ? row_target(dlogits, r, classes, out_buf) : nullptr;
+      // out receives the probabilities, then their gradient in place. dlogits may be the logits'
+      // own buffer (LossFacet allows it), so the label's logit is read first.
       const std::int32_t y = label[r];
+      const double zy = static_cast<double>(z[y]);
+      const SoftmaxRow row = softmax_row(z, classes, out, eps != 0.0f);
       if (eps == 0.0f) {
-        loss_sum += lse - static_cast<double>(z[y]);
+        row_loss[static_cast<std::size_t>(r)] = row.lse - zy;
       } else {
         // -Σ_j t_j (z_j - lse) = lse - (1 - ε) z_y - ε / classes · Σ_j z_j
-        double z_sum = 0.0;
-        for (std::int64_t j = 0; j < classes; ++j) z_sum += static_cast<double>(z[j]);
         const double e = static_cast<double>(eps);
-        loss_sum +=
-            lse - (1.0 - e) * static_cast<double>(z[y]) - e / static_cast<double>(classes) * z_sum;
+        row_loss[static_cast<std::size_t>(r)] =
+            row.lse - (1.0 - e) * zy - e / static_cast<double>(classes) * row.z_sum;
       }
-      correct_count += arg == y ? 1 : 0;
+      correct_count += row.argmax == y ? 1 : 0;
       if (want_grad) {
-        float* out = row_target(dlogits, r, classes, out_buf);
-        for (std::int64_t j = 0; j < classes; ++j) {
-          const float p = static_cast<float>(std::exp(static_cast<double>(z[j]) - lse));
-          out[j] = (p - (j == y ? on : off)) * grad_factor;
-        }
+        // (p - t)·grad_factor with t = `off` everywhere, then the label's own target `on`.
+        const float p_label = out[y];
+#pragma omp simd
+        for (std::int64_t j = 0; j < classes; ++j) out[j] = (out[j] - off) * grad_factor;
+        out[y] = (p_label - on) * grad_factor;
         commit_row(dlogits, r, classes, out);
       }
     }
   }
+  double loss_sum = 0.0;
+  for (const double l : row_loss) loss_sum += l;
   *loss.as<float>() = static_cast<float>(loss_sum / static_cast<double>(rows));
   if (want_correct) *correct.as<std::int32_t>() = static_cast<std::int32_t>(correct_count);
 }

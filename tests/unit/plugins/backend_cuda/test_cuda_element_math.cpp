@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "cpu_backend.h"
+#include "cpu_softmax_row.h"
 #include "cuda_element_math.h"
 #include "mixtrain/sdk/support/float_formats.h"
 
@@ -923,9 +924,10 @@ TEST(cuda_element_math, SoftmaxStepsFollowTheCpuExpressions) {
   EXPECT_EQ(bits(el::softmax_max(1.0f, NAN)), bits(1.0f));
 }
 
-// The kernel's label smoothing steps are the CPU backend's expressions: with the CPU's own p and
-// log-sum-exp per row (its sequential sums), xent_grad gives its dlogits and xent_row_loss its
-// loss, bit for bit; eps = 0 is plain cross-entropy's targets and row loss exactly.
+// The kernel's label smoothing steps are the CPU backend's expressions: with the CPU's own p,
+// log-sum-exp and Σ z per row (softmax_row, cpu_softmax_row.h), xent_grad gives its dlogits and
+// xent_row_loss its loss, bit for bit, the rows' losses summed in order; eps = 0 is plain
+// cross-entropy's targets and row loss exactly.
 TEST(cuda_element_math, CrossEntropySmoothingFollowsTheCpuBackend) {
   mixtrain::backend_cpu::CpuBackend cpu(1);  // one thread: the CPU's loss sum in row order
   const std::int64_t rows = 9, classes = 37;
@@ -947,18 +949,14 @@ TEST(cuda_element_math, CrossEntropySmoothingFollowsTheCpuBackend) {
     double loss_sum = 0.0;
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* row = zv.data() + r * classes;
-      float mx = row[0];
-      for (std::int64_t j = 1; j < classes; ++j) mx = row[j] > mx ? row[j] : mx;
-      double sum_exp = 0.0, z_sum = 0.0;
-      for (std::int64_t j = 0; j < classes; ++j) sum_exp += std::exp(row[j] - mx);
-      for (std::int64_t j = 0; j < classes; ++j) z_sum += static_cast<double>(row[j]);
-      const double lse = static_cast<double>(mx) + std::log(sum_exp);
+      std::vector<float> p(static_cast<std::size_t>(classes));
+      const auto stats = mixtrain::backend_cpu::softmax_row(row, classes, p.data(), true);
       const std::int32_t label = ids[static_cast<std::size_t>(r)];
-      loss_sum += el::xent_row_loss(lse, row[label], z_sum, eps, classes);
+      loss_sum += el::xent_row_loss(stats.lse, row[label], stats.z_sum, eps, classes);
       for (std::int64_t j = 0; j < classes; ++j) {
-        const float p = static_cast<float>(std::exp(static_cast<double>(row[j]) - lse));
-        ASSERT_EQ(bits(el::xent_grad(p, j == label ? on : off, factor)),
-                  bits(dz.get(r * classes + j)))
+        ASSERT_EQ(
+            bits(el::xent_grad(p[static_cast<std::size_t>(j)], j == label ? on : off, factor)),
+            bits(dz.get(r * classes + j)))
             << "eps " << eps << " row " << r << " class " << j;
       }
     }

@@ -1,0 +1,31 @@
+// softmax_row: one row of the softmax cross-entropy (facets/cpu_loss.cpp), the part that touches
+// every logit: its max and first argmax, its log-sum-exp, optionally its probabilities and the sum
+// of its logits.
+//
+// Contract
+// - z [classes] fp32, classes >= 1. p: null, or [classes] fp32 that receives p_j = e^(z_j - max)
+//   / Σ_k e^(z_k - max) (it may be z itself). The caller owns both; nothing is allocated.
+// - lse = max + log Σ e^(z_j - max) in double; argmax is what a scan from z[0] that moves on a
+//   strictly greater z finds (the first index of the largest non-NaN value; 0 when z[0] is NaN);
+//   z_sum = Σ z_j in double when asked for, else 0. All three are read before p is written.
+// - The exponentials are exp_shifted's (cpu_exp.h, within 1 ulp), summed in fp32 over blocks of
+//   64 and the blocks' sums in double; p_j is e_j times the rounded 1 / Σ, so within a few ulp of
+//   the exact quotient. A NaN logit makes lse NaN; +inf makes it NaN too (inf - inf).
+// - Compiled for x86-64-v4, v3 and the baseline and picked by cpuid (cpu_isa.h). One CPU gives the
+//   same bits every run and on every thread count (a row is one thread's work); two ISAs may
+//   differ in the last bits (FMA, the width of the block sums).
+#pragma once
+
+#include <cstdint>
+
+namespace mixtrain::backend_cpu {
+
+struct SoftmaxRow {
+  double lse = 0.0;
+  std::int64_t argmax = 0;
+  double z_sum = 0.0;
+};
+
+SoftmaxRow softmax_row(const float* z, std::int64_t classes, float* p, bool want_z_sum);
+
+}  // namespace mixtrain::backend_cpu
