@@ -1,11 +1,13 @@
-// CpuGradientCheck: the CPU backend's GradientCheckFacet: the fused unscale + finite check, the
-// sum of squares (cpu_sum_of_squares.h) and the first non-finite tensor. Each works on a flat
-// list of pieces (cpu_pieces.h) so many small tensors and a few huge ones share one parallel
-// region.
+// CpuGradientCheck: the CPU backend's GradientCheckFacet: the unscale, the finite check and the
+// sum of squares (cpu_sum_of_squares.h) in one pass over the gradients, and the first non-finite
+// tensor. Each works on a flat list of pieces (cpu_pieces.h) so many small tensors and a few huge
+// ones share one parallel region.
 #include <cstring>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "cpu_access.h"
 #include "cpu_context.h"
@@ -42,46 +44,67 @@ const sdk::FacetRegistration<CpuContext, sdk::GradientCheckFacet, CpuGradientChe
 
 }  // namespace
 
-bool CpuGradientCheck::unscale_and_check_finite(std::span<const TensorView> grads,
-                                                float inv_scale) {
-  context_.use_threads();
+namespace {
+
+// One pass over fp32 gradients: g *= inv_scale in place (skipped at 1), the finite check and, when
+// asked, Σ g² of the unscaled values. A chunk is summed right after it is scaled, while it is still
+// in L1, so the gradients cross memory once whatever is asked.
+sdk::GradientCheckFacet::GradientCheck unscale_check_pass(std::span<const TensorView> grads,
+                                                          float inv_scale, bool sum_squares) {
   for (std::size_t i = 0; i < grads.size(); ++i)
     require_fp32("unscale_and_check_finite", "grads[" + std::to_string(i) + "]", grads[i]);
   const auto pieces = split(grads.size(), [&](std::size_t t) { return grads[t].numel(); });
   const std::int64_t count = static_cast<std::int64_t>(pieces.size());
+  // Each piece's Σ g², added in order below: the same bits on any number of threads, and the
+  // same as sum_of_squares() of the unscaled gradients (cpu_sum_of_squares.h).
+  std::vector<double> piece_sum(sum_squares ? pieces.size() : 0);
   int found = 0;
 #pragma omp parallel for schedule(static) if (parallel_worth(total_len(pieces))) \
     reduction(|                                                                  \
               : found)
   for (std::int64_t k = 0; k < count; ++k) {
     const Piece& pc = pieces[static_cast<std::size_t>(k)];
-    float* g = grads[pc.tensor].as<float>() + pc.begin;
     int local = 0;
-    if (inv_scale == 1.0f) {
-      // No loss scale to remove: a read-only pass, half the memory traffic.
+    double local_sum = 0.0;
+    for (std::int64_t c0 = 0; c0 < pc.len; c0 += kChunk) {
+      const std::int64_t len = std::min(kChunk, pc.len - c0);
+      float* g = grads[pc.tensor].as<float>() + pc.begin + c0;
+      if (inv_scale == 1.0f) {
+        // No loss scale to remove: a read-only pass, half the memory traffic.
 #pragma omp simd reduction(| : local)
-      for (std::int64_t i = 0; i < pc.len; ++i) local |= nonfinite_flag(g[i]);
-    } else {
+        for (std::int64_t i = 0; i < len; ++i) local |= nonfinite_flag(g[i]);
+      } else {
 #pragma omp simd reduction(| : local)
-      for (std::int64_t i = 0; i < pc.len; ++i) {
-        // inf or NaN before scaling stays inf/NaN after (inf*0 is NaN), so one check suffices.
-        const float v = g[i] * inv_scale;
-        g[i] = v;
-        local |= nonfinite_flag(v);
+        for (std::int64_t i = 0; i < len; ++i) {
+          // inf or NaN before scaling stays inf/NaN after (inf*0 is NaN), so one check suffices.
+          const float v = g[i] * inv_scale;
+          g[i] = v;
+          local |= nonfinite_flag(v);
+        }
       }
+      if (sum_squares) local_sum += chunk_sum_of_squares(g, len);
     }
     found |= local;
+    if (sum_squares) piece_sum[static_cast<std::size_t>(k)] = local_sum;
   }
-  return found != 0;
+  sdk::GradientCheckFacet::GradientCheck r;
+  r.found_inf = found != 0;
+  r.sum_of_squares = std::accumulate(piece_sum.begin(), piece_sum.end(), 0.0);
+  return r;
+}
+
+}  // namespace
+
+bool CpuGradientCheck::unscale_and_check_finite(std::span<const TensorView> grads,
+                                                float inv_scale) {
+  context_.use_threads();
+  return unscale_check_pass(grads, inv_scale, false).found_inf;
 }
 
 sdk::GradientCheckFacet::GradientCheck CpuGradientCheck::unscale_check_and_sum_squares(
     std::span<const TensorView> grads, float inv_scale) {
-  // Synchronous backend: the two passes in turn wait no more than one fused pass would.
-  GradientCheck r;
-  r.found_inf = unscale_and_check_finite(grads, inv_scale);
-  r.sum_of_squares = sum_of_squares(context_, grads);
-  return r;
+  context_.use_threads();
+  return unscale_check_pass(grads, inv_scale, true);
 }
 
 void CpuGradientCheck::queue_unscale_check(std::span<const TensorView> grads, float inv_scale,

@@ -70,6 +70,33 @@ TEST(backend_cpu_mixed_precision, SumOfSquaresInDoubleAndFirstNonfinite) {
   EXPECT_EQ(sdk::facet<sdk::GradientCheckFacet>(be)->first_nonfinite(ts), 1);
 }
 
+// Σ g² has the same bits on 1, 2 and 3 threads (each piece's sum kept, the pieces' sums added in
+// order), and the gradient check's fused pass gives the bits sum_of_squares() gives for the
+// gradients it unscaled, with a loss scale to remove and without. Several pieces (kPiece) of
+// varied magnitude, so that an order that followed the team's partition would show.
+TEST(backend_cpu_mixed_precision, SumOfSquaresIsTheSameBitsOnAnyThreadsAndInTheFusedCheck) {
+  auto big = random_values(300001, 5, -3.0f, 3.0f);
+  for (std::size_t i = 0; i < big.size(); i += 997) big[i] *= 1e4f;
+  const auto small = random_values(4097, 6);
+  double sum_1 = 0.0;
+  for (const int threads : {1, 2, 3}) {
+    CpuBackend be(threads);
+    DeviceTensor a(be, DType::fp32, {300001}, big), b(be, DType::fp32, {4097}, small);
+    std::vector<TensorView> grads = {a, b};
+    const double plain = be.sum_of_squares(grads);
+    if (threads == 1) sum_1 = plain;
+    EXPECT_EQ(plain, sum_1) << threads << " threads";
+    auto& checks = *sdk::facet<sdk::GradientCheckFacet>(be);
+    const auto kept = checks.unscale_check_and_sum_squares(grads, 1.0f);
+    EXPECT_FALSE(kept.found_inf);
+    EXPECT_EQ(kept.sum_of_squares, plain) << threads << " threads, no loss scale";
+    const auto scaled = checks.unscale_check_and_sum_squares(grads, 0.375f);
+    EXPECT_FALSE(scaled.found_inf);
+    EXPECT_EQ(scaled.sum_of_squares, be.sum_of_squares(grads)) << threads << " threads, scaled";
+    EXPECT_EQ(a.get()[997], big[997] * 0.375f);
+  }
+}
+
 struct Param {
   Param(CpuBackend& be, float p, float g, DType working_dtype = DType::bf16)
       : master(be, DType::fp32, {1, 3}, {p, p, p}),
