@@ -5,9 +5,10 @@
 //   Bf16Bits (bf16 storage: the value's top 16 bits, decoded exactly, outputs rounded once RNE,
 //   NaNs quieted, as sdk/float_formats.h; bf16_from_float is that encode, checked bit for bit
 //   against the SDK's in the tests). Per-channel vectors are fp32 [C], caller-owned.
-// - Statistics are computed in FP32 within blocks of rows that fit in L1 (block mean, then the
-//   block's sum of squared deviations from it) and merged in double across blocks and threads
-//   (Chan et al.'s pairwise update): one pass over memory, no E[x²] − E[x]² cancellation.
+// - Statistics are computed in FP32 within blocks of rows (about 2048 elements, at least 16 rows:
+//   block mean, then the block's sum of squared deviations from it) and merged in double across
+//   blocks and threads (Chan et al.'s pairwise update): one pass over memory, no E[x²] − E[x]²
+//   cancellation.
 // - The backward's sums (channel_grad_sums) accumulate g and g·(x − mean) in double from the
 //   stored values, the difference included: a channel whose sums cancel keeps its digits
 //   (docs/model-graph.md, batch norm's reductions).
