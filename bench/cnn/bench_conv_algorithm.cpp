@@ -1,15 +1,23 @@
-// bench_conv_algorithm: CpuBackend's fp32 conv2d, direct against Winograd F(4,3), per direction
-// (forward, backward-data, backward-weights) on 3x3 stride-1 shapes, each call as the trainer makes
-// it: nhwc activations and OIHW weights in, so Winograd's times include the reorders of its
-// activations to and from oneDNN's blocked layout and the weight reorders. This is the
-// measurement behind the static rule in plugins/backend_cpu/cpu_conv_algorithm.h.
+// bench_conv_algorithm: CpuBackend's fp32 conv2d per direction (forward, backward-data,
+// backward-weights), each call as the trainer makes it: nhwc activations and OIHW weights in, so a
+// blocked layout's time includes the reorders of its activations to and from oneDNN's blocked
+// layout and the weight reorders. Two comparisons, the measurements behind the static rules in
+// plugins/backend_cpu/cpu_conv_algorithm.h:
+// - `--compare winograd` (default): the direct convolution (conv_algorithm = direct, as the trainer
+//   runs it) against Winograd F(4,3) on 3x3 stride-1 shapes. The Winograd backend is
+//   ConvAlgorithm::winograd_everywhere, which skips the rule, so shapes the rule leaves direct are
+//   timed too.
+// - `--compare blocked`: the direct convolution in nhwc (ConvAlgorithm::direct_nhwc) against the
+//   same in oneDNN's blocked layout (ConvAlgorithm::blocked_everywhere) on 3x3 shapes, strided
+//   ones included.
+// `--shapes resnet20` (default): ResNet-20's stride-1 stages and the neighbours that place the
+// Winograd threshold; `--shapes resnet50`: ResNet-50's 3x3 convolutions, stride 1 and 2.
 //
-// Usage: bench_conv_algorithm [--threads N] [--reps R] [--batch N]
+// Usage: bench_conv_algorithm [--threads N] [--reps R] [--batch N] [--compare winograd|blocked]
+//                             [--shapes resnet20|resnet50]
 // Per shape and direction: 2 warm-up calls, then R (15) calls; the fastest call in ms (on a
 // shared machine the fastest call is the best estimate of what the code does with the cores to
-// itself) and oneDNN's implementation name. The Winograd backend is
-// ConvAlgorithm::winograd_everywhere, which skips the rule, so shapes the rule leaves direct are
-// timed too.
+// itself) and oneDNN's implementation name.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -105,6 +113,7 @@ Times run(CpuBackend& be, const Conv2dGeometry& g, int reps) {
 int main(int argc, char** argv) {
   int threads = 2, reps = 15;
   std::int64_t batch = 128;
+  std::string compare = "winograd", shapes = "resnet20";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--threads")
@@ -113,40 +122,61 @@ int main(int argc, char** argv) {
       reps = std::atoi(argv[i + 1]);
     else if (k == "--batch")
       batch = std::atoll(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: bench_conv_algorithm [--threads N] [--reps R] [--batch N]\n");
-      return 2;
-    }
+    else if (k == "--compare")
+      compare = argv[i + 1];
+    else if (k == "--shapes")
+      shapes = argv[i + 1];
+    else
+      compare.clear();
   }
-  CpuBackend direct(threads, Bf16GemmPath::automatic, Bf16ConvPath::automatic,
-                    ConvAlgorithm::direct);
-  CpuBackend wino(threads, Bf16GemmPath::automatic, Bf16ConvPath::automatic,
-                  ConvAlgorithm::winograd_everywhere);
-  std::printf("# %s\n# threads %d, batch %lld, best of %d, ms per call (direct / winograd)\n",
-              wino.conv_algorithm_note().c_str(), threads, static_cast<long long>(batch), reps);
-  std::printf("# %-16s %-20s %-20s %-20s\n", "C->O HxW", "forward", "backward-data",
+  if ((compare != "winograd" && compare != "blocked") ||
+      (shapes != "resnet20" && shapes != "resnet50") || argc % 2 == 0) {
+    std::fprintf(stderr,
+                 "usage: bench_conv_algorithm [--threads N] [--reps R] [--batch N] "
+                 "[--compare winograd|blocked] [--shapes resnet20|resnet50]\n");
+    return 2;
+  }
+  const bool blocked = compare == "blocked";
+  CpuBackend base(threads, Bf16GemmPath::automatic, Bf16ConvPath::automatic,
+                  blocked ? ConvAlgorithm::direct_nhwc : ConvAlgorithm::direct);
+  CpuBackend other(
+      threads, Bf16GemmPath::automatic, Bf16ConvPath::automatic,
+      blocked ? ConvAlgorithm::blocked_everywhere : ConvAlgorithm::winograd_everywhere);
+  std::printf("# %s\n# threads %d, batch %lld, best of %d, ms per call (%s)\n",
+              other.conv_algorithm_note().c_str(), threads, static_cast<long long>(batch), reps,
+              blocked ? "nhwc / blocked" : "direct / winograd");
+  std::printf("# %-20s %-20s %-20s %-20s\n", "C->O HxW stride", "forward", "backward-data",
               "backward-weights");
   struct S {
-    std::int64_t c, o, hw;
+    std::int64_t c, o, hw, stride;
   };
-  // ResNet-20's three stride-1 stages, then the neighbours that place the threshold.
-  for (const S s :
-       {S{16, 16, 32}, S{32, 32, 16}, S{64, 64, 8}, S{16, 32, 32}, S{32, 16, 32}, S{16, 16, 16},
-        S{32, 32, 8}, S{32, 32, 32}, S{64, 64, 16}, S{128, 128, 8}, S{128, 128, 4}}) {
+  // ResNet-20's three stride-1 stages, then the neighbours that place the Winograd threshold; or
+  // ResNet-50's 3x3 convolutions.
+  const std::vector<S> resnet20 = {S{16, 16, 32, 1},  S{32, 32, 16, 1}, S{64, 64, 8, 1},
+                                   S{16, 32, 32, 1},  S{32, 16, 32, 1}, S{16, 16, 16, 1},
+                                   S{32, 32, 8, 1},   S{32, 32, 32, 1}, S{64, 64, 16, 1},
+                                   S{128, 128, 8, 1}, S{128, 128, 4, 1}};
+  const std::vector<S> resnet50 = {S{64, 64, 56, 1},   S{128, 128, 56, 2}, S{128, 128, 28, 1},
+                                   S{256, 256, 28, 2}, S{256, 256, 14, 1}, S{512, 512, 14, 2},
+                                   S{512, 512, 7, 1}};
+  for (const S s : shapes == "resnet20" ? resnet20 : resnet50) {
     Conv2dGeometry g;
     g.batch = batch;
     g.in_channels = s.c;
     g.out_channels = s.o;
     g.height = g.width = s.hw;
     g.kernel_h = g.kernel_w = 3;
+    g.stride_h = g.stride_w = s.stride;
     g.pad_h = g.pad_w = 1;
-    const Times a = run(direct, g, reps), b = run(wino, g, reps);
+    const Times a = run(base, g, reps), b = run(other, g, reps);
     std::printf(
-        "  %3lld->%-3lld %3lldx%-3lld  %6.2f / %6.2f       %6.2f / %6.2f       %6.2f / %6.2f\n",
+        "  %3lld->%-3lld %3lldx%-3lld %lld  %6.2f / %6.2f       %6.2f / %6.2f       %6.2f / "
+        "%6.2f\n",
         static_cast<long long>(s.c), static_cast<long long>(s.o), static_cast<long long>(s.hw),
-        static_cast<long long>(s.hw), a.fwd, b.fwd, a.bwd_d, b.bwd_d, a.bwd_w, b.bwd_w);
-    std::printf("    winograd route: %s | %s | %s\n", b.impl_fwd.c_str(), b.impl_bwd_d.c_str(),
-                b.impl_bwd_w.c_str());
+        static_cast<long long>(s.hw), static_cast<long long>(s.stride), a.fwd, b.fwd, a.bwd_d,
+        b.bwd_d, a.bwd_w, b.bwd_w);
+    std::printf("    %s route: %s | %s | %s\n", compare.c_str(), b.impl_fwd.c_str(),
+                b.impl_bwd_d.c_str(), b.impl_bwd_w.c_str());
   }
   return 0;
 }

@@ -24,6 +24,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "cpu_conv_algorithm.h"
+#include "mixtrain/sdk/backend_convolution.h"
 #include "mixtrain/sdk/device_backend.h"
 
 namespace mixtrain::backend_cpu {
@@ -38,15 +40,17 @@ enum class Bf16GemmPath { automatic, onednn, emulated };
 // oneDNN's bf16 convolution where the CPU has bf16 dot-product instructions (AVX512-BF16 or
 // AMX-BF16) and oneDNN has a JIT kernel for it; `emulated` decodes to fp32 exactly.
 enum class Bf16ConvPath { automatic, onednn, emulated };
-// Which algorithm pure fp32 convolutions use. `direct` (the default and the reference) always
-// runs oneDNN's direct convolution. `winograd` runs oneDNN's Winograd F(4,3) for the fp32
-// 3x3 / stride 1 / dilation 1 / groups 1 convolutions where the static rule of
+// Which algorithm convolutions use. `direct` (the default and the reference) runs oneDNN's direct
+// convolution: in nhwc, or in oneDNN's blocked layout where cpu_conv_algorithm.h's rule says that
+// pays on this CPU (3x3 convolutions on AVX2). `winograd` runs oneDNN's Winograd F(4,3) for the
+// fp32 3x3 / stride 1 / dilation 1 / groups 1 convolutions where the static rule of
 // cpu_conv_algorithm.h says it pays (per direction and shape) and oneDNN has a JIT kernel for it;
-// everything else stays direct. Winograd rounds differently from a direct sum (its transforms
-// add terms of other magnitudes), so it is opt-in. `winograd_everywhere` (C++ only, not a plugin
-// option) skips the rule: Winograd for every shape it can compute; for the measurements behind
-// the rule.
-enum class ConvAlgorithm { direct, winograd, winograd_everywhere };
+// everything else as `direct`. Winograd rounds differently from a direct sum (its transforms add
+// terms of other magnitudes), so it is opt-in. C++ only, not plugin options, for the
+// measurements behind the rules and for tests on any CPU: `winograd_everywhere` skips the
+// Winograd rule (Winograd for every shape it can compute); `direct_nhwc` never takes the blocked
+// layout; `blocked_everywhere` takes it for every direct convolution oneDNN has a JIT kernel for.
+enum class ConvAlgorithm { direct, winograd, winograd_everywhere, direct_nhwc, blocked_everywhere };
 
 class CpuContext {
  public:
@@ -75,8 +79,16 @@ class CpuContext {
   std::string conv_algorithm_note() const;
   // conv_algorithm is winograd (or winograd_everywhere) and oneDNN has a Winograd kernel here.
   bool winograd_on() const {
-    return conv_algorithm_ != ConvAlgorithm::direct && conv_winograd_available();
+    return (conv_algorithm_ == ConvAlgorithm::winograd ||
+            conv_algorithm_ == ConvAlgorithm::winograd_everywhere) &&
+           conv_winograd_available();
   }
+  // Whether oneDNN's direct kernel for an nhwc fp32 3x3 convolution here is its AVX2 one
+  // (jit:avx2), where the blocked layout pays (cpu_conv_algorithm.h); probed once.
+  bool blocked_layout_pays() const;
+  // Whether a direct convolution of this direction and shape takes the blocked layout: the rule
+  // where the algorithm allows it (not direct_nhwc), every shape under blocked_everywhere.
+  bool blocked_layout_for(Direction dir, const sdk::Conv2dGeometry& g) const;
   // oneDNN's implementation of the last convolution primitive run.
   const std::string& last_conv_implementation() const noexcept { return last_conv_impl_; }
   void record_conv_implementation(const std::string& implementation) {
@@ -99,6 +111,9 @@ class CpuContext {
   mutable int bf16_conv_state_ = -1;  // -1 undecided, 0 emulated, 1 oneDNN
   mutable std::string bf16_conv_note_;
   ConvAlgorithm conv_algorithm_;
+  std::string direct_note() const;
+  mutable int blocked_state_ = -1;     // -1 unprobed, 0 nhwc everywhere, 1 the blocked rule
+  mutable std::string direct_impl_;    // blocked_layout_pays()'s probe: the nhwc 3x3 kernel
   mutable int winograd_state_ = -1;    // -1 unprobed, 0 unavailable, 1 available
   mutable std::string winograd_impl_;  // the probe's implementation name, or why none
   std::string last_conv_impl_;

@@ -1,5 +1,39 @@
-// The CPU backend's static rule for oneDNN's Winograd F(4,3) convolutions (the backend option
-// conv_algorithm = "winograd"; cpu_convolution.cpp applies it, cpu_conv_primitives.h builds them).
+// The CPU backend's static rules for how a convolution runs (cpu_convolution.cpp applies them,
+// cpu_conv_primitives.h builds the primitives): oneDNN's direct convolution in oneDNN's blocked
+// activation layout where its nhwc kernel is the slower one (the default, conv_algorithm =
+// "direct"), and Winograd F(4,3) (conv_algorithm = "winograd").
+//
+// The blocked layout for the direct convolution (blocked_pays below):
+// - oneDNN 2.6's AVX2 direct kernel (jit:avx2, CPUs without AVX-512) runs 3x3 convolutions faster
+//   in its blocked layout (nChw8c) than in nhwc, even with the reorders nhwc -> nChw8c and back
+//   around each call. So a convolution takes the blocked layout when all of:
+//   CpuContext::blocked_layout_pays() (the probe's nhwc 3x3 kernel is jit:avx2), a 3x3 kernel,
+//   dilation 1, groups 1, at least 32 channels on both sides, and for backward-data an input of
+//   at least 28x28 pixels. Any route (fp32, tf32, decoded 16- and 8-bit operands): it is the same
+//   direct sum with FP32 accumulation, in another order. Static, so a shape takes the same kernel
+//   in every run on one CPU.
+// - Measured by bench/cnn/bench_conv_algorithm.cpp (`--compare blocked`, each call as the trainer
+//   makes it, the reorders included), AMD EPYC with AVX2 + FMA only, oneDNN 2.6.3, fp32, ms nhwc /
+//   blocked, best of 15 calls with 2 threads | best of 9 with 1:
+//     ResNet-50 (batch 8)  forward                      backward-data backward-weights 64->64 56x56
+//     s1    20.8/13.8 | 38.4/34.1        18.2/14.5 | 46.6/33.4        34.2/25.1 | 70.7/53.0
+//     128->128 56x56 s2    35.8/19.1 | 88.5/31.3        20.3/14.4 | 32.4/28.0        32.7/17.9
+//     | 50.9/35.3 128->128 28x28 s1    18.8/14.8 | 31.6/25.4        15.2/14.0
+//     | 33.1/25.4        27.7/24.0 | 51.7/42.8 256->256 28x28 s2    22.5/18.5
+//     | 46.6/26.9        18.0/18.3 | 29.8/28.4        32.7/21.1 | 46.9/35.8 256->256 14x14
+//     s1    19.3/15.5 | 29.0/23.3        14.1/14.6 | 22.7/21.4        21.6/18.8 | 32.8/31.4
+//     512->512 14x14 s2    27.8/25.1 | 34.8/32.6        25.2/23.6 | 37.9/36.7        39.4/32.8
+//     | 66.0/45.9 512->512  7x7  s1    24.7/19.3 | 29.4/28.8        14.6/20.2
+//     | 27.4/29.3        34.1/28.1 | 53.9/42.7 ResNet-20 (batch 128, 2 threads) 16->16   32x32 s1
+//     5.25/7.35                    4.97/7.22                    6.97/9.30 32->32   16x16
+//     s1     5.26/5.34                    5.19/5.05                    6.51/6.43 64->64    8x8 s1
+//     5.93/5.63                    4.69/5.03                    6.74/6.31
+//   Forward and backward-weights won or tied from 32 channels; backward-data tied at 14x14 and
+//   lost at 7x7 and 8x8; with 16 channels nhwc won everywhere. 1x1 convolutions won in nhwc in
+//   most of a separate sweep once the reorders were paid, and are left in nhwc.
+// - On AVX-512 (Zen 4, session 9's measurements on ResNet-20's shapes) the blocked direct
+//   convolution was not faster than nhwc: the rule stays off there (the probe's kernel is not
+//   jit:avx2).
 //
 // oneDNN's Winograd F(4,3) (jit_wino_4x3:avx512_core; oneDNN 2.6 has it for fp32
 //   on AVX-512 CPUs only) for a convolution that is all of: on the pure fp32 route (both operands
@@ -84,6 +118,22 @@ inline bool winograd_pays(Direction dir, const sdk::Conv2dGeometry& g) {
       return true;
   }
   return false;
+}
+
+// The blocked-layout rule's thresholds (measurements above): channels on each side below which
+// nhwc won, and the input pixels below which backward-data did not gain.
+inline constexpr std::int64_t kBlockedMinChannels = 32;
+inline constexpr std::int64_t kBlockedMinDataPixels = 28 * 28;
+
+// The blocked-layout rule's shape test (the CPU test, blocked_layout_pays(), is the caller's):
+// 3x3, dilation 1, groups 1, at least kBlockedMinChannels on both sides, any stride and padding;
+// backward-data also at least kBlockedMinDataPixels in x.
+inline bool blocked_pays(Direction dir, const sdk::Conv2dGeometry& g) {
+  const bool shape = g.kernel_h == 3 && g.kernel_w == 3 && g.dilation_h == 1 && g.dilation_w == 1 &&
+                     g.groups == 1 && g.in_channels >= kBlockedMinChannels &&
+                     g.out_channels >= kBlockedMinChannels;
+  if (dir == Direction::backward_data) return shape && g.height * g.width >= kBlockedMinDataPixels;
+  return shape;
 }
 
 }  // namespace mixtrain::backend_cpu

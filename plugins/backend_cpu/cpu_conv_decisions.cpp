@@ -1,9 +1,11 @@
 // CpuContext's convolution decisions: whether bf16 convolutions run in oneDNN's bf16 kernels,
-// and whether oneDNN has an fp32 Winograd kernel here. Each is probed once, on first use, by
-// asking oneDNN which kernel it would run for a ResNet-like convolution.
+// whether the direct convolution's blocked layout pays here, and whether oneDNN has an fp32
+// Winograd kernel. Each is probed once, on first use, by asking oneDNN which kernel it would run
+// for a ResNet-like convolution.
 #include <string>
 
 #include "cpu_context.h"
+#include "cpu_conv_algorithm.h"
 #include "cpu_conv_primitives.h"
 #include "cpu_features.h"
 #include "cpu_primitive_cache.h"
@@ -33,7 +35,7 @@ bool CpuContext::bf16_conv_native() const {
   std::string impl;
   try {
     impl = forward_pd(prims_->engine(), probe_geometry(), memory::data_type::bf16,
-                      memory::data_type::f32, false, kDirect)
+                      memory::data_type::f32, false, ConvMethod::direct)
                .impl_info_str();
   } catch (const dnnl::error&) {
     impl.clear();
@@ -80,7 +82,7 @@ bool CpuContext::conv_winograd_available() const {
   bool usable = false;
   try {
     winograd_impl_ = forward_pd(prims_->engine(), probe_geometry(), memory::data_type::f32,
-                                memory::data_type::f32, false, kWinograd)
+                                memory::data_type::f32, false, ConvMethod::winograd)
                          .impl_info_str();
     usable = !is_reference_kernel(winograd_impl_);
     if (!usable) winograd_impl_ = "only a reference kernel (" + winograd_impl_ + ")";
@@ -91,17 +93,60 @@ bool CpuContext::conv_winograd_available() const {
   return usable;
 }
 
+bool CpuContext::blocked_layout_pays() const {
+  if (blocked_state_ >= 0) return blocked_state_ == 1;
+  try {
+    direct_impl_ = forward_pd(prims_->engine(), probe_geometry(), memory::data_type::f32,
+                              memory::data_type::f32, false, ConvMethod::direct)
+                       .impl_info_str();
+  } catch (const dnnl::error& e) {
+    direct_impl_ = std::string("no kernel: ") + e.what();
+  }
+  blocked_state_ = direct_impl_ == "jit:avx2" ? 1 : 0;
+  return blocked_state_ == 1;
+}
+
+bool CpuContext::blocked_layout_for(Direction dir, const sdk::Conv2dGeometry& g) const {
+  switch (conv_algorithm_) {
+    case ConvAlgorithm::direct_nhwc:
+      return false;
+    case ConvAlgorithm::blocked_everywhere:
+      return true;
+    default:
+      return blocked_pays(dir, g) && blocked_layout_pays();
+  }
+}
+
+// What the direct convolution does here, for the note below.
+std::string CpuContext::direct_note() const {
+  switch (conv_algorithm_) {
+    case ConvAlgorithm::direct_nhwc:
+      return "direct convolutions in nhwc";
+    case ConvAlgorithm::blocked_everywhere:
+      return "direct convolutions in oneDNN's blocked layout everywhere";
+    default:
+      return blocked_layout_pays()
+                 ? "direct 3x3 convolutions with C, O >= 32 in oneDNN's blocked layout "
+                   "(backward-data from 28x28 inputs; its nhwc kernel here is " +
+                       direct_impl_ + "), the others in nhwc"
+                 : "direct convolutions in nhwc (oneDNN's " + direct_impl_ + ")";
+  }
+}
+
 std::string CpuContext::conv_algorithm_note() const {
-  if (conv_algorithm_ == ConvAlgorithm::direct) return "conv_algorithm = direct";
+  if (conv_algorithm_ == ConvAlgorithm::direct || conv_algorithm_ == ConvAlgorithm::direct_nhwc ||
+      conv_algorithm_ == ConvAlgorithm::blocked_everywhere)
+    return "conv_algorithm = direct: " + direct_note();
   if (!conv_winograd_available())
     return "conv_algorithm = winograd, but oneDNN has no fp32 Winograd convolution on this CPU (" +
-           winograd_impl_ + "; it needs AVX-512): every convolution runs direct";
+           winograd_impl_ + "; it needs AVX-512): every convolution runs direct, " + direct_note();
   if (conv_algorithm_ == ConvAlgorithm::winograd_everywhere)
     return "conv_algorithm = winograd everywhere (no rule): oneDNN's " + winograd_impl_ +
-           " for every fp32 3x3 stride-1 convolution it computes, direct elsewhere";
+           " for every fp32 3x3 stride-1 convolution it computes; elsewhere " + direct_note();
   return "conv_algorithm = winograd: oneDNN's " + winograd_impl_ +
          " for fp32 3x3 stride-1 convolutions with N*OH*OW*C*O >= 2^23 and C, O >= 16 "
-         "(forward: C >= 32; backward-data: O >= 32), direct elsewhere";
+         "(forward: C >= 32; backward-data: O >= 32); elsewhere " +
+         direct_note();
 }
 
 }  // namespace mixtrain::backend_cpu

@@ -1,5 +1,5 @@
 // oneDNN's convolution primitives for the CPU backend's conv2d ops: their descriptors (nhwc
-// activations for the direct algorithm, oneDNN's blocked layout for Winograd), the cached
+// activations for the direct method, oneDNN's blocked layout for the others), the cached
 // primitives with their weight and activation reorders, and the moves of activations into and
 // out of a primitive's layout (contract in cpu_conv_primitives.h).
 #include "cpu_conv_primitives.h"
@@ -52,10 +52,15 @@ ConvDims conv_dims(const sdk::Conv2dGeometry& g) {
           {g.pad_h, g.pad_w}};
 }
 
+dnnl::algorithm algorithm_of(ConvMethod method) {
+  return method == ConvMethod::winograd ? dnnl::algorithm::convolution_winograd
+                                        : dnnl::algorithm::convolution_direct;
+}
+
 PrimitiveCache::Key key_of(Tag tag, const sdk::Conv2dGeometry& g, memory::data_type dt,
-                           memory::data_type out_dt, bool bias, dnnl::algorithm alg) {
+                           memory::data_type out_dt, bool bias, ConvMethod method) {
   return {tag,
-          static_cast<std::int64_t>(alg),
+          static_cast<std::int64_t>(method),
           static_cast<std::int64_t>(dt),
           static_cast<std::int64_t>(out_dt),
           bias ? 1 : 0,
@@ -75,16 +80,16 @@ PrimitiveCache::Key key_of(Tag tag, const sdk::Conv2dGeometry& g, memory::data_t
           g.groups};
 }
 
-// The activations a primitive of algorithm `alg` is described with: nhwc for the direct
-// convolution (passed as they are), format `any` for Winograd (oneDNN's Winograd kernels take
-// only its blocked layout, nChw16c; the entry reorders around the call).
-memory::desc input_md(const sdk::Conv2dGeometry& g, memory::data_type dt, dnnl::algorithm alg) {
-  if (alg == dnnl::algorithm::convolution_direct)
+// The activations a primitive of `method` is described with: nhwc for the direct convolution
+// (passed as they are), format `any` for the others (oneDNN picks its blocked layout, nChw8c or
+// nChw16c, the only one its Winograd kernels take; the entry reorders around the call).
+memory::desc input_md(const sdk::Conv2dGeometry& g, memory::data_type dt, ConvMethod method) {
+  if (method == ConvMethod::direct)
     return activation_md(g.batch, g.in_channels, g.height, g.width, dt);
   return memory::desc({g.batch, g.in_channels, g.height, g.width}, dt, memory::format_tag::any);
 }
-memory::desc output_md(const sdk::Conv2dGeometry& g, memory::data_type dt, dnnl::algorithm alg) {
-  if (alg == dnnl::algorithm::convolution_direct)
+memory::desc output_md(const sdk::Conv2dGeometry& g, memory::data_type dt, ConvMethod method) {
+  if (method == ConvMethod::direct)
     return activation_md(g.batch, g.out_channels, g.out_height(), g.out_width(), dt);
   return memory::desc({g.batch, g.out_channels, g.out_height(), g.out_width()}, dt,
                       memory::format_tag::any);
@@ -99,12 +104,15 @@ WeightsReorder weights_reorder(const dnnl::engine& engine, const memory::desc& p
   return w;
 }
 
-// nChw16c with exactly 16 channels is nhwc byte for byte (one block, no padding): the primitive
-// then reads or writes the caller's buffer itself.
+// nChw16c with exactly 16 channels, or nChw8c with 8, is nhwc byte for byte (one block, no
+// padding): the primitive then reads or writes the caller's buffer itself.
 bool same_bytes(const memory::desc& nhwc, const memory::desc& wanted) {
   const memory::dims dims = nhwc.dims();
-  return nhwc == wanted || (dims[1] == 16 && wanted == memory::desc(dims, nhwc.data_type(),
-                                                                    memory::format_tag::nChw16c));
+  const auto blocked = [&](memory::format_tag tag) {
+    return wanted == memory::desc(dims, nhwc.data_type(), tag);
+  };
+  return nhwc == wanted || (dims[1] == 16 && blocked(memory::format_tag::nChw16c)) ||
+         (dims[1] == 8 && blocked(memory::format_tag::nChw8c));
 }
 
 ActivationLayout input_layout(const dnnl::engine& engine, const memory::desc& plain,
@@ -122,9 +130,10 @@ ActivationLayout output_layout(const dnnl::engine& engine, const memory::desc& p
   return a;
 }
 
-// For a Winograd key: the entry that says "not here" (the op then runs direct) when oneDNN
-// cannot create the primitive or offers only a reference kernel. Direct keys keep their old
-// behaviour (creation errors are reported; the bf16 route's reference-kernel check is the op's).
+// For a blocked-direct or Winograd key: the entry that says "not here" (the op then runs direct)
+// when oneDNN cannot create the primitive or offers only a reference kernel. Direct keys keep
+// their old behaviour (creation errors are reported; the bf16 route's reference-kernel check is
+// the op's).
 template <class Entry>
 Entry unusable(std::string why) {
   Entry e;
@@ -143,10 +152,12 @@ std::string geometry_text(const sdk::Conv2dGeometry& g) {
 
 // What a cached primitive was made for, as PrimitiveCache::report() lists it.
 std::string problem_text(std::string_view op, const sdk::Conv2dGeometry& g, memory::data_type dt,
-                         memory::data_type out_dt, bool bias, dnnl::algorithm alg) {
+                         memory::data_type out_dt, bool bias, ConvMethod method) {
   return std::string(op) + " " + geometry_text(g) + ", " + dnnl_type_text(dt) + " -> " +
          dnnl_type_text(out_dt) + (bias ? ", bias" : "") +
-         (alg == dnnl::algorithm::convolution_winograd ? ", winograd" : "");
+         (method == ConvMethod::winograd         ? ", winograd"
+          : method == ConvMethod::direct_blocked ? ", blocked"
+                                                 : "");
 }
 
 // oneDNN 2.6's 1x1 weight-gradient kernels (jit_1x1:avx2, jit_1x1:avx512_core) copy a strided
@@ -172,28 +183,29 @@ bool overruns_its_workspace(const sdk::Conv2dGeometry& g, std::string_view imple
 dnnl::convolution_forward::primitive_desc forward_pd(const dnnl::engine& engine,
                                                      const sdk::Conv2dGeometry& g,
                                                      memory::data_type dt, memory::data_type dst_dt,
-                                                     bool bias, dnnl::algorithm alg) {
+                                                     bool bias, ConvMethod method) {
   const ConvDims d = conv_dims(g);
+  const dnnl::algorithm alg = algorithm_of(method);
   const memory::desc bias_md =
       bias ? memory::desc({g.out_channels}, memory::data_type::f32, memory::format_tag::a)
            : memory::desc();
-  return {{dnnl::prop_kind::forward_training, alg, input_md(g, dt, alg), any_weights_md(g, dt),
-           bias_md, output_md(g, dst_dt, alg), d.strides, d.dilates, d.pad_l, d.pad_r},
+  return {{dnnl::prop_kind::forward_training, alg, input_md(g, dt, method), any_weights_md(g, dt),
+           bias_md, output_md(g, dst_dt, method), d.strides, d.dilates, d.pad_l, d.pad_r},
           engine};
 }
 
 ForwardEntry& forward_entry(PrimitiveCache& cache, std::string_view op,
                             const sdk::Conv2dGeometry& g, memory::data_type dt,
-                            memory::data_type dst_dt, bool bias, dnnl::algorithm alg) {
+                            memory::data_type dst_dt, bool bias, ConvMethod method) {
   return cache.get<ForwardEntry>(
-      key_of(kConvForward, g, dt, dst_dt, bias, alg),
+      key_of(kConvForward, g, dt, dst_dt, bias, method),
       [&] {
         try {
           const auto& engine = cache.engine();
-          const auto pd = forward_pd(engine, g, dt, dst_dt, bias, alg);
+          const auto pd = forward_pd(engine, g, dt, dst_dt, bias, method);
           ForwardEntry e;
           e.implementation = pd.impl_info_str();
-          if (alg != kDirect && is_reference_kernel(e.implementation))
+          if (method != ConvMethod::direct && is_reference_kernel(e.implementation))
             return unusable<ForwardEntry>(e.implementation);
           e.src = input_layout(engine, activation_md(g.batch, g.in_channels, g.height, g.width, dt),
                                pd.src_desc());
@@ -205,30 +217,30 @@ ForwardEntry& forward_entry(PrimitiveCache& cache, std::string_view op,
           e.primitive = dnnl::convolution_forward(pd);
           return e;
         } catch (const dnnl::error& err) {
-          if (alg != kDirect) return unusable<ForwardEntry>(err.what());
+          if (method != ConvMethod::direct) return unusable<ForwardEntry>(err.what());
           creation_failed(op, g, dt, err);
         }
       },
-      [&] { return problem_text("conv2d_forward", g, dt, dst_dt, bias, alg); });
+      [&] { return problem_text("conv2d_forward", g, dt, dst_dt, bias, method); });
 }
 
 BackwardDataEntry& backward_data_entry(PrimitiveCache& cache, std::string_view op,
                                        const sdk::Conv2dGeometry& g, memory::data_type dt,
-                                       memory::data_type diff_src_dt, dnnl::algorithm alg) {
+                                       memory::data_type diff_src_dt, ConvMethod method) {
   return cache.get<BackwardDataEntry>(
-      key_of(kConvBackwardData, g, dt, diff_src_dt, false, alg),
+      key_of(kConvBackwardData, g, dt, diff_src_dt, false, method),
       [&] {
         try {
           const auto& engine = cache.engine();
-          const auto hint = forward_pd(engine, g, dt, dt, false, alg);
+          const auto hint = forward_pd(engine, g, dt, dt, false, method);
           const ConvDims d = conv_dims(g);
           const dnnl::convolution_backward_data::primitive_desc pd(
-              {alg, input_md(g, diff_src_dt, alg), any_weights_md(g, dt), output_md(g, dt, alg),
-               d.strides, d.dilates, d.pad_l, d.pad_r},
+              {algorithm_of(method), input_md(g, diff_src_dt, method), any_weights_md(g, dt),
+               output_md(g, dt, method), d.strides, d.dilates, d.pad_l, d.pad_r},
               engine, hint);
           BackwardDataEntry e;
           e.implementation = pd.impl_info_str();
-          if (alg != kDirect && is_reference_kernel(e.implementation))
+          if (method != ConvMethod::direct && is_reference_kernel(e.implementation))
             return unusable<BackwardDataEntry>(e.implementation);
           e.diff_dst = input_layout(
               engine, activation_md(g.batch, g.out_channels, g.out_height(), g.out_width(), dt),
@@ -240,22 +252,22 @@ BackwardDataEntry& backward_data_entry(PrimitiveCache& cache, std::string_view o
           e.primitive = dnnl::convolution_backward_data(pd);
           return e;
         } catch (const dnnl::error& err) {
-          if (alg != kDirect) return unusable<BackwardDataEntry>(err.what());
+          if (method != ConvMethod::direct) return unusable<BackwardDataEntry>(err.what());
           creation_failed(op, g, dt, err);
         }
       },
-      [&] { return problem_text("conv2d_backward_data", g, dt, diff_src_dt, false, alg); });
+      [&] { return problem_text("conv2d_backward_data", g, dt, diff_src_dt, false, method); });
 }
 
 BackwardWeightsEntry& backward_weights_entry(PrimitiveCache& cache, std::string_view op,
                                              const sdk::Conv2dGeometry& g, memory::data_type dt,
-                                             bool bias, dnnl::algorithm alg) {
+                                             bool bias, ConvMethod method) {
   return cache.get<BackwardWeightsEntry>(
-      key_of(kConvBackwardWeights, g, dt, memory::data_type::f32, bias, alg),
+      key_of(kConvBackwardWeights, g, dt, memory::data_type::f32, bias, method),
       [&] {
         try {
           const auto& engine = cache.engine();
-          const auto hint = forward_pd(engine, g, dt, dt, bias, alg);
+          const auto hint = forward_pd(engine, g, dt, dt, bias, method);
           const ConvDims d = conv_dims(g);
           const memory::desc bias_md =
               bias ? memory::desc({g.out_channels}, memory::data_type::f32, memory::format_tag::a)
@@ -263,8 +275,9 @@ BackwardWeightsEntry& backward_weights_entry(PrimitiveCache& cache, std::string_
           // Named: oneDNN's implementation iterator keeps a pointer to it, which next_impl()
           // reads, so it must outlive the loop below.
           const dnnl::convolution_backward_weights::desc problem(
-              alg, input_md(g, dt, alg), any_weights_md(g, memory::data_type::f32), bias_md,
-              output_md(g, dt, alg), d.strides, d.dilates, d.pad_l, d.pad_r);
+              algorithm_of(method), input_md(g, dt, method),
+              any_weights_md(g, memory::data_type::f32), bias_md, output_md(g, dt, method),
+              d.strides, d.dilates, d.pad_l, d.pad_r);
           dnnl::convolution_backward_weights::primitive_desc pd(problem, engine, hint);
           while (overruns_its_workspace(g, pd.impl_info_str()))
             if (!pd.next_impl())
@@ -274,7 +287,7 @@ BackwardWeightsEntry& backward_weights_entry(PrimitiveCache& cache, std::string_
                    "give the convolution 16 or more input channels");
           BackwardWeightsEntry e;
           e.implementation = pd.impl_info_str();
-          if (alg != kDirect && is_reference_kernel(e.implementation))
+          if (method != ConvMethod::direct && is_reference_kernel(e.implementation))
             return unusable<BackwardWeightsEntry>(e.implementation);
           e.src = input_layout(engine, activation_md(g.batch, g.in_channels, g.height, g.width, dt),
                                pd.src_desc());
@@ -296,12 +309,12 @@ BackwardWeightsEntry& backward_weights_entry(PrimitiveCache& cache, std::string_
           e.primitive = dnnl::convolution_backward_weights(pd);
           return e;
         } catch (const dnnl::error& err) {
-          if (alg != kDirect) return unusable<BackwardWeightsEntry>(err.what());
+          if (method != ConvMethod::direct) return unusable<BackwardWeightsEntry>(err.what());
           creation_failed(op, g, dt, err);
         }
       },
       [&] {
-        return problem_text("conv2d_backward_weights", g, dt, memory::data_type::f32, bias, alg);
+        return problem_text("conv2d_backward_weights", g, dt, memory::data_type::f32, bias, method);
       });
 }
 

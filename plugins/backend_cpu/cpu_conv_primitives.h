@@ -4,13 +4,14 @@
 // - Activations are the caller's nhwc ({N, C, H, W} dims, channels-last memory); weights PyTorch's
 //   [O, C/g, KH, KW] (oihw), fp32 or bf16 as the route decides; weight gradients fp32 OIHW.
 // - forward_entry / backward_data_entry / backward_weights_entry return the cached entry of one
-//   (direction, algorithm, geometry, dtypes, bias): the primitive, the weights' reorder into its
-//   layout, and each activation's layout. A direct entry passes nhwc as it is; a Winograd entry
-//   asks oneDNN for its blocked layout and carries the reorders (none with exactly 16 channels,
-//   where nChw16c is nhwc byte for byte).
-// - A Winograd key oneDNN cannot serve (creation fails, or only a reference kernel) gives an
-//   entry with usable = false and the reason in `implementation`: the caller then runs direct. A
-//   direct key that oneDNN cannot create throws BackendError naming the geometry.
+//   (direction, method, geometry, dtypes, bias): the primitive, the weights' reorder into its
+//   layout, and each activation's layout. A direct entry passes nhwc as it is; a blocked-direct
+//   or Winograd entry asks oneDNN for its blocked layout and carries the reorders (none where the
+//   blocked layout is nhwc byte for byte: one channel block holding every channel).
+// - A blocked-direct or Winograd key oneDNN cannot serve (creation fails, or only a reference
+//   kernel) gives an entry with usable = false and the reason in `implementation`: the caller
+//   then runs direct. A direct key that oneDNN cannot create throws BackendError naming the
+//   geometry.
 // - A weight gradient never runs oneDNN 2.6's jit_1x1 kernels where they overrun their buffer
 //   (a strided 1x1 convolution with fewer than 16 input channels per group): it takes oneDNN's
 //   next implementation, or throws BackendError when there is none.
@@ -29,8 +30,10 @@
 
 namespace mixtrain::backend_cpu {
 
-constexpr dnnl::algorithm kDirect = dnnl::algorithm::convolution_direct;
-constexpr dnnl::algorithm kWinograd = dnnl::algorithm::convolution_winograd;
+// How a convolution runs: oneDNN's direct convolution on the caller's nhwc activations as they
+// are; the direct convolution in oneDNN's own blocked activation layout (nChw8c with AVX2),
+// reordered around the call; or Winograd F(4,3), blocked too (cpu_conv_algorithm.h decides).
+enum class ConvMethod { direct, direct_blocked, winograd };
 
 struct WeightsReorder {
   dnnl::memory::desc plain_md, blocked_md;
@@ -45,8 +48,9 @@ struct ActivationLayout {
   std::optional<dnnl::reorder> reorder;
 };
 
-// Every entry: `usable` is false only for a Winograd key oneDNN has no JIT kernel for (creation
-// failed, or a reference kernel); `implementation` then says why, and the op runs direct.
+// Every entry: `usable` is false only for a blocked-direct or Winograd key oneDNN has no JIT kernel
+// for (creation failed, or a reference kernel); `implementation` then says why, and the op runs
+// direct.
 struct ForwardEntry {
   dnnl::convolution_forward primitive;
   ActivationLayout src, dst;
@@ -79,20 +83,20 @@ dnnl::convolution_forward::primitive_desc forward_pd(const dnnl::engine& engine,
                                                      const sdk::Conv2dGeometry& g,
                                                      dnnl::memory::data_type dt,
                                                      dnnl::memory::data_type dst_dt, bool bias,
-                                                     dnnl::algorithm alg);
+                                                     ConvMethod method);
 
 ForwardEntry& forward_entry(PrimitiveCache& cache, std::string_view op,
                             const sdk::Conv2dGeometry& g, dnnl::memory::data_type dt,
                             dnnl::memory::data_type dst_dt, bool bias,
-                            dnnl::algorithm alg = kDirect);
+                            ConvMethod method = ConvMethod::direct);
 BackwardDataEntry& backward_data_entry(PrimitiveCache& cache, std::string_view op,
                                        const sdk::Conv2dGeometry& g, dnnl::memory::data_type dt,
                                        dnnl::memory::data_type diff_src_dt,
-                                       dnnl::algorithm alg = kDirect);
+                                       ConvMethod method = ConvMethod::direct);
 BackwardWeightsEntry& backward_weights_entry(PrimitiveCache& cache, std::string_view op,
                                              const sdk::Conv2dGeometry& g,
                                              dnnl::memory::data_type dt, bool bias,
-                                             dnnl::algorithm alg = kDirect);
+                                             ConvMethod method = ConvMethod::direct);
 
 const void* to_primitive(PrimitiveCache& cache, const ActivationLayout& a, const void* data,
                          PrimitiveCache::Slot slot);

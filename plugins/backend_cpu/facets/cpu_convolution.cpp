@@ -1,7 +1,8 @@
 // The convolution facet's conv2d ops (forward, backward-data, backward-weights) on oneDNN.
 //
 // Layout: activations are channels-last, oneDNN's nhwc ({N, C, H, W} dims, acdb memory), passed
-// to the primitives as they are. Weights arrive in PyTorch's [O, C/g, KH, KW] (oihw; goihw with
+// to the direct primitives as they are, or reordered into oneDNN's blocked layout and back where
+// that pays (below). Weights arrive in PyTorch's [O, C/g, KH, KW] (oihw; goihw with
 // groups, which is the same memory); the primitive descriptors ask for weights in format `any`
 // and one cached reorder moves the caller's weights into the primitive's layout on each call. The
 // weight gradient comes out in the primitive's layout and one cached reorder (with a sum post-op
@@ -27,7 +28,9 @@
 //   falls back to the fp32 route.
 //
 // Algorithm (the backend option conv_algorithm; cpu_backend.h):
-// - "direct" (default, the reference): oneDNN's direct convolution, always.
+// - "direct" (default, the reference): oneDNN's direct convolution, always; in oneDNN's blocked
+//   layout where cpu_conv_algorithm.h's rule takes the direction and shape on this CPU (3x3 with
+//   32 or more channels each side, where oneDNN's direct kernel is its AVX2 one), else in nhwc.
 // - "winograd": oneDNN's Winograd F(4,3) where cpu_conv_algorithm.h's rule takes a convolution
 //   on the pure fp32 route (both operands fp32 as stored, fp32 compute); activations are
 //   reordered to its blocked layout around the call (cpu_conv_primitives.h). Everything else, and
@@ -175,28 +178,32 @@ void scale_into(const float* src, float* dst, std::int64_t n, float scale, bool 
   for (std::int64_t i = 0; i < n; ++i) dst[i] = src[i] * scale + (accumulate ? dst[i] : 0.0f);
 }
 
-// The algorithm of a convolution: Winograd where it is on, the operands are fp32 as stored with
-// fp32 compute (not tf32, not bf16, not a decoded 16/8-bit type: their contract is exact FP32 on
-// the rounded operands), the shape is one Winograd computes and the rule says it pays (or
-// `everywhere`: ConvAlgorithm::winograd_everywhere skips the rule, for measurements).
-dnnl::algorithm algorithm_for(bool winograd_on, bool everywhere, Direction dir,
-                              const sdk::Conv2dGeometry& g, const Route& r, DType a, DType b) {
+// How a convolution runs (cpu_conv_algorithm.h): Winograd where it is on, the operands are fp32
+// as stored with fp32 compute (not tf32, not bf16, not a decoded 16/8-bit type: their contract
+// is exact FP32 on the rounded operands), the shape is one Winograd computes and the rule says it
+// pays (or ConvAlgorithm::winograd_everywhere, which skips the rule); else the direct
+// convolution, in the blocked layout where the context says so for this shape (any route: the
+// same FP32 sum in another order), else in nhwc.
+ConvMethod method_for(const CpuContext& context, Direction dir, const sdk::Conv2dGeometry& g,
+                      const Route& r, DType a, DType b) {
+  const bool everywhere = context.conv_algorithm() == ConvAlgorithm::winograd_everywhere;
   const bool pure_fp32 = a == DType::fp32 && b == DType::fp32 && !r.tf32 && !r.native_bf16;
-  return winograd_on && pure_fp32 && winograd_shape(g) && (everywhere || winograd_pays(dir, g))
-             ? kWinograd
-             : kDirect;
+  if (context.winograd_on() && pure_fp32 && winograd_shape(g) &&
+      (everywhere || winograd_pays(dir, g)))
+    return ConvMethod::winograd;
+  return context.blocked_layout_for(dir, g) ? ConvMethod::direct_blocked : ConvMethod::direct;
 }
 
-// The entry a call runs, from make(route, algorithm): `alg`'s; the direct one when oneDNN has no
-// usable kernel for `alg`; and, when the native bf16 route's kernel is a reference kernel, the
-// fp32 route's direct entry, with `r` switched to that route.
+// The entry a call runs, from make(route, method): `method`'s; the direct one when oneDNN has no
+// usable kernel for `method`; and, when the native bf16 route's kernel is a reference kernel, the
+// fp32 route's entry of the same method (or direct), with `r` switched to that route.
 template <class Make>
-auto& pick_entry(Route& r, dnnl::algorithm alg, Make&& make) {
-  auto* e = &make(r, alg);
-  if (!e->usable) e = &make(r, kDirect);
+auto& pick_entry(Route& r, ConvMethod method, Make&& make) {
+  auto* e = &make(r, method);
+  if (!e->usable) e = &make(r, ConvMethod::direct);
   if (r.native_bf16 && is_reference_kernel(e->implementation)) {
     r = fp32_route(r);
-    e = &make(r, kDirect);
+    e = &make(r, ConvMethod::direct);
   }
   return *e;
 }
@@ -252,13 +259,12 @@ void CpuConvolution::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
   const bool bias_inside = has_bias && scale == 1.0f;
   Route r =
       route_of(args.x.view.dtype, args.w.view.dtype, args.compute, context_.bf16_conv_native());
-  const dnnl::algorithm alg = algorithm_for(
-      context_.winograd_on(), context_.conv_algorithm() == ConvAlgorithm::winograd_everywhere,
-      Direction::forward, g, r, args.x.view.dtype, args.w.view.dtype);
+  const ConvMethod method =
+      method_for(context_, Direction::forward, g, r, args.x.view.dtype, args.w.view.dtype);
   ForwardEntry* e = &pick_entry(
-      r, alg, [&](const Route& rr, dnnl::algorithm a) -> auto& {
+      r, method, [&](const Route& rr, ConvMethod m) -> auto& {
         return forward_entry(context_.prims(), op, g, rr.dt, out_type(rr, args.y, scale),
-                             bias_inside, a);
+                             bias_inside, m);
       });
 
   const void* src =
@@ -319,15 +325,14 @@ void CpuConvolution::backward_data(const sdk::Conv2dBackwardDataArgs& args, bool
   const float scale = fp8_scale(args.dy) * fp8_scale(args.w);
   Route r =
       route_of(args.dy.view.dtype, args.w.view.dtype, args.compute, context_.bf16_conv_native());
-  const dnnl::algorithm alg = algorithm_for(
-      context_.winograd_on(), context_.conv_algorithm() == ConvAlgorithm::winograd_everywhere,
-      Direction::backward_data, g, r, args.dy.view.dtype, args.w.view.dtype);
+  const ConvMethod method =
+      method_for(context_, Direction::backward_data, g, r, args.dy.view.dtype, args.w.view.dtype);
   BackwardDataEntry* e = &pick_entry(
-      r, alg, [&](const Route& rr, dnnl::algorithm a) -> auto& {
+      r, method, [&](const Route& rr, ConvMethod m) -> auto& {
         // Accumulating, the primitive writes fp32 (dx's old value is added afterwards).
         return backward_data_entry(
             context_.prims(), op, g, rr.dt,
-            accumulate ? memory::data_type::f32 : out_type(rr, args.dx, scale), a);
+            accumulate ? memory::data_type::f32 : out_type(rr, args.dx, scale), m);
       });
   const void* diff_dst =
       to_primitive(context_.prims(), e->diff_dst,
@@ -367,12 +372,11 @@ void CpuConvolution::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArg
   const float b_scale = fp8_scale(args.dy);
   Route r =
       route_of(args.x.view.dtype, args.dy.view.dtype, args.compute, context_.bf16_conv_native());
-  const dnnl::algorithm alg = algorithm_for(
-      context_.winograd_on(), context_.conv_algorithm() == ConvAlgorithm::winograd_everywhere,
-      Direction::backward_weights, g, r, args.x.view.dtype, args.dy.view.dtype);
+  const ConvMethod method = method_for(context_, Direction::backward_weights, g, r,
+                                       args.x.view.dtype, args.dy.view.dtype);
   BackwardWeightsEntry* e = &pick_entry(
-      r, alg, [&](const Route& rr, dnnl::algorithm a) -> auto& {
-        return backward_weights_entry(context_.prims(), op, g, rr.dt, has_bias, a);
+      r, method, [&](const Route& rr, ConvMethod m) -> auto& {
+        return backward_weights_entry(context_.prims(), op, g, rr.dt, has_bias, m);
       });
   const void* src =
       to_primitive(context_.prims(), e->src, prepare(context_.prims(), args.x.view, r, Slot::src),

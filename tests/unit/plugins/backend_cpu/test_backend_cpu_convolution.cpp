@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend_test_util.h"
+#include "cpu_conv_algorithm.h"
 #include "mixtrain/sdk/backend_plan_report.h"
 #include "mixtrain/sdk/error.h"
 
@@ -497,7 +498,8 @@ TEST(BackendCpuConvolution, WinogradAgreesWithDirectAndTheDoubleReference) {
   CpuBackend wino(2, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::winograd);
   CpuBackend everywhere(2, Bf16GemmPath::automatic, Bf16ConvPath::automatic,
                         ConvAlgorithm::winograd_everywhere);
-  EXPECT_EQ(direct.conv_algorithm_note(), "conv_algorithm = direct");
+  EXPECT_TRUE(direct.conv_algorithm_note().starts_with("conv_algorithm = direct"))
+      << direct.conv_algorithm_note();
   if (!wino.conv_winograd_available())
     GTEST_SKIP() << "oneDNN has no fp32 Winograd here (it needs AVX-512): "
                  << wino.conv_algorithm_note();
@@ -690,6 +692,126 @@ void expect_gradient(std::vector<float>& values, const std::function<double()>& 
     const double fd = (up - down) / (2.0 * static_cast<double>(h));
     EXPECT_NEAR(grad[i], fd, tol * (1.0 + std::abs(fd))) << what << " element " << i;
   }
+}
+
+// The plan report's lines for the cached convolutions (problem: implementation).
+std::vector<std::string> conv_plans(CpuBackend& be) {
+  for (const sdk::PlanReport& r : sdk::facet<sdk::PlanReportFacet>(be)->plan_reports())
+    if (r.library == "oneDNN convolution and pooling") return r.plans;
+  return {};
+}
+std::size_t blocked_plans(CpuBackend& be) {
+  const auto lines = conv_plans(be);
+  return static_cast<std::size_t>(std::count_if(lines.begin(), lines.end(), [](const auto& l) {
+    return l.find(", blocked:") != std::string::npos;
+  }));
+}
+
+// The direct convolution in oneDNN's blocked layout is the same FP32 sum in another order: against
+// nhwc, and against the double reference, within what two orders of an FP32 sum give (nhwc's
+// direct rel-L2 against double ≤ 3.8e-7 above; measured blocked ≤ 4.2e-7 against double and
+// ≤ 2.9e-7 against nhwc, the worst element ≤ 4.5e-6 of the rms). A missing tap or an operand
+// rounded to tf32 would be 1e-4 off. Shapes: 3x3 with the rule's 32 channels, a stride of 2, 8
+// channels (one AVX2 block: no reorder), 1x1 with channels that pad the blocks, and bf16 operands
+// (decoded exactly, then the blocked fp32 kernel).
+constexpr double kDirectOrderRelL2 = 2e-6;
+constexpr double kDirectOrderMaxRelRms = 2e-5;
+
+TEST(BackendCpuConvolution, BlockedLayoutAgreesWithNhwcAndTheDoubleReference) {
+  CpuBackend nhwc(2, Bf16GemmPath::automatic, Bf16ConvPath::emulated, ConvAlgorithm::direct_nhwc);
+  CpuBackend blocked(2, Bf16GemmPath::automatic, Bf16ConvPath::emulated,
+                     ConvAlgorithm::blocked_everywhere);
+  EXPECT_NE(blocked.conv_algorithm_note().find("blocked layout everywhere"), std::string::npos)
+      << blocked.conv_algorithm_note();
+  struct Case {
+    sdk::Conv2dGeometry g;
+    DType dtype;
+    const char* what;
+  };
+  for (const Case& k : {Case{geometry(2, 32, 7, 9, 48, 3, 3, 1, 1), DType::fp32, "3x3, 32 -> 48"},
+                        Case{geometry(3, 64, 10, 10, 64, 3, 3, 2, 1), DType::fp32, "stride 2"},
+                        Case{geometry(3, 8, 6, 6, 8, 3, 3, 1, 1), DType::fp32, "8 channels"},
+                        Case{geometry(2, 40, 6, 6, 24, 1, 1, 1, 0), DType::fp32, "1x1, 40 -> 24"},
+                        Case{geometry(2, 32, 8, 8, 32, 3, 3, 1, 1), DType::bf16, "bf16"}}) {
+    const auto& g = k.g;
+    SCOPED_TRACE(k.what);
+    const auto xv = representable(random_values(x_shape(g).numel(), 81), k.dtype);
+    const auto wv = representable(random_values(w_shape(g).numel(), 82), k.dtype);
+    const auto bv = random_values(static_cast<std::size_t>(g.out_channels), 83);
+    const auto dyv = representable(random_values(y_shape(g).numel(), 84), k.dtype);
+    const std::size_t before = blocked_plans(blocked);
+    const ConvOutputs b = run_fp32_conv(blocked, g, xv, wv, bv, dyv, k.dtype);
+    const ConvOutputs n = run_fp32_conv(nhwc, g, xv, wv, bv, dyv, k.dtype);
+    // forward (with and without bias, fp32 and bf16 y), backward-data, backward-weights (with
+    // dbias): each a new blocked primitive.
+    EXPECT_GE(blocked_plans(blocked), before + 3);
+    EXPECT_EQ(blocked_plans(nhwc), 0u);
+    auto expect_near = [&](const std::vector<float>& p, const std::vector<float>& q,
+                           const char* what) {
+      EXPECT_LE(rel_l2(p, q), kDirectOrderRelL2) << what;
+      EXPECT_LE(max_rel_rms(p, q), kDirectOrderMaxRelRms) << what;
+    };
+    expect_near(b.y, n.y, "y");
+    expect_near(b.y_bias, n.y_bias, "y + bias");
+    expect_near(b.dx, n.dx, "dx");
+    expect_near(b.dw, n.dw, "dw");
+    expect_near(b.dw_acc, n.dw_acc, "dw +=");
+    expect_near(b.db, n.db, "dbias");
+    expect_near(b.db_acc, n.db_acc, "dbias +=");
+    EXPECT_LE(rel_l2(b.y16, n.y16), 0x1p-8);
+    const ConvReference ref = conv_reference(g, xv, wv, {}, dyv);
+    expect_near(b.y, ref.y, "y vs double");
+    expect_near(b.dx, ref.dx, "dx vs double");
+    expect_near(b.dw, ref.dw, "dw vs double");
+  }
+}
+
+// The default algorithm takes the blocked layout by cpu_conv_algorithm.h's rule: on a CPU whose
+// direct kernel is oneDNN's AVX2 one, 3x3 convolutions with at least 32 channels on each side
+// (backward-data from 28x28 inputs), bit for bit what blocked_everywhere computes; everything
+// else, and every convolution on other CPUs, bit for bit nhwc's.
+TEST(BackendCpuConvolution, BlockedRuleTakesWide3x3ConvolutionsWhereTheKernelIsAvx2) {
+  using D = Direction;
+  const sdk::Conv2dGeometry large = geometry(2, 32, 28, 28, 64, 3, 3, 1, 1);
+  const sdk::Conv2dGeometry small = geometry(2, 64, 8, 8, 32, 3, 3, 2, 1);
+  for (const D dir : {D::forward, D::backward_data, D::backward_weights}) {
+    EXPECT_TRUE(blocked_pays(dir, large));
+    EXPECT_EQ(blocked_pays(dir, small), dir != D::backward_data);              // 8x8 < 28x28 for dx
+    EXPECT_FALSE(blocked_pays(dir, geometry(2, 16, 28, 28, 64, 3, 3, 1, 1)));  // 16 channels in
+    EXPECT_FALSE(blocked_pays(dir, geometry(2, 64, 28, 28, 16, 3, 3, 1, 1)));  // 16 out
+    EXPECT_FALSE(blocked_pays(dir, geometry(2, 64, 28, 28, 64, 1, 1, 1, 0)));  // 1x1
+    EXPECT_FALSE(blocked_pays(dir, geometry(2, 64, 28, 28, 64, 3, 3, 1, 1, 2)));  // groups
+    auto dilated = large;
+    dilated.dilation_h = dilated.dilation_w = 2;
+    EXPECT_FALSE(blocked_pays(dir, dilated));
+  }
+
+  CpuBackend rule(2);
+  CpuBackend nhwc(2, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct_nhwc);
+  CpuBackend blocked(2, Bf16GemmPath::automatic, Bf16ConvPath::automatic,
+                     ConvAlgorithm::blocked_everywhere);
+  const bool avx2 = rule.conv_algorithm_note().find("jit:avx2") != std::string::npos;
+  for (const auto& g : {large, small, geometry(2, 64, 8, 8, 64, 1, 1, 1, 0)}) {
+    const auto xv = random_values(x_shape(g).numel(), 91);
+    const auto wv = random_values(w_shape(g).numel(), 92);
+    const auto bv = random_values(static_cast<std::size_t>(g.out_channels), 93);
+    const auto dyv = random_values(y_shape(g).numel(), 94);
+    const ConvOutputs r = run_fp32_conv(rule, g, xv, wv, bv, dyv);
+    const ConvOutputs b = run_fp32_conv(blocked, g, xv, wv, bv, dyv);
+    const ConvOutputs n = run_fp32_conv(nhwc, g, xv, wv, bv, dyv);
+    const auto same = [&](D dir, const std::vector<float>& p, const std::vector<float>& from_b,
+                          const std::vector<float>& from_n) {
+      const bool taken = avx2 && blocked_pays(dir, g);
+      const auto& q = taken ? from_b : from_n;
+      EXPECT_EQ(std::memcmp(p.data(), q.data(), p.size() * sizeof(float)), 0)
+          << g.kernel_h << "x" << g.kernel_w << " " << g.height << "x" << g.width << ", direction "
+          << static_cast<int>(dir) << (taken ? ": not blocked's bits" : ": not nhwc's bits");
+    };
+    same(D::forward, r.y, b.y, n.y);
+    same(D::backward_data, r.dx, b.dx, n.dx);
+    same(D::backward_weights, r.dw, b.dw, n.dw);
+  }
+  EXPECT_EQ(blocked_plans(rule) > 0, avx2) << rule.conv_algorithm_note();
 }
 
 TEST(BackendCpuConvolution, ConvBackwardIsTheGradientOfTheForward) {
