@@ -13,9 +13,8 @@
 // registers. Up to 64 channels the other loops work the same way; wider tensors are walked a row
 // at a time across all its slices, the gradient sums going straight into the thread's
 // per-channel doubles. C = 16, 32, 64 (and any multiple of 64) run slices whose width is a
-// compile-time constant. bf16 is converted
-// in the loops themselves (a shift in, RNE out): a separate conversion pass per block cost as
-// much as the arithmetic.
+// compile-time constant. bf16 is converted in the loops themselves (a shift in, RNE out): a
+// separate conversion pass per block cost as much as the arithmetic.
 #include "cpu_batchnorm_kernels.h"
 
 #include <omp.h>
