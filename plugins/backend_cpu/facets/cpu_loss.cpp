@@ -72,7 +72,8 @@ void CpuLoss::softmax_cross_entropy(TensorView logits, TensorView labels, float 
       const float* z = read_row(logits, r, classes, in_buf);
       float* out = want_grad ? row_target(dlogits, r, classes, out_buf) : nullptr;
       // out receives the probabilities, then their gradient in place. dlogits may be the logits'
-      // own buffer (LossFacet allows it), so the label's logit is read first.
+      // own buffer (LossFacet's contract does not forbid it; the CUDA kernel supports it), so the
+      // label's logit is read first.
       const std::int32_t y = label[r];
       const double zy = static_cast<double>(z[y]);
       const SoftmaxRow row = softmax_row(z, classes, out, eps != 0.0f);

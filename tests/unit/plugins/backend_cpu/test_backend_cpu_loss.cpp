@@ -239,5 +239,28 @@ TEST(backend_cpu_loss, SameBitsOnAnyNumberOfThreads) {
   }
 }
 
+// dlogits may be the logits' own buffer: the same loss, correct count and gradient as with two
+// buffers, with and without smoothing (the label's logit and Σ z are read before the row is
+// overwritten).
+TEST(backend_cpu_loss, GradientInPlaceOverTheLogitsMatchesTwoBuffers) {
+  CpuBackend be(2);
+  const std::int64_t rows = 5, classes = 300;
+  const auto zv = random_values(static_cast<std::size_t>(rows * classes), 61, -4.0f, 4.0f);
+  const std::vector<float> labels = {0, 299, 17, 17, 150};
+  DeviceTensor lab(be, DType::int32, {rows}, labels);
+  for (const float eps : {0.0f, 0.2f}) {
+    DeviceTensor z(be, DType::fp32, {rows, classes}, zv), dz(be, DType::fp32, {rows, classes});
+    DeviceTensor loss(be, DType::fp32, {1}), correct(be, DType::int32, {1});
+    sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, lab, 3.0f, eps, loss, correct, dz);
+    DeviceTensor both(be, DType::fp32, {rows, classes}, zv);
+    DeviceTensor loss2(be, DType::fp32, {1}), correct2(be, DType::int32, {1});
+    sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(both, lab, 3.0f, eps, loss2, correct2,
+                                                          both);
+    EXPECT_EQ(loss2.get(), loss.get()) << "eps " << eps;
+    EXPECT_EQ(correct2.view().as<std::int32_t>()[0], correct.view().as<std::int32_t>()[0]);
+    EXPECT_EQ(both.get(), dz.get()) << "eps " << eps;
+  }
+}
+
 }  // namespace
 }  // namespace mixtrain::backend_cpu::testing
