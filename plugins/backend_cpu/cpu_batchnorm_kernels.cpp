@@ -66,13 +66,17 @@ inline bool wide(std::int64_t channels) {
   return channels > kSlice;
 }
 
-// Calls body(width, slice_begin, slice_width) for the slices of one row of a wide tensor: full
-// 64-channel slices with a compile-time width, then the remainder.
+// Calls body(slice_begin, slice_width, first_element) for every row of [r0, r1) of a wide tensor,
+// each row's slices in turn: full 64-channel slices, whose width is a compile-time constant once
+// body is inlined, then the remainder.
 template <class Body>
-[[gnu::always_inline]] inline void for_wide_slices(std::int64_t channels, Body&& body) {
-  std::int64_t c0 = 0;
-  for (; c0 + kSlice <= channels; c0 += kSlice) body(std::integral_constant<int, 64>{}, c0, kSlice);
-  if (c0 < channels) body(std::integral_constant<int, 0>{}, c0, channels - c0);
+[[gnu::always_inline]] inline void for_wide_rows(std::int64_t r0, std::int64_t r1,
+                                                 std::int64_t channels, Body&& body) {
+  for (std::int64_t i = r0; i < r1; ++i) {
+    std::int64_t c0 = 0;
+    for (; c0 + kSlice <= channels; c0 += kSlice) body(c0, kSlice, i * channels + c0);
+    if (c0 < channels) body(c0, channels - c0, i * channels + c0);
+  }
 }
 
 // Calls body(width, slice_begin, slice_width) with width a compile-time constant where it can be.
@@ -195,20 +199,16 @@ template <class T>
                                                 std::int64_t channels, const float* mean,
                                                 const float* scale, const float* shift, bool relu) {
   if (wide(channels)) {
-    for (std::int64_t i = r0; i < r1; ++i)
-      for_wide_slices(channels,
-                      [&](auto width, std::int64_t c0, std::int64_t w_rt) MIXTRAIN_INLINE {
-                        constexpr int kW = decltype(width)::value;
-                        const std::int64_t w = kW > 0 ? kW : w_rt;
-                        const std::int64_t base = i * channels + c0;
-                        const float *m = mean + c0, *s = scale + c0, *t = shift + c0;
+    for_wide_rows(r0, r1, channels,
+                  [&](std::int64_t c0, std::int64_t w, std::int64_t base) MIXTRAIN_INLINE {
+                    const float *m = mean + c0, *s = scale + c0, *t = shift + c0;
 #pragma omp simd
-                        for (std::int64_t c = 0; c < w; ++c) {
-                          float v = affine(load(x, base + c), m[c], s[c], t[c]);
-                          if (residual != nullptr) v += load(residual, base + c);
-                          store(y, base + c, relu && v < 0.0f ? 0.0f : v);  // NaN stays
-                        }
-                      });
+                    for (std::int64_t c = 0; c < w; ++c) {
+                      float v = affine(load(x, base + c), m[c], s[c], t[c]);
+                      if (residual != nullptr) v += load(residual, base + c);
+                      store(y, base + c, relu && v < 0.0f ? 0.0f : v);  // NaN stays
+                    }
+                  });
     return;
   }
   const std::int64_t step = block_rows(channels);
@@ -293,21 +293,17 @@ template <ReluMask::Kind kMask, class T>
     // row's slices are independent chains.
     const float* s = kMask == ReluMask::Kind::recompute ? mask.scale : mean;
     const float* t = kMask == ReluMask::Kind::recompute ? mask.shift : mean;
-    for (std::int64_t i = r0; i < r1; ++i)
-      for_wide_slices(channels,
-                      [&](auto width, std::int64_t c0, std::int64_t w_rt) MIXTRAIN_INLINE {
-                        constexpr int kW = decltype(width)::value;
-                        const std::int64_t w = kW > 0 ? kW : w_rt;
-                        const std::int64_t base = i * channels + c0;
-                        const float *m = mean + c0, *sc = s + c0, *sh = t + c0;
-                        double *a1 = sum_g + c0, *a2 = sum_gx + c0;
+    for_wide_rows(r0, r1, channels,
+                  [&](std::int64_t c0, std::int64_t w, std::int64_t base) MIXTRAIN_INLINE {
+                    const float *m = mean + c0, *sc = s + c0, *sh = t + c0;
+                    double *a1 = sum_g + c0, *a2 = sum_gx + c0;
 #pragma omp simd
-                        for (std::int64_t c = 0; c < w; ++c) {
-                          const double g = masked<kMask>(x, dy, y, base + c, m[c], sc[c], sh[c]);
-                          a1[c] += g;
-                          a2[c] = std::fma(g, static_cast<double>(load(x, base + c)) - m[c], a2[c]);
-                        }
-                      });
+                    for (std::int64_t c = 0; c < w; ++c) {
+                      const double g = masked<kMask>(x, dy, y, base + c, m[c], sc[c], sh[c]);
+                      a1[c] += g;
+                      a2[c] = std::fma(g, static_cast<double>(load(x, base + c)) - m[c], a2[c]);
+                    }
+                  });
     return;
   }
   const std::int64_t step = block_rows(channels);
@@ -352,20 +348,16 @@ template <ReluMask::Kind kMask, class T>
   if (wide(channels)) {
     const float* s = kMask == ReluMask::Kind::recompute ? mask.scale : mean;
     const float* t = kMask == ReluMask::Kind::recompute ? mask.shift : mean;
-    for (std::int64_t i = r0; i < r1; ++i)
-      for_wide_slices(channels, [&](auto width, std::int64_t c0,
-                                    std::int64_t w_rt) MIXTRAIN_INLINE {
-        constexpr int kW = decltype(width)::value;
-        const std::int64_t w = kW > 0 ? kW : w_rt;
-        const std::int64_t base = i * channels + c0;
-        const float *m = mean + c0, *sc = s + c0, *sh = t + c0, *a = ka + c0, *b = kb + c0,
-                    *d = kd + c0;
+    for_wide_rows(
+        r0, r1, channels, [&](std::int64_t c0, std::int64_t w, std::int64_t base) MIXTRAIN_INLINE {
+          const float *m = mean + c0, *sc = s + c0, *sh = t + c0, *a = ka + c0, *b = kb + c0,
+                      *d = kd + c0;
 #pragma omp simd
-        for (std::int64_t c = 0; c < w; ++c) {
-          const float g = masked<kMask>(x, dy, y, base + c, m[c], sc[c], sh[c]);
-          store(dx, base + c, std::fma(a[c], g, std::fma(b[c], load(x, base + c) - m[c], d[c])));
-        }
-      });
+          for (std::int64_t c = 0; c < w; ++c) {
+            const float g = masked<kMask>(x, dy, y, base + c, m[c], sc[c], sh[c]);
+            store(dx, base + c, std::fma(a[c], g, std::fma(b[c], load(x, base + c) - m[c], d[c])));
+          }
+        });
     return;
   }
   const std::int64_t step = block_rows(channels);

@@ -429,6 +429,13 @@ ConvReference conv_reference(const sdk::Conv2dGeometry& g, const std::vector<flo
 }
 
 // Every output of one backend's fp32 convolution calls, and oneDNN's implementation of each.
+// p against q: rel-L2 at most `rel`, and the worst element at most `rms` of q's rms.
+void expect_within(const std::vector<float>& p, const std::vector<float>& q, double rel, double rms,
+                   const char* what) {
+  EXPECT_LE(rel_l2(p, q), rel) << what;
+  EXPECT_LE(max_rel_rms(p, q), rms) << what;
+}
+
 struct ConvOutputs {
   std::vector<float> y, y_bias, y16, dx, dw, db, dw_acc, db_acc;
   std::string impl_fwd, impl_bwd_data, impl_bwd_weights;
@@ -530,8 +537,7 @@ TEST(BackendCpuConvolution, WinogradAgreesWithDirectAndTheDoubleReference) {
     EXPECT_EQ(d.impl_fwd.find("wino"), std::string::npos) << d.impl_fwd;
     auto expect_near = [&](const std::vector<float>& p, const std::vector<float>& q,
                            const char* what) {
-      EXPECT_LE(rel_l2(p, q), kWinogradRelL2) << what;
-      EXPECT_LE(max_rel_rms(p, q), kWinogradMaxRelRms) << what;
+      expect_within(p, q, kWinogradRelL2, kWinogradMaxRelRms, what);
     };
     expect_near(a.y, d.y, "y vs direct");
     expect_near(a.y_bias, d.y_bias, "y + bias vs direct");
@@ -748,8 +754,7 @@ TEST(BackendCpuConvolution, BlockedLayoutAgreesWithNhwcAndTheDoubleReference) {
     EXPECT_EQ(blocked_plans(nhwc), 0u);
     auto expect_near = [&](const std::vector<float>& p, const std::vector<float>& q,
                            const char* what) {
-      EXPECT_LE(rel_l2(p, q), kDirectOrderRelL2) << what;
-      EXPECT_LE(max_rel_rms(p, q), kDirectOrderMaxRelRms) << what;
+      expect_within(p, q, kDirectOrderRelL2, kDirectOrderMaxRelRms, what);
     };
     expect_near(b.y, n.y, "y");
     expect_near(b.y_bias, n.y_bias, "y + bias");
