@@ -23,10 +23,14 @@ TEST_F(Fp8, DelayedAndCurrentScalingMatchBf16MixedOnQuickstart) {
   auto delayed_dir = train("fp8-delayed");
   auto delayed = summary(delayed_dir);
   auto current = summary(train("fp8-current"));
-  // "Final loss" on held-out data: the last training batch's loss is one noisy sample.
+  // "Final loss" on held-out data: the last training batch's loss is one noisy sample. Two
+  // policies' runs of one seed part ways after about 75 steps, as any two trajectories do: over
+  // seeds 0-9, fp8-delayed's held-out loss was within -2.2 % .. +2.6 % of bf16-mixed's (session
+  // 41, before and after its change to the loss's exponentials), fp8-current's within -0.5 % ..
+  // +2.3 % (seeds 0-4). 4 % is above that spread; the 2 % this test had was inside it.
   const double base = bf16["eval_loss"].get<double>();
-  EXPECT_NEAR(delayed["eval_loss"].get<double>(), base, 0.02 * base);
-  EXPECT_NEAR(current["eval_loss"].get<double>(), base, 0.02 * base);
+  EXPECT_NEAR(delayed["eval_loss"].get<double>(), base, 0.04 * base);
+  EXPECT_NEAR(current["eval_loss"].get<double>(), base, 0.04 * base);
   EXPECT_GT(delayed["eval_accuracy"].get<double>(), 0.9);
 
   // Every operand of every FP8 GEMM has its own slot "<node>.<gemm>.<role>" in the diagnostics.
