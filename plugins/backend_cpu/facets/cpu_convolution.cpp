@@ -196,7 +196,7 @@ ConvMethod method_for(const CpuContext& context, Direction dir, const sdk::Conv2
 
 // The entry a call runs, from make(route, method): `method`'s; the direct one when oneDNN has no
 // usable kernel for `method`; and, when the native bf16 route's kernel is a reference kernel, the
-// fp32 route's entry of the same method (or direct), with `r` switched to that route.
+// fp32 route's direct entry, with `r` switched to that route.
 template <class Make>
 auto& pick_entry(Route& r, ConvMethod method, Make&& make) {
   auto* e = &make(r, method);
