@@ -492,6 +492,24 @@ ConvOutputs run_fp32_conv(CpuBackend& be, const sdk::Conv2dGeometry& g,
   return out;
 }
 
+// Two runs' outputs within (rel, rms) of expect_within: y with and without bias, dx, dw and the
+// accumulated dw. `versus` names q in the messages.
+void expect_outputs_within(const ConvOutputs& p, const ConvOutputs& q, double rel, double rms,
+                           const std::string& versus) {
+  expect_within(p.y, q.y, rel, rms, ("y vs " + versus).c_str());
+  expect_within(p.y_bias, q.y_bias, rel, rms, ("y + bias vs " + versus).c_str());
+  expect_within(p.dx, q.dx, rel, rms, ("dx vs " + versus).c_str());
+  expect_within(p.dw, q.dw, rel, rms, ("dw vs " + versus).c_str());
+  expect_within(p.dw_acc, q.dw_acc, rel, rms, ("dw += vs " + versus).c_str());
+}
+// y, dx and dw within (rel, rms) of the double reference.
+void expect_reference_within(const ConvOutputs& p, const ConvReference& ref, double rel,
+                             double rms) {
+  expect_within(p.y, ref.y, rel, rms, "y vs double");
+  expect_within(p.dx, ref.dx, rel, rms, "dx vs double");
+  expect_within(p.dw, ref.dw, rel, rms, "dw vs double");
+}
+
 // Winograd F(4,3)'s error, measured on these cases (uniform [-1, 1) data, C = 16..64,
 // N = 2..32): against the double reference rel-L2 ≤ 8.7e-7 (y), 6.9e-7 (dx), 4.3e-7 (dw), the worst
 // element ≤ 5.6e-6 of the tensor's rms (the direct convolution: rel-L2 ≤ 3.8e-7); against the
@@ -535,15 +553,7 @@ TEST(BackendCpuConvolution, WinogradAgreesWithDirectAndTheDoubleReference) {
     for (const std::string* impl : {&a.impl_fwd, &a.impl_bwd_data, &a.impl_bwd_weights})
       EXPECT_NE(impl->find("wino"), std::string::npos) << "not Winograd: " << *impl;
     EXPECT_EQ(d.impl_fwd.find("wino"), std::string::npos) << d.impl_fwd;
-    auto expect_near = [&](const std::vector<float>& p, const std::vector<float>& q,
-                           const char* what) {
-      expect_within(p, q, kWinogradRelL2, kWinogradMaxRelRms, what);
-    };
-    expect_near(a.y, d.y, "y vs direct");
-    expect_near(a.y_bias, d.y_bias, "y + bias vs direct");
-    expect_near(a.dx, d.dx, "dx vs direct");
-    expect_near(a.dw, d.dw, "dw vs direct");
-    expect_near(a.dw_acc, d.dw_acc, "dw += vs direct");
+    expect_outputs_within(a, d, kWinogradRelL2, kWinogradMaxRelRms, "direct");
     // dbias is Σ dy over N·OH·OW in another order: within 2e-7 of Σ |dy| of the double sum
     // (measured ≤ 6e-8). A bf16 y is one rounding of a value ≤ 3e-6 off.
     for (std::int64_t o = 0; o < g.out_channels; ++o) {
@@ -558,12 +568,9 @@ TEST(BackendCpuConvolution, WinogradAgreesWithDirectAndTheDoubleReference) {
       EXPECT_NEAR(a.db_acc[c] - d.db_acc[c], a.db[c] - d.db[c], 2e-7 * abs_sum) << "dbias += " << o;
     }
     EXPECT_LE(rel_l2(a.y16, d.y16), 0x1p-8);
-    if (k.reference) {
-      const ConvReference ref = conv_reference(g, xv, wv, {}, dyv);
-      expect_near(a.y, ref.y, "y vs double");
-      expect_near(a.dx, ref.dx, "dx vs double");
-      expect_near(a.dw, ref.dw, "dw vs double");
-    }
+    if (k.reference)
+      expect_reference_within(a, conv_reference(g, xv, wv, {}, dyv), kWinogradRelL2,
+                              kWinogradMaxRelRms);
   }
 }
 
@@ -752,22 +759,12 @@ TEST(BackendCpuConvolution, BlockedLayoutAgreesWithNhwcAndTheDoubleReference) {
     // dbias): each a new blocked primitive.
     EXPECT_GE(blocked_plans(blocked), before + 3);
     EXPECT_EQ(blocked_plans(nhwc), 0u);
-    auto expect_near = [&](const std::vector<float>& p, const std::vector<float>& q,
-                           const char* what) {
-      expect_within(p, q, kDirectOrderRelL2, kDirectOrderMaxRelRms, what);
-    };
-    expect_near(b.y, n.y, "y");
-    expect_near(b.y_bias, n.y_bias, "y + bias");
-    expect_near(b.dx, n.dx, "dx");
-    expect_near(b.dw, n.dw, "dw");
-    expect_near(b.dw_acc, n.dw_acc, "dw +=");
-    expect_near(b.db, n.db, "dbias");
-    expect_near(b.db_acc, n.db_acc, "dbias +=");
+    expect_outputs_within(b, n, kDirectOrderRelL2, kDirectOrderMaxRelRms, "nhwc");
+    expect_within(b.db, n.db, kDirectOrderRelL2, kDirectOrderMaxRelRms, "dbias vs nhwc");
+    expect_within(b.db_acc, n.db_acc, kDirectOrderRelL2, kDirectOrderMaxRelRms, "dbias += vs nhwc");
     EXPECT_LE(rel_l2(b.y16, n.y16), 0x1p-8);
-    const ConvReference ref = conv_reference(g, xv, wv, {}, dyv);
-    expect_near(b.y, ref.y, "y vs double");
-    expect_near(b.dx, ref.dx, "dx vs double");
-    expect_near(b.dw, ref.dw, "dw vs double");
+    expect_reference_within(b, conv_reference(g, xv, wv, {}, dyv), kDirectOrderRelL2,
+                            kDirectOrderMaxRelRms);
   }
 }
 
