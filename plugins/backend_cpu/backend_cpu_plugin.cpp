@@ -27,10 +27,11 @@ std::unique_ptr<sdk::Component> create_cpu_backend(const sdk::Options& options,
   context.logger.debug("cpu backend with " + std::to_string(backend->threads()) +
                        " threads, bf16_gemm = " + bf16 + ", bf16_conv = " + conv);
   // Winograd changes the numbers: say what runs whenever it was asked for. The direct
-  // convolution's layout (cpu_conv_algorithm.h) is the same sum in another order: debug only.
+  // convolution's layout (cpu_conv_algorithm.h) is the same sum in another order: debug only,
+  // and its probe (a oneDNN primitive descriptor) runs only when debug lines are written.
   if (conv_algorithm == backend_cpu::ConvAlgorithm::winograd)
     context.logger.info(backend->conv_algorithm_note());
-  else
+  else if (context.logger.enabled(sdk::LogLevel::debug))
     context.logger.debug(backend->conv_algorithm_note());
   return backend;
 }
