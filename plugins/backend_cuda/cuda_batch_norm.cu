@@ -138,13 +138,14 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void bn_inference_coefficients_kernel(const float* running_var, const float* gamma,
                                                  const float* beta, float eps,
                                                  std::int64_t channels, float* scale_shift) {
-  const std::int64_t c = global_thread();
-  if (c >= channels) return;
-  const auto ss =
-      element::bn_scale_shift(running_var[c], eps, gamma != nullptr,
-                              gamma != nullptr ? gamma[c] : 1.0f, beta != nullptr ? beta[c] : 0.0f);
-  scale_shift[c] = ss.scale;
-  scale_shift[channels + c] = ss.shift;
+  // Grid-stride: grid_for caps the grid at 8192 blocks, 2,097,152 channels a round.
+  for (std::int64_t c = global_thread(); c < channels; c += grid_threads()) {
+    const auto ss = element::bn_scale_shift(running_var[c], eps, gamma != nullptr,
+                                            gamma != nullptr ? gamma[c] : 1.0f,
+                                            beta != nullptr ? beta[c] : 0.0f);
+    scale_shift[c] = ss.scale;
+    scale_shift[channels + c] = ss.shift;
+  }
 }
 
 // Elements a thread of the element-wise passes (apply, input gradient) takes a round: their loads
@@ -307,13 +308,14 @@ __global__ void __launch_bounds__(kThreads) bn_grad_input_kernel(BnBackward a, c
 __global__ void bn_sync_coefficients_kernel(const float* var, const float* gamma, float eps,
                                             const float* mean_g, const float* mean_gx_hat,
                                             std::int64_t channels, float* coeff) {
-  const std::int64_t c = global_thread();
-  if (c >= channels) return;
-  const auto k = element::bn_sync_coefficients(var[c], eps, gamma != nullptr ? gamma[c] : 1.0f,
-                                               mean_g[c], mean_gx_hat[c]);
-  coeff[c] = k.a;
-  coeff[channels + c] = k.b;
-  coeff[2 * channels + c] = k.d;
+  // Grid-stride, as the inference coefficients: grid_for's cap would leave channels unset.
+  for (std::int64_t c = global_thread(); c < channels; c += grid_threads()) {
+    const auto k = element::bn_sync_coefficients(var[c], eps, gamma != nullptr ? gamma[c] : 1.0f,
+                                                 mean_g[c], mean_gx_hat[c]);
+    coeff[c] = k.a;
+    coeff[channels + c] = k.b;
+    coeff[2 * channels + c] = k.d;
+  }
 }
 
 dim3 reduction_grid(std::int64_t rows, std::int64_t channels) {

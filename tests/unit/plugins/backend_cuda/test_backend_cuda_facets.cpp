@@ -251,6 +251,42 @@ TEST_F(backend_cuda_vs_cpu, ResidualAddBackwardBitForBit) {
     EXPECT_EQ(gs[k]->raw(), cs[k]->raw()) << "eleven gradients, gradient " << k;
 }
 
+// The residual kernels take 4 grid-stride elements a thread a round, and a grid holds at most
+// 8192 blocks of 256 threads: at 3001 elements only the first of the 4 is ever live. Past 4
+// rounds (8,400,001 elements) every unrolled element and the tail run: two inputs into a third
+// dtype, eleven in place, and the backward with dy in place among three gradients.
+TEST_F(backend_cuda_vs_cpu, ResidualPastFourRoundsOfTheGridBitForBit) {
+  const std::int64_t n = 8'400'001;
+  const auto av = random_values(n, 51, -3, 3), bv = random_values(n, 52, -3, 3);
+  Tensor ga(gpu(), DType::fp32, {n}, av), ca(cpu(), DType::fp32, {n}, av);
+  Tensor gb(gpu(), DType::bf16, {n}, bv), cb(cpu(), DType::bf16, {n}, bv);
+  Tensor gy(gpu(), DType::fp16, {n}), cy(cpu(), DType::fp16, {n});
+  const TensorView gx[] = {ga, gb}, cx[] = {ca, cb};
+  gpu<sdk::ResidualFacet>().add(gx, true, gy);
+  sdk::facet<sdk::ResidualFacet>(cpu())->add(cx, true, cy);
+  EXPECT_EQ(gy.raw(), cy.raw()) << "add fp32 + bf16 -> fp16, relu";
+  std::vector<std::unique_ptr<Tensor>> gs, cs;
+  std::vector<TensorView> gv, cv;
+  for (int k = 0; k < 11; ++k) {
+    const auto v = random_values(n, 60 + k, -2, 2);
+    gs.push_back(std::make_unique<Tensor>(gpu(), DType::bf16, Shape{n}, v));
+    cs.push_back(std::make_unique<Tensor>(cpu(), DType::bf16, Shape{n}, v));
+    gv.push_back(*gs.back());
+    cv.push_back(*cs.back());
+  }
+  gpu<sdk::ResidualFacet>().add(gv, false, gv[7]);
+  sdk::facet<sdk::ResidualFacet>(cpu())->add(cv, false, cv[7]);
+  EXPECT_EQ(gs[7]->raw(), cs[7]->raw()) << "eleven inputs, in place";
+  Tensor gdx(gpu(), DType::fp32, {n}), cdx(cpu(), DType::fp32, {n});
+  Tensor gdx2(gpu(), DType::bf16, {n}), cdx2(cpu(), DType::bf16, {n});
+  const TensorView gd[] = {gdx, gb, gdx2}, cd[] = {cdx, cb, cdx2};  // dy (b) second
+  gpu<sdk::ResidualFacet>().add_backward(gb, ga, true, gd);
+  sdk::facet<sdk::ResidualFacet>(cpu())->add_backward(cb, ca, true, cd);
+  EXPECT_EQ(gdx.raw(), cdx.raw()) << "add_backward dx";
+  EXPECT_EQ(gdx2.raw(), cdx2.raw()) << "add_backward dx2";
+  EXPECT_EQ(gb.raw(), cb.raw()) << "add_backward dy in place";
+}
+
 TEST_F(backend_cuda_vs_cpu, HeadPermutesWithCacheOffsetsBitForBit) {
   // QKV split into a KV cache of 9 tokens at offset 4, then merged back.
   const sdk::HeadLayout l{2, 3, 4, 8, 3, 9, 4};  // N, T, H, D, P, T', offset

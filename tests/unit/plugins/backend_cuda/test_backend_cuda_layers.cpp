@@ -52,7 +52,11 @@ double conv_tol(DType out) {
   return out == DType::bf16 ? 1.0 / 64 : out == DType::fp16 ? 1.0 / 512 : 1e-4;
 }
 
-class backend_cuda_layers : public backend_cuda_vs_cpu {};
+class backend_cuda_layers : public backend_cuda_vs_cpu {
+ protected:
+  void batch_norm_matches_the_cpu(std::int64_t rows, std::int64_t c,
+                                  std::initializer_list<DType> dtypes);
+};
 
 #ifdef MIXTRAIN_HAVE_CUDNN
 TEST_F(backend_cuda_layers, ConvolutionFacetIsOfferedWithoutFp8) {
@@ -408,16 +412,19 @@ TEST_F(backend_cuda_layers, PermutesMatchTheCpuExactly) {
 }
 #endif  // MIXTRAIN_HAVE_CUDNN
 
-TEST_F(backend_cuda_layers, BatchNormMatchesTheCpu) {
-  const std::int64_t rows = 2 * 6 * 7, c = 24;
+// Batch norm's training forward, inference forward and backward (written and accumulated) at
+// [rows, c] in each of `dtypes`, every output against the CPU's.
+void backend_cuda_layers::batch_norm_matches_the_cpu(std::int64_t rows, std::int64_t c,
+                                                     std::initializer_list<DType> dtypes) {
   const auto xv = random_values(rows * c, 10, -1.0f, 3.0f);
   const auto dyv = random_values(rows * c, 11);
   const auto gv = random_values(c, 12, 0.5f, 1.5f), bv = random_values(c, 13, -0.5f, 0.5f);
   const auto rm0 = random_values(c, 14, -0.1f, 0.1f), rv0 = random_values(c, 15, 0.5f, 1.5f);
-  for (DType dt : {DType::fp32, DType::bf16, DType::fp16})
+  for (DType dt : dtypes)
     for (bool relu : {false, true}) {
       const sdk::BatchNormShape s{rows, c, 1e-5f, relu};
-      const std::string what = std::string(sdk::dtype_name(dt)) + (relu ? " relu" : "");
+      const std::string what = std::string(sdk::dtype_name(dt)) + (relu ? " relu" : "") + " at [" +
+                               std::to_string(rows) + ", " + std::to_string(c) + "]";
       Tensor xg(gpu(), dt, Shape{rows, c}, xv), xc(cpu(), dt, Shape{rows, c}, xv);
       Tensor yg(gpu(), dt, Shape{rows, c}), yc(cpu(), dt, Shape{rows, c});
       Tensor gg(gpu(), DType::fp32, Shape{c}, gv), gc(cpu(), DType::fp32, Shape{c}, gv);
@@ -457,6 +464,47 @@ TEST_F(backend_cuda_layers, BatchNormMatchesTheCpu) {
         expect_close(dbg.get(), dbc.get(), 1e-4, 1e-5, "dbeta " + what);
       }
     }
+}
+
+// The GPU reads x's rows 16 at a time per thread within a split of the rows, then the tail; its
+// element passes take 4 grid-stride elements a round, past 2,097,152 elements (8192 blocks of
+// 256). So beside the small shape: one split's unrolled rows and tail with a channel count that
+// is no multiple of 32 or of a vector (200 x 33), and every split and grid-stride round
+// (100,003 x 100: 10 M elements).
+TEST_F(backend_cuda_layers, BatchNormMatchesTheCpu) {
+  batch_norm_matches_the_cpu(2 * 6 * 7, 24, {DType::fp32, DType::bf16, DType::fp16});
+  batch_norm_matches_the_cpu(200, 33, {DType::fp32, DType::bf16});
+  batch_norm_matches_the_cpu(100003, 100, {DType::fp32, DType::bf16});
+}
+
+// More channels than one round of 8192 blocks of 256 threads: the per-channel coefficient kernels
+// of the inference forward and of synchronized batch norm's elementwise backward walk the grid,
+// so the last channel is computed too (before, channels from 2,097,152 kept stale scratch).
+TEST_F(backend_cuda_layers, BatchNormComputesChannelsPastOneRoundOfTheGrid) {
+  const std::int64_t rows = 2, c = 2 * 1024 * 1024 + 2900;
+  const auto xv = random_values(rows * c, 30, -1.0f, 3.0f), dyv = random_values(rows * c, 31);
+  const auto gv = random_values(c, 32, 0.5f, 1.5f), bv = random_values(c, 33, -0.5f, 0.5f);
+  const auto mv = random_values(c, 34, -0.1f, 0.1f), vv = random_values(c, 35, 0.5f, 1.5f);
+  const auto mdy = random_values(c, 36, -0.2f, 0.2f), mdyx = random_values(c, 37, -0.2f, 0.2f);
+  auto& bn = gpu<sdk::BatchNormFacet>();
+  auto& ref = *sdk::facet<sdk::BatchNormFacet>(cpu());
+  const sdk::BatchNormShape s{rows, c, 1e-5f, false};
+  Tensor xg(gpu(), DType::fp32, Shape{rows, c}, xv), xc(cpu(), DType::fp32, Shape{rows, c}, xv);
+  Tensor dyg(gpu(), DType::fp32, Shape{rows, c}, dyv), dyc(cpu(), DType::fp32, Shape{rows, c}, dyv);
+  Tensor gg(gpu(), DType::fp32, Shape{c}, gv), gc(cpu(), DType::fp32, Shape{c}, gv);
+  Tensor bg(gpu(), DType::fp32, Shape{c}, bv), bc(cpu(), DType::fp32, Shape{c}, bv);
+  Tensor mg(gpu(), DType::fp32, Shape{c}, mv), mc(cpu(), DType::fp32, Shape{c}, mv);
+  Tensor vg(gpu(), DType::fp32, Shape{c}, vv), vc(cpu(), DType::fp32, Shape{c}, vv);
+  Tensor mdyg(gpu(), DType::fp32, Shape{c}, mdy), mdyc(cpu(), DType::fp32, Shape{c}, mdy);
+  Tensor mdyxg(gpu(), DType::fp32, Shape{c}, mdyx), mdyxc(cpu(), DType::fp32, Shape{c}, mdyx);
+  Tensor yg(gpu(), DType::fp32, Shape{rows, c}), yc(cpu(), DType::fp32, Shape{rows, c});
+  bn.batchnorm_forward_inference(xg, gg, bg, mg, vg, s, yg);
+  ref.batchnorm_forward_inference(xc, gc, bc, mc, vc, s, yc);
+  expect_close(yg.get(), yc.get(), 2 * ulp_rel(DType::fp32), 1e-5, "inference y");
+  Tensor dxg(gpu(), DType::fp32, Shape{rows, c}), dxc(cpu(), DType::fp32, Shape{rows, c});
+  bn.batchnorm_backward_elementwise(dyg, xg, TensorView{}, gg, mg, vg, mdyg, mdyxg, s, dxg);
+  ref.batchnorm_backward_elementwise(dyc, xc, TensorView{}, gc, mc, vc, mdyc, mdyxc, s, dxc);
+  expect_close_norm(dxg.get(), dxc.get(), 4 * ulp_rel(DType::fp32) + 1e-5, "elementwise dx");
 }
 
 // Batch norm + add + ReLU against the CPU's, training (the batch's statistics, the running ones
