@@ -95,7 +95,9 @@ __global__ void __launch_bounds__(kThreads)
 template <class I>
 __device__ __forceinline__ void windows_of(I pos, int pad, int k, int stride, I out, I* lo, I* hi) {
   const I first = pos + pad - k + 1;  // oh*stride >= first
-  *lo = first <= 0 ? 0 : (first + stride - 1) / stride;
+  // ceil(first / stride) without first + stride - 1, which overflows 32 bits at a stride near
+  // 2^31 (pool_index_fits bounds the tensors, not the stride).
+  *lo = first <= 0 ? 0 : (first - 1) / stride + 1;
   const I last = (pos + pad) / stride;
   *hi = last < out - 1 ? last : out - 1;
 }
@@ -190,7 +192,8 @@ __global__ void __launch_bounds__(kThreads)
 bool pool_index_fits(const PoolShape& p) {
   // Every index the kernels form is below the larger tensor's element count, and every partial
   // product ((n * H + h) * W + w) is below its row's start: both under 2^31 - 1 (with the window's
-  // reach past the edge, at most a kernel's height and width, as margin).
+  // reach past the edge, at most a kernel's height and width, as margin). The stride is not in
+  // the bound: the one sum it enters, a window's first output (windows_of), is formed without it.
   constexpr std::int64_t kLimit = 0x7FFFFFFF;
   const std::int64_t in = p.n * (p.h + p.kh) * (p.w + p.kw) * p.c;
   const std::int64_t out = p.n * (p.oh + p.kh) * (p.ow + p.kw) * p.c;
