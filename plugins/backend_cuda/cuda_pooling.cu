@@ -16,6 +16,7 @@
 
 #include "cuda_convolution.h"
 #include "cuda_device.cuh"
+#include "cuda_pool_windows.h"
 
 namespace mixtrain::backend_cuda::kernels {
 
@@ -91,17 +92,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Output windows along one axis that contain input position `pos`: [lo, hi] (empty when lo > hi).
-template <class I>
-__device__ __forceinline__ void windows_of(I pos, int pad, int k, int stride, I out, I* lo, I* hi) {
-  const I first = pos + pad - k + 1;  // oh*stride >= first
-  // ceil(first / stride) without first + stride - 1, which overflows 32 bits at a stride near
-  // 2^31 (pool_index_fits bounds the tensors, not the stride).
-  *lo = first <= 0 ? 0 : (first - 1) / stride + 1;
-  const I last = (pos + pad) / stride;
-  *hi = last < out - 1 ? last : out - 1;
-}
-
 template <class S, class I>
 __global__ void __launch_bounds__(kThreads)
     pool_backward_kernel(PoolShape p, const elem_t<S>* dy, const elem_t<S>* x,
@@ -114,8 +104,8 @@ __global__ void __launch_bounds__(kThreads)
     const I c = i % C, w = i / C % W, h = i / (C * W) % H;
     const I n = i / (C * W * H);
     I oh0, oh1, ow0, ow1;
-    windows_of<I>(h, p.ph, p.kh, p.sh, OH, &oh0, &oh1);
-    windows_of<I>(w, p.pw, p.kw, p.sw, OW, &ow0, &ow1);
+    pool_windows_of<I>(h, p.ph, p.kh, p.sh, OH, &oh0, &oh1);
+    pool_windows_of<I>(w, p.pw, p.kw, p.sw, OW, &ow0, &ow1);
     float sum = 0.0f;
     for (I oh = oh0; oh <= oh1; ++oh)
       for (I ow = ow0; ow <= ow1; ++ow) {
@@ -193,7 +183,8 @@ bool pool_index_fits(const PoolShape& p) {
   // Every index the kernels form is below the larger tensor's element count, and every partial
   // product ((n * H + h) * W + w) is below its row's start: both under 2^31 - 1 (with the window's
   // reach past the edge, at most a kernel's height and width, as margin). The stride is not in
-  // the bound: the one sum it enters, a window's first output (windows_of), is formed without it.
+  // the bound: the one sum it enters, a window's first output (pool_windows_of), is formed without
+  // it.
   constexpr std::int64_t kLimit = 0x7FFFFFFF;
   const std::int64_t in = p.n * (p.h + p.kh) * (p.w + p.kw) * p.c;
   const std::int64_t out = p.n * (p.oh + p.kh) * (p.ow + p.kw) * p.c;

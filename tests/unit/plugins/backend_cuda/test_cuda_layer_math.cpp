@@ -14,7 +14,9 @@
 // - The batch-norm kernels' channel index (ChannelWalk) against i % C.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -25,6 +27,7 @@
 #include "cpu_backend.h"
 #include "cuda_channel_walk.h"
 #include "cuda_element_math.h"
+#include "cuda_pool_windows.h"
 #include "mixtrain/sdk/support/float_formats.h"
 
 namespace {
@@ -428,6 +431,51 @@ TEST(cuda_channel_walk, EveryStepIsTheElementsChannel) {
         for (std::int64_t i = first, k = 0; k < 500; i += stride, ++k, walk.advance())
           ASSERT_EQ(walk.c, i % ch) << "C " << ch << ", stride " << stride << ", first " << first;
       }
+}
+
+// The pooling backward's windows holding an input position (cuda_pool_windows.h) are those a scan
+// of every window finds, in 32 and 64 bits: ResNet's 3x3/2 pad 1, the 7x7 global pool, a window
+// smaller than its stride (positions in no window), and strides up to the type's maximum (where
+// first + stride - 1 overflowed 32 bits).
+template <class I>
+void pool_windows_match_a_scan() {
+  struct Axis {
+    std::int64_t size;
+    int k, stride, pad;
+  };
+  const Axis axes[] = {{112, 3, 2, 1},           {7, 7, 7, 0},        {10, 2, 5, 1}, {9, 3, 1, 1},
+                       {4, 1, INT32_MAX - 1, 0}, {5, 3, INT32_MAX, 1}};
+  for (const Axis& a : axes) {
+    const std::int64_t out = (a.size + 2 * a.pad - a.k) / a.stride + 1;
+    for (std::int64_t pos = 0; pos < a.size; ++pos) {
+      std::int64_t want_lo = out, want_hi = -1;
+      for (std::int64_t o = 0; o < out; ++o) {
+        const std::int64_t start = o * a.stride - a.pad;
+        if (start <= pos && pos < start + a.k) {
+          want_lo = std::min(want_lo, o);
+          want_hi = std::max(want_hi, o);
+        }
+      }
+      I lo = 0, hi = 0;
+      mixtrain::backend_cuda::pool_windows_of<I>(static_cast<I>(pos), a.pad, a.k, a.stride,
+                                                 static_cast<I>(out), &lo, &hi);
+      const std::string what = std::to_string(sizeof(I) * 8) + "-bit, size " +
+                               std::to_string(a.size) + " k " + std::to_string(a.k) + " stride " +
+                               std::to_string(a.stride) + " pad " + std::to_string(a.pad) +
+                               ", position " + std::to_string(pos);
+      if (want_hi < 0) {
+        EXPECT_GT(lo, hi) << what << ": in no window";
+      } else {
+        EXPECT_EQ(lo, want_lo) << what;
+        EXPECT_EQ(hi, want_hi) << what;
+      }
+    }
+  }
+}
+
+TEST(cuda_pool_windows, TheWindowsHoldingAPositionAreTheScansInBothWidths) {
+  pool_windows_match_a_scan<std::int32_t>();
+  pool_windows_match_a_scan<std::int64_t>();
 }
 
 }  // namespace
