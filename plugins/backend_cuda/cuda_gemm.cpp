@@ -439,6 +439,11 @@ GemmEngine::Operand GemmEngine::padded(const Operand& in, DeviceScratch& scratch
 bool GemmEngine::run_realigned(const sdk::GemmArgs& args, const Operand& a, const Operand& b,
                                const Realign& realign, bool tf32, std::int64_t m, std::int64_t n,
                                std::int64_t k, const sdk::TensorView* grad_pre) {
+  // A realigned C is written to padded rows and copied back, which only a route writing C itself
+  // allows (no gelu-gradient route does): without one, decline before any copy is made.
+  const std::vector<GemmRoute> routes = gemm_routes(route_query(args, a.dtype, n, grad_pre));
+  if (realign.c && std::none_of(routes.begin(), routes.end(), route_writes_c_directly))
+    return false;
   const Operand x = realign.a ? padded(a, scratch_a_) : a;
   const Operand y = realign.b ? padded(b, scratch_b_) : b;
   const DType c_dtype = storage_of(args.c.dtype);
@@ -455,7 +460,7 @@ bool GemmEngine::run_realigned(const sdk::GemmArgs& args, const Operand& a, cons
                                    static_cast<std::size_t>(m), cudaMemcpyDeviceToDevice, stream_),
                  "gemm", "C realignment copy");
   }
-  for (const GemmRoute& route : gemm_routes(route_query(args, x.dtype, n, grad_pre))) {
+  for (const GemmRoute& route : routes) {
     if (realign.c && !route_writes_c_directly(route)) continue;
     if (!try_run(g, x, y, args.alpha, tf32, false, route, m, n, k, Batch{}, ldc, grad_pre))
       continue;
@@ -572,6 +577,10 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                                        &aux_ptr, sizeof aux_ptr),
         "setting the pre_activation (aux) pointer");
   if (fp8_scales) {
+    // From a stack array: a pageable upload is staged before the call returns, so this is safe
+    // on a stream, but a step graph would record the dead address. FP8 policies run no step
+    // graphs (the trainer's step graph refuses a policy that scales operands); one that did would
+    // need a pinned per-plan slot.
     float host_scales[kScaleStride + 1] = {};
     host_scales[0] = b.scale_inv;  // cuBLASLt's A is our B
     host_scales[kScaleStride] = a.scale_inv;

@@ -47,8 +47,8 @@
 //   the next strategy is used. Per-call pointers (bias, aux) are set on the cached descriptor
 //   before each matmul.
 // - FP8 accumulation: cuBLASLt's default (periodic promotion to FP32); fp8_fast_accumulation
-//   sets CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 plans, as Transformer Engine does for
-//   forward GEMMs (faster on Hopper, less exact).
+//   sets CUBLASLT_MATMUL_DESC_FAST_ACCUM on every native FP8 plan, forward and backward
+//   (Transformer Engine sets it for forward GEMMs only; faster on Hopper, less exact).
 // - Workspace: 32 MiB by default (GemmTuning), allocated once. Not thread-safe: one engine per
 //   backend.
 // - Alignment: the heuristic's MIN_ALIGNMENT_{A,B,C,D}_BYTES preferences are each operand's own

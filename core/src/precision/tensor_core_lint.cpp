@@ -27,9 +27,10 @@ std::vector<std::string> tensor_core_warnings(const Model& model) {
                       "; Tensor Cores run such shapes padded or not at all";
       // A GEMM dimension whose rows the backend pads itself (sdk/support/backend_features.h): the
       // lint says what the backend does about it instead of leaving it as a cost.
-      if (realigns && l.type() == "linear")
+      // FP8 GEMMs are not realigned (an unaligned one is decoded to bf16), nor small ones.
+      if (realigns && l.type() == "linear" && !sdk::is_fp8(g))
         w += " (the backend copies operands whose rows this leaves unaligned into padded scratch "
-             "before its Tensor Core kernels: a copy per large GEMM, not the slow kernels)";
+             "before its 16-bit Tensor Core kernels: a copy per large GEMM, not the slow kernels)";
       if (reads_batch && d.input_channels)
         w += " (the usual exception: the first convolution reads the image's " +
              std::to_string(d.size) +

@@ -16,8 +16,8 @@
 namespace mixtrain::core {
 namespace {
 
-// The CPU backend, declaring that its GEMMs realign unaligned rows (as the CUDA backend does with
-// backend.cuda.gemm_realign = true).
+// The CPU backend, declaring that its 16-bit GEMMs realign unaligned rows (as the CUDA backend does
+// with backend.cuda.gemm_realign = true).
 class RealigningBackend final : public test_support::ForwardingBackend {
  public:
   sdk::BackendCapabilities capabilities() const override {
@@ -59,6 +59,11 @@ TEST(TensorCoreLint, NamesTheOddVocabularyAndWhatTheBackendDoesAboutIt) {
                               "scratch"),
             std::string::npos)
       << realigned[0];
+  // FP8 GEMMs are not realigned (an unaligned one is decoded to bf16): their dimensions stay a
+  // cost, whatever the backend declares.
+  const auto fp8 = lint(std::make_shared<RealigningBackend>(), sdk::DType::fp8_e4m3);
+  ASSERT_FALSE(fp8.empty());
+  for (const auto& w : fp8) EXPECT_EQ(w.find("padded scratch"), std::string::npos) << w;
   // FP32 GEMMs take no 16-bit Tensor Core path: nothing to say, realigning or not.
   EXPECT_TRUE(lint(std::make_shared<RealigningBackend>(), sdk::DType::fp32).empty());
 }

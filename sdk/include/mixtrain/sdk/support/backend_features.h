@@ -9,9 +9,10 @@
 
 namespace mixtrain::sdk {
 
-// The GEMM facet copies an operand (or C) whose rows are not 16 bytes apart (an odd vocabulary's
-// logits) into scratch with padded rows before its Tensor Core kernels, so such a dimension costs
-// a copy, not the slow kernels. `mixtrain check`'s alignment lint reports the dimension as handled.
+// The GEMM facet copies an operand (or C) of a large 16-bit GEMM whose rows are not 16 bytes apart
+// (an odd vocabulary's logits) into scratch with padded rows before its Tensor Core kernels, so
+// such a dimension costs a copy, not the slow kernels. `mixtrain check`'s alignment lint reports
+// the dimension of a 16-bit linear layer as handled.
 inline constexpr std::string_view kFeatureGemmRealignsRows = "gemm_realigns_rows";
 
 }  // namespace mixtrain::sdk
