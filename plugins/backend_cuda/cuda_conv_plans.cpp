@@ -82,6 +82,10 @@ struct Steps {
 
 Descriptor tensor(std::int64_t uid, DataType type, const conv::TensorDims& t,
                   std::int64_t alignment, Steps& steps) {
+  // The key's alignment is the least of the three pointers' (a bf16 view may start 2 bytes past
+  // 4); a tensor's own pointer is always a multiple of its element size, and cuDNN refuses an
+  // fp32 tensor declared below 4 (BAD_PARAM at finalize), which would decline the plan.
+  alignment = std::max<std::int64_t>(alignment, type == DataType::f32 ? 4 : 2);
   Descriptor d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   steps(d.status(), "create tensor");
   const auto dt = static_cast<cudnnDataType_t>(type);
@@ -114,9 +118,9 @@ sdk::Conv2dGeometry geometry_of(const PlanKey& k) {
   return g;
 }
 
-// The operation graph of one convolution (descriptors it references are kept alive in `keep`).
-Descriptor operation_graph(const PlanKey& key, cudnnHandle_t handle, std::vector<Descriptor>& keep,
-                           Steps& steps) {
+// The convolution operation of one key, finalized (the descriptors it references are kept alive
+// in `keep`). Needs no handle: cuDNN checks the tensors and the operation's shapes on the host.
+Descriptor convolution_operation(const PlanKey& key, std::vector<Descriptor>& keep, Steps& steps) {
   const sdk::Conv2dGeometry g = geometry_of(key);
   const auto xd = conv::image_dims(g.batch, g.in_channels, g.height, g.width);
   const auto yd = conv::image_dims(g.batch, g.out_channels, g.out_height(), g.out_width());
@@ -196,14 +200,21 @@ Descriptor operation_graph(const PlanKey& key, cudnnHandle_t handle, std::vector
   steps(opd.set(a.beta, CUDNN_TYPE_FLOAT, 1, &beta), label + " beta");
   steps(opd.status(), "create operation");
   steps(opd.finalize(), "finalize operation");
+  for (Descriptor* d : {&x, &w, &y, &cd}) keep.push_back(std::move(*d));
+  return opd;
+}
 
+// The operation graph of one convolution (descriptors it references are kept alive in `keep`).
+Descriptor operation_graph(const PlanKey& key, cudnnHandle_t handle, std::vector<Descriptor>& keep,
+                           Steps& steps) {
+  Descriptor opd = convolution_operation(key, keep, steps);
   Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   steps(graph.status(), "create operation graph");
   steps(graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, opd.ptr()),
         "graph ops");
   steps(graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle), "graph handle");
   steps(graph.finalize(), "finalize operation graph");
-  for (Descriptor* d : {&x, &w, &y, &cd, &opd}) keep.push_back(std::move(*d));
+  keep.push_back(std::move(opd));
   return graph;
 }
 
@@ -433,6 +444,13 @@ void ConvPlans::autotune(Plan& plan, cudnnHandle_t handle, cudaStream_t stream, 
   plan.untimed.clear();
   plan.tuning = tuned;
   plan.runs = 0;  // the timing calls are not the model's
+}
+
+std::string ConvPlans::host_check(const PlanKey& key) {
+  Steps steps;
+  std::vector<Descriptor> keep;
+  const Descriptor operation = convolution_operation(key, keep, steps);
+  return steps.ok() ? std::string() : steps.text();
 }
 
 ConvPlans::Plan* ConvPlans::get(const PlanKey& key, cudnnHandle_t handle, std::string_view op) {

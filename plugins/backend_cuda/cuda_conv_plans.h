@@ -69,6 +69,10 @@ class ConvPlans {
   };
 
   Plan* get(const conv::PlanKey& key, cudnnHandle_t handle, std::string_view op);
+  // The key's convolution operation as get() builds it, up to the operation graph (which needs a
+  // handle, so a device): cuDNN checks its tensors, descriptor and shapes on the host. Empty when
+  // they pass, else the first failing step and cuDNN's status.
+  static std::string host_check(const conv::PlanKey& key);
   void run(const Plan& plan, cudnnHandle_t handle, void* uid1, void* uid2, void* uid3,
            void* workspace, std::string_view op);
   // Runs the key's plan (get() made it); false, with the key declined for good (its reason in

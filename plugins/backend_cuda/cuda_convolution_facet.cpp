@@ -106,10 +106,11 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
       if (index >= routes.size()) continue;
       any = true;
       const Route& route = routes[index];
-      // A 1×1 filter's KRSC and KCRS layouts are the same bytes ([K, C] either way): cuDNN reads
-      // the weights in place when no dtype changes, and writes an fp32 weight gradient straight
-      // into dw, instead of a copy there and a move back (ResNet-50: 36 of its 53 convolutions).
-      const bool same_bytes = layout == FilterLayout::krsc && r * s == 1;
+      // A 1×1 filter's KRSC and KCRS layouts are the same bytes ([K, C] either way), and so are a
+      // depthwise one's ([K, R, S] either way): cuDNN reads the weights in place when no dtype
+      // changes, and writes an fp32 weight gradient straight into dw, instead of a copy there and
+      // a move back (ResNet-50: 36 of its 53 convolutions).
+      const bool same_bytes = layout == FilterLayout::krsc && (r * s == 1 || cg == 1);
       const bool filter_copy =
           filter_is_b && layout == FilterLayout::krsc &&
           !(same_bytes && !route.decode_b && elem_of(c.b.dtype) == elem_of_io(route.io));
@@ -260,6 +261,11 @@ namespace {
 // dx = (or, accumulating, dx fp32 +=) the data gradient.
 void backward_data(CudaContext& context, const sdk::Conv2dBackwardDataArgs& args, bool accumulate) {
   context.activate();
+  // Off, supports() answers no, and a call is refused as the SDK's default refuses it.
+  if (accumulate && !context.conv_dgrad_accumulate)
+    fail("conv2d_backward_data_accumulate",
+         "the accumulating data gradient is off (backend.cuda.conv_dgrad_accumulate = false)",
+         "ask supports() first; without it, write the gradient apart and add it");
   if (accumulate)
     layer_checks::conv_backward_data_accumulate(args);
   else

@@ -14,6 +14,7 @@
 
 #include "backend_error_text.h"
 #include "cuda_access.h"
+#include "cuda_conv_plans.h"
 #include "cuda_conv_rules.h"
 #include "cuda_layer_checks.h"
 #include "cuda_layer_norm_plan.h"
@@ -409,6 +410,60 @@ TEST(cuda_conv_rules, PlanKeysDifferInEveryFieldAPlanDependsOn) {
   decoded.decode_a = true;
   EXPECT_EQ(conv::plan_key(conv::ConvOp::forward, g, decoded, FilterLayout::krsc, 16), base);
 }
+
+#ifdef MIXTRAIN_HAVE_CUDNN
+// cuDNN checks a convolution operation's tensors, descriptor and shapes on the host, before any
+// device is involved: every key the routes can make passes them, over the geometries a CNN has
+// (3x3, 1x1, the 7x7/2 stem on 3 channels, grouped, depthwise, strided with an odd side, dilated,
+// rectangular), every op, filter layout, dtype pair and beta, at each pointer alignment. At
+// alignment 2 an fp32 tensor is declared at its own 4 (cuDNN refuses an fp32 tensor below it:
+// such plans were declined whenever a 16-bit operand started 2 bytes past 4).
+TEST(cuda_conv_plans, EveryRouteKeyPassesCudnnsHostChecks) {
+  struct G {
+    std::int64_t n, c, h, w, k, r, s, stride, pad, dilation, groups;
+  };
+  const G geometries[] = {
+      {2, 16, 9, 9, 24, 3, 3, 1, 1, 1, 1},  {2, 32, 8, 8, 16, 1, 1, 1, 0, 1, 1},
+      {2, 3, 20, 20, 16, 7, 7, 2, 3, 1, 1}, {2, 16, 7, 7, 8, 3, 3, 1, 1, 1, 4},
+      {2, 16, 7, 7, 16, 3, 3, 1, 1, 1, 16}, {2, 8, 10, 10, 8, 3, 3, 2, 1, 1, 1},
+      {1, 8, 12, 12, 8, 3, 3, 1, 2, 2, 1},  {2, 64, 14, 14, 128, 1, 1, 2, 0, 1, 1},
+      {1, 4, 9, 13, 4, 3, 5, 1, 0, 1, 1}};
+  int keys = 0;
+  for (const G& x : geometries) {
+    sdk::Conv2dGeometry g;
+    g.batch = x.n;
+    g.in_channels = x.c;
+    g.height = x.h;
+    g.width = x.w;
+    g.out_channels = x.k;
+    g.kernel_h = x.r;
+    g.kernel_w = x.s;
+    g.stride_h = g.stride_w = x.stride;
+    g.pad_h = g.pad_w = x.pad;
+    g.dilation_h = g.dilation_w = x.dilation;
+    g.groups = x.groups;
+    for (auto op :
+         {conv::ConvOp::forward, conv::ConvOp::backward_data, conv::ConvOp::backward_weights})
+      for (FilterLayout layout : {FilterLayout::krsc, FilterLayout::kcrs})
+        for (DataType io : {DataType::f32, DataType::bf16, DataType::f16})
+          for (DataType out : {DataType::f32, io})
+            for (bool beta_one : {false, true})
+              for (std::int64_t alignment : {16, 4, 2}) {
+                if (beta_one && op != conv::ConvOp::backward_data) continue;
+                conv::Route route;
+                route.io = io;
+                route.out = out;
+                route.tensor_cores = io != DataType::f32;
+                route.accumulate = beta_one;
+                const auto key = conv::plan_key(op, g, route, layout, alignment);
+                ++keys;
+                EXPECT_EQ(mixtrain::backend_cuda::ConvPlans::host_check(key), "")
+                    << conv::key_text(key);
+              }
+  }
+  EXPECT_EQ(keys, 9 * 144);  // per geometry: (forward + wgrad + dgrad's two betas) x 36
+}
+#endif  // MIXTRAIN_HAVE_CUDNN
 
 // --- argument checks
 // -------------------------------------------------------------------------------
