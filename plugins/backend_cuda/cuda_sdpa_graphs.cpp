@@ -34,11 +34,14 @@ std::vector<std::int64_t> strides(const Strided& s) {
   return {s.stride.begin(), s.stride.end()};
 }
 
-std::shared_ptr<fe::graph::Graph> new_graph(const Key& k) {
+// sm > 0: the target architecture (sm_90: 90) instead of the current device's, which the frontend
+// asks CUDA for while it validates (host_validate's graphs, built where no device is).
+std::shared_ptr<fe::graph::Graph> new_graph(const Key& k, int sm) {
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(io_type(k.dtype))
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
+  if (sm > 0) g->set_sm_version(sm);
   return g;
 }
 
@@ -55,8 +58,8 @@ void output(const std::shared_ptr<fe::graph::Tensor_attributes>& t, std::int64_t
 }
 
 // q·kᵀ scaled, causal (top-left: query i sees keys j <= i), softmax with its statistics, ·v.
-std::shared_ptr<fe::graph::Graph> forward_graph(const Key& k) {
-  auto g = new_graph(k);
+std::shared_ptr<fe::graph::Graph> forward_graph(const Key& k, int sm = 0) {
+  auto g = new_graph(k, sm);
   auto q = input(*g, "q", kQ, sdpa::qkv_part(k, 0));
   auto kk = input(*g, "k", kK, sdpa::qkv_part(k, 1));
   auto v = input(*g, "v", kV, sdpa::qkv_part(k, 2));
@@ -72,8 +75,8 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const Key& k) {
   return g;
 }
 
-std::shared_ptr<fe::graph::Graph> backward_graph(const Key& k) {
-  auto g = new_graph(k);
+std::shared_ptr<fe::graph::Graph> backward_graph(const Key& k, int sm = 0) {
+  auto g = new_graph(k, sm);
   auto q = input(*g, "q", kQ, sdpa::qkv_part(k, 0));
   auto kk = input(*g, "k", kK, sdpa::qkv_part(k, 1));
   auto v = input(*g, "v", kV, sdpa::qkv_part(k, 2));
@@ -168,6 +171,18 @@ struct SdpaGraphs::Impl {
 
 SdpaGraphs::SdpaGraphs() : impl_(std::make_unique<Impl>()) {}
 SdpaGraphs::~SdpaGraphs() = default;
+
+std::string SdpaGraphs::host_validate(const Key& key, int sm) {
+  try {
+    fe::error_t f = forward_graph(key, sm)->validate();
+    if (!f.is_good()) return "forward graph, validate: " + f.get_message();
+    fe::error_t b = backward_graph(key, sm)->validate();
+    if (!b.is_good()) return "backward graph, validate: " + b.get_message();
+  } catch (const std::exception& ex) {
+    return std::string("the cuDNN frontend threw: ") + ex.what();
+  }
+  return {};
+}
 
 std::string SdpaGraphs::refusal(const Key& key, cudnnHandle_t handle) {
   return impl_->get(key, handle).why;

@@ -39,6 +39,12 @@ class SdpaGraphs {
   SdpaGraphs& operator=(const SdpaGraphs&) = delete;
 
   std::string refusal(const sdpa::Key& key, cudnnHandle_t handle);
+  // Both graphs of the key as refusal() builds them, through the frontend's validate() only, for
+  // the architecture sm (90: Hopper): its checks of the inputs' dims against each other, the
+  // dtypes and the options (the head dim's multiple of 8, the mask), on the host (no handle, no
+  // device). It does not check the outputs' strides (cuda_sdpa_rules' tests do). "" or the first
+  // graph's reason; what a device decides (the engines, their support) stays refusal()'s.
+  static std::string host_validate(const sdpa::Key& key, int sm);
   // The larger of the two graphs' workspaces.
   std::int64_t workspace_bytes(const sdpa::Key& key, cudnnHandle_t handle, const char* op);
   void forward(const sdpa::Key& key, cudnnHandle_t handle, const void* qkv, void* out, float* lse,

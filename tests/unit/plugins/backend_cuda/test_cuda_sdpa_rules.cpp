@@ -1,6 +1,7 @@
 // The CUDA backend's flash-attention rules (cuda_sdpa_rules.h), on the host: the dims and strides
 // cuDNN is told address exactly the elements of the attention facet's layouts, which shapes and
-// devices are refused and why, and the plan-cache key.
+// devices are refused and why, and the plan-cache key; where the cuDNN frontend was found, the
+// graphs built on those rules through the frontend's own validation.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,9 @@
 #include <vector>
 
 #include "cuda_sdpa_rules.h"
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+#include "cuda_sdpa_graphs.h"
+#endif
 
 namespace mixtrain::backend_cuda::sdpa {
 namespace {
@@ -133,6 +137,31 @@ TEST(CudaSdpaRules, KeysTellShapesScalesAndDeterminismApart) {
   keys.insert(negative_zero);
   EXPECT_EQ(keys.size(), 10u);
 }
+
+#ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
+// The forward and backward graphs pass the frontend's validation for Hopper (sm_90) wherever
+// static_refusal takes the shape: GPT-2 small's and medium's heads at the kit's batch, the
+// plan-time probe (one sequence), an odd sequence, the widest and a narrow head dim, both dtypes,
+// both backward kernels. And the frontend's checks are real: a head dim static_refusal refuses
+// fails its validation too.
+TEST(CudaSdpaGraphs, EveryShapeTheRulesTakeValidatesForHopper) {
+  const Key shapes[] = {
+      {8, 1024, 12, 64, DType::bf16, 0.125f, true}, {8, 1024, 16, 64, DType::bf16, 0.125f, true},
+      {0, 1024, 12, 64, DType::bf16, 0.125f, true}, {3, 77, 3, 128, DType::bf16, 0.088f, true},
+      {2, 64, 2, 256, DType::bf16, 0.0625f, true},  {2, 33, 4, 8, DType::bf16, 0.35f, true}};
+  for (Key k : shapes)
+    for (DType dt : {DType::bf16, DType::fp16})
+      for (bool deterministic : {true, false}) {
+        k.dtype = dt;
+        k.deterministic = deterministic;
+        ASSERT_EQ(static_refusal(k.tokens, k.head_dim, dt, 90), "") << key_text(k);
+        EXPECT_EQ(SdpaGraphs::host_validate(k, 90), "") << key_text(k);
+      }
+  const Key odd{2, 64, 2, 12, DType::bf16, 0.3f, true};
+  ASSERT_NE(static_refusal(odd.tokens, odd.head_dim, odd.dtype, 90), "");
+  EXPECT_NE(SdpaGraphs::host_validate(odd, 90), "") << key_text(odd);
+}
+#endif  // MIXTRAIN_HAVE_CUDNN_FRONTEND
 
 }  // namespace
 }  // namespace mixtrain::backend_cuda::sdpa
