@@ -94,14 +94,20 @@ bool CachingAllocator::deallocate(void* ptr) noexcept {
   const auto it = live_.find(ptr);
   if (it == live_.end()) return false;
   current_ -= it->second.requested;
+  bool held = false;
   try {
-    if (held_.erase(ptr) != 0)
+    held = held_.erase(ptr) != 0;
+    if (held)
       retired_.emplace_back(ptr, it->second.size_class);  // a graph may still touch it
     else
       free_[it->second.size_class].push_back(ptr);
   } catch (...) {
-    cudaFree(ptr);  // could not remember it: give it back to the driver
-    reserved_ -= it->second.size_class;
+    // Could not remember it. A block a live graph may still write is left allocated (a replay
+    // would write into memory the driver hands out again); any other goes back to the driver.
+    if (!held) {
+      cudaFree(ptr);
+      reserved_ -= it->second.size_class;
+    }
   }
   live_.erase(it);
   return true;

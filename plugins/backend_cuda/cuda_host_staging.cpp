@@ -20,9 +20,18 @@ void HostStaging::copy(void* dst, const void* src, std::size_t bytes, cudaStream
   }
   if (bytes > kMaxStaged) {
     // Rare (weights at load time, not a step's batch): the driver's pageable path, which has read
-    // `src` when it returns.
+    // `src` when it returns. From page-locked memory outside the registry (another backend's
+    // buffer, the caller's own cudaHostAlloc) the copy is a DMA that returns before it reads:
+    // wait for it, so the contract holds there too.
     check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), op,
                "cudaMemcpyAsync");
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, src) != cudaSuccess) {
+      (void)cudaGetLastError();              // not the next op's error
+      attributes.type = cudaMemoryTypeHost;  // unknown: wait, to be safe
+    }
+    if (attributes.type == cudaMemoryTypeHost)
+      check_cuda(cudaStreamSynchronize(stream), op, "cudaStreamSynchronize");
     return;
   }
   Slot& slot = slots_[next_];

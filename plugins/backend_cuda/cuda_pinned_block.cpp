@@ -52,8 +52,17 @@ PinnedBlock::~PinnedBlock() {
 void PinnedBlock::mark_read(cudaStream_t stream, const char* op) {
   // One event marks the block: a mark on another stream than the last one must not fire before
   // that earlier upload has read the block, so this stream waits for it first (on the device).
-  if (queued_.load() && marked_on_ != stream)
-    check_cuda(cudaStreamWaitEvent(stream, read_, 0), op, "cudaStreamWaitEvent");
+  if (queued_.load() && marked_on_ != stream) {
+    const cudaError_t waited = cudaStreamWaitEvent(stream, read_, 0);
+    if (waited != cudaSuccess) {
+      // This stream's copy is queued but cannot be marked after the earlier one: wait for both
+      // now, so that wait_until_read() never returns before either has read the block.
+      cudaStreamSynchronize(stream);
+      cudaEventSynchronize(read_);
+      queued_.store(false);
+      check_cuda(waited, op, "cudaStreamWaitEvent");
+    }
+  }
   marked_on_ = stream;
   const cudaError_t recorded = cudaEventRecord(read_, stream);
   if (recorded != cudaSuccess) {

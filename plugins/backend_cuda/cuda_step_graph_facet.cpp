@@ -27,13 +27,28 @@ bool CudaStepGraph::begin_capture() {
   if (recording_) return false;
   // Errors the stream already holds belong to earlier ops: raise them before recording starts.
   context_.sync("begin_capture");
-  check_cuda(cudaStreamBeginCapture(context_.stream, cudaStreamCaptureModeThreadLocal),
-             "begin_capture", "cudaStreamBeginCapture");
+  // Every block the recording may touch keeps its address for the graph's life (cuda_allocator.h).
+  // Held before the capture begins: holding can throw (host memory), and nothing may throw once
+  // the stream captures, since the caller would not end a capture begin_capture did not return.
+  const auto undo_hold = [&] {
+    context_.allocator.end_recording();
+    if (context_.live_graphs == 0) context_.allocator.release_held();
+  };
+  try {
+    context_.allocator.hold_for_recording();
+  } catch (...) {
+    undo_hold();
+    throw;
+  }
+  const cudaError_t began =
+      cudaStreamBeginCapture(context_.stream, cudaStreamCaptureModeThreadLocal);
+  if (began != cudaSuccess) {
+    undo_hold();
+    check_cuda(began, "begin_capture", "cudaStreamBeginCapture");
+  }
   // sync() raised or cleared every deferred check, so what the recorded calls arm is theirs.
   recording_ = true;
   context_.staging.set_recording(true);
-  // Every block the recording may touch keeps its address for the graph's life (cuda_allocator.h).
-  context_.allocator.hold_for_recording();
   return true;
 }
 
