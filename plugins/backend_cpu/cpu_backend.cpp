@@ -3,6 +3,7 @@
 #include "cpu_backend.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -173,7 +174,12 @@ void CpuBackend::fill(TensorView x, float value) {
   const std::int64_t total = x.numel();
   if (x.dtype == DType::int32) {
     auto* p = x.as<std::int32_t>();
-    const auto v = static_cast<std::int32_t>(value);
+    // Toward zero, saturating, NaN -> 0: the CUDA backend's rule (its cvt.rzi.s32.f32); a plain
+    // cast is undefined out of range.
+    const std::int32_t v = !(value == value)         ? 0
+                           : value >= 2147483648.0f  ? INT32_MAX
+                           : value <= -2147483648.0f ? INT32_MIN
+                                                     : static_cast<std::int32_t>(value);
 #pragma omp parallel for simd schedule(static) if (parallel_worth(total))
     for (std::int64_t i = 0; i < total; ++i) p[i] = v;
     return;

@@ -541,6 +541,33 @@ void BackendArgumentChecks::foreach_lists(
                std::to_string(b) + "] " + describe(self[b]) + " overlap",
            "list each tensor once: every one is updated at the same time");
   }
+  // No other[i] overlaps a self[j] with j != i: one launch writes self[j] while it reads other[i]
+  // (other[i] over its own self[i] is the in-place case, checked above). The self tensors are
+  // disjoint and sorted, so the ones other[i] can meet end the ordered run before its end.
+  const auto start = [](const TensorView& v) { return reinterpret_cast<std::uintptr_t>(v.data); };
+  list = 1;
+  for (const auto& other : others) {
+    for (std::size_t i = 0; i < other.size(); ++i) {
+      const std::uintptr_t end = start(other[i]) + other[i].bytes();
+      auto p =
+          std::lower_bound(order.begin(), order.end(), end,
+                           [&](std::size_t j, std::uintptr_t e) { return start(self[j]) < e; });
+      while (p != order.begin()) {
+        const std::size_t j = *--p;
+        if (self[j].numel() == 0) continue;  // empty: overlaps nothing, bounds nothing
+        if (!overlaps(self[j], other[i])) break;
+        if (j != i)
+          fail(op,
+               "list " + std::to_string(list) + "[" + std::to_string(i) + "] " +
+                   describe(other[i]) + " overlaps self[" + std::to_string(j) + "] " +
+                   describe(self[j]) + ": the update writes self[" + std::to_string(j) +
+                   "] while it reads list " + std::to_string(list) + "[" + std::to_string(i) + "]",
+               "give each list's tensors memory of their own (a tensor may be another list's "
+               "only at the same index, in place)");
+      }
+    }
+    ++list;
+  }
 }
 
 }  // namespace mixtrain::sdk

@@ -283,6 +283,24 @@ TEST(sdk_BackendArgumentChecks, FacetAndLayerChecksNameBackendOpAndLayout) {
   });
   EXPECT_NE(e.find("list 1[0] fp32 [8] and self[0] fp32 [8] partly overlap"), std::string::npos)
       << e;
+  // other[i] over another index's self: swapped lists, and one reaching into a later self.
+  e = backend_error_of([&] {
+    checks.foreach_lists("foreach_add", std::vector{a, b}, {std::vector{b, a}});
+  });
+  EXPECT_NE(e.find("list 1[0] fp32 [8] overlaps self[1] fp32 [8]: the update writes self[1] while "
+                   "it reads list 1[0]"),
+            std::string::npos)
+      << e;
+  e = backend_error_of([&] {
+    checks.foreach_lists("foreach_add", std::vector{a, b, t3},
+                         {std::vector{a, b, t3}, std::vector{a, t3, t3}});
+  });
+  EXPECT_NE(e.find("list 2[1] fp32 [8] overlaps self[2]"), std::string::npos) << e;
+  const sdk::TensorView across = at(12, DType::fp32, Shape{8});  // b's second half, t3's first
+  e = backend_error_of([&] {
+    checks.foreach_lists("foreach_add", std::vector{a, b, t3}, {std::vector{across, b, t3}});
+  });
+  EXPECT_NE(e.find("list 1[0] fp32 [8] overlaps self[2]"), std::string::npos) << e;
 }
 
 }  // namespace

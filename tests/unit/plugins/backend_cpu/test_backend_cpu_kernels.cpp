@@ -2,9 +2,12 @@
 // of the double forward; the ISA variants' limit; memory statistics and capabilities.
 #include <algorithm>
 #include <bit>
+#include <climits>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "backend_test_util.h"
 #include "isa_variants.h"
@@ -259,6 +262,19 @@ TEST(backend_cpu_kernels, FillMulScalarAxpy) {
   expect_close(y.get(), expected, 1e-7, 1e-7, "axpy");
   DeviceTensor wrong(be, DType::fp32, {4});
   EXPECT_THROW(sdk::facet<sdk::ActivationFacet>(be)->axpy(1.0f, wrong, y), sdk::BackendError);
+  // An int32 fill is toward zero and saturating, NaN 0 (the CUDA backend's rule).
+  DeviceTensor ids(be, DType::int32, {1});
+  const std::pair<float, std::int32_t> cases[] = {{-7.9f, -7},
+                                                  {3.0e9f, INT32_MAX},
+                                                  {-INFINITY, INT32_MIN},
+                                                  {NAN, 0},
+                                                  {2147483520.0f, 2147483520}};
+  for (const auto& [value, want] : cases) {
+    be.fill(ids, value);
+    std::int32_t got = 1;
+    be.copy_to_host(&got, ids);
+    EXPECT_EQ(got, want) << value;
+  }
 }
 
 // `v` rounded once (RNE) into `t`'s storage, as the SDK encodes.

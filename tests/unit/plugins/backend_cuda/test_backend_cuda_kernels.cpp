@@ -2,6 +2,7 @@
 // against the CPU reference on random inputs. Both compute in FP32 from the same stored inputs;
 // the remaining differences are summation order and libm (tanhf/expf) ulps, so fp32 outputs
 // agree to ~1e-5 relative and 16-bit outputs to one unit of their format.
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -336,6 +337,13 @@ TEST_F(backend_cuda_vs_cpu, FillMulScalarAxpy) {
   Tensor labels(gpu(), DType::int32, {5});
   gpu().fill(labels, 3.0f);
   EXPECT_EQ(labels.get(), std::vector<float>(5, 3.0f));
+  // int32 fills out of range and NaN: the CPU's values (toward zero, saturating, NaN 0).
+  for (float value : {-7.9f, 3.0e9f, -INFINITY, NAN}) {
+    Tensor c(cpu(), DType::int32, {5});
+    gpu().fill(labels, value);
+    cpu().fill(c, value);
+    EXPECT_EQ(labels.raw(), c.raw()) << value;
+  }
   Tensor f8(gpu(), DType::fp8_e4m3, {5});
   EXPECT_THROW(gpu().fill(f8, 1.0f), sdk::BackendError);
 }
