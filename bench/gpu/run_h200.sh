@@ -77,7 +77,8 @@ if [[ ${DRY_RUN:-0} == 1 ]]; then
 fi
 export OUT=${OUT:-$ROOT/build-gpu-out}
 export BUDGET_S=${BUDGET_S:-560}
-STAGES=${STAGES:-env debs configure build test resnet50 gpt2 profile gemm resnet50v gpt2v wide gemmsweep gpt2medium}
+# Exported: the stages run in `bash -c` and ask whether the build stage is in this call.
+export STAGES=${STAGES:-env debs configure build test resnet50 gpt2 profile gemm resnet50v gpt2v wide gemmsweep gpt2medium}
 export DEBS=${DEBS:-$ROOT/.debs}
 export DEBROOT=${DEBROOT:-/tmp/debroot}
 export BUILD=${BUILD_DIR:-$ROOT/build-h200}
@@ -236,7 +237,10 @@ stage_configure() {
   real_cxx=$(command -v "${CXX:-g++}" || command -v c++)
   # The C++ compiler is a wrapper that appends -Wno-error when MIXTRAIN_NO_WERROR is set: the
   # project builds with -Werror under GCC 12, and a newer GCC here may warn where 12 did not.
-  # The build stage first builds as the project does and falls back only if that fails.
+  # The build stage first builds as the project does and falls back only if that fails. It is
+  # nvcc's host compiler too (nvcc hands its --Werror on to the host compiler, so the .cu files'
+  # host code needs the same fallback), given through CUDAHOSTCXX: the project's
+  # check_language(CUDA) resets a CMAKE_CUDA_HOST_COMPILER given on the command line.
   mkdir -p "$DEBROOT/wrap"
   cat >"$DEBROOT/wrap/c++" <<EOF
 #!/bin/sh
@@ -266,10 +270,10 @@ EOF
   local fe_root=""
   [[ -f $DEBS/cudnn-frontend/include/cudnn_frontend.h ]] && fe_root="$DEBS/cudnn-frontend"
   echo "cuDNN frontend: ${fe_root:-not carried (the CUDA backend builds without flash attention)}"
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  CUDAHOSTCXX="$DEBROOT/wrap/c++" cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     ${cudnn_root:+-DMIXTRAIN_CUDNN_ROOT="$cudnn_root"} \
     ${fe_root:+-DMIXTRAIN_CUDNN_FRONTEND_ROOT="$fe_root"} \
-    -DCMAKE_CXX_COMPILER="$DEBROOT/wrap/c++" -DCMAKE_CUDA_HOST_COMPILER="$real_cxx" \
+    -DCMAKE_CXX_COMPILER="$DEBROOT/wrap/c++" \
     -DProtobuf_PROTOC_EXECUTABLE="$DEBROOT/wrap/protoc" \
     -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST \
     -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS" -DMIXTRAIN_WITH_CUDA=ON \
@@ -505,7 +509,7 @@ model_run() {
         --set "precision.policy=$(policy_name "$base")" >"$W/check-$p.txt" 2>&1
       cap=$((cap - ($(date +%s) - t0)))
       if ((cap < 10)); then echo "$job: its check left no time to train"; return 0; fi
-      LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 15 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" "$@" \
+      LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" "$@" \
         "${variant[@]}" --set "precision.policy=$(policy_name "$base")" --run-dir "$W/mixtrain-$p" \
         >"$W/mixtrain-$p.log" 2>&1
       rc=$?
@@ -790,7 +794,9 @@ collect() {
   [[ -f $PARTS/profile.md ]] && cp "$PARTS/profile.md" "$OUT/profile.md"
   local runs=()
   for f in wide resnet50 gpt2 gpt2medium profile; do [[ -d $STATE/$f ]] && runs+=("$f"); done
-  ((${#runs[@]})) && tar -czf "$OUT/runs.tar.gz" -C "$STATE" --exclude '*.bin' "${runs[@]}" 2>/dev/null
+  # Checkpoints never travel: a run cut by its stage's timeout may leave GBs of them.
+  ((${#runs[@]})) && tar -czf "$OUT/runs.tar.gz" -C "$STATE" --exclude '*.bin' --exclude checkpoints \
+    "${runs[@]}" 2>/dev/null
   { for f in configure build; do [[ -f $STATE/$f.log ]] && { echo "=== $f ==="; tail -c 3000000 "$STATE/$f.log"; }; done; } >"$STATE/build.all"
   [[ -s $STATE/build.all ]] && cp "$STATE/build.all" "$OUT/build.log"
   write_summary >"$OUT/summary.txt"

@@ -200,9 +200,17 @@ def profile(torch, a, meta, step, sync, cuda):
         print(head + table, file=sys.stderr)
 
     def total(attr_names):
+        # The kernels' own rows only: an op's row repeats the time of the kernels it launched, and
+        # a user annotation's (the optimizer step) repeats it again; torch.profiler's own "Self
+        # CUDA time total" sums the same rows.
+        from torch.autograd import DeviceType
+
+        def kernel(e):
+            return getattr(e, "device_type", None) == DeviceType.CUDA and \
+                not getattr(e, "is_user_annotation", False)
         for n in attr_names:
             try:
-                return sum(getattr(e, n) for e in events) / 1000.0 / a.profile_steps
+                return sum(getattr(e, n) for e in events if kernel(e)) / 1000.0 / a.profile_steps
             except AttributeError:
                 continue
         return None
@@ -266,7 +274,7 @@ def main():
                 raise ImportError("torchvision's ResNet has fixed widths")
             model = ResNet(Bottleneck, blocks, num_classes=a.classes)
             meta["module"] = f"torchvision {torchvision.__version__} ResNet(Bottleneck, {blocks})"
-        except ImportError:
+        except Exception:  # not installed, fixed widths, or built for another torch (RuntimeError)
             model = bottleneck_resnet(torch, blocks, widths, a.classes)
             meta["module"] = f"written-out Bottleneck ResNet {blocks} x {widths}"
         model = model.to(dev)
