@@ -387,7 +387,7 @@ stage_wide() {
   local sets=(--set "backend.type=$WIDE_BACKEND" --set "data.batch_size=$WIDE_BATCH" --set "data.rows=$rows"
               --set "data.features=$WIDE_FEATURES" --set "model.layers.0.out=$H" --set "model.layers.2.out=$H"
               --set "model.layers.4.out=$H" --set "run.steps=$WIDE_STEPS" --set "run.log_every=$WIDE_LOG_EVERY"
-              --set run.underflow_every=0 --set run.eval_every=0)
+              --set run.underflow_every=0 --set run.eval_every=0 --set checkpoint.final=false)
   echo "mixtrain overrides: ${sets[*]}" | tee "$W/overrides.txt"
   local end=$(($(date +%s) + STAGE_CAP - 15))  # leave time for the table
   local order=() torch_left=" $WIDE_TORCH " mix_left=" $WIDE_POLICIES "
@@ -594,7 +594,8 @@ model_stage_table() {
 }
 
 # The models' mixtrain overrides, one argument per line (resnet50_sets, gpt2_sets), shared by
-# their stages and the profile stage. gpt2_tokens writes the random token file they train on.
+# their stages and the profile stage. No checkpoint: PyTorch's peers write none either, and a
+# GPT-2's is GBs of the budget's disk time. gpt2_tokens writes the random token file they train on.
 resnet50_sets() {
   printf '%s\n' --set "backend.type=$MODEL_BACKEND" --set "data.batch_size=$RN_BATCH" \
     --set "data.eval_batch_size=$RN_BATCH" --set "data.synthetic.rows=$((RN_BATCH * 2 + 64))" \
@@ -602,7 +603,7 @@ resnet50_sets() {
     --set "data.synthetic.max_shift=$((RN_IMAGE / 10))" --set data.synthetic.num_classes=1000 \
     --set model.resnet.classes=1000 --set data.pixels=uint8 --set "run.log_every=$RN_LOG_EVERY" \
     --set run.eval_every=0 \
-    --set run.underflow_every=0 --set checkpoint.every=0
+    --set run.underflow_every=0 --set checkpoint.every=0 --set checkpoint.final=false
 }
 gpt2_sets() {
   printf '%s\n' --set "backend.type=$MODEL_BACKEND" --set "model.gpt.n_layer=$GPT_LAYERS" \
@@ -610,7 +611,7 @@ gpt2_sets() {
     --set "data.tokens.train=$STATE/gpt2-tokens.bin" --set "data.tokens.vocab_size=$GPT_VOCAB" \
     --set "data.block_size=$GPT_TOKENS" --set "data.batch_size=$GPT_BATCH" \
     --set "data.eval_batch_size=$GPT_BATCH" --set "run.log_every=$GPT_LOG_EVERY" --set run.eval_every=0 \
-    --set run.underflow_every=0 --set checkpoint.every=0
+    --set run.underflow_every=0 --set checkpoint.every=0 --set checkpoint.final=false
 }
 gpt2_tokens() {
   [[ -s $STATE/gpt2-tokens.bin ]] && return 0

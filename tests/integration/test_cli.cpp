@@ -348,6 +348,22 @@ TEST_F(Cli, ResumingAnEarlierCheckpointInPlaceMovesTheLaterOnesAside) {
   EXPECT_EQ((r.out + r.err).find("moved aside"), std::string::npos);
 }
 
+// checkpoint.final = false: no checkpoint at the end (benchmarks), while checkpoint.every still
+// writes its own; the run ends as usual.
+TEST_F(Cli, WithoutAFinalCheckpointOnlyThePeriodicOnesAreWritten) {
+  auto dir = dir_ / "run";
+  auto r = run("train " + quickstart() +
+               " --set run.log_every=10 --set run.eval_every=0 --set run.steps=50"
+               " --set checkpoint.every=20 --set checkpoint.final=false --run-dir " +
+               dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::set<std::string> names;
+  for (const auto& f : fs::directory_iterator(dir / "checkpoints"))
+    names.insert(f.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"step-00000020.mxt", "step-00000040.mxt"}));
+  EXPECT_TRUE(fs::exists(dir / "summary.json"));
+}
+
 // A run resumed at its own run.steps has nothing to train: it says so, how to go on, and leaves
 // every file of the finished run as it was (the final checkpoint's metadata included).
 TEST_F(Cli, ResumingARunAlreadyAtItsStepsSaysSoAndWritesNothing) {

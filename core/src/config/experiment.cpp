@@ -471,6 +471,7 @@ sdk::Options read_checkpoint(const PluginSections& plugins, Experiment& e) {
                           "checkpoint format", checkpoint_core_schema()},
                          e.checkpoint.format, e.checkpoint_options);
   e.checkpoint.every = ck.get_int("every");
+  e.checkpoint.write_final = ck.get_bool("final");
   e.checkpoint.keep = ck.get_int("keep");
   e.checkpoint.init_from = ck.get_string("init_from");
   e.checkpoint.init_layout = parse_weight_layout(ck.get_string("init_layout"));

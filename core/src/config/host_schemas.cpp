@@ -438,6 +438,9 @@ sdk::OptionSchema checkpoint_core_schema() {
   return {
       OptionSpec::integer("every", 0, "steps between checkpoints; 0 = only the final one")
           .at_least(0),
+      OptionSpec::boolean("final", true,
+                          "write a checkpoint when the run ends, interrupted or not; false: none "
+                          "(benchmarks whose weights nobody keeps; `every` still writes its own)"),
       OptionSpec::integer("keep", 3, "how many recent checkpoints to keep").at_least(1),
       OptionSpec::string("init_from", "", "checkpoint whose weights initialise the model"),
       OptionSpec::string("init_layout", "native",

@@ -613,7 +613,7 @@ TrainSummary Trainer::run() {
     evaluate_and_log(*this, s, sum, end);
   measured.training_peak_rss = peak_rss_bytes();
   fs::path last_checkpoint;
-  if (s.opt.write_outputs) last_checkpoint = save_checkpoint();
+  if (s.opt.write_outputs && e.checkpoint.write_final) last_checkpoint = save_checkpoint();
   summarize_run(s, sum, end, measured);
   if (s.writes) write_run_summary(s.run_dir / "summary.json", sum);
   report_end(s, end, last_checkpoint);

@@ -187,6 +187,8 @@ struct CheckpointSettings {
   std::string format;
   // 0: only the final checkpoint.
   std::int64_t every = schema_default_int(checkpoint_core_schema(), "every");
+  // The checkpoint at the end of the run (and at an interrupt); false: none.
+  bool write_final = schema_default_bool(checkpoint_core_schema(), "final");
   std::int64_t keep = schema_default_int(checkpoint_core_schema(), "keep");
   std::string init_from = schema_default_string(checkpoint_core_schema(), "init_from");
   // How init_from stores its weights.
