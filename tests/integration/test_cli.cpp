@@ -362,6 +362,17 @@ TEST_F(Cli, WithoutAFinalCheckpointOnlyThePeriodicOnesAreWritten) {
     names.insert(f.path().filename().string());
   EXPECT_EQ(names, (std::set<std::string>{"step-00000020.mxt", "step-00000040.mxt"}));
   EXPECT_TRUE(fs::exists(dir / "summary.json"));
+  // A periodic step that is also the last is still written.
+  auto last = dir_ / "last";
+  r = run("train " + quickstart() +
+          " --set run.log_every=10 --set run.eval_every=0 --set run.steps=40"
+          " --set checkpoint.every=20 --set checkpoint.final=false --run-dir " +
+          last.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  names.clear();
+  for (const auto& f : fs::directory_iterator(last / "checkpoints"))
+    names.insert(f.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"step-00000020.mxt", "step-00000040.mxt"}));
 }
 
 // A run resumed at its own run.steps has nothing to train: it says so, how to go on, and leaves

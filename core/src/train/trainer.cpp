@@ -601,7 +601,9 @@ TrainSummary Trainer::run() {
     if (plan.live_refresh) progress.show_live(s.position.step, step.loss.loss, s.c.scaler->scale());
     if (plan.evaluate) evaluate_and_log(*this, s, sum, end);
     if (end.stopping()) break;
-    if (plan.checkpoint && s.position.step != e.run.steps) save_checkpoint();
+    // The last step's checkpoint is the final one, unless checkpoint.final = false asks for none.
+    if (plan.checkpoint && (s.position.step != e.run.steps || !e.checkpoint.write_final))
+      save_checkpoint();
   }
   progress.finish();
   LoopMeasures measured;
