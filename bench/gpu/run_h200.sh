@@ -418,7 +418,6 @@ stage_wide() {
         LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$ROOT/configs/mlp-$p.toml" \
           "${sets[@]}" --run-dir "$W/mixtrain-$p" >"$W/mixtrain-$p.log" 2>&1
         rc=$?
-        rm -rf "$W/mixtrain-$p/checkpoints"  # GBs of state nobody reads here
         ;;
       torch:*)
         m=${job#torch:}
@@ -513,7 +512,6 @@ model_run() {
         "${variant[@]}" --set "precision.policy=$(policy_name "$base")" --run-dir "$W/mixtrain-$p" \
         >"$W/mixtrain-$p.log" 2>&1
       rc=$?
-      rm -rf "$W/mixtrain-$p/checkpoints"
       ;;
     torch:*)
       p=${job#torch:}
@@ -678,7 +676,6 @@ profile_mixtrain() {
     LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 "$cap" "$MIXTRAIN_BIN" --log-level info train "$config" \
       "$@" --set "precision.policy=$policy" --set "run.steps=$PROFILE_STEPS" --profile \
       --run-dir "$dir" >"$dir.log" 2>&1 || rc=1
-    rm -rf "$dir/checkpoints"
   else
     echo "no mixtrain build or no time left: not run" >"$dir.log"; rc=1
   fi
