@@ -3,7 +3,6 @@
 #include "cpu_backend.h"
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -13,6 +12,7 @@
 #include "cpu_gemm.h"
 #include "cpu_primitive_cache.h"
 #include "cpu_sum_of_squares.h"
+#include "mixtrain/sdk/support/float_format_rules.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -174,12 +174,9 @@ void CpuBackend::fill(TensorView x, float value) {
   const std::int64_t total = x.numel();
   if (x.dtype == DType::int32) {
     auto* p = x.as<std::int32_t>();
-    // Toward zero, saturating, NaN -> 0: the CUDA backend's rule (its cvt.rzi.s32.f32); a plain
-    // cast is undefined out of range.
-    const std::int32_t v = !(value == value)         ? 0
-                           : value >= 2147483648.0f  ? INT32_MAX
-                           : value <= -2147483648.0f ? INT32_MIN
-                                                     : static_cast<std::int32_t>(value);
+    // Toward zero, saturating, NaN -> 0, as the CUDA backend's fill (a plain cast is undefined
+    // out of range).
+    const std::int32_t v = sdk::format_rules::int32_toward_zero(value);
 #pragma omp parallel for simd schedule(static) if (parallel_worth(total))
     for (std::int64_t i = 0; i < total; ++i) p[i] = v;
     return;

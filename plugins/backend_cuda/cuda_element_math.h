@@ -112,13 +112,9 @@ MIXTRAIN_HD float clamp_finite(float v, float m) {
   return v > m ? m : (v < -m ? -m : v);
 }
 
-// fp32 -> int32 toward zero, saturating, NaN -> 0 (what cvt.rzi.s32.f32 does; a plain cast is
-// undefined out of range).
+// fp32 -> int32 toward zero, saturating, NaN -> 0: the SDK's rule, the CPU's fill too.
 MIXTRAIN_HD std::int32_t to_int32(float v) {
-  if (!(v == v)) return 0;
-  if (v >= 2147483648.0f) return INT32_MAX;
-  if (v <= -2147483648.0f) return INT32_MIN;
-  return static_cast<std::int32_t>(v);
+  return sdk::format_rules::int32_toward_zero(v);
 }
 
 // --- storage types: what a kernel reads and writes

@@ -10,10 +10,13 @@
 //   contract states the rounding, overflow and NaN rules), bit for bit: float_formats.cpp's scalar
 //   functions and its vector kernels' tails call them, and the vector kernels are tested against
 //   them. decode_bf16 is decode<Bf16>; encode_e8m0 / decode_e8m0 are float_formats.h's.
-// - Only integer operations and one exact fp32 product (a subnormal's code times a power of two,
-//   whose result is a normal fp32): no rounding mode, FTZ / DAZ, FMA contraction or fast-math flag
-//   changes a result, on the host or the device. The exception is the last section, FP8 block
-//   scaling's fp32 scale rule, which is fp32 division and multiplication by its definition.
+// - int32_toward_zero(x): fp32 -> int32 toward zero, saturating, NaN 0 (a plain cast is undefined
+//   out of range); what CUDA's cvt.rzi.s32.f32 does, so both backends' int32 fill is this.
+// - Only integer operations, exact comparisons and one exact fp32 product (a subnormal's code
+//   times a power of two, whose result is a normal fp32): no rounding mode, FTZ / DAZ, FMA
+//   contraction or fast-math flag changes a result, on the host or the device. The exception is the
+//   last section, FP8 block scaling's fp32 scale rule, which is fp32 division and multiplication by
+//   its definition.
 // - Format descriptors: kE exponent bits, kM mantissa bits, kBias, kMax the largest finite
 //   magnitude code, kOverflow the code an overflow gives without saturation (inf, or E4M3's only
 //   NaN; E2M1, which has neither, saturates), kHasInf, kHasNan; the sign sits at bit kE + kM.
@@ -60,6 +63,13 @@ MIXTRAIN_SDK_HOST_DEVICE float float_of(u32 u) {
 // pattern sorts above inf.
 MIXTRAIN_SDK_HOST_DEVICE u32 abs_bits(float x) {
   return bits_of(x) & 0x7FFFFFFFu;
+}
+
+MIXTRAIN_SDK_HOST_DEVICE std::int32_t int32_toward_zero(float x) {
+  if (!(x == x)) return 0;
+  if (x >= 2147483648.0f) return INT32_MAX;
+  if (x <= -2147483648.0f) return INT32_MIN;
+  return static_cast<std::int32_t>(x);
 }
 
 struct Fp16 {
