@@ -82,14 +82,20 @@ cudaError_t quantize_byte_scaled_blocks(const void* src, Elem src_elem, std::int
   if (rows < 0 || cols < 0 || out.block_rows < 1 || out.block_cols < 1 || out.codes == nullptr ||
       out.scales == nullptr || (out.tensor_scale != nullptr && global_amax == nullptr))
     return cudaErrorInvalidValue;
-  if (rows == 0 || cols == 0) return cudaSuccess;
-  const std::int64_t grid_cols = (cols + out.block_cols - 1) / out.block_cols;
-  const std::int64_t blocks = (rows + out.block_rows - 1) / out.block_rows * grid_cols;
   cudaError_t status = cudaSuccess;
   if (out.tensor_scale != nullptr) {
     status = cudaMemsetAsync(global_amax, 0, sizeof(std::uint32_t), stream);
     if (status != cudaSuccess) return status;
   }
+  if (rows == 0 || cols == 0) {
+    // No blocks, but NVFP4's tensor scale is still an output: the CPU writes 1 (amax 0), and a
+    // caller's buffer must not keep what it held before.
+    if (out.tensor_scale == nullptr) return cudaSuccess;
+    block_scales_kernel<<<1, kThreads, 0, stream>>>(out, 0, global_amax);
+    return cudaGetLastError();
+  }
+  const std::int64_t grid_cols = (cols + out.block_cols - 1) / out.block_cols;
+  const std::int64_t blocks = (rows + out.block_rows - 1) / out.block_rows * grid_cols;
   const bool known = with_float_storage(src_elem, [&](auto s) {
     using S = decltype(s);
     const auto* x = static_cast<const elem_t<S>*>(src);

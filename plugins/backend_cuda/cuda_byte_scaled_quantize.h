@@ -14,7 +14,8 @@
 //   integer atomicMax, order-free), then each block's decode scale over them, then every code.
 //   The values are sdk::quantize_block_scaled()'s bit for bit (cuda_block_quantize_math.h); with
 //   `stochastic`, element (r, c) rounds with random_bits(seed, r * cols + c).
-// - global_amax: one device word of scratch, used only by NVFP4 (the launcher zeroes it).
+// - global_amax: one device word of scratch, used only by NVFP4 (the launcher zeroes it). An empty
+//   src launches no block kernels but still writes NVFP4's tensor_scale (1, as the SDK does).
 // - Block extents < 1, a missing pointer, or rows / cols < 0 return cudaErrorInvalidValue and
 //   launch nothing.
 #pragma once

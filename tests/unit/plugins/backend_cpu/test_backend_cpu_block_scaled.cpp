@@ -196,6 +196,28 @@ TEST(backend_cpu_block_scaled, QuantizeMarksANonFiniteBlockNaNAndKeepsTheOthers)
   EXPECT_FALSE(std::isnan(q.scales.get()[1]));
 }
 
+TEST(backend_cpu_block_scaled, AnEmptySourceStillWritesNvfp4sTensorScaleAsTheReference) {
+  // The CUDA backend's device test asks the same; the tensor scale is an output with no blocks.
+  CpuBackend be(1);
+  const BlockScaledLayout nvfp4 = sdk::nvfp4_layout(ReductionAxis::cols);
+  for (const Shape& shape : {Shape{0, 32}, Shape{16, 0}}) {
+    DeviceTensor src(be, DType::fp32, Shape{1, 32}, std::vector<float>(32, 1.0f));
+    DeviceBlocks q(be, nvfp4, 1, 32);  // buffers of one block, viewed as empty below
+    q.tensor_scale.set({7.0f});
+    const sdk::BlockExtent grid = sdk::block_grid(nvfp4, shape[0], shape[1]);
+    q.op.codes.shape = shape;
+    q.op.scales.shape = Shape{grid.rows, grid.cols};
+    sdk::BlockQuantizeArgs args;
+    args.src = src.view();
+    args.src.shape = shape;
+    args.outputs[0] = q.op;
+    sdk::facet<sdk::GemmFacet>(be)->quantize_block_scaled(args);
+    const auto want = sdk::quantize_block_scaled({}, shape[0], shape[1], nvfp4);
+    EXPECT_EQ(q.tensor_scale.get()[0], want.tensor_scale) << shape[0] << " x " << shape[1];
+    EXPECT_EQ(want.tensor_scale, 1.0f);
+  }
+}
+
 // op(X) [outer, k] of a dequantized stored tensor.
 double at(const std::vector<float>& v, bool transpose, std::int64_t stored_cols, std::int64_t outer,
           std::int64_t k) {

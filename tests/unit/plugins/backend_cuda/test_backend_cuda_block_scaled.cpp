@@ -221,6 +221,33 @@ TEST_F(backend_cuda_block_scaled, MxAndNvfp4QuantizeGivesTheSdkReferenceBitForBi
   }
 }
 
+TEST_F(backend_cuda_block_scaled, AnEmptySourceStillWritesNvfp4sTensorScaleAsTheReference) {
+  // No blocks, but the tensor scale is an output: a stale value in the caller's buffer must go.
+  if (!runs(kNvfp4)) {
+    GTEST_SKIP() << "nvfp4 does not run on this device: "
+                 << gpu<sdk::GemmFacet>().block_layout_refusal(kNvfp4);
+  }
+  for (const Shape& shape : {Shape{0, 32}, Shape{16, 0}}) {
+    Tensor src(gpu(), DType::fp32, Shape{1, 32});
+    src.set(std::vector<float>(32, 1.0f));
+    // Buffers of one block, viewed as empty: an output is one with codes.data set (backend_gemm.h),
+    // which an allocation of no bytes may not give.
+    Quantized q(gpu(), kNvfp4, 1, 32);
+    q.tensor_scale.set(std::vector<float>{7.0f});
+    const sdk::BlockExtent grid = sdk::block_grid(kNvfp4, shape[0], shape[1]);
+    q.op.codes.shape = shape;
+    q.op.scales.shape = Shape{grid.rows, grid.cols};
+    sdk::BlockQuantizeArgs args;
+    args.src = src.view();
+    args.src.shape = shape;
+    args.outputs[0] = q.op;
+    gpu<sdk::GemmFacet>().quantize_block_scaled(args);
+    const auto want = sdk::quantize_block_scaled({}, shape[0], shape[1], kNvfp4);
+    EXPECT_EQ(bits(q.tensor_scale.get()[0]), bits(want.tensor_scale))
+        << shape[0] << " x " << shape[1];
+  }
+}
+
 // --- gemm_block_scaled against the CPU simulator
 // --------------------------------------------------
 
