@@ -124,6 +124,12 @@ struct Index {
     float top = m[r];
 #pragma omp simd reduction(max : top)
     for (std::int64_t j = 0; j < seen; ++j) top = std::max(top, row[j]);
+    if (top == -std::numeric_limits<float>::infinity()) {
+      // Every score so far is −inf (an infinite key): nothing to add, and m − top would be NaN,
+      // which a later finite tile could not undo. The exact softmax gives these keys weight 0.
+      std::fill(row, row + bk, 0.0f);
+      continue;
+    }
     // Rescale what earlier tiles summed to the new running max (exp(−inf) = 0 at first).
     const float shrink = exp_shifted(m[r] - top);
     float add = 0.0f;

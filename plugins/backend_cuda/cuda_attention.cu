@@ -149,8 +149,12 @@ __global__ void __launch_bounds__(kDecodeThreads)
       s = scale * dot;
     }
     const float top = element::softmax_max(m, decode_reduce<true>(s, red));
-    const float shrink = element::exp_nonpos(m - top);  // exp(−inf) = 0 at the first tile
-    const float e = j < keys ? element::exp_nonpos(s - top) : 0.0f;
+    // While every score so far is −inf (an infinite key) nothing is summed; m − top would be NaN
+    // there, which no later finite tile could undo (the CPU's tiles do the same). At the first
+    // finite tile the shrink is exp(−inf) = 0.
+    const bool none = top == -INFINITY;
+    const float shrink = none ? 1.0f : element::exp_nonpos(m - top);
+    const float e = j < keys && !none ? element::exp_nonpos(s - top) : 0.0f;
     p[threadIdx.x] = e;
     l = l * shrink + decode_reduce<false>(e, red);
     m = top;

@@ -336,6 +336,56 @@ TEST_P(Conformance, FlashDecodeIsTheLastRowsOfCausalAttention) {
   }
 }
 
+// An infinite key: keys 0..149 hold −inf in one dimension that every query weights by +1, so
+// their scores are −inf and the exact softmax gives them weight 0. Rows that also see a finite key
+// are finite, even when −inf fills the whole first key tile (64 on the CPU, 128 on CUDA): an
+// online softmax that rescales by exp(m − top) with both −inf would turn them NaN.
+TEST_P(Conformance, FlashDecodeGivesKeysWithMinusInfiniteScoresNoWeight) {
+  MIXTRAIN_FACETS(attention, AttentionFacet);
+  if (tested_attention->version() < sdk::FacetVersion{1, 3})
+    GTEST_SKIP() << "attention facet " << sdk::to_string(tested_attention->version())
+                 << " predates flash_decode (1.3)";
+  const std::int64_t heads = 2, d = 16, len = 203, cap = 210, infinite_keys = 150;
+  const std::int64_t width = heads * d;
+  std::vector<float> qkv_values =
+      random_values(static_cast<std::size_t>(len * 3 * width), 83, -2.f, 2.f);
+  for (std::int64_t t = 0; t < len; ++t)
+    for (std::int64_t h = 0; h < heads; ++h) {
+      qkv_values[static_cast<std::size_t>(t * 3 * width + h * d)] = 1.0f;  // q's dimension 0
+      if (t < infinite_keys)
+        qkv_values[static_cast<std::size_t>(t * 3 * width + width + h * d)] = -INFINITY;
+    }
+  const float scale = 0.25f;
+  for (DType dt : kStorageFloats) {
+    const std::vector<DType> dtypes{dt, dt};
+    if (!tested_attention->supports(sdk::AttentionOp::flash_decode, dtypes)) continue;
+    std::vector<double> stored_qkv(qkv_values.size());
+    for (std::size_t i = 0; i < stored_qkv.size(); ++i) stored_qkv[i] = stored(qkv_values[i], dt);
+    const auto want_all =
+        flash_reference({1, len, heads, d}, stored_qkv,
+                        std::vector<double>(static_cast<std::size_t>(len * width)), scale);
+    auto qkv = upload(qkv_values, Shape{1, len, 3 * width}, dt);
+    auto cache = zeros(Shape{3 * heads * cap * d}, dt);
+    tested_attention->split_heads(qkv.tested->view(), {1, len, heads, d, 3, cap, 0},
+                                  cache.tested->view());
+    // A prefill (rows before key 150 see only −inf: 0 / 0 there, as in the exact softmax, and
+    // not compared) and a step past the infinite keys.
+    for (std::int64_t start : {std::int64_t{0}, std::int64_t{160}}) {
+      const std::int64_t rows = len - start;
+      auto out = zeros(Shape{1, rows, width}, dt);
+      tested_attention->flash_decode(cache.tested->view(), {1, rows, heads, d, 3, cap, start},
+                                     scale, out.tested->view());
+      const std::int64_t first = std::max(start, infinite_keys);
+      const std::vector<float> all = tested_values(out);
+      const std::vector<float> got(all.begin() + (first - start) * width, all.end());
+      const std::vector<float> want(want_all.out.begin() + first * width, want_all.out.end());
+      for (float v : got) ASSERT_TRUE(std::isfinite(v)) << sdk::dtype_name(dt) << " from " << start;
+      EXPECT_LE(relative_difference(got, want), ulp(dt) / 2 + (len + d) * 0x1p-24)
+          << sdk::dtype_name(dt) << " from " << start;
+    }
+  }
+}
+
 // The flash ops' argument checks, in the first storage dtype the backend's flash attention takes
 // (fp32 on the CPU, bf16 on CUDA), at a shape it takes (head dimension 8).
 TEST_P(Conformance, FlashAttentionRejectsMisshapenArguments) {
