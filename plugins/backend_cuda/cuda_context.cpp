@@ -126,7 +126,7 @@ CudaContext::CudaContext(const CudaOptions& options)
 }
 
 CudaContext::~CudaContext() {
-  activate();
+  activate_quietly();
   if (stream != nullptr) cudaStreamSynchronize(stream);
   bytes_in.reset();  // waits for the copy stream, which may still read a staging slot
   staging.release();
@@ -145,7 +145,16 @@ CudaContext::~CudaContext() {
 
 void CudaContext::activate() const {
   int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess || current != device) cudaSetDevice(device);
+  if (cudaGetDevice(&current) == cudaSuccess && current == device) return;
+  check_cuda(cudaSetDevice(device), "activate", "cudaSetDevice(" + std::to_string(device) + ")");
+}
+
+bool CudaContext::activate_quietly() const noexcept {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == device) return true;
+  if (cudaSetDevice(device) == cudaSuccess) return true;
+  (void)cudaGetLastError();  // not left for the next call to find
+  return false;
 }
 
 std::size_t CudaContext::cudnn_bytes() const {

@@ -12,7 +12,7 @@
 //   waits for the stream first, then for the copy stream (ByteUpload) before the staging slots
 //   it may still read go.
 // - Threading: one host thread at a time; activate() makes the device current on the calling
-//   thread and every call of a facet starts with it.
+//   thread (or throws) and every call of a facet starts with it.
 // - Scratch (tables, partial, partial2, flags, id_check) is shared by the facets: its contents are
 //   valid only within one call, in stream order. Buffers grow only; while live_graphs > 0 they keep
 //   every address a recorded graph holds (DeviceScratch::set_graph_guard).
@@ -63,8 +63,12 @@ class CudaContext {
   // Number of visible CUDA devices, or throws BackendError with CUDA's error text.
   static int device_count();
 
-  // Makes the context's device current on this thread.
+  // Makes the context's device current on this thread; throws BackendError with CUDA's text when
+  // it cannot (a lost device), since every call after it would run on whichever device was current.
   void activate() const;
+  // The same for destructors and noexcept releases: best effort, false when the device was not
+  // made current.
+  bool activate_quietly() const noexcept;
   // Waits for the stream, then raises any error a kernel left (bad labels, bad ids) or a launch
   // failure.
   void sync(const char* op);

@@ -124,7 +124,7 @@ static_assert(sizeof(kernels::StatusRecord) == sizeof(sdk::GradientStatus) &&
 
 CudaGradientCheck::~CudaGradientCheck() {
   if (status_copied_ != nullptr) {
-    context_.activate();
+    context_.activate_quietly();
     cudaEventSynchronize(status_copied_);  // the copy into pinned_status_ may still be running
     cudaEventDestroy(status_copied_);
   }

@@ -157,7 +157,7 @@ class CudaKernelTrace final : public sdk::KernelTraceFacet {
   ~CudaKernelTrace() override {
     if (!mine_) return;
     Cupti& c = cupti();
-    context_.activate();
+    context_.activate_quietly();
     cudaDeviceSynchronize();
     c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     c.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);

@@ -6,7 +6,9 @@
 // it); steady state does no allocation; release() gives it back. capacity() feeds the backend's
 // memory statistics. When cudaMalloc runs out of memory, the out-of-memory hook (if set: the
 // backend's allocator giving its cached blocks back) runs once and the allocation is retried
-// before the error is raised; its message names the buffer and the fix the caller gives.
+// before the error is raised; its message names the buffer and the fix the caller gives. A request
+// past SIZE_MAX - 255 bytes (or, through as(), whose count times the element size overflows) raises
+// BackendError before any CUDA call.
 // - Recorded step graphs (cuda_step_graph_facet.cpp) hold this buffer's address in their kernels'
 //   arguments. While the counter given to set_graph_guard() is > 0, growth and release() retire
 //   the old buffer instead of freeing it (a replay still reads and writes it); retired buffers are
@@ -19,6 +21,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +45,8 @@ class DeviceScratch {
             std::string_view buffer = "scratch",
             std::string_view fix = "reduce the batch size or the model, or free device memory") {
     if (bytes <= capacity_ && data_ != nullptr) return data_;
+    // Rounding up must not wrap to a small buffer that the caller then overruns.
+    if (bytes > std::numeric_limits<std::size_t>::max() - 255) too_large(op, buffer, fix);
     const std::size_t rounded = std::max<std::size_t>(256, (bytes + 255) / 256 * 256);
     if (data_ != nullptr) {
       if (graphs_alive()) {
@@ -77,6 +82,8 @@ class DeviceScratch {
   }
   template <class T>
   T* as(std::size_t count, cudaStream_t stream, const char* op) {
+    if (count > std::numeric_limits<std::size_t>::max() / sizeof(T))
+      too_large(op, "scratch", "reduce the batch size or the model");
     return static_cast<T*>(get(count * sizeof(T), stream, op));
   }
   std::size_t capacity() const { return capacity_; }
@@ -103,6 +110,13 @@ class DeviceScratch {
   }
 
  private:
+  [[noreturn]] static void too_large(const char* op, std::string_view buffer,
+                                     std::string_view fix) {
+    fail(op,
+         "a request for " + std::string(buffer) +
+             " is past the range of a byte count (a size computed from the shapes overflowed)",
+         std::string(fix));
+  }
   bool graphs_alive() const { return live_graphs_ != nullptr && *live_graphs_ > 0; }
 
   std::function<void()> on_out_of_memory_;

@@ -15,7 +15,7 @@
 namespace mixtrain::backend_cuda {
 
 CudaStepGraph::~CudaStepGraph() {
-  context_.activate();
+  context_.activate_quietly();
   // A launch may still be running: cudaGraphExecDestroy does not wait for it.
   cudaStreamSynchronize(context_.stream);
   for (auto& g : graphs_)
@@ -99,7 +99,7 @@ void CudaStepGraph::replay(int graph) {
 
 void CudaStepGraph::release(int graph) noexcept {
   if (graph < 0 || graph >= static_cast<int>(graphs_.size())) return;
-  context_.activate();
+  context_.activate_quietly();
   if (graphs_[graph].exec != nullptr) {
     // A launch may still be running: the stream's order protects it, cudaGraphExecDestroy does not
     // wait for it.

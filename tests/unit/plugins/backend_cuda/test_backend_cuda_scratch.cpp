@@ -1,7 +1,9 @@
 // The CUDA backend's grow-only scratch (cuda_scratch.h) on the device (skipped without one): a
 // request the device cannot hold raises BackendError naming the buffer, its bytes and the fix its
 // caller gave (flash attention's workspace names the batch and the options that shrink it), and
-// leaves the scratch usable.
+// leaves the scratch usable; and, on the host, a request past a byte count's range is refused.
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "cuda_scratch.h"
@@ -39,6 +41,28 @@ TEST_F(backend_cuda_vs_cpu, ScratchOutOfMemoryNamesTheBufferAndTheFix) {
     EXPECT_NE(e.hint().find("reduce the batch size"), std::string::npos) << e.hint();
   }
   scratch.release(nullptr);
+}
+
+// Host checks (no device needed): a byte count whose rounding would wrap, or an element count whose
+// bytes overflow, is refused before any CUDA call instead of allocating a few bytes.
+TEST(cuda_scratch, ARequestPastTheRangeOfAByteCountIsRefusedNotWrapped) {
+  DeviceScratch scratch;
+  const std::size_t max = std::numeric_limits<std::size_t>::max();
+  for (std::size_t bytes : {max, max - 200}) {
+    try {
+      scratch.get(bytes, nullptr, "softmax_cross_entropy", "the loss's row sums", "smaller chunks");
+      FAIL() << "no error for " << bytes << " bytes";
+    } catch (const sdk::BackendError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("backend_cuda.softmax_cross_entropy"), std::string::npos) << what;
+      EXPECT_NE(what.find("the loss's row sums"), std::string::npos) << what;
+      EXPECT_NE(what.find("overflowed"), std::string::npos) << what;
+      EXPECT_EQ(e.hint(), "smaller chunks");
+    }
+  }
+  EXPECT_THROW(scratch.as<float>(max / 4 + 1, nullptr, "test"), sdk::BackendError);
+  EXPECT_THROW(scratch.as<std::uint64_t>(max / 2, nullptr, "test"), sdk::BackendError);
+  EXPECT_EQ(scratch.capacity(), 0u);
 }
 
 }  // namespace
