@@ -1,7 +1,9 @@
 // CudaBackend layer kernels, element-wise ops, mixed-precision machinery and fused optimizers
 // against the CPU reference on random inputs. Both compute in FP32 from the same stored inputs;
 // the remaining differences are summation order and libm (tanhf/expf) ulps, so fp32 outputs
-// agree to ~1e-5 relative and 16-bit outputs to one unit of their format.
+// agree to ~1e-5 relative and 16-bit outputs to one unit of their format. The ungated optimizer
+// updates are the exception: the same element steps as the CPU's, so the same bits, on aligned and
+// unaligned views.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -399,33 +401,64 @@ TEST_F(backend_cuda_vs_cpu, UnscaleSumOfSquaresFirstNonfinite) {
                sdk::BackendError);
 }
 
+// One parameter's tensors; the views the update gets start `offset` elements into them, so an
+// offset of 1 leaves every view unaligned to 16 bytes (the kernels' scalar path).
 struct ParamSet {
   std::unique_ptr<Tensor> master, grad, working, s1, s2;
+  std::int64_t offset = 0;
 };
 
-ParamSet make_param(sdk::DeviceBackend& be, std::int64_t n, DType working, std::uint32_t seed) {
+ParamSet make_param(sdk::DeviceBackend& be, std::int64_t n, DType working, std::uint32_t seed,
+                    std::int64_t offset = 0) {
   ParamSet p;
-  p.master = std::make_unique<Tensor>(be, DType::fp32, Shape{n}, random_values(static_cast<std::size_t>(n), seed));
-  p.grad = std::make_unique<Tensor>(be, DType::fp32, Shape{n}, random_values(static_cast<std::size_t>(n), seed + 1));
-  p.working = std::make_unique<Tensor>(be, working, Shape{n});
-  p.s1 = std::make_unique<Tensor>(be, DType::fp32, Shape{n}, random_values(static_cast<std::size_t>(n), seed + 2));
-  p.s2 = std::make_unique<Tensor>(be, DType::fp32, Shape{n}, random_values(static_cast<std::size_t>(n), seed + 3, 0.0f, 1.0f));
+  const std::int64_t all = n + offset;
+  const auto count = static_cast<std::size_t>(all);
+  p.master = std::make_unique<Tensor>(be, DType::fp32, Shape{all}, random_values(count, seed));
+  p.grad = std::make_unique<Tensor>(be, DType::fp32, Shape{all}, random_values(count, seed + 1));
+  p.working = std::make_unique<Tensor>(be, working, Shape{all});
+  p.s1 = std::make_unique<Tensor>(be, DType::fp32, Shape{all}, random_values(count, seed + 2));
+  p.s2 = std::make_unique<Tensor>(be, DType::fp32, Shape{all},
+                                  random_values(count, seed + 3, 0.0f, 1.0f));
+  p.offset = offset;
   return p;
 }
 
-sdk::ParamTensors tensors_of(const ParamSet& p, bool working) {
-  return {*p.master, *p.grad, working ? p.working->view() : TensorView{}, *p.s1, *p.s2};
+TensorView shifted(const Tensor& t, std::int64_t offset) {
+  TensorView v = t.view();
+  v.data = static_cast<std::byte*>(v.data) +
+           offset * static_cast<std::int64_t>(sdk::dtype_size(v.dtype));
+  v.shape = Shape{v.shape[0] - offset};
+  return v;
 }
 
-void expect_params_close(const ParamSet& g, const ParamSet& c, DType working, const std::string& what) {
+sdk::ParamTensors tensors_of(const ParamSet& p, bool working) {
+  return {shifted(*p.master, p.offset), shifted(*p.grad, p.offset),
+          working ? shifted(*p.working, p.offset) : TensorView{}, shifted(*p.s1, p.offset),
+          shifted(*p.s2, p.offset)};
+}
+
+// A gated update clips by a coefficient from each backend's own Σ g², summed in its own order,
+// so close rather than identical.
+void expect_params_close(const ParamSet& g, const ParamSet& c, DType working,
+                         const std::string& what) {
   expect_close(g.master->get(), c.master->get(), 1e-6, 1e-7, what + " master");
   expect_close(g.s1->get(), c.s1->get(), 1e-6, 1e-7, what + " state1");
   expect_close(g.s2->get(), c.s2->get(), 1e-6, 1e-7, what + " state2");
   expect_close(g.working->get(), c.working->get(), ulp_rel(working), 1e-7, what + " working");
 }
 
+// The kernels run cuda_element_math.h's steps, which test_cuda_element_math.cpp proves are the
+// CPU's bit for bit (--fmad=false, host arithmetic for the bias corrections): so the bits, whole
+// buffers (an offset's leading element untouched on both).
+void expect_params_identical(const ParamSet& g, const ParamSet& c, const std::string& what) {
+  EXPECT_EQ(g.master->raw(), c.master->raw()) << what << " master";
+  EXPECT_EQ(g.s1->raw(), c.s1->raw()) << what << " state1";
+  EXPECT_EQ(g.s2->raw(), c.s2->raw()) << what << " state2";
+  EXPECT_EQ(g.working->raw(), c.working->raw()) << what << " working";
+}
+
 TEST_F(backend_cuda_vs_cpu, SgdUpdateMatchesTheCpu) {
-  const std::int64_t sizes[] = {1, 100, 40'000};
+  const std::int64_t sizes[] = {1, 100, 40'000, 40'001}, offsets[] = {0, 0, 0, 1};
   for (DType working : kStorage)
     for (int variant = 0; variant < 4; ++variant) {
       sdk::SgdHyper h;
@@ -439,8 +472,9 @@ TEST_F(backend_cuda_vs_cpu, SgdUpdateMatchesTheCpu) {
                                std::string(sdk::dtype_name(working));
       std::vector<ParamSet> g, c;
       for (std::size_t i = 0; i < std::size(sizes); ++i) {
-        g.push_back(make_param(gpu(), sizes[i], working, 50 + static_cast<std::uint32_t>(i) * 10));
-        c.push_back(make_param(cpu(), sizes[i], working, 50 + static_cast<std::uint32_t>(i) * 10));
+        const auto seed = 50 + static_cast<std::uint32_t>(i) * 10;
+        g.push_back(make_param(gpu(), sizes[i], working, seed, offsets[i]));
+        c.push_back(make_param(cpu(), sizes[i], working, seed, offsets[i]));
       }
       for (int step = 0; step < 3; ++step) {
         h.first_step = step == 0;
@@ -452,7 +486,8 @@ TEST_F(backend_cuda_vs_cpu, SgdUpdateMatchesTheCpu) {
         gpu<sdk::OptimizerFacet>().sgd_update(h, gp);
         sdk::facet<sdk::OptimizerFacet>(cpu())->sgd_update(h, cp);
       }
-      for (std::size_t i = 0; i < g.size(); ++i) expect_params_close(g[i], c[i], working, what);
+      for (std::size_t i = 0; i < g.size(); ++i)
+        expect_params_identical(g[i], c[i], what + " tensor " + std::to_string(i));
     }
   sdk::SgdHyper bad;
   bad.nesterov = true;
@@ -460,12 +495,13 @@ TEST_F(backend_cuda_vs_cpu, SgdUpdateMatchesTheCpu) {
 }
 
 TEST_F(backend_cuda_vs_cpu, AdamWUpdateMatchesTheCpu) {
-  const std::int64_t sizes[] = {3, 20'000, 70'001};
+  const std::int64_t sizes[] = {3, 20'000, 70'001, 5'003}, offsets[] = {0, 0, 0, 1};
   for (DType working : kStorage) {
     std::vector<ParamSet> g, c;
     for (std::size_t i = 0; i < std::size(sizes); ++i) {
-      g.push_back(make_param(gpu(), sizes[i], working, 80 + static_cast<std::uint32_t>(i) * 10));
-      c.push_back(make_param(cpu(), sizes[i], working, 80 + static_cast<std::uint32_t>(i) * 10));
+      const auto seed = 80 + static_cast<std::uint32_t>(i) * 10;
+      g.push_back(make_param(gpu(), sizes[i], working, seed, offsets[i]));
+      c.push_back(make_param(cpu(), sizes[i], working, seed, offsets[i]));
     }
     sdk::AdamWHyper h;
     h.lr = 1e-3f;
@@ -482,7 +518,9 @@ TEST_F(backend_cuda_vs_cpu, AdamWUpdateMatchesTheCpu) {
       sdk::facet<sdk::OptimizerFacet>(cpu())->adamw_update(h, cp);
     }
     for (std::size_t i = 0; i < g.size(); ++i)
-      expect_params_close(g[i], c[i], working, "adamw " + std::string(sdk::dtype_name(working)));
+      expect_params_identical(
+          g[i], c[i],
+          "adamw " + std::string(sdk::dtype_name(working)) + " tensor " + std::to_string(i));
   }
   sdk::AdamWHyper bad;
   bad.step = 0;
