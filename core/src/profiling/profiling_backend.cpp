@@ -53,6 +53,7 @@ class ProfilingBackendImpl final : public ProfilingBackend {
   std::vector<ProfileEntry> entries() const override { return rec_.entries(); }
   double recorded_seconds() const override { return rec_.recorded_seconds(); }
   void set_recording(bool on) override {
+    rec_.raise_pending();
     const bool was = rec_.recording();
     if (on && !was) start_trace();
     rec_.set_recording(on);
@@ -78,7 +79,10 @@ class ProfilingBackendImpl final : public ProfilingBackend {
   void copy(TensorView d, TensorView s) override {
     rec_.timed("copy", [&] { in_->copy(d, s); });
   }
-  void synchronize() override { in_->synchronize(); }
+  void synchronize() override {
+    rec_.raise_pending();
+    in_->synchronize();
+  }
   void cast(TensorView s, TensorView d, const sdk::CastArgs& a) override {
     rec_.timed("cast", [&] { in_->cast(s, d, a); });
   }

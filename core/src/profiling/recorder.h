@@ -4,11 +4,14 @@
 // Contract
 // - timed(op, f) runs f; while recording it synchronises the inner backend after f, so the time
 //   is the op's device time, and adds it under the calling thread's ProfileScope.
+// - An error the wait raises is never dropped: timed() raises it, and one found after a facet call
+//   (end(), noexcept) is raised by the next timed() or raise_pending().
 // - entries() lists the table, slowest first; recorded_seconds() the wall time spent recording.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <map>
 #include <string>
 #include <string_view>
@@ -33,12 +36,16 @@ class Recorder {
 
   template <class F>
   void timed(const char* op, F&& f) {
+    raise_pending();
     begin();
     f();
     end(op);
+    raise_pending();
   }
   // timed() in two halves, for a call timed from outside (a FacetCall): begin() before it, end()
-  // after it returns. A device error in the wait is left for the next backend call to raise.
+  // after it returns. Both are noexcept (sdk/backend_call_observer.h), so an error the wait raises
+  // is kept and raised by the next timed() or raise_pending(): a device check (a bad label or id)
+  // that the wait reports once and clears would otherwise be lost.
   void begin() noexcept {
     if (recording_) started_ = Clock::now();
   }
@@ -48,7 +55,12 @@ class Recorder {
       in_.synchronize();
       add(op, seconds_since(started_));
     } catch (...) {
+      if (!pending_) pending_ = std::current_exception();
     }
+  }
+  // Raises the first error an end() kept, once.
+  void raise_pending() {
+    if (pending_) std::rethrow_exception(std::exchange(pending_, nullptr));
   }
 
   std::vector<ProfileEntry> entries() const {
@@ -90,6 +102,7 @@ class Recorder {
   std::map<std::pair<std::string, std::string>, ProfileEntry> table_;  // by (scope, op)
   bool recording_ = true;
   double recorded_ = 0.0;
+  std::exception_ptr pending_;
   Clock::time_point since_;
 };
 

@@ -1,7 +1,8 @@
 // The profiler's kernel trace (profiling_backend.h): over a backend whose kernel_trace facet is a
 // fake, each recording span is traced once (started as it opens, stopped as it closes), the spans
 // since reset() merge by kernel name, a failed start is reported once and not retried, and the
-// table prints the top kernels per step; over a backend without the facet nothing is traced.
+// table prints the top kernels per step; over a backend without the facet nothing is traced. And
+// an error the profiler's per-op wait raises after a facet call is raised later, never dropped.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "cpu_test_backend.h"
 #include "mixtrain/core/profiling/profiling_backend.h"
+#include "mixtrain/sdk/backend_call_observer.h"
 #include "mixtrain/sdk/backend_kernel_trace.h"
 #include "mixtrain/sdk/error.h"
 
@@ -114,6 +116,53 @@ TEST(ProfilerKernelTrace, ABackendWithoutTheFacetIsNotTracedAndPrintsNothing) {
   EXPECT_FALSE(k.offered);
   EXPECT_TRUE(k.trace.kernels.empty());
   EXPECT_EQ(format_kernel_trace(k, 2), "");
+}
+
+// A backend whose next synchronize() raises once, as the CUDA backend's does for a bad label that a
+// kernel left in a device record (the record is cleared as it is raised).
+class FailingOnceBackend final : public test_support::ForwardingBackend {
+ public:
+  void synchronize() override {
+    if (armed) {
+      armed = false;
+      throw sdk::BackendError("softmax_cross_entropy: label 12 is outside [0, 10)", "fix the data");
+    }
+    in_->synchronize();
+  }
+  bool armed = false;
+};
+
+TEST(ProfilerKernelTrace, AnErrorTheWaitAfterAFacetCallFindsIsRaisedByTheNextOp) {
+  auto inner = std::make_shared<FailingOnceBackend>();
+  auto p = make_profiling_backend(inner);
+  auto* observer = sdk::facet<sdk::CallObserverFacet>(*p);
+  ASSERT_NE(observer, nullptr);
+  // A facet call: its observer cannot throw, so the error waits for the next op.
+  inner->armed = true;
+  observer->begin_facet_call();
+  observer->end_facet_call("softmax_cross_entropy");
+  EXPECT_FALSE(inner->armed);
+  try {
+    p->synchronize();
+    FAIL() << "the bad label was dropped";
+  } catch (const sdk::BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("label 12"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(p->synchronize());  // raised once
+  // The same through one of the backend's own ops, and through set_recording().
+  inner->armed = true;
+  observer->begin_facet_call();
+  observer->end_facet_call("gather");
+  std::vector<float> host(4, 1.0f);
+  void* data = p->allocate(16);
+  const sdk::TensorView v{data, sdk::DType::fp32, sdk::Shape{4}};
+  EXPECT_THROW(p->copy_from_host(v, host.data()), sdk::BackendError);
+  EXPECT_NO_THROW(p->copy_from_host(v, host.data()));
+  inner->armed = true;
+  observer->begin_facet_call();
+  observer->end_facet_call("gather");
+  EXPECT_THROW(p->set_recording(false), sdk::BackendError);
+  p->deallocate(data);
 }
 
 }  // namespace

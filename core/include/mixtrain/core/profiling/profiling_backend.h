@@ -9,7 +9,10 @@
 //   is named after its op ("softmax_forward") or, where the host names none, its facet
 //   ("attention"); the backend's own ops after themselves ("copy", "cast").
 // - Each op is timed from its call until inner->synchronize() returns, so asynchronous (GPU)
-//   backends are timed per op too, at the cost of one wait per op; results are unchanged.
+//   backends are timed per op too, at the cost of one wait per op; results are unchanged. An error
+//   that wait raises (a device check, such as a bad label, that reports once) is raised by that op,
+//   or, after a facet call (whose observer cannot throw), by the next op, synchronize() or
+//   set_recording(): never dropped.
 // - The scope of an op is the innermost ProfileScope open on the calling thread when it is
 //   called (core/src/profiling/profile_scope.h: the model names each node's type, the trainer names
 //   the optimizer, gradient checks, data and evaluation), "other" outside any.
