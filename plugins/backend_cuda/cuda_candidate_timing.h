@@ -8,10 +8,14 @@
 //   whether it was accepted. Each candidate runs once untimed (a first launch may load its kernel;
 //   one that is not accepted is dropped), then `rounds` rounds time every remaining candidate once
 //   each with CUDA events, interleaved, so a clock drifting over the tuning (heat, power) touches
-//   them alike. Returns times[i]: the milliseconds of each round (-1 where a round failed), empty
-//   for a dropped candidate; nullopt when no CUDA event could be created. The CUDA error state is
-//   cleared afterwards (a failed event or refused call leaves nothing behind). The scores and the
-//   choice are cuda_gemm_autotune.h's.
+//   them alike. Before each timed run a short kernel holds the stream (kernels::hold_stream) while
+//   the host enqueues the start event, the candidate and the stop event, so a sample is the
+//   candidate's device time: on an idle stream the start event would fire at once and the sample
+//   would add the host's enqueue time (cuBLASLt's or cuDNN's setup), a large share of a GEMM of a
+//   few microseconds, and favour candidates with a cheaper host path. Returns times[i]: the
+//   milliseconds of each round (-1 where a round failed), empty for a dropped candidate; nullopt
+//   when no CUDA event could be created. The CUDA error state is cleared afterwards (a failed event
+//   or refused call leaves nothing behind). The scores and the choice are cuda_gemm_autotune.h's.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,7 +24,13 @@
 #include <optional>
 #include <vector>
 
+#include "cuda_stream_hold.h"
+
 namespace mixtrain::backend_cuda {
+
+// Longer than the host takes to enqueue an event, a candidate (a cuDNN execute builds its variant
+// pack) and another event; short beside the candidates' count times rounds.
+inline constexpr unsigned kHoldMicroseconds = 200;
 
 inline bool stream_capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -45,6 +55,8 @@ std::optional<std::vector<std::vector<float>>> time_candidates(cudaStream_t stre
     for (std::size_t i = 0; i < count; ++i) {
       if (!live[i]) continue;
       float ms = -1.0f;
+      // A failed hold only makes the sample include the host's time: not a reason to stop.
+      if (kernels::hold_stream(stream, kHoldMicroseconds) != cudaSuccess) (void)cudaGetLastError();
       const bool timed = cudaEventRecord(start, stream) == cudaSuccess && run(i) &&
                          cudaEventRecord(stop, stream) == cudaSuccess &&
                          cudaEventSynchronize(stop) == cudaSuccess &&
