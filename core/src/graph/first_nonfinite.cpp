@@ -1,6 +1,7 @@
 // locate_first_nonfinite: a checked replay of one step; see diagnostics.h for the contract.
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "mixtrain/core/graph/backend_needs.h"
 #include "mixtrain/core/graph/diagnostics.h"
@@ -12,10 +13,12 @@ using sdk::TensorView;
 
 namespace {
 
-// Epilogue fusion off for one replay, then back as it was.
+// Epilogue fusion off for one replay, then back as it was (the model's setting, not whether it
+// has fused pairs: a model with none has fusion on all the same, which its layers' gradient
+// accumulation reads).
 class UnfusedForReplay {
  public:
-  explicit UnfusedForReplay(Model& model) : model_(model), was_on_(model.fused_pairs() > 0) {
+  explicit UnfusedForReplay(Model& model) : model_(model), was_on_(model.epilogue_fusion()) {
     model_.set_epilogue_fusion(false);
   }
   ~UnfusedForReplay() { model_.set_epilogue_fusion(was_on_); }
@@ -27,10 +30,53 @@ class UnfusedForReplay {
   bool was_on_;
 };
 
+// The model's buffers (batch norm's running statistics) as they were before the replay: its
+// training-mode forward moves them once more on the same batch, where the step's own forward
+// already did, as PyTorch's one forward does. A few floats per channel, kept on the host.
+class BuffersKept {
+ public:
+  explicit BuffersKept(Model& model) : backend_(model.backend()), buffers_(model.buffers()) {
+    kept_.reserve(buffers_.size());
+    for (const ModelBuffer* b : buffers_) {
+      kept_.emplace_back(static_cast<std::size_t>(b->value.shape().numel()));
+      backend_.copy_to_host(kept_.back().data(), b->value.view());
+    }
+  }
+  void restore() {
+    for (std::size_t i = 0; i < buffers_.size(); ++i)
+      backend_.copy_from_host(buffers_[i]->value.view(), kept_[i].data());
+  }
+
+ private:
+  sdk::DeviceBackend& backend_;
+  std::vector<ModelBuffer*> buffers_;
+  std::vector<std::vector<float>> kept_;
+};
+
+NonfiniteSite replay_checked(Model& model, std::int64_t rows, float grad_scale);
+
 }  // namespace
 
 NonfiniteSite locate_first_nonfinite(Model& model, std::int64_t rows, float grad_scale) {
-  UnfusedForReplay unfused(model);
+  BuffersKept buffers(model);
+  NonfiniteSite found;
+  try {
+    UnfusedForReplay unfused(model);
+    found = replay_checked(model, rows, grad_scale);
+  } catch (...) {
+    try {
+      buffers.restore();
+    } catch (...) {  // the replay's own error is the one to report
+    }
+    throw;
+  }
+  buffers.restore();
+  return found;
+}
+
+namespace {
+
+NonfiniteSite replay_checked(Model& model, std::int64_t rows, float grad_scale) {
   Executor& exec = model.executor();
   const GraphPlan& plan = model.plan();
   auto bad = [&](TensorView v) {
@@ -87,5 +133,7 @@ NonfiniteSite locate_first_nonfinite(Model& model, std::int64_t rows, float grad
                 });
   return found;
 }
+
+}  // namespace
 
 }  // namespace mixtrain::core

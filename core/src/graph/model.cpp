@@ -88,6 +88,7 @@ void Model::backward(std::int64_t rows, const Executor::BackwardVisitor& visit) 
 }
 
 void Model::set_epilogue_fusion(bool on) {
+  epilogue_fusion_ = on;
   for (auto& l : ops_) l->set_fusion(on);
 }
 

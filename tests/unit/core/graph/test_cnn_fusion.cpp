@@ -220,5 +220,44 @@ TEST(CnnFusion, TheNonFiniteReplayOfAFusedBatchNormAddNamesTheBatchNorm) {
   expect_the_replay_names_the_batch_norm(std::make_shared<NoResidualBackend>());
 }
 
+// The replay runs a training-mode forward again on the step's batch; batch norm's running
+// statistics, which the step's own forward already moved, come out of it as they went in, both
+// from a clean replay and from one that stops at a non-finite tensor.
+TEST(CnnFusion, TheNonfiniteReplayLeavesTheRunningStatisticsAsTheStepLeftThem) {
+  ResNetPreset p;
+  p.blocks = {1, 1};
+  p.widths = {4, 8};
+  p.block = ResNetBlock::bottleneck;
+  p.classes = 3;
+  Model m(cpu(), graph(resnet_preset(p)), 3 * 8 * 8, 3, image(3, 8, 8));
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(4);
+  m.init_parameters(5);
+  feed(m, 4, 2);
+  const auto statistics = [&] {
+    std::vector<std::vector<float>> all;
+    for (const ModelBuffer* b : m.buffers()) all.push_back(read(b->value.view()));
+    return all;
+  };
+  m.forward(4);
+  ASSERT_TRUE(std::isfinite(m.loss(4, 1.0f, true).loss));
+  m.backward(4);
+  const auto after_step = statistics();
+  ASSERT_FALSE(after_step.empty());
+  EXPECT_EQ(locate_first_nonfinite(m, 4, 1.0f).where, "");
+  EXPECT_EQ(statistics(), after_step) << "a clean replay";
+  for (auto* t : m.parameters())
+    if (t->name == "layer2.0.conv2.weight") {
+      std::vector<float> w = read(t->master.view());
+      w[0] = std::numeric_limits<float>::quiet_NaN();
+      write(t->master.view(), w);
+    }
+  EXPECT_NE(locate_first_nonfinite(m, 4, 1.0f).where, "");
+  EXPECT_EQ(statistics(), after_step) << "a replay that stops at a NaN";
+  // What the replay undoes: a training forward moves them.
+  m.forward(4);
+  EXPECT_NE(statistics(), after_step);
+}
+
 }  // namespace
 }  // namespace mixtrain::core

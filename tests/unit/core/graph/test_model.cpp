@@ -253,5 +253,49 @@ TEST(Model, TheNonfiniteReplayAllocatesNothing) {
   EXPECT_EQ(backend->allocations, before) << "a replay that stops at a NaN";
 }
 
+// A model with no fused pair still runs with fusion on (its layers accumulate a gradient with
+// several readers in the kernel, in FP32): the replay turns fusion off for itself and back on,
+// so the steps after it compute the bits of the steps before it.
+TEST(Model, TheNonfiniteReplayLeavesFusionOnInAModelWithoutFusedPairs) {
+  ModelSpec spec;
+  spec.graph = true;
+  using test_support::op;
+  spec.layers = {op("linear", "fc1", {{"out", 16}}, {"input"}),
+                 op("linear", "fc2", {{"out", 16}}, {"fc1"}), op("add", "sum", {}, {"fc1", "fc2"}),
+                 op("linear", "head", {{"out", 5}}, {"sum"})};
+  auto backend = std::make_shared<backend_cpu::CpuBackend>(1);
+  Model m(backend, spec, 12, 5);
+  for (auto& l : m.layers()) l->set_precision(test_support::uniform_precision(sdk::DType::fp16));
+  m.allocate(9);
+  m.init_parameters(4);
+  ASSERT_EQ(m.fused_pairs(), 0);
+  std::vector<float> x(9 * 12);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.61f * static_cast<float>(i)) * 3.0f;
+  std::vector<std::int32_t> y = {0, 1, 2, 3, 4, 0, 1, 2, 3};
+  backend->copy_from_host(m.input(9), x.data());
+  backend->copy_from_host(m.labels(9), y.data());
+  const auto step = [&] {
+    m.begin_micro_batch(0, 1);
+    m.forward(9);
+    m.compute_loss(9, 1024.0f, true);
+    m.backward(9);
+    std::vector<float> out;
+    for (auto* p : m.parameters()) {
+      const auto g = test_support::read(p->grad.view());
+      out.insert(out.end(), g.begin(), g.end());
+    }
+    return out;
+  };
+  const std::vector<float> before = step();
+  EXPECT_TRUE(m.epilogue_fusion());
+  EXPECT_EQ(locate_first_nonfinite(m, 9, 1024.0f).where, "");
+  EXPECT_TRUE(m.epilogue_fusion());
+  EXPECT_EQ(step(), before);
+  // A setting of the caller's own is kept too.
+  m.set_epilogue_fusion(false);
+  EXPECT_EQ(locate_first_nonfinite(m, 9, 1024.0f).where, "");
+  EXPECT_FALSE(m.epilogue_fusion());
+}
+
 }  // namespace
 }  // namespace mixtrain::core

@@ -10,8 +10,11 @@
 //   NonfiniteSite::node is the node whose forward or backward wrote that tensor (the logits'
 //   producer for the loss gradient), empty for the input batch and the loss: what automatic
 //   escalation promotes. It overwrites parameter gradients: call it only for a step that will not
-//   be applied. It allocates nothing: what running unfused writes is in the memory plan (the
-//   deferred outputs, memory_plan.h), and the rest is what a training step already uses. Under
+//   be applied. The model's buffers (batch norm's running statistics, which the replay's
+//   training-mode forward would move a second time) and its fusion setting are as before the
+//   call when it returns or throws. It allocates no device memory: what running unfused writes
+//   is in the memory plan (the deferred outputs, memory_plan.h), and the rest is what a training
+//   step already uses. Under
 //   the chunked loss (chunked_loss.h) each block's logits and then its gradient are checked in
 //   block order, and the name says from which row the block starts.
 // - measure_gradient_underflow replays the loss and backward of the last forward with every
