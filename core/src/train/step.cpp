@@ -181,20 +181,24 @@ void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_
       return true;
     };
   }
-  s.step_graph->run({bs, seed}, eager, [&] {
-    model.forward(bs, forward_visit);
-    if (k == 0 && request.statistics && s.precision.underflow_watch)
-      s.metrics.records.write(gradient_underflow_record(model, s.position.step, bs, seed, s.log));
-    // The loss stays on the device: the step's one wait is the found_inf read below.
-    model.compute_loss(bs, seed, true);
-    if (micro > 1) {
-      if (k == 0) b.fill(s.loss_sum.view(), 0.0f);
-      model.facets()
-          .call(sdk::ActivationOp::axpy)
-          ->axpy(1.0f / static_cast<float>(micro), model.loss_value(), s.loss_sum.view());
-    }
-    model.backward(bs, backward_visit);
-  });
+  s.step_graph->run(
+      {bs, seed}, eager,
+      [&] {
+        model.forward(bs, forward_visit);
+        if (k == 0 && request.statistics && s.precision.underflow_watch)
+          s.metrics.records.write(
+              gradient_underflow_record(model, s.position.step, bs, seed, s.log));
+        // The loss stays on the device: the step's one wait is the found_inf read below.
+        model.compute_loss(bs, seed, true);
+        if (micro > 1) {
+          if (k == 0) b.fill(s.loss_sum.view(), 0.0f);
+          model.facets()
+              .call(sdk::ActivationOp::axpy)
+              ->axpy(1.0f / static_cast<float>(micro), model.loss_value(), s.loss_sum.view());
+        }
+        model.backward(bs, backward_visit);
+      },
+      [&] { model.begin_micro_batch(k, micro, s.position.step); });
 }
 
 // What the check multiplies the gradients by: they hold the sum over the replicas, so the unscale

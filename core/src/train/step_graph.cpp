@@ -37,7 +37,8 @@ void StepGraph::disable(const std::string& why) {
   log_.info("step graphs off for this run: " + why + "; steps run op by op");
 }
 
-void StepGraph::run(const StepGraphKey& key, bool eager, const std::function<void()>& body) {
+void StepGraph::run(const StepGraphKey& key, bool eager, const std::function<void()>& body,
+                    const std::function<void()>& restart) {
   if (facet_ == nullptr || eager) {
     body();
     return;
@@ -76,6 +77,7 @@ void StepGraph::run(const StepGraphKey& key, bool eager, const std::function<voi
   if (!failure.empty() || graph < 0) {
     if (graph >= 0) facet_->release(graph);
     disable(failure.empty() ? "the backend could not record the step" : failure);
+    if (restart) restart();
     body();  // nothing recorded ran: run the step now
     return;
   }

@@ -14,8 +14,10 @@
 //   the next with the same key is recorded and replayed, and later ones replay. statistics steps
 //   (underflow, FP8 operand records) read the device mid-step: the caller passes eager = true.
 // - A recording that fails (an op that cannot be recorded raised BackendError; end_capture gave
-//   -1) switches step graphs off for the run, logs why once, and runs the body eagerly: the step
-//   is never lost. Other exceptions end the recording and propagate.
+//   -1) switches step graphs off for the run, logs why once, calls `restart` (when given) and runs
+//   the body eagerly: the step is never lost. `restart` undoes the host state the voided
+//   recording's body consumed (the gradients' first-write flags of the micro-batch it opened);
+//   nothing of that body ran on the device. Other exceptions end the recording and propagate.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +45,8 @@ class StepGraph {
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;
 
-  void run(const StepGraphKey& key, bool eager, const std::function<void()>& body);
+  void run(const StepGraphKey& key, bool eager, const std::function<void()>& body,
+           const std::function<void()>& restart = {});
 
   bool active() const noexcept { return facet_ != nullptr; }
   std::int64_t captures() const noexcept { return captures_; }

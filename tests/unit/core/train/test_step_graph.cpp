@@ -111,6 +111,45 @@ TEST(StepGraph, AnOpThatCannotBeRecordedTurnsGraphsOffAndTheStepStillRunsOnce) {
   EXPECT_EQ(g.begins, 1);
 }
 
+// The body consumes host state as it runs (a gradient's first write, which overwrites, then
+// adds): a voided recording consumed it with nothing run, so `restart` opens the micro-batch again
+// before the eager rerun, and only then.
+TEST(StepGraph, TheEagerRerunAfterAVoidedRecordingStartsFromRestartedHostState) {
+  FakeGraphs g;
+  StepGraph sg(&g, true, "", {});
+  bool first_write = true;  // what begin_micro_batch sets and the body's first write takes
+  std::vector<bool> seen;   // first_write as each body run found it
+  int restarts = 0;
+  const auto step_body = [&](bool recordable) {
+    return [&, recordable] {
+      seen.push_back(first_write);
+      first_write = false;
+      body(g, 7, recordable)();
+    };
+  };
+  const auto restart = [&] {
+    ++restarts;
+    first_write = true;
+  };
+  first_write = true;
+  sg.run({8, 1.0f}, false, step_body(true), restart);  // warm-up
+  first_write = true;
+  sg.run({8, 1.0f}, false, step_body(true), restart);  // recorded and replayed
+  first_write = true;
+  sg.run({8, 1.0f}, false, step_body(true), restart);  // replayed: the body does not run
+  EXPECT_EQ(restarts, 0);
+  EXPECT_EQ(seen, (std::vector<bool>{true, true}));
+  // A new key, warmed up, then a recording that an op voids: the rerun sees a fresh micro-batch.
+  first_write = true;
+  sg.run({8, 2.0f}, false, step_body(false), restart);
+  first_write = true;
+  sg.run({8, 2.0f}, false, step_body(false), restart);
+  EXPECT_EQ(restarts, 1);
+  EXPECT_EQ(seen, (std::vector<bool>{true, true, true, true, true}));
+  EXPECT_FALSE(sg.active());
+  EXPECT_EQ(g.total, 5 * 7);
+}
+
 TEST(StepGraph, OtherErrorsEndTheRecordingAndPropagate) {
   FakeGraphs g;
   StepGraph sg(&g, true, "", {});
