@@ -559,9 +559,10 @@ TEST_P(Conformance, PoolingMaxTiesGoToTheFirstMaximumInTheWindow) {
 
 // PyTorch's max_pool2d on special values (torch 1.13 checked: [NaN, 1] -> NaN, [-inf, -inf] ->
 // -inf): a window holding a NaN gives NaN and an all -inf window gives -inf, with or without a
-// workspace, in every storage dtype. oneDNN alone gives -3.4e38 for both and drops a NaN beside
-// finite values, so this fails on a CPU backend that passes oneDNN's output through. 19 channels:
-// oneDNN's vector body and its tail both run.
+// workspace, in every storage dtype; the NaN is the canonical quiet one whatever the window's NaN
+// (sign, payload), so backends agree bit for bit. oneDNN alone gives -3.4e38 for both and drops a
+// NaN beside finite values, so this fails on a CPU backend that passes oneDNN's output through. 19
+// channels: oneDNN's vector body and its tail both run.
 TEST_P(Conformance, PoolingMaxPropagatesNanAndKeepsMinusInfinityAsPyTorch) {
   MIXTRAIN_FACETS(convolution, ConvolutionFacet);
   const auto g = pool_geometry(sdk::PoolKind::max, true, 2, 19, 7, 7, 3, 3, 2, 2, 1, 1);
@@ -574,7 +575,7 @@ TEST_P(Conformance, PoolingMaxPropagatesNanAndKeepsMinusInfinityAsPyTorch) {
     return xv[static_cast<std::size_t>(((n * g.height + h) * g.width + w) * g.channels + c)];
   };
   at(0, 0, 0, 0) = nan;                 // a window's first element (padding aside)
-  at(0, 3, 4, 7) = nan;                 // the middle of windows, beside finite values
+  at(0, 3, 4, 7) = -nan;                // the middle of windows, beside finite values; negative
   at(1, 6, 6, 18) = nan;                // the last channel, the image's corner
   for (std::int64_t h = 0; h < 2; ++h)  // the top-left window of channel 3 is all -inf
     for (std::int64_t w = 0; w < 2; ++w) at(1, h, w, 3) = minus_inf;
@@ -631,9 +632,9 @@ TEST_P(Conformance, PoolingMaxPropagatesNanAndKeepsMinusInfinityAsPyTorch) {
       const auto got = tested_values(y);
       for (std::size_t i = 0; i < got.size(); ++i) {
         if (std::isnan(expected[i]))
-          ASSERT_TRUE(std::isnan(got[i]))
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), 0x7FC00000u)
               << sdk::dtype_name(dt) << (training ? ", workspace" : ", no workspace") << ": output "
-              << i << " is " << got[i] << ", its window holds a NaN";
+              << i << " is " << got[i] << ", its window holds a NaN (the canonical quiet NaN)";
         else
           ASSERT_EQ(static_cast<double>(got[i]), expected[i])
               << sdk::dtype_name(dt) << (training ? ", workspace" : ", no workspace") << ": output "
