@@ -33,7 +33,10 @@ PinnedBlock::PinnedBlock(std::size_t bytes, int device) : device_(device), bytes
          "(ulimit -l)");
   }
   host_ = static_cast<std::byte*>(host);
-  const cudaError_t created = cudaEventCreateWithFlags(&read_, cudaEventDisableTiming);
+  // Blocking: the waiter is mostly the loader thread (the next batch's block), which would
+  // otherwise spin a core beside the training thread until the last copy out of it ends.
+  const cudaError_t created =
+      cudaEventCreateWithFlags(&read_, cudaEventDisableTiming | cudaEventBlockingSync);
   if (created != cudaSuccess) {
     cudaFreeHost(host_);
     host_ = nullptr;
