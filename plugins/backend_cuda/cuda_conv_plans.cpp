@@ -401,6 +401,13 @@ std::int64_t ConvPlans::Plan::tuning_workspace() const {
   return bytes;
 }
 
+std::size_t ConvPlans::drop_candidates_over(Plan& plan, std::int64_t bytes) {
+  const std::size_t before = plan.untimed.size();
+  std::erase_if(plan.untimed,
+                [bytes](const std::unique_ptr<Plan>& c) { return c->workspace > bytes; });
+  return before - plan.untimed.size();
+}
+
 void ConvPlans::skip_autotune(Plan& plan, std::string why) {
   plan.untimed.clear();
   plan.tuning = std::move(why);

@@ -21,9 +21,10 @@
 //   (autotune(): one untimed call each, then `rounds` rounds timing each once with CUDA events,
 //   the median compared by pick_autotuned_candidate with a 0.5% tolerance for the earlier one),
 //   and the plan keeps the fastest from then on; report() says what was measured. Not while the
-//   stream is being captured, nor without the memory to time in: the first candidate stays
-//   (the caller's checks, skip_autotune). The measurement is cuda_candidate_timing.h's, shared
-//   with the GEMM engine.
+//   stream is being captured: the first candidate stays (the caller's check, skip_autotune). A
+//   candidate whose workspace the device cannot give is dropped (drop_candidates_over), and
+//   without the memory for the first candidate's nothing is timed. The measurement is
+//   cuda_candidate_timing.h's, shared with the GEMM engine.
 // - run() executes a plan with a variant pack: uid 1 = x / dx, 2 = w / dw, 3 = y / dy; the
 //   caller provides at least plan.workspace bytes of workspace.
 // - report() lists every key, sorted by its text: its engine (global index, notes), workspace,
@@ -89,6 +90,9 @@ class ConvPlans {
                 void* uid3, void* workspace, std::string_view op);
   // Marks a plan's candidates as left untimed (`why` goes to the report): the first one runs.
   static void skip_autotune(Plan& plan, std::string why);
+  // Drops the candidates whose workspace is over `bytes` (there is no memory to time them in);
+  // returns how many went. The plan itself (candidate 0) stays whatever its workspace.
+  static std::size_t drop_candidates_over(Plan& plan, std::int64_t bytes);
   // Why the last declined key was declined (each engine configuration's reason).
   const std::string& declined(const conv::PlanKey& key) const;
   std::vector<std::string> report() const;
@@ -111,14 +115,17 @@ class ConvPlans {
 
 // The backend's convolution state, created on the first convolution: the cuDNN handle, the plans,
 // and grow-only scratch (cuDNN's workspace, decoded operands, the channels-last weights, FP32
-// outputs before their finish).
+// outputs before their finish). tune_workspace is autotuning's, released after each key's
+// timing: a candidate that loses must not leave its workspace (an FFT engine's can be large) held
+// for the run.
 struct ConvState {
   ConvState(bool deterministic_first, int autotune) : plans(deterministic_first, autotune) {}
   CudnnHandle handle;
   ConvPlans plans;
-  DeviceScratch workspace, a, b, out;
+  DeviceScratch workspace, a, b, out, tune_workspace;
   std::size_t device_bytes() const {
-    return workspace.capacity() + a.capacity() + b.capacity() + out.capacity();
+    return workspace.capacity() + a.capacity() + b.capacity() + out.capacity() +
+           tune_workspace.capacity();
   }
 };
 

@@ -167,9 +167,19 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
         // conv_autotune: the key's first run times its candidates (cuda_conv_plans.h). A beta = 1
         // plan adds into its output at every call, so it is timed on a scratch output.
         try {
-          void* tune_ws = st.workspace.get(
-              static_cast<std::size_t>(std::max<std::int64_t>(1, plan->tuning_workspace())), stream,
-              op);
+          // The largest candidate's workspace, in a scratch of its own released below; a
+          // candidate the device cannot give it is dropped, not the key's whole timing.
+          void* tune_ws = nullptr;
+          try {
+            tune_ws = st.tune_workspace.get(
+                static_cast<std::size_t>(std::max<std::int64_t>(1, plan->tuning_workspace())),
+                stream, op);
+          } catch (const sdk::BackendError&) {
+            ConvPlans::drop_candidates_over(*plan, plan->workspace);
+            tune_ws = st.tune_workspace.get(
+                static_cast<std::size_t>(std::max<std::int64_t>(1, plan->tuning_workspace())),
+                stream, op);
+          }
           std::array<void*, 3> tune = uids;
           if (key.beta_one) {
             const std::size_t bytes = static_cast<std::size_t>(c.out.numel()) * 4;
@@ -182,6 +192,8 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
         } catch (const sdk::BackendError&) {
           ConvPlans::skip_autotune(*plan, "not autotuned (no device memory to time in)");
         }
+        st.tune_workspace.release(stream);
+        context.account_buffers();
       }
       void* ws = plan->workspace > 0
                      ? st.workspace.get(static_cast<std::size_t>(plan->workspace), stream, op)

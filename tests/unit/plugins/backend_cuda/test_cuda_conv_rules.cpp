@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -30,6 +31,7 @@ namespace sdk = mixtrain::sdk;
 using conv::DataType;
 using conv::FilterLayout;
 using conv::NumericalNote;
+using mixtrain::backend_cuda::ConvPlans;
 using sdk::DType;
 
 int n(NumericalNote note) {
@@ -175,6 +177,28 @@ TEST(cuda_conv_rules, AutotuneCandidatesKeepTheSearchOrderAndItsDeterminism) {
 
 // --- descriptors
 // -----------------------------------------------------------------------------------
+
+// Autotuning without the memory for the largest candidate's workspace times those that fit: the
+// plan itself (candidate 0) always stays, the others over the limit go, in order.
+TEST(cuda_conv_rules, CandidatesOverTheWorkspaceAtHandAreDroppedAndThePlanStays) {
+  ConvPlans::Plan plan;
+  plan.workspace = 1 << 20;
+  for (std::int64_t w : {std::int64_t{0}, std::int64_t{1} << 30, std::int64_t{1} << 20,
+                         (std::int64_t{1} << 20) + 1, std::int64_t{4096}}) {
+    plan.untimed.push_back(std::make_unique<ConvPlans::Plan>());
+    plan.untimed.back()->workspace = w;
+    plan.untimed.back()->engine = "engine " + std::to_string(w);
+  }
+  EXPECT_EQ(plan.tuning_workspace(), std::int64_t{1} << 30);
+  EXPECT_EQ(ConvPlans::drop_candidates_over(plan, plan.workspace), 2u);
+  ASSERT_EQ(plan.untimed.size(), 3u);
+  EXPECT_EQ(plan.untimed[0]->workspace, 0);
+  EXPECT_EQ(plan.untimed[1]->workspace, std::int64_t{1} << 20);
+  EXPECT_EQ(plan.untimed[2]->workspace, 4096);
+  EXPECT_EQ(plan.tuning_workspace(), std::int64_t{1} << 20);
+  EXPECT_EQ(ConvPlans::drop_candidates_over(plan, 0), 2u);
+  EXPECT_EQ(plan.workspace, std::int64_t{1} << 20);  // the plan itself is never dropped
+}
 
 TEST(cuda_conv_rules, ImagesAreNchwDimsWithNhwcStrides) {
   const auto t = conv::image_dims(2, 3, 5, 7);
