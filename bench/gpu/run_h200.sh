@@ -840,7 +840,7 @@ run_stage test 150 200
 # wide MLP, the GEMM sweep and GPT-2 medium, with what is left.
 run_stage resnet50 200 120
 run_stage gpt2 160 80
-run_stage profile 200 0
+run_stage profile 260 0
 run_stage gemm 60 0
 run_stage resnet50v 300 60
 run_stage gpt2v 240 0
