@@ -241,6 +241,28 @@ TEST_F(backend_cuda_vs_cpu, GemmRealignedRowsMatchTheCpu) {
     EXPECT_EQ(line.find("realigned-ld="), std::string::npos) << line;
 }
 
+// gemm_autotune = 4: the key's first call times its candidates, each several times; a beta != 0
+// GEMM is timed on a scratch D, so C is accumulated once, and the realigned route too. Each
+// case's first call is the timed one, compared with the CPU like any other.
+TEST_F(backend_cuda_vs_cpu, GemmAutotunedAccumulatesIntoCOnceAndMatchesTheCpu) {
+  std::uint32_t seed = 1300;
+  for (const bool realign : {false, true}) {
+    CudaBackend tuned(CudaOptions{.device = 0, .gemm_autotune = 4, .gemm_realign = realign});
+    for (DType out : {DType::bf16, DType::fp32}) {
+      run_case(tuned, cpu(), {DType::bf16, DType::bf16, out, false, true, 256, 1001, 256}, seed++);
+      run_case(tuned, cpu(),
+               {DType::bf16, DType::bf16, out, false, true, 256, 1001, 256, 1.0f, 1.0f}, seed++);
+      run_case(tuned, cpu(),
+               {DType::bf16, DType::bf16, out, true, false, 1001, 256, 512, 0.5f, 1.0f, true},
+               seed++);
+    }
+    int timed = 0;
+    for (const std::string& line : tuned.gemm_plan_report())
+      timed += line.find("autotuned over") != std::string::npos;
+    EXPECT_GE(timed, 1) << "no GEMM was autotuned" << (realign ? " (realigned)" : "");
+  }
+}
+
 TEST_F(backend_cuda_vs_cpu, GemmEmptyDimensions) {
   // k = 0: C = beta*C + bias.
   run_case(gpu(), cpu(), {DType::fp32, DType::fp32, DType::fp32, false, false, 4, 6, 0, 1.0f, 0.5f, true}, 800);

@@ -280,17 +280,22 @@ TEST_F(backend_cuda_vs_cpu, SoftmaxCrossEntropy) {
           EXPECT_EQ(run(gpu()), g) << "a second run, " << what;
         }
   }
-  // A block-wide row in place (dlogits over the logits): the out-of-place bits.
-  {
-    const std::int64_t rows = 4, classes = 50257;
+  // Rows in place (dlogits over the logits), a block's and a warp's (which reads z[y] before its
+  // __syncwarp): the out-of-place bits.
+  for (const std::int64_t classes : {std::int64_t{50257}, std::int64_t{511}}) {
+    const std::int64_t rows = 4;
     const auto zv = random_values(static_cast<std::size_t>(rows * classes), 13, -6.0f, 6.0f);
-    Tensor y(gpu(), DType::int32, {rows}, {5, 50256, 0, 31});
+    Tensor y(gpu(), DType::int32, {rows},
+             {5, static_cast<float>(classes - 1), 0, static_cast<float>(classes / 2)});
     Tensor z(gpu(), DType::bf16, {rows, classes}, zv), dz(gpu(), DType::bf16, {rows, classes});
     Tensor loss(gpu(), DType::fp32, {1}), loss_in_place(gpu(), DType::fp32, {1});
-    gpu<sdk::LossFacet>().softmax_cross_entropy(z, y, 1024.0f, 0.0f, loss, {}, dz);
-    gpu<sdk::LossFacet>().softmax_cross_entropy(z, y, 1024.0f, 0.0f, loss_in_place, {}, z);
-    EXPECT_EQ(z.get(), dz.get()) << "dlogits written over the logits";
-    EXPECT_EQ(loss_in_place.get(), loss.get());
+    Tensor correct(gpu(), DType::int32, {1}), correct_in_place(gpu(), DType::int32, {1});
+    gpu<sdk::LossFacet>().softmax_cross_entropy(z, y, 1024.0f, 0.0f, loss, correct, dz);
+    gpu<sdk::LossFacet>().softmax_cross_entropy(z, y, 1024.0f, 0.0f, loss_in_place,
+                                                correct_in_place, z);
+    EXPECT_EQ(z.get(), dz.get()) << "dlogits written over the logits, " << classes << " classes";
+    EXPECT_EQ(loss_in_place.get(), loss.get()) << classes << " classes";
+    EXPECT_EQ(correct_in_place.get(), correct.get()) << classes << " classes";
   }
   // Optional outputs may be empty.
   Tensor z(gpu(), DType::fp32, {4, 3}, random_values(12, 10)), y(gpu(), DType::int32, {4}, {0, 1, 2, 0});
