@@ -30,12 +30,12 @@ TensorTables tensor_tables(CudaContext& context, std::span<const TensorView> ten
                            const char* op, const char* name, bool fp32_only) {
   std::vector<kernels::TensorRef> refs;
   std::vector<std::int64_t> numels;
+  // The unscale writes every tensor in one launch: a tensor listed twice (or two that overlap)
+  // would be scaled by two blocks at once, so the foreach ops' rule: fp32, present, apart.
+  if (fp32_only) checks().foreach_lists(op, tensors);
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const std::string what = std::string(name) + "[" + std::to_string(i) + "]";
-    if (fp32_only)
-      require_fp32(op, what, tensors[i]);
-    else
-      require_storage(op, what, tensors[i]);
+    if (!fp32_only) require_storage(op, what, tensors[i]);
     refs.push_back({tensors[i].data, tensors[i].numel(), elem_of(tensors[i].dtype), 0});
     numels.push_back(tensors[i].numel());
   }

@@ -360,6 +360,27 @@ TEST_P(Conformance, ReductionsAndNonFiniteChecks) {
   EXPECT_EQ(tested_gradient_check->first_nonfinite(vt2), 1);
 }
 
+// The unscale updates every gradient at once: one listed twice, or two views that overlap, would
+// be scaled by two workers together. Refused on every backend, before anything is scaled.
+TEST_P(Conformance, UnscaleRefusesAGradientListedTwiceOrOverlapping) {
+  MIXTRAIN_FACETS(gradient_check, GradientCheckFacet);
+  const auto values = random_values(1000, 18);
+  auto a = upload(values, Shape{1000});
+  auto b = upload(random_values(10, 19), Shape{10});
+  const TensorView whole = a.tested->view();
+  TensorView tail = whole;
+  tail.data = static_cast<float*>(whole.data) + 500;
+  tail.shape = Shape{500};
+  for (const std::vector<TensorView>& grads :
+       {std::vector<TensorView>{whole, b.tested->view(), whole},
+        std::vector<TensorView>{tail, b.tested->view(), whole}}) {
+    EXPECT_THROW(tested_gradient_check->unscale_and_check_finite(grads, 0.5f), sdk::BackendError);
+    EXPECT_THROW(tested_gradient_check->unscale_check_and_sum_squares(grads, 0.5f),
+                 sdk::BackendError);
+  }
+  EXPECT_EQ(tested_values(a), values) << "nothing was scaled";
+}
+
 TEST_P(Conformance, UnscaleWithNormEqualsTheTwoCallsInTurn) {
   MIXTRAIN_FACETS(gradient_check, GradientCheckFacet);
   // The fused form must unscale as unscale_and_check_finite does, on the same backend bit for bit,

@@ -51,8 +51,9 @@ namespace {
 // in L1, so the gradients cross memory once whatever is asked.
 sdk::GradientCheckFacet::GradientCheck unscale_check_pass(std::span<const TensorView> grads,
                                                           float inv_scale, bool sum_squares) {
-  for (std::size_t i = 0; i < grads.size(); ++i)
-    require_fp32("unscale_and_check_finite", "grads[" + std::to_string(i) + "]", grads[i]);
+  // fp32, present and apart from each other: the pieces of one tensor listed twice would be
+  // scaled on two threads at once (the foreach ops' rule for the lists they update).
+  checks().foreach_lists("unscale_and_check_finite", grads);
   const auto pieces = split(grads.size(), [&](std::size_t t) { return grads[t].numel(); });
   const std::int64_t count = static_cast<std::int64_t>(pieces.size());
   // Each piece's Σ g², added in order below: the same bits on any number of threads, and the

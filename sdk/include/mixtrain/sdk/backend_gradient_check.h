@@ -64,7 +64,8 @@ class MIXTRAIN_SDK_API GradientCheckFacet : public Facet {
 
   // One pass over every fp32 gradient: g *= inv_scale, and report whether any element of any
   // tensor was inf or NaN (before or after scaling): returns found_inf. The single host sync of
-  // a step.
+  // a step. The grads of this call and of the two below are apart from each other (a tensor
+  // listed twice would be scaled twice, by two workers at once): BackendError otherwise.
   virtual bool unscale_and_check_finite(std::span<const TensorView> grads, float inv_scale) = 0;
   // unscale_and_check_finite, then Σ g² (in double) over the unscaled gradients, with one wait
   // for both: the step that clips or logs the gradient norm still waits once. sum_of_squares is
