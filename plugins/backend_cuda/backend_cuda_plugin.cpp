@@ -81,6 +81,10 @@ std::unique_ptr<sdk::Component> create_cuda_backend(const sdk::Options& options,
   std::unique_ptr<sdk::Component> backend(static_cast<sdk::DeviceBackend*>(raw));
   context.logger.debug("cuda backend on " +
                        static_cast<sdk::DeviceBackend*>(raw)->capabilities().device_name);
+  if (const std::string loose = backend_cuda::irreproducible_options(cuda); !loose.empty())
+    context.logger.info("backend.cuda: " + loose +
+                        ": two runs of this config may differ in their last bits, and a resumed "
+                        "run may not repeat the uninterrupted one; the defaults are reproducible");
   return backend;
 }
 

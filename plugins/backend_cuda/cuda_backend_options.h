@@ -2,6 +2,8 @@
 // linking the CUDA libraries, which load only when a CUDA backend is created.
 #pragma once
 
+#include <string>
+
 #include "mixtrain/sdk/options.h"
 
 namespace mixtrain::backend_cuda {
@@ -85,6 +87,20 @@ struct CudaOptions {
   int conv_autotune = 0;                    // ConvPlans' candidates timed per key; 0 or 1: off
   bool conv_wgrad_in_operand_dtype = false;  // conv::conv_routes' 16-bit dw route first
 };
+
+// The options set to values that let two runs of one config differ in their last bits, each as
+// "name = value", joined by ", "; "" when none is. Timed choices (autotuning picks whichever
+// candidate measured fastest in this process) and cuDNN's non-deterministic kernels: bit-exact
+// resume and run-to-run comparisons need the defaults, so the plugin says so once at creation.
+inline std::string irreproducible_options(const CudaOptions& o) {
+  std::string out;
+  const auto add = [&out](const std::string& item) { out += (out.empty() ? "" : ", ") + item; };
+  if (o.gemm_autotune >= 2) add("gemm_autotune = " + std::to_string(o.gemm_autotune));
+  if (o.conv_autotune >= 2) add("conv_autotune = " + std::to_string(o.conv_autotune));
+  if (!o.deterministic_attention) add("deterministic_attention = false");
+  if (!o.deterministic_convolutions) add("deterministic_convolutions = false");
+  return out;
+}
 
 // The runtime library's entry point: builds a CudaBackend from `options`, or returns null and
 // writes the reason (CUDA's error text) and a hint into `error` and `hint` (each `size` bytes,

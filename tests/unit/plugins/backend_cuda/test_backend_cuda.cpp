@@ -48,6 +48,26 @@ TEST(backend_cuda, ReadmeOptionTableMatchesSchema) {
 }
 
 // Host only: the out-of-memory text names every number a user needs to see why it failed.
+// What the plugin logs at creation when an option trades reproducibility for speed: the defaults
+// name nothing; each such option is named with its value.
+TEST(backend_cuda, OptionsThatCostReproducibilityAreNamed) {
+  CudaOptions o;
+  EXPECT_EQ(irreproducible_options(o), "");
+  o.gemm_autotune = 1;  // 1: off, as 0
+  o.conv_autotune = 1;
+  o.gemm_realign = true;
+  o.fp8_fast_accumulation = true;  // less exact, but the same bits every run
+  EXPECT_EQ(irreproducible_options(o), "");
+  o.gemm_autotune = 8;
+  o.deterministic_convolutions = false;
+  EXPECT_EQ(irreproducible_options(o), "gemm_autotune = 8, deterministic_convolutions = false");
+  o.conv_autotune = 4;
+  o.deterministic_attention = false;
+  EXPECT_EQ(irreproducible_options(o),
+            "gemm_autotune = 8, conv_autotune = 4, deterministic_attention = false, "
+            "deterministic_convolutions = false");
+}
+
 TEST(backend_cuda, OutOfMemoryTextNamesTheRequestTheBackendAndTheDevice) {
   constexpr std::size_t MiB = std::size_t{1} << 20;
   const std::string text = CachingAllocator::out_of_memory_text(
