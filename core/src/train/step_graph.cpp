@@ -34,7 +34,7 @@ void StepGraph::disable(const std::string& why) {
   drop();
   facet_ = nullptr;
   disabled_ = why;
-  log_.info("step graphs off for this run: " + why + "; steps run op by op");
+  log_.warn("step graphs off for this run: " + why + "; steps run op by op");
 }
 
 void StepGraph::run(const StepGraphKey& key, bool eager, const std::function<void()>& body,
