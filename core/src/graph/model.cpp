@@ -13,6 +13,7 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
       plan_(GraphPlan::build(spec, input_features, classes, input, ops_)),
       executor_(backend_, plan_, ops_),
       label_smoothing_(static_cast<float>(spec.label_smoothing)),
+      epilogue_fusion_(spec.fuse_epilogues),
       loss_chunk_rows_(
           spec.loss_chunk_rows.value_or(classes >= kLossChunkClasses ? kLossChunkRows : 0)) {}
 

@@ -297,5 +297,30 @@ TEST(Model, TheNonfiniteReplayLeavesFusionOnInAModelWithoutFusedPairs) {
   EXPECT_FALSE(m.epilogue_fusion());
 }
 
+// A model built with fuse_epilogues = false (the config's model.fuse_epilogues) stays unfused
+// after a replay, as one built fused stays fused.
+TEST(Model, TheNonfiniteReplayKeepsAModelBuiltUnfusedUnfused) {
+  ModelSpec spec;
+  spec.layers = {linear("fc1", 24, 1), act("relu", "relu1"), linear("head", 5, 3)};
+  spec.fuse_epilogues = false;
+  auto backend = std::make_shared<backend_cpu::CpuBackend>(1);
+  Model m(backend, spec, 12, 5);
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(9);
+  m.init_parameters(2);
+  EXPECT_FALSE(m.epilogue_fusion());
+  EXPECT_EQ(m.fused_pairs(), 0);
+  std::vector<float> x(9 * 12, 0.5f);
+  std::vector<std::int32_t> y = {0, 1, 2, 3, 4, 0, 1, 2, 3};
+  backend->copy_from_host(m.input(9), x.data());
+  backend->copy_from_host(m.labels(9), y.data());
+  m.forward(9);
+  m.compute_loss(9, 1.0f, true);
+  m.backward(9);
+  EXPECT_EQ(locate_first_nonfinite(m, 9, 1.0f).where, "");
+  EXPECT_FALSE(m.epilogue_fusion());
+  EXPECT_EQ(m.fused_pairs(), 0);
+}
+
 }  // namespace
 }  // namespace mixtrain::core

@@ -130,7 +130,8 @@ class Model {
   // core/src/graph/ops/linear.h). Off: every layer runs its own kernel, as the non-finite replay
   // does.
   void set_epilogue_fusion(bool on);
-  bool epilogue_fusion() const { return epilogue_fusion_; }  // the last setting (on at first)
+  // The last setting: ModelSpec::fuse_epilogues (which the plan gives every op) until then.
+  bool epilogue_fusion() const { return epilogue_fusion_; }
   std::int64_t fused_pairs() const;
   // Hands the amaxes of this step's delayed-scaling FP8 casts to the precision policy; call once
   // per step before PrecisionPolicy::on_step_end. Every FP8 layer's amaxes live in one device
@@ -181,7 +182,7 @@ class Model {
   Executor executor_;
   Mode mode_ = Mode::train;
   float label_smoothing_ = 0.0f;
-  bool epilogue_fusion_ = true;  // every layer starts fused (set_fusion's default)
+  bool epilogue_fusion_ = true;  // ModelSpec::fuse_epilogues, then set_epilogue_fusion()
   std::int64_t loss_chunk_rows_ = 0;
   // fp32 [3 per op with an FP8 operand scaler]: their delayed-scaling amaxes, read at once;
   // scalers_[i] holds slice i.
