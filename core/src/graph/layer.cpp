@@ -35,9 +35,10 @@ void Layer::set_operand_scaling(sdk::PrecisionPolicy* policy) {
   if (operand_scaler_ != nullptr) operand_scaler_->set_policy(policy);
 }
 
-void Layer::begin_micro_batch(std::int64_t index, std::int64_t step) {
+void Layer::begin_micro_batch(std::int64_t index, std::int64_t step, std::int64_t draw) {
   step_ = step;
   micro_batch_ = index;
+  draw_ = draw;
   if (operand_scaler_ != nullptr) operand_scaler_->begin_micro_batch(index);
 }
 

@@ -38,7 +38,8 @@ void Model::set_mode(Mode mode) {
   for (auto& l : ops_) l->set_training(mode == Mode::train);
 }
 
-void Model::begin_micro_batch(std::int64_t index, std::int64_t count, std::int64_t step) {
+void Model::begin_micro_batch(std::int64_t index, std::int64_t count, std::int64_t step,
+                              std::int64_t replica) {
   if (index == 0) {
     executor_.start_gradients();
     // A step's delayed-scaling amaxes start from zero: one fill of the table, not one per cast.
@@ -50,7 +51,8 @@ void Model::begin_micro_batch(std::int64_t index, std::int64_t count, std::int64
     }
   }
   open_micro_batch_ = MicroBatch{index + 1 == count};
-  for (auto& l : ops_) l->begin_micro_batch(index, step);
+  // Replica 0's draws are a single process's, so one rank (or none) trains as before.
+  for (auto& l : ops_) l->begin_micro_batch(index, step, replica * count + index);
 }
 
 void Model::init_parameters(std::uint64_t seed) {

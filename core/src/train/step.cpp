@@ -165,7 +165,9 @@ void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_
   auto& model = *s.model;
   const std::int64_t bs = s.rank_batch;
   const std::int64_t micro = s.e.run.accumulate;
-  model.begin_micro_batch(k, micro, s.position.step);
+  // Each rank's random ops draw their own masks (dropout keyed by rank 0's would repeat them).
+  const std::int64_t replica = s.c.communicator ? s.c.communicator->rank() : 0;
+  model.begin_micro_batch(k, micro, s.position.step, replica);
   StepObserver* observer = s.opt.observer;
   const bool eager = request.statistics || model.has_gradient_ready_hook() || observer != nullptr;
   const Extent extent = Extent::batch_of(bs);
@@ -198,7 +200,7 @@ void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_
         }
         model.backward(bs, backward_visit);
       },
-      [&] { model.begin_micro_batch(k, micro, s.position.step); });
+      [&] { model.begin_micro_batch(k, micro, s.position.step, replica); });
 }
 
 // What the check multiplies the gradients by: they hold the sum over the replicas, so the unscale

@@ -25,8 +25,7 @@ DropoutLayer::DropoutLayer(std::string name, std::int64_t features, float p)
 }
 
 sdk::DropoutKey DropoutLayer::key() const {
-  return {seed_,
-          (static_cast<std::uint64_t>(step()) << 32) | static_cast<std::uint32_t>(micro_batch())};
+  return {seed_, (static_cast<std::uint64_t>(step()) << 32) | static_cast<std::uint32_t>(draw())};
 }
 
 void DropoutLayer::init_parameters(std::uint64_t seed) {

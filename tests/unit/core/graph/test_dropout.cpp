@@ -1,6 +1,6 @@
-// The dropout op on the CPU backend: its key (replay, steps, micro-batches, seeds), its keep
-// rate, evaluation mode, the op's spec errors and its plan-time check on a backend without the
-// facet. The finite-difference check is in test_layer_gradients.cpp.
+// The dropout op on the CPU backend: its key (replay, steps, micro-batches, replicas, seeds), its
+// keep rate, evaluation mode, the op's spec errors and its plan-time check on a backend without
+// the facet. The finite-difference check is in test_layer_gradients.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -164,6 +164,35 @@ TEST(Dropout, AModelDrawsPerStepAndResumesFromTheStepCount) {
   // A fresh model (a resumed run) at the same step draws what the first one drew.
   EXPECT_EQ(loss_at(*b, 2), step2);
   EXPECT_EQ(loss_at(*b, 1), step1);
+}
+
+// Data parallel: each replica (rank) draws its own masks, as its micro-batch's number among
+// every replica's (replica · count + index); replica 0 draws what one process draws, so a run on
+// one rank is unchanged. Rank 0's masks on every rank would drop the same positions of each
+// rank's rows.
+TEST(Dropout, EachDataParallelReplicaDrawsItsOwnMasks) {
+  auto m = std::make_unique<Model>(cpu(), dropout_model(0.5), 6, 3);
+  for (auto& l : m->layers()) l->set_precision({});
+  m->allocate(4);
+  m->init_parameters(5);
+  write(m->input(4), random_vector(24, 1));
+  std::vector<std::int32_t> labels = {0, 1, 2, 0};
+  cpu()->copy_from_host(m->labels(4), labels.data());
+  auto loss = [&](std::int64_t index, std::int64_t count, std::int64_t replica) {
+    m->begin_micro_batch(index, count, 7, replica);
+    m->forward(4);
+    return m->loss(4, 1.0f, false).loss;
+  };
+  auto one_process = [&](std::int64_t index, std::int64_t count) {
+    m->begin_micro_batch(index, count, 7);
+    m->forward(4);
+    return m->loss(4, 1.0f, false).loss;
+  };
+  EXPECT_EQ(loss(0, 1, 0), one_process(0, 1)) << "replica 0 is one process";
+  EXPECT_NE(loss(0, 1, 1), loss(0, 1, 0)) << "replica 1 draws its own";
+  // Two micro-batches a replica: replica 1's first is the third of all, not replica 0's second.
+  EXPECT_EQ(loss(0, 2, 1), one_process(2, 3)) << "draw 2";
+  EXPECT_NE(loss(0, 2, 1), loss(1, 2, 0));
 }
 
 TEST(Dropout, POfOneOrOutsideTheRangeStopsAtTheNodesConfigLine) {

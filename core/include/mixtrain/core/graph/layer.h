@@ -240,10 +240,16 @@ class Layer {
   OperandScaler* operand_scaler() const { return operand_scaler_; }
   // Called at the start of every micro-batch (index 0 opens an optimizer step `step`): the FP8
   // amax of delayed scaling spans the step, and random ops (dropout) key their draws on
-  // (step, index), which a resumed run restores and a replay of the step does not advance.
-  void begin_micro_batch(std::int64_t index, std::int64_t step);
+  // (step, draw), which a resumed run restores and a replay of the step does not advance. `draw`
+  // numbers the micro-batch among every data-parallel replica's (Model::begin_micro_batch);
+  // index, one process's.
+  void begin_micro_batch(std::int64_t index, std::int64_t step, std::int64_t draw);
+  void begin_micro_batch(std::int64_t index, std::int64_t step) {
+    begin_micro_batch(index, step, index);  // one process
+  }
   std::int64_t step() const { return step_; }
   std::int64_t micro_batch() const { return micro_batch_; }
+  std::int64_t draw() const { return draw_; }
 
   // Per scaled operand of the last step (when collection is on): what the FP8 cast did to it.
   struct ScaledOperandStats {
@@ -453,7 +459,7 @@ class Layer {
   std::int64_t quant_block_ = 0;
   std::shared_ptr<Tensor> dequant_scratch_;  // shared by the model's quantized weights
   bool training_ = true;
-  std::int64_t step_ = 0, micro_batch_ = 0;  // the last begin_micro_batch()'s
+  std::int64_t step_ = 0, micro_batch_ = 0, draw_ = 0;  // the last begin_micro_batch()'s
   bool epilogue_fused_ = false;  // runs a reader as its epilogue now (fuse_reader, set_fusion)
   bool collect_stats_ = false;
   std::vector<ScaledOperandStats> stats_;

@@ -156,8 +156,10 @@ class Model {
   // gradients afresh; the gradient-ready hook fires in the backward of index count - 1. A
   // backward() without it is a step of one micro-batch (its gradients overwrite). `step` is the
   // optimizer step the micro-batch belongs to (the trainer's count, restored on resume): random
-  // ops draw from (step, index), so a replay of the step draws the same and the next step anew.
-  void begin_micro_batch(std::int64_t index, std::int64_t count, std::int64_t step = 0);
+  // ops draw from (step, replica · count + index), so a replay of the step draws the same, the
+  // next step anew, and each data-parallel replica (its rank) its own masks rather than rank 0's.
+  void begin_micro_batch(std::int64_t index, std::int64_t count, std::int64_t step = 0,
+                         std::int64_t replica = 0);
   std::int64_t max_rows() const { return executor_.max_rows(); }
 
   // Runs for each parameter when backward has written its final gradient for the step.
