@@ -66,6 +66,14 @@ std::unique_ptr<sdk::Component> create_cuda_backend(const sdk::Options& options,
   char hint[1024] = {};
   backend_cuda::CudaOptions cuda;
   cuda.device = static_cast<int>(options.get_int("device"));
+  if (!options.was_set("device"))
+    if (const auto local = backend_cuda::local_rank_from_environment()) {
+      cuda.device = local->rank;
+      cuda.device_from_local_rank = true;
+      context.logger.info("backend.cuda: device from the local rank (" +
+                          std::string(local->variable) + " = " + std::to_string(local->rank) +
+                          ", modulo the visible devices); set backend.cuda.device to choose");
+    }
   cuda.fp8_fast_accumulation = options.get_bool("fp8_fast_accumulation");
   cuda.gemm_autotune = static_cast<int>(options.get_int("gemm_autotune"));
   cuda.gemm_realign = options.get_bool("gemm_realign");

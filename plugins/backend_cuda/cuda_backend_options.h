@@ -2,15 +2,23 @@
 // linking the CUDA libraries, which load only when a CUDA backend is created.
 #pragma once
 
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <string>
+#include <system_error>
 
 #include "mixtrain/sdk/options.h"
 
 namespace mixtrain::backend_cuda {
 
 inline sdk::OptionSchema cuda_backend_option_schema() {
-  return {sdk::OptionSpec::integer("device", 0,
-                                   "CUDA device index (as CUDA_VISIBLE_DEVICES numbers them)")
+  return {sdk::OptionSpec::integer(
+              "device", 0,
+              "CUDA device index (as CUDA_VISIBLE_DEVICES numbers them); when not set, a rank "
+              "that an MPI launcher started takes its local rank's GPU (the local rank modulo "
+              "the visible devices), else device 0")
               .at_least(0)
               .at_most(1023),
           sdk::OptionSpec::boolean(
@@ -73,9 +81,15 @@ inline sdk::OptionSchema cuda_backend_option_schema() {
               "throughout (the A/B of bench/gpu, variant +wgrad16)")};
 }
 
+struct LocalRank {
+  int rank;
+  const char* variable;  // the environment variable it came from
+};
+
 // The options' values as the runtime library takes them.
 struct CudaOptions {
   int device = 0;
+  bool device_from_local_rank = false;  // device is the local rank: the runtime takes it modulo
   bool fp8_fast_accumulation = false;  // CUBLASLT_MATMUL_DESC_FAST_ACCUM on native FP8 GEMMs
   int gemm_autotune = 0;               // GemmTuning::autotune_candidates; 0 or 1: off
   bool gemm_realign = false;           // GemmTuning::realign
@@ -102,6 +116,24 @@ inline std::string irreproducible_options(const CudaOptions& o) {
   return out;
 }
 
+// This process's rank among the ranks of its node, as launchers export it (Open MPI's
+// OMPI_COMM_WORLD_LOCAL_RANK, MPICH's MPI_LOCALRANKID, Slurm's SLURM_LOCALID, torchrun's
+// LOCAL_RANK, first found first); nullopt when none holds a non-negative integer. With `device`
+// unset, each rank of a multi-GPU node then takes a GPU of its own, as the nccl communicator
+// expects, where device 0 for every rank would put them all on one GPU (NCCL refuses that).
+inline std::optional<LocalRank> local_rank_from_environment() {
+  for (const char* name :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') continue;
+    int rank = -1;
+    const char* end = value + std::strlen(value);
+    const auto [stop, ec] = std::from_chars(value, end, rank);
+    if (ec == std::errc{} && stop == end && rank >= 0) return LocalRank{rank, name};
+  }
+  return std::nullopt;
+}
+
 // The runtime library's entry point: builds a CudaBackend from `options`, or returns null and
 // writes the reason (CUDA's error text) and a hint into `error` and `hint` (each `size` bytes,
 // NUL-terminated, truncated). C linkage and no exceptions across the dlopen boundary; the module
@@ -110,7 +142,7 @@ inline std::string irreproducible_options(const CudaOptions& o) {
 // instead of being called with the wrong arguments.
 using CreateCudaBackendFn = void* (*)(const CudaOptions* options, char* error, char* hint,
                                       unsigned long size);
-inline constexpr const char* kCreateCudaBackendSymbol = "mixtrain_backend_cuda_create_v5";
+inline constexpr const char* kCreateCudaBackendSymbol = "mixtrain_backend_cuda_create_v6";
 inline constexpr const char* kCudaRuntimeLibrary = "backend_cuda/libmixtrain_backend_cuda_runtime.so";
 
 }  // namespace mixtrain::backend_cuda

@@ -2,8 +2,11 @@
 // capabilities, memory statistics and the caching allocator, copies, and every cast pair against
 // the CPU reference (bit-exact: both follow sdk/float_formats.h).
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -66,6 +69,31 @@ TEST(backend_cuda, OptionsThatCostReproducibilityAreNamed) {
   EXPECT_EQ(irreproducible_options(o),
             "gemm_autotune = 8, conv_autotune = 4, deterministic_attention = false, "
             "deterministic_convolutions = false");
+}
+
+// With `device` unset, a rank an MPI launcher started takes its local rank's GPU: the first of
+// the launchers' variables that holds a non-negative integer.
+TEST(backend_cuda, TheLocalRankComesFromTheLaunchersEnvironment) {
+  const char* names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+                         "LOCAL_RANK"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* n : names) {
+    if (const char* v = std::getenv(n)) saved.emplace_back(n, v);
+    unsetenv(n);
+  }
+  EXPECT_FALSE(local_rank_from_environment().has_value());
+  setenv("LOCAL_RANK", "3", 1);
+  ASSERT_TRUE(local_rank_from_environment().has_value());
+  EXPECT_EQ(local_rank_from_environment()->rank, 3);
+  EXPECT_STREQ(local_rank_from_environment()->variable, "LOCAL_RANK");
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);  // Open MPI's first
+  EXPECT_EQ(local_rank_from_environment()->rank, 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "x1", 1);  // not a number: the next one
+  EXPECT_EQ(local_rank_from_environment()->rank, 3);
+  setenv("LOCAL_RANK", "-2", 1);
+  EXPECT_FALSE(local_rank_from_environment().has_value());
+  for (const char* n : names) unsetenv(n);
+  for (const auto& [n, v] : saved) setenv(n.c_str(), v.c_str(), 1);
 }
 
 TEST(backend_cuda, OutOfMemoryTextNamesTheRequestTheBackendAndTheDevice) {
