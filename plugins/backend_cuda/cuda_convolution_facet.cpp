@@ -176,6 +176,8 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
                 stream, op);
           } catch (const sdk::BackendError&) {
             ConvPlans::drop_candidates_over(*plan, plan->workspace);
+            if (plan->untimed.empty())
+              plan->tuning = "not autotuned (no device memory for the other candidates' workspace)";
             tune_ws = st.tune_workspace.get(
                 static_cast<std::size_t>(std::max<std::int64_t>(1, plan->tuning_workspace())),
                 stream, op);

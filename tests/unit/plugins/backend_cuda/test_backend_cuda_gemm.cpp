@@ -249,17 +249,23 @@ TEST_F(backend_cuda_vs_cpu, GemmAutotunedAccumulatesIntoCOnceAndMatchesTheCpu) {
   for (const bool realign : {false, true}) {
     CudaBackend tuned(CudaOptions{.device = 0, .gemm_autotune = 4, .gemm_realign = realign});
     for (DType out : {DType::bf16, DType::fp32}) {
-      run_case(tuned, cpu(), {DType::bf16, DType::bf16, out, false, true, 256, 1001, 256}, seed++);
+      // At least kRealignMinMacs (2^27) multiply-adds each, so the realigned pass realigns.
+      run_case(tuned, cpu(), {DType::bf16, DType::bf16, out, false, true, 1024, 1001, 256}, seed++);
       run_case(tuned, cpu(),
-               {DType::bf16, DType::bf16, out, false, true, 256, 1001, 256, 1.0f, 1.0f}, seed++);
+               {DType::bf16, DType::bf16, out, false, true, 1024, 1001, 256, 1.0f, 1.0f}, seed++);
       run_case(tuned, cpu(),
-               {DType::bf16, DType::bf16, out, true, false, 1001, 256, 512, 0.5f, 1.0f, true},
+               {DType::bf16, DType::bf16, out, true, false, 1001, 256, 1024, 0.5f, 1.0f, true},
                seed++);
     }
-    int timed = 0;
-    for (const std::string& line : tuned.gemm_plan_report())
+    int timed = 0, realigned = 0;
+    for (const std::string& line : tuned.gemm_plan_report()) {
       timed += line.find("autotuned over") != std::string::npos;
+      realigned += line.find("realigned-ld=") != std::string::npos;
+    }
     EXPECT_GE(timed, 1) << "no GEMM was autotuned" << (realign ? " (realigned)" : "");
+    if (realign) {
+      EXPECT_GE(realigned, 1) << "no autotuned GEMM ran on realigned rows";
+    }
   }
 }
 
