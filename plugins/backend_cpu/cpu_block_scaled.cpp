@@ -35,7 +35,8 @@ std::vector<float> read_fp32(const TensorView& v) {
   switch (v.dtype) {
     case DType::fp32:
     case DType::tf32:
-      std::memcpy(out.data(), v.data, out.size() * sizeof(float));
+      // An empty source's vector has no storage: memcpy's pointers must not be null even then.
+      if (!out.empty()) std::memcpy(out.data(), v.data, out.size() * sizeof(float));
       break;
     case DType::bf16:
     case DType::fp16:
