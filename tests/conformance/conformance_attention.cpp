@@ -364,16 +364,11 @@ TEST_P(Conformance, FlashDecodeGivesKeysWithMinusInfiniteScoresNoWeight) {
     const auto want_all =
         flash_reference({1, len, heads, d}, stored_qkv,
                         std::vector<double>(static_cast<std::size_t>(len * width)), scale);
-    // upload() saturates 16-bit casts (-inf would arrive as the lowest finite value): cast here.
-    DeviceTensor qkv32(*tested_, DType::fp32, Shape{1, len, 3 * width});
-    tested_->copy_from_host(qkv32.view(), qkv_values.data());
-    DeviceTensor qkv(*tested_, dt, Shape{1, len, 3 * width});
-    if (dt == DType::fp32)
-      tested_->copy_from_host(qkv.view(), qkv_values.data());
-    else
-      tested_->cast(qkv32.view(), qkv.view(), sdk::CastArgs{});
+    // Unsaturated: -inf stays -inf in 16 bits (upload() would make it the lowest finite value).
+    const auto qkv = make_on(*tested_, qkv_values, Shape{1, len, 3 * width}, dt, 1.0f,
+                             /*saturate=*/false);
     auto cache = zeros(Shape{3 * heads * cap * d}, dt);
-    tested_attention->split_heads(qkv.view(), {1, len, heads, d, 3, cap, 0}, cache.tested->view());
+    tested_attention->split_heads(qkv->view(), {1, len, heads, d, 3, cap, 0}, cache.tested->view());
     // A prefill (rows before key 150 see only −inf: 0 / 0 there, as in the exact softmax, and
     // not compared) and a step past the infinite keys.
     for (std::int64_t start : {std::int64_t{0}, std::int64_t{160}}) {

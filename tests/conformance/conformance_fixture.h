@@ -131,16 +131,18 @@ class Conformance : public ::testing::TestWithParam<BackendUnderTest> {
     p.tested = make_on(*tested_, values, shape, dtype, scale);
     return p;
   }
+  // saturate = false keeps infinities a 16-bit dtype can hold (upload() saturates them to its
+  // largest finite value, as a cast of real data does).
   static std::unique_ptr<DeviceTensor> make_on(sdk::DeviceBackend& b,
                                                const std::vector<float>& values, Shape shape,
-                                               DType dtype, float scale) {
+                                               DType dtype, float scale, bool saturate = true) {
     auto f32 = std::make_unique<DeviceTensor>(b, DType::fp32, shape);
     b.copy_from_host(f32->view(), values.data());
     if (dtype == DType::fp32) return f32;
     auto out = std::make_unique<DeviceTensor>(b, dtype == DType::tf32 ? DType::fp32 : dtype, shape);
     sdk::CastArgs args;
     args.scale = scale;
-    args.saturate = true;
+    args.saturate = saturate;
     b.cast(f32->view(), out->view(), args);
     return out;
   }
