@@ -169,18 +169,19 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
         try {
           // The largest candidate's workspace, in a scratch of its own released below; a
           // candidate the device cannot give it is dropped, not the key's whole timing.
-          void* tune_ws = nullptr;
-          try {
-            tune_ws = st.tune_workspace.get(
+          const auto tuning_workspace = [&] {
+            return st.tune_workspace.get(
                 static_cast<std::size_t>(std::max<std::int64_t>(1, plan->tuning_workspace())),
                 stream, op);
+          };
+          void* tune_ws = nullptr;
+          try {
+            tune_ws = tuning_workspace();
           } catch (const sdk::BackendError&) {
             ConvPlans::drop_candidates_over(*plan, plan->workspace);
             if (plan->untimed.empty())
               plan->tuning = "not autotuned (no device memory for the other candidates' workspace)";
-            tune_ws = st.tune_workspace.get(
-                static_cast<std::size_t>(std::max<std::int64_t>(1, plan->tuning_workspace())),
-                stream, op);
+            tune_ws = tuning_workspace();
           }
           std::array<void*, 3> tune = uids;
           if (key.beta_one) {

@@ -167,7 +167,10 @@ void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_
   const std::int64_t micro = s.e.run.accumulate;
   // Each rank's random ops draw their own masks (dropout keyed by rank 0's would repeat them).
   const std::int64_t replica = s.c.communicator ? s.c.communicator->rank() : 0;
-  model.begin_micro_batch(k, micro, s.position.step, replica);
+  const auto open_micro_batch = [&] {
+    model.begin_micro_batch(k, micro, s.position.step, replica);
+  };
+  open_micro_batch();
   StepObserver* observer = s.opt.observer;
   const bool eager = request.statistics || model.has_gradient_ready_hook() || observer != nullptr;
   const Extent extent = Extent::batch_of(bs);
@@ -200,7 +203,7 @@ void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_
         }
         model.backward(bs, backward_visit);
       },
-      [&] { model.begin_micro_batch(k, micro, s.position.step, replica); });
+      open_micro_batch);
 }
 
 // What the check multiplies the gradients by: they hold the sum over the replicas, so the unscale
