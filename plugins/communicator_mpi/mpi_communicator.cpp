@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "mixtrain/sdk/error.h"
@@ -33,6 +34,36 @@ std::string seconds_text(double s) {
   char text[32];
   std::snprintf(text, sizeof text, "%g", s);
   return text;
+}
+
+Clock::time_point deadline_after(double seconds) {
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+std::string timed_out_message(int rank, const std::string& what, double timeout_s) {
+  return "rank " + std::to_string(rank) + ": " + what + " did not complete within " +
+         seconds_text(timeout_s) +
+         " s (distributed.mpi.timeout_s): a rank may have died or stopped calling collectives";
+}
+
+constexpr const char* kTimedOutHint =
+    "look for an earlier error on another rank; raise timeout_s if a step legitimately takes "
+    "longer";
+
+// Ends every rank when a handle is destroyed while its collective still runs past its deadline.
+// MPI cannot cancel a collective, and it still writes the caller's buffers (on the communication
+// thread, or inside any later MPI call under "test"), so neither returning nor waiting on is
+// safe. The edge would print the timeout and MPI_Abort next anyway: this does the same from here.
+[[noreturn]] void end_every_rank(int rank, const std::string& what, double timeout_s) {
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "\nerror: %s; it is still running when its buffers are released, so every rank "
+               "ends now (MPI_Abort)\n  HINT: %s\n",
+               timed_out_message(rank, what, timeout_s).c_str(), kTimedOutHint);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // MPI_Abort does not return; if it did, end this rank anyway
 }
 
 // avg's completion: the sum MPI left in `data` (fp32 host memory; empty: nothing to do) × scale.
@@ -64,11 +95,15 @@ class MpiCommunicator::Handle final : public sdk::CommunicationHandle {
         scaled_(scale_on_completion),
         scale_(scale),
         request_(std::make_shared<MPI_Request>(MPI_REQUEST_NULL)) {}
+  // Waits what is left of the deadline (counted from the first wait), then ends every rank: see
+  // end_every_rank.
   ~Handle() override {
     if (done_) return;
     try {
-      wait();
-    } catch (...) {  // a destructor must not throw; the run is failing already
+      if (!owner_.complete_by(*request_, what_, deadline()))
+        end_every_rank(owner_.rank(), what_, owner_.timeout_s());
+      finish();
+    } catch (...) {  // an MPI error: the request is dead, and the run is failing already
     }
   }
   MPI_Request* request() { return request_.get(); }
@@ -81,11 +116,15 @@ class MpiCommunicator::Handle final : public sdk::CommunicationHandle {
   }
   void wait() override {
     if (done_) return;
-    owner_.wait_for(*request_, what_);
+    owner_.wait_for(*request_, what_, deadline());
     finish();
   }
 
  private:
+  Clock::time_point deadline() {
+    if (!deadline_) deadline_ = deadline_after(owner_.timeout_s());
+    return *deadline_;
+  }
   void finish() {
     done_ = true;
     scale_in_place(scaled_, scale_);
@@ -95,6 +134,7 @@ class MpiCommunicator::Handle final : public sdk::CommunicationHandle {
   sdk::TensorView scaled_;
   float scale_;
   std::shared_ptr<MPI_Request> request_;
+  std::optional<Clock::time_point> deadline_;  // set by the first wait
   bool done_ = false;
 };
 
@@ -114,10 +154,13 @@ class MpiCommunicator::ThreadHandle final : public sdk::CommunicationHandle {
  public:
   ThreadHandle(std::shared_ptr<Job> job, double timeout_s, int rank)
       : job_(std::move(job)), timeout_s_(timeout_s), rank_(rank) {}
+  // The thread still writes the caller's buffers: wait for it until the deadline (counted from
+  // the first wait), then end every rank (end_every_rank) rather than wait forever on a peer
+  // that stalled.
   ~ThreadHandle() override {
-    // The thread still writes the caller's buffers: wait for it whatever the deadline.
     std::unique_lock lock(job_->mutex);
-    job_->finished.wait(lock, [&] { return job_->done; });
+    if (job_->finished.wait_until(lock, deadline(), [&] { return job_->done; })) return;
+    end_every_rank(rank_, job_->what, timeout_s_);
   }
   bool test() override {
     std::lock_guard lock(job_->mutex);
@@ -126,21 +169,21 @@ class MpiCommunicator::ThreadHandle final : public sdk::CommunicationHandle {
   }
   void wait() override {
     std::unique_lock lock(job_->mutex);
-    if (!job_->finished.wait_for(lock, std::chrono::duration<double>(timeout_s_),
-                                 [&] { return job_->done; }))
-      throw sdk::CommunicationError(
-          "rank " + std::to_string(rank_) + ": " + job_->what + " did not complete within " +
-              seconds_text(timeout_s_) +
-              " s (distributed.mpi.timeout_s): a rank may have died or stopped calling collectives",
-          "look for an earlier error on another rank; raise timeout_s if a step legitimately "
-          "takes longer");
+    if (!job_->finished.wait_until(lock, deadline(), [&] { return job_->done; }))
+      throw sdk::CommunicationError(timed_out_message(rank_, job_->what, timeout_s_),
+                                    kTimedOutHint);
     if (job_->error) std::rethrow_exception(job_->error);
   }
 
  private:
+  Clock::time_point deadline() {
+    if (!deadline_) deadline_ = deadline_after(timeout_s_);
+    return *deadline_;
+  }
   std::shared_ptr<Job> job_;
   double timeout_s_;
   int rank_;
+  std::optional<Clock::time_point> deadline_;  // set by the first wait
 };
 
 sdk::OptionSchema MpiCommunicator::option_schema() {
@@ -341,16 +384,20 @@ void MpiCommunicator::check(int code, const std::string& what) const {
 }
 
 void MpiCommunicator::wait_for(MPI_Request& request, const std::string& what) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+  wait_for(request, what, deadline_after(timeout_s_));
+}
+
+void MpiCommunicator::wait_for(MPI_Request& request, const std::string& what,
+                               std::chrono::steady_clock::time_point deadline) {
+  if (!complete_by(request, what, deadline))
+    throw sdk::CommunicationError(timed_out_message(rank_, what, timeout_s_), kTimedOutHint);
+}
+
+bool MpiCommunicator::complete_by(MPI_Request& request, const std::string& what,
+                                  std::chrono::steady_clock::time_point deadline) {
   for (int spins = 0;; ++spins) {
-    if (test_request(request, what)) return;
-    if (Clock::now() > deadline)
-      throw sdk::CommunicationError(
-          "rank " + std::to_string(rank_) + ": " + what + " did not complete within " +
-              seconds_text(timeout_s_) +
-              " s (distributed.mpi.timeout_s): a rank may have died or stopped calling collectives",
-          "look for an earlier error on another rank; raise timeout_s if a step legitimately "
-          "takes longer");
+    if (test_request(request, what)) return true;
+    if (Clock::now() > deadline) return false;
     // Spin first (the answer is usually microseconds away), then give the core back: with more
     // ranks than cores, a busy wait would starve the rank being waited for.
     if (spins > 1000) std::this_thread::yield();

@@ -19,7 +19,11 @@
 //     request in flight, and the host calls it between backward ops.
 //   README.md has the measurement behind the default.
 // - Every wait polls its request until `timeout_s` (option) has passed, then throws
-//   sdk::CommunicationError naming the operation and its size.
+//   sdk::CommunicationError naming the operation and its size. A handle's deadline counts from
+//   its first wait; a later wait (the collective may still complete) keeps it.
+// - Destroying a handle whose collective has not completed waits until that deadline, then ends
+//   every rank (a line naming the collective, then MPI_Abort): MPI cannot cancel a collective
+//   that still writes the caller's buffers, and a stalled peer must not hang this rank forever.
 // - Start-up is bounded too: MPI_Init_thread and the communicator duplicates wait for every rank
 //   and cannot be interrupted, so a watchdog ends the process after `timeout_s` with one line
 //   naming this rank, the call and the option (exit 1; mpirun then ends the others). A rank that
@@ -70,6 +74,13 @@ class MpiCommunicator final : public sdk::Communicator {
 
   // Polls `request` until it completes or the timeout passes (then CommunicationError).
   void wait_for(MPI_Request& request, const std::string& what);
+  // The same against a deadline a handle keeps from its first wait.
+  void wait_for(MPI_Request& request, const std::string& what,
+                std::chrono::steady_clock::time_point deadline);
+  // Polls `request` until it completes (true) or `deadline` passes (false); MPI's errors throw.
+  bool complete_by(MPI_Request& request, const std::string& what,
+                   std::chrono::steady_clock::time_point deadline);
+  double timeout_s() const { return timeout_s_; }
   // MPI's error text for `code`, as CommunicationError naming `what`, when code != MPI_SUCCESS.
   void check(int code, const std::string& what) const;
 
