@@ -1,5 +1,10 @@
 #include "distributed/data_parallel_reducer.h"
 
+#include <array>
+#include <cstring>
+
+#include "mixtrain/sdk/error.h"
+
 #include "distributed/local_reducer.h"
 #include "distributed/rank_agreement.h"
 #include "profiling/profile_scope.h"
@@ -55,6 +60,22 @@ bool DataParallelReducer::any_rank(bool mine) {
 
 void DataParallelReducer::before_evaluation(Model& model) {
   dp_.broadcast_buffers(model);
+}
+
+void DataParallelReducer::agree_on_evaluation(EvalResult& result) {
+  std::array<double, 3> numbers = {result.loss, result.accuracy, result.top_k_accuracy};
+  std::vector<std::byte> bytes(sizeof numbers);
+  std::memcpy(bytes.data(), numbers.data(), sizeof numbers);
+  comm_->broadcast_host(bytes, 0);
+  if (bytes.size() != sizeof numbers)
+    throw sdk::CommunicationError("rank 0 sent " + std::to_string(bytes.size()) +
+                                      " bytes of evaluation numbers, not " +
+                                      std::to_string(sizeof numbers),
+                                  "run the same mixtrain build on every rank");
+  std::memcpy(numbers.data(), bytes.data(), sizeof numbers);
+  result.loss = numbers[0];
+  result.accuracy = numbers[1];
+  result.top_k_accuracy = numbers[2];
 }
 
 std::vector<sdk::HostTensor> DataParallelReducer::optimizer_state(const sdk::Optimizer& optimizer) {

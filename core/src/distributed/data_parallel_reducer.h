@@ -3,10 +3,10 @@
 // collective the step needs there: gradient buckets reduced during backward and before the
 // unscale, found_inf, Σg² and the loss in one host all-reduce (so the loss is read every step),
 // FP8 amaxes MAX-reduced, the lowest rank's blame, the sharded masters gathered after the update,
-// rank 0's buffers before evaluation, sharded optimizer state gathered and scattered for
-// checkpoints. Communication time is summed per logged window (report_step) and over the run
-// (report_run), whose agreement check compares replica_state() and, unsharded, every optimizer
-// slot (each rank holds them all). Internal to the core.
+// rank 0's buffers before evaluation and its numbers after, sharded optimizer state gathered and
+// scattered for checkpoints. Communication time is summed per logged window (report_step) and over
+// the run (report_run), whose agreement check compares replica_state() and, unsharded, every
+// optimizer slot (each rank holds them all). Internal to the core.
 #pragma once
 
 #include <memory>
@@ -36,6 +36,7 @@ class DataParallelReducer final : public Reducer {
 
   bool any_rank(bool mine) override;
   void before_evaluation(Model& model) override;
+  void agree_on_evaluation(EvalResult& result) override;
 
   std::vector<sdk::HostTensor> optimizer_state(const sdk::Optimizer& optimizer) override;
   void load_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,

@@ -35,6 +35,7 @@ class LocalReducer final : public Reducer {
 
   bool any_rank(bool mine) override { return mine; }
   void before_evaluation(Model&) override {}
+  void agree_on_evaluation(EvalResult&) override {}
 
   std::vector<sdk::HostTensor> optimizer_state(const sdk::Optimizer& optimizer) override;
   void load_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,

@@ -25,7 +25,10 @@
 // - after_update(model): after an applied optimizer step (sharded optimizer state: the updated
 //   masters gathered into every replica).
 // - Between steps: any_rank(mine) (a stop request ends every replica after the same step),
-//   before_evaluation(model) (every replica evaluates with replica 0's buffers).
+//   before_evaluation(model) (every replica evaluates with replica 0's buffers), then
+//   agree_on_evaluation(result): replica 0's numbers on every replica, so early stopping and
+//   the best checkpoint decide alike everywhere (each replica evaluates every row, but kernels
+//   chosen per rank, autotuned ones say, can differ in the last bits and split a close call).
 // - Checkpoints: optimizer_state() is the optimizer's slots as whole tensors named as a one-rank
 //   run names them (unprefixed); load_optimizer_state() takes them back: `find(name)` gives the
 //   whole tensor or nullptr (sdk::CheckpointError naming `where` and the slot), `load(tensor,
@@ -89,6 +92,7 @@ class Reducer {
 
   virtual bool any_rank(bool mine) = 0;
   virtual void before_evaluation(Model& model) = 0;
+  virtual void agree_on_evaluation(EvalResult& result) = 0;
 
   virtual std::vector<sdk::HostTensor> optimizer_state(const sdk::Optimizer& optimizer) = 0;
   virtual void load_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,

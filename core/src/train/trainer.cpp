@@ -379,11 +379,13 @@ void log_step(Trainer::State& s, const StepOutcome& step, double sps, ProgressRe
 }
 
 // Every rank evaluates every row, with rank 0's batch-norm statistics (as DDP broadcasts its
-// buffers), so all ranks agree on early stopping and the best checkpoint.
+// buffers), and then takes rank 0's numbers, so all ranks agree on early stopping and the best
+// checkpoint even where their kernels differ in the last bits.
 void evaluate_and_log(Trainer& trainer, Trainer::State& s, TrainSummary& sum, RunEnd& end) {
   const auto& e = s.e;
   s.reducer->before_evaluation(*s.model);
   sum.eval = trainer.evaluate();
+  s.reducer->agree_on_evaluation(sum.eval);
   sum.evaluated = true;
   sum.eval_step = s.position.step;
   json rec = {{"step", s.position.step},

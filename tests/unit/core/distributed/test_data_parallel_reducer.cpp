@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -15,8 +16,8 @@
 namespace mixtrain::core {
 namespace {
 
-// Rank 0 of `world`. Device collectives complete at once and leave the data as it is; host
-// collectives fold in what `peer` (every other rank) holds.
+// Rank `me` (0 unless a test says) of `world`. Device collectives complete at once and leave the
+// data as it is; host collectives fold in what `peer` (every other rank) holds.
 class RecordingCommunicator final : public sdk::Communicator {
  public:
   struct Handle final : sdk::CommunicationHandle {
@@ -27,10 +28,12 @@ class RecordingCommunicator final : public sdk::Communicator {
   };
   std::vector<std::string> calls;
   int world = 1;
+  int me = 0;                         // this rank
+  std::vector<std::byte> root_bytes;  // what rank 0 broadcasts to the others (me > 0)
   std::string peer_text;  // what the other ranks hold for lowest_rank_text ("": nothing)
   double peer_value = 0.0;
 
-  int rank() const override { return 0; }
+  int rank() const override { return me; }
   int world_size() const override { return world; }
   std::string description() const override { return "recording"; }
   void bind(sdk::DeviceBackend&) override {}
@@ -63,6 +66,8 @@ class RecordingCommunicator final : public sdk::Communicator {
     if (root != 0) {
       bytes.resize(peer_text.size());
       std::memcpy(bytes.data(), peer_text.data(), peer_text.size());
+    } else if (me != 0) {
+      bytes = root_bytes;
     }
   }
 };
@@ -198,6 +203,33 @@ TEST(DataParallelReducer, EvaluationStartsFromRankZerosBuffersAndAStopIsEveryRan
   EXPECT_TRUE(f.comm->calls.empty());
   EXPECT_FALSE(f.reducer->any_rank(false));
   EXPECT_EQ(f.comm->calls, std::vector<std::string>{"all_reduce_host 1"});
+}
+
+// Each replica evaluates alone and may differ in the last bits (kernels chosen per rank): every
+// one must decide early stopping and the best checkpoint from rank 0's numbers.
+TEST(DataParallelReducer, EveryRankTakesRankZerosEvaluationNumbers) {
+  ReducerFixture f(2);
+  EvalResult mine{0.6931471805599453, 0.5, 64, 5, 0.875};
+  const EvalResult as_evaluated = mine;
+  f.reducer->agree_on_evaluation(mine);  // rank 0 keeps its own
+  EXPECT_EQ(f.comm->calls, std::vector<std::string>{"broadcast_host from 0"});
+  EXPECT_EQ(mine.loss, as_evaluated.loss);
+  EXPECT_EQ(mine.accuracy, as_evaluated.accuracy);
+  EXPECT_EQ(mine.top_k_accuracy, as_evaluated.top_k_accuracy);
+
+  f.comm->me = 1;
+  const std::array<double, 3> rank0 = {0.6931471805599454, 0.5, 0.8750000000000001};
+  f.comm->root_bytes.resize(sizeof rank0);
+  std::memcpy(f.comm->root_bytes.data(), rank0.data(), sizeof rank0);
+  f.reducer->agree_on_evaluation(mine);
+  EXPECT_EQ(mine.loss, rank0[0]);
+  EXPECT_EQ(mine.accuracy, rank0[1]);
+  EXPECT_EQ(mine.top_k_accuracy, rank0[2]);
+  EXPECT_EQ(mine.rows, 64);  // what every rank counts alike stays
+  EXPECT_EQ(mine.top_k, 5);
+
+  f.comm->root_bytes.resize(8);  // a build that sends something else: an error, not garbage
+  EXPECT_THROW(f.reducer->agree_on_evaluation(mine), sdk::CommunicationError);
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ class RecordingReducer final : public Reducer {
   void after_update(Model&) override { calls.push_back("after_update"); }
   bool any_rank(bool mine) override { return mine; }
   void before_evaluation(Model&) override { calls.push_back("before_evaluation"); }
+  void agree_on_evaluation(EvalResult&) override { calls.push_back("agree_on_evaluation"); }
   std::vector<sdk::HostTensor> optimizer_state(const sdk::Optimizer&) override { return {}; }
   void load_optimizer_state(const sdk::Optimizer&, const WholeTensorFinder&,
                             const WholeTensorLoader&, const std::string&) override {}
