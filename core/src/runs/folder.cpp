@@ -1,7 +1,15 @@
 #include "mixtrain/core/runs/folder.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,19 +24,80 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr const char* kLockFile = ".mixtrain.lock";
+// The first line resolved_toml() writes: a config.toml without it is not a run's but somebody's.
+constexpr std::string_view kResolvedConfigHeader = "# mixtrain resolved config";
+
 bool holds_run(const fs::path& d) {
   return fs::exists(d / "metrics.jsonl") || fs::exists(d / "summary.json");
 }
 
-fs::path claim_run_dir(const fs::path& requested, bool explicit_dir) {
-  if (!holds_run(requested)) return requested;
-  if (explicit_dir)
+// The run a checkpoint belongs to: …/<run>/checkpoints/step-N.<ext> → …/<run>. A checkpoint kept
+// anywhere else belongs to no run folder, and its grandparent is nobody's to write into.
+std::optional<fs::path> run_of_checkpoint(const fs::path& checkpoint) {
+  const fs::path parent = checkpoint.parent_path();
+  if (parent.filename() != "checkpoints") return std::nullopt;
+  return parent.parent_path();
+}
+
+std::string lock_holder(const fs::path& dir) {
+  std::ifstream in(dir / kLockFile);
+  std::string pid;
+  std::getline(in, pid);
+  return pid.empty() ? "another process" : "process " + pid;
+}
+
+// Creates `dir` and takes its lock, or returns nullopt when another live process holds it.
+std::optional<RunFolderLock> try_lock(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    throw sdk::UserError("cannot create run folder " + dir.string() + ": " + ec.message(),
+                         "choose a writable --run-dir");
+  return RunFolderLock::try_take(dir / kLockFile);
+}
+
+void refuse_in_use(const fs::path& dir) {
+  throw sdk::UserError("run folder " + dir.string() + " is in use by " + lock_holder(dir) +
+                           ", a mixtrain run still writing there",
+                       "wait for that run to end (or stop it), or choose another --run-dir");
+}
+
+// The folder and its lock. A folder another run holds, or one that holds a finished run, is
+// refused when the user named it (explicit_dir) and skipped otherwise, for the next "-2", "-3", …
+// suffix. The lock is taken before the second look, so two runs started at once never share one.
+std::pair<fs::path, RunFolderLock> claim_run_dir(const fs::path& requested, bool explicit_dir) {
+  auto refuse_finished = [&] {
     throw sdk::UserError("run folder " + requested.string() + " already holds a run",
                          "choose a new --run-dir, or continue that run with --resume " +
                              (requested / "checkpoints").string());
-  for (int i = 2;; ++i) {
-    fs::path candidate = requested.string() + "-" + std::to_string(i);
-    if (!holds_run(candidate)) return candidate;
+  };
+  if (explicit_dir) {
+    if (holds_run(requested)) refuse_finished();
+    auto lock = try_lock(requested);
+    if (!lock) refuse_in_use(requested);
+    if (holds_run(requested)) refuse_finished();
+    return {requested, std::move(*lock)};
+  }
+  for (int i = 1;; ++i) {
+    const fs::path candidate =
+        i == 1 ? requested : fs::path(requested.string() + "-" + std::to_string(i));
+    if (holds_run(candidate)) continue;
+    auto lock = try_lock(candidate);
+    if (lock && !holds_run(candidate)) return {candidate, std::move(*lock)};
+  }
+}
+
+// "discarded-after-step-N", or with ".2", ".3", … when an earlier continuation from the same step
+// already left its files: each abandoned continuation keeps its own, never overwritten.
+std::string discard_suffix(const fs::path& dir, std::int64_t step) {
+  const std::string base = "discarded-after-step-" + std::to_string(step);
+  for (int i = 1;; ++i) {
+    const std::string suffix = i == 1 ? base : base + "." + std::to_string(i);
+    if (!fs::exists(dir / ("checkpoints." + suffix)) &&
+        !fs::exists(dir / ("metrics." + suffix + ".jsonl")) &&
+        !fs::exists(dir / ("metrics." + suffix + ".csv")))
+      return suffix;
   }
 }
 
@@ -72,7 +141,7 @@ void abandon_csv_after_step(const fs::path& dir, std::int64_t step, const std::s
 // Returns what it moved, as one sentence, or "" when the folder held nothing after `step`.
 std::string abandon_after_step(const fs::path& dir, std::int64_t step,
                                const std::string& extension) {
-  const std::string suffix = "discarded-after-step-" + std::to_string(step);
+  const std::string suffix = discard_suffix(dir, step);
   abandon_csv_after_step(dir, step, suffix);
   std::ifstream in(dir / "metrics.jsonl");
   std::string keep, discarded, line;
@@ -125,13 +194,35 @@ void write_run_file(const fs::path& file, const std::string& text, const std::st
   out.commit();
 }
 
+std::optional<RunFolderLock> RunFolderLock::try_take(const fs::path& file) {
+  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw sdk::UserError("cannot open " + file.string() + ": " + std::strerror(errno),
+                         "choose a writable --run-dir");
+  auto owned = std::make_unique<sdk::UniqueFd>(fd);
+  int locked = ::flock(fd, LOCK_EX | LOCK_NB);
+  while (locked != 0 && errno == EINTR) locked = ::flock(fd, LOCK_EX | LOCK_NB);
+  if (locked != 0) {
+    if (errno == EWOULDBLOCK) return std::nullopt;
+    // A file system without flock (some network mounts): run unlocked, as before locks existed.
+    return RunFolderLock(std::move(owned));
+  }
+  // Who holds it, for the message a second run gets; the lock itself is the flock, not the text.
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) == 0 && ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    // Only the message's pid is lost.
+  }
+  return RunFolderLock(std::move(owned));
+}
+
 std::optional<fs::path> continued_run_folder(const fs::path& run_dir,
                                              const fs::path& resumed_from) {
   if (resumed_from.empty()) return std::nullopt;
-  const fs::path resumed_run = resumed_from.parent_path().parent_path();
-  const fs::path requested = run_dir.empty() ? resumed_run : run_dir;
+  const auto resumed_run = run_of_checkpoint(resumed_from);
+  if (!resumed_run) return std::nullopt;
+  const fs::path requested = run_dir.empty() ? *resumed_run : run_dir;
   // exists() first: equivalent() needs both paths to exist.
-  if (!fs::exists(requested / "metrics.jsonl") || !fs::equivalent(requested, resumed_run))
+  if (!fs::exists(requested / "metrics.jsonl") || !fs::equivalent(requested, *resumed_run))
     return std::nullopt;
   return requested;
 }
@@ -141,20 +232,42 @@ PreparedRunFolder prepare_run_folder(const RunFolderRequest& r,
   const auto continued = continued_run_folder(r.run_dir, r.resumed_from);
   fs::path requested = r.run_dir;
   bool explicit_dir = !requested.empty();
-  if (requested.empty() && !r.resumed_from.empty()) {
-    requested = r.resumed_from.parent_path().parent_path();  // the resumed run's folder
-    explicit_dir = true;
-  }
+  if (requested.empty() && !r.resumed_from.empty())
+    if (const auto resumed_run = run_of_checkpoint(r.resumed_from)) {
+      requested = *resumed_run;
+      explicit_dir = true;
+    }
   if (requested.empty())
     requested = r.config_dir.empty() ? fs::path("runs") / r.run_name : fs::path(r.config_dir);
-  const fs::path dir = continued ? *continued : claim_run_dir(requested, explicit_dir);
+  std::optional<RunFolderLock> lock;
+  fs::path dir;
+  if (continued) {
+    dir = *continued;
+    lock = try_lock(dir);
+    if (!lock) refuse_in_use(dir);
+  } else {
+    auto [claimed, held] = claim_run_dir(requested, explicit_dir);
+    dir = std::move(claimed);
+    lock.emplace(std::move(held));
+  }
   std::error_code ec;
   fs::create_directories(dir / "checkpoints", ec);
   if (ec)
     throw sdk::UserError("cannot create run folder " + dir.string() + ": " + ec.message(),
                          "choose a writable --run-dir");
+  // A folder that holds a run has its run's config.toml; any other may hold the user's own.
+  if (std::ifstream existing(dir / "config.toml"); !continued && existing) {
+    std::string first;
+    std::getline(existing, first);
+    if (!first.starts_with(kResolvedConfigHeader))
+      throw sdk::UserError("run folder " + dir.string() +
+                               " holds a config.toml that no run wrote (its first line is not \"" +
+                               std::string(kResolvedConfigHeader) +
+                               "\"), which the run's resolved config would replace",
+                           "choose another --run-dir, or move that config.toml out of the folder");
+  }
   write_run_file(dir / "config.toml", resolved_config, "resolved config");
-  PreparedRunFolder prepared{dir, {}};
+  PreparedRunFolder prepared{dir, {}, std::move(*lock)};
   if (continued)
     prepared.moved_aside = abandon_after_step(dir, r.resumed_step, r.checkpoint_extension);
   return prepared;

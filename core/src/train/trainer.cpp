@@ -283,8 +283,9 @@ void open_run_folder(Trainer::State& s) {
   request.config_dir = e.run.dir;
   request.run_name = e.run.name;
   request.checkpoint_extension = s.c.checkpoint_format->file_extension();
-  const PreparedRunFolder folder = prepare_run_folder(request, resolved_toml(e));
+  PreparedRunFolder folder = prepare_run_folder(request, resolved_toml(e));
   s.run_dir = folder.dir;
+  s.run_folder_lock.emplace(std::move(folder.lock));
   if (!folder.moved_aside.empty()) s.log.info(folder.moved_aside);
   s.metrics.records.open(s.run_dir, e.run.metrics, s.position.step);
   // The plan and the config are rendered only for a sink that keeps text (TensorBoard).

@@ -15,6 +15,7 @@
 
 #include "distributed/reducer.h"
 #include "mixtrain/core/console/log_sink.h"
+#include "mixtrain/core/runs/folder.h"
 #include "mixtrain/core/train/lr_schedule.h"
 #include "mixtrain/core/train/trainer.h"
 #include "mixtrain/sdk/optimizer_gated_step.h"
@@ -47,6 +48,7 @@ struct Trainer::State {
   std::vector<sdk::TensorView> grads;
   LrSchedule schedule;
   std::filesystem::path run_dir;
+  std::optional<RunFolderLock> run_folder_lock;  // held while the run writes run_dir
   RunPosition position;
   PrecisionState precision;
   DataPosition data;

@@ -4,26 +4,38 @@
 //
 // Contract
 // - prepare_run_folder() picks the folder and readies it, in this order of choice: --run-dir; for
-//   a resume, the folder of the run resumed (…/<run>/checkpoints/step-N.<ext> → …/<run>); run.dir;
-//   runs/<run.name>. A folder that already holds a run (metrics.jsonl or summary.json) is refused
-//   when the user named it, and the default gets a "-2", "-3", … suffix instead: an earlier run
-//   is never overwritten. The one exception is continuing: resuming a checkpoint inside its own
-//   run folder.
+//   a resume, the folder of the run resumed (…/<run>/checkpoints/step-N.<ext> → …/<run>; a
+//   checkpoint in a folder not named "checkpoints" belongs to no run folder, so the choice goes
+//   on); run.dir; runs/<run.name>. A folder that already holds a run (metrics.jsonl or
+//   summary.json) is refused when the user named it, and the default gets a "-2", "-3", …
+//   suffix instead: an earlier run is never overwritten. The one exception is continuing:
+//   resuming a checkpoint inside its own run folder.
+// - One run a folder: the run holds an flock on <dir>/.mixtrain.lock (which names its pid) for
+//   as long as the PreparedRunFolder lives. A folder another live run holds is refused when named
+//   (or continued) and skipped by the default's suffixes, so runs started at once never share
+//   one. The file stays after the run (removing it would race the next run's lock); the kernel
+//   drops the lock with the process however it ends.
+// - A config.toml in a folder that holds no run is replaced only if a run wrote it (its first
+//   line is resolved_toml()'s header); the user's own config is never overwritten.
 // - Continuing from step N abandons what the folder holds after N, without deleting it: metrics
-//   records with a step above N move to metrics.discarded-after-step-N.jsonl (appended), rows of
-//   metrics.csv likewise to metrics.discarded-after-step-N.csv, and
-//   checkpoints above N to checkpoints.discarded-after-step-N/. Left in place, keep-pruning would
-//   count those checkpoints as the newest and a later --resume would pick them up. A record whose
-//   step is not a JSON integer (an edited file) stays. What moved is reported (moved_aside) so
-//   the run can say it in one line.
+//   records with a step above N move to metrics.discarded-after-step-N.jsonl, rows of
+//   metrics.csv likewise to metrics.discarded-after-step-N.csv, and checkpoints above N to
+//   checkpoints.discarded-after-step-N/. A second continuation from the same step gets the
+//   suffix ".2" (then ".3", …) on those names, so what the first one left is never overwritten.
+//   Left in place, keep-pruning would count those checkpoints as the newest and a later --resume
+//   would pick them up. A record whose step is not a JSON integer (an edited file) stays. What
+//   moved is reported (moved_aside) so the run can say it in one line.
 // - It creates checkpoints/ and writes config.toml atomically. Errors are sdk::UserError naming
 //   the folder or file, with a hint.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
+
+#include "mixtrain/sdk/support/unique_fd.h"
 
 namespace mixtrain::core {
 
@@ -42,12 +54,26 @@ struct RunFolderRequest {
 void write_run_file(const std::filesystem::path& file, const std::string& text,
                     const std::string& what);
 
+// The flock that makes a folder one run's (see the contract). Movable; released when destroyed.
+class RunFolderLock {
+ public:
+  // Takes the lock on `file` (created if missing), or nullopt when another process holds it. On
+  // a file system without flock it holds nothing and says yes. sdk::UserError if `file` cannot
+  // be opened.
+  static std::optional<RunFolderLock> try_take(const std::filesystem::path& file);
+
+ private:
+  explicit RunFolderLock(std::unique_ptr<sdk::UniqueFd> fd) : fd_(std::move(fd)) {}
+  std::unique_ptr<sdk::UniqueFd> fd_;
+};
+
 struct PreparedRunFolder {
   std::filesystem::path dir;
   // Empty, or one sentence: what continuing moved aside and where ("2 checkpoints and 4 metrics
   // records from after step 20 moved to checkpoints.discarded-after-step-20/ and
   // metrics.discarded-after-step-20.*").
   std::string moved_aside;
+  RunFolderLock lock;  // keep it for the whole run
 };
 
 // The run folder a resume continues in place: the resumed checkpoint's run (…/<run>/checkpoints/

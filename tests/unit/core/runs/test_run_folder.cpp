@@ -1,0 +1,142 @@
+// prepare_run_folder (core/runs/folder.h): which folder a run writes and what it never touches.
+// A checkpoint kept outside a run's checkpoints/ claims no folder; a folder a live run holds is
+// never shared; a user's config.toml is never replaced; a second continuation from the same step
+// keeps the first one's discarded files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "mixtrain/core/runs/folder.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::core {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kResolved = "# mixtrain resolved config: every effective value\n[run]\n";
+
+class RunFolder : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("mixtrain-run-folder-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  static void write(const fs::path& file, const std::string& text) {
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text;
+  }
+  static std::string read(const fs::path& file) {
+    std::ifstream in(file);
+    return {std::istreambuf_iterator<char>(in), {}};
+  }
+  static std::set<std::string> names(const fs::path& folder) {
+    std::set<std::string> out;
+    for (const auto& f : fs::directory_iterator(folder)) out.insert(f.path().filename().string());
+    return out;
+  }
+  RunFolderRequest request() const {
+    RunFolderRequest r;
+    r.config_dir = (root_ / "runs" / "demo").string();
+    r.run_name = "demo";
+    r.checkpoint_extension = ".mxt";
+    return r;
+  }
+  // A finished run at `dir`: metrics up to step 30, checkpoints at 20 and 30.
+  static void finished_run(const fs::path& dir) {
+    write(dir / "config.toml", kResolved);
+    write(dir / "metrics.jsonl", "{\"step\":10}\n{\"step\":20}\n{\"step\":30}\n");
+    write(dir / "checkpoints" / "step-00000020.mxt", "twenty");
+    write(dir / "checkpoints" / "step-00000030.mxt", "thirty");
+  }
+  fs::path root_;
+};
+
+TEST_F(RunFolder, ACheckpointOutsideARunsCheckpointsFolderClaimsNoFolder) {
+  // The user's project: a hand-written config beside a folder of kept checkpoints.
+  const std::string mine = "# my experiment, with my comments\n[run]\nsteps = 20\n";
+  write(root_ / "proj" / "config.toml", mine);
+  write(root_ / "proj" / "ckpts" / "step-00000020.mxt", "weights");
+  auto r = request();
+  r.resumed_from = root_ / "proj" / "ckpts" / "step-00000020.mxt";
+  r.resumed_step = 20;
+  const auto prepared = prepare_run_folder(r, kResolved);
+  EXPECT_EQ(prepared.dir, root_ / "runs" / "demo");
+  EXPECT_EQ(read(root_ / "proj" / "config.toml"), mine);
+  EXPECT_EQ(names(root_ / "proj"), (std::set<std::string>{"config.toml", "ckpts"}));
+  EXPECT_FALSE(continued_run_folder({}, r.resumed_from).has_value());
+}
+
+TEST_F(RunFolder, AFolderALiveRunHoldsIsNeverShared) {
+  const auto first = prepare_run_folder(request(), kResolved);
+  EXPECT_EQ(first.dir, root_ / "runs" / "demo");
+  // Started at the same moment: the first has not written metrics.jsonl yet.
+  const auto second = prepare_run_folder(request(), kResolved);
+  EXPECT_EQ(second.dir, root_ / "runs" / "demo-2");
+  // Named outright, it is refused, naming the holder.
+  auto named = request();
+  named.run_dir = first.dir;
+  try {
+    prepare_run_folder(named, kResolved);
+    ADD_FAILURE() << "a folder another run holds was handed out";
+  } catch (const sdk::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("in use by process " + std::to_string(::getpid())),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(RunFolder, ALockGoesWithItsRun) {
+  auto named = request();
+  named.run_dir = root_ / "runs" / "mine";
+  { const auto run = prepare_run_folder(named, kResolved); }
+  // The run ended without writing metrics (it failed early): the folder is free again.
+  EXPECT_EQ(prepare_run_folder(named, kResolved).dir, named.run_dir);
+}
+
+TEST_F(RunFolder, AUsersConfigTomlIsNeverReplaced) {
+  const std::string mine = "[run]\nsteps = 5  # mine\n";
+  write(root_ / "proj" / "config.toml", mine);
+  auto named = request();
+  named.run_dir = root_ / "proj";
+  EXPECT_THROW(prepare_run_folder(named, kResolved), sdk::UserError);
+  EXPECT_EQ(read(root_ / "proj" / "config.toml"), mine);
+  // One a run wrote (a run that failed before its first metrics) is the run's to replace.
+  write(root_ / "proj" / "config.toml", kResolved);
+  EXPECT_EQ(prepare_run_folder(named, kResolved).dir, named.run_dir);
+}
+
+TEST_F(RunFolder, ASecondContinuationFromTheSameStepKeepsTheFirstOnesFiles) {
+  const fs::path dir = root_ / "runs" / "demo";
+  finished_run(dir);
+  auto r = request();
+  r.resumed_from = dir / "checkpoints" / "step-00000020.mxt";
+  r.resumed_step = 20;
+  const std::string first_said = prepare_run_folder(r, kResolved).moved_aside;
+  EXPECT_NE(first_said.find("checkpoints.discarded-after-step-20/"), std::string::npos);
+  EXPECT_EQ(read(dir / "checkpoints.discarded-after-step-20" / "step-00000030.mxt"), "thirty");
+  // The first continuation ran on to step 30 again, writing another step-30 checkpoint.
+  write(dir / "checkpoints" / "step-00000030.mxt", "thirty again");
+  write(dir / "metrics.jsonl", read(dir / "metrics.jsonl") + "{\"step\":30}\n");
+  const std::string second_said = prepare_run_folder(r, kResolved).moved_aside;
+  EXPECT_NE(second_said.find("checkpoints.discarded-after-step-20.2/"), std::string::npos)
+      << second_said;
+  EXPECT_EQ(read(dir / "checkpoints.discarded-after-step-20" / "step-00000030.mxt"), "thirty");
+  EXPECT_EQ(read(dir / "checkpoints.discarded-after-step-20.2" / "step-00000030.mxt"),
+            "thirty again");
+  EXPECT_EQ(read(dir / "metrics.discarded-after-step-20.jsonl"), "{\"step\":30}\n");
+  EXPECT_EQ(read(dir / "metrics.discarded-after-step-20.2.jsonl"), "{\"step\":30}\n");
+  EXPECT_EQ(names(dir / "checkpoints"), (std::set<std::string>{"step-00000020.mxt"}));
+}
+
+}  // namespace
+}  // namespace mixtrain::core
