@@ -1,5 +1,6 @@
 // mixtrain — config-driven mixed-precision training. See README.md for the commands.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -343,6 +344,14 @@ int main(int argc, char** argv) {
   } catch (const mixtrain::sdk::UserError& e) {
     std::fflush(stdout);
     std::cerr << "\nerror: " << e.full_message() << std::endl;
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the OS refuses (a name too long, no permission): the user's to fix, as a UserError.
+    std::fflush(stdout);
+    std::cerr << "\nerror: " << e.what()
+              << "\n  HINT: check the path named above: its length, that its folders exist, "
+                 "and that you may read or write there"
+              << std::endl;
     return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);

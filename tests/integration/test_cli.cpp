@@ -531,6 +531,11 @@ TEST_F(Cli, VersionAndBadArgumentsExitCodes) {
   auto none = run("");
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_NE(none.err.find("error: A subcommand is required"), std::string::npos) << none.err;
+  // A path the OS refuses (a name over NAME_MAX) is the user's to fix: exit 2 with a hint, not
+  // an internal error.
+  auto long_name = run("compare " + std::string(300, 'b') + " " + std::string(300, 'c'));
+  EXPECT_EQ(long_name.exit_code, 2) << long_name.err;
+  EXPECT_NE(long_name.err.find("HINT: check the path"), std::string::npos) << long_name.err;
 }
 
 // A repeat typo that would expand to a billion nodes is a config error at the repeat, not an

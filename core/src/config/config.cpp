@@ -204,7 +204,34 @@ std::string read_toml_file(const fs::path& path, const std::string& what, const 
   return ss.str();
 }
 
+// toml++ parses a dotted key or table header by recursion, one frame per part: some tens of
+// thousands of parts ([a.a.a.…]) overflow the stack. No config nests more than a few levels, so a
+// key of more than kMaxKeyParts parts is refused at its line before toml++ sees it.
+constexpr std::size_t kMaxKeyParts = 1000;
+
+void refuse_absurd_key_depth(std::string_view text, const std::string& source_name) {
+  std::uint32_t line = 1;
+  for (std::size_t start = 0; start < text.size(); ++line) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    const std::string_view l = text.substr(start, end - start);
+    start = end + 1;
+    const auto first = l.find_first_not_of(" \t");
+    if (first == std::string_view::npos || l[first] == '#') continue;
+    // The key: a table header up to its ']', else up to '='.
+    const std::string_view key =
+        l.substr(first, l.find(l[first] == '[' ? ']' : '=', first) - first);
+    if (const auto dots = static_cast<std::size_t>(std::count(key.begin(), key.end(), '.'));
+        dots >= kMaxKeyParts)
+      throw sdk::ConfigError({source_name, line, static_cast<std::uint32_t>(first + 1)}, "",
+                             "a key or table name of " + std::to_string(dots + 1) +
+                                 " dotted parts, more than the " + std::to_string(kMaxKeyParts) +
+                                 " any config could mean",
+                             "no mixtrain table nests more than a few levels: fix this line");
+  }
+}
+
 toml::table parse_toml(std::string_view text, const std::string& source_name) {
+  refuse_absurd_key_depth(text, source_name);
   try {
     return toml::parse(text, source_name);
   } catch (const toml::parse_error& e) {

@@ -301,6 +301,15 @@ sdk::Options read_run(const Config& config, Experiment& e) {
   auto run = sdk::Options::resolve("run", run_schema(), config.table_options("run", {"metrics"}),
                                    config.location("run"), {});
   e.run.name = run.get_string("name");
+  // The default folder is runs/<name>: a name that is a path would put the run elsewhere ("..",
+  // "../x", "/x") or make runs/ itself the run.
+  if (e.run.name.empty() || e.run.name == "." || e.run.name == ".." ||
+      e.run.name.find('/') != std::string::npos || e.run.name.find('\0') != std::string::npos)
+    run.fail("name",
+             "is \"" + e.run.name +
+                 "\": the run's name becomes its folder under runs/, so it must be one plain "
+                 "folder name (not empty, \".\" or \"..\", no \"/\")",
+             "put the run elsewhere with run.dir or --run-dir, and give name a plain word");
   e.run.seed = static_cast<std::uint64_t>(run.get_int("seed"));
   e.run.steps = run.get_int("steps");
   e.run.log_every = run.get_int("log_every");

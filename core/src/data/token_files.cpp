@@ -4,6 +4,7 @@
 // Sizes are checked against the file before anything is allocated, and tokens are read in
 // pieces, so memory holds the int32 stream and one piece, never a second copy of the file.
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -114,11 +115,20 @@ std::vector<std::int32_t> load_text_tokens(std::span<const fs::path> files) {
                          "set data.path to a text file or a list of them");
   std::uint64_t total = 0;  // one allocation for the whole stream, sized by the files
   for (const auto& file : files) {
-    const FileReader in(file);
+    FileReader in(file);
     if (in.size() == 0)
       fail(file, "is empty, expected text (every byte is one token)",
            "give a non-empty text file, or drop it from data.path");
     total += in.size();
+    // Every byte is a token, so any file would "load": refuse the two binary formats a user is
+    // likely to pass by mistake, whose headers no text starts with.
+    const auto head = in.read_bytes(std::min<std::uint64_t>(6, in.size()), "the first bytes");
+    if (head.size() == 6 && std::memcmp(head.data(), "\x93NUMPY", 6) == 0)
+      fail(file, "is a NumPy .npy file, not text",
+           "for rows of numbers set data.source = \"npy\"; text data is a plain text file");
+    if (head.size() >= 4 && static_cast<std::int64_t>(load_le(head.data(), 4)) == kTokenMagic)
+      fail(file, "is an llm.c token file (magic 20240520), not text",
+           "set data.source = \"tokens\" for token files; text data is a plain text file");
   }
   std::vector<std::int32_t> tokens;
   tokens.reserve(static_cast<std::size_t>(total));

@@ -67,15 +67,22 @@ std::pair<Dataset, Dataset> split_token_tail(std::vector<std::int32_t> tokens,
   if (eval_fraction > 0.0) {
     const auto held =
         static_cast<std::int64_t>(std::llround(static_cast<double>(n) * eval_fraction));
-    if (held <= block_size)
+    if (held <= block_size) {
+      // A fraction that would leave a training window too is worth suggesting; otherwise the
+      // stream is too short to split at all (an empty file: no fraction helps).
+      const double needed = static_cast<double>(block_size + 1) / static_cast<double>(n);
+      const bool splittable = n >= 2 * (block_size + 1);
       throw sdk::DataError(
           std::string(origin) + ": the held-out tail (eval_fraction " +
               std::to_string(eval_fraction) + " of " + std::to_string(n) + " tokens) holds " +
               std::to_string(held) + " tokens, fewer than the block_size + 1 = " +
               std::to_string(block_size + 1) + " one evaluation window needs",
-          "raise data.eval_fraction to at least " +
-              std::to_string(static_cast<double>(block_size + 1) / static_cast<double>(n)) +
-              ", give a separate eval file, lower data.block_size, or set eval_fraction = 0");
+          (splittable ? "raise data.eval_fraction to at least " + std::to_string(needed) + ", "
+                      : "the " + std::to_string(n) + " tokens cannot hold a training and an " +
+                            "evaluation window of " + std::to_string(block_size + 1) +
+                            " tokens each: give more data, ") +
+              "give a separate eval file, lower data.block_size, or set eval_fraction = 0");
+    }
     const auto train_tokens = n - held;
     if (train_tokens <= block_size)
       throw sdk::DataError(std::string(origin) + ": after holding out the last " +

@@ -28,8 +28,16 @@ constexpr const char* kLockFile = ".mixtrain.lock";
 // The first line resolved_toml() writes: a config.toml without it is not a run's but somebody's.
 constexpr std::string_view kResolvedConfigHeader = "# mixtrain resolved config";
 
+// Any trace of a run: its metrics, its summary, or a file in its checkpoints/ (a folder whose
+// metrics were deleted, or where checkpoints were copied, still holds one: keep-pruning would
+// count those files). error_code forms: a path the OS refuses (a name too long) is not a run, and
+// creating the folder then says why.
 bool holds_run(const fs::path& d) {
-  return fs::exists(d / "metrics.jsonl") || fs::exists(d / "summary.json");
+  std::error_code ec;
+  if (fs::exists(d / "metrics.jsonl", ec) || fs::exists(d / "summary.json", ec)) return true;
+  for (fs::directory_iterator it(d / "checkpoints", ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_regular_file(ec)) return true;
+  return false;
 }
 
 // The run a checkpoint belongs to: …/<run>/checkpoints/step-N.<ext> → …/<run>. A checkpoint kept
@@ -221,9 +229,9 @@ std::optional<fs::path> continued_run_folder(const fs::path& run_dir,
   const auto resumed_run = run_of_checkpoint(resumed_from);
   if (!resumed_run) return std::nullopt;
   const fs::path requested = run_dir.empty() ? *resumed_run : run_dir;
-  // exists() first: equivalent() needs both paths to exist.
-  if (!fs::exists(requested / "metrics.jsonl") || !fs::equivalent(requested, *resumed_run))
-    return std::nullopt;
+  // holds_run() first: equivalent() needs both paths to exist.
+  std::error_code ec;
+  if (!holds_run(requested) || !fs::equivalent(requested, *resumed_run, ec)) return std::nullopt;
   return requested;
 }
 

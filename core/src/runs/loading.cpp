@@ -85,7 +85,7 @@ void read_metrics(RunData& run, const fs::path& file) {
     json j;
     try {
       j = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
       // A run killed mid-write leaves a torn last line; the rest of its history is still good.
       if (!terminated && !run.has_summary) {
         core_logger("compare").warn(where +
@@ -156,7 +156,7 @@ void read_summary(RunData& run, const fs::path& file) {
   json j;
   try {
     j = json::parse(read_text(file));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     throw sdk::DataError(
         file.string() + ": malformed summary (" + std::string(e.what()) + ")",
         "delete summary.json to have compare derive the values from metrics.jsonl");

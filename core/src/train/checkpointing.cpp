@@ -271,11 +271,15 @@ fs::path Trainer::save_checkpoint() {
   s.c.checkpoint_format->write(path, st);
 
   // Keep the newest `keep` checkpoints of this run, by step number (names stop sorting by step
-  // once a step outgrows the zero padding).
-  auto all = step_checkpoints(dir, s.c.checkpoint_format->file_extension());
+  // once a step outgrows the zero padding). One from a later step is not this run's (a file
+  // copied in): it is neither counted nor removed, so the one just written always stays.
+  const auto extension = s.c.checkpoint_format->file_extension();
+  std::vector<fs::path> own;
+  for (auto& file : step_checkpoints(dir, extension))
+    if (checkpoint_step(file, extension).value_or(0) <= s.position.step) own.push_back(file);
   std::error_code ec;
-  for (std::size_t i = 0; i + static_cast<std::size_t>(s.e.checkpoint.keep) < all.size(); ++i)
-    fs::remove(all[i], ec);
+  for (std::size_t i = 0; i + static_cast<std::size_t>(s.e.checkpoint.keep) < own.size(); ++i)
+    fs::remove(own[i], ec);
   s.log.info("checkpoint written: " + path.string());
   return path;
 }

@@ -61,6 +61,21 @@ bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
+// toml++ recurses once per dotted part; tens of thousands overflow the stack. Refused at the line.
+TEST(sdk_Config, AnAbsurdlyDottedKeyIsRefusedAtItsLine) {
+  std::string parts = "a";
+  for (int i = 0; i < 50000; ++i) parts += ".a";
+  for (const std::string& text : {"[run]\nsteps = 1\n[" + parts + "]\n", "  " + parts + " = 1\n"}) {
+    auto e = config_error(text);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_TRUE(contains(e->what(), "50001 dotted parts")) << e->what();
+  }
+  EXPECT_EQ(config_error("  " + parts.substr(0, 2000) + " = 1\n")->where().line, 1u);
+  EXPECT_EQ(config_error("  " + parts.substr(0, 2000) + " = 1\n")->where().column, 3u);
+  // A dotted key of ordinary depth is TOML as usual.
+  EXPECT_FALSE(config_error("a.b.c = 1\n").has_value());
+}
+
 TEST(sdk_Config, SyntaxErrorHasLineAndColumn) {
   //                                  col: 12345678
   auto e = config_error("[run]\nsteps = 10\nname = @oops\n");

@@ -109,6 +109,18 @@ TEST(data_TokenFiles, TextIsItsBytesOneFileAfterAnother) {
   expect_data_error([&] { (void)load_text_tokens(with_empty); }, (dir / "empty.txt").string(),
                     {"empty"});
   expect_data_error([&] { (void)load_text_tokens({}); }, "text", {"no files"});
+
+  // Every byte is a token, so binary files would load: the two formats a user mixes up are
+  // refused by their magic, while a text that merely starts like them still reads.
+  write_file(dir / "rows.npy", {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0});
+  expect_data_error([&] { (void)load_text_tokens(std::vector{dir / "rows.npy"}); },
+                    (dir / "rows.npy").string(), {"NumPy .npy file", "data.source = \"npy\""});
+  write_file(dir / "tokens.bin", token_file({1, 2, 3}));
+  expect_data_error([&] { (void)load_text_tokens(std::vector{dir / "tokens.bin"}); },
+                    (dir / "tokens.bin").string(), {"llm.c token file", "\"tokens\""});
+  write_file(dir / "short.txt", {'N', 'U'});
+  EXPECT_EQ(load_text_tokens(std::vector{dir / "short.txt"}),
+            (std::vector<std::int32_t>{'N', 'U'}));
 }
 
 // The sample tool's output reads back as the text's bytes, and its --val-fraction split is the
@@ -269,6 +281,18 @@ TEST(data_TokenSplit, ATailOrARestTooShortForOneWindowSaysHowManyItNeeds) {
                     {"8 remain for training", "block_size + 1 = 9"});
   expect_data_error([] { (void)split_token_tail(stream(20), 8, 1000, 1.0, "s.bin"); }, "s.bin",
                     {"eval_fraction must be in [0, 1)"});
+  // Too short for a training and an evaluation window at any fraction: no fraction is suggested
+  // (it would be above 0.5, or infinite for an empty stream).
+  for (const std::size_t n : {0u, 17u}) {
+    try {
+      (void)split_token_tail(stream(n), 8, 1000, 0.1, "s.bin");
+      ADD_FAILURE() << n << " tokens split";
+    } catch (const sdk::DataError& e) {
+      EXPECT_EQ(e.hint().find("raise data.eval_fraction"), std::string::npos) << e.hint();
+      EXPECT_NE(e.hint().find("cannot hold a training and an evaluation window"), std::string::npos)
+          << e.hint();
+    }
+  }
 }
 
 // ---- sampling windows -------------------------------------------------------------------------

@@ -165,6 +165,20 @@ TEST_F(Compare, AWronglyTypedFieldIsReportedWithFileAndLine) {
   }
 }
 
+// nlohmann::json raises out_of_range, not parse_error, for a number past double's range.
+TEST_F(Compare, ANumberPastDoublesRangeIsAMalformedLineNotAnInternalError) {
+  write("r/metrics.jsonl", "{\"step\":1,\"loss\":1.0}\n{\"step\":1e400,\"loss\":1}\n");
+  try {
+    core::load_run(root_ / "r");
+    FAIL() << "no error";
+  } catch (const sdk::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("metrics.jsonl:2"), std::string::npos) << e.what();
+  }
+  write("r/metrics.jsonl", "{\"step\":1,\"loss\":1.0}\n");
+  write("r/summary.json", "{\"steps\": 1e400}\n");
+  EXPECT_THROW(core::load_run(root_ / "r"), sdk::DataError);
+}
+
 TEST_F(Compare, StepsOutsideZeroToTwoToTheFiftyAreDataErrorsAndHugeCountsAreIgnored) {
   // Crafted values whose arithmetic (intervals, smoothing windows) would overflow int64.
   for (const std::string step : {"-1", "9223372036854775807", "18446744073709551615"}) {

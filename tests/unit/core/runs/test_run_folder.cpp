@@ -95,6 +95,18 @@ TEST_F(RunFolder, AFolderALiveRunHoldsIsNeverShared) {
   }
 }
 
+// Checkpoints alone (metrics deleted, or copied in) are a run's: keep-pruning would count them.
+TEST_F(RunFolder, AFolderHoldingOnlyCheckpointsHoldsARun) {
+  write(root_ / "P" / "checkpoints" / "step-00000100.mxt", "someone else's");
+  auto named = request();
+  named.run_dir = root_ / "P";
+  EXPECT_THROW(prepare_run_folder(named, kResolved), sdk::UserError);
+  auto by_default = request();
+  by_default.config_dir = (root_ / "P").string();
+  EXPECT_EQ(prepare_run_folder(by_default, kResolved).dir, root_ / "P-2");
+  EXPECT_EQ(read(root_ / "P" / "checkpoints" / "step-00000100.mxt"), "someone else's");
+}
+
 TEST_F(RunFolder, ALockGoesWithItsRun) {
   auto named = request();
   named.run_dir = root_ / "runs" / "mine";

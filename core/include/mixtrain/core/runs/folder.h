@@ -6,10 +6,10 @@
 // - prepare_run_folder() picks the folder and readies it, in this order of choice: --run-dir; for
 //   a resume, the folder of the run resumed (…/<run>/checkpoints/step-N.<ext> → …/<run>; a
 //   checkpoint in a folder not named "checkpoints" belongs to no run folder, so the choice goes
-//   on); run.dir; runs/<run.name>. A folder that already holds a run (metrics.jsonl or
-//   summary.json) is refused when the user named it, and the default gets a "-2", "-3", …
-//   suffix instead: an earlier run is never overwritten. The one exception is continuing:
-//   resuming a checkpoint inside its own run folder.
+//   on); run.dir; runs/<run.name>. A folder that already holds a run (metrics.jsonl,
+//   summary.json, or any file in checkpoints/) is refused when the user named it, and the default
+//   gets a "-2", "-3", … suffix instead: an earlier run is never overwritten. The one exception is
+//   continuing: resuming a checkpoint inside its own run folder.
 // - One run a folder: the run holds an flock on <dir>/.mixtrain.lock (which names its pid) for
 //   as long as the PreparedRunFolder lives. A folder another live run holds is refused when named
 //   (or continued) and skipped by the default's suffixes, so runs started at once never share
@@ -77,7 +77,7 @@ struct PreparedRunFolder {
 };
 
 // The run folder a resume continues in place: the resumed checkpoint's run (…/<run>/checkpoints/
-// step-N.<ext> → …/<run>) when it holds a run's metrics.jsonl and `run_dir` (--run-dir) is empty
+// step-N.<ext> → …/<run>) when it holds a run (as above) and `run_dir` (--run-dir) is empty
 // or that same folder; nullopt for a fresh run or a resume into another folder. What
 // prepare_run_folder() continues, and what a finished run's resume leaves untouched.
 std::optional<std::filesystem::path> continued_run_folder(
