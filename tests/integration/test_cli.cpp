@@ -240,6 +240,27 @@ TEST_F(Cli, ResumeWithAnotherBatchSizeExits2NamingBothValues) {
   EXPECT_NE(r.err.find("run.accumulate = 1"), std::string::npos) << r.err;
 }
 
+// A layer removed from the config: resuming would drop its weights and optimizer state silently.
+TEST_F(Cli, ResumeIntoAModelWithoutALayerOfTheCheckpointExits2NamingIt) {
+  const auto dir = dir_ / "run";
+  ASSERT_EQ(run("train " + quickstart() + " --set run.steps=2 --run-dir " + dir.string()).exit_code,
+            0);
+  std::ifstream in(quickstart());
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const std::string fc2 =
+      "  { type = \"linear\", name = \"fc2\", out = 128 },\n  { type = \"relu\" },\n";
+  ASSERT_NE(text.find(fc2), std::string::npos);
+  text.erase(text.find(fc2), fc2.size());
+  const auto shorter = write_file("shorter.toml", text);
+  auto r = run("train " + shorter.string() + " --set run.steps=4 --resume " + dir.string() +
+               " --run-dir " + (dir_ / "shorter").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("tensor 'param/fc2.weight' matches no parameter or buffer"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("checkpoint.init_from"), std::string::npos) << r.err;
+}
+
 // A longer run.steps on resume keeps the schedule's horizon (the lr of every step it shares with
 // the original run is the original's, bit for bit) and says so; run.stretch_schedule re-plans it.
 TEST_F(Cli, ResumeWithMoreStepsKeepsTheScheduleHorizonUnlessStretched) {

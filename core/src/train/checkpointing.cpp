@@ -536,6 +536,20 @@ void check_whole_gpt2(const CheckpointFile& file, const std::set<const sdk::Host
                 "the vocabulary and block size to it");
 }
 
+// A full resume continues the same model: a parameter or buffer in the file that the model lacks
+// (a layer removed from the config) would be dropped silently with its optimizer state.
+void refuse_what_the_model_lacks(const CheckpointFile& file,
+                                 const std::set<const sdk::HostTensor*>& used) {
+  for (const auto& t : file.st.tensors)
+    if (!used.count(&t) && (t.name.rfind("param/", 0) == 0 || t.name.rfind("buffer/", 0) == 0))
+      throw sdk::CheckpointError(
+          file.path.string() + ": tensor '" + t.name +
+              "' matches no parameter or buffer of the model, so resuming would drop it",
+          "resume with the [model] the run was trained with; to start a changed model from "
+          "these weights, begin a new run with checkpoint.init_from (which warns of what the "
+          "model lacks and ignores it)");
+}
+
 void finish_initial_weights(Trainer::State& s, const CheckpointFile& file,
                             const std::set<const sdk::HostTensor*>& used) {
   reset_ema(s);  // the EMA of initial weights starts at them
@@ -687,6 +701,7 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
     return;
   }
   check_training_state_version(file.st.metadata, path);
+  refuse_what_the_model_lacks(file, used);
   try {
     restore_training_state(s, file);
   } catch (const json::exception& e) {
