@@ -150,6 +150,40 @@ TEST_F(Escalation, AResumeAfterThePromotionOrBetweenBlamesContinuesBitForBit) {
   EXPECT_EQ(a.metadata.at("escalation"), b.metadata.at("escalation"));
 }
 
+// A rebuilt model keeps the run's seed: its dropout masks (here LoRA's) and stochastic rounding are
+// the run's, not seed 0's. Resuming after a demotion rebuilds nothing, so it continues bit for bit
+// only if the uninterrupted run's rebuilds kept the seed too.
+TEST_F(Escalation, ARebuiltModelDrawsTheRunsDropoutMasks) {
+  const std::vector<std::string> sets = {
+      "precision.escalate.after=2", "precision.escalate.window=10",
+      "precision.escalate.deescalate_after=3", "model.lora.dropout=0.3",
+      "model.lora.targets=[\"fc1\", \"fc2\"]", "run.steps=18", "checkpoint.every=1",
+      "checkpoint.keep=20",
+      // Inputs large enough that, after a demotion, a step applies before the next overflow.
+      "data.synthetic.feature_scale=15000"};
+  train("full", sets);
+  const auto full = metrics("full");
+  // A demotion followed by an applied step under the demoted plan: what the masks change.
+  const auto events = escalations(full);
+  int demoted = 0;
+  for (std::size_t i = 0; i < events.size() && demoted == 0; ++i) {
+    if (events[i]["kind"] != "demote") continue;
+    const int from = events[i]["step"].get<int>();
+    const int until = i + 1 < events.size() ? events[i + 1]["step"].get<int>() : 1 << 30;
+    for (const auto& r : step_records(full))
+      if (r["step"].get<int>() > from && r["step"].get<int>() <= until && !r["skipped"].get<bool>())
+        demoted = from;
+  }
+  ASSERT_GT(demoted, 0) << "no step applied between a demotion and the next promotion";
+  train("resumed", sets, checkpoint("full", demoted).string());
+  const auto resumed = metrics("resumed");
+  std::vector<json> tail;
+  for (const auto& r : full)
+    if (r["step"].get<int>() > demoted) tail.push_back(r);
+  ASSERT_EQ(resumed.size(), tail.size());
+  for (std::size_t i = 0; i < tail.size(); ++i) EXPECT_EQ(resumed[i], tail[i]);
+}
+
 // A frozen node ([train] frozen) that escalation promotes is rebuilt with the weights it had: its
 // fp16 copy goes through the host as FP32 and becomes its FP32 copy, exactly, and stays put.
 TEST_F(Escalation, AFrozenNodeIsPromotedWithTheWeightsItHad) {

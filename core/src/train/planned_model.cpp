@@ -151,6 +151,10 @@ void replan_model(Trainer::State& s) {
   s.step_graph.reset();  // its recordings hold the old model's addresses
   s.model.reset();
   build_model(s);
+  // The run's seed keys more than initial values: dropout masks and stochastic rounding read it
+  // from the layers, which a rebuild starts at seed 0. Initialising again sets it; every value
+  // initialised is overwritten below.
+  s.model->init_parameters(s.e.run.seed);
   const auto params = s.model->parameters();
   const auto bufs = s.model->buffers();
   const auto state = s.c.optimizer->state_tensors();

@@ -11,7 +11,8 @@
 // - replan_model(s): build_model() for the current plan while keeping the training state: the
 //   FP32 masters, the buffers and the optimizer's state go through the host and come back into the
 //   new model bit for bit, and the working copies are cast from the masters again (a frozen
-//   parameter goes through as FP32 and is stored again in its op's dtype). Both the old
+//   parameter goes through as FP32 and is stored again in its op's dtype). The new layers get
+//   the run's seed (dropout masks, stochastic rounding), as the first build's do. Both the old
 //   and the new model are never held at once.
 // - escalate_after_step(s, step, outcome): hands the step to the escalation (when enabled); on a
 //   promotion or demotion it logs why, records it in the metrics (a record with "escalation"),
