@@ -214,6 +214,7 @@ int export_checkpoint(const ExportArgs& args) {
   check_output(args, out, {"source", source});
 
   auto state = reader->read(source);
+  if (peft_layout(args)) refuse_training_beyond_adapters(state, source);  // reads "resume"
   // Anything but a mixtrain checkpoint (e.g. another safetensors file) keeps its metadata.
   if (state.metadata.count("mixtrain.state_version"))
     state.metadata = exported_metadata(state.metadata);

@@ -113,12 +113,49 @@ std::map<std::string, Adapter> adapters_of(const sdk::TrainingState& state,
   return out;
 }
 
+// The parameters besides the adapters that trained ([train] trainable beside [model.lora]): the
+// checkpoint's "resume" entry lists the frozen ones ("frozen" absent: none). Empty when the state
+// does not say (an --initial export, where nothing has trained yet).
+std::vector<std::string> trained_besides_adapters(const sdk::TrainingState& state) {
+  const auto it = state.metadata.find("resume");
+  if (it == state.metadata.end()) return {};
+  const auto terms = nlohmann::json::parse(it->second, nullptr, false);
+  if (!terms.is_object()) return {};
+  std::set<std::string> frozen;
+  if (const auto f = terms.find("frozen"); f != terms.end() && f->is_array())
+    for (const auto& name : *f)
+      if (name.is_string()) frozen.insert(name.get<std::string>());
+  std::vector<std::string> out;
+  for (const auto& t : state.tensors) {
+    if (t.name.rfind("param/", 0) != 0) continue;
+    const std::string name = plain_name(t.name);
+    if (target_of(t.name, kA).empty() && target_of(t.name, kB).empty() && !frozen.count(name))
+      out.push_back(name);
+  }
+  return out;
+}
+
 }  // namespace
 
 bool has_lora_adapters(const sdk::TrainingState& state) {
   for (const auto& t : state.tensors)
     if (!target_of(t.name, kA).empty()) return true;
   return false;
+}
+
+void refuse_training_beyond_adapters(const sdk::TrainingState& checkpoint,
+                                     const std::filesystem::path& source) {
+  const auto trained = trained_besides_adapters(checkpoint);
+  if (trained.empty()) return;
+  std::string names;
+  for (std::size_t i = 0; i < trained.size() && i < 4; ++i) names += (i ? ", " : "") + trained[i];
+  if (trained.size() > 4) names += ", … (" + std::to_string(trained.size()) + " in all)";
+  throw sdk::UserError(
+      source.string() + " trained parameters besides the adapters (" + names +
+          "), which an adapter folder cannot carry: PEFT would load the base model's values "
+          "for them",
+      "export the whole fine-tuned model with --merge-lora --layout hf, or train the adapters "
+      "alone (no [train] trainable beside [model.lora])");
 }
 
 PeftExport in_peft_layout(sdk::TrainingState state, const std::filesystem::path& source) {
@@ -177,6 +214,16 @@ sdk::TrainingState merge_lora(sdk::TrainingState state, const std::filesystem::p
     for (auto& t : state.tensors)
       if (t.name == "param/" + node + ".weight" || t.name == node + ".weight") w = &t;
     const std::int64_t r = ad.a->shape[0], in = ad.a->shape[1], out = ad.b->shape[0];
+    // No weight of its own: the node reads another's (GPT-2's lm_head is wte's). Merging there
+    // would change that one too, the input embeddings for lm_head, which no plain model can hold.
+    if (w == nullptr)
+      throw sdk::UserError(
+          source.string() + ": '" + node +
+              "' has adapters but no weight of its own: it is tied to "
+              "another parameter (GPT-2's lm_head reads wte), so merging would change that "
+              "parameter as well",
+          "hand the adapters to PEFT with --layout peft, or leave the tied node out of "
+          "[model.lora] targets");
     if (w == nullptr || w->shape != std::vector<std::int64_t>{out, in})
       throw sdk::CheckpointError(
           source.string() + ": no weight [" + std::to_string(out) + ", " + std::to_string(in) +

@@ -15,9 +15,13 @@
 //   gpt-preset model. adapter_config.json: PEFT's LoraConfig (peft_type LORA, r, lora_alpha,
 //   lora_dropout, bias "none", target_modules = the adapted modules' full names, task_type
 //   CAUSAL_LM for a gpt-preset model).
+// - refuse_training_beyond_adapters(): sdk::UserError when the checkpoint (metadata as read, with
+//   its "resume" entry) trained parameters besides the adapters ([train] trainable): PEFT would
+//   load the base model's values for them. A state that does not say (an initial export) passes.
 // - merge_lora(): every base weight W [out, in] with adapters becomes W + (alpha / r)·B·A
 //   (computed in double, rounded once to FP32), and the adapters' tensors (and their optimizer
-//   state) are dropped, so the state is the plain model's.
+//   state) are dropped, so the state is the plain model's. A node with adapters but no weight of
+//   its own (tied: GPT-2's lm_head reads wte) is sdk::UserError.
 // - has_lora_adapters(): whether the state holds any adapter tensor.
 #pragma once
 
@@ -39,6 +43,8 @@ struct PeftExport {
   std::size_t adapters = 0;  // the adapted modules
 };
 PeftExport in_peft_layout(sdk::TrainingState state, const std::filesystem::path& source);
+void refuse_training_beyond_adapters(const sdk::TrainingState& checkpoint,
+                                     const std::filesystem::path& source);
 
 sdk::TrainingState merge_lora(sdk::TrainingState state, const std::filesystem::path& source);
 

@@ -146,6 +146,28 @@ TEST_F(Lora, TheAdaptersTrainAloneAndAResumeContinuesBitForBit) {
                   "trained with LoRA r = 4, alpha = 8, dropout = 0, targets = "
                   "[\"h.*.attn.c_attn\", \"h.*.mlp.c_fc\"], this one has LoRA r = 2,"))
       << r.err;
+  EXPECT_TRUE(has(r.err, "--merge-lora")) << r.err;
+  // Starting a new run from the checkpoint instead: its trained adapters fit neither another rank
+  // nor a model without adapters, and the run must not start from the base weights without them.
+  const std::string trained_file = " --set checkpoint.init_from=run/checkpoints/step-00000004.mxt";
+  r = run("train " + config_ + " --set model.lora.r=2" + trained_file + " --run-dir r2", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "another rank than [model.lora] r")) << r.err;
+  r = run("train " + write_file("plain.toml", kGpt).string() + trained_file + " --run-dir plain",
+          dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "a trained LoRA adapter that this model has no place for")) << r.err;
+  // The hints' way: fold the adapters in, then start from that file under the new rank.
+  r =
+      run("export run/checkpoints/step-00000004.mxt --merge-lora --format safetensors --out "
+          "merged.safetensors",
+          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("train " + config_ +
+              " --set model.lora.r=2 --set checkpoint.init_from=merged.safetensors --set "
+              "run.steps=1 --run-dir r2-merged",
+          dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 TEST_F(Lora, ARunFromAPretrainedFolderStartsAtTheBaseModelsLoss) {

@@ -193,6 +193,35 @@ TEST_F(LoraExport, PeftFolderNamesAndMergedWeights) {
   EXPECT_FALSE(fs::exists(dir_ / "y" / "adapter_config.json"));
 }
 
+// An adapter folder holds adapters alone: a run that trained more ([train] trainable) would load
+// in PEFT with the base model's values for the rest. A tied node's adapters (lm_head reads wte)
+// cannot be merged into a weight of its own. Both are refused, naming the way that works.
+TEST_F(LoraExport, WhatAnAdapterFolderOrAMergeCannotHoldIsRefused) {
+  expect_ok(
+      run("export " + write_file("base.toml", kBase).string() + " --initial --layout hf --out hf",
+          dir_));
+  expect_ok(run("train " + config_ + " --set run.steps=2 --set 'train.trainable=[\"ln_f\"]'" +
+                    " --run-dir extra",
+                dir_));
+  auto r = run("export extra --layout peft --out extra-adapter", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "trained parameters besides the adapters (ln_f.weight, ln_f.bias)"))
+      << r.err;
+  EXPECT_TRUE(has(r.err, "--merge-lora --layout hf")) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "extra-adapter" / "adapter_config.json"));
+  expect_ok(run("export extra --merge-lora --layout hf --out extra-merged", dir_));
+
+  expect_ok(run("train " + config_ +
+                    " --set run.steps=2 --set 'model.lora.targets=[\"h.*.attn.c_attn\", "
+                    "\"lm_head\"]' --run-dir tied",
+                dir_));
+  r = run("export tied --merge-lora --layout hf --out tied-merged", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "'lm_head' has adapters but no weight of its own")) << r.err;
+  EXPECT_TRUE(has(r.err, "--layout peft")) << r.err;
+  expect_ok(run("export tied --layout peft --out tied-adapter", dir_));
+}
+
 TEST_F(LoraExport, PeftTrainsLoadsAndMergesAsMixtrain) {
   if (!peers_import("transformers, torch, peft"))
     GTEST_SKIP() << peers_missing_message("peft (0.4.0)", "no PEFT to compare with");

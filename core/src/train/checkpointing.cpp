@@ -317,6 +317,11 @@ std::string shape_hint(const sdk::HostTensor& t, const std::string& parameter,
            ": load it in the " + name + " layout (checkpoint.init_layout = \"" + name +
            "\"; eval and sample: --layout " + name + ")";
   }
+  if (weights_only &&
+      (parameter.ends_with(".lora_A.weight") || parameter.ends_with(".lora_B.weight")))
+    return "the file's adapters have another rank than [model.lora] r: fold them into the weights "
+           "first (mixtrain export <file> --merge-lora --format safetensors --out "
+           "merged.safetensors) and start from that file, or use the checkpoint's r";
   return "the file belongs to a different model; check [model] layers";
 }
 
@@ -552,6 +557,18 @@ void refuse_what_the_model_lacks(const CheckpointFile& file,
 
 void finish_initial_weights(Trainer::State& s, const CheckpointFile& file,
                             const std::set<const sdk::HostTensor*>& used) {
+  // Trained adapters the model has no place for (no [model.lora], or other targets or rank)
+  // would be dropped, and the run would start from the base model: refuse, as resume does.
+  for (const auto& t : file.st.tensors)
+    if (!used.count(&t) && t.name.rfind("param/", 0) == 0 &&
+        (t.name.ends_with(".lora_A.weight") || t.name.ends_with(".lora_B.weight")))
+      throw sdk::CheckpointError(
+          file.path.string() + ": tensor '" + t.name +
+              "' is a trained LoRA adapter that this model has no place for, so the run would "
+              "start from the base weights without it",
+          "fold the adapters into the weights first (mixtrain export " + file.path.string() +
+              " --merge-lora --format safetensors --out merged.safetensors) and start from "
+              "that file, or use the [model.lora] the checkpoint was trained with");
   reset_ema(s);  // the EMA of initial weights starts at them
   for (const auto& t : file.st.tensors)
     if (!used.count(&t) && (t.name.find('/') == std::string::npos ||

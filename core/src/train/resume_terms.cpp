@@ -142,8 +142,14 @@ void keep_lora_terms(const ResumeTerms& terms, const Experiment& e,
         file.string() + ": the run was trained with " + lora_text(*terms.lora) + ", this one has " +
             lora_text(now),
         "a resumed run keeps its adapters: resume with the [model.lora] the run was trained with "
-        "(its config.toml holds it), or start a new run from these weights "
-        "(checkpoint.init_from = the checkpoint)");
+        "(its config.toml holds it), or start a new run from these weights: " +
+            (*terms.lora == "none"
+                 ? "checkpoint.init_from = the checkpoint"
+                 // Its adapters fit no other [model.lora]: folded into the weights, they carry
+                 // over.
+                 : "fold the adapters in first (mixtrain export " + file.string() +
+                       " --merge-lora --format safetensors --out merged.safetensors), then "
+                       "checkpoint.init_from = \"merged.safetensors\""));
 }
 
 void keep_frozen_format(const ResumeTerms& terms, const Experiment& e,
