@@ -12,6 +12,7 @@
 #include "integer_flag.h"
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/options.h"
 #include "token_ids.h"
 
 namespace {
@@ -304,8 +305,26 @@ void add_commands(CLI::App& app, CommandLine& a) {
 
 // A command line CLI11 refuses: the same shape as every other error, "error: what", then how to
 // fix it. --help and --version end here too, with their own exit code.
-int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
+int report_parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
   if (e.get_exit_code() == 0) return app.exit(e);
+  // `mixtrain trian …`: CLI11 says only that a subcommand is required. Name the word and the
+  // commands, with the nearest one.
+  if (app.get_subcommands().empty() && argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const auto* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    const std::string word = argv[1];
+    const auto near = mixtrain::sdk::closest_match(word, names);
+    const bool config = word.ends_with(".toml");
+    std::cerr << "error: '" << word << "' is not a mixtrain command"
+              << "\n  HINT: "
+              << (config ? "to train that config: mixtrain train " + word + "; "
+                         : (near.empty() ? "" : "did you mean '" + near + "'? "))
+              << "the commands are " << list << "; `mixtrain --help` says what each does"
+              << std::endl;
+    return 2;
+  }
   std::string help = "mixtrain --help";
   for (const auto* sub : app.get_subcommands()) help = "mixtrain " + sub->get_name() + " --help";
   std::cerr << "error: " << e.what() << "\n  HINT: `" << help << "` lists the arguments"
@@ -336,7 +355,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return report_parse_error(app, e);
+    return report_parse_error(app, e, argc, argv);
   }
   try {
     mixtrain::core::set_log_level(a.log_level);

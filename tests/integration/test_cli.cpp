@@ -552,6 +552,11 @@ TEST_F(Cli, VersionAndBadArgumentsExitCodes) {
   auto none = run("");
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_NE(none.err.find("error: A subcommand is required"), std::string::npos) << none.err;
+  // A mistyped command is named, with the nearest one and the list.
+  auto typo = run("trian x.toml");
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("'trian' is not a mixtrain command"), std::string::npos) << typo.err;
+  EXPECT_NE(typo.err.find("did you mean 'train'?"), std::string::npos) << typo.err;
   // A path the OS refuses (a name over NAME_MAX) is the user's to fix: exit 2 with a hint, not
   // an internal error.
   auto long_name = run("compare " + std::string(300, 'b') + " " + std::string(300, 'c'));

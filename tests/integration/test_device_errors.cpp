@@ -237,6 +237,18 @@ TEST_F(cli_device_errors, OutOfMemoryWhileAllocatingNamesTheBufferAndThePlannedP
   std::printf("%s\n", msg.c_str());  // for the log: what a user reads
 }
 
+// Parameters of 2^31 × 2^31 elements: the forecast saturates at "over 16 EiB" instead of
+// wrapping around to a plausible size.
+TEST_F(cli_device_errors, AnAbsurdModelIsForecastAsAbsurdNotWrappedAround) {
+  auto s = rig({"model.layers.0.out=2147483647", "model.layers.2.out=2147483647"});
+  s.device->allocation_limit = 256 << 10;
+  const std::string msg = construction_error(s);
+  EXPECT_NE(msg.find("predicts over 16 EiB in all"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("parameters with their gradients and working copies over 16 EiB"),
+            std::string::npos)
+      << msg;
+}
+
 TEST_F(cli_device_errors, OutOfMemoryUnderA16BitPolicyDoesNotSuggestOne) {
   auto s = rig({"data.batch_size=1024", "precision.policy=bf16-mixed", "scaler.type=dynamic"});
   s.device->allocation_limit = 192 << 10;

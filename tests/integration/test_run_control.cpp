@@ -161,6 +161,34 @@ TEST_F(RunControl, CtrlCStopsCleanlyWritesACheckpointAndResumeContinues) {
   EXPECT_EQ(steps.back(), stopped_at + 3);
 }
 
+// A closed terminal (SIGHUP) stops the run as Ctrl-C does, with its checkpoint and summary.
+TEST_F(RunControl, AClosedTerminalStopsCleanlyLikeCtrlC) {
+  struct sigaction inherited {};
+  sigaction(SIGHUP, nullptr, &inherited);
+  if (inherited.sa_handler == SIG_IGN)
+    GTEST_SKIP() << "SIGHUP is ignored here (nohup), and the run keeps ignoring it";
+  auto d = dir_ / "run";
+  Spawned p("train " + quickstart() +
+                " --set run.steps=10000000 --set run.log_every=1 --set run.eval_every=0"
+                " --set checkpoint.every=0 --run-dir " +
+                d.string(),
+            dir_ / "out.txt", dir_ / "err.txt");
+  ASSERT_GT(p.pid(), 0);
+  ASSERT_TRUE(eventually([&] { return !slurp(d / "metrics.jsonl").empty(); }, 120s))
+      << "no metrics record appeared: " << slurp(dir_ / "err.txt");
+  p.signal(SIGHUP);
+  auto status = p.wait(120s);
+  ASSERT_TRUE(status.has_value()) << "still running after SIGHUP";
+  ASSERT_TRUE(WIFEXITED(*status)) << "ended by the signal, not by a clean stop";
+  EXPECT_EQ(WEXITSTATUS(*status), 130) << slurp(dir_ / "err.txt");
+  auto s = summary(d);
+  EXPECT_TRUE(s["interrupted"].get<bool>()) << s.dump();
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%08lld.mxt",
+                static_cast<long long>(s["steps"].get<std::int64_t>()));
+  EXPECT_TRUE(fs::exists(d / "checkpoints" / name)) << name;
+}
+
 TEST_F(RunControl, ASecondCtrlCQuitsAtOnce) {
   // Slow steps (a 4M-parameter MLP, batch 2048, one thread), so the second signal arrives while
   // the step the first one let finish is still running.

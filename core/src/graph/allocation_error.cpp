@@ -1,12 +1,14 @@
 #include "graph/allocation_error.h"
 
 #include <cstdio>
+#include <limits>
 
 namespace mixtrain::core {
 
 std::string memory_text(std::size_t bytes) {
   char buf[64];
   const double b = static_cast<double>(bytes);
+  if (bytes == std::numeric_limits<std::size_t>::max()) return "over 16 EiB";  // saturated
   if (bytes >= (std::size_t{1} << 30))
     std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
   else if (bytes >= (std::size_t{1} << 20))

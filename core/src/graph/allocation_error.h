@@ -6,12 +6,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
+
+// a + b, or SIZE_MAX where it would wrap: forecasts of absurd configs stay absurd, not plausible.
+constexpr std::size_t saturating_add(std::size_t a, std::size_t b) {
+  return b > std::numeric_limits<std::size_t>::max() - a ? std::numeric_limits<std::size_t>::max()
+                                                         : a + b;
+}
 
 // The model's device memory as its plans predict it for batches of max_rows rows.
 struct MemoryForecast {
@@ -20,7 +27,9 @@ struct MemoryForecast {
   std::size_t activations = 0;      // the step's arena: activations and their gradients
   std::size_t parameters = 0;       // FP32 masters and gradients, low-precision working copies
   bool activations_narrow = false;  // the activation plan already stores narrower than fp32
-  std::size_t total() const { return input + activations + parameters; }
+  std::size_t total() const {
+    return saturating_add(saturating_add(input, activations), parameters);
+  }
 };
 
 // "312.0 MiB", "1.25 GiB", "512 bytes".

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 #include <set>
 
 #include "graph/allocation_error.h"
@@ -24,11 +25,15 @@ std::size_t owned_parameter_bytes(const Layer& op, bool count_working) {
   const DType weight = op.precision().weight;
   const std::size_t working =
       count_working && weight != DType::fp32 ? sdk::dtype_size(ops::storage_of(weight)) : 0;
+  // Saturating: a config with absurd sizes must be refused with a true (huge) figure, not one
+  // that wrapped around to something plausible.
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  auto times = [](std::size_t a, std::size_t b) { return b != 0 && a > kMax / b ? kMax : a * b; };
   std::size_t total = 0;
   for (const auto& p : op.traits().parameters) {
     std::size_t numel = 1;
-    for (std::int64_t d : p.shape) numel *= static_cast<std::size_t>(d);
-    total += numel * (op.frozen(p.suffix) ? 4 : 8 + working);
+    for (std::int64_t d : p.shape) numel = times(numel, static_cast<std::size_t>(d));
+    total = saturating_add(total, times(numel, op.frozen(p.suffix) ? 4 : 8 + working));
   }
   return total;
 }
@@ -43,7 +48,8 @@ MemoryForecast forecast_memory(const GraphPlan& plan, const Ops& ops, std::int64
       static_cast<std::size_t>(max_rows * plan.input_features()) * sdk::dtype_size(in.dtype) +
       static_cast<std::size_t>(max_rows * in.labels_per_sample) * 4;
   forecast.activations = activations;
-  for (const auto& op : ops) forecast.parameters += owned_parameter_bytes(*op, true);
+  for (const auto& op : ops)
+    forecast.parameters = saturating_add(forecast.parameters, owned_parameter_bytes(*op, true));
   return forecast;
 }
 

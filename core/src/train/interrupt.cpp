@@ -17,7 +17,8 @@ namespace {
 std::atomic<int> g_requested{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 struct sigaction g_previous_int {
-}, g_previous_term{};
+}, g_previous_term{}, g_previous_hup{};
+bool g_watch_hup = false;
 
 extern "C" void on_interrupt(int) {
   const int saved_errno = errno;  // the interrupted code may be about to read it
@@ -28,6 +29,7 @@ extern "C" void on_interrupt(int) {
   sigemptyset(&dfl.sa_mask);
   sigaction(SIGINT, &dfl, nullptr);
   sigaction(SIGTERM, &dfl, nullptr);
+  if (g_watch_hup) sigaction(SIGHUP, &dfl, nullptr);
   static const char msg[] =
       "\ninterrupted: finishing this step, then writing a checkpoint and summary.json "
       "(press Ctrl-C again to quit at once)\n";
@@ -46,11 +48,17 @@ InterruptGuard::InterruptGuard() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, &g_previous_int);
   sigaction(SIGTERM, &sa, &g_previous_term);
+  // A closed terminal (an ssh session that dropped) sends SIGHUP: stop as for Ctrl-C, with a
+  // checkpoint, rather than die mid-step. Under nohup SIGHUP is ignored, and stays so.
+  sigaction(SIGHUP, nullptr, &g_previous_hup);
+  g_watch_hup = g_previous_hup.sa_handler != SIG_IGN;
+  if (g_watch_hup) sigaction(SIGHUP, &sa, nullptr);
 }
 
 InterruptGuard::~InterruptGuard() {
   sigaction(SIGINT, &g_previous_int, nullptr);
   sigaction(SIGTERM, &g_previous_term, nullptr);
+  if (g_watch_hup) sigaction(SIGHUP, &g_previous_hup, nullptr);
 }
 
 bool interrupt_requested() {

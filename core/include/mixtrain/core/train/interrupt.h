@@ -1,13 +1,14 @@
-// Ctrl-C for a long run: the first SIGINT or SIGTERM asks the training loop to stop cleanly (the
-// current step finishes, then a final checkpoint and summary.json are written); a second one
-// ends the process at once.
+// Ctrl-C for a long run: the first SIGINT, SIGTERM or SIGHUP (a closed terminal) asks the training
+// loop to stop cleanly (the current step finishes, then a final checkpoint and summary.json are
+// written); a second one ends the process at once.
 //
 // Contract
 // - An InterruptGuard installs the handlers for its lifetime and restores the previous ones when
 //   destroyed. One guard at a time per process.
 // - The first signal sets the flag read by interrupt_requested() and prints one line to stderr
-//   (async-signal-safe write), then restores the default disposition of both signals, so a
-//   second one terminates the process by that signal, as a shell expects.
+//   (async-signal-safe write), then restores the default disposition of the signals, so a
+//   second one terminates the process by that signal, as a shell expects. SIGHUP is watched only
+//   when it was not ignored (nohup keeps ignoring it).
 // - kInterruptedExitCode (130 = 128 + SIGINT) is the exit status of a run stopped cleanly.
 #pragma once
 
@@ -23,7 +24,7 @@ class InterruptGuard {
   InterruptGuard& operator=(const InterruptGuard&) = delete;
 };
 
-// True once SIGINT or SIGTERM arrived under the current guard.
+// True once SIGINT, SIGTERM or a watched SIGHUP arrived under the current guard.
 bool interrupt_requested();
 
 }  // namespace mixtrain::core
