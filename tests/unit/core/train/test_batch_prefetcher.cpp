@@ -84,6 +84,23 @@ TEST(BatchPrefetcher, AFailureReachesTheCallerOnlyForTheBatchItAskedFor) {
   EXPECT_FALSE(loader.in_flight());
 }
 
+// One loader thread serves every job: the k-th job runs on a thread that has run k of them.
+TEST(BatchPrefetcher, OneLoaderThreadServesEveryJob) {
+  BatchPrefetcher loader{HostBatch{}};
+  HostBatch into;
+  std::vector<int> calls_on_its_thread;
+  const auto caller = std::this_thread::get_id();
+  for (std::uint64_t n = 0; n < 4; ++n) {
+    loader.start(job({1}, n), [&](HostBatch&) {
+      thread_local int calls = 0;
+      calls_on_its_thread.push_back(++calls);
+      EXPECT_NE(std::this_thread::get_id(), caller);
+    });
+    ASSERT_TRUE(loader.take(job({1}, n), into));
+  }
+  EXPECT_EQ(calls_on_its_thread, (std::vector<int>{1, 2, 3, 4}));
+}
+
 TEST(BatchPrefetcher, StartingAgainOrDestroyingWaitsForTheJobInFlight) {
   std::atomic<int> finished{0};
   const auto slow = [&](HostBatch&) {
