@@ -158,6 +158,12 @@ void feed_micro_batch(Trainer::State& s, std::int64_t k) {
                 });
 }
 
+// This process's replica: each rank's random ops draw their own masks (dropout keyed by rank 0's
+// would repeat them).
+std::int64_t replica_of(const Trainer::State& s) {
+  return s.c.communicator ? s.c.communicator->rank() : 0;
+}
+
 // Forward, loss and backward of micro-batch k (into the step's FP32 gradients); recorded once and
 // replayed when the backend offers step graphs and the step is static (train/step_graph.h).
 void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_t k, float seed) {
@@ -165,10 +171,8 @@ void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_
   auto& model = *s.model;
   const std::int64_t bs = s.rank_batch;
   const std::int64_t micro = s.e.run.accumulate;
-  // Each rank's random ops draw their own masks (dropout keyed by rank 0's would repeat them).
-  const std::int64_t replica = s.c.communicator ? s.c.communicator->rank() : 0;
   const auto open_micro_batch = [&] {
-    model.begin_micro_batch(k, micro, s.position.step, replica);
+    model.begin_micro_batch(k, micro, s.position.step, replica_of(s));
   };
   open_micro_batch();
   StepObserver* observer = s.opt.observer;
@@ -335,8 +339,13 @@ SkipBlame skip_update(Trainer::State& s, const sdk::ScalerDecision& decision) {
     const auto alone = s.reducer->local_only();
     for (std::int64_t k = 0; k < micro && !mine.found(); ++k) {
       const auto at = static_cast<std::size_t>(k);
-      if (micro > 1)
+      if (micro > 1) {
+        // Micro-batch k's rows and its own random draws (dropout masks): the layers still hold
+        // the last micro-batch's. Opening it again also restarts the gradients and the FP8 amaxes,
+        // which a skipped step discards anyway.
+        s.model->begin_micro_batch(k, micro, s.position.step, replica_of(s));
         feed_batch(s, s.train, s.data.micro_batches[at], s.data.micro_batch_numbers[at]);
+      }
       const NonfiniteSite site = locate_first_nonfinite(*s.model, s.rank_batch, replay_seed);
       mine = SkipBlame{site.where, site.node};
       if (micro > 1) mine = mine.in_micro_batch(k, micro);
