@@ -17,19 +17,25 @@ std::vector<GradientBucket> plan_buckets(std::span<const std::int64_t> numels,
                                 " and world " + std::to_string(world) + " must be at least 1");
   std::vector<GradientBucket> out;
   GradientBucket open;
+  auto round_up = [](std::int64_t n, std::int64_t m) { return (n + m - 1) / m * m; };
   auto close = [&] {
     if (open.params.empty()) return;
     open.world = world;
-    open.padded = (open.numel + world - 1) / world * world;
+    open.padded = round_up(open.numel, kBucketAlignElements * world);
     out.push_back(std::move(open));
     open = GradientBucket{};
   };
   for (std::size_t i = numels.size(); i-- > 0;) {
     const std::int64_t n = numels[i];
-    if (!open.params.empty() && open.numel + n > cap_elements) close();
+    std::int64_t at = round_up(open.numel, kBucketAlignElements);
+    if (!open.params.empty() && at + n > cap_elements) {
+      close();
+      at = 0;
+    }
     open.params.push_back(i);
-    open.offsets.push_back(open.numel);
-    open.numel += n;
+    open.offsets.push_back(at);
+    open.sizes.push_back(n);
+    open.numel = at + n;
   }
   close();
   return out;
@@ -41,7 +47,7 @@ std::vector<ShardPiece> shard_pieces(const GradientBucket& bucket, int rank) {
   const std::int64_t lo = static_cast<std::int64_t>(rank) * k, hi = lo + k;
   for (std::size_t j = 0; j < bucket.params.size(); ++j) {
     const std::int64_t start = bucket.offsets[j];
-    const std::int64_t end = j + 1 < bucket.params.size() ? bucket.offsets[j + 1] : bucket.numel;
+    const std::int64_t end = start + bucket.sizes[j];
     const std::int64_t a = std::max(start, lo), b = std::min(end, hi);
     if (a >= b) continue;
     out.push_back({bucket.params[j], a - start, b - a, a - lo});
