@@ -48,6 +48,27 @@ TEST_F(Fp8, DelayedAndCurrentScalingMatchBf16MixedOnQuickstart) {
   EXPECT_EQ(last["fc2.matmul.grad_output"]["dtype"], "fp8_e5m2");  // hybrid format
 }
 
+// Current scaling sets each cast's scale from the tensor's own amax: nothing can saturate, and the
+// diagnostics must not say otherwise (amax · fp32(448 / amax) can come out a hair above 448, and
+// 448 < x <= 464 rounds to 448 anyway).
+TEST_F(Fp8, CurrentScalingReportsNoSaturation) {
+  auto d = dir_ / "current";
+  auto r = run("train " + quickstart() +
+               " --set backend.threads=1 --set precision.policy=fp8-current --set run.steps=40"
+               " --set run.underflow_every=1 --set run.eval_every=0 --run-dir " +
+               d.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int slots = 0;
+  for (const auto& j : records(d / "metrics.jsonl"))
+    if (j.contains("fp8"))
+      for (const auto& [slot, stats] : j["fp8"].items()) {
+        ++slots;
+        EXPECT_EQ(stats["saturated_share"].get<double>(), 0.0)
+            << "step " << j["step"] << " " << slot << ": " << stats.dump();
+      }
+  EXPECT_GT(slots, 0);
+}
+
 TEST_F(Fp8, ResumeWithFp8StateIsBitExact) {
   const std::string common =
       " --set precision.policy=fp8-delayed --set precision.amax_history_len=16"

@@ -234,14 +234,18 @@ void OperandScaler::collect_stats(const std::shared_ptr<sdk::DeviceBackend>& bac
   backend->cast(codes, TensorView{tmp.view().data, DType::fp32, codes.shape});
   backend->copy_to_host(back.data(), as_fp32);
   const std::int64_t rows = src.shape.rows(), cols = src.shape.cols();
-  const float max_finite = s.dtype == DType::fp8_e5m2 ? 57344.0f : 448.0f;
+  // Saturated: what round-to-nearest-even takes past the largest finite value, not merely above
+  // it. E4M3: above 464, the midpoint to the next step (a tie rounds to 448's even mantissa).
+  // E5M2: from 61440 on (its tie rounds up, to 2^16 = inf).
+  const bool e5m2 = s.dtype == DType::fp8_e5m2;
+  const auto saturates = [e5m2](float a) { return e5m2 ? a >= 61440.0f : a > 464.0f; };
   Layer::ScaledOperandStats st{operand.name(), s.dtype, amax, s.scale, src.numel(), 0, 0, 0};
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) {
       const float v = in[static_cast<std::size_t>(r * cols + c)];
       if (v == 0.0f) continue;
       ++st.nonzero;
-      if (std::abs(v * s.scale) > max_finite) ++st.saturated;
+      if (saturates(std::abs(v * s.scale))) ++st.saturated;
       const std::int64_t at = codes_transposed ? c * rows + r : r * cols + c;
       if (back[static_cast<std::size_t>(at)] == 0.0f) ++st.underflowed;
     }
