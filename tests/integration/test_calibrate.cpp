@@ -244,6 +244,29 @@ TEST_F(CalibrateBlocks, AnOutlierRowUnderFp8NamesFp8Block) {
   EXPECT_TRUE(rec2.table_array("precision.override").empty()) << slurp(out2);
 }
 
+// The configured block policy is measured with its own options, not its defaults: mxfp8's OCP
+// scale rule (floor) puts a block's amax in [256, 512)·2^k, so values above 464·2^k clamp, where
+// the default round-up rule clamps nothing.
+TEST_F(CalibrateBlocks, TheConfiguredPolicysOwnOptionsAreMeasured) {
+  const auto cfg = outlier_config("mxfp8", R"(  { type = "linear", name = "wide_in", out = 32 },
+  { type = "relu", name = "act" },
+  { type = "linear", name = "head", out = 4 },)");
+  auto saturated = [&](const std::string& extra, const std::string& name) {
+    const auto out = dir_ / name;
+    const auto r = run(
+        "calibrate " + cfg.string() + " --steps 2 " + extra + " --output " + out.string(), dir_);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const std::string text = slurp(out);
+    const std::string line = "# block wide_in gemm_input mxfp8 ";
+    const auto at = text.find(line);
+    EXPECT_NE(at, std::string::npos) << text;
+    const auto key = text.find("per_block_saturated=", at);
+    return std::stoll(text.substr(key + std::string("per_block_saturated=").size()));
+  };
+  EXPECT_EQ(saturated("", "round_up.toml"), 0);
+  EXPECT_GT(saturated("--set 'precision.mxfp8.scale_rule=\"ocp\"'", "ocp.toml"), 0);
+}
+
 TEST_F(CalibrateBlocks, ReportOnlyUnderOtherPoliciesAndNeverWithAConvolution) {
   // bf16-mixed: no block report unless asked; with --blocks the report, but the file keeps the
   // policy.

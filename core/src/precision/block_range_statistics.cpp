@@ -158,8 +158,20 @@ BlockCounts count_per_tensor(std::span<const float> x, BlockElement element) {
   throw std::invalid_argument("block range statistics: unknown element format");
 }
 
+BlockLayouts default_block_layouts(BlockRole role) {
+  BlockLayouts out{};
+  for (std::size_t f = 0; f < kBlockFormats.size(); ++f)
+    out[f] = block_layout(kBlockFormats[f], role);
+  return out;
+}
+
 BlockRangeStatistics measure_blocks(std::span<const float> x, std::int64_t rows, std::int64_t cols,
                                     BlockRole role) {
+  return measure_blocks(x, rows, cols, default_block_layouts(role));
+}
+
+BlockRangeStatistics measure_blocks(std::span<const float> x, std::int64_t rows, std::int64_t cols,
+                                    const BlockLayouts& layouts) {
   check_size(x, rows, cols);
   BlockRangeStatistics s;
   for (float v : x)
@@ -170,7 +182,7 @@ BlockRangeStatistics measure_blocks(std::span<const float> x, std::int64_t rows,
   for (float v : x) s.nonzero += v != 0.0f ? 1 : 0;
   if (s.nonzero == 0) return s;
   for (std::size_t f = 0; f < kBlockFormats.size(); ++f) {
-    const BlockScaledLayout layout = block_layout(kBlockFormats[f], role);
+    const BlockScaledLayout& layout = layouts[f];
     s.per_tensor[f] = count_per_tensor(x, layout.element);
     s.per_block[f] = count_per_block(x, rows, cols, layout);
   }

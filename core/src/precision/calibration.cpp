@@ -122,9 +122,17 @@ class TensorObserver final : public StepObserver {
 
   // Measures the block statistics of these nodes' GEMM operands on every `stride`-th step,
   // the first included.
-  void measure_blocks_of(std::set<std::size_t> nodes, std::int64_t stride) {
+  // The configured block-scaled policy's own layouts per node and tensor, in place of its format's
+  // defaults (the other formats keep theirs: they are measured for comparison).
+  struct ConfiguredLayouts {
+    std::size_t format = 0;  // index in kBlockFormats
+    std::map<std::size_t, std::map<CalibratedTensor, sdk::BlockScaledLayout>> of_node;
+  };
+  void measure_blocks_of(std::set<std::size_t> nodes, std::int64_t stride,
+                         std::optional<ConfiguredLayouts> configured) {
     block_nodes_ = std::move(nodes);
     block_stride_ = std::max<std::int64_t>(stride, 1);
+    configured_ = std::move(configured);
   }
   std::int64_t block_steps() const { return block_steps_; }
 
@@ -154,10 +162,15 @@ class TensorObserver final : public StepObserver {
       last_block_step_ = steps_done_;
     }
     auto& slot = blocks_[node][static_cast<std::size_t>(t)];
+    BlockLayouts layouts = default_block_layouts(role);
+    if (configured_)
+      if (auto n = configured_->of_node.find(node); n != configured_->of_node.end())
+        if (auto l = n->second.find(t); l != n->second.end())
+          layouts[configured_->format] = l->second;
     for (const OperandShape& v : shapes_) {
       const std::span<const float> values(host_.data() + v.offset,
                                           static_cast<std::size_t>(v.rows * v.cols));
-      BlockRangeStatistics measured = measure_blocks(values, v.rows, v.cols, role);
+      BlockRangeStatistics measured = measure_blocks(values, v.rows, v.cols, layouts);
       if (slot)
         merge(*slot, measured);
       else
@@ -185,6 +198,7 @@ class TensorObserver final : public StepObserver {
   std::map<std::size_t, Slots> step_, total_;
   std::map<std::size_t, BlockSlots> blocks_;
   std::set<std::size_t> block_nodes_;
+  std::optional<ConfiguredLayouts> configured_;
   std::int64_t block_stride_ = 1, steps_done_ = 0, block_steps_ = 0, last_block_step_ = -1;
 };
 
@@ -213,9 +227,9 @@ Experiment fp32_experiment(const Experiment& experiment, const PluginRegistry& r
 }
 
 // What the config's own policy plans for each node, asked as the trainer asks it.
-void plan_ops(const Experiment& experiment, const PluginRegistry& registry, Trainer& trainer,
-              const std::shared_ptr<sdk::DeviceBackend>& backend, const sdk::Logger& log,
-              Calibration& out) {
+std::optional<TensorObserver::ConfiguredLayouts> plan_ops(
+    const Experiment& experiment, const PluginRegistry& registry, Trainer& trainer,
+    const std::shared_ptr<sdk::DeviceBackend>& backend, const sdk::Logger& log, Calibration& out) {
   out.policy = experiment.policy_name;
   const Model& m = trainer.model();
   InputSpec input;
@@ -229,10 +243,32 @@ void plan_ops(const Experiment& experiment, const PluginRegistry& registry, Trai
   Model planned(backend, experiment.model, m.input_features(), m.classes(), input);
   plan_precision(planned, *policy, backend->capabilities(), {}, log);
   out.policy_needs_loss_scaling = policy->needs_loss_scaling();
-  if (dynamic_cast<const sdk::BlockScalingFacet*>(policy.get()) != nullptr)
-    for (BlockFormat f : kBlockFormats)
-      if (experiment.policy_name == block_format_name(f)) out.block_format = f;
+  const auto* facet = dynamic_cast<const sdk::BlockScalingFacet*>(policy.get());
+  std::optional<TensorObserver::ConfiguredLayouts> configured;
+  if (facet != nullptr)
+    for (std::size_t f = 0; f < kBlockFormats.size(); ++f)
+      if (experiment.policy_name == block_format_name(kBlockFormats[f])) {
+        out.block_format = kBlockFormats[f];
+        configured.emplace().format = f;
+      }
+  std::size_t node = 0;
   for (const auto& l : planned.layers()) {
+    const std::size_t i = node++;  // the trainer's model has the same nodes, in the same order
+    // The operands as the measurement reads them (block_range_statistics.h): x and W as the
+    // forward GEMM quantizes them, dy as the data-gradient GEMM does, all along their cols.
+    if (configured && !l->is_view() && l->has_gemm()) {
+      const std::string gemm = l->description().gemms.front().name;  // description() is a value
+      auto layout = [&](sdk::OperandRole role, sdk::GemmPass pass) {
+        return facet
+            ->operand_plan(sdk::OperandSlot(l->name(), gemm, role), pass, sdk::ReductionAxis::cols)
+            .layout;
+      };
+      auto& of = configured->of_node[i];
+      of[CalibratedTensor::gemm_input] = layout(sdk::OperandRole::input, sdk::GemmPass::forward);
+      of[CalibratedTensor::weight] = layout(sdk::OperandRole::weight, sdk::GemmPass::forward);
+      of[CalibratedTensor::output_grad] =
+          layout(sdk::OperandRole::grad_output, sdk::GemmPass::dgrad);
+    }
     if (l->is_view()) continue;
     OpCalibration op;
     op.node = l->name();
@@ -245,6 +281,7 @@ void plan_ops(const Experiment& experiment, const PluginRegistry& registry, Trai
         l->has_gemm() && l->description().has_weight_gemm() && l->set_block_scaling(nullptr);
     out.ops.push_back(std::move(op));
   }
+  return configured;
 }
 
 // Each block-scaled policy's plan of the model, with its default options, as the trainer would
@@ -331,7 +368,7 @@ Calibration calibrate(const Experiment& experiment, const PluginRegistry& regist
              " steps: the config's run.steps, fewer than --steps " + std::to_string(options.steps));
 
   Calibration out;
-  plan_ops(experiment, registry, trainer, backend, log, out);
+  auto configured = plan_ops(experiment, registry, trainer, backend, log, out);
   bool fp8_gemm = false;
   for (const auto& op : out.ops)
     fp8_gemm = fp8_gemm || (op.has_gemm && sdk::is_fp8(op.planned.gemm_input));
@@ -347,7 +384,8 @@ Calibration calibrate(const Experiment& experiment, const PluginRegistry& regist
     }
     const std::int64_t steps = std::min(options.steps, experiment.run.steps);
     observer.measure_blocks_of(std::move(nodes),
-                               (steps + kBlockSampleSteps - 1) / kBlockSampleSteps);
+                               (steps + kBlockSampleSteps - 1) / kBlockSampleSteps,
+                               std::move(configured));
   }
 
   out.steps = trainer.run().steps;

@@ -4,7 +4,8 @@
 // its block-policy rule read (docs/precision-autopilot.md, "Block scaling").
 //
 // Contract
-// - The formats are the block-scaled policies' defaults (plugins/block_scaling), named as those
+// - The formats are the block-scaled policies' defaults unless the layouts are given
+//   (plugins/block_scaling), named as those
 //   policies: fp8-block (E4M3, fp32 block scales; 1×128 along the reduction dim, 128×128
 //   weights), mxfp8 (E4M3, E8M0 round-up scales, 1×32), nvfp4 (E2M1, E4M3 block scales and the
 //   fp32 tensor scale; 1×16, 16×16 weights). block_layout() gives the layout per role.
@@ -69,6 +70,13 @@ BlockCounts count_per_tensor(std::span<const float> x, sdk::BlockElement element
 
 BlockRangeStatistics measure_blocks(std::span<const float> x, std::int64_t rows, std::int64_t cols,
                                     BlockRole role);
+// The same with each format's layout given (kBlockFormats order): a configured policy's own
+// options (mxfp8's scale_rule or fp8_format, fp8-block's power-of-two scales) in place of the
+// defaults.
+using BlockLayouts = std::array<sdk::BlockScaledLayout, kBlockFormats.size()>;
+BlockLayouts default_block_layouts(BlockRole role);
+BlockRangeStatistics measure_blocks(std::span<const float> x, std::int64_t rows, std::int64_t cols,
+                                    const BlockLayouts& layouts);
 void merge(BlockRangeStatistics& into, const BlockRangeStatistics& step);
 
 }  // namespace mixtrain::core
