@@ -358,7 +358,8 @@ TEST_F(DataParallelTest, ResNet20AndTinyGptTrainOnTwoRanks) {
 // Synchronized batch norm: the shrunk ResNet-20 in fp32 on 2 ranks × 4 images has the per-step
 // losses of one process on the same 8 (each batch norm normalises with the global batch's
 // statistics, and its backward reduces Σg and Σg·x̂); with local batch norm (each rank's own 4
-// images) the losses differ, which is what makes the comparison a test. Again with 2
+// images) the losses differ, which is what makes the comparison a test. Augmentation stays on:
+// each rank crops and flips its images as one process does those of the global batch. Again with 2
 // micro-batches per step (the backward's dgamma / dbeta accumulate), the optimizer sharded and
 // evaluations, whose losses show that the running statistics are the global batch's too. The
 // first run's small buckets start during backward, between the batch norms' host all-reduces.
@@ -368,7 +369,7 @@ TEST_F(DataParallelTest, SyncBatchNormOnTwoRanksMatchesOneProcess) {
       " --set run.steps=4 --set run.log_every=1 --set backend.cpu.threads=1"
       " --set data.batch_size=8 --set data.eval_batch_size=8"
       " --set data.synthetic.rows=80 --set model.resnet.widths=[4,8,8]"
-      " --set data.augment.crop_padding=0 --set data.augment.horizontal_flip=false";
+      " --set data.augment.crop_padding=4 --set data.augment.horizontal_flip=true";
   const std::string plain = " --set run.eval_every=0";
   const std::string accumulate = " --set run.eval_every=2 --set run.accumulate=2";
   const std::string dp = " --set distributed.type=mpi --set distributed.batch_norm=";

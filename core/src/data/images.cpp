@@ -175,7 +175,7 @@ namespace {
 template <class T>
 void augment_rows(const AugmentSpec& spec, std::span<const std::int64_t> shape,
                   std::span<const T> fill, T* x, std::int64_t rows, std::uint64_t seed,
-                  std::uint64_t batch_index) {
+                  std::uint64_t batch_index, std::uint64_t first_row) {
   if (shape.size() != 3 || shape[0] < 1 || shape[1] < 1 || shape[2] < 1)
     throw std::invalid_argument("augment_batch: the sample shape is not [C, H, W]");
   if (spec.crop_padding < 0) throw std::invalid_argument("augment_batch: crop_padding is negative");
@@ -189,7 +189,7 @@ void augment_rows(const AugmentSpec& spec, std::span<const std::int64_t> shape,
   const std::size_t width = channels * plane;
   std::vector<T> source(width);
   for (std::int64_t i = 0; i < rows; ++i) {
-    DataRng rng(seed, augment_stream(batch_index, static_cast<std::uint64_t>(i)));
+    DataRng rng(seed, augment_stream(batch_index, first_row + static_cast<std::uint64_t>(i)));
     std::int64_t dy = 0, dx = 0;  // the window's top-left corner in the image (may be < 0)
     if (pad > 0) {
       const auto choices = static_cast<std::uint64_t>(2 * pad + 1);
@@ -218,15 +218,17 @@ void augment_rows(const AugmentSpec& spec, std::span<const std::int64_t> shape,
 
 void augment_batch(const AugmentSpec& spec, std::span<const std::int64_t> shape,
                    std::span<const float> fill, float* x, std::int64_t rows, std::uint64_t seed,
-                   std::uint64_t batch_index) {
-  augment_rows(spec, shape, fill, x, rows, seed, batch_index);
+                   std::uint64_t batch_index, std::uint64_t first_row) {
+  augment_rows(spec, shape, fill, x, rows, seed, batch_index, first_row);
 }
 
 void augment_batch(const AugmentSpec& spec, std::span<const std::int64_t> shape, std::uint8_t* x,
-                   std::int64_t rows, std::uint64_t seed, std::uint64_t batch_index) {
+                   std::int64_t rows, std::uint64_t seed, std::uint64_t batch_index,
+                   std::uint64_t first_row) {
   const std::vector<std::uint8_t> black(
       shape.empty() || shape[0] < 1 ? 0 : static_cast<std::size_t>(shape[0]), 0);
-  augment_rows(spec, shape, std::span<const std::uint8_t>(black), x, rows, seed, batch_index);
+  augment_rows(spec, shape, std::span<const std::uint8_t>(black), x, rows, seed, batch_index,
+               first_row);
 }
 
 }  // namespace mixtrain::core

@@ -36,6 +36,9 @@ struct BatchRecipe {
   std::vector<float> black;
   std::uint64_t seed;
   bool bytes;  // byte images gathered as bytes, for the device to decode
+  // This rank's first row in the batch the sampler drew (rank_share): augmentation keys each
+  // sample on its place in the drawn batch, so N ranks augment as one process does.
+  std::uint64_t first_row;
 };
 
 // The device's decode table of `d` (a split, or rows copied from one: the same table), or nullptr
@@ -50,7 +53,12 @@ const Tensor* pixel_table(const Trainer::State& s, const Dataset& d) {
 }
 
 BatchRecipe recipe_of(const Trainer::State& s, const Dataset& d) {
-  return {&d, s.e.data.augment.spec, s.black, s.e.run.seed, pixel_table(s, d) != nullptr};
+  return {&d,
+          s.e.data.augment.spec,
+          s.black,
+          s.e.run.seed,
+          pixel_table(s, d) != nullptr,
+          static_cast<std::uint64_t>(s.reducer->rank() * s.rank_batch)};
 }
 
 // The host side of a batch: `rows` of the data gathered into `out` (grown as needed), and a
@@ -74,13 +82,15 @@ void prepare_host_batch(const BatchRecipe& r, std::span<const std::int64_t> rows
     grow(out.pixels, n * d.features);
     gather_pixels(d, rows, out.pixels.data(), out.y.data());
     if (training_batch && r.augment.enabled())
-      augment_batch(r.augment, d.sample_shape, out.pixels.data(), n, r.seed, *training_batch);
+      augment_batch(r.augment, d.sample_shape, out.pixels.data(), n, r.seed, *training_batch,
+                    r.first_row);
     return;
   }
   grow(out.x, n * d.features);
   gather_batch(d, rows, out.x.data(), out.y.data());
   if (training_batch && r.augment.enabled())
-    augment_batch(r.augment, d.sample_shape, r.black, out.x.data(), n, r.seed, *training_batch);
+    augment_batch(r.augment, d.sample_shape, r.black, out.x.data(), n, r.seed, *training_batch,
+                  r.first_row);
 }
 
 void upload_batch(Trainer::State& s, const Dataset& d, std::int64_t n, const HostBatch& h) {

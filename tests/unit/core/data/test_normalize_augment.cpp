@@ -241,6 +241,13 @@ TEST(Augment, ABatchIsAPureFunctionOfSeedBatchNumberAndPosition) {
   gather_batch(data, first, one.data(), nullptr);
   augment_batch(spec, data.sample_shape, fill, one.data(), 1, 4, 17);
   EXPECT_TRUE(std::equal(one.begin(), one.end(), a.begin()));
+  // A data-parallel rank's share, rows 3..5 of the drawn batch, augments as those rows of the
+  // whole batch: its first_row, not its own row 0, keys each sample.
+  const std::vector<std::int64_t> share(rows.begin() + 3, rows.end());
+  std::vector<float> part(share.size() * static_cast<std::size_t>(data.features));
+  gather_batch(data, share, part.data(), nullptr);
+  augment_batch(spec, data.sample_shape, fill, part.data(), 3, 4, 17, /*first_row=*/3);
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), a.begin() + 3 * data.features));
 }
 
 TEST(Augment, OffOrBadArguments) {

@@ -226,22 +226,25 @@ struct AugmentSpec {
 };
 
 // Augments the `rows` images of batch `x` [rows, C, H, W] in place. The randomness of sample i
-// is DataRng(seed, augment_stream(batch_index, i)) alone — a pure function of (seed, batch
-// index, position), so a batch is reproduced exactly from those three (a resumed run needs no
-// saved generator state). Sample i draws, in order: the crop offsets dy, dx in [0, 2p] (when
-// crop_padding = p > 0), then the flip (uniform() < 0.5, when horizontal_flip). The window is
-// rows dy − p … dy − p + H − 1 and columns dx − p … of the image; a pixel outside the image is
-// `fill[c]`, the value a raw 0 (black) pixel has after normalisation: −mean[c] / std[c], or 0
-// without normalisation — exactly torchvision's zero padding before Normalize. The flip applies
-// to the cropped window. std::invalid_argument when shape is not {C, H, W}, fill has not C
-// values, or crop_padding is negative.
+// is DataRng(seed, augment_stream(batch_index, first_row + i)) alone — a pure function of (seed,
+// batch index, position in the batch), so a batch is reproduced exactly from those three (a
+// resumed run needs no saved generator state). `first_row` is x's first row's position in the
+// batch the sampler drew: a data-parallel rank augments its share as one process augments
+// those rows, so the data a step sees does not depend on the number of ranks. Sample i draws, in
+// order: the crop offsets dy, dx in [0, 2p] (when crop_padding = p > 0), then the flip (uniform() <
+// 0.5, when horizontal_flip). The window is rows dy − p … dy − p + H − 1 and columns dx − p … of
+// the image; a pixel outside the image is `fill[c]`, the value a raw 0 (black) pixel has after
+// normalisation: −mean[c] / std[c], or 0 without normalisation — exactly torchvision's zero padding
+// before Normalize. The flip applies to the cropped window. std::invalid_argument when shape is not
+// {C, H, W}, fill has not C values, or crop_padding is negative.
 void augment_batch(const AugmentSpec& spec, std::span<const std::int64_t> shape,
                    std::span<const float> fill, float* x, std::int64_t rows, std::uint64_t seed,
-                   std::uint64_t batch_index);
+                   std::uint64_t batch_index, std::uint64_t first_row = 0);
 // The same on a batch of byte images [rows, C, H, W], filling with byte 0 (what decodes to a raw 0
 // pixel normalised): decoded afterwards, it equals the float batch augmented above.
 void augment_batch(const AugmentSpec& spec, std::span<const std::int64_t> shape, std::uint8_t* x,
-                   std::int64_t rows, std::uint64_t seed, std::uint64_t batch_index);
+                   std::int64_t rows, std::uint64_t seed, std::uint64_t batch_index,
+                   std::uint64_t first_row = 0);
 std::uint64_t augment_stream(std::uint64_t batch_index, std::uint64_t position);
 
 // ---- splitting and batching -----------------------------------------------------------------
