@@ -15,6 +15,19 @@ namespace mixtrain::core {
 
 namespace {
 
+// The [model] section of the resolved config. loss_chunk_rows unset is left unset there: its
+// effective value depends on the class count (graph/model_spec.h), and a resumed run or an
+// evaluation reading the resolved config must chunk the loss as the run did.
+ResolvedSection model_section_of(const sdk::Options& model) {
+  ResolvedSection m = section_of("model", {}, model);
+  if (!model.was_set("loss_chunk_rows")) {
+    std::erase_if(m.values, [](const auto& v) { return v.first == "loss_chunk_rows"; });
+    m.comments.push_back(
+        "loss_chunk_rows unset: 1024 rows for a model of 4096 classes or more, else 0 (whole)");
+  }
+  return m;
+}
+
 const std::vector<std::string> kArrayKeys = {"inputs", "shape"};
 
 // One entry of a node list (the model's or a block's), before blocks are expanded.
@@ -374,7 +387,7 @@ void read_gpt_preset(const Config& config, Experiment& e, const sdk::Options& mo
   const auto o = sdk::Options::resolve("model.gpt", gpt_preset_schema(), raw, where, {});
   e.model.layers = gpt_preset(gpt_preset_of(o, where, e));
   e.model.graph = true;
-  e.core_sections.push_back(section_of("model", {}, model));
+  e.core_sections.push_back(model_section_of(model));
   e.core_sections.push_back(section_of("model.gpt", {}, o));
 }
 
@@ -463,7 +476,7 @@ void read_pretrained_gpt(const Config& config, Experiment& e, const sdk::Options
   e.from_pretrained = {folder, pretrained.weights_file, at};
   for (const auto& note : pretrained.config.notes) e.config_warnings.push_back(note);
 
-  ResolvedSection m = section_of("model", {}, model);
+  ResolvedSection m = model_section_of(model);
   show_resolved(m, "preset", "gpt");
   show_resolved(m, "from_pretrained", "");
   m.comments.push_back("from_pretrained = " + sdk::option_value_to_string(folder.string()) + " (" +
@@ -520,7 +533,7 @@ void read_resnet_preset(const Config& config, Experiment& e, const sdk::Options&
                            "give one width per stage: " + example);
   e.model.layers = resnet_preset(p);
   e.model.graph = true;
-  e.core_sections.push_back(section_of("model", {}, model));
+  e.core_sections.push_back(model_section_of(model));
   ResolvedSection s = section_of("model.resnet", {}, o);
   s.raw_values.emplace_back("blocks", toml_list(p.blocks));
   s.raw_values.emplace_back("widths", toml_list(p.widths));
@@ -625,7 +638,7 @@ void read_model_config(const Config& config, Experiment& e) {
     throw sdk::ConfigError(e.model.where, layer_list, "the model has no layers",
                            "add layers = [ { type = \"linear\", out = 64 }, { type = \"relu\" }, "
                            "{ type = \"linear\", out = 10 } ]");
-  e.core_sections.push_back(section_of("model", {}, model));
+  e.core_sections.push_back(model_section_of(model));
 
   const bool uses_blocks = name_entries(config, nodes, graph_form);
   ModelExpansion expansion(blocks);

@@ -753,6 +753,20 @@ TEST(sdk_Experiment, RunDirAndPluginPathsResolveLikeEveryOtherPath) {
   std::filesystem::remove_all(dir);
 }
 
+// model.loss_chunk_rows unset means "by the class count" (1024 from 4096 classes, else 0): the
+// resolved config must leave it unset, or an evaluation or resume reading it would chunk a small
+// vocabulary's loss that the run computed whole (another summation order, other last bits).
+TEST(sdk_Experiment, AnUnsetLossChunkStaysUnsetInTheResolvedConfig) {
+  const auto e = parse(kFull);
+  ASSERT_FALSE(e.model.loss_chunk_rows.has_value());
+  const std::string text = resolved_toml_of(e);
+  EXPECT_FALSE(contains(text, "loss_chunk_rows =")) << text;
+  EXPECT_FALSE(parse(text).model.loss_chunk_rows.has_value());
+  const auto set = parse(kFull, {"model.loss_chunk_rows=64"});
+  EXPECT_TRUE(contains(resolved_toml_of(set), "loss_chunk_rows = 64"));
+  EXPECT_EQ(parse(resolved_toml_of(set)).model.loss_chunk_rows, 64);
+}
+
 // run.name becomes runs/<name>: a name that is a path would put the run outside runs/.
 TEST(sdk_Experiment, ARunNameThatIsAPathIsRefusedAtItsKey) {
   for (const std::string name : {"", ".", "..", "../esc", "/tmp/x", "a/b"}) {
