@@ -603,6 +603,27 @@ TEST_F(Cli, EvalOfAFinishedRunDoesNotOpenTheConfigsInitFrom) {
   EXPECT_NE(r.err.find("init.mxt"), std::string::npos) << r.err;
 }
 
+// `eval` of a checkpoint gives the run's own evaluation of it, bit for bit: with the EMA as the
+// weights under eval.weights = "ema", and with delayed FP8 scaling's amax histories (scales of 1
+// and the raw weights gave other numbers).
+TEST_F(Cli, EvalOfACheckpointIsTheRunsOwnEvaluation) {
+  for (const std::string sets : {" --set ema.decay=0.9 --set eval.weights=ema",
+                                 " --set precision.policy=fp8-delayed --set scaler.type=dynamic"}) {
+    const auto d = dir_ / ("run" + std::to_string(sets.size()));
+    ASSERT_EQ(run("train " + quickstart() + sets +
+                  " --set run.steps=30 --set run.eval_every=30 --run-dir " + d.string())
+                  .exit_code,
+              0);
+    double trained = 0.0;
+    for (const auto& j : records(d / "metrics.jsonl"))
+      if (j.contains("eval_loss")) trained = j["eval_loss"].get<double>();
+    auto r = run("eval " + (d / "config.toml").string() + " --checkpoint " + d.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto evaluated = json::parse(r.out.substr(r.out.find('{')));
+    EXPECT_EQ(evaluated["eval_loss"].get<double>(), trained) << sets;
+  }
+}
+
 // Without held-out rows, `check` says what evaluation will read instead.
 TEST_F(Cli, CheckSaysEvaluationReadsTheTrainingRowsWithoutAHeldOutSplit) {
   auto r = run("check " + quickstart() + " --set data.eval_fraction=0");

@@ -663,6 +663,38 @@ void restore_policy(Trainer::State& s, const CheckpointFile& file,
           s.e.policy_name);
 }
 
+// A Trainer that writes nothing (eval, predict, sample) runs a checkpoint as its run evaluated
+// it: with the EMA as the weights under eval.weights = "ema" (masters taken from "ema/<name>":
+// the session never trains, so they may stand in), and with the policy's own state (delayed FP8
+// scaling's amax histories) when the checkpoint's policy is the config's. Without them the
+// numbers would be the raw weights' under scales of 1.
+void restore_for_inference(Trainer::State& s, const CheckpointFile& file) {
+  if (s.e.eval.weights == EvalWeights::ema && !s.ema.empty()) {
+    const auto params = s.model->trainable_parameters();
+    std::vector<const sdk::HostTensor*> averages;
+    for (const auto* p : params)
+      if (const auto* h = file.st.find("ema/" + p->name)) averages.push_back(h);
+    if (averages.size() == params.size()) {
+      for (std::size_t i = 0; i < params.size(); ++i)
+        from_host(*s.c.backend, *averages[i], params[i]->master.view(), file.path);
+      s.model->refresh_working_copies();
+      reset_ema(s);
+    } else {
+      s.log.warn(file.path.string() + " holds no EMA of the weights; eval.weights = \"ema\" " +
+                 "evaluates its weights as they are");
+    }
+  }
+  const auto saved = file.st.metadata.find("policy");
+  if (saved == file.st.metadata.end()) return;
+  const json j = json::parse(saved->second, nullptr, false);
+  if (!j.is_object() || !j.contains("component") || j["component"] != s.e.policy_name) return;
+  try {
+    s.c.policy->load_state(component_state_from_json(j, "policy", s.e.policy_name, file.path));
+  } catch (const sdk::CheckpointError& e) {
+    throw sdk::CheckpointError(file.path.string() + ": policy: " + e.what(), e.hint());
+  }
+}
+
 // Everything of a full training state besides the weights: the counters, the optimizer's
 // slots, the EMA, the components' states, the sampler's cursor and the watched metrics.
 void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
@@ -715,6 +747,7 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
   s.model->refresh_working_copies();
   if (weights_only) {
     finish_initial_weights(s, file, used);
+    if (!s.opt.write_outputs && !s.loading_initial_weights) restore_for_inference(s, file);
     return;
   }
   check_training_state_version(file.st.metadata, path);

@@ -528,8 +528,11 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   if (!e.checkpoint.keep_best.empty()) s.metrics.keep_best.emplace(e.checkpoint.keep_best, 0.0);
   prepare_pixel_tables(s);
   allocate_host_batches(s);
-  if (!e.checkpoint.init_from.empty() && !options.resume)
+  if (!e.checkpoint.init_from.empty() && !options.resume) {
+    s.loading_initial_weights = true;  // step 0's weights, not a checkpoint to run as trained
     load_checkpoint(e.checkpoint.init_from, /*weights_only=*/true, e.checkpoint.init_layout);
+    s.loading_initial_weights = false;
+  }
   if (options.resume) {
     s.position.resumed_from =
         resolve_checkpoint_path(*options.resume, s.c.checkpoint_format->file_extension());

@@ -49,6 +49,7 @@ struct Trainer::State {
   LrSchedule schedule;
   std::filesystem::path run_dir;
   std::optional<RunFolderLock> run_folder_lock;  // held while the run writes run_dir
+  bool loading_initial_weights = false;          // the constructor's checkpoint.init_from load
   RunPosition position;
   PrecisionState precision;
   DataPosition data;

@@ -31,6 +31,10 @@
 //   (core/src/train/planned_model.h). The promotions are part of the training state: a resume
 //   plans the model as it was trained, and so does load_checkpoint() weights-only in a Trainer
 //   that writes nothing (eval, predict, sample, export); model() is a new object after either.
+//   Such a load (not the constructor's checkpoint.init_from) also runs the checkpoint as its run
+//   evaluated it: under eval.weights = "ema" its EMA becomes the weights (sample decodes with
+//   them too), and the policy takes the checkpoint's state when it is the same policy (delayed
+//   FP8 scaling's amax histories).
 // - Step semantics: loss in FP32, backward seeded with the loss scale, fused unscale + non-finite
 //   check on FP32 gradients, optional clipping after unscaling, then the scaler decides; a
 //   skipped step leaves master weights, optimizer state and the lr schedule untouched.
