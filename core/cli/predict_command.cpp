@@ -90,6 +90,11 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
         "--positions all is for language models; this model makes one "
         "prediction per input row",
         "leave out --positions");
+  if (args.stride != 0 && !trained.is_tokens())
+    throw sdk::UserError("--stride " + std::to_string(args.stride) +
+                             " spaces a language model's token windows; this model makes one "
+                             "prediction per input row",
+                         "leave out --stride");
   // A run or checkpoints/ folder is a file only now: its newest checkpoint.
   const fs::path checkpoint = session.checkpoint_path(args.checkpoint);
   refuse_input_as_output("--out", out, {{"--checkpoint", checkpoint}});

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "mixtrain/core/generate/text_generation.h"
+#include "mixtrain/core/graph/decoder.h"
 #include "model_session.h"
 #include "token_ids.h"
 
@@ -62,6 +63,8 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
 
   auto session = open_model_session(cfg, SessionWeights::from_checkpoint);
   auto& trainer = *session.trainer;
+  // Whether the model can decode at all, before its vocabulary or its weights are looked at.
+  { const core::Decoder probe(trainer.model(), 1); }
   check_prompt_fits(args, trainer.model().classes(), prompt);
   trainer.load_checkpoint(session.checkpoint_path(args.checkpoint),
                           /*weights_only=*/true, core::parse_weight_layout(args.layout));

@@ -630,6 +630,16 @@ TEST_F(Cli, CheckSaysEvaluationReadsTheTrainingRowsWithoutAHeldOutSplit) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("no held-out rows (evaluation reads the training rows)"), std::string::npos)
       << r.out;
+  // `train` says it too, naming what reads them.
+  r = run("train " + quickstart() +
+          " --set data.eval_fraction=0 --set run.steps=2 --set checkpoint.keep_best=eval_loss"
+          " --set run.eval_every=1 --run-dir " +
+          (dir_ / "run").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("no held-out rows (data.eval_fraction = 0 and no eval file): the eval_* "
+                       "numbers, early stopping and keep_best read the training rows"),
+            std::string::npos)
+      << r.err;
 }
 
 }  // namespace

@@ -120,9 +120,12 @@ TEST_F(CliGpt, SampleWithAnotherModelsCheckpointExits2NamingTheMismatch) {
           " --prompt 'x' --tokens 3");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("wte.weight"), std::string::npos) << r.err;
-  // A model that is not a language model cannot sample.
-  r = run("sample " + quickstart() + " --checkpoint " + run_dir.string() + " --prompt 'x'");
+  // A model that is not a language model cannot sample: said first (not its vocabulary), with
+  // nothing printed.
+  r = run("sample " + quickstart() + " --checkpoint " + run_dir.string() + " --prompt-ids 1,2");
   EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("this model does not read token ids"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
 }
 
 TEST_F(CliGpt, SampleArgumentsOutOfRangeExit2BeforeAnythingLoads) {

@@ -300,6 +300,11 @@ TEST_F(Predict, BadInputExits2NamingTheFixAndNeverOverwritesWithoutForce) {
   r = run(base + "--input x.npy --out p.npy --positions all", dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--positions all is for language models"), std::string::npos) << r.err;
+  // So is --stride: a table model's rows are not windows.
+  r = run(base + "--input x.npy --out p.npy --stride 5", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--stride 5 spaces a language model's token windows"), std::string::npos)
+      << r.err;
   // An existing file is kept without --force, replaced with it.
   std::ofstream(dir_ / "keep.npy") << "precious";
   r = run(base + "--input x.npy --out keep.npy", dir_);

@@ -136,7 +136,11 @@ void read_component_tables(SectionReading& r) {
     auto it = std::find_if(section.components.begin(), section.components.end(),
                            [&](const ComponentSchema& c) { return c.name == sub; });
     if (it == section.components.end()) {
-      auto near = sdk::closest_match(sub, names);
+      // The nearest name among the components and the host's own sub-tables ([[precision.
+      // override]] misspelt is the host's).
+      std::vector<std::string> candidates = names;
+      candidates.insert(candidates.end(), section.host_tables.begin(), section.host_tables.end());
+      auto near = sdk::closest_match(sub, candidates);
       throw sdk::ConfigError(
           r.config.location(dotted), dotted, "no " + section.noun + " named '" + sub + "'",
           (near.empty() ? "" : "did you mean [" + table + "." + near + "]? ") + "a sub-table of [" +

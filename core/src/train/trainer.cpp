@@ -587,6 +587,14 @@ TrainSummary Trainer::run() {
       e.optimizer_type + ", backend " + s.c.backend->capabilities().device_name +
       (s.run_dir.empty() ? std::string(" (no run folder)") : ", folder " + s.run_dir.string()));
   if (const auto warning = unscaled_narrow_gradients(e, *s.c.policy)) s.log.warn(*warning);
+  // Evaluation reads the training rows then (Trainer::evaluate): its numbers, and the decisions
+  // taken from them, are not held-out ones. `check` says the same.
+  if (s.eval.rows == 0 && s.reducer->leads())
+    s.log.warn("no held-out rows (data.eval_fraction = 0 and no eval file): the eval_* numbers" +
+               std::string(e.run.early_stopping_patience > 0 || !e.checkpoint.keep_best.empty()
+                               ? ", early stopping and keep_best"
+                               : "") +
+               " read the training rows");
   RunEnd end;
   const auto t_start = Clock::now();
   ThroughputWindow window{t_start};

@@ -767,6 +767,16 @@ TEST(sdk_Experiment, AnUnsetLossChunkStaysUnsetInTheResolvedConfig) {
   EXPECT_EQ(parse(resolved_toml_of(set)).model.loss_chunk_rows, 64);
 }
 
+// A misspelt host sub-table of a component section is suggested as the host's, not only the
+// components' names ([[precision.overide]] is the override list).
+TEST(sdk_Experiment, AMisspeltOverrideTableIsSuggested) {
+  const auto e = error_of<sdk::ConfigError>(std::string(kFull) +
+                                            "\n[[precision.overide]]\nlayers = \"fc1\"\n");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(contains(e->full_message(), "did you mean [precision.override]?"))
+      << e->full_message();
+}
+
 // run.name becomes runs/<name>: a name that is a path would put the run outside runs/.
 TEST(sdk_Experiment, ARunNameThatIsAPathIsRefusedAtItsKey) {
   for (const std::string name : {"", ".", "..", "../esc", "/tmp/x", "a/b"}) {

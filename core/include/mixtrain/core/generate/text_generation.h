@@ -4,8 +4,9 @@
 // - generate() feeds the prompt once (prefill), then one token per step, each decode step
 //   running the model on the new token only (Decoder::decode; the Decoder's KV cache keeps k and
 //   v of every earlier position). When the context reaches the model's block_size the cache
-//   restarts from the last block_size / 2 tokens (a sliding window, as llm.c and nanoGPT crop
-//   their context).
+//   restarts from the last block_size / 2 tokens: a window that slides by half a block. nanoGPT
+//   instead crops to the last block_size tokens at every step, a full forward per token; past
+//   block_size tokens the two condition on different contexts, so their outputs part.
 // - sample_token(): temperature 0 is greedy (argmax, the lowest id on ties); otherwise softmax of
 //   logits / temperature in double, restricted to the top_k largest logits when top_k > 0 (ties
 //   at the k-th value are kept), drawn with DataRng — the same ids for the same seed on every
