@@ -422,9 +422,9 @@ void SafetensorsFormat::write(const fs::path& path, const sdk::TrainingState& st
     ordered_json h = ordered_json::object();
     if (!state.metadata.empty()) {
       ordered_json meta = ordered_json::object();
-      // Weights only (maybe narrowed): no mark of a full training state (checkpoint_format.h).
-      for (const auto& [k, v] : state.metadata)
-        if (k != "mixtrain.state_version") meta[k] = v;
+      for (const auto& [k, v] : state.metadata) meta[k] = v;
+      // Weights only (maybe narrowed): a resume must refuse the file (checkpoint_format.h).
+      if (state.metadata.count("mixtrain.state_version")) meta["mixtrain.weights_only"] = "1";
       h["__metadata__"] = std::move(meta);
     }
     for (const auto& p : plan)

@@ -161,7 +161,8 @@ TEST_F(RunControl, CtrlCStopsCleanlyWritesACheckpointAndResumeContinues) {
   EXPECT_EQ(steps.back(), stopped_at + 3);
 }
 
-// A closed terminal (SIGHUP) stops the run as Ctrl-C does, with its checkpoint and summary.
+// A closed terminal (SIGHUP) stops the run as Ctrl-C does, with its checkpoint and summary; a
+// hang-up comes twice (shell and kernel), and the second must not cut the stop short.
 TEST_F(RunControl, AClosedTerminalStopsCleanlyLikeCtrlC) {
   struct sigaction inherited {};
   sigaction(SIGHUP, nullptr, &inherited);
@@ -176,6 +177,9 @@ TEST_F(RunControl, AClosedTerminalStopsCleanlyLikeCtrlC) {
   ASSERT_GT(p.pid(), 0);
   ASSERT_TRUE(eventually([&] { return !slurp(d / "metrics.jsonl").empty(); }, 120s))
       << "no metrics record appeared: " << slurp(dir_ / "err.txt");
+  p.signal(SIGHUP);
+  ASSERT_TRUE(eventually(
+      [&] { return slurp(dir_ / "err.txt").find("interrupted:") != std::string::npos; }, 60s));
   p.signal(SIGHUP);
   auto status = p.wait(120s);
   ASSERT_TRUE(status.has_value()) << "still running after SIGHUP";

@@ -158,6 +158,32 @@ TEST_F(SafetensorsCli, ExportWritesSafetensorsAndRefusesToOverwrite) {
   EXPECT_EQ(json::parse(a.out)["eval_loss"], json::parse(b.out)["eval_loss"]);
 }
 
+// A run may write its own checkpoints as safetensors: weights only, so a resume refuses them at
+// once (not late, on a missing optimizer slot), while an export still reads them as mixtrain's
+// (format "pt", no training metadata).
+TEST_F(SafetensorsCli, ARunsSafetensorsCheckpointsExportButDoNotResume) {
+  const auto run_dir = dir_ / "run";
+  auto r =
+      run("train " + quickstart() +
+          " --set run.steps=4 --set checkpoint.format=safetensors --run-dir " + run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("train " + quickstart() + " --set run.steps=8 --set checkpoint.format=safetensors" +
+          " --resume " + run_dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("kept the weights only"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("checkpoint.init_from"), std::string::npos) << r.err;
+  const auto out = dir_ / "exported.safetensors";
+  r = run("export " + run_dir.string() + " --format safetensors --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string bytes = slurp(out);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  const auto meta = json::parse(bytes.substr(8, n))["__metadata__"];
+  EXPECT_EQ(meta["format"], "pt") << meta.dump();
+  EXPECT_FALSE(meta.contains("sampler")) << meta.dump();
+}
+
 TEST_F(SafetensorsCli, InitFromSafetensorsChecksShapesAndNames) {
   const auto run_dir = dir_ / "run";
   auto r = run("train " + quickstart() + " --set run.steps=2 --set backend.threads=1 --run-dir " +

@@ -156,6 +156,10 @@ void check_training_state_version(const std::map<std::string, std::string>& meta
   if (it == metadata.end())
     fail(file, "no 'mixtrain.state_version' entry",
          "this file holds weights only; use it as checkpoint.init_from");
+  if (metadata.count("mixtrain.weights_only"))
+    fail(file, "its format kept the weights only (metadata 'mixtrain.weights_only')",
+         "resume from a native checkpoint (checkpoint.format = \"native\"), or start a new run "
+         "from these weights with checkpoint.init_from");
   if (it->second != kTrainingStateVersion)
     fail(file,
          "mixtrain.state_version is '" + it->second + "', this build reads only '" +

@@ -35,7 +35,7 @@ sdk::ComponentState component_state_from_json(const nlohmann::json& j, const std
                                               const std::filesystem::path& file);
 
 // Rejects a checkpoint whose "mixtrain.state_version" is absent or not exactly
-// kTrainingStateVersion.
+// kTrainingStateVersion, or that a format marked "mixtrain.weights_only" (checkpoint_format.h).
 void check_training_state_version(const std::map<std::string, std::string>& metadata,
                                   const std::filesystem::path& file);
 

@@ -301,15 +301,25 @@ sdk::Options read_run(const Config& config, Experiment& e) {
   auto run = sdk::Options::resolve("run", run_schema(), config.table_options("run", {"metrics"}),
                                    config.location("run"), {});
   e.run.name = run.get_string("name");
-  // The default folder is runs/<name>: a name that is a path would put the run elsewhere ("..",
-  // "../x", "/x") or make runs/ itself the run.
-  if (e.run.name.empty() || e.run.name == "." || e.run.name == ".." ||
-      e.run.name.find('/') != std::string::npos || e.run.name.find('\0') != std::string::npos)
+  // The default folder is runs/<name>: a name must stay below runs/ ("sweep/lr1" groups runs; "",
+  // "..", "../x" or "/x" would put the run elsewhere or make runs/ itself the run).
+  const auto plain_parts = [](const std::string& name) {
+    if (name.empty() || name.front() == '/' || name.find('\0') != std::string::npos) return false;
+    for (std::size_t at = 0; at <= name.size();) {
+      const std::size_t end = std::min(name.find('/', at), name.size());
+      const std::string_view part(name.data() + at, end - at);
+      if (part.empty() || part == "." || part == "..") return false;
+      at = end + 1;
+    }
+    return true;
+  };
+  if (!plain_parts(e.run.name))
     run.fail("name",
              "is \"" + e.run.name +
-                 "\": the run's name becomes its folder under runs/, so it must be one plain "
-                 "folder name (not empty, \".\" or \"..\", no \"/\")",
-             "put the run elsewhere with run.dir or --run-dir, and give name a plain word");
+                 "\": the run's name becomes its folder under runs/, so it must be a relative "
+                 "path of plain folder names (not empty, no \".\" or \"..\" parts, no leading "
+                 "\"/\")",
+             "put the run elsewhere with run.dir or --run-dir, and give name plain words");
   e.run.seed = static_cast<std::uint64_t>(run.get_int("seed"));
   e.run.steps = run.get_int("steps");
   e.run.log_every = run.get_int("log_every");

@@ -44,9 +44,13 @@ MemoryForecast forecast_memory(const GraphPlan& plan, const Ops& ops, std::int64
   const InputSpec& in = plan.input();
   MemoryForecast forecast;
   forecast.max_rows = max_rows;
-  forecast.input =
-      static_cast<std::size_t>(max_rows * plan.input_features()) * sdk::dtype_size(in.dtype) +
-      static_cast<std::size_t>(max_rows * in.labels_per_sample) * 4;
+  const auto bytes = [](std::int64_t rows, std::int64_t per_row, std::size_t size) {
+    const auto r = static_cast<std::size_t>(rows), p = static_cast<std::size_t>(per_row);
+    constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+    return p != 0 && r > kMax / p / size ? kMax : r * p * size;
+  };
+  forecast.input = saturating_add(bytes(max_rows, plan.input_features(), sdk::dtype_size(in.dtype)),
+                                  bytes(max_rows, in.labels_per_sample, 4));
   forecast.activations = activations;
   for (const auto& op : ops)
     forecast.parameters = saturating_add(forecast.parameters, owned_parameter_bytes(*op, true));

@@ -55,6 +55,13 @@ sdk::Options default_options(const PluginRegistry& registry, sdk::ComponentKind 
   return sdk::Options::resolve(table, registry.require(kind, name).info.options, {}, {});
 }
 
+// The configured block-scaled policy's own layouts per node and tensor, in place of its format's
+// defaults (the other formats keep theirs: they are measured for comparison).
+struct ConfiguredLayouts {
+  std::size_t format = 0;  // index in kBlockFormats
+  std::map<std::size_t, std::map<CalibratedTensor, sdk::BlockScaledLayout>> of_node;
+};
+
 // Copies what the executor hands over to the host and measures it, per node and tensor; one
 // optimizer step's measurements (its micro-batches) are folded into one before they join the
 // aggregate, so step_amax has one entry per step.
@@ -122,12 +129,6 @@ class TensorObserver final : public StepObserver {
 
   // Measures the block statistics of these nodes' GEMM operands on every `stride`-th step,
   // the first included.
-  // The configured block-scaled policy's own layouts per node and tensor, in place of its format's
-  // defaults (the other formats keep theirs: they are measured for comparison).
-  struct ConfiguredLayouts {
-    std::size_t format = 0;  // index in kBlockFormats
-    std::map<std::size_t, std::map<CalibratedTensor, sdk::BlockScaledLayout>> of_node;
-  };
   void measure_blocks_of(std::set<std::size_t> nodes, std::int64_t stride,
                          std::optional<ConfiguredLayouts> configured) {
     block_nodes_ = std::move(nodes);
@@ -227,9 +228,10 @@ Experiment fp32_experiment(const Experiment& experiment, const PluginRegistry& r
 }
 
 // What the config's own policy plans for each node, asked as the trainer asks it.
-std::optional<TensorObserver::ConfiguredLayouts> plan_ops(
-    const Experiment& experiment, const PluginRegistry& registry, Trainer& trainer,
-    const std::shared_ptr<sdk::DeviceBackend>& backend, const sdk::Logger& log, Calibration& out) {
+std::optional<ConfiguredLayouts> plan_ops(const Experiment& experiment,
+                                          const PluginRegistry& registry, Trainer& trainer,
+                                          const std::shared_ptr<sdk::DeviceBackend>& backend,
+                                          const sdk::Logger& log, Calibration& out) {
   out.policy = experiment.policy_name;
   const Model& m = trainer.model();
   InputSpec input;
@@ -244,7 +246,7 @@ std::optional<TensorObserver::ConfiguredLayouts> plan_ops(
   plan_precision(planned, *policy, backend->capabilities(), {}, log);
   out.policy_needs_loss_scaling = policy->needs_loss_scaling();
   const auto* facet = dynamic_cast<const sdk::BlockScalingFacet*>(policy.get());
-  std::optional<TensorObserver::ConfiguredLayouts> configured;
+  std::optional<ConfiguredLayouts> configured;
   if (facet != nullptr)
     for (std::size_t f = 0; f < kBlockFormats.size(); ++f)
       if (experiment.policy_name == block_format_name(kBlockFormats[f])) {

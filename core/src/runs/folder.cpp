@@ -45,7 +45,25 @@ bool holds_run(const fs::path& d) {
 std::optional<fs::path> run_of_checkpoint(const fs::path& checkpoint) {
   const fs::path parent = checkpoint.parent_path();
   if (parent.filename() != "checkpoints") return std::nullopt;
-  return parent.parent_path();
+  // "checkpoints/step-N.mxt" given from inside the run folder: the run is here.
+  return parent.has_parent_path() ? parent.parent_path() : fs::path(".");
+}
+
+// A config.toml that no run wrote (its first line is not resolved_toml()'s header): the user's.
+bool holds_foreign_config(const fs::path& dir) {
+  std::ifstream existing(dir / "config.toml");
+  if (!existing) return false;
+  std::string first;
+  std::getline(existing, first);
+  return !first.starts_with(kResolvedConfigHeader);
+}
+
+void refuse_foreign_config(const fs::path& dir) {
+  throw sdk::UserError("run folder " + dir.string() +
+                           " holds a config.toml that no run wrote (its first line is not \"" +
+                           std::string(kResolvedConfigHeader) +
+                           "\"), which the run's resolved config would replace",
+                       "choose another --run-dir, or move that config.toml out of the folder");
 }
 
 std::string lock_holder(const fs::path& dir) {
@@ -71,26 +89,26 @@ void refuse_in_use(const fs::path& dir) {
                        "wait for that run to end (or stop it), or choose another --run-dir");
 }
 
-// The folder and its lock. A folder another run holds, or one that holds a finished run, is
-// refused when the user named it (explicit_dir) and skipped otherwise, for the next "-2", "-3", …
-// suffix. The lock is taken before the second look, so two runs started at once never share one.
+// The folder and its lock. A folder another run holds, one that holds a finished run, or one
+// with a user's config.toml is refused when the user named it (explicit_dir), in that order, and
+// skipped otherwise, for the next "-2", "-3", … suffix. The user's config is looked for before
+// anything is created in the folder; the lock is taken before the look for a run, so two runs
+// started at once never share one, and a live run's folder is "in use", not "finished".
 std::pair<fs::path, RunFolderLock> claim_run_dir(const fs::path& requested, bool explicit_dir) {
-  auto refuse_finished = [&] {
-    throw sdk::UserError("run folder " + requested.string() + " already holds a run",
-                         "choose a new --run-dir, or continue that run with --resume " +
-                             (requested / "checkpoints").string());
-  };
   if (explicit_dir) {
-    if (holds_run(requested)) refuse_finished();
+    if (holds_foreign_config(requested)) refuse_foreign_config(requested);
     auto lock = try_lock(requested);
     if (!lock) refuse_in_use(requested);
-    if (holds_run(requested)) refuse_finished();
+    if (holds_run(requested))
+      throw sdk::UserError("run folder " + requested.string() + " already holds a run",
+                           "choose a new --run-dir, or continue that run with --resume " +
+                               (requested / "checkpoints").string());
     return {requested, std::move(*lock)};
   }
   for (int i = 1;; ++i) {
     const fs::path candidate =
         i == 1 ? requested : fs::path(requested.string() + "-" + std::to_string(i));
-    if (holds_run(candidate)) continue;
+    if (holds_run(candidate) || holds_foreign_config(candidate)) continue;
     auto lock = try_lock(candidate);
     if (lock && !holds_run(candidate)) return {candidate, std::move(*lock)};
   }
@@ -203,7 +221,9 @@ void write_run_file(const fs::path& file, const std::string& text, const std::st
 }
 
 std::optional<RunFolderLock> RunFolderLock::try_take(const fs::path& file) {
-  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Another user's lock file (0644): flock needs no write access, only the pid note does.
+  if (fd < 0 && errno == EACCES) fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     throw sdk::UserError("cannot open " + file.string() + ": " + std::strerror(errno),
                          "choose a writable --run-dir");
@@ -251,6 +271,8 @@ PreparedRunFolder prepare_run_folder(const RunFolderRequest& r,
   fs::path dir;
   if (continued) {
     dir = *continued;
+    // A user's folder that merely holds checkpoints/ (their config.toml beside it) is theirs too.
+    if (holds_foreign_config(dir)) refuse_foreign_config(dir);
     lock = try_lock(dir);
     if (!lock) refuse_in_use(dir);
   } else {
@@ -263,17 +285,6 @@ PreparedRunFolder prepare_run_folder(const RunFolderRequest& r,
   if (ec)
     throw sdk::UserError("cannot create run folder " + dir.string() + ": " + ec.message(),
                          "choose a writable --run-dir");
-  // A folder that holds a run has its run's config.toml; any other may hold the user's own.
-  if (std::ifstream existing(dir / "config.toml"); !continued && existing) {
-    std::string first;
-    std::getline(existing, first);
-    if (!first.starts_with(kResolvedConfigHeader))
-      throw sdk::UserError("run folder " + dir.string() +
-                               " holds a config.toml that no run wrote (its first line is not \"" +
-                               std::string(kResolvedConfigHeader) +
-                               "\"), which the run's resolved config would replace",
-                           "choose another --run-dir, or move that config.toml out of the folder");
-  }
   write_run_file(dir / "config.toml", resolved_config, "resolved config");
   PreparedRunFolder prepared{dir, {}, std::move(*lock)};
   if (continued)

@@ -55,6 +55,8 @@ void BatchPrefetcher::start(PrefetchJob job, std::function<void(HostBatch&)> pre
     wait_quietly();
     ++dropped_;
   }
+  // The thread first: if it cannot start, no job is left in flight for the destructor to await.
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   job_ = std::move(job);
   {
     const std::lock_guard lock(mutex_);
@@ -62,7 +64,6 @@ void BatchPrefetcher::start(PrefetchJob job, std::function<void(HostBatch&)> pre
     done_ = false;
   }
   in_flight_ = true;
-  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   changed_.notify_all();
 }
 

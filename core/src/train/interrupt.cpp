@@ -29,7 +29,12 @@ extern "C" void on_interrupt(int) {
   sigemptyset(&dfl.sa_mask);
   sigaction(SIGINT, &dfl, nullptr);
   sigaction(SIGTERM, &dfl, nullptr);
-  if (g_watch_hup) sigaction(SIGHUP, &dfl, nullptr);
+  // A hang-up comes twice (the shell forwards one, the kernel sends one when the session leader
+  // exits): the second must not end the checkpoint the first one asked for.
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  if (g_watch_hup) sigaction(SIGHUP, &ign, nullptr);
   static const char msg[] =
       "\ninterrupted: finishing this step, then writing a checkpoint and summary.json "
       "(press Ctrl-C again to quit at once)\n";

@@ -8,10 +8,11 @@
 //   CheckpointError naming the file and the damaged part; it never reads out of bounds or
 //   allocates more than the file can hold.
 // - Tensors are host copies; metadata values are UTF-8 strings (the host stores JSON there).
-// - The host marks a full training state with the metadata entry "mixtrain.state_version", and
+// - The host marks its training states with the metadata entry "mixtrain.state_version", and
 //   --resume reads only files that carry it. A format that keeps part of the state (weights only,
-//   or narrowed dtypes) must not write that entry back, so that resuming its file is refused at
-//   once ("weights only; use it as checkpoint.init_from") rather than half restored.
+//   or narrowed dtypes) adds the entry "mixtrain.weights_only" to such a state's metadata, so that
+//   resuming its file is refused at once ("weights only; use it as checkpoint.init_from") rather
+//   than half restored; the version entry stays (exports read it).
 #pragma once
 
 #include "mixtrain/sdk/export.h"

@@ -777,15 +777,17 @@ TEST(sdk_Experiment, AMisspeltOverrideTableIsSuggested) {
       << e->full_message();
 }
 
-// run.name becomes runs/<name>: a name that is a path would put the run outside runs/.
+// run.name becomes runs/<name>: a name must keep the run below runs/.
 TEST(sdk_Experiment, ARunNameThatIsAPathIsRefusedAtItsKey) {
-  for (const std::string name : {"", ".", "..", "../esc", "/tmp/x", "a/b"}) {
+  for (const std::string name : {"", ".", "..", "../esc", "/tmp/x", "a/../b", "a//b", "a/"}) {
     const auto e = error_of<sdk::ConfigError>(kFull, {"run.name=\"" + name + "\""});
     ASSERT_TRUE(e.has_value()) << name;
-    EXPECT_TRUE(contains(e->what(), "one plain folder name")) << name << ": " << e->what();
+    EXPECT_TRUE(contains(e->what(), "a relative path of plain folder names"))
+        << name << ": " << e->what();
     EXPECT_TRUE(contains(e->full_message(), "run.dir or --run-dir")) << e->full_message();
   }
   EXPECT_EQ(parse(kFull, {"run.name=\"my run.v2\""}).run.name, "my run.v2");
+  EXPECT_EQ(parse(kFull, {"run.name=\"sweep/lr1\""}).run.name, "sweep/lr1");  // grouped runs
 }
 
 }  // namespace

@@ -82,7 +82,9 @@ TEST_F(RunFolder, AFolderALiveRunHoldsIsNeverShared) {
   // Started at the same moment: the first has not written metrics.jsonl yet.
   const auto second = prepare_run_folder(request(), kResolved);
   EXPECT_EQ(second.dir, root_ / "runs" / "demo-2");
-  // Named outright, it is refused, naming the holder.
+  // Named outright, it is refused, naming the holder: "in use", also once it has logged (not
+  // "finished", whose --resume hint would only meet the lock).
+  write(first.dir / "metrics.jsonl", "{\"step\":1}\n");
   auto named = request();
   named.run_dir = first.dir;
   try {
@@ -107,6 +109,20 @@ TEST_F(RunFolder, AFolderHoldingOnlyCheckpointsHoldsARun) {
   EXPECT_EQ(read(root_ / "P" / "checkpoints" / "step-00000100.mxt"), "someone else's");
 }
 
+// The user's project with a checkpoints/ folder of its own: resuming one of them continues
+// nothing there, and their config.toml stays theirs.
+TEST_F(RunFolder, AUsersConfigBesideItsCheckpointsIsNeverReplacedOnResume) {
+  const std::string mine = "[run]\nsteps = 40  # mine\n";
+  write(root_ / "proj" / "config.toml", mine);
+  write(root_ / "proj" / "checkpoints" / "step-00000020.mxt", "weights");
+  auto r = request();
+  r.resumed_from = root_ / "proj" / "checkpoints" / "step-00000020.mxt";
+  r.resumed_step = 20;
+  EXPECT_THROW(prepare_run_folder(r, kResolved), sdk::UserError);
+  EXPECT_EQ(read(root_ / "proj" / "config.toml"), mine);
+  EXPECT_FALSE(fs::exists(root_ / "proj" / ".mixtrain.lock")) << "refused before touching it";
+}
+
 TEST_F(RunFolder, ALockGoesWithItsRun) {
   auto named = request();
   named.run_dir = root_ / "runs" / "mine";
@@ -122,6 +138,7 @@ TEST_F(RunFolder, AUsersConfigTomlIsNeverReplaced) {
   named.run_dir = root_ / "proj";
   EXPECT_THROW(prepare_run_folder(named, kResolved), sdk::UserError);
   EXPECT_EQ(read(root_ / "proj" / "config.toml"), mine);
+  EXPECT_EQ(names(root_ / "proj"), (std::set<std::string>{"config.toml"}));  // nothing created
   // One a run wrote (a run that failed before its first metrics) is the run's to replace.
   write(root_ / "proj" / "config.toml", kResolved);
   EXPECT_EQ(prepare_run_folder(named, kResolved).dir, named.run_dir);

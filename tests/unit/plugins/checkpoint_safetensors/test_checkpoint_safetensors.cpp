@@ -293,10 +293,9 @@ TEST_F(SafetensorsTest, MetadataRoundTripsWithUnicodeAndJsonText) {
   EXPECT_EQ(make_format().read(path).metadata, st.metadata);
 }
 
-// The file keeps weights only, so it must not claim to be a full training state: --resume then
-// refuses it at once instead of failing late on a missing optimizer slot, or restoring rounded
-// masters without a word.
-TEST_F(SafetensorsTest, TheFullTrainingStateMarkIsNotWrittenBack) {
+// The file keeps weights only, and says so: --resume then refuses it at once instead of failing
+// late on a missing optimizer slot, or restoring rounded masters without a word.
+TEST_F(SafetensorsTest, ATrainingStateIsMarkedWeightsOnly) {
   sdk::TrainingState st;
   st.tensors.push_back(fp32_tensor("param/w", {1}, {1.0f}));
   st.tensors.push_back(fp32_tensor("optimizer/w.exp_avg", {1}, {0.5f}));
@@ -305,7 +304,9 @@ TEST_F(SafetensorsTest, TheFullTrainingStateMarkIsNotWrittenBack) {
   const auto path = dir_ / "state.safetensors";
   make_format().write(path, st);
   const auto back = make_format().read(path);
-  EXPECT_EQ(back.metadata, (std::map<std::string, std::string>{{"step", "3"}}));
+  EXPECT_EQ(back.metadata,
+            (std::map<std::string, std::string>{
+                {"mixtrain.state_version", "1"}, {"mixtrain.weights_only", "1"}, {"step", "3"}}));
   ASSERT_EQ(back.tensors.size(), 1u);
 }
 

@@ -4,19 +4,21 @@
 //
 // Contract
 // - prepare_run_folder() picks the folder and readies it, in this order of choice: --run-dir; for
-//   a resume, the folder of the run resumed (…/<run>/checkpoints/step-N.<ext> → …/<run>; a
-//   checkpoint in a folder not named "checkpoints" belongs to no run folder, so the choice goes
-//   on); run.dir; runs/<run.name>. A folder that already holds a run (metrics.jsonl,
-//   summary.json, or any file in checkpoints/) is refused when the user named it, and the default
-//   gets a "-2", "-3", … suffix instead: an earlier run is never overwritten. The one exception is
-//   continuing: resuming a checkpoint inside its own run folder.
+//   a resume, the folder of the run resumed (…/<run>/checkpoints/step-N.<ext> → …/<run>, or "."
+//   for checkpoints/step-N.<ext> given from inside it; a checkpoint in a folder not named
+//   "checkpoints" belongs to no run folder, so the choice goes on); run.dir; runs/<run.name>. A
+//   folder that already holds a run (metrics.jsonl, summary.json, or any file in checkpoints/) is
+//   refused when the user named it, and the default gets a "-2", "-3", … suffix instead: an earlier
+//   run is never overwritten. The one exception is continuing: resuming a checkpoint inside its own
+//   run folder.
 // - One run a folder: the run holds an flock on <dir>/.mixtrain.lock (which names its pid) for
 //   as long as the PreparedRunFolder lives. A folder another live run holds is refused when named
 //   (or continued) and skipped by the default's suffixes, so runs started at once never share
 //   one. The file stays after the run (removing it would race the next run's lock); the kernel
 //   drops the lock with the process however it ends.
-// - A config.toml in a folder that holds no run is replaced only if a run wrote it (its first
-//   line is resolved_toml()'s header); the user's own config is never overwritten.
+// - A config.toml is replaced only if a run wrote it (its first line is resolved_toml()'s
+//   header): a folder holding the user's own config is refused, named or continued, before
+//   anything is created in it, and skipped by the default's suffixes.
 // - Continuing from step N abandons what the folder holds after N, without deleting it: metrics
 //   records with a step above N move to metrics.discarded-after-step-N.jsonl, rows of
 //   metrics.csv likewise to metrics.discarded-after-step-N.csv, and checkpoints above N to

@@ -8,7 +8,8 @@
 // - The first signal sets the flag read by interrupt_requested() and prints one line to stderr
 //   (async-signal-safe write), then restores the default disposition of the signals, so a
 //   second one terminates the process by that signal, as a shell expects. SIGHUP is watched only
-//   when it was not ignored (nohup keeps ignoring it).
+//   when it was not ignored (nohup keeps ignoring it), and is ignored after the first signal: a
+//   hang-up arrives twice, and the clean stop it asked for must finish.
 // - kInterruptedExitCode (130 = 128 + SIGINT) is the exit status of a run stopped cleanly.
 #pragma once
 
