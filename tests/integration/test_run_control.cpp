@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -110,19 +111,29 @@ TEST_F(RunControl, OnNonfiniteStopIsADivergenceNotAnInternalError) {
 
 // --- Ctrl-C -------------------------------------------------------------------------------------
 
+// The quickstart (its config path) with far more steps than a test waits for, into `run`, started
+// and past its first metrics record (so a signal lands in the training loop); its output in out.txt
+// and err.txt.
+std::unique_ptr<Spawned> start_endless_run(const std::string& quickstart, const fs::path& dir,
+                                           const fs::path& run) {
+  auto p = std::make_unique<Spawned>("train " + quickstart +
+                                         " --set run.steps=10000000 --set run.log_every=1"
+                                         " --set run.eval_every=0 --set checkpoint.every=0"
+                                         " --run-dir " +
+                                         run.string(),
+                                     dir / "out.txt", dir / "err.txt");
+  EXPECT_GT(p->pid(), 0);
+  EXPECT_TRUE(eventually([&] { return !slurp(run / "metrics.jsonl").empty(); }, 120s))
+      << "no metrics record appeared: " << slurp(dir / "err.txt");
+  return p;
+}
+
 TEST_F(RunControl, CtrlCStopsCleanlyWritesACheckpointAndResumeContinues) {
   auto d = dir_ / "run";
-  // Far more steps than the test will wait for.
-  Spawned p("train " + quickstart() +
-                " --set run.steps=10000000 --set run.log_every=1 --set run.eval_every=0"
-                " --set checkpoint.every=0 --run-dir " +
-                d.string(),
-            dir_ / "out.txt", dir_ / "err.txt");
-  ASSERT_GT(p.pid(), 0);
-  ASSERT_TRUE(eventually([&] { return !slurp(d / "metrics.jsonl").empty(); }, 120s))
-      << "no metrics record appeared: " << slurp(dir_ / "err.txt");
-  p.signal(SIGINT);
-  auto status = p.wait(120s);
+  const auto p = start_endless_run(quickstart(), dir_, d);
+  ASSERT_FALSE(HasFailure());
+  p->signal(SIGINT);
+  auto status = p->wait(120s);
   ASSERT_TRUE(status.has_value()) << "still running after SIGINT";
   ASSERT_TRUE(WIFEXITED(*status)) << "ended by a signal, not by a clean stop";
   EXPECT_EQ(WEXITSTATUS(*status), 130) << slurp(dir_ / "err.txt");
@@ -169,19 +180,13 @@ TEST_F(RunControl, AClosedTerminalStopsCleanlyLikeCtrlC) {
   if (inherited.sa_handler == SIG_IGN)
     GTEST_SKIP() << "SIGHUP is ignored here (nohup), and the run keeps ignoring it";
   auto d = dir_ / "run";
-  Spawned p("train " + quickstart() +
-                " --set run.steps=10000000 --set run.log_every=1 --set run.eval_every=0"
-                " --set checkpoint.every=0 --run-dir " +
-                d.string(),
-            dir_ / "out.txt", dir_ / "err.txt");
-  ASSERT_GT(p.pid(), 0);
-  ASSERT_TRUE(eventually([&] { return !slurp(d / "metrics.jsonl").empty(); }, 120s))
-      << "no metrics record appeared: " << slurp(dir_ / "err.txt");
-  p.signal(SIGHUP);
+  const auto p = start_endless_run(quickstart(), dir_, d);
+  ASSERT_FALSE(HasFailure());
+  p->signal(SIGHUP);
   ASSERT_TRUE(eventually(
       [&] { return slurp(dir_ / "err.txt").find("interrupted:") != std::string::npos; }, 60s));
-  p.signal(SIGHUP);
-  auto status = p.wait(120s);
+  p->signal(SIGHUP);
+  auto status = p->wait(120s);
   ASSERT_TRUE(status.has_value()) << "still running after SIGHUP";
   ASSERT_TRUE(WIFEXITED(*status)) << "ended by the signal, not by a clean stop";
   EXPECT_EQ(WEXITSTATUS(*status), 130) << slurp(dir_ / "err.txt");
