@@ -89,8 +89,8 @@ void refuse_in_use(const fs::path& dir) {
                        "wait for that run to end (or stop it), or choose another --run-dir");
 }
 
-// The folder and its lock. A folder another run holds, one that holds a finished run, or one
-// with a user's config.toml is refused when the user named it (explicit_dir), in that order, and
+// The folder and its lock. A folder with a user's config.toml, one another run holds, or one that
+// holds a finished run is refused when the user named it (explicit_dir), in that order, and
 // skipped otherwise, for the next "-2", "-3", … suffix. The user's config is looked for before
 // anything is created in the folder; the lock is taken before the look for a run, so two runs
 // started at once never share one, and a live run's folder is "in use", not "finished".
