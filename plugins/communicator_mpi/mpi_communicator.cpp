@@ -41,6 +41,21 @@ Clock::time_point deadline_after(double seconds) {
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
+// A handle's deadline: timeout_s after its first wait, which a later wait keeps (the collective
+// may still complete, but the run waits no longer in all).
+class FirstWaitDeadline {
+ public:
+  explicit FirstWaitDeadline(double timeout_s) : timeout_s_(timeout_s) {}
+  Clock::time_point get() {
+    if (!at_) at_ = deadline_after(timeout_s_);
+    return *at_;
+  }
+
+ private:
+  double timeout_s_;
+  std::optional<Clock::time_point> at_;
+};
+
 std::string timed_out_message(int rank, const std::string& what, double timeout_s) {
   return "rank " + std::to_string(rank) + ": " + what + " did not complete within " +
          seconds_text(timeout_s) +
@@ -94,13 +109,14 @@ class MpiCommunicator::Handle final : public sdk::CommunicationHandle {
         what_(std::move(what)),
         scaled_(scale_on_completion),
         scale_(scale),
-        request_(std::make_shared<MPI_Request>(MPI_REQUEST_NULL)) {}
+        request_(std::make_shared<MPI_Request>(MPI_REQUEST_NULL)),
+        deadline_(owner.timeout_s()) {}
   // Waits what is left of the deadline (counted from the first wait), then ends every rank: see
   // end_every_rank.
   ~Handle() override {
     if (done_) return;
     try {
-      if (!owner_.complete_by(*request_, what_, deadline()))
+      if (!owner_.complete_by(*request_, what_, deadline_.get()))
         end_every_rank(owner_.rank(), what_, owner_.timeout_s());
       finish();
     } catch (...) {  // an MPI error: the request is dead, and the run is failing already
@@ -116,15 +132,11 @@ class MpiCommunicator::Handle final : public sdk::CommunicationHandle {
   }
   void wait() override {
     if (done_) return;
-    owner_.wait_for(*request_, what_, deadline());
+    owner_.wait_for(*request_, what_, deadline_.get());
     finish();
   }
 
  private:
-  Clock::time_point deadline() {
-    if (!deadline_) deadline_ = deadline_after(owner_.timeout_s());
-    return *deadline_;
-  }
   void finish() {
     done_ = true;
     scale_in_place(scaled_, scale_);
@@ -134,7 +146,7 @@ class MpiCommunicator::Handle final : public sdk::CommunicationHandle {
   sdk::TensorView scaled_;
   float scale_;
   std::shared_ptr<MPI_Request> request_;
-  std::optional<Clock::time_point> deadline_;  // set by the first wait
+  FirstWaitDeadline deadline_;
   bool done_ = false;
 };
 
@@ -153,13 +165,13 @@ struct MpiCommunicator::Job {
 class MpiCommunicator::ThreadHandle final : public sdk::CommunicationHandle {
  public:
   ThreadHandle(std::shared_ptr<Job> job, double timeout_s, int rank)
-      : job_(std::move(job)), timeout_s_(timeout_s), rank_(rank) {}
+      : job_(std::move(job)), timeout_s_(timeout_s), rank_(rank), deadline_(timeout_s) {}
   // The thread still writes the caller's buffers: wait for it until the deadline (counted from
   // the first wait), then end every rank (end_every_rank) rather than wait forever on a peer
   // that stalled.
   ~ThreadHandle() override {
     std::unique_lock lock(job_->mutex);
-    if (job_->finished.wait_until(lock, deadline(), [&] { return job_->done; })) return;
+    if (job_->finished.wait_until(lock, deadline_.get(), [&] { return job_->done; })) return;
     end_every_rank(rank_, job_->what, timeout_s_);
   }
   bool test() override {
@@ -169,21 +181,17 @@ class MpiCommunicator::ThreadHandle final : public sdk::CommunicationHandle {
   }
   void wait() override {
     std::unique_lock lock(job_->mutex);
-    if (!job_->finished.wait_until(lock, deadline(), [&] { return job_->done; }))
+    if (!job_->finished.wait_until(lock, deadline_.get(), [&] { return job_->done; }))
       throw sdk::CommunicationError(timed_out_message(rank_, job_->what, timeout_s_),
                                     kTimedOutHint);
     if (job_->error) std::rethrow_exception(job_->error);
   }
 
  private:
-  Clock::time_point deadline() {
-    if (!deadline_) deadline_ = deadline_after(timeout_s_);
-    return *deadline_;
-  }
   std::shared_ptr<Job> job_;
   double timeout_s_;
   int rank_;
-  std::optional<Clock::time_point> deadline_;  // set by the first wait
+  FirstWaitDeadline deadline_;
 };
 
 sdk::OptionSchema MpiCommunicator::option_schema() {

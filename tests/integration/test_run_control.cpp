@@ -312,6 +312,17 @@ void write_npy(const fs::path& p, const std::string& descr, std::int64_t rows, s
   out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
 }
 
+// x.npy (`x`, rows × features float32) and y.npy (labels i % 4) in `dir`.
+void write_four_class_rows(const fs::path& dir, const std::vector<float>& x, std::int64_t rows,
+                           std::int64_t features) {
+  std::vector<std::int32_t> y(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i)
+    y[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i % 4);
+  write_npy(dir / "x.npy", "<f4", rows, features, x.data(),
+            static_cast<std::size_t>(rows * features) * sizeof(float));
+  write_npy(dir / "y.npy", "<i4", rows, 0, y.data(), y.size() * sizeof(std::int32_t));
+}
+
 // A skipped step's replay draws each micro-batch's own dropout masks: one input element of 4e4,
 // doubled by dropout's 1 / (1 - p), overflows fp16 only where micro-batch 0's mask keeps it. The
 // replay must keep it too and name the dropout, whatever the seed (with micro-batch 1's masks it
@@ -320,11 +331,7 @@ TEST_F(RunControl, AReplayWithAccumulationDrawsEachMicroBatchsMasks) {
   const std::int64_t rows = 64, features = 8;
   std::vector<float> x(static_cast<std::size_t>(rows * features), 0.5f);
   x[0] = 4e4f;
-  std::vector<std::int32_t> y(static_cast<std::size_t>(rows));
-  for (std::int64_t i = 0; i < rows; ++i)
-    y[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i % 4);
-  write_npy(dir_ / "x.npy", "<f4", rows, features, x.data(), x.size() * sizeof(float));
-  write_npy(dir_ / "y.npy", "<i4", rows, 0, y.data(), y.size() * sizeof(std::int32_t));
+  write_four_class_rows(dir_, x, rows, features);
   auto cfg = write_file("drop.toml", R"(
 [run]
 name = "drop"
@@ -377,12 +384,8 @@ TEST_F(RunControl, UnderflowLogSaysAllZeroInsteadOfZeroPercent) {
   // All-zero inputs into a linear layer without bias: its output, and so the gradient of the relu
   // after it, is exactly zero, which has no underflow share at all.
   const std::int64_t rows = 256, features = 8;
-  std::vector<float> x(static_cast<std::size_t>(rows * features), 0.0f);
-  std::vector<std::int32_t> y(static_cast<std::size_t>(rows));
-  for (std::int64_t i = 0; i < rows; ++i)
-    y[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i % 4);
-  write_npy(dir_ / "x.npy", "<f4", rows, features, x.data(), x.size() * sizeof(float));
-  write_npy(dir_ / "y.npy", "<i4", rows, 0, y.data(), y.size() * sizeof(std::int32_t));
+  write_four_class_rows(dir_, std::vector<float>(static_cast<std::size_t>(rows * features), 0.0f),
+                        rows, features);
   auto cfg = write_file("zero.toml", R"(
 [run]
 name = "zero"

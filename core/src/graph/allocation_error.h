@@ -20,6 +20,13 @@ constexpr std::size_t saturating_add(std::size_t a, std::size_t b) {
                                                          : a + b;
 }
 
+// a · b, or SIZE_MAX where it would wrap.
+constexpr std::size_t saturating_mul(std::size_t a, std::size_t b) {
+  return b != 0 && a > std::numeric_limits<std::size_t>::max() / b
+             ? std::numeric_limits<std::size_t>::max()
+             : a * b;
+}
+
 // The model's device memory as its plans predict it for batches of max_rows rows.
 struct MemoryForecast {
   std::int64_t max_rows = 0;

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <limits>
 #include <set>
 
 #include "graph/allocation_error.h"
@@ -27,13 +26,11 @@ std::size_t owned_parameter_bytes(const Layer& op, bool count_working) {
       count_working && weight != DType::fp32 ? sdk::dtype_size(ops::storage_of(weight)) : 0;
   // Saturating: a config with absurd sizes must be refused with a true (huge) figure, not one
   // that wrapped around to something plausible.
-  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
-  auto times = [](std::size_t a, std::size_t b) { return b != 0 && a > kMax / b ? kMax : a * b; };
   std::size_t total = 0;
   for (const auto& p : op.traits().parameters) {
     std::size_t numel = 1;
-    for (std::int64_t d : p.shape) numel = times(numel, static_cast<std::size_t>(d));
-    total = saturating_add(total, times(numel, op.frozen(p.suffix) ? 4 : 8 + working));
+    for (std::int64_t d : p.shape) numel = saturating_mul(numel, static_cast<std::size_t>(d));
+    total = saturating_add(total, saturating_mul(numel, op.frozen(p.suffix) ? 4 : 8 + working));
   }
   return total;
 }
@@ -45,9 +42,8 @@ MemoryForecast forecast_memory(const GraphPlan& plan, const Ops& ops, std::int64
   MemoryForecast forecast;
   forecast.max_rows = max_rows;
   const auto bytes = [](std::int64_t rows, std::int64_t per_row, std::size_t size) {
-    const auto r = static_cast<std::size_t>(rows), p = static_cast<std::size_t>(per_row);
-    constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
-    return p != 0 && r > kMax / p / size ? kMax : r * p * size;
+    return saturating_mul(
+        saturating_mul(static_cast<std::size_t>(rows), static_cast<std::size_t>(per_row)), size);
   };
   forecast.input = saturating_add(bytes(max_rows, plan.input_features(), sdk::dtype_size(in.dtype)),
                                   bytes(max_rows, in.labels_per_sample, 4));
