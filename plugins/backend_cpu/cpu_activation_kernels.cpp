@@ -1,7 +1,7 @@
 // The activations (ReLU, tanh-GELU) and their gradients over fp32 / bf16 / fp16 storage: oneDNN's
-// eltwise primitives where they apply (cpu_eltwise.h), else OpenMP loops over stack chunks
-// converted with sdk/float_formats.h's bulk (vectorised, RNE) conversions. Parallel regions open
-// only for tensors of at least kParallelMin elements (cpu_access.h).
+// eltwise primitives for GELU where they apply (cpu_eltwise.h), else (ReLU always) OpenMP loops
+// over stack chunks converted with sdk/float_formats.h's bulk (vectorised, RNE) conversions.
+// Parallel regions open only for tensors of at least kParallelMin elements (cpu_access.h).
 #include "cpu_activation_kernels.h"
 
 #include <omp.h>
@@ -42,10 +42,11 @@ void apply_activation(const CpuContext& context, Activation act, TensorView x, T
   context.use_threads();
   checks().activation_args(x, y);
   const std::int64_t total = x.numel();
-  // Small ReLUs stay on this thread (bit-identical to oneDNN's); GELU always takes the same
-  // path so its numbers never depend on the tensor size.
-  const bool small_relu = act == Activation::relu && !parallel_worth(total);
-  if (!small_relu && context.eltwise().try_forward(act, x, y)) return;
+  // ReLU never goes to oneDNN: its eltwise_relu turns NaN into 0 (and its backward passes dy
+  // where x is NaN), which would hide an overflow from the non-finite check; the loop below keeps
+  // NaN at every size, as PyTorch does, and is memory-bound like oneDNN's. GELU always takes
+  // oneDNN's path where it has one, so its numbers never depend on the tensor size.
+  if (act != Activation::relu && context.eltwise().try_forward(act, x, y)) return;
 #pragma omp parallel for schedule(static) if (parallel_worth(total))
   for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
     const std::int64_t len = std::min(kChunk, total - c0);
@@ -68,8 +69,7 @@ void apply_activation_grad(const CpuContext& context, Activation act, TensorView
   context.use_threads();
   checks().activation_grad_args(x, dy, dx);
   const std::int64_t total = x.numel();
-  const bool small_relu = act == Activation::relu && !parallel_worth(total);
-  if (!small_relu && context.eltwise().try_backward(act, x, dy, dx)) return;
+  if (act != Activation::relu && context.eltwise().try_backward(act, x, dy, dx)) return;
 #pragma omp parallel for schedule(static) if (parallel_worth(total))
   for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
     const std::int64_t len = std::min(kChunk, total - c0);

@@ -2,16 +2,17 @@
 //
 // Contract
 // - apply_activation: y = act(x) element-wise; x and y are fp32 / bf16 / fp16 storage of equal
-//   element counts (y may be x); math in fp32, one RNE rounding into y's dtype. GELU is the tanh
-//   approximation, the same path at every size, so its numbers never depend on the tensor size.
+//   element counts (y may be x); math in fp32, one RNE rounding into y's dtype. ReLU keeps NaN
+//   (max(x, 0) with NaN x giving NaN, as PyTorch) at every size. GELU is the tanh approximation,
+//   the same path at every size, so its numbers never depend on the tensor size.
 // - apply_activation_grad: dx = dy · act'(x) with the same storage rules (ReLU: dy where x > 0,
 //   else +0, NaN x included).
 // - apply_activation_grad_into: C = round(z · act'(x)) into C's storage dtype, z fp32 [numel]
 //   (overwritten: a GEMM's product in scratch, or C itself when C is fp32), x any float storage.
 //   It runs in blocks of kEpilogueBlock elements, each decoded (x), differentiated (the fp32
-//   path of apply_activation_grad, oneDNN's where it has one) and rounded while in cache, with
-//   the numbers of apply_activation_grad on the decoded x with an fp32 dy. 2^20 elements (4 MiB
-//   of z): GPT-2's MLP dgrad measured 0.89x the unfused ops with 2^16 (a parallel launch per
+//   path of apply_activation_grad, oneDNN's for GELU where it has one) and rounded while in cache,
+//   with the numbers of apply_activation_grad on the decoded x with an fp32 dy. 2^20 elements (4
+//   MiB of z): GPT-2's MLP dgrad measured 0.89x the unfused ops with 2^16 (a parallel launch per
 //   pass per block costs more than the cache saves), 0.94x with 2^18, 1.06x with 2^20
 //   (bench/gpt/bench_gradient_epilogues, 4096 rows, bf16).
 // - sum_columns: sums[n] (fp32) = (accumulate ? sums : 0) + Σ_rows x[rows, n], x fp32 / bf16 /

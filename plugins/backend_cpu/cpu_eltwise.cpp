@@ -54,7 +54,7 @@ std::optional<dnnl::primitive>& EltwiseEngine::lookup(dnnl::algorithm alg, sdk::
 
 bool EltwiseEngine::try_forward(sdk::Activation act, const sdk::TensorView& x,
                                 const sdk::TensorView& y) {
-  if (x.dtype != y.dtype || x.numel() == 0) return false;
+  if (act == sdk::Activation::relu || x.dtype != y.dtype || x.numel() == 0) return false;
   auto& prim = lookup(algorithm_of(act), x.dtype, x.numel(), false);
   if (!prim) return false;
   const auto md = flat(x.numel(), *dnnl_type(x.dtype));
@@ -66,7 +66,8 @@ bool EltwiseEngine::try_forward(sdk::Activation act, const sdk::TensorView& x,
 
 bool EltwiseEngine::try_backward(sdk::Activation act, const sdk::TensorView& x,
                                  const sdk::TensorView& dy, const sdk::TensorView& dx) {
-  if (x.dtype != dy.dtype || x.dtype != dx.dtype || x.numel() == 0) return false;
+  if (act == sdk::Activation::relu || x.dtype != dy.dtype || x.dtype != dx.dtype || x.numel() == 0)
+    return false;
   auto& prim = lookup(algorithm_of(act), x.dtype, x.numel(), true);
   if (!prim) return false;
   const auto md = flat(x.numel(), *dnnl_type(x.dtype));

@@ -82,31 +82,33 @@ TEST_P(Conformance, GemmActivationEpilogueKeepsNaN) {
   MIXTRAIN_FACETS(gemm, GemmFacet);
   // A NaN in the GEMM result must survive the fused relu/gelu as the unfused kernels keep it
   // (a fused max(z, 0) that turned NaN into 0 would hide a non-finite step from found_inf).
-  const std::int64_t m = 8, n = 32, k = 16;
-  auto values = random_values(static_cast<std::size_t>(m * k), 9);
-  values[2 * k + 5] = std::numeric_limits<float>::quiet_NaN();  // row 2 of A
-  for (DType out : {DType::fp32, DType::bf16}) {
-    if (!tested_->capabilities().supports(out)) continue;
-    for (sdk::Activation act : {sdk::Activation::relu, sdk::Activation::gelu}) {
-      auto a = upload(values, Shape{m, k}, out);
-      auto b = upload(random_values(static_cast<std::size_t>(n * k), 10), Shape{n, k}, out);
-      auto bias = upload(random_values(static_cast<std::size_t>(n), 11), Shape{n});
-      auto c = zeros(Shape{m, n}, out);
-      sdk::GemmArgs g;
-      g.b.transpose = true;
-      g.has_activation = true;
-      g.activation = act;
-      gemm_both(g, a, b, c, &bias);
-      const auto want = ref_values(c), got = tested_values(c);
-      for (std::size_t i = 0; i < want.size(); ++i)
-        EXPECT_EQ(std::isnan(got[i]), std::isnan(want[i]))
-            << (act == sdk::Activation::relu ? "relu" : "gelu") << " C " << sdk::dtype_name(out)
-            << " element " << i;
-      for (std::int64_t j = 0; j < n; ++j)
-        EXPECT_TRUE(std::isnan(want[static_cast<std::size_t>(2 * n + j)]))
-            << "reference, column " << j;
+  // m = 1024: C's 32,768 elements take the CPU backend's threaded epilogue too.
+  const std::int64_t n = 32, k = 16;
+  for (const std::int64_t m : {std::int64_t{8}, std::int64_t{1024}})
+    for (DType out : {DType::fp32, DType::bf16}) {
+      auto values = random_values(static_cast<std::size_t>(m * k), 9);
+      values[2 * k + 5] = std::numeric_limits<float>::quiet_NaN();  // row 2 of A
+      if (!tested_->capabilities().supports(out)) continue;
+      for (sdk::Activation act : {sdk::Activation::relu, sdk::Activation::gelu}) {
+        auto a = upload(values, Shape{m, k}, out);
+        auto b = upload(random_values(static_cast<std::size_t>(n * k), 10), Shape{n, k}, out);
+        auto bias = upload(random_values(static_cast<std::size_t>(n), 11), Shape{n});
+        auto c = zeros(Shape{m, n}, out);
+        sdk::GemmArgs g;
+        g.b.transpose = true;
+        g.has_activation = true;
+        g.activation = act;
+        gemm_both(g, a, b, c, &bias);
+        const auto want = ref_values(c), got = tested_values(c);
+        for (std::size_t i = 0; i < want.size(); ++i)
+          ASSERT_EQ(std::isnan(got[i]), std::isnan(want[i]))
+              << (act == sdk::Activation::relu ? "relu" : "gelu") << " C " << sdk::dtype_name(out)
+              << " m=" << m << " element " << i;
+        for (std::int64_t j = 0; j < n; ++j)
+          EXPECT_TRUE(std::isnan(want[static_cast<std::size_t>(2 * n + j)]))
+              << "reference, m=" << m << ", column " << j;
+      }
     }
-  }
 }
 
 // The residual join (optional op): the FP32 sum rounded once, with and without the fused ReLU,

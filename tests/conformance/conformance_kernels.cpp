@@ -75,6 +75,60 @@ TEST_P(Conformance, AddIsTheFp32SumRoundedOnceWithAnOptionalRelu) {
   }
 }
 
+// ReLU's special values by the activation contract (sdk/backend_activation.h), at a size one
+// thread runs and one the threaded path runs (the CPU backend splits from 32,768 elements): y keeps
+// a NaN x, and dx is dy where x > 0, else +0, whatever dy holds (inf, NaN, negative).
+TEST_P(Conformance, ReluKeepsNaNAndMasksGradientsAtEverySize) {
+  MIXTRAIN_FACETS(activation, ActivationFacet);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  // x, dy, and the expected y and dx; the rest of the tensor is (1, 1) -> (1, 1).
+  struct Special {
+    float x, dy, y, dx;
+  };
+  const std::vector<Special> specials = {{nan, 1.0f, nan, 0.0f},   {-1.0f, inf, 0.0f, 0.0f},
+                                         {-1.0f, nan, 0.0f, 0.0f}, {-2.0f, -3.0f, 0.0f, 0.0f},
+                                         {0.0f, 5.0f, 0.0f, 0.0f}, {inf, 2.0f, inf, 2.0f},
+                                         {-inf, 2.0f, 0.0f, 0.0f}, {3.0f, -4.0f, 3.0f, -4.0f}};
+  for (const std::int64_t n : {std::int64_t{1000}, std::int64_t{40000}})
+    for (const DType dt : {DType::fp32, DType::bf16}) {
+      if (!tested_->capabilities().supports(dt)) continue;
+      std::vector<float> xs(static_cast<std::size_t>(n), 1.0f), dys(xs.size(), 1.0f);
+      // Spread over the tensor: the start, the middle and the end of each thread's share.
+      std::vector<std::size_t> at;
+      for (std::size_t i = 0; i < specials.size(); ++i)
+        at.push_back(i * (xs.size() - 1) / (specials.size() - 1));
+      for (std::size_t i = 0; i < specials.size(); ++i) {
+        xs[at[i]] = specials[i].x;
+        dys[at[i]] = specials[i].dy;
+      }
+      const Shape shape{n};
+      auto x = make_on(*tested_, xs, shape, dt, 1.0f, /*saturate=*/false);
+      auto dy = make_on(*tested_, dys, shape, dt, 1.0f, /*saturate=*/false);
+      DeviceTensor y(*tested_, dt, shape), dx(*tested_, dt, shape);
+      tested_activation->activation_forward(sdk::Activation::relu, x->view(), y.view());
+      tested_activation->activation_backward(sdk::Activation::relu, x->view(), dy->view(),
+                                             dx.view());
+      const auto ys = download(*tested_, y.view()), dxs = download(*tested_, dx.view());
+      const std::string what = std::string(sdk::dtype_name(dt)) + " n=" + std::to_string(n);
+      for (std::size_t i = 0; i < specials.size(); ++i) {
+        const auto& s = specials[i];
+        const float yi = ys[at[i]], dxi = dxs[at[i]];
+        if (std::isnan(s.y))
+          EXPECT_TRUE(std::isnan(yi)) << what << ": relu(NaN) = " << yi;
+        else
+          EXPECT_EQ(yi, s.y) << what << ": relu(" << s.x << ")";
+        EXPECT_EQ(dxi, s.dx) << what << ": x " << s.x << ", dy " << s.dy;
+        EXPECT_FALSE(std::signbit(dxi) && dxi == 0.0f) << what << ": -0 for x " << s.x;
+      }
+      for (std::size_t i = 0; i < xs.size(); ++i)
+        if (std::find(at.begin(), at.end(), i) == at.end()) {
+          ASSERT_EQ(ys[i], 1.0f) << what << " element " << i;
+          ASSERT_EQ(dxs[i], 1.0f) << what << " element " << i;
+        }
+    }
+}
+
 TEST_P(Conformance, LayerKernels) {
   MIXTRAIN_FACETS(activation, ActivationFacet);
   MIXTRAIN_FACETS(layer_norm, LayerNormFacet);
