@@ -3,9 +3,11 @@
 // (flash attention, softmax cross-entropy).
 //
 // Contract
-// - Within 1 ulp of e^z on every float of [-87, 0] (measured against double exp); exp_shifted(0)
-//   is exactly 1. Below -87 (e^z < 2^-126) it is +0, which no row sum can notice; -inf gives +0;
-//   NaN stays NaN. Arguments above 0 are clamped at 88 and not meant to be passed.
+// - Within about 1 ulp of e^z on every float of [-87, 0], measured exhaustively against double
+//   exp: at most 0.992 ulp in the baseline build, 1.016 ulp (68 of 1.1e9 inputs above 1) where
+//   the compiler contracts the polynomial into FMAs (the AVX2 and AVX-512 variants);
+//   exp_shifted(0) is exactly 1. Below -87 (e^z < 2^-126) it is +0, which no row sum can notice;
+//   -inf gives +0; NaN stays NaN. Arguments above 0 are clamped at 88 and not meant to be passed.
 // - Cephes' expf: z = k·ln2 + r with a two-part ln2, a degree-6 polynomial in r, times 2^k built
 //   in the exponent bits (the CUDA backend's softmax uses the same scheme). Branch-free, so
 //   `omp simd` vectorises it where glibc's expf is a scalar call per element.
