@@ -213,6 +213,7 @@ void AttentionLayer::forward(TensorView x, std::int64_t rows) {
     const TensorView pg{probs_gemm_.view().data, g, sdk::Shape{bh * t * t}};
     backend_->cast(all_s, pg);
     p = at(probs_gemm_, g, 0, t, t);
+    probs_gemm_holds_p_ = true;
   }
   const TensorView o = at(context_, act, 0, t, d);
   batched(facets(), precision_.gemm_input, p, false, t * t, v, false, t * d, o, t * d, bh);
@@ -236,6 +237,11 @@ void AttentionLayer::backward(TensorView x, TensorView dy, TensorView dx, std::i
   // dP = dO·vᵀ (FP32); dv = Pᵀ·dO.
   const TensorView dp = at(dprobs_, DType::fp32, 0, t, t);
   batched(facets(), gc, d_o, false, t * d, v, true, t * d, dp, t * t, bh);
+  const TensorView all_p{probs_.view().data, DType::fp32, sdk::Shape{bh * t * t}};
+  if (g != DType::fp32 && !probs_gemm_holds_p_) {
+    backend_->cast(all_p, {probs_gemm_.view().data, g, sdk::Shape{bh * t * t}});
+    probs_gemm_holds_p_ = true;
+  }
   const TensorView p =
       g == DType::fp32 ? at(probs_, DType::fp32, 0, t, t) : at(probs_gemm_, g, 0, t, t);
   const TensorView dq = at(dqkv_heads_, dxt, 0, t, d), dk = at(dqkv_heads_, dxt, part, t, d),
@@ -243,12 +249,12 @@ void AttentionLayer::backward(TensorView x, TensorView dy, TensorView dx, std::i
   batched(facets(), gc, p, true, t * t, d_o, false, t * d, dv, t * d, bh);
   // dS = P ∘ (dP − rowsum(dP ∘ P)) / √D, FP32, in place.
   const TensorView all_dp{dprobs_.view().data, DType::fp32, sdk::Shape{bh * t * t}};
-  const TensorView all_p{probs_.view().data, DType::fp32, sdk::Shape{bh * t * t}};
   facets().call(sdk::AttentionOp::softmax_backward)->softmax_backward(all_p, all_dp, {bh, t, t, true}, scale_, all_dp);
   TensorView ds = dp;
   if (g != DType::fp32) {
     backend_->cast(all_dp, {probs_gemm_.view().data, g, sdk::Shape{bh * t * t}});
     ds = at(probs_gemm_, g, 0, t, t);
+    probs_gemm_holds_p_ = false;
   }
   // dq = dS·k, dk = dSᵀ·q.
   batched(facets(), gc, ds, false, t * t, k, false, t * d, dq, t * d, bh);
@@ -302,6 +308,7 @@ void AttentionLayer::decode_forward(std::span<const TensorView> xs, std::int64_t
   const Tensor& probs = flash_ ? kv.probs : probs_;
   const Tensor& probs_gemm = flash_ ? kv.probs_gemm : probs_gemm_;
   const Tensor& context = flash_ ? kv.context : context_;
+  if (!flash_) probs_gemm_holds_p_ = false;  // a decode step's scores, not a training P
   const std::int64_t nt = rows, len = start + rows, d = head_dim_;
   if (len > cap)
     throw std::logic_error("attention node '" + name_ + "': the KV cache holds " +

@@ -79,6 +79,10 @@ class AttentionLayer final : public Layer {
   Tensor qkv_heads_;   // [3, N, H, T, D] in the GEMM dtype
   Tensor probs_;       // fp32 [N·H, T, T]
   Tensor probs_gemm_;  // [N·H, T, T] in the GEMM dtype (P, then dS, as GEMM operands)
+  // Whether probs_gemm_ holds the last forward's P: a backward leaves dS there, and a second
+  // backward of the same forward (the underflow measurement's, then the step's) casts P again
+  // from probs_, which no backward writes.
+  bool probs_gemm_holds_p_ = false;
   Tensor context_;     // [N, H, T, D] in the activation dtype (forward), the GEMM dtype (dO)
   Tensor dprobs_;      // fp32 [N·H, T, T]
   Tensor dqkv_heads_;  // [3, N, H, T, D] in the input gradient's dtype

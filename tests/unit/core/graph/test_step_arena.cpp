@@ -56,8 +56,9 @@ std::unique_ptr<Model> resnet(ResNetBlock block, bool fuse, DType dtype, bool re
 
 constexpr std::int64_t kTokens = 6, kVocab = 13, kBatch = 3;
 
-std::unique_ptr<Model> gpt(bool fuse, DType dtype, std::int64_t loss_block, bool reserve = false) {
-  ModelSpec spec = test_support::tiny_gpt_spec(2, 2, 8, kVocab);
+std::unique_ptr<Model> gpt(bool fuse, DType dtype, std::int64_t loss_block, bool reserve = false,
+                           bool flash = true) {
+  ModelSpec spec = test_support::tiny_gpt_spec(2, 2, 8, kVocab, flash);
   spec.fuse_epilogues = fuse;
   spec.loss_chunk_rows = loss_block;
   auto m = test_support::tiny_gpt_model(spec, kTokens, kVocab, kBatch, 0.3f,
@@ -106,6 +107,9 @@ std::vector<Family> families() {
       f.push_back({"gpt, " + tag, [=](bool r) { return gpt(fuse, d, 0, r); }, kBatch});
       f.push_back({"gpt, loss in blocks of 5 rows, " + tag,
                    [=](bool r) { return gpt(fuse, d, 5, r); }, kBatch});
+      // Unfused attention keeps P (and then dS) as a GEMM operand of its own dtype.
+      f.push_back({"gpt, unfused attention, " + tag,
+                   [=](bool r) { return gpt(fuse, d, 0, r, /*flash=*/false); }, kBatch});
     }
   f.push_back({"fan-out, fp32", [](bool r) { return fan_out(DType::fp32, r); }, 5});
   f.push_back({"fan-out, bf16", [](bool r) { return fan_out(DType::bf16, r); }, 5});

@@ -15,8 +15,10 @@
 namespace mixtrain::core::test_support {
 
 inline ModelSpec tiny_gpt_spec(std::int64_t n_layer = 2, std::int64_t n_head = 2,
-                               std::int64_t n_embd = 8, std::int64_t vocab = 11) {
+                               std::int64_t n_embd = 8, std::int64_t vocab = 11,
+                               bool fused_attention = true) {
   GptPreset p;
+  p.fused_attention = fused_attention;
   p.n_layer = n_layer;
   p.n_head = n_head;
   p.n_embd = n_embd;
