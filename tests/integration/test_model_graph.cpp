@@ -165,6 +165,9 @@ TEST_F(ModelGraph, BadGraphsExit2NamingTheNodeAndTheLine) {
       {"a node without inputs",
        R"({ name = "head", type = "linear", out = 5 },)",
        {"needs its inputs"}},
+      {"the logits a view of the input",
+       R"({ name = "f", type = "flatten", inputs = ["input"] },)",
+       {"the logits node 'f' is a view of the input"}},
   };
   for (const auto& c : cases) {
     const std::string text = std::string(kCommon) + "\n[model]\nnodes = [\n  " + c.nodes + "\n]\n";

@@ -37,6 +37,14 @@ void check_logits(const ModelSpec& spec, const std::string& list, const GraphTop
                                  "logits may be: the graph has two outputs",
                              "feed it into the graph (add, a linear, ...) or remove it");
   const std::size_t last_spec = topo.order.back();
+  // A view of the batch (a reshape or flatten of the input) as the logits: nothing computes them,
+  // and the loss's gradient would have to be written into the batch.
+  if (last.root.is_batch())
+    throw sdk::ConfigError(spec.layers[last_spec].where, list,
+                           "the logits node '" + graph[last_spec].name +
+                               "' is a view of the input: the model computes nothing",
+                           "end in a layer that computes the logits, e.g. a linear with out = " +
+                               std::to_string(classes));
   if (input.labels_per_sample > 1) {
     // A language model: one prediction per position.
     if (last.shape.size() != 2 || last.shape[1] != classes ||
@@ -49,7 +57,7 @@ void check_logits(const ModelSpec& spec, const std::string& list, const GraphTop
                              "end in a linear with out = " + std::to_string(classes) +
                                  " (the vocabulary) on the [T, C] sequence");
   } else if (last.shape.size() != 1 || last.shape[0] != classes) {
-    if (!spec.graph || last.shape.size() == 1)
+    if (last.shape.size() == 1)
       throw sdk::ConfigError(spec.layers[last_spec].where, list,
                              "the last layer produces " + std::to_string(last.shape.back()) +
                                  " outputs but the data has " + std::to_string(classes) +
