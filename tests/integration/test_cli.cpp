@@ -360,11 +360,17 @@ TEST_F(Cli, ResumingAnEarlierCheckpointInPlaceMovesTheLaterOnesAside) {
   std::int64_t records = 0;
   for (std::string l; std::getline(side, l);) records += l.empty() ? 0 : 1;
   ASSERT_GT(records, 0);
-  const std::string line = "2 checkpoints and " + std::to_string(records) +
-                           " metrics records from after step 20 moved aside";
+  const std::string line = "2 checkpoints, " + std::to_string(records) +
+                           " metrics records and 0 TensorBoard events from after step 20 moved "
+                           "aside";
   ASSERT_NE(said.find(line), std::string::npos) << said;
   EXPECT_EQ(said.find(line, said.find(line) + 1), std::string::npos) << said;
   EXPECT_NE(said.find("checkpoints.discarded-after-step-20/"), std::string::npos) << said;
+  // The first run's summary described steps up to 60; the resumed run wrote its own.
+  EXPECT_TRUE(fs::exists(dir / "summary.discarded-after-step-20.json"));
+  EXPECT_EQ(summary(dir)["steps"], 30) << slurp(dir / "summary.json");
+  EXPECT_EQ(nlohmann::json::parse(slurp(dir / "summary.discarded-after-step-20.json"))["steps"],
+            60);
   // A fresh run says nothing of the kind.
   EXPECT_EQ((r.out + r.err).find("moved aside"), std::string::npos);
 }

@@ -270,14 +270,60 @@ TEST_F(MetricsSinks, ResumeInTheRunFolderDropsTheAbandonedSteps) {
   ASSERT_EQ(run("train " + quickstart() + kSmallRun + kAllSinks + " --run-dir " + run_dir.string())
                 .exit_code,
             0);
-  auto r = run("train " + quickstart() + kSmallRun + kAllSinks + " --resume " +
+  // The continuation stops at 30, short of the abandoned run's evaluation at 40: no reader may
+  // show that one (TensorBoard's data server ignores session starts; runs/tensorboard_writer.h).
+  auto r = run("train " + quickstart() + kSmallRun + kAllSinks + " --set run.steps=30 --resume " +
                (run_dir / "checkpoints" / "step-00000020.mxt").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto recs = records(run_dir / "metrics.jsonl");
   EXPECT_EQ(event_files(run_dir).size(), 2u);  // the resumed run adds its own file
+  std::int64_t last_step = 0;
+  for (const auto& file : event_files(run_dir)) {
+    const std::string bytes = slurp(file);  // the records are views into it
+    for (const auto record : core::tfrecord_records(bytes)) {
+      tensorboard::Event e;
+      ASSERT_TRUE(e.ParseFromArray(record.data(), static_cast<int>(record.size())));
+      last_step = std::max<std::int64_t>(last_step, e.step());
+    }
+  }
+  EXPECT_EQ(last_step, 30);
   expect_events_match(run_dir, recs, /*check_plan=*/false);
   expect_csv_matches(run_dir / "metrics.csv", recs);
   EXPECT_TRUE(fs::exists(run_dir / "metrics.discarded-after-step-20.csv"));
+  // The first run's file, whole, is kept aside under a name TensorBoard does not load.
+  const fs::path aside = run_dir / "tensorboard.discarded-after-step-20";
+  ASSERT_TRUE(fs::is_directory(aside));
+  std::int64_t aside_last = 0;
+  for (const auto& f : fs::directory_iterator(aside)) {
+    EXPECT_EQ(f.path().filename().string().find("tfevents"), std::string::npos) << f.path();
+    const std::string bytes = slurp(f.path());
+    for (const auto record : core::tfrecord_records(bytes)) {
+      tensorboard::Event e;
+      ASSERT_TRUE(e.ParseFromArray(record.data(), static_cast<int>(record.size())));
+      aside_last = std::max<std::int64_t>(aside_last, e.step());
+    }
+  }
+  EXPECT_EQ(aside_last, 40);
+}
+
+// The reader of the event files keeps every whole record and stops at a torn or corrupt one.
+TEST(TfRecord, RecordsStopAtATornOrCorruptRecord) {
+  const std::string a = core::tfrecord_frame("first"), b = core::tfrecord_frame("second record");
+  auto texts = [](const std::string& bytes) {
+    std::vector<std::string> out;
+    for (const auto r : core::tfrecord_records(bytes)) out.emplace_back(r);
+    return out;
+  };
+  EXPECT_EQ(texts(a + b), (std::vector<std::string>{"first", "second record"}));
+  EXPECT_EQ(texts(a + b.substr(0, b.size() - 1)), (std::vector<std::string>{"first"}));
+  EXPECT_EQ(texts(a + b.substr(0, 5)), (std::vector<std::string>{"first"}));
+  std::string flipped = a + b;
+  flipped[a.size() + 14] ^= 0x20;  // a byte of the second record's data
+  EXPECT_EQ(texts(flipped), (std::vector<std::string>{"first"}));
+  flipped = a + b;
+  flipped[a.size() + 3] ^= 0x01;  // its length: the length CRC no longer matches
+  EXPECT_EQ(texts(flipped), (std::vector<std::string>{"first"}));
+  EXPECT_TRUE(texts("").empty());
 }
 
 TEST_F(MetricsSinks, DefaultWritesMetricsJsonlOnly) {

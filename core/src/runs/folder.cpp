@@ -17,6 +17,7 @@
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
+#include "runs/tensorboard_writer.h"
 
 namespace mixtrain::core {
 
@@ -122,7 +123,9 @@ std::string discard_suffix(const fs::path& dir, std::int64_t step) {
     const std::string suffix = i == 1 ? base : base + "." + std::to_string(i);
     if (!fs::exists(dir / ("checkpoints." + suffix)) &&
         !fs::exists(dir / ("metrics." + suffix + ".jsonl")) &&
-        !fs::exists(dir / ("metrics." + suffix + ".csv")))
+        !fs::exists(dir / ("metrics." + suffix + ".csv")) &&
+        !fs::exists(dir / ("summary." + suffix + ".json")) &&
+        !fs::exists(dir / ("tensorboard." + suffix)))
       return suffix;
   }
 }
@@ -136,8 +139,7 @@ bool after_step(const std::string& record, std::int64_t step) {
 }
 
 // metrics.csv (runs/csv_sink.h) as metrics.jsonl: rows whose step, the first field, is above
-// `step` move to metrics.<suffix>.csv under the same header. TensorBoard's files stay: the resumed
-// run's event file tells readers to drop those steps.
+// `step` move to metrics.<suffix>.csv under the same header.
 void abandon_csv_after_step(const fs::path& dir, std::int64_t step, const std::string& suffix) {
   const fs::path file = dir / "metrics.csv";
   if (!fs::exists(file)) return;
@@ -202,14 +204,30 @@ std::string abandon_after_step(const fs::path& dir, std::int64_t step,
                                std::to_string(step) + "; move or delete it, then resume");
     ++checkpoints;
   }
-  if (records == 0 && checkpoints == 0) return {};
+  // TensorBoard's event files, so that no reader shows the abandoned steps
+  // (runs/tensorboard_writer.h says why the resumed file's session start is not enough).
+  const fs::path events_aside = dir / ("tensorboard." + suffix);
+  const std::int64_t events = drop_events_after_step(dir, step, events_aside);
+  if (records == 0 && checkpoints == 0 && events == 0) return {};
+  // The summary of the abandoned continuation describes steps this folder no longer holds;
+  // `compare` would read it in preference to metrics.jsonl until the resumed run writes its own.
+  const fs::path summary = dir / "summary.json";
+  if (fs::exists(summary)) {
+    std::error_code ec;
+    fs::rename(summary, dir / ("summary." + suffix + ".json"), ec);
+    if (ec)
+      throw sdk::UserError("cannot move " + summary.string() + " aside: " + ec.message(),
+                           "it describes the abandoned continuation after step " +
+                               std::to_string(step) + "; move or delete it, then resume");
+  }
   auto count = [](std::int64_t n, const char* what) {
     return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
   };
-  return count(checkpoints, "checkpoint") + " and " + count(records, "metrics record") +
-         " from after step " + std::to_string(step) + " moved aside to " + aside.string() +
-         "/ and " + (dir / ("metrics." + suffix)).string() +
-         ".* (resuming an earlier checkpoint abandons its later continuation; nothing is deleted)";
+  return count(checkpoints, "checkpoint") + ", " + count(records, "metrics record") + " and " +
+         count(events, "TensorBoard event") + " from after step " + std::to_string(step) +
+         " moved aside to " + aside.string() + "/, " + (dir / ("metrics." + suffix)).string() +
+         ".* and " + events_aside.string() +
+         "/ (resuming an earlier checkpoint abandons its later continuation; nothing is deleted)";
 }
 
 }  // namespace

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
+#include <string_view>
 
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "runs/tfrecord.h"
 #include "tensorboard/event.pb.h"
 
@@ -32,7 +35,56 @@ tensorboard::Event event_at(std::int64_t step) {
   return e;
 }
 
+constexpr std::string_view kEventFilePrefix = "events.out.tfevents.";
+
+std::string read_file(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof())
+    throw sdk::UserError("cannot read " + file.string(), "check the run folder's permissions");
+  return bytes;
+}
+
 }  // namespace
+
+std::int64_t drop_events_after_step(const fs::path& dir, std::int64_t step, const fs::path& aside) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(dir, ec))
+    if (f.path().filename().string().rfind(kEventFilePrefix, 0) == 0 && f.is_regular_file(ec))
+      files.push_back(f.path());
+  std::sort(files.begin(), files.end());
+  std::int64_t dropped = 0;
+  for (const auto& file : files) {
+    const std::string bytes = read_file(file);
+    std::string kept;
+    std::int64_t past = 0;
+    for (const auto record : tfrecord_records(bytes)) {
+      tensorboard::Event e;
+      // An event that does not parse is kept as it is: only a step past `step` is abandoned.
+      if (e.ParseFromArray(record.data(), static_cast<int>(record.size())) &&
+          !e.has_file_version() && e.step() > step) {
+        ++past;
+        continue;
+      }
+      kept += tfrecord_frame(record);
+    }
+    if (past == 0) continue;
+    fs::create_directories(aside, ec);
+    const std::string name = file.filename().string();
+    const fs::path moved = aside / ("events.out.discarded." + name.substr(kEventFilePrefix.size()));
+    fs::rename(file, moved, ec);
+    if (ec)
+      throw sdk::UserError("cannot move " + file.string() + " aside: " + ec.message(),
+                           "it holds the abandoned continuation after step " +
+                               std::to_string(step) + "; move or delete it, then resume");
+    sdk::AtomicFileWriter out(file, /*durable=*/false, "TensorBoard event file");
+    out.write(kept.data(), kept.size());
+    out.commit();
+    dropped += past;
+  }
+  return dropped;
+}
 
 TensorBoardWriter::TensorBoardWriter(const fs::path& dir) {
   // TensorBoard reads a folder's event files in name order and a resumed run's session start

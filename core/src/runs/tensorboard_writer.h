@@ -12,6 +12,16 @@
 //   string tensor for the text plugin, rendered as markdown.
 // - add_session_start(step) tells readers that what earlier files hold from `step` on belongs to
 //   an abandoned continuation (a resume from step - 1), so they drop it.
+// - drop_events_after_step(dir, step, aside) makes the folder's event files hold nothing past
+//   `step` (a resume from `step` abandons its later continuation): each file with an event past it
+//   moves into `aside` (created), renamed events.out.discarded.* so that TensorBoard no longer
+//   loads it (it loads any file whose name holds "tfevents"), and a copy of its events up to
+//   `step` (the first, the file version, included) takes its place, written atomically. Every
+//   reader then shows the resumed run alone: TensorBoard's older reader honours the session start
+//   that a resumed file writes only after an earlier one, and its newer data server ignores those
+//   markers (it drops a tag's points only when that tag steps back). A torn last record (a killed
+//   run) ends what is kept. Returns how many events moved aside; sdk::UserError when a file cannot
+//   be read, moved or written.
 // - The protobuf messages stay inside the implementation: this header names none.
 #pragma once
 
@@ -23,6 +33,9 @@
 #include <vector>
 
 namespace mixtrain::core {
+
+std::int64_t drop_events_after_step(const std::filesystem::path& dir, std::int64_t step,
+                                    const std::filesystem::path& aside);
 
 class TensorBoardWriter {
  public:

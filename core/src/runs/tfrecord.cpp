@@ -13,6 +13,13 @@ void append_le(std::string& out, std::uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xffu));
 }
 
+std::uint64_t read_le(std::string_view in, std::size_t at, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i)
+    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[at + i])) << (8 * i);
+  return v;
+}
+
 }  // namespace
 
 std::uint32_t crc32c(std::string_view data) {
@@ -33,6 +40,21 @@ std::string tfrecord_frame(std::string_view data) {
   append_le(out, masked_crc32c(out), 4);
   out.append(data);
   append_le(out, masked_crc32c(data), 4);
+  return out;
+}
+
+std::vector<std::string_view> tfrecord_records(std::string_view bytes) {
+  std::vector<std::string_view> out;
+  std::size_t at = 0;
+  while (bytes.size() - at >= 16) {
+    const std::uint64_t length = read_le(bytes, at, 8);
+    if (read_le(bytes, at + 8, 4) != masked_crc32c(bytes.substr(at, 8))) break;
+    if (length > bytes.size() - at - 16) break;  // torn: the run stopped mid-record
+    const auto data = bytes.substr(at + 12, length);
+    if (read_le(bytes, at + 12 + length, 4) != masked_crc32c(data)) break;
+    out.push_back(data);
+    at += 16 + length;
+  }
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace mixtrain::core {
 
@@ -16,5 +17,9 @@ std::uint32_t crc32c(std::string_view data);
 std::uint32_t masked_crc32c(std::string_view data);
 // One whole record around `data`: 8 + 4 + data.size() + 4 bytes.
 std::string tfrecord_frame(std::string_view data);
+// The data of each whole record of `bytes`, in order, up to the first torn record or the first
+// whose checksums do not match (what a reader keeps of a file a killed run left). The views
+// point into `bytes`.
+std::vector<std::string_view> tfrecord_records(std::string_view bytes);
 
 }  // namespace mixtrain::core

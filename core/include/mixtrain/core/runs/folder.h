@@ -21,12 +21,15 @@
 //   anything is created in it, and skipped by the default's suffixes.
 // - Continuing from step N abandons what the folder holds after N, without deleting it: metrics
 //   records with a step above N move to metrics.discarded-after-step-N.jsonl, rows of
-//   metrics.csv likewise to metrics.discarded-after-step-N.csv, and checkpoints above N to
-//   checkpoints.discarded-after-step-N/. A second continuation from the same step gets the
-//   suffix ".2" (then ".3", …) on those names, so what the first one left is never overwritten.
-//   Left in place, keep-pruning would count those checkpoints as the newest and a later --resume
-//   would pick them up. A record whose step is not a JSON integer (an edited file) stays. What
-//   moved is reported (moved_aside) so the run can say it in one line.
+//   metrics.csv likewise to metrics.discarded-after-step-N.csv, checkpoints above N to
+//   checkpoints.discarded-after-step-N/, TensorBoard event files holding a step above N to
+//   tensorboard.discarded-after-step-N/ (each replaced by its events up to N:
+//   runs/tensorboard_writer.h), and, when any of those moved, summary.json (it describes the
+//   abandoned continuation) to summary.discarded-after-step-N.json. A second continuation from the
+//   same step gets the suffix ".2" (then ".3", …) on those names, so what the first one left is
+//   never overwritten. Left in place, keep-pruning would count those checkpoints as the newest and
+//   a later --resume would pick them up. A record whose step is not a JSON integer (an edited file)
+//   stays. What moved is reported (moved_aside) so the run can say it in one line.
 // - It creates checkpoints/ and writes config.toml atomically. Errors are sdk::UserError naming
 //   the folder or file, with a hint.
 #pragma once
