@@ -78,6 +78,13 @@ std::string linear_label(double v, double step, double max_abs) {
 
 Axis linear_axis(double mn, double mx, int target) {
   Axis a;
+  // A range within a few ulps of its values (two losses 1 ulp apart) would take a step too small
+  // to move a tick (v + step == v): it is drawn as one value, padded.
+  const double magnitude = std::max(std::fabs(mn), std::fabs(mx));
+  if (!(mx - mn > 64 * std::numeric_limits<double>::epsilon() * magnitude)) {
+    mx = std::max(mn, mx);
+    mn = mx;
+  }
   if (!(mx > mn)) {
     const double pad = std::fabs(mn) > 0 ? std::fabs(mn) * 0.1 : 1.0;
     mn -= pad;
@@ -87,8 +94,12 @@ Axis linear_axis(double mn, double mx, int target) {
   a.lo = std::floor(mn / step + 1e-9) * step;
   a.hi = std::ceil(mx / step - 1e-9) * step;
   const double max_abs = std::max(std::fabs(a.lo), std::fabs(a.hi));
-  for (double v = a.lo; v <= a.hi + step * 1e-6; v += step)
+  // Counted, not stepped to hi: a sum that never reaches hi must not add ticks forever.
+  const auto count = static_cast<int>(std::min(std::round((a.hi - a.lo) / step), 1000.0));
+  for (int i = 0; i <= count; ++i) {
+    const double v = a.lo + i * step;
     a.ticks.push_back({v, linear_label(v, step, max_abs), {}});
+  }
   return a;
 }
 
@@ -163,25 +174,35 @@ std::string tick_label(const Tick& t) {
          "</tspan>";
 }
 
-// One path's "d": a non-drawable point ends the current subpath.
+// One path's "d": a non-drawable point ends the current subpath. A subpath of one point (a run
+// of one logged step, a finite value between NaNs) is a zero-length segment, which the round
+// line caps draw as a dot; a lone moveto would draw nothing. (A series with dots has its own.)
 std::string path_data(const ChartSeries& s, const Axis& x, const Axis& y, double top,
                       double bottom) {
   std::string d;
-  bool open = false;
+  int open = 0;  // points in the current subpath
+  double last_x = 0.0, last_y = 0.0;
+  auto close = [&] {
+    if (open == 1 && !s.dots) d += fmt("L%.2f %.2f", last_x, last_y);
+    open = 0;
+  };
   for (const auto& p : s.points) {
     const double px = x.map(p.x, kPlotLeft, kPlotRight), py = y.map(p.y, bottom, top);
     if (!std::isfinite(px) || !std::isfinite(py)) {
-      open = false;
+      close();
       continue;
     }
-    if (!open)
+    if (open == 0)
       d += fmt("M%.2f %.2f", px, py);
     else if (s.staircase)
       d += fmt("H%.2fV%.2f", px, py);
     else
       d += fmt("L%.2f %.2f", px, py);
-    open = true;
+    ++open;
+    last_x = px;
+    last_y = py;
   }
+  close();
   return d;
 }
 

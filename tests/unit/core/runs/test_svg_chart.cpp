@@ -190,6 +190,34 @@ TEST(SvgChart, ANonFinitePointStartsANewSubpathInTheSameElement) {
   EXPECT_EQ(count(d, "L"), 2u) << d;
 }
 
+// A subpath of one point (one logged step, a finite value between NaNs) is a zero-length segment,
+// which the round caps draw; a lone moveto draws nothing.
+TEST(SvgChart, ALonePointOfALineIsAZeroLengthSegment) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto d = first_d(core::render_svg_chart(
+      "t", "step",
+      {panel_of({{0, 1}, {1, nan}, {2, 2}, {3, nan}, {4, 1}, {5, 3}}, core::AxisScale::linear)},
+      {}));
+  EXPECT_EQ(count(d, "M"), 3u) << d;
+  EXPECT_EQ(count(d, "L"), 3u) << d;  // one per lone point, one between the last two
+  // The lone point's segment starts and ends where it moved to.
+  const auto m = d.find('M'), l = d.find('L');
+  ASSERT_NE(l, std::string::npos);
+  EXPECT_EQ(d.substr(m + 1, l - m - 1), d.substr(l + 1, d.find('M', l) - l - 1)) << d;
+  d = first_d(
+      core::render_svg_chart("t", "step", {panel_of({{3, 0.5}}, core::AxisScale::linear)}, {}));
+  EXPECT_EQ(count(d, "L"), 1u) << d;
+}
+
+// Values a few ulps apart (two runs' equal losses) give finitely many ticks.
+TEST(SvgChart, AFlatRangeOfUlpsHasFinitelyManyTicks) {
+  const auto svg = core::render_svg_chart(
+      "t", "step", {panel_of({{0, 1.0}, {1, std::nextafter(1.0, 2.0)}}, core::AxisScale::linear)},
+      {});
+  EXPECT_LT(count(svg, "<text"), 40u);
+  EXPECT_EQ(check_xml(svg), "");
+}
+
 TEST(SvgChart, DotsDrawEvenASinglePoint) {
   auto p = panel_of({{5.0, 0.5}}, core::AxisScale::linear);
   p.series[0].dots = true;

@@ -8,8 +8,10 @@
 //   data — a non-finite y, or y <= 0 on a log axis — starts a new subpath, never a new element);
 //   its marks, if any, become one <path class="<panel.mark_class>">; with `dots`, its drawable
 //   points also become one filled <path class="<panel.series_class>-dots"> (so a series of a
-//   single point still shows).
-// - Axis ranges cover every finite point; a log axis is used when asked for, or with
+//   single point still shows); without dots, a subpath of one point is a zero-length segment,
+//   which the round line caps draw as a dot.
+// - Axis ranges cover every finite point (a range within a few ulps is drawn as one value); a log
+// axis is used when asked for, or with
 //   AxisScale::automatic when the positive data spans more than two decades (the y label then
 //   ends in " (log scale)").
 #pragma once
