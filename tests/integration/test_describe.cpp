@@ -111,6 +111,37 @@ TEST_F(Describe, EveryKeyItPrintsIsAcceptedAtTheDefaultItPrints) {
   EXPECT_TRUE(has(r.err, "did you mean 'steps'")) << r.err;
 }
 
+// Keys read as lists, and keys read beside an op's options, are described as the reader takes
+// them: data.normalize's statistics are number lists, a reshape's shape is a required integer list.
+TEST_F(Describe, ListKeysAndAReshapesShapeAreDescribedAsTheReaderTakesThem) {
+  auto r = run("describe data.normalize");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, KeyRow> rows;
+  for (const auto& row : key_rows(r.out)) rows[row.name] = row;
+  for (const char* key : {"mean", "std"}) {
+    EXPECT_EQ(rows[key].type, "number list") << key << "\n" << r.out;
+    EXPECT_EQ(rows[key].default_text, "[]") << key << "\n" << r.out;
+  }
+  r = run("describe layer.reshape");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  rows.clear();
+  for (const auto& row : key_rows(r.out)) rows[row.name] = row;
+  ASSERT_TRUE(rows.count("shape")) << r.out;
+  EXPECT_EQ(rows["shape"].type, "integer list");
+  EXPECT_EQ(rows["shape"].default_text, "(required)");
+  // A layer without a shape key says nothing of one.
+  r = run("describe layer.linear");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const auto& row : key_rows(r.out)) EXPECT_NE(row.name, "shape") << r.out;
+  // What the rows say is what the reader takes.
+  const auto config = write_file(
+      "reshape.toml",
+      "[model]\nlayers = [{ type = \"reshape\", shape = [1, -1] }, { type = \"flatten\" }, "
+      "{ type = \"linear\", out = 10 }]\n");
+  r = run("check " + config.string() + " --skip-rehearsal");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST_F(Describe, SelectorDefaultsAreWhatAConfigWithoutThemResolvesTo) {
   const auto config = write_file("minimal.toml", kMinimalModel);
   auto check = run("check " + config.string());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <variant>
 
+#include "graph/ops/op_registry.h"
 #include "mixtrain/core/config/component_section.h"
 #include "mixtrain/core/config/host_schemas.h"
 #include "mixtrain/sdk/error.h"
@@ -89,10 +90,11 @@ void add_data_sections(std::vector<ConfigSection>& out) {
       if (is_path_list_option(source, k.name)) k.type = "string or string list";
     out.push_back(std::move(s));
   }
-  out.push_back(plain("data.normalize",
-                      "per-channel image normalisation (images only): fixed statistics or the "
-                      "training split's",
-                      section_keys(data_normalize_schema())));
+  out.push_back(
+      plain("data.normalize",
+            "per-channel image normalisation (images only): fixed statistics or the "
+            "training split's",
+            section_keys(data_normalize_schema(), {{"mean", "number"}, {"std", "number"}})));
   out.push_back(plain("data.augment",
                       "training-time image augmentation (images only): random crops and flips",
                       section_keys(data_augment_schema())));
@@ -210,11 +212,18 @@ std::vector<ConfigSection> config_sections(const PluginRegistry& registry) {
                       {{"paths", "string list", "[]", "",
                         "folders searched for plugin libraries before MIXTRAIN_PLUGIN_PATH and "
                         "the installed ones (relative to the config file)"}}));
-  for (const auto& type : layer_types())
+  for (const auto& type : layer_types()) {
+    auto keys = section_keys(layer_schema(type));
+    // Read beside the op's options as an array (model_section.cpp), so no schema holds it.
+    if (const OpDefinition* op = find_op(type); op != nullptr && op->takes_shape)
+      keys.push_back({"shape", "integer list", "(required)", "",
+                      "the output shape per sample, without the batch: e.g. [4, 16]; one size "
+                      "may be -1"});
     out.push_back(
         plain("layer." + type,
               "a layer of type \"" + type + "\": one inline table of [model] layers or nodes",
-              section_keys(layer_schema(type))));
+              std::move(keys)));
+  }
   return out;
 }
 
