@@ -55,6 +55,9 @@ struct SampleArgs {
                               // they are parsed (integer_flag.h)
   double temperature = 1.0;  // 0: greedy
   std::int64_t top_k = 0;    // 0: the whole vocabulary
+  double top_p = 1.0;        // (0, 1]; 1: the whole vocabulary
+  double repetition_penalty = 1.0;      // > 0; 1: off
+  std::optional<std::string> stop_ids;  // token ids (token_ids.h) that end the generation
   std::uint64_t seed = 0;
   std::string layout = "native";  // of the checkpoint: native or gpt2
 };

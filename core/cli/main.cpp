@@ -215,6 +215,21 @@ void add_sample(CLI::App& app, CommandLine& a) {
   a.sample->add_option("--top-k", a.sample_args.top_k, "sample among the k likeliest (0: all)")
       ->check(integer_flag(0))
       ->capture_default_str();
+  a.sample
+      ->add_option("--top-p", a.sample_args.top_p,
+                   "sample among the likeliest tokens whose probabilities sum to p (nucleus "
+                   "sampling; 1: all)")
+      ->capture_default_str();
+  a.sample
+      ->add_option("--repetition-penalty", a.sample_args.repetition_penalty,
+                   "divide the logits of tokens already in the context by this (Hugging Face's "
+                   "rule; 1: off)")
+      ->capture_default_str();
+  a.sample
+      ->add_option("--stop-ids", a.sample_args.stop_ids,
+                   "token ids, comma-separated, that end the generation once produced (a byte "
+                   "model's ids are bytes: 10 is a newline)")
+      ->check(mixtrain::cli::token_ids_flag());
   a.sample->add_option("--seed", a.sample_args.seed, "random seed of the draws")
       ->check(unsigned_flag())
       ->capture_default_str();

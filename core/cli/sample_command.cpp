@@ -2,6 +2,7 @@
 // cache (core/include/mixtrain/core/generate/text_generation.h). Text in and out only for a
 // byte-level model; any other vocabulary takes and prints token ids (token_ids.h), which the
 // model's own tokenizer makes and reads outside mixtrain (README, "Tokens for a pretrained GPT-2").
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -43,14 +44,34 @@ void check_prompt_fits(const SampleArgs& args, std::int64_t vocab,
             std::string(kTokensSection) + ")");
 }
 
+// The sampling flags as generate() takes them; their ranges are checked here, before anything
+// loads, with the flag's name.
+core::SamplingOptions sampling_options(const SampleArgs& args) {
+  core::SamplingOptions o;
+  o.tokens = args.tokens;
+  o.temperature = args.temperature;
+  o.top_k = args.top_k;
+  o.top_p = args.top_p;
+  o.repetition_penalty = args.repetition_penalty;
+  o.seed = args.seed;
+  if (args.stop_ids) o.stop_ids = parse_token_ids(*args.stop_ids, "--stop-ids");
+  try {
+    core::check_sampling_options(o);
+  } catch (const sdk::UserError& e) {
+    // The message starts with the option's name (top_p): name the flag (--top-p) instead.
+    std::string what = e.what();
+    std::replace(what.begin(), what.begin() + static_cast<std::ptrdiff_t>(what.find(' ')), '_',
+                 '-');
+    throw sdk::UserError("--" + what, e.hint());
+  }
+  return o;
+}
+
 }  // namespace
 
 int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
   // The arguments first: a typo costs nothing to report, loading the data and model does.
-  if (!std::isfinite(args.temperature) || args.temperature < 0.0)
-    throw sdk::UserError(
-        "--temperature " + std::to_string(args.temperature) + " is not a finite number >= 0",
-        "use 0 (greedy) or a positive temperature such as 0.8");
+  const core::SamplingOptions o = sampling_options(args);
   if (!args.prompt && !args.prompt_ids)
     throw sdk::UserError("sample needs a prompt to continue",
                          "give --prompt TEXT (a byte-level model) or --prompt-ids ID,ID,... (the "
@@ -66,13 +87,9 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
   // Whether the model can decode at all, before its vocabulary or its weights are looked at.
   { const core::Decoder probe(trainer.model(), 1); }
   check_prompt_fits(args, trainer.model().classes(), prompt);
+  check_in_vocabulary(o.stop_ids, trainer.model().classes(), "--stop-ids");
   trainer.load_checkpoint(session.checkpoint_path(args.checkpoint),
                           /*weights_only=*/true, core::parse_weight_layout(args.layout));
-  core::SamplingOptions o;
-  o.tokens = args.tokens;
-  o.temperature = args.temperature;
-  o.top_k = args.top_k;
-  o.seed = args.seed;
   // Ids come out in --prompt-ids' own form, so an output continues as the next call's prompt.
   const bool ids = args.print_ids;
   if (ids) {

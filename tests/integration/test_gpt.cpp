@@ -59,6 +59,24 @@ TEST_F(CliGpt, SamplesTheSameTextForTheSameSeedOverAKvCache) {
                 " --prompt 'the ' --tokens 40 --temperature 0 --seed 2");
   ASSERT_EQ(g1.exit_code, 0) << g1.err;
   EXPECT_EQ(g1.out, g2.out);
+  // A nucleus too small for a second token is greedy too, whatever the temperature; top-p 1 is
+  // no nucleus: the draws of the plain run.
+  auto nucleus = run("sample " + cfg + " --checkpoint " + run_dir.string() +
+                     " --prompt 'the ' --tokens 40 --temperature 1.5 --top-p 1e-9 --seed 3");
+  ASSERT_EQ(nucleus.exit_code, 0) << nucleus.err;
+  EXPECT_EQ(nucleus.out, g1.out);
+  auto whole = run(args + "7 --top-p 1");
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_EQ(whole.out, a.out);
+  // A stop id ends the generation right after its first occurrence, which is printed.
+  const std::string generated = g1.out.substr(4, 40);
+  const unsigned char stop = static_cast<unsigned char>(generated[5]);
+  auto stopped =
+      run("sample " + cfg + " --checkpoint " + run_dir.string() +
+          " --prompt 'the ' --tokens 40 --temperature 0 --stop-ids 255," + std::to_string(stop));
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.err;
+  EXPECT_EQ(stopped.out,
+            "the " + generated.substr(0, generated.find(static_cast<char>(stop)) + 1) + "\n");
 
   // The same prompt as ids (the bytes of "This Licen") gives the same draws, printed as ids: the
   // prompt's, then one per generated token, each the byte the text output shows.
@@ -101,7 +119,9 @@ TEST_F(CliGpt, SampleTakesAndPrintsIdsOfAnyVocabularyAndRefusesIdsOutsideIt) {
            {"--prompt 'the ' --print-ids",
             "--prompt is read as bytes, the token ids of a byte-level model (a vocabulary of "
             "256), but this model's vocabulary has 300 tokens"},
-           {"--prompt-ids 5,6", "add --print-ids"}}) {
+           {"--prompt-ids 5,6", "add --print-ids"},
+           {"--prompt-ids 5,6 --print-ids --stop-ids 7,300",
+            "--stop-ids: token id 300 (item 2) is outside this model's vocabulary"}}) {
     r = run(base + " " + args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out << r.err;
     EXPECT_TRUE(has(r.err, says)) << args << ": " << r.err;
@@ -137,6 +157,12 @@ TEST_F(CliGpt, SampleArgumentsOutOfRangeExit2BeforeAnythingLoads) {
            {"--tokens 10000000000", "--tokens: 10000000000 is out of range"},
            {"--tokens -3", "give a whole number from 0 to 1000000"},
            {"--top-k -1", "--top-k: -1 is out of range"},
+           {"--top-p 0", "--top-p 0 is outside (0, 1]"},
+           {"--top-p 1.5", "--top-p 1.5 is outside (0, 1]"},
+           {"--top-p nan", "--top-p nan is outside (0, 1]"},
+           {"--repetition-penalty 0", "--repetition-penalty 0 is not a finite number > 0"},
+           {"--repetition-penalty inf", "--repetition-penalty inf is not a finite number > 0"},
+           {"--stop-ids 3,x", "--stop-ids: item 2 of '3,x', 'x', is not a whole number"},
            {"--prompt-ids 12,,3", "--prompt-ids: item 2 of '12,,3' is empty"},
            {"--prompt-ids 12,x7", "--prompt-ids: item 2 of '12,x7', 'x7', is not a whole number"},
            {"--prompt-ids 12,-1", "-1, is out of range: a token id is from 0 to 2147483647"},

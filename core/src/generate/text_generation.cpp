@@ -2,41 +2,130 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
+#include <unordered_set>
 
 #include "mixtrain/core/graph/decoder.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
 
-std::int32_t sample_token(std::span<const float> logits, double temperature, std::int64_t top_k,
-                          DataRng& rng) {
-  if (logits.empty()) throw std::logic_error("sample_token: no logits");
+namespace {
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::size_t argmax(std::span<const float> logits) {
   std::size_t best = 0;
   for (std::size_t i = 1; i < logits.size(); ++i)
     if (logits[i] > logits[best]) best = i;
-  if (temperature == 0.0) return static_cast<std::int32_t>(best);
+  return best;
+}
+
+// Unnormalised candidate weights (0 outside), and their sum: sample_token draws from these
+// directly, so that without top_p its draws are the ones it made before top_p existed.
+struct Weights {
+  std::vector<double> w;
+  double sum = 0.0;
+};
+
+Weights candidate_weights(std::span<const float> logits, const SamplingOptions& o) {
+  if (logits.empty()) throw std::logic_error("sampling: no logits");
+  const float top = logits[argmax(logits)];
   // The k-th largest logit bounds the candidates (ties at it stay in).
   float floor = -std::numeric_limits<float>::infinity();
-  if (top_k > 0 && static_cast<std::size_t>(top_k) < logits.size()) {
+  if (o.top_k > 0 && static_cast<std::size_t>(o.top_k) < logits.size()) {
     std::vector<float> sorted(logits.begin(), logits.end());
-    std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(),
+    std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(),
                      std::greater<float>());
-    floor = sorted[static_cast<std::size_t>(top_k - 1)];
+    floor = sorted[static_cast<std::size_t>(o.top_k - 1)];
   }
-  std::vector<double> p(logits.size(), 0.0);
-  double sum = 0.0;
+  Weights out;
+  out.w.assign(logits.size(), 0.0);
   for (std::size_t i = 0; i < logits.size(); ++i)
     if (logits[i] >= floor) {
-      p[i] = std::exp((static_cast<double>(logits[i]) - logits[best]) / temperature);
-      sum += p[i];
+      out.w[i] = std::exp((static_cast<double>(logits[i]) - top) / o.temperature);
+      out.sum += out.w[i];
     }
-  double u = rng.uniform() * sum;
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    if (p[i] == 0.0) continue;
-    if (u < p[i]) return static_cast<std::int32_t>(i);
-    u -= p[i];
+  if (o.top_p >= 1.0) return out;
+  // The nucleus: walk the candidates from the likeliest; a run of equal logits is kept or
+  // dropped whole, so the result does not depend on a sort's order among ties.
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    if (out.w[i] > 0.0) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return logits[a] > logits[b]; });
+  const double limit = o.top_p * out.sum;
+  double before = 0.0;
+  double kept = 0.0;
+  std::size_t i = 0;
+  while (i < order.size() && before < limit) {
+    std::size_t j = i;
+    double run = 0.0;
+    for (; j < order.size() && logits[order[j]] == logits[order[i]]; ++j) run += out.w[order[j]];
+    before += run;
+    kept += run;
+    i = j;
+  }
+  for (; i < order.size(); ++i) out.w[order[i]] = 0.0;
+  out.sum = kept;
+  return out;
+}
+
+}  // namespace
+
+void check_sampling_options(const SamplingOptions& o) {
+  if (!std::isfinite(o.temperature) || o.temperature < 0.0)
+    throw sdk::UserError("temperature " + number(o.temperature) + " is not a finite number >= 0",
+                         "use 0 (greedy) or a positive temperature such as 0.8");
+  if (!(o.top_p > 0.0 && o.top_p <= 1.0))
+    throw sdk::UserError("top_p " + number(o.top_p) + " is outside (0, 1]",
+                         "use a probability mass such as 0.9 (1 keeps every token)");
+  if (!(o.repetition_penalty > 0.0) || !std::isfinite(o.repetition_penalty))
+    throw sdk::UserError(
+        "repetition_penalty " + number(o.repetition_penalty) + " is not a finite number > 0",
+        "use 1 (off) or a value such as 1.2 (above 1 discourages repeats)");
+  if (o.top_k < 0)
+    throw sdk::UserError("top_k " + std::to_string(o.top_k) + " is negative",
+                         "use 0 (every token) or a positive count");
+}
+
+void apply_repetition_penalty(std::span<float> logits, std::span<const std::int32_t> context,
+                              double penalty) {
+  if (penalty == 1.0) return;
+  // In float, as Hugging Face's processor computes it on fp32 scores; each id once.
+  const auto p = static_cast<float>(penalty);
+  std::unordered_set<std::int32_t> seen;
+  for (const std::int32_t id : context) {
+    if (id < 0 || static_cast<std::size_t>(id) >= logits.size() || !seen.insert(id).second)
+      continue;
+    float& l = logits[static_cast<std::size_t>(id)];
+    l = l < 0.0f ? l * p : l / p;
+  }
+}
+
+std::vector<double> sampling_distribution(std::span<const float> logits, const SamplingOptions& o) {
+  if (!(o.temperature > 0.0)) throw std::logic_error("sampling_distribution: temperature 0");
+  auto weights = candidate_weights(logits, o);
+  for (double& w : weights.w) w /= weights.sum;
+  return weights.w;
+}
+
+std::int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, DataRng& rng) {
+  if (logits.empty()) throw std::logic_error("sample_token: no logits");
+  const std::size_t best = argmax(logits);
+  if (o.temperature == 0.0) return static_cast<std::int32_t>(best);
+  const auto weights = candidate_weights(logits, o);
+  double u = rng.uniform() * weights.sum;
+  for (std::size_t i = 0; i < weights.w.size(); ++i) {
+    if (weights.w[i] == 0.0) continue;
+    if (u < weights.w[i]) return static_cast<std::int32_t>(i);
+    u -= weights.w[i];
   }
   return static_cast<std::int32_t>(best);  // rounding left u at the very end
 }
@@ -46,12 +135,7 @@ std::vector<std::int32_t> generate(Model& model, std::span<const std::int32_t> p
                                    const std::function<void(std::int32_t)>& on_token) {
   if (prompt.empty())
     throw sdk::UserError("the prompt is empty", "give --prompt some text to continue");
-  if (!std::isfinite(o.temperature) || o.temperature < 0.0)
-    throw sdk::UserError("temperature " + std::to_string(o.temperature) +
-                             (std::isnan(o.temperature) ? " is not a number"
-                              : o.temperature < 0.0     ? " is negative"
-                                                        : " is infinite"),
-                         "use 0 (greedy) or a positive, finite temperature");
+  check_sampling_options(o);
   const std::int64_t block = model.input_features();
   std::vector<std::int32_t> context(prompt.begin(), prompt.end());
   std::vector<std::int32_t> out;
@@ -65,11 +149,14 @@ std::vector<std::int32_t> generate(Model& model, std::span<const std::int32_t> p
   };
   std::vector<float> logits = restart(static_cast<std::size_t>(block));
   for (std::int64_t i = 0; i < o.tokens; ++i) {
-    const std::int32_t next = sample_token(logits, o.temperature, o.top_k, rng);
+    apply_repetition_penalty(logits, context, o.repetition_penalty);
+    const std::int32_t next = sample_token(logits, o, rng);
     out.push_back(next);
     context.push_back(next);
     if (on_token) on_token(next);
-    if (i + 1 == o.tokens) break;
+    if (i + 1 == o.tokens ||
+        std::find(o.stop_ids.begin(), o.stop_ids.end(), next) != o.stop_ids.end())
+      break;
     if (decoder.length() < block) {
       const std::int32_t one[1] = {next};
       logits = decoder.decode(one);

@@ -7,11 +7,20 @@
 //   restarts from the last block_size / 2 tokens: a window that slides by half a block. nanoGPT
 //   instead crops to the last block_size tokens at every step, a full forward per token; past
 //   block_size tokens the two condition on different contexts, so their outputs part.
-// - sample_token(): temperature 0 is greedy (argmax, the lowest id on ties); otherwise softmax of
-//   logits / temperature in double, restricted to the top_k largest logits when top_k > 0 (ties
-//   at the k-th value are kept), drawn with DataRng — the same ids for the same seed on every
-//   machine given the same logits.
-// - Errors: an empty prompt, a temperature < 0 or a prompt id outside the vocabulary are
+//   Generation ends after `tokens` ids, or right after an id of `stop_ids` (which is returned).
+// - The logits of a step pass through Hugging Face's processors in its order:
+//   1. repetition_penalty (its RepetitionPenaltyLogitsProcessor): each id that occurs in the
+//      context (prompt and generated ids) has its logit divided by the penalty when positive,
+//      multiplied by it when negative; 1 leaves them;
+//   2. temperature 0 is greedy: the argmax (the lowest id on ties), no draw;
+//   3. otherwise logits / temperature; top_k > 0 keeps the top_k largest (ties at the k-th value
+//      stay in); top_p < 1 keeps, in decreasing order, each id whose predecessors' probability
+//      (after top_k) is below top_p, so always at least one (ties at the boundary stay in).
+//   sampling_distribution() returns those probabilities, in double; sample_token() draws from them
+//   with DataRng: the same ids for the same seed on every machine given the same logits (up to
+//   the C library's exp in the last bit, which moves a draw only when it lands on a boundary).
+// - Errors: an empty prompt, a temperature < 0, a top_p outside (0, 1], a repetition_penalty
+//   that is not > 0 (each non-finite included) or a prompt id outside the vocabulary are
 //   sdk::UserError.
 #pragma once
 
@@ -29,10 +38,25 @@ struct SamplingOptions {
   std::int64_t tokens = 0;  // how many to generate
   double temperature = 1.0;
   std::int64_t top_k = 0;  // 0: the whole vocabulary
+  double top_p = 1.0;      // 1: the whole vocabulary
+  double repetition_penalty = 1.0;
+  std::vector<std::int32_t> stop_ids;  // generation ends after emitting one
   std::uint64_t seed = 0;
 };
 
-std::int32_t sample_token(std::span<const float> logits, double temperature, std::int64_t top_k,
+// Throws sdk::UserError naming the first option out of range (see the contract).
+void check_sampling_options(const SamplingOptions& options);
+
+// Step 1 in place: `context` is every id so far (prompt and generated).
+void apply_repetition_penalty(std::span<float> logits, std::span<const std::int32_t> context,
+                              double penalty);
+
+// Step 3's probabilities, one per id (0 outside the candidates); needs temperature > 0.
+std::vector<double> sampling_distribution(std::span<const float> logits,
+                                          const SamplingOptions& options);
+
+// Steps 2 and 3: the chosen id.
+std::int32_t sample_token(std::span<const float> logits, const SamplingOptions& options,
                           DataRng& rng);
 
 // The generated ids (prompt excluded); `on_token` sees each as it is chosen.
