@@ -287,6 +287,9 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
   // The session adapted the policy to the model ("auto" resolved), as training would.
   if (auto w = core::unscaled_narrow_gradients(experiment, *session.policy))
     warnings.push_back(std::move(*w));
+  // The config is valid either way; it is `train` in this process that would refuse it.
+  if (auto launch = core::launch_requirement(experiment, cfg.config); !launch.empty())
+    std::cout << "# launch: " << launch << "\n";
   for (const auto& w : warnings) core::core_logger("check").warn(w);
   std::cout << "# config OK" << (warnings.empty() ? "" : " (with warnings)") << "\n";
   return 0;

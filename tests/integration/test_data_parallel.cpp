@@ -438,6 +438,16 @@ TEST_F(DataParallelTest, ADistributedConfigWithoutMpirunExitsWithTheLaunchLine) 
   EXPECT_TRUE(has(r.err, "mpirun -np 2 mixtrain train")) << r.err;
   EXPECT_TRUE(has(r.err, "dp.toml:")) << r.err;  // where [distributed] type is
   EXPECT_FALSE(fs::exists(dir_ / "r"));
+  // The config itself is valid: `check` passes it and says how train must be launched.
+  auto c = run("check " + cfg.string() + " --skip-rehearsal");
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_TRUE(has(c.out, "# launch: [distributed] type = \"mpi\" runs one process per rank"))
+      << c.out;
+  EXPECT_TRUE(has(c.out, "mpirun -np 2 mixtrain train " + cfg.string())) << c.out;
+  // One process of a config without [distributed] needs no launch line.
+  c = run("check " + mlp_config("one.toml", "").string() + " --skip-rehearsal");
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_FALSE(has(c.out, "# launch:")) << c.out;
 }
 
 TEST_F(DataParallelTest, RanksWithDifferentConfigsExitTwoNamingTheKey) {

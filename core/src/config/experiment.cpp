@@ -776,19 +776,34 @@ std::string follow_the_launch_on_resume(Experiment& e) {
          "checkpoint resumes on any number of ranks; launch with mpirun to continue on several)";
 }
 
+namespace {
+
+std::string launch_line(const std::string& config_path) {
+  return "launch it with `" +
+         mpirun_line(2, "mixtrain train " + (config_path.empty() ? "CONFIG" : config_path)) +
+         "` (-np: the number of ranks), or remove [distributed] to train in one process";
+}
+
+std::string outside_a_launch(const Experiment& e) {
+  return "[distributed] type = \"" + e.distributed.type +
+         "\" runs one process per rank, but this process was not started by an MPI launcher";
+}
+
+}  // namespace
+
+std::string launch_requirement(const Experiment& e, const std::string& config_path) {
+  if (!e.distributed.enabled() || detect_mpi_launch().detected) return {};
+  return outside_a_launch(e) + ": " + launch_line(config_path);
+}
+
 std::shared_ptr<sdk::Communicator> create_communicator(const Experiment& e,
                                                        const PluginRegistry& registry,
                                                        sdk::DeviceBackend& backend,
                                                        const std::string& config_path) {
   if (!e.distributed.enabled()) return nullptr;
   if (!detect_mpi_launch().detected)
-    throw sdk::ConfigError(
-        e.distributed.where, "distributed.type",
-        "[distributed] type = \"" + e.distributed.type +
-            "\" runs one process per rank, but this process was not started by an MPI launcher",
-        "launch it with `" +
-            mpirun_line(2, "mixtrain train " + (config_path.empty() ? "CONFIG" : config_path)) +
-            "` (-np: the number of ranks), or remove [distributed] to train in one process");
+    throw sdk::ConfigError(e.distributed.where, "distributed.type", outside_a_launch(e),
+                           launch_line(config_path));
   auto comm = registry.create<sdk::Communicator>(
       registry.require(ComponentKind::communicator, e.distributed.type), e.communicator_options);
   comm->bind(backend);

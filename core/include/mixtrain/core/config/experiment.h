@@ -263,6 +263,10 @@ Components create_components(const Experiment& e, const PluginRegistry& registry
 // trained under gives way to one process when no MPI launcher started this one (a checkpoint
 // resumes on any number of ranks). Returns the line that says so, or "" when nothing changed.
 std::string follow_the_launch_on_resume(Experiment& e);
+// Empty when this process can train `e` as it is. For a [distributed] config in a process no MPI
+// launcher started: why it cannot, and the mpirun line that can (`check` prints it; `train` throws
+// it from create_communicator).
+std::string launch_requirement(const Experiment& e, const std::string& config_path);
 // [distributed]: the communicator, bound to `backend`. Only `train` makes one (it joins the other
 // ranks). A type given without an MPI launch is sdk::ConfigError at distributed.type, with the
 // mpirun line that launches the config.
