@@ -1,20 +1,60 @@
 #include "cli_registry.h"
 
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/console/log_sink.h"
 
 namespace mixtrain::cli {
 
+namespace {
+
+namespace fs = std::filesystem;
+
+// A [plugins] paths entry the user wrote and that can load nothing: the folder does not exist,
+// or it holds shared libraries none of which is named libmixtrain_*.so (the registry scans only
+// those). Empty when the entry is fine. Such an entry is a typo or a misnamed library; without
+// this line it would only show as a missing component, or not at all when the run needs none.
+std::string unusable_plugin_path(const fs::path& entry) {
+  std::error_code ec;
+  if (!fs::exists(entry, ec)) return "does not exist";
+  if (!fs::is_directory(entry, ec)) return {};  // a file is loaded (or its failure reported)
+  std::vector<std::string> other_libraries;
+  for (const auto& f : fs::directory_iterator(entry, ec)) {
+    auto name = f.path().filename().string();
+    if (f.path().extension() != ".so") continue;
+    if (name.rfind("libmixtrain_", 0) == 0) return {};
+    other_libraries.push_back(name);
+  }
+  if (other_libraries.empty()) return "holds no plugin library (libmixtrain_*.so)";
+  std::string names;
+  for (std::size_t i = 0; i < other_libraries.size() && i < 3; ++i)
+    names += (i ? ", " : "") + other_libraries[i];
+  return "holds no libmixtrain_*.so, only " + names + (other_libraries.size() > 3 ? ", ..." : "") +
+         "; the registry loads a folder's libraries only when their names start with "
+         "libmixtrain_ (or name the file itself in paths)";
+}
+
+}  // namespace
+
 std::unique_ptr<core::PluginRegistry> make_registry(const core::Config* config) {
   auto reg = std::make_unique<core::PluginRegistry>(&core::host_log_sink());
   auto paths = core::PluginRegistry::default_search_path();
-  if (config != nullptr)
-    for (const auto& p : core::config_plugin_paths(*config)) paths.push_back(p);
+  std::vector<fs::path> config_paths;
+  if (config != nullptr) config_paths = core::config_plugin_paths(*config);
+  for (const auto& p : config_paths) paths.push_back(p);
   reg->scan(paths);
   // `plugins` lists failures itself; a run says so once, so a half-copied plugin whose
   // components go missing is not a silent surprise.
   if (config != nullptr) {
     auto log = core::core_logger("plugins");
+    for (const auto& p : config_paths)
+      if (auto problem = unusable_plugin_path(p); !problem.empty())
+        log.warn(config->location("plugins.paths").to_string() + ": [plugins] paths entry " +
+                 p.string() + " " + problem);
     for (const auto& l : reg->libraries())
       if (!l.loaded)
         log.warn("plugin library " + l.path.string() + " was skipped: " + l.error +

@@ -1,6 +1,8 @@
 // The plugin registry every `mixtrain` command uses: the default search path (the folder next to
 // the executable, then MIXTRAIN_PLUGIN_PATH), then the config's [plugins] paths when a config is
-// given. Log lines go to the host log sink.
+// given. Log lines go to the host log sink. With a config, each [plugins] paths entry that can load
+// nothing (missing, or a folder without a libmixtrain_*.so) is warned about at its config location,
+// and so is every library that failed to load.
 #pragma once
 
 #include <memory>

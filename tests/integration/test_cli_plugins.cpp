@@ -38,6 +38,55 @@ TEST_F(CliPlugins, MissingSearchPathIsAWarning) {
   EXPECT_EQ(r.out.find("does not exist"), std::string::npos) << r.out;
 }
 
+// A [plugins] paths entry that can load nothing is a typo or a misnamed library: a run says so at
+// the entry's config line even when it needs no component from there.
+TEST_F(CliPlugins, ConfigPathsThatLoadNothingAreWarnedAtTheirLine) {
+  const auto config_text = slurp(quickstart());
+  auto missing = write_file("missing.toml", config_text + "\n[plugins]\npaths = [\"gone\"]\n");
+  auto r = run("check " + missing.string() + " --skip-rehearsal");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("missing.toml:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[plugins] paths entry " + (dir_ / "gone").string() + " does not exist"),
+            std::string::npos)
+      << r.err;
+
+  // A folder whose library lacks the libmixtrain_ prefix is never scanned.
+  fs::create_directories(dir_ / "mine");
+  write_file("mine/libmy_scaler.so", "not loaded");
+  auto misnamed = write_file("misnamed.toml", config_text + "\n[plugins]\npaths = [\"mine\"]\n");
+  r = run("check " + misnamed.string() + " --skip-rehearsal");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("holds no libmixtrain_*.so, only libmy_scaler.so"), std::string::npos)
+      << r.err;
+
+  // A rightly named library is scanned: if it fails to load, that is the library's warning, not
+  // the entry's.
+  fs::create_directories(dir_ / "ours");
+  write_file("ours/libmixtrain_broken.so", "not an ELF file");
+  auto named = write_file("named.toml", config_text + "\n[plugins]\npaths = [\"ours\"]\n");
+  r = run("check " + named.string() + " --skip-rehearsal");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("[plugins] paths entry"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("libmixtrain_broken.so was skipped"), std::string::npos) << r.err;
+}
+
+// A plugin component whose option shares a name with a key the host keeps ([scaler] type) could
+// never be set flat: selecting it exits 2 naming the component and the option.
+TEST_F(CliPlugins, AComponentOptionNamedLikeAHostKeyIsRefusedWhenSelected) {
+  auto cfg = write_file("cfg.toml", slurp(quickstart()) + "\n[plugins]\npaths = [\"" +
+                                        std::string(MIXTRAIN_TEST_PLUGIN_DIR) + "/duplicate\"]\n");
+  auto r = run("check " + cfg.string() + " --skip-rehearsal --set scaler.type=test_declares_type");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("the scaler component 'test_declares_type' declares option 'type', which "
+                       "[scaler] keeps for mixtrain itself"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("option_schema()"), std::string::npos) << r.err;
+  // Loaded beside it, but not selected, it is harmless.
+  r = run("check " + cfg.string() + " --skip-rehearsal");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST_F(CliPlugins, DescribePrintsTheOptionSchema) {
   auto r = run("plugins --describe dynamic");
   ASSERT_EQ(r.exit_code, 0) << r.err;
