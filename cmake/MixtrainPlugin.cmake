@@ -6,11 +6,12 @@
 # named mixtrain_<name>. The same function serves mixtrain's own plugins (in-tree) and plugins built
 # against an installed SDK (find_package(mixtrain CONFIG) includes this file), so a plugin behaves
 # the same wherever it is built:
-# - hidden visibility: only the Boost.DLL descriptor alias (MIXTRAIN_PLUGIN) is exported, so two
-#   plugins never interpose each other's symbols;
+# - hidden visibility: of the plugin's own code only the Boost.DLL descriptor alias
+#   (MIXTRAIN_PLUGIN) is exported, so two plugins never interpose each other's functions (weak and
+#   unique symbols of inline header code still are, as in any GCC shared library);
 # - -Wl,--no-undefined: a missing symbol is a link error here rather than a load failure later;
-# - RPATH $ORIGIN and $ORIGIN/../..: installed in <prefix>/lib/mixtrain/plugins, the plugin finds
-#   libmixtrain_sdk in <prefix>/lib;
+# - RPATH $ORIGIN and $ORIGIN/../..: installed in <prefix>/<libdir>/mixtrain/plugins, the plugin
+#   finds libmixtrain_sdk in <prefix>/<libdir>;
 # - output into OUTPUT_DIRECTORY, else the in-tree plugin folder (build/lib/mixtrain/plugins, which
 #   build/bin/mixtrain scans), else the current binary folder;
 # - install() into <libdir>/mixtrain/plugins unless NO_INSTALL (test plugins).

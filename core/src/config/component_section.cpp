@@ -263,6 +263,16 @@ ResolvedComponentSection resolve_component_section(const Config& config,
   const auto selected =
       std::find_if(section.components.begin(), section.components.end(),
                    [&](const ComponentSchema& c) { return c.name == section.selected; });
+  // A component option named like one of the host's keys would be reachable only from its own
+  // sub-table, the flat key always going to the host: a plugin's mistake, refused by name.
+  if (selected != section.components.end())
+    for (const auto& o : selected->options)
+      if (o.name == section.selector || declares(section.host, o.name))
+        throw sdk::PluginError(
+            "the " + table + " component '" + selected->name + "' declares option '" + o.name +
+                "', which [" + table + "] keeps for mixtrain itself",
+            "rename it in the component's option_schema() and rebuild the plugin "
+            "(docs/writing-plugins.md, \"Options: schemas and errors\")");
   const sdk::OptionSchema empty;
   SectionReading r{config, section, selected,
                    selected == section.components.end() ? empty : selected->options, out};

@@ -4,10 +4,13 @@
 #include <cstdlib>
 #include <mutex>
 #include <set>
+#include <variant>
 
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
+#include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/options.h"
 #include "mixtrain/sdk/support/elf_file_check.h"
 #include "mixtrain/sdk/version.h"
 
@@ -116,17 +119,52 @@ std::vector<sdk::ComponentInfo> read_components(const sdk::PluginDescriptor& d,
   return {};
 }
 
+// What is wrong with a component's option schema, or "" when nothing is: a name empty or declared
+// twice, or a default its own rules refuse (outside the range, not a choice, NaN). Such a default
+// would reach the factory unchecked and fail only deep in a run; the host's own check of a given
+// value is the test, so a default means exactly what a user's value would.
+std::string schema_problem(const sdk::OptionSchema& schema) {
+  std::set<std::string> names;
+  for (const auto& o : schema) {
+    if (o.name.empty()) return "an option has no name";
+    if (!names.insert(o.name).second) return "option '" + o.name + "' is declared twice";
+    if (std::holds_alternative<std::monostate>(o.default_value)) continue;  // required
+    try {
+      sdk::Options::resolve("default", {o}, {{o.name, o.default_value, {}}}, {}, {});
+    } catch (const sdk::ConfigError& e) {
+      return "option '" + o.name + "' has a default its own rules refuse (" + e.what() + ")";
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 PluginRegistry::PluginRegistry(sdk::LogSink* sink) : sink_(sink) {}
+
+std::vector<fs::path> PluginRegistry::builtin_folders(const fs::path& prefix,
+                                                      const fs::path& libdir) {
+  // Only one that exists is listed (the other would be reported missing on every call); the
+  // install's when neither does.
+  const fs::path installed = prefix / libdir / "mixtrain" / "plugins";
+  const fs::path built = prefix / "lib" / "mixtrain" / "plugins";
+  std::error_code ec;
+  const bool has_installed = fs::is_directory(installed, ec);
+  const bool has_built = installed != built && fs::is_directory(built, ec);
+  std::vector<fs::path> out;
+  if (has_installed || !has_built) out.push_back(installed);
+  if (has_built) out.push_back(built);
+  return out;
+}
 
 std::vector<fs::path> PluginRegistry::default_search_path() {
   std::vector<fs::path> out;
   std::error_code ec;
   auto exe = dll::program_location(ec);
   if (!ec) {
-    auto builtin = exe.parent_path().parent_path() / "lib" / "mixtrain" / "plugins";
-    out.push_back(builtin);
+    // The install's library folder (lib64, lib/x86_64-linux-gnu where GNUInstallDirs says so),
+    // then lib, where the build tree keeps them.
+    out = builtin_folders(exe.parent_path().parent_path(), MIXTRAIN_INSTALL_LIBDIR);
   }
   if (const char* env = std::getenv("MIXTRAIN_PLUGIN_PATH")) {
     std::string s = env;
@@ -197,6 +235,11 @@ void PluginRegistry::register_components(LibraryRecord& rec, std::shared_ptr<voi
     }
     if (info.create == nullptr) {
       rec.warnings.push_back("component '" + info.name + "' has no factory; ignored");
+      continue;
+    }
+    if (auto problem = schema_problem(info.options); !problem.empty()) {
+      rec.warnings.push_back("component '" + info.name + "' ignored: " + problem +
+                             "; fix its option_schema() and rebuild the plugin");
       continue;
     }
     components_.push_back({std::move(info), rec.plugin_name, rec.plugin_version, rec.path, handle});

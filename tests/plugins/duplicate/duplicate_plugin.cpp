@@ -1,6 +1,10 @@
-// Provides "test_constant" again (good provides it first), one new scaler, and one component
-// without a factory: the duplicate and the factory-less one are ignored with warnings, the new
-// one is still registered.
+// Provides "test_constant" again (good provides it first), one new scaler, one component without a
+// factory, and four whose option schemas are broken (a default outside its range, a NaN default, a
+// default that is not one of its choices, a name declared twice): all but the new scaler are
+// ignored with warnings, and the new one is still registered. One more loads but declares an
+// option named like the host's selector, which a config that selects it is refused for.
+#include <limits>
+
 #include "mixtrain/sdk/loss_scaler.h"
 #include "mixtrain/sdk/plugin.h"
 
@@ -20,11 +24,42 @@ class OtherScaler final : public sdk::LossScaler {
 std::vector<sdk::ComponentInfo> components() {
   using sdk::ComponentKind;
   return {
-      {ComponentKind::scaler, "test_constant", "a second provider of test_constant", {},
+      {ComponentKind::scaler,
+       "test_constant",
+       "a second provider of test_constant",
+       {},
        &sdk::make_component<OtherScaler>},
-      {ComponentKind::scaler, "test_dup_only", "only the duplicate plugin provides this", {},
+      {ComponentKind::scaler,
+       "test_dup_only",
+       "only the duplicate plugin provides this",
+       {},
        &sdk::make_component<OtherScaler>},
       {ComponentKind::scaler, "test_no_factory", "declared without a factory", {}, nullptr},
+      {ComponentKind::scaler,
+       "test_default_out_of_range",
+       "a default below its minimum",
+       {sdk::OptionSpec::integer("n", 0, "count").at_least(1)},
+       &sdk::make_component<OtherScaler>},
+      {ComponentKind::scaler,
+       "test_nan_default",
+       "a NaN default",
+       {sdk::OptionSpec::number("x", std::numeric_limits<double>::quiet_NaN(), "value")},
+       &sdk::make_component<OtherScaler>},
+      {ComponentKind::scaler,
+       "test_default_not_a_choice",
+       "a default outside its choices",
+       {sdk::OptionSpec::string("mode", "fast", "mode").one_of({"slow", "steady"})},
+       &sdk::make_component<OtherScaler>},
+      {ComponentKind::scaler,
+       "test_declares_type",
+       "an option named like [scaler]'s selector",
+       {sdk::OptionSpec::string("type", "mine", "shadowed by the host's selector")},
+       &sdk::make_component<OtherScaler>},
+      {ComponentKind::scaler,
+       "test_option_twice",
+       "one option declared twice",
+       {sdk::OptionSpec::number("x", 1.0, "value"), sdk::OptionSpec::number("x", 2.0, "again")},
+       &sdk::make_component<OtherScaler>},
   };
 }
 

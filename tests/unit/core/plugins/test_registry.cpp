@@ -232,6 +232,30 @@ TEST_F(registry_AllCases, DuplicateIsIgnoredWithAWarningNamingTheFirstProvider) 
   EXPECT_EQ(logged, 1);
 }
 
+// A component whose option schema its own rules refuse (a default outside its range, NaN, not a
+// choice; a name declared twice) is ignored with a warning naming the option: its factory would
+// get a default the host never checked.
+TEST_F(registry_AllCases, AComponentWithABrokenSchemaIsIgnoredNamingTheOption) {
+  const auto* rec = record_in(registry, "duplicate");
+  ASSERT_NE(rec, nullptr);
+  EXPECT_TRUE(rec->loaded) << rec->error;
+  EXPECT_NE(registry.find(ComponentKind::scaler, "test_dup_only"), nullptr);
+  for (const auto& [name, says] : std::vector<std::pair<std::string, std::string>>{
+           {"test_default_out_of_range", "option 'n' has a default its own rules refuse"},
+           {"test_nan_default", "option 'x' has a default its own rules refuse"},
+           {"test_default_not_a_choice", "option 'mode' has a default its own rules refuse"},
+           {"test_option_twice", "option 'x' is declared twice"}}) {
+    EXPECT_EQ(registry.find(ComponentKind::scaler, name), nullptr) << name;
+    bool warned = false;
+    for (const auto& w : rec->warnings)
+      warned = warned || (contains(w, "component '" + name + "' ignored: " + says) &&
+                          contains(w, "fix its option_schema()"));
+    EXPECT_TRUE(warned) << name << ": " << ::testing::PrintToString(rec->warnings);
+  }
+  // The good plugin's schema (a range and a choice, both met by its defaults) passes.
+  EXPECT_NE(registry.find(ComponentKind::scaler, "test_constant"), nullptr);
+}
+
 TEST(registry_Order, LaterFolderDoesNotOverrideEarlierOne) {
   // The reverse order: the duplicate library now provides test_constant first.
   PluginRegistry r;
@@ -473,6 +497,30 @@ TEST_F(registry_PluginPathEnv, DefaultSearchPathIsBuiltinFolderThenEnvironmentEn
   r.scan(path);
   EXPECT_NE(r.find(ComponentKind::scaler, "test_constant"), nullptr);
   EXPECT_NE(r.find(ComponentKind::scaler, "test_dup_only"), nullptr);
+}
+
+// The install's library folder may be lib64 or lib/<multiarch> (CMAKE_INSTALL_LIBDIR): the
+// built-in folder is there, or under lib (the build tree), whichever exists.
+TEST(registry_BuiltinFolders, TheInstallsLibdirOrTheBuildTreesLib) {
+  const fs::path prefix =
+      fs::temp_directory_path() / ("mixtrain-builtin-" + std::to_string(::getpid()));
+  fs::remove_all(prefix);
+  const fs::path multiarch = "lib/x86_64-linux-gnu";
+  const fs::path installed = prefix / multiarch / "mixtrain" / "plugins";
+  const fs::path built = prefix / "lib" / "mixtrain" / "plugins";
+  using Paths = std::vector<fs::path>;
+  // Neither exists: the install's, so that `mixtrain plugins` reports where they belong.
+  EXPECT_EQ(PluginRegistry::builtin_folders(prefix, multiarch), Paths{installed});
+  fs::create_directories(installed);
+  EXPECT_EQ(PluginRegistry::builtin_folders(prefix, multiarch), Paths{installed});
+  fs::create_directories(built);
+  EXPECT_EQ(PluginRegistry::builtin_folders(prefix, multiarch), (Paths{installed, built}));
+  fs::remove_all(installed);
+  EXPECT_EQ(PluginRegistry::builtin_folders(prefix, multiarch), Paths{built});
+  // lib itself is listed once.
+  EXPECT_EQ(PluginRegistry::builtin_folders(prefix, "lib"), Paths{built});
+  EXPECT_EQ(PluginRegistry::builtin_folders(prefix, "lib64"), Paths{built});
+  fs::remove_all(prefix);
 }
 
 TEST_F(registry_PluginPathEnv, WithoutTheVariableOnlyTheBuiltinFolder) {

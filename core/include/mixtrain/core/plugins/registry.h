@@ -6,7 +6,9 @@
 //   fails to load — a truncated or corrupt file (its ELF headers are checked before dlopen, see
 //   sdk/support/elf_file_check.h), not a plugin, unresolved symbol, a core ABI (its descriptor's
 //   abi_version: facets are versioned apart, at plan time) or fingerprint mismatch, a throwing
-//   components() — is recorded with its reason and never prevents the others from loading. An
+//   components() — is recorded with its reason and never prevents the others from loading. A
+//   component without a factory, or whose option schema its own rules refuse (an empty or twice
+//   declared name, a default outside its range or choices, NaN), is ignored with a warning. An
 //   entry that does not exist is recorded in missing_paths() (a typo in MIXTRAIN_PLUGIN_PATH or
 //   [plugins] paths would otherwise only show as a missing component).
 // - require() returns the component or throws sdk::PluginError listing what exists, a "did you
@@ -46,9 +48,15 @@ class PluginRegistry {
  public:
   explicit PluginRegistry(sdk::LogSink* sink = nullptr);
 
-  // The default search path: the folder next to the executable (../lib/mixtrain/plugins), then
+  // The default search path: the folder next to the executable where the install puts plugins
+  // (../<libdir>/mixtrain/plugins, <libdir> being CMake's CMAKE_INSTALL_LIBDIR: lib, lib64 or
+  // lib/<multiarch>), and ../lib/mixtrain/plugins when that differs (the build tree's; each
+  // listed only when it exists, the first when neither does), then
   // every entry of MIXTRAIN_PLUGIN_PATH (':'-separated folders or library files).
   static std::vector<std::filesystem::path> default_search_path();
+  // Its built-in part for an install `prefix` whose libraries are in `libdir` (relative).
+  static std::vector<std::filesystem::path> builtin_folders(const std::filesystem::path& prefix,
+                                                            const std::filesystem::path& libdir);
 
   void scan(const std::vector<std::filesystem::path>& folders_or_files);
   void load_library(const std::filesystem::path& path);
