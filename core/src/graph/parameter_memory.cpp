@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "graph/parameter_memory_json.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/core/graph/quantized_weight.h"
 

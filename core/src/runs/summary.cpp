@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "graph/parameter_memory_json.h"
 #include "mixtrain/core/runs/folder.h"
 #include "mixtrain/sdk/error.h"
 

@@ -18,8 +18,6 @@
 #include <cstdint>
 #include <string>
 
-#include <nlohmann/json_fwd.hpp>
-
 #include "mixtrain/core/graph/freezing.h"
 
 namespace mixtrain::core {
@@ -49,6 +47,7 @@ ParameterMemory measure_parameter_memory(const Model& model, std::size_t optimiz
 
 // "# bytes per parameter: frozen base 0.56 (…), trainable: masters 4.00, …" for `check`.
 std::string parameter_memory_line(const ParameterMemory& m);
-nlohmann::json parameter_memory_json(const ParameterMemory& m);
+// Its JSON for summary.json: graph/parameter_memory_json.h, inside the core (an installed header
+// includes only SDK, std and Boost headers).
 
 }  // namespace mixtrain::core

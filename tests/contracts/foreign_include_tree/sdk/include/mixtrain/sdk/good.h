@@ -1,0 +1,4 @@
+#pragma once
+#include <unistd.h>
+#include <boost/config.hpp>
+#include <cstdint>
