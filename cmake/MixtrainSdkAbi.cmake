@@ -10,7 +10,10 @@
 #                                      / optimizer_<facet>.h for a facet a precision policy / an
 #                                      optimizer offers): its kName and
 #                                      kVersion are read from it. A change is a minor step (methods
-#                                      appended) or a major one (anything else), for that facet only.
+#                                      appended) or a major one (anything else), for that facet only,
+#                                      except that a facet header a core header includes (optimizer.h
+#                                      takes ParamTensors from backend_optimizer_updates.h) holds
+#                                      core types: its major step needs a core bump too.
 # support/ (helpers a plugin compiles in) and facet_list.h are in no record. Lines of the form
 # "<n> <sha256>" are the records of the scheme before core 14 (one digest of every header), kept.
 # The record is append-only, and its own git history holds it to that: every version of it
@@ -146,6 +149,19 @@ function(mixtrain_abi_subjects headers out)
     else()
       list(APPEND core_files "${file}")
     endif()
+  endforeach()
+  # A facet header a core header includes (optimizer.h takes ParamTensors from the optimizer
+  # facet's header) carries types of the core boundary: its major step is a core change too.
+  foreach(file IN LISTS core_files)
+    file(STRINGS "${sdk_dir}/${file}" includes REGEX "^#include \"mixtrain/sdk/(backend|policy|optimizer)_[a-z_]+\\.h\"")
+    foreach(line IN LISTS includes)
+      string(REGEX MATCH "mixtrain/sdk/([a-z_]+\\.h)" _ "${line}")
+      set(included "${CMAKE_MATCH_1}")
+      mixtrain_abi_normalise("${sdk_dir}/${included}" text)
+      if(text MATCHES "kName=\"([a-z_]+)\"")
+        set(${out}_facet:${CMAKE_MATCH_1}_CORE_INCLUDER "${file}" PARENT_SCOPE)
+      endif()
+    endforeach()
   endforeach()
   mixtrain_abi_normalise("${sdk_dir}/version.h" text)  # a comment may quote it
   if(NOT text MATCHES "kSdkAbiVersion=([0-9]+);")
@@ -318,12 +334,34 @@ if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
 
   mixtrain_abi_subjects("${MIXTRAIN_SDK_HEADERS}" abi)
   set(failures "")
+  set(core_stepped FALSE)  # the core's version has no record yet (read before an update adds it)
   foreach(subject IN LISTS abi_SUBJECTS)
     set(version "${abi_${subject}_VERSION}")
     set(digest "${abi_${subject}_DIGEST}")
     set(what "${abi_${subject}_WHAT}")
     mixtrain_abi_key("${subject}" "${version}" key)
     mixtrain_abi_read_record("${MIXTRAIN_ABI_RECORD}" "${subject}" "${version}" recorded max)
+    if(subject STREQUAL "core")
+      set(core_stepped FALSE)
+      if(recorded STREQUAL "")
+        set(core_stepped TRUE)
+      endif()
+      set(next_core "${version}")
+      if(NOT max STREQUAL "" AND max GREATER next_core)
+        set(next_core "${max}")
+      endif()
+      math(EXPR next_core "${next_core} + 1")
+    endif()
+    set(includer "${abi_${subject}_CORE_INCLUDER}")
+    if(NOT includer STREQUAL "" AND recorded STREQUAL "" AND NOT max STREQUAL "" AND NOT core_stepped
+       AND NOT MIXTRAIN_ABI_MODE STREQUAL "digest")
+      string(REGEX MATCH "^[0-9]+" major "${version}")
+      string(REGEX MATCH "^[0-9]+" max_major "${max}")
+      if(major GREATER max_major)
+        list(APPEND failures "${what} is included by ${includer}, a core header: its types are part of the core boundary, so its major step ${key} is a core change too: bump kSdkAbiVersion to ${next_core} in sdk/include/mixtrain/sdk/version.h as well, and run ${_mixtrain_abi_update_command}")
+        continue()
+      endif()
+    endif()
     if(MIXTRAIN_ABI_MODE STREQUAL "digest")
       message("${key} ${digest}")
     elseif(recorded STREQUAL digest)

@@ -1,8 +1,8 @@
 # The ABI guard (cmake/MixtrainSdkAbi.cmake) run on an edited copy of the SDK headers with its own
 # record, in a git repository of its own: comment and layout edits pass; a core declaration edit
 # asks for a kSdkAbiVersion bump, a facet's for a step of that facet alone; support/ is outside
-# every record; the update refuses to rewrite a recorded version and records a stepped one; a
-# committed record line rewritten or removed fails, also across a merge of two branches that each
+# every record; a facet header a core header includes needs a core bump for its major step; the
+# update refuses to rewrite a recorded version and records a stepped one; a committed record line rewritten or removed fails, also across a merge of two branches that each
 # appended one (without git that last part is skipped).
 #
 #   cmake -D MIXTRAIN_SOURCE_DIR=<checkout> -D WORK_DIR=<scratch folder> -P test_sdk_abi_guard.cmake
@@ -154,6 +154,35 @@ expect("facet version below the records" update fail
 fresh_copy()
 edit(version.h "kSdkAbiVersion = ${version};" "kSdkAbiVersion = 1;")
 expect("version below the records" update fail "core 1 is below the highest recorded version ${next}")
+
+# A facet header a core header includes (optimizer.h takes ParamTensors from the optimizer
+# facet's) holds core types: appending a method is that facet's minor step alone, but its major
+# step is a core change too, and passes only with a core bump.
+file(STRINGS "${MIXTRAIN_SOURCE_DIR}/sdk/include/mixtrain/sdk/backend_optimizer_updates.h" line
+     REGEX "kVersion{[0-9]+, [0-9]+}")
+string(REGEX MATCH "kVersion{([0-9]+), ([0-9]+)}" _ "${line}")
+set(omajor "${CMAKE_MATCH_1}")
+set(ominor "${CMAKE_MATCH_2}")
+math(EXPR ominor1 "${ominor} + 1")
+math(EXPR omajor1 "${omajor} + 1")
+math(EXPR next2 "${next} + 1")
+fresh_copy()
+edit(backend_optimizer_updates.h " protected:\n  ~OptimizerFacet() override;"
+     "  virtual void added_by_the_abi_test() = 0;\n\n protected:\n  ~OptimizerFacet() override;")
+edit(backend_optimizer_updates.h "kVersion{${omajor}, ${ominor}}" "kVersion{${omajor}, ${ominor1}}")
+expect("a core-included facet's minor step" update pass "recorded facet optimizer ${omajor}.${ominor1}")
+expect("a core-included facet's minor step" check pass "core ${version}: declarations match")
+fresh_copy()
+edit(backend_optimizer_updates.h "struct ParamTensors {" "struct ParamTensors {\n  int added_by_the_abi_test = 0;")
+expect("a core type in a facet header" check fail
+       "backend_optimizer_updates.h: declarations changed without a version step")
+edit(backend_optimizer_updates.h "kVersion{${omajor}, ${ominor}}" "kVersion{${omajor1}, 0}")
+expect("its major step alone" check fail
+       "backend_optimizer_updates.h is included by optimizer.h, a core header")
+expect("its major step alone" update fail "bump kSdkAbiVersion to ${next2}")
+edit(version.h "kSdkAbiVersion = ${version};" "kSdkAbiVersion = ${next2};")
+expect("its major step with a core bump" update pass "recorded facet optimizer ${omajor1}.0")
+expect("its major step with a core bump" check pass "core ${next2}: declarations match")
 
 # A committed record line rewritten, or removed, by hand fails the check through the record's
 # history, whatever the headers say.
