@@ -76,7 +76,23 @@ AdaptiveLossScaler::AdaptiveLossScaler(const sdk::Options& options,
                fmt(backoff_factor_) + " on overflow");
 }
 
+AdaptiveLossScaler::~AdaptiveLossScaler() {
+  report_unconfirmed();
+}
+
+void AdaptiveLossScaler::report_unconfirmed() {
+  for (const auto& [info, line] : unconfirmed_) {
+    if (info)
+      logger_.info(line);
+    else
+      logger_.debug(line);
+  }
+  unconfirmed_.clear();
+}
+
 sdk::ScalerDecision AdaptiveLossScaler::update(bool found_inf) {
+  // The last step's decision stood (no load_state() came between): what it did can be said.
+  report_unconfirmed();
   sdk::ScalerDecision decision;
   decision.scale_before = scale_;
   ++steps_;
@@ -95,7 +111,10 @@ void AdaptiveLossScaler::on_overflow() {
   ++skipped_steps_;
   // The grown scale did not survive as long as it took to earn it: grow more cautiously.
   if (grew_since_overflow_ && since_growth_ <= interval_)
-    set_interval(std::min(interval_ * 2, max_interval_), "overflow soon after growth");
+    if (auto line =
+            set_interval(std::min(interval_ * 2, max_interval_), "overflow soon after growth");
+        !line.empty())
+      logger_.info(line);  // found_inf = true is never taken back
   const float before = scale_;
   scale_ = static_cast<float>(std::max(static_cast<double>(scale_) * backoff_factor_,
                                        static_cast<double>(FLT_MIN)));
@@ -110,21 +129,27 @@ void AdaptiveLossScaler::on_finite() {
   if (++streak_ < interval_) return;
   streak_ = 0;
   // Long quiet: the interval is more cautious than this model needs.
+  // Said once the decision stands: under the gated update this may be a tentative
+  // update(false) that load_state() takes back (sdk/loss_scaler.h).
   if (since_overflow_ >= 4 * interval_)
-    set_interval(std::max(interval_ / 2, min_interval_), "long clean period");
+    if (auto line = set_interval(std::max(interval_ / 2, min_interval_), "long clean period");
+        !line.empty())
+      unconfirmed_.emplace_back(true, std::move(line));
   const double grown = static_cast<double>(scale_) * growth_factor_;
   if (grown > FLT_MAX) return;  // never grow into inf: every gradient would overflow
-  logger_.debug("step " + std::to_string(steps_) + ": scale " + fmt(scale_) + " -> " + fmt(grown));
+  unconfirmed_.emplace_back(
+      false, "step " + std::to_string(steps_) + ": scale " + fmt(scale_) + " -> " + fmt(grown));
   scale_ = static_cast<float>(grown);
   since_growth_ = 0;
   grew_since_overflow_ = true;
 }
 
-void AdaptiveLossScaler::set_interval(std::int64_t interval, const char* why) {
-  if (interval == interval_) return;
-  logger_.info("step " + std::to_string(steps_) + ": " + why + ", growth interval " +
-               std::to_string(interval_) + " -> " + std::to_string(interval));
+std::string AdaptiveLossScaler::set_interval(std::int64_t interval, const char* why) {
+  if (interval == interval_) return {};
+  std::string line = "step " + std::to_string(steps_) + ": " + why + ", growth interval " +
+                     std::to_string(interval_) + " -> " + std::to_string(interval);
   interval_ = interval;
+  return line;
 }
 
 sdk::ComponentState AdaptiveLossScaler::save_state() const {
@@ -143,6 +168,7 @@ sdk::ComponentState AdaptiveLossScaler::save_state() const {
 
 void AdaptiveLossScaler::load_state(const sdk::ComponentState& state) {
   constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
+  unconfirmed_.clear();  // of an update() this state takes back
   if (state.version < 1 || state.version > kStateVersion)
     throw sdk::CheckpointError("scaler 'adaptive' state has version " +
                                    std::to_string(state.version) + ", this build reads 1.." +

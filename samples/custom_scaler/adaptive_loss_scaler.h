@@ -5,7 +5,9 @@
 // growing into the same overflow and skipping a step each time) or too timid (a model that never
 // overflows waits thousands of steps to recover scale after one spike). Here the interval learns.
 //
-// Contract (one update() per step, found_inf = any non-finite unscaled gradient):
+// Contract (one standing update() per step, found_inf = any non-finite unscaled gradient; the
+// host may take a tentative update(false) back with load_state(), sdk/loss_scaler.h, so its log
+// lines of a finite step are written when the next update() confirms it, or at destruction):
 // - found_inf: the step is skipped and the scale backs off at once (no hysteresis) to
 //   max(scale * backoff_factor, FLT_MIN). If the overflow came before the scale had stayed at its
 //   last grown value for `interval` steps, the growth was premature: interval doubles (<= max).
@@ -21,6 +23,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "mixtrain/sdk/loss_scaler.h"
 #include "mixtrain/sdk/options.h"
@@ -36,6 +41,8 @@ class AdaptiveLossScaler final : public mixtrain::sdk::LossScaler {
   AdaptiveLossScaler(const mixtrain::sdk::Options& options,
                      const mixtrain::sdk::PluginContext& context);
 
+  ~AdaptiveLossScaler() override;
+
   float scale() const override { return scale_; }
   mixtrain::sdk::ScalerDecision update(bool found_inf) override;
   mixtrain::sdk::ComponentState save_state() const override;
@@ -46,9 +53,13 @@ class AdaptiveLossScaler final : public mixtrain::sdk::LossScaler {
  private:
   void on_overflow();
   void on_finite();
-  void set_interval(std::int64_t interval, const char* why);
+  // The log line of the change, "" when the interval stays.
+  std::string set_interval(std::int64_t interval, const char* why);
+  void report_unconfirmed();
 
   mixtrain::sdk::Logger logger_;
+  // Lines (info: true, debug: false) of the last update(false), written once it stands.
+  std::vector<std::pair<bool, std::string>> unconfirmed_;
   // Configuration.
   double growth_factor_ = 2.0;
   double backoff_factor_ = 0.5;

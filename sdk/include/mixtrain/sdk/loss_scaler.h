@@ -1,10 +1,15 @@
 // LossScaler: owns the loss scale.
 //
 // Contract: each step the host multiplies the loss gradient by scale(), runs backward, unscales
-// the FP32 gradients by 1/scale() while checking for inf/NaN, then calls update(found_inf) exactly
-// once. update() decides whether the optimizer step is applied and adjusts the scale for the next
+// the FP32 gradients by 1/scale() while checking for inf/NaN, then calls update(found_inf).
+// update() decides whether the optimizer step is applied and adjusts the scale for the next
 // step. save_state()/load_state() round-trip everything update() depends on, so a resumed run
-// continues with the same scale trajectory. Not thread-safe.
+// continues with the same scale trajectory. The decision that stands for a step is that of one
+// update() after its state: with the gated update (docs/architecture.md, "The gated update") the
+// host may ask first, before the check is read, save_state(), update(false), and, when the
+// gradients were not finite after all, load_state() of that state and update(true). So update()
+// keeps no effect outside its saved state (a counter of calls, a log line of a change it made)
+// that a load_state() would not undo. Not thread-safe.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
