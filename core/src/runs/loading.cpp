@@ -240,7 +240,15 @@ void read_config(RunData& run, const fs::path& file) {
 }
 
 void derive_from_records(RunData& run) {
-  if (run.has_summary) return;
+  if (run.has_summary) {
+    // A resumed session that ended before its own first evaluation writes a summary without
+    // one; the run's last evaluation is then the one metrics.jsonl holds from before the resume.
+    if (!run.eval_loss && !run.eval_accuracy && !run.evals.empty()) {
+      run.eval_loss = run.evals.back().loss;
+      run.eval_accuracy = run.evals.back().accuracy;
+    }
+    return;
+  }
   for (const auto& r : run.steps) run.steps_run = std::max(run.steps_run, r.step);
   for (const auto& r : run.evals) run.steps_run = std::max(run.steps_run, r.step);
   run.skipped_steps =

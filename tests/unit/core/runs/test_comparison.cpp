@@ -198,6 +198,24 @@ TEST_F(Compare, StepsOutsideZeroToTwoToTheFiftyAreDataErrorsAndHugeCountsAreIgno
   EXPECT_EQ(run.skipped_steps, 0);
 }
 
+// A resumed session interrupted before its own first evaluation writes a summary without one: the
+// run's evaluation is the last that metrics.jsonl holds. A summary with one keeps its own.
+TEST_F(Compare, ASummaryWithoutAnEvaluationTakesTheLastOfTheMetrics) {
+  write("r/metrics.jsonl",
+        "{\"step\":10,\"loss\":1.0}\n{\"step\":10,\"eval_loss\":0.9,\"eval_accuracy\":0.6}\n"
+        "{\"step\":20,\"loss\":0.8}\n{\"step\":20,\"eval_loss\":0.7,\"eval_accuracy\":0.75}\n"
+        "{\"step\":25,\"loss\":0.6}\n");
+  write("r/summary.json", "{\"steps\":25,\"interrupted\":true,\"final_loss\":0.6}");
+  auto run = core::load_run(root_ / "r");
+  EXPECT_TRUE(run.has_summary);
+  EXPECT_EQ(run.eval_loss, 0.7);
+  EXPECT_EQ(run.eval_accuracy, 0.75);
+  write("r/summary.json", "{\"steps\":25,\"eval_loss\":0.5,\"eval_accuracy\":0.8}");
+  run = core::load_run(root_ / "r");
+  EXPECT_EQ(run.eval_loss, 0.5);
+  EXPECT_EQ(run.eval_accuracy, 0.8);
+}
+
 TEST_F(Compare, AnInterruptedRunsTornLastLineIsIgnoredButOnlyThere) {
   write("r/metrics.jsonl", "{\"step\":1,\"loss\":1.0}\n{\"step\":2,\"lo");
   auto run = core::load_run(root_ / "r");

@@ -3,7 +3,9 @@
 // Contract
 // - load_run() reads one run folder written by `mixtrain train`: metrics.jsonl (required) and
 //   summary.json (optional: an interrupted run has none, and its values are then derived from
-//   metrics.jsonl; peak memory is then unknown). Policy and scaler come from summary.json, else
+//   metrics.jsonl; peak memory is then unknown; a summary without an evaluation, that of a resumed
+//   session stopped before its first, takes the last one metrics.jsonl holds). Policy and scaler
+//   come from summary.json, else
 //   from config.toml; the policy `auto` resolved to, and whether each GEMM input dtype ran
 //   natively, come from summary.json's "precision" record only. The [model] and [data] sections
 //   of config.toml (sub-tables and arrays included) and run.seed (it draws the synthetic data and
