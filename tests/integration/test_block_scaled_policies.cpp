@@ -369,15 +369,18 @@ TEST_F(block_scaled_policies, EscalationPromotesABlamedNodeOutOfBlockScalingRung
   // configs/overflow-demo.toml's projection fed features near 1e37 with AdamW at lr 10: after one
   // step its outputs pass fp32's range, so every forward is non-finite at 'proj'. Blamed twice, it
   // leaves block scaling (its gemm_input fp8 -> bf16, an ordinary GEMM from then on), then goes
-  // to fp32; after that escalation says the cause is elsewhere, and the run goes on throughout.
+  // to fp32; after that escalation says the cause is elsewhere, and the run goes on throughout:
+  // all 8 steps run, and it ends diverged (exit 3), its last loss as non-finite as its proj (the
+  // ReLUs keep the NaN to the loss).
   const auto r = run("train " + (fs::path(MIXTRAIN_CONFIGS_DIR) / "overflow-demo.toml").string() +
                      " --set precision.policy=fp8-block --set precision.escalate.after=2"
                      " --set run.steps=8 --set run.eval_every=0 --set run.log_every=1"
                      " --set optimizer.adamw.lr=10 --set data.feature_scale=1e37 --set "
                      "checkpoint.every=0 --run-dir " +
                      (dir_ / "escalated").string());
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 3) << r.err;
   const std::string log = r.out + r.err;
+  EXPECT_NE(log.find("step 8/8"), std::string::npos) << log;
   const auto first = log.find("precision escalation at step 3: node 'proj'");
   ASSERT_NE(first, std::string::npos) << log;
   const std::string line = log.substr(first, log.find('\n', first) - first);
