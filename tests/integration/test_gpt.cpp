@@ -181,6 +181,38 @@ TEST_F(CliGpt, SampleArgumentsOutOfRangeExit2BeforeAnythingLoads) {
   EXPECT_EQ(r.err.find("missing"), std::string::npos) << r.err;
 }
 
+// An embedding table smaller than the token data's vocabulary is refused at its node when the
+// model is planned, not at the first gather of an id past it.
+TEST_F(CliGpt, AnEmbeddingSmallerThanTheVocabularyExits2AtItsNode) {
+  const auto cfg = write_file("small_table.toml", R"([data]
+source = "text"
+block_size = 16
+batch_size = 4
+[data.text]
+path = "/usr/share/common-licenses/GPL-3"
+[model]
+nodes = [
+  { name = "wte", type = "embedding", vocab = 200, dim = 16, inputs = ["input"] },
+  { name = "head", type = "linear", out = 256, inputs = ["wte"] },
+]
+)");
+  auto r = run("check " + cfg.string() + " --skip-rehearsal");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "small_table.toml:")) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "node 'wte' (embedding): vocab = 200 rows, but the token data's ids run "
+                  "to 255 (its vocabulary of 256)"))
+      << r.err;
+  EXPECT_TRUE(has(r.err, "set vocab = 256")) << r.err;
+  // A larger table is fine.
+  const auto big = write_file("big_table.toml", slurp(cfg));
+  std::string text = slurp(big);
+  text.replace(text.find("vocab = 200"), 11, "vocab = 300");
+  write_file("big_table.toml", text);
+  r = run("check " + big.string() + " --skip-rehearsal");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST_F(CliGpt, WidthNotDivisibleByHeadsExits2AtTheConfigLine) {
   auto r = run("check " + config("gpt-tiny-fp32.toml") + " --set model.gpt.n_head=5");
   EXPECT_EQ(r.exit_code, 2);
