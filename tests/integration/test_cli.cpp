@@ -360,12 +360,16 @@ TEST_F(Cli, ResumingAnEarlierCheckpointInPlaceMovesTheLaterOnesAside) {
   std::int64_t records = 0;
   for (std::string l; std::getline(side, l);) records += l.empty() ? 0 : 1;
   ASSERT_GT(records, 0);
-  const std::string line = "2 checkpoints, " + std::to_string(records) +
-                           " metrics records and 0 TensorBoard events from after step 20 moved "
-                           "aside";
+  const std::string line =
+      "from after step 20, moved aside: 2 checkpoints to " +
+      (dir / "checkpoints.discarded-after-step-20").string() + "/; " + std::to_string(records) +
+      " metrics records to " + (dir / "metrics.discarded-after-step-20").string() +
+      ".*; summary.json to " + (dir / "summary.discarded-after-step-20.json").string() + " (";
   ASSERT_NE(said.find(line), std::string::npos) << said;
   EXPECT_EQ(said.find(line, said.find(line) + 1), std::string::npos) << said;
-  EXPECT_NE(said.find("checkpoints.discarded-after-step-20/"), std::string::npos) << said;
+  // No TensorBoard sink, no events: the line names no folder nothing went into.
+  EXPECT_EQ(said.find("TensorBoard"), std::string::npos) << said;
+  EXPECT_FALSE(fs::exists(dir / "tensorboard.discarded-after-step-20"));
   // The first run's summary described steps up to 60; the resumed run wrote its own.
   EXPECT_TRUE(fs::exists(dir / "summary.discarded-after-step-20.json"));
   EXPECT_EQ(summary(dir)["steps"], 30) << slurp(dir / "summary.json");

@@ -11,6 +11,7 @@
 #include "cli_test_support.h"
 #include "little_endian.h"
 #include "python_peers.h"
+#include "runs/tensorboard_writer.h"
 #include "runs/tfrecord.h"
 #include "tensorboard/event.pb.h"
 
@@ -304,6 +305,56 @@ TEST_F(MetricsSinks, ResumeInTheRunFolderDropsTheAbandonedSteps) {
     }
   }
   EXPECT_EQ(aside_last, 40);
+}
+
+// The steps of an event file's events (the file-version record aside), in order.
+std::vector<std::int64_t> event_steps(const fs::path& file) {
+  const std::string bytes = slurp(file);
+  std::vector<std::int64_t> out;
+  for (const auto record : core::tfrecord_records(bytes)) {
+    tensorboard::Event e;
+    EXPECT_TRUE(e.ParseFromArray(record.data(), static_cast<int>(record.size())));
+    if (!e.has_file_version()) out.push_back(e.step());
+  }
+  return out;
+}
+
+// A folder an earlier version resumed in place: file A holds steps 10..60, file B (a resume from
+// 20) its session start at 21, then 30 and 40. Resuming it now from 30 drops what B's start had
+// abandoned in A (21..60) and B's 40; both originals stay whole aside, out of TensorBoard's
+// sight; a trimmed copy a killed resume left behind is removed; a second call finds nothing.
+TEST(EventFiles, AResumeDropsEveryAbandonedStepAlsoOfAnEarlierResume) {
+  const fs::path dir = fs::temp_directory_path() / ("mixtrain-events-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::path a_path, b_path;
+  {
+    core::TensorBoardWriter a(dir);
+    for (std::int64_t step : {10, 20, 30, 40, 50, 60})
+      a.add_scalars(step, {{"train/loss", static_cast<float>(step)}});
+    a_path = a.path();
+  }
+  {
+    core::TensorBoardWriter b(dir);
+    b.add_session_start(21);
+    for (std::int64_t step : {30, 40}) b.add_scalars(step, {{"train/loss", 1.0f}});
+    b_path = b.path();
+  }
+  std::ofstream(dir / ".events-trimmed.left-by-a-kill") << "half";
+  const auto a_before = slurp(a_path), b_before = slurp(b_path);
+  EXPECT_EQ(core::drop_events_after_step(dir, 30, dir / "aside"), 5);
+  EXPECT_EQ(event_steps(a_path), (std::vector<std::int64_t>{10, 20}));
+  EXPECT_EQ(event_steps(b_path), (std::vector<std::int64_t>{21, 30}));
+  EXPECT_FALSE(fs::exists(dir / ".events-trimmed.left-by-a-kill"));
+  std::multiset<std::string> kept;
+  for (const auto& f : fs::directory_iterator(dir / "aside")) {
+    EXPECT_EQ(f.path().filename().string().find("tfevents"), std::string::npos) << f.path();
+    kept.insert(slurp(f.path()));
+  }
+  EXPECT_EQ(kept, (std::multiset<std::string>{a_before, b_before}));
+  EXPECT_EQ(core::drop_events_after_step(dir, 30, dir / "aside-2"), 0);
+  EXPECT_FALSE(fs::exists(dir / "aside-2"));
+  fs::remove_all(dir);
 }
 
 // The reader of the event files keeps every whole record and stops at a torn or corrupt one.

@@ -212,22 +212,33 @@ std::string abandon_after_step(const fs::path& dir, std::int64_t step,
   // The summary of the abandoned continuation describes steps this folder no longer holds;
   // `compare` would read it in preference to metrics.jsonl until the resumed run writes its own.
   const fs::path summary = dir / "summary.json";
+  const fs::path summary_aside = dir / ("summary." + suffix + ".json");
+  bool summary_moved = false;
   if (fs::exists(summary)) {
     std::error_code ec;
-    fs::rename(summary, dir / ("summary." + suffix + ".json"), ec);
+    fs::rename(summary, summary_aside, ec);
     if (ec)
       throw sdk::UserError("cannot move " + summary.string() + " aside: " + ec.message(),
                            "it describes the abandoned continuation after step " +
                                std::to_string(step) + "; move or delete it, then resume");
+    summary_moved = true;
   }
   auto count = [](std::int64_t n, const char* what) {
     return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
   };
-  return count(checkpoints, "checkpoint") + ", " + count(records, "metrics record") + " and " +
-         count(events, "TensorBoard event") + " from after step " + std::to_string(step) +
-         " moved aside to " + aside.string() + "/, " + (dir / ("metrics." + suffix)).string() +
-         ".* and " + events_aside.string() +
-         "/ (resuming an earlier checkpoint abandons its later continuation; nothing is deleted)";
+  std::vector<std::string> moved;
+  if (checkpoints > 0)
+    moved.push_back(count(checkpoints, "checkpoint") + " to " + aside.string() + "/");
+  if (records > 0)
+    moved.push_back(count(records, "metrics record") + " to " +
+                    (dir / ("metrics." + suffix)).string() + ".*");
+  if (events > 0)
+    moved.push_back(count(events, "TensorBoard event") + " to " + events_aside.string() + "/");
+  if (summary_moved) moved.push_back("summary.json to " + summary_aside.string());
+  std::string list;
+  for (std::size_t i = 0; i < moved.size(); ++i) list += (i ? "; " : "") + moved[i];
+  return "from after step " + std::to_string(step) + ", moved aside: " + list +
+         " (resuming an earlier checkpoint abandons its later continuation; nothing is deleted)";
 }
 
 }  // namespace

@@ -4,11 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <iterator>
+#include <limits>
 #include <string_view>
 
 #include "mixtrain/sdk/error.h"
-#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "runs/tfrecord.h"
 #include "tensorboard/event.pb.h"
 
@@ -36,6 +37,7 @@ tensorboard::Event event_at(std::int64_t step) {
 }
 
 constexpr std::string_view kEventFilePrefix = "events.out.tfevents.";
+constexpr std::string_view kTrimmedPrefix = ".events-trimmed.";
 
 std::string read_file(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
@@ -50,37 +52,88 @@ std::string read_file(const fs::path& file) {
 std::int64_t drop_events_after_step(const fs::path& dir, std::int64_t step, const fs::path& aside) {
   std::vector<fs::path> files;
   std::error_code ec;
-  for (const auto& f : fs::directory_iterator(dir, ec))
-    if (f.path().filename().string().rfind(kEventFilePrefix, 0) == 0 && f.is_regular_file(ec))
-      files.push_back(f.path());
-  std::sort(files.begin(), files.end());
+  for (const auto& f : fs::directory_iterator(dir, ec)) {
+    const std::string name = f.path().filename().string();
+    if (name.rfind(kEventFilePrefix, 0) == 0 && f.is_regular_file(ec)) files.push_back(f.path());
+    // A trimmed copy a killed resume left unrenamed: the original beside it is whole.
+    if (name.rfind(kTrimmedPrefix, 0) == 0) fs::remove(f.path(), ec);
+  }
+  std::sort(files.begin(), files.end());  // TensorBoard's order: a resumed run's file is later
+  struct Record {
+    std::string_view data;
+    bool step_event = false;  // parsed, and not the file-version record
+    bool session_start = false;
+    std::int64_t step = 0;
+  };
+  std::vector<std::string> bytes(files.size());
+  std::vector<std::vector<Record>> records(files.size());
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    bytes[i] = read_file(files[i]);
+    for (const auto data : tfrecord_records(bytes[i])) {
+      tensorboard::Event e;
+      Record r{data};
+      // An event that does not parse is kept as it is: only a step past the cut is abandoned.
+      if (e.ParseFromArray(data.data(), static_cast<int>(data.size())) && !e.has_file_version()) {
+        r.step_event = true;
+        r.step = e.step();
+        r.session_start =
+            e.has_session_log() && e.session_log().status() == tensorboard::SessionLog::START;
+      }
+      records[i].push_back(r);
+    }
+  }
+  // The first abandoned step of each file: past `step`, or from a later file's session start on
+  // (an earlier resume in place kept those steps, for readers that honour the marker to drop).
+  std::vector<std::int64_t> cut(files.size(), step + 1);
+  std::int64_t later_start = std::numeric_limits<std::int64_t>::max();
+  for (std::size_t i = files.size(); i-- > 0;) {
+    cut[i] = std::min(step + 1, later_start);
+    for (const auto& r : records[i])
+      if (r.session_start && r.step <= step) later_start = std::min(later_start, r.step);
+  }
   std::int64_t dropped = 0;
-  for (const auto& file : files) {
-    const std::string bytes = read_file(file);
+  for (std::size_t i = 0; i < files.size(); ++i) {
     std::string kept;
     std::int64_t past = 0;
-    for (const auto record : tfrecord_records(bytes)) {
-      tensorboard::Event e;
-      // An event that does not parse is kept as it is: only a step past `step` is abandoned.
-      if (e.ParseFromArray(record.data(), static_cast<int>(record.size())) &&
-          !e.has_file_version() && e.step() > step) {
+    for (const auto& r : records[i]) {
+      if (r.step_event && r.step >= cut[i]) {
         ++past;
         continue;
       }
-      kept += tfrecord_frame(record);
+      kept += tfrecord_frame(r.data);
     }
     if (past == 0) continue;
+    // The whole file goes aside as a second link first, then the trimmed one replaces it by a
+    // rename: at every moment the folder holds one of the two, and a kill loses neither.
     fs::create_directories(aside, ec);
-    const std::string name = file.filename().string();
-    const fs::path moved = aside / ("events.out.discarded." + name.substr(kEventFilePrefix.size()));
-    fs::rename(file, moved, ec);
+    const std::string rest = files[i].filename().string().substr(kEventFilePrefix.size());
+    const fs::path whole = aside / ("events.out.discarded." + rest);
+    ec.clear();
+    fs::create_hard_link(files[i], whole, ec);
+    if (ec) {
+      ec.clear();
+      fs::copy_file(files[i], whole, ec);
+    }
     if (ec)
-      throw sdk::UserError("cannot move " + file.string() + " aside: " + ec.message(),
-                           "it holds the abandoned continuation after step " +
-                               std::to_string(step) + "; move or delete it, then resume");
-    sdk::AtomicFileWriter out(file, /*durable=*/false, "TensorBoard event file");
-    out.write(kept.data(), kept.size());
-    out.commit();
+      throw sdk::UserError(
+          "cannot keep " + files[i].string() + " in " + aside.string() + ": " + ec.message(),
+          "it holds the abandoned continuation after step " + std::to_string(step) +
+              "; check the run folder's free space, then "
+              "resume again");
+    // Named without "tfevents", which TensorBoard loads: a half-written one is never shown.
+    const fs::path trimmed = dir / (std::string(kTrimmedPrefix) + rest);
+    {
+      std::ofstream out(trimmed, std::ios::binary | std::ios::trunc);
+      out.write(kept.data(), static_cast<std::streamsize>(kept.size()));
+      out.close();
+      if (!out)
+        throw sdk::UserError("cannot write " + trimmed.string(),
+                             "check the run folder's free space, then resume again");
+    }
+    fs::rename(trimmed, files[i], ec);
+    if (ec)
+      throw sdk::UserError("cannot replace " + files[i].string() + ": " + ec.message(),
+                           "check the run folder's permissions, then resume again");
     dropped += past;
   }
   return dropped;

@@ -12,16 +12,18 @@
 //   string tensor for the text plugin, rendered as markdown.
 // - add_session_start(step) tells readers that what earlier files hold from `step` on belongs to
 //   an abandoned continuation (a resume from step - 1), so they drop it.
-// - drop_events_after_step(dir, step, aside) makes the folder's event files hold nothing past
-//   `step` (a resume from `step` abandons its later continuation): each file with an event past it
-//   moves into `aside` (created), renamed events.out.discarded.* so that TensorBoard no longer
-//   loads it (it loads any file whose name holds "tfevents"), and a copy of its events up to
-//   `step` (the first, the file version, included) takes its place, written atomically. Every
-//   reader then shows the resumed run alone: TensorBoard's older reader honours the session start
-//   that a resumed file writes only after an earlier one, and its newer data server ignores those
-//   markers (it drops a tag's points only when that tag steps back). A torn last record (a killed
-//   run) ends what is kept. Returns how many events moved aside; sdk::UserError when a file cannot
-//   be read, moved or written.
+// - drop_events_after_step(dir, step, aside) makes the folder's event files hold nothing of an
+//   abandoned continuation (a resume from `step`): no step past `step`, nor, in a file, a step from
+//   a later file's session start on (what a resume in place by an earlier version left for readers
+//   to drop). Each file with such events gets a second link (a copy where links fail) in `aside`
+//   (created), named events.out.discarded.* so that TensorBoard does not load it (it loads any
+//   file whose name holds "tfevents"), and is then replaced by a rename of its trimmed copy: at
+//   every moment the folder holds the whole file or the trimmed one. The trimmed copy is written
+//   under a name without "tfevents" first; one a killed resume left is removed. Every reader then
+//   shows one history: TensorBoard's server honours a session start only after an earlier one,
+//   and its data server none (it drops a tag's points only when that tag steps back). A torn
+//   last record (a killed run) ends what is kept. Returns how many events were dropped;
+//   sdk::UserError when a file cannot be read, kept or replaced.
 // - The protobuf messages stay inside the implementation: this header names none.
 #pragma once
 
