@@ -73,7 +73,17 @@ DynamicLossScaler::DynamicLossScaler(const sdk::Options& options, const sdk::Plu
                 std::to_string(hysteresis_));
 }
 
+DynamicLossScaler::~DynamicLossScaler() {
+  report_growth();
+}
+
+void DynamicLossScaler::report_growth() {
+  if (!unconfirmed_growth_.empty()) logger_.debug(unconfirmed_growth_);
+  unconfirmed_growth_.clear();
+}
+
 sdk::ScalerDecision DynamicLossScaler::update(bool found_inf) {
+  report_growth();  // the last update stood: no load_state() came between
   sdk::ScalerDecision decision;
   decision.scale_before = scale_;
   count_up(steps_);
@@ -122,9 +132,9 @@ void DynamicLossScaler::grow() {
   const double grown = std::min(static_cast<double>(scale_) * growth_factor_, max_scale_);
   // Like PyTorch, never grow into inf: an infinite scale would turn every gradient into inf.
   if (grown <= FLT_MAX) scale_ = static_cast<float>(grown);
-  logger_.debug("step " + std::to_string(steps_) + ": " + std::to_string(growth_interval_) +
-                " finite steps, scale " + format_scale(before) + " -> " + format_scale(scale_) +
-                (scale_ == before ? " (at max_scale)" : ""));
+  unconfirmed_growth_ = "step " + std::to_string(steps_) + ": " + std::to_string(growth_interval_) +
+                        " finite steps, scale " + format_scale(before) + " -> " +
+                        format_scale(scale_) + (scale_ == before ? " (at max_scale)" : "");
 }
 
 sdk::ComponentState DynamicLossScaler::save_state() const {
@@ -143,6 +153,7 @@ sdk::ComponentState DynamicLossScaler::save_state() const {
 
 void DynamicLossScaler::load_state(const sdk::ComponentState& state) {
   constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
+  unconfirmed_growth_.clear();  // of an update() this state takes back
   check_state_version(state, "dynamic", kStateVersion);
   float scale = read_state_scale(state, "dynamic", "scale");
   const auto steps = read_state_int(state, "dynamic", "steps", 0, kMax);

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "mixtrain/sdk/loss_scaler.h"
 #include "mixtrain/sdk/options.h"
@@ -30,6 +31,7 @@ class DynamicLossScaler final : public sdk::LossScaler {
   static sdk::OptionSchema option_schema();
 
   DynamicLossScaler(const sdk::Options& options, const sdk::PluginContext& context);
+  ~DynamicLossScaler() override;
 
   float scale() const override { return scale_; }
   sdk::ScalerDecision update(bool found_inf) override;
@@ -44,8 +46,12 @@ class DynamicLossScaler final : public sdk::LossScaler {
  private:
   void back_off();
   void grow();
+  void report_growth();
 
   sdk::Logger logger_;
+  // The debug line of a growth, written once the update that made it stands: the gated host may
+  // take an update(false) back with load_state() (sdk/loss_scaler.h).
+  std::string unconfirmed_growth_;
   // Configuration.
   double growth_factor_ = 2.0;
   double backoff_factor_ = 0.5;

@@ -173,6 +173,23 @@ TEST_F(scalers_dynamic, LogsBackoffAndGrowthWithBeforeAndAfter) {
                             "scale 131072 -> 65536"));
 }
 
+// The gated host asks update(false) before it reads the check and, when the step overflowed,
+// takes it back with load_state() and asks update(true): the growth it took back is never logged.
+TEST_F(scalers_dynamic, AGrowthTakenBackByLoadStateIsNeverLogged) {
+  auto scaler = make({{"growth_interval", std::int64_t{1}}});
+  const auto before = scaler->save_state();
+  scaler->update(false);  // tentative: would grow to 131072
+  scaler->load_state(before);
+  scaler->update(true);   // what stands
+  scaler->update(false);  // grows from the backed-off 32768
+  scaler.reset();         // a last step's growth is written when the scaler goes
+  EXPECT_FALSE(sink.contains(sdk::LogLevel::debug, "scale 65536 -> 131072"));
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::info,
+                            "step 1: non-finite gradients, step skipped; "
+                            "scale 65536 -> 32768"));
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::debug, "step 2: 1 finite steps, scale 32768 -> 65536"));
+}
+
 TEST_F(scalers_dynamic, SaveLoadMidTrajectoryContinuesIdentically) {
   const Values config{
       {"growth_interval", std::int64_t{3}}, {"hysteresis", std::int64_t{3}}, {"min_scale", 256.0}};
