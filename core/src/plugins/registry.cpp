@@ -131,8 +131,11 @@ std::string schema_problem(const sdk::OptionSchema& schema) {
     if (std::holds_alternative<std::monostate>(o.default_value)) continue;  // required
     try {
       sdk::Options::resolve("default", {o}, {{o.name, o.default_value, {}}}, {}, {});
-    } catch (const sdk::ConfigError& e) {
-      return "option '" + o.name + "' has a default its own rules refuse (" + e.what() + ")";
+    } catch (const sdk::ConfigError&) {
+      const auto rule = o.range_text();
+      return "option '" + o.name + "' has a default its own rules refuse: " +
+             sdk::option_value_to_string(o.default_value) +
+             (rule.empty() ? std::string(" (a number is never NaN)") : ", against " + rule);
     }
   }
   return {};
@@ -144,17 +147,14 @@ PluginRegistry::PluginRegistry(sdk::LogSink* sink) : sink_(sink) {}
 
 std::vector<fs::path> PluginRegistry::builtin_folders(const fs::path& prefix,
                                                       const fs::path& libdir) {
-  // Only one that exists is listed (the other would be reported missing on every call); the
-  // install's when neither does.
+  // One folder: the install's where it exists (or where neither does, so that `mixtrain plugins`
+  // names where they belong), else the build tree's. Never both: a stale install under lib
+  // beside a lib64 one would be scanned on every run.
   const fs::path installed = prefix / libdir / "mixtrain" / "plugins";
   const fs::path built = prefix / "lib" / "mixtrain" / "plugins";
   std::error_code ec;
-  const bool has_installed = fs::is_directory(installed, ec);
-  const bool has_built = installed != built && fs::is_directory(built, ec);
-  std::vector<fs::path> out;
-  if (has_installed || !has_built) out.push_back(installed);
-  if (has_built) out.push_back(built);
-  return out;
+  if (fs::is_directory(installed, ec) || !fs::is_directory(built, ec)) return {installed};
+  return {built};
 }
 
 std::vector<fs::path> PluginRegistry::default_search_path() {

@@ -241,9 +241,13 @@ TEST_F(registry_AllCases, AComponentWithABrokenSchemaIsIgnoredNamingTheOption) {
   EXPECT_TRUE(rec->loaded) << rec->error;
   EXPECT_NE(registry.find(ComponentKind::scaler, "test_dup_only"), nullptr);
   for (const auto& [name, says] : std::vector<std::pair<std::string, std::string>>{
-           {"test_default_out_of_range", "option 'n' has a default its own rules refuse"},
-           {"test_nan_default", "option 'x' has a default its own rules refuse"},
-           {"test_default_not_a_choice", "option 'mode' has a default its own rules refuse"},
+           {"test_default_out_of_range",
+            "option 'n' has a default its own rules refuse: 0, against >= 1"},
+           {"test_nan_default",
+            "option 'x' has a default its own rules refuse: nan (a number is never NaN)"},
+           {"test_default_not_a_choice",
+            "option 'mode' has a default its own rules refuse: \"fast\", against one of: slow, "
+            "steady"},
            {"test_option_twice", "option 'x' is declared twice"}}) {
     EXPECT_EQ(registry.find(ComponentKind::scaler, name), nullptr) << name;
     bool warned = false;
@@ -500,7 +504,7 @@ TEST_F(registry_PluginPathEnv, DefaultSearchPathIsBuiltinFolderThenEnvironmentEn
 }
 
 // The install's library folder may be lib64 or lib/<multiarch> (CMAKE_INSTALL_LIBDIR): the
-// built-in folder is there, or under lib (the build tree), whichever exists.
+// built-in folder is there, or under lib (the build tree) when only that one exists.
 TEST(registry_BuiltinFolders, TheInstallsLibdirOrTheBuildTreesLib) {
   const fs::path prefix =
       fs::temp_directory_path() / ("mixtrain-builtin-" + std::to_string(::getpid()));
@@ -513,8 +517,8 @@ TEST(registry_BuiltinFolders, TheInstallsLibdirOrTheBuildTreesLib) {
   EXPECT_EQ(PluginRegistry::builtin_folders(prefix, multiarch), Paths{installed});
   fs::create_directories(installed);
   EXPECT_EQ(PluginRegistry::builtin_folders(prefix, multiarch), Paths{installed});
-  fs::create_directories(built);
-  EXPECT_EQ(PluginRegistry::builtin_folders(prefix, multiarch), (Paths{installed, built}));
+  fs::create_directories(built);  // a stale install beside it: never scanned too
+  EXPECT_EQ(PluginRegistry::builtin_folders(prefix, multiarch), Paths{installed});
   fs::remove_all(installed);
   EXPECT_EQ(PluginRegistry::builtin_folders(prefix, multiarch), Paths{built});
   // lib itself is listed once.
