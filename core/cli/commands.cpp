@@ -96,6 +96,17 @@ int train_with(core::Experiment& experiment, core::Components components,
 
 }  // namespace
 
+namespace {
+
+// The error's text with this rank's prefix ("rank 1: ") once: a communicator's own messages
+// already start with it.
+std::string with_rank(const std::string& message) {
+  const std::string prefix = core::rank_prefix();
+  return message.rfind(prefix, 0) == 0 ? message : prefix + message;
+}
+
+}  // namespace
+
 int run_train(const ConfigArgs& given, const std::string& run_dir,
               const std::optional<std::string>& resume, bool profile) {
   // Rank 1's lines carry "rank 1" from the first, before the communicator confirms the rank.
@@ -128,11 +139,11 @@ int run_train(const ConfigArgs& given, const std::string& run_dir,
     throw;
   } catch (const sdk::UserError& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "\nerror: %s%s\n", core::rank_prefix().c_str(), e.full_message().c_str());
+    std::fprintf(stderr, "\nerror: %s\n", with_rank(e.full_message()).c_str());
     comm->abort(2);
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "\nerror: %s%s\n", core::rank_prefix().c_str(), e.what());
+    std::fprintf(stderr, "\nerror: %s\n", with_rank(e.what()).c_str());
     comm->abort(1);
   }
   return 1;  // not reached: abort() ends the process

@@ -463,6 +463,29 @@ TEST_F(DataParallelTest, RanksWithDifferentConfigsExitTwoNamingTheKey) {
   EXPECT_TRUE(has(r.err, "rank 1's differs from rank 0's at run.seed: `3` against `4`")) << r.err;
 }
 
+// Ranks that resume different checkpoints (a stale copy on one node) would issue different
+// collectives; they exit 2 at once, every rank, naming both positions.
+TEST_F(DataParallelTest, RanksThatResumeDifferentCheckpointsExitTwoNamingBoth) {
+  const auto cfg =
+      mlp_config("dp.toml", "[distributed]\ntype = \"mpi\"\n[checkpoint]\nevery = 10\nkeep = 10\n");
+  const auto a = dir_ / "a";
+  auto first =
+      run_ranks(2, "train " + cfg.string() + " --set run.steps=20 --run-dir " + a.string());
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string common = "train " + cfg.string() + " --set run.steps=30 --run-dir " +
+                             (dir_ / "b").string() + " --resume " + (a / "checkpoints").string() +
+                             "/";
+  auto r = run_mpmd({common + "step-00000010.mxt", common + "step-00000020.mxt"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "the ranks start from different places: rank 0 has")) << r.err;
+  EXPECT_TRUE(has(r.err, "resumed at step 10 (sampler epoch")) << r.err;
+  EXPECT_TRUE(has(r.err, "rank 1 has")) << r.err;
+  EXPECT_TRUE(has(r.err, "resumed at step 20 (sampler epoch")) << r.err;
+  // The same checkpoint on both: they agree and train on.
+  r = run_ranks(2, common + "step-00000020.mxt");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 // A rank that dies: the launcher ends the others (they never hang) and names the rank; the last
 // complete checkpoint stays loadable.
 TEST_F(DataParallelTest, ARankThatDiesEndsTheRunAndTheLastCheckpointLoads) {

@@ -88,4 +88,18 @@ void check_config_agreement(sdk::Communicator& comm, const std::string& resolved
       "environment (paths resolve per rank: give them the same files)");
 }
 
+void check_start_agreement(sdk::Communicator& comm, const std::string& start) {
+  std::vector<std::byte> bytes(start.size());
+  std::memcpy(bytes.data(), start.data(), start.size());
+  comm.broadcast_host(bytes, 0);
+  const std::string rank0(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const RankText differs = lowest_rank_text(comm, rank0 == start ? std::string() : start);
+  if (differs.rank < 0) return;
+  throw ConfigDisagreement(
+      "the ranks start from different places: rank 0 has " + rank0 + ", rank " +
+          std::to_string(differs.rank) + " has " + differs.text,
+      "give every rank the same data files and, to resume, the same checkpoint (one file on "
+      "storage every rank reads, or identical copies)");
+}
+
 }  // namespace mixtrain::core

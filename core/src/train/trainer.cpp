@@ -544,6 +544,17 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
         s.run_dir = *in_place;  // read, never written
       }
   }
+  if (s.c.communicator) {
+    const auto cursor = s.data.sampler->cursor();
+    check_start_agreement(*s.c.communicator,
+                          std::to_string(s.train.rows) + " training and " +
+                              std::to_string(s.eval.rows) + " held-out rows, " +
+                              (s.position.resumed_from.empty()
+                                   ? std::string("starting at step 0")
+                                   : "resumed at step " + std::to_string(s.position.step) +
+                                         " (sampler epoch " + std::to_string(cursor.epoch) +
+                                         ", position " + std::to_string(cursor.position) + ")"));
+  }
   if (!s.position.complete_on_resume && s.writes) open_run_folder(s);
 }
 

@@ -1,4 +1,5 @@
-// Start-up check that every rank runs the same config (docs/architecture.md, "Data parallel"):
+// Start-up checks that every rank runs the same config, and starts from the same data and
+// position (docs/architecture.md, "Data parallel"):
 // ranks that disagree would issue different collectives and hang, or silently average gradients
 // of different models.
 //
@@ -26,6 +27,13 @@ class ConfigDisagreement : public sdk::UserError {
 };
 
 void check_config_agreement(sdk::Communicator& comm, const std::string& resolved);
+
+// Collective, once the data is loaded and any checkpoint resumed: `start` says where this rank
+// starts (its data's row counts, the resumed step and sampler position). Rank 0's is broadcast,
+// and when any rank's differs every rank throws ConfigDisagreement naming the lowest such rank
+// and both texts: ranks that read different checkpoints (a stale copy off shared storage) or
+// different data files would otherwise issue different collectives and wait out the timeout.
+void check_start_agreement(sdk::Communicator& comm, const std::string& start);
 
 // The first difference between two resolved configs, as "key: `a` against `b`"; "" when their
 // effective values are equal.
