@@ -370,21 +370,35 @@ SkipBlame skip_update(Trainer::State& s, const sdk::ScalerDecision& decision) {
 
 }  // namespace
 
+namespace {
+
+// Whether a statistics step (step % run.underflow_every == 0) lies between this step and
+// run.steps: one that never comes takes no memory (a 50-step run under the default 100).
+bool statistics_step_ahead(const Trainer::State& s) {
+  const std::int64_t every = s.e.run.underflow_every;
+  if (every <= 0) return false;
+  const std::int64_t from = std::max<std::int64_t>(s.position.step, 1);
+  return (from + every - 1) / every * every <= s.e.run.steps;
+}
+
+}  // namespace
+
 void run_each_step_path(Trainer::State& s, const std::function<void(std::string_view)>& after) {
   auto& model = *s.model;
+  const bool statistics = statistics_step_ahead(s);
   const StepRequest request{/*wants_norm=*/true, /*statistics=*/false, /*read_loss=*/true};
   const float seed = loss_seed(s.c.scaler->scale(), s.e.run.accumulate);
   s.reducer->begin_step();
   s.data.micro_batches.resize(static_cast<std::size_t>(s.e.run.accumulate));
   s.data.micro_batch_numbers.resize(static_cast<std::size_t>(s.e.run.accumulate));
   // A statistics step's FP8 operand diagnostics cast each operand back through a temporary.
-  if (s.c.policy->uses_scaled_operands() && s.e.run.underflow_every > 0)
+  if (s.c.policy->uses_scaled_operands() && statistics)
     for (auto& l : model.layers()) l->collect_operand_stats(true);
   // The other micro-batches of run.accumulate take the same path over the same buffers.
   feed_micro_batch(s, 0);
   forward_backward(s, request, 0, seed);
   after("forward and backward");
-  if (s.e.run.underflow_every > 0 && s.precision.underflow_watch) {
+  if (statistics && s.precision.underflow_watch) {
     // The backward wrote gradients over activations it had read for the last time: the pass
     // reads a forward of its own, as a statistics step's comes before its backward.
     model.forward(s.rank_batch);

@@ -52,7 +52,8 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request);
 // Every path a step may take, each once whatever the data decides, for the memory rehearsal
 // (Trainer::memory_report): one micro-batch's forward and backward (watched node by node by
 // s.opt.observer; with a statistics step's FP8 operand diagnostics when the policy scales
-// operands), the underflow measurement when run.underflow_every asks for one, the gradient
+// operands), the underflow measurement when run.underflow_every asks for one at a step the run
+// reaches (s.position.step, the first, to run.steps), the gradient
 // check with the norm, the update, and a skipped step's checked replay; after(path) is called
 // after each. It writes no records and tells the scaler nothing; the weights, the optimizer state
 // and the data position move on as after an applied step.
