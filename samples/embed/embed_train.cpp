@@ -74,9 +74,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s RUN_DIR [--set key=value]...\n", argv[0]);
     return 2;
   }
+  // A program of your own would use its argument parser (CLI11, as mixtrain's CLI does); this one
+  // reads `--set key=value` pairs and refuses anything else, so a typo is never silently dropped.
   std::vector<std::string> overrides;
-  for (int i = 2; i + 1 < argc; i += 2)
-    if (std::string(argv[i]) == "--set") overrides.emplace_back(argv[i + 1]);
+  for (int i = 2; i < argc; i += 2) {
+    if (std::string(argv[i]) != "--set" || i + 1 >= argc) {
+      std::fprintf(stderr,
+                   "error: '%s' is not --set key=value\nusage: %s RUN_DIR [--set key=value]...\n",
+                   argv[i], argv[0]);
+      return 2;
+    }
+    overrides.emplace_back(argv[i + 1]);
+  }
 
   try {
     auto config = core::Config::from_string(kConfig, "<embedded>", overrides);

@@ -97,6 +97,13 @@ step "run the embed sample"
   { cat "$tmp/embed.log"; fail "embed_train"; }
 expect_file "$tmp/run/embed/summary.json"
 grep -q '^trained 200 steps' "$tmp/embed.log" || { cat "$tmp/embed.log"; fail "embed_train summary"; }
+# A malformed argument is refused (exit 2), not dropped.
+set +e
+"$tmp/build-embed/embed_train" "$tmp/run/embed-bad" run.steps=5 >"$tmp/embed-bad.log" 2>&1
+rc=$?
+set -e
+[[ $rc -eq 2 ]] && grep -q "is not --set key=value" "$tmp/embed-bad.log" ||
+  { cat "$tmp/embed-bad.log"; fail "embed_train took a malformed argument (exit $rc)"; }
 
 step "install the sample scaler next to the built-in plugins"
 cmake --install "$tmp/build-custom_scaler" --prefix "$prefix" >/dev/null

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <span>
 #include <string>
@@ -61,6 +62,11 @@ layers = [ { type = "linear", out = 16 }, { type = "gelu" }, { type = "linear", 
 
 core::PluginRegistry& registry() {
   return test::built_plugins();
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 class TrainingState : public ::testing::Test {
@@ -418,6 +424,33 @@ class CountingObserver final : public core::StepObserver {
     model.backend().copy_to_host(host.data(), v);
   }
 };
+
+// The embedding API's misuse is a clear exception, never a second pass over a finished run's
+// files or a read past a Dataset's vectors.
+TEST_F(TrainingState, ASecondRunAndPredictionInputsOfAnotherFormThrow) {
+  const auto e = experiment({"run.steps=2"});
+  core::TrainOptions opt;
+  opt.run_dir = dir_ / "once";
+  core::Trainer t(e, core::create_components(e, registry()), opt);
+  t.run();
+  const std::string summary = slurp(dir_ / "once" / "summary.json");
+  EXPECT_THROW(t.run(), std::logic_error);
+  EXPECT_EQ(slurp(dir_ / "once" / "summary.json"), summary);  // untouched
+
+  const core::Dataset& good = t.eval_data().rows > 0 ? t.eval_data() : t.train_data();
+  EXPECT_NO_THROW(t.predict(good, good.rows, nullptr));
+  core::Dataset short_x = good;
+  short_x.x.resize(10);
+  EXPECT_THROW(t.predict(short_x, 0, nullptr), std::invalid_argument);
+  core::Dataset narrow = good;
+  narrow.features = good.features / 2;
+  narrow.x.resize(static_cast<std::size_t>(narrow.rows * narrow.features));
+  EXPECT_THROW(t.predict(narrow, 0, nullptr), std::invalid_argument);
+  core::Dataset unlabelled = good;
+  unlabelled.y.clear();
+  EXPECT_THROW(t.predict(unlabelled, good.rows, nullptr), std::invalid_argument);
+  EXPECT_NO_THROW(t.predict(unlabelled, 0, nullptr));  // predictions need no labels
+}
 
 TEST_F(TrainingState, AnObservedStepLimitedRunTrainsAsAPlainOne) {
   // Two micro-batches per step: the observer sees both, and after_step once per step.

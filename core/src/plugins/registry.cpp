@@ -147,14 +147,16 @@ PluginRegistry::PluginRegistry(sdk::LogSink* sink) : sink_(sink) {}
 
 std::vector<fs::path> PluginRegistry::builtin_folders(const fs::path& prefix,
                                                       const fs::path& libdir) {
-  // One folder: the install's where it exists (or where neither does, so that `mixtrain plugins`
-  // names where they belong), else the build tree's. Never both: a stale install under lib
-  // beside a lib64 one would be scanned on every run.
+  // One folder: the install's where it exists, else the build tree's. Never both: a stale install
+  // under lib beside a lib64 one would be scanned on every run. Neither: none, for a program that
+  // embeds the core has no plugin folder beside it, and a missing entry would be warned about in
+  // every error it reports.
   const fs::path installed = prefix / libdir / "mixtrain" / "plugins";
   const fs::path built = prefix / "lib" / "mixtrain" / "plugins";
   std::error_code ec;
-  if (fs::is_directory(installed, ec) || !fs::is_directory(built, ec)) return {installed};
-  return {built};
+  if (fs::is_directory(installed, ec)) return {installed};
+  if (fs::is_directory(built, ec)) return {built};
+  return {};
 }
 
 std::vector<fs::path> PluginRegistry::default_search_path() {

@@ -68,12 +68,53 @@ EvalResult Trainer::evaluate() {
   return r;
 }
 
+namespace {
+
+// The inputs' form against the training split's, and their sizes against their rows: an
+// embedding program's Dataset of another form would read past its vectors in the batch gather.
+void check_prediction_inputs(const Trainer::State& s, const Dataset& d,
+                             std::int64_t labelled_rows) {
+  auto refuse = [](const std::string& what) {
+    throw std::invalid_argument("Trainer::predict: " + what);
+  };
+  const Dataset& t = s.train;
+  if (d.is_tokens() != t.is_tokens() || d.features != t.features)
+    refuse(std::string("the inputs are ") + (d.is_tokens() ? "token windows" : "rows") + " of " +
+           std::to_string(d.features) + (d.is_tokens() ? " tokens" : " features") +
+           ", the model reads " + (t.is_tokens() ? "token windows" : "rows") + " of " +
+           std::to_string(t.features));
+  if (d.rows < 0) refuse("rows = " + std::to_string(d.rows));
+  if (d.rows == 0) return;
+  const auto rows = static_cast<std::size_t>(d.rows),
+             features = static_cast<std::size_t>(d.features);
+  if (d.is_tokens()) {
+    const std::size_t last_window_end =
+        static_cast<std::size_t>(d.rows - 1) * static_cast<std::size_t>(d.stride) + features + 1;
+    if (d.tokens.size() < last_window_end)
+      refuse(std::to_string(d.rows) + " windows of " + std::to_string(d.features + 1) +
+             " tokens every " + std::to_string(d.stride) + " need " +
+             std::to_string(last_window_end) + " tokens, the inputs hold " +
+             std::to_string(d.tokens.size()));
+    return;
+  }
+  const std::size_t held = d.is_bytes() ? d.pixels.size() : d.x.size();
+  if (d.features > 0 && held / features != rows)
+    refuse(std::to_string(held) + " values for " + std::to_string(d.rows) + " rows of " +
+           std::to_string(d.features));
+  if (d.y.size() < static_cast<std::size_t>(labelled_rows))
+    refuse(std::to_string(d.y.size()) + " labels for " + std::to_string(labelled_rows) +
+           " labelled rows");
+}
+
+}  // namespace
+
 EvalResult Trainer::predict(const Dataset& d, std::int64_t labelled_rows,
                             const std::function<void(const PredictionBatch&)>& on_batch) {
   auto& s = *s_;
   if (labelled_rows < 0 || labelled_rows > d.rows)
     throw std::invalid_argument("Trainer::predict: labelled_rows " + std::to_string(labelled_rows) +
                                 " is outside [0, " + std::to_string(d.rows) + "]");
+  check_prediction_inputs(s, d, labelled_rows);
   EvalMode mode(*s.model);
   std::optional<EmaWeights> ema;
   if (s.e.eval.weights == EvalWeights::ema && !s.ema.empty()) ema.emplace(s);

@@ -581,6 +581,11 @@ const ChannelStats& Trainer::normalization() const {
 
 TrainSummary Trainer::run() {
   auto& s = *s_;
+  if (s.ran)
+    throw std::logic_error(
+        "Trainer::run: this trainer has run; a new Trainer with TrainOptions::resume continues "
+        "the run from its checkpoint");
+  s.ran = true;
   const auto& e = s.e;
   // Rows per optimizer step: run.accumulate micro-batches of data.batch_size.
   const std::int64_t bs = e.data.batch_size * e.run.accumulate;

@@ -50,6 +50,7 @@ struct Trainer::State {
   std::filesystem::path run_dir;
   std::optional<RunFolderLock> run_folder_lock;  // held while the run writes run_dir
   bool loading_initial_weights = false;          // the constructor's checkpoint.init_from load
+  bool ran = false;                              // run() was called (it runs once)
   RunPosition position;
   PrecisionState precision;
   DataPosition data;

@@ -50,8 +50,8 @@ class PluginRegistry {
 
   // The default search path: the folder next to the executable where the install puts plugins
   // (../<libdir>/mixtrain/plugins, <libdir> being CMake's CMAKE_INSTALL_LIBDIR: lib, lib64 or
-  // lib/<multiarch>), or ../lib/mixtrain/plugins (the build tree's) when only that one exists,
-  // then
+  // lib/<multiarch>), or ../lib/mixtrain/plugins (the build tree's) when only that one exists
+  // (neither when none does: a program that embeds the core has none beside it), then
   // every entry of MIXTRAIN_PLUGIN_PATH (':'-separated folders or library files).
   static std::vector<std::filesystem::path> default_search_path();
   // Its built-in part for an install `prefix` whose libraries are in `libdir` (relative).

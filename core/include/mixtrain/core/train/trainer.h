@@ -16,7 +16,9 @@
 //   true (Ctrl-C: see train/interrupt.h), when run.on_nonfinite = "stop" meets a non-finite loss,
 //   or when early stopping's patience runs out at an evaluation before run.steps; it still writes
 //   the final checkpoint and summary.json, and the summary says interrupted, diverged or
-//   stopped_early (runs/summary.h). A diverged run is a result, not an exception.
+//   stopped_early (runs/summary.h). A diverged run is a result, not an exception. run() is once
+//   per Trainer: a second call is std::logic_error (it would evaluate, checkpoint and summarise
+//   the finished run again, over its files); a new Trainer with `resume` continues it.
 // - training_state() copies from the device and changes nothing: taken before run() without
 //   `resume`, its weights are the seeded initialisation (then checkpoint.init_from) that step 1
 //   starts from, bit for bit.
@@ -108,7 +110,9 @@ class Trainer {
   // batch's logits to `on_batch` (when set) in row order. Loss and accuracy are means over the
   // labels of rows [0, labelled_rows) (rows = labelled_rows), batched as evaluate() batches, so
   // predicting the eval split gives evaluate()'s numbers bit for bit; the rows after them run in
-  // batches of their own. std::invalid_argument when labelled_rows is outside [0, inputs.rows].
+  // batches of their own. std::invalid_argument when labelled_rows is outside [0, inputs.rows],
+  // or the inputs are not of the training split's form (token windows or rows, their width) or
+  // hold fewer values, tokens or labels than their rows need.
   EvalResult predict(const Dataset& inputs, std::int64_t labelled_rows,
                      const std::function<void(const PredictionBatch&)>& on_batch);
   // Loads parameters (and, unless weights_only, the whole training state) from a checkpoint.
