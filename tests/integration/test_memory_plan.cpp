@@ -72,8 +72,9 @@ using MemoryPlanFlags = CliTest;
 // the pass's (the shipped mlp-fp8 trains 50 steps under the default 100: 11% over, before).
 TEST_F(MemoryPlanFlags, APassTheRunNeverReachesIsNotRehearsed) {
   const std::string cfg = config("mlp-fp8.toml") +
-                          " --set run.steps=3 --set run.eval_every=3"
-                          " --set checkpoint.every=0 --set data.synthetic.rows=4096";
+                          " --set run.steps=3 --set run.eval_every=3 --set checkpoint.every=0"
+                          " --set data.synthetic.rows=1024 --set data.synthetic.features=256"
+                          " --set data.batch_size=64 --set data.eval_batch_size=64";
   std::optional<double> predicted[2];
   int i = 0;
   for (const std::string every : {"100", "2"}) {
