@@ -196,11 +196,16 @@ int run_plugins(const std::string& describe_spec) {
   }
   const auto& missing = registry->missing_paths();
   std::printf("\nsearch path:");
-  for (const auto& p : PluginRegistry::default_search_path()) {
+  const auto path = PluginRegistry::default_search_path();
+  for (const auto& p : path) {
     const bool absent = std::find(missing.begin(), missing.end(), p) != missing.end();
     std::printf(" %s%s", p.string().c_str(), absent ? " (does not exist)" : "");
   }
   std::printf("\n");
+  // No built-in folder beside this executable: a broken install, said where it should be.
+  if (PluginRegistry::builtin_search_path().empty())
+    std::printf("no plugin folder beside this executable: %s does not exist\n",
+                PluginRegistry::installed_plugin_folder().string().c_str());
   return 0;
 }
 

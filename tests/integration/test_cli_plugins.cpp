@@ -87,6 +87,28 @@ TEST_F(CliPlugins, AComponentOptionNamedLikeAHostKeyIsRefusedWhenSelected) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// A copy of the executable with its libraries but no plugin folder (a broken install): `plugins`
+// says where the folder should be.
+TEST_F(CliPlugins, AnInstallWithoutItsPluginFolderIsNamed) {
+  const auto prefix = dir_ / "bare";
+  fs::create_directories(prefix / "bin");
+  fs::create_directories(prefix / "lib");
+  const fs::path built = fs::path(MIXTRAIN_EXE).parent_path().parent_path();
+  fs::copy_file(MIXTRAIN_EXE, prefix / "bin" / "mixtrain");
+  for (const char* lib : {"libmixtrain_core.so.0", "libmixtrain_sdk.so.0"})
+    fs::copy_file(fs::canonical(built / "lib" / lib), prefix / "lib" / lib);
+  const auto out = dir_ / "bare.out";
+  const std::string cmd =
+      (prefix / "bin" / "mixtrain").string() + " plugins >" + out.string() + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(out);
+  EXPECT_NE(slurp(out).find("no plugin folder beside this executable: " +
+                            (prefix / "lib" / "mixtrain" / "plugins").string() + " does not exist"),
+            std::string::npos)
+      << slurp(out);
+  // The build's own executable has one, and says nothing of the kind.
+  EXPECT_EQ(run("plugins").out.find("no plugin folder beside"), std::string::npos);
+}
+
 TEST_F(CliPlugins, DescribePrintsTheOptionSchema) {
   auto r = run("plugins --describe dynamic");
   ASSERT_EQ(r.exit_code, 0) << r.err;

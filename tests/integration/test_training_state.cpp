@@ -446,10 +446,18 @@ TEST_F(TrainingState, ASecondRunAndPredictionInputsOfAnotherFormThrow) {
   narrow.features = good.features / 2;
   narrow.x.resize(static_cast<std::size_t>(narrow.rows * narrow.features));
   EXPECT_THROW(t.predict(narrow, 0, nullptr), std::invalid_argument);
+  // The batch gather reads a label per row: rows without any are refused, even unlabelled ones
+  // (a label of any class does for those).
   core::Dataset unlabelled = good;
   unlabelled.y.clear();
   EXPECT_THROW(t.predict(unlabelled, good.rows, nullptr), std::invalid_argument);
-  EXPECT_NO_THROW(t.predict(unlabelled, 0, nullptr));  // predictions need no labels
+  EXPECT_THROW(t.predict(unlabelled, 0, nullptr), std::invalid_argument);
+  unlabelled.y.assign(static_cast<std::size_t>(good.rows), 0);
+  EXPECT_NO_THROW(t.predict(unlabelled, 0, nullptr));
+  // Fewer rows than the vectors hold (the first N of a split) are fine.
+  core::Dataset first = good;
+  first.rows = std::min<std::int64_t>(good.rows, 10);
+  EXPECT_NO_THROW(t.predict(first, first.rows, nullptr));
 }
 
 TEST_F(TrainingState, AnObservedStepLimitedRunTrainsAsAPlainOne) {

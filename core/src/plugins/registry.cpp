@@ -131,11 +131,13 @@ std::string schema_problem(const sdk::OptionSchema& schema) {
     if (std::holds_alternative<std::monostate>(o.default_value)) continue;  // required
     try {
       sdk::Options::resolve("default", {o}, {{o.name, o.default_value, {}}}, {}, {});
-    } catch (const sdk::ConfigError&) {
-      const auto rule = o.range_text();
-      return "option '" + o.name + "' has a default its own rules refuse: " +
-             sdk::option_value_to_string(o.default_value) +
-             (rule.empty() ? std::string(" (a number is never NaN)") : ", against " + rule);
+    } catch (const sdk::ConfigError& e) {
+      // The host's own words for a user's value, without the config location it has none of.
+      std::string why = e.what();
+      const std::string tag = "'" + e.key() + "': ";
+      if (const auto at = why.find(tag); at != std::string::npos) why = why.substr(at + tag.size());
+      return "option '" + o.name + "' has a default its own rules refuse: " + why +
+             (e.hint().empty() ? std::string() : " (" + e.hint() + ")");
     }
   }
   return {};
@@ -159,15 +161,22 @@ std::vector<fs::path> PluginRegistry::builtin_folders(const fs::path& prefix,
   return {};
 }
 
-std::vector<fs::path> PluginRegistry::default_search_path() {
-  std::vector<fs::path> out;
+fs::path PluginRegistry::installed_plugin_folder() {
   std::error_code ec;
-  auto exe = dll::program_location(ec);
-  if (!ec) {
-    // The install's library folder (lib64, lib/x86_64-linux-gnu where GNUInstallDirs says so),
-    // then lib, where the build tree keeps them.
-    out = builtin_folders(exe.parent_path().parent_path(), MIXTRAIN_INSTALL_LIBDIR);
-  }
+  const auto exe = dll::program_location(ec);
+  if (ec) return {};
+  return exe.parent_path().parent_path() / MIXTRAIN_INSTALL_LIBDIR / "mixtrain" / "plugins";
+}
+
+std::vector<fs::path> PluginRegistry::builtin_search_path() {
+  std::error_code ec;
+  const auto exe = dll::program_location(ec);
+  if (ec) return {};
+  return builtin_folders(exe.parent_path().parent_path(), MIXTRAIN_INSTALL_LIBDIR);
+}
+
+std::vector<fs::path> PluginRegistry::default_search_path() {
+  std::vector<fs::path> out = builtin_search_path();
   if (const char* env = std::getenv("MIXTRAIN_PLUGIN_PATH")) {
     std::string s = env;
     std::size_t start = 0;

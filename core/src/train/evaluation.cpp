@@ -72,8 +72,7 @@ namespace {
 
 // The inputs' form against the training split's, and their sizes against their rows: an
 // embedding program's Dataset of another form would read past its vectors in the batch gather.
-void check_prediction_inputs(const Trainer::State& s, const Dataset& d,
-                             std::int64_t labelled_rows) {
+void check_prediction_inputs(const Trainer::State& s, const Dataset& d) {
   auto refuse = [](const std::string& what) {
     throw std::invalid_argument("Trainer::predict: " + what);
   };
@@ -98,12 +97,15 @@ void check_prediction_inputs(const Trainer::State& s, const Dataset& d,
     return;
   }
   const std::size_t held = d.is_bytes() ? d.pixels.size() : d.x.size();
-  if (d.features > 0 && held / features != rows)
+  if (held / features < rows)
     refuse(std::to_string(held) + " values for " + std::to_string(d.rows) + " rows of " +
            std::to_string(d.features));
-  if (d.y.size() < static_cast<std::size_t>(labelled_rows))
-    refuse(std::to_string(d.y.size()) + " labels for " + std::to_string(labelled_rows) +
-           " labelled rows");
+  // The batch gather reads a label per row, labelled_rows or not (the CLI's predict gives
+  // unlabelled rows a 0).
+  if (d.y.size() < rows)
+    refuse(std::to_string(d.y.size()) + " labels for " + std::to_string(d.rows) +
+           " rows: every row needs one (any class where it is unknown; only the first "
+           "labelled_rows count)");
 }
 
 }  // namespace
@@ -114,7 +116,7 @@ EvalResult Trainer::predict(const Dataset& d, std::int64_t labelled_rows,
   if (labelled_rows < 0 || labelled_rows > d.rows)
     throw std::invalid_argument("Trainer::predict: labelled_rows " + std::to_string(labelled_rows) +
                                 " is outside [0, " + std::to_string(d.rows) + "]");
-  check_prediction_inputs(s, d, labelled_rows);
+  check_prediction_inputs(s, d);
   EvalMode mode(*s.model);
   std::optional<EmaWeights> ema;
   if (s.e.eval.weights == EvalWeights::ema && !s.ema.empty()) ema.emplace(s);

@@ -1,8 +1,8 @@
 // Provides "test_constant" again (good provides it first), one new scaler, one component without a
-// factory, and four whose option schemas are broken (a default outside its range, a NaN default, a
-// default that is not one of its choices, a name declared twice): all but the new scaler are
-// ignored with warnings, and the new one is still registered. One more loads but declares an
-// option named like the host's selector, which a config that selects it is refused for.
+// factory, and five whose option schemas are broken (a default outside its range, a NaN or an
+// infinite default, a default that is not one of its choices, a name declared twice): all but the
+// new scaler are ignored with warnings, and the new one is still registered. One more loads but
+// declares an option named like the host's selector, which a config that selects it is refused for.
 #include <limits>
 
 #include "mixtrain/sdk/loss_scaler.h"
@@ -44,6 +44,11 @@ std::vector<sdk::ComponentInfo> components() {
        "test_nan_default",
        "a NaN default",
        {sdk::OptionSpec::number("x", std::numeric_limits<double>::quiet_NaN(), "value")},
+       &sdk::make_component<OtherScaler>},
+      {ComponentKind::scaler,
+       "test_inf_default",
+       "an infinite default with no infinite bound",
+       {sdk::OptionSpec::number("x", std::numeric_limits<double>::infinity(), "value").at_least(0)},
        &sdk::make_component<OtherScaler>},
       {ComponentKind::scaler,
        "test_default_not_a_choice",

@@ -242,12 +242,17 @@ TEST_F(registry_AllCases, AComponentWithABrokenSchemaIsIgnoredNamingTheOption) {
   EXPECT_NE(registry.find(ComponentKind::scaler, "test_dup_only"), nullptr);
   for (const auto& [name, says] : std::vector<std::pair<std::string, std::string>>{
            {"test_default_out_of_range",
-            "option 'n' has a default its own rules refuse: 0, against >= 1"},
+            "option 'n' has a default its own rules refuse: value 0 is out of range (allowed: >= "
+            "1"},
            {"test_nan_default",
-            "option 'x' has a default its own rules refuse: nan (a number is never NaN)"},
+            "option 'x' has a default its own rules refuse: value nan is out of range (allowed: a "
+            "finite number"},
+           {"test_inf_default",
+            "option 'x' has a default its own rules refuse: value inf is out of range (allowed: a "
+            "finite number"},
            {"test_default_not_a_choice",
-            "option 'mode' has a default its own rules refuse: \"fast\", against one of: slow, "
-            "steady"},
+            "option 'mode' has a default its own rules refuse: 'fast' is not a valid choice (one "
+            "of: slow, steady)"},
            {"test_option_twice", "option 'x' is declared twice"}}) {
     EXPECT_EQ(registry.find(ComponentKind::scaler, name), nullptr) << name;
     bool warned = false;

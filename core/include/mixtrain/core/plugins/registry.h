@@ -54,6 +54,11 @@ class PluginRegistry {
   // (neither when none does: a program that embeds the core has none beside it), then
   // every entry of MIXTRAIN_PLUGIN_PATH (':'-separated folders or library files).
   static std::vector<std::filesystem::path> default_search_path();
+  // Where an install puts the plugins, beside the running program (it may not exist; empty when
+  // the program's location is unknown): what `mixtrain plugins` names when it finds none there.
+  static std::filesystem::path installed_plugin_folder();
+  // default_search_path()'s built-in part: builtin_folders() beside the running program.
+  static std::vector<std::filesystem::path> builtin_search_path();
   // Its built-in part for an install `prefix` whose libraries are in `libdir` (relative).
   static std::vector<std::filesystem::path> builtin_folders(const std::filesystem::path& prefix,
                                                             const std::filesystem::path& libdir);

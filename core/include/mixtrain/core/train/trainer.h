@@ -112,7 +112,8 @@ class Trainer {
   // predicting the eval split gives evaluate()'s numbers bit for bit; the rows after them run in
   // batches of their own. std::invalid_argument when labelled_rows is outside [0, inputs.rows],
   // or the inputs are not of the training split's form (token windows or rows, their width) or
-  // hold fewer values, tokens or labels than their rows need.
+  // hold fewer values, tokens or labels than their rows need (a table's every row needs a label,
+  // any class where it is unknown: only the first labelled_rows count).
   EvalResult predict(const Dataset& inputs, std::int64_t labelled_rows,
                      const std::function<void(const PredictionBatch&)>& on_batch);
   // Loads parameters (and, unless weights_only, the whole training state) from a checkpoint.
