@@ -120,6 +120,40 @@ TEST_P(Conformance, AttentionSoftmaxForwardAndBackward) {
   }
 }
 
+// A NaN score (an overflow upstream) makes its whole row NaN, as PyTorch's softmax does, at a
+// one-thread and a threaded size: never NaN at one key and 0 at the others, which would let a
+// finite context through. The other rows stay finite, and a +inf score's row is NaN too.
+TEST_P(Conformance, AttentionSoftmaxRowWithANaNScoreIsNaN) {
+  MIXTRAIN_FACETS(attention, AttentionFacet);
+  const std::vector<DType> fp32{DType::fp32};
+  if (!tested_attention->supports(sdk::AttentionOp::softmax_forward, fp32))
+    GTEST_SKIP() << "the attention facet does not support the fp32 softmax";
+  for (const sdk::SoftmaxShape s :
+       {sdk::SoftmaxShape{2, 8, 8, true}, sdk::SoftmaxShape{64, 32, 32, false}}) {
+    const Shape shape{s.batch, s.rows, s.cols};
+    auto scores = random_values(static_cast<std::size_t>(shape.numel()), 43, -3.f, 3.f);
+    const std::size_t nan_row = 5, inf_row = 6;
+    scores[nan_row * static_cast<std::size_t>(s.cols) + 2] =
+        std::numeric_limits<float>::quiet_NaN();
+    scores[inf_row * static_cast<std::size_t>(s.cols) + 1] = std::numeric_limits<float>::infinity();
+    auto x = upload(scores, shape);
+    auto p = zeros(shape);
+    tested_attention->softmax_forward(x.tested->view(), s, 0.5f, p.tested->view());
+    const auto got = tested_values(p);
+    for (std::int64_t r = 0; r < s.batch * s.rows; ++r) {
+      const std::int64_t visible = s.causal ? r % s.rows + 1 : s.cols;
+      for (std::int64_t j = 0; j < visible; ++j) {
+        const float v = got[static_cast<std::size_t>(r * s.cols + j)];
+        if (r == static_cast<std::int64_t>(nan_row) ||
+            (r == static_cast<std::int64_t>(inf_row) && visible > 1))
+          EXPECT_TRUE(std::isnan(v)) << "row " << r << " key " << j << ": " << v;
+        else
+          EXPECT_TRUE(std::isfinite(v)) << "row " << r << " key " << j << ": " << v;
+      }
+    }
+  }
+}
+
 // Flash attention (attention facet 1.1) against a double-precision reference of the same causal
 // attention, from the values each dtype stores. Several heads and sequences, T past one tile of
 // 64 and not a multiple of it, T = 1, an odd-sized head.

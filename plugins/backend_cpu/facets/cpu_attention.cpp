@@ -140,6 +140,10 @@ void CpuAttention::softmax_forward(TensorView scores, const sdk::SoftmaxShape& s
     double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
     for (std::int64_t j = 0; j < visible; ++j) sum += static_cast<double>(p[j]);
+    // Shifted scores are <= 0, so only a NaN score (or +inf, shifted to inf − inf) makes the sum
+    // non-finite, and oneDNN's exp takes NaN to +inf: the whole row is NaN then, as PyTorch's
+    // softmax and the CUDA backend make it, not NaN at one key and 0 at the others.
+    if (!std::isfinite(sum)) sum = std::numeric_limits<double>::quiet_NaN();
 #pragma omp simd
     for (std::int64_t j = 0; j < visible; ++j)
       p[j] = static_cast<float>(static_cast<double>(p[j]) / sum);
