@@ -42,12 +42,19 @@ class DataParallelTest : public CliTest {
     return run_mpmd(per);
   }
   CliResult run_mpmd(const std::vector<std::string>& args_per_rank) {
+    std::vector<std::string> commands;
+    for (const auto& args : args_per_rank)
+      commands.push_back(std::string(MIXTRAIN_EXE) + " " + args);
+    return run_commands(commands);
+  }
+  // Each rank its own command line, program included.
+  CliResult run_commands(const std::vector<std::string>& command_per_rank) {
     CliResult r;
     auto out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
     // timeout(1): a hang fails the test (exit 124) instead of stalling the suite.
     std::string cmd = "timeout 600 mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1";
-    for (std::size_t i = 0; i < args_per_rank.size(); ++i)
-      cmd += std::string(i ? " :" : "") + " -np 1 " + MIXTRAIN_EXE + " " + args_per_rank[i];
+    for (std::size_t i = 0; i < command_per_rank.size(); ++i)
+      cmd += std::string(i ? " :" : "") + " -np 1 " + command_per_rank[i];
     cmd += " >" + out.string() + " 2>" + err.string() + " </dev/null";
     const int status = std::system(cmd.c_str());
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -484,6 +491,36 @@ TEST_F(DataParallelTest, RanksThatResumeDifferentCheckpointsExitTwoNamingBoth) {
   // The same checkpoint on both: they agree and train on.
   r = run_ranks(2, common + "step-00000020.mxt");
   EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// Ranks whose data files differ under one path (each node its own copy, one stale) exit 2 at
+// once, every rank, naming both checksums. Rank 1 sees another file at the path through a bind
+// mount in a mount namespace of its own (skipped where unshare is not allowed).
+TEST_F(DataParallelTest, RanksWithDifferentDataUnderOnePathExitTwoNamingBoth) {
+  if (std::system("unshare -m true >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "unshare -m is not allowed here (it needs CAP_SYS_ADMIN)";
+  const auto cfg = mlp_config("dp.toml", "[distributed]\ntype = \"mpi\"\n");
+  // Another dataset of the same shape: the config's x.npy with its rows reversed.
+  std::string x = slurp(dir_ / "x.npy");
+  const std::size_t header = x.size() - 512 * 16 * sizeof(float);
+  std::string body = x.substr(header);
+  for (std::size_t r = 0; r < 256; ++r)
+    std::swap_ranges(body.begin() + static_cast<std::ptrdiff_t>(r * 64),
+                     body.begin() + static_cast<std::ptrdiff_t>(r * 64 + 64),
+                     body.end() - static_cast<std::ptrdiff_t>((r + 1) * 64));
+  const auto stale = dir_ / "stale-x.npy";
+  std::ofstream(stale, std::ios::binary) << x.substr(0, header) << body;
+  const std::string train =
+      "train " + cfg.string() + " --set run.steps=2 --run-dir " + (dir_ / "r").string();
+  const std::string exe = MIXTRAIN_EXE;
+  auto r = run_commands({exe + " " + train, "unshare -m sh -c \"mount --bind " + stale.string() +
+                                                " " + (dir_ / "x.npy").string() + " && exec " +
+                                                exe + " " + train + "\""});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(
+      has(r.err, "the ranks start from different places: rank 0 has 448 training rows (crc "))
+      << r.err;
+  EXPECT_TRUE(has(r.err, "; rank 1 has 448 training rows (crc ")) << r.err;
 }
 
 // A rank that dies: the launcher ends the others (they never hang) and names the rank; the last

@@ -96,7 +96,7 @@ void check_start_agreement(sdk::Communicator& comm, const std::string& start) {
   const RankText differs = lowest_rank_text(comm, rank0 == start ? std::string() : start);
   if (differs.rank < 0) return;
   throw ConfigDisagreement(
-      "the ranks start from different places: rank 0 has " + rank0 + ", rank " +
+      "the ranks start from different places: rank 0 has " + rank0 + "; rank " +
           std::to_string(differs.rank) + " has " + differs.text,
       "give every rank the same data files and, to resume, the same checkpoint (one file on "
       "storage every rank reads, or identical copies)");

@@ -19,6 +19,7 @@
 #include "mixtrain/core/precision/loss_scaling_advice.h"
 #include "mixtrain/core/runs/folder.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
+#include "runs/tfrecord.h"
 #include "train/planned_model.h"
 #include "train/step.h"
 #include "train/trainer_state.h"
@@ -128,6 +129,31 @@ std::vector<std::byte> replica_state(Trainer::State& s) {
         component_state_to_json(s.e.policy_name, s.c.policy->save_state()).dump()})
     append(text.data(), text.size());
   return out;
+}
+
+// A short checksum of a split's values and labels, for the ranks to compare at start-up: the
+// CRC-32C of up to 64 evenly spaced 64 KiB pieces of each vector (all of a small one), so that
+// ranks given different files of the same shape are told apart without reading gigabytes.
+std::string data_fingerprint(const Dataset& d) {
+  std::string pieces;
+  auto take = [&](const void* data, std::size_t bytes) {
+    constexpr std::size_t kPiece = 64 * 1024, kPieces = 64;
+    const auto* b = static_cast<const char*>(data);
+    if (bytes == 0) return;  // an empty vector's data() may be null
+    if (bytes <= kPiece * kPieces) {
+      pieces.append(b, bytes);
+      return;
+    }
+    const std::size_t step = (bytes - kPiece) / (kPieces - 1);
+    for (std::size_t i = 0; i < kPieces; ++i) pieces.append(b + i * step, kPiece);
+  };
+  take(d.x.data(), d.x.size() * sizeof(float));
+  take(d.y.data(), d.y.size() * sizeof(std::int32_t));
+  take(d.tokens.data(), d.tokens.size() * sizeof(std::int32_t));
+  take(d.pixels.data(), d.pixels.size());
+  char text[16];
+  std::snprintf(text, sizeof text, "crc %08x", static_cast<unsigned>(crc32c(pieces)));
+  return text;
 }
 
 // Joins the other ranks when there are any: every rank must run the same config before anything
@@ -547,8 +573,9 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   if (s.c.communicator) {
     const auto cursor = s.data.sampler->cursor();
     check_start_agreement(*s.c.communicator,
-                          std::to_string(s.train.rows) + " training and " +
-                              std::to_string(s.eval.rows) + " held-out rows, " +
+                          std::to_string(s.train.rows) + " training rows (" +
+                              data_fingerprint(s.train) + ") and " + std::to_string(s.eval.rows) +
+                              " held-out rows (" + data_fingerprint(s.eval) + "), " +
                               (s.position.resumed_from.empty()
                                    ? std::string("starting at step 0")
                                    : "resumed at step " + std::to_string(s.position.step) +

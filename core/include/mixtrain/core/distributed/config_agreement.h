@@ -29,10 +29,11 @@ class ConfigDisagreement : public sdk::UserError {
 void check_config_agreement(sdk::Communicator& comm, const std::string& resolved);
 
 // Collective, once the data is loaded and any checkpoint resumed: `start` says where this rank
-// starts (its data's row counts, the resumed step and sampler position). Rank 0's is broadcast,
-// and when any rank's differs every rank throws ConfigDisagreement naming the lowest such rank
-// and both texts: ranks that read different checkpoints (a stale copy off shared storage) or
-// different data files would otherwise issue different collectives and wait out the timeout.
+// starts (its data's row counts and a checksum of each split, the resumed step and sampler
+// position). Rank 0's is broadcast, and when any rank's differs every rank throws
+// ConfigDisagreement naming the lowest such rank and both texts: ranks that read different
+// checkpoints (a stale copy off shared storage) or different data files would otherwise issue
+// different collectives and wait out the timeout, or train on different data.
 void check_start_agreement(sdk::Communicator& comm, const std::string& start);
 
 // The first difference between two resolved configs, as "key: `a` against `b`"; "" when their
