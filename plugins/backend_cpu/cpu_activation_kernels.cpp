@@ -42,11 +42,10 @@ void apply_activation(const CpuContext& context, Activation act, TensorView x, T
   context.use_threads();
   checks().activation_args(x, y);
   const std::int64_t total = x.numel();
-  // ReLU never goes to oneDNN: its eltwise_relu turns NaN into 0 (and its backward passes dy
-  // where x is NaN), which would hide an overflow from the non-finite check; the loop below keeps
-  // NaN at every size, as PyTorch does, and is memory-bound like oneDNN's. GELU always takes
-  // oneDNN's path where it has one, so its numbers never depend on the tensor size.
-  if (act != Activation::relu && context.eltwise().try_forward(act, x, y)) return;
+  // oneDNN runs GELU where it has a primitive, at every size, so its numbers never depend on the
+  // tensor size; it refuses ReLU (cpu_eltwise.h), which the loop below runs keeping NaN, as
+  // PyTorch does, memory-bound like oneDNN's.
+  if (context.eltwise().try_forward(act, x, y)) return;
 #pragma omp parallel for schedule(static) if (parallel_worth(total))
   for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
     const std::int64_t len = std::min(kChunk, total - c0);
@@ -69,7 +68,7 @@ void apply_activation_grad(const CpuContext& context, Activation act, TensorView
   context.use_threads();
   checks().activation_grad_args(x, dy, dx);
   const std::int64_t total = x.numel();
-  if (act != Activation::relu && context.eltwise().try_backward(act, x, dy, dx)) return;
+  if (context.eltwise().try_backward(act, x, dy, dx)) return;
 #pragma omp parallel for schedule(static) if (parallel_worth(total))
   for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
     const std::int64_t len = std::min(kChunk, total - c0);

@@ -6,11 +6,6 @@ using dnnl::memory;
 
 namespace {
 
-dnnl::algorithm algorithm_of(sdk::Activation act) {
-  return act == sdk::Activation::relu ? dnnl::algorithm::eltwise_relu
-                                      : dnnl::algorithm::eltwise_gelu_tanh;
-}
-
 std::optional<memory::data_type> dnnl_type(sdk::DType t) {
   switch (t) {
     case sdk::DType::fp32: return memory::data_type::f32;
@@ -54,8 +49,10 @@ std::optional<dnnl::primitive>& EltwiseEngine::lookup(dnnl::algorithm alg, sdk::
 
 bool EltwiseEngine::try_forward(sdk::Activation act, const sdk::TensorView& x,
                                 const sdk::TensorView& y) {
-  if (act == sdk::Activation::relu || x.dtype != y.dtype || x.numel() == 0) return false;
-  auto& prim = lookup(algorithm_of(act), x.dtype, x.numel(), false);
+  // GELU only: oneDNN's eltwise_relu turns NaN into 0 (and its backward passes dy where x is
+  // NaN), which would hide an overflow from the non-finite check.
+  if (act != sdk::Activation::gelu || x.dtype != y.dtype || x.numel() == 0) return false;
+  auto& prim = lookup(dnnl::algorithm::eltwise_gelu_tanh, x.dtype, x.numel(), false);
   if (!prim) return false;
   const auto md = flat(x.numel(), *dnnl_type(x.dtype));
   prim->execute(stream_, {{DNNL_ARG_SRC, memory(md, engine_, x.data)},
@@ -66,9 +63,9 @@ bool EltwiseEngine::try_forward(sdk::Activation act, const sdk::TensorView& x,
 
 bool EltwiseEngine::try_backward(sdk::Activation act, const sdk::TensorView& x,
                                  const sdk::TensorView& dy, const sdk::TensorView& dx) {
-  if (act == sdk::Activation::relu || x.dtype != dy.dtype || x.dtype != dx.dtype || x.numel() == 0)
+  if (act != sdk::Activation::gelu || x.dtype != dy.dtype || x.dtype != dx.dtype || x.numel() == 0)
     return false;
-  auto& prim = lookup(algorithm_of(act), x.dtype, x.numel(), true);
+  auto& prim = lookup(dnnl::algorithm::eltwise_gelu_tanh, x.dtype, x.numel(), true);
   if (!prim) return false;
   const auto md = flat(x.numel(), *dnnl_type(x.dtype));
   prim->execute(stream_, {{DNNL_ARG_SRC, memory(md, engine_, x.data)},

@@ -3,8 +3,9 @@
 // Contract
 // - try_forward/try_backward run the op and return true when oneDNN has a primitive for the
 //   tensors' dtypes (all operands the same dtype: fp32 or bf16 on this build); they return false,
-//   touching nothing, otherwise so the caller runs the portable fp32 kernel instead. ReLU always
-//   returns false: oneDNN's eltwise_relu turns NaN into 0 (cpu_activation_kernels.h keeps it).
+//   touching nothing, otherwise so the caller runs the portable fp32 kernel instead. Only GELU is
+//   run: ReLU always returns false, as oneDNN's eltwise_relu turns NaN into 0
+//   (cpu_activation_kernels.h keeps it).
 // - Tensors are treated as flat 1-D arrays of numel elements; in-place (y == x, dx == dy) is
 //   supported as oneDNN allows it.
 // - Not thread-safe: one engine per backend.
