@@ -1,5 +1,6 @@
 #include "cli_registry.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -14,20 +15,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A [plugins] paths entry the user wrote and that can load nothing: the folder does not exist,
-// or it holds shared libraries none of which is named libmixtrain_*.so (the registry scans only
-// those). Empty when the entry is fine. Such an entry is a typo or a misnamed library; without
+// What is wrong with a [plugins] paths entry the user wrote that scan() found (a missing one is
+// in missing_paths()): a folder whose shared libraries are none of them plugin files, or that
+// holds none. Empty when the entry is fine. Such an entry is a typo or a misnamed library; without
 // this line it would only show as a missing component, or not at all when the run needs none.
-std::string unusable_plugin_path(const fs::path& entry) {
+std::string unusable_plugin_folder(const fs::path& entry) {
   std::error_code ec;
-  if (!fs::exists(entry, ec)) return "does not exist";
   if (!fs::is_directory(entry, ec)) return {};  // a file is loaded (or its failure reported)
   std::vector<std::string> other_libraries;
   for (const auto& f : fs::directory_iterator(entry, ec)) {
-    auto name = f.path().filename().string();
     if (f.path().extension() != ".so") continue;
-    if (name.rfind("libmixtrain_", 0) == 0) return {};
-    other_libraries.push_back(name);
+    if (core::PluginRegistry::is_plugin_file(f.path())) return {};
+    other_libraries.push_back(f.path().filename().string());
   }
   if (other_libraries.empty()) return "holds no plugin library (libmixtrain_*.so)";
   std::string names;
@@ -51,10 +50,15 @@ std::unique_ptr<core::PluginRegistry> make_registry(const core::Config* config) 
   // components go missing is not a silent surprise.
   if (config != nullptr) {
     auto log = core::core_logger("plugins");
-    for (const auto& p : config_paths)
-      if (auto problem = unusable_plugin_path(p); !problem.empty())
+    const auto& missing = reg->missing_paths();
+    for (const auto& p : config_paths) {
+      const std::string problem = std::find(missing.begin(), missing.end(), p) != missing.end()
+                                      ? "does not exist"
+                                      : unusable_plugin_folder(p);
+      if (!problem.empty())
         log.warn(config->location("plugins.paths").to_string() + ": [plugins] paths entry " +
                  p.string() + " " + problem);
+    }
     for (const auto& l : reg->libraries())
       if (!l.loaded)
         log.warn("plugin library " + l.path.string() + " was skipped: " + l.error +

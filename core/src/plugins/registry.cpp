@@ -30,11 +30,6 @@ void keep_loaded_forever(const std::shared_ptr<dll::shared_library>& lib) {
   keep->push_back(lib);
 }
 
-bool is_plugin_file(const fs::path& p) {
-  auto name = p.filename().string();
-  return name.rfind("libmixtrain_", 0) == 0 && p.extension() == ".so";
-}
-
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
@@ -146,6 +141,11 @@ std::string schema_problem(const sdk::OptionSchema& schema) {
 }  // namespace
 
 PluginRegistry::PluginRegistry(sdk::LogSink* sink) : sink_(sink) {}
+
+bool PluginRegistry::is_plugin_file(const fs::path& p) {
+  auto name = p.filename().string();
+  return name.rfind("libmixtrain_", 0) == 0 && p.extension() == ".so";
+}
 
 std::vector<fs::path> PluginRegistry::builtin_folders(const fs::path& prefix,
                                                       const fs::path& libdir) {

@@ -59,6 +59,8 @@ class PluginRegistry {
   static std::filesystem::path installed_plugin_folder();
   // default_search_path()'s built-in part: builtin_folders() beside the running program.
   static std::vector<std::filesystem::path> builtin_search_path();
+  // Whether scan() loads `file` from a folder: a libmixtrain_*.so.
+  static bool is_plugin_file(const std::filesystem::path& file);
   // Its built-in part for an install `prefix` whose libraries are in `libdir` (relative).
   static std::vector<std::filesystem::path> builtin_folders(const std::filesystem::path& prefix,
                                                             const std::filesystem::path& libdir);
