@@ -1,6 +1,5 @@
 #include "mixtrain/core/distributed/config_agreement.h"
 
-#include <cstring>
 #include <map>
 #include <sstream>
 #include <vector>
@@ -73,10 +72,7 @@ std::string first_config_difference(const std::string& a, const std::string& b) 
 }
 
 void check_config_agreement(sdk::Communicator& comm, const std::string& resolved) {
-  std::vector<std::byte> bytes(resolved.size());
-  std::memcpy(bytes.data(), resolved.data(), resolved.size());
-  comm.broadcast_host(bytes, 0);
-  const std::string rank0(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const std::string rank0 = rank0_text(comm, resolved);
   const std::string mine = first_config_difference(rank0, resolved);
   // The lowest differing rank tells everyone what differs.
   const RankText differs = lowest_rank_text(comm, mine);
@@ -89,10 +85,7 @@ void check_config_agreement(sdk::Communicator& comm, const std::string& resolved
 }
 
 void check_start_agreement(sdk::Communicator& comm, const std::string& start) {
-  std::vector<std::byte> bytes(start.size());
-  std::memcpy(bytes.data(), start.data(), start.size());
-  comm.broadcast_host(bytes, 0);
-  const std::string rank0(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const std::string rank0 = rank0_text(comm, start);
   const RankText differs = lowest_rank_text(comm, rank0 == start ? std::string() : start);
   if (differs.rank < 0) return;
   throw ConfigDisagreement(

@@ -5,8 +5,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include <zlib.h>
-
 #include "distributed/rank_agreement.h"
 #include "mixtrain/core/graph/backend_needs.h"
 #include "mixtrain/sdk/error.h"
@@ -324,12 +322,7 @@ void DataParallel::load_optimizer_state(
 }
 
 bool DataParallel::ranks_agree(std::span<const std::byte> state) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (std::size_t at = 0; at < state.size();) {  // zlib takes uInt lengths
-    const auto n = static_cast<uInt>(std::min<std::size_t>(state.size() - at, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(state.data() + at), n);
-    at += n;
-  }
+  const std::uint32_t crc = crc32_of(state);
   // A CRC-32 is exact in a double; the max and the min agree only when every rank's does.
   double v[2] = {static_cast<double>(crc), -static_cast<double>(crc)};
   comm_->all_reduce_host(v, sdk::ReduceOp::max);

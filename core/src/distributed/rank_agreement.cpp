@@ -1,5 +1,8 @@
 #include "distributed/rank_agreement.h"
 
+#include <zlib.h>
+
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -27,6 +30,23 @@ RankText lowest_rank_text(sdk::Communicator& comm, const std::string& mine) {
   comm.broadcast_host(bytes, out.rank);
   out.text.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   return out;
+}
+
+std::string rank0_text(sdk::Communicator& comm, const std::string& text) {
+  std::vector<std::byte> bytes(text.size());
+  std::memcpy(bytes.data(), text.data(), text.size());
+  comm.broadcast_host(bytes, 0);
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+std::uint32_t crc32_of(std::span<const std::byte> bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (std::size_t at = 0; at < bytes.size();) {  // zlib takes uInt lengths
+    const auto n = static_cast<uInt>(std::min<std::size_t>(bytes.size() - at, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at), n);
+    at += n;
+  }
+  return static_cast<std::uint32_t>(crc);
 }
 
 }  // namespace mixtrain::core

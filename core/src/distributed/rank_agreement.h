@@ -1,8 +1,12 @@
 // Small agreements among the ranks, over host collectives (docs/architecture.md, "Data
-// parallel"): whether any rank says yes, and which text the lowest rank that has one holds.
-// Internal to the core; both are collective (every rank calls them, in the same order).
+// parallel"): whether any rank says yes, which text the lowest rank that has one holds, and rank
+// 0's text. Internal to the core; these are collective (every rank calls them, in the same
+// order); crc32_of is a plain function, for what the ranks then compare.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <span>
 #include <string>
 
 #include "mixtrain/sdk/communicator.h"
@@ -19,5 +23,11 @@ struct RankText {
   std::string text;
 };
 RankText lowest_rank_text(sdk::Communicator& comm, const std::string& mine);
+
+// Rank 0's `text`, on every rank (the others' own `text` is not read).
+std::string rank0_text(sdk::Communicator& comm, const std::string& text);
+
+// The CRC-32 (zlib's) of `bytes`: what ranks compare of their states and data, not a collective.
+std::uint32_t crc32_of(std::span<const std::byte> bytes);
 
 }  // namespace mixtrain::core

@@ -6,12 +6,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/state.h"
 #include "distributed/data_parallel_reducer.h"
 #include "distributed/local_reducer.h"
+#include "distributed/rank_agreement.h"
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/core/console/progress_report.h"
 #include "mixtrain/core/distributed/config_agreement.h"
@@ -19,7 +21,6 @@
 #include "mixtrain/core/precision/loss_scaling_advice.h"
 #include "mixtrain/core/runs/folder.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
-#include "runs/tfrecord.h"
 #include "train/planned_model.h"
 #include "train/step.h"
 #include "train/trainer_state.h"
@@ -132,27 +133,29 @@ std::vector<std::byte> replica_state(Trainer::State& s) {
 }
 
 // A short checksum of a split's values and labels, for the ranks to compare at start-up: the
-// CRC-32C of up to 64 evenly spaced 64 KiB pieces of each vector (all of a small one), so that
-// ranks given different files of the same shape are told apart without reading gigabytes.
+// CRC-32 (distributed/rank_agreement.h) of up to 64 evenly spaced 64 KiB pieces of each vector
+// (all of a small one), so that ranks given different files of the same shape are told apart
+// without reading gigabytes.
 std::string data_fingerprint(const Dataset& d) {
-  std::string pieces;
-  auto take = [&](const void* data, std::size_t bytes) {
+  std::vector<std::byte> pieces;
+  auto take = [&](std::span<const std::byte> bytes) {
     constexpr std::size_t kPiece = 64 * 1024, kPieces = 64;
-    const auto* b = static_cast<const char*>(data);
-    if (bytes == 0) return;  // an empty vector's data() may be null
-    if (bytes <= kPiece * kPieces) {
-      pieces.append(b, bytes);
+    if (bytes.size() <= kPiece * kPieces) {
+      pieces.insert(pieces.end(), bytes.begin(), bytes.end());
       return;
     }
-    const std::size_t step = (bytes - kPiece) / (kPieces - 1);
-    for (std::size_t i = 0; i < kPieces; ++i) pieces.append(b + i * step, kPiece);
+    const std::size_t step = (bytes.size() - kPiece) / (kPieces - 1);
+    for (std::size_t i = 0; i < kPieces; ++i) {
+      const auto piece = bytes.subspan(i * step, kPiece);
+      pieces.insert(pieces.end(), piece.begin(), piece.end());
+    }
   };
-  take(d.x.data(), d.x.size() * sizeof(float));
-  take(d.y.data(), d.y.size() * sizeof(std::int32_t));
-  take(d.tokens.data(), d.tokens.size() * sizeof(std::int32_t));
-  take(d.pixels.data(), d.pixels.size());
+  take(std::as_bytes(std::span(d.x)));
+  take(std::as_bytes(std::span(d.y)));
+  take(std::as_bytes(std::span(d.tokens)));
+  take(std::as_bytes(std::span(d.pixels)));
   char text[16];
-  std::snprintf(text, sizeof text, "crc %08x", static_cast<unsigned>(crc32c(pieces)));
+  std::snprintf(text, sizeof text, "crc %08x", static_cast<unsigned>(crc32_of(pieces)));
   return text;
 }
 
