@@ -281,15 +281,18 @@ void plan_node(const GraphContext& g, const std::string& list, std::size_t pos,
   const sdk::Options options = layer_options(l, key);
   // A token source's ids run over its vocabulary, the loss's classes: a smaller table would fail
   // only at the first step, inside the backend's gather.
-  if (site.op.reads_token_ids)
-    for (const auto& [name, value] : options.effective())
-      if (name == "vocab" && options.get_int("vocab") < g.classes)
-        throw site.bad("vocab = " + std::to_string(options.get_int("vocab")) +
-                           " rows, but the token data's ids run to " +
-                           std::to_string(g.classes - 1) + " (its vocabulary of " +
-                           std::to_string(g.classes) + ")",
-                       "set vocab = " + std::to_string(g.classes) +
-                           " (a larger table is fine: rows no id reaches stay unused)");
+  const auto& effective = options.effective();
+  const bool has_vocab = std::any_of(effective.begin(), effective.end(),
+                                     [](const auto& option) { return option.first == "vocab"; });
+  if (site.op.reads_token_ids && has_vocab) {
+    const std::int64_t vocab = options.get_int("vocab");
+    if (vocab < g.classes)
+      throw site.bad("vocab = " + std::to_string(vocab) +
+                         " rows, but the token data's ids run to " + std::to_string(g.classes - 1) +
+                         " (its vocabulary of " + std::to_string(g.classes) + ")",
+                     "set vocab = " + std::to_string(g.classes) +
+                         " (a larger table is fine: rows no id reaches stay unused)");
+  }
   const NodeInputs in = node_inputs(g, site, node, nodes);
   BuiltOp built = build_op(site, options, in);
   node.channels_last =
