@@ -23,22 +23,28 @@ constexpr std::int64_t kByteVocabulary = 256;
 constexpr const char* kTokensSection =
     "README, \"Tokens for a pretrained GPT-2\", has the one-line encode and decode";
 
+// A model trained on data.source = "text" reads bytes whatever its vocab_size (a larger one only
+// pads the output layer); any other model whose vocabulary is 256 is taken to be byte-level too.
+bool byte_level(const core::Experiment& e, std::int64_t vocab) {
+  return vocab == kByteVocabulary || e.data.source == core::DataSource::text;
+}
+
 // The vocabulary decides what the prompt and the output may be; checked before any weight loads.
-void check_prompt_fits(const SampleArgs& args, std::int64_t vocab,
+void check_prompt_fits(const SampleArgs& args, std::int64_t vocab, bool bytes,
                        const std::vector<std::int32_t>& prompt) {
-  const bool bytes = vocab == kByteVocabulary;
   if (args.prompt && !bytes)
     throw sdk::UserError(
-        "--prompt is read as bytes, the token ids of a byte-level model (a vocabulary of 256), "
-        "but this model's vocabulary has " +
+        "--prompt is read as bytes, the token ids of a byte-level model (data.source = \"text\" "
+        "or a vocabulary of 256), but this model's vocabulary has " +
             std::to_string(vocab) + " tokens",
         "give the prompt as ids from the model's tokenizer: --prompt-ids ID,ID,... --print-ids (" +
             std::string(kTokensSection) + ")");
-  check_in_vocabulary(prompt, vocab, args.prompt ? "--prompt" : "--prompt-ids");
+  check_in_vocabulary(prompt, bytes ? kByteVocabulary : vocab,
+                      args.prompt ? "--prompt" : "--prompt-ids");
   if (!args.print_ids && !bytes)
     throw sdk::UserError(
-        "sample prints text only for a byte-level model (a vocabulary of 256), but this model's "
-        "vocabulary has " +
+        "sample prints text only for a byte-level model (data.source = \"text\" or a vocabulary "
+        "of 256), but this model's vocabulary has " +
             std::to_string(vocab) + " tokens",
         "add --print-ids and decode the ids with the model's tokenizer (" +
             std::string(kTokensSection) + ")");
@@ -71,7 +77,7 @@ core::SamplingOptions sampling_options(const SampleArgs& args) {
 
 int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
   // The arguments first: a typo costs nothing to report, loading the data and model does.
-  const core::SamplingOptions o = sampling_options(args);
+  core::SamplingOptions o = sampling_options(args);
   if (!args.prompt && !args.prompt_ids)
     throw sdk::UserError("sample needs a prompt to continue",
                          "give --prompt TEXT (a byte-level model) or --prompt-ids ID,ID,... (the "
@@ -86,8 +92,12 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
   auto& trainer = *session.trainer;
   // Whether the model can decode at all, before its vocabulary or its weights are looked at.
   { const core::Decoder probe(trainer.model(), 1); }
-  check_prompt_fits(args, trainer.model().classes(), prompt);
-  check_in_vocabulary(o.stop_ids, trainer.model().classes(), "--stop-ids");
+  const std::int64_t vocab = trainer.model().classes();
+  const bool bytes = byte_level(session.experiment, vocab);
+  check_prompt_fits(args, vocab, bytes, prompt);
+  // A padded byte-level model never emits an id past the bytes.
+  if (bytes) o.vocabulary = kByteVocabulary;
+  check_in_vocabulary(o.stop_ids, bytes ? kByteVocabulary : vocab, "--stop-ids");
   trainer.load_checkpoint(session.checkpoint_path(args.checkpoint),
                           /*weights_only=*/true, core::parse_weight_layout(args.layout));
   // Ids come out in --prompt-ids' own form, so an output continues as the next call's prompt.

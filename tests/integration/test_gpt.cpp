@@ -95,11 +95,44 @@ TEST_F(CliGpt, SamplesTheSameTextForTheSameSeedOverAKvCache) {
   EXPECT_EQ(more.out.rfind(expected + ",", 0), 0u) << more.out;
 }
 
-// A vocabulary other than bytes (300: the byte-level data, the output layer padded) takes and
-// prints ids only; an id outside it, or a malformed list, exits 2 naming it.
-TEST_F(CliGpt, SampleTakesAndPrintsIdsOfAnyVocabularyAndRefusesIdsOutsideIt) {
+// A byte-level model (data.source = "text") whose output layer is padded past the bytes (300
+// ids) still takes and prints text, and never draws a padded id, even at a temperature that makes
+// the untrained ids 256..299 likely.
+TEST_F(CliGpt, SampleOfAPaddedByteLevelModelReadsAndWritesBytesOnly) {
   const auto run_dir = dir_ / "run";
   auto r = run("train " + config("gpt-tiny-fp32.toml") + kSmall +
+               " --set data.vocab_size=300 --set run.steps=2 --set run.eval_every=0 --run-dir " +
+               run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string base =
+      "sample " + (run_dir / "config.toml").string() + " --checkpoint " + run_dir.string();
+  r = run(base + " --prompt 'the ' --tokens 20 --seed 3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("the ", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.size(), 4u + 20u + 1u);
+  r = run(base + " --prompt-ids 116,104 --print-ids --tokens 300 --temperature 20 --seed 5");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<int> drawn;
+  for (std::size_t at = 0; at < r.out.size();) {
+    const std::size_t end = r.out.find_first_of(",\n", at);
+    drawn.push_back(std::stoi(r.out.substr(at, end - at)));
+    at = end + 1;
+  }
+  ASSERT_EQ(drawn.size(), 2u + 300u) << r.out;
+  EXPECT_LT(*std::max_element(drawn.begin(), drawn.end()), 256) << r.out;
+  // A stop id that is no byte could never end the generation.
+  r = run(base + " --prompt 'the ' --stop-ids 10,256");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "--stop-ids: token id 256 (item 2) is outside")) << r.err;
+}
+
+// A vocabulary other than bytes (token ids of a walk over 64, the output layer 300 wide) takes and
+// prints ids only; an id outside it, or a malformed list, exits 2 naming it.
+TEST_F(CliGpt, SampleTakesAndPrintsIdsOfAnyVocabularyAndRefusesIdsOutsideIt) {
+  write_token_walk(dir_ / "train.bin", 3000, 1);
+  const auto run_dir = dir_ / "run";
+  auto r = run("train " + config("gpt-tiny-fp32.toml") + kSmall +
+               " --set data.source=tokens --set data.train=" + (dir_ / "train.bin").string() +
                " --set data.vocab_size=300 --set run.steps=2 --set run.eval_every=0 --run-dir " +
                run_dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -117,8 +150,8 @@ TEST_F(CliGpt, SampleTakesAndPrintsIdsOfAnyVocabularyAndRefusesIdsOutsideIt) {
             "--prompt-ids: token id 300 (item 2) is outside this model's vocabulary of 300 "
             "tokens (ids 0 to 299)"},
            {"--prompt 'the ' --print-ids",
-            "--prompt is read as bytes, the token ids of a byte-level model (a vocabulary of "
-            "256), but this model's vocabulary has 300 tokens"},
+            "--prompt is read as bytes, the token ids of a byte-level model (data.source = "
+            "\"text\" or a vocabulary of 256), but this model's vocabulary has 300 tokens"},
            {"--prompt-ids 5,6", "add --print-ids"},
            {"--prompt-ids 5,6 --print-ids --stop-ids 7,300",
             "--stop-ids: token id 300 (item 2) is outside this model's vocabulary"}}) {

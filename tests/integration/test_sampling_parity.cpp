@@ -128,6 +128,7 @@ TEST(Sampling, OptionsOutOfRangeAreUserErrors) {
   refused([](auto& o) { o.repetition_penalty = INFINITY; });
   refused([](auto& o) { o.temperature = -0.5; });
   refused([](auto& o) { o.top_k = -1; });
+  refused([](auto& o) { o.vocabulary = -1; });
   EXPECT_NO_THROW(core::check_sampling_options(core::SamplingOptions{}));
 }
 

@@ -93,6 +93,9 @@ void check_sampling_options(const SamplingOptions& o) {
   if (o.top_k < 0)
     throw sdk::UserError("top_k " + std::to_string(o.top_k) + " is negative",
                          "use 0 (every token) or a positive count");
+  if (o.vocabulary < 0)
+    throw sdk::UserError("vocabulary " + std::to_string(o.vocabulary) + " is negative",
+                         "use 0 (every id the model outputs) or the data's vocabulary size");
 }
 
 void apply_repetition_penalty(std::span<float> logits, std::span<const std::int32_t> context,
@@ -136,6 +139,11 @@ std::vector<std::int32_t> generate(Model& model, std::span<const std::int32_t> p
   if (prompt.empty())
     throw sdk::UserError("the prompt is empty", "give --prompt some text to continue");
   check_sampling_options(o);
+  if (o.vocabulary > model.classes())
+    throw sdk::UserError("vocabulary " + std::to_string(o.vocabulary) + " is larger than the " +
+                             std::to_string(model.classes()) + " ids the model outputs",
+                         "use at most the model's vocab_size (0 keeps every id)");
+  const auto drawn = static_cast<std::size_t>(o.vocabulary > 0 ? o.vocabulary : model.classes());
   const std::int64_t block = model.input_features();
   std::vector<std::int32_t> context(prompt.begin(), prompt.end());
   std::vector<std::int32_t> out;
@@ -149,8 +157,10 @@ std::vector<std::int32_t> generate(Model& model, std::span<const std::int32_t> p
   };
   std::vector<float> logits = restart(static_cast<std::size_t>(block));
   for (std::int64_t i = 0; i < o.tokens; ++i) {
-    apply_repetition_penalty(logits, context, o.repetition_penalty);
-    const std::int32_t next = sample_token(logits, o, rng);
+    // Ids past `drawn` (a padded output layer's) are never candidates.
+    const std::span<float> candidates = std::span<float>(logits).first(drawn);
+    apply_repetition_penalty(candidates, context, o.repetition_penalty);
+    const std::int32_t next = sample_token(candidates, o, rng);
     out.push_back(next);
     context.push_back(next);
     if (on_token) on_token(next);

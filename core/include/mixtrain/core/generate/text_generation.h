@@ -20,8 +20,8 @@
 //   with DataRng: the same ids for the same seed on every machine given the same logits (up to
 //   the C library's exp in the last bit, which moves a draw only when it lands on a boundary).
 // - Errors: an empty prompt, a temperature < 0, a top_p outside (0, 1], a repetition_penalty
-//   that is not > 0 (each non-finite included) or a prompt id outside the vocabulary are
-//   sdk::UserError.
+//   that is not > 0 (each non-finite included), a negative `vocabulary` or one past the model's
+//   outputs, or a prompt id outside the vocabulary are sdk::UserError.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +42,10 @@ struct SamplingOptions {
   double repetition_penalty = 1.0;
   std::vector<std::int32_t> stop_ids;  // generation ends after emitting one
   std::uint64_t seed = 0;
+  // 0: every id the model outputs can be drawn. Otherwise only ids below it: a model whose output
+  // layer is padded past its data's vocabulary (a byte-level model with vocab_size > 256) never
+  // emits an id no token of its data has.
+  std::int64_t vocabulary = 0;
 };
 
 // Throws sdk::UserError naming the first option out of range (see the contract).
