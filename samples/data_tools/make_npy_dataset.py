@@ -12,6 +12,9 @@ data/dataset.h, load_npy):
 
 Little-endian only, Fortran order is rejected: plain numpy.save() of a numeric array is right.
 
+Every class has rows (as even a share as --rows allows). An existing <out>_x.npy or <out>_y.npy
+is replaced only with --force.
+
 Usage:
   python3 make_npy_dataset.py --kind spiral --rows 3000 --classes 3 --out data/spiral
   python3 make_npy_dataset.py --kind blobs --features 16 --classes 5 --out data/blobs
@@ -40,7 +43,7 @@ def blobs(rows, classes, features, noise, rng):
     """Gaussian class clusters around random centres at distance 4 from the origin."""
     centres = rng.normal(size=(classes, features))
     centres *= 4.0 / np.linalg.norm(centres, axis=1, keepdims=True)
-    y = rng.integers(0, classes, size=rows)
+    y = np.arange(rows) % classes  # every class present; the caller shuffles the rows
     x = centres[y] + noise * rng.normal(size=(rows, features))
     return x, y
 
@@ -55,9 +58,19 @@ def main():
                         help="angle jitter (spiral, default 0.2) or cluster std (blobs, default 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="spiral", help="output prefix: writes <out>_x.npy, <out>_y.npy")
+    parser.add_argument("--force", action="store_true",
+                        help="replace <out>_x.npy and <out>_y.npy if they exist")
     args = parser.parse_args()
-    if args.rows < 1 or args.classes < 2:
-        parser.error("need --rows >= 1 and --classes >= 2")
+    if args.classes < 2 or args.rows < args.classes:
+        parser.error("need --classes >= 2 and --rows >= --classes (a row for every class), got "
+                     "--rows %d --classes %d" % (args.rows, args.classes))
+    if args.features < 1:
+        parser.error("need --features >= 1, got %d" % args.features)
+    if args.noise is not None and not args.noise >= 0.0:
+        parser.error("need --noise >= 0, got %g" % args.noise)
+    for name in (args.out + "_x.npy", args.out + "_y.npy"):
+        if os.path.exists(name) and not args.force:
+            parser.error("%s exists; add --force to replace it, or choose another --out" % name)
 
     rng = np.random.default_rng(args.seed)
     if args.kind == "spiral":

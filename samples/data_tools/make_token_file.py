@@ -3,10 +3,14 @@
 
 By default every byte of the input files (read one after another) becomes one token, so the
 vocabulary is 256 and no tokenizer is needed: Python standard library only, any python3 runs it.
-With --tokenizer DIR the text is encoded by the tokenizer of a Hugging Face model folder
-(`AutoTokenizer.from_pretrained(DIR)`: a GPT-2 folder's vocab.json + merges.txt or
-tokenizer.json), for a model of that vocabulary; that needs transformers, so run it with the
-Python peers, ~/.cache/mixtrain/peers/bin/python.
+With --tokenizer DIR the text is encoded by the tokenizer of a Hugging Face model folder, for a
+model of that vocabulary: AutoTokenizer.from_pretrained(DIR) when the folder has config.json or
+tokenizer_config.json, else its tokenizer.json alone, else its GPT-2 vocab.json + merges.txt.
+That needs transformers, so run it with the Python peers, ~/.cache/mixtrain/peers/bin/python.
+
+Outputs are written whole or not at all (each to a temporary file renamed into place once every
+part is written), their folders are made, an existing one is replaced only with --force, and an
+input is never an output, --force or not.
 
 This is also the reference for the token file layout mixtrain reads with data.source = "tokens"
 (see core/include/mixtrain/core/data/dataset.h, load_token_file; llm.c dev/data/data_common.py):
@@ -33,8 +37,10 @@ Usage:
 import argparse
 import array
 import math
+import os
 import struct
 import sys
+import tempfile
 
 MAGIC = 20240520
 VERSION = 1
@@ -52,26 +58,65 @@ def token_file_bytes(tokens):
     return header + body.tobytes()
 
 
-def write(path, tokens):
-    with open(path, "wb") as out:
-        out.write(token_file_bytes(tokens))
-    print("%s: %d tokens" % (path, len(tokens)))
+def write_all(parts):
+    """Writes each (path, tokens) of `parts`; none is in place before all are written."""
+    umask = os.umask(0)
+    os.umask(umask)
+    staged = []
+    try:
+        for path, tokens in parts:
+            folder = os.path.dirname(os.path.abspath(path))
+            os.makedirs(folder, exist_ok=True)
+            fd, temp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=folder)
+            staged.append((temp, path, len(tokens)))
+            with os.fdopen(fd, "wb") as out:
+                out.write(token_file_bytes(tokens))
+            os.chmod(temp, 0o666 & ~umask)  # mkstemp's 0600 would differ from open()'s
+        for temp, path, _ in staged:
+            os.replace(temp, path)
+    finally:
+        for temp, _, _ in staged:
+            if os.path.exists(temp):
+                os.remove(temp)
+    for _, path, count in staged:
+        print("%s: %d tokens" % (path, count))
 
 
-def encode(text, folder):
-    """The ids of `text` under the tokenizer of the model folder `folder`."""
-    import os
+def load_tokenizer(folder):
+    """The tokenizer of the Hugging Face model folder `folder` (see the module's docstring)."""
     # A name that is no folder would send transformers to the Hugging Face Hub.
     if not os.path.isdir(folder):
         raise ValueError("no such folder (a Hugging Face model folder with its tokenizer files)")
-    from transformers import AutoTokenizer
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    def has(name):
+        return os.path.isfile(os.path.join(folder, name))
+    from transformers import AutoTokenizer, GPT2TokenizerFast, PreTrainedTokenizerFast
+    # AutoTokenizer needs one of these to know the tokenizer's class.
+    if has("config.json") or has("tokenizer_config.json"):
+        return AutoTokenizer.from_pretrained(folder)
+    if has("tokenizer.json"):
+        return PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"))
+    if has("vocab.json") and has("merges.txt"):
+        return GPT2TokenizerFast(vocab_file=os.path.join(folder, "vocab.json"),
+                                 merges_file=os.path.join(folder, "merges.txt"))
+    raise ValueError("holds no tokenizer: it needs tokenizer.json, or vocab.json and merges.txt")
+
+
+def encode(text, folder):
+    """The ids of `text` (UTF-8 str) under the tokenizer of the model folder `folder`."""
+    tokenizer = load_tokenizer(folder)
     # The whole text is one sequence: no model's length limit applies to a token file.
     tokenizer.model_max_length = sys.maxsize
-    ids = tokenizer.encode(text.decode("utf-8"))
+    ids = tokenizer.encode(text)
     if ids and max(ids) > 0xFFFF:
         raise ValueError("%s's ids reach %d, past a token file's uint16" % (folder, max(ids)))
     return ids
+
+
+def same_file(a, b):
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet): compare where the names lead
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def main():
@@ -86,19 +131,48 @@ def main():
     parser.add_argument("--tokenizer", default=None, metavar="DIR",
                         help="encode with this Hugging Face model folder's tokenizer instead of "
                              "one token per byte (needs transformers: the Python peers)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace --out and --val-out if they exist (an input never)")
     args = parser.parse_args()
 
+    outputs = [args.out] + ([args.val_out] if args.val_out is not None else [])
+    if args.val_out is not None and same_file(args.out, args.val_out):
+        parser.error("--out and --val-out are the same file, %s: the validation part would "
+                     "replace the training part" % args.out)
+    for name in args.inputs:
+        if not os.path.isfile(name):
+            parser.error("%s is %s" % (name, "a folder, not a text file" if os.path.isdir(name)
+                                       else "not a file that exists"))
+        for out in outputs:
+            if same_file(name, out):
+                parser.error("%s is an input and an output; an input is never overwritten "
+                             "(--force or not): write the tokens elsewhere" % name)
+    for out in outputs:
+        if os.path.isdir(out):
+            parser.error("%s is a folder; give a file name for the token file" % out)
+        if os.path.exists(out) and not args.force:
+            parser.error("%s exists; add --force to replace it, or write elsewhere" % out)
+
     data = bytearray()
+    starts = []  # where each input begins in `data`
     for name in args.inputs:
         with open(name, "rb") as f:
             chunk = f.read()
         if not chunk:
             parser.error("%s is empty" % name)
+        starts.append(len(data))
         data += chunk
     if args.tokenizer is not None:
         try:
-            data = encode(bytes(data), args.tokenizer)
-        except (OSError, ValueError) as e:  # a missing folder, text that is not UTF-8, ...
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as e:
+            i = max(k for k in range(len(starts)) if starts[k] <= e.start)
+            parser.error("--tokenizer reads UTF-8 text, but %s has byte 0x%02x at offset %d that "
+                         "is not UTF-8 (without --tokenizer every byte is a token)"
+                         % (args.inputs[i], data[e.start], e.start - starts[i]))
+        try:
+            data = encode(text, args.tokenizer)
+        except Exception as e:  # transformers' and tokenizers' own errors, a corrupt file's too
             parser.error("--tokenizer %s: %s" % (args.tokenizer, e))
 
     train, val = data, None
@@ -117,9 +191,7 @@ def main():
         if part is not None and len(part) > MAX_TOKENS:
             parser.error("%d tokens do not fit the header's int32 count; split the text"
                          % len(part))
-    write(args.out, train)
-    if val is not None:
-        write(args.val_out, val)
+    write_all([(args.out, train)] + ([(args.val_out, val)] if val is not None else []))
 
 
 if __name__ == "__main__":

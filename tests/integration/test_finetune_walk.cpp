@@ -135,5 +135,49 @@ TEST_F(FinetuneWalk, TokenFileWithAMissingTokenizerFolderExits2NamingIt) {
   EXPECT_FALSE(fs::exists(dir_ / "t.bin"));
 }
 
+// make_token_file.py --tokenizer reads a folder holding only tokenizer.json, or only vocab.json and
+// merges.txt (what the docs say suffices; AutoTokenizer alone would ask for config.json), to the
+// same ids as the whole model folder; a corrupt tokenizer.json exits 2 naming the folder.
+TEST_F(FinetuneWalk, TokenFileReadsATokenizerFolderWithoutTheModelsConfig) {
+  if (!peers_import("transformers, torch"))
+    GTEST_SKIP() << peers_missing_message("transformers and torch", "tokenizer folders");
+  const fs::path source(MIXTRAIN_SOURCE_DIR);
+  const std::string python = peers_python();
+  const std::string tool = (source / "samples" / "data_tools" / "make_token_file.py").string();
+  const std::string text = "/usr/share/common-licenses/MPL-2.0";
+  auto sh = [&](const std::string& command) {
+    const int status = std::system(
+        ("cd '" + dir_.string() + "' && " + command + " >>out.txt 2>err.txt </dev/null").c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  ASSERT_EQ(
+      sh(python + " " + (source / "samples" / "finetune_gpt2" / "make_tiny_gpt2.py").string() +
+         " " + text + " --out whole"),
+      0)
+      << slurp(dir_ / "err.txt");
+  fs::create_directories(dir_ / "json-only");
+  fs::copy_file(dir_ / "whole" / "tokenizer.json", dir_ / "json-only" / "tokenizer.json");
+  fs::create_directories(dir_ / "bpe-only");
+  fs::copy_file(dir_ / "whole" / "vocab.json", dir_ / "bpe-only" / "vocab.json");
+  fs::copy_file(dir_ / "whole" / "merges.txt", dir_ / "bpe-only" / "merges.txt");
+  for (const std::string folder : {"whole", "json-only", "bpe-only"})
+    ASSERT_EQ(sh(python + " " + tool + " " + text + " --tokenizer " + folder + " --out " + folder +
+                 ".bin"),
+              0)
+        << folder << ": " << slurp(dir_ / "err.txt");
+  const std::string whole = slurp(dir_ / "whole.bin");
+  ASSERT_GT(whole.size(), 1024u + 2 * 1000u);
+  EXPECT_EQ(slurp(dir_ / "json-only.bin"), whole);
+  EXPECT_EQ(slurp(dir_ / "bpe-only.bin"), whole);
+
+  fs::create_directories(dir_ / "corrupt");
+  write_file("corrupt/tokenizer.json", "{\"model\": ");
+  EXPECT_EQ(sh(python + " " + tool + " " + text + " --tokenizer corrupt --out corrupt.bin"), 2);
+  const auto err = slurp(dir_ / "err.txt");
+  EXPECT_TRUE(has(err, "--tokenizer corrupt: ")) << err;
+  EXPECT_FALSE(has(err, "Traceback")) << err;
+  EXPECT_FALSE(fs::exists(dir_ / "corrupt.bin"));
+}
+
 }  // namespace
 }  // namespace mixtrain::test

@@ -28,7 +28,7 @@ std::vector<std::int32_t> read_stream(const DataSettings& settings,
   if (files.size() != 1)
     throw sdk::DataError(
         "token data: expected one llm.c token file, got " + std::to_string(files.size()),
-        "set data.train (and optionally data.eval) to one .bin file each");
+        "set data.tokens.train (and optionally data.tokens.eval) to one .bin file each");
   return load_token_file(files.front(), settings.vocab_size);
 }
 

@@ -401,5 +401,32 @@ TEST(NpyFromNumPy, SampleScriptOutputLoads) {
   EXPECT_EQ(d.classes, 3);
 }
 
+// Arguments that would write a dataset mixtrain refuses, or crash the tool, exit 2 with a message;
+// an existing pair is replaced only with --force; blobs has every class even at one row each.
+TEST(NpyFromNumPy, SampleScriptRefusesBadArgumentsAndExistingFiles) {
+  if (!numpy_available())
+    GTEST_SKIP() << kPython << " has no numpy (apt install python3-numpy to run this test)";
+  ScratchDir dir;
+  const test::fs::path tool =
+      test::fs::path(MIXTRAIN_TEST_SOURCE_DIR) / "samples/data_tools/make_npy_dataset.py";
+  auto exit_code = [&](const std::string& args) {
+    const int status = std::system((std::string(kPython) + " '" + tool.string() + "' " + args +
+                                    " --out '" + dir.path().string() + "/d' >/dev/null 2>&1")
+                                       .c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  for (const char* bad : {"--kind blobs --features 0", "--kind blobs --features -1", "--noise -1",
+                          "--noise nan", "--rows 2 --classes 3", "--classes 1"})
+    EXPECT_EQ(exit_code(bad), 2) << bad;
+  EXPECT_FALSE(test::fs::exists(dir / "d_x.npy"));
+  ASSERT_EQ(exit_code("--kind blobs --rows 5 --classes 5 --features 3"), 0);
+  EXPECT_EQ(load_npy(dir / "d_x.npy", dir / "d_y.npy").classes, 5);
+  const auto first = test::read_file(dir / "d_x.npy");
+  EXPECT_EQ(exit_code("--kind blobs --rows 5 --classes 5 --features 3 --seed 1"), 2);
+  EXPECT_EQ(test::read_file(dir / "d_x.npy"), first);
+  ASSERT_EQ(exit_code("--kind blobs --rows 5 --classes 5 --features 3 --seed 1 --force"), 0);
+  EXPECT_NE(test::read_file(dir / "d_x.npy"), first);
+}
+
 }  // namespace
 }  // namespace mixtrain::core

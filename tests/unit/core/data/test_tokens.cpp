@@ -160,6 +160,59 @@ TEST(data_TokenFiles, MakeTokenFileOutputReadsBackAsTheText) {
   EXPECT_EQ(ev.tokens, val);
 }
 
+// The sample tool never destroys data: an input is never an output (--force or not), --out and
+// --val-out are never one file, an existing output needs --force, a missing output folder is
+// made, and a refused command writes nothing.
+TEST(data_TokenFiles, MakeTokenFileNeverOverwritesAnInputOrAnExistingOutput) {
+  if (std::system("command -v python3 >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no python3 to run samples/data_tools/make_token_file.py";
+  ScratchDir dir;
+  const Bytes text = {'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '\n'};
+  write_file(dir / "a.txt", text);
+  const std::string tool =
+      std::string(MIXTRAIN_TEST_SOURCE_DIR) + "/samples/data_tools/make_token_file.py";
+  auto exit_code = [&](const std::string& args) {
+    const int status = std::system(("cd '" + dir.path().string() + "' && python3 " + tool + " " +
+                                    args + " >/dev/null 2>err.txt")
+                                       .c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  auto err = [&] {
+    std::ifstream in(dir / "err.txt");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(exit_code("a.txt --out a.txt --force"), 2);
+  EXPECT_NE(err().find("a.txt is an input and an output"), std::string::npos) << err();
+  EXPECT_EQ(exit_code("a.txt --out sub/../a.txt"), 2);
+  EXPECT_EQ(read_file(dir / "a.txt"), text);
+
+  EXPECT_EQ(exit_code("a.txt --out t.bin --val-out ./t.bin --val-fraction 0.25"), 2);
+  EXPECT_NE(err().find("are the same file"), std::string::npos) << err();
+  EXPECT_FALSE(std::filesystem::exists(dir / "t.bin"));
+
+  ASSERT_EQ(exit_code("a.txt --out new/dir/t.bin --val-out new/v.bin --val-fraction 0.25"), 0)
+      << err();
+  EXPECT_EQ(load_token_file(dir / "new/dir/t.bin", 256).size(), 9u);
+  EXPECT_EQ(load_token_file(dir / "new/v.bin", 256).size(), 3u);
+  // Both exist now: refused without --force (neither touched), replaced with it.
+  write_file(dir / "b.txt", {'x', 'y', 'z', 'w'});
+  EXPECT_EQ(exit_code("b.txt --out new/dir/t.bin --val-out new/v.bin --val-fraction 0.25"), 2);
+  EXPECT_NE(err().find("new/dir/t.bin exists; add --force"), std::string::npos) << err();
+  EXPECT_EQ(load_token_file(dir / "new/dir/t.bin", 256).size(), 9u);
+  ASSERT_EQ(exit_code("b.txt --out new/dir/t.bin --val-out new/v.bin --val-fraction 0.25 --force"),
+            0)
+      << err();
+  EXPECT_EQ(load_token_file(dir / "new/dir/t.bin", 256),
+            (std::vector<std::int32_t>{'x', 'y', 'z'}));
+  EXPECT_EQ(load_token_file(dir / "new/v.bin", 256), (std::vector<std::int32_t>{'w'}));
+  // A missing input or a folder as input: a message, not a traceback.
+  EXPECT_EQ(exit_code("missing.txt --out m.bin"), 2);
+  EXPECT_NE(err().find("missing.txt is not a file that exists"), std::string::npos) << err();
+  EXPECT_EQ(exit_code("new --out m.bin"), 2);
+  EXPECT_NE(err().find("new is a folder"), std::string::npos) << err();
+  EXPECT_FALSE(std::filesystem::exists(dir / "m.bin"));
+}
+
 // ---- windows --------------------------------------------------------------------------------
 
 TEST(data_TokenWindows, RowsFollowTheWindowFormula) {
