@@ -1,9 +1,11 @@
 // mixtrain — config-driven mixed-precision training. See README.md for the commands.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -49,11 +51,19 @@ CLI::IsMember weight_layouts() {
   return CLI::IsMember({"native", "gpt2"});
 }
 
+// --set and --merge: one value per flag, repeatable. CLI11's vector options otherwise take every
+// argument that follows, so `train --merge m.toml cfg.toml` would merge cfg.toml too and train
+// the embedded quickstart.
+void add_config_overrides(CLI::App& command, mixtrain::cli::ConfigArgs& cfg) {
+  command.add_option("--set", cfg.sets, "override a config value: key=value (repeatable)")
+      ->allow_extra_args(false);
+  command.add_option("--merge", cfg.merges, kMergeHelp)->allow_extra_args(false);
+}
+
 void add_train(CLI::App& app, CommandLine& a) {
   a.train = app.add_subcommand("train", "train a model described by a TOML config");
   a.train->add_option("config", a.cfg.config, "config file (default: the embedded quickstart)");
-  a.train->add_option("--set", a.cfg.sets, "override a config value: key=value (repeatable)");
-  a.train->add_option("--merge", a.cfg.merges, kMergeHelp);
+  add_config_overrides(*a.train, a.cfg);
   a.train->add_option("--run-dir", a.run_dir,
                       "folder for config.toml, metrics.jsonl, checkpoints/");
   a.train->add_option("--resume", a.resume,
@@ -67,8 +77,7 @@ void add_train(CLI::App& app, CommandLine& a) {
 void add_check(CLI::App& app, CommandLine& a) {
   a.check = app.add_subcommand("check", "validate a config and print it resolved");
   a.check->add_option("config", a.cfg.config, "config file")->required();
-  a.check->add_option("--set", a.cfg.sets, "override a config value: key=value (repeatable)");
-  a.check->add_option("--merge", a.cfg.merges, kMergeHelp);
+  add_config_overrides(*a.check, a.cfg);
   a.check->add_flag("--skip-rehearsal", a.skip_rehearsal,
                     "do not rehearse a training step: quicker, but the memory section then lists "
                     "only what is allocated before the first step, without the step's buffers, "
@@ -100,8 +109,7 @@ void add_eval(CLI::App& app, CommandLine& a) {
   a.eval->add_option("config", a.cfg.config, "config file")->required();
   a.eval->add_option("--checkpoint", a.checkpoint, "checkpoint file or checkpoints/ folder")
       ->required();
-  a.eval->add_option("--set", a.cfg.sets, "override a config value: key=value (repeatable)");
-  a.eval->add_option("--merge", a.cfg.merges, kMergeHelp);
+  add_config_overrides(*a.eval, a.cfg);
   a.eval
       ->add_option("--layout", a.eval_layout,
                    "how the checkpoint stores its weights: native, or gpt2 (Hugging Face GPT-2)")
@@ -133,8 +141,10 @@ void add_export(CLI::App& app, CommandLine& a) {
       "--initial", a.export_args.initial,
       "write the weights `train` starts from: the seeded initialisation (run.seed), "
       "then checkpoint.init_from; needs --out; safetensors unless --format says otherwise");
-  a.exp->add_option("--set", a.export_args.sets,
-                    "with --initial: override a config value: key=value (repeatable)");
+  a.exp
+      ->add_option("--set", a.export_args.sets,
+                   "with --initial: override a config value: key=value (repeatable)")
+      ->allow_extra_args(false);  // as add_config_overrides: the source path is never taken
   a.exp->add_option(
       "--format", a.export_args.format,
       "checkpoint format to write, e.g. safetensors (required to convert a checkpoint; "
@@ -170,8 +180,7 @@ void add_calibrate(CLI::App& app, CommandLine& a) {
       "train a few FP32 steps, measure every op's tensors and write the precision overrides and "
       "loss scale the config's policy needs (a file for `mixtrain train --merge`)");
   a.calibrate->add_option("config", a.cfg.config, "config file")->required();
-  a.calibrate->add_option("--merge", a.cfg.merges, kMergeHelp);
-  a.calibrate->add_option("--set", a.cfg.sets, "override a config value: key=value (repeatable)");
+  add_config_overrides(*a.calibrate, a.cfg);
   a.calibrate->add_option("--steps", a.calibrate_args.steps, "FP32 training steps to measure")
       ->check(integer_flag(1))
       ->capture_default_str();
@@ -233,8 +242,7 @@ void add_sample(CLI::App& app, CommandLine& a) {
   a.sample->add_option("--seed", a.sample_args.seed, "random seed of the draws")
       ->check(unsigned_flag())
       ->capture_default_str();
-  a.sample->add_option("--set", a.cfg.sets, "override a config value: key=value (repeatable)");
-  a.sample->add_option("--merge", a.cfg.merges, kMergeHelp);
+  add_config_overrides(*a.sample, a.cfg);
   a.sample
       ->add_option("--layout", a.sample_args.layout,
                    "how the checkpoint stores its weights: native, or gpt2 (Hugging Face GPT-2)")
@@ -283,8 +291,7 @@ void add_predict(CLI::App& app, CommandLine& a) {
                    "language models: tokens between window starts (0: the block size)")
       ->check(integer_flag(0))
       ->capture_default_str();
-  a.predict->add_option("--set", a.cfg.sets, "override a config value: key=value (repeatable)");
-  a.predict->add_option("--merge", a.cfg.merges, kMergeHelp);
+  add_config_overrides(*a.predict, a.cfg);
   a.predict
       ->add_option("--layout", a.predict_args.layout,
                    "how the checkpoint stores its weights: native, or gpt2 (Hugging Face GPT-2)")
@@ -342,7 +349,17 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char**
   }
   std::string help = "mixtrain --help";
   for (const auto* sub : app.get_subcommands()) help = "mixtrain " + sub->get_name() + " --help";
-  std::cerr << "error: " << e.what() << "\n  HINT: `" << help << "` lists the arguments"
+  // `--set a=1 b=2 cfg.toml`: b=2 became the config and cfg.toml an extra argument.
+  const bool overrides = std::any_of(argv + 1, argv + argc, [](const char* word) {
+    const std::string_view w(word);
+    return w == "--set" || w == "--merge";
+  });
+  const std::string repeat =
+      e.get_exit_code() == static_cast<int>(CLI::ExitCodes::ExtrasError) && overrides
+          ? "; --set and --merge take one value each: repeat the flag "
+            "(--set a=1 --set b=2)"
+          : "";
+  std::cerr << "error: " << e.what() << "\n  HINT: `" << help << "` lists the arguments" << repeat
             << std::endl;
   return 2;
 }

@@ -529,6 +529,27 @@ TEST_F(Cli, CheckListsWhatTrainsAndABadFreezePatternExits2AtItsLine) {
   EXPECT_NE(bad.err.find("the closest: fc1.weight"), std::string::npos) << bad.err;
 }
 
+// --merge and --set take one value per flag, so the config path may come after them: it is the
+// config, not a second merge file (which trained the embedded quickstart, exit 0); a second value
+// after one flag exits 2 saying to repeat the flag.
+TEST_F(Cli, OverridesBeforeTheConfigPathTakeOneValueEach) {
+  const auto merge = write_file("bf16.toml", "[precision]\npolicy = \"bf16-mixed\"\n");
+  const auto run_dir = dir_ / "run";
+  auto r = run("train --merge " + merge.string() + " --set run.steps=1 " + config("mlp-fp32.toml") +
+               " --set run.eval_every=0 --run-dir " + run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto resolved = slurp(run_dir / "config.toml");
+  EXPECT_TRUE(has(resolved, "mlp-fp32.toml")) << resolved;
+  EXPECT_TRUE(has(resolved, "policy = \"bf16-mixed\"")) << resolved;
+  auto c =
+      run("check --merge " + merge.string() + " " + config("mlp-fp32.toml") + " --skip-rehearsal");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_TRUE(has(c.out, "policy = \"bf16-mixed\"")) << c.out;
+  auto two = run("check --set run.steps=2 run.eval_every=0 " + config("mlp-fp32.toml"));
+  EXPECT_EQ(two.exit_code, 2);
+  EXPECT_TRUE(has(two.err, "--set and --merge take one value each: repeat the flag")) << two.err;
+}
+
 // --log-level is accepted after the subcommand too, as users type it last.
 TEST_F(Cli, LogLevelAfterTheSubcommand) {
   const std::string train = "train " + quickstart() + " --set run.steps=3 --run-dir ";

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <toml++/toml.h>
+#include <nlohmann/json.hpp>
 
 namespace mixtrain::core {
 
@@ -45,6 +46,16 @@ std::vector<std::string> split_dotted(std::string_view dotted) {
     start = end + 1;
   }
   return out;
+}
+
+// nlohmann's dump() refuses invalid UTF-8: the check toml++ gives a file's own bytes.
+bool is_utf8(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
 }
 
 bool is_index(const std::string& s) {
@@ -109,6 +120,12 @@ void apply_override(Config::Impl& impl, const std::string& spec) {
     parsed_ok = false;
   }
 
+  // A TOML file's bytes are checked by toml++; a command line's only here. Kept, invalid UTF-8
+  // would reach the run's config.toml, which no reader (a resume included) could parse again.
+  if (!parsed_ok && !is_utf8(text))
+    throw sdk::ConfigError(where, key, "the value is not valid UTF-8 text",
+                           "give the value in UTF-8 (a name or a path as the shell spells it)");
+
   toml::node* cur = &impl.root;
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
     const auto& part = parts[i];
@@ -139,13 +156,30 @@ void apply_override(Config::Impl& impl, const std::string& spec) {
                                  "' cannot be set inside it");
     }
   }
-  auto* table = cur->as_table();
-  if (table == nullptr)
-    throw sdk::ConfigError(where, key, "the parent of '" + parts.back() + "' is not a table");
-  if (parsed_ok)
-    table->insert_or_assign(parts.back(), *parsed.get("v"));
-  else
-    table->insert_or_assign(parts.back(), text);
+  if (auto* a = cur->as_array(); a != nullptr && is_index(parts.back())) {
+    // An entry of a list (a plain value or an inline table) is replaced whole.
+    const auto idx = parse_index(parts.back());
+    if (!idx || *idx >= a->size())
+      throw sdk::ConfigError(where, key,
+                             "index " + parts.back() + " is out of range (the array has " +
+                                 std::to_string(a->size()) + " entries)",
+                             "set an existing entry, or give the whole list: " +
+                                 key.substr(0, key.size() - parts.back().size() - 1) + "=[...]");
+    const auto at = a->cbegin() + static_cast<std::ptrdiff_t>(*idx);
+    if (parsed_ok)
+      a->replace(at, *parsed.get("v"));
+    else
+      a->replace(at, text);
+  } else {
+    auto* table = cur->as_table();
+    if (table == nullptr)
+      throw sdk::ConfigError(where, key,
+                             "the parent of '" + parts.back() + "' is neither a table nor a list");
+    if (parsed_ok)
+      table->insert_or_assign(parts.back(), *parsed.get("v"));
+    else
+      table->insert_or_assign(parts.back(), text);
+  }
   impl.override_locations[key] = where;
   // What the merge wrote at or under this key is gone.
   const std::string under = key + ".";

@@ -243,6 +243,32 @@ TEST(sdk_ConfigOverride, IntoArraysOfTablesByIndex) {
   EXPECT_EQ(std::get<std::string>(find(ov[0].options, "compute")->value), "bf16");
 }
 
+// An entry of a plain list, or a whole entry of an array of tables, is replaced by index.
+TEST(sdk_ConfigOverride, ReplacesAListEntryByIndex) {
+  const char* const text = "[model]\nblocks = [3, 3, 3]\nlayers = [{ type = \"relu\" }]\n";
+  auto c = Config::from_string(text, "demo.toml",
+                               {"model.blocks.1=5", "model.layers.0={type=\"linear\", out=4}"});
+  EXPECT_EQ(c.integer_array("model.blocks"), (std::vector<std::int64_t>{3, 5, 3}));
+  const auto layers = c.table_array("model.layers");
+  ASSERT_EQ(layers.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(find(layers[0].options, "type")->value), "linear");
+  EXPECT_EQ(std::get<std::int64_t>(find(layers[0].options, "out")->value), 4);
+  const auto error = config_error(text, {"model.blocks.3=1"});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(contains(error->what(), "index 3 is out of range (the array has 3 entries)"))
+      << error->what();
+  EXPECT_TRUE(contains(error->hint(), "model.blocks=[...]")) << error->hint();
+}
+
+// A command line's bytes that are not UTF-8 are refused at the --set: kept, they would make the
+// run's config.toml unreadable (a resume included).
+TEST(sdk_ConfigOverride, AValueThatIsNotUtf8IsRefused) {
+  const auto error = config_error(kText, {"run.name=f\xff\xfeo"});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_TRUE(contains(error->what(), "the value is not valid UTF-8 text")) << error->what();
+  EXPECT_NO_THROW(parse({"run.name=f\xc3\xa9o"}));  // é
+}
+
 TEST(sdk_ConfigOverride, MalformedOverridesAreConfigErrors) {
   struct Case {
     std::string spec, message;
@@ -254,7 +280,7 @@ TEST(sdk_ConfigOverride, MalformedOverridesAreConfigErrors) {
       {".a=1", "empty key segment"},
       {"a.=1", "empty key segment"},
       {"model.layers.9.out=1", "index 9 is out of range (the array has 3 entries)"},
-      {"run.steps.deep=1", "the parent of 'deep' is not a table"},
+      {"run.steps.deep=1", "the parent of 'deep' is neither a table nor a list"},
       {"run.steps.deep.x=1", "'run.steps' is not a table"},
       {"model.layers.x.out=1", "'model.layers' is an array"},
   };
