@@ -117,6 +117,31 @@ TEST_F(Escalation, FiresOnTheThirdBlameAndLeavesEveryEarlierStepAsItWas) {
   for (std::size_t i = 3; i < b.size(); ++i) EXPECT_FALSE(b[i]["skipped"].get<bool>()) << i + 1;
 }
 
+// Unscaled features (no forward overflow) and a dynamic scaler started far too high: the first
+// steps overflow in the backward pass only because of the scale, which the scaler's back-off
+// fixes. They blame no op (a promotion would cost speed and memory for nothing): the run is the
+// same, step for step, as the run without escalation.
+TEST_F(Escalation, BackwardOverflowsTheLossScaleMadeBlameNoOp) {
+  const std::vector<std::string> scaled = {"data.synthetic.feature_scale=1.0",
+                                           "scaler.dynamic.init_scale=1e9"};
+  auto with_escalation = scaled;
+  with_escalation.insert(with_escalation.end(), kEscalate.begin(), kEscalate.end());
+  const auto plain = train("plain", scaled);
+  const auto escalated = train("escalated", with_escalation);
+  ASSERT_GE(plain.skipped_steps, 3) << "the scale must overflow for the test to mean anything";
+  EXPECT_EQ(escalated.skipped_steps, plain.skipped_steps);
+  const auto all = metrics("escalated");
+  EXPECT_TRUE(escalations(all).empty());
+  const auto a = step_records(metrics("plain")), b = step_records(all);
+  ASSERT_EQ(a.size(), 12u);
+  EXPECT_EQ(a, b);
+  for (const auto& r : b) {
+    if (r["skipped"].get<bool>()) {
+      EXPECT_EQ(r["nonfinite"].get<std::string>().rfind("backward ", 0), 0u) << r.dump();
+    }
+  }
+}
+
 TEST_F(Escalation, AResumeAfterThePromotionOrBetweenBlamesContinuesBitForBit) {
   auto sets = kEscalate;
   sets.insert(sets.end(), {"checkpoint.every=2", "checkpoint.keep=10"});

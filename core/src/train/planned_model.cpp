@@ -176,7 +176,8 @@ std::optional<Escalation::Event> escalate_after_step(Trainer::State& s, std::int
                                                      const StepOutcome& outcome) {
   if (!s.precision.escalation.settings().enabled) return std::nullopt;
   const bool skipped = !outcome.decision.apply_step;
-  const std::string& blamed = outcome.blame.node;
+  // An overflow the loss scale made blames no op (SkipBlame::scale_made).
+  const std::string blamed = outcome.blame.scale_made ? std::string() : outcome.blame.node;
   if (skipped && !blamed.empty())
     for (const auto& l : s.model->layers())
       if (l->name() == blamed) s.precision.escalation.start_from(l->name(), l->precision());

@@ -6,7 +6,15 @@ SkipBlame SkipBlame::in_micro_batch(std::int64_t index, std::int64_t count) cons
   if (!found()) return *this;
   return {
       "micro-batch " + std::to_string(index + 1) + " of " + std::to_string(count) + ": " + tensor,
-      node};
+      node, scale_made};
+}
+
+bool SkipBlame::in_backward() const {
+  std::string_view t = tensor;
+  if (t.starts_with("micro-batch "))
+    if (const auto colon = t.find(": "); colon != std::string_view::npos)
+      t.remove_prefix(colon + 2);
+  return t.starts_with("backward ");
 }
 
 // The tensor, then the node after the first newline: a tensor name may be anything a node and a

@@ -8,8 +8,13 @@
 //   found every tensor finite.
 // - node: the node whose forward or backward wrote it, what automatic escalation promotes; empty
 //   for the input batch, the loss, or when nothing was found.
+// - in_backward(): the tensor was written by a backward pass (micro-batch prefix aside), where the
+//   loss scale multiplies every value.
+// - scale_made: set by the step, not carried in the text: a backward overflow that a replay at
+//   loss scale 1 does not repeat, so the scale made it and a scaler's back-off fixes it; automatic
+//   escalation blames no op for it (docs/precision-autopilot.md, "What counts as a blame").
 // - to_text() / from_text(): one text for a host collective (empty when nothing was found), read
-//   back to the same value; node names hold no newline.
+//   back to the same value (scale_made false); node names hold no newline.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +26,10 @@ namespace mixtrain::core {
 struct SkipBlame {
   std::string tensor;
   std::string node;
+  bool scale_made = false;
 
   bool found() const { return !tensor.empty(); }
+  bool in_backward() const;
   // The tensor, or "none on replay": what the warning and the stop message print.
   std::string tensor_or_none() const { return found() ? tensor : "none on replay"; }
   // The same blame named within micro-batch `index` (0-based) of `count`; unchanged when nothing

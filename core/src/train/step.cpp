@@ -336,35 +336,51 @@ std::optional<sdk::ScalerDecision> decide_with_gated_update(Trainer::State& s,
   return scaler.update(true);
 }
 
-// Names the first non-finite tensor by replaying the step with a check after every write,
-// micro-batch by micro-batch; the policy hears of the skip afterwards, so it discards the
-// replay's amaxes too. Each rank replays its own rows without communicating; the lowest rank that
-// found something names it for all, so every rank logs and escalates the same.
+// The first non-finite tensor of this rank's rows when the step is replayed with a check after
+// every write at loss-gradient seed `seed`, micro-batch by micro-batch.
+SkipBlame replay_first_nonfinite(Trainer::State& s, float seed) {
+  const std::int64_t micro = s.e.run.accumulate;
+  const auto alone = s.reducer->local_only();
+  SkipBlame mine;
+  for (std::int64_t k = 0; k < micro && !mine.found(); ++k) {
+    const auto at = static_cast<std::size_t>(k);
+    if (micro > 1) {
+      // Micro-batch k's rows and its own random draws (dropout masks): the layers still hold
+      // the last micro-batch's. Opening it again also restarts the gradients and the FP8 amaxes,
+      // which a skipped step discards anyway.
+      s.model->begin_micro_batch(k, micro, s.position.step, replica_of(s));
+      feed_batch(s, s.train, s.data.micro_batches[at], s.data.micro_batch_numbers[at]);
+    }
+    const NonfiniteSite site = locate_first_nonfinite(*s.model, s.rank_batch, seed);
+    mine = SkipBlame{site.where, site.node};
+    if (micro > 1) mine = mine.in_micro_batch(k, micro);
+  }
+  return mine;
+}
+
+// Names the first non-finite tensor by replaying the step; the policy hears of the skip
+// afterwards, so it discards the replays' amaxes too. Each rank replays its own rows without
+// communicating; the lowest rank that found something names it for all, so every rank logs and
+// escalates the same.
 SkipBlame skip_update(Trainer::State& s, const sdk::ScalerDecision& decision) {
   const std::int64_t micro = s.e.run.accumulate;
   ++s.position.skipped;
-  const float replay_seed = loss_seed(decision.scale_before, micro);
-  SkipBlame mine;
-  {
-    const auto alone = s.reducer->local_only();
-    for (std::int64_t k = 0; k < micro && !mine.found(); ++k) {
-      const auto at = static_cast<std::size_t>(k);
-      if (micro > 1) {
-        // Micro-batch k's rows and its own random draws (dropout masks): the layers still hold
-        // the last micro-batch's. Opening it again also restarts the gradients and the FP8 amaxes,
-        // which a skipped step discards anyway.
-        s.model->begin_micro_batch(k, micro, s.position.step, replica_of(s));
-        feed_batch(s, s.train, s.data.micro_batches[at], s.data.micro_batch_numbers[at]);
-      }
-      const NonfiniteSite site = locate_first_nonfinite(*s.model, s.rank_batch, replay_seed);
-      mine = SkipBlame{site.where, site.node};
-      if (micro > 1) mine = mine.in_micro_batch(k, micro);
-    }
+  SkipBlame blame =
+      s.reducer->agree_on_blame(replay_first_nonfinite(s, loss_seed(decision.scale_before, micro)));
+  // A backward overflow under a scaler that backs off: when loss scale 1 does not repeat it, the
+  // scale made it (a dynamic scaler's growth, or a start too high) and the back-off is the fix,
+  // not a wider format. Only escalation reads the answer, so only it pays the second replay.
+  std::string note;
+  if (s.precision.escalation.settings().enabled && !blame.node.empty() && blame.in_backward() &&
+      decision.scale_after < decision.scale_before) {
+    blame.scale_made =
+        !s.reducer->agree_on_blame(replay_first_nonfinite(s, loss_seed(1.0f, micro))).found();
+    if (blame.scale_made)
+      note = " (finite at loss scale 1: the scale made it, so escalation blames no op)";
   }
-  const SkipBlame blame = s.reducer->agree_on_blame(mine);
   s.c.policy->on_step_end(false);
   if (s.reducer->leads())  // the same message on every rank: once is enough
-    s.log.warn(nonfinite_skip_message(s.position.step, blame.tensor_or_none(), decision));
+    s.log.warn(nonfinite_skip_message(s.position.step, blame.tensor_or_none(), decision) + note);
   return blame;
 }
 
