@@ -370,17 +370,21 @@ void note_divergence(const Trainer::State& s, const StepOutcome& step, RunEnd& e
         "); master weights are unchanged by this step";
 }
 
-// The rows trained since the last logged step, and when that was: the logged throughput.
+// The rows trained since the last logged step, and the time they took: the logged throughput.
+// Evaluations and checkpoint writes inside the window are not training time (`aside`): counted
+// in, one evaluation every step made a run look 30 times slower than it trains.
 struct ThroughputWindow {
   Clock::time_point start;
   std::int64_t rows = 0;
+  Clock::duration aside{};
   // Samples per second since the window opened; opens the next one.
   double take() {
     const auto now = Clock::now();
-    const double dt = std::chrono::duration<double>(now - start).count();
+    const double dt = std::chrono::duration<double>(now - start - aside).count();
     const double sps = dt > 0 ? static_cast<double>(rows) / dt : 0.0;
     start = now;
     rows = 0;
+    aside = {};
     return sps;
   }
 };
@@ -447,7 +451,8 @@ void evaluate_and_log(Trainer& trainer, Trainer::State& s, TrainSummary& sum, Ru
 
 // What the training loop measured, for the summary.
 struct LoopMeasures {
-  double wall_seconds = 0.0;
+  double wall_seconds = 0.0;  // the whole loop
+  double step_seconds = 0.0;  // without the evaluations and checkpoints inside it
   std::int64_t trained_rows = 0;
   std::size_t training_peak_rss = 0;  // before the final checkpoint's host copies
 };
@@ -483,9 +488,10 @@ void summarize_run(Trainer::State& s, TrainSummary& sum, const RunEnd& end,
   sum.peak_memory_bytes = b.memory_stats().peak_bytes;
   sum.peak_rss_bytes = measured.training_peak_rss;
   sum.peak_rss_bytes_with_checkpoint = peak_rss_bytes();
-  const double wall = measured.wall_seconds;
-  sum.samples_per_s = wall > 0 ? static_cast<double>(measured.trained_rows) / wall : 0.0;
-  sum.wall_seconds = wall;
+  sum.samples_per_s = measured.step_seconds > 0
+                          ? static_cast<double>(measured.trained_rows) / measured.step_seconds
+                          : 0.0;
+  sum.wall_seconds = measured.wall_seconds;
   sum.parameters = s.model->parameter_count();
   std::size_t state_bytes = 0;
   for (const auto& t : s.c.optimizer->state_tensors()) state_bytes += t.view.bytes();
@@ -644,6 +650,7 @@ TrainSummary Trainer::run() {
   RunEnd end;
   const auto t_start = Clock::now();
   ThroughputWindow window{t_start};
+  Clock::duration outside_steps{};  // evaluations and checkpoints inside the loop
   const std::int64_t first_step = s.position.step;
   const std::int64_t end_step =
       s.opt.step_limit > 0 ? std::min(e.run.steps, first_step + s.opt.step_limit) : e.run.steps;
@@ -659,15 +666,21 @@ TrainSummary Trainer::run() {
     // After the step's record, so the promotion shows after the skip that caused it.
     escalate_after_step(s, s.position.step, step);
     if (plan.live_refresh) progress.show_live(s.position.step, step.loss.loss, s.c.scaler->scale());
+    const auto aside_from = Clock::now();
     if (plan.evaluate) evaluate_and_log(*this, s, sum, end);
-    if (end.stopping()) break;
     // The last step's checkpoint is the final one, unless checkpoint.final = false asks for none.
-    if (plan.checkpoint && (s.position.step != e.run.steps || !e.checkpoint.write_final))
+    if (!end.stopping() && plan.checkpoint &&
+        (s.position.step != e.run.steps || !e.checkpoint.write_final))
       save_checkpoint();
+    window.aside += Clock::now() - aside_from;
+    outside_steps += Clock::now() - aside_from;
+    if (end.stopping()) break;
   }
   progress.finish();
   LoopMeasures measured;
   measured.wall_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  measured.step_seconds =
+      std::chrono::duration<double>(Clock::now() - t_start - outside_steps).count();
   measured.trained_rows = (s.position.step - first_step) * bs;
   // An interrupted run goes straight to its checkpoint; the evaluation would make the user wait.
   const bool cut_short = end_step < e.run.steps;
