@@ -440,6 +440,9 @@ TEST_F(DataParallelTest, AnMpiLaunchWithoutADistributedTableChoosesMpi) {
   // optimizer.step_size is unread by the constant schedule: every rank warns, rank 1 marked.
   EXPECT_TRUE(has(r.err, "rank 1 [trainer] optimizer.step_size")) << r.err;
   EXPECT_FALSE(has(r.err, "rank 1 [trainer] run 'dp'")) << r.err;  // its info lines stay quiet
+  // Open MPI would kill the ranks 1 s after a Ctrl-C: rank 0 says so, once.
+  EXPECT_TRUE(has(r.err, "[trainer] Ctrl-C would lose this run")) << r.err;
+  EXPECT_FALSE(has(r.err, "rank 1 [trainer] Ctrl-C")) << r.err;
 }
 
 TEST_F(DataParallelTest, ADistributedConfigWithoutMpirunExitsWithTheLaunchLine) {

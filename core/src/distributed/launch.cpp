@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace mixtrain::core {
@@ -29,12 +30,24 @@ MpiLaunch detect_mpi_launch() {
     const auto r = env_int(rank, 0);
     if (n && r && *r < *n) {
       l.detected = true;
+      l.open_mpi = std::string_view(size).starts_with("OMPI_");
       l.world_size = *n;
       l.rank = *r;
       return l;
     }
   }
   return l;
+}
+
+std::string stop_grace_warning(const MpiLaunch& launch) {
+  if (!launch.open_mpi || launch.world_size < 2) return {};
+  const auto grace = env_int("OMPI_MCA_odls_base_sigkill_timeout", 0);
+  if (grace && *grace >= kStopGraceSeconds) return {};
+  return "Ctrl-C would lose this run: mpirun passes it to the ranks as SIGTERM and kills them " +
+         std::to_string(grace.value_or(1)) +
+         " s later (Open MPI's odls_base_sigkill_timeout), before the step and its checkpoint can "
+         "finish. Launch with `mpirun --mca odls_base_sigkill_timeout 120 ...` (or export "
+         "OMPI_MCA_odls_base_sigkill_timeout=120) to give them the time";
 }
 
 std::string mpirun_line(int ranks, const std::string& command) {

@@ -5,6 +5,11 @@
 // Contract: detect_mpi_launch() reads the variables Open MPI's mpirun (OMPI_COMM_WORLD_SIZE,
 // OMPI_COMM_WORLD_RANK) or a PMI launcher (PMI_SIZE, PMI_RANK; MPICH's Hydra, Slurm's srun) sets
 // in every rank's environment; a value that is not a positive integer counts as absent.
+// stop_grace_warning(): under Open MPI, Ctrl-C reaches mpirun, which sends every rank SIGTERM and
+// SIGKILL odls_base_sigkill_timeout seconds later (default 1): too soon for the step in progress
+// and the checkpoint to finish. The warning to give (empty when the launch is not Open MPI's with
+// more than one rank, or allows kStopGraceSeconds or more), read from
+// OMPI_MCA_odls_base_sigkill_timeout, which mpirun passes to every rank.
 #pragma once
 
 #include <string>
@@ -13,11 +18,15 @@ namespace mixtrain::core {
 
 struct MpiLaunch {
   bool detected = false;
+  bool open_mpi = false;  // mpirun of Open MPI, rather than a PMI launcher
   int world_size = 1;
   int rank = 0;
 };
 
 MpiLaunch detect_mpi_launch();
+
+inline constexpr int kStopGraceSeconds = 30;
+std::string stop_grace_warning(const MpiLaunch& launch);
 
 // The command that launches `argv` on `ranks` ranks, for messages.
 std::string mpirun_line(int ranks, const std::string& command);

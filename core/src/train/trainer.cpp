@@ -12,6 +12,7 @@
 
 #include "checkpoint/state.h"
 #include "distributed/data_parallel_reducer.h"
+#include "distributed/launch.h"
 #include "distributed/local_reducer.h"
 #include "distributed/rank_agreement.h"
 #include "mixtrain/core/checkpoint/path.h"
@@ -639,6 +640,9 @@ TrainSummary Trainer::run() {
       e.optimizer_type + ", backend " + s.c.backend->capabilities().device_name +
       (s.run_dir.empty() ? std::string(" (no run folder)") : ", folder " + s.run_dir.string()));
   if (const auto warning = unscaled_narrow_gradients(e, *s.c.policy)) s.log.warn(*warning);
+  if (e.distributed.enabled() && s.reducer->leads())
+    if (const auto grace = stop_grace_warning(detect_mpi_launch()); !grace.empty())
+      s.log.warn(grace);
   // Evaluation reads the training rows then (Trainer::evaluate): its numbers, and the decisions
   // taken from them, are not held-out ones. `check` says the same.
   if (s.eval.rows == 0 && s.reducer->leads())

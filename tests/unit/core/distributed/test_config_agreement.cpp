@@ -90,5 +90,33 @@ TEST(MpiLaunch, IgnoresMissingOrMalformedValues) {
   }
 }
 
+// Ctrl-C under Open MPI's mpirun: a warning unless the ranks get kStopGraceSeconds or more before
+// SIGKILL; nothing for one rank or a PMI launcher (whose stop is not Open MPI's).
+TEST(MpiLaunch, WarnsWhenOpenMpiWouldKillTheRanksBeforeTheirCheckpoint) {
+  ScopedEnv pa("PMI_SIZE", nullptr), pb("PMI_RANK", nullptr);
+  ScopedEnv size("OMPI_COMM_WORLD_SIZE", "2"), rank("OMPI_COMM_WORLD_RANK", "0");
+  {
+    ScopedEnv grace("OMPI_MCA_odls_base_sigkill_timeout", nullptr);
+    const auto w = stop_grace_warning(detect_mpi_launch());
+    EXPECT_NE(w.find("kills them 1 s later"), std::string::npos) << w;
+    EXPECT_NE(w.find("--mca odls_base_sigkill_timeout 120"), std::string::npos) << w;
+  }
+  {
+    ScopedEnv grace("OMPI_MCA_odls_base_sigkill_timeout", "5");
+    EXPECT_NE(stop_grace_warning(detect_mpi_launch()).find("5 s later"), std::string::npos);
+  }
+  {
+    ScopedEnv grace("OMPI_MCA_odls_base_sigkill_timeout", "120");
+    EXPECT_EQ(stop_grace_warning(detect_mpi_launch()), "");
+  }
+  {
+    ScopedEnv one("OMPI_COMM_WORLD_SIZE", "1");
+    EXPECT_EQ(stop_grace_warning(detect_mpi_launch()), "");
+  }
+  ScopedEnv a("OMPI_COMM_WORLD_SIZE", nullptr), b("OMPI_COMM_WORLD_RANK", nullptr);
+  ScopedEnv psize("PMI_SIZE", "2"), prank("PMI_RANK", "0");
+  EXPECT_EQ(stop_grace_warning(detect_mpi_launch()), "");
+}
+
 }  // namespace
 }  // namespace mixtrain::core
