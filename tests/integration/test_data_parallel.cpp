@@ -445,6 +445,22 @@ TEST_F(DataParallelTest, AnMpiLaunchWithoutADistributedTableChoosesMpi) {
   EXPECT_FALSE(has(r.err, "rank 1 [trainer] Ctrl-C")) << r.err;
 }
 
+// Only train runs on several ranks: predict under mpirun would write one --out from every rank
+// (both passing the overwrite check before either wrote). Refused before anything is written.
+TEST_F(DataParallelTest, CommandsOtherThanTrainRefuseSeveralRanks) {
+  const auto cfg = mlp_config("one.toml", "");
+  auto r = run_ranks(2, "check " + cfg.string() + " --skip-rehearsal");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "`mixtrain check` runs in one process, but an MPI launcher started this "
+                  "one as rank 0 of 2"))
+      << r.err;
+  r = run_ranks(2,
+                "export --initial " + cfg.string() + " --out " + (dir_ / "w.safetensors").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "w.safetensors"));
+}
+
 TEST_F(DataParallelTest, ADistributedConfigWithoutMpirunExitsWithTheLaunchLine) {
   const auto cfg = mlp_config("dp.toml", "[distributed]\ntype = \"mpi\"\n");
   auto r = run("train " + cfg.string() + " --set run.steps=2 --run-dir " + (dir_ / "r").string());

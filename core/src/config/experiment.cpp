@@ -796,6 +796,16 @@ std::string launch_requirement(const Experiment& e, const std::string& config_pa
   return outside_a_launch(e) + ": " + launch_line(config_path);
 }
 
+std::string one_process_requirement(const std::string& command) {
+  const MpiLaunch launch = detect_mpi_launch();
+  if (!launch.detected || launch.world_size < 2) return {};
+  return "`mixtrain " + command +
+         "` runs in one process, but an MPI launcher started this one as "
+         "rank " +
+         std::to_string(launch.rank) + " of " + std::to_string(launch.world_size) +
+         ": every rank would write the same outputs";
+}
+
 std::shared_ptr<sdk::Communicator> create_communicator(const Experiment& e,
                                                        const PluginRegistry& registry,
                                                        sdk::DeviceBackend& backend,

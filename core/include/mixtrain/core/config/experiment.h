@@ -267,6 +267,10 @@ std::string follow_the_launch_on_resume(Experiment& e);
 // launcher started: why it cannot, and the mpirun line that can (`check` prints it; `train` throws
 // it from create_communicator).
 std::string launch_requirement(const Experiment& e, const std::string& config_path);
+// Empty unless an MPI launcher started this process as one of several ranks: then why `mixtrain
+// <command>` (any command but train) cannot run so, since every rank would write the same
+// outputs (racing past an overwrite check) and print everything once per rank.
+std::string one_process_requirement(const std::string& command);
 // [distributed]: the communicator, bound to `backend`. Only `train` makes one (it joins the other
 // ranks). A type given without an MPI launch is sdk::ConfigError at distributed.type, with the
 // mpirun line that launches the config.
