@@ -58,6 +58,12 @@ bool is_utf8(const std::string& s) {
   }
 }
 
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 bool is_index(const std::string& s) {
   return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
 }
@@ -398,9 +404,21 @@ std::vector<sdk::RawOption> Config::table_options(std::string_view dotted,
     std::string full = std::string(dotted) + "." + key;
     if (v.is_table() || v.is_array_of_tables()) continue;
     auto val = scalar_value(v);
+    if (!val && v.is_array()) {
+      // The lists this table takes are the keys its reader skips: a list under another name is
+      // most often one of them misspelled (`milestone = [...]`).
+      const std::string near = sdk::closest_match(key, skip);
+      throw sdk::ConfigError(
+          location(full), full,
+          skip.empty() ? "a list, but [" + std::string(dotted) + "] takes no list"
+                       : "a list, but no list of [" + std::string(dotted) + "] has that name",
+          !near.empty()  ? "did you mean '" + near + "'?"
+          : skip.empty() ? "give one boolean, integer, number or string"
+                         : "the lists it takes: " + join_names(skip));
+    }
     if (!val)
       throw sdk::ConfigError(location(full), full, "expected a boolean, integer, number or string",
-                             "arrays and dates are not valid here");
+                             "dates are not valid here");
     out.push_back({key, *val, location(full)});
   }
   return out;

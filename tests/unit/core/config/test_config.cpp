@@ -269,6 +269,26 @@ TEST(sdk_ConfigOverride, AValueThatIsNotUtf8IsRefused) {
   EXPECT_NO_THROW(parse({"run.name=f\xc3\xa9o"}));  // é
 }
 
+// A list under a name the table's reader does not read as a list is most often a list key
+// misspelled: the error says so and names the nearest list key, not "arrays are not valid".
+TEST(sdk_ConfigTableOptions, AListUnderAnotherNameNamesTheNearestListKey) {
+  const auto c = Config::from_string("[optimizer]\nlr = 0.1\nmilestone = [100, 200]\n", "o.toml");
+  try {
+    (void)c.table_options("optimizer", {"milestones"});
+    ADD_FAILURE() << "no error";
+  } catch (const sdk::ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "o.toml:3:13")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "a list, but no list of [optimizer] has that name")) << e.what();
+    EXPECT_EQ(e.hint(), "did you mean 'milestones'?");
+  }
+  try {
+    (void)c.table_options("optimizer");
+    ADD_FAILURE() << "no error";
+  } catch (const sdk::ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "a list, but [optimizer] takes no list")) << e.what();
+  }
+}
+
 TEST(sdk_ConfigOverride, MalformedOverridesAreConfigErrors) {
   struct Case {
     std::string spec, message;
