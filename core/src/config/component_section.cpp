@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "config/reading.h"
+
 namespace mixtrain::core {
 
 namespace {
@@ -32,18 +34,6 @@ std::string joined(const std::vector<std::string>& names, const std::string& las
 std::vector<std::string> names_of(const std::vector<ComponentSchema>& components) {
   std::vector<std::string> out;
   for (const auto& c : components) out.push_back(c.name);
-  return out;
-}
-
-// `schema` less the required options that `raw` does not give.
-sdk::OptionSchema schema_of_given(const sdk::OptionSchema& schema,
-                                  const std::vector<sdk::RawOption>& raw) {
-  sdk::OptionSchema out;
-  for (const auto& spec : schema) {
-    const bool given = std::any_of(raw.begin(), raw.end(),
-                                   [&](const sdk::RawOption& r) { return r.key == spec.name; });
-    if (given || !std::holds_alternative<std::monostate>(spec.default_value)) out.push_back(spec);
-  }
   return out;
 }
 
@@ -153,8 +143,7 @@ void read_component_tables(SectionReading& r) {
     // types and ranges. Required keys are checked once, on the selected component's flat keys
     // and table combined, so a table may hold part of them and an unselected sibling may be
     // filled in only partly.
-    sdk::Options::resolve(dotted, schema_of_given(it->options, raw), raw, r.config.location(dotted),
-                          {});
+    check_unselected_table(dotted, it->options, raw, r.config.location(dotted));
     if (sub == section.selected) {
       for (const auto& o : raw) r.out.origin[o.key] = dotted + "." + o.key;
       r.from_table = std::move(raw);

@@ -8,7 +8,9 @@
 #include <sstream>
 
 #include <toml++/toml.h>
+
 #include <nlohmann/json.hpp>
+#include "config/reading.h"
 
 namespace mixtrain::core {
 
@@ -56,12 +58,6 @@ bool is_utf8(const std::string& s) {
   } catch (const nlohmann::json::type_error&) {
     return false;
   }
-}
-
-std::string join_names(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
 }
 
 bool is_index(const std::string& s) {

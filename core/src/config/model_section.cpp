@@ -622,7 +622,17 @@ void read_model_config(const Config& config, Experiment& e) {
   e.model.label_smoothing = model.get_double("label_smoothing");
   if (model.was_set("loss_chunk_rows")) e.model.loss_chunk_rows = model.get_int("loss_chunk_rows");
   if (!model.get_string("from_pretrained").empty()) return read_pretrained_gpt(config, e, model);
-  switch (parse_choice(model, "preset", kModelPresets)) {
+  const ModelPreset preset = parse_choice(model, "preset", kModelPresets);
+  // A preset's table under another preset is checked as an unselected plugin's table is, so a
+  // typo or a wrong type there is an error rather than dropped without a word.
+  if (preset != ModelPreset::gpt && config.has_table("model.gpt"))
+    check_unselected_table("model.gpt", gpt_preset_schema(), config.table_options("model.gpt"),
+                           config.location("model.gpt"));
+  if (preset != ModelPreset::resnet && config.has_table("model.resnet"))
+    check_unselected_table("model.resnet", resnet_preset_schema(),
+                           config.table_options("model.resnet", {"blocks", "widths"}),
+                           config.location("model.resnet"));
+  switch (preset) {
     case ModelPreset::gpt:
       return read_gpt_preset(config, e, model);
     case ModelPreset::resnet:
@@ -634,10 +644,19 @@ void read_model_config(const Config& config, Experiment& e) {
   for (std::size_t i = 0; i < entries.size(); ++i)
     nodes.push_back(read_node(config, entries[i], layer_list, i));
   const auto blocks = read_blocks(config);
-  if (nodes.empty())
+  if (nodes.empty()) {
+    for (const char* name : {"gpt", "resnet"})
+      if (config.has_table(std::string("model.") + name))
+        throw sdk::ConfigError(e.model.where, layer_list,
+                               "the model has no layers, and [model." + std::string(name) +
+                                   "] is given but [model] selects no preset",
+                               "add preset = \"" + std::string(name) +
+                                   "\" to [model] to build the model [model." + name +
+                                   "] describes");
     throw sdk::ConfigError(e.model.where, layer_list, "the model has no layers",
                            "add layers = [ { type = \"linear\", out = 64 }, { type = \"relu\" }, "
                            "{ type = \"linear\", out = 10 } ]");
+  }
   e.core_sections.push_back(model_section_of(model));
 
   const bool uses_blocks = name_entries(config, nodes, graph_form);

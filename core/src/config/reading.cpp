@@ -87,4 +87,30 @@ std::string join_names(const std::vector<std::string>& names) {
   return out;
 }
 
+void check_unselected_table(const std::string& dotted, const sdk::OptionSchema& schema,
+                            const std::vector<sdk::RawOption>& raw,
+                            const sdk::SourceLocation& where) {
+  auto given = [&](const std::string& key) {
+    return std::any_of(raw.begin(), raw.end(),
+                       [&](const sdk::RawOption& r) { return r.key == key; });
+  };
+  // The whole schema first: an unknown key is reported against every key the table takes.
+  try {
+    (void)sdk::Options::resolve(dotted, schema, raw, where, {});
+    return;
+  } catch (const sdk::ConfigError& e) {
+    const bool missing = std::any_of(schema.begin(), schema.end(), [&](const sdk::OptionSpec& s) {
+      return std::holds_alternative<std::monostate>(s.default_value) && !given(s.name) &&
+             e.key() == dotted + "." + s.name;
+    });
+    if (!missing) throw;
+  }
+  // Only a required key was missing: check what the table gives, less what it does not.
+  sdk::OptionSchema present;
+  for (const auto& spec : schema)
+    if (given(spec.name) || !std::holds_alternative<std::monostate>(spec.default_value))
+      present.push_back(spec);
+  (void)sdk::Options::resolve(dotted, present, raw, where, {});
+}
+
 }  // namespace mixtrain::core

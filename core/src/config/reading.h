@@ -42,5 +42,11 @@ std::filesystem::path resolve_path(const Config& config, const ResolvedComponent
 // The resolved config shows `key` as the value the run uses (an absolute path, say).
 void show_resolved(ResolvedSection& section, const std::string& key, const std::string& value);
 std::string join_names(const std::vector<std::string>& names);
+// A table the config gives but does not select (a sibling component's, another preset's), checked
+// against its own schema: unknown keys, types and ranges. Its required keys are not asked for:
+// they matter only where the table is the one read. Throws sdk::ConfigError.
+void check_unselected_table(const std::string& dotted, const sdk::OptionSchema& schema,
+                            const std::vector<sdk::RawOption>& raw,
+                            const sdk::SourceLocation& where);
 
 }  // namespace mixtrain::core

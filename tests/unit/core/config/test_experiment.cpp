@@ -159,6 +159,25 @@ TEST(sdk_Experiment, UnknownTopLevelTableWithDidYouMean) {
   EXPECT_TRUE(contains(e->hint(), "known tables: run, data, model, precision")) << e->hint();
 }
 
+// [model.gpt] or [model.resnet] under another preset (here the layer list) is checked as an
+// unselected plugin's table is: a typo or a wrong type there is an error, not dropped.
+TEST(sdk_Experiment, APresetTableUnderAnotherPresetIsStillChecked) {
+  auto e = error_of<sdk::ConfigError>(kFull, {"model.gpt.n_layr=2"});
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->key(), "model.gpt.n_layr");
+  EXPECT_TRUE(contains(e->hint(), "did you mean 'n_layer'?")) << e->hint();
+  e = error_of<sdk::ConfigError>(kFull, {"model.resnet.stem_width=wide"});
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->key(), "model.resnet.stem_width");
+  EXPECT_NO_THROW(parse(kFull, {"model.gpt.n_layer=2"}));  // valid and unused
+  // Without layers, the table is named with the preset it needs.
+  e = error_of<sdk::ConfigError>(kFull, {"model.layers=[]", "model.gpt.n_layer=2"});
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(contains(e->what(), "[model.gpt] is given but [model] selects no preset"))
+      << e->what();
+  EXPECT_TRUE(contains(e->hint(), "add preset = \"gpt\" to [model]")) << e->hint();
+}
+
 TEST(sdk_Experiment, UnknownKeyInOptimizerWithDidYouMean) {
   auto e = error_of<sdk::ConfigError>(kFull, {"optimizer.weight_decy=0.1"});
   ASSERT_TRUE(e.has_value());
