@@ -201,8 +201,9 @@ std::vector<std::string> read_host_lists(SectionReading& r) {
                              "] takes: " + joined(own));
 }
 
-// A flat key of the selected component. The same key in its own table too: a --set beats the
-// file, whichever spelling it used; two in the file is ambiguous.
+// A flat key of the selected component. The same key in its own table too: a --set beats a
+// --merge, which beats the file, whichever spelling each used (calibrate writes the table's
+// spelling over a config that may use the flat one); two in one layer are ambiguous.
 void take_flat_option(SectionReading& r, sdk::RawOption&& o) {
   const auto& table = r.section.table;
   const std::string key = table + "." + o.key;
@@ -210,8 +211,9 @@ void take_flat_option(SectionReading& r, sdk::RawOption&& o) {
                            [&](const sdk::RawOption& t) { return t.key == o.key; });
   if (twin != r.from_table.end()) {
     const auto twin_key = table + "." + r.section.selected + "." + o.key;
-    const bool flat_set = r.config.is_override(key), twin_set = r.config.is_override(twin_key);
-    if (flat_set == twin_set)
+    const auto flat_layer = r.config.layer(key), twin_layer = r.config.layer(twin_key);
+    const bool twin_set = twin_layer > flat_layer;
+    if (flat_layer == twin_layer)
       throw sdk::ConfigError(o.where, key,
                              "given twice: here and in [" + table + "." + r.section.selected +
                                  "] at " + twin->where.to_string(),

@@ -379,6 +379,12 @@ bool Config::is_override(std::string_view dotted) const {
   return enclosing_override(impl_->override_locations, dotted) != nullptr;
 }
 
+Config::Layer Config::layer(std::string_view dotted) const {
+  if (is_override(dotted)) return Layer::set;
+  if (impl_->merged_locations.count(std::string(dotted)) != 0) return Layer::merge;
+  return Layer::file;
+}
+
 fs::path Config::path_base(std::string_view dotted) const {
   if (is_override(dotted)) return fs::current_path();
   if (const auto* merged = enclosing_entry(impl_->merged_bases, dotted)) return *merged;

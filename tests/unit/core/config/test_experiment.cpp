@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+
+#include <unistd.h>
 #include <memory>
 #include <optional>
 #include <string>
@@ -553,6 +555,23 @@ TEST(sdk_Experiment, AKeyGivenFlatAndInItsTableIsAnError) {
   e = parse(std::string(kFull) + "\n[scaler.dynamic]\ngrowth_interval = 5\n",
             {"scaler.dynamic.growth_interval=11"});
   EXPECT_EQ(e.scaler_options.get_int("growth_interval"), 11);
+}
+
+// A --merge file in the table's spelling (what calibrate writes) beats the config's flat key, as
+// a --set does; a --set beats both.
+TEST(sdk_Experiment, AMergedTableKeyBeatsTheConfigsFlatOne) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("mixtrain-merge-flat-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto merge = dir / "calibrated.toml";
+  std::ofstream(merge) << "[scaler.dynamic]\ngrowth_interval = 7\n";
+  auto with = [&](const std::vector<std::string>& sets) {
+    return mixtrain::core::parse_experiment(Config::from_string(kFull, "exp.toml", sets, {merge}),
+                                            registry());
+  };
+  EXPECT_EQ(with({}).scaler_options.get_int("growth_interval"), 7);
+  EXPECT_EQ(with({"scaler.growth_interval=9"}).scaler_options.get_int("growth_interval"), 9);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(sdk_Experiment, UnknownKeyInAComponentWithoutOptionsSuggestsTheSectionsKeys) {

@@ -51,6 +51,11 @@ class Config {
   // paths resolve against the current folder, as every command line does, while paths written
   // in the file stay relative to the file. location() names that --set for such keys too.
   bool is_override(std::string_view dotted) const;
+  // Which layer wrote the key at `dotted`, lowest first: the file, a --merge (a later merge over
+  // an earlier one is one layer), a --set. Where two spellings of one option meet (a flat key and
+  // its component table's), the higher layer wins; two in one layer are ambiguous.
+  enum class Layer { file, merge, set };
+  Layer layer(std::string_view dotted) const;
   // The folder a relative path written at `dotted` resolves against: the current folder for a
   // --set, the merged file's folder for a value a --merge wrote, else base_dir().
   std::filesystem::path path_base(std::string_view dotted) const;
