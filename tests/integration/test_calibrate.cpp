@@ -40,7 +40,8 @@ std::set<std::string> table_nodes(const std::string& out) {
 }
 
 std::string string_option(const core::Config& c, const std::string& table, const std::string& key) {
-  for (const auto& o : c.table_options(table))
+  // [precision] may hold `override = []` (no override recommended): an array, read elsewhere.
+  for (const auto& o : c.table_options(table, {"override"}))
     if (o.key == key) return std::get<std::string>(o.value);
   return {};
 }
@@ -317,6 +318,35 @@ num_classes = 2
   EXPECT_TRUE(has(r.out, "no block policy named")) << r.out;
   EXPECT_EQ(string_option(core::Config::from_file(dir_ / "c.toml"), "precision", "policy"),
             "fp8-current");
+}
+
+// A recommendation with no override still replaces the config's overrides when merged (an empty
+// `override = []`): the merged run is the one the table printed. --steps past run.steps measures
+// without the final evaluation calibration promises to skip.
+TEST_F(Calibrate, ARecommendationWithoutOverridesClearsTheConfigsOnMerge) {
+  const auto cfg = write_file("pinned.toml", slurp(quickstart()) +
+                                                 "\n[[precision.override]]\nlayers = \"fc1\"\n"
+                                                 "compute = \"fp32\"\n");
+  const auto out = dir_ / "rec.toml";
+  const auto cal = run("calibrate " + cfg.string() +
+                       " --steps 5 --set run.steps=3 --set precision.policy=bf16-mixed --output " +
+                       out.string());
+  ASSERT_EQ(cal.exit_code, 0) << cal.err;
+  EXPECT_FALSE(has(cal.err, "eval at step")) << cal.err;
+  const std::string rec = slurp(out);
+  EXPECT_TRUE(has(rec, "\noverride = []\n")) << rec;
+  const std::string check =
+      "check " + cfg.string() + " --skip-rehearsal --set precision.policy=bf16-mixed";
+  auto fc1_row = [](const std::string& text) {
+    const auto at = text.find("#   fc1 ");
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  const auto pinned = run(check);
+  ASSERT_EQ(pinned.exit_code, 0) << pinned.err;
+  EXPECT_TRUE(has(fc1_row(pinned.out), "fp32/fp32/fp32/fp32")) << pinned.out;
+  const auto merged = run(check + " --merge " + out.string());
+  ASSERT_EQ(merged.exit_code, 0) << merged.err;
+  EXPECT_TRUE(has(fc1_row(merged.out), "bf16/bf16/bf16/bf16")) << merged.out;
 }
 
 TEST_F(Calibrate, TwoRunsWriteTheSameFile) {

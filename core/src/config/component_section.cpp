@@ -229,7 +229,12 @@ void take_flat_option(SectionReading& r, sdk::RawOption&& o) {
 void read_flat_keys(SectionReading& r) {
   const auto& section = r.section;
   const auto host_arrays = read_host_lists(r);
-  for (auto& o : entries(r.config, section.table, flat_list_keys(r), host_arrays)) {
+  // A host sub-table written as an array is the host's to read (an empty `override = []` is an
+  // array to TOML, not a table array, and means none).
+  auto read_elsewhere = host_arrays;
+  for (const auto& sub : section.host_tables)
+    if (r.config.is_array(section.table + "." + sub)) read_elsewhere.push_back(sub);
+  for (auto& o : entries(r.config, section.table, flat_list_keys(r), read_elsewhere)) {
     if (std::find(section.host_lists.begin(), section.host_lists.end(), o.key) !=
         section.host_lists.end())
       throw sdk::ConfigError(o.where, section.table + "." + o.key, "expected a list of integers",

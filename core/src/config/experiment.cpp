@@ -71,7 +71,12 @@ std::vector<std::string> schedule_keys(LrScheduleKind kind) {
 
 // [precision.escalate]: present (from the file, a --merge or a --set) means on.
 void read_escalation(const Config& config, Experiment& e) {
-  if (!config.has_table("precision.escalate")) return;
+  if (!config.has_table("precision.escalate")) {
+    if (config.is_array("precision.escalate"))
+      throw sdk::ConfigError(config.location("precision.escalate"), "precision.escalate",
+                             "expected a table", "write [precision.escalate] (present means on)");
+    return;
+  }
   reject_nested(config, "precision.escalate");
   auto o = sdk::Options::resolve("precision.escalate", escalate_schema(),
                                  config.table_options("precision.escalate"),
@@ -366,7 +371,11 @@ struct PluginSections {
 
   // The host's options; the plugin's name and options go to name_out and plugin_out.
   sdk::Options read(PluginSectionSpec spec, std::string& name_out, sdk::Options& plugin_out) const {
-    name_out = section_selector(config, spec.table, spec.selector, spec.fallback, spec.host_lists);
+    auto read_elsewhere = spec.host_lists;
+    // A host sub-table written as an array is the host's to read (`override = []`: none).
+    for (const auto& sub : spec.host_tables)
+      if (config.is_array(spec.table + "." + sub)) read_elsewhere.push_back(sub);
+    name_out = section_selector(config, spec.table, spec.selector, spec.fallback, read_elsewhere);
     registry.require(spec.kind, name_out,
                      config.location(spec.table + "." + spec.selector).to_string() + ": " +
                          spec.table + "." + spec.selector);

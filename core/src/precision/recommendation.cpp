@@ -442,6 +442,12 @@ std::string recommendation_toml(const Recommendation& r, const std::vector<std::
     precision.comments.push_back(r.blocks.reason);
   }
   precision.values.emplace_back("policy", r.policy);
+  // The override array replaces the config's whole when merged: with none recommended, an empty
+  // one says so, or the config's own overrides would stand beside the recommendation.
+  if (std::none_of(r.ops.begin(), r.ops.end(), [](const auto& o) { return !o.fields.empty(); })) {
+    precision.comments.push_back("no op needs an override: merged, this clears the config's");
+    precision.raw_values.emplace_back("override", "[]");
+  }
   sections.push_back(std::move(precision));
   for (const auto& o : r.ops) {
     if (o.fields.empty()) continue;

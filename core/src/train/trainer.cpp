@@ -687,8 +687,9 @@ TrainSummary Trainer::run() {
       std::chrono::duration<double>(Clock::now() - t_start - outside_steps).count();
   measured.trained_rows = (s.position.step - first_step) * bs;
   // An interrupted run goes straight to its checkpoint; the evaluation would make the user wait.
-  const bool cut_short = end_step < e.run.steps;
-  if (!end.interrupted && !cut_short && !(sum.evaluated && sum.eval_step == s.position.step))
+  // A step_limit run (calibration's) never evaluates, even when the limit reaches run.steps.
+  const bool limited = s.opt.step_limit > 0;
+  if (!end.interrupted && !limited && !(sum.evaluated && sum.eval_step == s.position.step))
     evaluate_and_log(*this, s, sum, end);
   measured.training_peak_rss = peak_rss_bytes();
   fs::path last_checkpoint;
