@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -451,6 +452,26 @@ TEST_F(RunControl, UnderflowLogIsOneLineForADeepModel) {
   for (const auto& j : records(d / "metrics.jsonl"))
     if (j.contains("underflow")) tensors = j["underflow"].size();
   EXPECT_EQ(tensors, 41u);
+}
+
+// With run.accumulate = 2 the underflow record names the step's loss scale (each micro-batch is
+// seeded with half of it, which gives every row the gradient a whole-batch step at the full scale
+// would); it named the half.
+TEST_F(RunControl, UnderflowRecordsNameTheStepsLossScaleUnderAccumulation) {
+  auto d = dir_ / "run";
+  auto r = run("train " + config("underflow-demo.toml") +
+               " --set precision.policy=fp16-mixed --set run.steps=2 --set run.underflow_every=1"
+               " --set run.accumulate=2 --set run.log_every=1 --set run.eval_every=0 --run-dir " +
+               d.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::int64_t, double> loss_scale, underflow_scale;
+  for (const auto& j : records(d / "metrics.jsonl")) {
+    if (j.contains("loss_scale")) loss_scale[j["step"].get<std::int64_t>()] = j["loss_scale"];
+    if (j.contains("underflow_scale"))
+      underflow_scale[j["step"].get<std::int64_t>()] = j["underflow_scale"];
+  }
+  ASSERT_EQ(underflow_scale.size(), 2u);
+  for (const auto& [step, scale] : underflow_scale) EXPECT_EQ(scale, loss_scale.at(step)) << step;
 }
 
 }  // namespace

@@ -205,8 +205,8 @@ void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_
       [&] {
         model.forward(bs, forward_visit);
         if (k == 0 && request.statistics && s.precision.underflow_watch)
-          s.metrics.records.write(
-              gradient_underflow_record(model, s.position.step, bs, seed, s.log));
+          s.metrics.records.write(gradient_underflow_record(model, s.position.step, bs, seed,
+                                                            s.c.scaler->scale(), s.log));
         // The loss stays on the device: the step's one wait is the found_inf read below.
         model.compute_loss(bs, seed, true);
         if (micro > 1) {

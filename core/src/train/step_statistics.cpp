@@ -8,9 +8,9 @@ namespace mixtrain::core {
 
 using json = nlohmann::json;
 
-json gradient_underflow_record(Model& model, std::int64_t step, std::int64_t rows, float loss_scale,
-                               sdk::Logger& log) {
-  const auto counts = measure_gradient_underflow(model, rows, loss_scale);
+json gradient_underflow_record(Model& model, std::int64_t step, std::int64_t rows, float grad_seed,
+                               float loss_scale, sdk::Logger& log) {
+  const auto counts = measure_gradient_underflow(model, rows, grad_seed);
   json shares = json::object();
   for (const auto& c : counts) {
     if (c.dtype == sdk::DType::fp32) continue;
