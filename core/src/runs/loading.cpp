@@ -120,6 +120,10 @@ void read_metrics(RunData& run, const fs::path& file) {
       r.accuracy = number_or_nan(j, "eval_accuracy", where, kNaN);
       run.evals.push_back(r);
     }
+    // A skipped step's diagnostics measured its overflowed pass (amaxes NaN): left out.
+    if (const auto it = j.find("skipped");
+        !j.contains("loss") && it != j.end() && it->is_boolean() && it->get<bool>())
+      continue;
     if (auto it = j.find("fp8"); it != j.end() && it->is_object())
       for (const auto& [slot, v] : it->items()) {
         if (!v.is_object()) continue;

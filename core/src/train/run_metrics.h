@@ -7,10 +7,15 @@
 // - early_stopping (run.early_stopping_patience > 0) and keep_best (checkpoint.keep_best): the
 //   watched metrics (train/metric_watch.h), saved in checkpoints ("watch"); absent when off.
 // - best_path: the best checkpoint's file once one exists in this run's folder; empty before.
+// - pending_underflow: the step's gradient-underflow record, measured before the step's outcome is
+//   known and written once it is, tagged "skipped": true on a skipped step (its measurement ran
+//   on the overflowed pass; `compare` leaves such records out).
 #pragma once
 
 #include <filesystem>
 #include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "runs/metrics_log.h"
 #include "train/metric_watch.h"
@@ -22,6 +27,7 @@ struct RunMetrics {
   float last_loss = 0.0f;
   std::optional<MetricWatch> early_stopping, keep_best;
   std::filesystem::path best_path;
+  std::optional<nlohmann::json> pending_underflow;
 };
 
 }  // namespace mixtrain::core

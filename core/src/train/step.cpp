@@ -205,8 +205,8 @@ void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_
       [&] {
         model.forward(bs, forward_visit);
         if (k == 0 && request.statistics && s.precision.underflow_watch)
-          s.metrics.records.write(gradient_underflow_record(model, s.position.step, bs, seed,
-                                                            s.c.scaler->scale(), s.log));
+          s.metrics.pending_underflow = gradient_underflow_record(model, s.position.step, bs, seed,
+                                                                  s.c.scaler->scale(), s.log);
         // The loss stays on the device: the step's one wait is the found_inf read below.
         model.compute_loss(bs, seed, true);
         if (micro > 1) {
@@ -475,7 +475,16 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
     out.grad_norm = apply_update(s, request, totals.sum_squares, out.lr);
   else
     out.blame = skip_update(s, out.decision);
-  if (fp8_statistics) s.metrics.records.write(fp8_operand_record(model, s.position.step));
+  // The diagnostics of a skipped step measured an overflowed pass: tagged, not mixed in.
+  auto write_diagnostic = [&](nlohmann::json record) {
+    if (!out.decision.apply_step) record["skipped"] = true;
+    s.metrics.records.write(record);
+  };
+  if (s.metrics.pending_underflow) {
+    write_diagnostic(std::move(*s.metrics.pending_underflow));
+    s.metrics.pending_underflow.reset();
+  }
+  if (fp8_statistics) write_diagnostic(fp8_operand_record(model, s.position.step));
   if (s.opt.observer != nullptr) s.opt.observer->after_step(s.position.step);
   return out;
 }

@@ -139,6 +139,25 @@ TEST_F(Compare, AMissingSummaryIsDerivedFromTheMetrics) {
   EXPECT_NE(core::comparison_text(c).find("too short to smooth"), std::string::npos);
 }
 
+// A skipped step's underflow and FP8 records measured its overflowed pass: they are tagged and
+// leave the run's worst shares alone.
+TEST_F(Compare, DiagnosticsOfSkippedStepsAreLeftOut) {
+  write("r/metrics.jsonl",
+        "{\"step\":1,\"underflow\":{\"fc1 input gradient\":{\"flushed_share\":0.1}}}\n"
+        "{\"step\":1,\"fp8\":{\"fc1.matmul.input\":{\"saturated_share\":0.2,\"amax\":3}}}\n"
+        "{\"step\":1,\"loss\":1.0,\"skipped\":false}\n"
+        "{\"step\":2,\"skipped\":true,\"underflow\":{\"fc1 input gradient\":"
+        "{\"flushed_share\":0.9}}}\n"
+        "{\"step\":2,\"skipped\":true,\"fp8\":{\"fc1.matmul.input\":"
+        "{\"saturated_share\":0.8,\"amax\":null}}}\n"
+        "{\"step\":2,\"loss\":null,\"skipped\":true}\n");
+  const auto run = core::load_run(root_ / "r");
+  EXPECT_EQ(run.max_gradient_underflow.at("fc1 input gradient"), 0.1);
+  EXPECT_EQ(run.fp8_slots.at("fc1.matmul.input").max_saturated_share, 0.2);
+  ASSERT_EQ(run.steps.size(), 2u);
+  EXPECT_TRUE(run.steps[1].skipped);
+}
+
 TEST_F(Compare, AMalformedLineIsReportedWithFileAndLine) {
   auto dir = baseline();
   write("base/metrics.jsonl",
