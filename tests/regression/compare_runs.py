@@ -29,7 +29,8 @@ import sys
 # skipped, lr, grad_norm, samples_per_s, epoch, device_memory_bytes, device_peak_memory_bytes,
 # host_peak_rss_bytes[, nonfinite]}, the evaluation record {step, eval_loss, eval_accuracy}, and
 # from core/src/train/step_statistics.cpp the underflow record {step, underflow_scale,
-# underflow{...}} and the FP8 record {step, fp8{...}}. samples_per_s (rows over the window's wall
+# underflow{...}[, skipped]} and the FP8 record {step, fp8{...}[, skipped]} (core/src/train/
+# step.cpp tags a skipped step's). samples_per_s (rows over the window's wall
 # time) depends on the clock; the three memory fields on the allocator and the process (a
 # resumed run's host peak differs, and a build before them has none). There is no timestamp or
 # wall time field in metrics.jsonl (wall_seconds is in summary.json, which is not compared).
