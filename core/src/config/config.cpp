@@ -1,6 +1,7 @@
 #include "mixtrain/core/config/config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <fstream>
 #include <map>
@@ -245,6 +246,28 @@ std::string read_toml_file(const fs::path& path, const std::string& what, const 
 // key of more than kMaxKeyParts parts is refused at its line before toml++ sees it.
 constexpr std::size_t kMaxKeyParts = 1000;
 
+// The dots that part a key or table header at the start of `l`: outside quoted parts, up to the
+// first character no key holds ('=', ']', ',', '{', ...). A line that continues a list of dotted
+// strings or of numbers counts none or one, not one per entry.
+std::size_t key_dots(std::string_view l) {
+  std::size_t dots = 0;
+  std::size_t i = l.starts_with("[[") ? 2 : l.starts_with('[') ? 1 : 0;
+  for (; i < l.size(); ++i) {
+    const char c = l[i];
+    if (c == '"' || c == '\'') {  // a quoted part: its dots are its own
+      for (++i; i < l.size() && l[i] != c; ++i)
+        if (c == '"' && l[i] == '\\') ++i;
+      if (i >= l.size()) break;
+    } else if (c == '.') {
+      ++dots;
+    } else if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == ' ' ||
+                 c == '\t')) {
+      break;
+    }
+  }
+  return dots;
+}
+
 void refuse_absurd_key_depth(std::string_view text, const std::string& source_name) {
   std::uint32_t line = 1;
   for (std::size_t start = 0; start < text.size(); ++line) {
@@ -253,11 +276,7 @@ void refuse_absurd_key_depth(std::string_view text, const std::string& source_na
     start = end + 1;
     const auto first = l.find_first_not_of(" \t");
     if (first == std::string_view::npos || l[first] == '#') continue;
-    // The key: a table header up to its ']', else up to '='.
-    const std::string_view key =
-        l.substr(first, l.find(l[first] == '[' ? ']' : '=', first) - first);
-    if (const auto dots = static_cast<std::size_t>(std::count(key.begin(), key.end(), '.'));
-        dots >= kMaxKeyParts)
+    if (const auto dots = key_dots(l.substr(first)); dots >= kMaxKeyParts)
       throw sdk::ConfigError({source_name, line, static_cast<std::uint32_t>(first + 1)}, "",
                              "a key or table name of " + std::to_string(dots + 1) +
                                  " dotted parts, more than the " + std::to_string(kMaxKeyParts) +

@@ -74,6 +74,24 @@ TEST(sdk_Config, AnAbsurdlyDottedKeyIsRefusedAtItsLine) {
   EXPECT_EQ(config_error("  " + parts.substr(0, 2000) + " = 1\n")->where().column, 3u);
   // A dotted key of ordinary depth is TOML as usual.
   EXPECT_FALSE(config_error("a.b.c = 1\n").has_value());
+  // Quoted parts count as parts; their own dots do not.
+  std::string quoted = "\"a\"";
+  for (int i = 0; i < 50000; ++i) quoted += ".\"a.b\"";
+  EXPECT_TRUE(contains(config_error(quoted + " = 1\n")->what(), "50001 dotted parts"));
+}
+
+// A line that continues a list is no key: a thousand dotted strings or decimals on it are fine.
+TEST(sdk_Config, ALongListOfDottedEntriesIsNoDeepKey) {
+  std::string names = "[train]\ntrainable = [\n  ";
+  std::string numbers = "[run]\nx = [\n  ";
+  for (int i = 0; i < 1500; ++i) {
+    names += "\"fc1.weight\", ";
+    numbers += "1.5, ";
+  }
+  names += "\n]\n";
+  numbers += "\n]\n";
+  EXPECT_FALSE(config_error(names).has_value()) << config_error(names)->what();
+  EXPECT_FALSE(config_error(numbers).has_value()) << config_error(numbers)->what();
 }
 
 TEST(sdk_Config, SyntaxErrorHasLineAndColumn) {
