@@ -294,6 +294,12 @@ void check_top_level_tables(const Config& config) {
   const auto& known = config_top_level_tables();
   for (const auto& key : config.top_level_keys()) {
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    // `steps = 10` above the first [table] header (or `--set steps=10`) is a key, not a table:
+    // parse_experiment names the table it belongs in (misplaced_key.h).
+    if (!config.has_table(key) && !config.is_array(key))
+      throw sdk::ConfigError(config.location(key), key, "unknown key",
+                             "it is outside any table (written above the file's first [table] "
+                             "header, or --set without a table); every key lives in a table");
     auto near = sdk::closest_match(key, known);
     throw sdk::ConfigError(config.location(key), key, "unknown table",
                            (near.empty() ? "" : "did you mean [" + near + "]? ") +

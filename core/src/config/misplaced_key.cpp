@@ -20,9 +20,10 @@ std::optional<sdk::ConfigError> with_owner_hint(const sdk::ConfigError& e,
                                                 const PluginRegistry& registry) {
   if (!ends_with(e.what(), ": unknown key") || e.hint().find("did you mean") != std::string::npos)
     return std::nullopt;
+  // No dot: a key outside any table (above the first header), whose table is none.
   const auto dot = e.key().rfind('.');
-  if (dot == std::string::npos) return std::nullopt;
-  const std::string table = e.key().substr(0, dot), name = e.key().substr(dot + 1);
+  const std::string table = dot == std::string::npos ? "" : e.key().substr(0, dot);
+  const std::string name = dot == std::string::npos ? e.key() : e.key().substr(dot + 1);
   const auto sections = config_sections(registry);
   std::vector<std::string> owners, defaults;
   for (const auto& section : sections) {

@@ -3,9 +3,9 @@
 // (section_catalog.h), so the error points where the key lives instead of saying nothing.
 //
 // Contract: for a ConfigError "unknown key" whose hint has no "did you mean", and whose last
-// component is a key of other sections, the same error (location, key, message) with a hint
-// naming those sections first (a section's default component first); any other error gives
-// std::nullopt, for the caller to rethrow unchanged.
+// component (the whole key for one outside any table) is a key of other sections, the same error
+// (location, key, message) with a hint naming those sections first (a section's default component
+// first); any other error gives std::nullopt, for the caller to rethrow unchanged.
 #pragma once
 
 #include <optional>

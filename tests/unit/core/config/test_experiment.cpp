@@ -180,6 +180,18 @@ TEST(sdk_Experiment, APresetTableUnderAnotherPresetIsStillChecked) {
   EXPECT_TRUE(contains(e->hint(), "add preset = \"gpt\" to [model]")) << e->hint();
 }
 
+// A key above the first table header is a key outside any table, not an "unknown table": the
+// error says so and names the table it belongs in.
+TEST(sdk_Experiment, AKeyOutsideAnyTableNamesItsTable) {
+  auto e = error_of<sdk::ConfigError>("steps = 10\n" + std::string(kFull));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->key(), "steps");
+  EXPECT_TRUE(contains(e->what(), "exp.toml:1:")) << e->what();
+  EXPECT_TRUE(contains(e->what(), "'steps': unknown key")) << e->what();
+  EXPECT_TRUE(contains(e->hint(), "did you mean run.steps?")) << e->hint();
+  EXPECT_TRUE(contains(e->hint(), "outside any table")) << e->hint();
+}
+
 TEST(sdk_Experiment, UnknownKeyInOptimizerWithDidYouMean) {
   auto e = error_of<sdk::ConfigError>(kFull, {"optimizer.weight_decy=0.1"});
   ASSERT_TRUE(e.has_value());
