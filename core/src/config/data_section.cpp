@@ -200,6 +200,52 @@ DataSource read_data_source(const Config& config) {
       (near.empty() ? "" : "did you mean '" + near + "'? ") + "one of: " + join_names(names));
 }
 
+// data.classes below what a source is known to hold was widened to it without a word (the
+// resolved config showing the smaller number); the npy and idx readers refuse a label past it.
+void check_declared_classes(const sdk::Options& common, const DataSettings& d) {
+  if (d.classes == 0) return;
+  std::int64_t held = 0;
+  std::string what;
+  if (d.source == DataSource::synthetic) {
+    held = d.synthetic.classes;
+    what = "data.synthetic.num_classes";
+  } else if (d.source == DataSource::cifar10) {
+    held = 10;
+    what = "CIFAR-10's";
+  }
+  if (d.classes < held)
+    common.fail("classes",
+                "is " + std::to_string(d.classes) + ", below the " + std::to_string(held) +
+                    " classes the data holds (" + what + ")",
+                "give at least " + std::to_string(held) +
+                    " (more pads the head), or 0 to take "
+                    "the data's");
+}
+
+// Keys given that this source leaves unread: listed with the schedule's (Experiment::unused_keys),
+// so the run warns instead of showing them in the resolved config as if they applied.
+void note_unread_data_keys(const ResolvedComponentSection& r, Experiment& e) {
+  const auto& d = e.data;
+  const auto& src = r.component;
+  auto unused = [&](const sdk::Options& o, const std::string& key, const std::string& why) {
+    if (!o.was_set(key)) return;
+    const auto from = r.origin.find(key);  // data.synthetic.features or data.features
+    e.unused_keys.push_back((from == r.origin.end() ? "data." + key : from->second) + " (" +
+                            o.where(key).to_string() + ") " + why);
+  };
+  if (d.source == DataSource::synthetic) {
+    const bool images = d.synthetic.kind == "images";
+    for (const char* key : {"features"})
+      if (images) unused(src, key, "is not read by kind = \"images\" (channels x height x width)");
+    for (const char* key : {"channels", "height", "width", "max_shift"})
+      if (!images) unused(src, key, "is read only by kind = \"images\"");
+  }
+  const bool eval_given = !d.eval_token_paths.empty() || !d.cifar_eval_paths.empty() ||
+                          (d.source == DataSource::cifar10 && !d.cifar_dir.empty());
+  if (eval_given)
+    unused(r.host, "eval_fraction", "is not read: the held-out rows come from the eval file");
+}
+
 void read_synthetic(const sdk::Options& src, Experiment& e) {
   auto& spec = e.data.synthetic;
   spec.kind = src.get_string("kind");
@@ -315,6 +361,8 @@ void read_data_config(const Config& config, Experiment& e) {
   e.data.eval_fraction = common.get_double("eval_fraction");
   e.data.classes = static_cast<std::int32_t>(common.get_int("classes"));
   read_source_options(config, r, e);
+  check_declared_classes(common, e.data);
+  note_unread_data_keys(r, e);
   read_pixels(common, e);
   push_resolved_data(config, r, e);
   read_normalize(config, e);

@@ -214,7 +214,7 @@ sdk::OptionSchema data_common_schema() {
           .at_most(0.9),
       OptionSpec::integer("classes", 0,
                           "number of classes; 0 = max label + 1 (tables; token sources take "
-                          "vocab_size)")
+                          "vocab_size); never below the data's (a larger value pads the head)")
           .at_least(0)
           .at_most(kMaxDim),
   };

@@ -192,6 +192,20 @@ TEST(sdk_Experiment, AKeyOutsideAnyTableNamesItsTable) {
   EXPECT_TRUE(contains(e->hint(), "outside any table")) << e->hint();
 }
 
+// data.classes below the synthetic data's classes is refused (it was widened without a word), and
+// a key the chosen kind leaves unread is listed for the run's warning.
+TEST(sdk_Experiment, DataKeysTheSourceCannotHonourAreRefusedOrListedAsUnused) {
+  auto e = error_of<sdk::ConfigError>(kFull, {"data.classes=1"});
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->key(), "data.classes");
+  EXPECT_TRUE(contains(e->what(), "below the")) << e->what();
+  const auto parsed = parse(kFull, {"data.synthetic.height=8"});
+  ASSERT_EQ(parsed.unused_keys.size(), 1u);
+  EXPECT_TRUE(contains(parsed.unused_keys[0], "data.synthetic.height (--set"))
+      << parsed.unused_keys[0];
+  EXPECT_TRUE(parse(kFull).unused_keys.empty());
+}
+
 TEST(sdk_Experiment, UnknownKeyInOptimizerWithDidYouMean) {
   auto e = error_of<sdk::ConfigError>(kFull, {"optimizer.weight_decy=0.1"});
   ASSERT_TRUE(e.has_value());
