@@ -203,6 +203,13 @@ TEST(DataParallelReducer, EvaluationStartsFromRankZerosBuffersAndAStopIsEveryRan
   EXPECT_TRUE(f.comm->calls.empty());
   EXPECT_FALSE(f.reducer->any_rank(false));
   EXPECT_EQ(f.comm->calls, std::vector<std::string>{"all_reduce_host 1"});
+  // Another rank was asked to stop (Ctrl-C lands on each at its own moment): this one stops too,
+  // or it would wait alone in the next step's collective.
+  f.comm->peer_text = "stop";
+  EXPECT_TRUE(f.reducer->any_rank(false));
+  f.comm->peer_text.clear();
+  EXPECT_TRUE(f.reducer->any_rank(true));
+  EXPECT_EQ(f.comm->calls.size(), 3u);
 }
 
 // Each replica evaluates alone and may differ in the last bits (kernels chosen per rank): every

@@ -152,12 +152,14 @@ TEST_P(MpiCommunicatorTest, BadInputIsBackendError) {
 }
 
 // Rank 1 joins late: rank 0's wait with a short timeout fails naming the operation; it then
-// waits again (the request is still live) and completes once rank 1 joins.
+// waits again (the request is still live) and completes once rank 1 joins. Rank 1 joins only
+// after rank 0's timeout, released by a barrier of the fixture's own communicator that rank 0
+// enters then: no sleep decides the order on a loaded machine.
 TEST_P(MpiCommunicatorTest, AWaitThatTimesOutNamesTheOperation) {
   MpiCommunicator short_fuse(options(0.5, GetParam()), sdk::PluginContext{});
   short_fuse.bind(*backend_);
   auto b = make({1});
-  if (rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  if (rank() == 1) comm_->barrier();
   auto h = short_fuse.start_all_reduce(b.view, sdk::ReduceOp::sum);
   if (rank() == 0) {
     try {
@@ -169,6 +171,7 @@ TEST_P(MpiCommunicatorTest, AWaitThatTimesOutNamesTheOperation) {
           << e.what();
       EXPECT_NE(std::string(e.what()).find("timeout_s"), std::string::npos) << e.what();
     }
+    comm_->barrier();  // rank 1 may join now
   }
   // The collective still completes once both ranks are in it.
   while (!h->test()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
