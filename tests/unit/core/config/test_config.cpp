@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "mixtrain/core/config/config.h"
 
 namespace sdk = mixtrain::sdk;
@@ -337,7 +339,8 @@ TEST(sdk_ConfigOverride, MalformedOverridesAreConfigErrors) {
 // --merge: a file over the config, before --set. Tables merge key by key; an array (of tables too)
 // is replaced whole; merged values point at their own file; --set still wins.
 TEST(sdk_ConfigMerge, TablesMergeArraysReplaceAndLocationsNameTheMergedFile) {
-  const auto dir = std::filesystem::temp_directory_path() / "mixtrain_merge_test";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("mixtrain_merge_test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto file = dir / "precision.toml";
   {
@@ -378,7 +381,8 @@ TEST(sdk_ConfigMerge, TablesMergeArraysReplaceAndLocationsNameTheMergedFile) {
 }
 
 TEST(sdk_ConfigMerge, AMissingFolderOrBrokenFileIsAConfigErrorNamingIt) {
-  const auto dir = std::filesystem::temp_directory_path() / "mixtrain_merge_bad_test";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("mixtrain_merge_bad_test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   { std::ofstream(dir / "broken.toml") << "[precision\npolicy = 1\n"; }
   const std::vector<std::pair<std::filesystem::path, std::string>> cases = {

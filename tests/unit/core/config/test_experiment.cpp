@@ -639,7 +639,8 @@ TEST(sdk_Experiment, DataSourcesSwapLikeComponents) {
 }
 
 TEST(sdk_Experiment, PathsInAFileResolveAgainstItsFolderAndFromSetAgainstTheCurrentOne) {
-  const auto dir = std::filesystem::temp_directory_path() / "mixtrain_paths_test";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("mixtrain_paths_test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir / "conf");
   std::string text = kFull;
   for (const std::string line : {"source = \"synthetic\"\n", "kind = \"teacher\"\n", "rows = 256\n",
@@ -795,7 +796,8 @@ TEST(data_TokenConfig, TextSourceTakesAFileOrAListAndTheResolvedConfigKeepsTheLi
 }
 
 TEST(sdk_Experiment, RunDirAndPluginPathsResolveLikeEveryOtherPath) {
-  const auto dir = std::filesystem::temp_directory_path() / "mixtrain_run_dir_test";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("mixtrain_run_dir_test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir / "conf");
   std::string text = kFull;
   text.insert(text.find("[run]\n") + 6, "dir = \"o\"\n");

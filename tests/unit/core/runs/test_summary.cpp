@@ -7,6 +7,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include "mixtrain/core/runs/summary.h"
 
 namespace {
@@ -43,7 +45,8 @@ TEST(RunSummary, StopReasonWinsAndAHealthyRunHasNone) {
 }
 
 TEST(RunSummary, SummaryJsonIsReplacedWholeAndLeavesNoTemporaryFile) {
-  const auto dir = std::filesystem::temp_directory_path() / "mixtrain_run_summary_test";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("mixtrain_run_summary_test-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   { std::ofstream(dir / "summary.json") << "{\"steps\": 1, \"torn"; }
