@@ -133,6 +133,7 @@ TEST_F(CompareCli, AMissingFolderExitsTwoNamingIt) {
 TEST_F(CompareCli, NoFolderAtAllIsAUsageError) {
   auto r = run("compare");
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("run_dirs is required"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -458,6 +458,7 @@ TEST_F(DataParallelTest, CommandsOtherThanTrainRefuseSeveralRanks) {
   r = run_ranks(2,
                 "export --initial " + cfg.string() + " --out " + (dir_ / "w.safetensors").string());
   EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "`mixtrain export` runs in one process")) << r.err;
   EXPECT_FALSE(fs::exists(dir_ / "w.safetensors"));
 }
 

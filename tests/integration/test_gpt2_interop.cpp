@@ -218,9 +218,12 @@ TEST_F(Gpt2Cli, InitLayoutIsValidatedAndExportRefusesANonGptModelInTheGpt2Layout
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(contains(r.err, "no tensor 'wte.weight'")) << r.err;
   EXPECT_FALSE(fs::exists(out));
+  // A layout that is none: refused as the command line is read, naming the layouts.
   r = run("export " + run_dir.string() + " --format safetensors --layout conv1d --out " +
           out.string());
   EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "--layout: conv1d not in {native,gpt2,hf,peft}")) << r.err;
+  EXPECT_FALSE(fs::exists(out));
 }
 
 // ---- A GPT trained from PyTorch's weights, checked by PyTorch -----------------------------------

@@ -190,6 +190,7 @@ TEST_F(LoraExport, PeftFolderNamesAndMergedWeights) {
   EXPECT_TRUE(has(r.err, "holds no LoRA adapters")) << r.err;
   r = run("export hf/model.safetensors --layout peft --out y", dir_);
   EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.err, "config has no [model.lora]: no adapters to export")) << r.err;
   EXPECT_FALSE(fs::exists(dir_ / "y" / "adapter_config.json"));
 }
 

@@ -399,7 +399,9 @@ TEST_F(MetricsSinks, UnknownSinkNamesItsEntryAndTheNearestName) {
   auto s = run("train " + quickstart() + " --set run.metrics=csvv");
   EXPECT_EQ(s.exit_code, 2) << s.err;
   EXPECT_NE(s.err.find("did you mean 'csv'?"), std::string::npos) << s.err;
-  EXPECT_EQ(run("train " + quickstart() + " --set run.metrics=7").exit_code, 2);
+  auto n = run("train " + quickstart() + " --set run.metrics=7");
+  EXPECT_EQ(n.exit_code, 2);
+  EXPECT_NE(n.err.find("'run.metrics': expected an array of strings"), std::string::npos) << n.err;
 }
 
 TEST_F(MetricsSinks, DescribeListsTheSinks) {

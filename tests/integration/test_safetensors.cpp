@@ -142,12 +142,18 @@ TEST_F(SafetensorsCli, ExportWritesSafetensorsAndRefusesToOverwrite) {
   EXPECT_EQ(header_of(slurp(out))["fc1.weight"]["dtype"], "F32");
 
   // Bad input: a missing file, an unknown dtype, a damaged checkpoint.
-  EXPECT_EQ(run("export " + (dir_ / "nope.mxt").string() + " --format safetensors").exit_code, 2);
-  EXPECT_EQ(run("export " + ckpt.string() + " --format safetensors --dtype fp8 --out " +
-                (dir_ / "x.safetensors").string()).exit_code, 2);
+  r = run("export " + (dir_ / "nope.mxt").string() + " --format safetensors");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("nope.mxt does not exist"), std::string::npos) << r.err;
+  r = run("export " + ckpt.string() + " --format safetensors --dtype fp8 --out " +
+          (dir_ / "x.safetensors").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("'fp8' is not a valid choice"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "x.safetensors"));
   const auto damaged = write_file("damaged.mxt", "MIXTRAIN garbage");
   r = run("export " + damaged.string() + " --format safetensors");
   EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("shorter than the 28-byte preamble"), std::string::npos) << r.err;
 
   // The exported weights evaluate exactly like the checkpoint they came from (fp32 export).
   const auto config = (run_dir / "config.toml").string();

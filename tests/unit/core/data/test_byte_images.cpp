@@ -15,6 +15,17 @@
 namespace mixtrain::core {
 namespace {
 
+// `f` throws sdk::DataError whose message holds `part`: the message is the contract.
+template <class F>
+void expect_data_error_saying(F f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no DataError (expected one saying '" << part << "')";
+  } catch (const sdk::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 using test::Bytes;
 using test::npy_bytes;
 using test::npy_dict;
@@ -163,17 +174,20 @@ TEST(ByteImages, SyntheticImagesRoundedToBytes) {
     ASSERT_EQ(values[i], static_cast<float>(want) / 255.0f) << i;
   }
   spec.feature_scale = 2.0;
-  EXPECT_THROW(make_synthetic(spec), sdk::DataError);
+  expect_data_error_saying([&] { make_synthetic(spec); },
+                           "'feature_scale' must be 1 for byte pixels");
   spec.feature_scale = 1.0;
   spec.kind = "clusters";
-  EXPECT_THROW(make_synthetic(spec), sdk::DataError);
+  expect_data_error_saying([&] { make_synthetic(spec); },
+                           "needs kind = \"images\", found \"clusters\"");
 }
 
 TEST(ByteImages, ADamagedTableOrPixelCountIsRefused) {
   const auto [bytes, floats] = load_both(2);
   Dataset short_table = bytes;
   short_table.pixel_values.resize(2 * 256);
-  EXPECT_THROW(check_dataset(short_table, "test"), sdk::DataError);
+  expect_data_error_saying([&] { check_dataset(short_table, "test"); },
+                           "a table of C x 256 values (found 512 values)");
   Dataset infinite = bytes;
   infinite.pixel_values[256 + 9] = INFINITY;
   try {
@@ -184,10 +198,11 @@ TEST(ByteImages, ADamagedTableOrPixelCountIsRefused) {
   }
   Dataset missing = bytes;
   missing.pixels.pop_back();
-  EXPECT_THROW(check_dataset(missing, "test"), sdk::DataError);
+  expect_data_error_saying([&] { check_dataset(missing, "test"); },
+                           "features hold 6143 values, expected rows x features = 2 x 3072");
   Dataset both = bytes;
   both.x = floats.x;
-  EXPECT_THROW(check_dataset(both, "test"), sdk::DataError);
+  expect_data_error_saying([&] { check_dataset(both, "test"); }, "no float features");
   EXPECT_THROW(gather_pixels(floats, std::vector<std::int64_t>{0}, nullptr, nullptr),
                std::logic_error);
 }
