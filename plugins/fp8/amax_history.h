@@ -14,6 +14,8 @@
 //   unfused update). max_ignoring_nan() skips NaN entries (fmaxf semantics, Transformer Engine's
 //   fused kernel); an inf entry makes both inf. Callers treat a zero or non-finite amax as "keep
 //   the previous scale".
+// - last_completed(): the entry of the last step rolled (the one before the step in progress);
+//   0 for a ring of one entry, whose roll zeroed it.
 // - chronological() lists the entries oldest first, the step in progress last;
 //   resized() keeps the most recent min(old, new) of them and pads the oldest side with zeros.
 #pragma once
@@ -32,6 +34,9 @@ class AmaxHistory {
 
   void record(float amax);
   float current() const { return ring_[position_]; }
+  float last_completed() const {
+    return ring_.size() < 2 ? 0.0f : ring_[(position_ + ring_.size() - 1) % ring_.size()];
+  }
   float max() const;
   float max_ignoring_nan() const;
   void roll();

@@ -173,6 +173,7 @@ void DelayedScalingPolicy::load_state(const sdk::ComponentState& state) {
   const auto count = read_int(state, "slots", 0, std::numeric_limits<std::int32_t>::max());
 
   std::map<std::string, ScalingSlot, std::less<>> loaded;
+  std::size_t kept_scales = 0;  // constants changed, but no amax to recompute the scale from
   for (std::size_t i = 0; i < static_cast<std::size_t>(count); ++i) {
     const auto name_key = slot_key(i, "name");
     const auto [name, role] = read_slot_name(state, name_key);
@@ -190,8 +191,15 @@ void DelayedScalingPolicy::load_state(const sdk::ComponentState& state) {
                   read_scale(state, slot_key(i, "scale"))};
     if (s.history.length() != history_len_) s.history = s.history.resized(history_len_);
     if (constants_changed) {
-      // Saved scales were derived for another fp8_max or margin; the history is still valid.
-      if (auto scale = compute_scale(history_amax(s.history), s.dtype, margin())) s.scale = *scale;
+      // Saved scales were derived for another fp8_max or margin; the history is still valid. A
+      // checkpoint is written after the step's roll, so the entry in progress is empty: the
+      // "most_recent" amax is the last completed step's (what the saved scale came from).
+      const float amax = algo_ == AmaxComputeAlgo::most_recent ? s.history.last_completed()
+                                                               : history_amax(s.history);
+      if (auto scale = compute_scale(amax, s.dtype, margin()))
+        s.scale = *scale;
+      else
+        ++kept_scales;
     }
     s.scale_inv = 1.0f / s.scale;
     if (!loaded.emplace(name, std::move(s)).second) fail_state("slot '" + name + "' appears twice");
@@ -214,9 +222,14 @@ void DelayedScalingPolicy::load_state(const sdk::ComponentState& state) {
     logger().info("policy fp8-delayed: checkpoint used interval " + std::to_string(saved_interval) +
                   ", the config says " + std::to_string(interval_) + "; the config wins");
   if (constants_changed)
-    logger().warn("policy fp8-delayed: fp8_format or margin changed since the checkpoint; the " +
-                  std::to_string(loaded.size()) +
-                  " scales were recomputed from their amax histories");
+    logger().warn(
+        "policy fp8-delayed: fp8_format or margin changed since the checkpoint; " +
+        std::to_string(loaded.size() - kept_scales) + " of the " + std::to_string(loaded.size()) +
+        " scales were recomputed from their amax histories" +
+        (kept_scales == 0 ? std::string()
+                          : "; " + std::to_string(kept_scales) +
+                                " kept the saved scale until the next update (no completed amax: "
+                                "a history of one entry, or an operand never cast)"));
   report_slot_migration(state, loaded.size());
 
   slots_ = std::move(loaded);

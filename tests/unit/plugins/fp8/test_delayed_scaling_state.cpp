@@ -177,6 +177,32 @@ TEST(fp8_delayed_state, ChangedMarginOrFormatRecomputesScalesFromTheHistory) {
   EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "scales were recomputed"));
 }
 
+// "most_recent" reads the last completed step's amax: the checkpoint, written after that step's
+// roll, holds it one entry before the (empty) entry in progress. Recomputing from the empty entry
+// kept the old constants' scale, 2^margin or fp8_max-ratio off for a step.
+TEST(fp8_delayed_state, ChangedMarginUnderMostRecentRecomputesFromTheLastCompletedStep) {
+  test::CapturingSink sink;
+  auto recent = [](std::int64_t length, std::int64_t margin) {
+    return Values{{"amax_history_len", length},
+                  {"amax_compute_algo", std::string("most_recent")},
+                  {"margin", margin}};
+  };
+  auto a = make_delayed(sink, recent(6, 0));
+  for (float amax : {4.0f, 2.0f}) step(*a, amax);
+  ASSERT_EQ(input_scale(*a), 224.0f) << "448 / 2, the most recent";
+  auto b = make_delayed(sink, recent(6, 1));
+  b->load_state(a->save_state());
+  EXPECT_EQ(input_scale(*b), 112.0f) << "(448 / 2) / 2^1";
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "1 of the 1 scales were recomputed"));
+  // A history of one entry keeps no completed amax: the saved scale stays, and the warning says so.
+  auto c = make_delayed(sink, recent(1, 0));
+  step(*c, 2.0f);
+  auto d = make_delayed(sink, recent(1, 1));
+  d->load_state(c->save_state());
+  EXPECT_EQ(input_scale(*d), 224.0f);
+  EXPECT_TRUE(sink.contains(sdk::LogLevel::warn, "1 kept the saved scale until the next update"));
+}
+
 TEST(fp8_delayed_state, MalformedStatesThrowCheckpointErrorAndChangeNothing) {
   test::CapturingSink sink;
   const auto good = state_with_history_1234(sink);
