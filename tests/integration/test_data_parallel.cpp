@@ -280,6 +280,26 @@ TEST_F(DataParallelTest, GradientAccumulationCommunicatesOnTheLastMicroBatchOnly
   EXPECT_EQ(d["buckets_communicated"].get<int>(), 20 * d["buckets"].get<int>());
 }
 
+// nvfp4's stochastic rounding draws per replica: rank r rounds its rows with the bits of draw r,
+// as one process rounds micro-batch r. So 2 ranks train as one process accumulating 2
+// micro-batches of the same rows (with the same bits on every rank they did not: the noise was
+// correlated across ranks and did not average down).
+TEST_F(DataParallelTest, StochasticRoundingDrawsItsOwnBitsOnEveryRank) {
+  const std::string sr = "[precision]\npolicy = \"nvfp4\"\n";
+  const std::string steps = " --set run.steps=12";
+  const auto single = mlp_config("single.toml", sr);
+  // Two micro-batches of 16 rows a step: the rows the 2 ranks split a batch of 32 into.
+  auto base =
+      run("train " + single.string() + steps +
+          " --set data.batch_size=16 --set run.accumulate=2 --run-dir " + (dir_ / "r1").string());
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  const auto cfg = mlp_config("dp.toml", sr + "[distributed]\ntype = \"mpi\"\n");
+  auto r = run_ranks(2, "train " + cfg.string() + steps + " --set data.batch_size=32 --run-dir " +
+                            (dir_ / "r2").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_same_losses(dir_ / "r1", dir_ / "r2", 1e-5);
+}
+
 // fp16-mixed with the dynamic scaler and one row that overflows fp16: the row lands in one
 // rank's half of the batch only, yet both ranks skip the same steps with the same scales (the
 // one-process run skips exactly those), and the replicas end identical.

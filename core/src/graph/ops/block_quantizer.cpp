@@ -119,16 +119,16 @@ sdk::TensorView BlockQuantizer::hadamard_rows(const std::shared_ptr<sdk::DeviceB
 }
 
 std::uint64_t BlockQuantizer::seed(std::uint64_t run_seed, const sdk::OperandSlot& slot,
-                                   GemmPass pass, std::int64_t step, std::int64_t micro_batch) {
+                                   GemmPass pass, std::int64_t step, std::int64_t draw) {
   const std::string key = slot.name() + "." + std::string(sdk::gemm_pass_name(pass)) + ".step" +
-                          std::to_string(step) + ".micro" + std::to_string(micro_batch);
+                          std::to_string(step) + ".micro" + std::to_string(draw);
   return derive_seed(run_seed, key.c_str());
 }
 
 void BlockQuantizer::quantize(const std::shared_ptr<sdk::DeviceBackend>& backend,
                               sdk::GemmFacet& gemm, sdk::TensorView src, OperandRole role,
                               std::uint64_t run_seed, std::int64_t step, std::int64_t micro_batch,
-                              bool both_passes) {
+                              std::int64_t draw, bool both_passes) {
   const int r = role_index(role);
   const sdk::OperandSlot& slot = slots_[static_cast<std::size_t>(r)];
   const auto passes = passes_of(role);
@@ -182,7 +182,7 @@ void BlockQuantizer::quantize(const std::shared_ptr<sdk::DeviceBackend>& backend
       single.outputs[0] = b.view;
       single.stochastic_rounding = plans[p].stochastic_rounding;
       if (single.stochastic_rounding)
-        single.seed = seed(run_seed, slot, passes[p].pass, step, micro_batch);
+        single.seed = seed(run_seed, slot, passes[p].pass, step, draw);
       gemm.quantize_block_scaled(single);
     }
   }

@@ -52,17 +52,20 @@ class BlockQuantizer {
   bool varies_per_step() const;
 
   // Quantizes src [rows, cols] for both passes of `role` (the first only, when !both_passes: the
-  // input of a frozen weight, which has no wgrad). `run_seed`, `step` and `micro_batch` key
-  // stochastic rounding.
+  // input of a frozen weight, which has no wgrad). `run_seed`, `step` and `draw` (the micro-batch
+  // among every data-parallel replica's, Layer::draw(): each rank rounds with bits of its own)
+  // key stochastic rounding; `run_seed`, `step` and `micro_batch` the Hadamard transform's signs.
   void quantize(const std::shared_ptr<sdk::DeviceBackend>& backend, sdk::GemmFacet& gemm,
                 sdk::TensorView src, sdk::OperandRole role, std::uint64_t run_seed,
-                std::int64_t step, std::int64_t micro_batch, bool both_passes = true);
+                std::int64_t step, std::int64_t micro_batch, std::int64_t draw,
+                bool both_passes = true);
   sdk::BlockScaledOperand operand(sdk::OperandRole role, sdk::GemmPass pass,
                                   bool op_transpose) const;
 
-  // The seed of one quantization's stochastic rounding.
+  // The seed of one quantization's stochastic rounding (`draw`: Layer::draw(), the micro-batch
+  // index in one process).
   static std::uint64_t seed(std::uint64_t run_seed, const sdk::OperandSlot& slot,
-                            sdk::GemmPass pass, std::int64_t step, std::int64_t micro_batch);
+                            sdk::GemmPass pass, std::int64_t step, std::int64_t draw);
 
  private:
   struct Buffers {
