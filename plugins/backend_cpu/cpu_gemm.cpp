@@ -114,6 +114,16 @@ void commit_batches(const sdk::TensorView& v, std::int64_t batches, std::int64_t
   }
 }
 
+// alpha times the fp8 operands' scale_inv, rounded to fp32 once: the accumulator of the
+// unscaled codes' exact products is scaled once at the end, as a Tensor Core's FP8 GEMM does
+// (decoding code x scale_inv would round each element whose scale_inv is no power of two).
+float output_scale(const sdk::GemmArgs& args) {
+  double factor = args.alpha;
+  for (const auto* op : {&args.a, &args.b})
+    if (sdk::is_fp8(op->view.dtype)) factor *= static_cast<double>(op->scale_inv);
+  return static_cast<float>(factor);
+}
+
 }  // namespace
 
 GemmEngine::GemmEngine(Bf16GemmPath bf16_path)
@@ -124,11 +134,10 @@ const float* GemmEngine::operand_fp32(const sdk::GemmOperand& op, std::int64_t n
                                       ScratchBuffer& scratch) {
   const bool fp32 = is_fp32_storage(op.view.dtype);
   if (fp32 && !tf32) return op.view.as<const float>();
-  // scale_inv belongs to fp8 operands only (sdk::GemmOperand); other dtypes ignore it.
-  const float scale_inv = sdk::is_fp8(op.view.dtype) ? op.scale_inv : 1.0f;
+  // fp8 codes are decoded unscaled (exact); their scale_inv joins alpha (output_scale).
   float* out = scratch.as<float>(static_cast<std::size_t>(numel));
   // bf16 and fp16 values already fit in tf32's 10 mantissa bits; only fp32 storage is rounded.
-  decode_tensor(op.view, scale_inv, tf32 && fp32, out, numel);
+  decode_tensor(op.view, 1.0f, tf32 && fp32, out, numel);
   return out;
 }
 
@@ -325,13 +334,11 @@ void GemmEngine::run_product(const sdk::GemmArgs& args, const ActivateInPlace& a
       }
   } else {
     const SingleThreadScope small_gemm(m * n * k <= kSingleThreadGemm);
-    const Key key{{m, n, k, args.a.transpose, args.b.transpose},
-                  has_bias,
-                  args.alpha != 1.0f,
-                  ops.a_dt,
-                  ops.b_dt,
-                  std::bit_cast<std::uint32_t>(args.beta)};
-    execute(entry_for(key), key, ops.a, ops.b, c_ptr, args.alpha, args.bias.data);
+    const float alpha = output_scale(args);
+    const Key key{
+        {m, n, k, args.a.transpose, args.b.transpose}, has_bias, alpha != 1.0f, ops.a_dt, ops.b_dt,
+        std::bit_cast<std::uint32_t>(args.beta)};
+    execute(entry_for(key), key, ops.a, ops.b, c_ptr, alpha, args.bias.data);
   }
 
   // z is in fp32 at c_ptr (C itself, or scratch).
@@ -355,9 +362,8 @@ GemmEngine::BatchedOperand GemmEngine::batched_operand(const sdk::GemmOperand& o
   const std::int64_t numel = op.view.numel();
   const std::int64_t batches = stride == 0 ? 1 : batch;
   float* out = scratch.as<float>(static_cast<std::size_t>(batches * numel));
-  const float scale_inv = sdk::is_fp8(op.view.dtype) ? op.scale_inv : 1.0f;
-  decode_batches(op.view, batches, stride, numel, scale_inv, tf32 && is_fp32_storage(op.view.dtype),
-                 out);
+  decode_batches(op.view, batches, stride, numel, 1.0f, tf32 && is_fp32_storage(op.view.dtype),
+                 out);  // fp8 unscaled: scale_inv joins alpha (output_scale)
   return {out, memory::data_type::f32, stride == 0 ? 0 : numel};
 }
 
@@ -394,9 +400,10 @@ bool GemmEngine::run_batched(const sdk::GemmBatchedArgs& args) {
   // them on one thread; oneDNN's batched kernel on a 2-thread team measured 5-10x slower than
   // that on a loaded 2-core machine (bench/RESULTS.md, issue 14).
   const SingleThreadScope small_gemm(m * n * k <= kSingleThreadGemm);
+  const float alpha = output_scale(g);
   Key key{{m, n, k, g.a.transpose, g.b.transpose},
           false,
-          g.alpha != 1.0f,
+          alpha != 1.0f,
           a_native ? native_dt(at) : memory::data_type::f32,
           b_native ? native_dt(bt) : memory::data_type::f32,
           std::bit_cast<std::uint32_t>(g.beta)};
@@ -415,7 +422,7 @@ bool GemmEngine::run_batched(const sdk::GemmBatchedArgs& args) {
     if (g.beta != 0.0f) decode_batches(g.c, batch, args.stride_c, c_numel, 1.0f, false, c32);
     c_ptr = c32;
   }
-  execute(*e, key, a.data, b.data, c_ptr, g.alpha, nullptr);
+  execute(*e, key, a.data, b.data, c_ptr, alpha, nullptr);
   if (c_via_fp32)
     commit_batches(g.c, batch, args.stride_c, c_numel, static_cast<const float*>(c_ptr));
   return true;

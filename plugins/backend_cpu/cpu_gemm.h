@@ -9,10 +9,11 @@
 //   transposed by copying.
 // - Input dtypes (prepare_operands): fp32 passes through; tf32 is rounded (RNE, 10 mantissa bits)
 //   into scratch; bf16 x bf16 goes to oneDNN's bf16 matmul (f32 accumulation) when the bf16 path
-//   is `onednn`, else it is decoded; fp16, fp8 (times scale_inv) and any mix are decoded exactly
-//   to fp32 into scratch, then the fp32 matmul runs. Decoding is exact (every narrow value is an
-//   fp32), so the emulated product is the one the hardware format would feed its FP32
-//   accumulator. All conversions are sdk/float_formats.h.
+//   is `onednn`, else it is decoded; fp16, fp8 and any mix are decoded exactly to fp32 into
+//   scratch, then the fp32 matmul runs. Decoding is exact (every narrow value is an fp32; fp8
+//   codes unscaled), so the emulated products are the ones the hardware format feeds its FP32
+//   accumulator; the fp8 operands' scale_inv multiply alpha (in double, rounded to fp32 once)
+//   and scale the accumulated result once. All conversions are sdk/float_formats.h.
 // - The primitive always writes fp32: a bf16/fp16 C goes through fp32 scratch and is encoded once
 //   with the SDK's RNE (beta reads the decoded old C), so C = the fp32 result rounded once.
 // - Activation epilogue (GemmArgs::has_activation): z goes to fp32 (C itself when C is fp32,

@@ -92,6 +92,43 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<2>(info.param) ? "_tA" : "_nA") + (std::get<3>(info.param) ? "_tB" : "_nB");
     });
 
+// An fp8 GEMM scales the accumulated products once, as a Tensor Core does: C = fl(acc · s) with
+// acc the fp32 sum of the codes' exact products and s = alpha · scale_inv_a · scale_inv_b rounded
+// to fp32 once. Decoding each code × a scale_inv that is no power of two (1/3, 1/7) rounded every
+// element first, and the products were then not the codes'.
+TEST(backend_cpu_mixed_gemm_fp8, TheScalesMultiplyTheAccumulatedCodesOnce) {
+  CpuBackend be(1);
+  const std::int64_t m = 4, n = 5, k = 3;
+  const auto a = representable(random_values(static_cast<std::size_t>(m * k), 61, -40.0f, 40.0f),
+                               DType::fp8_e4m3);
+  const auto b = representable(random_values(static_cast<std::size_t>(k * n), 62, -12.0f, 12.0f),
+                               DType::fp8_e4m3);
+  DeviceTensor at(be, DType::fp8_e4m3, {m, k}, a);
+  DeviceTensor bt(be, DType::fp8_e4m3, {k, n}, b);
+  for (const float alpha : {1.0f, 0.75f}) {
+    const float sa = 1.0f / 3.0f, sb = 1.0f / 7.0f;
+    DeviceTensor c(be, DType::fp32, {m, n});
+    sdk::GemmArgs args;
+    args.a = {at, false, sa};
+    args.b = {bt, false, sb};
+    args.c = c;
+    args.alpha = alpha;
+    args.compute = DType::fp8_e4m3;
+    sdk::facet<sdk::GemmFacet>(be)->gemm(args);
+    const float s = static_cast<float>(static_cast<double>(alpha) * sa * sb);
+    const auto got = c.get();
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        // Codes of at most 4 significant bits: their products and a sum of three are exact.
+        float acc = 0.0f;
+        for (std::int64_t p = 0; p < k; ++p)
+          acc += a[static_cast<std::size_t>(i * k + p)] * b[static_cast<std::size_t>(p * n + j)];
+        EXPECT_EQ(bits_of(got[static_cast<std::size_t>(i * n + j)]), bits_of(acc * s))
+            << i << "," << j << " alpha " << alpha;
+      }
+  }
+}
+
 TEST(backend_cpu_mixed_gemm_bf16, OnednnAndEmulatedPathsAgree) {
   CpuBackend emulated(2, Bf16GemmPath::emulated);
   CpuBackend onednn(2, Bf16GemmPath::onednn);
