@@ -18,7 +18,9 @@ sdk::OptionSchema BlockScaledPolicy::option_schema(Recipe recipe) {
   };
   switch (recipe) {
     case Recipe::fp8_block:
-      schema.push_back(OptionSpec::boolean("power_of_two_scales", false,
+      // Transformer Engine's Float8BlockScaling default (NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1
+      // is its opt-out).
+      schema.push_back(OptionSpec::boolean("power_of_two_scales", true,
                                            "round each block's scale down to a power of two"));
       break;
     case Recipe::mxfp8:
@@ -36,8 +38,10 @@ sdk::OptionSchema BlockScaledPolicy::option_schema(Recipe recipe) {
       schema.push_back(OptionSpec::boolean(
           "stochastic_rounding", true,
           "round the gradients' E2M1 elements stochastically (bits from the run's seed)"));
+      // On by default, as in Transformer Engine's NVFP4BlockScaling (NVTE_NVFP4_DISABLE_RHT=1 is
+      // its opt-out).
       schema.push_back(OptionSpec::boolean(
-          "random_hadamard_transform", false,
+          "random_hadamard_transform", true,
           "multiply the wgrad GEMM's inputs by a random 16x16 Hadamard transform along the batch "
           "before quantizing them (spreads outliers; the product is unchanged)"));
       break;

@@ -122,7 +122,7 @@ class Recipe:
         along_rows = gemm_pass == "wgrad" or (role == "weight" and gemm_pass == "dgrad")
         if self.recipe == "fp8-block":
             block = (128, 128) if role == "weight" else ((128, 1) if along_rows else (1, 128))
-            return quantize(t, block, "e4m3", "fp32", o.get("power_of_two_scales", False))
+            return quantize(t, block, "e4m3", "fp32", o.get("power_of_two_scales", True))
         if self.recipe == "mxfp8":
             element = "e5m2" if role == "grad_output" and o.get("fp8_format") == "hybrid" else "e4m3"
             rule = "e8m0" if o.get("scale_rule") == "ocp" else "e8m0_round_up"

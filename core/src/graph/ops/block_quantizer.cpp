@@ -72,9 +72,9 @@ bool BlockQuantizer::varies_per_step() const {
 }
 
 std::uint64_t BlockQuantizer::hadamard_seed(std::uint64_t run_seed, std::int64_t step,
-                                            std::int64_t micro_batch) const {
-  const std::string key = gemm_key_ + ".wgrad.hadamard.step" + std::to_string(step) + ".micro" +
-                          std::to_string(micro_batch);
+                                            std::int64_t draw) const {
+  const std::string key =
+      gemm_key_ + ".wgrad.hadamard.step" + std::to_string(step) + ".micro" + std::to_string(draw);
   return derive_seed(run_seed, key.c_str());
 }
 
@@ -127,8 +127,8 @@ std::uint64_t BlockQuantizer::seed(std::uint64_t run_seed, const sdk::OperandSlo
 
 void BlockQuantizer::quantize(const std::shared_ptr<sdk::DeviceBackend>& backend,
                               sdk::GemmFacet& gemm, sdk::TensorView src, OperandRole role,
-                              std::uint64_t run_seed, std::int64_t step, std::int64_t micro_batch,
-                              std::int64_t draw, bool both_passes) {
+                              std::uint64_t run_seed, std::int64_t step, std::int64_t draw,
+                              bool both_passes) {
   const int r = role_index(role);
   const sdk::OperandSlot& slot = slots_[static_cast<std::size_t>(r)];
   const auto passes = passes_of(role);
@@ -137,8 +137,7 @@ void BlockQuantizer::quantize(const std::shared_ptr<sdk::DeviceBackend>& backend
   // The wgrad pass (the second of x and dy) may read the Hadamard transform of src instead.
   sdk::TensorView sources[2] = {src, src};
   const bool hadamard = both_passes && hadamard_on(role);
-  if (hadamard)
-    sources[1] = hadamard_rows(backend, gemm, src, hadamard_seed(run_seed, step, micro_batch));
+  if (hadamard) sources[1] = hadamard_rows(backend, gemm, src, hadamard_seed(run_seed, step, draw));
   // A pass reducing along the rows is stored transposed where the backend asks for it (facet
   // 1.4; the host calls only what the backend's minor declares).
   const bool transposing = gemm.version() >= sdk::FacetVersion{1, 4} && gemm.quantizes_transposed();

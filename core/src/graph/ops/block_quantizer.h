@@ -53,12 +53,12 @@ class BlockQuantizer {
 
   // Quantizes src [rows, cols] for both passes of `role` (the first only, when !both_passes: the
   // input of a frozen weight, which has no wgrad). `run_seed`, `step` and `draw` (the micro-batch
-  // among every data-parallel replica's, Layer::draw(): each rank rounds with bits of its own)
-  // key stochastic rounding; `run_seed`, `step` and `micro_batch` the Hadamard transform's signs.
+  // among every data-parallel replica's, Layer::draw(); the micro-batch index in one process) key
+  // stochastic rounding and the Hadamard transform's signs: each rank draws its own, so N ranks
+  // quantize as one process accumulating their N micro-batches.
   void quantize(const std::shared_ptr<sdk::DeviceBackend>& backend, sdk::GemmFacet& gemm,
                 sdk::TensorView src, sdk::OperandRole role, std::uint64_t run_seed,
-                std::int64_t step, std::int64_t micro_batch, std::int64_t draw,
-                bool both_passes = true);
+                std::int64_t step, std::int64_t draw, bool both_passes = true);
   sdk::BlockScaledOperand operand(sdk::OperandRole role, sdk::GemmPass pass,
                                   bool op_transpose) const;
 
@@ -78,8 +78,7 @@ class BlockQuantizer {
     std::optional<std::uint64_t> matrix_seed;  // the signs M holds now
   };
   bool hadamard_on(sdk::OperandRole role) const;
-  std::uint64_t hadamard_seed(std::uint64_t run_seed, std::int64_t step,
-                              std::int64_t micro_batch) const;
+  std::uint64_t hadamard_seed(std::uint64_t run_seed, std::int64_t step, std::int64_t draw) const;
   sdk::TensorView hadamard_rows(const std::shared_ptr<sdk::DeviceBackend>& backend,
                                 sdk::GemmFacet& gemm, sdk::TensorView src, std::uint64_t sign_seed);
 

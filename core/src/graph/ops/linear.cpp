@@ -361,10 +361,9 @@ void LinearLayer::forward_block_scaled(TensorView x, std::int64_t rows) {
   sdk::GemmFacet& gemm = *facets().call(sdk::GemmOp::quantize_block_scaled);
   // x for forward and (its second quantization, along the batch) wgrad — a frozen weight has no
   // wgrad, so x is quantized once; W for forward and dgrad.
-  blocks_.quantize(backend_, gemm, x, OperandRole::input, run_seed_, step_, micro_batch_, draw(),
+  blocks_.quantize(backend_, gemm, x, OperandRole::input, run_seed_, step_, draw(),
                    !weight().frozen);
-  blocks_.quantize(backend_, gemm, weight_operand(), OperandRole::weight, run_seed_, step_,
-                   micro_batch_, draw());
+  blocks_.quantize(backend_, gemm, weight_operand(), OperandRole::weight, run_seed_, step_, draw());
   sdk::BlockScaledGemmArgs g;
   g.a = blocks_.operand(OperandRole::input, GemmPass::forward, false);
   g.b = blocks_.operand(OperandRole::weight, GemmPass::forward, true);
@@ -390,8 +389,7 @@ void LinearLayer::backward_block_scaled(TensorView dy, TensorView dx) {
   using sdk::OperandRole;
   // A frozen weight has no wgrad: dy is quantized for dgrad only.
   blocks_.quantize(backend_, *facets().call(sdk::GemmOp::quantize_block_scaled), dy,
-                   OperandRole::grad_output, run_seed_, step_, micro_batch_, draw(),
-                   !weight().frozen);
+                   OperandRole::grad_output, run_seed_, step_, draw(), !weight().frozen);
   if (!weight().frozen) {
     // dW[out, in] (+)= dyᵀ[out, rows] · x[rows, in], both blocked along the batch.
     sdk::BlockScaledGemmArgs gw;
