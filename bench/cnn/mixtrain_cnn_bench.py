@@ -137,7 +137,18 @@ def torch_results(a):
         records = json.loads(text)["best"]  # its --json file
     except (ValueError, KeyError, TypeError):
         records = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
-    return {r["config"]: r for r in records if r.get("kind") == "best"}
+    best = {}
+    for r in records:
+        if r.get("kind") != "best":
+            continue
+        # Side by side means the same threads and batch: a record from another setting (or one
+        # too old to say) is left out, saying so.
+        if r.get("threads") != a.threads or r.get("batch") != a.batch:
+            print(f"# left out PyTorch's {r['config']}: threads {r.get('threads', '?')}, batch "
+                  f"{r.get('batch', '?')}, not this run's {a.threads} and {a.batch}", flush=True)
+            continue
+        best[r["config"]] = r
+    return best
 
 
 def main():

@@ -191,6 +191,7 @@ def main():
         if good:
             top = max(good, key=lambda r: r["images_per_s"])
             best.append({"kind": "best", "config": config, "wait_policy": top["wait_policy"],
+                         "threads": a.threads, "batch": a.batch,
                          "ms_per_step": top["ms_per_step"], "images_per_s": top["images_per_s"],
                          "peak_rss_mib": top["peak_rss_mib"]})
             print(json.dumps(best[-1]), flush=True)

@@ -99,8 +99,16 @@ def main():
         for line in open(a.torch):
             if line.startswith("{"):
                 r = json.loads(line)
-                if r.get("kind") == "best":
-                    torch_best[(r["shape"], r["precision"])] = r
+                if r.get("kind") != "best":
+                    continue
+                # Side by side means the same threads: another setting's record is left out.
+                threads = r.get("choice", {}).get("threads")
+                if threads != a.threads:
+                    print(f"# left out PyTorch's {r['shape']} {r['precision']}: threads "
+                          f"{threads if threads is not None else '?'}, not this run's {a.threads}",
+                          flush=True)
+                    continue
+                torch_best[(r["shape"], r["precision"])] = r
     print(f"# {'shape':<5} {'prec':<5} {'tokens/s':>9} {'ms/step':>8} {'RSS MiB':>7} "
           + " ".join(f"{LABEL.get(g, g)[:8]:>8}" for g in GROUPS)
           + "   (breakdown: % of a profiled step)",
