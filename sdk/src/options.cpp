@@ -117,7 +117,9 @@ OptionSpec OptionSpec::required(std::string name, OptionType type, std::string d
 std::string OptionSpec::range_text() const {
   if (!choices.empty()) {
     std::string s = "one of: ";
-    for (std::size_t i = 0; i < choices.size(); ++i) s += (i ? ", " : "") + choices[i];
+    // An empty choice ("none", as model.preset's) shows as "", not as nothing between commas.
+    for (std::size_t i = 0; i < choices.size(); ++i)
+      s += (i ? ", " : "") + (choices[i].empty() ? std::string("\"\"") : choices[i]);
     return s;
   }
   auto num = [&](double v) {

@@ -185,6 +185,8 @@ TEST(sdk_Options, OutOfRangeForMinMaxAndExclusiveBounds) {
 }
 
 TEST(sdk_Options, RangeText) {
+  // An empty choice is shown, not left as nothing between commas.
+  EXPECT_EQ(OptionSpec::string("x", "", "").one_of({"", "gpt"}).range_text(), "one of: \"\", gpt");
   EXPECT_EQ(OptionSpec::number("x", 1, "").greater_than(0).range_text(), "> 0.0");
   EXPECT_EQ(OptionSpec::number("x", 1, "").at_least(0.5).range_text(), ">= 0.5");
   EXPECT_EQ(OptionSpec::number("x", 1, "").at_most(2).range_text(), "<= 2.0");
