@@ -116,12 +116,21 @@ void apply_override(Config::Impl& impl, const std::string& spec) {
   // quoting on the command line).
   toml::table parsed;
   bool parsed_ok = false;
+  std::string toml_error;
   try {
     parsed = toml::parse("v = " + text);
     parsed_ok = parsed.contains("v");
-  } catch (const toml::parse_error&) {
+  } catch (const toml::parse_error& e) {
     parsed_ok = false;
+    toml_error = std::string(e.description());
   }
+  // A value that opens a list, an inline table or a quoted string was meant as TOML: kept as a
+  // plain string it would reach the reader as "got a string", hiding the syntax error.
+  if (!parsed_ok && !text.empty() &&
+      std::string_view("[{\"'").find(text.front()) != std::string_view::npos)
+    throw sdk::ConfigError(where, key, "the value is not valid TOML: " + toml_error,
+                           "write a list as [1, 2], a table as {k = 1}, a string as \"text\" "
+                           "(quote the whole --set for the shell: --set 'k=[1, 2]')");
 
   // A TOML file's bytes are checked by toml++; a command line's only here. Kept, invalid UTF-8
   // would reach the run's config.toml, which no reader (a resume included) could parse again.

@@ -323,6 +323,9 @@ TEST(sdk_ConfigOverride, MalformedOverridesAreConfigErrors) {
       {"run.steps.deep=1", "the parent of 'deep' is neither a table nor a list"},
       {"run.steps.deep.x=1", "'run.steps' is not a table"},
       {"model.layers.x.out=1", "'model.layers' is an array"},
+      // Meant as TOML (a list, a table, a quoted string) but not valid: said, not kept as text.
+      {"run.name=\"abc", "the value is not valid TOML"},
+      {"model.layers=[{type=\"relu\"}", "the value is not valid TOML"},
   };
   for (const auto& c : cases) {
     try {
