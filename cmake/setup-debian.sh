@@ -90,6 +90,13 @@ install_peers() {
       'accelerate==0.21.0'; then
     return 0
   fi
+  # Under --ci they are required too, as Debian's torch is: their tests would skip, and CI pass.
+  if [[ $with_ci == 1 ]]; then
+    echo "setup: error: could not install the PyPI peers into $peers_venv; CI needs them (the" \
+      "TensorBoard, Hugging Face, ml_dtypes and PEFT interop tests would skip). Check PyPI" \
+      "access, or install them by hand into that venv" >&2
+    exit 1
+  fi
   echo "setup: warning: could not install the PyPI peers; the TensorBoard, Hugging Face," \
     "ml_dtypes and PEFT interop tests fall back to their offline checks (or skip)" >&2
 }
