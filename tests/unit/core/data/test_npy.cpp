@@ -1,6 +1,7 @@
 #include "data_test_util.h"
 
 #include "mixtrain/core/data/dataset.h"
+#include "scoped_filesystem_user.h"
 
 #include <gtest/gtest.h>
 
@@ -142,9 +143,10 @@ TEST_F(Npy, DirectoryInsteadOfFile) {
 }
 
 TEST_F(Npy, UnreadableFile) {
-  if (::geteuid() == 0) GTEST_SKIP() << "running as root: file permissions are not enforced";
   write_valid();
   test::fs::permissions(x_, test::fs::perms::none);
+  // As root, permissions bind only once this thread opens files as an unprivileged user.
+  const test::ScopedFilesystemUser nobody;
   expect_x_error({"cannot open"});
 }
 

@@ -30,6 +30,7 @@
 #include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "native_checkpoint_format.h"
 #include "native_file_layout.h"
+#include "scoped_filesystem_user.h"
 
 // ------------------------------------------------------------------------------------------------
 // Every plain `new` of this binary is measured, so hostile-file tests can prove the reader never
@@ -757,14 +758,17 @@ TEST_F(checkpoint_native, ReadOnlyFolderLeavesTheCheckpointUntouched) {
   const auto path = dir_ / "ckpt.mxt";
   format_.write(path, sample_state());
   const auto before = read_file(path);
-  fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec);
-  if (::access(dir_.c_str(), W_OK) == 0) {
-    fs::permissions(dir_, fs::perms::owner_all);
-    GTEST_SKIP() << "running with privileges that ignore folder permissions (root)";
-  }
+  // Readable and searchable by everyone, writable by nobody: as root, the write runs as an
+  // unprivileged user so that the permissions bind.
+  fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::others_read |
+                            fs::perms::others_exec);
   sdk::TrainingState other;
   other.tensors.push_back(make_tensor("x", sdk::DType::fp32, {2}, 3));
-  const auto message = checkpoint_error_of([&] { format_.write(path, other); });
+  std::string message;
+  {
+    const mixtrain::test::ScopedFilesystemUser nobody;
+    message = checkpoint_error_of([&] { format_.write(path, other); });
+  }
   fs::permissions(dir_, fs::perms::owner_all);
   EXPECT_HAS(message, std::strerror(EACCES));
   EXPECT_TRUE(read_file(path) == before);
