@@ -459,6 +459,7 @@ TEST_F(DataParallelTest, AnMpiLaunchWithoutADistributedTableChoosesMpi) {
       << resolved;
   // optimizer.step_size is unread by the constant schedule: every rank warns, rank 1 marked.
   EXPECT_TRUE(has(r.err, "rank 1 [trainer] optimizer.step_size")) << r.err;
+  EXPECT_FALSE(has(r.err, "rank 1 rank 1")) << r.err;  // the prefix once, not per sink
   EXPECT_FALSE(has(r.err, "rank 1 [trainer] run 'dp'")) << r.err;  // its info lines stay quiet
   // Open MPI would kill the ranks 1 s after a Ctrl-C: rank 0 says so, once.
   EXPECT_TRUE(has(r.err, "[trainer] Ctrl-C would lose this run")) << r.err;
