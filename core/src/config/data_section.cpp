@@ -227,23 +227,27 @@ void check_declared_classes(const sdk::Options& common, const DataSettings& d) {
 void note_unread_data_keys(const ResolvedComponentSection& r, Experiment& e) {
   const auto& d = e.data;
   const auto& src = r.component;
-  auto unused = [&](const sdk::Options& o, const std::string& key, const std::string& why) {
-    if (!o.was_set(key)) return;
+  auto unused = [&](const sdk::Options& o, const sdk::OptionSchema& schema, const std::string& key,
+                    const std::string& why) {
+    if (!set_away_from_default(o, schema, key)) return;
     const auto from = r.origin.find(key);  // data.synthetic.features or data.features
     e.unused_keys.push_back((from == r.origin.end() ? "data." + key : from->second) + " (" +
                             o.where(key).to_string() + ") " + why);
   };
   if (d.source == DataSource::synthetic) {
     const bool images = d.synthetic.kind == "images";
-    for (const char* key : {"features"})
-      if (images) unused(src, key, "is not read by kind = \"images\" (channels x height x width)");
+    const auto schema = data_source_schema(DataSource::synthetic);
+    if (images)
+      unused(src, schema, "features",
+             "is not read by kind = \"images\" (channels x height x width)");
     for (const char* key : {"channels", "height", "width", "max_shift"})
-      if (!images) unused(src, key, "is read only by kind = \"images\"");
+      if (!images) unused(src, schema, key, "is read only by kind = \"images\"");
   }
   const bool eval_given = !d.eval_token_paths.empty() || !d.cifar_eval_paths.empty() ||
                           (d.source == DataSource::cifar10 && !d.cifar_dir.empty());
   if (eval_given)
-    unused(r.host, "eval_fraction", "is not read: the held-out rows come from the eval file");
+    unused(r.host, data_common_schema(), "eval_fraction",
+           "is not read: the held-out rows come from the eval file");
 }
 
 void read_synthetic(const sdk::Options& src, Experiment& e) {

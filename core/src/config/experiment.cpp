@@ -35,20 +35,6 @@ std::vector<ComponentSchema> registered(const PluginRegistry& registry, Componen
   return out;
 }
 
-// Whether `key` was given at a value other than its schema default: only such a key changes
-// anything where it is read, so only such a key is reported when it is not. (A run folder's
-// resolved config.toml writes every key at its value, defaults included; `train --resume RUN`
-// reads it and must not call those unused.)
-bool set_away_from_default(const sdk::Options& o, const sdk::OptionSchema& schema,
-                           std::string_view key) {
-  if (!o.was_set(key)) return false;
-  for (const auto& spec : schema)
-    if (spec.name == key)
-      for (const auto& [name, value] : o.effective())
-        if (name == key) return value != spec.default_value;
-  return true;
-}
-
 // The schedule keys each schedule reads (warm-up, decay); the others given are reported unused.
 std::vector<std::string> schedule_keys(LrScheduleKind kind) {
   switch (kind) {

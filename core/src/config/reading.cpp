@@ -87,6 +87,16 @@ std::string join_names(const std::vector<std::string>& names) {
   return out;
 }
 
+bool set_away_from_default(const sdk::Options& o, const sdk::OptionSchema& schema,
+                           std::string_view key) {
+  if (!o.was_set(key)) return false;
+  for (const auto& spec : schema)
+    if (spec.name == key)
+      for (const auto& [name, value] : o.effective())
+        if (name == key) return value != spec.default_value;
+  return true;
+}
+
 void check_unselected_table(const std::string& dotted, const sdk::OptionSchema& schema,
                             const std::vector<sdk::RawOption>& raw,
                             const sdk::SourceLocation& where) {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -42,6 +43,12 @@ std::filesystem::path resolve_path(const Config& config, const ResolvedComponent
 // The resolved config shows `key` as the value the run uses (an absolute path, say).
 void show_resolved(ResolvedSection& section, const std::string& key, const std::string& value);
 std::string join_names(const std::vector<std::string>& names);
+// Whether `key` was given at a value other than its schema default: only such a key changes
+// anything where it is read, so only such a key is reported when it is not. (A run folder's
+// resolved config.toml writes every key at its value, defaults included; reading it back, as
+// `train --resume RUN`, `eval` and `sample` do, must not call those unused.)
+bool set_away_from_default(const sdk::Options& o, const sdk::OptionSchema& schema,
+                           std::string_view key);
 // A table the config gives but does not select (a sibling component's, another preset's), checked
 // against its own schema: unknown keys, types and ranges. Its required keys are not asked for:
 // they matter only where the table is the one read. Throws sdk::ConfigError.

@@ -424,6 +424,9 @@ TEST(sdk_Experiment, ResolvedTomlParsesBackToTheSameExperiment) {
       FAIL() << e.full_message() << "\n--- resolved config ---\n" << text;
     }
     expect_same_experiment(first, second);
+    // Read back, the defaults it writes out are no keys a source leaves unread (eval, sample,
+    // --resume RUN warned about four of them on every run).
+    EXPECT_EQ(second.unused_keys, first.unused_keys);
     // Every default is written out: the resolved form is a fixed point.
     auto again = mixtrain::core::resolved_toml(second);
     EXPECT_EQ(again.substr(again.find('\n')), text.substr(text.find('\n'))) << text;
