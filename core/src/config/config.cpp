@@ -255,26 +255,37 @@ std::string read_toml_file(const fs::path& path, const std::string& what, const 
 // key of more than kMaxKeyParts parts is refused at its line before toml++ sees it.
 constexpr std::size_t kMaxKeyParts = 1000;
 
-// The dots that part a key or table header at the start of `l`: outside quoted parts, up to the
-// first character no key holds ('=', ']', ',', '{', ...). A line that continues a list of dotted
-// strings or of numbers counts none or one, not one per entry.
+// The most dots that part one key on line `l`: a table header's ([a.b]), and each key before an
+// '=' outside quotes, at the line's start or after an inline table's '{' or ','
+// (x = [ {a.b = 1}, {c.d = 2} ]). A line that continues a list of dotted names or decimals holds
+// no '=' after them, so it counts none: only keys are recursed into part by part.
 std::size_t key_dots(std::string_view l) {
-  std::size_t dots = 0;
-  std::size_t i = l.starts_with("[[") ? 2 : l.starts_with('[') ? 1 : 0;
+  std::size_t most = 0, dots = 0;
+  std::size_t i = 0;
+  if (l.starts_with('[')) {  // a header counts up to its ']'; a list's '[' just opens a segment
+    i = l.starts_with("[[") ? 2 : 1;
+    const std::size_t close = l.find(']', i);
+    if (close != std::string_view::npos && l.find('=', i) > close) {
+      for (std::size_t j = i; j < close; ++j) dots += l[j] == '.';
+      most = dots;
+    }
+    dots = 0;
+  }
   for (; i < l.size(); ++i) {
     const char c = l[i];
-    if (c == '"' || c == '\'') {  // a quoted part: its dots are its own
+    if (c == '"' || c == '\'') {  // a quoted part or string: its dots are its own
       for (++i; i < l.size() && l[i] != c; ++i)
         if (c == '"' && l[i] == '\\') ++i;
-      if (i >= l.size()) break;
     } else if (c == '.') {
       ++dots;
-    } else if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == ' ' ||
-                 c == '\t')) {
-      break;
+    } else if (c == '=') {
+      most = std::max(most, dots);  // the segment before it was a key
+      dots = 0;
+    } else if (c == '{' || c == ',' || c == '[' || c == ']' || c == '}') {
+      dots = 0;  // a new segment: a value's dots (1.5) never reach an '='
     }
   }
-  return dots;
+  return most;
 }
 
 void refuse_absurd_key_depth(std::string_view text, const std::string& source_name) {

@@ -67,7 +67,11 @@ bool contains(const std::string& haystack, const std::string& needle) {
 TEST(sdk_Config, AnAbsurdlyDottedKeyIsRefusedAtItsLine) {
   std::string parts = "a";
   for (int i = 0; i < 50000; ++i) parts += ".a";
-  for (const std::string& text : {"[run]\nsteps = 1\n[" + parts + "]\n", "  " + parts + " = 1\n"}) {
+  // A header, a key, and a key inside an inline table, on its own line or one that continues a
+  // list (toml++ recursed into the last two and crashed).
+  for (const std::string& text :
+       {"[run]\nsteps = 1\n[" + parts + "]\n", "  " + parts + " = 1\n", "x = {" + parts + " = 1}\n",
+        "x = [\n  {b = \"1.5\", " + parts + " = 1},\n]\n"}) {
     auto e = config_error(text);
     ASSERT_TRUE(e.has_value());
     EXPECT_TRUE(contains(e->what(), "50001 dotted parts")) << e->what();
