@@ -483,6 +483,32 @@ TEST_F(block_scaled_policies, AResumeUnderAnotherPolicyNeedsAnExplicitSet) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// The block recipes keep no state, so only the checkpoint's resolved config knows the options a
+// run trained with: resuming under others (an edited config, or fp8-block's default that became
+// Transformer Engine's power-of-two scales) warns, naming each; the run's own config.toml agrees.
+TEST_F(block_scaled_policies, AResumeUnderOtherRecipeOptionsSaysWhichChanged) {
+  const auto cfg = write_file("tiny.toml", kTinyMlp);
+  const auto run_dir = dir_ / "run";
+  auto r = run(
+      "train " + cfg.string() +
+          " --set precision.policy=fp8-block --set precision.fp8-block.power_of_two_scales=false"
+          " --set run.steps=2 --run-dir " +
+          run_dir.string(),
+      dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("train --resume " + run_dir.string() + " --set run.steps=3", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.err, "was trained with other [precision.fp8-block] options")) << r.err;
+  r = run("train " + cfg.string() +
+              " --set precision.policy=fp8-block --set run.steps=4 --resume " + run_dir.string(),
+          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "was trained with other [precision.fp8-block] options: "
+                  "power_of_two_scales = false -> true"))
+      << r.err;
+}
+
 TEST_F(block_scaled_policies, AnOpWithoutABlockScaledPathIsRefusedAtPlanTimeByName) {
   // The shipped CNN: its convolutions have weight GEMMs but no block-scaled path.
   const auto r = run(

@@ -647,8 +647,17 @@ void restore_policy(Trainer::State& s, const CheckpointFile& file,
       saved.is_object() && saved.contains("component") && saved["component"].is_string()
           ? saved["component"].get<std::string>()
           : std::string();
-  if (before.empty() || before == s.e.policy_name)
+  if (before.empty() || before == s.e.policy_name) {
+    if (const auto changed = changed_policy_options(file.st.metadata, s.e); !changed.empty()) {
+      std::string list;
+      for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
+      s.log.warn(file.path.string() + " was trained with other [precision." + s.e.policy_name +
+                 "] options: " + list +
+                 " (an edited config, or a default that changed); the steps from here use the new "
+                 "ones. Resume with the run's config.toml to keep the old");
+    }
     return restore_component(file, "policy", s.e.policy_name, progress, *s.c.policy);
+  }
   if (s.e.policy_where.file.rfind("--set ", 0) == 0) {
     s.log.warn(file.path.string() + " was trained under precision policy '" + before + "'; " +
                s.e.policy_where.file + " switches to '" + s.e.policy_name +

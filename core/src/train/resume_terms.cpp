@@ -132,6 +132,41 @@ ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata
   return t;
 }
 
+std::vector<std::string> changed_policy_options(const std::map<std::string, std::string>& metadata,
+                                                const Experiment& e) {
+  const auto it = metadata.find("config");
+  if (it == metadata.end()) return {};
+  std::vector<sdk::RawOption> saved;
+  try {
+    const auto config = Config::from_string(it->second, "the checkpoint's config");
+    std::string policy;
+    for (const auto& o : config.table_options("precision", {"override"}))
+      if (const auto* name = std::get_if<std::string>(&o.value); name && o.key == "policy")
+        policy = *name;
+    if (policy != e.policy_name) return {};  // a switch: restore_policy says so
+    saved = config.table_options("precision." + e.policy_name);
+  } catch (const std::exception&) {
+    return {};  // a config this build cannot read: nothing to compare
+  }
+  auto text = [](const sdk::OptionValue& v) { return sdk::option_value_to_string(v); };
+  std::vector<std::string> changed;
+  for (const auto& [key, now] : e.policy_options.effective()) {
+    const auto was = std::find_if(saved.begin(), saved.end(),
+                                  [&](const sdk::RawOption& r) { return r.key == key; });
+    if (was == saved.end()) continue;  // written before the option existed
+    // Integers and numbers alike by value (TOML keeps 1024 and 1024.0 apart).
+    const auto as_number = [](const sdk::OptionValue& v) -> std::optional<double> {
+      if (const auto* i = std::get_if<std::int64_t>(&v)) return static_cast<double>(*i);
+      if (const auto* d = std::get_if<double>(&v)) return *d;
+      return std::nullopt;
+    };
+    const auto a = as_number(was->value), b = as_number(now);
+    const bool same = a && b ? *a == *b : was->value == now;
+    if (!same) changed.push_back(key + " = " + text(was->value) + " -> " + text(now));
+  }
+  return changed;
+}
+
 void keep_lora_terms(const ResumeTerms& terms, const Experiment& e,
                      const std::filesystem::path& file) {
   auto lora_text = [](const std::string& t) {

@@ -19,6 +19,10 @@
 //   kept per trainable parameter). A run.steps that differs from the schedule's horizon keeps the
 //   horizon, or with run.stretch_schedule re-plans the schedule over the new run.steps; a warning
 //   says which, with the learning rate the next step gets and the one the other choice would give.
+// - changed_policy_options: the options of the run's policy that this run gives other values than
+//   the checkpoint's resolved config ("config" entry) recorded, as "key = old -> new" (an edited
+//   config, or a default that changed since: the block recipes' took Transformer Engine's);
+//   empty when they agree, the entry is absent or unreadable, or it names another policy.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +50,8 @@ struct ResumeTerms {
 
 nlohmann::json resume_terms_to_json(const ResumeTerms& terms);
 
+std::vector<std::string> changed_policy_options(const std::map<std::string, std::string>& metadata,
+                                                const Experiment& e);
 ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata,
                               const std::filesystem::path& file);
 
