@@ -102,6 +102,32 @@ TEST_F(Fp8, ResumeWithFp8StateIsBitExact) {
   EXPECT_NE(r3.err.find("amax_history_len"), std::string::npos) << r3.err;
 }
 
+// A skipped step's underflow and FP8 records are written once the step's outcome is known and
+// carry "skipped": true; an applied step's carry no tag.
+TEST_F(Fp8, DiagnosticsOfSkippedStepsAreTagged) {
+  auto r = run("train " + config("overflow-demo.toml") +
+               " --set precision.policy=fp8-delayed --set precision.fp8-delayed.base=fp16-mixed"
+               " --set run.underflow_every=1 --set run.log_every=1 --set run.steps=4"
+               " --set run.eval_every=0 --run-dir " +
+               (dir_ / "run").string());
+  ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.err;
+  std::map<std::int64_t, bool> skipped;
+  std::vector<json> diagnostics;
+  for (const auto& rec : records(dir_ / "run" / "metrics.jsonl")) {
+    if (rec.contains("loss")) skipped[rec["step"].get<std::int64_t>()] = rec["skipped"].get<bool>();
+    if (rec.contains("fp8") || rec.contains("underflow")) diagnostics.push_back(rec);
+  }
+  ASSERT_EQ(skipped.size(), 4u);
+  int tagged = 0;
+  for (const auto& d : diagnostics) {
+    const bool was_skipped = skipped.at(d["step"].get<std::int64_t>());
+    EXPECT_EQ(d.contains("skipped"), was_skipped) << d.dump();
+    tagged += d.contains("skipped") ? 1 : 0;
+  }
+  EXPECT_GT(tagged, 0) << "the demo must skip steps for the test to mean anything";
+  EXPECT_LT(tagged, static_cast<int>(diagnostics.size()));
+}
+
 TEST_F(Fp8, BadOptionsExit2WithLocation) {
   auto r = run("check " + quickstart() +
                " --set precision.policy=fp8-delayed --set precision.fp8_format=hybird");

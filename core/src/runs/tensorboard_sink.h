@@ -8,8 +8,8 @@
 //   memory/device_peak_bytes, memory/host_peak_rss_bytes; an evaluation eval/<name> for each
 //   eval_<name> (eval/loss, eval/accuracy, eval/top5_accuracy); an underflow report
 //   underflow/<tensor> (the flushed share) and underflow/loss_scale; FP8 statistics
-//   fp8/<slot>/<amax|scale|saturated_share|underflow_share>. Values are float32, as TensorBoard
-//   keeps scalars.
+//   fp8/<slot>/<amax|scale|saturated_share|underflow_share>; a skipped step's underflow and FP8
+//   records (tagged "skipped": true) give none. Values are float32, as TensorBoard keeps scalars.
 // - A resumed run (first_step > 0) writes a new file that starts with a session start at
 //   first_step + 1, so TensorBoard drops what an abandoned continuation wrote past the resume.
 #pragma once

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "little_endian.h"
+#include "runs/tensorboard_sink.h"
 #include "runs/tensorboard_writer.h"
 #include "runs/tfrecord.h"
 
@@ -43,6 +44,25 @@ int whole_records(const std::string& bytes) {
     ++n;
   }
   return n;
+}
+
+// A skipped step's underflow and FP8 records (tagged by the trainer) measured its overflowed pass:
+// no scalars, as `compare` leaves them out; the same records of an applied step give them.
+TEST(TensorBoardScalars, DiagnosticsOfASkippedStepAreNotPlotted) {
+  const auto underflow = nlohmann::json::parse(
+      R"({"step": 3, "underflow_scale": 1024.0,
+          "underflow": {"fc1 input gradient": {"flushed_share": 0.5}}})");
+  const auto fp8 = nlohmann::json::parse(
+      R"({"step": 3, "fp8": {"fc1.matmul.input": {"amax": null, "scale": 2.0}}})");
+  EXPECT_EQ(mixtrain::core::tensorboard_scalars(underflow).size(), 2u);
+  EXPECT_EQ(mixtrain::core::tensorboard_scalars(fp8).size(), 2u);
+  for (auto record : {underflow, fp8}) {
+    record["skipped"] = true;
+    EXPECT_TRUE(mixtrain::core::tensorboard_scalars(record).empty()) << record.dump();
+  }
+  // A step record's own `skipped` is a scalar of its own.
+  const auto step = nlohmann::json::parse(R"({"step": 3, "loss": 1.5, "skipped": true})");
+  EXPECT_EQ(mixtrain::core::tensorboard_scalars(step).size(), 2u);
 }
 
 TEST(TensorBoardWriter, EachRecordIsWholeOnDiskWhenTheCallReturns) {
