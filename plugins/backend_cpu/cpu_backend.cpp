@@ -56,7 +56,7 @@ sdk::BackendCapabilities CpuBackend::capabilities() const {
   for (DType t : {DType::fp8_e4m3, DType::fp8_e5m2})
     caps.gemm_inputs.push_back({t, false,
                                 "emulated: exact " + std::string(sdk::dtype_name(t)) +
-                                    " decode x scale_inv + " + fp32_gemm});
+                                    " decode (codes; scale_inv joins alpha) + " + fp32_gemm});
   return caps;
 }
 

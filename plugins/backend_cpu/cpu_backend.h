@@ -4,8 +4,9 @@
 // - Memory is host memory, 64-byte aligned, tracked per backend object (thread-safe stats).
 // - GEMM runs through cached oneDNN matmul primitives with FP32 accumulation: fp32 natively;
 //   bf16 natively through oneDNN's bf16 matmul where the CPU has AMX-BF16 / AVX512-BF16 (decided
-//   at run time, see cpu_gemm.h) else emulated; tf32, fp16 and fp8 (x scale_inv) emulated by
-//   exact decoding (tf32: RNE rounding) into scratch + the fp32 matmul. A bf16/fp16 C is the fp32
+//   at run time, see cpu_gemm.h) else emulated; tf32, fp16 and fp8 (its codes; scale_inv scales
+//   the result with alpha) emulated by exact decoding (tf32: RNE rounding) into scratch + the
+//   fp32 matmul. A bf16/fp16 C is the fp32
 //   result rounded once (RNE). capabilities() says which is which and names oneDNN's kernels.
 // - Every format conversion is sdk/float_formats.h (one definition of each format).
 // - memory_stats() includes the grow-only scratch of the GEMM (decoded operands, fp32 C) and of

@@ -184,6 +184,10 @@ void apply_override(Config::Impl& impl, const std::string& spec) {
       a->replace(at, text);
   } else {
     auto* table = cur->as_table();
+    if (table == nullptr && cur->is_array())
+      throw sdk::ConfigError(
+          where, key,
+          "the parent of '" + parts.back() + "' is a list, so it must be an index (0, 1, ...)");
     if (table == nullptr)
       throw sdk::ConfigError(where, key,
                              "the parent of '" + parts.back() + "' is neither a table nor a list");

@@ -327,6 +327,7 @@ TEST(sdk_ConfigOverride, MalformedOverridesAreConfigErrors) {
       {"run.steps.deep=1", "the parent of 'deep' is neither a table nor a list"},
       {"run.steps.deep.x=1", "'run.steps' is not a table"},
       {"model.layers.x.out=1", "'model.layers' is an array"},
+      {"model.layers.x=1", "the parent of 'x' is a list, so it must be an index"},
       // Meant as TOML (a list, a table, a quoted string) but not valid: said, not kept as text.
       {"run.name=\"abc", "the value is not valid TOML"},
       {"model.layers=[{type=\"relu\"}", "the value is not valid TOML"},
