@@ -8,9 +8,10 @@ model of that vocabulary: AutoTokenizer.from_pretrained(DIR) when the folder has
 tokenizer_config.json, else its tokenizer.json alone, else its GPT-2 vocab.json + merges.txt.
 That needs transformers, so run it with the Python peers, ~/.cache/mixtrain/peers/bin/python.
 
-Outputs are written whole or not at all (each to a temporary file renamed into place once every
-part is written), their folders are made, an existing one is replaced only with --force, and an
-input is never an output, --force or not.
+Each output is written to a temporary file beside it and renamed into place only once every part
+is written, so a failure while writing leaves the existing outputs as they were; their folders are
+made, an existing one is replaced only with --force, and an input is never an output, --force or
+not.
 
 This is also the reference for the token file layout mixtrain reads with data.source = "tokens"
 (see core/include/mixtrain/core/data/dataset.h, load_token_file; llm.c dev/data/data_common.py):
@@ -59,7 +60,7 @@ def token_file_bytes(tokens):
 
 
 def write_all(parts):
-    """Writes each (path, tokens) of `parts`; none is in place before all are written."""
+    """Writes each (path, tokens) of `parts`; none is renamed into place before all are written."""
     umask = os.umask(0)
     os.umask(umask)
     staged = []
