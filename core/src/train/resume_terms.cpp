@@ -150,7 +150,9 @@ std::vector<std::string> changed_policy_options(const std::map<std::string, std:
   }
   auto text = [](const sdk::OptionValue& v) { return sdk::option_value_to_string(v); };
   std::vector<std::string> changed;
-  for (const auto& [key, now] : e.policy_options.effective()) {
+  for (const auto& option : e.policy_options.effective()) {
+    const std::string& key = option.first;  // named: a lambda may not capture a binding (C++20)
+    const sdk::OptionValue& now = option.second;
     const auto was = std::find_if(saved.begin(), saved.end(),
                                   [&](const sdk::RawOption& r) { return r.key == key; });
     if (was == saved.end()) continue;  // written before the option existed
