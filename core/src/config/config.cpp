@@ -254,27 +254,23 @@ std::string read_toml_file(const fs::path& path, const std::string& what, const 
   return ss.str();
 }
 
-// toml++ parses a dotted key or table header by recursion, one frame per part: some tens of
-// thousands of parts ([a.a.a.…]) overflow the stack. No config nests more than a few levels, so a
-// key of more than kMaxKeyParts parts is refused at its line before toml++ sees it.
+// A dotted key makes one nested table per part, and toml++ walks that tree by recursion (its
+// source regions, its destructors, and so do our own walks): some tens of thousands of levels
+// ([a.a.a.…], or inline tables nested on one line) overflow the stack. No config nests more than a
+// few levels, so a line whose keys hold more than kMaxKeyParts parts is refused at that line
+// before toml++ sees it.
 constexpr std::size_t kMaxKeyParts = 1000;
 
-// The most dots that part one key on line `l`: a table header's ([a.b]), and each key before an
-// '=' outside quotes, at the line's start or after an inline table's '{' or ','
-// (x = [ {a.b = 1}, {c.d = 2} ]). A line that continues a list of dotted names or decimals holds
-// no '=' after them, so it counts none: only keys are recursed into part by part.
+// The dots that part the keys on line `l`, summed: a table header's ([a.b], up to its first
+// unquoted ']'), and each key before an '=' outside quotes, at the line's start or after an
+// inline table's '{' or ','. Summed, because inline tables on one line nest: the tree toml++
+// recurses through is as deep as the keys along it ({a.b = {c.d = 1}} is four levels). A line
+// that continues a list of dotted names or decimals ([0.5, 0.5], "fc1.weight", ...) holds no key:
+// its dots never reach an '=' or end a header.
 std::size_t key_dots(std::string_view l) {
-  std::size_t most = 0, dots = 0;
-  std::size_t i = 0;
-  if (l.starts_with('[')) {  // a header counts up to its ']'; a list's '[' just opens a segment
-    i = l.starts_with("[[") ? 2 : 1;
-    const std::size_t close = l.find(']', i);
-    if (close != std::string_view::npos && l.find('=', i) > close) {
-      for (std::size_t j = i; j < close; ++j) dots += l[j] == '.';
-      most = dots;
-    }
-    dots = 0;
-  }
+  std::size_t total = 0, dots = 0;
+  bool header = l.starts_with('[');  // until a ',', '{' or '[' shows it is a list
+  std::size_t i = l.starts_with("[[") ? 2 : header ? 1 : 0;
   for (; i < l.size(); ++i) {
     const char c = l[i];
     if (c == '"' || c == '\'') {  // a quoted part or string: its dots are its own
@@ -282,14 +278,16 @@ std::size_t key_dots(std::string_view l) {
         if (c == '"' && l[i] == '\\') ++i;
     } else if (c == '.') {
       ++dots;
-    } else if (c == '=') {
-      most = std::max(most, dots);  // the segment before it was a key
+    } else if (c == '=' || (c == ']' && header)) {  // the segment before it was a key
+      total += dots;
       dots = 0;
+      header = false;
     } else if (c == '{' || c == ',' || c == '[' || c == ']' || c == '}') {
       dots = 0;  // a new segment: a value's dots (1.5) never reach an '='
+      header = false;
     }
   }
-  return most;
+  return total;
 }
 
 void refuse_absurd_key_depth(std::string_view text, const std::string& source_name) {
@@ -302,9 +300,9 @@ void refuse_absurd_key_depth(std::string_view text, const std::string& source_na
     if (first == std::string_view::npos || l[first] == '#') continue;
     if (const auto dots = key_dots(l.substr(first)); dots >= kMaxKeyParts)
       throw sdk::ConfigError({source_name, line, static_cast<std::uint32_t>(first + 1)}, "",
-                             "a key or table name of " + std::to_string(dots + 1) +
-                                 " dotted parts, more than the " + std::to_string(kMaxKeyParts) +
-                                 " any config could mean",
+                             "keys of " + std::to_string(dots + 1) +
+                                 " dotted parts on one line, more than the " +
+                                 std::to_string(kMaxKeyParts) + " any config could mean",
                              "no mixtrain table nests more than a few levels: fix this line");
   }
 }

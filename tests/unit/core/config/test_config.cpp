@@ -63,7 +63,8 @@ bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
-// toml++ recurses once per dotted part; tens of thousands overflow the stack. Refused at the line.
+// toml++ recurses once per nesting level; tens of thousands overflow the stack. Refused at the
+// line.
 TEST(sdk_Config, AnAbsurdlyDottedKeyIsRefusedAtItsLine) {
   std::string parts = "a";
   for (int i = 0; i < 50000; ++i) parts += ".a";
@@ -71,7 +72,9 @@ TEST(sdk_Config, AnAbsurdlyDottedKeyIsRefusedAtItsLine) {
   // list (toml++ recursed into the last two and crashed).
   for (const std::string& text :
        {"[run]\nsteps = 1\n[" + parts + "]\n", "  " + parts + " = 1\n", "x = {" + parts + " = 1}\n",
-        "x = [\n  {b = \"1.5\", " + parts + " = 1},\n]\n"}) {
+        "x = [\n  {b = \"1.5\", " + parts + " = 1},\n]\n",
+        // a header whose first part is a quoted ']'
+        "[\"]\"" + parts.substr(1) + "]\nb = 1\n"}) {
     auto e = config_error(text);
     ASSERT_TRUE(e.has_value());
     EXPECT_TRUE(contains(e->what(), "50001 dotted parts")) << e->what();
@@ -80,6 +83,10 @@ TEST(sdk_Config, AnAbsurdlyDottedKeyIsRefusedAtItsLine) {
   EXPECT_EQ(config_error("  " + parts.substr(0, 2000) + " = 1\n")->where().column, 3u);
   // A dotted key of ordinary depth is TOML as usual.
   EXPECT_FALSE(config_error("a.b.c = 1\n").has_value());
+  // Inline tables nested on one line: each key is short, the tree they make is deep.
+  std::string nested = "1";
+  for (int i = 0; i < 600; ++i) nested = "{k.k = " + nested + "}";
+  EXPECT_TRUE(contains(config_error("x = " + nested + "\n")->what(), "dotted parts on one line"));
   // Quoted parts count as parts; their own dots do not.
   std::string quoted = "\"a\"";
   for (int i = 0; i < 50000; ++i) quoted += ".\"a.b\"";
@@ -96,6 +103,11 @@ TEST(sdk_Config, ALongListOfDottedEntriesIsNoDeepKey) {
   }
   names += "\n]\n";
   numbers += "\n]\n";
+  // A nested list of decimals on a line of its own starts with '[' yet is no header.
+  std::string nested = "[run]\nx = [\n  [";
+  for (int i = 0; i < 1500; ++i) nested += "0.5, ";
+  nested += "],\n]\n";
+  EXPECT_FALSE(config_error(nested).has_value()) << config_error(nested)->what();
   EXPECT_FALSE(config_error(names).has_value()) << config_error(names)->what();
   EXPECT_FALSE(config_error(numbers).has_value()) << config_error(numbers)->what();
 }
