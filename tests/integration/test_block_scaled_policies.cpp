@@ -507,6 +507,15 @@ TEST_F(block_scaled_policies, AResumeUnderOtherRecipeOptionsSaysWhichChanged) {
                   "was trained with other [precision.fp8-block] options: "
                   "power_of_two_scales = false -> true"))
       << r.err;
+  // The same change asked for by --set is deliberate: no warning.
+  r = run(
+      "train " + cfg.string() +
+          " --set precision.policy=fp8-block --set precision.fp8-block.power_of_two_scales=false"
+          " --set run.steps=5 --resume " +
+          run_dir.string(),
+      dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.err, "was trained with other [precision.fp8-block] options")) << r.err;
 }
 
 TEST_F(block_scaled_policies, AnOpWithoutABlockScaledPathIsRefusedAtPlanTimeByName) {

@@ -130,7 +130,8 @@ void apply_override(Config::Impl& impl, const std::string& spec) {
       std::string_view("[{\"'").find(text.front()) != std::string_view::npos)
     throw sdk::ConfigError(where, key, "the value is not valid TOML: " + toml_error,
                            "write a list as [1, 2], a table as {k = 1}, a string as \"text\" "
-                           "(quote the whole --set for the shell: --set 'k=[1, 2]')");
+                           "(a name or glob that starts with [, { or a quote is a string: quote "
+                           "it, --set 'k=\"[01]*\"'; quote the whole --set for the shell)");
 
   // A TOML file's bytes are checked by toml++; a command line's only here. Kept, invalid UTF-8
   // would reach the run's config.toml, which no reader (a resume included) could parse again.

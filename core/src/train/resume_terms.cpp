@@ -156,6 +156,8 @@ std::vector<std::string> changed_policy_options(const std::map<std::string, std:
     const auto was = std::find_if(saved.begin(), saved.end(),
                                   [&](const sdk::RawOption& r) { return r.key == key; });
     if (was == saved.end()) continue;  // written before the option existed
+    // A --set is a deliberate change on the command line, as a policy switch by --set is.
+    if (e.policy_options.where(key).file.rfind("--set ", 0) == 0) continue;
     // Integers and numbers alike by value (TOML keeps 1024 and 1024.0 apart).
     const auto as_number = [](const sdk::OptionValue& v) -> std::optional<double> {
       if (const auto* i = std::get_if<std::int64_t>(&v)) return static_cast<double>(*i);

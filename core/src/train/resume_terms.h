@@ -21,8 +21,9 @@
 //   says which, with the learning rate the next step gets and the one the other choice would give.
 // - changed_policy_options: the options of the run's policy that this run gives other values than
 //   the checkpoint's resolved config ("config" entry) recorded, as "key = old -> new" (an edited
-//   config, or a default that changed since: the block recipes' took Transformer Engine's);
-//   empty when they agree, the entry is absent or unreadable, or it names another policy.
+//   config, or a default that changed since: the block recipes' took Transformer Engine's), a
+//   --set's left out (deliberate); empty when they agree, the entry is absent or unreadable, or
+//   it names another policy.
 #pragma once
 
 #include <cstdint>
