@@ -1,7 +1,6 @@
 #include "mixtrain/core/config/config.h"
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <fstream>
 #include <map>
