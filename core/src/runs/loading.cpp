@@ -13,6 +13,7 @@
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/runs/comparison.h"
 #include "mixtrain/sdk/error.h"
+#include "runs/metrics_sink.h"
 
 namespace mixtrain::core {
 
@@ -121,9 +122,7 @@ void read_metrics(RunData& run, const fs::path& file) {
       run.evals.push_back(r);
     }
     // A skipped step's diagnostics measured its overflowed pass (amaxes NaN): left out.
-    if (const auto it = j.find("skipped");
-        !j.contains("loss") && it != j.end() && it->is_boolean() && it->get<bool>())
-      continue;
+    if (measured_on_skipped_step(j)) continue;
     if (auto it = j.find("fp8"); it != j.end() && it->is_object())
       for (const auto& [slot, v] : it->items()) {
         if (!v.is_object()) continue;

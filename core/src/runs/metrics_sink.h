@@ -5,7 +5,9 @@
 // Contract
 // - A record is a JSON object with an integer "step" and the numbers of one kind of record: a
 //   training step (loss, lr, ...), an evaluation (eval_*), per-tensor gradient underflow or FP8
-//   operand statistics. A sink keeps what it has a place for and ignores the rest.
+//   operand statistics. A sink keeps what it has a place for and ignores the rest. The underflow
+//   and FP8 records of a skipped step carry "skipped": true (they measured its overflowed pass);
+//   measured_on_skipped_step() tells them apart, for readers that leave them out.
 // - Each write reaches the file before it returns (flushed), so a killed run keeps every record
 //   written before the kill. Opening throws sdk::UserError for an unwritable file; a write that
 //   fails later (a full disk) does not stop training, as metrics.jsonl never did.
@@ -20,6 +22,13 @@
 #include <nlohmann/json.hpp>
 
 namespace mixtrain::core {
+
+// A diagnostic record (no loss: not the step's own record) of a step that was skipped.
+inline bool measured_on_skipped_step(const nlohmann::json& record) {
+  const auto skipped = record.find("skipped");
+  return !record.contains("loss") && skipped != record.end() && skipped->is_boolean() &&
+         skipped->get<bool>();
+}
 
 class MetricsSink {
  public:

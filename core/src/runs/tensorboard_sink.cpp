@@ -51,10 +51,7 @@ std::vector<std::pair<std::string, float>> tensorboard_scalars(const json& recor
     if (key.rfind("eval_", 0) == 0) add(out, "eval/" + key.substr(5), value);
   // A skipped step's underflow and FP8 records measured its overflowed pass: not plotted, as
   // `compare` leaves them out (train/run_metrics.h).
-  if (const auto skipped = record.find("skipped"); !record.contains("loss") &&
-                                                   skipped != record.end() &&
-                                                   skipped->is_boolean() && skipped->get<bool>())
-    return out;
+  if (measured_on_skipped_step(record)) return out;
   if (auto it = record.find("underflow"); it != record.end() && it->is_object()) {
     if (auto scale = record.find("underflow_scale"); scale != record.end())
       add(out, "underflow/loss_scale", *scale);
