@@ -87,6 +87,14 @@ std::string config_section_of(sdk::ComponentKind kind) {
   }
 }
 
+std::vector<std::string> host_tables_given_as_arrays(const Config& config, const std::string& table,
+                                                     const std::vector<std::string>& host_tables) {
+  std::vector<std::string> out;
+  for (const auto& sub : host_tables)
+    if (config.is_array(table + "." + sub)) out.push_back(sub);
+  return out;
+}
+
 std::string section_selector(const Config& config, const std::string& table,
                              const std::string& selector, const std::string& fallback,
                              const std::vector<std::string>& lists) {
@@ -229,11 +237,9 @@ void take_flat_option(SectionReading& r, sdk::RawOption&& o) {
 void read_flat_keys(SectionReading& r) {
   const auto& section = r.section;
   const auto host_arrays = read_host_lists(r);
-  // A host sub-table written as an array is the host's to read (an empty `override = []` is an
-  // array to TOML, not a table array, and means none).
   auto read_elsewhere = host_arrays;
-  for (const auto& sub : section.host_tables)
-    if (r.config.is_array(section.table + "." + sub)) read_elsewhere.push_back(sub);
+  for (auto& sub : host_tables_given_as_arrays(r.config, section.table, section.host_tables))
+    read_elsewhere.push_back(std::move(sub));
   for (auto& o : entries(r.config, section.table, flat_list_keys(r), read_elsewhere)) {
     if (std::find(section.host_lists.begin(), section.host_lists.end(), o.key) !=
         section.host_lists.end())

@@ -364,9 +364,8 @@ struct PluginSections {
   // The host's options; the plugin's name and options go to name_out and plugin_out.
   sdk::Options read(PluginSectionSpec spec, std::string& name_out, sdk::Options& plugin_out) const {
     auto read_elsewhere = spec.host_lists;
-    // A host sub-table written as an array is the host's to read (`override = []`: none).
-    for (const auto& sub : spec.host_tables)
-      if (config.is_array(spec.table + "." + sub)) read_elsewhere.push_back(sub);
+    for (auto& sub : host_tables_given_as_arrays(config, spec.table, spec.host_tables))
+      read_elsewhere.push_back(std::move(sub));
     name_out = section_selector(config, spec.table, spec.selector, spec.fallback, read_elsewhere);
     registry.require(spec.kind, name_out,
                      config.location(spec.table + "." + spec.selector).to_string() + ": " +

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "checkpoint/state.h"
+#include "mixtrain/core/config/component_section.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/graph/lora.h"
 #include "mixtrain/sdk/error.h"
@@ -139,10 +140,9 @@ std::vector<std::string> changed_policy_options(const std::map<std::string, std:
   std::vector<sdk::RawOption> saved;
   try {
     const auto config = Config::from_string(it->second, "the checkpoint's config");
-    std::string policy;
-    for (const auto& o : config.table_options("precision", {"override"}))
-      if (const auto* name = std::get_if<std::string>(&o.value); name && o.key == "policy")
-        policy = *name;
+    const auto policy = section_selector(
+        config, "precision", "policy", "",
+        host_tables_given_as_arrays(config, "precision", {"override", "escalate"}));
     if (policy != e.policy_name) return {};  // a switch: restore_policy says so
     saved = config.table_options("precision." + e.policy_name);
   } catch (const std::exception&) {

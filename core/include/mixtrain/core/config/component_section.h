@@ -73,6 +73,12 @@ std::string section_selector(const Config& config, const std::string& table,
                              const std::string& selector, const std::string& fallback,
                              const std::vector<std::string>& lists = {});
 
+// Of the host's sub-tables (`host_tables`: "override", "escalate"), those `table` gives as an
+// array: the host reads them itself (an empty `override = []` is an array to TOML, not a table
+// array, and means none), so a scalar reading of `table` passes them over.
+std::vector<std::string> host_tables_given_as_arrays(const Config& config, const std::string& table,
+                                                     const std::vector<std::string>& host_tables);
+
 ResolvedComponentSection resolve_component_section(const Config& config,
                                                    const ComponentSection& section);
 
