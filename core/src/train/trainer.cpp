@@ -676,15 +676,16 @@ TrainSummary Trainer::run() {
     if (!end.stopping() && plan.checkpoint &&
         (s.position.step != e.run.steps || !e.checkpoint.write_final))
       save_checkpoint();
-    window.aside += Clock::now() - aside_from;
-    outside_steps += Clock::now() - aside_from;
+    const auto aside = Clock::now() - aside_from;
+    window.aside += aside;
+    outside_steps += aside;
     if (end.stopping()) break;
   }
   progress.finish();
   LoopMeasures measured;
-  measured.wall_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
-  measured.step_seconds =
-      std::chrono::duration<double>(Clock::now() - t_start - outside_steps).count();
+  const auto loop = Clock::now() - t_start;
+  measured.wall_seconds = std::chrono::duration<double>(loop).count();
+  measured.step_seconds = std::chrono::duration<double>(loop - outside_steps).count();
   measured.trained_rows = (s.position.step - first_step) * bs;
   // An interrupted run goes straight to its checkpoint; the evaluation would make the user wait.
   // A step_limit run (calibration's) never evaluates, even when the limit reaches run.steps.
