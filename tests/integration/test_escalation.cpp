@@ -9,6 +9,7 @@
 // Every comparison is between runs made in the test.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -46,9 +47,14 @@ const std::vector<std::string> kEscalate = {"precision.escalate.after=3",
 
 class Escalation : public ::testing::Test {
  protected:
-  fs::path dir_ =
-      fs::temp_directory_path() / ("mixtrain-escalation-" + std::to_string(::getpid()) + "-" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::path dir_ = fs::temp_directory_path() /
+                  ("mixtrain-escalation-" + std::to_string(::getpid()) + "-" + folder_name());
+  // A parameterized test's name holds a '/': one folder, not two.
+  static std::string folder_name() {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');
+    return name;
+  }
   void SetUp() override { fs::remove_all(dir_); }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
@@ -120,12 +126,19 @@ TEST_F(Escalation, FiresOnTheThirdBlameAndLeavesEveryEarlierStepAsItWas) {
 // Unscaled features (no forward overflow) and a dynamic scaler started far too high: the first
 // steps overflow in the backward pass only because of the scale, which the scaler's back-off
 // fixes. They blame no op (a promotion would cost speed and memory for nothing): the run is the
-// same, step for step, as the run without escalation.
-TEST_F(Escalation, BackwardOverflowsTheLossScaleMadeBlameNoOp) {
-  const std::vector<std::string> scaled = {"data.synthetic.feature_scale=1.0",
-                                           "scaler.dynamic.init_scale=1e9"};
+// same, step for step, as the run without escalation, though a single blame would promote. With
+// hysteresis 2 the first overflow keeps the scale, spending the budget the back-off comes with:
+// it blames no op either.
+class EscalationUnderADynamicScale : public Escalation,
+                                     public ::testing::WithParamInterface<int> {};
+
+TEST_P(EscalationUnderADynamicScale, BackwardOverflowsTheLossScaleMadeBlameNoOp) {
+  const std::vector<std::string> scaled = {
+      "data.synthetic.feature_scale=1.0", "scaler.dynamic.init_scale=1e9",
+      "scaler.dynamic.hysteresis=" + std::to_string(GetParam())};
   auto with_escalation = scaled;
-  with_escalation.insert(with_escalation.end(), kEscalate.begin(), kEscalate.end());
+  with_escalation.insert(with_escalation.end(),
+                         {"precision.escalate.after=1", "precision.escalate.window=50"});
   const auto plain = train("plain", scaled);
   const auto escalated = train("escalated", with_escalation);
   ASSERT_GE(plain.skipped_steps, 3) << "the scale must overflow for the test to mean anything";
@@ -141,6 +154,29 @@ TEST_F(Escalation, BackwardOverflowsTheLossScaleMadeBlameNoOp) {
     }
   }
 }
+
+// The same backward overflow under a static scale: the scaler only counts the skip, the overflow
+// would come again at every step, and the op that made it is blamed and promoted.
+TEST_F(Escalation, ABackwardOverflowUnderAStaticScaleBlamesItsNode) {
+  const auto run = train("static", {"data.synthetic.feature_scale=1.0", "scaler.type=\"static\"",
+                                    "scaler.static.scale=1e9", "precision.escalate.after=1",
+                                    "precision.escalate.window=50"});
+  const auto all = metrics("static");
+  const auto events = escalations(all);
+  ASSERT_FALSE(events.empty()) << "the static scale must overflow for the test to mean anything";
+  EXPECT_EQ(events[0]["kind"], "promote");
+  EXPECT_EQ(events[0]["step"], 1);
+  const auto steps = step_records(all);
+  ASSERT_FALSE(steps.empty());
+  EXPECT_TRUE(steps[0]["skipped"].get<bool>());
+  EXPECT_EQ(steps[0]["nonfinite"].get<std::string>().rfind("backward ", 0), 0u) << steps[0];
+  EXPECT_LT(run.skipped_steps, 12);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hysteresis, EscalationUnderADynamicScale, ::testing::Values(1, 2),
+                         [](const auto& info) {
+                           return "hysteresis" + std::to_string(info.param);
+                         });
 
 TEST_F(Escalation, AResumeAfterThePromotionOrBetweenBlamesContinuesBitForBit) {
   auto sets = kEscalate;

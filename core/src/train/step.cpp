@@ -358,21 +358,39 @@ SkipBlame replay_first_nonfinite(Trainer::State& s, float seed) {
   return mine;
 }
 
+// Whether the scaler answered this overflow with more than a count: it backed off, or spent a
+// hysteresis budget it backs off with later. A static scaler, or a dynamic one at its floor, only
+// counts the skip ("steps", "skipped_steps", the counters of sdk/component_state.h): the overflow
+// will come again at the same scale, and a wider format is the fix.
+bool scaler_reacted(const sdk::ScalerDecision& decision, const sdk::ComponentState& before,
+                    const sdk::ComponentState& after) {
+  if (decision.scale_after < decision.scale_before) return true;
+  const auto beyond_counters = [](const sdk::ComponentState& state) {
+    auto values = state.values;
+    values.erase("steps");
+    values.erase("skipped_steps");
+    return values;
+  };
+  return beyond_counters(before) != beyond_counters(after);
+}
+
 // Names the first non-finite tensor by replaying the step; the policy hears of the skip
 // afterwards, so it discards the replays' amaxes too. Each rank replays its own rows without
 // communicating; the lowest rank that found something names it for all, so every rank logs and
-// escalates the same.
-SkipBlame skip_update(Trainer::State& s, const sdk::ScalerDecision& decision) {
+// escalates the same. `scaler_before` is the scaler's state before this step's update, saved
+// only when escalation is on.
+SkipBlame skip_update(Trainer::State& s, const sdk::ScalerDecision& decision,
+                      const std::optional<sdk::ComponentState>& scaler_before) {
   const std::int64_t micro = s.e.run.accumulate;
   ++s.position.skipped;
   SkipBlame blame =
       s.reducer->agree_on_blame(replay_first_nonfinite(s, loss_seed(decision.scale_before, micro)));
-  // A backward overflow under a scaler that backs off: when loss scale 1 does not repeat it, the
-  // scale made it (a dynamic scaler's growth, or a start too high) and the back-off is the fix,
-  // not a wider format. Only escalation reads the answer, so only it pays the second replay.
+  // A backward overflow under a scaler that reacts to it: when loss scale 1 does not repeat it,
+  // the scale made it (a dynamic scaler's growth, or a start too high) and the back-off is the
+  // fix, not a wider format. Only escalation reads the answer, so only it pays the second replay.
   std::string note;
-  if (s.precision.escalation.settings().enabled && !blame.node.empty() && blame.in_backward() &&
-      decision.scale_after < decision.scale_before) {
+  if (scaler_before && !blame.node.empty() && blame.in_backward() && decision.scale_before > 1.0f &&
+      scaler_reacted(decision, *scaler_before, s.c.scaler->save_state())) {
     blame.scale_made =
         !s.reducer->agree_on_blame(replay_first_nonfinite(s, loss_seed(1.0f, micro))).found();
     if (blame.scale_made)
@@ -456,6 +474,8 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   out.lr = s.schedule.lr_at(s.position.applied);
   StepTotals totals;
   std::optional<sdk::ScalerDecision> gated_decision;
+  std::optional<sdk::ComponentState> scaler_before;
+  if (s.precision.escalation.settings().enabled) scaler_before = s.c.scaler->save_state();
   if (s.gated_optimizer != nullptr)
     gated_decision = decide_with_gated_update(s, request, scale, out.lr, totals);
   else
@@ -474,7 +494,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   else if (out.decision.apply_step)
     out.grad_norm = apply_update(s, request, totals.sum_squares, out.lr);
   else
-    out.blame = skip_update(s, out.decision);
+    out.blame = skip_update(s, out.decision, scaler_before);
   // The diagnostics of a skipped step measured an overflowed pass: tagged, not mixed in.
   auto write_diagnostic = [&](nlohmann::json record) {
     if (!out.decision.apply_step) record["skipped"] = true;
