@@ -31,6 +31,8 @@ MpiLaunch detect_mpi_launch() {
     if (n && r && *r < *n) {
       l.detected = true;
       l.open_mpi = std::string_view(size).starts_with("OMPI_");
+      // Open MPI 5 launches through PRRTE, which sets no ORTE variables.
+      l.orte = l.open_mpi && std::getenv("OMPI_MCA_orte_hnp_uri") != nullptr;
       l.world_size = *n;
       l.rank = *r;
       return l;
@@ -40,7 +42,7 @@ MpiLaunch detect_mpi_launch() {
 }
 
 std::string stop_grace_warning(const MpiLaunch& launch) {
-  if (!launch.open_mpi || launch.world_size < 2) return {};
+  if (!launch.orte || launch.world_size < 2) return {};
   const auto grace = env_int("OMPI_MCA_odls_base_sigkill_timeout", 0);
   if (grace && *grace >= kStopGraceSeconds) return {};
   return "Ctrl-C would lose this run: mpirun passes it to the ranks as SIGTERM and kills them " +

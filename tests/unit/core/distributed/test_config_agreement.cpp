@@ -90,11 +90,19 @@ TEST(MpiLaunch, IgnoresMissingOrMalformedValues) {
   }
 }
 
-// Ctrl-C under Open MPI's mpirun: a warning unless the ranks get kStopGraceSeconds or more before
-// SIGKILL; nothing for one rank or a PMI launcher (whose stop is not Open MPI's).
+// Ctrl-C under Open MPI 4's mpirun: a warning unless the ranks get kStopGraceSeconds or more
+// before SIGKILL; nothing for one rank, Open MPI 5 (PRRTE, no ORTE variables) or a PMI launcher
+// (whose stop is not Open MPI's).
 TEST(MpiLaunch, WarnsWhenOpenMpiWouldKillTheRanksBeforeTheirCheckpoint) {
   ScopedEnv pa("PMI_SIZE", nullptr), pb("PMI_RANK", nullptr);
   ScopedEnv size("OMPI_COMM_WORLD_SIZE", "2"), rank("OMPI_COMM_WORLD_RANK", "0");
+  {
+    ScopedEnv prrte("OMPI_MCA_orte_hnp_uri", nullptr);
+    ScopedEnv grace("OMPI_MCA_odls_base_sigkill_timeout", nullptr);
+    EXPECT_TRUE(detect_mpi_launch().open_mpi);
+    EXPECT_EQ(stop_grace_warning(detect_mpi_launch()), "");
+  }
+  ScopedEnv orte("OMPI_MCA_orte_hnp_uri", "4242.0;tcp://10.0.0.1:5000");
   {
     ScopedEnv grace("OMPI_MCA_odls_base_sigkill_timeout", nullptr);
     const auto w = stop_grace_warning(detect_mpi_launch());
