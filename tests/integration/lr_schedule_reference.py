@@ -6,9 +6,9 @@ per case, the lr of each of the first n optimizer steps (param_groups[0]["lr"] b
 
 mixtrain's warm-up is torch's LinearLR(start_factor=1/W, total_iters=W-1) followed by the
 schedule on its own clock: SequentialLR(..., milestones=[W]), as torchvision's reference
-recipes compose them. inverse_sqrt has no torch scheduler: it is fairseq's formula in a LambdaLR
-(warm-up num_updates * lr / W, then lr * sqrt(W) * num_updates ** -0.5), with num_updates counting
-the step being taken.
+recipes compose them. inverse_sqrt has no torch scheduler: it is Noam's formula in a LambdaLR
+(warm-up n * lr / W, then lr * sqrt(W) * n ** -0.5), with n counting the step being taken (fairseq
+writes the same formula with n the updates already made, one step later).
 """
 import json
 import math
@@ -45,12 +45,12 @@ def lrs(c):
                              div_factor=c["div_factor"], final_div_factor=c["final_div_factor"],
                              cycle_momentum=False)
     elif kind == "inverse_sqrt":
-        def fairseq(k):
-            num_updates = k + 1
-            if num_updates < w:
-                return num_updates / w
-            return math.sqrt(w) * num_updates ** -0.5
-        s = sched.LambdaLR(opt, fairseq)
+        def noam(k):
+            n = k + 1
+            if n < w:
+                return n / w
+            return math.sqrt(w) * n ** -0.5
+        s = sched.LambdaLR(opt, noam)
     elif w > 0:
         warm = sched.LinearLR(opt, start_factor=1.0 / w, end_factor=1.0,
                               total_iters=max(1, w - 1))

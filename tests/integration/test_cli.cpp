@@ -1,4 +1,5 @@
 // Integration tests: drive the real `mixtrain` executable and read what it writes.
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -301,6 +302,59 @@ TEST_F(Cli, ResumeWithMoreStepsKeepsTheScheduleHorizonUnlessStretched) {
   // checkpoint with its own run.steps changes nothing and says nothing.
   r = run("train " + quickstart() + common + " --set run.steps=30 --resume " + kept.string());
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.err, "horizon")) << r.err;
+  // A schedule without a horizon (step sizes alone) has none to keep: the same lrs, nothing said.
+  const std::string stepped =
+      " --set optimizer.schedule=step --set optimizer.step_size=3 --set optimizer.gamma=0.5"
+      " --set optimizer.warmup_steps=2 --set run.log_every=1 --set run.eval_every=0"
+      " --set checkpoint.every=10";
+  const auto step_full = dir_ / "step-full", step_more = dir_ / "step-more";
+  ASSERT_EQ(
+      run("train " + quickstart() + stepped + " --set run.steps=20 --run-dir " + step_full.string())
+          .exit_code,
+      0);
+  r = run("train " + quickstart() + stepped + " --set run.steps=30 --resume " +
+          (step_full / "checkpoints" / "step-00000010.mxt").string() + " --run-dir " +
+          step_more.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.err, "horizon")) << r.err;
+  const auto sf = lr_by_step(step_full), sm = lr_by_step(step_more);
+  for (int step = 11; step <= 20; ++step) EXPECT_EQ(sm.at(step), sf.at(step)) << step;
+}
+
+// Another schedule on resume (an edited config, a --set) is allowed, but the rate jumps: a warning
+// names each changed key and the next step's lr under both schedules, the one the resumed run
+// then logs and the one the original run took.
+TEST_F(Cli, ResumeWithAnotherScheduleSaysHowTheNextLrChanges) {
+  const std::string common =
+      " --set optimizer.schedule=warmup_cosine --set optimizer.warmup_steps=2 --set run.steps=20"
+      " --set run.log_every=1 --set run.eval_every=0 --set checkpoint.every=10";
+  const auto full = dir_ / "full";
+  ASSERT_EQ(run("train " + quickstart() + common + " --run-dir " + full.string()).exit_code, 0);
+  const auto at10 = (full / "checkpoints" / "step-00000010.mxt").string();
+  auto lr_at_step = [&](const fs::path& d, int step) {
+    for (const auto& j : records(d / "metrics.jsonl"))
+      if (j.contains("lr") && j["step"].get<int>() == step) return j["lr"].get<double>();
+    return -1.0;
+  };
+  auto r = run("train " + quickstart() + common + " --resume " + at10 + " --run-dir " +
+               (dir_ / "same").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.err, "learning-rate schedule")) << r.err;
+  const auto changed = dir_ / "changed";
+  r = run("train " + quickstart() + common +
+          " --set optimizer.warmup_steps=15 --set optimizer.adamw.lr=0.01 --resume " + at10 +
+          " --run-dir " + changed.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto line = r.err.substr(r.err.find("was trained with another learning-rate schedule"));
+  EXPECT_TRUE(has(line, "warmup_steps = 2 -> 15, optimizer.adamw.lr = 0.003 -> 0.01")) << line;
+  char rates[96];
+  std::snprintf(rates, sizeof rates,
+                "next step's lr is %.6g where the checkpoint's schedule "
+                "gives %.6g",
+                lr_at_step(changed, 11), lr_at_step(full, 11));
+  EXPECT_TRUE(has(line, rates)) << line << "\nexpected: " << rates;
+  EXPECT_NE(lr_at_step(changed, 11), lr_at_step(full, 11));
 }
 
 // --resume RUN without a config continues with the run's own config.toml.

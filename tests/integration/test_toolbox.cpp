@@ -159,6 +159,50 @@ TEST_F(Toolbox, AMilestoneBeyondRunStepsIsWarnedAbout) {
   EXPECT_FALSE(has(reached.err, "beyond run.steps")) << reached.err;
 }
 
+// A milestone at the largest int64 is beyond any run, however long the warm-up (the step it falls
+// on would overflow).
+TEST_F(Toolbox, AMilestoneAtTheLargestIntegerIsWarnedAboutAfterAWarmUp) {
+  auto r = run("check " + quickstart() +
+               " --set optimizer.schedule=multistep --set optimizer.warmup_steps=5"
+               " --set optimizer.milestones=[9223372036854775807]");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "entry 0 (9223372036854775807, after 5 warm-up steps")) << r.err;
+}
+
+// Valid schedule values that are more likely slips: a warm-up the run never finishes, and rates
+// that rise above the optimizer's lr. Each is a warning naming its key and where it was set; the
+// ordinary values are not.
+TEST_F(Toolbox, ASchedulePastItsPeakOrNeverReachingItIsWarnedAbout) {
+  const auto steps = [](int n) { return " --set run.steps=" + std::to_string(n); };
+  auto r = run("check " + quickstart() + steps(20) + " --set optimizer.warmup_steps=50");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "optimizer.warmup_steps (--set optimizer.warmup_steps=50): 50 is not "
+                  "below run.steps = 20: the lr never reaches optimizer.lr"))
+      << r.err;
+  r = run("check " + quickstart() + steps(20) + " --set optimizer.warmup_steps=20");
+  EXPECT_TRUE(has(r.err, "the lr reaches optimizer.lr at the last step")) << r.err;
+  r = run("check " + quickstart() + steps(21) + " --set optimizer.warmup_steps=20");
+  EXPECT_FALSE(has(r.err, "optimizer.warmup_steps")) << r.err;
+  r = run("check " + quickstart() +
+          " --set optimizer.schedule=step --set optimizer.warmup_steps=0 --set optimizer.gamma=3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "optimizer.gamma (--set optimizer.gamma=3): 3.0 multiplies the lr up"))
+      << r.err;
+  const std::string onecycle =
+      " --set optimizer.schedule=onecycle --set optimizer.warmup_steps=0 --set optimizer.min_lr=0";
+  r = run("check " + quickstart() + onecycle + " --set optimizer.div_factor=0.5");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "optimizer.div_factor (--set optimizer.div_factor=0.5): 0.5 starts "
+                  "onecycle at lr / div_factor, above optimizer.lr"))
+      << r.err;
+  r = run("check " + quickstart() + onecycle + " --set optimizer.final_div_factor=0.01");
+  EXPECT_TRUE(has(r.err, "ends onecycle at lr / (div_factor x final_div_factor), above")) << r.err;
+  r = run("check " + quickstart() + onecycle);
+  EXPECT_FALSE(has(r.err, "div_factor")) << r.err;
+}
+
 TEST_F(Toolbox, MultistepRunLogsTheRatesOfItsMilestones) {
   auto r = run("train " + quickstart() + tiny(12) +
                " --set run.log_every=1 --set run.eval_every=0 --set optimizer.schedule=multistep"

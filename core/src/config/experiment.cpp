@@ -110,8 +110,12 @@ void check_milestones(const sdk::Options& o, const ScheduleSettings& s) {
 void warn_of_unreached_milestones(const sdk::Options& o, Experiment& e) {
   const auto& s = e.schedule;
   for (std::size_t i = 0; i < s.milestones.size(); ++i) {
-    const std::int64_t at = s.warmup_steps + s.milestones[i];
-    if (at <= e.run.steps) continue;
+    // Compared without the sum, which a milestone near INT64_MAX would overflow.
+    if (s.milestones[i] <= e.run.steps - s.warmup_steps) continue;
+    const std::int64_t at =
+        s.milestones[i] > std::numeric_limits<std::int64_t>::max() - s.warmup_steps
+            ? std::numeric_limits<std::int64_t>::max()
+            : s.warmup_steps + s.milestones[i];
     e.config_warnings.push_back(
         "optimizer.milestones (" + o.where("milestones").to_string() + "): entry " +
         std::to_string(i) + " (" + std::to_string(s.milestones[i]) +
@@ -121,6 +125,43 @@ void warn_of_unreached_milestones(const sdk::Options& o, Experiment& e) {
         ") is beyond run.steps = " + std::to_string(e.run.steps) +
         ": that decay never happens; lower it or raise run.steps");
   }
+}
+
+// Valid values that are more likely slips than plans, each a warning naming its key: a warm-up
+// that never ends (the rate never reaches lr, and nothing decays; a resumed run may raise
+// run.steps), and rates that rise above the peak (gamma > 1, onecycle's divisors below 1), which
+// the optimizer's own lr cap does not see.
+void warn_of_unlikely_schedule(const sdk::Options& o, Experiment& e) {
+  const auto& s = e.schedule;
+  const auto warn = [&](const char* key, const std::string& text) {
+    e.config_warnings.push_back(std::string("optimizer.") + key + " (" + o.where(key).to_string() +
+                                "): " + text);
+  };
+  const bool warms_up = s.schedule != LrScheduleKind::constant &&
+                        s.schedule != LrScheduleKind::onecycle && s.warmup_steps > 0;
+  if (warms_up && s.warmup_steps >= e.run.steps)
+    warn("warmup_steps",
+         std::to_string(s.warmup_steps) +
+             " is not below run.steps = " + std::to_string(e.run.steps) +
+             (s.warmup_steps > e.run.steps ? ": the lr never reaches optimizer.lr"
+                                           : ": the lr reaches optimizer.lr at the last step") +
+             " and nothing decays; lower warmup_steps or raise run.steps");
+  const bool decays_by_gamma =
+      s.schedule == LrScheduleKind::step || s.schedule == LrScheduleKind::multistep;
+  if (decays_by_gamma && s.gamma > 1.0)
+    warn("gamma", sdk::option_value_to_string(s.gamma) +
+                      " multiplies the lr up at every decay, past optimizer.lr; a decay uses "
+                      "gamma < 1 (0.1 is the usual)");
+  if (s.schedule == LrScheduleKind::onecycle && s.div_factor < 1.0)
+    warn("div_factor", sdk::option_value_to_string(s.div_factor) +
+                           " starts onecycle at lr / div_factor, above optimizer.lr; "
+                           "div_factor > 1 starts below it (25 is torch's)");
+  if (s.schedule == LrScheduleKind::onecycle && s.div_factor >= 1.0 &&
+      s.div_factor * s.final_div_factor < 1.0)
+    warn("final_div_factor",
+         sdk::option_value_to_string(s.final_div_factor) +
+             " ends onecycle at lr / (div_factor x final_div_factor), above optimizer.lr; "
+             "final_div_factor > 1 ends below it (1e4 is torch's)");
 }
 
 // onecycle: a rising phase of more than one step, and none of the keys it has counterparts of.
@@ -199,6 +240,7 @@ void read_schedule(const Config& config, const sdk::Options& o, Experiment& e) {
            "warmup_steps >= 1 (e.g. 4000 for a Transformer)");
   if (s.schedule == LrScheduleKind::warmup_cosine || s.schedule == LrScheduleKind::linear)
     check_min_lr_below_lr(o, s, e.optimizer_options);
+  warn_of_unlikely_schedule(o, e);
   report_unused_schedule_keys(o, e);
 }
 

@@ -636,6 +636,23 @@ void restore_component(const CheckpointFile& file, const char* what, const std::
   }
 }
 
+// A resume that changes the schedule's keys or peak rate: the rate jumps at the next step (warm-up
+// starting over, a decay cut short), which is allowed, but said with both rates, as a changed
+// horizon is.
+void warn_of_changed_schedule(Trainer::State& s, const CheckpointFile& file,
+                              const ResumeTerms& terms, std::int64_t applied) {
+  const auto change = changed_schedule(file.st.metadata, s.e, s.schedule, terms.schedule_steps);
+  if (!change) return;
+  std::string list;
+  for (const auto& c : change->changed) list += (list.empty() ? "" : ", ") + c;
+  char rates[96];
+  std::snprintf(rates, sizeof rates, "%.6g where the checkpoint's schedule gives %.6g",
+                s.schedule.lr_at(applied), change->was.lr_at(applied));
+  s.log.warn(file.path.string() + " was trained with another learning-rate schedule: " + list +
+             "; the next step's lr is " + rates +
+             ". Resume with the run's config.toml to keep the old schedule");
+}
+
 // The policy's state, or — when this run names another policy by a --set, a deliberate switch —
 // none: the new policy starts from its initial state (FP8 scales and histories are the old
 // policy's), and a warning says so. Another policy named any other way (an edited config, a
@@ -710,8 +727,9 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
   const fs::path& path = file.path;
   auto progress = read_progress(metadata_entry(file, "progress"), s.e.run.steps, path);
   // Before the sampler's cursor, whose check a changed batch size would fail less clearly.
-  keep_resume_terms(read_resume_terms(file.st.metadata, path), s.e, frozen_names(*s.model),
-                    s.schedule, progress.applied, s.log, path);
+  const ResumeTerms terms = read_resume_terms(file.st.metadata, path);
+  keep_resume_terms(terms, s.e, frozen_names(*s.model), s.schedule, progress.applied, s.log, path);
+  warn_of_changed_schedule(s, file, terms, progress.applied);
   auto sampler = metadata_entry(file, "sampler");
   check_same_data(s, sampler, path);
   s.reducer->load_optimizer_state(

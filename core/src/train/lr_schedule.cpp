@@ -41,6 +41,11 @@ std::string lr_schedule_name(LrScheduleKind kind) {
   return std::string(choice_name(kind, kLrScheduleKinds));
 }
 
+bool lr_schedule_has_horizon(LrScheduleKind kind) {
+  return kind == LrScheduleKind::warmup_cosine || kind == LrScheduleKind::linear ||
+         kind == LrScheduleKind::onecycle;
+}
+
 double LrSchedule::lr_at(std::int64_t applied) const {
   if (kind == LrScheduleKind::constant) return base_lr;
   if (kind == LrScheduleKind::onecycle) return one_cycle(*this, applied);

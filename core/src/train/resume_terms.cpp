@@ -171,6 +171,100 @@ std::vector<std::string> changed_policy_options(const std::map<std::string, std:
   return changed;
 }
 
+std::optional<ScheduleChange> changed_schedule(const std::map<std::string, std::string>& metadata,
+                                               const Experiment& e, const LrSchedule& now,
+                                               std::int64_t schedule_steps) {
+  const auto it = metadata.find("config");
+  if (it == metadata.end()) return std::nullopt;
+  ScheduleChange change{{}, now};
+  LrSchedule& was = change.was;
+  if (schedule_steps > 0) was.total_steps = schedule_steps;
+  try {
+    const auto config = Config::from_string(it->second, "the checkpoint's config");
+    const auto saved = config.table_options("optimizer", {"milestones"});
+    const auto recorded = [&](const std::string& key, const sdk::OptionValue& current,
+                              double& field) {
+      const auto o = std::find_if(saved.begin(), saved.end(),
+                                  [&](const sdk::RawOption& r) { return r.key == key; });
+      if (o == saved.end()) return;  // written before the key existed
+      double value = 0;
+      if (const auto* i = std::get_if<std::int64_t>(&o->value))
+        value = static_cast<double>(*i);
+      else if (const auto* d = std::get_if<double>(&o->value))
+        value = *d;
+      else
+        return;
+      field = value;
+      const double now_value = std::holds_alternative<std::int64_t>(current)
+                                   ? static_cast<double>(std::get<std::int64_t>(current))
+                                   : std::get<double>(current);
+      if (value != now_value)
+        change.changed.push_back(key + " = " + sdk::option_value_to_string(o->value) + " -> " +
+                                 sdk::option_value_to_string(current));
+    };
+    const auto number = [&](const std::string& key, double current, double& field) {
+      recorded(key, current, field);
+    };
+    const auto integer = [&](const std::string& key, std::int64_t current, std::int64_t& field) {
+      double value = static_cast<double>(current);
+      recorded(key, current, value);
+      field = static_cast<std::int64_t>(value);
+    };
+    for (const auto& o : saved) {
+      if (o.key != "schedule" || !std::holds_alternative<std::string>(o.value)) continue;
+      const auto& name = std::get<std::string>(o.value);
+      const auto* kind = find_choice(name, kLrScheduleKinds);
+      if (kind == nullptr) return std::nullopt;  // a schedule this build does not know
+      was.kind = *kind;
+      if (*kind != now.kind)
+        change.changed.push_back("schedule = \"" + name + "\" -> \"" + lr_schedule_name(now.kind) +
+                                 "\"");
+    }
+    integer("warmup_steps", now.warmup_steps, was.warmup_steps);
+    number("min_lr", now.min_lr, was.min_lr);
+    integer("step_size", now.step_size, was.step_size);
+    number("gamma", now.gamma, was.gamma);
+    number("pct_start", now.pct_start, was.pct_start);
+    number("div_factor", now.div_factor, was.div_factor);
+    number("final_div_factor", now.final_div_factor, was.final_div_factor);
+    if (config.is_array("optimizer.milestones")) {
+      was.milestones = config.integer_array("optimizer.milestones");
+      if (was.milestones != now.milestones) {
+        const auto list = [](const std::vector<std::int64_t>& v) {
+          std::string out;
+          for (const auto m : v) out += (out.empty() ? "" : ", ") + std::to_string(m);
+          return "[" + out + "]";
+        };
+        change.changed.push_back("milestones = " + list(was.milestones) + " -> " +
+                                 list(now.milestones));
+      }
+    }
+    // The peak rate is the optimizer's own option, compared when the optimizer is the same one.
+    const auto type = std::find_if(saved.begin(), saved.end(),
+                                   [](const sdk::RawOption& r) { return r.key == "type"; });
+    if (type != saved.end() && type->value == sdk::OptionValue(e.optimizer_type)) {
+      const auto options = config.table_options("optimizer." + e.optimizer_type);
+      const auto lr = std::find_if(options.begin(), options.end(),
+                                   [](const sdk::RawOption& r) { return r.key == "lr"; });
+      if (lr != options.end()) {
+        const auto* d = std::get_if<double>(&lr->value);
+        const auto* i = std::get_if<std::int64_t>(&lr->value);
+        if (d != nullptr || i != nullptr) {
+          was.base_lr = d != nullptr ? *d : static_cast<double>(*i);
+          if (was.base_lr != now.base_lr)
+            change.changed.push_back("optimizer." + e.optimizer_type +
+                                     ".lr = " + sdk::option_value_to_string(lr->value) + " -> " +
+                                     sdk::option_value_to_string(now.base_lr));
+        }
+      }
+    }
+  } catch (const std::exception&) {
+    return std::nullopt;  // a config this build cannot read: nothing to compare
+  }
+  if (change.changed.empty()) return std::nullopt;
+  return change;
+}
+
 void keep_lora_terms(const ResumeTerms& terms, const Experiment& e,
                      const std::filesystem::path& file) {
   auto lora_text = [](const std::string& t) {
@@ -236,6 +330,12 @@ void keep_resume_terms(const ResumeTerms& terms, const Experiment& e,
   LrSchedule kept = schedule, stretched = schedule;
   kept.total_steps = terms.schedule_steps;
   stretched.total_steps = e.run.steps;
+  // Only a schedule that ends somewhere has a horizon to keep or stretch; with no step left, the
+  // choice changes nothing either.
+  if (!lr_schedule_has_horizon(schedule.kind) || applied >= e.run.steps) {
+    schedule = e.run.stretch_schedule ? stretched : kept;
+    return;
+  }
   const std::string horizon = std::to_string(terms.schedule_steps);
   const std::string steps = "run.steps = " + std::to_string(e.run.steps);
   if (e.run.stretch_schedule) {

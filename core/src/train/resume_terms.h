@@ -18,12 +18,20 @@
 //   change); so is another set of frozen parameters, naming both sets (the optimizer's state is
 //   kept per trainable parameter). A run.steps that differs from the schedule's horizon keeps the
 //   horizon, or with run.stretch_schedule re-plans the schedule over the new run.steps; a warning
-//   says which, with the learning rate the next step gets and the one the other choice would give.
+//   says which, with the learning rate the next step gets and the one the other choice would give
+//   (none for a schedule without a horizon, lr_schedule_has_horizon, or with no step left).
 // - changed_policy_options: the options of the run's policy that this run gives other values than
 //   the checkpoint's resolved config ("config" entry) recorded, as "key = old -> new" (an edited
 //   config, or a default that changed since: the block recipes' took Transformer Engine's), a
 //   --set's left out (deliberate); empty when they agree, the entry is absent or unreadable, or
 //   it names another policy.
+// - changed_schedule: the learning-rate schedule keys ([optimizer] schedule, warmup_steps, min_lr,
+//   step_size, gamma, milestones, pct_start, div_factor, final_div_factor, and the optimizer's own
+//   lr when it is the same optimizer) that this run gives other values than the checkpoint's
+//   resolved config recorded, each "key = old -> new", with the schedule they made (`now` with the
+//   recorded values, over the checkpoint's horizon `schedule_steps` when known) so a warning can
+//   name both next rates; nullopt when they agree, the entry is absent or unreadable. A --set
+//   counts too: the rate jumps however it was asked for.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +61,14 @@ nlohmann::json resume_terms_to_json(const ResumeTerms& terms);
 
 std::vector<std::string> changed_policy_options(const std::map<std::string, std::string>& metadata,
                                                 const Experiment& e);
+struct ScheduleChange {
+  std::vector<std::string> changed;  // "key = old -> new"
+  LrSchedule was;                    // the schedule the checkpoint's run followed
+};
+std::optional<ScheduleChange> changed_schedule(const std::map<std::string, std::string>& metadata,
+                                               const Experiment& e, const LrSchedule& now,
+                                               std::int64_t schedule_steps);
+
 ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata,
                               const std::filesystem::path& file);
 

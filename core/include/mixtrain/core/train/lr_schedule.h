@@ -1,6 +1,7 @@
 // Learning-rate schedules. The schedule advances on applied optimizer steps only: a step the
-// loss scaler skipped does not move the learning rate (PyTorch's warning about calling
-// scheduler.step() after a skipped optimizer.step() is built in).
+// loss scaler skipped does not move the learning rate (Accelerate's rule; a plain PyTorch loop
+// steps its scheduler on skipped steps too). total_steps stays run.steps, so skipped steps cut the
+// end of the schedule short (README, "Learning-rate schedules").
 //
 // Contract
 // - lr_at(k) is the learning rate of the optimizer step that follows k earlier applied steps
@@ -12,7 +13,8 @@
 //   t = k - W, over the remaining total_steps - W steps: torchvision's
 //   SequentialLR([warm-up, schedule], milestones=[W]). Step sizes and milestones count from there.
 // - inverse_sqrt is one formula with its warm-up: with n = k + 1, base_lr · min(n / W,
-//   sqrt(W / n)) (Noam's schedule, fairseq's inverse_sqrt); it needs W >= 1.
+//   sqrt(W / n)) (Noam's schedule; fairseq's inverse_sqrt runs it one step later, counting the
+//   updates already made); it needs W >= 1.
 // - onecycle is torch's OneCycleLR (cosine annealing, two phases, max_lr = base_lr) over
 //   total_steps; it warms up itself over pct_start · total_steps steps and ignores warmup_steps
 //   and min_lr.
@@ -69,6 +71,10 @@ struct LrSchedule {
   // lr for the optimizer step that follows `applied_steps` earlier applied steps (0-based).
   double lr_at(std::int64_t applied_steps) const;
 };
+
+// Whether lr_at depends on total_steps (warmup_cosine, linear and onecycle end at the last step);
+// the others decay by step counts alone.
+bool lr_schedule_has_horizon(LrScheduleKind kind);
 
 // The names of kLrScheduleKinds, in its order.
 const std::vector<std::string>& lr_schedule_kinds();
