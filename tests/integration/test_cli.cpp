@@ -6,6 +6,7 @@
 #include <set>
 
 #include "cli_test_support.h"
+#include "npy_test_support.h"
 #include "scoped_env.h"
 
 namespace {
@@ -260,6 +261,56 @@ TEST_F(Cli, ResumeIntoAModelWithoutALayerOfTheCheckpointExits2NamingIt) {
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("checkpoint.init_from"), std::string::npos) << r.err;
+}
+
+// eval, predict and sample run the checkpoint's model. A layer removed from the config leaves a
+// tensor without a place: refused, naming the config keys the run had otherwise. Another model key
+// with the same tensors (an activation) or another policy evaluates, but a warning names it.
+TEST_F(Cli, InferenceWithAnotherModelThanTheCheckpointsIsRefusedOrWarned) {
+  const auto dir = dir_ / "run";
+  ASSERT_EQ(run("train " + quickstart() + " --set run.steps=2 --run-dir " + dir.string()).exit_code,
+            0);
+  std::ifstream in(quickstart());
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const std::string fc2 =
+      "  { type = \"linear\", name = \"fc2\", out = 128 },\n  { type = \"relu\" },\n";
+  ASSERT_NE(text.find(fc2), std::string::npos);
+  const std::string with_gelu = [&] {
+    std::string t = text;
+    const std::string relu = "{ type = \"relu\" }";
+    return t.replace(t.find(relu), relu.size(), "{ type = \"gelu\" }");
+  }();
+  text.erase(text.find(fc2), fc2.size());
+  const auto shorter = write_file("shorter.toml", text);
+  const auto inputs = dir_ / "x.npy";
+  mixtrain::test::write_npy<float>(inputs, "<f4", {4, 32}, std::vector<float>(4 * 32, 0.5f));
+  for (const std::string command : {"eval", "predict"}) {
+    auto r = run(command + " " + shorter.string() + " --checkpoint " + dir.string() +
+                 (command == "predict"
+                      ? " --input " + inputs.string() + " --out " + (dir_ / "p.npy").string()
+                      : ""));
+    EXPECT_EQ(r.exit_code, 2) << command << r.err;
+    EXPECT_TRUE(has(r.err,
+                    "tensor 'param/fc2.weight' matches no parameter or buffer of this "
+                    "config's model (its run had model.layers[2].name = \"fc2\" -> "))
+        << command << r.err;
+    EXPECT_TRUE(has(r.err, "run it with the config it was trained with")) << r.err;
+    EXPECT_FALSE(fs::exists(dir_ / "p.npy"));
+  }
+  auto r = run("eval " + write_file("gelu.toml", with_gelu).string() + " --checkpoint " +
+               dir.string() + " --set precision.policy=bf16-mixed");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "was trained with another model or precision: model.layers[1].type = "
+                  "\"relu\" -> \"gelu\", "))
+      << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "precision.policy = \"fp32\" -> \"bf16-mixed\"; the numbers are this "
+                  "config's"))
+      << r.err;
+  r = run("eval " + (dir / "config.toml").string() + " --checkpoint " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.err, "another model")) << r.err;
 }
 
 // A longer run.steps on resume keeps the schedule's horizon (the lr of every step it shares with

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/state.h"
+#include "config/resolved_values.h"
 #include "graph/ops/op_support.h"
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/hf_folder.h"
@@ -555,6 +556,50 @@ void refuse_what_the_model_lacks(const CheckpointFile& file,
           "model lacks and ignores it)");
 }
 
+// What the checkpoint's run had that this config's model and precision give otherwise, from the
+// resolved config the checkpoint carries: "key = then -> now", empty without one. Where the
+// weights come from (model.from_pretrained) is no difference: the checkpoint's weights replace
+// them.
+std::vector<std::string> model_changes_since(const Trainer::State& s, const CheckpointFile& file) {
+  const auto saved = file.st.metadata.find("config");
+  if (saved == file.st.metadata.end()) return {};
+  return changed_values(saved->second, resolved_toml(s.e), [](std::string_view key) {
+    return (key.starts_with("model.") && key != "model.from_pretrained") ||
+           key == "precision.policy";
+  });
+}
+
+std::string changes_text(const std::vector<std::string>& changes) {
+  constexpr std::size_t kShown = 6;
+  std::string out;
+  for (std::size_t i = 0; i < changes.size() && i < kShown; ++i)
+    out += (i ? ", " : "") + changes[i];
+  if (changes.size() > kShown) out += " and " + std::to_string(changes.size() - kShown) + " more";
+  return out;
+}
+
+// eval, predict and sample run the checkpoint's model: a parameter or buffer of the file with no
+// place in this config's model means the two differ (a layer removed), and the numbers would be
+// another model's; refused, naming the config keys that differ. Other config differences with
+// the same tensors (heads, an activation, the policy) are a warning: they may be deliberate.
+void check_inference_model(const Trainer::State& s, const CheckpointFile& file,
+                           const std::set<const sdk::HostTensor*>& used) {
+  const auto changes = model_changes_since(s, file);
+  const std::string since =
+      changes.empty() ? std::string() : " (its run had " + changes_text(changes) + ")";
+  for (const auto& t : file.st.tensors)
+    if (!used.count(&t) && (t.name.find('/') == std::string::npos ||
+                            t.name.rfind("param/", 0) == 0 || t.name.rfind("buffer/", 0) == 0))
+      throw sdk::CheckpointError(
+          file.path.string() + ": tensor '" + t.name +
+              "' matches no parameter or buffer of this config's model" + since,
+          "run it with the config it was trained with (its run folder's config.toml)");
+  if (!changes.empty())
+    s.log.warn(file.path.string() +
+               " was trained with another model or precision: " + changes_text(changes) +
+               "; the numbers are this config's. Use its run folder's config.toml for the run's");
+}
+
 void finish_initial_weights(Trainer::State& s, const CheckpointFile& file,
                             const std::set<const sdk::HostTensor*>& used) {
   // Trained adapters the model has no place for (no [model.lora], or other targets or rank)
@@ -570,11 +615,15 @@ void finish_initial_weights(Trainer::State& s, const CheckpointFile& file,
               " --merge-lora --format safetensors --out merged.safetensors) and start from "
               "that file, or use the [model.lora] the checkpoint was trained with");
   reset_ema(s);  // the EMA of initial weights starts at them
-  for (const auto& t : file.st.tensors)
-    if (!used.count(&t) && (t.name.find('/') == std::string::npos ||
-                            t.name.rfind("param/", 0) == 0 || t.name.rfind("buffer/", 0) == 0))
-      s.log.warn(file.path.string() + ": tensor '" + t.name +
-                 "' matches no parameter or buffer; ignored");
+  if (!s.opt.write_outputs && !s.loading_initial_weights) {
+    check_inference_model(s, file, used);
+  } else {
+    for (const auto& t : file.st.tensors)
+      if (!used.count(&t) && (t.name.find('/') == std::string::npos ||
+                              t.name.rfind("param/", 0) == 0 || t.name.rfind("buffer/", 0) == 0))
+        s.log.warn(file.path.string() + ": tensor '" + t.name +
+                   "' matches no parameter or buffer; ignored");
+  }
   s.log.info("initial weights loaded from " + file.path.string() +
              (file.gpt2 ? " (Hugging Face GPT-2 layout)" : ""));
 }
