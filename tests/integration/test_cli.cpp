@@ -261,6 +261,14 @@ TEST_F(Cli, ResumeIntoAModelWithoutALayerOfTheCheckpointExits2NamingIt) {
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("checkpoint.init_from"), std::string::npos) << r.err;
+  // Another activation keeps every tensor: the resume trains on, and says what changed.
+  r = run("train " + quickstart() + " --set run.steps=4 --set model.layers.1.type=\"gelu\"" +
+          " --resume " + dir.string() + " --run-dir " + (dir_ / "gelu").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "was trained with another model: model.layers[1].type = \"relu\" -> "
+                  "\"gelu\""))
+      << r.err;
 }
 
 // eval, predict and sample run the checkpoint's model. A layer removed from the config leaves a

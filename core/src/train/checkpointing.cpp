@@ -600,6 +600,18 @@ void check_inference_model(const Trainer::State& s, const CheckpointFile& file,
                "; the numbers are this config's. Use its run folder's config.toml for the run's");
 }
 
+// A resume whose [model] differs with the same tensors (heads, an activation) trains another
+// model from the step on: allowed, as a deliberate change may be, but said (the policy has its
+// own rule: restore_policy).
+void warn_of_another_model(const Trainer::State& s, const CheckpointFile& file) {
+  auto changes = model_changes_since(s, file);
+  std::erase_if(changes, [](const std::string& c) { return c.starts_with("precision."); });
+  if (!changes.empty())
+    s.log.warn(file.path.string() + " was trained with another model: " + changes_text(changes) +
+               "; the steps from here train this config's. Resume with the run's config.toml to "
+               "keep the old");
+}
+
 void finish_initial_weights(Trainer::State& s, const CheckpointFile& file,
                             const std::set<const sdk::HostTensor*>& used) {
   // Trained adapters the model has no place for (no [model.lora], or other targets or rank)
@@ -828,6 +840,7 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
   }
   check_training_state_version(file.st.metadata, path);
   refuse_what_the_model_lacks(file, used);
+  warn_of_another_model(s, file);
   try {
     restore_training_state(s, file);
   } catch (const json::exception& e) {
