@@ -20,6 +20,7 @@
 #include "mixtrain/core/precision/tensor_core_lint.h"
 #include "mixtrain/core/profiling/profiling_backend.h"
 #include "mixtrain/core/runs/comparison.h"
+#include "mixtrain/core/runs/folder.h"
 #include "mixtrain/core/train/interrupt.h"
 #include "mixtrain/core/train/trainer.h"
 #include "mixtrain/sdk/backend_plan_report.h"
@@ -49,9 +50,35 @@ fs::path run_config_of(const fs::path& resume) {
   return config;
 }
 
-// Prints the profile, the plans that ran its ops and the device's kernels, and writes them as
-// profile.json (entries, their groups, the plan reports by library, the kernel trace).
-void write_profile(core::ProfilingBackend& p, std::int64_t steps, const fs::path& dir) {
+// An earlier profile.json moved to profile.steps-A-B.json by the steps it names (written before
+// it named them: profile.earlier.json), or -2, -3 ... beside one of that name.
+void keep_earlier_profile(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return;
+  std::string stem = "profile.earlier";
+  std::ifstream in(file);
+  const auto old = nlohmann::json::parse(in, nullptr, false);
+  if (old.is_object() && old.contains("first_step") && old.contains("last_step") &&
+      old["first_step"].is_number_integer() && old["last_step"].is_number_integer())
+    stem = "profile.steps-" + std::to_string(old["first_step"].get<std::int64_t>()) + "-" +
+           std::to_string(old["last_step"].get<std::int64_t>());
+  fs::path aside = file.parent_path() / (stem + ".json");
+  for (int n = 2; fs::exists(aside, ec); ++n)
+    aside = file.parent_path() / (stem + "-" + std::to_string(n) + ".json");
+  fs::rename(file, aside, ec);
+  if (ec)
+    throw sdk::UserError(
+        "cannot keep the earlier " + file.string() + " as " + aside.string() + ": " + ec.message(),
+        "check the run folder's permissions, or move profile.json away");
+}
+
+// Prints the profile of steps first..last, the plans that ran its ops and the device's kernels,
+// and writes them as profile.json (the steps, entries, their groups, the plan reports by library,
+// the kernel trace). A profile.json there already (an earlier segment of a resumed run) is kept
+// beside it as profile.steps-A-B.json, named by its own steps.
+void write_profile(core::ProfilingBackend& p, std::int64_t first, std::int64_t last,
+                   const fs::path& dir) {
+  const std::int64_t steps = last - first + 1;
   if (steps < 1) {
     std::printf("profile: nothing recorded (the run needs at least 2 steps)\n");
     return;
@@ -73,10 +100,9 @@ void write_profile(core::ProfilingBackend& p, std::int64_t steps, const fs::path
                     {"seconds", e.seconds}});
   nlohmann::json plans = nlohmann::json::object();
   for (const sdk::PlanReport& r : reports) plans[r.library] = r.plans;
-  nlohmann::json doc = {{"steps", steps},
-                        {"recorded_seconds", p.recorded_seconds()},
-                        {"entries", rows},
-                        {"plans", plans}};
+  nlohmann::json doc = {{"steps", steps},    {"first_step", first},
+                        {"last_step", last}, {"recorded_seconds", p.recorded_seconds()},
+                        {"entries", rows},   {"plans", plans}};
   if (kernels.offered) {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& k : kernels.trace.kernels)
@@ -84,7 +110,9 @@ void write_profile(core::ProfilingBackend& p, std::int64_t steps, const fs::path
     doc["kernels"] = {
         {"error", kernels.error}, {"dropped", kernels.trace.dropped}, {"kernels", list}};
   }
-  std::ofstream(dir / "profile.json") << doc.dump(1) << "\n";
+  const fs::path file = dir / "profile.json";
+  keep_earlier_profile(file);
+  core::write_run_file(file, doc.dump(1) + "\n", "profile");
 }
 
 }  // namespace
@@ -204,7 +232,7 @@ int train_with(core::Experiment& experiment, core::Components components,
   if (s.stopped_early) std::printf("stopped early: %s\n", s.early_stopping_reason.c_str());
   if (profiler) {
     profiler->set_recording(false);  // an interrupted run never closed its span
-    write_profile(*profiler, last_profiled - first_profiled + 1, s.run_dir);
+    write_profile(*profiler, first_profiled, last_profiled, s.run_dir);
   }
   std::fflush(stdout);
   if (s.interrupted) return core::kInterruptedExitCode;

@@ -75,6 +75,61 @@ TEST_F(Cli, SetSwapsTheOptimizerWithoutARebuild) {
   EXPECT_GT(summary["eval_accuracy"].get<double>(), 0.85);
 }
 
+// --profile's table is per training step: evaluations and checkpoints inside its window are paused
+// out of it (the same backend calls per step as a run without them), and an early stop closes it
+// at the last step. A resumed run's profile keeps the earlier one beside it; resuming an earlier
+// checkpoint moves the abandoned continuation's aside.
+TEST_F(Cli, TheProfileHoldsTrainingStepsAlone) {
+  const std::string common = "train " + quickstart() + " --profile --set data.batch_size=32";
+  const auto calls_per_step = [&](const fs::path& run) {
+    const json p = json::parse(slurp(run / "profile.json"));
+    std::map<std::string, double> out;
+    for (const auto& e : p["entries"])
+      out[e["scope"].get<std::string>() + " " + e["op"].get<std::string>()] =
+          e["calls"].get<double>() / p["steps"].get<double>();
+    // A step reads its loss back when it reports or keeps it (a logged, evaluated or saved step):
+    // the step's own work, which the schedule of evaluations changes.
+    out.erase("gradient checks copy_to_host");
+    return out;
+  };
+  const auto quiet = dir_ / "quiet", busy = dir_ / "busy", early = dir_ / "early";
+  ASSERT_EQ(run(common + " --set run.steps=12 --set run.eval_every=0 --set checkpoint.every=0" +
+                " --run-dir " + quiet.string())
+                .exit_code,
+            0);
+  ASSERT_EQ(run(common + " --set run.steps=12 --set run.eval_every=2 --set checkpoint.every=2" +
+                " --set checkpoint.keep=10 --run-dir " + busy.string())
+                .exit_code,
+            0);
+  EXPECT_EQ(calls_per_step(busy), calls_per_step(quiet));
+  // An evaluation that never improves by 100 stops the run at its second one (step 8 of 200).
+  auto r = run(common +
+               " --set run.steps=200 --set run.eval_every=4 --set checkpoint.every=0"
+               " --set run.early_stopping_patience=1 --set run.early_stopping_min_delta=100.0"
+               " --run-dir " +
+               early.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json p = json::parse(slurp(early / "profile.json"));
+  EXPECT_EQ(p["last_step"], 8) << p.dump();
+  EXPECT_EQ(p["first_step"], 2);
+  EXPECT_EQ(calls_per_step(early), calls_per_step(quiet));
+
+  r = run(common +
+          " --set run.steps=16 --set run.eval_every=2 --set checkpoint.every=2"
+          " --set checkpoint.keep=10 --resume " +
+          busy.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(busy / "profile.steps-2-12.json"));
+  EXPECT_EQ(json::parse(slurp(busy / "profile.json"))["first_step"], 14);
+  r = run(common +
+          " --set run.steps=16 --set run.eval_every=2 --set checkpoint.every=2"
+          " --set checkpoint.keep=10 --resume " +
+          (busy / "checkpoints" / "step-00000004.mxt").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(slurp(busy / "profile.discarded-after-step-4.json"))["first_step"], 14);
+  EXPECT_EQ(json::parse(slurp(busy / "profile.json"))["first_step"], 6);
+}
+
 // run.step_graphs on a backend that records none (the CPU): the run says so once and trains op by
 // op, with the same losses as without the option.
 TEST_F(Cli, StepGraphsOnABackendWithoutThemSaySoAndChangeNothing) {

@@ -36,6 +36,7 @@ std::string profile_group(const ProfileEntry& e) {
   if (s == "optimizer") return "optimizer";
   if (s == "gradient checks") return "gradient checks (unscale, inf/NaN, norm)";
   if (s == "data") return "data (batch to device)";
+  if (s == "gradient all-reduce") return "gradient all-reduce";
   if (is_gemm(op)) return "GEMMs";
   if (s == "attention" && (op == "softmax_forward" || op == "softmax_backward"))
     return "attention softmax";

@@ -59,6 +59,7 @@ class ProfilingBackendImpl final : public ProfilingBackend {
     rec_.set_recording(on);
     if (!on && was) stop_trace();
   }
+  bool recording() const override { return rec_.recording(); }
   void reset() override {
     rec_.reset();
     kernels_.trace = {};

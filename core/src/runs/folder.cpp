@@ -211,18 +211,21 @@ std::string abandon_after_step(const fs::path& dir, std::int64_t step,
   if (records == 0 && checkpoints == 0 && events == 0) return {};
   // The summary of the abandoned continuation describes steps this folder no longer holds;
   // `compare` would read it in preference to metrics.jsonl until the resumed run writes its own.
-  const fs::path summary = dir / "summary.json";
-  const fs::path summary_aside = dir / ("summary." + suffix + ".json");
-  bool summary_moved = false;
-  if (fs::exists(summary)) {
+  // Its profile (train --profile) too.
+  const auto move_aside = [&](const char* name) {
+    const fs::path file = dir / (std::string(name) + ".json");
+    if (!fs::exists(file)) return false;
     std::error_code ec;
-    fs::rename(summary, summary_aside, ec);
+    fs::rename(file, dir / (std::string(name) + "." + suffix + ".json"), ec);
     if (ec)
-      throw sdk::UserError("cannot move " + summary.string() + " aside: " + ec.message(),
+      throw sdk::UserError("cannot move " + file.string() + " aside: " + ec.message(),
                            "it describes the abandoned continuation after step " +
                                std::to_string(step) + "; move or delete it, then resume");
-    summary_moved = true;
-  }
+    return true;
+  };
+  const fs::path summary_aside = dir / ("summary." + suffix + ".json");
+  const bool summary_moved = move_aside("summary");
+  const bool profile_moved = move_aside("profile");
   auto count = [](std::int64_t n, const char* what) {
     return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
   };
@@ -235,6 +238,8 @@ std::string abandon_after_step(const fs::path& dir, std::int64_t step,
   if (events > 0)
     moved.push_back(count(events, "TensorBoard event") + " to " + events_aside.string() + "/");
   if (summary_moved) moved.push_back("summary.json to " + summary_aside.string());
+  if (profile_moved)
+    moved.push_back("profile.json to " + (dir / ("profile." + suffix + ".json")).string());
   std::string list;
   for (std::size_t i = 0; i < moved.size(); ++i) list += (i ? "; " : "") + moved[i];
   return "from after step " + std::to_string(step) + ", moved aside: " + list +

@@ -5,6 +5,7 @@
 
 #include "mixtrain/core/graph/backend_needs.h"
 #include "mixtrain/core/precision/planning.h"
+#include "mixtrain/core/profiling/profiling_backend.h"
 
 namespace mixtrain::core {
 
@@ -129,6 +130,9 @@ void build_model(Trainer::State& s) {
     if (s.c.policy->uses_scaled_operands())
       static_step = "precision policy '" + e.policy_name + "' moves FP8 scales every step";
     if (e.run.accumulate > 1) static_step = "run.accumulate > 1 (micro-batches differ)";
+    // The profiler offers no step_graph facet (profiling_backend.h): say why, not "no graphs".
+    if (dynamic_cast<const ProfilingBackend*>(&backend) != nullptr)
+      static_step = "--profile times each op, which a replayed graph would hide";
     s.step_graph = std::make_unique<StepGraph>(
         e.run.step_graphs ? sdk::facet<sdk::StepGraphFacet>(backend) : nullptr, e.run.step_graphs,
         static_step, core_logger("step_graph"));

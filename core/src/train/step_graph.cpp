@@ -10,10 +10,12 @@ StepGraph::StepGraph(sdk::StepGraphFacet* facet, bool requested, const std::stri
                      sdk::Logger log)
     : log_(std::move(log)) {
   if (!requested) return;
-  if (facet == nullptr)
-    disabled_ = "the backend records no step graphs";
-  else if (!not_static.empty())
+  // A step that is not static says why first: it holds on any backend (and --profile's reason
+  // comes this way, the profiler offering no graphs).
+  if (!not_static.empty())
     disabled_ = not_static;
+  else if (facet == nullptr)
+    disabled_ = "the backend records no step graphs";
   if (!disabled_.empty()) {
     log_.info("run.step_graphs: off (" + disabled_ + "); steps run op by op");
     return;

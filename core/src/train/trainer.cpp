@@ -20,6 +20,7 @@
 #include "mixtrain/core/distributed/config_agreement.h"
 #include "mixtrain/core/graph/model_summary.h"
 #include "mixtrain/core/precision/loss_scaling_advice.h"
+#include "mixtrain/core/profiling/profiling_backend.h"
 #include "mixtrain/core/runs/folder.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "train/planned_model.h"
@@ -659,6 +660,9 @@ TrainSummary Trainer::run() {
   const std::int64_t end_step =
       s.opt.step_limit > 0 ? std::min(e.run.steps, first_step + s.opt.step_limit) : e.run.steps;
   ProgressReport progress(first_step, end_step, bs, s.opt.progress_line, s.log);
+  // --profile's figures are per training step: an evaluation or checkpoint inside its window
+  // pauses it, and the loop's end closes it (an early stop, a divergence, Ctrl-C included).
+  auto* const profiler = dynamic_cast<ProfilingBackend*>(s.c.backend.get());
   while (s.position.step < end_step) {
     ++s.position.step;
     const StepPlan plan = plan_step(s, progress, end_step, end);
@@ -671,17 +675,22 @@ TrainSummary Trainer::run() {
     escalate_after_step(s, s.position.step, step);
     if (plan.live_refresh) progress.show_live(s.position.step, step.loss.loss, s.c.scaler->scale());
     const auto aside_from = Clock::now();
+    const bool paused =
+        profiler != nullptr && (plan.evaluate || plan.checkpoint) && profiler->recording();
+    if (paused) profiler->set_recording(false);
     if (plan.evaluate) evaluate_and_log(*this, s, sum, end);
     // The last step's checkpoint is the final one, unless checkpoint.final = false asks for none.
     if (!end.stopping() && plan.checkpoint &&
         (s.position.step != e.run.steps || !e.checkpoint.write_final))
       save_checkpoint();
+    if (paused) profiler->set_recording(true);
     const auto aside = Clock::now() - aside_from;
     window.aside += aside;
     outside_steps += aside;
     if (end.stopping()) break;
   }
   progress.finish();
+  if (profiler != nullptr) profiler->set_recording(false);
   LoopMeasures measured;
   const auto loop = Clock::now() - t_start;
   measured.wall_seconds = std::chrono::duration<double>(loop).count();

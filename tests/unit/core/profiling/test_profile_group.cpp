@@ -43,6 +43,8 @@ TEST(ProfileGroup, AStageScopeWinsOverItsOps) {
             "classifier (LM head GEMMs + cross-entropy)");
   EXPECT_EQ(profile_group(entry("optimizer", "adamw_update_gated")), "optimizer");
   EXPECT_EQ(profile_group(entry("data", "copy_from_host")), "data (batch to device)");
+  // A backend op of the data-parallel reducer (a device all-reduce, the copies around it).
+  EXPECT_EQ(profile_group(entry("gradient all-reduce", "copy")), "gradient all-reduce");
 }
 
 TEST(ProfileGroup, OpsOfNoGroupAreOtherOps) {

@@ -167,6 +167,9 @@ TEST(StepGraph, OffWhenNotRequestedNotOfferedNotStaticOrRefused) {
   StepGraph none(nullptr, true, "", {});
   EXPECT_FALSE(none.active());
   EXPECT_EQ(none.disabled_reason(), "the backend records no step graphs");
+  // A step that is not static says why on any backend (--profile's reason comes this way).
+  StepGraph profiled(nullptr, true, "--profile times each op", {});
+  EXPECT_EQ(profiled.disabled_reason(), "--profile times each op");
   StepGraph dropout(&g, true, "node 'drop' changes its arguments every step (dropout)", {});
   EXPECT_FALSE(dropout.active());
   EXPECT_NE(dropout.disabled_reason().find("dropout"), std::string::npos);

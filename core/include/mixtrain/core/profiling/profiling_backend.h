@@ -15,8 +15,10 @@
 //   set_recording(): never dropped.
 // - The scope of an op is the innermost ProfileScope open on the calling thread when it is
 //   called (core/src/profiling/profile_scope.h: the model names each node's type, the trainer names
-//   the optimizer, gradient checks, data and evaluation), "other" outside any.
-// - Recording is on from construction; set_recording(false) pauses it, reset() clears the table.
+//   the optimizer, gradient checks and data), "other" outside any.
+// - Recording is on from construction; set_recording(false) pauses it, reset() clears the table,
+//   recording() says which. The Trainer pauses it around the evaluations and checkpoints inside
+//   its loop and closes it when the loop ends, however it ends: what is recorded is steps alone.
 // - Where `inner` offers a kernel_trace facet (sdk/backend_kernel_trace.h), each recording span
 //   that set_recording(true) opens is traced by the device as well, from just before it opens to
 //   just after set_recording(false) closes it (the start and the stop, which waits for the
@@ -62,6 +64,7 @@ class ProfilingBackend : public sdk::DeviceBackend {
   // Wall time since the last reset() (or construction) while recording, ops or not.
   virtual double recorded_seconds() const = 0;
   virtual void set_recording(bool on) = 0;
+  virtual bool recording() const = 0;
   virtual void reset() = 0;
   virtual KernelTraceResult kernel_trace() const = 0;
 };
@@ -82,9 +85,9 @@ std::string format_plan_reports(const std::vector<sdk::PlanReport>* reports);
 std::string format_kernel_trace(const KernelTraceResult& k, std::int64_t steps,
                                 std::size_t top = 30);
 // The group a (scope, op) row counts in: "classifier" for the LM head and loss, "optimizer",
-// "gradient checks" (by scope, first), "GEMMs" for every other op of the GEMM facet that
-// multiplies (gemm_gradient and gemm_block_scaled included), "casts" for casts and the FP8
-// quantizations, "attention softmax", "layer norm", ..., and "other ops" for the rest.
+// "gradient checks", "data", "gradient all-reduce" (by scope, first), "GEMMs" for every other op of
+// the GEMM facet that multiplies (gemm_gradient and gemm_block_scaled included), "casts" for casts
+// and the FP8 quantizations, "attention softmax", "layer norm", ..., and "other ops" for the rest.
 std::string profile_group(const ProfileEntry& e);
 
 }  // namespace mixtrain::core

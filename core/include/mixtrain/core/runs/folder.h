@@ -24,8 +24,9 @@
 //   metrics.csv likewise to metrics.discarded-after-step-N.csv, checkpoints above N to
 //   checkpoints.discarded-after-step-N/, TensorBoard event files holding a step above N to
 //   tensorboard.discarded-after-step-N/ (each replaced by its events up to N:
-//   runs/tensorboard_writer.h), and, when any of those moved, summary.json (it describes the
-//   abandoned continuation) to summary.discarded-after-step-N.json. A second continuation from the
+//   runs/tensorboard_writer.h), and, when any of those moved, summary.json and profile.json (they
+//   describe the abandoned continuation) to summary.discarded-after-step-N.json and
+//   profile.discarded-after-step-N.json. A second continuation from the
 //   same step gets the suffix ".2" (then ".3", …) on those names, so what the first one left is
 //   never overwritten. Left in place, keep-pruning would count those checkpoints as the newest and
 //   a later --resume would pick them up. A record whose step is not a JSON integer (an edited file)
