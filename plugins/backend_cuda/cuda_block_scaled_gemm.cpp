@@ -279,6 +279,13 @@ BlockScaledGemmEngine::Plan& BlockScaledGemmEngine::plan_for(const Key& key,
     const auto align = static_cast<std::uint32_t>(bytes);
     cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
   }
+  // FP32 split-K reductions only for a 16-bit D, as the plain engine (cuda_gemm.cpp) says why.
+  if (d_type != CUDA_R_32F) {
+    const std::uint32_t schemes =
+        CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                         sizeof schemes);
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(

@@ -272,6 +272,16 @@ GemmEngine::Plan GemmEngine::create_plan(const Key& key) {
     const auto align = static_cast<std::uint32_t>(bytes);
     cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
   }
+  // A split-K algorithm may add its parts in the output type (in place, or in a buffer of that
+  // type): a bf16/fp16 D would be rounded once per part, where sdk/backend_gemm.h promises FP32
+  // accumulation rounded once. Only FP32 reductions are offered for those (the heuristic and the
+  // autotuner choose among the rest); an FP32 D loses nothing either way.
+  if (key.d_type != CUDA_R_32F) {
+    const std::uint32_t schemes =
+        CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                         sizeof schemes);
+  }
   const bool autotune = tuning_.autotune_candidates > 1;
   const int pick = autotune ? 0 : tuning_.heuristic_result;
   std::vector<cublasLtMatmulHeuristicResult_t> results(
@@ -577,10 +587,14 @@ bool GemmEngine::try_run(const sdk::GemmArgs& args, const Operand& a, const Oper
                                        &aux_ptr, sizeof aux_ptr),
         "setting the pre_activation (aux) pointer");
   if (fp8_scales) {
-    // From a stack array: a pageable upload is staged before the call returns, so this is safe
-    // on a stream, but a step graph would record the dead address. FP8 policies run no step
-    // graphs (the trainer's step graph refuses a policy that scales operands); one that did would
-    // need a pinned per-plan slot.
+    // From a stack array: cudaMemcpyAsync stages a pageable source before it returns (the CUDA
+    // runtime's documented behaviour for host-to-device copies), so this is safe on a stream, but
+    // a step graph would record the dead address. FP8 policies run no step graphs (the trainer's
+    // step graph refuses a policy that scales operands); a capture that reaches here anyway is
+    // refused rather than recorded.
+    if (stream_capturing(stream_))
+      fail("gemm", "an FP8 GEMM's operand scales cannot be recorded in a step graph",
+           "run FP8 GEMMs outside step capture (run.step_graphs = false)");
     float host_scales[kScaleStride + 1] = {};
     host_scales[0] = b.scale_inv;  // cuBLASLt's A is our B
     host_scales[kScaleStride] = a.scale_inv;

@@ -195,9 +195,6 @@ void CudaGemm::quantize_block_scaled(const sdk::BlockQuantizeArgs& args) {
       any_tiles = true;
     }
   if (any_tiles) {
-    if ((rows + 127) / 128 > 65535)
-      fail(kQuantize, "src " + describe(src) + " has more than 65535 x 128 rows",
-           "quantize it in pieces of fewer rows");
     check_cuda(
         kernels::quantize_fp8_blocks(src.data, elem_of(src.dtype), rows, cols, tiles[0], tiles[1],
                                      args.stochastic_rounding, args.seed, context_.stream),

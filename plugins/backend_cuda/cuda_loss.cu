@@ -8,15 +8,17 @@ namespace mixtrain::backend_cuda::kernels {
 namespace {
 
 __global__ void check_labels_kernel(const std::int32_t* labels, std::int64_t rows,
-                                    std::int64_t classes, ErrorRecord* error) {
+                                    std::int64_t classes, int code, ErrorRecord* error) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
        r += stride) {
     const std::int32_t y = labels[r];
     if (y < 0 || y >= classes) {
+      // The record belongs to the first failing call: an earlier call's flag keeps its row.
+      const int owner = atomicCAS(&error->flag, 0, code);
+      if (owner != 0 && owner != code) return;
       atomicMin(&error->first, (static_cast<unsigned long long>(r) << 32) |
                                    static_cast<unsigned long long>(static_cast<std::uint32_t>(y)));
-      error->flag = 1;
       error->classes = static_cast<int>(classes);
     }
   }
@@ -213,9 +215,9 @@ __global__ void softmax_xent_finish_kernel(const double* row_loss, const int* ro
 cudaError_t softmax_cross_entropy(const void* logits, Elem lt, const std::int32_t* labels,
                                   float grad_scale, float label_smoothing, float* loss,
                                   std::int32_t* correct, void* dlogits, Elem dt, std::int64_t rows,
-                                  std::int64_t classes, double* row_loss, int* row_ok,
+                                  std::int64_t classes, double* row_loss, int* row_ok, int code,
                                   ErrorRecord* error, cudaStream_t stream) {
-  check_labels_kernel<<<grid_for(rows), kThreads, 0, stream>>>(labels, rows, classes, error);
+  check_labels_kernel<<<grid_for(rows), kThreads, 0, stream>>>(labels, rows, classes, code, error);
   const float grad_factor = grad_scale / static_cast<float>(rows);
   switch (lt) {
     case Elem::bf16:

@@ -339,6 +339,11 @@ void BackendArgumentChecks::copy_args(const TensorView& dst, const TensorView& s
       (dst.dtype != src.dtype && !(is_fp32_storage(dst.dtype) && is_fp32_storage(src.dtype))))
     fail("copy", "dst is " + describe(dst) + " but src is " + describe(src),
          "copy needs the same dtype and element count; use cast() to change dtype");
+  // A device copy engine (cudaMemcpyAsync) leaves a partial overlap undefined: every backend
+  // refuses it, so none gives an answer another would not.
+  if (dst.data != src.data && overlaps(src, dst))
+    fail("copy", "dst " + describe(dst) + " and src " + describe(src) + " partly overlap",
+         "copy between disjoint tensors (or a tensor onto itself); go through a scratch tensor");
 }
 
 void BackendArgumentChecks::cast_args(const TensorView& src, const TensorView& dst,

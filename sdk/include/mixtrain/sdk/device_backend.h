@@ -92,7 +92,9 @@ class MIXTRAIN_SDK_API DeviceBackend : public Component {
   // in stream order instead.
   virtual void copy_from_host(TensorView dst, const void* src) = 0;
   virtual void copy_to_host(void* dst, TensorView src) = 0;
-  virtual void copy(TensorView dst, TensorView src) = 0;  // same dtype and numel
+  // Same dtype and numel; dst and src are one tensor or disjoint (a partial overlap is refused:
+  // BackendArgumentChecks::copy_args).
+  virtual void copy(TensorView dst, TensorView src) = 0;
   virtual void synchronize() = 0;  // waits for every enqueued op (benchmarks time with it)
 
   // --- casts and fill --------------------------------------------------------------------------

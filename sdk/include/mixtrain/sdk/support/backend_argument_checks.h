@@ -137,7 +137,7 @@ class BackendArgumentChecks {
   RowsCols bias_grad_shape(const TensorView& dy, const TensorView& dbias) const;
 
   // copy's arguments: both present, the same element count and dtype (fp32 and tf32 share
-  // storage, so they may be copied into each other).
+  // storage, so they may be copied into each other), one tensor or disjoint.
   void copy_args(const TensorView& dst, const TensorView& src) const;
 
   // cast's arguments: both present, each a storage float or fp8, the same element count; dst is
