@@ -1,6 +1,6 @@
 # Installs the CMake package of mixtrain: targets export (mixtrain::sdk, mixtrain::core), config,
 # version file and MixtrainPlugin.cmake, into <libdir>/cmake/mixtrain; and the documentation
-# (README, docs/, plugin READMEs, samples/) into share/doc/mixtrain. Included once at the end of
+# (README, docs/, configs/, plugin READMEs, samples/) into share/doc/mixtrain. Included once at the end of
 # the top-level CMakeLists, after every target with EXPORT mixtrain-targets exists.
 include(CMakePackageConfigHelpers)
 
@@ -35,6 +35,8 @@ install(FILES
 # The documentation, laid out as in the source tree so that its relative links still resolve:
 # <docdir>/README.md, docs/, plugins/<name>/README.md and samples/ (sources only, no build output).
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# The configs the README and the samples run (configs/quickstart.toml, ...), beside them.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/configs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/configs)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)
 file(GLOB MIXTRAIN_PLUGIN_READMES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/plugins/*/README.md)
 foreach(readme IN LISTS MIXTRAIN_PLUGIN_READMES)

@@ -14,7 +14,8 @@
 #   finds libmixtrain_sdk in <prefix>/<libdir>;
 # - output into OUTPUT_DIRECTORY, else the in-tree plugin folder (build/lib/mixtrain/plugins, which
 #   build/bin/mixtrain scans), else the current binary folder;
-# - install() into <libdir>/mixtrain/plugins unless NO_INSTALL (test plugins).
+# - install() into MIXTRAIN_INSTALL_PLUGIN_DIR (mixtrain's own <libdir>/mixtrain/plugins, which
+#   the package config sets, relative to the install prefix) unless NO_INSTALL (test plugins).
 # Warnings become errors only in-tree (mixtrain_set_warnings exists there); out-of-tree authors
 # choose their own flags.
 function(mixtrain_add_plugin name)

@@ -56,7 +56,7 @@ void ReferenceGemm::gemm(const sdk::GemmArgs& g) {
       if (g.has_activation) {
         const float pre = z;
         if (g.activation == sdk::Activation::relu)
-          z = z > 0.0f ? z : 0.0f;
+          z = z < 0.0f ? 0.0f : z;  // a NaN stays NaN (sdk/backend_gemm.h)
         else  // gelu, tanh approximation
           z = 0.5f * z * (1.0f + std::tanh(0.7978845608f * (z + 0.044715f * z * z * z)));
         if (!g.pre_activation.empty()) g.pre_activation.as<float>()[i * n + j] = pre;

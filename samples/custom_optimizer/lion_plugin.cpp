@@ -7,8 +7,8 @@ namespace {
 std::vector<mixtrain::sdk::ComponentInfo> components() {
   using mixtrain_samples::LionOptimizer;
   return {{mixtrain::sdk::ComponentKind::optimizer, "lion",
-           "Lion: signed interpolation of momentum and gradient, decoupled weight decay (sign() "
-           "on the host)",
+           "Lion: signed interpolation of momentum and gradient, decoupled weight decay (on the "
+           "device, through the foreach facet)",
            LionOptimizer::option_schema(), &mixtrain::sdk::make_component<LionOptimizer>}};
 }
 

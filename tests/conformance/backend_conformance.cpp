@@ -3,9 +3,11 @@
 // live in conformance_<area>.cpp, one file per group of facets.
 #include "mixtrain/conformance/backend_conformance.h"
 
+#include <optional>
 #include <utility>
 
 #include "conformance_fixture.h"
+#include "mixtrain/core/plugins/registry.h"
 
 namespace mixtrain::conformance {
 
@@ -17,6 +19,10 @@ BackendFactory& stored_reference() {
 std::vector<BackendUnderTest>& backends() {
   static std::vector<BackendUnderTest> b;
   return b;
+}
+std::optional<std::vector<std::filesystem::path>>& search_path() {
+  static std::optional<std::vector<std::filesystem::path>> p;
+  return p;
 }
 
 // A program links the kit as a static library, and a linker takes an archive's object only for a
@@ -35,6 +41,14 @@ void link_all_test_files() {
   internal::link_batch_norm();
 }
 }  // namespace
+
+void set_plugin_search_path(std::vector<std::filesystem::path> folders_or_files) {
+  search_path() = std::move(folders_or_files);
+}
+
+std::vector<std::filesystem::path> plugin_search_path() {
+  return search_path() ? *search_path() : core::PluginRegistry::default_search_path();
+}
 
 const BackendFactory& reference_factory() {
   return stored_reference();

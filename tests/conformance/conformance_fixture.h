@@ -42,6 +42,9 @@ namespace mixtrain::conformance {
 
 // The factory set_reference() stored (backend_conformance.cpp).
 const BackendFactory& reference_factory();
+// What the training-parity test scans for plugins: set_plugin_search_path()'s folders, else
+// PluginRegistry::default_search_path().
+std::vector<std::filesystem::path> plugin_search_path();
 
 namespace internal {
 

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   using namespace mixtrain;
   static core::PluginRegistry registry(&core::host_log_sink());
   registry.scan({MIXTRAIN_PLUGIN_DIR});
+  conformance::set_plugin_search_path({MIXTRAIN_PLUGIN_DIR});
   auto factory = [](const core::LoadedComponent& c, std::vector<sdk::RawOption> raw = {}) {
     return [&c, raw]() {
       auto options = sdk::Options::resolve("backend", c.info.options, raw, {});

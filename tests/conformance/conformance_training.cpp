@@ -31,7 +31,7 @@ TEST_P(Conformance, TrainingParityOnQuickstart) {
       return sets;
     }());
     core::PluginRegistry registry(&core::host_log_sink());
-    registry.scan(core::PluginRegistry::default_search_path());
+    registry.scan(plugin_search_path());
     auto e = core::parse_experiment(config, registry);
     auto c = core::create_components(e, registry);
     auto dir = std::filesystem::temp_directory_path() /

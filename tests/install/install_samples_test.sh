@@ -8,7 +8,8 @@
 #      [plugins] paths, relative to the config) and the sample policy (through
 #      MIXTRAIN_PLUGIN_PATH), writing summary.json;
 #   4. the embed sample trains and saves;
-#   5. `cmake --install` of a sample puts its plugin where the installed executable finds it.
+#   5. `cmake --install` of a sample puts its plugin where the installed executable finds it,
+#      whatever the sample's own libdir (configured as lib64 here);
 #   6. samples/custom_optimizer (Lion) builds; its loss falls; a resume from its step-30
 #      checkpoint logs the same losses as the uninterrupted run.
 # The temporary folder is removed on success and kept (path printed) on failure.
@@ -49,6 +50,15 @@ expect_file "$prefix/lib/cmake/mixtrain/MixtrainPlugin.cmake"
 # README, the samples' sources.
 docdir=$prefix/share/doc/mixtrain
 expect_file "$docdir/README.md"
+expect_file "$docdir/configs/quickstart.toml"  # the configs the samples' READMEs run
+# The core finds libmixtrain_sdk beside it (a program linked --as-needed names only the core),
+# and exports none of the support library's helpers, which each plugin carries for itself.
+readelf -d "$prefix/lib/libmixtrain_core.so" | grep -q 'R.*PATH.*\$ORIGIN' ||
+  fail "libmixtrain_core.so has no \$ORIGIN run path"
+if nm -D --defined-only "$prefix/lib/libmixtrain_core.so" | c++filt |
+   grep -q 'mixtrain::sdk::AtomicFileWriter::\|mixtrain::sdk::BackendArgumentChecks::'; then
+  fail "libmixtrain_core.so exports the support library's helpers"
+fi
 for f in "$MIXTRAIN_SOURCE_DIR"/docs/*.md "$MIXTRAIN_SOURCE_DIR"/plugins/*/README.md; do
   expect_file "$docdir/${f#"$MIXTRAIN_SOURCE_DIR"/}"
 done
@@ -63,7 +73,7 @@ if compgen -G "$prefix/lib/mixtrain/plugins/libmixtrain_test_*" >/dev/null; then
 fi
 
 cmake_args=(-G "$gen" -DCMAKE_BUILD_TYPE="$build_type" -DCMAKE_PREFIX_PATH="$prefix"
-            -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+            -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_INSTALL_LIBDIR=lib64)
 [[ -n ${MIXTRAIN_TEST_CXX:-} ]] && cmake_args+=(-DCMAKE_CXX_COMPILER="$MIXTRAIN_TEST_CXX")
 [[ -n ${MIXTRAIN_TEST_LAUNCHER:-} ]] && cmake_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER="$MIXTRAIN_TEST_LAUNCHER")
 for sample in custom_scaler custom_policy embed; do

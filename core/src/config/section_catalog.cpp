@@ -210,8 +210,9 @@ std::vector<ConfigSection> config_sections(const PluginRegistry& registry) {
             section_keys(train_schema(), {{"trainable", "string"}, {"frozen", "string"}})));
   out.push_back(plain("plugins", "where plugin libraries are searched for",
                       {{"paths", "string list", "[]", "",
-                        "folders searched for plugin libraries before MIXTRAIN_PLUGIN_PATH and "
-                        "the installed ones (relative to the config file)"}}));
+                        "folders searched for plugin libraries after the installed ones and "
+                        "MIXTRAIN_PLUGIN_PATH (relative to the config file); the first library "
+                        "to provide a name wins"}}));
   for (const auto& type : layer_types()) {
     auto keys = section_keys(layer_schema(type));
     // Read beside the op's options as an array (model_section.cpp), so no schema holds it.

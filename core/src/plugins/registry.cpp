@@ -54,6 +54,13 @@ std::shared_ptr<dll::shared_library> open_library(const fs::path& path, std::str
     lib->load(path, dll::load_mode::rtld_now | dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
     error = std::string("cannot load the library: ") + e.what();
+    // The descriptor's ABI check comes after loading; a symbol of the SDK that this build lacks
+    // stops the loader first, and means the same: the plugin was built against another SDK.
+    if (error.find("undefined symbol: _ZN8mixtrain3sdk") != std::string::npos ||
+        error.find("undefined symbol: _ZNK8mixtrain3sdk") != std::string::npos)
+      error +=
+          " (a mixtrain::sdk symbol this SDK does not have: the plugin was built against "
+          "another SDK version; rebuild it against this one, mixtrain " MIXTRAIN_VERSION ")";
     return nullptr;
   }
   keep_loaded_forever(lib);

@@ -48,7 +48,9 @@ struct GemmOperand {
 // to tf32), bf16, fp16, fp8_e4m3/e5m2 (either mix). Accumulation in FP32. C: fp32, bf16 or fp16;
 // bias: fp32 [n] or empty.
 // Activation epilogue: act runs on the FP32 z, before the single rounding into C's dtype (so a
-// fused GEMM rounds once where GEMM + activation_forward rounds twice). `pre_activation`
+// fused GEMM rounds once where GEMM + activation_forward rounds twice); relu(z) = z < 0 ? 0 : z,
+// so a NaN stays NaN (a non-finite step must stay visible to the gradient checks), as in
+// activation_forward. `pre_activation`
 // (optional, only with an activation): [m, n] in fp32, bf16 or fp16, receives z rounded to its
 // dtype: the input activation_backward needs for gelu (relu's backward can use C itself, since
 // relu(z) > 0 exactly where z > 0). It must not overlap C.

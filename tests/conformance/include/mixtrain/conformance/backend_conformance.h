@@ -11,9 +11,14 @@
 //   tolerances that follow from the formats: inputs are quantized by the backends' own casts
 //   (which must agree bit for bit), so GEMMs differ only by FP32 accumulation order.
 // - run_training_parity() (test "Training") trains the quickstart config for 100 steps on both
-//   backends through the core API and compares the loss of every step.
+//   backends through the core API and compares the loss of every step. Its configs name the
+//   backends, so it loads them through a PluginRegistry of its own, scanning
+//   set_plugin_search_path()'s folders: by default PluginRegistry::default_search_path() (the
+//   folder beside the program's executable, then MIXTRAIN_PLUGIN_PATH), which an out-of-tree
+//   program does not sit beside; it passes the folders its own registry scanned.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -39,5 +44,6 @@ void set_reference(BackendFactory make);
 void add_backend(std::string name, BackendFactory make,
                  std::vector<std::string> config_overrides = {});
 const std::vector<BackendUnderTest>& registered_backends();
+void set_plugin_search_path(std::vector<std::filesystem::path> folders_or_files);
 
 }  // namespace mixtrain::conformance
