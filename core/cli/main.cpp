@@ -265,8 +265,9 @@ void add_predict(CLI::App& app, CommandLine& a) {
                    "files; a token file or text for a language model")
       ->required();
   a.predict->add_option("--out", a.predict_args.out, "the .npy file to write")->required();
-  a.predict->add_option("--labels", a.predict_args.labels,
-                        "labels of the inputs (.npy or IDX): also print the loss and accuracy");
+  a.predict->add_option(
+      "--labels", a.predict_args.labels,
+      "labels of the inputs (.npy or IDX, as the inputs are): also print the loss and accuracy");
   a.predict
       ->add_option("--output", a.predict_args.values,
                    "logits (FP32) or probabilities (softmax) per class")

@@ -140,7 +140,9 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
     j["loss"] = result.loss;
     j["accuracy"] = result.accuracy;
   }
-  std::cout << j.dump() << std::endl;
+  // A path is bytes: one that is not UTF-8 is written with U+FFFD where a byte is not, rather than
+  // failing the command after its file is written.
+  std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   return 0;
 }
 

@@ -376,6 +376,31 @@ TEST_F(Cli, InferenceWithAnotherModelThanTheCheckpointsIsRefusedOrWarned) {
   EXPECT_FALSE(has(r.err, "another model")) << r.err;
 }
 
+// A run folder whose checkpoints this config would not pick (another format, or only best.*):
+// the error names the file that is there and how to use it, not "train it again".
+TEST_F(Cli, ACheckpointOfAnotherKindInARunFolderIsNamed) {
+  const auto st = dir_ / "st", best = dir_ / "best";
+  ASSERT_EQ(run("train " + quickstart() + " --set run.steps=4 --set checkpoint.format=safetensors" +
+                " --run-dir " + st.string())
+                .exit_code,
+            0);
+  auto r = run("eval " + quickstart() + " --checkpoint " + st.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "but step-00000004.safetensors: the run wrote another checkpoint format"))
+      << r.err;
+  EXPECT_FALSE(has(r.err, "train it again")) << r.err;
+  ASSERT_EQ(run("train " + quickstart() +
+                " --set run.steps=4 --set run.eval_every=2 --set checkpoint.every=0"
+                " --set checkpoint.final=false --set checkpoint.keep_best=eval_loss --run-dir " +
+                best.string())
+                .exit_code,
+            0);
+  r = run("eval " + quickstart() + " --checkpoint " + best.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "only its best one (checkpoint.keep_best)")) << r.err;
+  EXPECT_TRUE(has(r.err, "--checkpoint " + (best / "checkpoints" / "best.mxt").string())) << r.err;
+}
+
 // A longer run.steps on resume keeps the schedule's horizon (the lr of every step it shares with
 // the original run is the original's, bit for bit) and says so; run.stretch_schedule re-plans it.
 TEST_F(Cli, ResumeWithMoreStepsKeepsTheScheduleHorizonUnlessStretched) {

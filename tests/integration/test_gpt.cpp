@@ -195,6 +195,8 @@ TEST_F(CliGpt, SampleArgumentsOutOfRangeExit2BeforeAnythingLoads) {
            {"--top-p nan", "--top-p nan is outside (0, 1]"},
            {"--repetition-penalty 0", "--repetition-penalty 0 is not a finite number > 0"},
            {"--repetition-penalty inf", "--repetition-penalty inf is not a finite number > 0"},
+           // A double above 0 that is 0 as the float it is applied as.
+           {"--repetition-penalty 1e-320", "is not a finite number > 0 as a float"},
            {"--stop-ids 3,x", "--stop-ids: item 2 of '3,x', 'x', is not a whole number"},
            {"--prompt-ids 12,,3", "--prompt-ids: item 2 of '12,,3' is empty"},
            {"--prompt-ids 12,x7", "--prompt-ids: item 2 of '12,x7', 'x7', is not a whole number"},

@@ -67,6 +67,8 @@ TEST_F(Predict, OnTheRowsEvalReadsItGivesEvalsLossAccuracyAndArgmax) {
   auto r = run("eval " + cfg + " --checkpoint run", dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json eval = json::parse(r.out);
+  // eval_fraction = 0: eval reads the training rows, and says so.
+  EXPECT_NE(r.err.find("no held-out rows"), std::string::npos) << r.err;
   r = run("predict " + cfg + " --checkpoint run --input x.npy --labels y.npy --out p.npy", dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json pred = json::parse(r.out);
@@ -110,6 +112,25 @@ TEST_F(Predict, OnTheRowsEvalReadsItGivesEvalsLossAccuracyAndArgmax) {
     EXPECT_EQ(best.values[2 * i + 1],
               *std::max_element(&logits.values[3 * i], &logits.values[3 * i] + 3));
   }
+  // Labels in another format than the inputs: named, both files.
+  {
+    std::ofstream idx(dir_ / "y.idx", std::ios::binary);
+    const unsigned char head[8] = {0, 0, 0x08, 1, 0, 0, 0, 90};
+    idx.write(reinterpret_cast<const char*>(head), 8);
+    for (int i = 0; i < 90; ++i) idx.put(static_cast<char>(i % 3));
+  }
+  r = run("predict " + cfg + " --checkpoint run --input x.npy --labels y.idx --out m.npy", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--labels y.idx is an IDX file but --input x.npy is a .npy file"),
+            std::string::npos)
+      << r.err;
+  // A file name that is not UTF-8 is written, and named in valid JSON (U+FFFD for the byte).
+  r = run("predict " + cfg + " --checkpoint run --input x.npy --out 'p_\xff.npy'", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "p_\xff.npy"));
+  EXPECT_NE(json::parse(r.out)["predictions"].get<std::string>().find("p_\xef\xbf\xbd.npy"),
+            std::string::npos)
+      << r.out;
 }
 
 const char* kCnn = R"(
@@ -167,6 +188,8 @@ void write_images(const fs::path& dir, int rows) {
   }
   write_npy(dir / "img.npy", "<f4", {rows, 3, 6, 5}, nchw);
   write_npy(dir / "img_nhwc.npy", "<f4", {rows, 6, 5, 3}, nhwc);
+  write_npy(dir / "flat_nchw.npy", "<f4", {rows, 90}, nchw);
+  write_npy(dir / "flat_nhwc.npy", "<f4", {rows, 90}, nhwc);
   write_npy(dir / "y.npy", "<i8", {rows}, y);
 }
 
@@ -195,6 +218,15 @@ TEST_F(Predict, ImagesInEitherLayoutGiveTheSamePredictionsNormalisedAsTrained) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--image-layout nhwc"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir_ / "c.npy"));
+  // Flat rows: channels-first unless --image-layout nhwc names each row an [H, W, C] image.
+  r = run("predict " + cfg + " --checkpoint run --input flat_nchw.npy --out d.npy", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(slurp(dir_ / "a.npy"), slurp(dir_ / "d.npy"));
+  r = run("predict " + cfg + " --checkpoint run --input flat_nhwc.npy --image-layout nhwc" +
+              " --out e.npy",
+          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(slurp(dir_ / "a.npy"), slurp(dir_ / "e.npy"));
 }
 
 const char* kGpt = R"(

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <optional>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -71,6 +72,40 @@ std::string why_no_checkpoint(const fs::path& run) {
          "or failed";
 }
 
+// A checkpoint the folder does hold, of another kind than `extension`'s step-N files: the newest
+// step checkpoint of another format (the run's checkpoint.format differs from this config's), or
+// a best.* (checkpoint.keep_best without step checkpoints). The error to give for it (message,
+// hint), or nullopt.
+std::optional<std::pair<std::string, std::string>> other_checkpoints(const fs::path& folder,
+                                                                     const std::string& extension) {
+  std::error_code ec;
+  std::optional<fs::path> newest, best;
+  std::int64_t newest_step = -1;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    if (!entry.is_regular_file(ec)) continue;
+    const fs::path& p = entry.path();
+    const std::string name = p.filename().string();
+    if (name.rfind("best.", 0) == 0 && p.extension() == extension) best = p;
+    if (name.rfind("step-", 0) != 0 || p.extension() == extension || p.extension().empty())
+      continue;
+    const auto step = checkpoint_step(p, p.extension().string());
+    if (step && *step > newest_step) newest_step = *step, newest = p;
+  }
+  if (newest) {
+    return std::pair{"no checkpoint (step-*" + extension + ") in " + folder.string() + ", but " +
+                         newest->filename().string() +
+                         ": the run wrote another checkpoint format than this config's",
+                     "use the run's config.toml (it names the run's checkpoint.format), or "
+                     "pass the file itself: --checkpoint " +
+                         newest->string()};
+  }
+  if (best)
+    return std::pair{"no step checkpoint (step-*" + extension + ") in " + folder.string() +
+                         ", only its best one (checkpoint.keep_best)",
+                     "pass it: --checkpoint " + best->string()};
+  return std::nullopt;
+}
+
 }  // namespace
 
 fs::path resolve_checkpoint_path(const fs::path& path, const std::string& extension) {
@@ -87,6 +122,8 @@ fs::path resolve_checkpoint_path(const fs::path& path, const std::string& extens
           "pass its weights with their layout: --checkpoint " + (path / kHfWeightsFile).string() +
               " --layout gpt2");
     if (all.empty()) {
+      if (const auto other = other_checkpoints(folder, extension))
+        throw sdk::CheckpointError(other->first, other->second);
       const std::string why = why_no_checkpoint(run_folder_of(folder));
       throw sdk::CheckpointError(
           "no checkpoint (step-*" + extension + ") in " + folder.string() + why,

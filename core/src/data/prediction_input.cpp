@@ -59,9 +59,13 @@ void shape_as_images(Dataset& data, const Dataset& trained, ImageLayout layout,
                                " values, but " + expected + ": " +
                                std::to_string(trained.features) + " values",
                            "give images of the training data's size");
-    data.sample_shape = want;  // flat rows: channels-first, as flatten() reads them
-    how = "flat rows read as channels-first";
-    return;
+    if (layout != ImageLayout::nhwc) {
+      data.sample_shape = want;  // flat rows: channels-first, as flatten() reads them
+      how = "flat rows read as channels-first";
+      return;
+    }
+    // Flat rows named channels-last: each row is an [H, W, C] image, permuted below.
+    data.sample_shape = {want[1], want[2], want[0]};
   }
   const auto found = data.sample_shape;  // as the file stores each sample
   const std::vector<std::int64_t> as_nhwc = {found[2], found[0], found[1]};
@@ -118,6 +122,22 @@ PredictionInput load_table(const PredictionInputSpec& spec, const Dataset& train
   PredictionInput out;
   Dataset& data = out.data;
   const bool labelled = !spec.labels.empty();
+  // The pair is read by one loader (a .npy pair, an IDX pair): labels of the other format would
+  // fail its magic check with a message about the wrong file's format.
+  if (labelled && kind != TableFile::cifar10) {
+    const TableFile label_kind = sniff_table_file(spec.labels);
+    if (label_kind != kind) {
+      const auto name = [](TableFile k) {
+        return k == TableFile::npy   ? "a .npy file"
+               : k == TableFile::idx ? "an IDX file"
+                                     : "a CIFAR-10 batch";
+      };
+      throw sdk::DataError("--labels " + spec.labels.string() + " is " + name(label_kind) +
+                               " but --input " + file.string() + " is " + name(kind),
+                           "give the labels in the inputs' format: numpy.save() them beside "
+                           "a .npy input, an IDX label file beside IDX images");
+    }
+  }
   switch (kind) {
     case TableFile::npy:
       data = labelled ? load_npy(file, spec.labels, trained.classes) : load_npy_features(file);

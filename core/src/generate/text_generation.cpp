@@ -86,10 +86,13 @@ void check_sampling_options(const SamplingOptions& o) {
   if (!(o.top_p > 0.0 && o.top_p <= 1.0))
     throw sdk::UserError("top_p " + number(o.top_p) + " is outside (0, 1]",
                          "use a probability mass such as 0.9 (1 keeps every token)");
-  if (!(o.repetition_penalty > 0.0) || !std::isfinite(o.repetition_penalty))
-    throw sdk::UserError(
-        "repetition_penalty " + number(o.repetition_penalty) + " is not a finite number > 0",
-        "use 1 (off) or a value such as 1.2 (above 1 discourages repeats)");
+  // Checked as the float it is applied as (apply_repetition_penalty): 1e-320 is 0 there, and
+  // 1e39 infinite.
+  const auto penalty = static_cast<float>(o.repetition_penalty);
+  if (!(penalty > 0.0f) || !std::isfinite(penalty))
+    throw sdk::UserError("repetition_penalty " + number(o.repetition_penalty) +
+                             " is not a finite number > 0 as a float (it is applied in float)",
+                         "use 1 (off) or a value such as 1.2 (above 1 discourages repeats)");
   if (o.top_k < 0)
     throw sdk::UserError("top_k " + std::to_string(o.top_k) + " is negative",
                          "use 0 (every token) or a positive count");

@@ -616,13 +616,15 @@ void finish_initial_weights(Trainer::State& s, const CheckpointFile& file,
                             const std::set<const sdk::HostTensor*>& used) {
   // Trained adapters the model has no place for (no [model.lora], or other targets or rank)
   // would be dropped, and the run would start from the base model: refuse, as resume does.
+  const bool inference = !s.opt.write_outputs && !s.loading_initial_weights;
   for (const auto& t : file.st.tensors)
     if (!used.count(&t) && t.name.rfind("param/", 0) == 0 &&
         (t.name.ends_with(".lora_A.weight") || t.name.ends_with(".lora_B.weight")))
       throw sdk::CheckpointError(
           file.path.string() + ": tensor '" + t.name +
-              "' is a trained LoRA adapter that this model has no place for, so the run would "
-              "start from the base weights without it",
+              "' is a trained LoRA adapter that this model has no place for, so " +
+              (inference ? "the base weights would run without it"
+                         : "the run would start from the base weights without it"),
           "fold the adapters into the weights first (mixtrain export " + file.path.string() +
               " --merge-lora --format safetensors --out merged.safetensors) and start from "
               "that file, or use the [model.lora] the checkpoint was trained with");

@@ -54,6 +54,11 @@ struct EvalMode {
 EvalResult Trainer::evaluate() {
   auto& s = *s_;
   const Dataset& d = s.eval.rows > 0 ? s.eval : s.train;
+  // A run says so once at its start; `mixtrain eval` (a session that writes nothing) says it here.
+  if (s.eval.rows == 0 && !s.opt.write_outputs)
+    s.log.warn(
+        "no held-out rows (data.eval_fraction = 0 and no eval file): these numbers read "
+        "the training rows");
   const std::int64_t k = s.e.eval.top_k;
   if (k == 0) return predict(d, d.rows, nullptr);
   const std::int64_t classes = s.model->classes(), per_row = d.labels_per_row();

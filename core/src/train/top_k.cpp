@@ -12,10 +12,16 @@ std::int64_t top_k_hits(std::span<const float> logits, std::span<const std::int3
     const float* z = logits.data() + static_cast<std::ptrdiff_t>(r) * classes;
     const std::int64_t y = labels[r];
     const float zy = z[y];
+    // The argmax's rule (top_k.h): a NaN z[0] wins, so it ranks first; other NaNs never do.
+    const bool first_nan = std::isnan(z[0]);
+    if (y == 0 && first_nan) {
+      ++hits;
+      continue;
+    }
     if (std::isnan(zy)) continue;
-    std::int64_t rank = 0;
+    std::int64_t rank = first_nan ? 1 : 0;
     // Counting stops at k: only whether the label is among the first k matters.
-    for (std::int64_t j = 0; j < classes && rank < k; ++j)
+    for (std::int64_t j = first_nan ? 1 : 0; j < classes && rank < k; ++j)
       if (z[j] > zy || (z[j] == zy && j < y)) ++rank;
     if (rank < k) ++hits;
   }

@@ -5,7 +5,9 @@
 // whose logit is greater, plus those with an equal logit and a lower index: the position of the
 // label in a stable sort by descending logit. Ties thus resolve as eval_accuracy's argmax does
 // (the lowest index wins), so k = 1 counts exactly eval_accuracy's correct labels; torch.topk
-// leaves the order of ties unspecified. A NaN logit at the label is a miss.
+// leaves the order of ties unspecified. NaNs rank as that argmax ranks them (the backends' loss:
+// a scan from z[0] that moves on a strictly greater logit): a NaN at class 0 ranks first, a NaN
+// anywhere else ranks last and, at the label, is a miss.
 #pragma once
 
 #include <cstdint>

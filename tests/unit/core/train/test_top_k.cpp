@@ -44,11 +44,16 @@ TEST(TopK, TiesRankTheLowerIndexFirstAsArgmaxDoes) {
   EXPECT_EQ(hits({-0.0f, 0.0f}, {0}, 2, 1), 1);
 }
 
-TEST(TopK, ANanAtTheLabelIsAMissAndANanElsewhereRanksNothing) {
+// NaNs rank as the loss's argmax ranks them (a scan from class 0 that moves on a strictly greater
+// logit), so top-1 is eval_accuracy on such rows too: a NaN at class 0 wins, one elsewhere never.
+TEST(TopK, ANanAtClassZeroRanksFirstAndANanElsewhereLastAndMisses) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_EQ(hits({nan, 1.0f, 2.0f}, {0}, 3, 3), 0);
-  EXPECT_EQ(hits({nan, 1.0f, 2.0f}, {2}, 3, 1), 1);
+  EXPECT_EQ(hits({nan, 1.0f, 2.0f}, {0}, 3, 1), 1);
+  EXPECT_EQ(hits({nan, 1.0f, 2.0f}, {2}, 3, 1), 0);
+  EXPECT_EQ(hits({nan, 1.0f, 2.0f}, {2}, 3, 2), 1);
+  EXPECT_EQ(hits({nan, 1.0f, 2.0f}, {1}, 3, 2), 0);
   EXPECT_EQ(hits({1.0f, nan, 2.0f}, {0}, 3, 2), 1);
+  EXPECT_EQ(hits({1.0f, nan, 2.0f}, {1}, 3, 3), 0);
 }
 
 TEST(TopK, KOneCountsTheLabelsThatAreTheFirstArgmax) {
