@@ -25,7 +25,13 @@ ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights) {
   auto components = core::create_components(s.experiment, *s.registry);
   s.policy = components.policy;
   s.checkpoint_format = components.checkpoint_format;
-  if (weights == SessionWeights::from_checkpoint) s.experiment.checkpoint.init_from.clear();
+  if (weights == SessionWeights::from_checkpoint) {
+    s.experiment.checkpoint.init_from.clear();
+    // The learning-rate schedule's warnings are training's matter: eval, predict and sample never
+    // step it.
+    std::erase_if(s.experiment.config_warnings,
+                  [](const std::string& w) { return w.starts_with("optimizer."); });
+  }
   core::TrainOptions opt;
   opt.write_outputs = false;
   s.trainer = std::make_unique<core::Trainer>(s.experiment, std::move(components), opt);

@@ -233,6 +233,8 @@ std::vector<std::string> GemmEngine::report() const {
   std::vector<std::string> lines;
   lines.reserve(cache_.size());
   for (const auto& [key, e] : cache_) {
+    // A plan made and never run (the capabilities' probe of the fp32 kernel) ran no op.
+    if (e.runs == 0 && !e.implementation.empty()) continue;
     std::string line = "m=" + std::to_string(key.m) + " n=" + std::to_string(key.n) +
                        " k=" + std::to_string(key.k) + " A " + dnnl_type_text(key.a_dt) +
                        (key.trans_a ? " (T)" : "") + " B " + dnnl_type_text(key.b_dt) +
@@ -241,7 +243,9 @@ std::vector<std::string> GemmEngine::report() const {
     const float beta = std::bit_cast<float>(key.beta_bits);
     if (beta != 0.0f) line += ", beta " + std::to_string(beta);
     if (key.has_bias) line += ", bias";
+    if (key.has_alpha) line += ", alpha";  // another primitive than the same GEMM without it
     line += ": " + (e.implementation.empty() ? std::string("not created") : e.implementation);
+    if (e.runs > 0) line += ", " + std::to_string(e.runs) + (e.runs == 1 ? " run" : " runs");
     if (!e.usable) line += " (a reference kernel or refused: run as a loop of 2-D GEMMs)";
     lines.push_back(std::move(line));
   }
@@ -284,6 +288,7 @@ void GemmEngine::execute(Entry& e, const Key& key, const void* a, const void* b,
     exec_args.emplace(e.bias_arg, memory(e.bias_md, engine_, const_cast<void*>(bias)));
   e.primitive.execute(stream_, exec_args);
   stream_.wait();
+  ++e.runs;
   last_implementation_ = e.implementation;
 }
 

@@ -134,6 +134,7 @@ class GemmEngine {
     int bias_arg = DNNL_ARG_BIAS;  // or a binary post-op's SRC_1 when alpha must not scale it
     std::string implementation;    // oneDNN's impl_info_str(), e.g. "brg:avx512_core"
     bool usable = true;            // batched only: false when oneDNN has no non-reference kernel
+    std::int64_t runs = 0;         // executions, for the plan report
   };
   // Operands as they enter oneDNN: possibly rounded copies of A and B.
   struct Operands {

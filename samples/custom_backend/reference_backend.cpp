@@ -2,6 +2,7 @@
 #include "reference_backend.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -113,7 +114,13 @@ void ReferenceBackend::copy_to_host(void* dst, sdk::TensorView src) {
   std::memcpy(dst, src.data, src.bytes());
 }
 void ReferenceBackend::copy(sdk::TensorView dst, sdk::TensorView src) {
-  std::memmove(dst.data, src.data, src.bytes());
+  // The contract (sdk/device_backend.h): one tensor, or two disjoint ones.
+  const auto d = reinterpret_cast<std::uintptr_t>(dst.data);
+  const auto s = reinterpret_cast<std::uintptr_t>(src.data);
+  if (d != s && d < s + src.bytes() && s < d + dst.bytes())
+    throw sdk::BackendError("reference.copy: dst and src partly overlap",
+                            "copy between disjoint tensors (or a tensor onto itself)");
+  if (d != s) std::memcpy(dst.data, src.data, src.bytes());
 }
 
 void ReferenceBackend::cast(sdk::TensorView src, sdk::TensorView dst, const sdk::CastArgs& args) {

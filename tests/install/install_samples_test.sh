@@ -55,8 +55,11 @@ expect_file "$docdir/configs/quickstart.toml"  # the configs the samples' README
 # and exports none of the support library's helpers, which each plugin carries for itself.
 readelf -d "$prefix/lib/libmixtrain_core.so" | grep -q 'R.*PATH.*\$ORIGIN' ||
   fail "libmixtrain_core.so has no \$ORIGIN run path"
-if nm -D --defined-only "$prefix/lib/libmixtrain_core.so" | c++filt |
-   grep -q 'mixtrain::sdk::AtomicFileWriter::\|mixtrain::sdk::BackendArgumentChecks::'; then
+# To a file first: grep -q quitting early would end nm with SIGPIPE, and pipefail would hide a
+# match.
+nm -D --defined-only "$prefix/lib/libmixtrain_core.so" | c++filt >"$tmp/core-exports.txt"
+if grep -q 'mixtrain::sdk::AtomicFileWriter::\|mixtrain::sdk::BackendArgumentChecks::' \
+   "$tmp/core-exports.txt"; then
   fail "libmixtrain_core.so exports the support library's helpers"
 fi
 for f in "$MIXTRAIN_SOURCE_DIR"/docs/*.md "$MIXTRAIN_SOURCE_DIR"/plugins/*/README.md; do

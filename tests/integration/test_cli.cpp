@@ -128,6 +128,16 @@ TEST_F(Cli, TheProfileHoldsTrainingStepsAlone) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(json::parse(slurp(busy / "profile.discarded-after-step-4.json"))["first_step"], 14);
   EXPECT_EQ(json::parse(slurp(busy / "profile.json"))["first_step"], 6);
+  // A profile of steps a resume keeps (6..16, then 17..20 unprofiled and abandoned) stays.
+  const std::string plain = "train " + quickstart() +
+                            " --set data.batch_size=32 --set run.steps=20 --set run.eval_every=2"
+                            " --set checkpoint.every=2 --set checkpoint.keep=10 --resume ";
+  ASSERT_EQ(run(plain + busy.string()).exit_code, 0);
+  r = run(plain + (busy / "checkpoints" / "step-00000016.mxt").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(busy / "summary.discarded-after-step-16.json"));
+  EXPECT_FALSE(fs::exists(busy / "profile.discarded-after-step-16.json"));
+  EXPECT_EQ(json::parse(slurp(busy / "profile.json"))["last_step"], 16);
 }
 
 // run.step_graphs on a backend that records none (the CPU): the run says so once and trains op by
@@ -372,6 +382,13 @@ TEST_F(Cli, InferenceWithAnotherModelThanTheCheckpointsIsRefusedOrWarned) {
                   "config's"))
       << r.err;
   r = run("eval " + (dir / "config.toml").string() + " --checkpoint " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.err, "another model")) << r.err;
+  // The 2-step run's 20 warm-up steps are training's matter: eval does not warn of them.
+  EXPECT_FALSE(has(r.err, "optimizer.warmup_steps")) << r.err;
+  // What only training reads changes no number at inference: no warning.
+  r = run("eval " + (dir / "config.toml").string() + " --checkpoint " + dir.string() +
+          " --set model.label_smoothing=0.1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(has(r.err, "another model")) << r.err;
 }

@@ -173,6 +173,30 @@ TEST_F(Escalation, ABackwardOverflowUnderAStaticScaleBlamesItsNode) {
   EXPECT_LT(run.skipped_steps, 12);
 }
 
+// A dynamic scaler at its min_scale cannot back off either: an overflow after finite steps (whose
+// growth tracker it resets) blames its node at once. Asking the scaler what more overflows would do
+// leaves it, and the log, as they were: the run up to that step is the run without escalation.
+TEST_F(Escalation, ABackwardOverflowUnderADynamicScaleAtItsFloorBlamesItsNode) {
+  const std::vector<std::string> floor = {"data.synthetic.feature_scale=1.0",
+                                          "scaler.dynamic.init_scale=1.8e7",
+                                          "scaler.dynamic.min_scale=1.8e7", "run.steps=60"};
+  auto with_escalation = floor;
+  with_escalation.insert(with_escalation.end(),
+                         {"precision.escalate.after=1", "precision.escalate.window=50"});
+  train("plain", floor);
+  train("floor", with_escalation);
+  const auto plain = step_records(metrics("plain")), all = metrics("floor");
+  int first_skip = 0;
+  for (const auto& r : plain)
+    if (first_skip == 0 && r["skipped"].get<bool>()) first_skip = r["step"].get<int>();
+  ASSERT_GT(first_skip, 1) << "the floor must overflow after finite steps to mean anything";
+  const auto events = escalations(all);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0]["step"], first_skip);
+  const auto escalated = step_records(all);
+  for (int i = 0; i < first_skip; ++i) EXPECT_EQ(escalated[i], plain[i]) << "step " << i + 1;
+}
+
 INSTANTIATE_TEST_SUITE_P(Hysteresis, EscalationUnderADynamicScale, ::testing::Values(1, 2),
                          [](const auto& info) {
                            return "hysteresis" + std::to_string(info.param);

@@ -351,6 +351,9 @@ TEST_F(CliGpt, ProfileBreaksTheStepDownByOpAndChangesNothing) {
     EXPECT_TRUE(text.starts_with("m=")) << text;
     EXPECT_NE(text.find(": "), std::string::npos) << text;
     EXPECT_NE(profiled.out.find("    " + text + "\n"), std::string::npos) << text;
+    // Each plan ran (a probe that ran nothing is left out), and says how often.
+    EXPECT_TRUE(text.ends_with(" run") || text.ends_with(" runs")) << text;
+    EXPECT_FALSE(text.starts_with("m=512 n=512 k=512 ")) << "the capabilities' probe: " << text;
   }
 }
 

@@ -38,7 +38,8 @@ std::string value_text(const std::string& line) {
 }
 
 std::vector<std::string> changed_values(const std::string& a, const std::string& b,
-                                        const std::function<bool(std::string_view)>& wanted) {
+                                        const std::function<bool(std::string_view)>& wanted,
+                                        bool one_sided) {
   std::map<std::string, std::string> in_b;
   std::vector<std::string> b_order;
   for (const auto& v : resolved_values(b))
@@ -53,13 +54,14 @@ std::vector<std::string> changed_values(const std::string& a, const std::string&
     in_a[v.key] = true;
     const auto it = in_b.find(v.key);
     const std::string was = value_text(v.text);
-    if (it == in_b.end())
-      out.push_back(v.key + " = " + was + " -> (none)");
-    else if (it->second != was)
+    if (it == in_b.end()) {
+      if (one_sided) out.push_back(v.key + " = " + was + " -> (none)");
+    } else if (it->second != was)
       out.push_back(v.key + " = " + was + " -> " + it->second);
   }
-  for (const auto& key : b_order)
-    if (!in_a.count(key)) out.push_back(key + " = (none) -> " + in_b[key]);
+  if (one_sided)
+    for (const auto& key : b_order)
+      if (!in_a.count(key)) out.push_back(key + " = (none) -> " + in_b[key]);
   return out;
 }
 

@@ -9,9 +9,9 @@
 //   lines are left out: they are no effective value (the first line names the file the config
 //   came from). The text is resolved_toml()'s: one key per line, no multi-line values.
 // - value_text(line): what follows the '=' of a line, leading blanks dropped.
-// - changed_values(a, b, wanted): each key `wanted` accepts whose value differs between a and b,
-//   or that only one has, as "key = a's -> b's" ("(none)" for the missing side), in a's order then
-//   b's; empty when they agree.
+// - changed_values(a, b, wanted, one_sided): each key `wanted` accepts whose value differs between
+//   a and b, and with one_sided each that only one has, as "key = a's -> b's" ("(none)" for the
+//   missing side), in a's order then b's; empty when they agree.
 #pragma once
 
 #include <cstddef>
@@ -31,6 +31,7 @@ struct ResolvedValue {
 std::vector<ResolvedValue> resolved_values(const std::string& text);
 std::string value_text(const std::string& line);
 std::vector<std::string> changed_values(const std::string& a, const std::string& b,
-                                        const std::function<bool(std::string_view)>& wanted);
+                                        const std::function<bool(std::string_view)>& wanted,
+                                        bool one_sided = true);
 
 }  // namespace mixtrain::core

@@ -27,6 +27,8 @@ spdlog::level::level_enum to_spdlog(sdk::LogLevel l) {
   return spdlog::level::info;
 }
 
+thread_local int quiet_depth = 0;  // QuietLogs open on this thread
+
 class SpdlogSink final : public sdk::LogSink {
  public:
   SpdlogSink() : logger_(spdlog::stderr_color_mt("mixtrain")) {
@@ -39,7 +41,9 @@ class SpdlogSink final : public sdk::LogSink {
     LiveLine::instance().around_output(
         [&] { logger_->log(to_spdlog(level), "[{}] {}", component, message); });
   }
-  bool enabled(sdk::LogLevel level) const override { return logger_->should_log(to_spdlog(level)); }
+  bool enabled(sdk::LogLevel level) const override {
+    return quiet_depth == 0 && logger_->should_log(to_spdlog(level));
+  }
   spdlog::logger& logger() { return *logger_; }
 
  private:
@@ -52,6 +56,13 @@ SpdlogSink& sink() {
 }
 
 }  // namespace
+
+QuietLogs::QuietLogs() noexcept {
+  ++quiet_depth;
+}
+QuietLogs::~QuietLogs() {
+  --quiet_depth;
+}
 
 sdk::LogSink& host_log_sink() {
   return sink();

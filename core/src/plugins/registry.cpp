@@ -55,12 +55,15 @@ std::shared_ptr<dll::shared_library> open_library(const fs::path& path, std::str
   } catch (const std::exception& e) {
     error = std::string("cannot load the library: ") + e.what();
     // The descriptor's ABI check comes after loading; a symbol of the SDK that this build lacks
-    // stops the loader first, and means the same: the plugin was built against another SDK.
-    if (error.find("undefined symbol: _ZN8mixtrain3sdk") != std::string::npos ||
-        error.find("undefined symbol: _ZNK8mixtrain3sdk") != std::string::npos)
+    // stops the loader first: the plugin was built against another SDK, or without the support
+    // library it must carry (the core exports none of its helpers).
+    const auto at = error.find("undefined symbol: _Z");
+    if (at != std::string::npos && error.find("8mixtrain3sdk", at) != std::string::npos)
       error +=
-          " (a mixtrain::sdk symbol this SDK does not have: the plugin was built against "
-          "another SDK version; rebuild it against this one, mixtrain " MIXTRAIN_VERSION ")";
+          " (a mixtrain::sdk symbol this mixtrain does not export: rebuild the plugin "
+          "against this SDK, mixtrain " MIXTRAIN_VERSION
+          ", with mixtrain_add_plugin() or linking mixtrain::sdk_support, whose helpers "
+          "each plugin carries)";
     return nullptr;
   }
   keep_loaded_forever(lib);

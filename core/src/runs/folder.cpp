@@ -215,6 +215,14 @@ std::string abandon_after_step(const fs::path& dir, std::int64_t step,
   const auto move_aside = [&](const char* name) {
     const fs::path file = dir / (std::string(name) + ".json");
     if (!fs::exists(file)) return false;
+    // A profile names its steps (train --profile): one of kept steps alone stays.
+    if (std::string_view(name) == "profile") {
+      std::ifstream in(file);
+      const auto j = nlohmann::json::parse(in, nullptr, false);
+      if (j.is_object() && j.contains("last_step") && j["last_step"].is_number_integer() &&
+          j["last_step"].get<std::int64_t>() <= step)
+        return false;
+    }
     std::error_code ec;
     fs::rename(file, dir / (std::string(name) + "." + suffix + ".json"), ec);
     if (ec)

@@ -557,16 +557,25 @@ void refuse_what_the_model_lacks(const CheckpointFile& file,
 }
 
 // What the checkpoint's run had that this config's model and precision give otherwise, from the
-// resolved config the checkpoint carries: "key = then -> now", empty without one. Where the
-// weights come from (model.from_pretrained) is no difference: the checkpoint's weights replace
-// them.
+// resolved config the checkpoint carries: "key = then -> now", empty without one. Keys of one
+// side only were written before the key existed. No difference either: what only training reads
+// (label smoothing, dropout, the initialisation) or where the weights come from
+// (model.from_pretrained; the checkpoint's weights replace them).
 std::vector<std::string> model_changes_since(const Trainer::State& s, const CheckpointFile& file) {
   const auto saved = file.st.metadata.find("config");
   if (saved == file.st.metadata.end()) return {};
-  return changed_values(saved->second, resolved_toml(s.e), [](std::string_view key) {
-    return (key.starts_with("model.") && key != "model.from_pretrained") ||
-           key == "precision.policy";
-  });
+  static constexpr std::string_view kTrainingOnly[] = {
+      "label_smoothing", "dropout", "p", "init_std", "zero_init", "from_pretrained"};
+  return changed_values(
+      saved->second, resolved_toml(s.e),
+      [](std::string_view key) {
+        if (key == "precision.policy") return true;
+        if (!key.starts_with("model.")) return false;
+        const std::string_view last = key.substr(key.rfind('.') + 1);
+        return std::find(std::begin(kTrainingOnly), std::end(kTrainingOnly), last) ==
+               std::end(kTrainingOnly);
+      },
+      /*one_sided=*/false);
 }
 
 std::string changes_text(const std::vector<std::string>& changes) {

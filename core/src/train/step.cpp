@@ -4,6 +4,7 @@
 #include <limits>
 #include <optional>
 
+#include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/graph/diagnostics.h"
 #include "mixtrain/sdk/support/gradient_clipping.h"
 #include "profiling/profile_scope.h"
@@ -358,29 +359,36 @@ SkipBlame replay_first_nonfinite(Trainer::State& s, float seed) {
   return mine;
 }
 
-// Whether the scaler answered this overflow with more than a count: it backed off, or spent a
-// hysteresis budget it backs off with later. A static scaler, or a dynamic one at its floor, only
-// counts the skip ("steps", "skipped_steps", the counters of sdk/component_state.h): the overflow
-// will come again at the same scale, and a wider format is the fix.
-bool scaler_reacted(const sdk::ScalerDecision& decision, const sdk::ComponentState& before,
-                    const sdk::ComponentState& after) {
+// Whether the scaler answers overflows by moving its scale: it backed off at this one, or, asked
+// again, it backs off within kProbes more (a hysteresis budget spent first). A static scaler, or a
+// dynamic one at its floor, never does: the overflow will come again at the same scale, and a
+// wider format is the fix. The probe leaves the scaler's state and the log as they were.
+bool scaler_backs_off(sdk::LossScaler& scaler, const sdk::ScalerDecision& decision) {
   if (decision.scale_after < decision.scale_before) return true;
-  const auto beyond_counters = [](const sdk::ComponentState& state) {
-    auto values = state.values;
-    values.erase("steps");
-    values.erase("skipped_steps");
-    return values;
-  };
-  return beyond_counters(before) != beyond_counters(after);
+  constexpr int kProbes = 16;
+  const sdk::ComponentState now = scaler.save_state();
+  bool backs_off = false;
+  {
+    QuietLogs quiet;  // the scaler's own lines about skipped steps that never happen
+    try {
+      for (int i = 0; i < kProbes && !backs_off; ++i) {
+        const sdk::ScalerDecision next = scaler.update(true);
+        backs_off = next.scale_after < next.scale_before;
+      }
+    } catch (...) {
+      scaler.load_state(now);
+      throw;
+    }
+  }
+  scaler.load_state(now);
+  return backs_off;
 }
 
 // Names the first non-finite tensor by replaying the step; the policy hears of the skip
 // afterwards, so it discards the replays' amaxes too. Each rank replays its own rows without
 // communicating; the lowest rank that found something names it for all, so every rank logs and
-// escalates the same. `scaler_before` is the scaler's state before this step's update, saved
-// only when escalation is on.
-SkipBlame skip_update(Trainer::State& s, const sdk::ScalerDecision& decision,
-                      const std::optional<sdk::ComponentState>& scaler_before) {
+// escalates the same.
+SkipBlame skip_update(Trainer::State& s, const sdk::ScalerDecision& decision) {
   const std::int64_t micro = s.e.run.accumulate;
   ++s.position.skipped;
   SkipBlame blame =
@@ -389,8 +397,8 @@ SkipBlame skip_update(Trainer::State& s, const sdk::ScalerDecision& decision,
   // the scale made it (a dynamic scaler's growth, or a start too high) and the back-off is the
   // fix, not a wider format. Only escalation reads the answer, so only it pays the second replay.
   std::string note;
-  if (scaler_before && !blame.node.empty() && blame.in_backward() && decision.scale_before > 1.0f &&
-      scaler_reacted(decision, *scaler_before, s.c.scaler->save_state())) {
+  if (s.precision.escalation.settings().enabled && !blame.node.empty() && blame.in_backward() &&
+      decision.scale_before > 1.0f && scaler_backs_off(*s.c.scaler, decision)) {
     blame.scale_made =
         !s.reducer->agree_on_blame(replay_first_nonfinite(s, loss_seed(1.0f, micro))).found();
     if (blame.scale_made)
@@ -474,8 +482,6 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   out.lr = s.schedule.lr_at(s.position.applied);
   StepTotals totals;
   std::optional<sdk::ScalerDecision> gated_decision;
-  std::optional<sdk::ComponentState> scaler_before;
-  if (s.precision.escalation.settings().enabled) scaler_before = s.c.scaler->save_state();
   if (s.gated_optimizer != nullptr)
     gated_decision = decide_with_gated_update(s, request, scale, out.lr, totals);
   else
@@ -494,7 +500,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   else if (out.decision.apply_step)
     out.grad_norm = apply_update(s, request, totals.sum_squares, out.lr);
   else
-    out.blame = skip_update(s, out.decision, scaler_before);
+    out.blame = skip_update(s, out.decision);
   // The diagnostics of a skipped step measured an overflowed pass: tagged, not mixed in.
   auto write_diagnostic = [&](nlohmann::json record) {
     if (!out.decision.apply_step) record["skipped"] = true;

@@ -33,6 +33,8 @@ TEST(ChangedValues, AKeyOnOneSideOnlyIsNamedWithNone) {
             (std::vector<std::string>{"model.layers[1].type = \"relu\" -> (none)"}));
   EXPECT_EQ(changed_values(b, a, any_model_key),
             (std::vector<std::string>{"model.layers[1].type = (none) -> \"relu\""}));
+  // A key one side was written without (it did not exist then) is no change when asked so.
+  EXPECT_TRUE(changed_values(a, b, any_model_key, /*one_sided=*/false).empty());
 }
 
 }  // namespace

@@ -24,4 +24,15 @@ void set_log_rank(int rank);
 void set_log_rank_from_launcher();
 const std::string& rank_prefix();
 
+// While one lives on a thread, the host sink writes nothing that thread logs: a probe that calls
+// a component only to read its answer (the trainer asking a loss scaler what more overflows would
+// do) leaves no line about things that never happened. Nests.
+class QuietLogs {
+ public:
+  QuietLogs() noexcept;
+  ~QuietLogs();
+  QuietLogs(const QuietLogs&) = delete;
+  QuietLogs& operator=(const QuietLogs&) = delete;
+};
+
 }  // namespace mixtrain::core

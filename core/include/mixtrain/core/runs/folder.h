@@ -25,12 +25,13 @@
 //   checkpoints.discarded-after-step-N/, TensorBoard event files holding a step above N to
 //   tensorboard.discarded-after-step-N/ (each replaced by its events up to N:
 //   runs/tensorboard_writer.h), and, when any of those moved, summary.json and profile.json (they
-//   describe the abandoned continuation) to summary.discarded-after-step-N.json and
-//   profile.discarded-after-step-N.json. A second continuation from the
-//   same step gets the suffix ".2" (then ".3", …) on those names, so what the first one left is
-//   never overwritten. Left in place, keep-pruning would count those checkpoints as the newest and
-//   a later --resume would pick them up. A record whose step is not a JSON integer (an edited file)
-//   stays. What moved is reported (moved_aside) so the run can say it in one line.
+//   describe the abandoned continuation; a profile whose last_step is N or below stays) to
+//   summary.discarded-after-step-N.json and profile.discarded-after-step-N.json. A second
+//   continuation from the same step gets the suffix ".2" (then ".3", …) on those names, so what the
+//   first one left is never overwritten. Left in place, keep-pruning would count those checkpoints
+//   as the newest and a later --resume would pick them up. A record whose step is not a JSON
+//   integer (an edited file) stays. What moved is reported (moved_aside) so the run can say it in
+//   one line.
 // - It creates checkpoints/ and writes config.toml atomically. Errors are sdk::UserError naming
 //   the folder or file, with a hint.
 #pragma once
