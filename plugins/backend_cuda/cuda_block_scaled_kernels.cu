@@ -1,6 +1,9 @@
 // Operand packing, scale arrangement and the epilogue of the block-scaled GEMM (contract in
 // cuda_block_scaled_kernels.h).
 #include "cuda_block_scaled_kernels.h"
+
+#include <algorithm>
+
 #include "cuda_device.cuh"
 
 namespace mixtrain::backend_cuda::kernels {
@@ -12,15 +15,19 @@ namespace bs = block_scales;
 constexpr int kSide = 32;  // a 32 x 32 tile of codes per block of 32 x 8 threads
 constexpr int kRowsPerPass = 8;
 
-// out is [outer_pad, k_pad]; the grid covers it in 32 x 32 tiles (x along k, y along outer).
+// out is [outer_pad, k_pad] in 32 x 32 tiles: blockIdx.x is the tile along k, and the tiles
+// along outer are ty = blockIdx.y, blockIdx.y + gridDim.y, ... (gridDim.y is capped at 65535).
 __global__ void __launch_bounds__(kSide* kRowsPerPass)
     pack_kernel(const std::uint8_t* codes, std::int64_t stored_cols, bool transpose,
                 std::int64_t outer, std::int64_t k, std::int64_t outer_pad, std::int64_t k_pad,
                 std::uint8_t* out) {
   __shared__ std::uint8_t tile[kSide][kSide + 1];  // [o][kk]
-  const std::int64_t o0 = static_cast<std::int64_t>(blockIdx.y) * kSide;
+  const std::int64_t tiles_y = (outer_pad + kSide - 1) / kSide;
   const std::int64_t k0 = static_cast<std::int64_t>(blockIdx.x) * kSide;
   const int x = static_cast<int>(threadIdx.x);
+  // The bound is the block's own: every thread takes each barrier below.
+  for (std::int64_t ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
+  const std::int64_t o0 = ty * kSide;
   // Reads walk the stored rows (coalesced), writes walk k.
   for (int j = static_cast<int>(threadIdx.y); j < kSide; j += kRowsPerPass) {
     if (transpose) {
@@ -36,6 +43,8 @@ __global__ void __launch_bounds__(kSide* kRowsPerPass)
     const std::int64_t o = o0 + j, kk = k0 + x;
     if (o < outer_pad && kk < k_pad) out[o * k_pad + kk] = tile[j][x];
   }
+  __syncthreads();  // the next tile rewrites `tile`
+  }  // tiles along outer
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -116,8 +125,9 @@ cudaError_t pack_codes_k_major(const std::uint8_t* codes, std::int64_t stored_co
                                std::int64_t outer, std::int64_t k, std::int64_t outer_pad,
                                std::int64_t k_pad, std::uint8_t* out, cudaStream_t stream) {
   if (outer_pad <= 0 || k_pad <= 0) return cudaSuccess;
-  const std::int64_t gy = (outer_pad + kSide - 1) / kSide, gx = (k_pad + kSide - 1) / kSide;
-  if (gy > 65535 || gx > INT32_MAX) return cudaErrorInvalidValue;
+  const std::int64_t gy = std::min<std::int64_t>((outer_pad + kSide - 1) / kSide, 65535);
+  const std::int64_t gx = (k_pad + kSide - 1) / kSide;
+  if (gx > INT32_MAX) return cudaErrorInvalidValue;
   pack_kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)),
                 dim3(kSide, kRowsPerPass), 0, stream>>>(codes, stored_cols, transpose, outer, k,
                                                         outer_pad, k_pad, out);
