@@ -27,24 +27,24 @@ __global__ void __launch_bounds__(kSide* kRowsPerPass)
   const int x = static_cast<int>(threadIdx.x);
   // The bound is the block's own: every thread takes each barrier below.
   for (std::int64_t ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
-  const std::int64_t o0 = ty * kSide;
-  // Reads walk the stored rows (coalesced), writes walk k.
-  for (int j = static_cast<int>(threadIdx.y); j < kSide; j += kRowsPerPass) {
-    if (transpose) {
-      const std::int64_t kk = k0 + j, o = o0 + x;
-      tile[x][j] = o < outer && kk < k ? codes[kk * stored_cols + o] : std::uint8_t{0};
-    } else {
-      const std::int64_t o = o0 + j, kk = k0 + x;
-      tile[j][x] = o < outer && kk < k ? codes[o * stored_cols + kk] : std::uint8_t{0};
+    const std::int64_t o0 = ty * kSide;
+    // Reads walk the stored rows (coalesced), writes walk k.
+    for (int j = static_cast<int>(threadIdx.y); j < kSide; j += kRowsPerPass) {
+      if (transpose) {
+        const std::int64_t kk = k0 + j, o = o0 + x;
+        tile[x][j] = o < outer && kk < k ? codes[kk * stored_cols + o] : std::uint8_t{0};
+      } else {
+        const std::int64_t o = o0 + j, kk = k0 + x;
+        tile[j][x] = o < outer && kk < k ? codes[o * stored_cols + kk] : std::uint8_t{0};
+      }
     }
-  }
-  __syncthreads();
-  for (int j = static_cast<int>(threadIdx.y); j < kSide; j += kRowsPerPass) {
-    const std::int64_t o = o0 + j, kk = k0 + x;
-    if (o < outer_pad && kk < k_pad) out[o * k_pad + kk] = tile[j][x];
-  }
-  __syncthreads();  // the next tile rewrites `tile`
-  }  // tiles along outer
+    __syncthreads();
+    for (int j = static_cast<int>(threadIdx.y); j < kSide; j += kRowsPerPass) {
+      const std::int64_t o = o0 + j, kk = k0 + x;
+      if (o < outer_pad && kk < k_pad) out[o * k_pad + kk] = tile[j][x];
+    }
+    __syncthreads();  // the next tile rewrites `tile`
+  }                   // tiles along outer
 }
 
 __global__ void __launch_bounds__(kThreads)
