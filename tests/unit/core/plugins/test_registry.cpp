@@ -173,6 +173,18 @@ TEST_F(registry_AllCases, UnresolvedSymbolIsNamedFromTheLoader) {
   EXPECT_TRUE(contains(rec->error, "undefined symbol")) << rec->error;
 }
 
+// A plugin that calls the support library without carrying it: the core's copy is hidden (each
+// plugin runs the helpers it was built with), so the load fails, naming the fix.
+TEST(registry, APluginWithoutTheSupportLibraryIsRefusedNamingIt) {
+  PluginRegistry registry;
+  registry.scan({case_dir("without_support")});
+  ASSERT_EQ(registry.libraries().size(), 1u);
+  const auto& rec = registry.libraries().front();
+  EXPECT_FALSE(rec.loaded);
+  EXPECT_TRUE(contains(rec.error, "undefined symbol: _ZN8mixtrain3sdk11decode_fp16")) << rec.error;
+  EXPECT_TRUE(contains(rec.error, "linking mixtrain::sdk_support")) << rec.error;
+}
+
 TEST_F(registry_AllCases, ThrowingComponentsIsRecordedWithItsMessage) {
   const auto* rec = record_in(registry, "throwing_components");
   ASSERT_NE(rec, nullptr);
