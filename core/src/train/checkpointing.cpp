@@ -638,7 +638,7 @@ void finish_initial_weights(Trainer::State& s, const CheckpointFile& file,
               " --merge-lora --format safetensors --out merged.safetensors) and start from "
               "that file, or use the [model.lora] the checkpoint was trained with");
   reset_ema(s);  // the EMA of initial weights starts at them
-  if (!s.opt.write_outputs && !s.loading_initial_weights) {
+  if (inference) {
     check_inference_model(s, file, used);
   } else {
     for (const auto& t : file.st.tensors)
