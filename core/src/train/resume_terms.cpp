@@ -26,6 +26,13 @@ std::int64_t config_int(const Config& config, const std::string& table, const st
   return 0;
 }
 
+// An integer or number option's value as a double (TOML keeps 1024 and 1024.0 apart), else none.
+std::optional<double> as_number(const sdk::OptionValue& v) {
+  if (const auto* i = std::get_if<std::int64_t>(&v)) return static_cast<double>(*i);
+  if (const auto* d = std::get_if<double>(&v)) return *d;
+  return std::nullopt;
+}
+
 std::string lr_text(double lr) {
   char text[32];
   std::snprintf(text, sizeof text, "%.3g", lr);
@@ -158,12 +165,7 @@ std::vector<std::string> changed_policy_options(const std::map<std::string, std:
     if (was == saved.end()) continue;  // written before the option existed
     // A --set is a deliberate change on the command line, as a policy switch by --set is.
     if (e.policy_options.where(key).file.rfind("--set ", 0) == 0) continue;
-    // Integers and numbers alike by value (TOML keeps 1024 and 1024.0 apart).
-    const auto as_number = [](const sdk::OptionValue& v) -> std::optional<double> {
-      if (const auto* i = std::get_if<std::int64_t>(&v)) return static_cast<double>(*i);
-      if (const auto* d = std::get_if<double>(&v)) return *d;
-      return std::nullopt;
-    };
+    // Integers and numbers alike by value.
     const auto a = as_number(was->value), b = as_number(now);
     const bool same = a && b ? *a == *b : was->value == now;
     if (!same) changed.push_back(key + " = " + text(was->value) + " -> " + text(now));
@@ -182,32 +184,22 @@ std::optional<ScheduleChange> changed_schedule(const std::map<std::string, std::
   try {
     const auto config = Config::from_string(it->second, "the checkpoint's config");
     const auto saved = config.table_options("optimizer", {"milestones"});
-    const auto recorded = [&](const std::string& key, const sdk::OptionValue& current,
-                              double& field) {
+    // The recorded value of `key` into `field` (left as it is when the config has none: written
+    // before the key existed), and the change when it is not `current`'s.
+    const auto number = [&](const std::string& key, const sdk::OptionValue& current,
+                            double& field) {
       const auto o = std::find_if(saved.begin(), saved.end(),
                                   [&](const sdk::RawOption& r) { return r.key == key; });
-      if (o == saved.end()) return;  // written before the key existed
-      double value = 0;
-      if (const auto* i = std::get_if<std::int64_t>(&o->value))
-        value = static_cast<double>(*i);
-      else if (const auto* d = std::get_if<double>(&o->value))
-        value = *d;
-      else
-        return;
-      field = value;
-      const double now_value = std::holds_alternative<std::int64_t>(current)
-                                   ? static_cast<double>(std::get<std::int64_t>(current))
-                                   : std::get<double>(current);
-      if (value != now_value)
+      const auto value = o == saved.end() ? std::nullopt : as_number(o->value);
+      if (!value) return;
+      field = *value;
+      if (*value != as_number(current))
         change.changed.push_back(key + " = " + sdk::option_value_to_string(o->value) + " -> " +
                                  sdk::option_value_to_string(current));
     };
-    const auto number = [&](const std::string& key, double current, double& field) {
-      recorded(key, current, field);
-    };
     const auto integer = [&](const std::string& key, std::int64_t current, std::int64_t& field) {
       double value = static_cast<double>(current);
-      recorded(key, current, value);
+      number(key, current, value);
       field = static_cast<std::int64_t>(value);
     };
     for (const auto& o : saved) {
@@ -246,16 +238,12 @@ std::optional<ScheduleChange> changed_schedule(const std::map<std::string, std::
       const auto options = config.table_options("optimizer." + e.optimizer_type);
       const auto lr = std::find_if(options.begin(), options.end(),
                                    [](const sdk::RawOption& r) { return r.key == "lr"; });
-      if (lr != options.end()) {
-        const auto* d = std::get_if<double>(&lr->value);
-        const auto* i = std::get_if<std::int64_t>(&lr->value);
-        if (d != nullptr || i != nullptr) {
-          was.base_lr = d != nullptr ? *d : static_cast<double>(*i);
-          if (was.base_lr != now.base_lr)
-            change.changed.push_back("optimizer." + e.optimizer_type +
-                                     ".lr = " + sdk::option_value_to_string(lr->value) + " -> " +
-                                     sdk::option_value_to_string(now.base_lr));
-        }
+      if (const auto value = lr == options.end() ? std::nullopt : as_number(lr->value)) {
+        was.base_lr = *value;
+        if (was.base_lr != now.base_lr)
+          change.changed.push_back("optimizer." + e.optimizer_type +
+                                   ".lr = " + sdk::option_value_to_string(lr->value) + " -> " +
+                                   sdk::option_value_to_string(now.base_lr));
       }
     }
   } catch (const std::exception&) {
