@@ -55,13 +55,10 @@ fs::path run_config_of(const fs::path& resume) {
 void keep_earlier_profile(const fs::path& file) {
   std::error_code ec;
   if (!fs::exists(file, ec)) return;
-  std::string stem = "profile.earlier";
-  std::ifstream in(file);
-  const auto old = nlohmann::json::parse(in, nullptr, false);
-  if (old.is_object() && old.contains("first_step") && old.contains("last_step") &&
-      old["first_step"].is_number_integer() && old["last_step"].is_number_integer())
-    stem = "profile.steps-" + std::to_string(old["first_step"].get<std::int64_t>()) + "-" +
-           std::to_string(old["last_step"].get<std::int64_t>());
+  const auto steps = core::profile_steps(file);
+  const std::string stem =
+      steps ? "profile.steps-" + std::to_string(steps->first) + "-" + std::to_string(steps->last)
+            : std::string("profile.earlier");
   fs::path aside = file.parent_path() / (stem + ".json");
   for (int n = 2; fs::exists(aside, ec); ++n)
     aside = file.parent_path() / (stem + "-" + std::to_string(n) + ".json");

@@ -211,29 +211,23 @@ std::string abandon_after_step(const fs::path& dir, std::int64_t step,
   if (records == 0 && checkpoints == 0 && events == 0) return {};
   // The summary of the abandoned continuation describes steps this folder no longer holds;
   // `compare` would read it in preference to metrics.jsonl until the resumed run writes its own.
-  // Its profile (train --profile) too.
-  const auto move_aside = [&](const char* name) {
-    const fs::path file = dir / (std::string(name) + ".json");
-    if (!fs::exists(file)) return false;
-    // A profile names its steps (train --profile): one of kept steps alone stays.
-    if (std::string_view(name) == "profile") {
-      std::ifstream in(file);
-      const auto j = nlohmann::json::parse(in, nullptr, false);
-      if (j.is_object() && j.contains("last_step") && j["last_step"].is_number_integer() &&
-          j["last_step"].get<std::int64_t>() <= step)
-        return false;
-    }
+  // Its profile (train --profile) too, unless it names kept steps alone.
+  // Returns where `name`.json went, or nullopt when there was none.
+  const auto move_aside = [&](const std::string& name) -> std::optional<fs::path> {
+    const fs::path file = dir / (name + ".json"), aside = dir / (name + "." + suffix + ".json");
+    if (!fs::exists(file)) return std::nullopt;
     std::error_code ec;
-    fs::rename(file, dir / (std::string(name) + "." + suffix + ".json"), ec);
+    fs::rename(file, aside, ec);
     if (ec)
       throw sdk::UserError("cannot move " + file.string() + " aside: " + ec.message(),
                            "it describes the abandoned continuation after step " +
                                std::to_string(step) + "; move or delete it, then resume");
-    return true;
+    return aside;
   };
-  const fs::path summary_aside = dir / ("summary." + suffix + ".json");
-  const bool summary_moved = move_aside("summary");
-  const bool profile_moved = move_aside("profile");
+  const auto summary_aside = move_aside("summary");
+  const auto profiled = profile_steps(dir / "profile.json");
+  const auto profile_aside =
+      profiled && profiled->last <= step ? std::nullopt : move_aside("profile");
   auto count = [](std::int64_t n, const char* what) {
     return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
   };
@@ -245,9 +239,8 @@ std::string abandon_after_step(const fs::path& dir, std::int64_t step,
                     (dir / ("metrics." + suffix)).string() + ".*");
   if (events > 0)
     moved.push_back(count(events, "TensorBoard event") + " to " + events_aside.string() + "/");
-  if (summary_moved) moved.push_back("summary.json to " + summary_aside.string());
-  if (profile_moved)
-    moved.push_back("profile.json to " + (dir / ("profile." + suffix + ".json")).string());
+  if (summary_aside) moved.push_back("summary.json to " + summary_aside->string());
+  if (profile_aside) moved.push_back("profile.json to " + profile_aside->string());
   std::string list;
   for (std::size_t i = 0; i < moved.size(); ++i) list += (i ? "; " : "") + moved[i];
   return "from after step " + std::to_string(step) + ", moved aside: " + list +
@@ -255,6 +248,19 @@ std::string abandon_after_step(const fs::path& dir, std::int64_t step,
 }
 
 }  // namespace
+
+std::optional<ProfileSteps> profile_steps(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) return std::nullopt;
+  const auto j = nlohmann::json::parse(in, nullptr, false);
+  const auto step = [&](const char* key) -> std::optional<std::int64_t> {
+    if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) return std::nullopt;
+    return j[key].get<std::int64_t>();
+  };
+  const auto first = step("first_step"), last = step("last_step");
+  if (!first || !last) return std::nullopt;
+  return ProfileSteps{*first, *last};
+}
 
 void write_run_file(const fs::path& file, const std::string& text, const std::string& what) {
   sdk::AtomicFileWriter out(file, /*durable=*/false, what);

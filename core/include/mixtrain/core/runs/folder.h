@@ -61,6 +61,13 @@ struct RunFolderRequest {
 void write_run_file(const std::filesystem::path& file, const std::string& text,
                     const std::string& what);
 
+// The steps a profile.json of `train --profile` names (first_step, last_step), or nullopt when the
+// file is missing, unreadable or names none (written before it named them).
+struct ProfileSteps {
+  std::int64_t first = 0, last = 0;
+};
+std::optional<ProfileSteps> profile_steps(const std::filesystem::path& file);
+
 // The flock that makes a folder one run's (see the contract). Movable; released when destroyed.
 class RunFolderLock {
  public:
