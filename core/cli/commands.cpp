@@ -179,14 +179,15 @@ namespace {
 int train_with(core::Experiment& experiment, core::Components components,
                const std::string& run_dir, const std::optional<std::string>& resume, bool profile) {
   core::TrainOptions opt;
-  // --profile: steps after the first (which creates primitives and touches fresh memory).
+  // --profile: steps after the first (which creates primitives and touches fresh memory); the
+  // Trainer pauses the window around evaluations and checkpoints and closes it with its loop.
   std::shared_ptr<core::ProfilingBackend> profiler;
   std::int64_t first_profiled = 0, last_profiled = 0;
   if (profile) {
     profiler = core::make_profiling_backend(components.backend);
     components.backend = profiler;
     profiler->set_recording(false);
-    opt.after_step = [&, last = experiment.run.steps](std::int64_t step) {
+    opt.after_step = [&](std::int64_t step) {
       if (first_profiled == 0) {
         first_profiled = step + 1;
         profiler->reset();
@@ -194,7 +195,6 @@ int train_with(core::Experiment& experiment, core::Components components,
         return;
       }
       last_profiled = step;
-      if (step == last) profiler->set_recording(false);
     };
   }
   opt.run_dir = run_dir;
@@ -227,10 +227,7 @@ int train_with(core::Experiment& experiment, core::Components components,
               static_cast<double>(s.peak_memory_bytes) / (1 << 20), s.wall_seconds,
               s.run_dir.string().c_str());
   if (s.stopped_early) std::printf("stopped early: %s\n", s.early_stopping_reason.c_str());
-  if (profiler) {
-    profiler->set_recording(false);  // an interrupted run never closed its span
-    write_profile(*profiler, first_profiled, last_profiled, s.run_dir);
-  }
+  if (profiler) write_profile(*profiler, first_profiled, last_profiled, s.run_dir);
   std::fflush(stdout);
   if (s.interrupted) return core::kInterruptedExitCode;
   if (s.diverged) {
