@@ -137,27 +137,26 @@ void warn_of_unlikely_schedule(const sdk::Options& o, Experiment& e) {
     e.config_warnings.push_back(std::string("optimizer.") + key + " (" + o.where(key).to_string() +
                                 "): " + text);
   };
-  const bool warms_up = s.schedule != LrScheduleKind::constant &&
-                        s.schedule != LrScheduleKind::onecycle && s.warmup_steps > 0;
-  if (warms_up && s.warmup_steps >= e.run.steps)
+  const auto keys = schedule_keys(s.schedule);
+  const auto reads = [&](const char* key) {
+    return std::find(keys.begin(), keys.end(), key) != keys.end();
+  };
+  if (reads("warmup_steps") && s.warmup_steps > 0 && s.warmup_steps >= e.run.steps)
     warn("warmup_steps",
          std::to_string(s.warmup_steps) +
              " is not below run.steps = " + std::to_string(e.run.steps) +
              (s.warmup_steps > e.run.steps ? ": the lr never reaches optimizer.lr"
                                            : ": the lr reaches optimizer.lr at the last step") +
              " and nothing decays; lower warmup_steps or raise run.steps");
-  const bool decays_by_gamma =
-      s.schedule == LrScheduleKind::step || s.schedule == LrScheduleKind::multistep;
-  if (decays_by_gamma && s.gamma > 1.0)
+  if (reads("gamma") && s.gamma > 1.0)
     warn("gamma", sdk::option_value_to_string(s.gamma) +
                       " multiplies the lr up at every decay, past optimizer.lr; a decay uses "
                       "gamma < 1 (0.1 is the usual)");
-  if (s.schedule == LrScheduleKind::onecycle && s.div_factor < 1.0)
+  if (reads("div_factor") && s.div_factor < 1.0)
     warn("div_factor", sdk::option_value_to_string(s.div_factor) +
                            " starts onecycle at lr / div_factor, above optimizer.lr; "
                            "div_factor > 1 starts below it (25 is torch's)");
-  if (s.schedule == LrScheduleKind::onecycle && s.div_factor >= 1.0 &&
-      s.div_factor * s.final_div_factor < 1.0)
+  if (reads("final_div_factor") && s.div_factor >= 1.0 && s.div_factor * s.final_div_factor < 1.0)
     warn("final_div_factor",
          sdk::option_value_to_string(s.final_div_factor) +
              " ends onecycle at lr / (div_factor x final_div_factor), above optimizer.lr; "
