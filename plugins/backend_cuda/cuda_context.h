@@ -135,6 +135,12 @@ class CudaContext {
   bool labels_pending = false;
   DeviceScratch id_check;  // kernels::ErrorRecord of gather / scatter_add (cuda_embedding.h)
   bool ids_pending = false;
+  // A code per checking call, 1 .. 2^29: a device check claims its error record with it (atomicCAS
+  // on the flag), so of the calls queued before the host reads the record the first failing one
+  // keeps its row. Never 0 (the record's "no error").
+  int next_check_code() {
+    return static_cast<int>(check_sequence_++ % (1u << 29) + 1);
+  }
   // Graphs recorded and not released (CudaStepGraph): while > 0 the scratch buffers keep every
   // address a graph holds, e.g. when an eval batch larger than the training one grows partial.
   int live_graphs = 0;
@@ -154,6 +160,7 @@ class CudaContext {
   // Clears the label-error record on the stream (ordered before later kernels).
   void reset_label_record(const char* op);
 
+  unsigned check_sequence_ = 0;   // next_check_code()'s
   void* pinned_ = nullptr;        // host, kPinnedBytes for results read back
   std::size_t buffer_bytes_ = 0;  // own buffers already folded into the statistics
   std::vector<unsigned char> host_tables_;

@@ -1,7 +1,6 @@
 // CudaEmbedding: row gather by id and the deterministic scatter-add
 // (cuda_embedding.cu), with the ids checked on the device and a bad one raised at the next
 // synchronising call, as softmax_cross_entropy does with labels.
-#include <atomic>
 #include <cstring>
 
 #include "cuda_access.h"
@@ -16,12 +15,10 @@ using sdk::TensorView;
 
 namespace {
 
-// The id record's flag names the failing call: (sequence << 1 | op), op 0 gather, 1 scatter_add,
-// never 0. The sequence tells two calls of the same op apart (check_ids' claim of the record).
-int next_code(bool scatter) {
-  static std::atomic<unsigned> sequence{0};
-  const unsigned s = sequence.fetch_add(1, std::memory_order_relaxed) % (1u << 29) + 1;
-  return static_cast<int>(s << 1 | (scatter ? 1u : 0u));
+// The id record's flag names the failing call: (check code << 1 | op), op 0 gather, 1
+// scatter_add, never 0 (CudaContext::next_check_code tells two calls of the same op apart).
+int id_check_code(CudaContext& context, bool scatter) {
+  return context.next_check_code() << 1 | (scatter ? 1 : 0);
 }
 
 }  // namespace
@@ -32,8 +29,8 @@ void CudaEmbedding::gather(TensorView ids, TensorView table, TensorView out, boo
   const EmbeddingShape s = check_gather(ids, table, out);
   if (s.rows == 0) return;
   kernels::ErrorRecord* rec = context_.id_record(op);
-  check_cuda(kernels::check_ids(ids.as<const std::int32_t>(), s.rows, s.vocab, next_code(false),
-                                rec, context_.stream),
+  check_cuda(kernels::check_ids(ids.as<const std::int32_t>(), s.rows, s.vocab,
+                                id_check_code(context_, false), rec, context_.stream),
              op, "id check kernel launch");
   context_.ids_pending = true;
   check_cuda(kernels::embedding_gather(ids.as<const std::int32_t>(), table.data,
@@ -48,8 +45,8 @@ void CudaEmbedding::scatter_add(TensorView ids, TensorView dy, TensorView dtable
   const EmbeddingShape s = check_scatter_add(ids, dy, dtable, beta);
   kernels::ErrorRecord* rec = context_.id_record(op);
   if (s.rows > 0) {
-    check_cuda(kernels::check_ids(ids.as<const std::int32_t>(), s.rows, s.vocab, next_code(true),
-                                  rec, context_.stream),
+    check_cuda(kernels::check_ids(ids.as<const std::int32_t>(), s.rows, s.vocab,
+                                  id_check_code(context_, true), rec, context_.stream),
                op, "id check kernel launch");
     context_.ids_pending = true;
   }

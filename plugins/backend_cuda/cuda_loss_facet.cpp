@@ -3,7 +3,6 @@
 #include "cuda_loss_facet.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 
-#include <atomic>
 #include <climits>
 #include <cstdint>
 
@@ -13,16 +12,6 @@
 namespace mixtrain::backend_cuda {
 
 using sdk::TensorView;
-
-namespace {
-
-// A nonzero code per call, for the label check's claim of its record (cuda_loss.h).
-int next_label_code() {
-  static std::atomic<unsigned> sequence{0};
-  return static_cast<int>(sequence.fetch_add(1, std::memory_order_relaxed) % (1u << 30) + 1);
-}
-
-}  // namespace
 
 void CudaLoss::softmax_cross_entropy(TensorView logits, TensorView labels, float grad_scale,
                                      float label_smoothing, TensorView loss, TensorView correct,
@@ -42,7 +31,7 @@ void CudaLoss::softmax_cross_entropy(TensorView logits, TensorView labels, float
           logits.data, elem_of(logits.dtype), labels.as<const std::int32_t>(), grad_scale,
           label_smoothing, loss.as<float>(), correct.empty() ? nullptr : correct.as<std::int32_t>(),
           dlogits.empty() ? nullptr : dlogits.data, elem_of(dlogits.dtype), rows, classes, row_loss,
-          row_ok, next_label_code(), context_.label_record, context_.stream),
+          row_ok, context_.next_check_code(), context_.label_record, context_.stream),
       op, "kernel launch");
   context_.labels_pending = true;
 }
