@@ -357,6 +357,51 @@ TEST(EventFiles, AResumeDropsEveryAbandonedStepAlsoOfAnEarlierResume) {
   fs::remove_all(dir);
 }
 
+// The text tags of an event file in order, as "step tag".
+std::vector<std::string> event_texts(const fs::path& file) {
+  const std::string bytes = slurp(file);
+  std::vector<std::string> out;
+  for (const auto record : core::tfrecord_records(bytes)) {
+    tensorboard::Event e;
+    EXPECT_TRUE(e.ParseFromArray(record.data(), static_cast<int>(record.size())));
+    for (const auto& v : e.summary().value())
+      if (v.has_tensor()) out.push_back(std::to_string(e.step()) + " " + v.tag());
+  }
+  return out;
+}
+
+// A continuation resumed from step 10 wrote its config and precision plan at step 10; resuming
+// from 10 again drops them with its steps, where the new run writes its own. What the run that
+// made the checkpoint wrote up to step 10, texts included, stays.
+TEST(EventFiles, AResumeDropsTheRunTextsOfTheContinuationItReplaces) {
+  const fs::path dir = fs::temp_directory_path() / ("mixtrain-texts-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::path a_path, b_path;
+  {
+    core::TensorBoardWriter a(dir);
+    a.add_text(0, "run/config", "steps = 30");
+    a.add_scalars(10, {{"train/loss", 1.0f}});
+    a.add_text(10, "precision/escalation", "fc1 to fp32");
+    a.add_scalars(20, {{"train/loss", 0.5f}});
+    a_path = a.path();
+  }
+  {
+    core::TensorBoardWriter b(dir);
+    b.add_session_start(11);
+    b.add_text(10, "run/config", "steps = 40");
+    b.add_text(10, "run/precision_plan", "plan");
+    b.add_scalars(20, {{"train/loss", 0.25f}});
+    b_path = b.path();
+  }
+  EXPECT_EQ(core::drop_events_after_step(dir, 10, dir / "aside"), 5);
+  EXPECT_EQ(event_texts(a_path),
+            (std::vector<std::string>{"0 run/config", "10 precision/escalation"}));
+  EXPECT_EQ(event_steps(a_path), (std::vector<std::int64_t>{0, 10, 10}));
+  EXPECT_TRUE(event_steps(b_path).empty());
+  fs::remove_all(dir);
+}
+
 // The reader of the event files keeps every whole record and stops at a torn or corrupt one.
 TEST(TfRecord, RecordsStopAtATornOrCorruptRecord) {
   const std::string a = core::tfrecord_frame("first"), b = core::tfrecord_frame("second record");

@@ -1,5 +1,7 @@
 #include "runs/csv_sink.h"
 
+#include <fstream>
+
 #include "mixtrain/core/runs/summary.h"
 #include "mixtrain/sdk/error.h"
 
@@ -77,10 +79,13 @@ std::string csv_row(const json& record) {
   return line;
 }
 
-CsvSink::CsvSink(const fs::path& path) {
+namespace {
+
+// The file's header, checked before it is opened for appending: a file of other columns is
+// refused before anything is added to it.
+const fs::path& checked_header(const fs::path& path) {
   std::error_code ec;
-  const bool fresh = !fs::exists(path, ec) || fs::file_size(path, ec) == 0;
-  if (!fresh) {
+  if (fs::exists(path, ec) && fs::file_size(path, ec) > 0 && !ec) {
     std::ifstream in(path);
     std::string first;
     std::getline(in, first);
@@ -89,19 +94,19 @@ CsvSink::CsvSink(const fs::path& path) {
           path.string() + " has other columns than this version writes (" + first + ")",
           "move it aside to continue the run; a new metrics.csv starts");
   }
-  out_.open(path, std::ios::app);
-  if (!out_) throw sdk::UserError("cannot write " + path.string(), "choose a writable --run-dir");
-  if (fresh) {
-    out_ << header_line() << '\n';
-    out_.flush();
-  }
+  return path;
+}
+
+}  // namespace
+
+CsvSink::CsvSink(const fs::path& path) : out_(checked_header(path)) {
+  if (out_.bytes_on_open() == 0) out_.append(header_line() + '\n');
 }
 
 void CsvSink::write(const json& record) {
   const std::string line = csv_row(record);
   if (line.empty()) return;
-  out_ << line << '\n';
-  out_.flush();
+  out_.append(line + '\n');
 }
 
 }  // namespace mixtrain::core

@@ -16,12 +16,12 @@
 #pragma once
 
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "runs/metrics_sink.h"
+#include "runs/record_appender.h"
 
 namespace mixtrain::core {
 
@@ -37,7 +37,7 @@ class CsvSink final : public MetricsSink {
   void write(const nlohmann::json& record) override;
 
  private:
-  std::ofstream out_;
+  RecordAppender out_;
 };
 
 }  // namespace mixtrain::core

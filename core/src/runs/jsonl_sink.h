@@ -3,9 +3,9 @@
 #pragma once
 
 #include <filesystem>
-#include <fstream>
 
 #include "runs/metrics_sink.h"
+#include "runs/record_appender.h"
 
 namespace mixtrain::core {
 
@@ -15,7 +15,7 @@ class JsonlSink final : public MetricsSink {
   void write(const nlohmann::json& record) override;
 
  private:
-  std::ofstream out_;
+  RecordAppender out_;
 };
 
 }  // namespace mixtrain::core

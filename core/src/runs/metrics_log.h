@@ -25,7 +25,8 @@ class MetricsLog {
 
   // Opens the sinks in `sinks` (run.metrics; metrics.jsonl whether listed or not) in `run_dir`.
   // `first_step`: the step a resumed run continues from (0 for a fresh run). Throws sdk::UserError
-  // when a file cannot be written.
+  // when a file cannot be written, having removed the metric files this call created (a folder
+  // that holds a metrics.jsonl holds a run: the same command could not start again).
   void open(const std::filesystem::path& run_dir, const std::vector<MetricsSinkKind>& sinks,
             std::int64_t first_step);
   void write(const nlohmann::json& record);

@@ -10,7 +10,8 @@
 //   measured_on_skipped_step() tells them apart, for readers that leave them out.
 // - Each write reaches the file before it returns (flushed), so a killed run keeps every record
 //   written before the kill. Opening throws sdk::UserError for an unwritable file; a write that
-//   fails later (a full disk) does not stop training, as metrics.jsonl never did.
+//   fails later (a full disk) drops that record whole, warns, and does not stop training; later
+//   records land once there is space (runs/record_appender.h).
 // - write_text() gives text for people (the run's config and precision plan, as markdown); sinks
 //   without a place for text ignore it, and say so with keeps_text(), so that nobody renders text
 //   for none.

@@ -8,10 +8,13 @@
 //   memory/device_peak_bytes, memory/host_peak_rss_bytes; an evaluation eval/<name> for each
 //   eval_<name> (eval/loss, eval/accuracy, eval/top5_accuracy); an underflow report
 //   underflow/<tensor> (the flushed share) and underflow/loss_scale; FP8 statistics
-//   fp8/<slot>/<amax|scale|saturated_share|underflow_share>; a skipped step's underflow and FP8
+//   fp8/<slot>/<amax|scale|saturated_share|underflow_share>; an escalation record
+//   precision/escalations_standing; a skipped step's underflow and FP8
 //   records (tagged "skipped": true) give none. Values are float32, as TensorBoard keeps scalars.
 // - A resumed run (first_step > 0) writes a new file that starts with a session start at
-//   first_step + 1, so TensorBoard drops what an abandoned continuation wrote past the resume.
+//   first_step + 1, so TensorBoard drops what an abandoned continuation wrote past the resume;
+//   readers that ignore the marker (its data server) need the folder's files rewritten, which
+//   resuming in place does (drop_events_after_step, runs/tensorboard_writer.h).
 #pragma once
 
 #include <cstdint>

@@ -63,6 +63,7 @@ std::int64_t drop_events_after_step(const fs::path& dir, std::int64_t step, cons
     std::string_view data;
     bool step_event = false;  // parsed, and not the file-version record
     bool session_start = false;
+    bool run_text = false;  // what a starting run writes at its first step (run/config, ...)
     std::int64_t step = 0;
   };
   std::vector<std::string> bytes(files.size());
@@ -78,6 +79,9 @@ std::int64_t drop_events_after_step(const fs::path& dir, std::int64_t step, cons
         r.step = e.step();
         r.session_start =
             e.has_session_log() && e.session_log().status() == tensorboard::SessionLog::START;
+        r.run_text = e.has_summary() && e.summary().value_size() > 0;
+        for (const auto& v : e.summary().value())
+          r.run_text = r.run_text && v.tag().starts_with("run/");
       }
       records[i].push_back(r);
     }
@@ -96,7 +100,9 @@ std::int64_t drop_events_after_step(const fs::path& dir, std::int64_t step, cons
     std::string kept;
     std::int64_t past = 0;
     for (const auto& r : records[i]) {
-      if (r.step_event && r.step >= cut[i]) {
+      // A continuation's run texts sit at the step it resumed from, one before its first step:
+      // the run resuming now writes its own there.
+      if (r.step_event && (r.step >= cut[i] || (r.run_text && r.step >= cut[i] - 1))) {
         ++past;
         continue;
       }
@@ -106,6 +112,11 @@ std::int64_t drop_events_after_step(const fs::path& dir, std::int64_t step, cons
     // The whole file goes aside as a second link first, then the trimmed one replaces it by a
     // rename: at every moment the folder holds one of the two, and a kill loses neither.
     fs::create_directories(aside, ec);
+    if (ec)
+      throw sdk::UserError("cannot create " + aside.string() + ": " + ec.message(),
+                           "it would keep the event files' abandoned continuation after step " +
+                               std::to_string(step) +
+                               "; check the run folder's free space, then resume again");
     const std::string rest = files[i].filename().string().substr(kEventFilePrefix.size());
     const fs::path whole = aside / ("events.out.discarded." + rest);
     ec.clear();
@@ -139,7 +150,7 @@ std::int64_t drop_events_after_step(const fs::path& dir, std::int64_t step, cons
   return dropped;
 }
 
-TensorBoardWriter::TensorBoardWriter(const fs::path& dir) {
+fs::path TensorBoardWriter::new_file_name(const fs::path& dir) {
   // TensorBoard reads a folder's event files in name order and a resumed run's session start
   // only drops what came before it: the new file must sort last, also when it starts within the
   // same second as the previous one (the pid alone would order them by chance).
@@ -162,9 +173,10 @@ TensorBoardWriter::TensorBoardWriter(const fs::path& dir) {
       seconds = std::max<std::int64_t>(seconds, std::stoll(field));
     if (prefix + std::to_string(seconds) + tail <= last) ++seconds;
   }
-  path_ = dir / (prefix + std::to_string(seconds) + tail);
-  out_.open(path_, std::ios::binary | std::ios::app);
-  if (!out_) throw sdk::UserError("cannot write " + path_.string(), "choose a writable --run-dir");
+  return dir / (prefix + std::to_string(seconds) + tail);
+}
+
+TensorBoardWriter::TensorBoardWriter(const fs::path& dir) : out_(new_file_name(dir)) {
   auto e = event_at(0);
   e.set_file_version("brain.Event:2");
   e.mutable_source_metadata()->set_writer("mixtrain");
@@ -204,8 +216,7 @@ void TensorBoardWriter::add_session_start(std::int64_t step) {
 }
 
 void TensorBoardWriter::write_record(const std::string& serialized_event) {
-  out_ << tfrecord_frame(serialized_event);
-  out_.flush();
+  out_.append(tfrecord_frame(serialized_event));
 }
 
 }  // namespace mixtrain::core
