@@ -32,7 +32,7 @@ fs::path default_calibration_output(const std::string& config) {
 int run_calibrate(const ConfigArgs& cfg, const CalibrateArgs& args) {
   const fs::path out =
       args.output.empty() ? default_calibration_output(cfg.config) : fs::path(args.output);
-  check_output_file(out, config_inputs(cfg), args.force);
+  check_output_file(out, config_inputs(cfg), args.force, "--out", "calibration.toml");
 
   auto config = load_config(cfg);
   auto registry = make_registry(&config);

@@ -88,7 +88,7 @@ void check_output(const ExportArgs& args, const fs::path& out, const CommandInpu
   else if (peft_layout(args))
     check_output_folder(out, {kPeftWeightsFile, kPeftConfigFile}, {input}, args.force);
   else
-    check_output_file(out, {input}, args.force);
+    check_output_file(out, {input}, args.force, "--out", "exported.safetensors");
 }
 
 void create_folder(const fs::path& out) {

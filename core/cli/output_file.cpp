@@ -1,5 +1,9 @@
 #include "output_file.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -12,28 +16,48 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void check_parent(const fs::path& out) {
+// The writers write a new file beside the output and rename it into place: the folder must
+// exist and take new files (checked now, not after a long calibration or prediction).
+void check_writable_folder(const fs::path& folder, const fs::path& out, const std::string& flag) {
   std::error_code ec;
-  const fs::path folder = out.parent_path();
-  if (!folder.empty() && !fs::is_directory(folder, ec))
+  const fs::path where = folder.empty() ? fs::path(".") : folder;
+  if (!fs::is_directory(where, ec))
     throw sdk::UserError(
-        "the folder of " + out.string() + ", " + folder.string() +
-            (fs::exists(folder, ec) ? ", is not a folder" : ", does not exist"),
-        "create it first (mkdir -p " + folder.string() + "), or choose another --out");
+        "the folder of " + out.string() + ", " + where.string() +
+            (fs::exists(where, ec) ? ", is not a folder" : ", does not exist"),
+        "create it first (mkdir -p " + where.string() + "), or choose another " + flag);
+  if (::access(where.c_str(), W_OK | X_OK) != 0)
+    throw sdk::UserError(
+        "cannot write " + out.string() + ": " + std::strerror(errno) + " (" + where.string() + ")",
+        "choose another " + flag + " in a folder you may write to");
+}
+
+// A device, a FIFO or a socket is not a file the rename may replace (as root, --force over
+// /dev/null would replace the system's).
+void refuse_special_file(const fs::path& out, const std::string& flag) {
+  std::error_code ec;
+  const auto status = fs::status(out, ec);
+  if (fs::exists(status) && !fs::is_regular_file(status) && !fs::is_directory(status))
+    throw sdk::UserError(out.string() + " is not a regular file (a device, a FIFO or a socket)",
+                         "choose another " + flag +
+                             ": the output is written as a new file and "
+                             "renamed into place, which would replace it");
 }
 
 }  // namespace
 
-void check_output_file(const fs::path& out, const CommandInputs& inputs, bool force) {
+void check_output_file(const fs::path& out, const CommandInputs& inputs, bool force,
+                       const std::string& flag, const std::string& example_name) {
   std::error_code ec;
-  refuse_input_as_output("--out", out, inputs);
+  refuse_input_as_output(flag, out, inputs);
   if (fs::is_directory(out, ec))
     throw sdk::UserError(out.string() + " is a folder",
-                         "give a file name, e.g. --out " + (out / "out.npy").string());
+                         "give a file name, e.g. " + flag + " " + (out / example_name).string());
+  refuse_special_file(out, flag);
   if (fs::exists(out, ec) && !force)
     throw sdk::UserError(out.string() + " already exists",
-                         "pass --force to overwrite it, or choose another --out");
-  check_parent(out);
+                         "pass --force to overwrite it, or choose another " + flag);
+  check_writable_folder(out.parent_path(), out, flag);
 }
 
 void check_output_folder(const fs::path& out, const std::vector<std::string>& files,
@@ -48,8 +72,13 @@ void check_output_folder(const fs::path& out, const std::vector<std::string>& fi
     throw sdk::UserError(out.string() + " already exists and is not empty",
                          "pass --force to replace the files this export writes there (others "
                          "stay), or choose another --out");
-  // "dir/" names dir, whose parent must exist.
-  check_parent(out.has_filename() ? out : out.parent_path());
+  for (const auto& file : files) refuse_special_file(out / file, "--out");
+  // "dir/" names dir, whose parent must exist; an existing folder must take the files.
+  const fs::path named = out.has_filename() ? out : out.parent_path();
+  if (fs::is_directory(named, ec))
+    check_writable_folder(named, named / files.front(), "--out");
+  else
+    check_writable_folder(named.parent_path(), named, "--out");
 }
 
 }  // namespace mixtrain::cli

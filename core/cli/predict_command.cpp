@@ -70,7 +70,7 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
   CommandInputs inputs = config_inputs(cfg);
   inputs.insert(inputs.end(),
                 {{"--input", input}, {"--labels", args.labels}, {"--checkpoint", args.checkpoint}});
-  check_output_file(out, inputs, args.force);
+  check_output_file(out, inputs, args.force, "--out", "predictions.npy");
   core::PredictionFormat format;
   format.values = args.values == "probabilities" ? core::PredictionValues::probabilities
                                                  : core::PredictionValues::logits;

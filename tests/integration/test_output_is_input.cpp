@@ -1,6 +1,9 @@
 // Every command that writes a file (predict, calibrate, export) refuses an output that is one of
 // its own inputs, with --force too: exit 2, one error naming the flag, the input and the fix, and
-// the input left as it was. A symlink to an input is that input; a new file is never one.
+// the input left as it was. A symlink to an input is that input; a new file is never one. Nor
+// does --force replace a file that is not a regular one (a FIFO).
+#include <sys/stat.h>
+
 #include <random>
 
 #include "cli_test_support.h"
@@ -122,6 +125,31 @@ TEST_F(OutputIsInput, ExportRefusesItsCheckpointConfigAndInitFromWithForce) {
                      " --initial --set checkpoint.init_from=init.safetensors --format "
                      "safetensors --force --out init.safetensors",
                  "checkpoint.init_from", dir_ / "init.safetensors");
+}
+
+// A device, a FIFO or a socket is never replaced, --force or not: the writers rename a new file
+// into place (as root, over /dev/null, the system's). Refused before any work, the FIFO left as it
+// was; the same for a file of an --layout hf folder.
+TEST_F(OutputIsInput, EveryCommandRefusesToReplaceAFifoWithForce) {
+  ASSERT_EQ(::mkfifo((dir_ / "pipe").c_str(), 0644), 0);
+  ASSERT_EQ(run("train " + cfg_ + " --run-dir run", dir_).exit_code, 0);
+  const std::string ckpt = newest_checkpoint(dir_ / "run").string();
+  for (const std::string& args :
+       {"calibrate " + cfg_ + " --steps 1 --force --out pipe",
+        "predict " + cfg_ + " --checkpoint run --input x.npy --force --out pipe",
+        "export " + ckpt + " --format safetensors --force --out pipe"}) {
+    const auto r = run(args, dir_);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, "pipe is not a regular file")) << args << "\n" << r.err;
+    EXPECT_TRUE(fs::is_fifo(dir_ / "pipe")) << args;
+  }
+  const std::string gpt = config("gpt-tiny-fp32.toml");
+  fs::create_directories(dir_ / "hf");
+  ASSERT_EQ(::mkfifo((dir_ / "hf" / "config.json").c_str(), 0644), 0);
+  const auto r = run("export " + gpt + " --initial --layout hf --force --out hf", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "config.json is not a regular file")) << r.err;
+  EXPECT_TRUE(fs::is_fifo(dir_ / "hf" / "config.json"));
 }
 
 // --layout hf writes a folder: its model.safetensors is refused when it is what the command reads
