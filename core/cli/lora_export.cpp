@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mixtrain/core/config/config.h"
+#include "mixtrain/core/graph/freezing.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::cli {
@@ -113,25 +114,81 @@ std::map<std::string, Adapter> adapters_of(const sdk::TrainingState& state,
   return out;
 }
 
-// The parameters besides the adapters that trained ([train] trainable beside [model.lora]): the
-// checkpoint's "resume" entry lists the frozen ones ("frozen" absent: none). Empty when the state
-// does not say (an --initial export, where nothing has trained yet).
-std::vector<std::string> trained_besides_adapters(const sdk::TrainingState& state) {
-  const auto it = state.metadata.find("resume");
+// The parameters a state holds, by name ("h.0.ln_1.weight"): "param/<name>" in a native
+// checkpoint, the plain name in a safetensors one (whose other entries, optimizer and EMA state,
+// hold a '/').
+std::vector<std::string> parameter_names(const sdk::TrainingState& state) {
+  std::vector<std::string> out;
+  for (const auto& t : state.tensors)
+    if (t.name.rfind("param/", 0) == 0 || t.name.find('/') == std::string::npos)
+      out.push_back(plain_name(t.name));
+  return out;
+}
+
+bool is_adapter(const std::string& name) {
+  return !target_of(name, kA).empty() || !target_of(name, kB).empty();
+}
+
+// What [train] trainable / frozen, as the carried config says, let train besides the adapters:
+// the same resolution the run made (graph/freezing.h), over the state's parameters.
+std::vector<std::string> trained_by_config(const sdk::TrainingState& state,
+                                           const std::filesystem::path& source) {
+  const auto it = state.metadata.find("mixtrain.config");
   if (it == state.metadata.end()) return {};
+  // An --initial export (step 0) has trained nothing yet.
+  if (const auto step = state.metadata.find("step");
+      step != state.metadata.end() && step->second == "0")
+    return {};
+  const auto config = core::Config::from_string(it->second, source.string() + " (its config)");
+  core::FreezeSpec spec;
+  const auto add = [](std::vector<core::ParameterPattern>& list, const std::string& pattern,
+                      const std::string& key) {
+    core::ParameterPattern p;
+    p.pattern = pattern;
+    p.key = key;
+    list.push_back(std::move(p));
+  };
+  for (const auto& pattern : config.string_array("train.trainable"))
+    add(spec.trainable, pattern, "train.trainable");
+  if (spec.trainable.empty()) return {};  // the adapters alone ([model.lora] adds them)
+  for (const auto& pattern : config.string_array("train.frozen"))
+    add(spec.frozen, pattern, "train.frozen");
+  std::vector<core::NamedParameter> parameters;
+  for (const auto& name : parameter_names(state)) {
+    if (is_adapter(name)) add(spec.trainable, name, "model.lora");
+    parameters.push_back({name.substr(0, name.rfind('.')), name});
+  }
+  std::set<std::string> frozen;
+  try {
+    const auto names = core::resolve_frozen(spec, parameters);
+    frozen.insert(names.begin(), names.end());
+  } catch (const sdk::ConfigError&) {
+    // A pattern that matches none of these parameters: not the state the config trained.
+    return {};
+  }
+  std::vector<std::string> out;
+  for (const auto& p : parameters)
+    if (!is_adapter(p.name) && !frozen.contains(p.name)) out.push_back(p.name);
+  return out;
+}
+
+// The parameters besides the adapters that trained ([train] trainable beside [model.lora]): a
+// checkpoint's "resume" entry lists the frozen ones ("frozen" absent: none); a state without it
+// (an export of a checkpoint, which drops it) is judged by its carried config. Empty when the
+// state says neither, or that nothing else trained (an export at step 0).
+std::vector<std::string> trained_besides_adapters(const sdk::TrainingState& state,
+                                                  const std::filesystem::path& source) {
+  const auto it = state.metadata.find("resume");
+  if (it == state.metadata.end()) return trained_by_config(state, source);
   const auto terms = nlohmann::json::parse(it->second, nullptr, false);
-  if (!terms.is_object()) return {};
+  if (!terms.is_object()) return trained_by_config(state, source);
   std::set<std::string> frozen;
   if (const auto f = terms.find("frozen"); f != terms.end() && f->is_array())
     for (const auto& name : *f)
       if (name.is_string()) frozen.insert(name.get<std::string>());
   std::vector<std::string> out;
-  for (const auto& t : state.tensors) {
-    if (t.name.rfind("param/", 0) != 0) continue;
-    const std::string name = plain_name(t.name);
-    if (target_of(t.name, kA).empty() && target_of(t.name, kB).empty() && !frozen.count(name))
-      out.push_back(name);
-  }
+  for (const auto& name : parameter_names(state))
+    if (!is_adapter(name) && !frozen.count(name)) out.push_back(name);
   return out;
 }
 
@@ -145,7 +202,7 @@ bool has_lora_adapters(const sdk::TrainingState& state) {
 
 void refuse_training_beyond_adapters(const sdk::TrainingState& checkpoint,
                                      const std::filesystem::path& source) {
-  const auto trained = trained_besides_adapters(checkpoint);
+  const auto trained = trained_besides_adapters(checkpoint, source);
   if (trained.empty()) return;
   std::string names;
   for (std::size_t i = 0; i < trained.size() && i < 4; ++i) names += (i ? ", " : "") + trained[i];

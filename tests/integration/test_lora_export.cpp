@@ -211,6 +211,18 @@ TEST_F(LoraExport, WhatAnAdapterFolderOrAMergeCannotHoldIsRefused) {
   EXPECT_TRUE(has(r.err, "--merge-lora --layout hf")) << r.err;
   EXPECT_FALSE(fs::exists(dir_ / "extra-adapter" / "adapter_config.json"));
   expect_ok(run("export extra --merge-lora --layout hf --out extra-merged", dir_));
+  // The same run's weights as an exported file (no "resume" entry: its carried config says what
+  // trained), and a run checkpointing in safetensors (parameters under plain names).
+  expect_ok(run("export extra --format safetensors --out extra.safetensors", dir_));
+  expect_ok(run("train " + config_ + " --set run.steps=2 --set 'train.trainable=[\"ln_f\"]'" +
+                    " --set checkpoint.format=safetensors --run-dir extra-st",
+                dir_));
+  for (const std::string source : {"extra.safetensors", "extra-st"}) {
+    r = run("export " + source + " --layout peft --out " + source + "-adapter", dir_);
+    EXPECT_EQ(r.exit_code, 2) << source << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, "trained parameters besides the adapters (ln_f.")) << r.err;
+    EXPECT_FALSE(fs::exists(dir_ / (source + "-adapter") / "adapter_config.json"));
+  }
 
   expect_ok(run("train " + config_ +
                     " --set run.steps=2 --set 'model.lora.targets=[\"h.*.attn.c_attn\", "
@@ -221,6 +233,9 @@ TEST_F(LoraExport, WhatAnAdapterFolderOrAMergeCannotHoldIsRefused) {
   EXPECT_TRUE(has(r.err, "'lm_head' has adapters but no weight of its own")) << r.err;
   EXPECT_TRUE(has(r.err, "--layout peft")) << r.err;
   expect_ok(run("export tied --layout peft --out tied-adapter", dir_));
+  // Adapters alone trained: the exported file passes as the checkpoint does.
+  expect_ok(run("export tied --format safetensors --out tied.safetensors", dir_));
+  expect_ok(run("export tied.safetensors --layout peft --out tied-file-adapter", dir_));
 }
 
 TEST_F(LoraExport, PeftTrainsLoadsAndMergesAsMixtrain) {
