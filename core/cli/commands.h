@@ -50,13 +50,13 @@ struct SampleArgs {
   // (token_ids.h) from the model's own tokenizer.
   std::optional<std::string> prompt;
   std::optional<std::string> prompt_ids;
-  bool print_ids = false;     // print ids (token_ids.h's form), not bytes: any vocabulary
-  std::int64_t tokens = 256;  // [0, kMaxSampleTokens]; the integer flags are range-checked as
-                              // they are parsed (integer_flag.h)
-  double temperature = 1.0;  // 0: greedy
-  std::int64_t top_k = 0;    // 0: the whole vocabulary
-  double top_p = 1.0;        // (0, 1]; 1: the whole vocabulary
-  double repetition_penalty = 1.0;      // > 0; 1: off
+  bool print_ids = false;           // print ids (token_ids.h's form), not bytes: any vocabulary
+  std::int64_t tokens = 256;        // [0, kMaxSampleTokens]; the integer flags are range-checked as
+                                    // they are parsed (integer_flag.h)
+  double temperature = 1.0;         // 0: greedy
+  std::int64_t top_k = 0;           // 0: the whole vocabulary
+  double top_p = 1.0;               // (0, 1]; 1: the whole vocabulary
+  double repetition_penalty = 1.0;  // > 0; 1: off
   std::optional<std::string> stop_ids;  // token ids (token_ids.h) that end the generation
   std::uint64_t seed = 0;
   std::string layout = "native";  // of the checkpoint: native or gpt2
@@ -84,6 +84,8 @@ struct ExportArgs {
                                   // Hugging Face model folder (core/checkpoint/hf_folder.h);
                                   // peft: a PEFT adapter folder (lora_export.h)
   bool merge_lora = false;        // merge [model.lora]'s adapters into the base weights first
+  std::string weights;            // master | ema; empty: the run's eval.weights (what eval,
+                                  // predict and sample use)
 };
 // Writes a checkpoint's weights in another format (weights for other tools: safetensors), or with
 // `initial` the weights step 1 of `train` starts from (seeded initialisation, then

@@ -215,10 +215,18 @@ int export_checkpoint(const ExportArgs& args) {
 
   auto state = reader->read(source);
   if (peft_layout(args)) refuse_training_beyond_adapters(state, source);  // reads "resume"
+  // The weights eval, predict and sample use, unless --weights says otherwise.
+  const std::string weights = args.weights.empty() ? evaluated_weights(state) : args.weights;
+  std::string from = "from " + source.string();
+  if (weights == "ema") {
+    state = with_ema_weights(std::move(state), source);
+    from +=
+        args.weights.empty() ? ", its EMA weights (eval.weights = \"ema\")" : ", its EMA weights";
+  }
   // Anything but a mixtrain checkpoint (e.g. another safetensors file) keeps its metadata.
   if (state.metadata.count("mixtrain.state_version"))
     state.metadata = exported_metadata(state.metadata);
-  write_export(args, *writer, std::move(state), source, out, "from " + source.string());
+  write_export(args, *writer, std::move(state), source, out, from);
   return 0;
 }
 
@@ -231,6 +239,11 @@ int export_initial(const ExportArgs& args) {
         "--from names the format of a checkpoint to read; --initial reads a config, " +
             config.string(),
         "drop --from");
+  if (!args.weights.empty())
+    throw sdk::UserError(
+        "--weights chooses a run's master or EMA weights; --initial writes the "
+        "weights training starts from, where the EMA starts too",
+        "drop --weights");
   if (args.out.empty())
     throw sdk::UserError(
         "export --initial needs --out: a config's weights have no run folder to go beside",
@@ -239,7 +252,8 @@ int export_initial(const ExportArgs& args) {
             : std::string("name the output file, e.g. --out initial.safetensors"));
   check_output(args, out, {"config", config});
 
-  auto session = open_model_session({args.source, args.sets, {}}, SessionWeights::as_training_starts);
+  auto session =
+      open_model_session({args.source, args.sets, {}}, SessionWeights::as_training_starts);
   const auto& init_from = session.experiment.checkpoint.init_from;
   // The init_from file is an input too, known once the config is read.
   check_output(args, out, {"checkpoint.init_from", init_from});

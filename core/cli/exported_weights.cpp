@@ -61,6 +61,49 @@ std::map<std::string, std::string> exported_metadata(const std::map<std::string,
   return meta;
 }
 
+std::string evaluated_weights(const sdk::TrainingState& state) {
+  for (const char* key : {"config", "mixtrain.config"}) {
+    const auto it = state.metadata.find(key);
+    if (it == state.metadata.end()) continue;
+    try {
+      const auto config = core::Config::from_string(it->second, "the checkpoint's config");
+      for (const auto& o : config.table_options("eval"))
+        if (o.key == "weights" && std::holds_alternative<std::string>(o.value))
+          return std::get<std::string>(o.value);
+    } catch (const std::exception&) {
+      // a config this build cannot read: the master weights, as a run without [ema]
+    }
+  }
+  return "master";
+}
+
+sdk::TrainingState with_ema_weights(sdk::TrainingState state, const std::filesystem::path& source) {
+  std::map<std::string, sdk::HostTensor*> parameters;
+  for (auto& t : state.tensors) {
+    if (t.name.rfind("param/", 0) == 0)
+      parameters[t.name.substr(6)] = &t;
+    else if (t.name.find('/') == std::string::npos)
+      parameters[t.name] = &t;
+  }
+  std::size_t averaged = 0;
+  for (const auto& t : state.tensors) {
+    if (t.name.rfind("ema/", 0) != 0) continue;
+    const auto it = parameters.find(t.name.substr(4));
+    if (it == parameters.end() || it->second->dtype != t.dtype || it->second->shape != t.shape)
+      throw sdk::CheckpointError(
+          source.string() + ": the average '" + t.name +
+              "' has no parameter of its dtype and shape",
+          "the file is damaged or not mixtrain's; export the run's own checkpoint, or pass "
+          "--weights master");
+    it->second->bytes = t.bytes;
+    ++averaged;
+  }
+  if (averaged == 0)
+    throw sdk::UserError(source.string() + " holds no EMA weights (no ema/ tensors)",
+                         "the run had no [ema]: drop --weights ema");
+  return state;
+}
+
 sdk::TrainingState in_gpt2_layout(sdk::TrainingState state, const std::filesystem::path& source) {
   if (auto it = state.metadata.find("layout"); it != state.metadata.end() && it->second == "gpt2")
     throw sdk::UserError(source.string() + " is in the gpt2 layout already (its metadata says so)",

@@ -13,6 +13,11 @@
 //   Hugging Face model folder (core/checkpoint/hf_folder.h) for weights written in `stored`. The
 //   model config comes from the metadata (before anything is converted, so an MLP or a ResNet is
 //   refused naming its kind).
+// - evaluated_weights() is the run's eval.weights as the carried config says ("master" when it
+//   says nothing): which weights eval, predict and sample use. with_ema_weights() writes each
+//   "ema/<name>" tensor's values over its parameter ("param/<name>", or <name> in a safetensors
+//   checkpoint), so that every layout exports the averaged model; sdk::UserError naming `source`
+//   when the state holds no EMA, sdk::CheckpointError when an average does not fit its parameter.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +32,9 @@
 namespace mixtrain::cli {
 
 std::map<std::string, std::string> exported_metadata(const std::map<std::string, std::string>& m);
+
+std::string evaluated_weights(const sdk::TrainingState& state);
+sdk::TrainingState with_ema_weights(sdk::TrainingState state, const std::filesystem::path& source);
 
 sdk::TrainingState in_gpt2_layout(sdk::TrainingState state, const std::filesystem::path& source);
 

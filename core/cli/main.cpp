@@ -149,17 +149,18 @@ void add_export(CLI::App& app, CommandLine& a) {
   a.exp->add_option(
       "--format", a.export_args.format,
       "checkpoint format to write, e.g. safetensors (required to convert a checkpoint; "
-      "safetensors by default with --initial and with --layout hf)");
+      "safetensors by default with --initial and with --layout hf or peft)");
   a.exp->add_option("--from", a.export_args.from,
                     "checkpoint format to read (default: chosen by the file's extension)");
   a.exp->add_option("--dtype", a.export_args.dtype,
                     "dtype of the written weights: fp32, bf16, fp16");
   a.exp->add_option("--out", a.export_args.out,
-                    "output file, or folder with --layout hf (default: in the run folder, the "
-                    "checkpoint's name with the new format's extension, or with -hf; required "
-                    "with --initial)");
+                    "output file, or folder with --layout hf or peft (default: in the run "
+                    "folder, the checkpoint's name with the new format's extension, or with -hf "
+                    "or -peft; required with --initial)");
   a.exp->add_flag("--force", a.export_args.force,
-                  "overwrite an existing output file (--layout hf: write into a non-empty folder)");
+                  "overwrite an existing output file (--layout hf or peft: write into a "
+                  "non-empty folder, replacing the files the export writes)");
   a.exp
       ->add_option("--layout", a.export_args.layout,
                    "native (mixtrain's names, [out, in] linears), gpt2 (Hugging Face GPT-2's "
@@ -170,6 +171,11 @@ void add_export(CLI::App& app, CommandLine& a) {
                    "PeftModel.from_pretrained loads; models with [model.lora])")
       ->check(CLI::IsMember({"native", "gpt2", "hf", "peft"}))
       ->capture_default_str();
+  a.exp
+      ->add_option("--weights", a.export_args.weights,
+                   "master or ema: which weights of a run with [ema] to write (default: the "
+                   "run's eval.weights, the ones eval, predict and sample use)")
+      ->check(CLI::IsMember({"master", "ema"}));
   a.exp->add_flag("--merge-lora", a.export_args.merge_lora,
                   "merge the [model.lora] adapters into the base weights (W + alpha/r·B·A), "
                   "writing the plain model (e.g. with --layout hf)");

@@ -217,3 +217,51 @@ TEST_F(CliExport, InitialGpt2LayoutOfATinyGpt) {
 }
 
 }  // namespace
+
+namespace {
+
+// A run that evaluates with its EMA (eval.weights = "ema") exports the EMA by default, in every
+// layout, so the export evaluates as `eval` of the run does; --weights master writes the trained
+// weights; --weights ema of a run without [ema] exits 2.
+TEST_F(CliExport, ARunThatEvaluatesItsEmaExportsTheEma) {
+  const auto run_dir = dir_ / "run";
+  const std::string sets =
+      " --set run.steps=20 --set run.eval_every=0 --set backend.threads=1 --set ema.decay=0.8";
+  auto r =
+      run("train " + quickstart() + sets + " --set eval.weights=ema --run-dir " + run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("export " + run_dir.string() + " --format safetensors --out ema.safetensors", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("EMA weights (eval.weights = \"ema\")"), std::string::npos) << r.out;
+  r = run("export " + run_dir.string() +
+              " --format safetensors --weights master --out master.safetensors",
+          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("EMA"), std::string::npos) << r.out;
+
+  // Each export evaluates as the run does with the weights it holds.
+  const auto config = (run_dir / "config.toml").string();
+  auto loss = [&](const std::string& checkpoint, const std::string& weights) {
+    const auto e = run(
+        "eval " + config + " --set eval.weights=" + weights + " --checkpoint " + checkpoint, dir_);
+    EXPECT_EQ(e.exit_code, 0) << e.err;
+    return json::parse(e.out)["eval_loss"].get<double>();
+  };
+  const double run_ema = loss(run_dir.string(), "ema"),
+               run_master = loss(run_dir.string(), "master");
+  EXPECT_NE(run_ema, run_master);
+  EXPECT_EQ(loss("ema.safetensors", "master"), run_ema);
+  EXPECT_EQ(loss("master.safetensors", "master"), run_master);
+
+  const auto plain = dir_ / "plain";
+  ASSERT_EQ(
+      run("train " + quickstart() + " --set run.steps=5 --run-dir " + plain.string()).exit_code, 0);
+  r = run("export " + plain.string() + " --format safetensors --weights ema --out p.safetensors",
+          dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("holds no EMA weights"), std::string::npos) << r.err;
+  r = run("export " + quickstart() + " --initial --weights ema --out i.safetensors", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+}
+
+}  // namespace
