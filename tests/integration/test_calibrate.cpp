@@ -154,6 +154,42 @@ labels = "y.npy"
   EXPECT_TRUE(has(checked.out, "layers = \"wide_in\"")) << checked.out;
 }
 
+// Weights 1e20 times their init make the FP32 run itself overflow: every step is skipped (or,
+// with run.on_nonfinite = "stop", the run stops at the first). Ranges of NaN and inf recommend
+// nothing: exit 2 saying so, and no file.
+TEST_F(Calibrate, AnFp32RunThatDoesNotStayFiniteRecommendsNothing) {
+  const auto cfg = write_file("inf.toml", R"([run]
+steps = 20
+[precision]
+policy = "fp16-mixed"
+[model]
+layers = [
+  { type = "linear", name = "fc1", out = 16, scale = 1e20 },
+  { type = "relu" },
+  { type = "linear", name = "fc2", out = 16, scale = 1e20 },
+  { type = "relu" },
+  { type = "linear", name = "head", out = 4 },
+]
+[data]
+source = "synthetic"
+batch_size = 32
+[data.synthetic]
+rows = 256
+features = 8
+num_classes = 4
+)");
+  const auto out = dir_ / "inf.precision.toml";
+  auto r = run("calibrate " + cfg.string() + " --steps 3", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "did not stay finite: 3 of its 3 steps had non-finite gradients"))
+      << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  r = run("calibrate " + cfg.string() + " --steps 3 --set run.on_nonfinite=stop", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "stopped after step 1 of 3")) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
 // Inputs in ±1 except every 16th row, 1e5 times larger: FP8 with one scale per tensor flushes
 // the ordinary rows of every GEMM input, 1x128 blocks keep each row to itself. Under fp8-current
 // the report shows the reduction and the file names fp8-block; a convolution in the model keeps

@@ -390,7 +390,22 @@ Calibration calibrate(const Experiment& experiment, const PluginRegistry& regist
                                std::move(configured));
   }
 
-  out.steps = trainer.run().steps;
+  const TrainSummary run = trainer.run();
+  out.steps = run.steps;
+  // Ranges of NaN and inf say nothing about which format holds the values (their amax reads 0):
+  // a recommendation from them would be a guess written as a measurement.
+  const std::int64_t asked = std::min(options.steps, experiment.run.steps);
+  if (run.skipped_steps > 0 || run.steps < asked)
+    throw sdk::UserError(
+        "the FP32 run calibration measures did not stay finite: " +
+            std::to_string(run.skipped_steps) + " of its " + std::to_string(run.steps) +
+            " step" + (run.steps == 1 ? "" : "s") + " had non-finite gradients" +
+            (run.steps < asked ? ", and it stopped after step " + std::to_string(run.steps) +
+                                     " of " + std::to_string(asked)
+                               : std::string()) +
+            "; no precision can be chosen from NaN and inf",
+        "make the model finite in fp32 first (lower optimizer.lr, check the data and the "
+        "layers' init), then calibrate again");
   record_tensors(trainer, observer, out);
   return out;
 }

@@ -9,6 +9,8 @@
 //   run folder, no checkpoint, no evaluation during the steps). Steps past run.steps are not run:
 //   the count is capped there (Calibration::steps says how many ran). The steps are the trainer's
 //   own; an observer (train/trainer.h, StepObserver) copies tensors to the host after each node.
+//   An FP32 run that does not stay finite (a step skipped for non-finite gradients, or stopped by
+//   run.on_nonfinite) is sdk::UserError: its ranges would recommend from NaN and inf.
 // - Per computing node (views are not listed), in forward order, the tensors measured, each
 //   aggregated over the steps (one step_amax per optimizer step, micro-batches folded in):
 //     gemm_input   the inputs its GEMMs read (ops with GEMMs), all inputs together
