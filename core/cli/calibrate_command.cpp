@@ -58,12 +58,25 @@ int run_calibrate(const ConfigArgs& cfg, const CalibrateArgs& args) {
     std::fprintf(stderr, "%s\n", warning.c_str());
   std::printf("wrote %s\nmixtrain train %s --merge %s\n", out.string().c_str(), cfg.config.c_str(),
               out.string().c_str());
-  // The file holds the precision block only: whatever else the command line changed must be
-  // given to `train` again.
-  if (!cfg.sets.empty() || !cfg.merges.empty())
-    std::printf(
-        "(the file holds the precision block only: give train the other --merge and --set "
-        "arguments used here too, the other --merge files before this one)\n");
+  // The file holds the precision block (and the scaler's when it recommends one): whatever else
+  // the command line changed must be given to `train` again, but a --set of a key the file sets
+  // would undo the recommendation (train applies --set after --merge).
+  const bool scaler = recommendation.scaler.needed;
+  std::string repeat, leave_out;  // command-line arguments, as typed
+  int left_out = 0;
+  for (const auto& set : cfg.sets) {
+    const std::string key = set.substr(0, set.find('='));
+    const bool in_file = key.starts_with("precision.") || (scaler && key.starts_with("scaler."));
+    (in_file ? leave_out : repeat) += " --set '" + set + "'";
+    left_out += in_file ? 1 : 0;
+  }
+  const std::string blocks = scaler ? "[precision] and [scaler]" : "[precision]";
+  if (!cfg.merges.empty() || !repeat.empty())
+    std::printf("(the file holds %s only: give train the other --merge files, before this one%s)\n",
+                blocks.c_str(), repeat.empty() ? "" : (", and" + repeat).c_str());
+  if (left_out > 0)
+    std::printf("(leave out%s: the file sets %s, and train applies --set after --merge)\n",
+                leave_out.c_str(), left_out == 1 ? "that key" : "those keys");
   return 0;
 }
 

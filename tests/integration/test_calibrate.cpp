@@ -152,6 +152,36 @@ labels = "y.npy"
   const auto checked = run("check " + cfg.string() + " --merge " + out.string(), dir_);
   ASSERT_EQ(checked.exit_code, 0) << checked.err;
   EXPECT_TRUE(has(checked.out, "layers = \"wide_in\"")) << checked.out;
+
+  // A node whose name holds a glob's characters is written as that name alone (r\[1\] matches
+  // "r[1]" only, a glob "r[1]" would match "r1" and not itself), and train takes it.
+  std::string text = slurp(cfg);
+  const auto at = text.find("name = \"wide_in\"");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 16, "name = \"wide[in]\"");
+  const auto bracket = write_file("bracket.toml", text);
+  const auto bracket_out = dir_ / "bracket.precision.toml";
+  ASSERT_EQ(run("calibrate " + bracket.string() + " --steps 2", dir_).exit_code, 0);
+  EXPECT_TRUE(has(slurp(bracket_out), "layers = \"wide\\\\[in\\\\]\"")) << slurp(bracket_out);
+  const auto trained = run("check " + bracket.string() + " --merge " + bracket_out.string(), dir_);
+  EXPECT_EQ(trained.exit_code, 0) << trained.err;
+}
+
+// policy = "auto" is written as the policy it chose on this backend (the one the rules judged),
+// and --set arguments of keys the file sets are named to be left out, the others to be repeated.
+TEST_F(Calibrate, AutoIsWrittenAsItsChoiceAndTheSetsTheFileUndoesAreNamed) {
+  const auto out = dir_ / "auto.toml";
+  const auto r =
+      run("calibrate " + demo_ + " --steps 2 --set precision.policy=auto --set run.seed=9 --out " +
+              out.string(),
+          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto chose = r.err.find("auto policy chose ");
+  ASSERT_NE(chose, std::string::npos) << r.err;
+  const std::string chosen = r.err.substr(chose + 18, r.err.find(':', chose) - chose - 18);
+  EXPECT_EQ(string_option(core::Config::from_file(out), "precision", "policy"), chosen);
+  EXPECT_TRUE(has(r.out, "leave out --set 'precision.policy=auto'")) << r.out;
+  EXPECT_TRUE(has(r.out, "and --set 'run.seed=9'")) << r.out;
 }
 
 // Weights 1e20 times their init make the FP32 run itself overflow: every step is skipped (or,

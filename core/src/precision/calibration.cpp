@@ -216,7 +216,7 @@ Experiment fp32_experiment(const Experiment& experiment, const PluginRegistry& r
   fp32.scaler_type = "none";
   fp32.scaler_options = default_options(registry, sdk::ComponentKind::scaler, "none", "scaler");
   fp32.overrides.clear();
-  fp32.escalate = {};  // nothing to promote in fp32, and the plan must stay the measured one
+  fp32.escalate = {};        // nothing to promote in fp32, and the plan must stay the measured one
   fp32.unused_keys.clear();  // said once, by the config's own run
   fp32.config_warnings.clear();
   fp32.run.eval_every = 0;
@@ -244,6 +244,9 @@ std::optional<ConfiguredLayouts> plan_ops(const Experiment& experiment,
       experiment.policy_options);
   Model planned(backend, experiment.model, m.input_features(), m.classes(), input);
   plan_precision(planned, *policy, backend->capabilities(), {}, log);
+  // "auto" chose a policy for this backend; the rules judged that one's plan, and a file naming
+  // "auto" could mean another policy (fp16-mixed, unchecked) on the next backend.
+  if (const std::string chosen = policy->resolved_name(); !chosen.empty()) out.policy = chosen;
   out.policy_needs_loss_scaling = policy->needs_loss_scaling();
   const auto* facet = dynamic_cast<const sdk::BlockScalingFacet*>(policy.get());
   std::optional<ConfiguredLayouts> configured;
@@ -398,8 +401,8 @@ Calibration calibrate(const Experiment& experiment, const PluginRegistry& regist
   if (run.skipped_steps > 0 || run.steps < asked)
     throw sdk::UserError(
         "the FP32 run calibration measures did not stay finite: " +
-            std::to_string(run.skipped_steps) + " of its " + std::to_string(run.steps) +
-            " step" + (run.steps == 1 ? "" : "s") + " had non-finite gradients" +
+            std::to_string(run.skipped_steps) + " of its " + std::to_string(run.steps) + " step" +
+            (run.steps == 1 ? "" : "s") + " had non-finite gradients" +
             (run.steps < asked ? ", and it stopped after step " + std::to_string(run.steps) +
                                      " of " + std::to_string(asked)
                                : std::string()) +

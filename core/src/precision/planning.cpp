@@ -11,9 +11,17 @@
 namespace mixtrain::core {
 
 namespace {
-// A pattern with fnmatch wildcards matches by shape; one without names a node exactly.
+// A pattern with fnmatch wildcards matches by shape; one without names a node exactly. A
+// wildcard after a backslash is the character itself (exact_pattern()).
 bool is_glob(const std::string& pattern) {
-  return pattern.find_first_of("*?[") != std::string::npos;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '\\') {
+      ++i;
+      continue;
+    }
+    if (pattern[i] == '*' || pattern[i] == '?' || pattern[i] == '[') return true;
+  }
+  return false;
 }
 
 std::string dtypes_of(const sdk::OpPrecision& p) {
@@ -154,7 +162,8 @@ void store_outputs_for_gemm_readers(Model& model, const std::vector<PrecisionOve
     if (!op.traits().output_may_take_readers_gemm_dtype || TensorId::node(p) == logits) continue;
     bool named = false;
     for (const auto& o : overrides)
-      named = named || (!is_glob(o.pattern) && o.pattern == op.name());
+      named =
+          named || (!is_glob(o.pattern) && fnmatch(o.pattern.c_str(), op.name().c_str(), 0) == 0);
     if (named) continue;
     int readers = 0;
     bool all_bf16_gemms = true;
@@ -176,6 +185,15 @@ void store_outputs_for_gemm_readers(Model& model, const std::vector<PrecisionOve
 }
 
 }  // namespace
+
+std::string exact_pattern(const std::string& name) {
+  std::string out;
+  for (const char c : name) {
+    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
 
 void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
                     const sdk::BackendCapabilities& capabilities,

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "mixtrain/core/config/config.h"
+#include "mixtrain/core/precision/planning.h"
 
 namespace mixtrain::core {
 
@@ -456,7 +457,7 @@ std::string recommendation_toml(const Recommendation& r, const std::vector<std::
     s.array = true;
     s.comments = {o.node + ": " + rung_name(o.planned) + " -> " + rung_name(o.recommended) + ": " +
                   o.reason};
-    s.values.emplace_back("layers", o.node);
+    s.values.emplace_back("layers", exact_pattern(o.node));  // a name, even with a '[' in it
     for (const auto& [key, dtype] : o.fields) s.values.emplace_back(key, dtype_text(dtype));
     sections.push_back(std::move(s));
   }

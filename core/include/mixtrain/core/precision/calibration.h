@@ -78,7 +78,7 @@ struct BlockPolicyPlan {
 };
 
 struct Calibration {
-  std::string policy;  // the experiment's policy, as the config names it
+  std::string policy;  // the experiment's policy, as the config names it or as "auto" chose it
   bool policy_needs_loss_scaling = false;
   std::optional<BlockFormat> block_format;  // the policy is this block-scaled one
   std::int64_t steps = 0;          // optimizer steps that ran

@@ -9,7 +9,9 @@
 // - Then the user's [[precision.override]] entries apply in config order: each pattern is a
 //   layer name or an fnmatch glob, and every field it sets replaces the plan's. A glob ("*",
 //   "fc*") skips precision-sensitive ops, so they stay fp32; a pattern without wildcards that
-//   names a sensitive op exactly overrides it (the user asked for that op), with a warning.
+//   names a sensitive op exactly overrides it (the user asked for that op), with a warning. A
+//   backslash makes the next character plain: the pattern r\[1\] (in TOML "r\\[1\\]") names the
+//   node "r[1]"; exact_pattern() writes a node's name so (calibrate's overrides).
 // - Then a pinned op that may (Layer trait output_may_take_readers_gemm_dtype: layernorm), and
 //   that no override names exactly, stores its output in bf16 where every reader reads it as a
 //   bf16 GEMM operand (trait reads_input_as_gemm_operand: a linear): those readers round it to
@@ -49,6 +51,8 @@ struct PrecisionOverride {
   std::optional<sdk::DType> weight, gemm_input, activation, activation_grad;
   sdk::SourceLocation where;
 };
+
+std::string exact_pattern(const std::string& name);
 
 void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
                     const sdk::BackendCapabilities& capabilities,
