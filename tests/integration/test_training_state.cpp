@@ -400,6 +400,41 @@ TEST_F(TrainingState, BuffersAreSavedResumedLoadedAndExported) {
   EXPECT_EQ(std::find(names.begin(), names.end(), "ema/linear1.weight"), names.end());
 }
 
+// A stop asked for while a step runs (Ctrl-C) makes that step the last: its record is written,
+// its checkpoint is the run's final one, and no further step trains. One asked for while the
+// step's periodic checkpoint is written stops there too, and that checkpoint is the final one
+// (not written twice). Each run's weights are an uninterrupted run's at the same step.
+TEST_F(TrainingState, AStopAskedForDuringAStepEndsTheRunAfterThatStep) {
+  for (const std::int64_t asked_in : {3, 4}) {
+    SCOPED_TRACE(asked_in);
+    const std::string name = "stopped-" + std::to_string(asked_in);
+    const auto e = experiment({"run.steps=10", "checkpoint.every=4", "checkpoint.keep=10"});
+    core::TrainOptions opt;
+    opt.run_dir = dir_ / name;
+    const auto checkpoints = opt.run_dir / "checkpoints";
+    bool asked = false;
+    // Step 3: during the step. Step 4: once its periodic checkpoint is on disk.
+    opt.after_step = [&](std::int64_t step) { asked = asked || (asked_in == 3 && step == 3); };
+    opt.stop_requested = [&] {
+      return asked || (asked_in == 4 && fs::exists(checkpoints / "step-00000004.mxt"));
+    };
+    const auto summary = core::Trainer(e, core::create_components(e, registry()), opt).run();
+    EXPECT_TRUE(summary.interrupted);
+    EXPECT_EQ(summary.steps, asked_in);
+    std::vector<std::string> written;
+    for (const auto& f : fs::directory_iterator(checkpoints))
+      written.push_back(f.path().filename().string());
+    EXPECT_EQ(written,
+              std::vector<std::string>{asked_in == 3 ? "step-00000003.mxt" : "step-00000004.mxt"});
+    const auto records = test::unmeasured_records(opt.run_dir / "metrics.jsonl");
+    ASSERT_FALSE(records.empty());
+    EXPECT_EQ(records.back()["step"].get<std::int64_t>(), asked_in);
+  }
+  train("whole", {"run.steps=10", "checkpoint.every=1", "checkpoint.keep=10"});
+  EXPECT_EQ(tensors("stopped-3", 3), tensors("whole", 3));
+  EXPECT_EQ(tensors("stopped-4", 4), tensors("whole", 4));
+}
+
 // Counts what a StepObserver is shown; reads every tensor it is handed, as calibration does.
 class CountingObserver final : public core::StepObserver {
  public:

@@ -342,6 +342,14 @@ struct StepPlan {
   StepRequest request;
 };
 
+// A stop request (Ctrl-C) that came while the step ran: the step just finished is the last.
+// Every rank asks at the same point, as plan_step does.
+bool stop_asked_after_step(Trainer::State& s, std::int64_t end_step, RunEnd& end) {
+  if (end.interrupted || s.position.step >= end_step || !s.opt.stop_requested) return false;
+  end.interrupted = s.reducer->any_rank(s.opt.stop_requested());
+  return end.interrupted;
+}
+
 // Decides the current step's plan; a stop request (Ctrl-C) lets this step finish and then
 // reports it as the last one. Data parallel: mpirun forwards Ctrl-C to every rank, each sees it
 // at its own moment, so every rank must stop after the same step or their collectives part ways.
@@ -660,6 +668,8 @@ TrainSummary Trainer::run() {
   const std::int64_t end_step =
       s.opt.step_limit > 0 ? std::min(e.run.steps, first_step + s.opt.step_limit) : e.run.steps;
   ProgressReport progress(first_step, end_step, bs, s.opt.progress_line, s.log);
+  fs::path periodic_checkpoint;  // the last one the loop wrote, and its step
+  std::int64_t periodic_checkpoint_step = -1;
   // --profile's figures are per training step: an evaluation or checkpoint inside its window
   // pauses it, and the loop's end closes it (an early stop, a divergence, Ctrl-C included).
   auto* const profiler = dynamic_cast<ProfilingBackend*>(s.c.backend.get());
@@ -669,20 +679,32 @@ TrainSummary Trainer::run() {
     const StepOutcome step = run_training_step(s, plan.request);
     window.rows += bs;
     if (s.opt.after_step) s.opt.after_step(s.position.step);
+    // A stop asked for during this step makes it the last: plan_step saw only earlier requests,
+    // and waiting for them would train one more step (and write its checkpoint) before stopping.
+    const bool stopped_in_step = stop_asked_after_step(s, end_step, end);
     note_divergence(s, step, end);
-    if (plan.log || !step.decision.apply_step) log_step(s, step, window.take(), progress);
+    if (plan.log || stopped_in_step || !step.decision.apply_step)
+      log_step(s, step, window.take(), progress);
     // After the step's record, so the promotion shows after the skip that caused it.
     escalate_after_step(s, s.position.step, step);
-    if (plan.live_refresh) progress.show_live(s.position.step, step.loss.loss, s.c.scaler->scale());
+    if (plan.live_refresh || (stopped_in_step && progress.live()))
+      progress.show_live(s.position.step, step.loss.loss, s.c.scaler->scale());
+    const bool evaluate = plan.evaluate && !stopped_in_step;
     const auto aside_from = Clock::now();
     const bool paused =
-        profiler != nullptr && (plan.evaluate || plan.checkpoint) && profiler->recording();
+        profiler != nullptr && (evaluate || plan.checkpoint) && profiler->recording();
     if (paused) profiler->set_recording(false);
-    if (plan.evaluate) evaluate_and_log(*this, s, sum, end);
+    if (evaluate) evaluate_and_log(*this, s, sum, end);
     // The last step's checkpoint is the final one, unless checkpoint.final = false asks for none.
-    if (!end.stopping() && plan.checkpoint &&
-        (s.position.step != e.run.steps || !e.checkpoint.write_final))
-      save_checkpoint();
+    const bool checkpointed = !end.stopping() && plan.checkpoint &&
+                              (s.position.step != e.run.steps || !e.checkpoint.write_final);
+    if (checkpointed) {
+      periodic_checkpoint = save_checkpoint();
+      periodic_checkpoint_step = s.position.step;
+    }
+    // A stop asked for during this step's evaluation or checkpoint (seconds, where a step may be
+    // milliseconds): stop here rather than after one more step.
+    if (!end.stopping() && (evaluate || checkpointed)) stop_asked_after_step(s, end_step, end);
     if (paused) profiler->set_recording(true);
     const auto aside = Clock::now() - aside_from;
     window.aside += aside;
@@ -703,7 +725,11 @@ TrainSummary Trainer::run() {
     evaluate_and_log(*this, s, sum, end);
   measured.training_peak_rss = peak_rss_bytes();
   fs::path last_checkpoint;
-  if (s.opt.write_outputs && e.checkpoint.write_final) last_checkpoint = save_checkpoint();
+  // A run that stops at a step the loop has just checkpointed (Ctrl-C during that write, an early
+  // stop) has its final checkpoint already: nothing changed since.
+  if (s.opt.write_outputs && e.checkpoint.write_final)
+    last_checkpoint =
+        periodic_checkpoint_step == s.position.step ? periodic_checkpoint : save_checkpoint();
   summarize_run(s, sum, end, measured);
   if (s.writes) write_run_summary(s.run_dir / "summary.json", sum);
   report_end(s, end, last_checkpoint);

@@ -81,7 +81,9 @@ struct TrainOptions {
   std::optional<std::filesystem::path> resume;  // a checkpoint file or a checkpoints folder
   bool progress_line = false;                   // live progress line (a terminal is attached)
   bool write_outputs = true;                    // false: evaluate-only use, nothing written
-  std::function<bool()> stop_requested;         // asked once per step; true: stop after this step
+  std::function<bool()> stop_requested;         // asked before and after each step (and after its
+                                         // evaluation or checkpoint); true: stop after the step
+                                         // in progress, or the one just finished
   std::function<void(std::int64_t step)> after_step;  // after each training step's update
   StepObserver* observer = nullptr;                   // non-owning; outlives the Trainer's run()
   // > 0: run() stops after this many steps, short of run.steps, without the final evaluation;
