@@ -207,7 +207,8 @@ int train_with(core::Experiment& experiment, core::Components components,
   const bool speaks = !components.communicator || components.communicator->rank() == 0;
   core::Trainer trainer(experiment, std::move(components), opt);
   auto s = trainer.run();
-  if (!speaks) return s.interrupted ? core::kInterruptedExitCode : s.diverged ? kExitDiverged : 0;
+  if (!speaks)
+    return s.interrupted ? core::interrupted_exit_code() : s.diverged ? kExitDiverged : 0;
   if (s.already_complete) {  // the trainer said why; nothing was trained or written
     std::printf("nothing to do: the run is already at step %lld\nrun folder: %s\n",
                 static_cast<long long>(s.steps), s.run_dir.string().c_str());
@@ -229,7 +230,7 @@ int train_with(core::Experiment& experiment, core::Components components,
   if (s.stopped_early) std::printf("stopped early: %s\n", s.early_stopping_reason.c_str());
   if (profiler) write_profile(*profiler, first_profiled, last_profiled, s.run_dir);
   std::fflush(stdout);
-  if (s.interrupted) return core::kInterruptedExitCode;
+  if (s.interrupted) return core::interrupted_exit_code();
   if (s.diverged) {
     if (speaks)
       std::fprintf(stderr,

@@ -1,7 +1,7 @@
 // Integration: how a training run ends and what it tells the person watching, through the real
 // executable — divergence (exit 3, "diverged" in summary.json, on_nonfinite = "stop"), Ctrl-C
-// (a clean stop with exit 130, a checkpoint that --resume continues; a second Ctrl-C quits at
-// once), progress output on a terminal (a pseudo-terminal) and piped, and the one-line
+// (a clean stop with exit 128 + the signal, a checkpoint that --resume continues; a second Ctrl-C
+// quits at once), progress output on a terminal (a pseudo-terminal) and piped, and the one-line
 // gradient-underflow log.
 #include <fcntl.h>
 #include <pty.h>
@@ -173,6 +173,20 @@ TEST_F(RunControl, CtrlCStopsCleanlyWritesACheckpointAndResumeContinues) {
   EXPECT_EQ(steps.back(), stopped_at + 3);
 }
 
+// A scheduler's SIGTERM stops the run as Ctrl-C does; the exit status names the signal (143), as
+// a shell reports a process SIGTERM ended, and summary.json says it was a clean stop.
+TEST_F(RunControl, SigtermStopsCleanlyAndExitsWith143) {
+  auto d = dir_ / "run";
+  const auto p = start_endless_run(quickstart(), dir_, d);
+  ASSERT_FALSE(HasFailure());
+  p->signal(SIGTERM);
+  auto status = p->wait(120s);
+  ASSERT_TRUE(status.has_value()) << "still running after SIGTERM";
+  ASSERT_TRUE(WIFEXITED(*status)) << "ended by the signal, not by a clean stop";
+  EXPECT_EQ(WEXITSTATUS(*status), 128 + SIGTERM) << slurp(dir_ / "err.txt");
+  EXPECT_TRUE(summary(d)["interrupted"].get<bool>());
+}
+
 // A closed terminal (SIGHUP) stops the run as Ctrl-C does, with its checkpoint and summary; a
 // hang-up comes twice (shell and kernel), and the second must not cut the stop short.
 TEST_F(RunControl, AClosedTerminalStopsCleanlyLikeCtrlC) {
@@ -190,7 +204,7 @@ TEST_F(RunControl, AClosedTerminalStopsCleanlyLikeCtrlC) {
   auto status = p->wait(120s);
   ASSERT_TRUE(status.has_value()) << "still running after SIGHUP";
   ASSERT_TRUE(WIFEXITED(*status)) << "ended by the signal, not by a clean stop";
-  EXPECT_EQ(WEXITSTATUS(*status), 130) << slurp(dir_ / "err.txt");
+  EXPECT_EQ(WEXITSTATUS(*status), 128 + SIGHUP) << slurp(dir_ / "err.txt");
   auto s = summary(d);
   EXPECT_TRUE(s["interrupted"].get<bool>()) << s.dump();
   char name[64];

@@ -20,9 +20,10 @@ struct sigaction g_previous_int {
 }, g_previous_term{}, g_previous_hup{};
 bool g_watch_hup = false;
 
-extern "C" void on_interrupt(int) {
+extern "C" void on_interrupt(int signal) {
   const int saved_errno = errno;  // the interrupted code may be about to read it
-  g_requested.store(1);
+  int none = 0;
+  g_requested.compare_exchange_strong(none, signal);  // the first signal's number
   // The next SIGINT or SIGTERM meets the default disposition and ends the process.
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
@@ -68,6 +69,11 @@ InterruptGuard::~InterruptGuard() {
 
 bool interrupt_requested() {
   return g_requested.load() != 0;
+}
+
+int interrupted_exit_code() {
+  const int signal = g_requested.load();
+  return 128 + (signal != 0 ? signal : SIGINT);
 }
 
 }  // namespace mixtrain::core

@@ -10,12 +10,13 @@
 //   second one terminates the process by that signal, as a shell expects. SIGHUP is watched only
 //   when it was not ignored (nohup keeps ignoring it), and is ignored after the first signal: a
 //   hang-up arrives twice, and the clean stop it asked for must finish.
-// - kInterruptedExitCode (130 = 128 + SIGINT) is the exit status of a run stopped cleanly.
+// - interrupted_exit_code() is the exit status of a run stopped cleanly: 128 + the number of the
+//   signal that asked (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP), as a shell reports a
+//   process that signal ended, so schedulers read the cause; summary.json's "interrupted" tells
+//   the clean stop from a second signal's kill, which a shell reports with the same number.
 #pragma once
 
 namespace mixtrain::core {
-
-inline constexpr int kInterruptedExitCode = 130;
 
 class InterruptGuard {
  public:
@@ -27,5 +28,7 @@ class InterruptGuard {
 
 // True once SIGINT, SIGTERM or a watched SIGHUP arrived under the current guard.
 bool interrupt_requested();
+// 128 + the first signal's number; 130 (SIGINT's) when none arrived.
+int interrupted_exit_code();
 
 }  // namespace mixtrain::core
