@@ -343,6 +343,30 @@ TEST_F(Cli, ResumeIntoAModelWithoutALayerOfTheCheckpointExits2NamingIt) {
       << r.err;
 }
 
+// A resume on other data of the same row count and seed (another synthetic noise, another file
+// of the same shape, shuffling turned off) trains on, but a warning names the [data] keys and the
+// checksums that differ; the same data, or a loader-only key, says nothing.
+TEST_F(Cli, ResumeOnOtherDataWarnsNamingWhatDiffers) {
+  const auto dir = dir_ / "run";
+  ASSERT_EQ(run("train " + quickstart() + " --set run.steps=2 --run-dir " + dir.string()).exit_code,
+            0);
+  const std::string resume = " --set run.steps=3 --resume " + dir.string() + " --run-dir ";
+  auto r = run("train " + quickstart() + " --set data.prefetch=false" + resume +
+               (dir_ / "same").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.err, "other data")) << r.err;
+  r = run("train " + quickstart() + " --set data.shuffle=false" + resume +
+          (dir_ / "ordered").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "was trained on other data: data.shuffle = true -> false;")) << r.err;
+  r = run("train " + quickstart() + " --set data.synthetic.noise=2.5" + resume +
+          (dir_ / "noisier").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "was trained on other data: data.synthetic.noise = ")) << r.err;
+  EXPECT_TRUE(has(r.err, "training rows crc ")) << r.err;
+  EXPECT_TRUE(has(r.err, "held-out rows crc ")) << r.err;
+}
+
 // eval, predict and sample run the checkpoint's model. A layer removed from the config leaves a
 // tensor without a place: refused, naming the config keys the run had otherwise. Another model key
 // with the same tensors (an activation) or another policy evaluates, but a warning names it.

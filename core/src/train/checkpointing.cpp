@@ -134,11 +134,12 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   st.metadata["progress"] = progress_to_json({s.position.step, s.position.applied,
                                               s.position.skipped, s.metrics.last_loss})
                                 .dump();
-  st.metadata["sampler"] = json{
-      {"epoch", cursor.epoch},
-      {"position", cursor.position},
-      {"seed", s.e.run.seed},
-      {"rows", s.train.rows}}.dump();
+  st.metadata["sampler"] =
+      json{{"epoch", cursor.epoch},          {"position", cursor.position},
+           {"seed", s.e.run.seed},           {"rows", s.train.rows},
+           {"shuffle", s.e.data.shuffle},    {"train_data", s.train_fingerprint},
+           {"eval_data", s.eval_fingerprint}}
+          .dump();
   st.metadata["scaler"] = component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump();
   st.metadata["policy"] = component_state_to_json(s.e.policy_name, s.c.policy->save_state()).dump();
   st.metadata["optimizer"] =
@@ -673,6 +674,39 @@ void check_same_data(const Trainer::State& s, const json& sampler, const fs::pat
         "resume with the same [data] and run.seed as the original run");
 }
 
+// A resume whose data differ with the same row count and seed (another file of the same shape,
+// another synthetic noise, data.shuffle turned off) trains on other data from the step on:
+// allowed, as a deliberate change may be, but said, naming the [data] keys that differ and, when
+// the values themselves differ, the checksums (data/data_fingerprint.h; checkpoints before them
+// have none). Keys that leave the batches as they were (the loader's) are no change.
+void warn_of_other_data(const Trainer::State& s, const CheckpointFile& file, const json& sampler) {
+  std::vector<std::string> changes;
+  if (const auto saved = file.st.metadata.find("config"); saved != file.st.metadata.end()) {
+    static constexpr std::string_view kLoaderOnly[] = {"data.prefetch", "data.pin_memory",
+                                                       "data.eval_batch_size", "data.batch_size"};
+    changes = changed_values(
+        saved->second, resolved_toml(s.e),
+        [](std::string_view key) {
+          return key.starts_with("data.") &&
+                 std::find(std::begin(kLoaderOnly), std::end(kLoaderOnly), key) ==
+                     std::end(kLoaderOnly);
+        },
+        /*one_sided=*/false);
+  }
+  const auto differs = [&](const char* key, const std::string& now, const char* split) {
+    const auto then = sampler.find(key);
+    if (then != sampler.end() && then->is_string() && then->get<std::string>() != now)
+      changes.push_back(std::string(split) + " rows " + then->get<std::string>() + " -> " + now);
+  };
+  differs("train_data", s.train_fingerprint, "training");
+  differs("eval_data", s.eval_fingerprint, "held-out");
+  if (changes.empty()) return;
+  s.log.warn(file.path.string() + " was trained on other data: " + changes_text(changes) +
+             "; the steps from here train on this config's (and evaluations, best checkpoints and "
+             "early stopping measure its held-out rows). Resume with the run's config.toml and "
+             "data to keep the old");
+}
+
 // The EMA continues where it was; a run that starts keeping one on resume starts it at the
 // resumed masters.
 void restore_ema(Trainer::State& s, const CheckpointFile& file) {
@@ -804,6 +838,7 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
   warn_of_changed_schedule(s, file, terms, progress.applied);
   auto sampler = metadata_entry(file, "sampler");
   check_same_data(s, sampler, path);
+  warn_of_other_data(s, file, sampler);
   s.reducer->load_optimizer_state(
       *s.c.optimizer, [&](const std::string& name) { return file.st.find("optimizer/" + name); },
       [&](const sdk::HostTensor& whole, sdk::TensorView slot) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/state.h"
+#include "data/data_fingerprint.h"
 #include "distributed/data_parallel_reducer.h"
 #include "distributed/launch.h"
 #include "distributed/local_reducer.h"
@@ -132,33 +133,6 @@ std::vector<std::byte> replica_state(Trainer::State& s) {
         component_state_to_json(s.e.policy_name, s.c.policy->save_state()).dump()})
     append(text.data(), text.size());
   return out;
-}
-
-// A short checksum of a split's values and labels, for the ranks to compare at start-up: the
-// CRC-32 (distributed/rank_agreement.h) of up to 64 evenly spaced 64 KiB pieces of each vector
-// (all of a small one), so that ranks given different files of the same shape are told apart
-// without reading gigabytes.
-std::string data_fingerprint(const Dataset& d) {
-  std::vector<std::byte> pieces;
-  auto take = [&](std::span<const std::byte> bytes) {
-    constexpr std::size_t kPiece = 64 * 1024, kPieces = 64;
-    if (bytes.size() <= kPiece * kPieces) {
-      pieces.insert(pieces.end(), bytes.begin(), bytes.end());
-      return;
-    }
-    const std::size_t step = (bytes.size() - kPiece) / (kPieces - 1);
-    for (std::size_t i = 0; i < kPieces; ++i) {
-      const auto piece = bytes.subspan(i * step, kPiece);
-      pieces.insert(pieces.end(), piece.begin(), piece.end());
-    }
-  };
-  take(std::as_bytes(std::span(d.x)));
-  take(std::as_bytes(std::span(d.y)));
-  take(std::as_bytes(std::span(d.tokens)));
-  take(std::as_bytes(std::span(d.pixels)));
-  char text[16];
-  std::snprintf(text, sizeof text, "crc %08x", static_cast<unsigned>(crc32_of(pieces)));
-  return text;
 }
 
 // Joins the other ranks when there are any: every rank must run the same config before anything
@@ -562,6 +536,8 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   const auto& e = s.e;
   join_replicas(s);
   load_training_data(s);
+  s.train_fingerprint = data_fingerprint(s.train);
+  s.eval_fingerprint = data_fingerprint(s.eval);
   build_initial_model(s);
   s.data.sampler =
       std::make_unique<BatchSampler>(s.train.rows, e.data.batch_size, e.data.shuffle, e.run.seed);
@@ -592,9 +568,9 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   if (s.c.communicator) {
     const auto cursor = s.data.sampler->cursor();
     check_start_agreement(*s.c.communicator,
-                          std::to_string(s.train.rows) + " training rows (" +
-                              data_fingerprint(s.train) + ") and " + std::to_string(s.eval.rows) +
-                              " held-out rows (" + data_fingerprint(s.eval) + "), " +
+                          std::to_string(s.train.rows) + " training rows (" + s.train_fingerprint +
+                              ") and " + std::to_string(s.eval.rows) + " held-out rows (" +
+                              s.eval_fingerprint + "), " +
                               (s.position.resumed_from.empty()
                                    ? std::string("starting at step 0")
                                    : "resumed at step " + std::to_string(s.position.step) +

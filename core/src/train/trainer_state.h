@@ -34,6 +34,8 @@ struct Trainer::State {
   TrainOptions opt;
   sdk::Logger log = core_logger("trainer");
   Dataset train, eval;
+  // data/data_fingerprint.h, of each split as loaded: checkpoints keep them, a resume compares.
+  std::string train_fingerprint, eval_fingerprint;
   // Image data: what a raw 0 pixel is after normalisation, per channel (crop padding's fill).
   std::vector<float> black;
   ChannelStats normalization;  // [data.normalize] as applied; empty: none
