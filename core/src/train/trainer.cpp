@@ -541,6 +541,14 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   build_initial_model(s);
   s.data.sampler =
       std::make_unique<BatchSampler>(s.train.rows, e.data.batch_size, e.data.shuffle, e.run.seed);
+  // Every epoch drops its incomplete last batch (data/batch_sampler.h); shuffled, each epoch's
+  // dropped rows differ, in order they are the same rows every time.
+  if (const std::int64_t never = s.train.rows % e.data.batch_size; !e.data.shuffle && never > 0)
+    s.log.warn("data.shuffle = false: the last " + std::to_string(never) + " of the " +
+               std::to_string(s.train.rows) +
+               " training rows never train (each epoch drops its incomplete last batch of " +
+               std::to_string(e.data.batch_size) +
+               " rows); shuffle, or a data.batch_size that divides the rows, trains every row");
   s.schedule = schedule_of(e, s.c.optimizer->base_lr());
   for (const auto& unused : e.unused_keys) s.log.warn(unused + "; ignored");
   for (const auto& warning : e.config_warnings) s.log.warn(warning);
