@@ -122,6 +122,31 @@ std::vector<sdk::HostTensor> to_gpt2_layout(std::vector<sdk::HostTensor> tensors
   for (const auto& name : names)
     if (!is_gpt2_weight(name)) not_gpt2(origin, "GPT-2 has no tensor '" + name + "'");
 
+  // The linears must be [out, in]: a file of GPT-2's own Conv1D weights ([in, out]) without the
+  // metadata that says so would be transposed a second time, silently for the square ones.
+  std::int64_t width = 0;
+  for (const auto& t : tensors)
+    if (t.name == "wte.weight" && t.shape.size() == 2) width = t.shape[1];
+  for (const auto& t : tensors) {
+    const auto l = layer_name(t.name);
+    if (!l || !one_of(l->part, kConv1d) || t.shape.size() != 2) continue;
+    const bool native = l->part == "attn.c_attn.weight"
+                            ? t.shape == std::vector<std::int64_t>{3 * width, width}
+                        : l->part == "mlp.c_proj.weight" ? t.shape[0] == width
+                                                         : t.shape[1] == width;
+    if (!native)
+      throw sdk::CheckpointError(
+          origin + ": '" + t.name + "' is " + ops::shape_text(t.shape) +
+              ", not a linear's [out, in] for n_embd " + std::to_string(width) +
+              (l->part == "attn.c_attn.weight" &&
+                       t.shape == std::vector<std::int64_t>{width, 3 * width}
+                   ? ": the file holds GPT-2's Conv1D [in, out] weights already, without the "
+                     "metadata that says so (layout = \"gpt2\")"
+                   : std::string()),
+          "export a mixtrain checkpoint; to convert a GPT-2 state dict, start a config from it "
+          "(checkpoint.init_from = the file, checkpoint.init_layout = \"gpt2\") and export that "
+          "with --initial");
+  }
   for (auto& t : tensors)
     if (is_conv1d_weight(t.name)) {
       const std::string name = t.name;

@@ -242,6 +242,14 @@ TEST(Gpt2Layout, WritingRefusesAModelThatIsNotAGptNamingWhatIsMissing) {
   // The preset without biases is a GPT all the same.
   const auto biasless = native_gpt(2, 4, 9, 3, rng, /*bias=*/false);
   expect_same(from_gpt2_layout(to_gpt2_layout(biasless, "f"), "f").tensors, biasless);
+
+  // Weights in the gpt2 layout already (a GPT2Model state dict without the metadata that says
+  // so): a second transposition would scramble the square c_proj silently; refused, saying why.
+  message =
+      error_of([&] { to_gpt2_layout(to_gpt2_layout(native_gpt(1, 4, 9, 3, rng), "f"), "g"); });
+  EXPECT_TRUE(contains(message, "g: 'h.0.attn.c_attn.weight' is [4, 12], not a linear's [out, in]"))
+      << message;
+  EXPECT_TRUE(contains(message, "GPT-2's Conv1D [in, out] weights already")) << message;
 }
 
 TEST(Gpt2Layout, NamesTheConv1dWeightsAndTheSizes) {

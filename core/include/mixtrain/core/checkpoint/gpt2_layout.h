@@ -13,7 +13,9 @@
 // - to_gpt2_layout() takes a gpt-preset model's weights (plain names, no "param/"). It throws
 //   sdk::CheckpointError, prefixed with `origin`, when they are not such a model: naming the
 //   first missing tensor (wte.weight, wpe.weight, ln_f.weight, h.0.*, a layer's part) or a tensor
-//   GPT-2 has no place for. Biases are optional (the preset's `bias = false`).
+//   GPT-2 has no place for, or a linear weight that is not [out, in] for wte's width (a GPT-2
+//   state dict's [in, out] Conv1D weights, which a second transposition would scramble). Biases
+//   are optional (the preset's `bias = false`).
 // - from_gpt2_layout() takes a file's tensors as GPT2Model or GPT2LMHeadModel saved them: a
 //   "transformer." prefix is stripped, the causal-mask buffers h.<i>.attn.bias and
 //   h.<i>.attn.masked_bias are dropped, and lm_head.weight is dropped when it equals wte.weight
