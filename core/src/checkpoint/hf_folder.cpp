@@ -45,14 +45,16 @@ struct FixedField {
   Json preset;       // the preset's value
   Json absent;       // GPT2Config's default
   const char* what;  // what the preset computes, for the refusal
+  Json same = {};    // another value that computes the same function (null: none)
 };
 
 const std::vector<FixedField>& fixed_fields() {
   // The preset's gelu node is the tanh approximation (graph/ops/activation.h), which
-  // transformers calls "gelu_new" (NewGELUActivation); its "gelu" is the exact erf form.
+  // transformers calls "gelu_new" (NewGELUActivation) and also computes as "gelu_pytorch_tanh"
+  // (torch's gelu(approximate="tanh")); its "gelu" is the exact erf form.
   static const std::vector<FixedField> fields = {
       {"activation_function", "gelu_new", "gelu_new",
-       "the tanh approximation of GELU, transformers' \"gelu_new\""},
+       "the tanh approximation of GELU, transformers' \"gelu_new\"", "gelu_pytorch_tanh"},
       {"layer_norm_epsilon", kGptLayerNormEps, 1e-5, "LayerNorms with eps = 1e-05"},
       {"scale_attn_weights", true, true, "attention scores scaled by 1/sqrt(head size)"},
       {"scale_attn_by_inverse_layer_idx", false, false,
@@ -287,7 +289,7 @@ HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& orig
   for (const auto& f : fixed_fields()) {
     const auto it = c.find(f.field);
     const Json& value = it == c.end() ? f.absent : *it;
-    if (value != f.preset)
+    if (value != f.preset && (f.same.is_null() || value != f.same))
       throw sdk::ConfigError(
           at, f.field,
           "is " + value.dump() + (it == c.end() ? " (GPT2Config's default)" : "") +

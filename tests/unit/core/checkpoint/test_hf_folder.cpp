@@ -217,6 +217,16 @@ TEST(HfFolder, GPT2ConfigsDefaultsStandInForAbsentFieldsAndDropoutIsOnlyNoted) {
       << config.notes[1];
 }
 
+// transformers computes the tanh GELU under two names: "gelu_new" and "gelu_pytorch_tanh"
+// (torch's gelu(approximate="tanh")); both are the preset's gelu.
+TEST(HfFolder, EitherNameOfTheTanhGeluIsThePresetsGelu) {
+  const auto config = parse_hf_gpt2_config(
+      edited([](nlohmann::json& c) { c["activation_function"] = "gelu_pytorch_tanh"; }),
+      "hf/config.json");
+  EXPECT_EQ(config.sizes[2].value, 8);
+  EXPECT_TRUE(config.notes.empty());
+}
+
 TEST(HfFolder, AConfigThePresetCannotBuildIsRefusedNamingTheFieldAndValue) {
   using Json = nlohmann::json;
   const std::vector<std::pair<std::function<void(Json&)>, std::string>> cases = {
