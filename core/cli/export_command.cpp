@@ -214,6 +214,10 @@ int export_checkpoint(const ExportArgs& args) {
   check_output(args, out, {"source", source});
 
   auto state = reader->read(source);
+  // The weights the run started from (a Hugging Face folder's model.safetensors, which a PEFT
+  // adapter of the run names as its base) are an input too, known once the checkpoint is read.
+  if (const auto from = initial_weights_of(state); !from.empty())
+    check_output(args, out, {"checkpoint.init_from (the run's)", from});
   if (peft_layout(args)) refuse_training_beyond_adapters(state, source);  // reads "resume"
   // The weights eval, predict and sample use, unless --weights says otherwise.
   const std::string weights = args.weights.empty() ? evaluated_weights(state) : args.weights;

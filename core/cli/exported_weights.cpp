@@ -61,20 +61,36 @@ std::map<std::string, std::string> exported_metadata(const std::map<std::string,
   return meta;
 }
 
-std::string evaluated_weights(const sdk::TrainingState& state) {
-  for (const char* key : {"config", "mixtrain.config"}) {
-    const auto it = state.metadata.find(key);
+namespace {
+
+// A string value of the carried config ("config" in a checkpoint, "mixtrain.config" in an export),
+// or empty when there is none or the config cannot be read by this build.
+std::string carried_string(const sdk::TrainingState& state, const std::string& table,
+                           const std::string& key) {
+  for (const char* entry : {"config", "mixtrain.config"}) {
+    const auto it = state.metadata.find(entry);
     if (it == state.metadata.end()) continue;
     try {
       const auto config = core::Config::from_string(it->second, "the checkpoint's config");
-      for (const auto& o : config.table_options("eval"))
-        if (o.key == "weights" && std::holds_alternative<std::string>(o.value))
+      for (const auto& o : config.table_options(table))
+        if (o.key == key && std::holds_alternative<std::string>(o.value))
           return std::get<std::string>(o.value);
     } catch (const std::exception&) {
-      // a config this build cannot read: the master weights, as a run without [ema]
+      // a config this build cannot read: as if it said nothing
     }
   }
-  return "master";
+  return {};
+}
+
+}  // namespace
+
+std::string evaluated_weights(const sdk::TrainingState& state) {
+  const std::string weights = carried_string(state, "eval", "weights");
+  return weights.empty() ? "master" : weights;  // a run without [ema] evaluates its masters
+}
+
+std::filesystem::path initial_weights_of(const sdk::TrainingState& state) {
+  return carried_string(state, "checkpoint", "init_from");
 }
 
 sdk::TrainingState with_ema_weights(sdk::TrainingState state, const std::filesystem::path& source) {
@@ -135,6 +151,8 @@ HfFolderExport in_hf_folder(sdk::TrainingState state, const std::filesystem::pat
   state = in_gpt2_layout(std::move(state), source);
   auto folder = core::hf_gpt2_folder(std::move(state.tensors), model, stored, source.string());
   state.tensors = std::move(folder.tensors);
+  // from_pretrained refuses a model.safetensors without it, whatever the source file carried.
+  state.metadata["format"] = "pt";
   return {std::move(state), std::move(folder.config_json), std::move(folder.zero_biases)};
 }
 

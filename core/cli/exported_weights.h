@@ -12,7 +12,10 @@
 // - in_hf_folder() is in_gpt2_layout() under GPT2LMHeadModel's names, with the config.json of a
 //   Hugging Face model folder (core/checkpoint/hf_folder.h) for weights written in `stored`. The
 //   model config comes from the metadata (before anything is converted, so an MLP or a ResNet is
-//   refused naming its kind).
+//   refused naming its kind); the weights' metadata says format = "pt", which from_pretrained
+//   requires, whatever the source carried.
+// - initial_weights_of() is the carried config's checkpoint.init_from (the file the run started
+//   from, model.from_pretrained's weights included), or empty.
 // - evaluated_weights() is the run's eval.weights as the carried config says ("master" when it
 //   says nothing): which weights eval, predict and sample use. with_ema_weights() writes each
 //   "ema/<name>" tensor's values over its parameter ("param/<name>", or <name> in a safetensors
@@ -34,6 +37,7 @@ namespace mixtrain::cli {
 std::map<std::string, std::string> exported_metadata(const std::map<std::string, std::string>& m);
 
 std::string evaluated_weights(const sdk::TrainingState& state);
+std::filesystem::path initial_weights_of(const sdk::TrainingState& state);
 sdk::TrainingState with_ema_weights(sdk::TrainingState state, const std::filesystem::path& source);
 
 sdk::TrainingState in_gpt2_layout(sdk::TrainingState state, const std::filesystem::path& source);

@@ -162,6 +162,15 @@ TEST_F(OutputIsInput, HfFolderExportRefusesTheFolderItReadsWithForce) {
                      " --initial --set checkpoint.init_from=hf/model.safetensors"
                      " --set checkpoint.init_layout=gpt2 --layout hf --force --out hf",
                  "checkpoint.init_from", dir_ / "hf" / "model.safetensors");
+  // A run started from that folder, exported back over it: the base its adapters or later
+  // exports name would change under them.
+  r = run("train " + gpt +
+              " --set run.steps=1 --set checkpoint.init_from=hf/model.safetensors"
+              " --set checkpoint.init_layout=gpt2 --run-dir tuned",
+          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_refused("export tuned --layout hf --force --out hf", "checkpoint.init_from (the run's)",
+                 dir_ / "hf" / "model.safetensors");
 }
 
 }  // namespace
