@@ -248,6 +248,10 @@ std::optional<ConfiguredLayouts> plan_ops(const Experiment& experiment,
   // "auto" could mean another policy (fp16-mixed, unchecked) on the next backend.
   if (const std::string chosen = policy->resolved_name(); !chosen.empty()) out.policy = chosen;
   out.policy_needs_loss_scaling = policy->needs_loss_scaling();
+  for (const auto& [key, value] : experiment.policy_options.effective())
+    if (key == "fp8_format" && std::holds_alternative<std::string>(value) &&
+        std::get<std::string>(value) == "e4m3")
+      out.fp8_gradient = sdk::DType::fp8_e4m3;
   const auto* facet = dynamic_cast<const sdk::BlockScalingFacet*>(policy.get());
   std::optional<ConfiguredLayouts> configured;
   if (facet != nullptr)

@@ -137,7 +137,8 @@ std::optional<std::string> check_block(const TensorCalibration& t, BlockFormat f
 // The first reason the op is unsafe under precision `q`, or nullopt. `blocks`: the FP8 GEMM is
 // block-scaled in that format.
 std::optional<std::string> check_op(const OpCalibration& op, const sdk::OpPrecision& q,
-                                    int scale_log2, std::optional<BlockFormat> blocks) {
+                                    int scale_log2, std::optional<BlockFormat> blocks,
+                                    DType fp8_gradient) {
   const bool fp8_gemm = op.has_gemm && sdk::is_fp8(q.gemm_input);
   auto fp8 = [&](const TensorCalibration& t, DType format) {
     return blocks && op.block_path ? check_block(t, *blocks) : check_fp8(t, format);
@@ -164,7 +165,7 @@ std::optional<std::string> check_op(const OpCalibration& op, const sdk::OpPrecis
         why = stored(t, q.activation_grad);
         break;
       case CalibratedTensor::output_grad:
-        if (fp8_gemm) why = fp8(t, DType::fp8_e5m2);
+        if (fp8_gemm) why = fp8(t, fp8_gradient);
         break;
     }
     if (why) return why;
@@ -283,7 +284,8 @@ std::vector<OpRecommendation> recommend_ops(const Calibration& c,
     for (std::optional<DType> rung = o.planned; rung; rung = next_rung(*rung)) {
       o.recommended = *rung;
       if (*rung == DType::fp32) break;
-      const auto unsafe = check_op(op, precision_at(op.planned, *rung), scale_log2, blocks);
+      const auto unsafe =
+          check_op(op, precision_at(op.planned, *rung), scale_log2, blocks, c.fp8_gradient);
       if (!unsafe) break;
       why += (why.empty() ? "" : "; ") + std::string(rung_name(*rung)) + ": " + *unsafe;
     }

@@ -213,6 +213,27 @@ TEST(CalibrationRecommendation, AnFp8SafeGemmStaysFp8AndOneWithAJumpingAmaxGoesT
   EXPECT_NE(table.find("x5.00"), std::string::npos) << table;
 }
 
+// Gradients over 7 decades fit e5m2 with a per-tensor scale (the hybrid format's gradient
+// operand) but flush in e4m3, which fp8_format = "e4m3" casts them to: judged in that format.
+TEST(CalibrationRecommendation, Fp8GradientsAreJudgedInTheFormatThePolicyCastsThemTo) {
+  const sdk::OpPrecision fp8_plan = {DType::bf16, DType::fp8_e4m3, DType::bf16, DType::bf16};
+  Calibration c;
+  c.policy = "fp8-delayed";
+  c.steps = 1;
+  OpCalibration op = linear("wide_grads", fp8_plan);
+  add(op, CalibratedTensor::gemm_input, over_steps({logspace(0.06, 3.0)}, false));
+  add(op, CalibratedTensor::weight, over_steps({logspace(4e-3, 0.2)}, false));
+  add(op, CalibratedTensor::output_grad, over_steps({logspace(1e-10, 1e-3)}, true));
+  c.ops.push_back(op);
+  const Recommendation hybrid = recommend(c);
+  EXPECT_EQ(find(hybrid, "wide_grads").recommended, DType::fp8_e4m3);
+  c.fp8_gradient = DType::fp8_e4m3;
+  const Recommendation e4m3 = recommend(c);
+  const auto& raised = find(e4m3, "wide_grads");
+  EXPECT_EQ(raised.recommended, DType::bf16) << raised.reason;
+  EXPECT_NE(raised.reason.find("output_grad flushes"), std::string::npos) << raised.reason;
+}
+
 TEST(CalibrationRecommendation, SharesPrintWithoutRoundingToZeroOrHundred) {
   EXPECT_EQ(format_share(0.0), "0%");
   EXPECT_EQ(format_share(1e-6), "<0.1%");

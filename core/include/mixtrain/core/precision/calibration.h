@@ -80,11 +80,14 @@ struct BlockPolicyPlan {
 struct Calibration {
   std::string policy;  // the experiment's policy, as the config names it or as "auto" chose it
   bool policy_needs_loss_scaling = false;
+  // The format of an FP8 GEMM's gradient operand: e5m2 (fp8_format = "hybrid", the default),
+  // e4m3 (fp8_format = "e4m3", which flushes far more small gradients).
+  sdk::DType fp8_gradient = sdk::DType::fp8_e5m2;
   std::optional<BlockFormat> block_format;  // the policy is this block-scaled one
-  std::int64_t steps = 0;          // optimizer steps that ran
-  std::vector<OpCalibration> ops;  // forward order
-  bool block_report = false;       // the block statistics were measured
-  std::int64_t block_steps = 0;    // optimizer steps they were measured on
+  std::int64_t steps = 0;                   // optimizer steps that ran
+  std::vector<OpCalibration> ops;           // forward order
+  bool block_report = false;                // the block statistics were measured
+  std::int64_t block_steps = 0;             // optimizer steps they were measured on
   std::vector<BlockPolicyPlan> block_policies;
 };
 
