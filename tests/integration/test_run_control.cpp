@@ -129,15 +129,22 @@ std::unique_ptr<Spawned> start_endless_run(const std::string& quickstart, const 
   return p;
 }
 
+// Waits for a run that `signal` asked to stop: it must exit by itself (a clean stop, not killed by
+// the signal), with 128 + the signal, as a shell reports a process that signal ended.
+void expect_clean_stop(Spawned& p, int signal, const fs::path& err) {
+  const auto status = p.wait(120s);
+  ASSERT_TRUE(status.has_value()) << "still running after signal " << signal;
+  ASSERT_TRUE(WIFEXITED(*status)) << "ended by a signal, not by a clean stop";
+  EXPECT_EQ(WEXITSTATUS(*status), 128 + signal) << slurp(err);
+}
+
 TEST_F(RunControl, CtrlCStopsCleanlyWritesACheckpointAndResumeContinues) {
   auto d = dir_ / "run";
   const auto p = start_endless_run(quickstart(), dir_, d);
   ASSERT_FALSE(HasFailure());
   p->signal(SIGINT);
-  auto status = p->wait(120s);
-  ASSERT_TRUE(status.has_value()) << "still running after SIGINT";
-  ASSERT_TRUE(WIFEXITED(*status)) << "ended by a signal, not by a clean stop";
-  EXPECT_EQ(WEXITSTATUS(*status), 130) << slurp(dir_ / "err.txt");
+  expect_clean_stop(*p, SIGINT, dir_ / "err.txt");
+  ASSERT_FALSE(HasFailure());
 
   auto s = summary(d);
   EXPECT_TRUE(s["interrupted"].get<bool>()) << s.dump();
@@ -180,10 +187,8 @@ TEST_F(RunControl, SigtermStopsCleanlyAndExitsWith143) {
   const auto p = start_endless_run(quickstart(), dir_, d);
   ASSERT_FALSE(HasFailure());
   p->signal(SIGTERM);
-  auto status = p->wait(120s);
-  ASSERT_TRUE(status.has_value()) << "still running after SIGTERM";
-  ASSERT_TRUE(WIFEXITED(*status)) << "ended by the signal, not by a clean stop";
-  EXPECT_EQ(WEXITSTATUS(*status), 128 + SIGTERM) << slurp(dir_ / "err.txt");
+  expect_clean_stop(*p, SIGTERM, dir_ / "err.txt");
+  ASSERT_FALSE(HasFailure());
   EXPECT_TRUE(summary(d)["interrupted"].get<bool>());
 }
 
@@ -201,10 +206,8 @@ TEST_F(RunControl, AClosedTerminalStopsCleanlyLikeCtrlC) {
   ASSERT_TRUE(eventually(
       [&] { return slurp(dir_ / "err.txt").find("interrupted:") != std::string::npos; }, 60s));
   p->signal(SIGHUP);
-  auto status = p->wait(120s);
-  ASSERT_TRUE(status.has_value()) << "still running after SIGHUP";
-  ASSERT_TRUE(WIFEXITED(*status)) << "ended by the signal, not by a clean stop";
-  EXPECT_EQ(WEXITSTATUS(*status), 128 + SIGHUP) << slurp(dir_ / "err.txt");
+  expect_clean_stop(*p, SIGHUP, dir_ / "err.txt");
+  ASSERT_FALSE(HasFailure());
   auto s = summary(d);
   EXPECT_TRUE(s["interrupted"].get<bool>()) << s.dump();
   char name[64];
