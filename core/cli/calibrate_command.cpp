@@ -62,18 +62,27 @@ int run_calibrate(const ConfigArgs& cfg, const CalibrateArgs& args) {
   // the command line changed must be given to `train` again, but a --set of a key the file sets
   // would undo the recommendation (train applies --set after --merge).
   const bool scaler = recommendation.scaler.needed;
+  // The keys recommendation_toml() writes; tables merge key by key, so others stay the config's.
+  const auto file_sets = [&](const std::string& key) {
+    return key == "precision.policy" || key == "precision.override" ||
+           key.starts_with("precision.override.") ||
+           (scaler && (key == "scaler.type" || key == "scaler.dynamic.init_scale" ||
+                       key == "scaler.init_scale"));
+  };
   std::string repeat, leave_out;  // command-line arguments, as typed
   int left_out = 0;
   for (const auto& set : cfg.sets) {
-    const std::string key = set.substr(0, set.find('='));
-    const bool in_file = key.starts_with("precision.") || (scaler && key.starts_with("scaler."));
+    const bool in_file = file_sets(set.substr(0, set.find('=')));
     (in_file ? leave_out : repeat) += " --set '" + set + "'";
     left_out += in_file ? 1 : 0;
   }
-  const std::string blocks = scaler ? "[precision] and [scaler]" : "[precision]";
-  if (!cfg.merges.empty() || !repeat.empty())
-    std::printf("(the file holds %s only: give train the other --merge files, before this one%s)\n",
-                blocks.c_str(), repeat.empty() ? "" : (", and" + repeat).c_str());
+  const std::string keys =
+      scaler ? "the policy, its overrides and the loss scale" : "the policy and its overrides";
+  if (!cfg.merges.empty())
+    std::printf("(the file sets %s only: give train the other --merge files, before this one%s)\n",
+                keys.c_str(), repeat.empty() ? "" : (", and" + repeat).c_str());
+  else if (!repeat.empty())
+    std::printf("(the file sets %s only: give train%s too)\n", keys.c_str(), repeat.c_str());
   if (left_out > 0)
     std::printf("(leave out%s: the file sets %s, and train applies --set after --merge)\n",
                 leave_out.c_str(), left_out == 1 ? "that key" : "those keys");

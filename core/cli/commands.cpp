@@ -202,7 +202,7 @@ int train_with(core::Experiment& experiment, core::Components components,
   // One live line, rank 0's, for a data-parallel run.
   opt.progress_line = isatty(STDERR_FILENO) != 0 &&
                       (!components.communicator || components.communicator->rank() == 0);
-  core::InterruptGuard interrupt_guard;  // Ctrl-C: finish the step, checkpoint, summary, exit 130
+  core::InterruptGuard interrupt_guard;  // Ctrl-C: finish the step, checkpoint, summary, 130
   opt.stop_requested = [] { return core::interrupt_requested(); };
   const bool speaks = !components.communicator || components.communicator->rank() == 0;
   core::Trainer trainer(experiment, std::move(components), opt);

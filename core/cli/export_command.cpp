@@ -222,7 +222,9 @@ int export_checkpoint(const ExportArgs& args) {
   // The weights eval, predict and sample use, unless --weights says otherwise.
   const std::string weights = args.weights.empty() ? evaluated_weights(state) : args.weights;
   std::string from = "from " + source.string();
-  if (weights == "ema") {
+  // A file without EMA tensors under eval.weights = "ema" (an export, which holds the average
+  // already, or a checkpoint format that keeps weights only) is written as it is, as eval reads it.
+  if (weights == "ema" && (!args.weights.empty() || has_ema_weights(state))) {
     state = with_ema_weights(std::move(state), source);
     from +=
         args.weights.empty() ? ", its EMA weights (eval.weights = \"ema\")" : ", its EMA weights";

@@ -93,6 +93,12 @@ std::filesystem::path initial_weights_of(const sdk::TrainingState& state) {
   return carried_string(state, "checkpoint", "init_from");
 }
 
+bool has_ema_weights(const sdk::TrainingState& state) {
+  for (const auto& t : state.tensors)
+    if (t.name.rfind("ema/", 0) == 0) return true;
+  return false;
+}
+
 sdk::TrainingState with_ema_weights(sdk::TrainingState state, const std::filesystem::path& source) {
   std::map<std::string, sdk::HostTensor*> parameters;
   for (auto& t : state.tensors) {

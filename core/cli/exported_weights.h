@@ -38,6 +38,7 @@ std::map<std::string, std::string> exported_metadata(const std::map<std::string,
 
 std::string evaluated_weights(const sdk::TrainingState& state);
 std::filesystem::path initial_weights_of(const sdk::TrainingState& state);
+bool has_ema_weights(const sdk::TrainingState& state);  // any "ema/<name>" tensor
 sdk::TrainingState with_ema_weights(sdk::TrainingState state, const std::filesystem::path& source);
 
 sdk::TrainingState in_gpt2_layout(sdk::TrainingState state, const std::filesystem::path& source);

@@ -133,7 +133,9 @@ bool is_adapter(const std::string& name) {
 // the same resolution the run made (graph/freezing.h), over the state's parameters.
 std::vector<std::string> trained_by_config(const sdk::TrainingState& state,
                                            const std::filesystem::path& source) {
-  const auto it = state.metadata.find("mixtrain.config");
+  // "config" in a checkpoint, "mixtrain.config" in an export.
+  auto it = state.metadata.find("config");
+  if (it == state.metadata.end()) it = state.metadata.find("mixtrain.config");
   if (it == state.metadata.end()) return {};
   // An --initial export (step 0) has trained nothing yet.
   if (const auto step = state.metadata.find("step");
@@ -178,8 +180,13 @@ std::vector<std::string> trained_by_config(const sdk::TrainingState& state,
 // state says neither, or that nothing else trained (an export at step 0).
 std::vector<std::string> trained_besides_adapters(const sdk::TrainingState& state,
                                                   const std::filesystem::path& source) {
+  // A weights-only file (a safetensors checkpoint) names buffers as plainly as parameters: only
+  // its config tells what trained.
+  const auto weights_only = state.metadata.find("mixtrain.weights_only");
   const auto it = state.metadata.find("resume");
-  if (it == state.metadata.end()) return trained_by_config(state, source);
+  if (it == state.metadata.end() ||
+      (weights_only != state.metadata.end() && weights_only->second == "1"))
+    return trained_by_config(state, source);
   const auto terms = nlohmann::json::parse(it->second, nullptr, false);
   if (!terms.is_object()) return trained_by_config(state, source);
   std::set<std::string> frozen;
@@ -187,8 +194,11 @@ std::vector<std::string> trained_besides_adapters(const sdk::TrainingState& stat
     for (const auto& name : *f)
       if (name.is_string()) frozen.insert(name.get<std::string>());
   std::vector<std::string> out;
-  for (const auto& name : parameter_names(state))
+  for (const auto& t : state.tensors) {
+    if (t.name.rfind("param/", 0) != 0) continue;  // buffers are "buffer/<name>"
+    const std::string name = plain_name(t.name);
     if (!is_adapter(name) && !frozen.count(name)) out.push_back(name);
+  }
   return out;
 }
 

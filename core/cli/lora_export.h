@@ -17,10 +17,10 @@
 //   CAUSAL_LM for a gpt-preset model).
 // - refuse_training_beyond_adapters(): sdk::UserError when the state trained parameters besides
 //   the adapters ([train] trainable): PEFT would load the base model's values for them. A
-//   checkpoint says so in its "resume" entry (which lists the frozen parameters); an exported
-//   file, which has none, by its carried config's [train] trainable / frozen, resolved over its
-//   parameters as the run did. Parameters are "param/<name>" (native) or plain names
-//   (safetensors). A state at step 0, or one that says neither, passes.
+//   checkpoint says so in its "resume" entry (which lists the frozen parameters, "param/<name>");
+//   an exported file (no such entry) or a weights-only checkpoint (safetensors: buffers and
+//   parameters under plain names) by its carried config's [train] trainable / frozen, resolved
+//   over its tensors as the run did. A state at step 0, or one that says neither, passes.
 // - merge_lora(): every base weight W [out, in] with adapters becomes W + (alpha / r)·B·A
 //   (computed in double, rounded once to FP32), and the adapters' tensors (and their optimizer
 //   state) are dropped, so the state is the plain model's. A node with adapters but no weight of

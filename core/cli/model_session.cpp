@@ -31,9 +31,10 @@ ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights) {
     // step it.
     std::erase_if(s.experiment.config_warnings,
                   [](const std::string& w) { return w.starts_with("optimizer."); });
-    // So is the order of training batches (and the rows an unshuffled order never reaches).
-    s.experiment.data.shuffle = true;
   }
+  // No session trains: the order of training batches (and the rows an unshuffled order never
+  // reaches) is training's matter.
+  s.experiment.data.shuffle = true;
   core::TrainOptions opt;
   opt.write_outputs = false;
   s.trainer = std::make_unique<core::Trainer>(s.experiment, std::move(components), opt);

@@ -32,16 +32,22 @@ void check_writable_folder(const fs::path& folder, const fs::path& out, const st
         "choose another " + flag + " in a folder you may write to");
 }
 
-// A device, a FIFO or a socket is not a file the rename may replace (as root, --force over
-// /dev/null would replace the system's).
+// A device, a FIFO, a socket or a symbolic link is not a file the rename may replace: it replaces
+// the entry itself (as root, --force over /dev/null or /dev/stdout, a link, would replace the
+// system's), never writes through it.
 void refuse_special_file(const fs::path& out, const std::string& flag) {
   std::error_code ec;
-  const auto status = fs::status(out, ec);
-  if (fs::exists(status) && !fs::is_regular_file(status) && !fs::is_directory(status))
+  const auto entry = fs::symlink_status(out, ec);
+  if (fs::is_symlink(entry))
+    throw sdk::UserError(out.string() + " is a symbolic link",
+                         "give the file's own path as " + flag +
+                             ": the output is written as a new file and renamed into place, "
+                             "which would replace the link, not what it points to");
+  if (fs::exists(entry) && !fs::is_regular_file(entry) && !fs::is_directory(entry))
     throw sdk::UserError(out.string() + " is not a regular file (a device, a FIFO or a socket)",
                          "choose another " + flag +
-                             ": the output is written as a new file and "
-                             "renamed into place, which would replace it");
+                             ": the output is written as a new file and renamed into place, "
+                             "which would replace it");
 }
 
 }  // namespace

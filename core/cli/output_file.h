@@ -4,14 +4,15 @@
 //
 // Contract: sdk::UserError, naming the path, the `flag` that gave it and the fix, when `out` is
 // one of the command's inputs (command_inputs.h; `force` never overrides that), exists and
-// `force` is false, is a folder (the hint suggests `example_name` in it), is not a regular file
-// (a device, a FIFO, a socket: `force` never replaces one), or lies in a folder that does not
-// exist, is not one, or does not take new files (permissions; the writers rename a new file into
-// place). check_output_folder() is the same check for a folder of files (`export --layout hf` and
-// `peft`): refused when it or one of the `files` written in it is an input or not a regular file,
-// when it is a file, exists with anything in it and `force` is false (with `force` the writer
-// replaces its own files and leaves the others), or lies in a folder that does not exist. A
-// missing folder is fine: the writer creates it.
+// `force` is false, is a folder (the hint suggests `example_name` in it), is a symbolic link or
+// not a regular file (a device, a FIFO, a socket: `force` never replaces one), or lies in a
+// folder that does not exist, is not one, or does not take new files (permissions; the writers
+// rename a new file into place). check_output_folder() is the same check for a folder of files
+// (`export --layout hf` and `peft`): refused when it or one of the `files` written in it is an
+// input, a link or not a regular file, when it is a file, exists with anything in it and `force`
+// is false (with `force` the writer replaces its own files and leaves the others), or lies in, or
+// is, a folder that does not exist or takes no new files. A missing folder is fine: the writer
+// creates it.
 #pragma once
 
 #include <filesystem>

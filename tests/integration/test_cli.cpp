@@ -358,7 +358,9 @@ TEST_F(Cli, ResumeOnOtherDataWarnsNamingWhatDiffers) {
   r = run("train " + quickstart() + " --set data.shuffle=false" + resume +
           (dir_ / "ordered").string());
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_TRUE(has(r.err, "was trained on other data: data.shuffle = true -> false;")) << r.err;
+  EXPECT_TRUE(
+      has(r.err, "was trained on other data or data settings: data.shuffle = true -> false;"))
+      << r.err;
   // In order, the quickstart's 7,373 training rows leave 77 out of every epoch's 57 batches.
   EXPECT_TRUE(has(r.err,
                   "data.shuffle = false: the last 77 of the 7373 training rows never "
@@ -372,7 +374,8 @@ TEST_F(Cli, ResumeOnOtherDataWarnsNamingWhatDiffers) {
   r = run("train " + quickstart() + " --set data.synthetic.noise=2.5" + resume +
           (dir_ / "noisier").string());
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_TRUE(has(r.err, "was trained on other data: data.synthetic.noise = ")) << r.err;
+  EXPECT_TRUE(has(r.err, "was trained on other data or data settings: data.synthetic.noise = "))
+      << r.err;
   EXPECT_TRUE(has(r.err, "training rows crc ")) << r.err;
   EXPECT_TRUE(has(r.err, "held-out rows crc ")) << r.err;
 }

@@ -1,7 +1,7 @@
 // Every command that writes a file (predict, calibrate, export) refuses an output that is one of
 // its own inputs, with --force too: exit 2, one error naming the flag, the input and the fix, and
 // the input left as it was. A symlink to an input is that input; a new file is never one. Nor
-// does --force replace a file that is not a regular one (a FIFO).
+// does --force replace a file that is not a regular one (a FIFO) or a symbolic link.
 #include <sys/stat.h>
 
 #include <random>
@@ -143,6 +143,15 @@ TEST_F(OutputIsInput, EveryCommandRefusesToReplaceAFifoWithForce) {
     EXPECT_TRUE(has(r.err, "pipe is not a regular file")) << args << "\n" << r.err;
     EXPECT_TRUE(fs::is_fifo(dir_ / "pipe")) << args;
   }
+  // Nor a symbolic link (as /dev/stdout is one): the rename would replace the link.
+  write_file("target.npy", "kept");
+  fs::create_symlink(dir_ / "target.npy", dir_ / "alias.npy");
+  auto linked =
+      run("predict " + cfg_ + " --checkpoint run --input x.npy --force --out alias.npy", dir_);
+  EXPECT_EQ(linked.exit_code, 2) << linked.err;
+  EXPECT_TRUE(has(linked.err, "alias.npy is a symbolic link")) << linked.err;
+  EXPECT_TRUE(fs::is_symlink(dir_ / "alias.npy"));
+  EXPECT_EQ(slurp(dir_ / "target.npy"), "kept");
   const std::string gpt = config("gpt-tiny-fp32.toml");
   fs::create_directories(dir_ / "hf");
   ASSERT_EQ(::mkfifo((dir_ / "hf" / "config.json").c_str(), 0644), 0);

@@ -400,39 +400,59 @@ TEST_F(TrainingState, BuffersAreSavedResumedLoadedAndExported) {
   EXPECT_EQ(std::find(names.begin(), names.end(), "ema/linear1.weight"), names.end());
 }
 
-// A stop asked for while a step runs (Ctrl-C) makes that step the last: its record is written,
-// its checkpoint is the run's final one, and no further step trains. One asked for while the
-// step's periodic checkpoint is written stops there too, and that checkpoint is the final one
-// (not written twice). Each run's weights are an uninterrupted run's at the same step.
+// A stop asked for while a step runs (Ctrl-C) makes that step the last: its record is written
+// with its own loss (the plan had not asked for it: steps are logged every 1000 here), its
+// checkpoint is the run's final one, and no further step trains. One asked for while the step's
+// periodic checkpoint is written stops there too, and that checkpoint is the final one. With
+// checkpoint.final = false, the stopped step keeps its periodic checkpoint. Each run's weights and
+// last loss are an uninterrupted run's at the same step.
 TEST_F(TrainingState, AStopAskedForDuringAStepEndsTheRunAfterThatStep) {
-  for (const std::int64_t asked_in : {3, 4}) {
-    SCOPED_TRACE(asked_in);
-    const std::string name = "stopped-" + std::to_string(asked_in);
-    const auto e = experiment({"run.steps=10", "checkpoint.every=4", "checkpoint.keep=10"});
+  train("whole", {"run.steps=10", "checkpoint.every=1", "checkpoint.keep=10"});
+  std::map<std::int64_t, double> whole_loss;
+  for (const auto& r : test::unmeasured_records(dir_ / "whole" / "metrics.jsonl"))
+    if (r.contains("loss")) whole_loss[r["step"].get<std::int64_t>()] = r["loss"].get<double>();
+  struct Case {
+    std::string name;
+    std::int64_t stop_at;
+    bool during_checkpoint;  // else during the step
+    std::vector<std::string> sets;
+  };
+  const std::vector<Case> cases = {
+      {"in-step", 3, false, {"checkpoint.every=4"}},
+      {"in-checkpoint", 4, true, {"checkpoint.every=4"}},
+      {"no-final", 3, false, {"checkpoint.every=3", "checkpoint.final=false"}}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto sets = c.sets;
+    sets.insert(sets.end(), {"run.steps=10", "run.log_every=1000", "checkpoint.keep=10"});
+    const auto e = experiment(sets);
     core::TrainOptions opt;
-    opt.run_dir = dir_ / name;
+    opt.run_dir = dir_ / c.name;
+    char own[32];
+    std::snprintf(own, sizeof own, "step-%08lld.mxt", static_cast<long long>(c.stop_at));
     const auto checkpoints = opt.run_dir / "checkpoints";
     bool asked = false;
-    // Step 3: during the step. Step 4: once its periodic checkpoint is on disk.
-    opt.after_step = [&](std::int64_t step) { asked = asked || (asked_in == 3 && step == 3); };
+    opt.after_step = [&](std::int64_t step) {
+      asked = asked || (!c.during_checkpoint && step == c.stop_at);
+    };
     opt.stop_requested = [&] {
-      return asked || (asked_in == 4 && fs::exists(checkpoints / "step-00000004.mxt"));
+      return asked || (c.during_checkpoint && fs::exists(checkpoints / own));
     };
     const auto summary = core::Trainer(e, core::create_components(e, registry()), opt).run();
     EXPECT_TRUE(summary.interrupted);
-    EXPECT_EQ(summary.steps, asked_in);
+    EXPECT_EQ(summary.steps, c.stop_at);
+    EXPECT_EQ(summary.final_loss, whole_loss.at(c.stop_at));
     std::vector<std::string> written;
     for (const auto& f : fs::directory_iterator(checkpoints))
       written.push_back(f.path().filename().string());
-    EXPECT_EQ(written,
-              std::vector<std::string>{asked_in == 3 ? "step-00000003.mxt" : "step-00000004.mxt"});
+    EXPECT_EQ(written, std::vector<std::string>{own});
     const auto records = test::unmeasured_records(opt.run_dir / "metrics.jsonl");
     ASSERT_FALSE(records.empty());
-    EXPECT_EQ(records.back()["step"].get<std::int64_t>(), asked_in);
+    EXPECT_EQ(records.back()["step"].get<std::int64_t>(), c.stop_at);
+    EXPECT_EQ(records.back()["loss"].get<double>(), whole_loss.at(c.stop_at));
+    EXPECT_EQ(tensors(c.name, static_cast<int>(c.stop_at)),
+              tensors("whole", static_cast<int>(c.stop_at)));
   }
-  train("whole", {"run.steps=10", "checkpoint.every=1", "checkpoint.keep=10"});
-  EXPECT_EQ(tensors("stopped-3", 3), tensors("whole", 3));
-  EXPECT_EQ(tensors("stopped-4", 4), tensors("whole", 4));
 }
 
 // Counts what a StepObserver is shown; reads every tensor it is handed, as calibration does.

@@ -100,7 +100,11 @@ const fs::path& checked_header(const fs::path& path) {
 }  // namespace
 
 CsvSink::CsvSink(const fs::path& path) : out_(checked_header(path)) {
-  if (out_.bytes_on_open() == 0) out_.append(header_line() + '\n');
+  // Rows without the header would be refused by the next resume: a header that cannot be written
+  // stops the run before it starts.
+  if (out_.bytes_on_open() == 0 && !out_.append(header_line() + '\n'))
+    throw sdk::UserError("cannot write the header of " + path.string(),
+                         "free space on the run folder's disk, or choose another --run-dir");
 }
 
 void CsvSink::write(const json& record) {

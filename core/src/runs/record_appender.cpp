@@ -45,8 +45,8 @@ RecordAppender::~RecordAppender() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void RecordAppender::append(std::string_view record) {
-  if (broken_ || fd_ < 0) return;
+bool RecordAppender::append(std::string_view record) {
+  if (broken_ || fd_ < 0) return false;
   const int error = write_all(fd_, record);
   if (error == 0) {
     whole_bytes_ += record.size();
@@ -55,7 +55,7 @@ void RecordAppender::append(std::string_view record) {
                                   " record" + (lost_ == 1 ? "" : "s") +
                                   " before this one could not be written");
     lost_ = 0;
-    return;
+    return true;
   }
   // Part of the record may have landed: cut it off, so that the file ends with a whole record
   // and the next one that lands is read as one.
@@ -64,12 +64,13 @@ void RecordAppender::append(std::string_view record) {
     core_logger("metrics").warn("cannot write " + path_.string() + ": " + std::strerror(error) +
                                 ", nor cut off the part record written; it is written no more "
                                 "this run (training goes on)");
-    return;
+    return false;
   }
   if (lost_++ == 0)
     core_logger("metrics").warn("cannot write " + path_.string() + ": " + std::strerror(error) +
                                 "; its records are dropped until a write succeeds (training goes "
                                 "on). Free space on the run folder's disk");
+  return false;
 }
 
 }  // namespace mixtrain::core

@@ -5,7 +5,8 @@
 // - The constructor opens the file for appending, creating it; sdk::UserError naming the file and
 //   the OS's reason (permissions, no space, no inodes) when it cannot.
 // - append() hands one record to the OS before it returns (a killed run keeps every record
-//   written before the kill), never throws, and never leaves part of a record: a write that fails
+//   written before the kill), says whether it landed, never throws, and never leaves part of a
+//   record: a write that fails
 //   (a full disk, a quota) is cut back to the file's last whole record. The first failure logs
 //   one warning naming the file and the reason, then later records are tried again; the first
 //   that lands logs how many were lost. A file that cannot be cut back (the OS refuses even
@@ -28,7 +29,7 @@ class RecordAppender {
   RecordAppender(const RecordAppender&) = delete;
   RecordAppender& operator=(const RecordAppender&) = delete;
 
-  void append(std::string_view record);
+  bool append(std::string_view record);  // whether it landed
   std::uint64_t bytes_on_open() const { return bytes_on_open_; }
   std::uint64_t records_lost() const { return lost_; }
   const std::filesystem::path& path() const { return path_; }

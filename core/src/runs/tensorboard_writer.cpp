@@ -180,7 +180,10 @@ TensorBoardWriter::TensorBoardWriter(const fs::path& dir) : out_(new_file_name(d
   auto e = event_at(0);
   e.set_file_version("brain.Event:2");
   e.mutable_source_metadata()->set_writer("mixtrain");
-  write_record(e.SerializeAsString());
+  // Readers take a file for an event file by its first record.
+  if (!out_.append(tfrecord_frame(e.SerializeAsString())))
+    throw sdk::UserError("cannot write the first record of " + out_.path().string(),
+                         "free space on the run folder's disk, or choose another --run-dir");
 }
 
 void TensorBoardWriter::add_scalars(std::int64_t step,

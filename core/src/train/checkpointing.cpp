@@ -134,12 +134,13 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   st.metadata["progress"] = progress_to_json({s.position.step, s.position.applied,
                                               s.position.skipped, s.metrics.last_loss})
                                 .dump();
-  st.metadata["sampler"] =
-      json{{"epoch", cursor.epoch},          {"position", cursor.position},
-           {"seed", s.e.run.seed},           {"rows", s.train.rows},
-           {"shuffle", s.e.data.shuffle},    {"train_data", s.train_fingerprint},
-           {"eval_data", s.eval_fingerprint}}
-          .dump();
+  st.metadata["sampler"] = json{{"epoch", cursor.epoch},
+                                {"position", cursor.position},
+                                {"seed", s.e.run.seed},
+                                {"rows", s.train.rows},
+                                {"train_data", s.train_fingerprint},
+                                {"eval_data", s.eval_fingerprint}}
+                               .dump();
   st.metadata["scaler"] = component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump();
   st.metadata["policy"] = component_state_to_json(s.e.policy_name, s.c.policy->save_state()).dump();
   st.metadata["optimizer"] =
@@ -681,27 +682,35 @@ void check_same_data(const Trainer::State& s, const json& sampler, const fs::pat
 // have none). Keys that leave the batches as they were (the loader's) are no change.
 void warn_of_other_data(const Trainer::State& s, const CheckpointFile& file, const json& sampler) {
   std::vector<std::string> changes;
+  // data.pixels holds the same values as bytes or as floats: the checksums differ, the data not.
+  bool same_form = true;
   if (const auto saved = file.st.metadata.find("config"); saved != file.st.metadata.end()) {
     static constexpr std::string_view kLoaderOnly[] = {"data.prefetch", "data.pin_memory",
                                                        "data.eval_batch_size", "data.batch_size"};
+    const std::string now = resolved_toml(s.e);
     changes = changed_values(
-        saved->second, resolved_toml(s.e),
+        saved->second, now,
         [](std::string_view key) {
-          return key.starts_with("data.") &&
+          return key.starts_with("data.") && key != "data.pixels" &&
                  std::find(std::begin(kLoaderOnly), std::end(kLoaderOnly), key) ==
                      std::end(kLoaderOnly);
         },
         /*one_sided=*/false);
+    same_form = changed_values(
+                    saved->second, now, [](std::string_view key) { return key == "data.pixels"; },
+                    /*one_sided=*/false)
+                    .empty();
   }
   const auto differs = [&](const char* key, const std::string& now, const char* split) {
     const auto then = sampler.find(key);
-    if (then != sampler.end() && then->is_string() && then->get<std::string>() != now)
+    if (same_form && then != sampler.end() && then->is_string() && then->get<std::string>() != now)
       changes.push_back(std::string(split) + " rows " + then->get<std::string>() + " -> " + now);
   };
   differs("train_data", s.train_fingerprint, "training");
   differs("eval_data", s.eval_fingerprint, "held-out");
   if (changes.empty()) return;
-  s.log.warn(file.path.string() + " was trained on other data: " + changes_text(changes) +
+  s.log.warn(file.path.string() +
+             " was trained on other data or data settings: " + changes_text(changes) +
              "; the steps from here train on this config's (and evaluations, best checkpoints and "
              "early stopping measure its held-out rows). Resume with the run's config.toml and "
              "data to keep the old");

@@ -134,8 +134,8 @@ ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata
   } catch (const std::exception&) {
     return {};  // a config this build cannot read: nothing to check against
   }
-  t.frozen.emplace();  // written before parameters could be frozen
-  t.lora = "none";     // or have adapters
+  t.frozen.emplace();           // written before parameters could be frozen
+  t.lora = "none";              // or have adapters
   t.frozen_format = "compute";  // or be stored as NF4
   return t;
 }

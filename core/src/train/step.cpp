@@ -492,6 +492,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   if (policy.uses_scaled_operands()) s.reducer->flush_operand_amaxes(model);
   s.reducer->reduce_totals(totals, [&] { return read_step_loss(s); });
   out.decision = gated_decision ? *gated_decision : s.c.scaler->update(totals.found_inf);
+  out.loss_read = totals.loss.has_value() || request.read_loss || !out.decision.apply_step;
   out.loss = step_loss(s, request, out.decision.apply_step, totals.loss);
   // The device applied the gated update exactly when the scaler was asked and the gradients were
   // finite; any other applied step is made here.
@@ -513,6 +514,13 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   if (fp8_statistics) write_diagnostic(fp8_operand_record(model, s.position.step));
   if (s.opt.observer != nullptr) s.opt.observer->after_step(s.position.step);
   return out;
+}
+
+void read_loss_after_step(Trainer::State& s, StepOutcome& step) {
+  if (step.loss_read) return;
+  step.loss = read_step_loss(s);
+  s.metrics.last_loss = step.loss.loss;
+  step.loss_read = true;
 }
 
 }  // namespace mixtrain::core

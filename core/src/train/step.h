@@ -44,10 +44,16 @@ struct StepOutcome {
   LossValues loss;  // read this step when asked or skipped; else the last value read
   double lr = 0.0;
   double grad_norm = std::numeric_limits<double>::quiet_NaN();  // when wants_norm and applied
-  SkipBlame blame;  // skipped: what the replay found first (the same on every rank)
+  SkipBlame blame;         // skipped: what the replay found first (the same on every rank)
+  bool loss_read = false;  // `loss` is this step's (else the last value read)
 };
 
 StepOutcome run_training_step(Trainer::State& s, const StepRequest& request);
+
+// Reads the loss of the step just run when it did not (nobody asked for it then): a run that
+// learns after the step that this step is its last reports it. Before anything else runs the
+// model (an evaluation overwrites the loss buffer).
+void read_loss_after_step(Trainer::State& s, StepOutcome& step);
 
 // Every path a step may take, each once whatever the data decides, for the memory rehearsal
 // (Trainer::memory_report): one micro-batch's forward and backward (watched node by node by

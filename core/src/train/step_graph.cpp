@@ -21,11 +21,14 @@ StepGraph::StepGraph(sdk::StepGraphFacet* facet, bool requested, const std::stri
     return;
   }
   facet_ = facet;
-  log_.info("run.step_graphs: forward, loss and backward are recorded once per batch shape and "
-            "loss scale and replayed with one launch");
+  log_.info(
+      "run.step_graphs: forward, loss and backward are recorded once per batch shape and "
+      "loss scale and replayed with one launch");
 }
 
-StepGraph::~StepGraph() { drop(); }
+StepGraph::~StepGraph() {
+  drop();
+}
 
 void StepGraph::drop() noexcept {
   if (facet_ != nullptr && graph_ >= 0) facet_->release(graph_);

@@ -660,15 +660,17 @@ TrainSummary Trainer::run() {
   while (s.position.step < end_step) {
     ++s.position.step;
     const StepPlan plan = plan_step(s, progress, end_step, end);
-    const StepOutcome step = run_training_step(s, plan.request);
+    StepOutcome step = run_training_step(s, plan.request);
     window.rows += bs;
     if (s.opt.after_step) s.opt.after_step(s.position.step);
     // A stop asked for during this step makes it the last: plan_step saw only earlier requests,
     // and waiting for them would train one more step (and write its checkpoint) before stopping.
+    // The last step's record and the summary report its loss, which the plan had not asked for.
     const bool stopped_in_step = stop_asked_after_step(s, end_step, end);
+    if (stopped_in_step) read_loss_after_step(s, step);
     note_divergence(s, step, end);
-    if (plan.log || stopped_in_step || !step.decision.apply_step)
-      log_step(s, step, window.take(), progress);
+    bool logged = plan.log || stopped_in_step || !step.decision.apply_step;
+    if (logged) log_step(s, step, window.take(), progress);
     // After the step's record, so the promotion shows after the skip that caused it.
     escalate_after_step(s, s.position.step, step);
     if (plan.live_refresh || (stopped_in_step && progress.live()))
@@ -679,16 +681,21 @@ TrainSummary Trainer::run() {
         profiler != nullptr && (evaluate || plan.checkpoint) && profiler->recording();
     if (paused) profiler->set_recording(false);
     if (evaluate) evaluate_and_log(*this, s, sum, end);
-    // The last step's checkpoint is the final one, unless checkpoint.final = false asks for none.
-    const bool checkpointed = !end.stopping() && plan.checkpoint &&
+    // The last step's checkpoint is the final one, unless checkpoint.final = false asks for none:
+    // then a step stopped by Ctrl-C keeps its own.
+    const bool checkpointed = plan.checkpoint &&
+                              (!end.stopping() || (stopped_in_step && !e.checkpoint.write_final)) &&
                               (s.position.step != e.run.steps || !e.checkpoint.write_final);
     if (checkpointed) {
       periodic_checkpoint = save_checkpoint();
       periodic_checkpoint_step = s.position.step;
     }
     // A stop asked for during this step's evaluation or checkpoint (seconds, where a step may be
-    // milliseconds): stop here rather than after one more step.
-    if (!end.stopping() && (evaluate || checkpointed)) stop_asked_after_step(s, end_step, end);
+    // milliseconds): stop here rather than after one more step, with this step's record (its
+    // loss was read for the evaluation or checkpoint).
+    if (!end.stopping() && (evaluate || checkpointed) && stop_asked_after_step(s, end_step, end) &&
+        !logged)
+      log_step(s, step, window.take(), progress);
     if (paused) profiler->set_recording(true);
     const auto aside = Clock::now() - aside_from;
     window.aside += aside;
@@ -709,8 +716,8 @@ TrainSummary Trainer::run() {
     evaluate_and_log(*this, s, sum, end);
   measured.training_peak_rss = peak_rss_bytes();
   fs::path last_checkpoint;
-  // A run that stops at a step the loop has just checkpointed (Ctrl-C during that write, an early
-  // stop) has its final checkpoint already: nothing changed since.
+  // A run that stops at a step the loop has just checkpointed (Ctrl-C during that write or, with
+  // checkpoint.final = false, during the step) has its checkpoint already: nothing changed since.
   if (s.opt.write_outputs && e.checkpoint.write_final)
     last_checkpoint =
         periodic_checkpoint_step == s.position.step ? periodic_checkpoint : save_checkpoint();

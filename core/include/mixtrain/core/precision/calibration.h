@@ -80,8 +80,9 @@ struct BlockPolicyPlan {
 struct Calibration {
   std::string policy;  // the experiment's policy, as the config names it or as "auto" chose it
   bool policy_needs_loss_scaling = false;
-  // The format of an FP8 GEMM's gradient operand: e5m2 (fp8_format = "hybrid", the default),
-  // e4m3 (fp8_format = "e4m3", which flushes far more small gradients).
+  // The format of a per-tensor FP8 GEMM's gradient operand, from the policy's fp8_format: e5m2
+  // under "hybrid" (and without one), e4m3 under "e4m3", which flushes far more small gradients.
+  // (Block-scaled GEMMs are judged per block, in their format.)
   sdk::DType fp8_gradient = sdk::DType::fp8_e5m2;
   std::optional<BlockFormat> block_format;  // the policy is this block-scaled one
   std::int64_t steps = 0;                   // optimizer steps that ran
