@@ -669,7 +669,7 @@ TrainSummary Trainer::run() {
     const bool stopped_in_step = stop_asked_after_step(s, end_step, end);
     if (stopped_in_step) read_loss_after_step(s, step);
     note_divergence(s, step, end);
-    bool logged = plan.log || stopped_in_step || !step.decision.apply_step;
+    const bool logged = plan.log || stopped_in_step || !step.decision.apply_step;
     if (logged) log_step(s, step, window.take(), progress);
     // After the step's record, so the promotion shows after the skip that caused it.
     escalate_after_step(s, s.position.step, step);
