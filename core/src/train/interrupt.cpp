@@ -64,7 +64,9 @@ InterruptGuard::InterruptGuard() {
 InterruptGuard::~InterruptGuard() {
   sigaction(SIGINT, &g_previous_int, nullptr);
   sigaction(SIGTERM, &g_previous_term, nullptr);
-  if (g_watch_hup) sigaction(SIGHUP, &g_previous_hup, nullptr);
+  // After a stop, a hang-up's second SIGHUP may still come while the process finishes and exits:
+  // it stays ignored, or it would kill the clean stop at its last moment.
+  if (g_watch_hup && g_requested.load() == 0) sigaction(SIGHUP, &g_previous_hup, nullptr);
 }
 
 bool interrupt_requested() {

@@ -9,7 +9,8 @@
 //   (async-signal-safe write), then restores the default disposition of the signals, so a
 //   second one terminates the process by that signal, as a shell expects. SIGHUP is watched only
 //   when it was not ignored (nohup keeps ignoring it), and is ignored after the first signal: a
-//   hang-up arrives twice, and the clean stop it asked for must finish.
+//   hang-up arrives twice, and the clean stop it asked for must finish (SIGHUP then stays ignored
+//   after the guard too, while the process exits).
 // - interrupted_exit_code() is the exit status of a run stopped cleanly: 128 + the number of the
 //   signal that asked (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP), as a shell reports a
 //   process that signal ended, so schedulers read the cause; summary.json's "interrupted" tells
