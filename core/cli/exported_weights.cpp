@@ -63,26 +63,30 @@ std::map<std::string, std::string> exported_metadata(const std::map<std::string,
 
 namespace {
 
-// A string value of the carried config ("config" in a checkpoint, "mixtrain.config" in an export),
-// or empty when there is none or the config cannot be read by this build.
+// A string value of the carried config, or empty when there is none or the config cannot be
+// read by this build.
 std::string carried_string(const sdk::TrainingState& state, const std::string& table,
                            const std::string& key) {
-  for (const char* entry : {"config", "mixtrain.config"}) {
-    const auto it = state.metadata.find(entry);
-    if (it == state.metadata.end()) continue;
-    try {
-      const auto config = core::Config::from_string(it->second, "the checkpoint's config");
-      for (const auto& o : config.table_options(table))
-        if (o.key == key && std::holds_alternative<std::string>(o.value))
-          return std::get<std::string>(o.value);
-    } catch (const std::exception&) {
-      // a config this build cannot read: as if it said nothing
-    }
+  const std::string* text = carried_config(state.metadata);
+  if (text == nullptr) return {};
+  try {
+    const auto config = core::Config::from_string(*text, "the checkpoint's config");
+    for (const auto& o : config.table_options(table))
+      if (o.key == key && std::holds_alternative<std::string>(o.value))
+        return std::get<std::string>(o.value);
+  } catch (const std::exception&) {
+    // a config this build cannot read: as if it said nothing
   }
   return {};
 }
 
 }  // namespace
+
+const std::string* carried_config(const std::map<std::string, std::string>& metadata) {
+  for (const char* entry : {"config", "mixtrain.config"})
+    if (const auto it = metadata.find(entry); it != metadata.end()) return &it->second;
+  return nullptr;
+}
 
 std::string evaluated_weights(const sdk::TrainingState& state) {
   const std::string weights = carried_string(state, "eval", "weights");

@@ -36,6 +36,9 @@ namespace mixtrain::cli {
 
 std::map<std::string, std::string> exported_metadata(const std::map<std::string, std::string>& m);
 
+// The resolved config a state carries: "config" in a checkpoint, "mixtrain.config" in an
+// export; nullptr when it carries none.
+const std::string* carried_config(const std::map<std::string, std::string>& metadata);
 std::string evaluated_weights(const sdk::TrainingState& state);
 std::filesystem::path initial_weights_of(const sdk::TrainingState& state);
 bool has_ema_weights(const sdk::TrainingState& state);  // any "ema/<name>" tensor

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "exported_weights.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/graph/freezing.h"
 #include "mixtrain/sdk/error.h"
@@ -133,15 +134,13 @@ bool is_adapter(const std::string& name) {
 // the same resolution the run made (graph/freezing.h), over the state's parameters.
 std::vector<std::string> trained_by_config(const sdk::TrainingState& state,
                                            const std::filesystem::path& source) {
-  // "config" in a checkpoint, "mixtrain.config" in an export.
-  auto it = state.metadata.find("config");
-  if (it == state.metadata.end()) it = state.metadata.find("mixtrain.config");
-  if (it == state.metadata.end()) return {};
+  const std::string* text = carried_config(state.metadata);
+  if (text == nullptr) return {};
   // An --initial export (step 0) has trained nothing yet.
   if (const auto step = state.metadata.find("step");
       step != state.metadata.end() && step->second == "0")
     return {};
-  const auto config = core::Config::from_string(it->second, source.string() + " (its config)");
+  const auto config = core::Config::from_string(*text, source.string() + " (its config)");
   core::FreezeSpec spec;
   const auto add = [](std::vector<core::ParameterPattern>& list, const std::string& pattern,
                       const std::string& key) {
