@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/sdk/options.h"
 #include "mixtrain/sdk/support/block_scaling.h"
 
 namespace mixtrain::core {
@@ -184,13 +185,6 @@ void store_outputs_for_gemm_readers(Model& model, const std::vector<PrecisionOve
   }
 }
 
-// A pattern as a TOML basic string's contents, for hints the user pastes into a config.
-std::string toml_text(const std::string& pattern) {
-  std::string out;
-  for (const char c : pattern) out += c == '\\' ? std::string("\\\\") : std::string(1, c);
-  return out;
-}
-
 }  // namespace
 
 std::string exact_pattern(const std::string& name) {
@@ -256,14 +250,13 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
       layer->set_precision(p);
     }
     if (!matched && !sensitive_skipped.empty())
-      throw sdk::ConfigError(
-          o.where, "precision.override.layers",
-          "'" + o.pattern + "' matches only precision-sensitive ops (" + sensitive_skipped +
-              "), which a glob leaves in fp32",
-          "to change such an op's precision anyway, name it exactly: "
-          "layers = \"" +
-              toml_text(exact_pattern(sensitive_skipped.substr(0, sensitive_skipped.find(',')))) +
-              "\"");
+      throw sdk::ConfigError(o.where, "precision.override.layers",
+                             "'" + o.pattern + "' matches only precision-sensitive ops (" +
+                                 sensitive_skipped + "), which a glob leaves in fp32",
+                             "to change such an op's precision anyway, name it exactly: "
+                             "layers = " +
+                                 sdk::option_value_to_string(exact_pattern(
+                                     sensitive_skipped.substr(0, sensitive_skipped.find(',')))));
     if (!matched) {
       std::string names;
       for (const auto& l : model.layers()) names += (names.empty() ? "" : ", ") + l->name();
@@ -300,8 +293,8 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
           node.where, node.key,
           "node '" + layer.name() + "' (" + layer.type() +
               ") has no block-scaled GEMM path, which the precision policy plans for it",
-          "keep it out of block scaling: [[precision.override]] layers = \"" +
-              toml_text(exact_pattern(layer.name())) + "\" gemm_input = \"bf16\"");
+          "keep it out of block scaling: [[precision.override]] layers = " +
+              sdk::option_value_to_string(exact_pattern(layer.name())) + " gemm_input = \"bf16\"");
     }
     if (!padded.empty())
       log.info(
