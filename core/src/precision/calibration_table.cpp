@@ -134,12 +134,9 @@ std::string calibration_table(const Calibration& c, const Recommendation& r) {
   out += render(rows);
   out += "\nrecommendation under policy " + r.policy + ":\n";
   std::vector<std::vector<std::string>> recs = {{"node", "planned", "recommended", "why"}};
-  auto rung = [](DType d) {
-    return d == DType::fp8_e4m3 || d == DType::fp8_e5m2 ? std::string("fp8")
-                                                        : std::string(sdk::dtype_name(d));
-  };
   for (const auto& o : r.ops)
-    recs.push_back({o.node, rung(o.planned), rung(o.recommended), o.reason});
+    recs.push_back({o.node, rung_name(o.planned, o.block_format),
+                    rung_name(o.recommended, o.block_format), o.reason});
   out += render(recs);
   if (r.scaler.applies) out += "\nscaler: " + r.scaler.reason + "\n";
   if (r.blocks.applies) out += block_report(r.blocks);

@@ -17,12 +17,6 @@ namespace {
 
 constexpr double kFp16Max = 65504.0;
 
-// The rung's name: fp8 rungs are one, whatever the operand's format.
-const char* rung_name(DType d) {
-  if (sdk::is_fp8(d)) return "fp8";
-  return sdk::dtype_name(d).data();
-}
-
 DType planned_rung(const OpCalibration& op) {
   const sdk::OpPrecision& p = op.planned;
   std::vector<DType> fields = {p.activation, p.activation_grad};
@@ -265,6 +259,7 @@ std::vector<OpRecommendation> recommend_ops(const Calibration& c,
     o.node = op.node;
     o.planned = planned_rung(op);
     o.recommended = o.planned;
+    if (blocks && op.block_path) o.block_format = blocks;
     if (op.precision_sensitive) {
       // Its math is FP32 whatever the plan; a bf16 plan is a layer norm's output stored for its
       // bf16 GEMM readers (precision/planning.h), the bits they read anyway.
@@ -287,10 +282,10 @@ std::vector<OpRecommendation> recommend_ops(const Calibration& c,
       const auto unsafe =
           check_op(op, precision_at(op.planned, *rung), scale_log2, blocks, c.fp8_gradient);
       if (!unsafe) break;
-      why += (why.empty() ? "" : "; ") + std::string(rung_name(*rung)) + ": " + *unsafe;
+      why += (why.empty() ? "" : "; ") + rung_name(*rung, o.block_format) + ": " + *unsafe;
     }
     if (o.recommended == o.planned) {
-      o.reason = std::string("safe in ") + rung_name(o.planned);
+      o.reason = "safe in " + rung_name(o.planned, o.block_format);
     } else {
       o.reason = why;
       const sdk::OpPrecision q = precision_at(op.planned, o.recommended);
@@ -404,6 +399,12 @@ BlockRecommendation recommend_blocks(const Calibration& c,
 
 }  // namespace
 
+std::string rung_name(DType rung, std::optional<BlockFormat> block_format) {
+  // fp8 rungs are one, whatever the operand's format (e4m3 or e5m2).
+  if (sdk::is_fp8(rung)) return block_format ? block_format_name(*block_format) : "fp8";
+  return std::string(sdk::dtype_name(rung));
+}
+
 Recommendation recommend(const Calibration& c) {
   Recommendation r;
   r.policy = c.policy;
@@ -457,8 +458,8 @@ std::string recommendation_toml(const Recommendation& r, const std::vector<std::
     ResolvedSection s;
     s.name = "precision.override";
     s.array = true;
-    s.comments = {o.node + ": " + rung_name(o.planned) + " -> " + rung_name(o.recommended) + ": " +
-                  o.reason};
+    s.comments = {o.node + ": " + rung_name(o.planned, o.block_format) + " -> " +
+                  rung_name(o.recommended, o.block_format) + ": " + o.reason};
     s.values.emplace_back("layers", exact_pattern(o.node));  // a name, even with a '[' in it
     for (const auto& [key, dtype] : o.fields) s.values.emplace_back(key, dtype_text(dtype));
     sections.push_back(std::move(s));

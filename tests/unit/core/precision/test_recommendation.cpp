@@ -234,6 +234,37 @@ TEST(CalibrationRecommendation, Fp8GradientsAreJudgedInTheFormatThePolicyCastsTh
   EXPECT_NE(raised.reason.find("output_grad flushes"), std::string::npos) << raised.reason;
 }
 
+// Under a block-scaled policy the low rung is the block format, not "fp8": nvfp4's elements are
+// E2M1. The reason, the table and the file's comment name it so, while a per-tensor FP8 policy's
+// rung stays "fp8".
+TEST(CalibrationRecommendation, ABlockScaledRungIsNamedAfterItsFormat) {
+  const sdk::OpPrecision fp8_plan = {DType::bf16, DType::fp8_e4m3, DType::bf16, DType::bf16};
+  Calibration c;
+  c.policy = "nvfp4";
+  c.block_format = BlockFormat::nvfp4;
+  c.steps = 1;
+  OpCalibration op = linear("fc", fp8_plan);
+  op.block_path = true;
+  BlockRangeStatistics flushing;
+  flushing.nonzero = 1000;
+  for (std::size_t f = 0; f < kBlockFormats.size(); ++f) flushing.per_block[f].flushed = 100;
+  op.tensors.push_back(
+      {CalibratedTensor::gemm_input, measure_range(logspace(0.06, 3.0), false), flushing});
+  c.ops.push_back(op);
+  const Recommendation r = recommend(c);
+  const OpRecommendation& fc = find(r, "fc");
+  EXPECT_EQ(fc.recommended, DType::bf16) << fc.reason;
+  ASSERT_TRUE(fc.block_format.has_value());
+  EXPECT_EQ(fc.reason.rfind("nvfp4: gemm_input flushes 10%", 0), 0u) << fc.reason;
+  EXPECT_NE(calibration_table(c, r).find("fc    nvfp4    bf16"), std::string::npos)
+      << calibration_table(c, r);
+  EXPECT_NE(recommendation_toml(r, {}).find("# fc: nvfp4 -> bf16: nvfp4: "), std::string::npos)
+      << recommendation_toml(r, {});
+  EXPECT_EQ(rung_name(DType::fp8_e5m2, std::nullopt), "fp8");
+  EXPECT_EQ(rung_name(DType::fp8_e4m3, BlockFormat::mxfp8), "mxfp8");
+  EXPECT_EQ(rung_name(DType::bf16, BlockFormat::nvfp4), "bf16");
+}
+
 TEST(CalibrationRecommendation, SharesPrintWithoutRoundingToZeroOrHundred) {
   EXPECT_EQ(format_share(0.0), "0%");
   EXPECT_EQ(format_share(1e-6), "<0.1%");

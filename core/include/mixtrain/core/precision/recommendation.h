@@ -64,7 +64,14 @@ struct OpRecommendation {
   // the plan stands.
   std::vector<std::pair<std::string, sdk::DType>> fields;
   std::string reason;  // why each rung below the recommended one was unsafe, or why it is safe
+  // The format its fp8 rung's GEMM is block-scaled in; nullopt for per-tensor FP8 (or no GEMM).
+  std::optional<BlockFormat> block_format;
 };
+
+// A rung's name as the table, the reasons and the file's comments print it: the low rung is
+// "fp8" under per-tensor scaling and the block format's name ("nvfp4", "mxfp8", "fp8-block")
+// when block-scaled, since nvfp4's E2M1 elements are not an fp8 format.
+std::string rung_name(sdk::DType rung, std::optional<BlockFormat> block_format);
 
 struct ScalerRecommendation {
   bool applies = false;  // the policy needs loss scaling
