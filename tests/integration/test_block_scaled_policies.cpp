@@ -432,7 +432,8 @@ TEST_F(block_scaled_policies, ABackendWithoutTheBlockScaledOpsIsRefusedAtPlanTim
       << r.err;
   // It names the device and the way to run the recipe: the CPU's simulator.
   EXPECT_TRUE(has(r.err, "is block-scaled by the precision policy") &&
-              has(r.err, "--set backend.type=cpu"))
+              has(r.err, "--set backend.type=cpu") &&
+              has(r.err, "layers = \"fc1\", gemm_input = \"bf16\""))
       << r.err;
   EXPECT_FALSE(fs::exists(dir_ / "runs" / "tiny" / "metrics.jsonl"));
   // The same backend runs the model under an ordinary policy.

@@ -3,6 +3,8 @@
 #include <variant>
 
 #include "mixtrain/core/graph/backend_needs.h"
+#include "mixtrain/core/precision/planning.h"
+#include "mixtrain/sdk/options.h"
 
 namespace mixtrain::core {
 
@@ -14,6 +16,8 @@ void check_backend(const GraphPlan& plan, const Ops& ops, sdk::DeviceBackend& ba
   auto stop = [&](std::size_t i, const std::string& who, const BackendNeed& need,
                   const std::string& why) {
     const PlannedNode& node = plan.node(i);
+    // The node's name as a pattern that matches only it, in TOML: names may hold glob characters.
+    const std::string layers = sdk::option_value_to_string(exact_pattern(ops[i]->name()));
     if (const auto* op = std::get_if<sdk::QuantizedWeightOp>(&need.op)) {  // a quantized base
       const bool nf4 = *op == sdk::QuantizedWeightOp::dequantize_nf4;
       throw sdk::ConfigError(
@@ -37,16 +41,16 @@ void check_backend(const GraphPlan& plan, const Ops& ops, sdk::DeviceBackend& ba
               " on " + need_dtypes(need) + ", which backend '" + kind + "' on " + caps.device_name +
               " does not provide: " + why,
           "run the recipe on the CPU backend's exact simulator (--set backend.type=cpu), keep "
-          "the node out of block scaling with [[precision.override]] layers = \"" +
-              ops[i]->name() + "\", gemm_input = \"bf16\", or choose another precision.policy");
+          "the node out of block scaling with [[precision.override]] layers = " +
+              layers + ", gemm_input = \"bf16\", or choose another precision.policy");
     }
-    throw sdk::ConfigError(node.where, node.key,
-                           who + " needs " + need_op_name(need) + " on " + need_dtypes(need) +
-                               ", which backend '" + kind + "' does not provide: " + why,
-                           "override the node's precision with [[precision.override]] layers = \"" +
-                               ops[i]->name() +
-                               "\", compute = \"fp32\" (or choose another precision.policy), or "
-                               "use a backend that offers it (`mixtrain plugins` lists them)");
+    throw sdk::ConfigError(
+        node.where, node.key,
+        who + " needs " + need_op_name(need) + " on " + need_dtypes(need) + ", which backend '" +
+            kind + "' does not provide: " + why,
+        "override the node's precision with [[precision.override]] layers = " + layers +
+            ", compute = \"fp32\" (or choose another precision.policy), or "
+            "use a backend that offers it (`mixtrain plugins` lists them)");
   };
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const Layer& op = *ops[i];
