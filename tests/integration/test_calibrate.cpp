@@ -40,7 +40,7 @@ std::set<std::string> table_nodes(const std::string& out) {
 }
 
 std::string string_option(const core::Config& c, const std::string& table, const std::string& key) {
-  // [precision] may hold `override = []` (no override recommended): an array, read elsewhere.
+  // [precision] may hold `override = [...]`: an array, read elsewhere.
   for (const auto& o : c.table_options(table, {"override"}))
     if (o.key == key) return std::get<std::string>(o.value);
   return {};
@@ -391,10 +391,11 @@ num_classes = 2
             "fp8-current");
 }
 
-// A recommendation with no override still replaces the config's overrides when merged (an empty
-// `override = []`): the merged run is the one the table printed. --steps past run.steps measures
-// without the final evaluation calibration promises to skip.
-TEST_F(Calibrate, ARecommendationWithoutOverridesClearsTheConfigsOnMerge) {
+// The config's overrides are part of the plan calibration judges, and the file carries them
+// before its own (merging replaces the whole array): the merged run is the one the table printed.
+// fc1 pinned to fp32 stays fp32; the other ops are planned and recommended as without the pin.
+// --steps past run.steps measures without the final evaluation calibration promises to skip.
+TEST_F(Calibrate, TheConfigsOverridesArePlannedAndCarriedIntoTheFile) {
   const auto cfg = write_file("pinned.toml", slurp(quickstart()) +
                                                  "\n[[precision.override]]\nlayers = \"fc1\"\n"
                                                  "compute = \"fp32\"\n");
@@ -404,20 +405,73 @@ TEST_F(Calibrate, ARecommendationWithoutOverridesClearsTheConfigsOnMerge) {
                        out.string());
   ASSERT_EQ(cal.exit_code, 0) << cal.err;
   EXPECT_FALSE(has(cal.err, "eval at step")) << cal.err;
+  EXPECT_TRUE(has(cal.out, "\nfc1    fp32     fp32         planned fp32")) << cal.out;
+  EXPECT_TRUE(has(cal.out, "\nfc2    bf16     bf16")) << cal.out;
   const std::string rec = slurp(out);
-  EXPECT_TRUE(has(rec, "\noverride = []\n")) << rec;
+  EXPECT_TRUE(has(rec, "# the config's own (" + cfg.string() + ":")) << rec;
+  EXPECT_TRUE(has(rec,
+                  "[[precision.override]]\nlayers = \"fc1\"\nweight = \"fp32\"\n"
+                  "gemm_input = \"fp32\"\nactivation = \"fp32\"\nactivation_grad = \"fp32\"\n"))
+      << rec;
+  EXPECT_FALSE(has(rec, "override = []")) << rec;
   const std::string check =
       "check " + cfg.string() + " --skip-rehearsal --set precision.policy=bf16-mixed";
-  auto fc1_row = [](const std::string& text) {
-    const auto at = text.find("#   fc1 ");
+  auto row = [](const std::string& text, const std::string& node) {
+    const auto at = text.find("#   " + node + " ");
     return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
   };
   const auto pinned = run(check);
   ASSERT_EQ(pinned.exit_code, 0) << pinned.err;
-  EXPECT_TRUE(has(fc1_row(pinned.out), "fp32/fp32/fp32/fp32")) << pinned.out;
   const auto merged = run(check + " --merge " + out.string());
   ASSERT_EQ(merged.exit_code, 0) << merged.err;
-  EXPECT_TRUE(has(fc1_row(merged.out), "bf16/bf16/bf16/bf16")) << merged.out;
+  EXPECT_TRUE(has(row(merged.out, "fc1"), "fp32/fp32/fp32/fp32")) << merged.out;
+  for (const char* node : {"fc1", "fc2", "head"})
+    EXPECT_EQ(row(merged.out, node), row(pinned.out, node)) << merged.out;
+}
+
+// A convolution has no block-scaled GEMM: a block-scaled policy plans the CNN only with the
+// override its refusal names. Calibration plans with the config's overrides, so it calibrates
+// such a config, and the file it writes keeps the override: the merged config trains.
+TEST_F(Calibrate, ACnnUnderABlockScaledPolicyCalibratesWithItsConvolutionsOverridden) {
+  const std::string model = R"([run]
+steps = 3
+[precision]
+policy = "fp8-block"
+[model]
+nodes = [
+  { type = "conv2d", name = "conv", inputs = ["input"], out = 4, kernel = 3, padding = 1 },
+  { type = "relu", name = "act", inputs = ["conv"] },
+  { type = "global_avgpool", name = "gap", inputs = ["act"] },
+  { type = "linear", name = "head", inputs = ["gap"], out = 2 },
+]
+[data]
+source = "synthetic"
+batch_size = 16
+[data.synthetic]
+kind = "images"
+rows = 64
+channels = 1
+height = 8
+width = 8
+num_classes = 2
+)";
+  const auto bare = write_file("bare.toml", model);
+  auto r =
+      run("calibrate " + bare.string() + " --steps 2 --output " + (dir_ / "a.toml").string(), dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "no block-scaled GEMM path")) << r.err;
+  const auto kept = write_file(
+      "kept.toml", model + "[[precision.override]]\nlayers = \"conv\"\ngemm_input = \"bf16\"\n");
+  const auto out = dir_ / "b.toml";
+  r = run("calibrate " + kept.string() + " --steps 2 --output " + out.string(), dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "\nhead  fp8-block  fp8-block    safe in fp8-block")) << r.out;
+  const std::string rec = slurp(out);
+  EXPECT_TRUE(has(rec, "policy = \"fp8-block\"")) << rec;
+  EXPECT_TRUE(has(rec, "[[precision.override]]\nlayers = \"conv\"\ngemm_input = \"bf16\"\n"))
+      << rec;
+  r = run("train " + bare.string() + " --merge " + out.string() + " --set run.steps=1", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 TEST_F(Calibrate, TwoRunsWriteTheSameFile) {

@@ -243,7 +243,8 @@ std::optional<ConfiguredLayouts> plan_ops(const Experiment& experiment,
       registry.require(sdk::ComponentKind::policy, experiment.policy_name),
       experiment.policy_options);
   Model planned(backend, experiment.model, m.input_features(), m.classes(), input);
-  plan_precision(planned, *policy, backend->capabilities(), {}, log);
+  plan_precision(planned, *policy, backend->capabilities(), experiment.overrides, log);
+  out.config_overrides = experiment.overrides;
   // "auto" chose a policy for this backend; the rules judged that one's plan, and a file naming
   // "auto" could mean another policy (fp16-mixed, unchecked) on the next backend.
   if (const std::string chosen = policy->resolved_name(); !chosen.empty()) out.policy = chosen;
@@ -293,8 +294,8 @@ std::optional<ConfiguredLayouts> plan_ops(const Experiment& experiment,
   return configured;
 }
 
-// Each block-scaled policy's plan of the model, with its default options, as the trainer would
-// make it (its plan-time refusals included), or the refusal.
+// Each block-scaled policy's plan of the model, with its default options and the config's
+// overrides, as the trainer would make it (its plan-time refusals included), or the refusal.
 void plan_block_policies(const Experiment& experiment, const PluginRegistry& registry,
                          const Trainer& trainer, const std::shared_ptr<sdk::DeviceBackend>& backend,
                          Calibration& out) {
@@ -313,7 +314,7 @@ void plan_block_policies(const Experiment& experiment, const PluginRegistry& reg
           registry.require(sdk::ComponentKind::policy, name),
           default_options(registry, sdk::ComponentKind::policy, name, "precision"));
       Model planned(backend, experiment.model, m.input_features(), m.classes(), input);
-      plan_precision(planned, *policy, backend->capabilities(), {}, {});
+      plan_precision(planned, *policy, backend->capabilities(), experiment.overrides, {});
       planned.check_backend();
       for (const auto& l : planned.layers())
         if (!l->is_view()) plan.planned.push_back(l->precision());

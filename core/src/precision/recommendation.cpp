@@ -413,6 +413,7 @@ Recommendation recommend(const Calibration& c) {
   const int scale_log2 = r.scaler.needed ? r.scaler.scale_log2 : 0;
   r.ops = recommend_ops(c, nullptr, c.block_format, scale_log2);
   r.blocks = recommend_blocks(c, r.ops);
+  r.carried = c.config_overrides;
   if (r.blocks.named) {
     for (const auto& p : c.block_policies)
       if (p.format == *r.blocks.named) r.ops = recommend_ops(c, &p.planned, p.format, 0);
@@ -446,13 +447,27 @@ std::string recommendation_toml(const Recommendation& r, const std::vector<std::
     precision.comments.push_back(r.blocks.reason);
   }
   precision.values.emplace_back("policy", r.policy);
-  // The override array replaces the config's whole when merged: with none recommended, an empty
-  // one says so, or the config's own overrides would stand beside the recommendation.
-  if (std::none_of(r.ops.begin(), r.ops.end(), [](const auto& o) { return !o.fields.empty(); })) {
-    precision.comments.push_back("no op needs an override: merged, this clears the config's");
-    precision.raw_values.emplace_back("override", "[]");
-  }
+  if (r.carried.empty() &&
+      std::none_of(r.ops.begin(), r.ops.end(), [](const auto& o) { return !o.fields.empty(); }))
+    precision.comments.push_back("no op needs an override");
   sections.push_back(std::move(precision));
+  // The override array replaces the config's whole when merged: the config's own entries come
+  // first, as the plan the rules judged had them, and the recommended ones after them win.
+  for (const PrecisionOverride& o : r.carried) {
+    ResolvedSection s;
+    s.name = "precision.override";
+    s.array = true;
+    s.comments = {"the config's own (" + o.where.to_string() + "), kept"};
+    s.values.emplace_back("layers", o.pattern);  // already a pattern: written as the config has it
+    const std::pair<const char*, std::optional<DType>> fields[] = {
+        {"weight", o.weight},
+        {"gemm_input", o.gemm_input},
+        {"activation", o.activation},
+        {"activation_grad", o.activation_grad}};
+    for (const auto& [key, dtype] : fields)
+      if (dtype) s.values.emplace_back(key, dtype_text(*dtype));
+    sections.push_back(std::move(s));
+  }
   for (const auto& o : r.ops) {
     if (o.fields.empty()) continue;
     ResolvedSection s;

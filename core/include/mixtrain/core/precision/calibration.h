@@ -20,14 +20,16 @@
 //     output_grad  the gradient of its output that its backward reads (ops with GEMMs; with
 //                  fp16 loss-scale counts), the grad_output operand of an FP8 GEMM
 // - `planned` is each listed node's OpPrecision under the experiment's policy as the trainer
-//   plans it (plan_precision on the same model and backend, without the config's overrides,
-//   which a recommendation replaces).
+//   plans it (plan_precision on the same model and backend, the config's [[precision.override]]
+//   included: an override may be what lets the policy plan the model at all, a convolution kept
+//   out of block scaling, and a recommendation builds on it). `config_overrides` holds them.
 // - Block report (block_range_statistics.h), when CalibrationOptions::blocks asks for it or the
 //   policy plans an FP8 GEMM (the FP8 and block-scaled policies): for each op with a
 //   block-scaled path (a linear), its gemm_input, weight and output_grad get `blocks`, measured on
 //   at most kBlockSampleSteps optimizer steps spread evenly over the run (the first, then every
 //   ceil(steps / kBlockSampleSteps)-th), every micro-batch of those. `block_policies` holds, per
-//   block-scaled policy the registry has, its plan of every listed op with default options, or
+//   block-scaled policy the registry has, its plan of every listed op with default options and
+//   the config's overrides, or
 //   the plan-time refusal (a convolution, a backend without the block-scaled GEMM ops) in the
 //   words `train` would print. `block_format` is set when the experiment's own policy is one of
 //   them.
@@ -90,6 +92,7 @@ struct Calibration {
   bool block_report = false;                // the block statistics were measured
   std::int64_t block_steps = 0;             // optimizer steps they were measured on
   std::vector<BlockPolicyPlan> block_policies;
+  std::vector<PrecisionOverride> config_overrides;  // the experiment's, in config order
 };
 
 inline constexpr std::int64_t kBlockSampleSteps = 8;

@@ -33,8 +33,10 @@
 //   fp8, the policy plans the model (no refusal), every measured operand is safe per block, and
 //   some is unsafe per tensor; the first such in kBlockFormats order. Otherwise the report says
 //   which policy would qualify and why not, and the file is as without the report.
-// - recommendation_toml() renders [precision] policy, one [[precision.override]] per op whose
-//   rung changes (compute = "fp32", or the individual fields that change), and, when a loss
+// - recommendation_toml() renders [precision] policy, the config's own [[precision.override]]
+//   entries first (merging replaces the config's array whole, and the plan the rules judged
+//   had them), then one [[precision.override]] per op whose rung changes (compute = "fp32", or
+//   the individual fields that change; later entries win), and, when a loss
 //   scale is needed, [scaler] type = "dynamic" with [scaler.dynamic] init_scale = S (when none
 //   is needed the config's scaler is left alone and a comment says so); every entry carries a
 //   comment with the measured number that decided it. Deterministic: the same Recommendation
@@ -112,6 +114,7 @@ struct Recommendation {
   std::vector<OpRecommendation> ops;  // every op of the calibration, in order
   ScalerRecommendation scaler;
   BlockRecommendation blocks;
+  std::vector<PrecisionOverride> carried;  // the config's overrides, written before the new ones
 };
 
 Recommendation recommend(const Calibration& calibration);
