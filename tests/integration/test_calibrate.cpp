@@ -459,7 +459,9 @@ num_classes = 2
   auto r =
       run("calibrate " + bare.string() + " --steps 2 --output " + (dir_ / "a.toml").string(), dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "no block-scaled GEMM path")) << r.err;
+  EXPECT_TRUE(has(r.err, "no block-scaled GEMM path") &&
+              has(r.err, "layers = \"conv\", gemm_input = \"bf16\""))
+      << r.err;
   const auto kept = write_file(
       "kept.toml", model + "[[precision.override]]\nlayers = \"conv\"\ngemm_input = \"bf16\"\n");
   const auto out = dir_ / "b.toml";

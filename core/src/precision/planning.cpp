@@ -294,7 +294,7 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
           "node '" + layer.name() + "' (" + layer.type() +
               ") has no block-scaled GEMM path, which the precision policy plans for it",
           "keep it out of block scaling: [[precision.override]] layers = " +
-              sdk::option_value_to_string(exact_pattern(layer.name())) + " gemm_input = \"bf16\"");
+              sdk::option_value_to_string(exact_pattern(layer.name())) + ", gemm_input = \"bf16\"");
     }
     if (!padded.empty())
       log.info(
