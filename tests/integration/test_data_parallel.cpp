@@ -459,7 +459,7 @@ TEST_F(DataParallelTest, AnMpiLaunchWithoutADistributedTableChoosesMpi) {
       << resolved;
   // optimizer.step_size is unread by the constant schedule: every rank warns, rank 1 marked.
   EXPECT_TRUE(has(r.err, "rank 1 [trainer] optimizer.step_size")) << r.err;
-  EXPECT_FALSE(has(r.err, "rank 1 rank 1")) << r.err;  // the prefix once, not per sink
+  EXPECT_FALSE(has(r.err, "rank 1 rank 1")) << r.err;              // the prefix once, not per sink
   EXPECT_FALSE(has(r.err, "rank 1 [trainer] run 'dp'")) << r.err;  // its info lines stay quiet
   // Open MPI would kill the ranks 1 s after a Ctrl-C: rank 0 says so, once.
   EXPECT_TRUE(has(r.err, "[trainer] Ctrl-C would lose this run")) << r.err;
@@ -531,6 +531,35 @@ TEST_F(DataParallelTest, RanksThatResumeDifferentCheckpointsExitTwoNamingBoth) {
   EXPECT_TRUE(has(r.err, "resumed at step 20 (sampler epoch")) << r.err;
   // The same checkpoint on both: they agree and train on.
   r = run_ranks(2, common + "step-00000020.mxt");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// Ranks whose starting weights differ (an init_from file whose copy on one node is another
+// seed's; the same holds for two checkpoints of one step) exit 2 at once, naming both states'
+// checksums, rather than train apart until the end-of-run check. Rank 1 sees the other file at
+// the path through a bind mount (skipped where unshare is not allowed).
+TEST_F(DataParallelTest, RanksThatStartFromDifferentWeightsExitTwoNamingBoth) {
+  if (std::system("unshare -m true >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "unshare -m is not allowed here (it needs CAP_SYS_ADMIN)";
+  const auto cfg = mlp_config("dp.toml", "[distributed]\ntype = \"mpi\"\n");
+  for (const char* seed : {"3", "99"}) {
+    const auto e = run("export " + cfg.string() + " --initial --set run.seed=" + seed + " --out " +
+                       (dir_ / (std::string("init") + seed + ".safetensors")).string());
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+  }
+  const auto init = dir_ / "init3.safetensors";
+  const std::string train = "train " + cfg.string() + " --set run.steps=2 --run-dir " +
+                            (dir_ / "r").string() + " --set checkpoint.init_from=" + init.string();
+  const std::string exe = MIXTRAIN_EXE;
+  auto r =
+      run_commands({exe + " " + train, "unshare -m sh -c \"mount --bind " +
+                                           (dir_ / "init99.safetensors").string() + " " +
+                                           init.string() + " && exec " + exe + " " + train + "\""});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "the ranks start from different places: rank 0 has")) << r.err;
+  EXPECT_TRUE(has(r.err, "from weights and state with CRC-32 ")) << r.err;
+  EXPECT_TRUE(has(r.err, "init_from")) << r.err;
+  r = run_ranks(2, train);
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 

@@ -45,8 +45,8 @@ void check_start_agreement(sdk::Communicator& comm, const std::string& start) {
   throw ConfigDisagreement(
       "the ranks start from different places: rank 0 has " + rank0 + "; rank " +
           std::to_string(differs.rank) + " has " + differs.text,
-      "give every rank the same data files and, to resume, the same checkpoint (one file on "
-      "storage every rank reads, or identical copies)");
+      "give every rank the same data files and the same checkpoint to resume or init_from "
+      "(one file on storage every rank reads, or identical copies)");
 }
 
 }  // namespace mixtrain::core

@@ -575,6 +575,10 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   }
   if (s.c.communicator) {
     const auto cursor = s.data.sampler->cursor();
+    // The replicas' weights and states too: two checkpoints of one step, or an init_from file
+    // whose contents differ per rank, would otherwise train apart until the end-of-run check.
+    char state_crc[16];
+    std::snprintf(state_crc, sizeof state_crc, "%08x", crc32_of(replica_state(s)));
     check_start_agreement(*s.c.communicator,
                           std::to_string(s.train.rows) + " training rows (" + s.train_fingerprint +
                               ") and " + std::to_string(s.eval.rows) + " held-out rows (" +
@@ -583,7 +587,8 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
                                    ? std::string("starting at step 0")
                                    : "resumed at step " + std::to_string(s.position.step) +
                                          " (sampler epoch " + std::to_string(cursor.epoch) +
-                                         ", position " + std::to_string(cursor.position) + ")"));
+                                         ", position " + std::to_string(cursor.position) + ")") +
+                              " from weights and state with CRC-32 " + state_crc);
   }
   if (!s.position.complete_on_resume && s.writes) open_run_folder(s);
 }
