@@ -123,6 +123,24 @@ TEST_F(CompareCli, AutoShowsItsChoiceAndEmulatedThroughputIsMarked) {
   EXPECT_NE(slurp(base / "compare.md").find("emul: bf16 GEMMs emulated"), std::string::npos);
 }
 
+// A run folder's name may hold any bytes: one that is not UTF-8 (and holds Markdown's
+// syntax) trains, writes its summary and compares; every output is valid UTF-8, the Markdown
+// shows the brackets as text.
+TEST_F(CompareCli, AFolderNameThatIsNotUtf8OrHoldsMarkdownIsWrittenSafely) {
+  const auto a = train("a"), b = train("b\xff[x]~~y~~");
+  ASSERT_FALSE(HasFailure());
+  EXPECT_NO_THROW(json::parse(slurp(b / "summary.json")));
+  auto r = run("compare '" + a.string() + "' '" + b.string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NO_THROW(json::parse(slurp(a / "compare.json")));
+  for (const char* file : {"compare.svg", "compare.md"})
+    EXPECT_NO_THROW((void)json(slurp(a / file)).dump()) << file << " is not valid UTF-8";
+  const std::string md = slurp(a / "compare.md");
+  EXPECT_EQ(md.find("[x]"), std::string::npos) << md;
+  EXPECT_EQ(md.find("~~y~~"), std::string::npos) << md;
+  EXPECT_NE(md.find("\\[x\\]\\~\\~y"), std::string::npos) << md;
+}
+
 TEST_F(CompareCli, AMissingFolderExitsTwoNamingIt) {
   auto r = run("compare " + (dir_ / "no-such-run").string());
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;

@@ -235,16 +235,19 @@ std::string diagnostics_text(const RunComparison& c) {
 
 namespace {
 // Run names and config values are user text: neither HTML nor markdown syntax may leak from them.
-std::string md_escape(const std::string& s) {
+std::string md_escape(const std::string& text) {
   std::string e;
-  for (char ch : s) {
-    if (ch == '<')
+  for (char ch : valid_utf8(text)) {
+    if (ch == '\n' || ch == '\r')
+      e += ' ';  // a line break would end the table row
+    else if (ch == '<')
       e += "&lt;";
     else if (ch == '>')
       e += "&gt;";
     else if (ch == '&')
       e += "&amp;";
-    else if (ch == '|' || ch == '*' || ch == '_' || ch == '`' || ch == '\\')
+    else if (ch == '|' || ch == '*' || ch == '_' || ch == '`' || ch == '\\' || ch == '[' ||
+             ch == ']' || ch == '(' || ch == ')' || ch == '~' || ch == '!')
       e += std::string("\\") + ch;
     else
       e += ch;
@@ -359,7 +362,7 @@ std::string comparison_json(const RunComparison& c) {
                 {"window_steps", c.smoothing_window_steps()}}},
               {"warnings", comparison_warnings(c)},
               {"runs", runs}}
-             .dump(2) +
+             .dump(2, ' ', false, json::error_handler_t::replace) +  // folder names: any bytes
          "\n";
 }
 

@@ -102,7 +102,8 @@ void write_run_summary(const std::filesystem::path& file, const TrainSummary& s)
   if (!s.resumed_from.empty()) j["resumed_from"] = s.resumed_from.string();
   // Atomically: a second Ctrl-C lands most often during these final writes, and compare must
   // then find the previous summary or none, never half a file.
-  const std::string text = j.dump(2) + '\n';
+  // A run folder's path may hold bytes that are not UTF-8: written replaced, never refused.
+  const std::string text = j.dump(2, ' ', false, json::error_handler_t::replace) + '\n';
   write_run_file(file, text, "run summary");
 }
 

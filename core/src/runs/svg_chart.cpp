@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 namespace mixtrain::core {
 
 namespace {
@@ -238,7 +240,15 @@ std::string dots_data(const ChartSeries& s, const Axis& x, const Axis& y, double
 
 }  // namespace
 
-std::string xml_escape(std::string_view s) {
+std::string valid_utf8(std::string_view text) {
+  // nlohmann's serializer validates UTF-8 strictly and, asked to, replaces what is not.
+  const std::string quoted = nlohmann::json(std::string(text))
+                                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return nlohmann::json::parse(quoted).get<std::string>();
+}
+
+std::string xml_escape(std::string_view text) {
+  const std::string s = valid_utf8(text);
   std::string out;
   out.reserve(s.size());
   for (char ch : s) {

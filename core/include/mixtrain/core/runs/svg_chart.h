@@ -55,6 +55,12 @@ std::string render_svg_chart(const std::string& title, const std::string& x_labe
                              const std::vector<ChartPanel>& panels,
                              const std::vector<ChartLegendEntry>& legend);
 
+// `text` escaped for XML character data and attributes: markup characters as entities, control
+// characters other than tab and newline as '?', and bytes that are not valid UTF-8 (a run folder's
+// name may hold any) as U+FFFD, so the document stays well-formed.
 std::string xml_escape(std::string_view text);
+
+// `text` with every byte sequence that is not valid UTF-8 replaced by U+FFFD.
+std::string valid_utf8(std::string_view text);
 
 }  // namespace mixtrain::core
