@@ -126,6 +126,10 @@ std::vector<std::int32_t> load_text_tokens(std::span<const fs::path> files) {
     if (head.size() == 6 && std::memcmp(head.data(), "\x93NUMPY", 6) == 0)
       fail(file, "is a NumPy .npy file, not text",
            "for rows of numbers set data.source = \"npy\"; text data is a plain text file");
+    if (head.size() >= 2 && static_cast<unsigned char>(head[0]) == 0x1f &&
+        static_cast<unsigned char>(head[1]) == 0x8b)
+      fail(file, "is gzip-compressed, not text (its bytes would train as tokens)",
+           "decompress it first: gunzip -k " + file.string());
     if (head.size() >= 4 && static_cast<std::int64_t>(load_le(head.data(), 4)) == kTokenMagic)
       fail(file, "is an llm.c token file (magic 20240520), not text",
            "set data.source = \"tokens\" for token files; text data is a plain text file");

@@ -1,6 +1,7 @@
 // Token datasets: windows of block_size + 1 tokens cut from one stream, the tail split that keeps
 // overlapping windows out of evaluation, and the gather that copies windows into a batch.
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -70,14 +71,18 @@ std::pair<Dataset, Dataset> split_token_tail(std::vector<std::int32_t> tokens,
     if (held <= block_size) {
       // A fraction that would leave a training window too is worth suggesting; otherwise the
       // stream is too short to split at all (an empty file: no fraction helps).
-      const double needed = static_cast<double>(block_size + 1) / static_cast<double>(n);
+      // Rounded up at its third digit: a fraction printed rounded down could fall short again.
+      const double exact = static_cast<double>(block_size + 1) / static_cast<double>(n);
+      const double digits = std::pow(10.0, 2.0 - std::floor(std::log10(exact)));
+      char needed[32];
+      std::snprintf(needed, sizeof needed, "%.3g", std::ceil(exact * digits) / digits);
       const bool splittable = n >= 2 * (block_size + 1);
       throw sdk::DataError(
           std::string(origin) + ": the held-out tail (eval_fraction " +
               std::to_string(eval_fraction) + " of " + std::to_string(n) + " tokens) holds " +
               std::to_string(held) + " tokens, fewer than the block_size + 1 = " +
               std::to_string(block_size + 1) + " one evaluation window needs",
-          (splittable ? "raise data.eval_fraction to at least " + std::to_string(needed) + ", "
+          (splittable ? "raise data.eval_fraction to at least " + std::string(needed) + ", "
                       : "the " + std::to_string(n) + " tokens cannot hold a training and an " +
                             "evaluation window of " + std::to_string(block_size + 1) +
                             " tokens each: give more data, ") +

@@ -118,6 +118,9 @@ TEST(data_TokenFiles, TextIsItsBytesOneFileAfterAnother) {
   write_file(dir / "tokens.bin", token_file({1, 2, 3}));
   expect_data_error([&] { (void)load_text_tokens(std::vector{dir / "tokens.bin"}); },
                     (dir / "tokens.bin").string(), {"llm.c token file", "\"tokens\""});
+  write_file(dir / "text.gz", {0x1f, 0x8b, 8, 0, 0, 0, 0, 0});
+  expect_data_error([&] { (void)load_text_tokens(std::vector{dir / "text.gz"}); },
+                    (dir / "text.gz").string(), {"gzip-compressed", "gunzip"});
   write_file(dir / "short.txt", {'N', 'U'});
   EXPECT_EQ(load_text_tokens(std::vector{dir / "short.txt"}),
             (std::vector<std::int32_t>{'N', 'U'}));
@@ -334,6 +337,19 @@ TEST(data_TokenSplit, ATailOrARestTooShortForOneWindowSaysHowManyItNeeds) {
                     {"8 remain for training", "block_size + 1 = 9"});
   expect_data_error([] { (void)split_token_tail(stream(20), 8, 1000, 1.0, "s.bin"); }, "s.bin",
                     {"eval_fraction must be in [0, 1)"});
+  // The fraction suggested splits when followed: 17/2.3e6 = 7.39e-6, printed rounded up (a
+  // rounded-down 7e-6 or 0.000007 holds 16 tokens, one short).
+  try {
+    (void)split_token_tail(stream(2'300'000), 16, 1000, 0.000005, "s.bin");
+    ADD_FAILURE() << "split";
+  } catch (const sdk::DataError& e) {
+    const std::string lead = "raise data.eval_fraction to at least ";
+    const auto at = e.hint().find(lead);
+    ASSERT_NE(at, std::string::npos) << e.hint();
+    const double suggested = std::stod(e.hint().substr(at + lead.size()));
+    EXPECT_NO_THROW((void)split_token_tail(stream(2'300'000), 16, 1000, suggested, "s.bin"))
+        << e.hint();
+  }
   // Too short for a training and an evaluation window at any fraction: no fraction is suggested
   // (it would be above 0.5, or infinite for an empty stream).
   for (const std::size_t n : {0u, 17u}) {
