@@ -248,6 +248,36 @@ nodes = [
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// A held-out file that is also a training file (here the same text, once through a link) is
+// said: the row-level split that keeps training rows out of evaluation does not apply to named
+// held-out files.
+TEST_F(CliGpt, AHeldOutFileThatIsAlsoATrainingFileIsWarnedOf) {
+  fs::create_symlink("/usr/share/common-licenses/GPL-3", dir_ / "same.txt");
+  const auto cfg = write_file("both.toml", R"([run]
+steps = 1
+[data]
+source = "text"
+block_size = 16
+batch_size = 4
+[data.text]
+path = "/usr/share/common-licenses/GPL-3"
+eval = "same.txt"
+[model]
+preset = "gpt"
+[model.gpt]
+n_layer = 1
+n_head = 2
+n_embd = 16
+)");
+  auto r = run("train " + cfg.string() + " --run-dir " + (dir_ / "r").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "same.txt' is also a training file")) << r.err;
+  r = run("train " + cfg.string() + " --run-dir " + (dir_ / "r2").string() +
+          " --set data.text.eval=/usr/share/common-licenses/GPL-2");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.err, "is also a training file")) << r.err;
+}
+
 TEST_F(CliGpt, WidthNotDivisibleByHeadsExits2AtTheConfigLine) {
   auto r = run("check " + config("gpt-tiny-fp32.toml") + " --set model.gpt.n_head=5");
   EXPECT_EQ(r.exit_code, 2);

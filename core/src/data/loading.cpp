@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "mixtrain/core/config/experiment.h"
+#include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/data/dataset.h"
 #include "mixtrain/sdk/error.h"
 
@@ -20,6 +21,24 @@ std::string stream_origin(const std::string& kind,
   std::string out = kind + " '" + (files.empty() ? std::string() : files.front().string()) + "'";
   if (files.size() > 1) out += " + " + std::to_string(files.size() - 1) + " more files";
   return out;
+}
+
+// Named held-out files skip the row-level split, which is what keeps training rows out of
+// evaluation: a file named on both sides (a copy-paste, or a folder's test batch also listed for
+// training) makes the held-out metrics measure rows the model trains on. Said, not refused: an
+// overfitting check may mean it.
+void warn_of_files_on_both_sides(const std::vector<std::filesystem::path>& train,
+                                 const std::vector<std::filesystem::path>& eval) {
+  for (const auto& e : eval)
+    for (const auto& t : train) {
+      std::error_code ec;
+      if (std::filesystem::equivalent(e, t, ec) && !ec) {
+        core_logger("data").warn("held-out file '" + e.string() + "' is also a training file ('" +
+                                 t.string() +
+                                 "'): the evaluation measures rows the model trains on");
+        break;
+      }
+    }
 }
 
 std::vector<std::int32_t> read_stream(const DataSettings& settings,
@@ -41,6 +60,7 @@ std::pair<Dataset, Dataset> load_token_splits(const DataSettings& settings) {
   if (settings.eval_token_paths.empty())
     return split_token_tail(std::move(stream), T, V, settings.eval_fraction, origin);
   // A separate held-out stream: the whole training stream trains, eval_fraction is unused.
+  warn_of_files_on_both_sides(settings.token_paths, settings.eval_token_paths);
   Dataset train = make_token_dataset(std::move(stream), T, V, 1, origin);
   Dataset eval = make_token_dataset(read_stream(settings, settings.eval_token_paths), T, V, T,
                                     stream_origin(kind, settings.eval_token_paths));
@@ -59,6 +79,7 @@ std::pair<Dataset, Dataset> load_cifar10_splits(const DataSettings& settings, st
   if (settings.classes > 0) train.classes = std::max(train.classes, settings.classes);
   if (eval_files.empty()) return split_holdout(std::move(train), settings.eval_fraction, seed);
   // A separate held-out file: every training record trains, eval_fraction is unused.
+  warn_of_files_on_both_sides(train_files, eval_files);
   Dataset eval = load_cifar10(eval_files, settings.keep_bytes());
   eval.classes = train.classes;
   return {std::move(train), std::move(eval)};
