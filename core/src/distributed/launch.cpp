@@ -45,11 +45,16 @@ std::string stop_grace_warning(const MpiLaunch& launch) {
   if (!launch.orte || launch.world_size < 2) return {};
   const auto grace = env_int("OMPI_MCA_odls_base_sigkill_timeout", 0);
   if (grace && *grace >= kStopGraceSeconds) return {};
-  return "Ctrl-C would lose this run: mpirun passes it to the ranks as SIGTERM and kills them " +
-         std::to_string(grace.value_or(1)) +
-         " s later (Open MPI's odls_base_sigkill_timeout), before the step and its checkpoint can "
-         "finish. Launch with `mpirun --mca odls_base_sigkill_timeout 120 ...` (or export "
-         "OMPI_MCA_odls_base_sigkill_timeout=120) to give them the time";
+  const std::string t = std::to_string(grace.value_or(1));
+  const std::string g = std::to_string(kStopGraceSeconds);
+  return "Ctrl-C would lose this run: Open MPI's mpirun sends the ranks SIGTERM " + t +
+         " s after Ctrl-C and SIGKILL " + t +
+         " s after that (odls_base_sigkill_timeout), before the step and its checkpoint can "
+         "finish. Launch with `mpirun --mca odls_base_sigkill_timeout " +
+         g + " ...` (or export OMPI_MCA_odls_base_sigkill_timeout=" + g +
+         "): the ranks then start their clean stop " + g + " s after Ctrl-C and have " + g +
+         " s for it; or stop them at once with SIGINT to the ranks themselves (pkill -INT -f "
+         "'mixtrain train'), which every rank follows after the same step";
 }
 
 std::string mpirun_line(int ranks, const std::string& command) {

@@ -6,8 +6,9 @@
 // OMPI_COMM_WORLD_RANK) or a PMI launcher (PMI_SIZE, PMI_RANK; MPICH's Hydra, Slurm's srun) sets
 // in every rank's environment; a value that is not a positive integer counts as absent.
 // stop_grace_warning(): under Open MPI up to 4 (its ORTE runtime, seen by OMPI_MCA_orte_hnp_uri),
-// Ctrl-C reaches mpirun, which sends every rank SIGTERM and SIGKILL odls_base_sigkill_timeout
-// seconds later (default 1): too soon for the step in progress and the checkpoint to finish. The
+// Ctrl-C reaches mpirun, which sends every rank SIGCONT at once, SIGTERM odls_base_sigkill_timeout
+// seconds later (default 1) and SIGKILL as many seconds after that (measured with Open MPI 4.1):
+// one second is too short for the step in progress and the checkpoint to finish. The
 // warning to give (empty when the launch is not ORTE's with more than one rank, or allows
 // kStopGraceSeconds or more), read from OMPI_MCA_odls_base_sigkill_timeout, which mpirun passes to
 // every rank. Open MPI 5's PRRTE has other knobs, unmeasured here: it gets no warning rather than

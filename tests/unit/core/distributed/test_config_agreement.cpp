@@ -106,12 +106,15 @@ TEST(MpiLaunch, WarnsWhenOpenMpiWouldKillTheRanksBeforeTheirCheckpoint) {
   {
     ScopedEnv grace("OMPI_MCA_odls_base_sigkill_timeout", nullptr);
     const auto w = stop_grace_warning(detect_mpi_launch());
-    EXPECT_NE(w.find("kills them 1 s later"), std::string::npos) << w;
-    EXPECT_NE(w.find("--mca odls_base_sigkill_timeout 120"), std::string::npos) << w;
+    EXPECT_NE(w.find("SIGTERM 1 s after Ctrl-C and SIGKILL 1 s after that"), std::string::npos)
+        << w;
+    EXPECT_NE(w.find("--mca odls_base_sigkill_timeout 30"), std::string::npos) << w;
+    EXPECT_NE(w.find("pkill -INT"), std::string::npos) << w;
   }
   {
     ScopedEnv grace("OMPI_MCA_odls_base_sigkill_timeout", "5");
-    EXPECT_NE(stop_grace_warning(detect_mpi_launch()).find("5 s later"), std::string::npos);
+    EXPECT_NE(stop_grace_warning(detect_mpi_launch()).find("SIGTERM 5 s after Ctrl-C"),
+              std::string::npos);
   }
   {
     ScopedEnv grace("OMPI_MCA_odls_base_sigkill_timeout", "120");
