@@ -63,8 +63,9 @@ std::string timed_out_message(int rank, const std::string& what, double timeout_
 }
 
 constexpr const char* kTimedOutHint =
-    "look for an earlier error on another rank; raise timeout_s if a step legitimately takes "
-    "longer";
+    "look for an earlier error on another rank; raise timeout_s if a step, an evaluation or "
+    "rank 0's checkpoint write (the other ranks wait for it at their next collective) "
+    "legitimately takes longer";
 
 // Ends every rank when a handle is destroyed while its collective still runs past its deadline.
 // MPI cannot cancel a collective, and it still writes the caller's buffers (on the communication
@@ -197,7 +198,8 @@ class MpiCommunicator::ThreadHandle final : public sdk::CommunicationHandle {
 sdk::OptionSchema MpiCommunicator::option_schema() {
   return {sdk::OptionSpec::number("timeout_s", 300.0,
                                   "seconds a collective, or MPI's start-up, may wait for the other "
-                                  "ranks before the run ends with an error naming it")
+                                  "ranks before the run ends with an error naming it; it must "
+                                  "cover rank 0's longest checkpoint write")
               .greater_than(0.0),
           sdk::OptionSpec::string("progress", "thread",
                                   "how collectives overlap backward: \"thread\", MPI's "

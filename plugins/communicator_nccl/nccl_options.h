@@ -13,7 +13,8 @@ inline sdk::OptionSchema nccl_option_schema() {
               "timeout_s", 300.0,
               "seconds a blocking call (communicator setup, host collectives) or a running NCCL "
               "collective waits for the other ranks before the NCCL communicator is aborted and "
-              "the run ends with CommunicationError")
+              "the run ends with CommunicationError; it must cover rank 0's longest checkpoint "
+              "write")
               .greater_than(0)};
 }
 
