@@ -778,17 +778,26 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
 
 Components create_components(const Experiment& e, const PluginRegistry& registry) {
   Components c;
-  c.backend = registry.create<sdk::DeviceBackend>(
-      registry.require(ComponentKind::backend, e.backend_type), e.backend_options);
-  c.policy = registry.create<sdk::PrecisionPolicy>(
-      registry.require(ComponentKind::policy, e.policy_name), e.policy_options);
-  c.scaler = registry.create<sdk::LossScaler>(
-      registry.require(ComponentKind::scaler, e.scaler_type), e.scaler_options);
-  c.optimizer = registry.create<sdk::Optimizer>(
-      registry.require(ComponentKind::optimizer, e.optimizer_type), e.optimizer_options);
+  c.origins = "[loaded]\n";
+  auto require = [&](ComponentKind kind, const std::string& name) -> const LoadedComponent& {
+    const LoadedComponent& comp = registry.require(kind, name);
+    c.origins += std::string(sdk::component_kind_name(kind)) + " = " +
+                 sdk::option_value_to_string(name + " from plugin " + comp.plugin_name + " " +
+                                             comp.plugin_version + " (" +
+                                             comp.library.filename().string() + ")") +
+                 "\n";
+    return comp;
+  };
+  c.backend = registry.create<sdk::DeviceBackend>(require(ComponentKind::backend, e.backend_type),
+                                                  e.backend_options);
+  c.policy = registry.create<sdk::PrecisionPolicy>(require(ComponentKind::policy, e.policy_name),
+                                                   e.policy_options);
+  c.scaler = registry.create<sdk::LossScaler>(require(ComponentKind::scaler, e.scaler_type),
+                                              e.scaler_options);
+  c.optimizer = registry.create<sdk::Optimizer>(require(ComponentKind::optimizer, e.optimizer_type),
+                                                e.optimizer_options);
   c.checkpoint_format = registry.create<sdk::CheckpointFormat>(
-      registry.require(ComponentKind::checkpoint_format, e.checkpoint.format),
-      e.checkpoint_options);
+      require(ComponentKind::checkpoint_format, e.checkpoint.format), e.checkpoint_options);
   for (const auto& comp : registry.components()) {
     if (comp.info.kind != ComponentKind::checkpoint_format) continue;
     if (comp.info.name == e.checkpoint.format) {

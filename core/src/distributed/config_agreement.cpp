@@ -34,8 +34,9 @@ void check_config_agreement(sdk::Communicator& comm, const std::string& resolved
   throw ConfigDisagreement(
       "the ranks run different configs: rank " + std::to_string(differs.rank) +
           "'s differs from rank 0's at " + differs.text + " (rank 0's value first)",
-      "launch every rank with the same config, --set and --merge arguments and the same "
-      "environment (paths resolve per rank: give them the same files)");
+      "launch every rank with the same config, --set and --merge arguments, the same "
+      "environment and the same plugin builds ([loaded] names each component's plugin and "
+      "version; paths resolve per rank: give them the same files)");
 }
 
 void check_start_agreement(sdk::Communicator& comm, const std::string& start) {

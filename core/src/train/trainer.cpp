@@ -143,7 +143,7 @@ void join_replicas(Trainer::State& s) {
     s.reducer = std::make_unique<LocalReducer>(s.c.backend);
   } else {
     auto& comm = *s.c.communicator;
-    check_config_agreement(comm, resolved_toml(e));
+    check_config_agreement(comm, resolved_toml(e) + "\n" + s.c.origins);
     const int world = comm.world_size();
     if (e.data.batch_size % world != 0)
       throw sdk::UserError(

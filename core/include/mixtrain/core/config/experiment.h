@@ -251,6 +251,10 @@ struct Components {
   std::vector<std::shared_ptr<sdk::CheckpointFormat>> weight_formats;
   // [distributed]: this process's link to the other ranks (create_communicator); null: one process.
   std::shared_ptr<sdk::Communicator> communicator;
+  // Which plugin (name, version, library file) each configured component came from, as TOML
+  // lines under a [loaded] header: the data-parallel start check compares them with the config,
+  // since a rank with another build of a plugin would compute other numbers under one config.
+  std::string origins;
 };
 
 // Folders from [plugins] paths, resolved against the config's folder. Read before the registry
