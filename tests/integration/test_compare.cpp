@@ -58,7 +58,11 @@ TEST_F(CompareCli, ComparesAnAdamwAndAnSgdRun) {
 }
 
 TEST_F(CompareCli, WarnsWhenRunsTrainADifferentModelOrDataButNotForAnotherPrecision) {
-  const auto base = train("base"), bf16 = train("bf16", "--set precision.policy=bf16-mixed"),
+  // How batches are prepared (prefetch, pinned memory, the evaluation batch) is not the data.
+  const auto base = train("base"),
+             bf16 = train("bf16",
+                          "--set precision.policy=bf16-mixed --set data.prefetch=false "
+                          "--set data.pin_memory=false --set data.eval_batch_size=256"),
              noisy = train("noisy", "--set data.noise=2.0");
   ASSERT_FALSE(HasFailure());
   auto r = run("compare " + base.string() + " " + bf16.string() + " " + noisy.string());

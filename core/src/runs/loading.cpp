@@ -237,6 +237,9 @@ void read_config(RunData& run, const fs::path& file) {
     // The seed draws the synthetic data and the held-out split: runs with different seeds train
     // and evaluate on different data, which is not a precision effect.
     if (const auto* seed = tbl.at_path("run.seed").node()) flatten_toml(*seed, "run.seed", setup);
+    // How batches are prepared and evaluated, not what they hold: the same rows either way.
+    for (const char* key : {"data.prefetch", "data.pin_memory", "data.eval_batch_size"})
+      setup.erase(key);
     run.setup = std::move(setup);
   } catch (const toml::parse_error&) {
   }
