@@ -232,14 +232,19 @@ int train_with(core::Experiment& experiment, core::Components components,
   std::fflush(stdout);
   if (s.interrupted) return core::interrupted_exit_code();
   if (s.diverged) {
+    // The scaler advice only where it is news: a run with one already needs other remedies.
+    const std::string scaler = s.scaler == "dynamic" ? std::string()
+                                                     : ", use a dynamic loss scaler (scaler.type = "
+                                                       "\"dynamic\"; this run's is \"" +
+                                                           s.scaler + "\")";
     if (speaks)
       std::fprintf(stderr,
-                   "\nerror: the run diverged: %s\n  HINT: lower optimizer.lr, use a loss scaler "
-                   "(scaler.type = \"dynamic\") or a wider precision.policy; metrics.jsonl names "
-                   "the first non-finite tensor of each skipped step. `mixtrain calibrate` finds "
-                   "the ops to keep wider, and [precision.escalate] widens the op that keeps "
-                   "failing while the run goes on (docs/precision-autopilot.md)\n",
-                   s.divergence.c_str());
+                   "\nerror: the run diverged: %s\n  HINT: lower optimizer.lr%s or a wider "
+                   "precision.policy; metrics.jsonl names the first non-finite tensor of each "
+                   "skipped step. `mixtrain calibrate` finds the ops to keep wider, and "
+                   "[precision.escalate] widens the op that keeps failing while the run goes on "
+                   "(docs/precision-autopilot.md)\n",
+                   s.divergence.c_str(), scaler.c_str());
     return kExitDiverged;
   }
   return 0;

@@ -133,6 +133,8 @@ TEST_F(Precision, OverflowBacksOffSkipsAndLeavesMasterWeightsUntouched) {
                skipped.string());
   ASSERT_EQ(r.exit_code, 3) << "every step skipped: the run diverged\n" << r.err;
   EXPECT_NE(r.err.find("skipped"), std::string::npos) << r.err;
+  // It had a dynamic scaler: the hint does not offer one.
+  EXPECT_EQ(r.err.find("use a dynamic loss scaler"), std::string::npos) << r.err;
   auto recs = records(skipped / "metrics.jsonl");
   int skips = 0;
   for (const auto& j : recs) {

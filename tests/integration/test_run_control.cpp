@@ -60,6 +60,11 @@ TEST_F(RunControl, ADivergedRunExitsWith3AndItsSummarySaysDiverged) {
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_NE(r.err.find("the run diverged"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("HINT"), std::string::npos) << r.err;
+  // Without a scaler, the hint names the dynamic one and what the run had.
+  EXPECT_NE(r.err.find("use a dynamic loss scaler (scaler.type = \"dynamic\"; this run's is "
+                       "\"none\")"),
+            std::string::npos)
+      << r.err;
   auto s = summary(bad);
   EXPECT_TRUE(s["diverged"].get<bool>()) << s.dump();
   EXPECT_FALSE(s["interrupted"].get<bool>());
