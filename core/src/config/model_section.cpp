@@ -129,7 +129,16 @@ RawNode read_node(const Config& config, const TableEntry& entry, const std::stri
 
 std::map<std::string, BlockDef> read_blocks(const Config& config) {
   std::map<std::string, BlockDef> blocks;
-  if (!config.has_table("model.blocks")) return blocks;
+  if (!config.has_table("model.blocks")) {
+    // `blocks = 5` or `[[model.blocks]]`: [model] skips the key, so it would vanish unread.
+    if (config.is_array("model.blocks") || config.location("model.blocks").line != 0)
+      throw sdk::ConfigError(config.location("model.blocks"), "model.blocks",
+                             "model.blocks is a table of blocks, one sub-table per block",
+                             "define a block as [model.blocks.residual] inputs = [\"x\"], "
+                             "nodes = [...]; the ResNet preset's blocks per stage go in "
+                             "[model.resnet] blocks = [3, 4, 6, 3]");
+    return blocks;
+  }
   if (!config.table_options("model.blocks").empty())
     throw sdk::ConfigError(config.location("model.blocks"), "model.blocks",
                            "model.blocks holds one table per block",

@@ -897,6 +897,23 @@ std::string resnet_config(const std::string& block_line) {
   return text;
 }
 
+// [model] reads `blocks` as the block graph's table only: any other value there (the ResNet
+// preset's stage depths written one table too high, an array of tables) would vanish unread.
+TEST(sdk_Experiment, AModelBlocksThatIsNotATableOfBlocksIsRefusedAtItsLine) {
+  const std::string text = "[model]\nlayers = [ { type = \"linear\", out = 4 } ]\n";
+  for (const std::string& extra :
+       {std::string("blocks = [3, 3, 3]\n"), std::string("[[model.blocks]]\nname = \"res\"\n")}) {
+    try {
+      (void)parse(text + extra);
+      ADD_FAILURE() << extra << " was accepted";
+    } catch (const sdk::ConfigError& e) {
+      EXPECT_EQ(e.where().line, 3u) << e.what();
+      EXPECT_EQ(e.key(), "model.blocks");
+      EXPECT_NE(e.hint().find("[model.resnet] blocks"), std::string::npos) << e.hint();
+    }
+  }
+}
+
 TEST(sdk_Experiment, ResNetBlockSelectsTorchvisionsBottleneck) {
   auto e = parse(resnet_config("block = \"bottleneck\""));
   std::vector<std::string> names;
