@@ -46,6 +46,29 @@ std::string string_option(const core::Config& c, const std::string& table, const
   return {};
 }
 
+// A convolution, a ReLU, a global pool and a linear head on 8x8 synthetic images.
+std::string tiny_cnn(int steps, const std::string& policy) {
+  return "[run]\nsteps = " + std::to_string(steps) + "\n[precision]\npolicy = \"" + policy +
+         "\"\n" + R"([model]
+nodes = [
+  { type = "conv2d", name = "conv", inputs = ["input"], out = 4, kernel = 3, padding = 1 },
+  { type = "relu", name = "act", inputs = ["conv"] },
+  { type = "global_avgpool", name = "gap", inputs = ["act"] },
+  { type = "linear", name = "head", inputs = ["gap"], out = 2 },
+]
+[data]
+source = "synthetic"
+batch_size = 16
+[data.synthetic]
+kind = "images"
+rows = 64
+channels = 1
+height = 8
+width = 8
+num_classes = 2
+)";
+}
+
 class Calibrate : public CliTest {
  protected:
   const std::string demo_ = config("underflow-demo.toml");
@@ -361,28 +384,7 @@ TEST_F(CalibrateBlocks, ReportOnlyUnderOtherPoliciesAndNeverWithAConvolution) {
             "bf16-mixed");
 
   // A convolution: the block policies refuse the model at plan time, so none is named.
-  const auto conv = write_file("conv.toml", R"([run]
-steps = 5
-[precision]
-policy = "fp8-current"
-[model]
-nodes = [
-  { type = "conv2d", name = "conv", inputs = ["input"], out = 4, kernel = 3, padding = 1 },
-  { type = "relu", name = "act", inputs = ["conv"] },
-  { type = "global_avgpool", name = "gap", inputs = ["act"] },
-  { type = "linear", name = "head", inputs = ["gap"], out = 2 },
-]
-[data]
-source = "synthetic"
-batch_size = 16
-[data.synthetic]
-kind = "images"
-rows = 64
-channels = 1
-height = 8
-width = 8
-num_classes = 2
-)");
+  const auto conv = write_file("conv.toml", tiny_cnn(5, "fp8-current"));
   r = run("calibrate " + conv.string() + " --steps 1 --output " + (dir_ / "c.toml").string(), dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "refused")) << r.out;
@@ -433,28 +435,7 @@ TEST_F(Calibrate, TheConfigsOverridesArePlannedAndCarriedIntoTheFile) {
 // override its refusal names. Calibration plans with the config's overrides, so it calibrates
 // such a config, and the file it writes keeps the override: the merged config trains.
 TEST_F(Calibrate, ACnnUnderABlockScaledPolicyCalibratesWithItsConvolutionsOverridden) {
-  const std::string model = R"([run]
-steps = 3
-[precision]
-policy = "fp8-block"
-[model]
-nodes = [
-  { type = "conv2d", name = "conv", inputs = ["input"], out = 4, kernel = 3, padding = 1 },
-  { type = "relu", name = "act", inputs = ["conv"] },
-  { type = "global_avgpool", name = "gap", inputs = ["act"] },
-  { type = "linear", name = "head", inputs = ["gap"], out = 2 },
-]
-[data]
-source = "synthetic"
-batch_size = 16
-[data.synthetic]
-kind = "images"
-rows = 64
-channels = 1
-height = 8
-width = 8
-num_classes = 2
-)";
+  const std::string model = tiny_cnn(3, "fp8-block");
   const auto bare = write_file("bare.toml", model);
   auto r =
       run("calibrate " + bare.string() + " --steps 2 --output " + (dir_ / "a.toml").string(), dir_);

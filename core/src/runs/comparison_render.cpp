@@ -247,7 +247,7 @@ std::string md_escape(const std::string& text) {
     else if (ch == '&')
       e += "&amp;";
     else if (ch == '|' || ch == '*' || ch == '_' || ch == '`' || ch == '\\' || ch == '[' ||
-             ch == ']' || ch == '(' || ch == ')' || ch == '~' || ch == '!')
+             ch == ']' || ch == '~')  // brackets: a link or an image needs them
       e += std::string("\\") + ch;
     else
       e += ch;
