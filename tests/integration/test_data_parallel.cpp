@@ -320,6 +320,26 @@ TEST_F(DataParallelTest, AnOverflowOnOneRankSkipsTheStepOnEveryRank) {
   EXPECT_TRUE(s["distributed"]["ranks_identical"].get<bool>());
 }
 
+// fp16-mixed with a dynamic scaler that doubles every step until it overflows: the overflows come
+// from the scale alone, so one process and two ranks must skip the same steps at the same scales
+// (each rank seeds its half of the batch with scale / 2; seeded with the full scale, every row's
+// gradient was twice a one-process run's and the two ranks overflowed one doubling earlier).
+TEST_F(DataParallelTest, LossScaleOverflowsDoNotDependOnTheRankCount) {
+  const std::string mixed =
+      "[precision]\npolicy = \"fp16-mixed\"\n[scaler]\ntype = \"dynamic\"\n"
+      "init_scale = 1048576.0\ngrowth_interval = 1\n";
+  const auto single = mlp_config("single.toml", mixed);
+  auto base =
+      run("train " + single.string() + " --set run.steps=8 --run-dir " + (dir_ / "r1").string());
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  const auto cfg = mlp_config("dp.toml", mixed + "[distributed]\ntype = \"mpi\"\n");
+  auto r = run_ranks(
+      2, "train " + cfg.string() + " --set run.steps=8 --run-dir " + (dir_ / "r2").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_same_losses(dir_ / "r1", dir_ / "r2", 1e-5);  // skipped and loss_scale: equal
+  EXPECT_GT(summary(dir_ / "r1")["skipped_steps"].get<int>(), 0);
+}
+
 // A 2-rank run resumed from its checkpoint continues bit for bit; its checkpoint also resumes in
 // one process (the file is a one-rank run's), sharded or not.
 TEST_F(DataParallelTest, CheckpointsResumeOnTwoRanksBitExactAndOnOneRank) {

@@ -12,7 +12,7 @@
 //   installs no hook, so the step may still be recorded as a step graph.
 // - begin_step(): before the step's first micro-batch.
 // - finish_gradients(): after the last backward, before the unscale. Afterwards the gradients
-//   hold the SUM over world() replicas: the step folds 1 / world() into its unscale.
+//   hold the SUM over world() replicas: the step folds 1 / world() into its loss seed.
 // - flush_operand_amaxes(model): after the unscale, the delayed FP8 amaxes handed to the policy
 //   (the element-wise max over the replicas).
 // - reduce_totals(totals, read_loss): the step's host reductions. found_inf and sum_squares come

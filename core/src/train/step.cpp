@@ -134,10 +134,14 @@ void feed_batch(Trainer::State& s, const Dataset& d, std::span<const std::int64_
 
 namespace {
 
-// Each micro-batch's loss is a mean over its rows; seeding with scale / K makes the K
-// contributions sum to the gradient of their mean (exactly `scale` when K = 1).
-float loss_seed(float scale, std::int64_t micro) {
-  return micro == 1 ? scale : scale / static_cast<float>(micro);
+// Each micro-batch's loss is a mean over this replica's rows; seeding with scale / (K * N) makes
+// the K micro-batches of the N replicas sum to the gradient of the global batch's mean (exactly
+// `scale` when K = N = 1). Every row's gradient is then scale / global batch whatever N is, so
+// an fp16 overflow, and the dynamic scaler's answer to it, do not depend on the rank count
+// (docs/architecture.md, "Data parallel").
+float loss_seed(const Trainer::State& s, float scale) {
+  const std::int64_t shares = s.e.run.accumulate * s.reducer->world();
+  return shares == 1 ? scale : scale / static_cast<float>(shares);
 }
 
 // Draws micro-batch k's global batch, keeps this rank's share of it (and its batch number, for
@@ -221,17 +225,15 @@ void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_
       open_micro_batch);
 }
 
-// What the check multiplies the gradients by: they hold the sum over the replicas, so the unscale
-// also divides by their number.
-float unscale_of(const Trainer::State& s, float scale) {
-  return 1.0f / (scale * static_cast<float>(s.reducer->world()));
-}
+// What the check multiplies the gradients by: the seed already divided by the replicas' number,
+// so their sum is the global batch's gradient times the scale.
+float unscale_of(float scale) { return 1.0f / scale; }
 
 // The fused unscale + non-finite check (and Σg² in the same wait).
 StepTotals check_gradients(Trainer::State& s, const StepRequest& request, float scale) {
   const BoundFacets& facets = s.model->facets();
   StepTotals totals;
-  const float unscale = unscale_of(s, scale);
+  const float unscale = unscale_of(scale);
   if (request.wants_norm) {
     const auto check = facets.call(sdk::GradientCheckOp::unscale_check_and_sum_squares)
                            ->unscale_check_and_sum_squares(s.grads, unscale);
@@ -309,7 +311,7 @@ std::optional<sdk::ScalerDecision> decide_with_gated_update(Trainer::State& s,
   const BoundFacets& facets = s.model->facets();
   auto& scaler = *s.c.scaler;
   facets.call(sdk::GradientCheckOp::queue_unscale_check)
-      ->queue_unscale_check(s.grads, unscale_of(s, scale), request.wants_norm,
+      ->queue_unscale_check(s.grads, unscale_of(scale), request.wants_norm,
                             s.gradient_status.view());
   const sdk::ComponentState before = scaler.save_state();
   const sdk::ScalerDecision if_finite = scaler.update(false);
@@ -389,10 +391,9 @@ bool scaler_backs_off(sdk::LossScaler& scaler, const sdk::ScalerDecision& decisi
 // communicating; the lowest rank that found something names it for all, so every rank logs and
 // escalates the same.
 SkipBlame skip_update(Trainer::State& s, const sdk::ScalerDecision& decision) {
-  const std::int64_t micro = s.e.run.accumulate;
   ++s.position.skipped;
   SkipBlame blame =
-      s.reducer->agree_on_blame(replay_first_nonfinite(s, loss_seed(decision.scale_before, micro)));
+      s.reducer->agree_on_blame(replay_first_nonfinite(s, loss_seed(s, decision.scale_before)));
   // A backward overflow under a scaler that reacts to it: when loss scale 1 does not repeat it,
   // the scale made it (a dynamic scaler's growth, or a start too high) and the back-off is the
   // fix, not a wider format. Only escalation reads the answer, so only it pays the second replay.
@@ -400,7 +401,7 @@ SkipBlame skip_update(Trainer::State& s, const sdk::ScalerDecision& decision) {
   if (s.precision.escalation.settings().enabled && !blame.node.empty() && blame.in_backward() &&
       decision.scale_before > 1.0f && scaler_backs_off(*s.c.scaler, decision)) {
     blame.scale_made =
-        !s.reducer->agree_on_blame(replay_first_nonfinite(s, loss_seed(1.0f, micro))).found();
+        !s.reducer->agree_on_blame(replay_first_nonfinite(s, loss_seed(s, 1.0f))).found();
     if (blame.scale_made)
       note = " (finite at loss scale 1: the scale made it, so escalation blames no op)";
   }
@@ -429,7 +430,7 @@ void run_each_step_path(Trainer::State& s, const std::function<void(std::string_
   auto& model = *s.model;
   const bool statistics = statistics_step_ahead(s);
   const StepRequest request{/*wants_norm=*/true, /*statistics=*/false, /*read_loss=*/true};
-  const float seed = loss_seed(s.c.scaler->scale(), s.e.run.accumulate);
+  const float seed = loss_seed(s, s.c.scaler->scale());
   s.reducer->begin_step();
   s.data.micro_batches.resize(static_cast<std::size_t>(s.e.run.accumulate));
   s.data.micro_batch_numbers.resize(static_cast<std::size_t>(s.e.run.accumulate));
@@ -465,7 +466,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   auto& policy = *s.c.policy;
   s.reducer->begin_step();
   const float scale = s.c.scaler->scale();
-  const float seed = loss_seed(scale, micro);
+  const float seed = loss_seed(s, scale);
   const bool fp8_statistics = request.statistics && policy.uses_scaled_operands();
   if (policy.uses_scaled_operands() && s.e.run.underflow_every > 0)
     for (auto& l : model.layers()) l->collect_operand_stats(fp8_statistics);
